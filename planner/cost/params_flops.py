@@ -1,0 +1,243 @@
+"""Exact parameter counts, FLOPs per token and KV-cache bytes per token.
+
+Parameter counts equal what `transformers` instantiates for the same config (every weight and
+bias, norms, routers, LM head unless tied). Per-layer terms are kept apart because parallelism
+splits them differently: attention, dense MLP and shared experts split over TP; routed experts over
+EP (and expert TP); router and norms replicate.
+
+FLOPs convention (Source: Kaplan et al. 2020, "Scaling Laws for Neural Language Models", Table 1;
+Chowdhery et al. 2022, PaLM, Appendix B): a forward pass costs 2 FLOPs per active parameter used in
+a matrix multiply (every parameter except the input embedding lookup, norms and biases are counted
+as in Kaplan, i.e. 2 per active non-embedding parameter, LM head included) plus the attention
+score/value term 2·s_ctx·(d_qk + d_v)·a per layer per token. Training = 3 × forward (backward is 2×);
+full recomputation adds one more forward (4 ×) and counts toward HFU, not MFU. MFU follows PaLM
+Appendix B: model FLOPs without recomputation and without the causal-mask discount.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planner.specs.model import ModelSpec
+
+
+@dataclass(frozen=True, kw_only=True)
+class LayerParams:
+    """Parameters of one decoder block, by the part that parallelism splits differently."""
+
+    attention: int
+    """Q/K/V/O projections (incl. MLA LoRA projections and their norms, biases, q/k norms, sinks)."""
+    dense_mlp: int
+    """Dense MLP (0 in MoE layers)."""
+    routed_experts: int
+    """All routed experts of the layer (E × one expert)."""
+    shared_experts: int
+    """Shared experts (+ their gate)."""
+    router: int
+    """Router weight (+ bias / score-correction bias)."""
+    norms: int
+    """Block norms (input and post-attention)."""
+    expert_size: int = 0
+    """Parameters of one routed expert (for active counts)."""
+
+    @property
+    def total(self) -> int:
+        return self.attention + self.dense_mlp + self.routed_experts + self.shared_experts + self.router + self.norms
+
+    def active(self, top_k: int) -> int:
+        """Parameters one token touches: everything but the routed experts it is not sent to."""
+        return self.total - self.routed_experts + top_k * self.expert_size
+
+
+@dataclass(frozen=True, kw_only=True)
+class ParamCounts:
+    """Whole-model parameter counts."""
+
+    embedding: int
+    """Input word embedding (padded rows) + learned positions + embedding norm."""
+    lm_head: int
+    """Output projection; 0 when tied to the embedding."""
+    final_norm: int
+    layers: tuple[LayerParams, ...]
+    mtp: int = 0
+    """Multi-token-prediction module(s) (DeepSeek-V3), counted only on request."""
+    top_k: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.embedding + self.lm_head + self.final_norm + sum(l.total for l in self.layers) + self.mtp
+
+    @property
+    def active_per_token(self) -> int:
+        """Total minus the routed experts a token does not visit (embedding and LM head included)."""
+        inactive = sum(l.routed_experts - self.top_k * l.expert_size for l in self.layers)
+        return self.total - inactive
+
+
+def _norm(spec: ModelSpec, width: int) -> int:
+    """RMSNorm holds a weight; LayerNorm a weight and a bias."""
+    return width * (2 if spec.norm_type == "layernorm" else 1)
+
+
+def _mlp(spec: ModelSpec, width: int, bias: bool) -> int:
+    """Dense MLP: gated (gate, up, down) or plain (up, down), with optional biases."""
+    h = spec.hidden_size
+    if spec.gated_mlp:
+        return 3 * h * width + (2 * width + h if bias else 0)
+    return 2 * h * width + (width + h if bias else 0)
+
+
+def _attention(spec: ModelSpec) -> int:
+    """Attention projections of one block.
+
+    Source: transformers modeling_llama.py (q h→a·d, k/v h→kv·d, o a·d→h), modeling_deepseek_v3.py
+    (MLA: q_a h→q_lora, q_a_layernorm, q_b q_lora→a(nope+rope), kv_a_proj_with_mqa h→kv_lora+rope,
+    kv_a_layernorm, kv_b kv_lora→a(nope+v), o a·v→h), modeling_qwen3.py (q_norm, k_norm of d),
+    modeling_gpt_oss.py (sinks: a per layer).
+    """
+    h, a, kv = spec.hidden_size, spec.num_attention_heads, spec.num_key_value_heads
+    if spec.is_mla:
+        qk = spec.qk_nope_head_dim + spec.qk_rope_head_dim
+        if spec.q_lora_rank:
+            q = h * spec.q_lora_rank + spec.q_lora_rank + spec.q_lora_rank * a * qk
+        else:
+            q = h * a * qk
+        kv_part = h * (spec.kv_lora_rank + spec.qk_rope_head_dim) + spec.kv_lora_rank
+        kv_part += spec.kv_lora_rank * a * (spec.qk_nope_head_dim + spec.v_head_dim)
+        return q + kv_part + a * spec.v_head_dim * h
+    d = spec.head_dim
+    qkv = h * (a + 2 * kv) * d + ((a + 2 * kv) * d if spec.attention_bias else 0)
+    out = a * d * h + (h if spec.attention_out_bias else 0)
+    extras = (2 * d if spec.qk_norm else 0) + (a if spec.attention_sinks else 0)
+    return qkv + out + extras
+
+
+def _layer(spec: ModelSpec, index: int) -> LayerParams:
+    h = spec.hidden_size
+    is_moe = spec.is_moe and spec.moe_layers[index]
+    norms = spec.norms_per_layer * _norm(spec, h)
+    attention = _attention(spec)
+    if not is_moe:
+        return LayerParams(attention=attention, dense_mlp=_mlp(spec, spec.intermediate_size, spec.mlp_bias),
+                           routed_experts=0, shared_experts=0, router=0, norms=norms)
+    expert = _mlp(spec, spec.moe_intermediate_size, spec.expert_bias)
+    shared = 0
+    if spec.shared_expert_intermediate_size:
+        shared = _mlp(spec, spec.shared_expert_intermediate_size, False) + (h if spec.shared_expert_gate else 0)
+    router = h * spec.num_experts + (spec.num_experts if spec.router_bias else 0)
+    return LayerParams(attention=attention, dense_mlp=0, routed_experts=spec.num_experts * expert,
+                       shared_experts=shared, router=router, norms=norms, expert_size=expert)
+
+
+def count_params(spec: ModelSpec, *, include_mtp: bool = False) -> ParamCounts:
+    """Exact parameter counts of `spec`.
+
+    Args:
+        spec: the model.
+        include_mtp: add DeepSeek-V3's multi-token-prediction modules (each: enorm, hnorm, eh_proj
+            2h→h, one MoE block, shared-head norm; embedding and head shared). Source: DeepSeek-V3
+            technical report §2.2 and README_WEIGHTS.md.
+
+    Returns:
+        ParamCounts (counts of scalars, not bytes).
+    """
+    h = spec.hidden_size
+    embedding = spec.padded_vocab_size * h + spec.position_embedding_rows * h
+    if spec.embedding_norm:
+        embedding += _norm(spec, h)
+    lm_head = 0 if spec.tie_word_embeddings else spec.padded_vocab_size * h
+    layers = tuple(_layer(spec, i) for i in range(spec.num_hidden_layers))
+    mtp = 0
+    if include_mtp and spec.num_nextn_predict_layers:
+        moe_index = max(i for i in range(spec.num_hidden_layers) if not spec.is_moe or spec.moe_layers[i])
+        block = _layer(spec, moe_index).total
+        mtp = spec.num_nextn_predict_layers * (block + 2 * h * h + 3 * _norm(spec, h))
+    return ParamCounts(embedding=embedding, lm_head=lm_head, final_norm=_norm(spec, h), layers=layers,
+                       mtp=mtp, top_k=spec.num_experts_per_tok)
+
+
+def _attention_context(spec: ModelSpec, index: int, seq_len: int) -> int:
+    """Keys each query attends to on average at full context: the window on sliding layers."""
+    if spec.layer_types and spec.layer_types[index] == "sliding_attention" and spec.sliding_window:
+        return min(seq_len, spec.sliding_window)
+    return seq_len
+
+
+@dataclass(frozen=True, kw_only=True)
+class FlopsPerToken:
+    """FLOPs per token (PaLM Appendix B convention; see module docstring)."""
+
+    forward: int
+    """2 × active matmul parameters + attention term."""
+    attention_forward: int
+    """The attention score/value part of `forward`: Σ_layers 2·s_ctx·a·(d_qk + d_v)."""
+    training: int
+    """3 × forward (model FLOPs; the numerator of MFU)."""
+    training_full_recompute: int
+    """4 × forward (hardware FLOPs with full recomputation; the numerator of HFU)."""
+
+
+def flops_per_token(spec: ModelSpec, seq_len: int) -> FlopsPerToken:
+    """FLOPs per token at sequence length `seq_len`.
+
+    Source: Kaplan et al. 2020 Table 1 (C_forward ≈ 2N + 2·n_layer·n_ctx·d_attn per token, with
+    d_attn = a·d for each of QK^T and AV); PaLM (Chowdhery et al. 2022) Appendix B (6N + 12·L·H·Q·T
+    for training, no causal discount).
+
+    Args:
+        spec: the model.
+        seq_len: tokens per sequence (context of each query, before causal masking).
+    """
+    counts = count_params(spec)
+    matmul = counts.active_per_token - counts.embedding - counts.final_norm
+    matmul -= sum(l.norms for l in counts.layers)
+    if spec.tie_word_embeddings:
+        matmul += spec.padded_vocab_size * spec.hidden_size  # the tied head is still a matmul
+    if spec.is_mla:
+        d_qk, d_v = spec.qk_nope_head_dim + spec.qk_rope_head_dim, spec.v_head_dim
+    else:
+        d_qk = d_v = spec.head_dim
+    a = spec.num_attention_heads
+    attention = sum(2 * _attention_context(spec, i, seq_len) * a * (d_qk + d_v)
+                    for i in range(spec.num_hidden_layers))
+    forward = 2 * matmul + attention
+    return FlopsPerToken(forward=forward, attention_forward=attention, training=3 * forward,
+                         training_full_recompute=4 * forward)
+
+
+@dataclass(frozen=True, kw_only=True)
+class KVCacheBytes:
+    """KV-cache bytes per token of context for one sequence."""
+
+    per_token: int
+    """Bytes each extra token adds at long context (sliding layers excluded: they hold a window)."""
+    per_token_all_layers: int
+    """Bytes per token if every layer kept the full context (what most calculators print)."""
+    sliding_window_bytes: int
+    """Fixed bytes of the sliding layers once their window is full."""
+
+    def for_context(self, tokens: int, window: int) -> int:
+        """Bytes for one sequence of `tokens` tokens, sliding layers capped at `window` tokens."""
+        sliding_per_token = self.per_token_all_layers - self.per_token
+        return self.per_token * tokens + sliding_per_token * min(tokens, window or tokens)
+
+
+def kv_cache_bytes_per_token(spec: ModelSpec, dtype_bytes: int = 2) -> KVCacheBytes:
+    """KV-cache bytes per token.
+
+    Source: GQA caches K and V: 2·n_kv·d per layer (Ainslie et al. 2023); MLA caches the compressed
+    latent and the decoupled RoPE key: kv_lora_rank + qk_rope_head_dim per layer (DeepSeek-V2 report
+    §2.1, Table 1); sliding-window layers keep only the window (Beltagy et al. 2020; gpt-oss).
+
+    Args:
+        spec: the model.
+        dtype_bytes: bytes per cached element (bf16: 2, fp8: 1).
+    """
+    if spec.is_mla:
+        per_layer = (spec.kv_lora_rank + spec.qk_rope_head_dim) * dtype_bytes
+    else:
+        per_layer = 2 * spec.num_key_value_heads * spec.head_dim * dtype_bytes
+    sliding = sum(1 for t in spec.layer_types if t == "sliding_attention") if spec.sliding_window else 0
+    full = spec.num_hidden_layers - sliding
+    return KVCacheBytes(per_token=full * per_layer, per_token_all_layers=spec.num_hidden_layers * per_layer,
+                        sliding_window_bytes=sliding * per_layer * spec.sliding_window)

@@ -1,0 +1,48 @@
+"""Domain errors. The CLI alone turns them into a message and an exit code.
+
+- `SpecError`: bad input (unknown name, missing file, syntax error, unknown/missing key, impossible
+  value). Exit code 2. The message is one line naming the file, the key, the value and what is allowed.
+- `InfeasibleError`: a well-formed request that no plan satisfies. Exit code 1. The message names
+  the binding constraint and what would relax it.
+"""
+
+from __future__ import annotations
+
+
+class PlannerError(Exception):
+    """Base of the errors the CLI reports without a traceback."""
+
+    exit_code = 2
+
+
+class SpecError(PlannerError):
+    """Bad input: exit code 2.
+
+    Args:
+        message: what is wrong and what is allowed.
+        file: the file (or catalog name) the value came from, if any.
+        key: the key holding the bad value, if any.
+    """
+
+    exit_code = 2
+
+    def __init__(self, message: str, *, file: str | None = None, key: str | None = None):
+        self.file = file
+        self.key = key
+        where = ": ".join(part for part in (file, key) if part)
+        super().__init__(f"{where}: {message}" if where else message)
+
+
+class InfeasibleError(PlannerError):
+    """No plan satisfies the request: exit code 1.
+
+    Args:
+        message: the binding constraint and the smallest change that would relax it, with numbers.
+        details: optional structured data (for `--format json`).
+    """
+
+    exit_code = 1
+
+    def __init__(self, message: str, *, details: dict | None = None):
+        self.details = details or {}
+        super().__init__(message)
