@@ -1,0 +1,133 @@
+"""One training configuration to cost: the parallel degrees and the discrete knobs.
+
+`Layout` is the torchtitan `ParallelDims`-like object: it owns the degrees and validates that each
+field lies in its own domain (positive degrees, known names). Whether the degrees *compose* for a
+given model and cluster (heads by tp, layers by pp, world size = GPU count, ...) is checked by
+`planner.placement.rules.check_layout`, which returns violations as data.
+
+Source: field names follow Megatron-LM `megatron/training/arguments.py` (tensor/pipeline/context/
+expert model parallel sizes, `--num-layers-per-virtual-pipeline-stage`, `--micro-batch-size`,
+`--global-batch-size`, `--recompute-granularity`) and torchtitan `parallel_dims.py`
+(`dp_replicate`, `dp_shard`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planner.errors import SpecError
+
+RECOMPUTE_MODES = ("none", "selective", "full")
+OFFLOAD_TARGETS = ("optimizer", "parameters", "activations")
+OPTIMIZERS = ("adamw", "sgd", "adam8bit")
+PRECISIONS = ("bf16", "fp16", "fp8")
+FRAMEWORKS = ("megatron", "deepspeed", "torchtitan")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Layout:
+    """One training configuration to cost."""
+
+    dp: int = 1
+    """Data-parallel degree (replicas of the dense model), count."""
+    tp: int = 1
+    """Tensor-parallel degree, count."""
+    pp: int = 1
+    """Pipeline-parallel degree (stages), count."""
+    cp: int = 1
+    """Context-parallel degree (sequence split), count."""
+    ep: int = 1
+    """Expert-parallel degree (routed experts split), count; lives inside dp*cp*tp for experts."""
+    etp: int = 1
+    """Expert tensor-parallel degree, count."""
+    dp_shard: int | None = None
+    """HSDP: ZeRO shards over dp_shard and replicates over dp // dp_shard; None = all of dp, count."""
+    zero_stage: int = 0
+    """ZeRO stage 0..3 (3 = FSDP)."""
+    sequence_parallel: bool = False
+    """Megatron sequence parallelism (norm/dropout activations split along the sequence over tp)."""
+    vpp: int = 1
+    """Virtual stages per pipeline rank (interleaved 1F1B when > 1), count."""
+    pipeline_layers: tuple[int, ...] | None = None
+    """Explicit (uneven) decoder layers per stage, len == pp; None = even split."""
+    micro_batch_size: int = 1
+    """Sequences per micro-batch per DP rank."""
+    global_batch_size: int = 1
+    """Sequences per optimizer step."""
+    seq_len: int = 4096
+    """Tokens per sequence."""
+    recompute: str = "none"
+    """Activation recompute: none | selective | full (uniform; the search may mix per layer)."""
+    offload: frozenset[str] = frozenset()
+    """Subset of {"optimizer", "parameters", "activations"} kept in host memory."""
+    optimizer: str = "adamw"
+    """adamw | sgd | adam8bit."""
+    precision: str = "bf16"
+    """Compute dtype of the GEMMs: bf16 | fp16 | fp8."""
+    framework: str = "megatron"
+    """megatron | deepspeed | torchtitan: sets conventions such as fp32 gradient accumulation."""
+
+    def __post_init__(self) -> None:
+        for name in ("dp", "tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch_size",
+                     "global_batch_size", "seq_len"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise SpecError(f"value {value!r} must be an integer >= 1", key=name)
+        if self.dp_shard is not None and (
+            isinstance(self.dp_shard, bool) or not isinstance(self.dp_shard, int)
+            or self.dp_shard < 1 or self.dp % self.dp_shard
+        ):
+            raise SpecError(f"value {self.dp_shard!r} must be a positive divisor of dp={self.dp}",
+                            key="dp_shard")
+        if self.zero_stage not in (0, 1, 2, 3):
+            raise SpecError(f"value {self.zero_stage!r} not allowed; allowed: 0, 1, 2, 3",
+                            key="zero_stage")
+        _check_choice("recompute", self.recompute, RECOMPUTE_MODES)
+        _check_choice("optimizer", self.optimizer, OPTIMIZERS)
+        _check_choice("precision", self.precision, PRECISIONS)
+        _check_choice("framework", self.framework, FRAMEWORKS)
+        object.__setattr__(self, "offload", frozenset(self.offload))
+        for target in self.offload:
+            _check_choice("offload", target, OFFLOAD_TARGETS)
+        if self.pipeline_layers is not None:
+            layers = tuple(self.pipeline_layers)
+            object.__setattr__(self, "pipeline_layers", layers)
+            if len(layers) != self.pp or any(
+                isinstance(n, bool) or not isinstance(n, int) or n < 0 for n in layers
+            ):
+                raise SpecError(f"value {layers!r} must be {self.pp} non-negative integers "
+                                f"(one per pipeline stage)", key="pipeline_layers")
+
+    @property
+    def world_size(self) -> int:
+        """GPUs used: dp * tp * pp * cp (ep lives inside dp*cp*tp for experts)."""
+        return self.dp * self.tp * self.pp * self.cp
+
+    @property
+    def num_microbatches(self) -> int:
+        """Micro-batches per step per DP rank: global_batch_size // (dp * micro_batch_size)."""
+        return self.global_batch_size // (self.dp * self.micro_batch_size)
+
+    @property
+    def dp_shard_degree(self) -> int:
+        """Degree the ZeRO/FSDP sharding runs over (dp when dp_shard is None)."""
+        return self.dp if self.dp_shard is None else self.dp_shard
+
+    @property
+    def dp_replicate_degree(self) -> int:
+        """HSDP replica groups: dp // dp_shard_degree."""
+        return self.dp // self.dp_shard_degree
+
+    @property
+    def expert_dp(self) -> int:
+        """Expert-data-parallel degree: world / (ep * etp * pp), at least 1.
+
+        Source: Megatron-LM `megatron/core/parallel_state.py` (expert data parallel group =
+        world_size // (expert_model_parallel_size * expert_tensor_parallel_size * pp)).
+        """
+        return max(1, self.world_size // (self.ep * self.etp * self.pp))
+
+
+def _check_choice(key: str, value: object, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise SpecError(f"value {value!r} not allowed; allowed: {', '.join(allowed)}", key=key)
