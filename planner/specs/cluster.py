@@ -8,8 +8,15 @@ TFLOP/s (1e12), latency in seconds.
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from planner.errors import SpecError
 
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4")
 """Keys allowed in `GPUSpec.peak_tflops`."""
@@ -83,3 +90,209 @@ class ClusterSpec:
     def num_nodes(self) -> int:
         """Nodes used: ceil(num_gpus / gpus_per_node)."""
         return math.ceil(self.num_gpus / self.gpus_per_node)
+
+    def peak_flops(self, dtype: str) -> float:
+        """Dense peak of the GPU for `dtype`, FLOP/s (peak_tflops[dtype] * 1e12).
+
+        Raises:
+            SpecError: the GPU has no peak listed for `dtype` (e.g. bf16 on V100); names the ones it has.
+        """
+        tflops = self.gpu.peak_tflops.get(dtype)
+        if tflops is None:
+            have = ", ".join(sorted(self.gpu.peak_tflops))
+            raise SpecError(f"GPU {self.gpu.name} has no {dtype} peak; it supports {have}",
+                            file=self.name, key="precision")
+        return tflops * 1e12
+
+
+CATALOG_DIR = Path(__file__).resolve().parents[2] / "hardware"
+
+_GPU_REQUIRED = ("name", "memory_gib", "hbm_gb_per_s", "peak_tflops")
+_GPU_KEYS = _GPU_REQUIRED + ("source",)
+_INT_KEYS = ("gpus_per_node", "scaleup_domain_gpus", "nics_per_node")
+_FLOAT_KEYS = ("scaleup_gb_per_s", "scaleup_latency_s", "nic_gbit_per_s", "network_latency_s",
+               "host_memory_gib", "host_link_gb_per_s")
+_REQUIRED = ("gpu",) + _INT_KEYS + _FLOAT_KEYS
+_KEYS = _REQUIRED + ("name", "description", "source", "sources", "allow_partial_node", "num_gpus")
+
+
+def catalog_names() -> list[str]:
+    """Names of the shipped cluster catalog entries (`hardware/*.yaml`), sorted."""
+    return sorted(p.stem for p in CATALOG_DIR.glob("*.yaml"))
+
+
+def load_cluster(ref: str | Path, *, gpus: int | None = None) -> ClusterSpec:
+    """Load a cluster from a catalog name or a YAML path and size it.
+
+    Args:
+        ref: catalog name (e.g. `dgx-h100`) or a path to a YAML file.
+        gpus: cluster size (`--gpus`). Whole nodes (a multiple of gpus_per_node) unless the spec sets
+            `allow_partial_node`, which admits fewer GPUs than one node. Default: the file's `num_gpus`,
+            else the larger of one node and one scale-up domain (72 for GB200 NVL72).
+
+    Returns:
+        The validated ClusterSpec.
+
+    Raises:
+        SpecError: unknown name (closest catalog names suggested), missing file, YAML syntax error
+            (file and line), unknown key (closest key suggested), missing key, wrong type,
+            non-positive number, bad GPU count (nearest valid counts named). One line each.
+    """
+    path, display = _resolve(str(ref))
+    file = str(path)
+    raw = _read_mapping(path)
+    _check_keys(raw, _KEYS, _REQUIRED, file, prefix="")
+    gpu = _gpu(raw["gpu"], file)
+    ints = {key: _number(raw, key, file, integer=True) for key in _INT_KEYS}
+    floats = {key: _number(raw, key, file) for key in _FLOAT_KEYS}
+    partial = raw.get("allow_partial_node", False)
+    if not isinstance(partial, bool):
+        raise SpecError(f"value {partial!r} must be true or false", file=file, key="allow_partial_node")
+    _check_domain(ints["gpus_per_node"], ints["scaleup_domain_gpus"], file)
+    default = max(ints["gpus_per_node"], ints["scaleup_domain_gpus"])
+    if "num_gpus" in raw:
+        default = _number(raw, "num_gpus", file, integer=True)
+        _check_gpus(default, ints["gpus_per_node"], partial, file, key="num_gpus")
+    num_gpus = default if gpus is None else gpus
+    if gpus is not None:
+        _check_gpus(gpus, ints["gpus_per_node"], partial, file, key="--gpus")
+    return ClusterSpec(
+        name=_text(raw, "name", file, default=display), gpu=gpu, num_gpus=num_gpus,
+        allow_partial_node=partial, source=_text(raw, "source", file),
+        sources=_sources(raw.get("sources", {}), raw, file),
+        description=_text(raw, "description", file), **ints, **floats)
+
+
+def to_dict(cluster: ClusterSpec) -> dict:
+    """Plain dict of the cluster for json/yaml output, units in the keys, derived values included."""
+    data = dataclasses.asdict(cluster)
+    data["gpu"]["memory_bytes"] = cluster.gpu.memory_bytes
+    data["num_nodes"] = cluster.num_nodes
+    data["network_gb_per_s_per_gpu"] = cluster.network_gb_per_s_per_gpu
+    return data
+
+
+def _resolve(ref: str) -> tuple[Path, str]:
+    path = Path(ref)
+    if path.is_file():
+        return path, path.stem
+    if "/" in ref or ref.endswith((".yaml", ".yml")):
+        raise SpecError("no such file", file=ref)
+    catalog = CATALOG_DIR / f"{ref}.yaml"
+    if catalog.is_file():
+        return catalog, ref
+    names = catalog_names()
+    close = difflib.get_close_matches(ref, names, n=3, cutoff=0.4)
+    hint = f"did you mean {', '.join(close)}?" if close else f"known clusters: {', '.join(names)}"
+    raise SpecError(f"unknown cluster {ref!r}; {hint} (or pass a YAML file)")
+
+
+def _read_mapping(path: Path) -> dict:
+    """Parse a YAML file into a dict; syntax errors name the file and line."""
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f" at line {mark.line + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or "invalid YAML"
+        raise SpecError(f"YAML syntax error{line}: {problem}", file=str(path)) from None
+    if not isinstance(data, dict):
+        raise SpecError("expected a mapping of cluster keys at the top level", file=str(path))
+    return data
+
+
+def _check_keys(raw: dict, allowed: tuple[str, ...], required: tuple[str, ...], file: str,
+                prefix: str) -> None:
+    """Unknown keys (with the closest allowed key) and missing keys, one SpecError each."""
+    for key in raw:
+        if key not in allowed:
+            close = difflib.get_close_matches(str(key), allowed, n=1, cutoff=0.5)
+            hint = f"did you mean {close[0]!r}?" if close else f"allowed: {', '.join(allowed)}"
+            raise SpecError(f"unknown key; {hint}", file=file, key=f"{prefix}{key}")
+    for key in required:
+        if key not in raw:
+            raise SpecError("missing key (required)", file=file, key=f"{prefix}{key}")
+
+
+def _number(raw: dict, key: str, file: str, *, integer: bool = False, prefix: str = "") -> float:
+    """A positive number (or positive integer) from `raw[key]`."""
+    value = raw[key]
+    bad_type = isinstance(value, bool) or not isinstance(value, int if integer else (int, float))
+    if bad_type or not value > 0 or not math.isfinite(value):
+        kind = "a positive integer" if integer else "a positive number"
+        raise SpecError(f"value {value!r} must be {kind}", file=file, key=f"{prefix}{key}")
+    return value if integer else float(value)
+
+
+def _text(raw: dict, key: str, file: str, *, default: str = "", prefix: str = "") -> str:
+    value = raw.get(key, default)
+    if not isinstance(value, str):
+        raise SpecError(f"value {value!r} must be a string", file=file, key=f"{prefix}{key}")
+    return value
+
+
+def _gpu(raw: object, file: str) -> GPUSpec:
+    if not isinstance(raw, dict):
+        raise SpecError(f"value {raw!r} must be a mapping with keys {', '.join(_GPU_REQUIRED)}",
+                        file=file, key="gpu")
+    _check_keys(raw, _GPU_KEYS, _GPU_REQUIRED, file, prefix="gpu.")
+    return GPUSpec(
+        name=_text(raw, "name", file, prefix="gpu."),
+        memory_gib=_number(raw, "memory_gib", file, prefix="gpu."),
+        hbm_gb_per_s=_number(raw, "hbm_gb_per_s", file, prefix="gpu."),
+        peak_tflops=_peaks(raw["peak_tflops"], file),
+        source=_text(raw, "source", file, prefix="gpu."))
+
+
+def _peaks(raw: object, file: str) -> dict[str, float]:
+    key = "gpu.peak_tflops"
+    if not isinstance(raw, dict) or not raw:
+        raise SpecError(f"value {raw!r} must be a mapping of dtype to dense TFLOP/s, dtypes among "
+                        f"{', '.join(DTYPES)}", file=file, key=key)
+    _check_keys(raw, DTYPES, (), file, prefix=f"{key}.")
+    if "bf16" not in raw and "fp16" not in raw:
+        raise SpecError("needs at least one of bf16, fp16 (dense tensor-core peak)", file=file, key=key)
+    return {dtype: _number(raw, dtype, file, prefix=f"{key}.") for dtype in DTYPES if dtype in raw}
+
+
+def _sources(raw: object, cluster: dict, file: str) -> dict[str, str]:
+    """Per-key sources: each key is a dotted path (or a comma-separated list of them) that exists."""
+    if not isinstance(raw, dict):
+        raise SpecError(f"value {raw!r} must be a mapping of key path to source text", file=file,
+                        key="sources")
+    for paths, text in raw.items():
+        if not isinstance(text, str) or not text.strip():
+            raise SpecError(f"value {text!r} must be non-empty source text", file=file,
+                            key=f"sources.{paths}")
+        for dotted in str(paths).split(","):
+            if _lookup(cluster, dotted.strip()) is None:
+                raise SpecError("names no key of this file", file=file, key=f"sources.{dotted.strip()}")
+    return {str(k): v for k, v in raw.items()}
+
+
+def _lookup(data: dict, dotted: str) -> object:
+    node: object = data
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def _check_domain(per_node: int, domain: int, file: str) -> None:
+    if domain % per_node and per_node % domain:
+        raise SpecError(f"value {domain} must divide or be a multiple of gpus_per_node {per_node}",
+                        file=file, key="scaleup_domain_gpus")
+
+
+def _check_gpus(gpus: object, per_node: int, partial: bool, file: str, *, key: str) -> None:
+    """Whole nodes, or fewer than one node when partial nodes are allowed."""
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus <= 0:
+        raise SpecError(f"value {gpus!r} must be a positive integer", file=file, key=key)
+    if gpus % per_node == 0 or (partial and gpus < per_node):
+        return
+    below, above = (gpus // per_node) * per_node, (gpus // per_node + 1) * per_node
+    nearest = ", ".join(str(n) for n in (below, above) if n > 0)
+    rule = "1..{} or a multiple of {}".format(per_node - 1, per_node) if partial else \
+        f"a multiple of gpus_per_node {per_node} (whole nodes)"
+    raise SpecError(f"value {gpus} must be {rule}; nearest valid: {nearest}", file=file, key=key)
