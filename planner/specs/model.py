@@ -482,7 +482,7 @@ def _classic(cfg: _Reader, model_type: str) -> dict:
     fields.update(
         intermediate_size=cfg.opt("intermediate_size") or 4 * hidden,
         tie_word_embeddings=cfg.flag("tie_word_embeddings", True),
-        norm_type="layernorm", gated_mlp=False, hidden_act="gelu",
+        norm_type="layernorm", gated_mlp=False, hidden_act=str(raw.get("activation_function") or "gelu"),
         attention_bias=True, attention_out_bias=True, mlp_bias=True,
         position_embedding_type="alibi" if alibi else "learned",
         position_embedding_rows=0 if alibi else positions + (2 if model_type == "opt" else 0),

@@ -1,0 +1,199 @@
+"""All terminal output of planner: the only module that prints.
+
+Each `show_<thing>(data, fmt)` takes plain dicts (what the command computed) and writes them as a
+rich table (`table`), JSON (`json.dumps(indent=2)`) or YAML (`yaml.safe_dump`). Machine formats
+print the dict unchanged, so `--format json` output is the data, never a rendering of it. Errors go
+to stderr as one line through `error`. To add a command's output, add a `show_<thing>` function
+that builds its tables from the same dict it would dump.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable, Sequence
+
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+FORMATS = ("table", "json", "yaml")
+"""Values accepted by every command's `--format`."""
+
+_WIDTH_WHEN_PIPED = 160
+"""Columns used when stdout is not a terminal (rich's default of 80 wraps wide tables)."""
+
+
+# ---------------------------------------------------------------- primitives
+
+def error(message: str) -> None:
+    """Print one line `error: <message>` to stderr (newlines in the message become spaces)."""
+    sys.stderr.write(f"error: {' '.join(str(message).split())}\n")
+
+
+def dump(data: object, fmt: str) -> None:
+    """Print `data` as JSON (indent 2) or YAML (block style, keys in insertion order)."""
+    if fmt == "json":
+        sys.stdout.write(json.dumps(data, indent=2) + "\n")
+    elif fmt == "yaml":
+        sys.stdout.write(yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
+    else:
+        raise ValueError(f"dump() handles json and yaml, not {fmt!r}")
+
+
+def _console() -> Console:
+    width = None if sys.stdout.isatty() else _WIDTH_WHEN_PIPED
+    return Console(file=sys.stdout, width=width, highlight=False)
+
+
+def _table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[object]],
+           *, right_from: int = 1) -> Table:
+    """A table whose first `right_from` columns are left-aligned text and the rest numbers."""
+    table = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
+    for i, column in enumerate(columns):
+        table.add_column(column, justify="left" if i < right_from else "right", no_wrap=i == 0)
+    for row in rows:
+        table.add_row(*("" if cell is None else str(cell) for cell in row))
+    return table
+
+
+def count(n: int | None) -> str:
+    """A count with thousands separators and a short form: 8,030,261,248 (8.03B)."""
+    if n is None:
+        return "-"
+    for scale, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if abs(n) >= scale:
+            return f"{n:,} ({n / scale:.2f}{suffix})"
+    return f"{n:,}"
+
+
+def short(n: float | None) -> str:
+    """Short form only: 70.55B, 12.9M, 512."""
+    if n is None:
+        return "-"
+    for scale, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if abs(n) >= scale:
+            return f"{n / scale:.2f}{suffix}"
+    return f"{n:g}"
+
+
+def size_bytes(n: float) -> str:
+    """Bytes with a binary unit: 131,072 B (128.0 KiB)."""
+    for scale, unit in ((2**40, "TiB"), (2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
+        if abs(n) >= scale:
+            return f"{n:,.0f} B ({n / scale:.1f} {unit})"
+    return f"{n:,.0f} B"
+
+
+# ---------------------------------------------------------------- models
+
+def show_models(rows: list[dict], fmt: str) -> None:
+    """The model catalog: one dict per model with name, family, params_total, params_active,
+    layers, hidden_size, heads, kv_heads, context."""
+    if fmt != "table":
+        return dump(rows, fmt)
+    _console().print(_table(
+        None, ("name", "family", "total params", "active params", "layers", "hidden", "heads/KV",
+               "context"),
+        ([r["name"], r["family"], short(r["params_total"]), short(r["params_active"]), r["layers"],
+          r["hidden_size"], f"{r['heads']}/{r['kv_heads']}", f"{r['context']:,}"] for r in rows),
+        right_from=2))
+
+
+def show_model(data: dict, fmt: str) -> None:
+    """One model: architecture, parameter counts with the per-layer breakdown, KV cache, FLOPs."""
+    if fmt != "table":
+        return dump(data, fmt)
+    console = _console()
+    arch = data["architecture"]
+    params, kv, flops = data["params"], data["kv_cache"], data["flops_per_token"]
+    summary = [
+        ("family", data["family"]), ("source", data["source"]),
+        *((key, _cell(value)) for key, value in arch.items()),
+        ("params total", count(params["total"])),
+        ("params active per token", count(params["active_per_token"])),
+        ("params embedding", count(params["embedding"])),
+        ("params lm_head", count(params["lm_head"]) if params["lm_head"] else "0 (tied to the embedding)"),
+        ("params final norm", count(params["final_norm"])),
+    ]
+    if params.get("mtp_excluded"):
+        summary.append(("params MTP module (excluded)", count(params["mtp_excluded"])))
+    summary += [
+        (f"KV cache per token ({kv['dtype']})", size_bytes(kv["bytes_per_token"])),
+        ("KV cache per token, all layers", size_bytes(kv["bytes_per_token_all_layers"])),
+    ]
+    if kv["sliding_window_tokens"]:
+        summary.append(("KV cache of sliding layers (full window)", size_bytes(kv["sliding_window_bytes"])))
+    console.print(_table(data["name"], ("field", "value"), summary, right_from=2))
+    console.print()
+    parts = ("attention", "dense_mlp", "routed_experts", "shared_experts", "router", "norms", "total")
+    console.print(_table(
+        "parameters per layer", ("layers", "kind", *parts),
+        ([g["layers"], g["kind"], *(f"{g[p]:,}" for p in parts)] for g in params["per_layer"]),
+        right_from=2))
+    console.print()
+    console.print(_table(
+        f"FLOPs per token at seq_len {flops['seq_len']:,}", ("quantity", "FLOPs"),
+        ((key, count(flops[key])) for key in ("forward", "attention_forward", "training",
+                                              "training_full_recompute"))))
+    console.print(f"MFU convention: {data['mfu_convention']}")
+
+
+def _cell(value: object) -> str:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    return str(value)
+
+
+# ---------------------------------------------------------------- hardware
+
+def show_clusters(rows: list[dict], fmt: str) -> None:
+    """The cluster catalog: one `to_dict` cluster per entry."""
+    if fmt != "table":
+        return dump(rows, fmt)
+    _console().print(_table(
+        None, ("name", "gpu", "memory GiB", "HBM GB/s", "bf16 TFLOP/s", "fp8 TFLOP/s", "GPUs/node",
+               "scale-up GPUs", "scale-up GB/s", "network GB/s/GPU"),
+        ([c["name"], c["gpu"]["name"], f"{c['gpu']['memory_gib']:g}", f"{c['gpu']['hbm_gb_per_s']:g}",
+          _peak(c, "bf16"), _peak(c, "fp8"), c["gpus_per_node"], c["scaleup_domain_gpus"],
+          f"{c['scaleup_gb_per_s']:g}", f"{c['network_gb_per_s_per_gpu']:g}"] for c in rows),
+        right_from=2))
+
+
+def _peak(cluster: dict, dtype: str) -> str:
+    value = cluster["gpu"]["peak_tflops"].get(dtype)
+    return "-" if value is None else f"{value:g}"
+
+
+def show_cluster(data: dict, fmt: str) -> None:
+    """One cluster (`planner.specs.cluster.to_dict`), each number with its source."""
+    if fmt != "table":
+        return dump(data, fmt)
+    sources = data.get("sources", {})
+    rows = []
+    for key, value in _flatten(data):
+        if key in ("sources", "name") or key.startswith("sources."):
+            continue
+        rows.append((key, _cell(value), _source_of(key, sources)))
+    title = data["name"] + (f" — {data['description']}" if data.get("description") else "")
+    _console().print(_table(title, ("key", "value", "source"), rows, right_from=3))
+
+
+def _flatten(data: dict, prefix: str = "") -> list[tuple[str, object]]:
+    items: list[tuple[str, object]] = []
+    for key, value in data.items():
+        if isinstance(value, dict) and value and key != "sources":
+            items += _flatten(value, f"{prefix}{key}.")
+        else:
+            items.append((f"{prefix}{key}", value))
+    return items
+
+
+def _source_of(key: str, sources: dict[str, str]) -> str:
+    """The source whose (comma-separated) dotted path is `key` or a prefix of it."""
+    best, best_len = "", -1
+    for paths, text in sources.items():
+        for path in (p.strip() for p in paths.split(",")):
+            if (key == path or key.startswith(path + ".")) and len(path) > best_len:
+                best, best_len = text, len(path)
+    return best
