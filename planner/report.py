@@ -10,6 +10,7 @@ that builds its tables from the same dict it would dump.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Iterable, Sequence
 
@@ -21,7 +22,7 @@ FORMATS = ("table", "json", "yaml")
 """Values accepted by every command's `--format`."""
 
 _WIDTH_WHEN_PIPED = 160
-"""Columns used when stdout is not a terminal (rich's default of 80 wraps wide tables)."""
+"""Columns used when stdout is not a terminal and COLUMNS is unset (rich's 80 wraps wide tables)."""
 
 
 # ---------------------------------------------------------------- primitives
@@ -42,16 +43,18 @@ def dump(data: object, fmt: str) -> None:
 
 
 def _console() -> Console:
-    width = None if sys.stdout.isatty() else _WIDTH_WHEN_PIPED
+    width = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else _WIDTH_WHEN_PIPED
     return Console(file=sys.stdout, width=width, highlight=False)
 
 
 def _table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[object]],
            *, right_from: int = 1) -> Table:
-    """A table whose first `right_from` columns are left-aligned text and the rest numbers."""
+    """A table whose first `right_from` columns are left-aligned text and the rest numbers.
+    Cells fold (never truncate) when the terminal is too narrow."""
     table = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
     for i, column in enumerate(columns):
-        table.add_column(column, justify="left" if i < right_from else "right", no_wrap=i == 0)
+        table.add_column(column, justify="left" if i < right_from else "right", no_wrap=i == 0,
+                         overflow="fold")
     for row in rows:
         table.add_row(*("" if cell is None else str(cell) for cell in row))
     return table
@@ -155,7 +158,8 @@ def show_clusters(rows: list[dict], fmt: str) -> None:
         None, ("name", "gpu", "memory GiB", "HBM GB/s", "bf16 TFLOP/s", "fp8 TFLOP/s", "GPUs/node",
                "scale-up GPUs", "scale-up GB/s", "network GB/s/GPU"),
         ([c["name"], c["gpu"]["name"], f"{c['gpu']['memory_gib']:g}", f"{c['gpu']['hbm_gb_per_s']:g}",
-          _peak(c, "bf16"), _peak(c, "fp8"), c["gpus_per_node"], c["scaleup_domain_gpus"],
+          _peak(c, "bf16") if "bf16" in c["gpu"]["peak_tflops"] else f"{_peak(c, 'fp16')} (fp16)",
+          _peak(c, "fp8"), c["gpus_per_node"], c["scaleup_domain_gpus"],
           f"{c['scaleup_gb_per_s']:g}", f"{c['network_gb_per_s_per_gpu']:g}"] for c in rows),
         right_from=2))
 
