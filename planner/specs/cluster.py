@@ -4,6 +4,31 @@ A cluster comes from a catalog name (`hardware/<name>.yaml`) or a YAML path. Uni
 key names: capacity in binary GiB (2**30 bytes), bandwidth in decimal GB/s (1e9 bytes/s) per GPU
 per direction unless the name says otherwise, NIC speed in Gbit/s (1e9 bits/s), FLOP/s in decimal
 TFLOP/s (1e12), latency in seconds.
+
+Conventions (Source: the catalog files' `sources:` mappings):
+- `memory_gib` is the capacity the driver reports (nvidia-smi `memory.total` MiB / 1024, rocm-smi
+  bytes / 2**30), e.g. H100 SXM 81559 MiB = 79.647 GiB, not the marketed decimal "80 GB". The CUDA
+  context and allocator reserve are the memory model's business, not the catalog's.
+- Peaks are DENSE (no 2:4 sparsity) tensor-core TFLOP/s with FP32 accumulate; fp32 is the non-tensor
+  (vector) peak. A dtype the GPU lacks (bf16 on V100) is absent, and `peak_flops` refuses it.
+- Bandwidths are per GPU per direction; host DRAM capacities are binary (2 TB DIMMs = 2048 GiB).
+- Latencies are alpha terms per ring step ([Empirical]: NCCL's `hwLat` tuning constants).
+
+YAML layout (flat keys = ClusterSpec fields; `gpu:` = GPUSpec fields):
+
+    name: dgx-h100
+    gpu: {name: H100-SXM5-80GB, memory_gib: 79.647, hbm_gb_per_s: 3350,
+          peak_tflops: {bf16: 989.4, fp8: 1978.9}, source: "..."}
+    gpus_per_node: 8
+    scaleup_domain_gpus: 8
+    scaleup_gb_per_s: 450
+    ...                                  # every ClusterSpec field except num_gpus is required
+    num_gpus: 1024                       # optional default size; --gpus overrides
+    allow_partial_node: false            # optional
+    sources: {gpu.memory_gib: "...", "nics_per_node, nic_gbit_per_s": "..."}
+
+`sources` keys are dotted key paths, comma-separated lists of them, or a group prefix such as
+`gpu.peak_tflops`; the catalog tests require every number of a shipped file to be covered.
 """
 
 from __future__ import annotations
