@@ -96,7 +96,7 @@ def show_models(rows: list[dict], fmt: str) -> None:
     if fmt != "table":
         return dump(rows, fmt)
     _console().print(_table(
-        None, ("name", "family", "total params", "active params", "layers", "hidden", "heads/KV",
+        None, ("name", "family", "total\nparams", "active\nparams", "layers", "hidden", "heads\n/KV",
                "context"),
         ([r["name"], r["family"], short(r["params_total"]), short(r["params_active"]), r["layers"],
           r["hidden_size"], f"{r['heads']}/{r['kv_heads']}", f"{r['context']:,}"] for r in rows),
@@ -131,7 +131,7 @@ def show_model(data: dict, fmt: str) -> None:
     console.print()
     parts = ("attention", "dense_mlp", "routed_experts", "shared_experts", "router", "norms", "total")
     console.print(_table(
-        "parameters per layer", ("layers", "kind", *parts),
+        "parameters per layer", ("layers", "kind", *(p.replace("_", "\n") for p in parts)),
         ([g["layers"], g["kind"], *(f"{g[p]:,}" for p in parts)] for g in params["per_layer"]),
         right_from=2))
     console.print()
@@ -155,8 +155,8 @@ def show_clusters(rows: list[dict], fmt: str) -> None:
     if fmt != "table":
         return dump(rows, fmt)
     _console().print(_table(
-        None, ("name", "gpu", "memory GiB", "HBM GB/s", "bf16 TFLOP/s", "fp8 TFLOP/s", "GPUs/node",
-               "scale-up GPUs", "scale-up GB/s", "network GB/s/GPU"),
+        None, ("name", "gpu", "memory\nGiB", "HBM\nGB/s", "bf16\nTFLOP/s", "fp8\nTFLOP/s", "GPUs\n/node",
+               "scale-up\nGPUs", "scale-up\nGB/s", "network\nGB/s/GPU"),
         ([c["name"], c["gpu"]["name"], f"{c['gpu']['memory_gib']:g}", f"{c['gpu']['hbm_gb_per_s']:g}",
           _peak(c, "bf16") if "bf16" in c["gpu"]["peak_tflops"] else f"{_peak(c, 'fp16')} (fp16)",
           _peak(c, "fp8"), c["gpus_per_node"], c["scaleup_domain_gpus"],
