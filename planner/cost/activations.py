@@ -1,0 +1,376 @@
+"""Activation memory: bytes one decoder layer saves for backward, per micro-batch, per GPU.
+
+One rule costs every block type. Each family is described as a short list of `SavedTensor`s
+(name, elements per token, element type, how parallelism splits it, whether selective recompute
+drops it); `layer_activation_bytes` multiplies by the tokens on the GPU and divides by the degree
+of the axis that splits each tensor. The derivation of every list (which tensor, which op saves
+it, why that size) is in docs/activations.md.
+
+Conventions (Source: Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
+Transformer Models", arXiv 2205.05198, §4.1-4.3, eq. 1-6, Table 2):
+- s sequence length, b micro-batch size, h hidden size, a heads, t tensor-parallel degree.
+- Activations are `dtype_bytes` wide (2 for bf16/fp16); dropout masks 1 byte per element;
+  FlashAttention's log-sum-exp and router probabilities are fp32 (4 bytes); top-k indices int64.
+- Per-token statistics of LayerNorm/RMSNorm (mean, rstd: 4-8 bytes per token) and the int64 token
+  ids are ignored, as Korthikanti does; they are < 0.1 % of a layer.
+- Splits: `tp` tensors are divided by t (heads or MLP columns); `kv` tensors by min(t, n_kv)
+  (KV heads replicate when t > n_kv, as Megatron does); `sp` tensors are whole on every TP rank
+  unless sequence parallelism splits them along s by t; context parallelism divides every
+  tensor's token count by cp (each rank keeps s/cp queries; non-flash score tensors keep a row of
+  s keys per query).
+- Recompute (Megatron's definitions, megatron/core/transformer/transformer_config.py
+  `recompute_granularity`): `selective` recomputes the attention core (QK^T, softmax, dropout,
+  softmax·V) and drops the tensors only it saves; `full` keeps only the layer input (2·s·b·h,
+  /t with SP, /cp) and recomputes the rest.
+
+For a GPT block (LayerNorm, MHA without FlashAttention, 4h GeLU MLP, dropout) the lists reproduce
+Korthikanti's Table 2 exactly: s·b·h·(34 + 5as/h) without parallelism; s·b·h·(10 + 24/t + 5as/(ht))
+with TP; s·b·h/t·(34 + 5as/h) with TP+SP; s·b·h·(10 + 24/t) with TP + selective; 34·s·b·h/t with
+TP+SP+selective; 2·s·b·h for full recompute.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from planner.errors import SpecError
+from planner.specs.model import ModelSpec
+
+RECOMPUTE_MODES = ("none", "selective", "full")
+FRAMEWORKS = ("megatron", "deepspeed", "torchtitan")
+DROPOUT_MODEL_TYPES = ("gpt", "gpt2", "opt")
+"""Families whose reference training recipes use dropout 0.1 (GPT-3, Brown et al. 2020 §2.3 /
+Megatron GPT defaults `--hidden-dropout 0.1 --attention-dropout 0.1`; OPT, Zhang et al. 2022 §2.2).
+BLOOM (hidden_dropout 0.0), Falcon, Llama-style and MoE families train without dropout."""
+NON_FLASH_MODEL_TYPES = ("gpt", "gpt2", "opt", "bloom")
+"""Families costed without FlashAttention by default (the 2022 GPT/OPT/BLOOM runs materialised
+the s×s scores); pass `flash_attention=True` to cost them as a modern Megatron run would."""
+
+_ELEMENT_BYTES = {"mask": 1, "fp32": 4, "int64": 8, "int32": 4}
+
+
+@dataclass(frozen=True, kw_only=True)
+class SavedTensor:
+    """One tensor a layer keeps for backward, before any parallel split."""
+
+    name: str
+    """Dotted name: `<part>.<tensor>` (e.g. `attention.q`, `mlp.fc2_input`)."""
+    elements_per_token: float
+    """Elements per token of the micro-batch (a·s for an s×s score row of a heads)."""
+    dtype: str = "act"
+    """`act` (dtype_bytes), `mask` (1 B), `fp32` (4 B), `int64` (8 B) or `int32` (4 B)."""
+    split: str = "tp"
+    """`tp`: /t; `kv`: /min(t, n_kv); `sp`: /t only with sequence parallelism."""
+    core: bool = False
+    """Saved only by the attention core: dropped by selective recompute."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ActivationBytes:
+    """Bytes one layer saves for backward for one micro-batch on one GPU."""
+
+    total: int
+    """Sum of `breakdown`, bytes."""
+    breakdown: dict[str, int]
+    """Bytes per saved tensor (name -> bytes), in forward order."""
+    block: str
+    """Block kind costed: gpt, dense, moe, mla, mla+moe, parallel (Falcon)."""
+    recompute: str
+    """Recompute mode applied: none, selective or full."""
+
+
+def layer_activation_bytes(model: ModelSpec, layer_index: int, *, seq_len: int, micro_batch_size: int,
+                           tp: int, cp: int = 1, sequence_parallel: bool = False, recompute: str = "none",
+                           ep: int = 1, moe_overload_factor: float = 1.0, dtype_bytes: int = 2,
+                           etp: int = 1, framework: str = "megatron",
+                           flash_attention: bool | None = None) -> ActivationBytes:
+    """Bytes saved for backward by layer `layer_index` for one micro-batch on one GPU.
+
+    Source: Korthikanti et al. 2022 (arXiv 2205.05198) §4, eq. 1-6, Table 2 for the GPT block; the
+    other blocks by the same per-tensor accounting of what autograd saves (docs/activations.md).
+
+    Args:
+        model: the model.
+        layer_index: 0-based decoder layer (MoE vs dense and MLA come from the spec).
+        seq_len: tokens per sequence s.
+        micro_batch_size: sequences per micro-batch b.
+        tp: tensor-parallel degree t.
+        cp: context-parallel degree (divides the tokens on a GPU).
+        sequence_parallel: Megatron SP (splits the non-TP activations along s by t).
+        recompute: none | selective | full.
+        ep: expert-parallel degree (routed tokens per rank = ep·T·k / ep = T·k under balanced routing).
+        moe_overload_factor: routed tokens on the busiest rank / the balanced count (>= 1).
+        dtype_bytes: bytes per activation element (bf16/fp16: 2).
+        etp: expert tensor-parallel degree (expert width / etp, tokens gathered over etp).
+        framework: megatron | deepspeed (TE/fused kernels) | torchtitan (eager PyTorch modules).
+        flash_attention: None = family default (off for gpt/gpt2/opt/bloom, on otherwise).
+
+    Raises:
+        SpecError: a value outside its allowed range (names the key, the value and what is allowed).
+    """
+    _check(model, layer_index, seq_len=seq_len, micro_batch_size=micro_batch_size, tp=tp, cp=cp,
+           recompute=recompute, ep=ep, etp=etp, moe_overload_factor=moe_overload_factor,
+           dtype_bytes=dtype_bytes, framework=framework)
+    flash = flash_attention if flash_attention is not None else model.model_type not in NON_FLASH_MODEL_TYPES
+    tensors = saved_tensors(model, layer_index, seq_len=seq_len, ep=ep, etp=etp,
+                            moe_overload_factor=moe_overload_factor, framework=framework, flash_attention=flash)
+    if recompute == "selective":
+        tensors = [x for x in tensors if not x.core]
+    elif recompute == "full":
+        tensors = [SavedTensor(name="layer_input", elements_per_token=model.hidden_size, split="sp")]
+    tokens = seq_len * micro_batch_size // cp
+    breakdown = {x.name: _bytes(x, model, tokens=tokens, tp=tp, sequence_parallel=sequence_parallel,
+                                dtype_bytes=dtype_bytes) for x in tensors}
+    return ActivationBytes(total=sum(breakdown.values()), breakdown=breakdown,
+                           block=_block_kind(model, layer_index, flash), recompute=recompute)
+
+
+def _bytes(x: SavedTensor, model: ModelSpec, *, tokens: int, tp: int, sequence_parallel: bool,
+           dtype_bytes: int) -> int:
+    """tokens · elements · bytes / split degree, rounded up to whole bytes."""
+    divisor = {"tp": tp, "kv": min(tp, model.num_key_value_heads),
+               "sp": tp if sequence_parallel else 1}[x.split]
+    width = _ELEMENT_BYTES.get(x.dtype, dtype_bytes)
+    return math.ceil(tokens * x.elements_per_token * width / divisor)
+
+
+def saved_tensors(model: ModelSpec, layer_index: int, *, seq_len: int, ep: int = 1, etp: int = 1,
+                  moe_overload_factor: float = 1.0, framework: str = "megatron",
+                  flash_attention: bool = True) -> list[SavedTensor]:
+    """The tensors layer `layer_index` saves without recompute, in forward order.
+
+    Source: docs/activations.md (one table per block type, each row naming the op that saves it).
+    """
+    dropout = model.model_type in DROPOUT_MODEL_TYPES
+    h = model.hidden_size
+    tensors = _norm("attention_norm", h, framework)
+    tensors += _mla(model, framework) if model.is_mla else _attention(model, seq_len, framework,
+                                                                      flash_attention, dropout)
+    if dropout:
+        tensors.append(SavedTensor(name="attention.output_dropout_mask", elements_per_token=h,
+                                   dtype="mask", split="sp"))
+    if model.parallel_attention:
+        # Falcon: the MLP reads the block input too (Source: modeling_falcon.py FalconDecoderLayer);
+        # with two norms (new_decoder_architecture) ln_mlp has its own output, else it shares ln_attn's.
+        if model.norms_per_layer == 2:
+            tensors.append(SavedTensor(name="mlp_norm.output", elements_per_token=h, split="sp"))
+        return tensors + _dense_mlp(model, model.intermediate_size, framework, with_input=False)
+    tensors += _norm("mlp_norm", h, framework)
+    if model.is_moe and model.moe_layers[layer_index]:
+        tensors += _moe(model, ep=ep, etp=etp, overload=moe_overload_factor, framework=framework)
+    else:
+        tensors += _dense_mlp(model, model.intermediate_size, framework)
+    if dropout:
+        tensors.append(SavedTensor(name="mlp.dropout_mask", elements_per_token=h, dtype="mask", split="sp"))
+    return tensors
+
+
+def _norm(prefix: str, width: float, framework: str, split: str = "sp") -> list[SavedTensor]:
+    """Norm inputs. Megatron/TE fused LayerNorm/RMSNorm saves its input (and per-token statistics).
+
+    Source: TE `LayerNormLinear` / apex `FusedLayerNormAffineFunction` save the input + mu/rsigma;
+    torchtitan models/norms.py `RMSNorm.forward`: `self._norm(x.float()).type_as(x) * weight` —
+    autograd keeps the fp32 copy of x (for pow and mul) and the bf16 normalised tensor (for the
+    weight gradient of `* weight`).
+    """
+    if framework == "torchtitan":
+        return [SavedTensor(name=f"{prefix}.input_fp32", elements_per_token=width, dtype="fp32", split=split),
+                SavedTensor(name=f"{prefix}.normalized", elements_per_token=width, split=split)]
+    return [SavedTensor(name=f"{prefix}.input", elements_per_token=width, split=split)]
+
+
+def _attention(model: ModelSpec, seq_len: int, framework: str, flash: bool, dropout: bool) -> list[SavedTensor]:
+    """GQA/MHA attention: QKV input, q/k/v, the core (scores or LSE), the attention output.
+
+    Source: Korthikanti 2022 §4.1 (QKV input 2sbh, Q and K 4sbh, softmax output 2as²b, its dropout
+    mask as²b and output 2as²b, V 2sbh, projection input 2sbh); FlashAttention-2 (Dao 2023) §3.1
+    saves q, k, v, O and the log-sum-exp L (fp32, one per head per query), not the s×s scores.
+    """
+    a, kv, d = model.num_attention_heads, model.num_key_value_heads, model.head_dim
+    torchtitan = framework == "torchtitan"
+    kv_elems, kv_split = (a * d, "tp") if torchtitan else (kv * d, "kv")  # torchtitan repeat_kv copies
+    tensors = [SavedTensor(name="attention.qkv_input", elements_per_token=model.hidden_size, split="sp")]
+    if model.qk_norm:  # Qwen3: q_norm/k_norm inputs (the q/k projection outputs)
+        tensors += [SavedTensor(name="attention.q_norm_input", elements_per_token=a * d),
+                    SavedTensor(name="attention.k_norm_input", elements_per_token=kv * d, split="kv")]
+    tensors += [SavedTensor(name="attention.q", elements_per_token=a * d),
+                SavedTensor(name="attention.k", elements_per_token=kv_elems, split=kv_split)]
+    if flash:
+        tensors.append(SavedTensor(name="attention.softmax_lse", elements_per_token=a, dtype="fp32", core=True))
+    else:
+        tensors.append(SavedTensor(name="attention.softmax_output", elements_per_token=a * seq_len, core=True))
+        if dropout:
+            tensors += [SavedTensor(name="attention.softmax_dropout_mask", elements_per_token=a * seq_len,
+                                    dtype="mask", core=True),
+                        SavedTensor(name="attention.softmax_dropout_output", elements_per_token=a * seq_len,
+                                    core=True)]
+    tensors.append(SavedTensor(name="attention.v", elements_per_token=kv_elems, split=kv_split))
+    if torchtitan and flash:  # SDPA keeps O; `.transpose(1, 2).contiguous()` makes wo's input a copy
+        tensors.append(SavedTensor(name="attention.sdpa_output", elements_per_token=a * d, core=True))
+    tensors.append(SavedTensor(name="attention.o_proj_input", elements_per_token=a * d))
+    return tensors
+
+
+def _mla(model: ModelSpec, framework: str) -> list[SavedTensor]:
+    """DeepSeek-V3 multi-head latent attention with FlashAttention (training form: latents are
+    up-projected, no weight absorption).
+
+    Source: DeepSeek-V3 technical report §2.1.1 eq. 1-11; transformers modeling_deepseek_v3.py
+    DeepseekV3Attention.forward (q_a_proj → q_a_layernorm → q_b_proj; kv_a_proj_with_mqa →
+    kv_a_layernorm → kv_b_proj; k_pe broadcast to all heads; o_proj); Megatron-core
+    multi_latent_attention.py (down projections duplicated over TP, up projections column-parallel).
+    """
+    a, h = model.num_attention_heads, model.hidden_size
+    qk = model.qk_nope_head_dim + model.qk_rope_head_dim
+    tensors = [SavedTensor(name="attention.down_proj_input", elements_per_token=h, split="sp")]
+    if model.q_lora_rank:
+        tensors += _norm("attention.q_a_norm", model.q_lora_rank, framework)
+        tensors.append(SavedTensor(name="attention.q_b_input", elements_per_token=model.q_lora_rank, split="sp"))
+    tensors += _norm("attention.kv_a_norm", model.kv_lora_rank, framework)
+    tensors += [
+        SavedTensor(name="attention.kv_b_input", elements_per_token=model.kv_lora_rank, split="sp"),
+        SavedTensor(name="attention.q", elements_per_token=a * qk),
+        SavedTensor(name="attention.k", elements_per_token=a * qk),
+        SavedTensor(name="attention.v", elements_per_token=a * model.v_head_dim),
+        SavedTensor(name="attention.softmax_lse", elements_per_token=a, dtype="fp32", core=True),
+    ]
+    if framework == "torchtitan":
+        tensors.append(SavedTensor(name="attention.sdpa_output", elements_per_token=a * model.v_head_dim, core=True))
+    tensors.append(SavedTensor(name="attention.o_proj_input", elements_per_token=a * model.v_head_dim))
+    return tensors
+
+
+def _mlp_body(prefix: str, model: ModelSpec, width: float, framework: str, tokens: float = 1,
+              split: str = "tp") -> list[SavedTensor]:
+    """Tensors inside an MLP after its input: activation inputs and the down-projection input.
+
+    Source: Megatron-core mlp.py (linear_fc1 emits [gate|up] of 2·I; fused `bias_swiglu_impl`
+    saves that 2·I input; linear_fc2 saves the I-wide product) and Korthikanti §4.1 (GeLU input
+    8sbh and fc2 input 8sbh for I = 4h); torchtitan FeedForward `w2(F.silu(w1(x)) * w3(x))`:
+    silu saves w1's output, mul saves silu's output and w3's output, w2 saves the product.
+    Squared ReLU (Nemotron): relu output kept for the square, the square's output for fc2.
+    """
+    def t(name: str, elems: float) -> SavedTensor:
+        return SavedTensor(name=f"{prefix}.{name}", elements_per_token=tokens * elems, split=split)
+    if not model.gated_mlp:
+        return [t("activation_input", width), t("fc2_input", width)]
+    if framework == "torchtitan":
+        return [t("gate_output", width), t("silu_output", width), t("up_output", width), t("fc2_input", width)]
+    return [t("fc1_output", 2 * width), t("fc2_input", width)]
+
+
+def _dense_mlp(model: ModelSpec, width: int, framework: str, with_input: bool = True) -> list[SavedTensor]:
+    """A dense MLP: its input (the norm output, split only by SP) then its body (split by TP)."""
+    head = [SavedTensor(name="mlp.fc1_input", elements_per_token=model.hidden_size, split="sp")] if with_input else []
+    return head + _mlp_body("mlp", model, width, framework)
+
+
+def _moe(model: ModelSpec, *, ep: int, etp: int, overload: float, framework: str) -> list[SavedTensor]:
+    """Routed-expert block: router, dispatched tokens through each expert MLP, shared experts.
+
+    Tokens: each rank contributes T local tokens (s·b/cp, /t under SP, which Megatron requires for
+    MoE with TP); the EP group routes ep·T·k assignments to its ep ranks, so a balanced rank
+    receives ep·T·k/ep = T·k, times `overload` on the busiest rank, times etp when expert TP
+    gathers the tokens of etp ranks (each then holds 1/etp of the expert width).
+
+    Source: Megatron-core moe/router.py (softmax/sigmoid scores in fp32, top-k), moe/moe_utils.py
+    `permute`/`unpermute` (row-id map; unpermute with probs saves the expert output to form the
+    probability gradient), moe/experts.py TEGroupedMLP (fc1 input, SwiGLU input 2·I, fc2 input I per
+    assignment), moe/shared_experts.py (dense MLP of the shared width, TP-split; Qwen2-MoE gate).
+    """
+    h, k = model.hidden_size, model.num_experts_per_tok
+    assignments = ep * k / ep * overload * etp
+    sp = "sp"
+    tensors = [
+        SavedTensor(name="moe.router_input", elements_per_token=h, split=sp),
+        SavedTensor(name="moe.router_probs", elements_per_token=model.num_experts, dtype="fp32", split=sp),
+        SavedTensor(name="moe.topk_indices", elements_per_token=k, dtype="int64", split=sp),
+        SavedTensor(name="moe.permutation_map", elements_per_token=assignments, dtype="int32", split=sp),
+        SavedTensor(name="experts.fc1_input", elements_per_token=assignments * h, split=sp),
+    ]
+    tensors += _mlp_body("experts", model, model.moe_intermediate_size / etp, framework, tokens=assignments,
+                         split=sp)
+    tensors.append(SavedTensor(name="experts.output", elements_per_token=assignments * h, split=sp))
+    if model.shared_expert_intermediate_size:
+        tensors += _mlp_body("shared_experts", model, model.shared_expert_intermediate_size, framework)
+        if model.shared_expert_gate:
+            tensors.append(SavedTensor(name="shared_experts.gate_output", elements_per_token=1, split=sp))
+    return tensors
+
+
+def _block_kind(model: ModelSpec, layer_index: int, flash: bool) -> str:
+    moe = model.is_moe and model.moe_layers[layer_index]
+    if model.is_mla:
+        return "mla+moe" if moe else "mla"
+    if moe:
+        return "moe"
+    if model.parallel_attention:
+        return "parallel"
+    return "dense" if flash or model.model_type not in NON_FLASH_MODEL_TYPES else "gpt"
+
+
+def output_layer_activation_bytes(model: ModelSpec, *, seq_len: int, micro_batch_size: int, tp: int, cp: int = 1,
+                                  sequence_parallel: bool = False) -> int:
+    """Bytes the last stage saves for the final norm, the LM head and the loss, per micro-batch.
+
+    = final norm input 2·s·b·h + LM-head input 2·s·b·h (both /t with SP) + fp32 logits
+    4·s·b·⌈V/t⌉ kept by the cross-entropy (V = padded vocabulary), all /cp. With SP this is
+    Korthikanti §4.3's 4·s·b·h/t·(1 + v/h).
+
+    Source: Korthikanti et al. 2022 §4.3; Megatron-LM megatron/core/tensor_parallel/cross_entropy.py
+    (`VocabParallelCrossEntropy.calculate_logits_max` casts the vocab-parallel logits to fp32; the
+    softmax computed in place on that fp32 copy is what `save_for_backward` keeps). The bf16 logits
+    (2·s·b·V/t) exist transiently during the loss forward; they are not saved.
+    """
+    _check_common(seq_len=seq_len, micro_batch_size=micro_batch_size, tp=tp, cp=cp)
+    tokens = seq_len * micro_batch_size // cp
+    hidden = 2 * 2 * tokens * model.hidden_size
+    hidden = math.ceil(hidden / tp) if sequence_parallel else hidden
+    return hidden + 4 * tokens * -(-model.padded_vocab_size // tp)
+
+
+def embedding_activation_bytes(model: ModelSpec, *, seq_len: int, micro_batch_size: int, tp: int, cp: int = 1,
+                               sequence_parallel: bool = False) -> int:
+    """Bytes the first stage saves for the embedding, per micro-batch.
+
+    The lookup's backward needs only the token ids (int64, ignored like other per-token scalars)
+    and its output is the first layer's input, counted there; what remains is the embedding
+    dropout mask, s·b·h bytes (/t with SP, /cp), for families trained with dropout, else 0.
+
+    Source: Korthikanti et al. 2022 §4.3 ("dropout for the positional embedding ... s·b·h·p/t" for
+    the p in-flight micro-batches of the first stage under SP; here one micro-batch).
+    """
+    _check_common(seq_len=seq_len, micro_batch_size=micro_batch_size, tp=tp, cp=cp)
+    if model.model_type not in DROPOUT_MODEL_TYPES:
+        return 0
+    mask = seq_len * micro_batch_size // cp * model.hidden_size
+    return math.ceil(mask / tp) if sequence_parallel else mask
+
+
+def _check_common(*, seq_len: int, micro_batch_size: int, tp: int, cp: int) -> None:
+    for key, value in (("seq_len", seq_len), ("micro_batch_size", micro_batch_size), ("tp", tp), ("cp", cp)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise SpecError(f"value {value!r} must be a positive integer", key=key)
+    if seq_len % cp:
+        raise SpecError(f"value {seq_len} must be divisible by cp={cp} (context parallelism splits the sequence)",
+                        key="seq_len")
+
+
+def _check(model: ModelSpec, layer_index: int, *, seq_len: int, micro_batch_size: int, tp: int, cp: int,
+           recompute: str, ep: int, etp: int, moe_overload_factor: float, dtype_bytes: int, framework: str) -> None:
+    _check_common(seq_len=seq_len, micro_batch_size=micro_batch_size, tp=tp, cp=cp)
+    if not 0 <= layer_index < model.num_hidden_layers:
+        raise SpecError(f"value {layer_index} must be in 0..{model.num_hidden_layers - 1}", key="layer_index")
+    if recompute not in RECOMPUTE_MODES:
+        raise SpecError(f"value {recompute!r} must be one of {', '.join(RECOMPUTE_MODES)}", key="recompute")
+    if framework not in FRAMEWORKS:
+        raise SpecError(f"value {framework!r} must be one of {', '.join(FRAMEWORKS)}", key="framework")
+    for key, value in (("ep", ep), ("etp", etp)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise SpecError(f"value {value!r} must be a positive integer", key=key)
+    if not moe_overload_factor >= 1.0:
+        raise SpecError(f"value {moe_overload_factor!r} must be >= 1.0 (busiest rank / balanced load)",
+                        key="moe_overload_factor")
+    if dtype_bytes not in (1, 2, 4):
+        raise SpecError(f"value {dtype_bytes!r} must be 1 (fp8), 2 (bf16/fp16) or 4 (fp32)", key="dtype_bytes")
