@@ -1,0 +1,350 @@
+"""Per-device memory of one pipeline stage, every term separate, derived from the placement.
+
+**Memory rule** (DESIGN.md §2): a state's bytes on one device = its full size on the stage ÷ the
+product of the degrees of every axis the placement shards it over (`GroupPlacement.shard_degree`),
+0 when it is offloaded, plus the transient working sets its modes imply. Pipeline parallelism shards
+by layer: the "full size on the stage" counts only the stage's layers (and the embedding on the first,
+the LM head on the last stage). No term branches on a ZeRO stage or strategy name.
+
+Terms (bytes per device):
+- parameters, gradients, optimizer_states: per parameter group (dense / replicated / expert) with the
+  per-framework bytes of `planner.placement.precision`;
+- activations: Σ over the stage's layers of `cost.activations.layer_activation_bytes` × the pipeline
+  in-flight factor, + embedding activations (first stage, in flight), + logits and loss (last stage);
+- transient: the gather working set of `sharded_with_gather` parameters (largest unit × (1 +
+  prefetch)) and the unreduced gradient of that unit, gradient buckets, offload staging buffers, the
+  working set of recomputing one layer under full recompute;
+- reserve: CUDA context + NCCL buffers + allocator fragmentation (DEFAULT_RESERVE_BYTES, overridable).
+
+Verdict: `fits` when total ≤ (1 − margin) · capacity, `at_risk` when ≤ capacity, else `does_not_fit`
+(FC-04: the same layout peaks 16 GB apart under FSDP1 and FSDP2, so a margin is kept).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from planner.cost.params_flops import ParamCounts, count_params
+from planner.placement.layout import Layout
+from planner.placement.precision import StateBytes, state_bytes
+from planner.placement.states import GROUPS, Mode, Placement, State
+from planner.placement.strategies import placement_for
+from planner.specs.model import ModelSpec
+
+GIB = 2**30
+
+DEFAULT_RESERVE_BYTES = 2 * GIB
+"""CUDA context, cuBLAS workspaces, NCCL channel buffers and allocator fragmentation, bytes.
+
+[Empirical] The CUDA context alone takes ~0.5 GiB on H100 (PyTorch `torch.cuda.mem_get_info` before
+and after `torch.cuda.init()`); NCCL allocates per-communicator buffers (NCCL_BUFFSIZE = 4 MiB per
+channel per peer); the caching allocator keeps fragmented blocks (torchtitan reports `reserved` vs
+`active` peaks apart by 1-3 GiB in its benchmark tables). 2 GiB is a stated default, overridable."""
+
+DEFAULT_AT_RISK_MARGIN = 0.10
+"""Fraction of capacity kept as a safety margin before a plan is called `fits` (FC-04)."""
+
+MAKE_VOCAB_SIZE_DIVISIBLE_BY = 128
+"""Source: Megatron-LM `megatron/training/arguments.py` `--make-vocab-size-divisible-by` default 128;
+`megatron/training/tokenizer/tokenizer.py::_vocab_size_with_padding` pads to a multiple of
+128 × tensor_model_parallel_size (Megatron-DeepSpeed inherits it)."""
+
+BUCKET_ELEMENTS = {"megatron": 0, "deepspeed": 500_000_000, "torchtitan": 25 * 2**20 // 4}
+"""Gradient communication bucket, elements, beyond the gradients themselves.
+
+Source: Megatron-LM `megatron/core/distributed/param_and_grad_buffer.py` — buckets are views of the
+contiguous grad buffer (no extra); DeepSpeed `deepspeed/runtime/zero/config.py` `reduce_bucket_size`
+default 5e8 elements; PyTorch DDP `bucket_cap_mb=25` (fp32 grads) for torchtitan's replicate axis."""
+
+OFFLOAD_STAGING_ELEMENTS = 2 * 100_000_000
+"""Host<->device staging per offloaded state, elements: two buffers of DeepSpeed's default
+`offload_param.buffer_size` 1e8 (double-buffered). Source: DeepSpeed `deepspeed/runtime/zero/
+offload_config.py`. [Convention]"""
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemoryBreakdown:
+    """Per-device memory of one pipeline stage, bytes."""
+
+    stage: int
+    """Pipeline stage (0-based) this breakdown is for."""
+    parameters: int
+    gradients: int
+    optimizer_states: int
+    activations: int
+    """Saved activations of all in-flight micro-batches incl. embedding and logits."""
+    transient: int
+    """Sum of `transient_terms`."""
+    reserve: int
+    """CUDA context + fragmentation."""
+    capacity: int
+    """GPU memory, bytes (binary GiB × 2**30)."""
+    transient_terms: dict[str, int] = field(default_factory=dict)
+    activation_terms: dict[str, int] = field(default_factory=dict)
+    state_terms: dict[str, int] = field(default_factory=dict)
+    """`<state>.<group>` -> bytes."""
+    in_flight_microbatches: float = 1.0
+    """Micro-batches of layer activations the stage holds at its peak."""
+    padded_vocab_size: int = 0
+    initialization_peak: int = 0
+    """Bytes of the stage's parameters in fp32 if built unsharded on each GPU before wrapping (FC-17)."""
+    warnings: tuple[str, ...] = ()
+    at_risk_margin: float = DEFAULT_AT_RISK_MARGIN
+
+    @property
+    def model_states(self) -> int:
+        return self.parameters + self.gradients + self.optimizer_states
+
+    @property
+    def total(self) -> int:
+        return self.model_states + self.activations + self.transient + self.reserve
+
+    @property
+    def verdict(self) -> str:
+        return memory_verdict(self.total, self.capacity, self.at_risk_margin)
+
+
+def memory_verdict(total_bytes: int, capacity_bytes: int, margin: float = DEFAULT_AT_RISK_MARGIN) -> str:
+    """`fits` / `at_risk` (within `margin` × capacity of it) / `does_not_fit`."""
+    if total_bytes > capacity_bytes:
+        return "does_not_fit"
+    return "at_risk" if total_bytes > (1 - margin) * capacity_bytes else "fits"
+
+
+def padded_vocab(model: ModelSpec, layout: Layout) -> int:
+    """Embedding rows allocated per the framework (FC-08).
+
+    Megatron / DeepSpeed: round up to a multiple of 128 × tp (MAKE_VOCAB_SIZE_DIVISIBLE_BY);
+    torchtitan: DTensor shards unevenly, the largest shard holds ceil(V / tp) rows -> ceil(V/tp)·tp.
+    """
+    rows = model.padded_vocab_size
+    multiple = layout.tp if layout.framework == "torchtitan" else MAKE_VOCAB_SIZE_DIVISIBLE_BY * layout.tp
+    return -(-rows // multiple) * multiple
+
+
+def stage_layers(model: ModelSpec, layout: Layout) -> list[tuple[int, ...]]:
+    """Decoder layer indices held by each pipeline stage.
+
+    Explicit `pipeline_layers` are taken as given (contiguous); otherwise an even split, remainder to
+    the first stages. With vpp > 1 stage s holds model chunks s, s + pp, ... (Megatron interleaving).
+    """
+    n, pp, vpp = model.num_hidden_layers, layout.pp, layout.vpp
+    if layout.pipeline_layers is not None:
+        counts = list(layout.pipeline_layers)
+    else:
+        chunks = pp * vpp
+        per = [n // chunks + (1 if c < n % chunks else 0) for c in range(chunks)]
+        starts = [sum(per[:c]) for c in range(chunks)]
+        return [tuple(i for c in range(s, chunks, pp) for i in range(starts[c], starts[c] + per[c]))
+                for s in range(pp)]
+    starts = [sum(counts[:s]) for s in range(pp)]
+    return [tuple(range(starts[s], min(n, starts[s] + counts[s]))) for s in range(pp)]
+
+
+def in_flight_microbatches(layout: Layout, stage: int) -> float:
+    """Micro-batches of the stage's layer activations alive at its peak, in units of the whole stage.
+
+    1F1B: stage s holds min(pp − s, m) (Narayanan et al. 2021 §2.2.1; Korthikanti et al. 2022 §4.2.3:
+    the first stage holds pp). Interleaved: stage s keeps warmup + 1 = (pp − s − 1)·2 + (vpp − 1)·pp + 1
+    model chunks in flight, each 1/vpp of the stage (Megatron-LM `pipeline_parallel/schedules.py`
+    `forward_backward_pipelining_with_interleaving`), capped at m·vpp; for s = 0 this is
+    pp·(1 + (pp − 1)/(pp·vpp)) stages (Korthikanti eq. 4.2.3).
+    """
+    m, pp, vpp = max(1, layout.num_microbatches), layout.pp, layout.vpp
+    if vpp == 1:
+        return float(min(pp - stage, m))
+    chunks = (pp - stage - 1) * 2 + (vpp - 1) * pp + 1
+    return min(chunks, m * vpp) / vpp
+
+
+def _group_counts(model: ModelSpec, counts: ParamCounts, layout: Layout, layers: tuple[int, ...],
+                  stage: int) -> dict[str, int]:
+    """Parameters of each group held by `stage` (before any sharding)."""
+    h, first, last = model.hidden_size, stage == 0, stage == layout.pp - 1
+    vocab = padded_vocab(model, layout) * h
+    g = {"dense": 0, "replicated": 0, "expert": 0}
+    for i in layers:
+        lp = counts.layers[i]
+        g["dense"] += lp.attention + lp.dense_mlp + lp.shared_experts
+        g["replicated"] += lp.norms + lp.router
+        g["expert"] += lp.routed_experts
+    if first:
+        g["dense"] += vocab
+        g["replicated"] += counts.embedding - model.padded_vocab_size * h
+    if last:
+        g["replicated"] += counts.final_norm
+        # Untied head, or the tied embedding's copy on the last stage under PP (FC-14).
+        if not model.tie_word_embeddings or not first:
+            g["dense"] += vocab
+    return g
+
+
+def _unit_params(model: ModelSpec, counts: ParamCounts, placement: Placement, layout: Layout,
+                 layers: tuple[int, ...], stage: int) -> list[int]:
+    """All-gather units on the stage (each layer, the embedding / LM head), largest first, local
+    elements after the non-gathered shards (tp, ep). FSDP gathers the unit in use plus `prefetch`
+    more (torchtitan wraps each block and the embedding / output separately, `parallelize.py`)."""
+    def local(group: str, n: int) -> float:
+        gp = placement.groups[group]
+        rest = [a for a in gp.shard_axes(State.PARAMETERS)
+                if gp.mode(State.PARAMETERS, a) == Mode.SHARDED]
+        return n / math.prod(gp.degrees[a] for a in rest)
+
+    units = [local("dense", lp.attention + lp.dense_mlp + lp.shared_experts)
+             + local("replicated", lp.norms + lp.router) + local("expert", lp.routed_experts)
+             for lp in (counts.layers[i] for i in layers)]
+    vocab = local("dense", padded_vocab(model, layout) * model.hidden_size)
+    first, last = stage == 0, stage == layout.pp - 1
+    units += [vocab] * (int(first) + int(last and (not model.tie_word_embeddings or not first)))
+    return sorted((int(u) for u in units), reverse=True) or [0]
+
+
+def _activations(model: ModelSpec, layout: Layout, placement: Placement, layers: tuple[int, ...],
+                 modes: list[str], stage: int, dtype: int) -> tuple[dict[str, int], float, int]:
+    """Activation terms, in-flight factor, and the working set of one fully recomputed layer."""
+    from planner.cost import activations as act
+
+    sp = placement.activations.get("tp") == Mode.SHARDED
+    kw = dict(seq_len=layout.seq_len, micro_batch_size=layout.micro_batch_size, tp=layout.tp,
+              cp=layout.cp, sequence_parallel=sp)
+    kw_layer = dict(kw, ep=layout.ep, etp=layout.etp, framework=layout.framework, dtype_bytes=dtype)
+    per_layer = [act.layer_activation_bytes(model, i, recompute=r, **kw_layer).total
+                 for i, r in zip(layers, modes)]
+    flight = in_flight_microbatches(layout, stage)
+    terms = {"layers": int(sum(per_layer) * flight)}
+    if stage == 0:
+        terms["embedding"] = int(act.embedding_activation_bytes(model, **kw) * flight)
+    if stage == layout.pp - 1:
+        terms["output_logits_loss"] = int(act.output_layer_activation_bytes(model, **kw))
+    recompute_ws = 0
+    if "full" in modes and layers:
+        recompute_ws = max(act.layer_activation_bytes(model, i, recompute="none", **kw_layer).total
+                           for i in layers)
+    if placement.activations.get("host") == Mode.OFFLOADED and layers:
+        # Offloaded: the device keeps the layer being computed and one prefetched (double buffer).
+        terms["layers"] = int(2 * max(per_layer))
+    return terms, flight, recompute_ws
+
+
+def _modes_by_layer(layers: tuple[int, ...], layout: Layout,
+                    layers_by_recompute: dict[str, int] | None) -> list[str]:
+    """Recompute mode of each layer: uniform `layout.recompute`, or counts per mode assigned in the
+    order full, selective, none over the stage's layers."""
+    if layers_by_recompute is None:
+        return [layout.recompute] * len(layers)
+    modes = [m for m in ("full", "selective", "none") for _ in range(layers_by_recompute.get(m, 0))]
+    if len(modes) != len(layers):
+        from planner.errors import SpecError
+        raise SpecError(f"value {layers_by_recompute} covers {len(modes)} layers; the stage has "
+                        f"{len(layers)}", key="layers_by_recompute")
+    return modes
+
+
+def _bucket_bytes(layout: Layout, sb: StateBytes, local_grads: int) -> int:
+    """Gradient bucket beyond the gradients themselves (see BUCKET_ELEMENTS)."""
+    return min(BUCKET_ELEMENTS[layout.framework], local_grads) * sb.gradient_reduce
+
+
+def stage_memory(model: ModelSpec, cluster, layout: Layout, stage: int, *,
+                 layers_by_recompute: dict[str, int] | None = None,
+                 layers: tuple[int, ...] | None = None,
+                 reserve_bytes: int | None = None,
+                 at_risk_margin: float = DEFAULT_AT_RISK_MARGIN) -> MemoryBreakdown:
+    """Per-device memory of pipeline `stage` under `layout` on `cluster`.
+
+    Args:
+        model: the model.
+        cluster: a ClusterSpec (only `gpu.memory_bytes` is used).
+        layout: degrees and knobs.
+        stage: 0-based pipeline stage.
+        layers_by_recompute: optional {"none"|"selective"|"full": layer count} overriding the
+            uniform recompute policy (the ILP's per-layer choice); must cover the stage's layers.
+        layers: optional explicit decoder-layer indices of the stage (the ILP's split).
+        reserve_bytes: CUDA context + fragmentation; None = DEFAULT_RESERVE_BYTES.
+        at_risk_margin: fraction of capacity for the `at_risk` verdict.
+    """
+    counts = count_params(model)
+    placement = placement_for(layout)
+    sb = state_bytes(layout)
+    if layers is None:
+        layers = stage_layers(model, layout)[stage]
+    group_counts = _group_counts(model, counts, layout, layers, stage)
+
+    per_state = {State.PARAMETERS: sb.parameters, State.GRADIENTS: sb.gradients,
+                 State.OPTIMIZER_STATES: sb.optimizer_states}
+    state_terms: dict[str, int] = {}
+    totals = dict.fromkeys(per_state, 0)
+    local_grads = 0
+    for state, nbytes in per_state.items():
+        for g in GROUPS:
+            gp = placement.groups[g]
+            local = group_counts[g] / gp.shard_degree(state)
+            if state == State.GRADIENTS:
+                local_grads += int(local)
+            b = 0 if gp.offloaded(state) else int(local * nbytes)
+            state_terms[f"{state.value}.{g}"] = b
+            totals[state] += b
+
+    modes = _modes_by_layer(layers, layout, layers_by_recompute)
+    act_terms, flight, recompute_ws = _activations(model, layout, placement, layers, modes, stage,
+                                                   sb.compute)
+    transient = {"gradient_buckets": _bucket_bytes(layout, sb, local_grads),
+                 "recompute_working_set": recompute_ws}
+    if any(placement.groups[g].mode(State.PARAMETERS, a) == Mode.SHARDED_WITH_GATHER
+           for g in GROUPS for a in placement.groups[g].degrees):
+        units = _unit_params(model, counts, placement, layout, layers, stage)
+        transient["gather_working_set"] = sum(units[:1 + placement.gather_prefetch]) * sb.parameter_gather
+        transient["unreduced_unit_gradient"] = units[0] * (sb.compute + sb.gradient_reduce)
+    for state, name in ((State.OPTIMIZER_STATES, "optimizer"), (State.PARAMETERS, "parameters")):
+        if placement.groups["dense"].offloaded(state):
+            transient[f"offload_staging_{name}"] = OFFLOAD_STAGING_ELEMENTS * sb.parameter_gather
+
+    init_peak = 4 * int(sum(group_counts[g] / _model_parallel_degree(placement, g) for g in GROUPS))
+    capacity = cluster.gpu.memory_bytes
+    warnings = ()
+    if init_peak > capacity and layout.framework != "torchtitan":
+        warnings = (f"initialisation peak: building the stage's {init_peak / 1e9:.1f} GB of fp32 "
+                    f"parameters unsharded on each GPU before wrapping exceeds the "
+                    f"{capacity / GIB:.1f} GiB capacity; initialise on the meta device "
+                    f"(torch.device('meta') / low_cpu_mem_usage with sync_module_states) and "
+                    f"load sharded",)
+    return MemoryBreakdown(
+        stage=stage, parameters=totals[State.PARAMETERS], gradients=totals[State.GRADIENTS],
+        optimizer_states=totals[State.OPTIMIZER_STATES], activations=sum(act_terms.values()),
+        transient=sum(transient.values()),
+        reserve=DEFAULT_RESERVE_BYTES if reserve_bytes is None else reserve_bytes,
+        capacity=capacity, transient_terms=transient, activation_terms=act_terms,
+        state_terms=state_terms, in_flight_microbatches=flight,
+        padded_vocab_size=padded_vocab(model, layout), initialization_peak=init_peak,
+        warnings=warnings, at_risk_margin=at_risk_margin)
+
+
+def _model_parallel_degree(placement: Placement, group: str) -> int:
+    """Degree of the axes that split the math (tp / ep / etp) for `group`: what unsharded loading keeps."""
+    gp = placement.groups[group]
+    return math.prod(gp.degrees[a] for a in ("tp", "ep", "etp")
+                     if a in gp.degrees and gp.mode(State.PARAMETERS, a) in (Mode.SHARDED,))
+
+
+def memory_per_device(model: ModelSpec, cluster, layout: Layout, *, reserve_bytes: int | None = None,
+                      at_risk_margin: float = DEFAULT_AT_RISK_MARGIN) -> MemoryBreakdown:
+    """Memory of the worst (largest total) pipeline stage."""
+    return max((stage_memory(model, cluster, layout, s, reserve_bytes=reserve_bytes,
+                             at_risk_margin=at_risk_margin) for s in range(layout.pp)),
+               key=lambda m: m.total)
+
+
+def model_state_bytes(num_params: float, layout: Layout) -> dict[str, float]:
+    """Model-state bytes per device for a bare parameter count (ZeRO Table 1, FC-16, FC-17).
+
+    All parameters are treated as one dense group split by the layout's placement (tp, pp evenly,
+    the ZeRO shards); the same memory rule as `stage_memory`.
+    """
+    placement = placement_for(layout)
+    gp = placement.groups["dense"]
+    sb = state_bytes(layout)
+    per_state = {State.PARAMETERS: sb.parameters, State.GRADIENTS: sb.gradients,
+                 State.OPTIMIZER_STATES: sb.optimizer_states}
+    return {s.value: 0.0 if gp.offloaded(s) else num_params / layout.pp * n / gp.shard_degree(s)
+            for s, n in per_state.items()}
