@@ -140,7 +140,17 @@ def saved_tensors(model: ModelSpec, layer_index: int, *, seq_len: int, ep: int =
                   flash_attention: bool = True) -> list[SavedTensor]:
     """The tensors layer `layer_index` saves without recompute, in forward order.
 
-    Source: docs/activations.md (one table per block type, each row naming the op that saves it).
+    GPT block (Korthikanti §4.1; bytes for s·b tokens, no parallelism): attention_norm.input 2sbh;
+    attention.qkv_input 2sbh; attention.q, attention.k 2sbh each (QK^T inputs); softmax_output
+    2as²b; softmax_dropout_mask as²b; softmax_dropout_output 2as²b; attention.v 2sbh;
+    o_proj_input 2sbh; output_dropout_mask sbh; mlp_norm.input 2sbh; mlp.fc1_input 2sbh;
+    mlp.activation_input (GeLU input) 8sbh; mlp.fc2_input 8sbh; mlp.dropout_mask sbh
+    = 34sbh + 5as²b.
+    Llama-style (FlashAttention, no dropout): norm inputs 2sbh ×2; qkv_input 2sbh; q 2sb·a·d;
+    k, v 2sb·kv·d each (after RoPE); softmax_lse 4sb·a (fp32); o_proj_input 2sb·a·d (= flash's
+    O); fc1_input 2sbh; fc1_output (SwiGLU input) 2sb·2I; fc2_input 2sb·I.
+    MoE, MLA, Falcon, Nemotron, torchtitan variants: docs/activations.md, one table per block type,
+    each row naming the op that saves it.
     """
     dropout = model.model_type in DROPOUT_MODEL_TYPES
     h = model.hidden_size
