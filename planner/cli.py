@@ -14,19 +14,10 @@ import typer
 from typer.core import TyperGroup
 
 from planner import report
-from planner.cost.params_flops import LayerParams, count_params, flops_per_token, kv_cache_bytes_per_token
 from planner.errors import PlannerError
 from planner.specs import cluster as cluster_spec
 from planner.specs import model as model_spec
-from planner.specs.model import ModelSpec
-
-MFU_CONVENTION = (
-    "MFU = model FLOPs per token x tokens/s / peak FLOP/s, with model FLOPs = training = 3 x forward, "
-    "forward = 2 x active matmul parameters (LM head included, embedding lookup and norms excluded) "
-    "+ attention 2*seq_len*heads*(d_qk + d_v) per layer, no causal-mask discount, no recomputation "
-    "(PaLM, Chowdhery et al. 2022, Appendix B); recomputation counts toward HFU only"
-)
-"""Source: Chowdhery et al. 2022 (PaLM) Appendix B; Kaplan et al. 2020 Table 1."""
+from planner.summary import model_row, model_summary
 
 DEFAULT_SEQ_LEN = 4096
 """Sequence length for `models show` FLOPs when `--seq-len` is not given, tokens."""
@@ -86,76 +77,6 @@ def models_show(
 ) -> None:
     """Show one model: parameters (per layer), KV cache per token, FLOPs per token."""
     report.show_model(model_summary(model_spec.load_model(ref), seq_len=seq_len), fmt.value)
-
-
-def model_row(spec: ModelSpec) -> dict:
-    """One catalog row: name, family, total/active params, shape, context."""
-    counts = count_params(spec)
-    return dict(name=spec.name, family=spec.family, params_total=counts.total,
-                params_active=counts.active_per_token, layers=spec.num_hidden_layers,
-                hidden_size=spec.hidden_size, heads=spec.num_attention_heads,
-                kv_heads=spec.num_key_value_heads, context=spec.max_position_embeddings)
-
-
-def model_summary(spec: ModelSpec, *, seq_len: int, kv_dtype_bytes: int = 2) -> dict:
-    """Everything `models show` reports, as a plain dict (bf16 KV cache by default)."""
-    counts = count_params(spec)
-    flops = flops_per_token(spec, seq_len)
-    kv = kv_cache_bytes_per_token(spec, kv_dtype_bytes)
-    mtp = count_params(spec, include_mtp=True).mtp
-    params = dict(total=counts.total, embedding=counts.embedding, lm_head=counts.lm_head,
-                  final_norm=counts.final_norm, active_per_token=counts.active_per_token,
-                  per_layer=layer_groups(spec, counts.layers))
-    if mtp:
-        params["mtp_excluded"] = mtp
-    return dict(
-        name=spec.name, family=spec.family, source=spec.source, architecture=_architecture(spec),
-        params=params, kv_cache_bytes_per_token=kv.per_token,
-        kv_cache=dict(dtype={2: "bf16", 1: "fp8", 4: "fp32"}.get(kv_dtype_bytes, f"{kv_dtype_bytes}B"),
-                      bytes_per_token=kv.per_token, bytes_per_token_all_layers=kv.per_token_all_layers,
-                      sliding_window_tokens=spec.sliding_window if kv.sliding_window_bytes else 0,
-                      sliding_window_bytes=kv.sliding_window_bytes),
-        flops_per_token=dict(seq_len=seq_len, forward=flops.forward, attention_forward=flops.attention_forward,
-                             training=flops.training, training_full_recompute=flops.training_full_recompute),
-        mfu_convention=MFU_CONVENTION,
-    )
-
-
-def _architecture(spec: ModelSpec) -> dict:
-    arch = dict(hidden_size=spec.hidden_size, num_hidden_layers=spec.num_hidden_layers,
-                num_attention_heads=spec.num_attention_heads, num_key_value_heads=spec.num_key_value_heads,
-                head_dim=spec.head_dim, intermediate_size=spec.intermediate_size,
-                vocab_size=spec.vocab_size, padded_vocab_size=spec.padded_vocab_size,
-                max_position_embeddings=spec.max_position_embeddings,
-                tie_word_embeddings=spec.tie_word_embeddings)
-    if spec.is_moe:
-        arch.update(num_experts=spec.num_experts, num_experts_per_tok=spec.num_experts_per_tok,
-                    moe_intermediate_size=spec.moe_intermediate_size, n_shared_experts=spec.n_shared_experts)
-    if spec.is_mla:
-        arch.update(q_lora_rank=spec.q_lora_rank, kv_lora_rank=spec.kv_lora_rank,
-                    qk_rope_head_dim=spec.qk_rope_head_dim)
-    sliding = sum(t == "sliding_attention" for t in spec.layer_types)
-    if spec.sliding_window and sliding:
-        arch.update(sliding_window=spec.sliding_window, sliding_attention_layers=sliding)
-    return arch
-
-
-def layer_groups(spec: ModelSpec, layers: tuple[LayerParams, ...]) -> list[dict]:
-    """Runs of consecutive identical layers: [{layers: "0-2", kind: "dense", count, attention, ...}]."""
-    groups: list[dict] = []
-    start = 0
-    for i in range(1, len(layers) + 1):
-        if i < len(layers) and layers[i] == layers[start]:
-            continue
-        layer = layers[start]
-        span = f"{start}" if i - 1 == start else f"{start}-{i - 1}"
-        groups.append(dict(layers=span, count=i - start, kind="moe" if layer.routed_experts else "dense",
-                           attention=layer.attention, dense_mlp=layer.dense_mlp,
-                           routed_experts=layer.routed_experts, shared_experts=layer.shared_experts,
-                           router=layer.router, norms=layer.norms, total=layer.total,
-                           expert_size=layer.expert_size))
-        start = i
-    return groups
 
 
 # ---------------------------------------------------------------- hardware

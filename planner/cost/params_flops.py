@@ -175,6 +175,9 @@ class FlopsPerToken:
     """3 × forward (model FLOPs; the numerator of MFU)."""
     training_full_recompute: int
     """4 × forward (hardware FLOPs with full recomputation; the numerator of HFU)."""
+    attention_forward_causal: int
+    """The attention term with causal masking: query i attends to min(i, window) keys, averaged
+    over the sequence ((s+1)/2 keys on full layers). What an efficient causal kernel executes."""
 
 
 def flops_per_token(spec: ModelSpec, seq_len: int) -> FlopsPerToken:
@@ -200,9 +203,17 @@ def flops_per_token(spec: ModelSpec, seq_len: int) -> FlopsPerToken:
     a = spec.num_attention_heads
     attention = sum(2 * _attention_context(spec, i, seq_len) * a * (d_qk + d_v)
                     for i in range(spec.num_hidden_layers))
+    causal = sum(2 * _causal_keys_x2(spec, i, seq_len) * a * (d_qk + d_v) // (2 * seq_len)
+                 for i in range(spec.num_hidden_layers))
     forward = 2 * matmul + attention
     return FlopsPerToken(forward=forward, attention_forward=attention, training=3 * forward,
-                         training_full_recompute=4 * forward)
+                         training_full_recompute=4 * forward, attention_forward_causal=causal)
+
+
+def _causal_keys_x2(spec: ModelSpec, index: int, seq_len: int) -> int:
+    """2 × Σ_{i=1..s} min(i, w): twice the keys all queries of a causal sequence attend to."""
+    w = _attention_context(spec, index, seq_len)
+    return w * (w + 1) + 2 * (seq_len - w) * w
 
 
 @dataclass(frozen=True, kw_only=True)

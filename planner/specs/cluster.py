@@ -39,9 +39,9 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
 
 from planner.errors import SpecError
+from planner.specs import files
 
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4")
 """Keys allowed in `GPUSpec.peak_tflops`."""
@@ -143,7 +143,7 @@ _KEYS = _REQUIRED + ("name", "description", "source", "sources", "allow_partial_
 
 def catalog_names() -> list[str]:
     """Names of the shipped cluster catalog entries (`hardware/*.yaml`), sorted."""
-    return sorted(p.stem for p in CATALOG_DIR.glob("*.yaml"))
+    return files.catalog_names(CATALOG_DIR)
 
 
 def load_cluster(ref: str | Path, *, gpus: int | None = None) -> ClusterSpec:
@@ -163,9 +163,9 @@ def load_cluster(ref: str | Path, *, gpus: int | None = None) -> ClusterSpec:
             (file and line), unknown key (closest key suggested), missing key, wrong type,
             non-positive number, bad GPU count (nearest valid counts named). One line each.
     """
-    path, display = _resolve(str(ref))
+    path, display = files.resolve(str(ref), CATALOG_DIR, "cluster", alternatives="a YAML file")
     file = str(path)
-    raw = _read_mapping(path)
+    raw = files.read_mapping(path, "cluster keys")
     _check_keys(raw, _KEYS, _REQUIRED, file, prefix="")
     gpu = _gpu(raw["gpu"], file)
     ints = {key: _number(raw, key, file, integer=True) for key in _INT_KEYS}
@@ -194,35 +194,6 @@ def to_dict(cluster: ClusterSpec) -> dict:
     data["gpu"]["memory_bytes"] = cluster.gpu.memory_bytes
     data["num_nodes"] = cluster.num_nodes
     data["network_gb_per_s_per_gpu"] = cluster.network_gb_per_s_per_gpu
-    return data
-
-
-def _resolve(ref: str) -> tuple[Path, str]:
-    path = Path(ref)
-    if path.is_file():
-        return path, path.stem
-    if "/" in ref or ref.endswith((".yaml", ".yml")):
-        raise SpecError("no such file", file=ref)
-    catalog = CATALOG_DIR / f"{ref}.yaml"
-    if catalog.is_file():
-        return catalog, ref
-    names = catalog_names()
-    close = difflib.get_close_matches(ref, names, n=3, cutoff=0.4)
-    hint = f"did you mean {', '.join(close)}?" if close else f"known clusters: {', '.join(names)}"
-    raise SpecError(f"unknown cluster {ref!r}; {hint} (or pass a YAML file)")
-
-
-def _read_mapping(path: Path) -> dict:
-    """Parse a YAML file into a dict; syntax errors name the file and line."""
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f" at line {mark.line + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or "invalid YAML"
-        raise SpecError(f"YAML syntax error{line}: {problem}", file=str(path)) from None
-    if not isinstance(data, dict):
-        raise SpecError("expected a mapping of cluster keys at the top level", file=str(path))
     return data
 
 

@@ -26,13 +26,12 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
 
 from planner.errors import SpecError
+from planner.specs import files
 
 CATALOG_DIR = Path(__file__).resolve().parents[2] / "models"
 
@@ -204,14 +203,14 @@ def load_model(ref: str | Path, *, name: str | None = None) -> ModelSpec:
             line, unknown or missing key, impossible value, unsupported model_type.
     """
     path, display = _resolve(str(ref))
-    raw = _read_mapping(path)
+    raw = files.read_mapping(path, "config keys")
     strict = path.suffix in (".yaml", ".yml")
     return from_config(raw, name=name or raw.get("name") or display, file=str(path), strict=strict)
 
 
 def catalog_names() -> list[str]:
     """Names of the shipped model catalog entries, sorted."""
-    return sorted(p.stem for p in CATALOG_DIR.glob("*.yaml"))
+    return files.catalog_names(CATALOG_DIR)
 
 
 def _resolve(ref: str) -> tuple[Path, str]:
@@ -219,40 +218,9 @@ def _resolve(ref: str) -> tuple[Path, str]:
     if path.is_dir():
         config = path / "config.json"
         if not config.is_file():
-            raise SpecError(f"directory holds no config.json", file=str(path))
+            raise SpecError("directory holds no config.json", file=str(path))
         return config, path.name
-    if path.is_file():
-        return path, path.stem
-    if "/" in ref or ref.endswith((".json", ".yaml", ".yml")):
-        raise SpecError("no such file", file=ref)
-    catalog = CATALOG_DIR / f"{ref}.yaml"
-    if catalog.is_file():
-        return catalog, ref
-    names = catalog_names()
-    close = difflib.get_close_matches(ref, names, n=3, cutoff=0.4)
-    hint = f"did you mean {', '.join(close)}?" if close else f"known models: {', '.join(names)}"
-    raise SpecError(f"unknown model {ref!r}; {hint} (or pass a YAML file, config.json or directory)")
-
-
-def _read_mapping(path: Path) -> dict:
-    """Parse a YAML or JSON file into a dict; syntax errors name the file and line."""
-    text = path.read_text(encoding="utf-8")
-    try:
-        if path.suffix == ".json":
-            data = json.loads(text)
-        else:
-            data = yaml.safe_load(text)
-    except json.JSONDecodeError as exc:
-        raise SpecError(f"JSON syntax error at line {exc.lineno}: {exc.msg}", file=str(path)) from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f" at line {mark.line + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or "invalid YAML"
-        raise SpecError(f"YAML syntax error{line}: {problem}", file=str(path)) from None
-    if not isinstance(data, dict):
-        raise SpecError("expected a mapping of config keys at the top level", file=str(path))
-    return data
-
+    return files.resolve(ref, CATALOG_DIR, "model", alternatives="a YAML file, config.json or directory")
 
 def from_config(raw: dict, *, name: str, file: str = "<config>", strict: bool = False) -> ModelSpec:
     """Normalise a Hugging Face-style config dict into a ModelSpec.
