@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from planner.cost.params_flops import ParamCounts, count_params
 from planner.placement.layout import Layout
-from planner.placement.precision import StateBytes, state_bytes
+from planner.placement.precision import StateBytes, padded_vocab, state_bytes
 from planner.placement.states import GROUPS, Mode, Placement, State
 from planner.placement.strategies import placement_for
 from planner.specs.model import ModelSpec
@@ -44,11 +44,6 @@ channel per peer); the caching allocator keeps fragmented blocks (torchtitan rep
 
 DEFAULT_AT_RISK_MARGIN = 0.10
 """Fraction of capacity kept as a safety margin before a plan is called `fits` (FC-04)."""
-
-MAKE_VOCAB_SIZE_DIVISIBLE_BY = 128
-"""Source: Megatron-LM `megatron/training/arguments.py` `--make-vocab-size-divisible-by` default 128;
-`megatron/training/tokenizer/tokenizer.py::_vocab_size_with_padding` pads to a multiple of
-128 × tensor_model_parallel_size (Megatron-DeepSpeed inherits it)."""
 
 BUCKET_ELEMENTS = {"megatron": 0, "deepspeed": 500_000_000, "torchtitan": 25 * 2**20 // 4}
 """Gradient communication bucket, elements, beyond the gradients themselves.
@@ -110,17 +105,6 @@ def memory_verdict(total_bytes: int, capacity_bytes: int, margin: float = DEFAUL
     if total_bytes > capacity_bytes:
         return "does_not_fit"
     return "at_risk" if total_bytes > (1 - margin) * capacity_bytes else "fits"
-
-
-def padded_vocab(model: ModelSpec, layout: Layout) -> int:
-    """Embedding rows allocated per the framework (FC-08).
-
-    Megatron / DeepSpeed: round up to a multiple of 128 × tp (MAKE_VOCAB_SIZE_DIVISIBLE_BY);
-    torchtitan: DTensor shards unevenly, the largest shard holds ceil(V / tp) rows -> ceil(V/tp)·tp.
-    """
-    rows = model.padded_vocab_size
-    multiple = layout.tp if layout.framework == "torchtitan" else MAKE_VOCAB_SIZE_DIVISIBLE_BY * layout.tp
-    return -(-rows // multiple) * multiple
 
 
 def stage_layers(model: ModelSpec, layout: Layout) -> list[tuple[int, ...]]:

@@ -26,6 +26,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from planner.placement.layout import Layout
+from planner.specs.model import ModelSpec
+
+MAKE_VOCAB_SIZE_DIVISIBLE_BY = 128
+"""Source: Megatron-LM `megatron/training/arguments.py` `--make-vocab-size-divisible-by` default 128;
+`megatron/training/tokenizer/tokenizer.py::_vocab_size_with_padding` pads to a multiple of
+128 × tensor_model_parallel_size (Megatron-DeepSpeed inherits it)."""
 
 _MOMENTS_BYTES = {"adamw": 8, "sgd": 4, "adam8bit": 2}
 """Optimizer moment bytes per parameter: Adam m + v fp32; SGD momentum fp32; 8-bit Adam 1 + 1."""
@@ -68,3 +74,14 @@ def state_bytes(layout: Layout) -> StateBytes:
                           gradient_reduce=2, parameter_gather=2)
     return StateBytes(parameters=2, gradients=2, optimizer_states=4 + moments,
                       gradient_reduce=2, parameter_gather=2)
+
+
+def padded_vocab(model: ModelSpec, layout: Layout) -> int:
+    """Embedding rows allocated per the framework (FC-08).
+
+    Megatron / DeepSpeed: round up to a multiple of 128 × tp (MAKE_VOCAB_SIZE_DIVISIBLE_BY);
+    torchtitan: DTensor shards unevenly, the largest shard holds ceil(V / tp) rows -> ceil(V/tp)·tp.
+    """
+    rows = model.padded_vocab_size
+    multiple = layout.tp if layout.framework == "torchtitan" else MAKE_VOCAB_SIZE_DIVISIBLE_BY * layout.tp
+    return -(-rows // multiple) * multiple

@@ -99,14 +99,14 @@ class Placement:
     gather_prefetch: int = 1
     """Units all-gathered ahead of use when parameters are sharded_with_gather (FSDP prefetch)."""
 
-    def to_table(self) -> dict[str, dict[str, str]]:
+    def to_table(self, *, include_experts: bool = True) -> dict[str, dict[str, str]]:
         """{state: {axis: mode}} of the dense group (plus activations), degree > 1 axes only.
 
-        Expert-group modes are reported with the axis prefixed `expert_`.
+        Expert-group modes are reported with the axis prefixed `expert_` (when `include_experts`).
         """
         table: dict[str, dict[str, str]] = {}
         for name, group in self.groups.items():
-            if name == "replicated":
+            if name == "replicated" or (name == "expert" and not include_experts):
                 continue
             prefix = "expert_" if name == "expert" else ""
             for state, axes in group.modes.items():
@@ -114,5 +114,7 @@ class Placement:
                 for axis, mode in axes.items():
                     if group.degrees.get(axis, 1) > 1 or axis == "host":
                         row[prefix + axis] = mode.value
-        table[State.ACTIVATIONS.value] = {a: m.value for a, m in self.activations.items()}
+        dense = self.groups["dense"].degrees
+        table[State.ACTIVATIONS.value] = {a: m.value for a, m in self.activations.items()
+                                          if dense.get(a, 1) > 1 or a == "host"}
         return table

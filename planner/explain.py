@@ -1,0 +1,56 @@
+"""`explain`: one layout -> its placement, memory terms and verdict, communication and violations.
+
+Returns plain data (JSON-serialisable); `planner/report.py` renders it. Shape (issue 3 part 5):
+`parallelism`, `placement` {state: {axis: mode}}, `memory_bytes` {parameters, gradients,
+optimizer_states, activations, transient, reserve, total, capacity}, `memory_verdict`,
+`communication_bytes_per_step` {axis: bytes}, `violations` [{rule, message}], plus `details`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from planner.cost.comm import bytes_per_axis, collectives
+from planner.cost.memory import DEFAULT_AT_RISK_MARGIN, memory_per_device
+from planner.placement.layout import Layout
+from planner.placement.rules import check_layout
+from planner.placement.strategies import placement_for
+from planner.specs.model import ModelSpec
+
+
+def explain(model: ModelSpec, cluster, layout: Layout, *, reserve_bytes: int | None = None,
+            at_risk_margin: float = DEFAULT_AT_RISK_MARGIN) -> dict:
+    """Everything the placement implies for `layout` of `model` on `cluster` (see module docstring)."""
+    mem = memory_per_device(model, cluster, layout, reserve_bytes=reserve_bytes,
+                            at_risk_margin=at_risk_margin)
+    colls = collectives(model, layout)
+    violations = check_layout(model, cluster, layout)
+    return {
+        "parallelism": {k: v for k, v in dataclasses.asdict(layout).items()}
+        | {"offload": sorted(layout.offload), "world_size": layout.world_size,
+           "num_microbatches": layout.num_microbatches, "expert_dp": layout.expert_dp},
+        "placement": placement_for(layout).to_table(include_experts=model.is_moe),
+        "memory_bytes": {"parameters": mem.parameters, "gradients": mem.gradients,
+                         "optimizer_states": mem.optimizer_states, "activations": mem.activations,
+                         "transient": mem.transient, "reserve": mem.reserve, "total": mem.total,
+                         "capacity": mem.capacity},
+        "memory_verdict": mem.verdict,
+        "communication_bytes_per_step": bytes_per_axis(colls),
+        "violations": [{"rule": v.rule, "message": v.message, "fix": v.fix, "severity": v.severity}
+                       for v in violations],
+        "details": {
+            "stage": mem.stage,
+            "in_flight_microbatches": mem.in_flight_microbatches,
+            "padded_vocab_size": mem.padded_vocab_size,
+            "state_terms": mem.state_terms,
+            "activation_terms": mem.activation_terms,
+            "transient_terms": mem.transient_terms,
+            "initialization_peak_bytes": mem.initialization_peak,
+            "warnings": list(mem.warnings),
+            "at_risk_margin": at_risk_margin,
+            "framework": layout.framework,
+            "collectives": [dataclasses.asdict(c) | {"bytes_per_device": c.bytes_per_device,
+                                                     "total_bytes_per_device": c.total_bytes_per_device}
+                            for c in colls],
+        },
+    }
