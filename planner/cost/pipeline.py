@@ -1,0 +1,80 @@
+"""Pipeline schedules: time of the pipelined part of a step and its bubble.
+
+With `m` micro-batches, `p` stages and a bottleneck per-micro-batch stage time t = t_f + t_b (forward
+plus backward, incl. recompute and exposed in-layer communication, on the slowest stage):
+
+| schedule | step (pipelined part) | bubble |
+|---|---|---|
+| 1f1b (PipeDream-Flush) | (m + p - 1) t | (p - 1) t |
+| interleaved (v virtual stages per rank) | m t + (p - 1) t / v | (p - 1) t / v |
+| zb-h1 (zero bubble, 1F1B memory) | m t + (p - 1)(t_f + t_b_input - t_w) | (p - 1)(t_f + t_b_input - t_w) |
+
+Sources: Narayanan et al. 2021 (SC21, arXiv 2104.04473) §2.2.1 (bubble time fraction (p-1)/m for
+1F1B) and §2.2.2 (interleaved: (p-1)/(v m)); Qi et al. 2023, "Zero Bubble Pipeline Parallelism"
+(arXiv 2401.10241) §3.1 (ZB-H1 bubble (p-1)(T_F + T_B - T_W), 1/3 of 1F1B when T_F = T_B = T_W).
+
+Point-to-point sends: each micro-batch crosses each stage boundary once forward (activations) and
+once backward (their gradients); Megatron's blocking send/recv puts them on the critical path, and the
+interleaved schedule crosses v times as many boundaries (Narayanan 2021 §2.2.2: "the amount of
+communication also increases by v").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planner.errors import SpecError
+
+SCHEDULES = ("1f1b", "interleaved", "zb-h1")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PipelineTime:
+    """Time of the pipelined part of one step."""
+
+    total_s: float
+    """Forward/backward of all micro-batches incl. bubble and p2p sends, s."""
+    bubble_s: float
+    """Idle time of the bottleneck stage (part of total_s), s."""
+    p2p_s: float
+    """Exposed point-to-point send time (part of total_s), s."""
+
+
+def pipeline_time(*, forward_s: float, backward_s: float, num_microbatches: int, pp: int,
+                  vpp: int = 1, schedule: str | None = None, p2p_send_s: float = 0.0,
+                  weight_grad_fraction: float = 0.5) -> PipelineTime:
+    """Time of `num_microbatches` micro-batches through a `pp`-stage pipeline.
+
+    Args:
+        forward_s: forward time of one micro-batch on the bottleneck stage (all its virtual stages), s.
+        backward_s: backward time of one micro-batch there (incl. recompute), s.
+        num_microbatches: m, micro-batches per step per pipeline.
+        pp: stages p.
+        vpp: virtual stages per rank v (interleaved when > 1).
+        schedule: one of SCHEDULES; None = "interleaved" if vpp > 1 else "1f1b".
+        p2p_send_s: one send of one micro-batch's boundary tensor, s.
+        weight_grad_fraction: share of backward that is weight-gradient work (t_w), for zb-h1.
+
+    Raises:
+        SpecError: m, p or v below 1, unknown schedule, interleaving with m not a multiple of p
+            (Megatron requires it: Narayanan 2021 §2.2.2).
+    """
+    if num_microbatches < 1 or pp < 1 or vpp < 1:
+        raise SpecError(f"m={num_microbatches}, pp={pp}, vpp={vpp} must all be >= 1", key="num_microbatches")
+    schedule = schedule or ("interleaved" if vpp > 1 else "1f1b")
+    if schedule not in SCHEDULES:
+        raise SpecError(f"schedule {schedule!r} not allowed; allowed: {', '.join(SCHEDULES)}", key="schedule")
+    if schedule == "interleaved" and pp > 1 and num_microbatches % pp:
+        raise SpecError(f"interleaved schedule needs num_microbatches ({num_microbatches}) to be a "
+                        f"multiple of pp ({pp})", key="num_microbatches")
+    m, t = num_microbatches, forward_s + backward_s
+    crossings = vpp if schedule == "interleaved" else 1
+    p2p = 0.0 if pp == 1 else 2 * crossings * p2p_send_s * (m + pp - 1)
+    if schedule == "1f1b":
+        bubble = (pp - 1) * t
+    elif schedule == "interleaved":
+        bubble = (pp - 1) * t / vpp
+    else:
+        t_w = weight_grad_fraction * backward_s
+        bubble = (pp - 1) * max(0.0, forward_s + (backward_s - t_w) - t_w)
+    return PipelineTime(total_s=m * t + bubble + p2p, bubble_s=bubble, p2p_s=p2p)

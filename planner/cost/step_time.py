@@ -1,0 +1,432 @@
+"""Time of one training step for a model, a cluster and a layout.
+
+Per pipeline stage and micro-batch: forward + backward compute of its layers (FLOPs / (peak x
+efficiency), `compute.py`), the recompute its recompute mode adds, the tensor/sequence/context/expert
+parallel communication that sits on the critical path (`collectives.py`), and for ZeRO-3 the parameter
+gathers that compute does not hide. The schedule (`pipeline.py`) turns the bottleneck stage's
+per-micro-batch time into the pipelined time. Then the data-parallel gradient reduction that the last
+backward does not hide, the optimizer step (memory-bound) and offload traffic.
+
+    step = pipeline(m, pp, vpp; t_f, t_b) + DP tail + optimizer + offload
+
+Model FLOPs (MFU numerator) follow `params_flops.flops_per_token(...).training` (PaLM appendix B);
+hardware FLOPs (HFU numerator) add what recompute executes again (Narayanan et al. 2021 eq. (3)
+counts full recompute as a 4th pass of the layers, the LM head not recomputed).
+
+Rank order (which axes sit inside a scale-up domain) is an argument, default
+`collectives.DEFAULT_RANK_ORDER` (tp innermost, then cp, ep, dp, pp).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+from planner.cost import collectives as coll
+from planner.cost.compute import achieved_flops, peak_flops
+from planner.cost.params_flops import count_params, flops_per_token
+from planner.cost.pipeline import pipeline_time
+from planner.errors import SpecError
+from planner.placement.layout import RECOMPUTE_MODES, Layout
+from planner.specs.cluster import ClusterSpec
+from planner.specs.model import ModelSpec
+
+ACTIVATION_BYTES = 2
+"""Bytes of one activation element on the wire (bf16/fp16). Source: Megatron-LM mixed precision."""
+
+HBM_EFFICIENCY = 0.80
+"""[Empirical] sustained / peak HBM bandwidth for streaming kernels (optimizer step). Basis:
+BabelStream/STREAM triad on A100-80GB ~1.7 TB/s of 2.04 TB/s and on H100-SXM ~2.6-2.9 TB/s of 3.35
+(public BabelStream results); not fitted on the validation runs."""
+
+SHARDED_DP_FLAT_RING = True
+"""[Empirical] ZeRO-2/3 per-micro-batch gathers and reduce-scatters are issued module by module on a
+flat data-parallel group; we model their network part at one NIC per GPU (no k-fold aggregation over
+the scale-up domain). Basis: Narayanan et al. 2021 Table 2 ZeRO-3 rows (174.6B on 384/768/1536 GPUs,
+529.6B on 640/1120/2240): at a fixed global batch the step time stays constant as GPUs double, i.e.
+traffic per GPU ~ 4 x params x 2 B at ~21 GB/s per GPU (25 GB/s HDR x 0.85)."""
+
+OPTIMIZER_BYTES_PER_PARAM = {"adamw": 30, "sgd": 22, "adam8bit": 18}
+"""HBM bytes read + written per parameter by one optimizer step (mixed precision). adamw: fp32 master
+r/w 8, m r/w 8, v r/w 8, fp32 grad read 4, bf16 param write 2; sgd: master 8 + momentum 8 + grad 4 +
+param 2; adam8bit: master 8 + two 1-byte states r/w 4 + grad 4 + param 2. Source: Rajbhandari et al.
+2020 (ZeRO) §3.1 state sizes (K = 12 for Adam); Dettmers et al. 2022 (8-bit optimizers) §2."""
+
+UNFUSED_SCORE_BYTES = 13
+"""HBM bytes moved per attention-score element in one forward pass of an unfused (pre-FlashAttention)
+attention core: write QK^T 2, softmax read 2 + write 2, dropout read 2 + write 2 + mask 1, AV read 2.
+Backward moves twice that. Source: the tensors Korthikanti et al. 2022 §4.1 lists for the attention
+core (2as^2b softmax output, as^2b dropout mask, 2as^2b dropout output, plus the QK^T result)."""
+
+GRAD_REDUCE_BYTES = {"megatron": 4, "torchtitan": 4, "deepspeed": 2}
+"""Bytes per gradient element in the data-parallel reduction. Source: Megatron-LM
+`--accumulate-allreduce-grads-in-fp32` (fp32 main grads); torchtitan `mixed_precision_reduce`
+default float32; DeepSpeed reduces in the training dtype (`communication_data_type` default)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class LayerTime:
+    """One decoder layer, one micro-batch, one GPU."""
+
+    forward_s: float
+    """Forward compute, s."""
+    backward_s: float
+    """Backward compute (2 x forward), s."""
+    recompute_s: float
+    """Compute executed again in backward by the recompute mode, s."""
+    comm_s: float
+    """Exposed TP/SP, CP and EP communication (forward, backward and recompute), s."""
+
+    @property
+    def total_s(self) -> float:
+        return self.forward_s + self.backward_s + self.recompute_s + self.comm_s
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepTime:
+    """Time of one optimizer step and its split (all times in seconds)."""
+
+    step: float
+    """Wall time of one step, s."""
+    compute: float
+    """Forward + backward compute on the bottleneck stage (no recompute), s."""
+    communication_exposed: float
+    """Communication not hidden by compute (TP/CP/EP, p2p, DP/ZeRO tail, offload), s."""
+    pipeline_bubble: float
+    """Idle time of the bottleneck stage in the schedule, s."""
+    recompute: float
+    """Recompute on the bottleneck stage, s."""
+    optimizer: float
+    """Optimizer step (memory-bound), s."""
+    tokens_per_s: float
+    """Global batch tokens / step, tokens/s."""
+    tflops_per_gpu: float
+    """Model FLOPs (no recompute) per GPU per second, TFLOP/s (1e12)."""
+    hardware_tflops_per_gpu: float
+    """Model + recompute FLOPs per GPU per second, TFLOP/s (Narayanan 2021 eq. (3) convention)."""
+    mfu: float
+    """tflops_per_gpu / dense peak of the compute dtype."""
+    hfu: float
+    """hardware_tflops_per_gpu / dense peak."""
+
+
+# ---------------------------------------------------------------- per layer
+
+
+def _layer_flops_per_token(model: ModelSpec, index: int, seq_len: int) -> tuple[float, float, float]:
+    """(dense matmul, routed-expert matmul, attention core) forward FLOPs per token of layer `index`.
+
+    Source: Kaplan et al. 2020 Table 1 (2 FLOPs per matmul parameter; attention 2 n_ctx d_attn per
+    QK^T and per AV), as in `params_flops.flops_per_token`.
+    """
+    layer = _counts(model).layers[index]
+    routed = 2 * model.num_experts_per_tok * layer.expert_size
+    dense = 2 * (layer.total - layer.routed_experts - layer.norms)
+    ctx = seq_len
+    if model.layer_types and model.layer_types[index] == "sliding_attention" and model.sliding_window:
+        ctx = min(seq_len, model.sliding_window)
+    if model.is_mla:
+        d_sum = model.qk_nope_head_dim + model.qk_rope_head_dim + model.v_head_dim
+    else:
+        d_sum = 2 * model.head_dim
+    attention = 2 * ctx * model.num_attention_heads * d_sum
+    return float(dense), float(routed), float(attention)
+
+
+@lru_cache(maxsize=64)
+def _counts(model: ModelSpec):
+    return count_params(model)
+
+
+def _sharing(layout: Layout, cluster: ClusterSpec, order: Sequence[str]) -> dict[str, int]:
+    degrees = {"tp": layout.tp, "cp": layout.cp, "dp": layout.dp, "pp": layout.pp}
+    return coll.axis_domain_sharing(degrees, domain_gpus=cluster.scaleup_domain_gpus,
+                                    order=[a for a in order if a != "ep"])
+
+
+def _ep_sharing(layout: Layout, cluster: ClusterSpec, order: Sequence[str]) -> int:
+    """GPUs of an EP group per domain: EP is carved from the dense tp*cp*dp ranks (innermost first).
+
+    Source: Megatron-LM parallel_state expert groups (ep inside the dp*cp*tp ranks, after etp)."""
+    inner = layout.etp if "tp" in order[: order.index("ep")] else 1
+    if inner >= cluster.scaleup_domain_gpus:
+        return 1
+    return max(1, min(layout.ep, cluster.scaleup_domain_gpus // inner))
+
+
+def layer_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, layer_index: int,
+               recompute: str, *, rank_order: Sequence[str] = coll.DEFAULT_RANK_ORDER,
+               flash_attention: bool = True) -> LayerTime:
+    """Time components of one layer for one micro-batch on one GPU under recompute mode `recompute`.
+
+    Compute: per-GPU FLOPs = b*s * FLOPs/token / (tp*cp) (experts balanced over ep*etp of the same
+    ranks); backward = 2 x forward (Narayanan 2021 §5.1). Recompute: selective re-runs the attention
+    core (Korthikanti et al. 2022 §5), full re-runs the forward and its TP/EP communication.
+    TP/SP: 2 all-reduces (or all-gather + reduce-scatter, same time) of b*s*h activations forward and
+    2 backward, all exposed (Korthikanti 2022 §4.2.2; Shoeybi et al. 2019 §3). CP: the ring passes
+    K and V (an all-gather of the sequence's KV) forward and K, V, dK, dV backward, overlapped with the
+    attention core; only the excess shows (Liu et al. 2023, Ring Attention §3; Megatron-LM CP docs).
+    EP: dispatch + combine all-to-all of the routed tokens forward and backward, exposed (Lepikhin et
+    al. 2020 GShard §2; Megatron-Core MoE docs). Without FlashAttention (Dao et al. 2022) the
+    attention core also streams the b*a*s^2 score matrix through HBM (UNFUSED_SCORE_BYTES per element
+    per forward), which counts as part of its time. No causal discount on the attention FLOPs.
+    """
+    if recompute not in RECOMPUTE_MODES:
+        raise SpecError(f"value {recompute!r} not allowed; allowed: {', '.join(RECOMPUTE_MODES)}",
+                        key="recompute")
+    if not 0 <= layer_index < model.num_hidden_layers:
+        raise SpecError(f"layer {layer_index} outside 0..{model.num_hidden_layers - 1}", key="layer_index")
+    b, s, tp, cp = layout.micro_batch_size, layout.seq_len, layout.tp, layout.cp
+    dense, routed, attention = _layer_flops_per_token(model, layer_index, s)
+    tokens = b * s
+    gemm_dim = min(model.hidden_size / tp, tokens / cp)
+    rate = achieved_flops(cluster.gpu, layout.precision, gemm_dim=gemm_dim)
+    fwd = tokens * (dense + routed + attention) / (tp * cp) / rate
+    attn_fwd = tokens * attention / (tp * cp) / rate
+    if not flash_attention:
+        scores = b * model.num_attention_heads / tp * s * s / cp
+        score_s = scores * UNFUSED_SCORE_BYTES / (cluster.gpu.hbm_gb_per_s * 1e9 * HBM_EFFICIENCY)
+        attn_fwd += score_s
+        fwd += score_s
+    recompute_s = {"none": 0.0, "selective": attn_fwd, "full": fwd}[recompute]
+    comm = _layer_comm(model, cluster, layout, layer_index, recompute, attn_fwd, rank_order)
+    return LayerTime(forward_s=fwd, backward_s=2 * fwd, recompute_s=recompute_s, comm_s=comm)
+
+
+def _layer_comm(model: ModelSpec, cluster: ClusterSpec, layout: Layout, index: int, recompute: str,
+                attn_fwd_s: float, order: Sequence[str]) -> float:
+    """Exposed in-layer communication of one layer, one micro-batch (see `layer_time`)."""
+    share = _sharing(layout, cluster, order)
+    b, s, tp, cp, h = layout.micro_batch_size, layout.seq_len, layout.tp, layout.cp, model.hidden_size
+    fwd_passes = 2 if recompute == "full" else 1
+    act_bytes = b * s / cp * h * ACTIVATION_BYTES
+    total = 0.0
+    if tp > 1:
+        ar = coll.collective_time("all_reduce", group_size=tp, bytes_per_device=act_bytes,
+                                  cluster=cluster, gpus_per_domain=share["tp"])
+        total += 2 * ar * (fwd_passes + 1)
+    if cp > 1:
+        kv_width = (model.num_attention_heads * (model.qk_nope_head_dim + model.qk_rope_head_dim
+                    + model.v_head_dim) if model.is_mla else 2 * model.num_key_value_heads * model.head_dim)
+        kv_bytes = b * s * kv_width / min(tp, max(1, model.num_key_value_heads)) * ACTIVATION_BYTES
+        ring = coll.collective_time("all_gather", group_size=cp, bytes_per_device=kv_bytes,
+                                    cluster=cluster, gpus_per_domain=share["cp"])
+        total += fwd_passes * max(0.0, ring - attn_fwd_s) + max(0.0, 2 * ring - 2 * attn_fwd_s)
+    is_moe = model.is_moe and model.moe_layers[index]
+    if is_moe and layout.ep > 1:
+        routed_bytes = b * s / (cp * tp) * model.num_experts_per_tok * h * ACTIVATION_BYTES
+        a2a = coll.collective_time("all_to_all", group_size=layout.ep, bytes_per_device=routed_bytes,
+                                   cluster=cluster, gpus_per_domain=_ep_sharing(layout, cluster, order))
+        total += 2 * a2a * (fwd_passes + 1)
+    return total
+
+
+def layer_times(model: ModelSpec, cluster: ClusterSpec, layout: Layout, layer_index: int, *,
+                rank_order: Sequence[str] = coll.DEFAULT_RANK_ORDER,
+                flash_attention: bool = True) -> dict[str, float]:
+    """Seconds one layer adds to its stage's per-micro-batch time, per recompute mode (for the ILP)."""
+    return {mode: layer_time(model, cluster, layout, layer_index, mode, rank_order=rank_order,
+                             flash_attention=flash_attention).total_s
+            for mode in RECOMPUTE_MODES}
+
+
+# ---------------------------------------------------------------- per stage
+
+
+def stage_layers(model: ModelSpec, layout: Layout) -> tuple[tuple[int, ...], ...]:
+    """Layer indices of each pipeline stage: `layout.pipeline_layers`, or an even split with the
+    remainder on the first stages (Megatron-LM even split; Llama 3 §3.3.2 lightens the first/last)."""
+    total = model.num_hidden_layers
+    counts = layout.pipeline_layers
+    if counts is None:
+        base, extra = divmod(total, layout.pp)
+        counts = tuple(base + (1 if i < extra else 0) for i in range(layout.pp))
+    if sum(counts) != total:
+        raise SpecError(f"pipeline_layers {counts} sum to {sum(counts)}, the model has {total} layers",
+                        key="pipeline_layers")
+    stages, start = [], 0
+    for n in counts:
+        stages.append(tuple(range(start, start + n)))
+        start += n
+    return tuple(stages)
+
+
+def stage_fixed_times(model: ModelSpec, cluster: ClusterSpec, layout: Layout) -> tuple[float, ...]:
+    """Per stage, seconds per micro-batch that do not depend on layer choices: the LM head (fwd +
+    bwd, 6 V h FLOPs per token / tp, on the last stage; Narayanan 2021 eq. (3) logit term)."""
+    b, s, tp, cp = layout.micro_batch_size, layout.seq_len, layout.tp, layout.cp
+    rate = achieved_flops(cluster.gpu, layout.precision, gemm_dim=min(model.hidden_size, b * s / cp))
+    head = 6 * b * s * model.padded_vocab_size * model.hidden_size / (tp * cp) / rate
+    return tuple(head if i == layout.pp - 1 else 0.0 for i in range(layout.pp))
+
+
+def _stage_param_count(model: ModelSpec, layout: Layout, layers: Sequence[int], stage: int) -> float:
+    """Parameters one GPU of `stage` holds before ZeRO sharding (dense / tp, routed / (ep*etp))."""
+    counts = _counts(model)
+    dense = sum(counts.layers[i].total - counts.layers[i].routed_experts for i in layers)
+    routed = sum(counts.layers[i].routed_experts for i in layers)
+    if stage == 0:
+        dense += counts.embedding
+    if stage == layout.pp - 1:
+        dense += counts.lm_head + counts.final_norm
+    return dense / layout.tp + routed / (layout.ep * layout.etp)
+
+
+# ---------------------------------------------------------------- data parallel, optimizer
+
+
+def _dp_times(model, cluster, layout, params, share) -> tuple[float, float]:
+    """(per-micro-batch ZeRO-2/3 traffic, end-of-step gradient/parameter sync) in seconds.
+
+    Source: Rajbhandari et al. 2020 (ZeRO) §7: DP/ZeRO-1/2 move 2 Psi per step (reduce-scatter +
+    all-gather, or all-reduce), ZeRO-3 3 Psi (+1 gather again when checkpointed layers re-run
+    forward); DeepSpeed/FSDP reduce gradients every micro-batch at ZeRO-2/3.
+    """
+    group = layout.dp_shard_degree * layout.cp
+    k = min(share["dp"] * share["cp"], group)
+    flat_k = 1 if (SHARDED_DP_FLAT_RING and k < group) else k
+    grad_bytes = params * GRAD_REDUCE_BYTES[layout.framework]
+    param_bytes = params * ACTIVATION_BYTES
+
+    def t(kind, size, kk=k):
+        return coll.collective_time(kind, group_size=group, bytes_per_device=size, cluster=cluster,
+                                    gpus_per_domain=kk)
+
+    per_mb, end = 0.0, 0.0
+    if layout.zero_stage == 0:
+        end = t("all_reduce", grad_bytes)
+    elif layout.zero_stage == 1:
+        end = t("reduce_scatter", grad_bytes) + t("all_gather", param_bytes)
+    else:
+        per_mb = t("reduce_scatter", grad_bytes, flat_k)
+        gathers = 2 + (layout.recompute == "full") if layout.zero_stage == 3 else 0
+        per_mb += gathers * t("all_gather", param_bytes, flat_k)
+        end = t("all_gather", param_bytes) if layout.zero_stage == 2 else 0.0
+    if layout.dp_replicate_degree > 1:
+        shard = grad_bytes / layout.dp_shard_degree
+        end += coll.collective_time("all_reduce", group_size=layout.dp_replicate_degree,
+                                    bytes_per_device=shard, cluster=cluster, gpus_per_domain=1)
+    return per_mb, end
+
+
+def _optimizer_time(cluster: ClusterSpec, layout: Layout, params: float) -> float:
+    """Memory-bound optimizer step: bytes touched / (HBM bandwidth x HBM_EFFICIENCY)."""
+    local = params / (layout.dp_shard_degree * layout.cp if layout.zero_stage >= 1 else 1)
+    if "optimizer" in layout.offload:
+        return 0.0
+    return local * OPTIMIZER_BYTES_PER_PARAM[layout.optimizer] / (cluster.gpu.hbm_gb_per_s * 1e9 * HBM_EFFICIENCY)
+
+
+def _offload_time(cluster: ClusterSpec, layout: Layout, params: float) -> tuple[float, float]:
+    """(per micro-batch, per step) host<->device seconds over the host link (PCIe/C2C).
+
+    Optimizer offload moves fp32-reduced gradients down and bf16 parameters up once per step
+    (ZeRO-Offload, Ren et al. 2021 §4); parameter offload streams the bf16 weights in for forward
+    and backward of every micro-batch (ZeRO-Infinity, Rajbhandari et al. 2021 §5)."""
+    link = cluster.host_link_gb_per_s * 1e9
+    shard = layout.dp_shard_degree * layout.cp if layout.zero_stage >= 1 else 1
+    per_step = per_mb = 0.0
+    if "optimizer" in layout.offload:
+        per_step = params / shard * (GRAD_REDUCE_BYTES[layout.framework] + ACTIVATION_BYTES) / link
+    if "parameters" in layout.offload:
+        per_mb = 2 * params / shard * ACTIVATION_BYTES / link
+    return per_mb, per_step
+
+
+# ---------------------------------------------------------------- step
+
+
+def step_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, *,
+              recompute_layers: Sequence[str] | None = None,
+              rank_order: Sequence[str] = coll.DEFAULT_RANK_ORDER,
+              schedule: str | None = None, flash_attention: bool = True) -> StepTime:
+    """Time of one training step and tokens/s, TFLOP/s per GPU, MFU and HFU.
+
+    Args:
+        model, cluster, layout: what to cost.
+        recompute_layers: recompute mode per decoder layer (len = layers); None = layout.recompute.
+        rank_order: mesh axes innermost first (decides which groups stay in a scale-up domain).
+        schedule: pipeline schedule (`pipeline.SCHEDULES`); None = interleaved when vpp > 1.
+        flash_attention: fused attention core (no s^2 score traffic); False for pre-2022 Megatron.
+
+    Raises:
+        SpecError: recompute_layers of the wrong length or with unknown modes; a layout whose
+            micro-batches do not divide the batch.
+    """
+    modes = _modes(model, layout, recompute_layers)
+    m = layout.num_microbatches
+    if m < 1 or layout.global_batch_size % (layout.dp * layout.micro_batch_size):
+        raise SpecError(f"global_batch_size {layout.global_batch_size} must be a multiple of dp x "
+                        f"micro_batch_size = {layout.dp * layout.micro_batch_size}", key="global_batch_size")
+    share = _sharing(layout, cluster, rank_order)
+    fixed = stage_fixed_times(model, cluster, layout)
+    stages = stage_layers(model, layout)
+    p2p = _p2p_time(model, cluster, layout, share)
+    best = None
+    for i, layers in enumerate(stages):
+        parts = [layer_time(model, cluster, layout, j, modes[j], rank_order=rank_order,
+                            flash_attention=flash_attention) for j in layers]
+        params = _stage_param_count(model, layout, layers, i)
+        zero_mb, dp_end = _dp_times(model, cluster, layout, params, share)
+        off_mb, off_step = _offload_time(cluster, layout, params)
+        compute = sum(p.forward_s + p.backward_s for p in parts) + fixed[i]
+        recompute = sum(p.recompute_s for p in parts)
+        comm = sum(p.comm_s for p in parts) + max(0.0, zero_mb + off_mb - compute - recompute)
+        forward = sum(p.forward_s for p in parts) + fixed[i] / 3
+        backward = compute + recompute + comm - forward
+        pipe = pipeline_time(forward_s=forward, backward_s=backward, num_microbatches=m, pp=layout.pp,
+                             vpp=layout.vpp, schedule=schedule, p2p_send_s=p2p)
+        last_bwd = backward / max(1, len(layers)) * max(1, len(layers) - 1)
+        dp_exposed = max(dp_end - last_bwd, dp_end / max(1, len(layers)))
+        optimizer = _optimizer_time(cluster, layout, params)
+        total = pipe.total_s + dp_exposed + optimizer + off_step
+        candidate = (total, m * compute, m * comm + pipe.p2p_s + dp_exposed + off_step, pipe.bubble_s,
+                     m * recompute, optimizer)
+        best = max(best, candidate) if best else candidate
+    return _summary(model, cluster, layout, modes, *best)
+
+
+def _modes(model: ModelSpec, layout: Layout, recompute_layers: Sequence[str] | None) -> tuple[str, ...]:
+    if recompute_layers is None:
+        return (layout.recompute,) * model.num_hidden_layers
+    modes = tuple(recompute_layers)
+    if len(modes) != model.num_hidden_layers or any(x not in RECOMPUTE_MODES for x in modes):
+        raise SpecError(f"recompute_layers must give one of {', '.join(RECOMPUTE_MODES)} for each of "
+                        f"the {model.num_hidden_layers} layers", key="recompute_layers")
+    return modes
+
+
+def _p2p_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, share: dict[str, int]) -> float:
+    """One pipeline send of a micro-batch's boundary activations, b*s*h/(cp*tp) elements (Megatron
+    scatter/gather optimisation, Narayanan 2021 §4.1)."""
+    if layout.pp == 1:
+        return 0.0
+    size = layout.micro_batch_size * layout.seq_len * model.hidden_size * ACTIVATION_BYTES
+    size /= layout.cp * layout.tp
+    return coll.collective_time("p2p", group_size=2, bytes_per_device=size, cluster=cluster,
+                                gpus_per_domain=2 if share["pp"] >= 2 else 1)
+
+
+@lru_cache(maxsize=256)
+def _flops(model: ModelSpec, seq_len: int):
+    return flops_per_token(model, seq_len)
+
+
+def _summary(model, cluster, layout, modes, step, compute, comm, bubble, recompute, optimizer) -> StepTime:
+    tokens = layout.global_batch_size * layout.seq_len
+    f = _flops(model, layout.seq_len)
+    model_flops = f.training * tokens
+    extra = 0.0
+    for j, mode in enumerate(modes):
+        dense, routed, attention = _layer_flops_per_token(model, j, layout.seq_len)
+        extra += {"none": 0.0, "selective": attention, "full": dense + routed + attention}[mode]
+    hardware_flops = model_flops + extra * tokens
+    world = layout.world_size
+    peak = peak_flops(cluster.gpu, layout.precision)
+    tflops = model_flops / step / world / 1e12
+    hw_tflops = hardware_flops / step / world / 1e12
+    return StepTime(step=step, compute=compute, communication_exposed=comm, pipeline_bubble=bubble,
+                    recompute=recompute, optimizer=optimizer, tokens_per_s=tokens / step,
+                    tflops_per_gpu=tflops, hardware_tflops_per_gpu=hw_tflops,
+                    mfu=tflops * 1e12 / peak, hfu=hw_tflops * 1e12 / peak)

@@ -1,0 +1,34 @@
+"""Pipeline schedules against the closed forms of Narayanan 2021 §2.2 and Qi et al. 2023 §3.1."""
+
+import pytest
+
+from planner.cost.pipeline import pipeline_time
+from planner.errors import SpecError
+
+
+def test_1f1b_is_m_plus_p_minus_1_slots():
+    got = pipeline_time(forward_s=1.0, backward_s=2.0, num_microbatches=8, pp=4)
+    assert got.total_s == pytest.approx((8 + 4 - 1) * 3.0)
+    assert got.bubble_s == pytest.approx(3 * 3.0)   # bubble fraction (p-1)/m = 3/8
+
+
+def test_interleaved_divides_bubble_by_v():
+    got = pipeline_time(forward_s=1.0, backward_s=2.0, num_microbatches=8, pp=4, vpp=2)
+    assert got.bubble_s == pytest.approx(3 * 3.0 / 2)
+    assert got.total_s == pytest.approx(8 * 3.0 + 4.5)
+
+
+def test_zb_h1_is_a_third_of_1f1b_when_f_b_w_equal():
+    zb = pipeline_time(forward_s=1.0, backward_s=2.0, num_microbatches=8, pp=4, schedule="zb-h1")
+    assert zb.bubble_s == pytest.approx(3 * 3.0 / 3)
+
+
+def test_p2p_sends_on_critical_path():
+    got = pipeline_time(forward_s=1.0, backward_s=2.0, num_microbatches=4, pp=2, p2p_send_s=0.01)
+    assert got.p2p_s == pytest.approx(2 * 0.01 * (4 + 1))
+    assert pipeline_time(forward_s=1.0, backward_s=2.0, num_microbatches=4, pp=1, p2p_send_s=0.01).p2p_s == 0
+
+
+def test_interleaved_needs_m_multiple_of_p():
+    with pytest.raises(SpecError, match="multiple of pp"):
+        pipeline_time(forward_s=1.0, backward_s=2.0, num_microbatches=6, pp=4, vpp=2)

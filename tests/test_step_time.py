@@ -1,0 +1,74 @@
+"""Step-time model: a single-GPU step by hand arithmetic, then the structure of the split."""
+
+import pytest
+
+from planner.cost.step_time import layer_times, stage_layers, step_time
+from planner.errors import SpecError
+from planner.placement.layout import Layout
+from planner.specs.cluster import load_cluster
+from planner.specs.model import from_config
+
+H, A, L, V, S = 1024, 16, 2, 1024, 1024
+TINY = from_config(dict(model_type="gpt", hidden_size=H, num_attention_heads=A, num_hidden_layers=L,
+                        vocab_size=V, intermediate_size=4 * H, max_position_embeddings=S,
+                        tie_word_embeddings=True), name="tiny-gpt")
+A100 = load_cluster("dgx-a100-80g", gpus=64)
+
+
+def test_single_gpu_step_by_hand():
+    layout = Layout(seq_len=S, global_batch_size=1)
+    # A100 efficiency e_max * d / (d + d_half) with d = min(h/tp, tokens) = 1024 (compute.py constants)
+    rate = 312e12 * 0.70 * 1024 / (1024 + 64)
+    per_token_layer = 2 * (12 * H * H + 9 * H) + 4 * S * H   # matmuls+biases (Kaplan), attention 4 s h
+    layers = L * 3 * S * per_token_layer / rate               # forward + backward (2x)
+    head = 6 * S * V * H / rate                               # LM head fwd + bwd
+    params = (V + S) * H + L * (12 * H * H + 13 * H) + 2 * H  # embeddings, blocks, final LayerNorm
+    optimizer = params * 30 / (2039e9 * 0.8)                  # adamw bytes / (HBM x 0.8)
+    got = step_time(TINY, A100, layout)
+    assert got.step == pytest.approx(layers + head + optimizer, rel=1e-9)
+    assert got.optimizer == pytest.approx(optimizer, rel=1e-9)
+    assert got.tokens_per_s == pytest.approx(S / got.step)
+    assert got.mfu == pytest.approx(got.hfu)   # no recompute
+
+
+def test_split_adds_up_and_full_recompute_costs_a_forward():
+    layout = Layout(tp=2, pp=2, dp=2, seq_len=S, global_batch_size=16, micro_batch_size=1)
+    none = step_time(TINY, A100, layout)
+    full = step_time(TINY, A100, Layout(**{**layout.__dict__, "recompute": "full"}))
+    for t in (none, full):
+        parts = t.compute + t.communication_exposed + t.pipeline_bubble + t.recompute + t.optimizer
+        assert parts == pytest.approx(t.step, rel=1e-9)
+    # full recompute re-runs the layers forward (1/3 of their fwd+bwd); the LM head is not re-run
+    assert none.recompute == 0 and 0.8 * full.compute / 3 < full.recompute <= full.compute / 3
+    assert full.hfu > full.mfu and full.step > none.step
+
+
+def test_layer_times_ordered_and_tp_comm_exposed():
+    layout = Layout(tp=8, seq_len=S, global_batch_size=1)
+    t = layer_times(TINY, A100, layout, 0)
+    assert t["none"] < t["selective"] < t["full"]
+    one = layer_times(TINY, A100, Layout(seq_len=S, global_batch_size=1), 0)["none"]
+    assert t["none"] > one / 8        # TP all-reduces are not free
+
+
+def test_bubble_follows_1f1b():
+    base = dict(tp=1, pp=2, dp=1, seq_len=S, micro_batch_size=1)
+    t4 = step_time(TINY, A100, Layout(**base, global_batch_size=4))
+    slot = (t4.compute + t4.recompute) / 4
+    assert t4.pipeline_bubble == pytest.approx(slot, rel=0.05)   # (pp - 1) slots of one stage
+
+
+def test_stage_layers_even_split_and_errors():
+    assert stage_layers(TINY, Layout(pp=2)) == ((0,), (1,))
+    with pytest.raises(SpecError, match="recompute_layers"):
+        step_time(TINY, A100, Layout(seq_len=S), recompute_layers=("full",))
+    with pytest.raises(SpecError, match="pipeline_layers"):
+        step_time(TINY, A100, Layout(pp=2, pipeline_layers=(2, 1), seq_len=S, global_batch_size=2))
+
+
+def test_per_layer_recompute_mix_between_uniform_choices():
+    layout = Layout(seq_len=S, global_batch_size=2)
+    none = step_time(TINY, A100, layout).step
+    full = step_time(TINY, A100, layout, recompute_layers=("full", "full")).step
+    mixed = step_time(TINY, A100, layout, recompute_layers=("full", "none")).step
+    assert none < mixed < full
