@@ -284,7 +284,8 @@ def stage_memory(model: ModelSpec, cluster, layout: Layout, stage: int, *,
         if placement.groups["dense"].offloaded(state):
             transient[f"offload_staging_{name}"] = OFFLOAD_STAGING_ELEMENTS * sb.parameter_gather
 
-    init_peak = 4 * int(sum(group_counts[g] / _model_parallel_degree(placement, g) for g in GROUPS))
+    init_peak = initialization_peak_bytes(
+        sum(group_counts[g] / _model_parallel_degree(placement, g) for g in GROUPS), layout, pp_split=False)
     capacity = cluster.gpu.memory_bytes
     warnings = ()
     if init_peak > capacity and layout.framework != "torchtitan":
@@ -309,6 +310,18 @@ def _model_parallel_degree(placement: Placement, group: str) -> int:
     gp = placement.groups[group]
     return math.prod(gp.degrees[a] for a in ("tp", "ep", "etp")
                      if a in gp.degrees and gp.mode(State.PARAMETERS, a) in (Mode.SHARDED,))
+
+
+def initialization_peak_bytes(num_params: float, layout: Layout, *, pp_split: bool = True) -> int:
+    """fp32 bytes of the parameters one GPU holds if the model is built unsharded before wrapping.
+
+    FSDP / ZeRO-3 wrappers shard an already-materialised module unless it is created on the meta
+    device (FC-17: 6.74e9 x 4 B = 27 GB on a 24 GB GPU). Only tp (and pp, by layer) split it.
+    Source: PyTorch FSDP docs (`param_init_fn`, `sync_module_states`; meta-device init);
+    torch.nn.Module default dtype fp32.
+    """
+    divisor = layout.tp * (layout.pp if pp_split else 1)
+    return int(4 * num_params / divisor)
 
 
 def memory_per_device(model: ModelSpec, cluster, layout: Layout, *, reserve_bytes: int | None = None,

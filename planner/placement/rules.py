@@ -98,11 +98,21 @@ def _world_size(model, cluster, layout: Layout) -> list[Violation]:
                       fix=f"launch {layout.world_size} ranks or change the degrees to multiply to {gpus}")]
 
 
-def _alternatives(model: ModelSpec, gpus: int, tp_bad: int) -> str:
-    """tp values that divide the heads, with the dp that fills the GPUs."""
-    ok = [t for t in _divisors(gpus) if model.num_attention_heads % t == 0
-          and model.num_key_value_heads % t == 0 and t != tp_bad]
-    return ", ".join(f"tp={t} x dp={gpus // t}" for t in sorted(ok, reverse=True)[:3])
+def _alternatives(model: ModelSpec, gpus: int) -> str:
+    """Layouts of `gpus` GPUs whose tp divides the heads and KV heads: tp x dp, tp x pp (when the
+    layers split evenly), and the smallest larger GPU count that allows tp = that count."""
+    a, kv, n = model.num_attention_heads, model.num_key_value_heads, model.num_hidden_layers
+    ok = [t for t in sorted(_divisors(gpus), reverse=True) if a % t == 0 and kv % t == 0]
+    options = []
+    for t in ok:
+        rest = gpus // t
+        options.append(f"tp={t} x dp={rest}")
+        if rest > 1 and n % rest == 0:
+            options.append(f"tp={t} x pp={rest} ({n // rest} layers per stage)")
+    bigger = next((g for g in range(gpus + 1, 2 * a + 1) if a % g == 0 and kv % g == 0), None)
+    if bigger:
+        options.append(f"{bigger} GPUs with tp={bigger}")
+    return "; ".join(options[:5])
 
 
 def _heads(model: ModelSpec, cluster, layout: Layout) -> list[Violation]:
@@ -112,8 +122,7 @@ def _heads(model: ModelSpec, cluster, layout: Layout) -> list[Violation]:
         return []
     return [Violation(rule="heads_divisible_by_tp",
                       message=f"num_attention_heads={a} is not divisible by tp={layout.tp}",
-                      fix=f"tp must divide {a} (e.g. {_alternatives(model, cluster.num_gpus, layout.tp)}); "
-                          f"or use pp to spread the model")]
+                      fix=f"tp must divide {a}; valid layouts: {_alternatives(model, cluster.num_gpus)}")]
 
 
 def _kv_heads(model: ModelSpec, cluster, layout: Layout) -> list[Violation]:
