@@ -1,0 +1,83 @@
+"""Memory terms: pipeline in-flight micro-batches, per-framework state bytes, per-layer recompute."""
+
+import dataclasses
+
+import pytest
+
+from planner.cost import activations as act
+from planner.cost.memory import (in_flight_microbatches, memory_per_device, model_state_bytes,
+                                 stage_layers, stage_memory)
+from planner.placement.layout import Layout
+from planner.specs.cluster import load_cluster
+from planner.specs.model import from_config
+
+MODEL = from_config(dict(model_type="llama", hidden_size=1024, num_hidden_layers=16, num_attention_heads=16,
+                         num_key_value_heads=4, intermediate_size=2816, vocab_size=32000,
+                         max_position_embeddings=4096, tie_word_embeddings=False), name="tiny")
+CLUSTER = dataclasses.replace(load_cluster("dgx-h100"), num_gpus=8)
+
+
+def test_in_flight_1f1b():
+    """Narayanan 2021 §2.2.1: stage s of 1F1B holds min(pp - s, m) micro-batches."""
+    layout = Layout(pp=4, global_batch_size=8)
+    assert [in_flight_microbatches(layout, s) for s in range(4)] == [4, 3, 2, 1]
+    assert in_flight_microbatches(Layout(pp=4, global_batch_size=2), 0) == 2
+
+
+def test_in_flight_interleaved_factor():
+    """Korthikanti 2022 §4.2.3: the first stage holds pp x (1 + (pp-1)/(pp x vpp)) stage-activations."""
+    for pp, vpp in ((4, 2), (8, 4), (2, 2)):
+        layout = Layout(pp=pp, vpp=vpp, global_batch_size=64)
+        assert in_flight_microbatches(layout, 0) == pytest.approx(pp * (1 + (pp - 1) / (pp * vpp)))
+
+
+def test_interleaved_stage_layers():
+    layout = Layout(pp=2, vpp=2)
+    assert stage_layers(MODEL, layout) == [(0, 1, 2, 3, 8, 9, 10, 11), (4, 5, 6, 7, 12, 13, 14, 15)]
+
+
+def test_first_stage_activations_scale_with_in_flight():
+    layout = Layout(pp=4, global_batch_size=16, seq_len=2048)
+    m0 = stage_memory(MODEL, CLUSTER, layout, 0)
+    one = act.layer_activation_bytes(MODEL, 0, seq_len=2048, micro_batch_size=1, tp=1).total
+    assert m0.activation_terms["layers"] == 4 * 4 * one           # 4 layers x 4 in flight
+
+
+def test_framework_state_bytes():
+    """Megatron bf16: 2 + 4 + 12 = 18 B/param, distributed optimizer 6 + 12/d (Megatron Core guide);
+    torchtitan FSDP2: fp32 params + fp32 grads + m, v = 16/d; SGD / 8-bit Adam smaller."""
+    d = 8
+    def total(**kw):
+        return sum(model_state_bytes(1.0, Layout(dp=d, global_batch_size=d, **kw)).values())
+    assert total() == 18
+    assert total(zero_stage=1) == pytest.approx(6 + 12 / d)
+    assert total(zero_stage=1, precision="fp16") == pytest.approx(4 + 16 / d)
+    assert total(zero_stage=3, framework="torchtitan") == pytest.approx(16 / d)
+    assert total(framework="deepspeed", optimizer="sgd") == 2 + 2 + 8
+    assert total(framework="deepspeed", optimizer="adam8bit") == 2 + 2 + 6
+
+
+def test_layers_by_recompute_is_per_layer_separable():
+    """A stage's activation term = Σ layers of their own mode (the ILP's per-layer choice)."""
+    layout = Layout(global_batch_size=1, seq_len=2048)
+    kw = dict(seq_len=2048, micro_batch_size=1, tp=1)
+    full = act.layer_activation_bytes(MODEL, 0, recompute="full", **kw).total
+    none = act.layer_activation_bytes(MODEL, 0, recompute="none", **kw).total
+    mixed = stage_memory(MODEL, CLUSTER, layout, 0, layers_by_recompute={"full": 10, "none": 6})
+    assert mixed.activation_terms["layers"] == 10 * full + 6 * none
+    assert mixed.transient_terms["recompute_working_set"] == none
+
+
+def test_worst_stage_and_reserve_override():
+    layout = Layout(pp=2, global_batch_size=8, seq_len=2048)
+    worst = memory_per_device(MODEL, CLUSTER, layout, reserve_bytes=0)
+    assert worst.reserve == 0
+    assert worst.total == max(stage_memory(MODEL, CLUSTER, layout, s, reserve_bytes=0).total for s in (0, 1))
+
+
+def test_offload_moves_states_off_device():
+    base = Layout(dp=8, zero_stage=3, global_batch_size=8, framework="deepspeed")
+    off = dataclasses.replace(base, offload=frozenset({"optimizer", "parameters"}))
+    a, b = stage_memory(MODEL, CLUSTER, base, 0), stage_memory(MODEL, CLUSTER, off, 0)
+    assert b.optimizer_states == 0 and b.parameters == 0 and a.optimizer_states > 0
+    assert b.transient_terms["offload_staging_optimizer"] > 0
