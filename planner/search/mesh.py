@@ -1,0 +1,223 @@
+"""Enumerate candidate layouts: meshes dp*tp*pp*cp = N (ep inside) times the discrete knobs.
+
+Structural rules applied here (everything else is the caller's `validate`):
+
+- dp * tp * pp * cp = N, the GPU count (every ordered factorization; a pinned degree is kept).
+- tp <= the scale-up domain (`SearchSpace.max_tp`) unless tp is pinned: a TP group outside
+  NVLink pays a network all-reduce per layer. Counted as the rejection reason
+  "tp exceeds the scale-up domain".
+- Experts: ep * etp divides dp * cp * tp, i.e. world_size % (etp * ep * pp) == 0, and the
+  expert-data-parallel degree is world_size // (etp * ep * pp).
+  Source: Megatron-LM `megatron/core/parallel_state.py`, `initialize_model_parallel`
+  (`expert_tensor_model_pipeline_parallel_size = etp * ep * pp`;
+  `expert_data_parallel_size = world_size // expert_tensor_model_pipeline_parallel_size`,
+  RuntimeError when not divisible).
+
+Knobs without effect are not enumerated (duplicates, not rejections): sequence parallelism only
+when tp > 1, vpp > 1 only when pp > 1, ZeRO stage > 0 only when dp > 1, ep > 1 only for MoE.
+
+Rejections are data: every mesh or candidate that fails keeps its reason, counted per reason for
+the `rejected: [{reason, count}]` output. A mesh failing `validate_mesh` is counted once (not once
+per knob combination).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+
+from planner.errors import SpecError
+from planner.placement.layout import Layout
+
+DEGREES = ("dp", "tp", "pp", "cp")
+KNOBS = ("ep", "etp", "micro_batch_size", "zero_stage", "vpp", "sequence_parallel", "offload")
+LAYOUT_FIELDS = tuple(f.name for f in fields(Layout))
+
+Validator = Callable[[Layout], Sequence[object]]
+"""Returns the violations of a layout: strings (the reason) or objects with `.rule` (the reason)
+and `.message`; empty when the layout is valid."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class SearchSpace:
+    """What to enumerate for one model on one cluster."""
+
+    num_gpus: int
+    """GPUs to use, N = dp * tp * pp * cp."""
+    max_tp: int
+    """Largest tp enumerated: the scale-up domain (NVLink) size by default, GPUs."""
+    moe: bool = False
+    """Model has routed experts (enumerate ep)."""
+    micro_batch_sizes: tuple[int, ...] = (1, 2, 4)
+    """Micro-batch sizes to try, sequences."""
+    zero_stages: tuple[int, ...] = (0, 1, 2, 3)
+    """ZeRO stages to try (when dp > 1)."""
+    vpp_values: tuple[int, ...] = (1,)
+    """Virtual pipeline stages per rank to try (when pp > 1)."""
+    sequence_parallel: tuple[bool, ...] = (True, False)
+    """Sequence-parallel settings to try (when tp > 1)."""
+    offload_options: tuple[frozenset[str], ...] = (frozenset(),)
+    """Offload sets to try (each a subset of {optimizer, parameters, activations})."""
+    etp_values: tuple[int, ...] = (1,)
+    """Expert tensor-parallel degrees to try (MoE)."""
+    fixed: Mapping[str, object] = field(default_factory=dict)
+    """Pinned Layout fields (`--fix tp=8`): a pinned degree or knob is the only value tried, and
+    a pinned tp overrides `max_tp`; other Layout fields pass through to every candidate."""
+    base: Mapping[str, object] = field(default_factory=dict)
+    """Layout fields common to every candidate: global_batch_size, seq_len, optimizer, ..."""
+
+    def __post_init__(self) -> None:
+        for key in (*self.fixed, *self.base):
+            if key not in LAYOUT_FIELDS:
+                raise SpecError(f"unknown field {key!r}; allowed: {', '.join(LAYOUT_FIELDS)}",
+                                key="fix")
+        if self.num_gpus < 1 or self.max_tp < 1:
+            raise SpecError(f"num_gpus={self.num_gpus} and max_tp={self.max_tp} must be >= 1",
+                            key="gpus")
+
+
+@dataclass
+class Rejections:
+    """Reasons candidates were rejected, counted (mutable tally filled by the enumerator)."""
+
+    counts: Counter = field(default_factory=Counter)
+    """reason -> number of meshes or candidates rejected for it (first violation only)."""
+    examples: dict = field(default_factory=dict)
+    """reason -> message of the first rejection for it."""
+
+    def add(self, reason: str, message: str = "") -> None:
+        """Count one rejection."""
+        self.counts[reason] += 1
+        self.examples.setdefault(reason, message or reason)
+
+    @property
+    def total(self) -> int:
+        """Rejections counted."""
+        return sum(self.counts.values())
+
+    def as_list(self) -> list[dict]:
+        """[{reason, count}] most frequent first, for the plan output."""
+        return [{"reason": r, "count": c} for r, c in
+                sorted(self.counts.items(), key=lambda item: (-item[1], item[0]))]
+
+
+def divisors(n: int) -> list[int]:
+    """Positive divisors of n, ascending."""
+    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
+    return sorted({*small, *(n // d for d in small)})
+
+
+def factorizations(n: int, parts: int) -> Iterator[tuple[int, ...]]:
+    """Every ordered tuple of `parts` positive integers whose product is n."""
+    if parts == 1:
+        yield (n,)
+        return
+    for d in divisors(n):
+        for rest in factorizations(n // d, parts - 1):
+            yield (d, *rest)
+
+
+def meshes(space: SearchSpace, rejections: Rejections) -> Iterator[dict[str, int]]:
+    """Degrees {dp, tp, pp, cp} with product N, pinned degrees kept, tp within the domain."""
+    pinned = {k: int(space.fixed[k]) for k in DEGREES if k in space.fixed}
+    product = 1
+    for value in pinned.values():
+        product *= value
+    if product < 1 or space.num_gpus % product:
+        rejections.add("degrees do not multiply to the GPU count",
+                       f"pinned {pinned} do not divide {space.num_gpus} GPUs")
+        return
+    free = [k for k in DEGREES if k not in pinned]
+    for values in factorizations(space.num_gpus // product, len(free)) if free else [()]:
+        mesh = {**pinned, **dict(zip(free, values))}
+        if space.num_gpus != mesh["dp"] * mesh["tp"] * mesh["pp"] * mesh["cp"]:
+            rejections.add("degrees do not multiply to the GPU count", str(mesh))
+            continue
+        if "tp" not in pinned and mesh["tp"] > space.max_tp:
+            rejections.add("tp exceeds the scale-up domain",
+                           f"tp={mesh['tp']} > {space.max_tp} GPUs per scale-up domain")
+            continue
+        yield mesh
+
+
+def _expert_options(space: SearchSpace, mesh: dict[str, int],
+                    rejections: Rejections) -> Iterator[tuple[int, int]]:
+    """(ep, etp) with ep * etp dividing dp * cp * tp (Megatron expert grid)."""
+    inner = mesh["dp"] * mesh["cp"] * mesh["tp"]
+    etps = [int(space.fixed["etp"])] if "etp" in space.fixed else list(space.etp_values)
+    for etp in etps:
+        if "ep" in space.fixed:
+            eps = [int(space.fixed["ep"])]
+        elif not space.moe:
+            eps = [1]
+        else:
+            eps = divisors(inner // etp) if inner % etp == 0 else [1]
+        for ep in eps:
+            if inner % (ep * etp):
+                rejections.add("ep * etp must divide dp * cp * tp",
+                               f"ep={ep} etp={etp} vs dp*cp*tp={inner}")
+                continue
+            yield ep, etp
+
+
+def _knob_values(space: SearchSpace, mesh: dict[str, int]) -> dict[str, tuple]:
+    """Values of each knob for this mesh; pinned knobs keep only their pinned value."""
+    values = {
+        "micro_batch_size": space.micro_batch_sizes,
+        "zero_stage": space.zero_stages if mesh["dp"] > 1 else (0,),
+        "vpp": space.vpp_values if mesh["pp"] > 1 else (1,),
+        "sequence_parallel": space.sequence_parallel if mesh["tp"] > 1 else (False,),
+        "offload": space.offload_options,
+    }
+    for key in values:
+        if key in space.fixed:
+            values[key] = (space.fixed[key],)
+    return values
+
+
+def _passthrough(space: SearchSpace) -> dict[str, object]:
+    return {**space.base, **{k: v for k, v in space.fixed.items()
+                             if k not in DEGREES and k not in KNOBS}}
+
+
+def candidate_layouts(space: SearchSpace, validate: Validator, rejections: Rejections, *,
+                      validate_mesh: Validator | None = None) -> Iterator[Layout]:
+    """Yield every valid Layout of `space`; count every rejected one in `rejections`.
+
+    Args:
+        space: degrees, knobs and pins to enumerate.
+        validate: all correctness rules for a full candidate (e.g. the rules of
+            `planner.placement`); violations are strings or objects with `.rule`/`.message`.
+        rejections: tally filled with one reason per rejected mesh or candidate.
+        validate_mesh: optional rules that depend on the degrees only, run once per mesh (with
+            the knobs at their first values) so a bad mesh is rejected once, not once per knob.
+    """
+    common = _passthrough(space)
+    for mesh in meshes(space, rejections):
+        for ep, etp in _expert_options(space, mesh, rejections):
+            knobs = _knob_values(space, mesh)
+            degrees = {**mesh, "ep": ep, "etp": etp}
+            if validate_mesh is not None:
+                first = {k: v[0] for k, v in knobs.items()}
+                if _rejected(validate_mesh, _layout(degrees, first, common), rejections):
+                    continue
+            for combo in itertools.product(*knobs.values()):
+                layout = _layout(degrees, dict(zip(knobs, combo)), common)
+                if not _rejected(validate, layout, rejections):
+                    yield layout
+
+
+def _layout(degrees: dict, knobs: dict, common: dict) -> Layout:
+    knobs = {**knobs, "offload": frozenset(knobs["offload"])}
+    return Layout(**degrees, **knobs, **common)
+
+
+def _rejected(validate: Validator, layout: Layout, rejections: Rejections) -> bool:
+    violations = list(validate(layout))
+    if not violations:
+        return False
+    first = violations[0]
+    rejections.add(str(getattr(first, "rule", first)), str(getattr(first, "message", first)))
+    return True

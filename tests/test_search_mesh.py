@@ -1,0 +1,132 @@
+"""Mesh and candidate enumeration: counts by hand, pins, rejections with reasons."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from planner.errors import SpecError
+from planner.search.mesh import (
+    Rejections,
+    SearchSpace,
+    candidate_layouts,
+    divisors,
+    factorizations,
+    meshes,
+)
+
+
+def no_rules(layout):
+    return []
+
+
+def test_divisors_and_factorizations():
+    assert divisors(12) == [1, 2, 3, 4, 6, 12]
+    # Ordered factorizations of 2^3 into 4 factors: exponents summing to 3 over 4 slots = C(6,3).
+    assert len(list(factorizations(8, 4))) == 20
+    assert all(a * b * c == 12 for a, b, c in factorizations(12, 3))
+
+
+def test_tp_limited_to_scaleup_domain_and_counted():
+    # 16 GPUs = 2^4: C(7,3) = 35 ordered (dp, tp, pp, cp). With max_tp 4: tp = 16 (1 mesh) and
+    # tp = 8 (the factor 2 left on one of 3 axes: 3 meshes) are rejected -> 4.
+    rej = Rejections()
+    kept = list(meshes(SearchSpace(num_gpus=16, max_tp=4), rej))
+    assert len(kept) == 35 - 4
+    assert rej.as_list() == [{"reason": "tp exceeds the scale-up domain", "count": 4}]
+    assert all(m["dp"] * m["tp"] * m["pp"] * m["cp"] == 16 and m["tp"] <= 4 for m in kept)
+
+
+def test_pinned_tp_overrides_domain_and_pins_restrict():
+    rej = Rejections()
+    kept = list(meshes(SearchSpace(num_gpus=16, max_tp=4, fixed={"tp": 16}), rej))
+    assert kept == [{"tp": 16, "dp": 1, "pp": 1, "cp": 1}]
+    rej = Rejections()
+    assert list(meshes(SearchSpace(num_gpus=16, max_tp=8, fixed={"tp": 3}), rej)) == []
+    assert rej.counts["degrees do not multiply to the GPU count"] == 1
+
+
+def test_knobs_enumerated_only_where_they_matter():
+    space = SearchSpace(num_gpus=2, max_tp=8, micro_batch_sizes=(1, 2), zero_stages=(0, 1, 3),
+                        vpp_values=(1, 2), sequence_parallel=(True, False),
+                        base={"global_batch_size": 8})
+    layouts = list(candidate_layouts(space, no_rules, Rejections()))
+    # meshes of 2 GPUs: dp=2 | tp=2 | pp=2 | cp=2.
+    # dp=2: mbs 2 x zero 3 = 6; tp=2: mbs 2 x sp 2 = 4; pp=2: mbs 2 x vpp 2 = 4; cp=2: mbs 2 = 2.
+    assert len(layouts) == 16
+    assert all(layout.global_batch_size == 8 for layout in layouts)
+    assert not any(layout.sequence_parallel for layout in layouts if layout.tp == 1)
+    assert not any(layout.zero_stage for layout in layouts if layout.dp == 1)
+
+
+def test_expert_parallel_divides_dp_cp_tp():
+    # 8 GPUs pinned dp=4, tp=2, pp=1, cp=1: dp*cp*tp = 8 -> ep in {1, 2, 4, 8} with etp=1;
+    # with etp=2: ep in {1, 2, 4}.
+    space = SearchSpace(num_gpus=8, max_tp=8, moe=True, micro_batch_sizes=(1,), zero_stages=(1,),
+                        sequence_parallel=(True,), etp_values=(1, 2),
+                        fixed={"dp": 4, "tp": 2, "pp": 1, "cp": 1})
+    got = sorted((l.ep, l.etp) for l in candidate_layouts(space, no_rules, Rejections()))
+    assert got == [(1, 1), (1, 2), (2, 1), (2, 2), (4, 1), (4, 2), (8, 1)]
+    rej = Rejections()
+    pinned = SearchSpace(num_gpus=8, max_tp=8, moe=True, fixed={"dp": 4, "tp": 2, "pp": 1,
+                                                               "cp": 1, "ep": 16})
+    assert list(candidate_layouts(pinned, no_rules, rej)) == []
+    assert rej.counts["ep * etp must divide dp * cp * tp"] == 1
+
+
+@dataclass(frozen=True)
+class Violation:
+    rule: str
+    message: str
+
+
+def test_rejections_keep_reasons_from_validate():
+    def rules(layout):
+        out = []
+        if layout.global_batch_size % (layout.dp * layout.micro_batch_size):
+            out.append(Violation("batch not divisible by dp x micro-batch", "gbs % (dp*b)"))
+        if 6 % layout.pp:
+            out.append("layers not divisible by pp")
+        return out
+
+    space = SearchSpace(num_gpus=4, max_tp=2, micro_batch_sizes=(1, 2), zero_stages=(0,),
+                        sequence_parallel=(False,), base={"global_batch_size": 2})
+    rej = Rejections()
+    kept = list(candidate_layouts(space, rules, rej))
+    # 4 = 2^2 over (dp,tp,pp,cp): C(5,3)=10 meshes; tp=4 once -> rejected by the domain (1).
+    # Hand count of the 9 others x mbs {1,2} (18 candidates):
+    #   dp=4 (tp=pp=cp=1): gbs 2 % 4, % 8 -> 2 batch rejections.
+    #   dp=2 meshes: (dp2,tp2),(dp2,pp2),(dp2,cp2): mbs 1 ok except pp... mbs 2 -> 2 % 4 rejected.
+    #     (dp2,tp2): mbs1 kept, mbs2 batch. (dp2,cp2): mbs1 kept, mbs2 batch.
+    #     (dp2,pp2): mbs1 kept, mbs2 batch.
+    #   dp=1: (tp2,pp2),(tp2,cp2),(pp2,cp2),(pp4),(cp4): pp4 -> 6 % 4 -> 2 layer rejections;
+    #     the other 4 meshes keep both mbs = 8 layouts.
+    assert rej.counts["tp exceeds the scale-up domain"] == 1
+    assert rej.counts["batch not divisible by dp x micro-batch"] == 2 + 3
+    assert rej.counts["layers not divisible by pp"] == 2
+    assert len(kept) == 3 + 8
+    assert rej.examples["batch not divisible by dp x micro-batch"] == "gbs % (dp*b)"
+
+
+def test_mesh_rules_counted_once_per_mesh():
+    space = SearchSpace(num_gpus=4, max_tp=4, micro_batch_sizes=(1, 2, 4), zero_stages=(0,),
+                        sequence_parallel=(False,))
+    rej = Rejections()
+    kept = list(candidate_layouts(space, no_rules, rej,
+                                  validate_mesh=lambda l: ["no cp"] if l.cp > 1 else []))
+    # meshes with cp > 1: cp=2 (3 ways to place the other factor 2) + cp=4 = 4 meshes.
+    assert rej.counts["no cp"] == 4
+    assert len(kept) == (10 - 4) * 3
+
+
+def test_unknown_fixed_field_is_a_spec_error():
+    with pytest.raises(SpecError, match="unknown field 'tpp'"):
+        SearchSpace(num_gpus=8, max_tp=8, fixed={"tpp": 2})
+
+
+def test_fixed_passthrough_field_reaches_layouts():
+    space = SearchSpace(num_gpus=1, max_tp=1, micro_batch_sizes=(1,),
+                        fixed={"recompute": "full", "micro_batch_size": 2})
+    (layout,) = list(candidate_layouts(space, no_rules, Rejections()))
+    assert (layout.recompute, layout.micro_batch_size) == ("full", 2)
