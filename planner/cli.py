@@ -7,14 +7,18 @@ usage errors (bad option values) exit 2 as click does.
 
 from __future__ import annotations
 
+import dataclasses
 from enum import Enum
 from typing import Annotated, Any
 
 import typer
 from typer.core import TyperGroup
 
+from planner import explain as explain_api
 from planner import report
 from planner.errors import PlannerError
+from planner.placement import layout as layout_mod
+from planner.placement.layout import Layout
 from planner.specs import cluster as cluster_spec
 from planner.specs import model as model_spec
 from planner.summary import model_row, model_summary
@@ -97,3 +101,70 @@ def hardware_show(
 ) -> None:
     """Show one cluster with the source of every number."""
     report.show_cluster(cluster_spec.to_dict(cluster_spec.load_cluster(ref, gpus=gpus)), fmt.value)
+
+
+# ---------------------------------------------------------------- explain
+
+ModelOpt = Annotated[str, typer.Option("--model", "-m", metavar="NAME|PATH",
+                                       help="Catalog name, YAML file, config.json, or a directory holding one.")]
+ClusterOpt = Annotated[str, typer.Option("--cluster", "-c", metavar="NAME|PATH", help="Catalog name or YAML file.")]
+GpusOpt = Annotated[int | None, typer.Option("--gpus", min=1, help="Cluster size in GPUs.")]
+Recompute = Enum("Recompute", {m: m for m in layout_mod.RECOMPUTE_MODES}, type=str)
+Framework = Enum("Framework", {f: f for f in layout_mod.FRAMEWORKS}, type=str)
+Optimizer = Enum("Optimizer", {o: o for o in layout_mod.OPTIMIZERS}, type=str)
+Precision = Enum("Precision", {p: p for p in layout_mod.PRECISIONS}, type=str)
+Offload = Enum("Offload", {o: o for o in layout_mod.OFFLOAD_TARGETS}, type=str)
+
+
+@app.command("explain")
+def explain_cmd(
+    model: ModelOpt,
+    cluster: ClusterOpt,
+    gpus: GpusOpt = None,
+    dp: Annotated[int | None, typer.Option(min=1, help="Data-parallel degree [default: GPUs / (tp·pp·cp)].")] = None,
+    tp: Annotated[int, typer.Option(min=1, help="Tensor-parallel degree.")] = 1,
+    pp: Annotated[int, typer.Option(min=1, help="Pipeline stages.")] = 1,
+    cp: Annotated[int, typer.Option(min=1, help="Context-parallel degree.")] = 1,
+    ep: Annotated[int, typer.Option(min=1, help="Expert-parallel degree.")] = 1,
+    etp: Annotated[int, typer.Option(min=1, help="Expert tensor-parallel degree.")] = 1,
+    dp_shard: Annotated[int | None, typer.Option(min=1, help="HSDP shard group (ZeRO over dp_shard, replicate across).")] = None,
+    zero_stage: Annotated[int, typer.Option(min=0, max=3, help="ZeRO stage 0-3 (3 = FSDP).")] = 0,
+    micro_batch_size: Annotated[int, typer.Option(min=1, help="Sequences per micro-batch per DP rank.")] = 1,
+    global_batch_size: Annotated[int | None, typer.Option(min=1, help="Sequences per step [default: dp·micro-batch·pp].")] = None,
+    seq_len: Annotated[int, typer.Option(min=1, help="Tokens per sequence.")] = 4096,
+    recompute: Annotated[Recompute, typer.Option(help="Activation recomputation.")] = "none",
+    sequence_parallel: Annotated[bool, typer.Option("--sequence-parallel/--no-sequence-parallel", help="Megatron SP.")] = False,
+    vpp: Annotated[int, typer.Option(min=1, help="Virtual pipeline stages per rank (interleaved 1F1B).")] = 1,
+    offload: Annotated[list[Offload] | None, typer.Option(help="State to keep in host memory (repeatable).")] = None,
+    optimizer: Annotated[Optimizer, typer.Option(help="Optimizer.")] = "adamw",
+    precision: Annotated[Precision, typer.Option(help="GEMM precision.")] = "bf16",
+    framework: Annotated[Framework, typer.Option(help="Conventions of this framework.")] = "megatron",
+    reserve_gib: Annotated[float | None, typer.Option(min=0, help="CUDA context + fragmentation reserve, GiB.")] = None,
+    at_risk_margin: Annotated[float, typer.Option(min=0, max=1, help="Fraction of capacity that counts as at risk.")] = 0.10,
+    fmt: FormatOpt = Format.table,
+) -> None:
+    """Explain one training layout: placement, memory terms vs capacity, communication, correctness."""
+    spec = model_spec.load_model(model)
+    if dp is None:
+        dp = max(1, (gpus or tp * pp * cp) // (tp * pp * cp))
+    layout = Layout(
+        dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, dp_shard=dp_shard, zero_stage=zero_stage,
+        micro_batch_size=micro_batch_size, global_batch_size=global_batch_size or dp * micro_batch_size * pp,
+        seq_len=seq_len, recompute=_value(recompute), sequence_parallel=sequence_parallel, vpp=vpp,
+        offload=frozenset(_value(o) for o in offload or ()), optimizer=_value(optimizer),
+        precision=_value(precision), framework=_value(framework))
+    hw = cluster_spec.load_cluster(cluster, gpus=gpus) if gpus else _sized(cluster, layout.world_size)
+    reserve = None if reserve_gib is None else int(reserve_gib * 2**30)
+    data = explain_api.explain(spec, hw, layout, reserve_bytes=reserve, at_risk_margin=at_risk_margin)
+    report.show_explain(data, fmt.value)
+    if data["memory_verdict"] == "does_not_fit" or any(v["severity"] == "error" for v in data["violations"]):
+        raise typer.Exit(1)
+
+
+def _value(option: object) -> str:
+    return getattr(option, "value", option)
+
+
+def _sized(ref: str, world_size: int):
+    """Without --gpus the cluster is as large as the layout (a partial node is fine for explain)."""
+    return dataclasses.replace(cluster_spec.load_cluster(ref), num_gpus=world_size)

@@ -201,3 +201,77 @@ def _source_of(key: str, sources: dict[str, str]) -> str:
             if (key == path or key.startswith(path + ".")) and len(path) > best_len:
                 best, best_len = text, len(path)
     return best
+
+
+# ---------------------------------------------------------------- explain
+
+_MEMORY_TERMS = ("parameters", "gradients", "optimizer_states", "activations", "transient", "reserve")
+_AXIS_ORDER = ("dp_replicate", "dp_shard", "dp", "cp", "tp", "pp", "ep", "etp", "edp", "host")
+
+
+def gib(n: float) -> str:
+    """Bytes as GiB with two decimals."""
+    return f"{n / 2**30:,.2f}"
+
+
+def layout_label(par: dict) -> str:
+    """Compact layout: `dp4 tp8 pp2 cp1 ep1 · ZeRO-1 · SP · b1 m16 · recompute selective`."""
+    parts = [" ".join(f"{axis}{par[axis]}" for axis in ("dp", "tp", "pp", "cp", "ep") if axis in par)]
+    parts.append(f"ZeRO-{par['zero_stage']}")
+    if par.get("sequence_parallel"):
+        parts.append("SP")
+    if par.get("vpp", 1) > 1:
+        parts.append(f"vpp{par['vpp']}")
+    parts.append(f"b{par['micro_batch_size']} m{par['num_microbatches']}")
+    recompute = par.get("recompute")
+    parts.append(f"recompute {recompute}" if isinstance(recompute, str) else "recompute per layer")
+    if par.get("offload"):
+        parts.append("offload " + ",".join(par["offload"]))
+    return " · ".join(parts)
+
+
+def show_explain(data: dict, fmt: str) -> None:
+    """One layout (planner.explain.explain): placement, memory vs capacity, communication, violations."""
+    if fmt != "table":
+        return dump(data, fmt)
+    console = _console()
+    par = data["parallelism"]
+    console.print(f"[bold]{layout_label(par)}[/bold]  ({par['framework']} conventions, "
+                  f"{par['world_size']} GPUs, seq {par['seq_len']:,}, global batch {par['global_batch_size']:,})")
+    console.print()
+    console.print(_placement_table(data["placement"]))
+    console.print()
+    console.print(_memory_table(data["memory_bytes"], data["memory_verdict"], data["details"]))
+    console.print()
+    comm = data["communication_bytes_per_step"]
+    console.print(_table(None, ("axis", "communication\nGiB/GPU/step"),
+                         ((axis, gib(comm[axis])) for axis in sorted(comm, key=_axis_rank))))
+    _print_findings(console, data["violations"], data["details"].get("warnings", ()))
+
+
+def _axis_rank(axis: str) -> int:
+    return _AXIS_ORDER.index(axis) if axis in _AXIS_ORDER else len(_AXIS_ORDER)
+
+
+def _placement_table(placement: dict) -> Table:
+    axes = sorted({axis for modes in placement.values() for axis in modes}, key=_axis_rank)
+    return _table("placement (state × axis → mode)", ("state", *axes),
+                  ([state, *(modes.get(axis, "-") for axis in axes)] for state, modes in placement.items()),
+                  right_from=len(axes) + 1)
+
+
+def _memory_table(mem: dict, verdict: str, details: dict) -> Table:
+    capacity = mem["capacity"]
+    rows = [(term.replace("_", " "), gib(mem[term]), f"{100 * mem[term] / capacity:.1f}%") for term in _MEMORY_TERMS]
+    rows += [("total", gib(mem["total"]), f"{100 * mem['total'] / capacity:.1f}%"),
+             ("capacity", gib(capacity), "100.0%"), ("verdict", verdict.replace("_", " ").upper(), "")]
+    return _table(f"memory per GPU (worst stage: {details.get('stage', 0)})", ("term", "GiB", "of capacity"), rows)
+
+
+def _print_findings(console: Console, violations: list[dict], warnings: Iterable[str]) -> None:
+    for v in violations:
+        fix = f" Fix: {v['fix']}" if v.get("fix") else ""
+        style = "red" if v.get("severity") == "error" else "yellow"
+        console.print(f"[{style}]{v.get('severity', 'error')}[/{style}] {v['rule']}: {v['message']}{fix}")
+    for w in warnings:
+        console.print(f"[yellow]note[/yellow] {w}")

@@ -1,0 +1,75 @@
+"""`planner explain` through typer's CliRunner: formats, exit codes, and the ZeRO headline."""
+
+import json
+
+import yaml
+from typer.testing import CliRunner
+
+from planner.cli import app
+
+runner = CliRunner()
+BASE = ["explain", "-m", "llama-3.1-8b", "-c", "dgx-h100", "--gpus", "8"]
+
+
+def _run(*args: str):
+    return runner.invoke(app, [*BASE, *args])
+
+
+def test_table_shows_placement_memory_and_communication():
+    result = _run("--zero-stage", "1")
+    assert result.exit_code == 0, result.output
+    for text in ("placement", "optimizer_states", "memory per GPU", "capacity", "communication"):
+        assert text in result.output
+
+
+def test_json_has_the_issue_keys():
+    result = _run("--zero-stage", "3", "--format", "json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert set(data) >= {"parallelism", "placement", "memory_bytes", "memory_verdict",
+                         "communication_bytes_per_step", "violations"}
+    assert set(data["memory_bytes"]) >= {"parameters", "gradients", "optimizer_states", "activations",
+                                         "transient", "reserve", "total", "capacity"}
+    assert data["parallelism"]["dp"] == 8  # derived from --gpus 8 at tp = pp = cp = 1
+    assert data["placement"]["parameters"]["dp_shard"] == "sharded_with_gather"
+
+
+def test_yaml_parses():
+    result = _run("--zero-stage", "1", "--format", "yaml")
+    assert result.exit_code == 0
+    assert yaml.safe_load(result.output)["memory_verdict"] in ("fits", "at_risk", "does_not_fit")
+
+
+def test_zero3_is_8x_less_model_state_memory_at_1_5x_communication():
+    """ZeRO (Rajbhandari et al. 2020) §5 / Table 1 at N = 8 under ZeRO's precision convention
+    (DeepSpeed: 2 B params, 2 B grads, 12 B Adam): DP 16Ψ vs ZeRO-3 16Ψ/8 -> 8x; communication 2Ψ vs 3Ψ."""
+    def state_and_comm(stage: str):
+        out = json.loads(_run("--framework", "deepspeed", "--zero-stage", stage, "--format", "json").output)
+        mem = out["memory_bytes"]
+        return mem["parameters"] + mem["gradients"] + mem["optimizer_states"], out["communication_bytes_per_step"]["dp"]
+    dp_mem, dp_comm = state_and_comm("0")
+    z3_mem, z3_comm = state_and_comm("3")
+    assert round(dp_mem / z3_mem, 3) == 8.0
+    assert round(z3_comm / dp_comm, 3) == 1.5
+
+
+def test_violation_exits_1_and_names_the_numbers():
+    # 32 heads are not divisible by tp = 3 (field case FC-05's kind).
+    result = runner.invoke(app, ["explain", "-m", "llama-3.1-8b", "-c", "dgx-h100", "--tp", "3"])
+    assert result.exit_code == 1
+    assert "32" in result.output and "3" in result.output
+
+
+def test_layout_that_does_not_fit_exits_1():
+    result = runner.invoke(app, ["explain", "-m", "llama-3.1-405b", "-c", "dgx-h100", "--gpus", "8"])
+    assert result.exit_code == 1
+    assert "DOES NOT FIT" in result.output
+
+
+def test_bad_inputs_exit_2_without_traceback():
+    for args in (["--recompute", "sometimes"], ["--tp", "0"], ["--zero-stage", "4"], ["--format", "xml"]):
+        result = _run(*args)
+        assert result.exit_code == 2, (args, result.output)
+        assert "Traceback" not in result.output
+    result = runner.invoke(app, ["explain", "-m", "llama-3.1-7b", "-c", "dgx-h100"])
+    assert result.exit_code == 2 and "llama-3.1-8b" in result.output
