@@ -1,0 +1,165 @@
+"""Cheap lower bounds on step time and the best-first branch-and-bound driver over candidates.
+
+The driver is generic over callables: `lower_bound(candidate) -> float` must never exceed the
+objective `solve(candidate)` returns (math.inf marks a candidate known to be infeasible), so
+visiting candidates in ascending bound order and stopping once the next bound reaches the K-th
+best objective found loses no plan better than those K.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from planner.search.ilp import (
+    TIME_UNIT_S,
+    StageProblem,
+    count_lower_bound_us,
+    feasible_split,
+    to_int_problem,
+)
+
+C = TypeVar("C")
+
+
+def compute_lower_bound_s(*, flops_per_step: float, num_gpus: int, peak_flops_per_gpu: float,
+                          max_efficiency: float, pp: int = 1, vpp: int = 1,
+                          num_microbatches: int = 1, zero_bubble: bool = False) -> float:
+    """Least step time any layout of this mesh can reach: its FLOP share at the best efficiency,
+    stretched by the pipeline bubble.
+
+    compute = flops_per_step / (N * peak * max_efficiency); the bottleneck stage carries at least
+    the average share, and 1F1B runs m + (pp - 1)/vpp bottleneck slots, so
+    step >= compute * (1 + (pp - 1) / (vpp * m)); zero-bubble schedules drop the bubble term.
+    Valid for a step-time model that charges each GPU its FLOPs at no more than max_efficiency
+    of peak and schedules 1F1B / interleaved 1F1B as above.
+
+    Source: bubble fraction (p - 1)/m for 1F1B and (p - 1)/(v m) interleaved: Narayanan et al.
+    2021, "Efficient Large-Scale Language Model Training on GPU Clusters Using Megatron-LM"
+    (SC'21), sections 2.2.1-2.2.2; zero bubble: Qi et al. 2024 (ICLR), "Zero Bubble Pipeline
+    Parallelism".
+    """
+    compute_s = flops_per_step / (num_gpus * peak_flops_per_gpu * max_efficiency)
+    if zero_bubble or pp == 1:
+        return compute_s
+    return compute_s * (1 + (pp - 1) / (vpp * num_microbatches))
+
+
+def stage_problem_lower_bound_s(problem: StageProblem) -> float:
+    """Lower bound on the bottleneck stage time of `problem` without CP-SAT (math.inf when no
+    split fits in memory): the count bound of `planner.search.ilp.count_lower_bound_us`."""
+    ip = to_int_problem(problem)
+    if feasible_split(ip, ip.capacity_bytes) is None:
+        return math.inf
+    return count_lower_bound_us(ip) * TIME_UNIT_S
+
+
+@dataclass(frozen=True, kw_only=True)
+class Ranked(Generic[C]):
+    """One solved candidate."""
+
+    candidate: C
+    """What was solved."""
+    objective_s: float
+    """Its objective (step time), s."""
+    lower_bound_s: float
+    """The bound it was visited by, s."""
+    result: Any
+    """What `solve` returned (e.g. a StageSolution or a full plan)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class SearchResult(Generic[C]):
+    """Outcome of `search`."""
+
+    best: tuple[Ranked[C], ...]
+    """Up to top_k plans, best first."""
+    status: str
+    """OPTIMAL (every candidate solved to optimality or pruned by its bound), FEASIBLE (some
+    solve was not proven optimal) or INFEASIBLE (no candidate has a plan)."""
+    bound_s: float
+    """Proven lower bound on the best objective over all candidates, s."""
+    candidates_total: int
+    """Candidates offered."""
+    candidates_evaluated: int
+    """Candidates solved."""
+    pruned: int
+    """Candidates skipped because their bound reached the K-th best objective (or was inf)."""
+    infeasible: int
+    """Solved candidates without a plan."""
+    wall_s: float
+    """Wall time of the search, s."""
+
+
+def _objective(result: Any) -> float:
+    if isinstance(result, (int, float)):
+        return float(result)
+    return float(result.objective_s)
+
+
+def search(candidates: Iterable[C], lower_bound: Callable[[C], float],
+           solve: Callable[[C], Any], *, top_k: int = 1, prune: bool = True,
+           refine: Callable[[C], float] | None = None,
+           on_progress: Callable[[int, int], None] | None = None) -> SearchResult[C]:
+    """Best-first search: solve candidates in ascending bound order, stop when the next bound is
+    at least the K-th best objective found.
+
+    Args:
+        candidates: what to rank.
+        lower_bound: cheap valid lower bound on a candidate's objective, s (math.inf: infeasible).
+        solve: the candidate's objective: None when infeasible, else a number or an object with
+            `objective_s` (and optionally `status` and `bound_s`).
+        top_k: plans to keep.
+        prune: False solves every candidate (for testing the pruning).
+        refine: optional dearer valid bound, computed lazily when a candidate reaches the front
+            of the queue; the candidate is re-queued under max(cheap, refined) before solving.
+        on_progress: called with (visited, total) after each candidate.
+    """
+    start = time.perf_counter()
+    queue = [(lower_bound(c), i, refine is None, c) for i, c in enumerate(candidates)]
+    total = len(queue)
+    heapq.heapify(queue)
+    best: list[Ranked[C]] = []
+    evaluated = infeasible = visited = 0
+    open_bounds: list[float] = []
+    while queue:
+        bound, i, refined, candidate = heapq.heappop(queue)
+        kth = best[top_k - 1].objective_s if len(best) >= top_k else math.inf
+        if prune and (bound >= kth or math.isinf(bound)):
+            open_bounds.append(bound)
+            pruned = len(queue) + 1
+            return _result(best, total, evaluated, pruned, infeasible, open_bounds, start)
+        if not refined:
+            heapq.heappush(queue, (max(bound, refine(candidate)), i, True, candidate))
+            continue
+        result = solve(candidate)
+        evaluated += 1
+        visited += 1
+        if on_progress is not None:
+            on_progress(visited, total)
+        if result is None:
+            infeasible += 1
+            continue
+        if getattr(result, "status", "OPTIMAL") != "OPTIMAL":
+            open_bounds.append(float(getattr(result, "bound_s", bound) or bound))
+        best.append(Ranked(candidate=candidate, objective_s=_objective(result),
+                           lower_bound_s=bound, result=result))
+        best.sort(key=lambda r: r.objective_s)
+        del best[top_k:]
+    return _result(best, total, evaluated, 0, infeasible, open_bounds, start)
+
+
+def _result(best, total, evaluated, pruned, infeasible, open_bounds, start) -> SearchResult:
+    incumbent = best[0].objective_s if best else math.inf
+    bound = min([incumbent, *open_bounds])
+    unproven = any(getattr(r.result, "status", "OPTIMAL") != "OPTIMAL" for r in best)
+    status = "INFEASIBLE" if not best else ("FEASIBLE" if unproven or bound < incumbent
+                                            else "OPTIMAL")
+    return SearchResult(best=tuple(best), status=status, bound_s=bound,
+                        candidates_total=total, candidates_evaluated=evaluated,
+                        pruned=pruned, infeasible=infeasible,
+                        wall_s=time.perf_counter() - start)
