@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from planner.cost.activations import (
     embedding_activation_bytes,
     layer_activation_bytes,
+    loss_working_set_bytes,
     output_layer_activation_bytes,
 )
 from planner.errors import SpecError
@@ -222,6 +223,38 @@ def test_llama_block_torchtitan_eager_hand_arithmetic():
     assert got.total == 8192 * (norms + attention + mlp)
 
 
+def test_llama_block_torchtitan_op_sac_hand_arithmetic():
+    """torchtitan selective op AC (@9dec370 parallelize_llama.py `_save_list`, every 2nd mm recomputed):
+    block input 2h, wq out 2·a·d, wv out 2·kv·d, SDPA out 2·a·d + lse 4·a, w1 out 2·I, w2 out 2h
+    = 2·(4096 + 4096 + 1024 + 4096 + 14336 + 4096) + 128 = 63,616 B per token for Llama 3.1 8B."""
+    model = from_config(LLAMA_8B, name="llama-3.1-8b")
+    got = layer_activation_bytes(model, 0, seq_len=8192, micro_batch_size=2, tp=1, framework="torchtitan",
+                                 recompute="selective")
+    assert got.total == 2 * 8192 * 63_616
+    assert set(got.breakdown) == {"block_input", "attention.wq_output", "attention.wv_output",
+                                  "attention.sdpa_output", "attention.softmax_lse", "mlp.w1_output",
+                                  "mlp.w2_output"}
+
+
+def test_llama_block_torchtitan_op_sac_with_tp_and_sp():
+    """TP 4 + SP: column-parallel outputs /4, w2's row-parallel partial sum stays s·h on every rank,
+    block input /4, plus the two reduce-scatter outputs (2h/4 each):
+    2·(1024 + 1024 + 256 + 1024 + 3584 + 4096 + 1024 + 1024) + 4·8 = 26,144 B per token."""
+    model = from_config(LLAMA_8B, name="llama-3.1-8b")
+    got = layer_activation_bytes(model, 0, seq_len=4096, micro_batch_size=1, tp=4, sequence_parallel=True,
+                                 framework="torchtitan", recompute="selective")
+    assert got.total == 4096 * 26_144
+    assert got.breakdown["mlp.w2_output"] == 4096 * 2 * 4096
+
+
+def test_megatron_selective_unchanged_by_torchtitan_policy():
+    """`selective` under megatron still means the attention core only (Korthikanti): flash lse dropped."""
+    model = from_config(LLAMA_8B, name="llama-3.1-8b")
+    kw = dict(seq_len=4096, micro_batch_size=1, tp=1)
+    none = layer_activation_bytes(model, 0, **kw).total
+    assert layer_activation_bytes(model, 0, recompute="selective", **kw).total == none - 4096 * 4 * 32
+
+
 def test_sliding_window_layers_save_the_same_as_full_layers():
     """gpt-oss: with FlashAttention nothing saved depends on the window."""
     model = from_config({"model_type": "gpt_oss", "hidden_size": 2880, "intermediate_size": 2880,
@@ -309,6 +342,22 @@ def test_output_layer_korthikanti_section_4_3():
     assert got == 65_011_712
     # Without SP the two h-wide inputs are whole on every rank: 4sbh + 4sbv/t.
     assert output_layer_activation_bytes(model, seq_len=S, micro_batch_size=B, tp=T) == 4 * SBH + 52_428_800
+
+
+def test_output_layer_and_loss_torchtitan():
+    """torchtitan (train.py: cross_entropy(pred.flatten(0, 1).float())): final RMSNorm fp32 input 4h +
+    normalised 2h, head input 2h, fp32 log-softmax 4V saved; the loss backward adds the nll gradient 4V,
+    the log-softmax gradient 4V and the cached bf16 logits block 2V. Megatron's fused loss adds 0."""
+    model = from_config(LLAMA_8B, name="llama-3.1-8b")
+    tokens, h, v = 2 * 8192, 4096, 128256
+    kw = dict(seq_len=8192, micro_batch_size=2, tp=1)
+    assert output_layer_activation_bytes(model, framework="torchtitan", **kw) == tokens * (8 * h + 4 * v)
+    assert loss_working_set_bytes(model, framework="torchtitan", **kw) == tokens * 10 * v
+    assert loss_working_set_bytes(model, framework="megatron", **kw) == 0
+    # TP 8 + SP: norm terms /8, head input gathered (whole), vocabulary /8; CP 2 halves the tokens.
+    got = output_layer_activation_bytes(model, seq_len=8192, micro_batch_size=2, tp=8, cp=2,
+                                        sequence_parallel=True, framework="torchtitan")
+    assert got == 8192 * (6 * h // 8 + 2 * h + 4 * v // 8)
 
 
 def test_embedding_dropout_mask():

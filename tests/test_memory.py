@@ -6,7 +6,7 @@ import pytest
 
 from planner.cost import activations as act
 from planner.cost.memory import (in_flight_microbatches, memory_per_device, model_state_bytes,
-                                 stage_layers, stage_memory)
+                                 stage_layers, stage_memory, transient_peak)
 from planner.placement.layout import Layout
 from planner.specs.cluster import load_cluster
 from planner.specs.model import from_config
@@ -81,3 +81,23 @@ def test_offload_moves_states_off_device():
     a, b = stage_memory(MODEL, CLUSTER, base, 0), stage_memory(MODEL, CLUSTER, off, 0)
     assert b.optimizer_states == 0 and b.parameters == 0 and a.optimizer_states > 0
     assert b.transient_terms["offload_staging_optimizer"] > 0
+
+
+def test_transient_peak_loss_and_layer_backward_do_not_coexist():
+    """Common terms + max(loss phase, layer-backward phase): 5 + max(40, 7 + 3) = 45."""
+    terms = {"gather_working_set": 4, "gradient_buckets": 1, "loss_working_set": 40,
+             "recompute_working_set": 7, "unreduced_unit_gradient": 3}
+    assert transient_peak(terms) == 45
+    assert transient_peak({**terms, "loss_working_set": 0}) == 15  # = the plain sum
+
+
+def test_torchtitan_last_stage_counts_the_loss_working_set_once():
+    """torchtitan, full recompute, 1 stage: transient = buckets + gather + max(loss ws, recompute ws +
+    unreduced gradient); the loss working set is 10 B x tokens x vocab (hand: 10 x 2048 x 32000)."""
+    layout = Layout(dp=8, zero_stage=3, framework="torchtitan", global_batch_size=8, seq_len=2048,
+                    recompute="full")
+    m = memory_per_device(MODEL, CLUSTER, layout)
+    t = m.transient_terms
+    assert t["loss_working_set"] == 10 * 2048 * 32000
+    layer = t["recompute_working_set"] + t["unreduced_unit_gradient"]
+    assert m.transient == t["gradient_buckets"] + t["gather_working_set"] + max(t["loss_working_set"], layer)

@@ -21,7 +21,8 @@ Transformer Models", arXiv 2205.05198, §4.1-4.3, eq. 1-6, Table 2):
 - Recompute (Megatron's definitions, megatron/core/transformer/transformer_config.py
   `recompute_granularity`): `selective` recomputes the attention core (QK^T, softmax, dropout,
   softmax·V) and drops the tensors only it saves; `full` keeps only the layer input (2·s·b·h,
-  /t with SP, /cp) and recomputes the rest.
+  /t with SP, /cp) and recomputes the rest. With `framework="torchtitan"`, `selective` is
+  torchtitan's op-level selective AC for dense blocks (`torchtitan_op_sac_tensors`).
 
 For a GPT block (LayerNorm, MHA without FlashAttention, 4h GeLU MLP, dropout) the lists reproduce
 Korthikanti's Table 2 exactly: s·b·h·(34 + 5as/h) without parallelism; s·b·h·(10 + 24/t + 5as/(ht))
@@ -61,7 +62,8 @@ class SavedTensor:
     dtype: str = "act"
     """`act` (dtype_bytes), `mask` (1 B), `fp32` (4 B), `int64` (8 B) or `int32` (4 B)."""
     split: str = "tp"
-    """`tp`: /t; `kv`: /min(t, n_kv); `sp`: /t only with sequence parallelism."""
+    """`tp`: /t; `kv`: /min(t, n_kv); `sp`: /t only with sequence parallelism; `none`: whole on
+    every rank (a row-parallel matmul's partial-sum output over the gathered sequence)."""
     core: bool = False
     """Saved only by the attention core: dropped by selective recompute."""
 
@@ -115,7 +117,9 @@ def layer_activation_bytes(model: ModelSpec, layer_index: int, *, seq_len: int, 
     flash = flash_attention if flash_attention is not None else model.model_type not in NON_FLASH_MODEL_TYPES
     tensors = saved_tensors(model, layer_index, seq_len=seq_len, ep=ep, etp=etp,
                             moe_overload_factor=moe_overload_factor, framework=framework, flash_attention=flash)
-    if recompute == "selective":
+    if recompute == "selective" and framework == "torchtitan" and _op_sac_applies(model, layer_index):
+        tensors = torchtitan_op_sac_tensors(model, tp=tp, sequence_parallel=sequence_parallel)
+    elif recompute == "selective":
         tensors = [x for x in tensors if not x.core]
     elif recompute == "full":
         tensors = [SavedTensor(name="layer_input", elements_per_token=model.hidden_size, split="sp")]
@@ -130,7 +134,7 @@ def _bytes(x: SavedTensor, model: ModelSpec, *, tokens: int, tp: int, sequence_p
            dtype_bytes: int) -> int:
     """tokens · elements · bytes / split degree, rounded up to whole bytes."""
     divisor = {"tp": tp, "kv": min(tp, model.num_key_value_heads),
-               "sp": tp if sequence_parallel else 1}[x.split]
+               "sp": tp if sequence_parallel else 1, "none": 1}[x.split]
     width = _ELEMENT_BYTES.get(x.dtype, dtype_bytes)
     return math.ceil(tokens * x.elements_per_token * width / divisor)
 
@@ -309,6 +313,78 @@ def _moe(model: ModelSpec, *, ep: int, etp: int, overload: float, framework: str
     return tensors
 
 
+TORCHTITAN_SOURCE = "pytorch/torchtitan @9dec370ad26b (2024-12-26, the commit of benchmarks/llama3_h100_202412_torchtitan.md)"
+"""The torchtitan version whose code the torchtitan conventions below were read from."""
+
+
+def _op_sac_applies(model: ModelSpec, layer_index: int) -> bool:
+    """torchtitan's op-level SAC is costed for the dense attention + MLP block it was written for."""
+    return not (model.is_mla or model.parallel_attention or (model.is_moe and model.moe_layers[layer_index]))
+
+
+def _block_matmuls(model: ModelSpec) -> list[SavedTensor]:
+    """Outputs of every `aten.mm` of a dense block's forward, in call order (torchtitan modules).
+
+    Source: torchtitan models/llama/model.py @9dec370: `Attention.forward` calls
+    `self.wq(x), self.wk(x), self.wv(x)` then, after SDPA, `self.wo(output)`; `FeedForward.forward`
+    is `self.w2(F.silu(self.w1(x)) * self.w3(x))` (w1 runs before w3). Each `nn.Linear` on a 3-D
+    bf16 input lowers to one `aten.mm` on the flattened tokens. Under TP (ColwiseParallel wq/wk/wv/
+    w1/w3, RowwiseParallel wo/w2, parallelize_llama.py `apply_tp`) the column-parallel outputs are
+    /t; a row-parallel mm emits the partial sum over the whole gathered sequence, h wide (`none`).
+    """
+    a, kv, d, h = model.num_attention_heads, model.num_key_value_heads, model.head_dim, model.hidden_size
+    width = model.intermediate_size
+    mms = [SavedTensor(name="attention.wq_output", elements_per_token=a * d),
+           SavedTensor(name="attention.wk_output", elements_per_token=kv * d, split="kv"),
+           SavedTensor(name="attention.wv_output", elements_per_token=kv * d, split="kv"),
+           SavedTensor(name="attention.wo_output", elements_per_token=h, split="none")]
+    if model.gated_mlp:
+        mms += [SavedTensor(name="mlp.w1_output", elements_per_token=width),
+                SavedTensor(name="mlp.w3_output", elements_per_token=width)]
+    else:
+        mms.append(SavedTensor(name="mlp.fc1_output", elements_per_token=width))
+    mms.append(SavedTensor(name="mlp.w2_output", elements_per_token=h, split="none"))
+    return mms
+
+
+def torchtitan_op_sac_tensors(model: ModelSpec, *, tp: int = 1, sequence_parallel: bool = False) -> list[SavedTensor]:
+    """What one block keeps under torchtitan's selective *op* AC (`mode = "selective"`,
+    `selective_ac_option = "op"`), for a dense attention + MLP block.
+
+    Source: pytorch/torchtitan @9dec370 (2024-12-26) torchtitan/parallelisms/parallelize_llama.py,
+    `_apply_ac_to_transformer_block` and `_save_list`: the block runs under
+    `ptd_checkpoint_wrapper(..., context_fn=create_selective_checkpoint_contexts(policy))`; the policy
+    returns MUST_SAVE for ops in `_save_list` = {aten.mm, aten._scaled_dot_product_efficient_attention,
+    aten._scaled_dot_product_flash_attention, _c10d_functional.reduce_scatter_tensor, aten.abs,
+    aten.max}, *except* every second `aten.mm` (`meta["forward_mm_count"] % 2 == 0` -> recompute),
+    and PREFER_RECOMPUTE for everything else (norms, RoPE, repeat_kv, silu, mul, adds). `meta` is
+    fresh per block (a new context per checkpoint call), so the count restarts at each layer. The
+    non-reentrant checkpoint keeps the block's input for the recompute. train_configs/llama3_8b.toml
+    selects `selective_ac_option = 'op'` (config_manager.py's own default is "2", every 2nd layer).
+
+    Saved per token (Llama: mm order wq, wk, wv, wo, w1, w3, w2 -> the 1st, 3rd, 5th, 7th are kept):
+    - `block_input` 2h (sp): the checkpointed function's argument;
+    - `attention.wq_output` 2·a·d (tp), `attention.wv_output` 2·kv·d (kv), `mlp.w1_output` 2·I (tp),
+      `mlp.w2_output` 2h (whole: a row-parallel partial sum) — the odd-numbered mm outputs;
+    - `attention.sdpa_output` 2·a·d (tp) and `attention.softmax_lse` 4·a (fp32, tp): the outputs of
+      the flash/efficient SDPA op (its RNG seed/offset scalars are ignored);
+    - with TP + SP: `attention.reduce_scatter_output` and `mlp.reduce_scatter_output`, 2h/t each, the
+      `reduce_scatter_tensor` outputs of the two row-parallel layers.
+    `aten.abs`/`aten.max` outputs exist only under Float8 scaling and are per-tensor scalars: ignored.
+    Llama 3.1 8B: 2·(4096 + 4096 + 1024 + 14336 + 4096 + 4096) + 4·32 = 63,616 B per token.
+    """
+    saved = [SavedTensor(name="block_input", elements_per_token=model.hidden_size, split="sp")]
+    mms = _block_matmuls(model)[0::2]
+    saved += [mms[0], mms[1],
+              SavedTensor(name="attention.sdpa_output", elements_per_token=model.num_attention_heads * model.head_dim),
+              SavedTensor(name="attention.softmax_lse", elements_per_token=model.num_attention_heads, dtype="fp32")]
+    saved += mms[2:]
+    if tp > 1 and sequence_parallel:
+        saved += [SavedTensor(name=f"{part}.reduce_scatter_output", elements_per_token=model.hidden_size, split="sp")
+                  for part in ("attention", "mlp")]
+    return saved
+
+
 def _block_kind(model: ModelSpec, layer_index: int, flash: bool) -> str:
     moe = model.is_moe and model.moe_layers[layer_index]
     if model.is_mla:
@@ -321,23 +397,70 @@ def _block_kind(model: ModelSpec, layer_index: int, flash: bool) -> str:
 
 
 def output_layer_activation_bytes(model: ModelSpec, *, seq_len: int, micro_batch_size: int, tp: int, cp: int = 1,
-                                  sequence_parallel: bool = False) -> int:
+                                  sequence_parallel: bool = False, framework: str = "megatron") -> int:
     """Bytes the last stage saves for the final norm, the LM head and the loss, per micro-batch.
 
-    = final norm input 2·s·b·h + LM-head input 2·s·b·h (both /t with SP) + fp32 logits
-    4·s·b·⌈V/t⌉ kept by the cross-entropy (V = padded vocabulary), all /cp. With SP this is
+    megatron / deepspeed: final norm input 2·s·b·h + LM-head input 2·s·b·h (both /t with SP) + fp32
+    logits 4·s·b·⌈V/t⌉ kept by the cross-entropy (V = padded vocabulary), all /cp. With SP this is
     Korthikanti §4.3's 4·s·b·h/t·(1 + v/h).
-
     Source: Korthikanti et al. 2022 §4.3; Megatron-LM megatron/core/tensor_parallel/cross_entropy.py
     (`VocabParallelCrossEntropy.calculate_logits_max` casts the vocab-parallel logits to fp32; the
-    softmax computed in place on that fp32 copy is what `save_for_backward` keeps). The bf16 logits
-    (2·s·b·V/t) exist transiently during the loss forward; they are not saved.
+    softmax computed in place on that fp32 copy is what `save_for_backward` keeps, and its backward
+    writes the gradient into that same buffer). The bf16 logits (2·s·b·V/t) exist transiently during
+    the loss forward; they are not saved.
+
+    torchtitan (eager `RMSNorm`, `nn.Linear` head, `F.cross_entropy` on `.float()` logits): final norm
+    keeps its fp32 input 4h and the bf16 normalised tensor 2h (/t with SP); the head keeps its bf16
+    input 2h, whole on every TP rank (ColwiseParallel all-gathers the Shard(1) sequence first); the
+    cross-entropy keeps the fp32 log-softmax output 4·⌈V/t⌉ per token (`_log_softmax` saves its
+    result; `nll_loss` saves the same tensor). The bf16 logits and their fp32 copy are freed before
+    backward (train.py `del pred`; `_to_copy` saves nothing); see `loss_working_set_bytes`.
+    Source: torchtitan @9dec370 train.py `loss_fn` (`cross_entropy(pred.flatten(0, 1).float(), ...)`),
+    torchtitan/models/norms.py `RMSNorm`, parallelize_llama.py `apply_tp` (`"output": ColwiseParallel(
+    input_layouts=Shard(1), ...)`); ATen `cross_entropy_loss` = `nll_loss_nd(log_softmax(x))`.
     """
     _check_common(seq_len=seq_len, micro_batch_size=micro_batch_size, tp=tp, cp=cp)
     tokens = seq_len * micro_batch_size // cp
-    hidden = 2 * 2 * tokens * model.hidden_size
-    hidden = math.ceil(hidden / tp) if sequence_parallel else hidden
-    return hidden + 4 * tokens * -(-model.padded_vocab_size // tp)
+    sp = tp if sequence_parallel else 1
+    vocab = -(-model.padded_vocab_size // tp)
+    if framework == "torchtitan":
+        return math.ceil(6 * tokens * model.hidden_size / sp) + 2 * tokens * model.hidden_size + 4 * tokens * vocab
+    return math.ceil(2 * 2 * tokens * model.hidden_size / sp) + 4 * tokens * vocab
+
+
+def loss_working_set_bytes(model: ModelSpec, *, seq_len: int, micro_batch_size: int, tp: int, cp: int = 1,
+                           framework: str = "megatron") -> int:
+    """Bytes the loss backward needs beyond what `output_layer_activation_bytes` keeps, per micro-batch.
+
+    torchtitan (plain `F.cross_entropy` on fp32 logits): 10 B per logit element, T·⌈V/t⌉ elements
+    with T = s·b/cp tokens. At the log-softmax backward these coexist with the saved fp32 log-softmax
+    output (4 B, already counted): `nll_loss_backward`'s dense fp32 gradient (4 B: ATen allocates
+    `zeros_like(self)` and scatters −1/N), `_log_softmax_backward_data`'s fp32 result (4 B), and the
+    block of the bf16 logits (2 B). The bf16 logits tensor is dead (`del pred`), but torchtitan
+    reports the caching allocator's `reserved_bytes.all.peak` (torchtitan/metrics.py
+    `DeviceMemoryMonitor.get_peak_stats`, logged as "memory: … GiB" and `memory/max_reserved(GiB)`):
+    a freed block stays reserved, and it cannot serve the two 4 B/element requests that follow (each
+    twice its size), whereas the freed fp32 copy's block is reused, exactly, by the nll gradient.
+    The forward peak of the loss (bf16 logits 2 + fp32 copy 4 + log-softmax 4 = 10 B) is smaller
+    than this backward one (4 saved + 10 = 14 B).
+
+    megatron / deepspeed: 0 — the fused vocab-parallel cross-entropy computes the softmax and its
+    gradient in place in the saved fp32 buffer (Megatron-LM core/tensor_parallel/cross_entropy.py
+    `VocabParallelCrossEntropy.backward`: `grad_input = softmax` then in-place updates).
+
+    Source: torchtitan @9dec370 train.py (`loss = loss_fn(pred, labels); del pred; loss.backward()`);
+    ATen LossNLL.cpp (`cross_entropy_loss` -> `nll_loss_nd(log_softmax(self))`), derivatives.yaml
+    (`_log_softmax` saves `result`; `nll_loss_forward` saves `self`), PyTorch CUDACachingAllocator
+    (freed blocks are cached, best-fit reuse, released only on an allocation failure).
+    Not derived for TP > 1: torchtitan's `loss_parallel` handlers (torch/distributed/tensor/parallel/
+    loss.py) compute the log-softmax and its gradient with their own temporaries; the same 10 B
+    is used there as an estimate.
+    """
+    _check_common(seq_len=seq_len, micro_batch_size=micro_batch_size, tp=tp, cp=cp)
+    if framework != "torchtitan":
+        return 0
+    tokens = seq_len * micro_batch_size // cp
+    return (4 + 4 + 2) * tokens * -(-model.padded_vocab_size // tp)
 
 
 def embedding_activation_bytes(model: ModelSpec, *, seq_len: int, micro_batch_size: int, tp: int, cp: int = 1,

@@ -13,7 +13,9 @@ Terms (bytes per device):
   in-flight factor, + embedding activations (first stage, in flight), + logits and loss (last stage);
 - transient: the gather working set of `sharded_with_gather` parameters (largest unit × (1 +
   prefetch)) and the unreduced gradient of that unit, gradient buckets, offload staging buffers, the
-  working set of recomputing one layer under full recompute;
+  working set of recomputing one layer under full recompute, the loss backward's working set (last
+  stage, `activations.loss_working_set_bytes`); the loss-backward and layer-backward terms are
+  never alive together, so `transient` is their peak (`transient_peak`), not their sum;
 - reserve: CUDA context + NCCL buffers + allocator fragmentation (DEFAULT_RESERVE_BYTES, overridable).
 
 Verdict: `fits` when total ≤ (1 − margin) · capacity, `at_risk` when ≤ capacity, else `does_not_fit`
@@ -40,7 +42,9 @@ DEFAULT_RESERVE_BYTES = 2 * GIB
 [Empirical] The CUDA context alone takes ~0.5 GiB on H100 (PyTorch `torch.cuda.mem_get_info` before
 and after `torch.cuda.init()`); NCCL allocates per-communicator buffers (NCCL_BUFFSIZE = 4 MiB per
 channel per peer); the caching allocator keeps fragmented blocks (torchtitan reports `reserved` vs
-`active` peaks apart by 1-3 GiB in its benchmark tables). 2 GiB is a stated default, overridable."""
+`active` peaks apart by 1-3 GiB in its benchmark tables). 2 GiB is a stated default, overridable.
+torchtitan's published peaks are the allocator's `reserved_bytes.all.peak` (torchtitan @9dec370
+torchtitan/metrics.py), which excludes the CUDA context; the same default is used for them."""
 
 DEFAULT_AT_RISK_MARGIN = 0.10
 """Fraction of capacity kept as a safety margin before a plan is called `fits` (FC-04)."""
@@ -70,7 +74,8 @@ class MemoryBreakdown:
     activations: int
     """Saved activations of all in-flight micro-batches incl. embedding and logits."""
     transient: int
-    """Sum of `transient_terms`."""
+    """Peak of `transient_terms` (`transient_peak`: the loss-backward and layer-backward terms never
+    coexist), bytes."""
     reserve: int
     """CUDA context + fragmentation."""
     capacity: int
@@ -185,8 +190,9 @@ def _unit_params(model: ModelSpec, counts: ParamCounts, placement: Placement, la
 
 
 def _activations(model: ModelSpec, layout: Layout, placement: Placement, layers: tuple[int, ...],
-                 modes: list[str], stage: int, dtype: int) -> tuple[dict[str, int], float, int]:
-    """Activation terms, in-flight factor, and the working set of one fully recomputed layer."""
+                 modes: list[str], stage: int, dtype: int) -> tuple[dict[str, int], float, int, int]:
+    """Activation terms, in-flight factor, the working set of one fully recomputed layer, and the
+    loss backward's working set (last stage)."""
     from planner.cost import activations as act
 
     sp = placement.activations.get("tp") == Mode.SHARDED
@@ -199,8 +205,11 @@ def _activations(model: ModelSpec, layout: Layout, placement: Placement, layers:
     terms = {"layers": int(sum(per_layer) * flight)}
     if stage == 0:
         terms["embedding"] = int(act.embedding_activation_bytes(model, **kw) * flight)
+    loss_ws = 0
     if stage == layout.pp - 1:
-        terms["output_logits_loss"] = int(act.output_layer_activation_bytes(model, **kw))
+        terms["output_logits_loss"] = int(act.output_layer_activation_bytes(model, framework=layout.framework, **kw))
+        loss_ws = act.loss_working_set_bytes(model, seq_len=layout.seq_len, micro_batch_size=layout.micro_batch_size,
+                                             tp=layout.tp, cp=layout.cp, framework=layout.framework)
     recompute_ws = 0
     if "full" in modes and layers:
         recompute_ws = max(act.layer_activation_bytes(model, i, recompute="none", **kw_layer).total
@@ -208,7 +217,7 @@ def _activations(model: ModelSpec, layout: Layout, placement: Placement, layers:
     if placement.activations.get("host") == Mode.OFFLOADED and layers:
         # Offloaded: the device keeps the layer being computed and one prefetched (double buffer).
         terms["layers"] = int(2 * max(per_layer))
-    return terms, flight, recompute_ws
+    return terms, flight, recompute_ws, loss_ws
 
 
 def _modes_by_layer(layers: tuple[int, ...], layout: Layout,
@@ -271,10 +280,10 @@ def stage_memory(model: ModelSpec, cluster, layout: Layout, stage: int, *,
             totals[state] += b
 
     modes = _modes_by_layer(layers, layout, layers_by_recompute)
-    act_terms, flight, recompute_ws = _activations(model, layout, placement, layers, modes, stage,
-                                                   sb.compute)
+    act_terms, flight, recompute_ws, loss_ws = _activations(model, layout, placement, layers, modes, stage,
+                                                            sb.compute)
     transient = {"gradient_buckets": _bucket_bytes(layout, sb, local_grads),
-                 "recompute_working_set": recompute_ws}
+                 "recompute_working_set": recompute_ws, "loss_working_set": loss_ws}
     if any(placement.groups[g].mode(State.PARAMETERS, a) == Mode.SHARDED_WITH_GATHER
            for g in GROUPS for a in placement.groups[g].degrees):
         units = _unit_params(model, counts, placement, layout, layers, stage)
@@ -297,12 +306,35 @@ def stage_memory(model: ModelSpec, cluster, layout: Layout, stage: int, *,
     return MemoryBreakdown(
         stage=stage, parameters=totals[State.PARAMETERS], gradients=totals[State.GRADIENTS],
         optimizer_states=totals[State.OPTIMIZER_STATES], activations=sum(act_terms.values()),
-        transient=sum(transient.values()),
+        transient=transient_peak(transient),
         reserve=DEFAULT_RESERVE_BYTES if reserve_bytes is None else reserve_bytes,
         capacity=capacity, transient_terms=transient, activation_terms=act_terms,
         state_terms=state_terms, in_flight_microbatches=flight,
         padded_vocab_size=padded_vocab(model, layout), initialization_peak=init_peak,
         warnings=warnings, at_risk_margin=at_risk_margin)
+
+
+LOSS_PHASE_TERMS = ("loss_working_set",)
+"""Transients alive only while the loss backward runs (last stage)."""
+LAYER_BACKWARD_PHASE_TERMS = ("recompute_working_set", "unreduced_unit_gradient")
+"""Transients alive only while one decoder layer runs its backward."""
+
+
+def transient_peak(terms: dict[str, int]) -> int:
+    """Peak of the transient terms: the always-present ones + the larger of the two backward phases.
+
+    The loss backward (nll / log-softmax gradients) and a layer's backward (its recomputed
+    activations, its unsharded gradient before the reduce-scatter) run one after the other on a
+    GPU, never together: the logits' gradient is consumed by the LM head's backward and freed before
+    the first decoder layer's backward starts (torch autograd frees a node's inputs once it has run;
+    under PP a stage runs one micro-batch's backward at a time). Every other term (gathered
+    parameters, buckets, offload staging) is present in both phases. With no loss working set
+    (Megatron's in-place fused cross-entropy) this is the plain sum.
+    """
+    loss = sum(terms.get(k, 0) for k in LOSS_PHASE_TERMS)
+    layer = sum(terms.get(k, 0) for k in LAYER_BACKWARD_PHASE_TERMS)
+    common = sum(terms.values()) - loss - layer
+    return common + max(loss, layer)
 
 
 def _model_parallel_degree(placement: Placement, group: str) -> int:
