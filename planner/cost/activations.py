@@ -424,7 +424,8 @@ def output_layer_activation_bytes(model: ModelSpec, *, seq_len: int, micro_batch
     sp = tp if sequence_parallel else 1
     vocab = -(-model.padded_vocab_size // tp)
     if framework == "torchtitan":
-        return math.ceil(6 * tokens * model.hidden_size / sp) + 2 * tokens * model.hidden_size + 4 * tokens * vocab
+        norm = math.ceil(6 * tokens * model.hidden_size / sp)
+        return norm + 2 * tokens * model.hidden_size + 4 * tokens * vocab
     return math.ceil(2 * 2 * tokens * model.hidden_size / sp) + 4 * tokens * vocab
 
 
