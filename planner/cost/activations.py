@@ -313,10 +313,6 @@ def _moe(model: ModelSpec, *, ep: int, etp: int, overload: float, framework: str
     return tensors
 
 
-TORCHTITAN_SOURCE = "pytorch/torchtitan @9dec370ad26b (2024-12-26, the commit of benchmarks/llama3_h100_202412_torchtitan.md)"
-"""The torchtitan version whose code the torchtitan conventions below were read from."""
-
-
 def _op_sac_applies(model: ModelSpec, layer_index: int) -> bool:
     """torchtitan's op-level SAC is costed for the dense attention + MLP block it was written for."""
     return not (model.is_mla or model.parallel_attention or (model.is_moe and model.moe_layers[layer_index]))
