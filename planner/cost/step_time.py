@@ -430,3 +430,27 @@ def _summary(model, cluster, layout, modes, step, compute, comm, bubble, recompu
                     recompute=recompute, optimizer=optimizer, tokens_per_s=tokens / step,
                     tflops_per_gpu=tflops, hardware_tflops_per_gpu=hw_tflops,
                     mfu=tflops * 1e12 / peak, hfu=hw_tflops * 1e12 / peak)
+
+
+# ---------------------------------------------------------------- for the search's bounds
+
+
+def total_stage_params(model: ModelSpec, layout: Layout) -> float:
+    """Sum over pipeline stages of the parameters one GPU of each stage holds before ZeRO
+    (`_stage_param_count` of every stage; independent of the split)."""
+    one_stage = Layout(tp=layout.tp, ep=layout.ep, etp=layout.etp)
+    return _stage_param_count(model, one_stage, range(model.num_hidden_layers), 0)
+
+
+def microbatch_state_traffic_s(model: ModelSpec, cluster: ClusterSpec, layout: Layout, params: float, *,
+                               rank_order: Sequence[str] = coll.DEFAULT_RANK_ORDER) -> float:
+    """Per-micro-batch ZeRO-2/3 + parameter-offload traffic of a stage holding `params` (the Z of
+    `step_time`'s max(0, Z - compute - recompute)), s."""
+    share = _sharing(layout, cluster, rank_order)
+    return _dp_times(model, cluster, layout, params, share)[0] + _offload_time(cluster, layout, params)[0]
+
+
+def pipeline_send_s(model: ModelSpec, cluster: ClusterSpec, layout: Layout, *,
+                    rank_order: Sequence[str] = coll.DEFAULT_RANK_ORDER) -> float:
+    """One pipeline send of a micro-batch's boundary activations, s (as `step_time` charges it)."""
+    return _p2p_time(model, cluster, layout, _sharing(layout, cluster, rank_order))

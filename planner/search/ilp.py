@@ -247,7 +247,8 @@ class StageSolution:
 
 
 def solve_stage_problem(problem: StageProblem, *, num_workers: int = 1,
-                        max_time_s: float = 10.0, precheck: bool = True) -> StageSolution:
+                        max_time_s: float = 10.0, precheck: bool = True,
+                        diagnose: bool = True) -> StageSolution:
     """Minimise the bottleneck stage time subject to per-stage memory (see module docstring).
 
     Args:
@@ -255,13 +256,14 @@ def solve_stage_problem(problem: StageProblem, *, num_workers: int = 1,
         num_workers: CP-SAT search workers.
         max_time_s: CP-SAT time limit, s.
         precheck: decide infeasibility by the exact `feasible_split` test before building the model.
+        diagnose: attach the `memory_diagnosis` of an infeasible problem (a bisection; a search
+            that only needs "no plan" skips it).
     """
     start = time.perf_counter()
     ip = to_int_problem(problem)
-    if precheck:
-        diagnosis = memory_diagnosis(ip)
-        if diagnosis.excess_bytes > 0:
-            return _without_plan("INFEASIBLE", diagnosis, time.perf_counter() - start)
+    if precheck and feasible_split(ip, ip.capacity_bytes) is None:
+        return _without_plan("INFEASIBLE", memory_diagnosis(ip) if diagnose else None,
+                             time.perf_counter() - start)
     model, var = _build(ip)
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = num_workers

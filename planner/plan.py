@@ -1,0 +1,572 @@
+"""`planner plan`: the fastest layout that fits, its runner-ups, and the evidence.
+
+`plan(...)` enumerates candidate layouts (`search.mesh.candidate_layouts`: meshes x knobs, each
+checked by the placement rules, every rejection counted), visits them best-first by a cheap lower
+bound, and for each one it solves, builds the stage program of `search.ilp` from the real cost
+model -- one row per layer *kind*, not per layer -- solves it with CP-SAT, and costs the chosen
+split and per-layer recompute with `cost.step_time.step_time` and `cost.memory.stage_memory`.
+The numbers reported for a plan are those two functions' output for its Layout, nothing else.
+
+What is optimal (the search model, stated exactly)
+--------------------------------------------------
+For a candidate c (mesh x knobs) and an assignment a (layer split + recompute mode per layer):
+
+- T_s(c, a): stage s's per-micro-batch time as the ILP prices it: the LM-head time of the stage
+  (`stage_fixed_times`) + sum over its layers of `layer_times` in the layer's mode. It is the
+  stage time of `step_time` except the ZeRO-2/3 / parameter-offload per-micro-batch traffic that
+  compute does not hide (max(0, Z - compute), a term >= 0).
+- feasible(c, a): every stage fits `capacity - reserve` under the linear memory model of
+  `_stage_problem` (calibrated from `stage_memory`; exact for the per-layer states, activations
+  x in-flight factor and the gradient-bucket slope, conservative for the full-recompute working
+  set, charged on every stage when `full` may be used).
+- a*(c) = argmin_a max_s T_s(c, a) over feasible a (CP-SAT, proven OPTIMAL per candidate).
+- objective(c) = step_time(c, a*(c)).step.
+
+`plan` returns the candidates with the least objective(c) (the top K), and status OPTIMAL when
+every candidate was either solved to optimality or pruned by a bound <= its objective. This is
+exact for that two-level model. It is NOT a claim that a*(c) minimises step_time over every
+assignment of c: step_time adds split-dependent terms beyond the bottleneck stage (the DP tail
+and optimizer step of each stage, the exposed ZeRO traffic), which the ILP does not see. Tests
+(`tests/test_plan_brute.py`) check both halves against exhaustive enumeration on small cases.
+
+Lower bound (`_cheap_bound`), valid for step_time. step_time's stage total is
+pipeline_time(t_s) + (DP tail + optimizer + offload, each >= 0), pipeline_time = A t_s + P with
+A = m + (pp - 1)/v > 0 (1F1B: v = 1) and P the p2p sends, and the per-micro-batch stage time is
+t_s = C_s + max(F_s + R_s, Z_s), where F_s + R_s = T0_s + sum of the stage's layer compute and
+recompute, C_s the layers' exposed TP/CP/EP communication and Z_s the ZeRO-2/3 + offload traffic
+of its parameters (affine in them). Hence t_s >= T0_s + sum_l t[l, r_l] and t_s >= C_s + Z_s, and
+
+    step >= A max_s t_s + P
+         >= A max( (sum_s T0_s + sum_l min_r t[l, r]) / pp,  (sum_l min_r c[l, r] + sum_s Z_s) / pp ) + P,
+
+a maximum being at least its mean; sum_s Z_s = pp Z(sum_s params_s / pp) because Z is affine and
+sum_s params_s does not depend on the split (`total_stage_params`); Z is taken with 2 parameter
+gathers (no full recompute), its least value. Every candidate's bound is <= its objective(c)
+(tested on every candidate of small cases, `tests/test_plan_bound.py`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from planner.cost.comm import bytes_per_axis, collectives
+from planner.cost.memory import DEFAULT_RESERVE_BYTES, in_flight_microbatches, stage_memory
+from planner.cost.params_flops import count_params
+from planner.cost.pipeline import pipeline_time
+from planner.cost.step_time import (
+    layer_time,
+    microbatch_state_traffic_s,
+    pipeline_send_s,
+    stage_fixed_times,
+    step_time,
+    total_stage_params,
+)
+from planner.errors import InfeasibleError, SpecError
+from planner.placement.layout import RECOMPUTE_MODES, Layout
+from planner.placement.precision import state_bytes
+from planner.placement.rules import check_layout, errors, uneven_split
+from planner.search.bounds import search, stage_problem_lower_bound_s
+from planner.search.ilp import (
+    TIME_UNIT_S,
+    StageProblem,
+    StageSolution,
+    memory_diagnosis,
+    solve_stage_problem,
+    to_int_problem,
+)
+from planner.search.mesh import Rejections, SearchSpace, candidate_layouts
+from planner.specs.cluster import ClusterSpec
+from planner.specs.model import ModelSpec
+
+DEFAULT_BATCH_TOKENS = 4 * 2**20
+"""Default global batch, tokens: 4,194,304 (Llama 2 and Llama 3 pre-training, Touvron et al. 2023
+§2.2 "4M tokens"; Llama Team 2024 §3.4.1 starts 405B at 4M), rounded down to whole sequences."""
+
+MICRO_BATCH_SIZES = (1, 2, 4)
+"""Micro-batch sizes searched, sequences (Megatron-LM examples use 1-4 for large models)."""
+
+ZERO_STAGES = (0, 1, 2, 3)
+"""ZeRO stages searched (when dp > 1)."""
+
+MESH_RULES = frozenset({"world_size", "heads_divisible_by_tp", "kv_heads_divisible_by_tp",
+                        "layers_divisible_by_pp", "pipeline_layers", "experts_divisible_by_ep",
+                        "expert_group", "sequence_divisible", "ulysses_heads"})
+"""Placement rules that depend on the degrees only: checked once per mesh (a bad mesh counts once)."""
+
+FIXABLE = ("dp", "tp", "pp", "cp", "ep", "etp", "zero_stage", "micro_batch_size", "vpp",
+           "sequence_parallel", "recompute")
+"""Keys `--fix` accepts."""
+
+ROUNDING_S = TIME_UNIT_S / 2
+"""Most `ilp.to_int_problem` moves one time coefficient (rounded to the nearest microsecond), s."""
+
+
+def default_global_batch_size(seq_len: int) -> int:
+    """DEFAULT_BATCH_TOKENS in whole sequences (at least 1)."""
+    return max(1, DEFAULT_BATCH_TOKENS // seq_len)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Evaluated:
+    """One solved candidate."""
+
+    layout: Layout
+    """The layout with the ILP's split in `pipeline_layers`."""
+    objective_s: float
+    """step_time(...).step, s."""
+    status: str
+    """CP-SAT status of the stage program."""
+    solution: StageSolution
+    """The stage program's solution."""
+    modes: tuple[str, ...]
+    """Recompute mode per decoder layer."""
+
+
+class _Costs:
+    """Per-plan caches of the cost tables (per mesh x micro-batch) and the stage programs."""
+
+    def __init__(self, model: ModelSpec, cluster: ClusterSpec, reserve_bytes: int):
+        self.model, self.cluster, self.reserve = model, cluster, reserve_bytes
+        self.kinds, self.reps = layer_kinds(model)
+        self._times: dict = {}
+        self._states: dict = {}
+        self._acts: dict = {}
+        self._problems: dict = {}
+        self.infeasible: list[Layout] = []
+
+    def problem(self, layout: Layout, modes: tuple[str, ...]) -> StageProblem:
+        """The stage program of `layout` (built once)."""
+        if (layout, modes) not in self._problems:
+            self._problems[(layout, modes)] = _stage_problem(self, layout, modes)
+        return self._problems[(layout, modes)]
+
+    def layer_state_bytes(self, layout: Layout) -> tuple[float, ...]:
+        """[kind] bytes one more layer adds on a GPU besides its activations: parameters,
+        gradients, optimizer states and the gradient-bucket slope (per mesh x ZeRO stage)."""
+        key = (layout.dp, layout.tp, layout.pp, layout.cp, layout.ep, layout.etp,
+               layout.zero_stage, layout.dp_shard, layout.offload)
+        if key not in self._states:
+            out = []
+            for rep in self.reps:
+                one, two = (stage_memory(self.model, self.cluster, layout, 0, layers=(rep,) * n,
+                                         reserve_bytes=0, layers_by_recompute={"none": n})
+                            for n in (1, 2))
+                out.append(max(0.0, two.total - two.activations - one.total + one.activations))
+            self._states[key] = tuple(out)
+        return self._states[key]
+
+    def layer_activation_bytes(self, layout: Layout) -> tuple[tuple[tuple[float, ...], ...], int]:
+        """([kind][mode] saved-activation bytes of one layer for one micro-batch, the largest
+        full-recompute working set), per (tp, cp, b, sp, ep, etp)."""
+        key = (layout.tp, layout.cp, layout.micro_batch_size, layout.sequence_parallel,
+               layout.ep, layout.etp)
+        if key not in self._acts:
+            flight, rows, working = in_flight_microbatches(layout, 0), [], 0
+            for rep in self.reps:
+                one = stage_memory(self.model, self.cluster, layout, 0, layers=(rep,),
+                                   reserve_bytes=0, layers_by_recompute={"none": 1})
+                row = []
+                for mode in RECOMPUTE_MODES:
+                    counts = {"none": 2} if mode == "none" else {"none": 1, mode: 1}
+                    two = stage_memory(self.model, self.cluster, layout, 0, layers=(rep, rep),
+                                       reserve_bytes=0, layers_by_recompute=counts)
+                    row.append((two.activation_terms["layers"]
+                                - one.activation_terms["layers"]) / flight)
+                    working = max(working, two.transient_terms.get("recompute_working_set", 0))
+                rows.append(tuple(row))
+            self._acts[key] = (tuple(rows), working)
+        return self._acts[key]
+
+    def kind_times(self, layout: Layout, part: str = "total_s") -> tuple[tuple[float, ...], ...]:
+        """[kind][mode] per-micro-batch time of one layer, s (depends on mesh, b, precision):
+        `total_s` or its exposed communication `comm_s`."""
+        key = (layout.tp, layout.pp, layout.cp, layout.dp, layout.ep, layout.etp,
+               layout.micro_batch_size)
+        if key not in self._times:
+            self._times[key] = [[layer_time(self.model, self.cluster, layout, rep, mode)
+                                 for mode in RECOMPUTE_MODES] for rep in self.reps]
+        return tuple(tuple(getattr(t, part) for t in row) for row in self._times[key])
+
+
+def layer_kinds(model: ModelSpec) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(kind index of each layer, representative layer of each kind): layers with the same
+    parameter counts and attention type cost the same in every term."""
+    counts = count_params(model)
+    keys: dict = {}
+    kinds = []
+    for i, lp in enumerate(counts.layers):
+        key = (lp, model.layer_types[i] if model.layer_types else None,
+               bool(model.is_moe and model.moe_layers[i]))
+        kinds.append(keys.setdefault(key, len(keys)))
+    reps = tuple(kinds.index(k) for k in range(len(keys)))
+    return tuple(kinds), reps
+
+
+# ---------------------------------------------------------------- bounds
+
+
+def _pipe_coefficients(model: ModelSpec, cluster: ClusterSpec, layout: Layout) -> tuple[float, float]:
+    """(A, P): pipeline_time(t).total_s = A t + P for the layout's default schedule."""
+    kw = dict(num_microbatches=layout.num_microbatches, pp=layout.pp, vpp=layout.vpp,
+              p2p_send_s=pipeline_send_s(model, cluster, layout))
+    zero = pipeline_time(forward_s=0.0, backward_s=0.0, **kw).total_s
+    one = pipeline_time(forward_s=0.0, backward_s=1.0, **kw).total_s
+    return one - zero, zero
+
+
+def _cheap_bound(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> float:
+    """A max(mean_s T_s, mean_s (comm_s + Z_s)) + P, a lower bound on step_time (module
+    docstring), s."""
+    model, cluster = costs.model, costs.cluster
+    allowed = [RECOMPUTE_MODES.index(m) for m in modes]
+    total, comm = costs.kind_times(layout), costs.kind_times(layout, "comm_s")
+    busy = sum(min(total[k][r] for r in allowed) for k in costs.kinds)
+    busy += sum(stage_fixed_times(model, cluster, layout))
+    talk = sum(min(comm[k][r] for r in allowed) for k in costs.kinds)
+    params = total_stage_params(model, layout) / layout.pp
+    talk += layout.pp * microbatch_state_traffic_s(model, cluster,
+                                                   dataclasses.replace(layout, recompute="none"),
+                                                   params)
+    a, p = _pipe_coefficients(model, cluster, layout)
+    return a * max(busy, talk) / layout.pp + p
+
+
+# ---------------------------------------------------------------- stage program
+
+
+def _stage_problem(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> StageProblem:
+    """The stage program of `layout` from the real cost model (see module docstring).
+
+    Per-layer memory is calibrated by differencing `stage_memory` on stage 0: one layer of the
+    kind vs the same layer listed twice (every term of `stage_memory` sums per listed layer), so
+    the fixed bytes cancel; activations are divided by the stage's in-flight factor and
+    re-multiplied per stage. The fixed bytes of stage s are its `stage_memory` holding two
+    layers of each kind minus their linear part (two, so the ZeRO-3 gather working set -- the
+    largest 1 + prefetch units -- is that of a full stage; middle stages share one value: same
+    terms, no embedding or head). The full-recompute working set (one layer's activations, which `stage_memory` adds
+    once when any layer of the stage is fully recomputed) is charged on every stage when `full`
+    is allowed: conservative, never a plan that `stage_memory` rejects for it.
+    """
+    model, cluster = costs.model, costs.cluster
+    ref = dataclasses.replace(layout, pipeline_layers=tuple(uneven_split(model.num_hidden_layers,
+                                                                         layout.pp)))
+    state = costs.layer_state_bytes(ref)
+    act, working = costs.layer_activation_bytes(ref)
+    fixed_mem, per_stage, middle = [], [], None
+    for s, layers in enumerate(_layer_sets(ref)):
+        flight = in_flight_microbatches(ref, s)
+        per_stage.append(tuple(tuple(act[k][RECOMPUTE_MODES.index(m)] * flight for m in modes)
+                               for k in range(len(act))))
+        if middle is not None and 0 < s < layout.pp - 1:
+            fixed_mem.append(middle)
+            continue
+        probe = costs.reps * 2  # two layers of each kind: the same gather units as a full stage
+        mem = stage_memory(model, cluster, ref, s, layers=probe, reserve_bytes=0,
+                           layers_by_recompute={"none": len(probe)})
+        linear = sum(state[costs.kinds[i]] + act[costs.kinds[i]][0] * flight for i in probe)
+        fixed = max(0.0, mem.total - linear) + (working if "full" in modes else 0)
+        fixed_mem.append(fixed)
+        middle = fixed if 0 < s < layout.pp - 1 else middle
+    times = costs.kind_times(layout)
+    idx = [RECOMPUTE_MODES.index(m) for m in modes]
+    return StageProblem(
+        layer_kinds=costs.kinds,
+        kind_time_s=tuple(tuple(row[r] for r in idx) for row in times),
+        kind_state_bytes=tuple(state),
+        kind_memory_bytes=tuple(per_stage),
+        stage_fixed_time_s=stage_fixed_times(model, cluster, layout),
+        stage_fixed_memory_bytes=tuple(fixed_mem),
+        capacity_bytes=cluster.gpu.memory_bytes - costs.reserve,
+        modes=modes,
+    )
+
+
+def _layer_sets(layout: Layout) -> list[tuple[int, ...]]:
+    counts, out, start = layout.pipeline_layers, [], 0
+    for n in counts:
+        out.append(tuple(range(start, start + n)))
+        start += n
+    return out
+
+
+def _modes_for(fixed: dict) -> tuple[str, ...]:
+    return (fixed["recompute"],) if "recompute" in fixed else RECOMPUTE_MODES
+
+
+def _refined_bound(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> float:
+    """A T_lb + P with T_lb the stage program's count bound (`stage_problem_lower_bound_s`, a
+    valid lower bound on max_s T_s; inf when no split fits), less the integer rounding."""
+    bound_s = stage_problem_lower_bound_s(costs.problem(layout, modes))
+    if math.isinf(bound_s):
+        costs.infeasible.append(layout)
+        return math.inf
+    a, p = _pipe_coefficients(costs.model, costs.cluster, layout)
+    slack_s = ROUNDING_S * (costs.model.num_hidden_layers + 1)
+    return a * max(0.0, bound_s - slack_s) + p
+
+
+def _solve(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> Evaluated | None:
+    """Solve the stage program of `layout` and cost its plan with step_time (None: no plan)."""
+    solution = solve_stage_problem(costs.problem(layout, modes), diagnose=False)
+    if solution.layers_per_stage is None:
+        costs.infeasible.append(layout)
+        return None
+    chosen = dataclasses.replace(layout, pipeline_layers=solution.layers_per_stage,
+                                 recompute=layout_recompute(solution.layer_recompute))
+    step = step_time(costs.model, costs.cluster, chosen, recompute_layers=solution.layer_recompute)
+    return Evaluated(layout=chosen, objective_s=step.step, status=solution.status,
+                     solution=solution, modes=solution.layer_recompute)
+
+
+def _uniform(modes) -> str | None:
+    return modes[0] if modes and all(m == modes[0] for m in modes) else None
+
+
+def layout_recompute(modes) -> str:
+    """The Layout's `recompute` for per-layer modes: the mode most layers use (ties: the first
+    of none, selective, full); per-layer counts travel separately."""
+    return max(RECOMPUTE_MODES, key=lambda m: (sum(1 for x in modes if x == m),
+                                               -RECOMPUTE_MODES.index(m)))
+
+
+# ---------------------------------------------------------------- plan
+
+
+def plan(model: ModelSpec, cluster: ClusterSpec, *, seq_len: int, global_batch_size: int,
+         precision: str = "bf16", optimizer: str = "adamw", framework: str = "megatron",
+         fixed: dict | None = None, top_k: int = 3, reserve_bytes: int | None = None,
+         on_progress: Callable[[int, int], None] | None = None) -> dict:
+    """The top_k fastest layouts of `model` on `cluster` that fit (see module docstring).
+
+    Args:
+        model, cluster: what to train on what (`cluster.num_gpus` GPUs, all used).
+        seq_len: tokens per sequence.
+        global_batch_size: sequences per optimizer step.
+        precision, optimizer, framework: passed to every Layout.
+        fixed: pinned Layout fields (keys in FIXABLE), e.g. {"tp": 8, "recompute": "full"}.
+        top_k: plans to return.
+        reserve_bytes: per-GPU reserve (CUDA context, fragmentation); None = DEFAULT_RESERVE_BYTES.
+        on_progress: called with (visited, total) as candidates are solved.
+
+    Returns:
+        {"solver": {...}, "plans": [...], "rejected": [...], "request": {...}} (issue 4 part 3).
+
+    Raises:
+        SpecError: a pinned key outside FIXABLE or a bad value.
+        InfeasibleError: no candidate fits; names the binding constraint and the smallest change.
+    """
+    fixed = dict(fixed or {})
+    start = time.perf_counter()
+    reserve = DEFAULT_RESERVE_BYTES if reserve_bytes is None else reserve_bytes
+    base = dict(seq_len=seq_len, global_batch_size=global_batch_size, precision=precision,
+                optimizer=optimizer, framework=framework)
+    result, rejections, costs = _search(model, cluster, fixed, base, reserve, top_k, on_progress)
+    if not result.best:
+        raise _infeasible(model, cluster, costs, rejections, base, fixed, reserve)
+    plans = [plan_entry(model, cluster, r.result, reserve) for r in result.best]
+    return {
+        "solver": {"status": result.status, "objective_s": result.best[0].objective_s,
+                   "bound_s": min(result.bound_s, result.best[0].objective_s),
+                   "wall_s": time.perf_counter() - start,
+                   "candidates_evaluated": result.candidates_evaluated,
+                   "candidates_total": result.candidates_total, "pruned": result.pruned},
+        "plans": plans,
+        "rejected": rejections.as_list(),
+        "request": {"model": model.name, "cluster": cluster.name, "gpus": cluster.num_gpus,
+                    **base, "fixed": fixed},
+    }
+
+
+def _search(model, cluster, fixed, base, reserve, top_k, on_progress=None):
+    """Best-first search over the candidates; (SearchResult, Rejections, _Costs)."""
+    candidates, rejections, costs = _candidates(model, cluster, fixed, base, reserve)
+    modes = _modes_for(fixed)
+    result = search(candidates, lambda c: _cheap_bound(costs, c, modes),
+                    lambda c: _solve(costs, c, modes), top_k=top_k, on_progress=on_progress,
+                    refine=lambda c: _refined_bound(costs, c, modes))
+    return result, rejections, costs
+
+
+def _candidates(model, cluster, fixed, base, reserve) -> tuple[list[Layout], Rejections, _Costs]:
+    _check_fixed(fixed)
+    space = SearchSpace(
+        num_gpus=cluster.num_gpus, max_tp=cluster.scaleup_domain_gpus, moe=model.is_moe,
+        micro_batch_sizes=MICRO_BATCH_SIZES, zero_stages=ZERO_STAGES,
+        sequence_parallel=(True,), fixed={k: v for k, v in fixed.items() if k != "recompute"},
+        base={**base, **({"recompute": fixed["recompute"]} if "recompute" in fixed else {})})
+    rejections = Rejections()
+
+    def validate(layout: Layout) -> list:
+        return errors(check_layout(model, cluster, _with_split(model, layout)))
+
+    def validate_mesh(layout: Layout) -> list:
+        return [v for v in validate(layout) if v.rule in MESH_RULES]
+
+    layouts = [_with_split(model, c) for c in
+               candidate_layouts(space, validate, rejections, validate_mesh=validate_mesh)]
+    return layouts, rejections, _Costs(model, cluster, reserve)
+
+
+def _with_split(model: ModelSpec, layout: Layout) -> Layout:
+    """Give a layout whose pp does not divide the layers the near-even split the ILP starts from
+    (the ILP chooses the split; only vpp = 1 may split unevenly)."""
+    n = model.num_hidden_layers
+    if layout.pipeline_layers is not None or n % (layout.pp * layout.vpp) == 0 or layout.vpp > 1:
+        return layout
+    return dataclasses.replace(layout, pipeline_layers=tuple(uneven_split(n, layout.pp)))
+
+
+def _check_fixed(fixed: dict) -> None:
+    for key in fixed:
+        if key not in FIXABLE:
+            raise SpecError(f"unknown key {key!r}; allowed: {', '.join(FIXABLE)}", key="--fix")
+
+
+# ---------------------------------------------------------------- output
+
+
+def plan_entry(model: ModelSpec, cluster: ClusterSpec, ev: Evaluated, reserve: int) -> dict:
+    """One plan as in issue 4 part 3: parallelism, memory (worst stage), comm bytes, times."""
+    layout = ev.layout
+    step = step_time(model, cluster, layout, recompute_layers=ev.modes)
+    mems = [stage_memory(model, cluster, layout, s, layers=layers, reserve_bytes=reserve,
+                         layers_by_recompute=counts)
+            for s, (layers, counts) in enumerate(_stage_modes(layout, ev.modes))]
+    worst = max(mems, key=lambda m: m.total)
+    uniform = _uniform(ev.modes)
+    return {
+        "parallelism": {
+            "dp": layout.dp, "tp": layout.tp, "pp": layout.pp, "cp": layout.cp, "ep": layout.ep,
+            "etp": layout.etp, "zero_stage": layout.zero_stage,
+            "sequence_parallel": layout.sequence_parallel,
+            "micro_batch_size": layout.micro_batch_size,
+            "global_batch_size": layout.global_batch_size,
+            "num_microbatches": layout.num_microbatches, "vpp": layout.vpp,
+            "recompute": uniform if uniform else [dict(c) for c in ev.solution.recompute_per_stage],
+            "pipeline_layers": list(layout.pipeline_layers),
+        },
+        "memory_bytes": {"parameters": worst.parameters, "gradients": worst.gradients,
+                         "optimizer_states": worst.optimizer_states,
+                         "activations": worst.activations, "transient": worst.transient,
+                         "reserve": worst.reserve, "total": worst.total,
+                         "capacity": worst.capacity, "stage": worst.stage},
+        "memory_verdict": worst.verdict,
+        "communication_bytes_per_step": bytes_per_axis(collectives(model, layout)),
+        "time_s": {"step": step.step, "compute": step.compute,
+                   "communication_exposed": step.communication_exposed,
+                   "pipeline_bubble": step.pipeline_bubble, "recompute": step.recompute,
+                   "optimizer": step.optimizer},
+        "tokens_per_s": step.tokens_per_s,
+        "tflops_per_gpu": step.tflops_per_gpu,
+        "mfu": step.mfu,
+        "hfu": step.hfu,
+        "solver_status": ev.status,
+    }
+
+
+def _stage_modes(layout: Layout, modes: tuple[str, ...]):
+    """Per stage: its layers ordered full, selective, none (the order `stage_memory` hands out
+    `layers_by_recompute`), and the counts, so each layer keeps the mode the ILP gave it."""
+    order = {"full": 0, "selective": 1, "none": 2}
+    for layers in _layer_sets(layout):
+        ranked = tuple(sorted(layers, key=lambda i: order[modes[i]]))
+        counts = {m: sum(1 for i in layers if modes[i] == m) for m in RECOMPUTE_MODES}
+        yield ranked, counts
+
+
+def plan_layout(entry: dict, request: dict) -> Layout:
+    """The Layout a plan entry (or a plan file's `parallelism` + request) describes."""
+    par = entry["parallelism"]
+    recompute = par["recompute"] if isinstance(par["recompute"], str) else layout_recompute(
+        [m for counts in par["recompute"] for m, n in counts.items() for _ in range(n)])
+    return Layout(dp=par["dp"], tp=par["tp"], pp=par["pp"], cp=par["cp"], ep=par["ep"],
+                  etp=par.get("etp", 1), zero_stage=par["zero_stage"],
+                  sequence_parallel=par["sequence_parallel"], vpp=par["vpp"],
+                  pipeline_layers=tuple(par["pipeline_layers"]),
+                  micro_batch_size=par["micro_batch_size"],
+                  global_batch_size=request["global_batch_size"], seq_len=request["seq_len"],
+                  recompute=recompute, optimizer=request["optimizer"],
+                  precision=request["precision"], framework=request["framework"])
+
+
+# ---------------------------------------------------------------- nothing fits
+
+
+def _infeasible(model, cluster, costs: _Costs, rejections: Rejections, base, fixed,
+                reserve) -> InfeasibleError:
+    """Binding constraint of the closest candidate and the least GPU count that has a plan."""
+    diagnoses = _diagnoses(costs, _modes_for(fixed))
+    if not diagnoses:
+        reasons = "; ".join(f"{r['count']} x {r['reason']}" for r in rejections.as_list()) or "none"
+        return InfeasibleError(f"no valid layout of {model.name} on {cluster.num_gpus} GPUs: every "
+                               f"candidate breaks a placement rule ({reasons})")
+    excess, layout, diagnosis = min(diagnoses, key=lambda d: d[0])
+    term, term_bytes = _dominant_term(costs, layout, diagnosis.stage)
+    gpus = minimum_gpus(model, cluster, base=base, fixed=fixed, reserve_bytes=reserve)
+    gib = 2**30
+    closest = (f"dp={layout.dp} tp={layout.tp} pp={layout.pp} cp={layout.cp} ep={layout.ep} "
+               f"zero={layout.zero_stage} b={layout.micro_batch_size}")
+    change = (f"use at least {gpus} GPUs ({gpus // cluster.gpus_per_node} nodes of "
+              f"{cluster.gpus_per_node})" if gpus else "no GPU count up to the search limit fits: "
+              "shorten the sequence or offload optimizer states")
+    return InfeasibleError(
+        f"no layout of {model.name} fits {cluster.num_gpus} x {cluster.gpu.name} "
+        f"({(cluster.gpu.memory_bytes - reserve) / gib:.1f} GiB usable per GPU): the closest, "
+        f"{closest} with the least-memory recompute, exceeds it on pipeline stage {diagnosis.stage} by "
+        f"{excess / gib:.1f} GiB, dominated by {term.replace('_', ' ')} "
+        f"({term_bytes / gib:.1f} GiB); smallest change: {change}",
+        details={"binding_stage": diagnosis.stage, "excess_bytes": excess, "dominant_term": term,
+                 "dominant_term_bytes": term_bytes, "minimum_gpus": gpus})
+
+
+def _diagnoses(costs: _Costs, modes: tuple[str, ...]) -> list[tuple[int, Layout, object]]:
+    """(excess bytes, layout, MemoryDiagnosis) of every candidate found to have no plan."""
+    out = []
+    for layout in dict.fromkeys(costs.infeasible):
+        d = memory_diagnosis(to_int_problem(costs.problem(layout, modes)))
+        out.append((d.excess_bytes, layout, d))
+    return out
+
+
+def _dominant_term(costs: _Costs, layout: Layout, stage: int) -> tuple[str, int]:
+    mem = stage_memory(costs.model, costs.cluster, layout, stage, reserve_bytes=costs.reserve,
+                       layers_by_recompute=None)
+    terms = {"parameters": mem.parameters, "gradients": mem.gradients,
+             "optimizer_states": mem.optimizer_states, "activations": mem.activations,
+             "transient": mem.transient}
+    name = max(terms, key=terms.get)
+    return name, terms[name]
+
+
+def states_lower_bound_gpus(model: ModelSpec, cluster: ClusterSpec, *, base: dict,
+                            reserve_bytes: int) -> int:
+    """Least GPU count any layout needs: all model states fully sharded (params x (parameter +
+    gradient + optimizer bytes of a ZeRO-3 layout of this framework)) over the usable memory,
+    activations ignored. Source: Rajbhandari et al. 2020 (ZeRO) §5, Psi x (2 + 2 + K) / N_d."""
+    layout = Layout(dp=2, zero_stage=3, **{k: v for k, v in base.items()
+                                           if k in ("precision", "optimizer", "framework")})
+    sb = state_bytes(layout)
+    per_param = sb.parameters + sb.gradients + sb.optimizer_states
+    total = count_params(model).total * per_param
+    return max(1, math.ceil(total / (cluster.gpu.memory_bytes - reserve_bytes)))
+
+
+def minimum_gpus(model: ModelSpec, cluster: ClusterSpec, *, base: dict, fixed: dict,
+                 reserve_bytes: int, max_steps: int = 24) -> int | None:
+    """Least whole-node GPU count with a plan: upward from the model-state bound, verified by
+    `plan` (doubling past the first `max_steps // 2` node counts); None when none is found."""
+    node = cluster.gpus_per_node
+    lower = states_lower_bound_gpus(model, cluster, base=base, reserve_bytes=reserve_bytes)
+    gpus = max(cluster.num_gpus + node, -(-lower // node) * node)
+    gpus = -(-gpus // node) * node
+    free = {k: v for k, v in fixed.items() if k not in ("dp", "pp", "cp")}
+    for step in range(max_steps):
+        sized = dataclasses.replace(cluster, num_gpus=gpus)
+        if _search(model, sized, free, base, reserve_bytes, 1)[0].best:
+            return gpus
+        gpus = gpus + node if step < max_steps // 2 else gpus * 2
+    return None
