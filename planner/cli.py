@@ -15,8 +15,9 @@ import typer
 from typer.core import TyperGroup
 
 from planner import explain as explain_api
+from planner import plan as plan_api
 from planner import report
-from planner.errors import PlannerError
+from planner.errors import PlannerError, SpecError
 from planner.placement import layout as layout_mod
 from planner.placement.layout import Layout
 from planner.specs import cluster as cluster_spec
@@ -168,3 +169,88 @@ def _value(option: object) -> str:
 def _sized(ref: str, world_size: int):
     """Without --gpus the cluster is as large as the layout (a partial node is fine for explain)."""
     return dataclasses.replace(cluster_spec.load_cluster(ref), num_gpus=world_size)
+
+
+# ---------------------------------------------------------------- plan
+
+_FIX_INTS = ("dp", "tp", "pp", "cp", "ep", "etp", "zero_stage", "micro_batch_size", "vpp")
+
+
+def parse_fix(items: list[str]) -> dict:
+    """`--fix key=value` pins: integers for degrees and knobs, true/false for sequence_parallel,
+    a recompute mode for recompute. Anything else is a SpecError naming the allowed keys."""
+    fixed: dict = {}
+    allowed = ", ".join(plan_api.FIXABLE)
+    for item in items:
+        key, sep, raw = item.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or key not in plan_api.FIXABLE:
+            raise SpecError(f"{item!r} must be key=value with key in: {allowed}", key="--fix")
+        fixed[key] = _fix_value(key, raw.strip())
+    if fixed.get("zero_stage", 0) not in (0, 1, 2, 3):
+        raise SpecError(f"zero_stage={fixed['zero_stage']} not allowed; allowed: 0, 1, 2, 3", key="--fix")
+    return fixed
+
+
+def _fix_value(key: str, raw: str) -> object:
+    if key in _FIX_INTS:
+        if not raw.isdigit() or (int(raw) < 1 and key != "zero_stage"):
+            raise SpecError(f"{key}={raw!r} must be an integer >= {0 if key == 'zero_stage' else 1}",
+                            key="--fix")
+        return int(raw)
+    if key == "sequence_parallel":
+        if raw.lower() not in ("true", "false", "1", "0", "yes", "no"):
+            raise SpecError(f"sequence_parallel={raw!r} must be true or false", key="--fix")
+        return raw.lower() in ("true", "1", "yes")
+    if raw not in layout_mod.RECOMPUTE_MODES:
+        raise SpecError(f"recompute={raw!r} not allowed; allowed: {', '.join(layout_mod.RECOMPUTE_MODES)}",
+                        key="--fix")
+    return raw
+
+
+def _batch_size(seq_len: int, sequences: int | None, tokens: int | None) -> int:
+    if sequences is not None and tokens is not None:
+        raise SpecError("give --global-batch-size or --global-batch-tokens, not both",
+                        key="--global-batch-tokens")
+    if tokens is not None:
+        if tokens % seq_len:
+            raise SpecError(f"value {tokens} is not a multiple of --seq-len {seq_len}",
+                            key="--global-batch-tokens")
+        return tokens // seq_len
+    return sequences or plan_api.default_global_batch_size(seq_len)
+
+
+@app.command("plan")
+def plan_cmd(
+    model: ModelOpt,
+    cluster: ClusterOpt,
+    gpus: GpusOpt = None,
+    seq_len: Annotated[int, typer.Option(min=1, help="Tokens per sequence.")] = 4096,
+    global_batch_size: Annotated[int | None, typer.Option(
+        min=1, help="Sequences per step [default: 4,194,304 tokens (4M, Llama 2/3) in whole sequences].")] = None,
+    global_batch_tokens: Annotated[int | None, typer.Option(min=1, help="Tokens per step (a multiple of --seq-len).")] = None,
+    precision: Annotated[Precision, typer.Option(help="GEMM precision.")] = "bf16",
+    optimizer: Annotated[Optimizer, typer.Option(help="Optimizer.")] = "adamw",
+    framework: Annotated[Framework, typer.Option(help="Conventions of this framework.")] = "megatron",
+    fix: Annotated[list[str] | None, typer.Option(
+        "--fix", metavar="KEY=VALUE",
+        help=f"Pin a degree or knob (repeatable): {', '.join(plan_api.FIXABLE)}.")] = None,
+    top: Annotated[int, typer.Option("--top", min=1, help="Plans to show.")] = 3,
+    reserve_gib: Annotated[float | None, typer.Option(min=0, help="CUDA context + fragmentation reserve, GiB.")] = None,
+    output: Annotated[str | None, typer.Option("--output", "-o", help="Write the best plan to this YAML file.")] = None,
+    fmt: FormatOpt = Format.table,
+) -> None:
+    """Find the fastest layouts that fit: best-first search, CP-SAT per candidate, proven optimal."""
+    fixed = parse_fix(fix or [])
+    spec = model_spec.load_model(model)
+    hw = cluster_spec.load_cluster(cluster, gpus=gpus)
+    reserve = None if reserve_gib is None else int(reserve_gib * 2**30)
+    with report.plan_progress() as tick:
+        data = plan_api.plan(spec, hw, seq_len=seq_len,
+                             global_batch_size=_batch_size(seq_len, global_batch_size, global_batch_tokens),
+                             precision=_value(precision), optimizer=_value(optimizer),
+                             framework=_value(framework), fixed=fixed, top_k=top,
+                             reserve_bytes=reserve, on_progress=tick)
+    report.show_plan(data, fmt.value)
+    if output:
+        report.write_yaml(output, plan_api.plan_file(data))

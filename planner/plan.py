@@ -152,9 +152,10 @@ class _Costs:
         if key not in self._states:
             out = []
             for rep in self.reps:
+                # 2 -> 3 copies: past the ZeRO-3 gather working set's 1 + prefetch largest units.
                 one, two = (stage_memory(self.model, self.cluster, layout, 0, layers=(rep,) * n,
                                          reserve_bytes=0, layers_by_recompute={"none": n})
-                            for n in (1, 2))
+                            for n in (2, 3))
                 out.append(max(0.0, two.total - two.activations - one.total + one.activations))
             self._states[key] = tuple(out)
         return self._states[key]
@@ -241,9 +242,9 @@ def _cheap_bound(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> float
 def _stage_problem(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> StageProblem:
     """The stage program of `layout` from the real cost model (see module docstring).
 
-    Per-layer memory is calibrated by differencing `stage_memory` on stage 0: one layer of the
-    kind vs the same layer listed twice (every term of `stage_memory` sums per listed layer), so
-    the fixed bytes cancel; activations are divided by the stage's in-flight factor and
+    Per-layer memory is calibrated by differencing `stage_memory` on stage 0: a layer of the kind
+    listed n vs n + 1 times (every term of `stage_memory` sums per listed layer), so the fixed
+    bytes cancel (states: n = 2, past the ZeRO-3 gather working set's largest units); activations are divided by the stage's in-flight factor and
     re-multiplied per stage. The fixed bytes of stage s are its `stage_memory` holding two
     layers of each kind minus their linear part (two, so the ZeRO-3 gather working set -- the
     largest 1 + prefetch units -- is that of a full stage; middle stages share one value: same
@@ -570,3 +571,24 @@ def minimum_gpus(model: ModelSpec, cluster: ClusterSpec, *, base: dict, fixed: d
             return gpus
         gpus = gpus + node if step < max_steps // 2 else gpus * 2
     return None
+
+
+def plan_file(data: dict, index: int = 0) -> dict:
+    """The plan file (`-o plan.yaml`, DESIGN.md §5) for plan `index` of a `plan()` result: what to
+    run (model, cluster, the full parallelism incl. the per-stage split and recompute), what the
+    model predicts, and the solver status; `plan_layout(doc["plan"], doc["request"])` rebuilds
+    the Layout."""
+    entry = data["plans"][index]
+    return {
+        "kind": "training-plan",
+        "version": 1,
+        "model": data["request"]["model"],
+        "cluster": data["request"]["cluster"],
+        "gpus": data["request"]["gpus"],
+        "request": {k: v for k, v in data["request"].items() if k not in ("model", "cluster", "gpus")},
+        "plan": {"parallelism": entry["parallelism"]},
+        "predicted": {k: entry[k] for k in ("time_s", "memory_bytes", "memory_verdict",
+                                            "communication_bytes_per_step", "tokens_per_s",
+                                            "tflops_per_gpu", "mfu", "hfu")},
+        "solver": dict(data["solver"]),
+    }

@@ -275,3 +275,106 @@ def _print_findings(console: Console, violations: list[dict], warnings: Iterable
         console.print(f"[{style}]{v.get('severity', 'error')}[/{style}] {v['rule']}: {v['message']}{fix}")
     for w in warnings:
         console.print(f"[yellow]note[/yellow] {w}")
+
+
+# ---------------------------------------------------------------- plan
+
+
+def show_plan(data: dict, fmt: str) -> None:
+    """`planner plan` (planner.plan.plan): top plans, time split, memory vs capacity, solver, rejections."""
+    if fmt != "table":
+        return dump(data, fmt)
+    console = _console()
+    req, solver = data["request"], data["solver"]
+    console.print(f"[bold]{req['model']}[/bold] on {req['gpus']:,} x {req['cluster']}  (seq "
+                  f"{req['seq_len']:,}, global batch {req['global_batch_size']:,} sequences, "
+                  f"{req['precision']}, {req['optimizer']}, {req['framework']} conventions)")
+    console.print(f"solver: [bold]{solver['status']}[/bold]  objective {solver['objective_s']:.3f} s/step, "
+                  f"bound {solver['bound_s']:.3f} s; {solver['candidates_evaluated']:,} of "
+                  f"{solver['candidates_total']:,} candidates solved, {solver['pruned']:,} pruned by "
+                  f"their bound; {solver['wall_s']:.2f} s")
+    console.print()
+    console.print(_table("plans (step time split, s)",
+                         ("#", "layout", "step", "compute", "exposed\ncomm", "bubble", "recompute",
+                          "optimizer", "tokens/s", "TFLOP/s\n/GPU", "MFU", "memory GiB\n(of cap.)"),
+                         (_plan_row(i, p) for i, p in enumerate(data["plans"], 1)), right_from=2))
+    for i, p in enumerate(data["plans"], 1):
+        par = p["parallelism"]
+        console.print(f"  {i}: pipeline layers {_runs(par['pipeline_layers'])}"
+                      + ("" if isinstance(par["recompute"], str) else
+                         "; recompute per stage " + ", ".join(
+                             "/".join(f"{n}{m[0]}" for m, n in c.items() if n)
+                             for c in par["recompute"])))
+    console.print()
+    top = data["plans"][0]
+    console.print(_memory_table(top["memory_bytes"], top["memory_verdict"],
+                                {"stage": top["memory_bytes"].get("stage", 0)}))
+    if data["rejected"]:
+        console.print()
+        console.print(_table("rejected candidates", ("reason", "count"),
+                             ((r["reason"].replace("_", " "), f"{r['count']:,}") for r in data["rejected"])))
+
+
+def _plan_row(i: int, p: dict) -> list:
+    t, mem = p["time_s"], p["memory_bytes"]
+    return [i, layout_label(p["parallelism"]), f"{t['step']:.3f}", f"{t['compute']:.3f}",
+            f"{t['communication_exposed']:.3f}", f"{t['pipeline_bubble']:.3f}",
+            f"{t['recompute']:.3f}", f"{t['optimizer']:.3f}", f"{p['tokens_per_s']:,.0f}",
+            f"{p['tflops_per_gpu']:.0f}", f"{100 * p['mfu']:.1f}%",
+            f"{gib(mem['total'])} ({100 * mem['total'] / mem['capacity']:.0f}%)"]
+
+
+def _runs(values: list[int]) -> str:
+    """[8, 8, 8, 7] -> `8x3, 7` (run-length)."""
+    out, i = [], 0
+    while i < len(values):
+        j = i
+        while j < len(values) and values[j] == values[i]:
+            j += 1
+        out.append(f"{values[i]}x{j - i}" if j - i > 1 else str(values[i]))
+        i = j
+    return ", ".join(out)
+
+
+class plan_progress:  # noqa: N801  (used as a context manager: `with plan_progress() as tick`)
+    """A transient progress bar on stderr, shown once a search has run for `delay_s`; yields the
+    `on_progress(visited, total)` callback for `planner.plan.plan`."""
+
+    def __init__(self, delay_s: float = 1.0):
+        import time
+
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        self._clock = time.perf_counter
+        self._start = self._clock()
+        self._delay = delay_s
+        self._progress = Progress(TextColumn("searching layouts"), BarColumn(), MofNCompleteColumn(),
+                                  TimeElapsedColumn(), console=Console(file=sys.stderr),
+                                  transient=True)
+        self._task = None
+
+    def __enter__(self):
+        return self._tick
+
+    def _tick(self, visited: int, total: int) -> None:
+        if self._task is None:
+            if self._clock() - self._start < self._delay or not self._progress.console.is_terminal:
+                return
+            self._progress.start()
+            self._task = self._progress.add_task("search", total=total)
+        self._progress.update(self._task, completed=visited, total=total)
+
+    def __exit__(self, *exc) -> None:
+        if self._task is not None:
+            self._progress.stop()
+
+
+def wrote(path: str) -> None:
+    """One line on stderr saying a file was written."""
+    sys.stderr.write(f"wrote {path}\n")
+
+
+def write_yaml(path: str, data: dict) -> None:
+    """Write `data` as block-style YAML to `path` and say so on stderr."""
+    with open(path, "w", encoding="utf-8") as handle:
+        yaml.safe_dump(data, handle, sort_keys=False, allow_unicode=True)
+    wrote(path)
