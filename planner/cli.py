@@ -185,7 +185,7 @@ def parse_fix(items: list[str]) -> dict:
         key, sep, raw = item.partition("=")
         key = key.strip().replace("-", "_")
         if not sep or key not in plan_api.FIXABLE:
-            raise SpecError(f"{item!r} must be key=value with key in: {allowed}", key="--fix")
+            raise SpecError(f"{item!r} must be key=value; allowed keys: {allowed}", key="--fix")
         fixed[key] = _fix_value(key, raw.strip())
     if fixed.get("zero_stage", 0) not in (0, 1, 2, 3):
         raise SpecError(f"zero_stage={fixed['zero_stage']} not allowed; allowed: 0, 1, 2, 3", key="--fix")

@@ -1,0 +1,119 @@
+"""`planner plan` through typer's CliRunner: formats, pins, exit codes, plan file round trip."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from planner import plan as P
+from planner.cli import app
+from planner.cost.step_time import step_time
+from planner.explain import explain
+from planner.specs.cluster import load_cluster
+from planner.specs.model import load_model
+
+runner = CliRunner()
+BASE = ["plan", "-m", "llama-3.1-8b", "-c", "dgx-h100", "--gpus", "8", "--seq-len", "2048",
+        "--global-batch-size", "64"]
+
+
+def _run(*args: str):
+    return runner.invoke(app, [*BASE, *args])
+
+
+@pytest.fixture(scope="module")
+def pinned_json():
+    """A search with recompute pinned, so the top plan's Layout is exactly what explain costs."""
+    result = _run("--fix", "recompute=selective", "--fix", "tp=2", "--format", "json", "--top", "2")
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)
+
+
+def test_json_has_the_issue_keys(pinned_json):
+    data = pinned_json
+    assert set(data["solver"]) >= {"status", "objective_s", "bound_s", "wall_s", "candidates_evaluated"}
+    assert data["solver"]["status"] == "OPTIMAL"
+    plan = data["plans"][0]
+    assert set(plan["parallelism"]) >= {"dp", "tp", "pp", "cp", "ep", "zero_stage", "sequence_parallel",
+                                        "micro_batch_size", "num_microbatches", "vpp", "recompute",
+                                        "pipeline_layers"}
+    assert set(plan["time_s"]) == {"step", "compute", "communication_exposed", "pipeline_bubble",
+                                   "recompute", "optimizer"}
+    assert {"memory_bytes", "memory_verdict", "communication_bytes_per_step", "tokens_per_s",
+            "tflops_per_gpu", "mfu"} <= set(plan)
+    assert isinstance(data["rejected"], list)
+    # Pins are honoured, never dropped.
+    assert all(p["parallelism"]["tp"] == 2 and p["parallelism"]["recompute"] == "selective"
+               for p in data["plans"])
+    assert len(data["plans"]) == 2 and data["plans"][0]["time_s"]["step"] <= data["plans"][1]["time_s"]["step"]
+
+
+def test_top_plan_is_what_explain_and_step_time_say(pinned_json):
+    """The reported plan is exactly `planner explain` + step_time of its Layout."""
+    data = pinned_json
+    layout = P.plan_layout(data["plans"][0], data["request"])
+    model, cluster = load_model("llama-3.1-8b"), load_cluster("dgx-h100", gpus=8)
+    ex = explain(model, cluster, layout)
+    plan = data["plans"][0]
+    mem = {k: v for k, v in plan["memory_bytes"].items() if k != "stage"}
+    assert mem == ex["memory_bytes"]
+    assert plan["memory_verdict"] == ex["memory_verdict"]
+    assert plan["communication_bytes_per_step"] == ex["communication_bytes_per_step"]
+    st = step_time(model, cluster, layout)
+    assert plan["time_s"]["step"] == pytest.approx(st.step, rel=1e-12)
+    assert plan["mfu"] == pytest.approx(st.mfu, rel=1e-12)
+
+
+def test_plan_file_round_trips_to_the_same_layout(tmp_path, pinned_json):
+    out = tmp_path / "plan.yaml"
+    result = _run("--fix", "recompute=selective", "--fix", "tp=2", "-o", str(out), "--format", "json")
+    assert result.exit_code == 0, result.output
+    doc = yaml.safe_load(out.read_text())
+    assert doc["model"] == "llama-3.1-8b" and doc["gpus"] == 8
+    assert doc["solver"]["status"] == "OPTIMAL"
+    assert P.plan_layout(doc["plan"], doc["request"]) == P.plan_layout(pinned_json["plans"][0],
+                                                                       pinned_json["request"])
+    assert doc["predicted"]["time_s"]["step"] == pytest.approx(pinned_json["plans"][0]["time_s"]["step"])
+
+
+def test_table_shows_plans_status_memory_and_rejections():
+    result = _run("--fix", "tp=8", "--top", "2")
+    assert result.exit_code == 0, result.output
+    for text in ("solver: OPTIMAL", "plans", "tokens/s", "MFU", "memory per GPU", "capacity", "tp8"):
+        assert text in result.output
+
+
+@pytest.mark.parametrize("fix, word", [("tq=2", "allowed"), ("tp=two", "integer"), ("tp", "key=value"), ("tq=2", "zero_stage, micro_batch_size"),
+                                       ("recompute=most", "allowed"), ("sequence_parallel=maybe", "true"),
+                                       ("zero_stage=5", "0, 1, 2, 3")])
+def test_bad_pin_exits_2_naming_what_is_allowed(fix, word):
+    result = _run("--fix", fix)
+    assert result.exit_code == 2
+    assert word in result.output
+
+
+def test_both_batch_options_exit_2():
+    result = _run("--global-batch-tokens", "131072")
+    assert result.exit_code == 2 and "not both" in result.output
+
+
+def test_global_batch_tokens_become_sequences():
+    result = runner.invoke(app, [*BASE[:9], "--global-batch-tokens", "131072", "--fix", "tp=8",
+                                 "--fix", "micro_batch_size=1", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["request"]["global_batch_size"] == 131072 // 2048
+
+
+def test_405b_on_8_gpus_exits_1_with_the_minimum_gpu_count():
+    """405B: 405.9e9 params x 16 B (bf16 params + fp32 grads + Adam fp32 master/m/v, Megatron
+    mixed precision) = 6.5e12 B; over 77.6 GiB usable per H100 that is >= 78 GPUs before any
+    activation, i.e. at least 10 nodes of 8: the named count must be at least that."""
+    result = runner.invoke(app, ["plan", "-m", "llama-3.1-405b", "-c", "dgx-h100", "--gpus", "8"])
+    assert result.exit_code == 1
+    text = " ".join(result.output.split())
+    assert "use at least" in text and "GPUs" in text and "exceeds" in text
+    gpus = int(text.split("use at least ")[1].split(" GPUs")[0])
+    assert gpus >= 80 and gpus % 8 == 0
