@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 plan: $(STAMP)
-	$(VENV)/bin/planner models show llama-3.1-70b
+	$(VENV)/bin/planner plan --model llama-3.1-70b --cluster dgx-h100 --gpus 64
 
 test: $(STAMP)
 	$(PY) -m pytest

@@ -1,0 +1,66 @@
+"""`plan` on a published run: Llama 3.1 405B on 16,384 H100s, seq 8192, 16M-token batches.
+
+Done-when of issue 4: the plan's predicted step time is no worse than that of the published layout
+(TP8 PP16 DP128, `../shared/reference/training_runs.yaml` llama3-405b-16384-8192: FSDP over DP,
+16 sequences per DP rank, first and last stage one layer fewer) under the same model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from planner import plan as P
+from planner.cost.step_time import step_time
+from planner.placement.layout import Layout
+from planner.placement.rules import check_layout, errors
+from planner.specs.cluster import load_cluster
+from planner.specs.model import load_model
+
+
+@pytest.fixture(scope="module")
+def llama405():
+    model, cluster = load_model("llama-3.1-405b"), load_cluster("dgx-h100", gpus=16384)
+    data = P.plan(model, cluster, seq_len=8192, global_batch_size=16 * 2**20 // 8192, fixed={},
+                  top_k=1)
+    return model, cluster, data
+
+
+def test_405b_plan_is_optimal_and_no_slower_than_the_published_layout(llama405):
+    model, cluster, data = llama405
+    assert data["solver"]["status"] == "OPTIMAL"
+    # 126 layers: first and last stage one fewer (Llama 3 §3.3.2): 7 + 14 x 8 + 7.
+    split = (7, *([8] * 14), 7)
+    published = []
+    for zero in (1, 2, 3):  # "FSDP, params not resharded after forward": read as ZeRO-1..3
+        for recompute in ("none", "selective"):
+            layout = Layout(dp=128, tp=8, pp=16, zero_stage=zero, sequence_parallel=True,
+                            micro_batch_size=1, global_batch_size=2048, seq_len=8192,
+                            pipeline_layers=split, recompute=recompute)
+            assert not errors(check_layout(model, cluster, layout))
+            published.append(step_time(model, cluster, layout).step)
+    assert data["plans"][0]["time_s"]["step"] <= min(published)
+
+
+def test_405b_plan_is_what_step_time_says(llama405):
+    model, cluster, data = llama405
+    entry = data["plans"][0]
+    layout = P.plan_layout(entry, data["request"])
+    if isinstance(entry["parallelism"]["recompute"], str):
+        assert step_time(model, cluster, layout).step == pytest.approx(entry["time_s"]["step"],
+                                                                       rel=1e-12)
+    assert entry["memory_verdict"] in ("fits", "at_risk")
+
+
+def test_minimum_gpus_is_at_least_the_model_state_bound():
+    """Hand arithmetic: llama-3.1-8b has 8,030,261,248 parameters x 18 B (Megatron: bf16 param 2
+    + fp32 main grad 4 + fp32 Adam master, m, v 12; Megatron-LM docs "18 bytes per parameter")
+    = 1.4454e11 B; a 16 GiB GPU with 2 GiB reserved holds 14 GiB = 1.5032e10 B, so no layout
+    fits on fewer than ceil(9.62) = 10 GPUs."""
+    model, cluster = load_model("llama-3.1-8b"), load_cluster("dgx-h100", gpus=8)
+    small = dataclasses.replace(cluster, gpu=dataclasses.replace(cluster.gpu, memory_gib=16))
+    base = dict(seq_len=2048, global_batch_size=64, precision="bf16", optimizer="adamw",
+                framework="megatron")
+    bound = P.states_lower_bound_gpus(model, small, base=base, reserve_bytes=2 * 2**30)
+    assert bound == 10
