@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from planner.cost.activations import (
     embedding_activation_bytes,
     layer_activation_bytes,
+    layer_backward_working_set_bytes,
     loss_working_set_bytes,
     output_layer_activation_bytes,
 )
@@ -39,6 +40,9 @@ def _gpt(h: int, a: int, layers: int = 2, vocab: int = 51200):
 LLAMA_8B = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
             "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256,
             "max_position_embeddings": 131072}
+# Llama 3.1 70B (meta-llama/Llama-3.1-70B config.json): h 8192, 64 heads, 8 KV heads, d 128, I 28672.
+LLAMA_70B = {**LLAMA_8B, "hidden_size": 8192, "intermediate_size": 28672, "num_hidden_layers": 80,
+             "num_attention_heads": 64}
 # Mixtral 8x7B (mistralai config.json): llama-8B attention, 8 experts of 14336, top-2.
 MIXTRAL = {**LLAMA_8B, "model_type": "mixtral", "num_local_experts": 8, "num_experts_per_tok": 2,
            "vocab_size": 32000, "max_position_embeddings": 32768}
@@ -247,6 +251,38 @@ def test_llama_block_torchtitan_op_sac_with_tp_and_sp():
     assert got.breakdown["mlp.w2_output"] == 4096 * 2 * 4096
 
 
+def test_llama_70b_torchtitan_tp_sp_block_keeps_gathered_norm_outputs():
+    """torchtitan TP 8 + SP (apply_tp: PrepareModuleInput all-gathers Shard(1) -> Replicate before
+    attention / feed_forward): the norms' fp32 input + normalised output are /8 (6h/8 each), the
+    gathered inputs of wq/wk/wv and w1/w3 are whole (2h each), heads and MLP columns /8:
+    6·1024 + 2·8192 + 2·1024·5 (q, repeat_kv k and v, SDPA out, contiguous copy) + 4·8 (lse)
+    + 6·1024 + 2·8192 + 4·2·3584 (w1 out, silu out, w3 out, product) = 84,000 B per token."""
+    model = from_config(LLAMA_70B, name="llama-3.1-70b")
+    got = layer_activation_bytes(model, 0, seq_len=8192, micro_batch_size=1, tp=8, sequence_parallel=True,
+                                 framework="torchtitan")
+    assert got.total == 8192 * 84_000
+    assert got.breakdown["attention.qkv_input"] == got.breakdown["mlp.fc1_input"] == 8192 * 2 * 8192
+    # Megatron saves the sharded input and re-gathers it in backward (Korthikanti §4.2.2): /8.
+    mega = layer_activation_bytes(model, 0, seq_len=8192, micro_batch_size=1, tp=8, sequence_parallel=True)
+    assert mega.breakdown["attention.qkv_input"] == 8192 * 2 * 8192 // 8
+
+
+def test_layer_backward_working_set_torchtitan_and_megatron():
+    """torchtitan full AC, 70B, TP 8 + SP: the recomputed block (84,000 B/token) + its output gradient
+    2h/8 = 2,048 + max(w2 backward: gathered output gradient 2h = 16,384 + product gradient 2·3584
+    = 7,168; mul backward: 2 × 7,168) = 109,600 B per token. Without TP (8B) no all-gather: the
+    mul backward's 2 × 2·14336 wins. Megatron keeps its convention: the `none` total."""
+    model = from_config(LLAMA_70B, name="llama-3.1-70b")
+    kw = dict(seq_len=8192, micro_batch_size=2, tp=8, sequence_parallel=True)
+    assert layer_backward_working_set_bytes(model, 0, framework="torchtitan", **kw) == 2 * 8192 * 109_600
+    assert (layer_backward_working_set_bytes(model, 0, **kw)
+            == layer_activation_bytes(model, 0, recompute="none", **kw).total)
+    small = from_config(LLAMA_8B, name="llama-3.1-8b")
+    none = layer_activation_bytes(small, 0, seq_len=4096, micro_batch_size=1, tp=1, framework="torchtitan").total
+    got = layer_backward_working_set_bytes(small, 0, seq_len=4096, micro_batch_size=1, tp=1, framework="torchtitan")
+    assert got == none + 4096 * (2 * 4096 + 2 * 2 * 14336)
+
+
 def test_megatron_selective_unchanged_by_torchtitan_policy():
     """`selective` under megatron still means the attention core only (Korthikanti): flash lse dropped."""
     model = from_config(LLAMA_8B, name="llama-3.1-8b")
@@ -358,6 +394,18 @@ def test_output_layer_and_loss_torchtitan():
     got = output_layer_activation_bytes(model, seq_len=8192, micro_batch_size=2, tp=8, cp=2,
                                         sequence_parallel=True, framework="torchtitan")
     assert got == 8192 * (6 * h // 8 + 2 * h + 4 * v // 8)
+
+
+def test_loss_parallel_working_set_torchtitan():
+    """TP > 1: torchtitan's loss_parallel (torch/distributed/tensor/parallel/loss.py). The fused
+    `_nll_loss_and_log_softmax_backward` holds zeros_like(x) 4 B, exp(x) 4 B and their sum 4 B next
+    to the saved log-softmax 4 B; + the cached 2 B bf16 logits block = 14 B beyond the saved 4 B per
+    local element (T·V/t). The forward (bf16 2 + fp32 copy 4 + shifted 4 + exp 4 = 14) is lower."""
+    model = from_config(LLAMA_70B, name="llama-3.1-70b")
+    tokens, v = 16 * 8192, 128_256 // 8
+    kw = dict(seq_len=8192, micro_batch_size=16, tp=8)
+    assert loss_working_set_bytes(model, framework="torchtitan", **kw) == 14 * tokens * v
+    assert loss_working_set_bytes(model, framework="megatron", **kw) == 0
 
 
 def test_embedding_dropout_mask():

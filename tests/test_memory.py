@@ -101,3 +101,15 @@ def test_torchtitan_last_stage_counts_the_loss_working_set_once():
     assert t["loss_working_set"] == 10 * 2048 * 32000
     layer = t["recompute_working_set"] + t["unreduced_unit_gradient"]
     assert m.transient == t["gradient_buckets"] + t["gather_working_set"] + max(t["loss_working_set"], layer)
+
+
+def test_torchtitan_full_recompute_working_set_includes_gradients_and_gathered_inputs():
+    """torchtitan full AC, TP 2 + SP (tiny model: h 1024, a 16, d 64, I 2816), 2048 tokens: the
+    recomputed block (norms 6h/2 × 2; gathered qkv / MLP inputs 2h whole; q, repeat_kv k and v,
+    SDPA out, contiguous copy 2·512 each; lse 4·8; SwiGLU 4 × 2·1408) + output gradient 2h/2 +
+    max(gathered gradient 2h + product gradient 2·1408, 2 × 2·1408)."""
+    layout = Layout(dp=4, tp=2, zero_stage=3, framework="torchtitan", sequence_parallel=True,
+                    global_batch_size=4, seq_len=2048, recompute="full")
+    m = stage_memory(MODEL, CLUSTER, layout, 0)
+    saved = 2 * 3072 + 2 * 2048 + 5 * 1024 + 32 + 4 * 2816
+    assert m.transient_terms["recompute_working_set"] == 2048 * (saved + 1024 + max(2048 + 2816, 2 * 2816))

@@ -204,7 +204,8 @@ def _attention(model: ModelSpec, seq_len: int, framework: str, flash: bool, drop
     a, kv, d = model.num_attention_heads, model.num_key_value_heads, model.head_dim
     torchtitan = framework == "torchtitan"
     kv_elems, kv_split = (a * d, "tp") if torchtitan else (kv * d, "kv")  # torchtitan repeat_kv copies
-    tensors = [SavedTensor(name="attention.qkv_input", elements_per_token=model.hidden_size, split="sp")]
+    tensors = [SavedTensor(name="attention.qkv_input", elements_per_token=model.hidden_size,
+                           split=_gathered_input_split(framework))]
     if model.qk_norm:  # Qwen3: q_norm/k_norm inputs (the q/k projection outputs)
         tensors += [SavedTensor(name="attention.q_norm_input", elements_per_token=a * d),
                     SavedTensor(name="attention.k_norm_input", elements_per_token=kv * d, split="kv")]
@@ -276,8 +277,24 @@ def _mlp_body(prefix: str, model: ModelSpec, width: float, framework: str, token
 
 def _dense_mlp(model: ModelSpec, width: int, framework: str, with_input: bool = True) -> list[SavedTensor]:
     """A dense MLP: its input (the norm output, split only by SP) then its body (split by TP)."""
-    head = [SavedTensor(name="mlp.fc1_input", elements_per_token=model.hidden_size, split="sp")] if with_input else []
+    head = [SavedTensor(name="mlp.fc1_input", elements_per_token=model.hidden_size,
+                        split=_gathered_input_split(framework))] if with_input else []
     return head + _mlp_body("mlp", model, width, framework)
+
+
+def _gathered_input_split(framework: str) -> str:
+    """Split of the norm output that feeds the column-parallel projections (wq/wk/wv, w1/w3).
+
+    Megatron / DeepSpeed (TE): `sp` — with SP the linear saves its *sharded* input and all-gathers
+    it again in backward (Korthikanti §4.2.2; Megatron-core `tensor_parallel/layers.py`
+    `LinearWithGradAccumulationAndAsyncCommunication` saves `input` before the gather).
+    torchtitan: `none` — `PrepareModuleInput(input_layouts=Shard(1), desired_input_layouts=
+    Replicate())` on `attention` / `feed_forward` all-gathers the sequence in a forward pre-hook
+    (DTensor `redistribute`), and the `nn.Linear`s (ColwiseParallel, input already Replicate) save
+    that gathered s·b·h tensor: whole on every TP rank. Source: torchtitan @9dec370
+    torchtitan/parallelisms/parallelize_llama.py `apply_tp` (layer_plan).
+    """
+    return "none" if framework == "torchtitan" else "sp"
 
 
 def _moe(model: ModelSpec, *, ep: int, etp: int, overload: float, framework: str) -> list[SavedTensor]:
@@ -381,6 +398,48 @@ def torchtitan_op_sac_tensors(model: ModelSpec, *, tp: int = 1, sequence_paralle
     return saved
 
 
+def layer_backward_working_set_bytes(model: ModelSpec, layer_index: int, *, seq_len: int, micro_batch_size: int,
+                                     tp: int, cp: int = 1, sequence_parallel: bool = False, ep: int = 1,
+                                     moe_overload_factor: float = 1.0, dtype_bytes: int = 2, etp: int = 1,
+                                     framework: str = "megatron") -> int:
+    """Bytes of one fully recomputed layer at the peak of its backward, per micro-batch, per GPU.
+
+    megatron / deepspeed: the layer's saved set without recompute (`layer_activation_bytes(...,
+    recompute="none")`), the convention the memory model has always used for full recompute.
+
+    torchtitan (`ptd_checkpoint_wrapper`, non-reentrant `torch.utils.checkpoint`): the first unpack
+    in the block's backward recomputes the whole forward, so every tensor of the `none` list is
+    alive (under TP + SP including the all-gathered norm outputs, s·b·h each, see
+    `_gathered_input_split`), plus, for a dense block, the gradients alive at the peak of the
+    SwiGLU backward, the first op to run (T tokens, I the MLP width, t the TP degree):
+    - the block's output gradient, 2h per token (/t under SP);
+    - then either (a) w2's backward: under TP + SP the output gradient all-gathered over the
+      sequence (the backward of the Shard(1) reduce-scatter is an all-gather: 2h, whole; without
+      SP it is the output gradient itself) and w2's input gradient 2·I/t — every saved tensor
+      still alive; or (b) the `*` backward after w2's node has
+      released the product (2·I/t): its input gradient plus the gradients of silu's and w3's
+      outputs, 3 × 2·I/t − 2·I/t. The peak is max(a, b).
+    Source: torchtitan @9dec370 parallelize_llama.py (`_apply_ac_to_transformer_block`: `mode =
+    "full"` -> `ptd_checkpoint_wrapper(module, preserve_rng_state=False)`), models/llama/model.py
+    `FeedForward.forward` = `w2(F.silu(w1(x)) * w3(x))`; PyTorch autograd releases a node's saved
+    tensors and input gradients once the node has run. MoE / MLA / parallel blocks: the `none`
+    list only.
+    """
+    kw = dict(seq_len=seq_len, micro_batch_size=micro_batch_size, tp=tp, cp=cp, sequence_parallel=sequence_parallel,
+              ep=ep, moe_overload_factor=moe_overload_factor, dtype_bytes=dtype_bytes, etp=etp, framework=framework)
+    saved = layer_activation_bytes(model, layer_index, recompute="none", **kw).total
+    if framework != "torchtitan" or not _op_sac_applies(model, layer_index):
+        return saved
+    tokens = seq_len * micro_batch_size // cp
+    h, width = model.hidden_size, model.intermediate_size
+    output_grad = math.ceil(dtype_bytes * tokens * h / (tp if sequence_parallel else 1))
+    input_grad = math.ceil(dtype_bytes * tokens * width / tp)
+    gathered = dtype_bytes * tokens * h if tp > 1 and sequence_parallel else 0  # else it is `output_grad` itself
+    w2_backward = gathered + input_grad
+    mul_backward = 2 * input_grad if model.gated_mlp else 0
+    return saved + output_grad + max(w2_backward, mul_backward)
+
+
 def _block_kind(model: ModelSpec, layer_index: int, flash: bool) -> str:
     moe = model.is_moe and model.moe_layers[layer_index]
     if model.is_mla:
@@ -429,7 +488,7 @@ def loss_working_set_bytes(model: ModelSpec, *, seq_len: int, micro_batch_size: 
                            framework: str = "megatron") -> int:
     """Bytes the loss backward needs beyond what `output_layer_activation_bytes` keeps, per micro-batch.
 
-    torchtitan (plain `F.cross_entropy` on fp32 logits): 10 B per logit element, T·⌈V/t⌉ elements
+    torchtitan, TP = 1 (plain `F.cross_entropy` on fp32 logits): 10 B per logit element, T·⌈V/t⌉ elements
     with T = s·b/cp tokens. At the log-softmax backward these coexist with the saved fp32 log-softmax
     output (4 B, already counted): `nll_loss_backward`'s dense fp32 gradient (4 B: ATen allocates
     `zeros_like(self)` and scatters −1/N), `_log_softmax_backward_data`'s fp32 result (4 B), and the
@@ -445,19 +504,38 @@ def loss_working_set_bytes(model: ModelSpec, *, seq_len: int, micro_batch_size: 
     gradient in place in the saved fp32 buffer (Megatron-LM core/tensor_parallel/cross_entropy.py
     `VocabParallelCrossEntropy.backward`: `grad_input = softmax` then in-place updates).
 
-    Source: torchtitan @9dec370 train.py (`loss = loss_fn(pred, labels); del pred; loss.backward()`);
-    ATen LossNLL.cpp (`cross_entropy_loss` -> `nll_loss_nd(log_softmax(self))`), derivatives.yaml
-    (`_log_softmax` saves `result`; `nll_loss_forward` saves `self`), PyTorch CUDACachingAllocator
-    (freed blocks are cached, best-fit reuse, released only on an allocation failure).
-    Not derived for TP > 1: torchtitan's `loss_parallel` handlers (torch/distributed/tensor/parallel/
-    loss.py) compute the log-softmax and its gradient with their own temporaries; the same 10 B
-    is used there as an estimate.
+    torchtitan with TP > 1 (`loss_parallel`, on by default: parallel_dims.py `loss_parallel_enabled
+    = tp > 1 and enable_loss_parallel`; train.py enters `torch.distributed.tensor.parallel.
+    loss_parallel()`; the head's output stays a vocab-sharded DTensor, `use_local_output=False`):
+    14 B per local logit element. The handlers of torch/distributed/tensor/parallel/loss.py replace
+    the ATen kernels on the local shard (T·⌈V/t⌉ fp32 elements):
+    - forward `_log_softmax`: `shifted = x - all_reduce(amax(x))` (4 B), `exp(shifted)` (4 B,
+      freed after its `sum`), `result = shifted - log(all_reduce(sum))` (4 B, reuses exp's block);
+      with the bf16 logits 2 + the fp32 copy 4 that is 14 B allocated, 14 B reserved;
+    - backward `_nll_loss_and_log_softmax_backward` (nll and log-softmax backward fused; the
+      `_log_softmax_backward_data` handler only returns `grad_output.to(input_dtype)`, no copy in
+      fp32): `grad_input = zeros_like(x)` (4 B, reuses the freed fp32 copy's block), then
+      `(grad_input + torch.exp(x)) * grad_output`: `exp(x)` (4 B, reuses `shifted`'s block), the
+      sum (4 B, a new block: the only cached block left is the 2 B bf16 one), the product (4 B,
+      reuses exp's block). Alive with the saved output: 4 + 4 + 4 + 4 = 16 B allocated; reserved
+      18 B with the cached bf16 block — 14 B beyond the saved 4 B.
+    Source: torchtitan @9dec370 train.py (`loss = loss_fn(pred, labels); del pred; loss.backward()`),
+    torchtitan/utils.py `get_train_context`; PyTorch torch/distributed/tensor/parallel/loss.py
+    (`_log_softmax`, `_log_softmax_backward_handler`, `_nll_loss_and_log_softmax_backward`; the
+    file as stored in the index, a later revision than the benchmark's torch 1963fc8 of 2024-12-23).
+
+    Source (both): ATen LossNLL.cpp (`cross_entropy_loss` -> `nll_loss_nd(log_softmax(self))`),
+    derivatives.yaml (`_log_softmax` saves `result`; `nll_loss_forward` saves `self`), PyTorch
+    CUDACachingAllocator (freed blocks are cached, best-fit reuse, released only on an allocation
+    failure; a block is not grown — torchtitan's run_llama_train.sh sets `expandable_segments:True`,
+    under which a free block at a segment's end can be extended, which this rule ignores).
     """
     _check_common(seq_len=seq_len, micro_batch_size=micro_batch_size, tp=tp, cp=cp)
     if framework != "torchtitan":
         return 0
     tokens = seq_len * micro_batch_size // cp
-    return (4 + 4 + 2) * tokens * -(-model.padded_vocab_size // tp)
+    per_element = (4 + 4 + 4 + 2) if tp > 1 else (4 + 4 + 2)
+    return per_element * tokens * -(-model.padded_vocab_size // tp)
 
 
 def embedding_activation_bytes(model: ModelSpec, *, seq_len: int, micro_batch_size: int, tp: int, cp: int = 1,

@@ -212,8 +212,7 @@ def _activations(model: ModelSpec, layout: Layout, placement: Placement, layers:
                                              tp=layout.tp, cp=layout.cp, framework=layout.framework)
     recompute_ws = 0
     if "full" in modes and layers:
-        recompute_ws = max(act.layer_activation_bytes(model, i, recompute="none", **kw_layer).total
-                           for i in layers)
+        recompute_ws = max(act.layer_backward_working_set_bytes(model, i, **kw_layer) for i in layers)
     if placement.activations.get("host") == Mode.OFFLOADED and layers:
         # Offloaded: the device keeps the layer being computed and one prefetched (double buffer).
         terms["layers"] = int(2 * max(per_layer))
