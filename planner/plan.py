@@ -68,7 +68,7 @@ from planner.cost.step_time import (
 from planner.errors import InfeasibleError, SpecError
 from planner.placement.layout import RECOMPUTE_MODES, Layout
 from planner.placement.precision import state_bytes
-from planner.placement.rules import check_layout, errors, uneven_split
+from planner.placement.rules import check_batch, check_layout, errors, uneven_split
 from planner.search.bounds import search, stage_problem_lower_bound_s
 from planner.search.ilp import (
     TIME_UNIT_S,
@@ -134,6 +134,8 @@ class _Costs:
         self.kinds, self.reps = layer_kinds(model)
         self._times: dict = {}
         self._states: dict = {}
+        self._sums: dict = {}
+        self._params: dict = {}
         self._acts: dict = {}
         self._problems: dict = {}
         self.infeasible: list[Layout] = []
@@ -143,6 +145,28 @@ class _Costs:
         if (layout, modes) not in self._problems:
             self._problems[(layout, modes)] = _stage_problem(self, layout, modes)
         return self._problems[(layout, modes)]
+
+    def stage_params(self, layout: Layout) -> float:
+        """`total_stage_params` (per tp, ep, etp)."""
+        key = (layout.tp, layout.ep, layout.etp)
+        if key not in self._params:
+            self._params[key] = total_stage_params(self.model, layout)
+        return self._params[key]
+
+    def layer_sums(self, layout: Layout, modes: tuple[str, ...]) -> tuple[float, float]:
+        """(sum_s T0_s + sum_l min_r t[l, r], sum_l min_r comm[l, r]) over the allowed modes, s
+        (per mesh x micro-batch)."""
+        key = (layout.tp, layout.pp, layout.cp, layout.dp, layout.ep, layout.etp,
+               layout.micro_batch_size, modes)
+        if key not in self._sums:
+            allowed = [RECOMPUTE_MODES.index(m) for m in modes]
+            total, comm = self.kind_times(layout), self.kind_times(layout, "comm_s")
+            per_kind = [self.kinds.count(k) for k in range(len(self.reps))]
+            busy = sum(n * min(total[k][r] for r in allowed) for k, n in enumerate(per_kind))
+            busy += sum(stage_fixed_times(self.model, self.cluster, layout))
+            talk = sum(n * min(comm[k][r] for r in allowed) for k, n in enumerate(per_kind))
+            self._sums[key] = (busy, talk)
+        return self._sums[key]
 
     def layer_state_bytes(self, layout: Layout) -> tuple[float, ...]:
         """[kind] bytes one more layer adds on a GPU besides its activations: parameters,
@@ -223,15 +247,10 @@ def _cheap_bound(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> float
     """A max(mean_s T_s, mean_s (comm_s + Z_s)) + P, a lower bound on step_time (module
     docstring), s."""
     model, cluster = costs.model, costs.cluster
-    allowed = [RECOMPUTE_MODES.index(m) for m in modes]
-    total, comm = costs.kind_times(layout), costs.kind_times(layout, "comm_s")
-    busy = sum(min(total[k][r] for r in allowed) for k in costs.kinds)
-    busy += sum(stage_fixed_times(model, cluster, layout))
-    talk = sum(min(comm[k][r] for r in allowed) for k in costs.kinds)
-    params = total_stage_params(model, layout) / layout.pp
-    talk += layout.pp * microbatch_state_traffic_s(model, cluster,
-                                                   dataclasses.replace(layout, recompute="none"),
-                                                   params)
+    busy, talk = costs.layer_sums(layout, modes)
+    params = costs.stage_params(layout) / layout.pp
+    plain = layout if layout.recompute == "none" else dataclasses.replace(layout, recompute="none")
+    talk += layout.pp * microbatch_state_traffic_s(model, cluster, plain, params)
     a, p = _pipe_coefficients(model, cluster, layout)
     return a * max(busy, talk) / layout.pp + p
 
@@ -401,8 +420,16 @@ def _candidates(model, cluster, fixed, base, reserve) -> tuple[list[Layout], Rej
         base={**base, **({"recompute": fixed["recompute"]} if "recompute" in fixed else {})})
     rejections = Rejections()
 
+    cache: dict = {}
+
     def validate(layout: Layout) -> list:
-        return errors(check_layout(model, cluster, _with_split(model, layout)))
+        # Every rule but the batch rule ignores the micro-batch size: check those once per
+        # (mesh, knobs) at b = 1, then the batch rule for this b.
+        key = dataclasses.replace(layout, micro_batch_size=1)
+        if key not in cache:
+            cache[key] = [v for v in errors(check_layout(model, cluster, _with_split(model, key)))
+                          if v.rule != "batch_divisible"]
+        return cache[key] or errors(check_batch(model, cluster, layout))
 
     def validate_mesh(layout: Layout) -> list:
         return [v for v in validate(layout) if v.rule in MESH_RULES]

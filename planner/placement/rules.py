@@ -296,3 +296,9 @@ def _zero_without_dp(model, cluster, layout: Layout) -> list[Violation]:
 
 __all__ = ["Violation", "check_layout", "check_placement", "check_ulysses", "ulysses_degrees",
            "uneven_split", "errors", "GROUPS"]
+
+
+def check_batch(model: ModelSpec, cluster, layout: Layout) -> list[Violation]:
+    """The global-batch rule alone (the only rule that depends on the micro-batch size besides
+    messages), for searches that cache the other rules across micro-batch sizes."""
+    return _batch(model, cluster, layout)
