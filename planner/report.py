@@ -295,12 +295,12 @@ def show_plan(data: dict, fmt: str) -> None:
                   f"their bound; {solver['wall_s']:.2f} s")
     console.print()
     console.print(_table("plans (step time split, s)",
-                         ("#", "layout", "step", "compute", "exposed\ncomm", "bubble", "recompute",
-                          "optimizer", "tokens/s", "TFLOP/s\n/GPU", "MFU", "memory GiB\n(of cap.)"),
+                         ("#", "mesh", "step", "compute", "exposed\ncomm", "bubble", "recomp",
+                          "optim", "tokens/s", "TFLOP/s\n/GPU", "MFU", "memory\nGiB"),
                          (_plan_row(i, p) for i, p in enumerate(data["plans"], 1)), right_from=2))
     for i, p in enumerate(data["plans"], 1):
         par = p["parallelism"]
-        console.print(f"  {i}: pipeline layers {_runs(par['pipeline_layers'])}"
+        console.print(f"  {i}: {layout_label(par)}; pipeline layers {_runs(par['pipeline_layers'])}"
                       + ("" if isinstance(par["recompute"], str) else
                          "; recompute per stage " + ", ".join(
                              "/".join(f"{n}{m[0]}" for m, n in c.items() if n)
@@ -317,11 +317,13 @@ def show_plan(data: dict, fmt: str) -> None:
 
 def _plan_row(i: int, p: dict) -> list:
     t, mem = p["time_s"], p["memory_bytes"]
-    return [i, layout_label(p["parallelism"]), f"{t['step']:.3f}", f"{t['compute']:.3f}",
+    par = p["parallelism"]
+    mesh = " ".join(f"{a}{par[a]}" for a in ("dp", "tp", "pp", "cp", "ep") if a != "ep" or par[a] > 1)
+    return [i, mesh, f"{t['step']:.3f}", f"{t['compute']:.3f}",
             f"{t['communication_exposed']:.3f}", f"{t['pipeline_bubble']:.3f}",
             f"{t['recompute']:.3f}", f"{t['optimizer']:.3f}", f"{p['tokens_per_s']:,.0f}",
             f"{p['tflops_per_gpu']:.0f}", f"{100 * p['mfu']:.1f}%",
-            f"{gib(mem['total'])} ({100 * mem['total'] / mem['capacity']:.0f}%)"]
+            gib(mem["total"])]
 
 
 def _runs(values: list[int]) -> str:
