@@ -91,16 +91,58 @@ def test_transient_peak_loss_and_layer_backward_do_not_coexist():
     assert transient_peak({**terms, "loss_working_set": 0}) == 15  # = the plain sum
 
 
-def test_torchtitan_last_stage_counts_the_loss_working_set_once():
-    """torchtitan, full recompute, 1 stage: transient = buckets + gather + max(loss ws, recompute ws +
-    unreduced gradient); the loss working set is 10 B x tokens x vocab (hand: 10 x 2048 x 32000)."""
-    layout = Layout(dp=8, zero_stage=3, framework="torchtitan", global_batch_size=8, seq_len=2048,
-                    recompute="full")
-    m = memory_per_device(MODEL, CLUSTER, layout)
+# Tiny model by hand: block = attention 2·1024² + 2·1024·256 (GQA k, v) + MLP 3·1024·2816 + norms 2·1024
+BLOCK = 2 * 1024**2 + 2 * 1024 * 256 + 3 * 1024 * 2816 + 2 * 1024     # 11,274,240 elements
+VOCAB = 32000 * 1024                                                  # embedding = untied output
+
+
+def titan(**kw) -> Layout:
+    return Layout(zero_stage=3, framework="torchtitan", global_batch_size=8, seq_len=2048, recompute="full", **kw)
+
+
+def test_torchtitan_fsdp2_units_by_phase_by_hand():
+    """torchtitan @9dec370 apply_fsdp, FSDP 8, no PP: the root unit (embedding + output + final norm,
+    never resharded after forward) in both phases; the last block (reshard_after_forward False) in
+    the loss phase; a block + its prefetched neighbour, the block's bf16 gradient + fp32
+    reduce-scatter input and the root's output / norm bf16 gradients in the layer phase; no bucket."""
+    m = stage_memory(MODEL, CLUSTER, titan(dp=8), 0)
     t = m.transient_terms
-    assert t["loss_working_set"] == 10 * 2048 * 32000
-    layer = t["recompute_working_set"] + t["unreduced_unit_gradient"]
-    assert m.transient == t["gradient_buckets"] + t["gather_working_set"] + max(t["loss_working_set"], layer)
+    assert t["fsdp_root_unit"] == (2 * VOCAB + 1024) * 2
+    assert t["fsdp_last_block"] == BLOCK * 2
+    assert t["fsdp_block_pair"] == 2 * BLOCK * 2
+    assert t["unreduced_unit_gradient"] == BLOCK * (2 + 4)
+    assert t["fsdp_root_gradients"] == (VOCAB + 1024) * 2
+    assert t["gradient_buckets"] == 0 and "gather_working_set" not in t
+    loss = t["loss_working_set"] + BLOCK * 2
+    layer = t["recompute_working_set"] + BLOCK * 6 + 2 * BLOCK * 2 + (VOCAB + 1024) * 2
+    assert m.transient == (2 * VOCAB + 1024) * 2 + max(loss, layer)
+
+
+def test_torchtitan_fsdp2_units_under_tp_keep_norms_whole():
+    """TP 2 + SP: matmul weights and the vocab matrices / 2 (Colwise / Rowwise), norms replicated."""
+    t = stage_memory(MODEL, CLUSTER, titan(dp=4, tp=2, sequence_parallel=True), 0).transient_terms
+    assert t["fsdp_last_block"] == ((BLOCK - 2 * 1024) // 2 + 2 * 1024) * 2
+    assert t["fsdp_root_unit"] == (2 * VOCAB // 2 + 1024) * 2
+
+
+def test_torchtitan_fsdp2_units_under_pp_stay_gathered():
+    """apply_fsdp with PP: reshard_after_forward False for every block and the root, so each stage
+    keeps all of its 8 blocks gathered; the root holds the embedding (stage 0) or the output and
+    final norm (stage 1), whose gradients stay unsharded on the last stage."""
+    s0, s1 = (stage_memory(MODEL, CLUSTER, titan(dp=4, pp=2), s).transient_terms for s in (0, 1))
+    assert s0["fsdp_stage_blocks"] == s1["fsdp_stage_blocks"] == 8 * BLOCK * 2
+    assert s0["fsdp_root_unit"] == VOCAB * 2 and s0["fsdp_root_gradients"] == 0
+    assert s1["fsdp_root_unit"] == s1["fsdp_root_gradients"] == (VOCAB + 1024) * 2
+    assert "fsdp_last_block" not in s1
+
+
+def test_zero3_gather_working_set_is_two_largest_units():
+    """DeepSpeed ZeRO-3 (unchanged by the torchtitan units): the two largest units, the embedding and
+    the output (32000 x 1024 each), in fp16, in both phases."""
+    layout = Layout(dp=8, zero_stage=3, framework="deepspeed", global_batch_size=8, seq_len=2048)
+    t = stage_memory(MODEL, CLUSTER, layout, 0).transient_terms
+    assert t["gather_working_set"] == 2 * VOCAB * 2
+    assert not any(k.startswith("fsdp_") for k in t)
 
 
 def test_torchtitan_full_recompute_working_set_includes_gradients_and_gathered_inputs():

@@ -11,8 +11,9 @@ Terms (bytes per device):
   per-framework bytes of `planner.placement.precision`;
 - activations: Σ over the stage's layers of `cost.activations.layer_activation_bytes` × the pipeline
   in-flight factor, + embedding activations (first stage, in flight), + logits and loss (last stage);
-- transient: the gather working set of `sharded_with_gather` parameters (largest unit × (1 +
-  prefetch)) and the unreduced gradient of that unit, gradient buckets, offload staging buffers, the
+- transient: the gather working set of `sharded_with_gather` parameters (Megatron / DeepSpeed: largest
+  unit × (1 + prefetch); torchtitan: FSDP2's per-phase residency of its root and block units,
+  `_torchtitan_fsdp_terms`) and the unreduced gradient of a unit, gradient buckets, offload staging buffers, the
   working set of recomputing one layer under full recompute, the loss backward's working set (last
   stage, `activations.loss_working_set_bytes`); the loss-backward and layer-backward terms are
   never alive together, so `transient` is their peak (`transient_peak`), not their sum;
@@ -49,12 +50,15 @@ torchtitan/metrics.py), which excludes the CUDA context; the same default is use
 DEFAULT_AT_RISK_MARGIN = 0.10
 """Fraction of capacity kept as a safety margin before a plan is called `fits` (FC-04)."""
 
-BUCKET_ELEMENTS = {"megatron": 0, "deepspeed": 500_000_000, "torchtitan": 25 * 2**20 // 4}
+BUCKET_ELEMENTS = {"megatron": 0, "deepspeed": 500_000_000, "torchtitan": 100 * 2**20 // 4}
 """Gradient communication bucket, elements, beyond the gradients themselves.
 
 Source: Megatron-LM `megatron/core/distributed/param_and_grad_buffer.py` — buckets are views of the
 contiguous grad buffer (no extra); DeepSpeed `deepspeed/runtime/zero/config.py` `reduce_bucket_size`
-default 5e8 elements; PyTorch DDP `bucket_cap_mb=25` (fp32 grads) for torchtitan's replicate axis."""
+default 5e8 elements; torchtitan @9dec370 `parallelize_llama.py::apply_ddp` `replicate(model,
+bucket_cap_mb=100)` (fp32 grads) when it runs DDP. Under FSDP2 (`apply_fsdp`) there is no bucket:
+each unit's gradients are reduce-scattered from one per-unit input, counted in
+`_torchtitan_fsdp_terms` (`unreduced_unit_gradient`), which sets this term to 0."""
 
 OFFLOAD_STAGING_ELEMENTS = 2 * 100_000_000
 """Host<->device staging per offloaded state, elements: two buffers of DeepSpeed's default
@@ -169,24 +173,89 @@ def _group_counts(model: ModelSpec, counts: ParamCounts, layout: Layout, layers:
     return g
 
 
+def _local_elements(placement: Placement, group: str, n: float) -> float:
+    """Elements of `group` one device holds once its sharded_with_gather axes are gathered: `n` divided
+    by the degrees of the axes that stay sharded (tp, ep, etp)."""
+    gp = placement.groups[group]
+    rest = [a for a in gp.shard_axes(State.PARAMETERS) if gp.mode(State.PARAMETERS, a) == Mode.SHARDED]
+    return n / math.prod(gp.degrees[a] for a in rest)
+
+
+def _block_elements(counts: ParamCounts, placement: Placement, layers: tuple[int, ...]) -> list[int]:
+    """Gathered local elements of each decoder layer of the stage, in layer order."""
+    return [int(_local_elements(placement, "dense", lp.attention + lp.dense_mlp + lp.shared_experts)
+                + _local_elements(placement, "replicated", lp.norms + lp.router)
+                + _local_elements(placement, "expert", lp.routed_experts))
+            for lp in (counts.layers[i] for i in layers)]
+
+
+def _vocab_units(model: ModelSpec, layout: Layout, stage: int) -> int:
+    """Vocabulary matrices on the stage: the embedding (first stage) and the untied LM head, or the
+    tied embedding's copy on the last stage under PP (FC-14)."""
+    first, last = stage == 0, stage == layout.pp - 1
+    return int(first) + int(last and (not model.tie_word_embeddings or not first))
+
+
 def _unit_params(model: ModelSpec, counts: ParamCounts, placement: Placement, layout: Layout,
                  layers: tuple[int, ...], stage: int) -> list[int]:
     """All-gather units on the stage (each layer, the embedding / LM head), largest first, local
-    elements after the non-gathered shards (tp, ep). FSDP gathers the unit in use plus `prefetch`
-    more (torchtitan wraps each block and the embedding / output separately, `parallelize.py`)."""
-    def local(group: str, n: int) -> float:
-        gp = placement.groups[group]
-        rest = [a for a in gp.shard_axes(State.PARAMETERS)
-                if gp.mode(State.PARAMETERS, a) == Mode.SHARDED]
-        return n / math.prod(gp.degrees[a] for a in rest)
+    elements after the non-gathered shards (tp, ep). Megatron / DeepSpeed ZeRO-3 gather the unit in
+    use plus `prefetch` more (DeepSpeed `stage3_prefetch_bucket_size`); torchtitan's FSDP2 units are
+    `_torchtitan_fsdp_terms`."""
+    units = _block_elements(counts, placement, layers)
+    vocab = _local_elements(placement, "dense", padded_vocab(model, layout) * model.hidden_size)
+    units += [int(vocab)] * _vocab_units(model, layout, stage)
+    return sorted(units, reverse=True) or [0]
 
-    units = [local("dense", lp.attention + lp.dense_mlp + lp.shared_experts)
-             + local("replicated", lp.norms + lp.router) + local("expert", lp.routed_experts)
-             for lp in (counts.layers[i] for i in layers)]
-    vocab = local("dense", padded_vocab(model, layout) * model.hidden_size)
-    first, last = stage == 0, stage == layout.pp - 1
-    units += [vocab] * (int(first) + int(last and (not model.tie_word_embeddings or not first)))
-    return sorted((int(u) for u in units), reverse=True) or [0]
+
+def _torchtitan_fsdp_terms(model: ModelSpec, counts: ParamCounts, placement: Placement, layout: Layout,
+                           layers: tuple[int, ...], stage: int, sb: StateBytes) -> dict[str, int]:
+    """torchtitan's FSDP2 gathered parameters (bf16) and unsharded gradients, by backward phase.
+
+    Units (torchtitan @9dec370 `torchtitan/parallelisms/parallelize_llama.py::apply_fsdp`): every
+    TransformerBlock is its own `fully_shard` unit with `reshard_after_forward = int(layer_id) <
+    len(model.layers) - 1` (the last block keeps its unsharded parameters from its forward into its
+    backward), or `False` for every block under PP; the root `fully_shard(model)` holds what is left:
+    tok_embeddings, the final norm and output (each / tp: `apply_tp` Rowwise / Colwise on the vocab
+    dim, SequenceParallel norm replicated). The root never reshards after forward: FSDP2
+    `FSDPState._lazy_init` sets the root group's `post_forward_mesh_info = None` ("for the root, do
+    not reshard after forward", torch/distributed/_composable/fsdp/_fsdp_state.py @005da465), and
+    its post-backward (reshard + reduce-scatter) runs when the gradient reaches its inputs — never
+    for token ids, which do not require grad, so `FSDPParamGroup._register_post_backward_hook`
+    registers nothing and `_root_post_backward_final_callback` runs it at the end of backward; under
+    PP the stage input's gradient is the stage's last: its parameters, and its output / norm
+    gradients (bf16, the param dtype of `MixedPrecisionPolicy`; the tied weight's too) from the
+    LM-head backward on, stay alive through every block's backward.
+
+    Phases (see `transient_peak`):
+    - both: `fsdp_root_unit` (root parameters, bf16); under PP also `fsdp_stage_blocks`, every block;
+    - loss backward: `fsdp_last_block` — the last block, not resharded after forward (no PP); the
+      root's pre-backward prefetch targets that same block (`FSDPParamGroup._prefetch_unshard`:
+      `post_forward_order[curr_index - 1]`), so nothing else is gathered yet;
+    - a block's backward: `fsdp_block_pair` — the block and the one its pre-backward prefetches
+      (`gather_prefetch` = 1, the same `curr_index - 1`), the largest adjacent pair (no PP);
+      `fsdp_root_gradients` — the root's unsharded output + final-norm gradients (last stage);
+      `unreduced_unit_gradient` — the block's bf16 gradients + the fp32 reduce-scatter input
+      (`reduce_dtype` float32) of one block: the previous block's input is held in
+      `comm_ctx.reduce_scatter_state` until this block's post-backward, which then allocates its own.
+    """
+    blocks = _block_elements(counts, placement, layers) or [0]
+    last = stage == layout.pp - 1
+    vocab = int(_local_elements(placement, "dense", padded_vocab(model, layout) * model.hidden_size))
+    norm = int(_local_elements(placement, "replicated", counts.final_norm)) if last else 0
+    head = vocab if last else 0
+    terms = {"gradient_buckets": 0,  # FSDP2 has none (BUCKET_ELEMENTS)
+             "fsdp_root_unit": (vocab * _vocab_units(model, layout, stage) + norm) * sb.parameter_gather,
+             "fsdp_root_gradients": (head + norm) * sb.compute,
+             "unreduced_unit_gradient": max(blocks) * (sb.compute + sb.gradient_reduce)}
+    if layout.pp > 1:
+        terms["fsdp_stage_blocks"] = sum(blocks) * sb.parameter_gather
+        return terms
+    window = 1 + placement.gather_prefetch
+    pairs = [sum(blocks[max(0, i - window + 1):i + 1]) for i in range(len(blocks))]
+    terms["fsdp_last_block"] = blocks[-1] * sb.parameter_gather
+    terms["fsdp_block_pair"] = max(pairs) * sb.parameter_gather
+    return terms
 
 
 def _activations(model: ModelSpec, layout: Layout, placement: Placement, layers: tuple[int, ...],
@@ -283,8 +352,11 @@ def stage_memory(model: ModelSpec, cluster, layout: Layout, stage: int, *,
                                                             sb.compute)
     transient = {"gradient_buckets": _bucket_bytes(layout, sb, local_grads),
                  "recompute_working_set": recompute_ws, "loss_working_set": loss_ws}
-    if any(placement.groups[g].mode(State.PARAMETERS, a) == Mode.SHARDED_WITH_GATHER
-           for g in GROUPS for a in placement.groups[g].degrees):
+    gathered = any(placement.groups[g].mode(State.PARAMETERS, a) == Mode.SHARDED_WITH_GATHER
+                   for g in GROUPS for a in placement.groups[g].degrees)
+    if gathered and layout.framework == "torchtitan":
+        transient |= _torchtitan_fsdp_terms(model, counts, placement, layout, layers, stage, sb)
+    elif gathered:
         units = _unit_params(model, counts, placement, layout, layers, stage)
         transient["gather_working_set"] = sum(units[:1 + placement.gather_prefetch]) * sb.parameter_gather
         transient["unreduced_unit_gradient"] = units[0] * (sb.compute + sb.gradient_reduce)
@@ -313,10 +385,13 @@ def stage_memory(model: ModelSpec, cluster, layout: Layout, stage: int, *,
         warnings=warnings, at_risk_margin=at_risk_margin)
 
 
-LOSS_PHASE_TERMS = ("loss_working_set",)
-"""Transients alive only while the loss backward runs (last stage)."""
-LAYER_BACKWARD_PHASE_TERMS = ("recompute_working_set", "unreduced_unit_gradient")
-"""Transients alive only while one decoder layer runs its backward."""
+LOSS_PHASE_TERMS = ("loss_working_set", "fsdp_last_block")
+"""Transients alive only while the loss backward runs (last stage); torchtitan's last block is
+gathered then and is counted again as part of `fsdp_block_pair` in its own backward."""
+LAYER_BACKWARD_PHASE_TERMS = ("recompute_working_set", "unreduced_unit_gradient", "fsdp_block_pair",
+                              "fsdp_root_gradients")
+"""Transients alive only while one decoder layer runs its backward (or, for the root's gradients,
+from the LM-head backward on, i.e. through every layer's backward)."""
 
 
 def transient_peak(terms: dict[str, int]) -> int:
@@ -326,9 +401,12 @@ def transient_peak(terms: dict[str, int]) -> int:
     activations, its unsharded gradient before the reduce-scatter) run one after the other on a
     GPU, never together: the logits' gradient is consumed by the LM head's backward and freed before
     the first decoder layer's backward starts (torch autograd frees a node's inputs once it has run;
-    under PP a stage runs one micro-batch's backward at a time). Every other term (gathered
-    parameters, buckets, offload staging) is present in both phases. With no loss working set
-    (Megatron's in-place fused cross-entropy) this is the plain sum.
+    under PP a stage runs one micro-batch's backward at a time). torchtitan's FSDP2 units are split
+    the same way (`_torchtitan_fsdp_terms`): its last block is gathered in the loss phase, a block and
+    its prefetched neighbour plus the root's unsharded gradients in the layer phase. Every other
+    term (the Megatron / DeepSpeed gather working set, torchtitan's root unit, buckets, offload
+    staging) is present in both phases. With no loss working set (Megatron's in-place fused
+    cross-entropy) this is the plain sum.
     """
     loss = sum(terms.get(k, 0) for k in LOSS_PHASE_TERMS)
     layer = sum(terms.get(k, 0) for k in LAYER_BACKWARD_PHASE_TERMS)
