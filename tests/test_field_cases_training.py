@@ -1,4 +1,4 @@
-"""Training field cases from /work/shared/reference/field_cases.yaml: each for its input and its kind."""
+"""Training field cases from tests/data/reference/field_cases.yaml (copy of shared/reference): each for its input and its kind."""
 
 import dataclasses
 

@@ -57,7 +57,7 @@ from planner.specs.cluster import load_cluster
 from planner.specs.model import load_model
 
 GIB = 2**30
-RUNS = yaml.safe_load(Path("/work/shared/reference/training_runs.yaml").read_text())["training_runs"]
+RUNS = yaml.safe_load((Path(__file__).resolve().parent / "data" / "reference" / "training_runs.yaml").read_text())["training_runs"]
 ROWS = [r for r in RUNS if r.get("group") == "torchtitan-H100-2024-12"
         and re.fullmatch(r"FSDP \d+(, (CP|TP) \d+)?", r["parallelism"])]
 MODELS = {"Llama 3.1 8B": "llama-3.1-8b", "Llama 3.1 70B": "llama-3.1-70b"}

@@ -17,7 +17,7 @@ from planner.placement.layout import Layout
 from planner.specs.cluster import load_cluster
 from planner.specs.model import load_model
 
-TABLE = yaml.safe_load((Path("/work/shared/reference/zero_table1.yaml")).read_text())
+TABLE = yaml.safe_load((Path(__file__).resolve().parent / "data" / "reference" / "zero_table1.yaml").read_text())
 STAGE_OF_COLUMN = {"os": 1, "os_g": 2, "os_g_p": 3}
 
 
