@@ -7,7 +7,6 @@ usage errors (bad option values) exit 2 as click does.
 
 from __future__ import annotations
 
-import dataclasses
 from enum import Enum
 from typing import Annotated, Any
 
@@ -122,7 +121,7 @@ def explain_cmd(
     model: ModelOpt,
     cluster: ClusterOpt,
     gpus: GpusOpt = None,
-    dp: Annotated[int | None, typer.Option(min=1, help="Data-parallel degree [default: GPUs / (tp·pp·cp)].")] = None,
+    dp: Annotated[int | None, typer.Option(min=1, help="Data-parallel degree (default: GPUs / (tp·pp·cp)).")] = None,
     tp: Annotated[int, typer.Option(min=1, help="Tensor-parallel degree.")] = 1,
     pp: Annotated[int, typer.Option(min=1, help="Pipeline stages.")] = 1,
     cp: Annotated[int, typer.Option(min=1, help="Context-parallel degree.")] = 1,
@@ -131,7 +130,7 @@ def explain_cmd(
     dp_shard: Annotated[int | None, typer.Option(min=1, help="HSDP shard group (ZeRO over dp_shard, replicate across).")] = None,
     zero_stage: Annotated[int, typer.Option(min=0, max=3, help="ZeRO stage 0-3 (3 = FSDP).")] = 0,
     micro_batch_size: Annotated[int, typer.Option(min=1, help="Sequences per micro-batch per DP rank.")] = 1,
-    global_batch_size: Annotated[int | None, typer.Option(min=1, help="Sequences per step [default: dp·micro-batch·pp].")] = None,
+    global_batch_size: Annotated[int | None, typer.Option(min=1, help="Sequences per step (default: dp·micro-batch·pp).")] = None,
     seq_len: Annotated[int, typer.Option(min=1, help="Tokens per sequence.")] = 4096,
     recompute: Annotated[Recompute, typer.Option(help="Activation recomputation.")] = "none",
     sequence_parallel: Annotated[bool, typer.Option("--sequence-parallel/--no-sequence-parallel", help="Megatron SP.")] = False,
@@ -146,15 +145,15 @@ def explain_cmd(
 ) -> None:
     """Explain one training layout: placement, memory terms vs capacity, communication, correctness."""
     spec = model_spec.load_model(model)
+    hw = cluster_spec.load_cluster(cluster, gpus=gpus)
     if dp is None:
-        dp = max(1, (gpus or tp * pp * cp) // (tp * pp * cp))
+        dp = max(1, hw.num_gpus // (tp * pp * cp))
     layout = Layout(
         dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, dp_shard=dp_shard, zero_stage=zero_stage,
         micro_batch_size=micro_batch_size, global_batch_size=global_batch_size or dp * micro_batch_size * pp,
         seq_len=seq_len, recompute=_value(recompute), sequence_parallel=sequence_parallel, vpp=vpp,
         offload=frozenset(_value(o) for o in offload or ()), optimizer=_value(optimizer),
         precision=_value(precision), framework=_value(framework))
-    hw = cluster_spec.load_cluster(cluster, gpus=gpus) if gpus else _sized(cluster, layout.world_size)
     reserve = None if reserve_gib is None else int(reserve_gib * 2**30)
     data = explain_api.explain(spec, hw, layout, reserve_bytes=reserve, at_risk_margin=at_risk_margin)
     report.show_explain(data, fmt.value)
@@ -164,11 +163,6 @@ def explain_cmd(
 
 def _value(option: object) -> str:
     return getattr(option, "value", option)
-
-
-def _sized(ref: str, world_size: int):
-    """Without --gpus the cluster is as large as the layout (a partial node is fine for explain)."""
-    return dataclasses.replace(cluster_spec.load_cluster(ref), num_gpus=world_size)
 
 
 # ---------------------------------------------------------------- plan

@@ -13,31 +13,57 @@ import dataclasses
 from planner.cost.comm import bytes_per_axis, collectives
 from planner.cost.memory import DEFAULT_AT_RISK_MARGIN, memory_per_device
 from planner.placement.layout import Layout
-from planner.placement.rules import check_layout
+from planner.errors import SpecError
+from planner.placement.rules import check_layout, errors
 from planner.placement.strategies import placement_for
 from planner.specs.model import ModelSpec
 
 
 def explain(model: ModelSpec, cluster, layout: Layout, *, reserve_bytes: int | None = None,
             at_risk_margin: float = DEFAULT_AT_RISK_MARGIN) -> dict:
-    """Everything the placement implies for `layout` of `model` on `cluster` (see module docstring)."""
+    """Everything the placement implies for `layout` of `model` on `cluster` (see module docstring).
+
+    A layout that breaks a composition rule is still costed where the cost model can (world size,
+    ZeRO at dp = 1, ...); where a broken rule makes the costing itself undefined (a sequence that
+    cp does not divide, ...) `memory_bytes` is None, `memory_verdict` is `not_costed`, and the
+    violations say why.
+
+    Raises:
+        SpecError: only for bad input that no rule describes.
+    """
+    violations = check_layout(model, cluster, layout)
+    header = {"model": model.name, "cluster": cluster.name, "gpus": cluster.num_gpus,
+              "parallelism": _parallelism(layout),
+              "placement": placement_for(layout).to_table(include_experts=model.is_moe),
+              "violations": [{"rule": v.rule, "message": v.message, "fix": v.fix, "severity": v.severity}
+                             for v in violations]}
+    try:
+        costed = _costs(model, cluster, layout, reserve_bytes, at_risk_margin)
+    except SpecError:
+        if not errors(violations):
+            raise
+        costed = {"memory_bytes": None, "memory_verdict": "not_costed", "communication_bytes_per_step": {},
+                  "details": {"warnings": [], "framework": layout.framework, "at_risk_margin": at_risk_margin}}
+    return header | costed
+
+
+def _parallelism(layout: Layout) -> dict:
+    return dataclasses.asdict(layout) | {
+        "offload": sorted(layout.offload), "world_size": layout.world_size,
+        "num_microbatches": layout.num_microbatches, "expert_dp": layout.expert_dp}
+
+
+def _costs(model: ModelSpec, cluster, layout: Layout, reserve_bytes: int | None, at_risk_margin: float) -> dict:
     mem = memory_per_device(model, cluster, layout, reserve_bytes=reserve_bytes,
                             at_risk_margin=at_risk_margin)
     colls = collectives(model, layout)
-    violations = check_layout(model, cluster, layout)
     return {
-        "parallelism": {k: v for k, v in dataclasses.asdict(layout).items()}
-        | {"offload": sorted(layout.offload), "world_size": layout.world_size,
-           "num_microbatches": layout.num_microbatches, "expert_dp": layout.expert_dp},
-        "placement": placement_for(layout).to_table(include_experts=model.is_moe),
         "memory_bytes": {"parameters": mem.parameters, "gradients": mem.gradients,
                          "optimizer_states": mem.optimizer_states, "activations": mem.activations,
                          "transient": mem.transient, "reserve": mem.reserve, "total": mem.total,
                          "capacity": mem.capacity},
         "memory_verdict": mem.verdict,
         "communication_bytes_per_step": bytes_per_axis(colls),
-        "violations": [{"rule": v.rule, "message": v.message, "fix": v.fix, "severity": v.severity}
-                       for v in violations],
         "details": {
             "stage": mem.stage,
             "in_flight_microbatches": mem.in_flight_microbatches,

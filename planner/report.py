@@ -16,7 +16,9 @@ from collections.abc import Iterable, Sequence
 
 import yaml
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 FORMATS = ("table", "json", "yaml")
 """Values accepted by every command's `--format`."""
@@ -51,12 +53,13 @@ def _table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[ob
            *, right_from: int = 1) -> Table:
     """A table whose first `right_from` columns are left-aligned text and the rest numbers.
     Cells fold (never truncate) when the terminal is too narrow."""
-    table = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
+    table = Table(title=None if title is None else Text(title), title_justify="left", show_edge=False,
+                  pad_edge=False)
     for i, column in enumerate(columns):
         table.add_column(column, justify="left" if i < right_from else "right", no_wrap=i == 0,
                          overflow="fold")
     for row in rows:
-        table.add_row(*("" if cell is None else str(cell) for cell in row))
+        table.add_row(*(Text("" if cell is None else str(cell)) for cell in row))
     return table
 
 
@@ -139,7 +142,7 @@ def show_model(data: dict, fmt: str) -> None:
         f"FLOPs per token at seq_len {flops['seq_len']:,}", ("quantity", "FLOPs"),
         ((key, count(flops[key])) for key in ("forward", "attention_forward", "training",
                                               "training_full_recompute"))))
-    console.print(f"MFU convention: {data['mfu_convention']}")
+    console.print(Text(f"MFU convention: {data['mfu_convention']}"))
 
 
 def _cell(value: object) -> str:
@@ -236,16 +239,20 @@ def show_explain(data: dict, fmt: str) -> None:
         return dump(data, fmt)
     console = _console()
     par = data["parallelism"]
-    console.print(f"[bold]{layout_label(par)}[/bold]  ({par['framework']} conventions, "
-                  f"{par['world_size']} GPUs, seq {par['seq_len']:,}, global batch {par['global_batch_size']:,})")
+    console.print(Text(f"{data['model']} on {data['gpus']} x {data['cluster']}: {layout_label(par)}", style="bold"))
+    console.print(Text(f"{par['framework']} conventions, seq {par['seq_len']:,}, "
+                       f"global batch {par['global_batch_size']:,} sequences"))
     console.print()
     console.print(_placement_table(data["placement"]))
     console.print()
-    console.print(_memory_table(data["memory_bytes"], data["memory_verdict"], data["details"]))
-    console.print()
-    comm = data["communication_bytes_per_step"]
-    console.print(_table(None, ("axis", "communication\nGiB/GPU/step"),
-                         ((axis, gib(comm[axis])) for axis in sorted(comm, key=_axis_rank))))
+    if data["memory_bytes"] is None:
+        console.print(Text("memory and communication not costed: the layout breaks a rule below"))
+    else:
+        console.print(_memory_table(data["memory_bytes"], data["memory_verdict"], data["details"]))
+        console.print()
+        comm = data["communication_bytes_per_step"]
+        console.print(_table(None, ("axis", "communication\nGiB/GPU/step"),
+                             ((axis, gib(comm[axis])) for axis in sorted(comm, key=_axis_rank))))
     _print_findings(console, data["violations"], data["details"].get("warnings", ()))
 
 
@@ -255,7 +262,7 @@ def _axis_rank(axis: str) -> int:
 
 def _placement_table(placement: dict) -> Table:
     axes = sorted({axis for modes in placement.values() for axis in modes}, key=_axis_rank)
-    return _table("placement (state × axis → mode)", ("state", *axes),
+    return _table(None, ("placement\nstate ↓ axis →", *axes),
                   ([state, *(modes.get(axis, "-") for axis in axes)] for state, modes in placement.items()),
                   right_from=len(axes) + 1)
 
@@ -272,9 +279,9 @@ def _print_findings(console: Console, violations: list[dict], warnings: Iterable
     for v in violations:
         fix = f" Fix: {v['fix']}" if v.get("fix") else ""
         style = "red" if v.get("severity") == "error" else "yellow"
-        console.print(f"[{style}]{v.get('severity', 'error')}[/{style}] {v['rule']}: {v['message']}{fix}")
+        console.print(Text.assemble((v.get("severity", "error"), style), f" {v['rule']}: {v['message']}{fix}"))
     for w in warnings:
-        console.print(f"[yellow]note[/yellow] {w}")
+        console.print(Text.assemble(("note", "yellow"), f" {w}"))
 
 
 # ---------------------------------------------------------------- plan
@@ -286,7 +293,7 @@ def show_plan(data: dict, fmt: str) -> None:
         return dump(data, fmt)
     console = _console()
     req, solver = data["request"], data["solver"]
-    console.print(f"[bold]{req['model']}[/bold] on {req['gpus']:,} x {req['cluster']}  (seq "
+    console.print(f"[bold]{escape(req['model'])}[/bold] on {req['gpus']:,} x {escape(req['cluster'])}  (seq "
                   f"{req['seq_len']:,}, global batch {req['global_batch_size']:,} sequences, "
                   f"{req['precision']}, {req['optimizer']}, {req['framework']} conventions)")
     console.print(f"solver: [bold]{solver['status']}[/bold]  objective {solver['objective_s']:.3f} s/step, "

@@ -73,3 +73,29 @@ def test_bad_inputs_exit_2_without_traceback():
         assert "Traceback" not in result.output
     result = runner.invoke(app, ["explain", "-m", "llama-3.1-7b", "-c", "dgx-h100"])
     assert result.exit_code == 2 and "llama-3.1-8b" in result.output
+
+
+def test_rule_that_makes_costing_undefined_is_a_violation_not_a_crash():
+    # cp=3 does not divide seq 4096: the layout is reported (exit 1) with the rule, memory not costed.
+    result = runner.invoke(app, ["explain", "-m", "llama-3.1-8b", "-c", "dgx-h100", "--gpus", "8",
+                                 "--cp", "3", "--format", "json"])
+    assert result.exit_code == 1
+    data = json.loads(result.output)
+    assert data["memory_verdict"] == "not_costed"
+    assert "sequence_divisible" in {v["rule"] for v in data["violations"]}
+
+
+def test_without_gpus_the_cluster_keeps_its_size_and_dp_fills_it():
+    data = json.loads(runner.invoke(app, ["explain", "-m", "llama-3.1-8b", "-c", "dgx-h100", "--tp", "2",
+                                          "--zero-stage", "1", "--format", "json"]).output)
+    assert data["gpus"] == 8 and data["parallelism"]["dp"] == 4  # one DGX H100 node: 8 / tp 2
+
+
+def test_user_text_is_not_rich_markup(tmp_path):
+    cfg = tmp_path / "m.yaml"
+    cfg.write_text("name: '[/bold] x [red]y[/red]'\nmodel_type: llama\nhidden_size: 64\nintermediate_size: 128\n"
+                   "num_hidden_layers: 2\nnum_attention_heads: 4\nnum_key_value_heads: 2\nvocab_size: 100\n"
+                   "max_position_embeddings: 64\n")
+    result = runner.invoke(app, ["explain", "-m", str(cfg), "-c", "dgx-h100", "--gpus", "8", "--seq-len", "64"])
+    assert result.exit_code == 0, result.output
+    assert "[/bold] x [red]y[/red]" in result.output
