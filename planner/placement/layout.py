@@ -68,17 +68,16 @@ class Layout:
     """megatron | deepspeed | torchtitan: sets conventions such as fp32 gradient accumulation."""
 
     def __post_init__(self) -> None:
-        for name in ("dp", "tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch_size",
-                     "global_batch_size", "seq_len"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise SpecError(f"value {value!r} must be an integer >= 1", key=name)
-        if self.dp_shard is not None and (
-            isinstance(self.dp_shard, bool) or not isinstance(self.dp_shard, int)
-            or self.dp_shard < 1 or self.dp % self.dp_shard
-        ):
-            raise SpecError(f"value {self.dp_shard!r} must be a positive divisor of dp={self.dp}",
-                            key="dp_shard")
+        # Fast path first (a search builds tens of thousands of Layouts): every check below is the
+        # slow path's, which runs only when one fails, to raise the same SpecError.
+        if not (type(self.dp) is type(self.tp) is type(self.pp) is type(self.cp) is type(self.ep)
+                is type(self.etp) is type(self.vpp) is type(self.micro_batch_size)
+                is type(self.global_batch_size) is type(self.seq_len) is int
+                and min(self.dp, self.tp, self.pp, self.cp, self.ep, self.etp, self.vpp,
+                        self.micro_batch_size, self.global_batch_size, self.seq_len) >= 1):
+            self._check_degrees()
+        if self.dp_shard is not None:
+            self._check_dp_shard()
         if self.zero_stage not in (0, 1, 2, 3):
             raise SpecError(f"value {self.zero_stage!r} not allowed; allowed: 0, 1, 2, 3",
                             key="zero_stage")
@@ -86,17 +85,34 @@ class Layout:
         _check_choice("optimizer", self.optimizer, OPTIMIZERS)
         _check_choice("precision", self.precision, PRECISIONS)
         _check_choice("framework", self.framework, FRAMEWORKS)
-        object.__setattr__(self, "offload", frozenset(self.offload))
+        if type(self.offload) is not frozenset:
+            object.__setattr__(self, "offload", frozenset(self.offload))
         for target in self.offload:
             _check_choice("offload", target, OFFLOAD_TARGETS)
         if self.pipeline_layers is not None:
-            layers = tuple(self.pipeline_layers)
-            object.__setattr__(self, "pipeline_layers", layers)
-            if len(layers) != self.pp or any(
-                isinstance(n, bool) or not isinstance(n, int) or n < 0 for n in layers
-            ):
-                raise SpecError(f"value {layers!r} must be {self.pp} non-negative integers "
-                                f"(one per pipeline stage)", key="pipeline_layers")
+            self._check_pipeline_layers()
+
+    def _check_degrees(self) -> None:
+        for name in ("dp", "tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch_size",
+                     "global_batch_size", "seq_len"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise SpecError(f"value {value!r} must be an integer >= 1", key=name)
+
+    def _check_dp_shard(self) -> None:
+        if (isinstance(self.dp_shard, bool) or not isinstance(self.dp_shard, int)
+                or self.dp_shard < 1 or self.dp % self.dp_shard):
+            raise SpecError(f"value {self.dp_shard!r} must be a positive divisor of dp={self.dp}",
+                            key="dp_shard")
+
+    def _check_pipeline_layers(self) -> None:
+        layers = tuple(self.pipeline_layers)
+        object.__setattr__(self, "pipeline_layers", layers)
+        if len(layers) != self.pp or any(
+            isinstance(n, bool) or not isinstance(n, int) or n < 0 for n in layers
+        ):
+            raise SpecError(f"value {layers!r} must be {self.pp} non-negative integers "
+                            f"(one per pipeline stage)", key="pipeline_layers")
 
     @property
     def world_size(self) -> int:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from planner.placement.layout import Layout
 from planner.placement.precision import padded_vocab
 from planner.placement.states import BATCH_AXES, GROUPS, Mode, Placement, State
-from planner.placement.strategies import placement_for
+from planner.placement.strategies import placement_for, placement_key
 from planner.specs.model import ModelSpec
 
 KV_REPLICATING_FRAMEWORKS = ("vllm", "sglang", "tensorrt-llm")
@@ -71,11 +71,47 @@ def check_placement(placement: Placement) -> list[Violation]:
 
 def check_layout(model: ModelSpec, cluster, layout: Layout) -> list[Violation]:
     """Every composition rule for `layout` of `model` on `cluster` (errors and warnings)."""
-    out = check_placement(placement_for(layout))
+    out = list(_placement_violations(layout))
     for rule in (_world_size, _heads, _kv_heads, _layers, _experts, _vocab, _sequence, _batch,
                  _zero_with_pp, _zero_without_dp):
         out += rule(model, cluster, layout)
     return out
+
+
+MESH_RULES = ("world_size", "heads_divisible_by_tp", "kv_heads_divisible_by_tp",
+              "layers_divisible_by_pp", "pipeline_layers", "experts_divisible_by_ep", "expert_group",
+              "sequence_divisible")
+"""Rules `check_mesh` checks: those of `check_layout` that read only the degrees (dp, tp, pp, cp,
+ep, etp, vpp, pipeline_layers) and, for the sequence rule, seq_len and sequence_parallel."""
+
+
+def check_mesh(model: ModelSpec, cluster, layout: Layout) -> list[Violation]:
+    """The errors of `check_layout` among MESH_RULES, in its order: world size, heads and KV heads
+    by tp, layers by pp (or the explicit split), experts by ep and the expert grid, and the
+    sequence by cp (and tp with sequence parallelism, as the layout sets it).
+
+    None of these reads the micro-batch size, the ZeRO stage, offload or recompute, so a search can
+    reject a bad mesh once instead of once per knob combination: for every layout,
+    `check_mesh(...) == [v for v in errors(check_layout(...)) if v.rule in MESH_RULES]`.
+    """
+    out = []
+    for rule in (_world_size, _heads, _kv_heads, _layers, _experts, _sequence):
+        out += rule(model, cluster, layout)
+    return [v for v in out if v.severity == "error"]
+
+
+_PLACEMENT_VIOLATIONS: dict[tuple, tuple[Violation, ...]] = {}
+"""placement_key -> check_placement(placement_for(layout)) (same key, same placement)."""
+
+
+def _placement_violations(layout: Layout) -> tuple[Violation, ...]:
+    key = placement_key(layout)
+    found = _PLACEMENT_VIOLATIONS.get(key)
+    if found is None:
+        if len(_PLACEMENT_VIOLATIONS) >= 4096:
+            _PLACEMENT_VIOLATIONS.clear()
+        found = _PLACEMENT_VIOLATIONS[key] = tuple(check_placement(placement_for(layout)))
+    return found
 
 
 def errors(violations: list[Violation]) -> list[Violation]:
@@ -294,7 +330,7 @@ def _zero_without_dp(model, cluster, layout: Layout) -> list[Violation]:
                       fix="raise dp (lower tp/pp) for ZeRO to save memory")]
 
 
-__all__ = ["Violation", "check_layout", "check_placement", "check_ulysses", "ulysses_degrees",
+__all__ = ["Violation", "check_layout", "check_mesh", "MESH_RULES", "check_placement", "check_ulysses", "ulysses_degrees",
            "uneven_split", "errors", "GROUPS"]
 
 

@@ -119,8 +119,35 @@ def recompute(b: _Builder, policy: str) -> None:
     b.recompute = policy
 
 
+def placement_key(layout: Layout) -> tuple:
+    """The Layout fields `placement_for` reads (degrees, ZeRO stage, SP, offload, recompute): two
+    layouts with the same key have the same placement."""
+    return (layout.dp, layout.dp_shard, layout.tp, layout.pp, layout.cp, layout.ep, layout.etp,
+            layout.zero_stage, layout.sequence_parallel, layout.offload, layout.recompute)
+
+
+_PLACEMENTS: dict[tuple, Placement] = {}
+"""placement_key -> Placement built by `_compose` (a search asks for the same few hundred)."""
+
+_PLACEMENTS_SIZE = 4096
+"""Entries kept before the cache is emptied."""
+
+
 def placement_for(layout: Layout) -> Placement:
-    """Compose the strategy constructors for `layout` into one Placement."""
+    """Compose the strategy constructors for `layout` into one Placement.
+
+    Built once per `placement_key` and shared between callers: treat the result (and its dicts)
+    as read-only."""
+    key = placement_key(layout)
+    placement = _PLACEMENTS.get(key)
+    if placement is None:
+        if len(_PLACEMENTS) >= _PLACEMENTS_SIZE:
+            _PLACEMENTS.clear()
+        placement = _PLACEMENTS[key] = _compose(layout)
+    return placement
+
+
+def _compose(layout: Layout) -> Placement:
     b = _Builder(degrees=_degrees(layout))
     data_parallel(b)
     zero(b, layout.zero_stage)
