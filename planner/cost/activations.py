@@ -130,6 +130,14 @@ def layer_activation_bytes(model: ModelSpec, layer_index: int, *, seq_len: int, 
                            block=_block_kind(model, layer_index, flash), recompute=recompute)
 
 
+def layer_kind(model: ModelSpec, layer_index: int) -> bool:
+    """What the layer index selects in this module: whether layer `layer_index` is a routed-expert
+    block (`saved_tensors`, `_op_sac_applies`, `_block_kind` read nothing else of the index). Two
+    layers of the same kind save the same bytes under the same arguments, so callers may cache
+    per kind (`cost.memory` does); a rule that reads more of the index must extend this."""
+    return bool(model.is_moe and model.moe_layers[layer_index])
+
+
 def _bytes(x: SavedTensor, model: ModelSpec, *, tokens: int, tp: int, sequence_parallel: bool,
            dtype_bytes: int) -> int:
     """tokens · elements · bytes / split degree, rounded up to whole bytes."""

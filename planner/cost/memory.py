@@ -28,12 +28,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from planner.cost import activations as act
 from planner.cost.params_flops import ParamCounts, count_params
 from planner.placement.layout import Layout
 from planner.placement.precision import StateBytes, padded_vocab, state_bytes
 from planner.placement.states import GROUPS, Mode, Placement, State
 from planner.placement.strategies import placement_for
-from planner.specs.model import ModelSpec
+from planner.specs.model import ModelSpec, spec_memo
 
 GIB = 2**30
 
@@ -262,14 +263,12 @@ def _activations(model: ModelSpec, layout: Layout, placement: Placement, layers:
                  modes: list[str], stage: int, dtype: int) -> tuple[dict[str, int], float, int, int]:
     """Activation terms, in-flight factor, the working set of one fully recomputed layer, and the
     loss backward's working set (last stage)."""
-    from planner.cost import activations as act
-
     sp = placement.activations.get("tp") == Mode.SHARDED
     kw = dict(seq_len=layout.seq_len, micro_batch_size=layout.micro_batch_size, tp=layout.tp,
               cp=layout.cp, sequence_parallel=sp)
     kw_layer = dict(kw, ep=layout.ep, etp=layout.etp, framework=layout.framework, dtype_bytes=dtype)
-    per_layer = [act.layer_activation_bytes(model, i, recompute=r, **kw_layer).total
-                 for i, r in zip(layers, modes)]
+    key = tuple(kw_layer.values())
+    per_layer = [_per_kind(model, "saved", i, r, key, kw_layer) for i, r in zip(layers, modes)]
     flight = in_flight_microbatches(layout, stage)
     terms = {"layers": int(sum(per_layer) * flight)}
     if stage == 0:
@@ -281,11 +280,28 @@ def _activations(model: ModelSpec, layout: Layout, placement: Placement, layers:
                                              tp=layout.tp, cp=layout.cp, framework=layout.framework)
     recompute_ws = 0
     if "full" in modes and layers:
-        recompute_ws = max(act.layer_backward_working_set_bytes(model, i, **kw_layer) for i in layers)
+        recompute_ws = max(_per_kind(model, "working_set", i, "full", key, kw_layer) for i in layers)
     if placement.activations.get("host") == Mode.OFFLOADED and layers:
         # Offloaded: the device keeps the layer being computed and one prefetched (double buffer).
         terms["layers"] = int(2 * max(per_layer))
     return terms, flight, recompute_ws, loss_ws
+
+
+def _per_kind(model: ModelSpec, what: str, index: int, recompute: str, key: tuple, kw_layer: dict) -> int:
+    """`layer_activation_bytes(...).total` (what="saved") or `layer_backward_working_set_bytes`
+    (what="working_set") of layer `index`, computed once per (layer kind, recompute, arguments):
+    layers of one `activations.layer_kind` give the same bytes. An index outside the model goes to
+    the function itself, which raises its SpecError."""
+    if not 0 <= index < model.num_hidden_layers:
+        return act.layer_activation_bytes(model, index, recompute=recompute, **kw_layer).total
+    memo = spec_memo(model)
+    memo_key = ("memory.activations", what, act.layer_kind(model, index), recompute, key)
+    if memo_key not in memo:
+        if what == "saved":
+            memo[memo_key] = act.layer_activation_bytes(model, index, recompute=recompute, **kw_layer).total
+        else:
+            memo[memo_key] = act.layer_backward_working_set_bytes(model, index, **kw_layer)
+    return memo[memo_key]
 
 
 def _modes_by_layer(layers: tuple[int, ...], layout: Layout,

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planner.specs.model import ModelSpec
+from planner.specs.model import ModelSpec, spec_memo
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -130,7 +130,8 @@ def _layer(spec: ModelSpec, index: int) -> LayerParams:
 
 
 def count_params(spec: ModelSpec, *, include_mtp: bool = False) -> ParamCounts:
-    """Exact parameter counts of `spec`.
+    """Exact parameter counts of `spec` (computed once per spec object; ModelSpec and ParamCounts
+    are frozen, so the cached result is shared safely).
 
     Args:
         spec: the model.
@@ -141,6 +142,14 @@ def count_params(spec: ModelSpec, *, include_mtp: bool = False) -> ParamCounts:
     Returns:
         ParamCounts (counts of scalars, not bytes).
     """
+    memo = spec_memo(spec)
+    key = ("count_params", include_mtp)
+    if key not in memo:
+        memo[key] = _count_params(spec, include_mtp)
+    return memo[key]
+
+
+def _count_params(spec: ModelSpec, include_mtp: bool) -> ParamCounts:
     h = spec.hidden_size
     embedding = spec.padded_vocab_size * h + spec.position_embedding_rows * h
     if spec.embedding_norm:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -151,6 +152,26 @@ class ModelSpec:
     def family(self) -> str:
         """Short family label for tables."""
         return self.model_type
+
+
+_MEMOS: dict[int, dict] = {}
+"""id(spec) -> that spec object's memo dict (see `spec_memo`); dropped when the spec is collected."""
+
+
+def spec_memo(spec: ModelSpec) -> dict:
+    """A dict private to this ModelSpec object, for caching values derived from it.
+
+    ModelSpec is frozen, so anything computed from its fields stays valid for the object's
+    lifetime; the dict is keyed by the object's identity (not equality: hashing a spec costs
+    more than most of what is cached) and removed when the object is garbage-collected, so an id
+    is never reused while its memo lives. Callers key their entries by a tuple starting with
+    their own name, e.g. `("count_params", include_mtp)`.
+    """
+    memo = _MEMOS.get(id(spec))
+    if memo is None:
+        memo = _MEMOS[id(spec)] = {}
+        weakref.finalize(spec, _MEMOS.pop, id(spec), None)
+    return memo
 
 
 # ---------------------------------------------------------------- loading
