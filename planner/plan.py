@@ -11,38 +11,40 @@ What is optimal (the search model, stated exactly)
 --------------------------------------------------
 For a candidate c (mesh x knobs) and an assignment a (layer split + recompute mode per layer):
 
-- T_s(c, a): stage s's per-micro-batch time as the ILP prices it: the LM-head time of the stage
-  (`stage_fixed_times`) + sum over its layers of `layer_times` in the layer's mode. It is the
-  stage time of `step_time` except the ZeRO-2/3 / parameter-offload per-micro-batch traffic that
-  compute does not hide (max(0, Z - compute), a term >= 0).
+- step(c, a) = step_time(c with a).step = max_s total_s(c, a), where total_s is the convex
+  piecewise-linear function of stage s's per-kind-per-mode layer counts that
+  `cost.step_time.StageCostModel` defines (pipeline x per-micro-batch time, exposed ZeRO traffic,
+  DP tail, optimizer, offload) -- one set of coefficients, used by step_time and by the program.
 - feasible(c, a): every stage fits `capacity - reserve` under the linear memory model of
   `_stage_problem` (calibrated from `stage_memory`; exact for the per-layer states, activations
   x in-flight factor and the gradient-bucket slope, conservative for the full-recompute working
   set, charged on every stage when `full` may be used).
-- a*(c) = argmin_a max_s T_s(c, a) over feasible a (CP-SAT, proven OPTIMAL per candidate).
+- a*(c) = argmin_a step(c, a) over feasible a: the stage program of `search.ilp` minimises exactly
+  max_s total_s (its module docstring), proven OPTIMAL per candidate, in integer nanoseconds;
+  rounding moves any plan's value by at most `StageProblem.rounding_bound_s()` (G (L + 1) / 2 ns).
 - objective(c) = step_time(c, a*(c)).step.
 
 `plan` returns the candidates with the least objective(c) (the top K), and status OPTIMAL when
-every candidate was either solved to optimality or pruned by a bound <= its objective. This is
-exact for that two-level model. It is NOT a claim that a*(c) minimises step_time over every
-assignment of c: step_time adds split-dependent terms beyond the bottleneck stage (the DP tail
-and optimizer step of each stage, the exposed ZeRO traffic), which the ILP does not see. Tests
-(`tests/test_plan_brute.py`) check both halves against exhaustive enumeration on small cases.
+every candidate was either solved to optimality or pruned by a bound <= its objective. So the best
+plan minimises step_time over every candidate, split and per-layer recompute assignment that fits,
+up to twice the rounding bound (`tests/test_plan_brute.py` checks this against exhaustive
+enumeration).
 
-Lower bound (`_cheap_bound`), valid for step_time. step_time's stage total is
-pipeline_time(t_s) + (DP tail + optimizer + offload, each >= 0), pipeline_time = A t_s + P with
-A = m + (pp - 1)/v > 0 (1F1B: v = 1) and P the p2p sends, and the per-micro-batch stage time is
+Lower bound (`_cheap_bound`), valid for step_time. The stage total is
+A t_s + B_f F_s + P + (DP tail + optimizer + offload, each >= 0), with A = m + (pp - 1)/v > 0
+(1F1B: v = 1), B_f >= 0, P the p2p sends, and the per-micro-batch stage time is
 t_s = C_s + max(F_s + R_s, Z_s), where F_s + R_s = T0_s + sum of the stage's layer compute and
 recompute, C_s the layers' exposed TP/CP/EP communication and Z_s the ZeRO-2/3 + offload traffic
-of its parameters (affine in them). Hence t_s >= T0_s + sum_l t[l, r_l] and t_s >= C_s + Z_s, and
+of its parameters (affine in them, plus a re-gather per fully recomputed layer). Hence
+t_s >= T0_s + sum_l t[l, r_l] and t_s >= C_s + Z_s, and
 
     step >= A max_s t_s + P
          >= A max( (sum_s T0_s + sum_l min_r t[l, r]) / pp,  (sum_l min_r c[l, r] + sum_s Z_s) / pp ) + P,
 
-a maximum being at least its mean; sum_s Z_s = pp Z(sum_s params_s / pp) because Z is affine and
-sum_s params_s does not depend on the split (`total_stage_params`); Z is taken with 2 parameter
-gathers (no full recompute), its least value. Every candidate's bound is <= its objective(c)
-(tested on every candidate of small cases, `tests/test_plan_bound.py`).
+a maximum being at least its mean; sum_s Z_s >= pp Z(sum_s params_s / pp) because Z is affine and
+sum_s params_s does not depend on the split (`total_stage_params`); Z is taken with no re-gather,
+its least value. The refined bound (`_refined_bound`) is the stage program's own split bound less
+the rounding bound. Both are <= objective(c) (tested on every candidate of small cases).
 """
 
 from __future__ import annotations
@@ -58,9 +60,11 @@ from planner.cost.memory import DEFAULT_RESERVE_BYTES, in_flight_microbatches, s
 from planner.cost.params_flops import count_params
 from planner.cost.pipeline import pipeline_time
 from planner.cost.step_time import (
+    layer_kinds,
     layer_time,
     microbatch_state_traffic_s,
     pipeline_send_s,
+    stage_cost_model,
     stage_fixed_times,
     step_time,
     total_stage_params,
@@ -71,7 +75,6 @@ from planner.placement.precision import state_bytes
 from planner.placement.rules import check_batch, check_layout, errors, uneven_split
 from planner.search.bounds import search, stage_problem_lower_bound_s
 from planner.search.ilp import (
-    TIME_UNIT_S,
     StageProblem,
     StageSolution,
     memory_diagnosis,
@@ -100,9 +103,6 @@ MESH_RULES = frozenset({"world_size", "heads_divisible_by_tp", "kv_heads_divisib
 FIXABLE = ("dp", "tp", "pp", "cp", "ep", "etp", "zero_stage", "micro_batch_size", "vpp",
            "sequence_parallel", "recompute")
 """Keys `--fix` accepts."""
-
-ROUNDING_S = TIME_UNIT_S / 2
-"""Most `ilp.to_int_problem` moves one time coefficient (rounded to the nearest microsecond), s."""
 
 
 def default_global_batch_size(seq_len: int) -> int:
@@ -217,20 +217,6 @@ class _Costs:
         return tuple(tuple(getattr(t, part) for t in row) for row in self._times[key])
 
 
-def layer_kinds(model: ModelSpec) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(kind index of each layer, representative layer of each kind): layers with the same
-    parameter counts and attention type cost the same in every term."""
-    counts = count_params(model)
-    keys: dict = {}
-    kinds = []
-    for i, lp in enumerate(counts.layers):
-        key = (lp, model.layer_types[i] if model.layer_types else None,
-               bool(model.is_moe and model.moe_layers[i]))
-        kinds.append(keys.setdefault(key, len(keys)))
-    reps = tuple(kinds.index(k) for k in range(len(keys)))
-    return tuple(kinds), reps
-
-
 # ---------------------------------------------------------------- bounds
 
 
@@ -291,14 +277,14 @@ def _stage_problem(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> Sta
         fixed = max(0.0, mem.total - linear) + (working if "full" in modes else 0)
         fixed_mem.append(fixed)
         middle = fixed if 0 < s < layout.pp - 1 else middle
-    times = costs.kind_times(layout)
     idx = [RECOMPUTE_MODES.index(m) for m in modes]
+    groups = stage_cost_model(model, cluster, layout).time_groups()
     return StageProblem(
         layer_kinds=costs.kinds,
-        kind_time_s=tuple(tuple(row[r] for r in idx) for row in times),
+        time_groups=tuple(tuple((p.const_s, tuple(tuple(row[r] for r in idx) for row in p.coef))
+                                for p in group) for group in groups),
         kind_state_bytes=tuple(state),
         kind_memory_bytes=tuple(per_stage),
-        stage_fixed_time_s=stage_fixed_times(model, cluster, layout),
         stage_fixed_memory_bytes=tuple(fixed_mem),
         capacity_bytes=cluster.gpu.memory_bytes - costs.reserve,
         modes=modes,
@@ -318,15 +304,14 @@ def _modes_for(fixed: dict) -> tuple[str, ...]:
 
 
 def _refined_bound(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> float:
-    """A T_lb + P with T_lb the stage program's count bound (`stage_problem_lower_bound_s`, a
-    valid lower bound on max_s T_s; inf when no split fits), less the integer rounding."""
-    bound_s = stage_problem_lower_bound_s(costs.problem(layout, modes))
+    """The stage program's split bound (`stage_problem_lower_bound_s`, a valid lower bound on its
+    optimum, the step time; inf when no split fits) less the rounding bound."""
+    problem = costs.problem(layout, modes)
+    bound_s = stage_problem_lower_bound_s(problem)
     if math.isinf(bound_s):
         costs.infeasible.append(layout)
         return math.inf
-    a, p = _pipe_coefficients(costs.model, costs.cluster, layout)
-    slack_s = ROUNDING_S * (costs.model.num_hidden_layers + 1)
-    return a * max(0.0, bound_s - slack_s) + p
+    return bound_s - problem.rounding_bound_s()
 
 
 def _solve(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> Evaluated | None:

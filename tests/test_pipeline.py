@@ -2,7 +2,7 @@
 
 import pytest
 
-from planner.cost.pipeline import pipeline_time
+from planner.cost.pipeline import pipeline_coefficients, pipeline_time
 from planner.errors import SpecError
 
 
@@ -32,3 +32,17 @@ def test_p2p_sends_on_critical_path():
 def test_interleaved_needs_m_multiple_of_p():
     with pytest.raises(SpecError, match="multiple of pp"):
         pipeline_time(forward_s=1.0, backward_s=2.0, num_microbatches=6, pp=4, vpp=2)
+
+
+@pytest.mark.parametrize("schedule,vpp", [("1f1b", 1), ("interleaved", 2), ("zb-h1", 1)])
+def test_affine_form_equals_pipeline_time(schedule, vpp):
+    kw = dict(num_microbatches=8, pp=4, vpp=vpp, schedule=schedule, p2p_send_s=0.01)
+    coef = pipeline_coefficients(**kw)
+    for f, b in ((1.0, 2.0), (0.3, 0.1), (0.0, 5.0)):
+        want = pipeline_time(forward_s=f, backward_s=b, **kw)
+        got = coef.time(f, b)
+        assert got.total_s == pytest.approx(want.total_s, rel=1e-12)
+        assert got.bubble_s == pytest.approx(want.bubble_s, rel=1e-12, abs=1e-15)
+    # zb-h1 at w = 1/2: bubble (p - 1) f (Qi et al. 2023 §3.1 with T_B = T_W).
+    if schedule == "zb-h1":
+        assert (coef.bubble_per_t, coef.bubble_per_forward) == (0.0, 3.0)

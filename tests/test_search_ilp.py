@@ -22,6 +22,11 @@ GIB = 2**30
 MS = 1e-3
 
 
+def linear(fixed_time_s, kind_time_s):
+    """One group of one piece: stage time = fixed + sum of layer times (the old bottleneck model)."""
+    return (((tuple(fixed_time_s), tuple(tuple(row) for row in kind_time_s)),),)
+
+
 def uniform(*, layers, stages, time_s, memory_bytes, capacity_bytes, state_bytes=0.0,
             fixed_time_s=None, fixed_memory_bytes=None, in_flight=None, pinned=None, modes=None):
     """Identical layers; memory of stage s multiplied by in_flight[s]."""
@@ -29,11 +34,10 @@ def uniform(*, layers, stages, time_s, memory_bytes, capacity_bytes, state_bytes
     modes = modes or ("none", "selective", "full")[: len(time_s)]
     return StageProblem(
         layer_kinds=(0,) * layers,
-        kind_time_s=(tuple(time_s),),
+        time_groups=linear(fixed_time_s or [0.0] * stages, [time_s]),
         kind_state_bytes=(state_bytes,),
         kind_memory_bytes=tuple(((tuple(m * in_flight[s] for m in memory_bytes)),)
                                 for s in range(stages)),
-        stage_fixed_time_s=tuple(fixed_time_s or [0.0] * stages),
         stage_fixed_memory_bytes=tuple(fixed_memory_bytes or [0.0] * stages),
         capacity_bytes=capacity_bytes,
         layers_per_stage=pinned,
@@ -50,7 +54,7 @@ def test_even_split_when_memory_is_free():
                 memory_bytes=[1, 1, 1], capacity_bytes=100)
     sol = solve_stage_problem(p)
     assert sol.status == "OPTIMAL"
-    assert sol.objective_us == 2000 and sol.bound_s == pytest.approx(2 * MS)
+    assert sol.objective_ns == 2_000_000 and sol.bound_s == pytest.approx(2 * MS)
     assert sol.layers_per_stage == (2, 2, 2, 2)
     assert sol.layer_recompute == ("none",) * 8
 
@@ -60,7 +64,7 @@ def test_lm_head_stage_gets_fewer_layers():
     p = uniform(layers=6, stages=2, time_s=[1 * MS, 2 * MS, 3 * MS], memory_bytes=[0, 0, 0],
                 capacity_bytes=1, fixed_time_s=[0.0, 2 * MS])
     sol = solve_stage_problem(p)
-    assert (sol.status, sol.objective_us, sol.layers_per_stage) == ("OPTIMAL", 4000, (4, 2))
+    assert (sol.status, sol.objective_ns, sol.layers_per_stage) == ("OPTIMAL", 4_000_000, (4, 2))
 
 
 def test_memory_forces_mixed_recompute():
@@ -69,7 +73,7 @@ def test_memory_forces_mixed_recompute():
     p = uniform(layers=4, stages=1, time_s=[1 * MS, 1.33 * MS], memory_bytes=[10 * GIB, 1 * GIB],
                 capacity_bytes=22 * GIB, modes=("none", "full"))
     sol = solve_stage_problem(p)
-    assert sol.status == "OPTIMAL" and sol.objective_us == 4660
+    assert sol.status == "OPTIMAL" and sol.objective_ns == 4_660_000
     assert sol.recompute_per_stage == ({"none": 2, "full": 2},)
     assert sol.stage_memory_bytes == (22 * GIB,)
 
@@ -80,14 +84,14 @@ def test_in_flight_multiplier_unbalances_the_split():
     p = uniform(layers=6, stages=2, time_s=[1 * MS], memory_bytes=[1 * GIB], capacity_bytes=5 * GIB,
                 in_flight=[2, 1])
     sol = solve_stage_problem(p)
-    assert (sol.objective_us, sol.layers_per_stage) == (4000, (2, 4))
+    assert (sol.objective_ns, sol.layers_per_stage) == (4_000_000, (2, 4))
 
 
 def test_pinned_split_is_respected():
     p = uniform(layers=8, stages=2, time_s=[1 * MS], memory_bytes=[0], capacity_bytes=1,
                 pinned=(5, 3))
     sol = solve_stage_problem(p)
-    assert (sol.objective_us, sol.layers_per_stage) == (5000, (5, 3))
+    assert (sol.objective_ns, sol.layers_per_stage) == (5_000_000, (5, 3))
 
 
 def test_heterogeneous_first_dense_layers():
@@ -95,23 +99,22 @@ def test_heterogeneous_first_dense_layers():
     # Prefix sums 1,2,3,6,9,12,15,18: the split after 5 layers gives 9 | 9 ms.
     p = StageProblem(
         layer_kinds=(0, 0, 0, 1, 1, 1, 1, 1),
-        kind_time_s=((1 * MS,), (3 * MS,)),
+        time_groups=linear((0.0, 0.0), ((1 * MS,), (3 * MS,))),
         kind_state_bytes=(0.0, 0.0),
         kind_memory_bytes=(((0.0,), (0.0,)), ((0.0,), (0.0,))),
-        stage_fixed_time_s=(0.0, 0.0),
         stage_fixed_memory_bytes=(0.0, 0.0),
         capacity_bytes=1.0,
         modes=("none",),
     )
     sol = solve_stage_problem(p)
-    assert (sol.objective_us, sol.layers_per_stage) == (9000, (5, 3))
+    assert (sol.objective_ns, sol.layers_per_stage) == (9_000_000, (5, 3))
 
 
 def test_to_int_problem_rounds_in_one_direction():
-    p = uniform(layers=2, stages=1, time_s=[1.2344e-3, 2.0006e-3], memory_bytes=[1000.2, 7.0],
+    p = uniform(layers=2, stages=1, time_s=[1.2344e-6, 2.0006e-6], memory_bytes=[1000.2, 7.0],
                 capacity_bytes=5000.9, state_bytes=3.5)
     ip = to_int_problem(p)
-    assert ip.kind_time_us == ((1234, 2001),)          # nearest microsecond
+    assert ip.time_groups == ((((0,), ((1234, 2001),)),),)   # nearest nanosecond
     assert ip.kind_memory_bytes == (((1001, 7),),)     # bytes rounded up
     assert ip.kind_state_bytes == (4,)
     assert ip.capacity_bytes == 5000                   # capacity rounded down
@@ -121,8 +124,8 @@ def test_bad_shapes_raise_spec_error():
     with pytest.raises(SpecError, match="layers_per_stage"):
         uniform(layers=2, stages=3, time_s=[MS], memory_bytes=[0], capacity_bytes=1)
     with pytest.raises(SpecError, match="kind_memory_bytes"):
-        StageProblem(layer_kinds=(0,), kind_time_s=((MS,),), kind_state_bytes=(0,),
-                     kind_memory_bytes=(((0, 0),),), stage_fixed_time_s=(0,),
+        StageProblem(layer_kinds=(0,), time_groups=linear((0,), ((MS,),)), kind_state_bytes=(0,),
+                     kind_memory_bytes=(((0, 0),),),
                      stage_fixed_memory_bytes=(0,), capacity_bytes=1, modes=("none",))
 
 
@@ -164,16 +167,25 @@ def small_problems(draw, feasible: bool):
     layers = draw(st.integers(stages, 8))
     kinds = draw(st.integers(1, 3))
     modes = ("none", "selective", "full")
-    us = st.integers(0, 5000).map(lambda x: x * 1e-6 + 0.3e-6)   # non-integer microseconds
+    us = st.integers(0, 5000).map(lambda x: x * 1e-9 + 0.3e-9)   # non-integer nanoseconds
+    signed = st.integers(-3000, 5000).map(lambda x: x * 1e-9 + 0.3e-9)
     byte = st.integers(0, 10_000)
+
+    def piece(coef):
+        return (tuple(draw(us) for _ in range(stages)),
+                tuple(tuple(draw(coef) for _ in modes) for _ in range(kinds)))
+
+    # Step-time shape: a linear group, then groups that are the max of 1-3 pieces (some
+    # decreasing in layers, like the DP tail's sync minus overlap), so stage costs are not monotone.
+    groups = [(piece(us),)] + [tuple(piece(signed) for _ in range(draw(st.integers(1, 3))))
+                               for _ in range(draw(st.integers(0, 2)))]
     p = StageProblem(
         layer_kinds=tuple(draw(st.lists(st.integers(0, kinds - 1), min_size=layers,
                                         max_size=layers))),
-        kind_time_s=tuple(tuple(draw(us) for _ in modes) for _ in range(kinds)),
+        time_groups=tuple(groups),
         kind_state_bytes=tuple(float(draw(byte)) for _ in range(kinds)),
         kind_memory_bytes=tuple(tuple(tuple(float(draw(byte)) for _ in modes)
                                       for _ in range(kinds)) for _ in range(stages)),
-        stage_fixed_time_s=tuple(draw(us) for _ in range(stages)),
         stage_fixed_memory_bytes=tuple(float(draw(byte)) for _ in range(stages)),
         capacity_bytes=1.0,
         modes=modes,
@@ -191,7 +203,7 @@ def test_cpsat_equals_brute_force_on_feasible_instances(p):
     oracle = brute_force(ip)
     sol = solve_stage_problem(p)
     assert oracle.feasible and sol.status == "OPTIMAL"
-    assert sol.objective_us == oracle.objective_us
+    assert sol.objective_ns == oracle.objective_ns
     assert max(sol.stage_time_s) == pytest.approx(sol.objective_s)
     assert sol.bound_s == sol.objective_s
     assert memory_diagnosis(ip).excess_bytes == min_capacity_bytes(ip) - ip.capacity_bytes <= 0
@@ -221,7 +233,7 @@ def test_pinned_split_equals_brute_force(p, data):
     if not oracle.feasible:
         assert sol.status == "INFEASIBLE"
         return
-    assert (sol.status, sol.objective_us, sol.layers_per_stage) == ("OPTIMAL", oracle.objective_us,
+    assert (sol.status, sol.objective_ns, sol.layers_per_stage) == ("OPTIMAL", oracle.objective_ns,
                                                                     pinned)
 
 

@@ -78,3 +78,54 @@ def pipeline_time(*, forward_s: float, backward_s: float, num_microbatches: int,
         t_w = weight_grad_fraction * backward_s
         bubble = (pp - 1) * max(0.0, forward_s + (backward_s - t_w) - t_w)
     return PipelineTime(total_s=m * t + bubble + p2p, bubble_s=bubble, p2p_s=p2p)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PipelineCoefficients:
+    """`pipeline_time` as an affine function of the bottleneck stage's per-micro-batch time t and
+    its forward part f: total = (slots + bubble_per_t) t + bubble_per_forward f + p2p_s."""
+
+    slots: float
+    """Micro-batch slots m, 1/1."""
+    bubble_per_t: float
+    """Bubble seconds per second of t (1f1b: p - 1; interleaved: (p - 1)/v; zb-h1: (p-1)(1-2w))."""
+    bubble_per_forward: float
+    """Bubble seconds per second of forward (zb-h1: 2 w (p - 1); else 0)."""
+    p2p_s: float
+    """Exposed point-to-point send time, s."""
+
+    def time(self, forward_s: float, backward_s: float) -> PipelineTime:
+        """The `PipelineTime` of a stage with these forward and backward times."""
+        t = forward_s + backward_s
+        bubble = self.bubble_per_t * t + self.bubble_per_forward * forward_s
+        return PipelineTime(total_s=self.slots * t + bubble + self.p2p_s, bubble_s=bubble,
+                            p2p_s=self.p2p_s)
+
+
+def pipeline_coefficients(*, num_microbatches: int, pp: int, vpp: int = 1,
+                          schedule: str | None = None, p2p_send_s: float = 0.0,
+                          weight_grad_fraction: float = 0.5) -> PipelineCoefficients:
+    """The affine form of `pipeline_time` (same arguments, same sources).
+
+    For zb-h1 the bubble (p - 1) max(0, f + (b - t_w) - t_w) with t_w = w b is affine when
+    w <= 1/2 (the max never binds since f, b >= 0): (p - 1)(2 w f + (1 - 2 w) t) with t = f + b.
+
+    Raises:
+        SpecError: as `pipeline_time`; zb-h1 with weight_grad_fraction outside [0, 1/2].
+    """
+    zero = pipeline_time(forward_s=0.0, backward_s=0.0, num_microbatches=num_microbatches, pp=pp,
+                         vpp=vpp, schedule=schedule, p2p_send_s=p2p_send_s,
+                         weight_grad_fraction=weight_grad_fraction)
+    schedule = schedule or ("interleaved" if vpp > 1 else "1f1b")
+    p = pp - 1
+    if schedule == "1f1b":
+        per_t, per_f = float(p), 0.0
+    elif schedule == "interleaved":
+        per_t, per_f = p / vpp, 0.0
+    else:
+        if not 0.0 <= weight_grad_fraction <= 0.5:
+            raise SpecError(f"weight_grad_fraction {weight_grad_fraction!r} must lie in [0, 0.5] "
+                            "for the affine zb-h1 form", key="weight_grad_fraction")
+        per_t, per_f = p * (1 - 2 * weight_grad_fraction), p * 2 * weight_grad_fraction
+    return PipelineCoefficients(slots=float(num_microbatches), bubble_per_t=per_t,
+                                bubble_per_forward=per_f, p2p_s=zero.p2p_s)

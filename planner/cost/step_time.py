@@ -19,6 +19,7 @@ Rank order (which axes sit inside a scale-up domain) is an argument, default
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -26,7 +27,7 @@ from functools import lru_cache
 from planner.cost import collectives as coll
 from planner.cost.compute import achieved_flops, peak_flops
 from planner.cost.params_flops import count_params, flops_per_token
-from planner.cost.pipeline import pipeline_time
+from planner.cost.pipeline import PipelineCoefficients, pipeline_coefficients
 from planner.errors import SpecError
 from planner.placement.layout import RECOMPUTE_MODES, Layout
 from planner.specs.cluster import ClusterSpec
@@ -109,6 +110,8 @@ class StepTime:
     """tflops_per_gpu / dense peak of the compute dtype."""
     hfu: float
     """hardware_tflops_per_gpu / dense peak."""
+    stage_step: tuple[float, ...] = ()
+    """[stage] that stage's step total (`StageCostModel.stage_total`); step is their maximum, s."""
 
 
 # ---------------------------------------------------------------- per layer
@@ -276,8 +279,11 @@ def _stage_param_count(model: ModelSpec, layout: Layout, layers: Sequence[int], 
 # ---------------------------------------------------------------- data parallel, optimizer
 
 
-def _dp_times(model, cluster, layout, params, share) -> tuple[float, float]:
-    """(per-micro-batch ZeRO-2/3 traffic, end-of-step gradient/parameter sync) in seconds.
+def _dp_times(model, cluster, layout, params, share, gathers: int = 2) -> tuple[float, float]:
+    """(per-micro-batch ZeRO-2/3 traffic, end-of-step gradient/parameter sync) in seconds for
+    `params` parameters; ZeRO-3 gathers them `gathers` times per micro-batch (2: forward and
+    backward; a fully recomputed layer's forward re-run gathers it once more, charged per layer
+    in `StageCostModel`).
 
     Source: Rajbhandari et al. 2020 (ZeRO) §7: DP/ZeRO-1/2 move 2 Psi per step (reduce-scatter +
     all-gather, or all-reduce), ZeRO-3 3 Psi (+1 gather again when checkpointed layers re-run
@@ -300,8 +306,8 @@ def _dp_times(model, cluster, layout, params, share) -> tuple[float, float]:
         end = t("reduce_scatter", grad_bytes) + t("all_gather", param_bytes)
     else:
         per_mb = t("reduce_scatter", grad_bytes, flat_k)
-        gathers = 2 + (layout.recompute == "full") if layout.zero_stage == 3 else 0
-        per_mb += gathers * t("all_gather", param_bytes, flat_k)
+        if layout.zero_stage == 3:
+            per_mb += gathers * t("all_gather", param_bytes, flat_k)
         end = t("all_gather", param_bytes) if layout.zero_stage == 2 else 0.0
     if layout.dp_replicate_degree > 1:
         shard = grad_bytes / layout.dp_shard_degree
@@ -334,6 +340,230 @@ def _offload_time(cluster: ClusterSpec, layout: Layout, params: float) -> tuple[
     return per_mb, per_step
 
 
+# ---------------------------------------------------------------- the per-stage cost as affine pieces
+
+
+@dataclass(frozen=True, kw_only=True)
+class AffinePiece:
+    """A per-stage quantity affine in the stage's layer counts: for stage s holding c[k][r] layers
+    of kind k in recompute mode r (modes ordered as `RECOMPUTE_MODES`),
+
+        value(s, c) = const_s[s] + sum_k sum_r coef[k][r] c[k][r]    (seconds).
+    """
+
+    const_s: tuple[float, ...]
+    """[stage] part that does not depend on the stage's layers, s."""
+    coef: tuple[tuple[float, ...], ...]
+    """[kind][mode] seconds one layer of kind k in mode r adds, s."""
+
+    def value(self, stage: int, counts: Sequence[Sequence[int]]) -> float:
+        """const_s[stage] + sum coef[k][r] counts[k][r], s."""
+        return self.const_s[stage] + sum(a * x for row, xs in zip(self.coef, counts)
+                                         for a, x in zip(row, xs))
+
+
+def _combine(*terms: tuple[float, AffinePiece]) -> AffinePiece:
+    """sum_i w_i piece_i, again affine."""
+    S, K, R = len(terms[0][1].const_s), len(terms[0][1].coef), len(RECOMPUTE_MODES)
+    return AffinePiece(
+        const_s=tuple(sum(w * p.const_s[s] for w, p in terms) for s in range(S)),
+        coef=tuple(tuple(sum(w * p.coef[k][r] for w, p in terms) for r in range(R))
+                   for k in range(K)))
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageCostModel:
+    """The step time of one Layout (mesh + knobs, any split, any per-layer recompute) as a convex
+    piecewise-linear function of each stage's per-kind-per-mode layer counts c[k][r]. Every field
+    is an `AffinePiece` (seconds per micro-batch unless stated); for stage s:
+
+        t_s     = X + max(Cmp + R, Z)               per-micro-batch stage time (comm exposed)
+        pipe_s  = (m + B_t) t_s + B_f F + P         `pipeline.pipeline_coefficients`
+        dp_s    = max(E - O, D)                     exposed DP/ZeRO end-of-step sync
+        total_s = pipe_s + dp_s + Opt + Off         step = max_s total_s
+
+    i.e. total_s = [A X + B_f F + Opt + Off + P] + max(A (Cmp + R), A Z) + max(E - O, D) with
+    A = m + B_t > 0: a sum of maxima of affine pieces with positive weights (`time_groups`), which an
+    integer program represents exactly with one auxiliary variable per maximum under minimisation.
+
+    The nonlinear terms of the earlier model are replaced by affine ones:
+    - DP tail. The gradient sync E of a stage (affine in its parameters: alpha-beta collectives
+      are affine in bytes, Thakur et al. 2005 §3-4) overlaps its last micro-batch's backward except
+      the backward of the first layer processed, since buckets are reduced as soon as they fill
+      (PyTorch DDP, Li et al. 2020 VLDB §3.2.3; Megatron-LM `overlap_grad_reduce`). The window O is
+      the stage's backward (compute, recompute, in-layer communication, LM-head backward) less W1,
+      the least backward of any one layer (so O >= 0 and a stage without sync shows none); the
+      exposed tail is at least D, the sync of the last bucket: the gradients produced last, one
+      layer's (the largest kind) plus the embedding on stage 0 (its gradient comes after the first
+      layer's). It replaces max(E - backward (n-1)/n, E/n), which divides by the layer count.
+    - ZeRO-3 re-gathers a fully recomputed layer's parameters for its forward re-run, per layer
+      (FSDP/ZeRO-3 gather module by module: Rajbhandari et al. 2020 §7.2.2; Zhao et al. 2023
+      (PyTorch FSDP) §3.3): an affine term per full-recompute layer, replacing a third gather of
+      the whole stage when the layout's majority mode is full.
+    The exposed ZeRO excess max(0, Z - Cmp - R) is not part of the window O: it occupies the same
+    data-parallel links the sync needs.
+    """
+
+    layer_kinds: tuple[int, ...]
+    """Kind index of each decoder layer (`layer_kinds`)."""
+    forward: AffinePiece
+    """F: forward compute (LM head forward = 1/3 of its fwd + bwd on the last stage)."""
+    compute: AffinePiece
+    """Cmp: forward + backward compute incl. the LM head."""
+    recompute: AffinePiece
+    """R: compute re-run by the recompute modes."""
+    layer_comm: AffinePiece
+    """X: exposed TP/SP, CP and EP communication of the layers."""
+    state_traffic: AffinePiece
+    """Z: ZeRO-2/3 reduce-scatter + gathers and parameter-offload traffic per micro-batch."""
+    dp_sync: AffinePiece
+    """E: end-of-step gradient/parameter sync of the stage, s per step."""
+    dp_window: AffinePiece
+    """O: backward of the last micro-batch that the sync overlaps, s."""
+    dp_last_bucket: AffinePiece
+    """D: sync of the last bucket (constant per stage), s per step."""
+    optimizer: AffinePiece
+    """Opt: memory-bound optimizer step, s per step."""
+    offload: AffinePiece
+    """Off: per-step host<->device traffic of optimizer offload, s per step."""
+    pipeline: PipelineCoefficients
+    """Schedule coefficients (m, B_t, B_f, P)."""
+
+    @property
+    def num_kinds(self) -> int:
+        return len(self.forward.coef)
+
+    def time_groups(self) -> tuple[tuple[AffinePiece, ...], ...]:
+        """total_s = sum over groups of the max over the group's pieces (see class docstring)."""
+        a = self.pipeline.slots + self.pipeline.bubble_per_t
+        p2p = AffinePiece(const_s=(self.pipeline.p2p_s,) * len(self.forward.const_s),
+                          coef=tuple((0.0,) * len(RECOMPUTE_MODES) for _ in self.forward.coef))
+        base = _combine((a, self.layer_comm), (self.pipeline.bubble_per_forward, self.forward),
+                        (1.0, self.optimizer), (1.0, self.offload), (1.0, p2p))
+        busy = _combine((a, self.compute), (a, self.recompute))
+        return ((base,), (busy, _combine((a, self.state_traffic),)),
+                (_combine((1.0, self.dp_sync), (-1.0, self.dp_window)), self.dp_last_bucket))
+
+    def counts(self, layers: Sequence[int], modes: Sequence[str]) -> tuple[tuple[int, ...], ...]:
+        """c[k][r] of a stage holding `layers` with per-layer `modes` (indexed by layer)."""
+        out = [[0] * len(RECOMPUTE_MODES) for _ in range(self.num_kinds)]
+        for j in layers:
+            out[self.layer_kinds[j]][RECOMPUTE_MODES.index(modes[j])] += 1
+        return tuple(tuple(row) for row in out)
+
+    def stage_total(self, stage: int, counts) -> float:
+        """total_s of `stage` with layer counts `counts`, s (the quantity the ILP bounds by z)."""
+        return sum(max(p.value(stage, counts) for p in group) for group in self.time_groups())
+
+    def stage_parts(self, stage: int, counts) -> tuple[float, ...]:
+        """(total, compute, exposed comm, bubble, recompute, optimizer) of one stage, s per step."""
+        v = {name: getattr(self, name).value(stage, counts) for name in (
+            "forward", "compute", "recompute", "layer_comm", "state_traffic", "dp_sync",
+            "dp_window", "dp_last_bucket", "optimizer", "offload")}
+        busy = v["compute"] + v["recompute"]
+        comm = v["layer_comm"] + max(0.0, v["state_traffic"] - busy)
+        pipe = self.pipeline.time(v["forward"], busy + comm - v["forward"])
+        dp = max(v["dp_sync"] - v["dp_window"], v["dp_last_bucket"])
+        m = self.pipeline.slots
+        return (self.stage_total(stage, counts), m * v["compute"],
+                m * comm + pipe.p2p_s + dp + v["offload"], pipe.bubble_s, m * v["recompute"],
+                v["optimizer"])
+
+
+def layer_kinds(model: ModelSpec) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(kind index of each layer, representative layer of each kind): layers with the same
+    parameter counts, attention type and MoE flag cost the same in every term."""
+    counts = _counts(model)
+    keys: dict = {}
+    kinds = []
+    for i, lp in enumerate(counts.layers):
+        key = (lp, model.layer_types[i] if model.layer_types else None,
+               bool(model.is_moe and model.moe_layers[i]))
+        kinds.append(keys.setdefault(key, len(keys)))
+    reps = tuple(kinds.index(k) for k in range(len(keys)))
+    return tuple(kinds), reps
+
+
+def _affine_in(fn, scale: float = 2.0**30) -> tuple[float, float]:
+    """(alpha, beta) with fn(x) = alpha + beta x for x > 0, for fn affine on x > 0 (alpha-beta
+    collectives, which are 0 only at 0 bytes); read off two large points to limit cancellation."""
+    f1, f2 = fn(scale), fn(2 * scale)
+    beta = (f2 - f1) / scale
+    return f1 - beta * scale, beta
+
+
+def stage_cost_model(model: ModelSpec, cluster: ClusterSpec, layout: Layout, *,
+                     rank_order: Sequence[str] = coll.DEFAULT_RANK_ORDER,
+                     schedule: str | None = None, flash_attention: bool = True) -> StageCostModel:
+    """The `StageCostModel` of `layout` (its split and recompute fields are ignored)."""
+    key = (model, id(cluster), dataclasses.replace(layout, pipeline_layers=None, recompute="none"),
+           tuple(rank_order), schedule, flash_attention)
+    hit = _COST_MODELS.get(key)
+    if hit is None or hit[0] is not cluster:  # ClusterSpec is unhashable: keyed by identity
+        if len(_COST_MODELS) >= 512:
+            _COST_MODELS.clear()
+        hit = (cluster, _stage_cost_model(model, cluster, *key[2:]))
+        _COST_MODELS[key] = hit
+    return hit[1]
+
+
+_COST_MODELS: dict = {}
+"""Cache of `stage_cost_model` (each entry keeps its cluster alive, so ids are not reused)."""
+
+
+def _stage_cost_model(model, cluster, layout, order, schedule, flash) -> StageCostModel:
+    kinds, reps = layer_kinds(model)
+    S, modes = layout.pp, RECOMPUTE_MODES
+    share = _sharing(layout, cluster, order)
+    lt = [[layer_time(model, cluster, layout, j, r, rank_order=order, flash_attention=flash)
+           for r in modes] for j in reps]
+    head = stage_fixed_times(model, cluster, layout)
+    counts = _counts(model)
+    per_layer = [(counts.layers[j].total - counts.layers[j].routed_experts) / layout.tp
+                 + counts.layers[j].routed_experts / (layout.ep * layout.etp) for j in reps]
+    fixed = [(counts.embedding if s == 0 else 0.0) + (counts.lm_head + counts.final_norm
+                                                      if s == S - 1 else 0.0) for s in range(S)]
+    fixed = [x / layout.tp for x in fixed]
+    zero = tuple(0.0 for _ in range(S))
+
+    def piece(const, fn) -> AffinePiece:
+        return AffinePiece(const_s=tuple(const), coef=tuple(tuple(fn(k, r) for r in range(len(modes)))
+                                                            for k in range(len(reps))))
+
+    def z_fn(p, gathers=2):
+        return (_dp_times(model, cluster, layout, p, share, gathers)[0]
+                + _offload_time(cluster, layout, p)[0])
+
+    z_a, z_b = _affine_in(z_fn)
+    e_a, e_b = _affine_in(lambda p: _dp_times(model, cluster, layout, p, share)[1])
+    regather = [z_fn(p, 3) - z_fn(p, 2) for p in per_layer]
+    opt_b = _affine_in(lambda p: _optimizer_time(cluster, layout, p))[1]
+    off_b = _affine_in(lambda p: _offload_time(cluster, layout, p)[1])[1]
+    full = modes.index("full")
+    w1 = min(x[0].backward_s + x[0].recompute_s + x[0].comm_s for x in lt)
+    biggest = max(per_layer)
+    last_bucket = [_dp_times(model, cluster, layout, biggest + (fixed[0] if s == 0 else 0.0),
+                             share)[1] for s in range(S)]
+    return StageCostModel(
+        layer_kinds=kinds,
+        forward=piece([h / 3 for h in head], lambda k, r: lt[k][r].forward_s),
+        compute=piece(head, lambda k, r: lt[k][r].forward_s + lt[k][r].backward_s),
+        recompute=piece(zero, lambda k, r: lt[k][r].recompute_s),
+        layer_comm=piece(zero, lambda k, r: lt[k][r].comm_s),
+        state_traffic=piece([z_a + z_b * f for f in fixed],
+                            lambda k, r: z_b * per_layer[k] + (regather[k] if r == full else 0.0)),
+        dp_sync=piece([e_a + e_b * f for f in fixed], lambda k, r: e_b * per_layer[k]),
+        dp_window=piece([2 * h / 3 - w1 for h in head],
+                        lambda k, r: lt[k][r].backward_s + lt[k][r].recompute_s + lt[k][r].comm_s),
+        dp_last_bucket=piece(last_bucket, lambda k, r: 0.0),
+        optimizer=piece([opt_b * f for f in fixed], lambda k, r: opt_b * per_layer[k]),
+        offload=piece([off_b * f for f in fixed], lambda k, r: off_b * per_layer[k]),
+        pipeline=pipeline_coefficients(num_microbatches=layout.num_microbatches, pp=layout.pp,
+                                       vpp=layout.vpp, schedule=schedule,
+                                       p2p_send_s=_p2p_time(model, cluster, layout, share)),
+    )
+
+
 # ---------------------------------------------------------------- step
 
 
@@ -341,7 +571,8 @@ def step_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, *,
               recompute_layers: Sequence[str] | None = None,
               rank_order: Sequence[str] = coll.DEFAULT_RANK_ORDER,
               schedule: str | None = None, flash_attention: bool = True) -> StepTime:
-    """Time of one training step and tokens/s, TFLOP/s per GPU, MFU and HFU.
+    """Time of one training step and tokens/s, TFLOP/s per GPU, MFU and HFU: the maximum over
+    pipeline stages of `StageCostModel.stage_total` (the function `planner plan` minimises).
 
     Args:
         model, cluster, layout: what to cost.
@@ -359,33 +590,13 @@ def step_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, *,
     if m < 1 or layout.global_batch_size % (layout.dp * layout.micro_batch_size):
         raise SpecError(f"global_batch_size {layout.global_batch_size} must be a multiple of dp x "
                         f"micro_batch_size = {layout.dp * layout.micro_batch_size}", key="global_batch_size")
-    share = _sharing(layout, cluster, rank_order)
-    fixed = stage_fixed_times(model, cluster, layout)
-    stages = stage_layers(model, layout)
-    p2p = _p2p_time(model, cluster, layout, share)
-    best = None
-    for i, layers in enumerate(stages):
-        parts = [layer_time(model, cluster, layout, j, modes[j], rank_order=rank_order,
-                            flash_attention=flash_attention) for j in layers]
-        params = _stage_param_count(model, layout, layers, i)
-        zero_mb, dp_end = _dp_times(model, cluster, layout, params, share)
-        off_mb, off_step = _offload_time(cluster, layout, params)
-        compute = sum(p.forward_s + p.backward_s for p in parts) + fixed[i]
-        recompute = sum(p.recompute_s for p in parts)
-        comm = sum(p.comm_s for p in parts) + max(0.0, zero_mb + off_mb - compute - recompute)
-        forward = sum(p.forward_s for p in parts) + fixed[i] / 3
-        backward = compute + recompute + comm - forward
-        pipe = pipeline_time(forward_s=forward, backward_s=backward, num_microbatches=m, pp=layout.pp,
-                             vpp=layout.vpp, schedule=schedule, p2p_send_s=p2p)
-        last_bwd = backward / max(1, len(layers)) * max(1, len(layers) - 1)
-        dp_exposed = max(dp_end - last_bwd, dp_end / max(1, len(layers)))
-        optimizer = _optimizer_time(cluster, layout, params)
-        total = pipe.total_s + dp_exposed + optimizer + off_step
-        candidate = (total, m * compute, m * comm + pipe.p2p_s + dp_exposed + off_step, pipe.bubble_s,
-                     m * recompute, optimizer)
-        best = max(best, candidate) if best else candidate
-    return _summary(model, cluster, layout, modes, *best)
-
+    cm = stage_cost_model(model, cluster, layout, rank_order=rank_order, schedule=schedule,
+                          flash_attention=flash_attention)
+    parts = [cm.stage_parts(i, cm.counts(layers, modes))
+             for i, layers in enumerate(stage_layers(model, layout))]
+    best = max(parts)
+    return _summary(model, cluster, layout, modes, *best,
+                    stage_step=tuple(p[0] for p in parts))
 
 def _modes(model: ModelSpec, layout: Layout, recompute_layers: Sequence[str] | None) -> tuple[str, ...]:
     if recompute_layers is None:
@@ -413,7 +624,8 @@ def _flops(model: ModelSpec, seq_len: int):
     return flops_per_token(model, seq_len)
 
 
-def _summary(model, cluster, layout, modes, step, compute, comm, bubble, recompute, optimizer) -> StepTime:
+def _summary(model, cluster, layout, modes, step, compute, comm, bubble, recompute, optimizer,
+             stage_step=()) -> StepTime:
     tokens = layout.global_batch_size * layout.seq_len
     f = _flops(model, layout.seq_len)
     model_flops = f.training * tokens
@@ -429,7 +641,7 @@ def _summary(model, cluster, layout, modes, step, compute, comm, bubble, recompu
     return StepTime(step=step, compute=compute, communication_exposed=comm, pipeline_bubble=bubble,
                     recompute=recompute, optimizer=optimizer, tokens_per_s=tokens / step,
                     tflops_per_gpu=tflops, hardware_tflops_per_gpu=hw_tflops,
-                    mfu=tflops * 1e12 / peak, hfu=hw_tflops * 1e12 / peak)
+                    mfu=tflops * 1e12 / peak, hfu=hw_tflops * 1e12 / peak, stage_step=stage_step)
 
 
 # ---------------------------------------------------------------- for the search's bounds

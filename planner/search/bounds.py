@@ -15,13 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from planner.search.ilp import (
-    TIME_UNIT_S,
-    StageProblem,
-    count_lower_bound_us,
-    feasible_split,
-    to_int_problem,
-)
+from planner.search.ilp import TIME_UNIT_S, StageProblem, split_lower_bound, to_int_problem
 
 C = TypeVar("C")
 
@@ -50,12 +44,11 @@ def compute_lower_bound_s(*, flops_per_step: float, num_gpus: int, peak_flops_pe
 
 
 def stage_problem_lower_bound_s(problem: StageProblem) -> float:
-    """Lower bound on the bottleneck stage time of `problem` without CP-SAT (math.inf when no
-    split fits in memory): the count bound of `planner.search.ilp.count_lower_bound_us`."""
-    ip = to_int_problem(problem)
-    if feasible_split(ip, ip.capacity_bytes) is None:
-        return math.inf
-    return count_lower_bound_us(ip) * TIME_UNIT_S
+    """Lower bound on the optimum of `problem` (its step time) without CP-SAT, in the program's
+    rounded units (math.inf when no split fits in memory): the split dynamic program of
+    `planner.search.ilp.split_lower_bound`, exact when all layers are one kind."""
+    bound, split, _ = split_lower_bound(to_int_problem(problem))
+    return math.inf if split is None else bound * TIME_UNIT_S
 
 
 @dataclass(frozen=True, kw_only=True)

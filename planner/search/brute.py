@@ -3,9 +3,10 @@
 Enumerates every contiguous split of the L layers into S non-empty stages (C(L-1, S-1) of them)
 and, per stage, every per-layer recompute assignment (|R|^n for a stage of n layers) -- per layer,
 not per kind, so it shares none of the integer program's aggregation. Stages are independent once
-the split is fixed (each has its own time and memory), so the best plan of a split takes each
-stage's fastest assignment that fits; the optimum is the lexicographic minimum of
-(max stage time, sum of stage times) over splits -- the objective of the integer program.
+the split is fixed (each has its own step total and memory), so the best plan of a split takes
+each stage's cheapest assignment that fits; the optimum is the least over splits of the largest
+stage total, each total summed layer by layer piece by piece (sum over groups of the max over
+pieces), the objective of the integer program.
 
 Meant for L <= 8, S <= 4, 3 modes (at most 35 splits x 3^8 assignments).
 """
@@ -24,10 +25,8 @@ class BruteResult:
 
     feasible: bool
     """Some split and assignment fits every stage."""
-    objective_us: int | None
-    """Least bottleneck stage time, us."""
-    total_time_us: int | None
-    """Least sum of stage times among plans with that bottleneck, us."""
+    objective_ns: int | None
+    """Least step time (largest stage total), ns."""
     layers_per_stage: tuple[int, ...] | None
     """A split attaining the optimum."""
 
@@ -40,23 +39,32 @@ def splits(num_layers: int, num_stages: int):
 
 
 def _stage_best(ip: IntStageProblem, s: int, layers: range) -> int | None:
-    """Least time of stage s holding `layers` over all per-layer mode assignments that fit."""
+    """Least step total of stage s holding `layers` over all per-layer mode assignments that fit."""
     best = None
     for modes in itertools.product(range(len(ip.modes)), repeat=len(layers)):
         memory = ip.stage_fixed_memory_bytes[s]
-        time_us = ip.stage_fixed_time_us[s]
         for layer, r in zip(layers, modes):
             k = ip.layer_kinds[layer]
             memory += ip.kind_state_bytes[k] + ip.kind_memory_bytes[s][k][r]
-            time_us += ip.kind_time_us[k][r]
-        if memory <= ip.capacity_bytes and (best is None or time_us < best):
-            best = time_us
+        if memory > ip.capacity_bytes:
+            continue
+        total = 0
+        for group in ip.time_groups:
+            values = []
+            for const, coef in group:
+                value = const[s]
+                for layer, r in zip(layers, modes):
+                    value += coef[ip.layer_kinds[layer]][r]
+                values.append(value)
+            total += max(values)
+        if best is None or total < best:
+            best = total
     return best
 
 
 def brute_force(ip: IntStageProblem) -> BruteResult:
     """The exact optimum of `ip` by enumeration (see module docstring)."""
-    best: tuple[int, int, tuple[int, ...]] | None = None
+    best: tuple[int, tuple[int, ...]] | None = None
     candidates = [ip.layers_per_stage] if ip.layers_per_stage else splits(ip.num_layers,
                                                                             ip.num_stages)
     for split in candidates:
@@ -66,14 +74,11 @@ def brute_force(ip: IntStageProblem) -> BruteResult:
             start += count
         if None in times:
             continue
-        key = (max(times), sum(times), split)
-        if best is None or key[:2] < best[:2]:
-            best = key
+        if best is None or max(times) < best[0]:
+            best = (max(times), split)
     if best is None:
-        return BruteResult(feasible=False, objective_us=None, total_time_us=None,
-                           layers_per_stage=None)
-    return BruteResult(feasible=True, objective_us=best[0], total_time_us=best[1],
-                       layers_per_stage=best[2])
+        return BruteResult(feasible=False, objective_ns=None, layers_per_stage=None)
+    return BruteResult(feasible=True, objective_ns=best[0], layers_per_stage=best[1])
 
 
 def min_capacity_bytes(ip: IntStageProblem) -> int:

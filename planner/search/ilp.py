@@ -1,58 +1,73 @@
-"""Per-stage layer split and recompute choice as a CP-SAT integer program.
+"""Per-stage layer split and recompute choice as a CP-SAT integer program whose objective is the
+step time of `planner.cost.step_time` itself.
 
-Given one mesh and its discrete knobs, the cost model prices one layer of each *kind* (all dense
-layers of Llama are one kind; DeepSeek-V3 has a dense kind for its first 3 layers and an MoE kind)
-under each recompute mode. This module chooses how many consecutive layers each pipeline stage
-holds and how many layers of each kind in each stage use each recompute mode.
+Given one mesh and its discrete knobs, the cost model (`cost.step_time.StageCostModel`) prices a
+stage holding c[k,r] layers of kind k in recompute mode r; layers of one kind (all dense layers of
+Llama; DeepSeek-V3 has a dense and an MoE kind) cost the same in every term. This module chooses how
+many consecutive layers each pipeline stage holds and how many layers of each kind in each stage use
+each recompute mode, minimising the step time = the largest per-stage step total.
 
 Formulation (all data integer after `to_int_problem`, the only place floats become integers:
-time in microseconds, memory in bytes)::
+time in nanoseconds, memory in bytes)::
 
     Sets     s = 0..S-1 stages, l = 0..L-1 layers in model order, k = 0..K-1 layer kinds,
              r in R recompute modes (none / selective / full), kind(l) the kind of layer l,
-             N_k(x) = |{l < x : kind(l) = k}|, the kind-k layers among the first x layers.
-    Data     t[k,r]    time of one layer (forward + backward + recompute), us
-             w[k]      model-state bytes of one layer (independent of recompute)
-             m[s,k,r]  activation bytes of one layer on stage s (the caller applies the 1F1B
-                       in-flight multiplier: stage s holds up to S - s micro-batches)
-             T0[s]     fixed time of stage s (embedding on the first, LM head + loss on the last)
-             M0[s]     fixed bytes of stage s (embedding / LM head / logits, buffers, transients)
-             C         capacity per GPU, bytes (device memory minus the reserve)
+             N_k(x) = |{l < x : kind(l) = k}|, the kind-k layers among the first x layers,
+             g = 0..G-1 time groups, p in P_g the affine pieces of group g.
+    Data     a[g,p,s]    constant of piece p of group g on stage s, ns
+             q[g,p,k,r]  what one kind-k layer in mode r adds to that piece, ns (may be < 0)
+             w[k]        model-state bytes of one layer (independent of recompute)
+             m[s,k,r]    activation bytes of one layer on stage s (in-flight multiplier applied)
+             M0[s]       fixed bytes of stage s (embedding / LM head / logits, buffers, transients)
+             C           capacity per GPU, bytes (device memory minus the reserve)
     Vars     b[s] in {s+1 .. L-S+s+1}, s = 0..S-2   end (exclusive) of stage s; b[-1]=0, b[S-1]=L
-             n[s,k] >= 0                             kind-k layers held by stage s
-             c[s,k,r] >= 0                           of those, layers using mode r
-             T[s], z >= 0                            stage time, bottleneck stage time
+             n[s,k], c[s,k,r] >= 0                   kind-k layers of stage s, and those in mode r
+             y[s,g]                                  value of group g on stage s
+             T[s], z                                 stage step total, step time
     s.t.     b[s] >= b[s-1] + 1                                  contiguous, every stage >= 1 layer
              n[s,k] = N_k(b[s]) - N_k(b[s-1])                    (element constraint on table N_k)
              sum_r c[s,k,r] = n[s,k]
-             T[s] = T0[s] + sum_k sum_r t[k,r] c[s,k,r] <= z
+             y[s,g] >= a[g,p,s] + sum_{k,r} q[g,p,k,r] c[s,k,r]  for every piece p of group g
+             T[s] = sum_g y[s,g] <= z
              M0[s] + sum_k w[k] n[s,k] + sum_k sum_r m[s,k,r] c[s,k,r] <= C
              z >= LB                                             valid cut, see below
     min      z
 
-The cut LB (`count_lower_bound_us`): relax every layer to a fictitious kind no slower and no
-larger than any real kind in each mode; g_s(n), the least time of n such layers on stage s, is
-exact by enumeration (`count_table`) and non-decreasing in n, so a plan of bottleneck z needs
-sum_s max{n : g_s(n) <= z} >= L; LB is the least table value satisfying that. With a single kind
-g_s is the true stage time, LB is attained, and the plan attaining it is passed to CP-SAT as a
-complete hint: CP-SAT checks it against the model and closes at once. With several kinds (DeepSeek
-dense + MoE, alternating attention) the cut only tightens the search. After the solve each stage of
-a one-kind problem gets its fastest fitting modes (`count_assignment`), which never raises a stage's
-time, so the non-bottleneck stages carry no needless recompute.
+Exactness. The step time of a plan is max_s sum_g max_p (a + q.c) (`StageCostModel.time_groups`:
+pipeline x (layer comm + max(compute + recompute, ZeRO traffic)) + max(DP sync - overlap, last
+bucket) + optimizer + offload). For fixed counts, any feasible (y, T, z) has y[s,g] >= max_p and
+z >= T[s], and the choice y = max_p, T = sum_g y, z = max_s T is feasible, so min z over the y's is
+exactly the step time of the counts: the program's optimum is the step time's optimum over every
+split and mode-count assignment that fits. Layers of one kind have equal q, w and m[s,.,.], so
+inside a stage only how many of them use each mode matters: every per-layer assignment maps to
+counts with the same time and memory and back, for heterogeneous layers too (at worst every layer
+is its own kind). Variables: S*(K*(|R|+1) + G + 1) + S, independent of L.
 
-Exactness of the aggregation: layers of one kind have equal t, w and m[s,.,.], so inside a stage
-only *how many* of them use each mode matters; every per-layer assignment maps to counts with the
-same time and memory and back. The count model is therefore exact for heterogeneous layers too
-(in the worst case every layer is its own kind). Variables: S*K*(|R|+1) + 2S, independent of L.
+The cut LB (`split_lower_bound`). Relax every layer to a fictitious kind whose coefficient in
+each piece and mode is the least over the real kinds, and whose bytes are the least too; then
+stage s's relaxed cost depends only on its layer count n: h_s(n) = min over mode counts with
+sum n that fit of sum_g max_p (a + sum_r q~ c_r), enumerated exactly (`_stage_tables`; no
+monotonicity in n is assumed: the DP-tail piece falls as a stage grows). For every real plan
+and stage, h_s(n_s) <= its stage total (each piece is no larger term by term, fewer bytes fit),
+so LB = min over splits of max_s h_s(n_s), found by the exact min-max dynamic program over split
+points V_s(x) = min_n max(V_{s-1}(x - n), h_s(n)), is a valid lower bound. With one kind h_s is
+the true stage optimum for n layers, so LB is the optimum and the split and mode counts attaining
+it are passed to CP-SAT as a complete hint: CP-SAT checks it and closes at once. Only counts n
+with sum_g max_p (a + n min_r q~) <= UB can be part of a plan no worse than UB, the step time of a
+known feasible plan (least-memory modes on a fitting split), so h_s is tabulated on those only.
+After the solve each stage of a one-kind problem gets its least-cost fitting modes from the same
+table (never raising a stage's total), so non-bottleneck stages carry no needless recompute.
 
 Feasibility does not depend on time, so it is decided exactly before CP-SAT by a reachability pass
 over split points with the least-memory mode on every layer (`feasible_split`,
 `memory_diagnosis`); an infeasible problem is reported with its binding stage and the bytes by
 which the best split still exceeds the capacity.
 
-Source: CP-SAT (OR-Tools `ortools.sat.python.cp_model`, `AddElement`, `Minimize`); the recompute
-modes are Megatron-LM's `--recompute-granularity` (selective / full), Korthikanti et al. 2022;
-the in-flight micro-batch count of 1F1B stage s is Narayanan et al. 2021 (SC'21) section 2.2.
+Source: CP-SAT (OR-Tools `ortools.sat.python.cp_model`, `AddElement`, `Minimize`); max of affine
+functions under minimisation by epigraph variables (Boyd & Vandenberghe 2004, Convex Optimization
+§4.3.1 and §6.1.1 on piecewise-linear minimisation); the recompute modes are Megatron-LM's
+`--recompute-granularity` (selective / full), Korthikanti et al. 2022; the in-flight micro-batch
+count of 1F1B stage s is Narayanan et al. 2021 (SC'21) section 2.2.
 """
 
 from __future__ import annotations
@@ -60,15 +75,17 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 import numpy as np
 from ortools.sat.python import cp_model
 
 from planner.errors import SpecError
 
-TIME_UNIT_S = 1e-6
-"""One integer time unit of the integer program: a microsecond."""
+TIME_UNIT_S = 1e-9
+"""One integer time unit of the integer program: a nanosecond (fine enough that the rounding of
+tiny instances' coefficients, ~1e-5 s per layer, cannot reorder plans by more than the stated
+`rounding_bound_s`)."""
 
 _STATUS = {
     cp_model.OPTIMAL: "OPTIMAL",
@@ -77,6 +94,9 @@ _STATUS = {
     cp_model.UNKNOWN: "UNKNOWN",
 }
 
+Piece = tuple[tuple[float, ...], tuple[tuple[float, ...], ...]]
+"""An affine piece: ([stage] constant, [kind][mode] coefficient per layer)."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class StageProblem:
@@ -84,15 +104,14 @@ class StageProblem:
 
     layer_kinds: tuple[int, ...]
     """Kind index of each decoder layer in model order (len L); kinds index the `kind_*` tables."""
-    kind_time_s: tuple[tuple[float, ...], ...]
-    """[kind][mode] time of one layer for one micro-batch (forward + backward + recompute), s."""
+    time_groups: tuple[tuple[Piece, ...], ...]
+    """[group][piece] = ([stage] constant s, [kind][mode] s per layer): stage s's step total is
+    sum over groups of the max over the group's pieces (`StageCostModel.time_groups`)."""
     kind_state_bytes: tuple[float, ...]
     """[kind] model-state bytes of one layer on one GPU (params, grads, optimizer), bytes."""
     kind_memory_bytes: tuple[tuple[tuple[float, ...], ...], ...]
     """[stage][kind][mode] activation bytes one layer keeps on stage s, in-flight multiplier
     applied, bytes."""
-    stage_fixed_time_s: tuple[float, ...]
-    """[stage] time not attributable to a decoder layer (embedding, LM head, loss), s."""
     stage_fixed_memory_bytes: tuple[float, ...]
     """[stage] bytes not attributable to a decoder layer (embedding, LM head, logits), bytes."""
     capacity_bytes: float
@@ -108,28 +127,31 @@ class StageProblem:
     @property
     def num_stages(self) -> int:
         """Pipeline stages S."""
-        return len(self.stage_fixed_time_s)
+        return len(self.stage_fixed_memory_bytes)
 
     @property
     def num_layers(self) -> int:
         """Decoder layers L."""
         return len(self.layer_kinds)
 
+    def rounding_bound_s(self) -> float:
+        """Most the integer program's value of any plan differs from its float value, s: each
+        piece rounds its constant and at most L layer coefficients by half a unit each."""
+        return len(self.time_groups) * (self.num_layers + 1) * TIME_UNIT_S / 2
+
 
 @dataclass(frozen=True, kw_only=True)
 class IntStageProblem:
-    """`StageProblem` in integer microseconds and bytes (see `to_int_problem`)."""
+    """`StageProblem` in integer nanoseconds and bytes (see `to_int_problem`)."""
 
     layer_kinds: tuple[int, ...]
     """Kind index of each layer, model order."""
-    kind_time_us: tuple[tuple[int, ...], ...]
-    """[kind][mode] layer time, us."""
+    time_groups: tuple[tuple[tuple[tuple[int, ...], tuple[tuple[int, ...], ...]], ...], ...]
+    """[group][piece] = ([stage] constant, [kind][mode] coefficient), ns."""
     kind_state_bytes: tuple[int, ...]
     """[kind] model-state bytes of one layer, bytes."""
     kind_memory_bytes: tuple[tuple[tuple[int, ...], ...], ...]
     """[stage][kind][mode] activation bytes of one layer, bytes."""
-    stage_fixed_time_us: tuple[int, ...]
-    """[stage] fixed time, us."""
     stage_fixed_memory_bytes: tuple[int, ...]
     """[stage] fixed bytes, bytes."""
     capacity_bytes: int
@@ -142,7 +164,7 @@ class IntStageProblem:
     @property
     def num_stages(self) -> int:
         """Pipeline stages S."""
-        return len(self.stage_fixed_time_us)
+        return len(self.stage_fixed_memory_bytes)
 
     @property
     def num_layers(self) -> int:
@@ -152,7 +174,7 @@ class IntStageProblem:
     @property
     def num_kinds(self) -> int:
         """Layer kinds K."""
-        return len(self.kind_time_us)
+        return len(self.kind_state_bytes)
 
     @cached_property
     def kind_prefix(self) -> np.ndarray:
@@ -170,23 +192,30 @@ class IntStageProblem:
 
 
 def to_int_problem(problem: StageProblem) -> IntStageProblem:
-    """The one place floats become integers: time to the nearest microsecond, memory rounded up
+    """The one place floats become integers: time to the nearest nanosecond, memory rounded up
     to whole bytes (capacity down), so that an integer plan that fits also fits in floats."""
-    def us(x: float) -> int:
+    def ns(x: float) -> int:
         return round(x / TIME_UNIT_S)
 
     return IntStageProblem(
         layer_kinds=tuple(problem.layer_kinds),
-        kind_time_us=tuple(tuple(us(t) for t in row) for row in problem.kind_time_s),
+        time_groups=tuple(tuple((tuple(ns(a) for a in const), tuple(tuple(ns(q) for q in row)
+                                                                    for row in coef))
+                                for const, coef in group) for group in problem.time_groups),
         kind_state_bytes=tuple(math.ceil(w) for w in problem.kind_state_bytes),
         kind_memory_bytes=tuple(tuple(tuple(math.ceil(m) for m in row) for row in stage)
                                 for stage in problem.kind_memory_bytes),
-        stage_fixed_time_us=tuple(us(t) for t in problem.stage_fixed_time_s),
         stage_fixed_memory_bytes=tuple(math.ceil(m) for m in problem.stage_fixed_memory_bytes),
         capacity_bytes=math.floor(problem.capacity_bytes),
         modes=tuple(problem.modes),
         layers_per_stage=problem.layers_per_stage,
     )
+
+
+def stage_cost(ip: IntStageProblem, s: int, counts) -> int:
+    """Step total of stage s holding counts[k][r] layers: sum_g max_p (a + q.c), ns."""
+    return sum(max(const[s] + sum(q * x for row, xs in zip(coef, counts) for q, x in zip(row, xs))
+                   for const, coef in group) for group in ip.time_groups)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -223,13 +252,13 @@ class StageSolution:
     status: str
     """OPTIMAL | FEASIBLE (time limit hit with a plan) | INFEASIBLE | UNKNOWN (time limit, no plan)."""
     objective_s: float | None
-    """Bottleneck stage time of the plan found, s (None without a plan)."""
+    """Step time (largest stage step total) of the plan found, s (None without a plan)."""
     bound_s: float | None
-    """Proven lower bound on the bottleneck stage time, s (equals objective_s when OPTIMAL)."""
-    objective_us: int | None
-    """Bottleneck stage time in the integer units of the program, us."""
-    total_time_us: int | None
-    """Sum of stage times of the plan, us."""
+    """Proven lower bound on it, s (equals objective_s when OPTIMAL)."""
+    objective_ns: int | None
+    """The objective in the integer units of the program, ns."""
+    total_time_ns: int | None
+    """Sum of the stage totals of the plan, ns."""
     wall_s: float
     """Wall time of the solve, s."""
     layers_per_stage: tuple[int, ...] | None
@@ -239,7 +268,7 @@ class StageSolution:
     layer_recompute: tuple[str, ...] | None
     """Recompute mode of each decoder layer, model order."""
     stage_time_s: tuple[float, ...] | None
-    """[stage] time per micro-batch, s (integer units converted back)."""
+    """[stage] step total, s (integer units converted back)."""
     stage_memory_bytes: tuple[int, ...] | None
     """[stage] bytes per GPU under the plan."""
     diagnosis: MemoryDiagnosis | None = None
@@ -249,7 +278,7 @@ class StageSolution:
 def solve_stage_problem(problem: StageProblem, *, num_workers: int = 1,
                         max_time_s: float = 10.0, precheck: bool = True,
                         diagnose: bool = True) -> StageSolution:
-    """Minimise the bottleneck stage time subject to per-stage memory (see module docstring).
+    """Minimise the step time subject to per-stage memory (see module docstring).
 
     Args:
         problem: the float problem; converted once by `to_int_problem`.
@@ -264,7 +293,7 @@ def solve_stage_problem(problem: StageProblem, *, num_workers: int = 1,
     if precheck and feasible_split(ip, ip.capacity_bytes) is None:
         return _without_plan("INFEASIBLE", memory_diagnosis(ip) if diagnose else None,
                              time.perf_counter() - start)
-    model, var = _build(ip)
+    model, var, tables = _build(ip)
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = num_workers
     solver.parameters.max_time_in_seconds = max_time_s
@@ -274,23 +303,37 @@ def solve_stage_problem(problem: StageProblem, *, num_workers: int = 1,
     if status in ("INFEASIBLE", "UNKNOWN"):
         diagnosis = memory_diagnosis(ip) if status == "INFEASIBLE" else None
         return _without_plan(status, diagnosis, time.perf_counter() - start)
-    return _extract(ip, solver, var, status, time.perf_counter() - start)
+    return _extract(ip, solver, var, status, tables, time.perf_counter() - start)
 
 
 # ---------------------------------------------------------------- model: variables, constraints
 
 
-def _build(ip: IntStageProblem) -> tuple[cp_model.CpModel, dict]:
+def _build(ip: IntStageProblem) -> tuple[cp_model.CpModel, dict, dict]:
     model = cp_model.CpModel()
     var = _variables(model, ip)
     _split_constraints(model, ip, var)
     _stage_constraints(model, ip, var)
-    tables = _relaxed_tables(ip)
-    bound = count_lower_bound_us(ip, tables)
+    bound, split, tables = split_lower_bound(ip)
+    if ip.num_kinds == 1 and split is not None:
+        _hint_one_kind(model, ip, var, bound, split, tables)
+    elif split is not None:
+        exact = exact_split(ip, _upper_bound(ip))
+        if exact is not None and exact[1] is not None:
+            bound = exact[0]
+            _hint(model, ip, var, exact[1], exact[2])
     model.Add(var["z"] >= bound)
-    _hint_one_kind(model, ip, var, bound, tables)
     model.Minimize(var["z"])
-    return model, var
+    return model, var, tables
+
+
+def _piece_range(ip: IntStageProblem, const: tuple[int, ...], coef, s: int) -> tuple[int, int]:
+    """Least and largest value piece (const, coef) can take on stage s."""
+    lo = hi = const[s]
+    for k in ip.layer_kinds:
+        lo += min(0, *coef[k])
+        hi += max(0, *coef[k])
+    return lo, hi
 
 
 def _variables(model: cp_model.CpModel, ip: IntStageProblem) -> dict:
@@ -306,9 +349,17 @@ def _variables(model: cp_model.CpModel, ip: IntStageProblem) -> dict:
          for s in range(S) for k in range(K)}
     c = {(s, k, r): model.NewIntVar(0, int(totals[k]), f"c[{s},{k},{r}]")
          for s in range(S) for k in range(K) for r in range(R)}
-    z = model.NewIntVar(0, _time_ceiling(ip), "z")
-    t = {(s,): model.NewIntVar(0, _time_ceiling(ip), f"T[{s}]") for s in range(S)}
-    return {"b": b, "n": n, "c": c, "z": z, "T": t}
+    y, t_lo, t_hi = {}, [0] * S, [0] * S
+    for s in range(S):
+        for g, group in enumerate(ip.time_groups):
+            ranges = [_piece_range(ip, const, coef, s) for const, coef in group]
+            lo, hi = max(r[0] for r in ranges), max(r[1] for r in ranges)
+            y[(s, g)] = model.NewIntVar(lo, hi, f"y[{s},{g}]")
+            t_lo[s] += lo
+            t_hi[s] += hi
+    t = {(s,): model.NewIntVar(t_lo[s], t_hi[s], f"T[{s}]") for s in range(S)}
+    z = model.NewIntVar(max(t_lo), max(t_hi), "z")
+    return {"b": b, "n": n, "c": c, "y": y, "z": z, "T": t}
 
 
 def _split_constraints(model: cp_model.CpModel, ip: IntStageProblem, var: dict) -> None:
@@ -324,6 +375,7 @@ def _split_constraints(model: cp_model.CpModel, ip: IntStageProblem, var: dict) 
                 continue
             cum[(s, k)] = model.NewIntVar(0, table[-1], f"cum[{s},{k}]")
             model.AddElement(b[(s,)], table, cum[(s, k)])
+    var["cum"] = cum
     for s in range(S):
         if s < S - 1:
             model.Add(b[(s,)] >= b[(s - 1,)] + 1)
@@ -331,21 +383,23 @@ def _split_constraints(model: cp_model.CpModel, ip: IntStageProblem, var: dict) 
             model.Add(n[(s, k)] == cum[(s, k)] - cum[(s - 1, k)])
 
 
-def _stage_time(ip: IntStageProblem, var: dict, s: int):
-    """T[s] as a linear expression of the counts."""
+def _piece_expr(ip: IntStageProblem, var: dict, s: int, const, coef):
+    """a[s] + sum_{k,r} q[k,r] c[s,k,r] as a linear expression."""
     c = var["c"]
-    return ip.stage_fixed_time_us[s] + sum(
-        ip.kind_time_us[k][r] * c[(s, k, r)]
-        for k in range(ip.num_kinds) for r in range(len(ip.modes)))
+    return const[s] + sum(coef[k][r] * c[(s, k, r)]
+                          for k in range(ip.num_kinds) for r in range(len(ip.modes)))
 
 
 def _stage_constraints(model: cp_model.CpModel, ip: IntStageProblem, var: dict) -> None:
-    n, c, z = var["n"], var["c"], var["z"]
+    n, c, y, z = var["n"], var["c"], var["y"], var["z"]
     R = range(len(ip.modes))
     for s in range(ip.num_stages):
         for k in range(ip.num_kinds):
             model.Add(sum(c[(s, k, r)] for r in R) == n[(s, k)])
-        model.Add(var["T"][(s,)] == _stage_time(ip, var, s))
+        for g, group in enumerate(ip.time_groups):
+            for const, coef in group:
+                model.Add(y[(s, g)] >= _piece_expr(ip, var, s, const, coef))
+        model.Add(var["T"][(s,)] == sum(y[(s, g)] for g in range(len(ip.time_groups))))
         model.Add(var["T"][(s,)] <= z)
         memory = ip.stage_fixed_memory_bytes[s] + sum(
             ip.kind_state_bytes[k] * n[(s, k)]
@@ -354,67 +408,272 @@ def _stage_constraints(model: cp_model.CpModel, ip: IntStageProblem, var: dict) 
         model.Add(memory <= ip.capacity_bytes)
 
 
-def _relaxed_tables(ip: IntStageProblem) -> list[np.ndarray]:
-    """[stage] table g_s(n): least time of n layers on stage s, T0 included, where each layer is a
-    fictitious kind no slower and no larger than any real kind in every mode (exact when K=1)."""
-    R, nmax = len(ip.modes), ip.num_layers - ip.num_stages + 1
-    tmin = [min(ip.kind_time_us[k][r] for k in range(ip.num_kinds)) for r in range(R)]
-    tables = []
-    for s in range(ip.num_stages):
-        mmin = [min(ip.kind_state_bytes[k] + ip.kind_memory_bytes[s][k][r]
-                    for k in range(ip.num_kinds)) for r in range(R)]
-        budget = ip.capacity_bytes - ip.stage_fixed_memory_bytes[s]
-        table = count_table(tmin, mmin, 0, budget, nmax)
-        tables.append(np.where(table < _INFEASIBLE, table + ip.stage_fixed_time_us[s], _INFEASIBLE))
+# ---------------------------------------------------------------- the split lower bound
+
+
+_INFEASIBLE = np.iinfo(np.int64).max // 4
+
+
+def _compositions(n: int, R: int) -> np.ndarray:
+    """Every (c_0, .., c_{R-1}) >= 0 with sum n, R <= 3, as rows."""
+    if R == 1:
+        return np.array([[n]], dtype=np.int64)
+    if R == 2:
+        a = np.arange(n + 1, dtype=np.int64)
+        return np.stack([n - a, a], axis=1)
+    if R == 3:
+        i, j = np.triu_indices(n + 1)
+        return np.stack([i, j - i, n - j], axis=1).astype(np.int64)
+    raise SpecError(f"at most 3 recompute modes supported, got {R}", key="modes")
+
+
+def _relaxed(ip: IntStageProblem):
+    """(groups, bytes): each piece with [mode] coefficient min over kinds; [stage][mode] bytes of
+    one layer min over kinds (exact when K = 1)."""
+    groups = [[(np.array(const, dtype=np.int64), np.array(coef, dtype=np.int64).min(axis=0))
+               for const, coef in group] for group in ip.time_groups]
+    mem = (np.array(ip.kind_memory_bytes, dtype=np.int64)
+           + np.array(ip.kind_state_bytes, dtype=np.int64)[None, :, None]).min(axis=1)
+    return groups, mem
+
+
+def _cost_of(groups, s: int, counts: np.ndarray) -> np.ndarray:
+    """sum_g max_p (a[s] + q . counts) for each row of counts (relaxed single kind)."""
+    total = np.zeros(len(counts), dtype=np.int64)
+    for group in groups:
+        total += np.max(np.stack([const[s] + counts @ q for const, q in group]), axis=0)
+    return total
+
+
+@lru_cache(maxsize=16)
+def _all_compositions(nmax: int, R: int) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, starts): the compositions of n = 1..nmax into R parts stacked in order of n, and
+    the row where each n begins (starts[n - 1]; starts[nmax] = len(rows))."""
+    parts = [_compositions(n, R) for n in range(1, nmax + 1)]
+    starts = np.concatenate([[0], np.cumsum([len(p) for p in parts])])
+    return np.concatenate(parts), starts
+
+
+def _stage_tables(ip: IntStageProblem, upper: int) -> dict:
+    """{(s, n): h_s(n)} for every count n a stage-s plan no worse than `upper` can use (module
+    docstring); h_s(n) = least relaxed cost of n layers that fit. The counts kept are those
+    with sum_g max_p (a + n min_r q) <= upper, an interval since that function is convex in n."""
+    groups, mem = _relaxed(ip)
+    S, L, R = ip.num_stages, ip.num_layers, len(ip.modes)
+    nmax = L - S + 1
+    rows, starts = _all_compositions(nmax, R)
+    ns = np.arange(1, nmax + 1, dtype=np.int64)
+    tables = {}
+    for s in range(S):
+        low = sum(np.max(np.stack([const[s] + ns * q.min() for const, q in group]), axis=0)
+                  for group in groups)
+        ok = low <= upper
+        if ip.layers_per_stage is not None:
+            ok &= ns == ip.layers_per_stage[s]
+        if not ok.any():
+            continue
+        n_lo, n_hi = int(ns[ok][0]), int(ns[ok][-1])
+        comps = rows[starts[n_lo - 1]: starts[n_hi]]
+        fits = ip.stage_fixed_memory_bytes[s] + comps @ mem[s] <= ip.capacity_bytes
+        cost = np.where(fits, _cost_of(groups, s, comps), _INFEASIBLE)
+        best = np.minimum.reduceat(cost, starts[n_lo - 1: n_hi] - starts[n_lo - 1])
+        for n, h in zip(range(n_lo, n_hi + 1), best.tolist()):
+            if h < _INFEASIBLE and ok[n - 1]:
+                tables[(s, n)] = h
     return tables
 
 
-def _max_counts(tables: list[np.ndarray], z: int) -> list[int]:
-    """[stage] most layers stage s can hold within time z (tables are non-decreasing in n)."""
-    return [int(np.searchsorted(t, z, side="right")) - 1 for t in tables]
+def _least_memory_plan_cost(ip: IntStageProblem, ends) -> int:
+    """Exact step total of the split `ends` with every layer in its least-memory mode."""
+    worst = None
+    for s, (a, e) in enumerate(zip((0, *ends), ends)):
+        counts = [[0] * len(ip.modes) for _ in range(ip.num_kinds)]
+        for layer in range(a, e):
+            k = ip.layer_kinds[layer]
+            row = ip.kind_memory_bytes[s][k]
+            counts[k][min(range(len(row)), key=lambda r: row[r])] += 1
+        cost = stage_cost(ip, s, counts)
+        worst = cost if worst is None else max(worst, cost)
+    return worst
 
 
-def count_lower_bound_us(ip: IntStageProblem, tables: list[np.ndarray] | None = None) -> int:
-    """Valid lower bound on the bottleneck z (exact when all layers are one kind).
+def _near_even_ends(ip: IntStageProblem) -> tuple[int, ...]:
+    """Stage ends of the pinned split, else of the split with the remainder on the first stages."""
+    counts = ip.layers_per_stage
+    if counts is None:
+        base, extra = divmod(ip.num_layers, ip.num_stages)
+        counts = [base + (1 if s < extra else 0) for s in range(ip.num_stages)]
+    return tuple(int(e) for e in np.cumsum(counts))
 
-    With g_s the relaxed tables, a plan of bottleneck z gives each stage n_s >= 1 layers with
-    g_s(n_s) <= z and sum_s n_s = L; since g_s is non-decreasing (dropping a layer frees memory
-    and time), that needs sum_s max{n : g_s(n) <= z} >= L. The least such z among the table
-    values is found by bisection. With one kind g_s is the exact stage time and any counts under
-    those maxima are a plan, so the bound is attained.
-    """
-    tables = _relaxed_tables(ip) if tables is None else tables
-    values = np.unique(np.concatenate(tables))
-    values = values[values < _INFEASIBLE]
 
-    def enough(z: int) -> bool:
-        counts = _max_counts(tables, z)
-        return min(counts) >= 1 and sum(counts) >= ip.num_layers
+def _fits(ip: IntStageProblem, ends: tuple[int, ...]) -> bool:
+    """Every stage of `ends` fits with the least-memory mode on every layer."""
+    prefix = ip.least_memory_prefix
+    return all(ip.stage_fixed_memory_bytes[s] + prefix[e, s] - prefix[a, s] <= ip.capacity_bytes
+               for s, (a, e) in enumerate(zip((0, *ends), ends)))
 
-    lo, hi = 0, len(values) - 1
-    if hi < 0 or not enough(int(values[hi])):
-        return 0
-    while lo < hi:
-        mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if enough(int(values[mid])) else (mid + 1, hi)
-    return int(values[lo])
+
+def _upper_bound(ip: IntStageProblem, ends: tuple[int, ...] | None = None) -> int:
+    """Value of a known plan (least-memory modes on the fitting split `ends` or the near-even
+    split, whichever is cheaper); the problem must be feasible."""
+    ends = ends or feasible_split(ip, ip.capacity_bytes)
+    upper = _least_memory_plan_cost(ip, ends)
+    even = _near_even_ends(ip)
+    if even != ends and _fits(ip, even):
+        upper = min(upper, _least_memory_plan_cost(ip, even))
+    return upper
+
+
+def split_lower_bound(ip: IntStageProblem) -> tuple[int, tuple[int, ...] | None, dict]:
+    """(LB, layers per stage attaining it, tables): the min-max dynamic program over split points
+    on the relaxed stage tables (module docstring); LB is the optimum when K = 1. Returns
+    (_INFEASIBLE, None, {}) when no split fits."""
+    ends = feasible_split(ip, ip.capacity_bytes)
+    if ends is None:
+        return _INFEASIBLE, None, {}
+    tables = _stage_tables(ip, _upper_bound(ip, ends))
+    by_stage: dict[int, list[tuple[int, int]]] = {}
+    for (t, n), h in tables.items():
+        by_stage.setdefault(t, []).append((n, h))
+    S, L = ip.num_stages, ip.num_layers
+    value = np.full(L + 1, _INFEASIBLE, dtype=np.int64)
+    value[0] = -_INFEASIBLE
+    choice = []
+    for s in range(S):
+        new = np.full(L + 1, _INFEASIBLE, dtype=np.int64)
+        pick = np.zeros(L + 1, dtype=np.int64)
+        for n, h in by_stage.get(s, ()):
+            cand = np.maximum(value[: L + 1 - n], h)
+            cand[value[: L + 1 - n] >= _INFEASIBLE] = _INFEASIBLE
+            better = cand < new[n:]
+            new[n:] = np.where(better, cand, new[n:])
+            pick[n:] = np.where(better, n, pick[n:])
+        value = new
+        choice.append(pick)
+    if value[L] >= _INFEASIBLE:
+        return _INFEASIBLE, None, tables
+    split, x = [], L
+    for s in reversed(range(S)):
+        n = int(choice[s][x])
+        split.append(n)
+        x -= n
+    return int(value[L]), tuple(reversed(split)), tables
+
+
+_GRID_LIMIT = 200_000
+"""Largest number of per-kind mode-count combinations enumerated for one stage's exact cost."""
+
+
+def _exact_stage(ip: IntStageProblem, s: int, vec: tuple[int, ...]):
+    """(least stage-s total over mode counts that fit, [kind][mode] counts attaining it) for a
+    stage holding vec[k] layers of kind k, by enumerating every per-kind composition; None when
+    nothing fits, math.nan when the grid exceeds _GRID_LIMIT."""
+    R = len(ip.modes)
+    comps = [_compositions(n, R) for n in vec]
+    shape = tuple(len(c) for c in comps)
+    if math.prod(shape) > _GRID_LIMIT:
+        return math.nan
+
+    def grid(per_kind):  # sum over kinds of per-kind vectors, broadcast to `shape`
+        out = np.zeros(shape, dtype=np.int64)
+        for k, v in enumerate(per_kind):
+            out = out + v.reshape([-1 if j == k else 1 for j in range(len(vec))])
+        return out
+
+    mem = np.array(ip.kind_memory_bytes[s], dtype=np.int64) + np.array(
+        ip.kind_state_bytes, dtype=np.int64)[:, None]
+    fits = ip.stage_fixed_memory_bytes[s] + grid([c @ mem[k] for k, c in enumerate(comps)])
+    fits = fits <= ip.capacity_bytes
+    if not fits.any():
+        return None
+    total = np.zeros(shape, dtype=np.int64)
+    for group in ip.time_groups:
+        total = total + np.max(np.stack([
+            const[s] + grid([c @ np.array(coef[k], dtype=np.int64) for k, c in enumerate(comps)])
+            for const, coef in group]), axis=0)
+    total = np.where(fits, total, _INFEASIBLE)
+    at = np.unravel_index(int(np.argmin(total)), shape)
+    return int(total[at]), tuple(tuple(int(x) for x in comps[k][at[k]]) for k in range(len(vec)))
+
+
+def exact_split(ip: IntStageProblem, upper: int):
+    """(optimum, ends, [stage][kind][mode] counts) of the program by the min-max dynamic program
+    over split points V_s(b) = min_a max(V_{s-1}(a), H_s(a, b)), H_s the exact least total of
+    stage s holding layers a..b-1 (`_exact_stage`), for any number of kinds; only stages whose
+    relaxed count bound is <= `upper` (the value of a known plan) are costed. None when some
+    stage's grid is too large to enumerate."""
+    S, L = ip.num_stages, ip.num_layers
+    groups, _ = _relaxed(ip)
+    prefix = ip.kind_prefix
+    memo: dict = {}
+    value: dict = {0: (-_INFEASIBLE, None)}
+    chain: list[dict] = []
+    for s in range(S):
+        new: dict = {}
+        lows = {}
+        for a, (v, _) in value.items():
+            for b in range(a + 1, L - S + s + 2):
+                n = b - a
+                if ip.layers_per_stage is not None and n != ip.layers_per_stage[s]:
+                    continue
+                if n not in lows:
+                    lows[n] = sum(max(int(const[s]) + n * int(q.min()) for const, q in group)
+                                  for group in groups)
+                if lows[n] > upper:
+                    continue
+                vec = tuple(int(x) for x in prefix[b] - prefix[a])
+                if (s, vec) not in memo:
+                    memo[(s, vec)] = _exact_stage(ip, s, vec)
+                got = memo[(s, vec)]
+                if got is None:
+                    continue
+                if isinstance(got, float):
+                    return None
+                cand = max(v, got[0])
+                if b not in new or cand < new[b][0]:
+                    new[b] = (cand, (a, got[1]))
+        value = new
+        chain.append(value)
+    if L not in value:
+        return _INFEASIBLE, None, None
+    ends, counts, b = [], [], L
+    for s in reversed(range(S)):
+        a, c = chain[s][b][1]
+        ends.append(b)
+        counts.append(c)
+        b = a
+    return value[L][0], tuple(reversed(ends)), tuple(reversed(counts))
+
+
+def _hint(model: cp_model.CpModel, ip: IntStageProblem, var: dict, ends, counts) -> None:
+    """A complete hint: split `ends`, [stage][kind][mode] `counts`, and the y, T, z they imply."""
+    totals = []
+    for s in range(ip.num_stages):
+        if s < ip.num_stages - 1:
+            model.AddHint(var["b"][(s,)], ends[s])
+            for k in range(ip.num_kinds):
+                model.AddHint(var["cum"][(s, k)], int(ip.kind_prefix[ends[s], k]))
+        for k in range(ip.num_kinds):
+            model.AddHint(var["n"][(s, k)], sum(counts[s][k]))
+            for r, x in enumerate(counts[s][k]):
+                model.AddHint(var["c"][(s, k, r)], x)
+        total = 0
+        for g, group in enumerate(ip.time_groups):
+            y = max(const[s] + sum(q * x for row, xs in zip(coef, counts[s]) for q, x in zip(row, xs))
+                    for const, coef in group)
+            model.AddHint(var["y"][(s, g)], y)
+            total += y
+        model.AddHint(var["T"][(s,)], total)
+        totals.append(total)
+    model.AddHint(var["z"], max(totals))
 
 
 def _hint_one_kind(model: cp_model.CpModel, ip: IntStageProblem, var: dict, z: int,
-                   tables: list[np.ndarray]) -> None:
-    """With one kind, hand CP-SAT the plan the count bound proves optimal: the most layers each
-    stage can hold within z, trimmed from the last stage to sum to L, each stage's modes from
-    `count_assignment`."""
-    if ip.num_kinds != 1 or ip.layers_per_stage is not None:
-        return
-    counts = _max_counts(tables, z)
-    excess = sum(counts) - ip.num_layers
-    for s in reversed(range(ip.num_stages)):
-        cut = min(excess, counts[s] - 1)
-        counts[s] -= cut
-        excess -= cut
+                   split: tuple[int, ...], tables: dict) -> None:
+    """With one kind, hand CP-SAT the plan the dynamic program proves optimal: its split, each
+    stage's least-cost fitting mode counts, and the y, T, z they imply."""
     end = 0
-    for s, n in enumerate(counts):
+    for s, n in enumerate(split):
         end += n
         if s < ip.num_stages - 1:
             model.AddHint(var["b"][(s,)], end)
@@ -422,98 +681,45 @@ def _hint_one_kind(model: cp_model.CpModel, ip: IntStageProblem, var: dict, z: i
         modes = _stage_modes(ip, s, n)
         for r, x in enumerate(modes):
             model.AddHint(var["c"][(s, 0, r)], x)
-        model.AddHint(var["T"][(s,)], ip.stage_fixed_time_us[s] + sum(
-            ip.kind_time_us[0][r] * x for r, x in enumerate(modes)))
+        total = 0
+        for g, group in enumerate(ip.time_groups):
+            y = max(const[s] + sum(q * x for q, x in zip(coef[0], modes)) for const, coef in group)
+            model.AddHint(var["y"][(s, g)], y)
+            total += y
+        model.AddHint(var["T"][(s,)], total)
     model.AddHint(var["z"], z)
 
 
 def _stage_modes(ip: IntStageProblem, s: int, n: int) -> tuple[int, ...]:
-    """Fastest mode counts for n kind-0 layers on stage s (one kind)."""
-    return count_assignment(ip.kind_time_us[0], ip.kind_memory_bytes[s][0], ip.kind_state_bytes[0],
-                            ip.capacity_bytes - ip.stage_fixed_memory_bytes[s], n)
-
-
-_INFEASIBLE = np.iinfo(np.int64).max // 4
-
-
-def _count_grid(time_us, memory_bytes, state_bytes: int, budget_bytes: int, counts: np.ndarray):
-    """For each layer count (rows) and each count c1 of the second mode (columns): the least time
-    and the mode counts attaining it (see `count_table`)."""
-    R = len(time_us)
-    if R > 3:
-        raise SpecError(f"at most 3 recompute modes supported, got {R}", key="modes")
-    r0 = min(range(R), key=lambda r: (memory_bytes[r], time_us[r]))
-    rest_modes = [r for r in range(R) if r != r0]
-    r1, r2 = (rest_modes[0], rest_modes[1]) if R == 3 else (r0, (rest_modes or [r0])[0])
-    count = counts[:, None]
-    width = int(counts.max()) + 1 if R == 3 else 1
-    c1 = np.arange(width, dtype=np.int64)[None, :]
-    rest = count - c1
-    left = budget_bytes - count * state_bytes - c1 * memory_bytes[r1] - rest * memory_bytes[r0]
-    gain, extra = time_us[r0] - time_us[r2], memory_bytes[r2] - memory_bytes[r0]
-    if gain > 0 and r2 != r0:
-        x = rest if extra == 0 else np.clip(left // max(extra, 1), 0, rest)
-    else:
-        x = np.zeros_like(rest)
-    total = c1 * time_us[r1] + rest * time_us[r0] - x * gain
-    total = np.where((rest >= 0) & (left >= 0), total, _INFEASIBLE)
-    return total, (r0, r1, r2), c1, rest, x
-
-
-def count_table(time_us, memory_bytes, state_bytes: int, budget_bytes: int,
-                max_count: int) -> np.ndarray:
-    """[n] least time of n identical layers whose memory fits `budget_bytes`, n = 0..max_count
-    (`_INFEASIBLE` where none fits). Exact for up to 3 modes: with r0 the least-memory mode, for
-    each count c1 of a second mode the third mode r2 is taken for as many layers as fit when it is
-    faster than r0 (each r0 -> r2 switch adds the same memory and changes time linearly), else
-    for none."""
-    counts = np.arange(max_count + 1, dtype=np.int64)
-    return _count_grid(time_us, memory_bytes, state_bytes, budget_bytes, counts)[0].min(axis=1)
-
-
-def count_assignment(time_us, memory_bytes, state_bytes: int, budget_bytes: int,
-                     n: int) -> tuple[int, ...]:
-    """Mode counts (aligned with the modes) of the fastest fitting choice for n identical layers."""
-    total, (r0, r1, r2), c1, rest, x = _count_grid(time_us, memory_bytes, state_bytes,
-                                                   budget_bytes, np.array([n], dtype=np.int64))
-    j = int(np.argmin(total[0]))
-    modes = [0] * len(time_us)
-    picked_c1, picked_rest = int(c1[0, j]), int(rest[0, j])
-    picked_x = int(x[0, j]) if x.shape[1] > 1 else int(x[0, 0])
-    modes[r1] += picked_c1 if len(time_us) == 3 else 0
-    modes[r2] += picked_x
-    modes[r0] += picked_rest - picked_x
-    return tuple(modes)
-
-
-def _time_ceiling(ip: IntStageProblem) -> int:
-    """Largest possible sum of stage times (also an upper bound on any one stage)."""
-    per_layer = sum(max(ip.kind_time_us[k]) for k in ip.layer_kinds)
-    return sum(ip.stage_fixed_time_us) + per_layer
+    """Least-cost fitting mode counts for n kind-0 layers on stage s (one kind), by enumeration."""
+    groups, mem = _relaxed(ip)
+    comps = _compositions(n, len(ip.modes))
+    fits = ip.stage_fixed_memory_bytes[s] + comps @ mem[s] <= ip.capacity_bytes
+    cost = np.where(fits, _cost_of(groups, s, comps), _INFEASIBLE)
+    return tuple(int(x) for x in comps[int(np.argmin(cost))])
 
 
 # ---------------------------------------------------------------- extraction
 
 
 def _extract(ip: IntStageProblem, solver: cp_model.CpSolver, var: dict, status: str,
-             wall_s: float) -> StageSolution:
+             tables: dict, wall_s: float) -> StageSolution:
     S, K, R = ip.num_stages, ip.num_kinds, len(ip.modes)
     ends = [0] + [ip.num_layers if s == S - 1 else solver.Value(var["b"][(s,)]) for s in range(S)]
     counts = [[[solver.Value(var["c"][(s, k, r)]) for r in range(R)] for k in range(K)]
               for s in range(S)]
-    if K == 1:  # polish: the fastest fitting modes of every stage (never raises a stage's time)
+    if K == 1:  # polish: the least-cost fitting modes of every stage (never raises a stage's total)
         counts = [[list(_stage_modes(ip, s, ends[s + 1] - ends[s]))] for s in range(S)]
-    times = [ip.stage_fixed_time_us[s] + sum(ip.kind_time_us[k][r] * counts[s][k][r]
-             for k in range(K) for r in range(R)) for s in range(S)]
+    times = [stage_cost(ip, s, counts[s]) for s in range(S)]
     memory = [stage_memory(ip, s, counts[s]) for s in range(S)]
-    objective_us = max(times)
-    bound_us = math.ceil(solver.BestObjectiveBound())
+    objective = max(times)
+    bound = math.ceil(solver.BestObjectiveBound())
     return StageSolution(
         status=status,
-        objective_s=objective_us * TIME_UNIT_S,
-        bound_s=min(bound_us, objective_us) * TIME_UNIT_S,
-        objective_us=objective_us,
-        total_time_us=sum(times),
+        objective_s=objective * TIME_UNIT_S,
+        bound_s=min(bound, objective) * TIME_UNIT_S,
+        objective_ns=objective,
+        total_time_ns=sum(times),
         wall_s=wall_s,
         layers_per_stage=tuple(ends[s + 1] - ends[s] for s in range(S)),
         recompute_per_stage=tuple(
@@ -549,7 +755,7 @@ def _per_layer_modes(ip: IntStageProblem, ends: list[int], counts) -> tuple[str,
 
 def _without_plan(status: str, diagnosis: MemoryDiagnosis | None, wall_s: float) -> StageSolution:
     return StageSolution(
-        status=status, objective_s=None, bound_s=None, objective_us=None, total_time_us=None,
+        status=status, objective_s=None, bound_s=None, objective_ns=None, total_time_ns=None,
         wall_s=wall_s, layers_per_stage=None, recompute_per_stage=None, layer_recompute=None,
         stage_time_s=None, stage_memory_bytes=None, diagnosis=diagnosis)
 
@@ -637,25 +843,29 @@ def memory_diagnosis(ip: IntStageProblem) -> MemoryDiagnosis:
 
 
 def _check_shapes(p: StageProblem) -> None:
-    S, L, K, R = len(p.stage_fixed_time_s), len(p.layer_kinds), len(p.kind_time_s), len(p.modes)
+    S, L, K, R = (len(p.stage_fixed_memory_bytes), len(p.layer_kinds), len(p.kind_state_bytes),
+                  len(p.modes))
     if S < 1 or L < S:
         raise SpecError(f"need 1 <= pipeline stages ({S}) <= layers ({L})", key="layers_per_stage")
     if any(not 0 <= k < K for k in p.layer_kinds):
         raise SpecError(f"layer kinds must lie in 0..{K - 1}", key="layer_kinds")
     shapes = {
-        "kind_time_s": all(len(row) == R for row in p.kind_time_s),
-        "kind_state_bytes": len(p.kind_state_bytes) == K,
+        "time_groups": len(p.time_groups) >= 1 and all(
+            len(group) >= 1 and all(len(const) == S and len(coef) == K and all(len(row) == R for row in coef)
+                                    for const, coef in group) for group in p.time_groups),
         "kind_memory_bytes": len(p.kind_memory_bytes) == S and all(
             len(stage) == K and all(len(row) == R for row in stage) for stage in p.kind_memory_bytes),
-        "stage_fixed_memory_bytes": len(p.stage_fixed_memory_bytes) == S,
     }
     for key, ok in shapes.items():
         if not ok:
             raise SpecError(f"shape must follow stages={S}, kinds={K}, modes={R}", key=key)
-    values = [*np.ravel(p.kind_time_s), *p.kind_state_bytes, *np.ravel(p.kind_memory_bytes),
-              *p.stage_fixed_time_s, *p.stage_fixed_memory_bytes]
+    values = [*p.kind_state_bytes, *np.ravel(p.kind_memory_bytes), *p.stage_fixed_memory_bytes]
     if any(not math.isfinite(v) or v < 0 for v in values):
-        raise SpecError("times and bytes must be finite and >= 0", key="StageProblem")
+        raise SpecError("bytes must be finite and >= 0", key="StageProblem")
+    times = [x for group in p.time_groups for const, coef in group
+             for x in (*const, *np.ravel(coef))]
+    if not all(math.isfinite(x) for x in times):
+        raise SpecError("times must be finite", key="time_groups")
     pinned = p.layers_per_stage
     if pinned is not None and (len(pinned) != S or min(pinned) < 1 or sum(pinned) != L):
         raise SpecError(f"value {pinned!r} must be {S} integers >= 1 summing to {L}",
