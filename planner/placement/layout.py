@@ -106,8 +106,13 @@ class Layout:
                             key="dp_shard")
 
     def _check_pipeline_layers(self) -> None:
-        layers = tuple(self.pipeline_layers)
-        object.__setattr__(self, "pipeline_layers", layers)
+        layers = self.pipeline_layers
+        if type(layers) is not tuple:
+            layers = tuple(layers)
+            object.__setattr__(self, "pipeline_layers", layers)
+        if len(layers) == self.pp and (not layers or set(map(type, layers)) == {int}
+                                       and min(layers) >= 0):
+            return
         if len(layers) != self.pp or any(
             isinstance(n, bool) or not isinstance(n, int) or n < 0 for n in layers
         ):

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from planner.placement.layout import Layout
 from planner.placement.precision import padded_vocab
 from planner.placement.states import BATCH_AXES, GROUPS, Mode, Placement, State
-from planner.placement.strategies import placement_for, placement_key
+from planner.placement.strategies import batch_axes_key, placement_for
 from planner.specs.model import ModelSpec
 
 KV_REPLICATING_FRAMEWORKS = ("vllm", "sglang", "tensorrt-llm")
@@ -101,11 +101,12 @@ def check_mesh(model: ModelSpec, cluster, layout: Layout) -> list[Violation]:
 
 
 _PLACEMENT_VIOLATIONS: dict[tuple, tuple[Violation, ...]] = {}
-"""placement_key -> check_placement(placement_for(layout)) (same key, same placement)."""
+"""batch_axes_key -> check_placement(placement_for(layout)): `check_placement` reads only the
+batch axes' degrees and modes, which `batch_axes_key` determines."""
 
 
 def _placement_violations(layout: Layout) -> tuple[Violation, ...]:
-    key = placement_key(layout)
+    key = batch_axes_key(layout)
     found = _PLACEMENT_VIOLATIONS.get(key)
     if found is None:
         if len(_PLACEMENT_VIOLATIONS) >= 4096:
@@ -178,12 +179,19 @@ def _kv_heads(model: ModelSpec, cluster, layout: Layout) -> list[Violation]:
 def uneven_split(layers: int, stages: int) -> list[int]:
     """Layers per stage differing by at most one, extra layers to the outer stages first
     (e.g. 30 over 4 -> [8, 7, 7, 8])."""
-    base, extra = divmod(layers, stages)
-    out = [base] * stages
-    order = [i for pair in zip(range(stages), reversed(range(stages))) for i in pair]
-    for i in list(dict.fromkeys(order))[:extra]:
-        out[i] += 1
-    return out
+    key = (layers, stages)
+    if key not in _SPLITS:
+        base, extra = divmod(layers, stages)
+        out = [base] * stages
+        order = [i for pair in zip(range(stages), reversed(range(stages))) for i in pair]
+        for i in list(dict.fromkeys(order))[:extra]:
+            out[i] += 1
+        _SPLITS[key] = tuple(out)
+    return list(_SPLITS[key])
+
+
+_SPLITS: dict[tuple[int, int], tuple[int, ...]] = {}
+"""(layers, stages) -> `uneven_split` (a search asks for the same few splits thousands of times)."""
 
 
 def _layers(model: ModelSpec, cluster, layout: Layout) -> list[Violation]:

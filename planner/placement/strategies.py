@@ -126,6 +126,15 @@ def placement_key(layout: Layout) -> tuple:
             layout.zero_stage, layout.sequence_parallel, layout.offload, layout.recompute)
 
 
+def batch_axes_key(layout: Layout) -> tuple:
+    """The Layout fields that set the degrees and modes of every group along the batch axes
+    (`states.BATCH_AXES`: dp_replicate, dp_shard, cp, edp): the ZeRO stage (`zero`) and the
+    degrees of those axes (`_degrees`; edp = world / (ep·etp·pp)). Only `data_parallel` and `zero`
+    set modes on them; tp, pp, ep, etp, SP, offload and recompute act on other axes."""
+    return (layout.zero_stage, layout.dp_replicate_degree, layout.dp_shard_degree, layout.cp,
+            layout.expert_dp)
+
+
 _PLACEMENTS: dict[tuple, Placement] = {}
 """placement_key -> Placement built by `_compose` (a search asks for the same few hundred)."""
 

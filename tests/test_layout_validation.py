@@ -1,0 +1,33 @@
+"""Layout's fast validation path rejects exactly what the per-field checks reject."""
+
+import enum
+
+import pytest
+
+from planner.errors import SpecError
+from planner.placement.layout import Layout
+
+
+class _Degree(enum.IntEnum):
+    EIGHT = 8
+
+
+@pytest.mark.parametrize("kwargs, key", [
+    ({"dp": True}, "dp"), ({"tp": 2.0}, "tp"), ({"pp": 0}, "pp"), ({"seq_len": -1}, "seq_len"),
+    ({"micro_batch_size": "2"}, "micro_batch_size"), ({"dp": 4, "dp_shard": 3}, "dp_shard"),
+    ({"dp": 4, "dp_shard": True}, "dp_shard"), ({"zero_stage": 4}, "zero_stage"),
+    ({"offload": {"gpu"}}, "offload"), ({"pp": 2, "pipeline_layers": (3,)}, "pipeline_layers"),
+    ({"pp": 2, "pipeline_layers": (3, -1)}, "pipeline_layers"),
+    ({"pp": 2, "pipeline_layers": (3, True)}, "pipeline_layers"),
+    ({"pp": 2, "pipeline_layers": (3, 1.0)}, "pipeline_layers"),
+])
+def test_bad_values_raise_spec_error_naming_the_key(kwargs, key):
+    with pytest.raises(SpecError) as err:
+        Layout(**kwargs)
+    assert err.value.key == key
+
+
+def test_accepted_values_are_normalised():
+    layout = Layout(tp=_Degree.EIGHT, pp=2, pipeline_layers=[5, 0], offload={"optimizer"})
+    assert layout.tp == 8 and layout.pipeline_layers == (5, 0) and type(layout.pipeline_layers) is tuple
+    assert layout.offload == frozenset({"optimizer"})
