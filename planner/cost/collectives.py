@@ -68,6 +68,10 @@ def axis_domain_sharing(degrees: Mapping[str, int], *, domain_gpus: int,
     Raises:
         SpecError: an axis of `degrees` is not in `order`, or a degree/domain is below 1.
     """
+    key = (tuple(degrees.items()), domain_gpus, tuple(order))
+    known = _SHARING.get(key)
+    if known is not None:
+        return dict(known)
     if domain_gpus < 1:
         raise SpecError(f"value {domain_gpus!r} must be >= 1", key="scaleup_domain_gpus")
     for axis, degree in degrees.items():
@@ -81,7 +85,15 @@ def axis_domain_sharing(degrees: Mapping[str, int], *, domain_gpus: int,
         n = degrees.get(axis, 1)
         sharing[axis] = 1 if stride >= domain_gpus else max(1, min(n, domain_gpus // stride))
         stride *= n
-    return sharing
+    if len(_SHARING) >= 4096:
+        _SHARING.clear()
+    _SHARING[key] = sharing
+    return dict(sharing)
+
+
+_SHARING: dict[tuple, dict[str, int]] = {}
+"""(degrees items, domain_gpus, order) -> `axis_domain_sharing` result (a search asks for the same
+few meshes thousands of times); callers get a copy."""
 
 
 def _ring_time(kind: str, n: int, size_bytes: float, bw_bytes_per_s: float, latency_s: float) -> float:
@@ -120,17 +132,15 @@ def collective_time(kind: str, *, group_size: int, bytes_per_device: float, clus
         raise SpecError(f"group_size {group_size!r} must be >= 1 and bytes {bytes_per_device!r} >= 0",
                         key="group_size")
     n = group_size
+    m = float(bytes_per_device)
+    if n <= 1 or m <= 0:
+        return 0.0
     k = min(n, cluster.scaleup_domain_gpus) if gpus_per_domain is None else max(1, min(n, gpus_per_domain))
     intra_bw = cluster.scaleup_gb_per_s * 1e9 * SCALEUP_BUS_EFFICIENCY
     net_bw = cluster.network_gb_per_s_per_gpu * 1e9 * NETWORK_BUS_EFFICIENCY
     a_in, a_net = cluster.scaleup_latency_s, cluster.network_latency_s
-    m = float(bytes_per_device)
     if kind == "p2p":
-        if n <= 1 or m <= 0:
-            return 0.0
         return (a_in + m / intra_bw) if k >= 2 else (a_net + m / net_bw)
-    if n <= 1 or m <= 0:
-        return 0.0
     if k == n:
         return _ring_time(kind, n, m, intra_bw, a_in)
     nodes = n // k if n % k == 0 else -(-n // k)

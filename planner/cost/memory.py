@@ -33,7 +33,7 @@ from planner.cost.params_flops import ParamCounts, count_params
 from planner.placement.layout import Layout
 from planner.placement.precision import StateBytes, padded_vocab, state_bytes
 from planner.placement.states import GROUPS, Mode, Placement, State
-from planner.placement.strategies import placement_for
+from planner.placement.strategies import placement_for, placement_key
 from planner.specs.model import ModelSpec, spec_memo
 
 GIB = 2**30
@@ -323,6 +323,45 @@ def _bucket_bytes(layout: Layout, sb: StateBytes, local_grads: int) -> int:
     return min(BUCKET_ELEMENTS[layout.framework], local_grads) * sb.gradient_reduce
 
 
+@dataclass(frozen=True, kw_only=True)
+class _PlacementFacts:
+    """What `stage_memory` reads of a placement, per (state, group) and group."""
+
+    shard_degree: dict
+    """(state, group) -> `GroupPlacement.shard_degree(state)`, count."""
+    offloaded: dict
+    """(state, group) -> `GroupPlacement.offloaded(state)`."""
+    term_names: dict
+    """(state, group) -> the `state_terms` key `<state>.<group>`."""
+    model_parallel_degree: dict
+    """group -> `_model_parallel_degree`, count."""
+    gathered: bool
+    """Some group's parameters are sharded_with_gather along some axis."""
+
+
+_FACTS: dict[tuple, _PlacementFacts] = {}
+"""placement_key(layout) -> _PlacementFacts of placement_for(layout) (same key, same placement)."""
+
+
+def _placement_facts(layout: Layout, placement: Placement) -> _PlacementFacts:
+    """`_PlacementFacts` of `placement` = placement_for(layout), computed once per placement key."""
+    key = placement_key(layout)
+    facts = _FACTS.get(key)
+    if facts is None:
+        if len(_FACTS) >= 4096:
+            _FACTS.clear()
+        pairs = [(s, g) for s in (State.PARAMETERS, State.GRADIENTS, State.OPTIMIZER_STATES)
+                 for g in GROUPS]
+        facts = _FACTS[key] = _PlacementFacts(
+            shard_degree={(s, g): placement.groups[g].shard_degree(s) for s, g in pairs},
+            offloaded={(s, g): placement.groups[g].offloaded(s) for s, g in pairs},
+            term_names={(s, g): f"{s.value}.{g}" for s, g in pairs},
+            model_parallel_degree={g: _model_parallel_degree(placement, g) for g in GROUPS},
+            gathered=any(placement.groups[g].mode(State.PARAMETERS, a) == Mode.SHARDED_WITH_GATHER
+                         for g in GROUPS for a in placement.groups[g].degrees))
+    return facts
+
+
 def stage_memory(model: ModelSpec, cluster, layout: Layout, stage: int, *,
                  layers_by_recompute: dict[str, int] | None = None,
                  layers: tuple[int, ...] | None = None,
@@ -343,6 +382,7 @@ def stage_memory(model: ModelSpec, cluster, layout: Layout, stage: int, *,
     """
     counts = count_params(model)
     placement = placement_for(layout)
+    facts = _placement_facts(layout, placement)
     sb = state_bytes(layout)
     if layers is None:
         layers = stage_layers(model, layout)[stage]
@@ -355,12 +395,11 @@ def stage_memory(model: ModelSpec, cluster, layout: Layout, stage: int, *,
     local_grads = 0
     for state, nbytes in per_state.items():
         for g in GROUPS:
-            gp = placement.groups[g]
-            local = group_counts[g] / gp.shard_degree(state)
+            local = group_counts[g] / facts.shard_degree[state, g]
             if state == State.GRADIENTS:
                 local_grads += int(local)
-            b = 0 if gp.offloaded(state) else int(local * nbytes)
-            state_terms[f"{state.value}.{g}"] = b
+            b = 0 if facts.offloaded[state, g] else int(local * nbytes)
+            state_terms[facts.term_names[state, g]] = b
             totals[state] += b
 
     modes = _modes_by_layer(layers, layout, layers_by_recompute)
@@ -368,8 +407,7 @@ def stage_memory(model: ModelSpec, cluster, layout: Layout, stage: int, *,
                                                             sb.compute)
     transient = {"gradient_buckets": _bucket_bytes(layout, sb, local_grads),
                  "recompute_working_set": recompute_ws, "loss_working_set": loss_ws}
-    gathered = any(placement.groups[g].mode(State.PARAMETERS, a) == Mode.SHARDED_WITH_GATHER
-                   for g in GROUPS for a in placement.groups[g].degrees)
+    gathered = facts.gathered
     if gathered and layout.framework == "torchtitan":
         transient |= _torchtitan_fsdp_terms(model, counts, placement, layout, layers, stage, sb)
     elif gathered:
@@ -377,11 +415,11 @@ def stage_memory(model: ModelSpec, cluster, layout: Layout, stage: int, *,
         transient["gather_working_set"] = sum(units[:1 + placement.gather_prefetch]) * sb.parameter_gather
         transient["unreduced_unit_gradient"] = units[0] * (sb.compute + sb.gradient_reduce)
     for state, name in ((State.OPTIMIZER_STATES, "optimizer"), (State.PARAMETERS, "parameters")):
-        if placement.groups["dense"].offloaded(state):
+        if facts.offloaded[state, "dense"]:
             transient[f"offload_staging_{name}"] = OFFLOAD_STAGING_ELEMENTS * sb.parameter_gather
 
     init_peak = initialization_peak_bytes(
-        sum(group_counts[g] / _model_parallel_degree(placement, g) for g in GROUPS), layout, pp_split=False)
+        sum(group_counts[g] / facts.model_parallel_degree[g] for g in GROUPS), layout, pp_split=False)
     capacity = cluster.gpu.memory_bytes
     warnings = ()
     if init_peak > capacity and layout.framework != "torchtitan":
