@@ -13,12 +13,11 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperGroup
 
-from planner import explain as explain_api
-from planner import plan as plan_api
 from planner import report
 from planner.errors import PlannerError, SpecError
 from planner.placement import layout as layout_mod
 from planner.placement.layout import Layout
+from planner.search.mesh import FIXABLE
 from planner.specs import cluster as cluster_spec
 from planner.specs import model as model_spec
 from planner.summary import model_row, model_summary
@@ -155,6 +154,8 @@ def explain_cmd(
         offload=frozenset(_value(o) for o in offload or ()), optimizer=_value(optimizer),
         precision=_value(precision), framework=_value(framework))
     reserve = None if reserve_gib is None else int(reserve_gib * 2**30)
+    from planner import explain as explain_api  # imported per command: `--help` stays light
+
     data = explain_api.explain(spec, hw, layout, reserve_bytes=reserve, at_risk_margin=at_risk_margin)
     report.show_explain(data, fmt.value)
     if data["memory_verdict"] == "does_not_fit" or any(v["severity"] == "error" for v in data["violations"]):
@@ -174,11 +175,11 @@ def parse_fix(items: list[str]) -> dict:
     """`--fix key=value` pins: integers for degrees and knobs, true/false for sequence_parallel,
     a recompute mode for recompute. Anything else is a SpecError naming the allowed keys."""
     fixed: dict = {}
-    allowed = ", ".join(plan_api.FIXABLE)
+    allowed = ", ".join(FIXABLE)
     for item in items:
         key, sep, raw = item.partition("=")
         key = key.strip().replace("-", "_")
-        if not sep or key not in plan_api.FIXABLE:
+        if not sep or key not in FIXABLE:
             raise SpecError(f"{item!r} must be key=value; allowed keys: {allowed}", key="--fix")
         fixed[key] = _fix_value(key, raw.strip())
     if fixed.get("zero_stage", 0) not in (0, 1, 2, 3):
@@ -211,6 +212,8 @@ def _batch_size(seq_len: int, sequences: int | None, tokens: int | None) -> int:
             raise SpecError(f"value {tokens} is not a multiple of --seq-len {seq_len}",
                             key="--global-batch-tokens")
         return tokens // seq_len
+    from planner import plan as plan_api  # imports OR-Tools: only for `plan`
+
     return sequences or plan_api.default_global_batch_size(seq_len)
 
 
@@ -228,13 +231,15 @@ def plan_cmd(
     framework: Annotated[Framework, typer.Option(help="Conventions of this framework.")] = "megatron",
     fix: Annotated[list[str] | None, typer.Option(
         "--fix", metavar="KEY=VALUE",
-        help=f"Pin a degree or knob (repeatable): {', '.join(plan_api.FIXABLE)}.")] = None,
+        help=f"Pin a degree or knob (repeatable): {', '.join(FIXABLE)}.")] = None,
     top: Annotated[int, typer.Option("--top", min=1, help="Plans to show.")] = 3,
     reserve_gib: Annotated[float | None, typer.Option(min=0, help="CUDA context + fragmentation reserve, GiB.")] = None,
     output: Annotated[str | None, typer.Option("--output", "-o", help="Write the best plan to this YAML file.")] = None,
     fmt: FormatOpt = Format.table,
 ) -> None:
     """Find the fastest layouts that fit: best-first search, CP-SAT per candidate, proven optimal."""
+    from planner import plan as plan_api  # imports OR-Tools: only for `plan`
+
     fixed = parse_fix(fix or [])
     spec = model_spec.load_model(model)
     hw = cluster_spec.load_cluster(cluster, gpus=gpus)

@@ -34,6 +34,10 @@ from planner.placement.layout import Layout
 DEGREES = ("dp", "tp", "pp", "cp")
 KNOBS = ("ep", "etp", "micro_batch_size", "zero_stage", "vpp", "sequence_parallel", "offload")
 LAYOUT_FIELDS = tuple(f.name for f in fields(Layout))
+FIXABLE = ("dp", "tp", "pp", "cp", "ep", "etp", "zero_stage", "micro_batch_size", "vpp",
+           "sequence_parallel", "recompute")
+"""Keys `planner plan --fix` accepts (degrees and knobs a search may pin). Kept here, below the
+solver, so the CLI can name them without importing OR-Tools."""
 
 Validator = Callable[[Layout], Sequence[object]]
 """Returns the violations of a layout: strings (the reason) or objects with `.rule` (the reason)
