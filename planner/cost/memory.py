@@ -268,7 +268,13 @@ def _activations(model: ModelSpec, layout: Layout, placement: Placement, layers:
               cp=layout.cp, sequence_parallel=sp)
     kw_layer = dict(kw, ep=layout.ep, etp=layout.etp, framework=layout.framework, dtype_bytes=dtype)
     key = tuple(kw_layer.values())
-    per_layer = [_per_kind(model, "saved", i, r, key, kw_layer) for i, r in zip(layers, modes)]
+    known: dict = {}  # (layer kind, mode) -> bytes, for this call
+    per_layer = []
+    for i, r in zip(layers, modes):
+        kind = (act.layer_kind(model, i) if 0 <= i < model.num_hidden_layers else i, r)
+        if kind not in known:
+            known[kind] = _per_kind(model, "saved", i, r, key, kw_layer)
+        per_layer.append(known[kind])
     flight = in_flight_microbatches(layout, stage)
     terms = {"layers": int(sum(per_layer) * flight)}
     if stage == 0:

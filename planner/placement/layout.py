@@ -81,10 +81,12 @@ class Layout:
         if self.zero_stage not in (0, 1, 2, 3):
             raise SpecError(f"value {self.zero_stage!r} not allowed; allowed: 0, 1, 2, 3",
                             key="zero_stage")
-        _check_choice("recompute", self.recompute, RECOMPUTE_MODES)
-        _check_choice("optimizer", self.optimizer, OPTIMIZERS)
-        _check_choice("precision", self.precision, PRECISIONS)
-        _check_choice("framework", self.framework, FRAMEWORKS)
+        if (self.recompute not in RECOMPUTE_MODES or self.optimizer not in OPTIMIZERS
+                or self.precision not in PRECISIONS or self.framework not in FRAMEWORKS):
+            _check_choice("recompute", self.recompute, RECOMPUTE_MODES)
+            _check_choice("optimizer", self.optimizer, OPTIMIZERS)
+            _check_choice("precision", self.precision, PRECISIONS)
+            _check_choice("framework", self.framework, FRAMEWORKS)
         if type(self.offload) is not frozenset:
             object.__setattr__(self, "offload", frozenset(self.offload))
         for target in self.offload:
