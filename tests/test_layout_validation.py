@@ -31,3 +31,21 @@ def test_accepted_values_are_normalised():
     layout = Layout(tp=_Degree.EIGHT, pp=2, pipeline_layers=[5, 0], offload={"optimizer"})
     assert layout.tp == 8 and layout.pipeline_layers == (5, 0) and type(layout.pipeline_layers) is tuple
     assert layout.offload == frozenset({"optimizer"})
+
+
+def test_replace_equals_dataclasses_replace_and_validates():
+    import dataclasses
+
+    layout = Layout(dp=8, tp=8, pp=4, global_batch_size=1024, pipeline_layers=(1, 2, 3, 4))
+    for changes in ({"micro_batch_size": 2}, {"pipeline_layers": [4, 3, 2, 1]},
+                    {"offload": {"optimizer"}, "zero_stage": 3}):
+        fast, slow = layout.replace(**changes), dataclasses.replace(layout, **changes)
+        assert fast == slow and hash(fast) == hash(slow) and repr(fast) == repr(slow)
+    assert layout.micro_batch_size == 1  # the original is untouched
+    with pytest.raises(SpecError) as err:
+        layout.replace(pp=0)
+    assert err.value.key == "pp"
+    with pytest.raises(SpecError):
+        layout.replace(pipeline_layers=(1, 2, 3))
+    with pytest.raises(TypeError):
+        layout.replace(not_a_field=1)
