@@ -224,7 +224,7 @@ def plan_cmd(
     gpus: GpusOpt = None,
     seq_len: Annotated[int, typer.Option(min=1, help="Tokens per sequence.")] = 4096,
     global_batch_size: Annotated[int | None, typer.Option(
-        min=1, help="Sequences per step [default: 4,194,304 tokens (4M, Llama 2/3) in whole sequences].")] = None,
+        min=1, help="Sequences per step (default: 4,194,304 tokens, the 4M of Llama 2/3, in whole sequences).")] = None,
     global_batch_tokens: Annotated[int | None, typer.Option(min=1, help="Tokens per step (a multiple of --seq-len).")] = None,
     precision: Annotated[Precision, typer.Option(help="GEMM precision.")] = "bf16",
     optimizer: Annotated[Optimizer, typer.Option(help="Optimizer.")] = "adamw",
@@ -234,6 +234,8 @@ def plan_cmd(
         help=f"Pin a degree or knob (repeatable): {', '.join(FIXABLE)}.")] = None,
     top: Annotated[int, typer.Option("--top", min=1, help="Plans to show.")] = 3,
     reserve_gib: Annotated[float | None, typer.Option(min=0, help="CUDA context + fragmentation reserve, GiB.")] = None,
+    headroom: Annotated[float, typer.Option(
+        min=0, max=0.9, help="Fraction of GPU memory every plan leaves free (the at-risk margin); 0 admits at-risk plans.")] = 0.10,
     output: Annotated[str | None, typer.Option("--output", "-o", help="Write the best plan to this YAML file.")] = None,
     fmt: FormatOpt = Format.table,
 ) -> None:
@@ -249,7 +251,7 @@ def plan_cmd(
                              global_batch_size=_batch_size(seq_len, global_batch_size, global_batch_tokens),
                              precision=_value(precision), optimizer=_value(optimizer),
                              framework=_value(framework), fixed=fixed, top_k=top,
-                             reserve_bytes=reserve, on_progress=tick)
+                             reserve_bytes=reserve, headroom=headroom, on_progress=tick)
     report.show_plan(data, fmt.value)
     if output:
         report.write_yaml(output, plan_api.plan_file(data))

@@ -56,7 +56,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from planner.cost.comm import bytes_per_axis, collectives
-from planner.cost.memory import DEFAULT_RESERVE_BYTES, in_flight_microbatches, stage_memory
+from planner.cost.memory import (
+    DEFAULT_AT_RISK_MARGIN,
+    DEFAULT_RESERVE_BYTES,
+    in_flight_microbatches,
+    stage_memory,
+)
 from planner.cost.params_flops import count_params
 from planner.cost.pipeline import pipeline_time
 from planner.cost.step_time import (
@@ -129,8 +134,9 @@ class Evaluated:
 class _Costs:
     """Per-plan caches of the cost tables (per mesh x micro-batch) and the stage programs."""
 
-    def __init__(self, model: ModelSpec, cluster: ClusterSpec, reserve_bytes: int):
+    def __init__(self, model: ModelSpec, cluster: ClusterSpec, reserve_bytes: int, headroom: float):
         self.model, self.cluster, self.reserve = model, cluster, reserve_bytes
+        self.usable_bytes = usable_bytes(cluster, reserve_bytes, headroom)
         self.kinds, self.reps = layer_kinds(model)
         self._times: dict = {}
         self._states: dict = {}
@@ -286,7 +292,7 @@ def _stage_problem(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> Sta
         kind_state_bytes=tuple(state),
         kind_memory_bytes=tuple(per_stage),
         stage_fixed_memory_bytes=tuple(fixed_mem),
-        capacity_bytes=cluster.gpu.memory_bytes - costs.reserve,
+        capacity_bytes=costs.usable_bytes,
         modes=modes,
     )
 
@@ -344,6 +350,7 @@ def layout_recompute(modes) -> str:
 def plan(model: ModelSpec, cluster: ClusterSpec, *, seq_len: int, global_batch_size: int,
          precision: str = "bf16", optimizer: str = "adamw", framework: str = "megatron",
          fixed: dict | None = None, top_k: int = 3, reserve_bytes: int | None = None,
+         headroom: float = DEFAULT_AT_RISK_MARGIN,
          on_progress: Callable[[int, int], None] | None = None) -> dict:
     """The top_k fastest layouts of `model` on `cluster` that fit (see module docstring).
 
@@ -355,6 +362,9 @@ def plan(model: ModelSpec, cluster: ClusterSpec, *, seq_len: int, global_batch_s
         fixed: pinned Layout fields (keys in FIXABLE), e.g. {"tp": 8, "recompute": "full"}.
         top_k: plans to return.
         reserve_bytes: per-GPU reserve (CUDA context, fragmentation); None = DEFAULT_RESERVE_BYTES.
+        headroom: fraction of GPU memory every plan leaves free (the at-risk margin of the memory
+            verdict, FC-04: two implementations of one layout peaked 16 GB apart); 0 admits plans
+            the verdict calls at risk.
         on_progress: called with (visited, total) as candidates are solved.
 
     Returns:
@@ -369,9 +379,11 @@ def plan(model: ModelSpec, cluster: ClusterSpec, *, seq_len: int, global_batch_s
     reserve = DEFAULT_RESERVE_BYTES if reserve_bytes is None else reserve_bytes
     base = dict(seq_len=seq_len, global_batch_size=global_batch_size, precision=precision,
                 optimizer=optimizer, framework=framework)
-    result, rejections, costs = _search(model, cluster, fixed, base, reserve, top_k, on_progress)
+    if not 0 <= headroom < 1:
+        raise SpecError(f"value {headroom} must be in [0, 1)", key="--headroom")
+    result, rejections, costs = _search(model, cluster, fixed, base, reserve, headroom, top_k, on_progress)
     if not result.best:
-        raise _infeasible(model, cluster, costs, rejections, base, fixed, reserve)
+        raise _infeasible(model, cluster, costs, rejections, base, fixed, headroom)
     plans = [plan_entry(model, cluster, r.result, reserve) for r in result.best]
     return {
         "solver": {"status": result.status, "objective_s": result.best[0].objective_s,
@@ -382,13 +394,18 @@ def plan(model: ModelSpec, cluster: ClusterSpec, *, seq_len: int, global_batch_s
         "plans": plans,
         "rejected": rejections.as_list(),
         "request": {"model": model.name, "cluster": cluster.name, "gpus": cluster.num_gpus,
-                    **base, "fixed": fixed},
+                    **base, "fixed": fixed, "headroom": headroom},
     }
 
 
-def _search(model, cluster, fixed, base, reserve, top_k, on_progress=None):
+def usable_bytes(cluster: ClusterSpec, reserve_bytes: int, headroom: float) -> int:
+    """Memory a plan may fill on each GPU: capacity x (1 - headroom) - reserve, bytes."""
+    return int(cluster.gpu.memory_bytes * (1 - headroom)) - reserve_bytes
+
+
+def _search(model, cluster, fixed, base, reserve, headroom, top_k, on_progress=None):
     """Best-first search over the candidates; (SearchResult, Rejections, _Costs)."""
-    candidates, rejections, costs = _candidates(model, cluster, fixed, base, reserve)
+    candidates, rejections, costs = _candidates(model, cluster, fixed, base, reserve, headroom)
     modes = _modes_for(fixed)
     result = search(candidates, lambda c: _cheap_bound(costs, c, modes),
                     lambda c: _solve(costs, c, modes), top_k=top_k, on_progress=on_progress,
@@ -396,7 +413,7 @@ def _search(model, cluster, fixed, base, reserve, top_k, on_progress=None):
     return result, rejections, costs
 
 
-def _candidates(model, cluster, fixed, base, reserve) -> tuple[list[Layout], Rejections, _Costs]:
+def _candidates(model, cluster, fixed, base, reserve, headroom) -> tuple[list[Layout], Rejections, _Costs]:
     _check_fixed(fixed)
     space = SearchSpace(
         num_gpus=cluster.num_gpus, max_tp=cluster.scaleup_domain_gpus, moe=model.is_moe,
@@ -421,7 +438,7 @@ def _candidates(model, cluster, fixed, base, reserve) -> tuple[list[Layout], Rej
 
     layouts = [_with_split(model, c) for c in
                candidate_layouts(space, validate, rejections, validate_mesh=validate_mesh)]
-    return layouts, rejections, _Costs(model, cluster, reserve)
+    return layouts, rejections, _Costs(model, cluster, reserve, headroom)
 
 
 def _with_split(model: ModelSpec, layout: Layout) -> Layout:
@@ -510,7 +527,7 @@ def plan_layout(entry: dict, request: dict) -> Layout:
 
 
 def _infeasible(model, cluster, costs: _Costs, rejections: Rejections, base, fixed,
-                reserve) -> InfeasibleError:
+                headroom) -> InfeasibleError:
     """Binding constraint of the closest candidate and the least GPU count that has a plan."""
     diagnoses = _diagnoses(costs, _modes_for(fixed))
     if not diagnoses:
@@ -519,7 +536,8 @@ def _infeasible(model, cluster, costs: _Costs, rejections: Rejections, base, fix
                                f"candidate breaks a placement rule ({reasons})")
     excess, layout, diagnosis = min(diagnoses, key=lambda d: d[0])
     term, term_bytes = _dominant_term(costs, layout, diagnosis.stage)
-    gpus = minimum_gpus(model, cluster, base=base, fixed=fixed, reserve_bytes=reserve)
+    gpus = minimum_gpus(model, cluster, base=base, fixed=fixed, reserve_bytes=costs.reserve,
+                        headroom=headroom)
     gib = 2**30
     closest = (f"dp={layout.dp} tp={layout.tp} pp={layout.pp} cp={layout.cp} ep={layout.ep} "
                f"zero={layout.zero_stage} b={layout.micro_batch_size}")
@@ -528,7 +546,8 @@ def _infeasible(model, cluster, costs: _Costs, rejections: Rejections, base, fix
               "shorten the sequence or offload optimizer states")
     return InfeasibleError(
         f"no layout of {model.name} fits {cluster.num_gpus} x {cluster.gpu.name} "
-        f"({(cluster.gpu.memory_bytes - reserve) / gib:.1f} GiB usable per GPU): the closest, "
+        f"({costs.usable_bytes / gib:.1f} GiB usable per GPU after the {costs.reserve / gib:.1f} GiB reserve "
+        f"and {headroom:.0%} headroom): the closest, "
         f"{closest} with the least-memory recompute, exceeds it on pipeline stage {diagnosis.stage} by "
         f"{excess / gib:.1f} GiB, dominated by {term.replace('_', ' ')} "
         f"({term_bytes / gib:.1f} GiB); smallest change: {change}",
@@ -556,7 +575,7 @@ def _dominant_term(costs: _Costs, layout: Layout, stage: int) -> tuple[str, int]
 
 
 def states_lower_bound_gpus(model: ModelSpec, cluster: ClusterSpec, *, base: dict,
-                            reserve_bytes: int) -> int:
+                            reserve_bytes: int, headroom: float = 0.0) -> int:
     """Least GPU count any layout needs: all model states fully sharded (params x (parameter +
     gradient + optimizer bytes of a ZeRO-3 layout of this framework)) over the usable memory,
     activations ignored. Source: Rajbhandari et al. 2020 (ZeRO) §5, Psi x (2 + 2 + K) / N_d."""
@@ -565,21 +584,22 @@ def states_lower_bound_gpus(model: ModelSpec, cluster: ClusterSpec, *, base: dic
     sb = state_bytes(layout)
     per_param = sb.parameters + sb.gradients + sb.optimizer_states
     total = count_params(model).total * per_param
-    return max(1, math.ceil(total / (cluster.gpu.memory_bytes - reserve_bytes)))
+    return max(1, math.ceil(total / usable_bytes(cluster, reserve_bytes, headroom)))
 
 
 def minimum_gpus(model: ModelSpec, cluster: ClusterSpec, *, base: dict, fixed: dict,
-                 reserve_bytes: int, max_steps: int = 24) -> int | None:
+                 reserve_bytes: int, headroom: float = 0.0, max_steps: int = 24) -> int | None:
     """Least whole-node GPU count with a plan: upward from the model-state bound, verified by
     `plan` (doubling past the first `max_steps // 2` node counts); None when none is found."""
     node = cluster.gpus_per_node
-    lower = states_lower_bound_gpus(model, cluster, base=base, reserve_bytes=reserve_bytes)
+    lower = states_lower_bound_gpus(model, cluster, base=base, reserve_bytes=reserve_bytes,
+                                    headroom=headroom)
     gpus = max(cluster.num_gpus + node, -(-lower // node) * node)
     gpus = -(-gpus // node) * node
     free = {k: v for k, v in fixed.items() if k not in ("dp", "pp", "cp")}
     for step in range(max_steps):
         sized = dataclasses.replace(cluster, num_gpus=gpus)
-        if _search(model, sized, free, base, reserve_bytes, 1)[0].best:
+        if _search(model, sized, free, base, reserve_bytes, headroom, 1)[0].best:
             return gpus
         gpus = gpus + node if step < max_steps // 2 else gpus * 2
     return None

@@ -84,7 +84,7 @@ def _fits(model, cluster, layout, s, layers, modes, allowed, capacity, cache) ->
 
 def exhaustive_best(model, cluster, base, fixed) -> float | None:
     """Least step_time over every candidate x split x per-layer recompute assignment that fits."""
-    layouts, _, _ = P._candidates(model, cluster, fixed, base, 0)
+    layouts, _, _ = P._candidates(model, cluster, fixed, base, 0, 0.0)
     allowed = P._modes_for(fixed)
     capacity, L = cluster.gpu.memory_bytes, model.num_hidden_layers
     best, cache = None, {}
@@ -122,9 +122,9 @@ def test_plan_equals_exhaustive_step_time_minimum(case):
     oracle = exhaustive_best(model, cluster, base, fixed)
     if oracle is None:
         with pytest.raises(P.InfeasibleError):
-            P.plan(model, cluster, fixed=fixed, top_k=1, reserve_bytes=0, **base)
+            P.plan(model, cluster, fixed=fixed, top_k=1, reserve_bytes=0, headroom=0.0, **base)
         return
-    result = P.plan(model, cluster, fixed=fixed, top_k=1, reserve_bytes=0, **base)
+    result = P.plan(model, cluster, fixed=fixed, top_k=1, reserve_bytes=0, headroom=0.0, **base)
     assert result["solver"]["status"] == "OPTIMAL"
     assert result["plans"][0]["time_s"]["step"] == pytest.approx(oracle, rel=1e-12, abs=ROUNDING_S)
     assert result["plans"][0]["time_s"]["step"] >= oracle * (1 - 1e-12)
@@ -149,7 +149,7 @@ def test_stage_totals_depend_only_on_their_own_layers():
 def test_bounds_never_exceed_the_objective(seed):
     """Both bounds of every candidate are <= its step_time (the proof in planner/plan.py)."""
     model, cluster, base, fixed = _seeded_case(seed)
-    layouts, _, costs = P._candidates(model, cluster, fixed, base, 0)
+    layouts, _, costs = P._candidates(model, cluster, fixed, base, 0, 0.0)
     for layout in layouts:
         evaluated = P._solve(costs, layout, P.RECOMPUTE_MODES)
         if evaluated is None:
