@@ -77,7 +77,7 @@ from planner.cost.step_time import (
 from planner.errors import InfeasibleError, SpecError
 from planner.placement.layout import RECOMPUTE_MODES, Layout
 from planner.placement.precision import state_bytes
-from planner.placement.rules import check_batch, check_layout, errors, uneven_split
+from planner.placement.rules import check_batch, check_layout, check_mesh, errors, uneven_split
 from planner.search.bounds import search, stage_problem_lower_bound_s
 from planner.search.ilp import (
     StageProblem,
@@ -86,7 +86,7 @@ from planner.search.ilp import (
     solve_stage_problem,
     to_int_problem,
 )
-from planner.search.mesh import Rejections, SearchSpace, candidate_layouts
+from planner.search.mesh import FIXABLE, Rejections, SearchSpace, candidate_layouts
 from planner.specs.cluster import ClusterSpec
 from planner.specs.model import ModelSpec
 
@@ -99,16 +99,6 @@ MICRO_BATCH_SIZES = (1, 2, 4)
 
 ZERO_STAGES = (0, 1, 2, 3)
 """ZeRO stages searched (when dp > 1)."""
-
-MESH_RULES = frozenset({"world_size", "heads_divisible_by_tp", "kv_heads_divisible_by_tp",
-                        "layers_divisible_by_pp", "pipeline_layers", "experts_divisible_by_ep",
-                        "expert_group", "sequence_divisible", "ulysses_heads"})
-"""Placement rules that depend on the degrees only: checked once per mesh (a bad mesh counts once)."""
-
-FIXABLE = ("dp", "tp", "pp", "cp", "ep", "etp", "zero_stage", "micro_batch_size", "vpp",
-           "sequence_parallel", "recompute")
-"""Keys `--fix` accepts."""
-
 
 def default_global_batch_size(seq_len: int) -> int:
     """DEFAULT_BATCH_TOKENS in whole sequences (at least 1)."""
@@ -241,7 +231,7 @@ def _cheap_bound(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> float
     model, cluster = costs.model, costs.cluster
     busy, talk = costs.layer_sums(layout, modes)
     params = costs.stage_params(layout) / layout.pp
-    plain = layout if layout.recompute == "none" else dataclasses.replace(layout, recompute="none")
+    plain = layout if layout.recompute == "none" else layout.replace(recompute="none")
     talk += layout.pp * microbatch_state_traffic_s(model, cluster, plain, params)
     a, p = _pipe_coefficients(model, cluster, layout)
     return a * max(busy, talk) / layout.pp + p
@@ -264,7 +254,7 @@ def _stage_problem(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> Sta
     is allowed: conservative, never a plan that `stage_memory` rejects for it.
     """
     model, cluster = costs.model, costs.cluster
-    ref = dataclasses.replace(layout, pipeline_layers=tuple(uneven_split(model.num_hidden_layers,
+    ref = layout.replace(pipeline_layers=tuple(uneven_split(model.num_hidden_layers,
                                                                          layout.pp)))
     state = costs.layer_state_bytes(ref)
     act, working = costs.layer_activation_bytes(ref)
@@ -326,7 +316,7 @@ def _solve(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> Evaluated |
     if solution.layers_per_stage is None:
         costs.infeasible.append(layout)
         return None
-    chosen = dataclasses.replace(layout, pipeline_layers=solution.layers_per_stage,
+    chosen = layout.replace(pipeline_layers=solution.layers_per_stage,
                                  recompute=layout_recompute(solution.layer_recompute))
     step = step_time(costs.model, costs.cluster, chosen, recompute_layers=solution.layer_recompute)
     return Evaluated(layout=chosen, objective_s=step.step, status=solution.status,
@@ -427,14 +417,17 @@ def _candidates(model, cluster, fixed, base, reserve, headroom) -> tuple[list[La
     def validate(layout: Layout) -> list:
         # Every rule but the batch rule ignores the micro-batch size: check those once per
         # (mesh, knobs) at b = 1, then the batch rule for this b.
-        key = dataclasses.replace(layout, micro_batch_size=1)
+        # The fields candidate_layouts varies besides b (every other field is common to all).
+        key = (layout.dp, layout.tp, layout.pp, layout.cp, layout.ep, layout.etp, layout.zero_stage,
+               layout.sequence_parallel, layout.vpp, layout.offload)
         if key not in cache:
-            cache[key] = [v for v in errors(check_layout(model, cluster, _with_split(model, key)))
+            one = layout.replace(micro_batch_size=1)
+            cache[key] = [v for v in errors(check_layout(model, cluster, _with_split(model, one)))
                           if v.rule != "batch_divisible"]
         return cache[key] or errors(check_batch(model, cluster, layout))
 
     def validate_mesh(layout: Layout) -> list:
-        return [v for v in validate(layout) if v.rule in MESH_RULES]
+        return check_mesh(model, cluster, _with_split(model, layout))
 
     layouts = [_with_split(model, c) for c in
                candidate_layouts(space, validate, rejections, validate_mesh=validate_mesh)]
@@ -447,7 +440,7 @@ def _with_split(model: ModelSpec, layout: Layout) -> Layout:
     n = model.num_hidden_layers
     if layout.pipeline_layers is not None or n % (layout.pp * layout.vpp) == 0 or layout.vpp > 1:
         return layout
-    return dataclasses.replace(layout, pipeline_layers=tuple(uneven_split(n, layout.pp)))
+    return layout.replace(pipeline_layers=tuple(uneven_split(n, layout.pp)))
 
 
 def _check_fixed(fixed: dict) -> None:

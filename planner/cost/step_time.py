@@ -496,7 +496,7 @@ def stage_cost_model(model: ModelSpec, cluster: ClusterSpec, layout: Layout, *,
                      rank_order: Sequence[str] = coll.DEFAULT_RANK_ORDER,
                      schedule: str | None = None, flash_attention: bool = True) -> StageCostModel:
     """The `StageCostModel` of `layout` (its split and recompute fields are ignored)."""
-    key = (model, id(cluster), dataclasses.replace(layout, pipeline_layers=None, recompute="none"),
+    key = (model, id(cluster), layout.replace(pipeline_layers=None, recompute="none"),
            tuple(rank_order), schedule, flash_attention)
     hit = _COST_MODELS.get(key)
     if hit is None or hit[0] is not cluster:  # ClusterSpec is unhashable: keyed by identity
