@@ -2,16 +2,19 @@
 
 Every command takes `--format table|json|yaml`. Errors derived from `planner.errors.PlannerError`
 become one line on stderr and an exit code (SpecError 2, InfeasibleError 1), never a traceback;
-usage errors (bad option values) exit 2 as click does.
+usage errors (bad option values, unknown commands) become one line too and exit 2.
 """
 
 from __future__ import annotations
 
+import sys
 from enum import Enum
 from typing import Annotated, Any
 
 import typer
 from typer.core import TyperGroup
+
+from planner import __version__
 
 from planner import report
 from planner.errors import PlannerError, SpecError
@@ -34,11 +37,17 @@ class Format(str, Enum):
     yaml = "yaml"
 
 
-FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="Output format.")]
+FormatOpt = Annotated[Format, typer.Option("--format", "-f", case_sensitive=False, help="Output format.")]
+
+MAX_GPUS = 2**22
+"""Largest --gpus accepted (4,194,304): beyond any cluster built; bounds the search's arithmetic."""
+MAX_SEQ_LEN = 2**24
+"""Largest --seq-len accepted, tokens (16,777,216)."""
 
 
 class _Group(TyperGroup):
-    """Root command group: PlannerError -> one line on stderr + its exit code, no traceback."""
+    """Root command group: PlannerError -> one line on stderr + its exit code, no traceback;
+    click usage errors (bad option value, unknown command) -> one line + exit 2."""
 
     def invoke(self, ctx: typer.Context) -> Any:
         try:
@@ -47,13 +56,44 @@ class _Group(TyperGroup):
             report.error(str(exc))
             raise typer.Exit(exc.exit_code) from None
 
+    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            code = super().main(*args, standalone_mode=False, **kwargs)
+        except typer.Abort:
+            report.error("aborted")
+            sys.exit(1)
+        except Exception as exc:  # click's UsageError / ClickException (vendored by newer typer)
+            if not (hasattr(exc, "format_message") and hasattr(exc, "exit_code")):
+                raise
+            ctx = getattr(exc, "ctx", None)
+            where = f"{ctx.command_path}: " if ctx is not None else ""
+            hint = " (see --help)" if getattr(exc, "exit_code", 1) == 2 else ""
+            report.error(f"{where}{exc.format_message()}{hint}")
+            sys.exit(exc.exit_code)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+def _version(value: bool) -> None:
+    if value:
+        report.line(f"planner {__version__}")
+        raise typer.Exit()
+
 
 app = typer.Typer(cls=_Group, no_args_is_help=True, pretty_exceptions_show_locals=False,
+                  rich_markup_mode=None, context_settings={"help_option_names": ["-h", "--help"]},
                   help="Plan how to lay a large model out over a GPU cluster.")
-models_app = typer.Typer(help="Model catalog: list, or `show NAME|PATH` for one model.")
-hardware_app = typer.Typer(help="Cluster catalog: list, or `show NAME|PATH` for one cluster.")
+models_app = typer.Typer(help="Model catalog: list, or `show NAME|PATH` for one model.", rich_markup_mode=None)
+hardware_app = typer.Typer(help="Cluster catalog: list, or `show NAME|PATH` for one cluster.", rich_markup_mode=None)
 app.add_typer(models_app, name="models")
 app.add_typer(hardware_app, name="hardware")
+
+
+@app.callback()
+def _root(version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                                help="Print the version and exit.")] = False) -> None:
+    """Plan how to lay a large model out over a GPU cluster."""
 
 
 def main() -> None:
@@ -61,11 +101,18 @@ def main() -> None:
     app()
 
 
+def _fmt(ctx: typer.Context, fmt: Format) -> str:
+    """The subcommand's --format, or the group's (`planner models -f json show X`) when left default."""
+    group = (ctx.parent.obj or {}).get("format") if ctx.parent else None
+    return group if fmt == Format.table and group else fmt.value
+
+
 # ---------------------------------------------------------------- models
 
 @models_app.callback(invoke_without_command=True)
 def models(ctx: typer.Context, fmt: FormatOpt = Format.table) -> None:
     """List the shipped models."""
+    ctx.obj = {"format": fmt.value}
     if ctx.invoked_subcommand is None:
         rows = [model_row(model_spec.load_model(name)) for name in model_spec.catalog_names()]
         report.show_models(rows, fmt.value)
@@ -73,13 +120,14 @@ def models(ctx: typer.Context, fmt: FormatOpt = Format.table) -> None:
 
 @models_app.command("show")
 def models_show(
+    ctx: typer.Context,
     ref: Annotated[str, typer.Argument(metavar="NAME|PATH",
                                        help="Catalog name, YAML file, config.json, or a directory holding one.")],
-    seq_len: Annotated[int, typer.Option(min=1, help="Tokens per sequence for the FLOPs.")] = DEFAULT_SEQ_LEN,
+    seq_len: Annotated[int, typer.Option(min=1, max=MAX_SEQ_LEN, help="Tokens per sequence for the FLOPs.")] = DEFAULT_SEQ_LEN,
     fmt: FormatOpt = Format.table,
 ) -> None:
     """Show one model: parameters (per layer), KV cache per token, FLOPs per token."""
-    report.show_model(model_summary(model_spec.load_model(ref), seq_len=seq_len), fmt.value)
+    report.show_model(model_summary(model_spec.load_model(ref), seq_len=seq_len), _fmt(ctx, fmt))
 
 
 # ---------------------------------------------------------------- hardware
@@ -87,6 +135,7 @@ def models_show(
 @hardware_app.callback(invoke_without_command=True)
 def hardware(ctx: typer.Context, fmt: FormatOpt = Format.table) -> None:
     """List the shipped clusters."""
+    ctx.obj = {"format": fmt.value}
     if ctx.invoked_subcommand is None:
         rows = [cluster_spec.to_dict(cluster_spec.load_cluster(name)) for name in cluster_spec.catalog_names()]
         report.show_clusters(rows, fmt.value)
@@ -94,12 +143,13 @@ def hardware(ctx: typer.Context, fmt: FormatOpt = Format.table) -> None:
 
 @hardware_app.command("show")
 def hardware_show(
+    ctx: typer.Context,
     ref: Annotated[str, typer.Argument(metavar="NAME|PATH", help="Catalog name or YAML file.")],
-    gpus: Annotated[int | None, typer.Option(help="Cluster size in GPUs (whole nodes unless the spec allows less).")] = None,
+    gpus: Annotated[int | None, typer.Option(max=MAX_GPUS, help="Cluster size in GPUs (whole nodes unless the spec allows less).")] = None,
     fmt: FormatOpt = Format.table,
 ) -> None:
     """Show one cluster with the source of every number."""
-    report.show_cluster(cluster_spec.to_dict(cluster_spec.load_cluster(ref, gpus=gpus)), fmt.value)
+    report.show_cluster(cluster_spec.to_dict(cluster_spec.load_cluster(ref, gpus=gpus)), _fmt(ctx, fmt))
 
 
 # ---------------------------------------------------------------- explain
@@ -107,7 +157,7 @@ def hardware_show(
 ModelOpt = Annotated[str, typer.Option("--model", "-m", metavar="NAME|PATH",
                                        help="Catalog name, YAML file, config.json, or a directory holding one.")]
 ClusterOpt = Annotated[str, typer.Option("--cluster", "-c", metavar="NAME|PATH", help="Catalog name or YAML file.")]
-GpusOpt = Annotated[int | None, typer.Option("--gpus", min=1, help="Cluster size in GPUs.")]
+GpusOpt = Annotated[int | None, typer.Option("--gpus", min=1, max=MAX_GPUS, help="Cluster size in GPUs.")]
 Recompute = Enum("Recompute", {m: m for m in layout_mod.RECOMPUTE_MODES}, type=str)
 Framework = Enum("Framework", {f: f for f in layout_mod.FRAMEWORKS}, type=str)
 Optimizer = Enum("Optimizer", {o: o for o in layout_mod.OPTIMIZERS}, type=str)
@@ -130,16 +180,17 @@ def explain_cmd(
     zero_stage: Annotated[int, typer.Option(min=0, max=3, help="ZeRO stage 0-3 (3 = FSDP).")] = 0,
     micro_batch_size: Annotated[int, typer.Option(min=1, help="Sequences per micro-batch per DP rank.")] = 1,
     global_batch_size: Annotated[int | None, typer.Option(min=1, help="Sequences per step (default: dp·micro-batch·pp).")] = None,
-    seq_len: Annotated[int, typer.Option(min=1, help="Tokens per sequence.")] = 4096,
-    recompute: Annotated[Recompute, typer.Option(help="Activation recomputation.")] = "none",
+    seq_len: Annotated[int, typer.Option(min=1, max=MAX_SEQ_LEN, help="Tokens per sequence.")] = 4096,
+    recompute: Annotated[Recompute, typer.Option(case_sensitive=False, help="Activation recomputation.")] = "none",
     sequence_parallel: Annotated[bool, typer.Option("--sequence-parallel/--no-sequence-parallel", help="Megatron SP.")] = False,
     vpp: Annotated[int, typer.Option(min=1, help="Virtual pipeline stages per rank (interleaved 1F1B).")] = 1,
-    offload: Annotated[list[Offload] | None, typer.Option(help="State to keep in host memory (repeatable).")] = None,
-    optimizer: Annotated[Optimizer, typer.Option(help="Optimizer.")] = "adamw",
-    precision: Annotated[Precision, typer.Option(help="GEMM precision.")] = "bf16",
-    framework: Annotated[Framework, typer.Option(help="Conventions of this framework.")] = "megatron",
-    reserve_gib: Annotated[float | None, typer.Option(min=0, help="CUDA context + fragmentation reserve, GiB.")] = None,
-    at_risk_margin: Annotated[float, typer.Option(min=0, max=1, help="Fraction of capacity that counts as at risk.")] = 0.10,
+    offload: Annotated[list[Offload] | None, typer.Option(case_sensitive=False, help="State to keep in host memory (repeatable).")] = None,
+    optimizer: Annotated[Optimizer, typer.Option(case_sensitive=False, help="Optimizer.")] = "adamw",
+    precision: Annotated[Precision | None, typer.Option(
+        case_sensitive=False, help="GEMM precision (default: bf16, or fp16 on GPUs without bf16).")] = None,
+    framework: Annotated[Framework, typer.Option(case_sensitive=False, help="Conventions of this framework.")] = "megatron",
+    reserve_gib: Annotated[float | None, typer.Option(min=0, max=1024, help="CUDA context + fragmentation reserve, GiB.")] = None,
+    at_risk_margin: Annotated[float, typer.Option(min=0, max=0.9, help="Fraction of capacity that counts as at risk.")] = 0.10,
     fmt: FormatOpt = Format.table,
 ) -> None:
     """Explain one training layout: placement, memory terms vs capacity, communication, correctness."""
@@ -152,7 +203,7 @@ def explain_cmd(
         micro_batch_size=micro_batch_size, global_batch_size=global_batch_size or dp * micro_batch_size * pp,
         seq_len=seq_len, recompute=_value(recompute), sequence_parallel=sequence_parallel, vpp=vpp,
         offload=frozenset(_value(o) for o in offload or ()), optimizer=_value(optimizer),
-        precision=_value(precision), framework=_value(framework))
+        precision=_precision(precision, hw), framework=_value(framework))
     reserve = None if reserve_gib is None else int(reserve_gib * 2**30)
     from planner import explain as explain_api  # imported per command: `--help` stays light
 
@@ -164,6 +215,13 @@ def explain_cmd(
 
 def _value(option: object) -> str:
     return getattr(option, "value", option)
+
+
+def _precision(option: object, hw) -> str:
+    """The asked precision, or bf16 where the GPU has it and fp16 where it does not (V100)."""
+    if option is not None:
+        return _value(option)
+    return "bf16" if "bf16" in hw.gpu.peak_tflops else "fp16"
 
 
 # ---------------------------------------------------------------- plan
@@ -222,18 +280,19 @@ def plan_cmd(
     model: ModelOpt,
     cluster: ClusterOpt,
     gpus: GpusOpt = None,
-    seq_len: Annotated[int, typer.Option(min=1, help="Tokens per sequence.")] = 4096,
+    seq_len: Annotated[int, typer.Option(min=1, max=MAX_SEQ_LEN, help="Tokens per sequence.")] = 4096,
     global_batch_size: Annotated[int | None, typer.Option(
         min=1, help="Sequences per step (default: 4,194,304 tokens, the 4M of Llama 2/3, in whole sequences).")] = None,
     global_batch_tokens: Annotated[int | None, typer.Option(min=1, help="Tokens per step (a multiple of --seq-len).")] = None,
-    precision: Annotated[Precision, typer.Option(help="GEMM precision.")] = "bf16",
-    optimizer: Annotated[Optimizer, typer.Option(help="Optimizer.")] = "adamw",
-    framework: Annotated[Framework, typer.Option(help="Conventions of this framework.")] = "megatron",
+    precision: Annotated[Precision | None, typer.Option(
+        case_sensitive=False, help="GEMM precision (default: bf16, or fp16 on GPUs without bf16).")] = None,
+    optimizer: Annotated[Optimizer, typer.Option(case_sensitive=False, help="Optimizer.")] = "adamw",
+    framework: Annotated[Framework, typer.Option(case_sensitive=False, help="Conventions of this framework.")] = "megatron",
     fix: Annotated[list[str] | None, typer.Option(
         "--fix", metavar="KEY=VALUE",
         help=f"Pin a degree or knob (repeatable): {', '.join(FIXABLE)}.")] = None,
     top: Annotated[int, typer.Option("--top", min=1, help="Plans to show.")] = 3,
-    reserve_gib: Annotated[float | None, typer.Option(min=0, help="CUDA context + fragmentation reserve, GiB.")] = None,
+    reserve_gib: Annotated[float | None, typer.Option(min=0, max=1024, help="CUDA context + fragmentation reserve, GiB.")] = None,
     headroom: Annotated[float, typer.Option(
         min=0, max=0.9, help="Fraction of GPU memory every plan leaves free (the at-risk margin); 0 admits at-risk plans.")] = 0.10,
     output: Annotated[str | None, typer.Option("--output", "-o", help="Write the best plan to this YAML file.")] = None,
@@ -249,7 +308,7 @@ def plan_cmd(
     with report.plan_progress() as tick:
         data = plan_api.plan(spec, hw, seq_len=seq_len,
                              global_batch_size=_batch_size(seq_len, global_batch_size, global_batch_tokens),
-                             precision=_value(precision), optimizer=_value(optimizer),
+                             precision=_precision(precision, hw), optimizer=_value(optimizer),
                              framework=_value(framework), fixed=fixed, top_k=top,
                              reserve_bytes=reserve, headroom=headroom, on_progress=tick)
     report.show_plan(data, fmt.value)

@@ -34,6 +34,11 @@ def error(message: str) -> None:
     sys.stderr.write(f"error: {' '.join(str(message).split())}\n")
 
 
+def line(text: str) -> None:
+    """Print one plain line to stdout."""
+    sys.stdout.write(f"{text}\n")
+
+
 def dump(data: object, fmt: str) -> None:
     """Print `data` as JSON (indent 2) or YAML (block style, keys in insertion order)."""
     if fmt == "json":
