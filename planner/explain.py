@@ -32,11 +32,16 @@ def explain(model: ModelSpec, cluster, layout: Layout, *, reserve_bytes: int | N
         SpecError: only for bad input that no rule describes.
     """
     violations = check_layout(model, cluster, layout)
+    notes = []
+    if layout.seq_len > model.max_position_embeddings:
+        notes.append({"rule": "seq_len_beyond_context", "severity": "warning", "fix": "",
+                      "message": f"seq_len={layout.seq_len:,} exceeds the model's max_position_embeddings="
+                                 f"{model.max_position_embeddings:,}: the model was not built for this length (extend its positions first)"})
     header = {"model": model.name, "cluster": cluster.name, "gpus": cluster.num_gpus,
               "parallelism": _parallelism(layout),
               "placement": placement_for(layout).to_table(include_experts=model.is_moe),
               "violations": [{"rule": v.rule, "message": v.message, "fix": v.fix, "severity": v.severity}
-                             for v in violations]}
+                             for v in violations] + notes}
     try:
         costed = _costs(model, cluster, layout, reserve_bytes, at_risk_margin)
     except SpecError:

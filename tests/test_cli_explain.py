@@ -99,3 +99,11 @@ def test_user_text_is_not_rich_markup(tmp_path):
     result = runner.invoke(app, ["explain", "-m", str(cfg), "-c", "dgx-h100", "--gpus", "8", "--seq-len", "64"])
     assert result.exit_code == 0, result.output
     assert "[/bold] x [red]y[/red]" in result.output
+
+
+def test_sequence_beyond_the_models_context_is_flagged():
+    data = json.loads(runner.invoke(app, ["explain", "-m", "gpt-3-175b", "-c", "dgx-a100-80g", "--gpus", "64",
+                                          "--tp", "8", "--pp", "8", "--seq-len", "4096", "--recompute", "full",
+                                          "--format", "json"]).output)
+    note = next(v for v in data["violations"] if v["rule"] == "seq_len_beyond_context")
+    assert note["severity"] == "warning" and "2,048" in note["message"]
