@@ -2,17 +2,28 @@
 
 Shared by the model and cluster loaders so that every spec file fails the same way: the message
 names the file, the line of a syntax error, and the closest catalog names of an unknown one.
+Anything that is not a small UTF-8 text file holding a mapping with string keys (a binary, a
+UTF-16 file, a directory, a device, a FIFO, a symlink loop, an over-long name, a number of more
+than 4,300 digits, nesting deeper than the parser's recursion limit, a key given twice) is a
+SpecError, never a traceback.
 """
 
 from __future__ import annotations
 
 import difflib
+import errno
 import json
+import os
+import stat
 from pathlib import Path
 
 import yaml
 
 from planner.errors import SpecError
+
+MAX_FILE_BYTES = 16 * 2**20
+"""Largest spec file read, bytes (16 MiB). A model or cluster config is a few KiB; the bound keeps
+a mistaken path (a checkpoint, a log) from being read into memory whole."""
 
 
 def catalog_names(catalog_dir: Path) -> list[str]:
@@ -30,38 +41,136 @@ def resolve(ref: str, catalog_dir: Path, kind: str, *, alternatives: str) -> tup
         alternatives: what else the user may pass, e.g. "a YAML file".
 
     Raises:
-        SpecError: missing file, or unknown name with up to three close catalog names.
+        SpecError: empty name, missing file, a path that is not a readable regular file (directory,
+            device, FIFO, symlink loop, name too long), or unknown name with up to three close
+            catalog names.
     """
+    if not ref.strip():
+        raise SpecError(f"empty {kind} name; pass a catalog name or {alternatives}")
     path = Path(ref)
-    if path.is_file():
+    problem = path_problem(path)
+    if problem is None:
         return path, path.stem
-    if "/" in ref or ref.endswith((".json", ".yaml", ".yml")):
-        raise SpecError("no such file", file=ref)
-    catalog = catalog_dir / f"{ref}.yaml"
-    if catalog.is_file():
-        return catalog, ref
     names = catalog_names(catalog_dir)
+    looks_like_path = "/" in ref or ref.endswith((".json", ".yaml", ".yml"))
+    if ref in names and not looks_like_path:
+        return catalog_dir / f"{ref}.yaml", ref
+    if looks_like_path or problem != "no such file":
+        raise SpecError(problem, file=ref)
     close = difflib.get_close_matches(ref, names, n=3, cutoff=0.4)
     hint = f"did you mean {', '.join(close)}?" if close else f"known {kind}s: {', '.join(names)}"
     raise SpecError(f"unknown {kind} {ref!r}; {hint} (or pass {alternatives})")
 
 
+def path_problem(path: Path) -> str | None:
+    """Why `path` cannot be read as a spec file (one phrase), or None for a regular file."""
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        return "no such file"
+    except ValueError:
+        return "file name contains a NUL byte"
+    except OSError as exc:
+        if exc.errno == errno.ENAMETOOLONG:
+            return "file name too long (the system allows 255 bytes per path component)"
+        if exc.errno == errno.ELOOP:
+            return "symlink loop (too many levels of symbolic links)"
+        return f"cannot open: {exc.strerror}"
+    if stat.S_ISDIR(info.st_mode):
+        return "is a directory; expected a YAML or JSON file"
+    if not stat.S_ISREG(info.st_mode):
+        return "not a regular file (a device, FIFO or socket); expected a YAML or JSON file"
+    return None
+
+
 def read_mapping(path: Path, what: str) -> dict:
-    """Parse a YAML or JSON file whose top level must be a mapping.
+    """Parse a YAML or JSON file whose top level must be a mapping with string keys.
 
     Raises:
-        SpecError: syntax error (with line), or a top level that is not a mapping of `what`.
+        SpecError: unreadable or non-UTF-8 file, syntax error (with line), a key given twice, a
+            number too long to convert, nesting too deep, or a top level that is not a mapping of
+            `what` with string keys.
     """
-    text = path.read_text(encoding="utf-8")
+    file = str(path)
+    text = _read_text(path)
     try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        data = _parse_json(text) if path.suffix == ".json" else yaml.load(text, Loader=_UniqueKeyLoader)
     except json.JSONDecodeError as exc:
-        raise SpecError(f"JSON syntax error at line {exc.lineno}: {exc.msg}", file=str(path)) from None
+        raise SpecError(f"JSON syntax error at line {exc.lineno}: {exc.msg}", file=file) from None
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "context_mark", None) or getattr(exc, "problem_mark", None)
+        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
         line = f" at line {mark.line + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or "invalid YAML"
-        raise SpecError(f"YAML syntax error{line}: {problem}", file=str(path)) from None
+        raise SpecError(f"YAML syntax error{line}: {problem}", file=file) from None
+    except _DuplicateKey as exc:
+        raise SpecError(f"key given twice{exc.args[1]}; give each key once", file=file, key=exc.args[0]) from None
+    except ValueError as exc:  # int() of more than sys.get_int_max_str_digits() digits, a bad date
+        if "integer string conversion" in str(exc):
+            raise SpecError("number with more than 4,300 digits; numbers in a spec file have at most "
+                            "a few dozen", file=file) from None
+        raise SpecError(f"invalid value: {str(exc).splitlines()[0]}", file=file) from None
+    except RecursionError:
+        raise SpecError("nested too deeply to parse; a spec file nests a few levels", file=file) from None
     if not isinstance(data, dict):
-        raise SpecError(f"expected a mapping of {what} at the top level", file=str(path))
+        raise SpecError(f"expected a mapping of {what} at the top level", file=file)
+    for key in data:
+        if not isinstance(key, str):
+            shown = "null (~)" if key is None else repr(key)
+            raise SpecError(f"key {shown} must be a string (a config key name)", file=file)
     return data
+
+
+def _read_text(path: Path) -> str:
+    file = str(path)
+    problem = path_problem(path)
+    if problem is not None:
+        raise SpecError(problem, file=file)
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise SpecError(f"cannot read: {exc.strerror}", file=file) from None
+    if len(data) > MAX_FILE_BYTES:
+        raise SpecError(f"file larger than {MAX_FILE_BYTES // 2**20} MiB; a spec file is a few KiB",
+                        file=file)
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        bom = " (it starts with a UTF-16 byte-order mark; save it as UTF-8)" \
+            if data.startswith((b"\xff\xfe", b"\xfe\xff")) else ""
+        raise SpecError(f"not UTF-8 text: byte 0x{data[exc.start]:02x} at offset {exc.start}{bom}; "
+                        "expected a UTF-8 YAML or JSON file", file=file) from None
+
+
+class _DuplicateKey(Exception):
+    """(key, where) of a mapping key given twice."""
+
+
+def _parse_json(text: str) -> object:
+    def pairs(items: list[tuple[str, object]]) -> dict:
+        seen: dict = {}
+        for key, value in items:
+            if key in seen:
+                raise _DuplicateKey(key, "")
+            seen[key] = value
+        return seen
+    return json.loads(text, object_pairs_hook=pairs)
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """yaml.SafeLoader that refuses a mapping key given twice (PyYAML keeps the last silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                duplicate = key in seen
+                seen.add(key)
+            except TypeError:  # unhashable key: construct_mapping below reports it
+                continue
+            if duplicate:
+                raise _DuplicateKey(str(key), f" (line {key_node.start_mark.line + 1})")
+        return super().construct_mapping(node, deep=deep)
