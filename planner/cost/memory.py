@@ -11,8 +11,8 @@ Terms (bytes per device):
   per-framework bytes of `planner.placement.precision`;
 - activations: Σ over the stage's layers of `cost.activations.layer_activation_bytes` × the pipeline
   in-flight factor, + embedding activations (first stage, in flight), + logits and loss (last stage);
-- transient: the gather working set of `sharded_with_gather` parameters (Megatron / DeepSpeed: largest
-  unit × (1 + prefetch); torchtitan: FSDP2's per-phase residency of its root and block units,
+- transient: the gather working set of `sharded_with_gather` parameters (Megatron: largest unit ×
+  (1 + prefetch); DeepSpeed: the same, capped by its live-parameter window, `_deepspeed_zero3_terms`; torchtitan: FSDP2's per-phase residency of its root and block units,
   `_torchtitan_fsdp_terms`) and the unreduced gradient of a unit, gradient buckets, offload staging buffers, the
   working set of recomputing one layer under full recompute, the loss backward's working set (last
   stage, `activations.loss_working_set_bytes`); the loss-backward and layer-backward terms are
@@ -259,6 +259,63 @@ def _torchtitan_fsdp_terms(model: ModelSpec, counts: ParamCounts, placement: Pla
     return terms
 
 
+DEEPSPEED_LIVE_PARAMETERS = 1_000_000_000
+"""DeepSpeed ZeRO-3 `stage3_max_live_parameters` and `stage3_max_reuse_distance` defaults, elements.
+
+Source: DeepSpeed `deepspeed/runtime/zero/config.py` (`max_live_parameters` = 1e9: "the maximum
+number of parameters resident per GPU before releasing"; `max_reuse_distance` = 1e9: a released
+parameter is kept if it is used again within this many parameters)."""
+
+
+def _largest_module_elements(model: ModelSpec, placement: Placement, layout: Layout,
+                             layers: tuple[int, ...], stage: int) -> int:
+    """Local elements of the largest single `nn.Module`'s own parameters on the stage (one linear
+    layer or the vocabulary matrix), after the tp / ep shards.
+
+    Megatron-style fused tensors, the largest way of writing each: QKV h·(a + 2·kv)·d, the output
+    projection a·d·h, the MLP up projection h·I (h·2I gated: gate and up fused), the down projection
+    I·h, one routed or shared expert's up projection likewise, the vocabulary V·h on the stages that
+    hold it. An MLA projection (rank ≤ 1536 inputs) is never the largest of a DeepSeek block.
+    Source: Megatron-LM `megatron/core/transformer/mlp.py` (`linear_fc1` of width 2·ffn_hidden_size
+    when gated), `attention.py` (`linear_qkv`); DeepSpeed-MoE experts are separate modules.
+    """
+    h, up = model.hidden_size, 2 if model.gated_mlp else 1
+    dense = [h * (model.num_attention_heads + 2 * model.num_key_value_heads) * model.head_dim,
+             model.num_attention_heads * model.head_dim * h]
+    moe = [bool(model.is_moe and model.moe_layers[i]) for i in layers]
+    if not all(moe):
+        dense.append(up * h * model.intermediate_size)
+    if any(moe) and model.n_shared_experts:
+        dense.append(up * h * (model.shared_expert_intermediate_size or model.moe_intermediate_size))
+    if _vocab_units(model, layout, stage):
+        dense.append(padded_vocab(model, layout) * h)
+    expert = up * h * model.moe_intermediate_size if any(moe) else 0
+    return int(max(_local_elements(placement, "dense", max(dense)),
+                   _local_elements(placement, "expert", expert)))
+
+
+def _deepspeed_zero3_terms(model: ModelSpec, placement: Placement, layout: Layout, layers: tuple[int, ...],
+                           stage: int, unit_gather: int, sb: StateBytes) -> tuple[int, int]:
+    """DeepSpeed ZeRO-3 gathered parameters (elements) and unreduced gradient (bytes).
+
+    Gathered: DeepSpeed fetches per submodule (`PartitionedParameterCoordinator.fetch_sub_module`
+    gathers the module's own parameters, `recurse=False`), prefetches only while fewer than
+    `max_live_parameters` are available, and keeps a released parameter only if it is reused within
+    `max_reuse_distance`; so besides the module in use and one module straddling that window at
+    most DEEPSPEED_LIVE_PARAMETERS are resident. The unit-pair convention (`unit_gather`, the largest
+    block and its prefetched neighbour) stands when it is smaller; the cap binds when one block
+    exceeds the live window (Narayanan 2021 Table 2: 529.6B, 5.0e9 parameters per block).
+    Unreduced gradient: with `contiguous_gradients` (default True) each parameter's gradient is
+    copied into the `reduce_bucket_size` buffer (`gradient_buckets`) by its post-accumulate hook as
+    soon as autograd produces it and then freed, and the reduction runs in the 16-bit dtype: beyond
+    the bucket only the largest module's gradient, 16-bit, exists.
+    Source: DeepSpeed `deepspeed/runtime/zero/partitioned_param_coordinator.py`, `stage3.py`
+    (`reduce_ready_partitions_and_remove_grads`, `__add_grad_to_ipg_bucket`).
+    """
+    largest = _largest_module_elements(model, placement, layout, layers, stage)
+    return min(unit_gather, DEEPSPEED_LIVE_PARAMETERS + 2 * largest), largest * sb.compute
+
+
 def _activations(model: ModelSpec, layout: Layout, placement: Placement, layers: tuple[int, ...],
                  modes: list[str], stage: int, dtype: int) -> tuple[dict[str, int], float, int, int]:
     """Activation terms, in-flight factor, the working set of one fully recomputed layer, and the
@@ -418,8 +475,12 @@ def stage_memory(model: ModelSpec, cluster, layout: Layout, stage: int, *,
         transient |= _torchtitan_fsdp_terms(model, counts, placement, layout, layers, stage, sb)
     elif gathered:
         units = _unit_params(model, counts, placement, layout, layers, stage)
-        transient["gather_working_set"] = sum(units[:1 + placement.gather_prefetch]) * sb.parameter_gather
-        transient["unreduced_unit_gradient"] = units[0] * (sb.compute + sb.gradient_reduce)
+        gather = sum(units[:1 + placement.gather_prefetch])
+        unreduced = units[0] * (sb.compute + sb.gradient_reduce)
+        if layout.framework == "deepspeed":
+            gather, unreduced = _deepspeed_zero3_terms(model, placement, layout, layers, stage, gather, sb)
+        transient["gather_working_set"] = gather * sb.parameter_gather
+        transient["unreduced_unit_gradient"] = unreduced
     for state, name in ((State.OPTIMIZER_STATES, "optimizer"), (State.PARAMETERS, "parameters")):
         if facts.offloaded[state, "dense"]:
             transient[f"offload_staging_{name}"] = OFFLOAD_STAGING_ELEMENTS * sb.parameter_gather
