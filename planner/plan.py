@@ -3,7 +3,8 @@
 `plan(...)` enumerates candidate layouts (`search.mesh.candidate_layouts`: meshes x knobs, each
 checked by the placement rules, every rejection counted), visits them best-first by a cheap lower
 bound, and for each one it solves, builds the stage program of `search.ilp` from the real cost
-model -- one row per layer *kind*, not per layer -- solves it with CP-SAT, and costs the chosen
+model -- one row per layer *kind*, not per layer -- solves it exactly (the split dynamic
+program when exact, else CP-SAT: `search.ilp.solve_stage_problem`), and costs the chosen
 split and per-layer recompute with `cost.step_time.step_time` and `cost.memory.stage_memory`.
 The numbers reported for a plan are those two functions' output for its Layout, nothing else.
 
@@ -20,7 +21,8 @@ For a candidate c (mesh x knobs) and an assignment a (layer split + recompute mo
   x in-flight factor and the gradient-bucket slope, conservative for the full-recompute working
   set, charged on every stage when `full` may be used).
 - a*(c) = argmin_a step(c, a) over feasible a: the stage program of `search.ilp` minimises exactly
-  max_s total_s (its module docstring), proven OPTIMAL per candidate, in integer nanoseconds;
+  max_s total_s (its module docstring), proven OPTIMAL per candidate (by the exhaustive split
+  DP, or by CP-SAT where the DP cannot enumerate a stage), in integer nanoseconds;
   rounding moves any plan's value by at most `StageProblem.rounding_bound_s()` (G (L + 1) / 2 ns).
 - objective(c) = step_time(c, a*(c)).step.
 

@@ -12,6 +12,8 @@ from hypothesis import strategies as st
 from planner.errors import SpecError
 from planner.search.brute import brute_force, min_capacity_bytes
 from planner.search.ilp import (
+    CP_SAT_PROOF,
+    DP_PROOF,
     StageProblem,
     memory_diagnosis,
     solve_stage_problem,
@@ -197,12 +199,14 @@ def small_problems(draw, feasible: bool):
 
 
 @settings(max_examples=40, deadline=None)
-@given(small_problems(feasible=True))
-def test_cpsat_equals_brute_force_on_feasible_instances(p):
+@given(small_problems(feasible=True), st.sampled_from(["auto", "cp-sat"]))
+def test_solver_equals_brute_force_on_feasible_instances(p, method):
+    # "auto": the exact split DP's plan, no CP-SAT; "cp-sat": CP-SAT's; both against exhaustion.
     ip = to_int_problem(p)
     oracle = brute_force(ip)
-    sol = solve_stage_problem(p)
+    sol = solve_stage_problem(p, method=method)
     assert oracle.feasible and sol.status == "OPTIMAL"
+    assert sol.proof == {"auto": DP_PROOF, "cp-sat": CP_SAT_PROOF}[method]
     assert sol.objective_ns == oracle.objective_ns
     assert max(sol.stage_time_s) == pytest.approx(sol.objective_s)
     assert sol.bound_s == sol.objective_s
@@ -229,12 +233,36 @@ def test_pinned_split_equals_brute_force(p, data):
     pinned = data.draw(st.sampled_from(list(splits(p.num_layers, p.num_stages))))
     p = dataclasses.replace(p, layers_per_stage=pinned)
     oracle = brute_force(to_int_problem(p))
-    sol = solve_stage_problem(p)
+    sol = solve_stage_problem(p, method=data.draw(st.sampled_from(["auto", "cp-sat"])))
     if not oracle.feasible:
         assert sol.status == "INFEASIBLE"
         return
     assert (sol.status, sol.objective_ns, sol.layers_per_stage) == ("OPTIMAL", oracle.objective_ns,
                                                                     pinned)
+
+
+def test_cpsat_solves_when_a_stage_grid_is_too_large_to_enumerate(monkeypatch):
+    # Two kinds (dense first layer, like DeepSeek-V3): with the enumeration limit at 0 the DP is
+    # not exact, so CP-SAT is the proof; the optimum is still the brute-force one.
+    import planner.search.ilp as ilp
+    p = uniform(layers=5, stages=2, time_s=[MS, 1.2 * MS, 1.5 * MS],
+                memory_bytes=[2 * GIB, GIB, 0.2 * GIB], capacity_bytes=5 * GIB)
+    p = dataclasses.replace(p, layer_kinds=(1, 0, 0, 0, 0),
+                            time_groups=tuple(((const, coef + tuple(tuple(2 * q for q in row)
+                                                                    for row in coef)),)
+                                              for (const, coef), in p.time_groups),
+                            kind_state_bytes=p.kind_state_bytes * 2,
+                            kind_memory_bytes=tuple(stage * 2 for stage in p.kind_memory_bytes))
+    monkeypatch.setattr(ilp, "_GRID_LIMIT", 0)
+    sol = solve_stage_problem(p)
+    assert (sol.status, sol.proof) == ("OPTIMAL", CP_SAT_PROOF)
+    assert sol.objective_ns == brute_force(to_int_problem(p)).objective_ns
+
+
+def test_unknown_method_is_a_spec_error():
+    p = uniform(layers=2, stages=1, time_s=[MS], memory_bytes=[GIB], capacity_bytes=3 * GIB)
+    with pytest.raises(SpecError):
+        solve_stage_problem(p, method="guess")
 
 
 def test_diagnosis_reports_nonpositive_excess_when_feasible():

@@ -58,12 +58,28 @@ known feasible plan (least-memory modes on a fitting split), so h_s is tabulated
 After the solve each stage of a one-kind problem gets its least-cost fitting modes from the same
 table (never raising a stage's total), so non-bottleneck stages carry no needless recompute.
 
+Who proves optimality (`solve_stage_problem`, `StageSolution.proof`). The split DP is itself a
+proof whenever it is exact, and then no CP-SAT model is built (`exact_optimum`): with one kind,
+h_s(n) is the exact least total of n layers on stage s (every mode composition of n enumerated),
+and the DP over split points takes the least max over every split, so its value is the program's
+optimum and its split with each stage's least-cost fitting modes attains it. With several kinds,
+`exact_split` runs the same DP with H_s(a, b), the exact least total of stage s holding layers
+a..b-1, found by enumerating every per-kind mode composition; a stage is skipped only when its
+relaxed bound exceeds the value of a known feasible plan, which no optimal plan's stage can.
+Status OPTIMAL then means: exhaustive over splits and mode counts, by dynamic programming, in
+the same integer units. Only when some stage's composition grid exceeds `_GRID_LIMIT` (never on
+the bench models: at most ~60 layers per stage, 2 kinds) does CP-SAT solve the program, with
+the DP's bound as the cut; `method="cp-sat"` forces CP-SAT (hinted with the DP's plan), and the
+tests check both against brute force.
+
 Feasibility does not depend on time, so it is decided exactly before CP-SAT by a reachability pass
 over split points with the least-memory mode on every layer (`feasible_split`,
 `memory_diagnosis`); an infeasible problem is reported with its binding stage and the bytes by
 which the best split still exceeds the capacity.
 
-Source: CP-SAT (OR-Tools `ortools.sat.python.cp_model`, `AddElement`, `Minimize`); max of affine
+Source: CP-SAT (OR-Tools `ortools.sat.python.cp_model`, `AddElement`, `Minimize`), imported only
+when a solve needs it; min-max DP over split points (Bellman 1957, the linear-partition
+recurrence); max of affine
 functions under minimisation by epigraph variables (Boyd & Vandenberghe 2004, Convex Optimization
 §4.3.1 and §6.1.1 on piecewise-linear minimisation); the recompute modes are Megatron-LM's
 `--recompute-granularity` (selective / full), Korthikanti et al. 2022; the in-flight micro-batch
@@ -77,22 +93,21 @@ import time
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-from ortools.sat.python import cp_model
 
 from planner.errors import SpecError
+
+if TYPE_CHECKING:  # imported where a solve needs CP-SAT (it pulls in pandas: ~0.5 s)
+    from ortools.sat.python import cp_model
 
 TIME_UNIT_S = 1e-9
 """One integer time unit of the integer program: a nanosecond (fine enough that the rounding of
 tiny instances' coefficients, ~1e-5 s per layer, cannot reorder plans by more than the stated
 `rounding_bound_s`)."""
 
-_STATUS = {
-    cp_model.OPTIMAL: "OPTIMAL",
-    cp_model.FEASIBLE: "FEASIBLE",
-    cp_model.INFEASIBLE: "INFEASIBLE",
-    cp_model.UNKNOWN: "UNKNOWN",
-}
+_STATUS_NAMES = ("OPTIMAL", "FEASIBLE", "INFEASIBLE", "UNKNOWN")
 
 Piece = tuple[tuple[float, ...], tuple[tuple[float, ...], ...]]
 """An affine piece: ([stage] constant, [kind][mode] coefficient per layer)."""
@@ -273,58 +288,108 @@ class StageSolution:
     """[stage] bytes per GPU under the plan."""
     diagnosis: MemoryDiagnosis | None = None
     """The binding constraint when INFEASIBLE."""
+    proof: str | None = None
+    """What proves `status`: DP_PROOF (the exact split dynamic program, `exact_optimum`; no
+    CP-SAT model was built) or CP_SAT_PROOF; None without a plan."""
 
 
-def solve_stage_problem(problem: StageProblem, *, num_workers: int = 1,
+def solve_stage_problem(problem: StageProblem | IntStageProblem, *, num_workers: int = 1,
                         max_time_s: float = 10.0, precheck: bool = True,
-                        diagnose: bool = True) -> StageSolution:
+                        diagnose: bool = True, method: str = "auto") -> StageSolution:
     """Minimise the step time subject to per-stage memory (see module docstring).
 
     Args:
-        problem: the float problem; converted once by `to_int_problem`.
+        problem: the float problem (converted once by `to_int_problem`) or its integer form.
         num_workers: CP-SAT search workers.
         max_time_s: CP-SAT time limit, s.
         precheck: decide infeasibility by the exact `feasible_split` test before building the model.
         diagnose: attach the `memory_diagnosis` of an infeasible problem (a bisection; a search
             that only needs "no plan" skips it).
+        method: "auto" returns the plan of the exact split dynamic program (`exact_optimum`)
+            without CP-SAT when that program is exact (one kind, or every stage's mode grid
+            small enough to enumerate): status OPTIMAL, `proof` "exact split DP"; otherwise, and
+            always with "cp-sat", CP-SAT solves the program (hinted with the DP's plan).
     """
+    if method not in ("auto", "cp-sat"):
+        raise SpecError(f"value {method!r} not allowed; allowed: auto, cp-sat", key="method")
     start = time.perf_counter()
-    ip = to_int_problem(problem)
+    ip = problem if isinstance(problem, IntStageProblem) else to_int_problem(problem)
     if precheck and feasible_split(ip, ip.capacity_bytes) is None:
         return _without_plan("INFEASIBLE", memory_diagnosis(ip) if diagnose else None,
                              time.perf_counter() - start)
-    model, var, tables = _build(ip)
+    exact = exact_optimum(ip)
+    if method == "auto" and exact is not None and exact[3]:
+        value, ends, counts, _ = exact
+        return _solution(ip, ends, counts, status="OPTIMAL", bound=value, proof=DP_PROOF,
+                         wall_s=time.perf_counter() - start)
+    from ortools.sat.python import cp_model
+
+    model, var = _build(ip, exact)
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = num_workers
     solver.parameters.max_time_in_seconds = max_time_s
     # One kind: the hint is optimal and meets the bound cut, so presolve would be the only work.
     solver.parameters.cp_model_presolve = ip.num_kinds > 1 or ip.layers_per_stage is not None
-    status = _STATUS.get(solver.Solve(model), "UNKNOWN")
+    code = solver.Solve(model)
+    status = {cp_model.OPTIMAL: "OPTIMAL", cp_model.FEASIBLE: "FEASIBLE",
+              cp_model.INFEASIBLE: "INFEASIBLE"}.get(code, "UNKNOWN")
     if status in ("INFEASIBLE", "UNKNOWN"):
         diagnosis = memory_diagnosis(ip) if status == "INFEASIBLE" else None
         return _without_plan(status, diagnosis, time.perf_counter() - start)
-    return _extract(ip, solver, var, status, tables, time.perf_counter() - start)
+    return _extract(ip, solver, var, status, time.perf_counter() - start)
+
+
+DP_PROOF = "exact split DP"
+"""`StageSolution.proof` of a plan the exact split dynamic program proves optimal."""
+CP_SAT_PROOF = "CP-SAT"
+"""`StageSolution.proof` of a plan CP-SAT solved (its status is CP-SAT's)."""
+
+
+def exact_optimum(ip: IntStageProblem):
+    """(value, stage ends, [stage][kind][mode] counts, exact) of the program without CP-SAT, or
+    None when no split fits.
+
+    exact=True: value is the program's optimum and the plan attains it. With one kind this is
+    `split_lower_bound` (h_s is then the exact least total of n layers on stage s) with each
+    stage's least-cost fitting mode counts; with several kinds it is `exact_split`, the min-max
+    DP over split points whose stage costs enumerate every per-kind mode composition that fits.
+    Both are exhaustive: every split is covered by the DP's recursion and every mode assignment
+    of a stage by its enumeration (layers of one kind are interchangeable), and only stages whose
+    lower bound exceeds the value of a known feasible plan are skipped, which no optimal plan
+    uses. exact=False (a stage's grid exceeds _GRID_LIMIT): value is the valid lower bound of
+    `split_lower_bound` and no plan is given."""
+    bound, split, _ = split_lower_bound(ip)
+    if split is None:
+        return None
+    if ip.num_kinds == 1:
+        ends = tuple(int(e) for e in np.cumsum(split))
+        counts = tuple((_stage_modes(ip, s, n),) for s, n in enumerate(split))
+        return bound, ends, counts, True
+    exact = exact_split(ip, _upper_bound(ip))
+    if exact is None or exact[1] is None:
+        return bound, None, None, False
+    return exact[0], exact[1], exact[2], True
 
 
 # ---------------------------------------------------------------- model: variables, constraints
 
 
-def _build(ip: IntStageProblem) -> tuple[cp_model.CpModel, dict, dict]:
+def _build(ip: IntStageProblem, exact) -> tuple[cp_model.CpModel, dict]:
+    """The CP-SAT program, with the cut z >= the DP's value (a valid lower bound, the optimum
+    when exact) and the DP's plan as a complete hint when it has one."""
+    from ortools.sat.python import cp_model
+
     model = cp_model.CpModel()
     var = _variables(model, ip)
     _split_constraints(model, ip, var)
     _stage_constraints(model, ip, var)
-    bound, split, tables = split_lower_bound(ip)
-    if ip.num_kinds == 1 and split is not None:
-        _hint_one_kind(model, ip, var, bound, split, tables)
-    elif split is not None:
-        exact = exact_split(ip, _upper_bound(ip))
-        if exact is not None and exact[1] is not None:
-            bound = exact[0]
-            _hint(model, ip, var, exact[1], exact[2])
-    model.Add(var["z"] >= bound)
+    if exact is not None:
+        value, ends, counts, _ = exact
+        if ends is not None:
+            _hint(model, ip, var, ends, counts)
+        model.Add(var["z"] >= value)
     model.Minimize(var["z"])
-    return model, var, tables
+    return model, var
 
 
 def _piece_range(ip: IntStageProblem, const: tuple[int, ...], coef, s: int) -> tuple[int, int]:
@@ -651,7 +716,7 @@ def _hint(model: cp_model.CpModel, ip: IntStageProblem, var: dict, ends, counts)
     for s in range(ip.num_stages):
         if s < ip.num_stages - 1:
             model.AddHint(var["b"][(s,)], ends[s])
-            for k in range(ip.num_kinds):
+            for k in range(ip.num_kinds if ip.num_kinds > 1 else 0):
                 model.AddHint(var["cum"][(s, k)], int(ip.kind_prefix[ends[s], k]))
         for k in range(ip.num_kinds):
             model.AddHint(var["n"][(s, k)], sum(counts[s][k]))
@@ -668,28 +733,6 @@ def _hint(model: cp_model.CpModel, ip: IntStageProblem, var: dict, ends, counts)
     model.AddHint(var["z"], max(totals))
 
 
-def _hint_one_kind(model: cp_model.CpModel, ip: IntStageProblem, var: dict, z: int,
-                   split: tuple[int, ...], tables: dict) -> None:
-    """With one kind, hand CP-SAT the plan the dynamic program proves optimal: its split, each
-    stage's least-cost fitting mode counts, and the y, T, z they imply."""
-    end = 0
-    for s, n in enumerate(split):
-        end += n
-        if s < ip.num_stages - 1:
-            model.AddHint(var["b"][(s,)], end)
-        model.AddHint(var["n"][(s, 0)], n)
-        modes = _stage_modes(ip, s, n)
-        for r, x in enumerate(modes):
-            model.AddHint(var["c"][(s, 0, r)], x)
-        total = 0
-        for g, group in enumerate(ip.time_groups):
-            y = max(const[s] + sum(q * x for q, x in zip(coef[0], modes)) for const, coef in group)
-            model.AddHint(var["y"][(s, g)], y)
-            total += y
-        model.AddHint(var["T"][(s,)], total)
-    model.AddHint(var["z"], z)
-
-
 def _stage_modes(ip: IntStageProblem, s: int, n: int) -> tuple[int, ...]:
     """Least-cost fitting mode counts for n kind-0 layers on stage s (one kind), by enumeration."""
     groups, mem = _relaxed(ip)
@@ -703,17 +746,25 @@ def _stage_modes(ip: IntStageProblem, s: int, n: int) -> tuple[int, ...]:
 
 
 def _extract(ip: IntStageProblem, solver: cp_model.CpSolver, var: dict, status: str,
-             tables: dict, wall_s: float) -> StageSolution:
+             wall_s: float) -> StageSolution:
     S, K, R = ip.num_stages, ip.num_kinds, len(ip.modes)
-    ends = [0] + [ip.num_layers if s == S - 1 else solver.Value(var["b"][(s,)]) for s in range(S)]
+    ends = [ip.num_layers if s == S - 1 else solver.Value(var["b"][(s,)]) for s in range(S)]
     counts = [[[solver.Value(var["c"][(s, k, r)]) for r in range(R)] for k in range(K)]
               for s in range(S)]
     if K == 1:  # polish: the least-cost fitting modes of every stage (never raises a stage's total)
-        counts = [[list(_stage_modes(ip, s, ends[s + 1] - ends[s]))] for s in range(S)]
+        counts = [[list(_stage_modes(ip, s, e - a))] for s, (a, e) in enumerate(zip((0, *ends), ends))]
+    return _solution(ip, ends, counts, status=status, bound=math.ceil(solver.BestObjectiveBound()),
+                     proof=CP_SAT_PROOF, wall_s=wall_s)
+
+
+def _solution(ip: IntStageProblem, ends, counts, *, status: str, bound: int, proof: str,
+              wall_s: float) -> StageSolution:
+    """The StageSolution of stage `ends` and [stage][kind][mode] `counts`."""
+    S, K, R = ip.num_stages, ip.num_kinds, len(ip.modes)
+    ends = [0, *(int(e) for e in ends)]
     times = [stage_cost(ip, s, counts[s]) for s in range(S)]
     memory = [stage_memory(ip, s, counts[s]) for s in range(S)]
     objective = max(times)
-    bound = math.ceil(solver.BestObjectiveBound())
     return StageSolution(
         status=status,
         objective_s=objective * TIME_UNIT_S,
@@ -728,6 +779,7 @@ def _extract(ip: IntStageProblem, solver: cp_model.CpSolver, var: dict, status: 
         layer_recompute=_per_layer_modes(ip, ends, counts),
         stage_time_s=tuple(t * TIME_UNIT_S for t in times),
         stage_memory_bytes=tuple(memory),
+        proof=proof,
     )
 
 
