@@ -215,6 +215,15 @@ def render() -> str:
         lines.append(f"| {r['id']} | {r['cluster_name']} | {layout_text(r['layout'])} | {m.stage} | "
                      f"{m.model_states / GIB:.1f} | {m.activations / GIB:.1f} | {m.transient / GIB:.1f} | "
                      f"{m.total / GIB:.1f} | {m.capacity / GIB:.1f} | {pub} | {verdict} |")
+    lines += ["", "## Notes", "",
+              "- Feasible is all this page claims. The torchtitan 405B 3D/4D rows (t5, t6) come out "
+              "20-33 GiB below their published peaks (tests/test_memory_validation.py checks the "
+              "10 % band only for the FSDP / CP / TP rows): a known under-estimate, not a fit.",
+              "- DeepSpeed ZeRO-3 (Narayanan Table 2): gathered parameters are capped by DeepSpeed's "
+              "live-parameter window and the unreduced gradient is one module's "
+              "(`cost/memory.py _deepspeed_zero3_terms`). The 529.6B run on 640 GPUs is `at_risk` at "
+              "77.0 GiB; the paper's footnote says 560 GPUs at micro-batch 4 did not fit, which the "
+              "model rates `at_risk` too (78.7 GiB): it does not separate the two."]
     return "\n".join(lines) + "\n"
 
 

@@ -12,7 +12,9 @@ Terms (bytes per device):
 - activations: Σ over the stage's layers of `cost.activations.layer_activation_bytes` × the pipeline
   in-flight factor, + embedding activations (first stage, in flight), + logits and loss (last stage);
 - transient: the gather working set of `sharded_with_gather` parameters (Megatron: largest unit ×
-  (1 + prefetch); DeepSpeed: the same, capped by its live-parameter window, `_deepspeed_zero3_terms`; torchtitan: FSDP2's per-phase residency of its root and block units,
+  (1 + prefetch); DeepSpeed: the same, capped by its live-parameter window and its per-parameter
+  gradient bucketing, `_deepspeed_zero3_terms`; torchtitan: FSDP2's per-phase residency of its root
+  and block units,
   `_torchtitan_fsdp_terms`) and the unreduced gradient of a unit, gradient buckets, offload staging buffers, the
   working set of recomputing one layer under full recompute, the loss backward's working set (last
   stage, `activations.loss_working_set_bytes`); the loss-backward and layer-backward terms are
