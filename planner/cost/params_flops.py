@@ -54,10 +54,13 @@ class ParamCounts:
     """Whole-model parameter counts."""
 
     embedding: int
-    """Input word embedding (padded rows) + learned positions + embedding norm."""
+    """Input word embedding (padded rows x embedding_width) + learned positions + embedding norm
+    + OPT's project_in (word_embed_proj_dim x h, when word_embed_proj_dim != hidden_size)."""
     lm_head: int
-    """Output projection; 0 when tied to the embedding."""
+    """Output projection (0 when tied to the embedding) + OPT's project_out (h x word_embed_proj_dim,
+    when word_embed_proj_dim != hidden_size)."""
     final_norm: int
+    """Norm after the last block (0 for post-LN OPT: do_layer_norm_before false)."""
     layers: tuple[LayerParams, ...]
     mtp: int = 0
     """Multi-token-prediction module(s) (DeepSeek-V3), counted only on request."""
@@ -149,19 +152,32 @@ def count_params(spec: ModelSpec, *, include_mtp: bool = False) -> ParamCounts:
     return memo[key]
 
 
+def _projection(spec: ModelSpec) -> int:
+    """OPT's project_in (and, equally, project_out): word_embed_proj_dim x h, bias-free, present only
+    when the embedding width differs from hidden_size. Source: transformers modeling_opt.py OPTDecoder."""
+    e, h = spec.embedding_width, spec.hidden_size
+    return e * h if e != h else 0
+
+
 def _count_params(spec: ModelSpec, include_mtp: bool) -> ParamCounts:
+    """Source: transformers modeling_*.py of the family (see the ModelSpec loader's builders); OPT
+    (OPTDecoder): embed_tokens vocab x word_embed_proj_dim, positions (max_pos + 2) x h, project_in,
+    project_out, final_layer_norm only when pre-LN, LM head word_embed_proj_dim -> vocab tied."""
     h = spec.hidden_size
-    embedding = spec.padded_vocab_size * h + spec.position_embedding_rows * h
+    embedding = spec.padded_vocab_size * spec.embedding_width + spec.position_embedding_rows * h
+    embedding += _projection(spec)
     if spec.embedding_norm:
         embedding += _norm(spec, h)
-    lm_head = 0 if spec.tie_word_embeddings else spec.padded_vocab_size * h
+    lm_head = (0 if spec.tie_word_embeddings else spec.padded_vocab_size * spec.embedding_width)
+    lm_head += _projection(spec)
     layers = tuple(_layer(spec, i) for i in range(spec.num_hidden_layers))
     mtp = 0
     if include_mtp and spec.num_nextn_predict_layers:
         moe_index = max(i for i in range(spec.num_hidden_layers) if not spec.is_moe or spec.moe_layers[i])
         block = _layer(spec, moe_index).total
         mtp = spec.num_nextn_predict_layers * (block + 2 * h * h + 3 * _norm(spec, h))
-    return ParamCounts(embedding=embedding, lm_head=lm_head, final_norm=_norm(spec, h), layers=layers,
+    final_norm = _norm(spec, h) if spec.final_norm else 0
+    return ParamCounts(embedding=embedding, lm_head=lm_head, final_norm=final_norm, layers=layers,
                        mtp=mtp, top_k=spec.num_experts_per_tok)
 
 
@@ -204,7 +220,8 @@ def flops_per_token(spec: ModelSpec, seq_len: int) -> FlopsPerToken:
     matmul = counts.active_per_token - counts.embedding - counts.final_norm
     matmul -= sum(l.norms for l in counts.layers)
     if spec.tie_word_embeddings:
-        matmul += spec.padded_vocab_size * spec.hidden_size  # the tied head is still a matmul
+        matmul += spec.padded_vocab_size * spec.embedding_width  # the tied head is still a matmul
+    matmul += _projection(spec)  # OPT's project_in is a matmul, though counted in `embedding`
     if spec.is_mla:
         d_qk, d_v = spec.qk_nope_head_dim + spec.qk_rope_head_dim, spec.v_head_dim
     else:

@@ -138,6 +138,23 @@ _INT_KEYS = ("gpus_per_node", "scaleup_domain_gpus", "nics_per_node")
 _FLOAT_KEYS = ("scaleup_gb_per_s", "scaleup_latency_s", "nic_gbit_per_s", "network_latency_s",
                "host_memory_gib", "host_link_gb_per_s")
 _REQUIRED = ("gpu",) + _INT_KEYS + _FLOAT_KEYS
+
+MAX_GPUS = 2**22
+"""Largest cluster accepted (4,194,304 GPUs, as the CLI's --gpus): beyond any cluster built."""
+_BOUNDS: dict[str, tuple[float, float]] = {
+    "gpu.memory_gib": (1, 2**20),
+    "gpu.hbm_gb_per_s": (1, 1e6),
+    "gpu.peak_tflops": (1e-3, 1e7),
+    "gpus_per_node": (1, 2**16), "scaleup_domain_gpus": (1, 2**16), "nics_per_node": (1, 2**10),
+    "num_gpus": (1, MAX_GPUS),
+    "scaleup_gb_per_s": (1e-3, 1e6), "host_link_gb_per_s": (1e-3, 1e6), "nic_gbit_per_s": (1e-3, 1e7),
+    "scaleup_latency_s": (1e-12, 1), "network_latency_s": (1e-12, 1),
+    "host_memory_gib": (1, 2**20),
+}
+"""(smallest, largest) of each number, in the key's unit. [Bound] not physical limits: 1,000x or
+more around today's hardware (H100: 80 GiB, 3.35 TB/s, 989 TFLOP/s; NVLink 450 GB/s; 400 Gb/s NICs;
+1-10 us latencies), so that the cost model's divisions and products stay finite. The 1 GiB floor of
+`memory_gib` is the smallest memory that holds the CUDA context and a plan's buffers."""
 _KEYS = _REQUIRED + ("name", "description", "source", "sources", "allow_partial_node", "num_gpus")
 
 
@@ -211,13 +228,23 @@ def _check_keys(raw: dict, allowed: tuple[str, ...], required: tuple[str, ...], 
 
 
 def _number(raw: dict, key: str, file: str, *, integer: bool = False, prefix: str = "") -> float:
-    """A positive number (or positive integer) from `raw[key]`."""
-    value = raw[key]
+    """A positive number (or positive integer) from `raw[key]`, within `_BOUNDS` of its key path.
+
+    Integers are compared before any float conversion, so a 400-digit integer is an error, not an
+    OverflowError; NaN fails every comparison."""
+    value, path = raw[key], f"{prefix}{key}"
+    lo, hi = _BOUNDS["gpu.peak_tflops" if path.startswith("gpu.peak_tflops.") else path]
     bad_type = isinstance(value, bool) or not isinstance(value, int if integer else (int, float))
-    if bad_type or not value > 0 or not math.isfinite(value):
+    if bad_type or not lo <= value <= hi:
         kind = "a positive integer" if integer else "a positive number"
-        raise SpecError(f"value {value!r} must be {kind}", file=file, key=f"{prefix}{key}")
+        raise SpecError(f"value {_show(value)} must be {kind} from {lo:g} to {hi:,g}", file=file, key=path)
     return value if integer else float(value)
+
+
+def _show(value: object) -> str:
+    """repr of a value, shortened to one readable fragment (a 400-digit integer is not)."""
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:20]}...({len(text)} characters)"
 
 
 def _text(raw: dict, key: str, file: str, *, default: str = "", prefix: str = "") -> str:
@@ -283,8 +310,9 @@ def _check_domain(per_node: int, domain: int, file: str) -> None:
 
 def _check_gpus(gpus: object, per_node: int, partial: bool, file: str, *, key: str) -> None:
     """Whole nodes, or fewer than one node when partial nodes are allowed."""
-    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus <= 0:
-        raise SpecError(f"value {gpus!r} must be a positive integer", file=file, key=key)
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or not 0 < gpus <= MAX_GPUS:
+        raise SpecError(f"value {_show(gpus)} must be a positive integer (at most {MAX_GPUS:,})",
+                        file=file, key=key)
     if gpus % per_node == 0 or (partial and gpus < per_node):
         return
     below, above = (gpus // per_node) * per_node, (gpus // per_node + 1) * per_node

@@ -98,6 +98,11 @@ class ModelSpec:
     """Rows of a learned position table (OPT allocates max_position_embeddings + 2)."""
     embedding_norm: bool = False
     """LayerNorm right after the word embedding (BLOOM)."""
+    word_embed_proj_dim: int = 0
+    """Width of the word embedding and of the tied LM head when it differs from hidden_size (OPT-350m:
+    512), with project_in/project_out matrices to and from hidden_size; 0: same as hidden_size."""
+    final_norm: bool = True
+    """A norm after the last block (OPT: only with do_layer_norm_before, i.e. pre-LN)."""
 
     num_experts: int = 0
     """Routed experts per MoE layer (0: dense model)."""
@@ -145,6 +150,11 @@ class ModelSpec:
         return self.num_experts > 0
 
     @property
+    def embedding_width(self) -> int:
+        """Columns of the word embedding (and tied LM head): word_embed_proj_dim, else hidden_size."""
+        return self.word_embed_proj_dim or self.hidden_size
+
+    @property
     def is_mla(self) -> bool:
         return self.kv_lora_rank > 0
 
@@ -176,37 +186,69 @@ def spec_memo(spec: ModelSpec) -> dict:
 
 # ---------------------------------------------------------------- loading
 
-# Keys every config may carry that do not change the planning arithmetic.
-_DESCRIPTIVE_KEYS = {
-    "name", "source", "hf_id", "architectures", "torch_dtype", "dtype", "transformers_version",
-    "rope_theta", "rope_scaling", "rope_parameters", "initializer_range", "rms_norm_eps",
-    "layer_norm_eps", "layer_norm_epsilon", "bos_token_id", "eos_token_id", "pad_token_id",
-    "use_cache", "attention_dropout", "hidden_dropout", "dropout", "pretraining_tp", "model_type",
-    "official_total_params", "notes", "max_window_layers", "use_sliding_window",
-    "routed_scaling_factor", "scoring_func", "topk_method", "n_group", "topk_group",
-    "norm_topk_prob", "aux_loss_alpha", "router_aux_loss_coef", "output_router_logits",
-    "seq_aux", "ep_size", "quantization_config", "swiglu_limit", "initial_context_length",
-    "router_jitter_noise", "tie_word_embeddings", "rotary_percent", "partial_rotary_factor",
-    "activation_function", "do_layer_norm_before", "word_embed_proj_dim", "enable_bias",
-    "apply_residual_connection_post_layernorm", "slow_but_exact", "alibi", "bias",
-    "multi_query", "new_decoder_architecture", "num_kv_heads", "parallel_attn",
-    "first_k_dense_replace", "moe_layer_freq", "decoder_sparse_step", "mlp_only_layers",
-}
+MAX_LAYERS = 10_000
+"""Largest num_hidden_layers (and layer-index key) accepted. [Bound] ~80x the deepest published
+decoder (Llama 3.1 405B: 126 layers; MT-NLG: 105); per-layer loops of the cost model stay fast."""
+MAX_WIDTH = 2**31
+"""Largest width, vocabulary or context length accepted (2,147,483,648). [Bound] the int32 index
+range of the frameworks' tensor dimensions; real models are below 2**20."""
+MAX_COUNT = 65_536
+"""Largest head or expert count accepted. [Bound] 256x DeepSeek-V3's 256 routed experts and 512x
+the 128 heads of the widest published models."""
 
-_INT_KEYS = (
-    "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
-    "intermediate_size", "vocab_size", "max_position_embeddings", "num_local_experts",
-    "num_experts", "n_routed_experts", "num_experts_per_tok", "moe_intermediate_size",
-    "n_shared_experts", "shared_expert_intermediate_size", "first_k_dense_replace",
-    "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim",
-    "sliding_window", "num_nextn_predict_layers", "padded_vocab_size", "decoder_sparse_step",
-    "moe_layer_freq", "ffn_hidden_size", "n_embd", "n_layer", "n_head", "n_inner", "n_positions",
-    "ffn_dim", "num_kv_heads", "n_head_kv",
+_POSITIVE_WIDTHS = (
+    "hidden_size", "head_dim", "intermediate_size", "vocab_size", "max_position_embeddings",
+    "moe_intermediate_size", "shared_expert_intermediate_size", "q_lora_rank", "kv_lora_rank",
+    "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "padded_vocab_size", "ffn_hidden_size",
+    "n_embd", "n_inner", "n_positions", "ffn_dim", "seq_length", "word_embed_proj_dim",
 )
-_KNOWN_KEYS = _DESCRIPTIVE_KEYS | set(_INT_KEYS) | {
-    "attention_bias", "mlp_bias", "hidden_act", "layer_types", "position_embedding_type",
-    "norm_type", "qkv_bias", "num_experts_per_token", "experts_per_token",
+_POSITIVE_COUNTS = (
+    "num_attention_heads", "num_key_value_heads", "num_local_experts", "num_experts",
+    "n_routed_experts", "num_experts_per_tok", "experts_per_token", "num_experts_per_token",
+    "n_head", "num_kv_heads", "n_head_kv",
+)
+_INT_RULES: dict[str, tuple[int, int]] = {
+    **{key: (1, MAX_WIDTH) for key in _POSITIVE_WIDTHS},
+    **{key: (1, MAX_COUNT) for key in _POSITIVE_COUNTS},
+    "num_hidden_layers": (1, MAX_LAYERS), "n_layer": (1, MAX_LAYERS),
+    "decoder_sparse_step": (1, MAX_LAYERS), "moe_layer_freq": (1, MAX_LAYERS),
+    "first_k_dense_replace": (0, MAX_LAYERS), "num_nextn_predict_layers": (0, MAX_LAYERS),
+    "n_shared_experts": (0, MAX_COUNT),
+    "sliding_window": (0, MAX_WIDTH),  # 0 or null: no window (Hugging Face tests `if sliding_window`)
 }
+"""(smallest, largest) allowed for every integer key the loader reads."""
+_BOOL_KEYS = (
+    "attention_bias", "mlp_bias", "tie_word_embeddings", "bias", "new_decoder_architecture",
+    "parallel_attn", "alibi", "multi_query", "use_sliding_window", "do_layer_norm_before",
+    "enable_bias", "_remove_final_layer_norm", "layer_norm_elementwise_affine",
+)
+_TEXT_KEYS = ("name", "source", "hf_id", "hidden_act", "activation_function")
+_OTHER_READ_KEYS = ("model_type", "layer_types", "mlp_only_layers", "rope_theta", "rope_scaling")
+_READ_KEYS = frozenset(_INT_RULES) | set(_BOOL_KEYS) | set(_TEXT_KEYS) | set(_OTHER_READ_KEYS)
+"""Every key some model_type reads (see the table in the module docstring)."""
+
+# Keys of Hugging Face / catalog configs that do not change the planning arithmetic: accepted and
+# ignored. Any other key is ignored too unless it looks like a typo of one of these or of a read key.
+_IGNORED_KEYS = frozenset({
+    "architectures", "torch_dtype", "dtype", "transformers_version", "rope_parameters",
+    "initializer_range", "rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "bos_token_id",
+    "eos_token_id", "pad_token_id", "use_cache", "attention_dropout", "hidden_dropout", "dropout",
+    "pretraining_tp", "official_total_params", "notes", "max_window_layers", "routed_scaling_factor",
+    "scoring_func", "topk_method", "n_group", "topk_group", "norm_topk_prob", "aux_loss_alpha",
+    "router_aux_loss_coef", "output_router_logits", "seq_aux", "ep_size", "quantization_config",
+    "swiglu_limit", "initial_context_length", "router_jitter_noise", "rotary_percent",
+    "partial_rotary_factor", "apply_residual_connection_post_layernorm", "slow_but_exact",
+    "attn_pdrop", "resid_pdrop", "embd_pdrop", "n_ctx", "scale_attn_weights", "reorder_and_upcast_attn",
+    "scale_attn_by_inverse_layer_idx", "summary_type", "summary_use_proj", "summary_activation",
+    "summary_proj_to_labels", "summary_first_dropout", "task_specific_params", "activation_dropout",
+    "layerdrop", "init_std", "prefix", "hidden_dropout_prob", "attention_probs_dropout_prob",
+    "tokenizer_class", "output_attentions", "output_hidden_states", "return_dict", "torchscript",
+    "is_encoder_decoder", "bias_dropout_fusion", "ffn_dropout", "pretraining_tp", "attn_logit_softcapping",
+    "final_logit_softcapping", "attention_multiplier", "use_bfloat16", "kv_channels",
+})
+_TYPO_CUTOFF = 0.8
+"""difflib ratio above which an unknown key in a YAML model file is taken for a typo of a known key
+(num_key_value_head -> num_key_value_heads: 0.97; attn_pdrop -> attention_bias: 0.58)."""
 
 
 def load_model(ref: str | Path, *, name: str | None = None) -> ModelSpec:
@@ -214,19 +256,24 @@ def load_model(ref: str | Path, *, name: str | None = None) -> ModelSpec:
 
     Args:
         ref: catalog name (e.g. `llama-3.1-70b`) or a path.
-        name: display name to use instead of the catalog name / file stem.
+        name: display name to use instead of the config's `name` / catalog name / file stem.
 
     Returns:
         The normalised ModelSpec.
 
     Raises:
-        SpecError: unknown name (with the closest catalog names), missing file, syntax error with
-            line, unknown or missing key, impossible value, unsupported model_type.
+        SpecError: empty or unknown name (with the closest catalog names), missing or unreadable
+            file, syntax error with line, likely typo of a key, missing key, wrong type or range,
+            impossible combination, unsupported model_type.
     """
     path, display = _resolve(str(ref))
     raw = files.read_mapping(path, "config keys")
     strict = path.suffix in (".yaml", ".yml")
-    return from_config(raw, name=name or raw.get("name") or display, file=str(path), strict=strict)
+    file = str(path)
+    given = raw.get("name")
+    if given is not None and (not isinstance(given, str) or not given.strip()):
+        raise SpecError(f"value {_show(given)} must be a non-empty string", file=file, key="name")
+    return from_config(raw, name=name or given or display, file=file, strict=strict)
 
 
 def catalog_names() -> list[str]:
@@ -235,23 +282,31 @@ def catalog_names() -> list[str]:
 
 
 def _resolve(ref: str) -> tuple[Path, str]:
+    if not ref.strip():
+        raise SpecError("empty model name; pass a catalog name (see `planner models`), a YAML file, "
+                        "config.json or a directory holding one")
     path = Path(ref)
-    if path.is_dir():
+    if files.path_problem(path) == "is a directory; expected a YAML or JSON file":
         config = path / "config.json"
-        if not config.is_file():
+        if files.path_problem(config) is not None:
             raise SpecError("directory holds no config.json", file=str(path))
-        return config, path.name
+        return config, path.resolve().name
     return files.resolve(ref, CATALOG_DIR, "model", alternatives="a YAML file, config.json or directory")
+
 
 def from_config(raw: dict, *, name: str, file: str = "<config>", strict: bool = False) -> ModelSpec:
     """Normalise a Hugging Face-style config dict into a ModelSpec.
+
+    Every key the loader reads is type- and range-checked (see the module docstring); keys it does
+    not read are ignored, except that `strict` (YAML model files) rejects an unknown key that looks
+    like a typo of a known one.
 
     Args:
         raw: config keys (Hugging Face names).
         name: display name.
         file: where the dict came from (for messages).
-        strict: reject keys the planner does not know (YAML model files); `config.json` files
-            carry many unrelated keys and are read leniently.
+        strict: reject likely typos of known keys (YAML model files); `config.json` files are
+            machine-written and read leniently.
 
     Raises:
         SpecError: see `load_model`.
@@ -260,71 +315,113 @@ def from_config(raw: dict, *, name: str, file: str = "<config>", strict: bool = 
     if model_type is None:
         raise SpecError(f"missing key; allowed model_type values: {', '.join(SUPPORTED_MODEL_TYPES)}",
                         file=file, key="model_type")
-    if model_type not in SUPPORTED_MODEL_TYPES:
-        raise SpecError(f"unsupported value {model_type!r}; supported: {', '.join(SUPPORTED_MODEL_TYPES)}",
+    if not isinstance(model_type, str) or model_type not in SUPPORTED_MODEL_TYPES:
+        raise SpecError(f"unsupported value {_show(model_type)}; supported: {', '.join(SUPPORTED_MODEL_TYPES)}",
                         file=file, key="model_type")
-    if strict:
-        for key in raw:
-            if key not in _KNOWN_KEYS:
-                close = difflib.get_close_matches(key, sorted(_KNOWN_KEYS), n=1)
-                hint = f"; did you mean {close[0]!r}?" if close else ""
-                raise SpecError(f"unknown key{hint}", file=file, key=key)
-    for key in _INT_KEYS:
-        if key in raw and raw[key] is not None:
-            value = raw[key]
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise SpecError(f"value {value!r} must be a non-negative integer", file=file, key=key)
+    for key in raw:
+        if not isinstance(key, str):
+            raise SpecError(f"key {_show(key)} must be a string (a config key name)", file=file)
+        if strict:
+            _check_typo(key, file)
+    _check_types(raw, file)
     cfg = _Reader(raw, file)
     builder = _BUILDERS[model_type if model_type not in _CLASSIC else "classic"]
     fields = builder(cfg, model_type)
     fields.update(
-        name=str(name), model_type=model_type, source=str(raw.get("source", "")),
-        extra={k: raw[k] for k in ("rope_theta", "rope_scaling", "hf_id") if k in raw},
+        name=str(name), model_type=model_type, source=cfg.text("source", ""),
+        extra={k: raw[k] for k in ("rope_theta", "rope_scaling", "hf_id") if raw.get(k) is not None},
     )
     spec = ModelSpec(**fields)
     _validate(spec, file)
     return spec
 
 
+def _show(value: object) -> str:
+    """repr of a value, shortened to one readable fragment (a 4,000-digit integer is not)."""
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:20]}...({len(text)} characters)"
+
+
+def _check_typo(key: str, file: str) -> None:
+    """In a YAML model file, an unknown key close to a known one is a typo; others are ignored."""
+    if key in _READ_KEYS or key in _IGNORED_KEYS or key.startswith("_"):
+        return
+    close = difflib.get_close_matches(key, sorted(_READ_KEYS | _IGNORED_KEYS), n=3, cutoff=_TYPO_CUTOFF)
+    if close:
+        raise SpecError(f"unknown key; did you mean {' or '.join(repr(c) for c in close)}? (the keys "
+                        "read for each model_type are listed in the docstring of planner/specs/model.py)",
+                        file=file, key=key)
+
+
+def _check_types(raw: dict, file: str) -> None:
+    """Type and range of every scalar key the loader reads, wherever it is present and not null."""
+    for key, (lo, hi) in _INT_RULES.items():
+        value = raw.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+            kind = "a positive integer" if lo == 1 else "a non-negative integer"
+            raise SpecError(f"value {_show(value)} must be {kind} (at most {hi:,})", file=file, key=key)
+    for key in _BOOL_KEYS:
+        if raw.get(key) is not None and not isinstance(raw[key], bool):
+            raise SpecError(f"value {_show(raw[key])} must be true or false", file=file, key=key)
+    for key in _TEXT_KEYS:
+        if raw.get(key) is not None and (not isinstance(raw[key], str) or not raw[key].strip()):
+            raise SpecError(f"value {_show(raw[key])} must be a non-empty string", file=file, key=key)
+    theta = raw.get("rope_theta")
+    if theta is not None and (isinstance(theta, bool) or not isinstance(theta, (int, float))
+                              or not 0 < theta < float("inf")):
+        raise SpecError(f"value {_show(theta)} must be a positive number", file=file, key="rope_theta")
+    scaling = raw.get("rope_scaling")
+    if scaling is not None and not (isinstance(scaling, dict) and all(
+            isinstance(v, (str, int, float, bool, type(None))) or
+            (isinstance(v, list) and all(isinstance(x, (int, float)) for x in v)) for v in scaling.values())):
+        raise SpecError(f"value {_show(scaling)} must be a mapping of scalars (or lists of numbers)",
+                        file=file, key="rope_scaling")
+
+
 class _Reader:
-    """Typed access to config keys with messages that name the file and key."""
+    """Access to config keys already checked by `_check_types`, with messages naming file and key."""
 
     def __init__(self, raw: dict, file: str):
         self.raw, self.file = raw, file
 
+    def given(self, *keys: str) -> str | None:
+        """The first of `keys` present and not null; SpecError when two of them disagree."""
+        present = [key for key in keys if self.raw.get(key) is not None]
+        for other in present[1:]:
+            if self.raw[other] != self.raw[present[0]]:
+                raise SpecError(f"value {_show(self.raw[other])} disagrees with {present[0]} "
+                                f"{_show(self.raw[present[0]])}; give one", file=self.file, key=other)
+        return present[0] if present else None
+
     def req(self, *keys: str) -> int:
-        for key in keys:
-            if self.raw.get(key) is not None:
-                return self._positive(key)
-        raise SpecError("missing key (required for this model_type)", file=self.file, key=keys[0])
+        key = self.given(*keys)
+        if key is None:
+            raise SpecError("missing key (required for this model_type)", file=self.file, key=keys[0])
+        return self.raw[key]
 
     def opt(self, key: str, default: int = 0) -> int:
-        return default if self.raw.get(key) is None else int(self.raw[key])
+        return default if self.raw.get(key) is None else self.raw[key]
 
     def flag(self, key: str, default: bool = False) -> bool:
-        value = self.raw.get(key, default)
-        if not isinstance(value, bool):
-            raise SpecError(f"value {value!r} must be true or false", file=self.file, key=key)
-        return value
+        return default if self.raw.get(key) is None else self.raw[key]
 
-    def _positive(self, key: str) -> int:
-        value = self.raw[key]
-        if value <= 0:
-            raise SpecError(f"value {value!r} must be a positive integer", file=self.file, key=key)
-        return int(value)
+    def text(self, key: str, default: str) -> str:
+        return default if self.raw.get(key) is None else self.raw[key]
 
 
 def _attention_core(cfg: _Reader) -> dict:
     hidden = cfg.req("hidden_size")
     heads = cfg.req("num_attention_heads")
-    kv_heads = cfg.req("num_key_value_heads") if cfg.raw.get("num_key_value_heads") is not None else heads
+    kv_heads = cfg.opt("num_key_value_heads", heads)
     if hidden % heads and cfg.raw.get("head_dim") is None:
-        raise SpecError(f"hidden_size {hidden} is not divisible by num_attention_heads {heads}; "
-                        "give head_dim", file=cfg.file, key="num_attention_heads")
-    head_dim = cfg.req("head_dim") if cfg.raw.get("head_dim") is not None else hidden // heads
+        raise SpecError(f"value {heads} does not divide hidden_size {hidden}; give head_dim",
+                        file=cfg.file, key="num_attention_heads")
     vocab = cfg.req("vocab_size")
     return dict(
-        hidden_size=hidden, num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=head_dim,
+        hidden_size=hidden, num_attention_heads=heads, num_key_value_heads=kv_heads,
+        head_dim=cfg.opt("head_dim", hidden // heads),
         num_hidden_layers=cfg.req("num_hidden_layers"), vocab_size=vocab,
         padded_vocab_size=cfg.opt("padded_vocab_size", vocab),
         max_position_embeddings=cfg.req("max_position_embeddings"),
@@ -340,7 +437,7 @@ def _llama(cfg: _Reader, model_type: str) -> dict:
     fields.update(
         intermediate_size=cfg.req("intermediate_size"),
         tie_word_embeddings=cfg.flag("tie_word_embeddings", False),
-        hidden_act=str(cfg.raw.get("hidden_act", "silu")),
+        hidden_act=cfg.text("hidden_act", "silu"),
         attention_bias=bias, attention_out_bias=bias and model_type not in ("qwen2", "qwen2_moe"),
         mlp_bias=cfg.flag("mlp_bias", False), qk_norm=model_type in ("qwen3", "qwen3_moe"),
         sliding_window=_sliding(cfg, model_type), layer_types=_layer_types(cfg, layers, model_type),
@@ -349,40 +446,63 @@ def _llama(cfg: _Reader, model_type: str) -> dict:
 
 
 def _sliding(cfg: _Reader, model_type: str) -> int:
-    window = cfg.raw.get("sliding_window")
-    if window is None:
+    """Window in tokens; Qwen configs apply it only with `use_sliding_window: true`."""
+    if model_type in ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe") and not cfg.flag("use_sliding_window"):
         return 0
-    if model_type in ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe") and not cfg.raw.get("use_sliding_window"):
-        return 0
-    return int(window)
+    return cfg.opt("sliding_window")
 
 
 def _layer_types(cfg: _Reader, layers: int, model_type: str) -> tuple[str, ...]:
     given = cfg.raw.get("layer_types")
     if given is not None:
-        allowed = {"full_attention", "sliding_attention"}
-        if not isinstance(given, list) or len(given) != layers or not set(given) <= allowed:
-            raise SpecError(f"must be a list of {layers} entries from {sorted(allowed)}",
-                            file=cfg.file, key="layer_types")
+        allowed = ("full_attention", "sliding_attention")
+        if not isinstance(given, list) or len(given) != layers or any(t not in allowed for t in given
+                                                                        if isinstance(t, str)) \
+                or not all(isinstance(t, str) for t in given):
+            raise SpecError(f"value {_show(given)} must be a list of {layers} entries (one per layer), "
+                            f"each {' or '.join(allowed)}", file=cfg.file, key="layer_types")
         return tuple(given)
     if model_type == "gpt_oss":  # Source: transformers GptOssConfig: even layers sliding.
         return tuple("sliding_attention" if i % 2 == 0 else "full_attention" for i in range(layers))
-    if model_type == "mistral" and cfg.raw.get("sliding_window"):
+    if model_type == "mistral" and cfg.opt("sliding_window"):
         return ("sliding_attention",) * layers
     return ("full_attention",) * layers
 
 
+def _layer_indices(cfg: _Reader, key: str, layers: int) -> set[int]:
+    """A list of layer indices, each an integer in 0..layers-1 (empty when absent)."""
+    given = cfg.raw.get(key)
+    if given is None:
+        return set()
+    if not isinstance(given, list) or not all(
+            isinstance(i, int) and not isinstance(i, bool) and 0 <= i < layers for i in given):
+        raise SpecError(f"value {_show(given)} must be a list of layer indices, integers from 0 to "
+                        f"{layers - 1}", file=cfg.file, key=key)
+    return set(given)
+
+
 def _experts(cfg: _Reader) -> int:
-    for key in ("num_local_experts", "num_experts", "n_routed_experts"):
-        if cfg.raw.get(key) is not None:
-            return cfg.req(key)
-    raise SpecError("missing key (number of routed experts)", file=cfg.file, key="num_local_experts")
+    """Routed experts per MoE layer, under whichever of its names the config uses."""
+    keys = ("num_local_experts", "num_experts", "n_routed_experts")
+    if cfg.given(*keys) is None:
+        raise SpecError("missing key (number of routed experts)", file=cfg.file, key=keys[0])
+    return cfg.req(*keys)
+
+
+def _top_k(cfg: _Reader, experts: int) -> int:
+    """Experts per token, 1..experts; errors name the key the config used (gpt-oss: experts_per_token)."""
+    keys = ("num_experts_per_tok", "experts_per_token", "num_experts_per_token")
+    key = cfg.given(*keys) or keys[0]
+    top_k = cfg.req(*keys)
+    if top_k > experts:
+        raise SpecError(f"value {top_k} must be between 1 and the {experts} experts", file=cfg.file, key=key)
+    return top_k
 
 
 def _moe(cfg: _Reader, model_type: str) -> dict:
     """mixtral, qwen2_moe, qwen3_moe. Source: transformers modeling_mixtral.py (router Linear(h,E),
     E SwiGLU experts), modeling_qwen2_moe.py (shared_expert + shared_expert_gate Linear(h,1)),
-    modeling_qwen3_moe.py (decoder_sparse_step, mlp_only_layers)."""
+    modeling_qwen3_moe.py (MoE where layer not in mlp_only_layers and (layer+1) % decoder_sparse_step == 0)."""
     fields = _llama(cfg, model_type)
     layers = fields["num_hidden_layers"]
     experts = _experts(cfg)
@@ -391,12 +511,12 @@ def _moe(cfg: _Reader, model_type: str) -> dict:
         moe_layers = (True,) * layers
     else:
         moe_width = cfg.req("moe_intermediate_size")
-        step = cfg.opt("decoder_sparse_step", 1) or 1
-        dense_only = set(cfg.raw.get("mlp_only_layers") or [])
+        step = cfg.opt("decoder_sparse_step", 1)
+        dense_only = _layer_indices(cfg, "mlp_only_layers", layers)
         moe_layers = tuple(i not in dense_only and (i + 1) % step == 0 for i in range(layers))
     shared = cfg.opt("shared_expert_intermediate_size") if model_type == "qwen2_moe" else 0
     fields.update(
-        num_experts=experts, num_experts_per_tok=cfg.req("num_experts_per_tok"),
+        num_experts=experts, num_experts_per_tok=_top_k(cfg, experts),
         moe_intermediate_size=moe_width, moe_layers=moe_layers,
         n_shared_experts=1 if shared else 0, shared_expert_intermediate_size=shared,
         shared_expert_gate=bool(shared),
@@ -408,21 +528,23 @@ def _deepseek_v3(cfg: _Reader, model_type: str) -> dict:
     """deepseek_v3. Source: transformers modeling_deepseek_v3.py (MLA projections q_a/q_b,
     kv_a_proj_with_mqa, kv_b_proj, o_proj; DeepseekV3TopkRouter weight E x h and
     e_score_correction_bias E; shared experts of width n_shared_experts x moe_intermediate_size;
-    the first `first_k_dense_replace` layers dense)."""
+    the first `first_k_dense_replace` layers dense; DeepSeek's modeling_deepseek.py: then every
+    `moe_layer_freq`-th layer MoE)."""
     fields = _attention_core(cfg)
     layers = fields["num_hidden_layers"]
     nope, rope = cfg.req("qk_nope_head_dim"), cfg.req("qk_rope_head_dim")
     moe_width = cfg.req("moe_intermediate_size")
     shared = cfg.opt("n_shared_experts")
     first_dense = cfg.opt("first_k_dense_replace")
-    freq = cfg.opt("moe_layer_freq", 1) or 1
+    freq = cfg.opt("moe_layer_freq", 1)
+    experts = _experts(cfg)
     fields.update(
         head_dim=nope + rope, intermediate_size=cfg.req("intermediate_size"),
         tie_word_embeddings=cfg.flag("tie_word_embeddings", False),
-        attention_bias=cfg.flag("attention_bias", False),
+        attention_bias=cfg.flag("attention_bias", False), hidden_act=cfg.text("hidden_act", "silu"),
         q_lora_rank=cfg.opt("q_lora_rank"), kv_lora_rank=cfg.req("kv_lora_rank"),
         qk_rope_head_dim=rope, qk_nope_head_dim=nope, v_head_dim=cfg.req("v_head_dim"),
-        num_experts=_experts(cfg), num_experts_per_tok=cfg.req("num_experts_per_tok"),
+        num_experts=experts, num_experts_per_tok=_top_k(cfg, experts),
         moe_intermediate_size=moe_width, n_shared_experts=shared,
         shared_expert_intermediate_size=shared * moe_width, router_bias=True,
         moe_layers=tuple(i >= first_dense and i % freq == 0 for i in range(layers)),
@@ -437,62 +559,92 @@ def _gpt_oss(cfg: _Reader, model_type: str) -> dict:
     num_attention_heads per layer, router Linear(h,E) with bias, experts gate_up_proj E x h x 2I
     + bias, down_proj E x I x h + bias)."""
     fields = _llama(cfg, model_type)
-    experts = cfg.req("num_local_experts") if "num_local_experts" in cfg.raw else _experts(cfg)
-    top_k = cfg.raw.get("num_experts_per_tok", cfg.raw.get("experts_per_token"))
-    if top_k is None:
-        raise SpecError("missing key", file=cfg.file, key="num_experts_per_tok")
+    experts = _experts(cfg)
     fields.update(
         attention_bias=True, attention_out_bias=True, attention_sinks=True,
-        num_experts=experts, num_experts_per_tok=int(top_k),
+        num_experts=experts, num_experts_per_tok=_top_k(cfg, experts),
         moe_intermediate_size=cfg.req("intermediate_size"), router_bias=True, expert_bias=True,
         moe_layers=(True,) * fields["num_hidden_layers"], sliding_window=cfg.opt("sliding_window"),
     )
     return fields
 
 
+_CLASSIC_ALIASES = {
+    "hidden_size": ("hidden_size", "n_embd"), "num_hidden_layers": ("num_hidden_layers", "n_layer"),
+    "num_attention_heads": ("num_attention_heads", "n_head"),
+    "max_position_embeddings": ("max_position_embeddings", "n_positions", "seq_length"),
+    "intermediate_size": ("intermediate_size", "n_inner", "ffn_dim"),
+}
+"""HF names of the classic families (GPT-2 n_*, OPT ffn_dim, BLOOM seq_length) -> ModelSpec names."""
+
+
 def _classic(cfg: _Reader, model_type: str) -> dict:
     """gpt (GPT-3 / Megatron GPT / MT-NLG), gpt2, opt, bloom. Source: Radford et al. 2019 / Brown
-    et al. 2020 block; transformers modeling_gpt2.py, modeling_opt.py (learned positions with an
-    offset of 2 rows), modeling_bloom.py (ALiBi, word_embeddings_layernorm)."""
+    et al. 2020 block; transformers modeling_gpt2.py (n_inner null -> 4h), modeling_bloom.py (ALiBi,
+    word_embeddings_layernorm), modeling_opt.py (see `_opt`)."""
     raw = dict(cfg.raw)
-    aliases = {"n_embd": "hidden_size", "n_layer": "num_hidden_layers", "n_head": "num_attention_heads",
-               "n_positions": "max_position_embeddings", "n_inner": "intermediate_size",
-               "ffn_dim": "intermediate_size"}
-    for old, new in aliases.items():
-        if raw.get(old) is not None and raw.get(new) is None:
-            raw[new] = raw[old]
-    if model_type == "bloom" and raw.get("max_position_embeddings") is None:
-        raw["max_position_embeddings"] = raw.get("seq_length", 2048)
+    for new, names in _CLASSIC_ALIASES.items():
+        key = cfg.given(*names)
+        if key is not None:
+            raw[new] = raw[key]
+    if model_type == "bloom":  # BloomConfig has no position limit (ALiBi); 2048 is its seq_length default
+        raw.setdefault("max_position_embeddings", 2048)
     cfg = _Reader(raw, cfg.file)
     fields = _attention_core(cfg)
     hidden = fields["hidden_size"]
-    positions = fields["max_position_embeddings"]
     alibi = model_type == "bloom"
     fields.update(
-        intermediate_size=cfg.opt("intermediate_size") or 4 * hidden,
+        intermediate_size=cfg.opt("intermediate_size", 4 * hidden),
         tie_word_embeddings=cfg.flag("tie_word_embeddings", True),
-        norm_type="layernorm", gated_mlp=False, hidden_act=str(raw.get("activation_function") or "gelu"),
+        norm_type="layernorm", gated_mlp=False, hidden_act=cfg.text("activation_function", "gelu"),
         attention_bias=True, attention_out_bias=True, mlp_bias=True,
         position_embedding_type="alibi" if alibi else "learned",
-        position_embedding_rows=0 if alibi else positions + (2 if model_type == "opt" else 0),
+        position_embedding_rows=0 if alibi else fields["max_position_embeddings"],
         embedding_norm=alibi, layer_types=("full_attention",) * fields["num_hidden_layers"],
     )
+    if model_type == "opt":
+        fields.update(_opt(cfg, fields))
     return fields
+
+
+def _opt(cfg: _Reader, fields: dict) -> dict:
+    """OPT. Source: transformers modeling_opt.py: OPTLearnedPositionalEmbedding allocates
+    max_position_embeddings + 2 rows; OPTDecoder embeds tokens at `word_embed_proj_dim` and, when it
+    differs from hidden_size, adds project_in Linear(word_embed_proj_dim, h, bias=False) and
+    project_out Linear(h, word_embed_proj_dim, bias=False), the LM head being
+    Linear(word_embed_proj_dim, vocab) tied to the embedding; final_layer_norm exists only when
+    `do_layer_norm_before and not _remove_final_layer_norm`; `enable_bias` sets the q/k/v/out and
+    fc1/fc2 biases."""
+    key = "layer_norm_elementwise_affine"
+    if not cfg.flag(key, True):
+        raise SpecError("value false (LayerNorms without weights) is not supported; allowed: true",
+                        file=cfg.file, key=key)
+    bias = cfg.flag("enable_bias", True)
+    width = cfg.opt("word_embed_proj_dim", fields["hidden_size"])
+    return dict(
+        position_embedding_rows=fields["max_position_embeddings"] + 2,
+        attention_bias=bias, attention_out_bias=bias, mlp_bias=bias,
+        word_embed_proj_dim=0 if width == fields["hidden_size"] else width,
+        final_norm=cfg.flag("do_layer_norm_before", True) and not cfg.flag("_remove_final_layer_norm"),
+    )
 
 
 def _falcon(cfg: _Reader, model_type: str) -> dict:
     """falcon. Source: transformers modeling_falcon.py (fused query_key_value of
     h x (a + 2 kv) d; `new_decoder_architecture` uses ln_attn + ln_mlp; bias flag; 4h GELU MLP)."""
     raw = dict(cfg.raw)
-    if raw.get("num_key_value_heads") is None:
-        raw["num_key_value_heads"] = raw.get("num_kv_heads") or (1 if raw.get("multi_query") else None)
-    raw.setdefault("max_position_embeddings", 2048)
+    key = cfg.given("num_key_value_heads", "num_kv_heads", "n_head_kv")
+    if key is not None:
+        raw["num_key_value_heads"] = raw[key]
+    elif cfg.flag("multi_query"):
+        raw["num_key_value_heads"] = 1
+    raw.setdefault("max_position_embeddings", 2048)  # FalconConfig default
     cfg = _Reader(raw, cfg.file)
     fields = _attention_core(cfg)
     bias = cfg.flag("bias", False)
     new_arch = cfg.flag("new_decoder_architecture", False)
     fields.update(
-        intermediate_size=cfg.opt("ffn_hidden_size") or 4 * fields["hidden_size"],
+        intermediate_size=cfg.opt("ffn_hidden_size", 4 * fields["hidden_size"]),
         tie_word_embeddings=cfg.flag("tie_word_embeddings", True),
         norm_type="layernorm", gated_mlp=False, hidden_act="gelu",
         attention_bias=bias, attention_out_bias=bias, mlp_bias=bias,
@@ -507,7 +659,7 @@ def _nemotron(cfg: _Reader, model_type: str) -> dict:
     """nemotron. Source: transformers modeling_nemotron.py (NemotronLayerNorm1P with bias,
     up_proj/down_proj with relu2, attention_bias/mlp_bias flags)."""
     fields = _llama(cfg, model_type)
-    fields.update(norm_type="layernorm", gated_mlp=False, hidden_act=str(cfg.raw.get("hidden_act", "relu2")))
+    fields.update(norm_type="layernorm", gated_mlp=False, hidden_act=cfg.text("hidden_act", "relu2"))
     return fields
 
 
@@ -521,16 +673,15 @@ _BUILDERS = {
 def _validate(spec: ModelSpec, file: str) -> None:
     """Impossible combinations, each as one SpecError naming the key and value."""
     if spec.num_attention_heads % spec.num_key_value_heads:
-        raise SpecError(f"num_attention_heads {spec.num_attention_heads} is not divisible by "
-                        f"num_key_value_heads {spec.num_key_value_heads}", file=file, key="num_key_value_heads")
+        raise SpecError(f"value {spec.num_key_value_heads} must divide num_attention_heads "
+                        f"{spec.num_attention_heads} ({spec.num_attention_heads} is not divisible by "
+                        f"{spec.num_key_value_heads})", file=file, key="num_key_value_heads")
     if spec.padded_vocab_size < spec.vocab_size:
-        raise SpecError(f"padded_vocab_size {spec.padded_vocab_size} is below vocab_size {spec.vocab_size}",
+        raise SpecError(f"value {spec.padded_vocab_size} must be at least vocab_size {spec.vocab_size}",
                         file=file, key="padded_vocab_size")
-    if spec.is_moe and not 0 < spec.num_experts_per_tok <= spec.num_experts:
-        raise SpecError(f"num_experts_per_tok {spec.num_experts_per_tok} must be between 1 and the "
-                        f"{spec.num_experts} experts", file=file, key="num_experts_per_tok")
     if spec.is_moe and spec.moe_layers and not any(spec.moe_layers):
-        raise SpecError("no layer is a MoE layer with these settings", file=file, key="first_k_dense_replace")
+        key = "first_k_dense_replace" if spec.model_type == "deepseek_v3" else "mlp_only_layers"
+        raise SpecError("no layer is a MoE layer with these settings", file=file, key=key)
 
 
 def to_dict(spec: ModelSpec) -> dict:
