@@ -666,48 +666,107 @@ def exact_split(ip: IntStageProblem, upper: int):
     over split points V_s(b) = min_a max(V_{s-1}(a), H_s(a, b)), H_s the exact least total of
     stage s holding layers a..b-1 (`_exact_stage`), for any number of kinds; only stages whose
     relaxed count bound is <= `upper` (the value of a known plan) are costed. None when some
-    stage's grid is too large to enumerate."""
+    stage's grid is too large to enumerate.
+
+    Vectorised: H_s is a (L+1) x (L+1) table filled per distinct layer-count vector (a stage
+    holding one kind only reads a per-count table built in one pass, `_one_kind_stage_table`),
+    and each DP step is a column-wise min over a of max(V(a), H(a, b)); ties go to the least a."""
     S, L = ip.num_stages, ip.num_layers
     groups, _ = _relaxed(ip)
     prefix = ip.kind_prefix
-    memo: dict = {}
-    value: dict = {0: (-_INFEASIBLE, None)}
-    chain: list[dict] = []
+    ns = np.arange(L + 1, dtype=np.int64)
+    starts, stops = np.meshgrid(ns, ns, indexing="ij")  # [a, b]
+    value = np.full(L + 1, _INFEASIBLE, dtype=np.int64)
+    value[0] = -_INFEASIBLE
+    chain = []
     for s in range(S):
-        new: dict = {}
-        lows = {}
-        for a, (v, _) in value.items():
-            for b in range(a + 1, L - S + s + 2):
-                n = b - a
-                if ip.layers_per_stage is not None and n != ip.layers_per_stage[s]:
-                    continue
-                if n not in lows:
-                    lows[n] = sum(max(int(const[s]) + n * int(q.min()) for const, q in group)
-                                  for group in groups)
-                if lows[n] > upper:
-                    continue
-                vec = tuple(int(x) for x in prefix[b] - prefix[a])
-                if (s, vec) not in memo:
-                    memo[(s, vec)] = _exact_stage(ip, s, vec)
-                got = memo[(s, vec)]
-                if got is None:
-                    continue
-                if isinstance(got, float):
-                    return None
-                cand = max(v, got[0])
-                if b not in new or cand < new[b][0]:
-                    new[b] = (cand, (a, got[1]))
-        value = new
-        chain.append(value)
-    if L not in value:
+        low = sum(np.max(np.stack([const[s] + ns * int(q.min()) for const, q in group]), axis=0)
+                  for group in groups)
+        width = stops - starts
+        ok = (width >= 1) & (stops <= L - S + s + 1) & (low[np.clip(width, 0, L)] <= upper)
+        if ip.layers_per_stage is not None:
+            ok &= width == ip.layers_per_stage[s]
+        ok &= (value < _INFEASIBLE)[:, None]
+        table = _stage_cost_table(ip, s, starts[ok], stops[ok], prefix)
+        if table is None:
+            return None
+        cost, picks = table
+        H = np.full((L + 1, L + 1), _INFEASIBLE, dtype=np.int64)
+        H[ok] = cost
+        cand = np.maximum(value[:, None], H)
+        cand[H >= _INFEASIBLE] = _INFEASIBLE
+        best_a = np.argmin(cand, axis=0)
+        value = cand[best_a, ns]
+        chain.append((best_a, picks))
+    if value[L] >= _INFEASIBLE:
         return _INFEASIBLE, None, None
     ends, counts, b = [], [], L
     for s in reversed(range(S)):
-        a, c = chain[s][b][1]
+        best_a, picks = chain[s]
+        a = int(best_a[b])
         ends.append(b)
-        counts.append(c)
+        counts.append(picks[tuple(int(x) for x in prefix[b] - prefix[a])])
         b = a
-    return value[L][0], tuple(reversed(ends)), tuple(reversed(counts))
+    return int(value[L]), tuple(reversed(ends)), tuple(reversed(counts))
+
+
+def _stage_cost_table(ip: IntStageProblem, s: int, a: np.ndarray, b: np.ndarray, prefix):
+    """(exact stage-s cost of holding layers a[i]..b[i]-1, {kind-count vector: mode counts}) for
+    the given pairs (_INFEASIBLE where nothing fits); None when a grid is too large."""
+    vecs = prefix[b] - prefix[a]
+    uniq, inverse = np.unique(vecs, axis=0, return_inverse=True)
+    costs = np.full(len(uniq), _INFEASIBLE, dtype=np.int64)
+    picks: dict = {}
+    single = (uniq > 0).sum(axis=1) == 1
+    K = ip.num_kinds
+    for k in range(K):
+        rows = np.flatnonzero(single & (uniq[:, k] > 0))
+        if not len(rows):
+            continue
+        table = _one_kind_stage_table(ip, s, k, int(uniq[rows, k].max()))
+        if table is None:
+            return None
+        best, comps = table
+        for i in rows:
+            n = int(uniq[i, k])
+            if best[n] < _INFEASIBLE:
+                costs[i] = best[n]
+                vec = tuple(int(x) for x in uniq[i])
+                picks[vec] = tuple(tuple(int(x) for x in comps[n]) if j == k
+                                   else (0,) * len(ip.modes) for j in range(K))
+    for i in np.flatnonzero(~single):
+        vec = tuple(int(x) for x in uniq[i])
+        got = _exact_stage(ip, s, vec)
+        if isinstance(got, float):
+            return None
+        if got is not None:
+            costs[i], picks[vec] = got
+    return costs[inverse.reshape(-1)], picks
+
+
+def _one_kind_stage_table(ip: IntStageProblem, s: int, k: int, nmax: int):
+    """([n] least stage-s total of n kind-k layers over mode counts that fit (_INFEASIBLE if
+    none), [n] the first mode counts attaining it, in `_compositions` order, as `_exact_stage`
+    picks), n = 0..nmax; None when a grid exceeds _GRID_LIMIT."""
+    R = len(ip.modes)
+    if len(_compositions(nmax, R)) > _GRID_LIMIT:
+        return None
+    rows, starts = _all_compositions(nmax, R)
+    mem = np.array(ip.kind_memory_bytes[s][k], dtype=np.int64) + ip.kind_state_bytes[k]
+    fits = ip.stage_fixed_memory_bytes[s] + rows @ mem <= ip.capacity_bytes
+    total = np.zeros(len(rows), dtype=np.int64)
+    for group in ip.time_groups:
+        total += np.max(np.stack([const[s] + rows @ np.array(coef[k], dtype=np.int64)
+                                  for const, coef in group]), axis=0)
+    total = np.where(fits, total, _INFEASIBLE)
+    seg = np.repeat(np.arange(nmax), np.diff(starts))
+    best = np.full(nmax + 1, _INFEASIBLE, dtype=np.int64)
+    np.minimum.at(best, seg + 1, total)
+    first = np.full(nmax + 1, len(rows), dtype=np.int64)
+    hit = np.flatnonzero(total == best[seg + 1])
+    np.minimum.at(first, seg[hit] + 1, hit)
+    comps = [None] + [rows[min(first[n], len(rows) - 1)] for n in range(1, nmax + 1)]
+    return best, comps
 
 
 def _hint(model: cp_model.CpModel, ip: IntStageProblem, var: dict, ends, counts) -> None:
