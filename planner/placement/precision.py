@@ -23,9 +23,10 @@ Sources:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from planner.placement.layout import Layout
+from planner.placement.layout import PRECISIONS, Layout
 from planner.specs.model import ModelSpec
 
 MAKE_VOCAB_SIZE_DIVISIBLE_BY = 128
@@ -85,3 +86,14 @@ def padded_vocab(model: ModelSpec, layout: Layout) -> int:
     rows = model.padded_vocab_size
     multiple = layout.tp if layout.framework == "torchtitan" else MAKE_VOCAB_SIZE_DIVISIBLE_BY * layout.tp
     return -(-rows // multiple) * multiple
+
+
+def supported_precisions(peak_tflops: Mapping[str, float]) -> tuple[str, ...]:
+    """The compute precisions of `Layout.precision` (PRECISIONS order: bf16, fp16, fp8) that a GPU
+    runs on its tensor cores, read from its dense-peak table `GPUSpec.peak_tflops`.
+
+    Source: `GPUSpec.peak_tflops` lists only the dtypes the tensor cores support (per-GPU datasheets
+    in hardware/*.yaml): e.g. Volta V100 tensor cores take fp16 only (no bf16), Ampere A100 adds
+    bf16/tf32 but has no fp8 (fp8 arrives with Hopper's Transformer Engine, NVIDIA H100 whitepaper).
+    """
+    return tuple(p for p in PRECISIONS if p in peak_tflops)

@@ -16,8 +16,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from planner.placement.layout import Layout
-from planner.placement.precision import padded_vocab
+from planner.placement.layout import PRECISIONS, Layout
+from planner.placement.precision import padded_vocab, supported_precisions
 from planner.placement.states import BATCH_AXES, GROUPS, Mode, Placement, State
 from planner.placement.strategies import batch_axes_key, placement_for
 from planner.specs.model import ModelSpec
@@ -73,12 +73,13 @@ def check_layout(model: ModelSpec, cluster, layout: Layout) -> list[Violation]:
     """Every composition rule for `layout` of `model` on `cluster` (errors and warnings)."""
     out = list(_placement_violations(layout))
     for rule in (_world_size, _heads, _kv_heads, _layers, _experts, _vocab, _sequence, _batch,
-                 _zero_with_pp, _zero_without_dp):
+                 _zero_with_pp, _zero_without_dp, _precision_supported, _tp_domain,
+                 _zero_stage_supported, _no_effect, _offload_needs_zero):
         out += rule(model, cluster, layout)
     return out
 
 
-MESH_RULES = ("world_size", "heads_divisible_by_tp", "kv_heads_divisible_by_tp",
+MESH_RULES = ("world_size", "heads_divisible_by_tp", "kv_heads_divisible_by_tp", "pp_exceeds_layers",
               "layers_divisible_by_pp", "pipeline_layers", "experts_divisible_by_ep", "expert_group",
               "sequence_divisible")
 """Rules `check_mesh` checks: those of `check_layout` that read only the degrees (dp, tp, pp, cp,
@@ -121,7 +122,10 @@ def errors(violations: list[Violation]) -> list[Violation]:
 
 
 def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+    """Divisors of n >= 1, ascending, by trial division up to isqrt(n) (O(sqrt n): a GPU count of
+    3 * 2**40 takes ~1e6 steps, not 3e12)."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return small + [n // d for d in reversed(small) if d * d != n]
 
 
 def _world_size(model, cluster, layout: Layout) -> list[Violation]:
@@ -139,7 +143,8 @@ def _alternatives(model: ModelSpec, gpus: int) -> str:
     """Layouts of `gpus` GPUs whose tp divides the heads and KV heads: tp x dp, tp x pp (when the
     layers split evenly), and the smallest larger GPU count that allows tp = that count."""
     a, kv, n = model.num_attention_heads, model.num_key_value_heads, model.num_hidden_layers
-    ok = [t for t in sorted(_divisors(gpus), reverse=True) if a % t == 0 and kv % t == 0]
+    # t divides a and kv iff it divides gcd(a, kv): enumerate those (few), not the GPU count's.
+    ok = [t for t in reversed(_divisors(math.gcd(a, kv))) if gpus % t == 0]
     options = []
     for t in ok:
         rest = gpus // t
@@ -195,11 +200,16 @@ _SPLITS: dict[tuple[int, int], tuple[int, ...]] = {}
 
 
 def _layers(model: ModelSpec, cluster, layout: Layout) -> list[Violation]:
-    """Layers by pp·vpp, or an explicit split that sums to the layers (FC-09, FC-10).
+    """Layers by pp·vpp, or an explicit split that sums to the layers (FC-09, FC-10); never more
+    (virtual) stages than layers.
 
     Source: Megatron-LM `transformer_block.py` `get_num_layers_to_build` (num_layers // pp // vpp per
-    chunk: an uneven count silently builds fewer layers)."""
+    chunk: an uneven count silently builds fewer layers; pp·vpp > num_layers builds stages with 0
+    layers). Fixes name only what the CLI takes: `--pp`/`--vpp` values that divide the layers, or
+    `planner plan --fix pp=N`, whose ILP chooses an uneven split."""
     n, pp, vpp = model.num_hidden_layers, layout.pp, layout.vpp
+    if pp * vpp > n:
+        return [_too_many_stages(n, pp, vpp, cluster.num_gpus)]
     if layout.pipeline_layers is not None:
         split = layout.pipeline_layers
         bad = [c for c in split if c % vpp] if vpp > 1 else []
@@ -218,9 +228,40 @@ def _layers(model: ModelSpec, cluster, layout: Layout) -> list[Violation]:
     return [Violation(rule="layers_divisible_by_pp",
                       message=f"num_hidden_layers={n} is not divisible by {what}: an even split "
                               f"builds {built} layers, not {n}",
-                      fix=f"use an explicit uneven split pipeline_layers={uneven_split(n, pp)}"
-                          + (", vpp=1" if vpp > 1 else "")
-                          + f", or a pp dividing {n}")]
+                      fix=f"{_pp_fix(n, vpp, cluster.num_gpus, pp)}, or {_keep_pp_fix(n, pp, vpp)}")]
+
+
+def _keep_pp_fix(n: int, pp: int, vpp: int) -> str:
+    """Keep pp: a vpp that splits the layers evenly, else `planner plan --fix pp=N` (its ILP
+    chooses an uneven split; only vpp = 1 splits unevenly)."""
+    if vpp > 1 and n % pp == 0:
+        return f"keep pp={pp} with vpp in {{{', '.join(map(str, _divisors(n // pp)))}}}"
+    return (f"`planner plan --fix pp={pp}{' --fix vpp=1' if vpp > 1 else ''}`, whose ILP splits "
+            f"unevenly, e.g. {uneven_split(n, pp)}")
+
+
+def _too_many_stages(n: int, pp: int, vpp: int, gpus: int) -> Violation:
+    what = f"pp={pp} stages" if vpp == 1 else f"pp x vpp = {pp} x {vpp} = {pp * vpp} virtual stages"
+    return Violation(rule="pp_exceeds_layers",
+                     message=f"{what} for num_hidden_layers={n}: {pp * vpp - n} of them would hold "
+                             f"0 layers (each stage needs >= 1)",
+                     fix=_pp_fix(n, vpp, gpus, pp))
+
+
+def _pp_fix(n: int, vpp: int, gpus: int, near: int) -> str:
+    """`use pp=A (k layers per stage) or pp=B (...)`: the two pipeline degrees nearest `near` that
+    split n layers evenly into pp·vpp chunks and divide the GPU count (vpp=1 if vpp cannot)."""
+    if n % vpp:
+        return _pp_fix(n, 1, gpus, near).replace("use ", "use vpp=1 with ", 1)
+    per = n // vpp
+    options = [p for p in _divisors(per) if p > 1 and gpus % p == 0] or [
+        p for p in _divisors(per) if p > 1]
+    options = sorted(options, key=lambda p: (abs(p - near), -p))[:2]
+    if not options:
+        return "use pp=1"
+    where = "stage" if vpp == 1 else "virtual stage"
+    text = [f"pp={p} ({per // p} layer{'s' if per // p > 1 else ''} per {where})" for p in options]
+    return "use " + " or ".join(text)
 
 
 def _experts(model: ModelSpec, cluster, layout: Layout) -> list[Violation]:
@@ -297,15 +338,22 @@ def ulysses_degrees(model: ModelSpec) -> list[int]:
 
 
 def _batch(model, cluster, layout: Layout) -> list[Violation]:
-    """Global batch by dp · micro-batch (Megatron `num_microbatches_calculator.py`)."""
-    unit = layout.dp * layout.micro_batch_size
-    if layout.global_batch_size % unit == 0:
+    """Global batch by dp · micro-batch, at least one micro-batch per DP rank (m >= 1).
+
+    Source: Megatron-LM `megatron/core/num_microbatches_calculator.py` (asserts global_batch_size
+    divisible by micro_batch_size * data_parallel_size; m = global / (b · dp) >= 1)."""
+    gbs, unit = layout.global_batch_size, layout.dp * layout.micro_batch_size
+    if gbs % unit == 0:
         return []
+    below = gbs // unit * unit
+    low, high = (below, below + unit) if below else (unit, 2 * unit)
+    few = (f" (fewer sequences than dp*micro_batch_size: m = 0 micro-batches; each DP rank needs "
+           f"m >= 1)" if gbs < unit else "")
     return [Violation(rule="batch_divisible",
-                      message=f"global_batch_size={layout.global_batch_size} is not divisible by "
-                              f"dp*micro_batch_size = {layout.dp}*{layout.micro_batch_size} = {unit}",
-                      fix=f"use global_batch_size={max(unit, layout.global_batch_size // unit * unit)}"
-                          f" or {-(-layout.global_batch_size // unit) * unit}")]
+                      message=f"global_batch_size={gbs} is not divisible by "
+                              f"dp*micro_batch_size = {layout.dp}*{layout.micro_batch_size} = {unit}"
+                              f"{few}",
+                      fix=f"use global_batch_size={low} or {high}")]
 
 
 def _zero_with_pp(model, cluster, layout: Layout) -> list[Violation]:
@@ -336,6 +384,129 @@ def _zero_without_dp(model, cluster, layout: Layout) -> list[Violation]:
                               f"{layout.dp_shard_degree * layout.cp}) has no effect: ZeRO shards "
                               f"only over the data-parallel axis",
                       fix="raise dp (lower tp/pp) for ZeRO to save memory")]
+
+
+def _precision_supported(model, cluster, layout: Layout) -> list[Violation]:
+    """The compute precision must be one the GPU's tensor cores run (fp8 on A100, bf16 on V100: no).
+
+    Source: `cluster.gpu.peak_tflops` keys (datasheet dense peaks, only for supported dtypes; see
+    `precision.supported_precisions`)."""
+    if layout.precision in cluster.gpu.peak_tflops:  # Layout admits only PRECISIONS
+        return []
+    have = supported_precisions(cluster.gpu.peak_tflops)
+    return [Violation(rule="precision_supported",
+                      message=f"GPU {cluster.gpu.name} has no {layout.precision} tensor cores; it "
+                              f"supports {', '.join(have) or 'none of ' + ', '.join(PRECISIONS)}",
+                      fix=f"use precision={have[0]}" if have else "use a GPU with bf16 or fp16")]
+
+
+def _tp_domain(model, cluster, layout: Layout) -> list[Violation]:
+    """A TP group should sit inside one scale-up (NVLink) domain: TP all-reduces activations in
+    every layer (2 in forward, 2 in backward per block), on the critical path. With tp innermost
+    in the rank order, a group spans domains when tp exceeds the domain, or (on more GPUs than one
+    domain) when tp does not divide it.
+
+    Source: Narayanan et al. 2021 "Efficient Large-Scale Language Model Training on GPU Clusters
+    Using Megatron-LM" §3.3 Takeaway #1 (tensor parallelism up to the GPUs of a server, pipeline
+    across servers) and §2.3 (two all-reduces each in forward and backward per layer)."""
+    tp, domain = layout.tp, cluster.scaleup_domain_gpus
+    if tp <= domain and (domain % tp == 0 or layout.world_size <= domain):
+        return []
+    inner = max(d for d in _divisors(tp) if d <= domain and domain % d == 0)
+    how = (f"exceeds the {domain}-GPU scale-up domain" if tp > domain else
+           f"does not divide the {domain}-GPU scale-up domain, so some TP groups straddle two")
+    return [Violation(rule="tp_spans_scaleup_domain", severity="warning",
+                      message=f"tp={tp} {how}: its per-layer all-reduces cross the scale-out "
+                              f"network ({cluster.network_gb_per_s_per_gpu:g} GB/s per GPU instead "
+                              f"of {cluster.scaleup_gb_per_s:g} GB/s)",
+                      fix=f"use tp={inner} and move the remaining factor {tp // inner} to pp or dp")]
+
+
+_ZERO_STAGES = {"megatron": (0, 1, 2, 3), "deepspeed": (0, 1, 2, 3), "torchtitan": (0, 2, 3)}
+"""ZeRO stages each framework implements.
+
+Sources:
+- Megatron-LM: 0 = DDP; 1 = `--use-distributed-optimizer`; 2/3 = Megatron-FSDP
+  (`--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads|optim_grads_params`,
+  `docs/user-guide/features/megatron_fsdp.md`). Megatron-FSDP with pp > 1: `megatron/training/
+  arguments.py` rejects pipeline parallelism only for `--use-torch-fsdp2` and for Megatron-FSDP
+  version 2 (`mcore_fsdp_adapter.py` `_validate_config`), not for the default version 1; no
+  functional test runs it with pp > 1, so it stays allowed (unconfirmed).
+- DeepSpeed: stages 0-3 (`deepspeed/runtime/zero/config.py` `stage`); ZeRO-2/3 with its pipeline
+  engine is rejected by the `zero_with_pp` rule.
+- torchtitan: FSDP2 `fully_shard` = ZeRO-3, ZeRO-2 with `fsdp_reshard_after_forward="never"` (the
+  default under PP, `torchtitan/distributed/fsdp.py` `get_fsdp_reshard_after_forward_policy`), and
+  replication only (`data_parallel_replicate_degree`, DDP) = ZeRO-0; nothing shards the optimizer
+  alone, so no ZeRO-1."""
+
+
+def _zero_stage_supported(model, cluster, layout: Layout) -> list[Violation]:
+    """The ZeRO stage must be one the framework implements (`_ZERO_STAGES`)."""
+    stages = _ZERO_STAGES[layout.framework]
+    if layout.zero_stage in stages:
+        return []
+    return [Violation(rule="zero_stage_supported",
+                      message=f"{layout.framework} has no ZeRO-{layout.zero_stage}: it implements "
+                              f"ZeRO stages {', '.join(map(str, stages))} (FSDP2 shards parameters "
+                              f"with the optimizer; nothing shards the optimizer alone)",
+                      fix="use zero_stage=2 (fsdp_reshard_after_forward=never) or 0, or "
+                          "framework=megatron/deepspeed for ZeRO-1")]
+
+
+def _no_effect(model, cluster, layout: Layout) -> list[Violation]:
+    """Knobs that do nothing in this layout (warnings).
+
+    Sources: Megatron-LM `megatron/training/arguments.py` (interleaving asserts
+    pipeline_model_parallel_size > 1; `sequence_parallel` is switched off when
+    tensor_model_parallel_size == 1; expert_tensor_parallel_size applies to MoE layers only);
+    ZeRO-0 shards nothing, so the HSDP split dp = dp_replicate x dp_shard changes nothing."""
+    out = []
+    if layout.vpp > 1 and layout.pp == 1:
+        out.append(Violation(rule="vpp_without_pp", severity="warning",
+                             message=f"vpp={layout.vpp} with pp=1: interleaving needs pipeline stages "
+                                     f"(Megatron-LM asserts pp > 1 for it)",
+                             fix="set vpp=1, or pp >= 2"))
+    if layout.sequence_parallel and layout.tp == 1:
+        out.append(Violation(rule="sequence_parallel_without_tp", severity="warning",
+                             message="sequence_parallel with tp=1 has no effect (Megatron-LM turns "
+                                     "it off): SP splits activations over the TP group",
+                             fix="drop sequence_parallel, or use tp >= 2"))
+    if layout.etp > 1 and not model.is_moe:
+        out.append(Violation(rule="etp_without_experts", severity="warning",
+                             message=f"etp={layout.etp} on a dense model has no effect: expert tensor "
+                                     f"parallelism splits only routed experts",
+                             fix="set etp=1"))
+    if layout.dp_shard is not None and layout.zero_stage == 0:
+        out.append(Violation(rule="dp_shard_without_zero", severity="warning",
+                             message=f"dp_shard={layout.dp_shard} with ZeRO-0 has no effect: ZeRO-0 "
+                                     f"shards nothing over dp={layout.dp}",
+                             fix="use zero_stage=3 for HSDP (or 1/2), or drop dp_shard"))
+    return out
+
+
+def _offload_needs_zero(model, cluster, layout: Layout) -> list[Violation]:
+    """Parameter offload needs ZeRO-3, optimizer offload ZeRO >= 1 (warnings: the memory model
+    counts the offloaded state as 0 bytes on the GPU whatever the stage).
+
+    Source: DeepSpeed `deepspeed/runtime/zero/config.py` `DeepSpeedZeroConfig.offload_param`
+    ("Valid only with stage 3") and `offload_optimizer` ("Valid for ZeRO stage 1, 2, 3"); below
+    those stages DeepSpeed's engine does not pass the setting to its optimizer (`runtime/engine.py`
+    `_configure_zero_optimizer`), so the state stays on the GPU. torchtitan's
+    `training.enable_cpu_offload` is an FSDP2 `CPUOffloadPolicy` (sharded state only)."""
+    out, z = [], layout.zero_stage
+    if "parameters" in layout.offload and z < 3:
+        out.append(Violation(rule="offload_parameters_needs_zero3", severity="warning",
+                             message=f"offloading parameters with ZeRO-{z}: DeepSpeed's offload_param "
+                                     f"is valid only with ZeRO-3 (below it the parameters stay on "
+                                     f"the GPU; memory here counts them offloaded)",
+                             fix="use zero_stage=3 with parameter offload"))
+    if "optimizer" in layout.offload and z == 0:
+        out.append(Violation(rule="offload_optimizer_needs_zero", severity="warning",
+                             message="offloading optimizer states with ZeRO-0: DeepSpeed's "
+                                     "offload_optimizer is valid for ZeRO stages 1-3 (at 0 the "
+                                     "states stay on the GPU; memory here counts them offloaded)",
+                             fix="use zero_stage>=1 with optimizer offload"))
+    return out
 
 
 __all__ = ["Violation", "check_layout", "check_mesh", "MESH_RULES", "check_placement", "check_ulysses", "ulysses_degrees",
