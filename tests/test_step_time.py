@@ -6,7 +6,7 @@ from planner.cost.step_time import layer_times, stage_layers, step_time
 from planner.errors import SpecError
 from planner.placement.layout import Layout
 from planner.specs.cluster import load_cluster
-from planner.specs.model import from_config
+from planner.specs.model import from_config, load_model
 
 H, A, L, V, S = 1024, 16, 2, 1024, 1024
 TINY = from_config(dict(model_type="gpt", hidden_size=H, num_attention_heads=A, num_hidden_layers=L,
@@ -72,3 +72,23 @@ def test_per_layer_recompute_mix_between_uniform_choices():
     full = step_time(TINY, A100, layout, recompute_layers=("full", "full")).step
     mixed = step_time(TINY, A100, layout, recompute_layers=("full", "none")).step
     assert none < mixed < full
+
+
+def test_layer_time_cache_equals_a_fresh_evaluation():
+    # The cache keys on the axes' domain sharing instead of dp/pp: every entry must equal the
+    # uncached function, for layouts that share an entry and for ones that must not.
+    from planner.cost import step_time as st
+    mixtral = load_model("mixtral-8x7b")
+    layouts = [Layout(tp=tp, cp=cp, dp=dp, pp=pp, ep=ep, seq_len=4096, global_batch_size=512,
+                      micro_batch_size=b)
+               for tp, cp, dp, pp, ep, b in [(2, 1, 4, 8, 1, 1), (2, 1, 8, 4, 1, 1), (2, 1, 1, 32, 1, 1),
+                                             (4, 2, 8, 1, 8, 2), (4, 2, 1, 8, 1, 2), (8, 1, 8, 1, 8, 1)]]
+    for layout in layouts:
+        for mode in ("none", "selective", "full"):
+            got = st.layer_time(mixtral, A100, layout, 0, mode)
+            fresh = st._layer_time(mixtral, A100, layout, 0, mode, st.coll.DEFAULT_RANK_ORDER, True)
+            assert got == fresh
+    # The same cache entry is not served to another cluster object, even an equal one.
+    other = load_cluster("dgx-a100-80g", gpus=64)
+    assert st.layer_time(mixtral, other, layouts[0], 0, "none") == st.layer_time(
+        mixtral, A100, layouts[0], 0, "none")

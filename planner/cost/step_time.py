@@ -180,6 +180,26 @@ def layer_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, layer_ind
                         key="recompute")
     if not 0 <= layer_index < model.num_hidden_layers:
         raise SpecError(f"layer {layer_index} outside 0..{model.num_hidden_layers - 1}", key="layer_index")
+    # Everything the result depends on: the layout enters through these fields and the axes'
+    # domain sharing (so meshes differing only in outer dp/pp degrees share an entry).
+    key = (id(model), id(cluster), layer_index, recompute, layout.micro_batch_size,
+           layout.seq_len, layout.tp, layout.cp, layout.ep, layout.etp, layout.precision,
+           tuple(_sharing(layout, cluster, rank_order).items()), tuple(rank_order), flash_attention)
+    hit = _LAYER_TIMES.get(key)
+    if hit is not None and hit[0] is model and hit[1] is cluster:
+        return hit[2]
+    if len(_LAYER_TIMES) >= 65536:
+        _LAYER_TIMES.clear()
+    out = _layer_time(model, cluster, layout, layer_index, recompute, rank_order, flash_attention)
+    _LAYER_TIMES[key] = (model, cluster, out)  # keeps both alive, so their ids are not reused
+    return out
+
+
+_LAYER_TIMES: dict = {}
+"""Cache of `layer_time` keyed by the identities of model and cluster (ClusterSpec is unhashable)."""
+
+
+def _layer_time(model, cluster, layout, layer_index, recompute, rank_order, flash_attention):
     b, s, tp, cp = layout.micro_batch_size, layout.seq_len, layout.tp, layout.cp
     dense, routed, attention = _layer_flops_per_token(model, layer_index, s)
     tokens = b * s
@@ -473,6 +493,18 @@ class StageCostModel:
 def layer_kinds(model: ModelSpec) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """(kind index of each layer, representative layer of each kind): layers with the same
     parameter counts, attention type and MoE flag cost the same in every term."""
+    hit = _LAYER_KINDS.get(id(model))
+    if hit is None or hit[0] is not model:
+        hit = (model, _layer_kinds(model))
+        _LAYER_KINDS[id(model)] = hit
+    return hit[1]
+
+
+_LAYER_KINDS: dict = {}
+"""Cache of `layer_kinds` by model identity (each entry keeps its model alive)."""
+
+
+def _layer_kinds(model: ModelSpec) -> tuple[tuple[int, ...], tuple[int, ...]]:
     counts = _counts(model)
     keys: dict = {}
     kinds = []
