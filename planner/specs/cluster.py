@@ -237,8 +237,14 @@ def _number(raw: dict, key: str, file: str, *, integer: bool = False, prefix: st
     bad_type = isinstance(value, bool) or not isinstance(value, int if integer else (int, float))
     if bad_type or not lo <= value <= hi:
         kind = "a positive integer" if integer else "a positive number"
-        raise SpecError(f"value {_show(value)} must be {kind} from {lo:g} to {hi:,g}", file=file, key=path)
+        raise SpecError(f"value {_show(value)} must be {kind} from {_bound(lo)} to {_bound(hi)}",
+                        file=file, key=path)
     return value if integer else float(value)
+
+
+def _bound(x: float) -> str:
+    """1048576 -> '1,048,576'; 1e-12 -> '1e-12'."""
+    return f"{int(x):,}" if x >= 1 and float(x).is_integer() else f"{x:g}"
 
 
 def _show(value: object) -> str:
