@@ -17,9 +17,39 @@ Supported `model_type` values and what they imply about the block (Source: the m
 | qwen3_moe | qwen3 attention + routed experts (`decoder_sparse_step`, `mlp_only_layers`) |
 | deepseek_v3 | MLA (q/kv LoRA ranks, decoupled RoPE key) + routed and shared experts, first_k_dense_replace |
 | gpt_oss | GQA with biases and attention sinks, alternating sliding/full attention, MoE with biases |
-| gpt, gpt2, opt, bloom | classic GPT: LayerNorm with bias, GELU 4h MLP with bias, learned/ALiBi positions, tied |
+| gpt, gpt2, opt, bloom | classic GPT: LayerNorm with bias, GELU 4h MLP with bias, learned/ALiBi positions, tied (OPT: see below) |
 | falcon | parallel attention + MLP, fused multi-query/grouped QKV, LayerNorm, GELU 4h MLP |
 | nemotron | LayerNorm(1p) with bias, GQA, non-gated squared-ReLU MLP, untied |
+
+OPT: `word_embed_proj_dim` != hidden_size (opt-350m) adds project_in/project_out and narrows the
+embedding and tied LM head; `do_layer_norm_before: false` (post-LN) drops the final layer norm;
+`enable_bias` sets the linear biases (Source: transformers modeling_opt.py OPTDecoder).
+
+Keys read (anything else is ignored; `null` means absent):
+
+| model_type | keys |
+|---|---|
+| all | model_type, name, source, hf_id, rope_theta, rope_scaling, hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim, vocab_size, padded_vocab_size, max_position_embeddings, tie_word_embeddings |
+| llama, mistral, qwen2, qwen3, nemotron | intermediate_size, hidden_act, attention_bias, mlp_bias, sliding_window, use_sliding_window (qwen), layer_types |
+| mixtral, qwen2_moe, qwen3_moe | the above + num_local_experts / num_experts, num_experts_per_tok, moe_intermediate_size, decoder_sparse_step, mlp_only_layers, shared_expert_intermediate_size (qwen2_moe) |
+| deepseek_v3 | intermediate_size, hidden_act, attention_bias, q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim, n_routed_experts, num_experts_per_tok, moe_intermediate_size, n_shared_experts, first_k_dense_replace, moe_layer_freq, num_nextn_predict_layers |
+| gpt_oss | the llama keys + num_local_experts, num_experts_per_tok / experts_per_token |
+| gpt, gpt2, opt, bloom | n_embd, n_layer, n_head, n_positions, n_inner, ffn_dim, seq_length (bloom), activation_function; opt: word_embed_proj_dim, do_layer_norm_before, _remove_final_layer_norm, enable_bias, layer_norm_elementwise_affine |
+| falcon | num_kv_heads / n_head_kv, multi_query, new_decoder_architecture, parallel_attn, bias, alibi, ffn_hidden_size |
+
+Checks on every key read: integers are ints (not bools, floats or strings) within
+`_INT_RULES` (sizes >= 1, at most MAX_LAYERS / MAX_WIDTH / MAX_COUNT; only n_shared_experts,
+first_k_dense_replace, num_nextn_predict_layers and sliding_window may be 0); flags are strictly
+true/false; names and activations are non-empty strings; layer lists hold valid indices or
+`full_attention`/`sliding_attention`. Two names of one quantity (n_embd and hidden_size,
+experts_per_token and num_experts_per_tok) must agree. A zero or a wrong type is an error naming
+the key the file used, never replaced by a default.
+
+Unknown keys: a Hugging Face config pasted as YAML carries keys the planner does not need
+(attn_pdrop, summary_type, init_std, ...); they are ignored, as in `config.json`. In a YAML file
+(written by hand) an unknown key whose difflib ratio to a known key is >= 0.8 is taken for a typo
+and rejected with the close matches (`num_key_value_head` -> `num_key_value_heads`); `config.json`
+files are machine-written and never checked for typos.
 """
 
 from __future__ import annotations
