@@ -162,7 +162,11 @@ def test_uneven_fix_names_cli_options():
     assert "[8, 7, 7, 8]" in v.fix
 
 
-# 4. knobs without effect (warnings) -------------------------------------------------------------
+# 4. knobs without effect (warnings) and knobs the frameworks refuse (errors) --------------------
+
+# Errors: Megatron-LM asserts pp > 1 for interleaving; DeepSpeed keeps offloaded state on the GPU
+# below the stage that supports it, so the layout would not free what it claims.
+REFUSED = {"vpp_without_pp", "offload_parameters_needs_zero3", "offload_optimizer_needs_zero"}
 
 NO_EFFECT = [
     ("vpp_without_pp", dict(vpp=2), dict(pp=2, vpp=2)),
@@ -186,8 +190,9 @@ def test_meaningless_combination_warns_and_stays_valid(rule, bad, good):
         found = by_rule(check_layout(LLAMA_8B, cluster("dgx-h100", gpus), layout))
         assert (rule in found) == expect, (rule, kw)
         if expect:
-            assert found[rule].severity == "warning" and found[rule].fix
-            assert rule not in {v.rule for v in errors(list(found.values()))}
+            severity = "error" if rule in REFUSED else "warning"
+            assert found[rule].severity == severity and found[rule].fix
+            assert (rule in {v.rule for v in errors(list(found.values()))}) == (rule in REFUSED)
 
 
 def test_etp_on_moe_is_not_flagged():
@@ -205,10 +210,13 @@ def test_offload_kind_by_zero_stage(zero):
 
 
 def test_cli_warnings_do_not_change_the_exit_code():
-    code, data = explain_json("-c", "dgx-h100", "--gpus", "8", "--vpp", "2", "--sequence-parallel",
+    code, data = explain_json("-c", "dgx-h100", "--gpus", "8", "--dp-shard", "4", "--sequence-parallel",
                               "--zero-stage", "3", "--recompute", "full", "--global-batch-size", "8")
     assert code == 0 and data["memory_verdict"] == "fits"
-    assert {"vpp_without_pp", "sequence_parallel_without_tp"} <= {v["rule"] for v in data["violations"]}
+    assert "sequence_parallel_without_tp" in {v["rule"] for v in data["violations"]}
+    code, data = explain_json("-c", "dgx-h100", "--gpus", "8", "--vpp", "2", "--zero-stage", "3",
+                              "--recompute", "full", "--global-batch-size", "8")
+    assert code == 1 and "vpp_without_pp" in {v["rule"] for v in data["violations"]}
 
 
 # 5. batch_divisible fix -------------------------------------------------------------------------

@@ -462,7 +462,7 @@ def _no_effect(model, cluster, layout: Layout) -> list[Violation]:
     ZeRO-0 shards nothing, so the HSDP split dp = dp_replicate x dp_shard changes nothing."""
     out = []
     if layout.vpp > 1 and layout.pp == 1:
-        out.append(Violation(rule="vpp_without_pp", severity="warning",
+        out.append(Violation(rule="vpp_without_pp", severity="error",
                              message=f"vpp={layout.vpp} with pp=1: interleaving needs pipeline stages "
                                      f"(Megatron-LM asserts pp > 1 for it)",
                              fix="set vpp=1, or pp >= 2"))
@@ -495,16 +495,16 @@ def _offload_needs_zero(model, cluster, layout: Layout) -> list[Violation]:
     `training.enable_cpu_offload` is an FSDP2 `CPUOffloadPolicy` (sharded state only)."""
     out, z = [], layout.zero_stage
     if "parameters" in layout.offload and z < 3:
-        out.append(Violation(rule="offload_parameters_needs_zero3", severity="warning",
+        out.append(Violation(rule="offload_parameters_needs_zero3", severity="error",
                              message=f"offloading parameters with ZeRO-{z}: DeepSpeed's offload_param "
                                      f"is valid only with ZeRO-3 (below it the parameters stay on "
-                                     f"the GPU; memory here counts them offloaded)",
+                                     f"the GPU, so this layout would not free what it claims)",
                              fix="use zero_stage=3 with parameter offload"))
     if "optimizer" in layout.offload and z == 0:
-        out.append(Violation(rule="offload_optimizer_needs_zero", severity="warning",
+        out.append(Violation(rule="offload_optimizer_needs_zero", severity="error",
                              message="offloading optimizer states with ZeRO-0: DeepSpeed's "
                                      "offload_optimizer is valid for ZeRO stages 1-3 (at 0 the "
-                                     "states stay on the GPU; memory here counts them offloaded)",
+                                     "states stay on the GPU, so this layout would not free what it claims)",
                              fix="use zero_stage>=1 with optimizer offload"))
     return out
 
