@@ -46,7 +46,9 @@ t_s >= T0_s + sum_l t[l, r_l] and t_s >= C_s + Z_s, and
 a maximum being at least its mean; sum_s Z_s >= pp Z(sum_s params_s / pp) because Z is affine and
 sum_s params_s does not depend on the split (`total_stage_params`); Z is taken with no re-gather,
 its least value. The refined bound (`_refined_bound`) is the stage program's own split bound less
-the rounding bound. Both are <= objective(c) (tested on every candidate of small cases).
+the rounding bound, or inf without building the program when the summed per-stage memory
+constraints already fail (`_may_fit`, a necessary condition). Both are <= objective(c) (tested on
+every candidate of small cases).
 """
 
 from __future__ import annotations
@@ -82,6 +84,7 @@ from planner.placement.precision import state_bytes
 from planner.placement.rules import check_batch, check_layout, check_mesh, errors, uneven_split
 from planner.search.bounds import search, stage_problem_lower_bound_s
 from planner.search.ilp import (
+    IntStageProblem,
     StageProblem,
     StageSolution,
     memory_diagnosis,
@@ -130,6 +133,8 @@ class _Costs:
         self.model, self.cluster, self.reserve = model, cluster, reserve_bytes
         self.usable_bytes = usable_bytes(cluster, reserve_bytes, headroom)
         self.kinds, self.reps = layer_kinds(model)
+        self.per_kind = tuple(self.kinds.count(k) for k in range(len(self.reps)))
+        """[kind] decoder layers of that kind."""
         self._times: dict = {}
         self._states: dict = {}
         self._sums: dict = {}
@@ -143,6 +148,13 @@ class _Costs:
         if (layout, modes) not in self._problems:
             self._problems[(layout, modes)] = _stage_problem(self, layout, modes)
         return self._problems[(layout, modes)]
+
+    def int_problem(self, layout: Layout, modes: tuple[str, ...]) -> IntStageProblem:
+        """`to_int_problem` of the stage program (built once; it carries its split bound)."""
+        key = ("int", layout, modes)
+        if key not in self._problems:
+            self._problems[key] = to_int_problem(self.problem(layout, modes))
+        return self._problems[key]
 
     def stage_params(self, layout: Layout) -> float:
         """`total_stage_params` (per tp, ep, etp)."""
@@ -159,7 +171,7 @@ class _Costs:
         if key not in self._sums:
             allowed = [RECOMPUTE_MODES.index(m) for m in modes]
             total, comm = self.kind_times(layout), self.kind_times(layout, "comm_s")
-            per_kind = [self.kinds.count(k) for k in range(len(self.reps))]
+            per_kind = self.per_kind
             busy = sum(n * min(total[k][r] for r in allowed) for k, n in enumerate(per_kind))
             busy += sum(stage_fixed_times(self.model, self.cluster, layout))
             talk = sum(n * min(comm[k][r] for r in allowed) for k, n in enumerate(per_kind))
@@ -256,8 +268,7 @@ def _stage_problem(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> Sta
     is allowed: conservative, never a plan that `stage_memory` rejects for it.
     """
     model, cluster = costs.model, costs.cluster
-    ref = layout.replace(pipeline_layers=tuple(uneven_split(model.num_hidden_layers,
-                                                                         layout.pp)))
+    ref = _reference(model, layout)
     state = costs.layer_state_bytes(ref)
     act, working = costs.layer_activation_bytes(ref)
     fixed_mem, per_stage, middle = [], [], None
@@ -289,6 +300,30 @@ def _stage_problem(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> Sta
     )
 
 
+def _reference(model: ModelSpec, layout: Layout) -> Layout:
+    """The layout with the near-even split the stage program's memory is calibrated on."""
+    return layout.replace(pipeline_layers=tuple(uneven_split(model.num_hidden_layers, layout.pp)))
+
+
+def _may_fit(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> bool:
+    """False only when the stage program of `layout` has no plan: summing its per-stage memory
+    constraints M0[s] + sum_k w[k] n[s,k] + sum_{k,r} m[s,k,r] c[s,k,r] <= C over the pp stages,
+    with M0 >= 0 and m[s,k,r] = ceil(act[k][r] x flight_s) >= ceil(act[k][r] x min_s flight_s),
+    every plan needs sum_l (w[kind l] + min_r ceil(act[kind l][r] x min_s flight_s)) <= pp C,
+    in the program's own integer bytes (`_stage_problem`, `to_int_problem`). It reads two cached
+    per-mesh tables instead of building the program (most candidates the refined bound reaches
+    on the large MoE cases fail it: ZeRO-0/1 states alone overflow)."""
+    ref = _reference(costs.model, layout)
+    state = costs.layer_state_bytes(ref)
+    act, _ = costs.layer_activation_bytes(ref)
+    flight = min(in_flight_microbatches(ref, s) for s in range(layout.pp))
+    allowed = [RECOMPUTE_MODES.index(m) for m in modes]
+    per_kind = costs.per_kind
+    need = sum(n * (math.ceil(state[k]) + min(math.ceil(act[k][r] * flight) for r in allowed))
+               for k, n in enumerate(per_kind))
+    return need <= layout.pp * math.floor(costs.usable_bytes)
+
+
 def _layer_sets(layout: Layout) -> list[tuple[int, ...]]:
     counts, out, start = layout.pipeline_layers, [], 0
     for n in counts:
@@ -304,8 +339,11 @@ def _modes_for(fixed: dict) -> tuple[str, ...]:
 def _refined_bound(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> float:
     """The stage program's split bound (`stage_problem_lower_bound_s`, a valid lower bound on its
     optimum, the step time; inf when no split fits) less the rounding bound."""
+    if not _may_fit(costs, layout, modes):
+        costs.infeasible.append(layout)
+        return math.inf
     problem = costs.problem(layout, modes)
-    bound_s = stage_problem_lower_bound_s(problem)
+    bound_s = stage_problem_lower_bound_s(costs.int_problem(layout, modes))
     if math.isinf(bound_s):
         costs.infeasible.append(layout)
         return math.inf
@@ -314,7 +352,7 @@ def _refined_bound(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> flo
 
 def _solve(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> Evaluated | None:
     """Solve the stage program of `layout` and cost its plan with step_time (None: no plan)."""
-    solution = solve_stage_problem(costs.problem(layout, modes), diagnose=False)
+    solution = solve_stage_problem(costs.int_problem(layout, modes), diagnose=False)
     if solution.layers_per_stage is None:
         costs.infeasible.append(layout)
         return None
@@ -554,7 +592,7 @@ def _diagnoses(costs: _Costs, modes: tuple[str, ...]) -> list[tuple[int, Layout,
     """(excess bytes, layout, MemoryDiagnosis) of every candidate found to have no plan."""
     out = []
     for layout in dict.fromkeys(costs.infeasible):
-        d = memory_diagnosis(to_int_problem(costs.problem(layout, modes)))
+        d = memory_diagnosis(costs.int_problem(layout, modes))
         out.append((d.excess_bytes, layout, d))
     return out
 

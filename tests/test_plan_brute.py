@@ -175,3 +175,21 @@ def _seeded_case(seed: int):
     base = dict(seq_len=rng.choice([512, 1024]), global_batch_size=8, precision="bf16",
                 optimizer="adamw", framework="megatron")
     return model, dataclasses.replace(cluster, gpu=gpu), base, {}
+
+
+def test_may_fit_rejects_only_candidates_without_a_plan():
+    """`_may_fit` (the summed memory constraints) is a necessary condition: every candidate it
+    rejects has no split that fits even with the least-memory modes (`feasible_split`)."""
+    from planner.search.ilp import feasible_split
+    rejected = kept = 0
+    for seed in range(12):
+        model, cluster, base, fixed = _seeded_case(seed)
+        layouts, _, costs = P._candidates(model, cluster, fixed, base, 0, 0.0)
+        for layout in layouts:
+            ip = costs.int_problem(layout, P.RECOMPUTE_MODES)
+            if P._may_fit(costs, layout, P.RECOMPUTE_MODES):
+                kept += 1
+            else:
+                rejected += 1
+                assert feasible_split(ip, ip.capacity_bytes) is None, layout
+    assert rejected > 0 and kept > 0  # both sides exercised

@@ -15,7 +15,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from planner.search.ilp import TIME_UNIT_S, StageProblem, split_lower_bound, to_int_problem
+from planner.search.ilp import (
+    TIME_UNIT_S,
+    IntStageProblem,
+    StageProblem,
+    split_lower_bound,
+    to_int_problem,
+)
 
 C = TypeVar("C")
 
@@ -43,11 +49,12 @@ def compute_lower_bound_s(*, flops_per_step: float, num_gpus: int, peak_flops_pe
     return compute_s * (1 + (pp - 1) / (vpp * num_microbatches))
 
 
-def stage_problem_lower_bound_s(problem: StageProblem) -> float:
+def stage_problem_lower_bound_s(problem: StageProblem | IntStageProblem) -> float:
     """Lower bound on the optimum of `problem` (its step time) without CP-SAT, in the program's
     rounded units (math.inf when no split fits in memory): the split dynamic program of
     `planner.search.ilp.split_lower_bound`, exact when all layers are one kind."""
-    bound, split, _ = split_lower_bound(to_int_problem(problem))
+    ip = problem if isinstance(problem, IntStageProblem) else to_int_problem(problem)
+    bound, split, _ = split_lower_bound(ip)
     return math.inf if split is None else bound * TIME_UNIT_S
 
 

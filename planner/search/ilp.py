@@ -199,6 +199,11 @@ class IntStageProblem:
         return np.cumsum(onehot, axis=0)
 
     @cached_property
+    def split_bound(self) -> tuple[int, tuple[int, ...] | None, dict]:
+        """`split_lower_bound` of this problem, computed once."""
+        return _split_lower_bound(self)
+
+    @cached_property
     def least_memory_prefix(self) -> np.ndarray:
         """(L+1, S) table: bytes of the first x layers on stage s, least-memory mode each."""
         per_kind = np.array(self.kind_state_bytes, dtype=np.int64)[None, :] + np.array(
@@ -592,7 +597,12 @@ def _upper_bound(ip: IntStageProblem, ends: tuple[int, ...] | None = None) -> in
 def split_lower_bound(ip: IntStageProblem) -> tuple[int, tuple[int, ...] | None, dict]:
     """(LB, layers per stage attaining it, tables): the min-max dynamic program over split points
     on the relaxed stage tables (module docstring); LB is the optimum when K = 1. Returns
-    (_INFEASIBLE, None, {}) when no split fits."""
+    (_INFEASIBLE, None, {}) when no split fits. Computed once per problem (a bound and then a
+    solve of the same candidate share it)."""
+    return ip.split_bound
+
+
+def _split_lower_bound(ip: IntStageProblem) -> tuple[int, tuple[int, ...] | None, dict]:
     ends = feasible_split(ip, ip.capacity_bytes)
     if ends is None:
         return _INFEASIBLE, None, {}
