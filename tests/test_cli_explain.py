@@ -31,7 +31,7 @@ def test_json_has_the_issue_keys():
     assert set(data["memory_bytes"]) >= {"parameters", "gradients", "optimizer_states", "activations",
                                          "transient", "reserve", "total", "capacity"}
     assert data["parallelism"]["dp"] == 8  # derived from --gpus 8 at tp = pp = cp = 1
-    assert data["placement"]["parameters"]["dp_shard"] == "sharded_with_gather"
+    assert data["placement"]["parameters"]["dp"] == "sharded_with_gather"
 
 
 def test_yaml_parses():

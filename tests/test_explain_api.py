@@ -21,7 +21,7 @@ def test_explain_shape_and_consistency():
     assert mem["total"] == sum(mem[k] for k in mem if k not in ("total", "capacity"))
     assert mem["capacity"] == cluster.gpu.memory_bytes
     assert r["memory_verdict"] in ("fits", "at_risk", "does_not_fit")
-    assert r["placement"]["optimizer_states"]["dp_shard"] == "sharded"
+    assert r["placement"]["optimizer_states"]["dp"] == "sharded"
     assert r["placement"]["activations"]["tp"] == "sharded"
     assert set(r["communication_bytes_per_step"]) == {"dp", "tp", "pp"}
     assert r["violations"] == []

@@ -103,7 +103,14 @@ class Placement:
         """{state: {axis: mode}} of the dense group (plus activations), degree > 1 axes only.
 
         Expert-group modes are reported with the axis prefixed `expert_` (when `include_experts`).
+        Without HSDP (no dp_replicate axis) the data-parallel axis is reported as `dp`.
         """
+        dense = self.groups["dense"].degrees
+        plain_dp = dense.get("dp_replicate", 1) == 1
+
+        def label(axis: str) -> str:
+            return "dp" if plain_dp and axis == "dp_shard" else axis
+
         table: dict[str, dict[str, str]] = {}
         for name, group in self.groups.items():
             if name == "replicated" or (name == "expert" and not include_experts):
@@ -113,8 +120,7 @@ class Placement:
                 row = table.setdefault(state.value, {})
                 for axis, mode in axes.items():
                     if group.degrees.get(axis, 1) > 1 or axis == "host":
-                        row[prefix + axis] = mode.value
-        dense = self.groups["dense"].degrees
-        table[State.ACTIVATIONS.value] = {a: m.value for a, m in self.activations.items()
+                        row[prefix + label(axis)] = mode.value
+        table[State.ACTIVATIONS.value] = {label(a): m.value for a, m in self.activations.items()
                                           if dense.get(a, 1) > 1 or a == "host"}
         return table
