@@ -69,6 +69,7 @@ from planner.cost.memory import (
 from planner.cost.params_flops import count_params
 from planner.cost.pipeline import pipeline_time
 from planner.cost.step_time import (
+    axes_sharing,
     layer_kinds,
     layer_time,
     microbatch_state_traffic_s,
@@ -139,6 +140,8 @@ class _Costs:
         self._states: dict = {}
         self._sums: dict = {}
         self._params: dict = {}
+        self._traffic: dict = {}
+        self._pipes: dict = {}
         self._acts: dict = {}
         self._problems: dict = {}
         self.infeasible: list[Layout] = []
@@ -163,11 +166,32 @@ class _Costs:
             self._params[key] = total_stage_params(self.model, layout)
         return self._params[key]
 
+    def state_traffic_s(self, layout: Layout) -> float:
+        """pp x Z(total stage params / pp) with no re-gather (`_cheap_bound`), s, per mesh x ZeRO
+        stage (it reads neither b nor the split)."""
+        key = (layout.dp, layout.tp, layout.pp, layout.cp, layout.ep, layout.etp,
+               layout.zero_stage, layout.dp_shard, layout.offload)
+        if key not in self._traffic:
+            plain = layout if layout.recompute == "none" else layout.replace(recompute="none")
+            params = self.stage_params(layout) / layout.pp
+            self._traffic[key] = layout.pp * microbatch_state_traffic_s(
+                self.model, self.cluster, plain, params)
+        return self._traffic[key]
+
+    def pipe_coefficients(self, layout: Layout) -> tuple[float, float]:
+        """`_pipe_coefficients` per (pp, vpp, m, b, tp, cp, axes' sharing)."""
+        key = (layout.pp, layout.vpp, layout.num_microbatches, layout.micro_batch_size,
+               layout.tp, layout.cp, axes_sharing(layout, self.cluster))
+        if key not in self._pipes:
+            self._pipes[key] = _pipe_coefficients(self.model, self.cluster, layout)
+        return self._pipes[key]
+
     def layer_sums(self, layout: Layout, modes: tuple[str, ...]) -> tuple[float, float]:
         """(sum_s T0_s + sum_l min_r t[l, r], sum_l min_r comm[l, r]) over the allowed modes, s
-        (per mesh x micro-batch)."""
-        key = (layout.tp, layout.pp, layout.cp, layout.dp, layout.ep, layout.etp,
-               layout.micro_batch_size, modes)
+        (per tp, cp, ep, etp, micro-batch and axes' domain sharing: all `layer_time` and the
+        LM-head time read)."""
+        key = (layout.tp, layout.cp, layout.ep, layout.etp, layout.micro_batch_size,
+               axes_sharing(layout, self.cluster), modes)
         if key not in self._sums:
             allowed = [RECOMPUTE_MODES.index(m) for m in modes]
             total, comm = self.kind_times(layout), self.kind_times(layout, "comm_s")
@@ -217,10 +241,10 @@ class _Costs:
         return self._acts[key]
 
     def kind_times(self, layout: Layout, part: str = "total_s") -> tuple[tuple[float, ...], ...]:
-        """[kind][mode] per-micro-batch time of one layer, s (depends on mesh, b, precision):
-        `total_s` or its exposed communication `comm_s`."""
-        key = (layout.tp, layout.pp, layout.cp, layout.dp, layout.ep, layout.etp,
-               layout.micro_batch_size)
+        """[kind][mode] per-micro-batch time of one layer, s (per tp, cp, ep, etp, b and axes'
+        domain sharing, what `layer_time` reads): `total_s` or its exposed communication `comm_s`."""
+        key = (layout.tp, layout.cp, layout.ep, layout.etp, layout.micro_batch_size,
+               axes_sharing(layout, self.cluster))
         if key not in self._times:
             self._times[key] = [[layer_time(self.model, self.cluster, layout, rep, mode)
                                  for mode in RECOMPUTE_MODES] for rep in self.reps]
@@ -242,12 +266,9 @@ def _pipe_coefficients(model: ModelSpec, cluster: ClusterSpec, layout: Layout) -
 def _cheap_bound(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> float:
     """A max(mean_s T_s, mean_s (comm_s + Z_s)) + P, a lower bound on step_time (module
     docstring), s."""
-    model, cluster = costs.model, costs.cluster
     busy, talk = costs.layer_sums(layout, modes)
-    params = costs.stage_params(layout) / layout.pp
-    plain = layout if layout.recompute == "none" else layout.replace(recompute="none")
-    talk += layout.pp * microbatch_state_traffic_s(model, cluster, plain, params)
-    a, p = _pipe_coefficients(model, cluster, layout)
+    talk += costs.state_traffic_s(layout)
+    a, p = costs.pipe_coefficients(layout)
     return a * max(busy, talk) / layout.pp + p
 
 

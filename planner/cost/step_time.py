@@ -148,6 +148,13 @@ def _sharing(layout: Layout, cluster: ClusterSpec, order: Sequence[str]) -> dict
                                     order=[a for a in order if a != "ep"])
 
 
+def axes_sharing(layout: Layout, cluster: ClusterSpec,
+                 rank_order: Sequence[str] = coll.DEFAULT_RANK_ORDER) -> tuple[tuple[str, int], ...]:
+    """GPUs of one group of each dense axis (tp, cp, dp, pp) inside one scale-up domain, as a
+    hashable key: what `layer_time` reads of the outer degrees (for callers' caches)."""
+    return tuple(_sharing(layout, cluster, rank_order).items())
+
+
 def _ep_sharing(layout: Layout, cluster: ClusterSpec, order: Sequence[str]) -> int:
     """GPUs of an EP group per domain: EP is carved from the dense tp*cp*dp ranks (innermost first).
 
