@@ -155,3 +155,23 @@ def test_torchtitan_full_recompute_working_set_includes_gradients_and_gathered_i
     m = stage_memory(MODEL, CLUSTER, layout, 0)
     saved = 2 * 3072 + 2 * 2048 + 5 * 1024 + 32 + 4 * 2816
     assert m.transient_terms["recompute_working_set"] == 2048 * (saved + 1024 + max(2048 + 2816, 2 * 2816))
+
+
+def test_opt_projection_widths_are_held_once_over_the_stages():
+    """opt-350m (word_embed_proj_dim 512 != hidden 1024): the model states over both pipeline stages
+    hold every parameter exactly once: 331,196,416 (transformers' count, hand arithmetic in
+    tests/test_spec_robustness.py)."""
+    from pathlib import Path
+
+    from planner.cost.memory import _group_counts
+    from planner.cost.params_flops import count_params
+    from planner.specs.model import load_model
+
+    model = load_model(str(Path(__file__).parent / "data" / "models" / "opt-350m.yaml"))
+    layout = Layout(pp=2, global_batch_size=2)
+    counts = count_params(model)
+    halves = [tuple(range(12)), tuple(range(12, 24))]
+    held = sum(sum(_group_counts(model, counts, layout, halves[s], s).values()) for s in (0, 1))
+    # Tied: the last stage holds its own copy of the 50272 x 512 embedding (FC-14) on top of the total,
+    # and Megatron pads 50272 rows to 50304 (a multiple of 128) in both copies: 2 x 32 x 512.
+    assert held == 331_196_416 + 50272 * 512 + 2 * 32 * 512

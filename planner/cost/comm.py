@@ -207,7 +207,7 @@ def collectives(model: ModelSpec, layout: Layout, stage: int | None = None) -> l
                               label="gradients.norms_under_sp"))
     if model.tie_word_embeddings and layout.pp > 1 and stage in (0, layout.pp - 1):
         out.append(Collective(axis="pp", kind="all_reduce", count=1, group_size=2, axes=("pp",),
-                              message_bytes=padded_vocab(model, layout) * model.hidden_size
+                              message_bytes=padded_vocab(model, layout) * model.embedding_width
                               / layout.tp * sb.gradient_reduce, label="gradients.tied_embedding"))
     return out + _activation_collectives(model, layout, placement, layers, stage)
 

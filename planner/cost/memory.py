@@ -157,8 +157,8 @@ def in_flight_microbatches(layout: Layout, stage: int) -> float:
 def _group_counts(model: ModelSpec, counts: ParamCounts, layout: Layout, layers: tuple[int, ...],
                   stage: int) -> dict[str, int]:
     """Parameters of each group held by `stage` (before any sharding)."""
-    h, first, last = model.hidden_size, stage == 0, stage == layout.pp - 1
-    vocab = padded_vocab(model, layout) * h
+    w, first, last = model.embedding_width, stage == 0, stage == layout.pp - 1
+    vocab = padded_vocab(model, layout) * w
     g = {"dense": 0, "replicated": 0, "expert": 0}
     for i in layers:
         lp = counts.layers[i]
@@ -167,12 +167,14 @@ def _group_counts(model: ModelSpec, counts: ParamCounts, layout: Layout, layers:
         g["expert"] += lp.routed_experts
     if first:
         g["dense"] += vocab
-        g["replicated"] += counts.embedding - model.padded_vocab_size * h
+        g["replicated"] += counts.embedding - model.padded_vocab_size * w  # positions, norm, project_in
     if last:
         g["replicated"] += counts.final_norm
         # Untied head, or the tied embedding's copy on the last stage under PP (FC-14).
         if not model.tie_word_embeddings or not first:
             g["dense"] += vocab
+        # OPT's project_out (h -> word_embed_proj_dim), part of counts.lm_head beyond the vocab matrix.
+        g["replicated"] += counts.lm_head - (0 if model.tie_word_embeddings else model.padded_vocab_size * w)
     return g
 
 
@@ -206,7 +208,7 @@ def _unit_params(model: ModelSpec, counts: ParamCounts, placement: Placement, la
     use plus `prefetch` more (DeepSpeed `stage3_prefetch_bucket_size`); torchtitan's FSDP2 units are
     `_torchtitan_fsdp_terms`."""
     units = _block_elements(counts, placement, layers)
-    vocab = _local_elements(placement, "dense", padded_vocab(model, layout) * model.hidden_size)
+    vocab = _local_elements(placement, "dense", padded_vocab(model, layout) * model.embedding_width)
     units += [int(vocab)] * _vocab_units(model, layout, stage)
     return sorted(units, reverse=True) or [0]
 
@@ -244,7 +246,7 @@ def _torchtitan_fsdp_terms(model: ModelSpec, counts: ParamCounts, placement: Pla
     """
     blocks = _block_elements(counts, placement, layers) or [0]
     last = stage == layout.pp - 1
-    vocab = int(_local_elements(placement, "dense", padded_vocab(model, layout) * model.hidden_size))
+    vocab = int(_local_elements(placement, "dense", padded_vocab(model, layout) * model.embedding_width))
     norm = int(_local_elements(placement, "replicated", counts.final_norm)) if last else 0
     head = vocab if last else 0
     terms = {"gradient_buckets": 0,  # FSDP2 has none (BUCKET_ELEMENTS)
