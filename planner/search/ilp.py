@@ -524,44 +524,60 @@ def _all_compositions(nmax: int, R: int) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate(parts), starts
 
 
-def _stage_tables(ip: IntStageProblem, upper: int) -> dict:
-    """{(s, n): h_s(n)} for every count n a stage-s plan no worse than `upper` can use (module
-    docstring); h_s(n) = least relaxed cost of n layers that fit. The counts kept are those
-    with sum_g max_p (a + n min_r q) <= upper, an interval since that function is convex in n."""
+def _stage_tables(ip: IntStageProblem, upper: int) -> np.ndarray:
+    """(S, L+1) table h[s, n] for every count n a stage-s plan no worse than `upper` can use
+    (module docstring), _INFEASIBLE elsewhere; h_s(n) = least relaxed cost of n layers that
+    fit. The counts kept are those with sum_g max_p (a + n min_r q) <= upper, an interval since
+    that function is convex in n. The compositions' piece products q . c do not depend on the
+    stage: computed once over the union of the stages' intervals."""
     groups, mem = _relaxed(ip)
     S, L, R = ip.num_stages, ip.num_layers, len(ip.modes)
     nmax = L - S + 1
-    rows, starts = _all_compositions(nmax, R)
     ns = np.arange(1, nmax + 1, dtype=np.int64)
-    tables = {}
+    table = np.full((S, L + 1), _INFEASIBLE, dtype=np.int64)
+    ranges = {}
     for s in range(S):
         low = sum(np.max(np.stack([const[s] + ns * q.min() for const, q in group]), axis=0)
                   for group in groups)
         ok = low <= upper
         if ip.layers_per_stage is not None:
             ok &= ns == ip.layers_per_stage[s]
-        if not ok.any():
-            continue
+        if ok.any():
+            ranges[s] = ok
+    if not ranges:
+        return table
+    lo = min(int(ns[ok][0]) for ok in ranges.values())
+    hi = max(int(ns[ok][-1]) for ok in ranges.values())
+    rows, starts = _all_compositions(nmax, R)
+    base = starts[lo - 1]
+    comps = rows[base: starts[hi]]
+    products = [[comps @ q for _, q in group] for group in groups]
+    mem_rows = comps @ mem.T  # [row, stage]
+    for s, ok in ranges.items():
         n_lo, n_hi = int(ns[ok][0]), int(ns[ok][-1])
-        comps = rows[starts[n_lo - 1]: starts[n_hi]]
-        fits = ip.stage_fixed_memory_bytes[s] + comps @ mem[s] <= ip.capacity_bytes
-        cost = np.where(fits, _cost_of(groups, s, comps), _INFEASIBLE)
+        part = slice(starts[n_lo - 1] - base, starts[n_hi] - base)
+        cost = np.zeros(part.stop - part.start, dtype=np.int64)
+        for group, prods in zip(groups, products):
+            cost += np.max(np.stack([const[s] + prod[part] for (const, _), prod in
+                                     zip(group, prods)]), axis=0)
+        fits = ip.stage_fixed_memory_bytes[s] + mem_rows[part, s] <= ip.capacity_bytes
+        cost = np.where(fits, cost, _INFEASIBLE)
         best = np.minimum.reduceat(cost, starts[n_lo - 1: n_hi] - starts[n_lo - 1])
-        for n, h in zip(range(n_lo, n_hi + 1), best.tolist()):
-            if h < _INFEASIBLE and ok[n - 1]:
-                tables[(s, n)] = h
-    return tables
+        keep = ok[n_lo - 1: n_hi]
+        table[s, n_lo: n_hi + 1] = np.where(keep, best, _INFEASIBLE)
+    return table
 
 
 def _least_memory_plan_cost(ip: IntStageProblem, ends) -> int:
     """Exact step total of the split `ends` with every layer in its least-memory mode."""
-    worst = None
+    worst, prefix, R = None, ip.kind_prefix, len(ip.modes)
     for s, (a, e) in enumerate(zip((0, *ends), ends)):
-        counts = [[0] * len(ip.modes) for _ in range(ip.num_kinds)]
-        for layer in range(a, e):
-            k = ip.layer_kinds[layer]
-            row = ip.kind_memory_bytes[s][k]
-            counts[k][min(range(len(row)), key=lambda r: row[r])] += 1
+        counts = [[0] * R for _ in range(ip.num_kinds)]
+        for k in range(ip.num_kinds):
+            n = int(prefix[e, k] - prefix[a, k])
+            if n:
+                row = ip.kind_memory_bytes[s][k]
+                counts[k][min(range(R), key=lambda r: row[r])] += n
         cost = stage_cost(ip, s, counts)
         worst = cost if worst is None else max(worst, cost)
     return worst
@@ -606,32 +622,30 @@ def _split_lower_bound(ip: IntStageProblem) -> tuple[int, tuple[int, ...] | None
     ends = feasible_split(ip, ip.capacity_bytes)
     if ends is None:
         return _INFEASIBLE, None, {}
-    tables = _stage_tables(ip, _upper_bound(ip, ends))
-    by_stage: dict[int, list[tuple[int, int]]] = {}
-    for (t, n), h in tables.items():
-        by_stage.setdefault(t, []).append((n, h))
+    h = _stage_tables(ip, _upper_bound(ip, ends))
+    tables = {(s, int(n)): int(h[s, n]) for s, n in zip(*np.nonzero(h < _INFEASIBLE))}
     S, L = ip.num_stages, ip.num_layers
+    x = np.arange(L + 1)
+    width = x[None, :] - x[:, None]  # [a, b] = b - a
+    valid = width >= 1
+    width = np.where(valid, width, 0)
     value = np.full(L + 1, _INFEASIBLE, dtype=np.int64)
     value[0] = -_INFEASIBLE
     choice = []
     for s in range(S):
-        new = np.full(L + 1, _INFEASIBLE, dtype=np.int64)
-        pick = np.zeros(L + 1, dtype=np.int64)
-        for n, h in by_stage.get(s, ()):
-            cand = np.maximum(value[: L + 1 - n], h)
-            cand[value[: L + 1 - n] >= _INFEASIBLE] = _INFEASIBLE
-            better = cand < new[n:]
-            new[n:] = np.where(better, cand, new[n:])
-            pick[n:] = np.where(better, n, pick[n:])
-        value = new
-        choice.append(pick)
+        H = np.where(valid, h[s][width], _INFEASIBLE)
+        cand = np.maximum(value[:, None], H)
+        # ties: the fewest layers on stage s (the largest a), as the count-by-count pass did
+        best_a = L - np.argmin(cand[::-1], axis=0)
+        value = cand[best_a, x]
+        choice.append(np.where(value < _INFEASIBLE, x - best_a, 0))
     if value[L] >= _INFEASIBLE:
         return _INFEASIBLE, None, tables
-    split, x = [], L
+    split, b = [], L
     for s in reversed(range(S)):
-        n = int(choice[s][x])
+        n = int(choice[s][b])
         split.append(n)
-        x -= n
+        b -= n
     return int(value[L]), tuple(reversed(split)), tables
 
 
