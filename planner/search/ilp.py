@@ -199,6 +199,17 @@ class IntStageProblem:
         return np.cumsum(onehot, axis=0)
 
     @cached_property
+    def relaxed(self):
+        """`_relaxed` arrays (computed once)."""
+        return _relaxed_arrays(self)
+
+    @cached_property
+    def piece_arrays(self) -> list[list[tuple[np.ndarray, np.ndarray]]]:
+        """[group][piece] = ([stage] constant, [kind, mode] coefficient) as int64 arrays."""
+        return [[(np.array(const, dtype=np.int64), np.array(coef, dtype=np.int64))
+                 for const, coef in group] for group in self.time_groups]
+
+    @cached_property
     def split_bound(self) -> tuple[int, tuple[int, ...] | None, dict]:
         """`split_lower_bound` of this problem, computed once."""
         return _split_lower_bound(self)
@@ -500,6 +511,10 @@ def _compositions(n: int, R: int) -> np.ndarray:
 def _relaxed(ip: IntStageProblem):
     """(groups, bytes): each piece with [mode] coefficient min over kinds; [stage][mode] bytes of
     one layer min over kinds (exact when K = 1)."""
+    return ip.relaxed
+
+
+def _relaxed_arrays(ip: IntStageProblem):
     groups = [[(np.array(const, dtype=np.int64), np.array(coef, dtype=np.int64).min(axis=0))
                for const, coef in group] for group in ip.time_groups]
     mem = (np.array(ip.kind_memory_bytes, dtype=np.int64)
@@ -528,59 +543,49 @@ def _stage_tables(ip: IntStageProblem, upper: int) -> np.ndarray:
     """(S, L+1) table h[s, n] for every count n a stage-s plan no worse than `upper` can use
     (module docstring), _INFEASIBLE elsewhere; h_s(n) = least relaxed cost of n layers that
     fit. The counts kept are those with sum_g max_p (a + n min_r q) <= upper, an interval since
-    that function is convex in n. The compositions' piece products q . c do not depend on the
-    stage: computed once over the union of the stages' intervals."""
+    that function is convex in n. Computed for all stages at once over the union of their
+    intervals (the compositions' products q . c do not depend on the stage), then masked."""
     groups, mem = _relaxed(ip)
     S, L, R = ip.num_stages, ip.num_layers, len(ip.modes)
     nmax = L - S + 1
     ns = np.arange(1, nmax + 1, dtype=np.int64)
     table = np.full((S, L + 1), _INFEASIBLE, dtype=np.int64)
-    ranges = {}
-    for s in range(S):
-        low = sum(np.max(np.stack([const[s] + ns * q.min() for const, q in group]), axis=0)
-                  for group in groups)
-        ok = low <= upper
-        if ip.layers_per_stage is not None:
-            ok &= ns == ip.layers_per_stage[s]
-        if ok.any():
-            ranges[s] = ok
-    if not ranges:
+    low = sum(np.max(np.stack([const[:, None] + ns[None, :] * q.min() for const, q in group]),
+                     axis=0) for group in groups)  # [s, n - 1]
+    ok = low <= upper
+    if ip.layers_per_stage is not None:
+        ok &= ns[None, :] == np.array(ip.layers_per_stage)[:, None]
+    if not ok.any():
         return table
-    lo = min(int(ns[ok][0]) for ok in ranges.values())
-    hi = max(int(ns[ok][-1]) for ok in ranges.values())
+    used = np.flatnonzero(ok.any(axis=0))
+    lo, hi = int(ns[used[0]]), int(ns[used[-1]])
     rows, starts = _all_compositions(nmax, R)
     base = starts[lo - 1]
     comps = rows[base: starts[hi]]
-    products = [[comps @ q for _, q in group] for group in groups]
-    mem_rows = comps @ mem.T  # [row, stage]
-    for s, ok in ranges.items():
-        n_lo, n_hi = int(ns[ok][0]), int(ns[ok][-1])
-        part = slice(starts[n_lo - 1] - base, starts[n_hi] - base)
-        cost = np.zeros(part.stop - part.start, dtype=np.int64)
-        for group, prods in zip(groups, products):
-            cost += np.max(np.stack([const[s] + prod[part] for (const, _), prod in
-                                     zip(group, prods)]), axis=0)
-        fits = ip.stage_fixed_memory_bytes[s] + mem_rows[part, s] <= ip.capacity_bytes
-        cost = np.where(fits, cost, _INFEASIBLE)
-        best = np.minimum.reduceat(cost, starts[n_lo - 1: n_hi] - starts[n_lo - 1])
-        keep = ok[n_lo - 1: n_hi]
-        table[s, n_lo: n_hi + 1] = np.where(keep, best, _INFEASIBLE)
+    cost = np.zeros((S, len(comps)), dtype=np.int64)
+    for group in groups:
+        cost += np.max(np.stack([const[:, None] + (comps @ q)[None, :] for const, q in group]),
+                       axis=0)
+    fits = (np.array(ip.stage_fixed_memory_bytes, dtype=np.int64)[:, None]
+            + (comps @ mem.T).T <= ip.capacity_bytes)
+    cost = np.where(fits, cost, _INFEASIBLE)
+    best = np.minimum.reduceat(cost, starts[lo - 1: hi] - base, axis=1)  # [s, n - lo]
+    table[:, lo: hi + 1] = np.where(ok[:, lo - 1: hi], best, _INFEASIBLE)
     return table
 
 
 def _least_memory_plan_cost(ip: IntStageProblem, ends) -> int:
-    """Exact step total of the split `ends` with every layer in its least-memory mode."""
-    worst, prefix, R = None, ip.kind_prefix, len(ip.modes)
-    for s, (a, e) in enumerate(zip((0, *ends), ends)):
-        counts = [[0] * R for _ in range(ip.num_kinds)]
-        for k in range(ip.num_kinds):
-            n = int(prefix[e, k] - prefix[a, k])
-            if n:
-                row = ip.kind_memory_bytes[s][k]
-                counts[k][min(range(R), key=lambda r: row[r])] += n
-        cost = stage_cost(ip, s, counts)
-        worst = cost if worst is None else max(worst, cost)
-    return worst
+    """Exact step total of the split `ends` with every layer in its least-memory mode (the
+    first least-memory mode of each stage and kind), vectorised over stages."""
+    ends = np.asarray(ends, dtype=np.int64)
+    counts = ip.kind_prefix[ends] - ip.kind_prefix[np.concatenate([[0], ends[:-1]])]  # [s, k]
+    mode = np.array(ip.kind_memory_bytes, dtype=np.int64).argmin(axis=2)  # [s, k]
+    kinds = np.arange(ip.num_kinds)[None, :]
+    total = 0
+    for group in ip.piece_arrays:
+        total = total + np.max(np.stack([const + (coef[kinds, mode] * counts).sum(axis=1)
+                                         for const, coef in group]), axis=0)
+    return int(np.max(total))
 
 
 def _near_even_ends(ip: IntStageProblem) -> tuple[int, ...]:
