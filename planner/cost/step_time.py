@@ -461,7 +461,15 @@ class StageCostModel:
         return len(self.forward.coef)
 
     def time_groups(self) -> tuple[tuple[AffinePiece, ...], ...]:
-        """total_s = sum over groups of the max over the group's pieces (see class docstring)."""
+        """total_s = sum over groups of the max over the group's pieces (see class docstring);
+        built once per model (every stage total reads it)."""
+        groups = self.__dict__.get("_time_groups")
+        if groups is None:
+            groups = self._build_time_groups()
+            object.__setattr__(self, "_time_groups", groups)
+        return groups
+
+    def _build_time_groups(self) -> tuple[tuple[AffinePiece, ...], ...]:
         a = self.pipeline.slots + self.pipeline.bubble_per_t
         p2p = AffinePiece(const_s=(self.pipeline.p2p_s,) * len(self.forward.const_s),
                           coef=tuple((0.0,) * len(RECOMPUTE_MODES) for _ in self.forward.coef))

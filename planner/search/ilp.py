@@ -734,67 +734,73 @@ def exact_split(ip: IntStageProblem, upper: int):
         best_a, picks = chain[s]
         a = int(best_a[b])
         ends.append(b)
-        counts.append(picks[tuple(int(x) for x in prefix[b] - prefix[a])])
+        counts.append(picks(tuple(int(x) for x in prefix[b] - prefix[a])))
         b = a
     return int(value[L]), tuple(reversed(ends)), tuple(reversed(counts))
 
 
 def _stage_cost_table(ip: IntStageProblem, s: int, a: np.ndarray, b: np.ndarray, prefix):
-    """(exact stage-s cost of holding layers a[i]..b[i]-1, {kind-count vector: mode counts}) for
-    the given pairs (_INFEASIBLE where nothing fits); None when a grid is too large."""
+    """(exact stage-s cost of holding layers a[i]..b[i]-1, picks) for the given pairs
+    (_INFEASIBLE where nothing fits), picks(vec) the [kind][mode] counts attaining the cost of
+    kind-count vector vec; None when a grid is too large."""
     vecs = prefix[b] - prefix[a]
-    uniq, inverse = np.unique(vecs, axis=0, return_inverse=True)
+    radix = (ip.num_layers + 1) ** np.arange(ip.num_kinds, dtype=np.int64)
+    codes, first, inverse = np.unique(vecs @ radix, return_index=True, return_inverse=True)
+    uniq = vecs[first]
     costs = np.full(len(uniq), _INFEASIBLE, dtype=np.int64)
-    picks: dict = {}
     single = (uniq > 0).sum(axis=1) == 1
-    K = ip.num_kinds
+    K, R = ip.num_kinds, len(ip.modes)
+    tables, mixed = {}, {}
     for k in range(K):
         rows = np.flatnonzero(single & (uniq[:, k] > 0))
         if not len(rows):
             continue
-        table = _one_kind_stage_table(ip, s, k, int(uniq[rows, k].max()))
+        table = _one_kind_stage_table(ip, s, k, int(uniq[rows, k].min()), int(uniq[rows, k].max()))
         if table is None:
             return None
-        best, comps = table
-        for i in rows:
-            n = int(uniq[i, k])
-            if best[n] < _INFEASIBLE:
-                costs[i] = best[n]
-                vec = tuple(int(x) for x in uniq[i])
-                picks[vec] = tuple(tuple(int(x) for x in comps[n]) if j == k
-                                   else (0,) * len(ip.modes) for j in range(K))
+        tables[k] = table
+        costs[rows] = table[0][uniq[rows, k]]
     for i in np.flatnonzero(~single):
         vec = tuple(int(x) for x in uniq[i])
         got = _exact_stage(ip, s, vec)
         if isinstance(got, float):
             return None
         if got is not None:
-            costs[i], picks[vec] = got
+            costs[i], mixed[vec] = got
+
+    def picks(vec: tuple[int, ...]):
+        if vec in mixed:
+            return mixed[vec]
+        k = next(j for j, n in enumerate(vec) if n)
+        return tuple(tuple(int(x) for x in tables[k][1][vec[k]]) if j == k else (0,) * R
+                     for j in range(K))
+
     return costs[inverse.reshape(-1)], picks
 
 
-def _one_kind_stage_table(ip: IntStageProblem, s: int, k: int, nmax: int):
+def _one_kind_stage_table(ip: IntStageProblem, s: int, k: int, nmin: int, nmax: int):
     """([n] least stage-s total of n kind-k layers over mode counts that fit (_INFEASIBLE if
     none), [n] the first mode counts attaining it, in `_compositions` order, as `_exact_stage`
-    picks), n = 0..nmax; None when a grid exceeds _GRID_LIMIT."""
+    picks), for n = nmin..nmax (arrays indexed by n); None when a grid exceeds _GRID_LIMIT."""
     R = len(ip.modes)
     if len(_compositions(nmax, R)) > _GRID_LIMIT:
         return None
     rows, starts = _all_compositions(nmax, R)
+    base = starts[nmin - 1]
+    rows = rows[base:]
     mem = np.array(ip.kind_memory_bytes[s][k], dtype=np.int64) + ip.kind_state_bytes[k]
     fits = ip.stage_fixed_memory_bytes[s] + rows @ mem <= ip.capacity_bytes
     total = np.zeros(len(rows), dtype=np.int64)
-    for group in ip.time_groups:
-        total += np.max(np.stack([const[s] + rows @ np.array(coef[k], dtype=np.int64)
-                                  for const, coef in group]), axis=0)
+    for group in ip.piece_arrays:
+        total += np.max(np.stack([const[s] + rows @ coef[k] for const, coef in group]), axis=0)
     total = np.where(fits, total, _INFEASIBLE)
-    seg = np.repeat(np.arange(nmax), np.diff(starts))
+    seg = np.repeat(np.arange(nmin, nmax + 1), np.diff(starts[nmin - 1:]))  # n of each row
     best = np.full(nmax + 1, _INFEASIBLE, dtype=np.int64)
-    np.minimum.at(best, seg + 1, total)
+    np.minimum.at(best, seg, total)
     first = np.full(nmax + 1, len(rows), dtype=np.int64)
-    hit = np.flatnonzero(total == best[seg + 1])
-    np.minimum.at(first, seg[hit] + 1, hit)
-    comps = [None] + [rows[min(first[n], len(rows) - 1)] for n in range(1, nmax + 1)]
+    hit = np.flatnonzero(total == best[seg])
+    np.minimum.at(first, seg[hit], hit)
+    comps = [None] * nmin + [rows[min(first[n], len(rows) - 1)] for n in range(nmin, nmax + 1)]
     return best, comps
 
 
