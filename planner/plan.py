@@ -141,6 +141,7 @@ class _Costs:
         self._sums: dict = {}
         self._params: dict = {}
         self._traffic: dict = {}
+        self._sharing: dict = {}
         self._pipes: dict = {}
         self._acts: dict = {}
         self._problems: dict = {}
@@ -166,6 +167,13 @@ class _Costs:
             self._params[key] = total_stage_params(self.model, layout)
         return self._params[key]
 
+    def sharing(self, layout: Layout) -> tuple:
+        """`axes_sharing` per (tp, cp, dp, pp), the degrees it reads."""
+        key = (layout.tp, layout.cp, layout.dp, layout.pp)
+        if key not in self._sharing:
+            self._sharing[key] = axes_sharing(layout, self.cluster)
+        return self._sharing[key]
+
     def state_traffic_s(self, layout: Layout) -> float:
         """pp x Z(total stage params / pp) with no re-gather (`_cheap_bound`), s, per mesh x ZeRO
         stage (it reads neither b nor the split)."""
@@ -181,7 +189,7 @@ class _Costs:
     def pipe_coefficients(self, layout: Layout) -> tuple[float, float]:
         """`_pipe_coefficients` per (pp, vpp, m, b, tp, cp, axes' sharing)."""
         key = (layout.pp, layout.vpp, layout.num_microbatches, layout.micro_batch_size,
-               layout.tp, layout.cp, axes_sharing(layout, self.cluster))
+               layout.tp, layout.cp, self.sharing(layout))
         if key not in self._pipes:
             self._pipes[key] = _pipe_coefficients(self.model, self.cluster, layout)
         return self._pipes[key]
@@ -191,7 +199,7 @@ class _Costs:
         (per tp, cp, ep, etp, micro-batch and axes' domain sharing: all `layer_time` and the
         LM-head time read)."""
         key = (layout.tp, layout.cp, layout.ep, layout.etp, layout.micro_batch_size,
-               axes_sharing(layout, self.cluster), modes)
+               self.sharing(layout), modes)
         if key not in self._sums:
             allowed = [RECOMPUTE_MODES.index(m) for m in modes]
             total, comm = self.kind_times(layout), self.kind_times(layout, "comm_s")
@@ -244,7 +252,7 @@ class _Costs:
         """[kind][mode] per-micro-batch time of one layer, s (per tp, cp, ep, etp, b and axes'
         domain sharing, what `layer_time` reads): `total_s` or its exposed communication `comm_s`."""
         key = (layout.tp, layout.cp, layout.ep, layout.etp, layout.micro_batch_size,
-               axes_sharing(layout, self.cluster))
+               self.sharing(layout))
         if key not in self._times:
             self._times[key] = [[layer_time(self.model, self.cluster, layout, rep, mode)
                                  for mode in RECOMPUTE_MODES] for rep in self.reps]
@@ -360,6 +368,7 @@ def _modes_for(fixed: dict) -> tuple[str, ...]:
 def _refined_bound(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> float:
     """The stage program's split bound (`stage_problem_lower_bound_s`, a valid lower bound on its
     optimum, the step time; inf when no split fits) less the rounding bound."""
+    layout = _with_split(costs.model, layout)
     if not _may_fit(costs, layout, modes):
         costs.infeasible.append(layout)
         return math.inf
@@ -373,6 +382,7 @@ def _refined_bound(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> flo
 
 def _solve(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> Evaluated | None:
     """Solve the stage program of `layout` and cost its plan with step_time (None: no plan)."""
+    layout = _with_split(costs.model, layout)
     solution = solve_stage_problem(costs.int_problem(layout, modes), diagnose=False)
     if solution.layers_per_stage is None:
         costs.infeasible.append(layout)
@@ -490,8 +500,9 @@ def _candidates(model, cluster, fixed, base, reserve, headroom) -> tuple[list[La
     def validate_mesh(layout: Layout) -> list:
         return check_mesh(model, cluster, _with_split(model, layout))
 
-    layouts = [_with_split(model, c) for c in
-               candidate_layouts(space, validate, rejections, validate_mesh=validate_mesh)]
+    # The near-even split is given where a layout is refined or solved (`_with_split`), not to
+    # every candidate: most are pruned by the cheap bound, which does not read the split.
+    layouts = list(candidate_layouts(space, validate, rejections, validate_mesh=validate_mesh))
     return layouts, rejections, _Costs(model, cluster, reserve, headroom)
 
 
