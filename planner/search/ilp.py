@@ -705,18 +705,21 @@ def exact_split(ip: IntStageProblem, upper: int):
     prefix = ip.kind_prefix
     ns = np.arange(L + 1, dtype=np.int64)
     starts, stops = np.meshgrid(ns, ns, indexing="ij")  # [a, b]
+    width = stops - starts
     value = np.full(L + 1, _INFEASIBLE, dtype=np.int64)
     value[0] = -_INFEASIBLE
+    lows = sum(np.max(np.stack([const[:, None] + ns[None, :] * int(q.min()) for const, q in group]),
+                      axis=0) for group in groups)  # [s, n]
+    kept = np.flatnonzero((lows <= upper).any(axis=0)[: L - S + 2])
+    one_kind = _OneKindTables(ip, int(kept[-1]) if len(kept) else 1)
     chain = []
     for s in range(S):
-        low = sum(np.max(np.stack([const[s] + ns * int(q.min()) for const, q in group]), axis=0)
-                  for group in groups)
-        width = stops - starts
+        low = lows[s]
         ok = (width >= 1) & (stops <= L - S + s + 1) & (low[np.clip(width, 0, L)] <= upper)
         if ip.layers_per_stage is not None:
             ok &= width == ip.layers_per_stage[s]
         ok &= (value < _INFEASIBLE)[:, None]
-        table = _stage_cost_table(ip, s, starts[ok], stops[ok], prefix)
+        table = _stage_cost_table(ip, s, starts[ok], stops[ok], prefix, one_kind)
         if table is None:
             return None
         cost, picks = table
@@ -739,7 +742,8 @@ def exact_split(ip: IntStageProblem, upper: int):
     return int(value[L]), tuple(reversed(ends)), tuple(reversed(counts))
 
 
-def _stage_cost_table(ip: IntStageProblem, s: int, a: np.ndarray, b: np.ndarray, prefix):
+def _stage_cost_table(ip: IntStageProblem, s: int, a: np.ndarray, b: np.ndarray, prefix,
+                      one_kind: _OneKindTables):
     """(exact stage-s cost of holding layers a[i]..b[i]-1, picks) for the given pairs
     (_INFEASIBLE where nothing fits), picks(vec) the [kind][mode] counts attaining the cost of
     kind-count vector vec; None when a grid is too large."""
@@ -755,11 +759,11 @@ def _stage_cost_table(ip: IntStageProblem, s: int, a: np.ndarray, b: np.ndarray,
         rows = np.flatnonzero(single & (uniq[:, k] > 0))
         if not len(rows):
             continue
-        table = _one_kind_stage_table(ip, s, k, int(uniq[rows, k].min()), int(uniq[rows, k].max()))
-        if table is None:
+        if len(_compositions(int(uniq[rows, k].max()), R)) > _GRID_LIMIT:
             return None
-        tables[k] = table
-        costs[rows] = table[0][uniq[rows, k]]
+        best, comps = one_kind.table(k)
+        tables[k] = (best[s], lambda n, k=k: comps(s, n))
+        costs[rows] = best[s][uniq[rows, k]]
     for i in np.flatnonzero(~single):
         vec = tuple(int(x) for x in uniq[i])
         got = _exact_stage(ip, s, vec)
@@ -772,36 +776,49 @@ def _stage_cost_table(ip: IntStageProblem, s: int, a: np.ndarray, b: np.ndarray,
         if vec in mixed:
             return mixed[vec]
         k = next(j for j, n in enumerate(vec) if n)
-        return tuple(tuple(int(x) for x in tables[k][1][vec[k]]) if j == k else (0,) * R
+        return tuple(tuple(int(x) for x in tables[k][1](vec[k])) if j == k else (0,) * R
                      for j in range(K))
 
     return costs[inverse.reshape(-1)], picks
 
 
-def _one_kind_stage_table(ip: IntStageProblem, s: int, k: int, nmin: int, nmax: int):
-    """([n] least stage-s total of n kind-k layers over mode counts that fit (_INFEASIBLE if
-    none), [n] the first mode counts attaining it, in `_compositions` order, as `_exact_stage`
-    picks), for n = nmin..nmax (arrays indexed by n); None when a grid exceeds _GRID_LIMIT."""
-    R = len(ip.modes)
-    if len(_compositions(nmax, R)) > _GRID_LIMIT:
-        return None
-    rows, starts = _all_compositions(nmax, R)
-    base = starts[nmin - 1]
-    rows = rows[base:]
-    mem = np.array(ip.kind_memory_bytes[s][k], dtype=np.int64) + ip.kind_state_bytes[k]
-    fits = ip.stage_fixed_memory_bytes[s] + rows @ mem <= ip.capacity_bytes
-    total = np.zeros(len(rows), dtype=np.int64)
-    for group in ip.piece_arrays:
-        total += np.max(np.stack([const[s] + rows @ coef[k] for const, coef in group]), axis=0)
-    total = np.where(fits, total, _INFEASIBLE)
-    seg = np.repeat(np.arange(nmin, nmax + 1), np.diff(starts[nmin - 1:]))  # n of each row
-    best = np.full(nmax + 1, _INFEASIBLE, dtype=np.int64)
-    np.minimum.at(best, seg, total)
-    first = np.full(nmax + 1, len(rows), dtype=np.int64)
-    hit = np.flatnonzero(total == best[seg])
-    np.minimum.at(first, seg[hit], hit)
-    comps = [None] * nmin + [rows[min(first[n], len(rows) - 1)] for n in range(nmin, nmax + 1)]
-    return best, comps
+class _OneKindTables:
+    """Per kind k, for every stage s and count n = 1..nmax at once: the least stage-s total of n
+    kind-k layers over the mode counts that fit (_INFEASIBLE if none) and the first mode counts
+    attaining it in `_compositions` order (as `_exact_stage` picks); built on first use."""
+
+    def __init__(self, ip: IntStageProblem, nmax: int):
+        self.ip, self.nmax, self._tables = ip, max(1, nmax), {}
+
+    def table(self, k: int):
+        """([s, n] least total, comps(s, n) -> mode counts) for kind k."""
+        if k not in self._tables:
+            self._tables[k] = self._build(k)
+        return self._tables[k]
+
+    def _build(self, k: int):
+        ip, nmax, R = self.ip, self.nmax, len(self.ip.modes)
+        rows, starts = _all_compositions(nmax, R)
+        mem = (np.array(ip.kind_memory_bytes, dtype=np.int64)[:, k, :]
+               + ip.kind_state_bytes[k])  # [s, r]
+        fits = (np.array(ip.stage_fixed_memory_bytes, dtype=np.int64)[:, None]
+                + (rows @ mem.T).T <= ip.capacity_bytes)
+        total = np.zeros((ip.num_stages, len(rows)), dtype=np.int64)
+        for group in ip.piece_arrays:
+            total += np.max(np.stack([const[:, None] + (rows @ coef[k])[None, :]
+                                      for const, coef in group]), axis=0)
+        total = np.where(fits, total, _INFEASIBLE)
+        seg = starts[:-1]
+        best = np.full((ip.num_stages, nmax + 1), _INFEASIBLE, dtype=np.int64)
+        best[:, 1:] = np.minimum.reduceat(total, seg, axis=1)
+        n_of_row = np.repeat(np.arange(1, nmax + 1), np.diff(starts))
+        index = np.where(total == best[:, n_of_row], np.arange(len(rows))[None, :], len(rows))
+        first = np.minimum.reduceat(index, seg, axis=1)  # [s, n - 1]
+
+        def comps(s: int, n: int) -> np.ndarray:
+            return rows[min(int(first[s, n - 1]), len(rows) - 1)]
+
+        return best, comps
 
 
 def _hint(model: cp_model.CpModel, ip: IntStageProblem, var: dict, ends, counts) -> None:
