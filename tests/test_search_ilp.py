@@ -288,3 +288,21 @@ def test_llama_405b_sized_problem_is_fast():
     assert sol.status == "OPTIMAL" and sum(sol.layers_per_stage) == 126
     # Average-load bound: (126 layers x 10 ms + 9 ms fixed) / 16 stages = 79.3 ms.
     assert sol.objective_s >= (126 * 10 * MS + 9 * MS) / 16
+
+
+def test_one_kind_stages_of_different_kinds_keep_their_own_modes():
+    # Found by hypothesis: stages holding only kind 0 and only kind 2 must each take the modes
+    # of their own kind's table (kind 0 pays 1 ns for selective, kind 2 for full).
+    ns = 1e-9
+    p = StageProblem(
+        layer_kinds=(0, 0, 2, 0),
+        time_groups=((((0.3 * ns,) * 3, ((0.3 * ns, 1.3 * ns, 0.3 * ns), (0.3 * ns,) * 3,
+                                          (0.3 * ns, 0.3 * ns, 1.3 * ns))),),),
+        kind_state_bytes=(0.0,) * 3,
+        kind_memory_bytes=(((0.0,) * 3,) * 3,) * 3,
+        stage_fixed_memory_bytes=(0.0,) * 3,
+        capacity_bytes=0.5,
+    )
+    for method in ("auto", "cp-sat"):
+        sol = solve_stage_problem(p, method=method)
+        assert sol.objective_ns == brute_force(to_int_problem(p)).objective_ns == 0

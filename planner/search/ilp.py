@@ -762,7 +762,7 @@ def _stage_cost_table(ip: IntStageProblem, s: int, a: np.ndarray, b: np.ndarray,
         if len(_compositions(int(uniq[rows, k].max()), R)) > _GRID_LIMIT:
             return None
         best, comps = one_kind.table(k)
-        tables[k] = (best[s], lambda n, k=k: comps(s, n))
+        tables[k] = (best[s], lambda n, comps=comps: comps(s, n))
         costs[rows] = best[s][uniq[rows, k]]
     for i in np.flatnonzero(~single):
         vec = tuple(int(x) for x in uniq[i])
