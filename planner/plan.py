@@ -343,14 +343,17 @@ def _may_fit(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> bool:
     per-mesh tables instead of building the program (most candidates the refined bound reaches
     on the large MoE cases fail it: ZeRO-0/1 states alone overflow)."""
     ref = _reference(costs.model, layout)
+    room = layout.pp * math.floor(costs.usable_bytes)
     state = costs.layer_state_bytes(ref)
+    need = sum(n * math.ceil(state[k]) for k, n in enumerate(costs.per_kind))
+    if need > room:  # the model states alone overflow: no activation table needed
+        return False
     act, _ = costs.layer_activation_bytes(ref)
     flight = min(in_flight_microbatches(ref, s) for s in range(layout.pp))
     allowed = [RECOMPUTE_MODES.index(m) for m in modes]
-    per_kind = costs.per_kind
-    need = sum(n * (math.ceil(state[k]) + min(math.ceil(act[k][r] * flight) for r in allowed))
-               for k, n in enumerate(per_kind))
-    return need <= layout.pp * math.floor(costs.usable_bytes)
+    need += sum(n * min(math.ceil(act[k][r] * flight) for r in allowed)
+                for k, n in enumerate(costs.per_kind))
+    return need <= room
 
 
 def _layer_sets(layout: Layout) -> list[tuple[int, ...]]:
