@@ -72,6 +72,7 @@ from planner.cost.step_time import (
     axes_sharing,
     layer_kinds,
     layer_time,
+    layer_time_key,
     microbatch_state_traffic_s,
     pipeline_send_s,
     stage_cost_model,
@@ -196,10 +197,9 @@ class _Costs:
 
     def layer_sums(self, layout: Layout, modes: tuple[str, ...]) -> tuple[float, float]:
         """(sum_s T0_s + sum_l min_r t[l, r], sum_l min_r comm[l, r]) over the allowed modes, s
-        (per tp, cp, ep, etp, micro-batch and axes' domain sharing: all `layer_time` and the
-        LM-head time read)."""
-        key = (layout.tp, layout.cp, layout.ep, layout.etp, layout.micro_batch_size,
-               self.sharing(layout), modes)
+        (per `layer_time_key`: all `layer_time` and the LM-head time -- b, s, tp, cp, precision --
+        read)."""
+        key = (layer_time_key(layout, self.sharing(layout)), modes)
         if key not in self._sums:
             allowed = [RECOMPUTE_MODES.index(m) for m in modes]
             total, comm = self.kind_times(layout), self.kind_times(layout, "comm_s")
@@ -249,10 +249,9 @@ class _Costs:
         return self._acts[key]
 
     def kind_times(self, layout: Layout, part: str = "total_s") -> tuple[tuple[float, ...], ...]:
-        """[kind][mode] per-micro-batch time of one layer, s (per tp, cp, ep, etp, b and axes'
-        domain sharing, what `layer_time` reads): `total_s` or its exposed communication `comm_s`."""
-        key = (layout.tp, layout.cp, layout.ep, layout.etp, layout.micro_batch_size,
-               self.sharing(layout))
+        """[kind][mode] per-micro-batch time of one layer, s (per `layer_time_key`, what
+        `layer_time` reads): `total_s` or its exposed communication `comm_s`."""
+        key = layer_time_key(layout, self.sharing(layout))
         if key not in self._times:
             self._times[key] = [[layer_time(self.model, self.cluster, layout, rep, mode)
                                  for mode in RECOMPUTE_MODES] for rep in self.reps]

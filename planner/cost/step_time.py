@@ -151,8 +151,17 @@ def _sharing(layout: Layout, cluster: ClusterSpec, order: Sequence[str]) -> dict
 def axes_sharing(layout: Layout, cluster: ClusterSpec,
                  rank_order: Sequence[str] = coll.DEFAULT_RANK_ORDER) -> tuple[tuple[str, int], ...]:
     """GPUs of one group of each dense axis (tp, cp, dp, pp) inside one scale-up domain, as a
-    hashable key: what `layer_time` reads of the outer degrees (for callers' caches)."""
+    hashable key (for callers' caches)."""
     return tuple(_sharing(layout, cluster, rank_order).items())
+
+
+def layer_time_key(layout: Layout, sharing: tuple[tuple[str, int], ...]) -> tuple:
+    """Everything of `layout` and its `axes_sharing` that `layer_time` reads (b, s, tp, cp, ep,
+    etp, precision, and the tp and cp groups' domain sharing, the only ones `_layer_comm` uses):
+    layouts with equal keys have equal layer times (for callers' caches)."""
+    share = dict(sharing)
+    return (layout.micro_batch_size, layout.seq_len, layout.tp, layout.cp, layout.ep, layout.etp,
+            layout.precision, share["tp"], share["cp"])
 
 
 def _ep_sharing(layout: Layout, cluster: ClusterSpec, order: Sequence[str]) -> int:
@@ -189,9 +198,9 @@ def layer_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, layer_ind
         raise SpecError(f"layer {layer_index} outside 0..{model.num_hidden_layers - 1}", key="layer_index")
     # Everything the result depends on: the layout enters through these fields and the axes'
     # domain sharing (so meshes differing only in outer dp/pp degrees share an entry).
-    key = (id(model), id(cluster), layer_index, recompute, layout.micro_batch_size,
-           layout.seq_len, layout.tp, layout.cp, layout.ep, layout.etp, layout.precision,
-           tuple(_sharing(layout, cluster, rank_order).items()), tuple(rank_order), flash_attention)
+    key = (id(model), id(cluster), layer_index, recompute,
+           layer_time_key(layout, tuple(_sharing(layout, cluster, rank_order).items())),
+           tuple(rank_order), flash_attention)
     hit = _LAYER_TIMES.get(key)
     if hit is not None and hit[0] is model and hit[1] is cluster:
         return hit[2]
