@@ -495,17 +495,21 @@ def _stage_constraints(model: cp_model.CpModel, ip: IntStageProblem, var: dict) 
 _INFEASIBLE = np.iinfo(np.int64).max // 4
 
 
+@lru_cache(maxsize=1024)
 def _compositions(n: int, R: int) -> np.ndarray:
-    """Every (c_0, .., c_{R-1}) >= 0 with sum n, R <= 3, as rows."""
+    """Every (c_0, .., c_{R-1}) >= 0 with sum n, R <= 3, as rows (cached, read-only)."""
     if R == 1:
-        return np.array([[n]], dtype=np.int64)
-    if R == 2:
+        out = np.array([[n]], dtype=np.int64)
+    elif R == 2:
         a = np.arange(n + 1, dtype=np.int64)
-        return np.stack([n - a, a], axis=1)
-    if R == 3:
+        out = np.stack([n - a, a], axis=1)
+    elif R == 3:
         i, j = np.triu_indices(n + 1)
-        return np.stack([i, j - i, n - j], axis=1).astype(np.int64)
-    raise SpecError(f"at most 3 recompute modes supported, got {R}", key="modes")
+        out = np.stack([i, j - i, n - j], axis=1).astype(np.int64)
+    else:
+        raise SpecError(f"at most 3 recompute modes supported, got {R}", key="modes")
+    out.flags.writeable = False
+    return out
 
 
 def _relaxed(ip: IntStageProblem):
@@ -759,7 +763,7 @@ def _stage_cost_table(ip: IntStageProblem, s: int, a: np.ndarray, b: np.ndarray,
         rows = np.flatnonzero(single & (uniq[:, k] > 0))
         if not len(rows):
             continue
-        if len(_compositions(int(uniq[rows, k].max()), R)) > _GRID_LIMIT:
+        if math.comb(int(uniq[rows, k].max()) + R - 1, R - 1) > _GRID_LIMIT:  # its grid size
             return None
         best, comps = one_kind.table(k)
         tables[k] = (best[s], lambda n, comps=comps: comps(s, n))
