@@ -131,9 +131,46 @@ def test_torchtitan_fsdp2_units_under_pp_stay_gathered():
     final norm (stage 1), whose gradients stay unsharded on the last stage."""
     s0, s1 = (stage_memory(MODEL, CLUSTER, titan(dp=4, pp=2), s).transient_terms for s in (0, 1))
     assert s0["fsdp_stage_blocks"] == s1["fsdp_stage_blocks"] == 8 * BLOCK * 2
-    assert s0["fsdp_root_unit"] == VOCAB * 2 and s0["fsdp_root_gradients"] == 0
-    assert s1["fsdp_root_unit"] == s1["fsdp_root_gradients"] == (VOCAB + 1024) * 2
+    assert s0["fsdp_root_unit"] == VOCAB * 2 and s1["fsdp_root_unit"] == (VOCAB + 1024) * 2
     assert "fsdp_last_block" not in s1
+
+
+def test_torchtitan_pp_gradients_accumulate_unsharded_in_fp32():
+    """Under PP every backward runs with FSDP2 gradient sync off (pipelining backward_maybe_with_nosync):
+    fp32 (reduce_dtype) unsharded gradients of the stage's 8 blocks + its root parameters (embedding on
+    stage 0, output + final norm on stage 1) stay alive; beyond them one block's bf16 gradient; the
+    root's bf16 output gradient is inside the fp32 accumulator."""
+    s0, s1 = (stage_memory(MODEL, CLUSTER, titan(dp=4, pp=2), s).transient_terms for s in (0, 1))
+    assert s0["fsdp_accumulated_gradients"] == (8 * BLOCK + VOCAB) * 4
+    assert s1["fsdp_accumulated_gradients"] == (8 * BLOCK + VOCAB + 1024) * 4
+    assert s0["unreduced_unit_gradient"] == BLOCK * 2 and s1["fsdp_root_gradients"] == 0
+
+
+def test_torch_pipeline_ops_by_hand():
+    """Schedule1F1B, pp 4, m 4: stage 0 warms up 4 forwards, stage 3 alternates; Interleaved1F1B,
+    pp 2, vpp 2, m 2: rank 0 warmup min(1*2 + 2*1, 4) = 4, rank 1 warmup 2, then F/B pairs."""
+    from planner.cost.memory import torch_pipeline_ops
+    lay = titan(dp=1, pp=4)
+    lay = lay.replace(global_batch_size=4 * lay.micro_batch_size)
+    assert lay.num_microbatches == 4
+    assert torch_pipeline_ops(lay, 0) == [("F", 0)] * 4 + [("B", 0)] * 4
+    assert torch_pipeline_ops(lay, 3) == [("F", 0), ("B", 0)] * 4
+    assert torch_pipeline_ops(lay, 2) == [("F", 0)] * 2 + [("B", 0), ("F", 0)] * 2 + [("B", 0)] * 2
+    il = titan(dp=1, pp=2, vpp=2)
+    il = il.replace(global_batch_size=2 * il.micro_batch_size)
+    assert torch_pipeline_ops(il, 0) == [("F", 0), ("F", 0), ("F", 1), ("F", 1),
+                                         ("B", 1), ("B", 1), ("B", 0), ("B", 0)]
+    assert torch_pipeline_ops(il, 1) == [("F", 0), ("F", 0), ("F", 1), ("B", 1),
+                                         ("F", 1), ("B", 1), ("B", 0), ("B", 0)]
+
+
+def test_pipeline_accumulation_peak_by_hand():
+    """Rank 0 above, chunk activations 1 and 10 per micro-batch, gradients 100 and 5: before any
+    backward 2*1 + 2*10 = 22; after the chunk-1 backwards 2*1 + 5 = 7; the peak, at the end of the
+    first chunk-0 backward, 1*1 + 100 + 5 = 106 (the second starts with the same 106, later not larger)."""
+    from planner.cost.memory import pipeline_accumulation_peak
+    ops = [("F", 0), ("F", 0), ("F", 1), ("F", 1), ("B", 1), ("B", 1), ("B", 0), ("B", 0)]
+    assert pipeline_accumulation_peak(ops, [1, 10], [100, 5]) == ([1, 0], [True, True])
 
 
 def test_zero3_gather_working_set_is_two_largest_units():

@@ -60,7 +60,8 @@ GIB = 2**30
 RUNS = yaml.safe_load((Path(__file__).resolve().parent / "data" / "reference" / "training_runs.yaml").read_text())["training_runs"]
 ROWS = [r for r in RUNS if r.get("group") == "torchtitan-H100-2024-12"
         and re.fullmatch(r"FSDP \d+(, (CP|TP) \d+)?", r["parallelism"])]
-MODELS = {"Llama 3.1 8B": "llama-3.1-8b", "Llama 3.1 70B": "llama-3.1-70b"}
+PP_ROWS = [r for r in RUNS if r.get("group") == "torchtitan-H100-2024-12" and ", PP " in r["parallelism"]]
+MODELS = {"Llama 3.1 8B": "llama-3.1-8b", "Llama 3.1 70B": "llama-3.1-70b", "Llama 3.1 405B": "llama-3.1-405b"}
 
 
 def degree(row, axis: str) -> int:
@@ -69,7 +70,22 @@ def degree(row, axis: str) -> int:
 
 
 def layout_of(row) -> Layout:
-    fsdp, cp, tp = degree(row, "FSDP"), degree(row, "CP"), degree(row, "TP")
+    """The row's layout. With PP: micro-batch = local batch / pp (torchtitan @9dec370
+    `build_pipeline_schedule`: n_microbatches = `pipeline_parallel_microbatches`, default None ->
+    `pipeline_parallel_degree`), layers as evenly as possible (`uneven_split`; interleaved rows at 2
+    stages per rank, `generate_split_points` for PipelineScheduleMulti, in even chunks)."""
+    fsdp, cp, tp, pp = degree(row, "FSDP"), degree(row, "CP"), degree(row, "TP"), degree(row, "PP")
+    lay = _base_layout(row, fsdp, cp, tp)
+    if pp == 1:
+        return lay
+    from planner.placement.rules import uneven_split
+    n = load_model(MODELS[row["model"]]).num_hidden_layers
+    vpp = 2 if "Interleaved" in row["techniques"] else 1
+    split = tuple(2 * c for c in uneven_split(n // 2, pp)) if vpp == 2 else tuple(uneven_split(n, pp))
+    return lay.replace(pp=pp, vpp=vpp, pipeline_layers=split, micro_batch_size=row["local_batch"] // pp)
+
+
+def _base_layout(row, fsdp: int, cp: int, tp: int) -> Layout:
     return Layout(dp=fsdp, cp=cp, tp=tp, zero_stage=3, framework="torchtitan",
                   sequence_parallel=tp > 1,  # torchtitan apply_tp: SequenceParallel norms whenever TP
                   micro_batch_size=row["local_batch"],
@@ -144,4 +160,50 @@ def test_prediction_table():
 
 @pytest.mark.parametrize("row", [pytest.param(r, id=r["id"]) for r in ROWS])
 def test_peak_within_10_percent(row):
+    assert predict(row) == pytest.approx(row["peak_memory_gib"], rel=0.10)
+
+
+PP_GAP = {
+    "torchtitan-202412-t5-3d-1f1b": "predicted 72.7 GiB vs published 82.5 (-11.8 %): 1.5 GiB beyond the "
+                                    "10 % band; compile + Float8 + AsyncTP are costed as eager bf16",
+    "torchtitan-202412-t6-4d-cp8": "predicted 72.7 GiB vs published 84.9 (-14.3 %): 3.9 GiB beyond the "
+                                   "10 % band; the model's per-rank terms do not change with cp at fixed "
+                                   "tokens per rank, the published peak rises 9.6 GiB from cp1 to cp8",
+}
+"""PP rows outside the 10 % band: id -> the remaining gap (xfail strict)."""
+
+
+def test_pp_rows_found():
+    """Table 5 (1F1B, interleaved) and Table 6 (CP 1, 2, 4, 8) of the 405B."""
+    assert len(PP_ROWS) == 6
+
+
+def test_405b_pp_accumulated_gradients_by_hand():
+    """t5-1f1b, stage 0 (16 blocks of the 126 / 8 uneven split): FSDP2 with sync off under PP keeps
+    fp32 unsharded gradients of every block, (attention 2h^2 + 2h*1024 + MLP 3h*53248) / 8 + norms
+    2h, and of the embedding V/8 x h: 4 B each. 1F1B, m = pp = 8: the second backward starts with
+    7 micro-batches saved and every gradient accumulated."""
+    row = next(r for r in PP_ROWS if r["id"] == "torchtitan-202412-t5-3d-1f1b")
+    m = memory_per_device(load_model("llama-3.1-405b"), load_cluster("dgx-h100", gpus=512), layout_of(row))
+    h = 16384
+    block = (2 * h * h + 2 * h * 1024 + 3 * h * 53_248) // 8 + 2 * h
+    assert m.stage == 0
+    assert m.transient_terms["fsdp_accumulated_gradients"] == 4 * (16 * block + 128_256 // 8 * h)
+    assert m.transient_terms["fsdp_stage_blocks"] == 2 * 16 * block
+    assert m.in_flight_microbatches == 7
+    # full AC: 16 block inputs of 2h/8 bytes per token (SP), 4 x 8192 tokens per micro-batch, 7 in flight
+    assert m.activation_terms["layers"] == 7 * 16 * 4 * 8192 * 2 * h // 8
+
+
+def test_pp_prediction_table():
+    """Prints every PP row's prediction beside the published peak (run with -s)."""
+    lines = [f"{r['id']:<40} predicted {predict(r):6.1f} GiB   published {r['peak_memory_gib']:5.1f} GiB"
+             f"   {100 * (predict(r) / r['peak_memory_gib'] - 1):+6.1f} %" for r in PP_ROWS]
+    print("\n" + "\n".join(lines))
+    assert len(lines) == len(PP_ROWS)
+
+
+@pytest.mark.parametrize("row", [pytest.param(r, id=r["id"], marks=[pytest.mark.xfail(strict=True, reason=PP_GAP[r["id"]])]
+                                              if r["id"] in PP_GAP else []) for r in PP_ROWS])
+def test_pp_peak_within_10_percent(row):
     assert predict(row) == pytest.approx(row["peak_memory_gib"], rel=0.10)

@@ -254,13 +254,124 @@ def _torchtitan_fsdp_terms(model: ModelSpec, counts: ParamCounts, placement: Pla
              "fsdp_root_gradients": (head + norm) * sb.compute,
              "unreduced_unit_gradient": max(blocks) * (sb.compute + sb.gradient_reduce)}
     if layout.pp > 1:
+        # Gradients accumulate unsharded in fp32 across micro-batches (`_torchtitan_pp_accumulation`):
+        # the root's and each block's are counted there; beyond them one block's bf16 gradient.
         terms["fsdp_stage_blocks"] = sum(blocks) * sb.parameter_gather
+        terms["fsdp_root_gradients"] = 0
+        terms["unreduced_unit_gradient"] = max(blocks) * sb.compute
         return terms
     window = 1 + placement.gather_prefetch
     pairs = [sum(blocks[max(0, i - window + 1):i + 1]) for i in range(len(blocks))]
     terms["fsdp_last_block"] = blocks[-1] * sb.parameter_gather
     terms["fsdp_block_pair"] = max(pairs) * sb.parameter_gather
     return terms
+
+
+def torch_pipeline_ops(layout: Layout, stage: int) -> list[tuple[str, int]]:
+    """Compute order of pipeline rank `stage` under torch.distributed.pipelining, as ("F" | "B",
+    local chunk) pairs; micro-batch indices follow in order within a chunk.
+
+    vpp = 1, `Schedule1F1B._step_microbatches`: warmup_chunks = min(m, pp − s) forwards, then one
+    backward, one forward until the forwards run out, then the remaining backwards. vpp > 1,
+    `ScheduleInterleaved1F1B._calculate_single_rank_operations`: warmup = min((vpp − 1)·per_round +
+    2·(pp − 1 − s), m·vpp) forwards, then forward-backward pairs, then the remaining backwards; the
+    k-th forward runs local chunk (k // per_round) % vpp, the k-th backward chunk vpp − 1 −
+    (k // per_round) % vpp, per_round = m // max(1, m // pp).
+    Source: torch/distributed/pipelining/schedules.py (torch 2.6, the nightlies torchtitan @9dec370
+    ran on; torchtitan `build_pipeline_schedule` builds these classes with n_microbatches = pp
+    unless `pipeline_parallel_microbatches` is set).
+    """
+    m, pp, v = max(1, layout.num_microbatches), layout.pp, layout.vpp
+    if v == 1:
+        warmup = min(m, pp - stage)
+        ops = [("F", 0)] * warmup
+        for _ in range(m - warmup):
+            ops += [("B", 0), ("F", 0)]
+        return ops + [("B", 0)] * (m - len([o for o in ops if o[0] == "B"]))
+    per_round = m // max(1, m // pp)
+    warmup = min((v - 1) * per_round + 2 * (pp - 1 - stage), m * v)
+    fwd = [("F", (k // per_round) % v) for k in range(m * v)]
+    bwd = [("B", v - 1 - (k // per_round) % v) for k in range(m * v)]
+    ops = fwd[:warmup]
+    for k in range(m * v - warmup):
+        ops += [fwd[warmup + k], bwd[k]]
+    return ops + bwd[m * v - warmup:]
+
+
+def pipeline_accumulation_peak(ops: list[tuple[str, int]], chunk_activation_bytes: list[int],
+                               chunk_gradient_bytes: list[int]) -> tuple[list[int], list[bool]]:
+    """Micro-batches alive per chunk and the chunks whose gradients exist, at the peak of saved
+    activations + accumulated gradients over the rank's compute order `ops`.
+
+    A backward is looked at when it starts (its micro-batch still saved) and when it ends (its
+    activations freed, its chunk's gradients accumulated): within it the chunk's blocks free their
+    activations and gain their gradients one block at a time, so the peak of the sum over the
+    backward is at one of its ends, up to one block.
+    """
+    alive, done = [0] * len(chunk_activation_bytes), [False] * len(chunk_activation_bytes)
+    best, at = -1, (list(alive), list(done))
+
+    def look():
+        nonlocal best, at
+        value = sum(a * b for a, b in zip(alive, chunk_activation_bytes)) + sum(
+            g for d, g in zip(done, chunk_gradient_bytes) if d)
+        if value > best:
+            best, at = value, (list(alive), list(done))
+
+    for kind, chunk in ops:
+        if kind == "F":
+            alive[chunk] += 1
+            continue
+        look()
+        alive[chunk] -= 1
+        done[chunk] = True
+        look()
+    return at
+
+
+def _torchtitan_pp_accumulation(model: ModelSpec, counts: ParamCounts, placement: Placement, layout: Layout,
+                                layers: tuple[int, ...], stage: int, sb: StateBytes, per_layer: list[int],
+                                act_terms: dict[str, int], transient: dict[str, int]) -> float:
+    """torchtitan with PP: every micro-batch's backward runs with FSDP2's gradient sync off, so each
+    stage keeps its blocks' and root's gradients unsharded, in fp32, until the step's last backward.
+
+    torch.distributed.pipelining `PipelineStage.backward_maybe_with_nosync` (torch 2.6) calls
+    `set_is_last_backward(False)`, `set_reshard_after_backward(False)` and
+    `set_requires_gradient_sync(False)` on the stage's FSDPModule before every backward and runs the
+    post-backward (reduce-scatter) only after the last one. With sync off FSDP2's
+    `FSDPParamGroup.post_backward` calls `FSDPParam.to_accumulated_grad_if_needed`, which moves a bf16
+    unsharded gradient into `unsharded_accumulated_grad` cast to `reduce_dtype` (torchtitan's
+    `MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)`), and later micro-batches add into it
+    (`accumulate_unsharded_grad_if_needed`): 4 B × the unsharded (per-tp) elements of every block, and
+    of the root's embedding (first stage) / output + final norm (last stage).
+
+    The peak of saved activations + accumulated gradients is taken over the schedule
+    (`torch_pipeline_ops`, `pipeline_accumulation_peak`): the stage's blocks are split into vpp equal
+    consecutive chunks; the embedding's activations go with chunk 0, the root's gradients with the
+    first (embedding) and last (output) chunk. Writes `act_terms` "layers" / "embedding" at that peak
+    and `transient` "fsdp_accumulated_gradients"; returns the micro-batches of the stage alive then.
+    """
+    v = layout.vpp
+    blocks = _block_elements(counts, placement, layers)
+    size = -(-len(layers) // v) if layers else 0
+    bounds = [(c * size, min(len(layers), (c + 1) * size)) for c in range(v)]
+    act = [sum(per_layer[a:b]) for a, b in bounds]
+    grad = [sum(blocks[a:b]) * sb.gradient_reduce for a, b in bounds]
+    flight0 = in_flight_microbatches(layout, stage)
+    embedding = int(act_terms.get("embedding", 0) / flight0) if flight0 else 0
+    act[0] += embedding
+    vocab = int(_local_elements(placement, "dense", padded_vocab(model, layout) * model.embedding_width))
+    if stage == 0:
+        grad[0] += vocab * sb.gradient_reduce
+    if stage == layout.pp - 1:
+        norm = int(_local_elements(placement, "replicated", counts.final_norm))
+        grad[-1] += (vocab * int(not model.tie_word_embeddings or stage != 0) + norm) * sb.gradient_reduce
+    alive, done = pipeline_accumulation_peak(torch_pipeline_ops(layout, stage), act, grad)
+    act_terms["layers"] = sum(n * (a - (embedding if c == 0 else 0)) for c, (n, a) in enumerate(zip(alive, act)))
+    if "embedding" in act_terms:
+        act_terms["embedding"] = alive[0] * embedding
+    transient["fsdp_accumulated_gradients"] = sum(g for d, g in zip(done, grad) if d)
+    return sum(alive) / v
 
 
 DEEPSPEED_LIVE_PARAMETERS = 1_000_000_000
@@ -321,9 +432,9 @@ def _deepspeed_zero3_terms(model: ModelSpec, placement: Placement, layout: Layou
 
 
 def _activations(model: ModelSpec, layout: Layout, placement: Placement, layers: tuple[int, ...],
-                 modes: list[str], stage: int, dtype: int) -> tuple[dict[str, int], float, int, int]:
-    """Activation terms, in-flight factor, the working set of one fully recomputed layer, and the
-    loss backward's working set (last stage)."""
+                 modes: list[str], stage: int, dtype: int) -> tuple[dict[str, int], float, int, int, list[int]]:
+    """Activation terms, in-flight factor, the working set of one fully recomputed layer, the
+    loss backward's working set (last stage), and each layer's saved bytes for one micro-batch."""
     sp = placement.activations.get("tp") == Mode.SHARDED
     kw = dict(seq_len=layout.seq_len, micro_batch_size=layout.micro_batch_size, tp=layout.tp,
               cp=layout.cp, sequence_parallel=sp)
@@ -351,7 +462,7 @@ def _activations(model: ModelSpec, layout: Layout, placement: Placement, layers:
     if placement.activations.get("host") == Mode.OFFLOADED and layers:
         # Offloaded: the device keeps the layer being computed and one prefetched (double buffer).
         terms["layers"] = int(2 * max(per_layer))
-    return terms, flight, recompute_ws, loss_ws
+    return terms, flight, recompute_ws, loss_ws, per_layer
 
 
 def _per_kind(model: ModelSpec, what: str, index: int, recompute: str, key: tuple, kw_layer: dict) -> int:
@@ -470,13 +581,16 @@ def stage_memory(model: ModelSpec, cluster, layout: Layout, stage: int, *,
             totals[state] += b
 
     modes = _modes_by_layer(layers, layout, layers_by_recompute)
-    act_terms, flight, recompute_ws, loss_ws = _activations(model, layout, placement, layers, modes, stage,
-                                                            sb.compute)
+    act_terms, flight, recompute_ws, loss_ws, per_layer = _activations(model, layout, placement, layers, modes,
+                                                                       stage, sb.compute)
     transient = {"gradient_buckets": _bucket_bytes(layout, sb, local_grads),
                  "recompute_working_set": recompute_ws, "loss_working_set": loss_ws}
     gathered = facts.gathered
     if gathered and layout.framework == "torchtitan":
         transient |= _torchtitan_fsdp_terms(model, counts, placement, layout, layers, stage, sb)
+        if layout.pp > 1:
+            flight = _torchtitan_pp_accumulation(model, counts, placement, layout, layers, stage, sb,
+                                                 per_layer, act_terms, transient)
     elif gathered:
         units = _unit_params(model, counts, placement, layout, layers, stage)
         gather = sum(units[:1 + placement.gather_prefetch])
