@@ -45,9 +45,11 @@ t_s >= T0_s + sum_l t[l, r_l] and t_s >= C_s + Z_s, and
 
 a maximum being at least its mean; sum_s Z_s >= pp Z(sum_s params_s / pp) because Z is affine and
 sum_s params_s does not depend on the split (`total_stage_params`); Z is taken with no re-gather,
-its least value. The refined bound (`_refined_bound`) is the stage program's own split bound less
-the rounding bound, or inf without building the program when the summed per-stage memory
-constraints already fail (`_may_fit`, a necessary condition). Both are <= objective(c) (tested on
+its least value. The refined bound (`_refined_bound`) is the value of the stage program's split
+dynamic program (`search.ilp.exact_optimum`: the program's optimum when the DP is exact, as on
+every bench case, else its relaxed split bound) less the rounding bound, or inf without building
+the program when the summed per-stage memory constraints already fail (`_may_fit`, a necessary
+condition). A candidate solved after an exact refined bound reuses that DP's plan. Both are <= objective(c) (tested on
 every candidate of small cases).
 """
 
@@ -368,8 +370,8 @@ def _modes_for(fixed: dict) -> tuple[str, ...]:
 
 
 def _refined_bound(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> float:
-    """The stage program's split bound (`stage_problem_lower_bound_s`, a valid lower bound on its
-    optimum, the step time; inf when no split fits) less the rounding bound."""
+    """The stage program's DP value (`stage_problem_lower_bound_s`: its optimum when the DP is
+    exact, else a valid lower bound on it; inf when no split fits) less the rounding bound."""
     layout = _with_split(costs.model, layout)
     if not _may_fit(costs, layout, modes):
         costs.infeasible.append(layout)

@@ -19,7 +19,7 @@ from planner.search.ilp import (
     TIME_UNIT_S,
     IntStageProblem,
     StageProblem,
-    split_lower_bound,
+    exact_optimum,
     to_int_problem,
 )
 
@@ -51,11 +51,12 @@ def compute_lower_bound_s(*, flops_per_step: float, num_gpus: int, peak_flops_pe
 
 def stage_problem_lower_bound_s(problem: StageProblem | IntStageProblem) -> float:
     """Lower bound on the optimum of `problem` (its step time) without CP-SAT, in the program's
-    rounded units (math.inf when no split fits in memory): the split dynamic program of
-    `planner.search.ilp.split_lower_bound`, exact when all layers are one kind."""
+    rounded units (math.inf when no split fits in memory): `planner.search.ilp.exact_optimum`,
+    the split dynamic program -- the optimum itself whenever it is exact (one kind, or every
+    stage's mode grid small enough to enumerate), else the relaxed `split_lower_bound`."""
     ip = problem if isinstance(problem, IntStageProblem) else to_int_problem(problem)
-    bound, split, _ = split_lower_bound(ip)
-    return math.inf if split is None else bound * TIME_UNIT_S
+    got = exact_optimum(ip)
+    return math.inf if got is None else got[0] * TIME_UNIT_S
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -210,6 +210,11 @@ class IntStageProblem:
                  for const, coef in group] for group in self.time_groups]
 
     @cached_property
+    def optimum(self):
+        """`exact_optimum` of this problem, computed once."""
+        return _exact_optimum(self)
+
+    @cached_property
     def split_bound(self) -> tuple[int, tuple[int, ...] | None, dict]:
         """`split_lower_bound` of this problem, computed once."""
         return _split_lower_bound(self)
@@ -373,18 +378,26 @@ def exact_optimum(ip: IntStageProblem):
     of a stage by its enumeration (layers of one kind are interchangeable), and only stages whose
     lower bound exceeds the value of a known feasible plan are skipped, which no optimal plan
     uses. exact=False (a stage's grid exceeds _GRID_LIMIT): value is the valid lower bound of
-    `split_lower_bound` and no plan is given."""
-    bound, split, _ = split_lower_bound(ip)
-    if split is None:
-        return None
+    `split_lower_bound` and no plan is given. Computed once per problem (the search's refined
+    bound and the solve of a candidate share it)."""
+    return ip.optimum
+
+
+def _exact_optimum(ip: IntStageProblem):
     if ip.num_kinds == 1:
+        bound, split, _ = split_lower_bound(ip)
+        if split is None:
+            return None
         ends = tuple(int(e) for e in np.cumsum(split))
         counts = tuple((_stage_modes(ip, s, n),) for s, n in enumerate(split))
         return bound, ends, counts, True
-    exact = exact_split(ip, _upper_bound(ip))
-    if exact is None or exact[1] is None:
-        return bound, None, None, False
-    return exact[0], exact[1], exact[2], True
+    ends = feasible_split(ip, ip.capacity_bytes)
+    if ends is None:
+        return None
+    exact = exact_split(ip, _upper_bound(ip, ends))
+    if exact is not None and exact[1] is not None:
+        return exact[0], exact[1], exact[2], True
+    return split_lower_bound(ip)[0], None, None, False
 
 
 # ---------------------------------------------------------------- model: variables, constraints
