@@ -145,6 +145,7 @@ class _Costs:
         self._params: dict = {}
         self._traffic: dict = {}
         self._sharing: dict = {}
+        self._bound_terms: dict = {}
         self._pipes: dict = {}
         self._acts: dict = {}
         self._problems: dict = {}
@@ -275,9 +276,14 @@ def _pipe_coefficients(model: ModelSpec, cluster: ClusterSpec, layout: Layout) -
 def _cheap_bound(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> float:
     """A max(mean_s T_s, mean_s (comm_s + Z_s)) + P, a lower bound on step_time (module
     docstring), s."""
-    busy, talk = costs.layer_sums(layout, modes)
+    key = (layout.tp, layout.cp, layout.dp, layout.pp, layout.ep, layout.etp,
+           layout.micro_batch_size, layout.vpp, modes)  # what layer_sums and A, P read
+    terms = costs._bound_terms.get(key)
+    if terms is None:
+        terms = (*costs.layer_sums(layout, modes), *costs.pipe_coefficients(layout))
+        costs._bound_terms[key] = terms
+    busy, talk, a, p = terms
     talk += costs.state_traffic_s(layout)
-    a, p = costs.pipe_coefficients(layout)
     return a * max(busy, talk) / layout.pp + p
 
 
