@@ -2,7 +2,8 @@
 
 Speed is measured here, not in timed tests. Per case: the best of REPEATS whole-process wall times
 of `planner plan --format json` (the least disturbed by other load on the machine), the solver's
-own wall time and candidates evaluated per second from that run's JSON, then the in-process
+own wall time, candidates solved (evaluated) and bounded (all offered) per second from that run's
+JSON, then the in-process
 phases of one more run in a fresh interpreter: importing `planner.plan`, enumerating and
 checking the candidates (`plan._candidates`, timed alone), and the whole `plan()` call (which
 enumerates again, then bounds, solves and costs the plans).
@@ -71,7 +72,8 @@ def _whole_process(cmd: list[str]) -> tuple[float, subprocess.CompletedProcess]:
 
 def main() -> int:
     planner = Path(sys.executable).with_name("planner")
-    print(f"{'case':40s} {'wall_s':>6s} {'solver_s':>8s} {'cands':>6s} {'cands/s':>8s} {'status':8s} "
+    print(f"{'case':40s} {'wall_s':>6s} {'solver_s':>8s} {'solved':>6s} {'solved/s':>8s} "
+          f"{'bounded/s':>9s} {'status':8s} "
           f"| {'import':>6s} {'enum':>5s} {'plan()':>6s} ortools")
     worst = 0.0
     for model, cluster, gpus, extra in CASES:
@@ -89,8 +91,9 @@ def main() -> int:
         phases = json.loads(subprocess.run(
             [sys.executable, "-c", _PHASES, model, cluster, str(gpus), str(seq), str(batch)],
             capture_output=True, text=True, check=True).stdout)
+        rate = 1 / max(solver["wall_s"], 1e-9)
         print(f"{name:40s} {wall:6.2f} {solver['wall_s']:8.2f} {evaluated:6d} "
-              f"{evaluated / max(solver['wall_s'], 1e-9):8.0f} {solver['status']:8s} "
+              f"{evaluated * rate:8.0f} {solver['candidates_total'] * rate:9.0f} {solver['status']:8s} "
               f"| {phases['import_s']:6.2f} {phases['enumerate_s']:5.2f} {phases['plan_s']:6.2f} "
               f"{'yes' if phases['ortools_imported'] else 'no'}")
     print(f"slowest wall time (best of {REPEATS}): {worst:.2f} s "
