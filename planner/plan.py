@@ -123,7 +123,8 @@ class Evaluated:
     objective_s: float
     """step_time(...).step, s."""
     status: str
-    """CP-SAT status of the stage program."""
+    """Status of the stage program's solve (`StageSolution.status`; `solution.proof` says whether
+    the exact split DP or CP-SAT proved it)."""
     solution: StageSolution
     """The stage program's solution."""
     modes: tuple[str, ...]
