@@ -43,6 +43,11 @@ MAX_GPUS = 2**22
 """Largest --gpus accepted (4,194,304): beyond any cluster built; bounds the search's arithmetic."""
 MAX_SEQ_LEN = 2**24
 """Largest --seq-len accepted, tokens (16,777,216)."""
+MAX_BATCH_TOKENS = 2**34
+"""Largest global batch accepted, tokens (17,179,869,184: 1,024x Llama 3's 16M-token batch); keeps
+step times inside the solver's integer nanoseconds."""
+MAX_VPP = 128
+"""Largest --vpp accepted (virtual stages per pipeline rank)."""
 
 
 class _Group(TyperGroup):
@@ -67,6 +72,9 @@ class _Group(TyperGroup):
         except Exception as exc:  # click's UsageError / ClickException (vendored by newer typer)
             if not (hasattr(exc, "format_message") and hasattr(exc, "exit_code")):
                 raise
+            if type(exc).__name__ == "NoArgsIsHelpError":  # bare `planner`: the help, as typed --help
+                report.line(exc.format_message())
+                sys.exit(0)
             ctx = getattr(exc, "ctx", None)
             where = f"{ctx.command_path}: " if ctx is not None else ""
             hint = " (see --help)" if getattr(exc, "exit_code", 1) == 2 else ""
@@ -179,11 +187,13 @@ def explain_cmd(
     dp_shard: Annotated[int | None, typer.Option(min=1, help="HSDP shard group (ZeRO over dp_shard, replicate across).")] = None,
     zero_stage: Annotated[int, typer.Option(min=0, max=3, help="ZeRO stage 0-3 (3 = FSDP).")] = 0,
     micro_batch_size: Annotated[int, typer.Option(min=1, help="Sequences per micro-batch per DP rank.")] = 1,
-    global_batch_size: Annotated[int | None, typer.Option(min=1, help="Sequences per step (default: dp·micro-batch·pp).")] = None,
+    global_batch_size: Annotated[int | None, typer.Option(min=1, max=MAX_BATCH_TOKENS, help="Sequences per step (default: dp·micro-batch·pp).")] = None,
     seq_len: Annotated[int, typer.Option(min=1, max=MAX_SEQ_LEN, help="Tokens per sequence.")] = 4096,
     recompute: Annotated[Recompute, typer.Option(case_sensitive=False, help="Activation recomputation.")] = "none",
     sequence_parallel: Annotated[bool, typer.Option("--sequence-parallel/--no-sequence-parallel", help="Megatron SP.")] = False,
-    vpp: Annotated[int, typer.Option(min=1, help="Virtual pipeline stages per rank (interleaved 1F1B).")] = 1,
+    vpp: Annotated[int, typer.Option(min=1, max=MAX_VPP, help="Virtual pipeline stages per rank (interleaved 1F1B).")] = 1,
+    pipeline_layers: Annotated[str | None, typer.Option(
+        metavar="N,N,...", help="Decoder layers per pipeline stage, e.g. 7,8,8,...,7 (default: even split).")] = None,
     offload: Annotated[list[Offload] | None, typer.Option(case_sensitive=False, help="State to keep in host memory (repeatable).")] = None,
     optimizer: Annotated[Optimizer, typer.Option(case_sensitive=False, help="Optimizer.")] = "adamw",
     precision: Annotated[Precision | None, typer.Option(
@@ -201,6 +211,7 @@ def explain_cmd(
     layout = Layout(
         dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, dp_shard=dp_shard, zero_stage=zero_stage,
         micro_batch_size=micro_batch_size, global_batch_size=global_batch_size or dp * micro_batch_size * pp,
+        pipeline_layers=_layer_split(pipeline_layers, pp),
         seq_len=seq_len, recompute=_value(recompute), sequence_parallel=sequence_parallel, vpp=vpp,
         offload=frozenset(_value(o) for o in offload or ()), optimizer=_value(optimizer),
         precision=_precision(precision, hw), framework=_value(framework))
@@ -229,6 +240,38 @@ def _precision(option: object, hw) -> str:
 _FIX_INTS = ("dp", "tp", "pp", "cp", "ep", "etp", "zero_stage", "micro_batch_size", "vpp")
 
 
+def _check_writable(path: str) -> None:
+    """Refuse an -o path that cannot be written before any work is done (exit 2)."""
+    from pathlib import Path
+
+    target = Path(path)
+    if not path.strip():
+        raise SpecError("empty file name", key="--output")
+    if target.is_dir():
+        raise SpecError(f"{path} is a directory; give a file name such as {target / 'plan.yaml'}", key="--output")
+    parent = target.parent if str(target.parent) else Path(".")
+    if not parent.is_dir():
+        raise SpecError(f"folder {parent} does not exist", key="--output")
+    import os
+
+    if not os.access(parent, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
+        raise SpecError(f"{path} is not writable", key="--output")
+
+
+def _layer_split(text: str | None, pp: int) -> tuple[int, ...] | None:
+    """`--pipeline-layers 7,8,...,7` -> (7, 8, ..., 7); its length must be pp."""
+    if text is None:
+        return None
+    try:
+        counts = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise SpecError(f"value {text!r} must be comma-separated integers, one per stage", key="--pipeline-layers") from None
+    if len(counts) != pp or min(counts) < 1:
+        raise SpecError(f"value {text!r} must list {pp} positive layer counts (one per pipeline stage)",
+                        key="--pipeline-layers")
+    return counts
+
+
 def parse_fix(items: list[str]) -> dict:
     """`--fix key=value` pins: integers for degrees and knobs, true/false for sequence_parallel,
     a recompute mode for recompute. Anything else is a SpecError naming the allowed keys."""
@@ -239,7 +282,11 @@ def parse_fix(items: list[str]) -> dict:
         key = key.strip().replace("-", "_")
         if not sep or key not in FIXABLE:
             raise SpecError(f"{item!r} must be key=value; allowed keys: {allowed}", key="--fix")
-        fixed[key] = _fix_value(key, raw.strip())
+        value = _fix_value(key, raw.strip())
+        if key in fixed and fixed[key] != value:
+            raise SpecError(f"{key} pinned twice ({key}={fixed[key]} and {key}={value}); pin it once",
+                            key="--fix")
+        fixed[key] = value
     if fixed.get("zero_stage", 0) not in (0, 1, 2, 3):
         raise SpecError(f"zero_stage={fixed['zero_stage']} not allowed; allowed: 0, 1, 2, 3", key="--fix")
     return fixed
@@ -265,6 +312,9 @@ def _batch_size(seq_len: int, sequences: int | None, tokens: int | None) -> int:
     if sequences is not None and tokens is not None:
         raise SpecError("give --global-batch-size or --global-batch-tokens, not both",
                         key="--global-batch-tokens")
+    if sequences is not None and sequences * seq_len > MAX_BATCH_TOKENS:
+        raise SpecError(f"value {sequences} x seq_len {seq_len} exceeds {MAX_BATCH_TOKENS:,} tokens per step",
+                        key="--global-batch-size")
     if tokens is not None:
         if tokens % seq_len:
             raise SpecError(f"value {tokens} is not a multiple of --seq-len {seq_len}",
@@ -282,8 +332,10 @@ def plan_cmd(
     gpus: GpusOpt = None,
     seq_len: Annotated[int, typer.Option(min=1, max=MAX_SEQ_LEN, help="Tokens per sequence.")] = 4096,
     global_batch_size: Annotated[int | None, typer.Option(
-        min=1, help="Sequences per step (default: 4,194,304 tokens, the 4M of Llama 2/3, in whole sequences).")] = None,
-    global_batch_tokens: Annotated[int | None, typer.Option(min=1, help="Tokens per step (a multiple of --seq-len).")] = None,
+        min=1, max=MAX_BATCH_TOKENS,
+        help="Sequences per step (default: 4,194,304 tokens, the 4M of Llama 2/3, in whole sequences).")] = None,
+    global_batch_tokens: Annotated[int | None, typer.Option(
+        min=1, max=MAX_BATCH_TOKENS, help="Tokens per step (a multiple of --seq-len).")] = None,
     precision: Annotated[Precision | None, typer.Option(
         case_sensitive=False, help="GEMM precision (default: bf16, or fp16 on GPUs without bf16).")] = None,
     optimizer: Annotated[Optimizer, typer.Option(case_sensitive=False, help="Optimizer.")] = "adamw",
@@ -295,13 +347,16 @@ def plan_cmd(
     reserve_gib: Annotated[float | None, typer.Option(min=0, max=1024, help="CUDA context + fragmentation reserve, GiB.")] = None,
     headroom: Annotated[float, typer.Option(
         min=0, max=0.9, help="Fraction of GPU memory every plan leaves free (the at-risk margin); 0 admits at-risk plans.")] = 0.10,
-    output: Annotated[str | None, typer.Option("--output", "-o", help="Write the best plan to this YAML file.")] = None,
+    output: Annotated[str | None, typer.Option(
+        "--output", "-o", help="Write the best plan to this YAML file (YAML whatever --format says).")] = None,
     fmt: FormatOpt = Format.table,
 ) -> None:
-    """Find the fastest layouts that fit: best-first search, CP-SAT per candidate, proven optimal."""
-    from planner import plan as plan_api  # imports OR-Tools: only for `plan`
+    """Find the fastest layouts that fit: best-first search, an integer program per candidate, proven optimal."""
+    from planner import plan as plan_api  # imports the search: only for `plan`
 
     fixed = parse_fix(fix or [])
+    if output is not None:
+        _check_writable(output)
     spec = model_spec.load_model(model)
     hw = cluster_spec.load_cluster(cluster, gpus=gpus)
     reserve = None if reserve_gib is None else int(reserve_gib * 2**30)

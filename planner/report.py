@@ -388,7 +388,16 @@ def wrote(path: str) -> None:
 
 
 def write_yaml(path: str, data: dict) -> None:
-    """Write `data` as block-style YAML to `path` and say so on stderr."""
-    with open(path, "w", encoding="utf-8") as handle:
-        yaml.safe_dump(data, handle, sort_keys=False, allow_unicode=True)
+    """Write `data` as block-style YAML to `path` and say so on stderr.
+
+    Raises:
+        SpecError: the file cannot be written (disk full, permissions changed meanwhile).
+    """
+    from planner.errors import SpecError
+
+    try:
+        with open(path, "w", encoding="utf-8") as handle:
+            yaml.safe_dump(data, handle, sort_keys=False, allow_unicode=True)
+    except OSError as exc:
+        raise SpecError(f"cannot write {path}: {exc.strerror or exc}", key="--output") from None
     wrote(path)

@@ -58,3 +58,40 @@ def test_precision_defaults_to_fp16_on_a_gpu_without_bf16():
     data = json.loads(runner.invoke(app, ["explain", "-m", "llama-3.1-8b", "-c", "dgx-h100", "--zero-stage", "1",
                                           "--format", "json"]).output)
     assert data["parallelism"]["precision"] == "bf16"
+
+
+@pytest.mark.parametrize("target", ["{tmp}", "{tmp}/missing/plan.yaml", ""])
+def test_unwritable_plan_file_is_refused_before_planning(tmp_path, target):
+    proc = _planner("plan", "-m", "llama-3.1-8b", "-c", "dgx-h100", "--gpus", "8", "-o",
+                    target.format(tmp=tmp_path))
+    assert proc.returncode == 2 and proc.stdout == ""  # refused before any planning output
+    assert len(proc.stderr.strip().splitlines()) == 1 and "--output" in proc.stderr
+
+
+def test_pinning_a_key_twice_with_different_values_is_refused():
+    proc = _planner("plan", "-m", "llama-3.1-8b", "-c", "dgx-h100", "--gpus", "8", "--fix", "tp=2", "--fix", "tp=4")
+    assert proc.returncode == 2 and "pinned twice" in proc.stderr
+
+
+def test_batch_beyond_the_token_limit_is_refused():
+    proc = _planner("plan", "-m", "llama-3.1-8b", "-c", "dgx-h100", "--gpus", "8", "--global-batch-size", "999999999")
+    assert proc.returncode == 2 and "tokens per step" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_bare_planner_prints_help():
+    proc = _planner()
+    assert proc.returncode == 0 and proc.stdout.startswith("Usage: ") and "COMMAND" in proc.stdout
+
+
+def test_explain_takes_an_uneven_pipeline_split():
+    # Llama 3 405B's published split (Dubey et al. 2024 §3.3.2: first and last stage one layer fewer).
+    split = ",".join(["7"] + ["8"] * 14 + ["7"])
+    result = runner.invoke(app, ["explain", "-m", "llama-3.1-405b", "-c", "dgx-h100", "--gpus", "16384",
+                                 "--tp", "8", "--pp", "16", "--zero-stage", "1", "--pipeline-layers", split,
+                                 "--seq-len", "8192", "--global-batch-size", "2048", "--format", "json"])
+    data = json.loads(result.output)
+    assert data["parallelism"]["pipeline_layers"] == [7] + [8] * 14 + [7]
+    assert "layers_divisible_by_pp" not in {v["rule"] for v in data["violations"]}
+    bad = runner.invoke(app, ["explain", "-m", "llama-3.1-405b", "-c", "dgx-h100", "--gpus", "16384",
+                              "--tp", "8", "--pp", "16", "--pipeline-layers", "8,8"])
+    assert bad.exit_code == 2
