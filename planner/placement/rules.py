@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from planner.placement.layout import PRECISIONS, Layout
 from planner.placement.precision import padded_vocab, supported_precisions
 from planner.placement.states import BATCH_AXES, GROUPS, Mode, Placement, State
+from planner.placement.strategies import _degrees as group_degrees
 from planner.placement.strategies import batch_axes_key, placement_for
 from planner.specs.model import ModelSpec
 
@@ -105,6 +106,21 @@ _PLACEMENT_VIOLATIONS: dict[tuple, tuple[Violation, ...]] = {}
 """batch_axes_key -> check_placement(placement_for(layout)): `check_placement` reads only the
 batch axes' degrees and modes, which `batch_axes_key` determines."""
 
+_CLEAN_SHAPES: dict[tuple, bool] = {}
+"""`_batch_axes_shape` -> whether placements of that shape pass `check_placement` (a search meets
+thousands of batch-axis degrees but a few dozen shapes)."""
+
+
+def _batch_axes_shape(layout: Layout) -> tuple:
+    """What decides whether `check_placement(placement_for(layout))` is empty: the ZeRO stage and,
+    per group, which batch axes it has and which of them have degree > 1.
+
+    Source: `strategies.batch_axes_key` (only `data_parallel` and `zero` set modes on the batch
+    axes, each on the axes a group has, by ZeRO stage) and `check_placement` (it compares modes,
+    and reads a degree only as `> 1`; the degree's value appears only in a violation's message)."""
+    return (layout.zero_stage, *((g, a, d > 1) for g, degrees in group_degrees(layout).items()
+                                 for a, d in degrees.items() if a in BATCH_AXES))
+
 
 def _placement_violations(layout: Layout) -> tuple[Violation, ...]:
     key = batch_axes_key(layout)
@@ -112,7 +128,13 @@ def _placement_violations(layout: Layout) -> tuple[Violation, ...]:
     if found is None:
         if len(_PLACEMENT_VIOLATIONS) >= 4096:
             _PLACEMENT_VIOLATIONS.clear()
-        found = _PLACEMENT_VIOLATIONS[key] = tuple(check_placement(placement_for(layout)))
+        shape = _batch_axes_shape(layout)
+        if _CLEAN_SHAPES.get(shape):
+            found = ()
+        else:
+            found = tuple(check_placement(placement_for(layout)))
+            _CLEAN_SHAPES[shape] = not found
+        _PLACEMENT_VIOLATIONS[key] = found
     return found
 
 
