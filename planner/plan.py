@@ -453,6 +453,17 @@ def plan(model: ModelSpec, cluster: ClusterSpec, *, seq_len: int, global_batch_s
                 optimizer=optimizer, framework=framework)
     if not 0 <= headroom < 1:
         raise SpecError(f"value {headroom} must be in [0, 1)", key="--headroom")
+    if usable_bytes(cluster, reserve, headroom) <= 0:
+        raise SpecError(f"a {reserve / 2**30:.1f} GiB reserve and {headroom:.0%} headroom leave nothing of the "
+                        f"{cluster.gpu.memory_bytes / 2**30:.1f} GiB per GPU; lower --reserve-gib or --headroom",
+                        key="--reserve-gib")
+    for key in ("ep", "etp"):
+        if fixed.get(key, 1) > 1 and not model.is_moe:
+            raise SpecError(f"{key}={fixed[key]} applies to routed experts; {model.name} has none", key="--fix")
+    warnings = []
+    if seq_len > model.max_position_embeddings:
+        warnings.append(f"seq_len={seq_len:,} exceeds {model.name}'s max_position_embeddings="
+                        f"{model.max_position_embeddings:,}: the model was not built for this length")
     result, rejections, costs = _search(model, cluster, fixed, base, reserve, headroom, top_k, on_progress)
     if not result.best:
         raise _infeasible(model, cluster, costs, rejections, base, fixed, headroom)
@@ -465,6 +476,7 @@ def plan(model: ModelSpec, cluster: ClusterSpec, *, seq_len: int, global_batch_s
                    "candidates_total": result.candidates_total, "pruned": result.pruned},
         "plans": plans,
         "rejected": rejections.as_list(),
+        "warnings": warnings,
         "request": {"model": model.name, "cluster": cluster.name, "gpus": cluster.num_gpus,
                     **base, "fixed": fixed, "headroom": headroom},
     }
@@ -608,8 +620,11 @@ def _infeasible(model, cluster, costs: _Costs, rejections: Rejections, base, fix
     diagnoses = _diagnoses(costs, _modes_for(fixed))
     if not diagnoses:
         reasons = "; ".join(f"{r['count']} x {r['reason']}" for r in rejections.as_list()) or "none"
+        top = rejections.as_list()[0]["reason"] if rejections.total else None
+        example = f"; e.g. {rejections.examples[top]}" if top and rejections.examples.get(top) not in (None, top) else ""
         return InfeasibleError(f"no valid layout of {model.name} on {cluster.num_gpus} GPUs: every "
-                               f"candidate breaks a placement rule ({reasons})")
+                               f"candidate breaks a placement rule ({reasons}){example}",
+                               details={"rejected": rejections.as_list()})
     excess, layout, diagnosis = min(diagnoses, key=lambda d: d[0])
     term, term_bytes = _dominant_term(costs, layout, diagnosis.stage)
     gpus = minimum_gpus(model, cluster, base=base, fixed=fixed, reserve_bytes=costs.reserve,

@@ -321,6 +321,8 @@ def show_plan(data: dict, fmt: str) -> None:
     top = data["plans"][0]
     console.print(_memory_table(top["memory_bytes"], top["memory_verdict"],
                                 {"stage": top["memory_bytes"].get("stage", 0)}))
+    for warning in data.get("warnings", ()):
+        console.print(Text.assemble(("warning", "yellow"), f" {warning}"))
     if data["rejected"]:
         console.print()
         console.print(_table("rejected candidates", ("reason", "count"),

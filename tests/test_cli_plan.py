@@ -117,3 +117,24 @@ def test_405b_on_8_gpus_exits_1_with_the_minimum_gpu_count():
     assert "use at least" in text and "GPUs" in text and "exceeds" in text
     gpus = int(text.split("use at least ")[1].split(" GPUs")[0])
     assert gpus >= 88 and gpus % 8 == 0
+
+
+def test_expert_pins_on_a_dense_model_and_an_oversized_reserve_are_bad_input():
+    from typer.testing import CliRunner
+
+    from planner.cli import app
+    runner = CliRunner()
+    result = runner.invoke(app, ["plan", "-m", "llama-3.1-8b", "-c", "dgx-h100", "--gpus", "8", "--fix", "ep=2"])
+    assert result.exit_code == 2 and "routed experts" in result.output
+    result = runner.invoke(app, ["plan", "-m", "llama-3.1-8b", "-c", "dgx-h100", "--gpus", "8", "--reserve-gib", "80"])
+    assert result.exit_code == 2 and "--reserve-gib" in result.output
+
+
+def test_rule_infeasible_request_names_an_example_of_the_rule():
+    from typer.testing import CliRunner
+
+    from planner.cli import app
+    result = CliRunner().invoke(app, ["plan", "-m", "llama-3.1-8b", "-c", "dgx-a100-80g", "--gpus", "8",
+                                      "--precision", "fp8"])
+    assert result.exit_code == 1
+    assert "precision_supported" in result.output and "supports bf16, fp16" in result.output
