@@ -482,6 +482,14 @@ def plan(model: ModelSpec, cluster: ClusterSpec, *, seq_len: int, global_batch_s
     }
 
 
+def simplicity(layout: Layout) -> tuple:
+    """Tie-break among equally fast plans: the layout with fewer moving parts ranks first (no
+    context parallelism, lower ZeRO stage, fewer pipeline stages, less tensor/expert parallelism,
+    bigger micro-batches), the one a Megatron-LM / DeepSpeed user would launch."""
+    return (layout.cp, layout.zero_stage, layout.pp, layout.tp, layout.ep, layout.etp,
+            -layout.micro_batch_size, layout.vpp)
+
+
 def usable_bytes(cluster: ClusterSpec, reserve_bytes: int, headroom: float) -> int:
     """Memory a plan may fill on each GPU: capacity x (1 - headroom) - reserve, bytes."""
     return int(cluster.gpu.memory_bytes * (1 - headroom)) - reserve_bytes
@@ -493,6 +501,7 @@ def _search(model, cluster, fixed, base, reserve, headroom, top_k, on_progress=N
     modes = _modes_for(fixed)
     result = search(candidates, lambda c: _cheap_bound(costs, c, modes),
                     lambda c: _solve(costs, c, modes), top_k=top_k, on_progress=on_progress,
+                    tie_break=simplicity,
                     refine=lambda c: _refined_bound(costs, c, modes))
     return result, rejections, costs
 

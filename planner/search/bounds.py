@@ -105,7 +105,8 @@ def _objective(result: Any) -> float:
 def search(candidates: Iterable[C], lower_bound: Callable[[C], float],
            solve: Callable[[C], Any], *, top_k: int = 1, prune: bool = True,
            refine: Callable[[C], float] | None = None,
-           on_progress: Callable[[int, int], None] | None = None) -> SearchResult[C]:
+           on_progress: Callable[[int, int], None] | None = None,
+           tie_break: Callable[[C], Any] | None = None) -> SearchResult[C]:
     """Best-first search: solve candidates in ascending bound order, stop when the next bound is
     at least the K-th best objective found.
 
@@ -119,6 +120,9 @@ def search(candidates: Iterable[C], lower_bound: Callable[[C], float],
         refine: optional dearer valid bound, computed lazily when a candidate reaches the front
             of the queue; the candidate is re-queued under max(cheap, refined) before solving.
         on_progress: called with (visited, total) after each candidate.
+        tie_break: among objectives equal to the nanosecond, the candidate with the smaller key
+            ranks first (e.g. the simpler layout); candidates whose bound equals the K-th best are
+            then still solved, since they may tie it.
     """
     start = time.perf_counter()
     queue = [(lower_bound(c), i, refine is None, c) for i, c in enumerate(candidates)]
@@ -130,7 +134,8 @@ def search(candidates: Iterable[C], lower_bound: Callable[[C], float],
     while queue:
         bound, i, refined, candidate = heapq.heappop(queue)
         kth = best[top_k - 1].objective_s if len(best) >= top_k else math.inf
-        if prune and (bound >= kth or math.isinf(bound)):
+        beaten = bound > kth if tie_break is not None else bound >= kth
+        if prune and (beaten or math.isinf(bound)):
             open_bounds.append(bound)
             pruned = len(queue) + 1
             return _result(best, total, evaluated, pruned, infeasible, open_bounds, start)
@@ -149,7 +154,7 @@ def search(candidates: Iterable[C], lower_bound: Callable[[C], float],
             open_bounds.append(float(getattr(result, "bound_s", bound) or bound))
         best.append(Ranked(candidate=candidate, objective_s=_objective(result),
                            lower_bound_s=bound, result=result))
-        best.sort(key=lambda r: r.objective_s)
+        best.sort(key=lambda r: (round(r.objective_s, 9), tie_break(r.candidate) if tie_break else 0))
         del best[top_k:]
     return _result(best, total, evaluated, 0, infeasible, open_bounds, start)
 
