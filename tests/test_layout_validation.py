@@ -1,8 +1,11 @@
 """Layout's fast validation path rejects exactly what the per-field checks reject."""
 
+import dataclasses
 import enum
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from planner.errors import SpecError
 from planner.placement.layout import Layout
@@ -49,3 +52,36 @@ def test_replace_equals_dataclasses_replace_and_validates():
         layout.replace(pipeline_layers=(1, 2, 3))
     with pytest.raises(TypeError):
         layout.replace(not_a_field=1)
+
+
+_ODD_VALUES = st.sampled_from([0, -1, 1, 2, 3, 4, 8, True, False, 2.0, "2", None, (1, 2), [1, 1],
+                               (0, 4), (1, -1), frozenset(), {"optimizer"}, frozenset({"bogus"}),
+                               frozenset({"parameters", "activations"}), "none", "full", "sgd",
+                               "fp8", "fp4", "deepspeed", "vllm", _Degree.EIGHT])
+
+
+@settings(max_examples=400, deadline=None)
+@given(changes=st.dictionaries(st.sampled_from(sorted(f.name for f in dataclasses.fields(Layout))),
+                               _ODD_VALUES, min_size=1, max_size=3),
+       dp=st.sampled_from([1, 2, 4]), pp=st.sampled_from([1, 2]),
+       shard=st.sampled_from([None, 1, 2]))
+@example(changes={"dp": 3}, dp=2, pp=1, shard=2)  # dp_shard=2 no longer divides dp
+@example(changes={"pp": 1}, dp=1, pp=2, shard=None)  # pipeline_layers (2, 2) no longer fits pp
+def test_replace_raises_and_normalizes_exactly_as_the_constructor(changes, dp, pp, shard):
+    """`replace` re-checks only the changed fields (and dp_shard with dp, pipeline_layers with
+    pp): for any change, good or bad, it must give what `dataclasses.replace` (the full
+    constructor) gives: the same Layout, or a SpecError with the same key and message."""
+    if shard is not None and dp % shard:
+        shard = None
+    layout = Layout(dp=dp, pp=pp, dp_shard=shard, pipeline_layers=(2,) * pp, zero_stage=1)
+    try:
+        slow = dataclasses.replace(layout, **changes)
+    except (SpecError, TypeError) as err:
+        with pytest.raises(type(err)) as got:
+            layout.replace(**changes)
+        assert str(got.value) == str(err)
+        return
+    fast = layout.replace(**changes)
+    assert fast == slow and repr(fast) == repr(slow)
+    assert type(fast.offload) is frozenset and (fast.pipeline_layers is None
+                                                or type(fast.pipeline_layers) is tuple)

@@ -131,7 +131,14 @@ class Layout:
         state = new.__dict__
         state.update(self.__dict__)
         state.update(changes)
-        new.__post_init__()
+        # `self` passed every check: re-check only the changed fields and those checked against
+        # them; any doubt runs the full checks, which raise (or normalize) exactly as the
+        # constructor would.
+        for name in changes:
+            for checked in _CHECKED_WITH.get(name, (name,)):
+                if not _FIELD_OK[checked](new):
+                    new.__post_init__()
+                    return new
         return new
 
     @property
@@ -165,6 +172,38 @@ class Layout:
 
 
 _FIELD_NAMES = frozenset(f.name for f in dataclasses.fields(Layout))
+
+
+def _positive_int(name: str):
+    return lambda layout: type(v := getattr(layout, name)) is int and v >= 1
+
+
+def _pipeline_layers_ok(layout: Layout) -> bool:
+    layers = layout.pipeline_layers
+    return layers is None or (type(layers) is tuple and len(layers) == layout.pp and (
+        not layers or set(map(type, layers)) == {int} and min(layers) >= 0))
+
+
+_FIELD_OK = {
+    **{name: _positive_int(name) for name in ("dp", "tp", "pp", "cp", "ep", "etp", "vpp",
+                                              "micro_batch_size", "global_batch_size", "seq_len")},
+    "dp_shard": lambda layout: layout.dp_shard is None or (
+        type(layout.dp_shard) is int and layout.dp_shard >= 1 and layout.dp % layout.dp_shard == 0),
+    "zero_stage": lambda layout: layout.zero_stage in (0, 1, 2, 3),
+    "sequence_parallel": lambda layout: True,
+    "pipeline_layers": _pipeline_layers_ok,
+    "recompute": lambda layout: layout.recompute in RECOMPUTE_MODES,
+    "offload": lambda layout: type(layout.offload) is frozenset and layout.offload.issubset(
+        OFFLOAD_TARGETS),
+    "optimizer": lambda layout: layout.optimizer in OPTIMIZERS,
+    "precision": lambda layout: layout.precision in PRECISIONS,
+    "framework": lambda layout: layout.framework in FRAMEWORKS,
+}
+"""Field -> whether its value passes `Layout.__post_init__` (in its normalized form: offload a
+frozenset, pipeline_layers a tuple), given the other fields; `replace`'s fast path."""
+
+_CHECKED_WITH = {"dp": ("dp", "dp_shard"), "pp": ("pp", "pipeline_layers")}
+"""Fields whose check reads another field: changing dp re-checks dp_shard, pp pipeline_layers."""
 
 
 def _check_choice(key: str, value: object, allowed: tuple[str, ...]) -> None:
