@@ -67,6 +67,7 @@ _ODD_VALUES = st.sampled_from([0, -1, 1, 2, 3, 4, 8, True, False, 2.0, "2", None
        shard=st.sampled_from([None, 1, 2]))
 @example(changes={"dp": 3}, dp=2, pp=1, shard=2)  # dp_shard=2 no longer divides dp
 @example(changes={"pp": 1}, dp=1, pp=2, shard=None)  # pipeline_layers (2, 2) no longer fits pp
+@example(changes={"dp_shard": 1, "dp": "2"}, dp=1, pp=1, shard=None)  # dp_shard checked first
 def test_replace_raises_and_normalizes_exactly_as_the_constructor(changes, dp, pp, shard):
     """`replace` re-checks only the changed fields (and dp_shard with dp, pipeline_layers with
     pp): for any change, good or bad, it must give what `dataclasses.replace` (the full

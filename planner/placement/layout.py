@@ -188,7 +188,8 @@ _FIELD_OK = {
     **{name: _positive_int(name) for name in ("dp", "tp", "pp", "cp", "ep", "etp", "vpp",
                                               "micro_batch_size", "global_batch_size", "seq_len")},
     "dp_shard": lambda layout: layout.dp_shard is None or (
-        type(layout.dp_shard) is int and layout.dp_shard >= 1 and layout.dp % layout.dp_shard == 0),
+        type(layout.dp_shard) is int and layout.dp_shard >= 1 and type(layout.dp) is int
+        and layout.dp % layout.dp_shard == 0),
     "zero_stage": lambda layout: layout.zero_stage in (0, 1, 2, 3),
     "sequence_parallel": lambda layout: True,
     "pipeline_layers": _pipeline_layers_ok,
