@@ -77,6 +77,10 @@ MEMORY_FACTS = {
 """group -> (what the row or its paper states, layout -> layout). Memory-only: the step-time table
 (bench/validation_table.py) keeps its own assumptions."""
 
+FRAMEWORK_RULES = {"Llama3-405B-Table4": ("zero_with_pp",)}
+"""Framework-support rules that do not apply to a row: Llama 3 ran Meta's own FSDP + PP stack, which
+the memory model costs under Megatron conventions (ZeRO-2 with pp = 16 is what that stack ran)."""
+
 TORCHTITAN_MODELS = {"Llama 3.1 8B": "llama-3.1-8b", "Llama 3.1 70B": "llama-3.1-70b",
                      "Llama 3.1 405B": "llama-3.1-405b"}
 
@@ -150,7 +154,8 @@ def test_every_fully_given_run_is_costed():
 @pytest.mark.parametrize("r", [_param(r) for r in ROWS])
 def test_published_run_is_feasible(r):
     m = predict(r)
-    broken = errors(check_layout(r["model"], r["cluster"], r["layout"]))
+    broken = [v for v in errors(check_layout(r["model"], r["cluster"], r["layout"]))
+              if v.rule not in FRAMEWORK_RULES.get(r["group"], ())]
     assert not broken, [f"{v.rule}: {v.message}" for v in broken]
     assert m.verdict in ("fits", "at_risk"), (
         f"{r['id']}: {m.total / GIB:.1f} GiB > {m.capacity / GIB:.1f} GiB on stage {m.stage}: states "

@@ -282,11 +282,15 @@ def test_torchtitan_zero1_message_names_the_stages_and_a_fix():
     assert "zero_stage=2" in v.fix
 
 
-def test_megatron_zero3_with_pp_stays_allowed():
-    """Megatron-FSDP (v1, the default) has no pp assertion: costed with a warning, not rejected."""
+def test_zero3_with_pp_by_framework():
+    """Megatron-FSDP asserts against PP in v2 and is untested with it in v1: a plan must not rely on
+    it (error). torchtitan runs FSDP2 with PP (its 3D benchmark rows): costed with a warning."""
     layout = Layout(dp=4, pp=2, global_batch_size=8, zero_stage=3)
     found = by_rule(check_layout(LLAMA_8B, cluster("dgx-h100", 8), layout))
-    assert found["zero_with_pp"].severity == "warning" and "zero_stage_supported" not in found
+    assert found["zero_with_pp"].severity == "error" and "zero_stage_supported" not in found
+    assert "zero_stage=1" in found["zero_with_pp"].fix
+    found = by_rule(check_layout(LLAMA_8B, cluster("dgx-h100", 8), layout.replace(framework="torchtitan")))
+    assert found["zero_with_pp"].severity == "warning"
 
 
 def test_interleaved_fix_keeps_pp_with_an_even_vpp():

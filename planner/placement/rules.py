@@ -379,10 +379,17 @@ def _batch(model, cluster, layout: Layout) -> list[Violation]:
 
 
 def _zero_with_pp(model, cluster, layout: Layout) -> list[Violation]:
-    """ZeRO-2/3 with PP: DeepSpeed rejects it; elsewhere it is costed (one reduction per micro-batch).
+    """ZeRO-2/3 with PP: DeepSpeed rejects it; Megatron-LM does not run it; torchtitan does (costed:
+    one reduction per micro-batch, FSDP2 gradients accumulated unsharded).
 
     Source: DeepSpeed `deepspeed/runtime/pipe/engine.py` (`assert self.zero_optimization_stage() < 2,
-    "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"`)."""
+    "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"`); Megatron-LM shards gradients
+    and parameters only through Megatron-FSDP (`--use-megatron-fsdp
+    --data-parallel-sharding-strategy optim_grads[_params]`, docs/discussions/megatron-fsdp-user-guide),
+    which asserts against pipeline parallelism in its version 2 and is untested with it in version 1
+    (no Megatron-LM test runs it with pp > 1): a plan must not depend on it. torchtitan composes
+    FSDP2 with PP (`parallelize_llama.py` apply_fsdp with pp_enabled; its 3D runs in
+    benchmarks/llama3_h100_202412_torchtitan.md)."""
     if layout.pp == 1 or layout.zero_stage < 2:
         return []
     m = layout.num_microbatches
@@ -391,6 +398,13 @@ def _zero_with_pp(model, cluster, layout: Layout) -> list[Violation]:
                           message=f"ZeRO-{layout.zero_stage} with pp={layout.pp}: DeepSpeed's pipeline "
                                   f"engine rejects ZeRO-2/3",
                           fix="use zero_stage=1 with pipeline parallelism")]
+    if layout.framework == "megatron":
+        return [Violation(rule="zero_with_pp",
+                          message=f"ZeRO-{layout.zero_stage} with pp={layout.pp}: Megatron-LM shards "
+                                  f"gradients/parameters only through Megatron-FSDP, which does not "
+                                  f"support (v2) or test (v1) pipeline parallelism",
+                          fix="use zero_stage=1 (--use-distributed-optimizer) with pipeline "
+                              "parallelism, or framework=torchtitan for FSDP with PP")]
     return [Violation(rule="zero_with_pp", severity="warning",
                       message=f"ZeRO-{layout.zero_stage} with pp={layout.pp}: sharded gradients are "
                               f"reduce-scattered for each of the {m} micro-batches (costed)",
