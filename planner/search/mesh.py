@@ -223,5 +223,7 @@ def _rejected(validate: Validator, layout: Layout, rejections: Rejections) -> bo
     if not violations:
         return False
     first = violations[0]
-    rejections.add(str(getattr(first, "rule", first)), str(getattr(first, "message", first)))
+    fix = getattr(first, "fix", "")
+    message = str(getattr(first, "message", first)) + (f"; fix: {fix}" if fix else "")
+    rejections.add(str(getattr(first, "rule", first)), message)
     return True
