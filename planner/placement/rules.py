@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from planner.placement.layout import PRECISIONS, Layout
 from planner.placement.precision import padded_vocab, supported_precisions
 from planner.placement.states import BATCH_AXES, GROUPS, Mode, Placement, State
-from planner.placement.strategies import _degrees as group_degrees
+from planner.placement.strategies import group_degrees
 from planner.placement.strategies import batch_axes_key, placement_for
 from planner.specs.model import ModelSpec
 

@@ -45,7 +45,7 @@ class _Builder:
         return Placement(groups=groups, activations=dict(self.activations), recompute=self.recompute)
 
 
-def _degrees(layout: Layout) -> dict[str, dict[str, int]]:
+def group_degrees(layout: Layout) -> dict[str, dict[str, int]]:
     """Axis degrees per parameter group; the expert group runs over ep x etp x edp x pp."""
     dense = {"dp_replicate": layout.dp_replicate_degree, "dp_shard": layout.dp_shard_degree,
              "cp": layout.cp, "tp": layout.tp, "pp": layout.pp, "host": 1}
@@ -129,7 +129,7 @@ def placement_key(layout: Layout) -> tuple:
 def batch_axes_key(layout: Layout) -> tuple:
     """The Layout fields that set the degrees and modes of every group along the batch axes
     (`states.BATCH_AXES`: dp_replicate, dp_shard, cp, edp): the ZeRO stage (`zero`) and the
-    degrees of those axes (`_degrees`; edp = world / (ep·etp·pp)). Only `data_parallel` and `zero`
+    degrees of those axes (`group_degrees`; edp = world / (ep·etp·pp)). Only `data_parallel` and `zero`
     set modes on them; tp, pp, ep, etp, SP, offload and recompute act on other axes."""
     return (layout.zero_stage, layout.dp_replicate_degree, layout.dp_shard_degree, layout.cp,
             layout.expert_dp)
@@ -157,7 +157,7 @@ def placement_for(layout: Layout) -> Placement:
 
 
 def _compose(layout: Layout) -> Placement:
-    b = _Builder(degrees=_degrees(layout))
+    b = _Builder(degrees=group_degrees(layout))
     data_parallel(b)
     zero(b, layout.zero_stage)
     tensor_parallel(b, layout.sequence_parallel)
