@@ -73,8 +73,8 @@ from planner.cost.pipeline import pipeline_time
 from planner.cost.step_time import (
     axes_sharing,
     layer_kinds,
-    layer_time,
     layer_time_key,
+    layer_time_modes,
     microbatch_state_traffic_s,
     pipeline_send_s,
     stage_cost_model,
@@ -257,8 +257,8 @@ class _Costs:
         `layer_time` reads): `total_s` or its exposed communication `comm_s`."""
         key = layer_time_key(layout, self.sharing(layout))
         if key not in self._times:
-            self._times[key] = [[layer_time(self.model, self.cluster, layout, rep, mode)
-                                 for mode in RECOMPUTE_MODES] for rep in self.reps]
+            self._times[key] = [layer_time_modes(self.model, self.cluster, layout, rep)
+                                for rep in self.reps]
         return tuple(tuple(getattr(t, part) for t in row) for row in self._times[key])
 
 

@@ -86,8 +86,19 @@ def test_layer_time_cache_equals_a_fresh_evaluation():
     for layout in layouts:
         for mode in ("none", "selective", "full"):
             got = st.layer_time(mixtral, A100, layout, 0, mode)
-            fresh = st._layer_time(mixtral, A100, layout, 0, mode, st.coll.DEFAULT_RANK_ORDER, True)
+            parts = st._layer_parts(mixtral, A100, layout, 0, st.coll.DEFAULT_RANK_ORDER, True)
+            fresh = st._layer_time(parts, mode)
             assert got == fresh
+    # layer_time_modes is layer_time per mode, in RECOMPUTE_MODES order, cold cache or warm.
+    st._LAYER_TIMES.clear()
+    for layout in layouts:
+        for index in (0, 1):
+            got = st.layer_time_modes(mixtral, A100, layout, index)
+            fresh = [st._layer_time(st._layer_parts(mixtral, A100, layout, index,
+                                                    st.coll.DEFAULT_RANK_ORDER, True), mode)
+                     for mode in ("none", "selective", "full")]
+            assert list(got) == fresh
+            assert got == st.layer_time_modes(mixtral, A100, layout, index)
     # The same cache entry is not served to another cluster object, even an equal one.
     other = load_cluster("dgx-a100-80g", gpus=64)
     assert st.layer_time(mixtral, other, layouts[0], 0, "none") == st.layer_time(

@@ -206,16 +206,39 @@ def layer_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, layer_ind
         return hit[2]
     if len(_LAYER_TIMES) >= 65536:
         _LAYER_TIMES.clear()
-    out = _layer_time(model, cluster, layout, layer_index, recompute, rank_order, flash_attention)
-    _LAYER_TIMES[key] = (model, cluster, out)  # keeps both alive, so their ids are not reused
-    return out
+    # One miss costs every mode: they share the compute and the collectives (`_layer_parts`).
+    parts = _layer_parts(model, cluster, layout, layer_index, rank_order, flash_attention)
+    for mode in RECOMPUTE_MODES:
+        _LAYER_TIMES[key[:3] + (mode,) + key[4:]] = (model, cluster, _layer_time(parts, mode))
+    return _LAYER_TIMES[key][2]  # the tuple keeps both alive, so their ids are not reused
+
+
+def layer_time_modes(model: ModelSpec, cluster: ClusterSpec, layout: Layout, layer_index: int, *,
+                     rank_order: Sequence[str] = coll.DEFAULT_RANK_ORDER,
+                     flash_attention: bool = True) -> tuple[LayerTime, ...]:
+    """`layer_time` under each of RECOMPUTE_MODES, in that order (one cache key built, not one
+    per mode: the first call fills every mode's entry)."""
+    first = layer_time(model, cluster, layout, layer_index, RECOMPUTE_MODES[0],
+                       rank_order=rank_order, flash_attention=flash_attention)
+    key = (id(model), id(cluster), layer_index, None,
+           layer_time_key(layout, tuple(_sharing(layout, cluster, rank_order).items())),
+           tuple(rank_order), flash_attention)
+    out = [first]
+    for mode in RECOMPUTE_MODES[1:]:
+        hit = _LAYER_TIMES.get(key[:3] + (mode,) + key[4:])
+        out.append(hit[2] if hit is not None and hit[0] is model and hit[1] is cluster else
+                   layer_time(model, cluster, layout, layer_index, mode, rank_order=rank_order,
+                              flash_attention=flash_attention))
+    return tuple(out)
 
 
 _LAYER_TIMES: dict = {}
 """Cache of `layer_time` keyed by the identities of model and cluster (ClusterSpec is unhashable)."""
 
 
-def _layer_time(model, cluster, layout, layer_index, recompute, rank_order, flash_attention):
+def _layer_parts(model, cluster, layout, layer_index, rank_order, flash_attention):
+    """(forward, attention-core forward, [exposed comm of one forward pass + backward, of a
+    second forward pass]) of one layer, s: what every recompute mode combines (`_layer_time`)."""
     b, s, tp, cp = layout.micro_batch_size, layout.seq_len, layout.tp, layout.cp
     dense, routed, attention = _layer_flops_per_token(model, layer_index, s)
     tokens = b * s
@@ -228,37 +251,46 @@ def _layer_time(model, cluster, layout, layer_index, recompute, rank_order, flas
         score_s = scores * UNFUSED_SCORE_BYTES / (cluster.gpu.hbm_gb_per_s * 1e9 * HBM_EFFICIENCY)
         attn_fwd += score_s
         fwd += score_s
+    comm = _layer_comm(model, cluster, layout, layer_index, attn_fwd, rank_order)
+    return fwd, attn_fwd, comm
+
+
+def _layer_time(parts, recompute: str) -> LayerTime:
+    fwd, attn_fwd, comm = parts
     recompute_s = {"none": 0.0, "selective": attn_fwd, "full": fwd}[recompute]
-    comm = _layer_comm(model, cluster, layout, layer_index, recompute, attn_fwd, rank_order)
-    return LayerTime(forward_s=fwd, backward_s=2 * fwd, recompute_s=recompute_s, comm_s=comm)
+    fwd_passes = 2 if recompute == "full" else 1
+    total = 0.0
+    for per_pass, once in comm:  # summed term by term in the order of `_layer_comm`
+        total += per_pass * (fwd_passes + 1) if once is None else fwd_passes * per_pass + once
+    return LayerTime(forward_s=fwd, backward_s=2 * fwd, recompute_s=recompute_s, comm_s=total)
 
 
-def _layer_comm(model: ModelSpec, cluster: ClusterSpec, layout: Layout, index: int, recompute: str,
-                attn_fwd_s: float, order: Sequence[str]) -> float:
-    """Exposed in-layer communication of one layer, one micro-batch (see `layer_time`)."""
+def _layer_comm(model: ModelSpec, cluster: ClusterSpec, layout: Layout, index: int,
+                attn_fwd_s: float, order: Sequence[str]) -> list[tuple[float, float | None]]:
+    """Exposed in-layer communication of one layer, one micro-batch (see `layer_time`), as terms
+    (x, None): x per forward pass and once backward, or (x, y): x per forward pass plus y."""
     share = _sharing(layout, cluster, order)
     b, s, tp, cp, h = layout.micro_batch_size, layout.seq_len, layout.tp, layout.cp, model.hidden_size
-    fwd_passes = 2 if recompute == "full" else 1
     act_bytes = b * s / cp * h * ACTIVATION_BYTES
-    total = 0.0
+    terms = []
     if tp > 1:
         ar = coll.collective_time("all_reduce", group_size=tp, bytes_per_device=act_bytes,
                                   cluster=cluster, gpus_per_domain=share["tp"])
-        total += 2 * ar * (fwd_passes + 1)
+        terms.append((2 * ar, None))
     if cp > 1:
         kv_width = (model.num_attention_heads * (model.qk_nope_head_dim + model.qk_rope_head_dim
                     + model.v_head_dim) if model.is_mla else 2 * model.num_key_value_heads * model.head_dim)
         kv_bytes = b * s * kv_width / min(tp, max(1, model.num_key_value_heads)) * ACTIVATION_BYTES
         ring = coll.collective_time("all_gather", group_size=cp, bytes_per_device=kv_bytes,
                                     cluster=cluster, gpus_per_domain=share["cp"])
-        total += fwd_passes * max(0.0, ring - attn_fwd_s) + max(0.0, 2 * ring - 2 * attn_fwd_s)
+        terms.append((max(0.0, ring - attn_fwd_s), max(0.0, 2 * ring - 2 * attn_fwd_s)))
     is_moe = model.is_moe and model.moe_layers[index]
     if is_moe and layout.ep > 1:
         routed_bytes = b * s / (cp * tp) * model.num_experts_per_tok * h * ACTIVATION_BYTES
         a2a = coll.collective_time("all_to_all", group_size=layout.ep, bytes_per_device=routed_bytes,
                                    cluster=cluster, gpus_per_domain=_ep_sharing(layout, cluster, order))
-        total += 2 * a2a * (fwd_passes + 1)
-    return total
+        terms.append((2 * a2a, None))
+    return terms
 
 
 def layer_times(model: ModelSpec, cluster: ClusterSpec, layout: Layout, layer_index: int, *,

@@ -210,6 +210,12 @@ class IntStageProblem:
                  for const, coef in group] for group in self.time_groups]
 
     @cached_property
+    def layer_memory_arrays(self) -> np.ndarray:
+        """[stage, kind, mode] bytes of one layer (activations + states) as int64."""
+        return np.array(self.kind_memory_bytes, dtype=np.int64) + np.array(
+            self.kind_state_bytes, dtype=np.int64)[None, :, None]
+
+    @cached_property
     def optimum(self):
         """`exact_optimum` of this problem, computed once."""
         return _exact_optimum(self)
@@ -685,23 +691,23 @@ def _exact_stage(ip: IntStageProblem, s: int, vec: tuple[int, ...]):
     if math.prod(shape) > _GRID_LIMIT:
         return math.nan
 
+    axes = [tuple(-1 if j == k else 1 for j in range(len(vec))) for k in range(len(vec))]
+
     def grid(per_kind):  # sum over kinds of per-kind vectors, broadcast to `shape`
         out = np.zeros(shape, dtype=np.int64)
         for k, v in enumerate(per_kind):
-            out = out + v.reshape([-1 if j == k else 1 for j in range(len(vec))])
+            out += v.reshape(axes[k])
         return out
 
-    mem = np.array(ip.kind_memory_bytes[s], dtype=np.int64) + np.array(
-        ip.kind_state_bytes, dtype=np.int64)[:, None]
+    mem = ip.layer_memory_arrays[s]
     fits = ip.stage_fixed_memory_bytes[s] + grid([c @ mem[k] for k, c in enumerate(comps)])
     fits = fits <= ip.capacity_bytes
     if not fits.any():
         return None
     total = np.zeros(shape, dtype=np.int64)
-    for group in ip.time_groups:
-        total = total + np.max(np.stack([
-            const[s] + grid([c @ np.array(coef[k], dtype=np.int64) for k, c in enumerate(comps)])
-            for const, coef in group]), axis=0)
+    for group in ip.piece_arrays:
+        total += np.max(np.stack([const[s] + grid([c @ coef[k] for k, c in enumerate(comps)])
+                                  for const, coef in group]), axis=0)
     total = np.where(fits, total, _INFEASIBLE)
     at = np.unravel_index(int(np.argmin(total)), shape)
     return int(total[at]), tuple(tuple(int(x) for x in comps[k][at[k]]) for k in range(len(vec)))
