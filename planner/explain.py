@@ -3,7 +3,9 @@
 Returns plain data (JSON-serialisable); `planner/report.py` renders it. Shape (issue 3 part 5):
 `parallelism`, `placement` {state: {axis: mode}}, `memory_bytes` {parameters, gradients,
 optimizer_states, activations, transient, reserve, total, capacity}, `memory_verdict`,
-`communication_bytes_per_step` {axis: bytes}, `violations` [{rule, message}], plus `details`.
+`communication_bytes_per_step` {axis: bytes}, `violations` [{rule, message}], `time_s` (the
+step-time split, tokens/s, TFLOP/s per GPU and MFU of a valid layout; None when a rule is broken),
+plus `details`.
 """
 
 from __future__ import annotations
@@ -12,8 +14,9 @@ import dataclasses
 
 from planner.cost.comm import bytes_per_axis, collectives
 from planner.cost.memory import DEFAULT_AT_RISK_MARGIN, memory_per_device
-from planner.placement.layout import Layout
+from planner.cost.step_time import step_time
 from planner.errors import SpecError
+from planner.placement.layout import Layout
 from planner.placement.rules import check_layout, errors
 from planner.placement.strategies import placement_for
 from planner.specs.model import ModelSpec
@@ -49,7 +52,15 @@ def explain(model: ModelSpec, cluster, layout: Layout, *, reserve_bytes: int | N
             raise
         costed = {"memory_bytes": None, "memory_verdict": "not_costed", "communication_bytes_per_step": {},
                   "details": {"warnings": [], "framework": layout.framework, "at_risk_margin": at_risk_margin}}
-    return header | costed
+    return header | costed | {"time_s": None if errors(violations) else _times(model, cluster, layout)}
+
+
+def _times(model: ModelSpec, cluster, layout: Layout) -> dict:
+    """The step-time split of a valid layout (the numbers `planner plan` reports for it)."""
+    t = step_time(model, cluster, layout)
+    return {"step": t.step, "compute": t.compute, "communication_exposed": t.communication_exposed,
+            "pipeline_bubble": t.pipeline_bubble, "recompute": t.recompute, "optimizer": t.optimizer,
+            "tokens_per_s": t.tokens_per_s, "tflops_per_gpu": t.tflops_per_gpu, "mfu": t.mfu}
 
 
 def _parallelism(layout: Layout) -> dict:

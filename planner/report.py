@@ -258,6 +258,13 @@ def show_explain(data: dict, fmt: str) -> None:
         comm = data["communication_bytes_per_step"]
         console.print(_table(None, ("axis", "communication\nGiB/GPU/step"),
                              ((axis, gib(comm[axis])) for axis in sorted(comm, key=_axis_rank))))
+    if data.get("time_s"):
+        t = data["time_s"]
+        console.print()
+        console.print(Text(f"step {t['step']:.3f} s (compute {t['compute']:.3f}, exposed comm "
+                           f"{t['communication_exposed']:.3f}, bubble {t['pipeline_bubble']:.3f}, recompute "
+                           f"{t['recompute']:.3f}, optimizer {t['optimizer']:.3f}); {t['tokens_per_s']:,.0f} "
+                           f"tokens/s, {t['tflops_per_gpu']:.0f} TFLOP/s per GPU, MFU {100 * t['mfu']:.1f}%"))
     _print_findings(console, data["violations"], data["details"].get("warnings", ()))
 
 

@@ -107,3 +107,18 @@ def test_sequence_beyond_the_models_context_is_flagged():
                                           "--format", "json"]).output)
     note = next(v for v in data["violations"] if v["rule"] == "seq_len_beyond_context")
     assert note["severity"] == "warning" and "2,048" in note["message"]
+
+
+def test_valid_layout_reports_the_step_time_plan_would():
+    from planner.cost.step_time import step_time
+    from planner.placement.layout import Layout
+    from planner.specs.cluster import load_cluster
+    from planner.specs.model import load_model
+
+    data = json.loads(_run("--zero-stage", "1", "--format", "json").output)
+    expected = step_time(load_model("llama-3.1-8b"), load_cluster("dgx-h100", gpus=8),
+                         Layout(dp=8, zero_stage=1, global_batch_size=8)).step
+    assert data["time_s"]["step"] == expected and 0 < data["time_s"]["mfu"] < 1
+    broken = json.loads(runner.invoke(app, ["explain", "-m", "llama-3.1-8b", "-c", "dgx-h100", "--tp", "3",
+                                            "--format", "json"]).output)
+    assert broken["time_s"] is None
