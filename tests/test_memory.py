@@ -33,7 +33,7 @@ def test_in_flight_interleaved_factor():
 
 def test_interleaved_stage_layers():
     layout = Layout(pp=2, vpp=2)
-    assert stage_layers(MODEL, layout) == [(0, 1, 2, 3, 8, 9, 10, 11), (4, 5, 6, 7, 12, 13, 14, 15)]
+    assert stage_layers(MODEL, layout) == ((0, 1, 2, 3, 8, 9, 10, 11), (4, 5, 6, 7, 12, 13, 14, 15))
 
 
 def test_first_stage_activations_scale_with_in_flight():

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 
 from planner.cost import activations as act
 from planner.cost.params_flops import ParamCounts, count_params
+from planner.errors import SpecError
 from planner.placement.layout import Layout
 from planner.placement.precision import StateBytes, padded_vocab, state_bytes
 from planner.placement.states import GROUPS, Mode, Placement, State
@@ -119,23 +120,30 @@ def memory_verdict(total_bytes: int, capacity_bytes: int, margin: float = DEFAUL
     return "at_risk" if total_bytes > (1 - margin) * capacity_bytes else "fits"
 
 
-def stage_layers(model: ModelSpec, layout: Layout) -> list[tuple[int, ...]]:
+def stage_layers(model: ModelSpec, layout: Layout) -> tuple[tuple[int, ...], ...]:
     """Decoder layer indices held by each pipeline stage.
 
     Explicit `pipeline_layers` are taken as given (contiguous); otherwise an even split, remainder to
     the first stages. With vpp > 1 stage s holds model chunks s, s + pp, ... (Megatron interleaving).
+    The one split used by memory, communication and step time.
+
+    Raises:
+        SpecError: explicit `pipeline_layers` that do not sum to the model's layers.
     """
     n, pp, vpp = model.num_hidden_layers, layout.pp, layout.vpp
     if layout.pipeline_layers is not None:
         counts = list(layout.pipeline_layers)
+        if sum(counts) != n:
+            raise SpecError(f"pipeline_layers {tuple(counts)} sum to {sum(counts)}, the model has {n} layers",
+                            key="pipeline_layers")
     else:
         chunks = pp * vpp
         per = [n // chunks + (1 if c < n % chunks else 0) for c in range(chunks)]
         starts = [sum(per[:c]) for c in range(chunks)]
-        return [tuple(i for c in range(s, chunks, pp) for i in range(starts[c], starts[c] + per[c]))
-                for s in range(pp)]
+        return tuple(tuple(i for c in range(s, chunks, pp) for i in range(starts[c], starts[c] + per[c]))
+                     for s in range(pp))
     starts = [sum(counts[:s]) for s in range(pp)]
-    return [tuple(range(starts[s], min(n, starts[s] + counts[s]))) for s in range(pp)]
+    return tuple(tuple(range(starts[s], starts[s] + counts[s])) for s in range(pp))
 
 
 def in_flight_microbatches(layout: Layout, stage: int) -> float:

@@ -26,6 +26,7 @@ from functools import lru_cache
 
 from planner.cost import collectives as coll
 from planner.cost.compute import achieved_flops, peak_flops
+from planner.cost.memory import stage_layers
 from planner.cost.params_flops import count_params, flops_per_token
 from planner.cost.pipeline import PipelineCoefficients, pipeline_coefficients
 from planner.errors import SpecError
@@ -303,24 +304,6 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, layout: Layout, layer_in
 
 
 # ---------------------------------------------------------------- per stage
-
-
-def stage_layers(model: ModelSpec, layout: Layout) -> tuple[tuple[int, ...], ...]:
-    """Layer indices of each pipeline stage: `layout.pipeline_layers`, or an even split with the
-    remainder on the first stages (Megatron-LM even split; Llama 3 §3.3.2 lightens the first/last)."""
-    total = model.num_hidden_layers
-    counts = layout.pipeline_layers
-    if counts is None:
-        base, extra = divmod(total, layout.pp)
-        counts = tuple(base + (1 if i < extra else 0) for i in range(layout.pp))
-    if sum(counts) != total:
-        raise SpecError(f"pipeline_layers {counts} sum to {sum(counts)}, the model has {total} layers",
-                        key="pipeline_layers")
-    stages, start = [], 0
-    for n in counts:
-        stages.append(tuple(range(start, start + n)))
-        start += n
-    return tuple(stages)
 
 
 def stage_fixed_times(model: ModelSpec, cluster: ClusterSpec, layout: Layout) -> tuple[float, ...]:
