@@ -86,7 +86,9 @@ def test_pruned_search_over_stage_problems_matches_exhaustive(problems, shrink):
 
     full = search(problems, stage_problem_lower_bound_s, solve, prune=False)
     fast = search(problems, lambda p: 0.0, solve, refine=stage_problem_lower_bound_s)
-    assert [r.objective_s for r in fast.best] == [r.objective_s for r in full.best]
+    # Equal up to the integer-nanosecond rounding the bounds are stated with (ilp.StageProblem.
+    # rounding_bound_s: a few ns here): two candidates within rounding may swap.
+    assert [r.objective_s for r in fast.best] == pytest.approx([r.objective_s for r in full.best], abs=1e-8)
     for p in problems:
         sol = solve_stage_problem(p)
         if sol.status == "OPTIMAL":
