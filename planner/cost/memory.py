@@ -102,14 +102,17 @@ class MemoryBreakdown:
 
     @property
     def model_states(self) -> int:
+        """Parameters + gradients + optimizer states on this GPU, bytes."""
         return self.parameters + self.gradients + self.optimizer_states
 
     @property
     def total(self) -> int:
+        """Peak bytes on this GPU: model states + activations + transients + reserve."""
         return self.model_states + self.activations + self.transient + self.reserve
 
     @property
     def verdict(self) -> str:
+        """fits | at_risk | does_not_fit (see memory_verdict)."""
         return memory_verdict(self.total, self.capacity, self.at_risk_margin)
 
 

@@ -42,6 +42,7 @@ class LayerParams:
 
     @property
     def total(self) -> int:
+        """Parameters of the block, count."""
         return self.attention + self.dense_mlp + self.routed_experts + self.shared_experts + self.router + self.norms
 
     def active(self, top_k: int) -> int:
@@ -68,6 +69,7 @@ class ParamCounts:
 
     @property
     def total(self) -> int:
+        """Parameters of the model (MTP only when counted), count."""
         return self.embedding + self.lm_head + self.final_norm + sum(l.total for l in self.layers) + self.mtp
 
     @property

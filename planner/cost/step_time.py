@@ -82,6 +82,7 @@ class LayerTime:
 
     @property
     def total_s(self) -> float:
+        """Forward + backward + recompute + exposed communication of the layer, s."""
         return self.forward_s + self.backward_s + self.recompute_s + self.comm_s
 
 
@@ -482,6 +483,7 @@ class StageCostModel:
 
     @property
     def num_kinds(self) -> int:
+        """Layer kinds the coefficient tables are indexed by."""
         return len(self.forward.coef)
 
     def time_groups(self) -> tuple[tuple[AffinePiece, ...], ...]:

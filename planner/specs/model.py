@@ -177,6 +177,7 @@ class ModelSpec:
 
     @property
     def is_moe(self) -> bool:
+        """The model has routed experts."""
         return self.num_experts > 0
 
     @property
@@ -186,6 +187,7 @@ class ModelSpec:
 
     @property
     def is_mla(self) -> bool:
+        """Attention is multi-head latent attention (DeepSeek)."""
         return self.kv_lora_rank > 0
 
     @property
