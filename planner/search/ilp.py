@@ -735,10 +735,9 @@ def exact_split(ip: IntStageProblem, upper: int):
                       axis=0) for group in groups)  # [s, n]
     kept = np.flatnonzero((lows <= upper).any(axis=0)[: L - S + 2])
     one_kind = _OneKindTables(ip, int(kept[-1]) if len(kept) else 1)
-    chain = []
+    chain, clipped, nonempty = [], np.clip(width, 0, L), width >= 1
     for s in range(S):
-        low = lows[s]
-        ok = (width >= 1) & (stops <= L - S + s + 1) & (low[np.clip(width, 0, L)] <= upper)
+        ok = nonempty & (stops <= L - S + s + 1) & (lows[s][clipped] <= upper)
         if ip.layers_per_stage is not None:
             ok &= width == ip.layers_per_stage[s]
         ok &= (value < _INFEASIBLE)[:, None]
@@ -748,8 +747,7 @@ def exact_split(ip: IntStageProblem, upper: int):
         cost, picks = table
         H = np.full((L + 1, L + 1), _INFEASIBLE, dtype=np.int64)
         H[ok] = cost
-        cand = np.maximum(value[:, None], H)
-        cand[H >= _INFEASIBLE] = _INFEASIBLE
+        cand = np.maximum(value[:, None], H)  # _INFEASIBLE where H is: value <= _INFEASIBLE
         best_a = np.argmin(cand, axis=0)
         value = cand[best_a, ns]
         chain.append((best_a, picks))
@@ -769,40 +767,42 @@ def _stage_cost_table(ip: IntStageProblem, s: int, a: np.ndarray, b: np.ndarray,
                       one_kind: _OneKindTables):
     """(exact stage-s cost of holding layers a[i]..b[i]-1, picks) for the given pairs
     (_INFEASIBLE where nothing fits), picks(vec) the [kind][mode] counts attaining the cost of
-    kind-count vector vec; None when a grid is too large."""
+    kind-count vector vec; None when a grid is too large. A pair holding one kind reads that
+    kind's per-count table; each distinct mixed vector is enumerated once (`_exact_stage`)."""
     vecs = prefix[b] - prefix[a]
-    radix = (ip.num_layers + 1) ** np.arange(ip.num_kinds, dtype=np.int64)
-    codes, first, inverse = np.unique(vecs @ radix, return_index=True, return_inverse=True)
-    uniq = vecs[first]
-    costs = np.full(len(uniq), _INFEASIBLE, dtype=np.int64)
-    single = (uniq > 0).sum(axis=1) == 1
+    nonzero = vecs > 0
+    single = nonzero.sum(axis=1) == 1
+    costs = np.full(len(vecs), _INFEASIBLE, dtype=np.int64)
     K, R = ip.num_kinds, len(ip.modes)
     tables, mixed = {}, {}
     for k in range(K):
-        rows = np.flatnonzero(single & (uniq[:, k] > 0))
+        rows = np.flatnonzero(single & nonzero[:, k])
         if not len(rows):
             continue
-        if math.comb(int(uniq[rows, k].max()) + R - 1, R - 1) > _GRID_LIMIT:  # its grid size
+        counts = vecs[rows, k]
+        if math.comb(int(counts.max()) + R - 1, R - 1) > _GRID_LIMIT:  # its grid size
             return None
         best, comps = one_kind.table(k)
-        tables[k] = (best[s], lambda n, comps=comps: comps(s, n))
-        costs[rows] = best[s][uniq[rows, k]]
+        tables[k] = lambda n, comps=comps: comps(s, n)
+        costs[rows] = best[s][counts]
     for i in np.flatnonzero(~single):
-        vec = tuple(int(x) for x in uniq[i])
-        got = _exact_stage(ip, s, vec)
-        if isinstance(got, float):
-            return None
-        if got is not None:
-            costs[i], mixed[vec] = got
+        vec = tuple(int(x) for x in vecs[i])
+        if vec not in mixed:
+            got = _exact_stage(ip, s, vec)
+            if isinstance(got, float):
+                return None
+            mixed[vec] = got
+        if mixed[vec] is not None:
+            costs[i] = mixed[vec][0]
 
     def picks(vec: tuple[int, ...]):
         if vec in mixed:
-            return mixed[vec]
+            return mixed[vec][1]
         k = next(j for j, n in enumerate(vec) if n)
-        return tuple(tuple(int(x) for x in tables[k][1](vec[k])) if j == k else (0,) * R
+        return tuple(tuple(int(x) for x in tables[k](vec[k])) if j == k else (0,) * R
                      for j in range(K))
 
-    return costs[inverse.reshape(-1)], picks
+    return costs, picks
 
 
 class _OneKindTables:
