@@ -66,6 +66,7 @@ from planner.cost.memory import (
     DEFAULT_AT_RISK_MARGIN,
     DEFAULT_RESERVE_BYTES,
     in_flight_microbatches,
+    model_state_key,
     stage_memory,
 )
 from planner.cost.params_flops import count_params
@@ -216,9 +217,9 @@ class _Costs:
 
     def layer_state_bytes(self, layout: Layout) -> tuple[float, ...]:
         """[kind] bytes one more layer adds on a GPU besides its activations: parameters,
-        gradients, optimizer states and the gradient-bucket slope (per mesh x ZeRO stage)."""
-        key = (layout.dp, layout.tp, layout.pp, layout.cp, layout.ep, layout.etp,
-               layout.zero_stage, layout.dp_shard, layout.offload)
+        gradients, optimizer states and the gradient-bucket slope (per `model_state_key`: what
+        those terms read)."""
+        key = model_state_key(layout)
         if key not in self._states:
             out = []
             for rep in self.reps:
@@ -515,26 +516,21 @@ def _candidates(model, cluster, fixed, base, reserve, headroom) -> tuple[list[La
         base={**base, **({"recompute": fixed["recompute"]} if "recompute" in fixed else {})})
     rejections = Rejections()
 
-    cache: dict = {}
+    def validate_knobs(layout: Layout) -> list:
+        # Every rule but the batch rule ignores the micro-batch size.
+        return [v for v in errors(check_layout(model, cluster, _with_split(model, layout)))
+                if v.rule != "batch_divisible"]
 
     def validate(layout: Layout) -> list:
-        # Every rule but the batch rule ignores the micro-batch size: check those once per
-        # (mesh, knobs) at b = 1, then the batch rule for this b.
-        # The fields candidate_layouts varies besides b (every other field is common to all).
-        key = (layout.dp, layout.tp, layout.pp, layout.cp, layout.ep, layout.etp, layout.zero_stage,
-               layout.sequence_parallel, layout.vpp, layout.offload)
-        if key not in cache:
-            one = layout.replace(micro_batch_size=1)
-            cache[key] = [v for v in errors(check_layout(model, cluster, _with_split(model, one)))
-                          if v.rule != "batch_divisible"]
-        return cache[key] or errors(check_batch(model, cluster, layout))
+        return errors(check_batch(model, cluster, layout))
 
     def validate_mesh(layout: Layout) -> list:
         return check_mesh(model, cluster, _with_split(model, layout))
 
     # The near-even split is given where a layout is refined or solved (`_with_split`), not to
     # every candidate: most are pruned by the cheap bound, which does not read the split.
-    layouts = list(candidate_layouts(space, validate, rejections, validate_mesh=validate_mesh))
+    layouts = list(candidate_layouts(space, validate, rejections, validate_mesh=validate_mesh,
+                                     validate_knobs=validate_knobs))
     return layouts, rejections, _Costs(model, cluster, reserve, headroom)
 
 

@@ -81,3 +81,41 @@ def test_collective_time_trivial_groups_cost_nothing():
     for kind in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "p2p"):
         assert collective_time(kind, group_size=1, bytes_per_device=1e9, cluster=cluster) == 0.0
         assert collective_time(kind, group_size=8, bytes_per_device=0, cluster=cluster) == 0.0
+
+
+def _states_and_transients(model, cluster, layout, layers):
+    """stage 0's bytes besides activations (what `model_state_key` claims to determine)."""
+    m = stage_memory(model, cluster, layout, 0, layers=layers, reserve_bytes=0,
+                     layers_by_recompute={"none": len(layers)})
+    return m.total - m.activations
+
+
+def test_model_state_key_groups_layouts_with_equal_states():
+    """Layouts that differ in dp / cp / pp / micro-batch but share `model_state_key` have equal
+    parameters + gradients + optimizer states + non-activation transients on a stage holding the
+    same layers (checked by direct `stage_memory` calls, both frameworks with a distributed
+    optimizer or ZeRO-3 and without); layouts whose shards differ get different keys."""
+    from planner.cost.memory import model_state_key
+
+    cluster = load_cluster("hgx-h800", gpus=256)
+    layers = (2, 3, 4)  # one dense, two MoE layers
+    seen: dict = {}
+    for framework in ("megatron", "deepspeed"):
+        for zero in (0, 1, 3):
+            if framework == "megatron" and zero == 3:
+                continue
+            for dp, cp, pp, b in ((8, 1, 4, 1), (4, 2, 4, 2), (16, 1, 2, 1), (2, 4, 4, 1),
+                                  (8, 2, 2, 4), (32, 1, 1, 1)):
+                layout = Layout(dp=dp, cp=cp, tp=8, pp=pp, ep=8, zero_stage=zero,
+                                sequence_parallel=True, micro_batch_size=b,
+                                global_batch_size=256, framework=framework)
+                value = _states_and_transients(DEEPSEEK, cluster, layout, layers)
+                key = model_state_key(layout)
+                assert seen.setdefault(key, value) == value, (key, layout)
+    # ZeRO-0 does not shard over dp: dp=8 and dp=16 (pp>1 both) share a key; ZeRO-1 does not.
+    zero0 = [model_state_key(Layout(dp=dp, tp=8, pp=pp, ep=8, zero_stage=0, global_batch_size=256))
+             for dp, pp in ((8, 4), (16, 2))]
+    zero1 = [model_state_key(Layout(dp=dp, tp=8, pp=pp, ep=8, zero_stage=1, global_batch_size=256))
+             for dp, pp in ((8, 4), (16, 2))]
+    assert zero0[0] == zero0[1] and zero1[0] != zero1[1]
+    assert len(set(seen)) > 4  # the sweep exercised several distinct keys

@@ -551,6 +551,26 @@ def _placement_facts(layout: Layout, placement: Placement) -> _PlacementFacts:
     return facts
 
 
+def model_state_key(layout: Layout) -> tuple:
+    """What `stage_memory` reads of a layout besides its activations, for a stage at a given
+    position (first / middle / last) holding given layers: the per-state, per-group shard degrees,
+    offloads and model-parallel degrees of its placement, tp / ep / etp (padded vocabulary and the
+    shards that stay after a gather), whether pp > 1 (which stage holds the LM head), framework,
+    precision, optimizer and offload. Two layouts with the same key have the same parameters,
+    gradients, optimizer states and non-activation transients on such a stage, whatever their dp,
+    cp or pp: a ZeRO-0 layout's states do not depend on dp. torchtitan with PP accumulates
+    gradients along the schedule (`_torchtitan_pp_accumulation`), which also reads the micro-batch
+    count, vpp and the activations: its key is the whole layout."""
+    if layout.framework == "torchtitan" and layout.pp > 1:
+        return (layout,)
+    placement = placement_for(layout)
+    facts = _placement_facts(layout, placement)
+    return (layout.framework, layout.precision, layout.optimizer, layout.tp, layout.ep, layout.etp,
+            layout.pp > 1, layout.offload, tuple(facts.shard_degree.values()),
+            tuple(facts.offloaded.values()), tuple(facts.model_parallel_degree.values()),
+            facts.gathered, placement.gather_prefetch)
+
+
 def stage_memory(model: ModelSpec, cluster, layout: Layout, stage: int, *,
                  layers_by_recompute: dict[str, int] | None = None,
                  layers: tuple[int, ...] | None = None,
