@@ -109,6 +109,27 @@ def test_rejections_keep_reasons_from_validate():
     assert rej.examples["batch not divisible by dp x micro-batch"] == "gbs % (dp*b)"
 
 
+def test_knob_rules_counted_once_per_micro_batch_size():
+    """The same hand-counted space as above, with the pp rule (which ignores the micro-batch
+    size) given as `validate_knobs` and only the batch rule as `validate`: the same layouts are
+    kept and the pp rule still counts one rejection per candidate (pp4 x mbs {1,2} = 2)."""
+    def batch(layout):
+        if layout.global_batch_size % (layout.dp * layout.micro_batch_size):
+            return ["batch not divisible by dp x micro-batch"]
+        return []
+
+    space = SearchSpace(num_gpus=4, max_tp=2, micro_batch_sizes=(1, 2), zero_stages=(0,),
+                        sequence_parallel=(False,), base={"global_batch_size": 2})
+    rej = Rejections()
+    seen = []
+    kept = list(candidate_layouts(space, batch, rej, validate_knobs=lambda l: (
+        seen.append(l.micro_batch_size) or (["layers not divisible by pp"] if 6 % l.pp else []))))
+    assert rej.counts["layers not divisible by pp"] == 2
+    assert rej.counts["batch not divisible by dp x micro-batch"] == 2 + 3
+    assert len(kept) == 3 + 8
+    assert set(seen) == {1}  # run once per knob combination, at the first micro-batch size
+
+
 def test_mesh_rules_counted_once_per_mesh():
     space = SearchSpace(num_gpus=4, max_tp=4, micro_batch_sizes=(1, 2, 4), zero_stages=(0,),
                         sequence_parallel=(False,))

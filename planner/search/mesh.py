@@ -91,9 +91,9 @@ class Rejections:
     examples: dict = field(default_factory=dict)
     """reason -> message of the first rejection for it."""
 
-    def add(self, reason: str, message: str = "") -> None:
-        """Count one rejection."""
-        self.counts[reason] += 1
+    def add(self, reason: str, message: str = "", count: int = 1) -> None:
+        """Count `count` rejections for one reason."""
+        self.counts[reason] += count
         self.examples.setdefault(reason, message or reason)
 
     @property
@@ -187,7 +187,8 @@ def _passthrough(space: SearchSpace) -> dict[str, object]:
 
 
 def candidate_layouts(space: SearchSpace, validate: Validator, rejections: Rejections, *,
-                      validate_mesh: Validator | None = None) -> Iterator[Layout]:
+                      validate_mesh: Validator | None = None,
+                      validate_knobs: Validator | None = None) -> Iterator[Layout]:
     """Yield every valid Layout of `space`; count every rejected one in `rejections`.
 
     Args:
@@ -197,6 +198,10 @@ def candidate_layouts(space: SearchSpace, validate: Validator, rejections: Rejec
         rejections: tally filled with one reason per rejected mesh or candidate.
         validate_mesh: optional rules that depend on the degrees only, run once per mesh (with
             the knobs at their first values) so a bad mesh is rejected once, not once per knob.
+        validate_knobs: optional rules that do not read the micro-batch size, run once per mesh
+            and knob combination (at the first micro-batch size); a rejection counts once per
+            micro-batch size, as if each candidate had been built and rejected, and `validate`
+            then only needs the rules that read it.
     """
     common = _passthrough(space)
     for mesh in meshes(space, rejections):
@@ -207,10 +212,16 @@ def candidate_layouts(space: SearchSpace, validate: Validator, rejections: Rejec
                 first = {k: v[0] for k, v in knobs.items()}
                 if _rejected(validate_mesh, _layout(degrees, first, common), rejections):
                     continue
+            sizes = knobs.pop("micro_batch_size")
             for combo in itertools.product(*knobs.values()):
-                layout = _layout(degrees, dict(zip(knobs, combo)), common)
-                if not _rejected(validate, layout, rejections):
-                    yield layout
+                fields_ = dict(zip(knobs, combo))
+                layouts = [_layout(degrees, {**fields_, "micro_batch_size": sizes[0]}, common)]
+                if validate_knobs is not None and _rejected(validate_knobs, layouts[0], rejections,
+                                                            count=len(sizes)):
+                    continue
+                layouts += [_layout(degrees, {**fields_, "micro_batch_size": b}, common)
+                            for b in sizes[1:]]
+                yield from (layout for layout in layouts if not _rejected(validate, layout, rejections))
 
 
 def _layout(degrees: dict, knobs: dict, common: dict) -> Layout:
@@ -218,12 +229,12 @@ def _layout(degrees: dict, knobs: dict, common: dict) -> Layout:
     return Layout(**degrees, **knobs, **common)
 
 
-def _rejected(validate: Validator, layout: Layout, rejections: Rejections) -> bool:
+def _rejected(validate: Validator, layout: Layout, rejections: Rejections, count: int = 1) -> bool:
     violations = list(validate(layout))
     if not violations:
         return False
     first = violations[0]
     fix = getattr(first, "fix", "")
     message = str(getattr(first, "message", first)) + (f"; fix: {fix}" if fix else "")
-    rejections.add(str(getattr(first, "rule", first)), message)
+    rejections.add(str(getattr(first, "rule", first)), message, count)
     return True
