@@ -92,6 +92,7 @@ from planner.search.ilp import (
     IntStageProblem,
     StageProblem,
     StageSolution,
+    feasible_split,
     memory_diagnosis,
     solve_stage_problem,
     to_int_problem,
@@ -347,22 +348,30 @@ def _may_fit(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> bool:
     """False only when the stage program of `layout` has no plan: summing its per-stage memory
     constraints M0[s] + sum_k w[k] n[s,k] + sum_{k,r} m[s,k,r] c[s,k,r] <= C over the pp stages,
     with M0 >= 0 and m[s,k,r] = ceil(act[k][r] x flight_s) >= ceil(act[k][r] x min_s flight_s),
-    every plan needs sum_l (w[kind l] + min_r ceil(act[kind l][r] x min_s flight_s)) <= pp C,
-    in the program's own integer bytes (`_stage_problem`, `to_int_problem`). It reads two cached
-    per-mesh tables instead of building the program (most candidates the refined bound reaches
-    on the large MoE cases fail it: ZeRO-0/1 states alone overflow)."""
-    ref = _reference(costs.model, layout)
+    every plan needs `_least_need_bytes` <= pp C, in the program's own integer bytes
+    (`_stage_problem`, `to_int_problem`). It reads two cached per-mesh tables instead of building
+    the program (most candidates the refined bound reaches on the large MoE cases fail it: ZeRO-0/1
+    states alone overflow)."""
     room = layout.pp * math.floor(costs.usable_bytes)
+    return (_least_need_bytes(costs, layout, modes, states_only=True) <= room
+            and _least_need_bytes(costs, layout, modes) <= room)
+
+
+def _least_need_bytes(costs: _Costs, layout: Layout, modes: tuple[str, ...],
+                      states_only: bool = False) -> int:
+    """sum_l (w[kind l] + min_r ceil(act[kind l][r] x min_s flight_s)), bytes: what the layers of
+    every plan of the stage program need over its pp stages, fixed bytes aside (`_may_fit`); the
+    model states alone (w) with `states_only`."""
+    ref = _reference(costs.model, layout)
     state = costs.layer_state_bytes(ref)
     need = sum(n * math.ceil(state[k]) for k, n in enumerate(costs.per_kind))
-    if need > room:  # the model states alone overflow: no activation table needed
-        return False
+    if states_only:
+        return need
     act, _ = costs.layer_activation_bytes(ref)
     flight = min(in_flight_microbatches(ref, s) for s in range(layout.pp))
     allowed = [RECOMPUTE_MODES.index(m) for m in modes]
-    need += sum(n * min(math.ceil(act[k][r] * flight) for r in allowed)
-                for k, n in enumerate(costs.per_kind))
-    return need <= room
+    return need + sum(n * min(math.ceil(act[k][r] * flight) for r in allowed)
+                      for k, n in enumerate(costs.per_kind))
 
 
 def _layer_sets(layout: Layout) -> list[tuple[int, ...]]:
@@ -622,21 +631,21 @@ def plan_layout(entry: dict, request: dict) -> Layout:
 def _infeasible(model, cluster, costs: _Costs, rejections: Rejections, base, fixed,
                 headroom) -> InfeasibleError:
     """Binding constraint of the closest candidate and the least GPU count that has a plan."""
-    diagnoses = _diagnoses(costs, _modes_for(fixed))
-    if not diagnoses:
+    closest = _closest(costs, _modes_for(fixed))
+    if closest is None:
         reasons = "; ".join(f"{r['count']} x {r['reason']}" for r in rejections.as_list()) or "none"
         top = rejections.as_list()[0]["reason"] if rejections.total else None
         example = f"; e.g. {rejections.examples[top]}" if top and rejections.examples.get(top) not in (None, top) else ""
         return InfeasibleError(f"no valid layout of {model.name} on {cluster.num_gpus} GPUs: every "
                                f"candidate breaks a placement rule ({reasons}){example}",
                                details={"rejected": rejections.as_list()})
-    excess, layout, diagnosis = min(diagnoses, key=lambda d: d[0])
+    excess, layout, diagnosis = closest
     term, term_bytes = _dominant_term(costs, layout, diagnosis.stage)
     gpus = minimum_gpus(model, cluster, base=base, fixed=fixed, reserve_bytes=costs.reserve,
                         headroom=headroom)
     gib = 2**30
-    closest = (f"dp={layout.dp} tp={layout.tp} pp={layout.pp} cp={layout.cp} ep={layout.ep} "
-               f"zero={layout.zero_stage} b={layout.micro_batch_size}")
+    named = (f"dp={layout.dp} tp={layout.tp} pp={layout.pp} cp={layout.cp} ep={layout.ep} "
+             f"zero={layout.zero_stage} b={layout.micro_batch_size}")
     change = (f"use at least {gpus} GPUs ({gpus // cluster.gpus_per_node} nodes of "
               f"{cluster.gpus_per_node})" if gpus else "no GPU count up to the search limit fits: "
               "shorten the sequence or offload optimizer states")
@@ -644,20 +653,30 @@ def _infeasible(model, cluster, costs: _Costs, rejections: Rejections, base, fix
         f"no layout of {model.name} fits {cluster.num_gpus} x {cluster.gpu.name} "
         f"({costs.usable_bytes / gib:.1f} GiB usable per GPU after the {costs.reserve / gib:.1f} GiB reserve "
         f"and {headroom:.0%} headroom): the closest, "
-        f"{closest} with the least-memory recompute, exceeds it on pipeline stage {diagnosis.stage} by "
+        f"{named} with the least-memory recompute, exceeds it on pipeline stage {diagnosis.stage} by "
         f"{excess / gib:.1f} GiB, dominated by {term.replace('_', ' ')} "
         f"({term_bytes / gib:.1f} GiB); smallest change: {change}",
         details={"binding_stage": diagnosis.stage, "excess_bytes": excess, "dominant_term": term,
                  "dominant_term_bytes": term_bytes, "minimum_gpus": gpus})
 
 
-def _diagnoses(costs: _Costs, modes: tuple[str, ...]) -> list[tuple[int, Layout, object]]:
-    """(excess bytes, layout, MemoryDiagnosis) of every candidate found to have no plan."""
-    out = []
-    for layout in dict.fromkeys(costs.infeasible):
+def _closest(costs: _Costs, modes: tuple[str, ...]) -> tuple[int, Layout, object] | None:
+    """(excess bytes, layout, MemoryDiagnosis) of the candidate found to have no plan whose
+    least largest per-stage excess (`memory_diagnosis`) is smallest (the first such in the order
+    found); None when none was found. Best-first: a plan of the stage program at capacity C + e
+    needs `_least_need_bytes` <= pp (C + e), so e >= ceil(need / pp) - C; candidates are
+    diagnosed in order of that bound until it exceeds the least excess found."""
+    capacity = math.floor(costs.usable_bytes)
+    ranked = sorted((-(-_least_need_bytes(costs, layout, modes) // layout.pp) - capacity, i, layout)
+                    for i, layout in enumerate(dict.fromkeys(costs.infeasible)))
+    best = None
+    for bound, i, layout in ranked:
+        if best is not None and bound > best[0][0]:
+            break
         d = memory_diagnosis(costs.int_problem(layout, modes))
-        out.append((d.excess_bytes, layout, d))
-    return out
+        if best is None or (d.excess_bytes, i) < best[0]:
+            best = ((d.excess_bytes, i), layout, d)
+    return None if best is None else (best[0][0], best[1], best[2])
 
 
 def _dominant_term(costs: _Costs, layout: Layout, stage: int) -> tuple[str, int]:
@@ -694,11 +713,27 @@ def minimum_gpus(model: ModelSpec, cluster: ClusterSpec, *, base: dict, fixed: d
     gpus = -(-gpus // node) * node
     free = {k: v for k, v in fixed.items() if k not in ("dp", "pp", "cp")}
     for step in range(max_steps):
-        sized = dataclasses.replace(cluster, num_gpus=gpus)
-        if _search(model, sized, free, base, reserve_bytes, headroom, 1)[0].best:
+        if _has_plan(model, dataclasses.replace(cluster, num_gpus=gpus), free, base, reserve_bytes,
+                     headroom):
             return gpus
         gpus = gpus + node if step < max_steps // 2 else gpus * 2
     return None
+
+
+def _has_plan(model, cluster, fixed, base, reserve, headroom) -> bool:
+    """Whether `plan` would find a plan: some candidate's stage program has a split that fits.
+    `feasible_split` decides that exactly (the solve of the same program finds no plan exactly
+    when it returns None), without finding the optimum; `_may_fit` skips most candidates first."""
+    candidates, _, costs = _candidates(model, cluster, fixed, base, reserve, headroom)
+    modes = _modes_for(fixed)
+    for layout in candidates:
+        layout = _with_split(model, layout)
+        if not _may_fit(costs, layout, modes):
+            continue
+        ip = costs.int_problem(layout, modes)
+        if feasible_split(ip, ip.capacity_bytes) is not None:
+            return True
+    return False
 
 
 def plan_file(data: dict, index: int = 0) -> dict:

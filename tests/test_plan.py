@@ -67,3 +67,44 @@ def test_minimum_gpus_is_at_least_the_model_state_bound():
                 framework="megatron")
     bound = P.states_lower_bound_gpus(model, small, base=base, reserve_bytes=2 * 2**30)
     assert bound == 10
+
+
+def _infeasible_costs(model, cluster, base):
+    result, _, costs = P._search(model, cluster, {}, base, 0, 0.0, 1)
+    assert not result.best and costs.infeasible
+    return costs
+
+
+def test_closest_candidate_equals_the_exhaustive_least_excess():
+    """The best-first `_closest` diagnoses few candidates but returns what diagnosing every
+    candidate found infeasible and taking the least (excess, order found) returns (exact oracle:
+    `memory_diagnosis` on each)."""
+    from planner.search.ilp import memory_diagnosis
+
+    base = dict(seq_len=4096, global_batch_size=64, precision="bf16", optimizer="adamw",
+                framework="megatron")
+    for name, gpus in (("llama-3.1-70b", 8), ("mixtral-8x22b", 8)):
+        model, cluster = load_model(name), load_cluster("dgx-h100", gpus=gpus)
+        costs = _infeasible_costs(model, cluster, base)
+        modes = P.RECOMPUTE_MODES
+        every = [(memory_diagnosis(costs.int_problem(l, modes)).excess_bytes, i, l)
+                 for i, l in enumerate(dict.fromkeys(costs.infeasible))]
+        excess, _, layout = min(every, key=lambda e: (e[0], e[1]))
+        got = P._closest(costs, modes)
+        assert (got[0], got[1]) == (excess, layout), name
+        assert len(every) > 1
+
+
+def test_has_plan_agrees_with_the_search():
+    """`_has_plan` (feasibility only) says yes exactly where the full search finds a plan, on GPU
+    counts either side of llama-3.1-70b's smallest fit."""
+    model = load_model("llama-3.1-70b")
+    base = dict(seq_len=4096, global_batch_size=64, precision="bf16", optimizer="adamw",
+                framework="megatron")
+    answers = []
+    for gpus in (8, 16, 24, 32):
+        cluster = load_cluster("dgx-h100", gpus=gpus)
+        found = bool(P._search(model, cluster, {}, base, 2 * 2**30, 0.1, 1)[0].best)
+        assert P._has_plan(model, cluster, {}, base, 2 * 2**30, 0.1) == found, gpus
+        answers.append(found)
+    assert answers[0] is False and answers[-1] is True
