@@ -368,4 +368,30 @@ def plan_cmd(
                              reserve_bytes=reserve, headroom=headroom, on_progress=tick)
     report.show_plan(data, fmt.value)
     if output:
-        report.write_yaml(output, plan_api.plan_file(data))
+        report.write_yaml(output, plan_api.plan_file(data, model_ref=_ref_for(model, output),
+                                                     cluster_ref=_ref_for(cluster, output)))
+
+
+def _ref_for(ref: str, output: str) -> str:
+    """A model / cluster reference as a plan file at `output` records it: a catalog name as given,
+    a file path relative to the plan file's directory (so the file still loads after a move of
+    both, from any working directory)."""
+    import os
+
+    if not os.path.exists(ref):
+        return ref
+    return os.path.relpath(os.path.abspath(ref), os.path.dirname(os.path.abspath(output)))
+
+
+@app.command("check")
+def check_cmd(
+    file: Annotated[str, typer.Argument(help="Configuration to check: a plan file (`planner plan -o`).")],
+    fmt: FormatOpt = Format.table,
+) -> None:
+    """CI gate: pass (exit 0) or fail (exit 1) with each violated rule, its numbers and a fix."""
+    from planner import check as check_api  # imported per command: `--help` stays light
+
+    data = check_api.check_file(file)
+    report.show_check(data, fmt.value)
+    if data["verdict"] != "pass":
+        raise typer.Exit(1)

@@ -488,7 +488,7 @@ def plan(model: ModelSpec, cluster: ClusterSpec, *, seq_len: int, global_batch_s
         "rejected": rejections.as_list(),
         "warnings": warnings,
         "request": {"model": model.name, "cluster": cluster.name, "gpus": cluster.num_gpus,
-                    **base, "fixed": fixed, "headroom": headroom},
+                    **base, "fixed": fixed, "headroom": headroom, "reserve_bytes": reserve},
     }
 
 
@@ -680,13 +680,8 @@ def _closest(costs: _Costs, modes: tuple[str, ...]) -> tuple[int, Layout, object
 
 
 def _dominant_term(costs: _Costs, layout: Layout, stage: int) -> tuple[str, int]:
-    mem = stage_memory(costs.model, costs.cluster, layout, stage, reserve_bytes=costs.reserve,
-                       layers_by_recompute=None)
-    terms = {"parameters": mem.parameters, "gradients": mem.gradients,
-             "optimizer_states": mem.optimizer_states, "activations": mem.activations,
-             "transient": mem.transient}
-    name = max(terms, key=terms.get)
-    return name, terms[name]
+    return stage_memory(costs.model, costs.cluster, layout, stage, reserve_bytes=costs.reserve,
+                        layers_by_recompute=None).largest_term
 
 
 def states_lower_bound_gpus(model: ModelSpec, cluster: ClusterSpec, *, base: dict,
@@ -736,17 +731,20 @@ def _has_plan(model, cluster, fixed, base, reserve, headroom) -> bool:
     return False
 
 
-def plan_file(data: dict, index: int = 0) -> dict:
+def plan_file(data: dict, index: int = 0, *, model_ref: str | None = None,
+              cluster_ref: str | None = None) -> dict:
     """The plan file (`-o plan.yaml`, DESIGN.md §5) for plan `index` of a `plan()` result: what to
     run (model, cluster, the full parallelism incl. the per-stage split and recompute), what the
-    model predicts, and the solver status; `plan_layout(doc["plan"], doc["request"])` rebuilds
-    the Layout."""
+    model predicts, and the solver status; `planner check` reads it back
+    (`planner.check.plan_file`), and `plan_layout(doc["plan"], doc["request"])` rebuilds the
+    Layout. `model_ref` / `cluster_ref`: what the user named them by (a catalog name or a path,
+    so that the file loads them again); default: their names."""
     entry = data["plans"][index]
     return {
         "kind": "training-plan",
         "version": 1,
-        "model": data["request"]["model"],
-        "cluster": data["request"]["cluster"],
+        "model": model_ref or data["request"]["model"],
+        "cluster": cluster_ref or data["request"]["cluster"],
         "gpus": data["request"]["gpus"],
         "request": {k: v for k, v in data["request"].items() if k not in ("model", "cluster", "gpus")},
         "plan": {"parallelism": entry["parallelism"]},

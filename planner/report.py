@@ -359,6 +359,45 @@ def _runs(values: list[int]) -> str:
     return ", ".join(out)
 
 
+# ---------------------------------------------------------------- check
+
+
+def show_check(data: dict, fmt: str) -> None:
+    """`planner check` (planner.check.check_file): verdict, layout, memory per stage, findings."""
+    if fmt != "table":
+        return dump(data, fmt)
+    console = _console()
+    verdict = data["verdict"].upper()
+    console.print(Text.assemble((verdict, "bold green" if verdict == "PASS" else "bold red"),
+                                f" {data['file']} ({data['kind']}): {data['model']} on "
+                                f"{data['gpus']:,} x {data['cluster']}"))
+    par = data["parallelism"]
+    split = f"; pipeline layers {_runs(par['pipeline_layers'])}" if par.get("pipeline_layers") else ""
+    console.print(Text(f"{layout_label(par)}{split}; {par['framework']} conventions, seq "
+                       f"{par['seq_len']:,}, global batch {par['global_batch_size']:,} sequences"))
+    if data["stages"]:
+        console.print()
+        console.print(_table("memory per GPU by pipeline stage (GiB)",
+                             ("stage", "recompute", "params", "grads", "optim", "activ", "trans",
+                              "reserve", "total", "capacity", "verdict"),
+                             (_stage_cells(row) for row in data["stages"]), right_from=2))
+    if data.get("time_s"):
+        t = data["time_s"]
+        console.print(Text(f"step {t['step']:.3f} s (compute {t['compute']:.3f}, exposed comm "
+                           f"{t['communication_exposed']:.3f}, bubble {t['pipeline_bubble']:.3f}); "
+                           f"{data['tokens_per_s']:,.0f} tokens/s, MFU {100 * data['mfu']:.1f}%"))
+    if data["violations"]:
+        console.print()
+    _print_findings(console, data["violations"], ())
+
+
+def _stage_cells(row: dict) -> list:
+    mem = row["memory_bytes"]
+    recompute = "/".join(f"{n}{m[0]}" for m, n in row["recompute"].items() if n) or "-"
+    return [row["stage"], recompute, *(gib(mem[t]) for t in _MEMORY_TERMS), gib(mem["total"]),
+            gib(mem["capacity"]), row["verdict"].replace("_", " ")]
+
+
 class plan_progress:  # noqa: N801  (used as a context manager: `with plan_progress() as tick`)
     """A transient progress bar on stderr, shown once a search has run for `delay_s`; yields the
     `on_progress(visited, total)` callback for `planner.plan.plan`."""

@@ -111,6 +111,16 @@ class MemoryBreakdown:
         return self.model_states + self.activations + self.transient + self.reserve
 
     @property
+    def largest_term(self) -> tuple[str, int]:
+        """(name, bytes) of the largest of parameters, gradients, optimizer_states, activations
+        and transient (the first on a tie): what to shrink first."""
+        terms = {"parameters": self.parameters, "gradients": self.gradients,
+                 "optimizer_states": self.optimizer_states, "activations": self.activations,
+                 "transient": self.transient}
+        name = max(terms, key=terms.get)
+        return name, terms[name]
+
+    @property
     def verdict(self) -> str:
         """fits | at_risk | does_not_fit (see memory_verdict)."""
         return memory_verdict(self.total, self.capacity, self.at_risk_margin)

@@ -1,0 +1,235 @@
+"""The gate: one training configuration -> pass or fail, with the violated rules, numbers and fixes.
+
+A reader (`plan_file`, ...) turns a file into a `Target`: model, cluster, Layout and, where the
+file gives one, the recompute mode count of every pipeline stage. `evaluate` applies every rule
+`planner explain` and `planner plan` apply -- the composition rules of `placement.rules` and the
+per-stage memory of `cost.memory.stage_memory` against capacity -- plus the reader's own
+consistency findings, and costs the step where the layout is valid. It fails on any error; a
+warning (a stage inside the at-risk margin, a stale prediction) is reported and passes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from planner.cost.memory import DEFAULT_AT_RISK_MARGIN, MemoryBreakdown, stage_layers, stage_memory
+from planner.cost.step_time import step_time
+from planner.errors import SpecError
+from planner.placement.layout import RECOMPUTE_MODES, Layout
+from planner.placement.rules import Violation, check_layout, errors
+from planner.specs.cluster import ClusterSpec
+from planner.specs.model import ModelSpec
+
+STALE_TOLERANCE = 0.005
+"""Relative difference between a file's `predicted` numbers and the recomputed ones past which
+the prediction is reported stale (0.5%: the file was edited, or written by another version)."""
+
+_ASSIGN_ORDER = ("full", "selective", "none")
+"""Order in which a stage's layers take their recompute modes (`stage_memory`'s convention)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Target:
+    """One configuration to check, as a reader found it."""
+
+    file: str
+    """The file checked."""
+    kind: str
+    """What the file is: training-plan, ..."""
+    model: ModelSpec
+    """The model trained."""
+    cluster: ClusterSpec
+    """The cluster, with its GPU count."""
+    layout: Layout
+    """Degrees, knobs and the pipeline split."""
+    recompute_per_stage: tuple[dict[str, int], ...] | None = None
+    """[stage] {mode: layer count}; None = `layout.recompute` on every layer."""
+    reserve_bytes: int | None = None
+    """Per-GPU reserve (CUDA context, fragmentation); None = the default."""
+    at_risk_margin: float = DEFAULT_AT_RISK_MARGIN
+    """Fraction of GPU memory inside which a stage is at risk."""
+    predicted: dict | None = None
+    """The file's own prediction (`planner plan -o`), compared with the recomputed one."""
+    findings: tuple[Violation, ...] = field(default_factory=tuple)
+    """What the reader found inconsistent in the file (e.g. num_microbatches vs the batch)."""
+
+
+def evaluate(target: Target) -> dict:
+    """Check `target`: {file, kind, verdict: pass|fail, model, cluster, gpus, parallelism,
+    violations [{rule, severity, message, fix}], stages [{stage, layers, recompute, memory_bytes,
+    verdict}], memory_bytes (the fullest stage), memory_verdict, time_s, tokens_per_s, mfu}.
+
+    Memory: `stage_memory` of every stage with its own recompute counts; a stage over capacity is
+    the error `memory_exceeds` (the stage, its total, the capacity, the largest term and what
+    shrinks it), one inside the at-risk margin the warning `memory_at_risk`. Times are None when a
+    rule is broken (the step is then undefined or meaningless).
+    """
+    layout = target.layout
+    violations = [*target.findings, *check_layout(target.model, target.cluster, layout)]
+    stages = _stages(target) if not errors(list(target.findings)) else None
+    if stages is not None:
+        violations += _memory_findings(target, stages)
+    valid = not errors(violations)
+    times = _times(target) if valid and stages is not None else None
+    if times is not None and target.predicted:
+        violations += _stale(target.predicted, times, stages)
+    worst = max(stages, key=lambda m: m.total) if stages else None
+    return {
+        "file": target.file, "kind": target.kind,
+        "verdict": "fail" if errors(violations) else "pass",
+        "model": target.model.name, "cluster": target.cluster.name, "gpus": target.cluster.num_gpus,
+        "parallelism": _parallelism(target),
+        "violations": [{"rule": v.rule, "severity": v.severity, "message": v.message, "fix": v.fix}
+                       for v in violations],
+        "stages": [_stage_row(target, s, m) for s, m in enumerate(stages or ())],
+        "memory_bytes": _memory_dict(worst) if worst else None,
+        "memory_verdict": worst.verdict if worst else "not_costed",
+        **(times or {"time_s": None, "tokens_per_s": None, "mfu": None}),
+    }
+
+
+def _counts(target: Target) -> list[dict[str, int]]:
+    layers = stage_layers(target.model, target.layout)
+    if target.recompute_per_stage is None:
+        return [{target.layout.recompute: len(ls)} for ls in layers]
+    return [dict(c) for c in target.recompute_per_stage]
+
+
+def _stages(target: Target) -> list[MemoryBreakdown] | None:
+    """stage_memory of every stage, or None where a broken rule leaves memory undefined."""
+    layout = target.layout
+    try:
+        return [stage_memory(target.model, target.cluster, layout, s, layers=layers,
+                             layers_by_recompute=counts, reserve_bytes=target.reserve_bytes,
+                             at_risk_margin=target.at_risk_margin)
+                for s, (layers, counts) in enumerate(zip(stage_layers(target.model, layout),
+                                                         _counts(target)))]
+    except SpecError:
+        if errors(check_layout(target.model, target.cluster, layout)):
+            return None  # the rules already say why (e.g. cp does not divide the sequence)
+        raise
+
+
+def _memory_findings(target: Target, stages: list[MemoryBreakdown]) -> list[Violation]:
+    out = []
+    gib = 2**30
+    for text in dict.fromkeys(w for m in stages for w in m.warnings):
+        out.append(Violation(rule="initialization_peak", severity="warning", message=text,
+                             fix="build the model on the meta device and load it sharded"))
+    for m in stages:
+        if m.verdict == "fits":
+            continue
+        term, size = m.largest_term
+        numbers = (f"pipeline stage {m.stage} needs {m.total / gib:.1f} GiB of "
+                   f"{m.capacity / gib:.1f} GiB per GPU (largest term: {term.replace('_', ' ')}, "
+                   f"{size / gib:.1f} GiB; reserve {m.reserve / gib:.1f} GiB)")
+        if m.verdict == "does_not_fit":
+            out.append(Violation(rule="memory_exceeds", message=numbers, fix=_memory_fix(target, m)))
+        else:
+            free = (m.capacity - m.total) / gib
+            out.append(Violation(
+                rule="memory_at_risk", severity="warning",
+                message=f"{numbers}: {free:.1f} GiB free, inside the {target.at_risk_margin:.0%} "
+                        f"at-risk margin (implementations of one layout peak GBs apart, FC-04)",
+                fix=_memory_fix(target, m)))
+    return out
+
+
+def _memory_fix(target: Target, m: MemoryBreakdown) -> str:
+    """The single-knob changes after which stage `m.stage` fits outside the at-risk margin, each
+    with the stage's new total (recomputed by `stage_memory`, rules checked), else a pointer to
+    `planner plan`."""
+    gib = 2**30
+    found = []
+    counts = _counts(target)[m.stage]
+    for label, layout in _single_changes(target.layout):
+        if errors(check_layout(target.model, target.cluster, layout)):
+            continue
+        try:  # a recompute change applies to every layer; the others keep the stage's modes
+            new = stage_memory(target.model, target.cluster, layout, m.stage,
+                               layers=stage_layers(target.model, layout)[m.stage],
+                               layers_by_recompute=None if label.startswith("recompute") else counts,
+                               reserve_bytes=target.reserve_bytes,
+                               at_risk_margin=target.at_risk_margin)
+        except SpecError:
+            continue
+        if new.verdict == "fits":
+            found.append(f"{label} ({new.total / gib:.1f} GiB)")
+    if not found:
+        return "no single change of recompute, micro-batch or ZeRO stage fits this stage; run " \
+               "`planner plan` for the fastest layout that fits"
+    return "any of: " + "; ".join(found) + " -- or run `planner plan` for the fastest layout that fits"
+
+
+def _single_changes(layout: Layout) -> list[tuple[str, Layout]]:
+    """recompute selective / full on every layer, half the micro-batch, the next ZeRO stage."""
+    out = [(f"recompute {mode}", layout.replace(recompute=mode))
+           for mode in ("selective", "full") if mode != layout.recompute]
+    b = layout.micro_batch_size
+    if b > 1 and b % 2 == 0:
+        out.append((f"micro_batch_size {b // 2}", layout.replace(micro_batch_size=b // 2)))
+    if layout.dp > 1 and layout.zero_stage < 3:
+        out.append((f"zero_stage {layout.zero_stage + 1}",
+                    layout.replace(zero_stage=layout.zero_stage + 1)))
+    return out
+
+
+def _stale(predicted: dict, times: dict, stages: list[MemoryBreakdown]) -> list[Violation]:
+    """Warn where the file's predicted step time or memory total disagrees with this check."""
+    out = []
+    pairs = []
+    step = (predicted.get("time_s") or {}).get("step")
+    if isinstance(step, (int, float)) and times["time_s"]:
+        pairs.append(("step time", float(step), times["time_s"]["step"], "s"))
+    total = (predicted.get("memory_bytes") or {}).get("total")
+    if isinstance(total, (int, float)):
+        pairs.append(("largest stage memory", float(total), float(max(m.total for m in stages)), "B"))
+    for name, said, now, unit in pairs:
+        if abs(said - now) > STALE_TOLERANCE * max(abs(now), 1e-12):
+            out.append(Violation(
+                rule="prediction_stale", severity="warning",
+                message=f"the file predicts {name} {said:,.6g} {unit}; this check computes "
+                        f"{now:,.6g} {unit}",
+                fix="re-run `planner plan ... -o` to refresh the file's prediction"))
+    return out
+
+
+def _times(target: Target) -> dict:
+    modes = tuple(m for counts in _counts(target) for m in _ASSIGN_ORDER
+                  for _ in range(counts.get(m, 0)))
+    t = step_time(target.model, target.cluster, target.layout, recompute_layers=modes)
+    return {"time_s": {"step": t.step, "compute": t.compute,
+                       "communication_exposed": t.communication_exposed,
+                       "pipeline_bubble": t.pipeline_bubble, "recompute": t.recompute,
+                       "optimizer": t.optimizer},
+            "tokens_per_s": t.tokens_per_s, "mfu": t.mfu}
+
+
+def _parallelism(target: Target) -> dict:
+    layout = target.layout
+    return {"dp": layout.dp, "tp": layout.tp, "pp": layout.pp, "cp": layout.cp, "ep": layout.ep,
+            "etp": layout.etp, "zero_stage": layout.zero_stage,
+            "sequence_parallel": layout.sequence_parallel,
+            "micro_batch_size": layout.micro_batch_size,
+            "global_batch_size": layout.global_batch_size,
+            "num_microbatches": layout.num_microbatches, "vpp": layout.vpp,
+            "recompute": (layout.recompute if target.recompute_per_stage is None
+                          else [dict(c) for c in target.recompute_per_stage]),
+            "pipeline_layers": list(layout.pipeline_layers) if layout.pipeline_layers else None,
+            "seq_len": layout.seq_len, "precision": layout.precision,
+            "optimizer": layout.optimizer, "framework": layout.framework,
+            "offload": sorted(layout.offload)}
+
+
+def _stage_row(target: Target, s: int, m: MemoryBreakdown) -> dict:
+    counts = _counts(target)[s]
+    return {"stage": s, "layers": sum(counts.values()),
+            "recompute": {k: counts.get(k, 0) for k in RECOMPUTE_MODES},
+            "memory_bytes": _memory_dict(m), "verdict": m.verdict}
+
+
+def _memory_dict(m: MemoryBreakdown) -> dict:
+    return {"parameters": m.parameters, "gradients": m.gradients,
+            "optimizer_states": m.optimizer_states, "activations": m.activations,
+            "transient": m.transient, "reserve": m.reserve, "total": m.total,
+            "capacity": m.capacity, "stage": m.stage}

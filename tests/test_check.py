@@ -1,0 +1,207 @@
+"""`planner check` on plan files: the file `plan -o` writes passes unchanged; edits that break a
+rule, overflow memory or contradict themselves fail (exit 1) naming the rule, the numbers and a
+fix; malformed files are bad input (exit 2, one line naming the file and the key)."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from planner.cli import app
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def plan_doc(tmp_path_factory):
+    """The plan file of llama-3.1-70b on 64 H100s (what `make plan` runs), written by `plan -o`."""
+    path = tmp_path_factory.mktemp("plan") / "plan.yaml"
+    result = runner.invoke(app, ["plan", "-m", "llama-3.1-70b", "-c", "dgx-h100", "--gpus", "64",
+                                 "--format", "json", "-o", str(path)])
+    assert result.exit_code == 0, result.output
+    return path, yaml.safe_load(path.read_text())
+
+
+def _write(tmp_path, doc, name="edited.yaml"):
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def _check(path, *extra):
+    return runner.invoke(app, ["check", str(path), *extra])
+
+
+def test_plan_file_passes_unchanged_with_its_own_prediction(plan_doc):
+    path, doc = plan_doc
+    result = _check(path, "--format", "json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["verdict"] == "pass" and data["kind"] == "training-plan"
+    assert not [v for v in data["violations"] if v["severity"] == "error"]
+    # Recomputed, not copied: the step time and the fullest stage equal the file's prediction.
+    assert data["time_s"]["step"] == pytest.approx(doc["predicted"]["time_s"]["step"], rel=1e-9)
+    assert data["memory_bytes"]["total"] == doc["predicted"]["memory_bytes"]["total"]
+    assert [row["layers"] for row in data["stages"]] == doc["plan"]["parallelism"]["pipeline_layers"]
+    assert all(row["verdict"] == "fits" for row in data["stages"])
+
+
+def test_table_output_names_the_verdict_and_every_stage(plan_doc):
+    path, doc = plan_doc
+    result = _check(path)
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith("PASS")
+    assert "memory per GPU by pipeline stage" in result.output
+
+
+def test_memory_overflow_fails_naming_stage_numbers_and_fix(plan_doc, tmp_path):
+    """dp=64 tp=1 pp=1 ZeRO-0: every GPU holds all of Llama-3.1-70B's 70.55e9 parameters' states,
+    18 B each under Megatron (bf16 weight 2 + fp32 main grad 4 + fp32 master, m, v 12) =
+    1.27e12 B = 1,182 GiB of states alone, far over 80 GB."""
+    _, doc = plan_doc
+    doc = copy.deepcopy(doc)
+    par = doc["plan"]["parallelism"]
+    par.update(dp=64, tp=1, pp=1, cp=1, zero_stage=0, sequence_parallel=False, recompute="full",
+               pipeline_layers=[80], num_microbatches=16)
+    result = _check(_write(tmp_path, doc), "--format", "json")
+    assert result.exit_code == 1, result.output
+    data = json.loads(result.output)
+    (over,) = [v for v in data["violations"] if v["rule"] == "memory_exceeds"]
+    capacity = data["memory_bytes"]["capacity"] / 2**30  # the catalog's H100 SXM5 (79.6 GiB)
+    assert "pipeline stage 0 needs" in over["message"] and f"of {capacity:.1f} GiB" in over["message"]
+    gib = data["memory_bytes"]["total"] / 2**30
+    assert 1150 < gib < 1250
+    # ZeRO-1 leaves 6 B/param (394 GiB); full recompute saves activations only: nothing fits.
+    assert over["fix"].startswith("no single change") and "planner plan" in over["fix"]
+    assert data["verdict"] == "fail" and data["time_s"] is None
+
+
+def test_memory_fix_lists_the_single_changes_that_fit(tmp_path):
+    """The shipped failing example: TP8 x DP8, one stage, no recompute, micro-batch 2. Megatron's
+    fp32 main gradients of 70.55e9 / 8 parameters are 4 B x 8.82e9 = 32.9 GiB per GPU; ZeRO-2
+    shards them over dp=8, leaving 1/8: the stage total drops by 7/8 x 32.9 = 28.8 GiB."""
+    result = _check("examples/llama-3.1-70b-64xh100-tp8.plan.yaml", "--format", "json")
+    assert result.exit_code == 1
+    data = json.loads(result.output)
+    (over,) = [v for v in data["violations"] if v["rule"] == "memory_exceeds"]
+    mem = data["memory_bytes"]
+    assert mem["gradients"] / 2**30 == pytest.approx(4 * 70_553_706_496 / 8 / 2**30, rel=0.01)
+    after = (mem["total"] - 7 / 8 * mem["gradients"]) / 2**30
+    assert f"zero_stage 2 ({after:.1f} GiB)" in over["fix"]
+    assert "recompute full" in over["fix"]
+    # half the micro-batch halves the activations but stays inside the 10% at-risk margin: not offered
+    assert "micro_batch_size 1" not in over["fix"]
+
+
+def test_rule_violation_fails_with_the_rule_and_its_numbers(plan_doc, tmp_path):
+    """FC-05 kind: tp=3 does not divide Llama-3.1-70B's 64 attention heads."""
+    _, doc = plan_doc
+    doc = copy.deepcopy(doc)
+    doc["plan"]["parallelism"].update(dp=2, tp=3, pp=4, cp=1)
+    doc["gpus"] = 24
+    result = _check(_write(tmp_path, doc))
+    assert result.exit_code == 1
+    text = " ".join(result.output.split())
+    assert text.startswith("FAIL") and "heads_divisible_by_tp" in text and "64" in text
+
+
+def test_world_size_mismatch_prints_both_numbers(plan_doc, tmp_path):
+    """FC-13: the degrees multiply to 2 x 2 x 4 x 4 = 64; the file asks for 128 GPUs."""
+    _, doc = plan_doc
+    doc = copy.deepcopy(doc)
+    doc["gpus"] = 128
+    result = _check(_write(tmp_path, doc), "--format", "json")
+    assert result.exit_code == 1
+    (v,) = [v for v in json.loads(result.output)["violations"] if v["rule"] == "world_size"]
+    assert "64" in v["message"] and "128" in v["message"]
+
+
+def test_inconsistent_counts_fail_as_plan_consistency(plan_doc, tmp_path):
+    _, doc = plan_doc
+    doc = copy.deepcopy(doc)
+    par = doc["plan"]["parallelism"]
+    par["num_microbatches"] = 7
+    par["recompute"][1] = {"none": 3, "selective": 0, "full": 0}
+    result = _check(_write(tmp_path, doc), "--format", "json")
+    assert result.exit_code == 1
+    found = [v for v in json.loads(result.output)["violations"] if v["rule"] == "plan_consistency"]
+    messages = " ".join(v["message"] for v in found)
+    # 1024 sequences / (dp 2 x b 1) = 512 micro-batches; stage 1 holds 20 layers, not 3.
+    assert "num_microbatches=7" in messages and "512" in messages
+    assert "stage 1" in messages and "cover 3 layers" in messages and "gives it 20" in messages
+
+
+def test_stale_prediction_and_at_risk_are_warnings_that_pass(plan_doc, tmp_path):
+    """The fullest stage of the file's plan fills ~90% of the GPU; a 50% at-risk margin (request
+    headroom) puts every stage inside it: warnings, not failures. An edited predicted step time
+    is reported stale."""
+    _, doc = plan_doc
+    doc = copy.deepcopy(doc)
+    doc["request"]["headroom"] = 0.5
+    doc["predicted"]["time_s"]["step"] *= 2
+    result = _check(_write(tmp_path, doc), "--format", "json")
+    assert result.exit_code == 0, result.output
+    rules = {v["rule"]: v["severity"] for v in json.loads(result.output)["violations"]}
+    assert rules == {"memory_at_risk": "warning", "prediction_stale": "warning"}
+
+
+@pytest.mark.parametrize("edit, key", [
+    (lambda d: d["plan"]["parallelism"].pop("tp"), "plan.parallelism.tp"),
+    (lambda d: d["plan"]["parallelism"].update(tp="eight"), "plan.parallelism.tp"),
+    (lambda d: d["plan"]["parallelism"].update(zero_stage=5), "plan.parallelism.zero_stage"),
+    (lambda d: d["plan"]["parallelism"].update(recompute="sometimes"), "plan.parallelism.recompute"),
+    (lambda d: d["plan"]["parallelism"].update(sequence_parallel="yes"), "plan.parallelism.sequence_parallel"),
+    (lambda d: d["request"].update(precision="fp4"), "precision"),
+    (lambda d: d["request"].update(headroom=2), "request.headroom"),
+    (lambda d: d.update(kind="serving-plan"), "kind"),
+    (lambda d: d.update(version=9), "version"),
+    (lambda d: d.update(model="llama-9"), "llama-9"),
+    (lambda d: d.pop("request"), "request"),
+])
+def test_malformed_plan_files_are_bad_input(plan_doc, tmp_path, edit, key):
+    _, doc = plan_doc
+    doc = copy.deepcopy(doc)
+    edit(doc)
+    path = _write(tmp_path, doc)
+    result = _check(path)
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:") and "Traceback" not in result.output
+    assert key in lines[0]
+    assert str(path) in lines[0] or key == "llama-9"
+
+
+def test_files_that_are_not_plans_are_bad_input(tmp_path):
+    model = "tests/data/models/tiny.yaml"
+    result = _check(model)
+    assert result.exit_code == 2 and "plan file" in result.output
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("kind: training-plan\nplan: [\n")
+    result = _check(broken)
+    assert result.exit_code == 2 and "YAML syntax error" in result.output
+    result = _check(tmp_path / "absent.yaml")
+    assert result.exit_code == 2 and "absent.yaml" in result.output
+
+
+def test_model_and_cluster_paths_are_found_beside_the_plan_file(tmp_path, monkeypatch):
+    """A plan of a model and cluster given as files records them relative to the plan file, so
+    `check` loads them from any working directory."""
+    from pathlib import Path
+
+    root = Path.cwd()
+    out = tmp_path / "plans" / "p.yaml"
+    out.parent.mkdir()
+    result = runner.invoke(app, ["plan", "-m", "tests/data/models/tiny.yaml", "-c",
+                                 "tests/data/clusters/custom-pcie.yaml", "--gpus", "4",
+                                 "--format", "json", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    doc = yaml.safe_load(out.read_text())
+    assert not Path(doc["model"]).is_absolute()
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["check", str(out.relative_to(tmp_path))])
+    assert result.exit_code == 0, result.output
+    monkeypatch.chdir(root)
