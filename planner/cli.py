@@ -78,9 +78,26 @@ class _Group(TyperGroup):
             ctx = getattr(exc, "ctx", None)
             where = f"{ctx.command_path}: " if ctx is not None else ""
             hint = " (see --help)" if getattr(exc, "exit_code", 1) == 2 else ""
-            report.error(f"{where}{exc.format_message()}{hint}")
+            message = exc.format_message()
+            given = _given_value(getattr(exc, "param", None), args[0] if args else sys.argv[1:])
+            if given and given[len("; got "):] in message:  # click already quoted the value
+                given = ""
+            report.error(f"{where}{message}{given}{hint}")
             sys.exit(exc.exit_code)
         sys.exit(code if isinstance(code, int) else 0)
+
+
+def _given_value(param: Any, argv: list[str]) -> str:
+    """`; got VALUE` for the option a usage error names, from the command line as typed (click's
+    messages for a range or type error do not repeat the value); empty when it cannot be found."""
+    opts = getattr(param, "opts", None) or []
+    for i, token in enumerate(argv):
+        for opt in opts:
+            if token == opt and i + 1 < len(argv):
+                return f"; got {argv[i + 1]!r}"
+            if token.startswith(f"{opt}=") and opt.startswith("--"):
+                return f"; got {token.split('=', 1)[1]!r}"
+    return ""
 
 
 def _version(value: bool) -> None:
@@ -385,13 +402,18 @@ def _ref_for(ref: str, output: str) -> str:
 
 @app.command("check")
 def check_cmd(
-    file: Annotated[str, typer.Argument(help="Configuration to check: a plan file (`planner plan -o`).")],
+    file: Annotated[str, typer.Argument(help="Configuration to check: a plan file (`planner plan -o`), "
+                                             "a DeepSpeed JSON, a torchtitan TOML or Megatron-LM arguments.")],
+    model: Annotated[str | None, typer.Option("--model", "-m", help="Model (catalog name or path) when the file does not name it.")] = None,
+    cluster: Annotated[str | None, typer.Option("--cluster", "-c", help="Cluster (catalog name or path); a framework config never names it.")] = None,
+    gpus: Annotated[int | None, typer.Option(min=1, max=MAX_GPUS, help="GPUs the job runs on, when the file does not say.")] = None,
+    seq_len: Annotated[int | None, typer.Option(min=1, max=MAX_SEQ_LEN, help="Tokens per sequence, when the file does not say.")] = None,
     fmt: FormatOpt = Format.table,
 ) -> None:
     """CI gate: pass (exit 0) or fail (exit 1) with each violated rule, its numbers and a fix."""
     from planner import check as check_api  # imported per command: `--help` stays light
 
-    data = check_api.check_file(file)
+    data = check_api.check_file(file, model=model, cluster=cluster, gpus=gpus, seq_len=seq_len)
     report.show_check(data, fmt.value)
     if data["verdict"] != "pass":
         raise typer.Exit(1)
