@@ -2,7 +2,19 @@
 
 A reader turns a file into a `gate.Target` (model, cluster, Layout, per-stage recompute); the gate
 applies the composition rules and the per-stage memory against capacity and returns pass or fail
-with every violated rule, its numbers and a fix. Readers: plan files (`planner plan -o`).
+with every violated rule, its numbers and a fix.
+
+Readers, chosen by what the file holds:
+- a plan file (`kind: training-plan`, YAML or JSON, written by `planner plan -o`): `plan_file`;
+- a DeepSpeed config (JSON with `train_batch_size`, `train_micro_batch_size_per_gpu`,
+  `gradient_accumulation_steps` or `zero_optimization`): `deepspeed`;
+- a torchtitan job config (`.toml`): `torchtitan`;
+- anything else is read as a Megatron-LM launch command line (`--tensor-model-parallel-size 8 ...`,
+  a shell script or an arguments file): `megatron`.
+What a framework config leaves out (the model, the cluster, the GPU count, the sequence length)
+comes from `--model`, `--cluster`, `--gpus` and `--seq-len`; a value the file gives and the option
+contradicts is bad input. Every reader has the signature
+`read(path, [data,] *, model, cluster, gpus, seq_len) -> Target`.
 """
 
 from __future__ import annotations
@@ -16,21 +28,51 @@ from planner.specs import files
 
 __all__ = ["Target", "check_file", "evaluate", "read_target"]
 
+DEEPSPEED_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu",
+                  "gradient_accumulation_steps", "zero_optimization")
+"""Top-level keys that mark a JSON file as a DeepSpeed config (deepspeed/runtime/config.py)."""
 
-def read_target(path: str | Path) -> Target:
-    """The Target of a configuration file, by what it holds.
+
+def read_target(path: str | Path, *, model: str | None = None, cluster: str | None = None,
+                gpus: int | None = None, seq_len: int | None = None) -> Target:
+    """The Target of a configuration file, by what it holds (module docstring).
+
+    Args:
+        path: the file.
+        model, cluster, gpus, seq_len: what the file does not say (a catalog name or path; a GPU
+            count; tokens per sequence).
 
     Raises:
-        SpecError: unreadable, malformed or unrecognised file (exit 2).
+        SpecError: unreadable, malformed or unrecognised file, or a missing model / cluster (exit 2).
     """
     path = Path(path)
-    data = files.read_mapping(path, "configuration keys")
-    if looks_like_plan_file(data):
-        return read_plan_file(path, data)
-    raise SpecError(f"not a configuration this planner checks: expected a plan file (kind: {KIND}, "
-                    f"written by `planner plan -o`)", file=str(path), key="kind")
+    given = dict(model=model, cluster=cluster, gpus=gpus, seq_len=seq_len)
+    if path.suffix == ".toml":
+        from planner.check import torchtitan
+        return torchtitan.read(path, **given)
+    if path.suffix in (".yaml", ".yml", ".json"):
+        data = files.read_mapping(path, "configuration keys")
+        if looks_like_plan_file(data):
+            _no_options(path, given, "a plan file names its model, cluster and GPU count")
+            return read_plan_file(path, data)
+        if path.suffix == ".json" and any(k in data for k in DEEPSPEED_KEYS):
+            from planner.check import deepspeed
+            return deepspeed.read(path, data, **given)
+        raise SpecError(f"not a configuration this planner checks: expected a plan file (kind: "
+                        f"{KIND}, written by `planner plan -o`) or a DeepSpeed JSON config (one of "
+                        f"{', '.join(DEEPSPEED_KEYS)})", file=str(path), key="kind")
+    from planner.check import megatron
+    return megatron.read(path, **given)
 
 
-def check_file(path: str | Path) -> dict:
+def _no_options(path: Path, given: dict, why: str) -> None:
+    extra = [f"--{k}" for k, v in given.items() if v is not None]
+    if extra:
+        raise SpecError(f"{', '.join(extra)} not allowed with a plan file: {why}", file=str(path),
+                        key=extra[0])
+
+
+def check_file(path: str | Path, *, model: str | None = None, cluster: str | None = None,
+               gpus: int | None = None, seq_len: int | None = None) -> dict:
     """`gate.evaluate` of the file's Target: {verdict: pass|fail, violations, stages, ...}."""
-    return evaluate(read_target(path))
+    return evaluate(read_target(path, model=model, cluster=cluster, gpus=gpus, seq_len=seq_len))
