@@ -345,3 +345,19 @@ def test_duplicate_keys_are_not_silently_overwritten(tmp_path):
     path = tmp_path / "m.yaml"
     path.write_text(yaml.safe_dump(TINY_LLAMA) + "hidden_size: 128\n")
     spec_error(load_model, path, "hidden_size: key given twice")
+
+
+@pytest.mark.parametrize(("model_type", "key"), [("llama", "hidden_act"), ("gpt2", "activation_function")])
+def test_unknown_activation_names_the_key_and_the_allowed_values(model_type, key):
+    """transformers' ACT2CLS has no "swiglu" (SwiGLU is silu in a gated MLP): such a config does
+    not load there, so it does not load here."""
+    base = {"llama": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+                      "num_attention_heads": 4, "vocab_size": 100, "max_position_embeddings": 512},
+            "gpt2": {"n_embd": 64, "n_layer": 2, "n_head": 4, "vocab_size": 100,
+                     "n_positions": 512}}[model_type]
+    with pytest.raises(SpecError) as err:
+        from_config({"model_type": model_type, **base, key: "swiglu"}, name="x", file="c.json")
+    text = str(err.value)
+    assert text.startswith(f"c.json: {key}: value 'swiglu'") and "silu" in text and "gelu_new" in text
+    spec = from_config({"model_type": model_type, **base, key: "gelu_new"}, name="x", file="c.json")
+    assert spec.hidden_act == "gelu_new"

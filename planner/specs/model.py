@@ -72,6 +72,16 @@ SUPPORTED_MODEL_TYPES = (
 )
 _CLASSIC = ("gpt", "gpt2", "opt", "bloom")
 
+HF_ACTIVATIONS = (
+    "gelu", "gelu_10", "gelu_fast", "gelu_new", "gelu_python", "gelu_pytorch_tanh",
+    "gelu_python_tanh", "gelu_accurate", "hardswish", "laplace", "leaky_relu", "linear", "mish",
+    "quick_gelu", "relu", "relu2", "relu6", "sigmoid", "silu", "sqrtsoftplus", "swish", "tanh",
+    "prelu", "xielu",
+)
+"""Values `hidden_act` (`activation_function` in GPT-2 / OPT configs) may take: the keys of
+transformers' activation registry. Source: transformers `src/transformers/activations.py`
+(`ACT2CLS`); a config naming anything else does not load in transformers either."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class ModelSpec:
@@ -704,6 +714,10 @@ _BUILDERS = {
 
 def _validate(spec: ModelSpec, file: str) -> None:
     """Impossible combinations, each as one SpecError naming the key and value."""
+    if spec.hidden_act not in HF_ACTIVATIONS:
+        key = "activation_function" if spec.model_type in ("gpt", "gpt2", "opt") else "hidden_act"
+        raise SpecError(f"value {_show(spec.hidden_act)} is not an activation transformers knows; "
+                        f"allowed: {', '.join(HF_ACTIVATIONS)}", file=file, key=key)
     if spec.num_attention_heads % spec.num_key_value_heads:
         raise SpecError(f"value {spec.num_key_value_heads} must divide num_attention_heads "
                         f"{spec.num_attention_heads} ({spec.num_attention_heads} is not divisible by "
