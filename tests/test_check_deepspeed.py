@@ -1,0 +1,258 @@
+"""`planner check` on DeepSpeed JSON configs, through the CLI.
+
+The configs under tests/data/configs/deepspeed/ mirror published ones (JSON has no comments, so
+their sources are named here):
+- zero3_offload.json: Hugging Face transformers `tests/deepspeed/ds_config_zero3.json` (ZeRO-3,
+  optimizer and parameters offloaded to CPU, AdamW, WarmupLR), with bf16 instead of fp16 and the
+  batch keys the HF Trainer would fill written out (64 = 2 x 4 x 8).
+- zero2_bf16.json: DeepSpeed's ZeRO tutorial stage-2 block (docs/_tutorials/zero.md: allgather /
+  reduce buckets 5e8, overlap_comm, contiguous_gradients) with a Megatron-DeepSpeed-style batch
+  (train_batch_size 256, micro 1) and Adam.
+- autotp.json: DeepSpeed's AutoTP training tutorial preset config (docs/_tutorials/
+  autotp-training.md, "Preset-based Sharding"), verbatim but for the optimizer section.
+- fc16_zero2_tp8.json: field case FC-16 (DeepSpeed issue #237): ZeRO-2 with all 8 GPUs in one
+  tensor-parallel group, fp16, a ~30B model.
+- hf_auto.json: the HF docs' ZeRO-2 config with every "auto" the Trainer fills.
+Expected numbers come from the config text and the hand arithmetic in each test.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from planner.cli import app
+
+runner = CliRunner()
+DATA = "tests/data/configs/deepspeed"
+H100_8 = ["-m", "llama-3.1-8b", "-c", "dgx-h100", "--gpus", "8", "--seq-len", "4096"]
+
+
+def _check(path, *options):
+    return runner.invoke(app, ["check", str(path), *options])
+
+
+def _json(path, *options, code=0):
+    result = _check(path, *options, "--format", "json")
+    assert result.exit_code == code, result.output
+    return json.loads(result.output)
+
+
+def _write(tmp_path, doc, name="ds_config.json"):
+    path = tmp_path / name
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def _base(**changes):
+    """A small valid config (ZeRO-2, bf16, AdamW); `changes` replace top-level keys (None drops)."""
+    doc = {"train_batch_size": 64, "train_micro_batch_size_per_gpu": 2,
+           "gradient_accumulation_steps": 4, "zero_optimization": {"stage": 2},
+           "bf16": {"enabled": True}, "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}}}
+    doc.update(changes)
+    return {k: v for k, v in doc.items() if v is not None}
+
+
+def _rules(data):
+    return {v["rule"]: v for v in data["violations"]}
+
+
+def test_zero3_offload_config_passes_with_the_files_layout():
+    data = _json(f"{DATA}/zero3_offload.json", *H100_8)
+    assert data["verdict"] == "pass" and data["kind"] == "deepspeed-config"
+    par = data["parallelism"]
+    # 8 GPUs, no autotp: dp 8; micro 2, gas 4: 2 x 4 x 8 = 64 = train_batch_size.
+    assert (par["dp"], par["tp"], par["pp"], par["cp"]) == (8, 1, 1, 1)
+    assert par["zero_stage"] == 3 and par["micro_batch_size"] == 2
+    assert par["global_batch_size"] == 64 and par["num_microbatches"] == 4
+    assert par["offload"] == ["optimizer", "parameters"]
+    assert (par["precision"], par["optimizer"], par["framework"]) == ("bf16", "adamw", "deepspeed")
+    assert par["recompute"] == "none" and par["seq_len"] == 4096
+    # offloaded parameters and optimizer states hold no GPU memory
+    assert data["memory_bytes"]["parameters"] == 0 and data["memory_bytes"]["optimizer_states"] == 0
+    assert not [v for v in data["violations"] if v["severity"] == "error"]
+
+
+def test_table_output_passes():
+    result = _check(f"{DATA}/zero3_offload.json", *H100_8)
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith("PASS") and "deepspeed-config" in result.output
+
+
+def test_autotp_size_is_tp_and_the_missing_accumulation_is_derived():
+    """autotp_size 4 on 8 GPUs: dp = 8 / 4 = 2; gas = 8 // 1 // 2 = 4 (DeepSpeed's derivation)."""
+    data = _json(f"{DATA}/autotp.json", *H100_8)
+    par = data["parallelism"]
+    assert (par["dp"], par["tp"], par["zero_stage"]) == (2, 4, 2)
+    assert par["global_batch_size"] == 8 and par["micro_batch_size"] == 1
+    assert par["num_microbatches"] == 4
+    assert data["verdict"] == "pass"
+
+
+@pytest.mark.parametrize("given, micro, gbs, m", [
+    # DeepSpeed _set_batch_related_parameters on dp = 8, by hand:
+    ({"gradient_accumulation_steps": None}, 2, 64, 4),             # gas = 64 // 2 // 8 = 4
+    ({"train_micro_batch_size_per_gpu": None}, 2, 64, 4),          # micro = 64 // 8 // 4 = 2
+    ({"train_batch_size": None}, 2, 64, 4),                        # train = 2 x 4 x 8 = 64
+    ({"train_batch_size": "auto"}, 2, 64, 4),                      # the HF Trainer fills the same
+    ({"train_micro_batch_size_per_gpu": None, "gradient_accumulation_steps": None}, 8, 64, 1),
+    ({"train_batch_size": None, "gradient_accumulation_steps": None}, 2, 16, 1),  # 2 x 8
+])
+def test_batch_derivation_follows_deepspeed(tmp_path, given, micro, gbs, m):
+    data = _json(_write(tmp_path, _base(**given)), "-m", "llama-3.1-8b", "-c", "dgx-h100",
+                 "--gpus", "8", "--seq-len", "1024")
+    par = data["parallelism"]
+    assert (par["micro_batch_size"], par["global_batch_size"], par["num_microbatches"]) == (micro, gbs, m)
+    assert "deepspeed_batch_size" not in _rules(data)
+
+
+@pytest.mark.parametrize("given, numbers", [
+    ({"train_batch_size": 100, "gradient_accumulation_steps": 8},
+     ["train_batch_size=100", "micro_batch_size_per_gpu 2", "gradient_accumulation_steps 8", "dp 8",
+      "= 128"]),
+    ({"train_batch_size": 100, "gradient_accumulation_steps": None},   # gas = 100 // 2 // 8 = 6
+     ["train_batch_size=100", "gradient_accumulation_steps 6", "dp 8", "= 96", "100 // 2 // 8"]),
+    ({"train_batch_size": 4, "train_micro_batch_size_per_gpu": None,   # micro = 4 // 8 // 1 = 0
+      "gradient_accumulation_steps": 1}, ["train_batch_size=4", "micro_batch_size_per_gpu 0", "= 0"]),
+])
+def test_batch_assertion_is_a_finding_with_the_numbers(tmp_path, given, numbers):
+    data = _json(_write(tmp_path, _base(**given)), *H100_8, code=1)
+    finding = _rules(data)["deepspeed_batch_size"]
+    assert finding["severity"] == "error"
+    for n in numbers:
+        assert n in finding["message"], finding["message"]
+    assert data["verdict"] == "fail"
+
+
+def test_memory_overflow_fails_with_memory_exceeds():
+    """ZeRO-2 keeps the bf16 weights whole on every GPU: Llama-3.1-70B's 70.55e9 params x 2 B =
+    141.1e9 B = 131.4 GiB per GPU before anything else, over the H100's 80 GB."""
+    data = _json(f"{DATA}/zero2_bf16.json", "-m", "llama-3.1-70b", "-c", "dgx-h100", "--gpus",
+                 "16", "--seq-len", "4096", code=1)
+    assert data["parallelism"]["dp"] == 16 and data["parallelism"]["num_microbatches"] == 16
+    over = _rules(data)["memory_exceeds"]
+    assert "pipeline stage 0 needs" in over["message"]
+    assert data["memory_bytes"]["parameters"] == pytest.approx(2 * 70.55e9, rel=0.01)
+    assert data["memory_bytes"]["total"] > data["memory_bytes"]["capacity"]
+
+
+def test_fc16_zero_at_dp1_is_named_and_does_not_fit():
+    """FC-16: all 8 GPUs in the autotp group leave dp = 8 / 8 = 1, where ZeRO-2 shards nothing:
+    fp16 weights 2 + fp16 grads 2 + fp32 master, m, v 12 = 16 B per parameter / tp 8 = 2 B per
+    parameter: Qwen3-32B's 32.76e9 -> 65.5e9 B = 61.0 GiB of states, over a 40 GB A100."""
+    args = ["-m", "qwen3-32b", "-c", "dgx-a100-40g", "--gpus", "8", "--seq-len", "2048"]
+    data = _json(f"{DATA}/fc16_zero2_tp8.json", *args, code=1)
+    par = data["parallelism"]
+    assert (par["dp"], par["tp"], par["zero_stage"], par["precision"]) == (1, 8, 2, "fp16")
+    rules = _rules(data)
+    assert rules["zero_without_dp"]["severity"] == "warning"
+    assert "dp=1" in rules["zero_without_dp"]["message"]
+    mem = data["memory_bytes"]
+    states = mem["parameters"] + mem["gradients"] + mem["optimizer_states"]
+    assert states == pytest.approx(16 * 32.76e9 / 8, rel=0.01)
+    assert "memory_exceeds" in rules
+    table = " ".join(_check(f"{DATA}/fc16_zero2_tp8.json", *args).output.split())
+    assert table.startswith("FAIL") and "zero_without_dp" in table and "memory_exceeds" in table
+
+
+def test_fp16_and_bf16_both_enabled_is_a_finding(tmp_path):
+    data = _json(_write(tmp_path, _base(fp16={"enabled": True})), *H100_8, code=1)
+    finding = _rules(data)["deepspeed_fp16_and_bf16"]
+    assert "bf16.enabled" in finding["message"] and "fp16.enabled" in finding["message"]
+
+
+@pytest.mark.parametrize("tensor_parallel, numbers", [
+    ({"autotp_size": 3}, ["autotp_size=3", "8 GPUs"]),
+    ({"autotp_size": 4, "tp": {"tp_size": 2}}, ["tp_size=2", "autotp_size=4"]),
+])
+def test_autotp_inconsistencies_are_findings(tmp_path, tensor_parallel, numbers):
+    data = _json(_write(tmp_path, _base(tensor_parallel=tensor_parallel,
+                                        train_batch_size=None)), *H100_8, code=1)
+    finding = _rules(data)["deepspeed_autotp"]
+    for n in numbers:
+        assert n in finding["message"]
+
+
+def test_missing_optimizer_and_checkpointing_section_are_warnings(tmp_path):
+    doc = _base(optimizer=None, activation_checkpointing={"partition_activations": True})
+    data = _json(_write(tmp_path, doc), *H100_8)
+    rules = _rules(data)
+    assert rules["deepspeed_optimizer_assumed"]["severity"] == "warning"
+    assert rules["deepspeed_recompute_assumed"]["severity"] == "warning"
+    assert data["parallelism"]["optimizer"] == "adamw" and data["verdict"] == "pass"
+
+
+@pytest.mark.parametrize("doc, field, expected", [
+    (_base(optimizer={"type": "SGD"}), "optimizer", "sgd"),
+    (_base(optimizer={"type": "adam"}), "optimizer", "adamw"),
+    (_base(bf16=None, fp16={"enabled": True}), "precision", "fp16"),
+    (_base(bf16=None, bfloat16={"enabled": True}), "precision", "bf16"),     # legacy section
+    (_base(zero_optimization=True), "zero_stage", 1),                        # deprecated boolean
+    (_base(zero_optimization={"stage": 2, "cpu_offload": True}), "offload", ["optimizer"]),
+    (_base(zero_optimization={"stage": 3, "offload_param": {"device": "nvme"}}), "offload",
+     ["parameters"]),
+    (_base(zero_optimization={"stage": 1, "offload_optimizer": {"device": "none"}}), "offload", []),
+    (_base(zero_optimization=None), "zero_stage", 0),
+])
+def test_key_mapping(tmp_path, doc, field, expected):
+    result = _check(_write(tmp_path, doc), *H100_8, "--format", "json")
+    assert result.exit_code in (0, 1), result.output  # read, then passed or failed on memory
+    assert json.loads(result.output)["parallelism"][field] == expected
+
+
+@pytest.mark.parametrize("doc, key, words", [
+    (_base(zero_optimization={"stage": 5}), "zero_optimization.stage", "0, 1, 2, 3"),
+    (_base(zero_optimization={"stage": "2"}), "zero_optimization.stage", "0, 1, 2, 3"),
+    (_base(zero_optimization={"stage": 3, "offload_param": {"device": "gpu"}}),
+     "zero_optimization.offload_param.device", "none, cpu, nvme"),
+    (_base(zero_optimization=[2]), "zero_optimization", "JSON object"),
+    (_base(fp16={"enabled": "yes"}), "fp16.enabled", "true or false"),
+    (_base(bf16={"enabled": "auto"}), "bf16.enabled", "Hugging Face Trainer"),
+    (_base(bf16=None), "bf16.enabled", "fp32"),
+    (_base(optimizer={"type": "Lion"}), "optimizer.type", "Adam, AdamW (any case), SGD"),
+    (_base(optimizer={"type": "sgd"}), "optimizer.type", "'SGD'"),
+    (_base(train_batch_size=0), "train_batch_size", ">= 1"),
+    (_base(train_batch_size=64.0), "train_batch_size", "integer"),
+    (_base(train_micro_batch_size_per_gpu="auto"), "train_micro_batch_size_per_gpu",
+     "resolved number"),
+    (_base(train_batch_size=None, train_micro_batch_size_per_gpu=None),
+     "train_micro_batch_size_per_gpu", "train_batch_size or train_micro_batch_size_per_gpu"),
+    (_base(tensor_parallel={"autotp_size": -1}), "tensor_parallel.autotp_size", ">= 0"),
+    (_base(sequence_parallel_size=2), "sequence_parallel_size", "Ulysses"),
+    (_base(expert_parallel={"enabled": True, "autoep_size": 8}), "expert_parallel.enabled", "AutoEP"),
+    (_base(data_parallel_size=4), "data_parallel_size", "--gpus 8"),
+])
+def test_malformed_configs_are_bad_input(tmp_path, doc, key, words):
+    path = _write(tmp_path, doc)
+    result = _check(path, *H100_8)
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:"), result.output
+    line = " ".join(result.output.split())
+    assert str(path) in line and key in line and words in line
+
+
+def test_hf_auto_config_asks_for_resolved_numbers():
+    result = _check(f"{DATA}/hf_auto.json", *H100_8)
+    assert result.exit_code == 2
+    assert "'auto'" in result.output and "train_micro_batch_size_per_gpu" in result.output
+
+
+def test_json_syntax_error_names_the_file(tmp_path):
+    path = tmp_path / "broken.json"
+    path.write_text('{"train_batch_size": 8,\n "bf16": {"enabled": true},}\n')
+    result = _check(path, *H100_8)
+    assert result.exit_code == 2 and str(path) in result.output and "line 2" in result.output
+
+
+@pytest.mark.parametrize("drop", ["--model", "--cluster", "--gpus", "--seq-len"])
+def test_each_missing_option_is_named(drop):
+    given = dict(zip(["--model", "--cluster", "--gpus", "--seq-len"],
+                     ["llama-3.1-8b", "dgx-h100", "8", "4096"]))
+    given.pop(drop)
+    args = [a for pair in given.items() for a in pair]
+    result = _check(f"{DATA}/zero3_offload.json", *args)
+    assert result.exit_code == 2, result.output
+    assert f"{drop} is required" in result.output and "DeepSpeed config" in result.output
