@@ -221,6 +221,11 @@ def test_key_mapping(tmp_path, doc, field, expected):
      "train_micro_batch_size_per_gpu", "train_batch_size or train_micro_batch_size_per_gpu"),
     (_base(tensor_parallel={"autotp_size": -1}), "tensor_parallel.autotp_size", ">= 0"),
     (_base(sequence_parallel_size=2), "sequence_parallel_size", "Ulysses"),
+    # 2**22 sequences x 4,096 tokens = 2**34 tokens fits; 2**23 x 4,096 = 2**35 does not
+    (_base(train_batch_size=2**23, gradient_accumulation_steps=None), "train_batch_size",
+     "17,179,869,184 tokens"),
+    (_base(train_batch_size=None, gradient_accumulation_steps=2**30), "train_batch_size",
+     "tokens per step"),
     (_base(expert_parallel={"enabled": True, "autoep_size": 8}), "expert_parallel.enabled", "AutoEP"),
     (_base(data_parallel_size=4), "data_parallel_size", "--gpus 8"),
 ])
@@ -256,3 +261,12 @@ def test_each_missing_option_is_named(drop):
     result = _check(f"{DATA}/zero3_offload.json", *args)
     assert result.exit_code == 2, result.output
     assert f"{drop} is required" in result.output and "DeepSpeed config" in result.output
+
+
+def test_batch_at_the_token_bound_is_read(tmp_path):
+    """2**22 sequences x 4,096 tokens = 2**34 tokens, the largest batch accepted:
+    gas = 2**22 // 2 // 8 = 262,144."""
+    doc = _base(train_batch_size=2**22, gradient_accumulation_steps=None)
+    result = _check(_write(tmp_path, doc), *H100_8, "--format", "json")
+    assert result.exit_code in (0, 1), result.output
+    assert json.loads(result.output)["parallelism"]["num_microbatches"] == 262_144

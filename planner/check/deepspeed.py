@@ -66,7 +66,9 @@ _OPTIMIZERS = {"adam": "adamw", "adamw": "adamw"}
 the same fp32 master, m and v states)."""
 _TORCH_OPTIMIZERS = {"SGD": "sgd"}
 """torch.optim class names (matched exactly, as `getattr(torch.optim, name)`) -> costed optimizer."""
-_BATCH_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
+_MAX_BATCH_TOKENS = 2**34
+"""Largest batch accepted, tokens: the CLI's MAX_BATCH_TOKENS (planner/cli.py, which this layer
+may not import), keeping step times inside the solver's integer nanoseconds."""
 
 
 def read(path: Path, data: dict, *, model: str | None, cluster: str | None, gpus: int | None,
@@ -90,6 +92,7 @@ def read(path: Path, data: dict, *, model: str | None, cluster: str | None, gpus
     dp = max(1, gpus // tp)
     _unsupported(data, file, dp, gpus, tp)
     train, micro, gas, batch_findings = _batch(data, file, dp)
+    _bound(file, train, micro, seq_len)
     stage, offload = _zero(data, file)
     precision, precision_findings = _precision(data, file)
     optimizer, optimizer_findings = _optimizer(data, file)
@@ -171,7 +174,7 @@ def _unsupported(data: dict, file: str, dp: int, gpus: int, tp: int) -> None:
     """Ulysses and AutoEP change the layout in ways this reader does not map; a
     `data_parallel_size` that --gpus contradicts is bad input."""
     sp = data.get("sequence_parallel_size", 1)
-    if sp != 1:
+    if type(sp) is not int or sp != 1:
         raise SpecError(f"value {sp!r}: Ulysses sequence parallelism is not read by this check; "
                         f"check the layout with `planner explain --cp`", file=file,
                         key="sequence_parallel_size")
@@ -216,6 +219,13 @@ def _batch(data: dict, file: str, dp: int) -> tuple[int, int, int, list[Violatio
     if micro > 0 and gas > 0 and train == micro * gas * dp:
         return train, micro, gas, []
     return train, micro, gas, [_batch_finding(train, micro, gas, dp, derived)]
+
+
+def _bound(file: str, train: int, micro: int, seq_len: int) -> None:
+    for key, sequences in (("train_micro_batch_size_per_gpu", micro), ("train_batch_size", train)):
+        if sequences * seq_len > _MAX_BATCH_TOKENS:
+            raise SpecError(f"{sequences:,} sequences x --seq-len {seq_len:,} exceeds "
+                            f"{_MAX_BATCH_TOKENS:,} tokens per step", file=file, key=key)
 
 
 def _batch_finding(train: int, micro: int, gas: int, dp: int, derived: str) -> Violation:
