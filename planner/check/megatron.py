@@ -1,0 +1,471 @@
+"""Reader of Megatron-LM launch arguments (a shell script or an arguments file) into a gate `Target`.
+
+The file is split like a shell command line (`shlex`: quotes, `#` comments, backslash line
+continuations). Tokens of the form `NAME=value` set shell variables that later `$NAME`, `${NAME}`
+and `${NAME:-default}` expand to (Megatron-LM's example scripts keep their numbers in variables and
+their flags in bash arrays; a quoted array element such as `"--fp8-format hybrid"` is split again).
+`--flag value` and `--flag=value` are read for the flags below; every other token (python,
+torchrun, pretrain_gpt.py, environment assignments, data paths, flags the planner does not cost) is
+ignored. A flag given twice takes its last value, as argparse does.
+
+Flags read (Source: Megatron-LM, commit d98e8a6, `megatron/training/arguments.py` and the
+dataclasses its `ArgumentGroupFactory` turns into `--field-name` flags,
+`megatron/training/argument_utils.py` `_format_arg_name`):
+- degrees: --tensor-model-parallel-size, --pipeline-model-parallel-size, --context-parallel-size,
+  --expert-model-parallel-size, --expert-tensor-parallel-size (default: tp, `validate_args`),
+  --sequence-parallel (`megatron/core/model_parallel_config.py`); virtual stages:
+  --num-layers-per-virtual-pipeline-stage, --num-virtual-stages-per-pipeline-rank; uneven split:
+  --decoder-first-pipeline-num-layers, --decoder-last-pipeline-num-layers (`_add_distributed_args`);
+- batch: --micro-batch-size, --global-batch-size (default micro-batch x dp, `validate_args`)
+  (`megatron/training/config/training_config.py` TrainingConfig), --seq-length;
+- state sharding: --use-distributed-optimizer (ZeRO-1); --use-megatron-fsdp with
+  --data-parallel-sharding-strategy {no_shard, optim, optim_grads, optim_grads_params} (ZeRO 0-3),
+  --use-torch-fsdp2 (ZeRO-3) (`megatron/training/config/common_config.py`);
+- recompute: --recompute-granularity {full, selective}, --recompute-method {uniform, block},
+  --recompute-num-layers (`megatron/core/transformer/transformer_config.py`), --recompute-activations
+  (= selective, `validate_args`);
+- precision: --bf16, --fp16 (`model_parallel_config.py`), --fp8-format {e4m3, hybrid}
+  (`transformer_config.py` field `fp8`); optimizer: --optimizer (adam = AdamW: Megatron's Adam
+  decouples weight decay; sgd);
+- architecture (compared with --model, or the model itself): --num-layers, --hidden-size,
+  --ffn-hidden-size, --num-attention-heads, --group-query-attention with --num-query-groups,
+  --kv-channels, --max-position-embeddings, --swiglu, --normalization, --position-embedding-type,
+  --untie-embeddings-and-output-weights, --disable-bias-linear, --vocab-size (TokenizerConfig),
+  --num-experts;
+- torchrun: --nproc_per_node / --nproc-per-node x --nnodes (torch.distributed.run) = world size.
+
+What Megatron itself asserts at start-up and the gate's rules do not already check is a finding
+(`Violation`, each citing the Megatron function): world size divisible by tp x pp x cp, the
+recompute flags' combinations, the virtual-pipeline flags, the uneven split of the middle stages,
+seq-length within max-position-embeddings, interleaving with pp = 2 without p2p overlap. The global
+batch by micro-batch x dp is the gate's `batch_divisible` rule.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+from planner.check.gate import Target
+from planner.errors import SpecError
+from planner.placement.layout import Layout
+from planner.placement.rules import Violation
+from planner.specs import files
+from planner.specs.cluster import load_cluster
+from planner.specs.model import ModelSpec, from_config, load_model
+
+KIND = "megatron-args"
+"""The `kind` of a Megatron-LM arguments file."""
+
+_INT_FLAGS = (
+    "--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--context-parallel-size",
+    "--expert-model-parallel-size", "--expert-tensor-parallel-size",
+    "--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-per-pipeline-rank",
+    "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",
+    "--micro-batch-size", "--global-batch-size", "--seq-length", "--recompute-num-layers",
+    "--num-layers", "--hidden-size", "--ffn-hidden-size", "--num-attention-heads",
+    "--num-query-groups", "--kv-channels", "--max-position-embeddings", "--vocab-size",
+    "--num-experts", "--nproc_per_node", "--nproc-per-node", "--nnodes",
+)
+"""Flags whose value is a positive integer."""
+_CHOICE_FLAGS = {
+    "--recompute-granularity": ("full", "selective"),
+    "--recompute-method": ("uniform", "block"),
+    "--fp8-format": ("e4m3", "hybrid"),
+    "--optimizer": ("adam", "sgd"),
+    "--data-parallel-sharding-strategy": ("no_shard", "optim", "optim_grads", "optim_grads_params"),
+    "--normalization": ("LayerNorm", "RMSNorm"),
+    "--position-embedding-type": ("learned_absolute", "rope", "yarn", "mrope", "relative", "none"),
+}
+"""Flags with a fixed set of values (Megatron's `choices`; --optimizer: the ones the planner costs
+of Megatron's adam, sgd, muon, dist_muon, lion, soap, adaptive_muon)."""
+_BOOL_FLAGS = (
+    "--sequence-parallel", "--use-distributed-optimizer", "--use-megatron-fsdp", "--use-torch-fsdp2",
+    "--recompute-activations", "--bf16", "--fp16", "--group-query-attention", "--swiglu",
+    "--untie-embeddings-and-output-weights", "--disable-bias-linear",
+    "--no-overlap-p2p-communication",
+)
+"""store_true flags (no value)."""
+
+_ZERO_BY_STRATEGY = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
+"""Megatron-FSDP --data-parallel-sharding-strategy -> ZeRO stage (optimizer; + gradients;
++ parameters). Source: Megatron-LM docs/discussions/megatron-fsdp-user-guide."""
+
+_ARCH = (("--num-layers", "num_hidden_layers"), ("--hidden-size", "hidden_size"),
+         ("--num-attention-heads", "num_attention_heads"), ("--ffn-hidden-size", "intermediate_size"),
+         ("--kv-channels", "head_dim"), ("--vocab-size", "vocab_size"),
+         ("--num-experts", "num_experts"))
+"""(flag, ModelSpec field) pairs compared when both the file and --model give the model."""
+
+_VAR = re.compile(r"\$(?:\{(\w+)(?::-([^}]*))?\}|(\w+))")
+_ASSIGN = re.compile(r"^([A-Za-z_]\w*)=(.*)$", re.S)
+
+
+def read(path: Path, *, model: str | None, cluster: str | None, gpus: int | None,
+         seq_len: int | None) -> Target:
+    """The Target a Megatron-LM launch script or arguments file describes (module docstring).
+
+    Args:
+        path: the script or arguments file.
+        model: catalog name or path; required unless the file gives a llama-style architecture.
+        cluster: catalog name or path (always required: Megatron arguments never name the GPU).
+        gpus: GPU count, required unless torchrun's --nproc_per_node (x --nnodes) gives it.
+        seq_len: tokens per sequence, required unless the file gives --seq-length.
+
+    Raises:
+        SpecError: unreadable file, unbalanced quotes, a flag without its value or with a value
+            Megatron rejects, an unset shell variable in a flag read, a missing required option, an
+            option that contradicts the file, a model that disagrees with the file's architecture.
+    """
+    file = str(path)
+    args = parse_args(files._read_text(path), file)
+    if cluster is None:
+        raise SpecError("--cluster is required: Megatron-LM arguments do not name the cluster",
+                        file=file, key="--cluster")
+    spec = _model(args, model, path)
+    world = _world(args, gpus, file)
+    findings: list[Violation] = []
+    layout = _layout(args, spec, world, seq_len, file, findings)
+    per_stage = _recompute_per_stage(args, spec, layout, file, findings)
+    if per_stage is not None:
+        totals = {m: sum(c.get(m, 0) for c in per_stage) for m in ("full", "none")}
+        layout = layout.replace(recompute="full" if totals["full"] >= totals["none"] else "none")
+    return Target(file=file, kind=KIND, model=spec, cluster=load_cluster(cluster, gpus=world),
+                  layout=layout, recompute_per_stage=per_stage, findings=tuple(findings))
+
+
+# ---------------------------------------------------------------- tokens
+
+def parse_args(text: str, file: str) -> dict[str, str | bool]:
+    """The Megatron / torchrun flags of a command line or script: {flag: value string, or True for a
+    store_true flag}; other tokens are ignored, shell variables set in the text are expanded.
+
+    Raises:
+        SpecError: unbalanced quotes, a value flag without a value, a value given to a store_true
+            flag, an unset variable in the value of a flag read.
+    """
+    out: dict[str, str | bool] = {}
+    tokens = _tokens(text, file)
+    i = 0
+    while i < len(tokens):
+        name, eq, value = tokens[i].partition("=")
+        i += 1
+        if name in _BOOL_FLAGS:
+            if eq:
+                raise SpecError(f"takes no value (got {value!r}); it is a switch", file=file, key=name)
+            out[name] = True
+        elif name in _INT_FLAGS or name in _CHOICE_FLAGS:
+            if not eq:
+                if i >= len(tokens) or tokens[i].startswith("--"):
+                    raise SpecError("missing value", file=file, key=name)
+                value, i = tokens[i], i + 1
+            if "$" in value:
+                raise SpecError(f"value {value!r} uses a shell variable the file does not set; set "
+                                f"it in the file or write the value", file=file, key=name)
+            out[name] = value
+    return out
+
+
+def _tokens(text: str, file: str) -> list[str]:
+    """Shell words with `$VAR` expanded from earlier `VAR=value` words; quoted `"--flag value"`
+    words split again."""
+    try:
+        words = shlex.split(text.replace("\\\n", " "), comments=True)
+    except ValueError as exc:
+        raise SpecError(f"shell syntax error: {exc}", file=file) from None
+    env: dict[str, str] = {}
+    out: list[str] = []
+    for word in words:
+        word = _VAR.sub(lambda m: _expand(m, env), word)
+        assign = _ASSIGN.match(word)
+        if assign and not word.startswith("-"):
+            env[assign.group(1)] = assign.group(2)
+            continue
+        if word.startswith("--") and any(c.isspace() for c in word):
+            out += word.split()
+        else:
+            out.append(word)
+    return out
+
+
+def _expand(match: re.Match, env: dict[str, str]) -> str:
+    name = match.group(1) or match.group(3)
+    if name in env and env[name] != "":
+        return env[name]
+    return match.group(2) if match.group(2) is not None else match.group(0)
+
+
+def _int(args: dict, flag: str, file: str, default: int | None = None) -> int | None:
+    value = args.get(flag)
+    if value is None:
+        return default
+    if not re.fullmatch(r"\d+", value) or int(value) < 1:
+        raise SpecError(f"value {value!r} must be an integer >= 1", file=file, key=flag)
+    return int(value)
+
+
+def _choice(args: dict, flag: str, file: str) -> str | None:
+    value = args.get(flag)
+    if value is not None and value not in _CHOICE_FLAGS[flag]:
+        raise SpecError(f"value {value!r} not allowed; allowed: {', '.join(_CHOICE_FLAGS[flag])}",
+                        file=file, key=flag)
+    return value
+
+
+# ---------------------------------------------------------------- model, world
+
+def _model(args: dict, model: str | None, path: Path) -> ModelSpec:
+    """--model, checked against the file's architecture flags; else the file's llama-style model."""
+    file = str(path)
+    gqa = args.get("--group-query-attention")
+    given = {flag: _int(args, flag, file) for flag, _ in _ARCH if flag in args}
+    if gqa and "--num-query-groups" in args:
+        given["--num-query-groups"] = _int(args, "--num-query-groups", file)
+    if model is not None:
+        spec = load_model(model)
+        for flag, value in given.items():
+            field = dict(_ARCH).get(flag, "num_key_value_heads")
+            if getattr(spec, field) != value:
+                raise SpecError(f"{flag} {value} in the file but --model {model} has "
+                                f"{field}={getattr(spec, field)}", file=file, key=flag)
+        return spec
+    return from_config(_llama_config(args, given, file), name=path.stem, file=file)
+
+
+def _llama_config(args: dict, given: dict, file: str) -> dict:
+    """Hugging Face llama config keys from the file's architecture flags.
+
+    Source: Megatron-LM `validate_args` (ffn_hidden_size defaults to int(4h x 2/3 / 64) x 64 with
+    --swiglu; kv_channels to hidden / heads; num_query_groups applies only with
+    --group-query-attention, `argument_utils.py`); `transformer_config.py` (add_bias_linear is on
+    unless --disable-bias-linear; normalization LayerNorm unless --normalization RMSNorm)."""
+    need = [f for f in ("--num-layers", "--hidden-size", "--num-attention-heads",
+                        "--max-position-embeddings", "--vocab-size") if f not in args]
+    shape = [what for what, ok in (
+        ("--swiglu", args.get("--swiglu")),
+        ("--normalization RMSNorm", _choice(args, "--normalization", file) == "RMSNorm"),
+        ("--position-embedding-type rope", _choice(args, "--position-embedding-type", file) == "rope"),
+        ("no --num-experts", "--num-experts" not in args)) if not ok]
+    if need or shape:
+        why = (f"the file does not give {', '.join(need)}" if need else
+               f"this reader builds llama-style models (missing: {', '.join(shape)})")
+        raise SpecError(f"--model is required: {why}", file=file, key="--model")
+    hidden = given["--hidden-size"]
+    heads = given["--num-attention-heads"]
+    bias = not args.get("--disable-bias-linear")
+    return {
+        "model_type": "llama", "num_hidden_layers": given["--num-layers"], "hidden_size": hidden,
+        "num_attention_heads": heads,
+        "num_key_value_heads": given.get("--num-query-groups", heads),
+        "head_dim": given.get("--kv-channels", hidden // heads),
+        "intermediate_size": given.get("--ffn-hidden-size", int(4 * hidden * 2 / 3 / 64) * 64),
+        "vocab_size": given["--vocab-size"],
+        "max_position_embeddings": _int(args, "--max-position-embeddings", file),
+        "tie_word_embeddings": not args.get("--untie-embeddings-and-output-weights"),
+        "attention_bias": bias, "mlp_bias": bias,
+        "source": f"Megatron-LM arguments in {file}",
+    }
+
+
+def _world(args: dict, gpus: int | None, file: str) -> int:
+    """torchrun's --nproc_per_node x --nnodes (nnodes defaults to 1), else --gpus."""
+    per_node = [f for f in ("--nproc_per_node", "--nproc-per-node") if f in args]
+    if not per_node:
+        if gpus is None:
+            raise SpecError("--gpus is required: the file has no torchrun --nproc_per_node / "
+                            "--nnodes", file=file, key="--gpus")
+        return gpus
+    world = _int(args, per_node[-1], file) * _int(args, "--nnodes", file, default=1)
+    if gpus is not None and gpus != world:
+        raise SpecError(f"--gpus {gpus} contradicts the file's torchrun world size "
+                        f"--nproc_per_node x --nnodes = {world}", file=file, key="--gpus")
+    return world
+
+
+# ---------------------------------------------------------------- layout
+
+def _layout(args: dict, spec: ModelSpec, world: int, seq_len: int | None, file: str,
+            findings: list[Violation]) -> Layout:
+    tp = _int(args, "--tensor-model-parallel-size", file, 1)
+    pp = _int(args, "--pipeline-model-parallel-size", file, 1)
+    cp = _int(args, "--context-parallel-size", file, 1)
+    if world % (tp * pp * cp):
+        findings.append(Violation(
+            rule="world_size_divisible",
+            message=f"world size {world} is not divisible by tp x pp x cp = {tp} x {pp} x {cp} = "
+                    f"{tp * pp * cp}: Megatron-LM asserts it (arguments.py validate_args)",
+            fix=f"use a GPU count that is a multiple of {tp * pp * cp}, or change tp/pp/cp"))
+    dp = max(1, world // (tp * pp * cp))
+    mbs = _int(args, "--micro-batch-size", file)
+    if mbs is None:
+        raise SpecError("missing: Megatron-LM asserts --micro-batch-size is set (validate_args)",
+                        file=file, key="--micro-batch-size")
+    vpp = _vpp(args, spec, pp, file, findings)
+    return Layout(
+        dp=dp, tp=tp, pp=pp, cp=cp, ep=_int(args, "--expert-model-parallel-size", file, 1),
+        etp=_int(args, "--expert-tensor-parallel-size", file, tp if spec.is_moe else 1),
+        zero_stage=_zero(args, file), sequence_parallel=bool(args.get("--sequence-parallel")),
+        vpp=vpp, pipeline_layers=_split(args, spec, pp, vpp, file, findings),
+        micro_batch_size=mbs, global_batch_size=_int(args, "--global-batch-size", file, mbs * dp),
+        seq_len=_seq_len(args, seq_len, file, findings), recompute=_uniform_recompute(args, file),
+        optimizer={"adam": "adamw", "sgd": "sgd"}[_choice(args, "--optimizer", file) or "adam"],
+        precision=_precision(args, file), framework="megatron")
+
+
+def _seq_len(args: dict, seq_len: int | None, file: str, findings: list[Violation]) -> int:
+    seq = _int(args, "--seq-length", file)
+    if seq is None and seq_len is None:
+        raise SpecError("--seq-len is required: the file gives no --seq-length", file=file,
+                        key="--seq-len")
+    if seq is not None and seq_len is not None and seq != seq_len:
+        raise SpecError(f"--seq-len {seq_len} contradicts the file's --seq-length {seq}",
+                        file=file, key="--seq-len")
+    seq = seq or seq_len
+    positions = _int(args, "--max-position-embeddings", file)
+    if positions is not None and seq > positions:
+        findings.append(Violation(
+            rule="seq_length_exceeds_positions",
+            message=f"--seq-length {seq} exceeds --max-position-embeddings {positions}: Megatron-LM "
+                    f"asserts max_position_embeddings >= seq_length (arguments.py validate_args)",
+            fix=f"set --max-position-embeddings {seq} or --seq-length {positions}"))
+    return seq
+
+
+def _precision(args: dict, file: str) -> str:
+    if args.get("--bf16") and args.get("--fp16"):
+        raise SpecError("both --bf16 and --fp16 given; Megatron-LM trains in one of them",
+                        file=file, key="--fp16")
+    if _choice(args, "--fp8-format", file):
+        return "fp8"
+    if args.get("--bf16") or args.get("--fp16"):
+        return "bf16" if args.get("--bf16") else "fp16"
+    raise SpecError("missing --bf16, --fp16 or --fp8-format: without them Megatron-LM trains in "
+                    "fp32, which this planner does not cost", file=file, key="--bf16")
+
+
+def _zero(args: dict, file: str) -> int:
+    """--use-distributed-optimizer: 1; Megatron-FSDP: its sharding strategy; torch FSDP2: 3."""
+    strategy = _choice(args, "--data-parallel-sharding-strategy", file) or "optim_grads_params"
+    if args.get("--use-torch-fsdp2"):
+        return 3
+    if args.get("--use-megatron-fsdp"):
+        return _ZERO_BY_STRATEGY[strategy]
+    return 1 if args.get("--use-distributed-optimizer") else 0
+
+
+def _vpp(args: dict, spec: ModelSpec, pp: int, file: str, findings: list[Violation]) -> int:
+    """Virtual stages per rank. Source: `validate_args` (at most one of the two flags; layers per
+    virtual stage needs num_layers % pp == 0 and divides the layers per stage; not with an uneven
+    split; with interleaving pp > 2 unless p2p communication overlaps, the default)."""
+    per_rank = _int(args, "--num-virtual-stages-per-pipeline-rank", file)
+    per_stage = _int(args, "--num-layers-per-virtual-pipeline-stage", file)
+    n = spec.num_hidden_layers
+    fix = "give only --num-virtual-stages-per-pipeline-rank"
+    if per_stage is not None and per_rank is not None:
+        findings.append(Violation(rule="virtual_pipeline_args", fix=fix, message=(
+            f"--num-layers-per-virtual-pipeline-stage {per_stage} and "
+            f"--num-virtual-stages-per-pipeline-rank {per_rank} both given: Megatron-LM allows one")))
+    elif per_stage is not None:
+        uneven = [f for f in ("--decoder-first-pipeline-num-layers",
+                              "--decoder-last-pipeline-num-layers") if f in args]
+        if uneven:
+            findings.append(Violation(rule="virtual_pipeline_args", fix=fix, message=(
+                f"--num-layers-per-virtual-pipeline-stage with {uneven[0]}: Megatron-LM asserts "
+                f"--num-virtual-stages-per-pipeline-rank for uneven pipeline parallelism")))
+        elif n % pp or (n // pp) % per_stage:
+            findings.append(Violation(rule="virtual_pipeline_args", fix=fix, message=(
+                f"num_layers={n} over pp={pp} is {n / pp:g} layers per stage, not a multiple of "
+                f"--num-layers-per-virtual-pipeline-stage {per_stage}")))
+        else:
+            per_rank = n // pp // per_stage
+    vpp = per_rank or 1
+    if vpp > 1 and pp == 2 and args.get("--no-overlap-p2p-communication"):
+        findings.append(Violation(
+            rule="interleaved_pp_needs_overlap",
+            message=f"vpp={vpp} with pp=2 and --no-overlap-p2p-communication: Megatron-LM asserts "
+                    f"pp > 2 for the interleaved schedule without p2p overlap (validate_args)",
+            fix="drop --no-overlap-p2p-communication, or use pp >= 3"))
+    return vpp
+
+
+def _split(args: dict, spec: ModelSpec, pp: int, vpp: int, file: str,
+           findings: list[Violation]) -> tuple[int, ...] | None:
+    """The uneven split: first / last stage as given, the rest evenly over the middle stages.
+
+    Source: Megatron-LM `megatron/core/transformer/transformer_block.py` `get_num_layers_to_build`
+    and `transformer_config.py` `__post_init__` (the middle layers must divide over the middle
+    stages; no middle stage leaves no middle layer)."""
+    first = _int(args, "--decoder-first-pipeline-num-layers", file)
+    last = _int(args, "--decoder-last-pipeline-num-layers", file)
+    if first is None and last is None:
+        return None
+    ends = [n for n in (first, last) if n is not None]
+    middle_stages = pp - len(ends)
+    rest = spec.num_hidden_layers - sum(ends)
+    if middle_stages < 0 or rest < 0 or bool(rest) != bool(middle_stages) or (
+            middle_stages and rest % middle_stages):
+        findings.append(Violation(
+            rule="uneven_pipeline",
+            message=f"num_layers={spec.num_hidden_layers} minus first/last stage layers "
+                    f"{' + '.join(map(str, ends))} leaves {rest} layers for {max(middle_stages, 0)} "
+                    f"middle stages (pp={pp}): Megatron-LM needs them to divide evenly "
+                    f"(transformer_config.py)",
+            fix="choose first/last stage layer counts that leave a multiple of pp - "
+                f"{len(ends)} layers"))
+        return None
+    each = rest // middle_stages if middle_stages else 0
+    return tuple([first] if first is not None else []) + (each,) * middle_stages + tuple(
+        [last] if last is not None else [])
+
+
+# ---------------------------------------------------------------- recompute
+
+def _uniform_recompute(args: dict, file: str) -> str:
+    granularity = _choice(args, "--recompute-granularity", file)
+    if granularity is None and args.get("--recompute-activations"):
+        granularity = "selective"
+    return granularity or "none"
+
+
+def _recompute_per_stage(args: dict, spec: ModelSpec, layout: Layout, file: str,
+                         findings: list[Violation]) -> tuple[dict[str, int], ...] | None:
+    """Per-stage {full, none} counts for `--recompute-method block`; None for a uniform mode.
+
+    Source: Megatron-LM `transformer_config.py` `__post_init__` (full needs a method and
+    --recompute-num-layers; selective takes neither), `validate_args` (selective takes no method)
+    and `megatron/core/recompute.py` (uniform checkpoints every layer in chunks of
+    recompute_num_layers; block checkpoints the first recompute_num_layers layers of each model
+    chunk, one chunk per virtual stage, and none of the rest)."""
+    granularity = layout.recompute
+    method = _choice(args, "--recompute-method", file)
+    count = _int(args, "--recompute-num-layers", file)
+    if granularity == "selective" and (method or count):
+        findings.append(Violation(
+            rule="recompute_args",
+            message=f"--recompute-granularity selective with "
+                    f"{'--recompute-method ' + method if method else f'--recompute-num-layers {count}'}"
+                    f": Megatron-LM rejects a method or layer count for selective recompute",
+            fix="drop --recompute-method and --recompute-num-layers"))
+    if granularity != "full":
+        return None
+    if method is None or count is None:
+        missing = "--recompute-method" if method is None else "--recompute-num-layers"
+        findings.append(Violation(
+            rule="recompute_args",
+            message=f"--recompute-granularity full without {missing}: Megatron-LM raises "
+                    f"(transformer_config.py)",
+            fix="add --recompute-method uniform --recompute-num-layers 1 (every layer)"))
+        return None
+    if method == "uniform":
+        return None
+    stages = layout.pipeline_layers or _even(spec.num_hidden_layers, layout.pp)
+    if stages is None:
+        return None
+    full = [layout.vpp * min(count, n // layout.vpp) if n % layout.vpp == 0 else min(count, n)
+            for n in stages]
+    return tuple({"full": f, "none": n - f} for f, n in zip(full, stages))
+
+
+def _even(layers: int, pp: int) -> tuple[int, ...] | None:
+    return (layers // pp,) * pp if layers % pp == 0 else None

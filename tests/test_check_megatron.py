@@ -1,0 +1,321 @@
+"""`planner check` on Megatron-LM launch scripts and arguments files (planner/check/megatron.py).
+
+Fixtures mirror Megatron-LM's own example scripts (tests/data/configs/megatron/*.sh, each says
+which); variants are made here by editing one line of the script's text. Expected values come from
+the scripts' numbers and the arithmetic written beside each assertion.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from planner.check.megatron import parse_args
+from planner.cli import app
+
+runner = CliRunner()
+DATA = Path(__file__).parent / "data" / "configs" / "megatron"
+LLAMA = DATA / "llama3_8b_h100_fp8.sh"
+GPT3 = DATA / "gpt3_175b_distributed.sh"
+LLAMA_8B_PARAMS = 8_030_261_248
+"""Llama 3.1 8B parameters (Hugging Face model card / safetensors total)."""
+
+
+def _check(path, *extra, fmt="json"):
+    return runner.invoke(app, ["check", str(path), *extra, "--format", fmt])
+
+
+def _variant(tmp_path, source: Path, *edits: tuple[str, str], name="variant.sh") -> Path:
+    """`source` with each (old, new) text replaced once (each old must occur)."""
+    text = source.read_text()
+    for old, new in edits:
+        assert old in text, old
+        text = text.replace(old, new, 1)
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def _llama(tmp_path, *edits, tp=2):
+    """The llama3-8b script at TP_SIZE=tp (the script's own comment: SP 'with TP_SIZE=2')."""
+    return _variant(tmp_path, LLAMA, ("TP_SIZE=1", f"TP_SIZE={tp}"), *edits)
+
+
+def _data(result):
+    assert result.exit_code in (0, 1), result.output
+    return json.loads(result.output)
+
+
+def _bad_input(result, *words):
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:"), result.output
+    assert "Traceback" not in result.output
+    for word in words:
+        assert word in lines[0], (word, lines[0])
+    return lines[0]
+
+
+def _rules(data, severity="error"):
+    return {v["rule"]: v for v in data["violations"] if v["severity"] == severity}
+
+
+# ---------------------------------------------------------------- valid configs
+
+def test_llama3_8b_script_at_tp2_passes_with_the_scripts_layout(tmp_path):
+    """8 GPUs (torchrun 8 per node x 1 node) / (tp 2 x pp 1 x cp 1) = dp 4; 128 sequences /
+    (dp 4 x micro-batch 1) = 32 micro-batches; FP8 hybrid; distributed optimizer = ZeRO-1."""
+    data = _data(_check(_llama(tmp_path), "--cluster", "dgx-h100"))
+    assert data["verdict"] == "pass" and data["kind"] == "megatron-args", data["violations"]
+    assert data["gpus"] == 8
+    par = data["parallelism"]
+    assert (par["dp"], par["tp"], par["pp"], par["cp"], par["ep"], par["etp"]) == (4, 2, 1, 1, 1, 1)
+    assert par["zero_stage"] == 1 and par["sequence_parallel"] is True
+    assert (par["micro_batch_size"], par["global_batch_size"], par["num_microbatches"]) == (1, 128, 32)
+    assert par["seq_len"] == 8192 and par["precision"] == "fp8"
+    assert par["optimizer"] == "adamw" and par["framework"] == "megatron"
+    assert par["recompute"] == "none" and par["vpp"] == 1 and par["pipeline_layers"] is None
+    assert [row["layers"] for row in data["stages"]] == [32]
+
+
+def test_model_from_the_script_equals_the_catalog_llama_3_1_8b(tmp_path):
+    """The script's architecture flags (32 layers, 4096 hidden, 14336 FFN, 32 heads, 8 query
+    groups, vocab 128256, untied) are Llama 3.1 8B: the same memory as with --model."""
+    path = _llama(tmp_path)
+    own = _data(_check(path, "--cluster", "dgx-h100"))
+    named = _data(_check(path, "--cluster", "dgx-h100", "--model", "llama-3.1-8b"))
+    assert named["verdict"] == "pass" and named["model"] == "llama-3.1-8b"
+    assert own["memory_bytes"] == named["memory_bytes"]
+    # bf16 weights, 2 B each: the matrices split over tp 2, the 2 x 32 + 1 RMSNorm weights of
+    # 4096 replicated on both ranks
+    norms = (2 * 32 + 1) * 4096
+    assert own["memory_bytes"]["parameters"] == 2 * ((LLAMA_8B_PARAMS - norms) // 2 + norms)
+
+
+def test_table_output_starts_with_pass(tmp_path):
+    result = _check(_llama(tmp_path), "--cluster", "dgx-h100", fmt="table")
+    assert result.exit_code == 0 and result.output.startswith("PASS")
+
+
+def test_arguments_file_with_equals_form_and_gpus_option(tmp_path):
+    """A bare arguments file (no torchrun): the GPU count comes from --gpus, the model from --model;
+    16 GPUs / (tp 4 x pp 2) = dp 2; global batch 64 / (2 x 2) = 16 micro-batches."""
+    path = tmp_path / "args.txt"
+    path.write_text("--tensor-model-parallel-size=4 --pipeline-model-parallel-size=2\n"
+                    "--micro-batch-size=2 --global-batch-size=64 --seq-length=4096 --bf16\n"
+                    "--use-distributed-optimizer --sequence-parallel\n"
+                    "--recompute-activations  # deprecated alias of --recompute-granularity selective\n")
+    data = _data(_check(path, "--cluster", "dgx-h100", "--model", "llama-3.1-8b", "--gpus", "16"))
+    par = data["parallelism"]
+    assert (par["dp"], par["tp"], par["pp"], par["num_microbatches"]) == (2, 4, 2, 16)
+    assert par["recompute"] == "selective" and par["precision"] == "bf16"
+    assert data["verdict"] == "pass", data["violations"]
+
+
+def test_parse_args_reads_variables_quoted_pairs_and_continuations():
+    text = ('TP=4\nexport X=${UNSET:-7}\nARGS=(\n "--fp8-format hybrid"  # comment\n)\n'
+            'torchrun --nproc_per_node $TP pretrain_gpt.py \\\n  --tensor-model-parallel-size ${TP} '
+            '--context-parallel-size $X --lr 1e-4 --seq-length=2048 --bf16 --data-path /d/x')
+    assert parse_args(text, "t.sh") == {
+        "--fp8-format": "hybrid", "--nproc_per_node": "4", "--tensor-model-parallel-size": "4",
+        "--context-parallel-size": "7", "--seq-length": "2048", "--bf16": True}
+
+
+# ---------------------------------------------------------------- memory
+
+def test_llama3_8b_script_as_published_overflows_memory():
+    """TP1 on 8 GPUs: every GPU holds all 8.03e9 parameters: bf16 weights 2 B (14.96 GiB), fp32
+    main gradients 4 B (29.92 GiB), fp32 master + Adam m, v 12 B sharded over dp=8 (11.22 GiB).
+    (The planner does not read the script's --grad-reduce-in-bf16 / --fp8-param-gather.)"""
+    result = _check(LLAMA, "--cluster", "dgx-h100")
+    assert result.exit_code == 1
+    data = _data(result)
+    mem = data["memory_bytes"]
+    assert mem["parameters"] == pytest.approx(2 * LLAMA_8B_PARAMS, rel=1e-6)
+    assert mem["gradients"] == pytest.approx(4 * LLAMA_8B_PARAMS, rel=1e-6)
+    assert mem["optimizer_states"] == pytest.approx(12 * LLAMA_8B_PARAMS / 8, rel=1e-6)
+    over = _rules(data)["memory_exceeds"]
+    assert "pipeline stage 0 needs" in over["message"]
+    assert data["parallelism"]["dp"] == 8 and data["parallelism"]["tp"] == 1
+
+
+def test_gpt3_175b_script_reads_torchrun_world_and_fails_on_stage_0():
+    """torchrun 8 per node x 16 nodes = 128 GPUs = tp 8 x pp 16 x dp 1; fp16, Adam without the
+    distributed optimizer (ZeRO-0); no recompute: stage 0 holds pp = 16 micro-batches in flight."""
+    result = _check(GPT3, "--cluster", "dgx-h100", "--model", "gpt-3-175b")
+    data = _data(result)
+    assert result.exit_code == 1 and data["gpus"] == 128
+    par = data["parallelism"]
+    assert (par["dp"], par["tp"], par["pp"], par["zero_stage"]) == (1, 8, 16, 0)
+    assert par["precision"] == "fp16" and par["global_batch_size"] == 1536
+    assert [row["layers"] for row in data["stages"]] == [6] * 16  # 96 / 16
+    assert _rules(data)["memory_exceeds"]["message"].startswith("pipeline stage 0 needs")
+
+
+# ---------------------------------------------------------------- consistency findings
+
+def test_world_not_divisible_by_model_parallel_size(tmp_path):
+    """FC-13: 128 GPUs over tp 8 x pp 12 = 96: Megatron asserts world % (tp*pp*cp) == 0."""
+    path = _variant(tmp_path, GPT3, ("--pipeline-model-parallel-size 16",
+                                     "--pipeline-model-parallel-size 12"))
+    result = _check(path, "--cluster", "dgx-h100", "--model", "gpt-3-175b")
+    assert result.exit_code == 1
+    v = _rules(_data(result))["world_size_divisible"]
+    assert "128" in v["message"] and "96" in v["message"]
+
+
+def test_global_batch_not_divisible_by_micro_batch_times_dp(tmp_path):
+    """126 sequences over dp 4 x micro-batch 1 = 4 (num_microbatches_calculator asserts)."""
+    path = _llama(tmp_path, ("GLOBAL_BATCH_SIZE=128", "GLOBAL_BATCH_SIZE=126"))
+    result = _check(path, "--cluster", "dgx-h100")
+    assert result.exit_code == 1
+    v = _rules(_data(result))["batch_divisible"]
+    assert "126" in v["message"] and "= 4" in v["message"]
+
+
+def test_seq_length_beyond_max_position_embeddings(tmp_path):
+    path = _llama(tmp_path, ("SEQ_LENGTH=8192", "SEQ_LENGTH=16384"))
+    result = _check(path, "--cluster", "dgx-h100")
+    assert result.exit_code == 1
+    v = _rules(_data(result))["seq_length_exceeds_positions"]
+    assert "16384" in v["message"] and "8192" in v["message"]
+
+
+@pytest.mark.parametrize("flags, words", [
+    ("--recompute-granularity full", ["full", "--recompute-method"]),
+    ("--recompute-granularity full --recompute-method block", ["--recompute-num-layers"]),
+    ("--recompute-granularity selective --recompute-method uniform", ["selective", "uniform"]),
+    ("--recompute-granularity selective --recompute-num-layers 2", ["selective", "2"]),
+])
+def test_recompute_flag_combinations_megatron_rejects(tmp_path, flags, words):
+    path = _llama(tmp_path, ("--disable-bias-linear", f"--disable-bias-linear {flags}"))
+    result = _check(path, "--cluster", "dgx-h100")
+    assert result.exit_code == 1
+    v = _rules(_data(result))["recompute_args"]
+    for word in words:
+        assert word in v["message"]
+
+
+def test_block_recompute_counts_per_stage(tmp_path):
+    """pp 2 over 32 layers = 16 per stage; block with 5: the first 5 of each stage full, 11 none."""
+    path = _llama(tmp_path, ("--disable-bias-linear", "--disable-bias-linear "
+                             "--pipeline-model-parallel-size 2 --recompute-granularity full "
+                             "--recompute-method block --recompute-num-layers 5"))
+    data = _data(_check(path, "--cluster", "dgx-h100"))
+    assert data["parallelism"]["dp"] == 2  # 8 / (tp 2 x pp 2)
+    assert [row["recompute"] for row in data["stages"]] == [
+        {"none": 11, "selective": 0, "full": 5}] * 2
+
+
+def test_block_recompute_with_virtual_stages_counts_each_chunk(tmp_path):
+    """vpp 2: each stage's 16 layers are 2 chunks of 8; block 5 recomputes 5 per chunk = 10."""
+    path = _llama(tmp_path, ("--disable-bias-linear", "--disable-bias-linear "
+                             "--pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2 "
+                             "--recompute-granularity full --recompute-method block "
+                             "--recompute-num-layers 5"))
+    data = _data(_check(path, "--cluster", "dgx-h100"))
+    assert data["parallelism"]["vpp"] == 2
+    assert [row["recompute"]["full"] for row in data["stages"]] == [10, 10]
+
+
+def test_uniform_full_recompute_is_every_layer(tmp_path):
+    path = _llama(tmp_path, ("--disable-bias-linear", "--disable-bias-linear "
+                             "--recompute-granularity full --recompute-method uniform "
+                             "--recompute-num-layers 1"))
+    data = _data(_check(path, "--cluster", "dgx-h100"))
+    assert data["parallelism"]["recompute"] == "full"
+    assert data["stages"][0]["recompute"] == {"none": 0, "selective": 0, "full": 32}
+
+
+def test_uneven_first_and_last_stage(tmp_path):
+    """pp 4 over 32 layers with 6 on the first and last stage: (32 - 12) / 2 middle = 10 each."""
+    path = _llama(tmp_path, ("--disable-bias-linear", "--disable-bias-linear "
+                             "--pipeline-model-parallel-size 4 --decoder-first-pipeline-num-layers 6 "
+                             "--decoder-last-pipeline-num-layers 6"), tp=1)
+    data = _data(_check(path, "--cluster", "dgx-h100"))
+    assert data["parallelism"]["pipeline_layers"] == [6, 10, 10, 6]
+    assert [row["layers"] for row in data["stages"]] == [6, 10, 10, 6]
+
+
+def test_uneven_middle_layers_not_divisible(tmp_path):
+    """32 - 7 - 6 = 19 layers over 2 middle stages: Megatron raises."""
+    path = _llama(tmp_path, ("--disable-bias-linear", "--disable-bias-linear "
+                             "--pipeline-model-parallel-size 4 --decoder-first-pipeline-num-layers 7 "
+                             "--decoder-last-pipeline-num-layers 6"), tp=1)
+    result = _check(path, "--cluster", "dgx-h100")
+    assert result.exit_code == 1
+    v = _rules(_data(result))["uneven_pipeline"]
+    assert "19" in v["message"] and "2 middle stages" in v["message"]
+
+
+@pytest.mark.parametrize("flags, rule, words", [
+    ("--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 4 "
+     "--num-virtual-stages-per-pipeline-rank 2", "virtual_pipeline_args", ["4", "2", "both"]),
+    ("--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 5",
+     "virtual_pipeline_args", ["16", "5"]),  # 32 / 2 = 16 layers per stage, not a multiple of 5
+    ("--pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2 "
+     "--no-overlap-p2p-communication", "interleaved_pp_needs_overlap", ["vpp=2", "pp=2"]),
+])
+def test_virtual_pipeline_flags_megatron_rejects(tmp_path, flags, rule, words):
+    path = _llama(tmp_path, ("--disable-bias-linear", f"--disable-bias-linear {flags}"))
+    result = _check(path, "--cluster", "dgx-h100")
+    assert result.exit_code == 1
+    v = _rules(_data(result))[rule]
+    for word in words:
+        assert word in v["message"]
+
+
+def test_layers_per_virtual_stage_gives_vpp(tmp_path):
+    """32 layers / pp 2 = 16 per stage; 4 per virtual stage -> vpp 4."""
+    path = _llama(tmp_path, ("--disable-bias-linear", "--disable-bias-linear "
+                             "--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 4"))
+    data = _data(_check(path, "--cluster", "dgx-h100"))
+    assert data["parallelism"]["vpp"] == 4
+
+
+# ---------------------------------------------------------------- bad input
+
+@pytest.mark.parametrize("old, new, key", [
+    ("MICRO_BATCH_SIZE=1", "MICRO_BATCH_SIZE=two", "--micro-batch-size"),
+    ("--normalization RMSNorm", "--normalization RMSNorm --recompute-granularity partial",
+     "--recompute-granularity"),
+    ("--clip-grad 1.0", "--clip-grad 1.0 --optimizer muon", "--optimizer"),
+    ("--tensor-model-parallel-size $TP_SIZE", "--tensor-model-parallel-size $TP", "--tensor-model-parallel-size"),
+    ("--bf16", "--bf16 --fp16", "--fp16"),
+    ("--sequence-parallel", "--sequence-parallel=yes", "--sequence-parallel"),
+])
+def test_malformed_values_name_file_and_flag(tmp_path, old, new, key):
+    path = _llama(tmp_path, (old, new))
+    line = _bad_input(_check(path, "--cluster", "dgx-h100"), str(path), key)
+    assert "Traceback" not in line
+
+
+def test_flag_without_value_and_unbalanced_quote(tmp_path):
+    path = tmp_path / "a.txt"
+    path.write_text("--bf16 --seq-length 2048 --micro-batch-size\n")
+    _bad_input(_check(path, "--cluster", "dgx-h100", "--gpus", "8", "--model", "llama-3.1-8b"),
+               str(path), "--micro-batch-size", "missing value")
+    path.write_text('--bf16 --micro-batch-size "1\n')
+    _bad_input(_check(path, "--cluster", "dgx-h100", "--gpus", "8", "--model", "llama-3.1-8b"),
+               str(path), "syntax")
+
+
+def test_missing_options_are_named(tmp_path):
+    _bad_input(_check(LLAMA), "--cluster")
+    _bad_input(_check(GPT3, "--cluster", "dgx-h100"), "--model", "--vocab-size")
+    path = tmp_path / "args.txt"
+    path.write_text("--micro-batch-size 1 --bf16\n")
+    _bad_input(_check(path, "--cluster", "dgx-h100", "--model", "llama-3.1-8b"), "--gpus")
+    _bad_input(_check(path, "--cluster", "dgx-h100", "--model", "llama-3.1-8b", "--gpus", "8"),
+               "--seq-len")
+
+
+def test_options_that_contradict_the_file(tmp_path):
+    _bad_input(_check(LLAMA, "--cluster", "dgx-h100", "--gpus", "16"), "--gpus", "16", "8")
+    _bad_input(_check(LLAMA, "--cluster", "dgx-h100", "--seq-len", "4096"), "4096", "8192")
+    # Llama 3.1 70B has 80 layers; the script builds 32
+    _bad_input(_check(LLAMA, "--cluster", "dgx-h100", "--model", "llama-3.1-70b"),
+               "--num-layers", "32", "80")
