@@ -1,0 +1,508 @@
+"""Reader of torchtitan job configs (TOML, `train_configs/*.toml`) into a gate `Target`.
+
+Key names are torchtitan's, verified in pytorch/torchtitan at 238fa99 (the last commit before the
+TOML configs were replaced by Python registries in 9810191, 2026-02-23):
+`torchtitan/config/job_config.py` (dataclasses `Model`, `Training`, `Parallelism`,
+`ActivationCheckpoint`, `Quantize`) and `torchtitan/models/llama3/train_configs/llama3_{8b,70b,405b}.toml`.
+Older spellings are accepted where the history shows them:
+- `[training] batch_size` (renamed `local_batch_size`, with `global_batch_size` added, in 8570415,
+  2025-06-05, "Support gradient accumulation");
+- the degrees under `[training]` (data_parallel_*, tensor_parallel_degree) and `[experimental]`
+  (pipeline_parallel_degree, context_parallel_degree, pipeline_parallel_schedule,
+  pipeline_parallel_microbatches) before `[parallelism]` (785c34c, 2025-03-18);
+- `pipeline_parallel_microbatches` (a count, default pp) before `pipeline_parallel_microbatch_size`
+  (5e2033c, 2025-04-07);
+- `[float8] enable_float8_linear = true` before the `model.converters = ["float8"]` converter
+  (57387af, 2025-02-14); converter "quantize.linear.float8" since 8a2686c (2025-09-30).
+A key given under both its old and its new name is bad input.
+
+Mapping (DESIGN.md placement semantics):
+- dp = data_parallel_replicate_degree x data_parallel_shard_degree (-1 = the GPUs left after
+  replicate x cp x tp x pp: `parallel_dims.py` `ParallelDims._validate`); FSDP2 (zero_stage 3,
+  dp_shard = shard) when shard > 1 or cp > 1 (`ParallelDims.fsdp_enabled`; FSDP runs over
+  dp_shard x cp), else DDP (zero_stage 0). torchtitan TP always shards norms over the sequence
+  (`parallelize.py` `apply_tp`: SequenceParallel): sequence_parallel = tp > 1.
+- micro_batch_size = pipeline_parallel_microbatch_size when pp > 1, else local_batch_size;
+  global_batch_size -1 / absent = local_batch_size x dp (`train.py` `Trainer.__init__`).
+- Pipeline: torchtitan's own split, `generate_llm_fqn_per_model_part` (num_layers + first/last
+  stage weights spread evenly over the virtual stages; the embedding and output count as
+  pipeline_parallel_first/last_stage_less_layers layers), or `module_fqns_per_model_part`; virtual
+  stage s runs on rank s mod pp (`pipeline_module_split`, loop style). Supported schedules: 1F1B
+  (vpp 1) and Interleaved1F1B (vpp = stages per rank: from pipeline_parallel_layers_per_stage, else
+  2, as `pipeline_llm` chooses). GPipe, LoopedBFS, the zero-bubble and V schedules and CSV
+  schedules hold micro-batches differently and are not modelled (bad input, exit 2).
+- Activation checkpointing (`activation_checkpoint.py`): none | full | selective with
+  selective_ac_option "op" (the op-level policy = this planner's `selective`) or an integer N
+  (layer SAC: every N-th block of a rank fully checkpointed, the others none; 0 = all).
+  `memory_budget` (a compiler partitioner setting) is not modelled.
+- Precision: mixed_precision_param bfloat16 -> bf16, fp8 when a float8 linear converter is on;
+  float32 params, training.dtype bfloat16 (no fp32 master weights) and MX converters are not
+  modelled (bad input). training.enable_cpu_offload -> parameters and optimizer offloaded.
+- Model: [model] name "llama3" with flavor 8B / 70B / 405B -> llama-3.1-8b / -70b / -405b
+  (`torchtitan/models/llama3/__init__.py` llama3_args); anything else needs --model.
+
+Findings (torchtitan refuses these at start-up; the gate's own rules cover world size, heads,
+layers, sequence by cp and global batch by dp x micro-batch):
+- `torchtitan_parallel_dims`: ep > 1 with etp not in {1, tp} (`ParallelDims._validate`);
+- `torchtitan_ddp`: DDP (replicate > 1, no FSDP) combined with tp/pp (`parallelize.py`:
+  "DDP has not supported > 1D parallelism");
+- `torchtitan_batch`: global batch not a multiple of local_batch_size x dp (`train.py`);
+  local batch not a multiple of the pipeline micro-batch (`pipeline_parallel.py`
+  `build_pipeline_schedule`);
+- `torchtitan_pipeline_stages`: virtual stages not a multiple of pp, or a stage count per rank the
+  schedule refuses (`pipeline_parallel.py` `pipeline_llm`).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+from planner.check.gate import Target
+from planner.errors import SpecError
+from planner.placement.layout import Layout
+from planner.placement.rules import Violation
+from planner.specs.cluster import load_cluster
+from planner.specs.model import ModelSpec, load_model
+
+KIND = "torchtitan-config"
+"""The Target kind of a torchtitan job config."""
+FRAMEWORK = "torchtitan"
+
+CATALOG = {("llama3", "8B"): "llama-3.1-8b", ("llama3", "70B"): "llama-3.1-70b",
+           ("llama3", "405B"): "llama-3.1-405b"}
+"""(model.name, model.flavor) -> catalog model. Source: torchtitan `models/llama3/__init__.py`
+`llama3_args` (8B: dim 4096, 32 layers; 70B: 8192, 80; 405B: 16384, 126 -- Llama 3.1 shapes)."""
+
+_KEYS = {
+    "local_batch_size": (("training", "local_batch_size"), ("training", "batch_size")),
+    "global_batch_size": (("training", "global_batch_size"),),
+    "seq_len": (("training", "seq_len"),),
+    "mixed_precision_param": (("training", "mixed_precision_param"),),
+    "dtype": (("training", "dtype"),),
+    "enable_cpu_offload": (("training", "enable_cpu_offload"),),
+    "replicate": (("parallelism", "data_parallel_replicate_degree"),
+                  ("training", "data_parallel_replicate_degree")),
+    "shard": (("parallelism", "data_parallel_shard_degree"),
+              ("training", "data_parallel_shard_degree")),
+    "tp": (("parallelism", "tensor_parallel_degree"), ("training", "tensor_parallel_degree")),
+    "pp": (("parallelism", "pipeline_parallel_degree"), ("experimental", "pipeline_parallel_degree")),
+    "cp": (("parallelism", "context_parallel_degree"), ("experimental", "context_parallel_degree")),
+    "ep": (("parallelism", "expert_parallel_degree"),),
+    "etp": (("parallelism", "expert_tensor_parallel_degree"),),
+    "pp_microbatch_size": (("parallelism", "pipeline_parallel_microbatch_size"),),
+    "pp_microbatches": (("parallelism", "pipeline_parallel_microbatches"),
+                        ("experimental", "pipeline_parallel_microbatches")),
+    "pp_schedule": (("parallelism", "pipeline_parallel_schedule"),
+                    ("experimental", "pipeline_parallel_schedule")),
+    "pp_schedule_csv": (("parallelism", "pipeline_parallel_schedule_csv"),
+                        ("experimental", "pipeline_parallel_schedule_csv")),
+    "pp_layers_per_stage": (("parallelism", "pipeline_parallel_layers_per_stage"),),
+    "pp_first_less": (("parallelism", "pipeline_parallel_first_stage_less_layers"),),
+    "pp_last_less": (("parallelism", "pipeline_parallel_last_stage_less_layers"),),
+    "pp_fqns": (("parallelism", "module_fqns_per_model_part"),),
+    "pp_split_points": (("parallelism", "pipeline_parallel_split_points"),
+                        ("experimental", "pipeline_parallel_split_points")),
+    "ac_mode": (("activation_checkpoint", "mode"),),
+    "ac_option": (("activation_checkpoint", "selective_ac_option"),),
+    "converters": (("model", "converters"),),
+    "float8_linear": (("float8", "enable_float8_linear"),),
+}
+"""Setting -> (section, key) spellings, the current one first (module docstring)."""
+
+SCHEDULES = {"1f1b": 1, "interleaved1f1b": None}
+"""Supported pipeline_parallel_schedule names (torch `get_schedule_class` matches them
+case-insensitively) -> stages per rank (None = several). Source: torch
+`distributed/pipelining/schedules.py` (Schedule1F1B is a PipelineScheduleSingle,
+ScheduleInterleaved1F1B a PipelineScheduleMulti)."""
+_OTHER_SCHEDULES = ("GPipe", "LoopedBFS", "InterleavedZeroBubble", "ZBVZeroBubble", "DualPipeV",
+                    "PipelineScheduleSingle", "PipelineScheduleMulti")
+_FP8_CONVERTERS = ("float8", "quantize.linear.float8")
+"""Converters that swap nn.Linear for Float8Linear (`components/quantization/float8.py`
+register_model_converter; `float8` before 8a2686c)."""
+_UNMODELLED_CONVERTERS = ("mx", "quantize.linear.mx", "quantize.grouped_mm.mx")
+"""MX (mxfp8) converters: Blackwell block-scaled GEMMs, not modelled."""
+_AC_MODES = ("none", "selective", "full")
+
+
+def read(path: Path, *, model: str | None, cluster: str | None, gpus: int | None,
+         seq_len: int | None) -> Target:
+    """The Target a torchtitan TOML job config describes (module docstring).
+
+    Args:
+        path: the .toml file.
+        model: catalog name or path; required unless [model] names a catalog model.
+        cluster: catalog name or path (a job config never names it); required.
+        gpus: GPU count; required when data_parallel_shard_degree is -1.
+        seq_len: tokens per sequence; required when [training] seq_len is absent.
+
+    Raises:
+        SpecError: TOML syntax error (file and line), a wrong type or unknown value (file and key),
+            an unmodelled feature, a missing option, or an option the file contradicts.
+    """
+    path = Path(path)
+    file = str(path)
+    doc = _parse(path)
+    cfg = _Config(doc, file)
+    spec = _model(cfg, model)
+    if cluster is None:
+        raise SpecError("--cluster is required: a torchtitan job config does not name the cluster",
+                        file=file, key="--cluster")
+    degrees = _degrees(cfg)
+    world = _world_size(cfg, degrees, gpus)
+    clus = load_cluster(cluster, gpus=world)
+    if degrees["shard"] == -1:
+        rest = degrees["replicate"] * degrees["cp"] * degrees["tp"] * degrees["pp"]
+        degrees["shard"] = max(1, world // rest)  # gate's world_size rule reports a remainder
+    layout, per_stage, findings = _layout(cfg, spec, degrees, seq_len)
+    return Target(file=file, kind=KIND, model=spec, cluster=clus, layout=layout,
+                  recompute_per_stage=per_stage, findings=tuple(findings))
+
+
+def _parse(path: Path) -> dict:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(f"cannot read the file ({exc.__class__.__name__}: {exc})",
+                        file=str(path)) from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError(f"TOML syntax error: {exc}", file=str(path)) from None
+
+
+class _Config:
+    """Typed access to the settings of `_KEYS`, whichever spelling the file uses."""
+
+    def __init__(self, doc: dict, file: str):
+        self.doc, self.file = doc, file
+        for section in {s for spellings in _KEYS.values() for s, _ in spellings}:
+            if section in doc and not isinstance(doc[section], dict):
+                raise SpecError(f"value {doc[section]!r} must be a table ([{section}])", file=file,
+                                key=section)
+
+    def where(self, name: str) -> str | None:
+        """The dotted key the file gives `name` under, or None."""
+        found = [f"{s}.{k}" for s, k in _KEYS[name] if k in self.doc.get(s, {})]
+        if len(found) > 1:
+            raise SpecError(f"given twice, as {' and as '.join(found)}: keep the current name "
+                            f"{found[0]}", file=self.file, key=found[-1])
+        return found[0] if found else None
+
+    def get(self, name: str, default=None):
+        key = self.where(name)
+        if key is None:
+            return default
+        section, k = key.split(".")
+        return self.doc[section][k]
+
+    def int(self, name: str, default: int | None, *, minimum: int = 1,
+            allow: tuple[int, ...] = ()) -> int | None:
+        value = self.get(name, default)
+        if value is None and default is None:
+            return None
+        if type(value) is not int or (value < minimum and value not in allow):
+            extra = f" or {', '.join(map(str, allow))}" if allow else ""
+            raise SpecError(f"value {value!r} must be an integer >= {minimum}{extra}",
+                            file=self.file, key=self.where(name))
+        return value
+
+    def text(self, name: str, default: str, allowed: tuple[str, ...] | None = None) -> str:
+        value = self.get(name, default)
+        if not isinstance(value, str) or (allowed and value not in allowed):
+            what = f"one of {', '.join(allowed)}" if allowed else "a string"
+            raise SpecError(f"value {value!r} not allowed; allowed: {what}", file=self.file,
+                            key=self.where(name))
+        return value
+
+    def flag(self, name: str) -> bool:
+        value = self.get(name, False)
+        if not isinstance(value, bool):
+            raise SpecError(f"value {value!r} must be true or false", file=self.file,
+                            key=self.where(name))
+        return value
+
+    def fail(self, name: str, message: str) -> SpecError:
+        key = self.where(name) or f"{_KEYS[name][0][0]}.{_KEYS[name][0][1]}"
+        return SpecError(message, file=self.file, key=key)
+
+
+def _model(cfg: _Config, option: str | None) -> ModelSpec:
+    """The catalog model [model] names, or --model; both must agree."""
+    section = cfg.doc.get("model", {})
+    if not isinstance(section, dict):
+        raise SpecError(f"value {section!r} must be a table ([model])", file=cfg.file, key="model")
+    name, flavor = section.get("name"), section.get("flavor")
+    for key, value in (("name", name), ("flavor", flavor)):
+        if value is not None and not isinstance(value, str):
+            raise SpecError(f"value {value!r} must be a string", file=cfg.file, key=f"model.{key}")
+    named = CATALOG.get((name, flavor))
+    if option is None and named is None:
+        raise SpecError(f"--model is required: model.name={name!r} flavor={flavor!r} is not a "
+                        f"catalog model (known: llama3 8B, 70B, 405B)", file=cfg.file, key="--model")
+    if option is not None and named is not None and option != named:
+        raise SpecError(f"--model {option} contradicts model.name={name!r} flavor={flavor!r} "
+                        f"(= {named}); omit --model or fix the file", file=cfg.file, key="--model")
+    return load_model(option or named)
+
+
+def _degrees(cfg: _Config) -> dict[str, int]:
+    """Degrees as the file gives them (shard may be -1). Defaults: `job_config.py` Parallelism."""
+    out = {k: cfg.int(k, 1) for k in ("replicate", "tp", "pp", "cp", "ep", "etp")}
+    out["shard"] = cfg.int("shard", -1, allow=(-1,))
+    return out
+
+
+def _world_size(cfg: _Config, degrees: dict[str, int], gpus: int | None) -> int:
+    """Product of the degrees; with shard -1, --gpus (required)."""
+    rest = degrees["replicate"] * degrees["cp"] * degrees["tp"] * degrees["pp"]
+    if degrees["shard"] == -1:
+        if gpus is None:
+            raise SpecError(f"--gpus is required: {cfg.where('shard') or 'parallelism.data_parallel_shard_degree'}"
+                            f" is -1 (all GPUs left after replicate x cp x tp x pp = {rest})",
+                            file=cfg.file, key="--gpus")
+        return gpus
+    world = rest * degrees["shard"]
+    if gpus is not None and gpus != world:
+        raise SpecError(f"--gpus {gpus} contradicts the file's degrees: replicate x shard x cp x "
+                        f"tp x pp = {degrees['replicate']}x{degrees['shard']}x{degrees['cp']}x"
+                        f"{degrees['tp']}x{degrees['pp']} = {world}", file=cfg.file, key="--gpus")
+    return world
+
+
+def _seq_len(cfg: _Config, option: int | None) -> int:
+    given = cfg.int("seq_len", None)
+    if given is None and option is None:
+        raise SpecError("--seq-len is required: the file does not set training.seq_len",
+                        file=cfg.file, key="--seq-len")
+    if given is not None and option is not None and given != option:
+        raise SpecError(f"--seq-len {option} contradicts training.seq_len = {given}",
+                        file=cfg.file, key="--seq-len")
+    return given if given is not None else option
+
+
+def _precision(cfg: _Config) -> str:
+    """bf16, or fp8 with a float8 linear converter (module docstring)."""
+    param = cfg.text("mixed_precision_param", "bfloat16", ("bfloat16", "float32"))
+    if param == "float32":
+        raise cfg.fail("mixed_precision_param", "value 'float32' not modelled (fp32 compute); "
+                                                "allowed: bfloat16")
+    if cfg.text("dtype", "float32", ("float32", "bfloat16")) == "bfloat16":
+        raise cfg.fail("dtype", "value 'bfloat16' (pure bf16 training, no fp32 master weights) is "
+                                "not modelled; allowed: float32 (mixed precision)")
+    converters = cfg.get("converters", [])
+    if isinstance(converters, str):  # torchtitan splits a comma-separated string
+        converters = [c.strip() for c in converters.split(",") if c.strip()]
+    if not isinstance(converters, list) or not all(isinstance(c, str) for c in converters):
+        raise cfg.fail("converters", f"value {converters!r} must be a list of converter names")
+    mx = [c for c in converters if c in _UNMODELLED_CONVERTERS]
+    if mx:
+        raise cfg.fail("converters", f"converter {mx[0]!r} (MX block-scaled GEMMs) is not "
+                                     f"modelled; allowed: {', '.join(_FP8_CONVERTERS)}")
+    fp8 = any(c in _FP8_CONVERTERS for c in converters) or cfg.flag("float8_linear")
+    return "fp8" if fp8 else "bf16"
+
+
+def _layout(cfg: _Config, spec: ModelSpec, degrees: dict[str, int], seq_len: int | None
+            ) -> tuple[Layout, tuple[dict[str, int], ...] | None, list[Violation]]:
+    """The Layout, per-stage recompute counts and the start-up findings."""
+    rep, shard, tp, pp, cp = (degrees[k] for k in ("replicate", "shard", "tp", "pp", "cp"))
+    ep, etp = degrees["ep"], degrees["etp"]
+    dp = rep * shard
+    local = cfg.int("local_batch_size", 8)  # job_config.py Training.local_batch_size = 8
+    given = cfg.int("global_batch_size", -1, minimum=1, allow=(-1,))
+    global_batch = local * dp if given == -1 else given
+    split, vpp, findings = _pipeline(cfg, spec, pp)
+    micro, more = _micro_batch(cfg, local, pp)
+    findings += more + _dims_findings(degrees) + _batch_findings(global_batch, local, dp, micro)
+    rank_layers = list(split) if split else ([spec.num_hidden_layers] if pp == 1 else None)
+    mode, per_stage = _recompute(cfg, rank_layers)
+    fsdp = shard > 1 or cp > 1  # ParallelDims.fsdp_enabled
+    try:
+        layout = Layout(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp if ep > 1 else 1,
+                        dp_shard=shard if fsdp else None, zero_stage=3 if fsdp else 0,
+                        sequence_parallel=tp > 1, vpp=vpp, pipeline_layers=split,
+                        micro_batch_size=micro, global_batch_size=global_batch,
+                        seq_len=_seq_len(cfg, seq_len), recompute=mode,
+                        offload=frozenset({"parameters", "optimizer"}) if cfg.flag(
+                            "enable_cpu_offload") else frozenset(),
+                        precision=_precision(cfg), framework=FRAMEWORK)
+    except SpecError as exc:
+        raise SpecError(str(exc).split(": ", 1)[-1], file=cfg.file, key=exc.key) from None
+    return layout, per_stage, findings
+
+
+def _micro_batch(cfg: _Config, local: int, pp: int) -> tuple[int, list[Violation]]:
+    """Sequences per forward: local_batch_size, or the pipeline micro-batch when pp > 1.
+
+    Source: `pipeline_parallel.py` `build_pipeline_schedule` (n_microbatches = local_batch_size //
+    pipeline_parallel_microbatch_size; ValueError unless it divides); the older
+    pipeline_parallel_microbatches was the count (default pp)."""
+    if cfg.where("pp_microbatch_size") and cfg.where("pp_microbatches"):
+        raise cfg.fail("pp_microbatches", f"given with {cfg.where('pp_microbatch_size')}: give "
+                                          f"the micro-batch size only")
+    size = cfg.int("pp_microbatch_size", 1)
+    count = cfg.int("pp_microbatches", None)
+    if pp == 1:
+        return local, []
+    if count is not None:
+        if local % count:
+            return max(1, local // count), [Violation(
+                rule="torchtitan_batch",
+                message=f"local batch {local} is not divisible into {cfg.where('pp_microbatches')}"
+                        f" = {count} micro-batches",
+                fix=f"use a local batch that is a multiple of {count}")]
+        return local // count, []
+    if local % size:
+        return size, [Violation(
+            rule="torchtitan_batch",
+            message=f"local_batch_size {local} is not divisible by pipeline_parallel_microbatch_size"
+                    f" {size} (torchtitan build_pipeline_schedule raises ValueError)",
+            fix=f"use local_batch_size {max(size, local // size * size)} or a micro-batch size "
+                f"dividing {local}")]
+    return size, []
+
+
+def _dims_findings(d: dict[str, int]) -> list[Violation]:
+    """ParallelDims._validate (etp) and the DDP-only-1D check of `parallelize.py`."""
+    out = []
+    if d["ep"] > 1 and d["etp"] not in (1, d["tp"]):
+        out.append(Violation(rule="torchtitan_parallel_dims",
+                             message=f"expert_tensor_parallel_degree={d['etp']} with "
+                                     f"expert_parallel_degree={d['ep']}: torchtitan supports only "
+                                     f"etp = tp ({d['tp']}) or etp = 1 (ParallelDims._validate)",
+                             fix=f"set expert_tensor_parallel_degree to 1 or {d['tp']}"))
+    fsdp = d["shard"] > 1 or d["cp"] > 1
+    if d["replicate"] > 1 and not fsdp and (d["tp"] > 1 or d["pp"] > 1):
+        out.append(Violation(rule="torchtitan_ddp",
+                             message=f"DDP (data_parallel_replicate_degree={d['replicate']}, no "
+                                     f"sharding) with tp={d['tp']} pp={d['pp']}: torchtitan raises "
+                                     f"'DDP has not supported > 1D parallelism' (parallelize.py)",
+                             fix="use data_parallel_shard_degree > 1 (FSDP/HSDP) with tp or pp"))
+    return out
+
+
+def _batch_findings(global_batch: int, local: int, dp: int, micro: int) -> list[Violation]:
+    """global_batch_size % (local_batch_size x dp) (`train.py` Trainer.__init__ assert), where the
+    gate's batch_divisible rule (global by dp x micro-batch) does not already say so."""
+    if global_batch % (local * dp) == 0 or global_batch % (dp * micro):
+        return []
+    return [Violation(rule="torchtitan_batch",
+                      message=f"global_batch_size {global_batch} is not a multiple of "
+                              f"local_batch_size x dp = {local} x {dp} = {local * dp} (torchtitan "
+                              f"train.py asserts it)",
+                      fix=f"use global_batch_size {max(1, global_batch // (local * dp)) * local * dp}")]
+
+
+def _pipeline(cfg: _Config, spec: ModelSpec, pp: int
+              ) -> tuple[tuple[int, ...] | None, int, list[Violation]]:
+    """(decoder layers per pipeline rank, vpp, findings) as torchtitan splits the model."""
+    if cfg.where("pp_split_points"):
+        raise cfg.fail("pp_split_points", "not modelled; use pipeline_parallel_layers_per_stage or "
+                                          "module_fqns_per_model_part")
+    if pp == 1:
+        return None, 1, []
+    if cfg.get("pp_schedule_csv"):
+        raise cfg.fail("pp_schedule_csv", "CSV pipeline schedules are not modelled; supported: "
+                                          "1F1B, Interleaved1F1B")
+    name = cfg.text("pp_schedule", "1F1B")
+    if name.lower() not in SCHEDULES:
+        known = name.lower() in {s.lower() for s in _OTHER_SCHEDULES}
+        raise cfg.fail("pp_schedule", f"value {name!r} {'not modelled' if known else 'unknown'};"
+                                      f" supported: 1F1B, Interleaved1F1B")
+    single = SCHEDULES[name.lower()] == 1
+    parts, findings = _stages(cfg, spec.num_hidden_layers, pp, single)
+    if parts is None:
+        return None, 1, findings
+    return tuple(sum(parts[r::pp]) for r in range(pp)), len(parts) // pp, findings
+
+
+def _stages(cfg: _Config, n: int, pp: int, single: bool
+            ) -> tuple[list[int] | None, list[Violation]]:
+    """Decoder layers per virtual stage, or None with the finding torchtitan would raise.
+
+    Source: `pipeline_parallel.py` `pipeline_llm` (stage count from
+    pipeline_parallel_layers_per_stage: ceil((n + first + last) / per), a multiple of pp, one per
+    rank for single-stage schedules, >= 2 per rank for multi-stage ones; default 1 or 2 per rank)
+    and `pipeline_module_split` (num_stages % pp_degree == 0)."""
+    fqns = cfg.get("pp_fqns")
+    first = cfg.int("pp_first_less", 1, minimum=0)
+    last = cfg.int("pp_last_less", 1, minimum=0)
+    per = cfg.int("pp_layers_per_stage", None)
+    if fqns is not None:
+        parts = _fqn_layers(cfg, fqns)
+        stages = len(parts)
+    else:
+        stages = -(-(n + first + last) // per) if per is not None else pp * (1 if single else 2)
+        parts = None
+    per_rank = stages // pp
+    problem = None
+    if stages % pp:
+        problem = f"{stages} virtual stages are not divisible by pipeline_parallel_degree {pp}"
+    elif single and per_rank != 1:
+        problem = f"a single-stage schedule (1F1B) needs 1 stage per rank, got {per_rank}"
+    elif not single and per_rank < 2:
+        problem = f"a multi-stage schedule (Interleaved1F1B) needs >= 2 stages per rank, got {per_rank}"
+    if problem is None and parts is None:
+        parts, problem = _split(n, stages, first, last)
+    if problem is not None:
+        return None, [Violation(rule="torchtitan_pipeline_stages",
+                                message=f"{problem} ({n} layers; torchtitan pipeline_llm raises)",
+                                fix="change pipeline_parallel_layers_per_stage, the schedule or pp")]
+    return parts, []
+
+
+def _split(n: int, stages: int, first: int, last: int) -> tuple[list[int] | None, str | None]:
+    """Decoder layers per stage of `generate_llm_fqn_per_model_part`: n + first + last
+    "effective" layers spread evenly (the remainder to the first stages); the first stage gives
+    `first` of its share to the embedding, the last `last` to norm + output."""
+    if stages == 1:
+        return [n], None
+    eff = n + first + last
+    base, extra = divmod(eff, stages)
+    if base == 0 or first > base or last > base:
+        return None, (f"{stages} stages over {eff} effective layers (first/last stage weights "
+                      f"{first}/{last}) leave {base} per stage")
+    share = [base + (1 if s < extra else 0) for s in range(stages)]
+    share[0] -= first
+    share[-1] -= last
+    return share, None
+
+
+def _fqn_layers(cfg: _Config, fqns: object) -> list[int]:
+    """Decoder layers (`layers.N` entries) of each model part of module_fqns_per_model_part."""
+    if not isinstance(fqns, list) or not fqns or not all(
+            isinstance(p, list) and all(isinstance(m, str) for m in p) for p in fqns):
+        raise cfg.fail("pp_fqns", f"value {fqns!r} must be a list of lists of module names")
+    return [sum(1 for m in part if m.startswith("layers.")) for part in fqns]
+
+
+def _recompute(cfg: _Config, rank_layers: list[int] | None
+               ) -> tuple[str, tuple[dict[str, int], ...] | None]:
+    """(uniform mode, per-stage counts or None). Source: `activation_checkpoint.py` (`apply_ac`,
+    `_apply_layer_sac`: block k of a rank, counted from 1, is fully checkpointed when k % N == 0;
+    N = 0 checkpoints every block). Default mode "selective", option "2" (`job_config.py`)."""
+    mode = cfg.get("ac_mode", "selective")
+    if mode == "memory_budget":
+        raise cfg.fail("ac_mode", "value 'memory_budget' (compiler partitioner budget) is not "
+                                  f"modelled; allowed: {', '.join(_AC_MODES)}")
+    mode = cfg.text("ac_mode", "selective", _AC_MODES)
+    if mode != "selective":
+        return mode, None
+    option = cfg.get("ac_option", "2")
+    if option == "op":
+        return "selective", None
+    if type(option) is int and option >= 0 or isinstance(option, str) and option.isdigit():
+        every = int(option)
+    else:
+        raise cfg.fail("ac_option", f"value {option!r} not allowed; allowed: 'op' or a "
+                                    f"non-negative integer (checkpoint every N-th block)")
+    if rank_layers is None:  # a pipeline finding already fails the file
+        return "none", None
+    counts = tuple({"none": n - (n if every == 0 else n // every), "selective": 0,
+                    "full": n if every == 0 else n // every} for n in rank_layers)
+    modes = {m for c in counts for m in ("none", "full") if c[m]}
+    if len(modes) == 1:
+        return modes.pop(), None
+    most = max(("none", "full"), key=lambda m: sum(c[m] for c in counts))
+    return most, counts
