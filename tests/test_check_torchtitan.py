@@ -291,3 +291,17 @@ def test_missing_seq_len_and_unknown_flavor_name_their_options(tmp_path):
 def test_option_contradicting_the_file_names_both(tmp_path, args, words):
     path = _edit(tmp_path, "data_parallel_shard_degree = -1", "data_parallel_shard_degree = 8")
     _one_line_error(_check(path, *H100, *args), *words)
+
+
+def test_key_typo_is_named_with_the_real_key(tmp_path):
+    """torchtitan rejects unknown fields; a near miss of a key this reader reads would otherwise
+    silently fall back to the default degree 1."""
+    path = _edit(tmp_path, "tensor_parallel_degree = 1", "tensor_paralel_degree = 2")
+    _one_line_error(_check(path, *H100, "--gpus", "8"), str(path), "parallelism.tensor_paralel_degree",
+                    "parallelism.tensor_parallel_degree")
+
+
+def test_cpu_offload_offloads_parameters_and_optimizer(tmp_path):
+    path = _edit(tmp_path, "seq_len = 8192", "seq_len = 8192\nenable_cpu_offload = true")
+    result, data = _json(path, *H100, "--gpus", "8")
+    assert data["parallelism"]["offload"] == ["optimizer", "parameters"]

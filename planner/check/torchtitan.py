@@ -55,6 +55,7 @@ layers, sequence by cp and global batch by dp x micro-batch):
 
 from __future__ import annotations
 
+import difflib
 import tomllib
 from pathlib import Path
 
@@ -180,6 +181,22 @@ class _Config:
             if section in doc and not isinstance(doc[section], dict):
                 raise SpecError(f"value {doc[section]!r} must be a table ([{section}])", file=file,
                                 key=section)
+        self._check_typos()
+
+    def _check_typos(self) -> None:
+        """A key that is not one this reader reads but close to one (difflib ratio >= 0.8) is a
+        typo: torchtitan rejects unknown fields (`config/manager.py` `_dict_to_dataclass`:
+        "Invalid field names"). Other unknown keys (other versions' fields) are left alone."""
+        known: dict[str, set[str]] = {}
+        for spellings in _KEYS.values():
+            for section, key in spellings:
+                known.setdefault(section, set()).add(key)
+        for section, keys in known.items():
+            for key in self.doc.get(section, {}):
+                close = difflib.get_close_matches(key, sorted(keys), n=1, cutoff=0.8)
+                if key not in keys and close:
+                    raise SpecError(f"unknown key; did you mean {section}.{close[0]}? (torchtitan "
+                                    f"rejects unknown fields)", file=self.file, key=f"{section}.{key}")
 
     def where(self, name: str) -> str | None:
         """The dotted key the file gives `name` under, or None."""
@@ -318,15 +335,16 @@ def _layout(cfg: _Config, spec: ModelSpec, degrees: dict[str, int], seq_len: int
     rank_layers = list(split) if split else ([spec.num_hidden_layers] if pp == 1 else None)
     mode, per_stage = _recompute(cfg, rank_layers)
     fsdp = shard > 1 or cp > 1  # ParallelDims.fsdp_enabled
+    tokens, precision = _seq_len(cfg, seq_len), _precision(cfg)
+    offload = cfg.flag("enable_cpu_offload")
     try:
         layout = Layout(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp if ep > 1 else 1,
                         dp_shard=shard if fsdp else None, zero_stage=3 if fsdp else 0,
                         sequence_parallel=tp > 1, vpp=vpp, pipeline_layers=split,
                         micro_batch_size=micro, global_batch_size=global_batch,
-                        seq_len=_seq_len(cfg, seq_len), recompute=mode,
-                        offload=frozenset({"parameters", "optimizer"}) if cfg.flag(
-                            "enable_cpu_offload") else frozenset(),
-                        precision=_precision(cfg), framework=FRAMEWORK)
+                        seq_len=tokens, recompute=mode,
+                        offload=frozenset({"parameters", "optimizer"} if offload else ()),
+                        precision=precision, framework=FRAMEWORK)
     except SpecError as exc:
         raise SpecError(str(exc).split(": ", 1)[-1], file=cfg.file, key=exc.key) from None
     return layout, per_stage, findings
