@@ -319,3 +319,33 @@ def test_options_that_contradict_the_file(tmp_path):
     # Llama 3.1 70B has 80 layers; the script builds 32
     _bad_input(_check(LLAMA, "--cluster", "dgx-h100", "--model", "llama-3.1-70b"),
                "--num-layers", "32", "80")
+
+
+def test_model_disagreeing_on_kv_heads_or_derived_ffn(tmp_path):
+    """Without --group-query-attention Megatron builds 32 KV heads (Llama 3.1 8B has 8); without
+    --ffn-hidden-size and with --swiglu it builds int(4 x 4096 x 2/3 / 64) x 64 = 10880 (not 14336)."""
+    path = _llama(tmp_path, ("    --group-query-attention\n", ""))
+    _bad_input(_check(path, "--cluster", "dgx-h100", "--model", "llama-3.1-8b"),
+               "--group-query-attention", "num_key_value_heads=32", "8")
+    path = _llama(tmp_path, ("    --ffn-hidden-size 14336\n", ""))
+    _bad_input(_check(path, "--cluster", "dgx-h100", "--model", "llama-3.1-8b"),
+               "--ffn-hidden-size", "10880", "14336")
+
+
+def test_moe_expert_degrees_and_expert_tp_default(tmp_path):
+    """Mixtral 8x7B (8 experts) on 16 GPUs, tp 2 x ep 4: dp 8; etp defaults to tp = 2 for an MoE
+    model (validate_args); ep x etp = 8 divides dp x cp x tp = 16. A dense model keeps etp 1."""
+    path = tmp_path / "moe.txt"
+    path.write_text("--tensor-model-parallel-size 2 --expert-model-parallel-size 4 --num-experts 8 "
+                    "--micro-batch-size 1 --global-batch-size 256 --seq-length 4096 --bf16 "
+                    "--use-distributed-optimizer --sequence-parallel --recompute-granularity full "
+                    "--recompute-method uniform --recompute-num-layers 1\n")
+    data = _data(_check(path, "--cluster", "dgx-h100", "--model", "mixtral-8x7b", "--gpus", "16"))
+    par = data["parallelism"]
+    assert (par["dp"], par["tp"], par["ep"], par["etp"]) == (8, 2, 4, 2)
+    # Qwen3-30B-A3B has 128 routed experts, not the file's 8
+    _bad_input(_check(path, "--cluster", "dgx-h100", "--model", "qwen3-30b-a3b", "--gpus", "16"),
+               "--num-experts", "num_experts=8", "128")
+    path.write_text(path.read_text().replace("--num-experts 8 ", ""))
+    dense = _data(_check(path, "--cluster", "dgx-h100", "--model", "llama-3.1-8b", "--gpus", "16"))
+    assert dense["parallelism"]["etp"] == 1

@@ -6,7 +6,9 @@ and `${NAME:-default}` expand to (Megatron-LM's example scripts keep their numbe
 their flags in bash arrays; a quoted array element such as `"--fp8-format hybrid"` is split again).
 `--flag value` and `--flag=value` are read for the flags below; every other token (python,
 torchrun, pretrain_gpt.py, environment assignments, data paths, flags the planner does not cost) is
-ignored. A flag given twice takes its last value, as argparse does.
+ignored. A flag given twice takes its last value, as argparse does. The text is read, not run:
+both branches of a shell `if` are read, and `$(...)` is not evaluated (a flag whose value is left
+with a `$` is bad input, naming the flag).
 
 Flags read (Source: Megatron-LM, commit d98e8a6, `megatron/training/arguments.py` and the
 dataclasses its `ArgumentGroupFactory` turns into `--field-name` flags,
@@ -218,28 +220,45 @@ def _choice(args: dict, flag: str, file: str) -> str | None:
 def _model(args: dict, model: str | None, path: Path) -> ModelSpec:
     """--model, checked against the file's architecture flags; else the file's llama-style model."""
     file = str(path)
-    gqa = args.get("--group-query-attention")
-    given = {flag: _int(args, flag, file) for flag, _ in _ARCH if flag in args}
-    if gqa and "--num-query-groups" in args:
-        given["--num-query-groups"] = _int(args, "--num-query-groups", file)
-    if model is not None:
-        spec = load_model(model)
-        for flag, value in given.items():
-            field = dict(_ARCH).get(flag, "num_key_value_heads")
-            if getattr(spec, field) != value:
-                raise SpecError(f"{flag} {value} in the file but --model {model} has "
-                                f"{field}={getattr(spec, field)}", file=file, key=flag)
-        return spec
-    return from_config(_llama_config(args, given, file), name=path.stem, file=file)
+    given = _architecture(args, file)
+    if model is None:
+        return from_config(_llama_config(args, given, file), name=path.stem, file=file)
+    spec = load_model(model)
+    for flag, (field, value) in given.items():
+        if getattr(spec, field) != value:
+            raise SpecError(f"{flag} gives {field}={value} but --model {model} has "
+                            f"{field}={getattr(spec, field)}", file=file, key=flag)
+    return spec
+
+
+def _architecture(args: dict, file: str) -> dict[str, tuple[str, int]]:
+    """{flag: (ModelSpec field, value Megatron builds)} for the architecture the file gives.
+
+    Source: Megatron-LM `argument_utils.py` (num_query_groups only with --group-query-attention,
+    whose argparse default is 1; without it every head has its own KV head) and `validate_args`
+    (ffn_hidden_size defaults to int(4h x 2/3 / 64) x 64 with --swiglu, else 4h; kv_channels to
+    hidden / heads)."""
+    out = {flag: (field, _int(args, flag, file)) for flag, field in _ARCH if flag in args}
+    heads = _int(args, "--num-attention-heads", file)
+    if heads is not None:
+        gqa = bool(args.get("--group-query-attention"))
+        kv = _int(args, "--num-query-groups", file, 1) if gqa else heads
+        flag = "--num-query-groups" if gqa else "--num-attention-heads without --group-query-attention"
+        out[flag] = ("num_key_value_heads", kv)
+    hidden = _int(args, "--hidden-size", file)
+    if hidden is not None and "--ffn-hidden-size" not in args:
+        out["--ffn-hidden-size"] = ("intermediate_size", int(4 * hidden * 2 / 3 / 64) * 64
+                                    if args.get("--swiglu") else 4 * hidden)
+        if heads is not None and "--kv-channels" not in args:
+            out["--kv-channels"] = ("head_dim", hidden // heads)
+    return out
 
 
 def _llama_config(args: dict, given: dict, file: str) -> dict:
-    """Hugging Face llama config keys from the file's architecture flags.
+    """Hugging Face llama config keys from the file's architecture flags (`_architecture`).
 
-    Source: Megatron-LM `validate_args` (ffn_hidden_size defaults to int(4h x 2/3 / 64) x 64 with
-    --swiglu; kv_channels to hidden / heads; num_query_groups applies only with
-    --group-query-attention, `argument_utils.py`); `transformer_config.py` (add_bias_linear is on
-    unless --disable-bias-linear; normalization LayerNorm unless --normalization RMSNorm)."""
+    Source: Megatron-LM `transformer_config.py` (add_bias_linear is on unless
+    --disable-bias-linear; normalization LayerNorm unless --normalization RMSNorm)."""
     need = [f for f in ("--num-layers", "--hidden-size", "--num-attention-heads",
                         "--max-position-embeddings", "--vocab-size") if f not in args]
     shape = [what for what, ok in (
@@ -251,16 +270,12 @@ def _llama_config(args: dict, given: dict, file: str) -> dict:
         why = (f"the file does not give {', '.join(need)}" if need else
                f"this reader builds llama-style models (missing: {', '.join(shape)})")
         raise SpecError(f"--model is required: {why}", file=file, key="--model")
-    hidden = given["--hidden-size"]
-    heads = given["--num-attention-heads"]
+    values = {field: value for field, value in given.values()}
     bias = not args.get("--disable-bias-linear")
     return {
-        "model_type": "llama", "num_hidden_layers": given["--num-layers"], "hidden_size": hidden,
-        "num_attention_heads": heads,
-        "num_key_value_heads": given.get("--num-query-groups", heads),
-        "head_dim": given.get("--kv-channels", hidden // heads),
-        "intermediate_size": given.get("--ffn-hidden-size", int(4 * hidden * 2 / 3 / 64) * 64),
-        "vocab_size": given["--vocab-size"],
+        "model_type": "llama", **{k: values[k] for k in (
+            "num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads",
+            "head_dim", "intermediate_size", "vocab_size")},
         "max_position_embeddings": _int(args, "--max-position-embeddings", file),
         "tie_word_embeddings": not args.get("--untie-embeddings-and-output-weights"),
         "attention_bias": bias, "mlp_bias": bias,
