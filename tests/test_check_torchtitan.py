@@ -305,3 +305,34 @@ def test_cpu_offload_offloads_parameters_and_optimizer(tmp_path):
     path = _edit(tmp_path, "seq_len = 8192", "seq_len = 8192\nenable_cpu_offload = true")
     result, data = _json(path, *H100, "--gpus", "8")
     assert data["parallelism"]["offload"] == ["optimizer", "parameters"]
+
+
+def test_module_fqns_per_model_part_gives_the_split(tmp_path):
+    """Two model parts holding layers 0-9 and 10-31: pipeline_layers [10, 22]."""
+    first = ["tok_embeddings", *(f"layers.{i}" for i in range(10))]
+    last = [*(f"layers.{i}" for i in range(10, 32)), "norm", "output"]
+    path = _edit(tmp_path, "pipeline_parallel_degree = 1",
+                 f"pipeline_parallel_degree = 2\nmodule_fqns_per_model_part = {json.dumps([first, last])}")
+    result, data = _json(path, *H100, "--gpus", "8")
+    assert data["parallelism"]["pipeline_layers"] == [10, 22]
+
+
+def test_older_microbatch_count(tmp_path):
+    """Before 2025-04 [experimental] pipeline_parallel_microbatches was the count: local batch 2
+    in 2 micro-batches -> micro-batch 1."""
+    path = _edit(tmp_path, "pipeline_parallel_degree = 1\n", "")
+    path.write_text(path.read_text() + "\n[experimental]\npipeline_parallel_degree = 2\n"
+                                       "pipeline_parallel_microbatches = 2\n")
+    result, data = _json(path, *H100, "--gpus", "8")
+    par = data["parallelism"]
+    assert (par["pp"], par["micro_batch_size"], par["dp"]) == (2, 1, 4)
+
+
+def test_older_microbatch_count_defaults_to_pp(tmp_path):
+    """[experimental] pipeline_parallel_degree 2 without a micro-batch key: the old default was
+    pp = 2 micro-batches, so local batch 2 -> micro-batch 1... and local 4 -> 2."""
+    path = _edit(tmp_path, "pipeline_parallel_degree = 1\n", "")
+    path.write_text(path.read_text().replace("local_batch_size = 2", "local_batch_size = 4")
+                    + "\n[experimental]\npipeline_parallel_degree = 2\n")
+    result, data = _json(path, *H100, "--gpus", "8")
+    assert data["parallelism"]["micro_batch_size"] == 2

@@ -361,6 +361,8 @@ def _micro_batch(cfg: _Config, local: int, pp: int) -> tuple[int, list[Violation
                                           f"the micro-batch size only")
     size = cfg.int("pp_microbatch_size", 1)
     count = cfg.int("pp_microbatches", None)
+    if count is None and (cfg.where("pp") or "").startswith("experimental."):
+        count = pp  # pre-[parallelism] files (before 785c34c): microbatches defaulted to pp
     if pp == 1:
         return local, []
     if count is not None:
