@@ -330,7 +330,8 @@ def test_older_microbatch_count(tmp_path):
 
 def test_older_microbatch_count_defaults_to_pp(tmp_path):
     """[experimental] pipeline_parallel_degree 2 without a micro-batch key: the old default was
-    pp = 2 micro-batches, so local batch 2 -> micro-batch 1... and local 4 -> 2."""
+    pp = 2 micro-batches, so local batch 4 -> micro-batch 4 / 2 = 2 (the current default would be
+    pipeline_parallel_microbatch_size 1)."""
     path = _edit(tmp_path, "pipeline_parallel_degree = 1\n", "")
     path.write_text(path.read_text().replace("local_batch_size = 2", "local_batch_size = 4")
                     + "\n[experimental]\npipeline_parallel_degree = 2\n")
