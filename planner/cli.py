@@ -23,6 +23,7 @@ from planner.placement.layout import Layout
 from planner.search.mesh import FIXABLE
 from planner.specs import cluster as cluster_spec
 from planner.specs import model as model_spec
+from planner.specs.limits import MAX_BATCH_TOKENS, MAX_GPUS, MAX_SEQ_LEN, MAX_VPP
 from planner.summary import model_row, model_summary
 
 DEFAULT_SEQ_LEN = 4096
@@ -39,15 +40,6 @@ class Format(str, Enum):
 
 FormatOpt = Annotated[Format, typer.Option("--format", "-f", case_sensitive=False, help="Output format.")]
 
-MAX_GPUS = 2**22
-"""Largest --gpus accepted (4,194,304): beyond any cluster built; bounds the search's arithmetic."""
-MAX_SEQ_LEN = 2**24
-"""Largest --seq-len accepted, tokens (16,777,216)."""
-MAX_BATCH_TOKENS = 2**34
-"""Largest global batch accepted, tokens (17,179,869,184: 1,024x Llama 3's 16M-token batch); keeps
-step times inside the solver's integer nanoseconds."""
-MAX_VPP = 128
-"""Largest --vpp accepted (virtual stages per pipeline rank)."""
 
 
 class _Group(TyperGroup):

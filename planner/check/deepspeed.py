@@ -52,6 +52,7 @@ from planner.errors import SpecError
 from planner.placement.layout import Layout
 from planner.placement.rules import Violation
 from planner.specs.cluster import load_cluster
+from planner.specs.limits import MAX_BATCH_TOKENS
 from planner.specs.model import load_model
 
 KIND = "deepspeed-config"
@@ -66,9 +67,6 @@ _OPTIMIZERS = {"adam": "adamw", "adamw": "adamw"}
 the same fp32 master, m and v states)."""
 _TORCH_OPTIMIZERS = {"SGD": "sgd"}
 """torch.optim class names (matched exactly, as `getattr(torch.optim, name)`) -> costed optimizer."""
-_MAX_BATCH_TOKENS = 2**34
-"""Largest batch accepted, tokens: the CLI's MAX_BATCH_TOKENS (planner/cli.py, which this layer
-may not import), keeping step times inside the solver's integer nanoseconds."""
 
 
 def read(path: Path, data: dict, *, model: str | None, cluster: str | None, gpus: int | None,
@@ -223,9 +221,9 @@ def _batch(data: dict, file: str, dp: int) -> tuple[int, int, int, list[Violatio
 
 def _bound(file: str, train: int, micro: int, seq_len: int) -> None:
     for key, sequences in (("train_micro_batch_size_per_gpu", micro), ("train_batch_size", train)):
-        if sequences * seq_len > _MAX_BATCH_TOKENS:
+        if sequences * seq_len > MAX_BATCH_TOKENS:
             raise SpecError(f"{sequences:,} sequences x --seq-len {seq_len:,} exceeds "
-                            f"{_MAX_BATCH_TOKENS:,} tokens per step", file=file, key=key)
+                            f"{MAX_BATCH_TOKENS:,} tokens per step", file=file, key=key)
 
 
 def _batch_finding(train: int, micro: int, gas: int, dp: int, derived: str) -> Violation:

@@ -92,7 +92,7 @@ def read_mapping(path: Path, what: str) -> dict:
             `what` with string keys.
     """
     file = str(path)
-    text = _read_text(path)
+    text = read_text(path)
     try:
         data = _parse_json(text) if path.suffix == ".json" else yaml.load(text, Loader=_UniqueKeyLoader)
     except json.JSONDecodeError as exc:
@@ -120,7 +120,12 @@ def read_mapping(path: Path, what: str) -> dict:
     return data
 
 
-def _read_text(path: Path) -> str:
+def read_text(path: Path) -> str:
+    """The UTF-8 text of a spec or config file (at most MAX_FILE_BYTES).
+
+    Raises:
+        SpecError: a path that is not a readable regular file, a file too large, or not UTF-8.
+    """
     file = str(path)
     problem = path_problem(path)
     if problem is not None:
