@@ -126,6 +126,21 @@ def test_interleaved_schedule_two_stages_per_rank(tmp_path):
     assert (par["pp"], par["vpp"], par["pipeline_layers"]) == (2, 2, [16, 16])
 
 
+def test_interleaved_uneven_chunks_pass_the_layer_rule(tmp_path):
+    """The 70B preset with pp 4, Interleaved1F1B (2 stages per rank), on 64 GPUs: 80 layers + 1 + 1
+    = 82 over 8 virtual stages = 10 rem 2 -> [11-1, 11, 10, 10, 10, 10, 10, 10-1] = [10, 11, 10,
+    10, 10, 10, 10, 9]; rank r holds stages r and r + 4: [20, 21, 20, 19]. Rank 1's 21 is not a
+    multiple of vpp 2 -- which Megatron would refuse, and torchtitan runs -- so the gate must not
+    report `pipeline_layers`."""
+    path = _edit(tmp_path, "pipeline_parallel_degree = 1",
+                 'pipeline_parallel_degree = 4\npipeline_parallel_schedule = "Interleaved1F1B"\n'
+                 "pipeline_parallel_microbatch_size = 1", source=LLAMA_70B)
+    result, data = _json(path, *H100, "--gpus", "64")
+    par = data["parallelism"]
+    assert (par["pp"], par["vpp"], par["pipeline_layers"]) == (4, 2, [20, 21, 20, 19])
+    assert "pipeline_layers" not in _rules(data)
+
+
 def test_layer_sac_every_second_block_is_full(tmp_path):
     """selective_ac_option "2": blocks 2, 4, ..., 32 of 32 are fully checkpointed (16), the other
     16 keep everything (torchtitan _apply_layer_sac)."""

@@ -228,19 +228,24 @@ def _layers(model: ModelSpec, cluster, layout: Layout) -> list[Violation]:
     Source: Megatron-LM `transformer_block.py` `get_num_layers_to_build` (num_layers // pp // vpp per
     chunk: an uneven count silently builds fewer layers; pp·vpp > num_layers builds stages with 0
     layers). Fixes name only what the CLI takes: `--pp`/`--vpp` values that divide the layers, or
-    `planner plan --fix pp=N`, whose ILP chooses an uneven split."""
+    `planner plan --fix pp=N`, whose ILP chooses an uneven split. An explicit split with vpp > 1
+    needs each rank's count a multiple of vpp in Megatron (equal chunks) but not in torchtitan,
+    which sizes each virtual stage on its own (torchtitan `distributed/pipeline_parallel.py`
+    `generate_llm_fqn_per_model_part`: layers spread over pp·vpp stages, the remainder on the
+    first ones, so a rank's vpp chunks may differ by one layer)."""
     n, pp, vpp = model.num_hidden_layers, layout.pp, layout.vpp
     if pp * vpp > n:
         return [_too_many_stages(n, pp, vpp, cluster.num_gpus)]
     if layout.pipeline_layers is not None:
         split = layout.pipeline_layers
-        bad = [c for c in split if c % vpp] if vpp > 1 else []
+        equal_chunks = vpp > 1 and layout.framework != "torchtitan"
+        bad = [c for c in split if c % vpp] if equal_chunks else []
         if sum(split) == n and not bad and min(split) >= 1:
             return []
         return [Violation(rule="pipeline_layers",
                           message=f"pipeline_layers={list(split)} sums to {sum(split)}; the model has "
                                   f"num_hidden_layers={n} (each stage needs >= 1 layer"
-                                  f"{f' and a multiple of vpp={vpp}' if vpp > 1 else ''})",
+                                  f"{f' and a multiple of vpp={vpp}' if equal_chunks else ''})",
                           fix=f"e.g. pipeline_layers={uneven_split(n, pp)}")]
     chunks = pp * vpp
     if n % chunks == 0:
