@@ -336,7 +336,18 @@ def _stage_problem(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> Sta
         stage_fixed_memory_bytes=tuple(fixed_mem),
         capacity_bytes=costs.usable_bytes,
         modes=modes,
+        layers_per_stage=_pinned_split(model, layout),
     )
+
+
+def _pinned_split(model: ModelSpec, layout: Layout) -> tuple[int, ...] | None:
+    """The split the program must keep: interleaved 1F1B (vpp > 1) builds pp x vpp equal model
+    chunks, so every rank holds num_hidden_layers / pp layers (the rules require pp x vpp to divide
+    them). Source: Megatron-LM `transformer_block.py` `get_num_layers_to_build` (num_layers // pp //
+    vpp per chunk). None: the program chooses the split."""
+    if layout.vpp == 1:
+        return None
+    return (model.num_hidden_layers // layout.pp,) * layout.pp
 
 
 def _reference(model: ModelSpec, layout: Layout) -> Layout:

@@ -108,3 +108,16 @@ def test_has_plan_agrees_with_the_search():
         assert P._has_plan(model, cluster, {}, base, 2 * 2**30, 0.1) == found, gpus
         answers.append(found)
     assert answers[0] is False and answers[-1] is True
+
+
+def test_interleaved_plans_keep_equal_model_chunks():
+    """Fresh-user defect: with --fix vpp=2 the program chose splits such as 10, 10, 11, ... which
+    Megatron cannot interleave (num_layers // pp // vpp layers per chunk). Now every stage of
+    every plan holds 80 / pp layers, and each passes the rules unchanged."""
+    model, cluster = load_model("llama-3.1-70b"), load_cluster("dgx-h100", gpus=64)
+    data = P.plan(model, cluster, seq_len=4096, global_batch_size=1024, fixed={"vpp": 2}, top_k=3)
+    assert data["solver"]["status"] == "OPTIMAL"
+    for entry in data["plans"]:
+        par = entry["parallelism"]
+        assert par["vpp"] == 2 and par["pipeline_layers"] == [80 // par["pp"]] * par["pp"]
+        assert not errors(check_layout(model, cluster, P.plan_layout(entry, data["request"])))
