@@ -300,3 +300,14 @@ def test_interleaved_fix_keeps_pp_with_an_even_vpp():
     assert v["layers_divisible_by_pp"].fix == (
         "use pp=8 (5 layers per virtual stage) or pp=4 (10 layers per virtual stage), "
         "or keep pp=16 with vpp in {1, 5}")
+
+
+def test_split_that_sums_right_but_cannot_interleave_names_the_stages():
+    """80 layers as 19, 21, 20, 20 over pp=4 with vpp=2: the sum is right (80) but stages 0 and 1
+    cannot be cut into 2 equal Megatron chunks; the message says that (not "sums to 80; the model
+    has 80") and the fix is the even split 80 / 4 = 20 each."""
+    model, cluster = load_model("llama-3.1-70b"), load_cluster("dgx-h100", gpus=64)
+    layout = Layout(dp=2, tp=8, pp=4, vpp=2, pipeline_layers=(19, 21, 20, 20), global_batch_size=64)
+    (v,) = [v for v in check_layout(model, cluster, layout) if v.rule == "pipeline_layers"]
+    assert "stage(s) [0, 1] hold [19, 21] layers, not multiples of vpp=2" in v.message
+    assert v.fix == "e.g. pipeline_layers=[20, 20, 20, 20]"

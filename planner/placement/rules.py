@@ -242,6 +242,16 @@ def _layers(model: ModelSpec, cluster, layout: Layout) -> list[Violation]:
         bad = [c for c in split if c % vpp] if equal_chunks else []
         if sum(split) == n and not bad and min(split) >= 1:
             return []
+        if sum(split) == n and min(split) >= 1:
+            stages = [s for s, c in enumerate(split) if c % vpp]
+            even = f"e.g. pipeline_layers={[n // pp] * pp}" if n % (pp * vpp) == 0 else \
+                "vpp=1, or pp x vpp dividing the layers"
+            return [Violation(rule="pipeline_layers",
+                              message=f"pipeline_layers={list(split)}: stage(s) {stages} hold "
+                                      f"{[split[s] for s in stages]} layers, not multiples of "
+                                      f"vpp={vpp} (interleaving builds {vpp} equal model chunks "
+                                      f"per stage)",
+                              fix=even)]
         return [Violation(rule="pipeline_layers",
                           message=f"pipeline_layers={list(split)} sums to {sum(split)}; the model has "
                                   f"num_hidden_layers={n} (each stage needs >= 1 layer"
