@@ -249,11 +249,19 @@ def _precision(option: object, hw) -> str:
 _FIX_INTS = ("dp", "tp", "pp", "cp", "ep", "etp", "zero_stage", "micro_batch_size", "vpp")
 
 
-def _check_writable(path: str) -> None:
-    """Refuse an -o path that cannot be written before any work is done (exit 2)."""
+def _check_writable(path: str, inputs: tuple[str, ...] = ()) -> None:
+    """Refuse an -o path that cannot be written, or that is one of the command's input files
+    (writing the plan would destroy it), before any work is done (exit 2)."""
+    import os
     from pathlib import Path
 
     target = Path(path)
+    for given in inputs:
+        source = Path(given)
+        source = source / "config.json" if source.is_dir() else source
+        if target.exists() and source.is_file() and os.path.samefile(target, source):
+            raise SpecError(f"{path} is the input {given}: writing the plan would overwrite it; "
+                            f"give another file name", key="--output")
     if not path.strip():
         raise SpecError("empty file name", key="--output")
     if target.is_dir():
@@ -261,8 +269,6 @@ def _check_writable(path: str) -> None:
     parent = target.parent if str(target.parent) else Path(".")
     if not parent.is_dir():
         raise SpecError(f"folder {parent} does not exist", key="--output")
-    import os
-
     if not os.access(parent, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
         raise SpecError(f"{path} is not writable", key="--output")
 
@@ -365,7 +371,8 @@ def plan_cmd(
 
     fixed = parse_fix(fix or [])
     if output is not None:
-        _check_writable(output)
+        _check_writable(output, inputs=(model, cluster, str(model_spec.CATALOG_DIR / f"{model}.yaml"),
+                                        str(cluster_spec.CATALOG_DIR / f"{cluster}.yaml")))
     spec = model_spec.load_model(model)
     hw = cluster_spec.load_cluster(cluster, gpus=gpus)
     reserve = None if reserve_gib is None else int(reserve_gib * 2**30)

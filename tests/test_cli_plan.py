@@ -138,3 +138,30 @@ def test_rule_infeasible_request_names_an_example_of_the_rule():
                                       "--precision", "fp8"])
     assert result.exit_code == 1
     assert "precision_supported" in result.output and "supports bf16, fp16" in result.output
+
+
+def test_output_that_is_an_input_file_is_refused(tmp_path):
+    """Fresh-user defect: `-o` pointed at the model's own config.json destroyed it. The model file,
+    a model directory's config.json, and the catalog's own files are refused before any work."""
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from planner.cli import app
+    runner = CliRunner()
+    model = tmp_path / "tiny.yaml"
+    shutil.copy("tests/data/models/tiny.yaml", model)
+    before = model.read_bytes()
+    cluster = "tests/data/clusters/custom-pcie.yaml"
+    for args in (["-m", str(model), "-c", cluster, "--gpus", "4", "-o", str(model)],
+                 ["-m", "llama-3.1-8b", "-c", "dgx-h100", "--gpus", "8", "-o", "models/llama-3.1-8b.yaml"],
+                 ["-m", "llama-3.1-8b", "-c", cluster, "--gpus", "4", "-o", cluster]):
+        result = runner.invoke(app, ["plan", *args])
+        assert result.exit_code == 2 and "would overwrite it" in result.output, result.output
+    assert model.read_bytes() == before
+    hf = tmp_path / "hf"
+    hf.mkdir()
+    shutil.copy("tests/data/models/tiny-llama/config.json", hf / "config.json")
+    result = runner.invoke(app, ["plan", "-m", str(hf), "-c", cluster, "--gpus", "4",
+                                 "-o", str(hf / "config.json")])
+    assert result.exit_code == 2 and "would overwrite it" in result.output
