@@ -3,9 +3,11 @@
 Returns plain data (JSON-serialisable); `planner/report.py` renders it. Shape (issue 3 part 5):
 `parallelism`, `placement` {state: {axis: mode}}, `memory_bytes` {parameters, gradients,
 optimizer_states, activations, transient, reserve, total, capacity}, `memory_verdict`,
-`communication_bytes_per_step` {axis: bytes}, `violations` [{rule, message}], `time_s` (the
-step-time split, tokens/s, TFLOP/s per GPU and MFU of a valid layout; None when a rule is broken),
-plus `details`.
+`communication_bytes_per_step` {axis: bytes}, `violations` [{rule, message, fix, severity}] (the
+composition rules, and the worst stage's memory against capacity as `planner check` judges it:
+`memory_exceeds` / `memory_at_risk` with the single changes that fit), `time_s` (the step-time
+split, tokens/s, TFLOP/s per GPU and MFU of a valid layout that fits; None when a rule is broken or
+memory overflows), plus `details`.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ from __future__ import annotations
 import dataclasses
 
 from planner.cost.comm import bytes_per_axis, collectives
-from planner.cost.memory import DEFAULT_AT_RISK_MARGIN, memory_per_device
+from planner.check.gate import memory_violations
+from planner.cost.memory import DEFAULT_AT_RISK_MARGIN, MemoryBreakdown, memory_per_device
 from planner.cost.step_time import step_time
 from planner.errors import SpecError
 from planner.placement.layout import Layout
@@ -43,16 +46,24 @@ def explain(model: ModelSpec, cluster, layout: Layout, *, reserve_bytes: int | N
     header = {"model": model.name, "cluster": cluster.name, "gpus": cluster.num_gpus,
               "parallelism": _parallelism(layout),
               "placement": placement_for(layout).to_table(include_experts=model.is_moe),
-              "violations": [{"rule": v.rule, "message": v.message, "fix": v.fix, "severity": v.severity}
-                             for v in violations] + notes}
+              "violations": _rows(violations) + notes}
     try:
-        costed = _costs(model, cluster, layout, reserve_bytes, at_risk_margin)
+        costed, worst = _costs(model, cluster, layout, reserve_bytes, at_risk_margin)
     except SpecError:
         if not errors(violations):
             raise
         costed = {"memory_bytes": None, "memory_verdict": "not_costed", "communication_bytes_per_step": {},
                   "details": {"warnings": [], "framework": layout.framework, "at_risk_margin": at_risk_margin}}
+    else:
+        violations += memory_violations(model, cluster, layout, [worst], reserve_bytes=reserve_bytes,
+                                        at_risk_margin=at_risk_margin)
+        header["violations"] = _rows(violations) + notes
     return header | costed | {"time_s": None if errors(violations) else _times(model, cluster, layout)}
+
+
+def _rows(violations: list) -> list[dict]:
+    return [{"rule": v.rule, "message": v.message, "fix": v.fix, "severity": v.severity}
+            for v in violations]
 
 
 def _times(model: ModelSpec, cluster, layout: Layout) -> dict:
@@ -69,7 +80,8 @@ def _parallelism(layout: Layout) -> dict:
         "num_microbatches": layout.num_microbatches, "expert_dp": layout.expert_dp}
 
 
-def _costs(model: ModelSpec, cluster, layout: Layout, reserve_bytes: int | None, at_risk_margin: float) -> dict:
+def _costs(model: ModelSpec, cluster, layout: Layout, reserve_bytes: int | None,
+           at_risk_margin: float) -> tuple[dict, MemoryBreakdown]:
     mem = memory_per_device(model, cluster, layout, reserve_bytes=reserve_bytes,
                             at_risk_margin=at_risk_margin)
     colls = collectives(model, layout)
@@ -95,4 +107,4 @@ def _costs(model: ModelSpec, cluster, layout: Layout, reserve_bytes: int | None,
                                                      "total_bytes_per_device": c.total_bytes_per_device}
                             for c in colls],
         },
-    }
+    }, mem

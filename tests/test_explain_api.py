@@ -35,3 +35,15 @@ def test_explain_reports_violations():
     rules = {v["rule"] for v in r["violations"]}
     assert {"heads_divisible_by_tp", "world_size"} <= rules
     assert all(set(v) >= {"rule", "message"} for v in r["violations"])
+
+
+def test_layout_that_overflows_memory_names_the_rule_numbers_and_fix():
+    """Fresh-user defect: explain said DOES NOT FIT but listed no rule and still printed a step
+    time. Llama-3.1-70B, dp8 tp8 ZeRO-0: Adam's fp32 master, m and v = 12 B x 70.55e9 / 8
+    parameters = 1.058e11 B = 98.6 GiB of optimizer states alone per GPU, over 80 GB."""
+    model, cluster = load_model("llama-3.1-70b"), load_cluster("dgx-h100", gpus=64)
+    data = explain(model, cluster, Layout(dp=8, tp=8, global_batch_size=64))
+    (v,) = [v for v in data["violations"] if v["rule"] == "memory_exceeds"]
+    assert v["severity"] == "error" and "optimizer states, 98.6 GiB" in v["message"]
+    assert "planner plan" in v["fix"]
+    assert data["memory_verdict"] == "does_not_fit" and data["time_s"] is None

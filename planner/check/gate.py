@@ -111,46 +111,67 @@ def _stages(target: Target) -> list[MemoryBreakdown] | None:
 
 
 def _memory_findings(target: Target, stages: list[MemoryBreakdown]) -> list[Violation]:
+    out = [Violation(rule="initialization_peak", severity="warning", message=text,
+                     fix="build the model on the meta device and load it sharded")
+           for text in dict.fromkeys(w for m in stages for w in m.warnings)]
+    counts = _counts(target)
+    return out + memory_violations(target.model, target.cluster, target.layout, stages,
+                                   counts=[counts[m.stage] for m in stages],
+                                   reserve_bytes=target.reserve_bytes,
+                                   at_risk_margin=target.at_risk_margin)
+
+
+def memory_violations(model: ModelSpec, cluster: ClusterSpec, layout: Layout,
+                      stages: list[MemoryBreakdown], *, counts: list[dict[str, int]] | None = None,
+                      reserve_bytes: int | None = None,
+                      at_risk_margin: float = DEFAULT_AT_RISK_MARGIN) -> list[Violation]:
+    """`memory_exceeds` (error) for each stage over capacity and `memory_at_risk` (warning) for
+    each inside the at-risk margin: the stage, its total, the capacity, the largest term, and the
+    single knob changes after which it fits (`_memory_fix`).
+
+    Args:
+        stages: `stage_memory` of the stages to judge.
+        counts: [i] the recompute counts of stages[i] ({mode: layers}); None = layout.recompute.
+    """
     out = []
     gib = 2**30
-    for text in dict.fromkeys(w for m in stages for w in m.warnings):
-        out.append(Violation(rule="initialization_peak", severity="warning", message=text,
-                             fix="build the model on the meta device and load it sharded"))
-    for m in stages:
+    for i, m in enumerate(stages):
         if m.verdict == "fits":
             continue
         term, size = m.largest_term
         numbers = (f"pipeline stage {m.stage} needs {m.total / gib:.1f} GiB of "
                    f"{m.capacity / gib:.1f} GiB per GPU (largest term: {term.replace('_', ' ')}, "
                    f"{size / gib:.1f} GiB; reserve {m.reserve / gib:.1f} GiB)")
+        fix = _memory_fix(model, cluster, layout, m, None if counts is None else counts[i],
+                          reserve_bytes, at_risk_margin)
         if m.verdict == "does_not_fit":
-            out.append(Violation(rule="memory_exceeds", message=numbers, fix=_memory_fix(target, m)))
+            out.append(Violation(rule="memory_exceeds", message=numbers, fix=fix))
         else:
             free = (m.capacity - m.total) / gib
             out.append(Violation(
                 rule="memory_at_risk", severity="warning",
-                message=f"{numbers}: {free:.1f} GiB free, inside the {target.at_risk_margin:.0%} "
+                message=f"{numbers}: {free:.1f} GiB free, inside the {at_risk_margin:.0%} "
                         f"at-risk margin (implementations of one layout peak GBs apart, FC-04)",
-                fix=_memory_fix(target, m)))
+                fix=fix))
     return out
 
 
-def _memory_fix(target: Target, m: MemoryBreakdown) -> str:
+def _memory_fix(model: ModelSpec, cluster: ClusterSpec, layout: Layout, m: MemoryBreakdown,
+                counts: dict[str, int] | None, reserve_bytes: int | None,
+                at_risk_margin: float) -> str:
     """The single-knob changes after which stage `m.stage` fits outside the at-risk margin, each
     with the stage's new total (recomputed by `stage_memory`, rules checked), else a pointer to
     `planner plan`."""
     gib = 2**30
     found = []
-    counts = _counts(target)[m.stage]
-    for label, layout in _single_changes(target.layout):
-        if errors(check_layout(target.model, target.cluster, layout)):
+    for label, changed in _single_changes(layout):
+        if errors(check_layout(model, cluster, changed)):
             continue
         try:  # a recompute change applies to every layer; the others keep the stage's modes
-            new = stage_memory(target.model, target.cluster, layout, m.stage,
-                               layers=stage_layers(target.model, layout)[m.stage],
+            new = stage_memory(model, cluster, changed, m.stage,
+                               layers=stage_layers(model, changed)[m.stage],
                                layers_by_recompute=None if label.startswith("recompute") else counts,
-                               reserve_bytes=target.reserve_bytes,
-                               at_risk_margin=target.at_risk_margin)
+                               reserve_bytes=reserve_bytes, at_risk_margin=at_risk_margin)
         except SpecError:
             continue
         if new.verdict == "fits":
