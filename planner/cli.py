@@ -23,7 +23,7 @@ from planner.placement.layout import Layout
 from planner.search.mesh import FIXABLE
 from planner.specs import cluster as cluster_spec
 from planner.specs import model as model_spec
-from planner.specs.limits import MAX_BATCH_TOKENS, MAX_GPUS, MAX_SEQ_LEN, MAX_VPP
+from planner.specs.limits import MAX_BATCH_TOKENS, MAX_GPUS, MAX_SEQ_LEN, MAX_TOP, MAX_VPP
 from planner.summary import model_row, model_summary
 
 DEFAULT_SEQ_LEN = 4096
@@ -60,6 +60,13 @@ class _Group(TyperGroup):
             code = super().main(*args, standalone_mode=False, **kwargs)
         except typer.Abort:
             report.error("aborted")
+            sys.exit(1)
+        except BrokenPipeError:  # `planner models | head`: the reader left; say nothing
+            import os
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            sys.exit(1)
+        except OSError as exc:  # stdout on a full disk or a closed descriptor
+            report.error(f"cannot write the output: {exc.strerror or exc}")
             sys.exit(1)
         except Exception as exc:  # click's UsageError / ClickException (vendored by newer typer)
             if not (hasattr(exc, "format_message") and hasattr(exc, "exit_code")):
@@ -174,7 +181,9 @@ def hardware_show(
 ModelOpt = Annotated[str, typer.Option("--model", "-m", metavar="NAME|PATH",
                                        help="Catalog name, YAML file, config.json, or a directory holding one.")]
 ClusterOpt = Annotated[str, typer.Option("--cluster", "-c", metavar="NAME|PATH", help="Catalog name or YAML file.")]
-GpusOpt = Annotated[int | None, typer.Option("--gpus", min=1, max=MAX_GPUS, help="Cluster size in GPUs.")]
+GpusOpt = Annotated[int | None, typer.Option("--gpus", min=1, max=MAX_GPUS, help=(
+    "Cluster size in GPUs (default: the cluster file's num_gpus; one node for the catalog's "
+    "clusters)."))]
 Recompute = Enum("Recompute", {m: m for m in layout_mod.RECOMPUTE_MODES}, type=str)
 Framework = Enum("Framework", {f: f for f in layout_mod.FRAMEWORKS}, type=str)
 Optimizer = Enum("Optimizer", {o: o for o in layout_mod.OPTIMIZERS}, type=str)
@@ -358,7 +367,7 @@ def plan_cmd(
     fix: Annotated[list[str] | None, typer.Option(
         "--fix", metavar="KEY=VALUE",
         help=f"Pin a degree or knob (repeatable): {', '.join(FIXABLE)}.")] = None,
-    top: Annotated[int, typer.Option("--top", min=1, help="Plans to show.")] = 3,
+    top: Annotated[int, typer.Option("--top", min=1, max=MAX_TOP, help="Plans to show.")] = 3,
     reserve_gib: Annotated[float | None, typer.Option(min=0, max=1024, help="CUDA context + fragmentation reserve, GiB.")] = None,
     headroom: Annotated[float, typer.Option(
         min=0, max=0.9, help="Fraction of GPU memory every plan leaves free (the at-risk margin); 0 admits at-risk plans.")] = 0.10,

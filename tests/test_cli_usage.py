@@ -105,3 +105,16 @@ def test_explain_takes_an_uneven_pipeline_split():
     bad = runner.invoke(app, ["explain", "-m", "llama-3.1-405b", "-c", "dgx-h100", "--gpus", "16384",
                               "--tp", "8", "--pp", "16", "--pipeline-layers", "8,8"])
     assert bad.exit_code == 2
+
+
+def test_unwritable_stdout_is_one_line_not_a_traceback():
+    """Fresh-user defect: `planner models show ... > /dev/full` printed a rich traceback."""
+    import os
+
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full on this system")
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([sys.executable, "-m", "planner", "models", "show", "llama-3.1-8b"],
+                              stdout=full, stderr=subprocess.PIPE, text=True)
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == "error: cannot write the output: No space left on device"

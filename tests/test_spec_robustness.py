@@ -361,3 +361,18 @@ def test_unknown_activation_names_the_key_and_the_allowed_values(model_type, key
     assert text.startswith(f"c.json: {key}: value 'swiglu'") and "silu" in text and "gelu_new" in text
     spec = from_config({"model_type": model_type, **base, key: "gelu_new"}, name="x", file="c.json")
     assert spec.hidden_act == "gelu_new"
+
+
+def test_config_json_takes_its_folder_name_and_an_empty_folder_names_the_catalog_it_shadows(
+        tmp_path, monkeypatch):
+    """Fresh-user defects: a model read from `my-model/config.json` was named "config"; an empty
+    `./llama-3.1-70b/` folder hid the catalog model with "directory holds no config.json"."""
+    folder = tmp_path / "my-model"
+    folder.mkdir()
+    (folder / "config.json").write_text((MODELS / "tiny-llama" / "config.json").read_text())
+    assert load_model(str(folder / "config.json")).name == "my-model"
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "llama-3.1-70b").mkdir()
+    with pytest.raises(SpecError) as err:
+        load_model("llama-3.1-70b")
+    assert "shadows the catalog model 'llama-3.1-70b'" in str(err.value)

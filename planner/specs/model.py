@@ -331,9 +331,16 @@ def _resolve(ref: str) -> tuple[Path, str]:
     if files.path_problem(path) == "is a directory; expected a YAML or JSON file":
         config = path / "config.json"
         if files.path_problem(config) is not None:
-            raise SpecError("directory holds no config.json", file=str(path))
+            catalog = CATALOG_DIR / f"{ref.rstrip('/')}.yaml"
+            hint = (f"; it shadows the catalog model {ref.rstrip('/')!r} (rename the directory or "
+                    f"pass {catalog})" if catalog.is_file() else "")
+            raise SpecError(f"directory holds no config.json{hint}", file=str(path))
         return config, path.resolve().name
-    return files.resolve(ref, CATALOG_DIR, "model", alternatives="a YAML file, config.json or directory")
+    found, display = files.resolve(ref, CATALOG_DIR, "model",
+                                   alternatives="a YAML file, config.json or directory")
+    if found.name == "config.json" and display == "config":  # a Hugging Face checkout: its folder
+        display = found.resolve().parent.name
+    return found, display
 
 
 def from_config(raw: dict, *, name: str, file: str = "<config>", strict: bool = False) -> ModelSpec:
