@@ -224,8 +224,14 @@ def gib(n: float) -> str:
 
 def layout_label(par: dict) -> str:
     """Compact layout: `dp4 tp8 pp2 cp1 ep1 · ZeRO-1 · SP · b1 m16 · recompute selective`."""
-    parts = [" ".join(f"{axis}{par[axis]}" for axis in ("dp", "tp", "pp", "cp", "ep") if axis in par)]
-    parts.append(f"ZeRO-{par['zero_stage']}")
+    mesh = " ".join(f"{axis}{par[axis]}" for axis in ("dp", "tp", "pp", "cp", "ep") if axis in par)
+    if par.get("etp", 1) > 1:
+        mesh += f" etp{par['etp']}"
+    parts = [mesh]
+    zero = f"ZeRO-{par['zero_stage']}"
+    if par.get("dp_shard") not in (None, par.get("dp")):
+        zero += f" over dp_shard {par['dp_shard']} (HSDP)"
+    parts.append(zero)
     if par.get("sequence_parallel"):
         parts.append("SP")
     if par.get("vpp", 1) > 1:

@@ -165,3 +165,17 @@ def test_output_that_is_an_input_file_is_refused(tmp_path):
     result = runner.invoke(app, ["plan", "-m", str(hf), "-c", cluster, "--gpus", "4",
                                  "-o", str(hf / "config.json")])
     assert result.exit_code == 2 and "would overwrite it" in result.output
+
+
+def test_pinned_degree_that_cannot_divide_the_gpus_names_it_and_the_divisors():
+    """Fresh-user defect: `--fix tp=3 --gpus 64` said "pinned {'tp': 3} do not divide 64 GPUs"
+    (a Python dict) with no alternative. 64 = 2^6: its divisors are 1, 2, 4, ..., 64."""
+    from typer.testing import CliRunner
+
+    from planner.cli import app
+    result = CliRunner().invoke(app, ["plan", "-m", "llama-3.1-70b", "-c", "dgx-h100", "--gpus",
+                                      "64", "--fix", "tp=3"])
+    assert result.exit_code == 1
+    text = " ".join(result.output.split())
+    assert "pinned tp=3 does not divide 64 GPUs" in text and "1, 2, 4, 8, 16, 32, 64" in text
+    assert "{" not in text

@@ -130,8 +130,13 @@ def meshes(space: SearchSpace, rejections: Rejections) -> Iterator[dict[str, int
     for value in pinned.values():
         product *= value
     if product < 1 or space.num_gpus % product:
+        named = " x ".join(f"{k}={v}" for k, v in pinned.items())
+        named += f" = {product}" if len(pinned) > 1 else ""
         rejections.add("degrees do not multiply to the GPU count",
-                       f"pinned {pinned} do not divide {space.num_gpus} GPUs")
+                       f"pinned {named} does not divide {space.num_gpus} GPUs; "
+                       f"fix: pin degrees whose product divides {space.num_gpus} (its divisors: "
+                       f"{', '.join(map(str, divisors(space.num_gpus)[:12]))}"
+                       f"{', ...' if len(divisors(space.num_gpus)) > 12 else ''})")
         return
     free = [k for k in DEGREES if k not in pinned]
     for values in factorizations(space.num_gpus // product, len(free)) if free else [()]:
