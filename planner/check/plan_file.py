@@ -1,34 +1,73 @@
 """Reader of plan files (`planner plan -o plan.yaml`, DESIGN.md §5) into a gate `Target`.
 
 A plan file names the model and cluster (catalog names, or paths: a relative path is looked up from
-the plan file's directory, as `planner plan -o` writes it, then from the working directory), the request (sequence length, batch,
-precision, optimizer, framework, headroom, reserve), the parallelism with its pipeline split and
-per-stage recompute counts, and what `plan` predicted. Structure -- a missing key, a wrong type, a
-value no Layout takes -- is bad input (SpecError, exit 2, naming the file and the key path);
-values that are well-formed but inconsistent with each other (num_microbatches vs the batch,
-recompute counts vs the split) are findings the gate fails on.
+the plan file's directory, as `planner plan -o` writes it, then from the working directory), the
+GPU count, the request (sequence length, batch, precision, optimizer, framework, the keys the
+search pinned, headroom, reserve), the parallelism with its pipeline split and per-stage recompute
+counts, and what `plan` predicted.
+
+Structure is bad input (SpecError, exit 2, one line naming the file and the key path, once):
+- a key `plan -o` does not write, at the top level, in `request`, `plan` or `plan.parallelism`
+  ("did you mean" a close key, or the section a key belongs to);
+- a missing key: every key `plan -o` writes there is required, except `request.fixed` (a
+  hand-written plan pinned nothing) and `plan.parallelism.etp` (absent from files written before
+  the expert tensor-parallel degree was recorded; it defaults to 1, the only value those had);
+- a wrong type or a value outside the CLI's bounds (`planner.specs.limits`; headroom in [0, 0.9],
+  reserve in [0, 1024 GiB] as `--headroom` / `--reserve-gib`), a value no Layout takes;
+- a model or cluster that does not load (its message, under the plan file's `model` / `cluster` /
+  `gpus` key). `predicted` and `solver` are informational and free-form, except that
+  `predicted.time_s.step` and `predicted.memory_bytes.total`, where present, must be numbers.
+
+Values that are well-formed but inconsistent with each other (num_microbatches vs the batch, the
+parallelism's batch vs the request's, recompute counts vs the split, a pinned `request.fixed`
+value vs the parallelism) are findings (rule plan_consistency) the gate fails on.
 """
 
 from __future__ import annotations
 
+import difflib
+import math
 from pathlib import Path
 
 from planner.check.gate import Target
-from planner.cost.memory import DEFAULT_AT_RISK_MARGIN
 from planner.errors import SpecError
 from planner.placement.layout import RECOMPUTE_MODES, Layout
 from planner.placement.rules import Violation
+from planner.search.mesh import FIXABLE
 from planner.specs import files
 from planner.specs.cluster import load_cluster
+from planner.specs.limits import MAX_BATCH_TOKENS, MAX_GPUS, MAX_SEQ_LEN, MAX_VPP
 from planner.specs.model import load_model
 
 KIND = "training-plan"
 """The `kind` of a training plan file."""
 VERSION = 1
 """The plan file version this reader reads."""
+MAX_HEADROOM = 0.9
+"""Largest request.headroom accepted: `planner plan --headroom`'s bound (planner/cli.py)."""
+MAX_RESERVE_BYTES = 1024 * 2**30
+"""Largest request.reserve_bytes accepted: `--reserve-gib`'s bound, 1024 GiB (planner/cli.py)."""
 
-_INT_KEYS = ("dp", "tp", "pp", "cp", "ep", "zero_stage", "micro_batch_size", "vpp")
-_REQUEST_KEYS = ("seq_len", "global_batch_size", "precision", "optimizer", "framework")
+_KEYS = {
+    "": ("kind", "version", "model", "cluster", "gpus", "request", "plan", "predicted", "solver"),
+    "request": ("seq_len", "global_batch_size", "precision", "optimizer", "framework", "fixed",
+                "headroom", "reserve_bytes"),
+    "plan": ("parallelism",),
+    "plan.parallelism": ("dp", "tp", "pp", "cp", "ep", "etp", "zero_stage", "sequence_parallel",
+                         "micro_batch_size", "global_batch_size", "num_microbatches", "vpp",
+                         "recompute", "pipeline_layers"),
+}
+"""Section -> the keys `planner plan -o` writes there (planner/plan.py `plan_file`, `plan_entry`)."""
+_OPTIONAL = {"predicted", "solver", "fixed", "etp"}
+"""Keys that may be absent (module docstring)."""
+_PAR_INTS = {"dp": (1, MAX_GPUS), "tp": (1, MAX_GPUS), "pp": (1, MAX_GPUS), "cp": (1, MAX_GPUS),
+             "ep": (1, MAX_GPUS), "etp": (1, MAX_GPUS), "zero_stage": (0, 3),
+             "micro_batch_size": (1, MAX_BATCH_TOKENS), "global_batch_size": (1, MAX_BATCH_TOKENS),
+             "num_microbatches": (1, MAX_BATCH_TOKENS), "vpp": (1, MAX_VPP)}
+"""plan.parallelism integer -> [min, max]: a degree cannot exceed the largest GPU count, a batch
+count the largest batch in tokens (each sequence holds >= 1 token)."""
+_REQUEST_LAYOUT = ("seq_len", "global_batch_size", "precision", "optimizer", "framework")
+"""request keys that are Layout fields (a Layout error on them is reported under `request.`)."""
 
 
 def looks_like_plan_file(data: dict) -> bool:
@@ -44,92 +83,171 @@ def read_plan_file(path: str | Path, data: dict | None = None) -> Target:
         data: its parsed top level, when the caller has read it already.
 
     Raises:
-        SpecError: unreadable file, syntax error, missing key, wrong type, unknown kind or version,
-            a model or cluster that does not load, a value no Layout accepts.
+        SpecError: unreadable file, syntax error, unknown, missing or mistyped key, value out of
+            bounds, unknown kind or version, a model or cluster that does not load, a value no
+            Layout accepts (module docstring).
     """
     path = Path(path)
     file = str(path)
     data = files.read_mapping(path, "plan file keys") if data is None else data
+    _check_header(data, file)
+    request, par = _check_structure(data, file)
+    req = _request(request, file)
+    values = {k: _int(par, k, file, f"plan.parallelism.{k}", *_PAR_INTS[k])
+              for k in _PAR_INTS if k in par}
+    per_stage, uniform = _recompute(par["recompute"], file)
+    layout = _layout(par, values, req, uniform, file)
+    if "predicted" in data:
+        _check_predicted(data["predicted"], file)
+    gpus = _int(data, "gpus", file, "gpus", 1, MAX_GPUS)
+    model = _load(load_model, data, "model", path)
+    cluster = _load(load_cluster, data, "cluster", path, gpus=gpus)
+    return Target(file=file, kind=KIND, model=model, cluster=cluster, layout=layout,
+                  recompute_per_stage=per_stage, reserve_bytes=req["reserve_bytes"],
+                  at_risk_margin=req["headroom"], predicted=data.get("predicted"),
+                  findings=tuple(_consistency(values, layout, per_stage, model, req["fixed"])))
+
+
+# ---------------------------------------------------------------- structure
+
+
+def _check_header(data: dict, file: str) -> None:
     if data.get("kind") != KIND:
         raise SpecError(f"value {data.get('kind')!r} not allowed; allowed: {KIND!r} (a file "
                         f"written by `planner plan -o`)", file=file, key="kind")
     if data.get("version") != VERSION:
         raise SpecError(f"value {data.get('version')!r} not allowed; this planner reads version "
                         f"{VERSION}", file=file, key="version")
-    request = _mapping(data, "request", file)
-    par = _mapping(_mapping(data, "plan", file, "plan"), "parallelism", file, "plan.parallelism")
-    gpus = _int(data, "gpus", file, "gpus")
-    model = load_model(_ref(_string(data, "model", file, "model"), path))
-    cluster = load_cluster(_ref(_string(data, "cluster", file, "cluster"), path), gpus=gpus)
-    values = {k: _int(par, k, file, f"plan.parallelism.{k}", minimum=0 if k == "zero_stage" else 1)
-              for k in _INT_KEYS}
-    req = {k: (_int if k in ("seq_len", "global_batch_size") else _string)(request, k, file, f"request.{k}")
-           for k in _REQUEST_KEYS}
-    headroom = _number(request, "headroom", file, "request.headroom", DEFAULT_AT_RISK_MARGIN)
-    reserve = request.get("reserve_bytes")
-    if reserve is not None:
-        reserve = _int(request, "reserve_bytes", file, "request.reserve_bytes", minimum=0)
-    split = par.get("pipeline_layers")
-    if split is not None and (not isinstance(split, list)
-                              or not all(type(n) is int and n >= 0 for n in split)):
-        raise SpecError(f"value {split!r} must be a list of layer counts (integers >= 0), one per "
-                        f"stage", file=file, key="plan.parallelism.pipeline_layers")
-    per_stage, uniform = _recompute(par.get("recompute", "none"), file)
-    sp = par.get("sequence_parallel", False)
+
+
+def _check_structure(data: dict, file: str) -> tuple[dict, dict]:
+    """(request, plan.parallelism) after checking every section's keys: none unknown, none missing."""
+    _check_keys(data, "", file)
+    request = _mapping(data, "request", file, "request")
+    _check_keys(request, "request", file)
+    plan = _mapping(data, "plan", file, "plan")
+    _check_keys(plan, "plan", file)
+    par = _mapping(plan, "parallelism", file, "plan.parallelism")
+    _check_keys(par, "plan.parallelism", file)
+    return request, par
+
+
+def _check_keys(mapping: dict, section: str, file: str) -> None:
+    allowed = _KEYS[section]
+    for key in mapping:
+        if key not in allowed:
+            raise SpecError(f"unknown key; {_hint(str(key), section)}", file=file,
+                            key=_path(section, key))
+    for key in allowed:
+        if key not in mapping and key not in _OPTIONAL:
+            raise SpecError("missing; `planner plan -o` writes it (every plan file needs it)",
+                            file=file, key=_path(section, key))
+
+
+def _hint(key: str, section: str) -> str:
+    """Where an unknown key might have been meant: the section that has this key, a close key of
+    this section's degrees by a Megatron-style long name (tensor_parallel -> tp), a close key of this
+    section, else the list."""
+    allowed = _KEYS[section]
+    homes = [_path(s, key) for s, keys in _KEYS.items() if key in keys]
+    if homes:
+        where = f"under {section}" if section else "at the top level"
+        return f"{key} belongs at {' or '.join(homes)}, not {where}"
+    close = [k for k in allowed if k == _initials(key)] or difflib.get_close_matches(
+        key, allowed, n=3, cutoff=0.6)
+    if close:
+        return f"did you mean {' or '.join(repr(c) for c in close)}?"
+    return f"allowed here: {', '.join(allowed)}"
+
+
+def _initials(key: str) -> str:
+    """tensor_model_parallel_size -> tp: a degree's long name by the initials of its words."""
+    words = [w for w in key.lower().replace("-", "_").split("_")
+             if w and w not in ("model", "size", "degree")]
+    return "".join(w[0] for w in words)
+
+
+def _path(section: str, key: object) -> str:
+    return f"{section}.{key}" if section else str(key)
+
+
+# ---------------------------------------------------------------- values
+
+
+def _request(request: dict, file: str) -> dict:
+    """The request's values: the Layout fields, headroom, reserve_bytes, fixed."""
+    seq_len = _int(request, "seq_len", file, "request.seq_len", 1, MAX_SEQ_LEN)
+    gbs = _int(request, "global_batch_size", file, "request.global_batch_size", 1, MAX_BATCH_TOKENS)
+    if gbs * seq_len > MAX_BATCH_TOKENS:
+        raise SpecError(f"value {gbs} x seq_len {seq_len} = {gbs * seq_len:,} tokens per step; at most "
+                        f"{MAX_BATCH_TOKENS:,}", file=file, key="request.global_batch_size")
+    headroom = request["headroom"]
+    if isinstance(headroom, bool) or not isinstance(headroom, (int, float)) or not (
+            0 <= headroom <= MAX_HEADROOM):
+        raise SpecError(f"value {headroom!r} must be a number in [0, {MAX_HEADROOM}] (as --headroom)",
+                        file=file, key="request.headroom")
+    reserve = _int(request, "reserve_bytes", file, "request.reserve_bytes", 0, MAX_RESERVE_BYTES)
+    return {"seq_len": seq_len, "global_batch_size": gbs, "headroom": float(headroom),
+            "reserve_bytes": reserve, "fixed": _fixed(request.get("fixed", {}), file),
+            **{k: request[k] for k in ("precision", "optimizer", "framework")}}
+
+
+def _fixed(value, file: str) -> dict:
+    """request.fixed: the keys the search pinned (FIXABLE), each with a value of its kind."""
+    if not isinstance(value, dict):
+        raise SpecError(f"value {value!r} must be a mapping of pinned keys ({', '.join(FIXABLE)})",
+                        file=file, key="request.fixed")
+    for key, pinned in value.items():
+        where = f"request.fixed.{key}"
+        if key not in FIXABLE:
+            close = difflib.get_close_matches(str(key), FIXABLE, n=3, cutoff=0.6)
+            hint = f"did you mean {' or '.join(map(repr, close))}? " if close else ""
+            raise SpecError(f"unknown key; {hint}allowed: {', '.join(FIXABLE)}", file=file, key=where)
+        if key == "sequence_parallel" and not isinstance(pinned, bool):
+            raise SpecError(f"value {pinned!r} must be true or false", file=file, key=where)
+        if key == "recompute" and pinned not in RECOMPUTE_MODES:
+            raise SpecError(f"value {pinned!r} not allowed; allowed: {', '.join(RECOMPUTE_MODES)}",
+                            file=file, key=where)
+        if key in _PAR_INTS:
+            _int(value, key, file, where, *_PAR_INTS[key])
+    return dict(value)
+
+
+def _layout(par: dict, values: dict, req: dict, uniform: str, file: str) -> Layout:
+    sp = par["sequence_parallel"]
     if not isinstance(sp, bool):
         raise SpecError(f"value {sp!r} must be true or false", file=file,
                         key="plan.parallelism.sequence_parallel")
+    split = par["pipeline_layers"]
+    if split is not None and (not isinstance(split, list)
+                              or not all(type(n) is int and n >= 0 for n in split)):
+        raise SpecError(f"value {split!r} must be a list of layer counts (integers >= 0), one per "
+                        f"stage, or null (an even split)", file=file,
+                        key="plan.parallelism.pipeline_layers")
+    degrees = {k: v for k, v in values.items() if k not in ("global_batch_size", "num_microbatches")}
     try:
-        layout = Layout(**values, etp=_int(par, "etp", file, "plan.parallelism.etp", default=1),
-                        sequence_parallel=sp,
-                        pipeline_layers=tuple(split) if split is not None else None,
-                        recompute=uniform, **req)
+        return Layout(**degrees, sequence_parallel=sp, recompute=uniform,
+                      pipeline_layers=tuple(split) if split is not None else None,
+                      **{k: req[k] for k in _REQUEST_LAYOUT})
     except SpecError as exc:
-        raise SpecError(str(exc).split(": ", 1)[-1], file=file,
-                        key=f"plan.parallelism.{exc.key}" if exc.key else None) from None
-    return Target(file=file, kind=KIND, model=model, cluster=cluster, layout=layout,
-                  recompute_per_stage=per_stage, reserve_bytes=reserve, at_risk_margin=headroom,
-                  predicted=data.get("predicted") if isinstance(data.get("predicted"), dict) else None,
-                  findings=tuple(_consistency(par, layout, per_stage, model)))
+        section = "request" if exc.key in _REQUEST_LAYOUT else "plan.parallelism"
+        raise SpecError(_bare(exc), file=file, key=_path(section, exc.key)) from None
 
 
-def _consistency(par: dict, layout: Layout, per_stage, model) -> list[Violation]:
-    """Well-formed values that contradict each other or the layout they describe."""
-    out = []
-    m = par.get("num_microbatches")
-    if m is not None and m != layout.num_microbatches:
-        out.append(Violation(rule="plan_consistency",
-                             message=f"num_microbatches={m!r} but global_batch_size / (dp x "
-                                     f"micro_batch_size) = {layout.global_batch_size} / "
-                                     f"({layout.dp} x {layout.micro_batch_size}) = "
-                                     f"{layout.global_batch_size / (layout.dp * layout.micro_batch_size):g}",
-                             fix=f"set num_microbatches: {layout.num_microbatches} or change the batch"))
-    gbs = par.get("global_batch_size")
-    if gbs is not None and gbs != layout.global_batch_size:
-        out.append(Violation(rule="plan_consistency",
-                             message=f"plan.parallelism.global_batch_size={gbs!r} but "
-                                     f"request.global_batch_size={layout.global_batch_size}",
-                             fix="give both the same value"))
-    if per_stage is not None:
-        split = layout.pipeline_layers
-        if len(per_stage) != layout.pp:
-            out.append(Violation(rule="plan_consistency",
-                                 message=f"recompute lists {len(per_stage)} stages; pp={layout.pp}",
-                                 fix="give one {none, selective, full} count mapping per stage"))
-        elif split is not None and len(split) == layout.pp:
-            for s, (counts, n) in enumerate(zip(per_stage, split)):
-                if sum(counts.values()) != n:
-                    out.append(Violation(
-                        rule="plan_consistency",
-                        message=f"stage {s}: recompute counts {dict(counts)} cover "
-                                f"{sum(counts.values())} layers; pipeline_layers gives it {n}",
-                        fix=f"make stage {s}'s counts sum to {n}"))
-        elif split is None:
-            out.append(Violation(rule="plan_consistency",
-                                 message="per-stage recompute counts need pipeline_layers",
-                                 fix=f"give pipeline_layers ({layout.pp} counts summing to "
-                                     f"{model.num_hidden_layers})"))
-    return out
+def _check_predicted(predicted, file: str) -> None:
+    """`predicted` is free-form, but the two numbers the gate compares must be numbers."""
+    if not isinstance(predicted, dict):
+        raise SpecError(f"value {predicted!r} must be a mapping (what `planner plan` predicted)",
+                        file=file, key="predicted")
+    for section, key in (("time_s", "step"), ("memory_bytes", "total")):
+        part = predicted.get(section, {})
+        if not isinstance(part, dict):
+            raise SpecError(f"value {part!r} must be a mapping", file=file, key=f"predicted.{section}")
+        value = part.get(key, 0)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+                math.isfinite(value) and value >= 0):
+            raise SpecError(f"value {value!r} must be a number >= 0", file=file,
+                            key=f"predicted.{section}.{key}")
 
 
 def _recompute(value, file: str) -> tuple[tuple[dict[str, int], ...] | None, str]:
@@ -155,40 +273,132 @@ def _recompute(value, file: str) -> tuple[tuple[dict[str, int], ...] | None, str
     return tuple(stages), most
 
 
-def _ref(ref: str, plan_path: Path) -> str:
-    """A model / cluster reference: a catalog name as given; a relative path from the plan file's
-    directory (as `planner plan -o` writes it), else from the working directory."""
-    beside = plan_path.parent / ref
-    if Path(ref).is_absolute() or not beside.exists():
-        return ref
-    return str(beside)
-
-
-def _mapping(data: dict, key: str, file: str, where: str | None = None) -> dict:
+def _mapping(data: dict, key: str, file: str, where: str) -> dict:
     value = data.get(key)
     if not isinstance(value, dict):
-        raise SpecError(f"missing or not a mapping (got {value!r})", file=file, key=where or key)
+        raise SpecError(f"{'missing' if key not in data else f'value {value!r}'}; must be a mapping",
+                        file=file, key=where)
     return value
 
 
-def _string(data: dict, key: str, file: str, where: str) -> str:
+def _int(data: dict, key: str, file: str, where: str, low: int, high: int) -> int:
     value = data.get(key)
-    if not isinstance(value, str) or not value.strip():
-        raise SpecError(f"value {value!r} must be a non-empty string", file=file, key=where)
-    return value
-
-
-def _int(data: dict, key: str, file: str, where: str, default: int | None = None,
-         minimum: int = 1) -> int:
-    value = data.get(key, default)
-    if type(value) is not int or value < minimum:
+    if type(value) is not int or not low <= value <= high:
         shown = "missing" if key not in data else f"value {value!r}"
-        raise SpecError(f"{shown}; must be an integer >= {minimum}", file=file, key=where)
+        raise SpecError(f"{shown}; must be an integer in [{low}, {high:,}]", file=file, key=where)
     return value
 
 
-def _number(data: dict, key: str, file: str, where: str, default: float) -> float:
-    value = data.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
-        raise SpecError(f"value {value!r} must be a number in [0, 1)", file=file, key=where)
-    return float(value)
+def _bare(exc: SpecError) -> str:
+    """An error's message without its `file: key: ` prefix."""
+    where = ": ".join(part for part in (exc.file, exc.key) if part)
+    text = str(exc)
+    return text[len(where) + 2:] if where and text.startswith(where + ": ") else text
+
+
+# ---------------------------------------------------------------- model and cluster
+
+
+def _load(loader, data: dict, key: str, plan_path: Path, **options):
+    """The model / cluster the plan file names, its errors under the plan file's key."""
+    file = str(plan_path)
+    ref = data[key]
+    if not isinstance(ref, str) or not ref.strip():
+        raise SpecError(f"value {ref!r} must be a non-empty string", file=file, key=key)
+    beside = plan_path.parent / ref
+    found = ref if Path(ref).is_absolute() or not beside.exists() else str(beside)
+    try:
+        return loader(found, **options)
+    except SpecError as exc:
+        if exc.key == "--gpus":  # the plan file's `gpus`, not an option the user passed
+            raise SpecError(f"{_bare(exc)} (cluster {ref})", file=file, key="gpus") from None
+        text = str(exc)
+        if exc.file == ref and not Path(ref).is_absolute() and not beside.exists():
+            text += (f" (a relative path is resolved from the plan file's directory, "
+                     f"{plan_path.parent}, then from the working directory)")
+        raise SpecError(text, file=file, key=key) from None
+
+
+# ---------------------------------------------------------------- findings
+
+
+def _consistency(values: dict, layout: Layout, per_stage, model, fixed: dict) -> list[Violation]:
+    """Well-formed values that contradict each other or the layout they describe."""
+    return [*_microbatch_findings(values, layout), *_fixed_findings(fixed, layout, per_stage),
+            *_recompute_findings(per_stage, layout, model)]
+
+
+def _microbatch_findings(values: dict, layout: Layout) -> list[Violation]:
+    out = []
+    gbs, dp, b = layout.global_batch_size, layout.dp, layout.micro_batch_size
+    m = values["num_microbatches"]
+    if m != layout.num_microbatches:  # a batch that does not divide is the rule batch_divisible
+        out.append(Violation(rule="plan_consistency",
+                             message=f"num_microbatches={m} but global_batch_size / (dp x "
+                                     f"micro_batch_size) = {gbs} / ({dp} x {b}) = {gbs / (dp * b):g}",
+                             fix=_batch_fix(layout)))
+    if values["global_batch_size"] != gbs:
+        out.append(Violation(rule="plan_consistency",
+                             message=f"plan.parallelism.global_batch_size={values['global_batch_size']} "
+                                     f"but request.global_batch_size={gbs}",
+                             fix="give both the same value"))
+    return out
+
+
+def _batch_fix(layout: Layout) -> str:
+    """A change after which num_microbatches = global_batch_size / (dp x micro_batch_size) is a
+    whole number >= 1 (Megatron-LM num_microbatches_calculator.py asserts it): the count itself
+    where the batch divides, else a batch that divides or a smaller micro-batch."""
+    gbs, dp, b = layout.global_batch_size, layout.dp, layout.micro_batch_size
+    unit = dp * b
+    if gbs % unit == 0:
+        return f"set num_microbatches: {gbs // unit}"
+    below = gbs // unit * unit
+    sizes = [n for n in (below, below + unit) if n]
+    fix = (f"set global_batch_size (request and plan.parallelism) to a multiple of dp x "
+           f"micro_batch_size = {unit}: " + " or ".join(f"{n} (num_microbatches: {n // unit})"
+                                                       for n in sizes))
+    if gbs % dp == 0:  # a micro-batch that divides the per-rank batch: gcd, or all of it
+        per_rank = gbs // dp
+        smaller = per_rank if b > per_rank else math.gcd(per_rank, b)
+        fix += f"; or micro_batch_size: {smaller} (num_microbatches: {per_rank // smaller})"
+    return fix
+
+
+def _fixed_findings(fixed: dict, layout: Layout, per_stage) -> list[Violation]:
+    out = []
+    for key, pinned in fixed.items():
+        if key == "recompute":
+            used = {m for c in per_stage for m, n in c.items() if n} if per_stage else {layout.recompute}
+            actual = layout.recompute if per_stage is None else ", ".join(sorted(used))
+            agrees = used == {pinned}
+        else:
+            actual = getattr(layout, key)
+            agrees = actual == pinned
+        if not agrees:
+            out.append(Violation(
+                rule="plan_consistency",
+                message=f"request.fixed pins {key}={pinned!r} but plan.parallelism.{key} is {actual!r}",
+                fix=f"set plan.parallelism.{key} to {pinned!r}, or re-run `planner plan` without "
+                    f"--fix {key}={pinned} (then the file pins nothing of {key})"))
+    return out
+
+
+def _recompute_findings(per_stage, layout: Layout, model) -> list[Violation]:
+    if per_stage is None:
+        return []
+    split = layout.pipeline_layers
+    if len(per_stage) != layout.pp:
+        return [Violation(rule="plan_consistency",
+                          message=f"recompute lists {len(per_stage)} stages; pp={layout.pp}",
+                          fix="give one {none, selective, full} count mapping per stage")]
+    if split is None:
+        return [Violation(rule="plan_consistency",
+                          message="per-stage recompute counts need pipeline_layers",
+                          fix=f"give pipeline_layers ({layout.pp} counts summing to "
+                              f"{model.num_hidden_layers})")]
+    return [Violation(rule="plan_consistency",
+                      message=f"stage {s}: recompute counts {dict(counts)} cover "
+                              f"{sum(counts.values())} layers; pipeline_layers gives it {n}",
+                      fix=f"make stage {s}'s counts sum to {n}")
+            for s, (counts, n) in enumerate(zip(per_stage, split)) if sum(counts.values()) != n]
