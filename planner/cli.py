@@ -56,6 +56,12 @@ class _Group(TyperGroup):
     def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
         if not standalone_mode:
             return super().main(*args, standalone_mode=False, **kwargs)
+        argv = list(args[0]) if args and args[0] is not None else sys.argv[1:]
+        repeated = _repeated_option(self, argv)
+        if repeated:
+            report.error(f"planner: {repeated} given twice; give it once (only --fix and --offload "
+                         f"repeat) (see --help)")
+            sys.exit(2)
         try:
             code = super().main(*args, standalone_mode=False, **kwargs)
         except typer.Abort:
@@ -84,6 +90,30 @@ class _Group(TyperGroup):
             report.error(f"{where}{message}{given}{hint}")
             sys.exit(exc.exit_code)
         sys.exit(code if isinstance(code, int) else 0)
+
+
+def _repeated_option(group: Any, argv: list[str]) -> str | None:
+    """The first option of the invoked command given twice that does not repeat (click would keep
+    the last value silently: `--tp 2 --tp 4` is tp 4), or None."""
+    command, rest = group, list(argv)
+    while rest and hasattr(command, "commands") and rest[0] in command.commands:
+        command = command.commands[rest.pop(0)]
+    names = {}
+    for param in getattr(command, "params", ()):
+        if getattr(param, "multiple", False) or not getattr(param, "opts", None) or \
+                type(param).__name__ == "Argument" or getattr(param, "param_type_name", "") != "option":
+            continue
+        spellings = (*param.opts, *getattr(param, "secondary_opts", ()))
+        for opt in spellings:
+            names[opt] = "/".join(spellings)
+    seen = set()
+    for token in rest:
+        opt = token.split("=", 1)[0] if token.startswith("--") else token
+        if opt in names:
+            if names[opt] in seen:
+                return names[opt]
+            seen.add(names[opt])
+    return None
 
 
 def _given_value(param: Any, argv: list[str]) -> str:

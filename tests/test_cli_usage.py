@@ -118,3 +118,22 @@ def test_unwritable_stdout_is_one_line_not_a_traceback():
                               stdout=full, stderr=subprocess.PIPE, text=True)
     assert proc.returncode == 1
     assert proc.stderr.strip() == "error: cannot write the output: No space left on device"
+
+
+@pytest.mark.parametrize(("args", "named"), [
+    (["explain", "-m", "llama-3.1-8b", "-c", "dgx-h100", "--tp", "2", "--tp", "4"], "--tp"),
+    (["explain", "-m", "llama-3.1-8b", "-c", "dgx-h100", "--sequence-parallel", "--no-sequence-parallel"],
+     "--sequence-parallel/--no-sequence-parallel"),
+    (["models", "show", "llama-3.1-8b", "-f", "json", "--format=yaml"], "--format/-f"),
+])
+def test_an_option_given_twice_is_refused_not_overridden(args, named):
+    """Fresh-user defect: `--tp 2 --tp 4` silently meant tp 4 (click keeps the last value)."""
+    proc = _planner(*args)
+    assert proc.returncode == 2 and f"{named} given twice" in proc.stderr, proc.stderr
+
+
+def test_repeatable_options_still_repeat():
+    proc = _planner("explain", "-m", "llama-3.1-8b", "-c", "dgx-h100", "--dp", "8", "--zero-stage",
+                    "3", "--offload", "optimizer", "--offload", "parameters", "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["parallelism"]["offload"] == ["optimizer", "parameters"]
