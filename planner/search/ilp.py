@@ -113,8 +113,25 @@ Piece = tuple[tuple[float, ...], tuple[tuple[float, ...], ...]]
 """An affine piece: ([stage] constant, [kind][mode] coefficient per layer)."""
 
 
+class _Sizes:
+    """S and L of a stage program (`StageProblem` and `IntStageProblem` share them)."""
+
+    stage_fixed_memory_bytes: tuple
+    layer_kinds: tuple
+
+    @property
+    def num_stages(self) -> int:
+        """Pipeline stages S."""
+        return len(self.stage_fixed_memory_bytes)
+
+    @property
+    def num_layers(self) -> int:
+        """Decoder layers L."""
+        return len(self.layer_kinds)
+
+
 @dataclass(frozen=True, kw_only=True)
-class StageProblem:
+class StageProblem(_Sizes):
     """One mesh's stage-assignment problem, in floating seconds and bytes."""
 
     layer_kinds: tuple[int, ...]
@@ -139,16 +156,6 @@ class StageProblem:
     def __post_init__(self) -> None:
         _check_shapes(self)
 
-    @property
-    def num_stages(self) -> int:
-        """Pipeline stages S."""
-        return len(self.stage_fixed_memory_bytes)
-
-    @property
-    def num_layers(self) -> int:
-        """Decoder layers L."""
-        return len(self.layer_kinds)
-
     def rounding_bound_s(self) -> float:
         """Most the integer program's value of any plan differs from its float value, s: each
         piece rounds its constant and at most L layer coefficients by half a unit each."""
@@ -156,7 +163,7 @@ class StageProblem:
 
 
 @dataclass(frozen=True, kw_only=True)
-class IntStageProblem:
+class IntStageProblem(_Sizes):
     """`StageProblem` in integer nanoseconds and bytes (see `to_int_problem`)."""
 
     layer_kinds: tuple[int, ...]
@@ -175,16 +182,6 @@ class IntStageProblem:
     """Recompute mode names."""
     layers_per_stage: tuple[int, ...] | None = None
     """Pinned split or None."""
-
-    @property
-    def num_stages(self) -> int:
-        """Pipeline stages S."""
-        return len(self.stage_fixed_memory_bytes)
-
-    @property
-    def num_layers(self) -> int:
-        """Decoder layers L."""
-        return len(self.layer_kinds)
 
     @property
     def num_kinds(self) -> int:
