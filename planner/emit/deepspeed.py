@@ -1,0 +1,173 @@
+"""`planner plan --emit deepspeed`: a plan file as a DeepSpeed JSON config (`deepspeed.initialize(config=...)`).
+
+Keys written -- exactly those `planner.check.deepspeed` reads back, each verified there in
+DeepSpeed's source (deepspeedai/DeepSpeed, master of 2026-08) and https://www.deepspeed.ai/docs/config-json/:
+- `train_batch_size`, `train_micro_batch_size_per_gpu`, `gradient_accumulation_steps`
+  (`deepspeed/runtime/constants.py`): global batch, micro-batch and num_microbatches, all three
+  written so that `DeepSpeedConfig._batch_assertion` (train = micro x gas x dp) holds as written.
+- `zero_optimization.stage` (`deepspeed/runtime/zero/config.py`); `zero_optimization.
+  offload_optimizer` / `offload_param` `{"device": "cpu"}` (`deepspeed/runtime/zero/
+  offload_config.py` `OffloadDeviceEnum`) when the plan's `parallelism.offload` lists the
+  optimizer / the parameters.
+- `bf16.enabled` or `fp16.enabled` (`deepspeed/runtime/precision_config.py`).
+- `optimizer.type`: "AdamW" (in `DEEPSPEED_OPTIMIZERS`, `deepspeed/runtime/config.py`) or "SGD"
+  (looked up as `getattr(torch.optim, name)`, `runtime/engine.py` `_configure_basic_optimizer`).
+  No `params`: the plan has no learning rate, and DeepSpeed allows the section to be absent
+  (`_configure_basic_optimizer`: `if optimizer_parameters is None: optimizer_parameters = {}`),
+  so the optimizer's own defaults apply (FusedAdam `deepspeed/ops/adam/fused_adam.py`: lr 1e-3,
+  weight_decay 0; torch.optim.SGD: lr 1e-3). Users add their own.
+- `tensor_parallel.autotp_size` = tp when tp > 1 (`deepspeed/runtime/tensor_parallel/config.py`
+  `TPTrainingConfig`; `engine.py` `_configure_tensor_parallel_states` builds the (world // tp, tp)
+  mesh, so dp = gpus / tp, and notes AutoTP + ZeRO-3 is supported for training).
+
+What a DeepSpeed JSON cannot state, decided item by item:
+- pp > 1 / vpp > 1: pipeline stages are built in code (`deepspeed.pipe.PipelineModule(num_stages=...)`;
+  the JSON's `pipeline` section holds only options), and the config reader fixes pp = 1 -> SpecError,
+  pin `--fix pp=1`.
+- cp > 1: Ulysses (`sequence_parallel_size`, groups passed in code) is not read back -> SpecError, `--fix cp=1`.
+- ep > 1 or etp > 1: AutoEP (`expert_parallel`) is not read back -> SpecError, `--fix ep=1` / `--fix etp=1`.
+- sequence_parallel at tp > 1: AutoTP has no Megatron sequence parallelism, and running without it
+  keeps tp x more norm/dropout activations than the plan -> SpecError, `--fix sequence_parallel=false`.
+  At tp = 1 the flag has no effect (nothing to split over): dropped with a deviation line.
+- precision fp8 (Transformer Engine, model code) -> SpecError, `--precision bf16`;
+  optimizer adam8bit (no DeepSpeed or torch.optim name) -> SpecError, `--optimizer adamw`.
+- a plan searched under another framework's conventions (request.framework) -> SpecError: the
+  memory it was costed for is not DeepSpeed's.
+- recompute: activation checkpointing is switched on by the model code (`deepspeed.checkpointing.
+  checkpoint`, HF `gradient_checkpointing_enable`), not by the JSON. The JSON is emitted and one
+  deviation line says how many layers to wrap; DeepSpeed checkpoints whole layers, so a layer the
+  plan recomputes selectively is wrapped in full (more recompute, no more memory). `planner check`
+  of the JSON alone assumes no recompute (`deepspeed_recompute_assumed`).
+The model, cluster, GPU count and sequence length are not DeepSpeed keys: they travel as the
+reader's --model/--cluster/--gpus/--seq-len.
+"""
+
+from __future__ import annotations
+
+import json
+
+from planner.emit import Emitted
+from planner.errors import SpecError
+from planner.specs.model import load_model
+
+SUFFIX = ".json"
+"""What `planner check` reads as a DeepSpeed config (planner/check/__init__.py `read_target`)."""
+
+_OPTIMIZER_TYPES = {"adamw": "AdamW", "sgd": "SGD"}
+"""Costed optimizer -> `optimizer.type` (module docstring)."""
+_PRECISION_KEYS = {"bf16": "bf16", "fp16": "fp16"}
+"""Plan precision -> the config section whose `enabled` is set."""
+_OFFLOAD_KEYS = {"optimizer": "offload_optimizer", "parameters": "offload_param"}
+"""Offloaded state -> its `zero_optimization` sub-section."""
+_KNOWN = frozenset({"dp", "tp", "pp", "cp", "ep", "etp", "zero_stage", "sequence_parallel",
+                    "micro_batch_size", "global_batch_size", "num_microbatches", "vpp",
+                    "recompute", "pipeline_layers", "offload"})
+"""`plan.parallelism` keys this writer maps (planner/plan.py `plan_entry`, plus `offload`)."""
+
+
+def write(doc: dict) -> Emitted:
+    """The DeepSpeed JSON config of plan file `doc` (module docstring for the keys and refusals).
+
+    Raises:
+        SpecError: a plan a DeepSpeed JSON cannot run (key --emit; names the --fix that makes it
+            runnable), or a plan file whose batch numbers disagree.
+    """
+    par, request = doc["plan"]["parallelism"], doc["request"]
+    _refuse(par, request)
+    gas = _accumulation(par, doc["gpus"])
+    config: dict = {
+        "train_batch_size": par["global_batch_size"],
+        "train_micro_batch_size_per_gpu": par["micro_batch_size"],
+        "gradient_accumulation_steps": gas,
+        "zero_optimization": _zero(par),
+        _PRECISION_KEYS[request["precision"]]: {"enabled": True},
+        "optimizer": {"type": _OPTIMIZER_TYPES[request["optimizer"]]},
+    }
+    if par["tp"] > 1:
+        config["tensor_parallel"] = {"autotp_size": par["tp"]}
+    deviations = _recompute_deviation(par, load_model(doc["model"]).num_hidden_layers)
+    if par["sequence_parallel"] and par["tp"] == 1:
+        deviations.insert(0, "sequence_parallel=true not written: at tp=1 there is nothing to "
+                             "split the sequence over (no effect on memory or time)")
+    return Emitted(framework="deepspeed", text=json.dumps(config, indent=2) + "\n",
+                   suffix=SUFFIX, deviations=tuple(deviations))
+
+
+def _refuse(par: dict, request: dict) -> None:
+    """SpecError (key --emit) for a plan a DeepSpeed JSON cannot run, naming what to pin."""
+    unknown = sorted(set(par) - _KNOWN)
+    if unknown:
+        raise SpecError(f"plan.parallelism key {unknown[0]!r} has no DeepSpeed JSON mapping in this "
+                        f"writer; known: {', '.join(sorted(_KNOWN))}", key="--emit")
+    if request["framework"] != "deepspeed":
+        raise SpecError(f"the plan was searched under {request['framework']}'s conventions "
+                        f"(request.framework), whose memory differs from DeepSpeed's; plan again "
+                        f"with --emit deepspeed (or --framework deepspeed)", key="--emit")
+    why = {
+        "pp": "pipeline stages are built in code (deepspeed.pipe.PipelineModule), not in the JSON",
+        "vpp": "interleaved virtual stages need a pipeline, which the JSON cannot build",
+        "cp": "Ulysses sequence parallelism is set up in code and not read back from the JSON",
+        "ep": "expert parallelism (AutoEP) is not read back from the JSON",
+        "etp": "expert tensor parallelism (AutoEP) is not read back from the JSON",
+    }
+    for key, reason in why.items():
+        if par.get(key, 1) > 1:
+            raise SpecError(f"{key}={par[key]} cannot be run from a DeepSpeed JSON: {reason}; plan "
+                            f"with --fix {key}=1", key="--emit")
+    if par["sequence_parallel"] and par["tp"] > 1:
+        raise SpecError(f"sequence_parallel with tp={par['tp']}: DeepSpeed AutoTP has no sequence "
+                        f"parallelism, and without it each GPU keeps {par['tp']}x the plan's "
+                        f"norm/dropout activations; plan with --fix sequence_parallel=false",
+                        key="--emit")
+    if request["precision"] not in _PRECISION_KEYS:
+        raise SpecError(f"precision {request['precision']}: a DeepSpeed JSON enables bf16 or fp16 "
+                        f"only (fp8 is Transformer Engine in model code); plan with --precision "
+                        f"bf16", key="--emit")
+    if request["optimizer"] not in _OPTIMIZER_TYPES:
+        raise SpecError(f"optimizer {request['optimizer']}: no DeepSpeed or torch.optim optimizer "
+                        f"of that name; plan with --optimizer adamw (or sgd)", key="--emit")
+    if "activations" in par.get("offload", ()):
+        raise SpecError("offloading activations: a DeepSpeed JSON offloads them only for layers "
+                        "the model code checkpoints (activation_checkpointing.cpu_checkpointing); "
+                        "plan without activation offload", key="--emit")
+
+
+def _accumulation(par: dict, gpus: int) -> int:
+    """gradient_accumulation_steps, checked so DeepSpeed's batch assertion and mesh hold."""
+    dp, tp, micro, gas = par["dp"], par["tp"], par["micro_batch_size"], par["num_microbatches"]
+    if dp * tp != gpus:
+        raise SpecError(f"dp={dp} x tp={tp} != gpus {gpus}: DeepSpeed's mesh is (gpus // tp, tp)",
+                        key="--emit")
+    if micro * gas * dp != par["global_batch_size"]:
+        raise SpecError(f"global_batch_size={par['global_batch_size']} != micro_batch_size {micro} "
+                        f"x num_microbatches {gas} x dp {dp}: DeepSpeed asserts they are equal",
+                        key="--emit")
+    return gas
+
+
+def _zero(par: dict) -> dict:
+    section: dict = {"stage": par["zero_stage"]}
+    for state in sorted(par.get("offload", ())):
+        section[_OFFLOAD_KEYS[state]] = {"device": "cpu"}
+    return section
+
+
+def _recompute_deviation(par: dict, layers: int) -> list[str]:
+    """The line telling the user which layers to checkpoint in code (empty: no recompute)."""
+    mode = par["recompute"]
+    counts = {mode: layers} if isinstance(mode, str) else dict(par["recompute"][0])
+    full, selective = counts.get("full", 0), counts.get("selective", 0)
+    wrapped = full + selective
+    if wrapped == 0:
+        return []
+    which = "every one of the" if wrapped == layers else f"{wrapped} of the"
+    line = (f"recompute is not a DeepSpeed JSON key: wrap {which} {layers} decoder layers in "
+            f"deepspeed.checkpointing.checkpoint in the model code"
+            f"{' (or call gradient_checkpointing_enable() on a Hugging Face model)' if wrapped == layers else ''}"
+            f": the plan recomputes {full} in full")
+    if selective:
+        line += (f" and {selective} selectively (attention only); DeepSpeed checkpoints whole "
+                 f"layers, so those {selective} are recomputed in full (more recompute, no more "
+                 f"memory)")
+    line += "; `planner check` of the JSON alone assumes no recompute"
+    return [line]

@@ -1,0 +1,246 @@
+"""`planner plan --emit deepspeed`: the DeepSpeed JSON writer, read back by `planner check`'s reader.
+
+Round trips run real plans (`planner.plan.plan` + `plan_file`, framework deepspeed, pp / cp pinned
+to 1 since a DeepSpeed JSON cannot build a pipeline or Ulysses groups) through `write` and
+`planner.check.read_target`, and compare the Target's layout with `plan_layout` field by field.
+Expected keys in the known-text tests are derived by hand in each test from the plan dict.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from planner.check import evaluate, read_target
+from planner.check.gate import Target
+from planner.cost.memory import stage_layers
+from planner.emit import emit
+from planner.emit.deepspeed import write
+from planner.errors import SpecError
+from planner.plan import plan, plan_file, plan_layout
+from planner.specs.cluster import load_cluster
+from planner.specs.model import load_model
+
+EXACT_FIELDS = ("dp", "tp", "pp", "cp", "ep", "etp", "zero_stage", "sequence_parallel", "vpp",
+                "micro_batch_size", "global_batch_size", "seq_len", "optimizer", "precision",
+                "framework", "offload")
+"""Layout fields a DeepSpeed JSON states exactly (recompute is checked per stage, separately)."""
+
+
+def _plan(model: str, gpus: int, *, seq_len: int = 4096, global_batch_size: int = 64,
+          fixed: dict) -> dict:
+    data = plan(load_model(model), load_cluster("dgx-h100", gpus=gpus), seq_len=seq_len,
+                global_batch_size=global_batch_size, framework="deepspeed", fixed=fixed, top_k=1)
+    return plan_file(data, model_ref=model, cluster_ref="dgx-h100")
+
+
+def _doc(**par) -> dict:
+    """A hand-written plan file: llama-3.1-8b on 16 dgx-h100 GPUs; `par` replaces parallelism keys
+    (request keys precision / optimizer / framework taken from `par` when given)."""
+    request = {"seq_len": 4096, "global_batch_size": 128, "precision": par.pop("precision", "bf16"),
+               "optimizer": par.pop("optimizer", "adamw"),
+               "framework": par.pop("framework", "deepspeed"), "fixed": {}, "headroom": 0.1,
+               "reserve_bytes": 2 * 2**30}
+    parallelism = {"dp": 8, "tp": 2, "pp": 1, "cp": 1, "ep": 1, "etp": 1, "zero_stage": 1,
+                   "sequence_parallel": False, "micro_batch_size": 2, "global_batch_size": 128,
+                   "num_microbatches": 8, "vpp": 1, "recompute": "none", "pipeline_layers": [32]}
+    parallelism.update(par)
+    return {"kind": "training-plan", "version": 1, "model": "llama-3.1-8b", "cluster": "dgx-h100",
+            "gpus": 16, "request": request, "plan": {"parallelism": parallelism}}
+
+
+def _read_back(doc: dict, tmp_path: Path):
+    emitted = write(doc)
+    path = tmp_path / f"launch{emitted.suffix}"
+    path.write_text(emitted.text, encoding="utf-8")
+    target = read_target(path, model=doc["model"], cluster=doc["cluster"], gpus=doc["gpus"],
+                         seq_len=doc["request"]["seq_len"])
+    return emitted, target
+
+
+def _plan_counts(doc: dict) -> list[dict[str, int]]:
+    """The plan's per-stage recompute counts (zero counts dropped)."""
+    rec, layers = doc["plan"]["parallelism"]["recompute"], doc["plan"]["parallelism"]["pipeline_layers"]
+    counts = [{rec: n} for n in layers] if isinstance(rec, str) else rec
+    return [{m: n for m, n in c.items() if n} for c in counts]
+
+
+def _assert_layout(doc: dict, target: Target, offload: frozenset = frozenset()) -> None:
+    want = plan_layout(doc["plan"], doc["request"]).replace(offload=offload)
+    for name in EXACT_FIELDS:
+        assert getattr(target.layout, name) == getattr(want, name), name
+    model = load_model(doc["model"])
+    assert stage_layers(model, target.layout) == stage_layers(model, want)
+
+
+def _with_recompute(target: Target, counts: list[dict[str, int]]) -> Target:
+    """The Target as run with the recompute a deviation line tells the user to add in code."""
+    return Target(file=target.file, kind=target.kind, model=target.model, cluster=target.cluster,
+                  layout=target.layout, recompute_per_stage=tuple(counts),
+                  findings=target.findings)
+
+
+# ---------------------------------------------------------------- (1) round trip
+
+
+@pytest.mark.parametrize("model, gpus, fixed", [
+    ("llama-3.1-8b", 8, {"pp": 1, "cp": 1}),  # dp 8, ZeRO-3, no recompute
+    ("llama-3.1-8b", 8, {"pp": 1, "cp": 1, "tp": 2, "sequence_parallel": False}),  # AutoTP 2
+    ("llama-3.1-8b", 16, {"pp": 1, "cp": 1, "tp": 1, "zero_stage": 2}),
+])
+def test_round_trip_exact(model, gpus, fixed, tmp_path):
+    doc = _plan(model, gpus, fixed=fixed)
+    assert _plan_counts(doc) == [{"none": 32}]  # these plans keep every activation
+    emitted, target = _read_back(doc, tmp_path)
+    assert emitted.deviations == ()
+    _assert_layout(doc, target)
+    assert target.recompute_per_stage is None and target.layout.recompute == "none"
+    result = evaluate(target)
+    assert result["verdict"] == "pass", result["violations"]
+    # Only warnings the reader adds for what a JSON leaves to the code (none here: it names the
+    # optimizer and has no activation_checkpointing section).
+    assert [v["rule"] for v in result["violations"] if v["severity"] == "error"] == []
+
+
+def test_round_trip_tp_writes_autotp(tmp_path):
+    doc = _plan("llama-3.1-8b", 8, fixed={"pp": 1, "cp": 1, "tp": 2, "sequence_parallel": False})
+    config = json.loads(write(doc).text)
+    assert config["tensor_parallel"] == {"autotp_size": 2}
+    _, target = _read_back(doc, tmp_path)
+    assert (target.layout.tp, target.layout.dp) == (2, 4)  # dp = 8 GPUs / autotp 2
+
+
+def test_emit_dispatches_here():
+    doc = _plan("llama-3.1-8b", 8, fixed={"pp": 1, "cp": 1})
+    assert emit(doc, "deepspeed") == write(doc)
+
+
+# ---------------------------------------------------------------- (2) known text
+
+
+def test_known_text_bf16_adamw_autotp_offload():
+    # By hand: train_batch_size = 128; micro = 2; gas = 128 / (2 x dp 8) = 8; tp 2 -> autotp 2;
+    # ZeRO-1 with the optimizer offloaded -> offload_optimizer device cpu; bf16; AdamW, no params.
+    emitted = write(_doc(offload=["optimizer"]))
+    assert emitted.suffix == ".json" and emitted.framework == "deepspeed"
+    assert emitted.deviations == ()
+    assert json.loads(emitted.text) == {
+        "train_batch_size": 128,
+        "train_micro_batch_size_per_gpu": 2,
+        "gradient_accumulation_steps": 8,
+        "zero_optimization": {"stage": 1, "offload_optimizer": {"device": "cpu"}},
+        "bf16": {"enabled": True},
+        "optimizer": {"type": "AdamW"},
+        "tensor_parallel": {"autotp_size": 2},
+    }
+
+
+def test_known_text_fp16_sgd_zero3_param_offload_no_tp(tmp_path):
+    # By hand: dp 16 x tp 1 = 16 GPUs; micro 1, gas 128 / (1 x 16) = 8; no tensor_parallel section;
+    # ZeRO-3 with parameters and optimizer offloaded; fp16; torch.optim's "SGD" (case-sensitive).
+    doc = _doc(dp=16, tp=1, zero_stage=3, micro_batch_size=1, num_microbatches=8,
+               offload=["parameters", "optimizer"], precision="fp16", optimizer="sgd")
+    emitted, target = _read_back(doc, tmp_path)
+    assert json.loads(emitted.text) == {
+        "train_batch_size": 128,
+        "train_micro_batch_size_per_gpu": 1,
+        "gradient_accumulation_steps": 8,
+        "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"},
+                              "offload_param": {"device": "cpu"}},
+        "fp16": {"enabled": True},
+        "optimizer": {"type": "SGD"},
+    }
+    _assert_layout(doc, target, offload=frozenset({"optimizer", "parameters"}))
+
+
+# ---------------------------------------------------------------- (3) deviations
+
+
+def test_mixed_recompute_is_a_code_instruction(tmp_path):
+    # 8B on 8 GPUs at 8k tokens, ZeRO-1, b=1: the plan recomputes 12 of 32 layers in full.
+    doc = _plan("llama-3.1-8b", 8, seq_len=8192, global_batch_size=32,
+                fixed={"pp": 1, "cp": 1, "tp": 1, "zero_stage": 1, "micro_batch_size": 1})
+    counts = _plan_counts(doc)
+    full = counts[0].get("full", 0)
+    assert 0 < full < 32 and counts[0].get("selective", 0) == 0, counts
+    emitted, target = _read_back(doc, tmp_path)
+    assert emitted.deviations == (
+        f"recompute is not a DeepSpeed JSON key: wrap {full} of the 32 decoder layers in "
+        f"deepspeed.checkpointing.checkpoint in the model code: the plan recomputes {full} in "
+        f"full; `planner check` of the JSON alone assumes no recompute",)
+    _assert_layout(doc, target)
+    assert target.layout.recompute == "none"  # the deviation: the JSON cannot carry it
+    # Run as the deviation says (the plan's counts), the config fits.
+    assert evaluate(_with_recompute(target, counts))["verdict"] == "pass"
+
+
+def test_every_layer_recomputed_names_all_layers(tmp_path):
+    doc = _plan("llama-3.1-8b", 8, fixed={"pp": 1, "cp": 1, "tp": 1, "recompute": "full"})
+    emitted, target = _read_back(doc, tmp_path)
+    assert len(emitted.deviations) == 1
+    line = emitted.deviations[0]
+    assert "wrap every one of the 32 decoder layers" in line
+    assert "gradient_checkpointing_enable()" in line and "recomputes 32 in full" in line
+    assert evaluate(_with_recompute(target, [{"full": 32}]))["verdict"] == "pass"
+
+
+def test_selective_becomes_full_with_no_more_memory(tmp_path):
+    doc = _doc(dp=16, tp=1, micro_batch_size=1, num_microbatches=8,
+               recompute=[{"none": 20, "selective": 8, "full": 4}])
+    emitted, target = _read_back(doc, tmp_path)
+    (line,) = emitted.deviations
+    assert "wrap 12 of the 32 decoder layers" in line
+    assert "recomputes 4 in full and 8 selectively" in line
+    assert "those 8 are recomputed in full" in line
+    as_planned = evaluate(_with_recompute(target, [{"none": 20, "selective": 8, "full": 4}]))
+    as_emitted = evaluate(_with_recompute(target, [{"none": 20, "full": 12}]))
+    assert as_emitted["verdict"] == "pass"
+    assert as_emitted["memory_bytes"]["total"] <= as_planned["memory_bytes"]["total"]
+
+
+def test_sequence_parallel_at_tp1_is_named(tmp_path):
+    doc = _doc(dp=16, tp=1, micro_batch_size=1, num_microbatches=8, sequence_parallel=True)
+    emitted, target = _read_back(doc, tmp_path)
+    assert emitted.deviations == ("sequence_parallel=true not written: at tp=1 there is nothing "
+                                  "to split the sequence over (no effect on memory or time)",)
+    assert target.layout.sequence_parallel is False
+    assert evaluate(target)["verdict"] == "pass"
+
+
+# ---------------------------------------------------------------- (4) unrunnable
+
+
+@pytest.mark.parametrize("changes, fix", [
+    ({"pp": 2, "dp": 4, "pipeline_layers": [16, 16], "recompute": [{"none": 16}, {"none": 16}]},
+     "--fix pp=1"),
+    ({"cp": 2, "dp": 4}, "--fix cp=1"),
+    ({"sequence_parallel": True}, "--fix sequence_parallel=false"),
+    ({"precision": "fp8"}, "--precision bf16"),
+    ({"optimizer": "adam8bit"}, "--optimizer adamw"),
+    ({"framework": "megatron"}, "--emit deepspeed"),
+    ({"offload": ["activations"]}, "without activation offload"),
+    ({"num_microbatches": 4}, "DeepSpeed asserts they are equal"),
+    ({"dp": 4}, "DeepSpeed's mesh is (gpus // tp, tp)"),
+    ({"dp_shard": 2}, "'dp_shard' has no DeepSpeed JSON mapping"),
+])
+def test_unrunnable_plan_names_the_fix(changes, fix):
+    with pytest.raises(SpecError, match="--emit") as err:
+        write(_doc(**changes))
+    assert fix in str(err.value)
+
+
+def test_expert_parallel_plan_is_refused():
+    doc = _plan("mixtral-8x7b", 16, fixed={"pp": 1, "cp": 1, "sequence_parallel": False})
+    assert doc["plan"]["parallelism"]["ep"] > 1
+    with pytest.raises(SpecError, match=r"ep=\d+ cannot be run from a DeepSpeed JSON.*--fix ep=1"):
+        write(doc)
+
+
+def test_pipelined_example_plan_is_refused():
+    doc = yaml.safe_load(Path("examples/llama-3.1-70b-64xh100.plan.yaml").read_text())
+    doc["request"]["framework"] = "deepspeed"
+    with pytest.raises(SpecError, match="pp=4 cannot be run from a DeepSpeed JSON.*--fix pp=1"):
+        write(doc)
