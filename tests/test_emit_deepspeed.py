@@ -18,7 +18,7 @@ from planner.check import evaluate, read_target
 from planner.check.gate import Target
 from planner.cost.memory import stage_layers
 from planner.emit import emit
-from planner.emit.deepspeed import write
+from planner.emit.deepspeed import SEARCH_PINS, code_recompute, write
 from planner.errors import SpecError
 from planner.plan import plan, plan_file, plan_layout
 from planner.specs.cluster import load_cluster
@@ -98,6 +98,7 @@ def test_round_trip_exact(model, gpus, fixed, tmp_path):
     assert emitted.deviations == ()
     _assert_layout(doc, target)
     assert target.recompute_per_stage is None and target.layout.recompute == "none"
+    assert code_recompute(doc) is None
     result = evaluate(target)
     assert result["verdict"] == "pass", result["violations"]
     # Only warnings the reader adds for what a JSON leaves to the code (none here: it names the
@@ -174,6 +175,7 @@ def test_mixed_recompute_is_a_code_instruction(tmp_path):
     _assert_layout(doc, target)
     assert target.layout.recompute == "none"  # the deviation: the JSON cannot carry it
     # Run as the deviation says (the plan's counts), the config fits.
+    assert code_recompute(doc) == ({"none": 32 - full, "full": full},)
     assert evaluate(_with_recompute(target, counts))["verdict"] == "pass"
 
 
@@ -184,6 +186,7 @@ def test_every_layer_recomputed_names_all_layers(tmp_path):
     line = emitted.deviations[0]
     assert "wrap every one of the 32 decoder layers" in line
     assert "gradient_checkpointing_enable()" in line and "recomputes 32 in full" in line
+    assert code_recompute(doc) == ({"full": 32},)
     assert evaluate(_with_recompute(target, [{"full": 32}]))["verdict"] == "pass"
 
 
@@ -196,6 +199,7 @@ def test_selective_becomes_full_with_no_more_memory(tmp_path):
     assert "recomputes 4 in full and 8 selectively" in line
     assert "those 8 are recomputed in full" in line
     as_planned = evaluate(_with_recompute(target, [{"none": 20, "selective": 8, "full": 4}]))
+    assert code_recompute(doc) == ({"none": 20, "full": 12},)  # 4 full + 8 selective -> 12 full
     as_emitted = evaluate(_with_recompute(target, [{"none": 20, "full": 12}]))
     assert as_emitted["verdict"] == "pass"
     assert as_emitted["memory_bytes"]["total"] <= as_planned["memory_bytes"]["total"]
@@ -244,3 +248,16 @@ def test_pipelined_example_plan_is_refused():
     doc["request"]["framework"] = "deepspeed"
     with pytest.raises(SpecError, match="pp=4 cannot be run from a DeepSpeed JSON.*--fix pp=1"):
         write(doc)
+
+
+@pytest.mark.parametrize("model, gpus", [("llama-3.1-70b", 64), ("mixtral-8x7b", 16)])
+def test_search_pins_give_emittable_plans(model, gpus, tmp_path):
+    # Unpinned, these searches choose pipelines / context or expert parallelism / SP at tp > 1.
+    doc = _plan(model, gpus, global_batch_size=256, fixed=dict(SEARCH_PINS))
+    emitted, target = _read_back(doc, tmp_path)
+    _assert_layout(doc, target)
+    recompute = code_recompute(doc)
+    assert (recompute is None) == (emitted.deviations == ())
+    if recompute is not None:
+        target = _with_recompute(target, list(recompute))
+    assert evaluate(target)["verdict"] == "pass"

@@ -63,6 +63,10 @@ _KNOWN = frozenset({"dp", "tp", "pp", "cp", "ep", "etp", "zero_stage", "sequence
                     "micro_batch_size", "global_batch_size", "num_microbatches", "vpp",
                     "recompute", "pipeline_layers", "offload"})
 """`plan.parallelism` keys this writer maps (planner/plan.py `plan_entry`, plus `offload`)."""
+SEARCH_PINS = {"pp": 1, "vpp": 1, "cp": 1, "ep": 1, "etp": 1, "sequence_parallel": False}
+"""`planner plan --fix` pins under which every plan is one a DeepSpeed JSON can run (`_refuse`):
+the search's own choices otherwise include pipelines, context parallelism and, at tp > 1,
+sequence parallelism. A user's own pins take precedence (`{**SEARCH_PINS, **fixed}`)."""
 
 
 def write(doc: dict) -> Emitted:
@@ -91,6 +95,27 @@ def write(doc: dict) -> Emitted:
                              "split the sequence over (no effect on memory or time)")
     return Emitted(framework="deepspeed", text=json.dumps(config, indent=2) + "\n",
                    suffix=SUFFIX, deviations=tuple(deviations))
+
+
+def code_recompute(doc: dict) -> tuple[dict[str, int], ...] | None:
+    """[stage] {mode: layers} the model code must checkpoint, as the deviation line says (a
+    selectively recomputed layer wrapped in full) for a plan `write` accepts; None when the plan
+    recomputes nothing. For a
+    gate `Target` read back from the JSON, which cannot carry recompute (`planner check` of the
+    JSON alone assumes none): `dataclasses.replace(target, recompute_per_stage=...)`."""
+    par = doc["plan"]["parallelism"]
+    layers = load_model(doc["model"]).num_hidden_layers
+    counts = _stage_counts(par, layers)
+    wrapped = counts.get("full", 0) + counts.get("selective", 0)
+    if wrapped == 0:
+        return None
+    return ({m: n for m, n in (("none", layers - wrapped), ("full", wrapped)) if n},)
+
+
+def _stage_counts(par: dict, layers: int) -> dict[str, int]:
+    """The plan's recompute counts of its one stage (pp = 1)."""
+    mode = par["recompute"]
+    return {mode: layers} if isinstance(mode, str) else dict(par["recompute"][0])
 
 
 def _refuse(par: dict, request: dict) -> None:
@@ -154,8 +179,7 @@ def _zero(par: dict) -> dict:
 
 def _recompute_deviation(par: dict, layers: int) -> list[str]:
     """The line telling the user which layers to checkpoint in code (empty: no recompute)."""
-    mode = par["recompute"]
-    counts = {mode: layers} if isinstance(mode, str) else dict(par["recompute"][0])
+    counts = _stage_counts(par, layers)
     full, selective = counts.get("full", 0), counts.get("selective", 0)
     wrapped = full + selective
     if wrapped == 0:
