@@ -100,9 +100,9 @@ def write(doc: dict) -> Emitted:
 def code_recompute(doc: dict) -> tuple[dict[str, int], ...] | None:
     """[stage] {mode: layers} the model code must checkpoint, as the deviation line says (a
     selectively recomputed layer wrapped in full) for a plan `write` accepts; None when the plan
-    recomputes nothing. For a
-    gate `Target` read back from the JSON, which cannot carry recompute (`planner check` of the
-    JSON alone assumes none): `dataclasses.replace(target, recompute_per_stage=...)`."""
+    recomputes nothing. For a gate `Target` read back from the JSON, which cannot carry recompute
+    (`planner check` of the JSON alone assumes none): `dataclasses.replace(target,
+    recompute_per_stage=...)`."""
     par = doc["plan"]["parallelism"]
     layers = load_model(doc["model"]).num_hidden_layers
     counts = _stage_counts(par, layers)
