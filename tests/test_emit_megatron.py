@@ -327,3 +327,24 @@ def test_plan_that_does_not_fit_its_budget_raises():
                 recompute="none", headroom=0.9)
     with pytest.raises(SpecError, match="does not fit"):
         emit(copy.deepcopy(doc), "megatron")
+
+
+@pytest.mark.parametrize("mix, vpp", [
+    ([{"none": 11, "selective": 3, "full": 2}, {"none": 16, "selective": 0, "full": 0}], 1),
+    ([{"none": 8, "selective": 8, "full": 0}, {"none": 16, "selective": 0, "full": 0}], 1),
+    ([{"none": 13, "selective": 0, "full": 3}, {"none": 15, "selective": 0, "full": 1}], 2),
+])
+def test_recompute_deviation_needs_no_more_memory_on_any_stage(tmp_path, mix, vpp):
+    """Every stage of the emitted script, as `planner check` costs it, needs at most the memory
+    the plan's own per-stage counts need on that stage (`cost.memory.stage_memory` of both)."""
+    from planner.cost.memory import stage_layers, stage_memory
+    doc = _hand(recompute=mix, vpp=vpp)
+    emitted, target = _read_back(doc, tmp_path)
+    layout = plan_layout(doc["plan"], doc["request"])
+    cluster = load_cluster("dgx-h100", gpus=16)
+    model = load_model("llama-3.1-8b")
+    for s, layers in enumerate(stage_layers(model, layout)):
+        plan_mem = stage_memory(model, cluster, layout, s, layers=layers,
+                                layers_by_recompute=mix[s]).total
+        got = evaluate(target)["stages"][s]["memory_bytes"]["total"]
+        assert got <= plan_mem, (s, got, plan_mem)
