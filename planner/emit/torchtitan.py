@@ -1,0 +1,343 @@
+"""Writer of torchtitan TOML job configs (`planner plan --emit torchtitan`).
+
+Key names are torchtitan's as `planner.check.torchtitan` reads and cites them, verified in
+pytorch/torchtitan at 238fa99 (the last commit with TOML job configs): `torchtitan/config/
+job_config.py` (dataclasses `Job`, `Model`, `Optimizer`, `Training`, `Parallelism`,
+`ActivationCheckpoint`) and `torchtitan/models/llama3/train_configs/llama3_{8b,70b,405b}.toml`.
+Only the current spellings are written ([parallelism], local_batch_size, the
+"quantize.linear.float8" converter of 8a2686c).
+
+Mapping from the plan (`plan.parallelism`, DESIGN.md placement semantics):
+- ZeRO: torchtitan shards with FSDP2 over data_parallel_shard_degree (x cp), `ParallelDims.
+  fsdp_enabled`. zero_stage 3 -> replicate 1, shard dp (HSDP: replicate dp / dp_shard when the plan
+  names a shard group); zero_stage 2 -> the same with `fsdp_reshard_after_forward = "never"`
+  (parameters stay gathered from forward to backward: ZeRO-2, `torchtitan/distributed/fsdp.py`
+  `get_fsdp_reshard_after_forward_policy`); zero_stage 0 -> DDP (replicate dp) where torchtitan
+  runs it: not with tp or pp (`parallelize.py`: "DDP has not supported > 1D parallelism") and not
+  with cp (cp turns FSDP on). zero_stage 1 has no torchtitan form (nothing shards the optimizer
+  alone). Where torchtitan cannot do the plan's stage, FSDP (ZeRO-3: less memory per GPU) is
+  written and the change listed.
+- TP: tensor_parallel_degree; torchtitan's TP always shards norm activations over the sequence
+  (`apply_tp` SequenceParallel), so sequence parallelism is on whenever tp > 1.
+- EP: expert_parallel_degree, expert_tensor_parallel_degree (etp = 1 or tp, and ep borrows cp and
+  part of dp_shard (x tp when etp = 1): `parallel_dims.py` `ParallelDims._validate`).
+- Batch: local_batch_size = micro-batch when pp = 1 (the rest is gradient accumulation:
+  global_batch_size / (local x dp) steps, `train.py`); with pp > 1 one pipeline run takes the whole
+  local batch, global / dp sequences, in pipeline_parallel_microbatch_size pieces
+  (`pipeline_parallel.py` `build_pipeline_schedule`: n_microbatches = local // microbatch_size).
+- Pipeline: pipeline_parallel_degree; schedule 1F1B (vpp 1) or Interleaved1F1B (vpp stages per
+  rank: pipeline_parallel_layers_per_stage where its stage count ceil((L + 2) / n) is pp x vpp,
+  `pipeline_llm`). torchtitan's own split (`generate_llm_fqn_per_model_part`: L + 1 + 1 effective
+  layers spread evenly, the embedding and the output each weighing one layer) is kept when it is
+  the plan's; otherwise module_fqns_per_model_part lists each virtual stage's modules
+  (tok_embeddings, layers.N, norm, output: the Llama-style names of torchtitan's models); virtual
+  stage s runs on rank s mod pp (`pipeline_module_split`, loop style).
+- Recompute (`activation_checkpoint.py`): none | full | selective with selective_ac_option "op"
+  (= the planner's selective) or N (layer SAC: every N-th block of a rank fully checkpointed).
+  Layer SAC is one rule for the whole model; a per-stage mix is written as the option that keeps
+  no more activations than the plan on any stage, changing the fewest layers.
+- Precision: mixed_precision_param = "bfloat16"; fp8 adds the float8 linear converter to
+  [model] converters. Optimizer: [optimizer] name AdamW (`components/optimizer.py` builds Adam and
+  AdamW only).
+- Model: llama-3.1-8b / -70b / -405b -> [model] name "llama3", flavor 8B / 70B / 405B
+  (`models/llama3/__init__.py` llama3_args); for other models name/flavor are left to the user.
+"""
+
+from __future__ import annotations
+
+import json
+
+from planner.check.torchtitan import CATALOG
+from planner.emit import Emitted
+from planner.errors import SpecError
+from planner.specs.model import ModelSpec, load_model
+
+FRAMEWORK = "torchtitan"
+SUFFIX = ".toml"
+FP8_CONVERTER = "quantize.linear.float8"
+"""The float8 linear converter's name since torchtitan 8a2686c (2025-09-30;
+`components/quantization/float8.py` register_model_converter)."""
+OPTIMIZERS = {"adamw": "AdamW"}
+"""Planner optimizer -> torchtitan [optimizer] name. Source: torchtitan `components/optimizer.py`
+(`build_optimizers`: "Adam" and "AdamW" only); the planner's sgd / adam8bit have no torchtitan name."""
+FLAVORS = {model: flavor for (name, flavor), model in CATALOG.items()}
+"""Catalog model -> [model] flavor of torchtitan's "llama3" (`planner.check.torchtitan.CATALOG`)."""
+_MODES = ("none", "selective", "full")
+
+
+def write(doc: dict) -> Emitted:
+    """The torchtitan TOML job config of plan file `doc` (module docstring).
+
+    Raises:
+        SpecError: (key "--emit") a plan torchtitan cannot run at all, with what to pin instead.
+    """
+    spec = load_model(doc["model"])
+    par, req = doc["plan"]["parallelism"], doc["request"]
+    dev: list[str] = []
+    _check_runnable(par, req)
+    split = _rank_layers(spec, par)
+    data = _data_parallel(par, dev)
+    parallelism = {**data, **_tensor(par, dev),
+                   **_experts(par, data["data_parallel_shard_degree"]),
+                   **_pipeline(spec, par, split)}
+    sections = {
+        "job": {"description": f"{spec.name} on {doc['gpus']} x {doc['cluster']} "
+                               f"(planner plan --emit torchtitan)"},
+        "model": _model(doc, spec, req, dev),
+        "optimizer": {"name": OPTIMIZERS[req["optimizer"]]},
+        "training": _training(par, req),
+        "parallelism": parallelism,
+        "activation_checkpoint": _recompute(par["recompute"], split, dev),
+    }
+    if req.get("framework", FRAMEWORK) != FRAMEWORK:
+        dev.append(f"the plan was costed with {req['framework']} conventions; torchtitan's differ "
+                   f"(eager-module activations, fp32 sharded parameters, FSDP2 residency): run "
+                   f"`planner check` on this file, or plan with --framework torchtitan")
+    return Emitted(framework=FRAMEWORK, text=_render(sections, dev), suffix=SUFFIX,
+                   deviations=tuple(dev))
+
+
+def _fail(message: str) -> SpecError:
+    return SpecError(message, key="--emit")
+
+
+def _check_runnable(par: dict, req: dict) -> None:
+    """Plans torchtitan cannot run whatever the config says."""
+    if req["optimizer"] not in OPTIMIZERS:
+        raise _fail(f"torchtitan builds Adam / AdamW only (components/optimizer.py), not "
+                    f"{req['optimizer']!r}: plan with --optimizer adamw")
+    if req["precision"] not in ("bf16", "fp8"):
+        raise _fail(f"torchtitan trains with mixed_precision_param bfloat16 (fp8 through the float8 "
+                    f"converter); {req['precision']!r} has no loss scaling there: plan with "
+                    f"--precision bf16 on a GPU that has it")
+    if par["pp"] > 1 and par["vpp"] > 1:
+        m = par["num_microbatches"]
+        rounds = max(1, m // par["pp"])
+        if m % rounds:
+            raise _fail(f"Interleaved1F1B with {m} micro-batches over pp={par['pp']}: torch's "
+                        f"ScheduleInterleaved1F1B needs them a multiple of max(1, m // pp) = "
+                        f"{rounds} rounds (schedules.py raises ValueError): pin --fix vpp=1, or a "
+                        f"global batch giving a multiple of pp micro-batches")
+
+
+def _rank_layers(spec: ModelSpec, par: dict) -> list[int]:
+    """Decoder layers per pipeline rank: the plan's split, or all layers at pp = 1."""
+    layers = par.get("pipeline_layers")
+    return list(layers) if layers else [spec.num_hidden_layers]
+
+
+def _data_parallel(par: dict, dev: list[str]) -> dict:
+    """data_parallel_replicate_degree / _shard_degree (+ the ZeRO-2 reshard policy)."""
+    dp, tp, pp, cp, zero = (par[k] for k in ("dp", "tp", "pp", "cp", "zero_stage"))
+    shard = par.get("dp_shard") or dp
+    keys = {"data_parallel_replicate_degree": dp // shard, "data_parallel_shard_degree": shard}
+    fsdp = f"FSDP2 (ZeRO-3) over dp_shard {shard} x cp {cp} = {shard * cp} GPUs"
+    if zero == 0:
+        if dp == 1 and cp == 1:
+            return {"data_parallel_replicate_degree": 1, "data_parallel_shard_degree": 1}
+        if cp > 1:
+            dev.append(f"ZeRO-0 with cp={cp}: torchtitan turns FSDP on over dp_shard x cp "
+                       f"(ParallelDims.fsdp_enabled); written as {fsdp}, less memory per GPU")
+            return keys
+        if tp > 1 or pp > 1:
+            dev.append(f"ZeRO-0 (DDP over dp={dp}) with tp={tp} pp={pp}: torchtitan refuses DDP with "
+                       f"more than 1-D parallelism (parallelize.py); written as {fsdp}, less "
+                       f"memory per GPU")
+            return keys
+        return {"data_parallel_replicate_degree": dp, "data_parallel_shard_degree": 1}
+    if shard * cp == 1:
+        dev.append(f"ZeRO-{zero} over a data-parallel group of 1 shards nothing: torchtitan runs "
+                   f"without FSDP at dp=1 (same memory)")
+        return {"data_parallel_replicate_degree": dp, "data_parallel_shard_degree": 1}
+    if zero == 1:
+        dev.append(f"ZeRO-1: torchtitan has no optimizer-only sharding; written as {fsdp} "
+                   f"(parameters and gradients sharded too: less memory, 1.5x the DP traffic)")
+    if zero == 2:
+        keys["fsdp_reshard_after_forward"] = "never"
+    return keys
+
+
+def _tensor(par: dict, dev: list[str]) -> dict:
+    """tensor_parallel_degree and context_parallel_degree; SP follows tp in torchtitan."""
+    tp, sp = par["tp"], par["sequence_parallel"]
+    if tp > 1 and not sp:
+        dev.append(f"sequence parallelism on at tp={tp}: torchtitan's TP always shards norm "
+                   f"activations over the sequence (apply_tp SequenceParallel); less activation "
+                   f"memory than the plan")
+    if tp == 1 and sp:
+        dev.append("sequence_parallel dropped: it has no effect at tp=1")
+    return {"tensor_parallel_degree": tp, "context_parallel_degree": par["cp"]}
+
+
+def _experts(par: dict, shard: int) -> dict:
+    """expert_parallel_degree / expert_tensor_parallel_degree, refused where
+    `ParallelDims._validate` asserts (etp in {1, tp}; ep borrows all of cp (and tp when etp = 1)
+    and part of dp_shard)."""
+    ep, etp, tp, cp = par["ep"], par.get("etp", 1), par["tp"], par["cp"]
+    if ep == 1:
+        if etp != 1:
+            raise _fail(f"etp={etp} without expert parallelism: torchtitan's "
+                        f"expert_tensor_parallel_degree applies with expert_parallel_degree > 1; "
+                        f"pin --fix etp=1")
+        return {}
+    if etp not in (1, tp):
+        raise _fail(f"etp={etp} with ep={ep}: torchtitan supports etp = tp ({tp}) or 1 "
+                    f"(ParallelDims._validate); pin --fix etp=1 or --fix etp={tp}")
+    borrowed = cp * (tp if etp == 1 else 1)
+    if ep % borrowed or (shard * borrowed) % ep:
+        raise _fail(f"ep={ep} with etp={etp}: torchtitan's EP borrows all of cp{' x tp' if etp == 1 else ''}"
+                    f" ({borrowed}) and part of dp_shard ({shard}), so ep must be a multiple of "
+                    f"{borrowed} dividing {shard * borrowed} (ParallelDims._validate); pin --fix "
+                    f"zero_stage=3 or an ep dividing {shard * borrowed}")
+    return {"expert_parallel_degree": ep, "expert_tensor_parallel_degree": etp}
+
+
+def default_split(num_layers: int, stages: int) -> list[int] | None:
+    """Decoder layers per virtual stage of torchtitan's `generate_llm_fqn_per_model_part` with
+    its default first/last stage weights (1 each): num_layers + 2 effective layers spread evenly,
+    the remainder to the first stages, the first stage giving one to tok_embeddings and the last
+    one to norm + output; None where a stage would be left with nothing.
+
+    Source: torchtitan `distributed/pipeline_parallel.py` at 238fa99
+    (pipeline_parallel_first/last_stage_less_layers default 1, `job_config.py`)."""
+    if stages == 1:
+        return [num_layers]
+    base, extra = divmod(num_layers + 2, stages)
+    if base < 1:
+        return None
+    share = [base + (1 if s < extra else 0) for s in range(stages)]
+    share[0] -= 1
+    share[-1] -= 1
+    return share
+
+
+def _per_rank(parts: list[int], pp: int) -> list[int]:
+    """Layers per rank when virtual stage s runs on rank s mod pp (loop style)."""
+    return [sum(parts[r::pp]) for r in range(pp)]
+
+
+def _pipeline(spec: ModelSpec, par: dict, split: list[int]) -> dict:
+    """The pipeline keys: degree, schedule, micro-batch size and the split (module docstring)."""
+    pp, vpp, n = par["pp"], par["vpp"], spec.num_hidden_layers
+    if pp == 1:
+        if vpp > 1:
+            raise _fail(f"vpp={vpp} with pp=1: interleaving needs pipeline stages; pin --fix vpp=1")
+        return {"pipeline_parallel_degree": 1}
+    keys = {"pipeline_parallel_degree": pp,
+            "pipeline_parallel_schedule": "1F1B" if vpp == 1 else "Interleaved1F1B",
+            "pipeline_parallel_microbatch_size": par["micro_batch_size"]}
+    stages = pp * vpp
+    default = default_split(n, stages)
+    if default is not None and _per_rank(default, pp) == split:
+        if vpp in (1, 2):  # pipeline_llm's default: 1 stage per rank (1F1B), 2 (Interleaved1F1B)
+            return keys
+        per = next((k for k in range(1, n + 3) if -(-(n + 2) // k) == stages), None)
+        if per is not None:
+            return {**keys, "pipeline_parallel_layers_per_stage": per}
+    return {**keys, "module_fqns_per_model_part": _fqns(split, pp, vpp)}
+
+
+def _fqns(split: list[int], pp: int, vpp: int) -> list[list[str]]:
+    """Module names of each virtual stage: rank r's layers cut into vpp near-equal chunks (the
+    larger first), chunk c of rank r is virtual stage c x pp + r; layers numbered in stage order."""
+    chunks = [[n // vpp + (1 if c < n % vpp else 0) for c in range(vpp)] for n in split]
+    parts, first = [], 0
+    for s in range(pp * vpp):
+        size = chunks[s % pp][s // pp]
+        parts.append([f"layers.{i}" for i in range(first, first + size)])
+        first += size
+    parts[0].insert(0, "tok_embeddings")
+    parts[-1] += ["norm", "output"]
+    return parts
+
+
+def _training(par: dict, req: dict) -> dict:
+    """local / global batch, seq_len and the mixed-precision parameter dtype (module docstring)."""
+    b, dp, global_batch = par["micro_batch_size"], par["dp"], req["global_batch_size"]
+    local = b if par["pp"] == 1 else global_batch // dp
+    return {"local_batch_size": local, "global_batch_size": global_batch,
+            "seq_len": req["seq_len"], "mixed_precision_param": "bfloat16"}
+
+
+def _model(doc: dict, spec: ModelSpec, req: dict, dev: list[str]) -> dict:
+    """[model] name / flavor for torchtitan's llama3 presets, and the fp8 converter."""
+    keys: dict = {}
+    ref = str(doc["model"])
+    if ref in FLAVORS and spec == load_model(ref):
+        keys = {"name": "llama3", "flavor": FLAVORS[ref]}
+    else:
+        dev.append(f"[model] name/flavor left out: torchtitan has no preset this planner maps to "
+                   f"{spec.name}; set them to your model's registration (planner check reads this "
+                   f"file with --model {ref})")
+    if req["precision"] == "fp8":
+        keys["converters"] = [FP8_CONVERTER]
+    return keys
+
+
+def _recompute(recompute: str | list, split: list[int], dev: list[str]) -> dict:
+    """[activation_checkpoint]: the plan's mode, or for per-stage counts the nearest option."""
+    if isinstance(recompute, str):
+        return _ac(recompute, None)
+    plan = [{m: int(c.get(m, 0)) for m in _MODES} for c in recompute]
+    mode, every, counts = min(_ac_options(plan, split), key=lambda o: _changes(plan, o[2]))
+    rule = (f'selective_ac_option = "{every}" (every {every}th block of each rank fully '
+            f'checkpointed)' if every else f'mode "{mode}"' + (' (op SAC)' if mode == "selective" else ''))
+    for s, (want, got) in enumerate(zip(plan, counts)):
+        if want != got:
+            dev.append(f"stage {s}: recompute {_counts(got)} (plan: {_counts(want)}): {rule} is the "
+                       f"nearest single rule that keeps no more activations than the plan on any "
+                       f"stage; torchtitan has no per-stage activation checkpointing")
+    return _ac(mode, every)
+
+
+def _ac(mode: str, every: int | None) -> dict:
+    if mode != "selective":
+        return {"mode": mode}
+    return {"mode": "selective", "selective_ac_option": "op" if every is None else str(every)}
+
+
+def _ac_options(plan: list[dict], split: list[int]):
+    """(mode, layer-SAC N or None, per-stage counts) of every setting that keeps no more
+    activations than the plan on any stage: a layer the plan recomputes fully must be fully
+    recomputed; a selective one selectively or fully; a kept one anything."""
+    if all(c["full"] == c["selective"] == 0 for c in plan):
+        yield "none", None, [{"none": n, "selective": 0, "full": 0} for n in split]
+    if all(c["full"] == 0 for c in plan):
+        yield "selective", None, [{"none": 0, "selective": n, "full": 0} for n in split]
+    yield "full", None, [{"none": 0, "selective": 0, "full": n} for n in split]
+    for every in range(2, max(split) + 1):
+        counts = [{"none": n - n // every, "selective": 0, "full": n // every} for n in split]
+        if all(g["full"] >= c["full"] + c["selective"] for g, c in zip(counts, plan)):
+            yield "selective", every, counts
+
+
+def _changes(plan: list[dict], counts: list[dict]) -> tuple[int, int]:
+    """(layers whose mode changes, fully recomputed layers): fewer changes first, then less
+    recompute. A change moves a layer toward more recompute (none -> selective -> full)."""
+    moved = sum(max(0, c[m] - p[m]) for p, c in zip(plan, counts) for m in ("selective", "full"))
+    return moved, sum(c["full"] for c in counts)
+
+
+def _counts(c: dict) -> str:
+    return ", ".join(f"{m} {c[m]}" for m in _MODES)
+
+
+def _render(sections: dict, deviations: list[str]) -> str:
+    """TOML text: one [section] per table, JSON-encoded strings and arrays (valid TOML basic
+    strings and inline arrays), deviations as leading comments."""
+    lines = ["# torchtitan job config written by `planner plan --emit torchtitan`"]
+    lines += [f"# deviation: {d}" for d in deviations]
+    for name, keys in sections.items():
+        if not keys:
+            continue
+        lines += ["", f"[{name}]"]
+        lines += [f"{key} = {_value(value)}" for key, value in keys.items()]
+    return "\n".join(lines) + "\n"
+
+
+def _value(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    return json.dumps(value)
