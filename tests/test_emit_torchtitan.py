@@ -278,3 +278,16 @@ def test_unrunnable_plans_raise(change, words):
     with pytest.raises(SpecError) as err:
         write(doc)
     assert err.value.key == "--emit" and words in str(err.value)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "known gap, reported to the lead: a ZeRO-2 plan with pp > 1 is written exactly "
+    "(fsdp_reshard_after_forward = 'never', which is also torchtitan's default under PP), but the "
+    "reader reads every FSDP config as ZeRO-3, and cost.memory charges torchtitan ZeRO-3 + PP the "
+    "gathered stage blocks and fp32 accumulated gradients (_torchtitan_pp_accumulation) that it "
+    "does not charge torchtitan ZeRO-2 + PP, so the gate finds the plan over capacity"))
+def test_zero2_pipeline_plan_passes_check(tmp_path):
+    doc = _plan("llama-3.1-70b", 64, 4096, 256, {"zero_stage": 2, "pp": 8})
+    _, target = _read(doc, tmp_path)
+    assert target.layout.zero_stage == 2
+    assert evaluate(target)["verdict"] == "pass"
