@@ -393,7 +393,8 @@ def plan_cmd(
     precision: Annotated[Precision | None, typer.Option(
         case_sensitive=False, help="GEMM precision (default: bf16, or fp16 on GPUs without bf16).")] = None,
     optimizer: Annotated[Optimizer, typer.Option(case_sensitive=False, help="Optimizer.")] = "adamw",
-    framework: Annotated[Framework, typer.Option(case_sensitive=False, help="Conventions of this framework.")] = "megatron",
+    framework: Annotated[Framework | None, typer.Option(
+        case_sensitive=False, help="Conventions of this framework (default: the --emit framework, else megatron).")] = None,
     fix: Annotated[list[str] | None, typer.Option(
         "--fix", metavar="KEY=VALUE",
         help=f"Pin a degree or knob (repeatable): {', '.join(FIXABLE)}.")] = None,
@@ -403,11 +404,20 @@ def plan_cmd(
         min=0, max=0.9, help="Fraction of GPU memory every plan leaves free (the at-risk margin); 0 admits at-risk plans.")] = 0.10,
     output: Annotated[str | None, typer.Option(
         "--output", "-o", help="Write the best plan to this YAML file (YAML whatever --format says).")] = None,
+    emit: Annotated[Framework | None, typer.Option(
+        case_sensitive=False, help="Print the best plan as this framework's launch configuration (Megatron-LM "
+                                   "script, DeepSpeed JSON, torchtitan TOML) instead of the table; what it "
+                                   "cannot express and `planner check` of it go to stderr.")] = None,
     fmt: FormatOpt = Format.table,
 ) -> None:
     """Find the fastest layouts that fit: best-first search, an integer program per candidate, proven optimal."""
     from planner import plan as plan_api  # imports the search: only for `plan`
 
+    if emit is not None and framework is not None and _value(emit) != _value(framework):
+        raise SpecError(f"value {_value(emit)!r} contradicts --framework {_value(framework)!r}: a plan "
+                        f"is searched under the conventions of the framework it is emitted for; give "
+                        f"one of them", key="--emit")
+    framework = framework or emit or "megatron"
     fixed = parse_fix(fix or [])
     if output is not None:
         _check_writable(output, inputs=(model, cluster, str(model_spec.CATALOG_DIR / f"{model}.yaml"),
@@ -415,16 +425,61 @@ def plan_cmd(
     spec = model_spec.load_model(model)
     hw = cluster_spec.load_cluster(cluster, gpus=gpus)
     reserve = None if reserve_gib is None else int(reserve_gib * 2**30)
+    if emit is not None:
+        fixed = _emit_pins(_value(emit), fixed, spec.is_moe)
     with report.plan_progress() as tick:
         data = plan_api.plan(spec, hw, seq_len=seq_len,
                              global_batch_size=_batch_size(seq_len, global_batch_size, global_batch_tokens),
                              precision=_precision(precision, hw), optimizer=_value(optimizer),
                              framework=_value(framework), fixed=fixed, top_k=top,
                              reserve_bytes=reserve, headroom=headroom, on_progress=tick)
-    report.show_plan(data, fmt.value)
+    if emit is None:
+        report.show_plan(data, fmt.value)
     if output:
         report.write_yaml(output, plan_api.plan_file(data, model_ref=_ref_for(model, output),
                                                      cluster_ref=_ref_for(cluster, output)))
+    if emit is not None:
+        _emit(plan_api.plan_file(data, model_ref=model, cluster_ref=cluster), _value(emit))
+
+
+def _emit_pins(framework: str, fixed: dict, moe: bool) -> dict:
+    """The user's pins plus those under which every plan is one `framework` can launch (said on
+    stderr: the search space is narrowed because the user asked for that framework's config)."""
+    from planner import emit as emit_api
+
+    pins = {k: v for k, v in emit_api.search_pins(framework).items() if k not in fixed}
+    shown = {k: v for k, v in pins.items() if moe or k not in ("ep", "etp")}
+    if shown:
+        report.note(f"--emit {framework}: searching only layouts it can launch: "
+                    + ", ".join(f"{k}={v}" for k, v in shown.items()))
+    return {**pins, **fixed}
+
+
+def _emit(doc: dict, framework: str) -> None:
+    """Print the launch configuration; read it back with `planner check` (exit 1 if it fails)."""
+    import dataclasses
+    import tempfile
+    from pathlib import Path
+
+    from planner import check as check_api
+    from planner import emit as emit_api
+
+    emitted = emit_api.emit(doc, framework)
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / f"launch{emitted.suffix}"
+        path.write_text(emitted.text, encoding="utf-8")
+        target = check_api.read_target(path, model=doc["model"], cluster=doc["cluster"],
+                                       gpus=doc["gpus"], seq_len=doc["request"]["seq_len"])
+    # Judged with the plan's own reserve and headroom (no framework config carries them) and the
+    # recompute the model code applies where the config cannot carry it.
+    target = dataclasses.replace(target, reserve_bytes=doc["request"]["reserve_bytes"],
+                                 at_risk_margin=doc["request"]["headroom"])
+    if emitted.recompute_in_code is not None:
+        target = dataclasses.replace(target, recompute_per_stage=emitted.recompute_in_code)
+    verdict = check_api.evaluate(target)
+    report.show_emitted(emitted, verdict)
+    if verdict["verdict"] != "pass":
+        raise typer.Exit(1)
 
 
 def _ref_for(ref: str, output: str) -> str:

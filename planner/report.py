@@ -34,6 +34,11 @@ def error(message: str) -> None:
     sys.stderr.write(f"error: {' '.join(str(message).split())}\n")
 
 
+def note(text: str) -> None:
+    """Print one line `note: <text>` to stderr (what a command assumed or narrowed)."""
+    sys.stderr.write(f"note: {' '.join(str(text).split())}\n")
+
+
 def line(text: str) -> None:
     """Print one plain line to stdout."""
     sys.stdout.write(f"{text}\n")
@@ -402,6 +407,19 @@ def _stage_cells(row: dict) -> list:
     recompute = "/".join(f"{n}{m[0]}" for m, n in row["recompute"].items() if n) or "-"
     return [row["stage"], recompute, *(gib(mem[t]) for t in _MEMORY_TERMS), gib(mem["total"]),
             gib(mem["capacity"]), row["verdict"].replace("_", " ")]
+
+
+def show_emitted(emitted, verdict: dict) -> None:
+    """`plan --emit`: the launch configuration on stdout (nothing else, so it can be redirected to
+    a file); on stderr each deviation from the plan and the verdict of `planner check` on it."""
+    sys.stdout.write(emitted.text if emitted.text.endswith("\n") else emitted.text + "\n")
+    for line_ in emitted.deviations:
+        sys.stderr.write(f"note: {' '.join(line_.split())}\n")
+    errors_ = [v for v in verdict["violations"] if v["severity"] == "error"]
+    sys.stderr.write(f"check: {verdict['verdict'].upper()} (the {emitted.framework} configuration "
+                     f"read back by `planner check`)\n")
+    for v in errors_:
+        sys.stderr.write(f"error: {v['rule']}: {' '.join(v['message'].split())}\n")
 
 
 class plan_progress:  # noqa: N801  (used as a context manager: `with plan_progress() as tick`)

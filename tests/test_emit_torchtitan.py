@@ -280,14 +280,13 @@ def test_unrunnable_plans_raise(change, words):
     assert err.value.key == "--emit" and words in str(err.value)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "known gap, reported to the lead: a ZeRO-2 plan with pp > 1 is written exactly "
-    "(fsdp_reshard_after_forward = 'never', which is also torchtitan's default under PP), but the "
-    "reader reads every FSDP config as ZeRO-3, and cost.memory charges torchtitan ZeRO-3 + PP the "
-    "gathered stage blocks and fp32 accumulated gradients (_torchtitan_pp_accumulation) that it "
-    "does not charge torchtitan ZeRO-2 + PP, so the gate finds the plan over capacity"))
-def test_zero2_pipeline_plan_passes_check(tmp_path):
-    doc = _plan("llama-3.1-70b", 64, 4096, 256, {"zero_stage": 2, "pp": 8})
-    _, target = _read(doc, tmp_path)
-    assert target.layout.zero_stage == 2
-    assert evaluate(target)["verdict"] == "pass"
+def test_zero2_with_pipeline_is_the_zero3_run_under_torchtitan():
+    """Under PP torchtitan never reshards after forward, so ZeRO-2 and ZeRO-3 are one run; the
+    rules refuse ZeRO-2 + PP (costed as ZeRO-3, with the resident stage blocks and accumulated fp32
+    gradients) and the search never returns it: llama-3.1-70b on 64 GPUs, pp pinned to 8."""
+    from planner.errors import InfeasibleError
+
+    with pytest.raises(InfeasibleError, match="zero_with_pp"):
+        _plan("llama-3.1-70b", 64, 4096, 256, {"zero_stage": 2, "pp": 8})
+    doc = _plan("llama-3.1-70b", 64, 4096, 256, {"pp": 8})
+    assert doc["plan"]["parallelism"]["zero_stage"] != 2

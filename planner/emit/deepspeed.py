@@ -94,7 +94,8 @@ def write(doc: dict) -> Emitted:
         deviations.insert(0, "sequence_parallel=true not written: at tp=1 there is nothing to "
                              "split the sequence over (no effect on memory or time)")
     return Emitted(framework="deepspeed", text=json.dumps(config, indent=2) + "\n",
-                   suffix=SUFFIX, deviations=tuple(deviations))
+                   suffix=SUFFIX, deviations=tuple(deviations),
+                   recompute_in_code=code_recompute(doc))
 
 
 def code_recompute(doc: dict) -> tuple[dict[str, int], ...] | None:

@@ -404,7 +404,11 @@ def _zero_with_pp(model, cluster, layout: Layout) -> list[Violation]:
     which asserts against pipeline parallelism in its version 2 and is untested with it in version 1
     (no Megatron-LM test runs it with pp > 1): a plan must not depend on it. torchtitan composes
     FSDP2 with PP (`parallelize_llama.py` apply_fsdp with pp_enabled; its 3D runs in
-    benchmarks/llama3_h100_202412_torchtitan.md)."""
+    benchmarks/llama3_h100_202412_torchtitan.md). torchtitan's ZeRO-2 (FSDP2 without resharding
+    after forward) is its ZeRO-3 under PP: `apply_fsdp` reshards after forward only without PP
+    (`fsdp_reshard_after_forward = "default"` -> `not pp_enabled`), so a ZeRO-2 layout with pp > 1
+    is refused in favour of zero_stage 3, which `cost.memory` charges the resident stage blocks and
+    the accumulated fp32 gradients (`_torchtitan_pp_accumulation`)."""
     if layout.pp == 1 or layout.zero_stage < 2:
         return []
     m = layout.num_microbatches
@@ -420,6 +424,14 @@ def _zero_with_pp(model, cluster, layout: Layout) -> list[Violation]:
                                   f"support (v2) or test (v1) pipeline parallelism",
                           fix="use zero_stage=1 (--use-distributed-optimizer) with pipeline "
                               "parallelism, or framework=torchtitan for FSDP with PP")]
+    if layout.zero_stage == 2:
+        return [Violation(rule="zero_with_pp",
+                          message=f"ZeRO-2 with pp={layout.pp} under torchtitan: with PP torchtitan "
+                                  f"never reshards parameters after forward, so its FSDP2 is one run "
+                                  f"whatever the ZeRO stage -- sharded parameters with the stage's "
+                                  f"blocks kept unsharded, gradients accumulated unsharded in fp32 over "
+                                  f"the {m} micro-batches -- which zero_stage=3 costs",
+                          fix="use zero_stage=3 (the same torchtitan run), or zero_stage=1")]
     return [Violation(rule="zero_with_pp", severity="warning",
                       message=f"ZeRO-{layout.zero_stage} with pp={layout.pp}: sharded gradients are "
                               f"reduce-scattered for each of the {m} micro-batches (costed)",
