@@ -1,0 +1,78 @@
+"""`planner plan --emit FRAMEWORK` at the console: the launch configuration alone on stdout (so it
+can be redirected to a file), deviations and the read-back check on stderr, exit codes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tomllib
+
+import pytest
+
+BASE = ["plan", "-m", "llama-3.1-8b", "-c", "dgx-h100", "--gpus", "8"]
+
+
+def _planner(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "planner", *args], capture_output=True, text=True)
+
+
+def test_megatron_script_on_stdout_and_its_check_on_stderr():
+    proc = _planner(*BASE, "--emit", "megatron")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("#!/bin/bash\n")
+    assert "pretrain_gpt.py" in proc.stdout and "--tensor-model-parallel-size" in proc.stdout
+    assert "plans (step time split" not in proc.stdout  # the table is not printed with --emit
+    assert "check: PASS" in proc.stderr
+
+
+def test_deepspeed_json_narrows_the_search_and_says_so():
+    """A DeepSpeed JSON cannot carry pipeline or context parallelism: the search keeps to pp=1,
+    cp=1 and says so; the JSON's batch adds up: micro x accumulation x dp = 8B's default batch of
+    4,194,304 tokens / 4,096 = 1,024 sequences."""
+    proc = _planner(*BASE, "--emit", "deepspeed")
+    assert proc.returncode == 0, proc.stderr
+    config = json.loads(proc.stdout)
+    assert "searching only layouts it can launch: pp=1" in proc.stderr
+    dp = 8 // config.get("tensor_parallel", {}).get("autotp_size", 1)
+    assert (config["train_micro_batch_size_per_gpu"] * config["gradient_accumulation_steps"] * dp
+            == config["train_batch_size"] == 1024)
+
+
+def test_torchtitan_toml_parses_and_passes_its_check():
+    proc = _planner(*BASE, "--emit", "torchtitan")
+    assert proc.returncode == 0, proc.stderr
+    config = tomllib.loads(proc.stdout)
+    assert config["model"]["flavor"] == "8B" and config["training"]["seq_len"] == 4096
+    assert "check: PASS" in proc.stderr
+
+
+def test_emit_contradicting_framework_is_bad_input():
+    proc = _planner(*BASE, "--emit", "deepspeed", "--framework", "megatron")
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert "--emit" in proc.stderr and "contradicts --framework 'megatron'" in proc.stderr
+
+
+def test_emit_with_plan_file_writes_both(tmp_path):
+    out = tmp_path / "plan.yaml"
+    proc = _planner(*BASE, "--emit", "megatron", "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert out.exists() and proc.stdout.startswith("#!/bin/bash")
+    check = _planner("check", str(out))
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
+@pytest.mark.parametrize("framework", ["megatron", "deepspeed", "torchtitan"])
+def test_emitted_file_is_checked_again_by_planner_check(tmp_path, framework):
+    """The round trip a user does: save the emitted file, then `planner check` it in CI."""
+    proc = _planner(*BASE, "--emit", framework)
+    assert proc.returncode == 0, proc.stderr
+    suffix = {"megatron": ".sh", "deepspeed": ".json", "torchtitan": ".toml"}[framework]
+    path = tmp_path / f"launch{suffix}"
+    path.write_text(proc.stdout)
+    args = ["check", str(path), "--cluster", "dgx-h100", "--gpus", "8", "--model", "llama-3.1-8b",
+            "--seq-len", "4096"]
+    check = _planner(*args)
+    assert check.returncode in (0, 1) and "Traceback" not in check.stderr
+    if framework != "deepspeed":  # DeepSpeed's recompute lives in model code, not the JSON
+        assert check.returncode == 0, check.stdout + check.stderr
