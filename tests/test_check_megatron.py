@@ -163,8 +163,11 @@ def test_world_not_divisible_by_model_parallel_size(tmp_path):
                                      "--pipeline-model-parallel-size 12"))
     result = _check(path, "--cluster", "dgx-h100", "--model", "gpt-3-175b")
     assert result.exit_code == 1
-    v = _rules(_data(result))["world_size_divisible"]
+    data = _data(result)
+    v = _rules(data)["world_size"]
     assert "128" in v["message"] and "96" in v["message"]
+    # the reader's finding replaces the gate's rule of the same name (one report, not two)
+    assert [x["rule"] for x in data["violations"]].count("world_size") == 1
 
 
 def test_global_batch_not_divisible_by_micro_batch_times_dp(tmp_path):

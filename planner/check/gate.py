@@ -59,13 +59,18 @@ def evaluate(target: Target) -> dict:
     violations [{rule, severity, message, fix}], stages [{stage, layers, recompute, memory_bytes,
     verdict}], memory_bytes (the fullest stage), memory_verdict, time_s, tokens_per_s, mfu}.
 
-    Memory: `stage_memory` of every stage with its own recompute counts; a stage over capacity is
+    A reader's finding replaces the placement rule of the same name. Memory: `stage_memory` of every
+    stage with its own recompute counts; a stage over capacity is
     the error `memory_exceeds` (the stage, its total, the capacity, the largest term and what
     shrinks it), one inside the at-risk margin the warning `memory_at_risk`. Times are None when a
     rule is broken (the step is then undefined or meaningless).
     """
     layout = target.layout
-    violations = [*target.findings, *check_layout(target.model, target.cluster, layout)]
+    # A reader's finding replaces the placement rule of the same name: it states the framework's
+    # own assertion with the file's numbers (e.g. world size vs tp x pp x cp before any dp exists).
+    found = {f.rule for f in target.findings}
+    violations = [*target.findings, *(v for v in check_layout(target.model, target.cluster, layout)
+                                      if v.rule not in found)]
     stages = _stages(target) if not errors(list(target.findings)) else None
     if stages is not None:
         violations += _memory_findings(target, stages)

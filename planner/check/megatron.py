@@ -307,7 +307,7 @@ def _layout(args: dict, spec: ModelSpec, world: int, seq_len: int | None, file: 
     cp = _int(args, "--context-parallel-size", file, 1)
     if world % (tp * pp * cp):
         findings.append(Violation(
-            rule="world_size_divisible",
+            rule="world_size",
             message=f"world size {world} is not divisible by tp x pp x cp = {tp} x {pp} x {cp} = "
                     f"{tp * pp * cp}: Megatron-LM asserts it (arguments.py validate_args)",
             fix=f"use a GPU count that is a multiple of {tp * pp * cp}, or change tp/pp/cp"))
