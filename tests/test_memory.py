@@ -212,3 +212,23 @@ def test_opt_projection_widths_are_held_once_over_the_stages():
     # Tied: the last stage holds its own copy of the 50272 x 512 embedding (FC-14) on top of the total,
     # and Megatron pads 50272 rows to 50304 (a multiple of 128) in both copies: 2 x 32 x 512.
     assert held == 331_196_416 + 50272 * 512 + 2 * 32 * 512
+
+
+def test_initialisation_peak_warning_not_for_deepspeed_zero3():
+    """FC-17: llama-2-7b built unsharded in fp32 needs 4 B x 6,738,415,616 = 26.95 GB > a 24 GB card.
+    DeepSpeed ZeRO-3 builds it partitioned under deepspeed.zero.Init (the HF Trainer enters it when
+    the config has stage 3), so no warning there; FSDP under Megatron, and DeepSpeed ZeRO-2
+    (replicated parameters), still warn."""
+    rtx = dataclasses.replace(load_cluster("rtx-4090x8"), num_gpus=8)
+    model = from_config(dict(model_type="llama", hidden_size=4096, num_hidden_layers=32,
+                             num_attention_heads=32, num_key_value_heads=32, intermediate_size=11008,
+                             vocab_size=32000, max_position_embeddings=4096,
+                             tie_word_embeddings=False), name="llama-2-7b")
+    assert 4 * 6_738_415_616 > rtx.gpu.memory_bytes
+    base = dict(dp=8, global_batch_size=8, seq_len=512)
+    ds3 = memory_per_device(model, rtx, Layout(zero_stage=3, framework="deepspeed", **base))
+    assert ds3.initialization_peak == 4 * 6_738_415_616
+    assert not any("initialisation peak" in w for w in ds3.warnings)
+    for framework, stage in (("megatron", 3), ("deepspeed", 2)):
+        m = memory_per_device(model, rtx, Layout(zero_stage=stage, framework=framework, **base))
+        assert any("initialisation peak" in w for w in m.warnings), (framework, stage)

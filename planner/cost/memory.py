@@ -648,7 +648,7 @@ def stage_memory(model: ModelSpec, cluster, layout: Layout, stage: int, *,
         sum(group_counts[g] / facts.model_parallel_degree[g] for g in GROUPS), layout, pp_split=False)
     capacity = cluster.gpu.memory_bytes
     warnings = ()
-    if init_peak > capacity and layout.framework != "torchtitan":
+    if init_peak > capacity and not _builds_sharded(layout):
         warnings = (f"initialisation peak: building the stage's {init_peak / 1e9:.1f} GB of fp32 "
                     f"parameters unsharded on each GPU before wrapping exceeds the "
                     f"{capacity / GIB:.1f} GiB capacity; initialise on the meta device "
@@ -699,6 +699,22 @@ def _model_parallel_degree(placement: Placement, group: str) -> int:
     gp = placement.groups[group]
     return math.prod(gp.degrees[a] for a in ("tp", "ep", "etp")
                      if a in gp.degrees and gp.mode(State.PARAMETERS, a) in (Mode.SHARDED,))
+
+
+def _builds_sharded(layout: Layout) -> bool:
+    """Whether the framework builds the model already sharded, so no unsharded initialisation peak.
+
+    torchtitan builds every model on the meta device and materialises it after sharding
+    (`train.py` `with torch.device("meta")`, then `init_weights` after `parallelize`). DeepSpeed
+    ZeRO-3 allocates each parameter partitioned as it is created under `deepspeed.zero.Init`, which
+    the Hugging Face Trainer enters automatically when the config has ZeRO stage 3.
+    Source: DeepSpeed docs `docs/code-docs/source/zero3.rst` ("Constructing Massive Models":
+    `deepspeed.zero.Init` partitions parameters at allocation); transformers
+    `integrations/deepspeed.py` `is_deepspeed_zero3_enabled` and `modeling_utils.py`
+    (`from_pretrained` / `_from_config` construct under `deepspeed.zero.Init` when it is true).
+    """
+    return layout.framework == "torchtitan" or (
+        layout.framework == "deepspeed" and layout.zero_stage == 3)
 
 
 def initialization_peak_bytes(num_params: float, layout: Layout, *, pp_split: bool = True) -> int:
