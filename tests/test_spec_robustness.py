@@ -376,3 +376,33 @@ def test_config_json_takes_its_folder_name_and_an_empty_folder_names_the_catalog
     with pytest.raises(SpecError) as err:
         load_model("llama-3.1-70b")
     assert "shadows the catalog model 'llama-3.1-70b'" in str(err.value)
+
+
+def test_read_text_says_what_was_expected(tmp_path: Path):
+    """Binary junk in a launch script is not 'a YAML or JSON file': read_text names a text file by
+    default (or the caller's kind), read_mapping keeps its YAML/JSON wording."""
+    from planner.check import megatron, torchtitan
+    from planner.specs import files
+    junk = b"#!/bin/bash\n\x00\xff\xfe\x80 binary"
+    script = tmp_path / "train.sh"
+    script.write_bytes(junk)
+    with pytest.raises(SpecError) as exc:
+        files.read_text(script)
+    assert "expected a UTF-8 text file" in str(exc.value) and "YAML" not in str(exc.value)
+    with pytest.raises(SpecError) as exc:
+        megatron.read(script, model=None, cluster="dgx-h100", gpus=8, seq_len=None)
+    assert "train.sh" in str(exc.value) and "byte 0xff at offset 13" in str(exc.value)
+    assert "shell script" in str(exc.value) and "YAML" not in str(exc.value)
+    toml = tmp_path / "job.toml"
+    toml.write_bytes(junk)
+    with pytest.raises(SpecError) as exc:
+        torchtitan.read(toml, model=None, cluster="dgx-h100", gpus=8, seq_len=None)
+    assert "expected a UTF-8 TOML file" in str(exc.value)
+    with pytest.raises(SpecError) as exc:
+        files.read_text(tmp_path)
+    assert "is a directory; expected a text file" in str(exc.value)
+    config = tmp_path / "m.yaml"
+    config.write_bytes(junk)
+    with pytest.raises(SpecError) as exc:
+        files.read_mapping(config, "model keys")
+    assert "expected a UTF-8 YAML or JSON file" in str(exc.value)

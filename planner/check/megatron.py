@@ -121,7 +121,8 @@ def read(path: Path, *, model: str | None, cluster: str | None, gpus: int | None
             option that contradicts the file, a model that disagrees with the file's architecture.
     """
     file = str(path)
-    args = parse_args(files.read_text(path), file)
+    args = parse_args(files.read_text(
+        path, kind="text file (a shell script or Megatron-LM arguments file)"), file)
     if cluster is None:
         raise SpecError("--cluster is required: Megatron-LM arguments do not name the cluster",
                         file=file, key="--cluster")

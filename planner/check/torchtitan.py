@@ -63,6 +63,7 @@ from planner.check.gate import Target
 from planner.errors import SpecError
 from planner.placement.layout import Layout
 from planner.placement.rules import Violation
+from planner.specs import files
 from planner.specs.cluster import load_cluster
 from planner.specs.model import ModelSpec, load_model
 
@@ -161,11 +162,7 @@ def read(path: Path, *, model: str | None, cluster: str | None, gpus: int | None
 
 
 def _parse(path: Path) -> dict:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(f"cannot read the file ({exc.__class__.__name__}: {exc})",
-                        file=str(path)) from None
+    text = files.read_text(path, kind="TOML file")
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

@@ -92,7 +92,7 @@ def read_mapping(path: Path, what: str) -> dict:
             `what` with string keys.
     """
     file = str(path)
-    text = read_text(path)
+    text = read_text(path, kind="YAML or JSON file")
     try:
         data = _parse_json(text) if path.suffix == ".json" else yaml.load(text, Loader=_UniqueKeyLoader)
     except json.JSONDecodeError as exc:
@@ -120,8 +120,13 @@ def read_mapping(path: Path, what: str) -> dict:
     return data
 
 
-def read_text(path: Path) -> str:
+def read_text(path: Path, *, kind: str = "text file") -> str:
     """The UTF-8 text of a spec or config file (at most MAX_FILE_BYTES).
+
+    Args:
+        path: the file.
+        kind: what the caller expects, for messages ("text file", "YAML or JSON file",
+            "TOML file", ...).
 
     Raises:
         SpecError: a path that is not a readable regular file, a file too large, or not UTF-8.
@@ -129,7 +134,7 @@ def read_text(path: Path) -> str:
     file = str(path)
     problem = path_problem(path)
     if problem is not None:
-        raise SpecError(problem, file=file)
+        raise SpecError(problem.replace("a YAML or JSON file", f"a {kind}"), file=file)
     try:
         with open(path, "rb") as handle:
             data = handle.read(MAX_FILE_BYTES + 1)
@@ -144,7 +149,7 @@ def read_text(path: Path) -> str:
         bom = " (it starts with a UTF-16 byte-order mark; save it as UTF-8)" \
             if data.startswith((b"\xff\xfe", b"\xfe\xff")) else ""
         raise SpecError(f"not UTF-8 text: byte 0x{data[exc.start]:02x} at offset {exc.start}{bom}; "
-                        "expected a UTF-8 YAML or JSON file", file=file) from None
+                        f"expected a UTF-8 {kind}", file=file) from None
 
 
 class _DuplicateKey(Exception):
