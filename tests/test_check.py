@@ -75,8 +75,11 @@ def test_memory_overflow_fails_naming_stage_numbers_and_fix(plan_doc, tmp_path):
     assert "pipeline stage 0 needs" in over["message"] and f"of {capacity:.1f} GiB" in over["message"]
     gib = data["memory_bytes"]["total"] / 2**30
     assert 1150 < gib < 1250
-    # ZeRO-1 leaves 6 B/param (394 GiB); full recompute saves activations only: nothing fits.
-    assert over["fix"].startswith("no single change") and "planner plan" in over["fix"]
+    # Per GPU, 70.55e9 params: ZeRO-1 keeps 2 + 4 + 12/64 = 6.19 B/param (407 GiB), ZeRO-2
+    # 2 + 16/64 = 2.25 B/param (148 GiB): neither fits; ZeRO-3 shards all 18 B over dp=64:
+    # 19.8 GB = 18.5 GiB of states, which fits. Every higher stage is tried, not only the next.
+    assert over["fix"].startswith("any of: zero_stage 3 (") and "planner plan" in over["fix"]
+    assert "zero_stage 1" not in over["fix"] and "zero_stage 2" not in over["fix"]
     assert data["verdict"] == "fail" and data["time_s"] is None
 
 
@@ -209,3 +212,15 @@ def test_model_and_cluster_paths_are_found_beside_the_plan_file(tmp_path, monkey
     result = runner.invoke(app, ["check", str(out.relative_to(tmp_path))])
     assert result.exit_code == 0, result.output
     monkeypatch.chdir(root)
+
+
+def test_memory_fixes_are_spelled_in_the_checked_frameworks_own_flags():
+    """A Megatron-LM script's memory fix names Megatron flags, not planner's knobs: Megatron-LM's
+    Llama 3 8B H100 example at TP1 (96 GiB) fits with full recompute or Megatron-FSDP."""
+    result = _check("tests/data/configs/megatron/llama3_8b_h100_fp8.sh", "--cluster", "dgx-h100",
+                    "--model", "llama-3.1-8b", "--format", "json")
+    assert result.exit_code == 1
+    (over,) = [v for v in json.loads(result.output)["violations"] if v["rule"] == "memory_exceeds"]
+    assert "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1" in over["fix"]
+    assert "--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params" in over["fix"]
+    assert "zero_stage" not in over["fix"] and "recompute full (" not in over["fix"]

@@ -123,13 +123,14 @@ def _memory_findings(target: Target, stages: list[MemoryBreakdown]) -> list[Viol
     return out + memory_violations(target.model, target.cluster, target.layout, stages,
                                    counts=[counts[m.stage] for m in stages],
                                    reserve_bytes=target.reserve_bytes,
-                                   at_risk_margin=target.at_risk_margin)
+                                   at_risk_margin=target.at_risk_margin, kind=target.kind)
 
 
 def memory_violations(model: ModelSpec, cluster: ClusterSpec, layout: Layout,
                       stages: list[MemoryBreakdown], *, counts: list[dict[str, int]] | None = None,
                       reserve_bytes: int | None = None,
-                      at_risk_margin: float = DEFAULT_AT_RISK_MARGIN) -> list[Violation]:
+                      at_risk_margin: float = DEFAULT_AT_RISK_MARGIN,
+                      kind: str = "training-plan") -> list[Violation]:
     """`memory_exceeds` (error) for each stage over capacity and `memory_at_risk` (warning) for
     each inside the at-risk margin: the stage, its total, the capacity, the largest term, and the
     single knob changes after which it fits (`_memory_fix`).
@@ -137,6 +138,7 @@ def memory_violations(model: ModelSpec, cluster: ClusterSpec, layout: Layout,
     Args:
         stages: `stage_memory` of the stages to judge.
         counts: [i] the recompute counts of stages[i] ({mode: layers}); None = layout.recompute.
+        kind: the file checked (`Target.kind`): fixes are spelled in its framework's settings.
     """
     out = []
     gib = 2**30
@@ -148,7 +150,7 @@ def memory_violations(model: ModelSpec, cluster: ClusterSpec, layout: Layout,
                    f"{m.capacity / gib:.1f} GiB per GPU (largest term: {term.replace('_', ' ')}, "
                    f"{size / gib:.1f} GiB; reserve {m.reserve / gib:.1f} GiB)")
         fix = _memory_fix(model, cluster, layout, m, None if counts is None else counts[i],
-                          reserve_bytes, at_risk_margin)
+                          reserve_bytes, at_risk_margin, kind)
         if m.verdict == "does_not_fit":
             out.append(Violation(rule="memory_exceeds", message=numbers, fix=fix))
         else:
@@ -163,7 +165,7 @@ def memory_violations(model: ModelSpec, cluster: ClusterSpec, layout: Layout,
 
 def _memory_fix(model: ModelSpec, cluster: ClusterSpec, layout: Layout, m: MemoryBreakdown,
                 counts: dict[str, int] | None, reserve_bytes: int | None,
-                at_risk_margin: float) -> str:
+                at_risk_margin: float, kind: str) -> str:
     """The single-knob changes after which stage `m.stage` fits outside the at-risk margin, each
     with the stage's new total (recomputed by `stage_memory`, rules checked), else a pointer to
     `planner plan`."""
@@ -180,7 +182,7 @@ def _memory_fix(model: ModelSpec, cluster: ClusterSpec, layout: Layout, m: Memor
         except SpecError:
             continue
         if new.verdict == "fits":
-            found.append(f"{label} ({new.total / gib:.1f} GiB)")
+            found.append(f"{_spelled(label, kind, layout.framework)} ({new.total / gib:.1f} GiB)")
     if not found:
         return "no single change of recompute, micro-batch or ZeRO stage fits this stage; run " \
                "`planner plan` for the fastest layout that fits"
@@ -188,16 +190,54 @@ def _memory_fix(model: ModelSpec, cluster: ClusterSpec, layout: Layout, m: Memor
 
 
 def _single_changes(layout: Layout) -> list[tuple[str, Layout]]:
-    """recompute selective / full on every layer, half the micro-batch, the next ZeRO stage."""
+    """(change, layout): recompute selective / full on every layer, half the micro-batch, each
+    higher ZeRO stage."""
     out = [(f"recompute {mode}", layout.replace(recompute=mode))
            for mode in ("selective", "full") if mode != layout.recompute]
     b = layout.micro_batch_size
     if b > 1 and b % 2 == 0:
         out.append((f"micro_batch_size {b // 2}", layout.replace(micro_batch_size=b // 2)))
-    if layout.dp > 1 and layout.zero_stage < 3:
-        out.append((f"zero_stage {layout.zero_stage + 1}",
-                    layout.replace(zero_stage=layout.zero_stage + 1)))
+    if layout.dp > 1:
+        out += [(f"zero_stage {z}", layout.replace(zero_stage=z))
+                for z in range(layout.zero_stage + 1, 4)]
     return out
+
+
+_FRAMEWORK_TERMS = {
+    "megatron": {
+        "recompute selective": "--recompute-granularity selective",
+        "recompute full": "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1",
+        "micro_batch_size": "--micro-batch-size {}",
+        "zero_stage 1": "--use-distributed-optimizer",
+        "zero_stage 2": "--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads",
+        "zero_stage 3": "--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params",
+    },
+    "deepspeed": {
+        "recompute selective": "selective activation recompute in the model code",
+        "recompute full": "deepspeed.checkpointing.checkpoint around every layer (model code)",
+        "micro_batch_size": "train_micro_batch_size_per_gpu {}",
+        "zero_stage": "zero_optimization.stage {}",
+    },
+    "torchtitan": {
+        "recompute selective": 'activation_checkpoint.mode = "selective"',
+        "recompute full": 'activation_checkpoint.mode = "full"',
+        "micro_batch_size": "local_batch_size {} (pipeline_parallel_microbatch_size with PP)",
+        "zero_stage": "data_parallel_shard_degree > 1 (FSDP, ZeRO-{})",
+    },
+}
+"""How each single change of `_single_changes` is spelled in a framework's own config (the flags
+and keys the readers of `planner/check/` read; their docstrings cite the sources)."""
+
+
+def _spelled(label: str, kind: str, framework: str) -> str:
+    """`label` in the terms of the file checked: planner's for a plan file, else the framework's."""
+    if kind == "training-plan" or framework not in _FRAMEWORK_TERMS:
+        return label
+    terms = _FRAMEWORK_TERMS[framework]
+    if label in terms:
+        return terms[label]
+    name, value = label.rsplit(" ", 1)
+    return terms[name].format(value) if name in terms else label
 
 
 def _stale(predicted: dict, times: dict, stages: list[MemoryBreakdown]) -> list[Violation]:
