@@ -224,3 +224,16 @@ def test_memory_fixes_are_spelled_in_the_checked_frameworks_own_flags():
     assert "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1" in over["fix"]
     assert "--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params" in over["fix"]
     assert "zero_stage" not in over["fix"] and "recompute full (" not in over["fix"]
+
+
+def test_framework_config_values_beyond_the_planners_limits_are_bad_input(tmp_path):
+    """Fresh-user defect: `--global-batch-size 1e20` in a Megatron script passed with a
+    1.1e19-second step. 1e20 sequences x 4,096 tokens is far over the 2**34-token cap `plan` has."""
+    script = tmp_path / "train.sh"
+    script.write_text("torchrun --nproc_per_node 8 --nnodes 1 pretrain_gpt.py "
+                      "--tensor-model-parallel-size 2 --micro-batch-size 1 "
+                      "--global-batch-size 100000000000000000000 --seq-length 4096 --bf16\n")
+    result = _check(script, "--model", "llama-3.1-8b", "--cluster", "dgx-h100")
+    assert result.exit_code == 2
+    assert f"{script}: global batch (tokens): value" in result.output
+    assert "17,179,869,184" in result.output

@@ -25,6 +25,7 @@ from planner.check.gate import Target, evaluate
 from planner.check.plan_file import KIND, looks_like_plan_file, read_plan_file
 from planner.errors import SpecError
 from planner.specs import files
+from planner.specs.limits import MAX_BATCH_TOKENS, MAX_GPUS, MAX_SEQ_LEN, MAX_VPP
 
 __all__ = ["Target", "check_file", "evaluate", "read_target"]
 
@@ -65,6 +66,25 @@ def read_target(path: str | Path, *, model: str | None = None, cluster: str | No
     return megatron.read(path, **given)
 
 
+def _within_limits(target: Target) -> Target:
+    """The limits `planner plan` puts on its options (`planner.specs.limits`), for what a
+    framework config says: a 1e20-sequence batch is bad input, not a 1e19-second step.
+
+    Raises:
+        SpecError: naming the file, the quantity, the value and the limit (exit 2).
+    """
+    layout = target.layout
+    tokens = layout.global_batch_size * layout.seq_len
+    for key, value, limit in (("seq_len", layout.seq_len, MAX_SEQ_LEN),
+                              ("global batch (tokens)", tokens, MAX_BATCH_TOKENS),
+                              ("GPUs", target.cluster.num_gpus, MAX_GPUS),
+                              ("vpp", layout.vpp, MAX_VPP)):
+        if value > limit:
+            raise SpecError(f"value {value:,} exceeds the {limit:,} this planner accepts (the "
+                            f"limit `planner plan` puts on it)", file=target.file, key=key)
+    return target
+
+
 def _no_options(path: Path, given: dict, why: str) -> None:
     extra = [f"--{k}" for k, v in given.items() if v is not None]
     if extra:
@@ -75,4 +95,5 @@ def _no_options(path: Path, given: dict, why: str) -> None:
 def check_file(path: str | Path, *, model: str | None = None, cluster: str | None = None,
                gpus: int | None = None, seq_len: int | None = None) -> dict:
     """`gate.evaluate` of the file's Target: {verdict: pass|fail, violations, stages, ...}."""
-    return evaluate(read_target(path, model=model, cluster=cluster, gpus=gpus, seq_len=seq_len))
+    return evaluate(_within_limits(read_target(path, model=model, cluster=cluster, gpus=gpus,
+                                                seq_len=seq_len)))
