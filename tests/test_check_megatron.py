@@ -352,3 +352,22 @@ def test_moe_expert_degrees_and_expert_tp_default(tmp_path):
     path.write_text(path.read_text().replace("--num-experts 8 ", ""))
     dense = _data(_check(path, "--cluster", "dgx-h100", "--model", "llama-3.1-8b", "--gpus", "16"))
     assert dense["parallelism"]["etp"] == 1
+
+
+@pytest.mark.parametrize("expr, number", [
+    ("$((MICRO_BATCH_SIZE*64))", "(64)"),           # MICRO_BATCH_SIZE=1 in the script: 1 x 64
+    ("$(( MICRO_BATCH_SIZE * 64 / 4 ))", "(16)"),   # 1 x 64 / 4 = 16 (bash integer division)
+    ("$((NODES*64))", "write the number"),          # NODES is not set: no number to give
+])
+def test_arithmetic_expansion_is_named_with_its_number(tmp_path, expr, number):
+    path = _llama(tmp_path, ("--global-batch-size $GLOBAL_BATCH_SIZE", f"--global-batch-size {expr}"))
+    line = _bad_input(_check(path, "--cluster", "dgx-h100"), str(path), "--global-batch-size",
+                      "arithmetic expansion $((...))", "not evaluate", number)
+    assert "shell variable the file does not set" not in line
+
+
+def test_command_substitution_is_named(tmp_path):
+    path = _llama(tmp_path, ("--global-batch-size $GLOBAL_BATCH_SIZE", "--global-batch-size $(nproc)"))
+    line = _bad_input(_check(path, "--cluster", "dgx-h100"), "--global-batch-size",
+                      "command substitution")
+    assert "shell variable" not in line

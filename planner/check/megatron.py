@@ -7,8 +7,9 @@ their flags in bash arrays; a quoted array element such as `"--fp8-format hybrid
 `--flag value` and `--flag=value` are read for the flags below; every other token (python,
 torchrun, pretrain_gpt.py, environment assignments, data paths, flags the planner does not cost) is
 ignored. A flag given twice takes its last value, as argparse does. The text is read, not run:
-both branches of a shell `if` are read, and `$(...)` is not evaluated (a flag whose value is left
-with a `$` is bad input, naming the flag).
+both branches of a shell `if` are read, and neither `$(...)` nor arithmetic `$((...))` is evaluated
+(a flag whose value is left with a `$` is bad input, naming the flag; for `$((...))` of integers
+and the file's variables the message gives the number to write).
 
 Flags read (Source: Megatron-LM, commit d98e8a6, `megatron/training/arguments.py` and the
 dataclasses its `ArgumentGroupFactory` turns into `--field-name` flags,
@@ -45,6 +46,8 @@ batch by micro-batch x dp is the gate's `batch_divisible` rule.
 
 from __future__ import annotations
 
+import ast
+import operator
 import re
 import shlex
 from pathlib import Path
@@ -149,7 +152,7 @@ def parse_args(text: str, file: str) -> dict[str, str | bool]:
             flag, an unset variable in the value of a flag read.
     """
     out: dict[str, str | bool] = {}
-    tokens = _tokens(text, file)
+    tokens, env = _tokens(text, file)
     i = 0
     while i < len(tokens):
         name, eq, value = tokens[i].partition("=")
@@ -163,6 +166,11 @@ def parse_args(text: str, file: str) -> dict[str, str | bool]:
                 if i >= len(tokens) or tokens[i].startswith("--"):
                     raise SpecError("missing value", file=file, key=name)
                 value, i = tokens[i], i + 1
+            if "$((" in value:
+                raise SpecError(_arithmetic_message(value, env), file=file, key=name)
+            if "$(" in value:
+                raise SpecError(f"value {value!r} is a shell command substitution $(...), which "
+                                f"this reader does not run; write the value", file=file, key=name)
             if "$" in value:
                 raise SpecError(f"value {value!r} uses a shell variable the file does not set; set "
                                 f"it in the file or write the value", file=file, key=name)
@@ -170,11 +178,12 @@ def parse_args(text: str, file: str) -> dict[str, str | bool]:
     return out
 
 
-def _tokens(text: str, file: str) -> list[str]:
-    """Shell words with `$VAR` expanded from earlier `VAR=value` words; quoted `"--flag value"`
-    words split again."""
+def _tokens(text: str, file: str) -> tuple[list[str], dict[str, str]]:
+    """(shell words with `$VAR` expanded from earlier `VAR=value` words, quoted `"--flag value"`
+    words split again and an arithmetic expansion `$(( a * b ))` kept as one word; the variables
+    set)."""
     try:
-        words = shlex.split(text.replace("\\\n", " "), comments=True)
+        words = _join_arithmetic(shlex.split(text.replace("\\\n", " "), comments=True))
     except ValueError as exc:
         raise SpecError(f"shell syntax error: {exc}", file=file) from None
     env: dict[str, str] = {}
@@ -189,7 +198,62 @@ def _tokens(text: str, file: str) -> list[str]:
             out += word.split()
         else:
             out.append(word)
+    return out, env
+
+
+def _join_arithmetic(words: list[str]) -> list[str]:
+    """Words with a `$((` whose `))` comes in a later word (spaces inside it) joined back."""
+    out: list[str] = []
+    for word in words:
+        if out and "$((" in out[-1] and out[-1].count("((") > out[-1].count("))"):
+            out[-1] += " " + word
+        else:
+            out.append(word)
     return out
+
+
+_ARITH = re.compile(r"\$\(\((.*)\)\)", re.S)
+_ARITH_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+              ast.FloorDiv: operator.floordiv, ast.Div: operator.floordiv, ast.Mod: operator.mod}
+"""Integer operators of bash arithmetic the message evaluates (`/` is integer division)."""
+
+
+def _arithmetic_message(value: str, env: dict[str, str]) -> str:
+    """Why `$((...))` is refused, with the number it would give when the file's variables give it.
+
+    Source: bash(1) "Arithmetic Expansion" (`$((expression))`; names inside are variables, with
+    or without `$`; integer arithmetic)."""
+    match = _ARITH.fullmatch(value)
+    number = _arithmetic(match.group(1), env) if match else None
+    hint = f"write the number ({number})" if number is not None else "write the number"
+    return (f"value {value!r} is a shell arithmetic expansion $((...)), which this reader does not "
+            f"evaluate; {hint}")
+
+
+def _arithmetic(expression: str, env: dict[str, str]) -> int | None:
+    """The integer value of a bash arithmetic expression of integers, variables and + - * / %,
+    or None when it holds anything else."""
+    try:
+        tree = ast.parse(expression.replace("/", "//").replace("////", "//").strip(), mode="eval")
+    except SyntaxError:
+        return None
+
+    def value(node: ast.AST) -> int | None:
+        if isinstance(node, ast.Constant) and type(node.value) is int:
+            return node.value
+        if isinstance(node, ast.Name) and re.fullmatch(r"-?\d+", env.get(node.id, "")):
+            return int(env[node.id])
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            inner = value(node.operand)
+            return None if inner is None else -inner
+        if isinstance(node, ast.BinOp) and type(node.op) in _ARITH_OPS:
+            left, right = value(node.left), value(node.right)
+            if left is None or right is None or (right == 0 and type(node.op) is not ast.Mult
+                                                 and type(node.op) not in (ast.Add, ast.Sub)):
+                return None
+            return _ARITH_OPS[type(node.op)](left, right)
+        return None
+    return value(tree.body)
 
 
 def _expand(match: re.Match, env: dict[str, str]) -> str:
