@@ -352,3 +352,12 @@ def test_older_microbatch_count_defaults_to_pp(tmp_path):
                     + "\n[experimental]\npipeline_parallel_degree = 2\n")
     result, data = _json(path, *H100, "--gpus", "8")
     assert data["parallelism"]["micro_batch_size"] == 2
+
+
+def test_world_size_from_the_degrees_that_the_cluster_refuses_names_the_file(tmp_path):
+    """shard 6 x 1 x 1 x 1 x 1 = 6 GPUs, not whole 8-GPU nodes of dgx-h100: the error names the
+    file and its degrees, not the cluster file alone and a --gpus never passed."""
+    path = _edit(tmp_path, "data_parallel_shard_degree = -1", "data_parallel_shard_degree = 6")
+    result = _check(path, *H100)
+    _one_line_error(result, str(path), "parallelism.data_parallel_shard_degree", "1x6x1x1x1",
+                    "world size 6", "multiple of gpus_per_node 8")

@@ -137,7 +137,7 @@ def read(path: Path, *, model: str | None, cluster: str | None, gpus: int | None
     if per_stage is not None:
         totals = {m: sum(c.get(m, 0) for c in per_stage) for m in ("full", "none")}
         layout = layout.replace(recompute="full" if totals["full"] >= totals["none"] else "none")
-    return Target(file=file, kind=KIND, model=spec, cluster=load_cluster(cluster, gpus=world),
+    return Target(file=file, kind=KIND, model=spec, cluster=_cluster(cluster, world, args, file),
                   layout=layout, recompute_per_stage=per_stage, findings=tuple(findings))
 
 
@@ -361,6 +361,22 @@ def _world(args: dict, gpus: int | None, file: str) -> int:
         raise SpecError(f"--gpus {gpus} contradicts the file's torchrun world size "
                         f"--nproc_per_node x --nnodes = {world}", file=file, key="--gpus")
     return world
+
+
+def _cluster(cluster: str, world: int, args: dict, file: str):
+    """The cluster at the world size; a world size from the file's torchrun flags that the cluster
+    refuses is the file's fault, so the error names the file and those flags (load_cluster's text
+    kept: it says --gpus, an option the user may never have passed)."""
+    try:
+        return load_cluster(cluster, gpus=world)
+    except SpecError as exc:
+        per_node = [f for f in ("--nproc_per_node", "--nproc-per-node") if f in args]
+        if exc.key != "--gpus" or not per_node:
+            raise
+        flags = f"{per_node[-1]} {args[per_node[-1]]}" + (
+            f" x --nnodes {args['--nnodes']}" if "--nnodes" in args else "")
+        raise SpecError(f"torchrun {flags} gives world size {world}, which the cluster refuses "
+                        f"({exc})", file=file, key=per_node[-1]) from None
 
 
 # ---------------------------------------------------------------- layout

@@ -152,7 +152,7 @@ def read(path: Path, *, model: str | None, cluster: str | None, gpus: int | None
                         file=file, key="--cluster")
     degrees = _degrees(cfg)
     world = _world_size(cfg, degrees, gpus)
-    clus = load_cluster(cluster, gpus=world)
+    clus = _cluster(cfg, cluster, world, degrees)
     if degrees["shard"] == -1:
         rest = degrees["replicate"] * degrees["cp"] * degrees["tp"] * degrees["pp"]
         degrees["shard"] = max(1, world // rest)  # gate's world_size rule reports a remainder
@@ -282,6 +282,21 @@ def _world_size(cfg: _Config, degrees: dict[str, int], gpus: int | None) -> int:
                         f"tp x pp = {degrees['replicate']}x{degrees['shard']}x{degrees['cp']}x"
                         f"{degrees['tp']}x{degrees['pp']} = {world}", file=cfg.file, key="--gpus")
     return world
+
+
+def _cluster(cfg: _Config, cluster: str, world: int, degrees: dict[str, int]):
+    """The cluster at the world size; a world size from the file's degrees that the cluster refuses
+    is the file's fault, so the error names the file and its degrees (load_cluster's text kept:
+    it says --gpus, an option the user may never have passed)."""
+    try:
+        return load_cluster(cluster, gpus=world)
+    except SpecError as exc:
+        if exc.key != "--gpus" or degrees["shard"] == -1:
+            raise
+        product = "x".join(str(degrees[k]) for k in ("replicate", "shard", "cp", "tp", "pp"))
+        raise SpecError(f"the degrees replicate x shard x cp x tp x pp = {product} give world "
+                        f"size {world}, which the cluster refuses ({exc})", file=cfg.file,
+                        key=cfg.where("shard") or "parallelism.data_parallel_shard_degree") from None
 
 
 def _seq_len(cfg: _Config, option: int | None) -> int:
