@@ -204,7 +204,7 @@ def test_key_mapping(tmp_path, doc, field, expected):
 
 @pytest.mark.parametrize("doc, key, words", [
     (_base(zero_optimization={"stage": 5}), "zero_optimization.stage", "0, 1, 2, 3"),
-    (_base(zero_optimization={"stage": "2"}), "zero_optimization.stage", "0, 1, 2, 3"),
+    (_base(zero_optimization={"stage": "2"}), "zero_optimization.stage", "write 2 without quotes"),
     (_base(zero_optimization={"stage": 3, "offload_param": {"device": "gpu"}}),
      "zero_optimization.offload_param.device", "none, cpu, nvme"),
     (_base(zero_optimization=[2]), "zero_optimization", "JSON object"),
@@ -270,3 +270,52 @@ def test_batch_at_the_token_bound_is_read(tmp_path):
     result = _check(_write(tmp_path, doc), *H100_8, "--format", "json")
     assert result.exit_code in (0, 1), result.output
     assert json.loads(result.output)["parallelism"]["num_microbatches"] == 262_144
+
+
+@pytest.mark.parametrize("typo, real", [
+    ("zero_optimisation", "zero_optimization"), ("optimiser", "optimizer"),
+    ("train_micro_batch_size", "train_micro_batch_size_per_gpu"), ("BF16", "bf16"),
+])
+def test_misspelled_top_level_key_is_a_warning_naming_the_real_key(tmp_path, typo, real):
+    """DeepSpeed drops an unknown top-level key; so does the check (zero_optimisation -> ZeRO-0),
+    but it says which key was meant."""
+    doc = _base(**{typo: {"stage": 3} if real == "zero_optimization" else {"enabled": True}})
+    if real == "zero_optimization":
+        doc.pop("zero_optimization")
+    result = _check(_write(tmp_path, doc), *H100_8, "--format", "json")
+    assert result.exit_code in (0, 1), result.output
+    data = json.loads(result.output)
+    found = [v for v in data["violations"] if v["rule"] == "deepspeed_unknown_key"]
+    assert len(found) == 1 and found[0]["severity"] == "warning"
+    assert repr(typo) in found[0]["message"] and repr(real) in found[0]["message"]
+    if real == "zero_optimization":
+        assert data["parallelism"]["zero_stage"] == 0
+
+
+def test_real_keys_are_not_near_misses(tmp_path):
+    """Published configs' other keys (gradient_clipping, steps_per_print, scheduler, ...) and the
+    shipped configs give no unknown-key warning."""
+    doc = _base(gradient_clipping=1.0, steps_per_print=10, scheduler={"type": "WarmupLR"},
+                wall_clock_breakdown=False, zero_allow_untested_optimizer=True,
+                communication_data_type="bf16", frobnicate=1)
+    assert "deepspeed_unknown_key" not in _rules(_json(_write(tmp_path, doc), *H100_8))
+    for name in ("zero2_bf16", "zero3_offload", "hf_auto", "autotp", "fc16_zero2_tp8"):
+        result = _check(f"{DATA}/{name}.json", *H100_8, "--format", "json")
+        if result.exit_code in (0, 1):
+            assert "deepspeed_unknown_key" not in _rules(json.loads(result.output)), name
+
+
+@pytest.mark.parametrize("changes, key", [
+    ({"zero_optimization": {"stage": "3"}}, "zero_optimization.stage"),
+    ({"train_batch_size": "64"}, "train_batch_size"),
+    ({"gradient_accumulation_steps": "4"}, "gradient_accumulation_steps"),
+    ({"tensor_parallel": {"autotp_size": "2"}}, "tensor_parallel.autotp_size"),
+    ({"sequence_parallel_size": "1"}, "sequence_parallel_size"),
+    ({"data_parallel_size": "8"}, "data_parallel_size"),
+])
+def test_quoted_number_is_named_a_string(tmp_path, changes, key):
+    result = _check(_write(tmp_path, _base(**changes)), *H100_8)
+    assert result.exit_code == 2, result.output
+    line = result.output.strip()
+    assert key in line and "is a string; it must be an integer" in line, line
+    assert "not allowed" not in line and "Ulysses" not in line and "but --gpus" not in line

@@ -41,10 +41,15 @@ when that section is present. The model, cluster, GPU count and sequence length 
 ("auto") must be resolved numbers, except `train_batch_size`, which the Trainer and DeepSpeed both
 set to micro x gas x dp. Ulysses `sequence_parallel_size` > 1 and AutoEP (`expert_parallel`) are
 not read: bad input rather than a silently different layout.
+
+DeepSpeed ignores a top-level key it does not know, so a misspelled `zero_optimisation` runs (and
+is checked) as ZeRO-0; a top-level key close to one read is the warning `deepspeed_unknown_key`
+naming the key meant. A number written as a JSON string ("3") is bad input saying so.
 """
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 
 from planner.check.gate import Target
@@ -65,6 +70,28 @@ _OFFLOAD_DEVICES = ("none", "cpu", "nvme")
 _OPTIMIZERS = {"adam": "adamw", "adamw": "adamw"}
 """DeepSpeed optimizer names (matched lower-cased) -> the costed optimizer (Adam and AdamW keep
 the same fp32 master, m and v states)."""
+_READ_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
+              "zero_optimization", "bf16", "bfloat16", "fp16", "optimizer", "tensor_parallel",
+              "activation_checkpointing", "sequence_parallel_size", "expert_parallel",
+              "data_parallel_size")
+"""Top-level keys this reader reads (module docstring)."""
+_OTHER_KEYS = frozenset((
+    "scheduler", "communication_data_type", "prescale_gradients", "gradient_predivide_factor",
+    "sparse_gradients", "amp", "gradient_clipping", "zero_allow_untested_optimizer",
+    "zero_force_ds_cpu_optimizer", "flops_profiler", "autotuning", "steps_per_print",
+    "wall_clock_breakdown", "dump_state", "memory_breakdown", "tensorboard", "wandb", "csv_monitor",
+    "comet", "elasticity", "data_efficiency", "curriculum_learning", "compression_training",
+    "checkpoint", "aio", "data_types", "sparse_attention", "pipeline", "disable_allgather",
+    "seq_parallel_communication_data_type", "torch_autocast", "compile", "nebula",
+    "hybrid_engine", "weight_quantization", "use_data_before_expert_parallelism", "timers",
+    "graph_harvesting", "eigenvalue", "progressive_layer_drop", "quantize_training"))
+"""Other DeepSpeed top-level keys, never reported as near misses of the keys read.
+Source: https://www.deepspeed.ai/docs/config-json/ and `deepspeed/runtime/config.py`."""
+_NEAR_MISS_RATIO = 0.75
+"""difflib ratio at or above which an unknown top-level key is reported as a misspelling of a
+key read. [Empirical] chosen on the misspellings zero_optimisation, optimiser, bf_16,
+train_micro_batch_size, activation_checkpoint, tensor_paralel (all >= 0.8) and the keys of
+_OTHER_KEYS (none >= 0.75 against a key read)."""
 _TORCH_OPTIMIZERS = {"SGD": "sgd"}
 """torch.optim class names (matched exactly, as `getattr(torch.optim, name)`) -> costed optimizer."""
 
@@ -97,7 +124,8 @@ def read(path: Path, data: dict, *, model: str | None, cluster: str | None, gpus
     layout = Layout(dp=dp, tp=tp, pp=1, zero_stage=stage, micro_batch_size=max(1, micro),
                     global_batch_size=max(1, train), seq_len=seq_len, recompute="none",
                     offload=offload, optimizer=optimizer, precision=precision, framework=FRAMEWORK)
-    findings += batch_findings + precision_findings + optimizer_findings + _recompute_note(data)
+    findings += (batch_findings + precision_findings + optimizer_findings + _recompute_note(data)
+                 + _near_misses(data))
     return Target(file=file, kind=KIND, model=load_model(model),
                   cluster=load_cluster(cluster, gpus=gpus), layout=layout,
                   findings=tuple(findings))
@@ -121,6 +149,13 @@ def _section(data: dict, key: str, file: str, where: str | None = None) -> dict:
     return value
 
 
+def _quoted_int(value: object, file: str, where: str) -> None:
+    """A JSON string holding an integer ("3") is refused as a string, not as an unknown value."""
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        raise SpecError(f"value {value!r} is a string; it must be an integer: write "
+                        f"{int(value)} without quotes", file=file, key=where)
+
+
 def _int(data: dict, key: str, file: str, where: str, *, minimum: int, auto: str = "") -> int | None:
     """data[key] as an integer >= minimum; None when absent. `auto`: why "auto" is refused."""
     value = data.get(key)
@@ -129,6 +164,7 @@ def _int(data: dict, key: str, file: str, where: str, *, minimum: int, auto: str
     if value == "auto":
         raise SpecError(f"value 'auto' is filled in by the Hugging Face Trainer; give the resolved "
                         f"number{auto}", file=file, key=where)
+    _quoted_int(value, file, where)
     if type(value) is not int or value < minimum:
         raise SpecError(f"value {value!r} must be an integer >= {minimum}", file=file, key=where)
     return value
@@ -172,6 +208,7 @@ def _unsupported(data: dict, file: str, dp: int, gpus: int, tp: int) -> None:
     """Ulysses and AutoEP change the layout in ways this reader does not map; a
     `data_parallel_size` that --gpus contradicts is bad input."""
     sp = data.get("sequence_parallel_size", 1)
+    _quoted_int(sp, file, "sequence_parallel_size")
     if type(sp) is not int or sp != 1:
         raise SpecError(f"value {sp!r}: Ulysses sequence parallelism is not read by this check; "
                         f"check the layout with `planner explain --cp`", file=file,
@@ -181,6 +218,7 @@ def _unsupported(data: dict, file: str, dp: int, gpus: int, tp: int) -> None:
                         "layout with `planner explain --ep`", file=file,
                         key="expert_parallel.enabled")
     given = data.get("data_parallel_size")
+    _quoted_int(given, file, "data_parallel_size")
     if given is not None and given != dp:
         raise SpecError(f"data_parallel_size={given!r} but --gpus {gpus} / tp {tp} gives dp={dp}; "
                         f"give consistent values", file=file, key="data_parallel_size")
@@ -247,6 +285,7 @@ def _zero(data: dict, file: str) -> tuple[int, frozenset[str]]:
         return int(section), frozenset()  # deprecated form: true = stage 1
     section = _section(data, "zero_optimization", file)
     stage = section.get("stage", 0)
+    _quoted_int(stage, file, "zero_optimization.stage")
     if type(stage) is not int or stage not in (0, 1, 2, 3):
         raise SpecError(f"value {stage!r} not allowed; allowed: 0, 1, 2, 3", file=file,
                         key="zero_optimization.stage")
@@ -316,3 +355,22 @@ def _recompute_note(data: dict) -> list[Violation]:
                               "(the most activation memory)",
                       fix="if the model checkpoints its layers, check the layout with "
                           "`planner explain --recompute full`")]
+
+
+def _near_misses(data: dict) -> list[Violation]:
+    """A warning for each unknown top-level key close to a key read: DeepSpeed ignores unknown
+    top-level keys (`DeepSpeedConfig._initialize_params` reads each key with a default), so
+    `zero_optimisation` runs as ZeRO-0, which is what this check costs."""
+    out = []
+    for key in data:
+        if key in _READ_KEYS or key in _OTHER_KEYS:
+            continue
+        close = difflib.get_close_matches(key.lower(), _READ_KEYS, n=1, cutoff=_NEAR_MISS_RATIO)
+        if close:
+            out.append(Violation(
+                rule="deepspeed_unknown_key", severity="warning",
+                message=f"top-level key {key!r} is not a DeepSpeed key; did you mean "
+                        f"{close[0]!r}? DeepSpeed ignores it, and so does this check (its "
+                        f"setting is not applied)",
+                fix=f"rename {key!r} to {close[0]!r}"))
+    return out
