@@ -361,3 +361,20 @@ def test_world_size_from_the_degrees_that_the_cluster_refuses_names_the_file(tmp
     result = _check(path, *H100)
     _one_line_error(result, str(path), "parallelism.data_parallel_shard_degree", "1x6x1x1x1",
                     "world size 6", "multiple of gpus_per_node 8")
+
+
+def test_unknown_key_is_a_warning_naming_it(tmp_path):
+    """torchtitan's ConfigManager raises 'Invalid field names' on training.frobnicate; the reader
+    does not know every version's fields, so it warns (naming the key), never fails the file."""
+    path = _edit(tmp_path, "steps = 1000", "steps = 1000\nfrobnicate = 3")
+    result, data = _json(path, *H100, "--gpus", "8")
+    found = [v for v in data["violations"] if v["rule"] == "torchtitan_unknown_key"]
+    assert len(found) == 1 and found[0]["severity"] == "warning"
+    assert "training.frobnicate" in found[0]["message"] and "rejects unknown fields" in found[0]["message"]
+
+
+@pytest.mark.parametrize("source, gpus", [(LLAMA_8B, "8"), (LLAMA_70B, "64")])
+def test_shipped_presets_have_no_unknown_key(source, gpus):
+    result, data = _json(source, *H100, "--gpus", gpus)
+    assert data is not None, result.output
+    assert "torchtitan_unknown_key" not in _rules(data)

@@ -51,6 +51,9 @@ layers, sequence by cp and global batch by dp x micro-batch):
   `build_pipeline_schedule`);
 - `torchtitan_pipeline_stages`: virtual stages not a multiple of pp, or a stage count per rank the
   schedule refuses (`pipeline_parallel.py` `pipeline_llm`).
+A key of [training], [parallelism], [model] or [activation_checkpoint] that is neither read nor a
+known field is the warning `torchtitan_unknown_key` (torchtitan's ConfigManager rejects unknown
+fields; the reader does not know every version's complete set, so it does not fail the file).
 """
 
 from __future__ import annotations
@@ -125,6 +128,22 @@ register_model_converter; `float8` before 8a2686c)."""
 _UNMODELLED_CONVERTERS = ("mx", "quantize.linear.mx", "quantize.grouped_mm.mx")
 """MX (mxfp8) converters: Blackwell block-scaled GEMMs, not modelled."""
 _AC_MODES = ("none", "selective", "full")
+_OTHER_FIELDS = {
+    "training": ("dataset", "dataset_path", "max_norm", "steps", "mixed_precision_reduce",
+                 "compile", "gc_freq", "gc_debug", "seed", "deterministic",
+                 "debug_moe_force_load_balance"),
+    "parallelism": ("enable_compiled_autograd", "fsdp_reshard_after_forward",
+                    "disable_loss_parallel", "enable_async_tensor_parallel",
+                    "context_parallel_rotate_method", "expert_parallel_comm_backend"),
+    "model": ("name", "flavor", "tokenizer_path", "hf_assets_path", "print_after_conversion"),
+    "activation_checkpoint": ("per_op_sac_force_recompute_mm_shapes_by_fqns", "memory_budget",
+                              "visualize_memory_budget_pareto", "early_stop",
+                              "preserve_rng_state", "determinism_check", "debug"),
+}
+"""Fields of the sections this reader reads that it does not cost (torchtitan 000204a and 238fa99
+`config/job_config.py` Training, Parallelism, Model, ActivationCheckpoint; model.hf_assets_path from
+the llama3 train_configs). Fields differ between versions, so the union with `_KEYS` is not the
+complete set torchtitan accepts: a key in neither is a warning, not an error."""
 
 
 def read(path: Path, *, model: str | None, cluster: str | None, gpus: int | None,
@@ -157,6 +176,7 @@ def read(path: Path, *, model: str | None, cluster: str | None, gpus: int | None
         rest = degrees["replicate"] * degrees["cp"] * degrees["tp"] * degrees["pp"]
         degrees["shard"] = max(1, world // rest)  # gate's world_size rule reports a remainder
     layout, per_stage, findings = _layout(cfg, spec, degrees, seq_len)
+    findings += _unknown_keys(cfg)
     return Target(file=file, kind=KIND, model=spec, cluster=clus, layout=layout,
                   recompute_per_stage=per_stage, findings=tuple(findings))
 
@@ -239,6 +259,26 @@ class _Config:
     def fail(self, name: str, message: str) -> SpecError:
         key = self.where(name) or f"{_KEYS[name][0][0]}.{_KEYS[name][0][1]}"
         return SpecError(message, file=self.file, key=key)
+
+
+def _unknown_keys(cfg: _Config) -> list[Violation]:
+    """A warning for each key of [training], [parallelism], [model], [activation_checkpoint] that
+    is neither read here nor a known field (`_OTHER_FIELDS`). torchtitan rejects unknown fields at
+    start-up (`config/manager.py` `ConfigManager._dict_to_dataclass`: "Invalid field names"); this
+    reader does not know every version's fields, so it warns rather than fails."""
+    out = []
+    for section, others in _OTHER_FIELDS.items():
+        read = {k for spellings in _KEYS.values() for s, k in spellings if s == section}
+        for key in cfg.doc.get(section, {}):
+            if key not in read and key not in others:
+                out.append(Violation(
+                    rule="torchtitan_unknown_key", severity="warning",
+                    message=f"{section}.{key} is not a torchtitan field this check knows; "
+                            f"torchtitan rejects unknown fields at start-up ('Invalid field "
+                            f"names', config/manager.py ConfigManager)",
+                    fix=f"remove {section}.{key} or check its spelling against your torchtitan "
+                        f"version's job_config.py"))
+    return out
 
 
 def _model(cfg: _Config, option: str | None) -> ModelSpec:
