@@ -17,7 +17,7 @@ from typer.core import TyperGroup
 from planner import __version__
 
 from planner import report
-from planner.errors import PlannerError, SpecError
+from planner.errors import InfeasibleError, PlannerError, SpecError
 from planner.placement import layout as layout_mod
 from planner.placement.layout import Layout
 from planner.search.mesh import FIXABLE
@@ -427,19 +427,32 @@ def plan_cmd(
     reserve = None if reserve_gib is None else int(reserve_gib * 2**30)
     if emit is not None:
         fixed = _emit_pins(_value(emit), fixed, spec.is_moe)
+    search = dict(seq_len=seq_len,
+                  global_batch_size=_batch_size(seq_len, global_batch_size, global_batch_tokens),
+                  precision=_precision(precision, hw), optimizer=_value(optimizer),
+                  framework=_value(framework), top_k=top, reserve_bytes=reserve, headroom=headroom)
     with report.plan_progress() as tick:
-        data = plan_api.plan(spec, hw, seq_len=seq_len,
-                             global_batch_size=_batch_size(seq_len, global_batch_size, global_batch_tokens),
-                             precision=_precision(precision, hw), optimizer=_value(optimizer),
-                             framework=_value(framework), fixed=fixed, top_k=top,
-                             reserve_bytes=reserve, headroom=headroom, on_progress=tick)
+        data = plan_api.plan(spec, hw, fixed=fixed, on_progress=tick, **search)
     if emit is None:
         report.show_plan(data, fmt.value)
+    else:
+        def uniform_plans():  # the best plan under each recompute mode on every layer
+            if "recompute" in fixed:  # the user pinned it: nothing else to weigh
+                return []
+            out = []
+            for mode in layout_mod.RECOMPUTE_MODES:
+                try:
+                    out.append(plan_api.plan(spec, hw, fixed={**fixed, "recompute": mode}, **search))
+                except InfeasibleError:
+                    continue
+            return out
+
+        data = _emit(data, _value(emit),
+                     lambda r: plan_api.plan_file(r, model_ref=model, cluster_ref=cluster),
+                     uniform_plans)
     if output:
         report.write_yaml(output, plan_api.plan_file(data, model_ref=_ref_for(model, output),
                                                      cluster_ref=_ref_for(cluster, output)))
-    if emit is not None:
-        _emit(plan_api.plan_file(data, model_ref=model, cluster_ref=cluster), _value(emit))
 
 
 def _emit_pins(framework: str, fixed: dict, moe: bool) -> dict:
@@ -455,31 +468,16 @@ def _emit_pins(framework: str, fixed: dict, moe: bool) -> dict:
     return {**pins, **fixed}
 
 
-def _emit(doc: dict, framework: str) -> None:
-    """Print the launch configuration; read it back with `planner check` (exit 1 if it fails)."""
-    import dataclasses
-    import tempfile
-    from pathlib import Path
-
-    from planner import check as check_api
+def _emit(result: dict, framework: str, doc_of, replan) -> dict:
+    """Print the fastest launch configuration (`emit.best_launch`); exit 1 if `planner check` of
+    it fails. Returns the `plan()` result it was emitted from (what `-o` then writes)."""
     from planner import emit as emit_api
 
-    emitted = emit_api.emit(doc, framework)
-    with tempfile.TemporaryDirectory() as folder:
-        path = Path(folder) / f"launch{emitted.suffix}"
-        path.write_text(emitted.text, encoding="utf-8")
-        target = check_api.read_target(path, model=doc["model"], cluster=doc["cluster"],
-                                       gpus=doc["gpus"], seq_len=doc["request"]["seq_len"])
-    # Judged with the plan's own reserve and headroom (no framework config carries them) and the
-    # recompute the model code applies where the config cannot carry it.
-    target = dataclasses.replace(target, reserve_bytes=doc["request"]["reserve_bytes"],
-                                 at_risk_margin=doc["request"]["headroom"])
-    if emitted.recompute_in_code is not None:
-        target = dataclasses.replace(target, recompute_per_stage=emitted.recompute_in_code)
-    verdict = check_api.evaluate(target)
-    report.show_emitted(emitted, verdict)
-    if verdict["verdict"] != "pass":
+    launch = emit_api.best_launch(result, framework, doc_of, replan)
+    report.show_emitted(launch, result)
+    if launch.verdict["verdict"] != "pass":
         raise typer.Exit(1)
+    return launch.source
 
 
 def _ref_for(ref: str, output: str) -> str:
@@ -501,12 +499,15 @@ def check_cmd(
     cluster: Annotated[str | None, typer.Option("--cluster", "-c", help="Cluster (catalog name or path); a framework config never names it.")] = None,
     gpus: Annotated[int | None, typer.Option(min=1, max=MAX_GPUS, help="GPUs the job runs on, when the file does not say.")] = None,
     seq_len: Annotated[int | None, typer.Option(min=1, max=MAX_SEQ_LEN, help="Tokens per sequence, when the file does not say.")] = None,
+    recompute: Annotated[Recompute | None, typer.Option(
+        case_sensitive=False, help="DeepSpeed only: the activation recompute the model code applies (default none).")] = None,
     fmt: FormatOpt = Format.table,
 ) -> None:
     """CI gate: pass (exit 0) or fail (exit 1) with each violated rule, its numbers and a fix."""
     from planner import check as check_api  # imported per command: `--help` stays light
 
-    data = check_api.check_file(file, model=model, cluster=cluster, gpus=gpus, seq_len=seq_len)
+    data = check_api.check_file(file, model=model, cluster=cluster, gpus=gpus, seq_len=seq_len,
+                                recompute=None if recompute is None else _value(recompute))
     report.show_check(data, fmt.value)
     if data["verdict"] != "pass":
         raise typer.Exit(1)

@@ -76,3 +76,42 @@ def test_emitted_file_is_checked_again_by_planner_check(tmp_path, framework):
     assert check.returncode in (0, 1) and "Traceback" not in check.stderr
     if framework != "deepspeed":  # DeepSpeed's recompute lives in model code, not the JSON
         assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_deepspeed_recompute_in_code_is_checked_with_the_recompute_option(tmp_path):
+    """Fresh-user defect: `--emit deepspeed` said PASS (it applies the recompute the note asks for
+    in model code), but `planner check` of the saved JSON assumed none and failed. 70B on 64 GPUs
+    at pp=1 needs 77 of 80 layers recomputed; `--recompute full` tells check the model code does
+    it (on every layer, at least what the plan recomputes)."""
+    proc = _planner("plan", "-m", "llama-3.1-70b", "-c", "dgx-h100", "--gpus", "64", "--emit",
+                    "deepspeed")
+    assert proc.returncode == 0, proc.stderr
+    assert "check it with --recompute full" in proc.stderr
+    path = tmp_path / "ds.json"
+    path.write_text(proc.stdout)
+    args = ["check", str(path), "-m", "llama-3.1-70b", "-c", "dgx-h100", "--gpus", "64",
+            "--seq-len", "4096"]
+    assert _planner(*args).returncode == 1  # no recompute: activations overflow
+    assert _planner(*args, "--recompute", "full").returncode == 0
+
+
+def test_recompute_option_is_refused_for_files_that_state_their_own():
+    proc = _planner("check", "tests/data/configs/torchtitan/llama3_8b.toml", "-c", "dgx-h100",
+                    "--gpus", "8", "--recompute", "full")
+    assert proc.returncode == 2 and "--recompute is for DeepSpeed configs" in proc.stderr
+
+
+def test_emit_weighs_plans_the_framework_can_launch_exactly():
+    """Fresh-user defect: torchtitan has no per-stage recompute, so the search's best 70B plan
+    (a per-stage mix) was emitted with full recompute everywhere and ran ~30% slower. Now the best
+    plan under each uniform recompute mode is weighed too, and the faster launch is emitted; the
+    check line gives the emitted configuration's step time beside the search's best."""
+    proc = _planner("plan", "-m", "llama-3.1-70b", "-c", "dgx-h100", "--gpus", "64", "--emit",
+                    "torchtitan")
+    assert proc.returncode == 0, proc.stderr
+    check = [line for line in proc.stderr.splitlines() if line.startswith("check: PASS")]
+    assert len(check) == 1
+    emitted, best = (float(x) for x in
+                     __import__("re").findall(r"([\d.]+) s/step as emitted \(search's best plan: ([\d.]+) s\)",
+                                              check[0])[0])
+    assert best <= emitted <= 1.05 * best

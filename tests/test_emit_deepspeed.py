@@ -171,7 +171,8 @@ def test_mixed_recompute_is_a_code_instruction(tmp_path):
     assert emitted.deviations == (
         f"recompute is not a DeepSpeed JSON key: wrap {full} of the 32 decoder layers in "
         f"deepspeed.checkpointing.checkpoint in the model code: the plan recomputes {full} in "
-        f"full; `planner check` of the JSON alone assumes no recompute",)
+        f"full; `planner check` of the JSON assumes no recompute unless told: check it with "
+        f"--recompute full (every layer, at least what the plan recomputes)",)
     _assert_layout(doc, target)
     assert target.layout.recompute == "none"  # the deviation: the JSON cannot carry it
     # Run as the deviation says (the plan's counts), the config fits.

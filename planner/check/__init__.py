@@ -19,6 +19,7 @@ contradicts is bad input. Every reader has the signature
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from planner.check.gate import Target, evaluate
@@ -93,7 +94,26 @@ def _no_options(path: Path, given: dict, why: str) -> None:
 
 
 def check_file(path: str | Path, *, model: str | None = None, cluster: str | None = None,
-               gpus: int | None = None, seq_len: int | None = None) -> dict:
-    """`gate.evaluate` of the file's Target: {verdict: pass|fail, violations, stages, ...}."""
-    return evaluate(_within_limits(read_target(path, model=model, cluster=cluster, gpus=gpus,
-                                                seq_len=seq_len)))
+               gpus: int | None = None, seq_len: int | None = None,
+               recompute: str | None = None) -> dict:
+    """`gate.evaluate` of the file's Target: {verdict: pass|fail, violations, stages, ...}.
+
+    Args:
+        recompute: the activation recompute a DeepSpeed model applies in its code (DeepSpeed
+            checkpoints from code, not from the JSON: none, selective or full on every layer);
+            None = none. Any other file states its own, so giving it there is bad input.
+    """
+    target = _within_limits(read_target(path, model=model, cluster=cluster, gpus=gpus,
+                                        seq_len=seq_len))
+    return evaluate(_with_code_recompute(target, recompute))
+
+
+def _with_code_recompute(target: Target, recompute: str | None) -> Target:
+    if recompute is None:
+        return target
+    if target.kind != "deepspeed-config":
+        raise SpecError(f"--recompute is for DeepSpeed configs, whose recompute lives in the model "
+                        f"code; this {target.kind} file states its own", file=target.file,
+                        key="--recompute")
+    return dataclasses.replace(target, layout=target.layout.replace(recompute=recompute),
+                               recompute_per_stage=None)

@@ -17,7 +17,11 @@ back (tests/test_emit_*.py): the round trip gives the plan's layout, up to the l
 
 from __future__ import annotations
 
+import dataclasses
+import tempfile
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
 from planner.errors import SpecError
 
@@ -68,3 +72,72 @@ def emit(doc: dict, framework: str) -> Emitted:
         raise SpecError(f"value {framework!r} not allowed; allowed: {', '.join(FRAMEWORKS)}",
                         key="--emit")
     return writer.write(doc)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Launch:
+    """An emitted configuration, `planner check` of it, and the plan it came from."""
+
+    emitted: Emitted
+    """The configuration."""
+    verdict: dict
+    """`planner.check.evaluate` of the configuration read back by the framework's reader."""
+    source: dict
+    """The `planner.plan.plan` result whose best plan was emitted."""
+
+    @property
+    def step_s(self) -> float:
+        """Step time of the configuration as emitted, s (inf when the check found no valid step)."""
+        times = self.verdict.get("time_s")
+        return times["step"] if times else float("inf")
+
+
+def checked(doc: dict, framework: str) -> tuple[Emitted, dict]:
+    """`emit` the plan file `doc`, read the text back with the framework's reader (`planner check`)
+    and evaluate it with the plan's own reserve and headroom (no framework config carries them) and
+    the recompute the model code applies where the configuration cannot carry it.
+
+    Raises:
+        SpecError: as `emit`, or the reader's (a writer / reader mismatch: a defect).
+    """
+    from planner import check as check_api
+
+    emitted = emit(doc, framework)
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / f"launch{emitted.suffix}"
+        path.write_text(emitted.text, encoding="utf-8")
+        target = check_api.read_target(path, model=doc["model"], cluster=doc["cluster"],
+                                       gpus=doc["gpus"], seq_len=doc["request"]["seq_len"])
+    target = dataclasses.replace(target, reserve_bytes=doc["request"]["reserve_bytes"],
+                                 at_risk_margin=doc["request"]["headroom"])
+    if emitted.recompute_in_code is not None:
+        target = dataclasses.replace(target, recompute_per_stage=emitted.recompute_in_code)
+    return emitted, check_api.evaluate(target)
+
+
+def best_launch(result: dict, framework: str, doc_of: Callable[[dict], dict],
+                alternatives: Callable[[], Iterable[dict]]) -> Launch:
+    """The fastest configuration `framework` can launch among the search's best plan and, when
+    that one cannot be emitted exactly, the best plans under each uniform recompute mode
+    (`alternatives()`: more `plan` results, searched only then): a per-stage recompute mix a
+    framework cannot express is emitted with more recompute, which may cost more time than a
+    plan searched with the framework's own choices. Ranked by passing `planner check`, then by the
+    emitted configuration's step time as `planner check` computes it.
+
+    Args:
+        result: the search's `plan()` result.
+        doc_of: a `plan()` result -> its plan file (`planner.plan.plan_file`).
+        alternatives: further `plan()` results to weigh (called at most once).
+    """
+    emitted, verdict = checked(doc_of(result), framework)
+    first = Launch(emitted=emitted, verdict=verdict, source=result)
+    if not emitted.deviations:
+        return first
+    options = [first]
+    for other in alternatives():
+        try:
+            emitted, verdict = checked(doc_of(other), framework)
+        except SpecError:
+            continue  # that plan is not one the framework can launch; the first one is
+        options.append(Launch(emitted=emitted, verdict=verdict, source=other))
+    return min(options, key=lambda o: (o.verdict["verdict"] != "pass", o.step_s))

@@ -37,7 +37,7 @@ What a DeepSpeed JSON cannot state, decided item by item:
   checkpoint`, HF `gradient_checkpointing_enable`), not by the JSON. The JSON is emitted and one
   deviation line says how many layers to wrap; DeepSpeed checkpoints whole layers, so a layer the
   plan recomputes selectively is wrapped in full (more recompute, no more memory). `planner check`
-  of the JSON alone assumes no recompute (`deepspeed_recompute_assumed`).
+  of the JSON assumes no recompute unless given `--recompute` (`deepspeed_recompute_assumed`).
 The model, cluster, GPU count and sequence length are not DeepSpeed keys: they travel as the
 reader's --model/--cluster/--gpus/--seq-len.
 """
@@ -194,5 +194,6 @@ def _recompute_deviation(par: dict, layers: int) -> list[str]:
         line += (f" and {selective} selectively (attention only); DeepSpeed checkpoints whole "
                  f"layers, so those {selective} are recomputed in full (more recompute, no more "
                  f"memory)")
-    line += "; `planner check` of the JSON alone assumes no recompute"
+    line += ("; `planner check` of the JSON assumes no recompute unless told: check it with "
+             "--recompute full (every layer, at least what the plan recomputes)")
     return [line]
