@@ -222,7 +222,8 @@ _FRAMEWORK_TERMS = {
         "recompute selective": 'activation_checkpoint.mode = "selective"',
         "recompute full": 'activation_checkpoint.mode = "full"',
         "micro_batch_size": "local_batch_size {} (pipeline_parallel_microbatch_size with PP)",
-        "zero_stage": "data_parallel_shard_degree > 1 (FSDP, ZeRO-{})",
+        "zero_stage 2": 'FSDP (data_parallel_shard_degree > 1) with fsdp_reshard_after_forward = "never"',
+        "zero_stage 3": "FSDP (data_parallel_shard_degree > 1)",
     },
 }
 """How each single change of `_single_changes` is spelled in a framework's own config (the flags
