@@ -380,3 +380,18 @@ def test_torchrun_world_size_the_cluster_refuses_names_the_script(tmp_path):
     line = _bad_input(_check(path, "--cluster", "dgx-h100"), str(path), "--nproc_per_node 6",
                       "--nnodes 1", "world size 6", "multiple of gpus_per_node 8")
     assert line.startswith(f"error: {path}")
+
+
+def test_rotary_base_differing_from_the_model_is_a_warning(tmp_path):
+    """Megatron-LM's llama3 example sets --rotary-base 1000000; Llama 3.1 8B has rope_theta 500000
+    (config.json): a warning, not a failure. 500000 matches; the script's own model takes its
+    --rotary-base as rope_theta."""
+    data = _data(_check(_llama(tmp_path), "--cluster", "dgx-h100", "--model", "llama-3.1-8b"))
+    warning = _rules(data, "warning")["megatron_rotary_base"]
+    assert "--rotary-base 1000000" in warning["message"] and "rope_theta=500000" in warning["message"]
+    assert warning["fix"] == "set --rotary-base 500000"
+    path = _llama(tmp_path, ("--rotary-base 1000000", "--rotary-base 500000"))
+    data = _data(_check(path, "--cluster", "dgx-h100", "--model", "llama-3.1-8b"))
+    assert "megatron_rotary_base" not in _rules(data, "warning")
+    assert "megatron_rotary_base" not in _rules(_data(_check(_llama(tmp_path), "--cluster",
+                                                             "dgx-h100")), "warning")

@@ -188,6 +188,7 @@ def test_known_flags_of_a_hand_written_plan():
         "--num-attention-heads 32", "--group-query-attention", "--num-query-groups 8",
         "--kv-channels 128", "--max-position-embeddings 131072", "--swiglu",
         "--normalization RMSNorm", "--position-embedding-type rope",
+        "--rotary-base 500000",  # Llama 3.1 config.json rope_theta 500000.0
         "--untie-embeddings-and-output-weights", "--disable-bias-linear", "--vocab-size 128256",
         "--tokenizer-type HuggingFaceTokenizer", "--tokenizer-model $TOKENIZER_MODEL",
         "--data-path $DATA_PATH", "--save $CHECKPOINT_PATH", "--load $CHECKPOINT_PATH",
@@ -348,3 +349,19 @@ def test_recompute_deviation_needs_no_more_memory_on_any_stage(tmp_path, mix, vp
                                 layers_by_recompute=mix[s]).total
         got = evaluate(target)["stages"][s]["memory_bytes"]["total"]
         assert got <= plan_mem, (s, got, plan_mem)
+
+
+def test_rotary_base_follows_rope_theta():
+    """rope_theta 1000000 (Qwen-style) -> --rotary-base 1000000; a fractional theta (10000.5)
+    cannot be written as Megatron's int flag: no flag, a deviation instead."""
+    import dataclasses as dc
+    from planner.emit.megatron import _architecture_flags, _architecture_gaps
+    from planner.specs.model import load_model
+    base = load_model("llama-3.1-8b")
+    assert "--rotary-base 500000" in _architecture_flags(base)
+    qwen = dc.replace(base, extra={**base.extra, "rope_theta": 1000000.0})
+    assert "--rotary-base 1000000" in _architecture_flags(qwen)
+    odd = dc.replace(base, extra={**base.extra, "rope_theta": 10000.5})
+    assert not any(f.startswith("--rotary-base") for f in _architecture_flags(odd))
+    assert any("rope_theta 10000.5" in g for g in _architecture_gaps(odd))
+    assert not any("rope_theta" in g for g in _architecture_gaps(base))

@@ -34,7 +34,8 @@ dataclasses its `ArgumentGroupFactory` turns into `--field-name` flags,
   --ffn-hidden-size, --num-attention-heads, --group-query-attention with --num-query-groups,
   --kv-channels, --max-position-embeddings, --swiglu, --normalization, --position-embedding-type,
   --untie-embeddings-and-output-weights, --disable-bias-linear, --vocab-size (TokenizerConfig),
-  --num-experts;
+  --num-experts, --rotary-base (int, default 10000; differing from --model's rope_theta: the
+  warning `megatron_rotary_base`);
 - torchrun: --nproc_per_node / --nproc-per-node x --nnodes (torch.distributed.run) = world size.
 
 What Megatron itself asserts at start-up and the gate's rules do not already check is a finding
@@ -71,7 +72,7 @@ _INT_FLAGS = (
     "--micro-batch-size", "--global-batch-size", "--seq-length", "--recompute-num-layers",
     "--num-layers", "--hidden-size", "--ffn-hidden-size", "--num-attention-heads",
     "--num-query-groups", "--kv-channels", "--max-position-embeddings", "--vocab-size",
-    "--num-experts", "--nproc_per_node", "--nproc-per-node", "--nnodes",
+    "--num-experts", "--rotary-base", "--nproc_per_node", "--nproc-per-node", "--nnodes",
 )
 """Flags whose value is a positive integer."""
 _CHOICE_FLAGS = {
@@ -131,7 +132,7 @@ def read(path: Path, *, model: str | None, cluster: str | None, gpus: int | None
                         file=file, key="--cluster")
     spec = _model(args, model, path)
     world = _world(args, gpus, file)
-    findings: list[Violation] = []
+    findings: list[Violation] = _rotary_base(args, spec, file) if model is not None else []
     layout = _layout(args, spec, world, seq_len, file, findings)
     per_stage = _recompute_per_stage(args, spec, layout, file, findings)
     if per_stage is not None:
@@ -296,6 +297,20 @@ def _model(args: dict, model: str | None, path: Path) -> ModelSpec:
     return spec
 
 
+def _rotary_base(args: dict, spec: ModelSpec, file: str) -> list[Violation]:
+    """A warning when --rotary-base differs from the model's rope_theta (no effect on memory or
+    time; Megatron-LM's own llama3 example script uses 1000000 where Llama 3.1 has 500000)."""
+    base, theta = _int(args, "--rotary-base", file, 10000), spec.extra.get("rope_theta")
+    if spec.position_embedding_type != "rope" or not isinstance(theta, (int, float)) or base == theta:
+        return []
+    given = f"--rotary-base {base}" if "--rotary-base" in args else "no --rotary-base (10000)"
+    return [Violation(rule="megatron_rotary_base", severity="warning",
+                      message=f"{given} but {spec.name} has rope_theta={theta:g}: the model trains "
+                              f"with other rotary frequencies than its checkpoint",
+                      fix=f"set --rotary-base {theta:.0f}" if theta == int(theta) else
+                          "set --rotary-base to the model's rope_theta")]
+
+
 def _architecture(args: dict, file: str) -> dict[str, tuple[str, int]]:
     """{flag: (ModelSpec field, value Megatron builds)} for the architecture the file gives.
 
@@ -344,6 +359,7 @@ def _llama_config(args: dict, given: dict, file: str) -> dict:
         "max_position_embeddings": _int(args, "--max-position-embeddings", file),
         "tie_word_embeddings": not args.get("--untie-embeddings-and-output-weights"),
         "attention_bias": bias, "mlp_bias": bias,
+        "rope_theta": _int(args, "--rotary-base", file, 10000),
         "source": f"Megatron-LM arguments in {file}",
     }
 

@@ -26,8 +26,8 @@ dataclasses its `ArgumentGroupFactory` turns into `--field-name` flags, as cited
   is AdamW: decoupled weight decay) | sgd;
 - architecture: --num-layers, --hidden-size, --ffn-hidden-size, --num-attention-heads,
   --group-query-attention --num-query-groups, --kv-channels, --max-position-embeddings, --swiglu,
-  --normalization, --position-embedding-type, --untie-embeddings-and-output-weights,
-  --disable-bias-linear, --add-qkv-bias, --qk-layernorm, --vocab-size; MoE (`_add_moe_args`):
+  --normalization, --position-embedding-type, --rotary-base (the model's rope_theta),
+  --untie-embeddings-and-output-weights, --disable-bias-linear, --add-qkv-bias, --qk-layernorm, --vocab-size; MoE (`_add_moe_args`):
   --num-experts, --moe-router-topk, --moe-ffn-hidden-size, --moe-shared-expert-intermediate-size,
   --moe-layer-freq;
 - torchrun (torch.distributed.run): --nproc_per_node, --nnodes, --node_rank, --master_addr,
@@ -354,6 +354,7 @@ def _architecture_flags(model: ModelSpec) -> list[str]:
     if model.position_embedding_type in ("rope", "learned"):
         out.append("--position-embedding-type "
                    + ("rope" if model.position_embedding_type == "rope" else "learned_absolute"))
+    out += _rotary_base_flags(model)
     if not model.tie_word_embeddings:
         out.append("--untie-embeddings-and-output-weights")
     if not model.mlp_bias and not model.attention_out_bias:
@@ -364,6 +365,19 @@ def _architecture_flags(model: ModelSpec) -> list[str]:
         out.append("--qk-layernorm")
     out.append(f"--vocab-size {model.vocab_size}")
     return out + _moe_flags(model)
+
+
+def _rotary_base_flags(model: ModelSpec) -> list[str]:
+    """--rotary-base from the model's rope_theta (Llama 3.1: 500000; Megatron's default 10000).
+
+    Source: Megatron-LM `megatron/training/arguments.py` `_add_network_size_args`
+    (`--rotary-base`, type=int, default 10000). A non-integral rope_theta cannot be written (the
+    flag is an int) is an architecture gap (a deviation)."""
+    theta = model.extra.get("rope_theta")
+    if model.position_embedding_type != "rope" or not isinstance(theta, (int, float)) \
+            or isinstance(theta, bool) or theta != int(theta):
+        return []
+    return [f"--rotary-base {int(theta)}"]
 
 
 def _moe_flags(model: ModelSpec) -> list[str]:
@@ -393,6 +407,9 @@ def _architecture_gaps(model: ModelSpec) -> list[str]:
          model.mlp_bias != model.attention_out_bias),
         ("embedding LayerNorm", model.embedding_norm),
         ("a shared-expert gate", model.shared_expert_gate),
+        (f"rope_theta {model.extra.get('rope_theta')} (--rotary-base takes an integer)",
+         model.position_embedding_type == "rope" and "rope_theta" in model.extra
+         and not _rotary_base_flags(model)),
     ) if present]
     return [f"architecture: {g} is not written as a flag; add Megatron-LM's option by hand"
             for g in gaps]
