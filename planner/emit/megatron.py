@@ -470,7 +470,9 @@ def _header(doc: dict, model: ModelSpec, cluster: ClusterSpec, layout: Layout,
            f"{_recompute_text(par['recompute'])}; emitted: {_flags_text(recompute)}"]
     step = (doc.get("predicted") or {}).get("time_s", {}).get("step")
     if step is not None:
-        out.append(f"# Predicted step time: {step:.2f} s")
+        out.append(f"# The plan's predicted step time: {step:.2f} s"
+                   + (" (this script's deviations change it: `planner check` it for its own)"
+                      if deviations else ""))
     if deviations:
         out.append("# Deviations from the plan (each needs no more memory than the plan):")
         out += [f"#   - {d}" for d in deviations]
