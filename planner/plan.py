@@ -86,7 +86,14 @@ from planner.cost.step_time import (
 from planner.errors import InfeasibleError, SpecError
 from planner.placement.layout import RECOMPUTE_MODES, Layout
 from planner.placement.precision import state_bytes
-from planner.placement.rules import check_batch, check_layout, check_mesh, errors, uneven_split
+from planner.placement.rules import (
+    BATCH_RULES,
+    check_batch,
+    check_layout,
+    check_mesh,
+    errors,
+    uneven_split,
+)
 from planner.search.bounds import search, stage_problem_lower_bound_s
 from planner.search.ilp import (
     IntStageProblem,
@@ -247,8 +254,11 @@ class _Costs:
                     counts = {"none": 2} if mode == "none" else {"none": 1, mode: 1}
                     two = stage_memory(self.model, self.cluster, layout, 0, layers=(rep, rep),
                                        reserve_bytes=0, layers_by_recompute=counts)
-                    row.append((two.activation_terms["layers"]
-                                - one.activation_terms["layers"]) / flight)
+                    # torchtitan with PP takes its activation peak over the schedule with the
+                    # accumulated gradients (`_torchtitan_pp_accumulation`): not additive per
+                    # layer, a difference can come out below 0; a layer never frees memory.
+                    row.append(max(0.0, (two.activation_terms["layers"]
+                                         - one.activation_terms["layers"]) / flight))
                     working = max(working, two.transient_terms.get("recompute_working_set", 0))
                 rows.append(tuple(row))
             self._acts[key] = (tuple(rows), working)
@@ -537,9 +547,9 @@ def _candidates(model, cluster, fixed, base, reserve, headroom) -> tuple[list[La
     rejections = Rejections()
 
     def validate_knobs(layout: Layout) -> list:
-        # Every rule but the batch rule ignores the micro-batch size.
+        # Every rule but the batch rules ignores the micro-batch size.
         return [v for v in errors(check_layout(model, cluster, _with_split(model, layout)))
-                if v.rule != "batch_divisible"]
+                if v.rule not in BATCH_RULES]
 
     def validate(layout: Layout) -> list:
         return errors(check_batch(model, cluster, layout))
@@ -710,14 +720,15 @@ def states_lower_bound_gpus(model: ModelSpec, cluster: ClusterSpec, *, base: dic
 
 def minimum_gpus(model: ModelSpec, cluster: ClusterSpec, *, base: dict, fixed: dict,
                  reserve_bytes: int, headroom: float = 0.0, max_steps: int = 24) -> int | None:
-    """Least whole-node GPU count with a plan: upward from the model-state bound, verified by
-    `plan` (doubling past the first `max_steps // 2` node counts); None when none is found."""
+    """Least whole-node GPU count with a plan that keeps every pin but dp (more GPUs are more data
+    parallelism): upward from the model-state bound, verified by `plan` (doubling past the first
+    `max_steps // 2` node counts); None when none is found."""
     node = cluster.gpus_per_node
     lower = states_lower_bound_gpus(model, cluster, base=base, reserve_bytes=reserve_bytes,
                                     headroom=headroom)
     gpus = max(cluster.num_gpus + node, -(-lower // node) * node)
     gpus = -(-gpus // node) * node
-    free = {k: v for k, v in fixed.items() if k not in ("dp", "pp", "cp")}
+    free = {k: v for k, v in fixed.items() if k != "dp"}  # more GPUs: more data parallelism
     for step in range(max_steps):
         if _has_plan(model, dataclasses.replace(cluster, num_gpus=gpus), free, base, reserve_bytes,
                      headroom):

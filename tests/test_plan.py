@@ -121,3 +121,24 @@ def test_interleaved_plans_keep_equal_model_chunks():
         par = entry["parallelism"]
         assert par["vpp"] == 2 and par["pipeline_layers"] == [80 // par["pp"]] * par["pp"]
         assert not errors(check_layout(model, cluster, P.plan_layout(entry, data["request"])))
+
+
+def test_torchtitan_interleaved_moe_plan_is_found_not_an_internal_error():
+    """Fresh-user defect: qwen3-30b-a3b on 16 GPUs, torchtitan, pp=2 vpp=2 ended in
+    "StageProblem: bytes must be finite and >= 0": a layer's activation bytes, differenced from
+    torchtitan's schedule peak (not additive per layer), came out negative. The plan is found and
+    fits. With ep=1 every GPU of a stage keeps its experts whole (28 of the 30.5B parameters are
+    routed experts): torchtitan under PP keeps the stage's blocks unsharded plus fp32 accumulated
+    gradients, ~6 B x 14e9 = 84 GB per GPU at any dp, so it is infeasible, and it says so."""
+    from planner.errors import InfeasibleError
+
+    model, cluster = load_model("qwen3-30b-a3b"), load_cluster("dgx-h100", gpus=16)
+    data = P.plan(model, cluster, seq_len=4096, global_batch_size=1024, framework="torchtitan",
+                  fixed={"pp": 2, "vpp": 2}, top_k=1)
+    entry = data["plans"][0]
+    assert (entry["parallelism"]["pp"], entry["parallelism"]["vpp"]) == (2, 2)
+    assert entry["memory_verdict"] == "fits"
+    with pytest.raises(InfeasibleError) as err:
+        P.plan(model, cluster, seq_len=4096, global_batch_size=1024, framework="torchtitan",
+               fixed={"pp": 2, "vpp": 2, "ep": 1}, top_k=1)
+    assert "transient" in str(err.value) and err.value.details["minimum_gpus"] is None

@@ -311,3 +311,19 @@ def test_split_that_sums_right_but_cannot_interleave_names_the_stages():
     (v,) = [v for v in check_layout(model, cluster, layout) if v.rule == "pipeline_layers"]
     assert "stage(s) [0, 1] hold [19, 21] layers, not multiples of vpp=2" in v.message
     assert v.fix == "e.g. pipeline_layers=[20, 20, 20, 20]"
+
+
+def test_interleaved_schedule_needs_microbatches_in_groups_of_pp():
+    """Fresh-user defect: an interleaved candidate with m = 1024 micro-batches over pp = 12 reached
+    the step-time model, which raised a one-line error blaming the user. 1024 % 12 = 4: the rule
+    rejects it, and check_batch (the micro-batch-dependent rules) carries it."""
+    from planner.placement.rules import check_batch
+
+    model, cluster = load_model("qwen3-30b-a3b"), load_cluster("dgx-h100", gpus=24)
+    layout = Layout(dp=1, pp=12, cp=2, vpp=2, global_batch_size=1024, framework="torchtitan",
+                    zero_stage=3)
+    (v,) = [v for v in check_layout(model, cluster, layout) if v.rule == "interleaved_microbatches"]
+    assert "m = 1024" in v.message and "pp=12" in v.message
+    assert [x.rule for x in check_batch(model, cluster, layout)] == ["interleaved_microbatches"]
+    assert not [x for x in check_layout(model, cluster, layout.replace(global_batch_size=1020))
+                if x.rule == "interleaved_microbatches"]  # 1020 = 85 x 12

@@ -74,6 +74,7 @@ def check_layout(model: ModelSpec, cluster, layout: Layout) -> list[Violation]:
     """Every composition rule for `layout` of `model` on `cluster` (errors and warnings)."""
     out = list(_placement_violations(layout))
     for rule in (_world_size, _heads, _kv_heads, _layers, _experts, _vocab, _sequence, _batch,
+                 _interleaved_microbatches,
                  _zero_with_pp, _zero_without_dp, _precision_supported, _tp_domain,
                  _zero_stage_supported, _no_effect, _offload_needs_zero):
         out += rule(model, cluster, layout)
@@ -576,7 +577,30 @@ __all__ = ["Violation", "check_layout", "check_mesh", "MESH_RULES", "check_place
            "uneven_split", "errors", "GROUPS"]
 
 
+BATCH_RULES = ("batch_divisible", "interleaved_microbatches")
+"""The rules of `check_layout` that read the micro-batch size (through the micro-batch count)."""
+
+
 def check_batch(model: ModelSpec, cluster, layout: Layout) -> list[Violation]:
-    """The global-batch rule alone (the only rule that depends on the micro-batch size besides
-    messages), for searches that cache the other rules across micro-batch sizes."""
-    return _batch(model, cluster, layout)
+    """The rules that depend on the micro-batch size (BATCH_RULES), for searches that cache the
+    other rules across micro-batch sizes: for every layout, `check_batch(...) ==
+    [v for v in check_layout(...) if v.rule in BATCH_RULES]`."""
+    return _batch(model, cluster, layout) + _interleaved_microbatches(model, cluster, layout)
+
+
+def _interleaved_microbatches(model, cluster, layout: Layout) -> list[Violation]:
+    """Interleaved 1F1B (vpp > 1) runs the micro-batches in groups of pp: their count must be a
+    multiple of pp.
+
+    Source: Narayanan et al. 2021 (SC'21) §2.2.2; Megatron-LM `pipeline_parallel/schedules.py`
+    `forward_backward_pipelining_with_interleaving` ("number of microbatches ... is not divisible
+    by pipeline-model-parallel-size when using interleaved schedule")."""
+    m, pp = layout.num_microbatches, layout.pp
+    if layout.vpp == 1 or pp == 1 or m < 1 or m % pp == 0:
+        return []
+    unit = layout.dp * layout.micro_batch_size * pp
+    return [Violation(rule="interleaved_microbatches",
+                      message=f"vpp={layout.vpp}: the interleaved schedule needs the micro-batch count "
+                              f"m = {m} to be a multiple of pp={pp}",
+                      fix=f"a global_batch_size that is a multiple of dp x micro_batch_size x pp = "
+                          f"{unit} (e.g. {max(unit, layout.global_batch_size // unit * unit)}), or vpp=1")]
