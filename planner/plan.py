@@ -431,9 +431,33 @@ def _solve(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> Evaluated |
         return None
     chosen = layout.replace(pipeline_layers=solution.layers_per_stage,
                                  recompute=layout_recompute(solution.layer_recompute))
+    if not _fits_as_costed(costs, chosen, solution.layer_recompute):
+        costs.infeasible.append(layout)
+        return None
     step = step_time(costs.model, costs.cluster, chosen, recompute_layers=solution.layer_recompute)
     return Evaluated(layout=chosen, objective_s=step.step, status=solution.status,
                      solution=solution, modes=solution.layer_recompute)
+
+
+def _fits_as_costed(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> bool:
+    """Every stage of the solved plan within capacity x (1 - headroom), by `stage_memory` itself
+    (what the plan reports). The stage program's per-layer bytes are exact differences of
+    `stage_memory` for Megatron and DeepSpeed, so this always holds there; torchtitan with PP
+    takes its activation peak over the schedule with the accumulated gradients, which is not
+    additive per layer, so a program's plan is re-costed before it is offered."""
+    limit = costs.usable_bytes + ROUNDING_SLACK_BYTES
+    for s, (layers, counts) in enumerate(_stage_modes(layout, modes)):
+        m = stage_memory(costs.model, costs.cluster, layout, s, layers=layers, reserve_bytes=0,
+                         layers_by_recompute=counts)
+        if m.total > limit:
+            return False
+    return True
+
+
+ROUNDING_SLACK_BYTES = 2**20
+"""Slack of `_fits_as_costed`, bytes: `stage_memory` truncates each term to whole bytes and the
+program rounds each coefficient up, so the two may differ by a few bytes per term on a plan at
+the edge of capacity; 1 MiB is far above that and far below anything that matters."""
 
 
 def _uniform(modes) -> str | None:

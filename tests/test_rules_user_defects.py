@@ -327,3 +327,19 @@ def test_interleaved_schedule_needs_microbatches_in_groups_of_pp():
     assert [x.rule for x in check_batch(model, cluster, layout)] == ["interleaved_microbatches"]
     assert not [x for x in check_layout(model, cluster, layout.replace(global_batch_size=1020))
                 if x.rule == "interleaved_microbatches"]  # 1020 = 85 x 12
+
+
+@pytest.mark.parametrize(("changes", "rule"), [
+    ({"cp": 2, "dp": 4, "zero_stage": 0}, "torchtitan_cp_fsdp"),   # FSDP turns on with cp > 1
+    ({"tp": 2, "dp": 4, "zero_stage": 0}, "torchtitan_ddp"),       # DDP refuses > 1D
+    ({"cp": 4, "dp": 4, "ep": 2, "zero_stage": 3}, "torchtitan_parallel_dims"),  # 2 % 4 != 0
+])
+def test_torchtitan_start_up_refusals_are_rules(changes, rule):
+    """Fresh-user defects: torchtitan layouts the search proposed and `check` passed, which
+    torchtitan refuses (or runs as FSDP) at start-up. qwen3-30b-a3b, 16 GPUs: cp=4 x tp=1 is
+    the EP borrow, so ep must be a multiple of 4 dividing dp_shard 4 x 4 = 16 (ep=2 is not)."""
+    model, cluster = load_model("qwen3-30b-a3b"), load_cluster("dgx-h100", gpus=16)
+    base = dict(dp=16, global_batch_size=64, framework="torchtitan")
+    layout = Layout(**{**base, **changes})
+    assert rule in [v.rule for v in errors(check_layout(model, cluster, layout))]
+    assert rule not in [v.rule for v in check_layout(model, cluster, layout.replace(framework="megatron"))]

@@ -84,6 +84,9 @@ class Launch:
     """`planner.check.evaluate` of the configuration read back by the framework's reader."""
     source: dict
     """The `planner.plan.plan` result whose best plan was emitted."""
+    instead_of: Launch | None = None
+    """The search's best plan as the framework can launch it, when a faster alternative was
+    emitted in its place (`best_launch`); None when the search's best plan was emitted."""
 
     @property
     def step_s(self) -> float:
@@ -140,4 +143,5 @@ def best_launch(result: dict, framework: str, doc_of: Callable[[dict], dict],
         except SpecError:
             continue  # that plan is not one the framework can launch; the first one is
         options.append(Launch(emitted=emitted, verdict=verdict, source=other))
-    return min(options, key=lambda o: (o.verdict["verdict"] != "pass", o.step_s))
+    chosen = min(options, key=lambda o: (o.verdict["verdict"] != "pass", o.step_s))
+    return chosen if chosen is first else dataclasses.replace(chosen, instead_of=first)

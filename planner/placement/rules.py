@@ -76,7 +76,7 @@ def check_layout(model: ModelSpec, cluster, layout: Layout) -> list[Violation]:
     for rule in (_world_size, _heads, _kv_heads, _layers, _experts, _vocab, _sequence, _batch,
                  _interleaved_microbatches,
                  _zero_with_pp, _zero_without_dp, _precision_supported, _tp_domain,
-                 _zero_stage_supported, _no_effect, _offload_needs_zero):
+                 _zero_stage_supported, _torchtitan_dims, _no_effect, _offload_needs_zero):
         out += rule(model, cluster, layout)
     return out
 
@@ -515,6 +515,56 @@ def _zero_stage_supported(model, cluster, layout: Layout) -> list[Violation]:
                               f"with the optimizer; nothing shards the optimizer alone)",
                       fix="use zero_stage=2 (fsdp_reshard_after_forward=never) or 0, or "
                           "framework=megatron/deepspeed for ZeRO-1")]
+
+
+def _torchtitan_dims(model, cluster, layout: Layout) -> list[Violation]:
+    """What torchtitan refuses, or runs differently, at start-up for these degrees.
+
+    - cp > 1 turns FSDP on (`fsdp_enabled = dp_shard_enabled or cp_enabled`): parameters are
+      sharded over dp_shard x cp whatever the ZeRO stage asked, so only zero_stage 3 (or 2 without
+      PP) describes the run;
+    - DDP (no sharding) with tp or pp raises "DDP has not supported > 1D parallelism";
+    - EP: etp must be 1 or tp, and EP borrows all of cp (x tp when etp = 1) and part of dp_shard:
+      ep must be a multiple of that borrow and divide dp_shard x borrow.
+    Source: torchtitan `torchtitan/distributed/parallel_dims.py` (`fsdp_enabled`,
+    `ParallelDims._validate`), `models/llama3/infra/parallelize.py` (DDP check), at 238fa99."""
+    if layout.framework != "torchtitan":
+        return []
+    out = []
+    if layout.cp > 1 and layout.zero_stage < 2:
+        out.append(Violation(rule="torchtitan_cp_fsdp",
+                             message=f"cp={layout.cp} with zero_stage={layout.zero_stage}: torchtitan "
+                                     f"shards parameters with FSDP over dp_shard x cp whenever cp > 1",
+                             fix="use zero_stage=3 (what torchtitan runs)"))
+    if layout.zero_stage == 0 and layout.dp > 1 and (layout.tp > 1 or layout.pp > 1):
+        out.append(Violation(rule="torchtitan_ddp",
+                             message=f"DDP (zero_stage=0, dp={layout.dp}) with tp={layout.tp} "
+                                     f"pp={layout.pp}: torchtitan raises 'DDP has not supported > 1D "
+                                     f"parallelism'",
+                             fix="use zero_stage=3 (FSDP) with tp or pp"))
+    if layout.ep > 1:
+        out += _torchtitan_experts(layout)
+    return out
+
+
+def _torchtitan_experts(layout: Layout) -> list[Violation]:
+    ep, etp, tp, cp = layout.ep, layout.etp, layout.tp, layout.cp
+    if etp not in (1, tp):
+        return [Violation(rule="torchtitan_parallel_dims",
+                          message=f"etp={etp} with ep={ep}: torchtitan supports only etp = tp ({tp}) "
+                                  f"or etp = 1",
+                          fix=f"use etp=1 or etp={tp}")]
+    borrowed = cp * (tp if etp == 1 else 1)
+    shard = layout.dp_shard_degree if layout.zero_stage >= 2 else 1
+    if ep % borrowed == 0 and (shard * borrowed) % ep == 0:
+        return []
+    valid = [d for d in range(borrowed, shard * borrowed + 1, borrowed) if (shard * borrowed) % d == 0]
+    return [Violation(rule="torchtitan_parallel_dims",
+                      message=f"ep={ep} with etp={etp}: torchtitan's EP borrows all of cp"
+                              f"{' x tp' if etp == 1 else ''} ({borrowed}) and part of dp_shard "
+                              f"({shard}), so ep must be a multiple of {borrowed} dividing "
+                              f"{shard * borrowed}",
+                      fix=f"use ep in {{{', '.join(map(str, valid))}}}")]
 
 
 def _no_effect(model, cluster, layout: Layout) -> list[Violation]:
