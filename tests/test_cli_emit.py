@@ -115,3 +115,27 @@ def test_emit_weighs_plans_the_framework_can_launch_exactly():
                      __import__("re").findall(r"([\d.]+) s/step as emitted \(search's best plan: ([\d.]+) s\)",
                                               check[0])[0])
     assert best <= emitted <= 1.05 * best
+
+
+def test_deepspeed_has_no_selective_recompute_to_pin_or_check(tmp_path):
+    """Fresh-user defect: a pinned selective recompute quietly became full in the DeepSpeed JSON
+    note, and `check --recompute selective` costed what DeepSpeed cannot do."""
+    proc = _planner("plan", "-m", "llama-3.1-8b", "-c", "dgx-h100", "--gpus", "8", "--emit",
+                    "deepspeed", "--fix", "recompute=selective")
+    assert proc.returncode == 1 and "DeepSpeed checkpoints whole layers" in proc.stderr
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps({"train_batch_size": 64, "train_micro_batch_size_per_gpu": 1,
+                                "zero_optimization": {"stage": 3}, "bf16": {"enabled": True}}))
+    check = _planner("check", str(path), "-m", "llama-3.1-8b", "-c", "dgx-h100", "--gpus", "8",
+                     "--seq-len", "4096", "--recompute", "selective")
+    assert check.returncode == 2 and "allowed: none, full" in check.stderr
+
+
+def test_megatron_that_cannot_launch_the_plan_is_infeasible_not_bad_input():
+    """Fresh-user defect: deepseek-v3 on 256 GPUs, `--emit megatron`, exited 2 (bad input) on a
+    valid request: its 61 layers over 32 stages need a split Megatron's first/last flags cannot
+    give. No launchable alternative exists either, so it exits 1 and says why."""
+    proc = _planner("plan", "-m", "deepseek-v3", "-c", "hgx-h800", "--gpus", "256", "--emit",
+                    "megatron")
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert "not one Megatron-LM can give" in proc.stderr and "Traceback" not in proc.stderr

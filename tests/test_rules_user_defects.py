@@ -343,3 +343,13 @@ def test_torchtitan_start_up_refusals_are_rules(changes, rule):
     layout = Layout(**{**base, **changes})
     assert rule in [v.rule for v in errors(check_layout(model, cluster, layout))]
     assert rule not in [v.rule for v in check_layout(model, cluster, layout.replace(framework="megatron"))]
+
+
+def test_deepspeed_autotp_does_not_combine_with_zero3():
+    """Fresh-user defect: `--emit deepspeed --fix tp=2` wrote autotp_size 2 with ZeRO-3, which
+    DeepSpeed's AutoTP training does not support (stages 0-2 only); ZeRO-2 with tp=2 is fine."""
+    layout = Layout(dp=4, tp=2, zero_stage=3, global_batch_size=64, framework="deepspeed")
+    cluster = load_cluster("dgx-h100", gpus=8)
+    assert "deepspeed_autotp_zero3" in [v.rule for v in errors(check_layout(LLAMA_8B, cluster, layout))]
+    assert not [v for v in check_layout(LLAMA_8B, cluster, layout.replace(zero_stage=2))
+                if v.rule == "deepspeed_autotp_zero3"]

@@ -100,7 +100,7 @@ def check_file(path: str | Path, *, model: str | None = None, cluster: str | Non
 
     Args:
         recompute: the activation recompute a DeepSpeed model applies in its code (DeepSpeed
-            checkpoints from code, not from the JSON: none, selective or full on every layer);
+            checkpoints whole layers from code, not from the JSON: none or full on every layer);
             None = none. Any other file states its own, so giving it there is bad input.
     """
     target = _within_limits(read_target(path, model=model, cluster=cluster, gpus=gpus,
@@ -115,5 +115,9 @@ def _with_code_recompute(target: Target, recompute: str | None) -> Target:
         raise SpecError(f"--recompute is for DeepSpeed configs, whose recompute lives in the model "
                         f"code; this {target.kind} file states its own", file=target.file,
                         key="--recompute")
+    if recompute == "selective":
+        raise SpecError("value 'selective' not allowed: DeepSpeed checkpoints whole layers "
+                        "(deepspeed.checkpointing.checkpoint); allowed: none, full",
+                        file=target.file, key="--recompute")
     return dataclasses.replace(target, layout=target.layout.replace(recompute=recompute),
                                recompute_per_stage=None)

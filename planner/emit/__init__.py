@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from planner.errors import SpecError
+from planner.errors import InfeasibleError, SpecError
 
 FRAMEWORKS = ("megatron", "deepspeed", "torchtitan")
 """Frameworks `--emit` writes for."""
@@ -127,21 +127,39 @@ def best_launch(result: dict, framework: str, doc_of: Callable[[dict], dict],
     plan searched with the framework's own choices. Ranked by passing `planner check`, then by the
     emitted configuration's step time as `planner check` computes it.
 
+    Raises:
+        InfeasibleError: neither the search's best plan nor any alternative can be launched by
+            the framework (exit 1: the request is valid; what was asked has no launchable plan).
+
     Args:
         result: the search's `plan()` result.
         doc_of: a `plan()` result -> its plan file (`planner.plan.plan_file`).
         alternatives: further `plan()` results to weigh (called at most once).
     """
-    emitted, verdict = checked(doc_of(result), framework)
-    first = Launch(emitted=emitted, verdict=verdict, source=result)
-    if not emitted.deviations:
-        return first
-    options = [first]
-    for other in alternatives():
+    try:
+        emitted, verdict = checked(doc_of(result), framework)
+    except SpecError as exc:  # the framework cannot launch the search's best plan at all
+        first, refused = None, exc
+    else:
+        first, refused = Launch(emitted=emitted, verdict=verdict, source=result), None
+        if not emitted.deviations:
+            return first
+    options, others = ([first] if first else []), list(alternatives())
+    for other in others:
         try:
             emitted, verdict = checked(doc_of(other), framework)
         except SpecError:
-            continue  # that plan is not one the framework can launch; the first one is
+            continue  # that plan is not one the framework can launch either
         options.append(Launch(emitted=emitted, verdict=verdict, source=other))
+    if not options:
+        tail = (f"; and no best plan under a uniform recompute mode can be launched by {framework} "
+                f"either" if others else "")
+        raise InfeasibleError(f"{_reason(refused)}{tail}")
     chosen = min(options, key=lambda o: (o.verdict["verdict"] != "pass", o.step_s))
     return chosen if chosen is first else dataclasses.replace(chosen, instead_of=first)
+
+
+def _reason(exc: SpecError) -> str:
+    """The writer's refusal without its `--emit: ` prefix."""
+    text = str(exc)
+    return text.split(": ", 1)[1] if text.startswith("--emit: ") else text

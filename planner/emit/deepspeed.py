@@ -125,6 +125,10 @@ def _refuse(par: dict, request: dict) -> None:
     if unknown:
         raise SpecError(f"plan.parallelism key {unknown[0]!r} has no DeepSpeed JSON mapping in this "
                         f"writer; known: {', '.join(sorted(_KNOWN))}", key="--emit")
+    if (request.get("fixed") or {}).get("recompute") == "selective":
+        raise SpecError("recompute=selective was pinned, but DeepSpeed checkpoints whole layers "
+                        "(deepspeed.checkpointing.checkpoint): pin --fix recompute=full or none",
+                        key="--emit")
     if request["framework"] != "deepspeed":
         raise SpecError(f"the plan was searched under {request['framework']}'s conventions "
                         f"(request.framework), whose memory differs from DeepSpeed's; plan again "

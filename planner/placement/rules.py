@@ -76,7 +76,8 @@ def check_layout(model: ModelSpec, cluster, layout: Layout) -> list[Violation]:
     for rule in (_world_size, _heads, _kv_heads, _layers, _experts, _vocab, _sequence, _batch,
                  _interleaved_microbatches,
                  _zero_with_pp, _zero_without_dp, _precision_supported, _tp_domain,
-                 _zero_stage_supported, _torchtitan_dims, _no_effect, _offload_needs_zero):
+                 _zero_stage_supported, _torchtitan_dims, _deepspeed_autotp, _no_effect,
+                 _offload_needs_zero):
         out += rule(model, cluster, layout)
     return out
 
@@ -545,6 +546,20 @@ def _torchtitan_dims(model, cluster, layout: Layout) -> list[Violation]:
     if layout.ep > 1:
         out += _torchtitan_experts(layout)
     return out
+
+
+def _deepspeed_autotp(model, cluster, layout: Layout) -> list[Violation]:
+    """DeepSpeed's tensor parallelism (AutoTP training) combines with ZeRO stages 0-2 only.
+
+    Source: DeepSpeed tutorial "Automatic Tensor Parallelism (Training)"
+    (deepspeed.ai/tutorials/autotp-training: "ZeRO Optimization ... (Stage 0, 1, or 2)");
+    DeepSpeedExamples PR 1004 ("AutoTP+ZeRO-3 not supported")."""
+    if layout.framework != "deepspeed" or layout.tp == 1 or layout.zero_stage < 3:
+        return []
+    return [Violation(rule="deepspeed_autotp_zero3",
+                      message=f"tp={layout.tp} with ZeRO-3: DeepSpeed's AutoTP training combines with "
+                              f"ZeRO stages 0, 1 or 2 only",
+                      fix="use zero_stage=2 with tp > 1, or tp=1 with ZeRO-3")]
 
 
 def _torchtitan_experts(layout: Layout) -> list[Violation]:
