@@ -237,3 +237,23 @@ def test_framework_config_values_beyond_the_planners_limits_are_bad_input(tmp_pa
     assert result.exit_code == 2
     assert f"{script}: global batch (tokens): value" in result.output
     assert "17,179,869,184" in result.output
+
+
+@pytest.mark.parametrize(("source", "name", "kind"), [
+    ("tests/data/configs/torchtitan/llama3_8b.toml", "job.sh", "torchtitan-config"),
+    ("tests/data/configs/deepspeed/zero2_bf16.json", "ds_config.yaml", "deepspeed-config"),
+    ("tests/data/configs/deepspeed/zero2_bf16.json", "ds_config.txt", "deepspeed-config"),
+])
+def test_config_saved_under_another_suffix_is_read_by_its_content(tmp_path, source, name, kind):
+    """Fresh-user defect: a torchtitan TOML saved as .sh was parsed as Megatron arguments
+    ("--micro-batch-size: missing"); a DeepSpeed config saved as .yaml was "not a configuration"."""
+    import shutil
+
+    path = tmp_path / name
+    shutil.copy(source, path)
+    args = ["--cluster", "dgx-h100", "--gpus", "8", "--format", "json"]
+    if kind == "deepspeed-config":
+        args += ["--model", "llama-3.1-8b", "--seq-len", "4096"]
+    result = _check(path, *args)
+    assert result.exit_code in (0, 1), result.output
+    assert json.loads(result.output)["kind"] == kind

@@ -10,7 +10,8 @@ Readers, chosen by what the file holds:
   `gradient_accumulation_steps` or `zero_optimization`): `deepspeed`;
 - a torchtitan job config (`.toml`): `torchtitan`;
 - anything else is read as a Megatron-LM launch command line (`--tensor-model-parallel-size 8 ...`,
-  a shell script or an arguments file): `megatron`.
+  a shell script or an arguments file): `megatron`; a file whose suffix says none of these is
+  sniffed first (JSON when it opens with `{`, TOML with torchtitan's tables).
 What a framework config leaves out (the model, the cluster, the GPU count, the sequence length)
 comes from `--model`, `--cluster`, `--gpus` and `--seq-len`; a value the file gives and the option
 contradicts is bad input. Every reader has the signature
@@ -20,6 +21,7 @@ contradicts is bad input. Every reader has the signature
 from __future__ import annotations
 
 import dataclasses
+import tomllib
 from pathlib import Path
 
 from planner.check.gate import Target, evaluate
@@ -49,15 +51,16 @@ def read_target(path: str | Path, *, model: str | None = None, cluster: str | No
     """
     path = Path(path)
     given = dict(model=model, cluster=cluster, gpus=gpus, seq_len=seq_len)
-    if path.suffix == ".toml":
+    kind = _kind(path)
+    if kind == "toml":
         from planner.check import torchtitan
         return torchtitan.read(path, **given)
-    if path.suffix in (".yaml", ".yml", ".json"):
+    if kind == "mapping":
         data = files.read_mapping(path, "configuration keys")
         if looks_like_plan_file(data):
             _no_options(path, given, "a plan file names its model, cluster and GPU count")
             return read_plan_file(path, data)
-        if path.suffix == ".json" and any(k in data for k in DEEPSPEED_KEYS):
+        if any(k in data for k in DEEPSPEED_KEYS):
             from planner.check import deepspeed
             return deepspeed.read(path, data, **given)
         raise SpecError(f"not a configuration this planner checks: expected a plan file (kind: "
@@ -65,6 +68,27 @@ def read_target(path: str | Path, *, model: str | None = None, cluster: str | No
                         f"{', '.join(DEEPSPEED_KEYS)})", file=str(path), key="kind")
     from planner.check import megatron
     return megatron.read(path, **given)
+
+
+def _kind(path: Path) -> str:
+    """toml | mapping (YAML / JSON) | args, by suffix; a file whose suffix says none of these is
+    sniffed: JSON when it opens with `{`, TOML when it parses as TOML into torchtitan's tables
+    ([training], [parallelism], [model]), else Megatron-LM arguments."""
+    if path.suffix == ".toml":
+        return "toml"
+    if path.suffix in (".yaml", ".yml", ".json"):
+        return "mapping"
+    try:
+        text = files.read_text(path)
+    except SpecError:
+        return "args"  # the Megatron reader reports the unreadable file in its own words
+    if text.lstrip().startswith("{"):
+        return "mapping"  # JSON (read as YAML, its superset, whatever the suffix)
+    try:
+        tables = tomllib.loads(text)
+    except tomllib.TOMLDecodeError:
+        return "args"
+    return "toml" if {"training", "parallelism", "model"} & set(tables) else "args"
 
 
 def _within_limits(target: Target) -> Target:
