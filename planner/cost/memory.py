@@ -649,7 +649,7 @@ def stage_memory(model: ModelSpec, cluster, layout: Layout, stage: int, *,
     capacity = cluster.gpu.memory_bytes
     warnings = ()
     if init_peak > capacity and not _builds_sharded(layout):
-        warnings = (f"initialisation peak: building the stage's {init_peak / 1e9:.1f} GB of fp32 "
+        warnings = (f"initialisation peak: building the stage's {init_peak / GIB:.1f} GiB of fp32 "
                     f"parameters unsharded on each GPU before wrapping exceeds the "
                     f"{capacity / GIB:.1f} GiB capacity; initialise on the meta device "
                     f"(torch.device('meta') / low_cpu_mem_usage with sync_module_states) and "
