@@ -160,6 +160,9 @@ class _Costs:
         self._acts: dict = {}
         self._problems: dict = {}
         self.infeasible: list[Layout] = []
+        self.recost_rejected = 0
+        """Solved plans `stage_memory` found over capacity (`_fits_as_costed`): each such candidate
+        was dropped, not re-solved, so the search can no longer prove its optimum."""
 
     def problem(self, layout: Layout, modes: tuple[str, ...]) -> StageProblem:
         """The stage program of `layout` (built once)."""
@@ -433,6 +436,7 @@ def _solve(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> Evaluated |
                                  recompute=layout_recompute(solution.layer_recompute))
     if not _fits_as_costed(costs, chosen, solution.layer_recompute):
         costs.infeasible.append(layout)
+        costs.recost_rejected += 1
         return None
     step = step_time(costs.model, costs.cluster, chosen, recompute_layers=solution.layer_recompute)
     return Evaluated(layout=chosen, objective_s=step.step, status=solution.status,
@@ -524,7 +528,9 @@ def plan(model: ModelSpec, cluster: ClusterSpec, *, seq_len: int, global_batch_s
         raise _infeasible(model, cluster, costs, rejections, base, fixed, headroom)
     plans = [plan_entry(model, cluster, r.result, reserve) for r in result.best]
     return {
-        "solver": {"status": result.status, "objective_s": result.best[0].objective_s,
+        "solver": {"status": "FEASIBLE" if costs.recost_rejected else result.status,
+                   "recost_rejected": costs.recost_rejected,
+                   "objective_s": result.best[0].objective_s,
                    "bound_s": min(result.bound_s, result.best[0].objective_s),
                    "wall_s": time.perf_counter() - start,
                    "candidates_evaluated": result.candidates_evaluated,

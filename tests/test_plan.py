@@ -142,3 +142,15 @@ def test_torchtitan_interleaved_moe_plan_is_found_not_an_internal_error():
         P.plan(model, cluster, seq_len=4096, global_batch_size=1024, framework="torchtitan",
                fixed={"pp": 2, "vpp": 2, "ep": 1}, top_k=1)
     assert "transient" in str(err.value) and err.value.details["minimum_gpus"] is None
+
+
+def test_recost_rejections_make_the_status_feasible_not_optimal():
+    """A candidate whose solved plan `stage_memory` finds over capacity is dropped, not re-solved:
+    the optimum is then not proven. Megatron's per-layer bytes are exact, so nothing is dropped
+    there (OPTIMAL); the count is reported either way."""
+    model, cluster = load_model("llama-3.1-8b"), load_cluster("dgx-h100", gpus=8)
+    data = P.plan(model, cluster, seq_len=4096, global_batch_size=64, top_k=1)
+    assert data["solver"]["recost_rejected"] == 0 and data["solver"]["status"] == "OPTIMAL"
+    costs = P._Costs(model, cluster, 2 * 2**30, 0.1)
+    layout = Layout(dp=8, global_batch_size=64, pipeline_layers=(32,))
+    assert P._fits_as_costed(costs, layout, ("none",) * 32) is False  # ZeRO-0: 18 B x 8e9 > 80 GB
