@@ -353,3 +353,14 @@ def test_deepspeed_autotp_does_not_combine_with_zero3():
     assert "deepspeed_autotp_zero3" in [v.rule for v in errors(check_layout(LLAMA_8B, cluster, layout))]
     assert not [v for v in check_layout(LLAMA_8B, cluster, layout.replace(zero_stage=2))
                 if v.rule == "deepspeed_autotp_zero3"]
+
+
+def test_pipeline_fix_offers_only_degrees_that_divide_the_gpus():
+    """Fresh-user defect: 405B (126 layers) at pp=16 vpp=2 on 2,048 GPUs was offered pp=21 or
+    pp=9 (126 / 2 = 63 = 3^2 x 7: no divisor > 1 divides 2,048 = 2^11). With vpp=1, 126 = 2 x 63:
+    pp=2 divides 2,048."""
+    model, cluster = load_model("llama-3.1-405b"), load_cluster("dgx-h100", gpus=2048)
+    layout = Layout(dp=16, tp=8, pp=16, vpp=2, global_batch_size=2048, seq_len=8192)
+    (v,) = [v for v in check_layout(model, cluster, layout) if v.rule == "layers_divisible_by_pp"]
+    assert "pp=21" not in v.fix and "pp=9" not in v.fix
+    assert v.fix.startswith("use vpp=1 with pp=2 (63 layers per stage)")

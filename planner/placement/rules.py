@@ -293,11 +293,13 @@ def _pp_fix(n: int, vpp: int, gpus: int, near: int) -> str:
     if n % vpp:
         return _pp_fix(n, 1, gpus, near).replace("use ", "use vpp=1 with ", 1)
     per = n // vpp
-    options = [p for p in _divisors(per) if p > 1 and gpus % p == 0] or [
-        p for p in _divisors(per) if p > 1]
+    options = [p for p in _divisors(per) if p > 1 and gpus % p == 0]
+    if not options and vpp > 1:
+        return _pp_fix(n, 1, gpus, near).replace("use ", "use vpp=1 with ", 1)
     options = sorted(options, key=lambda p: (abs(p - near), -p))[:2]
     if not options:
-        return "use pp=1"
+        return ("use an uneven split (`planner explain --pipeline-layers`, or `planner plan "
+                "--fix pp=N`, whose program splits unevenly), or pp=1")
     where = "stage" if vpp == 1 else "virtual stage"
     text = [f"pp={p} ({per // p} layer{'s' if per // p > 1 else ''} per {where})" for p in options]
     return "use " + " or ".join(text)
