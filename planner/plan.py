@@ -691,7 +691,7 @@ def _infeasible(model, cluster, costs: _Costs, rejections: Rejections, base, fix
                                f"candidate breaks a placement rule ({reasons}){example}",
                                details={"rejected": rejections.as_list()})
     excess, layout, diagnosis = closest
-    term, term_bytes = _dominant_term(costs, layout, diagnosis.stage)
+    term, term_bytes = _dominant_term(costs, layout, diagnosis.stage, _modes_for(fixed))
     gpus = minimum_gpus(model, cluster, base=base, fixed=fixed, reserve_bytes=costs.reserve,
                         headroom=headroom)
     gib = 2**30
@@ -699,7 +699,7 @@ def _infeasible(model, cluster, costs: _Costs, rejections: Rejections, base, fix
              f"zero={layout.zero_stage} b={layout.micro_batch_size}")
     change = (f"use at least {gpus} GPUs ({gpus // cluster.gpus_per_node} nodes of "
               f"{cluster.gpus_per_node})" if gpus else "no GPU count up to the search limit fits: "
-              "shorten the sequence or offload optimizer states")
+              + _NO_GPU_COUNT_FIX.get(term, "shorten the sequence"))
     return InfeasibleError(
         f"no layout of {model.name} fits {cluster.num_gpus} x {cluster.gpu.name} "
         f"({costs.usable_bytes / gib:.1f} GiB usable per GPU after the {costs.reserve / gib:.1f} GiB reserve "
@@ -730,9 +730,24 @@ def _closest(costs: _Costs, modes: tuple[str, ...]) -> tuple[int, Layout, object
     return None if best is None else (best[0][0], best[1], best[2])
 
 
-def _dominant_term(costs: _Costs, layout: Layout, stage: int) -> tuple[str, int]:
-    return stage_memory(costs.model, costs.cluster, layout, stage, reserve_bytes=costs.reserve,
-                        layers_by_recompute=None).largest_term
+def _dominant_term(costs: _Costs, layout: Layout, stage: int,
+                   modes: tuple[str, ...]) -> tuple[str, int]:
+    """The largest memory term of `stage` with its layers in the least-memory recompute allowed
+    (what the message says the closest layout was judged with)."""
+    least = "full" if "full" in modes else modes[0]
+    return stage_memory(costs.model, costs.cluster, layout.replace(recompute=least), stage,
+                        reserve_bytes=costs.reserve, layers_by_recompute=None).largest_term
+
+
+_NO_GPU_COUNT_FIX = {
+    "parameters": "shard the parameters further (more tp, ep for the experts, or pp; ZeRO-3) or "
+                  "offload them",
+    "gradients": "shard the gradients (ZeRO-2/3) over more data-parallel ranks",
+    "optimizer_states": "offload optimizer states, or shard them over more ranks (ZeRO-1+)",
+    "activations": "shorten the sequence or split it (more cp), or a smaller micro-batch",
+    "transient": "fewer gathered units at once (less FSDP prefetch) or more tp",
+}
+"""What would relax the binding term when no GPU count up to the search limit fits."""
 
 
 def states_lower_bound_gpus(model: ModelSpec, cluster: ClusterSpec, *, base: dict,

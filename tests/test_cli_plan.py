@@ -179,3 +179,25 @@ def test_pinned_degree_that_cannot_divide_the_gpus_names_it_and_the_divisors():
     text = " ".join(result.output.split())
     assert "pinned tp=3 does not divide 64 GPUs" in text and "1, 2, 4, 8, 16, 32, 64" in text
     assert "{" not in text
+
+
+def test_infeasible_message_terms_add_up():
+    """Fresh-user defect: "exceeds it by 306.3 GiB, dominated by activations (726.0 GiB)" -- a term
+    larger than the whole stage, costed with no recompute while the message says least-memory
+    recompute. The dominant term can be no larger than usable + excess (the stage's total)."""
+    import re
+
+    from typer.testing import CliRunner
+
+    from planner.cli import app
+    result = CliRunner().invoke(app, ["plan", "-m", "llama-3.1-8b", "-c", "dgx-h100", "--gpus",
+                                      "8", "--seq-len", "131072", "--global-batch-size", "8",
+                                      "--fix", "cp=1", "--fix", "tp=1"])
+    assert result.exit_code == 1
+    text = " ".join(result.output.split())
+    usable = float(re.search(r"\(([\d.]+) GiB usable", text).group(1))
+    excess = float(re.search(r"by ([\d.]+) GiB, dominated", text).group(1))
+    term = float(re.search(r"dominated by [a-z ]+ \(([\d.]+) GiB\)", text).group(1))
+    assert term <= usable + excess + 2.0  # + the 2 GiB reserve, which usable excludes
+    # no GPU count helps a sequence that one GPU's activations cannot hold: the advice says so
+    assert "more cp" in text and "offload optimizer states" not in text
