@@ -447,11 +447,12 @@ def plan_cmd(
                     continue
             return out
 
-        data = _emit(data, _value(emit),
-                     lambda r: plan_api.plan_file(r, model_ref=model, cluster_ref=cluster),
-                     uniform_plans)
+        data, index = _emit(data, _value(emit),
+                            lambda r, i: plan_api.plan_file(r, i, model_ref=model, cluster_ref=cluster),
+                            uniform_plans)
     if output:
-        report.write_yaml(output, plan_api.plan_file(data, model_ref=_ref_for(model, output),
+        report.write_yaml(output, plan_api.plan_file(data, 0 if emit is None else index,
+                                                     model_ref=_ref_for(model, output),
                                                      cluster_ref=_ref_for(cluster, output)))
 
 
@@ -468,16 +469,16 @@ def _emit_pins(framework: str, fixed: dict, moe: bool) -> dict:
     return {**pins, **fixed}
 
 
-def _emit(result: dict, framework: str, doc_of, replan) -> dict:
+def _emit(result: dict, framework: str, doc_of, replan) -> tuple[dict, int]:
     """Print the fastest launch configuration (`emit.best_launch`); exit 1 if `planner check` of
-    it fails. Returns the `plan()` result it was emitted from (what `-o` then writes)."""
+    it fails. Returns the `plan()` result and plan index it was emitted from (what `-o` writes)."""
     from planner import emit as emit_api
 
     launch = emit_api.best_launch(result, framework, doc_of, replan)
     report.show_emitted(launch, result)
     if launch.verdict["verdict"] != "pass":
         raise typer.Exit(1)
-    return launch.source
+    return launch.source, launch.index
 
 
 def _ref_for(ref: str, output: str) -> str:

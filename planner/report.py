@@ -416,16 +416,17 @@ def show_emitted(launch, searched: dict) -> None:
     emitted, verdict = launch.emitted, launch.verdict
     sys.stdout.write(emitted.text if emitted.text.endswith("\n") else emitted.text + "\n")
     best = searched["plans"][0]["time_s"]["step"]
-    if launch.source is not searched:
-        chosen, first = launch.source["plans"][0], launch.instead_of
+    if launch.instead_of is not None or launch.source is not searched or launch.index:
+        chosen, first = launch.source["plans"][launch.index], launch.instead_of
         if first is None:
             as_emitted = "cannot be launched by it"
         elif first.verdict["verdict"] == "pass":
             as_emitted = f"runs {first.step_s:.3f} s/step"
         else:
             as_emitted = "fails `planner check`"
-        note(f"emitted the best plan with recompute {chosen['parallelism']['recompute']} on every "
-             f"layer ({layout_label(chosen['parallelism'])}), {launch.step_s:.3f} s/step as "
+        which = (f"the best plan with recompute {chosen['parallelism']['recompute']} on every layer"
+                 if launch.source is not searched else f"the search's plan #{launch.index + 1}")
+        note(f"emitted {which} ({layout_label(chosen['parallelism'])}), {launch.step_s:.3f} s/step as "
              f"{emitted.framework} launches it: the search's best plan ({best:.3f} s/step as "
              f"planned) {as_emitted}"
              + (f" with the changes {emitted.framework} needs ({len(first.emitted.deviations)} "

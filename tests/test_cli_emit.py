@@ -134,8 +134,32 @@ def test_deepspeed_has_no_selective_recompute_to_pin_or_check(tmp_path):
 def test_megatron_that_cannot_launch_the_plan_is_infeasible_not_bad_input():
     """Fresh-user defect: deepseek-v3 on 256 GPUs, `--emit megatron`, exited 2 (bad input) on a
     valid request: its 61 layers over 32 stages need a split Megatron's first/last flags cannot
-    give. No launchable alternative exists either, so it exits 1 and says why."""
+    give. Pinned to pp=32, no launchable plan exists: exit 1, saying why."""
     proc = _planner("plan", "-m", "deepseek-v3", "-c", "hgx-h800", "--gpus", "256", "--emit",
-                    "megatron")
+                    "megatron", "--fix", "pp=32")
     assert proc.returncode == 1 and proc.stdout == ""
     assert "not one Megatron-LM can give" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_emit_falls_back_to_a_plan_the_framework_can_launch():
+    """Unpinned, the search's best deepseek-v3 plan has such a split, but other plans weighed
+    (runners-up, uniform recompute) can be launched: one is emitted, and the note says the best
+    one cannot be."""
+    proc = _planner("plan", "-m", "deepseek-v3", "-c", "hgx-h800", "--gpus", "256", "--emit",
+                    "megatron")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("#!/bin/bash")
+    assert "cannot be launched by it" in proc.stderr and "check: PASS" in proc.stderr
+
+
+def test_emit_weighs_the_search_runners_up():
+    """Fresh-user finding: for 70B on 64 H100, Megatron cannot give the best plan's split and
+    recompute mix (59.6 s as emitted), while a plan without recompute on pp=8 launches as planned
+    at ~56.3 s: the faster launch is emitted, within 3% of the search's best plan."""
+    proc = _planner("plan", "-m", "llama-3.1-70b", "-c", "dgx-h100", "--gpus", "64", "--emit",
+                    "megatron")
+    assert proc.returncode == 0, proc.stderr
+    import re
+    emitted, best = (float(x) for x in re.findall(
+        r"([\d.]+) s/step as emitted \(search's best plan: ([\d.]+) s\)", proc.stderr)[0])
+    assert best <= emitted <= 1.03 * best

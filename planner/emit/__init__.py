@@ -84,6 +84,8 @@ class Launch:
     """`planner.check.evaluate` of the configuration read back by the framework's reader."""
     source: dict
     """The `planner.plan.plan` result whose best plan was emitted."""
+    index: int = 0
+    """Which of `source`'s plans (0 = its best)."""
     instead_of: Launch | None = None
     """The search's best plan as the framework can launch it, when a faster alternative was
     emitted in its place (`best_launch`); None when the search's best plan was emitted."""
@@ -118,45 +120,48 @@ def checked(doc: dict, framework: str) -> tuple[Emitted, dict]:
     return emitted, check_api.evaluate(target)
 
 
-def best_launch(result: dict, framework: str, doc_of: Callable[[dict], dict],
+def best_launch(result: dict, framework: str, doc_of: Callable[[dict, int], dict],
                 alternatives: Callable[[], Iterable[dict]]) -> Launch:
-    """The fastest configuration `framework` can launch among the search's best plan and, when
-    that one cannot be emitted exactly, the best plans under each uniform recompute mode
-    (`alternatives()`: more `plan` results, searched only then): a per-stage recompute mix a
-    framework cannot express is emitted with more recompute, which may cost more time than a
-    plan searched with the framework's own choices. Ranked by passing `planner check`, then by the
-    emitted configuration's step time as `planner check` computes it.
+    """The fastest configuration `framework` can launch among the search's plans (its best and
+    runners-up) and, when the best cannot be emitted exactly, the plans of `alternatives()` (the
+    best plans under each uniform recompute mode, searched only then): a per-stage recompute mix
+    or a split a framework cannot express is emitted with more recompute or another split, which
+    may cost more time than a plan it can launch as planned. Ranked by passing `planner check`,
+    then by the emitted configuration's step time as `planner check` computes it.
 
     Raises:
-        InfeasibleError: neither the search's best plan nor any alternative can be launched by
-            the framework (exit 1: the request is valid; what was asked has no launchable plan).
+        InfeasibleError: no plan weighed can be launched by the framework (exit 1: the request is
+            valid; what was asked has no launchable plan).
 
     Args:
         result: the search's `plan()` result.
-        doc_of: a `plan()` result -> its plan file (`planner.plan.plan_file`).
+        doc_of: (a `plan()` result, plan index) -> its plan file (`planner.plan.plan_file`).
         alternatives: further `plan()` results to weigh (called at most once).
     """
-    try:
-        emitted, verdict = checked(doc_of(result), framework)
-    except SpecError as exc:  # the framework cannot launch the search's best plan at all
-        first, refused = None, exc
-    else:
-        first, refused = Launch(emitted=emitted, verdict=verdict, source=result), None
-        if not emitted.deviations:
-            return first
-    options, others = ([first] if first else []), list(alternatives())
+    first, refused = _launch(result, 0, framework, doc_of)
+    if first is not None and not first.emitted.deviations:
+        return first
+    runners_up = [_launch(result, i, framework, doc_of)[0] for i in range(1, len(result["plans"]))]
+    others = list(alternatives())
+    options = [o for o in [first, *runners_up] if o is not None]
     for other in others:
-        try:
-            emitted, verdict = checked(doc_of(other), framework)
-        except SpecError:
-            continue  # that plan is not one the framework can launch either
-        options.append(Launch(emitted=emitted, verdict=verdict, source=other))
+        options += [o for i in range(len(other["plans"]))
+                    if (o := _launch(other, i, framework, doc_of)[0]) is not None]
     if not options:
-        tail = (f"; and no best plan under a uniform recompute mode can be launched by {framework} "
-                f"either" if others else "")
+        tail = (f"; and no other plan weighed (runners-up, uniform recompute) can be launched by "
+                f"{framework} either" if others or runners_up else "")
         raise InfeasibleError(f"{_reason(refused)}{tail}")
     chosen = min(options, key=lambda o: (o.verdict["verdict"] != "pass", o.step_s))
     return chosen if chosen is first else dataclasses.replace(chosen, instead_of=first)
+
+
+def _launch(result: dict, index: int, framework: str, doc_of) -> tuple[Launch | None, SpecError | None]:
+    """(Launch of plan `index` of `result`, None) or (None, the writer's refusal)."""
+    try:
+        emitted, verdict = checked(doc_of(result, index), framework)
+    except SpecError as exc:
+        return None, exc
+    return Launch(emitted=emitted, verdict=verdict, source=result, index=index), None
 
 
 def _reason(exc: SpecError) -> str:
