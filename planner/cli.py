@@ -417,6 +417,9 @@ def plan_cmd(
         raise SpecError(f"value {_value(emit)!r} contradicts --framework {_value(framework)!r}: a plan "
                         f"is searched under the conventions of the framework it is emitted for; give "
                         f"one of them", key="--emit")
+    if emit is not None and fmt != Format.table:
+        raise SpecError(f"value {fmt.value!r} not allowed with --emit, which prints the framework's own "
+                        f"configuration; write the plan as data with -o plan.yaml", key="--format")
     framework = framework or emit or "megatron"
     fixed = parse_fix(fix or [])
     if output is not None:

@@ -395,7 +395,8 @@ def show_check(data: dict, fmt: str) -> None:
     if data.get("time_s"):
         t = data["time_s"]
         console.print(Text(f"step {t['step']:.3f} s (compute {t['compute']:.3f}, exposed comm "
-                           f"{t['communication_exposed']:.3f}, bubble {t['pipeline_bubble']:.3f}); "
+                           f"{t['communication_exposed']:.3f}, bubble {t['pipeline_bubble']:.3f}, "
+                           f"recompute {t['recompute']:.3f}, optimizer {t['optimizer']:.3f}); "
                            f"{data['tokens_per_s']:,.0f} tokens/s, MFU {100 * data['mfu']:.1f}%"))
     if data["violations"]:
         console.print()

@@ -163,3 +163,9 @@ def test_emit_weighs_the_search_runners_up():
     emitted, best = (float(x) for x in re.findall(
         r"([\d.]+) s/step as emitted \(search's best plan: ([\d.]+) s\)", proc.stderr)[0])
     assert best <= emitted <= 1.03 * best
+
+
+def test_emit_with_a_data_format_is_bad_input_not_ignored():
+    """Fresh-user defect: `--emit megatron -f json` printed the bash script, ignoring -f."""
+    proc = _planner(*BASE, "--emit", "megatron", "-f", "json")
+    assert proc.returncode == 2 and proc.stdout == "" and "--format" in proc.stderr

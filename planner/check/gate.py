@@ -215,13 +215,15 @@ _FRAMEWORK_TERMS = {
     "deepspeed": {
         "recompute selective": "selective activation recompute in the model code",
         "recompute full": "deepspeed.checkpointing.checkpoint around every layer (model code)",
-        "micro_batch_size": "train_micro_batch_size_per_gpu {}",
+        "micro_batch_size": "train_micro_batch_size_per_gpu {} (train_batch_size kept: "
+                            "gradient_accumulation_steps grows)",
         "zero_stage": "zero_optimization.stage {}",
     },
     "torchtitan": {
         "recompute selective": 'activation_checkpoint.mode = "selective"',
         "recompute full": 'activation_checkpoint.mode = "full"',
-        "micro_batch_size": "local_batch_size {} (pipeline_parallel_microbatch_size with PP)",
+        "micro_batch_size": "local_batch_size {} with global_batch_size kept (gradient "
+                            "accumulation; pipeline_parallel_microbatch_size with PP)",
         "zero_stage 2": 'FSDP (data_parallel_shard_degree > 1) with fsdp_reshard_after_forward = "never"',
         "zero_stage 3": "FSDP (data_parallel_shard_degree > 1)",
     },
