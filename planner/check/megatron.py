@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import ast
 import operator
+import difflib
 import re
 import shlex
 from pathlib import Path
@@ -125,14 +126,15 @@ def read(path: Path, *, model: str | None, cluster: str | None, gpus: int | None
             option that contradicts the file, a model that disagrees with the file's architecture.
     """
     file = str(path)
-    args = parse_args(files.read_text(
-        path, kind="text file (a shell script or Megatron-LM arguments file)"), file)
+    text = files.read_text(path, kind="text file (a shell script or Megatron-LM arguments file)")
+    args = parse_args(text, file)
     if cluster is None:
         raise SpecError("--cluster is required: Megatron-LM arguments do not name the cluster",
                         file=file, key="--cluster")
     spec = _model(args, model, path)
     world = _world(args, gpus, file)
     findings: list[Violation] = _rotary_base(args, spec, file) if model is not None else []
+    findings += _misspelled(text, file)
     layout = _layout(args, spec, world, seq_len, file, findings)
     per_stage = _recompute_per_stage(args, spec, layout, file, findings)
     if per_stage is not None:
@@ -140,6 +142,26 @@ def read(path: Path, *, model: str | None, cluster: str | None, gpus: int | None
         layout = layout.replace(recompute="full" if totals["full"] >= totals["none"] else "none")
     return Target(file=file, kind=KIND, model=spec, cluster=_cluster(cluster, world, args, file),
                   layout=layout, recompute_per_stage=per_stage, findings=tuple(findings))
+
+
+def _misspelled(text: str, file: str) -> list[Violation]:
+    """A warning for each `--flag` close to, but not, one this reader reads (`--sequence-paralel`):
+    Megatron-LM's argparse stops at an unknown flag, and a misspelled one is otherwise dropped
+    here. Flags far from every flag read are not reported: the reader knows only the flags it
+    costs, not all of Megatron's."""
+    known = (*_INT_FLAGS, *_CHOICE_FLAGS, *_BOOL_FLAGS)
+    out = []
+    for flag in dict.fromkeys(re.findall(r"(?<![\w-])--[a-z][a-z0-9_-]+", text)):
+        if flag in known:
+            continue
+        close = difflib.get_close_matches(flag, known, n=1, cutoff=0.9)
+        if close:
+            out.append(Violation(rule="megatron_unknown_flag", severity="warning",
+                                 message=f"{flag} is not a flag this reader knows; did you mean "
+                                         f"{close[0]}? (Megatron-LM's argparse stops at an unknown "
+                                         f"flag; here it is ignored)",
+                                 fix=f"write {close[0]}"))
+    return out
 
 
 # ---------------------------------------------------------------- tokens
