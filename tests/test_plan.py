@@ -154,3 +154,13 @@ def test_recost_rejections_make_the_status_feasible_not_optimal():
     costs = P._Costs(model, cluster, 2 * 2**30, 0.1)
     layout = Layout(dp=8, global_batch_size=64, pipeline_layers=(32,))
     assert P._fits_as_costed(costs, layout, ("none",) * 32) is False  # ZeRO-0: 18 B x 8e9 > 80 GB
+
+
+def test_equal_step_times_keep_the_least_recompute():
+    """Fresh-user finding: llama-3.1-8b on 2,048 H100s chose selective recompute on every layer
+    where no recompute gives the same step time (FlashAttention already recomputes the attention
+    core, so Megatron's selective recompute costs nothing here) and saves nothing that matters:
+    among equally fast mode counts the least recompute is kept."""
+    model, cluster = load_model("llama-3.1-8b"), load_cluster("dgx-h100", gpus=2048)
+    data = P.plan(model, cluster, seq_len=4096, global_batch_size=1024, top_k=1)
+    assert data["plans"][0]["parallelism"]["recompute"] == "none"

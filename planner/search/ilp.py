@@ -519,9 +519,9 @@ def _compositions(n: int, R: int) -> np.ndarray:
     elif R == 2:
         a = np.arange(n + 1, dtype=np.int64)
         out = np.stack([n - a, a], axis=1)
-    elif R == 3:
+    elif R == 3:  # first row all in the first mode (the least recompute), as for R = 2
         i, j = np.triu_indices(n + 1)
-        out = np.stack([i, j - i, n - j], axis=1).astype(np.int64)
+        out = np.stack([n - j, j - i, i], axis=1).astype(np.int64)
     else:
         raise SpecError(f"at most 3 recompute modes supported, got {R}", key="modes")
     out.flags.writeable = False
