@@ -378,3 +378,18 @@ def test_shipped_presets_have_no_unknown_key(source, gpus):
     result, data = _json(source, *H100, "--gpus", gpus)
     assert data is not None, result.output
     assert "torchtitan_unknown_key" not in _rules(data)
+
+
+def test_reshard_never_without_pipeline_is_zero2(tmp_path):
+    """Fresh-user defect: `fsdp_reshard_after_forward = "never"` (FSDP2 keeping parameters
+    unsharded after forward: ZeRO-2) was read as ZeRO-3, so check costed less memory than the run
+    uses. Without PP it is ZeRO-2; under PP torchtitan never reshards anyway (ZeRO-3's run)."""
+    path = _edit(tmp_path, "data_parallel_shard_degree = -1",
+                 'data_parallel_shard_degree = -1\nfsdp_reshard_after_forward = "never"')
+    result, data = _json(path, *H100, "--gpus", "8")
+    assert data["parallelism"]["zero_stage"] == 2
+    piped = _edit(tmp_path, "pipeline_parallel_degree = 1",
+                  'pipeline_parallel_degree = 2\npipeline_parallel_microbatch_size = 1',
+                  source=path, name="piped.toml")
+    result, data = _json(piped, *H100, "--gpus", "8")
+    assert data["parallelism"]["zero_stage"] == 3

@@ -86,6 +86,7 @@ _KEYS = {
     "mixed_precision_param": (("training", "mixed_precision_param"),),
     "dtype": (("training", "dtype"),),
     "enable_cpu_offload": (("training", "enable_cpu_offload"),),
+    "fsdp_reshard_after_forward": (("parallelism", "fsdp_reshard_after_forward"),),
     "replicate": (("parallelism", "data_parallel_replicate_degree"),
                   ("training", "data_parallel_replicate_degree")),
     "shard": (("parallelism", "data_parallel_shard_degree"),
@@ -132,8 +133,7 @@ _OTHER_FIELDS = {
     "training": ("dataset", "dataset_path", "max_norm", "steps", "mixed_precision_reduce",
                  "compile", "gc_freq", "gc_debug", "seed", "deterministic",
                  "debug_moe_force_load_balance"),
-    "parallelism": ("enable_compiled_autograd", "fsdp_reshard_after_forward",
-                    "disable_loss_parallel", "enable_async_tensor_parallel",
+    "parallelism": ("enable_compiled_autograd", "disable_loss_parallel", "enable_async_tensor_parallel",
                     "context_parallel_rotate_method", "expert_parallel_comm_backend"),
     "model": ("name", "flavor", "tokenizer_path", "hf_assets_path", "print_after_conversion"),
     "activation_checkpoint": ("per_op_sac_force_recompute_mm_shapes_by_fqns", "memory_budget",
@@ -387,11 +387,16 @@ def _layout(cfg: _Config, spec: ModelSpec, degrees: dict[str, int], seq_len: int
     rank_layers = list(split) if split else ([spec.num_hidden_layers] if pp == 1 else None)
     mode, per_stage = _recompute(cfg, rank_layers)
     fsdp = shard > 1 or cp > 1  # ParallelDims.fsdp_enabled
+    # FSDP2 that keeps parameters unsharded after forward is ZeRO-2 (parallelize.py apply_fsdp:
+    # reshard_after_forward = "never" -> False; "default" -> not pp_enabled). Under PP both are
+    # the run zero_stage 3 costs (rules: torchtitan ZeRO-2 with PP is its ZeRO-3).
+    reshard = cfg.text("fsdp_reshard_after_forward", "default", ("default", "always", "never"))
+    zero = (2 if reshard == "never" and pp == 1 else 3) if fsdp else 0
     tokens, precision = _seq_len(cfg, seq_len), _precision(cfg)
     offload = cfg.flag("enable_cpu_offload")
     try:
         layout = Layout(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp if ep > 1 else 1,
-                        dp_shard=shard if fsdp else None, zero_stage=3 if fsdp else 0,
+                        dp_shard=shard if fsdp else None, zero_stage=zero,
                         sequence_parallel=tp > 1, vpp=vpp, pipeline_layers=split,
                         micro_batch_size=micro, global_batch_size=global_batch,
                         seq_len=tokens, recompute=mode,
