@@ -9,10 +9,11 @@ launches with, in the framework's real argument / key names:
 - `torchtitan`: a torchtitan TOML job config.
 
 What a framework cannot express exactly (a per-stage recompute mix Megatron's `--recompute-num-layers`
-cannot say, a split its flags cannot give) is emitted as the nearest configuration that needs no
-more memory on any stage than the plan, and each such change is listed in `Emitted.deviations` with
-its numbers; nothing is changed silently. The readers of `planner check` read every emitted file
-back (tests/test_emit_*.py): the round trip gives the plan's layout, up to the listed deviations.
+cannot say, a split its flags cannot give) is emitted as the nearest configuration whose every
+stage still fits the plan's memory budget (more recompute, or a moved split that fits), and each
+such change is listed in `Emitted.deviations` with its numbers; nothing is changed silently. The
+readers of `planner check` read every emitted file back (tests/test_emit_*.py): the round trip
+gives the plan's layout, up to the listed deviations.
 """
 
 from __future__ import annotations

@@ -33,8 +33,10 @@ dataclasses its `ArgumentGroupFactory` turns into `--field-name` flags, as cited
 - torchrun (torch.distributed.run): --nproc_per_node, --nnodes, --node_rank, --master_addr,
   --master_port.
 
-What Megatron cannot state is written as the nearest configuration that needs no more memory on any
-stage, each change one line of `Emitted.deviations`:
+What Megatron cannot state is written as the nearest configuration it can: recompute at least
+what the plan recomputes on every layer kept in place, and a moved split only when every stage
+still fits the plan's memory budget (capacity less headroom and reserve); each change is one line
+of `Emitted.deviations`:
 - recompute: one --recompute-granularity for the whole model, and with block one
   --recompute-num-layers N for every model chunk. A per-stage mix becomes: no full layer anywhere ->
   selective on every layer (selective saves a subset of what no recompute saves); any full layer ->
@@ -474,7 +476,7 @@ def _header(doc: dict, model: ModelSpec, cluster: ClusterSpec, layout: Layout,
                    + (" (this script's deviations change it: `planner check` it for its own)"
                       if deviations else ""))
     if deviations:
-        out.append("# Deviations from the plan (each needs no more memory than the plan):")
+        out.append("# Deviations from the plan (every stage still fits the plan's memory budget):")
         out += [f"#   - {d}" for d in deviations]
     else:
         out.append("# Deviations from the plan: none (this is the plan exactly).")
