@@ -86,13 +86,17 @@ def test_deepspeed_recompute_in_code_is_checked_with_the_recompute_option(tmp_pa
     proc = _planner("plan", "-m", "llama-3.1-70b", "-c", "dgx-h100", "--gpus", "64", "--emit",
                     "deepspeed")
     assert proc.returncode == 0, proc.stderr
-    assert "check it with --recompute full" in proc.stderr
+    assert "--recompute full`" in proc.stderr
+    import re
+    said = float(re.search(r"([\d.]+) s/step as emitted", proc.stderr).group(1))
     path = tmp_path / "ds.json"
     path.write_text(proc.stdout)
     args = ["check", str(path), "-m", "llama-3.1-70b", "-c", "dgx-h100", "--gpus", "64",
             "--seq-len", "4096"]
     assert _planner(*args).returncode == 1  # no recompute: activations overflow
-    assert _planner(*args, "--recompute", "full").returncode == 0
+    check = _planner(*args, "--recompute", "full", "--format", "json")
+    assert check.returncode == 0
+    assert json.loads(check.stdout)["time_s"]["step"] == pytest.approx(said, abs=0.0005)
 
 
 def test_recompute_option_is_refused_for_files_that_state_their_own():

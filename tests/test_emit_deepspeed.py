@@ -168,16 +168,17 @@ def test_mixed_recompute_is_a_code_instruction(tmp_path):
     full = counts[0].get("full", 0)
     assert 0 < full < 32 and counts[0].get("selective", 0) == 0, counts
     emitted, target = _read_back(doc, tmp_path)
-    assert emitted.deviations == (
-        f"recompute is not a DeepSpeed JSON key: wrap {full} of the 32 decoder layers in "
-        f"deepspeed.checkpointing.checkpoint in the model code: the plan recomputes {full} in "
-        f"full; `planner check` of the JSON assumes no recompute unless told: check it with "
-        f"--recompute full (every layer, at least what the plan recomputes)",)
+    (line,) = emitted.deviations
+    assert line.startswith("recompute is not a DeepSpeed JSON key: wrap every one of the 32 "
+                           "decoder layers in deepspeed.checkpointing.checkpoint")
+    assert f"the plan recomputes {full} in full of 32" in line
+    assert line.endswith("--gpus 8 --seq-len 8192 --recompute full`")
     _assert_layout(doc, target)
     assert target.layout.recompute == "none"  # the deviation: the JSON cannot carry it
-    # Run as the deviation says (the plan's counts), the config fits.
-    assert code_recompute(doc) == ({"none": 32 - full, "full": full},)
-    assert evaluate(_with_recompute(target, counts))["verdict"] == "pass"
+    # Run as the deviation says (every layer, one mode: what `check --recompute full` states),
+    # the config fits.
+    assert code_recompute(doc) == ({"full": 32},)
+    assert evaluate(_with_recompute(target, [{"full": 32}]))["verdict"] == "pass"
 
 
 def test_every_layer_recomputed_names_all_layers(tmp_path):
@@ -196,12 +197,11 @@ def test_selective_becomes_full_with_no_more_memory(tmp_path):
                recompute=[{"none": 20, "selective": 8, "full": 4}])
     emitted, target = _read_back(doc, tmp_path)
     (line,) = emitted.deviations
-    assert "wrap 12 of the 32 decoder layers" in line
-    assert "recomputes 4 in full and 8 selectively" in line
-    assert "those 8 are recomputed in full" in line
+    assert "wrap every one of the 32 decoder layers" in line
+    assert "recomputes 4 in full and 8 selectively of 32" in line
     as_planned = evaluate(_with_recompute(target, [{"none": 20, "selective": 8, "full": 4}]))
-    assert code_recompute(doc) == ({"none": 20, "full": 12},)  # 4 full + 8 selective -> 12 full
-    as_emitted = evaluate(_with_recompute(target, [{"none": 20, "full": 12}]))
+    assert code_recompute(doc) == ({"full": 32},)  # whole layers, one mode for all
+    as_emitted = evaluate(_with_recompute(target, [{"full": 32}]))
     assert as_emitted["verdict"] == "pass"
     assert as_emitted["memory_bytes"]["total"] <= as_planned["memory_bytes"]["total"]
 

@@ -89,7 +89,7 @@ def write(doc: dict) -> Emitted:
     }
     if par["tp"] > 1:
         config["tensor_parallel"] = {"autotp_size": par["tp"]}
-    deviations = _recompute_deviation(par, load_model(doc["model"]).num_hidden_layers)
+    deviations = _recompute_deviation(par, load_model(doc["model"]).num_hidden_layers, doc)
     if par["sequence_parallel"] and par["tp"] == 1:
         deviations.insert(0, "sequence_parallel=true not written: at tp=1 there is nothing to "
                              "split the sequence over (no effect on memory or time)")
@@ -107,10 +107,9 @@ def code_recompute(doc: dict) -> tuple[dict[str, int], ...] | None:
     par = doc["plan"]["parallelism"]
     layers = load_model(doc["model"]).num_hidden_layers
     counts = _stage_counts(par, layers)
-    wrapped = counts.get("full", 0) + counts.get("selective", 0)
-    if wrapped == 0:
+    if counts.get("full", 0) + counts.get("selective", 0) == 0:
         return None
-    return ({m: n for m, n in (("none", layers - wrapped), ("full", wrapped)) if n},)
+    return ({"full": layers},)  # every layer: one mode for all, as `check --recompute` states
 
 
 def _stage_counts(par: dict, layers: int) -> dict[str, int]:
@@ -182,22 +181,20 @@ def _zero(par: dict) -> dict:
     return section
 
 
-def _recompute_deviation(par: dict, layers: int) -> list[str]:
-    """The line telling the user which layers to checkpoint in code (empty: no recompute)."""
+def _recompute_deviation(par: dict, layers: int, doc: dict) -> list[str]:
+    """The line telling the user to checkpoint every layer in code (empty: no recompute): the
+    JSON cannot carry recompute, `planner check --recompute` takes one mode for all layers, and
+    Hugging Face's gradient_checkpointing_enable() wraps them all, so a plan that recomputes some
+    layers is emitted recomputing all of them in full (more recompute, never more memory)."""
     counts = _stage_counts(par, layers)
     full, selective = counts.get("full", 0), counts.get("selective", 0)
-    wrapped = full + selective
-    if wrapped == 0:
+    if full + selective == 0:
         return []
-    which = "every one of the" if wrapped == layers else f"{wrapped} of the"
-    line = (f"recompute is not a DeepSpeed JSON key: wrap {which} {layers} decoder layers in "
-            f"deepspeed.checkpointing.checkpoint in the model code"
-            f"{' (or call gradient_checkpointing_enable() on a Hugging Face model)' if wrapped == layers else ''}"
-            f": the plan recomputes {full} in full")
-    if selective:
-        line += (f" and {selective} selectively (attention only); DeepSpeed checkpoints whole "
-                 f"layers, so those {selective} are recomputed in full (more recompute, no more "
-                 f"memory)")
-    line += ("; `planner check` of the JSON assumes no recompute unless told: check it with "
-             "--recompute full (every layer, at least what the plan recomputes)")
-    return [line]
+    planned = f"{full} in full" + (f" and {selective} selectively" if selective else "")
+    check = (f"planner check FILE -m {doc['model']} -c {doc['cluster']} --gpus {doc['gpus']} "
+             f"--seq-len {doc['request']['seq_len']} --recompute full")
+    return [f"recompute is not a DeepSpeed JSON key: wrap every one of the {layers} decoder layers "
+            f"in deepspeed.checkpointing.checkpoint in the model code (or call "
+            f"gradient_checkpointing_enable() on a Hugging Face model); the plan recomputes "
+            f"{planned} of {layers}, DeepSpeed checkpoints whole layers and one mode for all is "
+            f"what the check states: `{check}`"]
