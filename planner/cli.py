@@ -216,6 +216,8 @@ GpusOpt = Annotated[int | None, typer.Option("--gpus", min=1, max=MAX_GPUS, help
     "clusters)."))]
 Recompute = Enum("Recompute", {m: m for m in layout_mod.RECOMPUTE_MODES}, type=str)
 Framework = Enum("Framework", {f: f for f in layout_mod.FRAMEWORKS}, type=str)
+CodeRecompute = Enum("CodeRecompute", {m: m for m in ("none", "full")}, type=str)
+"""Recompute a DeepSpeed model can apply from code: whole layers (deepspeed.checkpointing)."""
 Optimizer = Enum("Optimizer", {o: o for o in layout_mod.OPTIMIZERS}, type=str)
 Precision = Enum("Precision", {p: p for p in layout_mod.PRECISIONS}, type=str)
 Offload = Enum("Offload", {o: o for o in layout_mod.OFFLOAD_TARGETS}, type=str)
@@ -334,8 +336,10 @@ def parse_fix(items: list[str]) -> dict:
     for item in items:
         key, sep, raw = item.partition("=")
         key = key.strip().replace("-", "_")
-        if not sep or key not in FIXABLE:
+        if not sep:
             raise SpecError(f"{item!r} must be key=value; allowed keys: {allowed}", key="--fix")
+        if key not in FIXABLE:
+            raise SpecError(f"unknown key {key!r} in {item!r}; allowed keys: {allowed}", key="--fix")
         value = _fix_value(key, raw.strip())
         if key in fixed and fixed[key] != value:
             raise SpecError(f"{key} pinned twice ({key}={fixed[key]} and {key}={value}); pin it once",
@@ -503,8 +507,8 @@ def check_cmd(
     cluster: Annotated[str | None, typer.Option("--cluster", "-c", help="Cluster (catalog name or path); a framework config never names it.")] = None,
     gpus: Annotated[int | None, typer.Option(min=1, max=MAX_GPUS, help="GPUs the job runs on, when the file does not say.")] = None,
     seq_len: Annotated[int | None, typer.Option(min=1, max=MAX_SEQ_LEN, help="Tokens per sequence, when the file does not say.")] = None,
-    recompute: Annotated[Recompute | None, typer.Option(
-        case_sensitive=False, help="DeepSpeed only: the activation recompute the model code applies (default none).")] = None,
+    recompute: Annotated[CodeRecompute | None, typer.Option(
+        case_sensitive=False, help="DeepSpeed only: the activation recompute its model code applies to every layer (default none).")] = None,
     fmt: FormatOpt = Format.table,
 ) -> None:
     """CI gate: pass (exit 0) or fail (exit 1) with each violated rule, its numbers and a fix."""

@@ -802,7 +802,8 @@ def plan_file(data: dict, index: int = 0, *, model_ref: str | None = None,
               cluster_ref: str | None = None) -> dict:
     """The plan file (`-o plan.yaml`, DESIGN.md §5) for plan `index` of a `plan()` result: what to
     run (model, cluster, the full parallelism incl. the per-stage split and recompute), what the
-    model predicts, and the solver status; `planner check` reads it back
+    model predicts, and the solver status (`solver.plan_rank`: which of the search's plans this is;
+    `solver.objective_s` is the best one's); `planner check` reads it back
     (`planner.check.plan_file`), and `plan_layout(doc["plan"], doc["request"])` rebuilds the
     Layout. `model_ref` / `cluster_ref`: what the user named them by (a catalog name or a path,
     so that the file loads them again); default: their names."""
@@ -818,5 +819,5 @@ def plan_file(data: dict, index: int = 0, *, model_ref: str | None = None,
         "predicted": {k: entry[k] for k in ("time_s", "memory_bytes", "memory_verdict",
                                             "communication_bytes_per_step", "tokens_per_s",
                                             "tflops_per_gpu", "mfu", "hfu")},
-        "solver": dict(data["solver"]),
+        "solver": {**data["solver"], "plan_rank": index + 1},
     }

@@ -425,8 +425,9 @@ def show_emitted(launch, searched: dict) -> None:
             as_emitted = f"runs {first.step_s:.3f} s/step"
         else:
             as_emitted = "fails `planner check`"
-        which = (f"the best plan with recompute {chosen['parallelism']['recompute']} on every layer"
-                 if launch.source is not searched else f"the search's plan #{launch.index + 1}")
+        rank = "the best plan" if launch.index == 0 else f"plan #{launch.index + 1}"
+        which = (f"{rank} of the search with recompute {chosen['parallelism']['recompute']} on "
+                 f"every layer" if launch.source is not searched else f"the search's {rank}")
         note(f"emitted {which} ({layout_label(chosen['parallelism'])}), {launch.step_s:.3f} s/step as "
              f"{emitted.framework} launches it: the search's best plan ({best:.3f} s/step as "
              f"planned) {as_emitted}"

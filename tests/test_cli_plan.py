@@ -201,3 +201,12 @@ def test_infeasible_message_terms_add_up():
     assert term <= usable + excess + 2.0  # + the 2 GiB reserve, which usable excludes
     # no GPU count helps a sequence that one GPU's activations cannot hold: the advice says so
     assert "more cp" in text and "offload optimizer states" not in text
+
+
+def test_unknown_fix_key_is_named_as_unknown():
+    """Fresh-user defect: `--fix foo=1` said "'foo=1' must be key=value", which it is."""
+    from typer.testing import CliRunner
+
+    from planner.cli import app
+    result = CliRunner().invoke(app, ["plan", "-m", "llama-3.1-8b", "-c", "dgx-h100", "--fix", "foo=1"])
+    assert result.exit_code == 2 and "unknown key 'foo'" in result.output

@@ -35,9 +35,10 @@ What a DeepSpeed JSON cannot state, decided item by item:
   memory it was costed for is not DeepSpeed's.
 - recompute: activation checkpointing is switched on by the model code (`deepspeed.checkpointing.
   checkpoint`, HF `gradient_checkpointing_enable`), not by the JSON. The JSON is emitted and one
-  deviation line says how many layers to wrap; DeepSpeed checkpoints whole layers, so a layer the
-  plan recomputes selectively is wrapped in full (more recompute, no more memory). `planner check`
-  of the JSON assumes no recompute unless given `--recompute` (`deepspeed_recompute_assumed`).
+  deviation line says to wrap every layer when the plan recomputes any: DeepSpeed checkpoints
+  whole layers, and one mode for all is what HF's switch and `planner check --recompute full`
+  state (more recompute than a partial plan, never more memory). `planner check` of the JSON
+  assumes no recompute unless given `--recompute` (`deepspeed_recompute_assumed`).
 The model, cluster, GPU count and sequence length are not DeepSpeed keys: they travel as the
 reader's --model/--cluster/--gpus/--seq-len.
 """
