@@ -527,6 +527,7 @@ def plan(model: ModelSpec, cluster: ClusterSpec, *, seq_len: int, global_batch_s
     if not result.best:
         raise _infeasible(model, cluster, costs, rejections, base, fixed, headroom)
     plans = [plan_entry(model, cluster, r.result, reserve) for r in result.best]
+    warnings += _underused(plans[0], cluster, seq_len, global_batch_size)
     return {
         "solver": {"status": "FEASIBLE" if costs.recost_rejected else result.status,
                    "recost_rejected": costs.recost_rejected,
@@ -541,6 +542,23 @@ def plan(model: ModelSpec, cluster: ClusterSpec, *, seq_len: int, global_batch_s
         "request": {"model": model.name, "cluster": cluster.name, "gpus": cluster.num_gpus,
                     **base, "fixed": fixed, "headroom": headroom, "reserve_bytes": reserve},
     }
+
+
+LOW_MFU = 0.10
+"""MFU below which `plan` says the GPUs are underused by the batch: a tenth of the 40-60% that
+well-sized dense runs reach (Llama 3 405B: 38-43%, Dubey et al. 2024 Table 4), so only requests
+far from any sensible size trip it; a message, not a constraint."""
+
+
+def _underused(best: dict, cluster: ClusterSpec, seq_len: int, global_batch_size: int) -> list[str]:
+    """A warning when even the fastest plan leaves most of the GPUs' FLOPs unused."""
+    if best["mfu"] >= LOW_MFU:
+        return []
+    tokens = seq_len * global_batch_size
+    return [f"the fastest plan reaches {100 * best['mfu']:.1f}% MFU: a batch of "
+            f"{global_batch_size:,} sequences ({tokens:,} tokens) gives each of the "
+            f"{cluster.num_gpus:,} GPUs {tokens / cluster.num_gpus:,.0f} tokens per step; fewer "
+            f"GPUs or a larger batch would use them far better"]
 
 
 def simplicity(layout: Layout) -> tuple:
