@@ -315,9 +315,10 @@ def _stage_problem(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> Sta
     re-multiplied per stage. The fixed bytes of stage s are its `stage_memory` holding two
     layers of each kind minus their linear part (two, so the ZeRO-3 gather working set -- the
     largest 1 + prefetch units -- is that of a full stage; middle stages share one value: same
-    terms, no embedding or head). The full-recompute working set (one layer's activations, which `stage_memory` adds
-    once when any layer of the stage is fully recomputed) is charged on every stage when `full`
-    is allowed: conservative, never a plan that `stage_memory` rejects for it.
+    terms, no embedding or head). The full-recompute working set (one layer's activations, which
+    `stage_memory` adds once when any layer of the stage is fully recomputed) is charged on every
+    stage when `full` is allowed, and credited back (`full_working_set_bytes`) by the exact
+    enumerations to a stage without a fully recomputed layer; CP-SAT keeps it (conservative).
     """
     model, cluster = costs.model, costs.cluster
     ref = _reference(model, layout)
@@ -350,6 +351,7 @@ def _stage_problem(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> Sta
         capacity_bytes=costs.usable_bytes,
         modes=modes,
         layers_per_stage=_pinned_split(model, layout),
+        full_working_set_bytes=(working,) * layout.pp if "full" in modes else (),
     )
 
 

@@ -2,9 +2,10 @@
 
 The oracle shares none of the search: for EVERY valid candidate layout (the same enumeration and
 placement rules `plan` uses), EVERY contiguous split and EVERY per-layer recompute assignment, it
-judges fit with `stage_memory` (same per-layer modes; plus the full-recompute working set charged on
-every stage when any layer may be fully recomputed -- the stage program's stated conservative memory
-rule, `planner/plan.py`) and takes `step_time(...).step`. Stage s's total depends only on its own
+judges fit with `stage_memory` (same per-layer modes; the full-recompute working set charged in
+full on every stage that fully recomputes a layer, and not at all on one that does not -- the
+stage program's stated memory rule, `planner/plan.py` `_stage_problem`) and takes
+`step_time(...).step`. Stage s's total depends only on its own
 layers and modes (`StepTime.stage_step`; step = their max), so each stage's assignments are
 enumerated separately and the best assignment of a split is re-costed whole by `step_time`.
 The plan's best step time must equal that minimum (up to the program's stated rounding bound,
@@ -76,7 +77,7 @@ def _fits(model, cluster, layout, s, layers, modes, allowed, capacity, cache) ->
                            reserve_bytes=0,
                            layers_by_recompute={m: modes.count(m) for m in set(modes)})
         total = mem.total - mem.transient_terms.get("recompute_working_set", 0)
-        if "full" in allowed:
+        if "full" in modes:  # this stage fully recomputes a layer
             total += _working_set(model, cluster, layout)
         cache[key] = total <= capacity
     return cache[key]

@@ -152,6 +152,10 @@ class StageProblem(_Sizes):
     """Recompute modes, in the order of the innermost index of the time and memory tables."""
     layers_per_stage: tuple[int, ...] | None = None
     """Pinned split (len S, each >= 1, sum L); None lets the program choose."""
+    full_working_set_bytes: tuple[float, ...] = ()
+    """[stage] bytes of `stage_fixed_memory_bytes` that only a stage with a fully recomputed layer
+    needs (the full-recompute working set); the exact enumerations credit them back to a stage
+    without one, CP-SAT keeps them (conservative). Empty: none charged."""
 
     def __post_init__(self) -> None:
         _check_shapes(self)
@@ -182,6 +186,22 @@ class IntStageProblem(_Sizes):
     """Recompute mode names."""
     layers_per_stage: tuple[int, ...] | None = None
     """Pinned split or None."""
+    full_working_set_bytes: tuple[int, ...] = ()
+    """[stage] bytes credited back to a stage without a fully recomputed layer (rounded down)."""
+
+    def credit(self, s: int, full_counts) -> np.ndarray | int:
+        """Bytes credited to stage s where `full_counts` (fully recomputed layers, any array
+        shape) is 0: the working set only a fully recomputed layer needs."""
+        if not self.full_working_set_bytes:
+            return 0
+        return np.where(np.asarray(full_counts) == 0, self.full_working_set_bytes[s], 0)
+
+    def full_column(self, comps: np.ndarray) -> np.ndarray:
+        """The fully recomputed count of each row of `comps` ([..., R] mode counts); zeros when
+        `full` is not a mode."""
+        if "full" not in self.modes:
+            return np.zeros(comps.shape[:-1], dtype=np.int64)
+        return comps[..., self.modes.index("full")]
 
     @property
     def num_kinds(self) -> int:
@@ -248,6 +268,7 @@ def to_int_problem(problem: StageProblem) -> IntStageProblem:
         capacity_bytes=math.floor(problem.capacity_bytes),
         modes=tuple(problem.modes),
         layers_per_stage=problem.layers_per_stage,
+        full_working_set_bytes=tuple(math.floor(w) for w in problem.full_working_set_bytes),
     )
 
 
@@ -587,7 +608,7 @@ def _stage_tables(ip: IntStageProblem, upper: int) -> np.ndarray:
         cost += np.max(np.stack([const[:, None] + (comps @ q)[None, :] for const, q in group]),
                        axis=0)
     fits = (np.array(ip.stage_fixed_memory_bytes, dtype=np.int64)[:, None]
-            + (comps @ mem.T).T <= ip.capacity_bytes)
+            + (comps @ mem.T).T - _credits(ip, ip.full_column(comps)) <= ip.capacity_bytes)
     cost = np.where(fits, cost, _INFEASIBLE)
     best = np.minimum.reduceat(cost, starts[lo - 1: hi] - base, axis=1)  # [s, n - lo]
     table[:, lo: hi + 1] = np.where(ok[:, lo - 1: hi], best, _INFEASIBLE)
@@ -698,7 +719,7 @@ def _exact_stage(ip: IntStageProblem, s: int, vec: tuple[int, ...]):
 
     mem = ip.layer_memory_arrays[s]
     fits = ip.stage_fixed_memory_bytes[s] + grid([c @ mem[k] for k, c in enumerate(comps)])
-    fits = fits <= ip.capacity_bytes
+    fits = fits - ip.credit(s, grid([ip.full_column(c) for c in comps])) <= ip.capacity_bytes
     if not fits.any():
         return None
     total = np.zeros(shape, dtype=np.int64)
@@ -822,7 +843,7 @@ class _OneKindTables:
         mem = (np.array(ip.kind_memory_bytes, dtype=np.int64)[:, k, :]
                + ip.kind_state_bytes[k])  # [s, r]
         fits = (np.array(ip.stage_fixed_memory_bytes, dtype=np.int64)[:, None]
-                + (rows @ mem.T).T <= ip.capacity_bytes)
+                + (rows @ mem.T).T - _credits(ip, ip.full_column(rows)) <= ip.capacity_bytes)
         total = np.zeros((ip.num_stages, len(rows)), dtype=np.int64)
         for group in ip.piece_arrays:
             total += np.max(np.stack([const[:, None] + (rows @ coef[k])[None, :]
@@ -868,7 +889,8 @@ def _stage_modes(ip: IntStageProblem, s: int, n: int) -> tuple[int, ...]:
     """Least-cost fitting mode counts for n kind-0 layers on stage s (one kind), by enumeration."""
     groups, mem = _relaxed(ip)
     comps = _compositions(n, len(ip.modes))
-    fits = ip.stage_fixed_memory_bytes[s] + comps @ mem[s] <= ip.capacity_bytes
+    fits = (ip.stage_fixed_memory_bytes[s] + comps @ mem[s] - ip.credit(s, ip.full_column(comps))
+            <= ip.capacity_bytes)
     cost = np.where(fits, _cost_of(groups, s, comps), _INFEASIBLE)
     return tuple(int(x) for x in comps[int(np.argmin(cost))])
 
@@ -916,10 +938,19 @@ def _solution(ip: IntStageProblem, ends, counts, *, status: str, bound: int, pro
 
 def stage_memory(ip: IntStageProblem, s: int, counts: list[list[int]]) -> int:
     """Bytes on stage s given counts[k][r] of kind-k layers in mode r."""
-    return ip.stage_fixed_memory_bytes[s] + sum(
+    full = sum(int(ip.full_column(np.array(row))) for row in counts)
+    return ip.stage_fixed_memory_bytes[s] - int(ip.credit(s, full)) + sum(
         ip.kind_state_bytes[k] * sum(counts[k])
         + sum(ip.kind_memory_bytes[s][k][r] * counts[k][r] for r in range(len(ip.modes)))
         for k in range(ip.num_kinds))
+
+
+def _credits(ip: IntStageProblem, full_counts: np.ndarray) -> np.ndarray | int:
+    """[stage, row] `IntStageProblem.credit` of every stage for rows of full counts."""
+    if not ip.full_working_set_bytes:
+        return 0
+    ws = np.array(ip.full_working_set_bytes, dtype=np.int64)[:, None]
+    return np.where(np.asarray(full_counts)[None, :] == 0, ws, 0)
 
 
 def _per_layer_modes(ip: IntStageProblem, ends: list[int], counts) -> tuple[str, ...]:
@@ -1042,7 +1073,13 @@ def _check_shapes(p: StageProblem) -> None:
     for key, ok in shapes.items():
         if not ok:
             raise SpecError(f"shape must follow stages={S}, kinds={K}, modes={R}", key=key)
-    values = [*p.kind_state_bytes, *np.ravel(p.kind_memory_bytes), *p.stage_fixed_memory_bytes]
+    if p.full_working_set_bytes and len(p.full_working_set_bytes) != S:
+        raise SpecError(f"shape must follow stages={S}", key="full_working_set_bytes")
+    if any(w > f for w, f in zip(p.full_working_set_bytes, p.stage_fixed_memory_bytes)):
+        raise SpecError("a working set credited back cannot exceed its stage's fixed bytes",
+                        key="full_working_set_bytes")
+    values = [*p.kind_state_bytes, *np.ravel(p.kind_memory_bytes), *p.stage_fixed_memory_bytes,
+              *p.full_working_set_bytes]
     if any(not math.isfinite(v) or v < 0 for v in values):
         raise SpecError("bytes must be finite and >= 0", key="StageProblem")
     times = [x for group in p.time_groups for const, coef in group
