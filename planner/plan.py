@@ -106,6 +106,7 @@ from planner.search.ilp import (
 )
 from planner.search.mesh import FIXABLE, Rejections, SearchSpace, candidate_layouts
 from planner.specs.cluster import ClusterSpec
+from planner.specs.limits import MAX_GPUS
 from planner.specs.model import ModelSpec
 
 DEFAULT_BATCH_TOKENS = 4 * 2**20
@@ -161,6 +162,9 @@ class _Costs:
         self._problems: dict = {}
         self.infeasible: list[Layout] = []
         self.recost_rejected = 0
+        self.rejected_bound_s = math.inf
+        """Least stage-program bound of those dropped candidates, s: the search's bound must not
+        exceed it (their optimum is unknown)."""
         """Solved plans `stage_memory` found over capacity (`_fits_as_costed`): each such candidate
         was dropped, not re-solved, so the search can no longer prove its optimum."""
 
@@ -439,6 +443,8 @@ def _solve(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> Evaluated |
     if not _fits_as_costed(costs, chosen, solution.layer_recompute):
         costs.infeasible.append(layout)
         costs.recost_rejected += 1
+        # what this candidate might still reach with another split: the program's own bound
+        costs.rejected_bound_s = min(costs.rejected_bound_s, _refined_bound(costs, layout, modes))
         return None
     step = step_time(costs.model, costs.cluster, chosen, recompute_layers=solution.layer_recompute)
     return Evaluated(layout=chosen, objective_s=step.step, status=solution.status,
@@ -534,7 +540,8 @@ def plan(model: ModelSpec, cluster: ClusterSpec, *, seq_len: int, global_batch_s
         "solver": {"status": "FEASIBLE" if costs.recost_rejected else result.status,
                    "recost_rejected": costs.recost_rejected,
                    "objective_s": result.best[0].objective_s,
-                   "bound_s": min(result.bound_s, result.best[0].objective_s),
+                   "bound_s": min(result.bound_s, result.best[0].objective_s,
+                                  costs.rejected_bound_s),
                    "wall_s": time.perf_counter() - start,
                    "candidates_evaluated": result.candidates_evaluated,
                    "candidates_total": result.candidates_total, "pruned": result.pruned},
@@ -786,20 +793,27 @@ def states_lower_bound_gpus(model: ModelSpec, cluster: ClusterSpec, *, base: dic
 def minimum_gpus(model: ModelSpec, cluster: ClusterSpec, *, base: dict, fixed: dict,
                  reserve_bytes: int, headroom: float = 0.0, max_steps: int = 24) -> int | None:
     """Least whole-node GPU count with a plan that keeps every pin but dp (more GPUs are more data
-    parallelism): upward from the model-state bound, verified by `plan` (doubling past the first
-    `max_steps // 2` node counts); None when none is found."""
+    parallelism), upward from the model-state bound and verified by `plan`'s feasibility test:
+    every node count for the first `max_steps // 2` steps, then the counts 2^k and 3 x 2^k (the
+    sizes whose divisors let a batch of 2^k sequences split over dp); None when none is found."""
     node = cluster.gpus_per_node
     lower = states_lower_bound_gpus(model, cluster, base=base, reserve_bytes=reserve_bytes,
                                     headroom=headroom)
-    gpus = max(cluster.num_gpus + node, -(-lower // node) * node)
-    gpus = -(-gpus // node) * node
+    start = -(-max(cluster.num_gpus + node, -(-lower // node) * node) // node) * node
     free = {k: v for k, v in fixed.items() if k != "dp"}  # more GPUs: more data parallelism
-    for step in range(max_steps):
+    for gpus in _gpu_counts(start, node, max_steps):
         if _has_plan(model, dataclasses.replace(cluster, num_gpus=gpus), free, base, reserve_bytes,
                      headroom):
             return gpus
-        gpus = gpus + node if step < max_steps // 2 else gpus * 2
     return None
+
+
+def _gpu_counts(start: int, node: int, steps: int) -> list[int]:
+    """`steps // 2` node counts from `start`, then the whole-node 2^k and 3 x 2^k above them."""
+    linear = [start + i * node for i in range(steps // 2)]
+    nice = sorted({v for k in range(40) for v in (2**k, 3 * 2**k)
+                   if v > linear[-1] and v % node == 0 and v <= MAX_GPUS})
+    return linear + nice[: steps - len(linear)]
 
 
 def _has_plan(model, cluster, fixed, base, reserve, headroom) -> bool:

@@ -412,10 +412,12 @@ def _stage_cells(row: dict) -> list:
 
 def show_emitted(launch, searched: dict) -> None:
     """`plan --emit`: the launch configuration on stdout (nothing else, so it can be redirected to
-    a file); on stderr which plan it is, each deviation from that plan, and the verdict and step
-    time of `planner check` on the configuration against the search's best plan."""
+    a file; nothing when it fails its check); on stderr which plan it is, each deviation from
+    that plan, and the verdict and step time of `planner check` on the configuration against the
+    search's best plan."""
     emitted, verdict = launch.emitted, launch.verdict
-    sys.stdout.write(emitted.text if emitted.text.endswith("\n") else emitted.text + "\n")
+    if verdict["verdict"] == "pass":  # a configuration that fails its check is not printed
+        sys.stdout.write(emitted.text if emitted.text.endswith("\n") else emitted.text + "\n")
     best = searched["plans"][0]["time_s"]["step"]
     if launch.instead_of is not None or launch.source is not searched or launch.index:
         chosen, first = launch.source["plans"][launch.index], launch.instead_of

@@ -173,3 +173,15 @@ def test_emit_with_a_data_format_is_bad_input_not_ignored():
     """Fresh-user defect: `--emit megatron -f json` printed the bash script, ignoring -f."""
     proc = _planner(*BASE, "--emit", "megatron", "-f", "json")
     assert proc.returncode == 2 and proc.stdout == "" and "--format" in proc.stderr
+
+
+def test_megatron_positions_cover_the_planned_sequence():
+    """Fresh-user defect: gpt-3-175b (2,048 learned positions) planned at 4,096 tokens; the emitted
+    script kept --max-position-embeddings 2048, which Megatron-LM's validate_args refuses, so the
+    read-back failed -- and the failing script was still printed. Now the positions cover the
+    sequence, with a note, and the script passes."""
+    proc = _planner("plan", "-m", "gpt-3-175b", "-c", "dgx-h100", "--gpus", "64", "--emit",
+                    "megatron")
+    assert proc.returncode == 0, proc.stderr
+    assert "--max-position-embeddings 4096" in proc.stdout
+    assert "where the model has 2048" in proc.stderr and "check: PASS" in proc.stderr

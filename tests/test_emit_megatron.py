@@ -358,10 +358,10 @@ def test_rotary_base_follows_rope_theta():
     from planner.emit.megatron import _architecture_flags, _architecture_gaps
     from planner.specs.model import load_model
     base = load_model("llama-3.1-8b")
-    assert "--rotary-base 500000" in _architecture_flags(base)
+    assert "--rotary-base 500000" in _architecture_flags(base, 4096)
     qwen = dc.replace(base, extra={**base.extra, "rope_theta": 1000000.0})
-    assert "--rotary-base 1000000" in _architecture_flags(qwen)
+    assert "--rotary-base 1000000" in _architecture_flags(qwen, 4096)
     odd = dc.replace(base, extra={**base.extra, "rope_theta": 10000.5})
-    assert not any(f.startswith("--rotary-base") for f in _architecture_flags(odd))
+    assert not any(f.startswith("--rotary-base") for f in _architecture_flags(odd, 4096))
     assert any("rope_theta 10000.5" in g for g in _architecture_gaps(odd))
     assert not any("rope_theta" in g for g in _architecture_gaps(base))

@@ -153,6 +153,14 @@ def write(doc: dict) -> Emitted:
                         f"emit again", key="--emit")
     layout = emitted
     deviations += _architecture_gaps(model)
+    if layout.seq_len > model.max_position_embeddings:
+        deviations.append(
+            f"--max-position-embeddings {layout.seq_len} where the model has "
+            f"{model.max_position_embeddings}: the plan trains {layout.seq_len:,}-token sequences "
+            f"and Megatron-LM asserts seq_length <= max_position_embeddings (validate_args); the "
+            f"model was not trained at this length"
+            + (" -- its learned position table grows, new rows untrained"
+               if model.position_embedding_type == "learned" else ""))
     text = _script(doc, model, cluster, layout, recompute, deviations)
     return Emitted(framework="megatron", text=text, suffix=".sh", deviations=tuple(deviations))
 
@@ -341,15 +349,15 @@ def _split_flags(layout: Layout, num_layers: int) -> list[str]:
 
 # ---------------------------------------------------------------- architecture
 
-def _architecture_flags(model: ModelSpec) -> list[str]:
-    """The model's Megatron architecture flags (module docstring)."""
+def _architecture_flags(model: ModelSpec, seq_len: int) -> list[str]:
+    """The model's Megatron architecture flags (module docstring); positions at least seq_len."""
     out = [f"--num-layers {model.num_hidden_layers}", f"--hidden-size {model.hidden_size}",
            f"--ffn-hidden-size {model.intermediate_size}",
            f"--num-attention-heads {model.num_attention_heads}"]
     if model.num_key_value_heads != model.num_attention_heads:
         out += ["--group-query-attention", f"--num-query-groups {model.num_key_value_heads}"]
     out += [f"--kv-channels {model.head_dim}",
-            f"--max-position-embeddings {model.max_position_embeddings}"]
+            f"--max-position-embeddings {max(model.max_position_embeddings, seq_len)}"]
     if model.gated_mlp and model.hidden_act in ("silu", "swish"):
         out.append("--swiglu")
     out.append(f"--normalization {'RMSNorm' if model.norm_type == 'rmsnorm' else 'LayerNorm'}")
@@ -433,7 +441,7 @@ def _flags(doc: dict, model: ModelSpec, layout: Layout, recompute: Recompute) ->
             f"--global-batch-size {layout.global_batch_size}", f"--seq-length {layout.seq_len}"]
     out += list(_ZERO_FLAGS[layout.zero_stage]) + list(_PRECISION_FLAGS[layout.precision])
     out.append(f"--optimizer {_OPTIMIZERS[request['optimizer']]}")
-    out += recompute.flags() + _architecture_flags(model)
+    out += recompute.flags() + _architecture_flags(model, layout.seq_len)
     return out + ["--tokenizer-type HuggingFaceTokenizer", '--tokenizer-model "$TOKENIZER_MODEL"',
                   '--data-path "$DATA_PATH"', '--save "$CHECKPOINT_PATH"',
                   '--load "$CHECKPOINT_PATH"', '--train-iters "$TRAIN_ITERS"', '--lr "$LR"']
