@@ -193,3 +193,19 @@ def test_a_stage_without_full_recompute_is_not_charged_its_working_set():
     pinned = P.plan(model, cluster, fixed={**pins, "recompute": "none"}, **kw)
     assert free["solver"]["status"] == "OPTIMAL"
     assert free["plans"][0]["time_s"]["step"] <= pinned["plans"][0]["time_s"]["step"] + 1e-9
+
+
+def test_minimum_gpus_reaches_power_of_two_counts():
+    """Fresh-user defect: 405B under DeepSpeed's launchable pins on 64 GPUs said "no GPU count up to
+    the search limit fits", though 256 GPUs plan: past 12 node steps the probe doubled from 176
+    (352, 704, ...), never meeting a count whose divisors split the 1,024-sequence batch. Now the
+    probe continues with 2^k and 3 x 2^k whole-node counts."""
+    assert P._gpu_counts(88, 8, 24)[:12] == [88 + 8 * i for i in range(12)]
+    assert {192, 256, 384, 512} <= set(P._gpu_counts(88, 8, 24))
+    model, cluster = load_model("llama-3.1-405b"), load_cluster("dgx-h100", gpus=64)
+    pins = dict(pp=1, vpp=1, cp=1, ep=1, etp=1, sequence_parallel=False)
+    from planner.errors import InfeasibleError
+    with pytest.raises(InfeasibleError) as err:
+        P.plan(model, cluster, seq_len=4096, global_batch_size=1024, framework="deepspeed",
+               fixed=pins, top_k=1)
+    assert err.value.details["minimum_gpus"] == 256
