@@ -244,6 +244,8 @@ def explain_cmd(
     vpp: Annotated[int, typer.Option(min=1, max=MAX_VPP, help="Virtual pipeline stages per rank (interleaved 1F1B).")] = 1,
     pipeline_layers: Annotated[str | None, typer.Option(
         metavar="N,N,...", help="Decoder layers per pipeline stage, e.g. 7,8,8,...,7 (default: even split).")] = None,
+    recompute_per_stage: Annotated[str | None, typer.Option(
+        metavar="17n/2f,20n,...", help="Recompute counts per stage as `plan` prints them (n none, s selective, f full); overrides --recompute.")] = None,
     offload: Annotated[list[Offload] | None, typer.Option(case_sensitive=False, help="State to keep in host memory (repeatable).")] = None,
     optimizer: Annotated[Optimizer, typer.Option(case_sensitive=False, help="Optimizer.")] = "adamw",
     precision: Annotated[Precision | None, typer.Option(
@@ -268,7 +270,12 @@ def explain_cmd(
     reserve = None if reserve_gib is None else int(reserve_gib * 2**30)
     from planner import explain as explain_api  # imported per command: `--help` stays light
 
-    data = explain_api.explain(spec, hw, layout, reserve_bytes=reserve, at_risk_margin=at_risk_margin)
+    counts = _stage_recompute(recompute_per_stage, pp)
+    if counts is not None:
+        totals = {m: sum(c.get(m, 0) for c in counts) for m in layout_mod.RECOMPUTE_MODES}
+        layout = layout.replace(recompute=max(layout_mod.RECOMPUTE_MODES, key=lambda m: totals[m]))
+    data = explain_api.explain(spec, hw, layout, reserve_bytes=reserve, at_risk_margin=at_risk_margin,
+                               recompute_per_stage=counts)
     report.show_explain(data, fmt.value)
     if data["memory_verdict"] == "does_not_fit" or any(v["severity"] == "error" for v in data["violations"]):
         raise typer.Exit(1)
@@ -312,6 +319,26 @@ def _check_writable(path: str, inputs: tuple[str, ...] = ()) -> None:
         raise SpecError(f"folder {parent} does not exist", key="--output")
     if not os.access(parent, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
         raise SpecError(f"{path} is not writable", key="--output")
+
+
+def _stage_recompute(text: str | None, pp: int) -> tuple[dict[str, int], ...] | None:
+    """`17n/2f,20n,21n,20n` -> ({none: 17, full: 2}, {none: 20}, ...), one entry per stage."""
+    if text is None:
+        return None
+    names = {"n": "none", "s": "selective", "f": "full"}
+    stages = []
+    for part in text.split(","):
+        counts: dict[str, int] = {}
+        for token in part.strip().split("/"):
+            number, mode = token.strip()[:-1], token.strip()[-1:]
+            if mode not in names or not number.isdigit() or names[mode] in counts:
+                raise SpecError(f"value {text!r}: stage entries are counts with n, s or f (none, "
+                                f"selective, full) joined by /, e.g. 17n/2f,20n", key="--recompute-per-stage")
+            counts[names[mode]] = int(number)
+        stages.append(counts)
+    if len(stages) != pp:
+        raise SpecError(f"value {text!r} gives {len(stages)} stages; pp={pp}", key="--recompute-per-stage")
+    return tuple(stages)
 
 
 def _layer_split(text: str | None, pp: int) -> tuple[int, ...] | None:

@@ -16,7 +16,13 @@ import dataclasses
 
 from planner.cost.comm import bytes_per_axis, collectives
 from planner.check.gate import memory_violations
-from planner.cost.memory import DEFAULT_AT_RISK_MARGIN, MemoryBreakdown, memory_per_device
+from planner.cost.memory import (
+    DEFAULT_AT_RISK_MARGIN,
+    MemoryBreakdown,
+    memory_per_device,
+    stage_layers,
+    stage_memory,
+)
 from planner.cost.step_time import step_time
 from planner.errors import SpecError
 from planner.placement.layout import Layout
@@ -26,8 +32,14 @@ from planner.specs.model import ModelSpec
 
 
 def explain(model: ModelSpec, cluster, layout: Layout, *, reserve_bytes: int | None = None,
-            at_risk_margin: float = DEFAULT_AT_RISK_MARGIN) -> dict:
+            at_risk_margin: float = DEFAULT_AT_RISK_MARGIN,
+            recompute_per_stage: tuple[dict[str, int], ...] | None = None) -> dict:
     """Everything the placement implies for `layout` of `model` on `cluster` (see module docstring).
+
+    `recompute_per_stage`: [stage] {none|selective|full: layers}, the per-stage mix `planner plan`
+    prints ("recompute per stage 17n/2f, 20n, ..."); each stage's layers take the modes in the
+    order full, selective, none (`stage_memory`'s), for memory and step time alike. None: every
+    layer uses `layout.recompute`.
 
     A layout that breaks a composition rule is still costed where the cost model can (world size,
     ZeRO at dp = 1, ...); where a broken rule makes the costing itself undefined (a sequence that
@@ -48,7 +60,8 @@ def explain(model: ModelSpec, cluster, layout: Layout, *, reserve_bytes: int | N
               "placement": placement_for(layout).to_table(include_experts=model.is_moe),
               "violations": _rows(violations) + notes}
     try:
-        costed, worst = _costs(model, cluster, layout, reserve_bytes, at_risk_margin)
+        costed, worst = _costs(model, cluster, layout, reserve_bytes, at_risk_margin,
+                               recompute_per_stage)
     except SpecError:
         if not errors(violations):
             raise
@@ -58,7 +71,11 @@ def explain(model: ModelSpec, cluster, layout: Layout, *, reserve_bytes: int | N
         violations += memory_violations(model, cluster, layout, [worst], reserve_bytes=reserve_bytes,
                                         at_risk_margin=at_risk_margin)
         header["violations"] = _rows(violations) + notes
-    return header | costed | {"time_s": None if errors(violations) else _times(model, cluster, layout)}
+    if recompute_per_stage is not None:
+        header["parallelism"]["recompute"] = [{m: c.get(m, 0) for m in ("none", "selective", "full")}
+                                              for c in recompute_per_stage]
+    return header | costed | {"time_s": None if errors(violations)
+                              else _times(model, cluster, layout, recompute_per_stage)}
 
 
 def _rows(violations: list) -> list[dict]:
@@ -66,9 +83,16 @@ def _rows(violations: list) -> list[dict]:
             for v in violations]
 
 
-def _times(model: ModelSpec, cluster, layout: Layout) -> dict:
+def _layer_modes(counts: tuple[dict[str, int], ...]) -> tuple[str, ...]:
+    """Per decoder layer, the modes of per-stage counts in stage_memory's order (full first)."""
+    return tuple(m for c in counts for m in ("full", "selective", "none") for _ in range(c.get(m, 0)))
+
+
+def _times(model: ModelSpec, cluster, layout: Layout,
+           counts: tuple[dict[str, int], ...] | None = None) -> dict:
     """The step-time split of a valid layout (the numbers `planner plan` reports for it)."""
-    t = step_time(model, cluster, layout)
+    t = step_time(model, cluster, layout,
+                  recompute_layers=None if counts is None else _layer_modes(counts))
     return {"step": t.step, "compute": t.compute, "communication_exposed": t.communication_exposed,
             "pipeline_bubble": t.pipeline_bubble, "recompute": t.recompute, "optimizer": t.optimizer,
             "tokens_per_s": t.tokens_per_s, "tflops_per_gpu": t.tflops_per_gpu, "mfu": t.mfu}
@@ -81,9 +105,19 @@ def _parallelism(layout: Layout) -> dict:
 
 
 def _costs(model: ModelSpec, cluster, layout: Layout, reserve_bytes: int | None,
-           at_risk_margin: float) -> tuple[dict, MemoryBreakdown]:
-    mem = memory_per_device(model, cluster, layout, reserve_bytes=reserve_bytes,
-                            at_risk_margin=at_risk_margin)
+           at_risk_margin: float,
+           counts: tuple[dict[str, int], ...] | None = None) -> tuple[dict, MemoryBreakdown]:
+    if counts is None:
+        mem = memory_per_device(model, cluster, layout, reserve_bytes=reserve_bytes,
+                                at_risk_margin=at_risk_margin)
+    else:
+        layers = stage_layers(model, layout)
+        if len(counts) != layout.pp or any(sum(c.values()) != len(ls) for c, ls in zip(counts, layers)):
+            raise SpecError(f"value {[sum(c.values()) for c in counts]} layers per stage must match "
+                            f"the split {[len(ls) for ls in layers]}", key="--recompute-per-stage")
+        mem = max((stage_memory(model, cluster, layout, s, layers=ls, layers_by_recompute=c,
+                                reserve_bytes=reserve_bytes, at_risk_margin=at_risk_margin)
+                   for s, (ls, c) in enumerate(zip(layers, counts))), key=lambda m: m.total)
     colls = collectives(model, layout)
     return {
         "memory_bytes": {"parameters": mem.parameters, "gradients": mem.gradients,

@@ -122,3 +122,34 @@ def test_valid_layout_reports_the_step_time_plan_would():
     broken = json.loads(runner.invoke(app, ["explain", "-m", "llama-3.1-8b", "-c", "dgx-h100", "--tp", "3",
                                             "--format", "json"]).output)
     assert broken["time_s"] is None
+
+
+def test_explain_reproduces_a_plan_with_per_stage_recompute():
+    """Expert-review finding: the plan's per-stage recompute mix (e.g. 17n/2f, 20n, 21n, 20n) could
+    not be given to explain, so the chosen layout was not explainable exactly. With
+    --recompute-per-stage it is: the same step time and the same fullest-stage memory."""
+    import pytest
+
+    from planner import plan as P
+    from planner.cli import app
+    from planner.specs.cluster import load_cluster
+    from planner.specs.model import load_model
+
+    data = P.plan(load_model("llama-3.1-70b"), load_cluster("dgx-h100", gpus=64), seq_len=4096,
+                  global_batch_size=1024, top_k=1)
+    par = data["plans"][0]["parallelism"]
+    assert not isinstance(par["recompute"], str)  # the case: a per-stage mix
+    text = ",".join("/".join(f"{n}{m[0]}" for m, n in c.items() if n) for c in par["recompute"])
+    args = ["explain", "-m", "llama-3.1-70b", "-c", "dgx-h100", "--gpus", "64",
+            "--tp", str(par["tp"]), "--pp", str(par["pp"]), "--cp", str(par["cp"]),
+            "--zero-stage", str(par["zero_stage"]), "--micro-batch-size", str(par["micro_batch_size"]),
+            "--global-batch-size", "1024", "--pipeline-layers", ",".join(map(str, par["pipeline_layers"])),
+            "--recompute-per-stage", text, "--format", "json"]
+    if par["sequence_parallel"]:
+        args.append("--sequence-parallel")
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output)
+    assert out["time_s"]["step"] == pytest.approx(data["plans"][0]["time_s"]["step"], rel=1e-12)
+    assert out["memory_bytes"]["total"] == data["plans"][0]["memory_bytes"]["total"]
+    assert out["parallelism"]["recompute"] == par["recompute"]
