@@ -300,7 +300,8 @@ def _split(layout: Layout, recompute: Recompute, fits: _Fits, deviations: list[s
                 f"({moved} layer{'s' * (moved != 1)} moved): Megatron gives the first and last "
                 f"stage their own counts (--decoder-first/last-pipeline-num-layers) and the middle "
                 f"stages one even count; every stage still fits (fullest: stage {stage}, "
-                f"{total / 2**30:.1f} GiB of the plan's {fits.budget / 2**30:.1f} GiB budget)")
+                f"{total / 2**30:.1f} GiB of the plan's {fits.budget / 2**30:.1f} GiB budget, "
+                f"reserve included)")
             return split
     raise SpecError(
         f"the plan's pipeline split {'/'.join(map(str, plan))} is not one Megatron-LM can give (its "
