@@ -18,8 +18,8 @@ For a candidate c (mesh x knobs) and an assignment a (layer split + recompute mo
   DP tail, optimizer, offload) -- one set of coefficients, used by step_time and by the program.
 - feasible(c, a): every stage fits `capacity - reserve` under the linear memory model of
   `_stage_problem` (calibrated from `stage_memory`; exact for the per-layer states, activations
-  x in-flight factor and the gradient-bucket slope, conservative for the full-recompute working
-  set, charged on every stage when `full` may be used).
+  x in-flight factor, the gradient-bucket slope, and the full-recompute working set, charged
+  only to a stage that fully recomputes a layer).
 - a*(c) = argmin_a step(c, a) over feasible a: the stage program of `search.ilp` minimises exactly
   max_s total_s (its module docstring), proven OPTIMAL per candidate (by the exhaustive split
   DP, or by CP-SAT where the DP cannot enumerate a stage), in integer nanoseconds;
@@ -321,8 +321,8 @@ def _stage_problem(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> Sta
     largest 1 + prefetch units -- is that of a full stage; middle stages share one value: same
     terms, no embedding or head). The full-recompute working set (one layer's activations, which
     `stage_memory` adds once when any layer of the stage is fully recomputed) is charged on every
-    stage when `full` is allowed, and credited back (`full_working_set_bytes`) by the exact
-    enumerations to a stage without a fully recomputed layer; CP-SAT keeps it (conservative).
+    stage when `full` is allowed, and credited back (`full_working_set_bytes`) to a stage
+    without a fully recomputed layer, by every method that solves the program.
     """
     model, cluster = costs.model, costs.cluster
     ref = _reference(model, layout)

@@ -19,7 +19,8 @@ import itertools
 import math
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from budget import examples
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from planner import plan as P
@@ -116,8 +117,28 @@ def exhaustive_best(model, cluster, base, fixed) -> float | None:
     return best
 
 
-@settings(max_examples=24, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def issue_13_case():
+    """The counterexample of issue 13: plan said OPTIMAL at 3.140 ms (dp 2, cp 2, ZeRO-1) while
+    pp 4, split 1/1/1/1 with layer 0 fully recomputed takes 2.572 ms. `feasible_split` took the
+    least-memory mode on every layer (full) as each stage's least memory, but full recompute
+    also pays the working set: the last stage fits its layer without recompute (105.5 MB) and
+    not fully recomputed (107.6 MB) in 106.95 MB, so the pp 4 program was called infeasible."""
+    model = from_config({
+        "model_type": "llama", "hidden_size": 256, "intermediate_size": 512,
+        "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "vocab_size": 3000, "max_position_embeddings": 4096}, name="tiny-4")
+    cluster = load_cluster("tests/data/clusters/custom-pcie.yaml", gpus=4)
+    cluster = dataclasses.replace(cluster, gpu=dataclasses.replace(cluster.gpu,
+                                                                   memory_gib=0.099609375))
+    base = dict(seq_len=2048, global_batch_size=8, precision="bf16", optimizer="adamw",
+                framework="megatron")
+    return model, cluster, base, {"micro_batch_size": 2}
+
+
+@settings(max_examples=examples(24, deep=2000), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
 @given(tiny_cases())
+@example(issue_13_case())
 def test_plan_equals_exhaustive_step_time_minimum(case):
     model, cluster, base, fixed = case
     oracle = exhaustive_best(model, cluster, base, fixed)
@@ -194,3 +215,15 @@ def test_may_fit_rejects_only_candidates_without_a_plan():
                 rejected += 1
                 assert feasible_split(ip, ip.capacity_bytes) is None, layout
     assert rejected > 0 and kept > 0  # both sides exercised
+
+
+def test_issue_13_case_returns_the_pipelined_plan():
+    """The oracle's plan of issue 13, by the numbers the issue reports (2.572 ms, pp 4, split
+    1/1/1/1, layer 0 fully recomputed), with status OPTIMAL."""
+    model, cluster, base, fixed = issue_13_case()
+    result = P.plan(model, cluster, fixed=fixed, top_k=1, reserve_bytes=0, headroom=0.0, **base)
+    best = result["plans"][0]
+    assert result["solver"]["status"] == "OPTIMAL"
+    assert best["time_s"]["step"] == pytest.approx(2.572e-3, abs=0.5e-6)
+    assert (best["parallelism"]["pp"], best["parallelism"]["pipeline_layers"]) == (4, [1, 1, 1, 1])
+    assert [stage["full"] for stage in best["parallelism"]["recompute"]] == [1, 0, 0, 0]
