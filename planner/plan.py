@@ -834,8 +834,8 @@ def _has_plan(model, cluster, fixed, base, reserve, headroom) -> bool:
 
 def plan_file(data: dict, index: int = 0, *, model_ref: str | None = None,
               cluster_ref: str | None = None) -> dict:
-    """The plan file (`-o plan.yaml`, DESIGN.md §5) for plan `index` of a `plan()` result: what to
-    run (model, cluster, the full parallelism incl. the per-stage split and recompute), what the
+    """The plan file (`-o plan.yaml`; `check/plan_file.py` reads it back) for plan `index` of a
+    `plan()` result: what to run (model, cluster, the full parallelism incl. the per-stage split and recompute), what the
     model predicts, and the solver status (`solver.plan_rank`: which of the search's plans this is;
     `solver.objective_s` is the best one's); `planner check` reads it back
     (`planner.check.plan_file`), and `plan_layout(doc["plan"], doc["request"])` rebuilds the

@@ -1,6 +1,6 @@
 """Correctness conditions and composition rules. A violation is data: rule, message (the numbers), fix.
 
-Two conditions (DESIGN.md §2) checked on any placement (`check_placement`):
+Two conditions (docs/architecture.md §2) checked on any placement (`check_placement`):
 - *gradient integrity*: every axis that splits the batch or the sequence reduces the gradient
   (gradients `replicated` = all-reduced, or `sharded` = reduce-scattered; never left `materialized`);
 - *state consistency*: each element has one owner that updates it — over every batch axis the
