@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from planner.cost.memory import DEFAULT_AT_RISK_MARGIN, MemoryBreakdown, stage_layers, stage_memory
 from planner.cost.step_time import step_time
 from planner.errors import SpecError
-from planner.frameworks import deepspeed, megatron, torchtitan
+from planner import frameworks
 from planner.placement.layout import RECOMPUTE_MODES, Layout
 from planner.placement.rules import Violation, check_layout, errors
 from planner.specs.cluster import ClusterSpec
@@ -204,8 +204,7 @@ def _single_changes(layout: Layout) -> list[tuple[str, Layout]]:
     return out
 
 
-_FRAMEWORK_TERMS = {"megatron": megatron.FIX_TERMS, "deepspeed": deepspeed.FIX_TERMS,
-                    "torchtitan": torchtitan.FIX_TERMS}
+_FRAMEWORK_TERMS = {name: vocabulary.FIX_TERMS for name, vocabulary in frameworks.BY_NAME.items()}
 """How each single change of `_single_changes` is spelled in a framework's own config: each
 framework's `FIX_TERMS`, built from the flag and key tables its reader and writer share."""
 

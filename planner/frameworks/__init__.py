@@ -14,3 +14,8 @@ file's own terms (`planner.check.gate`), and the placement rules whose fixes nam
 Each module cites the framework file and commit its names were read from (`Source:`). The modules
 hold data only (names, defaults, value tables) and import nothing from the planner.
 """
+
+from planner.frameworks import deepspeed, megatron, torchtitan
+
+BY_NAME = {"megatron": megatron, "deepspeed": deepspeed, "torchtitan": torchtitan}
+"""`Layout.framework` -> its vocabulary module."""
