@@ -47,10 +47,10 @@ KEYS = (
     Key("micro_batch_size", "train_micro_batch_size_per_gpu"),
     Key("num_microbatches", "gradient_accumulation_steps"),
     Key("zero_stage", "zero_optimization.stage", 0),
-    Key("offload_optimizer", "zero_optimization.offload_optimizer.device", "none"),
-    Key("offload_parameters", "zero_optimization.offload_param.device", "none"),
-    Key("offload_optimizer_deprecated", "zero_optimization.cpu_offload", False),
-    Key("offload_parameters_deprecated", "zero_optimization.cpu_offload_param", False),
+    Key("optimizer_offload", "zero_optimization.offload_optimizer.device", "none"),
+    Key("parameter_offload", "zero_optimization.offload_param.device", "none"),
+    Key("optimizer_offload_deprecated", "zero_optimization.cpu_offload", False),
+    Key("parameter_offload_deprecated", "zero_optimization.cpu_offload_param", False),
     Key("bf16", "bf16.enabled", False),
     Key("bf16_legacy", "bfloat16.enabled", False),
     Key("fp16", "fp16.enabled", False),
@@ -94,9 +94,10 @@ def section(path: str) -> tuple[str, ...]:
 
 OFFLOAD_DEVICES = ("none", "cpu", "nvme")
 """`OffloadDeviceEnum` values."""
-OFFLOAD_SECTIONS = {"optimizer": section(KEY["offload_optimizer"])[1],
-                    "parameters": section(KEY["offload_parameters"])[1]}
-"""Offloaded state -> its `zero_optimization` sub-section."""
+OFFLOAD = {"optimizer": "optimizer_offload", "parameters": "parameter_offload"}
+"""Offloaded state (`Layout.offload`) -> the knob of its offload device key."""
+OFFLOAD_SECTIONS = {state: section(KEY[knob])[1] for state, knob in OFFLOAD.items()}
+"""Offloaded state -> its ZeRO sub-section."""
 ZERO_STAGES = (0, 1, 2, 3)
 """ZeRO stages DeepSpeed implements (`ZeroStageEnum`); ZeRO-2/3 with its pipeline engine is the
 placement rule `zero_with_pp`."""
