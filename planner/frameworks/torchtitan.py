@@ -24,13 +24,13 @@ torchtitan's value when absent (`job_config.py`).
 from __future__ import annotations
 
 KEYS = {
-    "local_batch_size": (("training", "local_batch_size"), ("training", "batch_size")),
+    "local_batch": (("training", "local_batch_size"), ("training", "batch_size")),
     "global_batch_size": (("training", "global_batch_size"),),
     "seq_len": (("training", "seq_len"),),
-    "mixed_precision_param": (("training", "mixed_precision_param"),),
+    "param_dtype": (("training", "mixed_precision_param"),),
     "dtype": (("training", "dtype"),),
-    "enable_cpu_offload": (("training", "enable_cpu_offload"),),
-    "fsdp_reshard_after_forward": (("parallelism", "fsdp_reshard_after_forward"),),
+    "offload": (("training", "enable_cpu_offload"),),
+    "reshard": (("parallelism", "fsdp_reshard_after_forward"),),
     "replicate": (("parallelism", "data_parallel_replicate_degree"),
                   ("training", "data_parallel_replicate_degree")),
     "shard": (("parallelism", "data_parallel_shard_degree"),
@@ -74,9 +74,8 @@ NAME = {setting: spellings[0][1] for setting, spellings in KEYS.items()}
 """Setting -> its current key within its section (`tensor_parallel_degree`)."""
 SECTION = {setting: spellings[0][0] for setting, spellings in KEYS.items()}
 """Setting -> its current section (`parallelism`)."""
-DEFAULT = {"local_batch_size": 8, "global_batch_size": -1, "seq_len": 2048,
-           "mixed_precision_param": "bfloat16", "dtype": "float32", "enable_cpu_offload": False,
-           "fsdp_reshard_after_forward": "default", "replicate": 1, "shard": -1, "tp": 1, "pp": 1,
+DEFAULT = {"local_batch": 8, "global_batch_size": -1, "seq_len": 2048,
+           "param_dtype": "bfloat16", "dtype": "float32", "offload": False, "reshard": "default", "replicate": 1, "shard": -1, "tp": 1, "pp": 1,
            "cp": 1, "ep": 1, "etp": 1, "pp_microbatch_size": 1, "pp_schedule": "1F1B",
            "pp_first_less": 1, "pp_last_less": 1, "ac_mode": "selective", "ac_option": "2",
            "optimizer": "AdamW"}
@@ -136,9 +135,9 @@ fsdp_reshard_after_forward "never" (the default under PP), and replication only
 FIX_TERMS = {
     "recompute selective": f'{KEY["ac_mode"]} = "selective"',
     "recompute full": f'{KEY["ac_mode"]} = "full"',
-    "micro_batch_size": f"{NAME['local_batch_size']} {{}} with {NAME['global_batch_size']} kept "
+    "micro_batch_size": f"{NAME['local_batch']} {{}} with {NAME['global_batch_size']} kept "
                         f"(gradient accumulation; {NAME['pp_microbatch_size']} with PP)",
-    "zero_stage 2": f"FSDP ({NAME['shard']} > 1) with {NAME['fsdp_reshard_after_forward']} = "
+    "zero_stage 2": f"FSDP ({NAME['shard']} > 1) with {NAME['reshard']} = "
                     f'"{RESHARD_NEVER}"',
     "zero_stage 3": f"FSDP ({NAME['shard']} > 1)",
 }
