@@ -60,12 +60,12 @@ KEYS = {
     "model_name": (("model", "name"),),
     "model_flavor": (("model", "flavor"),),
     "optimizer": (("optimizer", "name"),),
+    "description": (("job", "description"),),
 }
 """Setting -> (section, key) spellings, the current one first (module docstring). The reader reads
-every setting but the model's name, flavor and the optimizer (read by their own code); the writer
-writes the current spellings."""
+`READ` (the model's name and flavor by their own code); the writer writes the current spellings."""
 
-READ = tuple(s for s in KEYS if s not in ("model_name", "model_flavor", "optimizer"))
+READ = tuple(s for s in KEYS if s not in ("model_name", "model_flavor", "optimizer", "description"))
 """The settings `planner check` reads through `KEYS` (its typo and unknown-key checks cover their
 sections)."""
 KEY = {setting: ".".join(spellings[0]) for setting, spellings in KEYS.items()}

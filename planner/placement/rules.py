@@ -501,7 +501,7 @@ def _zero_stage_supported(model, cluster, layout: Layout) -> list[Violation]:
                       message=f"{layout.framework} has no ZeRO-{layout.zero_stage}: it implements "
                               f"ZeRO stages {', '.join(map(str, stages))} (FSDP2 shards parameters "
                               f"with the optimizer; nothing shards the optimizer alone)",
-                      fix=f"use zero_stage=2 ({torchtitan.NAME['fsdp_reshard_after_forward']}="
+                      fix=f"use zero_stage=2 ({torchtitan.NAME['reshard']}="
                           f"{torchtitan.RESHARD_NEVER}) or 0, or framework=megatron/deepspeed for "
                           f"ZeRO-1")]
 
