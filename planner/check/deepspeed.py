@@ -259,8 +259,9 @@ def _zero(data: dict, file: str) -> tuple[int, frozenset[str]]:
     stage = section.get(stage_key, ds.DEFAULT["zero_stage"])
     _quoted_int(stage, file, K["zero_stage"])
     if type(stage) is not int or stage not in ds.ZERO_STAGES:
-        raise SpecError(f"value {stage!r} not allowed; allowed: {', '.join(map(str, ds.ZERO_STAGES))}",
-                        file=file, key=K["zero_stage"])
+        allowed = ", ".join(map(str, ds.ZERO_STAGES))
+        raise SpecError(f"value {stage!r} not allowed; allowed: {allowed}", file=file,
+                        key=K["zero_stage"])
     offload = set()
     for state, knob in ds.OFFLOAD.items():
         _, key, device_key = ds.section(K[knob])
@@ -269,8 +270,8 @@ def _zero(data: dict, file: str) -> tuple[int, frozenset[str]]:
         device = _section(section, key, file, where).get(device_key, ds.DEFAULT[knob]) \
             if section.get(key) is not None else ds.DEFAULT[knob]
         if device not in ds.OFFLOAD_DEVICES:
-            raise SpecError(f"value {device!r} not allowed; allowed: {', '.join(ds.OFFLOAD_DEVICES)}",
-                            file=file, key=K[knob])
+            raise SpecError(f"value {device!r} not allowed; allowed: "
+                            f"{', '.join(ds.OFFLOAD_DEVICES)}", file=file, key=K[knob])
         deprecated = section.get(old)
         if deprecated is not None and not isinstance(deprecated, bool):
             raise SpecError(f"value {deprecated!r} must be true or false", file=file,
@@ -285,7 +286,7 @@ def _precision(data: dict, file: str) -> tuple[str, list[Violation]]:
     current, enabled = ds.section(K["bf16"])
     legacy, fp16_top = ds.section(K["bf16_legacy"])[0], ds.section(K["fp16"])[0]
     bf16_key = current if current in data or legacy not in data else legacy
-    # the Hugging Face Trainer's --bf16 / --fp16 arguments fill "auto" (named as the sections)
+    # "auto" is filled from the Hugging Face Trainer's arguments named as the sections
     bf16 = _bool(_section(data, bf16_key, file), enabled, file, f"{bf16_key}.{enabled}",
                  f" from --{current}")
     fp16 = _bool(_section(data, fp16_top, file), enabled, file, K["fp16"], f" from --{fp16_top}")

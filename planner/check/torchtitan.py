@@ -185,9 +185,10 @@ class _Config:
 
 def _unknown_keys(cfg: _Config) -> list[Violation]:
     """A warning for each key of [training], [parallelism], [model], [activation_checkpoint] that
-    is neither read here nor a known field (`planner.frameworks.torchtitan.OTHER_FIELDS`). torchtitan rejects unknown fields at
-    start-up (`config/manager.py` `ConfigManager._dict_to_dataclass`: "Invalid field names"); this
-    reader does not know every version's fields, so it warns rather than fails."""
+    is neither read here nor a known field (`planner.frameworks.torchtitan.OTHER_FIELDS`).
+    torchtitan rejects unknown fields at start-up (`config/manager.py`
+    `ConfigManager._dict_to_dataclass`: "Invalid field names"); this reader does not know every
+    version's fields, so it warns rather than fails."""
     out = []
     for section, others in tt.OTHER_FIELDS.items():
         read = {k for spellings in _KEYS.values() for s, k in spellings if s == section}
@@ -388,7 +389,8 @@ def _batch_findings(global_batch: int, local: int, dp: int, micro: int) -> list[
         return []
     return [Violation(rule="torchtitan_batch",
                       message=f"global_batch_size {global_batch} is not a multiple of "
-                              f"{N['local_batch']} x dp = {local} x {dp} = {local * dp} (torchtitan "
+                              f"{N['local_batch']} x dp = {local} x {dp} = {local * dp} "
+                              f"(torchtitan "
                               f"train.py asserts it)",
                       fix=f"use global_batch_size {max(1, global_batch // (local * dp)) * local * dp}")]
 

@@ -53,7 +53,8 @@ from planner.specs.model import ModelSpec, load_model
 FRAMEWORK = "torchtitan"
 SUFFIX = ".toml"
 FLAVORS = {model: flavor for (name, flavor), model in tt.CATALOG.items()}
-"""Catalog model -> [model] flavor of torchtitan's "llama3" (`planner.frameworks.torchtitan.CATALOG`)."""
+"""Catalog model -> [model] flavor of torchtitan's "llama3" (`planner.frameworks.torchtitan.
+CATALOG`)."""
 _MODES = ("none", "selective", "full")
 
 

@@ -113,8 +113,9 @@ PRECISION_SECTIONS = {"bf16": section(KEY["bf16"])[0], "fp16": section(KEY["fp16
 """Plan precision -> the section whose `enabled` is set."""
 
 CHECKPOINT_CALL = "deepspeed.checkpointing.checkpoint"
-"""What the model code wraps a layer in to recompute it (`deepspeed/runtime/activation_checkpointing/
-checkpointing.py`): the JSON cannot switch recompute on."""
+"""What the model code wraps a layer in to recompute it
+(`deepspeed/runtime/activation_checkpointing/checkpointing.py`): the JSON cannot switch recompute
+on."""
 
 FIX_TERMS = {
     "recompute selective": "selective activation recompute in the model code",

@@ -165,7 +165,8 @@ def recompute_flags(granularity: str | None, method: str | None = None,
         return []
     out = [f"{FLAG['recompute_granularity']} {granularity}"]
     if granularity == "full":
-        out += [f"{FLAG['recompute_method']} {method}", f"{FLAG['recompute_num_layers']} {num_layers}"]
+        out += [f"{FLAG['recompute_method']} {method}",
+                f"{FLAG['recompute_num_layers']} {num_layers}"]
     return out
 
 

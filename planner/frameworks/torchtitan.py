@@ -74,9 +74,9 @@ NAME = {setting: spellings[0][1] for setting, spellings in KEYS.items()}
 """Setting -> its current key within its section (`tensor_parallel_degree`)."""
 SECTION = {setting: spellings[0][0] for setting, spellings in KEYS.items()}
 """Setting -> its current section (`parallelism`)."""
-DEFAULT = {"local_batch": 8, "global_batch_size": -1, "seq_len": 2048,
-           "param_dtype": "bfloat16", "dtype": "float32", "offload": False, "reshard": "default", "replicate": 1, "shard": -1, "tp": 1, "pp": 1,
-           "cp": 1, "ep": 1, "etp": 1, "pp_microbatch_size": 1, "pp_schedule": "1F1B",
+DEFAULT = {"local_batch": 8, "global_batch_size": -1, "seq_len": 2048, "param_dtype": "bfloat16",
+           "dtype": "float32", "offload": False, "reshard": "default", "replicate": 1, "shard": -1,
+           "tp": 1, "pp": 1, "cp": 1, "ep": 1, "etp": 1, "pp_microbatch_size": 1, "pp_schedule": "1F1B",
            "pp_first_less": 1, "pp_last_less": 1, "ac_mode": "selective", "ac_option": "2",
            "optimizer": "AdamW"}
 """Setting -> torchtitan's value when absent (`job_config.py`; shard -1 = the GPUs left; global

@@ -614,8 +614,9 @@ def _offload_needs_zero(model, cluster, layout: Layout) -> list[Violation]:
     if "parameters" in layout.offload and z < 3:
         out.append(Violation(rule="offload_parameters_needs_zero3", severity="error",
                              message=f"offloading parameters with ZeRO-{z}: DeepSpeed's "
-                                     f"{deepspeed.OFFLOAD_SECTIONS['parameters']} is valid only with ZeRO-3 (below it the parameters stay on "
-                                     f"the GPU, so this layout would not free what it claims)",
+                                     f"{deepspeed.OFFLOAD_SECTIONS['parameters']} is valid only "
+                                     f"with ZeRO-3 (below it the parameters stay on the GPU, so "
+                                     f"this layout would not free what it claims)",
                              fix="use zero_stage=3 with parameter offload"))
     if "optimizer" in layout.offload and z == 0:
         out.append(Violation(rule="offload_optimizer_needs_zero", severity="error",
