@@ -390,8 +390,7 @@ def _batch_findings(global_batch: int, local: int, dp: int, micro: int) -> list[
     return [Violation(rule="torchtitan_batch",
                       message=f"global_batch_size {global_batch} is not a multiple of "
                               f"{N['local_batch']} x dp = {local} x {dp} = {local * dp} "
-                              f"(torchtitan "
-                              f"train.py asserts it)",
+                              f"(torchtitan train.py asserts it)",
                       fix=f"use global_batch_size {max(1, global_batch // (local * dp)) * local * dp}")]
 
 
