@@ -60,6 +60,11 @@ PLACEHOLDERS = (
     ("LR", "3.0e-4", "peak learning rate"),
 )
 """(shell variable, default, what to set it to): what a plan does not know."""
+_PLACEHOLDER_FLAGS = (("tokenizer_model", "TOKENIZER_MODEL"), ("data_path", "DATA_PATH"),
+                      ("save", "CHECKPOINT_PATH"), ("load", "CHECKPOINT_PATH"),
+                      ("train_iters", "TRAIN_ITERS"), ("lr", "LR"))
+"""(knob, shell variable of `PLACEHOLDERS`) written as `--flag "$VAR"`."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class Recompute:
@@ -414,11 +419,6 @@ def _flags(doc: dict, model: ModelSpec, layout: Layout, recompute: Recompute) ->
     return out + [f"{F['tokenizer_type']} HuggingFaceTokenizer",
                   *(f'{F[knob]} "${var}"' for knob, var in _PLACEHOLDER_FLAGS)]
 
-
-_PLACEHOLDER_FLAGS = (("tokenizer_model", "TOKENIZER_MODEL"), ("data_path", "DATA_PATH"),
-                      ("save", "CHECKPOINT_PATH"), ("load", "CHECKPOINT_PATH"),
-                      ("train_iters", "TRAIN_ITERS"), ("lr", "LR"))
-"""(knob, shell variable of `PLACEHOLDERS`) written as `--flag "$VAR"`."""
 
 
 def _script(doc: dict, model: ModelSpec, cluster: ClusterSpec, layout: Layout,
