@@ -538,23 +538,48 @@ def _ref_for(ref: str, output: str) -> str:
     return os.path.relpath(os.path.abspath(ref), os.path.dirname(os.path.abspath(output)))
 
 
+class CheckFormat(str, Enum):
+    """Output format of `planner check`: those of every command, GitHub Actions annotations and a
+    JUnit XML report (`planner.check.ci_formats`)."""
+
+    table = "table"
+    json = "json"
+    yaml = "yaml"
+    github = "github"
+    junit = "junit"
+
+
 @app.command("check")
 def check_cmd(
-    file: Annotated[str, typer.Argument(help="Configuration to check: a plan file (`planner plan -o`), "
-                                             "a DeepSpeed JSON, a torchtitan TOML or Megatron-LM arguments.")],
+    paths: Annotated[list[str], typer.Argument(metavar="FILE...", help="Configurations to check: plan files (`planner plan -o`), "
+                                                     "DeepSpeed JSON, torchtitan TOML or Megatron-LM arguments (the kind is read from the content).")],
     model: Annotated[str | None, typer.Option("--model", "-m", help="Model (catalog name or path) when the file does not name it.")] = None,
     cluster: Annotated[str | None, typer.Option("--cluster", "-c", help="Cluster (catalog name or path); a framework config never names it.")] = None,
     gpus: Annotated[int | None, typer.Option(min=1, max=MAX_GPUS, help="GPUs the job runs on, when the file does not say.")] = None,
     seq_len: Annotated[int | None, typer.Option(min=1, max=MAX_SEQ_LEN, help="Tokens per sequence, when the file does not say.")] = None,
     recompute: Annotated[CodeRecompute | None, typer.Option(
         case_sensitive=False, help="DeepSpeed only: the activation recompute its model code applies to every layer (default none).")] = None,
-    fmt: FormatOpt = Format.table,
+    fmt: Annotated[CheckFormat, typer.Option("--format", "-f", case_sensitive=False, help="Output format: table, json, yaml, "
+                                             "github (workflow-command annotations), junit (JUnit XML).")] = CheckFormat.table,
 ) -> None:
-    """CI gate: pass (exit 0) or fail (exit 1) with each violated rule, its numbers and a fix."""
+    """CI gate: every file is checked and reported; exit 0 when all pass, 1 when any fails a rule
+    (each violated rule with its numbers, a fix and its line), 2 when any could not be read."""
     from planner import check as check_api  # imported per command: `--help` stays light
 
-    data = check_api.check_file(file, model=model, cluster=cluster, gpus=gpus, seq_len=seq_len,
-                                recompute=None if recompute is None else _value(recompute))
-    report.show_check(data, fmt.value)
-    if data["verdict"] != "pass":
-        raise typer.Exit(1)
+    results, code = [], 0
+    for path in paths:
+        try:
+            data = check_api.check_file(path, model=model, cluster=cluster, gpus=gpus,
+                                        seq_len=seq_len,
+                                        recompute=None if recompute is None else _value(recompute))
+        except PlannerError as exc:
+            results.append({"file": path, "verdict": "error", "error": str(exc)})
+            code = max(code, exc.exit_code)
+            if len(paths) == 1 and fmt.value in ("table", "json", "yaml"):
+                raise
+            continue
+        results.append(data)
+        code = max(code, 0 if data["verdict"] == "pass" else 1)
+    report.show_checks(results, fmt.value)
+    if code:
+        raise typer.Exit(2 if code >= 2 else 1)

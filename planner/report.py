@@ -448,6 +448,28 @@ def _runs(values: list[int]) -> str:
 # ---------------------------------------------------------------- check
 
 
+def show_checks(results: list[dict], fmt: str) -> None:
+    """`planner check FILE...`: every file's result in order (`show_check`); json / yaml: one
+    file's dict, or the list of them for several; github / junit: `planner.check.ci_formats`. A
+    file that could not be read (`{file, verdict: error, error}`) is an error line on stderr
+    (and an entry of the list, the annotation, the JUnit `<error>`)."""
+    from planner.check import ci_formats
+
+    if fmt == "github":
+        return line("\n".join(ci_formats.github(results)))
+    if fmt == "junit":
+        return line(ci_formats.junit(results))
+    for result in results:
+        if result["verdict"] == "error":
+            error(result["error"])
+    if fmt != "table":
+        return dump(results[0] if len(results) == 1 else results, fmt)
+    for i, result in enumerate(r for r in results if r["verdict"] != "error"):
+        if i:
+            _console().print()
+        show_check(result, fmt)
+
+
 def show_check(data: dict, fmt: str) -> None:
     """`planner check` (planner.check.check_file): verdict, layout, memory per stage, findings."""
     if fmt != "table":

@@ -2,44 +2,135 @@
 
 A reader turns a file into a `gate.Target` (model, cluster, Layout, per-stage recompute); the gate
 applies the composition rules and the per-stage memory against capacity and returns pass or fail
-with every violated rule, its numbers and a fix.
+with every violated rule, its numbers, a fix and the line of the flag or key it concerns.
 
-Readers, chosen by what the file holds:
-- a plan file (`kind: training-plan`, YAML or JSON, written by `planner plan -o`): `plan_file`;
-- a DeepSpeed config (JSON with one of its batch or ZeRO keys,
-  `planner.frameworks.deepspeed.MARKERS`): `deepspeed`;
-- a torchtitan job config (`.toml`): `torchtitan`;
-- anything else is read as a Megatron-LM launch command line (`--flag value ...`, a shell script or
-  an arguments file): `megatron`; a file whose suffix says none of these is
-  sniffed first (JSON when it opens with `{`, TOML with torchtitan's tables).
+The kind of a file is decided by what it holds, whatever its name (`READERS`, first match wins):
+- `training-plan`: a YAML / JSON mapping with `kind: training-plan` (`planner plan -o`);
+- `deepspeed-config`: a JSON / YAML mapping with one of DeepSpeed's batch or ZeRO keys
+  (`planner.frameworks.deepspeed.MARKERS`);
+- `torchtitan-config`: a TOML document with torchtitan's job-config tables (releases up to
+  238fa99; `planner.frameworks.torchtitan`);
+- `megatron-args`: a command line, shell script or arguments file with a Megatron-LM flag the
+  planner reads (`planner.frameworks.megatron.READ`);
+anything else (`pyproject.toml`, a plain YAML file, a shell script with no such flag) is bad input
+naming the kinds accepted. A file named `.yaml` / `.yml` / `.json` / `.toml` that does not parse
+as such is a syntax error (exit 2). A new reader plugs in with one `Reader` entry.
 What a framework config leaves out (the model, the cluster, the GPU count, the sequence length)
 comes from `--model`, `--cluster`, `--gpus` and `--seq-len`; a value the file gives and the option
-contradicts is bad input. Every reader has the signature
-`read(path, [data,] *, model, cluster, gpus, seq_len) -> Target`.
+contradicts is bad input.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import tomllib
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
+
+from planner.check import lines as line_index
 from planner.check.gate import Target, evaluate
 from planner.check.plan_file import KIND, looks_like_plan_file, read_plan_file
 from planner.errors import SpecError
 from planner.frameworks import deepspeed as deepspeed_vocabulary
+from planner.frameworks import megatron as megatron_vocabulary
+from planner.frameworks import torchtitan as torchtitan_vocabulary
 from planner.specs import files
 from planner.specs.limits import MAX_BATCH_TOKENS, MAX_GPUS, MAX_SEQ_LEN, MAX_VPP
 
-__all__ = ["Target", "check_file", "evaluate", "read_target"]
+__all__ = ["READERS", "Target", "check_file", "evaluate", "read_target"]
 
 DEEPSPEED_KEYS = deepspeed_vocabulary.MARKERS
-"""Top-level keys that mark a JSON file as a DeepSpeed config (deepspeed/runtime/config.py)."""
+"""Top-level keys that mark a mapping as a DeepSpeed config (deepspeed/runtime/config.py)."""
+TORCHTITAN_TABLES = frozenset(s for spellings in torchtitan_vocabulary.KEYS.values()
+                              for s, _ in spellings)
+"""TOML tables that mark a document as a torchtitan job config ([training], [parallelism], ...)."""
+_MAPPING_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+@dataclasses.dataclass(frozen=True)
+class Document:
+    """A file as the readers see it: its text and, where it parses so, its mapping or TOML tables."""
+
+    path: Path
+    text: str
+    mapping: dict | None
+    """The YAML / JSON top-level mapping; None when the text is not one."""
+    tables: dict | None
+    """The TOML document; None when the text is not TOML."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Reader:
+    """One kind of configuration file `planner check` reads."""
+
+    kind: str
+    """`Target.kind` of what it reads."""
+    accepts: str
+    """What a file of this kind holds, for the message naming the kinds accepted."""
+    matches: Callable[[Document], bool]
+    """Whether a document is of this kind (by content)."""
+    read: Callable[..., Target]
+    """(document, model=, cluster=, gpus=, seq_len=) -> Target; raises SpecError."""
+    lines: Callable[[str], dict[str, int]]
+    """Text -> {flag or key spelling: line} (`planner.check.lines`)."""
+    knobs: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """Planner knob (`tp`, `micro_batch_size`, ...) -> its spelling in this kind, so that a rule
+    naming the knob points at the line that sets it."""
+
+
+def _read_plan(doc: Document, **given) -> Target:
+    _no_options(doc.path, given, "a plan file names its model, cluster and GPU count")
+    return read_plan_file(doc.path, doc.mapping)
+
+
+def _read_deepspeed(doc: Document, **given) -> Target:
+    from planner.check import deepspeed
+    return deepspeed.read(doc.path, doc.mapping, **given)
+
+
+def _read_torchtitan(doc: Document, **given) -> Target:
+    from planner.check import torchtitan
+    return torchtitan.read(doc.path, **given)
+
+
+def _read_megatron(doc: Document, **given) -> Target:
+    from planner.check import megatron
+    return megatron.read(doc.path, **given)
+
+
+def _megatron_flags(doc: Document) -> bool:
+    return bool(set(line_index.flag_lines(doc.text)) & set(megatron_vocabulary.READ))
+
+
+_TORCHTITAN_KNOBS = {**torchtitan_vocabulary.KEY, "micro_batch_size": torchtitan_vocabulary.KEY[
+    "local_batch"], "recompute": torchtitan_vocabulary.KEY["ac_mode"],
+    "zero_stage": torchtitan_vocabulary.KEY["shard"]}
+
+READERS: tuple[Reader, ...] = (
+    Reader(KIND, f"a plan file (kind: {KIND}, written by `planner plan -o`)",
+           lambda d: d.mapping is not None and looks_like_plan_file(d.mapping), _read_plan,
+           line_index.mapping_lines),
+    Reader("deepspeed-config", f"a DeepSpeed JSON config (one of {', '.join(DEEPSPEED_KEYS)})",
+           lambda d: d.mapping is not None and any(k in d.mapping for k in DEEPSPEED_KEYS),
+           _read_deepspeed, line_index.mapping_lines,
+           {k.knob: k.path for k in deepspeed_vocabulary.KEYS}),
+    Reader("torchtitan-config", "a torchtitan TOML job config (tables "
+           f"{', '.join(f'[{t}]' for t in sorted(TORCHTITAN_TABLES))})",
+           lambda d: d.tables is not None and bool(TORCHTITAN_TABLES & set(d.tables)),
+           _read_torchtitan, line_index.toml_lines, _TORCHTITAN_KNOBS),
+    Reader("megatron-args", "Megatron-LM arguments (a launch script or arguments file with "
+           f"{megatron_vocabulary.FLAG['tp']}, {megatron_vocabulary.FLAG['micro_batch_size']}, ...)",
+           _megatron_flags, _read_megatron, line_index.flag_lines,
+           {k: f.flag for k, f in megatron_vocabulary.BY_KNOB.items()}),
+)
+"""The kinds `planner check` reads, in the order they are tried (module docstring)."""
 
 
 def read_target(path: str | Path, *, model: str | None = None, cluster: str | None = None,
                 gpus: int | None = None, seq_len: int | None = None) -> Target:
-    """The Target of a configuration file, by what it holds (module docstring).
+    """The Target of a configuration file, by what it holds (module docstring), with the line of
+    every flag or key it sets (`Target.lines`).
 
     Args:
         path: the file.
@@ -47,48 +138,40 @@ def read_target(path: str | Path, *, model: str | None = None, cluster: str | No
             count; tokens per sequence).
 
     Raises:
-        SpecError: unreadable, malformed or unrecognised file, or a missing model / cluster (exit 2).
+        SpecError: unreadable, malformed or unrecognised file (naming the kinds accepted), a value
+            the framework rejects, or a missing model / cluster (exit 2).
     """
-    path = Path(path)
-    given = dict(model=model, cluster=cluster, gpus=gpus, seq_len=seq_len)
-    kind = _kind(path)
-    if kind == "toml":
-        from planner.check import torchtitan
-        return torchtitan.read(path, **given)
-    if kind == "mapping":
-        data = files.read_mapping(path, "configuration keys")
-        if looks_like_plan_file(data):
-            _no_options(path, given, "a plan file names its model, cluster and GPU count")
-            return read_plan_file(path, data)
-        if any(k in data for k in DEEPSPEED_KEYS):
-            from planner.check import deepspeed
-            return deepspeed.read(path, data, **given)
-        raise SpecError(f"not a configuration this planner checks: expected a plan file (kind: "
-                        f"{KIND}, written by `planner plan -o`) or a DeepSpeed JSON config (one of "
-                        f"{', '.join(DEEPSPEED_KEYS)})", file=str(path), key="kind")
-    from planner.check import megatron
-    return megatron.read(path, **given)
+    doc = _document(Path(path))
+    reader = next((r for r in READERS if r.matches(doc)), None)
+    if reader is None:
+        raise SpecError("not a configuration `planner check` reads; accepted: "
+                        + "; ".join(r.accepts for r in READERS), file=str(doc.path))
+    target = reader.read(doc, model=model, cluster=cluster, gpus=gpus, seq_len=seq_len)
+    found = reader.lines(doc.text)
+    for knob, spelling in reader.knobs.items():
+        if spelling in found:
+            found.setdefault(knob, found[spelling])
+    return dataclasses.replace(target, lines=found)
 
 
-def _kind(path: Path) -> str:
-    """toml | mapping (YAML / JSON) | args, by suffix; a file whose suffix says none of these is
-    sniffed: JSON when it opens with `{`, TOML when it parses as TOML into torchtitan's tables
-    ([training], [parallelism], [model]), else Megatron-LM arguments."""
-    if path.suffix == ".toml":
-        return "toml"
-    if path.suffix in (".yaml", ".yml", ".json"):
-        return "mapping"
-    try:
-        text = files.read_text(path)
-    except SpecError:
-        return "args"  # the Megatron reader reports the unreadable file in its own words
-    if text.lstrip().startswith("{"):
-        return "mapping"  # JSON (read as YAML, its superset, whatever the suffix)
+def _document(path: Path) -> Document:
+    """The file's text, mapping and TOML tables; a suffix that names a syntax makes a syntax error
+    in it bad input, any other file is only sniffed."""
+    text = files.read_text(path, kind="configuration file")
+    if path.suffix in _MAPPING_SUFFIXES:
+        mapping = files.read_mapping(path, "configuration keys")
+    else:
+        try:
+            mapping = files.read_mapping(path, "configuration keys")
+        except SpecError:
+            mapping = None
     try:
         tables = tomllib.loads(text)
-    except tomllib.TOMLDecodeError:
-        return "args"
-    return "toml" if {"training", "parallelism", "model"} & set(tables) else "args"
+    except tomllib.TOMLDecodeError as exc:
+        if path.suffix == ".toml":
+            raise SpecError(f"TOML syntax error: {exc}", file=str(path)) from None
+        tables = None
+    return Document(path=path, text=text, mapping=mapping, tables=tables)
 
 
 def _within_limits(target: Target) -> Target:

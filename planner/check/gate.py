@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from planner.check.lines import locate
 from planner.cost.memory import DEFAULT_AT_RISK_MARGIN, MemoryBreakdown, stage_layers, stage_memory
 from planner.cost.step_time import step_time
 from planner.errors import SpecError
@@ -53,6 +54,9 @@ class Target:
     """The file's own prediction (`planner plan -o`), compared with the recomputed one."""
     findings: tuple[Violation, ...] = field(default_factory=tuple)
     """What the reader found inconsistent in the file (e.g. num_microbatches vs the batch)."""
+    lines: dict[str, int] = field(default_factory=dict)
+    """{flag or key spelling, planner knob: the 1-based line of the file that sets it}
+    (`planner.check.lines`); {} when unknown."""
 
 
 def evaluate(target: Target) -> dict:
@@ -85,13 +89,27 @@ def evaluate(target: Target) -> dict:
         "verdict": "fail" if errors(violations) else "pass",
         "model": target.model.name, "cluster": target.cluster.name, "gpus": target.cluster.num_gpus,
         "parallelism": _parallelism(target),
-        "violations": [{"rule": v.rule, "severity": v.severity, "message": v.message, "fix": v.fix}
-                       for v in violations],
+        "violations": [{"rule": v.rule, "severity": v.severity, "message": v.message, "fix": v.fix,
+                        "line": _line(target, v)} for v in violations],
         "stages": [_stage_row(target, s, m) for s, m in enumerate(stages or ())],
         "memory_bytes": _memory_dict(worst) if worst else None,
         "memory_verdict": worst.verdict if worst else "not_costed",
         **(times or {"time_s": None, "tokens_per_s": None, "mfu": None}),
     }
+
+
+_LINE_FALLBACK = {"memory_exceeds": ("micro_batch_size", "recompute", "zero_stage"),
+                  "memory_at_risk": ("micro_batch_size", "recompute", "zero_stage"),
+                  "initialization_peak": ("zero_stage",)}
+"""Rule -> the knobs whose line it points at when its message names no flag or key of the file
+(a stage's memory: the micro-batch, recompute and ZeRO settings that shrink it)."""
+
+
+def _line(target: Target, violation: Violation) -> int | None:
+    """The line of the first flag or key of the file the violation's message (else its fix)
+    names; else of `_LINE_FALLBACK`'s knobs; None when the file sets none of them."""
+    return locate(target.lines, violation.message, violation.fix,
+                  fallback=_LINE_FALLBACK.get(violation.rule, ()))
 
 
 def _counts(target: Target) -> list[dict[str, int]]:

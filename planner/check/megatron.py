@@ -316,8 +316,8 @@ def _architecture(args: dict, file: str) -> dict[str, tuple[str, int]]:
     if hidden is not None and F["intermediate_size"] not in args:
         out[F["intermediate_size"]] = ("intermediate_size", int(4 * hidden * 2 / 3 / 64) * 64
                                        if _on(args, "swiglu") else 4 * hidden)
-        if heads is not None and F["head_dim"] not in args:
-            out[F["head_dim"]] = ("head_dim", hidden // heads)
+    if hidden is not None and heads is not None and F["head_dim"] not in args:
+        out[F["head_dim"]] = ("head_dim", hidden // heads)
     return out
 
 
