@@ -398,15 +398,15 @@ def test_rotary_base_differing_from_the_model_is_a_warning(tmp_path):
                                                              "dgx-h100")), "warning")
 
 
-def test_misspelled_flag_is_a_warning_naming_the_flag_it_resembles(tmp_path):
+def test_misspelled_flag_is_an_error_naming_the_flag_it_resembles(tmp_path):
     """Fresh-user defect: `--sequence-paralel` was dropped silently (the stages moved to at risk).
-    Megatron-LM's argparse stops at it; here it is a warning naming --sequence-parallel. A flag far
-    from every flag read (`--frobnicate`) is not reported: the reader does not know all flags."""
+    Megatron-LM's argparse exits on it; here it is an error naming --sequence-parallel. A flag in
+    a comment is not an argument."""
     text = LLAMA.read_text().replace("--sequence-parallel", "--sequence-paralel") + "\n# --frobnicate 3\n"
     path = tmp_path / "typo.sh"
     path.write_text(text)
     result = _check(path, "--cluster", "dgx-h100")
-    assert result.exit_code in (0, 1), result.output
-    warnings = _rules(_data(result), "warning")
-    assert "did you mean --sequence-parallel?" in warnings["megatron_unknown_flag"]["message"]
+    assert result.exit_code == 1, result.output
+    errors = _rules(_data(result))
+    assert "did you mean --sequence-parallel?" in errors["megatron_unknown_flag"]["message"]
     assert "frobnicate" not in result.output

@@ -190,6 +190,10 @@ def test_known_flags_of_a_hand_written_plan():
         "--normalization RMSNorm", "--position-embedding-type rope",
         "--rotary-base 500000",  # Llama 3.1 config.json rope_theta 500000.0
         "--untie-embeddings-and-output-weights", "--disable-bias-linear", "--vocab-size 128256",
+        # no dropout (Llama trains without; Megatron's default is 0.1 on both)
+        "--hidden-dropout 0", "--attention-dropout 0",
+        # Llama 3.1 rope_scaling: factor 8, low 1, high 4, original 8192 = Megatron's constants
+        "--use-rope-scaling", "--rope-scaling-factor 8",
         "--tokenizer-type HuggingFaceTokenizer", "--tokenizer-model $TOKENIZER_MODEL",
         "--data-path $DATA_PATH", "--save $CHECKPOINT_PATH", "--load $CHECKPOINT_PATH",
         "--train-iters $TRAIN_ITERS", "--lr $LR"]
@@ -199,15 +203,22 @@ def test_known_flags_of_a_hand_written_plan():
 
 @pytest.mark.parametrize("zero, flags", [
     (0, []), (1, ["--use-distributed-optimizer"]),
-    (2, ["--use-megatron-fsdp", "--data-parallel-sharding-strategy optim_grads"]),
-    (3, ["--use-megatron-fsdp", "--data-parallel-sharding-strategy optim_grads_params"])])
+    (2, ["--use-megatron-fsdp", "--data-parallel-sharding-strategy optim_grads",
+         "--ckpt-format fsdp_dtensor"]),
+    (3, ["--use-megatron-fsdp", "--data-parallel-sharding-strategy optim_grads_params",
+         "--ckpt-format fsdp_dtensor"])])
 def test_zero_stage_flags(tmp_path, zero, flags):
+    """Megatron-FSDP (ZeRO-2 / 3) asserts the fsdp_dtensor checkpoint format and
+    CUDA_DEVICE_MAX_CONNECTIONS != 1 (arguments.py validate_args, d98e8a6): the script sets the
+    variable to 1 only without FSDP (tp > 1 before Blackwell asserts 1 there)."""
     doc = _hand(zero=zero)
     emitted, target = _read_back(doc, tmp_path)
     state = [f for f in _flags(emitted.text) if "fsdp" in f or "distributed-optimizer" in f
              or "sharding" in f]
     assert state == flags
     assert target.layout.zero_stage == zero
+    assert ("export CUDA_DEVICE_MAX_CONNECTIONS=1" in emitted.text) == (zero < 2)
+    assert not [v for v in target.findings if v.severity == "error"]
 
 
 def test_uneven_ends_and_interleaving_flags(tmp_path):

@@ -42,7 +42,7 @@ ELSEWHERE = {
     "planner/placement/layout.py": {"--num-layers-per-virtual-pipeline-stage", "--recompute-granularity"},
     "planner/search/ilp.py": {"--recompute-granularity"},
     "planner/cost/memory.py": {"offload_param", "pipeline_parallel_microbatches"},
-    "planner/cost/activations.py": {"selective_ac_option"},
+    "planner/cost/activations.py": {"selective_ac_option", "--hidden-dropout", "--attention-dropout"},
     "planner/placement/precision.py": {"mixed_precision_param"},
 }
 """Docstring citations in modules outside the framework readers, writers, gate and rules (the
@@ -120,8 +120,10 @@ def test_gate_fix_terms_are_the_tables():
     """The gate spells its single-knob fixes with each framework's table (hand-written expectations:
     the flags of a ZeRO-3 Megatron-FSDP run and DeepSpeed's ZeRO key)."""
     from planner.check.gate import _spelled
+    # Megatron-FSDP asserts the fsdp_dtensor checkpoint format (arguments.py validate_args).
     assert _spelled("zero_stage 3", "megatron-args", "megatron") == \
-        "--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params"
+        "--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params " \
+        "--ckpt-format fsdp_dtensor"
     assert _spelled("zero_stage 2", "deepspeed-config", "deepspeed") == "zero_optimization.stage 2"
     assert _spelled("micro_batch_size 4", "megatron-args", "megatron") == "--micro-batch-size 4"
     assert _spelled("zero_stage 2", "training-plan", "megatron") == "zero_stage 2"

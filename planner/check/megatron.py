@@ -4,9 +4,11 @@ The file is split like a shell command line (`shlex`: quotes, `#` comments, back
 continuations). Tokens of the form `NAME=value` set shell variables that later `$NAME`, `${NAME}`
 and `${NAME:-default}` expand to (Megatron-LM's example scripts keep their numbers in variables and
 their flags in bash arrays; a quoted array element such as `"--flag value"` is split again).
-`--flag value` and `--flag=value` are read for the flags below; every other token (python,
-torchrun, pretrain_gpt.py, environment assignments, data paths, flags the planner does not cost) is
-ignored. A flag given twice takes its last value, as argparse does. The text is read, not run:
+`--flag value` and `--flag=value` are read for the flags below; other tokens (python, torchrun,
+pretrain_gpt.py, environment assignments, data paths, flags the planner does not cost) are not
+read, but every `--flag` must be one Megatron-LM (`planner.frameworks.megatron.recorded_flags`) or
+torchrun defines: any other is the error `megatron_unknown_flag` with the closest Megatron flag, as
+Megatron's argparse exits on it. A flag given twice takes its last value, as argparse does. The text is read, not run:
 both branches of a shell `if` are read, and neither `$(...)` nor arithmetic `$((...))` is evaluated
 (a flag whose value is left with a `$` is bad input, naming the flag; for `$((...))` of integers
 and the file's variables the message gives the number to write).
@@ -21,7 +23,9 @@ the warning `megatron_rotary_base`); torchrun's GPUs per node x nodes = world si
 What Megatron itself asserts at start-up and the gate's rules do not already check is a finding
 (`Violation`, each citing the Megatron function): world size divisible by tp x pp x cp, the
 recompute flags' combinations, the virtual-pipeline flags, the uneven split of the middle stages,
-seq-length within max-position-embeddings, interleaving with pp = 2 without p2p overlap. The global
+seq-length within max-position-embeddings, interleaving with pp = 2 without p2p overlap, FSDP's
+CUDA_DEVICE_MAX_CONNECTIONS (set in the script) and checkpoint format, torch FSDP2's flags, and
+all-to-all context parallelism's heads per rank divisible by cp (`_startup`). The global
 batch by micro-batch x dp is the gate's `batch_divisible` rule.
 """
 
@@ -35,6 +39,7 @@ import shlex
 from pathlib import Path
 
 from planner.check.gate import Target
+from planner.check.lines import flag_lines
 from planner.errors import SpecError
 from planner.frameworks import megatron as mg
 from planner.frameworks.megatron import FLAG as F
@@ -83,8 +88,9 @@ def read(path: Path, *, model: str | None, cluster: str | None, gpus: int | None
     spec = _model(args, model, path)
     world = _world(args, gpus, file)
     findings: list[Violation] = _rotary_base(args, spec, file) if model is not None else []
-    findings += _misspelled(text, file)
+    findings += _unknown_flags(text)
     layout = _layout(args, spec, world, seq_len, file, findings)
+    findings += _startup(args, _tokens(text, file)[1], spec, layout, file)
     per_stage = _recompute_per_stage(args, spec, layout, file, findings)
     if per_stage is not None:
         totals = {m: sum(c.get(m, 0) for c in per_stage) for m in ("full", "none")}
@@ -93,23 +99,79 @@ def read(path: Path, *, model: str | None, cluster: str | None, gpus: int | None
                   layout=layout, recompute_per_stage=per_stage, findings=tuple(findings))
 
 
-def _misspelled(text: str, file: str) -> list[Violation]:
-    """A warning for each `--flag` close to, but not, one this reader reads (`--sequence-paralel`):
-    Megatron-LM's argparse stops at an unknown flag, and a misspelled one is otherwise dropped
-    here. Flags far from every flag read are not reported: the reader knows only the flags it
-    costs, not all of Megatron's."""
-    known = tuple(mg.READ)
+def _unknown_flags(text: str) -> list[Violation]:
+    """An error for each `--flag` that neither Megatron-LM (`mg.recorded_flags()`) nor torchrun
+    defines, with the closest Megatron flag: Megatron's argparse exits on it ("unrecognized
+    arguments"; `parse_args`, allow_abbrev=False, so a prefix is no flag either)."""
+    known = mg.recorded_flags()
     out = []
-    for flag in dict.fromkeys(re.findall(r"(?<![\w-])--[a-z][a-z0-9_-]+", text)):
-        if flag in known:
+    for flag in flag_lines(text):
+        if not flag.startswith("--") or flag in known or flag in mg.TORCHRUN_FLAGS:
             continue
-        close = difflib.get_close_matches(flag, known, n=1, cutoff=0.9)
-        if close:
-            out.append(Violation(rule="megatron_unknown_flag", severity="warning",
-                                 message=f"{flag} is not a flag this reader knows; did you mean "
-                                         f"{close[0]}? (Megatron-LM's argparse stops at an unknown "
-                                         f"flag; here it is ignored)",
-                                 fix=f"write {close[0]}"))
+        close = difflib.get_close_matches(flag, known, n=1, cutoff=0.6)
+        out.append(Violation(
+            rule="megatron_unknown_flag",
+            message=f"{flag} is not a Megatron-LM flag" + (f"; did you mean {close[0]}?" if close
+                                                             else "") +
+                    " Megatron-LM's argparse exits on an unrecognized argument before training "
+                    "starts (arguments.py parse_args)",
+            fix=f"write {close[0]}" if close else f"remove {flag}"))
+    return out
+
+
+def _startup(args: dict, env: dict[str, str], spec: ModelSpec, layout: Layout,
+             file: str) -> list[Violation]:
+    """Megatron-LM's start-up assertions on FSDP and context parallelism the placement rules do
+    not state.
+
+    Source: Megatron-LM d98e8a6 `megatron/training/arguments.py` `validate_args`: Megatron-FSDP
+    asserts CUDA_DEVICE_MAX_CONNECTIONS != 1 and args.ckpt_format == "fsdp_dtensor"; that format
+    asserts args.use_megatron_fsdp; torch FSDP2 asserts CUDA_DEVICE_MAX_CONNECTIONS != 1,
+    ckpt_format torch_dist or torch_dcp, untied embeddings and no fp16.
+    TransformerEngine d0067d0 `pytorch/attention/dot_product_attention/context_parallel.py`
+    (cp_comm_type a2a: the Q and K heads of each tensor-parallel rank divisible by cp)."""
+    out = []
+    ckpt = _choice(args, "ckpt_format", file) or mg.DEFAULT["ckpt_format"]
+    connections = env.get(mg.DEVICE_MAX_CONNECTIONS)
+    for knob in ("megatron_fsdp", "torch_fsdp2"):
+        if _on(args, knob) and connections == "1":
+            out.append(Violation(
+                rule="megatron_fsdp_device_connections",
+                message=f"{mg.DEVICE_MAX_CONNECTIONS}=1 with {F[knob]}: Megatron-LM asserts FSDP "
+                        f"runs with {mg.DEVICE_MAX_CONNECTIONS} > 1 or unset (validate_args)",
+                fix=f"remove {mg.DEVICE_MAX_CONNECTIONS}=1 from the script"))
+    fsdp_format = mg.BY_KNOB["ckpt_format"].choices[-1]
+    if _on(args, "megatron_fsdp") != (ckpt == fsdp_format):
+        message = (f"{F['megatron_fsdp']} with {F['ckpt_format']} {ckpt}: Megatron-LM asserts "
+                   f"Megatron-FSDP saves {fsdp_format}" if _on(args, "megatron_fsdp") else
+                   f"{F['ckpt_format']} {fsdp_format} without {F['megatron_fsdp']}: Megatron-LM "
+                   f"asserts {fsdp_format} only with Megatron-FSDP")
+        out.append(Violation(rule="megatron_fsdp_ckpt_format", message=message + " (validate_args)",
+                             fix=f"{F['ckpt_format']} {fsdp_format}" if _on(args, "megatron_fsdp")
+                             else f"add {F['megatron_fsdp']} or another {F['ckpt_format']}"))
+    if _on(args, "torch_fsdp2"):
+        broken = [what for what, bad in (
+            (f"{F['ckpt_format']} {ckpt} (torch_dist or torch_dcp)", ckpt not in ("torch_dist",
+                                                                                   "torch_dcp")),
+            (f"no {F['untie_embeddings']}", not _on(args, "untie_embeddings")),
+            (F["fp16"], _on(args, "fp16"))) if bad]
+        if broken:
+            out.append(Violation(rule="torch_fsdp2_args", message=(
+                f"{F['torch_fsdp2']} with {', '.join(broken)}: Megatron-LM asserts against it "
+                f"(validate_args)"), fix="change those flags"))
+    comm = args.get(F["cp_comm_type"])
+    if comm == "a2a" and layout.cp > 1:
+        q, k = spec.num_attention_heads // layout.tp, max(1, spec.num_key_value_heads // layout.tp)
+        if q % layout.cp or k % layout.cp:
+            out.append(Violation(
+                rule="ulysses_heads",
+                message=f"{F['cp_comm_type']} a2a splits each tensor-parallel rank's heads over "
+                        f"cp={layout.cp}: num_attention_heads={spec.num_attention_heads} / tp="
+                        f"{layout.tp} = {q} query and {k} key/value heads per rank, not both "
+                        f"divisible by {layout.cp} (Transformer Engine asserts it at the first "
+                        f"attention)",
+                fix=f"{F['cp_comm_type']} p2p (ring attention: no head constraint), or cp in "
+                    f"{[d for d in range(1, q + 1) if q % d == 0 and k % d == 0]}"))
     return out
 
 

@@ -39,6 +39,7 @@ import math
 import shlex
 from dataclasses import dataclass
 
+from planner.cost.activations import DROPOUT_MODEL_TYPES
 from planner.cost.memory import stage_memory
 from planner.emit import Emitted
 from planner.errors import SpecError
@@ -346,7 +347,62 @@ def _architecture_flags(model: ModelSpec, seq_len: int) -> list[str]:
     if model.qk_norm:
         out.append(F["qk_norm"])
     out.append(_flag(model, "vocab_size"))
-    return out + _moe_flags(model)
+    return out + _dropout_flags(model) + _rope_scaling_flags(model) + _mla_flags(model) + \
+        _moe_flags(model)
+
+
+def _dropout_flags(model: ModelSpec) -> list[str]:
+    """Dropout 0 where the cost model assumes none (`cost.activations.DROPOUT_MODEL_TYPES`: every
+    family but GPT / OPT); Megatron's default is 0.1 on both (`transformer_config.py`
+    hidden_dropout, attention_dropout), which keeps dropout masks the plan did not cost."""
+    if model.model_type in DROPOUT_MODEL_TYPES:
+        return []
+    return [f"{F['hidden_dropout']} 0", f"{F['attention_dropout']} 0"]
+
+
+LLAMA3_SCALING = {"low_freq_factor": 1, "high_freq_factor": 4,
+                  "original_max_position_embeddings": 8192}
+"""The Llama 3 rope-scaling constants Megatron-LM fixes (only the factor is a flag). Source:
+Megatron-LM d98e8a6 `megatron/core/models/common/embeddings/rotary_pos_embedding.py`
+`_apply_scaling` defaults."""
+
+
+def _rope_scaling(model: ModelSpec) -> dict:
+    scaling = model.extra.get("rope_scaling")
+    return scaling if isinstance(scaling, dict) else {}
+
+
+def _rope_scaling_flags(model: ModelSpec) -> list[str]:
+    """Llama 3 rope scaling (`rope_type: llama3`) as Megatron's rope-scaling switch and factor, when the
+    other constants are Megatron's (`LLAMA3_SCALING`); otherwise an architecture gap. YaRN scaling
+    of an MLA model goes with `_mla_flags`."""
+    scaling = _rope_scaling(model)
+    kind = scaling.get("rope_type") or scaling.get("type")
+    if kind != "llama3" or any(scaling.get(k, v) != v for k, v in LLAMA3_SCALING.items()):
+        return []
+    return [F["use_rope_scaling"], f"{F['rope_scaling_factor']} {scaling.get('factor', 8.0):g}"]
+
+
+def _mla_flags(model: ModelSpec) -> list[str]:
+    """Multi-latent attention (DeepSeek-V2/V3): the low-rank query / key-value projections and
+    head widths. Source: Megatron-LM d98e8a6 `arguments.py` `_add_mla_args` and
+    `transformer_config.py` MLATransformerConfig (rope_type yarn by default; the YaRN factor and
+    mscale flags)."""
+    if not model.is_mla:
+        return []
+    out = [F["multi_latent_attention"]]
+    if model.q_lora_rank:
+        out.append(_flag(model, "q_lora_rank"))
+    out += [_flag(model, k) for k in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
+                                      "v_head_dim")]
+    scaling = _rope_scaling(model)
+    if (scaling.get("rope_type") or scaling.get("type")) == "yarn":
+        out += [f"{F[knob]} {scaling[key]:g}" for knob, key in (
+            ("rotary_scaling_factor", "factor"), ("mscale", "mscale"),
+            ("mscale_all_dim", "mscale_all_dim"), ("yarn_beta_fast", "beta_fast"),
+            ("yarn_beta_slow", "beta_slow"),
+            ("yarn_original_positions", "original_max_position_embeddings")) if key in scaling]
+    return out
 
 
 def _flag(spec: ModelSpec | Layout, knob: str) -> str:
@@ -367,11 +423,18 @@ def _rotary_base_flags(model: ModelSpec) -> list[str]:
     return [f"{F['rope_theta']} {int(theta)}"]
 
 
+MOE_DISPATCHER = "alltoall"
+"""The token dispatcher the cost model prices (all-to-all over ep, `cost.comm`); Megatron's default
+is allgather (`transformer_config.py` moe_token_dispatcher_type). Grouped GEMM (off by default,
+`moe_grouped_gemm`) runs a rank's experts as one kernel, as the compute cost assumes."""
+
+
 def _moe_flags(model: ModelSpec) -> list[str]:
     if not model.is_moe:
         return []
     out = [_flag(model, "num_experts"), _flag(model, "num_experts_per_tok"),
-           f"{F['moe_intermediate_size']} {model.moe_intermediate_size or model.intermediate_size}"]
+           f"{F['moe_intermediate_size']} {model.moe_intermediate_size or model.intermediate_size}",
+           f"{F['moe_token_dispatcher']} {MOE_DISPATCHER}", F["moe_grouped_gemm"]]
     if model.shared_expert_intermediate_size:
         out.append(_flag(model, "shared_expert_intermediate_size"))
     if model.moe_layers and not all(model.moe_layers):
@@ -383,7 +446,8 @@ def _moe_flags(model: ModelSpec) -> list[str]:
 def _architecture_gaps(model: ModelSpec) -> list[str]:
     """Model features the flags above do not state (to add by hand), one deviation line each."""
     gaps = [what for what, present in (
-        ("multi-latent attention (q/kv LoRA ranks)", model.kv_lora_rank > 0),
+        (f"rope scaling {_rope_scaling(model)}", bool(_rope_scaling(model)) and not (
+            _rope_scaling_flags(model) or model.is_mla)),
         (f"sliding-window attention ({model.sliding_window} tokens)", model.sliding_window > 0),
         ("attention sinks", model.attention_sinks),
         ("parallel attention + MLP", model.parallel_attention),
@@ -433,11 +497,19 @@ def _script(doc: dict, model: ModelSpec, cluster: ClusterSpec, layout: Layout,
     lines += [f'{var}="${{{var}:-{default}}}"  # {what}' for var, default, what in PLACEHOLDERS]
     lines += ['NODE_RANK="${NODE_RANK:-0}"  # this node, 0..' + str(nodes - 1),
               'MASTER_ADDR="${MASTER_ADDR:-localhost}"', 'MASTER_PORT="${MASTER_PORT:-6000}"', "",
-              "export CUDA_DEVICE_MAX_CONNECTIONS=1", "",
-              "torchrun \\"]
+              *_environment(layout), "torchrun \\"]
     body = launcher + ["pretrain_gpt.py"] + _flags(doc, model, layout, recompute)
     lines += [f"    {item} \\" for item in body[:-1]] + [f"    {body[-1]}", ""]
     return "\n".join(lines)
+
+
+def _environment(layout: Layout) -> list[str]:
+    """`export CUDA_DEVICE_MAX_CONNECTIONS=1` (and a blank line) where Megatron-LM wants it: with
+    tp or cp > 1 on GPUs before Blackwell it asserts the value 1 unless FSDP runs; Megatron-FSDP
+    (ZeRO-2 / 3 here) asserts it is not 1 (`validate_args`), so it is left unset there."""
+    if layout.zero_stage >= 2:
+        return []
+    return [f"export {mg.DEVICE_MAX_CONNECTIONS}=1", ""]
 
 
 def _header(doc: dict, model: ModelSpec, cluster: ClusterSpec, layout: Layout,

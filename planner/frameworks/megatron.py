@@ -20,6 +20,7 @@ flag is absent (None: unset or derived in `validate_args`, e.g. --expert-tensor-
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 INT, CHOICE, SWITCH, TEXT = "int", "choice", "switch", "text"
 """Flag kinds: a positive integer; one of `choices`; store_true (no value); a free value (written
@@ -68,6 +69,10 @@ FLAGS = (
     Flag("sharding_strategy", "--data-parallel-sharding-strategy", CHOICE, "optim_grads_params",
          ("no_shard", "optim", "optim_grads", "optim_grads_params")),
     Flag("torch_fsdp2", "--use-torch-fsdp2", SWITCH, False),
+    Flag("ckpt_format", "--ckpt-format", CHOICE, "torch_dist",
+         ("torch", "torch_dist", "torch_dcp", "fsdp_dtensor")),
+    # context parallelism's communication (`_add_distributed_args`; nargs +: one type, or per layer)
+    Flag("cp_comm_type", "--cp-comm-type", TEXT, "p2p"),
     # recompute (transformer_config.py; --recompute-activations = selective, validate_args)
     Flag("recompute_granularity", "--recompute-granularity", CHOICE, None, ("full", "selective")),
     Flag("recompute_method", "--recompute-method", CHOICE, None, ("uniform", "block")),
@@ -98,7 +103,27 @@ FLAGS = (
     Flag("rope_theta", "--rotary-base", INT, 10000),
     Flag("add_qkv_bias", "--add-qkv-bias", SWITCH, False, read=False),
     Flag("qk_norm", "--qk-layernorm", SWITCH, False, read=False),
-    # MoE (`_add_moe_args`)
+    Flag("use_rope_scaling", "--use-rope-scaling", SWITCH, False, read=False),
+    Flag("rope_scaling_factor", "--rope-scaling-factor", TEXT, 8.0, read=False),
+    Flag("hidden_dropout", "--hidden-dropout", TEXT, 0.1, read=False),
+    Flag("attention_dropout", "--attention-dropout", TEXT, 0.1, read=False),
+    # multi-latent attention (`_add_mla_args`; transformer_config.py MLATransformerConfig)
+    Flag("multi_latent_attention", "--multi-latent-attention", SWITCH, False, read=False),
+    Flag("q_lora_rank", "--q-lora-rank", INT, read=False),
+    Flag("kv_lora_rank", "--kv-lora-rank", INT, 32, read=False),
+    Flag("qk_nope_head_dim", "--qk-head-dim", INT, 128, read=False),
+    Flag("qk_rope_head_dim", "--qk-pos-emb-head-dim", INT, 64, read=False),
+    Flag("v_head_dim", "--v-head-dim", INT, 128, read=False),
+    Flag("rotary_scaling_factor", "--rotary-scaling-factor", TEXT, 1.0, read=False),
+    Flag("mscale", "--mscale", TEXT, 1.0, read=False),
+    Flag("mscale_all_dim", "--mscale-all-dim", TEXT, 0.0, read=False),
+    Flag("yarn_beta_fast", "--yarn-beta-fast", TEXT, read=False),
+    Flag("yarn_beta_slow", "--yarn-beta-slow", TEXT, read=False),
+    Flag("yarn_original_positions", "--yarn-original-max-position-embeddings", INT, read=False),
+    # MoE (`_add_moe_args`; transformer_config.py: dispatcher allgather, grouped GEMM off by default)
+    Flag("moe_token_dispatcher", "--moe-token-dispatcher-type", CHOICE, "allgather",
+         ("allgather", "alltoall", "flex"), read=False),
+    Flag("moe_grouped_gemm", "--moe-grouped-gemm", SWITCH, False, read=False),
     Flag("num_experts_per_tok", "--moe-router-topk", INT, 2, read=False),
     Flag("moe_intermediate_size", "--moe-ffn-hidden-size", INT, read=False),
     Flag("shared_expert_intermediate_size", "--moe-shared-expert-intermediate-size", INT, read=False),
@@ -121,6 +146,36 @@ FLAGS = (
 )
 """Every Megatron-LM / torchrun flag the planner reads or writes (module docstring for sources)."""
 
+TORCHRUN_FLAGS = frozenset((
+    "--nnodes", "--nproc-per-node", "--nproc_per_node", "--rdzv-backend", "--rdzv_backend",
+    "--rdzv-endpoint", "--rdzv_endpoint", "--rdzv-id", "--rdzv_id", "--rdzv-conf", "--rdzv_conf",
+    "--standalone", "--max-restarts", "--max_restarts", "--monitor-interval", "--monitor_interval",
+    "--start-method", "--start_method", "--role", "--module", "--no-python", "--no_python",
+    "--run-path", "--run_path", "--log-dir", "--log_dir", "--redirects", "--tee",
+    "--local-ranks-filter", "--local_ranks_filter", "--node-rank", "--node_rank", "--master-addr",
+    "--master_addr", "--master-port", "--master_port", "--local-addr", "--local_addr",
+    "--logs-specs", "--logs_specs", "--numa-binding", "--numa_binding", "--use-env", "--use_env",
+    "--local-rank", "--local_rank"))
+"""torchrun's own flags (PyTorch `torch/distributed/run.py` `get_args_parser`, dashed and
+underscored spellings; --use-env / --local-rank of the older `torch.distributed.launch`)."""
+
+RECORDED_FLAGS_FILE = Path(__file__).with_name("megatron_flags.txt")
+"""Every flag Megatron-LM's parser defines at d98e8a6 (`megatron/training/arguments.py`
+`add_megatron_arguments`, the `ArgumentGroupFactory` dataclass flags, modelopt's extra
+arguments), recorded by `tools/record_megatron_flags.py`."""
+
+
+def recorded_flags() -> frozenset[str]:
+    """The flags of `RECORDED_FLAGS_FILE` (Megatron-LM's argparse exits on any other:
+    `parse_args`, allow_abbrev=False, so no prefix of a flag is accepted either)."""
+    text = RECORDED_FLAGS_FILE.read_text()
+    return frozenset(line for line in text.splitlines() if line.startswith("--"))
+
+
+DEVICE_MAX_CONNECTIONS = "CUDA_DEVICE_MAX_CONNECTIONS"
+"""The environment variable Megatron-LM's start-up checks read (`validate_args`: must not be 1 with
+Megatron-FSDP or torch FSDP2; must be 1 with tp or cp > 1 before Blackwell otherwise)."""
+
 BY_KNOB = {f.knob: f for f in FLAGS}
 FLAG = {f.knob: f.flag for f in FLAGS}
 """knob -> Megatron's flag name."""
@@ -134,11 +189,16 @@ NPROC_PER_NODE = (FLAG["nproc_per_node"], FLAG["nproc_per_node_dashed"])
 ZERO_BY_STRATEGY = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
 """Megatron-FSDP --data-parallel-sharding-strategy -> ZeRO stage (optimizer; + gradients;
 + parameters). Source: Megatron-LM docs/discussions/megatron-fsdp-user-guide."""
+FSDP_CKPT_FORMAT = "fsdp_dtensor"
+"""The checkpoint format Megatron-FSDP asserts (`validate_args`: "Megatron-FSDP requires the
+`fsdp_dtensor` checkpointing format"; and that format only with Megatron-FSDP)."""
 ZERO_FLAGS = {0: (), 1: (FLAG["distributed_optimizer"],),
-              **{stage: (FLAG["megatron_fsdp"], f"{FLAG['sharding_strategy']} {strategy}")
+              **{stage: (FLAG["megatron_fsdp"], f"{FLAG['sharding_strategy']} {strategy}",
+                         f"{FLAG['ckpt_format']} {FSDP_CKPT_FORMAT}")
                  for strategy, stage in ZERO_BY_STRATEGY.items() if stage >= 2}}
 """ZeRO stage -> the flags that give it: ZeRO-1 the distributed optimizer, ZeRO-2 / 3 Megatron-FSDP
-with the strategy of `ZERO_BY_STRATEGY` (written even where it is the default)."""
+with the strategy of `ZERO_BY_STRATEGY` (written even where it is the default) and the checkpoint
+format it asserts."""
 ZERO_STAGES = (0, 1, 2, 3)
 """ZeRO stages Megatron-LM implements (`ZERO_FLAGS`). Megatron-FSDP with pp > 1: `arguments.py`
 rejects pipeline parallelism only for --use-torch-fsdp2 and for Megatron-FSDP version 2

@@ -1,0 +1,134 @@
+"""`planner check` on Megatron-LM arguments is as strict as Megatron-LM itself: a flag its argparse
+does not define is an error naming the closest real flag (argparse exits on it), and the start-up
+assertions of `validate_args` that concern the layout are rules (issue 11's false PASSes).
+
+The flag names come from the recorded copy of Megatron-LM's parser
+(`planner/frameworks/megatron_flags.txt`, d98e8a6, `tools/record_megatron_flags.py`); the
+assertions are read from `megatron/training/arguments.py` at that commit (cited per test)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from planner.cli import app
+from planner.frameworks import megatron as mg
+
+runner = CliRunner()
+
+# A 40-head, 8-KV-head llama-style model given by flags (Qwen/Llama-2-13B-like widths).
+ARGS_40_HEADS = """--num-layers 40 --hidden-size 5120 --num-attention-heads 40
+--group-query-attention --num-query-groups 8 --ffn-hidden-size 13824 --max-position-embeddings 32768
+--swiglu --normalization RMSNorm --position-embedding-type rope --vocab-size 152064
+--seq-length 32768 --micro-batch-size 1 --global-batch-size 64 --bf16
+--use-distributed-optimizer
+"""
+
+
+def _run(tmp_path, text, *options, name="args.txt"):
+    path = tmp_path / name
+    path.write_text(text)
+    result = runner.invoke(app, ["check", str(path), "--cluster", "dgx-h100", *options,
+                                 "--format", "json"])
+    assert result.exit_code in (0, 1), result.output
+    return result.exit_code, json.loads(result.output)
+
+
+def _errors(data):
+    return {v["rule"]: v for v in data["violations"] if v["severity"] == "error"}
+
+
+def test_recorded_parser_holds_every_flag_the_planner_reads_or_writes():
+    recorded = mg.recorded_flags()
+    assert mg.RECORDED_FLAGS_FILE.read_text().startswith(
+        "# Megatron-LM d98e8a64ddf34856e74b24714e3bedb2f5a39553")
+    megatron_flags = {f.flag for f in mg.FLAGS} - mg.TORCHRUN_FLAGS
+    assert megatron_flags <= recorded, sorted(megatron_flags - recorded)
+    # What the start-up assertions below read (validate_args argument names, dashed):
+    assert {"--use-megatron-fsdp", "--use-torch-fsdp2", "--ckpt-format", "--cp-comm-type",
+            "--untie-embeddings-and-output-weights", "--fp16"} <= recorded
+    # Real flags the issue's misspellings resemble; the misspellings are not flags.
+    assert {"--tensor-model-parallel-size", "--use-flash-attn"} <= recorded
+    assert not {"--tensor-model-paralel-size", "--use-flash-atention"} & recorded
+
+
+@pytest.mark.parametrize("typo, real", [("--tensor-model-paralel-size 2", "--tensor-model-parallel-size"),
+                                        ("--use-flash-atention", "--use-flash-attn")])
+def test_misspelled_flag_fails_naming_the_real_flag(tmp_path, typo, real):
+    """Issue 11: both passed before (a warning, or nothing); Megatron's argparse exits on both."""
+    code, data = _run(tmp_path, ARGS_40_HEADS + typo + "\n", "--gpus", "8")
+    assert code == 1
+    error = _errors(data)["megatron_unknown_flag"]
+    assert f"{typo.split()[0]} is not a Megatron-LM flag; did you mean {real}?" in error["message"]
+    assert error["fix"] == f"write {real}" and error["line"] == 6
+
+
+def test_an_unknown_flag_far_from_any_flag_fails_too(tmp_path):
+    code, data = _run(tmp_path, ARGS_40_HEADS + "--frobnicate-everything\n", "--gpus", "8")
+    assert code == 1 and "megatron_unknown_flag" in _errors(data)
+
+
+def test_torchrun_flags_of_a_script_are_not_megatron_flags(tmp_path):
+    script = ("torchrun --nproc_per_node 8 --rdzv_backend c10d --max-restarts 0 pretrain_gpt.py \\\n"
+              + ARGS_40_HEADS.replace("\n", " \\\n"))
+    code, data = _run(tmp_path, script, name="pretrain.sh")
+    assert "megatron_unknown_flag" not in _errors(data), data["violations"]
+
+
+def test_cp_a2a_needs_heads_divisible_by_cp(tmp_path):
+    """Issue 11: `--cp-comm-type a2a` with cp 16 on a 40-head model passed. Transformer Engine
+    (d0067d0, context_parallel.py) asserts the Q and K heads of each TP rank divisible by cp:
+    40 % 16 = 8 and 8 % 16 = 8. The same layout with ring attention (p2p) has no head rule."""
+    layout = "--context-parallel-size 16\n"
+    code, data = _run(tmp_path, ARGS_40_HEADS + layout + "--cp-comm-type a2a\n", "--gpus", "16")
+    assert code == 1
+    error = _errors(data)["ulysses_heads"]
+    assert "num_attention_heads=40 / tp=1 = 40 query and 8 key/value heads per rank" in error["message"]
+    assert "cp in [1, 2, 4, 8]" in error["fix"] and error["line"] == 7
+    _, ring = _run(tmp_path, ARGS_40_HEADS + layout + "--cp-comm-type p2p\n", "--gpus", "16")
+    assert "ulysses_heads" not in _errors(ring)
+    # cp 8 divides 40 and 8: a2a passes that rule.
+    _, eight = _run(tmp_path, ARGS_40_HEADS + "--context-parallel-size 8\n--cp-comm-type a2a\n",
+                    "--gpus", "16")
+    assert "ulysses_heads" not in _errors(eight)
+
+
+FSDP = ARGS_40_HEADS.replace("--use-distributed-optimizer", "--use-megatron-fsdp")
+
+
+def test_megatron_fsdp_with_device_connections_1_fails(tmp_path):
+    """validate_args: `assert os.environ.get('CUDA_DEVICE_MAX_CONNECTIONS') != "1"` under
+    use_megatron_fsdp (and under use_torch_fsdp2)."""
+    script = ("export CUDA_DEVICE_MAX_CONNECTIONS=1\npython pretrain_gpt.py \\\n"
+              + FSDP.replace("\n", " \\\n") + "--ckpt-format fsdp_dtensor\n")
+    code, data = _run(tmp_path, script, "--gpus", "8", name="fsdp.sh")
+    assert code == 1
+    assert set(_errors(data)) == {"megatron_fsdp_device_connections"}
+    code, data = _run(tmp_path, script.replace("export CUDA_DEVICE_MAX_CONNECTIONS=1\n", ""),
+                      "--gpus", "8", name="fsdp.sh")
+    assert "megatron_fsdp_device_connections" not in _errors(data)
+
+
+def test_megatron_fsdp_needs_the_fsdp_dtensor_checkpoint_format_and_only_it(tmp_path):
+    """validate_args: Megatron-FSDP asserts ckpt_format == "fsdp_dtensor" (the default is
+    torch_dist, training_config.py); --ckpt-format fsdp_dtensor asserts use_megatron_fsdp."""
+    code, data = _run(tmp_path, FSDP, "--gpus", "8")
+    assert code == 1
+    assert "--ckpt-format torch_dist" in _errors(data)["megatron_fsdp_ckpt_format"]["message"]
+    code, data = _run(tmp_path, FSDP + "--ckpt-format fsdp_dtensor\n", "--gpus", "8")
+    assert "megatron_fsdp_ckpt_format" not in _errors(data)
+    code, data = _run(tmp_path, ARGS_40_HEADS + "--ckpt-format fsdp_dtensor\n", "--gpus", "8")
+    assert code == 1 and "megatron_fsdp_ckpt_format" in _errors(data)
+
+
+def test_torch_fsdp2_assertions(tmp_path):
+    """validate_args under use_torch_fsdp2: ckpt_format torch_dist or torch_dcp, untied embeddings,
+    no fp16."""
+    fsdp2 = ARGS_40_HEADS.replace("--use-distributed-optimizer", "--use-torch-fsdp2")
+    code, data = _run(tmp_path, fsdp2, "--gpus", "8")
+    assert code == 1
+    assert "no --untie-embeddings-and-output-weights" in _errors(data)["torch_fsdp2_args"]["message"]
+    _, data = _run(tmp_path, fsdp2 + "--untie-embeddings-and-output-weights\n", "--gpus", "8")
+    assert "torch_fsdp2_args" not in _errors(data)
