@@ -376,3 +376,34 @@ def test_rotary_base_follows_rope_theta():
     assert not any(f.startswith("--rotary-base") for f in _architecture_flags(odd, 4096))
     assert any("rope_theta 10000.5" in g for g in _architecture_gaps(odd))
     assert not any("rope_theta" in g for g in _architecture_gaps(base))
+
+
+def test_deepseek_v3_flags_mla_yarn_and_moe_dispatch(tmp_path):
+    """DeepSeek-V3 (config.json: q_lora_rank 1536, kv_lora_rank 512, qk_nope_head_dim 128,
+    qk_rope_head_dim 64, v_head_dim 128; rope_scaling yarn factor 40, mscale 1.0, mscale_all_dim
+    1.0, beta_fast 32, beta_slow 1, original 4096): Megatron's MLA flags (`_add_mla_args`) and
+    YaRN flags, the all-to-all dispatcher and grouped GEMM the cost model assumes, no dropout; the
+    script reads back to the plan's layout with no error."""
+    doc = _hand(model="deepseek-v3", gpus=256, tp=2, pp=16, cp=1, dp=8, ep=8, etp=1, zero=1,
+                mbs=1, gbs=256, recompute="full", split=(4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 1))
+    emitted, target = _read_back(doc, tmp_path)
+    flags = _flags(emitted.text)
+    for flag in ("--multi-latent-attention", "--q-lora-rank 1536", "--kv-lora-rank 512",
+                 "--qk-head-dim 128", "--qk-pos-emb-head-dim 64", "--v-head-dim 128",
+                 "--rotary-scaling-factor 40", "--mscale 1", "--mscale-all-dim 1",
+                 "--yarn-beta-fast 32", "--yarn-beta-slow 1",
+                 "--yarn-original-max-position-embeddings 4096",
+                 "--moe-token-dispatcher-type alltoall", "--moe-grouped-gemm",
+                 "--hidden-dropout 0", "--attention-dropout 0"):
+        assert flag in flags, flag
+    assert not any("multi-latent" in d for d in emitted.deviations)
+    assert not [v.message for v in target.findings if v.severity == "error"]
+    assert (target.layout.tp, target.layout.pp, target.layout.ep) == (2, 16, 8)
+
+
+def test_gpt3_keeps_megatrons_dropout(tmp_path):
+    """GPT-3 trained with dropout 0.1 (Brown et al. 2020; Megatron's default): no dropout flag."""
+    doc = _hand(model="gpt-3-175b", gpus=64, tp=8, pp=8, dp=1, zero=1, mbs=1, gbs=64,
+                seq_len=2048, split=(12,) * 8)
+    flags = _flags(emit(doc, "megatron").text)
+    assert not [f for f in flags if "dropout" in f]
