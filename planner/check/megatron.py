@@ -542,9 +542,12 @@ def _vpp(args: dict, spec: ModelSpec, pp: int, file: str, findings: list[Violati
                 f"{stage_flag} with {uneven[0]}: Megatron-LM asserts {rank_flag} for uneven "
                 f"pipeline parallelism")))
         elif n % pp or (n // pp) % per_stage:
+            chunks = n // pp // per_stage
+            built = pp * chunks * per_stage
             findings.append(Violation(rule="virtual_pipeline_args", fix=fix, message=(
                 f"num_layers={n} over pp={pp} is {n / pp:g} layers per stage, not a multiple of "
-                f"{stage_flag} {per_stage}")))
+                f"{stage_flag} {per_stage}: {pp} stages x {chunks} virtual stages x {per_stage} "
+                f"layers build {built} layers, not {n}")))
         else:
             per_rank = n // pp // per_stage
     vpp = per_rank or 1
