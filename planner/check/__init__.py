@@ -10,6 +10,8 @@ The kind of a file is decided by what it holds, whatever its name (`READERS`, fi
   (`planner.frameworks.deepspeed.MARKERS`);
 - `torchtitan-config`: a TOML document with torchtitan's job-config tables (releases up to
   238fa99; `planner.frameworks.torchtitan`);
+- `torchtitan-command`: a torchtitan command line selecting a config function with `--module` and
+  `--config`, with dotted overrides (releases since 2026, `planner.check.torchtitan_cli`);
 - `megatron-args`: a command line, shell script or arguments file with a Megatron-LM flag the
   planner reads (`planner.frameworks.megatron.READ`);
 anything else (`pyproject.toml`, a plain YAML file, a shell script with no such flag) is bad input
@@ -94,6 +96,15 @@ def _read_torchtitan(doc: Document, **given) -> Target:
     return torchtitan.read(doc.path, **given)
 
 
+def _torchtitan_cli():
+    from planner.check import torchtitan_cli
+    return torchtitan_cli
+
+
+def _read_torchtitan_cli(doc: Document, **given) -> Target:
+    return _torchtitan_cli().read(doc.path, **given)
+
+
 def _read_megatron(doc: Document, **given) -> Target:
     from planner.check import megatron
     return megatron.read(doc.path, **given)
@@ -119,6 +130,13 @@ READERS: tuple[Reader, ...] = (
            f"{', '.join(f'[{t}]' for t in sorted(TORCHTITAN_TABLES))})",
            lambda d: d.tables is not None and bool(TORCHTITAN_TABLES & set(d.tables)),
            _read_torchtitan, line_index.toml_lines, _TORCHTITAN_KNOBS),
+    Reader("torchtitan-command", "a torchtitan command line (--module M --config C with "
+           "--section.field overrides)", lambda d: _torchtitan_cli().looks_like(d.text),
+           _read_torchtitan_cli, line_index.flag_lines,
+           {**{k: torchtitan_vocabulary.KEY[k] for k in torchtitan_vocabulary.CLI_SETTINGS},
+            "micro_batch_size": torchtitan_vocabulary.MICROBATCH_TOKENS,
+            "global_batch_size": torchtitan_vocabulary.STEP_TOKENS,
+            "seq_len": torchtitan_vocabulary.CONTEXT}),
     Reader("megatron-args", "Megatron-LM arguments (a launch script or arguments file with "
            f"{megatron_vocabulary.FLAG['tp']}, {megatron_vocabulary.FLAG['micro_batch_size']}, ...)",
            _megatron_flags, _read_megatron, line_index.flag_lines,

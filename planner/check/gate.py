@@ -231,7 +231,7 @@ def _spelled(label: str, kind: str, framework: str) -> str:
     """`label` in the terms of the file checked: planner's for a plan file, else the framework's."""
     if kind == "training-plan" or framework not in _FRAMEWORK_TERMS:
         return label
-    terms = _FRAMEWORK_TERMS[framework]
+    terms = frameworks.FIX_TERMS_BY_KIND.get(kind, _FRAMEWORK_TERMS[framework])
     if label in terms:
         return terms[label]
     name, value = label.rsplit(" ", 1)

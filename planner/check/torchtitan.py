@@ -84,8 +84,14 @@ def read(path: Path, *, model: str | None, cluster: str | None, gpus: int | None
             an unmodelled feature, a missing option, or an option the file contradicts.
     """
     path = Path(path)
-    file = str(path)
-    doc = _parse(path)
+    return read_doc(_parse(path), str(path), model=model, cluster=cluster, gpus=gpus,
+                    seq_len=seq_len)
+
+
+def read_doc(doc: dict, file: str, *, model: str | None, cluster: str | None, gpus: int | None,
+             seq_len: int | None) -> Target:
+    """`read` of a parsed job config ({section: {key: value}}, `tt.KEYS` spellings); `file`
+    names it in messages (the command-line reader, `torchtitan_cli`, builds one)."""
     cfg = _Config(doc, file)
     spec = _model(cfg, model)
     if cluster is None:
@@ -215,8 +221,9 @@ def _model(cfg: _Config, option: str | None) -> ModelSpec:
             raise SpecError(f"value {value!r} must be a string", file=cfg.file, key=f"model.{key}")
     named = tt.CATALOG.get((name, flavor))
     if option is None and named is None:
+        known = ", ".join(f"{n} {f}" for n, f in tt.CATALOG)
         raise SpecError(f"--model is required: model.name={name!r} flavor={flavor!r} is not a "
-                        f"catalog model (known: llama3 8B, 70B, 405B)", file=cfg.file, key="--model")
+                        f"catalog model (known: {known})", file=cfg.file, key="--model")
     if option is not None and named is not None and option != named:
         raise SpecError(f"--model {option} contradicts model.name={name!r} flavor={flavor!r} "
                         f"(= {named}); omit --model or fix the file", file=cfg.file, key="--model")

@@ -20,3 +20,6 @@ from planner.frameworks import deepspeed, megatron, torchtitan
 
 BY_NAME = {"megatron": megatron, "deepspeed": deepspeed, "torchtitan": torchtitan}
 """`Layout.framework` -> its vocabulary module."""
+FIX_TERMS_BY_KIND = {"torchtitan-command": torchtitan.CLI_FIX_TERMS}
+"""`Target.kind` -> the fix terms of a file kind whose spelling differs from its framework's
+default file (a torchtitan command line, not its TOML)."""

@@ -83,9 +83,12 @@ DEFAULT = {"local_batch": 8, "global_batch_size": -1, "seq_len": 2048, "param_dt
 batch -1 = local batch x dp)."""
 
 CATALOG = {("llama3", "8B"): "llama-3.1-8b", ("llama3", "70B"): "llama-3.1-70b",
-           ("llama3", "405B"): "llama-3.1-405b"}
+           ("llama3", "405B"): "llama-3.1-405b", ("qwen3", "32B"): "qwen3-32b",
+           ("qwen3", "30B-A3B"): "qwen3-30b-a3b", ("deepseek_v3", "671B"): "deepseek-v3"}
 """(model.name, model.flavor) -> catalog model. Source: torchtitan `models/llama3/__init__.py`
-`llama3_args` (8B: dim 4096, 32 layers; 70B: 8192, 80; 405B: 16384, 126 -- Llama 3.1 shapes)."""
+`llama3_args` (8B: dim 4096, 32 layers; 70B: 8192, 80; 405B: 16384, 126 -- Llama 3.1 shapes);
+the flavors of b5bcd76's `models/qwen3/__init__.py` (32B, 30B-A3B) and
+`models/deepseek_v3/__init__.py` (671B = DeepSeek-V3), which the TOML releases did not ship."""
 OPTIMIZERS = {"adamw": "AdamW"}
 """Planner optimizer -> [optimizer] name. Source: `components/optimizer.py` (`build_optimizers`:
 "Adam" and "AdamW" only); the planner's sgd / adam8bit have no torchtitan name."""
@@ -143,3 +146,82 @@ FIX_TERMS = {
 }
 """The gate's single-knob changes (`planner.check.gate._single_changes`) in torchtitan's keys;
 `{}` takes the new value."""
+
+
+# ---------------------------------------------------------------- current releases (2026)
+
+CLI_COMMIT = "b5bcd76"
+"""pytorch/torchtitan b5bcd76c66d0acb1a08b176d9639425bc55e0b2a (2026-08-21): a run is a Python
+config function chosen by `--module M --config C` (`config/manager.py` ConfigManager._load_config,
+`config/README.md`), with `--section.field value` overrides parsed by tyro (precedence CLI > the
+function's values); activation checkpointing is a tyro subcommand
+`activation-checkpoint:{selective,full,memory-budget,none}` (`distributed/activation_checkpoint.py`
+ActivationCheckpointingConfig)."""
+CLI_FIELDS = {
+    "training": ("num_tokens_per_microbatch_per_dp_rank", "num_tokens_per_train_step",
+                 "max_context_length", "max_norm", "steps", "enable_cpu_offload",
+                 "disable_cuda_graphs", "dtype", "mixed_precision_param", "mixed_precision_reduce",
+                 "gc_freq", "gc_debug"),
+    "parallelism": ("data_parallel_replicate_degree", "data_parallel_shard_degree",
+                    "fsdp_reshard_after_forward", "enable_fsdp_symm_mem", "tensor_parallel_degree",
+                    "enable_sequence_parallel", "spmd_backend", "pipeline_parallel_degree",
+                    "module_fqns_per_model_part", "pipeline_parallel_first_stage_less_layers",
+                    "pipeline_parallel_last_stage_less_layers",
+                    "pipeline_parallel_layers_per_stage", "pipeline_parallel_schedule",
+                    "pipeline_parallel_schedule_csv", "num_pp_microbatches",
+                    "context_parallel_degree", "context_parallel_load_balancer",
+                    "context_parallel_ptrr_mask_key", "expert_parallel_degree"),
+}
+"""Every field of `config/configs.py` TrainingConfig and ParallelismConfig at `CLI_COMMIT` (all on
+the command line as `--training.F` / `--parallelism.F`; tyro exits on any other)."""
+CLI_SETTINGS = ("replicate", "shard", "reshard", "tp", "pp", "cp", "ep", "pp_schedule",
+                "pp_layers_per_stage", "pp_first_less", "pp_last_less", "param_dtype", "dtype",
+                "offload")
+"""Settings whose current CLI key is the `KEYS` spelling (`KEY[setting]`)."""
+MICROBATCH_TOKENS = "training.num_tokens_per_microbatch_per_dp_rank"
+"""Tokens one data-parallel rank runs per forward (a micro-batch of whole sequences x context)."""
+STEP_TOKENS = "training.num_tokens_per_train_step"
+"""Tokens per optimizer step over all ranks (-1: micro-batch tokens x pp micro-batches x dp)."""
+CONTEXT = "training.max_context_length"
+"""Tokens per sequence."""
+PP_MICROBATCHES = "parallelism.num_pp_microbatches"
+"""Pipeline micro-batches per step."""
+SEQUENCE_PARALLEL = "parallelism.enable_sequence_parallel"
+"""Sequence parallelism with TP (default true)."""
+CLI_DEFAULT = {MICROBATCH_TOKENS: 16384, STEP_TOKENS: -1, CONTEXT: 2048, PP_MICROBATCHES: 1,
+               SEQUENCE_PARALLEL: True}
+"""Their values when neither the config function nor the command line sets them (`configs.py`)."""
+AC_SUBCOMMANDS = ("activation-checkpoint", "activation_checkpoint")
+"""The tyro subcommand prefix of activation checkpointing (`activation-checkpoint:full`)."""
+AC_CHOICES = {"selective": "selective", "full": "full", "none": "none"}
+"""Subcommand -> the modelled mode (`memory-budget`, a compiler setting, is not modelled)."""
+
+PRESETS = {
+    ("llama3", "llama3_8b"): {"model": ("llama3", "8B"), MICROBATCH_TOKENS: 1 * 8192,
+                              CONTEXT: 8192, "ac": "selective"},
+    ("llama3", "llama3_70b"): {"model": ("llama3", "70B"), MICROBATCH_TOKENS: 8 * 8192,
+                               CONTEXT: 8192, KEY["tp"]: 8, "ac": "full"},
+    ("llama3", "llama3_405b"): {"model": ("llama3", "405B"), MICROBATCH_TOKENS: 2 * 8192,
+                                CONTEXT: 8192, KEY["tp"]: 8, "ac": "full", "float8": True},
+    ("qwen3", "qwen3_32b"): {"model": ("qwen3", "32B"), MICROBATCH_TOKENS: 2 * 4096,
+                             CONTEXT: 4096, "ac": "full"},
+    ("qwen3", "qwen3_30b_a3b"): {"model": ("qwen3", "30B-A3B"), MICROBATCH_TOKENS: 2 * 4096,
+                                 CONTEXT: 4096, "ac": "full"},
+    ("deepseek_v3", "deepseek_v3_671b"): {"model": ("deepseek_v3", "671B"),
+                                          MICROBATCH_TOKENS: 4 * 4096, CONTEXT: 4096,
+                                          KEY["pp_schedule"]: "Interleaved1F1B", KEY["ep"]: 2,
+                                          "ac": "selective"},
+}
+"""(--module, --config) -> what the config function sets that the planner costs (the rest are
+`DEFAULT` / `CLI_DEFAULT`). Source: `torchtitan/models/{llama3,qwen3,deepseek_v3}/config_registry.py`
+at `CLI_COMMIT` (llama3_8b, llama3_70b, llama3_405b -- Float8 linear converter --, qwen3_32b,
+qwen3_30b_a3b, deepseek_v3_671b)."""
+CLI_FIX_TERMS = {
+    "recompute selective": f"{AC_SUBCOMMANDS[0]}:selective",
+    "recompute full": f"{AC_SUBCOMMANDS[0]}:full",
+    "micro_batch_size": f"--{MICROBATCH_TOKENS} of {{}} sequences with --{STEP_TOKENS} kept "
+                        f"(gradient accumulation)",
+    "zero_stage 2": f"--{KEY['shard']} > 1 with --{KEY['reshard']} {RESHARD_NEVER}",
+    "zero_stage 3": f"--{KEY['shard']} > 1",
+}
+"""`FIX_TERMS` for a command line of the current releases (`CLI_COMMIT`)."""

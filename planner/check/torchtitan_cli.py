@@ -1,0 +1,217 @@
+"""Reader of a current torchtitan launch command line (`--module M --config C` plus dotted
+overrides, torchtitan since 2026) into a gate `Target`.
+
+Source: pytorch/torchtitan `planner.frameworks.torchtitan.CLI_COMMIT` (b5bcd76):
+`config/manager.py` (ConfigManager: `--module`/`--config` pick a config function, then tyro
+parses `--section.field value` / `--section.field=value` overrides, which take precedence),
+`config/configs.py` (TrainingConfig, ParallelismConfig), `run_train.sh` (torchrun's
+GPUs per node give the ranks).
+
+The file is split like a shell command line (`shlex`; backslash continuations, `#` comments); the
+config function's values the planner costs come from `tt.PRESETS` (a function not listed there is
+bad input naming those that are), the overrides replace them, the rest are torchtitan's defaults.
+The batch is in tokens: micro-batch = num_tokens_per_microbatch_per_dp_rank / max_context_length
+sequences (a remainder is bad input), num_pp_microbatches micro-batches per step with pp > 1, the
+global batch num_tokens_per_train_step / max_context_length (-1: micro-batch x pp micro-batches
+x dp). The settings then map to a Layout as the TOML reader maps them (`torchtitan.read_doc`),
+with `enable_sequence_parallel false` turning sequence parallelism off.
+
+A `--training.F` or `--parallelism.F` that is no field of those dataclasses is the error
+`torchtitan_unknown_key` with the closest field (tyro exits on it); other sections are not
+costed and not checked.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import re
+import shlex
+from pathlib import Path
+
+from planner.check import torchtitan
+from planner.check.gate import Target
+from planner.errors import SpecError
+from planner.frameworks import megatron as megatron_vocabulary
+from planner.frameworks import torchtitan as tt
+from planner.placement.rules import Violation
+from planner.specs import files
+
+KIND = "torchtitan-command"
+"""The `kind` of a torchtitan command line."""
+MODULE, CONFIG = "--module", "--config"
+"""ConfigManager's two selecting flags."""
+_NPROC = megatron_vocabulary.NPROC_PER_NODE
+_NNODES = megatron_vocabulary.FLAG["nnodes"]
+"""torchrun's flags (kept with Megatron-LM's, whose scripts launch with torchrun too)."""
+
+
+def looks_like(text: str) -> bool:
+    """Whether the text selects a torchtitan config function (`--module` and `--config`)."""
+    return bool(re.search(rf"(?<![\w-]){MODULE}[\s=]", text)
+                and re.search(rf"(?<![\w-]){CONFIG}[\s=]", text))
+
+
+def read(path: Path, *, model: str | None, cluster: str | None, gpus: int | None,
+         seq_len: int | None) -> Target:
+    """The Target of a torchtitan command line (module docstring).
+
+    Raises:
+        SpecError: unreadable file, shell syntax error, a missing --module / --config or one not in
+            `tt.PRESETS`, an override without a value or with a value torchtitan rejects, a batch
+            that is not whole sequences, an unmodelled activation-checkpoint policy, --gpus
+            contradicting torchrun's ranks, and what `torchtitan.read_doc` raises.
+    """
+    file = str(path)
+    text = files.read_text(path, kind="text file (a torchtitan command line)")
+    words = _words(text, file)
+    flags, ac = _flags(words, file)
+    preset = _preset(flags, file)
+    settings = {**tt.CLI_DEFAULT, **{k: v for k, v in preset.items() if "." in k},
+                **{k: _value(v) for k, v in flags.items() if "." in k}}
+    ranks = _ranks(flags, file)
+    if ranks is not None and gpus is not None and gpus != ranks:
+        raise SpecError(f"--gpus {gpus} contradicts torchrun's {ranks} ranks", file=file,
+                        key="--gpus")
+    findings = _unknown_fields(flags)
+    doc = _job_doc(settings, preset, ac or preset["ac"], file)
+    target = torchtitan.read_doc(doc, file, model=model, cluster=cluster,
+                                 gpus=gpus if gpus is not None else ranks, seq_len=seq_len)
+    layout = target.layout
+    if settings[tt.SEQUENCE_PARALLEL] is False and layout.sequence_parallel:
+        layout = layout.replace(sequence_parallel=False)
+    return dataclasses.replace(target, kind=KIND, layout=layout,
+                               findings=tuple(findings) + target.findings)
+
+
+def _words(text: str, file: str) -> list[str]:
+    try:
+        return shlex.split(text.replace("\\\n", " "), comments=True)
+    except ValueError as exc:
+        raise SpecError(f"shell syntax error: {exc}", file=file) from None
+
+
+def _flags(words: list[str], file: str) -> tuple[dict[str, str], str | None]:
+    """({--flag or dotted key: value string}, the activation-checkpoint subcommand or None); the
+    last of a flag given twice wins (tyro / argparse)."""
+    out: dict[str, str] = {}
+    ac = None
+    i = 0
+    while i < len(words):
+        word = words[i]
+        i += 1
+        prefix, colon, choice = word.partition(":")
+        if colon and prefix in tt.AC_SUBCOMMANDS:
+            if choice not in tt.AC_CHOICES:
+                raise SpecError(f"value {choice!r} not modelled; allowed: "
+                                f"{', '.join(tt.AC_CHOICES)}", file=file, key=prefix)
+            ac = tt.AC_CHOICES[choice]
+            continue
+        if not word.startswith("--"):
+            continue
+        name, eq, value = word.partition("=")
+        if not eq:
+            if i < len(words) and not words[i].startswith("--") and ":" not in words[i]:
+                value, i = words[i], i + 1
+            else:
+                value = "true"  # a tyro boolean flag given alone
+        out[name[2:] if "." in name else name] = value
+    return out, ac
+
+
+def _value(text: str):
+    """A command-line value as tyro types it: integers, booleans, else the string."""
+    if re.fullmatch(r"-?\d+", text):
+        return int(text)
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    return text
+
+
+def _preset(flags: dict[str, str], file: str) -> dict:
+    module, config = flags.get(MODULE), flags.get(CONFIG)
+    preset = tt.PRESETS.get((module, config))
+    if preset is None:
+        known = ", ".join(f"{MODULE} {m} {CONFIG} {c}" for m, c in tt.PRESETS)
+        raise SpecError(f"{MODULE} {module} {CONFIG} {config} is not a torchtitan config function "
+                        f"this planner knows (it reads the values a function sets from a table, "
+                        f"not by running it); known: {known}", file=file,
+                        key=CONFIG if module else MODULE)
+    return preset
+
+
+def _ranks(flags: dict[str, str], file: str) -> int | None:
+    """torchrun's ranks: GPUs per node x nodes, or None when the line does not launch torchrun."""
+    given = [f for f in _NPROC if f in flags]
+    if not given:
+        return None
+    values = [flags[given[-1]], flags.get(_NNODES, "1")]
+    for flag, value in zip((given[-1], _NNODES), values):
+        if not re.fullmatch(r"\d+", value) or int(value) < 1:
+            raise SpecError(f"value {value!r} must be an integer >= 1 (a literal, not a shell "
+                            f"variable)", file=file, key=flag)
+    return int(values[0]) * int(values[1])
+
+
+def _unknown_fields(flags: dict[str, str]) -> list[Violation]:
+    out = []
+    for key in flags:
+        section, _, field = key.partition(".")
+        fields = tt.CLI_FIELDS.get(section)
+        if fields is None or field in fields:
+            continue
+        close = difflib.get_close_matches(field, fields, n=1, cutoff=0.6)
+        out.append(Violation(
+            rule="torchtitan_unknown_key",
+            message=f"--{key} is not a field of torchtitan's {section} config"
+                    + (f"; did you mean --{section}.{close[0]}?" if close else "")
+                    + f" (tyro exits on it; config/configs.py at {tt.CLI_COMMIT})",
+            fix=f"write --{section}.{close[0]}" if close else f"remove --{key}"))
+    return out
+
+
+def _job_doc(settings: dict, preset: dict, ac: str, file: str) -> dict:
+    """The settings as the TOML reader's {section: {key: value}} (`tt.KEYS` spellings)."""
+    doc: dict[str, dict] = {}
+
+    def put(setting: str, value) -> None:
+        section, key = tt.KEYS[setting][0]
+        doc.setdefault(section, {})[key] = value
+
+    for setting in tt.CLI_SETTINGS:
+        if tt.KEY[setting] in settings:
+            put(setting, settings[tt.KEY[setting]])
+    seq = _positive(settings, tt.CONTEXT, file)
+    micro = _sequences(settings, tt.MICROBATCH_TOKENS, seq, file)
+    pp = settings.get(tt.KEY["pp"], 1)
+    per_step = _positive(settings, tt.PP_MICROBATCHES, file) if pp != 1 else 1
+    put("seq_len", seq)
+    put("local_batch", micro * per_step)
+    if pp != 1:
+        put("pp_microbatch_size", micro)
+    step = settings[tt.STEP_TOKENS]
+    put("global_batch_size", -1 if step == -1 else _sequences(settings, tt.STEP_TOKENS, seq, file))
+    put("ac_mode", ac)
+    if ac == "selective":
+        put("ac_option", tt.OP_SAC)
+    name, flavor = preset["model"]
+    put("model_name", name)
+    put("model_flavor", flavor)
+    if preset.get("float8"):
+        put("converters", [tt.FP8_CONVERTER])
+    return doc
+
+
+def _positive(settings: dict, key: str, file: str) -> int:
+    value = settings[key]
+    if type(value) is not int or value < 1:
+        raise SpecError(f"value {value!r} must be an integer >= 1", file=file, key=f"--{key}")
+    return value
+
+
+def _sequences(settings: dict, key: str, seq: int, file: str) -> int:
+    tokens = _positive(settings, key, file)
+    if tokens % seq:
+        raise SpecError(f"value {tokens} is not a multiple of {tt.CONTEXT} {seq}: this planner "
+                        f"costs whole sequences", file=file, key=f"--{key}")
+    return tokens // seq

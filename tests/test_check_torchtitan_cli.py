@@ -1,0 +1,109 @@
+"""`planner check` of current torchtitan command lines (`--module M --config C` + dotted overrides,
+pytorch/torchtitan b5bcd76): the preset's values (config_registry.py), the overrides, the token
+batch as whole sequences, strict field names, and the kind chosen by content."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from planner.check import read_target
+from planner.cli import app
+
+ROOT = Path(__file__).resolve().parents[1]
+runner = CliRunner()
+
+# The run of tests/data/configs/torchtitan/llama3_8b.toml (local batch 2, global 16, seq 8192,
+# FSDP 8, op-level selective AC) in the current form: 2 x 8192 tokens per micro-batch, 16 x 8192
+# per step.
+LLAMA3_8B = """#!/bin/bash
+torchrun --nproc_per_node=8 --rdzv_backend c10d --rdzv_endpoint="localhost:0" \\
+  -m torchtitan.train --module llama3 --config llama3_8b \\
+  --parallelism.data_parallel_shard_degree 8 \\
+  --training.num_tokens_per_microbatch_per_dp_rank 16384 \\
+  --training.num_tokens_per_train_step=131072 \\
+  activation-checkpoint:selective
+"""
+
+
+def _write(tmp_path, text, name="train.sh"):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def _check(path, *options):
+    return runner.invoke(app, ["check", str(path), "--cluster", "dgx-h100", *options,
+                               "--format", "json"])
+
+
+def test_same_run_as_the_toml_preset_reads_to_the_same_layout(tmp_path):
+    new = read_target(_write(tmp_path, LLAMA3_8B), cluster="dgx-h100")
+    old = read_target(ROOT / "tests/data/configs/torchtitan/llama3_8b.toml", cluster="dgx-h100",
+                      gpus=8)
+    assert new.kind == "torchtitan-command" and old.kind == "torchtitan-config"
+    assert new.model.name == old.model.name == "llama-3.1-8b"
+    assert new.layout == old.layout
+    assert (new.layout.dp, new.layout.zero_stage, new.layout.micro_batch_size,
+            new.layout.global_batch_size, new.layout.seq_len) == (8, 3, 2, 16, 8192)
+
+
+def test_preset_values_without_overrides(tmp_path):
+    """llama3_70b (config_registry.py): tp 8, 8 x 8192 tokens per micro-batch, context 8192,
+    FullAC; shard -1 takes the GPUs left: 64 / 8 = 8."""
+    path = _write(tmp_path, "torchrun --nproc_per_node 8 --nnodes 8 -m torchtitan.train "
+                            "--module llama3 --config llama3_70b\n")
+    layout = read_target(path, cluster="dgx-h100").layout
+    assert (layout.tp, layout.dp, layout.micro_batch_size, layout.seq_len, layout.recompute) == \
+        (8, 8, 8, 8192, "full")
+    assert layout.global_batch_size == 8 * 8  # -1: micro-batch x dp
+    assert layout.sequence_parallel
+
+
+def test_qwen3_and_deepseek_presets_name_their_models(tmp_path):
+    qwen = read_target(_write(tmp_path, "--module qwen3 --config qwen3_32b\n"),
+                       cluster="dgx-h100", gpus=8)
+    assert qwen.model.name == "qwen3-32b" and qwen.layout.seq_len == 4096
+    assert qwen.layout.micro_batch_size == 2 and qwen.layout.recompute == "full"
+
+
+def test_overrides_win_and_sequence_parallel_can_be_off(tmp_path):
+    text = ("--module llama3 --config llama3_70b --parallelism.tensor_parallel_degree 4 "
+            "--parallelism.enable_sequence_parallel false activation-checkpoint:none\n")
+    layout = read_target(_write(tmp_path, text), cluster="dgx-h100", gpus=32).layout
+    assert (layout.tp, layout.dp, layout.sequence_parallel, layout.recompute) == (4, 8, False, "none")
+
+
+def test_misspelled_field_fails_naming_the_field(tmp_path):
+    result = _check(_write(tmp_path, LLAMA3_8B.replace("shard_degree 8", "shard_degre 8")))
+    assert result.exit_code == 1, result.output
+    error = {v["rule"]: v for v in json.loads(result.output)["violations"]}["torchtitan_unknown_key"]
+    assert "did you mean --parallelism.data_parallel_shard_degree?" in error["message"]
+    assert error["line"] == 4
+
+
+@pytest.mark.parametrize("text, words", [
+    ("--module llama3 --config my_run\n", ["--config my_run", "--module llama3 --config llama3_8b"]),
+    (LLAMA3_8B.replace("16384", "10000"), ["10000", "multiple of training.max_context_length 8192"]),
+    (LLAMA3_8B.replace("activation-checkpoint:selective", "activation-checkpoint:memory-budget"),
+     ["'memory-budget' not modelled"]),
+])
+def test_bad_input_exits_2_naming_the_value(tmp_path, text, words):
+    result = _check(_write(tmp_path, text), "--gpus", "8")
+    assert result.exit_code == 2, result.output
+    for word in words:
+        assert word in result.output
+
+
+def test_gpus_contradicting_torchrun_is_bad_input(tmp_path):
+    result = _check(_write(tmp_path, LLAMA3_8B), "--gpus", "16")
+    assert result.exit_code == 2 and "--gpus 16 contradicts torchrun's 8 ranks" in result.output
+
+
+def test_fix_terms_are_command_line_terms(tmp_path):
+    result = _check(_write(tmp_path, LLAMA3_8B))
+    warning = {v["rule"]: v for v in json.loads(result.output)["violations"]}["memory_at_risk"]
+    assert "activation-checkpoint:full (51.2 GiB)" in warning["fix"]
