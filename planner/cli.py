@@ -221,6 +221,12 @@ GpusOpt = Annotated[int | None, typer.Option("--gpus", min=1, max=MAX_GPUS, help
     "clusters)."))]
 Recompute = Enum("Recompute", {m: m for m in layout_mod.RECOMPUTE_MODES}, type=str)
 Framework = Enum("Framework", {f: f for f in layout_mod.FRAMEWORKS}, type=str)
+EmitTarget = Enum("EmitTarget", {f: f for f in ("megatron", "deepspeed", "torchtitan",
+                                                "torchtitan-toml")}, type=str)
+"""`plan --emit`: a framework's launch configuration (`planner.emit.FRAMEWORKS`)."""
+_EMIT_FRAMEWORK = {"torchtitan-toml": "torchtitan"}
+"""`--emit` target -> the framework whose conventions the search uses (itself unless listed;
+`planner.emit.FRAMEWORK_OF`)."""
 CodeRecompute = Enum("CodeRecompute", {m: m for m in ("none", "full")}, type=str)
 """Recompute a DeepSpeed model can apply from code: whole layers (deepspeed.checkpointing)."""
 Optimizer = Enum("Optimizer", {o: o for o in layout_mod.OPTIMIZERS}, type=str)
@@ -443,16 +449,18 @@ def plan_cmd(
     output: Annotated[str | None, typer.Option(
         "--output", "-o", help="Write the best plan to this YAML file (YAML whatever --format says); "
                               "`-` writes it to stdout and the report to stderr.")] = None,
-    emit: Annotated[Framework | None, typer.Option(
+    emit: Annotated[EmitTarget | None, typer.Option(
         case_sensitive=False, help="Print the best plan as this framework's launch configuration (Megatron-LM "
-                                   "script, DeepSpeed JSON, torchtitan TOML) instead of the table; what it "
+                                   "script, DeepSpeed JSON, torchtitan command line; torchtitan-toml: the TOML "
+                                   "of older torchtitan releases) instead of the table; what it "
                                    "cannot express and `planner check` of it go to stderr.")] = None,
     fmt: FormatOpt = Format.table,
 ) -> None:
     """Find the fastest layouts that fit: best-first search, an integer program per candidate, proven optimal."""
     from planner import plan as plan_api  # imports the search: only for `plan`
 
-    if emit is not None and framework is not None and _value(emit) != _value(framework):
+    emit_framework = None if emit is None else _EMIT_FRAMEWORK.get(_value(emit), _value(emit))
+    if emit is not None and framework is not None and emit_framework != _value(framework):
         raise SpecError(f"value {_value(emit)!r} contradicts --framework {_value(framework)!r}: a plan "
                         f"is searched under the conventions of the framework it is emitted for; give "
                         f"one of them", key="--emit")
@@ -462,7 +470,7 @@ def plan_cmd(
     if emit is not None and fmt != Format.table:
         raise SpecError(f"value {fmt.value!r} not allowed with --emit, which prints the framework's own "
                         f"configuration; write the plan as data with -o plan.yaml", key="--format")
-    framework = framework or emit or "megatron"
+    framework = framework or emit_framework or "megatron"
     fixed = parse_fix(fix or [])
     if output is not None:
         _check_writable(output, inputs=(model, cluster, str(model_spec.CATALOG_DIR / f"{model}.yaml"),
@@ -471,7 +479,7 @@ def plan_cmd(
     hw = cluster_spec.load_cluster(cluster, gpus=gpus)
     reserve = None if reserve_gib is None else int(reserve_gib * 2**30)
     if emit is not None:
-        fixed = _emit_pins(_value(emit), fixed, spec.is_moe)
+        fixed = _emit_pins(emit_framework, fixed, spec.is_moe)
     search = dict(seq_len=seq_len,
                   global_batch_size=_batch_size(seq_len, global_batch_size, global_batch_tokens),
                   precision=_precision(precision, hw), optimizer=_value(optimizer),

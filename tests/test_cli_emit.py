@@ -40,11 +40,23 @@ def test_deepspeed_json_narrows_the_search_and_says_so():
 
 
 def test_torchtitan_toml_parses_and_passes_its_check():
-    proc = _planner(*BASE, "--emit", "torchtitan")
+    proc = _planner(*BASE, "--emit", "torchtitan-toml")
     assert proc.returncode == 0, proc.stderr
     config = tomllib.loads(proc.stdout)
     assert config["model"]["flavor"] == "8B" and config["training"]["seq_len"] == 4096
     assert "check: PASS" in proc.stderr
+
+
+def test_torchtitan_command_line_of_current_releases():
+    """`--emit torchtitan` writes b5bcd76's launch: torchrun -m torchtitan.train --module/--config
+    with the plan's settings as dotted overrides; `--framework torchtitan` agrees with both forms."""
+    proc = _planner(*BASE, "--emit", "torchtitan", "--framework", "torchtitan")
+    assert proc.returncode == 0, proc.stderr
+    text = proc.stdout.replace(" \\\n    ", " ")
+    assert "-m torchtitan.train --module llama3 --config llama3_8b" in text
+    assert "--training.max_context_length 4096" in text and "check: PASS" in proc.stderr
+    toml = _planner(*BASE, "--emit", "torchtitan-toml", "--framework", "torchtitan")
+    assert toml.returncode == 0, toml.stderr
 
 
 def test_emit_contradicting_framework_is_bad_input():
@@ -62,12 +74,13 @@ def test_emit_with_plan_file_writes_both(tmp_path):
     assert check.returncode == 0, check.stdout + check.stderr
 
 
-@pytest.mark.parametrize("framework", ["megatron", "deepspeed", "torchtitan"])
+@pytest.mark.parametrize("framework", ["megatron", "deepspeed", "torchtitan", "torchtitan-toml"])
 def test_emitted_file_is_checked_again_by_planner_check(tmp_path, framework):
     """The round trip a user does: save the emitted file, then `planner check` it in CI."""
     proc = _planner(*BASE, "--emit", framework)
     assert proc.returncode == 0, proc.stderr
-    suffix = {"megatron": ".sh", "deepspeed": ".json", "torchtitan": ".toml"}[framework]
+    suffix = {"megatron": ".sh", "deepspeed": ".json", "torchtitan": ".sh",
+              "torchtitan-toml": ".toml"}[framework]
     path = tmp_path / f"launch{suffix}"
     path.write_text(proc.stdout)
     args = ["check", str(path), "--cluster", "dgx-h100", "--gpus", "8", "--model", "llama-3.1-8b",
@@ -110,8 +123,10 @@ def test_emit_weighs_plans_the_framework_can_launch_exactly():
     (a per-stage mix) was emitted with full recompute everywhere and ran ~30% slower. Now the best
     plan under each uniform recompute mode is weighed too, and the faster launch is emitted; the
     check line gives the emitted configuration's step time beside the search's best."""
+    # The TOML releases (layer-level selective checkpointing, module names per stage); b5bcd76's
+    # command line has neither (SelectiveAC is per-op only) and launches a slower plan.
     proc = _planner("plan", "-m", "llama-3.1-70b", "-c", "dgx-h100", "--gpus", "64", "--emit",
-                    "torchtitan")
+                    "torchtitan-toml")
     assert proc.returncode == 0, proc.stderr
     check = [line for line in proc.stderr.splitlines() if line.startswith("check: PASS")]
     assert len(check) == 1

@@ -15,7 +15,7 @@ import pytest
 
 from planner.check import evaluate, read_target
 from planner.emit import emit
-from planner.emit.torchtitan import default_split, write
+from planner.emit.torchtitan import default_split, write, write_command
 from planner.errors import SpecError
 from planner.plan import plan, plan_file, plan_layout
 from planner.specs.cluster import load_cluster
@@ -108,7 +108,50 @@ def test_round_trip_real_plans(tmp_path, model, gpus, seq_len, batch, fixed):
 
 def test_emit_dispatches_here():
     doc = _plan("llama-3.1-8b", 8, 8192, 16)
-    assert emit(doc, "torchtitan").text == write(doc).text
+    assert emit(doc, "torchtitan-toml").text == write(doc).text
+    assert emit(doc, "torchtitan").text == write_command(doc).text
+
+
+COMMAND_CASES = CASES + [
+    ("llama-3.1-8b", 16, 4096, 64, {"pp": 1, "tp": 2}),
+    ("llama-3.1-8b", 8, 4096, 32, {"pp": 1, "tp": 4, "zero_stage": 3, "recompute": "full"}),
+    ("llama-3.1-70b", 64, 4096, 256, {"pp": 1}),
+    ("llama-3.1-8b", 16, 8192, 64, {"pp": 1, "cp": 2, "recompute": "selective"}),
+    ("qwen3-32b", 16, 4096, 64, {"pp": 1}),
+]
+
+
+@pytest.mark.parametrize("model, gpus, seq_len, batch, fixed", COMMAND_CASES)
+def test_command_line_reads_back_to_the_toml_layout(tmp_path, model, gpus, seq_len, batch, fixed):
+    """`--emit torchtitan` (b5bcd76 command line) says what the TOML says: both read back to one
+    Layout. Plans a command line cannot give (a model torchtitan ships no preset of, module names
+    per stage) are refused naming why."""
+    doc = _plan(model, gpus, seq_len, batch, fixed)
+    _, toml_target = _read(doc, tmp_path)
+    try:
+        command = write_command(doc)
+    except SpecError as exc:
+        assert "ships no config function" in str(exc) or "module names per pipeline stage" in \
+            str(exc), str(exc)
+        assert model not in ("llama-3.1-8b",) or "module names" in str(exc)
+        return
+    assert command.suffix == ".sh" and "-m torchtitan.train --module" in \
+        command.text.replace(" \\\n    ", " ")
+    path = tmp_path / "launch.sh"
+    path.write_text(command.text)
+    target = read_target(path, model=doc["model"], cluster=doc["cluster"], gpus=doc["gpus"],
+                         seq_len=doc["request"]["seq_len"])
+    assert target.kind == "torchtitan-command"
+    assert target.layout == toml_target.layout
+    assert target.recompute_per_stage == toml_target.recompute_per_stage
+    assert evaluate(target)["verdict"] == evaluate(toml_target)["verdict"]
+
+
+def test_command_line_of_a_qwen3_plan_uses_torchtitans_qwen3_preset(tmp_path):
+    """torchtitan b5bcd76 ships qwen3_32b (models/qwen3/config_registry.py)."""
+    doc = _plan("qwen3-32b", 16, 4096, 64, {"pp": 1, "cp": 1, "tp": 1})
+    command = write_command(doc)
+    assert "--module qwen3" in command.text and "--config qwen3_32b" in command.text
 
 
 def test_ddp_plan_is_written_as_ddp(tmp_path):

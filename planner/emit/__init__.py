@@ -6,7 +6,9 @@ launches with, in the framework's real argument / key names:
 
 - `megatron`: a bash script running `torchrun ... pretrain_gpt.py` with Megatron-LM flags;
 - `deepspeed`: a DeepSpeed JSON config;
-- `torchtitan`: a torchtitan TOML job config.
+- `torchtitan`: a torchtitan launch for current releases (torchrun `-m torchtitan.train --module M
+  --config C` with the plan's settings as dotted overrides);
+- `torchtitan-toml`: a torchtitan TOML job config (releases up to 238fa99).
 
 What a framework cannot express exactly (a per-stage recompute mix Megatron's one recompute layer
 count cannot say, a split its flags cannot give) is emitted as the nearest configuration whose every
@@ -26,8 +28,11 @@ from pathlib import Path
 
 from planner.errors import InfeasibleError, SpecError
 
-FRAMEWORKS = ("megatron", "deepspeed", "torchtitan")
-"""Frameworks `--emit` writes for."""
+FRAMEWORKS = ("megatron", "deepspeed", "torchtitan", "torchtitan-toml")
+"""What `--emit` writes: a framework's current launch form, or an older one."""
+FRAMEWORK_OF = {"torchtitan-toml": "torchtitan"}
+"""`--emit` target -> the framework whose conventions the plan is searched under (itself unless
+listed)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,6 +73,9 @@ def emit(doc: dict, framework: str) -> Emitted:
     elif framework == "deepspeed":
         from planner.emit import deepspeed as writer
     elif framework == "torchtitan":
+        from planner.emit import torchtitan
+        return torchtitan.write_command(doc)
+    elif framework == "torchtitan-toml":
         from planner.emit import torchtitan as writer
     else:
         raise SpecError(f"value {framework!r} not allowed; allowed: {', '.join(FRAMEWORKS)}",

@@ -1,4 +1,6 @@
-"""Writer of torchtitan TOML job configs (`planner plan --emit torchtitan`).
+"""Writers of torchtitan launches: the command line of current releases (`planner plan --emit
+torchtitan`, `write_command`, at the end of this module) and the TOML job config of older ones
+(`--emit torchtitan-toml`, `write`); both from the same settings.
 
 Key names, sections and sources: `planner.frameworks.torchtitan` (the table the reader shares;
 pytorch/torchtitan 238fa99, the last commit with TOML job configs). Only the current spellings are
@@ -52,18 +54,26 @@ from planner.specs.model import ModelSpec, load_model
 
 FRAMEWORK = "torchtitan"
 SUFFIX = ".toml"
-FLAVORS = {model: flavor for (name, flavor), model in tt.CATALOG.items()}
-"""Catalog model -> [model] flavor of torchtitan's "llama3" (`planner.frameworks.torchtitan.
-CATALOG`)."""
+FLAVORS = {model: flavor for (name, flavor), model in tt.CATALOG.items() if name == "llama3"}
+"""Catalog model -> [model] flavor of torchtitan's "llama3", the model whose TOML presets the
+TOML releases shipped (`planner.frameworks.torchtitan.CATALOG`)."""
 _MODES = ("none", "selective", "full")
 
 
 def write(doc: dict) -> Emitted:
-    """The torchtitan TOML job config of plan file `doc` (module docstring).
+    """The torchtitan TOML job config of plan file `doc` (module docstring; `--emit
+    torchtitan-toml`, for releases up to 238fa99).
 
     Raises:
         SpecError: (key "--emit") a plan torchtitan cannot run at all, with what to pin instead.
     """
+    settings, dev = _settings(doc)
+    return Emitted(framework=FRAMEWORK, text=_render(settings, dev), suffix=SUFFIX,
+                   deviations=tuple(dev))
+
+
+def _settings(doc: dict) -> tuple[dict, list[str]]:
+    """({setting: value} of `tt.KEYS`, deviations) of plan file `doc` (module docstring)."""
     spec = load_model(doc["model"])
     par, req = doc["plan"]["parallelism"], doc["request"]
     dev: list[str] = []
@@ -83,8 +93,7 @@ def write(doc: dict) -> Emitted:
         dev.append(f"the plan was costed with {req['framework']} conventions; torchtitan's differ "
                    f"(eager-module activations, fp32 sharded parameters, FSDP2 residency): run "
                    f"`planner check` on this file, or plan with --framework torchtitan")
-    return Emitted(framework=FRAMEWORK, text=_render(settings, dev), suffix=SUFFIX,
-                   deviations=tuple(dev))
+    return settings, dev
 
 
 def _fail(message: str) -> SpecError:
@@ -332,3 +341,98 @@ def _value(value) -> str:
     if isinstance(value, int):
         return str(value)
     return json.dumps(value)
+
+
+# ---------------------------------------------------------------- current releases (2026)
+
+COMMAND_SUFFIX = ".sh"
+TRAIN_MODULE = "torchtitan.train"
+"""What torchrun runs (`run_train.sh`: `-m torchtitan.train`)."""
+_CLI_OVERRIDES = ("replicate", "shard", "reshard", "tp", "pp", "cp", "ep", "pp_schedule",
+                  "pp_layers_per_stage", "param_dtype", "offload")
+"""Settings written as `--section.field` overrides (each `tt.KEY` is a field of b5bcd76's
+TrainingConfig / ParallelismConfig, `tt.CLI_FIELDS`)."""
+
+
+def write_command(doc: dict) -> Emitted:
+    """The torchtitan launch of plan file `doc` for current releases (`tt.CLI_COMMIT`): torchrun
+    running `torchtitan.train --module M --config C` with the torchtitan preset of the plan's model
+    (`tt.PRESETS`) and every setting the plan decides as a dotted override (the batch in tokens:
+    micro-batch x context per data-parallel rank and forward, global batch x context per step),
+    activation checkpointing as its subcommand. The settings are those of the TOML writer (module
+    docstring).
+
+    Raises:
+        SpecError: (key "--emit") what `write` raises; a model torchtitan ships no preset of; a
+            setting only a config function can give (module names per pipeline stage, layer-level
+            selective checkpointing, an expert tensor-parallel degree, a float8 converter the
+            preset lacks or has), naming the alternative.
+    """
+    settings, dev = _settings(doc)
+    preset_key = _preset(doc, settings)
+    preset = tt.PRESETS[preset_key]
+    for setting, why in (("pp_fqns", "module names per pipeline stage (a split other than "
+                                      "torchtitan's default)"),
+                         ("ac_option", "layer-level selective checkpointing")):
+        if setting in settings and not (setting == "ac_option" and settings[setting] == tt.OP_SAC):
+            raise _fail(f"{why} is set by a config function, not the command line (b5bcd76): pin "
+                        f"the plan (--fix) to what the preset can run, or write a config function")
+    if settings.get("etp", 1) != 1:
+        raise _fail("an expert tensor-parallel degree is not a field of b5bcd76's ParallelismConfig: "
+                    "pin --fix etp=1")
+    if bool(preset.get("float8")) != ("converters" in settings):
+        raise _fail(f"{preset_key[1]} {'trains' if preset.get('float8') else 'does not train'} with "
+                    f"the float8 converter: plan with --precision "
+                    f"{'fp8' if preset.get('float8') else 'bf16'}")
+    seq = settings["seq_len"]
+    micro = settings.get("pp_microbatch_size", settings["local_batch"])
+    overrides = {tt.KEY[s]: settings[s] for s in _CLI_OVERRIDES if s in settings}
+    overrides[tt.CONTEXT] = seq
+    overrides[tt.MICROBATCH_TOKENS] = micro * seq
+    if settings["pp"] > 1:
+        overrides[tt.PP_MICROBATCHES] = settings["local_batch"] // micro
+    overrides[tt.STEP_TOKENS] = settings["global_batch_size"] * seq
+    gpus = doc["gpus"]
+    per_node = min(gpus, _gpus_per_node(doc))
+    launcher = [f"{_torchrun('nproc_per_node')} {per_node}",
+                f"{_torchrun('nnodes')} {gpus // per_node}",
+                f"-m {TRAIN_MODULE}", f"--module {preset_key[0]}", f"--config {preset_key[1]}"]
+    body = launcher + [f"--{key} {_cli_value(value)}" for key, value in overrides.items()]
+    body.append(f"{tt.AC_SUBCOMMANDS[0]}:{settings['ac_mode']}")
+    lines = ["#!/bin/bash",
+             f"# torchtitan launch written by `planner plan --emit torchtitan` (pytorch/torchtitan "
+             f"{tt.CLI_COMMIT}: config function {preset_key[1]} with the plan's settings as "
+             f"command-line overrides)"]
+    lines += [f"# deviation: {d}" for d in dev]
+    lines += ["torchrun \\"] + [f"    {item} \\" for item in body[:-1]] + [f"    {body[-1]}", ""]
+    return Emitted(framework=FRAMEWORK, text="\n".join(lines), suffix=COMMAND_SUFFIX,
+                   deviations=tuple(dev))
+
+
+def _preset(doc: dict, settings: dict) -> tuple[str, str]:
+    """The (--module, --config) of the first `tt.PRESETS` entry for the plan's catalog model."""
+    ref = str(doc["model"])
+    spec = load_model(ref)
+    for key, preset in tt.PRESETS.items():
+        if tt.CATALOG.get(preset["model"]) == ref and spec == load_model(ref):
+            return key
+    known = sorted({tt.CATALOG[p["model"]] for p in tt.PRESETS.values()})
+    raise _fail(f"torchtitan {tt.CLI_COMMIT} ships no config function this planner maps to "
+                f"{spec.name} (known: {', '.join(known)}); write one, or --emit torchtitan-toml "
+                f"for releases with TOML job configs")
+
+
+def _torchrun(knob: str) -> str:
+    from planner.frameworks.megatron import FLAG  # torchrun's flags live with Megatron's launcher
+    return FLAG[knob]
+
+
+def _gpus_per_node(doc: dict) -> int:
+    from planner.specs.cluster import load_cluster
+    return load_cluster(doc["cluster"], gpus=doc["gpus"]).gpus_per_node
+
+
+def _cli_value(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
