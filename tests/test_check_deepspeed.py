@@ -319,3 +319,34 @@ def test_quoted_number_is_named_a_string(tmp_path, changes, key):
     line = result.output.strip()
     assert key in line and "is a string; it must be an integer" in line, line
     assert "not allowed" not in line and "Ulysses" not in line and "but --gpus" not in line
+
+
+def test_misspelled_zero_key_is_an_error_naming_the_field(tmp_path):
+    """DeepSpeed's ZeRO config model forbids unknown fields (config_utils.py extra="forbid",
+    edaa722): `overlap_com` stops DeepSpeed at start-up; the check fails naming overlap_comm.
+    The `stage3_` aliases are accepted (populate_by_name)."""
+    from typer.testing import CliRunner
+
+    from planner.cli import app
+
+    path = tmp_path / "ds_config.json"
+    model = tmp_path / "m.yaml"
+    model.write_text("model_type: llama\nhidden_size: 1024\nnum_hidden_layers: 16\n"
+                     "num_attention_heads: 16\nintermediate_size: 2816\nvocab_size: 32000\n"
+                     "max_position_embeddings: 4096\n")
+    options = ["--model", str(model), "--cluster", "dgx-h100", "--gpus", "8", "--seq-len", "4096",
+               "--format", "json"]
+    doc = {"train_batch_size": 8, "train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+           "optimizer": {"type": "AdamW"},
+           "zero_optimization": {"stage": 3, "overlap_com": True,
+                                 "stage3_prefetch_bucket_size": 5e7}}
+    path.write_text(json.dumps(doc))
+    result = CliRunner().invoke(app, ["check", str(path), *options])
+    assert result.exit_code == 1, result.output
+    errors = [v for v in json.loads(result.output)["violations"] if v["severity"] == "error"]
+    assert [v["rule"] for v in errors] == ["deepspeed_unknown_key"]
+    assert "zero_optimization.overlap_com" in errors[0]["message"]
+    assert "did you mean 'overlap_comm'?" in errors[0]["message"]
+    doc["zero_optimization"].pop("overlap_com")
+    path.write_text(json.dumps(doc))
+    assert CliRunner().invoke(app, ["check", str(path), *options]).exit_code == 0

@@ -101,7 +101,7 @@ def read(path: Path, data: dict, *, model: str | None, cluster: str | None, gpus
                     global_batch_size=max(1, train), seq_len=seq_len, recompute="none",
                     offload=offload, optimizer=optimizer, precision=precision, framework=FRAMEWORK)
     findings += (batch_findings + precision_findings + optimizer_findings + _recompute_note(data)
-                 + _near_misses(data))
+                 + _near_misses(data) + _unknown_zero_keys(data))
     return Target(file=file, kind=KIND, model=load_model(model),
                   cluster=load_cluster(cluster, gpus=gpus), layout=layout,
                   findings=tuple(findings))
@@ -332,6 +332,28 @@ def _recompute_note(data: dict) -> list[Violation]:
                               f"(the most activation memory)",
                       fix="if the model checkpoints its layers, check the layout with "
                           "`planner explain --recompute full`")]
+
+
+def _unknown_zero_keys(data: dict) -> list[Violation]:
+    """An error for each key of the ZeRO section DeepSpeed's config model does not define
+    (`ds.ZERO_FIELDS`: the model forbids extra keys), with the closest one."""
+    section_name = ds.section(K["zero_stage"])[0]
+    section = data.get(section_name)
+    if not isinstance(section, dict):
+        return []
+    out = []
+    for key in section:
+        if key in ds.ZERO_FIELDS:
+            continue
+        close = difflib.get_close_matches(key, sorted(ds.ZERO_FIELDS), n=1, cutoff=0.6)
+        out.append(Violation(
+            rule="deepspeed_unknown_key",
+            message=f"{section_name}.{key} is not a field of DeepSpeed's ZeRO config"
+                    + (f"; did you mean {close[0]!r}?" if close else "")
+                    + " DeepSpeed's config model forbids unknown fields and stops at start-up "
+                      "(runtime/zero/config.py, config_utils.py extra='forbid')",
+            fix=f"rename it to {close[0]!r}" if close else f"remove {section_name}.{key}"))
+    return out
 
 
 def _near_misses(data: dict) -> list[Violation]:

@@ -126,3 +126,26 @@ FIX_TERMS = {
 }
 """The gate's single-knob changes (`planner.check.gate._single_changes`) in DeepSpeed's keys;
 `{}` takes the new value."""
+
+ZERO_FIELDS = frozenset((
+    "allgather_bucket_size", "allgather_partitions", "allgather_sequential", "contiguous_gradients",
+    "cpu_offload", "cpu_offload_param", "cpu_offload_use_pin_memory", "elastic_checkpoint",
+    "enable_sanity_checks", "gather_16bit_weights_on_model_save", "ignore_unused_parameters",
+    "leaf_module", "legacy_stage1", "load_from_fp32_weights", "log_trace_cache_warnings",
+    "max_live_parameters", "max_reuse_distance", "memory_efficient_linear",
+    "mics_hierarchical_params_gather", "mics_shard_size", "model_persistence_threshold",
+    "module_granularity_threshold", "offload_optimizer", "offload_param", "overlap_comm",
+    "override_module_apply", "param_persistence_threshold", "pipeline_loading_checkpoint",
+    "prefetch_bucket_size", "reduce_bucket_size", "reduce_scatter", "round_robin_gradients",
+    "save_muon_momentum_buffer_in_memory", "stage", "stage3_allgather_sequential",
+    "stage3_gather_16bit_weights_on_model_save", "stage3_gather_fp16_weights_on_model_save",
+    "stage3_max_live_parameters", "stage3_max_reuse_distance", "stage3_model_persistence_threshold",
+    "stage3_module_granularity_threshold", "stage3_param_persistence_threshold",
+    "stage3_prefetch_bucket_size", "stage3_use_all_reduce_for_fetch_params", "sub_group_size",
+    "use_all_reduce_for_fetch_params", "use_multi_rank_bucket_allreduce", "zenflow",
+    "zero_hpz_partition_size", "zero_quantized_gradients", "zero_quantized_nontrainable_weights",
+    "zero_quantized_weights", "zeropp_loco_param"))
+"""Every key `zero_optimization` accepts: the fields of `deepspeed/runtime/zero/config.py`
+DeepSpeedZeroConfig at edaa722 and their `stage3_` aliases. Its model forbids any other
+(`deepspeed/runtime/config_utils.py` DeepSpeedConfigModel: extra="forbid", populate_by_name), so
+DeepSpeed stops at start-up on a misspelled ZeRO key, unlike an unknown top-level key."""
