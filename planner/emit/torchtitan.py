@@ -394,8 +394,11 @@ def write_command(doc: dict) -> Emitted:
     overrides[tt.STEP_TOKENS] = settings["global_batch_size"] * seq
     gpus = doc["gpus"]
     per_node = min(gpus, _gpus_per_node(doc))
-    launcher = [f"{_torchrun('nproc_per_node')} {per_node}",
-                f"{_torchrun('nnodes')} {gpus // per_node}",
+    nodes = gpus // per_node
+    rendezvous = [f'{_torchrun(knob)} "${knob.upper()}"' for knob in ("node_rank", "master_addr",
+                                                                     "master_port")]
+    launcher = [f"{_torchrun('nproc_per_node')} {per_node}", f"{_torchrun('nnodes')} {nodes}",
+                *(rendezvous if nodes > 1 else []),
                 f"-m {TRAIN_MODULE}", f"--module {preset_key[0]}", f"--config {preset_key[1]}"]
     body = launcher + [f"--{key} {_cli_value(value)}" for key, value in overrides.items()]
     body.append(f"{tt.AC_SUBCOMMANDS[0]}:{settings['ac_mode']}")
@@ -404,6 +407,9 @@ def write_command(doc: dict) -> Emitted:
              f"{tt.CLI_COMMIT}: config function {preset_key[1]} with the plan's settings as "
              f"command-line overrides)"]
     lines += [f"# deviation: {d}" for d in dev]
+    if nodes > 1:
+        lines += ['NODE_RANK="${NODE_RANK:-0}"  # this node, 0..' + str(nodes - 1),
+                  'MASTER_ADDR="${MASTER_ADDR:-localhost}"', 'MASTER_PORT="${MASTER_PORT:-29500}"']
     lines += ["torchrun \\"] + [f"    {item} \\" for item in body[:-1]] + [f"    {body[-1]}", ""]
     return Emitted(framework=FRAMEWORK, text="\n".join(lines), suffix=COMMAND_SUFFIX,
                    deviations=tuple(dev))
