@@ -581,7 +581,8 @@ def check_cmd(
                                         seq_len=seq_len,
                                         recompute=None if recompute is None else _value(recompute))
         except PlannerError as exc:
-            results.append({"file": path, "verdict": "error", "error": str(exc)})
+            results.append({"file": path, "verdict": "error", "error": str(exc),
+                            "line": check_api.line_of(path, getattr(exc, "key", None))})
             code = max(code, exc.exit_code)
             if len(paths) == 1 and fmt.value in ("table", "json", "yaml"):
                 raise

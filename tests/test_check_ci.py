@@ -176,3 +176,18 @@ def test_megatron_args_without_kv_channels_derive_it_as_hidden_over_heads(tmp_pa
     assert target.model.head_dim == 4096 // 32 == 128
     result = _check(args, "-c", "dgx-h100", "--gpus", "8")
     assert result.exit_code == 0, result.output
+
+
+def test_bad_input_annotation_points_at_the_key_it_names(tmp_path):
+    """A torchtitan key one letter off is bad input (torchtitan rejects unknown fields): the
+    annotation and the JUnit error point at its line (6)."""
+    path = tmp_path / "job.toml"
+    path.write_text("[training]\nlocal_batch_size = 2\nseq_len = 8192\n\n[parallelism]\n"
+                    "tensor_paralel_degree = 2\n")
+    options = ["-m", "llama-3.1-8b", "-c", "dgx-h100", "--gpus", "8"]
+    result = _check(path, *options, "--format", "github")
+    assert result.exit_code == 2
+    assert result.output.startswith(f"::error file={path},line=6,title=planner check::")
+    assert "did you mean parallelism.tensor_parallel_degree?" in result.output
+    junit = ET.fromstring(_check(path, *options, "--format", "junit").output)
+    assert junit.find("testsuite/testcase").get("line") == "6"

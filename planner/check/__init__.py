@@ -40,7 +40,7 @@ from planner.frameworks import torchtitan as torchtitan_vocabulary
 from planner.specs import files
 from planner.specs.limits import MAX_BATCH_TOKENS, MAX_GPUS, MAX_SEQ_LEN, MAX_VPP
 
-__all__ = ["READERS", "Target", "check_file", "evaluate", "read_target"]
+__all__ = ["READERS", "Target", "check_file", "evaluate", "line_of", "read_target"]
 
 DEEPSPEED_KEYS = deepspeed_vocabulary.MARKERS
 """Top-level keys that mark a mapping as a DeepSpeed config (deepspeed/runtime/config.py)."""
@@ -170,6 +170,22 @@ def read_target(path: str | Path, *, model: str | None = None, cluster: str | No
         if spelling in found:
             found.setdefault(knob, found[spelling])
     return dataclasses.replace(target, lines=found)
+
+
+def line_of(path: str | Path, key: str | None) -> int | None:
+    """The line of `path` that sets `key` (the flag or key a bad-input error names), or None when
+    the file does not read or does not set it (e.g. a command-line option such as --gpus)."""
+    if not key:
+        return None
+    try:
+        text = files.read_text(Path(path), kind="configuration file")
+    except SpecError:
+        return None
+    for index in (line_index.flag_lines, line_index.toml_lines, line_index.mapping_lines):
+        found = index(text)
+        if key in found:
+            return found[key]
+    return None
 
 
 def _document(path: Path) -> Document:

@@ -1,8 +1,8 @@
 """`planner check` results in the formats CI reads: GitHub Actions workflow commands (annotations
 on the pull request) and a JUnit XML test report (dashboards).
 
-A result is `gate.evaluate`'s dict, or `{file, verdict: "error", error}` for a file that could not
-be read (bad input, exit 2).
+A result is `gate.evaluate`'s dict, or `{file, verdict: "error", error, line}` for a file that
+could not be read (bad input, exit 2; line: of the key the error names, or None).
 
 Sources: GitHub Actions "Workflow commands" (`::error file={name},line={line},title={title}::
 {message}`; data escapes `%`, CR, LF as %25, %0D, %0A, properties also `:` and `,` as %3A, %2C:
@@ -43,7 +43,8 @@ def github(results: list[dict]) -> list[str]:
     for result in results:
         file = result["file"]
         if result["verdict"] == "error":
-            out.append(f"::error file={_property(file)},title={_property(SUITE)}::"
+            where = f",line={result['line']}" if result.get("line") else ""
+            out.append(f"::error file={_property(file)}{where},title={_property(SUITE)}::"
                        f"{_data(result['error'])}")
             out.append(f"ERROR {file}: could not be checked")
             continue
@@ -69,7 +70,8 @@ def junit(results: list[dict]) -> str:
     for result in results:
         file = result["file"]
         if result["verdict"] == "error":
-            case = ET.SubElement(suite, "testcase", classname=file, name=READ_CASE, file=file)
+            case = ET.SubElement(suite, "testcase", classname=file, name=READ_CASE, file=file,
+                                 **({"line": str(result["line"])} if result.get("line") else {}))
             ET.SubElement(case, "error", message=result["error"], type="bad input").text = \
                 result["error"]
             tests, error_count = tests + 1, error_count + 1
