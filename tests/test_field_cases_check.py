@@ -242,3 +242,22 @@ def test_fc04_torchtitan_at_risk_is_a_warning_naming_the_margin():
     assert result.exit_code == 0, result.output
     warning = {v["rule"]: v for v in json.loads(result.output)["violations"]}["memory_at_risk"]
     assert "inside the 10% at-risk margin" in warning["message"] and "FC-04" in warning["message"]
+
+
+# FC-17 (llama-cookbook #100): Llama-2-7B (6.74e9 parameters, 27 GB in fp32) on 8 x 24 GB: the
+# steady state can fit, building the unsharded model on each GPU first does not. A DeepSpeed ZeRO-2
+# JSON builds it unsharded (no deepspeed.zero.Init below stage 3): the check names that peak and
+# the meta-device fix. torchtitan builds on the meta device and shards first: no such warning.
+LLAMA2_7B = dict(h=4096, layers=32, heads=32, kv=32, inter=11008, vocab=32000)
+
+
+def test_fc17_initialisation_peak_named_where_the_model_is_built_unsharded(tmp_path):
+    args = deepspeed(tmp_path, LLAMA2_7B, zero=2, gpus=8, seq=2048, cluster="rtx-4090x8")
+    _, data = check(args)
+    rules = {v["rule"]: v for v in data["violations"]}
+    assert "initialization_peak" in rules, list(rules)
+    assert "exceeds the" in rules["initialization_peak"]["message"]
+    assert "meta device" in rules["initialization_peak"]["fix"]
+    _, data = check(torchtitan(tmp_path, LLAMA2_7B, gpus=8, seq=2048, cluster="rtx-4090x8",
+                               ac="full"))
+    assert "initialization_peak" not in {v["rule"] for v in data["violations"]}
