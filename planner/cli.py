@@ -559,8 +559,8 @@ class CheckFormat(str, Enum):
 
 @app.command("check")
 def check_cmd(
-    paths: Annotated[list[str], typer.Argument(metavar="FILE...", help="Configurations to check: plan files (`planner plan -o`), "
-                                                     "DeepSpeed JSON, torchtitan TOML or Megatron-LM arguments (the kind is read from the content).")],
+    paths: Annotated[list[str], typer.Argument(metavar="FILE", help="Configurations to check: plan files (`planner plan -o`), "
+                                                 "DeepSpeed JSON, torchtitan command lines or TOML, Megatron-LM arguments (the kind is read from the content).")],
     model: Annotated[str | None, typer.Option("--model", "-m", help="Model (catalog name or path) when the file does not name it.")] = None,
     cluster: Annotated[str | None, typer.Option("--cluster", "-c", help="Cluster (catalog name or path); a framework config never names it.")] = None,
     gpus: Annotated[int | None, typer.Option(min=1, max=MAX_GPUS, help="GPUs the job runs on, when the file does not say.")] = None,
