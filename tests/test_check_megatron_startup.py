@@ -132,3 +132,18 @@ def test_torch_fsdp2_assertions(tmp_path):
     assert "no --untie-embeddings-and-output-weights" in _errors(data)["torch_fsdp2_args"]["message"]
     _, data = _run(tmp_path, fsdp2 + "--untie-embeddings-and-output-weights\n", "--gpus", "8")
     assert "torch_fsdp2_args" not in _errors(data)
+
+
+def test_flags_of_other_commands_in_a_script_are_not_megatron_flags(tmp_path):
+    """`mkdir --parents`, `pip install --upgrade` and a preprocessing step's flags are not the
+    launch's; a misspelling inside the bash array the launch expands, or on the launch line, is."""
+    args = ARGS_40_HEADS.replace("\n", "\n    ")
+    script = ("#!/bin/bash\nmkdir -p --parents /tmp/run\npip install --upgrade foo\n"
+              f"MODEL_ARGS=(\n    {args}--use-flash-atention\n)\n"
+              "torchrun --nproc_per_node 8 pretrain_gpt.py \\\n    ${MODEL_ARGS[@]} \\\n"
+              "    --tensor-model-paralel-size 2\n"
+              "python tools/preprocess_data.py --frobnicate\n")
+    code, data = _run(tmp_path, script, name="pretrain.sh")
+    unknown = [v["message"].split()[0] for v in data["violations"]
+               if v["rule"] == "megatron_unknown_flag"]
+    assert sorted(unknown) == ["--tensor-model-paralel-size", "--use-flash-atention"]

@@ -99,13 +99,49 @@ def read(path: Path, *, model: str | None, cluster: str | None, gpus: int | None
                   layout=layout, recompute_per_stage=per_stage, findings=tuple(findings))
 
 
+_LAUNCH = re.compile(r"(?<![\w.-])(torchrun|torch\.distributed\.(run|launch)|pretrain_\w+\.py)\b")
+"""What marks a shell command as the training launch (torchrun, or Megatron's pretrain_*.py)."""
+_ARRAY_OPEN = re.compile(r"^\s*(export\s+)?[A-Za-z_]\w*=\(")
+
+
+def launch_text(text: str) -> str:
+    """The text with every line blanked that belongs to neither the launch command nor a bash
+    array (Megatron's example scripts keep the launch's flags in arrays): the flags of other
+    commands in a script (`mkdir -p`, `pip install --upgrade`, a preprocessing step) are not
+    Megatron's. A file with no launch command (an arguments file) is kept whole."""
+    lines = text.splitlines()
+    if not any(_LAUNCH.search(line.split("#", 1)[0]) for line in lines):
+        return text
+    keep = [False] * len(lines)
+    start, depth = 0, 0
+    for i, line in enumerate(lines):
+        code = line.split("#", 1)[0]
+        if depth == 0 and _ARRAY_OPEN.match(code):
+            depth = 1
+            keep[i] = True
+            depth += code.count("(") - code.count(")") - 1
+            start = i + 1
+            continue
+        if depth > 0:
+            keep[i] = True
+            depth += code.count("(") - code.count(")")
+            start = i + 1
+            continue
+        if not code.rstrip().endswith("\\"):  # the end of one logical command line
+            if any(_LAUNCH.search(lines[j].split("#", 1)[0]) for j in range(start, i + 1)):
+                keep[start:i + 1] = [True] * (i + 1 - start)
+            start = i + 1
+    return "\n".join(line if k else "" for line, k in zip(lines, keep))
+
+
 def _unknown_flags(text: str) -> list[Violation]:
-    """An error for each `--flag` that neither Megatron-LM (`mg.recorded_flags()`) nor torchrun
-    defines, with the closest Megatron flag: Megatron's argparse exits on it ("unrecognized
-    arguments"; `parse_args`, allow_abbrev=False, so a prefix is no flag either)."""
+    """An error for each `--flag` of the launch (`launch_text`) that neither Megatron-LM
+    (`mg.recorded_flags()`) nor torchrun defines, with the closest Megatron flag: Megatron's
+    argparse exits on it ("unrecognized arguments"; `parse_args`, allow_abbrev=False, so a prefix
+    is no flag either)."""
     known = mg.recorded_flags()
     out = []
-    for flag in flag_lines(text):
+    for flag in flag_lines(launch_text(text)):
         if not flag.startswith("--") or flag in known or flag in mg.TORCHRUN_FLAGS:
             continue
         close = difflib.get_close_matches(flag, known, n=1, cutoff=0.6)
