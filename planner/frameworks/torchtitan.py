@@ -16,6 +16,11 @@ history:
 - `[float8] enable_float8_linear = true` before the `model.converters = ["float8"]` converter
   (57387af, 2025-02-14); converter "quantize.linear.float8" since 8a2686c (2025-09-30).
 
+The current releases (from 9810191; read at b5bcd76, `CLI_COMMIT`) launch a Python config
+function with `--module` / `--config` and `--section.field` overrides; the second part of this
+module holds that form: the fields the command line takes (`CLI_FIELDS`), the token-based batch
+keys, the activation-checkpoint subcommand and the config functions' values (`PRESETS`).
+
 `KEYS` is the table: setting -> (section, key) spellings, the current one first; `KEY[setting]` the
 current dotted spelling, `NAME[setting]` its key within the section, `DEFAULT[setting]`
 torchtitan's value when absent (`job_config.py`).
