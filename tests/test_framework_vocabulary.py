@@ -104,6 +104,16 @@ def test_torchtitan_keys_live_in_the_torchtitan_table_only():
     _check(keys - TORCHTITAN_SHARED, "planner/frameworks/torchtitan.py")
 
 
+def test_torchtitan_command_line_fields_live_in_the_torchtitan_table_only():
+    """The command line's fields the planner reads or writes (b5bcd76): its token batch keys and
+    switches (the degrees share `KEYS`' spellings, scanned above)."""
+    fields = {key.split(".")[1] for key in (torchtitan.MICROBATCH_TOKENS, torchtitan.STEP_TOKENS,
+                                            torchtitan.CONTEXT, torchtitan.PP_MICROBATCHES,
+                                            torchtitan.SEQUENCE_PARALLEL)}
+    assert {"num_tokens_per_microbatch_per_dp_rank", "num_pp_microbatches"} <= fields
+    _check(fields, "planner/frameworks/torchtitan.py")
+
+
 @pytest.mark.parametrize("name, text, found", [
     ("--seq-length", "x --seq-length 8", True),
     ("--seq-length", "x --seq-length=8", True),

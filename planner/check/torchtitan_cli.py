@@ -10,11 +10,10 @@ GPUs per node give the ranks).
 The file is split like a shell command line (`shlex`; backslash continuations, `#` comments); the
 config function's values the planner costs come from `tt.PRESETS` (a function not listed there is
 bad input naming those that are), the overrides replace them, the rest are torchtitan's defaults.
-The batch is in tokens: micro-batch = num_tokens_per_microbatch_per_dp_rank / max_context_length
-sequences (a remainder is bad input), num_pp_microbatches micro-batches per step with pp > 1, the
-global batch num_tokens_per_train_step / max_context_length (-1: micro-batch x pp micro-batches
-x dp). The settings then map to a Layout as the TOML reader maps them (`torchtitan.read_doc`),
-with `enable_sequence_parallel false` turning sequence parallelism off.
+The batch is in tokens: micro-batch = `tt.MICROBATCH_TOKENS` / `tt.CONTEXT` sequences (a
+remainder is bad input), `tt.PP_MICROBATCHES` micro-batches per step with pp > 1, the global batch
+`tt.STEP_TOKENS` / `tt.CONTEXT` (-1: micro-batch x pp micro-batches x dp). The settings then map to a Layout as the TOML reader maps them (`torchtitan.read_doc`),
+with the sequence-parallel switch (`tt.SEQUENCE_PARALLEL`) false turning it off.
 
 A `--training.F` or `--parallelism.F` that is no field of those dataclasses is the error
 `torchtitan_unknown_key` with the closest field (tyro exits on it); other sections are not
