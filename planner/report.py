@@ -459,12 +459,16 @@ def show_checks(results: list[dict], fmt: str) -> None:
         return line("\n".join(ci_formats.github(results)))
     if fmt == "junit":
         return line(ci_formats.junit(results))
-    for result in results:
-        if result["verdict"] == "error":
-            error(result["error"])
     if fmt != "table":
+        for result in results:
+            if result["verdict"] == "error":
+                error(result["error"])
         return dump(results[0] if len(results) == 1 else results, fmt)
-    for i, result in enumerate(r for r in results if r["verdict"] != "error"):
+    for i, result in enumerate(results):
+        if result["verdict"] == "error":
+            _out().flush()
+            error(result["error"])
+            continue
         if i:
             _console().print()
         show_check(result, fmt)
