@@ -277,3 +277,30 @@ def test_kimi_k2_moe_layer_activations_by_hand():
     assert got.block == "mla+moe"
     assert got.total == 4096 * (attention + moe)
     assert layer_activation_bytes(model, 0, seq_len=4096, micro_batch_size=1, tp=1).block == "mla"
+
+
+# ---------------------------------------------------------------- through the CLI
+
+def test_explain_runs_for_kimi_k2_and_glm():
+    """`planner explain` on each new family with a valid layout (experts divisible by ep, heads and
+    KV heads by tp, an uneven pipeline split summing to the layers: Kimi K2 2+1+1+28x2+1 = 61, GLM-4.5
+    3+2+2+28x3+1 = 92): exit 0 and no broken rule."""
+    from typer.testing import CliRunner
+
+    from planner.cli import app
+
+    runner = CliRunner()
+    layouts = (
+        ("kimi-k2", "hgx-h800", 2048, ["--dp", "8", "--tp", "2", "--cp", "4", "--ep", "8", "--sequence-parallel",
+                                       "--pipeline-layers", ",".join(["2", "1", "1"] + ["2"] * 28 + ["1"])]),
+        ("glm-4.5", "dgx-h100", 512, ["--dp", "2", "--tp", "1", "--cp", "8", "--ep", "2",
+                                      "--pipeline-layers", ",".join(["3", "2", "2"] + ["3"] * 28 + ["1"])]),
+    )
+    for model, cluster, gpus, layout in layouts:
+        result = runner.invoke(app, ["explain", "-m", model, "-c", cluster, "--gpus", str(gpus), "--pp", "32",
+                                     "--zero-stage", "1", "--global-batch-size", "1024", *layout,
+                                     "--format", "json"])
+        assert result.exit_code == 0, result.output
+        data = json.loads(result.output)
+        assert data["parallelism"]["pp"] == 32
+        assert data["violations"] == []
