@@ -45,7 +45,8 @@ Checks on every key read: integers are ints (not bools, floats or strings) withi
 first_k_dense_replace, num_nextn_predict_layers and sliding_window may be 0); flags are strictly
 true/false; partial_rotary_factor is a number in (0, 1] (it sets which head channels RoPE rotates,
 not a size: no count, FLOP or cache byte depends on it; it is kept in `extra`); norm_topk_prob
-(router weight normalisation) is read for its type only, for the same reason; names and activations are non-empty strings; layer lists hold valid indices or
+(router weight normalisation) is read for its type only, for the same reason; names and
+activations are non-empty strings; layer lists hold valid indices or
 `full_attention`/`sliding_attention`. Two names of one quantity (n_embd and hidden_size,
 experts_per_token and num_experts_per_tok) must agree. A zero or a wrong type is an error naming
 the key the file used, never replaced by a default.
@@ -592,10 +593,10 @@ def _deepseek_v3(cfg: _Reader, model_type: str) -> dict:
     """deepseek_v3 and kimi_k2. Source: transformers modeling_deepseek_v3.py (MLA projections q_a/q_b,
     kv_a_proj_with_mqa, kv_b_proj, o_proj; experts as in `_shared_expert_moe`); DeepSeek's
     modeling_deepseek.py: MoE every `moe_layer_freq`-th layer after the dense ones. Kimi K2's
-    config.json names `architectures: [DeepseekV3ForCausalLM]` and the same keys (moonshotai/
-    Kimi-K2-Instruct config.json; MoonshotAI/Kimi-K2 README.md @11062d11 "Kimi-K2 reuses the
-    DeepSeekV3CausalLM architecture ... set model_type to deepseek_v3 as a workaround"), so it is
-    read by this builder unchanged."""
+    config.json names `architectures: [DeepseekV3ForCausalLM]` and the same keys; Moonshot's Kimi-K2
+    deployment guide ("Others") says K2 reuses the DeepSeek-V3 architecture, sets `model_type:
+    kimi_k2` only so that engines can tell it apart, and runs with model_type changed to
+    deepseek_v3. So this builder reads it unchanged."""
     fields = _attention_core(cfg)
     layers = fields["num_hidden_layers"]
     nope, rope = cfg.req("qk_nope_head_dim"), cfg.req("qk_rope_head_dim")
