@@ -68,6 +68,7 @@ from planner.cost.comm import bytes_per_axis, collectives
 from planner.cost.memory import (
     DEFAULT_AT_RISK_MARGIN,
     DEFAULT_RESERVE_BYTES,
+    OPTIMIZER_STEP_TERM,
     in_flight_microbatches,
     model_state_key,
     stage_memory,
@@ -234,20 +235,25 @@ class _Costs:
             self._sums[key] = (busy, talk)
         return self._sums[key]
 
-    def layer_state_bytes(self, layout: Layout) -> tuple[float, ...]:
-        """[kind] bytes one more layer adds on a GPU besides its activations: parameters,
-        gradients, optimizer states and the gradient-bucket slope (per `model_state_key`: what
-        those terms read)."""
+    def layer_state_bytes(self, layout: Layout) -> tuple[tuple[float, ...], dict]:
+        """([kind] bytes one more layer adds on a GPU besides its activations in the backward
+        phases: parameters, gradients, optimizer states and the gradient-bucket slope; {optimizer
+        param group: [kind] bytes one more layer adds to that group's optimizer step}) per
+        `model_state_key` (what those terms read)."""
         key = model_state_key(layout)
         if key not in self._states:
-            out = []
-            for rep in self.reps:
+            out, steps = [], {}
+            for k, rep in enumerate(self.reps):
                 # 2 -> 3 copies: past the ZeRO-3 gather working set's 1 + prefetch largest units.
                 one, two = (stage_memory(self.model, self.cluster, layout, 0, layers=(rep,) * n,
                                          reserve_bytes=0, layers_by_recompute={"none": n})
                             for n in (2, 3))
-                out.append(max(0.0, two.total - two.activations - one.total + one.activations))
-            self._states[key] = tuple(out)
+                out.append(max(0.0, two.backward_total - two.activations
+                               - one.backward_total + one.activations))
+                for group in two.optimizer_step_groups:
+                    steps.setdefault(group, [0.0] * len(self.reps))[k] = max(
+                        0.0, two.optimizer_step_total(group) - one.optimizer_step_total(group))
+            self._states[key] = (tuple(out), {g: tuple(v) for g, v in steps.items()})
         return self._states[key]
 
     def layer_activation_bytes(self, layout: Layout) -> tuple[tuple[float, ...], ...]:
@@ -330,9 +336,10 @@ def _stage_problem(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> Sta
     """
     model, cluster = costs.model, costs.cluster
     ref = _reference(model, layout)
-    state = costs.layer_state_bytes(ref)
+    state, step_slopes = costs.layer_state_bytes(ref)
     act = costs.layer_activation_bytes(ref)
     fixed_mem, per_stage, working, middle = [], [], [], None
+    step_fixed: dict[str, list[float]] = {group: [] for group in step_slopes}
     for s, layers in enumerate(_layer_sets(ref)):
         flight = in_flight_microbatches(ref, s)
         per_stage.append(tuple(tuple(act[k][RECOMPUTE_MODES.index(m)] * flight for m in modes)
@@ -340,16 +347,23 @@ def _stage_problem(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> Sta
         if middle is not None and 0 < s < layout.pp - 1:
             fixed_mem.append(middle[0])
             working.append(middle[1])
+            for group in step_fixed:
+                step_fixed[group].append(middle[2][group])
             continue
         probe = costs.reps * 2  # two layers of each kind: the same gather units as a full stage
         mem = stage_memory(model, cluster, ref, s, layers=probe, reserve_bytes=0,
                            layers_by_recompute={"none": len(probe)})
         linear = sum(state[costs.kinds[i]] + act[costs.kinds[i]][0] * flight for i in probe)
         extra = _working_set_peak_bytes(costs, ref, s, probe) if "full" in modes else 0
-        fixed = max(0.0, mem.total - linear) + extra
+        fixed = max(0.0, mem.backward_total - linear) + extra
+        steps = {group: max(0.0, mem.optimizer_step_total(group)
+                            - sum(slopes[costs.kinds[i]] for i in probe))
+                 for group, slopes in step_slopes.items()}
         fixed_mem.append(fixed)
         working.append(extra)
-        middle = (fixed, extra) if 0 < s < layout.pp - 1 else middle
+        for group in step_fixed:
+            step_fixed[group].append(steps[group])
+        middle = (fixed, extra, steps) if 0 < s < layout.pp - 1 else middle
     idx = [RECOMPUTE_MODES.index(m) for m in modes]
     groups = stage_cost_model(model, cluster, layout).time_groups()
     return StageProblem(
@@ -363,6 +377,8 @@ def _stage_problem(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> Sta
         modes=modes,
         layers_per_stage=_pinned_split(model, layout),
         full_working_set_bytes=tuple(working) if "full" in modes else (),
+        phase_memory_bytes=tuple((tuple(step_fixed[group]), slopes)
+                                 for group, slopes in step_slopes.items()),
     )
 
 
@@ -375,8 +391,8 @@ def _working_set_peak_bytes(costs: _Costs, layout: Layout, stage: int,
     raw working set there made the stage program stricter than `stage_memory` on those stages."""
     mem = stage_memory(costs.model, costs.cluster, layout, stage, layers=probe, reserve_bytes=0,
                        layers_by_recompute={"full": 1, "none": len(probe) - 1})
-    terms = mem.transient_terms
-    return mem.transient - transient_peak({**terms, "recompute_working_set": 0})
+    terms = {**mem.transient_terms, OPTIMIZER_STEP_TERM: 0}  # the backward phases alone
+    return transient_peak(terms) - transient_peak({**terms, "recompute_working_set": 0})
 
 
 def _pinned_split(model: ModelSpec, layout: Layout) -> tuple[int, ...] | None:
@@ -413,7 +429,7 @@ def _least_need_bytes(costs: _Costs, layout: Layout, modes: tuple[str, ...],
     every plan of the stage program need over its pp stages, fixed bytes aside (`_may_fit`); the
     model states alone (w) with `states_only`."""
     ref = _reference(costs.model, layout)
-    state = costs.layer_state_bytes(ref)
+    state, _ = costs.layer_state_bytes(ref)
     need = sum(n * math.ceil(state[k]) for k, n in enumerate(costs.per_kind))
     if states_only:
         return need
