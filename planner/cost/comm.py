@@ -41,6 +41,7 @@ import math
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from functools import cached_property
 
 from planner.cost.memory import _group_counts, stage_layers
 from planner.cost.params_flops import count_params
@@ -104,7 +105,7 @@ class Collective:
         """Bytes one device sends per step: count × bytes_per_device."""
         return self.count * self.bytes_per_device
 
-    @property
+    @cached_property
     def key(self) -> tuple:
         """What one call of the collective is, besides its message: records with equal keys over the
         same local data are one collective (one bucketed reduction, one latency)."""

@@ -33,6 +33,7 @@ from planner.cost.params_flops import count_params, flops_per_token
 from planner.cost.pipeline import PipelineCoefficients, pipeline_coefficients
 from planner.errors import SpecError
 from planner.placement.layout import RECOMPUTE_MODES, Layout
+from planner.placement.strategies import placement_key
 from planner.specs.cluster import ClusterSpec
 from planner.specs.model import ModelSpec
 
@@ -388,13 +389,34 @@ class StateRecords:
 
 def state_records(model: ModelSpec, layout: Layout) -> StateRecords:
     """`StateRecords` of `layout` (its split and recompute fields are ignored)."""
+    key = (id(model), placement_key(layout), layout.num_microbatches, layout.framework,
+           layout.precision, layout.optimizer)  # what `comm.state_collectives` reads
+    hit = _STATE_RECORDS.get(key)
+    if hit is None or hit[0] is not model:
+        if len(_STATE_RECORDS) >= 4096:
+            _STATE_RECORDS.clear()
+        hit = _STATE_RECORDS[key] = (model, _state_parts(model, layout))
+    per_kind, regather, fixed = hit[1]
+    stage = {s: tuple(comm.stage_collectives(model, layout, s)) for s in {0, 1 % layout.pp, layout.pp - 1}}
+    return StateRecords(per_kind=per_kind, regather=regather, fixed=tuple(
+        f + stage[s if s in (0, layout.pp - 1) else 1] for s, f in enumerate(fixed)))
+
+
+_STATE_RECORDS: dict = {}
+"""Cache of the model-state part of `state_records` (each entry keeps its model alive)."""
+
+
+def _state_parts(model: ModelSpec, layout: Layout):
     _, reps = layer_kinds(model)
     per = [comm.layer_elements(model, layout, j) for j in reps]
-    return StateRecords(
-        per_kind=tuple(tuple(comm.state_collectives(layout, e)) for e in per),
-        regather=tuple(tuple(comm.recompute_collectives(layout, e)) for e in per),
-        fixed=tuple(tuple(comm.state_collectives(layout, comm.fixed_elements(model, layout, s))
-                          + comm.stage_collectives(model, layout, s)) for s in range(layout.pp)))
+    fixed, seen = [], {}
+    for s in range(layout.pp):
+        edge = s if s in (0, layout.pp - 1) else 1   # middle stages hold no fixed parameters
+        if edge not in seen:
+            seen[edge] = tuple(comm.state_collectives(layout, comm.fixed_elements(model, layout, s)))
+        fixed.append(seen[edge])
+    return (tuple(tuple(comm.state_collectives(layout, e)) for e in per),
+            tuple(tuple(comm.recompute_collectives(layout, e)) for e in per), tuple(fixed))
 
 
 def _by_key(records) -> dict[tuple, tuple[Collective, float]]:
@@ -826,6 +848,8 @@ def microbatch_state_traffic_s(model: ModelSpec, cluster: ClusterSpec, layout: L
     params / `total_stage_params` of every stage's model states, s: pp times its value at
     total / pp equals the sum of Z over the stages (Z is affine in the bytes)."""
     share = _sharing(layout, cluster, rank_order)
+    # per micro-batch, so the same at any m: priced at m = 1 (one cache entry per mesh)
+    layout = layout.replace(global_batch_size=layout.dp * layout.micro_batch_size, recompute="none")
     records = state_records(model, layout)
     kinds, _ = layer_kinds(model)
     per_kind = [kinds.count(k) for k in range(len(records.per_kind))]
