@@ -48,7 +48,7 @@ from planner.cost.params_flops import count_params
 from planner.placement.layout import Layout
 from planner.placement.precision import padded_vocab, state_bytes
 from planner.placement.states import GROUPS, Mode, Placement, State
-from planner.placement.strategies import placement_for
+from planner.placement.strategies import batch_axes_key, placement_for
 from planner.specs.model import ModelSpec
 
 KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "p2p", "device_to_host",
@@ -136,17 +136,38 @@ def state_collectives(layout: Layout, elements: Mapping[str, float]) -> list[Col
     gradients in one buffer; experts in another over the expert-data-parallel group:
     megatron/core/distributed/distributed_data_parallel.py l. 282-289).
     """
-    placement, sb = placement_for(layout), state_bytes(layout)
-    m = max(1, layout.num_microbatches)
-    out: list[Collective] = []
-    for g in GROUPS:
-        out += _group_collectives(g, placement.groups[g], elements.get(g, 0.0), m, sb)
+    out, m = [], max(1, layout.num_microbatches)
+    for g, c in unit_state_collectives(layout):
+        n = elements.get(g, 0.0)
+        if n or c.axis == "host":   # offload copies are listed (empty) even for an empty group
+            count = c.count * m if c.phase == "microbatch" else c.count
+            out.append(replace(c, message_bytes=c.message_bytes * n, count=count))
     rep = elements.get("replicated", 0.0)
-    if layout.tp > 1 and placement.activations.get("tp") == Mode.SHARDED and rep:
+    if rep and layout.tp > 1 and placement_for(layout).activations.get("tp") == Mode.SHARDED:
         out.append(Collective(axis="tp", kind="all_reduce", count=1, group_size=layout.tp, axes=("tp",),
-                              message_bytes=rep * sb.gradient_reduce, label="gradients.norms_under_sp",
-                              phase="after_sync"))
+                              message_bytes=rep * state_bytes(layout).gradient_reduce,
+                              label="gradients.norms_under_sp", phase="after_sync"))
     return out
+
+
+def unit_state_collectives(layout: Layout) -> tuple[tuple[str, Collective], ...]:
+    """(group, record) of the data-parallel and offload records of `state_collectives` for one
+    element of every group and one micro-batch: they are linear in each group's elements, phase
+    microbatch ones run m times, and they read only the batch axes' degrees and modes, the offload
+    targets and the bytes per element."""
+    key = (batch_axes_key(layout), layout.offload, layout.framework, layout.precision, layout.optimizer)
+    hit = _UNITS.get(key)
+    if hit is None:
+        placement, sb = placement_for(layout), state_bytes(layout)
+        if len(_UNITS) >= 4096:
+            _UNITS.clear()
+        hit = _UNITS[key] = tuple((g, c) for g in GROUPS
+                                  for c in _group_collectives(g, placement.groups[g], 1.0, 1, sb))
+    return hit
+
+
+_UNITS: dict[tuple, tuple[tuple[str, Collective], ...]] = {}
+"""Cache of `unit_state_collectives` (a search asks for the same few batch-axis placements)."""
 
 
 def recompute_collectives(layout: Layout, elements: Mapping[str, float]) -> list[Collective]:

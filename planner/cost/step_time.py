@@ -33,6 +33,7 @@ from planner.cost.params_flops import count_params, flops_per_token
 from planner.cost.pipeline import PipelineCoefficients, pipeline_coefficients
 from planner.errors import SpecError
 from planner.placement.layout import RECOMPUTE_MODES, Layout
+from planner.placement.states import GROUPS
 from planner.placement.strategies import placement_key
 from planner.specs.cluster import ClusterSpec
 from planner.specs.model import ModelSpec
@@ -443,7 +444,14 @@ class _Pricer:
         hit = self._ab.get(c.key)
         if hit is None:
             k = self.sharing(c)
-            hit = self._ab[c.key] = _affine_in(lambda x: _call_time(c, k, self.cluster, x))
+            key = (id(self.cluster), c.kind, c.group_size, k)
+            known = _ALPHA_BETA.get(key)
+            if known is None or known[0] is not self.cluster:
+                if len(_ALPHA_BETA) >= 4096:
+                    _ALPHA_BETA.clear()
+                known = _ALPHA_BETA[key] = (self.cluster, _affine_in(
+                    lambda x: _call_time(c, k, self.cluster, x)))
+            hit = self._ab[c.key] = known[1]
         return hit
 
     def time(self, records, per: float = 1.0) -> float:
@@ -453,6 +461,11 @@ class _Pricer:
             if size > 0:
                 total += c.count / per * _call_time(c, self.sharing(c), self.cluster, size)
         return total
+
+
+_ALPHA_BETA: dict = {}
+"""(cluster id, kind, group size, GPUs per domain) -> (cluster, (alpha, beta)) of one call (the
+entry keeps its cluster alive, so ids are not reused)."""
 
 
 # ---------------------------------------------------------------- the per-stage cost as affine pieces
@@ -705,7 +718,8 @@ def _stage_cost_model(model, cluster, layout, order, schedule, flash) -> StageCo
     w1 = min(x[0].backward_s + x[0].recompute_s + x[0].comm_s for x in lt)
     step = [[c for c in r if c.phase == "step"] for r in records.per_kind]
     first = [c for c in records.fixed[0] if c.phase == "step"]
-    last_bucket = [max(price.time(r + (first if s == 0 else [])) for r in step) for s in range(S)]
+    later = max(price.time(r) for r in step)   # every stage but the first (no embedding)
+    last_bucket = [max(price.time(r + first) for r in step) if s == 0 else later for s in range(S)]
     return StageCostModel(
         layer_kinds=kinds,
         forward=piece([h / 3 for h in head], lambda k, r: lt[k][r].forward_s),
@@ -837,25 +851,56 @@ def _summary(model, cluster, layout, modes, step, compute, comm, bubble, recompu
 def total_stage_params(model: ModelSpec, layout: Layout) -> float:
     """Sum over pipeline stages of the parameters one GPU of each stage holds before ZeRO
     (`_stage_param_count` of every stage; independent of the split)."""
-    one_stage = Layout(tp=layout.tp, ep=layout.ep, etp=layout.etp)
-    return _stage_param_count(model, one_stage, range(model.num_hidden_layers), 0)
+    key = (id(model), layout.tp, layout.ep, layout.etp)
+    hit = _TOTALS.get(key)
+    if hit is None or hit[0] is not model:
+        one_stage = Layout(tp=layout.tp, ep=layout.ep, etp=layout.etp)
+        hit = _TOTALS[key] = (model, _stage_param_count(model, one_stage, range(model.num_hidden_layers), 0))
+    return hit[1]
+
+
+_TOTALS: dict = {}
+"""Caches of `total_stage_params` and `_element_totals` by model identity and the degrees they
+read (each entry keeps its model alive)."""
+
+
+def _element_totals(model: ModelSpec, layout: Layout) -> tuple[dict[str, float], dict[str, float]]:
+    """(local elements per group of all decoder layers, of every stage's fixed part) on the GPUs
+    of one pipeline column (`comm.layer_elements`, `comm.fixed_elements`)."""
+    key = ("elements", id(model), layout.tp, layout.ep, layout.etp, layout.pp, layout.framework)
+    hit = _TOTALS.get(key)
+    if hit is None or hit[0] is not model:
+        kinds, reps = layer_kinds(model)
+        layers = dict.fromkeys(GROUPS, 0.0)
+        for k, j in enumerate(reps):
+            for g, n in comm.layer_elements(model, layout, j).items():
+                layers[g] += kinds.count(k) * n
+        fixed = dict.fromkeys(GROUPS, 0.0)
+        for st in range(layout.pp):
+            for g, n in comm.fixed_elements(model, layout, st).items():
+                fixed[g] += n
+        hit = _TOTALS[key] = (model, (layers, fixed))
+    return hit[1]
 
 
 def microbatch_state_traffic_s(model: ModelSpec, cluster: ClusterSpec, layout: Layout, params: float, *,
                                rank_order: Sequence[str] = coll.DEFAULT_RANK_ORDER) -> float:
     """Per-micro-batch ZeRO-2/3 + parameter-offload traffic (the Z of `step_time`'s
     max(0, Z - compute - recompute), no re-gather) of a stage holding the share
-    params / `total_stage_params` of every stage's model states, s: pp times its value at
-    total / pp equals the sum of Z over the stages (Z is affine in the bytes)."""
-    share = _sharing(layout, cluster, rank_order)
-    # per micro-batch, so the same at any m: priced at m = 1 (one cache entry per mesh)
-    layout = layout.replace(global_batch_size=layout.dp * layout.micro_batch_size, recompute="none")
-    records = state_records(model, layout)
-    kinds, _ = layer_kinds(model)
-    per_kind = [kinds.count(k) for k in range(len(records.per_kind))]
-    const, coef, alpha = _phase_piece(records, _Pricer(layout, cluster, share, rank_order),
-                                      ("microbatch",), per=max(1, layout.num_microbatches))
-    slope = sum(c - alpha for c in const) + sum(n * x for n, x in zip(per_kind, coef))
+    params / `total_stage_params` of every stage's model states, s: the latency of every
+    collective the layers take part in plus that share of the bytes of all of them, so pp times
+    its value at total / pp is at most the sum of Z over the stages (Z is affine in the bytes)."""
+    price = _Pricer(layout, cluster, _sharing(layout, cluster, rank_order), rank_order)
+    layers, fixed = _element_totals(model, layout)
+    alpha, slope, seen = 0.0, 0.0, set()
+    for g, c in comm.unit_state_collectives(layout):   # one element, one micro-batch
+        if c.phase != "microbatch":
+            continue
+        a, b = price.alpha_beta(c)
+        if layers[g] > 0 and c.key not in seen:
+            seen.add(c.key)
+            alpha += c.count * a
+        slope += c.count * b * c.message_bytes * (layers[g] + fixed[g])
     return alpha + slope * params / total_stage_params(model, layout)
 
 
