@@ -199,3 +199,21 @@ def test_step_time_prices_the_reported_collectives(layout, model, data):
         assert getattr(cm, piece).value(stage, counts) == pytest.approx(t(phase, per), rel=1e-9, abs=1e-15)
     z = cm.state_traffic.value(stage, counts)
     assert z == pytest.approx(t("microbatch", m) + t("recompute", m), rel=1e-9, abs=1e-15)
+
+
+@settings(max_examples=40, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(layout=_layouts(), model=st.sampled_from([DENSE, MOE, TIED]))
+def test_search_bound_on_state_traffic_is_the_stages_sum(layout, model):
+    """`microbatch_state_traffic_s` (the search's cheap bound) at total / pp, times pp, is the sum
+    over the stages of the cost model's per-micro-batch model-state traffic with no re-gather:
+    the same records, so the bound stays valid (<=) and tight (=)."""
+    plain = layout.replace(recompute="none")
+    cm = stt.stage_cost_model(model, A100, plain)
+    modes = ("none",) * model.num_hidden_layers
+    total = sum(cm.state_traffic.value(s, cm.counts(layers, modes))
+                for s, layers in enumerate(stage_layers(model, plain)))
+    bound = plain.pp * stt.microbatch_state_traffic_s(
+        model, A100, plain, stt.total_stage_params(model, plain) / plain.pp)
+    assert bound <= total * (1 + 1e-9) + 1e-15
+    assert bound == pytest.approx(total, rel=1e-9, abs=1e-15)

@@ -5,9 +5,14 @@ efficiency), `compute.py`), the recompute its recompute mode adds, the tensor/se
 parallel communication that sits on the critical path (`collectives.py`), and for ZeRO-3 the parameter
 gathers that compute does not hide. The schedule (`pipeline.py`) turns the bottleneck stage's
 per-micro-batch time into the pipelined time. Then the data-parallel gradient reduction that the last
-backward does not hide, the optimizer step (memory-bound) and offload traffic.
+backward does not hide, the collectives after it, the optimizer step (memory-bound) and offload traffic.
 
-    step = pipeline(m, pp, vpp; t_f, t_b) + DP tail + optimizer + offload
+    step = pipeline(m, pp, vpp; t_f, t_b) + DP tail + after-sync + optimizer + offload
+
+Every collective priced here is a record of `planner.cost.comm` (the list the user is shown): its
+phase says what it overlaps with, its mesh axes and the rank order where its group sits in the
+cluster (`_record_sharing`), `collectives.collective_time` its alpha-beta time. This module keeps
+no list of its own.
 
 Model FLOPs (MFU numerator) follow `params_flops.flops_per_token(...).training` (PaLM appendix B);
 hardware FLOPs (HFU numerator) add what recompute executes again (Narayanan et al. 2021 eq. (3)
@@ -37,9 +42,6 @@ from planner.placement.states import GROUPS
 from planner.placement.strategies import placement_key
 from planner.specs.cluster import ClusterSpec
 from planner.specs.model import ModelSpec
-
-ACTIVATION_BYTES = 2
-"""Bytes of one activation element on the wire (bf16/fp16). Source: Megatron-LM mixed precision."""
 
 HBM_EFFICIENCY = 0.80
 """[Empirical] sustained / peak HBM bandwidth for streaming kernels (optimizer step). Basis:
@@ -182,12 +184,13 @@ def layer_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, layer_ind
     Compute: per-GPU FLOPs = b*s * FLOPs/token / (tp*cp) (experts balanced over ep*etp of the same
     ranks); backward = 2 x forward (Narayanan 2021 §5.1). Recompute: selective re-runs the attention
     core (Korthikanti et al. 2022 §5), full re-runs the forward and its TP/EP communication.
-    TP/SP: 2 all-reduces (or all-gather + reduce-scatter, same time) of b*s*h activations forward and
-    2 backward, all exposed (Korthikanti 2022 §4.2.2; Shoeybi et al. 2019 §3). CP: the ring passes
-    K and V (an all-gather of the sequence's KV) forward and K, V, dK, dV backward, overlapped with the
-    attention core; only the excess shows (Liu et al. 2023, Ring Attention §3; Megatron-LM CP docs).
-    EP: dispatch + combine all-to-all of the routed tokens forward and backward, exposed (Lepikhin et
-    al. 2020 GShard §2; Megatron-Core MoE docs). Without FlashAttention (Dao et al. 2022) the
+    Communication: the records of `comm.layer_collectives`, priced by phase (`_layer_comm`).
+    TP/SP: 2 all-reduces (or all-gathers + reduce-scatters, same time) of b*s/cp*h activations
+    forward and 2 backward, all exposed (Korthikanti 2022 §4.2.2; Shoeybi et al. 2019 §3). CP: the
+    ring passes K and V (an all-gather of the sequence's KV) forward and K, V, dK, dV backward,
+    overlapped with the attention core; only the excess shows (Liu et al. 2023, Ring Attention §3;
+    Megatron-LM CP docs). EP: dispatch + combine all-to-all of the routed tokens forward and
+    backward, exposed (Lepikhin et al. 2020 GShard §2; Megatron-Core MoE docs). Without FlashAttention (Dao et al. 2022) the
     attention core also streams the b*a*s^2 score matrix through HBM (UNFUSED_SCORE_BYTES per element
     per forward), which counts as part of its time. No causal discount on the attention FLOPs.
     """
@@ -508,9 +511,9 @@ class StageCostModel:
         t_s     = X + max(Cmp + R, Z)               per-micro-batch stage time (comm exposed)
         pipe_s  = (m + B_t) t_s + B_f F + P         `pipeline.pipeline_coefficients`
         dp_s    = max(E - O, D)                     exposed DP/ZeRO end-of-step sync
-        total_s = pipe_s + dp_s + Opt + Off         step = max_s total_s
+        total_s = pipe_s + dp_s + Y + Opt + Off     step = max_s total_s
 
-    i.e. total_s = [A X + B_f F + Opt + Off + P] + max(A (Cmp + R), A Z) + max(E - O, D) with
+    i.e. total_s = [A X + B_f F + Y + Opt + Off + P] + max(A (Cmp + R), A Z) + max(E - O, D) with
     A = m + B_t > 0: a sum of maxima of affine pieces with positive weights (`time_groups`), which an
     integer program represents exactly with one auxiliary variable per maximum under minimisation.
 
@@ -543,9 +546,10 @@ class StageCostModel:
     layer_comm: AffinePiece
     """X: exposed TP/SP, CP and EP communication of the layers."""
     state_traffic: AffinePiece
-    """Z: ZeRO-2/3 reduce-scatter + gathers and parameter-offload traffic per micro-batch."""
+    """Z: ZeRO-2/3 reduce-scatter + gathers, HSDP all-reduce and parameter-offload traffic per
+    micro-batch (`comm` phase microbatch; re-gathers of fully recomputed layers, phase recompute)."""
     dp_sync: AffinePiece
-    """E: end-of-step gradient/parameter sync of the stage, s per step."""
+    """E: end-of-step gradient/parameter sync of the stage (`comm` phase step), s per step."""
     dp_window: AffinePiece
     """O: backward of the last micro-batch that the sync overlaps, s."""
     dp_last_bucket: AffinePiece
