@@ -48,7 +48,7 @@ from planner.cost.params_flops import count_params
 from planner.placement.layout import Layout
 from planner.placement.precision import padded_vocab, state_bytes
 from planner.placement.states import GROUPS, Mode, Placement, State
-from planner.placement.strategies import batch_axes_key, placement_for
+from planner.placement.strategies import placement_for
 from planner.specs.model import ModelSpec
 
 KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "p2p", "device_to_host",
@@ -143,7 +143,7 @@ def state_collectives(layout: Layout, elements: Mapping[str, float]) -> list[Col
             count = c.count * m if c.phase == "microbatch" else c.count
             out.append(replace(c, message_bytes=c.message_bytes * n, count=count))
     rep = elements.get("replicated", 0.0)
-    if rep and layout.tp > 1 and placement_for(layout).activations.get("tp") == Mode.SHARDED:
+    if rep and _sequence_parallel(layout):
         out.append(Collective(axis="tp", kind="all_reduce", count=1, group_size=layout.tp, axes=("tp",),
                               message_bytes=rep * state_bytes(layout).gradient_reduce,
                               label="gradients.norms_under_sp", phase="after_sync"))
@@ -153,21 +153,39 @@ def state_collectives(layout: Layout, elements: Mapping[str, float]) -> list[Col
 def unit_state_collectives(layout: Layout) -> tuple[tuple[str, Collective], ...]:
     """(group, record) of the data-parallel and offload records of `state_collectives` for one
     element of every group and one micro-batch: they are linear in each group's elements, phase
-    microbatch ones run m times, and they read only the batch axes' degrees and modes, the offload
-    targets and the bytes per element."""
-    key = (batch_axes_key(layout), layout.offload, layout.framework, layout.precision, layout.optimizer)
-    hit = _UNITS.get(key)
-    if hit is None:
-        placement, sb = placement_for(layout), state_bytes(layout)
+    microbatch ones run m times, and per group they read only its batch axes' degrees, the ZeRO
+    stage and offload targets that set its modes there (`strategies.data_parallel`, `zero`,
+    `offload`) and the bytes per element."""
+    rep, common = layout.dp_replicate_degree, (layout.zero_stage, layout.offload, layout.framework,
+                                                layout.precision, layout.optimizer)
+    # the groups' batch-axis degrees (`strategies.group_degrees`): dense and replicated run over
+    # dp_replicate x dp_shard x cp, experts over dp_replicate x edp
+    dense = (rep, layout.dp_shard_degree, layout.cp) + common
+    expert = (rep, layout.expert_dp) + common
+    whole = _UNITS.get(dense + expert)
+    if whole is None:
         if len(_UNITS) >= 4096:
             _UNITS.clear()
-        hit = _UNITS[key] = tuple((g, c) for g in GROUPS
-                                  for c in _group_collectives(g, placement.groups[g], 1.0, 1, sb))
-    return hit
+        out = []
+        for g, key in (("dense", dense), ("replicated", dense), ("expert", expert)):
+            hit = _UNITS.get((g,) + key)
+            if hit is None:
+                hit = _UNITS[(g,) + key] = tuple(_group_collectives(
+                    g, placement_for(layout).groups[g], 1.0, 1, state_bytes(layout)))
+            out += [(g, c) for c in hit]
+        whole = _UNITS[dense + expert] = tuple(out)
+    return whole
 
 
-_UNITS: dict[tuple, tuple[tuple[str, Collective], ...]] = {}
+_UNITS: dict[tuple, tuple] = {}
 """Cache of `unit_state_collectives` (a search asks for the same few batch-axis placements)."""
+
+
+def _sequence_parallel(layout: Layout) -> bool:
+    """Activations sharded over tp (SP): the knob `strategies.tensor_parallel` turns into the tp
+    mode of the activations (read here without building the placement, which costs more than the
+    records)."""
+    return layout.tp > 1 and bool(layout.sequence_parallel)
 
 
 def recompute_collectives(layout: Layout, elements: Mapping[str, float]) -> list[Collective]:
@@ -279,10 +297,26 @@ def layer_collectives(model: ModelSpec, layout: Layout, index: int) -> list[Coll
     routed tokens, b·s/cp (/tp with SP, which Megatron requires for MoE with TP in training:
     NVIDIA/Megatron-LM@d98e8a6 megatron/core/transformer/moe/moe_layer.py l. 636) x top-k x h.
     """
+    moe = bool(layout.ep > 1 and model.is_moe and model.moe_layers[index])
+    key = (id(model), moe, layout.micro_batch_size, layout.seq_len, layout.cp, layout.tp, layout.ep,
+           layout.sequence_parallel)   # what the records read
+    hit = _LAYER_RECORDS.get(key)
+    if hit is None or hit[0] is not model:
+        if len(_LAYER_RECORDS) >= 4096:
+            _LAYER_RECORDS.clear()
+        hit = _LAYER_RECORDS[key] = (model, tuple(_layer_collectives(model, layout, moe)))
+    return list(hit[1])
+
+
+_LAYER_RECORDS: dict = {}
+"""Cache of `layer_collectives` (each entry keeps its model alive, so ids are not reused)."""
+
+
+def _layer_collectives(model: ModelSpec, layout: Layout, moe: bool) -> list[Collective]:
     b, h = layout.micro_batch_size, model.hidden_size
     tokens = b * layout.seq_len // layout.cp
     act = tokens * h * 2
-    sp = layout.tp > 1 and placement_for(layout).activations.get("tp") == Mode.SHARDED
+    sp = _sequence_parallel(layout)
     out = []
     if layout.tp > 1:
         for kind in (("all_gather", "reduce_scatter") if sp else ("all_reduce",)):
@@ -296,7 +330,7 @@ def layer_collectives(model: ModelSpec, layout: Layout, index: int) -> list[Coll
                 Collective(kind="all_gather", label="cp.kv.backward", phase="attention.backward", **cp),
                 Collective(kind="reduce_scatter", label="cp.dkv.backward", phase="attention.backward",
                            **cp)]
-    if layout.ep > 1 and model.is_moe and model.moe_layers[index]:
+    if moe:
         routed = tokens // (layout.tp if sp else 1) * model.num_experts_per_tok * h * 2
         for phase in ("forward", "backward"):
             out.append(Collective(axis="ep", kind="all_to_all", count=2, message_bytes=routed,
@@ -323,7 +357,7 @@ def stage_collectives(model: ModelSpec, layout: Layout, stage: int) -> list[Coll
     embedding's all-reduce between the first and last stage (`_allreduce_word_embedding_grads`,
     after the DP sync, FC-14)."""
     m, sb, out = max(1, layout.num_microbatches), state_bytes(layout), []
-    sp = layout.tp > 1 and placement_for(layout).activations.get("tp") == Mode.SHARDED
+    sp = _sequence_parallel(layout)
     if layout.pp > 1:
         act = layout.micro_batch_size * layout.seq_len // layout.cp * model.hidden_size * 2
         out.append(Collective(axis="pp", kind="p2p", count=2 * m * layout.vpp, group_size=2,

@@ -880,7 +880,7 @@ def _element_totals(model: ModelSpec, layout: Layout) -> tuple[dict[str, float],
             for g, n in comm.layer_elements(model, layout, j).items():
                 layers[g] += kinds.count(k) * n
         fixed = dict.fromkeys(GROUPS, 0.0)
-        for st in range(layout.pp):
+        for st in {0, layout.pp - 1}:   # stages in between hold no fixed parameters
             for g, n in comm.fixed_elements(model, layout, st).items():
                 fixed[g] += n
         hit = _TOTALS[key] = (model, (layers, fixed))
