@@ -47,7 +47,7 @@ from planner.cost.memory import _group_counts, stage_layers
 from planner.cost.params_flops import count_params
 from planner.placement.layout import Layout
 from planner.placement.precision import padded_vocab, state_bytes
-from planner.placement.states import GROUPS, Mode, Placement, State
+from planner.placement.states import GROUPS, Mode, State
 from planner.placement.strategies import placement_for
 from planner.specs.model import ModelSpec
 
