@@ -11,15 +11,16 @@ batch axes B (dp_replicate, dp_shard, cp; edp for experts):
 | gradients replicated, optimizer sharded over O | reduce-scatter over O once + all-gather of updated parameters over O once |
 | gradients sharded over O | reduce-scatter over O per micro-batch (no full local accumulator) |
 | parameters replicated, optimizer sharded over O | all-gather of updated parameters over O once |
-| parameters sharded_with_gather over O | all-gather per micro-batch in forward and again in backward |
-| any of the above also replicated over R | all-reduce of the 1/|O| shard over R (HSDP) |
+| parameters sharded_with_gather over O | all-gather per micro-batch in forward and again in backward (and once more for a fully recomputed layer's re-run forward) |
+| any of the above also replicated over R | all-reduce of the 1/|O| shard over R (HSDP), as often as the reduce-scatter |
 | offloaded state | device->host / host->device copies of the local shard |
 
 Activations: TP all-reduce (or SP all-gather + reduce-scatter) 2 per layer forward, 2 backward, 2 more
 on full recompute (Shoeybi et al. 2019 §3; Korthikanti et al. 2022 §4.2.2); PP one send forward and
 one backward per micro-batch per virtual stage (Narayanan et al. 2021 §2.2); CP ring exchange of the
-local K/V (cp − 1) times forward, K/V + dK/dV backward (Liu et al. 2023 Ring Attention; Megatron-LM
-`context_parallel.rst`); EP all-to-all dispatch + combine forward and backward (Lepikhin et al. 2020
+local K/V (cp − 1) times forward, K/V + dK/dV backward, recorded as the ring all-gather of the
+sequence's K/V and the reduce-scatter of its dK/dV they amount to (Liu et al. 2023 Ring Attention;
+Megatron-LM `context_parallel.rst`); EP all-to-all dispatch + combine forward and backward (Lepikhin et al. 2020
 GShard §3; Megatron `token_dispatcher.py`); tied embedding all-reduce between first and last stage
 (Megatron `_allreduce_word_embedding_grads`, FC-14); norm gradients all-reduced over tp under SP
 (Megatron `_allreduce_layernorm_grads`).
