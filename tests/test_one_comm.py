@@ -217,3 +217,40 @@ def test_search_bound_on_state_traffic_is_the_stages_sum(layout, model):
         model, A100, plain, stt.total_stage_params(model, plain) / plain.pp)
     assert bound <= total * (1 + 1e-9) + 1e-15
     assert bound == pytest.approx(total, rel=1e-9, abs=1e-15)
+
+
+BIG = from_config(dict(model_type="llama", hidden_size=8192, num_hidden_layers=2, num_attention_heads=64,
+                       num_key_value_heads=8, intermediate_size=28672, vocab_size=V,
+                       max_position_embeddings=4096, tie_word_embeddings=False), name="big-layers")
+
+
+def test_zero3_regather_of_fully_recomputed_layers_follows_the_framework():
+    """Neither copy was right: step_time re-gathered every fully recomputed layer once more per
+    micro-batch, comm.py never did. FSDP2 (torchtitan) does not: the recompute runs after the
+    block's pre-backward unshard, and `_pre_forward` skips the unshard in that state (pytorch
+    torch/distributed/fsdp/_fully_shard/_fsdp_state.py). DeepSpeed ZeRO-3 keeps a parameter
+    whose module recurs within stage3_max_reuse_distance = 1e9 elements of the trace
+    (deepspeedai/DeepSpeed@edaa722 runtime/zero/config.py l. 244, partitioned_param_coordinator.py
+    l. 634-664): after a submodule's recompute forward the trace runs twice the layer's later
+    parameters before its backward, so the first P - 0.5e9 of a P-parameter layer are released and
+    gathered again. Here a Llama-70B-shaped layer: P = 2h^2 + 2h x 1024 + 3 h x 28672 + 2h with
+    h = 8192 = 855,654,400, 2 B per bf16 element, dp = 8 in one node, 2 micro-batches."""
+    p = 2 * 8192**2 + 2 * 8192 * 1024 + 3 * 8192 * 28672 + 2 * 8192
+    assert p == 855_654_400
+    base = Layout(dp=8, zero_stage=3, framework="deepspeed", global_batch_size=16, seq_len=1024)
+    full = base.replace(recompute="full")
+    regather = [c for c in collectives(BIG, full) if c.phase == "recompute"]
+    # one all-gather per layer per micro-batch: 2 layers x 2 micro-batches
+    # (dense and norm parts of the layer: one key, one call)
+    assert {(c.count, c.group_size, c.key) for c in regather} == {(4, 8, regather[0].key)}
+    assert sum(c.message_bytes for c in regather) == pytest.approx((p - 5e8) * 2)
+    extra = collective_time("all_gather", group_size=8, bytes_per_device=(p - 5e8) * 2, cluster=A100,
+                            gpus_per_domain=8)
+    cm = stt.stage_cost_model(BIG, A100, base)
+    (row,) = cm.state_traffic.coef
+    assert row[2] - row[0] == pytest.approx(extra, rel=1e-9)      # per layer, per micro-batch
+    # small layers (the 4-layer tiny model, 12.6M per layer) and FSDP2 gather twice, not three times
+    for model, layout in ((DENSE, full), (BIG, full.replace(framework="torchtitan"))):
+        assert not [c for c in collectives(model, layout) if c.phase == "recompute"]
+        assert bytes_per_axis(collectives(model, layout))["dp"] == pytest.approx(
+            bytes_per_axis(collectives(model, layout.replace(recompute="none")))["dp"])

@@ -189,11 +189,45 @@ def _sequence_parallel(layout: Layout) -> bool:
     return layout.tp > 1 and bool(layout.sequence_parallel)
 
 
+REUSE_DISTANCE_ELEMENTS = 1_000_000_000
+"""DeepSpeed ZeRO-3 keeps a gathered parameter instead of releasing it when its module is used again
+within this many parameter elements of the recorded module trace (`stage3_max_reuse_distance`
+default 1e9: deepspeedai/DeepSpeed@edaa722 deepspeed/runtime/zero/config.py l. 244;
+partitioned_param_coordinator.py `__params_to_release` l. 634-664)."""
+
+
+def regather_fraction(layout: Layout, layer_elements: float) -> float:
+    """Share of a fully recomputed layer's parameters (`layer_elements` local elements, as ZeRO-3
+    counts them after the tp / ep split) gathered a third time in a micro-batch, for its backward
+    after the recompute forward's own gather.
+
+    - torchtitan (FSDP2): 0. The recompute runs inside the block's backward, after the pre-backward
+      hook has unsharded it; FSDP2's pre-forward hook skips the unshard in that state
+      (pytorch torch/distributed/fsdp/_fully_shard/_fsdp_state.py `_pre_forward`: "When composing
+      with module-hook-based activation checkpointing, the pre-backward hook is responsible for
+      the unshard").
+    - deepspeed: after the recompute forward of a submodule, the trace runs the rest of the
+      layer's recompute and then its backward back to that submodule, i.e. twice the parameters
+      after it; ZeRO-3 releases it (and gathers it again for backward) only when that exceeds
+      REUSE_DISTANCE_ELEMENTS. With the layer's parameters spread evenly along it, the share
+      released is max(0, P - REUSE_DISTANCE_ELEMENTS / 2) / P.
+    - megatron (its FSDP): 1, a full re-gather (not checked against Megatron-FSDP's source).
+    """
+    if layout.framework == "torchtitan" or layer_elements <= 0:
+        return 0.0
+    if layout.framework == "deepspeed":
+        return max(0.0, layer_elements - REUSE_DISTANCE_ELEMENTS / 2) / layer_elements
+    return 1.0
+
+
 def recompute_collectives(layout: Layout, elements: Mapping[str, float]) -> list[Collective]:
     """Per-step ZeRO-3 re-gather of one fully recomputed layer holding `elements` (as in
-    `state_collectives`): its forward re-run in backward gathers its parameters once more, every
+    `state_collectives`): the `regather_fraction` of its parameters is gathered once more every
     micro-batch (ZeRO/FSDP gather module by module: Rajbhandari et al. 2020 §7.2.2; Zhao et al. 2023
     (PyTorch FSDP) §3.3)."""
+    share = regather_fraction(layout, sum(elements.values()))
+    if not share:
+        return []
     placement, sb = placement_for(layout), state_bytes(layout)
     m = max(1, layout.num_microbatches)
     out = []
@@ -203,7 +237,7 @@ def recompute_collectives(layout: Layout, elements: Mapping[str, float]) -> list
                 and gp.mode(State.PARAMETERS, a) == Mode.SHARDED_WITH_GATHER]
         if gath and n:
             out.append(Collective(axis="edp" if g == "expert" else "dp", kind="all_gather", count=m,
-                                  message_bytes=n * sb.parameter_gather,
+                                  message_bytes=share * n * sb.parameter_gather,
                                   group_size=math.prod(gp.degrees[a] for a in gath), axes=tuple(gath),
                                   label=f"parameters.regather.{g}", phase="recompute"))
     return out
