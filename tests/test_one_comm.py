@@ -254,3 +254,47 @@ def test_zero3_regather_of_fully_recomputed_layers_follows_the_framework():
         assert not [c for c in collectives(model, layout) if c.phase == "recompute"]
         assert bytes_per_axis(collectives(model, layout))["dp"] == pytest.approx(
             bytes_per_axis(collectives(model, layout.replace(recompute="none")))["dp"])
+
+
+def test_dp_sync_bytes_count_unsplit_norms_and_the_padded_vocab():
+    """comm.py was right, step_time was wrong (it divided every non-expert parameter, norms
+    included, by tp and used the model's unpadded embedding rows). Megatron keeps norm weights
+    whole on every tp rank (they are all-reduced over tp under SP by
+    `_allreduce_non_tensor_model_parallel_grads`) and pads the vocab to a multiple of
+    128 x tp (`--make-vocab-size-divisible-by`, `_vocab_size_with_padding`), so the DP all-reduce
+    at tp = 2 carries, per GPU: 4 layers x ((attention 2h^2 + 2h x 256 + MLP 3h x 2816) / 2 + two
+    norms 2h) + embedding and LM head 32256 rows x h / 2 each + final norm h, in fp32 (4 B)."""
+    model = from_config(dict(model_type="llama", hidden_size=H, num_hidden_layers=L, num_attention_heads=HEADS,
+                             num_key_value_heads=KV, intermediate_size=FF, vocab_size=32001,
+                             max_position_embeddings=4096, tie_word_embeddings=False), name="odd-vocab")
+    layer = (2 * H * H + 2 * H * 256 + 3 * H * FF) // 2 + 2 * H
+    elements = L * layer + 2 * 32256 * H // 2 + H
+    assert elements == 55_583_744
+    layout = Layout(tp=2, dp=4, global_batch_size=4, seq_len=1024)
+    assert bytes_per_axis(collectives(model, layout))["dp"] == pytest.approx(2 * 3 / 4 * 4 * elements)
+    # tp pairs innermost: a dp group of 4 has a stride of 2, all in one node (k = 4)
+    assert _sync(model, layout) == pytest.approx(collective_time(
+        "all_reduce", group_size=4, bytes_per_device=4 * elements, cluster=A100, gpus_per_domain=4),
+        rel=1e-9)
+
+
+def test_expert_all_to_all_is_split_over_tp_only_with_sequence_parallelism():
+    """comm.py was right, step_time was wrong (it divided the routed tokens by tp always).
+    Megatron refuses MoE with TP but without SP in training (megatron/core/transformer/moe/
+    moe_layer.py l. 636-640), and with SP each tp rank dispatches its s/tp tokens; without SP
+    (other frameworks) every tp rank holds all s tokens. Per MoE layer and micro-batch: dispatch +
+    combine, forward and backward, of s/cp [/tp] x top-2 x h x 2 B."""
+    for sp, tokens in ((True, 1024 // 2), (False, 1024)):
+        layout = Layout(tp=2, dp=4, ep=4, sequence_parallel=sp, global_batch_size=4, seq_len=1024)
+        routed = tokens * 2 * H * 2
+        got = bytes_per_axis(collectives(MOE, layout))["ep"]
+        assert got == pytest.approx(L * 4 * 3 / 4 * routed)
+        # priced: 2 all-to-alls per forward pass and 2 backward, exposed, per layer
+        share = stt._sharing(layout, A100, stt.coll.DEFAULT_RANK_ORDER)
+        a2a = collective_time("all_to_all", group_size=4, bytes_per_device=routed, cluster=A100,
+                              gpus_per_domain=stt._ep_sharing(layout, A100, stt.coll.DEFAULT_RANK_ORDER))
+        terms = stt._layer_comm(MOE, A100, layout, 0, 1.0, stt.coll.DEFAULT_RANK_ORDER)
+        tp_ar = collective_time("all_reduce" if not sp else "all_gather", group_size=2,
+                                bytes_per_device=1024 * H * 2, cluster=A100, gpus_per_domain=share["tp"])
+        tp_per_pass = 2 * tp_ar if not sp else 4 * tp_ar     # 2 AR, or 2 AG + 2 RS (same time each)
+        assert terms[0][0] == pytest.approx(tp_per_pass + 2 * a2a, rel=1e-9)
