@@ -48,7 +48,12 @@ t_s >= T0_s + sum_l t[l, r_l] and t_s >= C_s + Z_s, and
 
 a maximum being at least its mean; sum_s Z_s >= pp Z(sum_s params_s / pp) because Z is affine and
 sum_s params_s does not depend on the split (`total_stage_params`); Z is taken with no re-gather,
-its least value. The refined bound (`_refined_bound`) is the value of the stage program's split
+its least value. The DP tail of stage s is max(E_s - O_s, D_s) >= E_s - O_s (E the end-of-step
+sync, O the backward window that hides it), and the step is at least the mean of the stage
+totals, so mean_s (E_s - O_s) adds to the bound when positive: sum_s E_s does not depend on the
+split (E is affine in each group's elements and every stage pays the latencies,
+`step_time.step_sync_total_s`), and sum_s O_s is at most its value with every layer in its
+largest-window mode (`_Costs.sync_excess_s`). The refined bound (`_refined_bound`) is the value of the stage program's split
 dynamic program (`search.ilp.exact_optimum`: the program's optimum when the DP is exact, as on
 every bench case, else its relaxed split bound) less the rounding bound, or inf without building
 the program when the summed per-stage memory constraints already fail (`_may_fit`, a necessary
@@ -83,6 +88,7 @@ from planner.cost.step_time import (
     layer_time_modes,
     microbatch_state_traffic_s,
     pipeline_send_s,
+    step_sync_total_s,
     stage_cost_model,
     stage_fixed_times,
     step_time,
@@ -165,6 +171,8 @@ class _Costs:
         self._pipes: dict = {}
         self._acts: dict = {}
         self._problems: dict = {}
+        self._syncs: dict = {}
+        self._windows: dict = {}
         self.infeasible: list[Layout] = []
         self.recost_rejected = 0
         self.rejected_bound_s = math.inf
@@ -235,6 +243,27 @@ class _Costs:
             self._sums[key] = (busy, talk)
         return self._sums[key]
 
+    def sync_excess_s(self, layout: Layout, modes: tuple[str, ...]) -> float:
+        """sum_s E_s - an upper bound on sum_s O_s, s (`_cheap_bound`): the end-of-step DP sync of
+        every stage (`step_sync_total_s`, split-free) less the backward windows that can hide it,
+        O_s = 2 head_s / 3 - w1 + sum of the stage's layer backward + recompute + comm (the
+        `dp_window` piece), each layer at its largest mode among `modes`."""
+        sync_key = (layout.dp, layout.tp, layout.pp, layout.cp, layout.ep, layout.etp,
+                    layout.zero_stage, layout.dp_shard, layout.offload, layout.sequence_parallel)
+        if sync_key not in self._syncs:
+            self._syncs[sync_key] = step_sync_total_s(self.model, self.cluster, layout)
+        key = (layer_time_key(layout, self.sharing(layout)), modes, layout.pp)
+        if key not in self._windows:
+            allowed = [RECOMPUTE_MODES.index(m) for m in modes]
+            total, fwd = self.kind_times(layout), self.kind_times(layout, "forward_s")
+            back = [[t - f for t, f in zip(tr, fr)] for tr, fr in zip(total, fwd)]
+            w1 = min(row[0] for row in back)
+            head = sum(stage_fixed_times(self.model, self.cluster, layout))
+            self._windows[key] = (2 * head / 3 - layout.pp * w1
+                                  + sum(n * max(back[k][r] for r in allowed)
+                                        for k, n in enumerate(self.per_kind)))
+        return self._syncs[sync_key] - self._windows[key]
+
     def layer_state_bytes(self, layout: Layout) -> tuple[tuple[float, ...], dict]:
         """([kind] bytes one more layer adds on a GPU besides its activations in the backward
         phases: parameters, gradients, optimizer states and the gradient-bucket slope; {optimizer
@@ -303,8 +332,8 @@ def _pipe_coefficients(model: ModelSpec, cluster: ClusterSpec, layout: Layout) -
 
 
 def _cheap_bound(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> float:
-    """A max(mean_s T_s, mean_s (comm_s + Z_s)) + P, a lower bound on step_time (module
-    docstring), s."""
+    """A max(mean_s T_s, mean_s (comm_s + Z_s)) + P + max(0, mean_s (E_s - O_s)), a lower bound
+    on step_time (module docstring), s."""
     key = (layout.tp, layout.cp, layout.dp, layout.pp, layout.ep, layout.etp,
            layout.micro_batch_size, layout.vpp, modes)  # what layer_sums and A, P read
     terms = costs._bound_terms.get(key)
@@ -313,7 +342,7 @@ def _cheap_bound(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> float
         costs._bound_terms[key] = terms
     busy, talk, a, p = terms
     talk += costs.state_traffic_s(layout)
-    return a * max(busy, talk) / layout.pp + p
+    return (a * max(busy, talk) + max(0.0, costs.sync_excess_s(layout, modes))) / layout.pp + p
 
 
 # ---------------------------------------------------------------- stage program
@@ -701,7 +730,8 @@ def plan_entry(model: ModelSpec, cluster: ClusterSpec, ev: Evaluated, reserve: i
                          "reserve": worst.reserve, "total": worst.total,
                          "capacity": worst.capacity, "stage": worst.stage},
         "memory_verdict": worst.verdict,
-        "communication_bytes_per_step": bytes_per_axis(collectives(model, layout)),
+        "communication_bytes_per_step": bytes_per_axis(collectives(model, layout,
+                                                                   recompute_layers=ev.modes)),
         "time_s": {"step": step.step, "compute": step.compute,
                    "communication_exposed": step.communication_exposed,
                    "pipeline_bubble": step.pipeline_bubble, "recompute": step.recompute,

@@ -908,6 +908,27 @@ def microbatch_state_traffic_s(model: ModelSpec, cluster: ClusterSpec, layout: L
     return alpha + slope * params / total_stage_params(model, layout)
 
 
+def step_sync_total_s(model: ModelSpec, cluster: ClusterSpec, layout: Layout, *,
+                      rank_order: Sequence[str] = coll.DEFAULT_RANK_ORDER) -> float:
+    """Sum over the pipeline stages of the end-of-step data-parallel sync E_s (the `dp_sync` piece
+    of `StageCostModel`), s, whatever the split: each stage pays the latency of every collective
+    the layers take part in, and the bytes of all the stages' elements are paid once in total
+    (E is affine in each group's elements, `_phase_piece`), so the sum is pp x the latencies +
+    the per-byte time of every element of the model (decoder layers and fixed parts)."""
+    price = _Pricer(layout, cluster, _sharing(layout, cluster, rank_order), rank_order)
+    layers, fixed = _element_totals(model, layout)
+    alpha, slope, seen = 0.0, 0.0, set()
+    for g, c in comm.unit_state_collectives(layout):
+        if c.phase != "step":
+            continue
+        a, b = price.alpha_beta(c)
+        if layers[g] > 0 and c.key not in seen:
+            seen.add(c.key)
+            alpha += c.count * a
+        slope += c.count * b * c.message_bytes * (layers[g] + fixed[g])
+    return layout.pp * alpha + slope
+
+
 def pipeline_send_s(model: ModelSpec, cluster: ClusterSpec, layout: Layout, *,
                     rank_order: Sequence[str] = coll.DEFAULT_RANK_ORDER) -> float:
     """One pipeline send of a micro-batch's boundary activations, s (as `step_time` charges it)."""

@@ -229,7 +229,7 @@ class IntStageProblem(_Sizes):
 
     def phase_fits(self, s: int, kind_counts) -> np.ndarray | bool:
         """Whether stage s holding `kind_counts` ([..., K]) fits every activation-free phase."""
-        return self.phase_bytes(s, kind_counts) <= self.capacity_bytes
+        return not self.phase_memory_bytes or self.phase_bytes(s, kind_counts) <= self.capacity_bytes
 
     def credit(self, s: int, full_counts) -> np.ndarray | int:
         """Bytes credited to stage s where `full_counts` (fully recomputed layers, any array
