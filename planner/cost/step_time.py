@@ -894,18 +894,27 @@ def microbatch_state_traffic_s(model: ModelSpec, cluster: ClusterSpec, layout: L
     params / `total_stage_params` of every stage's model states, s: the latency of every
     collective the layers take part in plus that share of the bytes of all of them, so pp times
     its value at total / pp is at most the sum of Z over the stages (Z is affine in the bytes)."""
+    alpha, slope = _unit_phase_time(model, cluster, layout, "microbatch", rank_order)
+    return alpha + slope * params / total_stage_params(model, layout)
+
+
+def _unit_phase_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, phase: str,
+                     rank_order: Sequence[str]) -> tuple[float, float]:
+    """(latency of every model-state collective of `phase` the decoder layers take part in, per
+    stage; per-byte time of all of them over every element of the model), s: the records are
+    linear in each group's elements (`comm.unit_state_collectives`, one element, one micro-batch)."""
     price = _Pricer(layout, cluster, _sharing(layout, cluster, rank_order), rank_order)
     layers, fixed = _element_totals(model, layout)
     alpha, slope, seen = 0.0, 0.0, set()
-    for g, c in comm.unit_state_collectives(layout):   # one element, one micro-batch
-        if c.phase != "microbatch":
+    for g, c in comm.unit_state_collectives(layout):
+        if c.phase != phase:
             continue
         a, b = price.alpha_beta(c)
         if layers[g] > 0 and c.key not in seen:
             seen.add(c.key)
             alpha += c.count * a
         slope += c.count * b * c.message_bytes * (layers[g] + fixed[g])
-    return alpha + slope * params / total_stage_params(model, layout)
+    return alpha, slope
 
 
 def step_sync_total_s(model: ModelSpec, cluster: ClusterSpec, layout: Layout, *,
@@ -915,17 +924,7 @@ def step_sync_total_s(model: ModelSpec, cluster: ClusterSpec, layout: Layout, *,
     the layers take part in, and the bytes of all the stages' elements are paid once in total
     (E is affine in each group's elements, `_phase_piece`), so the sum is pp x the latencies +
     the per-byte time of every element of the model (decoder layers and fixed parts)."""
-    price = _Pricer(layout, cluster, _sharing(layout, cluster, rank_order), rank_order)
-    layers, fixed = _element_totals(model, layout)
-    alpha, slope, seen = 0.0, 0.0, set()
-    for g, c in comm.unit_state_collectives(layout):
-        if c.phase != "step":
-            continue
-        a, b = price.alpha_beta(c)
-        if layers[g] > 0 and c.key not in seen:
-            seen.add(c.key)
-            alpha += c.count * a
-        slope += c.count * b * c.message_bytes * (layers[g] + fixed[g])
+    alpha, slope = _unit_phase_time(model, cluster, layout, "step", rank_order)
     return layout.pp * alpha + slope
 
 
