@@ -118,7 +118,8 @@ def _costs(model: ModelSpec, cluster, layout: Layout, reserve_bytes: int | None,
         mem = max((stage_memory(model, cluster, layout, s, layers=ls, layers_by_recompute=c,
                                 reserve_bytes=reserve_bytes, at_risk_margin=at_risk_margin)
                    for s, (ls, c) in enumerate(zip(layers, counts))), key=lambda m: m.total)
-    colls = collectives(model, layout)
+    colls = collectives(model, layout,
+                        recompute_layers=None if counts is None else _layer_modes(counts))
     return {
         "memory_bytes": {"parameters": mem.parameters, "gradients": mem.gradients,
                          "optimizer_states": mem.optimizer_states, "activations": mem.activations,

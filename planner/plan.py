@@ -48,7 +48,12 @@ t_s >= T0_s + sum_l t[l, r_l] and t_s >= C_s + Z_s, and
 
 a maximum being at least its mean; sum_s Z_s >= pp Z(sum_s params_s / pp) because Z is affine and
 sum_s params_s does not depend on the split (`total_stage_params`); Z is taken with no re-gather,
-its least value. The refined bound (`_refined_bound`) is the value of the stage program's split
+its least value. The DP tail of stage s is max(E_s - O_s, D_s) >= E_s - O_s (E the end-of-step
+sync, O the backward window that hides it), and the step is at least the mean of the stage
+totals, so mean_s (E_s - O_s) adds to the bound when positive: sum_s E_s does not depend on the
+split (E is affine in each group's elements and every stage pays the latencies,
+`step_time.step_sync_total_s`), and sum_s O_s is at most its value with every layer in its
+largest-window mode (`_Costs.sync_excess_s`). The refined bound (`_refined_bound`) is the value of the stage program's split
 dynamic program (`search.ilp.exact_optimum`: the program's optimum when the DP is exact, as on
 every bench case, else its relaxed split bound) less the rounding bound, or inf without building
 the program when the summed per-stage memory constraints already fail (`_may_fit`, a necessary
@@ -68,6 +73,7 @@ from planner.cost.comm import bytes_per_axis, collectives
 from planner.cost.memory import (
     DEFAULT_AT_RISK_MARGIN,
     DEFAULT_RESERVE_BYTES,
+    OPTIMIZER_STEP_TERM,
     in_flight_microbatches,
     model_state_key,
     stage_memory,
@@ -82,6 +88,7 @@ from planner.cost.step_time import (
     layer_time_modes,
     microbatch_state_traffic_s,
     pipeline_send_s,
+    step_sync_total_s,
     stage_cost_model,
     stage_fixed_times,
     step_time,
@@ -164,6 +171,8 @@ class _Costs:
         self._pipes: dict = {}
         self._acts: dict = {}
         self._problems: dict = {}
+        self._syncs: dict = {}
+        self._windows: dict = {}
         self.infeasible: list[Layout] = []
         self.recost_rejected = 0
         self.rejected_bound_s = math.inf
@@ -234,20 +243,46 @@ class _Costs:
             self._sums[key] = (busy, talk)
         return self._sums[key]
 
-    def layer_state_bytes(self, layout: Layout) -> tuple[float, ...]:
-        """[kind] bytes one more layer adds on a GPU besides its activations: parameters,
-        gradients, optimizer states and the gradient-bucket slope (per `model_state_key`: what
-        those terms read)."""
+    def sync_excess_s(self, layout: Layout, modes: tuple[str, ...]) -> float:
+        """sum_s E_s - an upper bound on sum_s O_s, s (`_cheap_bound`): the end-of-step DP sync of
+        every stage (`step_sync_total_s`, split-free) less the backward windows that can hide it,
+        O_s = 2 head_s / 3 - w1 + sum of the stage's layer backward + recompute + comm (the
+        `dp_window` piece), each layer at its largest mode among `modes`."""
+        sync_key = (layout.dp, layout.tp, layout.pp, layout.cp, layout.ep, layout.etp,
+                    layout.zero_stage, layout.dp_shard, layout.offload, layout.sequence_parallel)
+        if sync_key not in self._syncs:
+            self._syncs[sync_key] = step_sync_total_s(self.model, self.cluster, layout)
+        key = (layer_time_key(layout, self.sharing(layout)), modes, layout.pp)
+        if key not in self._windows:
+            allowed = [RECOMPUTE_MODES.index(m) for m in modes]
+            total, fwd = self.kind_times(layout), self.kind_times(layout, "forward_s")
+            back = [[t - f for t, f in zip(tr, fr)] for tr, fr in zip(total, fwd)]
+            w1 = min(row[0] for row in back)
+            head = sum(stage_fixed_times(self.model, self.cluster, layout))
+            self._windows[key] = (2 * head / 3 - layout.pp * w1
+                                  + sum(n * max(back[k][r] for r in allowed)
+                                        for k, n in enumerate(self.per_kind)))
+        return self._syncs[sync_key] - self._windows[key]
+
+    def layer_state_bytes(self, layout: Layout) -> tuple[tuple[float, ...], dict]:
+        """([kind] bytes one more layer adds on a GPU besides its activations in the backward
+        phases: parameters, gradients, optimizer states and the gradient-bucket slope; {optimizer
+        param group: [kind] bytes one more layer adds to that group's optimizer step}) per
+        `model_state_key` (what those terms read)."""
         key = model_state_key(layout)
         if key not in self._states:
-            out = []
-            for rep in self.reps:
+            out, steps = [], {}
+            for k, rep in enumerate(self.reps):
                 # 2 -> 3 copies: past the ZeRO-3 gather working set's 1 + prefetch largest units.
                 one, two = (stage_memory(self.model, self.cluster, layout, 0, layers=(rep,) * n,
                                          reserve_bytes=0, layers_by_recompute={"none": n})
                             for n in (2, 3))
-                out.append(max(0.0, two.total - two.activations - one.total + one.activations))
-            self._states[key] = tuple(out)
+                out.append(max(0.0, two.backward_total - two.activations
+                               - one.backward_total + one.activations))
+                for group in two.optimizer_step_groups:
+                    steps.setdefault(group, [0.0] * len(self.reps))[k] = max(
+                        0.0, two.optimizer_step_total(group) - one.optimizer_step_total(group))
+            self._states[key] = (tuple(out), {g: tuple(v) for g, v in steps.items()})
         return self._states[key]
 
     def layer_activation_bytes(self, layout: Layout) -> tuple[tuple[float, ...], ...]:
@@ -297,8 +332,8 @@ def _pipe_coefficients(model: ModelSpec, cluster: ClusterSpec, layout: Layout) -
 
 
 def _cheap_bound(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> float:
-    """A max(mean_s T_s, mean_s (comm_s + Z_s)) + P, a lower bound on step_time (module
-    docstring), s."""
+    """A max(mean_s T_s, mean_s (comm_s + Z_s)) + P + max(0, mean_s (E_s - O_s)), a lower bound
+    on step_time (module docstring), s."""
     key = (layout.tp, layout.cp, layout.dp, layout.pp, layout.ep, layout.etp,
            layout.micro_batch_size, layout.vpp, modes)  # what layer_sums and A, P read
     terms = costs._bound_terms.get(key)
@@ -307,7 +342,7 @@ def _cheap_bound(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> float
         costs._bound_terms[key] = terms
     busy, talk, a, p = terms
     talk += costs.state_traffic_s(layout)
-    return a * max(busy, talk) / layout.pp + p
+    return (a * max(busy, talk) + max(0.0, costs.sync_excess_s(layout, modes))) / layout.pp + p
 
 
 # ---------------------------------------------------------------- stage program
@@ -330,9 +365,10 @@ def _stage_problem(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> Sta
     """
     model, cluster = costs.model, costs.cluster
     ref = _reference(model, layout)
-    state = costs.layer_state_bytes(ref)
+    state, step_slopes = costs.layer_state_bytes(ref)
     act = costs.layer_activation_bytes(ref)
     fixed_mem, per_stage, working, middle = [], [], [], None
+    step_fixed: dict[str, list[float]] = {group: [] for group in step_slopes}
     for s, layers in enumerate(_layer_sets(ref)):
         flight = in_flight_microbatches(ref, s)
         per_stage.append(tuple(tuple(act[k][RECOMPUTE_MODES.index(m)] * flight for m in modes)
@@ -340,16 +376,23 @@ def _stage_problem(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> Sta
         if middle is not None and 0 < s < layout.pp - 1:
             fixed_mem.append(middle[0])
             working.append(middle[1])
+            for group in step_fixed:
+                step_fixed[group].append(middle[2][group])
             continue
         probe = costs.reps * 2  # two layers of each kind: the same gather units as a full stage
         mem = stage_memory(model, cluster, ref, s, layers=probe, reserve_bytes=0,
                            layers_by_recompute={"none": len(probe)})
         linear = sum(state[costs.kinds[i]] + act[costs.kinds[i]][0] * flight for i in probe)
         extra = _working_set_peak_bytes(costs, ref, s, probe) if "full" in modes else 0
-        fixed = max(0.0, mem.total - linear) + extra
+        fixed = max(0.0, mem.backward_total - linear) + extra
+        steps = {group: max(0.0, mem.optimizer_step_total(group)
+                            - sum(slopes[costs.kinds[i]] for i in probe))
+                 for group, slopes in step_slopes.items()}
         fixed_mem.append(fixed)
         working.append(extra)
-        middle = (fixed, extra) if 0 < s < layout.pp - 1 else middle
+        for group in step_fixed:
+            step_fixed[group].append(steps[group])
+        middle = (fixed, extra, steps) if 0 < s < layout.pp - 1 else middle
     idx = [RECOMPUTE_MODES.index(m) for m in modes]
     groups = stage_cost_model(model, cluster, layout).time_groups()
     return StageProblem(
@@ -363,6 +406,8 @@ def _stage_problem(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> Sta
         modes=modes,
         layers_per_stage=_pinned_split(model, layout),
         full_working_set_bytes=tuple(working) if "full" in modes else (),
+        phase_memory_bytes=tuple((tuple(step_fixed[group]), slopes)
+                                 for group, slopes in step_slopes.items()),
     )
 
 
@@ -375,8 +420,8 @@ def _working_set_peak_bytes(costs: _Costs, layout: Layout, stage: int,
     raw working set there made the stage program stricter than `stage_memory` on those stages."""
     mem = stage_memory(costs.model, costs.cluster, layout, stage, layers=probe, reserve_bytes=0,
                        layers_by_recompute={"full": 1, "none": len(probe) - 1})
-    terms = mem.transient_terms
-    return mem.transient - transient_peak({**terms, "recompute_working_set": 0})
+    terms = {**mem.transient_terms, OPTIMIZER_STEP_TERM: 0}  # the backward phases alone
+    return transient_peak(terms) - transient_peak({**terms, "recompute_working_set": 0})
 
 
 def _pinned_split(model: ModelSpec, layout: Layout) -> tuple[int, ...] | None:
@@ -413,7 +458,7 @@ def _least_need_bytes(costs: _Costs, layout: Layout, modes: tuple[str, ...],
     every plan of the stage program need over its pp stages, fixed bytes aside (`_may_fit`); the
     model states alone (w) with `states_only`."""
     ref = _reference(costs.model, layout)
-    state = costs.layer_state_bytes(ref)
+    state, _ = costs.layer_state_bytes(ref)
     need = sum(n * math.ceil(state[k]) for k, n in enumerate(costs.per_kind))
     if states_only:
         return need
@@ -685,7 +730,8 @@ def plan_entry(model: ModelSpec, cluster: ClusterSpec, ev: Evaluated, reserve: i
                          "reserve": worst.reserve, "total": worst.total,
                          "capacity": worst.capacity, "stage": worst.stage},
         "memory_verdict": worst.verdict,
-        "communication_bytes_per_step": bytes_per_axis(collectives(model, layout)),
+        "communication_bytes_per_step": bytes_per_axis(collectives(model, layout,
+                                                                   recompute_layers=ev.modes)),
         "time_s": {"step": step.step, "compute": step.compute,
                    "communication_exposed": step.communication_exposed,
                    "pipeline_bubble": step.pipeline_bubble, "recompute": step.recompute,

@@ -84,10 +84,11 @@ def test_collective_time_trivial_groups_cost_nothing():
 
 
 def _states_and_transients(model, cluster, layout, layers):
-    """stage 0's bytes besides activations (what `model_state_key` claims to determine)."""
+    """stage 0's bytes besides activations (what `model_state_key` claims to determine): in the
+    backward phases, and in the optimizer step (which holds no activations)."""
     m = stage_memory(model, cluster, layout, 0, layers=layers, reserve_bytes=0,
                      layers_by_recompute={"none": len(layers)})
-    return m.total - m.activations
+    return m.backward_total - m.activations, m.optimizer_step_total()
 
 
 def test_model_state_key_groups_layouts_with_equal_states():

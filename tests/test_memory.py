@@ -9,7 +9,7 @@ from planner.cost.memory import (in_flight_microbatches, memory_per_device, mode
                                  stage_layers, stage_memory, transient_peak)
 from planner.placement.layout import Layout
 from planner.specs.cluster import load_cluster
-from planner.specs.model import from_config
+from planner.specs.model import from_config, load_model
 
 MODEL = from_config(dict(model_type="llama", hidden_size=1024, num_hidden_layers=16, num_attention_heads=16,
                          num_key_value_heads=4, intermediate_size=2816, vocab_size=32000,
@@ -89,6 +89,10 @@ def test_transient_peak_loss_and_layer_backward_do_not_coexist():
              "recompute_working_set": 7, "unreduced_unit_gradient": 3}
     assert transient_peak(terms) == 45
     assert transient_peak({**terms, "loss_working_set": 0}) == 15  # = the plain sum
+    # the optimizer step holds no activations: 5 + max(40, 7 + 3, 100 - 70) = 45; 5 + (100 - 20)
+    step = {**terms, "optimizer_step_gradient_copy": 100}
+    assert transient_peak(step, activations=70) == 45
+    assert transient_peak(step, activations=20) == 85
 
 
 # Tiny model by hand: block = attention 2·1024² + 2·1024·256 (GQA k, v) + MLP 3·1024·2816 + norms 2·1024
@@ -232,3 +236,28 @@ def test_initialisation_peak_warning_not_for_deepspeed_zero3():
     for framework, stage in (("megatron", 3), ("deepspeed", 2)):
         m = memory_per_device(model, rtx, Layout(zero_stage=stage, framework=framework, **base))
         assert any("initialisation peak" in w for w in m.warnings), (framework, stage)
+
+
+def test_deepspeed_zero2_optimizer_step_copies_the_gradient_partition_to_fp32():
+    """DeepSpeed ZeRO-1/2's step() flattens each param group's 16-bit gradient partition (2 B per
+    element) and converts it to fp32 (4 B) with activations already freed (stage_1_and_2.py
+    @edaa722). Llama-3.1-8B, 8 GPUs, ZeRO-2, full recompute, b 1, seq 4096: partition =
+    8,030,261,248 / 8 = 1,003,782,656 elements -> 6 B x that = 6,022,695,936 B. The backward
+    phases hold activations 3,242,196,992 + the layer working set 570,949,632 beside the 1e9 B
+    reduce bucket, so the step raises the peak: transient = 1e9 + max(570,949,632,
+    6,022,695,936 - 3,242,196,992) = 3,780,498,944."""
+    model = load_model("llama-3.1-8b")
+    layout = Layout(dp=8, zero_stage=2, framework="deepspeed", recompute="full", seq_len=4096,
+                    global_batch_size=64, micro_batch_size=1)
+    mem = stage_memory(model, load_cluster("dgx-h100", gpus=8), layout, 0, reserve_bytes=0)
+    assert mem.transient_terms["optimizer_step_gradient_copy"] == 6 * 1_003_782_656
+    assert mem.activations == 3_242_196_992
+    assert mem.transient_terms["recompute_working_set"] == 570_949_632
+    assert mem.transient == 1_000_000_000 + 6 * 1_003_782_656 - 3_242_196_992
+    assert mem.total == mem.optimizer_step_total() > mem.backward_total
+    # offloaded optimizer (the copy lives on the host), ZeRO-3 and Megatron: no such term
+    for other in (layout.replace(offload=frozenset({"optimizer"})), layout.replace(zero_stage=3),
+                  layout.replace(framework="megatron")):
+        got = stage_memory(model, load_cluster("dgx-h100", gpus=8), other, 0, reserve_bytes=0)
+        assert "optimizer_step_gradient_copy" not in got.transient_terms
+        assert got.total == got.backward_total

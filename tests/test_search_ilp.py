@@ -214,6 +214,11 @@ def small_problems(draw, feasible: bool):
         # then not the least-memory mode on every layer)
         full_working_set_bytes=tuple(float(draw(st.integers(0, int(f)))) for f in fixed)
         if draw(st.booleans()) else (),
+        # phases without activations (DeepSpeed's optimizer step, one per param group): a cap on
+        # the layers a stage holds, whatever their modes
+        phase_memory_bytes=tuple((tuple(float(draw(byte)) for _ in range(stages)),
+                                  tuple(float(draw(st.integers(0, 15_000))) for _ in range(kinds)))
+                                 for _ in range(draw(st.integers(0, 2)))),
     )
     floor = min_capacity_bytes(to_int_problem(p))
     assume(feasible or floor >= 1)

@@ -103,3 +103,29 @@ def test_layer_time_cache_equals_a_fresh_evaluation():
     other = load_cluster("dgx-a100-80g", gpus=64)
     assert st.layer_time(mixtral, other, layouts[0], 0, "none") == st.layer_time(
         mixtral, A100, layouts[0], 0, "none")
+
+
+@pytest.mark.parametrize("name, gpus, degrees", [
+    ("mixtral-8x7b", 64, dict(dp=8, tp=2, pp=4, ep=8, zero_stage=1, sequence_parallel=True)),
+    ("mixtral-8x7b", 64, dict(dp=16, pp=4, ep=4, zero_stage=2)),
+    ("llama-3.1-8b", 16, dict(dp=4, tp=2, pp=2, zero_stage=1, sequence_parallel=True)),
+    ("llama-3.1-8b", 16, dict(dp=2, cp=2, pp=4, zero_stage=0))])
+def test_step_sync_total_is_the_sum_of_the_stages_dp_sync_for_any_split(name, gpus, degrees):
+    """What the search's cheap bound relies on (`plan._cheap_bound`): the end-of-step DP sync
+    summed over the stages does not depend on the split, and `step_sync_total_s` is that sum."""
+    from planner.cost.step_time import layer_kinds, stage_cost_model, step_sync_total_s
+
+    model, cluster = load_model(name), load_cluster("dgx-h100", gpus=gpus)
+    layout = Layout(global_batch_size=256, seq_len=4096, **degrees)
+    costs, (kinds, reps) = stage_cost_model(model, cluster, layout), layer_kinds(model)
+    n, pp = model.num_hidden_layers, layout.pp
+    for split in ([n // pp + (s < n % pp) for s in range(pp)], [n - pp + 1] + [1] * (pp - 1)):
+        total, start = 0.0, 0
+        for s, k in enumerate(split):
+            counts = [[0, 0, 0] for _ in reps]
+            for i in range(start, start + k):
+                counts[kinds[i]][0] += 1
+            start += k
+            total += costs.dp_sync.value(s, counts)
+        assert total == pytest.approx(step_sync_total_s(model, cluster, layout), rel=1e-12)
+    assert total > 0

@@ -1,4 +1,5 @@
-"""Collectives per training step implied by a placement (data only; times are computed elsewhere).
+"""Collectives per training step implied by a placement: the one list that is reported to the user
+and that `planner.cost.step_time` prices (data only; times are computed there).
 
 **Communication rule** (docs/architecture.md §2): each (state, axis, mode) implies collectives; a collective on
 one axis moves the *local* shard left after the other axes' sharding. For a parameter group with
@@ -10,18 +11,24 @@ batch axes B (dp_replicate, dp_shard, cp; edp for experts):
 | gradients replicated, optimizer sharded over O | reduce-scatter over O once + all-gather of updated parameters over O once |
 | gradients sharded over O | reduce-scatter over O per micro-batch (no full local accumulator) |
 | parameters replicated, optimizer sharded over O | all-gather of updated parameters over O once |
-| parameters sharded_with_gather over O | all-gather per micro-batch in forward and again in backward |
-| any of the above also replicated over R | all-reduce of the 1/|O| shard over R (HSDP) |
+| parameters sharded_with_gather over O | all-gather per micro-batch in forward and again in backward (and once more for a fully recomputed layer's re-run forward) |
+| any of the above also replicated over R | all-reduce of the 1/|O| shard over R (HSDP), as often as the reduce-scatter |
 | offloaded state | device->host / host->device copies of the local shard |
 
 Activations: TP all-reduce (or SP all-gather + reduce-scatter) 2 per layer forward, 2 backward, 2 more
 on full recompute (Shoeybi et al. 2019 §3; Korthikanti et al. 2022 §4.2.2); PP one send forward and
 one backward per micro-batch per virtual stage (Narayanan et al. 2021 §2.2); CP ring exchange of the
-local K/V (cp − 1) times forward, K/V + dK/dV backward (Liu et al. 2023 Ring Attention; Megatron-LM
-`context_parallel.rst`); EP all-to-all dispatch + combine forward and backward (Lepikhin et al. 2020
+local K/V (cp − 1) times forward, K/V + dK/dV backward, recorded as the ring all-gather of the
+sequence's K/V and the reduce-scatter of its dK/dV they amount to (Liu et al. 2023 Ring Attention;
+Megatron-LM `context_parallel.rst`); EP all-to-all dispatch + combine forward and backward (Lepikhin et al. 2020
 GShard §3; Megatron `token_dispatcher.py`); tied embedding all-reduce between first and last stage
 (Megatron `_allreduce_word_embedding_grads`, FC-14); norm gradients all-reduced over tp under SP
 (Megatron `_allreduce_layernorm_grads`).
+
+Every record says which phase of the step it belongs to (`PHASES`), i.e. what it overlaps with;
+the time model reads the phase, never a second list of its own. In-layer collectives come per layer
+and micro-batch (`layer_collectives`), model-state collectives per step for a set of local parameter
+elements (`state_collectives`, affine in them), and `collectives` adds them up for one stage.
 
 Ring convention, `M` = message as in `planner.cost.collectives` (all-reduce: the buffer; all-gather:
 the gathered output; reduce-scatter: the full input; all-to-all: the buffer a GPU sends): bytes sent per
@@ -33,13 +40,15 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from functools import cached_property
 
 from planner.cost.memory import _group_counts, stage_layers
 from planner.cost.params_flops import count_params
 from planner.placement.layout import Layout
 from planner.placement.precision import padded_vocab, state_bytes
-from planner.placement.states import GROUPS, Mode, Placement, State
+from planner.placement.states import GROUPS, Mode, State
 from planner.placement.strategies import placement_for
 from planner.specs.model import ModelSpec
 
@@ -47,17 +56,35 @@ KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "p2p", "dev
          "host_to_device")
 _BATCH = ("dp_replicate", "dp_shard", "cp", "edp")
 
+PHASES = {
+    "forward": "each forward pass of a layer (a second one under full recompute); exposed",
+    "backward": "the backward of a layer; exposed",
+    "attention.forward": "under the attention core of each forward pass; only the excess shows",
+    "attention.backward": "under the attention core's backward (2x its forward); only the excess shows",
+    "microbatch": "model-state traffic of every micro-batch (ZeRO-2/3 reduce-scatter and gathers, "
+                  "HSDP all-reduce, parameter offload), overlapping the micro-batch's compute",
+    "recompute": "ZeRO-3 re-gather of one fully recomputed layer's parameters, every micro-batch "
+                 "(part of the micro-batch's model-state traffic)",
+    "step": "end-of-step gradient / parameter sync, overlapping the last micro-batch's backward",
+    "after_sync": "after the data-parallel sync, before the optimizer (Megatron "
+                  "`finalize_model_grads`); exposed",
+    "pipeline": "stage-boundary sends; the schedule decides how many sit on the critical path",
+    "host": "once per step host<->device copies of optimizer offload; exposed",
+}
+"""Phase of a collective -> what it overlaps with (how `step_time` prices it)."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class Collective:
-    """One kind of collective a device takes part in during one step."""
+    """One kind of collective a device takes part in during one step (or, from
+    `layer_collectives`, one layer's micro-batch)."""
 
     axis: str
     """Reporting axis: dp, edp, tp, pp, cp, ep or host."""
     kind: str
     """One of KINDS."""
     count: int
-    """Calls per step."""
+    """Calls per step (per layer and micro-batch from `layer_collectives`)."""
     message_bytes: float
     """M of one call (see module docstring)."""
     group_size: int
@@ -65,7 +92,9 @@ class Collective:
     axes: tuple[str, ...] = ()
     """Mesh axes the group spans (for placing it in the cluster hierarchy)."""
     label: str = ""
-    """What it moves (e.g. `gradients.dense`, `tp.forward`)."""
+    """What it moves (e.g. `gradients.dense`, `tp.layers`)."""
+    phase: str = "step"
+    """Where it sits in the step, one of PHASES."""
 
     @property
     def bytes_per_device(self) -> float:
@@ -77,6 +106,12 @@ class Collective:
         """Bytes one device sends per step: count × bytes_per_device."""
         return self.count * self.bytes_per_device
 
+    @cached_property
+    def key(self) -> tuple:
+        """What one call of the collective is, besides its message: records with equal keys over the
+        same local data are one collective (one bucketed reduction, one latency)."""
+        return (self.phase, self.kind, self.axes, self.group_size, self.count, self.axis)
+
 
 def ring_bytes(kind: str, message_bytes: float, n: int) -> float:
     """Bytes a device sends for one collective of `kind` over `n` devices (ring)."""
@@ -87,7 +122,128 @@ def ring_bytes(kind: str, message_bytes: float, n: int) -> float:
     return float(message_bytes)
 
 
-def _state_collectives(group: str, gp, elems: float, m: int, sb) -> list[Collective]:
+# ---------------------------------------------------------------- model states
+
+
+def state_collectives(layout: Layout, elements: Mapping[str, float]) -> list[Collective]:
+    """Per-step gradient / parameter / offload collectives of a device holding `elements` local
+    parameter elements of each group (GROUPS; after the tp / ep / etp split, before any batch-axis
+    sharding), plus the tp all-reduce of the replicated group's gradients under SP (Megatron
+    `_allreduce_non_tensor_model_parallel_grads`, run by `finalize_model_grads` after the DP sync:
+    NVIDIA/Megatron-LM@d98e8a6 megatron/core/distributed/finalize_model_grads.py l. 640-661).
+
+    Messages are linear in `elements`, so the records of a stage are the sums of its layers' and
+    fixed parts' records with the same `Collective.key` (Megatron buckets dense and replicated
+    gradients in one buffer; experts in another over the expert-data-parallel group:
+    megatron/core/distributed/distributed_data_parallel.py l. 282-289).
+    """
+    out, m = [], max(1, layout.num_microbatches)
+    for g, c in unit_state_collectives(layout):
+        n = elements.get(g, 0.0)
+        if n or c.axis == "host":   # offload copies are listed (empty) even for an empty group
+            count = c.count * m if c.phase == "microbatch" else c.count
+            out.append(replace(c, message_bytes=c.message_bytes * n, count=count))
+    rep = elements.get("replicated", 0.0)
+    if rep and _sequence_parallel(layout):
+        out.append(Collective(axis="tp", kind="all_reduce", count=1, group_size=layout.tp, axes=("tp",),
+                              message_bytes=rep * state_bytes(layout).gradient_reduce,
+                              label="gradients.norms_under_sp", phase="after_sync"))
+    return out
+
+
+def unit_state_collectives(layout: Layout) -> tuple[tuple[str, Collective], ...]:
+    """(group, record) of the data-parallel and offload records of `state_collectives` for one
+    element of every group and one micro-batch: they are linear in each group's elements, phase
+    microbatch ones run m times, and per group they read only its batch axes' degrees, the ZeRO
+    stage and offload targets that set its modes there (`strategies.data_parallel`, `zero`,
+    `offload`) and the bytes per element."""
+    rep, common = layout.dp_replicate_degree, (layout.zero_stage, layout.offload, layout.framework,
+                                                layout.precision, layout.optimizer)
+    # the groups' batch-axis degrees (`strategies.group_degrees`): dense and replicated run over
+    # dp_replicate x dp_shard x cp, experts over dp_replicate x edp
+    dense = (rep, layout.dp_shard_degree, layout.cp) + common
+    expert = (rep, layout.expert_dp) + common
+    whole = _UNITS.get(dense + expert)
+    if whole is None:
+        if len(_UNITS) >= 4096:
+            _UNITS.clear()
+        out = []
+        for g, key in (("dense", dense), ("replicated", dense), ("expert", expert)):
+            hit = _UNITS.get((g,) + key)
+            if hit is None:
+                hit = _UNITS[(g,) + key] = tuple(_group_collectives(
+                    g, placement_for(layout).groups[g], 1.0, 1, state_bytes(layout)))
+            out += [(g, c) for c in hit]
+        whole = _UNITS[dense + expert] = tuple(out)
+    return whole
+
+
+_UNITS: dict[tuple, tuple] = {}
+"""Cache of `unit_state_collectives` (a search asks for the same few batch-axis placements)."""
+
+
+def _sequence_parallel(layout: Layout) -> bool:
+    """Activations sharded over tp (SP): the knob `strategies.tensor_parallel` turns into the tp
+    mode of the activations (read here without building the placement, which costs more than the
+    records)."""
+    return layout.tp > 1 and bool(layout.sequence_parallel)
+
+
+REUSE_DISTANCE_ELEMENTS = 1_000_000_000
+"""DeepSpeed ZeRO-3 keeps a gathered parameter instead of releasing it when its module is used again
+within this many parameter elements of the recorded module trace (`stage3_max_reuse_distance`
+default 1e9: deepspeedai/DeepSpeed@edaa722 deepspeed/runtime/zero/config.py l. 244;
+partitioned_param_coordinator.py `__params_to_release` l. 634-664)."""
+
+
+def regather_fraction(layout: Layout, layer_elements: float) -> float:
+    """Share of a fully recomputed layer's parameters (`layer_elements` local elements, as ZeRO-3
+    counts them after the tp / ep split) gathered a third time in a micro-batch, for its backward
+    after the recompute forward's own gather.
+
+    - torchtitan (FSDP2): 0. The recompute runs inside the block's backward, after the pre-backward
+      hook has unsharded it; FSDP2's pre-forward hook skips the unshard in that state
+      (pytorch torch/distributed/fsdp/_fully_shard/_fsdp_state.py `_pre_forward`: "When composing
+      with module-hook-based activation checkpointing, the pre-backward hook is responsible for
+      the unshard").
+    - deepspeed: after the recompute forward of a submodule, the trace runs the rest of the
+      layer's recompute and then its backward back to that submodule, i.e. twice the parameters
+      after it; ZeRO-3 releases it (and gathers it again for backward) only when that exceeds
+      REUSE_DISTANCE_ELEMENTS. With the layer's parameters spread evenly along it, the share
+      released is max(0, P - REUSE_DISTANCE_ELEMENTS / 2) / P.
+    - megatron (its FSDP): 1, a full re-gather (not checked against Megatron-FSDP's source).
+    """
+    if layout.framework == "torchtitan" or layer_elements <= 0:
+        return 0.0
+    if layout.framework == "deepspeed":
+        return max(0.0, layer_elements - REUSE_DISTANCE_ELEMENTS / 2) / layer_elements
+    return 1.0
+
+
+def recompute_collectives(layout: Layout, elements: Mapping[str, float]) -> list[Collective]:
+    """Per-step ZeRO-3 re-gather of one fully recomputed layer holding `elements` (as in
+    `state_collectives`): the `regather_fraction` of its parameters is gathered once more every
+    micro-batch (ZeRO/FSDP gather module by module: Rajbhandari et al. 2020 §7.2.2; Zhao et al. 2023
+    (PyTorch FSDP) §3.3)."""
+    share = regather_fraction(layout, sum(elements.values()))
+    if not share:
+        return []
+    placement, sb = placement_for(layout), state_bytes(layout)
+    m = max(1, layout.num_microbatches)
+    out = []
+    for g in GROUPS:
+        gp, n = placement.groups[g], elements.get(g, 0.0)
+        gath = [a for a in _BATCH if gp.degrees.get(a, 1) > 1
+                and gp.mode(State.PARAMETERS, a) == Mode.SHARDED_WITH_GATHER]
+        if gath and n:
+            out.append(Collective(axis="edp" if g == "expert" else "dp", kind="all_gather", count=m,
+                                  message_bytes=share * n * sb.parameter_gather,
+                                  group_size=math.prod(gp.degrees[a] for a in gath), axes=tuple(gath),
+                                  label=f"parameters.regather.{g}", phase="recompute"))
+    return out
+
+
+def _group_collectives(group: str, gp, elems: float, m: int, sb) -> list[Collective]:
     """Gradient / parameter / offload collectives of one parameter group (the table above)."""
     batch = [a for a in _BATCH if gp.degrees.get(a, 1) > 1]
     if not batch or elems == 0:
@@ -102,18 +258,21 @@ def _state_collectives(group: str, gp, elems: float, m: int, sb) -> list[Collect
     grads, params = elems * sb.gradient_reduce, elems * sb.parameter_gather
     out: list[Collective] = []
 
-    def add(kind, count, message, axes, label):
+    def add(kind, count, message, axes, label, phase):
         out.append(Collective(axis=axis, kind=kind, count=count, message_bytes=message,
-                              group_size=deg(axes), axes=tuple(axes), label=f"{label}.{group}"))
+                              group_size=deg(axes), axes=tuple(axes), label=f"{label}.{group}",
+                              phase=phase))
 
+    grad_phase = "microbatch" if grad_sh else "step"
     if owner:
-        add("reduce_scatter", m if grad_sh else 1, grads, owner, "gradients")
+        add("reduce_scatter", m if grad_sh else 1, grads, owner, "gradients", grad_phase)
     if rep:
-        add("all_reduce", m if grad_sh else 1, grads / deg(owner) if owner else grads, rep, "gradients")
+        add("all_reduce", m if grad_sh else 1, grads / deg(owner) if owner else grads, rep, "gradients",
+            grad_phase)
     if gath:
-        add("all_gather", 2 * m, params, gath, "parameters.gather")
+        add("all_gather", 2 * m, params, gath, "parameters.gather", "microbatch")
     elif owner:
-        add("all_gather", 1, params, owner, "parameters.update")
+        add("all_gather", 1, params, owner, "parameters.update", "step")
     return out + _offload(group, gp, elems / deg(owner) if owner else elems, m, sb)
 
 
@@ -122,55 +281,96 @@ def _offload(group: str, gp, local: float, m: int, sb) -> list[Collective]:
     parameters up once per step; offloaded parameters fetched for forward and backward)."""
     out = []
     if gp.offloaded(State.OPTIMIZER_STATES):
-        out += [Collective(axis="host", kind="device_to_host", count=1, group_size=1,
+        out += [Collective(axis="host", kind="device_to_host", count=1, group_size=1, phase="host",
                            message_bytes=local * sb.gradient_reduce, label=f"gradients.{group}"),
-                Collective(axis="host", kind="host_to_device", count=1, group_size=1,
+                Collective(axis="host", kind="host_to_device", count=1, group_size=1, phase="host",
                            message_bytes=local * sb.parameter_gather, label=f"parameters.{group}")]
     if gp.offloaded(State.PARAMETERS):
         out.append(Collective(axis="host", kind="host_to_device", count=2 * m, group_size=1,
-                              message_bytes=local * sb.parameter_gather,
+                              message_bytes=local * sb.parameter_gather, phase="microbatch",
                               label=f"parameters.fetch.{group}"))
     return out
 
 
-def _local_elems(gp, n: int) -> float:
-    """Elements left after the model-parallel (non-batch) shards: tp / ep / etp."""
-    axes = [a for a in gp.shard_axes(State.PARAMETERS) if a not in _BATCH]
-    return n / math.prod(gp.degrees[a] for a in axes)
+def local_elements(layout: Layout, elements: Mapping[str, float]) -> dict[str, float]:
+    """Per group, elements left after the model-parallel (non-batch) shards tp / ep / etp."""
+    placement = placement_for(layout)
+    out = {}
+    for g in GROUPS:
+        gp = placement.groups[g]
+        axes = [a for a in gp.shard_axes(State.PARAMETERS) if a not in _BATCH]
+        out[g] = elements.get(g, 0) / math.prod(gp.degrees[a] for a in axes)
+    return out
 
 
-def _activation_collectives(model: ModelSpec, layout: Layout, placement: Placement,
-                            layers: tuple[int, ...], stage: int) -> list[Collective]:
-    """TP, PP, CP and EP collectives of the stage's activations (module docstring)."""
-    m, b, h = max(1, layout.num_microbatches), layout.micro_batch_size, model.hidden_size
+def layer_elements(model: ModelSpec, layout: Layout, index: int) -> dict[str, float]:
+    """Local parameter elements of decoder layer `index` per group (`local_elements`)."""
+    lp = count_params(model).layers[index]
+    return local_elements(layout, {"dense": lp.attention + lp.dense_mlp + lp.shared_experts,
+                                   "replicated": lp.norms + lp.router, "expert": lp.routed_experts})
+
+
+def fixed_elements(model: ModelSpec, layout: Layout, stage: int) -> dict[str, float]:
+    """Local parameter elements of `stage` outside its decoder layers (embedding on the first stage,
+    final norm and LM head on the last, the tied embedding's copy there under PP; vocab padded as
+    the framework pads it, `precision.padded_vocab`)."""
+    return local_elements(layout, _group_counts(model, count_params(model), layout, (), stage))
+
+
+# ---------------------------------------------------------------- activations
+
+
+def layer_collectives(model: ModelSpec, layout: Layout, index: int) -> list[Collective]:
+    """TP, CP and EP collectives of decoder layer `index` for one micro-batch; counts are per
+    forward pass (phase forward / attention.forward: twice under full recompute) or per backward.
+
+    TP: 2 all-reduces (SP: 2 all-gathers + 2 reduce-scatters, same bytes and time) of the b·s/cp·h
+    activations per pass. CP: ring attention passes the local K/V around the cp ranks (cp − 1 sends
+    of the local chunk, the bytes of a ring all-gather of the sequence's K/V) forward, and K/V
+    again plus the dK/dV accumulation ring (a reduce-scatter) backward, under the attention core
+    (Megatron / Transformer Engine `cp_comm_type` "p2p"). EP: dispatch + combine all-to-all of the
+    routed tokens, b·s/cp (/tp with SP, which Megatron requires for MoE with TP in training:
+    NVIDIA/Megatron-LM@d98e8a6 megatron/core/transformer/moe/moe_layer.py l. 636) x top-k x h.
+    """
+    moe = bool(layout.ep > 1 and model.is_moe and model.moe_layers[index])
+    key = (id(model), moe, layout.micro_batch_size, layout.seq_len, layout.cp, layout.tp, layout.ep,
+           layout.sequence_parallel)   # what the records read
+    hit = _LAYER_RECORDS.get(key)
+    if hit is None or hit[0] is not model:
+        if len(_LAYER_RECORDS) >= 4096:
+            _LAYER_RECORDS.clear()
+        hit = _LAYER_RECORDS[key] = (model, tuple(_layer_collectives(model, layout, moe)))
+    return list(hit[1])
+
+
+_LAYER_RECORDS: dict = {}
+"""Cache of `layer_collectives` (each entry keeps its model alive, so ids are not reused)."""
+
+
+def _layer_collectives(model: ModelSpec, layout: Layout, moe: bool) -> list[Collective]:
+    b, h = layout.micro_batch_size, model.hidden_size
     tokens = b * layout.seq_len // layout.cp
     act = tokens * h * 2
-    passes = 3 if placement.recompute == "full" else 2   # forward, backward, + recompute forward
-    sp = placement.activations.get("tp") == Mode.SHARDED
-    n_layers, out = len(layers), []
-    if layout.tp > 1 and n_layers:
-        kinds = ("all_gather", "reduce_scatter") if sp else ("all_reduce",)
-        for kind in kinds:
-            out.append(Collective(axis="tp", kind=kind, count=2 * passes * n_layers * m,
-                                  message_bytes=act, group_size=layout.tp, axes=("tp",),
-                                  label="tp.layers"))
-    if layout.pp > 1:
-        out.append(Collective(axis="pp", kind="p2p", count=2 * m * layout.vpp, group_size=2,
-                              message_bytes=act / (layout.tp if sp else 1), axes=("pp",),
-                              label="pp.boundary"))
-    if layout.cp > 1 and n_layers:
-        kv = _kv_bytes_per_token(model, layout.tp) * tokens
-        steps = (layout.cp - 1) * n_layers * m
-        out.append(Collective(axis="cp", kind="p2p", count=steps * (passes - 1), group_size=layout.cp,
-                              message_bytes=kv, axes=("cp",), label="cp.kv.forward"))
-        out.append(Collective(axis="cp", kind="p2p", count=steps, group_size=layout.cp,
-                              message_bytes=2 * kv, axes=("cp",), label="cp.kv_dkv.backward"))
-    moe = sum(1 for i in layers if model.is_moe and model.moe_layers[i])
-    if layout.ep > 1 and moe:
+    sp = _sequence_parallel(layout)
+    out = []
+    if layout.tp > 1:
+        for kind in (("all_gather", "reduce_scatter") if sp else ("all_reduce",)):
+            for phase in ("forward", "backward"):
+                out.append(Collective(axis="tp", kind=kind, count=2, message_bytes=act,
+                                      group_size=layout.tp, axes=("tp",), label="tp.layers", phase=phase))
+    if layout.cp > 1:
+        kv = _kv_bytes_per_token(model, layout.tp) * tokens * layout.cp
+        cp = dict(axis="cp", count=1, message_bytes=kv, group_size=layout.cp, axes=("cp",))
+        out += [Collective(kind="all_gather", label="cp.kv.forward", phase="attention.forward", **cp),
+                Collective(kind="all_gather", label="cp.kv.backward", phase="attention.backward", **cp),
+                Collective(kind="reduce_scatter", label="cp.dkv.backward", phase="attention.backward",
+                           **cp)]
+    if moe:
         routed = tokens // (layout.tp if sp else 1) * model.num_experts_per_tok * h * 2
-        out.append(Collective(axis="ep", kind="all_to_all", count=2 * passes * moe * m,
-                              message_bytes=routed, group_size=layout.ep, axes=("ep",),
-                              label="ep.dispatch_combine"))
+        for phase in ("forward", "backward"):
+            out.append(Collective(axis="ep", kind="all_to_all", count=2, message_bytes=routed,
+                                  group_size=layout.ep, axes=("ep",), label="ep.dispatch_combine",
+                                  phase=phase))
     return out
 
 
@@ -184,32 +384,77 @@ def _kv_bytes_per_token(model: ModelSpec, tp: int) -> int:
     return 2 * heads * model.head_dim * 2
 
 
-def collectives(model: ModelSpec, layout: Layout, stage: int | None = None) -> list[Collective]:
-    """Every collective one device of `stage` runs per step.
-
-    `stage=None` picks the stage with the most decoder layers (first on ties): the bottleneck for
-    in-layer communication.
-    """
-    counts, placement, sb = count_params(model), placement_for(layout), state_bytes(layout)
-    split = stage_layers(model, layout)
-    if stage is None:
-        stage = max(range(layout.pp), key=lambda s: (len(split[s]), -s))
-    layers = split[stage]
-    group_counts = _group_counts(model, counts, layout, layers, stage)
-    m = max(1, layout.num_microbatches)
-    out: list[Collective] = []
-    for g in GROUPS:
-        gp = placement.groups[g]
-        out += _state_collectives(g, gp, _local_elems(gp, group_counts[g]), m, sb)
-    if layout.tp > 1 and placement.activations.get("tp") == Mode.SHARDED and group_counts["replicated"]:
-        out.append(Collective(axis="tp", kind="all_reduce", count=1, group_size=layout.tp, axes=("tp",),
-                              message_bytes=group_counts["replicated"] * sb.gradient_reduce,
-                              label="gradients.norms_under_sp"))
+def stage_collectives(model: ModelSpec, layout: Layout, stage: int) -> list[Collective]:
+    """Per-step collectives of `stage` that are neither in-layer nor per parameter element: the
+    pipeline sends (one activation forward and one gradient backward per micro-batch per virtual
+    stage, s/cp (/tp with SP) x b x h: NVIDIA/Megatron-LM@d98e8a6
+    megatron/core/pipeline_parallel/schedules.py `get_tensor_shapes` l. 2136-2143) and the tied
+    embedding's all-reduce between the first and last stage (`_allreduce_word_embedding_grads`,
+    after the DP sync, FC-14)."""
+    m, sb, out = max(1, layout.num_microbatches), state_bytes(layout), []
+    sp = _sequence_parallel(layout)
+    if layout.pp > 1:
+        act = layout.micro_batch_size * layout.seq_len // layout.cp * model.hidden_size * 2
+        out.append(Collective(axis="pp", kind="p2p", count=2 * m * layout.vpp, group_size=2,
+                              message_bytes=act / (layout.tp if sp else 1), axes=("pp",),
+                              label="pp.boundary", phase="pipeline"))
     if model.tie_word_embeddings and layout.pp > 1 and stage in (0, layout.pp - 1):
         out.append(Collective(axis="pp", kind="all_reduce", count=1, group_size=2, axes=("pp",),
                               message_bytes=padded_vocab(model, layout) * model.embedding_width
-                              / layout.tp * sb.gradient_reduce, label="gradients.tied_embedding"))
-    return out + _activation_collectives(model, layout, placement, layers, stage)
+                              / layout.tp * sb.gradient_reduce, label="gradients.tied_embedding",
+                              phase="after_sync"))
+    return out
+
+
+# ---------------------------------------------------------------- one stage
+
+
+def merge(records: list[Collective]) -> list[Collective]:
+    """Records with equal key and label summed into one, in first-seen order: model-state records
+    add their messages (one bucketed collective over all the local data), in-layer ones (phases
+    forward, backward, attention.*, recompute) their counts (one call per layer)."""
+    out: dict[tuple, Collective] = {}
+    for c in records:
+        per_call = c.phase in ("forward", "backward", "attention.forward", "attention.backward",
+                               "recompute")
+        k = c.key[:4] + (c.axis, c.label) + ((c.message_bytes,) if per_call else (c.count,))
+        seen = out.get(k)
+        if seen is None:
+            out[k] = c
+        elif per_call:
+            out[k] = replace(seen, count=seen.count + c.count)
+        else:
+            out[k] = replace(seen, message_bytes=seen.message_bytes + c.message_bytes)
+    return list(out.values())
+
+
+def collectives(model: ModelSpec, layout: Layout, stage: int | None = None,
+                recompute_layers: tuple[str, ...] | None = None) -> list[Collective]:
+    """Every collective one device of `stage` runs per step.
+
+    `stage=None` picks the stage with the most decoder layers (first on ties): the bottleneck for
+    in-layer communication. `recompute_layers`: recompute mode per decoder layer (None: the
+    layout's); a fully recomputed layer runs its forward collectives twice and, under ZeRO-3,
+    gathers its parameters once more.
+    """
+    split = stage_layers(model, layout)
+    if stage is None:
+        stage = max(range(layout.pp), key=lambda s: (len(split[s]), -s))
+    modes = recompute_layers or (layout.recompute,) * model.num_hidden_layers
+    m = max(1, layout.num_microbatches)
+    elements = defaultdict(float, fixed_elements(model, layout, stage))
+    layer_records, regather = [], []
+    for i in split[stage]:
+        for g, n in layer_elements(model, layout, i).items():
+            elements[g] += n
+        passes = 2 if modes[i] == "full" else 1
+        for c in layer_collectives(model, layout, i):
+            layer_records.append(replace(c, count=c.count * m * (passes if c.phase in (
+                "forward", "attention.forward") else 1)))
+        if modes[i] == "full":
+            regather += recompute_collectives(layout, layer_elements(model, layout, i))
+    return merge(state_collectives(layout, elements) + regather
+                 + stage_collectives(model, layout, stage) + layer_records)
 
 
 def bytes_per_axis(colls: list[Collective]) -> dict[str, float]:

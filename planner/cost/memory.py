@@ -64,6 +64,21 @@ bucket_cap_mb=100)` (fp32 grads) when it runs DDP. Under FSDP2 (`apply_fsdp`) th
 each unit's gradients are reduce-scattered from one per-unit input, counted in
 `_torchtitan_fsdp_terms` (`unreduced_unit_gradient`), which sets this term to 0."""
 
+OPTIMIZER_STEP_COPY_BYTES = 6
+"""Bytes per gradient-partition element DeepSpeed ZeRO-1/2 allocates at the optimizer step, per
+optimizer param group, one group at a time: the flattened 16-bit copy of the group's averaged
+gradients (2 B, `self.flatten(self.averaged_gradients[i])`) and its fp32 conversion (4 B,
+`flat_grad_partition.to(fp32)`), both alive at the conversion; the fp32 copy stays through the
+group's `_optimizer_step` and is deleted after it. Activations are freed by then, so this is a
+phase of its own (`transient_peak`). Not with the optimizer offloaded (the copy lives in host
+memory) nor under ZeRO-3 (stage3.py keeps per-sub-group fp32 gradients instead). Source:
+DeepSpeed `deepspeed/runtime/zero/stage_1_and_2.py` `step()` (@edaa722, 2026-08-22); bf16 with
+the default grad_accum_dtype runs this optimizer (`engine.py` `_do_optimizer_sanity_check`:
+BF16_Optimizer only when grads accumulate in fp32)."""
+
+OPTIMIZER_STEP_TERM = "optimizer_step_gradient_copy"
+"""`transient_terms` key of `OPTIMIZER_STEP_COPY_BYTES` x the largest param group's partition."""
+
 OFFLOAD_STAGING_ELEMENTS = 2 * 100_000_000
 """Host<->device staging per offloaded state, elements: two buffers of DeepSpeed's default
 `offload_param.buffer_size` 1e8 (double-buffered). Source: DeepSpeed `deepspeed/runtime/zero/
@@ -82,8 +97,9 @@ class MemoryBreakdown:
     activations: int
     """Saved activations of all in-flight micro-batches incl. embedding and logits."""
     transient: int
-    """Peak of `transient_terms` (`transient_peak`: the loss-backward and layer-backward terms never
-    coexist), bytes."""
+    """Peak of `transient_terms` over the phases of a step (`transient_peak`: the loss-backward,
+    layer-backward and optimizer-step terms never coexist; the optimizer step runs without
+    activations), bytes."""
     reserve: int
     """CUDA context + fragmentation."""
     capacity: int
@@ -99,6 +115,9 @@ class MemoryBreakdown:
     """Bytes of the stage's parameters in fp32 if built unsharded on each GPU before wrapping (FC-17)."""
     warnings: tuple[str, ...] = ()
     at_risk_margin: float = DEFAULT_AT_RISK_MARGIN
+    optimizer_step_groups: dict[str, int] = field(default_factory=dict)
+    """Optimizer param group -> its optimizer-step working set, bytes (`optimizer_step_copy_bytes`;
+    the step converts one group at a time, so the `OPTIMIZER_STEP_TERM` is their maximum)."""
 
     @property
     def model_states(self) -> int:
@@ -109,6 +128,20 @@ class MemoryBreakdown:
     def total(self) -> int:
         """Peak bytes on this GPU: model states + activations + transients + reserve."""
         return self.model_states + self.activations + self.transient + self.reserve
+
+    @property
+    def backward_total(self) -> int:
+        """Peak bytes of the forward / backward phases alone (every term but the optimizer step's):
+        what the stage holds while activations are alive."""
+        terms = {**self.transient_terms, OPTIMIZER_STEP_TERM: 0}
+        return self.model_states + self.activations + transient_peak(terms) + self.reserve
+
+    def optimizer_step_total(self, group: str | None = None) -> int:
+        """Peak bytes of the optimizer step (no activations): model states, the terms present in
+        every phase, the working set of optimizer param `group` (None: the largest), the reserve."""
+        step = (self.transient_terms.get(OPTIMIZER_STEP_TERM, 0) if group is None
+                else self.optimizer_step_groups[group])
+        return self.model_states + transient_phases(self.transient_terms)["every"] + step + self.reserve
 
     @property
     def largest_term(self) -> tuple[str, int]:
@@ -620,12 +653,15 @@ def stage_memory(model: ModelSpec, cluster, layout: Layout, stage: int, *,
             b = 0 if facts.offloaded[state, g] else int(local * nbytes)
             state_terms[facts.term_names[state, g]] = b
             totals[state] += b
+    step_groups = optimizer_step_copy_bytes(layout, group_counts, facts)
 
     modes = _modes_by_layer(layers, layout, layers_by_recompute)
     act_terms, flight, recompute_ws, loss_ws, per_layer = _activations(model, layout, placement, layers, modes,
                                                                        stage, sb.compute)
     transient = {"gradient_buckets": _bucket_bytes(layout, sb, local_grads),
                  "recompute_working_set": recompute_ws, "loss_working_set": loss_ws}
+    if step_groups:
+        transient[OPTIMIZER_STEP_TERM] = max(step_groups.values())
     gathered = facts.gathered
     if gathered and layout.framework == "torchtitan":
         transient |= _torchtitan_fsdp_terms(model, counts, placement, layout, layers, stage, sb)
@@ -657,12 +693,12 @@ def stage_memory(model: ModelSpec, cluster, layout: Layout, stage: int, *,
     return MemoryBreakdown(
         stage=stage, parameters=totals[State.PARAMETERS], gradients=totals[State.GRADIENTS],
         optimizer_states=totals[State.OPTIMIZER_STATES], activations=sum(act_terms.values()),
-        transient=transient_peak(transient),
+        transient=transient_peak(transient, sum(act_terms.values())),
         reserve=DEFAULT_RESERVE_BYTES if reserve_bytes is None else reserve_bytes,
         capacity=capacity, transient_terms=transient, activation_terms=act_terms,
         state_terms=state_terms, in_flight_microbatches=flight,
         padded_vocab_size=padded_vocab(model, layout), initialization_peak=init_peak,
-        warnings=warnings, at_risk_margin=at_risk_margin)
+        warnings=warnings, at_risk_margin=at_risk_margin, optimizer_step_groups=step_groups)
 
 
 LOSS_PHASE_TERMS = ("loss_working_set", "fsdp_last_block")
@@ -672,10 +708,24 @@ LAYER_BACKWARD_PHASE_TERMS = ("recompute_working_set", "unreduced_unit_gradient"
                               "fsdp_root_gradients")
 """Transients alive only while one decoder layer runs its backward (or, for the root's gradients,
 from the LM-head backward on, i.e. through every layer's backward)."""
+OPTIMIZER_STEP_PHASE_TERMS = (OPTIMIZER_STEP_TERM,)
+"""Transients alive only during the optimizer step, when no activation is (`OPTIMIZER_STEP_COPY_BYTES`)."""
 
 
-def transient_peak(terms: dict[str, int]) -> int:
-    """Peak of the transient terms: the always-present ones + the larger of the two backward phases.
+def transient_phases(terms: dict[str, int]) -> dict[str, int]:
+    """Bytes of `terms` by phase: `every` (present in every phase), `loss` (loss backward),
+    `layer` (a decoder layer's backward), `optimizer_step`."""
+    loss = sum(terms.get(k, 0) for k in LOSS_PHASE_TERMS)
+    layer = sum(terms.get(k, 0) for k in LAYER_BACKWARD_PHASE_TERMS)
+    step = sum(terms.get(k, 0) for k in OPTIMIZER_STEP_PHASE_TERMS)
+    return {"every": sum(terms.values()) - loss - layer - step, "loss": loss, "layer": layer,
+            "optimizer_step": step}
+
+
+def transient_peak(terms: dict[str, int], activations: int = 0) -> int:
+    """Peak of the transient terms over the phases of a step, beyond the `activations` that the
+    backward phases also hold: the always-present terms + the largest of the loss-backward,
+    layer-backward and (less the activations it does not hold) optimizer-step phases.
 
     The loss backward (nll / log-softmax gradients) and a layer's backward (its recomputed
     activations, its unsharded gradient before the reduce-scatter) run one after the other on a
@@ -683,15 +733,45 @@ def transient_peak(terms: dict[str, int]) -> int:
     the first decoder layer's backward starts (torch autograd frees a node's inputs once it has run;
     under PP a stage runs one micro-batch's backward at a time). torchtitan's FSDP2 units are split
     the same way (`_torchtitan_fsdp_terms`): its last block is gathered in the loss phase, a block and
-    its prefetched neighbour plus the root's unsharded gradients in the layer phase. Every other
-    term (the Megatron / DeepSpeed gather working set, torchtitan's root unit, buckets, offload
-    staging) is present in both phases. With no loss working set (Megatron's in-place fused
-    cross-entropy) this is the plain sum.
+    its prefetched neighbour plus the root's unsharded gradients in the layer phase. The optimizer
+    step runs after every backward, with the activations freed: its working set
+    (`OPTIMIZER_STEP_COPY_BYTES`) competes with activations + backward transients, so
+    stage total = states + every + max(activations + max(loss, layer), optimizer_step) + reserve.
+    Every other term (the Megatron / DeepSpeed gather working set, torchtitan's root unit,
+    buckets, offload staging) is present in every phase. With no loss working set (Megatron's
+    in-place fused cross-entropy) and no optimizer-step term this is the plain sum.
     """
-    loss = sum(terms.get(k, 0) for k in LOSS_PHASE_TERMS)
-    layer = sum(terms.get(k, 0) for k in LAYER_BACKWARD_PHASE_TERMS)
-    common = sum(terms.values()) - loss - layer
-    return common + max(loss, layer)
+    phase = transient_phases(terms)
+    return phase["every"] + max(phase["loss"], phase["layer"], phase["optimizer_step"] - activations)
+
+
+def optimizer_step_copy_bytes(layout: Layout, group_counts: dict[str, float], facts) -> dict[str, int]:
+    """{optimizer param group: `OPTIMIZER_STEP_COPY_BYTES` x its gradient partition on this GPU},
+    bytes; empty unless DeepSpeed ZeRO-1/2 with the optimizer on the GPU.
+
+    Param groups: DeepSpeed partitions each optimizer param group separately and converts one
+    group at a time. Under the Hugging Face Trainer the groups are weights with / without weight
+    decay; here every non-expert parameter is taken as one group (the no-decay norms and biases
+    counted in it: an upper bound by their few elements), and routed experts as their own group
+    when ep > 1 (DeepSpeed-MoE's `split_params_into_different_moe_groups_for_optimizer`).
+    Partition = the group's elements on the stage / its optimizer-state shard degree (ZeRO-1/2
+    partition the optimizer over dp). Source: see `OPTIMIZER_STEP_COPY_BYTES`."""
+    if layout.framework != "deepspeed" or layout.zero_stage not in (1, 2):
+        return {}
+    state = State.OPTIMIZER_STATES
+    if any(facts.offloaded[state, g] for g in GROUPS):
+        return {}
+    return {name: int(OPTIMIZER_STEP_COPY_BYTES * sum(group_counts[g] / facts.shard_degree[state, g]
+                                                      for g in members))
+            for name, members in optimizer_param_groups(layout).items()}
+
+
+def optimizer_param_groups(layout: Layout) -> dict[str, tuple[str, ...]]:
+    """DeepSpeed's optimizer param groups as placement groups (`optimizer_step_copy_bytes`):
+    every non-expert parameter in one, routed experts in their own when ep > 1."""
+    if layout.ep == 1:
+        return {"weights": GROUPS}
+    return {"weights": tuple(g for g in GROUPS if g != "expert"), "experts": ("expert",)}
 
 
 def _model_parallel_degree(placement: Placement, group: str) -> int:

@@ -5,9 +5,14 @@ efficiency), `compute.py`), the recompute its recompute mode adds, the tensor/se
 parallel communication that sits on the critical path (`collectives.py`), and for ZeRO-3 the parameter
 gathers that compute does not hide. The schedule (`pipeline.py`) turns the bottleneck stage's
 per-micro-batch time into the pipelined time. Then the data-parallel gradient reduction that the last
-backward does not hide, the optimizer step (memory-bound) and offload traffic.
+backward does not hide, the collectives after it, the optimizer step (memory-bound) and offload traffic.
 
-    step = pipeline(m, pp, vpp; t_f, t_b) + DP tail + optimizer + offload
+    step = pipeline(m, pp, vpp; t_f, t_b) + DP tail + after-sync + optimizer + offload
+
+Every collective priced here is a record of `planner.cost.comm` (the list the user is shown): its
+phase says what it overlaps with, its mesh axes and the rank order where its group sits in the
+cluster (`_record_sharing`), `collectives.collective_time` its alpha-beta time. This module keeps
+no list of its own.
 
 Model FLOPs (MFU numerator) follow `params_flops.flops_per_token(...).training` (PaLM appendix B);
 hardware FLOPs (HFU numerator) add what recompute executes again (Narayanan et al. 2021 eq. (3)
@@ -25,17 +30,18 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from planner.cost import collectives as coll
+from planner.cost import comm
+from planner.cost.comm import Collective
 from planner.cost.compute import achieved_flops, peak_flops
 from planner.cost.memory import stage_layers
 from planner.cost.params_flops import count_params, flops_per_token
 from planner.cost.pipeline import PipelineCoefficients, pipeline_coefficients
 from planner.errors import SpecError
 from planner.placement.layout import RECOMPUTE_MODES, Layout
+from planner.placement.states import GROUPS
+from planner.placement.strategies import placement_key
 from planner.specs.cluster import ClusterSpec
 from planner.specs.model import ModelSpec
-
-ACTIVATION_BYTES = 2
-"""Bytes of one activation element on the wire (bf16/fp16). Source: Megatron-LM mixed precision."""
 
 HBM_EFFICIENCY = 0.80
 """[Empirical] sustained / peak HBM bandwidth for streaming kernels (optimizer step). Basis:
@@ -60,12 +66,6 @@ UNFUSED_SCORE_BYTES = 13
 attention core: write QK^T 2, softmax read 2 + write 2, dropout read 2 + write 2 + mask 1, AV read 2.
 Backward moves twice that. Source: the tensors Korthikanti et al. 2022 §4.1 lists for the attention
 core (2as^2b softmax output, as^2b dropout mask, 2as^2b dropout output, plus the QK^T result)."""
-
-GRAD_REDUCE_BYTES = {"megatron": 4, "torchtitan": 4, "deepspeed": 2}
-"""Bytes per gradient element in the data-parallel reduction. Source: Megatron-LM
-`--accumulate-allreduce-grads-in-fp32` (fp32 main grads); torchtitan `mixed_precision_reduce`
-default float32; DeepSpeed reduces in the training dtype (`communication_data_type` default)."""
-
 
 @dataclass(frozen=True, kw_only=True)
 class LayerTime:
@@ -159,11 +159,11 @@ def axes_sharing(layout: Layout, cluster: ClusterSpec,
 
 def layer_time_key(layout: Layout, sharing: tuple[tuple[str, int], ...]) -> tuple:
     """Everything of `layout` and its `axes_sharing` that `layer_time` reads (b, s, tp, cp, ep,
-    etp, precision, and the tp and cp groups' domain sharing, the only ones `_layer_comm` uses):
+    etp, SP, precision, and the tp and cp groups' domain sharing, the only ones `_layer_comm` uses):
     layouts with equal keys have equal layer times (for callers' caches)."""
     share = dict(sharing)
     return (layout.micro_batch_size, layout.seq_len, layout.tp, layout.cp, layout.ep, layout.etp,
-            layout.precision, share["tp"], share["cp"])
+            layout.precision, share["tp"], share["cp"], layout.sequence_parallel)
 
 
 def _ep_sharing(layout: Layout, cluster: ClusterSpec, order: Sequence[str]) -> int:
@@ -184,12 +184,13 @@ def layer_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, layer_ind
     Compute: per-GPU FLOPs = b*s * FLOPs/token / (tp*cp) (experts balanced over ep*etp of the same
     ranks); backward = 2 x forward (Narayanan 2021 §5.1). Recompute: selective re-runs the attention
     core (Korthikanti et al. 2022 §5), full re-runs the forward and its TP/EP communication.
-    TP/SP: 2 all-reduces (or all-gather + reduce-scatter, same time) of b*s*h activations forward and
-    2 backward, all exposed (Korthikanti 2022 §4.2.2; Shoeybi et al. 2019 §3). CP: the ring passes
-    K and V (an all-gather of the sequence's KV) forward and K, V, dK, dV backward, overlapped with the
-    attention core; only the excess shows (Liu et al. 2023, Ring Attention §3; Megatron-LM CP docs).
-    EP: dispatch + combine all-to-all of the routed tokens forward and backward, exposed (Lepikhin et
-    al. 2020 GShard §2; Megatron-Core MoE docs). Without FlashAttention (Dao et al. 2022) the
+    Communication: the records of `comm.layer_collectives`, priced by phase (`_layer_comm`).
+    TP/SP: 2 all-reduces (or all-gathers + reduce-scatters, same time) of b*s/cp*h activations
+    forward and 2 backward, all exposed (Korthikanti 2022 §4.2.2; Shoeybi et al. 2019 §3). CP: the
+    ring passes K and V (an all-gather of the sequence's KV) forward and K, V, dK, dV backward,
+    overlapped with the attention core; only the excess shows (Liu et al. 2023, Ring Attention §3;
+    Megatron-LM CP docs). EP: dispatch + combine all-to-all of the routed tokens forward and
+    backward, exposed (Lepikhin et al. 2020 GShard §2; Megatron-Core MoE docs). Without FlashAttention (Dao et al. 2022) the
     attention core also streams the b*a*s^2 score matrix through HBM (UNFUSED_SCORE_BYTES per element
     per forward), which counts as part of its time. No causal discount on the attention FLOPs.
     """
@@ -269,30 +270,67 @@ def _layer_time(parts, recompute: str) -> LayerTime:
 
 def _layer_comm(model: ModelSpec, cluster: ClusterSpec, layout: Layout, index: int,
                 attn_fwd_s: float, order: Sequence[str]) -> list[tuple[float, float | None]]:
-    """Exposed in-layer communication of one layer, one micro-batch (see `layer_time`), as terms
-    (x, None): x per forward pass and once backward, or (x, y): x per forward pass plus y."""
+    """Exposed in-layer communication of one layer, one micro-batch (see `layer_time`): the
+    collectives `comm.layer_collectives` lists, priced by phase, as terms (x, y): x per forward
+    pass plus y once (backward). Phases forward / backward are exposed; attention.* overlap the
+    attention core (forward attn_fwd_s, backward twice that) and show only the excess."""
     share = _sharing(layout, cluster, order)
-    b, s, tp, cp, h = layout.micro_batch_size, layout.seq_len, layout.tp, layout.cp, model.hidden_size
-    act_bytes = b * s / cp * h * ACTIVATION_BYTES
-    terms = []
-    if tp > 1:
-        ar = coll.collective_time("all_reduce", group_size=tp, bytes_per_device=act_bytes,
-                                  cluster=cluster, gpus_per_domain=share["tp"])
-        terms.append((2 * ar, None))
-    if cp > 1:
-        kv_width = (model.num_attention_heads * (model.qk_nope_head_dim + model.qk_rope_head_dim
-                    + model.v_head_dim) if model.is_mla else 2 * model.num_key_value_heads * model.head_dim)
-        kv_bytes = b * s * kv_width / min(tp, max(1, model.num_key_value_heads)) * ACTIVATION_BYTES
-        ring = coll.collective_time("all_gather", group_size=cp, bytes_per_device=kv_bytes,
-                                    cluster=cluster, gpus_per_domain=share["cp"])
-        terms.append((max(0.0, ring - attn_fwd_s), max(0.0, 2 * ring - 2 * attn_fwd_s)))
-    is_moe = model.is_moe and model.moe_layers[index]
-    if is_moe and layout.ep > 1:
-        routed_bytes = b * s / (cp * tp) * model.num_experts_per_tok * h * ACTIVATION_BYTES
-        a2a = coll.collective_time("all_to_all", group_size=layout.ep, bytes_per_device=routed_bytes,
-                                   cluster=cluster, gpus_per_domain=_ep_sharing(layout, cluster, order))
-        terms.append((2 * a2a, None))
-    return terms
+    t = dict.fromkeys(("forward", "backward", "attention.forward", "attention.backward"), 0.0)
+    for c in comm.layer_collectives(model, layout, index):
+        t[c.phase] += c.count * _call_time(c, _record_sharing(c, layout, cluster, share, order), cluster)
+    return [(t["forward"], t["backward"]),
+            (max(0.0, t["attention.forward"] - attn_fwd_s),
+             max(0.0, t["attention.backward"] - 2 * attn_fwd_s))]
+
+
+def _call_time(c: Collective, k: int, cluster: ClusterSpec, message_bytes: float | None = None) -> float:
+    """Seconds of one call of `c` (its message, or `message_bytes`) with k of its GPUs per scale-up
+    domain: alpha-beta (`collectives.collective_time`); host copies at the host link's bandwidth."""
+    size = c.message_bytes if message_bytes is None else message_bytes
+    if c.kind in ("device_to_host", "host_to_device"):
+        return size / (cluster.host_link_gb_per_s * 1e9)
+    return coll.collective_time(c.kind, group_size=c.group_size, bytes_per_device=size, cluster=cluster,
+                                gpus_per_domain=k)
+
+
+_PER_MICROBATCH = frozenset({"microbatch", "recompute"})
+
+
+def _record_sharing(c: Collective, layout: Layout, cluster: ClusterSpec, share: dict[str, int],
+                    order: Sequence[str]) -> int:
+    """GPUs of the record's group inside one scale-up domain (from its mesh axes and the rank order).
+
+    Dense data-parallel groups (dp_shard, cp, dp_replicate) span dp x cp ranks; dp_replicate alone
+    runs across domains (HSDP replicas are outermost); expert-data-parallel groups follow Megatron's
+    expert rank order (etp, ep, edp, pp, no cp: NVIDIA/Megatron-LM@d98e8a6
+    megatron/core/parallel_state.py l. 887-895). ZeRO-2/3 per-micro-batch traffic runs as a flat
+    ring (SHARDED_DP_FLAT_RING). The tied-embedding all-reduce joins the first and last stage.
+    """
+    axes = c.axes
+    if axes in (("tp",), ("cp",)):
+        return share[axes[0]]
+    if axes == ("ep",):
+        return _ep_sharing(layout, cluster, order)
+    if axes == ("pp",):
+        if c.kind == "p2p":
+            return 2 if share["pp"] >= 2 else 1
+        return 2 if share["pp"] >= layout.pp else 1
+    if axes == ("dp_replicate",):
+        return 1
+    if c.axis == "edp":
+        inner = [a for a in axes if a != "dp_replicate"]
+        k = 1 if len(inner) < len(axes) else min(_edp_sharing(layout, cluster, order), c.group_size)
+    else:
+        k = min(share["dp"] * share["cp"], c.group_size)
+    return 1 if (SHARDED_DP_FLAT_RING and k < c.group_size and c.phase in _PER_MICROBATCH) else k
+
+
+def _edp_sharing(layout: Layout, cluster: ClusterSpec, order: Sequence[str]) -> int:
+    """GPUs of an expert-data-parallel group per scale-up domain (Megatron expert rank order:
+    expert-tp innermost, then ep, then edp; `_record_sharing`)."""
+    eorder = [a for a in order if a != "cp"]
+    degrees = {"tp": layout.etp, "ep": layout.ep, "dp": layout.expert_dp, "pp": layout.pp}
+    return coll.axis_domain_sharing(degrees, domain_gpus=cluster.scaleup_domain_gpus, order=eorder)["dp"]
 
 
 def layer_times(model: ModelSpec, cluster: ClusterSpec, layout: Layout, layer_index: int, *,
@@ -331,43 +369,6 @@ def _stage_param_count(model: ModelSpec, layout: Layout, layers: Sequence[int], 
 # ---------------------------------------------------------------- data parallel, optimizer
 
 
-def _dp_times(model, cluster, layout, params, share, gathers: int = 2) -> tuple[float, float]:
-    """(per-micro-batch ZeRO-2/3 traffic, end-of-step gradient/parameter sync) in seconds for
-    `params` parameters; ZeRO-3 gathers them `gathers` times per micro-batch (2: forward and
-    backward; a fully recomputed layer's forward re-run gathers it once more, charged per layer
-    in `StageCostModel`).
-
-    Source: Rajbhandari et al. 2020 (ZeRO) §7: DP/ZeRO-1/2 move 2 Psi per step (reduce-scatter +
-    all-gather, or all-reduce), ZeRO-3 3 Psi (+1 gather again when checkpointed layers re-run
-    forward); DeepSpeed/FSDP reduce gradients every micro-batch at ZeRO-2/3.
-    """
-    group = layout.dp_shard_degree * layout.cp
-    k = min(share["dp"] * share["cp"], group)
-    flat_k = 1 if (SHARDED_DP_FLAT_RING and k < group) else k
-    grad_bytes = params * GRAD_REDUCE_BYTES[layout.framework]
-    param_bytes = params * ACTIVATION_BYTES
-
-    def t(kind, size, kk=k):
-        return coll.collective_time(kind, group_size=group, bytes_per_device=size, cluster=cluster,
-                                    gpus_per_domain=kk)
-
-    per_mb, end = 0.0, 0.0
-    if layout.zero_stage == 0:
-        end = t("all_reduce", grad_bytes)
-    elif layout.zero_stage == 1:
-        end = t("reduce_scatter", grad_bytes) + t("all_gather", param_bytes)
-    else:
-        per_mb = t("reduce_scatter", grad_bytes, flat_k)
-        if layout.zero_stage == 3:
-            per_mb += gathers * t("all_gather", param_bytes, flat_k)
-        end = t("all_gather", param_bytes) if layout.zero_stage == 2 else 0.0
-    if layout.dp_replicate_degree > 1:
-        shard = grad_bytes / layout.dp_shard_degree
-        end += coll.collective_time("all_reduce", group_size=layout.dp_replicate_degree,
-                                    bytes_per_device=shard, cluster=cluster, gpus_per_domain=1)
-    return per_mb, end
-
-
 def _optimizer_time(cluster: ClusterSpec, layout: Layout, params: float) -> float:
     """Memory-bound optimizer step: bytes touched / (HBM bandwidth x HBM_EFFICIENCY)."""
     local = params / (layout.dp_shard_degree * layout.cp if layout.zero_stage >= 1 else 1)
@@ -376,20 +377,98 @@ def _optimizer_time(cluster: ClusterSpec, layout: Layout, params: float) -> floa
     return local * OPTIMIZER_BYTES_PER_PARAM[layout.optimizer] / (cluster.gpu.hbm_gb_per_s * 1e9 * HBM_EFFICIENCY)
 
 
-def _offload_time(cluster: ClusterSpec, layout: Layout, params: float) -> tuple[float, float]:
-    """(per micro-batch, per step) host<->device seconds over the host link (PCIe/C2C).
+@dataclass(frozen=True, kw_only=True)
+class StateRecords:
+    """The model-state collectives of a layout (`comm.state_collectives`, `comm.recompute_collectives`,
+    `comm.stage_collectives`), split the way the stage cost model needs them."""
 
-    Optimizer offload moves fp32-reduced gradients down and bf16 parameters up once per step
-    (ZeRO-Offload, Ren et al. 2021 §4); parameter offload streams the bf16 weights in for forward
-    and backward of every micro-batch (ZeRO-Infinity, Rajbhandari et al. 2021 §5)."""
-    link = cluster.host_link_gb_per_s * 1e9
-    shard = layout.dp_shard_degree * layout.cp if layout.zero_stage >= 1 else 1
-    per_step = per_mb = 0.0
-    if "optimizer" in layout.offload:
-        per_step = params / shard * (GRAD_REDUCE_BYTES[layout.framework] + ACTIVATION_BYTES) / link
-    if "parameters" in layout.offload:
-        per_mb = 2 * params / shard * ACTIVATION_BYTES / link
-    return per_mb, per_step
+    per_kind: tuple[tuple[Collective, ...], ...]
+    """[kind] per-step records of one decoder layer of that kind."""
+    regather: tuple[tuple[Collective, ...], ...]
+    """[kind] extra per-step records of one fully recomputed layer of that kind."""
+    fixed: tuple[tuple[Collective, ...], ...]
+    """[stage] per-step records of the stage's embedding / head / final norm, its pipeline sends
+    and its tied-embedding all-reduce."""
+
+
+def state_records(model: ModelSpec, layout: Layout) -> StateRecords:
+    """`StateRecords` of `layout` (its split and recompute fields are ignored)."""
+    key = (id(model), placement_key(layout), layout.num_microbatches, layout.framework,
+           layout.precision, layout.optimizer)  # what `comm.state_collectives` reads
+    hit = _STATE_RECORDS.get(key)
+    if hit is None or hit[0] is not model:
+        if len(_STATE_RECORDS) >= 4096:
+            _STATE_RECORDS.clear()
+        hit = _STATE_RECORDS[key] = (model, _state_parts(model, layout))
+    per_kind, regather, fixed = hit[1]
+    stage = {s: tuple(comm.stage_collectives(model, layout, s)) for s in {0, 1 % layout.pp, layout.pp - 1}}
+    return StateRecords(per_kind=per_kind, regather=regather, fixed=tuple(
+        f + stage[s if s in (0, layout.pp - 1) else 1] for s, f in enumerate(fixed)))
+
+
+_STATE_RECORDS: dict = {}
+"""Cache of the model-state part of `state_records` (each entry keeps its model alive)."""
+
+
+def _state_parts(model: ModelSpec, layout: Layout):
+    _, reps = layer_kinds(model)
+    per = [comm.layer_elements(model, layout, j) for j in reps]
+    fixed, seen = [], {}
+    for s in range(layout.pp):
+        edge = s if s in (0, layout.pp - 1) else 1   # middle stages hold no fixed parameters
+        if edge not in seen:
+            seen[edge] = tuple(comm.state_collectives(layout, comm.fixed_elements(model, layout, s)))
+        fixed.append(seen[edge])
+    return (tuple(tuple(comm.state_collectives(layout, e)) for e in per),
+            tuple(tuple(comm.recompute_collectives(layout, e)) for e in per), tuple(fixed))
+
+
+def _by_key(records) -> dict[tuple, tuple[Collective, float]]:
+    """key -> (a record of that key, summed message bytes)."""
+    out: dict[tuple, tuple[Collective, float]] = {}
+    for c in records:
+        seen = out.get(c.key)
+        out[c.key] = (c, c.message_bytes + (seen[1] if seen else 0.0))
+    return out
+
+
+class _Pricer:
+    """Alpha-beta of one call of each record key for one layout on one cluster."""
+
+    def __init__(self, layout: Layout, cluster: ClusterSpec, share: dict[str, int], order):
+        self.layout, self.cluster, self.share, self.order = layout, cluster, share, order
+        self._ab: dict[tuple, tuple[float, float]] = {}
+
+    def sharing(self, c: Collective) -> int:
+        return _record_sharing(c, self.layout, self.cluster, self.share, self.order)
+
+    def alpha_beta(self, c: Collective) -> tuple[float, float]:
+        """(alpha, beta): one call of `c`'s key with M bytes takes alpha + beta M for M > 0."""
+        hit = self._ab.get(c.key)
+        if hit is None:
+            k = self.sharing(c)
+            key = (id(self.cluster), c.kind, c.group_size, k)
+            known = _ALPHA_BETA.get(key)
+            if known is None or known[0] is not self.cluster:
+                if len(_ALPHA_BETA) >= 4096:
+                    _ALPHA_BETA.clear()
+                known = _ALPHA_BETA[key] = (self.cluster, _affine_in(
+                    lambda x: _call_time(c, k, self.cluster, x)))
+            hit = self._ab[c.key] = known[1]
+        return hit
+
+    def time(self, records, per: float = 1.0) -> float:
+        """Seconds of `records` (merged by key: one call per key and count), divided by `per`."""
+        total = 0.0
+        for c, size in _by_key(records).values():
+            if size > 0:
+                total += c.count / per * _call_time(c, self.sharing(c), self.cluster, size)
+        return total
+
+
+_ALPHA_BETA: dict = {}
+"""(cluster id, kind, group size, GPUs per domain) -> (cluster, (alpha, beta)) of one call (the
+entry keeps its cluster alive, so ids are not reused)."""
 
 
 # ---------------------------------------------------------------- the per-stage cost as affine pieces
@@ -432,9 +511,9 @@ class StageCostModel:
         t_s     = X + max(Cmp + R, Z)               per-micro-batch stage time (comm exposed)
         pipe_s  = (m + B_t) t_s + B_f F + P         `pipeline.pipeline_coefficients`
         dp_s    = max(E - O, D)                     exposed DP/ZeRO end-of-step sync
-        total_s = pipe_s + dp_s + Opt + Off         step = max_s total_s
+        total_s = pipe_s + dp_s + Y + Opt + Off     step = max_s total_s
 
-    i.e. total_s = [A X + B_f F + Opt + Off + P] + max(A (Cmp + R), A Z) + max(E - O, D) with
+    i.e. total_s = [A X + B_f F + Y + Opt + Off + P] + max(A (Cmp + R), A Z) + max(E - O, D) with
     A = m + B_t > 0: a sum of maxima of affine pieces with positive weights (`time_groups`), which an
     integer program represents exactly with one auxiliary variable per maximum under minimisation.
 
@@ -467,9 +546,10 @@ class StageCostModel:
     layer_comm: AffinePiece
     """X: exposed TP/SP, CP and EP communication of the layers."""
     state_traffic: AffinePiece
-    """Z: ZeRO-2/3 reduce-scatter + gathers and parameter-offload traffic per micro-batch."""
+    """Z: ZeRO-2/3 reduce-scatter + gathers, HSDP all-reduce and parameter-offload traffic per
+    micro-batch (`comm` phase microbatch; re-gathers of fully recomputed layers, phase recompute)."""
     dp_sync: AffinePiece
-    """E: end-of-step gradient/parameter sync of the stage, s per step."""
+    """E: end-of-step gradient/parameter sync of the stage (`comm` phase step), s per step."""
     dp_window: AffinePiece
     """O: backward of the last micro-batch that the sync overlaps, s."""
     dp_last_bucket: AffinePiece
@@ -478,8 +558,14 @@ class StageCostModel:
     """Opt: memory-bound optimizer step, s per step."""
     offload: AffinePiece
     """Off: per-step host<->device traffic of optimizer offload, s per step."""
+    after_sync: AffinePiece
+    """Y: collectives after the DP sync (SP norm and tied-embedding all-reduces), s per step."""
     pipeline: PipelineCoefficients
     """Schedule coefficients (m, B_t, B_f, P)."""
+    records: StateRecords | None = None
+    """The model-state, pipeline and after-sync collectives the pieces price (`comm`)."""
+    layer_records: tuple[tuple[Collective, ...], ...] = ()
+    """[kind] in-layer collectives of one layer, one micro-batch (`comm.layer_collectives`)."""
 
     @property
     def num_kinds(self) -> int:
@@ -500,7 +586,7 @@ class StageCostModel:
         p2p = AffinePiece(const_s=(self.pipeline.p2p_s,) * len(self.forward.const_s),
                           coef=tuple((0.0,) * len(RECOMPUTE_MODES) for _ in self.forward.coef))
         base = _combine((a, self.layer_comm), (self.pipeline.bubble_per_forward, self.forward),
-                        (1.0, self.optimizer), (1.0, self.offload), (1.0, p2p))
+                        (1.0, self.optimizer), (1.0, self.offload), (1.0, self.after_sync), (1.0, p2p))
         busy = _combine((a, self.compute), (a, self.recompute))
         return ((base,), (busy, _combine((a, self.state_traffic),)),
                 (_combine((1.0, self.dp_sync), (-1.0, self.dp_window)), self.dp_last_bucket))
@@ -520,15 +606,35 @@ class StageCostModel:
         """(total, compute, exposed comm, bubble, recompute, optimizer) of one stage, s per step."""
         v = {name: getattr(self, name).value(stage, counts) for name in (
             "forward", "compute", "recompute", "layer_comm", "state_traffic", "dp_sync",
-            "dp_window", "dp_last_bucket", "optimizer", "offload")}
+            "dp_window", "dp_last_bucket", "optimizer", "offload", "after_sync")}
         busy = v["compute"] + v["recompute"]
         comm = v["layer_comm"] + max(0.0, v["state_traffic"] - busy)
         pipe = self.pipeline.time(v["forward"], busy + comm - v["forward"])
         dp = max(v["dp_sync"] - v["dp_window"], v["dp_last_bucket"])
         m = self.pipeline.slots
         return (self.stage_total(stage, counts), m * v["compute"],
-                m * comm + pipe.p2p_s + dp + v["offload"], pipe.bubble_s, m * v["recompute"],
-                v["optimizer"])
+                m * comm + pipe.p2p_s + dp + v["offload"] + v["after_sync"], pipe.bubble_s,
+                m * v["recompute"], v["optimizer"])
+
+    def stage_collectives(self, stage: int, counts) -> list[Collective]:
+        """The collectives the pieces of `stage` with layer counts `counts` price, per step and
+        merged as `comm.collectives` reports them (same records, groups and bytes)."""
+        m = self.pipeline.slots
+        full = RECOMPUTE_MODES.index("full")
+        out = list(self.records.fixed[stage])
+        for k, row in enumerate(counts):
+            n = sum(row)
+            if not n:
+                continue
+            out += [dataclasses.replace(c, message_bytes=c.message_bytes * n)
+                    for c in self.records.per_kind[k]]
+            out += [dataclasses.replace(c, count=c.count * row[full]) for c in self.records.regather[k]
+                    if row[full]]
+            passes = n + row[full]
+            out += [dataclasses.replace(c, count=int(c.count * m) * (
+                passes if c.phase in ("forward", "attention.forward") else n))
+                for c in self.layer_records[k]]
+        return comm.merge(out)
 
 
 def layer_kinds(model: ModelSpec) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -603,38 +709,67 @@ def _stage_cost_model(model, cluster, layout, order, schedule, flash) -> StageCo
         return AffinePiece(const_s=tuple(const), coef=tuple(tuple(fn(k, r) for r in range(len(modes)))
                                                             for k in range(len(reps))))
 
-    def z_fn(p, gathers=2):
-        return (_dp_times(model, cluster, layout, p, share, gathers)[0]
-                + _offload_time(cluster, layout, p)[0])
-
-    z_a, z_b = _affine_in(z_fn)
-    e_a, e_b = _affine_in(lambda p: _dp_times(model, cluster, layout, p, share)[1])
-    regather = [z_fn(p, 3) - z_fn(p, 2) for p in per_layer]
+    records = state_records(model, layout)
+    price = _Pricer(layout, cluster, share, order)
+    m = max(1, layout.num_microbatches)
+    z_const, z_coef, _ = _phase_piece(records, price, ("microbatch",), per=m)
+    e_const, e_coef, _ = _phase_piece(records, price, ("step",))
+    x_const, x_coef, _ = _phase_piece(records, price, ("after_sync",))
+    h_const, h_coef, _ = _phase_piece(records, price, ("host",))
+    regather = [price.time(r, per=m) for r in records.regather]
     opt_b = _affine_in(lambda p: _optimizer_time(cluster, layout, p))[1]
-    off_b = _affine_in(lambda p: _offload_time(cluster, layout, p)[1])[1]
     full = modes.index("full")
     w1 = min(x[0].backward_s + x[0].recompute_s + x[0].comm_s for x in lt)
-    biggest = max(per_layer)
-    last_bucket = [_dp_times(model, cluster, layout, biggest + (fixed[0] if s == 0 else 0.0),
-                             share)[1] for s in range(S)]
+    step = [[c for c in r if c.phase == "step"] for r in records.per_kind]
+    first = [c for c in records.fixed[0] if c.phase == "step"]
+    later = max(price.time(r) for r in step)   # every stage but the first (no embedding)
+    last_bucket = [max(price.time(r + first) for r in step) if s == 0 else later for s in range(S)]
     return StageCostModel(
         layer_kinds=kinds,
         forward=piece([h / 3 for h in head], lambda k, r: lt[k][r].forward_s),
         compute=piece(head, lambda k, r: lt[k][r].forward_s + lt[k][r].backward_s),
         recompute=piece(zero, lambda k, r: lt[k][r].recompute_s),
         layer_comm=piece(zero, lambda k, r: lt[k][r].comm_s),
-        state_traffic=piece([z_a + z_b * f for f in fixed],
-                            lambda k, r: z_b * per_layer[k] + (regather[k] if r == full else 0.0)),
-        dp_sync=piece([e_a + e_b * f for f in fixed], lambda k, r: e_b * per_layer[k]),
+        state_traffic=piece(z_const, lambda k, r: z_coef[k] + (regather[k] if r == full else 0.0)),
+        dp_sync=piece(e_const, lambda k, r: e_coef[k]),
         dp_window=piece([2 * h / 3 - w1 for h in head],
                         lambda k, r: lt[k][r].backward_s + lt[k][r].recompute_s + lt[k][r].comm_s),
         dp_last_bucket=piece(last_bucket, lambda k, r: 0.0),
         optimizer=piece([opt_b * f for f in fixed], lambda k, r: opt_b * per_layer[k]),
-        offload=piece([off_b * f for f in fixed], lambda k, r: off_b * per_layer[k]),
+        offload=piece(h_const, lambda k, r: h_coef[k]),
+        after_sync=piece(x_const, lambda k, r: x_coef[k]),
         pipeline=pipeline_coefficients(num_microbatches=layout.num_microbatches, pp=layout.pp,
                                        vpp=layout.vpp, schedule=schedule,
                                        p2p_send_s=_p2p_time(model, cluster, layout, share)),
+        records=records,
+        layer_records=tuple(tuple(comm.layer_collectives(model, layout, j)) for j in reps),
     )
+
+
+def _phase_piece(records: StateRecords, price: _Pricer, phases: tuple[str, ...],
+                 per: float = 1.0) -> tuple[list[float], list[float], float]:
+    """([stage] const, [kind] coefficient, alpha part of each const) of the time of the records in `phases`, divided by
+    `per`: each key is one call per count over the stage's summed message (alpha once, beta per
+    byte), so const = sum count (alpha + beta M_fixed) and coef[k] = sum count beta M_k. Every key
+    any part lists pays its alpha on every stage (as one bucketed collective)."""
+    keys: dict[tuple, Collective] = {}
+    for r in (*records.per_kind, *records.fixed):
+        for c in r:
+            if c.phase in phases:
+                keys.setdefault(c.key, c)
+    ab = {key: price.alpha_beta(c) for key, c in keys.items()}
+    layered = {c.key for r in records.per_kind for c in r if c.key in ab}
+    alpha = sum(keys[key].count / per * ab[key][0] for key in layered)
+
+    def slope(r) -> float:
+        return sum(c.count / per * ab[c.key][1] * c.message_bytes for c in r if c.key in ab)
+
+    def fixed_alpha(r) -> float:  # keys only the stage's fixed part has (tied embedding, ...)
+        own = {c.key: c for c in r if c.key in ab and c.key not in layered}
+        return sum(c.count / per * ab[key][0] for key, c in own.items())
+
+    return ([alpha + fixed_alpha(r) + slope(r) for r in records.fixed],
+            [slope(r) for r in records.per_kind], alpha)
 
 
 # ---------------------------------------------------------------- step
@@ -682,14 +817,11 @@ def _modes(model: ModelSpec, layout: Layout, recompute_layers: Sequence[str] | N
 
 
 def _p2p_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, share: dict[str, int]) -> float:
-    """One pipeline send of a micro-batch's boundary activations, b*s*h/(cp*tp) elements (Megatron
-    scatter/gather optimisation, Narayanan 2021 §4.1)."""
-    if layout.pp == 1:
+    """One pipeline send of a micro-batch's boundary activations (`comm.stage_collectives`)."""
+    sends = [c for c in comm.stage_collectives(model, layout, 0) if c.phase == "pipeline"]
+    if not sends:
         return 0.0
-    size = layout.micro_batch_size * layout.seq_len * model.hidden_size * ACTIVATION_BYTES
-    size /= layout.cp * layout.tp
-    return coll.collective_time("p2p", group_size=2, bytes_per_device=size, cluster=cluster,
-                                gpus_per_domain=2 if share["pp"] >= 2 else 1)
+    return _call_time(sends[0], 2 if share["pp"] >= 2 else 1, cluster)
 
 
 @lru_cache(maxsize=256)
@@ -723,16 +855,77 @@ def _summary(model, cluster, layout, modes, step, compute, comm, bubble, recompu
 def total_stage_params(model: ModelSpec, layout: Layout) -> float:
     """Sum over pipeline stages of the parameters one GPU of each stage holds before ZeRO
     (`_stage_param_count` of every stage; independent of the split)."""
-    one_stage = Layout(tp=layout.tp, ep=layout.ep, etp=layout.etp)
-    return _stage_param_count(model, one_stage, range(model.num_hidden_layers), 0)
+    key = (id(model), layout.tp, layout.ep, layout.etp)
+    hit = _TOTALS.get(key)
+    if hit is None or hit[0] is not model:
+        one_stage = Layout(tp=layout.tp, ep=layout.ep, etp=layout.etp)
+        hit = _TOTALS[key] = (model, _stage_param_count(model, one_stage, range(model.num_hidden_layers), 0))
+    return hit[1]
+
+
+_TOTALS: dict = {}
+"""Caches of `total_stage_params` and `_element_totals` by model identity and the degrees they
+read (each entry keeps its model alive)."""
+
+
+def _element_totals(model: ModelSpec, layout: Layout) -> tuple[dict[str, float], dict[str, float]]:
+    """(local elements per group of all decoder layers, of every stage's fixed part) on the GPUs
+    of one pipeline column (`comm.layer_elements`, `comm.fixed_elements`)."""
+    key = ("elements", id(model), layout.tp, layout.ep, layout.etp, layout.pp, layout.framework)
+    hit = _TOTALS.get(key)
+    if hit is None or hit[0] is not model:
+        kinds, reps = layer_kinds(model)
+        layers = dict.fromkeys(GROUPS, 0.0)
+        for k, j in enumerate(reps):
+            for g, n in comm.layer_elements(model, layout, j).items():
+                layers[g] += kinds.count(k) * n
+        fixed = dict.fromkeys(GROUPS, 0.0)
+        for st in {0, layout.pp - 1}:   # stages in between hold no fixed parameters
+            for g, n in comm.fixed_elements(model, layout, st).items():
+                fixed[g] += n
+        hit = _TOTALS[key] = (model, (layers, fixed))
+    return hit[1]
 
 
 def microbatch_state_traffic_s(model: ModelSpec, cluster: ClusterSpec, layout: Layout, params: float, *,
                                rank_order: Sequence[str] = coll.DEFAULT_RANK_ORDER) -> float:
-    """Per-micro-batch ZeRO-2/3 + parameter-offload traffic of a stage holding `params` (the Z of
-    `step_time`'s max(0, Z - compute - recompute)), s."""
-    share = _sharing(layout, cluster, rank_order)
-    return _dp_times(model, cluster, layout, params, share)[0] + _offload_time(cluster, layout, params)[0]
+    """Per-micro-batch ZeRO-2/3 + parameter-offload traffic (the Z of `step_time`'s
+    max(0, Z - compute - recompute), no re-gather) of a stage holding the share
+    params / `total_stage_params` of every stage's model states, s: the latency of every
+    collective the layers take part in plus that share of the bytes of all of them, so pp times
+    its value at total / pp is at most the sum of Z over the stages (Z is affine in the bytes)."""
+    alpha, slope = _unit_phase_time(model, cluster, layout, "microbatch", rank_order)
+    return alpha + slope * params / total_stage_params(model, layout)
+
+
+def _unit_phase_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, phase: str,
+                     rank_order: Sequence[str]) -> tuple[float, float]:
+    """(latency of every model-state collective of `phase` the decoder layers take part in, per
+    stage; per-byte time of all of them over every element of the model), s: the records are
+    linear in each group's elements (`comm.unit_state_collectives`, one element, one micro-batch)."""
+    price = _Pricer(layout, cluster, _sharing(layout, cluster, rank_order), rank_order)
+    layers, fixed = _element_totals(model, layout)
+    alpha, slope, seen = 0.0, 0.0, set()
+    for g, c in comm.unit_state_collectives(layout):
+        if c.phase != phase:
+            continue
+        a, b = price.alpha_beta(c)
+        if layers[g] > 0 and c.key not in seen:
+            seen.add(c.key)
+            alpha += c.count * a
+        slope += c.count * b * c.message_bytes * (layers[g] + fixed[g])
+    return alpha, slope
+
+
+def step_sync_total_s(model: ModelSpec, cluster: ClusterSpec, layout: Layout, *,
+                      rank_order: Sequence[str] = coll.DEFAULT_RANK_ORDER) -> float:
+    """Sum over the pipeline stages of the end-of-step data-parallel sync E_s (the `dp_sync` piece
+    of `StageCostModel`), s, whatever the split: each stage pays the latency of every collective
+    the layers take part in, and the bytes of all the stages' elements are paid once in total
+    (E is affine in each group's elements, `_phase_piece`), so the sum is pp x the latencies +
+    the per-byte time of every element of the model (decoder layers and fixed parts)."""
+    alpha, slope = _unit_phase_time(model, cluster, layout, "step", rank_order)
+    return layout.pp * alpha + slope
 
 
 def pipeline_send_s(model: ModelSpec, cluster: ClusterSpec, layout: Layout, *,

@@ -9,7 +9,10 @@
 
 Sources:
 - Megatron: `megatron/training/arguments.py` forces `accumulate_allreduce_grads_in_fp32 = True` for
-  bf16; Megatron Core "Distributed Optimizer" guide: bf16 param + fp32 grads = 18 B/param
+  bf16 only; the flag is `store_true` (default False), and the gradient buffer (the reduction
+  message) is `torch.float if grad_reduce_in_fp32 else param.dtype`, so fp16 reduces in fp16
+  (NVIDIA/Megatron-LM@d98e8a6 arguments.py l. 1204-1217 and 3069-3071,
+  megatron/core/distributed/param_and_grad_buffer.py l. 924); Megatron Core "Distributed Optimizer" guide: bf16 param + fp32 grads = 18 B/param
   (6 + 12/d distributed), fp16 param + fp16 grads = 20 B/param (4 + 16/d).
 - DeepSpeed: ZeRO paper §3.1 mixed-precision Adam, (2 + 2 + K)Ψ with K = 12.
 - torchtitan: `torchtitan/config/job_config.py` `mixed_precision_param = "bfloat16"`,

@@ -7,7 +7,8 @@ the split is fixed (each has its own step total and memory), so the best plan of
 each stage's cheapest assignment that fits; the optimum is the least over splits of the largest
 stage total, each total summed layer by layer piece by piece (sum over groups of the max over
 pieces), the objective of the integer program. A stage's memory is its fixed bytes, less the
-full-recompute working set when none of its layers is fully recomputed, plus each layer's bytes.
+full-recompute working set when none of its layers is fully recomputed, plus each layer's bytes,
+or the bytes of a phase without activations (the optimizer step) when larger.
 
 Meant for L <= 8, S <= 4, 3 modes (at most 35 splits x 3^8 assignments).
 """
@@ -41,7 +42,8 @@ def splits(num_layers: int, num_stages: int):
 
 def _memory(ip: IntStageProblem, s: int, layers: range, modes: tuple[int, ...]) -> int:
     """Bytes of stage s holding `layers` in `modes` (one mode index per layer): fixed bytes, less
-    the full-recompute working set when no layer is fully recomputed, plus each layer's bytes."""
+    the full-recompute working set when no layer is fully recomputed, plus each layer's bytes; or
+    an activation-free phase's fixed bytes plus its bytes per layer, when larger."""
     memory = ip.stage_fixed_memory_bytes[s]
     full = ip.modes.index("full") if "full" in ip.modes else None
     if ip.full_working_set_bytes and full not in modes:
@@ -49,6 +51,8 @@ def _memory(ip: IntStageProblem, s: int, layers: range, modes: tuple[int, ...]) 
     for layer, r in zip(layers, modes):
         k = ip.layer_kinds[layer]
         memory += ip.kind_state_bytes[k] + ip.kind_memory_bytes[s][k][r]
+    for fixed, per in ip.phase_memory_bytes:  # activation-free phases: the larger one counts
+        memory = max(memory, fixed[s] + sum(per[ip.layer_kinds[layer]] for layer in layers))
     return memory
 
 

@@ -21,6 +21,8 @@ time in nanoseconds, memory in bytes)::
              M0[s]       fixed bytes of stage s (embedding / LM head / logits, buffers, transients)
              W[s]        the part of M0[s] only a stage with a fully recomputed layer needs (the
                          full-recompute working set; 0 when `full` is not allowed)
+             P0[j,s], p[j,k]  fixed and per-layer bytes of phase j of the step that holds no
+                         activations (DeepSpeed ZeRO-1/2's optimizer step per param group)
              C           capacity per GPU, bytes (device memory minus the reserve)
     Vars     b[s] in {s+1 .. L-S+s+1}, s = 0..S-2   end (exclusive) of stage s; b[-1]=0, b[S-1]=L
              n[s,k], c[s,k,r] >= 0                   kind-k layers of stage s, and those in mode r
@@ -33,6 +35,7 @@ time in nanoseconds, memory in bytes)::
              T[s] = sum_g y[s,g] <= z
              M0[s] - W[s] (1 - u[s]) + sum_k w[k] n[s,k] + sum_k sum_r m[s,k,r] c[s,k,r] <= C
              c[s,k,full] <= N_k(L) u[s],  u[s] in {0, 1}         working set only if full used
+             P0[j,s] + sum_k p[j,k] n[s,k] <= C                 each activation-free phase j
              z >= LB                                             valid cut, see below
     min      z
 
@@ -171,6 +174,11 @@ class StageProblem(_Sizes):
     """[stage] bytes of `stage_fixed_memory_bytes` that only a stage with a fully recomputed layer
     needs (the full-recompute working set): credited back to a stage without one, by the exact
     enumerations and by CP-SAT (an indicator u[s] per stage). Empty: none charged."""
+    phase_memory_bytes: tuple[tuple[tuple[float, ...], tuple[float, ...]], ...] = ()
+    """[phase] ([stage] fixed bytes, [kind] bytes per layer) of each phase of a step that holds
+    no activations (DeepSpeed ZeRO-1/2's optimizer step, one phase per optimizer param group):
+    stage s holding n[k] layers of kind k needs fixed[s] + sum_k w[k] n[k] <= capacity in each,
+    whatever its recompute modes. Empty: none."""
 
     def __post_init__(self) -> None:
         _check_shapes(self)
@@ -203,6 +211,25 @@ class IntStageProblem(_Sizes):
     """Pinned split or None."""
     full_working_set_bytes: tuple[int, ...] = ()
     """[stage] bytes credited back to a stage without a fully recomputed layer (rounded down)."""
+    phase_memory_bytes: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...] = ()
+    """[phase] ([stage] fixed bytes, [kind] bytes per layer), rounded up."""
+
+    @cached_property
+    def phase_arrays(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """[phase] ([stage] fixed bytes, [kind] bytes per layer) as int64 arrays."""
+        return [(np.array(fixed, dtype=np.int64), np.array(per, dtype=np.int64))
+                for fixed, per in self.phase_memory_bytes]
+
+    def phase_bytes(self, s: int, kind_counts) -> np.ndarray | int:
+        """Largest bytes over the activation-free phases of stage s holding `kind_counts`
+        ([..., K] layers per kind), 0 without phases."""
+        counts = np.asarray(kind_counts, dtype=np.int64)
+        values = [fixed[s] + counts @ per for fixed, per in self.phase_arrays]
+        return np.max(values, axis=0) if values else 0
+
+    def phase_fits(self, s: int, kind_counts) -> np.ndarray | bool:
+        """Whether stage s holding `kind_counts` ([..., K]) fits every activation-free phase."""
+        return not self.phase_memory_bytes or self.phase_bytes(s, kind_counts) <= self.capacity_bytes
 
     def credit(self, s: int, full_counts) -> np.ndarray | int:
         """Bytes credited to stage s where `full_counts` (fully recomputed layers, any array
@@ -290,9 +317,11 @@ class IntStageProblem(_Sizes):
         return tuple(regimes)
 
     def least_stage_bytes(self, s: int, start: int, end: int) -> int:
-        """Least bytes stage s needs holding layers start..end-1 (`memory_regimes`)."""
-        return int(min(fixed[s] + prefix[end, s] - prefix[start, s]
-                       for fixed, prefix, _ in self.memory_regimes))
+        """Least bytes stage s needs holding layers start..end-1: its least-memory assignment
+        (`memory_regimes`), or an activation-free phase's bytes if larger (`phase_bytes`)."""
+        backward = min(fixed[s] + prefix[end, s] - prefix[start, s]
+                       for fixed, prefix, _ in self.memory_regimes)
+        return int(max(backward, self.phase_bytes(s, self.kind_prefix[end] - self.kind_prefix[start])))
 
 
 def to_int_problem(problem: StageProblem) -> IntStageProblem:
@@ -314,6 +343,8 @@ def to_int_problem(problem: StageProblem) -> IntStageProblem:
         modes=tuple(problem.modes),
         layers_per_stage=problem.layers_per_stage,
         full_working_set_bytes=tuple(math.floor(w) for w in problem.full_working_set_bytes),
+        phase_memory_bytes=tuple((tuple(math.ceil(x) for x in fixed), tuple(math.ceil(x) for x in per))
+                                 for fixed, per in problem.phase_memory_bytes),
     )
 
 
@@ -578,6 +609,9 @@ def _stage_constraints(model: cp_model.CpModel, ip: IntStageProblem, var: dict) 
         if (s,) in var["u"]:  # credited back unless the stage fully recomputes a layer
             memory -= ip.full_working_set_bytes[s] * (1 - var["u"][(s,)])
         model.Add(memory <= ip.capacity_bytes)
+        for fixed, per in ip.phase_memory_bytes:  # activation-free phases (optimizer step)
+            model.Add(fixed[s] + sum(per[k] * n[(s, k)] for k in range(ip.num_kinds))
+                      <= ip.capacity_bytes)
 
 
 # ---------------------------------------------------------------- the split lower bound
@@ -663,10 +697,20 @@ def _stage_tables(ip: IntStageProblem, upper: int) -> np.ndarray:
                        axis=0)
     fits = (np.array(ip.stage_fixed_memory_bytes, dtype=np.int64)[:, None]
             + (comps @ mem.T).T - _credits(ip, ip.full_column(comps)) <= ip.capacity_bytes)
+    fits &= _relaxed_phase_fits(ip, comps.sum(axis=1))
     cost = np.where(fits, cost, _INFEASIBLE)
     best = np.minimum.reduceat(cost, starts[lo - 1: hi] - base, axis=1)  # [s, n - lo]
     table[:, lo: hi + 1] = np.where(ok[:, lo - 1: hi], best, _INFEASIBLE)
     return table
+
+
+def _relaxed_phase_fits(ip: IntStageProblem, n: np.ndarray) -> np.ndarray | bool:
+    """[stage, row] whether n[row] layers of the relaxed kind (each phase's least bytes per layer
+    over the kinds) fit every activation-free phase of stage s: a necessary condition."""
+    ok = True
+    for fixed, per in ip.phase_arrays:
+        ok = ok & (fixed[:, None] + np.asarray(n)[None, :] * int(per.min()) <= ip.capacity_bytes)
+    return ok
 
 
 def _least_memory_plan_cost(ip: IntStageProblem, ends) -> int:
@@ -777,6 +821,8 @@ def _exact_stage(ip: IntStageProblem, s: int, vec: tuple[int, ...]):
             out += v.reshape(axes[k])
         return out
 
+    if not ip.phase_fits(s, vec):
+        return None
     mem = ip.layer_memory_arrays[s]
     fits = ip.stage_fixed_memory_bytes[s] + grid([c @ mem[k] for k, c in enumerate(comps)])
     fits = fits - ip.credit(s, grid([ip.full_column(c) for c in comps])) <= ip.capacity_bytes
@@ -904,6 +950,8 @@ class _OneKindTables:
                + ip.kind_state_bytes[k])  # [s, r]
         fits = (np.array(ip.stage_fixed_memory_bytes, dtype=np.int64)[:, None]
                 + (rows @ mem.T).T - _credits(ip, ip.full_column(rows)) <= ip.capacity_bytes)
+        for fixed, per in ip.phase_arrays:
+            fits &= fixed[:, None] + rows.sum(axis=1)[None, :] * int(per[k]) <= ip.capacity_bytes
         total = np.zeros((ip.num_stages, len(rows)), dtype=np.int64)
         for group in ip.piece_arrays:
             total += np.max(np.stack([const[:, None] + (rows @ coef[k])[None, :]
@@ -952,7 +1000,7 @@ def _stage_modes(ip: IntStageProblem, s: int, n: int) -> tuple[int, ...]:
     groups, mem = _relaxed(ip)
     comps = _compositions(n, len(ip.modes))
     fits = (ip.stage_fixed_memory_bytes[s] + comps @ mem[s] - ip.credit(s, ip.full_column(comps))
-            <= ip.capacity_bytes)
+            <= ip.capacity_bytes) & ip.phase_fits(s, [n])
     cost = np.where(fits, _cost_of(groups, s, comps), _INFEASIBLE)
     return tuple(int(x) for x in comps[int(np.argmin(cost))])
 
@@ -999,12 +1047,14 @@ def _solution(ip: IntStageProblem, ends, counts, *, status: str, bound: int, pro
 
 
 def stage_memory(ip: IntStageProblem, s: int, counts: list[list[int]]) -> int:
-    """Bytes on stage s given counts[k][r] of kind-k layers in mode r."""
+    """Bytes on stage s given counts[k][r] of kind-k layers in mode r: the backward phases' or an
+    activation-free phase's, whichever is larger."""
     full = sum(int(ip.full_column(np.array(row))) for row in counts)
-    return ip.stage_fixed_memory_bytes[s] - int(ip.credit(s, full)) + sum(
+    backward = ip.stage_fixed_memory_bytes[s] - int(ip.credit(s, full)) + sum(
         ip.kind_state_bytes[k] * sum(counts[k])
         + sum(ip.kind_memory_bytes[s][k][r] * counts[k][r] for r in range(len(ip.modes)))
         for k in range(ip.num_kinds))
+    return max(backward, int(ip.phase_bytes(s, [sum(row) for row in counts])))
 
 
 def _credits(ip: IntStageProblem, full_counts: np.ndarray) -> np.ndarray | int:
@@ -1059,6 +1109,10 @@ def feasible_split(ip: IntStageProblem, capacity_bytes: int) -> tuple[int, ...] 
         reach = np.max([np.searchsorted(prefix[:, s], prefix[:, s] + capacity_bytes - fixed[s],
                                         side="right") - 1
                         for fixed, prefix, _ in ip.memory_regimes], axis=0)
+        for fixed, per in ip.phase_arrays:  # every activation-free phase must fit too
+            prefix = ip.kind_prefix @ per
+            reach = np.minimum(reach, np.searchsorted(prefix, prefix + capacity_bytes - fixed[s],
+                                                      side="right") - 1)
         reach = np.minimum(reach, L - (S - 1 - s))
         ok = ends & (reach > starts)
         reach_tables.append(np.where(ok, reach, -1))
@@ -1134,8 +1188,11 @@ def _check_shapes(p: StageProblem) -> None:
     if any(w > f for w, f in zip(p.full_working_set_bytes, p.stage_fixed_memory_bytes)):
         raise SpecError("a working set credited back cannot exceed its stage's fixed bytes",
                         key="full_working_set_bytes")
+    if any(len(fixed) != S or len(per) != K for fixed, per in p.phase_memory_bytes):
+        raise SpecError(f"shape must follow stages={S}, kinds={K}", key="phase_memory_bytes")
     values = [*p.kind_state_bytes, *np.ravel(p.kind_memory_bytes), *p.stage_fixed_memory_bytes,
-              *p.full_working_set_bytes]
+              *p.full_working_set_bytes,
+              *(x for fixed, per in p.phase_memory_bytes for x in (*fixed, *per))]
     if any(not math.isfinite(v) or v < 0 for v in values):
         raise SpecError("bytes must be finite and >= 0", key="StageProblem")
     times = [x for group in p.time_groups for const, coef in group
