@@ -295,3 +295,97 @@ def longest_context(mem: ServingMemory, spec: ModelSpec) -> int:
         return 0
     window = mem.kv_window_bytes if spec.sliding_window else 0
     return int(max(pool - window, 0) // mem.kv_bytes_per_token)
+
+
+# ---------------------------------------------------------------- latency
+
+TTFT_TERMS = ("prefill_one_s", "prefill_batch_s", "weights_per_chunk_s", "collectives", "constant",
+              "kv_wait_s")
+"""TTFT = sum of fitted coefficient x term (see `latency_terms`)."""
+TPOT_TERMS = ("decode_memory_s", "decode_compute_s", "collectives", "constant", "prefill_interference_s")
+"""TPOT = sum of fitted coefficient x term (see `latency_terms`)."""
+COLLECTIVE_UNIT_S = 1e-6
+"""The `collectives` term counts collectives per step in microseconds (its coefficient: us per collective)."""
+CONSTANT_UNIT_S = 1e-3
+"""The `constant` term is 1 ms (its coefficient: the per-step / per-request overhead in ms)."""
+
+
+def expected_distinct_experts(experts: int, draws: float) -> float:
+    """Expected number of distinct experts hit by `draws` uniform independent draws from `experts`.
+
+    Source: occupancy problem, E[distinct] = E (1 - (1 - 1/E)^n) (Feller, An Introduction to
+    Probability Theory, Vol. 1, II.11). Routing is not uniform in practice; the fitted coefficient
+    of the decode memory term absorbs the average skew.
+    """
+    return experts * (1 - (1 - 1 / experts) ** draws)
+
+
+def latency_terms(spec: ModelSpec, inst: Instance, *, hbm_bytes_per_s: float, peak_flops: float,
+                  weight_format: str, kv_dtype: str, concurrency: float, input_len: int, output_len: int,
+                  max_concurrency_: int, max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
+                  hop_s: float = 0.0) -> dict[str, float]:
+    """Physical terms of TTFT and TPOT for one instance at `concurrency` sequences (closed loop).
+
+    Terms (seconds unless named otherwise), per GPU of one stage; pp stages run in sequence, so the
+    decode terms are multiplied by pp (each of pp micro-batches of B/pp sequences reads the stage):
+    - decode_memory_s: (weights read + KV read) / HBM bandwidth; MoE layers read only the experts the
+      step activates, E[distinct] of B x top_k draws (`expected_distinct_experts`); KV read = B x
+      (input + output/2) tokens x KV bytes per token per GPU.
+    - decode_compute_s: 2 x active parameters per GPU x B + attention 4 x a x d x context / tp, / peak.
+    - collectives: TP all-reduces (2 per layer when tp > 1) + EP dispatch/combine (2 per MoE layer
+      when ep > 1) per step, in units of COLLECTIVE_UNIT_S.
+    - prefill_interference_s: (B / output_len) x prefill_one_s: every request's prefill lands in the
+      decode of the others once per lifetime (chunked prefill mixes them).
+    - prefill_one_s: compute of one request's prefill (2 x active params x I + causal attention) / peak.
+    - prefill_batch_s: the prefill compute of the B requests' chunks that share the first chunks.
+    - weights_per_chunk_s: weights read once per prefill chunk of max_num_batched_tokens tokens.
+    - kv_wait_s: requests beyond the KV pool's max concurrency wait one request lifetime:
+      max(0, (B - max_concurrency) / B) x output_len x decode step.
+    Source: roofline (Williams et al. 2009) per operator; continuous batching with chunked prefill
+    (Agrawal et al. 2024, Sarathi-Serve). The coefficients are [Empirical] (`calibration/serving.yaml`).
+    """
+    fmt = WEIGHT_FORMATS[weight_format]
+    counts = count_params(spec)
+    h, pp = spec.hidden_size, inst.pp
+    weights = weight_bytes_per_gpu(spec, inst, weight_format)
+    routed = fmt.bytes_for(sum(l.routed_experts for l in counts.layers) / inst.tp / pp, h)
+    local = concurrency / inst.adp
+    per_micro = local / pp
+    read = weights
+    if spec.is_moe:
+        share = expected_distinct_experts(spec.num_experts, per_micro * spec.num_experts_per_tok) / spec.num_experts
+        read = weights - routed + routed * min(1.0, share)
+    kv_token, _ = kv_bytes_per_gpu(spec, inst, kv_dtype)
+    context = input_len + output_len / 2
+    active = counts.active_per_token - counts.embedding
+    flops_token = 2 * active / inst.tp
+    attn = 4 * spec.num_attention_heads * spec.head_dim * spec.num_hidden_layers / inst.attn_tp
+    decode_memory = pp * (read + per_micro * context * kv_token) / hbm_bytes_per_s
+    decode_compute = local * (flops_token + attn * context) / peak_flops
+    moe_layers = sum(spec.moe_layers) if spec.is_moe else 0
+    collectives = (2 * spec.num_hidden_layers if inst.tp > 1 else 0) + (2 * moe_layers if inst.ep > 1 else 0)
+    prefill_one = input_len * (flops_token + attn * input_len / 2) / peak_flops
+    first_chunk = min(local * input_len, max(max_num_batched_tokens, input_len))
+    chunks = math.ceil(local * input_len / max_num_batched_tokens)
+    step = decode_memory + decode_compute
+    wait = max(0.0, (concurrency - max_concurrency_) / concurrency) * output_len * step
+    return {
+        "decode_memory_s": decode_memory, "decode_compute_s": decode_compute,
+        "collectives": collectives * pp, "constant": 1.0,
+        "prefill_interference_s": local / output_len * prefill_one,
+        "prefill_one_s": prefill_one, "prefill_batch_s": prefill_one * first_chunk / input_len,
+        "weights_per_chunk_s": chunks * weights * pp / hbm_bytes_per_s, "kv_wait_s": wait,
+        "hop_s": hop_s * (pp - 1),
+    }
+
+
+def _unit(term: str) -> float:
+    return {"collectives": COLLECTIVE_UNIT_S, "constant": CONSTANT_UNIT_S}.get(term, 1.0)
+
+
+def predict_latency(terms: dict[str, float], coefficients: dict[str, dict[str, float]]) -> tuple[float, float]:
+    """(TTFT s, TPOT s) from `latency_terms` and one engine's fitted coefficients
+    ({"ttft": {term: c}, "tpot": {term: c}}). PP hops add unfitted to both."""
+    ttft = sum(coefficients["ttft"][t] * terms[t] * _unit(t) for t in TTFT_TERMS) + terms["hop_s"]
+    tpot = sum(coefficients["tpot"][t] * terms[t] * _unit(t) for t in TPOT_TERMS) + terms["hop_s"]
+    return max(ttft, 0.0), max(tpot, 0.0)
