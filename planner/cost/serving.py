@@ -30,7 +30,7 @@ import math
 from dataclasses import dataclass
 
 from planner.cost.params_flops import count_params, kv_cache_bytes_per_token
-from planner.specs.model import ModelSpec
+from planner.specs.model import ModelSpec, spec_memo
 
 GIB = 2**30
 
@@ -179,12 +179,20 @@ def _vocab_rows(spec: ModelSpec, tp: int) -> int:
 
 
 def weight_bytes_per_gpu(spec: ModelSpec, inst: Instance, weight_format: str) -> int:
-    """Weight bytes on the GPU of the largest pipeline stage.
+    """Weight bytes on the GPU of the largest pipeline stage (memoised per spec object).
 
     Source: module docstring (split rules); formats: WEIGHT_FORMATS. The stage holds ceil(L/pp)
     consecutive layers; the embedding sits on the first stage, the LM head on the last: the larger
     of (first stage, last stage) is returned (pp = 1: both).
     """
+    memo = spec_memo(spec)
+    key = ("serving_weights", inst, weight_format)
+    if key not in memo:
+        memo[key] = _weight_bytes(spec, inst, weight_format)
+    return memo[key]
+
+
+def _weight_bytes(spec: ModelSpec, inst: Instance, weight_format: str) -> int:
     fmt = WEIGHT_FORMATS[weight_format]
     dense_fmt = WEIGHT_FORMATS["bf16"] if weight_format in DENSE_ONLY_FORMATS else fmt
     counts = count_params(spec)
