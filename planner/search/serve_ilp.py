@@ -1,4 +1,5 @@
-"""Replica mixes of serving instances as CP-SAT integer programs.
+"""Replica mixes of serving instances as integer programs (CP-SAT through OR-Tools' `pywraplp`
+wrapper: `ortools.sat.python.cp_model` imports pandas, ~1 s, too slow for a sub-second command).
 
 Each candidate i is one engine-instance shape at one concurrency that meets the SLOs, with
 g[i] GPUs, t[i] output tokens/s and r[i] requests/s it sustains. Two questions:
@@ -26,7 +27,7 @@ import itertools
 import math
 from dataclasses import dataclass
 
-from ortools.sat.python import cp_model
+from ortools.linear_solver import pywraplp
 
 SCALE = 1000
 """Rates are optimised in milli-units (tokens/s x 1000, requests/s x 1000)."""
@@ -49,27 +50,36 @@ def _int_rates(rates: list[float], up: bool) -> list[int]:
     return [math.ceil(r * SCALE) if up else math.floor(r * SCALE) for r in rates]
 
 
-def _solve(model: cp_model.CpModel, n: list, name: str) -> tuple[dict[int, int], str, float]:
-    solver = cp_model.CpSolver()
-    solver.parameters.num_workers = 1
-    solver.parameters.max_time_in_seconds = 10.0
-    status = solver.Solve(model)
-    label = solver.StatusName(status)
-    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return {}, label, solver.WallTime()
-    counts = {i: int(solver.Value(v)) for i, v in enumerate(n) if solver.Value(v) > 0}
-    return counts, label, solver.WallTime()
+def _program(bounds: list[int]):
+    """An empty CP-SAT program (one worker: deterministic) with integer n[i] in [0, bounds[i]]."""
+    solver = pywraplp.Solver.CreateSolver("SAT")
+    solver.SetSolverSpecificParametersAsString("num_workers: 1 max_time_in_seconds: 10")
+    n = [solver.IntVar(0, b, f"n{i}") for i, b in enumerate(bounds)]
+    return solver, n
+
+
+_STATUS = {pywraplp.Solver.OPTIMAL: "OPTIMAL", pywraplp.Solver.FEASIBLE: "FEASIBLE",
+           pywraplp.Solver.INFEASIBLE: "INFEASIBLE"}
+
+
+def _solve(solver, n: list) -> tuple[dict[int, int], str, float]:
+    status = solver.Solve()
+    label = _STATUS.get(status, "UNKNOWN")
+    wall = solver.wall_time() / 1e3
+    if status not in (pywraplp.Solver.OPTIMAL, pywraplp.Solver.FEASIBLE):
+        return {}, label, wall
+    counts = {i: round(v.solution_value()) for i, v in enumerate(n) if round(v.solution_value()) > 0}
+    return counts, label, wall
 
 
 def best_mix(gpus: list[int], tokens_per_s: list[float], budget: int) -> MixResult:
     """Replicas maximising total tokens/s with at most `budget` GPUs (fewest GPUs among ties)."""
-    model = cp_model.CpModel()
     t = _int_rates(tokens_per_s, up=False)
-    n = [model.NewIntVar(0, budget // g, f"n{i}") for i, g in enumerate(gpus)]
+    solver, n = _program([budget // g for g in gpus])
     used = sum(g * v for g, v in zip(gpus, n))
-    model.Add(used <= budget)
-    model.Maximize(sum(ti * v for ti, v in zip(t, n)) * (budget + 1) - used)
-    counts, status, wall = _solve(model, n, "best_mix")
+    solver.Add(used <= budget)
+    solver.Maximize(sum(ti * (budget + 1) * v for ti, v in zip(t, n)) - used)
+    counts, status, wall = _solve(solver, n)
     total = sum(tokens_per_s[i] * c for i, c in counts.items())
     return MixResult(counts, status, total, wall)
 
@@ -77,17 +87,17 @@ def best_mix(gpus: list[int], tokens_per_s: list[float], budget: int) -> MixResu
 def min_gpus(gpus: list[int], requests_per_s: list[float], tokens_per_s: list[float], rate: float,
              limit: int) -> MixResult:
     """Replicas carrying `rate` requests/s with the fewest GPUs (at most `limit`; ties: most tokens/s)."""
-    model = cp_model.CpModel()
     r = _int_rates(requests_per_s, up=False)
     t = _int_rates(tokens_per_s, up=False)
     need = math.ceil(rate * SCALE)
-    n = [model.NewIntVar(0, limit // g + 1, f"n{i}") for i, g in enumerate(gpus)]
+    bounds = [limit // g for g in gpus]
+    solver, n = _program(bounds)
     used = sum(g * v for g, v in zip(gpus, n))
-    model.Add(used <= limit)
-    model.Add(sum(ri * v for ri, v in zip(r, n)) >= need)
-    big = sum(ti * (limit // g + 1) for ti, g in zip(t, gpus)) + 1
-    model.Minimize(used * big - sum(ti * v for ti, v in zip(t, n)))
-    counts, status, wall = _solve(model, n, "min_gpus")
+    solver.Add(used <= limit)
+    solver.Add(sum(ri * v for ri, v in zip(r, n)) >= need)
+    big = sum(ti * b for ti, b in zip(t, bounds)) + 1
+    solver.Minimize(sum(g * big * v for g, v in zip(gpus, n)) - sum(ti * v for ti, v in zip(t, n)))
+    counts, status, wall = _solve(solver, n)
     return MixResult(counts, status, float(sum(gpus[i] * c for i, c in counts.items())), wall)
 
 
