@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-import numpy as np
 import yaml
 
 from planner.cost import serving as sv
@@ -149,6 +148,8 @@ def fit(cases: list[Case]) -> dict[str, dict[str, dict[str, float]]]:
     """Per-engine coefficients {engine: {"ttft": {term: c}, "tpot": {term: c}}} fitted on the FIT part.
 
     Source: numpy.linalg.lstsq on rows scaled by 1/measured (relative least squares)."""
+    import numpy as np  # only for fitting: serve-plan itself does not load numpy
+
     result: dict = {}
     terms = {c.id: case_terms(c) for c in cases}
     for engine in sorted({c.engine for c in cases}):
@@ -163,9 +164,12 @@ def fit(cases: list[Case]) -> dict[str, dict[str, dict[str, float]]]:
     return result
 
 
-def _nonnegative_lstsq(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def _nonnegative_lstsq(a, b):
     """Least squares with coefficients >= 0 (a slower time never makes a request faster): solve,
-    drop the most negative term, re-solve until none is negative (active-set elimination)."""
+    drop the most negative term, re-solve until none is negative (active-set elimination).
+    a: (rows, terms) numpy array; b: (rows,); returns (terms,)."""
+    import numpy as np
+
     keep = list(range(a.shape[1]))
     while True:
         coef = np.zeros(a.shape[1])
@@ -236,4 +240,6 @@ def write_calibration(path: Path = CALIBRATION, data: Path = DATA) -> dict:
 if __name__ == "__main__":
     if "--write" in sys.argv:
         result = write_calibration()
-        print(yaml.safe_dump(result["evaluation"], sort_keys=False))
+        from planner import report
+
+        report.dump(result["evaluation"], "yaml")

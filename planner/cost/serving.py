@@ -347,8 +347,10 @@ def latency_terms(spec: ModelSpec, inst: Instance, *, hbm_bytes_per_s: float, pe
     - prefill_one_s: compute of one request's prefill (2 x active params x I + causal attention) / peak.
     - prefill_batch_s: the prefill compute of the B requests' chunks that share the first chunks.
     - weights_per_chunk_s: weights read once per prefill chunk of max_num_batched_tokens tokens.
-    - kv_wait_s: requests beyond the KV pool's max concurrency wait one request lifetime:
-      max(0, (B - max_concurrency) / B) x output_len x decode step.
+    - kv_wait_s: when B exceeds what the KV pool holds (C = max_concurrency), only C run; in a closed
+      loop each request then waits (B / C - 1) request lifetimes (Little's law: the cycle time is
+      B / throughput = B x lifetime / C), lifetime ~ output_len x decode step. The other terms use
+      the running batch min(B, C).
     Source: roofline (Williams et al. 2009) per operator; continuous batching with chunked prefill
     (Agrawal et al. 2024, Sarathi-Serve). The coefficients are [Empirical] (`calibration/serving.yaml`).
     """
@@ -357,6 +359,8 @@ def latency_terms(spec: ModelSpec, inst: Instance, *, hbm_bytes_per_s: float, pe
     h, pp = spec.hidden_size, inst.pp
     weights = weight_bytes_per_gpu(spec, inst, weight_format)
     routed = fmt.bytes_for(sum(l.routed_experts for l in counts.layers) / inst.tp / pp, h)
+    queued = concurrency
+    concurrency = min(concurrency, max(max_concurrency_, 1))
     local = concurrency / inst.adp
     per_micro = local / pp
     read = weights
@@ -376,7 +380,7 @@ def latency_terms(spec: ModelSpec, inst: Instance, *, hbm_bytes_per_s: float, pe
     first_chunk = min(local * input_len, max(max_num_batched_tokens, input_len))
     chunks = math.ceil(local * input_len / max_num_batched_tokens)
     step = decode_memory + decode_compute
-    wait = max(0.0, (concurrency - max_concurrency_) / concurrency) * output_len * step
+    wait = max(0.0, queued / concurrency - 1) * output_len * step
     return {
         "decode_memory_s": decode_memory, "decode_compute_s": decode_compute,
         "collectives": collectives * pp, "constant": 1.0,
