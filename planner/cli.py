@@ -630,3 +630,27 @@ def serve_plan_cmd(
         report.write_yaml(output, {"kind": "serving-plan", "request": request, "plan": data["plans"][0],
                                    "deployment": data["deployment"]})
     report.show_serve_plan(data, fmt.value)
+
+
+# ---------------------------------------------------------------- validate
+
+Suite = Enum("Suite", {s: s for s in ("serving",)}, type=str)
+
+
+@app.command("validate")
+def validate_cmd(
+    suite: Annotated[Suite, typer.Option("--suite", case_sensitive=False, help="What to validate: serving (TTFT/TPOT).")],
+    data: Annotated[str | None, typer.Option("--data", metavar="FILE.csv", help=(
+        "Measurements in the format of serving_measurements.csv (default: the shipped reference copy)."))] = None,
+    part: Annotated[str, typer.Option("--part", help="Rows: all, fit or evaluation (crc32(id) % 4 == 0).")] = "all",
+    fmt: FormatOpt = Format.table,
+) -> None:
+    """Predicted vs measured per row of a measurements file; MAPE per engine, GPU and model."""
+    from planner import serve_validate
+
+    if part not in ("all", "fit", "evaluation"):
+        raise SpecError(f"value {part!r} not allowed; allowed: all, fit, evaluation", key="--part")
+    cases = serve_validate.load_cases(data) if data else serve_validate.load_cases()
+    result = serve_validate.validate(cases, part=part)
+    report.show_serve_validation({"suite": _value(suite), "data": data or str(serve_validate.DATA.name),
+                                  "part": part, **result}, fmt.value)

@@ -599,3 +599,17 @@ def plot_pareto(data: dict, path: str) -> None:
         raise SpecError(f"cannot write {path}: {exc.strerror or exc}", key="--plot") from None
     plt.close(fig)
     wrote(path)
+
+
+def show_serve_validation(data: dict, fmt: str) -> None:
+    """`planner validate --suite serving`: MAPE overall and per engine, GPU and model (rows in json/yaml)."""
+    if fmt != "table":
+        return dump(data, fmt)
+    console = _console()
+    s = data["summary"]
+    console.print(f"{data['suite']} validation on {escape(data['data'])} ({data['part']} rows): "
+                  f"TTFT MAPE {s['ttft_mape']}%, TPOT MAPE {s['tpot_mape']}%, n = {s['n']}")
+    for key in ("engine", "gpu", "model"):
+        console.print()
+        console.print(_table(f"by {key}", (key, "n", "TTFT MAPE %", "TPOT MAPE %"),
+                             ([name, m["n"], m["ttft_mape"], m["tpot_mape"]] for name, m in data["by"][key].items())))

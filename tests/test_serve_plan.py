@@ -170,3 +170,34 @@ def test_evaluation_error_as_published(cases):
 def test_evaluation_error_meets_issue_bars(cases):
     summary = validate(cases, part="evaluation")["summary"]
     assert summary["tpot_mape"] <= 15 and summary["ttft_mape"] <= 25
+
+
+# ---------------------------------------------------------------- planner validate --suite serving
+
+def _validate(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "planner", "validate", "--suite", "serving", *args],
+                          capture_output=True, text=True, cwd=ROOT)
+
+
+def test_validate_serving_json_summary(tmp_path):
+    src = (ROOT / "tests/data/reference/serving_measurements.csv").read_text().splitlines()
+    header, rows = src[0], [line for line in src[1:] if ",trtllm," in line and "Qwen/Qwen3-32B" in line][:3]
+    data = tmp_path / "three.csv"
+    data.write_text("\n".join([header, *rows]) + "\n")
+    proc = _validate("--data", str(data), "-f", "json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["summary"]["n"] == 3 and {"ttft_mape", "tpot_mape", "n"} <= set(out["summary"])
+    # MAPE by hand from the three rows it printed
+    by_hand = sum(abs(r["tpot_pred_ms"] - r["tpot_ms"]) / r["tpot_ms"] for r in out["rows"]) / 3 * 100
+    assert out["summary"]["tpot_mape"] == pytest.approx(by_hand, abs=0.05)
+    assert set(out["by"]) == {"engine", "gpu", "model"}
+
+
+def test_validate_bad_data_exit_2(tmp_path):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("id,backend,model_path,system,isl,osl,batch_size,tp_size,silicon_ttft_ms,silicon_tpot_ms\n"
+                   "x,vllm,some/Model,h100_sxm,1,1,1,1,1,1\n")
+    proc = _validate("--data", str(bad))
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+    assert "model_path" in proc.stderr
