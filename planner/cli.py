@@ -593,6 +593,7 @@ def serve_plan_cmd(
                                 "TensorRT-LLM kv_cache_free_gpu_memory_fraction (default: the engine's).")] = None,
     max_num_batched_tokens: Annotated[int, typer.Option(min=1, max=MAX_SEQ_LEN, help="Tokens per forward (chunked prefill).")] = 8192,
     fix: Annotated[list[str] | None, typer.Option("--fix", metavar="KEY=VALUE", help="Pin tp, pp, ep or dp (repeatable).")] = None,
+    disaggregated: Annotated[bool, typer.Option("--disaggregated", help="Separate prefill and decode workers, rate-matched.")] = False,
     top: Annotated[int, typer.Option("--top", min=1, max=MAX_TOP, help="Plans to show.")] = 5,
     output: Annotated[str | None, typer.Option("--output", "-o", help="Write the serving plan to this YAML file.")] = None,
     plot: Annotated[str | None, typer.Option("--plot", metavar="FILE.png", help="Draw the Pareto front (needs matplotlib).")] = None,
@@ -612,12 +613,12 @@ def serve_plan_cmd(
         gpus=gpus, input_len=input_len, output_len=output_len, concurrency=concurrency, request_rate=request_rate,
         ttft_ms=ttft_ms, tpot_ms=tpot_ms, request_latency_ms=request_latency_ms, weight_dtype=_value(weight_dtype),
         kv_dtype=_value(kv_dtype), engine=_value(engine), max_model_len=max_model_len, mem_fraction=mem_fraction,
-        max_num_batched_tokens=max_num_batched_tokens, fix=_serve_fix(fix or []), top=top)
+        max_num_batched_tokens=max_num_batched_tokens, fix=_serve_fix(fix or []), top=top, disaggregated=disaggregated)
     request = {"model": spec.name, "cluster": hw.name, "gpu": hw.gpu.name, "gpus": gpus, "input_len": input_len,
                "output_len": output_len, "engine": req.engine, "weight_dtype": req.weight_dtype,
                "kv_dtype": req.kv_dtype, "concurrency": concurrency, "request_rate": request_rate,
                "ttft_ms": ttft_ms, "tpot_ms": tpot_ms, "request_latency_ms": request_latency_ms,
-               "max_model_len": req.context}
+               "max_model_len": req.context, "disaggregated": disaggregated}
     try:
         data = serve.serve_plan(spec, hw, req)
     except InfeasibleError as exc:
@@ -625,6 +626,8 @@ def serve_plan_cmd(
         raise
     data = {"request": request, **data}
     if plot is not None:
+        if not data["pareto"]:
+            raise SpecError("--plot draws the aggregated Pareto front; drop --disaggregated or --plot", key="--plot")
         report.plot_pareto(data, plot)
     if output is not None:
         report.write_yaml(output, {"kind": "serving-plan", "request": request, "plan": data["plans"][0],

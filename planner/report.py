@@ -522,8 +522,12 @@ def show_serve_plan(data: dict, fmt: str) -> None:
     console.print(f"solver: [bold]{solver['status']}[/bold]  {solver['objective'].replace('_', ' ')} "
                   f"{solver['objective_value']:,}; {solver['candidates_evaluated']:,} candidates of "
                   f"{solver['shapes']} shapes; {solver['wall_s']:.2f} s")
-    mix = " + ".join(f"{p['parallelism']['replicas']} x {_serve_label(p['parallelism'])} @{p['concurrency']}"
-                     for p in dep["mix"])
+    if "workers" in dep:
+        mix = " + ".join(f"{w['workers']} x {w['role']} {_serve_label(w['parallelism'])} @{w['concurrency']}"
+                         for w in dep["workers"])
+    else:
+        mix = " + ".join(f"{p['parallelism']['replicas']} x {_serve_label(p['parallelism'])} @{p['concurrency']}"
+                         for p in dep["mix"])
     console.print(f"deployment: {mix} on {dep['gpus']} GPUs: {dep['tokens_per_s']:,.0f} tokens/s "
                   f"({dep['tokens_per_s_per_gpu']:,.1f} /GPU), {dep['requests_per_s']:g} requests/s")
     console.print()
@@ -535,6 +539,18 @@ def show_serve_plan(data: dict, fmt: str) -> None:
                            f"{p['max_concurrency']:,}"] for i, p in enumerate(data["plans"], 1)), right_from=2))
     console.print()
     _serve_memory(console, data["plans"][0])
+    if "workers" in dep:
+        console.print()
+        console.print(_table("workers", ("role", "instance", "workers", "conc.", "TTFT\nms", "TPOT\nms", "requests/s",
+                                         "tokens/s", "KV pool\nGiB"),
+                             ([w["role"], _serve_label(w["parallelism"]), w["workers"], w["concurrency"],
+                               w.get("ttft_ms", ""), w.get("tpot_ms", ""), f"{w['requests_per_s']:g}",
+                               f"{w.get('tokens_per_s', 0):,.0f}" if w["role"] == "decode" else "",
+                               gib(w["memory_bytes"]["kv_cache"])] for w in dep["workers"]), right_from=2))
+    if not data["pareto"]:
+        for text in data.get("notes", ()):
+            console.print(f"note: {escape(text)}")
+        return
     console.print()
     console.print(_table("Pareto front (tokens/s/GPU vs tokens/s/user)", ("instance", "conc.", "tokens/s\n/GPU",
                                                                          "tokens/s\n/user", "TTFT\nms", "TPOT\nms"),

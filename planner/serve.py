@@ -51,6 +51,7 @@ class ServeRequest:
     max_num_batched_tokens: int = sv.DEFAULT_MAX_NUM_BATCHED_TOKENS
     fix: dict = field(default_factory=dict)
     top: int = 5
+    disaggregated: bool = False
 
     @property
     def context(self) -> int:
@@ -214,6 +215,8 @@ def serve_plan(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, calibration:
     if req.engine not in calibration["engines"]:
         raise SpecError(f"value {req.engine!r} has no latency calibration; calibrated: "
                         f"{', '.join(calibration['engines'])}", key="--engine")
+    if req.disaggregated:
+        return disaggregated_plan(spec, hw, req, calibration["engines"][req.engine], start)
     found, rejected, evaluated, points, good, cands = candidates(spec, hw, req, calibration["engines"][req.engine])
     if not cands:
         raise _infeasible(spec, hw, req, evaluated, points, rejected, calibration)
@@ -377,3 +380,151 @@ def _minimum_gpus(spec, hw, req, calibration) -> int | None:
             if mem.kv_cache > 0 and sv.longest_context(mem, spec) >= req.context:
                 return n
     return None
+
+
+# ---------------------------------------------------------------- disaggregated prefill / decode
+
+def _transfer_s(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, prefill: sv.Instance) -> float:
+    """Moving one request's KV cache from a prefill to a decode worker: latency + I x KV bytes per token
+    (every layer, window layers capped) over the prefill worker's links (scale-up inside one node,
+    else the scale-out NICs). Source: alpha-beta model; KV bytes from `kv_cache_bytes_per_token`."""
+    from planner.cost.params_flops import kv_cache_bytes_per_token
+
+    kv = kv_cache_bytes_per_token(spec, sv.KV_DTYPE_BYTES[req.kv_dtype])
+    tokens = req.input_len
+    window = min(tokens, spec.sliding_window) if spec.sliding_window else 0
+    size = kv.per_token * tokens + (kv.sliding_window_bytes / spec.sliding_window * window if window else 0)
+    inside = req.gpus <= hw.gpus_per_node
+    bandwidth = (hw.scaleup_gb_per_s if inside else hw.network_gb_per_s_per_gpu) * 1e9 * prefill.gpus
+    return (hw.scaleup_latency_s if inside else hw.network_latency_s) + size / bandwidth
+
+
+def _worker_points(spec, hw, req, inst, coefficients, role: str) -> tuple[dict, list[dict]]:
+    """Memory of a prefill (context I) or decode (context I + O) worker and its points meeting the SLOs:
+    prefill: prompts one at a time (per attention-DP group), TTFT (+ KV transfer) <= --ttft-ms,
+    requests/s = groups / TTFT without the transfer (the transfer overlaps the next prompt);
+    decode: TPOT without prefill interference <= --tpot-ms, requests/s = b / (O x TPOT), tokens/s = b / TPOT."""
+    context = req.input_len if role == "prefill" else req.context
+    mem = sv.serving_memory(spec, inst, capacity=hw.gpu.memory_bytes, weight_format=req.weight_dtype,
+                            kv_dtype=req.kv_dtype, engine=req.engine, fraction=req.mem_fraction,
+                            max_num_batched_tokens=req.max_num_batched_tokens)
+    cmax = sv.max_concurrency(mem, spec, inst, context)
+    ev = {"inst": inst, "memory": mem, "longest_context": sv.longest_context(mem, spec), "max_concurrency": cmax}
+    if mem.kv_cache <= 0 or ev["longest_context"] < context or cmax < 1:
+        return ev, []
+    if role == "prefill":  # compute-bound: prompts back to back, one at a time, gain nothing from batching
+        steps = [inst.adp]
+    else:
+        steps = [req.concurrency] if req.concurrency else [b for b in CONCURRENCY_STEPS if b < cmax] + [cmax]
+    dtype = _peak_dtype(hw, req.weight_dtype)
+    transfer = _transfer_s(spec, hw, req, inst) if role == "prefill" else 0.0
+    out = []
+    for b in steps:
+        if b > cmax or b < inst.adp:
+            continue
+        terms = sv.latency_terms(spec, inst, hbm_bytes_per_s=hw.gpu.hbm_gb_per_s * 1e9,
+                                 peak_flops=hw.peak_flops(dtype), weight_format=req.weight_dtype,
+                                 kv_dtype=req.kv_dtype, concurrency=b, input_len=req.input_len,
+                                 output_len=req.output_len, max_concurrency_=cmax,
+                                 max_num_batched_tokens=req.max_num_batched_tokens, hop_s=_hop_s(hw, inst, spec, b))
+        terms["prefill_interference_s"] = 0.0
+        ttft, tpot = sv.predict_latency(terms, coefficients)
+        if role == "prefill":
+            if req.ttft_ms is None or (ttft + transfer) * 1e3 <= req.ttft_ms:
+                out.append({"concurrency": b, "ttft_s": ttft + transfer, "requests_per_s": b / ttft})
+        elif tpot > 0 and (req.tpot_ms is None or tpot * 1e3 <= req.tpot_ms):
+            out.append({"concurrency": b, "tpot_s": tpot, "requests_per_s": b / (req.output_len * tpot),
+                        "tokens_per_s": b / tpot})
+    return ev, out
+
+
+def _worker_row(ev: dict, point: dict, role: str, count: int) -> dict:
+    inst, mem = ev["inst"], ev["memory"]
+    row = {"role": role, "parallelism": {"tp": inst.tp, "pp": inst.pp, "ep": inst.ep, "dp": inst.adp},
+           "workers": count, "gpus": inst.gpus * count, "concurrency": point["concurrency"],
+           "memory_bytes": {"weights": mem.weights, "activations": mem.activations, "kv_cache": mem.kv_cache,
+                            "reserve": mem.reserve, "capacity": mem.capacity},
+           "kv_tokens": mem.kv_tokens, "max_concurrency": ev["max_concurrency"],
+           "longest_context": ev["longest_context"],
+           "requests_per_s": round(point["requests_per_s"] * count, 3)}
+    if role == "prefill":
+        row["ttft_ms"] = round(point["ttft_s"] * 1e3, 1)
+    else:
+        row.update(tpot_ms=round(point["tpot_s"] * 1e3, 2), tokens_per_s=round(point["tokens_per_s"] * count, 1))
+    return row
+
+
+def worker_candidates(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, coefficients: dict):
+    """(shapes, rejected counts, {"prefill": [(ev, point)], "decode": [(ev, point)]}): the best point per
+    shape and role meeting the SLOs (prefill: most requests/s; decode: most tokens/s)."""
+    found, rejected = shapes(spec, hw, req.gpus, req.fix)
+    sides = {}
+    for role in ("prefill", "decode"):
+        best = []
+        for inst in found:
+            ev, pts = _worker_points(spec, hw, req, inst, coefficients, role)
+            if pts:
+                key = "requests_per_s" if role == "prefill" else "tokens_per_s"
+                best.append((ev, max(pts, key=lambda p: p[key])))
+        sides[role] = best
+    return found, rejected, sides
+
+
+def disaggregated_plan(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, coefficients: dict, start: float) -> dict:
+    """Prefill and decode workers (`--disaggregated`): the best point per shape and role, then the
+    rate-matching program of `serve_ilp.best_disaggregated` (or `min_gpus_disaggregated` for
+    --request-rate). TTFT = the prefill worker's TTFT + the KV transfer; TPOT = the decode worker's.
+    --request-latency-ms is checked on the chosen pair (TTFT + (O - 1) x TPOT)."""
+    found, rejected, sides = worker_candidates(spec, hw, req, coefficients)
+    if not sides["prefill"] or not sides["decode"]:
+        role = "prefill" if not sides["prefill"] else "decode"
+        slo = "--ttft-ms" if role == "prefill" else "--tpot-ms"
+        raise InfeasibleError(f"no {role} worker shape fits memory and {slo} on up to {req.gpus} GPUs; "
+                              f"loosen {slo} or drop --disaggregated", details={"binding": f"{role}_slo"})
+    pre, dec = sides["prefill"], sides["decode"]
+    args = ([ev["inst"].gpus for ev, _ in pre], [p["requests_per_s"] for _, p in pre],
+            [ev["inst"].gpus for ev, _ in dec], [p["requests_per_s"] for _, p in dec],
+            [p["tokens_per_s"] for _, p in dec])
+    if req.request_rate is not None:
+        result = serve_ilp.min_gpus_disaggregated(*args, req.request_rate, req.gpus)
+    else:
+        result = serve_ilp.best_disaggregated(*args, req.gpus)
+    if not result.decode:
+        raise InfeasibleError(f"no rate-matched prefill + decode mix fits {req.gpus} GPUs"
+                              + (f" at {req.request_rate:g} requests/s" if req.request_rate else ""),
+                              details={"binding": "gpus"})
+    rows = [_worker_row(*pre[i], "prefill", n) for i, n in sorted(result.prefill.items())] + \
+           [_worker_row(*dec[i], "decode", n) for i, n in sorted(result.decode.items())]
+    gpus = sum(r["gpus"] for r in rows)
+    tokens = sum(r.get("tokens_per_s", 0) for r in rows)
+    ttft = max(r["ttft_ms"] for r in rows if r["role"] == "prefill")
+    tpot = max(r["tpot_ms"] for r in rows if r["role"] == "decode")
+    latency = ttft + (req.output_len - 1) * tpot
+    if req.request_latency_ms is not None and latency > req.request_latency_ms:
+        raise InfeasibleError(f"SLO binds: the best disaggregated mix has request latency {latency:.0f} ms > "
+                              f"{req.request_latency_ms:g} ms; --request-latency-ms {latency + 0.5:.0f} would work",
+                              details={"binding": "slo"})
+    decode_rows = [r for r in rows if r["role"] == "decode"]
+    top = decode_rows[0]
+    plan = {"parallelism": {**top["parallelism"], "replicas": sum(r["workers"] for r in decode_rows),
+                            "prefill_workers": sum(r["workers"] for r in rows if r["role"] == "prefill"),
+                            "decode_workers": sum(r["workers"] for r in decode_rows)},
+            "prefill_parallelism": next(r["parallelism"] for r in rows if r["role"] == "prefill"),
+            "gpus": gpus, "concurrency": top["concurrency"], "memory_bytes": top["memory_bytes"],
+            "kv_tokens": top["kv_tokens"], "max_concurrency": top["max_concurrency"],
+            "longest_context": top["longest_context"], "ttft_ms": ttft, "tpot_ms": tpot,
+            "request_latency_ms": round(latency, 1), "tokens_per_s": round(tokens, 1),
+            "tokens_per_s_per_gpu": round(tokens / gpus, 1), "tokens_per_s_per_user": round(1e3 / tpot, 1),
+            "requests_per_s": round(sum(r["requests_per_s"] for r in decode_rows), 3)}
+    return {
+        "solver": {"status": result.status,
+                   "objective": "min_gpus" if req.request_rate is not None else "max_tokens_per_s",
+                   "objective_value": round(gpus if req.request_rate is not None else tokens, 1),
+                   "wall_s": round(time.perf_counter() - start, 3),
+                   "candidates_evaluated": len(pre) + len(dec), "shapes": len(found), "shapes_rejected": rejected},
+        "deployment": {"gpus": gpus, "tokens_per_s": round(tokens, 1), "tokens_per_s_per_gpu": plan["tokens_per_s_per_gpu"],
+                       "requests_per_s": plan["requests_per_s"], "workers": rows},
+        "plans": [plan], "pareto": [], "notes": _notes(hw, req) + [
+            "disaggregated: prefill workers run prompts only, decode workers generate only; TTFT includes the "
+            "KV transfer; constants are the aggregated fit's with the prefill-interference term removed"],
+    }

@@ -43,3 +43,28 @@ def test_hand_example():
     assert result.counts == {1: 2}
     # 7 requests/s with TP1 at 1 req/s and TP4 at 5 req/s: 4 + 2 x 1 = 6 GPUs (brute: 7 TP1 = 7).
     assert serve_ilp.min_gpus([1, 4], [1.0, 5.0], [1.0, 1.0], 7.0, 16).gpus([1, 4]) == 6
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([1, 2, 4]), st.floats(0.1, 20.0)), min_size=1, max_size=2),
+       st.lists(st.tuples(st.sampled_from([1, 2, 4]), st.floats(0.1, 20.0), st.floats(1.0, 3000.0)), min_size=1, max_size=2),
+       st.integers(2, 10))
+def test_disaggregated_equals_brute_force(prefill, decode, budget):
+    args = ([p[0] for p in prefill], [p[1] for p in prefill], [d[0] for d in decode], [d[1] for d in decode],
+            [d[2] for d in decode])
+    result = serve_ilp.best_disaggregated(*args, budget)
+    best = serve_ilp.brute_disaggregated(*args, budget)
+    supplied = sum(int(args[4][i] * serve_ilp.SCALE) * n for i, n in result.decode.items()) / serve_ilp.SCALE
+    assert supplied == best
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([1, 2, 4]), st.floats(0.1, 20.0)), min_size=1, max_size=2),
+       st.lists(st.tuples(st.sampled_from([1, 2, 4]), st.floats(0.1, 20.0), st.floats(1.0, 3000.0)), min_size=1, max_size=2),
+       st.floats(0.1, 30.0), st.integers(2, 12))
+def test_min_gpus_disaggregated_equals_brute_force(prefill, decode, rate, limit):
+    p_g, p_r = [p[0] for p in prefill], [p[1] for p in prefill]
+    d_g, d_r, d_t = [d[0] for d in decode], [d[1] for d in decode], [d[2] for d in decode]
+    result = serve_ilp.min_gpus_disaggregated(p_g, p_r, d_g, d_r, d_t, rate, limit)
+    oracle = serve_ilp.brute_min_gpus_disaggregated(p_g, p_r, d_g, d_r, rate, limit)
+    assert (result.objective if result.prefill or result.decode else None) == (oracle if oracle else None)

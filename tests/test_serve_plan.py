@@ -201,3 +201,32 @@ def test_validate_bad_data_exit_2(tmp_path):
     proc = _validate("--data", str(bad))
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
     assert "model_path" in proc.stderr
+
+
+# ---------------------------------------------------------------- --disaggregated
+
+def test_disaggregated_equals_brute_force_and_rate_matches():
+    spec, hw = load_model("llama-3.1-8b"), load_cluster("dgx-h100")
+    coefficients = load_calibration()["engines"]["vllm"]
+    req = serve.ServeRequest(gpus=4, input_len=4000, output_len=300, ttft_ms=1500, tpot_ms=40, disaggregated=True)
+    _, _, sides = serve.worker_candidates(spec, hw, req, coefficients)
+    pre, dec = sides["prefill"], sides["decode"]
+    best = serve_ilp.brute_disaggregated([e["inst"].gpus for e, _ in pre], [p["requests_per_s"] for _, p in pre],
+                                         [e["inst"].gpus for e, _ in dec], [p["requests_per_s"] for _, p in dec],
+                                         [p["tokens_per_s"] for _, p in dec], 4)
+    data = serve.serve_plan(spec, hw, req)
+    workers = data["deployment"]["workers"]
+    decode_tokens = sum(w["tokens_per_s"] for w in workers if w["role"] == "decode")
+    assert decode_tokens == pytest.approx(best, abs=0.06 * len(workers))
+    prefill_rate = sum(w["requests_per_s"] for w in workers if w["role"] == "prefill")
+    decode_rate = sum(w["requests_per_s"] for w in workers if w["role"] == "decode")
+    assert prefill_rate >= decode_rate - 0.002  # rate matching (rounded to 0.001 per row)
+    assert data["plans"][0]["parallelism"]["prefill_workers"] >= 1 and data["deployment"]["gpus"] <= 4
+    assert data["plans"][0]["ttft_ms"] <= 1500 and data["plans"][0]["tpot_ms"] <= 40
+
+
+def test_disaggregated_cli_table():
+    proc = _cli("-m", "llama-3.1-8b", "-c", "dgx-h100", "--gpus", "4", "--input-len", "4000", "--output-len", "300",
+                "--ttft-ms", "1500", "--tpot-ms", "40", "--disaggregated")
+    assert proc.returncode == 0, proc.stderr
+    assert "prefill" in proc.stdout and "decode" in proc.stdout

@@ -16,6 +16,16 @@ Sizing (`min_gpus`)::
     s.t.   sum_i r[i] n[i] >= R                    carries R requests/s
     min    sum_i g[i] n[i]                         GPUs (ties: more tokens/s)
 
+Disaggregated (`best_disaggregated`, `min_gpus_disaggregated`): prefill candidates p (g[p] GPUs,
+q[p] requests/s they prefill) and decode candidates d (g[d], r[d] requests/s they finish, t[d]
+tokens/s)::
+
+    Vars   x[p], y[d] >= 0 integer                 prefill and decode workers
+    s.t.   sum_p g[p] x[p] + sum_d g[d] y[d] <= N  GPU budget
+           sum_p q[p] x[p] >= sum_d r[d] y[d]      rate matching: prefill keeps decode fed
+    max    sum_d t[d] y[d]                         (ties: fewer GPUs)
+    or, for R requests/s: sum_p q[p] x[p] >= R, sum_d r[d] y[d] >= R, min GPUs (ties: more tokens/s).
+
 Rates become integers here only: tokens/s and requests/s in milli-units (floor for what a plan
 supplies, ceil for what is demanded, so a reported plan never overstates). `brute_best_mix` and
 `brute_min_gpus` enumerate every mix (small instances) as the test oracle.
@@ -99,6 +109,80 @@ def min_gpus(gpus: list[int], requests_per_s: list[float], tokens_per_s: list[fl
     solver.Minimize(sum(g * big * v for g, v in zip(gpus, n)) - sum(ti * v for ti, v in zip(t, n)))
     counts, status, wall = _solve(solver, n)
     return MixResult(counts, status, float(sum(gpus[i] * c for i, c in counts.items())), wall)
+
+
+@dataclass(frozen=True)
+class SplitResult:
+    """Prefill and decode workers per candidate (zero counts left out)."""
+
+    prefill: dict[int, int]
+    decode: dict[int, int]
+    status: str
+    objective: float
+    wall_s: float
+
+
+def _split_program(p_gpus, d_gpus, limit):
+    solver, n = _program([limit // g for g in p_gpus] + [limit // g for g in d_gpus])
+    x, y = n[:len(p_gpus)], n[len(p_gpus):]
+    used = sum(g * v for g, v in zip(p_gpus, x)) + sum(g * v for g, v in zip(d_gpus, y))
+    solver.Add(used <= limit)
+    return solver, n, x, y, used
+
+
+def _split(counts: dict[int, int], k: int) -> tuple[dict[int, int], dict[int, int]]:
+    return ({i: c for i, c in counts.items() if i < k}, {i - k: c for i, c in counts.items() if i >= k})
+
+
+def best_disaggregated(p_gpus: list[int], p_rps: list[float], d_gpus: list[int], d_rps: list[float],
+                       d_tokens: list[float], budget: int) -> SplitResult:
+    """Prefill and decode workers maximising decode tokens/s within `budget` GPUs, prefill rate >= decode rate."""
+    q, r, t = _int_rates(p_rps, up=False), _int_rates(d_rps, up=True), _int_rates(d_tokens, up=False)
+    solver, n, x, y, used = _split_program(p_gpus, d_gpus, budget)
+    solver.Add(sum(qi * v for qi, v in zip(q, x)) >= sum(ri * v for ri, v in zip(r, y)))
+    solver.Maximize(sum(ti * (budget + 1) * v for ti, v in zip(t, y)) - used)
+    counts, status, wall = _solve(solver, n)
+    pre, dec = _split(counts, len(p_gpus))
+    return SplitResult(pre, dec, status, sum(d_tokens[i] * c for i, c in dec.items()), wall)
+
+
+def min_gpus_disaggregated(p_gpus: list[int], p_rps: list[float], d_gpus: list[int], d_rps: list[float],
+                           d_tokens: list[float], rate: float, limit: int) -> SplitResult:
+    """Fewest GPUs (at most `limit`) whose prefill and decode workers each carry `rate` requests/s."""
+    q, r, t = _int_rates(p_rps, up=False), _int_rates(d_rps, up=False), _int_rates(d_tokens, up=False)
+    need = math.ceil(rate * SCALE)
+    solver, n, x, y, used = _split_program(p_gpus, d_gpus, limit)
+    solver.Add(sum(qi * v for qi, v in zip(q, x)) >= need)
+    solver.Add(sum(ri * v for ri, v in zip(r, y)) >= need)
+    big = sum(ti * (limit // g) for ti, g in zip(t, d_gpus)) + 1
+    solver.Minimize(used * big - sum(ti * v for ti, v in zip(t, y)))
+    counts, status, wall = _solve(solver, n)
+    pre, dec = _split(counts, len(p_gpus))
+    gpus = sum(p_gpus[i] * c for i, c in pre.items()) + sum(d_gpus[i] * c for i, c in dec.items())
+    return SplitResult(pre, dec, status, float(gpus), wall)
+
+
+def brute_disaggregated(p_gpus, p_rps, d_gpus, d_rps, d_tokens, budget) -> float:
+    """Best decode tokens/s of any rate-matched worker mix within `budget` (oracle, milli-units)."""
+    q, r, t = _int_rates(p_rps, up=False), _int_rates(d_rps, up=True), _int_rates(d_tokens, up=False)
+    gpus = list(p_gpus) + list(d_gpus)
+    k = len(p_gpus)
+    best = 0
+    for cs in _mixes(gpus, budget):
+        if sum(qi * c for qi, c in zip(q, cs[:k])) >= sum(ri * c for ri, c in zip(r, cs[k:])):
+            best = max(best, sum(ti * c for ti, c in zip(t, cs[k:])))
+    return best / SCALE
+
+
+def brute_min_gpus_disaggregated(p_gpus, p_rps, d_gpus, d_rps, rate, limit) -> int | None:
+    """Fewest GPUs of any worker mix within `limit` whose prefill and decode sides each carry `rate` (oracle)."""
+    q, r = _int_rates(p_rps, up=False), _int_rates(d_rps, up=False)
+    need = math.ceil(rate * SCALE)
+    gpus = list(p_gpus) + list(d_gpus)
+    k = len(p_gpus)
+    found = [sum(g * c for g, c in zip(gpus, cs)) for cs in _mixes(gpus, limit)
+             if sum(qi * c for qi, c in zip(q, cs[:k])) >= need and sum(ri * c for ri, c in zip(r, cs[k:])) >= need]
+    return min(found) if found else None
 
 
 def _mixes(gpus: list[int], budget: int):
