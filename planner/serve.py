@@ -303,6 +303,12 @@ def _infeasible(spec, hw, req, evaluated, points, rejected, calibration) -> Infe
     """What binds (memory, context, SLO) with its numbers and what would relax it."""
     if not evaluated:
         why = "; ".join(f"{n} x {r}" for r, n in rejected.items()) or "no shape matches --fix"
+        if req.fix:
+            valid, _ = shapes(spec, hw, req.gpus, {})
+            names = {"tp": "tp", "pp": "pp", "ep": "ep", "dp": "adp"}
+            allowed = "; ".join(f"{k}: {', '.join(str(v) for v in sorted({getattr(i, names[k]) for i in valid}))}"
+                                for k in req.fix)
+            why = f"the pins {' '.join(f'{k}={v}' for k, v in req.fix.items())} leave no valid shape; allowed {allowed}"
         return InfeasibleError(f"no instance shape of {spec.name} fits {req.gpus} GPUs: {why}",
                                details={"binding": "divisibility", "rejected": rejected})
     fits = [ev for ev in evaluated if ev["memory"].kv_cache > 0]

@@ -230,3 +230,10 @@ def test_disaggregated_cli_table():
                 "--ttft-ms", "1500", "--tpot-ms", "40", "--disaggregated")
     assert proc.returncode == 0, proc.stderr
     assert "prefill" in proc.stdout and "decode" in proc.stdout
+
+
+def test_fix_that_breaks_a_rule_lists_allowed_values():
+    proc = _cli("-m", "llama-3.1-70b", "-c", "hgx-h200", "--gpus", "8", "--input-len", "4000", "--output-len", "500",
+                "--fix", "tp=3")
+    assert proc.returncode == 1
+    assert "allowed tp: 1, 2, 4, 8" in proc.stderr
