@@ -211,6 +211,11 @@ def serve_plan(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, calibration:
         SpecError for an engine without calibration.
     """
     start = time.perf_counter()
+    if req.context > spec.max_position_embeddings:
+        key = "--max-model-len" if req.max_model_len else "--input-len"
+        raise SpecError(f"a context of {req.context} tokens exceeds {spec.name}'s max_position_embeddings "
+                        f"{spec.max_position_embeddings} (vLLM, SGLang and TensorRT-LLM refuse it at start-up); "
+                        f"allowed: up to {spec.max_position_embeddings}", key=key)
     calibration = calibration or load_calibration()
     if req.engine not in calibration["engines"]:
         raise SpecError(f"value {req.engine!r} has no latency calibration; calibrated: "
@@ -219,7 +224,7 @@ def serve_plan(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, calibration:
         return disaggregated_plan(spec, hw, req, calibration["engines"][req.engine], start)
     found, rejected, evaluated, points, good, cands = candidates(spec, hw, req, calibration["engines"][req.engine])
     if not cands:
-        raise _infeasible(spec, hw, req, evaluated, points, rejected, calibration)
+        raise _infeasible(spec, hw, req, evaluated, points, rejected)
     gpus = [ev["inst"].gpus for ev, _ in cands]
     tokens = [p["tokens_per_s"] for _, p in cands]
     if req.request_rate is not None:
@@ -299,7 +304,7 @@ def _notes(hw: ClusterSpec, req: ServeRequest) -> list[str]:
     return notes
 
 
-def _infeasible(spec, hw, req, evaluated, points, rejected, calibration) -> InfeasibleError:
+def _infeasible(spec, hw, req, evaluated, points, rejected) -> InfeasibleError:
     """What binds (memory, context, SLO) with its numbers and what would relax it."""
     if not evaluated:
         why = "; ".join(f"{n} x {r}" for r, n in rejected.items()) or "no shape matches --fix"
@@ -315,7 +320,7 @@ def _infeasible(spec, hw, req, evaluated, points, rejected, calibration) -> Infe
     if not fits:
         best = max(evaluated, key=lambda ev: ev["memory"].kv_cache)
         mem = best["memory"]
-        need = _minimum_gpus(spec, hw, req, calibration)
+        need = _minimum_gpus(spec, hw, req)
         more = f"; the smallest instance that fits has {need} GPUs (--gpus {need})" if need else ""
         return InfeasibleError(
             f"memory binds: weights {mem.weights / sv.GIB:.2f} GiB + activations {mem.activations / sv.GIB:.2f} GiB "
@@ -326,7 +331,7 @@ def _infeasible(spec, hw, req, evaluated, points, rejected, calibration) -> Infe
     long_enough = [ev for ev in fits if ev["longest_context"] >= req.context]
     if not long_enough:
         best = max(fits, key=lambda ev: ev["longest_context"])
-        need = _minimum_gpus(spec, hw, req, calibration)
+        need = _minimum_gpus(spec, hw, req)
         more = f", or --gpus {need}" if need else ""
         return InfeasibleError(
             f"context binds: the KV pool ({best['memory'].kv_cache / sv.GIB:.2f} GiB per GPU on tp={best['inst'].tp} "
@@ -373,7 +378,7 @@ def _memory_only(ev: dict) -> dict:
             "kv_tokens": mem.kv_tokens, "longest_context": ev["longest_context"]}
 
 
-def _minimum_gpus(spec, hw, req, calibration) -> int | None:
+def _minimum_gpus(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest) -> int | None:
     """Smallest instance (GPUs) whose KV pool holds one sequence of the asked context, up to 1024 GPUs."""
     for n in _powers(1024):
         if n <= req.gpus:

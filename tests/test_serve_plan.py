@@ -237,3 +237,8 @@ def test_fix_that_breaks_a_rule_lists_allowed_values():
                 "--fix", "tp=3")
     assert proc.returncode == 1
     assert "allowed tp: 1, 2, 4, 8" in proc.stderr
+
+
+def test_context_beyond_model_limit_is_bad_input():
+    proc = _cli("-m", "qwen3-32b", "-c", "dgx-h100", "--gpus", "8", "--input-len", "40000", "--output-len", "1000")
+    assert proc.returncode == 2 and "max_position_embeddings 40960" in proc.stderr

@@ -181,9 +181,10 @@ def _vocab_rows(spec: ModelSpec, tp: int) -> int:
 def weight_bytes_per_gpu(spec: ModelSpec, inst: Instance, weight_format: str) -> int:
     """Weight bytes on the GPU of the largest pipeline stage (memoised per spec object).
 
-    Source: module docstring (split rules); formats: WEIGHT_FORMATS. The stage holds ceil(L/pp)
-    consecutive layers; the embedding sits on the first stage, the LM head on the last: the larger
-    of (first stage, last stage) is returned (pp = 1: both).
+    Source: module docstring (split rules); formats: WEIGHT_FORMATS. Stages hold ceil(L/pp)
+    consecutive layers (the last the remainder); the embedding (and learned positions) sits on the
+    first stage, the LM head and final norm on the last (a tied head is its own copy when pp > 1);
+    the largest stage is returned.
     """
     memo = spec_memo(spec)
     key = ("serving_weights", inst, weight_format)
@@ -198,25 +199,25 @@ def _weight_bytes(spec: ModelSpec, inst: Instance, weight_format: str) -> int:
     counts = count_params(spec)
     h = spec.hidden_size
     t, at = inst.tp, inst.attn_tp
-    per_stage = math.ceil(spec.num_hidden_layers / inst.pp)
-    layers = counts.layers[:per_stage] if inst.pp > 1 else counts.layers
-    total = 0.0
-    for layer in layers:
+    per_layer = []
+    for layer in counts.layers:
         if spec.is_mla:
             replicated = h * (spec.q_lora_rank + spec.kv_lora_rank + spec.qk_rope_head_dim)
-            split = layer.attention - replicated
-            attn = dense_fmt.bytes_for(split / at + replicated, h)
+            attn = dense_fmt.bytes_for((layer.attention - replicated) / at + replicated, h)
         else:
             kv = 2 * h * spec.num_key_value_heads * spec.head_dim
             attn = dense_fmt.bytes_for((layer.attention - kv) / at + kv / min(at, spec.num_key_value_heads), h)
         mlp = dense_fmt.bytes_for((layer.dense_mlp + layer.shared_experts) / t, h)
         experts = fmt.bytes_for(layer.routed_experts / t, h)
-        total += attn + mlp + experts + 2 * (layer.router + layer.norms)
-    width = spec.embedding_width
-    vocab = _vocab_rows(spec, t) * width / t * 2
-    head = 0 if spec.tie_word_embeddings and inst.pp == 1 else vocab
-    ends = vocab + head if inst.pp == 1 else max(vocab, head or vocab)
-    return int(total + ends + 2 * counts.final_norm)
+        per_layer.append(attn + mlp + experts + 2 * (layer.router + layer.norms))
+    vocab = _vocab_rows(spec, t) * spec.embedding_width / t * 2
+    embedding = vocab + 2 * (counts.embedding - spec.padded_vocab_size * spec.embedding_width)
+    head = (0 if spec.tie_word_embeddings and inst.pp == 1 else vocab) + 2 * counts.final_norm
+    size = math.ceil(spec.num_hidden_layers / inst.pp)
+    stages = [sum(per_layer[k * size:(k + 1) * size]) for k in range(inst.pp)]
+    stages[0] += embedding
+    stages[-1] += head
+    return int(max(stages))
 
 
 def kv_bytes_per_gpu(spec: ModelSpec, inst: Instance, kv_dtype: str) -> tuple[float, float]:
