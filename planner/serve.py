@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from planner.cost import serving as sv
 from planner.errors import InfeasibleError, SpecError
 from planner.search import serve_ilp
-from planner.serve_validate import load_calibration
+from planner.serve_validate import coefficients_for, load_calibration
 from planner.specs.cluster import ClusterSpec
 from planner.specs.model import ModelSpec
 
@@ -216,13 +216,10 @@ def serve_plan(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, calibration:
         raise SpecError(f"a context of {req.context} tokens exceeds {spec.name}'s max_position_embeddings "
                         f"{spec.max_position_embeddings} (vLLM, SGLang and TensorRT-LLM refuse it at start-up); "
                         f"allowed: up to {spec.max_position_embeddings}", key=key)
-    calibration = calibration or load_calibration()
-    if req.engine not in calibration["engines"]:
-        raise SpecError(f"value {req.engine!r} has no latency calibration; calibrated: "
-                        f"{', '.join(calibration['engines'])}", key="--engine")
+    coefficients = coefficients_for(calibration or load_calibration(), req.engine, spec)
     if req.disaggregated:
-        return disaggregated_plan(spec, hw, req, calibration["engines"][req.engine], start)
-    found, rejected, evaluated, points, good, cands = candidates(spec, hw, req, calibration["engines"][req.engine])
+        return disaggregated_plan(spec, hw, req, coefficients, start)
+    found, rejected, evaluated, points, good, cands = candidates(spec, hw, req, coefficients)
     if not cands:
         raise _infeasible(spec, hw, req, evaluated, points, rejected)
     gpus = [ev["inst"].gpus for ev, _ in cands]

@@ -8,7 +8,9 @@ pp_size, attention_dp_size, moe_tp_size, moe_ep_size, silicon_ttft_ms, silicon_t
 Split (deterministic, documented): a row is in the EVALUATION part when crc32(id) % 4 == 0, else in
 the FIT part (about 25 % / 75 %). The fit never sees evaluation rows. Fit: per engine, non-negative numpy least
 squares of sum_j c_j term_j on the terms of `cost.serving.latency_terms`, each row weighted by
-1 / measured (so the fit minimises squared relative error, the quantity MAPE reports).
+1 / measured (so the fit minimises squared relative error, the quantity MAPE reports), one set of
+constants per engine and model class (dense / MoE). The file has no KV-dtype column: the KV cache is
+taken as bf16 for every row.
 
 `python -m planner.serve_validate --write` (Makefile: `make calibrate-serving`) regenerates
 `calibration/serving.yaml` from the reference data.
@@ -144,24 +146,47 @@ def _columns(terms: dict[str, float], names: tuple[str, ...]) -> list[float]:
     return [terms[n] * sv._unit(n) for n in names]
 
 
-def fit(cases: list[Case]) -> dict[str, dict[str, dict[str, float]]]:
-    """Per-engine coefficients {engine: {"ttft": {term: c}, "tpot": {term: c}}} fitted on the FIT part.
+def model_class(model: str) -> str:
+    """`moe` for models with routed experts, else `dense`: the two run different kernels (fused MoE /
+    grouped GEMMs and expert all-to-all vs dense GEMMs), so each engine has one set of constants per class."""
+    return "moe" if _model(model).is_moe else "dense"
 
-    Source: numpy.linalg.lstsq on rows scaled by 1/measured (relative least squares)."""
+
+def fit(cases: list[Case]) -> dict[str, dict[str, dict[str, dict[str, float]]]]:
+    """Coefficients {engine: {class: {"ttft": {term: c}, "tpot": {term: c}, "fit_rows": n}}} fitted on
+    the FIT part, class = `model_class`.
+
+    Source: numpy.linalg.lstsq on rows scaled by 1/measured (relative least squares), negative terms
+    dropped (`_nonnegative_lstsq`)."""
     import numpy as np  # only for fitting: serve-plan itself does not load numpy
 
     result: dict = {}
     terms = {c.id: case_terms(c) for c in cases}
     for engine in sorted({c.engine for c in cases}):
-        part = [c for c in cases if c.engine == engine and not c.evaluation]
         result[engine] = {}
-        for target, names in (("ttft", sv.TTFT_TERMS), ("tpot", sv.TPOT_TERMS)):
-            y = np.array([getattr(c, f"{target}_ms") / 1e3 for c in part])
-            a = np.array([_columns(terms[c.id], names) for c in part])
-            coef = _nonnegative_lstsq(a / y[:, None], np.ones(len(y)))
-            result[engine][target] = {n: round(float(v), 6) for n, v in zip(names, coef)}
-        result[engine]["fit_rows"] = len(part)
+        for cls in ("dense", "moe"):
+            part = [c for c in cases if c.engine == engine and model_class(c.model) == cls and not c.evaluation]
+            if not part:
+                continue
+            result[engine][cls] = {}
+            for target, names in (("ttft", sv.TTFT_TERMS), ("tpot", sv.TPOT_TERMS)):
+                y = np.array([getattr(c, f"{target}_ms") / 1e3 for c in part])
+                a = np.array([_columns(terms[c.id], names) for c in part])
+                coef = _nonnegative_lstsq(a / y[:, None], np.ones(len(y)))
+                result[engine][cls][target] = {n: round(float(v), 6) for n, v in zip(names, coef)}
+            result[engine][cls]["fit_rows"] = len(part)
     return result
+
+
+def coefficients_for(calibration: dict, engine: str, model: str) -> dict:
+    """The engine's constants for the model's class. Raises SpecError when none were fitted."""
+    engines = calibration["engines"]
+    cls = model_class(model) if isinstance(model, str) else ("moe" if model.is_moe else "dense")
+    if engine not in engines or cls not in engines[engine]:
+        have = ", ".join(f"{e} ({'/'.join(engines[e])})" for e in engines)
+        raise SpecError(f"value {engine!r} has no latency calibration for {cls} models; calibrated: {have}",
+                        key="--engine")
+    return engines[engine][cls]
 
 
 def _nonnegative_lstsq(a, b):
@@ -192,14 +217,11 @@ def validate(cases: list[Case], calibration: dict | None = None, *, part: str = 
     Returns:
         {"rows": [...], "summary": {ttft_mape, tpot_mape, n}, "by": {"engine": {...}, ...}} (MAPE in %).
     """
-    coefficients = (calibration or load_calibration())["engines"]
+    calibration = calibration or load_calibration()
     chosen = [c for c in cases if part == "all" or (c.evaluation == (part == "evaluation"))]
     rows = []
     for case in chosen:
-        if case.engine not in coefficients:
-            raise SpecError(f"row {case.id}: engine {case.engine!r} not calibrated; calibrated: "
-                            f"{', '.join(coefficients)}", key="backend")
-        ttft, tpot = sv.predict_latency(case_terms(case), coefficients[case.engine])
+        ttft, tpot = sv.predict_latency(case_terms(case), coefficients_for(calibration, case.engine, case.model))
         rows.append(dict(id=case.id, engine=case.engine, gpu=case.cluster, model=case.model,
                          part="evaluation" if case.evaluation else "fit",
                          ttft_ms=case.ttft_ms, ttft_pred_ms=ttft * 1e3, tpot_ms=case.tpot_ms, tpot_pred_ms=tpot * 1e3))
@@ -222,7 +244,8 @@ def write_calibration(path: Path = CALIBRATION, data: Path = DATA) -> dict:
     engines = fit(cases)
     doc = {
         "description": "[Empirical] coefficients of the serving latency model (planner/cost/serving.py "
-                       "latency_terms / predict_latency), per engine, Hopper GPUs (H100/H200 SXM).",
+                       "latency_terms / predict_latency), per engine and model class (dense / moe), "
+                       "Hopper GPUs (H100/H200 SXM).",
         "fitted_on": f"{data.name}: rows with crc32(id) % 4 != 0 (FIT part); evaluation part: crc32(id) % 4 == 0",
         "method": "numpy.linalg.lstsq with negative terms dropped (non-negative), rows scaled by 1/measured (relative least squares); "
                   "regenerate: make calibrate-serving",
