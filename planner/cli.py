@@ -595,7 +595,7 @@ def serve_plan_cmd(
     fix: Annotated[list[str] | None, typer.Option("--fix", metavar="KEY=VALUE", help="Pin tp, pp, ep or dp (repeatable).")] = None,
     disaggregated: Annotated[bool, typer.Option("--disaggregated", help="Separate prefill and decode workers, rate-matched.")] = False,
     top: Annotated[int, typer.Option("--top", min=1, max=MAX_TOP, help="Plans to show.")] = 5,
-    output: Annotated[str | None, typer.Option("--output", "-o", help="Write the serving plan to this YAML file.")] = None,
+    output: Annotated[str | None, typer.Option("--output", "-o", help="Write the serving plan to this YAML file (kind: serving-plan; `planner check` does not read it yet).")] = None,
     plot: Annotated[str | None, typer.Option("--plot", metavar="FILE.png", help="Draw the Pareto front (needs matplotlib).")] = None,
     fmt: FormatOpt = Format.table,
 ) -> None:

@@ -244,3 +244,17 @@ def test_fix_that_breaks_a_rule_lists_allowed_values():
 def test_context_beyond_model_limit_is_bad_input():
     proc = _cli("-m", "qwen3-32b", "-c", "dgx-h100", "--gpus", "8", "--input-len", "40000", "--output-len", "1000")
     assert proc.returncode == 2 and "max_position_embeddings 40960" in proc.stderr
+
+
+def test_output_file_and_plot_without_matplotlib(tmp_path, monkeypatch):
+    out = tmp_path / "serve-plan.yaml"
+    proc = _cli("-m", "llama-3.1-8b", "-c", "dgx-h100", "--gpus", "1", "--input-len", "1000", "--output-len", "100",
+                "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    written = yaml.safe_load(out.read_text())
+    assert written["kind"] == "serving-plan" and written["plan"]["parallelism"]["tp"] == 1
+    from planner import report
+    from planner.errors import SpecError
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import fails as when it is not installed
+    with pytest.raises(SpecError, match="matplotlib is not installed"):
+        report.plot_pareto({"pareto": [], "request": {}}, str(tmp_path / "x.png"))
