@@ -127,11 +127,31 @@ def _hop_s(hw: ClusterSpec, inst: sv.Instance, spec: ModelSpec, concurrency: flo
     return latency + concurrency / inst.adp * spec.hidden_size * 2 / bandwidth
 
 
+def _memory(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, inst: sv.Instance) -> sv.ServingMemory:
+    """`cost.serving.serving_memory` of one shape under the request's formats, engine and budget."""
+    return sv.serving_memory(spec, inst, capacity=hw.gpu.memory_bytes, weight_format=req.weight_dtype,
+                             kv_dtype=req.kv_dtype, engine=req.engine, fraction=req.mem_fraction,
+                             max_num_batched_tokens=req.max_num_batched_tokens)
+
+
+def _latency(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, inst: sv.Instance, concurrency: int,
+             cmax: int, coefficients: dict, *, interference: bool = True) -> tuple[float, float]:
+    """(TTFT s, TPOT s) of one shape at `concurrency` (`cost.serving.latency_terms` / `predict_latency`);
+    interference=False drops chunked-prefill interference (decode-only workers)."""
+    terms = sv.latency_terms(spec, inst, hbm_bytes_per_s=hw.gpu.hbm_gb_per_s * 1e9,
+                             peak_flops=hw.peak_flops(_peak_dtype(hw, req.weight_dtype)),
+                             weight_format=req.weight_dtype, kv_dtype=req.kv_dtype, concurrency=concurrency,
+                             input_len=req.input_len, output_len=req.output_len, max_concurrency_=max(cmax, 1),
+                             max_num_batched_tokens=req.max_num_batched_tokens,
+                             hop_s=_hop_s(hw, inst, spec, concurrency))
+    if not interference:
+        terms["prefill_interference_s"] = 0.0
+    return sv.predict_latency(terms, coefficients)
+
+
 def evaluate(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, inst: sv.Instance, coefficients: dict) -> dict:
     """Memory and every concurrency point of one shape: {"memory", "points", "reject"}."""
-    mem = sv.serving_memory(spec, inst, capacity=hw.gpu.memory_bytes, weight_format=req.weight_dtype,
-                            kv_dtype=req.kv_dtype, engine=req.engine, fraction=req.mem_fraction,
-                            max_num_batched_tokens=req.max_num_batched_tokens)
+    mem = _memory(spec, hw, req, inst)
     longest = sv.longest_context(mem, spec)
     cmax = sv.max_concurrency(mem, spec, inst, req.context)
     result = {"inst": inst, "memory": mem, "longest_context": longest, "max_concurrency": cmax, "points": []}
@@ -142,17 +162,10 @@ def evaluate(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, inst: sv.Insta
         result["reject"] = "context"
         return result
     steps = [req.concurrency] if req.concurrency else [b for b in CONCURRENCY_STEPS if b < cmax] + [cmax]
-    dtype = _peak_dtype(hw, req.weight_dtype)
     for b in steps:
         if b > cmax or b < inst.adp:
             continue
-        terms = sv.latency_terms(spec, inst, hbm_bytes_per_s=hw.gpu.hbm_gb_per_s * 1e9,
-                                 peak_flops=hw.peak_flops(dtype), weight_format=req.weight_dtype,
-                                 kv_dtype=req.kv_dtype, concurrency=b, input_len=req.input_len,
-                                 output_len=req.output_len, max_concurrency_=max(cmax, 1),
-                                 max_num_batched_tokens=req.max_num_batched_tokens,
-                                 hop_s=_hop_s(hw, inst, spec, b))
-        ttft, tpot = sv.predict_latency(terms, coefficients)
+        ttft, tpot = _latency(spec, hw, req, inst, b, cmax, coefficients)
         latency = ttft + (req.output_len - 1) * tpot
         result["points"].append({"concurrency": b, "ttft_s": ttft, "tpot_s": tpot, "latency_s": latency,
                                  "tokens_per_s": b * req.output_len / latency, "requests_per_s": b / latency})
@@ -382,9 +395,7 @@ def _minimum_gpus(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest) -> int | 
             continue
         found, _ = shapes(spec, hw, n, req.fix)
         for inst in found:
-            mem = sv.serving_memory(spec, inst, capacity=hw.gpu.memory_bytes, weight_format=req.weight_dtype,
-                                    kv_dtype=req.kv_dtype, engine=req.engine, fraction=req.mem_fraction,
-                                    max_num_batched_tokens=req.max_num_batched_tokens)
+            mem = _memory(spec, hw, req, inst)
             if mem.kv_cache > 0 and sv.longest_context(mem, spec) >= req.context:
                 return n
     return None
@@ -413,9 +424,7 @@ def _worker_points(spec, hw, req, inst, coefficients, role: str) -> tuple[dict, 
     requests/s = groups / TTFT without the transfer (the transfer overlaps the next prompt);
     decode: TPOT without prefill interference <= --tpot-ms, requests/s = b / (O x TPOT), tokens/s = b / TPOT."""
     context = req.input_len if role == "prefill" else req.context
-    mem = sv.serving_memory(spec, inst, capacity=hw.gpu.memory_bytes, weight_format=req.weight_dtype,
-                            kv_dtype=req.kv_dtype, engine=req.engine, fraction=req.mem_fraction,
-                            max_num_batched_tokens=req.max_num_batched_tokens)
+    mem = _memory(spec, hw, req, inst)
     cmax = sv.max_concurrency(mem, spec, inst, context)
     ev = {"inst": inst, "memory": mem, "longest_context": sv.longest_context(mem, spec), "max_concurrency": cmax}
     if mem.kv_cache <= 0 or ev["longest_context"] < context or cmax < 1:
@@ -424,19 +433,12 @@ def _worker_points(spec, hw, req, inst, coefficients, role: str) -> tuple[dict, 
         steps = [inst.adp]
     else:
         steps = [req.concurrency] if req.concurrency else [b for b in CONCURRENCY_STEPS if b < cmax] + [cmax]
-    dtype = _peak_dtype(hw, req.weight_dtype)
     transfer = _transfer_s(spec, hw, req, inst) if role == "prefill" else 0.0
     out = []
     for b in steps:
         if b > cmax or b < inst.adp:
             continue
-        terms = sv.latency_terms(spec, inst, hbm_bytes_per_s=hw.gpu.hbm_gb_per_s * 1e9,
-                                 peak_flops=hw.peak_flops(dtype), weight_format=req.weight_dtype,
-                                 kv_dtype=req.kv_dtype, concurrency=b, input_len=req.input_len,
-                                 output_len=req.output_len, max_concurrency_=cmax,
-                                 max_num_batched_tokens=req.max_num_batched_tokens, hop_s=_hop_s(hw, inst, spec, b))
-        terms["prefill_interference_s"] = 0.0
-        ttft, tpot = sv.predict_latency(terms, coefficients)
+        ttft, tpot = _latency(spec, hw, req, inst, b, cmax, coefficients, interference=False)
         if role == "prefill":
             if req.ttft_ms is None or (ttft + transfer) * 1e3 <= req.ttft_ms:
                 out.append({"concurrency": b, "ttft_s": ttft + transfer, "requests_per_s": b / ttft})

@@ -102,8 +102,9 @@ ENGINES: dict[str, EngineRule] = {
         "sgl-project/sglang python/sglang/srt/model_executor/model_runner_kv_cache_mixin.py @001ccef0 "
         "profile_max_num_token: rest_memory = available_gpu_memory (free after weight load) - "
         "total_gpu_memory x (1 - mem_fraction_static); activations and CUDA graphs live in the "
-        "(1 - mem_fraction_static) headroom. Default when unset depends on GPU and TP in server_args.py; "
-        "0.88 is the value for large-memory GPUs"),
+        "(1 - mem_fraction_static) headroom. When unset, server_args.py picks the fraction from TP size and "
+        "GPU memory (releases seen: 0.88 at tp 1 down to 0.79 at tp >= 16); 0.88 is taken here, pass "
+        "--mem-fraction to match a deployment"),
     "trtllm": EngineRule(
         "kv_cache_free_gpu_memory_fraction", 0.9, "free",
         "NVIDIA/TensorRT-LLM tensorrt_llm/_torch/pyexecutor/resource_manager.py @d2a5560a KVCacheManager: "
