@@ -540,7 +540,14 @@ def check_cmd(
 ) -> None:
     """CI gate: pass (exit 0) or fail (exit 1) with each violated rule, its numbers and a fix."""
     from planner import check as check_api  # imported per command: `--help` stays light
+    from planner.check import serving_plan
 
+    if serving_plan.is_serving_plan(file):
+        served = serving_plan.check_serving_plan(file)
+        report.show_serve_check(served, fmt.value)
+        if served["verdict"] != "pass":
+            raise typer.Exit(1)
+        return
     data = check_api.check_file(file, model=model, cluster=cluster, gpus=gpus, seq_len=seq_len,
                                 recompute=None if recompute is None else _value(recompute))
     report.show_check(data, fmt.value)
@@ -595,7 +602,7 @@ def serve_plan_cmd(
     fix: Annotated[list[str] | None, typer.Option("--fix", metavar="KEY=VALUE", help="Pin tp, pp, ep or dp (repeatable).")] = None,
     disaggregated: Annotated[bool, typer.Option("--disaggregated", help="Separate prefill and decode workers, rate-matched.")] = False,
     top: Annotated[int, typer.Option("--top", min=1, max=MAX_TOP, help="Plans to show.")] = 5,
-    output: Annotated[str | None, typer.Option("--output", "-o", help="Write the serving plan to this YAML file (kind: serving-plan; `planner check` does not read it yet).")] = None,
+    output: Annotated[str | None, typer.Option("--output", "-o", help="Write the serving plan to this YAML file (kind: serving-plan; `planner check` accepts it).")] = None,
     plot: Annotated[str | None, typer.Option("--plot", metavar="FILE.png", help="Draw the Pareto front (needs matplotlib).")] = None,
     fmt: FormatOpt = Format.table,
 ) -> None:
@@ -614,11 +621,12 @@ def serve_plan_cmd(
         ttft_ms=ttft_ms, tpot_ms=tpot_ms, request_latency_ms=request_latency_ms, weight_dtype=_value(weight_dtype),
         kv_dtype=_value(kv_dtype), engine=_value(engine), max_model_len=max_model_len, mem_fraction=mem_fraction,
         max_num_batched_tokens=max_num_batched_tokens, fix=_serve_fix(fix or []), top=top, disaggregated=disaggregated)
-    request = {"model": spec.name, "cluster": hw.name, "gpu": hw.gpu.name, "gpus": gpus, "input_len": input_len,
+    request = {"model": model, "cluster": cluster, "gpu": hw.gpu.name, "gpus": gpus, "input_len": input_len,
                "output_len": output_len, "engine": req.engine, "weight_dtype": req.weight_dtype,
                "kv_dtype": req.kv_dtype, "concurrency": concurrency, "request_rate": request_rate,
                "ttft_ms": ttft_ms, "tpot_ms": tpot_ms, "request_latency_ms": request_latency_ms,
-               "max_model_len": req.context, "disaggregated": disaggregated}
+               "max_model_len": req.context, "mem_fraction": mem_fraction,
+               "max_num_batched_tokens": max_num_batched_tokens, "disaggregated": disaggregated}
     try:
         data = serve.serve_plan(spec, hw, req)
     except InfeasibleError as exc:

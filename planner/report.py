@@ -629,3 +629,28 @@ def show_serve_validation(data: dict, fmt: str) -> None:
         console.print()
         console.print(_table(f"by {key}", (key, "n", "TTFT MAPE %", "TPOT MAPE %"),
                              ([name, m["n"], m["ttft_mape"], m["tpot_mape"]] for name, m in data["by"][key].items())))
+
+
+def show_serve_check(data: dict, fmt: str) -> None:
+    """`planner check` of a serving plan file (planner.check.serving_plan): verdict, recomputed numbers, findings."""
+    if fmt != "table":
+        return dump(data, fmt)
+    console = _console()
+    verdict = data["verdict"].upper()
+    par = data["parallelism"]
+    console.print(Text.assemble((verdict, "bold green" if verdict == "PASS" else "bold red"),
+                                f" {data['file']} ({data['kind']}): {data['model']} on up to "
+                                f"{data['gpus']:,} x {data['cluster']}: {par['replicas']} x {_serve_label(par)}"))
+    rec = data["recomputed"]
+    if rec:
+        mem = rec["memory_bytes"]
+        line_ = (f"weights {gib(mem['weights'])} GiB, activations {gib(mem['activations'])}, reserve "
+                 f"{gib(mem['reserve'])}, KV pool {gib(mem['kv_cache'])} of {gib(mem['capacity'])} GiB: "
+                 f"{rec['kv_tokens']:,} tokens, {rec['max_concurrency']:,} sequences, longest context "
+                 f"{rec['longest_context']:,}")
+        if "ttft_ms" in rec:
+            line_ += f"; TTFT {rec['ttft_ms']:,} ms, TPOT {rec['tpot_ms']} ms"
+        console.print(Text(line_))
+    if data["violations"]:
+        console.print()
+    _print_findings(console, data["violations"], data["warnings"])
