@@ -26,13 +26,13 @@ _INT_KEYS = ("tp", "pp", "ep", "dp", "replicas")
 
 
 def is_serving_plan(path: str | Path) -> bool:
-    """The file is YAML/JSON whose top level says `kind: serving-plan` (anything unreadable: False,
-    left to the other readers to report)."""
+    """The file is YAML/JSON whose top level says `kind: serving-plan` and holds a `request` mapping
+    (anything else, unreadable files included: False, left to the other readers to report)."""
     try:
         data = yaml.safe_load(Path(path).read_text())
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
         return False
-    return isinstance(data, dict) and data.get("kind") == KIND
+    return isinstance(data, dict) and data.get("kind") == KIND and isinstance(data.get("request"), dict)
 
 
 def _read(path: str) -> tuple[dict, dict]:
