@@ -26,13 +26,16 @@ _INT_KEYS = ("tp", "pp", "ep", "dp", "replicas")
 
 
 def is_serving_plan(path: str | Path) -> bool:
-    """The file is YAML/JSON whose top level says `kind: serving-plan` and holds a `request` mapping
+    """The file is YAML/JSON whose top level says `kind: serving-plan` and whose `request` has output_len
     (anything else, unreadable files included: False, left to the other readers to report)."""
     try:
         data = yaml.safe_load(Path(path).read_text())
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
         return False
-    return isinstance(data, dict) and data.get("kind") == KIND and isinstance(data.get("request"), dict)
+    if not isinstance(data, dict) or data.get("kind") != KIND:
+        return False
+    request = data.get("request")
+    return isinstance(request, dict) and "output_len" in request
 
 
 def _read(path: str) -> tuple[dict, dict]:
