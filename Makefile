@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: plan test bench clean calibrate-serving
+.PHONY: plan test test-deep bench clean calibrate-serving
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -14,8 +14,20 @@ $(STAMP): pyproject.toml
 plan: $(STAMP)
 	$(VENV)/bin/planner plan --model llama-3.1-70b --cluster dgx-h100 --gpus 64
 
+# Derandomized property tests (tests/budget.py): the same examples on every run.
 test: $(STAMP)
-	$(PY) -m pytest
+	HYPOTHESIS_PROFILE=ci $(PY) -m pytest
+
+# Property tests with fresh random examples, >= 10x the CI budget (2,000 for the brute-force
+# plan test), twice, each under its own printed seed (rerun one with --hypothesis-seed=SEED).
+DEEP_TESTS := $(shell grep -l '@given' tests/test_*.py)
+test-deep: $(STAMP)
+	@for run in 1 2; do \
+	  seed=$$(od -An -N4 -tu4 /dev/urandom | tr -d ' '); \
+	  echo "test-deep run $$run: --hypothesis-seed=$$seed"; \
+	  HYPOTHESIS_PROFILE=deep $(PY) -m pytest --hypothesis-seed=$$seed \
+	    --hypothesis-show-statistics $(DEEP_TESTS) || exit 1; \
+	done
 
 # Bytecode first, as a wheel install has it: under PYTHONDONTWRITEBYTECODE every run would
 # otherwise recompile planner's sources, which the bench would time as if it were planning.

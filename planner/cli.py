@@ -7,6 +7,7 @@ usage errors (bad option values, unknown commands) become one line too and exit 
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from enum import Enum
 from typing import Annotated, Any
@@ -57,6 +58,10 @@ class _Group(TyperGroup):
         if not standalone_mode:
             return super().main(*args, standalone_mode=False, **kwargs)
         argv = list(args[0]) if args and args[0] is not None else sys.argv[1:]
+        report.fit_streams_to_encoding()
+        if report.stdout_closed():  # `planner ... >&-`
+            report.error("cannot write the output: standard output is closed")
+            sys.exit(1)
         repeated = _repeated_option(self, argv)
         if repeated:
             report.error(f"planner: {repeated} given twice; give it once (only --fix and --offload "
@@ -303,6 +308,8 @@ def _check_writable(path: str, inputs: tuple[str, ...] = ()) -> None:
     import os
     from pathlib import Path
 
+    if path == "-":  # stdout
+        return
     target = Path(path)
     for given in inputs:
         source = Path(given)
@@ -434,7 +441,8 @@ def plan_cmd(
     headroom: Annotated[float, typer.Option(
         min=0, max=0.9, help="Fraction of GPU memory every plan leaves free (the at-risk margin); 0 admits at-risk plans.")] = 0.10,
     output: Annotated[str | None, typer.Option(
-        "--output", "-o", help="Write the best plan to this YAML file (YAML whatever --format says).")] = None,
+        "--output", "-o", help="Write the best plan to this YAML file (YAML whatever --format says); "
+                              "`-` writes it to stdout and the report to stderr.")] = None,
     emit: Annotated[Framework | None, typer.Option(
         case_sensitive=False, help="Print the best plan as this framework's launch configuration (Megatron-LM "
                                    "script, DeepSpeed JSON, torchtitan TOML) instead of the table; what it "
@@ -448,6 +456,9 @@ def plan_cmd(
         raise SpecError(f"value {_value(emit)!r} contradicts --framework {_value(framework)!r}: a plan "
                         f"is searched under the conventions of the framework it is emitted for; give "
                         f"one of them", key="--emit")
+    if emit is not None and output == "-":
+        raise SpecError("value '-' (stdout) not allowed with --emit, which prints the framework's "
+                        "configuration on stdout; give a file name", key="--output")
     if emit is not None and fmt != Format.table:
         raise SpecError(f"value {fmt.value!r} not allowed with --emit, which prints the framework's own "
                         f"configuration; write the plan as data with -o plan.yaml", key="--format")
@@ -468,7 +479,8 @@ def plan_cmd(
     with report.plan_progress() as tick:
         data = plan_api.plan(spec, hw, fixed=fixed, on_progress=tick, **search)
     if emit is None:
-        report.show_plan(data, fmt.value)
+        with report.human_report_to_stderr() if output == "-" else contextlib.nullcontext():
+            report.show_plan(data, fmt.value)
     else:
         def uniform_plans():  # the best plan under each recompute mode on every layer
             if "recompute" in fixed:  # the user pinned it: nothing else to weigh

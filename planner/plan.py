@@ -18,8 +18,11 @@ For a candidate c (mesh x knobs) and an assignment a (layer split + recompute mo
   DP tail, optimizer, offload) -- one set of coefficients, used by step_time and by the program.
 - feasible(c, a): every stage fits `capacity - reserve` under the linear memory model of
   `_stage_problem` (calibrated from `stage_memory`; exact for the per-layer states, activations
-  x in-flight factor and the gradient-bucket slope, conservative for the full-recompute working
-  set, charged on every stage when `full` may be used).
+  x in-flight factor, the gradient-bucket slope, and the full-recompute working set, charged
+  only to a stage that fully recomputes a layer and only as far as it raises the stage's
+  transient peak; equal to `stage_memory` for every split and mode mix under Megatron-LM,
+  DeepSpeed and torchtitan without PP, `tests/test_stage_program_memory.py`; torchtitan with PP
+  is re-costed, `_fits_as_costed`).
 - a*(c) = argmin_a step(c, a) over feasible a: the stage program of `search.ilp` minimises exactly
   max_s total_s (its module docstring), proven OPTIMAL per candidate (by the exhaustive split
   DP, or by CP-SAT where the DP cannot enumerate a stage), in integer nanoseconds;
@@ -68,6 +71,7 @@ from planner.cost.memory import (
     in_flight_microbatches,
     model_state_key,
     stage_memory,
+    transient_peak,
 )
 from planner.cost.params_flops import count_params
 from planner.cost.pipeline import pipeline_time
@@ -246,13 +250,13 @@ class _Costs:
             self._states[key] = tuple(out)
         return self._states[key]
 
-    def layer_activation_bytes(self, layout: Layout) -> tuple[tuple[tuple[float, ...], ...], int]:
-        """([kind][mode] saved-activation bytes of one layer for one micro-batch, the largest
-        full-recompute working set), per (tp, cp, b, sp, ep, etp)."""
+    def layer_activation_bytes(self, layout: Layout) -> tuple[tuple[float, ...], ...]:
+        """[kind][mode] saved-activation bytes of one layer for one micro-batch, per (tp, cp, b,
+        sp, ep, etp)."""
         key = (layout.tp, layout.cp, layout.micro_batch_size, layout.sequence_parallel,
                layout.ep, layout.etp)
         if key not in self._acts:
-            flight, rows, working = in_flight_microbatches(layout, 0), [], 0
+            flight, rows = in_flight_microbatches(layout, 0), []
             for rep in self.reps:
                 one = stage_memory(self.model, self.cluster, layout, 0, layers=(rep,),
                                    reserve_bytes=0, layers_by_recompute={"none": 1})
@@ -266,9 +270,8 @@ class _Costs:
                     # layer, a difference can come out below 0; a layer never frees memory.
                     row.append(max(0.0, (two.activation_terms["layers"]
                                          - one.activation_terms["layers"]) / flight))
-                    working = max(working, two.transient_terms.get("recompute_working_set", 0))
                 rows.append(tuple(row))
-            self._acts[key] = (tuple(rows), working)
+            self._acts[key] = tuple(rows)
         return self._acts[key]
 
     def kind_times(self, layout: Layout, part: str = "total_s") -> tuple[tuple[float, ...], ...]:
@@ -320,29 +323,33 @@ def _stage_problem(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> Sta
     layers of each kind minus their linear part (two, so the ZeRO-3 gather working set -- the
     largest 1 + prefetch units -- is that of a full stage; middle stages share one value: same
     terms, no embedding or head). The full-recompute working set (one layer's activations, which
-    `stage_memory` adds once when any layer of the stage is fully recomputed) is charged on every
-    stage when `full` is allowed, and credited back (`full_working_set_bytes`) by the exact
-    enumerations to a stage without a fully recomputed layer; CP-SAT keeps it (conservative).
+    `stage_memory` adds once when any layer of the stage is fully recomputed), as much of it as
+    raises the stage's transient peak (`_working_set_peak_bytes`), is charged on every stage when
+    `full` is allowed, and credited back (`full_working_set_bytes`) to a stage without a fully
+    recomputed layer, by every method that solves the program.
     """
     model, cluster = costs.model, costs.cluster
     ref = _reference(model, layout)
     state = costs.layer_state_bytes(ref)
-    act, working = costs.layer_activation_bytes(ref)
-    fixed_mem, per_stage, middle = [], [], None
+    act = costs.layer_activation_bytes(ref)
+    fixed_mem, per_stage, working, middle = [], [], [], None
     for s, layers in enumerate(_layer_sets(ref)):
         flight = in_flight_microbatches(ref, s)
         per_stage.append(tuple(tuple(act[k][RECOMPUTE_MODES.index(m)] * flight for m in modes)
                                for k in range(len(act))))
         if middle is not None and 0 < s < layout.pp - 1:
-            fixed_mem.append(middle)
+            fixed_mem.append(middle[0])
+            working.append(middle[1])
             continue
         probe = costs.reps * 2  # two layers of each kind: the same gather units as a full stage
         mem = stage_memory(model, cluster, ref, s, layers=probe, reserve_bytes=0,
                            layers_by_recompute={"none": len(probe)})
         linear = sum(state[costs.kinds[i]] + act[costs.kinds[i]][0] * flight for i in probe)
-        fixed = max(0.0, mem.total - linear) + (working if "full" in modes else 0)
+        extra = _working_set_peak_bytes(costs, ref, s, probe) if "full" in modes else 0
+        fixed = max(0.0, mem.total - linear) + extra
         fixed_mem.append(fixed)
-        middle = fixed if 0 < s < layout.pp - 1 else middle
+        working.append(extra)
+        middle = (fixed, extra) if 0 < s < layout.pp - 1 else middle
     idx = [RECOMPUTE_MODES.index(m) for m in modes]
     groups = stage_cost_model(model, cluster, layout).time_groups()
     return StageProblem(
@@ -355,8 +362,21 @@ def _stage_problem(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> Sta
         capacity_bytes=costs.usable_bytes,
         modes=modes,
         layers_per_stage=_pinned_split(model, layout),
-        full_working_set_bytes=(working,) * layout.pp if "full" in modes else (),
+        full_working_set_bytes=tuple(working) if "full" in modes else (),
     )
+
+
+def _working_set_peak_bytes(costs: _Costs, layout: Layout, stage: int,
+                            probe: tuple[int, ...]) -> int:
+    """What fully recomputing a layer adds to stage `stage`'s transient peak, bytes: its working set
+    (one layer's activations re-materialised in its backward) less what the loss-backward phase
+    already reserves (`transient_peak` takes the larger of the two phases). Under torchtitan the
+    last stage's loss working set (fp32 logits gradients) can hide some or all of it; charging the
+    raw working set there made the stage program stricter than `stage_memory` on those stages."""
+    mem = stage_memory(costs.model, costs.cluster, layout, stage, layers=probe, reserve_bytes=0,
+                       layers_by_recompute={"full": 1, "none": len(probe) - 1})
+    terms = mem.transient_terms
+    return mem.transient - transient_peak({**terms, "recompute_working_set": 0})
 
 
 def _pinned_split(model: ModelSpec, layout: Layout) -> tuple[int, ...] | None:
@@ -397,7 +417,7 @@ def _least_need_bytes(costs: _Costs, layout: Layout, modes: tuple[str, ...],
     need = sum(n * math.ceil(state[k]) for k, n in enumerate(costs.per_kind))
     if states_only:
         return need
-    act, _ = costs.layer_activation_bytes(ref)
+    act = costs.layer_activation_bytes(ref)
     flight = min(in_flight_microbatches(ref, s) for s in range(layout.pp))
     allowed = [RECOMPUTE_MODES.index(m) for m in modes]
     return need + sum(n * min(math.ceil(act[k][r] * flight) for r in allowed)
@@ -834,8 +854,8 @@ def _has_plan(model, cluster, fixed, base, reserve, headroom) -> bool:
 
 def plan_file(data: dict, index: int = 0, *, model_ref: str | None = None,
               cluster_ref: str | None = None) -> dict:
-    """The plan file (`-o plan.yaml`, DESIGN.md §5) for plan `index` of a `plan()` result: what to
-    run (model, cluster, the full parallelism incl. the per-stage split and recompute), what the
+    """The plan file (`-o plan.yaml`; `check/plan_file.py` reads it back) for plan `index` of a
+    `plan()` result: what to run (model, cluster, the full parallelism incl. the per-stage split and recompute), what the
     model predicts, and the solver status (`solver.plan_rank`: which of the search's plans this is;
     `solver.objective_s` is the best one's); `planner check` reads it back
     (`planner.check.plan_file`), and `plan_layout(doc["plan"], doc["request"])` rebuilds the

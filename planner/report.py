@@ -9,10 +9,12 @@ that builds its tables from the same dict it would dump.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import yaml
 from rich.console import Console
@@ -25,6 +27,78 @@ FORMATS = ("table", "json", "yaml")
 
 _WIDTH_WHEN_PIPED = 160
 """Columns used when stdout is not a terminal and COLUMNS is unset (rich's 80 wraps wide tables)."""
+
+
+# ---------------------------------------------------------------- streams
+
+ASCII_FALLBACK = str.maketrans({"·": ".", "×": "x", "—": "-", "–": "-", "−": "-", "≤": "<=",
+                                "≥": ">=", "→": "->", "←": "<-", "…": "...", "±": "+/-",
+                                "≈": "~", "÷": "/", "Ψ": "Psi", "²": "^2", "µ": "u", "✓": "ok",
+                                "✗": "x"})
+"""What this module's own separators and symbols become on a stream that cannot encode them (a
+non-UTF-8 locale such as `PYTHONIOENCODING=ascii`); any other such character becomes `?`."""
+
+
+class _FallbackStream(io.TextIOBase):
+    """A text stream that writes what its encoding cannot hold as ASCII (`ASCII_FALLBACK`, then
+    `?`) instead of raising UnicodeEncodeError. Rich reads `encoding` and draws ASCII boxes."""
+
+    def __init__(self, raw) -> None:
+        self._raw = raw
+
+    @property
+    def encoding(self) -> str:
+        return self._raw.encoding
+
+    def write(self, text: str) -> int:
+        text = text.translate(ASCII_FALLBACK).encode(self.encoding, "replace").decode(self.encoding)
+        return self._raw.write(text)
+
+    def flush(self) -> None:
+        self._raw.flush()
+
+    def isatty(self) -> bool:
+        return self._raw.isatty()
+
+    def fileno(self) -> int:
+        return self._raw.fileno()
+
+
+def fit_streams_to_encoding() -> None:
+    """Wrap stdout and stderr in `_FallbackStream` when their encoding cannot hold this module's
+    separators (so a non-UTF-8 locale prints ASCII, never a traceback)."""
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if stream is None or isinstance(stream, _FallbackStream):
+            continue
+        try:
+            "·×—≤→…─━┃".encode(stream.encoding or "ascii")
+        except (UnicodeEncodeError, LookupError):
+            setattr(sys, name, _FallbackStream(stream))
+
+
+def stdout_closed() -> bool:
+    """Standard output is closed (`planner ... >&-`: Python then has no sys.stdout)."""
+    return sys.stdout is None
+
+
+_HUMAN: list = []
+"""The stream of the human-readable report while `human_report_to_stderr` is active."""
+
+
+def _out():
+    """Where the report goes: stdout, or stderr while stdout carries data (`-o -`)."""
+    return _HUMAN[-1] if _HUMAN else sys.stdout
+
+
+@contextlib.contextmanager
+def human_report_to_stderr() -> Iterator[None]:
+    """Send the report (tables, json, yaml) to stderr while stdout carries a file (`-o -`)."""
+    _HUMAN.append(sys.stderr)
+    try:
+        yield
+    finally:
+        _HUMAN.pop()
 
 
 # ---------------------------------------------------------------- primitives
@@ -41,22 +115,23 @@ def note(text: str) -> None:
 
 def line(text: str) -> None:
     """Print one plain line to stdout."""
-    sys.stdout.write(f"{text}\n")
+    _out().write(f"{text}\n")
 
 
 def dump(data: object, fmt: str) -> None:
     """Print `data` as JSON (indent 2) or YAML (block style, keys in insertion order)."""
     if fmt == "json":
-        sys.stdout.write(json.dumps(data, indent=2) + "\n")
+        _out().write(json.dumps(data, indent=2) + "\n")
     elif fmt == "yaml":
-        sys.stdout.write(yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
+        _out().write(yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
     else:
         raise ValueError(f"dump() handles json and yaml, not {fmt!r}")
 
 
 def _console() -> Console:
-    width = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else _WIDTH_WHEN_PIPED
-    return Console(file=sys.stdout, width=width, highlight=False)
+    out = _out()
+    width = None if out.isatty() or os.environ.get("COLUMNS") else _WIDTH_WHEN_PIPED
+    return Console(file=out, width=width, highlight=False)
 
 
 def _table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[object]],
@@ -484,13 +559,16 @@ def wrote(path: str) -> None:
 
 
 def write_yaml(path: str, data: dict) -> None:
-    """Write `data` as block-style YAML to `path` and say so on stderr.
+    """Write `data` as block-style YAML to `path` and say so on stderr; `-` is stdout.
 
     Raises:
         SpecError: the file cannot be written (disk full, permissions changed meanwhile).
     """
     from planner.errors import SpecError
 
+    if path == "-":
+        sys.stdout.write(yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
+        return
     try:
         with open(path, "w", encoding="utf-8") as handle:
             yaml.safe_dump(data, handle, sort_keys=False, allow_unicode=True)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from budget import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -434,7 +435,7 @@ def test_layer_index_out_of_range():
         layer_activation_bytes(_gpt(H, A, layers=2), 2, seq_len=S, micro_batch_size=1, tp=1)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(tp=st.sampled_from([1, 2, 4, 8]), cp=st.sampled_from([1, 2, 4]), b=st.integers(1, 4),
        moe=st.booleans(), fw=st.sampled_from(["megatron", "torchtitan"]))
 def test_more_sharding_or_recompute_never_costs_more(tp, cp, b, moe, fw):

@@ -374,11 +374,12 @@ def test_command_substitution_is_named(tmp_path):
 
 
 def test_torchrun_world_size_the_cluster_refuses_names_the_script(tmp_path):
-    """GPUS_PER_NODE=6 -> torchrun --nproc_per_node 6 x --nnodes 1 = 6 GPUs, not whole 8-GPU
-    dgx-h100 nodes: the error names the script and its torchrun flags (no --gpus was passed)."""
-    path = _llama(tmp_path, ("GPUS_PER_NODE=8", "GPUS_PER_NODE=6"))
+    """GPUS_PER_NODE=6 -> torchrun --nproc_per_node 6 x --nnodes 2 = 12 GPUs, neither part of one
+    8-GPU dgx-h100 node nor whole nodes: the error names the script and its torchrun flags (no
+    --gpus was passed)."""
+    path = _llama(tmp_path, ("GPUS_PER_NODE=8", "GPUS_PER_NODE=6"), ("NUM_NODES=1", "NUM_NODES=2"))
     line = _bad_input(_check(path, "--cluster", "dgx-h100"), str(path), "--nproc_per_node 6",
-                      "--nnodes 1", "world size 6", "multiple of gpus_per_node 8")
+                      "--nnodes 2", "world size 12", "1..7 or a multiple of 8")
     assert line.startswith(f"error: {path}")
 
 

@@ -213,7 +213,7 @@ def test_gpu_count_error_names_plan_file_gpus(tmp_path):
     doc = _doc()
     doc["gpus"] = 63
     line, path = _bad_input(tmp_path, doc)
-    assert line.startswith(f"error: {path}: gpus: value 63 must be a multiple of gpus_per_node 8")
+    assert line.startswith(f"error: {path}: gpus: value 63 must be 1..7 or a multiple of 8")
     assert "56, 64" in line and "--gpus" not in line and "hardware/" not in line
 
 

@@ -355,12 +355,13 @@ def test_older_microbatch_count_defaults_to_pp(tmp_path):
 
 
 def test_world_size_from_the_degrees_that_the_cluster_refuses_names_the_file(tmp_path):
-    """shard 6 x 1 x 1 x 1 x 1 = 6 GPUs, not whole 8-GPU nodes of dgx-h100: the error names the
-    file and its degrees, not the cluster file alone and a --gpus never passed."""
-    path = _edit(tmp_path, "data_parallel_shard_degree = -1", "data_parallel_shard_degree = 6")
+    """shard 12 x 1 x 1 x 1 x 1 = 12 GPUs, neither part of one 8-GPU dgx-h100 node nor whole
+    nodes: the error names the file and its degrees, not the cluster file alone and a --gpus
+    never passed."""
+    path = _edit(tmp_path, "data_parallel_shard_degree = -1", "data_parallel_shard_degree = 12")
     result = _check(path, *H100)
-    _one_line_error(result, str(path), "parallelism.data_parallel_shard_degree", "1x6x1x1x1",
-                    "world size 6", "multiple of gpus_per_node 8")
+    _one_line_error(result, str(path), "parallelism.data_parallel_shard_degree", "1x12x1x1x1",
+                    "world size 12", "1..7 or a multiple of 8")
 
 
 def test_unknown_key_is_a_warning_naming_it(tmp_path):

@@ -43,7 +43,7 @@ def test_models_table_lists_every_catalog_model():
 def test_models_machine_formats(fmt):
     rows = parse(run("models", "--format", fmt), fmt)
     by_name = {row["name"]: row for row in rows}
-    assert len(rows) == 17
+    assert len(rows) == 20  # 17 + kimi-k2, glm-4.5, glm-4.5-air (issue 8 item 7)
     assert by_name["mixtral-8x7b"]["params_total"] == 46_702_792_704
     assert by_name["mixtral-8x7b"]["params_active"] == 12_879_925_248
     assert (by_name["llama-3.1-70b"]["heads"], by_name["llama-3.1-70b"]["kv_heads"]) == (64, 8)

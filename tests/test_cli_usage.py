@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from planner.cli import app
@@ -137,3 +138,49 @@ def test_repeatable_options_still_repeat():
                     "3", "--offload", "optimizer", "--offload", "parameters", "--format", "json")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["parallelism"]["offload"] == ["optimizer", "parameters"]
+
+
+def _run(argv, **kw):
+    return subprocess.run([sys.executable, "-m", "planner", *argv], capture_output=True, text=True,
+                          **kw)
+
+
+def test_closed_stdout_is_one_line_not_a_traceback():
+    """Issue 11: `planner ... >&-` ended in a traceback (Python has no sys.stdout then)."""
+    proc = subprocess.run(["sh", "-c", f"'{sys.executable}' -m planner models >&-"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == "error: cannot write the output: standard output is closed"
+
+
+def test_ascii_locale_prints_ascii_separators_not_a_traceback():
+    """Issue 11: `PYTHONIOENCODING=ascii planner plan ...` raised UnicodeEncodeError on '·'."""
+    import os
+
+    env = {**os.environ, "PYTHONIOENCODING": "ascii", "COLUMNS": "120"}
+    proc = subprocess.run([sys.executable, "-m", "planner", "plan", "-m", "llama-3.1-8b", "-c",
+                           "dgx-h100", "--gpus", "8", "--top", "1"],
+                          capture_output=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout.decode("ascii")  # raises if anything but ASCII came out
+    assert "dp8" in out and "ZeRO-" in out and "Traceback" not in proc.stderr.decode("ascii")
+    assert " . ZeRO-" in out  # the plan line's '·' separators became '.'
+
+
+def test_output_dash_writes_the_plan_file_to_stdout_and_the_report_to_stderr(tmp_path):
+    """Issue 11: `-o -` wrote a file named '-'. Now stdout is the plan file alone (what
+    `planner check -` style pipelines read) and the table goes to stderr."""
+    proc = _run(["plan", "-m", "llama-3.1-8b", "-c", "dgx-h100", "--gpus", "8", "--top", "1",
+                 "-o", "-"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    doc = yaml.safe_load(proc.stdout)
+    assert doc["kind"] == "training-plan" and doc["gpus"] == 8
+    assert "solver: OPTIMAL" in proc.stderr
+    assert not (tmp_path / "-").exists()
+
+
+def test_output_dash_with_emit_is_bad_input():
+    proc = _run(["plan", "-m", "llama-3.1-8b", "-c", "dgx-h100", "--gpus", "8", "--emit",
+                 "megatron", "-o", "-"])
+    assert proc.returncode == 2
+    assert proc.stderr.strip().startswith("error: --output: value '-' (stdout) not allowed with --emit")

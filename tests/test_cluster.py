@@ -141,13 +141,32 @@ def test_gpus_sets_whole_nodes():
     assert load_cluster("gb200-nvl72", gpus=144).num_nodes == 36
 
 
-@pytest.mark.parametrize("gpus, nearest", [(12, "8, 16"), (4, "8"), (1001, "1000, 1008")])
-def test_partial_node_rejected_with_nearest_counts(gpus, nearest):
+@pytest.mark.parametrize("gpus, nearest", [(12, "8, 16"), (1001, "1000, 1008")])
+def test_more_than_one_node_but_not_whole_nodes_rejected_with_nearest_counts(gpus, nearest):
     with pytest.raises(SpecError) as err:
         load_cluster("dgx-h100", gpus=gpus)
     msg = str(err.value)
-    assert f"value {gpus}" in msg and "--gpus" in msg and f"nearest valid: {nearest}" in msg
-    assert "\n" not in msg
+    assert f"value {gpus} must be 1..7 or a multiple of 8" in msg and "--gpus" in msg
+    assert f"nearest valid: {nearest}" in msg and "\n" not in msg
+
+
+@pytest.mark.parametrize("gpus", [1, 6, 7])
+def test_part_of_one_node_is_a_job(gpus):
+    """Issue 11: jobs on part of a node are common (CUDA_VISIBLE_DEVICES, a 6-GPU vLLM engine,
+    a 7-GPU DeepSpeed job): one node, `gpus` GPUs, all inside its NVLink domain."""
+    c = load_cluster("dgx-h100", gpus=gpus)
+    assert (c.num_gpus, c.num_nodes, c.allow_partial_node) == (gpus, 1, True)
+
+
+def test_a_cluster_file_can_forbid_partial_nodes(tmp_path):
+    """A scheduler that allocates whole nodes: `allow_partial_node: false` in the cluster file."""
+    raw = yaml.safe_load((CATALOG_DIR / "dgx-h100.yaml").read_text())
+    raw["allow_partial_node"] = False
+    path = tmp_path / "whole-nodes.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(SpecError, match=r"--gpus: value 4 must be a multiple of gpus_per_node 8 "
+                                        r"\(whole nodes\); nearest valid: 8"):
+        load_cluster(str(path), gpus=4)
 
 
 def test_workstation_allows_a_partial_node():
@@ -221,7 +240,7 @@ def _write(tmp_path, mutate) -> str:
     (lambda r: r["gpu"].update(peak_tflops={"fp32": 19.5}), r"gpu\.peak_tflops: needs at least one of bf16, fp16"),
     (lambda r: r.update(allow_partial_node="yes"), r"allow_partial_node: value 'yes' must be true or false"),
     (lambda r: r.update(scaleup_domain_gpus=3), r"scaleup_domain_gpus: value 3 must divide or be a multiple"),
-    (lambda r: r.update(num_gpus=6), r"num_gpus: value 6 must be a multiple of gpus_per_node 4"),
+    (lambda r: r.update(num_gpus=6), r"num_gpus: value 6 must be 1\.\.3 or a multiple of 4"),
     (lambda r: r.update(sources={"gpu.hbm": "a datasheet"}), r"sources\.gpu\.hbm: names no key"),
     (lambda r: r.update(gpu=[1]), r"gpu: value \[1\] must be a mapping"),
 ])

@@ -1,6 +1,7 @@
 """Collectives from the placement equal the closed forms (ring convention), for random degrees."""
 
 import pytest
+from budget import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -21,7 +22,7 @@ def test_ring_convention():
     assert ring_bytes("all_to_all", 80, 4) == 60 and ring_bytes("p2p", 80, 2) == 80
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(dp=st.sampled_from([2, 3, 4, 8, 16]), z=st.integers(0, 3), m=st.integers(1, 4))
 def test_dp_volume_closed_form(dp, z, m):
     """ZeRO §7: DP / ZeRO-1 / ZeRO-2 move 2Psi per step (ZeRO-2: reduce-scatter per micro-batch),
@@ -34,7 +35,7 @@ def test_dp_volume_closed_form(dp, z, m):
     assert got == pytest.approx(expected, rel=1e-9)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(tp=st.sampled_from([2, 4, 8]), sp=st.booleans(), m=st.integers(1, 3),
        rc=st.sampled_from(["none", "selective", "full"]), s=st.sampled_from([512, 2048]))
 def test_tp_volume_closed_form(tp, sp, m, rc, s):
@@ -47,7 +48,7 @@ def test_tp_volume_closed_form(tp, sp, m, rc, s):
     assert sum(c.total_bytes_per_device for c in colls) == pytest.approx(expected)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(cp=st.sampled_from([2, 4, 8]), tp=st.sampled_from([1, 2, 4]), m=st.integers(1, 3))
 def test_cp_volume_closed_form(cp, tp, m):
     """Ring attention: (cp-1) K/V chunk sends forward, (cp-1) K/V + dK/dV backward, per layer per
@@ -59,7 +60,7 @@ def test_cp_volume_closed_form(cp, tp, m):
     assert got == pytest.approx(L * m * (cp - 1) * 3 * kv)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(pp=st.sampled_from([2, 4]), vpp=st.sampled_from([1, 2]), m=st.integers(1, 8))
 def test_pp_volume_closed_form(pp, vpp, m):
     """One activation send forward and one gradient send backward per micro-batch per virtual stage."""

@@ -4,6 +4,7 @@ import dataclasses
 import enum
 
 import pytest
+from budget import examples
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -60,7 +61,7 @@ _ODD_VALUES = st.sampled_from([0, -1, 1, 2, 3, 4, 8, True, False, 2.0, "2", None
                                "fp8", "fp4", "deepspeed", "vllm", _Degree.EIGHT])
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(changes=st.dictionaries(st.sampled_from(sorted(f.name for f in dataclasses.fields(Layout))),
                                _ODD_VALUES, min_size=1, max_size=3),
        dp=st.sampled_from([1, 2, 4]), pp=st.sampled_from([1, 2]),

@@ -21,6 +21,7 @@ CATALOG = [
     "llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b", "mixtral-8x7b", "mixtral-8x22b", "deepseek-v3",
     "qwen2.5-72b", "qwen3-32b", "qwen3-235b-a22b", "qwen3-30b-a3b", "gpt-oss-120b", "gpt-3-175b",
     "bloom-176b", "opt-175b", "mt-nlg-530b", "nemotron-4-340b", "falcon-180b",
+    "kimi-k2", "glm-4.5", "glm-4.5-air",  # issue 8 item 7; hand arithmetic in test_model_families.py
 ]
 
 # Issue 2, "Done when": what transformers instantiates for these configs.
@@ -62,6 +63,10 @@ REFERENCE_TOTALS = {
     #   embedding + LM head 2 * 151936*5120 = 1,555,824,640; final norm 5,120
     #   total 32,762,123,264 (model card: 32.8B total, 31.2B non-embedding)
     "qwen3-32b": 64 * (94_372_096 + 393_216_000 + 10_240) + 2 * 151_936 * 5_120 + 5_120,
+    # Not in models.yaml: hand arithmetic written out in tests/test_model_families.py.
+    "kimi-k2": 1_026_408_232_448,
+    "glm-4.5": 352_797_829_024,
+    "glm-4.5-air": 106_852_251_264,
 }
 
 # derived_active_params in models.yaml.
@@ -72,6 +77,9 @@ REFERENCE_ACTIVE = {
     "qwen3-235b-a22b": 22_190_763_520,
     "qwen3-30b-a3b": 3_353_032_704,
     "gpt-oss-120b": 5_711_982_912,
+    "kimi-k2": 32_861_500_928,  # tests/test_model_families.py
+    "glm-4.5": 33_632_266_144,
+    "glm-4.5-air": 13_424_129_664,
 }
 
 # kv_cache_bytes_per_token_bf16 in models.yaml (every layer keeping the full context).
@@ -83,6 +91,9 @@ REFERENCE_KV_BF16 = {
     "opt-175b": 4_718_592, "mt-nlg-530b": 8_601_600, "nemotron-4-340b": 589_824,
     "falcon-180b": 163_840,
     "qwen3-32b": 64 * 2 * 8 * 128 * 2,  # layers x (K,V) x kv heads x head_dim x 2 bytes = 262,144
+    "kimi-k2": 61 * (512 + 64) * 2,  # MLA: layers x (kv_lora_rank + qk_rope_head_dim) x 2 bytes
+    "glm-4.5": 92 * 2 * 8 * 128 * 2,
+    "glm-4.5-air": 46 * 2 * 8 * 128 * 2,
 }
 
 

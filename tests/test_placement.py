@@ -3,6 +3,7 @@
 import dataclasses
 
 import pytest
+from budget import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -84,7 +85,7 @@ def test_uneven_split():
 
 # --- properties -------------------------------------------------------------------------------
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(dp=st.sampled_from([1, 2, 4, 8, 16, 64, 256]), z1=st.integers(0, 3), z2=st.integers(0, 3),
        tp=st.sampled_from([1, 2, 8]), fw=st.sampled_from(["megatron", "deepspeed", "torchtitan"]))
 def test_more_sharding_never_increases_state_memory(dp, z1, z2, tp, fw):
@@ -95,7 +96,7 @@ def test_more_sharding_never_increases_state_memory(dp, z1, z2, tp, fw):
     assert all(b[k] <= a[k] for k in a)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(k1=st.integers(0, 6), k2=st.integers(0, 6), z=st.integers(1, 3))
 def test_larger_shard_group_never_increases_state_memory(k1, k2, z):
     """HSDP: sharding over a larger dp_shard group (same dp) never increases memory."""
@@ -112,7 +113,7 @@ MODEL = from_config(dict(model_type="llama", hidden_size=1024, num_hidden_layers
                          max_position_embeddings=4096, tie_word_embeddings=False), name="tiny")
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(dp=st.sampled_from([2, 4, 8]), tp=st.sampled_from([1, 2, 4]), pp=st.sampled_from([1, 2]),
        z1=st.integers(0, 2), z2=st.integers(0, 2))
 def test_stage_memory_states_monotone_in_zero_stage(dp, tp, pp, z1, z2):

@@ -2,6 +2,7 @@
 
 import dataclasses
 
+from budget import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -53,7 +54,7 @@ def test_good_mesh_passes_and_knob_rules_are_not_mesh_rules():
         "zero_with_pp", "batch_divisible"}
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(dp=st.sampled_from([1, 2, 3, 4, 8]), tp=st.sampled_from([1, 2, 4, 8, 16]),
        pp=st.sampled_from([1, 2, 3, 4, 5, 8]), cp=st.sampled_from([1, 2, 3]),
        ep=st.sampled_from([1, 2, 3, 4, 8]), vpp=st.sampled_from([1, 2]),
@@ -75,7 +76,7 @@ def test_check_mesh_equals_filtered_check_layout(dp, tp, pp, cp, ep, vpp, zero, 
     assert check_mesh(model, cluster, knobs) == expected
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(dp=st.sampled_from([1, 2, 4, 6, 8]), tp=st.sampled_from([1, 2, 8]), pp=st.sampled_from([1, 2, 4]),
        cp=st.sampled_from([1, 2]), ep=st.sampled_from([1, 2, 4]), etp=st.sampled_from([1, 2]),
        zero=st.sampled_from([0, 1, 2, 3]), shard=st.sampled_from([None, 1, 2]), sp=st.booleans(),

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from budget import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
@@ -88,7 +89,7 @@ def _tp_group_spans(tp: int, world: int, domain: int) -> bool:
     return any(len({r // domain for r in range(g * tp, g * tp + tp)}) > 1 for g in range(world // tp))
 
 
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=examples(120), deadline=None)
 @given(tp=st.sampled_from([1, 2, 3, 4, 6, 8, 9, 12, 16, 24, 32, 36, 72, 144]),
        dp=st.sampled_from([1, 2, 3, 4]),
        name=st.sampled_from(["dgx-h100", "gb200-nvl72", "dgx2-v100"]))
@@ -230,7 +231,7 @@ def test_batch_3_on_dp8_suggests_8_or_16_and_requires_one_microbatch():
     assert v["batch_divisible"].fix == "use global_batch_size=16 or 24"
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(gbs=st.integers(1, 300), dp=st.sampled_from([1, 2, 3, 4, 8]), b=st.integers(1, 6))
 def test_batch_fix_kind(gbs, dp, b):
     """No error iff dp*b divides the batch (then m >= 1); otherwise two distinct valid multiples of

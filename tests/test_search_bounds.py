@@ -6,6 +6,7 @@ import math
 from types import SimpleNamespace
 
 import pytest
+from budget import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -47,7 +48,7 @@ def bounded_candidates(draw):
     return items
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(bounded_candidates(), st.integers(1, 4), st.booleans(), st.data())
 def test_pruning_keeps_the_best_objectives(items, top_k, lazy, data):
     index = list(range(len(items)))
@@ -71,7 +72,7 @@ def test_pruning_keeps_the_best_objectives(items, top_k, lazy, data):
         assert fast.status == "INFEASIBLE"
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(st.lists(small_problems(feasible=True), min_size=1, max_size=6),
        st.lists(st.integers(0, 3000), min_size=6, max_size=6))
 def test_pruned_search_over_stage_problems_matches_exhaustive(problems, shrink):

@@ -40,12 +40,24 @@ def test_kv_bytes_per_token_equal_reference(ref, dtype, per_byte):
     assert _all_layers(CATALOG_NAME[ref], dtype) == expected
 
 
+BY_HAND = {
+    "qwen3-32b": 64 * 2 * 8 * 128 * 2,     # 64 layers x (K, V) x 8 KV heads x 128 x 2 B
+    "kimi-k2": 61 * (512 + 64) * 2,       # MLA: 61 layers x (kv_lora_rank + qk_rope_head_dim) x 2 B
+    "glm-4.5": 92 * 2 * 8 * 128 * 2,      # 92 layers (the MTP layer has no serving cache here)
+    "glm-4.5-air": 46 * 2 * 8 * 128 * 2,
+}
+"""bf16 KV bytes per token of catalog models the reference does not list, by hand from their configs."""
+
+
 def test_every_catalog_model_is_covered():
     from planner.specs.model import catalog_names
-    # qwen3-32b is not in the reference: by hand, 64 layers x 2 (K,V) x 8 heads x 128 x 2 B = 262,144.
-    assert set(catalog_names()) == set(CATALOG_NAME.values()) | {"qwen3-32b"}
-    assert _all_layers("qwen3-32b", "bf16") == 64 * 2 * 8 * 128 * 2
-    assert _all_layers("qwen3-32b", "fp8") == 64 * 2 * 8 * 128
+    assert set(catalog_names()) == set(CATALOG_NAME.values()) | set(BY_HAND)
+
+
+@pytest.mark.parametrize("name", sorted(BY_HAND))
+def test_kv_bytes_by_hand_for_models_outside_the_reference(name):
+    assert _all_layers(name, "bf16") == BY_HAND[name]
+    assert _all_layers(name, "fp8") == BY_HAND[name] // 2
 
 
 def test_gqa_split_and_replication_beyond_n_kv():

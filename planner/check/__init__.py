@@ -6,11 +6,11 @@ with every violated rule, its numbers and a fix.
 
 Readers, chosen by what the file holds:
 - a plan file (`kind: training-plan`, YAML or JSON, written by `planner plan -o`): `plan_file`;
-- a DeepSpeed config (JSON with `train_batch_size`, `train_micro_batch_size_per_gpu`,
-  `gradient_accumulation_steps` or `zero_optimization`): `deepspeed`;
+- a DeepSpeed config (JSON with one of its batch or ZeRO keys,
+  `planner.frameworks.deepspeed.MARKERS`): `deepspeed`;
 - a torchtitan job config (`.toml`): `torchtitan`;
-- anything else is read as a Megatron-LM launch command line (`--tensor-model-parallel-size 8 ...`,
-  a shell script or an arguments file): `megatron`; a file whose suffix says none of these is
+- anything else is read as a Megatron-LM launch command line (`--flag value ...`, a shell script or
+  an arguments file): `megatron`; a file whose suffix says none of these is
   sniffed first (JSON when it opens with `{`, TOML with torchtitan's tables).
 What a framework config leaves out (the model, the cluster, the GPU count, the sequence length)
 comes from `--model`, `--cluster`, `--gpus` and `--seq-len`; a value the file gives and the option
@@ -27,13 +27,13 @@ from pathlib import Path
 from planner.check.gate import Target, evaluate
 from planner.check.plan_file import KIND, looks_like_plan_file, read_plan_file
 from planner.errors import SpecError
+from planner.frameworks import deepspeed as deepspeed_vocabulary
 from planner.specs import files
 from planner.specs.limits import MAX_BATCH_TOKENS, MAX_GPUS, MAX_SEQ_LEN, MAX_VPP
 
 __all__ = ["Target", "check_file", "evaluate", "read_target"]
 
-DEEPSPEED_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu",
-                  "gradient_accumulation_steps", "zero_optimization")
+DEEPSPEED_KEYS = deepspeed_vocabulary.MARKERS
 """Top-level keys that mark a JSON file as a DeepSpeed config (deepspeed/runtime/config.py)."""
 
 

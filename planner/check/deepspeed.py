@@ -1,46 +1,43 @@
 """Reader of DeepSpeed JSON configs (`deepspeed.initialize(config=...)`) into a gate `Target`.
 
-Keys read, each verified in DeepSpeed's source (deepspeedai/DeepSpeed, master of 2026-08) and in
-https://www.deepspeed.ai/docs/config-json/:
-- `train_batch_size`, `train_micro_batch_size_per_gpu`, `gradient_accumulation_steps`
-  (`deepspeed/runtime/constants.py`; `deepspeed/runtime/config.py` `DeepSpeedConfig.
-  _set_batch_related_parameters` derives a missing one from the other two by floor division and
-  `_batch_assertion` asserts each > 0 and train_batch == micro x gas x world_size, where world_size
-  is the data-parallel size (`mpu.get_data_parallel_world_size()`)). This reader reproduces both;
-  a failed assertion is the finding `deepspeed_batch_size` with the three numbers and dp.
-- `zero_optimization.stage` 0-3 (`deepspeed/runtime/zero/config.py` `ZeroStageEnum`; the
-  deprecated boolean form reads as stage 1 / 0, `read_zero_config_deprecated`);
-  `zero_optimization.offload_optimizer.device` / `offload_param.device` in none | cpu | nvme
-  (`deepspeed/runtime/zero/offload_config.py` `OffloadDeviceEnum`) and the deprecated booleans
-  `cpu_offload` / `cpu_offload_param` (same file's `new_param_fn`s) -> offload optimizer /
-  parameters. Whether the stage admits the offload is the gate's rule, not repeated here.
-- `bf16.enabled` (or the legacy `bfloat16` section) and `fp16.enabled`
-  (`deepspeed/runtime/precision_config.py` `get_bfloat16_config` / `get_float16_config`); both
-  true is what `DeepSpeedConfig.__init__` asserts against ('bfloat16 and fp16 modes cannot be
-  simultaneously enabled'): finding `deepspeed_fp16_and_bf16`. Neither: DeepSpeed keeps fp32
-  weights and compute, which the cost model does not cover (SpecError).
-- `optimizer.type` (`config.py` `get_optimizer_name`): names in `DEEPSPEED_OPTIMIZERS` are matched
+Key names, defaults and sources: `planner.frameworks.deepspeed` (the table the writer shares). How
+they are read, as DeepSpeed reads them (deepspeedai/DeepSpeed edaa722 and
+https://www.deepspeed.ai/docs/config-json/):
+- global batch, micro-batch and gradient accumulation steps: `deepspeed/runtime/config.py`
+  `DeepSpeedConfig._set_batch_related_parameters` derives a missing one from the other two by floor
+  division and `_batch_assertion` asserts each > 0 and global = micro x gas x world_size, where
+  world_size is the data-parallel size (`mpu.get_data_parallel_world_size()`). This reader
+  reproduces both; a failed assertion is the finding `deepspeed_batch_size` with the three numbers
+  and dp.
+- the ZeRO stage 0-3 (the deprecated boolean form of the section reads as stage 1 / 0,
+  `read_zero_config_deprecated`); the optimizer and parameter offload devices in none | cpu | nvme
+  and their deprecated booleans -> offload optimizer / parameters. Whether the stage admits the
+  offload is the gate's rule, not repeated here.
+- precision: the bf16 (or legacy bfloat16) and fp16 sections' `enabled`; both true is what
+  `DeepSpeedConfig.__init__` asserts against ('bfloat16 and fp16 modes cannot be simultaneously
+  enabled'): finding `deepspeed_fp16_and_bf16`. Neither: DeepSpeed keeps fp32 weights and compute,
+  which the cost model does not cover (SpecError).
+- the optimizer type (`config.py` `get_optimizer_name`): names in `DEEPSPEED_OPTIMIZERS` are matched
   lower-cased, so Adam / AdamW in any case -> adamw (same states); any other name is looked up
   case-sensitively in `torch.optim` (`runtime/engine.py` `_configure_basic_optimizer`), so `SGD`
   -> sgd. No optimizer section: the client code passes its own; checked as AdamW (the HF
   Trainer's default and the largest state of those costed, so a pass cannot come from this
   assumption) with the warning `deepspeed_optimizer_assumed`.
-- `tensor_parallel.autotp_size` (`deepspeed/runtime/tensor_parallel/config.py` `TPTrainingConfig`;
-  0 = off) -> tp; dp = gpus / tp (`deepspeed/utils/groups.py` `_init_tp_mesh_device` builds a
-  (world // tp, tp) mesh: a tp not dividing the GPU count is the finding `deepspeed_autotp`, as
-  is `tensor_parallel.tp.tp_size` other than 1 or autotp_size, which `engine.py`
-  `_apply_autotp_partitioning` raises on).
+- the AutoTP size (0 = off) -> tp; dp = gpus / tp (`deepspeed/utils/groups.py`
+  `_init_tp_mesh_device` builds a (world // tp, tp) mesh: a tp not dividing the GPU count is the
+  finding `deepspeed_autotp`, as is an inner tp size other than 1 or the AutoTP size, which
+  `engine.py` `_apply_autotp_partitioning` raises on).
 
 Not in a DeepSpeed JSON, so fixed or asked for: pipeline parallelism is built in code
 (`PipelineModule(num_stages=...)`; the `pipeline` section holds only options): pp = 1. Activation
 checkpointing is switched on by the model code (`deepspeed.checkpointing.checkpoint`, HF
-`gradient_checkpointing_enable`), not by the JSON (its `activation_checkpointing` section only
+`gradient_checkpointing_enable`), not by the JSON (its activation-checkpointing section only
 tunes it): recompute "none", the most memory, with the warning `deepspeed_recompute_assumed`
 when that section is present. The model, cluster, GPU count and sequence length come from
 --model, --cluster, --gpus and --seq-len (required). Values the Hugging Face Trainer fills
-("auto") must be resolved numbers, except `train_batch_size`, which the Trainer and DeepSpeed both
-set to micro x gas x dp. Ulysses `sequence_parallel_size` > 1 and AutoEP (`expert_parallel`) are
-not read: bad input rather than a silently different layout.
+("auto") must be resolved numbers, except the global batch, which the Trainer and DeepSpeed both
+set to micro x gas x dp. Ulysses sequence parallelism > 1 and AutoEP are not read: bad input rather
+than a silently different layout.
 
 DeepSpeed ignores a top-level key it does not know, so a misspelled `zero_optimisation` runs (and
 is checked) as ZeRO-0; a top-level key close to one read is the warning `deepspeed_unknown_key`
@@ -54,6 +51,8 @@ from pathlib import Path
 
 from planner.check.gate import Target
 from planner.errors import SpecError
+from planner.frameworks import deepspeed as ds
+from planner.frameworks.deepspeed import KEY as K
 from planner.placement.layout import Layout
 from planner.placement.rules import Violation
 from planner.specs.cluster import load_cluster
@@ -65,36 +64,13 @@ KIND = "deepspeed-config"
 FRAMEWORK = "deepspeed"
 """The Layout framework of a DeepSpeed config."""
 
-_OFFLOAD_DEVICES = ("none", "cpu", "nvme")
-"""`OffloadDeviceEnum` values (deepspeed/runtime/zero/offload_config.py)."""
-_OPTIMIZERS = {"adam": "adamw", "adamw": "adamw"}
-"""DeepSpeed optimizer names (matched lower-cased) -> the costed optimizer (Adam and AdamW keep
-the same fp32 master, m and v states)."""
-_READ_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
-              "zero_optimization", "bf16", "bfloat16", "fp16", "optimizer", "tensor_parallel",
-              "activation_checkpointing", "sequence_parallel_size", "expert_parallel",
-              "data_parallel_size")
-"""Top-level keys this reader reads (module docstring)."""
-_OTHER_KEYS = frozenset((
-    "scheduler", "communication_data_type", "prescale_gradients", "gradient_predivide_factor",
-    "sparse_gradients", "amp", "gradient_clipping", "zero_allow_untested_optimizer",
-    "zero_force_ds_cpu_optimizer", "flops_profiler", "autotuning", "steps_per_print",
-    "wall_clock_breakdown", "dump_state", "memory_breakdown", "tensorboard", "wandb", "csv_monitor",
-    "comet", "elasticity", "data_efficiency", "curriculum_learning", "compression_training",
-    "checkpoint", "aio", "data_types", "sparse_attention", "pipeline", "disable_allgather",
-    "seq_parallel_communication_data_type", "torch_autocast", "compile", "nebula",
-    "hybrid_engine", "weight_quantization", "use_data_before_expert_parallelism", "timers",
-    "graph_harvesting", "eigenvalue", "progressive_layer_drop", "quantize_training"))
-"""Other DeepSpeed top-level keys, never reported as near misses of the keys read.
-Source: https://www.deepspeed.ai/docs/config-json/ and `deepspeed/runtime/config.py`."""
+TRAIN, MICRO, GAS = K["global_batch_size"], K["micro_batch_size"], K["num_microbatches"]
+"""The three batch keys DeepSpeed derives one another from."""
 _NEAR_MISS_RATIO = 0.75
 """difflib ratio at or above which an unknown top-level key is reported as a misspelling of a
 key read. [Empirical] chosen on the misspellings zero_optimisation, optimiser, bf_16,
-train_micro_batch_size, activation_checkpoint, tensor_paralel (all >= 0.8) and the keys of
-_OTHER_KEYS (none >= 0.75 against a key read)."""
-_TORCH_OPTIMIZERS = {"SGD": "sgd"}
-"""torch.optim class names (matched exactly, as `getattr(torch.optim, name)`) -> costed optimizer."""
-
+train_micro_batch_size, activation_checkpoint, tensor_paralel (all >= 0.8) and DeepSpeed's other
+top-level keys (`planner.frameworks.deepspeed.OTHER_TOP_LEVEL`: none >= 0.75 against a key read)."""
 
 def read(path: Path, data: dict, *, model: str | None, cluster: str | None, gpus: int | None,
          seq_len: int | None) -> Target:
@@ -181,84 +157,80 @@ def _bool(data: dict, key: str, file: str, where: str, auto: str) -> bool:
 
 
 def _tensor_parallel(data: dict, file: str, gpus: int) -> tuple[int, list[Violation]]:
-    """tp from `tensor_parallel.autotp_size` (0 = off), and what DeepSpeed raises on it."""
-    section = _section(data, "tensor_parallel", file)
-    size = _int(section, "autotp_size", file, "tensor_parallel.autotp_size", minimum=0) or 0
+    """tp from the AutoTP size (0 = off), and what DeepSpeed raises on it."""
+    top, size_key = ds.section(K["tp"])
+    section = _section(data, top, file)
+    size = _int(section, size_key, file, K["tp"], minimum=0) or ds.DEFAULT["tp"]
     tp = max(1, size)
     out = []
     if gpus % tp:
         out.append(Violation(rule="deepspeed_autotp",
-                             message=f"tensor_parallel.autotp_size={tp} does not divide the {gpus} "
+                             message=f"{K['tp']}={tp} does not divide the {gpus} "
                                      f"GPUs: DeepSpeed builds a (dp={gpus // tp}, tp={tp}) mesh "
                                      f"that does not cover the world",
-                             fix=f"run on a multiple of {tp} GPUs, or pick an autotp_size "
+                             fix=f"run on a multiple of {tp} GPUs, or pick an {size_key} "
                                  f"dividing {gpus}"))
-    inner = _section(section, "tp", file, "tensor_parallel.tp")
-    tp_size = _int(inner, "tp_size", file, "tensor_parallel.tp.tp_size", minimum=1)
+    _, inner_key, tp_size_key = ds.section(K["tp_size"])
+    inner = _section(section, inner_key, file, f"{top}.{inner_key}")
+    tp_size = _int(inner, tp_size_key, file, K["tp_size"], minimum=1)
     if tp > 1 and tp_size not in (None, 1, tp):
         out.append(Violation(rule="deepspeed_autotp",
-                             message=f"tensor_parallel.tp.tp_size={tp_size} but "
-                                     f"tensor_parallel.autotp_size={tp}: DeepSpeed raises on the "
-                                     f"mismatch",
-                             fix=f"drop tensor_parallel.tp.tp_size or set it to {tp}"))
+                             message=f"{K['tp_size']}={tp_size} but {K['tp']}={tp}: DeepSpeed "
+                                     f"raises on the mismatch",
+                             fix=f"drop {K['tp_size']} or set it to {tp}"))
     return tp, out
 
 
 def _unsupported(data: dict, file: str, dp: int, gpus: int, tp: int) -> None:
-    """Ulysses and AutoEP change the layout in ways this reader does not map; a
-    `data_parallel_size` that --gpus contradicts is bad input."""
-    sp = data.get("sequence_parallel_size", 1)
-    _quoted_int(sp, file, "sequence_parallel_size")
+    """Ulysses and AutoEP change the layout in ways this reader does not map; a data-parallel
+    size that --gpus contradicts is bad input."""
+    sp = data.get(K["cp"], ds.DEFAULT["cp"])
+    _quoted_int(sp, file, K["cp"])
     if type(sp) is not int or sp != 1:
         raise SpecError(f"value {sp!r}: Ulysses sequence parallelism is not read by this check; "
-                        f"check the layout with `planner explain --cp`", file=file,
-                        key="sequence_parallel_size")
-    if _section(data, "expert_parallel", file).get("enabled", False) is not False:
-        raise SpecError("AutoEP (expert_parallel.enabled) is not read by this check; check the "
-                        "layout with `planner explain --ep`", file=file,
-                        key="expert_parallel.enabled")
-    given = data.get("data_parallel_size")
-    _quoted_int(given, file, "data_parallel_size")
+                        f"check the layout with `planner explain --cp`", file=file, key=K["cp"])
+    top, enabled = ds.section(K["ep"])
+    if _section(data, top, file).get(enabled, ds.DEFAULT["ep"]) is not False:
+        raise SpecError(f"AutoEP ({K['ep']}) is not read by this check; check the layout with "
+                        f"`planner explain --ep`", file=file, key=K["ep"])
+    given = data.get(K["dp"])
+    _quoted_int(given, file, K["dp"])
     if given is not None and given != dp:
-        raise SpecError(f"data_parallel_size={given!r} but --gpus {gpus} / tp {tp} gives dp={dp}; "
-                        f"give consistent values", file=file, key="data_parallel_size")
+        raise SpecError(f"{K['dp']}={given!r} but --gpus {gpus} / tp {tp} gives dp={dp}; "
+                        f"give consistent values", file=file, key=K["dp"])
 
 
 def _batch(data: dict, file: str, dp: int) -> tuple[int, int, int, list[Violation]]:
-    """(train_batch_size, micro-batch, gradient accumulation steps, findings) as DeepSpeed derives
+    """(global batch, micro-batch, gradient accumulation steps, findings) as DeepSpeed derives
     and asserts them (`DeepSpeedConfig._set_batch_related_parameters`, `_batch_assertion`)."""
-    micro = _int(data, "train_micro_batch_size_per_gpu", file, "train_micro_batch_size_per_gpu",
-                 minimum=1, auto=" (--per_device_train_batch_size)")
-    gas = _int(data, "gradient_accumulation_steps", file, "gradient_accumulation_steps", minimum=1,
-               auto=" (--gradient_accumulation_steps)")
-    if data.get("train_batch_size") == "auto" and micro is not None and gas is not None:
+    micro = _int(data, MICRO, file, MICRO, minimum=1, auto=" (--per_device_train_batch_size)")
+    gas = _int(data, GAS, file, GAS, minimum=1, auto=f" (--{GAS})")  # the Trainer's argument
+    if data.get(TRAIN) == "auto" and micro is not None and gas is not None:
         train = None  # the Trainer fills micro x gas x dp: what DeepSpeed derives below
     else:
-        train = _int(data, "train_batch_size", file, "train_batch_size", minimum=1,
-                     auto=" (or resolve train_micro_batch_size_per_gpu and "
-                          "gradient_accumulation_steps, from which it follows)")
+        train = _int(data, TRAIN, file, TRAIN, minimum=1,
+                     auto=f" (or resolve {MICRO} and {GAS}, from which it follows)")
     derived = ""
     if train is not None and micro is not None and gas is None:
-        gas, derived = train // micro // dp, f"gradient_accumulation_steps derived as {train} // {micro} // {dp}"
+        gas, derived = train // micro // dp, f"{GAS} derived as {train} // {micro} // {dp}"
     elif train is not None and gas is not None and micro is None:
-        micro, derived = train // dp // gas, f"train_micro_batch_size_per_gpu derived as {train} // {dp} // {gas}"
+        micro, derived = train // dp // gas, f"{MICRO} derived as {train} // {dp} // {gas}"
     elif micro is not None and gas is not None and train is None:
         train = micro * gas * dp
     elif train is not None and micro is None and gas is None:
-        gas, micro, derived = 1, train // dp, f"train_micro_batch_size_per_gpu derived as {train} // {dp}"
+        gas, micro, derived = 1, train // dp, f"{MICRO} derived as {train} // {dp}"
     elif micro is not None and train is None:
         train, gas = micro * dp, 1
     elif train is None and micro is None:
-        raise SpecError("missing: give train_batch_size or train_micro_batch_size_per_gpu "
-                        "(DeepSpeed asserts one of them is provided)", file=file,
-                        key="train_micro_batch_size_per_gpu")
+        raise SpecError(f"missing: give {TRAIN} or {MICRO} (DeepSpeed asserts one of them is "
+                        f"provided)", file=file, key=MICRO)
     if micro > 0 and gas > 0 and train == micro * gas * dp:
         return train, micro, gas, []
     return train, micro, gas, [_batch_finding(train, micro, gas, dp, derived)]
 
 
 def _bound(file: str, train: int, micro: int, seq_len: int) -> None:
-    for key, sequences in (("train_micro_batch_size_per_gpu", micro), ("train_batch_size", train)):
+    for key, sequences in ((MICRO, micro), (TRAIN, train)):
         if sequences * seq_len > MAX_BATCH_TOKENS:
             raise SpecError(f"{sequences:,} sequences x --seq-len {seq_len:,} exceeds "
                             f"{MAX_BATCH_TOKENS:,} tokens per step", file=file, key=key)
@@ -268,91 +240,96 @@ def _batch_finding(train: int, micro: int, gas: int, dp: int, derived: str) -> V
     product = micro * gas * dp
     why = f" ({derived})" if derived else ""
     unit = max(1, micro) * dp
-    fix = f"set train_batch_size: {max(product, unit)}"
+    fix = f"set {TRAIN}: {max(product, unit)}"
     if train % unit == 0:
-        fix += f", or gradient_accumulation_steps: {train // unit}"
+        fix += f", or {GAS}: {train // unit}"
     return Violation(rule="deepspeed_batch_size",
-                     message=f"train_batch_size={train} != train_micro_batch_size_per_gpu {micro} x "
-                             f"gradient_accumulation_steps {gas} x dp {dp} = {product}{why}: "
-                             f"DeepSpeed asserts they are equal and each > 0",
+                     message=f"{TRAIN}={train} != {MICRO} {micro} x {GAS} {gas} x dp {dp} = "
+                             f"{product}{why}: DeepSpeed asserts they are equal and each > 0",
                      fix=fix)
 
 
 def _zero(data: dict, file: str) -> tuple[int, frozenset[str]]:
-    """(ZeRO stage, offloaded states) from `zero_optimization`."""
-    section = data.get("zero_optimization", {})
+    """(ZeRO stage, offloaded states) from the ZeRO section."""
+    top, stage_key = ds.section(K["zero_stage"])
+    section = data.get(top, {})
     if isinstance(section, bool):
         return int(section), frozenset()  # deprecated form: true = stage 1
-    section = _section(data, "zero_optimization", file)
-    stage = section.get("stage", 0)
-    _quoted_int(stage, file, "zero_optimization.stage")
-    if type(stage) is not int or stage not in (0, 1, 2, 3):
-        raise SpecError(f"value {stage!r} not allowed; allowed: 0, 1, 2, 3", file=file,
-                        key="zero_optimization.stage")
+    section = _section(data, top, file)
+    stage = section.get(stage_key, ds.DEFAULT["zero_stage"])
+    _quoted_int(stage, file, K["zero_stage"])
+    if type(stage) is not int or stage not in ds.ZERO_STAGES:
+        allowed = ", ".join(map(str, ds.ZERO_STAGES))
+        raise SpecError(f"value {stage!r} not allowed; allowed: {allowed}", file=file,
+                        key=K["zero_stage"])
     offload = set()
-    for key, state, old in (("offload_optimizer", "optimizer", "cpu_offload"),
-                            ("offload_param", "parameters", "cpu_offload_param")):
-        where = f"zero_optimization.{key}"
-        device = _section(section, key, file, where).get("device", "none") \
-            if section.get(key) is not None else "none"
-        if device not in _OFFLOAD_DEVICES:
-            raise SpecError(f"value {device!r} not allowed; allowed: {', '.join(_OFFLOAD_DEVICES)}",
-                            file=file, key=f"{where}.device")
+    for state, knob in ds.OFFLOAD.items():
+        _, key, device_key = ds.section(K[knob])
+        old = ds.section(K[f"{knob}_deprecated"])[1]
+        where = f"{top}.{key}"
+        device = _section(section, key, file, where).get(device_key, ds.DEFAULT[knob]) \
+            if section.get(key) is not None else ds.DEFAULT[knob]
+        if device not in ds.OFFLOAD_DEVICES:
+            raise SpecError(f"value {device!r} not allowed; allowed: "
+                            f"{', '.join(ds.OFFLOAD_DEVICES)}", file=file, key=K[knob])
         deprecated = section.get(old)
         if deprecated is not None and not isinstance(deprecated, bool):
             raise SpecError(f"value {deprecated!r} must be true or false", file=file,
-                            key=f"zero_optimization.{old}")
+                            key=K[f"{knob}_deprecated"])
         if device != "none" or deprecated:
             offload.add(state)
     return stage, frozenset(offload)
 
 
 def _precision(data: dict, file: str) -> tuple[str, list[Violation]]:
-    """bf16 | fp16 from the `bf16` (legacy `bfloat16`) and `fp16` sections."""
-    bf16_key = "bf16" if "bf16" in data or "bfloat16" not in data else "bfloat16"
-    bf16 = _bool(_section(data, bf16_key, file), "enabled", file, f"{bf16_key}.enabled",
-                 " from --bf16")
-    fp16 = _bool(_section(data, "fp16", file), "enabled", file, "fp16.enabled", " from --fp16")
+    """bf16 | fp16 from the bf16 (legacy bfloat16) and fp16 sections."""
+    current, enabled = ds.section(K["bf16"])
+    legacy, fp16_top = ds.section(K["bf16_legacy"])[0], ds.section(K["fp16"])[0]
+    bf16_key = current if current in data or legacy not in data else legacy
+    # "auto" is filled from the Hugging Face Trainer's arguments named as the sections
+    bf16 = _bool(_section(data, bf16_key, file), enabled, file, f"{bf16_key}.{enabled}",
+                 f" from --{current}")
+    fp16 = _bool(_section(data, fp16_top, file), enabled, file, K["fp16"], f" from --{fp16_top}")
     if bf16 and fp16:
         return "bf16", [Violation(rule="deepspeed_fp16_and_bf16",
-                                  message=f"{bf16_key}.enabled and fp16.enabled are both true: "
+                                  message=f"{bf16_key}.{enabled} and {K['fp16']} are both true: "
                                           f"DeepSpeed asserts 'bfloat16 and fp16 modes cannot be "
                                           f"simultaneously enabled'",
                                   fix="enable one of them (bf16 on GPUs that have it)")]
     if not (bf16 or fp16):
-        raise SpecError("neither bf16.enabled nor fp16.enabled is true: DeepSpeed then trains in "
-                        "fp32, which the cost model does not cover; enable bf16 or fp16",
-                        file=file, key="bf16.enabled")
+        raise SpecError(f"neither {K['bf16']} nor {K['fp16']} is true: DeepSpeed then trains in "
+                        f"fp32, which the cost model does not cover; enable bf16 or fp16",
+                        file=file, key=K["bf16"])
     return ("bf16" if bf16 else "fp16"), []
 
 
 def _optimizer(data: dict, file: str) -> tuple[str, list[Violation]]:
     """The costed optimizer of `optimizer.type` (module docstring)."""
-    section = _section(data, "optimizer", file)
-    name = section.get("type")
+    top, type_key = ds.section(K["optimizer"])
+    name = _section(data, top, file).get(type_key)
     if name is None:
         return "adamw", [Violation(
             rule="deepspeed_optimizer_assumed", severity="warning",
             message="no optimizer.type: the training code passes its own optimizer; checked as "
                     "AdamW (fp32 master, m, v), the largest optimizer state costed",
             fix='name it in the config (e.g. "optimizer": {"type": "AdamW"}) if it is not AdamW')]
-    if isinstance(name, str) and name.lower() in _OPTIMIZERS:
-        return _OPTIMIZERS[name.lower()], []
-    if isinstance(name, str) and name in _TORCH_OPTIMIZERS:
-        return _TORCH_OPTIMIZERS[name], []
+    if isinstance(name, str) and name.lower() in ds.OPTIMIZER_NAMES:
+        return ds.OPTIMIZER_NAMES[name.lower()], []
+    if isinstance(name, str) and name in ds.TORCH_OPTIMIZERS:
+        return ds.TORCH_OPTIMIZERS[name], []
     hint = (f" (torch.optim names are case-sensitive: {name.upper()!r})"
-            if isinstance(name, str) and name.upper() in _TORCH_OPTIMIZERS else "")
+            if isinstance(name, str) and name.upper() in ds.TORCH_OPTIMIZERS else "")
     raise SpecError(f"value {name!r} not supported{hint}; supported: Adam, AdamW (any case), SGD",
-                    file=file, key="optimizer.type")
+                    file=file, key=K["optimizer"])
 
 
 def _recompute_note(data: dict) -> list[Violation]:
-    if "activation_checkpointing" not in data:
+    if K["recompute_tuning"] not in data:
         return []
     return [Violation(rule="deepspeed_recompute_assumed", severity="warning",
-                      message="activation_checkpointing only tunes checkpointing; whether layers "
-                              "are recomputed is set in the model code: checked without recompute "
-                              "(the most activation memory)",
+                      message=f"{K['recompute_tuning']} only tunes checkpointing; whether layers "
+                              f"are recomputed is set in the model code: checked without recompute "
+                              f"(the most activation memory)",
                       fix="if the model checkpoints its layers, check the layout with "
                           "`planner explain --recompute full`")]
 
@@ -363,9 +340,9 @@ def _near_misses(data: dict) -> list[Violation]:
     `zero_optimisation` runs as ZeRO-0, which is what this check costs."""
     out = []
     for key in data:
-        if key in _READ_KEYS or key in _OTHER_KEYS:
+        if key in ds.TOP_LEVEL or key in ds.OTHER_TOP_LEVEL:
             continue
-        close = difflib.get_close_matches(key.lower(), _READ_KEYS, n=1, cutoff=_NEAR_MISS_RATIO)
+        close = difflib.get_close_matches(key.lower(), ds.TOP_LEVEL, n=1, cutoff=_NEAR_MISS_RATIO)
         if close:
             out.append(Violation(
                 rule="deepspeed_unknown_key", severity="warning",

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from planner.cost.memory import DEFAULT_AT_RISK_MARGIN, MemoryBreakdown, stage_layers, stage_memory
 from planner.cost.step_time import step_time
 from planner.errors import SpecError
+from planner import frameworks
 from planner.placement.layout import RECOMPUTE_MODES, Layout
 from planner.placement.rules import Violation, check_layout, errors
 from planner.specs.cluster import ClusterSpec
@@ -203,33 +204,9 @@ def _single_changes(layout: Layout) -> list[tuple[str, Layout]]:
     return out
 
 
-_FRAMEWORK_TERMS = {
-    "megatron": {
-        "recompute selective": "--recompute-granularity selective",
-        "recompute full": "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1",
-        "micro_batch_size": "--micro-batch-size {}",
-        "zero_stage 1": "--use-distributed-optimizer",
-        "zero_stage 2": "--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads",
-        "zero_stage 3": "--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params",
-    },
-    "deepspeed": {
-        "recompute selective": "selective activation recompute in the model code",
-        "recompute full": "deepspeed.checkpointing.checkpoint around every layer (model code)",
-        "micro_batch_size": "train_micro_batch_size_per_gpu {} (train_batch_size kept: "
-                            "gradient_accumulation_steps grows)",
-        "zero_stage": "zero_optimization.stage {}",
-    },
-    "torchtitan": {
-        "recompute selective": 'activation_checkpoint.mode = "selective"',
-        "recompute full": 'activation_checkpoint.mode = "full"',
-        "micro_batch_size": "local_batch_size {} with global_batch_size kept (gradient "
-                            "accumulation; pipeline_parallel_microbatch_size with PP)",
-        "zero_stage 2": 'FSDP (data_parallel_shard_degree > 1) with fsdp_reshard_after_forward = "never"',
-        "zero_stage 3": "FSDP (data_parallel_shard_degree > 1)",
-    },
-}
-"""How each single change of `_single_changes` is spelled in a framework's own config (the flags
-and keys the readers of `planner/check/` read; their docstrings cite the sources)."""
+_FRAMEWORK_TERMS = {name: vocabulary.FIX_TERMS for name, vocabulary in frameworks.BY_NAME.items()}
+"""How each single change of `_single_changes` is spelled in a framework's own config: each
+framework's `FIX_TERMS`, built from the flag and key tables its reader and writer share."""
 
 
 def _spelled(label: str, kind: str, framework: str) -> str:

@@ -3,7 +3,7 @@
 The file is split like a shell command line (`shlex`: quotes, `#` comments, backslash line
 continuations). Tokens of the form `NAME=value` set shell variables that later `$NAME`, `${NAME}`
 and `${NAME:-default}` expand to (Megatron-LM's example scripts keep their numbers in variables and
-their flags in bash arrays; a quoted array element such as `"--fp8-format hybrid"` is split again).
+their flags in bash arrays; a quoted array element such as `"--flag value"` is split again).
 `--flag value` and `--flag=value` are read for the flags below; every other token (python,
 torchrun, pretrain_gpt.py, environment assignments, data paths, flags the planner does not cost) is
 ignored. A flag given twice takes its last value, as argparse does. The text is read, not run:
@@ -11,32 +11,12 @@ both branches of a shell `if` are read, and neither `$(...)` nor arithmetic `$((
 (a flag whose value is left with a `$` is bad input, naming the flag; for `$((...))` of integers
 and the file's variables the message gives the number to write).
 
-Flags read (Source: Megatron-LM, commit d98e8a6, `megatron/training/arguments.py` and the
-dataclasses its `ArgumentGroupFactory` turns into `--field-name` flags,
-`megatron/training/argument_utils.py` `_format_arg_name`):
-- degrees: --tensor-model-parallel-size, --pipeline-model-parallel-size, --context-parallel-size,
-  --expert-model-parallel-size, --expert-tensor-parallel-size (default: tp, `validate_args`),
-  --sequence-parallel (`megatron/core/model_parallel_config.py`); virtual stages:
-  --num-layers-per-virtual-pipeline-stage, --num-virtual-stages-per-pipeline-rank; uneven split:
-  --decoder-first-pipeline-num-layers, --decoder-last-pipeline-num-layers (`_add_distributed_args`);
-- batch: --micro-batch-size, --global-batch-size (default micro-batch x dp, `validate_args`)
-  (`megatron/training/config/training_config.py` TrainingConfig), --seq-length;
-- state sharding: --use-distributed-optimizer (ZeRO-1); --use-megatron-fsdp with
-  --data-parallel-sharding-strategy {no_shard, optim, optim_grads, optim_grads_params} (ZeRO 0-3),
-  --use-torch-fsdp2 (ZeRO-3) (`megatron/training/config/common_config.py`);
-- recompute: --recompute-granularity {full, selective}, --recompute-method {uniform, block},
-  --recompute-num-layers (`megatron/core/transformer/transformer_config.py`), --recompute-activations
-  (= selective, `validate_args`);
-- precision: --bf16, --fp16 (`model_parallel_config.py`), --fp8-format {e4m3, hybrid}
-  (`transformer_config.py` field `fp8`); optimizer: --optimizer (adam = AdamW: Megatron's Adam
-  decouples weight decay; sgd);
-- architecture (compared with --model, or the model itself): --num-layers, --hidden-size,
-  --ffn-hidden-size, --num-attention-heads, --group-query-attention with --num-query-groups,
-  --kv-channels, --max-position-embeddings, --swiglu, --normalization, --position-embedding-type,
-  --untie-embeddings-and-output-weights, --disable-bias-linear, --vocab-size (TokenizerConfig),
-  --num-experts, --rotary-base (int, default 10000; differing from --model's rope_theta: the
-  warning `megatron_rotary_base`);
-- torchrun: --nproc_per_node / --nproc-per-node x --nnodes (torch.distributed.run) = world size.
+Flags read: those of `planner.frameworks.megatron.FLAGS` marked `read` (names, defaults and
+sources there): the degrees, virtual stages and uneven split; micro-batch, global batch and
+sequence length; ZeRO through the distributed optimizer, Megatron-FSDP's sharding strategy or torch
+FSDP2; recompute granularity, method and layer count; precision and optimizer; the architecture
+(compared with --model, or the model itself: a rotary base differing from --model's rope_theta is
+the warning `megatron_rotary_base`); torchrun's GPUs per node x nodes = world size.
 
 What Megatron itself asserts at start-up and the gate's rules do not already check is a finding
 (`Violation`, each citing the Megatron function): world size divisible by tp x pp x cp, the
@@ -56,6 +36,8 @@ from pathlib import Path
 
 from planner.check.gate import Target
 from planner.errors import SpecError
+from planner.frameworks import megatron as mg
+from planner.frameworks.megatron import FLAG as F
 from planner.placement.layout import Layout
 from planner.placement.rules import Violation
 from planner.specs import files
@@ -65,45 +47,12 @@ from planner.specs.model import ModelSpec, from_config, load_model
 KIND = "megatron-args"
 """The `kind` of a Megatron-LM arguments file."""
 
-_INT_FLAGS = (
-    "--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--context-parallel-size",
-    "--expert-model-parallel-size", "--expert-tensor-parallel-size",
-    "--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-per-pipeline-rank",
-    "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",
-    "--micro-batch-size", "--global-batch-size", "--seq-length", "--recompute-num-layers",
-    "--num-layers", "--hidden-size", "--ffn-hidden-size", "--num-attention-heads",
-    "--num-query-groups", "--kv-channels", "--max-position-embeddings", "--vocab-size",
-    "--num-experts", "--rotary-base", "--nproc_per_node", "--nproc-per-node", "--nnodes",
-)
-"""Flags whose value is a positive integer."""
-_CHOICE_FLAGS = {
-    "--recompute-granularity": ("full", "selective"),
-    "--recompute-method": ("uniform", "block"),
-    "--fp8-format": ("e4m3", "hybrid"),
-    "--optimizer": ("adam", "sgd"),
-    "--data-parallel-sharding-strategy": ("no_shard", "optim", "optim_grads", "optim_grads_params"),
-    "--normalization": ("LayerNorm", "RMSNorm"),
-    "--position-embedding-type": ("learned_absolute", "rope", "yarn", "mrope", "relative", "none"),
-}
-"""Flags with a fixed set of values (Megatron's `choices`; --optimizer: the ones the planner costs
-of Megatron's adam, sgd, muon, dist_muon, lion, soap, adaptive_muon)."""
-_BOOL_FLAGS = (
-    "--sequence-parallel", "--use-distributed-optimizer", "--use-megatron-fsdp", "--use-torch-fsdp2",
-    "--recompute-activations", "--bf16", "--fp16", "--group-query-attention", "--swiglu",
-    "--untie-embeddings-and-output-weights", "--disable-bias-linear",
-    "--no-overlap-p2p-communication",
-)
-"""store_true flags (no value)."""
+_ARCH = ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size", "head_dim",
+         "vocab_size", "num_experts")
+"""Knobs (= ModelSpec fields) compared when both the file and --model give the model."""
 
-_ZERO_BY_STRATEGY = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
-"""Megatron-FSDP --data-parallel-sharding-strategy -> ZeRO stage (optimizer; + gradients;
-+ parameters). Source: Megatron-LM docs/discussions/megatron-fsdp-user-guide."""
-
-_ARCH = (("--num-layers", "num_hidden_layers"), ("--hidden-size", "hidden_size"),
-         ("--num-attention-heads", "num_attention_heads"), ("--ffn-hidden-size", "intermediate_size"),
-         ("--kv-channels", "head_dim"), ("--vocab-size", "vocab_size"),
-         ("--num-experts", "num_experts"))
-"""(flag, ModelSpec field) pairs compared when both the file and --model give the model."""
+_OPTIMIZERS = {name: optimizer for optimizer, name in mg.OPTIMIZERS.items()}
+"""Megatron optimizer name -> the costed optimizer."""
 
 _VAR = re.compile(r"\$(?:\{(\w+)(?::-([^}]*))?\}|(\w+))")
 _ASSIGN = re.compile(r"^([A-Za-z_]\w*)=(.*)$", re.S)
@@ -117,8 +66,8 @@ def read(path: Path, *, model: str | None, cluster: str | None, gpus: int | None
         path: the script or arguments file.
         model: catalog name or path; required unless the file gives a llama-style architecture.
         cluster: catalog name or path (always required: Megatron arguments never name the GPU).
-        gpus: GPU count, required unless torchrun's --nproc_per_node (x --nnodes) gives it.
-        seq_len: tokens per sequence, required unless the file gives --seq-length.
+        gpus: GPU count, required unless torchrun's GPUs per node (x nodes) give it.
+        seq_len: tokens per sequence, required unless the file gives the sequence length.
 
     Raises:
         SpecError: unreadable file, unbalanced quotes, a flag without its value or with a value
@@ -149,7 +98,7 @@ def _misspelled(text: str, file: str) -> list[Violation]:
     Megatron-LM's argparse stops at an unknown flag, and a misspelled one is otherwise dropped
     here. Flags far from every flag read are not reported: the reader knows only the flags it
     costs, not all of Megatron's."""
-    known = (*_INT_FLAGS, *_CHOICE_FLAGS, *_BOOL_FLAGS)
+    known = tuple(mg.READ)
     out = []
     for flag in dict.fromkeys(re.findall(r"(?<![\w-])--[a-z][a-z0-9_-]+", text)):
         if flag in known:
@@ -180,11 +129,12 @@ def parse_args(text: str, file: str) -> dict[str, str | bool]:
     while i < len(tokens):
         name, eq, value = tokens[i].partition("=")
         i += 1
-        if name in _BOOL_FLAGS:
+        kind = mg.READ[name].kind if name in mg.READ else None
+        if kind == mg.SWITCH:
             if eq:
                 raise SpecError(f"takes no value (got {value!r}); it is a switch", file=file, key=name)
             out[name] = True
-        elif name in _INT_FLAGS or name in _CHOICE_FLAGS:
+        elif kind is not None:
             if not eq:
                 if i >= len(tokens) or tokens[i].startswith("--"):
                     raise SpecError("missing value", file=file, key=name)
@@ -286,21 +236,34 @@ def _expand(match: re.Match, env: dict[str, str]) -> str:
     return match.group(2) if match.group(2) is not None else match.group(0)
 
 
-def _int(args: dict, flag: str, file: str, default: int | None = None) -> int | None:
+_TABLE = object()
+"""`_int`'s default: Megatron's own (`planner.frameworks.megatron.DEFAULT`)."""
+
+
+def _int(args: dict, knob: str, file: str, default=_TABLE) -> int | None:
+    """The integer the file gives the flag of `knob`, else `default` (Megatron's by default)."""
+    flag = F[knob]
     value = args.get(flag)
     if value is None:
-        return default
+        return mg.DEFAULT[knob] if default is _TABLE else default
     if not re.fullmatch(r"\d+", value) or int(value) < 1:
         raise SpecError(f"value {value!r} must be an integer >= 1", file=file, key=flag)
     return int(value)
 
 
-def _choice(args: dict, flag: str, file: str) -> str | None:
-    value = args.get(flag)
-    if value is not None and value not in _CHOICE_FLAGS[flag]:
-        raise SpecError(f"value {value!r} not allowed; allowed: {', '.join(_CHOICE_FLAGS[flag])}",
-                        file=file, key=flag)
+def _choice(args: dict, knob: str, file: str) -> str | None:
+    """The value the file gives the choice flag of `knob` (None when absent)."""
+    flag = mg.BY_KNOB[knob]
+    value = args.get(flag.flag)
+    if value is not None and value not in flag.choices:
+        raise SpecError(f"value {value!r} not allowed; allowed: {', '.join(flag.choices)}",
+                        file=file, key=flag.flag)
     return value
+
+
+def _on(args: dict, knob: str) -> bool:
+    """Whether the file gives the switch of `knob`."""
+    return bool(args.get(F[knob]))
 
 
 # ---------------------------------------------------------------- model, world
@@ -320,85 +283,93 @@ def _model(args: dict, model: str | None, path: Path) -> ModelSpec:
 
 
 def _rotary_base(args: dict, spec: ModelSpec, file: str) -> list[Violation]:
-    """A warning when --rotary-base differs from the model's rope_theta (no effect on memory or
+    """A warning when the rotary base differs from the model's rope_theta (no effect on memory or
     time; Megatron-LM's own llama3 example script uses 1000000 where Llama 3.1 has 500000)."""
-    base, theta = _int(args, "--rotary-base", file, 10000), spec.extra.get("rope_theta")
+    base, theta = _int(args, "rope_theta", file), spec.extra.get("rope_theta")
     if spec.position_embedding_type != "rope" or not isinstance(theta, (int, float)) or base == theta:
         return []
-    given = f"--rotary-base {base}" if "--rotary-base" in args else "no --rotary-base (10000)"
+    flag = F["rope_theta"]
+    given = f"{flag} {base}" if flag in args else f"no {flag} ({mg.DEFAULT['rope_theta']})"
     return [Violation(rule="megatron_rotary_base", severity="warning",
                       message=f"{given} but {spec.name} has rope_theta={theta:g}: the model trains "
                               f"with other rotary frequencies than its checkpoint",
-                      fix=f"set --rotary-base {theta:.0f}" if theta == int(theta) else
-                          "set --rotary-base to the model's rope_theta")]
+                      fix=f"set {flag} {theta:.0f}" if theta == int(theta) else
+                          f"set {flag} to the model's rope_theta")]
 
 
 def _architecture(args: dict, file: str) -> dict[str, tuple[str, int]]:
     """{flag: (ModelSpec field, value Megatron builds)} for the architecture the file gives.
 
-    Source: Megatron-LM `argument_utils.py` (num_query_groups only with --group-query-attention,
+    Source: Megatron-LM `argument_utils.py` (num_query_groups only with group_query_attention,
     whose argparse default is 1; without it every head has its own KV head) and `validate_args`
-    (ffn_hidden_size defaults to int(4h x 2/3 / 64) x 64 with --swiglu, else 4h; kv_channels to
+    (ffn_hidden_size defaults to int(4h x 2/3 / 64) x 64 with swiglu, else 4h; kv_channels to
     hidden / heads)."""
-    out = {flag: (field, _int(args, flag, file)) for flag, field in _ARCH if flag in args}
-    heads = _int(args, "--num-attention-heads", file)
+    out = {F[field]: (field, _int(args, field, file)) for field in _ARCH if F[field] in args}
+    heads = _int(args, "num_attention_heads", file)
     if heads is not None:
-        gqa = bool(args.get("--group-query-attention"))
-        kv = _int(args, "--num-query-groups", file, 1) if gqa else heads
-        flag = "--num-query-groups" if gqa else "--num-attention-heads without --group-query-attention"
+        gqa = _on(args, "group_query_attention")
+        kv = _int(args, "num_key_value_heads", file) if gqa else heads
+        flag = F["num_key_value_heads"] if gqa else \
+            f"{F['num_attention_heads']} without {F['group_query_attention']}"
         out[flag] = ("num_key_value_heads", kv)
-    hidden = _int(args, "--hidden-size", file)
-    if hidden is not None and "--ffn-hidden-size" not in args:
-        out["--ffn-hidden-size"] = ("intermediate_size", int(4 * hidden * 2 / 3 / 64) * 64
-                                    if args.get("--swiglu") else 4 * hidden)
-        if heads is not None and "--kv-channels" not in args:
-            out["--kv-channels"] = ("head_dim", hidden // heads)
+    hidden = _int(args, "hidden_size", file)
+    if hidden is not None and F["intermediate_size"] not in args:
+        out[F["intermediate_size"]] = ("intermediate_size", int(4 * hidden * 2 / 3 / 64) * 64
+                                       if _on(args, "swiglu") else 4 * hidden)
+        if heads is not None and F["head_dim"] not in args:
+            out[F["head_dim"]] = ("head_dim", hidden // heads)
     return out
 
 
 def _llama_config(args: dict, given: dict, file: str) -> dict:
     """Hugging Face llama config keys from the file's architecture flags (`_architecture`).
 
-    Source: Megatron-LM `transformer_config.py` (add_bias_linear is on unless
-    --disable-bias-linear; normalization LayerNorm unless --normalization RMSNorm)."""
-    need = [f for f in ("--num-layers", "--hidden-size", "--num-attention-heads",
-                        "--max-position-embeddings", "--vocab-size") if f not in args]
+    Source: Megatron-LM `transformer_config.py` (add_bias_linear is on unless the file disables
+    bias; normalization LayerNorm unless RMSNorm is given)."""
+    need = [F[k] for k in ("num_hidden_layers", "hidden_size", "num_attention_heads",
+                           "max_position_embeddings", "vocab_size") if F[k] not in args]
     shape = [what for what, ok in (
-        ("--swiglu", args.get("--swiglu")),
-        ("--normalization RMSNorm", _choice(args, "--normalization", file) == "RMSNorm"),
-        ("--position-embedding-type rope", _choice(args, "--position-embedding-type", file) == "rope"),
-        ("no --num-experts", "--num-experts" not in args)) if not ok]
+        (F["swiglu"], _on(args, "swiglu")),
+        (f"{F['normalization']} RMSNorm", _choice(args, "normalization", file) == "RMSNorm"),
+        (f"{F['position_embedding_type']} rope",
+         _choice(args, "position_embedding_type", file) == "rope"),
+        (f"no {F['num_experts']}", F["num_experts"] not in args)) if not ok]
     if need or shape:
         why = (f"the file does not give {', '.join(need)}" if need else
                f"this reader builds llama-style models (missing: {', '.join(shape)})")
         raise SpecError(f"--model is required: {why}", file=file, key="--model")
     values = {field: value for field, value in given.values()}
-    bias = not args.get("--disable-bias-linear")
+    bias = not _on(args, "disable_bias_linear")
     return {
         "model_type": "llama", **{k: values[k] for k in (
             "num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads",
             "head_dim", "intermediate_size", "vocab_size")},
-        "max_position_embeddings": _int(args, "--max-position-embeddings", file),
-        "tie_word_embeddings": not args.get("--untie-embeddings-and-output-weights"),
+        "max_position_embeddings": _int(args, "max_position_embeddings", file),
+        "tie_word_embeddings": not _on(args, "untie_embeddings"),
         "attention_bias": bias, "mlp_bias": bias,
-        "rope_theta": _int(args, "--rotary-base", file, 10000),
+        "rope_theta": _int(args, "rope_theta", file),
         "source": f"Megatron-LM arguments in {file}",
     }
 
 
 def _world(args: dict, gpus: int | None, file: str) -> int:
-    """torchrun's --nproc_per_node x --nnodes (nnodes defaults to 1), else --gpus."""
-    per_node = [f for f in ("--nproc_per_node", "--nproc-per-node") if f in args]
+    """torchrun's GPUs per node x nodes (nodes default to 1), else --gpus."""
+    per_node = _per_node(args)
     if not per_node:
         if gpus is None:
-            raise SpecError("--gpus is required: the file has no torchrun --nproc_per_node / "
-                            "--nnodes", file=file, key="--gpus")
+            raise SpecError(f"--gpus is required: the file has no torchrun {F['nproc_per_node']} / "
+                            f"{F['nnodes']}", file=file, key="--gpus")
         return gpus
-    world = _int(args, per_node[-1], file) * _int(args, "--nnodes", file, default=1)
+    world = _int(args, per_node[-1], file) * _int(args, "nnodes", file)
     if gpus is not None and gpus != world:
         raise SpecError(f"--gpus {gpus} contradicts the file's torchrun world size "
-                        f"--nproc_per_node x --nnodes = {world}", file=file, key="--gpus")
+                        f"{F['nproc_per_node']} x {F['nnodes']} = {world}", file=file, key="--gpus")
     return world
+
+
+def _per_node(args: dict) -> list[str]:
+    """The knobs of torchrun's GPUs-per-node spellings the file gives (the last one counts)."""
+    return [k for k in ("nproc_per_node", "nproc_per_node_dashed") if F[k] in args]
 
 
 def _cluster(cluster: str, world: int, args: dict, file: str):
@@ -408,11 +379,12 @@ def _cluster(cluster: str, world: int, args: dict, file: str):
     try:
         return load_cluster(cluster, gpus=world)
     except SpecError as exc:
-        per_node = [f for f in ("--nproc_per_node", "--nproc-per-node") if f in args]
+        per_node = [F[k] for k in _per_node(args)]
         if exc.key != "--gpus" or not per_node:
             raise
+        nodes = F["nnodes"]
         flags = f"{per_node[-1]} {args[per_node[-1]]}" + (
-            f" x --nnodes {args['--nnodes']}" if "--nnodes" in args else "")
+            f" x {nodes} {args[nodes]}" if nodes in args else "")
         raise SpecError(f"torchrun {flags} gives world size {world}, which the cluster refuses "
                         f"({exc})", file=file, key=per_node[-1]) from None
 
@@ -421,9 +393,7 @@ def _cluster(cluster: str, world: int, args: dict, file: str):
 
 def _layout(args: dict, spec: ModelSpec, world: int, seq_len: int | None, file: str,
             findings: list[Violation]) -> Layout:
-    tp = _int(args, "--tensor-model-parallel-size", file, 1)
-    pp = _int(args, "--pipeline-model-parallel-size", file, 1)
-    cp = _int(args, "--context-parallel-size", file, 1)
+    tp, pp, cp = (_int(args, k, file) for k in ("tp", "pp", "cp"))
     if world % (tp * pp * cp):
         findings.append(Violation(
             rule="world_size",
@@ -431,95 +401,97 @@ def _layout(args: dict, spec: ModelSpec, world: int, seq_len: int | None, file: 
                     f"{tp * pp * cp}: Megatron-LM asserts it (arguments.py validate_args)",
             fix=f"use a GPU count that is a multiple of {tp * pp * cp}, or change tp/pp/cp"))
     dp = max(1, world // (tp * pp * cp))
-    mbs = _int(args, "--micro-batch-size", file)
+    mbs = _int(args, "micro_batch_size", file)
     if mbs is None:
-        raise SpecError("missing: Megatron-LM asserts --micro-batch-size is set (validate_args)",
-                        file=file, key="--micro-batch-size")
+        raise SpecError(f"missing: Megatron-LM asserts {F['micro_batch_size']} is set "
+                        f"(validate_args)", file=file, key=F["micro_batch_size"])
     vpp = _vpp(args, spec, pp, file, findings)
     return Layout(
-        dp=dp, tp=tp, pp=pp, cp=cp, ep=_int(args, "--expert-model-parallel-size", file, 1),
-        etp=_int(args, "--expert-tensor-parallel-size", file, tp if spec.is_moe else 1),
-        zero_stage=_zero(args, file), sequence_parallel=bool(args.get("--sequence-parallel")),
+        dp=dp, tp=tp, pp=pp, cp=cp, ep=_int(args, "ep", file),
+        etp=_int(args, "etp", file, tp if spec.is_moe else 1),
+        zero_stage=_zero(args, file), sequence_parallel=_on(args, "sequence_parallel"),
         vpp=vpp, pipeline_layers=_split(args, spec, pp, vpp, file, findings),
-        micro_batch_size=mbs, global_batch_size=_int(args, "--global-batch-size", file, mbs * dp),
+        micro_batch_size=mbs, global_batch_size=_int(args, "global_batch_size", file, mbs * dp),
         seq_len=_seq_len(args, seq_len, file, findings), recompute=_uniform_recompute(args, file),
-        optimizer={"adam": "adamw", "sgd": "sgd"}[_choice(args, "--optimizer", file) or "adam"],
+        optimizer=_OPTIMIZERS[_choice(args, "optimizer", file) or mg.DEFAULT["optimizer"]],
         precision=_precision(args, file), framework="megatron")
 
 
 def _seq_len(args: dict, seq_len: int | None, file: str, findings: list[Violation]) -> int:
-    seq = _int(args, "--seq-length", file)
+    seq = _int(args, "seq_len", file)
     if seq is None and seq_len is None:
-        raise SpecError("--seq-len is required: the file gives no --seq-length", file=file,
+        raise SpecError(f"--seq-len is required: the file gives no {F['seq_len']}", file=file,
                         key="--seq-len")
     if seq is not None and seq_len is not None and seq != seq_len:
-        raise SpecError(f"--seq-len {seq_len} contradicts the file's --seq-length {seq}",
+        raise SpecError(f"--seq-len {seq_len} contradicts the file's {F['seq_len']} {seq}",
                         file=file, key="--seq-len")
     seq = seq or seq_len
-    positions = _int(args, "--max-position-embeddings", file)
+    positions = _int(args, "max_position_embeddings", file)
     if positions is not None and seq > positions:
         findings.append(Violation(
             rule="seq_length_exceeds_positions",
-            message=f"--seq-length {seq} exceeds --max-position-embeddings {positions}: Megatron-LM "
-                    f"asserts max_position_embeddings >= seq_length (arguments.py validate_args)",
-            fix=f"set --max-position-embeddings {seq} or --seq-length {positions}"))
+            message=f"{F['seq_len']} {seq} exceeds {F['max_position_embeddings']} {positions}: "
+                    f"Megatron-LM asserts max_position_embeddings >= seq_length (arguments.py "
+                    f"validate_args)",
+            fix=f"set {F['max_position_embeddings']} {seq} or {F['seq_len']} {positions}"))
     return seq
 
 
 def _precision(args: dict, file: str) -> str:
-    if args.get("--bf16") and args.get("--fp16"):
-        raise SpecError("both --bf16 and --fp16 given; Megatron-LM trains in one of them",
-                        file=file, key="--fp16")
-    if _choice(args, "--fp8-format", file):
+    if _on(args, "bf16") and _on(args, "fp16"):
+        raise SpecError(f"both {F['bf16']} and {F['fp16']} given; Megatron-LM trains in one of "
+                        f"them", file=file, key=F["fp16"])
+    if _choice(args, "fp8_format", file):
         return "fp8"
-    if args.get("--bf16") or args.get("--fp16"):
-        return "bf16" if args.get("--bf16") else "fp16"
-    raise SpecError("missing --bf16, --fp16 or --fp8-format: without them Megatron-LM trains in "
-                    "fp32, which this planner does not cost", file=file, key="--bf16")
+    if _on(args, "bf16") or _on(args, "fp16"):
+        return "bf16" if _on(args, "bf16") else "fp16"
+    raise SpecError(f"missing {F['bf16']}, {F['fp16']} or {F['fp8_format']}: without them "
+                    f"Megatron-LM trains in fp32, which this planner does not cost", file=file,
+                    key=F["bf16"])
 
 
 def _zero(args: dict, file: str) -> int:
-    """--use-distributed-optimizer: 1; Megatron-FSDP: its sharding strategy; torch FSDP2: 3."""
-    strategy = _choice(args, "--data-parallel-sharding-strategy", file) or "optim_grads_params"
-    if args.get("--use-torch-fsdp2"):
+    """The distributed optimizer: 1; Megatron-FSDP: its sharding strategy; torch FSDP2: 3."""
+    strategy = _choice(args, "sharding_strategy", file) or mg.DEFAULT["sharding_strategy"]
+    if _on(args, "torch_fsdp2"):
         return 3
-    if args.get("--use-megatron-fsdp"):
-        return _ZERO_BY_STRATEGY[strategy]
-    return 1 if args.get("--use-distributed-optimizer") else 0
+    if _on(args, "megatron_fsdp"):
+        return mg.ZERO_BY_STRATEGY[strategy]
+    return 1 if _on(args, "distributed_optimizer") else 0
 
 
 def _vpp(args: dict, spec: ModelSpec, pp: int, file: str, findings: list[Violation]) -> int:
     """Virtual stages per rank. Source: `validate_args` (at most one of the two flags; layers per
     virtual stage needs num_layers % pp == 0 and divides the layers per stage; not with an uneven
     split; with interleaving pp > 2 unless p2p communication overlaps, the default)."""
-    per_rank = _int(args, "--num-virtual-stages-per-pipeline-rank", file)
-    per_stage = _int(args, "--num-layers-per-virtual-pipeline-stage", file)
+    per_rank = _int(args, "vpp", file)
+    per_stage = _int(args, "layers_per_virtual_stage", file)
     n = spec.num_hidden_layers
-    fix = "give only --num-virtual-stages-per-pipeline-rank"
+    rank_flag, stage_flag = F["vpp"], F["layers_per_virtual_stage"]
+    fix = f"give only {rank_flag}"
     if per_stage is not None and per_rank is not None:
         findings.append(Violation(rule="virtual_pipeline_args", fix=fix, message=(
-            f"--num-layers-per-virtual-pipeline-stage {per_stage} and "
-            f"--num-virtual-stages-per-pipeline-rank {per_rank} both given: Megatron-LM allows one")))
+            f"{stage_flag} {per_stage} and {rank_flag} {per_rank} both given: Megatron-LM allows "
+            f"one")))
     elif per_stage is not None:
-        uneven = [f for f in ("--decoder-first-pipeline-num-layers",
-                              "--decoder-last-pipeline-num-layers") if f in args]
+        uneven = [F[k] for k in ("first_stage_layers", "last_stage_layers") if F[k] in args]
         if uneven:
             findings.append(Violation(rule="virtual_pipeline_args", fix=fix, message=(
-                f"--num-layers-per-virtual-pipeline-stage with {uneven[0]}: Megatron-LM asserts "
-                f"--num-virtual-stages-per-pipeline-rank for uneven pipeline parallelism")))
+                f"{stage_flag} with {uneven[0]}: Megatron-LM asserts {rank_flag} for uneven "
+                f"pipeline parallelism")))
         elif n % pp or (n // pp) % per_stage:
             findings.append(Violation(rule="virtual_pipeline_args", fix=fix, message=(
                 f"num_layers={n} over pp={pp} is {n / pp:g} layers per stage, not a multiple of "
-                f"--num-layers-per-virtual-pipeline-stage {per_stage}")))
+                f"{stage_flag} {per_stage}")))
         else:
             per_rank = n // pp // per_stage
     vpp = per_rank or 1
-    if vpp > 1 and pp == 2 and args.get("--no-overlap-p2p-communication"):
+    if vpp > 1 and pp == 2 and _on(args, "no_p2p_overlap"):
         findings.append(Violation(
             rule="interleaved_pp_needs_overlap",
-            message=f"vpp={vpp} with pp=2 and --no-overlap-p2p-communication: Megatron-LM asserts "
+            message=f"vpp={vpp} with pp=2 and {F['no_p2p_overlap']}: Megatron-LM asserts "
                     f"pp > 2 for the interleaved schedule without p2p overlap (validate_args)",
-            fix="drop --no-overlap-p2p-communication, or use pp >= 3"))
+            fix=f"drop {F['no_p2p_overlap']}, or use pp >= 3"))
     return vpp
 
 
@@ -530,8 +502,8 @@ def _split(args: dict, spec: ModelSpec, pp: int, vpp: int, file: str,
     Source: Megatron-LM `megatron/core/transformer/transformer_block.py` `get_num_layers_to_build`
     and `transformer_config.py` `__post_init__` (the middle layers must divide over the middle
     stages; no middle stage leaves no middle layer)."""
-    first = _int(args, "--decoder-first-pipeline-num-layers", file)
-    last = _int(args, "--decoder-last-pipeline-num-layers", file)
+    first = _int(args, "first_stage_layers", file)
+    last = _int(args, "last_stage_layers", file)
     if first is None and last is None:
         return None
     ends = [n for n in (first, last) if n is not None]
@@ -556,40 +528,42 @@ def _split(args: dict, spec: ModelSpec, pp: int, vpp: int, file: str,
 # ---------------------------------------------------------------- recompute
 
 def _uniform_recompute(args: dict, file: str) -> str:
-    granularity = _choice(args, "--recompute-granularity", file)
-    if granularity is None and args.get("--recompute-activations"):
+    granularity = _choice(args, "recompute_granularity", file)
+    if granularity is None and _on(args, "recompute_activations"):
         granularity = "selective"
     return granularity or "none"
 
 
 def _recompute_per_stage(args: dict, spec: ModelSpec, layout: Layout, file: str,
                          findings: list[Violation]) -> tuple[dict[str, int], ...] | None:
-    """Per-stage {full, none} counts for `--recompute-method block`; None for a uniform mode.
+    """Per-stage {full, none} counts for the block recompute method; None for a uniform mode.
 
     Source: Megatron-LM `transformer_config.py` `__post_init__` (full needs a method and
-    --recompute-num-layers; selective takes neither), `validate_args` (selective takes no method)
+    recompute_num_layers; selective takes neither), `validate_args` (selective takes no method)
     and `megatron/core/recompute.py` (uniform checkpoints every layer in chunks of
     recompute_num_layers; block checkpoints the first recompute_num_layers layers of each model
     chunk, one chunk per virtual stage, and none of the rest)."""
     granularity = layout.recompute
-    method = _choice(args, "--recompute-method", file)
-    count = _int(args, "--recompute-num-layers", file)
+    method = _choice(args, "recompute_method", file)
+    count = _int(args, "recompute_num_layers", file)
+    method_flag, count_flag = F["recompute_method"], F["recompute_num_layers"]
     if granularity == "selective" and (method or count):
         findings.append(Violation(
             rule="recompute_args",
-            message=f"--recompute-granularity selective with "
-                    f"{'--recompute-method ' + method if method else f'--recompute-num-layers {count}'}"
+            message=f"{mg.recompute_flags('selective')[0]} with "
+                    f"{f'{method_flag} {method}' if method else f'{count_flag} {count}'}"
                     f": Megatron-LM rejects a method or layer count for selective recompute",
-            fix="drop --recompute-method and --recompute-num-layers"))
+            fix=f"drop {method_flag} and {count_flag}"))
     if granularity != "full":
         return None
     if method is None or count is None:
-        missing = "--recompute-method" if method is None else "--recompute-num-layers"
+        missing = method_flag if method is None else count_flag
+        every_layer = mg.recompute_flags("full", "uniform", 1)
         findings.append(Violation(
             rule="recompute_args",
-            message=f"--recompute-granularity full without {missing}: Megatron-LM raises "
+            message=f"{F['recompute_granularity']} full without {missing}: Megatron-LM raises "
                     f"(transformer_config.py)",
-            fix="add --recompute-method uniform --recompute-num-layers 1 (every layer)"))
+            fix=f"add {' '.join(every_layer[1:])} (every layer)"))
         return None
     if method == "uniform":
         return None

@@ -1,43 +1,32 @@
 """Reader of torchtitan job configs (TOML, `train_configs/*.toml`) into a gate `Target`.
 
-Key names are torchtitan's, verified in pytorch/torchtitan at 238fa99 (the last commit before the
-TOML configs were replaced by Python registries in 9810191, 2026-02-23):
-`torchtitan/config/job_config.py` (dataclasses `Model`, `Training`, `Parallelism`,
-`ActivationCheckpoint`, `Quantize`) and `torchtitan/models/llama3/train_configs/llama3_{8b,70b,405b}.toml`.
-Older spellings are accepted where the history shows them:
-- `[training] batch_size` (renamed `local_batch_size`, with `global_batch_size` added, in 8570415,
-  2025-06-05, "Support gradient accumulation");
-- the degrees under `[training]` (data_parallel_*, tensor_parallel_degree) and `[experimental]`
-  (pipeline_parallel_degree, context_parallel_degree, pipeline_parallel_schedule,
-  pipeline_parallel_microbatches) before `[parallelism]` (785c34c, 2025-03-18);
-- `pipeline_parallel_microbatches` (a count, default pp) before `pipeline_parallel_microbatch_size`
-  (5e2033c, 2025-04-07);
-- `[float8] enable_float8_linear = true` before the `model.converters = ["float8"]` converter
-  (57387af, 2025-02-14); converter "quantize.linear.float8" since 8a2686c (2025-09-30).
-A key given under both its old and its new name is bad input.
+Key names, their older spellings, defaults and sources: `planner.frameworks.torchtitan` (the table
+the writer shares; pytorch/torchtitan 238fa99, the last commit with TOML configs). Every spelling
+of a setting is read; a setting given under both its old and its new name is bad input.
 
 Mapping (DESIGN.md placement semantics):
-- dp = data_parallel_replicate_degree x data_parallel_shard_degree (-1 = the GPUs left after
-  replicate x cp x tp x pp: `parallel_dims.py` `ParallelDims._validate`); FSDP2 (zero_stage 3,
-  dp_shard = shard) when shard > 1 or cp > 1 (`ParallelDims.fsdp_enabled`; FSDP runs over
-  dp_shard x cp), else DDP (zero_stage 0). torchtitan TP always shards norms over the sequence
-  (`parallelize.py` `apply_tp`: SequenceParallel): sequence_parallel = tp > 1.
-- micro_batch_size = pipeline_parallel_microbatch_size when pp > 1, else local_batch_size;
-  global_batch_size -1 / absent = local_batch_size x dp (`train.py` `Trainer.__init__`).
+- dp = replicate degree x shard degree (shard -1 = the GPUs left after replicate x cp x tp x pp:
+  `parallel_dims.py` `ParallelDims._validate`); FSDP2 (zero_stage 3, dp_shard = shard) when shard
+  > 1 or cp > 1 (`ParallelDims.fsdp_enabled`; FSDP runs over dp_shard x cp), else DDP (zero_stage
+  0); the reshard policy "never" without PP is ZeRO-2. torchtitan TP always shards norms over the
+  sequence (`parallelize.py` `apply_tp`: SequenceParallel): sequence_parallel = tp > 1.
+- micro_batch_size = the pipeline micro-batch size when pp > 1 (the older micro-batch count: the
+  local batch over it), else the local batch; the global batch -1 / absent = local batch x dp
+  (`train.py` `Trainer.__init__`).
 - Pipeline: torchtitan's own split, `generate_llm_fqn_per_model_part` (num_layers + first/last
-  stage weights spread evenly over the virtual stages; the embedding and output count as
-  pipeline_parallel_first/last_stage_less_layers layers), or `module_fqns_per_model_part`; virtual
-  stage s runs on rank s mod pp (`pipeline_module_split`, loop style). Supported schedules: 1F1B
-  (vpp 1) and Interleaved1F1B (vpp = stages per rank: from pipeline_parallel_layers_per_stage, else
-  2, as `pipeline_llm` chooses). GPipe, LoopedBFS, the zero-bubble and V schedules and CSV
-  schedules hold micro-batches differently and are not modelled (bad input, exit 2).
-- Activation checkpointing (`activation_checkpoint.py`): none | full | selective with
-  selective_ac_option "op" (the op-level policy = this planner's `selective`) or an integer N
-  (layer SAC: every N-th block of a rank fully checkpointed, the others none; 0 = all).
-  `memory_budget` (a compiler partitioner setting) is not modelled.
-- Precision: mixed_precision_param bfloat16 -> bf16, fp8 when a float8 linear converter is on;
-  float32 params, training.dtype bfloat16 (no fp32 master weights) and MX converters are not
-  modelled (bad input). training.enable_cpu_offload -> parameters and optimizer offloaded.
+  stage weights spread evenly over the virtual stages; the embedding and output count as the first
+  / last stage's "less layers"), or the module names per model part; virtual stage s runs on rank
+  s mod pp (`pipeline_module_split`, loop style). Supported schedules: 1F1B (vpp 1) and
+  Interleaved1F1B (vpp = stages per rank: from the layers per stage, else 2, as `pipeline_llm`
+  chooses). GPipe, LoopedBFS, the zero-bubble and V schedules and CSV schedules hold
+  micro-batches differently and are not modelled (bad input, exit 2).
+- Activation checkpointing (`activation_checkpoint.py`): mode none | full | selective with option
+  "op" (the op-level policy = this planner's `selective`) or an integer N (layer SAC: every N-th
+  block of a rank fully checkpointed, the others none; 0 = all). `memory_budget` (a compiler
+  partitioner setting) is not modelled.
+- Precision: mixed-precision parameters bfloat16 -> bf16, fp8 when a float8 linear converter is on;
+  float32 parameters, a bfloat16 training dtype (no fp32 master weights) and MX converters are not
+  modelled (bad input). CPU offload -> parameters and optimizer offloaded.
 - Model: [model] name "llama3" with flavor 8B / 70B / 405B -> llama-3.1-8b / -70b / -405b
   (`torchtitan/models/llama3/__init__.py` llama3_args); anything else needs --model.
 
@@ -46,9 +35,8 @@ layers, sequence by cp and global batch by dp x micro-batch):
 - `torchtitan_parallel_dims`: ep > 1 with etp not in {1, tp} (`ParallelDims._validate`);
 - `torchtitan_ddp`: DDP (replicate > 1, no FSDP) combined with tp/pp (`parallelize.py`:
   "DDP has not supported > 1D parallelism");
-- `torchtitan_batch`: global batch not a multiple of local_batch_size x dp (`train.py`);
-  local batch not a multiple of the pipeline micro-batch (`pipeline_parallel.py`
-  `build_pipeline_schedule`);
+- `torchtitan_batch`: global batch not a multiple of local batch x dp (`train.py`); local batch not
+  a multiple of the pipeline micro-batch (`pipeline_parallel.py` `build_pipeline_schedule`);
 - `torchtitan_pipeline_stages`: virtual stages not a multiple of pp, or a stage count per rank the
   schedule refuses (`pipeline_parallel.py` `pipeline_llm`).
 A key of [training], [parallelism], [model] or [activation_checkpoint] that is neither read nor a
@@ -64,6 +52,8 @@ from pathlib import Path
 
 from planner.check.gate import Target
 from planner.errors import SpecError
+from planner.frameworks import torchtitan as tt
+from planner.frameworks.torchtitan import NAME as N
 from planner.placement.layout import Layout
 from planner.placement.rules import Violation
 from planner.specs import files
@@ -74,76 +64,8 @@ KIND = "torchtitan-config"
 """The Target kind of a torchtitan job config."""
 FRAMEWORK = "torchtitan"
 
-CATALOG = {("llama3", "8B"): "llama-3.1-8b", ("llama3", "70B"): "llama-3.1-70b",
-           ("llama3", "405B"): "llama-3.1-405b"}
-"""(model.name, model.flavor) -> catalog model. Source: torchtitan `models/llama3/__init__.py`
-`llama3_args` (8B: dim 4096, 32 layers; 70B: 8192, 80; 405B: 16384, 126 -- Llama 3.1 shapes)."""
-
-_KEYS = {
-    "local_batch_size": (("training", "local_batch_size"), ("training", "batch_size")),
-    "global_batch_size": (("training", "global_batch_size"),),
-    "seq_len": (("training", "seq_len"),),
-    "mixed_precision_param": (("training", "mixed_precision_param"),),
-    "dtype": (("training", "dtype"),),
-    "enable_cpu_offload": (("training", "enable_cpu_offload"),),
-    "fsdp_reshard_after_forward": (("parallelism", "fsdp_reshard_after_forward"),),
-    "replicate": (("parallelism", "data_parallel_replicate_degree"),
-                  ("training", "data_parallel_replicate_degree")),
-    "shard": (("parallelism", "data_parallel_shard_degree"),
-              ("training", "data_parallel_shard_degree")),
-    "tp": (("parallelism", "tensor_parallel_degree"), ("training", "tensor_parallel_degree")),
-    "pp": (("parallelism", "pipeline_parallel_degree"), ("experimental", "pipeline_parallel_degree")),
-    "cp": (("parallelism", "context_parallel_degree"), ("experimental", "context_parallel_degree")),
-    "ep": (("parallelism", "expert_parallel_degree"),),
-    "etp": (("parallelism", "expert_tensor_parallel_degree"),),
-    "pp_microbatch_size": (("parallelism", "pipeline_parallel_microbatch_size"),),
-    "pp_microbatches": (("parallelism", "pipeline_parallel_microbatches"),
-                        ("experimental", "pipeline_parallel_microbatches")),
-    "pp_schedule": (("parallelism", "pipeline_parallel_schedule"),
-                    ("experimental", "pipeline_parallel_schedule")),
-    "pp_schedule_csv": (("parallelism", "pipeline_parallel_schedule_csv"),
-                        ("experimental", "pipeline_parallel_schedule_csv")),
-    "pp_layers_per_stage": (("parallelism", "pipeline_parallel_layers_per_stage"),),
-    "pp_first_less": (("parallelism", "pipeline_parallel_first_stage_less_layers"),),
-    "pp_last_less": (("parallelism", "pipeline_parallel_last_stage_less_layers"),),
-    "pp_fqns": (("parallelism", "module_fqns_per_model_part"),),
-    "pp_split_points": (("parallelism", "pipeline_parallel_split_points"),
-                        ("experimental", "pipeline_parallel_split_points")),
-    "ac_mode": (("activation_checkpoint", "mode"),),
-    "ac_option": (("activation_checkpoint", "selective_ac_option"),),
-    "converters": (("model", "converters"),),
-    "float8_linear": (("float8", "enable_float8_linear"),),
-}
-"""Setting -> (section, key) spellings, the current one first (module docstring)."""
-
-SCHEDULES = {"1f1b": 1, "interleaved1f1b": None}
-"""Supported pipeline_parallel_schedule names (torch `get_schedule_class` matches them
-case-insensitively) -> stages per rank (None = several). Source: torch
-`distributed/pipelining/schedules.py` (Schedule1F1B is a PipelineScheduleSingle,
-ScheduleInterleaved1F1B a PipelineScheduleMulti)."""
-_OTHER_SCHEDULES = ("GPipe", "LoopedBFS", "InterleavedZeroBubble", "ZBVZeroBubble", "DualPipeV",
-                    "PipelineScheduleSingle", "PipelineScheduleMulti")
-_FP8_CONVERTERS = ("float8", "quantize.linear.float8")
-"""Converters that swap nn.Linear for Float8Linear (`components/quantization/float8.py`
-register_model_converter; `float8` before 8a2686c)."""
-_UNMODELLED_CONVERTERS = ("mx", "quantize.linear.mx", "quantize.grouped_mm.mx")
-"""MX (mxfp8) converters: Blackwell block-scaled GEMMs, not modelled."""
-_AC_MODES = ("none", "selective", "full")
-_OTHER_FIELDS = {
-    "training": ("dataset", "dataset_path", "max_norm", "steps", "mixed_precision_reduce",
-                 "compile", "gc_freq", "gc_debug", "seed", "deterministic",
-                 "debug_moe_force_load_balance"),
-    "parallelism": ("enable_compiled_autograd", "disable_loss_parallel", "enable_async_tensor_parallel",
-                    "context_parallel_rotate_method", "expert_parallel_comm_backend"),
-    "model": ("name", "flavor", "tokenizer_path", "hf_assets_path", "print_after_conversion"),
-    "activation_checkpoint": ("per_op_sac_force_recompute_mm_shapes_by_fqns", "memory_budget",
-                              "visualize_memory_budget_pareto", "early_stop",
-                              "preserve_rng_state", "determinism_check", "debug"),
-}
-"""Fields of the sections this reader reads that it does not cost (torchtitan 000204a and 238fa99
-`config/job_config.py` Training, Parallelism, Model, ActivationCheckpoint; model.hf_assets_path from
-the llama3 train_configs). Fields differ between versions, so the union with `_KEYS` is not the
-complete set torchtitan accepts: a key in neither is a warning, not an error."""
+_KEYS = {setting: tt.KEYS[setting] for setting in tt.READ}
+"""Setting -> (section, key) spellings this reader reads, the current one first."""
 
 
 def read(path: Path, *, model: str | None, cluster: str | None, gpus: int | None,
@@ -154,7 +76,7 @@ def read(path: Path, *, model: str | None, cluster: str | None, gpus: int | None
         path: the .toml file.
         model: catalog name or path; required unless [model] names a catalog model.
         cluster: catalog name or path (a job config never names it); required.
-        gpus: GPU count; required when data_parallel_shard_degree is -1.
+        gpus: GPU count; required when the shard degree is -1.
         seq_len: tokens per sequence; required when [training] seq_len is absent.
 
     Raises:
@@ -263,11 +185,12 @@ class _Config:
 
 def _unknown_keys(cfg: _Config) -> list[Violation]:
     """A warning for each key of [training], [parallelism], [model], [activation_checkpoint] that
-    is neither read here nor a known field (`_OTHER_FIELDS`). torchtitan rejects unknown fields at
-    start-up (`config/manager.py` `ConfigManager._dict_to_dataclass`: "Invalid field names"); this
-    reader does not know every version's fields, so it warns rather than fails."""
+    is neither read here nor a known field (`planner.frameworks.torchtitan.OTHER_FIELDS`).
+    torchtitan rejects unknown fields at start-up (`config/manager.py`
+    `ConfigManager._dict_to_dataclass`: "Invalid field names"); this reader does not know every
+    version's fields, so it warns rather than fails."""
     out = []
-    for section, others in _OTHER_FIELDS.items():
+    for section, others in tt.OTHER_FIELDS.items():
         read = {k for spellings in _KEYS.values() for s, k in spellings if s == section}
         for key in cfg.doc.get(section, {}):
             if key not in read and key not in others:
@@ -290,7 +213,7 @@ def _model(cfg: _Config, option: str | None) -> ModelSpec:
     for key, value in (("name", name), ("flavor", flavor)):
         if value is not None and not isinstance(value, str):
             raise SpecError(f"value {value!r} must be a string", file=cfg.file, key=f"model.{key}")
-    named = CATALOG.get((name, flavor))
+    named = tt.CATALOG.get((name, flavor))
     if option is None and named is None:
         raise SpecError(f"--model is required: model.name={name!r} flavor={flavor!r} is not a "
                         f"catalog model (known: llama3 8B, 70B, 405B)", file=cfg.file, key="--model")
@@ -302,8 +225,8 @@ def _model(cfg: _Config, option: str | None) -> ModelSpec:
 
 def _degrees(cfg: _Config) -> dict[str, int]:
     """Degrees as the file gives them (shard may be -1). Defaults: `job_config.py` Parallelism."""
-    out = {k: cfg.int(k, 1) for k in ("replicate", "tp", "pp", "cp", "ep", "etp")}
-    out["shard"] = cfg.int("shard", -1, allow=(-1,))
+    out = {k: cfg.int(k, tt.DEFAULT[k]) for k in ("replicate", "tp", "pp", "cp", "ep", "etp")}
+    out["shard"] = cfg.int("shard", tt.DEFAULT["shard"], allow=(-1,))
     return out
 
 
@@ -312,7 +235,7 @@ def _world_size(cfg: _Config, degrees: dict[str, int], gpus: int | None) -> int:
     rest = degrees["replicate"] * degrees["cp"] * degrees["tp"] * degrees["pp"]
     if degrees["shard"] == -1:
         if gpus is None:
-            raise SpecError(f"--gpus is required: {cfg.where('shard') or 'parallelism.data_parallel_shard_degree'}"
+            raise SpecError(f"--gpus is required: {cfg.where('shard') or tt.KEY['shard']}"
                             f" is -1 (all GPUs left after replicate x cp x tp x pp = {rest})",
                             file=cfg.file, key="--gpus")
         return gpus
@@ -336,7 +259,7 @@ def _cluster(cfg: _Config, cluster: str, world: int, degrees: dict[str, int]):
         product = "x".join(str(degrees[k]) for k in ("replicate", "shard", "cp", "tp", "pp"))
         raise SpecError(f"the degrees replicate x shard x cp x tp x pp = {product} give world "
                         f"size {world}, which the cluster refuses ({exc})", file=cfg.file,
-                        key=cfg.where("shard") or "parallelism.data_parallel_shard_degree") from None
+                        key=cfg.where("shard") or tt.KEY["shard"]) from None
 
 
 def _seq_len(cfg: _Config, option: int | None) -> int:
@@ -352,11 +275,11 @@ def _seq_len(cfg: _Config, option: int | None) -> int:
 
 def _precision(cfg: _Config) -> str:
     """bf16, or fp8 with a float8 linear converter (module docstring)."""
-    param = cfg.text("mixed_precision_param", "bfloat16", ("bfloat16", "float32"))
+    param = cfg.text("param_dtype", tt.DEFAULT["param_dtype"], ("bfloat16", "float32"))
     if param == "float32":
-        raise cfg.fail("mixed_precision_param", "value 'float32' not modelled (fp32 compute); "
+        raise cfg.fail("param_dtype", "value 'float32' not modelled (fp32 compute); "
                                                 "allowed: bfloat16")
-    if cfg.text("dtype", "float32", ("float32", "bfloat16")) == "bfloat16":
+    if cfg.text("dtype", tt.DEFAULT["dtype"], ("float32", "bfloat16")) == "bfloat16":
         raise cfg.fail("dtype", "value 'bfloat16' (pure bf16 training, no fp32 master weights) is "
                                 "not modelled; allowed: float32 (mixed precision)")
     converters = cfg.get("converters", [])
@@ -364,11 +287,11 @@ def _precision(cfg: _Config) -> str:
         converters = [c.strip() for c in converters.split(",") if c.strip()]
     if not isinstance(converters, list) or not all(isinstance(c, str) for c in converters):
         raise cfg.fail("converters", f"value {converters!r} must be a list of converter names")
-    mx = [c for c in converters if c in _UNMODELLED_CONVERTERS]
+    mx = [c for c in converters if c in tt.UNMODELLED_CONVERTERS]
     if mx:
         raise cfg.fail("converters", f"converter {mx[0]!r} (MX block-scaled GEMMs) is not "
-                                     f"modelled; allowed: {', '.join(_FP8_CONVERTERS)}")
-    fp8 = any(c in _FP8_CONVERTERS for c in converters) or cfg.flag("float8_linear")
+                                     f"modelled; allowed: {', '.join(tt.FP8_CONVERTERS)}")
+    fp8 = any(c in tt.FP8_CONVERTERS for c in converters) or cfg.flag("float8_linear")
     return "fp8" if fp8 else "bf16"
 
 
@@ -378,8 +301,8 @@ def _layout(cfg: _Config, spec: ModelSpec, degrees: dict[str, int], seq_len: int
     rep, shard, tp, pp, cp = (degrees[k] for k in ("replicate", "shard", "tp", "pp", "cp"))
     ep, etp = degrees["ep"], degrees["etp"]
     dp = rep * shard
-    local = cfg.int("local_batch_size", 8)  # job_config.py Training.local_batch_size = 8
-    given = cfg.int("global_batch_size", -1, minimum=1, allow=(-1,))
+    local = cfg.int("local_batch", tt.DEFAULT["local_batch"])
+    given = cfg.int("global_batch_size", tt.DEFAULT["global_batch_size"], minimum=1, allow=(-1,))
     global_batch = local * dp if given == -1 else given
     split, vpp, findings = _pipeline(cfg, spec, pp)
     micro, more = _micro_batch(cfg, local, pp)
@@ -390,10 +313,10 @@ def _layout(cfg: _Config, spec: ModelSpec, degrees: dict[str, int], seq_len: int
     # FSDP2 that keeps parameters unsharded after forward is ZeRO-2 (parallelize.py apply_fsdp:
     # reshard_after_forward = "never" -> False; "default" -> not pp_enabled). Under PP both are
     # the run zero_stage 3 costs (rules: torchtitan ZeRO-2 with PP is its ZeRO-3).
-    reshard = cfg.text("fsdp_reshard_after_forward", "default", ("default", "always", "never"))
-    zero = (2 if reshard == "never" and pp == 1 else 3) if fsdp else 0
+    reshard = cfg.text("reshard", tt.DEFAULT["reshard"], ("default", "always", tt.RESHARD_NEVER))
+    zero = (2 if reshard == tt.RESHARD_NEVER and pp == 1 else 3) if fsdp else 0
     tokens, precision = _seq_len(cfg, seq_len), _precision(cfg)
-    offload = cfg.flag("enable_cpu_offload")
+    offload = cfg.flag("offload")
     try:
         layout = Layout(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp if ep > 1 else 1,
                         dp_shard=shard if fsdp else None, zero_stage=zero,
@@ -408,15 +331,15 @@ def _layout(cfg: _Config, spec: ModelSpec, degrees: dict[str, int], seq_len: int
 
 
 def _micro_batch(cfg: _Config, local: int, pp: int) -> tuple[int, list[Violation]]:
-    """Sequences per forward: local_batch_size, or the pipeline micro-batch when pp > 1.
+    """Sequences per forward: the local batch, or the pipeline micro-batch when pp > 1.
 
-    Source: `pipeline_parallel.py` `build_pipeline_schedule` (n_microbatches = local_batch_size //
-    pipeline_parallel_microbatch_size; ValueError unless it divides); the older
-    pipeline_parallel_microbatches was the count (default pp)."""
+    Source: `pipeline_parallel.py` `build_pipeline_schedule` (n_microbatches = local batch //
+    pipeline micro-batch size; ValueError unless it divides); the older micro-batch count setting
+    was the count (default pp)."""
     if cfg.where("pp_microbatch_size") and cfg.where("pp_microbatches"):
         raise cfg.fail("pp_microbatches", f"given with {cfg.where('pp_microbatch_size')}: give "
                                           f"the micro-batch size only")
-    size = cfg.int("pp_microbatch_size", 1)
+    size = cfg.int("pp_microbatch_size", tt.DEFAULT["pp_microbatch_size"])
     count = cfg.int("pp_microbatches", None)
     if count is None and (cfg.where("pp") or "").startswith("experimental."):
         count = pp  # pre-[parallelism] files (before 785c34c): microbatches defaulted to pp
@@ -433,9 +356,9 @@ def _micro_batch(cfg: _Config, local: int, pp: int) -> tuple[int, list[Violation
     if local % size:
         return size, [Violation(
             rule="torchtitan_batch",
-            message=f"local_batch_size {local} is not divisible by pipeline_parallel_microbatch_size"
+            message=f"{N['local_batch']} {local} is not divisible by {N['pp_microbatch_size']}"
                     f" {size} (torchtitan build_pipeline_schedule raises ValueError)",
-            fix=f"use local_batch_size {max(size, local // size * size)} or a micro-batch size "
+            fix=f"use {N['local_batch']} {max(size, local // size * size)} or a micro-batch size "
                 f"dividing {local}")]
     return size, []
 
@@ -445,29 +368,29 @@ def _dims_findings(d: dict[str, int]) -> list[Violation]:
     out = []
     if d["ep"] > 1 and d["etp"] not in (1, d["tp"]):
         out.append(Violation(rule="torchtitan_parallel_dims",
-                             message=f"expert_tensor_parallel_degree={d['etp']} with "
-                                     f"expert_parallel_degree={d['ep']}: torchtitan supports only "
+                             message=f"{N['etp']}={d['etp']} with "
+                                     f"{N['ep']}={d['ep']}: torchtitan supports only "
                                      f"etp = tp ({d['tp']}) or etp = 1 (ParallelDims._validate)",
-                             fix=f"set expert_tensor_parallel_degree to 1 or {d['tp']}"))
+                             fix=f"set {N['etp']} to 1 or {d['tp']}"))
     fsdp = d["shard"] > 1 or d["cp"] > 1
     if d["replicate"] > 1 and not fsdp and (d["tp"] > 1 or d["pp"] > 1):
         out.append(Violation(rule="torchtitan_ddp",
-                             message=f"DDP (data_parallel_replicate_degree={d['replicate']}, no "
+                             message=f"DDP ({N['replicate']}={d['replicate']}, no "
                                      f"sharding) with tp={d['tp']} pp={d['pp']}: torchtitan raises "
                                      f"'DDP has not supported > 1D parallelism' (parallelize.py)",
-                             fix="use data_parallel_shard_degree > 1 (FSDP/HSDP) with tp or pp"))
+                             fix=f"use {N['shard']} > 1 (FSDP/HSDP) with tp or pp"))
     return out
 
 
 def _batch_findings(global_batch: int, local: int, dp: int, micro: int) -> list[Violation]:
-    """global_batch_size % (local_batch_size x dp) (`train.py` Trainer.__init__ assert), where the
+    """global batch % (local batch x dp) (`train.py` Trainer.__init__ assert), where the
     gate's batch_divisible rule (global by dp x micro-batch) does not already say so."""
     if global_batch % (local * dp) == 0 or global_batch % (dp * micro):
         return []
     return [Violation(rule="torchtitan_batch",
                       message=f"global_batch_size {global_batch} is not a multiple of "
-                              f"local_batch_size x dp = {local} x {dp} = {local * dp} (torchtitan "
-                              f"train.py asserts it)",
+                              f"{N['local_batch']} x dp = {local} x {dp} = {local * dp} "
+                              f"(torchtitan train.py asserts it)",
                       fix=f"use global_batch_size {max(1, global_batch // (local * dp)) * local * dp}")]
 
 
@@ -475,19 +398,19 @@ def _pipeline(cfg: _Config, spec: ModelSpec, pp: int
               ) -> tuple[tuple[int, ...] | None, int, list[Violation]]:
     """(decoder layers per pipeline rank, vpp, findings) as torchtitan splits the model."""
     if cfg.where("pp_split_points"):
-        raise cfg.fail("pp_split_points", "not modelled; use pipeline_parallel_layers_per_stage or "
-                                          "module_fqns_per_model_part")
+        raise cfg.fail("pp_split_points", f"not modelled; use {N['pp_layers_per_stage']} or "
+                                          f"{N['pp_fqns']}")
     if pp == 1:
         return None, 1, []
     if cfg.get("pp_schedule_csv"):
         raise cfg.fail("pp_schedule_csv", "CSV pipeline schedules are not modelled; supported: "
                                           "1F1B, Interleaved1F1B")
-    name = cfg.text("pp_schedule", "1F1B")
-    if name.lower() not in SCHEDULES:
-        known = name.lower() in {s.lower() for s in _OTHER_SCHEDULES}
+    name = cfg.text("pp_schedule", tt.DEFAULT["pp_schedule"])
+    if name.lower() not in tt.SCHEDULES:
+        known = name.lower() in {s.lower() for s in tt.OTHER_SCHEDULES}
         raise cfg.fail("pp_schedule", f"value {name!r} {'not modelled' if known else 'unknown'};"
                                       f" supported: 1F1B, Interleaved1F1B")
-    single = SCHEDULES[name.lower()] == 1
+    single = tt.SCHEDULES[name.lower()] == 1
     parts, findings = _stages(cfg, spec.num_hidden_layers, pp, single)
     if parts is None:
         return None, 1, findings
@@ -499,12 +422,12 @@ def _stages(cfg: _Config, n: int, pp: int, single: bool
     """Decoder layers per virtual stage, or None with the finding torchtitan would raise.
 
     Source: `pipeline_parallel.py` `pipeline_llm` (stage count from
-    pipeline_parallel_layers_per_stage: ceil((n + first + last) / per), a multiple of pp, one per
+    the layers per stage: ceil((n + first + last) / per), a multiple of pp, one per
     rank for single-stage schedules, >= 2 per rank for multi-stage ones; default 1 or 2 per rank)
     and `pipeline_module_split` (num_stages % pp_degree == 0)."""
     fqns = cfg.get("pp_fqns")
-    first = cfg.int("pp_first_less", 1, minimum=0)
-    last = cfg.int("pp_last_less", 1, minimum=0)
+    first = cfg.int("pp_first_less", tt.DEFAULT["pp_first_less"], minimum=0)
+    last = cfg.int("pp_last_less", tt.DEFAULT["pp_last_less"], minimum=0)
     per = cfg.int("pp_layers_per_stage", None)
     if fqns is not None:
         parts = _fqn_layers(cfg, fqns)
@@ -515,7 +438,7 @@ def _stages(cfg: _Config, n: int, pp: int, single: bool
     per_rank = stages // pp
     problem = None
     if stages % pp:
-        problem = f"{stages} virtual stages are not divisible by pipeline_parallel_degree {pp}"
+        problem = f"{stages} virtual stages are not divisible by {N['pp']} {pp}"
     elif single and per_rank != 1:
         problem = f"a single-stage schedule (1F1B) needs 1 stage per rank, got {per_rank}"
     elif not single and per_rank < 2:
@@ -525,7 +448,7 @@ def _stages(cfg: _Config, n: int, pp: int, single: bool
     if problem is not None:
         return None, [Violation(rule="torchtitan_pipeline_stages",
                                 message=f"{problem} ({n} layers; torchtitan pipeline_llm raises)",
-                                fix="change pipeline_parallel_layers_per_stage, the schedule or pp")]
+                                fix=f"change {N['pp_layers_per_stage']}, the schedule or pp")]
     return parts, []
 
 
@@ -547,7 +470,7 @@ def _split(n: int, stages: int, first: int, last: int) -> tuple[list[int] | None
 
 
 def _fqn_layers(cfg: _Config, fqns: object) -> list[int]:
-    """Decoder layers (`layers.N` entries) of each model part of module_fqns_per_model_part."""
+    """Decoder layers (`layers.N` entries) of each model part of the module names per part."""
     if not isinstance(fqns, list) or not fqns or not all(
             isinstance(p, list) and all(isinstance(m, str) for m in p) for p in fqns):
         raise cfg.fail("pp_fqns", f"value {fqns!r} must be a list of lists of module names")
@@ -559,15 +482,15 @@ def _recompute(cfg: _Config, rank_layers: list[int] | None
     """(uniform mode, per-stage counts or None). Source: `activation_checkpoint.py` (`apply_ac`,
     `_apply_layer_sac`: block k of a rank, counted from 1, is fully checkpointed when k % N == 0;
     N = 0 checkpoints every block). Default mode "selective", option "2" (`job_config.py`)."""
-    mode = cfg.get("ac_mode", "selective")
+    mode = cfg.get("ac_mode", tt.DEFAULT["ac_mode"])
     if mode == "memory_budget":
         raise cfg.fail("ac_mode", "value 'memory_budget' (compiler partitioner budget) is not "
-                                  f"modelled; allowed: {', '.join(_AC_MODES)}")
-    mode = cfg.text("ac_mode", "selective", _AC_MODES)
+                                  f"modelled; allowed: {', '.join(tt.AC_MODES)}")
+    mode = cfg.text("ac_mode", tt.DEFAULT["ac_mode"], tt.AC_MODES)
     if mode != "selective":
         return mode, None
-    option = cfg.get("ac_option", "2")
-    if option == "op":
+    option = cfg.get("ac_option", tt.DEFAULT["ac_option"])
+    if option == tt.OP_SAC:
         return "selective", None
     if type(option) is int and option >= 0 or isinstance(option, str) and option.isdigit():
         every = int(option)

@@ -1,6 +1,6 @@
 """Collectives per training step implied by a placement (data only; times are computed elsewhere).
 
-**Communication rule** (DESIGN.md §2): each (state, axis, mode) implies collectives; a collective on
+**Communication rule** (docs/architecture.md §2): each (state, axis, mode) implies collectives; a collective on
 one axis moves the *local* shard left after the other axes' sharding. For a parameter group with
 batch axes B (dp_replicate, dp_shard, cp; edp for experts):
 

@@ -1,6 +1,6 @@
 """Per-device memory of one pipeline stage, every term separate, derived from the placement.
 
-**Memory rule** (DESIGN.md §2): a state's bytes on one device = its full size on the stage ÷ the
+**Memory rule** (docs/architecture.md §2): a state's bytes on one device = its full size on the stage ÷ the
 product of the degrees of every axis the placement shards it over (`GroupPlacement.shard_degree`),
 0 when it is offloaded, plus the transient working sets its modes imply. Pipeline parallelism shards
 by layer: the "full size on the stage" counts only the stage's layers (and the embedding on the first,

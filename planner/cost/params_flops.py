@@ -64,7 +64,7 @@ class ParamCounts:
     """Norm after the last block (0 for post-LN OPT: do_layer_norm_before false)."""
     layers: tuple[LayerParams, ...]
     mtp: int = 0
-    """Multi-token-prediction module(s) (DeepSeek-V3), counted only on request."""
+    """Multi-token-prediction module(s) (DeepSeek-V3, GLM-4.5), counted only on request."""
     top_k: int = 0
 
     @property
@@ -96,9 +96,10 @@ def _attention(spec: ModelSpec) -> int:
     """Attention projections of one block.
 
     Source: transformers modeling_llama.py (q h→a·d, k/v h→kv·d, o a·d→h), modeling_deepseek_v3.py
-    (MLA: q_a h→q_lora, q_a_layernorm, q_b q_lora→a(nope+rope), kv_a_proj_with_mqa h→kv_lora+rope,
-    kv_a_layernorm, kv_b kv_lora→a(nope+v), o a·v→h), modeling_qwen3.py (q_norm, k_norm of d),
-    modeling_gpt_oss.py (sinks: a per layer).
+    (MLA, also Kimi K2: q_a h→q_lora, q_a_layernorm, q_b q_lora→a(nope+rope), kv_a_proj_with_mqa
+    h→kv_lora+rope, kv_a_layernorm, kv_b kv_lora→a(nope+v), o a·v→h), modeling_qwen3.py (q_norm,
+    k_norm of d), modeling_glm4_moe.py @a0699c97 (q/k/v bias, o_proj without bias, q_norm/k_norm of
+    d when use_qk_norm; partial RoPE adds no weight), modeling_gpt_oss.py (sinks: a per layer).
     """
     h, a, kv = spec.hidden_size, spec.num_attention_heads, spec.num_key_value_heads
     if spec.is_mla:
@@ -140,9 +141,16 @@ def count_params(spec: ModelSpec, *, include_mtp: bool = False) -> ParamCounts:
 
     Args:
         spec: the model.
-        include_mtp: add DeepSeek-V3's multi-token-prediction modules (each: enorm, hnorm, eh_proj
-            2h→h, one MoE block, shared-head norm; embedding and head shared). Source: DeepSeek-V3
-            technical report §2.2 and README_WEIGHTS.md.
+        include_mtp: add the multi-token-prediction modules of DeepSeek-V3 / GLM-4.5 (each: enorm,
+            hnorm, eh_proj 2h→h, one decoder block with a MoE MLP, shared-head norm; embedding and
+            head shared, so not counted again). transformers does not instantiate them (GLM-4.5:
+            Glm4MoeModel `_keys_to_ignore_on_load_unexpected` drops checkpoint layers 92 / 46), so
+            the default total leaves them out; the checkpoint holds them. Source: DeepSeek-V3
+            technical report §2.2 and README_WEIGHTS.md; transformers modeling_glm4_moe.py @a0699c97;
+            vLLM glm4_moe_mtp.py @028aedf6 (Glm4MoeMultiTokenPredictorLayer: enorm, hnorm, eh_proj
+            Linear(2h, h, bias=False), shared_head.norm, mtp_block = one Glm4MoeDecoderLayer; it
+            also loads a `shared_head.head` vocab x h tensor of the checkpoint, a copy of the head
+            that this count, like the DeepSeek-V3 one, does not add).
 
     Returns:
         ParamCounts (counts of scalars, not bytes).

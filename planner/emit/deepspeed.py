@@ -1,31 +1,27 @@
 """`planner plan --emit deepspeed`: a plan file as a DeepSpeed JSON config (`deepspeed.initialize(config=...)`).
 
-Keys written -- exactly those `planner.check.deepspeed` reads back, each verified there in
-DeepSpeed's source (deepspeedai/DeepSpeed, master of 2026-08) and https://www.deepspeed.ai/docs/config-json/:
-- `train_batch_size`, `train_micro_batch_size_per_gpu`, `gradient_accumulation_steps`
-  (`deepspeed/runtime/constants.py`): global batch, micro-batch and num_microbatches, all three
-  written so that `DeepSpeedConfig._batch_assertion` (train = micro x gas x dp) holds as written.
-- `zero_optimization.stage` (`deepspeed/runtime/zero/config.py`); `zero_optimization.
-  offload_optimizer` / `offload_param` `{"device": "cpu"}` (`deepspeed/runtime/zero/
-  offload_config.py` `OffloadDeviceEnum`) when the plan's `parallelism.offload` lists the
-  optimizer / the parameters.
-- `bf16.enabled` or `fp16.enabled` (`deepspeed/runtime/precision_config.py`).
-- `optimizer.type`: "AdamW" (in `DEEPSPEED_OPTIMIZERS`, `deepspeed/runtime/config.py`) or "SGD"
+Keys written -- exactly those `planner.check.deepspeed` reads back; names, defaults and sources in
+`planner.frameworks.deepspeed` (the table the reader shares):
+- the global batch, micro-batch and gradient accumulation steps (num_microbatches), all three
+  written so that `DeepSpeedConfig._batch_assertion` (train = micro x gas x dp) holds as written;
+- the ZeRO stage, and the optimizer / parameter offload device "cpu" when the plan's
+  `parallelism.offload` lists the optimizer / the parameters;
+- the bf16 or fp16 section's `enabled`;
+- the optimizer type: "AdamW" (in `DEEPSPEED_OPTIMIZERS`, `deepspeed/runtime/config.py`) or "SGD"
   (looked up as `getattr(torch.optim, name)`, `runtime/engine.py` `_configure_basic_optimizer`).
   No `params`: the plan has no learning rate, and DeepSpeed allows the section to be absent
   (`_configure_basic_optimizer`: `if optimizer_parameters is None: optimizer_parameters = {}`),
   so the optimizer's own defaults apply (FusedAdam `deepspeed/ops/adam/fused_adam.py`: lr 1e-3,
   weight_decay 0; torch.optim.SGD: lr 1e-3). Users add their own.
-- `tensor_parallel.autotp_size` = tp when tp > 1 (`deepspeed/runtime/tensor_parallel/config.py`
-  `TPTrainingConfig`; `engine.py` `_configure_tensor_parallel_states` builds the (world // tp, tp)
-  mesh, so dp = gpus / tp, and notes AutoTP + ZeRO-3 is supported for training).
+- the AutoTP size = tp when tp > 1 (`engine.py` `_configure_tensor_parallel_states` builds the
+  (world // tp, tp) mesh, so dp = gpus / tp, and notes AutoTP + ZeRO-3 is supported for training).
 
 What a DeepSpeed JSON cannot state, decided item by item:
 - pp > 1 / vpp > 1: pipeline stages are built in code (`deepspeed.pipe.PipelineModule(num_stages=...)`;
   the JSON's `pipeline` section holds only options), and the config reader fixes pp = 1 -> SpecError,
   pin `--fix pp=1`.
-- cp > 1: Ulysses (`sequence_parallel_size`, groups passed in code) is not read back -> SpecError, `--fix cp=1`.
-- ep > 1 or etp > 1: AutoEP (`expert_parallel`) is not read back -> SpecError, `--fix ep=1` / `--fix etp=1`.
+- cp > 1: Ulysses (its size key, groups passed in code) is not read back -> SpecError, `--fix cp=1`.
+- ep > 1 or etp > 1: AutoEP is not read back -> SpecError, `--fix ep=1` / `--fix etp=1`.
 - sequence_parallel at tp > 1: AutoTP has no Megatron sequence parallelism, and running without it
   keeps tp x more norm/dropout activations than the plan -> SpecError, `--fix sequence_parallel=false`.
   At tp = 1 the flag has no effect (nothing to split over): dropped with a deviation line.
@@ -49,17 +45,13 @@ import json
 
 from planner.emit import Emitted
 from planner.errors import SpecError
+from planner.frameworks import deepspeed as ds
+from planner.frameworks.deepspeed import KEY as K
 from planner.specs.model import load_model
 
 SUFFIX = ".json"
 """What `planner check` reads as a DeepSpeed config (planner/check/__init__.py `read_target`)."""
 
-_OPTIMIZER_TYPES = {"adamw": "AdamW", "sgd": "SGD"}
-"""Costed optimizer -> `optimizer.type` (module docstring)."""
-_PRECISION_KEYS = {"bf16": "bf16", "fp16": "fp16"}
-"""Plan precision -> the config section whose `enabled` is set."""
-_OFFLOAD_KEYS = {"optimizer": "offload_optimizer", "parameters": "offload_param"}
-"""Offloaded state -> its `zero_optimization` sub-section."""
 _KNOWN = frozenset({"dp", "tp", "pp", "cp", "ep", "etp", "zero_stage", "sequence_parallel",
                     "micro_batch_size", "global_batch_size", "num_microbatches", "vpp",
                     "recompute", "pipeline_layers", "offload"})
@@ -80,16 +72,16 @@ def write(doc: dict) -> Emitted:
     par, request = doc["plan"]["parallelism"], doc["request"]
     _refuse(par, request)
     gas = _accumulation(par, doc["gpus"])
-    config: dict = {
-        "train_batch_size": par["global_batch_size"],
-        "train_micro_batch_size_per_gpu": par["micro_batch_size"],
-        "gradient_accumulation_steps": gas,
-        "zero_optimization": _zero(par),
-        _PRECISION_KEYS[request["precision"]]: {"enabled": True},
-        "optimizer": {"type": _OPTIMIZER_TYPES[request["optimizer"]]},
-    }
-    if par["tp"] > 1:
-        config["tensor_parallel"] = {"autotp_size": par["tp"]}
+    config: dict = {}
+    for knob, value in (("global_batch_size", par["global_batch_size"]),
+                        ("micro_batch_size", par["micro_batch_size"]), ("num_microbatches", gas),
+                        ("zero_stage", par["zero_stage"]),
+                        (request["precision"], True),
+                        ("optimizer", ds.OPTIMIZER_TYPES[request["optimizer"]]),
+                        *((("tp", par["tp"]),) if par["tp"] > 1 else ())):
+        _put(config, K[knob], value)
+    for state in sorted(par.get("offload", ())):
+        _put(config, K[ds.OFFLOAD[state]], "cpu")
     deviations = _recompute_deviation(par, load_model(doc["model"]).num_hidden_layers, doc)
     if par["sequence_parallel"] and par["tp"] == 1:
         deviations.insert(0, "sequence_parallel=true not written: at tp=1 there is nothing to "
@@ -127,7 +119,7 @@ def _refuse(par: dict, request: dict) -> None:
                         f"writer; known: {', '.join(sorted(_KNOWN))}", key="--emit")
     if (request.get("fixed") or {}).get("recompute") == "selective":
         raise SpecError("recompute=selective was pinned, but DeepSpeed checkpoints whole layers "
-                        "(deepspeed.checkpointing.checkpoint): pin --fix recompute=full or none",
+                        f"({ds.CHECKPOINT_CALL}): pin --fix recompute=full or none",
                         key="--emit")
     if request["framework"] != "deepspeed":
         raise SpecError(f"the plan was searched under {request['framework']}'s conventions "
@@ -149,21 +141,21 @@ def _refuse(par: dict, request: dict) -> None:
                         f"parallelism, and without it each GPU keeps {par['tp']}x the plan's "
                         f"norm/dropout activations; plan with --fix sequence_parallel=false",
                         key="--emit")
-    if request["precision"] not in _PRECISION_KEYS:
+    if request["precision"] not in ds.PRECISION_SECTIONS:
         raise SpecError(f"precision {request['precision']}: a DeepSpeed JSON enables bf16 or fp16 "
                         f"only (fp8 is Transformer Engine in model code); plan with --precision "
                         f"bf16", key="--emit")
-    if request["optimizer"] not in _OPTIMIZER_TYPES:
+    if request["optimizer"] not in ds.OPTIMIZER_TYPES:
         raise SpecError(f"optimizer {request['optimizer']}: no DeepSpeed or torch.optim optimizer "
                         f"of that name; plan with --optimizer adamw (or sgd)", key="--emit")
     if "activations" in par.get("offload", ()):
-        raise SpecError("offloading activations: a DeepSpeed JSON offloads them only for layers "
-                        "the model code checkpoints (activation_checkpointing.cpu_checkpointing); "
-                        "plan without activation offload", key="--emit")
+        raise SpecError(f"offloading activations: a DeepSpeed JSON offloads them only for layers "
+                        f"the model code checkpoints ({K['recompute_tuning']}.cpu_checkpointing); "
+                        f"plan without activation offload", key="--emit")
 
 
 def _accumulation(par: dict, gpus: int) -> int:
-    """gradient_accumulation_steps, checked so DeepSpeed's batch assertion and mesh hold."""
+    """The gradient accumulation steps, checked so DeepSpeed's batch assertion and mesh hold."""
     dp, tp, micro, gas = par["dp"], par["tp"], par["micro_batch_size"], par["num_microbatches"]
     if dp * tp != gpus:
         raise SpecError(f"dp={dp} x tp={tp} != gpus {gpus}: DeepSpeed's mesh is (gpus // tp, tp)",
@@ -175,11 +167,12 @@ def _accumulation(par: dict, gpus: int) -> int:
     return gas
 
 
-def _zero(par: dict) -> dict:
-    section: dict = {"stage": par["zero_stage"]}
-    for state in sorted(par.get("offload", ())):
-        section[_OFFLOAD_KEYS[state]] = {"device": "cpu"}
-    return section
+def _put(config: dict, path: str, value) -> None:
+    """Set the dotted key `path` of `config` to `value`, creating its sections in order."""
+    *sections, key = path.split(".")
+    for name in sections:
+        config = config.setdefault(name, {})
+    config[key] = value
 
 
 def _recompute_deviation(par: dict, layers: int, doc: dict) -> list[str]:
@@ -195,7 +188,7 @@ def _recompute_deviation(par: dict, layers: int, doc: dict) -> list[str]:
     check = (f"planner check FILE -m {doc['model']} -c {doc['cluster']} --gpus {doc['gpus']} "
              f"--seq-len {doc['request']['seq_len']} --recompute full")
     return [f"recompute is not a DeepSpeed JSON key: wrap every one of the {layers} decoder layers "
-            f"in deepspeed.checkpointing.checkpoint in the model code (or call "
+            f"in {ds.CHECKPOINT_CALL} in the model code (or call "
             f"gradient_checkpointing_enable() on a Hugging Face model); the plan recomputes "
             f"{planned} of {layers}, DeepSpeed checkpoints whole layers and one mode for all is "
             f"what the check states: `{check}`"]

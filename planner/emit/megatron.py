@@ -5,40 +5,20 @@ variables for what a plan does not know (data path, tokenizer, checkpoints, iter
 PLACEHOLDER), then one `torchrun ... pretrain_gpt.py` command, one flag per line. The reader of
 `planner check` (`planner.check.megatron`) reads it back to the plan's layout.
 
-Flag names (Source: Megatron-LM, commit d98e8a6, `megatron/training/arguments.py` and the
-dataclasses its `ArgumentGroupFactory` turns into `--field-name` flags, as cited by
-`planner.check.megatron`):
-- degrees: --tensor-model-parallel-size, --pipeline-model-parallel-size, --context-parallel-size,
-  --expert-model-parallel-size, --expert-tensor-parallel-size, --sequence-parallel
-  (`megatron/core/model_parallel_config.py`); dp is what torchrun's world size leaves
-  (world / (tp x pp x cp), `validate_args`); virtual stages: --num-layers-per-virtual-pipeline-stage
-  (even split), --num-virtual-stages-per-pipeline-rank (with an uneven split, which Megatron asserts);
-  uneven split: --decoder-first-pipeline-num-layers, --decoder-last-pipeline-num-layers
-  (`transformer_block.py` `get_num_layers_to_build`: the middle stages share the rest evenly);
-- batch: --micro-batch-size, --global-batch-size, --seq-length;
-- state sharding: ZeRO-1 --use-distributed-optimizer; ZeRO-2 / 3 Megatron-FSDP --use-megatron-fsdp
-  --data-parallel-sharding-strategy optim_grads / optim_grads_params
-  (docs/discussions/megatron-fsdp-user-guide);
-- recompute: --recompute-granularity {full, selective}, --recompute-method {uniform, block},
-  --recompute-num-layers (`transformer_config.py`; `megatron/core/recompute.py`: uniform with 1
-  recomputes every layer, block recomputes the first N layers of every model chunk);
-- precision: --bf16, --fp16, fp8 as --bf16 --fp8-format hybrid; --optimizer adam (Megatron's Adam
-  is AdamW: decoupled weight decay) | sgd;
-- architecture: --num-layers, --hidden-size, --ffn-hidden-size, --num-attention-heads,
-  --group-query-attention --num-query-groups, --kv-channels, --max-position-embeddings, --swiglu,
-  --normalization, --position-embedding-type, --rotary-base (the model's rope_theta),
-  --untie-embeddings-and-output-weights, --disable-bias-linear, --add-qkv-bias, --qk-layernorm, --vocab-size; MoE (`_add_moe_args`):
-  --num-experts, --moe-router-topk, --moe-ffn-hidden-size, --moe-shared-expert-intermediate-size,
-  --moe-layer-freq;
-- torchrun (torch.distributed.run): --nproc_per_node, --nnodes, --node_rank, --master_addr,
-  --master_port.
+Flag names, defaults and sources: `planner.frameworks.megatron` (the table the reader shares).
+Degrees as given (dp is what torchrun's world size leaves: world / (tp x pp x cp), `validate_args`);
+virtual stages as layers per virtual stage with an even split, else as stages per rank (Megatron
+asserts that form with an uneven split); the uneven split as first / last stage layer counts
+(`transformer_block.py` `get_num_layers_to_build`: the middle stages share the rest evenly); ZeRO,
+precision and optimizer through `ZERO_FLAGS`, `PRECISION_FLAGS`, `OPTIMIZERS`; recompute through
+`recompute_flags`; the architecture and MoE shape from the model; torchrun's launcher flags.
 
 What Megatron cannot state is written as the nearest configuration it can: recompute at least
 what the plan recomputes on every layer kept in place, and a moved split only when every stage
 still fits the plan's memory budget (capacity less headroom and reserve); each change is one line
 of `Emitted.deviations`:
-- recompute: one --recompute-granularity for the whole model, and with block one
-  --recompute-num-layers N for every model chunk. A per-stage mix becomes: no full layer anywhere ->
+- recompute: one granularity for the whole model, and with block one layer count N for every
+  model chunk. A per-stage mix becomes: no full layer anywhere ->
   selective on every layer (selective saves a subset of what no recompute saves); any full layer ->
   full, block, N = the largest per-chunk count of recomputed (full or selective) layers of any stage,
   so every stage recomputes fully at least every layer the plan recomputes (a fully recomputed layer
@@ -62,6 +42,8 @@ from dataclasses import dataclass
 from planner.cost.memory import stage_memory
 from planner.emit import Emitted
 from planner.errors import SpecError
+from planner.frameworks import megatron as mg
+from planner.frameworks.megatron import FLAG as F
 from planner.placement.layout import Layout
 from planner.plan import plan_layout
 from planner.specs.cluster import ClusterSpec, load_cluster
@@ -78,19 +60,10 @@ PLACEHOLDERS = (
     ("LR", "3.0e-4", "peak learning rate"),
 )
 """(shell variable, default, what to set it to): what a plan does not know."""
-
-_ZERO_FLAGS = {0: (), 1: ("--use-distributed-optimizer",),
-               2: ("--use-megatron-fsdp", "--data-parallel-sharding-strategy optim_grads"),
-               3: ("--use-megatron-fsdp", "--data-parallel-sharding-strategy optim_grads_params")}
-"""ZeRO stage -> Megatron flags (Source: Megatron-LM docs/discussions/megatron-fsdp-user-guide;
-the reader's `_ZERO_BY_STRATEGY`)."""
-
-_PRECISION_FLAGS = {"bf16": ("--bf16",), "fp16": ("--fp16",), "fp8": ("--bf16", "--fp8-format hybrid")}
-"""Plan precision -> Megatron flags (fp8: bf16 master compute with Transformer Engine's hybrid
-E4M3 forward / E5M2 backward format, `transformer_config.py` field `fp8`)."""
-
-_OPTIMIZERS = {"adamw": "adam", "sgd": "sgd"}
-"""Plan optimizer -> Megatron --optimizer (Megatron's adam applies decoupled weight decay)."""
+_PLACEHOLDER_FLAGS = (("tokenizer_model", "TOKENIZER_MODEL"), ("data_path", "DATA_PATH"),
+                      ("save", "CHECKPOINT_PATH"), ("load", "CHECKPOINT_PATH"),
+                      ("train_iters", "TRAIN_ITERS"), ("lr", "LR"))
+"""(knob, shell variable of `PLACEHOLDERS`) written as `--flag "$VAR"`."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -102,7 +75,7 @@ class Recompute:
     method: str | None = None
     """uniform | block (full only)."""
     num_layers: int | None = None
-    """--recompute-num-layers: uniform chunk size, or layers recomputed per model chunk (block)."""
+    """Uniform chunk size, or layers recomputed per model chunk (block)."""
 
     def counts(self, layers: int, vpp: int) -> dict[str, int]:
         """{mode: layers} of a stage of `layers` layers in `vpp` model chunks.
@@ -118,12 +91,7 @@ class Recompute:
 
     def flags(self) -> list[str]:
         """The recompute flags."""
-        if self.granularity is None:
-            return []
-        out = [f"--recompute-granularity {self.granularity}"]
-        if self.granularity == "full":
-            out += [f"--recompute-method {self.method}", f"--recompute-num-layers {self.num_layers}"]
-        return out
+        return mg.recompute_flags(self.granularity, self.method, self.num_layers)
 
 
 def write(doc: dict) -> Emitted:
@@ -155,7 +123,7 @@ def write(doc: dict) -> Emitted:
     deviations += _architecture_gaps(model)
     if layout.seq_len > model.max_position_embeddings:
         deviations.append(
-            f"--max-position-embeddings {layout.seq_len} where the model has "
+            f"{F['max_position_embeddings']} {layout.seq_len} where the model has "
             f"{model.max_position_embeddings}: the plan trains {layout.seq_len:,}-token sequences "
             f"and Megatron-LM asserts seq_length <= max_position_embeddings (validate_args); the "
             f"model was not trained at this length"
@@ -173,10 +141,10 @@ def _check_runnable(request: dict, par: dict) -> None:
     if framework != "megatron":
         raise SpecError(f"the plan was costed under {framework}'s conventions, not Megatron-LM's; "
                         f"re-plan with --framework megatron (or --emit megatron)", key="--emit")
-    if request["optimizer"] not in _OPTIMIZERS:
-        raise SpecError(f"optimizer {request['optimizer']!r} has no Megatron-LM --optimizer (adam, "
-                        f"sgd); its adam keeps fp32 states, more memory than the plan: re-plan with "
-                        f"--optimizer adamw", key="--emit")
+    if request["optimizer"] not in mg.OPTIMIZERS:
+        raise SpecError(f"optimizer {request['optimizer']!r} has no Megatron-LM {F['optimizer']} "
+                        f"({', '.join(mg.OPTIMIZERS.values())}); its adam keeps fp32 states, more "
+                        f"memory than the plan: re-plan with --optimizer adamw", key="--emit")
     if par.get("offload"):
         raise SpecError(f"offload {sorted(par['offload'])} is not a Megatron-LM flag this writer "
                         f"states; re-plan without --offload", key="--emit")
@@ -216,9 +184,9 @@ def _recompute(plan: list[dict[str, int]], layout: Layout) -> Recompute:
 
 def _recompute_deviations(plan: list[dict[str, int]], option: Recompute, layout: Layout) -> list[str]:
     """One line per run of consecutive stages whose recompute counts change the same way."""
-    why = {"selective": "Megatron's --recompute-granularity is one mode for every layer",
-           "full": "Megatron's --recompute-num-layers is one count for every model chunk, and "
-                   "selective cannot be mixed with full"}.get(option.granularity or "", "")
+    why = {"selective": f"Megatron's {F['recompute_granularity']} is one mode for every layer",
+           "full": f"Megatron's {F['recompute_num_layers']} is one count for every model chunk, "
+                   f"and selective cannot be mixed with full"}.get(option.granularity or "", "")
     runs: list[tuple[list[int], str]] = []
     for s, (want, n) in enumerate(zip(plan, layout.pipeline_layers)):
         got = option.counts(n, layout.vpp)
@@ -298,7 +266,7 @@ def _split(layout: Layout, recompute: Recompute, fits: _Fits, deviations: list[s
             deviations.append(
                 f"pipeline split {'/'.join(map(str, plan))} -> {'/'.join(map(str, split))} "
                 f"({moved} layer{'s' * (moved != 1)} moved): Megatron gives the first and last "
-                f"stage their own counts (--decoder-first/last-pipeline-num-layers) and the middle "
+                f"stage their own counts ({_FIRST_LAST}) and the middle "
                 f"stages one even count; every stage still fits (fullest: stage {stage}, "
                 f"{total / 2**30:.1f} GiB of the plan's {fits.budget / 2**30:.1f} GiB budget, "
                 f"reserve included)")
@@ -328,23 +296,27 @@ def _candidates(plan: tuple[int, ...], vpp: int) -> list[tuple[int, ...]]:
                                       max(abs(a - b) for a, b in zip(s, plan)), len(set(s)), s))
 
 
+_FIRST_LAST = F["first_stage_layers"].replace("first", "first/last")
+"""Both uneven-split flags in one phrase (the first and last stage's layer counts)."""
+
+
 def _split_flags(layout: Layout, num_layers: int) -> list[str]:
     """Virtual-stage and uneven-split flags."""
     split, pp, vpp = layout.pipeline_layers, layout.pp, layout.vpp
     even = len(set(split)) == 1
     out = []
     if vpp > 1:
-        out.append(f"--num-layers-per-virtual-pipeline-stage {num_layers // pp // vpp}" if even
-                   else f"--num-virtual-stages-per-pipeline-rank {vpp}")
+        out.append(f"{F['layers_per_virtual_stage']} {num_layers // pp // vpp}" if even
+                   else f"{F['vpp']} {vpp}")
     if even or pp == 1:
         return out
     if pp == 2:
-        return out + [f"--decoder-first-pipeline-num-layers {split[0]}"]
+        return out + [f"{F['first_stage_layers']} {split[0]}"]
     middle = split[1]
     if split[0] != middle:
-        out.append(f"--decoder-first-pipeline-num-layers {split[0]}")
+        out.append(f"{F['first_stage_layers']} {split[0]}")
     if split[-1] != middle:
-        out.append(f"--decoder-last-pipeline-num-layers {split[-1]}")
+        out.append(f"{F['last_stage_layers']} {split[-1]}")
     return out
 
 
@@ -352,55 +324,59 @@ def _split_flags(layout: Layout, num_layers: int) -> list[str]:
 
 def _architecture_flags(model: ModelSpec, seq_len: int) -> list[str]:
     """The model's Megatron architecture flags (module docstring); positions at least seq_len."""
-    out = [f"--num-layers {model.num_hidden_layers}", f"--hidden-size {model.hidden_size}",
-           f"--ffn-hidden-size {model.intermediate_size}",
-           f"--num-attention-heads {model.num_attention_heads}"]
+    out = [_flag(model, k) for k in ("num_hidden_layers", "hidden_size", "intermediate_size",
+                                     "num_attention_heads")]
     if model.num_key_value_heads != model.num_attention_heads:
-        out += ["--group-query-attention", f"--num-query-groups {model.num_key_value_heads}"]
-    out += [f"--kv-channels {model.head_dim}",
-            f"--max-position-embeddings {max(model.max_position_embeddings, seq_len)}"]
+        out += [F["group_query_attention"], _flag(model, "num_key_value_heads")]
+    out += [_flag(model, "head_dim"),
+            f"{F['max_position_embeddings']} {max(model.max_position_embeddings, seq_len)}"]
     if model.gated_mlp and model.hidden_act in ("silu", "swish"):
-        out.append("--swiglu")
-    out.append(f"--normalization {'RMSNorm' if model.norm_type == 'rmsnorm' else 'LayerNorm'}")
+        out.append(F["swiglu"])
+    out.append(f"{F['normalization']} {'RMSNorm' if model.norm_type == 'rmsnorm' else 'LayerNorm'}")
     if model.position_embedding_type in ("rope", "learned"):
-        out.append("--position-embedding-type "
+        out.append(f"{F['position_embedding_type']} "
                    + ("rope" if model.position_embedding_type == "rope" else "learned_absolute"))
     out += _rotary_base_flags(model)
     if not model.tie_word_embeddings:
-        out.append("--untie-embeddings-and-output-weights")
+        out.append(F["untie_embeddings"])
     if not model.mlp_bias and not model.attention_out_bias:
-        out.append("--disable-bias-linear")
+        out.append(F["disable_bias_linear"])
         if model.attention_bias:
-            out.append("--add-qkv-bias")
+            out.append(F["add_qkv_bias"])
     if model.qk_norm:
-        out.append("--qk-layernorm")
-    out.append(f"--vocab-size {model.vocab_size}")
+        out.append(F["qk_norm"])
+    out.append(_flag(model, "vocab_size"))
     return out + _moe_flags(model)
 
 
-def _rotary_base_flags(model: ModelSpec) -> list[str]:
-    """--rotary-base from the model's rope_theta (Llama 3.1: 500000; Megatron's default 10000).
+def _flag(spec: ModelSpec | Layout, knob: str) -> str:
+    """`--flag value` of the model's or layout's field `knob` (the flag's knob in the table)."""
+    return f"{F[knob]} {getattr(spec, knob)}"
 
-    Source: Megatron-LM `megatron/training/arguments.py` `_add_network_size_args`
-    (`--rotary-base`, type=int, default 10000). A non-integral rope_theta cannot be written (the
-    flag is an int) is an architecture gap (a deviation)."""
+
+def _rotary_base_flags(model: ModelSpec) -> list[str]:
+    """The rotary base from the model's rope_theta (Llama 3.1: 500000; Megatron's default 10000).
+
+    Source: Megatron-LM `megatron/training/arguments.py` `_add_network_size_args` (type=int,
+    `planner.frameworks.megatron`). A non-integral rope_theta cannot be written (the flag is an
+    int) is an architecture gap (a deviation)."""
     theta = model.extra.get("rope_theta")
     if model.position_embedding_type != "rope" or not isinstance(theta, (int, float)) \
             or isinstance(theta, bool) or theta != int(theta):
         return []
-    return [f"--rotary-base {int(theta)}"]
+    return [f"{F['rope_theta']} {int(theta)}"]
 
 
 def _moe_flags(model: ModelSpec) -> list[str]:
     if not model.is_moe:
         return []
-    out = [f"--num-experts {model.num_experts}", f"--moe-router-topk {model.num_experts_per_tok}",
-           f"--moe-ffn-hidden-size {model.moe_intermediate_size or model.intermediate_size}"]
+    out = [_flag(model, "num_experts"), _flag(model, "num_experts_per_tok"),
+           f"{F['moe_intermediate_size']} {model.moe_intermediate_size or model.intermediate_size}"]
     if model.shared_expert_intermediate_size:
-        out.append(f"--moe-shared-expert-intermediate-size {model.shared_expert_intermediate_size}")
+        out.append(_flag(model, "shared_expert_intermediate_size"))
     if model.moe_layers and not all(model.moe_layers):
         pattern = "[" + ",".join("1" if m else "0" for m in model.moe_layers) + "]"
-        out.append(f"--moe-layer-freq {shlex.quote(pattern)}")
+        out.append(f"{F['moe_layers']} {shlex.quote(pattern)}")
     return out
 
 
@@ -418,7 +394,7 @@ def _architecture_gaps(model: ModelSpec) -> list[str]:
          model.mlp_bias != model.attention_out_bias),
         ("embedding LayerNorm", model.embedding_norm),
         ("a shared-expert gate", model.shared_expert_gate),
-        (f"rope_theta {model.extra.get('rope_theta')} (--rotary-base takes an integer)",
+        (f"rope_theta {model.extra.get('rope_theta')} ({F['rope_theta']} takes an integer)",
          model.position_embedding_type == "rope" and "rope_theta" in model.extra
          and not _rotary_base_flags(model)),
     ) if present]
@@ -430,30 +406,28 @@ def _architecture_gaps(model: ModelSpec) -> list[str]:
 
 def _flags(doc: dict, model: ModelSpec, layout: Layout, recompute: Recompute) -> list[str]:
     request = doc["request"]
-    out = [f"--tensor-model-parallel-size {layout.tp}", f"--pipeline-model-parallel-size {layout.pp}",
-           f"--context-parallel-size {layout.cp}"]
+    out = [_flag(layout, k) for k in ("tp", "pp", "cp")]
     if model.is_moe:
-        out += [f"--expert-model-parallel-size {layout.ep}",
-                f"--expert-tensor-parallel-size {layout.etp}"]
+        out += [_flag(layout, "ep"), _flag(layout, "etp")]
     out += _split_flags(layout, model.num_hidden_layers)
     if layout.sequence_parallel:
-        out.append("--sequence-parallel")
-    out += [f"--micro-batch-size {layout.micro_batch_size}",
-            f"--global-batch-size {layout.global_batch_size}", f"--seq-length {layout.seq_len}"]
-    out += list(_ZERO_FLAGS[layout.zero_stage]) + list(_PRECISION_FLAGS[layout.precision])
-    out.append(f"--optimizer {_OPTIMIZERS[request['optimizer']]}")
+        out.append(F["sequence_parallel"])
+    out += [_flag(layout, k) for k in ("micro_batch_size", "global_batch_size", "seq_len")]
+    out += list(mg.ZERO_FLAGS[layout.zero_stage]) + list(mg.PRECISION_FLAGS[layout.precision])
+    out.append(f"{F['optimizer']} {mg.OPTIMIZERS[request['optimizer']]}")
     out += recompute.flags() + _architecture_flags(model, layout.seq_len)
-    return out + ["--tokenizer-type HuggingFaceTokenizer", '--tokenizer-model "$TOKENIZER_MODEL"',
-                  '--data-path "$DATA_PATH"', '--save "$CHECKPOINT_PATH"',
-                  '--load "$CHECKPOINT_PATH"', '--train-iters "$TRAIN_ITERS"', '--lr "$LR"']
+    return out + [f"{F['tokenizer_type']} HuggingFaceTokenizer",
+                  *(f'{F[knob]} "${var}"' for knob, var in _PLACEHOLDER_FLAGS)]
+
 
 
 def _script(doc: dict, model: ModelSpec, cluster: ClusterSpec, layout: Layout,
             recompute: Recompute, deviations: list[str]) -> str:
     per_node = min(cluster.num_gpus, cluster.gpus_per_node)
     nodes = cluster.num_gpus // per_node
-    launcher = [f"--nproc_per_node {per_node}", f"--nnodes {nodes}", '--node_rank "$NODE_RANK"',
-                '--master_addr "$MASTER_ADDR"', '--master_port "$MASTER_PORT"']
+    launcher = [f"{F['nproc_per_node']} {per_node}", f"{F['nnodes']} {nodes}",
+                *(f'{F[knob]} "${knob.upper()}"' for knob in ("node_rank", "master_addr",
+                                                               "master_port"))]
     lines = ["#!/bin/bash", *_header(doc, model, cluster, layout, recompute, deviations), "",
              "# PLACEHOLDER values: the plan does not know them; set these before launching."]
     lines += [f'{var}="${{{var}:-{default}}}"  # {what}' for var, default, what in PLACEHOLDERS]

@@ -1,42 +1,39 @@
 """Writer of torchtitan TOML job configs (`planner plan --emit torchtitan`).
 
-Key names are torchtitan's as `planner.check.torchtitan` reads and cites them, verified in
-pytorch/torchtitan at 238fa99 (the last commit with TOML job configs): `torchtitan/config/
-job_config.py` (dataclasses `Job`, `Model`, `Optimizer`, `Training`, `Parallelism`,
-`ActivationCheckpoint`) and `torchtitan/models/llama3/train_configs/llama3_{8b,70b,405b}.toml`.
-Only the current spellings are written ([parallelism], local_batch_size, the
-"quantize.linear.float8" converter of 8a2686c).
+Key names, sections and sources: `planner.frameworks.torchtitan` (the table the reader shares;
+pytorch/torchtitan 238fa99, the last commit with TOML job configs). Only the current spellings are
+written ([parallelism], the local batch, the "quantize.linear.float8" converter of 8a2686c).
 
 Mapping from the plan (`plan.parallelism`, DESIGN.md placement semantics):
-- ZeRO: torchtitan shards with FSDP2 over data_parallel_shard_degree (x cp), `ParallelDims.
-  fsdp_enabled`. zero_stage 3 -> replicate 1, shard dp (HSDP: replicate dp / dp_shard when the plan
-  names a shard group); zero_stage 2 -> the same with `fsdp_reshard_after_forward = "never"`
-  (parameters stay gathered from forward to backward: ZeRO-2, `torchtitan/distributed/fsdp.py`
+- ZeRO: torchtitan shards with FSDP2 over the shard degree (x cp), `ParallelDims.fsdp_enabled`.
+  zero_stage 3 -> replicate 1, shard dp (HSDP: replicate dp / dp_shard when the plan names a shard
+  group); zero_stage 2 -> the same with the reshard policy "never" (parameters stay gathered from
+  forward to backward: ZeRO-2, `torchtitan/distributed/fsdp.py`
   `get_fsdp_reshard_after_forward_policy`); zero_stage 0 -> DDP (replicate dp) where torchtitan
   runs it: not with tp or pp (`parallelize.py`: "DDP has not supported > 1D parallelism") and not
   with cp (cp turns FSDP on). zero_stage 1 has no torchtitan form (nothing shards the optimizer
   alone). Where torchtitan cannot do the plan's stage, FSDP (ZeRO-3: less memory per GPU) is
   written and the change listed.
-- TP: tensor_parallel_degree; torchtitan's TP always shards norm activations over the sequence
+- TP: the tensor-parallel degree; torchtitan's TP always shards norm activations over the sequence
   (`apply_tp` SequenceParallel), so sequence parallelism is on whenever tp > 1.
-- EP: expert_parallel_degree, expert_tensor_parallel_degree (etp = 1 or tp, and ep borrows cp and
-  part of dp_shard (x tp when etp = 1): `parallel_dims.py` `ParallelDims._validate`).
-- Batch: local_batch_size = micro-batch when pp = 1 (the rest is gradient accumulation:
-  global_batch_size / (local x dp) steps, `train.py`); with pp > 1 one pipeline run takes the whole
-  local batch, global / dp sequences, in pipeline_parallel_microbatch_size pieces
-  (`pipeline_parallel.py` `build_pipeline_schedule`: n_microbatches = local // microbatch_size).
-- Pipeline: pipeline_parallel_degree; schedule 1F1B (vpp 1) or Interleaved1F1B (vpp stages per
-  rank: pipeline_parallel_layers_per_stage where its stage count ceil((L + 2) / n) is pp x vpp,
-  `pipeline_llm`). torchtitan's own split (`generate_llm_fqn_per_model_part`: L + 1 + 1 effective
-  layers spread evenly, the embedding and the output each weighing one layer) is kept when it is
-  the plan's; otherwise module_fqns_per_model_part lists each virtual stage's modules
-  (tok_embeddings, layers.N, norm, output: the Llama-style names of torchtitan's models); virtual
-  stage s runs on rank s mod pp (`pipeline_module_split`, loop style).
-- Recompute (`activation_checkpoint.py`): none | full | selective with selective_ac_option "op"
-  (= the planner's selective) or N (layer SAC: every N-th block of a rank fully checkpointed).
-  Layer SAC is one rule for the whole model; a per-stage mix is written as the option that keeps
-  no more activations than the plan on any stage, changing the fewest layers.
-- Precision: mixed_precision_param = "bfloat16"; fp8 adds the float8 linear converter to
+- EP: the expert and expert-tensor parallel degrees (etp = 1 or tp, and ep borrows cp and part of
+  dp_shard (x tp when etp = 1): `parallel_dims.py` `ParallelDims._validate`).
+- Batch: the local batch = micro-batch when pp = 1 (the rest is gradient accumulation:
+  global batch / (local x dp) steps, `train.py`); with pp > 1 one pipeline run takes the whole
+  local batch, global / dp sequences, in pipeline micro-batch pieces (`pipeline_parallel.py`
+  `build_pipeline_schedule`: n_microbatches = local // microbatch_size).
+- Pipeline: the degree; schedule 1F1B (vpp 1) or Interleaved1F1B (vpp stages per rank: the layers
+  per stage where its stage count ceil((L + 2) / n) is pp x vpp, `pipeline_llm`). torchtitan's own
+  split (`generate_llm_fqn_per_model_part`: L + 1 + 1 effective layers spread evenly, the embedding
+  and the output each weighing one layer) is kept when it is the plan's; otherwise the module
+  names per model part list each virtual stage's modules (tok_embeddings, layers.N, norm, output:
+  the Llama-style names of torchtitan's models); virtual stage s runs on rank s mod pp
+  (`pipeline_module_split`, loop style).
+- Recompute (`activation_checkpoint.py`): none | full | selective with option "op" (= the planner's
+  selective) or N (layer SAC: every N-th block of a rank fully checkpointed). Layer SAC is one rule
+  for the whole model; a per-stage mix is written as the option that keeps no more activations
+  than the plan on any stage, changing the fewest layers.
+- Precision: mixed-precision parameters "bfloat16"; fp8 adds the float8 linear converter to
   [model] converters. Optimizer: [optimizer] name AdamW (`components/optimizer.py` builds Adam and
   AdamW only).
 - Model: llama-3.1-8b / -70b / -405b -> [model] name "llama3", flavor 8B / 70B / 405B
@@ -47,21 +44,17 @@ from __future__ import annotations
 
 import json
 
-from planner.check.torchtitan import CATALOG
 from planner.emit import Emitted
 from planner.errors import SpecError
+from planner.frameworks import torchtitan as tt
+from planner.frameworks.torchtitan import NAME as N
 from planner.specs.model import ModelSpec, load_model
 
 FRAMEWORK = "torchtitan"
 SUFFIX = ".toml"
-FP8_CONVERTER = "quantize.linear.float8"
-"""The float8 linear converter's name since torchtitan 8a2686c (2025-09-30;
-`components/quantization/float8.py` register_model_converter)."""
-OPTIMIZERS = {"adamw": "AdamW"}
-"""Planner optimizer -> torchtitan [optimizer] name. Source: torchtitan `components/optimizer.py`
-(`build_optimizers`: "Adam" and "AdamW" only); the planner's sgd / adam8bit have no torchtitan name."""
-FLAVORS = {model: flavor for (name, flavor), model in CATALOG.items()}
-"""Catalog model -> [model] flavor of torchtitan's "llama3" (`planner.check.torchtitan.CATALOG`)."""
+FLAVORS = {model: flavor for (name, flavor), model in tt.CATALOG.items()}
+"""Catalog model -> [model] flavor of torchtitan's "llama3" (`planner.frameworks.torchtitan.
+CATALOG`)."""
 _MODES = ("none", "selective", "full")
 
 
@@ -77,23 +70,20 @@ def write(doc: dict) -> Emitted:
     _check_runnable(par, req)
     split = _rank_layers(spec, par)
     data = _data_parallel(par, dev)
-    parallelism = {**data, **_tensor(par, dev),
-                   **_experts(par, data["data_parallel_shard_degree"]),
-                   **_pipeline(spec, par, split)}
-    sections = {
-        "job": {"description": f"{spec.name} on {doc['gpus']} x {doc['cluster']} "
-                               f"(planner plan --emit torchtitan)"},
-        "model": _model(doc, spec, req, dev),
-        "optimizer": {"name": OPTIMIZERS[req["optimizer"]]},
-        "training": _training(par, req),
-        "parallelism": parallelism,
-        "activation_checkpoint": _recompute(par["recompute"], split, dev),
+    settings = {
+        "description": f"{spec.name} on {doc['gpus']} x {doc['cluster']} "
+                       f"(planner plan --emit torchtitan)",
+        **_model(doc, spec, req, dev),
+        "optimizer": tt.OPTIMIZERS[req["optimizer"]],
+        **_training(par, req),
+        **data, **_tensor(par, dev), **_experts(par, data["shard"]), **_pipeline(spec, par, split),
+        **_recompute(par["recompute"], split, dev),
     }
     if req.get("framework", FRAMEWORK) != FRAMEWORK:
         dev.append(f"the plan was costed with {req['framework']} conventions; torchtitan's differ "
                    f"(eager-module activations, fp32 sharded parameters, FSDP2 residency): run "
                    f"`planner check` on this file, or plan with --framework torchtitan")
-    return Emitted(framework=FRAMEWORK, text=_render(sections, dev), suffix=SUFFIX,
+    return Emitted(framework=FRAMEWORK, text=_render(settings, dev), suffix=SUFFIX,
                    deviations=tuple(dev))
 
 
@@ -103,11 +93,11 @@ def _fail(message: str) -> SpecError:
 
 def _check_runnable(par: dict, req: dict) -> None:
     """Plans torchtitan cannot run whatever the config says."""
-    if req["optimizer"] not in OPTIMIZERS:
+    if req["optimizer"] not in tt.OPTIMIZERS:
         raise _fail(f"torchtitan builds Adam / AdamW only (components/optimizer.py), not "
                     f"{req['optimizer']!r}: plan with --optimizer adamw")
     if req["precision"] not in ("bf16", "fp8"):
-        raise _fail(f"torchtitan trains with mixed_precision_param bfloat16 (fp8 through the float8 "
+        raise _fail(f"torchtitan trains with {N['param_dtype']} bfloat16 (fp8 through the float8 "
                     f"converter); {req['precision']!r} has no loss scaling there: plan with "
                     f"--precision bf16 on a GPU that has it")
     if par["pp"] > 1 and par["vpp"] > 1:
@@ -127,14 +117,14 @@ def _rank_layers(spec: ModelSpec, par: dict) -> list[int]:
 
 
 def _data_parallel(par: dict, dev: list[str]) -> dict:
-    """data_parallel_replicate_degree / _shard_degree (+ the ZeRO-2 reshard policy)."""
+    """The replicate and shard degrees (+ the ZeRO-2 reshard policy)."""
     dp, tp, pp, cp, zero = (par[k] for k in ("dp", "tp", "pp", "cp", "zero_stage"))
     shard = par.get("dp_shard") or dp
-    keys = {"data_parallel_replicate_degree": dp // shard, "data_parallel_shard_degree": shard}
+    keys = {"replicate": dp // shard, "shard": shard}
     fsdp = f"FSDP2 (ZeRO-3) over dp_shard {shard} x cp {cp} = {shard * cp} GPUs"
     if zero == 0:
         if dp == 1 and cp == 1:
-            return {"data_parallel_replicate_degree": 1, "data_parallel_shard_degree": 1}
+            return {"replicate": 1, "shard": 1}
         if cp > 1:
             dev.append(f"ZeRO-0 with cp={cp}: torchtitan turns FSDP on over dp_shard x cp "
                        f"(ParallelDims.fsdp_enabled); written as {fsdp}, less memory per GPU")
@@ -144,21 +134,21 @@ def _data_parallel(par: dict, dev: list[str]) -> dict:
                        f"more than 1-D parallelism (parallelize.py); written as {fsdp}, less "
                        f"memory per GPU")
             return keys
-        return {"data_parallel_replicate_degree": dp, "data_parallel_shard_degree": 1}
+        return {"replicate": dp, "shard": 1}
     if shard * cp == 1:
         dev.append(f"ZeRO-{zero} over a data-parallel group of 1 shards nothing: torchtitan runs "
                    f"without FSDP at dp=1 (same memory)")
-        return {"data_parallel_replicate_degree": dp, "data_parallel_shard_degree": 1}
+        return {"replicate": dp, "shard": 1}
     if zero == 1:
         dev.append(f"ZeRO-1: torchtitan has no optimizer-only sharding; written as {fsdp} "
                    f"(parameters and gradients sharded too: less memory, 1.5x the DP traffic)")
     if zero == 2:
-        keys["fsdp_reshard_after_forward"] = "never"
+        keys["reshard"] = tt.RESHARD_NEVER
     return keys
 
 
 def _tensor(par: dict, dev: list[str]) -> dict:
-    """tensor_parallel_degree and context_parallel_degree; SP follows tp in torchtitan."""
+    """The tensor- and context-parallel degrees; SP follows tp in torchtitan."""
     tp, sp = par["tp"], par["sequence_parallel"]
     if tp > 1 and not sp:
         dev.append(f"sequence parallelism on at tp={tp}: torchtitan's TP always shards norm "
@@ -166,18 +156,18 @@ def _tensor(par: dict, dev: list[str]) -> dict:
                    f"memory than the plan")
     if tp == 1 and sp:
         dev.append("sequence_parallel dropped: it has no effect at tp=1")
-    return {"tensor_parallel_degree": tp, "context_parallel_degree": par["cp"]}
+    return {"tp": tp, "cp": par["cp"]}
 
 
 def _experts(par: dict, shard: int) -> dict:
-    """expert_parallel_degree / expert_tensor_parallel_degree, refused where
+    """The expert and expert-tensor parallel degrees, refused where
     `ParallelDims._validate` asserts (etp in {1, tp}; ep borrows all of cp (and tp when etp = 1)
     and part of dp_shard)."""
     ep, etp, tp, cp = par["ep"], par.get("etp", 1), par["tp"], par["cp"]
     if ep == 1:
         if etp != 1:
             raise _fail(f"etp={etp} without expert parallelism: torchtitan's "
-                        f"expert_tensor_parallel_degree applies with expert_parallel_degree > 1; "
+                        f"{N['etp']} applies with {N['ep']} > 1; "
                         f"pin --fix etp=1")
         return {}
     if etp not in (1, tp):
@@ -189,7 +179,7 @@ def _experts(par: dict, shard: int) -> dict:
                     f" ({borrowed}) and part of dp_shard ({shard}), so ep must be a multiple of "
                     f"{borrowed} dividing {shard * borrowed} (ParallelDims._validate); pin --fix "
                     f"zero_stage=3 or an ep dividing {shard * borrowed}")
-    return {"expert_parallel_degree": ep, "expert_tensor_parallel_degree": etp}
+    return {"ep": ep, "etp": etp}
 
 
 def default_split(num_layers: int, stages: int) -> list[int] | None:
@@ -222,10 +212,9 @@ def _pipeline(spec: ModelSpec, par: dict, split: list[int]) -> dict:
     if pp == 1:
         if vpp > 1:
             raise _fail(f"vpp={vpp} with pp=1: interleaving needs pipeline stages; pin --fix vpp=1")
-        return {"pipeline_parallel_degree": 1}
-    keys = {"pipeline_parallel_degree": pp,
-            "pipeline_parallel_schedule": "1F1B" if vpp == 1 else "Interleaved1F1B",
-            "pipeline_parallel_microbatch_size": par["micro_batch_size"]}
+        return {"pp": 1}
+    keys = {"pp": pp, "pp_schedule": "1F1B" if vpp == 1 else "Interleaved1F1B",
+            "pp_microbatch_size": par["micro_batch_size"]}
     stages = pp * vpp
     default = default_split(n, stages)
     if default is not None and _per_rank(default, pp) == split:
@@ -233,8 +222,8 @@ def _pipeline(spec: ModelSpec, par: dict, split: list[int]) -> dict:
             return keys
         per = next((k for k in range(1, n + 3) if -(-(n + 2) // k) == stages), None)
         if per is not None:
-            return {**keys, "pipeline_parallel_layers_per_stage": per}
-    return {**keys, "module_fqns_per_model_part": _fqns(split, pp, vpp)}
+            return {**keys, "pp_layers_per_stage": per}
+    return {**keys, "pp_fqns": _fqns(split, pp, vpp)}
 
 
 def _fqns(split: list[int], pp: int, vpp: int) -> list[list[str]]:
@@ -255,8 +244,8 @@ def _training(par: dict, req: dict) -> dict:
     """local / global batch, seq_len and the mixed-precision parameter dtype (module docstring)."""
     b, dp, global_batch = par["micro_batch_size"], par["dp"], req["global_batch_size"]
     local = b if par["pp"] == 1 else global_batch // dp
-    return {"local_batch_size": local, "global_batch_size": global_batch,
-            "seq_len": req["seq_len"], "mixed_precision_param": "bfloat16"}
+    return {"local_batch": local, "global_batch_size": global_batch,
+            "seq_len": req["seq_len"], "param_dtype": "bfloat16"}
 
 
 def _model(doc: dict, spec: ModelSpec, req: dict, dev: list[str]) -> dict:
@@ -264,13 +253,13 @@ def _model(doc: dict, spec: ModelSpec, req: dict, dev: list[str]) -> dict:
     keys: dict = {}
     ref = str(doc["model"])
     if ref in FLAVORS and spec == load_model(ref):
-        keys = {"name": "llama3", "flavor": FLAVORS[ref]}
+        keys = {"model_name": "llama3", "model_flavor": FLAVORS[ref]}
     else:
         dev.append(f"[model] name/flavor left out: torchtitan has no preset this planner maps to "
                    f"{spec.name}; set them to your model's registration (planner check reads this "
                    f"file with --model {ref})")
     if req["precision"] == "fp8":
-        keys["converters"] = [FP8_CONVERTER]
+        keys["converters"] = [tt.FP8_CONVERTER]
     return keys
 
 
@@ -280,7 +269,7 @@ def _recompute(recompute: str | list, split: list[int], dev: list[str]) -> dict:
         return _ac(recompute, None)
     plan = [{m: int(c.get(m, 0)) for m in _MODES} for c in recompute]
     mode, every, counts = min(_ac_options(plan, split), key=lambda o: _changes(plan, o[2]))
-    rule = (f'selective_ac_option = "{every}" (every {every}th block of each rank fully '
+    rule = (f'{N["ac_option"]} = "{every}" (every {every}th block of each rank fully '
             f'checkpointed)' if every else f'mode "{mode}"' + (' (op SAC)' if mode == "selective" else ''))
     for s, (want, got) in enumerate(zip(plan, counts)):
         if want != got:
@@ -292,8 +281,8 @@ def _recompute(recompute: str | list, split: list[int], dev: list[str]) -> dict:
 
 def _ac(mode: str, every: int | None) -> dict:
     if mode != "selective":
-        return {"mode": mode}
-    return {"mode": "selective", "selective_ac_option": "op" if every is None else str(every)}
+        return {"ac_mode": mode}
+    return {"ac_mode": "selective", "ac_option": tt.OP_SAC if every is None else str(every)}
 
 
 def _ac_options(plan: list[dict], split: list[int]):
@@ -322,14 +311,16 @@ def _counts(c: dict) -> str:
     return ", ".join(f"{m} {c[m]}" for m in _MODES)
 
 
-def _render(sections: dict, deviations: list[str]) -> str:
-    """TOML text: one [section] per table, JSON-encoded strings and arrays (valid TOML basic
-    strings and inline arrays), deviations as leading comments."""
+def _render(settings: dict, deviations: list[str]) -> str:
+    """TOML text: {setting: value} under each setting's [section] and key (`planner.frameworks.
+    torchtitan`), sections in the order their first setting comes; JSON-encoded strings and arrays
+    (valid TOML basic strings and inline arrays), deviations as leading comments."""
+    sections: dict[str, dict] = {}
+    for setting, value in settings.items():
+        sections.setdefault(tt.SECTION[setting], {})[N[setting]] = value
     lines = ["# torchtitan job config written by `planner plan --emit torchtitan`"]
     lines += [f"# deviation: {d}" for d in deviations]
     for name, keys in sections.items():
-        if not keys:
-            continue
         lines += ["", f"[{name}]"]
         lines += [f"{key} = {_value(value)}" for key, value in keys.items()]
     return "\n".join(lines) + "\n"

@@ -1,6 +1,6 @@
 """Correctness conditions and composition rules. A violation is data: rule, message (the numbers), fix.
 
-Two conditions (DESIGN.md §2) checked on any placement (`check_placement`):
+Two conditions (docs/architecture.md §2) checked on any placement (`check_placement`):
 - *gradient integrity*: every axis that splits the batch or the sequence reduces the gradient
   (gradients `replicated` = all-reduced, or `sharded` = reduce-scattered; never left `materialized`);
 - *state consistency*: each element has one owner that updates it — over every batch axis the
@@ -16,6 +16,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from planner import frameworks
+from planner.frameworks import deepspeed, megatron, torchtitan
 from planner.placement.layout import PRECISIONS, Layout
 from planner.placement.precision import padded_vocab, supported_precisions
 from planner.placement.states import BATCH_AXES, GROUPS, Mode, Placement, State
@@ -403,14 +405,14 @@ def _zero_with_pp(model, cluster, layout: Layout) -> list[Violation]:
 
     Source: DeepSpeed `deepspeed/runtime/pipe/engine.py` (`assert self.zero_optimization_stage() < 2,
     "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"`); Megatron-LM shards gradients
-    and parameters only through Megatron-FSDP (`--use-megatron-fsdp
-    --data-parallel-sharding-strategy optim_grads[_params]`, docs/discussions/megatron-fsdp-user-guide),
+    and parameters only through Megatron-FSDP (`planner.frameworks.megatron.ZERO_FLAGS`,
+    docs/discussions/megatron-fsdp-user-guide),
     which asserts against pipeline parallelism in its version 2 and is untested with it in version 1
     (no Megatron-LM test runs it with pp > 1): a plan must not depend on it. torchtitan composes
     FSDP2 with PP (`parallelize_llama.py` apply_fsdp with pp_enabled; its 3D runs in
     benchmarks/llama3_h100_202412_torchtitan.md). torchtitan's ZeRO-2 (FSDP2 without resharding
     after forward) is its ZeRO-3 under PP: `apply_fsdp` reshards after forward only without PP
-    (`fsdp_reshard_after_forward = "default"` -> `not pp_enabled`), so a ZeRO-2 layout with pp > 1
+    (the reshard policy "default" -> `not pp_enabled`), so a ZeRO-2 layout with pp > 1
     is refused in favour of zero_stage 3, which `cost.memory` charges the resident stage blocks and
     the accumulated fp32 gradients (`_torchtitan_pp_accumulation`)."""
     if layout.pp == 1 or layout.zero_stage < 2:
@@ -426,8 +428,8 @@ def _zero_with_pp(model, cluster, layout: Layout) -> list[Violation]:
                           message=f"ZeRO-{layout.zero_stage} with pp={layout.pp}: Megatron-LM shards "
                                   f"gradients/parameters only through Megatron-FSDP, which does not "
                                   f"support (v2) or test (v1) pipeline parallelism",
-                          fix="use zero_stage=1 (--use-distributed-optimizer) with pipeline "
-                              "parallelism, or framework=torchtitan for FSDP with PP")]
+                          fix=f"use zero_stage=1 ({' '.join(megatron.ZERO_FLAGS[1])}) with "
+                              f"pipeline parallelism, or framework=torchtitan for FSDP with PP")]
     if layout.zero_stage == 2:
         return [Violation(rule="zero_with_pp",
                           message=f"ZeRO-2 with pp={layout.pp} under torchtitan: with PP torchtitan "
@@ -489,35 +491,19 @@ def _tp_domain(model, cluster, layout: Layout) -> list[Violation]:
                       fix=f"use tp={inner} and move the remaining factor {tp // inner} to pp or dp")]
 
 
-_ZERO_STAGES = {"megatron": (0, 1, 2, 3), "deepspeed": (0, 1, 2, 3), "torchtitan": (0, 2, 3)}
-"""ZeRO stages each framework implements.
-
-Sources:
-- Megatron-LM: 0 = DDP; 1 = `--use-distributed-optimizer`; 2/3 = Megatron-FSDP
-  (`--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads|optim_grads_params`,
-  `docs/user-guide/features/megatron_fsdp.md`). Megatron-FSDP with pp > 1: `megatron/training/
-  arguments.py` rejects pipeline parallelism only for `--use-torch-fsdp2` and for Megatron-FSDP
-  version 2 (`mcore_fsdp_adapter.py` `_validate_config`), not for the default version 1; no
-  functional test runs it with pp > 1, so it stays allowed (unconfirmed).
-- DeepSpeed: stages 0-3 (`deepspeed/runtime/zero/config.py` `stage`); ZeRO-2/3 with its pipeline
-  engine is rejected by the `zero_with_pp` rule.
-- torchtitan: FSDP2 `fully_shard` = ZeRO-3, ZeRO-2 with `fsdp_reshard_after_forward="never"` (the
-  default under PP, `torchtitan/distributed/fsdp.py` `get_fsdp_reshard_after_forward_policy`), and
-  replication only (`data_parallel_replicate_degree`, DDP) = ZeRO-0; nothing shards the optimizer
-  alone, so no ZeRO-1."""
-
-
 def _zero_stage_supported(model, cluster, layout: Layout) -> list[Violation]:
-    """The ZeRO stage must be one the framework implements (`_ZERO_STAGES`)."""
-    stages = _ZERO_STAGES[layout.framework]
+    """The ZeRO stage must be one the framework implements (its `ZERO_STAGES`, sources there:
+    `planner.frameworks.<framework>`)."""
+    stages = frameworks.BY_NAME[layout.framework].ZERO_STAGES
     if layout.zero_stage in stages:
         return []
     return [Violation(rule="zero_stage_supported",
                       message=f"{layout.framework} has no ZeRO-{layout.zero_stage}: it implements "
                               f"ZeRO stages {', '.join(map(str, stages))} (FSDP2 shards parameters "
                               f"with the optimizer; nothing shards the optimizer alone)",
-                      fix="use zero_stage=2 (fsdp_reshard_after_forward=never) or 0, or "
-                          "framework=megatron/deepspeed for ZeRO-1")]
+                      fix=f"use zero_stage=2 ({torchtitan.NAME['reshard']}="
+                          f"{torchtitan.RESHARD_NEVER}) or 0, or framework=megatron/deepspeed for "
+                          f"ZeRO-1")]
 
 
 def _torchtitan_dims(model, cluster, layout: Layout) -> list[Violation]:
@@ -619,23 +605,25 @@ def _offload_needs_zero(model, cluster, layout: Layout) -> list[Violation]:
     """Parameter offload needs ZeRO-3, optimizer offload ZeRO >= 1 (warnings: the memory model
     counts the offloaded state as 0 bytes on the GPU whatever the stage).
 
-    Source: DeepSpeed `deepspeed/runtime/zero/config.py` `DeepSpeedZeroConfig.offload_param`
-    ("Valid only with stage 3") and `offload_optimizer` ("Valid for ZeRO stage 1, 2, 3"); below
-    those stages DeepSpeed's engine does not pass the setting to its optimizer (`runtime/engine.py`
-    `_configure_zero_optimizer`), so the state stays on the GPU. torchtitan's
-    `training.enable_cpu_offload` is an FSDP2 `CPUOffloadPolicy` (sharded state only)."""
+    Source: DeepSpeed `deepspeed/runtime/zero/config.py` `DeepSpeedZeroConfig` (parameter offload
+    "Valid only with stage 3", optimizer offload "Valid for ZeRO stage 1, 2, 3"); below those
+    stages DeepSpeed's engine does not pass the setting to its optimizer (`runtime/engine.py`
+    `_configure_zero_optimizer`), so the state stays on the GPU. torchtitan's CPU offload is an
+    FSDP2 `CPUOffloadPolicy` (sharded state only)."""
     out, z = [], layout.zero_stage
     if "parameters" in layout.offload and z < 3:
         out.append(Violation(rule="offload_parameters_needs_zero3", severity="error",
-                             message=f"offloading parameters with ZeRO-{z}: DeepSpeed's offload_param "
-                                     f"is valid only with ZeRO-3 (below it the parameters stay on "
-                                     f"the GPU, so this layout would not free what it claims)",
+                             message=f"offloading parameters with ZeRO-{z}: DeepSpeed's "
+                                     f"{deepspeed.OFFLOAD_SECTIONS['parameters']} is valid only "
+                                     f"with ZeRO-3 (below it the parameters stay on the GPU, so "
+                                     f"this layout would not free what it claims)",
                              fix="use zero_stage=3 with parameter offload"))
     if "optimizer" in layout.offload and z == 0:
         out.append(Violation(rule="offload_optimizer_needs_zero", severity="error",
-                             message="offloading optimizer states with ZeRO-0: DeepSpeed's "
-                                     "offload_optimizer is valid for ZeRO stages 1-3 (at 0 the "
-                                     "states stay on the GPU, so this layout would not free what it claims)",
+                             message=f"offloading optimizer states with ZeRO-0: DeepSpeed's "
+                                     f"{deepspeed.OFFLOAD_SECTIONS['optimizer']} is valid for ZeRO "
+                                     f"stages 1-3 (at 0 the states stay on the GPU, so this layout "
+                                     f"would not free what it claims)",
                              fix="use zero_stage>=1 with optimizer offload"))
     return out
 

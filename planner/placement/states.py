@@ -1,7 +1,7 @@
 """States, modes, mesh axes and the `Placement` of states over the mesh.
 
 Every training strategy is a placement: a mode for each (state, axis) of the device mesh
-(DESIGN.md §2). Memory and communication are derived from the placement by one rule each
+(docs/architecture.md §2). Memory and communication are derived from the placement by one rule each
 (`planner/cost/memory.py`, `planner/cost/comm.py`); no cost code branches on a strategy name.
 
 Parameters are split into *groups* that parallelism treats differently (Megatron-LM
@@ -9,7 +9,7 @@ Parameters are split into *groups* that parallelism treats differently (Megatron
 replicate over tp, routed experts split over ep and expert-tp and are reduced over the
 expert-data-parallel group). Each group has its own degrees and modes.
 
-Source: the placement-semantics paper cited in DESIGN.md §2 (arXiv 2601.02311) — states x modes x axes;
+Source: the placement-semantics paper (arXiv 2601.02311; docs/architecture.md §2) — states x modes x axes;
 Rajbhandari et al. 2020 (ZeRO) §5 for the stage definitions.
 """
 
@@ -30,7 +30,7 @@ class State(StrEnum):
 
 
 class Mode(StrEnum):
-    """Where a state lives along one axis (DESIGN.md §2 table)."""
+    """Where a state lives along one axis (docs/architecture.md §2 table)."""
 
     REPLICATED = "replicated"
     """Every device of the axis group holds the full state."""

@@ -1,7 +1,7 @@
 """Strategies as constructors of placements.
 
 Each constructor takes a `_Builder` (mutable modes per group) and sets the modes its strategy
-implies (DESIGN.md §2 strategy table); `placement_for(layout)` composes them in a fixed order. The cost
+implies (docs/architecture.md §2 strategy table); `placement_for(layout)` composes them in a fixed order. The cost
 code never sees a strategy name, only the resulting modes.
 
 Source: ZeRO stages — Rajbhandari et al. 2020 §5.1-5.3 (P_os, P_os+g, P_os+g+p); FSDP/HSDP — Zhao et

@@ -6,7 +6,8 @@ not per kind, so it shares none of the integer program's aggregation. Stages are
 the split is fixed (each has its own step total and memory), so the best plan of a split takes
 each stage's cheapest assignment that fits; the optimum is the least over splits of the largest
 stage total, each total summed layer by layer piece by piece (sum over groups of the max over
-pieces), the objective of the integer program.
+pieces), the objective of the integer program. A stage's memory is its fixed bytes, less the
+full-recompute working set when none of its layers is fully recomputed, plus each layer's bytes.
 
 Meant for L <= 8, S <= 4, 3 modes (at most 35 splits x 3^8 assignments).
 """
@@ -38,15 +39,28 @@ def splits(num_layers: int, num_stages: int):
         yield tuple(bounds[i + 1] - bounds[i] for i in range(num_stages))
 
 
+def _memory(ip: IntStageProblem, s: int, layers: range, modes: tuple[int, ...]) -> int:
+    """Bytes of stage s holding `layers` in `modes` (one mode index per layer): fixed bytes, less
+    the full-recompute working set when no layer is fully recomputed, plus each layer's bytes."""
+    memory = ip.stage_fixed_memory_bytes[s]
+    full = ip.modes.index("full") if "full" in ip.modes else None
+    if ip.full_working_set_bytes and full not in modes:
+        memory -= ip.full_working_set_bytes[s]
+    for layer, r in zip(layers, modes):
+        k = ip.layer_kinds[layer]
+        memory += ip.kind_state_bytes[k] + ip.kind_memory_bytes[s][k][r]
+    return memory
+
+
+def _assignments(ip: IntStageProblem, layers: range):
+    return itertools.product(range(len(ip.modes)), repeat=len(layers))
+
+
 def _stage_best(ip: IntStageProblem, s: int, layers: range) -> int | None:
     """Least step total of stage s holding `layers` over all per-layer mode assignments that fit."""
     best = None
-    for modes in itertools.product(range(len(ip.modes)), repeat=len(layers)):
-        memory = ip.stage_fixed_memory_bytes[s]
-        for layer, r in zip(layers, modes):
-            k = ip.layer_kinds[layer]
-            memory += ip.kind_state_bytes[k] + ip.kind_memory_bytes[s][k][r]
-        if memory > ip.capacity_bytes:
+    for modes in _assignments(ip, layers):
+        if _memory(ip, s, layers, modes) > ip.capacity_bytes:
             continue
         total = 0
         for group in ip.time_groups:
@@ -82,18 +96,16 @@ def brute_force(ip: IntStageProblem) -> BruteResult:
 
 
 def min_capacity_bytes(ip: IntStageProblem) -> int:
-    """Least capacity at which `ip` has a plan: min over splits of the largest stage memory with
-    every layer in its least-memory mode (enumerated per layer)."""
+    """Least capacity at which `ip` has a plan: min over splits of the largest stage memory, each
+    stage in its least-memory per-layer assignment (every assignment enumerated)."""
     candidates = [ip.layers_per_stage] if ip.layers_per_stage else splits(ip.num_layers,
                                                                             ip.num_stages)
     best = None
     for split in candidates:
         start, worst = 0, 0
         for s, count in enumerate(split):
-            memory = ip.stage_fixed_memory_bytes[s]
-            for layer in range(start, start + count):
-                k = ip.layer_kinds[layer]
-                memory += ip.kind_state_bytes[k] + min(ip.kind_memory_bytes[s][k])
+            layers = range(start, start + count)
+            memory = min(_memory(ip, s, layers, modes) for modes in _assignments(ip, layers))
             worst = max(worst, memory)
             start += count
         best = worst if best is None else min(best, worst)

@@ -19,6 +19,8 @@ time in nanoseconds, memory in bytes)::
              w[k]        model-state bytes of one layer (independent of recompute)
              m[s,k,r]    activation bytes of one layer on stage s (in-flight multiplier applied)
              M0[s]       fixed bytes of stage s (embedding / LM head / logits, buffers, transients)
+             W[s]        the part of M0[s] only a stage with a fully recomputed layer needs (the
+                         full-recompute working set; 0 when `full` is not allowed)
              C           capacity per GPU, bytes (device memory minus the reserve)
     Vars     b[s] in {s+1 .. L-S+s+1}, s = 0..S-2   end (exclusive) of stage s; b[-1]=0, b[S-1]=L
              n[s,k], c[s,k,r] >= 0                   kind-k layers of stage s, and those in mode r
@@ -29,7 +31,8 @@ time in nanoseconds, memory in bytes)::
              sum_r c[s,k,r] = n[s,k]
              y[s,g] >= a[g,p,s] + sum_{k,r} q[g,p,k,r] c[s,k,r]  for every piece p of group g
              T[s] = sum_g y[s,g] <= z
-             M0[s] + sum_k w[k] n[s,k] + sum_k sum_r m[s,k,r] c[s,k,r] <= C
+             M0[s] - W[s] (1 - u[s]) + sum_k w[k] n[s,k] + sum_k sum_r m[s,k,r] c[s,k,r] <= C
+             c[s,k,full] <= N_k(L) u[s],  u[s] in {0, 1}         working set only if full used
              z >= LB                                             valid cut, see below
     min      z
 
@@ -41,7 +44,7 @@ exactly the step time of the counts: the program's optimum is the step time's op
 split and mode-count assignment that fits. Layers of one kind have equal q, w and m[s,.,.], so
 inside a stage only how many of them use each mode matters: every per-layer assignment maps to
 counts with the same time and memory and back, for heterogeneous layers too (at worst every layer
-is its own kind). Variables: S*(K*(|R|+1) + G + 1) + S, independent of L.
+is its own kind). Variables: S*(K*(|R|+1) + G + 2) + S, independent of L.
 
 The cut LB (`split_lower_bound`). Relax every layer to a fictitious kind whose coefficient in
 each piece and mode is the least over the real kinds, and whose bytes are the least too; then
@@ -73,9 +76,21 @@ the DP's bound as the cut; `method="cp-sat"` forces CP-SAT (hinted with the DP's
 tests check both against brute force.
 
 Feasibility does not depend on time, so it is decided exactly before CP-SAT by a reachability pass
-over split points with the least-memory mode on every layer (`feasible_split`,
+over split points with every stage in its least-memory assignment (`feasible_split`,
 `memory_diagnosis`); an infeasible problem is reported with its binding stage and the bytes by
 which the best split still exceeds the capacity.
+
+What was wrong before (issue 13). The least-memory assignment of a stage was taken to be the
+least-memory mode on every layer. Once the full-recompute working set W[s] was charged only to a
+stage that fully recomputes a layer, that stopped being true: a stage of un-recomputed layers
+without W can need fewer bytes than the same layers fully recomputed with W. `feasible_split`
+then declared feasible programs infeasible, so the search dropped their candidates and still
+reported OPTIMAL (a 4-layer model on 4 GPUs: pp 4, split 1/1/1/1 at 2.572 ms was dropped and
+dp 2 cp 2 at 3.140 ms returned). The least bytes of a stage are now the least over two regimes
+(`IntStageProblem.memory_regimes`: with `full` allowed and W paid, or without `full` and W
+credited), each non-decreasing in the stage's last layer, so the reachability pass stays exact.
+CP-SAT, which charged W on every stage (conservative), now carries an indicator per stage, so
+every method solves the same program.
 
 Source: CP-SAT (OR-Tools `ortools.sat.python.cp_model`, `AddElement`, `Minimize`), imported only
 when a solve needs it; min-max DP over split points (Bellman 1957, the linear-partition
@@ -154,8 +169,8 @@ class StageProblem(_Sizes):
     """Pinned split (len S, each >= 1, sum L); None lets the program choose."""
     full_working_set_bytes: tuple[float, ...] = ()
     """[stage] bytes of `stage_fixed_memory_bytes` that only a stage with a fully recomputed layer
-    needs (the full-recompute working set); the exact enumerations credit them back to a stage
-    without one, CP-SAT keeps them (conservative). Empty: none charged."""
+    needs (the full-recompute working set): credited back to a stage without one, by the exact
+    enumerations and by CP-SAT (an indicator u[s] per stage). Empty: none charged."""
 
     def __post_init__(self) -> None:
         _check_shapes(self)
@@ -243,11 +258,41 @@ class IntStageProblem(_Sizes):
         return _split_lower_bound(self)
 
     @cached_property
-    def least_memory_prefix(self) -> np.ndarray:
-        """(L+1, S) table: bytes of the first x layers on stage s, least-memory mode each."""
-        per_kind = np.array(self.kind_state_bytes, dtype=np.int64)[None, :] + np.array(
-            self.kind_memory_bytes, dtype=np.int64).min(axis=2)
-        return self.kind_prefix @ per_kind.T
+    def memory_regimes(self) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], ...]:
+        """The least bytes a stage can need, as one or two regimes ([S] fixed bytes, (L+1, S)
+        prefix table: bytes of the first x layers on stage s, [S, K] mode each kind uses).
+
+        The least-memory assignment of a stage is not "the least-memory mode on every layer":
+        the full-recompute working set is charged only to a stage with a fully recomputed layer,
+        so a stage of `none`/`selective` layers without it can need less than the same stage
+        fully recomputed with it (issue 13: one layer on the last stage, 105.5 MB without vs
+        107.6 MB with full recompute). Regime 0 lets every layer take its least-memory mode and
+        pays the working set; regime 1 (present when the working set is charged) keeps every
+        layer off `full` and is credited it. A stage's least bytes are the least over regimes
+        (`least_stage_bytes`): each is attained by an assignment, and every assignment needs at
+        least one regime's value (the regime of whether it fully recomputes a layer). Each
+        regime's bytes are non-decreasing in the stage's last layer, so their minimum is too."""
+        act = np.array(self.kind_memory_bytes, dtype=np.int64)  # [s, k, r]
+        state = np.array(self.kind_state_bytes, dtype=np.int64)[None, :]
+        fixed = np.array(self.stage_fixed_memory_bytes, dtype=np.int64)
+
+        def regime(allowed: list[int], fixed_bytes: np.ndarray):
+            sub = act[:, :, allowed]
+            mode = np.array(allowed, dtype=np.int64)[sub.argmin(axis=2)]  # [s, k]
+            return fixed_bytes, self.kind_prefix @ (state + sub.min(axis=2)).T, mode
+
+        modes = list(range(len(self.modes)))
+        regimes = [regime(modes, fixed)]
+        if self.full_working_set_bytes and len(modes) > 1:
+            full = self.modes.index("full")
+            credit = np.array(self.full_working_set_bytes, dtype=np.int64)
+            regimes.append(regime([r for r in modes if r != full], fixed - credit))
+        return tuple(regimes)
+
+    def least_stage_bytes(self, s: int, start: int, end: int) -> int:
+        """Least bytes stage s needs holding layers start..end-1 (`memory_regimes`)."""
+        return int(min(fixed[s] + prefix[end, s] - prefix[start, s]
+                       for fixed, prefix, _ in self.memory_regimes))
 
 
 def to_int_problem(problem: StageProblem) -> IntStageProblem:
@@ -477,7 +522,14 @@ def _variables(model: cp_model.CpModel, ip: IntStageProblem) -> dict:
             t_hi[s] += hi
     t = {(s,): model.NewIntVar(t_lo[s], t_hi[s], f"T[{s}]") for s in range(S)}
     z = model.NewIntVar(max(t_lo), max(t_hi), "z")
-    return {"b": b, "n": n, "c": c, "y": y, "z": z, "T": t}
+    u = {}
+    if ip.full_working_set_bytes and "full" in ip.modes:  # u[s] = 1 iff stage s fully recomputes
+        full = ip.modes.index("full")
+        for s in range(S):
+            u[(s,)] = model.NewBoolVar(f"u[{s}]")
+            for k in range(K):
+                model.Add(c[(s, k, full)] <= int(totals[k]) * u[(s,)])
+    return {"b": b, "n": n, "c": c, "y": y, "z": z, "T": t, "u": u}
 
 
 def _split_constraints(model: cp_model.CpModel, ip: IntStageProblem, var: dict) -> None:
@@ -523,6 +575,8 @@ def _stage_constraints(model: cp_model.CpModel, ip: IntStageProblem, var: dict) 
             ip.kind_state_bytes[k] * n[(s, k)]
             + sum(ip.kind_memory_bytes[s][k][r] * c[(s, k, r)] for r in R)
             for k in range(ip.num_kinds))
+        if (s,) in var["u"]:  # credited back unless the stage fully recomputes a layer
+            memory -= ip.full_working_set_bytes[s] * (1 - var["u"][(s,)])
         model.Add(memory <= ip.capacity_bytes)
 
 
@@ -616,11 +670,16 @@ def _stage_tables(ip: IntStageProblem, upper: int) -> np.ndarray:
 
 
 def _least_memory_plan_cost(ip: IntStageProblem, ends) -> int:
-    """Exact step total of the split `ends` with every layer in its least-memory mode (the
-    first least-memory mode of each stage and kind), vectorised over stages."""
+    """Exact step total of the split `ends` with each stage in its least-memory assignment (the
+    regime of `memory_regimes` needing the fewest bytes, its first least-memory mode per kind),
+    vectorised over stages."""
     ends = np.asarray(ends, dtype=np.int64)
-    counts = ip.kind_prefix[ends] - ip.kind_prefix[np.concatenate([[0], ends[:-1]])]  # [s, k]
-    mode = np.array(ip.kind_memory_bytes, dtype=np.int64).argmin(axis=2)  # [s, k]
+    starts = np.concatenate([[0], ends[:-1]])
+    counts = ip.kind_prefix[ends] - ip.kind_prefix[starts]  # [s, k]
+    stages = np.arange(ip.num_stages)
+    need = np.stack([fixed + prefix[ends, stages] - prefix[starts, stages]
+                     for fixed, prefix, _ in ip.memory_regimes])  # [regime, s]
+    mode = np.stack([m for _, _, m in ip.memory_regimes])[need.argmin(axis=0), stages]  # [s, k]
     kinds = np.arange(ip.num_kinds)[None, :]
     total = 0
     for group in ip.piece_arrays:
@@ -638,10 +697,11 @@ def _near_even_ends(ip: IntStageProblem) -> tuple[int, ...]:
     return tuple(int(e) for e in np.cumsum(counts))
 
 
-def _fits(ip: IntStageProblem, ends: tuple[int, ...]) -> bool:
-    """Every stage of `ends` fits with the least-memory mode on every layer."""
-    prefix = ip.least_memory_prefix
-    return all(ip.stage_fixed_memory_bytes[s] + prefix[e, s] - prefix[a, s] <= ip.capacity_bytes
+def _fits(ip: IntStageProblem, ends: tuple[int, ...], capacity_bytes: int | None = None) -> bool:
+    """Every stage of `ends` fits `capacity_bytes` (default: the problem's) in its least-memory
+    assignment (`IntStageProblem.memory_regimes`)."""
+    capacity = ip.capacity_bytes if capacity_bytes is None else capacity_bytes
+    return all(ip.least_stage_bytes(s, a, e) <= capacity
                for s, (a, e) in enumerate(zip((0, *ends), ends)))
 
 
@@ -881,6 +941,8 @@ def _hint(model: cp_model.CpModel, ip: IntStageProblem, var: dict, ends, counts)
             model.AddHint(var["y"][(s, g)], y)
             total += y
         model.AddHint(var["T"][(s,)], total)
+        if (s,) in var["u"]:
+            model.AddHint(var["u"][(s,)], int(any(row[ip.modes.index("full")] for row in counts[s])))
         totals.append(total)
     model.AddHint(var["z"], max(totals))
 
@@ -978,24 +1040,25 @@ def _without_plan(status: str, diagnosis: MemoryDiagnosis | None, wall_s: float)
 
 
 def feasible_split(ip: IntStageProblem, capacity_bytes: int) -> tuple[int, ...] | None:
-    """Stage ends of a split fitting `capacity_bytes` with the least-memory mode on every layer,
-    or None when none exists (exact).
+    """Stage ends of a split fitting `capacity_bytes` with every stage in its least-memory
+    assignment (`IntStageProblem.memory_regimes`), or None when none exists (exact).
 
     Memory is non-negative, so stage s starting at layer a can end anywhere in (a, R_s(a)], R_s
-    found by binary search on the stage's prefix sums. Forward pass: the set of positions where
-    stage s can end is the union of those intervals over the positions where stage s-1 can end;
-    a backward pass picks one chain. O(S L log L), vectorised.
+    the largest end any regime allows, found by binary search on each regime's prefix sums.
+    Forward pass: the set of positions where stage s can end is the union of those intervals
+    over the positions where stage s-1 can end; a backward pass picks one chain.
+    O(S L log L), vectorised.
     """
     if ip.layers_per_stage is not None:
         return _pinned_fits(ip, capacity_bytes)
     S, L = ip.num_stages, ip.num_layers
-    prefix = ip.least_memory_prefix
     starts = np.arange(L + 1)
     reach_tables, ends = [], np.zeros(L + 1, dtype=bool)
     ends[0] = True
     for s in range(S):
-        budget = prefix[:, s] + capacity_bytes - ip.stage_fixed_memory_bytes[s]
-        reach = np.searchsorted(prefix[:, s], budget, side="right") - 1
+        reach = np.max([np.searchsorted(prefix[:, s], prefix[:, s] + capacity_bytes - fixed[s],
+                                        side="right") - 1
+                        for fixed, prefix, _ in ip.memory_regimes], axis=0)
         reach = np.minimum(reach, L - (S - 1 - s))
         ok = ends & (reach > starts)
         reach_tables.append(np.where(ok, reach, -1))
@@ -1015,19 +1078,14 @@ def feasible_split(ip: IntStageProblem, capacity_bytes: int) -> tuple[int, ...] 
 
 def _pinned_fits(ip: IntStageProblem, capacity_bytes: int) -> tuple[int, ...] | None:
     ends = tuple(int(e) for e in np.cumsum(ip.layers_per_stage))
-    prefix = ip.least_memory_prefix
-    for s, (b, e) in enumerate(zip((0, *ends), ends)):
-        if ip.stage_fixed_memory_bytes[s] + prefix[e, s] - prefix[b, s] > capacity_bytes:
-            return None
-    return ends
+    return ends if _fits(ip, ends, capacity_bytes) else None
 
 
 def min_stage_memory_bytes(ip: IntStageProblem) -> tuple[int, ...]:
-    """[stage] least bytes stage s can need: fixed bytes + its cheapest admissible single layer
-    (stage s can hold layer l only if s <= l <= L - S + s)."""
+    """[stage] least bytes stage s can need: its least-memory assignment of its cheapest
+    admissible single layer (stage s can hold layer l only if s <= l <= L - S + s)."""
     S, L = ip.num_stages, ip.num_layers
-    single = np.diff(ip.least_memory_prefix, axis=0)  # (L, S) bytes of layer l on stage s
-    return tuple(int(ip.stage_fixed_memory_bytes[s] + single[s: L - S + s + 1, s].min())
+    return tuple(min(ip.least_stage_bytes(s, l, l + 1) for l in range(s, L - S + s + 1))
                  for s in range(S))
 
 
@@ -1039,15 +1097,13 @@ def memory_diagnosis(ip: IntStageProblem) -> MemoryDiagnosis:
     if feasible_split(ip, capacity) is not None:
         lo, hi = max(floors) - 1, capacity  # smallest feasible capacity lies in (lo, hi]
     else:
-        top = int(max(ip.stage_fixed_memory_bytes[s] + ip.least_memory_prefix[-1, s]
-                      for s in range(ip.num_stages)))
+        top = max(ip.least_stage_bytes(s, 0, ip.num_layers) for s in range(ip.num_stages))
         lo, hi = max(capacity, max(floors) - 1), top
     while hi - lo > 1:
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if feasible_split(ip, mid) is not None else (mid, hi)
     ends = feasible_split(ip, hi)
-    used = [ip.stage_fixed_memory_bytes[s] + int(ip.least_memory_prefix[e, s]
-            - ip.least_memory_prefix[b, s]) for s, (b, e) in enumerate(zip((0, *ends), ends))]
+    used = [ip.least_stage_bytes(s, b, e) for s, (b, e) in enumerate(zip((0, *ends), ends))]
     stage = max(range(len(used)), key=lambda s: used[s])
     return MemoryDiagnosis(stage=stage, excess_bytes=hi - capacity, capacity_bytes=capacity,
                            min_stage_memory_bytes=floors)

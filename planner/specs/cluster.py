@@ -24,7 +24,7 @@ YAML layout (flat keys = ClusterSpec fields; `gpu:` = GPUSpec fields):
     scaleup_gb_per_s: 450
     ...                                  # every ClusterSpec field except num_gpus is required
     num_gpus: 1024                       # optional default size; --gpus overrides
-    allow_partial_node: false            # optional
+    allow_partial_node: true             # optional (default): jobs on part of one node
     sources: {gpu.memory_gib: "...", "nics_per_node, nic_gbit_per_s": "..."}
 
 `sources` keys are dotted key paths, comma-separated lists of them, or a group prefix such as
@@ -97,8 +97,10 @@ class ClusterSpec:
     """CPU DRAM per node, GiB (what CPU offload can use at most)."""
     host_link_gb_per_s: float
     """Host<->device bandwidth per GPU per direction (PCIe or NVLink-C2C), GB/s."""
-    allow_partial_node: bool = False
-    """Whether fewer GPUs than `gpus_per_node` may be used (workstations)."""
+    allow_partial_node: bool = True
+    """Whether fewer GPUs than `gpus_per_node` may be used: a job on part of one node (a 6-GPU
+    vLLM engine, a 7-GPU DeepSpeed job under `CUDA_VISIBLE_DEVICES`). True unless the cluster file
+    forbids it (a scheduler that allocates whole nodes)."""
     source: str = ""
     """Where the cluster numbers come from (summary)."""
     sources: dict[str, str] = field(default_factory=dict)
@@ -168,8 +170,8 @@ def load_cluster(ref: str | Path, *, gpus: int | None = None) -> ClusterSpec:
 
     Args:
         ref: catalog name (e.g. `dgx-h100`) or a path to a YAML file.
-        gpus: cluster size (`--gpus`). Whole nodes (a multiple of gpus_per_node) unless the spec sets
-            `allow_partial_node`, which admits fewer GPUs than one node. Default: the file's `num_gpus`,
+        gpus: cluster size (`--gpus`): whole nodes (a multiple of gpus_per_node), or fewer GPUs
+            than one node unless the spec sets `allow_partial_node: false`. Default: the file's `num_gpus`,
             else the larger of one node and one scale-up domain (72 for GB200 NVL72).
 
     Returns:
@@ -187,7 +189,7 @@ def load_cluster(ref: str | Path, *, gpus: int | None = None) -> ClusterSpec:
     gpu = _gpu(raw["gpu"], file)
     ints = {key: _number(raw, key, file, integer=True) for key in _INT_KEYS}
     floats = {key: _number(raw, key, file) for key in _FLOAT_KEYS}
-    partial = raw.get("allow_partial_node", False)
+    partial = raw.get("allow_partial_node", True)
     if not isinstance(partial, bool):
         raise SpecError(f"value {partial!r} must be true or false", file=file, key="allow_partial_node")
     _check_domain(ints["gpus_per_node"], ints["scaleup_domain_gpus"], file)

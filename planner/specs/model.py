@@ -16,6 +16,8 @@ Supported `model_type` values and what they imply about the block (Source: the m
 | qwen2_moe | qwen2 attention + routed experts + one gated shared expert |
 | qwen3_moe | qwen3 attention + routed experts (`decoder_sparse_step`, `mlp_only_layers`) |
 | deepseek_v3 | MLA (q/kv LoRA ranks, decoupled RoPE key) + routed and shared experts, first_k_dense_replace |
+| kimi_k2 | deepseek_v3 (Moonshot Kimi K2 ships `architectures: [DeepseekV3ForCausalLM]`; same fields, same builder) |
+| glm4_moe | GQA with q/k/v bias (o_proj bias-free), partial RoPE, optional per-head q/k RMSNorm (`use_qk_norm`), first_k_dense_replace dense layers, routed + shared experts, sigmoid router with e_score_correction_bias |
 | gpt_oss | GQA with biases and attention sinks, alternating sliding/full attention, MoE with biases |
 | gpt, gpt2, opt, bloom | classic GPT: LayerNorm with bias, GELU 4h MLP with bias, learned/ALiBi positions, tied (OPT: see below) |
 | falcon | parallel attention + MLP, fused multi-query/grouped QKV, LayerNorm, GELU 4h MLP |
@@ -32,7 +34,8 @@ Keys read (anything else is ignored; `null` means absent):
 | all | model_type, name, source, hf_id, rope_theta, rope_scaling, hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim, vocab_size, padded_vocab_size, max_position_embeddings, tie_word_embeddings |
 | llama, mistral, qwen2, qwen3, nemotron | intermediate_size, hidden_act, attention_bias, mlp_bias, sliding_window, use_sliding_window (qwen), layer_types |
 | mixtral, qwen2_moe, qwen3_moe | the above + num_local_experts / num_experts, num_experts_per_tok, moe_intermediate_size, decoder_sparse_step, mlp_only_layers, shared_expert_intermediate_size (qwen2_moe) |
-| deepseek_v3 | intermediate_size, hidden_act, attention_bias, q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim, n_routed_experts, num_experts_per_tok, moe_intermediate_size, n_shared_experts, first_k_dense_replace, moe_layer_freq, num_nextn_predict_layers |
+| deepseek_v3, kimi_k2 | intermediate_size, hidden_act, attention_bias, q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim, n_routed_experts, num_experts_per_tok, moe_intermediate_size, n_shared_experts, first_k_dense_replace, moe_layer_freq, num_nextn_predict_layers, norm_topk_prob |
+| glm4_moe | head_dim (GLM-4.5: 128, not hidden_size / heads), intermediate_size, hidden_act, attention_bias, use_qk_norm, partial_rotary_factor, n_routed_experts, num_experts_per_tok, moe_intermediate_size, n_shared_experts, first_k_dense_replace, norm_topk_prob, num_nextn_predict_layers |
 | gpt_oss | the llama keys + num_local_experts, num_experts_per_tok / experts_per_token |
 | gpt, gpt2, opt, bloom | n_embd, n_layer, n_head, n_positions, n_inner, ffn_dim, seq_length (bloom), activation_function; opt: word_embed_proj_dim, do_layer_norm_before, _remove_final_layer_norm, enable_bias, layer_norm_elementwise_affine |
 | falcon | num_kv_heads / n_head_kv, multi_query, new_decoder_architecture, parallel_attn, bias, alibi, ffn_hidden_size |
@@ -40,7 +43,10 @@ Keys read (anything else is ignored; `null` means absent):
 Checks on every key read: integers are ints (not bools, floats or strings) within
 `_INT_RULES` (sizes >= 1, at most MAX_LAYERS / MAX_WIDTH / MAX_COUNT; only n_shared_experts,
 first_k_dense_replace, num_nextn_predict_layers and sliding_window may be 0); flags are strictly
-true/false; names and activations are non-empty strings; layer lists hold valid indices or
+true/false; partial_rotary_factor is a number in (0, 1] (it sets which head channels RoPE rotates,
+not a size: no count, FLOP or cache byte depends on it; it is kept in `extra`); norm_topk_prob
+(router weight normalisation) is read for its type only, for the same reason; names and
+activations are non-empty strings; layer lists hold valid indices or
 `full_attention`/`sliding_attention`. Two names of one quantity (n_embd and hidden_size,
 experts_per_token and num_experts_per_tok) must agree. A zero or a wrong type is an error naming
 the key the file used, never replaced by a default.
@@ -68,9 +74,11 @@ CATALOG_DIR = Path(__file__).resolve().parents[2] / "models"
 
 SUPPORTED_MODEL_TYPES = (
     "llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3",
-    "gpt_oss", "gpt", "gpt2", "opt", "bloom", "falcon", "nemotron",
+    "kimi_k2", "glm4_moe", "gpt_oss", "gpt", "gpt2", "opt", "bloom", "falcon", "nemotron",
 )
 _CLASSIC = ("gpt", "gpt2", "opt", "bloom")
+_FIRST_DENSE_TYPES = ("deepseek_v3", "kimi_k2", "glm4_moe")
+"""Families whose leading dense layers are set by `first_k_dense_replace`."""
 
 HF_ACTIVATIONS = (
     "gelu", "gelu_10", "gelu_fast", "gelu_new", "gelu_python", "gelu_pytorch_tanh",
@@ -262,10 +270,12 @@ _INT_RULES: dict[str, tuple[int, int]] = {
 _BOOL_KEYS = (
     "attention_bias", "mlp_bias", "tie_word_embeddings", "bias", "new_decoder_architecture",
     "parallel_attn", "alibi", "multi_query", "use_sliding_window", "do_layer_norm_before",
-    "enable_bias", "_remove_final_layer_norm", "layer_norm_elementwise_affine",
+    "enable_bias", "_remove_final_layer_norm", "layer_norm_elementwise_affine", "use_qk_norm",
+    "norm_topk_prob",
 )
 _TEXT_KEYS = ("name", "source", "hf_id", "hidden_act", "activation_function")
-_OTHER_READ_KEYS = ("model_type", "layer_types", "mlp_only_layers", "rope_theta", "rope_scaling")
+_OTHER_READ_KEYS = ("model_type", "layer_types", "mlp_only_layers", "rope_theta", "rope_scaling",
+                    "partial_rotary_factor")
 _READ_KEYS = frozenset(_INT_RULES) | set(_BOOL_KEYS) | set(_TEXT_KEYS) | set(_OTHER_READ_KEYS)
 """Every key some model_type reads (see the table in the module docstring)."""
 
@@ -276,10 +286,10 @@ _IGNORED_KEYS = frozenset({
     "initializer_range", "rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "bos_token_id",
     "eos_token_id", "pad_token_id", "use_cache", "attention_dropout", "hidden_dropout", "dropout",
     "pretraining_tp", "official_total_params", "notes", "max_window_layers", "routed_scaling_factor",
-    "scoring_func", "topk_method", "n_group", "topk_group", "norm_topk_prob", "aux_loss_alpha",
+    "scoring_func", "topk_method", "n_group", "topk_group", "aux_loss_alpha",
     "router_aux_loss_coef", "output_router_logits", "seq_aux", "ep_size", "quantization_config",
     "swiglu_limit", "initial_context_length", "router_jitter_noise", "rotary_percent",
-    "partial_rotary_factor", "apply_residual_connection_post_layernorm", "slow_but_exact",
+    "apply_residual_connection_post_layernorm", "slow_but_exact",
     "attn_pdrop", "resid_pdrop", "embd_pdrop", "n_ctx", "scale_attn_weights", "reorder_and_upcast_attn",
     "scale_attn_by_inverse_layer_idx", "summary_type", "summary_use_proj", "summary_activation",
     "summary_proj_to_labels", "summary_first_dropout", "task_specific_params", "activation_dropout",
@@ -378,7 +388,8 @@ def from_config(raw: dict, *, name: str, file: str = "<config>", strict: bool = 
     fields = builder(cfg, model_type)
     fields.update(
         name=str(name), model_type=model_type, source=cfg.text("source", ""),
-        extra={k: raw[k] for k in ("rope_theta", "rope_scaling", "hf_id") if raw.get(k) is not None},
+        extra={k: raw[k] for k in ("rope_theta", "rope_scaling", "hf_id", "partial_rotary_factor")
+               if raw.get(k) is not None},
     )
     spec = ModelSpec(**fields)
     _validate(spec, file)
@@ -417,6 +428,11 @@ def _check_types(raw: dict, file: str) -> None:
     for key in _TEXT_KEYS:
         if raw.get(key) is not None and (not isinstance(raw[key], str) or not raw[key].strip()):
             raise SpecError(f"value {_show(raw[key])} must be a non-empty string", file=file, key=key)
+    factor = raw.get("partial_rotary_factor")
+    if factor is not None and (isinstance(factor, bool) or not isinstance(factor, (int, float))
+                               or not 0 < factor <= 1):
+        raise SpecError(f"value {_show(factor)} must be a number in (0, 1] (the fraction of each head's "
+                        "channels RoPE rotates)", file=file, key="partial_rotary_factor")
     theta = raw.get("rope_theta")
     if theta is not None and (isinstance(theta, bool) or not isinstance(theta, (int, float))
                               or not 0 < theta < float("inf")):
@@ -574,33 +590,66 @@ def _moe(cfg: _Reader, model_type: str) -> dict:
 
 
 def _deepseek_v3(cfg: _Reader, model_type: str) -> dict:
-    """deepseek_v3. Source: transformers modeling_deepseek_v3.py (MLA projections q_a/q_b,
-    kv_a_proj_with_mqa, kv_b_proj, o_proj; DeepseekV3TopkRouter weight E x h and
-    e_score_correction_bias E; shared experts of width n_shared_experts x moe_intermediate_size;
-    the first `first_k_dense_replace` layers dense; DeepSeek's modeling_deepseek.py: then every
-    `moe_layer_freq`-th layer MoE)."""
+    """deepseek_v3 and kimi_k2. Source: transformers modeling_deepseek_v3.py (MLA projections q_a/q_b,
+    kv_a_proj_with_mqa, kv_b_proj, o_proj; experts as in `_shared_expert_moe`); DeepSeek's
+    modeling_deepseek.py: MoE every `moe_layer_freq`-th layer after the dense ones. Kimi K2's
+    config.json names `architectures: [DeepseekV3ForCausalLM]` and the same keys; Moonshot's Kimi-K2
+    deployment guide ("Others") says K2 reuses the DeepSeek-V3 architecture, sets `model_type:
+    kimi_k2` only so that engines can tell it apart, and runs with model_type changed to
+    deepseek_v3. So this builder reads it unchanged."""
     fields = _attention_core(cfg)
     layers = fields["num_hidden_layers"]
     nope, rope = cfg.req("qk_nope_head_dim"), cfg.req("qk_rope_head_dim")
-    moe_width = cfg.req("moe_intermediate_size")
-    shared = cfg.opt("n_shared_experts")
-    first_dense = cfg.opt("first_k_dense_replace")
-    freq = cfg.opt("moe_layer_freq", 1)
-    experts = _experts(cfg)
     fields.update(
         head_dim=nope + rope, intermediate_size=cfg.req("intermediate_size"),
         tie_word_embeddings=cfg.flag("tie_word_embeddings", False),
         attention_bias=cfg.flag("attention_bias", False), hidden_act=cfg.text("hidden_act", "silu"),
         q_lora_rank=cfg.opt("q_lora_rank"), kv_lora_rank=cfg.req("kv_lora_rank"),
         qk_rope_head_dim=rope, qk_nope_head_dim=nope, v_head_dim=cfg.req("v_head_dim"),
-        num_experts=experts, num_experts_per_tok=_top_k(cfg, experts),
-        moe_intermediate_size=moe_width, n_shared_experts=shared,
-        shared_expert_intermediate_size=shared * moe_width, router_bias=True,
-        moe_layers=tuple(i >= first_dense and i % freq == 0 for i in range(layers)),
-        num_nextn_predict_layers=cfg.opt("num_nextn_predict_layers"),
         layer_types=("full_attention",) * layers,
+        **_shared_expert_moe(cfg, layers, shared=cfg.opt("n_shared_experts"),
+                             first_dense=cfg.opt("first_k_dense_replace"), freq=cfg.opt("moe_layer_freq", 1)),
     )
     return fields
+
+
+def _glm4_moe(cfg: _Reader, model_type: str) -> dict:
+    """glm4_moe (GLM-4.5, GLM-4.5-Air). Source: transformers modeling_glm4_moe.py @a0699c97
+    (Glm4MoeAttention: q/k/v_proj with bias=attention_bias, o_proj bias=False, q_norm/k_norm
+    RMSNorm(head_dim) when use_qk_norm, RoPE on the first partial_rotary_factor of each head;
+    Glm4MoeDecoderLayer: MoE where layer_idx >= first_k_dense_replace, no moe_layer_freq; experts as
+    in `_shared_expert_moe`) and configuration_glm4_moe.py @c7ec229a for the defaults of an absent
+    key (attention_bias false, use_qk_norm false, n_shared_experts 1, first_k_dense_replace 1)."""
+    fields = _attention_core(cfg)
+    layers = fields["num_hidden_layers"]
+    fields.update(
+        intermediate_size=cfg.req("intermediate_size"),
+        tie_word_embeddings=cfg.flag("tie_word_embeddings", False), hidden_act=cfg.text("hidden_act", "silu"),
+        attention_bias=cfg.flag("attention_bias", False), attention_out_bias=False,
+        qk_norm=cfg.flag("use_qk_norm", False), layer_types=("full_attention",) * layers,
+        **_shared_expert_moe(cfg, layers, shared=cfg.opt("n_shared_experts", 1),
+                             first_dense=cfg.opt("first_k_dense_replace", 1), freq=1),
+    )
+    return fields
+
+
+def _shared_expert_moe(cfg: _Reader, layers: int, *, shared: int, first_dense: int, freq: int) -> dict:
+    """The DeepSeek-style expert block of deepseek_v3, kimi_k2 and glm4_moe: `n_routed_experts`
+    SwiGLU experts of moe_intermediate_size; a router weight E x h plus the E-wide
+    `e_score_correction_bias` (a persistent buffer: in the state dict and the checkpoint, so counted);
+    the `shared` shared experts fused into one MLP of shared x moe_intermediate_size; layers below
+    `first_dense` dense, then every `freq`-th layer MoE; the multi-token-prediction layers
+    (`num_nextn_predict_layers`) kept apart. Source: transformers modeling_deepseek_v3.py
+    (DeepseekV3TopkRouter, DeepseekV3MoE) and modeling_glm4_moe.py @a0699c97 (Glm4MoeTopkRouter,
+    Glm4MoeMoE: shared_experts = Glm4MoeMLP(intermediate_size=moe_intermediate_size x n_shared_experts))."""
+    width = cfg.req("moe_intermediate_size")
+    experts = _experts(cfg)
+    return dict(
+        num_experts=experts, num_experts_per_tok=_top_k(cfg, experts), moe_intermediate_size=width,
+        n_shared_experts=shared, shared_expert_intermediate_size=shared * width, router_bias=True,
+        moe_layers=tuple(i >= first_dense and i % freq == 0 for i in range(layers)),
+        num_nextn_predict_layers=cfg.opt("num_nextn_predict_layers"),
+    )
 
 
 def _gpt_oss(cfg: _Reader, model_type: str) -> dict:
@@ -715,7 +764,7 @@ def _nemotron(cfg: _Reader, model_type: str) -> dict:
 _BUILDERS = {
     "llama": _llama, "mistral": _llama, "qwen2": _llama, "qwen3": _llama,
     "mixtral": _moe, "qwen2_moe": _moe, "qwen3_moe": _moe, "deepseek_v3": _deepseek_v3,
-    "gpt_oss": _gpt_oss, "classic": _classic, "falcon": _falcon, "nemotron": _nemotron,
+    "kimi_k2": _deepseek_v3, "glm4_moe": _glm4_moe, "gpt_oss": _gpt_oss, "classic": _classic, "falcon": _falcon, "nemotron": _nemotron,
 }
 
 
@@ -733,7 +782,7 @@ def _validate(spec: ModelSpec, file: str) -> None:
         raise SpecError(f"value {spec.padded_vocab_size} must be at least vocab_size {spec.vocab_size}",
                         file=file, key="padded_vocab_size")
     if spec.is_moe and spec.moe_layers and not any(spec.moe_layers):
-        key = "first_k_dense_replace" if spec.model_type == "deepseek_v3" else "mlp_only_layers"
+        key = "first_k_dense_replace" if spec.model_type in _FIRST_DENSE_TYPES else "mlp_only_layers"
         raise SpecError("no layer is a MoE layer with these settings", file=file, key=key)
 
 

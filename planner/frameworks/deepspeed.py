@@ -1,0 +1,128 @@
+"""DeepSpeed's JSON config keys (`deepspeed.initialize(config=...)`): path, default and the planner
+knob each sets.
+
+Source: deepspeedai/DeepSpeed commit edaa722 (edaa7221267243c7be7fb49c5d5f5c4fb97b4641, 2026-08-22)
+and https://www.deepspeed.ai/docs/config-json/:
+- batch: `deepspeed/runtime/constants.py` (TRAIN_BATCH_SIZE, TRAIN_MICRO_BATCH_SIZE_PER_GPU,
+  GRADIENT_ACCUMULATION_STEPS); `deepspeed/runtime/config.py` `_set_batch_related_parameters`
+  derives a missing one from the other two;
+- ZeRO: `deepspeed/runtime/zero/config.py` (`stage`, default 0; `offload_optimizer`,
+  `offload_param`; the deprecated `cpu_offload` / `cpu_offload_param` booleans and the boolean form
+  of `zero_optimization` itself, `read_zero_config_deprecated`); offload devices:
+  `deepspeed/runtime/zero/offload_config.py` `OffloadDeviceEnum`;
+- precision: `deepspeed/runtime/precision_config.py` (`bf16`, legacy `bfloat16`, `fp16`: each
+  `enabled`, default false);
+- optimizer: `config.py` `get_optimizer_name` (`optimizer.type`; `DEEPSPEED_OPTIMIZERS` matched
+  lower-cased) and `runtime/engine.py` `_configure_basic_optimizer` (other names looked up in
+  `torch.optim`, case-sensitive);
+- tensor parallelism: `deepspeed/runtime/tensor_parallel/config.py` `TPTrainingConfig`
+  (`autotp_size`, default 0 = off; `tp.tp_size`, default 1);
+- `sequence_parallel_size` (Ulysses, `config.py`), `expert_parallel` (AutoEP, `config.py`
+  EXPERT_PARALLEL), `data_parallel_size`, `activation_checkpointing`
+  (`deepspeed/runtime/activation_checkpointing/config.py`: it tunes checkpointing, which the model
+  code switches on with `deepspeed.checkpointing.checkpoint`).
+
+`KEYS` is the table; `KEY[knob]` a key's dotted path, `DEFAULT[knob]` DeepSpeed's value when absent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Key:
+    """One DeepSpeed config key."""
+
+    knob: str
+    """What it sets, in the planner's terms (a `Layout` field or a named setting)."""
+    path: str
+    """Its dotted path in the JSON (`zero_optimization.stage`)."""
+    default: int | str | bool | None = None
+    """DeepSpeed's value when the key is absent (None: required, or derived)."""
+
+
+KEYS = (
+    Key("global_batch_size", "train_batch_size"),
+    Key("micro_batch_size", "train_micro_batch_size_per_gpu"),
+    Key("num_microbatches", "gradient_accumulation_steps"),
+    Key("zero_stage", "zero_optimization.stage", 0),
+    Key("optimizer_offload", "zero_optimization.offload_optimizer.device", "none"),
+    Key("parameter_offload", "zero_optimization.offload_param.device", "none"),
+    Key("optimizer_offload_deprecated", "zero_optimization.cpu_offload", False),
+    Key("parameter_offload_deprecated", "zero_optimization.cpu_offload_param", False),
+    Key("bf16", "bf16.enabled", False),
+    Key("bf16_legacy", "bfloat16.enabled", False),
+    Key("fp16", "fp16.enabled", False),
+    Key("optimizer", "optimizer.type"),
+    Key("tp", "tensor_parallel.autotp_size", 0),
+    Key("tp_size", "tensor_parallel.tp.tp_size", 1),
+    Key("recompute_tuning", "activation_checkpointing"),
+    Key("cp", "sequence_parallel_size", 1),
+    Key("ep", "expert_parallel.enabled", False),
+    Key("dp", "data_parallel_size"),
+)
+"""Every DeepSpeed key the planner reads or writes (module docstring for sources)."""
+
+KEY = {k.knob: k.path for k in KEYS}
+"""knob -> dotted key path."""
+DEFAULT = {k.knob: k.default for k in KEYS}
+"""knob -> DeepSpeed's value when absent."""
+TOP_LEVEL = tuple(dict.fromkeys(k.path.split(".")[0] for k in KEYS))
+"""The top-level keys of `KEYS`, in table order."""
+MARKERS = tuple(dict.fromkeys(KEY[k].split(".")[0] for k in (
+    "global_batch_size", "micro_batch_size", "num_microbatches", "zero_stage")))
+"""Top-level keys that mark a JSON file as a DeepSpeed config (batch and ZeRO settings)."""
+OTHER_TOP_LEVEL = frozenset((
+    "scheduler", "communication_data_type", "prescale_gradients", "gradient_predivide_factor",
+    "sparse_gradients", "amp", "gradient_clipping", "zero_allow_untested_optimizer",
+    "zero_force_ds_cpu_optimizer", "flops_profiler", "autotuning", "steps_per_print",
+    "wall_clock_breakdown", "dump_state", "memory_breakdown", "tensorboard", "wandb", "csv_monitor",
+    "comet", "elasticity", "data_efficiency", "curriculum_learning", "compression_training",
+    "checkpoint", "aio", "data_types", "sparse_attention", "pipeline", "disable_allgather",
+    "seq_parallel_communication_data_type", "torch_autocast", "compile", "nebula",
+    "hybrid_engine", "weight_quantization", "use_data_before_expert_parallelism", "timers",
+    "graph_harvesting", "eigenvalue", "progressive_layer_drop", "quantize_training"))
+"""Other DeepSpeed top-level keys, not read by the planner.
+Source: https://www.deepspeed.ai/docs/config-json/ and `deepspeed/runtime/config.py`."""
+
+
+def section(path: str) -> tuple[str, ...]:
+    """The keys of a dotted path (`zero_optimization.offload_param.device` -> 3 keys)."""
+    return tuple(path.split("."))
+
+
+OFFLOAD_DEVICES = ("none", "cpu", "nvme")
+"""`OffloadDeviceEnum` values."""
+OFFLOAD = {"optimizer": "optimizer_offload", "parameters": "parameter_offload"}
+"""Offloaded state (`Layout.offload`) -> the knob of its offload device key."""
+OFFLOAD_SECTIONS = {state: section(KEY[knob])[1] for state, knob in OFFLOAD.items()}
+"""Offloaded state -> its ZeRO sub-section."""
+ZERO_STAGES = (0, 1, 2, 3)
+"""ZeRO stages DeepSpeed implements (`ZeroStageEnum`); ZeRO-2/3 with its pipeline engine is the
+placement rule `zero_with_pp`."""
+
+OPTIMIZER_NAMES = {"adam": "adamw", "adamw": "adamw"}
+"""`DEEPSPEED_OPTIMIZERS` names (matched lower-cased) -> the costed optimizer (Adam and AdamW keep
+the same fp32 master, m and v states)."""
+TORCH_OPTIMIZERS = {"SGD": "sgd"}
+"""torch.optim class names (matched exactly, `getattr(torch.optim, name)`) -> costed optimizer."""
+OPTIMIZER_TYPES = {"adamw": "AdamW", "sgd": "SGD"}
+"""Costed optimizer -> the `optimizer.type` written."""
+PRECISION_SECTIONS = {"bf16": section(KEY["bf16"])[0], "fp16": section(KEY["fp16"])[0]}
+"""Plan precision -> the section whose `enabled` is set."""
+
+CHECKPOINT_CALL = "deepspeed.checkpointing.checkpoint"
+"""What the model code wraps a layer in to recompute it
+(`deepspeed/runtime/activation_checkpointing/checkpointing.py`): the JSON cannot switch recompute
+on."""
+
+FIX_TERMS = {
+    "recompute selective": "selective activation recompute in the model code",
+    "recompute full": f"{CHECKPOINT_CALL} around every layer (model code)",
+    "micro_batch_size": f"{KEY['micro_batch_size']} {{}} ({KEY['global_batch_size']} kept: "
+                        f"{KEY['num_microbatches']} grows)",
+    "zero_stage": f"{KEY['zero_stage']} {{}}",
+}
+"""The gate's single-knob changes (`planner.check.gate._single_changes`) in DeepSpeed's keys;
+`{}` takes the new value."""

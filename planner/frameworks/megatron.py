@@ -1,0 +1,180 @@
+"""Megatron-LM's launch flags (and torchrun's): name, kind, default and the planner knob each sets.
+
+Source: NVIDIA/Megatron-LM commit d98e8a6 (d98e8a64ddf34856e74b24714e3bedb2f5a39553, 2026-08-22):
+`megatron/training/arguments.py` (argparse groups, `validate_args`) and the dataclasses its
+`ArgumentGroupFactory` turns into `--field-name` flags (`megatron/training/argument_utils.py`
+`_format_arg_name`): `megatron/core/model_parallel_config.py` (degrees, --sequence-parallel, --bf16,
+--fp16), `megatron/core/transformer/transformer_config.py` (recompute, --fp8-format as field `fp8`,
+--normalization), `megatron/training/config/training_config.py` (batch),
+`megatron/training/config/common_config.py` (Megatron-FSDP, torch FSDP2), `_add_moe_args` (MoE);
+Megatron-FSDP's sharding strategies: `docs/discussions/megatron-fsdp-user-guide`. torchrun's flags:
+PyTorch `torch/distributed/run.py` (--nproc_per_node / --nproc-per-node, --nnodes, --node_rank,
+--master_addr, --master_port).
+
+`FLAGS` is the table; `FLAG[knob]` a flag's spelling, `DEFAULT[knob]` Megatron's default when the
+flag is absent (None: unset or derived in `validate_args`, e.g. --expert-tensor-parallel-size = tp,
+--global-batch-size = micro-batch x dp, --ffn-hidden-size = 4h or int(4h x 2/3 / 64) x 64 with
+--swiglu, --kv-channels = hidden / heads).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+INT, CHOICE, SWITCH, TEXT = "int", "choice", "switch", "text"
+"""Flag kinds: a positive integer; one of `choices`; store_true (no value); a free value (written
+only)."""
+
+
+@dataclass(frozen=True)
+class Flag:
+    """One Megatron-LM (or torchrun) flag."""
+
+    knob: str
+    """What it sets, in the planner's terms: a `Layout` / `ModelSpec` field or a named setting."""
+    flag: str
+    """Megatron's spelling."""
+    kind: str
+    """INT | CHOICE | SWITCH | TEXT."""
+    default: int | str | bool | None = None
+    """Megatron's value when the flag is absent (None: unset, or derived by `validate_args`)."""
+    choices: tuple[str, ...] = ()
+    """CHOICE flags: the values accepted (Megatron's argparse `choices`; --optimizer: the ones the
+    planner costs of adam, sgd, muon, dist_muon, lion, soap, adaptive_muon)."""
+    read: bool = True
+    """Whether `planner check` reads it (False: written by `planner plan --emit` only)."""
+
+
+FLAGS = (
+    # degrees (model_parallel_config.py; arguments.py `_add_distributed_args`)
+    Flag("tp", "--tensor-model-parallel-size", INT, 1),
+    Flag("pp", "--pipeline-model-parallel-size", INT, 1),
+    Flag("cp", "--context-parallel-size", INT, 1),
+    Flag("ep", "--expert-model-parallel-size", INT, 1),
+    Flag("etp", "--expert-tensor-parallel-size", INT),
+    Flag("sequence_parallel", "--sequence-parallel", SWITCH, False),
+    Flag("layers_per_virtual_stage", "--num-layers-per-virtual-pipeline-stage", INT),
+    Flag("vpp", "--num-virtual-stages-per-pipeline-rank", INT),
+    Flag("first_stage_layers", "--decoder-first-pipeline-num-layers", INT),
+    Flag("last_stage_layers", "--decoder-last-pipeline-num-layers", INT),
+    Flag("no_p2p_overlap", "--no-overlap-p2p-communication", SWITCH, False),
+    # batch (training_config.py TrainingConfig)
+    Flag("micro_batch_size", "--micro-batch-size", INT),
+    Flag("global_batch_size", "--global-batch-size", INT),
+    Flag("seq_len", "--seq-length", INT),
+    # state sharding (common_config.py; megatron-fsdp-user-guide)
+    Flag("distributed_optimizer", "--use-distributed-optimizer", SWITCH, False),
+    Flag("megatron_fsdp", "--use-megatron-fsdp", SWITCH, False),
+    Flag("sharding_strategy", "--data-parallel-sharding-strategy", CHOICE, "optim_grads_params",
+         ("no_shard", "optim", "optim_grads", "optim_grads_params")),
+    Flag("torch_fsdp2", "--use-torch-fsdp2", SWITCH, False),
+    # recompute (transformer_config.py; --recompute-activations = selective, validate_args)
+    Flag("recompute_granularity", "--recompute-granularity", CHOICE, None, ("full", "selective")),
+    Flag("recompute_method", "--recompute-method", CHOICE, None, ("uniform", "block")),
+    Flag("recompute_num_layers", "--recompute-num-layers", INT),
+    Flag("recompute_activations", "--recompute-activations", SWITCH, False),
+    # precision and optimizer
+    Flag("bf16", "--bf16", SWITCH, False),
+    Flag("fp16", "--fp16", SWITCH, False),
+    Flag("fp8_format", "--fp8-format", CHOICE, None, ("e4m3", "hybrid")),
+    Flag("optimizer", "--optimizer", CHOICE, "adam", ("adam", "sgd")),
+    # architecture (ModelSpec fields; TokenizerConfig for --vocab-size)
+    Flag("num_hidden_layers", "--num-layers", INT),
+    Flag("hidden_size", "--hidden-size", INT),
+    Flag("intermediate_size", "--ffn-hidden-size", INT),
+    Flag("num_attention_heads", "--num-attention-heads", INT),
+    Flag("group_query_attention", "--group-query-attention", SWITCH, False),
+    Flag("num_key_value_heads", "--num-query-groups", INT, 1),
+    Flag("head_dim", "--kv-channels", INT),
+    Flag("max_position_embeddings", "--max-position-embeddings", INT),
+    Flag("swiglu", "--swiglu", SWITCH, False),
+    Flag("normalization", "--normalization", CHOICE, "LayerNorm", ("LayerNorm", "RMSNorm")),
+    Flag("position_embedding_type", "--position-embedding-type", CHOICE, "learned_absolute",
+         ("learned_absolute", "rope", "yarn", "mrope", "relative", "none")),
+    Flag("untie_embeddings", "--untie-embeddings-and-output-weights", SWITCH, False),
+    Flag("disable_bias_linear", "--disable-bias-linear", SWITCH, False),
+    Flag("vocab_size", "--vocab-size", INT),
+    Flag("num_experts", "--num-experts", INT),
+    Flag("rope_theta", "--rotary-base", INT, 10000),
+    Flag("add_qkv_bias", "--add-qkv-bias", SWITCH, False, read=False),
+    Flag("qk_norm", "--qk-layernorm", SWITCH, False, read=False),
+    # MoE (`_add_moe_args`)
+    Flag("num_experts_per_tok", "--moe-router-topk", INT, 2, read=False),
+    Flag("moe_intermediate_size", "--moe-ffn-hidden-size", INT, read=False),
+    Flag("shared_expert_intermediate_size", "--moe-shared-expert-intermediate-size", INT, read=False),
+    Flag("moe_layers", "--moe-layer-freq", TEXT, 1, read=False),
+    # what a plan does not know (data, tokenizer, checkpoints, schedule)
+    Flag("tokenizer_type", "--tokenizer-type", TEXT, read=False),
+    Flag("tokenizer_model", "--tokenizer-model", TEXT, read=False),
+    Flag("data_path", "--data-path", TEXT, read=False),
+    Flag("save", "--save", TEXT, read=False),
+    Flag("load", "--load", TEXT, read=False),
+    Flag("train_iters", "--train-iters", TEXT, read=False),
+    Flag("lr", "--lr", TEXT, read=False),
+    # torchrun (torch/distributed/run.py): world size = nproc_per_node x nnodes
+    Flag("nproc_per_node", "--nproc_per_node", INT),
+    Flag("nproc_per_node_dashed", "--nproc-per-node", INT),
+    Flag("nnodes", "--nnodes", INT, 1),
+    Flag("node_rank", "--node_rank", TEXT, read=False),
+    Flag("master_addr", "--master_addr", TEXT, read=False),
+    Flag("master_port", "--master_port", TEXT, read=False),
+)
+"""Every Megatron-LM / torchrun flag the planner reads or writes (module docstring for sources)."""
+
+BY_KNOB = {f.knob: f for f in FLAGS}
+FLAG = {f.knob: f.flag for f in FLAGS}
+"""knob -> Megatron's flag name."""
+DEFAULT = {f.knob: f.default for f in FLAGS}
+"""knob -> Megatron's value when the flag is absent."""
+READ = {f.flag: f for f in FLAGS if f.read}
+"""flag name -> Flag, for the flags `planner check` reads."""
+NPROC_PER_NODE = (FLAG["nproc_per_node"], FLAG["nproc_per_node_dashed"])
+"""torchrun's two spellings of the GPUs per node (the last one given wins)."""
+
+ZERO_BY_STRATEGY = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
+"""Megatron-FSDP --data-parallel-sharding-strategy -> ZeRO stage (optimizer; + gradients;
++ parameters). Source: Megatron-LM docs/discussions/megatron-fsdp-user-guide."""
+ZERO_FLAGS = {0: (), 1: (FLAG["distributed_optimizer"],),
+              **{stage: (FLAG["megatron_fsdp"], f"{FLAG['sharding_strategy']} {strategy}")
+                 for strategy, stage in ZERO_BY_STRATEGY.items() if stage >= 2}}
+"""ZeRO stage -> the flags that give it: ZeRO-1 the distributed optimizer, ZeRO-2 / 3 Megatron-FSDP
+with the strategy of `ZERO_BY_STRATEGY` (written even where it is the default)."""
+ZERO_STAGES = (0, 1, 2, 3)
+"""ZeRO stages Megatron-LM implements (`ZERO_FLAGS`). Megatron-FSDP with pp > 1: `arguments.py`
+rejects pipeline parallelism only for --use-torch-fsdp2 and for Megatron-FSDP version 2
+(`mcore_fsdp_adapter.py` `_validate_config`), not for the default version 1; no functional test
+runs it with pp > 1, so it stays allowed (unconfirmed)."""
+
+OPTIMIZERS = {"adamw": "adam", "sgd": "sgd"}
+"""Planner optimizer -> --optimizer (Megatron's adam decouples weight decay: AdamW)."""
+PRECISION_FLAGS = {"bf16": (FLAG["bf16"],), "fp16": (FLAG["fp16"],),
+                   "fp8": (FLAG["bf16"], f"{FLAG['fp8_format']} hybrid")}
+"""Plan precision -> flags (fp8: bf16 master compute with Transformer Engine's hybrid E4M3 forward /
+E5M2 backward format, `transformer_config.py` field `fp8`). Without any of them Megatron trains in
+fp32."""
+
+
+def recompute_flags(granularity: str | None, method: str | None = None,
+                    num_layers: int | None = None) -> list[str]:
+    """The recompute flags of one granularity (None: none), with method and layer count for full.
+
+    Source: `transformer_config.py` `__post_init__` (full needs a method and a layer count;
+    selective takes neither) and `megatron/core/recompute.py` (uniform with 1 recomputes every
+    layer; block the first N layers of every model chunk)."""
+    if granularity is None:
+        return []
+    out = [f"{FLAG['recompute_granularity']} {granularity}"]
+    if granularity == "full":
+        out += [f"{FLAG['recompute_method']} {method}",
+                f"{FLAG['recompute_num_layers']} {num_layers}"]
+    return out
+
+
+FIX_TERMS = {
+    "recompute selective": " ".join(recompute_flags("selective")),
+    "recompute full": " ".join(recompute_flags("full", "uniform", 1)),
+    "micro_batch_size": f"{FLAG['micro_batch_size']} {{}}",
+    **{f"zero_stage {stage}": " ".join(flags) for stage, flags in ZERO_FLAGS.items() if stage},
+}
+"""The gate's single-knob changes (`planner.check.gate._single_changes`) in Megatron's flags;
+`{}` takes the new value."""

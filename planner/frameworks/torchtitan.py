@@ -1,0 +1,145 @@
+"""torchtitan's TOML job-config keys: section, name, older spellings, default and the planner knob
+each sets.
+
+Source: pytorch/torchtitan commit 238fa99 (238fa9953e4aec2a62582121564273d7cbb1e9f1, 2026-02-23, the
+last commit before the TOML configs were replaced by Python registries in 9810191; the newest
+snapshot read, b5bcd76 of 2026-08-21, has no TOML job configs): `torchtitan/config/job_config.py`
+(dataclasses `Job`, `Model`, `Optimizer`, `Training`, `Parallelism`, `ActivationCheckpoint`) and
+`torchtitan/models/llama3/train_configs/llama3_{8b,70b,405b}.toml`. Older spellings, from the
+history:
+- `[training] batch_size` (renamed `local_batch_size`, with `global_batch_size` added, in 8570415,
+  2025-06-05, "Support gradient accumulation");
+- the degrees under `[training]` (data_parallel_*, tensor_parallel_degree) and `[experimental]`
+  (pipeline and context parallelism) before `[parallelism]` (785c34c, 2025-03-18);
+- `pipeline_parallel_microbatches` (a count, default pp) before `pipeline_parallel_microbatch_size`
+  (5e2033c, 2025-04-07);
+- `[float8] enable_float8_linear = true` before the `model.converters = ["float8"]` converter
+  (57387af, 2025-02-14); converter "quantize.linear.float8" since 8a2686c (2025-09-30).
+
+`KEYS` is the table: setting -> (section, key) spellings, the current one first; `KEY[setting]` the
+current dotted spelling, `NAME[setting]` its key within the section, `DEFAULT[setting]`
+torchtitan's value when absent (`job_config.py`).
+"""
+
+from __future__ import annotations
+
+KEYS = {
+    "local_batch": (("training", "local_batch_size"), ("training", "batch_size")),
+    "global_batch_size": (("training", "global_batch_size"),),
+    "seq_len": (("training", "seq_len"),),
+    "param_dtype": (("training", "mixed_precision_param"),),
+    "dtype": (("training", "dtype"),),
+    "offload": (("training", "enable_cpu_offload"),),
+    "reshard": (("parallelism", "fsdp_reshard_after_forward"),),
+    "replicate": (("parallelism", "data_parallel_replicate_degree"),
+                  ("training", "data_parallel_replicate_degree")),
+    "shard": (("parallelism", "data_parallel_shard_degree"),
+              ("training", "data_parallel_shard_degree")),
+    "tp": (("parallelism", "tensor_parallel_degree"), ("training", "tensor_parallel_degree")),
+    "pp": (("parallelism", "pipeline_parallel_degree"), ("experimental", "pipeline_parallel_degree")),
+    "cp": (("parallelism", "context_parallel_degree"), ("experimental", "context_parallel_degree")),
+    "ep": (("parallelism", "expert_parallel_degree"),),
+    "etp": (("parallelism", "expert_tensor_parallel_degree"),),
+    "pp_microbatch_size": (("parallelism", "pipeline_parallel_microbatch_size"),),
+    "pp_microbatches": (("parallelism", "pipeline_parallel_microbatches"),
+                        ("experimental", "pipeline_parallel_microbatches")),
+    "pp_schedule": (("parallelism", "pipeline_parallel_schedule"),
+                    ("experimental", "pipeline_parallel_schedule")),
+    "pp_schedule_csv": (("parallelism", "pipeline_parallel_schedule_csv"),
+                        ("experimental", "pipeline_parallel_schedule_csv")),
+    "pp_layers_per_stage": (("parallelism", "pipeline_parallel_layers_per_stage"),),
+    "pp_first_less": (("parallelism", "pipeline_parallel_first_stage_less_layers"),),
+    "pp_last_less": (("parallelism", "pipeline_parallel_last_stage_less_layers"),),
+    "pp_fqns": (("parallelism", "module_fqns_per_model_part"),),
+    "pp_split_points": (("parallelism", "pipeline_parallel_split_points"),
+                        ("experimental", "pipeline_parallel_split_points")),
+    "ac_mode": (("activation_checkpoint", "mode"),),
+    "ac_option": (("activation_checkpoint", "selective_ac_option"),),
+    "converters": (("model", "converters"),),
+    "float8_linear": (("float8", "enable_float8_linear"),),
+    "model_name": (("model", "name"),),
+    "model_flavor": (("model", "flavor"),),
+    "optimizer": (("optimizer", "name"),),
+    "description": (("job", "description"),),
+}
+"""Setting -> (section, key) spellings, the current one first (module docstring). The reader reads
+`READ` (the model's name and flavor by their own code); the writer writes the current spellings."""
+
+READ = tuple(s for s in KEYS if s not in ("model_name", "model_flavor", "optimizer", "description"))
+"""The settings `planner check` reads through `KEYS` (its typo and unknown-key checks cover their
+sections)."""
+KEY = {setting: ".".join(spellings[0]) for setting, spellings in KEYS.items()}
+"""Setting -> its current dotted key (`parallelism.tensor_parallel_degree`)."""
+NAME = {setting: spellings[0][1] for setting, spellings in KEYS.items()}
+"""Setting -> its current key within its section (`tensor_parallel_degree`)."""
+SECTION = {setting: spellings[0][0] for setting, spellings in KEYS.items()}
+"""Setting -> its current section (`parallelism`)."""
+DEFAULT = {"local_batch": 8, "global_batch_size": -1, "seq_len": 2048, "param_dtype": "bfloat16",
+           "dtype": "float32", "offload": False, "reshard": "default", "replicate": 1, "shard": -1,
+           "tp": 1, "pp": 1, "cp": 1, "ep": 1, "etp": 1, "pp_microbatch_size": 1, "pp_schedule": "1F1B",
+           "pp_first_less": 1, "pp_last_less": 1, "ac_mode": "selective", "ac_option": "2",
+           "optimizer": "AdamW"}
+"""Setting -> torchtitan's value when absent (`job_config.py`; shard -1 = the GPUs left; global
+batch -1 = local batch x dp)."""
+
+CATALOG = {("llama3", "8B"): "llama-3.1-8b", ("llama3", "70B"): "llama-3.1-70b",
+           ("llama3", "405B"): "llama-3.1-405b"}
+"""(model.name, model.flavor) -> catalog model. Source: torchtitan `models/llama3/__init__.py`
+`llama3_args` (8B: dim 4096, 32 layers; 70B: 8192, 80; 405B: 16384, 126 -- Llama 3.1 shapes)."""
+OPTIMIZERS = {"adamw": "AdamW"}
+"""Planner optimizer -> [optimizer] name. Source: `components/optimizer.py` (`build_optimizers`:
+"Adam" and "AdamW" only); the planner's sgd / adam8bit have no torchtitan name."""
+
+SCHEDULES = {"1f1b": 1, "interleaved1f1b": None}
+"""Supported pipeline_parallel_schedule names (torch `get_schedule_class` matches them
+case-insensitively) -> stages per rank (None = several). Source: torch
+`distributed/pipelining/schedules.py` (Schedule1F1B is a PipelineScheduleSingle,
+ScheduleInterleaved1F1B a PipelineScheduleMulti)."""
+OTHER_SCHEDULES = ("GPipe", "LoopedBFS", "InterleavedZeroBubble", "ZBVZeroBubble", "DualPipeV",
+                   "PipelineScheduleSingle", "PipelineScheduleMulti")
+"""Schedules torch knows that hold micro-batches otherwise (not modelled)."""
+FP8_CONVERTER = "quantize.linear.float8"
+"""The float8 linear converter's name since 8a2686c (`components/quantization/float8.py`
+register_model_converter)."""
+FP8_CONVERTERS = ("float8", FP8_CONVERTER)
+"""Converters that swap nn.Linear for Float8Linear (`float8` before 8a2686c)."""
+UNMODELLED_CONVERTERS = ("mx", "quantize.linear.mx", "quantize.grouped_mm.mx")
+"""MX (mxfp8) converters: Blackwell block-scaled GEMMs, not modelled."""
+AC_MODES = ("none", "selective", "full")
+"""activation_checkpoint.mode values modelled (`memory_budget` is not)."""
+OP_SAC = "op"
+"""selective_ac_option value of the op-level policy (= the planner's `selective`)."""
+RESHARD_NEVER = "never"
+"""fsdp_reshard_after_forward value keeping parameters gathered from forward to backward (ZeRO-2,
+`torchtitan/distributed/fsdp.py` `get_fsdp_reshard_after_forward_policy`)."""
+OTHER_FIELDS = {
+    "training": ("dataset", "dataset_path", "max_norm", "steps", "mixed_precision_reduce",
+                 "compile", "gc_freq", "gc_debug", "seed", "deterministic",
+                 "debug_moe_force_load_balance"),
+    "parallelism": ("enable_compiled_autograd", "disable_loss_parallel", "enable_async_tensor_parallel",
+                    "context_parallel_rotate_method", "expert_parallel_comm_backend"),
+    "model": ("name", "flavor", "tokenizer_path", "hf_assets_path", "print_after_conversion"),
+    "activation_checkpoint": ("per_op_sac_force_recompute_mm_shapes_by_fqns", "memory_budget",
+                              "visualize_memory_budget_pareto", "early_stop",
+                              "preserve_rng_state", "determinism_check", "debug"),
+}
+"""Fields of those sections the planner does not cost (torchtitan 000204a and 238fa99
+`config/job_config.py` Training, Parallelism, Model, ActivationCheckpoint; model.hf_assets_path from
+the llama3 train_configs). Fields differ between versions, so the union with `KEYS` is not the
+complete set torchtitan accepts."""
+ZERO_STAGES = (0, 2, 3)
+"""ZeRO stages torchtitan implements: FSDP2 `fully_shard` = ZeRO-3, ZeRO-2 with
+fsdp_reshard_after_forward "never" (the default under PP), and replication only
+(data_parallel_replicate_degree, DDP) = ZeRO-0; nothing shards the optimizer alone, so no ZeRO-1."""
+
+FIX_TERMS = {
+    "recompute selective": f'{KEY["ac_mode"]} = "selective"',
+    "recompute full": f'{KEY["ac_mode"]} = "full"',
+    "micro_batch_size": f"{NAME['local_batch']} {{}} with {NAME['global_batch_size']} kept "
+                        f"(gradient accumulation; {NAME['pp_microbatch_size']} with PP)",
+    "zero_stage 2": f"FSDP ({NAME['shard']} > 1) with {NAME['reshard']} = "
+                    f'"{RESHARD_NEVER}"',
+    "zero_stage 3": f"FSDP ({NAME['shard']} > 1)",
+}
+"""The gate's single-knob changes (`planner.check.gate._single_changes`) in torchtitan's keys;
+`{}` takes the new value."""

@@ -1,0 +1,127 @@
+"""One vocabulary per framework: each Megatron-LM flag, DeepSpeed key and torchtitan key the planner
+knows is spelled in its `planner/frameworks/<framework>.py` table and in no other module under
+planner/ (readers, writers, the gate's fixes and the rules read the tables).
+
+The scan is a grep: the raw text of every planner/**/*.py file (code, strings, docstrings and
+comments), the name delimited as a whole word. Names that are also someone else's words are
+left out and listed below with why; occurrences in modules outside this vocabulary's users
+(citations in cost/ and placement docstrings) are listed in `ELSEWHERE` with the module.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import typer.main
+
+from planner.cli import app
+from planner.frameworks import deepspeed, megatron, torchtitan
+
+ROOT = Path(__file__).resolve().parents[1]
+SOURCES = {p.relative_to(ROOT).as_posix(): p.read_text() for p in sorted((ROOT / "planner").rglob("*.py"))}
+
+PLANNER_OPTIONS_SHARED = {"--global-batch-size", "--micro-batch-size", "--optimizer", "--sequence-parallel"}
+"""Megatron flags spelled like `planner`'s own CLI options (`planner explain --micro-batch-size`,
+`plan --optimizer`): a grep cannot tell the two apart, so they are not scanned (their Megatron use
+goes through the table all the same)."""
+
+DEEPSPEED_SHARED = {"bf16", "bfloat16", "fp16", "optimizer", "type", "stage", "enabled", "device",
+                    "tp", "tp_size", "tensor_parallel", "expert_parallel", "data_parallel_size"}
+"""DeepSpeed key segments that are also the planner's own terms (bf16, optimizer, stage), torch or
+JSON words (type, device, enabled), other frameworks' names (vLLM tp_size, Megatron's
+data_parallel_size argument, its `tensor_parallel/` package) or planner function names
+(`strategies.tensor_parallel`, `expert_parallel`): not scanned."""
+
+TORCHTITAN_SHARED = {"batch_size", "global_batch_size", "seq_len", "dtype", "mode", "converters",
+                     "name", "flavor", "description"}
+"""torchtitan keys that are also the planner's own field names or common words: not scanned."""
+
+ELSEWHERE = {
+    "planner/placement/layout.py": {"--num-layers-per-virtual-pipeline-stage", "--recompute-granularity"},
+    "planner/search/ilp.py": {"--recompute-granularity"},
+    "planner/cost/memory.py": {"offload_param", "pipeline_parallel_microbatches"},
+    "planner/cost/activations.py": {"selective_ac_option"},
+    "planner/placement/precision.py": {"mixed_precision_param"},
+}
+"""Docstring citations in modules outside the framework readers, writers, gate and rules (the
+Layout's field docs, the ILP's and the cost model's sources), left to their owners."""
+
+
+def _word(name: str) -> re.Pattern:
+    """`name` as a whole flag or key: not inside a longer flag (`-`) or identifier (`_`, letters)."""
+    return re.compile(rf"(?<![\w-]){re.escape(name)}(?![\w-])")
+
+
+def _holders(name: str) -> set[str]:
+    pattern = _word(name)
+    return {path for path, text in SOURCES.items() if pattern.search(text)}
+
+
+def _check(names: set[str], home: str) -> None:
+    for name in sorted(names):
+        holders = _holders(name)
+        assert home in holders, f"{name}: the scan does not find it in its own table {home}"
+        stray = holders - {home} - {path for path, known in ELSEWHERE.items() if name in known}
+        assert not stray, f"{name} is spelled outside {home}: {sorted(stray)} (read it from the table)"
+
+
+def _planner_options() -> set[str]:
+    options: set[str] = set()
+
+    def walk(command) -> None:
+        for param in command.params:
+            options.update(o for o in (*param.opts, *param.secondary_opts) if o.startswith("--"))
+        for sub in getattr(command, "commands", {}).values():
+            walk(sub)
+
+    walk(typer.main.get_command(app))
+    return options
+
+
+def test_megatron_flags_live_in_the_megatron_table_only():
+    flags = {f.flag for f in megatron.FLAGS}
+    assert len(flags) == len(megatron.FLAGS), "a flag listed twice"
+    _check(flags - PLANNER_OPTIONS_SHARED, "planner/frameworks/megatron.py")
+
+
+def test_megatron_flags_spelled_like_planner_options_are_exactly_the_listed_ones():
+    """A new planner option named like a Megatron flag would hide that flag from the scan."""
+    flags = {f.flag for f in megatron.FLAGS}
+    assert flags & _planner_options() == PLANNER_OPTIONS_SHARED
+
+
+def test_deepspeed_keys_live_in_the_deepspeed_table_only():
+    segments = {part for key in deepspeed.KEYS for part in key.path.split(".")}
+    assert {"train_micro_batch_size_per_gpu", "zero_optimization", "autotp_size"} <= segments
+    _check(segments - DEEPSPEED_SHARED, "planner/frameworks/deepspeed.py")
+
+
+def test_torchtitan_keys_live_in_the_torchtitan_table_only():
+    keys = {key for spellings in torchtitan.KEYS.values() for _, key in spellings}
+    assert {"tensor_parallel_degree", "local_batch_size", "selective_ac_option"} <= keys
+    _check(keys - TORCHTITAN_SHARED, "planner/frameworks/torchtitan.py")
+
+
+@pytest.mark.parametrize("name, text, found", [
+    ("--seq-length", "x --seq-length 8", True),
+    ("--seq-length", "x --seq-length=8", True),
+    ("--seq-length", "x --encoder-seq-length 8", False),
+    ("--num-layers", "x --num-layers-per-virtual-pipeline-stage 2", False),
+    ("offload_param", "zero_optimization.offload_param.device", True),
+    ("cpu_offload", "cpu_offload_param", False),
+])
+def test_the_scan_matches_whole_names_only(name, text, found):
+    assert bool(_word(name).search(text)) is found
+
+
+def test_gate_fix_terms_are_the_tables():
+    """The gate spells its single-knob fixes with each framework's table (hand-written expectations:
+    the flags of a ZeRO-3 Megatron-FSDP run and DeepSpeed's ZeRO key)."""
+    from planner.check.gate import _spelled
+    assert _spelled("zero_stage 3", "megatron-args", "megatron") == \
+        "--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params"
+    assert _spelled("zero_stage 2", "deepspeed-config", "deepspeed") == "zero_optimization.stage 2"
+    assert _spelled("micro_batch_size 4", "megatron-args", "megatron") == "--micro-batch-size 4"
+    assert _spelled("zero_stage 2", "training-plan", "megatron") == "zero_stage 2"
