@@ -37,8 +37,6 @@ import itertools
 import math
 from dataclasses import dataclass
 
-from ortools.linear_solver import pywraplp
-
 SCALE = 1000
 """Rates are optimised in milli-units (tokens/s x 1000, requests/s x 1000)."""
 
@@ -62,21 +60,20 @@ def _int_rates(rates: list[float], up: bool) -> list[int]:
 
 def _program(bounds: list[int]):
     """An empty CP-SAT program (one worker: deterministic) with integer n[i] in [0, bounds[i]]."""
+    from ortools.linear_solver import pywraplp  # loaded only when solving
+
     solver = pywraplp.Solver.CreateSolver("SAT")
     solver.SetSolverSpecificParametersAsString("num_workers: 1 max_time_in_seconds: 10")
     n = [solver.IntVar(0, b, f"n{i}") for i, b in enumerate(bounds)]
     return solver, n
 
 
-_STATUS = {pywraplp.Solver.OPTIMAL: "OPTIMAL", pywraplp.Solver.FEASIBLE: "FEASIBLE",
-           pywraplp.Solver.INFEASIBLE: "INFEASIBLE"}
-
-
 def _solve(solver, n: list) -> tuple[dict[int, int], str, float]:
     status = solver.Solve()
-    label = _STATUS.get(status, "UNKNOWN")
+    names = {solver.OPTIMAL: "OPTIMAL", solver.FEASIBLE: "FEASIBLE", solver.INFEASIBLE: "INFEASIBLE"}
+    label = names.get(status, "UNKNOWN")
     wall = solver.wall_time() / 1e3
-    if status not in (pywraplp.Solver.OPTIMAL, pywraplp.Solver.FEASIBLE):
+    if status not in (solver.OPTIMAL, solver.FEASIBLE):
         return {}, label, wall
     counts = {i: round(v.solution_value()) for i, v in enumerate(n) if round(v.solution_value()) > 0}
     return counts, label, wall
