@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: plan test test-deep bench clean
+.PHONY: plan test test-deep bench clean calibrate-serving
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -37,3 +37,8 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache
+
+# Refit the serving latency model's [Empirical] coefficients (calibration/serving.yaml) on the FIT part
+# of tests/data/reference/serving_measurements.csv; prints the evaluation-part error.
+calibrate-serving: $(STAMP)
+	$(PY) -m planner.serve_validate --write

@@ -25,6 +25,18 @@ CASES = [
     ("mixtral-8x22b", "dgx-h100", 256, []),
     ("deepseek-v3", "hgx-h800", 2048, []),
 ]
+SERVE_CASES = [
+    ("llama-3.1-70b", "hgx-h200", 8, ["--input-len", "4000", "--output-len", "500", "--ttft-ms", "2000", "--tpot-ms", "50"]),
+    ("qwen3-32b", "dgx-h100", 8, ["--input-len", "4000", "--output-len", "500", "--ttft-ms", "2000", "--tpot-ms", "50"]),
+    ("qwen3-235b-a22b", "hgx-h200", 8, ["--input-len", "4000", "--output-len", "500", "--weight-dtype", "fp8-block",
+                                         "--ttft-ms", "2000", "--tpot-ms", "50"]),
+    ("deepseek-v3", "hgx-h200", 16, ["--input-len", "4000", "--output-len", "500", "--weight-dtype", "fp8-block",
+                                     "--ttft-ms", "2000", "--tpot-ms", "50"]),
+    ("llama-3.1-8b", "dgx-h100", 1, ["--input-len", "4000", "--output-len", "500", "--ttft-ms", "2000", "--tpot-ms", "50"]),
+]
+"""Issue 10: `serve-plan` questions (4000/500 tokens, TTFT <= 2 s, TPOT <= 50 ms, as the aiconfigurator example)."""
+SERVE_TARGET_S = 0.5
+"""Issue 10: under 0.5 s wall per serve-plan question on a 2-core machine."""
 REPEATS = 3
 """Whole-process runs per case; the least and the greatest wall time are reported."""
 TARGET_S = 2.0
@@ -102,7 +114,36 @@ def main() -> int:
               f"{'yes' if phases['ortools_imported'] else 'no'}")
     print(f"slowest wall time: {slowest:.2f} s best of {REPEATS}, {slowest_worst:.2f} s worst "
           f"(target < {TARGET_S:.0f} s on a 2-core machine)")
+    serve_bench(planner)
     return 0
+
+
+def serve_bench(planner: Path) -> None:
+    """`planner serve-plan` on the issue's five questions: wall time (best and worst of REPEATS whole
+    processes), solver wall time, the top plan and its tokens/s/GPU."""
+    print()
+    print(f"{'serve-plan case':40s} {'wall_s':>6s} {'worst':>6s} {'solver_s':>8s} {'cands':>5s} "
+          f"{'top plan':28s} {'tok/s/GPU':>9s} {'tok/s/user':>10s}")
+    slowest = 0.0
+    for model, cluster, gpus, extra in SERVE_CASES:
+        cmd = [str(planner), "serve-plan", "--model", model, "--cluster", cluster, "--gpus", str(gpus),
+               "--format", "json", *extra]
+        wall, worst, proc = _whole_process(cmd)
+        slowest = max(slowest, wall)
+        name = f"{model} on {gpus} x {cluster}"
+        if proc.returncode != 0:
+            print(f"{name:40s} {wall:6.2f} exit {proc.returncode}: {proc.stderr.strip()[-120:]}")
+            continue
+        data = json.loads(proc.stdout)
+        dep, solver = data["deployment"], data["solver"]
+        top = " + ".join(f"{p['parallelism']['replicas']}x tp{p['parallelism']['tp']}"
+                         + "".join(f" {a}{p['parallelism'][a]}" for a in ("pp", "ep", "dp") if p["parallelism"][a] > 1)
+                         + f" @{p['concurrency']}" for p in dep["mix"])
+        user = min(p["tokens_per_s_per_user"] for p in dep["mix"])
+        print(f"{name:40s} {wall:6.2f} {worst:6.2f} {solver['wall_s']:8.3f} {solver['candidates_evaluated']:5d} "
+              f"{top:28s} {dep['tokens_per_s_per_gpu']:9.1f} {user:10.1f}")
+    print(f"slowest serve-plan wall time: {slowest:.2f} s best of {REPEATS} (target < {SERVE_TARGET_S} s on a "
+          f"2-core machine)")
 
 
 if __name__ == "__main__":

@@ -573,13 +573,17 @@ def check_cmd(
     """CI gate: every file is checked and reported; exit 0 when all pass, 1 when any fails a rule
     (each violated rule with its numbers, a fix and its line), 2 when any could not be read."""
     from planner import check as check_api  # imported per command: `--help` stays light
+    from planner.check import serving_plan
 
     results, code = [], 0
     for path in paths:
         try:
-            data = check_api.check_file(path, model=model, cluster=cluster, gpus=gpus,
-                                        seq_len=seq_len,
-                                        recompute=None if recompute is None else _value(recompute))
+            if serving_plan.is_serving_plan(path):
+                data = serving_plan.check_serving_plan(path)
+            else:
+                data = check_api.check_file(path, model=model, cluster=cluster, gpus=gpus,
+                                            seq_len=seq_len,
+                                            recompute=None if recompute is None else _value(recompute))
         except PlannerError as exc:
             results.append({"file": path, "verdict": "error", "error": str(exc),
                             "line": check_api.line_of(path, getattr(exc, "key", None))})
@@ -592,3 +596,115 @@ def check_cmd(
     report.show_checks(results, fmt.value)
     if code:
         raise typer.Exit(2 if code >= 2 else 1)
+
+
+# ---------------------------------------------------------------- serve-plan
+
+WeightDtype = Enum("WeightDtype", {f: f for f in ("bf16", "fp8", "fp8-block", "int8", "int4", "mxfp4", "nvfp4")}, type=str)
+KvDtype = Enum("KvDtype", {f: f for f in ("bf16", "fp8")}, type=str)
+Engine = Enum("Engine", {f: f for f in ("vllm", "sglang", "trtllm")}, type=str)
+
+
+def _serve_fix(items: list[str]) -> dict:
+    """`--fix tp=4` pins for serve-plan: tp, pp, ep, dp (attention data parallel), positive integers."""
+    from planner.serve import FIXABLE as SERVE_FIXABLE
+
+    fixed: dict = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or key not in SERVE_FIXABLE or not raw.strip().isdigit() or int(raw) < 1:
+            raise SpecError(f"{item!r} must be key=value with key one of {', '.join(SERVE_FIXABLE)} and a "
+                            f"positive integer value", key="--fix")
+        if key in fixed and fixed[key] != int(raw):
+            raise SpecError(f"{key} pinned twice; pin it once", key="--fix")
+        fixed[key] = int(raw)
+    return fixed
+
+
+@app.command("serve-plan")
+def serve_plan_cmd(
+    model: ModelOpt,
+    cluster: ClusterOpt,
+    gpus: Annotated[int, typer.Option("--gpus", min=1, max=MAX_GPUS, help="GPUs the deployment may use.")],
+    input_len: Annotated[int, typer.Option(min=1, max=MAX_SEQ_LEN, help="Prompt tokens per request.")],
+    output_len: Annotated[int, typer.Option(min=1, max=MAX_SEQ_LEN, help="Generated tokens per request.")],
+    concurrency: Annotated[int | None, typer.Option(min=1, max=1_000_000, help="Requests in flight per instance (default: searched).")] = None,
+    request_rate: Annotated[float | None, typer.Option(min=0.001, max=1e7, help="Requests/s to carry: answers the fewest GPUs (up to --gpus).")] = None,
+    ttft_ms: Annotated[float | None, typer.Option(min=0.001, help="Time-to-first-token SLO, ms.")] = None,
+    tpot_ms: Annotated[float | None, typer.Option(min=0.001, help="Time-per-output-token SLO, ms.")] = None,
+    request_latency_ms: Annotated[float | None, typer.Option(min=0.001, help="Whole-request latency SLO, ms.")] = None,
+    weight_dtype: Annotated[WeightDtype, typer.Option(case_sensitive=False, help="Weight format of the block linear layers.")] = "bf16",
+    kv_dtype: Annotated[KvDtype, typer.Option(case_sensitive=False, help="KV-cache dtype.")] = "bf16",
+    engine: Annotated[Engine, typer.Option(case_sensitive=False, help="Serving engine (its memory-budget rule and latency constants).")] = "vllm",
+    max_model_len: Annotated[int | None, typer.Option(min=1, max=MAX_SEQ_LEN, help="Longest context one request may reach (default: input + output).")] = None,
+    mem_fraction: Annotated[float | None, typer.Option(
+        min=0.05, max=1.0, help="The engine's budget knob: vLLM gpu_memory_utilization, SGLang mem_fraction_static, "
+                                "TensorRT-LLM kv_cache_free_gpu_memory_fraction (default: the engine's).")] = None,
+    max_num_batched_tokens: Annotated[int, typer.Option(min=1, max=MAX_SEQ_LEN, help="Tokens per forward (chunked prefill).")] = 8192,
+    fix: Annotated[list[str] | None, typer.Option("--fix", metavar="KEY=VALUE", help="Pin tp, pp, ep or dp (repeatable).")] = None,
+    disaggregated: Annotated[bool, typer.Option("--disaggregated", help="Separate prefill and decode workers, rate-matched.")] = False,
+    top: Annotated[int, typer.Option("--top", min=1, max=MAX_TOP, help="Plans to show.")] = 5,
+    output: Annotated[str | None, typer.Option("--output", "-o", help="Write the serving plan to this YAML file (kind: serving-plan; `planner check` accepts it).")] = None,
+    plot: Annotated[str | None, typer.Option("--plot", metavar="FILE.png", help="Draw the Pareto front (needs matplotlib).")] = None,
+    fmt: FormatOpt = Format.table,
+) -> None:
+    """Plan an inference deployment: memory and KV capacity per engine, TTFT/TPOT under SLOs, replicas by integer program."""
+    from planner import serve
+
+    if concurrency is not None and request_rate is not None:
+        raise SpecError("give --concurrency or --request-rate, not both", key="--request-rate")
+    for path in (output, plot):
+        if path is not None:
+            _check_writable(path, (model, cluster))
+    spec = model_spec.load_model(model)
+    hw = cluster_spec.load_cluster(cluster)
+    req = serve.ServeRequest(
+        gpus=gpus, input_len=input_len, output_len=output_len, concurrency=concurrency, request_rate=request_rate,
+        ttft_ms=ttft_ms, tpot_ms=tpot_ms, request_latency_ms=request_latency_ms, weight_dtype=_value(weight_dtype),
+        kv_dtype=_value(kv_dtype), engine=_value(engine), max_model_len=max_model_len, mem_fraction=mem_fraction,
+        max_num_batched_tokens=max_num_batched_tokens, fix=_serve_fix(fix or []), top=top, disaggregated=disaggregated)
+    request = {"model": model, "cluster": cluster, "gpu": hw.gpu.name, "gpus": gpus, "input_len": input_len,
+               "output_len": output_len, "engine": req.engine, "weight_dtype": req.weight_dtype,
+               "kv_dtype": req.kv_dtype, "concurrency": concurrency, "request_rate": request_rate,
+               "ttft_ms": ttft_ms, "tpot_ms": tpot_ms, "request_latency_ms": request_latency_ms,
+               "max_model_len": req.context, "mem_fraction": mem_fraction,
+               "max_num_batched_tokens": max_num_batched_tokens, "disaggregated": disaggregated}
+    try:
+        data = serve.serve_plan(spec, hw, req)
+    except InfeasibleError as exc:
+        report.show_serve_infeasible({"request": request, "error": str(exc), **exc.details}, fmt.value)
+        raise
+    data = {"request": request, **data}
+    if plot is not None:
+        if not data["pareto"]:
+            raise SpecError("--plot draws the aggregated Pareto front; drop --disaggregated or --plot", key="--plot")
+        report.plot_pareto(data, plot)
+    if output is not None:
+        report.write_yaml(output, {"kind": "serving-plan", "request": request, "plan": data["plans"][0],
+                                   "deployment": data["deployment"]})
+    report.show_serve_plan(data, fmt.value)
+
+
+# ---------------------------------------------------------------- validate
+
+Suite = Enum("Suite", {s: s for s in ("serving",)}, type=str)
+
+
+@app.command("validate")
+def validate_cmd(
+    suite: Annotated[Suite, typer.Option("--suite", case_sensitive=False, help="What to validate: serving (TTFT/TPOT).")],
+    data: Annotated[str | None, typer.Option("--data", metavar="FILE.csv", help=(
+        "Measurements in the format of serving_measurements.csv (default: the shipped reference copy)."))] = None,
+    part: Annotated[str, typer.Option("--part", help="Rows: all, fit or evaluation (crc32(id) % 4 == 0).")] = "all",
+    fmt: FormatOpt = Format.table,
+) -> None:
+    """Predicted vs measured per row of a measurements file; MAPE per engine, GPU and model."""
+    from planner import serve_validate
+
+    if part not in ("all", "fit", "evaluation"):
+        raise SpecError(f"value {part!r} not allowed; allowed: all, fit, evaluation", key="--part")
+    cases = serve_validate.load_cases(data) if data else serve_validate.load_cases()
+    result = serve_validate.validate(cases, part=part)
+    report.show_serve_validation({"suite": _value(suite), "data": data or str(serve_validate.DATA.name),
+                                  "part": part, **result}, fmt.value)

@@ -471,7 +471,7 @@ def show_checks(results: list[dict], fmt: str) -> None:
             continue
         if i:
             _console().print()
-        show_check(result, fmt)
+        (show_serve_check if result.get("kind") == "serving-plan" else show_check)(result, fmt)
 
 
 def show_check(data: dict, fmt: str) -> None:
@@ -601,3 +601,160 @@ def write_yaml(path: str, data: dict) -> None:
     except OSError as exc:
         raise SpecError(f"cannot write {path}: {exc.strerror or exc}", key="--output") from None
     wrote(path)
+
+
+# ---------------------------------------------------------------- serve-plan
+
+def _serve_label(par: dict) -> str:
+    parts = [f"tp{par['tp']}"] + [f"{a}{par[a]}" for a in ("pp", "ep", "dp") if par.get(a, 1) > 1]
+    return " ".join(parts)
+
+
+def show_serve_plan(data: dict, fmt: str) -> None:
+    """`planner serve-plan` (planner.serve.serve_plan): deployment, top plans, memory of the best, Pareto front."""
+    if fmt != "table":
+        return dump(data, fmt)
+    console = _console()
+    req, solver, dep = data["request"], data["solver"], data["deployment"]
+    slo = ", ".join(f"{k.replace('_ms', '').replace('_', ' ').upper()} <= {req[k]:g} ms"
+                    for k in ("ttft_ms", "tpot_ms", "request_latency_ms") if req.get(k)) or "no SLO"
+    load = (f"{req['request_rate']:g} requests/s" if req.get("request_rate") else
+            f"concurrency {req['concurrency']} per instance" if req.get("concurrency") else "concurrency searched")
+    console.print(f"[bold]{escape(req['model'])}[/bold] on up to {req['gpus']:,} x {escape(req['gpu'])}  "
+                  f"({req['engine']}, weights {req['weight_dtype']}, KV {req['kv_dtype']}, "
+                  f"{req['input_len']:,} in / {req['output_len']:,} out tokens, {slo}, {load})")
+    console.print(f"solver: [bold]{solver['status']}[/bold]  {solver['objective'].replace('_', ' ')} "
+                  f"{solver['objective_value']:,}; {solver['candidates_evaluated']:,} candidates of "
+                  f"{solver['shapes']} shapes; {solver['wall_s']:.2f} s")
+    if "workers" in dep:
+        mix = " + ".join(f"{w['workers']} x {w['role']} {_serve_label(w['parallelism'])} @{w['concurrency']}"
+                         for w in dep["workers"])
+    else:
+        mix = " + ".join(f"{p['parallelism']['replicas']} x {_serve_label(p['parallelism'])} @{p['concurrency']}"
+                         for p in dep["mix"])
+    console.print(f"deployment: {mix} on {dep['gpus']} GPUs: {dep['tokens_per_s']:,.0f} tokens/s "
+                  f"({dep['tokens_per_s_per_gpu']:,.1f} /GPU), {dep['requests_per_s']:g} requests/s")
+    console.print()
+    console.print(_table("plans", ("#", "instance", "replicas", "conc.", "TTFT\nms", "TPOT\nms",
+                                   "tokens/s\n/GPU", "tokens/s\n/user", "KV pool\nGiB", "max\nconc."),
+                         ([i, _serve_label(p["parallelism"]), p["parallelism"]["replicas"], p["concurrency"],
+                           f"{p['ttft_ms']:,.0f}", f"{p['tpot_ms']:.1f}", f"{p['tokens_per_s_per_gpu']:,.1f}",
+                           f"{p['tokens_per_s_per_user']:.1f}", gib(p["memory_bytes"]["kv_cache"]),
+                           f"{p['max_concurrency']:,}"] for i, p in enumerate(data["plans"], 1)), right_from=2))
+    console.print()
+    _serve_memory(console, data["plans"][0])
+    if "workers" in dep:
+        console.print()
+        console.print(_table("workers", ("role", "instance", "workers", "conc.", "TTFT\nms", "TPOT\nms", "requests/s",
+                                         "tokens/s", "KV pool\nGiB"),
+                             ([w["role"], _serve_label(w["parallelism"]), w["workers"], w["concurrency"],
+                               w.get("ttft_ms", ""), w.get("tpot_ms", ""), f"{w['requests_per_s']:g}",
+                               f"{w.get('tokens_per_s', 0):,.0f}" if w["role"] == "decode" else "",
+                               gib(w["memory_bytes"]["kv_cache"])] for w in dep["workers"]), right_from=2))
+    if not data["pareto"]:
+        for text in data.get("notes", ()):
+            console.print(f"note: {escape(text)}")
+        return
+    console.print()
+    console.print(_table("Pareto front (tokens/s/GPU vs tokens/s/user)", ("instance", "conc.", "tokens/s\n/GPU",
+                                                                         "tokens/s\n/user", "TTFT\nms", "TPOT\nms"),
+                         ([_serve_label(p), p["concurrency"], f"{p['tokens_per_s_per_gpu']:,.1f}",
+                           f"{p['tokens_per_s_per_user']:.1f}", f"{p['ttft_ms']:,.0f}", f"{p['tpot_ms']:.1f}"]
+                          for p in data["pareto"][:10]), right_from=1))
+    for text in data.get("notes", ()):
+        console.print(f"note: {escape(text)}")
+
+
+def _serve_memory(console: Console, plan: dict) -> None:
+    mem = plan["memory_bytes"]
+    rows = [("weights", mem["weights"]), ("activation peak", mem["activations"]),
+            ("reserve (non-torch + CUDA graphs)", mem["reserve"]), ("KV pool", mem["kv_cache"]),
+            ("capacity", mem["capacity"])]
+    console.print(_table(f"memory per GPU of {_serve_label(plan['parallelism'])}", ("term", "GiB"),
+                         ((name, gib(value)) for name, value in rows)))
+    console.print(f"KV pool holds {plan['kv_tokens']:,} tokens: {plan['max_concurrency']:,} sequences at the "
+                  f"asked length; longest single context {plan['longest_context']:,} tokens")
+
+
+def show_serve_infeasible(data: dict, fmt: str) -> None:
+    """What `serve-plan` prints before its error line when nothing fits: the closest plan's numbers."""
+    if fmt != "table":
+        return dump(data, fmt)
+    plan = data.get("closest_plan")
+    if plan and "memory_bytes" in plan:
+        console = _console()
+        console.print(f"closest plan ({data.get('binding', '?')} binds):")
+        _serve_memory(console, {"longest_context": plan.get("longest_context", 0),
+                                "max_concurrency": plan.get("max_concurrency", 0), **plan})
+
+
+def plot_pareto(data: dict, path: str) -> None:
+    """Draw the Pareto front (tokens/s/GPU vs tokens/s/user) to `path` with matplotlib (optional extra).
+
+    Raises:
+        SpecError: matplotlib is not installed (`pip install 'planner[plot]'`), or the file cannot be written.
+    """
+    from planner.errors import SpecError
+
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise SpecError("matplotlib is not installed; install it with pip install 'planner[plot]' "
+                        "(or drop --plot)", key="--plot") from None
+    front = data["pareto"]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot([p["tokens_per_s_per_user"] for p in front], [p["tokens_per_s_per_gpu"] for p in front], "o-")
+    for p in front:
+        ax.annotate(f"{_serve_label(p)} @{p['concurrency']}", (p["tokens_per_s_per_user"], p["tokens_per_s_per_gpu"]),
+                    fontsize=7)
+    ax.set_xlabel("tokens/s per user")
+    ax.set_ylabel("tokens/s per GPU")
+    ax.set_title(f"{data['request']['model']} on {data['request']['gpu']}")
+    fig.tight_layout()
+    try:
+        fig.savefig(path, dpi=120)
+    except OSError as exc:
+        raise SpecError(f"cannot write {path}: {exc.strerror or exc}", key="--plot") from None
+    plt.close(fig)
+    wrote(path)
+
+
+def show_serve_validation(data: dict, fmt: str) -> None:
+    """`planner validate --suite serving`: MAPE overall and per engine, GPU and model (rows in json/yaml)."""
+    if fmt != "table":
+        return dump(data, fmt)
+    console = _console()
+    s = data["summary"]
+    console.print(f"{data['suite']} validation on {escape(data['data'])} ({data['part']} rows): "
+                  f"TTFT MAPE {s['ttft_mape']}%, TPOT MAPE {s['tpot_mape']}%, n = {s['n']}")
+    for key in ("engine", "gpu", "model"):
+        console.print()
+        console.print(_table(f"by {key}", (key, "n", "TTFT MAPE %", "TPOT MAPE %"),
+                             ([name, m["n"], m["ttft_mape"], m["tpot_mape"]] for name, m in data["by"][key].items())))
+
+
+def show_serve_check(data: dict, fmt: str) -> None:
+    """`planner check` of a serving plan file (planner.check.serving_plan): verdict, recomputed numbers, findings."""
+    if fmt != "table":
+        return dump(data, fmt)
+    console = _console()
+    verdict = data["verdict"].upper()
+    par = data["parallelism"]
+    console.print(Text.assemble((verdict, "bold green" if verdict == "PASS" else "bold red"),
+                                f" {data['file']} ({data['kind']}): {data['model']} on up to "
+                                f"{data['gpus']:,} x {data['cluster']}: {par['replicas']} x {_serve_label(par)}"))
+    rec = data["recomputed"]
+    if rec:
+        mem = rec["memory_bytes"]
+        line_ = (f"weights {gib(mem['weights'])} GiB, activations {gib(mem['activations'])}, reserve "
+                 f"{gib(mem['reserve'])}, KV pool {gib(mem['kv_cache'])} of {gib(mem['capacity'])} GiB: "
+                 f"{rec['kv_tokens']:,} tokens, {rec['max_concurrency']:,} sequences, longest context "
+                 f"{rec['longest_context']:,}")
+        if "ttft_ms" in rec:
+            line_ += f"; TTFT {rec['ttft_ms']:,} ms, TPOT {rec['tpot_ms']} ms"
+        console.print(Text(line_))
+    if data["violations"]:
+        console.print()
+    _print_findings(console, data["violations"], data["warnings"])

@@ -1,0 +1,540 @@
+"""`planner serve-plan`: inference deployment planning (specs -> instance shapes -> memory and latency
+-> replica-mix program -> plans). Returns plain dicts for `report.show_serve_plan`.
+
+Definitions used throughout:
+- An instance is one engine process group of tp x pp GPUs (`cost.serving.Instance`); `dp` in the
+  output is its attention data-parallel degree, `replicas` how many instances the plan runs.
+- `--concurrency C` is the number of requests in flight per instance (closed loop, as in the
+  measurements); without it the search tries 1, 2, 4, ... up to what the KV pool holds.
+- Output throughput of an instance at concurrency b: b x O / request latency, with request latency
+  = TTFT + (O - 1) x TPOT; requests/s = b / request latency; tokens/s per user = 1 / TPOT.
+- `--request-rate R`: the fewest GPUs whose replicas carry R requests/s within the SLOs (Little's
+  law per instance: at concurrency b it carries b / request latency requests/s).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from planner.cost import serving as sv
+from planner.errors import InfeasibleError, SpecError
+from planner.search import serve_ilp
+from planner.serve_validate import coefficients_for, load_calibration
+from planner.specs.cluster import ClusterSpec
+from planner.specs.model import ModelSpec
+
+CONCURRENCY_STEPS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+"""Per-instance concurrencies tried when --concurrency is not given (plus the KV pool's limit)."""
+FIXABLE = ("tp", "pp", "ep", "dp")
+"""Keys `--fix` accepts for serve-plan."""
+HOPPER_NOTE = "latency constants fitted on H100/H200 measurements; other GPUs use them scaled by their datasheet bandwidth and FLOP/s"
+
+
+@dataclass(frozen=True)
+class ServeRequest:
+    """What the user asked (CLI options, validated there)."""
+
+    gpus: int
+    input_len: int
+    output_len: int
+    concurrency: int | None = None
+    request_rate: float | None = None
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+    request_latency_ms: float | None = None
+    weight_dtype: str = "bf16"
+    kv_dtype: str = "bf16"
+    engine: str = "vllm"
+    max_model_len: int | None = None
+    mem_fraction: float | None = None
+    max_num_batched_tokens: int = sv.DEFAULT_MAX_NUM_BATCHED_TOKENS
+    fix: dict = field(default_factory=dict)
+    top: int = 5
+    disaggregated: bool = False
+
+    @property
+    def context(self) -> int:
+        """Tokens a request holds at its end: max_model_len when given, else input + output."""
+        return self.max_model_len or self.input_len + self.output_len
+
+
+def _powers(limit: int) -> list[int]:
+    out, v = [], 1
+    while v <= limit:
+        out.append(v)
+        v *= 2
+    return out
+
+
+def shapes(spec: ModelSpec, hw: ClusterSpec, gpus: int, fix: dict) -> tuple[list[sv.Instance], dict]:
+    """Instance shapes that divide the model, with a count of the rejected ones per reason.
+
+    Rules (vLLM `vllm/config/parallel.py` / TensorRT-LLM `mapping.py` checks): attention heads
+    divisible by attention-TP; attention-TP divides n_kv or n_kv divides it (K/V replicate);
+    routed experts divisible by ep; expert width divisible by tp / ep; pp <= layers; tp inside one
+    scale-up domain; tp x pp <= GPUs. Attention DP and EP are tried for MoE models only.
+    """
+    rejected: dict[str, int] = {}
+    out = []
+    for tp in _powers(min(gpus, hw.scaleup_domain_gpus)):
+        for pp in _powers(gpus // tp):
+            eps = sorted({1, tp}) if spec.is_moe else [1]
+            adps = sorted({1, tp}) if spec.is_moe else [1]
+            for ep in eps:
+                for adp in adps:
+                    inst = sv.Instance(tp=tp, pp=pp, ep=ep, adp=adp)
+                    if any(fix.get(k) is not None and fix[k] != v for k, v in
+                           (("tp", tp), ("pp", pp), ("ep", ep), ("dp", adp))):
+                        continue
+                    reason = _indivisible(spec, inst)
+                    if reason:
+                        rejected[reason] = rejected.get(reason, 0) + 1
+                    else:
+                        out.append(inst)
+    return out, rejected
+
+
+def _indivisible(spec: ModelSpec, inst: sv.Instance) -> str | None:
+    at, kv = inst.attn_tp, spec.num_key_value_heads
+    if spec.num_attention_heads % at:
+        return f"num_attention_heads {spec.num_attention_heads} not divisible by attention tp"
+    if not spec.is_mla and kv % at and at % kv:
+        return f"num_key_value_heads {kv} and attention tp do not divide one another"
+    if inst.pp > spec.num_hidden_layers:
+        return "more pipeline stages than layers"
+    if spec.is_moe and (spec.num_experts % inst.ep or spec.moe_intermediate_size % (inst.tp // inst.ep)):
+        return "experts not divisible by ep (or expert width by tp/ep)"
+    return None
+
+
+def _peak_dtype(hw: ClusterSpec, weight_dtype: str) -> str:
+    """GEMM dtype: fp8 for fp8 weights, fp4 for fp4 weights where the GPU has it, else bf16 (fp16 if no bf16)."""
+    peaks = hw.gpu.peak_tflops
+    if weight_dtype.startswith("fp8") and "fp8" in peaks:
+        return "fp8"
+    if weight_dtype in ("mxfp4", "nvfp4") and "fp4" in peaks:
+        return "fp4"
+    return "bf16" if "bf16" in peaks else "fp16"
+
+
+def _hop_s(hw: ClusterSpec, inst: sv.Instance, spec: ModelSpec, concurrency: float) -> float:
+    """One pipeline hop: latency + the step's activations (b x h x 2 bytes) over the link.
+    Source: alpha-beta model with the cluster's scale-up / network latency and bandwidth."""
+    across = inst.gpus > hw.gpus_per_node
+    latency = hw.network_latency_s if across else hw.scaleup_latency_s
+    bandwidth = (hw.network_gb_per_s_per_gpu if across else hw.scaleup_gb_per_s) * 1e9
+    return latency + concurrency / inst.adp * spec.hidden_size * 2 / bandwidth
+
+
+def _memory(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, inst: sv.Instance) -> sv.ServingMemory:
+    """`cost.serving.serving_memory` of one shape under the request's formats, engine and budget."""
+    return sv.serving_memory(spec, inst, capacity=hw.gpu.memory_bytes, weight_format=req.weight_dtype,
+                             kv_dtype=req.kv_dtype, engine=req.engine, fraction=req.mem_fraction,
+                             max_num_batched_tokens=req.max_num_batched_tokens)
+
+
+def _latency(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, inst: sv.Instance, concurrency: int,
+             cmax: int, coefficients: dict, *, interference: bool = True) -> tuple[float, float]:
+    """(TTFT s, TPOT s) of one shape at `concurrency` (`cost.serving.latency_terms` / `predict_latency`);
+    interference=False drops chunked-prefill interference (decode-only workers)."""
+    terms = sv.latency_terms(spec, inst, hbm_bytes_per_s=hw.gpu.hbm_gb_per_s * 1e9,
+                             peak_flops=hw.peak_flops(_peak_dtype(hw, req.weight_dtype)),
+                             weight_format=req.weight_dtype, kv_dtype=req.kv_dtype, concurrency=concurrency,
+                             input_len=req.input_len, output_len=req.output_len, max_concurrency_=max(cmax, 1),
+                             max_num_batched_tokens=req.max_num_batched_tokens,
+                             hop_s=_hop_s(hw, inst, spec, concurrency))
+    if not interference:
+        terms["prefill_interference_s"] = 0.0
+    return sv.predict_latency(terms, coefficients)
+
+
+def evaluate(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, inst: sv.Instance, coefficients: dict) -> dict:
+    """Memory and every concurrency point of one shape: {"memory", "points", "reject"}."""
+    mem = _memory(spec, hw, req, inst)
+    longest = sv.longest_context(mem, spec)
+    cmax = sv.max_concurrency(mem, spec, inst, req.context)
+    result = {"inst": inst, "memory": mem, "longest_context": longest, "max_concurrency": cmax, "points": []}
+    if mem.kv_cache <= 0:
+        result["reject"] = "memory"
+        return result
+    if longest < req.context:
+        result["reject"] = "context"
+        return result
+    steps = [req.concurrency] if req.concurrency else [b for b in CONCURRENCY_STEPS if b < cmax] + [cmax]
+    for b in steps:
+        if b > cmax or b < inst.adp:
+            continue
+        ttft, tpot = _latency(spec, hw, req, inst, b, cmax, coefficients)
+        latency = ttft + (req.output_len - 1) * tpot
+        result["points"].append({"concurrency": b, "ttft_s": ttft, "tpot_s": tpot, "latency_s": latency,
+                                 "tokens_per_s": b * req.output_len / latency, "requests_per_s": b / latency})
+    if not result["points"]:
+        result["reject"] = "concurrency"
+    return result
+
+
+def _meets(point: dict, req: ServeRequest) -> bool:
+    return ((req.ttft_ms is None or point["ttft_s"] * 1e3 <= req.ttft_ms)
+            and (req.tpot_ms is None or point["tpot_s"] * 1e3 <= req.tpot_ms)
+            and (req.request_latency_ms is None or point["latency_s"] * 1e3 <= req.request_latency_ms))
+
+
+def _plan(spec: ModelSpec, ev: dict, point: dict, replicas: int) -> dict:
+    inst, mem = ev["inst"], ev["memory"]
+    gpus = inst.gpus * replicas
+    return {
+        "parallelism": {"tp": inst.tp, "pp": inst.pp, "ep": inst.ep, "dp": inst.adp, "replicas": replicas,
+                        "prefill_workers": 0, "decode_workers": 0},
+        "gpus": gpus,
+        "concurrency": point["concurrency"],
+        "memory_bytes": {"weights": mem.weights, "activations": mem.activations, "kv_cache": mem.kv_cache,
+                         "reserve": mem.reserve, "capacity": mem.capacity},
+        "kv_tokens": mem.kv_tokens, "max_concurrency": ev["max_concurrency"],
+        "longest_context": ev["longest_context"],
+        "ttft_ms": round(point["ttft_s"] * 1e3, 1), "tpot_ms": round(point["tpot_s"] * 1e3, 2),
+        "request_latency_ms": round(point["latency_s"] * 1e3, 1),
+        "tokens_per_s": round(point["tokens_per_s"] * replicas, 1),
+        "tokens_per_s_per_gpu": round(point["tokens_per_s"] / inst.gpus, 1),
+        "tokens_per_s_per_user": round(1 / point["tpot_s"], 1) if point["tpot_s"] > 0 else None,
+        "requests_per_s": round(point["requests_per_s"] * replicas, 3),
+    }
+
+
+def candidates(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, coefficients: dict):
+    """(shapes, rejected counts, evaluated shapes, all (shape, point) pairs, those meeting the SLOs,
+    the best point per shape meeting them): the program's candidates are the last."""
+    found, rejected = shapes(spec, hw, req.gpus, req.fix)
+    evaluated = [evaluate(spec, hw, req, inst, coefficients) for inst in found]
+    points = [(ev, p) for ev in evaluated for p in ev["points"]]
+    good = [(ev, p) for ev, p in points if _meets(p, req)]
+    best_per_shape: dict = {}
+    for ev, p in good:
+        key = ev["inst"]
+        if key not in best_per_shape or p["tokens_per_s"] > best_per_shape[key][1]["tokens_per_s"]:
+            best_per_shape[key] = (ev, p)
+    return found, rejected, evaluated, points, good, list(best_per_shape.values())
+
+
+def serve_plan(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, calibration: dict | None = None) -> dict:
+    """Plans for serving `spec` on `req.gpus` GPUs of `hw`.
+
+    Returns: {"solver", "request", "plans", "pareto", "notes"}.
+    Raises: InfeasibleError (exit 1) naming the binding constraint and what would relax it;
+        SpecError for an engine without calibration.
+    """
+    start = time.perf_counter()
+    if req.context > spec.max_position_embeddings:
+        key = "--max-model-len" if req.max_model_len else "--input-len"
+        raise SpecError(f"a context of {req.context} tokens exceeds {spec.name}'s max_position_embeddings "
+                        f"{spec.max_position_embeddings} (vLLM, SGLang and TensorRT-LLM refuse it at start-up); "
+                        f"allowed: up to {spec.max_position_embeddings}", key=key)
+    coefficients = coefficients_for(calibration or load_calibration(), req.engine, spec)
+    if req.disaggregated:
+        return disaggregated_plan(spec, hw, req, coefficients, start)
+    found, rejected, evaluated, points, good, cands = candidates(spec, hw, req, coefficients)
+    if not cands:
+        raise _infeasible(spec, hw, req, evaluated, points, rejected)
+    gpus = [ev["inst"].gpus for ev, _ in cands]
+    tokens = [p["tokens_per_s"] for _, p in cands]
+    if req.request_rate is not None:
+        mix = serve_ilp.min_gpus(gpus, [p["requests_per_s"] for _, p in cands], tokens, req.request_rate, req.gpus)
+        if not mix.counts:
+            needed = serve_ilp.min_gpus(gpus, [p["requests_per_s"] for _, p in cands], tokens,
+                                        req.request_rate, req.gpus * 1024)
+            more = f"; {int(needed.objective)} GPUs would" if needed.counts else ""
+            best = max(cands, key=lambda c: c[1]["requests_per_s"] / c[0]["inst"].gpus)
+            plan = _plan(spec, best[0], best[1], max(1, req.gpus // best[0]["inst"].gpus))
+            raise InfeasibleError(
+                f"request rate {req.request_rate:g}/s needs more than {req.gpus} GPUs within the SLOs: the "
+                f"best plan carries {plan['requests_per_s']:g} requests/s on {plan['gpus']} GPUs{more}",
+                details={"binding": "gpus", "closest_plan": plan,
+                         "minimum_gpus": int(needed.objective) if needed.counts else None})
+    else:
+        mix = serve_ilp.best_mix(gpus, tokens, req.gpus)
+    chosen = [_plan(spec, cands[i][0], cands[i][1], n) for i, n in sorted(mix.counts.items())]
+    top = _top(spec, req, cands, chosen)
+    total_tokens = sum(p["tokens_per_s"] for p in chosen)
+    used = sum(p["gpus"] for p in chosen)
+    pareto = _pareto(points if req.ttft_ms is None and req.tpot_ms is None and req.request_latency_ms is None else good)
+    return {
+        "solver": {"status": mix.status, "objective": ("min_gpus" if req.request_rate is not None else "max_tokens_per_s"),
+                   "objective_value": round(used if req.request_rate is not None else total_tokens, 1),
+                   "wall_s": round(time.perf_counter() - start, 3), "candidates_evaluated": len(points),
+                   "shapes": len(found), "shapes_rejected": rejected},
+        "deployment": {"gpus": used, "tokens_per_s": round(total_tokens, 1),
+                       "tokens_per_s_per_gpu": round(total_tokens / used, 1) if used else 0.0,
+                       "requests_per_s": round(sum(p["requests_per_s"] for p in chosen), 3), "mix": chosen},
+        "plans": top,
+        "pareto": pareto,
+        "notes": _notes(hw, req),
+    }
+
+
+def _top(spec: ModelSpec, req: ServeRequest, cands: list, chosen: list) -> list[dict]:
+    """The program's choice first (one row per shape of the mix), then the best homogeneous
+    deployments of the other shapes by tokens/s/GPU, `req.top` rows in all."""
+    rows = list(chosen)
+    seen = {tuple(p["parallelism"][k] for k in FIXABLE) for p in chosen}
+    others = sorted(cands, key=lambda c: -c[1]["tokens_per_s"] / c[0]["inst"].gpus)
+    for ev, p in others:
+        inst = ev["inst"]
+        key = (inst.tp, inst.pp, inst.ep, inst.adp)
+        if key in seen or len(rows) >= req.top:
+            continue
+        seen.add(key)
+        replicas = max(1, req.gpus // inst.gpus) if req.request_rate is None else \
+            max(1, -(-int(req.request_rate * 1000) // max(1, int(p["requests_per_s"] * 1000))))
+        rows.append(_plan(spec, ev, p, replicas))
+    return rows[:max(req.top, len(chosen))]
+
+
+def _pareto(points: list) -> list[dict]:
+    """Points not dominated in (tokens/s/GPU, tokens/s/user), best tokens/s/GPU first."""
+    data = [{"tp": ev["inst"].tp, "pp": ev["inst"].pp, "ep": ev["inst"].ep, "dp": ev["inst"].adp,
+             "concurrency": p["concurrency"], "tokens_per_s_per_gpu": round(p["tokens_per_s"] / ev["inst"].gpus, 1),
+             "tokens_per_s_per_user": round(1 / p["tpot_s"], 1) if p["tpot_s"] > 0 else 0.0,
+             "ttft_ms": round(p["ttft_s"] * 1e3, 1), "tpot_ms": round(p["tpot_s"] * 1e3, 2)} for ev, p in points]
+    front = [d for d in data if not any(
+        o["tokens_per_s_per_gpu"] >= d["tokens_per_s_per_gpu"] and o["tokens_per_s_per_user"] >= d["tokens_per_s_per_user"]
+        and (o["tokens_per_s_per_gpu"], o["tokens_per_s_per_user"]) != (d["tokens_per_s_per_gpu"], d["tokens_per_s_per_user"])
+        for o in data)]
+    unique = {(d["tokens_per_s_per_gpu"], d["tokens_per_s_per_user"]): d for d in front}
+    return sorted(unique.values(), key=lambda d: -d["tokens_per_s_per_gpu"])
+
+
+def _notes(hw: ClusterSpec, req: ServeRequest) -> list[str]:
+    rule = sv.ENGINES[req.engine]
+    fraction = rule.default if req.mem_fraction is None else req.mem_fraction
+    basis = "of total GPU memory" if rule.basis == "total" else "of the memory free after loading"
+    notes = [f"{req.engine} KV pool: {rule.flag}={fraction:g} ({basis}); the engine reserves this "
+             f"memory at start-up, whatever the weights take"]
+    if not hw.gpu.name.startswith(("H100", "H200")):
+        notes.append(HOPPER_NOTE)
+    return notes
+
+
+def _infeasible(spec, hw, req, evaluated, points, rejected) -> InfeasibleError:
+    """What binds (memory, context, SLO) with its numbers and what would relax it."""
+    if not evaluated:
+        why = "; ".join(f"{n} x {r}" for r, n in rejected.items()) or "no shape matches --fix"
+        if req.fix:
+            valid, _ = shapes(spec, hw, req.gpus, {})
+            names = {"tp": "tp", "pp": "pp", "ep": "ep", "dp": "adp"}
+            allowed = "; ".join(f"{k}: {', '.join(str(v) for v in sorted({getattr(i, names[k]) for i in valid}))}"
+                                for k in req.fix)
+            why = f"the pins {' '.join(f'{k}={v}' for k, v in req.fix.items())} leave no valid shape; allowed {allowed}"
+        return InfeasibleError(f"no instance shape of {spec.name} fits {req.gpus} GPUs: {why}",
+                               details={"binding": "divisibility", "rejected": rejected})
+    fits = [ev for ev in evaluated if ev["memory"].kv_cache > 0]
+    if not fits:
+        best = max(evaluated, key=lambda ev: ev["memory"].kv_cache)
+        mem = best["memory"]
+        need = _minimum_gpus(spec, hw, req)
+        more = f"; the smallest instance that fits has {need} GPUs (--gpus {need})" if need else ""
+        return InfeasibleError(
+            f"memory binds: weights {mem.weights / sv.GIB:.2f} GiB + activations {mem.activations / sv.GIB:.2f} GiB "
+            f"+ reserve {mem.reserve / sv.GIB:.2f} GiB leave a KV pool of {mem.kv_cache / sv.GIB:.2f} GiB per GPU "
+            f"on the best shape (tp={best['inst'].tp} pp={best['inst'].pp}) under {req.engine}'s "
+            f"{sv.ENGINES[req.engine].flag}={mem.budget_fraction:g}{more}",
+            details={"binding": "memory", "minimum_gpus": need, "closest_plan": _memory_only(best)})
+    long_enough = [ev for ev in fits if ev["longest_context"] >= req.context]
+    if not long_enough:
+        best = max(fits, key=lambda ev: ev["longest_context"])
+        need = _minimum_gpus(spec, hw, req)
+        more = f", or --gpus {need}" if need else ""
+        return InfeasibleError(
+            f"context binds: the KV pool ({best['memory'].kv_cache / sv.GIB:.2f} GiB per GPU on tp={best['inst'].tp} "
+            f"pp={best['inst'].pp}) holds at most {best['longest_context']} tokens of one sequence, fewer than "
+            f"the {req.context} asked; --max-model-len {best['longest_context']} would work{more}",
+            details={"binding": "context", "longest_context": best["longest_context"], "minimum_gpus": need,
+                     "closest_plan": _memory_only(best)})
+    scored = [(ev, p) for ev, p in points]
+    if not scored:
+        return InfeasibleError(f"--concurrency {req.concurrency} exceeds what every shape's KV pool holds "
+                               f"(largest: {max(ev['max_concurrency'] for ev in fits)})",
+                               details={"binding": "concurrency"})
+
+    def excess(item):
+        p = item[1]
+        ratios = [p["ttft_s"] * 1e3 / req.ttft_ms if req.ttft_ms else 0,
+                  p["tpot_s"] * 1e3 / req.tpot_ms if req.tpot_ms else 0,
+                  p["latency_s"] * 1e3 / req.request_latency_ms if req.request_latency_ms else 0]
+        return max(ratios)
+    ev, p = min(scored, key=excess)
+    parts = []
+    if req.ttft_ms and p["ttft_s"] * 1e3 > req.ttft_ms:
+        parts.append(f"TTFT {p['ttft_s'] * 1e3:.0f} ms > {req.ttft_ms:g} ms")
+    if req.tpot_ms and p["tpot_s"] * 1e3 > req.tpot_ms:
+        parts.append(f"TPOT {p['tpot_s'] * 1e3:.1f} ms > {req.tpot_ms:g} ms")
+    if req.request_latency_ms and p["latency_s"] * 1e3 > req.request_latency_ms:
+        parts.append(f"request latency {p['latency_s'] * 1e3:.0f} ms > {req.request_latency_ms:g} ms")
+    loosest = {k: v for k, v in (("ttft_ms", req.ttft_ms and max(req.ttft_ms, round(p["ttft_s"] * 1e3 + 0.5))),
+                                  ("tpot_ms", req.tpot_ms and max(req.tpot_ms, round(p["tpot_s"] * 1e3 + 0.05, 1))),
+                                  ("request_latency_ms", req.request_latency_ms and max(req.request_latency_ms, round(p["latency_s"] * 1e3 + 0.5))))
+               if v}
+    relax = " ".join(f"--{k.replace('_', '-')} {v:g}" for k, v in loosest.items())
+    return InfeasibleError(
+        f"SLO binds: the closest plan (tp={ev['inst'].tp} pp={ev['inst'].pp} ep={ev['inst'].ep} dp={ev['inst'].adp}, "
+        f"concurrency {p['concurrency']}) has {', '.join(parts)}; {relax} would work",
+        details={"binding": "slo", "closest_plan": _plan(spec, ev, p, 1), "loosest_slo": loosest})
+
+
+def _memory_only(ev: dict) -> dict:
+    inst, mem = ev["inst"], ev["memory"]
+    return {"parallelism": {"tp": inst.tp, "pp": inst.pp, "ep": inst.ep, "dp": inst.adp},
+            "memory_bytes": {"weights": mem.weights, "activations": mem.activations, "kv_cache": mem.kv_cache,
+                             "reserve": mem.reserve, "capacity": mem.capacity},
+            "kv_tokens": mem.kv_tokens, "longest_context": ev["longest_context"]}
+
+
+def _minimum_gpus(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest) -> int | None:
+    """Smallest instance (GPUs) whose KV pool holds one sequence of the asked context, up to 1024 GPUs."""
+    for n in _powers(1024):
+        if n <= req.gpus:
+            continue
+        found, _ = shapes(spec, hw, n, req.fix)
+        for inst in found:
+            mem = _memory(spec, hw, req, inst)
+            if mem.kv_cache > 0 and sv.longest_context(mem, spec) >= req.context:
+                return n
+    return None
+
+
+# ---------------------------------------------------------------- disaggregated prefill / decode
+
+def _transfer_s(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, prefill: sv.Instance) -> float:
+    """Moving one request's KV cache from a prefill to a decode worker: latency + I x KV bytes per token
+    (every layer, window layers capped) over the prefill worker's links (scale-up inside one node,
+    else the scale-out NICs). Source: alpha-beta model; KV bytes from `kv_cache_bytes_per_token`."""
+    from planner.cost.params_flops import kv_cache_bytes_per_token
+
+    kv = kv_cache_bytes_per_token(spec, sv.KV_DTYPE_BYTES[req.kv_dtype])
+    tokens = req.input_len
+    window = min(tokens, spec.sliding_window) if spec.sliding_window else 0
+    size = kv.per_token * tokens + (kv.sliding_window_bytes / spec.sliding_window * window if window else 0)
+    inside = req.gpus <= hw.gpus_per_node
+    bandwidth = (hw.scaleup_gb_per_s if inside else hw.network_gb_per_s_per_gpu) * 1e9 * prefill.gpus
+    return (hw.scaleup_latency_s if inside else hw.network_latency_s) + size / bandwidth
+
+
+def _worker_points(spec, hw, req, inst, coefficients, role: str) -> tuple[dict, list[dict]]:
+    """Memory of a prefill (context I) or decode (context I + O) worker and its points meeting the SLOs:
+    prefill: prompts one at a time (per attention-DP group), TTFT (+ KV transfer) <= --ttft-ms,
+    requests/s = groups / TTFT without the transfer (the transfer overlaps the next prompt);
+    decode: TPOT without prefill interference <= --tpot-ms, requests/s = b / (O x TPOT), tokens/s = b / TPOT."""
+    context = req.input_len if role == "prefill" else req.context
+    mem = _memory(spec, hw, req, inst)
+    cmax = sv.max_concurrency(mem, spec, inst, context)
+    ev = {"inst": inst, "memory": mem, "longest_context": sv.longest_context(mem, spec), "max_concurrency": cmax}
+    if mem.kv_cache <= 0 or ev["longest_context"] < context or cmax < 1:
+        return ev, []
+    if role == "prefill":  # compute-bound: prompts back to back, one at a time, gain nothing from batching
+        steps = [inst.adp]
+    else:
+        steps = [req.concurrency] if req.concurrency else [b for b in CONCURRENCY_STEPS if b < cmax] + [cmax]
+    transfer = _transfer_s(spec, hw, req, inst) if role == "prefill" else 0.0
+    out = []
+    for b in steps:
+        if b > cmax or b < inst.adp:
+            continue
+        ttft, tpot = _latency(spec, hw, req, inst, b, cmax, coefficients, interference=False)
+        if role == "prefill":
+            if req.ttft_ms is None or (ttft + transfer) * 1e3 <= req.ttft_ms:
+                out.append({"concurrency": b, "ttft_s": ttft + transfer, "requests_per_s": b / ttft})
+        elif tpot > 0 and (req.tpot_ms is None or tpot * 1e3 <= req.tpot_ms):
+            out.append({"concurrency": b, "tpot_s": tpot, "requests_per_s": b / (req.output_len * tpot),
+                        "tokens_per_s": b / tpot})
+    return ev, out
+
+
+def _worker_row(ev: dict, point: dict, role: str, count: int) -> dict:
+    inst, mem = ev["inst"], ev["memory"]
+    row = {"role": role, "parallelism": {"tp": inst.tp, "pp": inst.pp, "ep": inst.ep, "dp": inst.adp},
+           "workers": count, "gpus": inst.gpus * count, "concurrency": point["concurrency"],
+           "memory_bytes": {"weights": mem.weights, "activations": mem.activations, "kv_cache": mem.kv_cache,
+                            "reserve": mem.reserve, "capacity": mem.capacity},
+           "kv_tokens": mem.kv_tokens, "max_concurrency": ev["max_concurrency"],
+           "longest_context": ev["longest_context"],
+           "requests_per_s": round(point["requests_per_s"] * count, 3)}
+    if role == "prefill":
+        row["ttft_ms"] = round(point["ttft_s"] * 1e3, 1)
+    else:
+        row.update(tpot_ms=round(point["tpot_s"] * 1e3, 2), tokens_per_s=round(point["tokens_per_s"] * count, 1))
+    return row
+
+
+def worker_candidates(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, coefficients: dict):
+    """(shapes, rejected counts, {"prefill": [(ev, point)], "decode": [(ev, point)]}): the best point per
+    shape and role meeting the SLOs (prefill: most requests/s; decode: most tokens/s)."""
+    found, rejected = shapes(spec, hw, req.gpus, req.fix)
+    sides = {}
+    for role in ("prefill", "decode"):
+        best = []
+        for inst in found:
+            ev, pts = _worker_points(spec, hw, req, inst, coefficients, role)
+            if pts:
+                key = "requests_per_s" if role == "prefill" else "tokens_per_s"
+                best.append((ev, max(pts, key=lambda p: p[key])))
+        sides[role] = best
+    return found, rejected, sides
+
+
+def disaggregated_plan(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, coefficients: dict, start: float) -> dict:
+    """Prefill and decode workers (`--disaggregated`): the best point per shape and role, then the
+    rate-matching program of `serve_ilp.best_disaggregated` (or `min_gpus_disaggregated` for
+    --request-rate). TTFT = the prefill worker's TTFT + the KV transfer; TPOT = the decode worker's.
+    --request-latency-ms is checked on the chosen pair (TTFT + (O - 1) x TPOT)."""
+    found, rejected, sides = worker_candidates(spec, hw, req, coefficients)
+    if not sides["prefill"] or not sides["decode"]:
+        role = "prefill" if not sides["prefill"] else "decode"
+        slo = "--ttft-ms" if role == "prefill" else "--tpot-ms"
+        raise InfeasibleError(f"no {role} worker shape fits memory and {slo} on up to {req.gpus} GPUs; "
+                              f"loosen {slo} or drop --disaggregated", details={"binding": f"{role}_slo"})
+    pre, dec = sides["prefill"], sides["decode"]
+    args = ([ev["inst"].gpus for ev, _ in pre], [p["requests_per_s"] for _, p in pre],
+            [ev["inst"].gpus for ev, _ in dec], [p["requests_per_s"] for _, p in dec],
+            [p["tokens_per_s"] for _, p in dec])
+    if req.request_rate is not None:
+        result = serve_ilp.min_gpus_disaggregated(*args, req.request_rate, req.gpus)
+    else:
+        result = serve_ilp.best_disaggregated(*args, req.gpus)
+    if not result.decode:
+        raise InfeasibleError(f"no rate-matched prefill + decode mix fits {req.gpus} GPUs"
+                              + (f" at {req.request_rate:g} requests/s" if req.request_rate else ""),
+                              details={"binding": "gpus"})
+    rows = [_worker_row(*pre[i], "prefill", n) for i, n in sorted(result.prefill.items())] + \
+           [_worker_row(*dec[i], "decode", n) for i, n in sorted(result.decode.items())]
+    gpus = sum(r["gpus"] for r in rows)
+    tokens = sum(r.get("tokens_per_s", 0) for r in rows)
+    ttft = max(r["ttft_ms"] for r in rows if r["role"] == "prefill")
+    tpot = max(r["tpot_ms"] for r in rows if r["role"] == "decode")
+    latency = ttft + (req.output_len - 1) * tpot
+    if req.request_latency_ms is not None and latency > req.request_latency_ms:
+        raise InfeasibleError(f"SLO binds: the best disaggregated mix has request latency {latency:.0f} ms > "
+                              f"{req.request_latency_ms:g} ms; --request-latency-ms {latency + 0.5:.0f} would work",
+                              details={"binding": "slo"})
+    decode_rows = [r for r in rows if r["role"] == "decode"]
+    top = decode_rows[0]
+    plan = {"parallelism": {**top["parallelism"], "replicas": sum(r["workers"] for r in decode_rows),
+                            "prefill_workers": sum(r["workers"] for r in rows if r["role"] == "prefill"),
+                            "decode_workers": sum(r["workers"] for r in decode_rows)},
+            "prefill_parallelism": next(r["parallelism"] for r in rows if r["role"] == "prefill"),
+            "gpus": gpus, "concurrency": top["concurrency"], "memory_bytes": top["memory_bytes"],
+            "kv_tokens": top["kv_tokens"], "max_concurrency": top["max_concurrency"],
+            "longest_context": top["longest_context"], "ttft_ms": ttft, "tpot_ms": tpot,
+            "request_latency_ms": round(latency, 1), "tokens_per_s": round(tokens, 1),
+            "tokens_per_s_per_gpu": round(tokens / gpus, 1), "tokens_per_s_per_user": round(1e3 / tpot, 1),
+            "requests_per_s": round(sum(r["requests_per_s"] for r in decode_rows), 3)}
+    return {
+        "solver": {"status": result.status,
+                   "objective": "min_gpus" if req.request_rate is not None else "max_tokens_per_s",
+                   "objective_value": round(gpus if req.request_rate is not None else tokens, 1),
+                   "wall_s": round(time.perf_counter() - start, 3),
+                   "candidates_evaluated": len(pre) + len(dec), "shapes": len(found), "shapes_rejected": rejected},
+        "deployment": {"gpus": gpus, "tokens_per_s": round(tokens, 1), "tokens_per_s_per_gpu": plan["tokens_per_s_per_gpu"],
+                       "requests_per_s": plan["requests_per_s"], "workers": rows},
+        "plans": [plan], "pareto": [], "notes": _notes(hw, req) + [
+            "disaggregated: prefill workers run prompts only, decode workers generate only; TTFT includes the "
+            "KV transfer; constants are the aggregated fit's with the prefill-interference term removed"],
+    }

@@ -1,0 +1,268 @@
+"""Serving measurements: read them, fit the latency model's [Empirical] coefficients, validate.
+
+Data format: the columns of `serving_measurements.csv` (NVIDIA ai-dynamo/aiconfigurator
+`silicon_sample.csv`, Apache-2.0; see tests/data/reference/serving_measurements.NOTICE): backend,
+model_path, system, gemm_quant_mode / moe_quant_mode, isl, osl, batch_size (= concurrency), tp_size,
+pp_size, attention_dp_size, moe_tp_size, moe_ep_size, silicon_ttft_ms, silicon_tpot_ms.
+
+Split (deterministic, documented): a row is in the EVALUATION part when crc32(id) % 4 == 0, else in
+the FIT part (about 25 % / 75 %). The fit never sees evaluation rows. Fit: per engine, non-negative numpy least
+squares of sum_j c_j term_j on the terms of `cost.serving.latency_terms`, each row weighted by
+1 / measured (so the fit minimises squared relative error, the quantity MAPE reports), one set of
+constants per engine and model class (dense / MoE). The file has no KV-dtype column: the KV cache is
+taken as bf16 for every row.
+
+`python -m planner.serve_validate --write` (Makefile: `make calibrate-serving`) regenerates
+`calibration/serving.yaml` from the reference data.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime
+import sys
+import zlib
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import yaml
+
+from planner.cost import serving as sv
+from planner.errors import SpecError
+from planner.specs.cluster import load_cluster
+from planner.specs.model import load_model
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "tests" / "data" / "reference" / "serving_measurements.csv"
+CALIBRATION = ROOT / "calibration" / "serving.yaml"
+
+MODEL_NAMES = {
+    "Qwen/Qwen3-32B": "qwen3-32b", "Qwen/Qwen3-235B-A22B-FP8": "qwen3-235b-a22b",
+    "meta-llama/Llama-3.1-8B-Instruct": "llama-3.1-8b", "nvidia/Llama-3.1-8B-Instruct-FP8": "llama-3.1-8b",
+    "deepseek-ai/DeepSeek-R1": "deepseek-v3", "meta-llama/Llama-3.1-70B": "llama-3.1-70b",
+}
+"""Hugging Face id in the data -> catalog model (DeepSeek-R1 has the DeepSeek-V3 architecture)."""
+SYSTEMS = {"h100_sxm": "dgx-h100", "h200_sxm": "hgx-h200"}
+"""aiconfigurator system name -> catalog cluster."""
+REQUIRED = ("id", "backend", "model_path", "system", "isl", "osl", "batch_size", "tp_size",
+            "silicon_ttft_ms", "silicon_tpot_ms")
+
+
+_model = lru_cache(maxsize=None)(load_model)
+_cluster = lru_cache(maxsize=None)(load_cluster)
+
+
+@dataclass(frozen=True)
+class Case:
+    """One measured (or asked) serving point."""
+
+    id: str
+    engine: str
+    model: str
+    cluster: str
+    weight_format: str
+    inst: sv.Instance
+    concurrency: int
+    input_len: int
+    output_len: int
+    ttft_ms: float
+    tpot_ms: float
+
+    @property
+    def evaluation(self) -> bool:
+        """In the evaluation part: crc32(id) % 4 == 0."""
+        return zlib.crc32(self.id.encode()) % 4 == 0
+
+
+def _int(value: str, default: int = 1) -> int:
+    return int(value) if value not in ("", None) and int(value) > 0 else default
+
+
+def weight_format_of(row: dict) -> str:
+    """gemm_quant_mode fp8 / fp8_block, else the checkpoint's own format (-FP8 ids: DeepSeek and Qwen
+    ship 128x128 block scales, nvidia/*-FP8 per-tensor; DeepSeek-R1 is FP8 block natively), else bf16."""
+    mode, path = row.get("gemm_quant_mode", ""), row["model_path"]
+    if mode in ("fp8_block", "fp8"):
+        return "fp8-block" if mode == "fp8_block" else "fp8"
+    if "DeepSeek" in path or ("FP8" in path and not path.startswith("nvidia/")):
+        return "fp8-block"
+    if "FP8" in path or row.get("precision") == "fp8":
+        return "fp8"
+    return "bf16"
+
+
+def case_of(row: dict, file: str) -> Case:
+    """One CSV row -> Case. Raises SpecError naming the row and column for what cannot be read."""
+    for key in REQUIRED:
+        if row.get(key) in (None, ""):
+            raise SpecError(f"row {row.get('id', '?')}: missing value", file=file, key=key)
+    if row["model_path"] not in MODEL_NAMES or row["system"] not in SYSTEMS:
+        bad = "model_path" if row["model_path"] not in MODEL_NAMES else "system"
+        allowed = MODEL_NAMES if bad == "model_path" else SYSTEMS
+        raise SpecError(f"row {row['id']}: {row[bad]!r} unknown; allowed: {', '.join(allowed)}", file=file, key=bad)
+    try:
+        tp, adp = _int(row["tp_size"]), _int(row.get("attention_dp_size", ""))
+        moe_tp, moe_ep = _int(row.get("moe_tp_size", "")), _int(row.get("moe_ep_size", ""))
+        spec = _model(MODEL_NAMES[row["model_path"]])
+        gpus = max(tp, adp, moe_tp * moe_ep) if spec.is_moe else max(tp, adp)
+        ep = moe_ep if spec.is_moe and gpus % moe_ep == 0 else 1
+        inst = sv.Instance(tp=gpus, pp=_int(row.get("pp_size", "")), ep=ep, adp=adp if gpus % adp == 0 else 1)
+        return Case(id=row["id"], engine=row["backend"], model=MODEL_NAMES[row["model_path"]],
+                    cluster=SYSTEMS[row["system"]], weight_format=weight_format_of(row), inst=inst,
+                    concurrency=int(row["batch_size"]), input_len=int(row["isl"]), output_len=int(row["osl"]),
+                    ttft_ms=float(row["silicon_ttft_ms"]), tpot_ms=float(row["silicon_tpot_ms"]))
+    except ValueError as exc:
+        raise SpecError(f"row {row['id']}: {exc}", file=file) from None
+
+
+def load_cases(path: str | Path = DATA) -> list[Case]:
+    """All rows of a measurements CSV (comment lines starting with # skipped)."""
+    path = Path(path)
+    if not path.is_file():
+        raise SpecError("file not found", file=str(path), key="--data")
+    with path.open() as handle:
+        rows = list(csv.DictReader(line for line in handle if not line.startswith("#")))
+    if not rows:
+        raise SpecError("no rows", file=str(path), key="--data")
+    return [case_of(row, str(path)) for row in rows]
+
+
+def case_terms(case: Case) -> dict[str, float]:
+    """`latency_terms` of a case, with the KV-pool concurrency limit of its engine's default budget."""
+    spec, hw = _model(case.model), _cluster(case.cluster)
+    kv_dtype = "bf16"
+    mem = sv.serving_memory(spec, case.inst, capacity=hw.gpu.memory_bytes, weight_format=case.weight_format,
+                            kv_dtype=kv_dtype, engine=case.engine)
+    cmax = max(1, sv.max_concurrency(mem, spec, case.inst, case.input_len + case.output_len))
+    dtype = "bf16" if case.weight_format == "bf16" else "fp8"
+    return sv.latency_terms(spec, case.inst, hbm_bytes_per_s=hw.gpu.hbm_gb_per_s * 1e9,
+                            peak_flops=hw.peak_flops(dtype), weight_format=case.weight_format,
+                            kv_dtype=kv_dtype, concurrency=case.concurrency, input_len=case.input_len,
+                            output_len=case.output_len, max_concurrency_=cmax)
+
+
+def _columns(terms: dict[str, float], names: tuple[str, ...]) -> list[float]:
+    return [terms[n] * sv._unit(n) for n in names]
+
+
+def model_class(model: str) -> str:
+    """`moe` for models with routed experts, else `dense`: the two run different kernels (fused MoE /
+    grouped GEMMs and expert all-to-all vs dense GEMMs), so each engine has one set of constants per class."""
+    return "moe" if _model(model).is_moe else "dense"
+
+
+def fit(cases: list[Case]) -> dict[str, dict[str, dict[str, dict[str, float]]]]:
+    """Coefficients {engine: {class: {"ttft": {term: c}, "tpot": {term: c}, "fit_rows": n}}} fitted on
+    the FIT part, class = `model_class`.
+
+    Source: numpy.linalg.lstsq on rows scaled by 1/measured (relative least squares), negative terms
+    dropped (`_nonnegative_lstsq`)."""
+    import numpy as np  # only for fitting: serve-plan itself does not load numpy
+
+    result: dict = {}
+    terms = {c.id: case_terms(c) for c in cases}
+    for engine in sorted({c.engine for c in cases}):
+        result[engine] = {}
+        for cls in ("dense", "moe"):
+            part = [c for c in cases if c.engine == engine and model_class(c.model) == cls and not c.evaluation]
+            if not part:
+                continue
+            result[engine][cls] = {}
+            for target, names in (("ttft", sv.TTFT_TERMS), ("tpot", sv.TPOT_TERMS)):
+                y = np.array([getattr(c, f"{target}_ms") / 1e3 for c in part])
+                a = np.array([_columns(terms[c.id], names) for c in part])
+                coef = _nonnegative_lstsq(a / y[:, None], np.ones(len(y)))
+                result[engine][cls][target] = {n: round(float(v), 6) for n, v in zip(names, coef)}
+            result[engine][cls]["fit_rows"] = len(part)
+    return result
+
+
+def coefficients_for(calibration: dict, engine: str, model: str) -> dict:
+    """The engine's constants for the model's class. Raises SpecError when none were fitted."""
+    engines = calibration["engines"]
+    cls = model_class(model) if isinstance(model, str) else ("moe" if model.is_moe else "dense")
+    if engine not in engines or cls not in engines[engine]:
+        have = ", ".join(f"{e} ({'/'.join(engines[e])})" for e in engines)
+        raise SpecError(f"value {engine!r} has no latency calibration for {cls} models; calibrated: {have}",
+                        key="--engine")
+    return engines[engine][cls]
+
+
+def _nonnegative_lstsq(a, b):
+    """Least squares with coefficients >= 0 (a slower time never makes a request faster): solve,
+    drop the most negative term, re-solve until none is negative (active-set elimination).
+    a: (rows, terms) numpy array; b: (rows,); returns (terms,)."""
+    import numpy as np
+
+    keep = list(range(a.shape[1]))
+    while True:
+        coef = np.zeros(a.shape[1])
+        coef[keep], *_ = np.linalg.lstsq(a[:, keep], b, rcond=None)
+        if coef.min() >= 0 or len(keep) == 1:
+            return np.maximum(coef, 0)
+        keep.remove(int(np.argmin(coef)))
+
+
+def load_calibration(path: Path = CALIBRATION) -> dict:
+    """The coefficients file (see `fit`)."""
+    return yaml.safe_load(path.read_text())
+
+
+def validate(cases: list[Case], calibration: dict | None = None, *, part: str = "all") -> dict:
+    """Predicted vs measured TTFT / TPOT per row; MAPE overall and per engine, GPU and model.
+
+    Args:
+        part: `all`, `fit` or `evaluation` (the split rule of this module).
+    Returns:
+        {"rows": [...], "summary": {ttft_mape, tpot_mape, n}, "by": {"engine": {...}, ...}} (MAPE in %).
+    """
+    calibration = calibration or load_calibration()
+    chosen = [c for c in cases if part == "all" or (c.evaluation == (part == "evaluation"))]
+    rows = []
+    for case in chosen:
+        ttft, tpot = sv.predict_latency(case_terms(case), coefficients_for(calibration, case.engine, case.model))
+        rows.append(dict(id=case.id, engine=case.engine, gpu=case.cluster, model=case.model,
+                         part="evaluation" if case.evaluation else "fit",
+                         ttft_ms=case.ttft_ms, ttft_pred_ms=ttft * 1e3, tpot_ms=case.tpot_ms, tpot_pred_ms=tpot * 1e3))
+    return {"rows": rows, "summary": _mape(rows),
+            "by": {key: {v: _mape([r for r in rows if r[key] == v]) for v in sorted({r[key] for r in rows})}
+                   for key in ("engine", "gpu", "model")}}
+
+
+def _mape(rows: list[dict]) -> dict:
+    n = len(rows)
+    if not n:
+        return {"ttft_mape": None, "tpot_mape": None, "n": 0}
+    err = lambda k: round(100 * sum(abs(r[f"{k}_pred_ms"] - r[f"{k}_ms"]) / r[f"{k}_ms"] for r in rows) / n, 1)
+    return {"ttft_mape": err("ttft"), "tpot_mape": err("tpot"), "n": n}
+
+
+def write_calibration(path: Path = CALIBRATION, data: Path = DATA) -> dict:
+    """Fit on the FIT part of `data` and write the coefficients file with its provenance."""
+    cases = load_cases(data)
+    engines = fit(cases)
+    doc = {
+        "description": "[Empirical] coefficients of the serving latency model (planner/cost/serving.py "
+                       "latency_terms / predict_latency), per engine and model class (dense / moe), "
+                       "Hopper GPUs (H100/H200 SXM).",
+        "fitted_on": f"{data.name}: rows with crc32(id) % 4 != 0 (FIT part); evaluation part: crc32(id) % 4 == 0",
+        "method": "numpy.linalg.lstsq with negative terms dropped (non-negative), rows scaled by 1/measured (relative least squares); "
+                  "regenerate: make calibrate-serving",
+        "generated": datetime.date.today().isoformat(),
+        "units": {"collectives": "us per collective", "constant": "ms", "other terms": "dimensionless multipliers"},
+        "engines": engines,
+    }
+    evaluation = validate(cases, doc, part="evaluation")
+    doc["evaluation"] = {"summary": evaluation["summary"], "by_engine": evaluation["by"]["engine"]}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return doc
+
+
+if __name__ == "__main__":
+    if "--write" in sys.argv:
+        result = write_calibration()
+        from planner import report
+
+        report.dump(result["evaluation"], "yaml")

@@ -1,0 +1,77 @@
+"""`planner check` accepts what `planner serve-plan -o` writes, unchanged, and fails edited copies."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _planner(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "planner", *args], capture_output=True, text=True, cwd=ROOT)
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory):
+    out = {}
+    folder = tmp_path_factory.mktemp("serve")
+    for name, extra in (("agg", ()), ("disagg", ("--disaggregated",))):
+        path = folder / f"{name}.yaml"
+        proc = _planner("serve-plan", "-m", "llama-3.1-8b", "-c", "dgx-h100", "--gpus", "4", "--input-len", "2000",
+                        "--output-len", "300", "--ttft-ms", "1500", "--tpot-ms", "40", "-o", str(path), *extra)
+        assert proc.returncode == 0, proc.stderr
+        out[name] = path
+    return out
+
+
+@pytest.mark.parametrize("name", ["agg", "disagg"])
+def test_plan_file_passes_unchanged(written, name):
+    proc = _planner("check", str(written[name]))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.startswith("PASS") and "stale" not in proc.stdout
+
+
+def _edited(written, tmp_path, change) -> Path:
+    data = yaml.safe_load(written["agg"].read_text())
+    change(data)
+    path = tmp_path / "edited.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_indivisible_tp_fails(written, tmp_path):
+    path = _edited(written, tmp_path, lambda d: d["plan"]["parallelism"].update(tp=3))
+    proc = _planner("check", str(path))
+    assert proc.returncode == 1 and "not divisible" in proc.stdout  # 32 heads / 3
+
+
+def test_too_many_gpus_fails(written, tmp_path):
+    path = _edited(written, tmp_path, lambda d: d["plan"]["parallelism"].update(replicas=9))
+    proc = _planner("check", str(path))
+    assert proc.returncode == 1 and "GPUs" in proc.stdout
+
+
+def test_context_beyond_pool_fails(written, tmp_path):
+    # 8B bf16 on one H100 at 0.9: ~ 0.9 x 79.6 - 15 - ~3 GiB = ~53 GiB / 128 KiB per token ~ 430k tokens
+    def change(d):
+        d["request"]["max_model_len"] = 131072
+        d["request"]["mem_fraction"] = 0.25  # 19.9 GiB budget: the weights alone nearly fill it
+    proc = _planner("check", str(_edited(written, tmp_path, change)))
+    assert proc.returncode == 1 and ("context" in proc.stdout or "memory" in proc.stdout)
+
+
+def test_stale_prediction_warns(written, tmp_path):
+    path = _edited(written, tmp_path, lambda d: d["plan"].update(tpot_ms=d["plan"]["tpot_ms"] * 0.5))
+    proc = _planner("check", str(path))
+    assert proc.returncode == 0 and "stale prediction" in proc.stdout
+
+
+def test_missing_key_is_bad_input(written, tmp_path):
+    path = _edited(written, tmp_path, lambda d: d["request"].pop("engine"))
+    proc = _planner("check", str(path))
+    assert proc.returncode == 2 and "request.engine" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1

@@ -1,0 +1,137 @@
+"""Serving memory (planner/cost/serving.py) against published numbers and hand arithmetic.
+
+KV bytes per token: tests/data/reference/models.yaml `kv_cache_bytes_per_token_bf16` (copy of
+shared/reference), which counts every layer at full context (its gpt-oss note says so); fp8 caches
+one byte per element, so its figure is exactly half (element size of float8_e4m3fn).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from planner.cost import serving as sv
+from planner.specs.model import load_model
+
+REFERENCE = Path(__file__).parent / "data" / "reference" / "models.yaml"
+CATALOG = {m["name"]: m for m in yaml.safe_load(REFERENCE.read_text())["models"]}
+CATALOG_NAME = {"Llama-3.1-8B": "llama-3.1-8b", "Llama-3.1-70B": "llama-3.1-70b", "Llama-3.1-405B": "llama-3.1-405b",
+                "Mixtral-8x7B": "mixtral-8x7b", "Mixtral-8x22B": "mixtral-8x22b", "DeepSeek-V3": "deepseek-v3",
+                "Qwen2.5-72B": "qwen2.5-72b", "Qwen3-235B-A22B": "qwen3-235b-a22b", "Qwen3-30B-A3B": "qwen3-30b-a3b",
+                "gpt-oss-120b": "gpt-oss-120b", "GPT-3-175B": "gpt-3-175b", "BLOOM-176B": "bloom-176b",
+                "OPT-175B": "opt-175b", "MT-NLG-530B": "mt-nlg-530b", "Falcon-180B": "falcon-180b",
+                "Nemotron-4-340B": "nemotron-4-340b"}
+GIB = 2**30
+
+
+def _all_layers(name: str, dtype: str) -> float:
+    """KV bytes per token over every layer at full context (the reference's convention), tp=1."""
+    spec = load_model(name)
+    full, window = sv.kv_bytes_per_gpu(spec, sv.Instance(), dtype)
+    return full + (window / spec.sliding_window if spec.sliding_window else 0)
+
+
+@pytest.mark.parametrize("ref", sorted(CATALOG_NAME))
+@pytest.mark.parametrize("dtype,per_byte", [("bf16", 2), ("fp8", 1)])
+def test_kv_bytes_per_token_equal_reference(ref, dtype, per_byte):
+    expected = CATALOG[ref]["kv_cache_bytes_per_token_bf16"] * per_byte // 2
+    assert _all_layers(CATALOG_NAME[ref], dtype) == expected
+
+
+BY_HAND = {
+    "qwen3-32b": 64 * 2 * 8 * 128 * 2,     # 64 layers x (K, V) x 8 KV heads x 128 x 2 B
+    "kimi-k2": 61 * (512 + 64) * 2,       # MLA: 61 layers x (kv_lora_rank + qk_rope_head_dim) x 2 B
+    "glm-4.5": 92 * 2 * 8 * 128 * 2,      # 92 layers (the MTP layer has no serving cache here)
+    "glm-4.5-air": 46 * 2 * 8 * 128 * 2,
+}
+"""bf16 KV bytes per token of catalog models the reference does not list, by hand from their configs."""
+
+
+def test_every_catalog_model_is_covered():
+    from planner.specs.model import catalog_names
+    assert set(catalog_names()) == set(CATALOG_NAME.values()) | set(BY_HAND)
+
+
+@pytest.mark.parametrize("name", sorted(BY_HAND))
+def test_kv_bytes_by_hand_for_models_outside_the_reference(name):
+    assert _all_layers(name, "bf16") == BY_HAND[name]
+    assert _all_layers(name, "fp8") == BY_HAND[name] // 2
+
+
+def test_gqa_split_and_replication_beyond_n_kv():
+    spec = load_model("llama-3.1-8b")  # 8 KV heads: split over min(tp, 8), replicated beyond
+    assert sv.kv_bytes_per_gpu(spec, sv.Instance(tp=4), "bf16")[0] == 131072 / 4
+    assert sv.kv_bytes_per_gpu(spec, sv.Instance(tp=16), "bf16")[0] == 131072 / 8
+    # attention DP 4 inside tp 8: attention TP 2
+    assert sv.kv_bytes_per_gpu(spec, sv.Instance(tp=8, adp=4), "bf16")[0] == 131072 / 2
+
+
+def test_mla_latent_not_split_by_tp():
+    spec = load_model("deepseek-v3")  # 61 x (512 + 64) x 2 B, on every TP rank
+    assert sv.kv_bytes_per_gpu(spec, sv.Instance(tp=8), "bf16")[0] == 61 * 576 * 2
+    assert sv.kv_bytes_per_gpu(spec, sv.Instance(tp=8, pp=2), "bf16")[0] == pytest.approx(31 * 576 * 2)
+
+
+def test_sliding_window_layers_capped():
+    spec = load_model("gpt-oss-120b")  # FC-18: 18 full layers x 2 x 8 x 64 x 2 B = 36,864 B/token
+    full, window = sv.kv_bytes_per_gpu(spec, sv.Instance(), "bf16")
+    assert full == 36864
+    assert window == 18 * 2 * 8 * 64 * 2 * 128  # 18 sliding layers hold 128 tokens
+
+
+def test_llama_8b_bf16_weights_exact():
+    spec = load_model("llama-3.1-8b")
+    total = 8_030_261_248  # models.yaml derived_total_params; vocab 128,256 = 2004 x 64, no padding at tp 1, 2
+    norms = 32 * 2 * 4096 + 4096
+    assert sv.weight_bytes_per_gpu(spec, sv.Instance(), "bf16") == total * 2
+    assert sv.weight_bytes_per_gpu(spec, sv.Instance(tp=2), "bf16") == ((total - norms) // 2 + norms) * 2
+
+
+def test_fp8_weights_keep_embeddings_bf16():
+    # FC-02: fp8 weights with bf16 embeddings and LM head; per-tensor scales are 4 B per tensor (not counted).
+    spec = load_model("llama-3.1-70b")
+    total, vocab = 70_553_706_496, 2 * 128256 * 8192
+    norms = 80 * 2 * 8192 + 8192
+    expected = (total - vocab - norms) * 1 + (vocab + norms) * 2
+    assert sv.weight_bytes_per_gpu(spec, sv.Instance(), "fp8") == expected
+
+
+@pytest.mark.parametrize("fmt,bytes_per_4096", [("int4", 4096 / 2 + 4096 / 128 * 2.5), ("mxfp4", 4096 / 2 + 4096 / 32),
+                                                ("nvfp4", 4096 / 2 + 4096 / 16), ("fp8-block", 4096 + 4096 / 16384 * 4),
+                                                ("int8", 4096 + 2 * 4096 / 4096), ("bf16", 8192)])
+def test_scale_bytes(fmt, bytes_per_4096):
+    assert sv.WEIGHT_FORMATS[fmt].bytes_for(4096, 4096) == pytest.approx(bytes_per_4096)
+
+
+def test_mxfp4_applies_to_experts_only():
+    spec = load_model("gpt-oss-120b")
+    experts = 36 * 128 * (2880 * 5760 + 5760 + 2880 * 2880 + 2880)  # gate_up + bias, down + bias
+    rest = 116_829_156_672 - experts  # models.yaml derived_total_params
+    vocab_pad = (-(-201088 // 64) * 64 - 201088) * 2880 * 2  # embedding and head rows padded to 64
+    expected = experts * (0.5 + 1 / 32) + (rest + vocab_pad) * 2
+    assert sv.weight_bytes_per_gpu(spec, sv.Instance(), "mxfp4") == pytest.approx(expected, abs=2)
+
+
+def test_expert_parallel_splits_experts():
+    spec = load_model("qwen3-235b-a22b")
+    one = sv.weight_bytes_per_gpu(spec, sv.Instance(), "bf16")
+    eight = sv.weight_bytes_per_gpu(spec, sv.Instance(tp=8, ep=8), "bf16")
+    assert one / 8 < eight < one / 8 * 1.05  # experts, attention, vocab all split 8 ways; norms/router whole
+
+
+def test_engine_budget_rules_by_hand():
+    cap, w, a, nt, g = 80 * GIB, 40 * GIB, 2 * GIB, GIB, GIB
+    assert sv.engine_kv_pool_bytes("vllm", cap, w, a, nt, g, 0.9) == 0.9 * 80 * GIB - 44 * GIB
+    assert sv.engine_kv_pool_bytes("sglang", cap, w, a, nt, g, 0.88) == int(0.88 * 80 * GIB - 41 * GIB)
+    assert sv.engine_kv_pool_bytes("trtllm", cap, w, a, nt, g, 0.9) == int(0.9 * (80 - 44) * GIB)
+
+
+def test_longest_context_and_concurrency():
+    spec = load_model("llama-3.1-8b")
+    mem = sv.serving_memory(spec, sv.Instance(), capacity=80 * GIB, weight_format="bf16", kv_dtype="bf16",
+                            engine="vllm", fraction=0.9)
+    assert sv.longest_context(mem, spec) == mem.kv_cache // 131072
+    assert mem.kv_tokens == mem.kv_cache // 131072
+    assert sv.max_concurrency(mem, spec, sv.Instance(), 4096) == mem.kv_cache // (131072 * 4096)

@@ -1,0 +1,260 @@
+"""`planner serve-plan`: serving field cases FC-02, FC-03, FC-18 (tests/data/reference/field_cases.yaml),
+the CLI's exits, the latency model's published error, and the program against brute force."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from planner import serve
+from planner.cost import serving as sv
+from planner.search import serve_ilp
+from planner.serve_validate import load_calibration, load_cases, validate, fit
+from planner.specs.cluster import load_cluster
+from planner.specs.model import load_model
+
+ROOT = Path(__file__).resolve().parents[1]
+FIELD = {c["id"]: c for c in yaml.safe_load((ROOT / "tests/data/reference/field_cases.yaml").read_text())["cases"]}
+GIB = 2**30
+H100 = load_cluster("dgx-h100")
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "planner", "serve-plan", *args], capture_output=True, text=True,
+                          cwd=ROOT)
+
+
+# ---------------------------------------------------------------- field cases
+
+def test_fc02_llama70b_fp8_16k_on_one_h100_fails_with_numbers():
+    case = FIELD["FC-02"]["inputs"]
+    assert case["max_model_len"] == 16000 and case["gpu_memory_utilization"] == 0.95
+    proc = _cli("-m", "llama-3.1-70b", "-c", "dgx-h100", "--gpus", "1", "--input-len", "15000", "--output-len", "1000",
+                "--weight-dtype", "fp8", "--mem-fraction", "0.95", "--max-model-len", "16000")
+    assert proc.returncode == 1
+    # Weights by hand (see test_serve_memory): 68.45e9 fp8 + 2.10e9 bf16 = 67.67 GiB.
+    assert "67.67" in proc.stdout
+    error = proc.stderr.strip().splitlines()[-1]
+    assert "context binds" in error and "16000" in error and "--gpus 2" in error
+    # One 16,000-token sequence needs 16,000 x 327,680 B = 4.88 GiB; the pool is smaller.
+    spec = load_model("llama-3.1-70b")
+    mem = sv.serving_memory(spec, sv.Instance(), capacity=H100.gpu.memory_bytes, weight_format="fp8",
+                            kv_dtype="bf16", engine="vllm", fraction=0.95)
+    assert mem.kv_cache < 16000 * 327680 < mem.kv_cache + mem.reserve + mem.activations
+
+
+def test_fc03_reservation_is_not_the_weight_size():
+    proc = _cli("-m", "llama-3.1-8b", "-c", "dgx-h100", "--gpus", "1", "--input-len", "2048", "--output-len", "2048",
+                "--max-model-len", "4096", "--weight-dtype", "fp8", "--engine", "vllm", "--mem-fraction", "0.9",
+                "-f", "json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    mem = data["plans"][0]["memory_bytes"]
+    # weights, activation peak and KV pool are separate numbers; together with the reserve they are
+    # the 0.9 x capacity vLLM reserves, not the ~8.5 GiB of fp8 weights.
+    assert mem["weights"] < 9 * GIB and mem["kv_cache"] > 50 * GIB and mem["activations"] > 0
+    assert sum(mem[k] for k in ("weights", "activations", "kv_cache", "reserve")) == pytest.approx(0.9 * mem["capacity"], abs=2)
+    assert any("reserves this memory" in n for n in data["notes"])
+
+
+def test_fc18_gpt_oss_longest_context():
+    case = FIELD["FC-18"]
+    spec = load_model("gpt-oss-120b")
+    full, window = sv.kv_bytes_per_gpu(spec, sv.Instance(), "bf16")
+    assert full == 36864  # 18 x 2 x 8 x 64 x 2 B
+    # With the reported 1.71 GiB pool the longest context is about 49k tokens ("about 49k").
+    pool = int(case["reported"]["kv_pool_gib_at_0_95"] * GIB)
+    mem = sv.ServingMemory(weights=0, activations=0, reserve=0, kv_cache=pool, capacity=0, kv_bytes_per_token=full,
+                           kv_window_bytes=window, kv_tokens=0, engine="vllm", budget_fraction=0.95)
+    longest = sv.longest_context(mem, spec)
+    assert longest == (pool - window) // 36864
+    assert 49_000 <= longest < 50_000
+    # At 0.90 the reported pool is negative: nothing fits.
+    assert case["reported"]["kv_pool_gib_at_0_90"] < 0
+
+
+def test_fc18_refuses_context_beyond_pool_and_proposes_length():
+    # gpt-oss-120b with MXFP4 experts on one H100 at 0.82 utilisation: a ~2.4 GiB pool, so 131072 is refused
+    # with the safe length printed (the field report's 0.95 pool depends on vLLM's Hopper MXFP4 layout).
+    proc = _cli("-m", "gpt-oss-120b", "-c", "dgx-h100", "--gpus", "1", "--input-len", "1024", "--output-len", "1024",
+                "--max-model-len", "131072", "--weight-dtype", "mxfp4", "--mem-fraction", "0.82",
+                "--max-num-batched-tokens", "1024")
+    assert proc.returncode == 1
+    error = proc.stderr.strip().splitlines()[-1]
+    assert "context binds" in error and "--max-model-len" in error
+
+
+# ---------------------------------------------------------------- CLI behaviour
+
+def test_bad_input_is_one_line_exit_2():
+    for args in (("--weight-dtype", "fp3"), ("--concurrency", "4", "--request-rate", "2"), ("--fix", "tp=three")):
+        proc = _cli("-m", "llama-3.1-8b", "-c", "dgx-h100", "--gpus", "1", "--input-len", "100", "--output-len", "10", *args)
+        assert proc.returncode == 2, args
+        assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+
+
+def test_slo_infeasible_names_loosest_slo():
+    proc = _cli("-m", "llama-3.1-70b", "-c", "hgx-h200", "--gpus", "8", "--input-len", "4000", "--output-len", "500",
+                "--ttft-ms", "100", "--tpot-ms", "5")
+    assert proc.returncode == 1
+    assert "SLO binds" in proc.stderr and "--tpot-ms" in proc.stderr
+
+
+def test_json_schema():
+    proc = _cli("-m", "llama-3.1-70b", "-c", "hgx-h200", "--gpus", "8", "--input-len", "4000", "--output-len", "500",
+                "--ttft-ms", "2000", "--tpot-ms", "50", "-f", "json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert {"status", "objective", "wall_s", "candidates_evaluated"} <= set(data["solver"])
+    plan = data["plans"][0]
+    assert {"tp", "pp", "ep", "dp", "replicas", "prefill_workers", "decode_workers"} <= set(plan["parallelism"])
+    assert {"weights", "activations", "kv_cache", "reserve", "capacity"} <= set(plan["memory_bytes"])
+    for key in ("kv_tokens", "max_concurrency", "ttft_ms", "tpot_ms", "tokens_per_s_per_gpu", "tokens_per_s_per_user"):
+        assert key in plan
+    assert plan["ttft_ms"] <= 2000 and plan["tpot_ms"] <= 50
+    assert plan["parallelism"]["tp"] * plan["parallelism"]["pp"] * plan["parallelism"]["replicas"] <= 8
+
+
+# ---------------------------------------------------------------- program vs brute force
+
+@pytest.mark.parametrize("model,cluster,gpus,rate", [("llama-3.1-8b", "dgx-h100", 8, 3.0), ("qwen3-32b", "dgx-h100", 8, 1.5)])
+def test_serve_plan_equals_brute_force(model, cluster, gpus, rate):
+    spec, hw = load_model(model), load_cluster(cluster)
+    coefficients = load_calibration()["engines"]["vllm"]["dense"]
+    req = serve.ServeRequest(gpus=gpus, input_len=2000, output_len=200, tpot_ms=40)
+    cands = serve.candidates(spec, hw, req, coefficients)[-1]
+    g = [ev["inst"].gpus for ev, _ in cands]
+    t = [p["tokens_per_s"] for _, p in cands]
+    best, _ = serve_ilp.brute_best_mix(g, t, gpus)
+    data = serve.serve_plan(spec, hw, req)
+    supplied = sum(int(p["tokens_per_s"] * 1000) for p in data["deployment"]["mix"])
+    assert abs(supplied / 1000 - best) <= 0.06 * len(data["deployment"]["mix"])  # plans round to 0.1 tokens/s
+    rated = serve.ServeRequest(gpus=gpus, input_len=2000, output_len=200, tpot_ms=40, request_rate=rate)
+    cands = serve.candidates(spec, hw, rated, coefficients)[-1]
+    fewest = serve_ilp.brute_min_gpus([ev["inst"].gpus for ev, _ in cands], [p["requests_per_s"] for _, p in cands],
+                                      rate, gpus)
+    assert serve.serve_plan(spec, hw, rated)["deployment"]["gpus"] == fewest
+
+
+# ---------------------------------------------------------------- latency accuracy
+
+@pytest.fixture(scope="module")
+def cases():
+    return load_cases()
+
+
+def test_calibration_file_is_the_fit_of_the_fit_part(cases):
+    shipped = load_calibration()["engines"]
+    fresh = fit(cases)
+    assert set(fresh) == set(shipped) == {"sglang", "trtllm", "vllm"}
+    for engine, classes in fresh.items():
+        assert set(classes) == set(shipped[engine]) == {"dense", "moe"}
+        for cls, coefficients in classes.items():
+            for target in ("ttft", "tpot"):
+                for term, value in coefficients[target].items():
+                    assert shipped[engine][cls][target][term] == pytest.approx(value, rel=1e-4, abs=1e-6)
+
+
+def test_evaluation_tpot_meets_issue_bar_and_ttft_as_published(cases):
+    """Error on the EVALUATION part (crc32(id) % 4 == 0; never fitted): TPOT MAPE 14.7 % (issue bar:
+    <= 15 %), TTFT MAPE 32.7 % (README accuracy table; the issue's 25 % is the strict xfail below)."""
+    summary = validate(cases, part="evaluation")["summary"]
+    assert summary["n"] == 189
+    assert summary["tpot_mape"] <= 15
+    assert summary["ttft_mape"] <= 32.8
+
+
+@pytest.mark.xfail(strict=True, reason="issue 10 bar TTFT MAPE <= 25 % not reached: 32.7 % on the evaluation part")
+def test_evaluation_ttft_meets_issue_bar(cases):
+    assert validate(cases, part="evaluation")["summary"]["ttft_mape"] <= 25
+
+
+# ---------------------------------------------------------------- planner validate --suite serving
+
+def _validate(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "planner", "validate", "--suite", "serving", *args],
+                          capture_output=True, text=True, cwd=ROOT)
+
+
+def test_validate_serving_json_summary(tmp_path):
+    src = (ROOT / "tests/data/reference/serving_measurements.csv").read_text().splitlines()
+    header, rows = src[0], [line for line in src[1:] if ",trtllm," in line and "Qwen/Qwen3-32B" in line][:3]
+    data = tmp_path / "three.csv"
+    data.write_text("\n".join([header, *rows]) + "\n")
+    proc = _validate("--data", str(data), "-f", "json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["summary"]["n"] == 3 and {"ttft_mape", "tpot_mape", "n"} <= set(out["summary"])
+    # MAPE by hand from the three rows it printed
+    by_hand = sum(abs(r["tpot_pred_ms"] - r["tpot_ms"]) / r["tpot_ms"] for r in out["rows"]) / 3 * 100
+    assert out["summary"]["tpot_mape"] == pytest.approx(by_hand, abs=0.05)
+    assert set(out["by"]) == {"engine", "gpu", "model"}
+
+
+def test_validate_bad_data_exit_2(tmp_path):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("id,backend,model_path,system,isl,osl,batch_size,tp_size,silicon_ttft_ms,silicon_tpot_ms\n"
+                   "x,vllm,some/Model,h100_sxm,1,1,1,1,1,1\n")
+    proc = _validate("--data", str(bad))
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+    assert "model_path" in proc.stderr
+
+
+# ---------------------------------------------------------------- --disaggregated
+
+def test_disaggregated_equals_brute_force_and_rate_matches():
+    spec, hw = load_model("llama-3.1-8b"), load_cluster("dgx-h100")
+    coefficients = load_calibration()["engines"]["vllm"]["dense"]
+    req = serve.ServeRequest(gpus=4, input_len=4000, output_len=300, ttft_ms=1500, tpot_ms=40, disaggregated=True)
+    _, _, sides = serve.worker_candidates(spec, hw, req, coefficients)
+    pre, dec = sides["prefill"], sides["decode"]
+    best = serve_ilp.brute_disaggregated([e["inst"].gpus for e, _ in pre], [p["requests_per_s"] for _, p in pre],
+                                         [e["inst"].gpus for e, _ in dec], [p["requests_per_s"] for _, p in dec],
+                                         [p["tokens_per_s"] for _, p in dec], 4)
+    data = serve.serve_plan(spec, hw, req)
+    workers = data["deployment"]["workers"]
+    decode_tokens = sum(w["tokens_per_s"] for w in workers if w["role"] == "decode")
+    assert decode_tokens == pytest.approx(best, abs=0.06 * len(workers))
+    prefill_rate = sum(w["requests_per_s"] for w in workers if w["role"] == "prefill")
+    decode_rate = sum(w["requests_per_s"] for w in workers if w["role"] == "decode")
+    assert prefill_rate >= decode_rate - 0.002  # rate matching (rounded to 0.001 per row)
+    assert data["plans"][0]["parallelism"]["prefill_workers"] >= 1 and data["deployment"]["gpus"] <= 4
+    assert data["plans"][0]["ttft_ms"] <= 1500 and data["plans"][0]["tpot_ms"] <= 40
+
+
+def test_disaggregated_cli_table():
+    proc = _cli("-m", "llama-3.1-8b", "-c", "dgx-h100", "--gpus", "4", "--input-len", "4000", "--output-len", "300",
+                "--ttft-ms", "1500", "--tpot-ms", "40", "--disaggregated")
+    assert proc.returncode == 0, proc.stderr
+    assert "prefill" in proc.stdout and "decode" in proc.stdout
+
+
+def test_fix_that_breaks_a_rule_lists_allowed_values():
+    proc = _cli("-m", "llama-3.1-70b", "-c", "hgx-h200", "--gpus", "8", "--input-len", "4000", "--output-len", "500",
+                "--fix", "tp=3")
+    assert proc.returncode == 1
+    assert "allowed tp: 1, 2, 4, 8" in proc.stderr
+
+
+def test_context_beyond_model_limit_is_bad_input():
+    proc = _cli("-m", "qwen3-32b", "-c", "dgx-h100", "--gpus", "8", "--input-len", "40000", "--output-len", "1000")
+    assert proc.returncode == 2 and "max_position_embeddings 40960" in proc.stderr
+
+
+def test_output_file_and_plot_without_matplotlib(tmp_path, monkeypatch):
+    out = tmp_path / "serve-plan.yaml"
+    proc = _cli("-m", "llama-3.1-8b", "-c", "dgx-h100", "--gpus", "1", "--input-len", "1000", "--output-len", "100",
+                "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    written = yaml.safe_load(out.read_text())
+    assert written["kind"] == "serving-plan" and written["plan"]["parallelism"]["tp"] == 1
+    from planner import report
+    from planner.errors import SpecError
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import fails as when it is not installed
+    with pytest.raises(SpecError, match="matplotlib is not installed"):
+        report.plot_pareto({"pareto": [], "request": {}}, str(tmp_path / "x.png"))
