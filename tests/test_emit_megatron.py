@@ -183,7 +183,10 @@ def test_known_flags_of_a_hand_written_plan():
         "--tensor-model-parallel-size 2", "--pipeline-model-parallel-size 2",
         "--context-parallel-size 1", "--sequence-parallel", "--micro-batch-size 1",
         "--global-batch-size 128", "--seq-length 4096", "--use-distributed-optimizer", "--bf16",
-        "--fp8-format hybrid", "--optimizer adam", "--recompute-granularity selective",
+        "--fp8-format hybrid",
+        # dp 4 > 1 with ZeRO-1: the overlaps the step-time model prices (Megatron defaults: off)
+        "--overlap-grad-reduce", "--overlap-param-gather",
+        "--optimizer adam", "--recompute-granularity selective",
         "--num-layers 32", "--hidden-size 4096", "--ffn-hidden-size 14336",
         "--num-attention-heads 32", "--group-query-attention", "--num-query-groups 8",
         "--kv-channels 128", "--max-position-embeddings 131072", "--swiglu",

@@ -468,6 +468,18 @@ def _architecture_gaps(model: ModelSpec) -> list[str]:
 
 # ---------------------------------------------------------------- the script
 
+def _overlap_flags(layout: Layout) -> list[str]:
+    """The data-parallel overlaps the step-time model prices (the gradient sync hidden under the
+    last micro-batch's backward): the gradient-reduce overlap whenever gradients are reduced over
+    dp x cp, and the parameter-gather overlap with a distributed optimizer or Megatron-FSDP
+    (ZeRO >= 1), as Megatron-Bridge's performance recipes set them (Megatron's defaults are off;
+    the flags: `frameworks.megatron` overlap_grad_reduce / overlap_param_gather)."""
+    if layout.dp * layout.cp == 1:
+        return []
+    out = [F["overlap_grad_reduce"]]
+    return out + [F["overlap_param_gather"]] if layout.zero_stage >= 1 else out
+
+
 def _flags(doc: dict, model: ModelSpec, layout: Layout, recompute: Recompute) -> list[str]:
     request = doc["request"]
     out = [_flag(layout, k) for k in ("tp", "pp", "cp")]
@@ -478,6 +490,7 @@ def _flags(doc: dict, model: ModelSpec, layout: Layout, recompute: Recompute) ->
         out.append(F["sequence_parallel"])
     out += [_flag(layout, k) for k in ("micro_batch_size", "global_batch_size", "seq_len")]
     out += list(mg.ZERO_FLAGS[layout.zero_stage]) + list(mg.PRECISION_FLAGS[layout.precision])
+    out += _overlap_flags(layout)
     out.append(f"{F['optimizer']} {mg.OPTIMIZERS[request['optimizer']]}")
     out += recompute.flags() + _architecture_flags(model, layout.seq_len)
     return out + [f"{F['tokenizer_type']} HuggingFaceTokenizer",

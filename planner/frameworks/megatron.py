@@ -65,6 +65,12 @@ FLAGS = (
     Flag("seq_len", "--seq-length", INT),
     # state sharding (common_config.py; megatron-fsdp-user-guide)
     Flag("distributed_optimizer", "--use-distributed-optimizer", SWITCH, False),
+    # the DP overlaps the step-time model assumes (`cost/step_time.py` StageCostModel: the
+    # gradient sync overlaps the last micro-batch's backward); both default to False
+    # (`distributed_data_parallel_config.py` @d98e8a6) and --overlap-param-gather asserts
+    # --overlap-grad-reduce and a distributed optimizer or Megatron-FSDP (`arguments.py`)
+    Flag("overlap_grad_reduce", "--overlap-grad-reduce", SWITCH, False, read=False),
+    Flag("overlap_param_gather", "--overlap-param-gather", SWITCH, False, read=False),
     Flag("megatron_fsdp", "--use-megatron-fsdp", SWITCH, False),
     Flag("sharding_strategy", "--data-parallel-sharding-strategy", CHOICE, "optim_grads_params",
          ("no_shard", "optim", "optim_grads", "optim_grads_params")),
