@@ -431,7 +431,13 @@ def _pinned_split(model: ModelSpec, layout: Layout) -> tuple[int, ...] | None:
     layout's virtual-stage layout (`_with_split` gives Megatron's account-for split) fixes each
     rank's layers. Source: Megatron-LM d98e8a6 `transformer_block.py` `get_num_layers_to_build`
     (num_layers // pp // vpp per chunk, less the embedding's and the loss's slots when accounted
-    for). None: the program chooses the split."""
+    for). None: the program chooses the split.
+
+    With chunks that differ the program still prices the bubble as (pp - 1) / vpp x the stage's
+    per-micro-batch time, never more than the schedule's (pp - 1) x the slowest chunk that
+    `step_time` charges (a rank's chunk times sum to at least its stage time), so the program's
+    value stays a lower bound on the plan's step and the search's pruning stays sound; its
+    per-layer recompute is optimal for that bubble, not necessarily for the slowest-chunk one."""
     if layout.vpp == 1:
         return None
     if layout.pipeline_layout is not None:
@@ -517,16 +523,16 @@ def _solve(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> Evaluated |
         return None
     chosen = layout.replace(pipeline_layers=solution.layers_per_stage,
                                  recompute=layout_recompute(solution.layer_recompute))
-    modes = _in_layer_order(chosen, solution.layer_recompute)
-    if not _fits_as_costed(costs, chosen, modes):
+    per_layer = _in_layer_order(chosen, solution.layer_recompute)
+    if not _fits_as_costed(costs, chosen, per_layer):
         costs.infeasible.append(layout)
         costs.recost_rejected += 1
         # what this candidate might still reach with another split: the program's own bound
         costs.rejected_bound_s = min(costs.rejected_bound_s, _refined_bound(costs, layout, modes))
         return None
-    step = step_time(costs.model, costs.cluster, chosen, recompute_layers=modes)
+    step = step_time(costs.model, costs.cluster, chosen, recompute_layers=per_layer)
     return Evaluated(layout=chosen, objective_s=step.step, status=solution.status,
-                     solution=solution, modes=modes)
+                     solution=solution, modes=per_layer)
 
 
 def _in_layer_order(layout: Layout, modes: tuple[str, ...]) -> tuple[str, ...]:
