@@ -257,3 +257,24 @@ def test_plan_returns_uneven_interleaved_plan_with_fixed_vpp():
     par = json.loads(result.output)["plans"][0]["parallelism"]
     assert par["pipeline_layout"] == "Et|(tt|)*62tL"
     assert par["pipeline_layers"] == [15, 16, 16, 16, 16, 16, 16, 15]
+
+
+def test_near_even_layout_when_no_account_for_split_divides():
+    # DeepSeek-V3's 61 layers over 8 x 4: 61 + 1 or + 2 slots never divide by 32, so the layout
+    # string spreads 63 slots: 1 each + 31 extra to chunks 1..31; chunk 0 = E alone (1 - 1 slot),
+    # chunks 1..30 two layers, chunk 31 = 2 - 1 layer + L: 0 + 60 + 1 = 61.
+    stages = pl.uneven_interleaved(61, 8, 4)
+    assert pl.to_string(stages) == "E|(tt|)*30tL"
+    assert pl.account_for_options(stages, 8) is None           # only the string builds it
+    assert pl.account_for_options(pl.uneven_interleaved(126, 8, 8), 8) == (True, True)
+    assert pl.account_for_options(pl.parse("Et|(tt|)*30mL", 8), 8) is None
+
+
+def test_plan_split_for_interleaving_megatron_only():
+    from planner.plan import _with_split
+    model = model_spec.load_model("llama-3.1-405b")
+    layout = _with_split(model, Layout(tp=8, pp=8, vpp=8, dp=16))
+    assert pl.to_string(layout.pipeline_layout) == "Et|(tt|)*62tL"
+    assert layout.pipeline_layers == (15, 16, 16, 16, 16, 16, 16, 15)
+    titan = _with_split(model, Layout(tp=8, pp=8, vpp=8, dp=16, framework="torchtitan"))
+    assert titan.pipeline_layout is None     # torchtitan spreads the remainder itself

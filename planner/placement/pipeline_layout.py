@@ -159,6 +159,22 @@ def account_for_split(num_layers: int, pp: int, vpp: int, *, embedding: bool,
     return with_ends(tuple(counts))
 
 
+def account_for_options(stages: tuple[str, ...], pp: int) -> tuple[bool, bool] | None:
+    """(embedding, loss): the account-for options that build exactly `stages` (with vpp =
+    len(stages) / pp), or None when only an explicit layout string does (MTP layers, or chunks
+    that no account-for split gives). What a Megatron launch needs: the two flags, or
+    `--pipeline-model-parallel-layout to_string(stages)`."""
+    if "m" in "".join(stages):
+        return None
+    n, vpp = sum(decoder_counts(stages)), len(stages) // pp
+    for embedding, loss in ((False, False), (True, True), (False, True), (True, False)):
+        slots = n + embedding + loss
+        if slots % (pp * vpp) == 0 and account_for_split(n, pp, vpp, embedding=embedding,
+                                                         loss=loss) == stages:
+            return embedding, loss
+    return None
+
+
 def with_ends(counts: tuple[int, ...]) -> tuple[str, ...]:
     """The layout of `counts` decoder layers per virtual stage, the embedding first, the loss last."""
     stages = ["t" * n for n in counts]
@@ -168,11 +184,28 @@ def with_ends(counts: tuple[int, ...]) -> tuple[str, ...]:
 
 
 def uneven_interleaved(num_layers: int, pp: int, vpp: int) -> tuple[str, ...] | None:
-    """The account-for split `planner plan` gives an interleaved layout whose pp x vpp does not
-    divide the layers: embedding and loss both accounted for, else the loss alone, else the
-    embedding alone (the first Megatron accepts); None when none divides."""
+    """The virtual-stage split `planner plan` gives an interleaved layout whose pp x vpp does not
+    divide the layers: Megatron's account-for split with the embedding and the loss both accounted
+    for, else the loss alone, else the embedding alone (the first Megatron accepts); when none
+    divides, `near_even` as an explicit layout string. None when there are fewer slots than
+    virtual stages."""
     for embedding, loss in ((True, True), (False, True), (True, False)):
         slots = num_layers + embedding + loss
-        if slots % (pp * vpp) == 0 and slots // (pp * vpp) >= 1 + (embedding and loss and pp * vpp == 1):
+        if slots % (pp * vpp) == 0 and slots // (pp * vpp) >= 1:
             return account_for_split(num_layers, pp, vpp, embedding=embedding, loss=loss)
-    return None
+    return near_even(num_layers, pp * vpp)
+
+
+def near_even(num_layers: int, chunks: int) -> tuple[str, ...] | None:
+    """num_layers + 2 slots (the embedding's and the loss's, as the account-for options count
+    them) over `chunks` virtual stages as evenly as they go, the larger ones in the middle (after
+    chunk 0), the embedding taking a slot of chunk 0 and the loss one of the last; None when a
+    virtual stage would get no slot."""
+    slots = num_layers + 2
+    base, extra = divmod(slots, chunks)
+    if base < 1:
+        return None
+    counts = [base + (1 if 1 <= c <= extra else 0) for c in range(chunks)]
+    counts[0] -= 1
+    counts[-1] -= 1
+    return with_ends(tuple(counts))

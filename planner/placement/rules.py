@@ -270,12 +270,22 @@ def _layers(model: ModelSpec, cluster, layout: Layout) -> list[Violation]:
     built = n // chunks * chunks
     what = f"pp={pp}" if vpp == 1 else f"pp x vpp = {pp} x {vpp} = {chunks} virtual stages"
     uneven = pipeline_layout.uneven_interleaved(n, pp, vpp) if vpp > 1 else None
-    keep = (f"keep pp x vpp with Megatron's account-for split, `--pipeline-layout "
-            f"\"{pipeline_layout.to_string(uneven)}\"`" if uneven else _keep_pp_fix(n, pp, vpp))
+    keep = _keep_pp_fix(n, pp, vpp) if uneven is None else f"keep pp x vpp with {_layout_fix(uneven, pp)}"
     return [Violation(rule="layers_divisible_by_pp",
                       message=f"num_hidden_layers={n} is not divisible by {what}: an even split "
                               f"builds {built} layers, not {n}",
                       fix=f"{_pp_fix(n, vpp, cluster.num_gpus, pp)}, or {keep}")]
+
+
+def _layout_fix(stages: tuple[str, ...], pp: int) -> str:
+    """How to ask for `stages`: Megatron's account-for options where they build it, else the
+    explicit layout string."""
+    options = pipeline_layout.account_for_options(stages, pp)
+    text = f"`--pipeline-layout \"{pipeline_layout.to_string(stages)}\"`"
+    if not options or not any(options):
+        return text
+    flags = " ".join(f for f, on in zip(("--account-for-embedding", "--account-for-loss"), options) if on)
+    return f"Megatron's account-for split ({flags}: {text})"
 
 
 def _pipeline_layout(model: ModelSpec, layout: Layout) -> list[Violation]:
@@ -300,7 +310,7 @@ def _pipeline_layout(model: ModelSpec, layout: Layout) -> list[Violation]:
         out.append(Violation(rule="pipeline_layout",
                              message=f"pipeline_layout {text} has {decoders} decoder layers t; the "
                                      f"model has num_hidden_layers={n}",
-                             fix=f"e.g. \"{pipeline_layout.to_string(uneven)}\"" if uneven
+                             fix=f"e.g. {_layout_fix(uneven, pp)}" if uneven
                              else f"give {n} decoder layers t"))
     if mtp not in (0, model.num_nextn_predict_layers):
         out.append(Violation(rule="pipeline_layout",
