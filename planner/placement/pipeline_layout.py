@@ -175,6 +175,14 @@ def account_for_options(stages: tuple[str, ...], pp: int) -> tuple[bool, bool] |
     return None
 
 
+def from_rank_counts(counts: tuple[int, ...], vpp: int) -> tuple[str, ...]:
+    """A layout giving pipeline rank r counts[r] decoder layers over its vpp chunks, the remainder
+    on its first chunks (chunk c = rank c % pp, local chunk c // pp)."""
+    pp = len(counts)
+    return with_ends(tuple(counts[c % pp] // vpp + (1 if c // pp < counts[c % pp] % vpp else 0)
+                           for c in range(pp * vpp)))
+
+
 def with_ends(counts: tuple[int, ...]) -> tuple[str, ...]:
     """The layout of `counts` decoder layers per virtual stage, the embedding first, the loss last."""
     stages = ["t" * n for n in counts]

@@ -253,6 +253,8 @@ def _layers(model: ModelSpec, cluster, layout: Layout) -> list[Violation]:
             stages = [s for s, c in enumerate(split) if c % vpp]
             even = f"e.g. pipeline_layers={[n // pp] * pp}" if n % (pp * vpp) == 0 else \
                 "vpp=1, or pp x vpp dividing the layers"
+            even += (f", or keep this split with unequal chunks, "
+                     f"{_layout_fix(pipeline_layout.from_rank_counts(tuple(split), vpp), pp)}")
             return [Violation(rule="pipeline_layers",
                               message=f"pipeline_layers={list(split)}: stage(s) {stages} hold "
                                       f"{[split[s] for s in stages]} layers, not multiples of "
@@ -270,7 +272,9 @@ def _layers(model: ModelSpec, cluster, layout: Layout) -> list[Violation]:
     built = n // chunks * chunks
     what = f"pp={pp}" if vpp == 1 else f"pp x vpp = {pp} x {vpp} = {chunks} virtual stages"
     uneven = pipeline_layout.uneven_interleaved(n, pp, vpp) if vpp > 1 else None
-    keep = _keep_pp_fix(n, pp, vpp) if uneven is None else f"keep pp x vpp with {_layout_fix(uneven, pp)}"
+    keep = _keep_pp_fix(n, pp, vpp)
+    if uneven is not None:
+        keep = (f"{keep}, or " if n % pp == 0 else "") + f"keep pp x vpp with {_layout_fix(uneven, pp)}"
     return [Violation(rule="layers_divisible_by_pp",
                       message=f"num_hidden_layers={n} is not divisible by {what}: an even split "
                               f"builds {built} layers, not {n}",
