@@ -20,6 +20,7 @@ from planner import __version__
 from planner import report
 from planner.errors import InfeasibleError, PlannerError, SpecError
 from planner.placement import layout as layout_mod
+from planner.placement import pipeline_layout as pipeline_layout_mod
 from planner.placement.layout import Layout
 from planner.search.mesh import FIXABLE
 from planner.specs import cluster as cluster_spec
@@ -255,6 +256,12 @@ def explain_cmd(
     vpp: Annotated[int, typer.Option(min=1, max=MAX_VPP, help="Virtual pipeline stages per rank (interleaved 1F1B).")] = 1,
     pipeline_layers: Annotated[str | None, typer.Option(
         metavar="N,N,...", help="Decoder layers per pipeline stage, e.g. 7,8,8,...,7 (default: even split).")] = None,
+    pipeline_layout: Annotated[str | None, typer.Option(
+        metavar="STRING", help="Layers per virtual stage as Megatron's --pipeline-model-parallel-layout, e.g. \"Et|(tt|)*30mL\" (sets vpp).")] = None,
+    account_for_embedding: Annotated[bool, typer.Option(
+        "--account-for-embedding", help="Megatron --account-for-embedding-in-pipeline-split: the embedding takes a layer slot of the first virtual stage.")] = False,
+    account_for_loss: Annotated[bool, typer.Option(
+        "--account-for-loss", help="Megatron --account-for-loss-in-pipeline-split: the loss takes a layer slot of the last virtual stage.")] = False,
     recompute_per_stage: Annotated[str | None, typer.Option(
         metavar="17n/2f,20n,...", help="Recompute counts per stage as `plan` prints them (n none, s selective, f full); overrides --recompute.")] = None,
     offload: Annotated[list[Offload] | None, typer.Option(case_sensitive=False, help="State to keep in host memory (repeatable).")] = None,
@@ -271,11 +278,14 @@ def explain_cmd(
     hw = cluster_spec.load_cluster(cluster, gpus=gpus)
     if dp is None:
         dp = max(1, hw.num_gpus // (tp * pp * cp))
+    stages = _virtual_stages(pipeline_layout, account_for_embedding, account_for_loss, spec, pp, vpp)
+    vpp = len(stages) // pp if stages else vpp
     layout = Layout(
         dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, dp_shard=dp_shard, zero_stage=zero_stage,
         micro_batch_size=micro_batch_size, global_batch_size=global_batch_size or dp * micro_batch_size * pp,
         pipeline_layers=_layer_split(pipeline_layers, pp),
         seq_len=seq_len, recompute=_value(recompute), sequence_parallel=sequence_parallel, vpp=vpp,
+        pipeline_layout=stages,
         offload=frozenset(_value(o) for o in offload or ()), optimizer=_value(optimizer),
         precision=_precision(precision, hw), framework=_value(framework))
     reserve = None if reserve_gib is None else int(reserve_gib * 2**30)
@@ -352,6 +362,27 @@ def _stage_recompute(text: str | None, pp: int) -> tuple[dict[str, int], ...] | 
     if len(stages) != pp:
         raise SpecError(f"value {text!r} gives {len(stages)} stages; pp={pp}", key="--recompute-per-stage")
     return tuple(stages)
+
+
+def _virtual_stages(text: str | None, embedding: bool, loss: bool, spec, pp: int,
+                    vpp: int) -> tuple[str, ...] | None:
+    """`--pipeline-layout` parsed (its stage count sets vpp), or Megatron's account-for split of
+    the model's layers over pp x vpp; None when neither is given. Megatron takes one or the other
+    (`transformer_config.py` asserts it)."""
+    if text is None:
+        if not (embedding or loss):
+            return None
+        return pipeline_layout_mod.account_for_split(spec.num_hidden_layers, pp, vpp,
+                                                     embedding=embedding, loss=loss)
+    if embedding or loss:
+        raise SpecError("--pipeline-layout places the embedding and loss itself; drop "
+                        "--account-for-embedding / --account-for-loss", key="--pipeline-layout")
+    stages = pipeline_layout_mod.parse(text, pp)
+    if vpp not in (1, len(stages) // pp):
+        raise SpecError(f"value {text!r} has {len(stages)} virtual stages = pp x {len(stages) // pp}, "
+                        f"not pp x vpp = {pp} x {vpp}; drop --vpp (the layout sets it)",
+                        key="--pipeline-layout")
+    return stages
 
 
 def _layer_split(text: str | None, pp: int) -> tuple[int, ...] | None:

@@ -95,6 +95,7 @@ from planner.cost.step_time import (
     total_stage_params,
 )
 from planner.errors import InfeasibleError, SpecError
+from planner.placement import pipeline_layout
 from planner.placement.layout import RECOMPUTE_MODES, Layout
 from planner.placement.precision import state_bytes
 from planner.placement.rules import (
@@ -425,18 +426,30 @@ def _working_set_peak_bytes(costs: _Costs, layout: Layout, stage: int,
 
 
 def _pinned_split(model: ModelSpec, layout: Layout) -> tuple[int, ...] | None:
-    """The split the program must keep: interleaved 1F1B (vpp > 1) builds pp x vpp equal model
-    chunks, so every rank holds num_hidden_layers / pp layers (the rules require pp x vpp to divide
-    them). Source: Megatron-LM `transformer_block.py` `get_num_layers_to_build` (num_layers // pp //
-    vpp per chunk). None: the program chooses the split."""
+    """The split the program must keep: interleaved 1F1B (vpp > 1) builds pp x vpp model chunks,
+    equal when pp x vpp divides the layers (every rank holds num_hidden_layers / pp), else the
+    layout's virtual-stage layout (`_with_split` gives Megatron's account-for split) fixes each
+    rank's layers. Source: Megatron-LM d98e8a6 `transformer_block.py` `get_num_layers_to_build`
+    (num_layers // pp // vpp per chunk, less the embedding's and the loss's slots when accounted
+    for). None: the program chooses the split.
+
+    With chunks that differ the program still prices the bubble as (pp - 1) / vpp x the stage's
+    per-micro-batch time, never more than the schedule's (pp - 1) x the slowest chunk that
+    `step_time` charges (a rank's chunk times sum to at least its stage time), so the program's
+    value stays a lower bound on the plan's step and the search's pruning stays sound; its
+    per-layer recompute is optimal for that bubble, not necessarily for the slowest-chunk one."""
     if layout.vpp == 1:
         return None
+    if layout.pipeline_layout is not None:
+        return pipeline_layout.rank_counts(layout.pipeline_layout, layout.pp)
     return (model.num_hidden_layers // layout.pp,) * layout.pp
 
 
 def _reference(model: ModelSpec, layout: Layout) -> Layout:
-    """The layout with the near-even split the stage program's memory is calibrated on."""
-    return layout.replace(pipeline_layers=tuple(uneven_split(model.num_hidden_layers, layout.pp)))
+    """The layout with the near-even split the stage program's memory is calibrated on (contiguous
+    stages, as the program splits them)."""
+    return layout.replace(pipeline_layers=tuple(uneven_split(model.num_hidden_layers, layout.pp)),
+                          pipeline_layout=None)
 
 
 def _may_fit(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> bool:
@@ -470,6 +483,11 @@ def _least_need_bytes(costs: _Costs, layout: Layout, modes: tuple[str, ...],
 
 
 def _layer_sets(layout: Layout) -> list[tuple[int, ...]]:
+    """Decoder layers of each stage: the virtual-stage layout's when there is one (interleaved),
+    else contiguous runs of `pipeline_layers`."""
+    if layout.pipeline_layout is not None:
+        return [tuple(i for c in rank for i in c)
+                for rank in pipeline_layout.rank_chunks(layout.pipeline_layout, layout.pp)]
     counts, out, start = layout.pipeline_layers, [], 0
     for n in counts:
         out.append(tuple(range(start, start + n)))
@@ -505,15 +523,29 @@ def _solve(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> Evaluated |
         return None
     chosen = layout.replace(pipeline_layers=solution.layers_per_stage,
                                  recompute=layout_recompute(solution.layer_recompute))
-    if not _fits_as_costed(costs, chosen, solution.layer_recompute):
+    per_layer = _in_layer_order(chosen, solution.layer_recompute)
+    if not _fits_as_costed(costs, chosen, per_layer):
         costs.infeasible.append(layout)
         costs.recost_rejected += 1
         # what this candidate might still reach with another split: the program's own bound
         costs.rejected_bound_s = min(costs.rejected_bound_s, _refined_bound(costs, layout, modes))
         return None
-    step = step_time(costs.model, costs.cluster, chosen, recompute_layers=solution.layer_recompute)
+    step = step_time(costs.model, costs.cluster, chosen, recompute_layers=per_layer)
     return Evaluated(layout=chosen, objective_s=step.step, status=solution.status,
-                     solution=solution, modes=solution.layer_recompute)
+                     solution=solution, modes=per_layer)
+
+
+def _in_layer_order(layout: Layout, modes: tuple[str, ...]) -> tuple[str, ...]:
+    """The program's per-layer modes (its stages are contiguous runs of layers) moved onto the
+    layers each stage holds under the virtual-stage layout, in order; unchanged without one."""
+    if layout.pipeline_layout is None:
+        return modes
+    out, start = list(modes), 0
+    for layers in _layer_sets(layout):
+        for j, i in enumerate(layers):
+            out[i] = modes[start + j]
+        start += len(layers)
+    return tuple(out)
 
 
 def _fits_as_costed(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> bool:
@@ -688,10 +720,18 @@ def _candidates(model, cluster, fixed, base, reserve, headroom) -> tuple[list[La
 
 def _with_split(model: ModelSpec, layout: Layout) -> Layout:
     """Give a layout whose pp does not divide the layers the near-even split the ILP starts from
-    (the ILP chooses the split; only vpp = 1 may split unevenly)."""
+    (the ILP chooses the split; vpp = 1), or, interleaved on Megatron when pp x vpp does not divide
+    them, Megatron's account-for-embedding/loss virtual-stage split
+    (`pipeline_layout.uneven_interleaved`; the program keeps it)."""
     n = model.num_hidden_layers
-    if layout.pipeline_layers is not None or n % (layout.pp * layout.vpp) == 0 or layout.vpp > 1:
+    if layout.pipeline_layers is not None or layout.pipeline_layout is not None or n % (layout.pp * layout.vpp) == 0:
         return layout
+    if layout.vpp > 1:
+        stages = pipeline_layout.uneven_interleaved(n, layout.pp, layout.vpp)
+        if stages is None or layout.framework != "megatron":
+            return layout
+        return layout.replace(pipeline_layout=stages,
+                              pipeline_layers=pipeline_layout.rank_counts(stages, layout.pp))
     return layout.replace(pipeline_layers=tuple(uneven_split(n, layout.pp)))
 
 
@@ -723,6 +763,8 @@ def plan_entry(model: ModelSpec, cluster: ClusterSpec, ev: Evaluated, reserve: i
             "num_microbatches": layout.num_microbatches, "vpp": layout.vpp,
             "recompute": uniform if uniform else [dict(c) for c in ev.solution.recompute_per_stage],
             "pipeline_layers": list(layout.pipeline_layers),
+            **({} if layout.pipeline_layout is None else
+               {"pipeline_layout": pipeline_layout.to_string(layout.pipeline_layout)}),
         },
         "memory_bytes": {"parameters": worst.parameters, "gradients": worst.gradients,
                          "optimizer_states": worst.optimizer_states,
@@ -763,6 +805,8 @@ def plan_layout(entry: dict, request: dict) -> Layout:
                   etp=par.get("etp", 1), zero_stage=par["zero_stage"],
                   sequence_parallel=par["sequence_parallel"], vpp=par["vpp"],
                   pipeline_layers=tuple(par["pipeline_layers"]),
+                  pipeline_layout=(pipeline_layout.parse(par["pipeline_layout"], par["pp"])
+                                   if par.get("pipeline_layout") else None),
                   micro_batch_size=par["micro_batch_size"],
                   global_batch_size=request["global_batch_size"], seq_len=request["seq_len"],
                   recompute=recompute, optimizer=request["optimizer"],

@@ -331,6 +331,8 @@ def show_explain(data: dict, fmt: str) -> None:
     console = _console()
     par = data["parallelism"]
     console.print(Text(f"{data['model']} on {data['gpus']} x {data['cluster']}: {layout_label(par)}", style="bold"))
+    if par.get("pipeline_layout"):
+        console.print(Text(f"pipeline layout {par['pipeline_layout']}"))
     console.print(Text(f"{par['framework']} conventions, seq {par['seq_len']:,}, "
                        f"global batch {par['global_batch_size']:,} sequences"))
     console.print()

@@ -296,22 +296,29 @@ def test_zero3_with_pp_by_framework():
 
 def test_interleaved_fix_keeps_pp_with_an_even_vpp():
     """80 layers, pp=16, vpp=2: 80 / 2 = 40 per virtual-stage set; pp dividing 40 and 16 GPUs nearest
-    16: 8 (40 / 8 = 5 layers per virtual stage), 4 (10); or pp=16 with vpp dividing 80 / 16 = 5."""
+    16: 8 (40 / 8 = 5 layers per virtual stage), 4 (10); or pp=16 with vpp dividing 80 / 16 = 5;
+    or pp x vpp kept with unequal chunks: 80 + 2 slots (embedding, loss) over 32 virtual stages
+    never divide (82, 81 by 32), so 2 each and 18 more to chunks 1..18: chunk 0 = E + 1 layer,
+    18 of 3, 12 of 2, the last 1 layer + L (1 + 54 + 24 + 1 = 80)."""
     v = by_rule(check_layout(LLAMA_70B, cluster("dgx-h100", 16), Layout(pp=16, vpp=2, global_batch_size=16)))
     assert v["layers_divisible_by_pp"].fix == (
         "use pp=8 (5 layers per virtual stage) or pp=4 (10 layers per virtual stage), "
-        "or keep pp=16 with vpp in {1, 5}")
+        "or keep pp=16 with vpp in {1, 5}, "
+        'or keep pp x vpp with `--pipeline-layout "Et|(t*3|)*18(tt|)*12tL"`')
 
 
 def test_split_that_sums_right_but_cannot_interleave_names_the_stages():
     """80 layers as 19, 21, 20, 20 over pp=4 with vpp=2: the sum is right (80) but stages 0 and 1
     cannot be cut into 2 equal Megatron chunks; the message says that (not "sums to 80; the model
-    has 80") and the fix is the even split 80 / 4 = 20 each."""
+    has 80") and the fix is the even split 80 / 4 = 20 each, or this split as a layout string with
+    each rank's layers over its 2 chunks, the odd one to its first chunk: chunks 0..3 (local 0 of
+    ranks 0..3) 10, 11, 10, 10; chunks 4..7 (local 1) 9, 10, 10, 10."""
     model, cluster = load_model("llama-3.1-70b"), load_cluster("dgx-h100", gpus=64)
     layout = Layout(dp=2, tp=8, pp=4, vpp=2, pipeline_layers=(19, 21, 20, 20), global_batch_size=64)
     (v,) = [v for v in check_layout(model, cluster, layout) if v.rule == "pipeline_layers"]
     assert "stage(s) [0, 1] hold [19, 21] layers, not multiples of vpp=2" in v.message
-    assert v.fix == "e.g. pipeline_layers=[20, 20, 20, 20]"
+    assert v.fix == ("e.g. pipeline_layers=[20, 20, 20, 20], or keep this split with unequal chunks, "
+                     '`--pipeline-layout "Et*10|t*11|(t*10|)*2t*9|(t*10|)*2t*10L"`')
 
 
 def test_interleaved_schedule_needs_microbatches_in_groups_of_pp():

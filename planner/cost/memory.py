@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from planner.cost import activations as act
 from planner.cost.params_flops import ParamCounts, count_params
 from planner.errors import SpecError
+from planner.placement import pipeline_layout
 from planner.placement.layout import Layout
 from planner.placement.precision import StateBytes, padded_vocab, state_bytes
 from planner.placement.states import GROUPS, Mode, Placement, State
@@ -169,14 +170,24 @@ def memory_verdict(total_bytes: int, capacity_bytes: int, margin: float = DEFAUL
 def stage_layers(model: ModelSpec, layout: Layout) -> tuple[tuple[int, ...], ...]:
     """Decoder layer indices held by each pipeline stage.
 
-    Explicit `pipeline_layers` are taken as given (contiguous); otherwise an even split, remainder to
-    the first stages. With vpp > 1 stage s holds model chunks s, s + pp, ... (Megatron interleaving).
-    The one split used by memory, communication and step time.
+    A `pipeline_layout` gives each virtual stage its layers (chunk c on rank c % pp, layers
+    numbered in chunk order: `pipeline_layout.rank_chunks`); else explicit `pipeline_layers` are
+    taken as given (contiguous); otherwise an even split, remainder to the first stages. With
+    vpp > 1 stage s holds model chunks s, s + pp, ... (Megatron interleaving). The one split used
+    by memory, communication and step time.
 
     Raises:
-        SpecError: explicit `pipeline_layers` that do not sum to the model's layers.
+        SpecError: an explicit layout or `pipeline_layers` whose decoder layers do not sum to the
+            model's layers.
     """
     n, pp, vpp = model.num_hidden_layers, layout.pp, layout.vpp
+    if layout.pipeline_layout is not None:
+        chunks = pipeline_layout.rank_chunks(layout.pipeline_layout, pp)
+        total = sum(map(len, (c for rank in chunks for c in rank)))
+        if total != n:
+            raise SpecError(f"pipeline_layout {pipeline_layout.to_string(layout.pipeline_layout)} has "
+                            f"{total} decoder layers, the model has {n}", key="pipeline_layout")
+        return tuple(tuple(i for c in rank for i in c) for rank in chunks)
     if layout.pipeline_layers is not None:
         counts = list(layout.pipeline_layers)
         if sum(counts) != n:
@@ -344,12 +355,39 @@ def torch_pipeline_ops(layout: Layout, stage: int) -> list[tuple[str, int]]:
         return ops + [("B", 0)] * (m - len([o for o in ops if o[0] == "B"]))
     per_round = m // max(1, m // pp)
     warmup = min((v - 1) * per_round + 2 * (pp - 1 - stage), m * v)
-    fwd = [("F", (k // per_round) % v) for k in range(m * v)]
-    bwd = [("B", v - 1 - (k // per_round) % v) for k in range(m * v)]
+    return _one_f_one_b([(k // per_round) % v for k in range(m * v)], v, warmup)
+
+
+def megatron_interleaved_ops(layout: Layout, stage: int) -> list[tuple[str, int]]:
+    """Compute order of pipeline rank `stage` under Megatron's interleaved 1F1B, as ("F" | "B",
+    local chunk) pairs: warmup = min((pp − s − 1)·2 + (vpp − 1)·g, m·vpp) forwards, then one
+    forward and one backward per step, then the remaining backwards; the k-th forward runs local
+    chunk table[k], the k-th backward vpp − 1 − table[k], where the table runs each group of g
+    micro-batches through chunks 0..vpp−1 in turn (the last group takes the remaining ones) and
+    g = pp (`--microbatch-group-size-per-virtual-pipeline-stage` default).
+    Source: Megatron-LM d98e8a6 `megatron/core/pipeline_parallel/schedules.py`
+    (`get_pp_rank_microbatches`, `get_schedule_table`, `forward_backward_pipelining_with_interleaving`
+    `get_model_chunk_id`); `megatron/training/arguments.py` (group size default pp).
+    """
+    m, pp, v = max(1, layout.num_microbatches), layout.pp, layout.vpp
+    table = []
+    for lo in range(0, m, pp):
+        hi = m if lo + pp >= m else lo + pp
+        table += [c for c in range(v) for _ in range(lo, hi)]
+    warmup = min((pp - stage - 1) * 2 + (v - 1) * pp, m * v)
+    return _one_f_one_b(table, v, warmup)
+
+
+def _one_f_one_b(table: list[int], v: int, warmup: int) -> list[tuple[str, int]]:
+    """`warmup` forwards, then forward-backward pairs, then the remaining backwards; forward k runs
+    chunk table[k], backward k chunk v − 1 − table[k]."""
+    fwd = [("F", c) for c in table]
+    bwd = [("B", v - 1 - c) for c in table]
+    total = len(table)
     ops = fwd[:warmup]
-    for k in range(m * v - warmup):
+    for k in range(total - warmup):
         ops += [fwd[warmup + k], bwd[k]]
-    return ops + bwd[m * v - warmup:]
+    return ops + bwd[total - warmup:]
 
 
 def pipeline_accumulation_peak(ops: list[tuple[str, int]], chunk_activation_bytes: list[int],
@@ -505,6 +543,9 @@ def _activations(model: ModelSpec, layout: Layout, placement: Placement, layers:
     terms = {"layers": int(sum(per_layer) * flight)}
     if stage == 0:
         terms["embedding"] = int(act.embedding_activation_bytes(model, **kw) * flight)
+    sizes = _chunk_sizes(layout, stage)
+    if sizes is not None and sum(sizes) == len(per_layer):
+        flight = _uneven_chunk_peak(layout, stage, sizes, per_layer, terms)
     loss_ws = 0
     if stage == layout.pp - 1:
         terms["output_logits_loss"] = int(act.output_layer_activation_bytes(model, framework=layout.framework, **kw))
@@ -517,6 +558,35 @@ def _activations(model: ModelSpec, layout: Layout, placement: Placement, layers:
         # Offloaded: the device keeps the layer being computed and one prefetched (double buffer).
         terms["layers"] = int(2 * max(per_layer))
     return terms, flight, recompute_ws, loss_ws, per_layer
+
+
+def _chunk_sizes(layout: Layout, stage: int) -> list[int] | None:
+    """Decoder layers of each local chunk of `stage` when the interleaved chunks differ, else None."""
+    stages = layout.pipeline_layout
+    if layout.vpp == 1 or stages is None or pipeline_layout.is_even(stages):
+        return None
+    return [len(c) for c in pipeline_layout.rank_chunks(stages, layout.pp)[stage]]
+
+
+def _uneven_chunk_peak(layout: Layout, stage: int, sizes: list[int], per_layer: list[int],
+                       terms: dict[str, int]) -> float:
+    """Interleaved 1F1B with chunks of different sizes: the peak of saved activations over the
+    rank's Megatron compute order (`megatron_interleaved_ops`, `pipeline_accumulation_peak`), each
+    forward of local chunk c adding its layers' bytes (the rank's layers taken in order, `sizes`
+    per chunk) and, on chunk 0 of the first rank, the embedding's. Writes `terms` "layers" /
+    "embedding" at that peak; returns the micro-batches of the stage alive then (chunks / vpp).
+    Equal chunks keep `in_flight_microbatches`' closed form (the same peak)."""
+    bounds = [sum(sizes[:c]) for c in range(len(sizes) + 1)]
+    chunk = [sum(per_layer[bounds[c]:bounds[c + 1]]) for c in range(len(sizes))]
+    flight0 = in_flight_microbatches(layout, stage)
+    embedding = int(terms.get("embedding", 0) / flight0) if flight0 else 0
+    chunk[0] += embedding
+    alive, _ = pipeline_accumulation_peak(megatron_interleaved_ops(layout, stage), chunk,
+                                          [0] * len(chunk))
+    terms["layers"] = sum(n * (a - (embedding if c == 0 else 0)) for c, (n, a) in enumerate(zip(alive, chunk)))
+    if "embedding" in terms:
+        terms["embedding"] = alive[0] * embedding
+    return sum(alive) / layout.vpp
 
 
 def _per_kind(model: ModelSpec, what: str, index: int, recompute: str, key: tuple, kw_layer: dict) -> int:

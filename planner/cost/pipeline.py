@@ -129,3 +129,22 @@ def pipeline_coefficients(*, num_microbatches: int, pp: int, vpp: int = 1,
         per_t, per_f = p * (1 - 2 * weight_grad_fraction), p * 2 * weight_grad_fraction
     return PipelineCoefficients(slots=float(num_microbatches), bubble_per_t=per_t,
                                 bubble_per_forward=per_f, p2p_s=zero.p2p_s)
+
+
+def uneven_interleaved_bubble_s(chunk_times_s: list[float], pp: int) -> float:
+    """Bubble of interleaved 1F1B whose model chunks take different times: (pp − 1) × the slowest
+    chunk's forward + backward of one micro-batch, s.
+
+    With equal chunks of time t / v this is Narayanan 2021 §2.2.2's (p − 1) t / v. Megatron's
+    interleaved schedule (Megatron-LM d98e8a6 `megatron/core/pipeline_parallel/schedules.py`
+    `forward_backward_pipelining_with_interleaving`) advances every rank one chunk step at a time
+    with blocking sends between neighbours: the warm-up fills the pipeline through pp − 1 chunk
+    steps and the cool-down drains it through pp − 1 more, and a step lasts as long as the slowest
+    chunk on the path, so the slowest chunk sets the pace of the fill and the drain.
+
+    Args:
+        chunk_times_s: per-micro-batch forward + backward of every virtual stage (any order), s.
+        pp: pipeline stages.
+    """
+    return (pp - 1) * max(chunk_times_s, default=0.0)
+

@@ -35,8 +35,10 @@ from planner.cost.comm import Collective
 from planner.cost.compute import achieved_flops, peak_flops
 from planner.cost.memory import stage_layers
 from planner.cost.params_flops import count_params, flops_per_token
-from planner.cost.pipeline import PipelineCoefficients, pipeline_coefficients
+from planner.cost.pipeline import (PipelineCoefficients, pipeline_coefficients,
+                                   uneven_interleaved_bubble_s)
 from planner.errors import SpecError
+from planner.placement import pipeline_layout
 from planner.placement.layout import RECOMPUTE_MODES, Layout
 from planner.placement.states import GROUPS
 from planner.placement.strategies import placement_key
@@ -616,6 +618,14 @@ class StageCostModel:
                 m * comm + pipe.p2p_s + dp + v["offload"] + v["after_sync"], pipe.bubble_s,
                 m * v["recompute"], v["optimizer"])
 
+    def microbatch_s(self, stage: int, counts, const_share: float = 1.0) -> float:
+        """t = X + max(Cmp + R, Z): per-micro-batch time of `stage`'s layers `counts` with
+        `const_share` of its layer-independent part (a chunk's share of its stage), s."""
+        def value(piece: AffinePiece) -> float:
+            return piece.value(stage, counts) - (1 - const_share) * piece.const_s[stage]
+        busy = value(self.compute) + value(self.recompute)
+        return value(self.layer_comm) + max(busy, value(self.state_traffic))
+
     def stage_collectives(self, stage: int, counts) -> list[Collective]:
         """The collectives the pieces of `stage` with layer counts `counts` price, per step and
         merged as `comm.collectives` reports them (same records, groups and bytes)."""
@@ -675,7 +685,7 @@ def stage_cost_model(model: ModelSpec, cluster: ClusterSpec, layout: Layout, *,
                      rank_order: Sequence[str] = coll.DEFAULT_RANK_ORDER,
                      schedule: str | None = None, flash_attention: bool = True) -> StageCostModel:
     """The `StageCostModel` of `layout` (its split and recompute fields are ignored)."""
-    key = (model, id(cluster), layout.replace(pipeline_layers=None, recompute="none"),
+    key = (model, id(cluster), layout.replace(pipeline_layers=None, pipeline_layout=None, recompute="none"),
            tuple(rank_order), schedule, flash_attention)
     hit = _COST_MODELS.get(key)
     if hit is None or hit[0] is not cluster:  # ClusterSpec is unhashable: keyed by identity
@@ -802,9 +812,28 @@ def step_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, *,
                           flash_attention=flash_attention)
     parts = [cm.stage_parts(i, cm.counts(layers, modes))
              for i, layers in enumerate(stage_layers(model, layout))]
+    if layout.vpp > 1 and layout.pipeline_layout is not None and not pipeline_layout.is_even(
+            layout.pipeline_layout):
+        bubble = uneven_interleaved_bubble_s(_chunk_times(cm, layout, modes), layout.pp)
+        parts = [(p[0] - p[3] + bubble, p[1], p[2], bubble, *p[4:]) for p in parts]
     best = max(parts)
     return _summary(model, cluster, layout, modes, *best,
                     stage_step=tuple(p[0] for p in parts))
+
+def _chunk_times(cm: StageCostModel, layout: Layout, modes: Sequence[str]) -> list[float]:
+    """Per-micro-batch time of every virtual stage (`StageCostModel.microbatch_s` of its layers):
+    a rank's layer-independent part (the LM head, its fixed collectives) goes with the chunk that
+    holds the loss on the last rank and the embedding on the first; a middle rank's (none but
+    per-stage collective latencies) is shared equally by its chunks."""
+    chunks = pipeline_layout.rank_chunks(layout.pipeline_layout, layout.pp)
+    v, last = layout.vpp, layout.pp - 1
+    out = []
+    for r, rank in enumerate(chunks):
+        for j, layers in enumerate(rank):
+            share = (float(j == v - 1) if r == last else float(j == 0) if r == 0 else 1 / v)
+            out.append(cm.microbatch_s(r, cm.counts(layers, modes), share))
+    return out
+
 
 def _modes(model: ModelSpec, layout: Layout, recompute_layers: Sequence[str] | None) -> tuple[str, ...]:
     if recompute_layers is None:

@@ -17,6 +17,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from planner.errors import SpecError
+from planner.placement import pipeline_layout
 
 RECOMPUTE_MODES = ("none", "selective", "full")
 OFFLOAD_TARGETS = ("optimizer", "parameters", "activations")
@@ -51,6 +52,11 @@ class Layout:
     """Virtual stages per pipeline rank (interleaved 1F1B when > 1), count."""
     pipeline_layers: tuple[int, ...] | None = None
     """Explicit (uneven) decoder layers per stage, len == pp; None = even split."""
+    pipeline_layout: tuple[str, ...] | None = None
+    """Layer symbols per virtual stage (E embedding, t decoder, m MTP, L loss), len == pp * vpp,
+    chunk c on rank c % pp (`placement/pipeline_layout.py`, Megatron's
+    `--pipeline-model-parallel-layout`); None = equal chunks. Takes precedence over
+    pipeline_layers for which layers each rank holds."""
     micro_batch_size: int = 1
     """Sequences per micro-batch per DP rank."""
     global_batch_size: int = 1
@@ -94,6 +100,8 @@ class Layout:
             _check_choice("offload", target, OFFLOAD_TARGETS)
         if self.pipeline_layers is not None:
             self._check_pipeline_layers()
+        if self.pipeline_layout is not None and not _pipeline_layout_ok(self):
+            self._check_pipeline_layout()
 
     def _check_degrees(self) -> None:
         for name in ("dp", "tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch_size",
@@ -121,6 +129,18 @@ class Layout:
         ):
             raise SpecError(f"value {layers!r} must be {self.pp} non-negative integers "
                             f"(one per pipeline stage)", key="pipeline_layers")
+
+    def _check_pipeline_layout(self) -> None:
+        stages = self.pipeline_layout
+        if isinstance(stages, str) or not all(isinstance(x, str) for x in stages):
+            raise SpecError(f"value {stages!r} must be {self.pp * self.vpp} strings of layer "
+                            "symbols (one per virtual stage)", key="pipeline_layout")
+        stages = tuple(stages)
+        object.__setattr__(self, "pipeline_layout", stages)
+        if len(stages) != self.pp * self.vpp:
+            raise SpecError(f"{len(stages)} virtual stages, need pp x vpp = {self.pp} x {self.vpp} = "
+                            f"{self.pp * self.vpp}", key="pipeline_layout")
+        pipeline_layout.parse("|".join(stages), self.pp)  # raises its SpecError
 
     def replace(self, **changes: object) -> Layout:
         """`dataclasses.replace(self, **changes)`, validated the same way, without its per-field
@@ -184,6 +204,15 @@ def _pipeline_layers_ok(layout: Layout) -> bool:
         not layers or set(map(type, layers)) == {int} and min(layers) >= 0))
 
 
+def _pipeline_layout_ok(layout: Layout) -> bool:
+    stages = layout.pipeline_layout
+    return stages is None or (
+        type(stages) is tuple and len(stages) == layout.pp * layout.vpp
+        and all(type(x) is str for x in stages)
+        and set("".join(stages)) <= set(pipeline_layout.SYMBOLS)
+        and pipeline_layout.structure_problem(stages, layout.pp) is None)
+
+
 _FIELD_OK = {
     **{name: _positive_int(name) for name in ("dp", "tp", "pp", "cp", "ep", "etp", "vpp",
                                               "micro_batch_size", "global_batch_size", "seq_len")},
@@ -193,6 +222,7 @@ _FIELD_OK = {
     "zero_stage": lambda layout: layout.zero_stage in (0, 1, 2, 3),
     "sequence_parallel": lambda layout: True,
     "pipeline_layers": _pipeline_layers_ok,
+    "pipeline_layout": _pipeline_layout_ok,
     "recompute": lambda layout: layout.recompute in RECOMPUTE_MODES,
     "offload": lambda layout: type(layout.offload) is frozenset and layout.offload.issubset(
         OFFLOAD_TARGETS),
@@ -203,8 +233,10 @@ _FIELD_OK = {
 """Field -> whether its value passes `Layout.__post_init__` (in its normalized form: offload a
 frozenset, pipeline_layers a tuple), given the other fields; `replace`'s fast path."""
 
-_CHECKED_WITH = {"dp": ("dp", "dp_shard"), "pp": ("pp", "pipeline_layers")}
-"""Fields whose check reads another field: changing dp re-checks dp_shard, pp pipeline_layers."""
+_CHECKED_WITH = {"dp": ("dp", "dp_shard"), "pp": ("pp", "pipeline_layers", "pipeline_layout"),
+                 "vpp": ("vpp", "pipeline_layout")}
+"""Fields whose check reads another field: changing dp re-checks dp_shard, pp pipeline_layers and
+pipeline_layout, vpp pipeline_layout."""
 
 
 def _check_choice(key: str, value: object, allowed: tuple[str, ...]) -> None:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from planner import frameworks
 from planner.frameworks import deepspeed, megatron, torchtitan
+from planner.placement import pipeline_layout
 from planner.placement.layout import PRECISIONS, Layout
 from planner.placement.precision import padded_vocab, supported_precisions
 from planner.placement.states import BATCH_AXES, GROUPS, Mode, Placement, State
@@ -85,10 +86,10 @@ def check_layout(model: ModelSpec, cluster, layout: Layout) -> list[Violation]:
 
 
 MESH_RULES = ("world_size", "heads_divisible_by_tp", "kv_heads_divisible_by_tp", "pp_exceeds_layers",
-              "layers_divisible_by_pp", "pipeline_layers", "experts_divisible_by_ep", "expert_group",
+              "layers_divisible_by_pp", "pipeline_layers", "pipeline_layout", "experts_divisible_by_ep", "expert_group",
               "sequence_divisible")
 """Rules `check_mesh` checks: those of `check_layout` that read only the degrees (dp, tp, pp, cp,
-ep, etp, vpp, pipeline_layers) and, for the sequence rule, seq_len and sequence_parallel."""
+ep, etp, vpp, pipeline_layers, pipeline_layout) and, for the sequence rule, seq_len and sequence_parallel."""
 
 
 def check_mesh(model: ModelSpec, cluster, layout: Layout) -> list[Violation]:
@@ -238,6 +239,8 @@ def _layers(model: ModelSpec, cluster, layout: Layout) -> list[Violation]:
     `generate_llm_fqn_per_model_part`: layers spread over pp·vpp stages, the remainder on the
     first ones, so a rank's vpp chunks may differ by one layer)."""
     n, pp, vpp = model.num_hidden_layers, layout.pp, layout.vpp
+    if layout.pipeline_layout is not None:
+        return _pipeline_layout(model, layout)
     if pp * vpp > n:
         return [_too_many_stages(n, pp, vpp, cluster.num_gpus)]
     if layout.pipeline_layers is not None:
@@ -250,6 +253,8 @@ def _layers(model: ModelSpec, cluster, layout: Layout) -> list[Violation]:
             stages = [s for s, c in enumerate(split) if c % vpp]
             even = f"e.g. pipeline_layers={[n // pp] * pp}" if n % (pp * vpp) == 0 else \
                 "vpp=1, or pp x vpp dividing the layers"
+            even += (f", or keep this split with unequal chunks, "
+                     f"{_layout_fix(pipeline_layout.from_rank_counts(tuple(split), vpp), pp)}")
             return [Violation(rule="pipeline_layers",
                               message=f"pipeline_layers={list(split)}: stage(s) {stages} hold "
                                       f"{[split[s] for s in stages]} layers, not multiples of "
@@ -266,10 +271,63 @@ def _layers(model: ModelSpec, cluster, layout: Layout) -> list[Violation]:
         return []
     built = n // chunks * chunks
     what = f"pp={pp}" if vpp == 1 else f"pp x vpp = {pp} x {vpp} = {chunks} virtual stages"
+    uneven = pipeline_layout.uneven_interleaved(n, pp, vpp) if vpp > 1 else None
+    keep = _keep_pp_fix(n, pp, vpp)
+    if uneven is not None:
+        keep = (f"{keep}, or " if n % pp == 0 else "") + f"keep pp x vpp with {_layout_fix(uneven, pp)}"
     return [Violation(rule="layers_divisible_by_pp",
                       message=f"num_hidden_layers={n} is not divisible by {what}: an even split "
                               f"builds {built} layers, not {n}",
-                      fix=f"{_pp_fix(n, vpp, cluster.num_gpus, pp)}, or {_keep_pp_fix(n, pp, vpp)}")]
+                      fix=f"{_pp_fix(n, vpp, cluster.num_gpus, pp)}, or {keep}")]
+
+
+def _layout_fix(stages: tuple[str, ...], pp: int) -> str:
+    """How to ask for `stages`: Megatron's account-for options where they build it, else the
+    explicit layout string."""
+    options = pipeline_layout.account_for_options(stages, pp)
+    text = f"`--pipeline-layout \"{pipeline_layout.to_string(stages)}\"`"
+    if not options or not any(options):
+        return text
+    flags = " ".join(f for f, on in zip(("--account-for-embedding", "--account-for-loss"), options) if on)
+    return f"Megatron's account-for split ({flags}: {text})"
+
+
+def _pipeline_layout(model: ModelSpec, layout: Layout) -> list[Violation]:
+    """An explicit virtual-stage layout: Megatron's `validate_layer_layout` model checks (decoder
+    layers = num_layers; MTP layers = mtp_num_layers, which planner reads as the model's
+    num_nextn_predict_layers or 0); the structure checks run when the layout is parsed
+    (`pipeline_layout.parse`). Empty virtual stages are allowed, as Megatron builds them. Only
+    Megatron reads such a layout (`--pipeline-model-parallel-layout`, or the account-for options).
+    Source: Megatron-LM d98e8a6 `megatron/core/transformer/pipeline_parallel_layer_layout.py`."""
+    stages, n, pp = layout.pipeline_layout, model.num_hidden_layers, layout.pp
+    text = pipeline_layout.to_string(stages)
+    decoders = sum(pipeline_layout.decoder_counts(stages))
+    mtp = "".join(stages).count("m")
+    out = []
+    if layout.framework != "megatron":
+        out.append(Violation(rule="pipeline_layout",
+                             message=f"pipeline_layout {text}: a virtual-stage layout is Megatron's "
+                                     f"--pipeline-model-parallel-layout; {layout.framework} reads none",
+                             fix="framework=megatron, or drop the layout"))
+    if decoders != n:
+        uneven = pipeline_layout.uneven_interleaved(n, pp, layout.vpp)
+        out.append(Violation(rule="pipeline_layout",
+                             message=f"pipeline_layout {text} has {decoders} decoder layers t; the "
+                                     f"model has num_hidden_layers={n}",
+                             fix=f"e.g. {_layout_fix(uneven, pp)}" if uneven
+                             else f"give {n} decoder layers t"))
+    if mtp not in (0, model.num_nextn_predict_layers):
+        out.append(Violation(rule="pipeline_layout",
+                             message=f"pipeline_layout {text} has {mtp} MTP layers m; the model has "
+                                     f"num_nextn_predict_layers={model.num_nextn_predict_layers}",
+                             fix=f"give {model.num_nextn_predict_layers} m, or none"))
+    ranks = pipeline_layout.rank_counts(stages, pp)
+    if layout.pipeline_layers is not None and tuple(layout.pipeline_layers) != ranks:
+        out.append(Violation(rule="pipeline_layout",
+                             message=f"pipeline_layers={list(layout.pipeline_layers)} disagrees with "
+                                     f"pipeline_layout {text}, which puts {list(ranks)} on the ranks",
+                             fix="drop pipeline_layers (the layout decides)"))
+    return out
 
 
 def _keep_pp_fix(n: int, pp: int, vpp: int) -> str:
