@@ -77,7 +77,10 @@ def test_reader_allows_exactly_the_keys_plan_writes(tmp_path):
                          "predicted", "solver"]
     assert tuple(doc["request"]) == REQUEST_KEYS == plan_file._KEYS["request"]
     assert list(doc["plan"]) == ["parallelism"]
-    assert tuple(doc["plan"]["parallelism"]) == PAR_KEYS == plan_file._KEYS["plan.parallelism"]
+    assert tuple(doc["plan"]["parallelism"]) == PAR_KEYS
+    # `pipeline_layout` is written only for uneven interleaved plans (optional)
+    assert plan_file._KEYS["plan.parallelism"] == (*PAR_KEYS, "pipeline_layout")
+    assert "pipeline_layout" in plan_file._OPTIONAL
     assert runner.invoke(app, ["check", str(out)]).exit_code == 0
 
 
@@ -328,3 +331,23 @@ def test_num_microbatches_off_with_a_dividing_batch_fix_sets_it(tmp_path):
     doc["plan"]["parallelism"]["num_microbatches"] = 500
     (v,) = _consistency(tmp_path, doc)
     assert v["fix"] == "set num_microbatches: 512"
+
+
+def test_an_uneven_interleaved_plan_file_round_trips(tmp_path):
+    """`plan --fix pp=4 --fix vpp=3` for llama-3.1-8b (32 layers, 12 virtual stages: not equal
+    chunks) writes `pipeline_layout` (Megatron's layout string, 1 + 30 + 1 layers around the
+    embedding and loss); `check` reads it back unchanged and passes; a non-string layout is bad
+    input naming the key."""
+    out = tmp_path / "il.yaml"
+    made = runner.invoke(app, ["plan", "-m", "llama-3.1-8b", "-c", "dgx-h100", "--gpus", "8",
+                               "--fix", "pp=4", "--fix", "vpp=3", "--top", "1", "-o", str(out)])
+    assert made.exit_code == 0, made.output
+    doc = yaml.safe_load(out.read_text())
+    text = doc["plan"]["parallelism"]["pipeline_layout"]
+    stages = [len(part) for part in ("t" + "|ttt" * 10 + "|t").split("|")]  # 12 stages, 32 layers
+    assert text == "Et|(t*3|)*10tL" and sum(stages) == 32 and len(stages) == 12
+    result = runner.invoke(app, ["check", str(out)])
+    assert result.exit_code == 0, result.output
+    doc["plan"]["parallelism"]["pipeline_layout"] = 7
+    line, _ = _bad_input(tmp_path, doc)
+    assert "plan.parallelism.pipeline_layout: value 7 must be a layout string" in line

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from planner.check.gate import Target
 from planner.errors import SpecError
+from planner.placement import pipeline_layout
 from planner.placement.layout import RECOMPUTE_MODES, Layout
 from planner.placement.rules import Violation
 from planner.search.mesh import FIXABLE
@@ -55,10 +56,10 @@ _KEYS = {
     "plan": ("parallelism",),
     "plan.parallelism": ("dp", "tp", "pp", "cp", "ep", "etp", "zero_stage", "sequence_parallel",
                          "micro_batch_size", "global_batch_size", "num_microbatches", "vpp",
-                         "recompute", "pipeline_layers"),
+                         "recompute", "pipeline_layers", "pipeline_layout"),
 }
 """Section -> the keys `planner plan -o` writes there (planner/plan.py `plan_file`, `plan_entry`)."""
-_OPTIONAL = {"predicted", "solver", "fixed", "etp"}
+_OPTIONAL = {"predicted", "solver", "fixed", "etp", "pipeline_layout"}
 """Keys that may be absent (module docstring)."""
 _PAR_INTS = {"dp": (1, MAX_GPUS), "tp": (1, MAX_GPUS), "pp": (1, MAX_GPUS), "cp": (1, MAX_GPUS),
              "ep": (1, MAX_GPUS), "etp": (1, MAX_GPUS), "zero_stage": (0, 3),
@@ -226,9 +227,15 @@ def _layout(par: dict, values: dict, req: dict, uniform: str, file: str) -> Layo
                         key="plan.parallelism.pipeline_layers")
     degrees = {k: v for k, v in values.items() if k not in ("global_batch_size", "num_microbatches")}
     try:
+        text = par.get("pipeline_layout")
+        if text is not None and not isinstance(text, str):
+            raise SpecError(f"value {text!r} must be a layout string such as 'Et|(tt|)*30mL' "
+                            f"(Megatron's --pipeline-model-parallel-layout) or null",
+                            key="pipeline_layout")
+        stages = pipeline_layout.parse(text, values["pp"]) if text is not None else None
         return Layout(**degrees, sequence_parallel=sp, recompute=uniform,
                       pipeline_layers=tuple(split) if split is not None else None,
-                      **{k: req[k] for k in _REQUEST_LAYOUT})
+                      pipeline_layout=stages, **{k: req[k] for k in _REQUEST_LAYOUT})
     except SpecError as exc:
         section = "request" if exc.key in _REQUEST_LAYOUT else "plan.parallelism"
         raise SpecError(_bare(exc), file=file, key=_path(section, exc.key)) from None
