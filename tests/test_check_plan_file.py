@@ -344,7 +344,9 @@ def test_an_uneven_interleaved_plan_file_round_trips(tmp_path):
     assert made.exit_code == 0, made.output
     doc = yaml.safe_load(out.read_text())
     text = doc["plan"]["parallelism"]["pipeline_layout"]
-    stages = [len(part) for part in ("t" + "|ttt" * 10 + "|t").split("|")]  # 12 stages, 32 layers
+    # 34 slots (32 layers, embedding, loss) over 12 virtual stages: 10 of 3, the first and last
+    # of 2, the embedding / loss taking a slot each -> 1 + 10 x 3 + 1 = 32 layers
+    stages = [len(part) for part in ("t" + "|ttt" * 10 + "|t").split("|")]
     assert text == "Et|(t*3|)*10tL" and sum(stages) == 32 and len(stages) == 12
     result = runner.invoke(app, ["check", str(out)])
     assert result.exit_code == 0, result.output
