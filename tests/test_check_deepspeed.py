@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from planner.cli import app
@@ -350,3 +351,23 @@ def test_misspelled_zero_key_is_an_error_naming_the_field(tmp_path):
     doc["zero_optimization"].pop("overlap_com")
     path.write_text(json.dumps(doc))
     assert CliRunner().invoke(app, ["check", str(path), *options]).exit_code == 0
+
+
+def test_zero2_config_over_memory_only_at_the_optimizer_step_names_the_term(tmp_path):
+    """Issue 8 item 6: DeepSpeed ZeRO-1/2 flattens the 16-bit gradient partition and converts it
+    to fp32 at the optimizer step (6 B per element). llama-3.1-8b, 8 GPUs, ZeRO-2, full recompute,
+    b 1, seq 4096: partition 8,030,261,248 / 8 elements -> 6.02e9 B = 5.6 GiB. The backward
+    phases peak at 34.5 GiB, the step at 36.6 GiB: on a 36 GiB GPU only the step does not fit,
+    and the failure says so with the term's GiB."""
+    raw = yaml.safe_load(open("hardware/dgx-a100-40g.yaml"))
+    raw["gpu"]["memory_gib"], raw["name"] = 36.0, "a100-36g"
+    cluster = tmp_path / "a100-36g.yaml"
+    cluster.write_text(yaml.safe_dump(raw))
+    result = runner.invoke(app, ["check", f"{DATA}/zero2_bf16.json", "-m", "llama-3.1-8b", "-c",
+                                 str(cluster), "--gpus", "8", "--seq-len", "4096",
+                                 "--recompute", "full"])
+    assert result.exit_code == 1, result.output
+    text = " ".join(result.output.split())
+    assert "memory_exceeds: pipeline stage 0 needs 36.6 GiB of 36.0 GiB" in text
+    assert "the peak is the optimizer step" in text
+    assert "optimizer_step_gradient_copy 5.6 GiB" in text and "peak at 34.5 GiB" in text

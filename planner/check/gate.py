@@ -13,7 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from planner.check.lines import locate
-from planner.cost.memory import DEFAULT_AT_RISK_MARGIN, MemoryBreakdown, stage_layers, stage_memory
+from planner.cost.memory import (
+    DEFAULT_AT_RISK_MARGIN,
+    OPTIMIZER_STEP_TERM,
+    MemoryBreakdown,
+    stage_layers,
+    stage_memory,
+)
 from planner.cost.step_time import step_time
 from planner.errors import SpecError
 from planner import frameworks
@@ -167,7 +173,7 @@ def memory_violations(model: ModelSpec, cluster: ClusterSpec, layout: Layout,
         term, size = m.largest_term
         numbers = (f"pipeline stage {m.stage} needs {m.total / gib:.1f} GiB of "
                    f"{m.capacity / gib:.1f} GiB per GPU (largest term: {term.replace('_', ' ')}, "
-                   f"{size / gib:.1f} GiB; reserve {m.reserve / gib:.1f} GiB)")
+                   f"{size / gib:.1f} GiB; reserve {m.reserve / gib:.1f} GiB){_phase_note(m)}")
         fix = _memory_fix(model, cluster, layout, m, None if counts is None else counts[i],
                           reserve_bytes, at_risk_margin, kind)
         if m.verdict == "does_not_fit":
@@ -180,6 +186,19 @@ def memory_violations(model: ModelSpec, cluster: ClusterSpec, layout: Layout,
                         f"at-risk margin (implementations of one layout peak GBs apart, FC-04)",
                 fix=fix))
     return out
+
+
+def _phase_note(m: MemoryBreakdown) -> str:
+    """When the peak is the optimizer step (activations freed), what it holds: the step's working
+    set by name and size, and the backward phases' peak it exceeds."""
+    if m.optimizer_step_total() <= m.backward_total:
+        return ""
+    gib = 2**30
+    step = m.transient_terms.get(OPTIMIZER_STEP_TERM, 0)
+    return (f"; the peak is the optimizer step, not the backward: {OPTIMIZER_STEP_TERM} "
+            f"{step / gib:.1f} GiB (DeepSpeed's 16-bit flat copy and fp32 copy of the largest "
+            f"param group's gradient partition) over the model states, where the backward "
+            f"phases peak at {m.backward_total / gib:.1f} GiB")
 
 
 def _memory_fix(model: ModelSpec, cluster: ClusterSpec, layout: Layout, m: MemoryBreakdown,
