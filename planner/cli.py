@@ -59,10 +59,7 @@ class _Group(TyperGroup):
         if not standalone_mode:
             return super().main(*args, standalone_mode=False, **kwargs)
         argv = list(args[0]) if args and args[0] is not None else sys.argv[1:]
-        report.fit_streams_to_encoding()
-        if report.stdout_closed():  # `planner ... >&-`
-            report.error("cannot write the output: standard output is closed")
-            sys.exit(1)
+        report.prepare_streams()
         repeated = _repeated_option(self, argv)
         if repeated:
             report.error(f"planner: {repeated} given twice; give it once (only --fix and --offload "
@@ -73,11 +70,7 @@ class _Group(TyperGroup):
         except typer.Abort:
             report.error("aborted")
             sys.exit(1)
-        except BrokenPipeError:  # `planner models | head`: the reader left; say nothing
-            import os
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-            sys.exit(1)
-        except OSError as exc:  # stdout on a full disk or a closed descriptor
+        except OSError as exc:  # stdout on a full disk or closed (`>&-`)
             report.error(f"cannot write the output: {exc.strerror or exc}")
             sys.exit(1)
         except Exception as exc:  # click's UsageError / ClickException (vendored by newer typer)
@@ -251,7 +244,7 @@ def explain_cmd(
     micro_batch_size: Annotated[int, typer.Option(min=1, help="Sequences per micro-batch per DP rank.")] = 1,
     global_batch_size: Annotated[int | None, typer.Option(min=1, max=MAX_BATCH_TOKENS, help="Sequences per step (default: dp·micro-batch·pp).")] = None,
     seq_len: Annotated[int, typer.Option(min=1, max=MAX_SEQ_LEN, help="Tokens per sequence.")] = 4096,
-    recompute: Annotated[Recompute, typer.Option(case_sensitive=False, help="Activation recomputation.")] = "none",
+    recompute: Annotated[Recompute | None, typer.Option(case_sensitive=False, help="Activation recomputation of every layer (default none).")] = None,
     sequence_parallel: Annotated[bool, typer.Option("--sequence-parallel/--no-sequence-parallel", help="Megatron SP.")] = False,
     vpp: Annotated[int, typer.Option(min=1, max=MAX_VPP, help="Virtual pipeline stages per rank (interleaved 1F1B).")] = 1,
     pipeline_layers: Annotated[str | None, typer.Option(
@@ -284,7 +277,8 @@ def explain_cmd(
         dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, dp_shard=dp_shard, zero_stage=zero_stage,
         micro_batch_size=micro_batch_size, global_batch_size=global_batch_size or dp * micro_batch_size * pp,
         pipeline_layers=_layer_split(pipeline_layers, pp),
-        seq_len=seq_len, recompute=_value(recompute), sequence_parallel=sequence_parallel, vpp=vpp,
+        seq_len=seq_len, recompute=_value(recompute) if recompute is not None else "none",
+        sequence_parallel=sequence_parallel, vpp=vpp,
         pipeline_layout=stages,
         offload=frozenset(_value(o) for o in offload or ()), optimizer=_value(optimizer),
         precision=_precision(precision, hw), framework=_value(framework))
@@ -292,6 +286,10 @@ def explain_cmd(
     from planner import explain as explain_api  # imported per command: `--help` stays light
 
     counts = _stage_recompute(recompute_per_stage, pp)
+    if counts is not None and recompute is not None:
+        raise SpecError(f"value {_value(recompute)!r} contradicts --recompute-per-stage "
+                        f"{recompute_per_stage!r}, which gives every stage's recompute; give one of "
+                        f"them", key="--recompute")
     if counts is not None:
         totals = {m: sum(c.get(m, 0) for c in counts) for m in layout_mod.RECOMPUTE_MODES}
         layout = layout.replace(recompute=max(layout_mod.RECOMPUTE_MODES, key=lambda m: totals[m]))

@@ -10,6 +10,7 @@ that builds its tables from the same dict it would dump.
 from __future__ import annotations
 
 import contextlib
+import errno
 import io
 import json
 import os
@@ -39,47 +40,69 @@ ASCII_FALLBACK = str.maketrans({"·": ".", "×": "x", "—": "-", "–": "-", "�
 non-UTF-8 locale such as `PYTHONIOENCODING=ascii`); any other such character becomes `?`."""
 
 
-class _FallbackStream(io.TextIOBase):
-    """A text stream that writes what its encoding cannot hold as ASCII (`ASCII_FALLBACK`, then
-    `?`) instead of raising UnicodeEncodeError. Rich reads `encoding` and draws ASCII boxes."""
+class _Stream(io.TextIOBase):
+    """A text stream over `raw` that never raises what a command cannot act on:
 
-    def __init__(self, raw) -> None:
-        self._raw = raw
+    - characters its encoding cannot hold are written as ASCII (`ASCII_FALLBACK`, then `?`;
+      a non-UTF-8 locale), never UnicodeEncodeError; rich reads `encoding` and draws ASCII boxes;
+    - once the reader has left (`planner ... | head`: BrokenPipeError), writes go to /dev/null,
+      so the command ends with its own exit code (a passing gate stays 0 under pipefail);
+    - a closed stdout (`>&-`: Python has no sys.stdout) raises OSError "standard output is
+      closed" on the first write, which the CLI reports as one line after any bad-input error;
+      what goes to a closed stderr (`2>&-`) is dropped, so the exit code still tells."""
+
+    def __init__(self, raw, name: str) -> None:
+        self._raw, self._name, self._left = raw, name, False
+        try:
+            "·×—≤→…─━┃".encode(self.encoding)
+            self._ascii = False
+        except (UnicodeEncodeError, LookupError):
+            self._ascii = True
 
     @property
     def encoding(self) -> str:
-        return self._raw.encoding
+        return getattr(self._raw, "encoding", None) or "utf-8"
 
     def write(self, text: str) -> int:
-        text = text.translate(ASCII_FALLBACK).encode(self.encoding, "replace").decode(self.encoding)
-        return self._raw.write(text)
+        if self._raw is None and self._name == "standard output":
+            raise OSError(errno.EBADF, f"{self._name} is closed")
+        if self._raw is None or self._left:
+            return len(text)
+        if self._ascii:
+            text = text.translate(ASCII_FALLBACK).encode(self.encoding, "replace").decode(self.encoding)
+        try:
+            return self._raw.write(text)
+        except BrokenPipeError:
+            self._reader_left()
+            return len(text)
 
     def flush(self) -> None:
-        self._raw.flush()
+        if self._raw is None or self._left:
+            return
+        try:
+            self._raw.flush()
+        except BrokenPipeError:
+            self._reader_left()
+
+    def _reader_left(self) -> None:
+        self._left = True
+        os.dup2(os.open(os.devnull, os.O_WRONLY), self._raw.fileno())  # Python's final flush
 
     def isatty(self) -> bool:
-        return self._raw.isatty()
+        return self._raw is not None and self._raw.isatty()
 
     def fileno(self) -> int:
+        if self._raw is None:
+            raise OSError(errno.EBADF, f"{self._name} is closed")
         return self._raw.fileno()
 
 
-def fit_streams_to_encoding() -> None:
-    """Wrap stdout and stderr in `_FallbackStream` when their encoding cannot hold this module's
-    separators (so a non-UTF-8 locale prints ASCII, never a traceback)."""
-    for name in ("stdout", "stderr"):
+def prepare_streams() -> None:
+    """Wrap stdout and stderr in `_Stream` (encoding fallback, reader gone, stream closed)."""
+    for name, label in (("stdout", "standard output"), ("stderr", "standard error")):
         stream = getattr(sys, name)
-        if stream is None or isinstance(stream, _FallbackStream):
-            continue
-        try:
-            "·×—≤→…─━┃".encode(stream.encoding or "ascii")
-        except (UnicodeEncodeError, LookupError):
-            setattr(sys, name, _FallbackStream(stream))
-
-
-def stdout_closed() -> bool:
-    """Standard output is closed (`planner ... >&-`: Python then has no sys.stdout)."""
-    return sys.stdout is None
+        if not isinstance(stream, _Stream):
+            setattr(sys, name, _Stream(stream, label))
 
 
 _HUMAN: list = []
@@ -103,6 +126,19 @@ def human_report_to_stderr() -> Iterator[None]:
 
 # ---------------------------------------------------------------- primitives
 
+
+class _PlainDumper(yaml.SafeDumper):
+    """YAML without anchors and aliases: a value shared by two keys is written out twice, so the
+    file reads and diffs as the data it is (`&id001` / `*id001` otherwise)."""
+
+    def ignore_aliases(self, data) -> bool:
+        return True
+
+
+def _yaml(data) -> str:
+    """Block-style YAML of `data`, keys in insertion order, no anchors."""
+    return yaml.dump(data, Dumper=_PlainDumper, sort_keys=False, allow_unicode=True)
+
 def error(message: str) -> None:
     """Print one line `error: <message>` to stderr (newlines in the message become spaces)."""
     sys.stderr.write(f"error: {' '.join(str(message).split())}\n")
@@ -123,7 +159,7 @@ def dump(data: object, fmt: str) -> None:
     if fmt == "json":
         _out().write(json.dumps(data, indent=2) + "\n")
     elif fmt == "yaml":
-        _out().write(yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
+        _out().write(_yaml(data))
     else:
         raise ValueError(f"dump() handles json and yaml, not {fmt!r}")
 
@@ -595,11 +631,11 @@ def write_yaml(path: str, data: dict) -> None:
     from planner.errors import SpecError
 
     if path == "-":
-        sys.stdout.write(yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
+        sys.stdout.write(_yaml(data))
         return
     try:
         with open(path, "w", encoding="utf-8") as handle:
-            yaml.safe_dump(data, handle, sort_keys=False, allow_unicode=True)
+            handle.write(_yaml(data))
     except OSError as exc:
         raise SpecError(f"cannot write {path}: {exc.strerror or exc}", key="--output") from None
     wrote(path)

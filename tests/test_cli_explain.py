@@ -153,3 +153,14 @@ def test_explain_reproduces_a_plan_with_per_stage_recompute():
     assert out["time_s"]["step"] == pytest.approx(data["plans"][0]["time_s"]["step"], rel=1e-12)
     assert out["memory_bytes"]["total"] == data["plans"][0]["memory_bytes"]["total"]
     assert out["parallelism"]["recompute"] == par["recompute"]
+
+
+def test_recompute_and_recompute_per_stage_together_is_bad_input():
+    """Fresh-user defect: `--recompute full --recompute-per-stage 20n,20n,20n,20n` silently
+    dropped --recompute full; the two contradict (each gives every layer's mode)."""
+    result = runner.invoke(app, ["explain", "-m", "llama-3.1-70b", "-c", "dgx-h100", "--gpus", "64",
+                                 "--tp", "8", "--pp", "4", "--recompute", "full",
+                                 "--recompute-per-stage", "20n,20n,20n,20n"])
+    assert result.exit_code == 2
+    assert result.output.strip().startswith(
+        "error: --recompute: value 'full' contradicts --recompute-per-stage '20n,20n,20n,20n'")

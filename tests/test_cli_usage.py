@@ -184,3 +184,36 @@ def test_output_dash_with_emit_is_bad_input():
                  "megatron", "-o", "-"])
     assert proc.returncode == 2
     assert proc.stderr.strip().startswith("error: --output: value '-' (stdout) not allowed with --emit")
+
+
+def test_bad_input_with_stdout_closed_is_still_bad_input():
+    """Fresh-user defect: `planner plan -m nope ... >&-` said "standard output is closed" (exit 1)
+    instead of the unknown-model error (exit 2): the closed stream is met only when writing."""
+    proc = subprocess.run(["sh", "-c", f"'{sys.executable}' -m planner plan -m nope -c dgx-h100 >&-"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("error: unknown model 'nope'")
+
+
+def test_a_reader_that_leaves_keeps_the_commands_exit_code():
+    """Fresh-user defect: `planner check ... | head -1` exited 1 (the code of a failed check) when
+    head closed the pipe, so a passing gate failed under `set -o pipefail`; now the command ends
+    with its own code."""
+    script = (f"set -o pipefail; '{sys.executable}' -m planner check "
+              "tests/data/configs/deepspeed/zero2_bf16.json -m llama-3.1-8b -c dgx-h100 --gpus 8 "
+              "--seq-len 4096 | head -c 0")  # the reader is gone before the first write
+    proc = subprocess.run(["bash", "-c", script], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "" and proc.stderr == ""
+
+
+def test_written_yaml_has_no_anchors(tmp_path):
+    """Fresh-user defect: `serve-plan -o` wrote `plan: &id001` ... `- *id001` (the best plan is
+    also the first of the list): awkward to hand-edit or diff. Shared values are written out."""
+    out = tmp_path / "sp.yaml"
+    proc = _run(["serve-plan", "-m", "llama-3.1-8b", "-c", "dgx-h100", "--gpus", "1",
+                 "--input-len", "1000", "--output-len", "200", "-o", str(out)])
+    assert proc.returncode == 0, proc.stderr
+    text = out.read_text()
+    assert "&id" not in text and "*id" not in text
+    assert _run(["check", str(out)]).returncode == 0
