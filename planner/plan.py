@@ -101,6 +101,8 @@ from planner.placement.precision import state_bytes
 from planner.placement.rules import (
     BATCH_RULES,
     check_batch,
+    check_degrees,
+    check_experts,
     check_layout,
     check_mesh,
     errors,
@@ -711,10 +713,29 @@ def _candidates(model, cluster, fixed, base, reserve, headroom) -> tuple[list[La
     def validate_mesh(layout: Layout) -> list:
         return check_mesh(model, cluster, _with_split(model, layout))
 
+    degree_checks: dict = {}
+
+    def validate_degrees(layout: Layout) -> list:  # reads tp, pp, vpp, the split, the world size
+        key = (layout.tp, layout.pp, layout.vpp, layout.pipeline_layers, layout.pipeline_layout,
+               layout.world_size)
+        if key not in degree_checks:
+            degree_checks[key] = check_degrees(model, cluster, _with_split(model, layout))
+        return degree_checks[key]
+
+    expert_checks: dict = {}
+
+    def validate_experts(degrees: dict) -> list:  # reads ep, etp and dp * cp * tp alone
+        key = (degrees["ep"], degrees["etp"], degrees["dp"] * degrees["cp"] * degrees["tp"])
+        if key not in expert_checks:
+            expert_checks[key] = check_experts(model, cluster, Layout(**degrees))
+        return expert_checks[key]
+
     # The near-even split is given where a layout is refined or solved (`_with_split`), not to
     # every candidate: most are pruned by the cheap bound, which does not read the split.
     layouts = list(candidate_layouts(space, validate, rejections, validate_mesh=validate_mesh,
-                                     validate_knobs=validate_knobs))
+                                     validate_knobs=validate_knobs,
+                                     validate_degrees=validate_degrees if model.is_moe else None,
+                                     validate_experts=validate_experts))
     return layouts, rejections, _Costs(model, cluster, reserve, headroom)
 
 
@@ -724,8 +745,9 @@ def _with_split(model: ModelSpec, layout: Layout) -> Layout:
     them, Megatron's account-for-embedding/loss virtual-stage split
     (`pipeline_layout.uneven_interleaved`; the program keeps it)."""
     n = model.num_hidden_layers
-    if layout.pipeline_layers is not None or layout.pipeline_layout is not None or n % (layout.pp * layout.vpp) == 0:
-        return layout
+    if (layout.pipeline_layers is not None or layout.pipeline_layout is not None
+            or n % (layout.pp * layout.vpp) == 0 or layout.pp * layout.vpp > n):
+        return layout  # (more stages than layers: the layers rule refuses it, no split to give)
     if layout.vpp > 1:
         stages = pipeline_layout.uneven_interleaved(n, layout.pp, layout.vpp)
         if stages is None or layout.framework != "megatron":

@@ -257,12 +257,21 @@ def test_divisors_match_trial_division():
 
 def test_tp3_on_3x2e40_gpus_returns_alternatives():
     gpus = 3 * 2**40
-    v = by_rule(check_layout(LLAMA_8B, cluster("dgx-h100", gpus), Layout(tp=3, dp=2**40)))
+    layout = Layout(tp=3, dp=2**40, global_batch_size=gpus)  # one sequence per GPU at most
+    v = by_rule(check_layout(LLAMA_8B, cluster("dgx-h100", gpus), layout))
     # tp must divide gcd(32 heads, 8 KV heads) = 8 and the GPU count 3298534883328: 8, 4, 2, 1;
-    # no pp option (32 layers % 3 * 2**37.. != 0), no larger GPU count below 2 x 32 heads
+    # each dp = gpus / tp divides the batch; no pp option (32 layers % 3 * 2**37.. != 0), no
+    # larger GPU count below 2 x 32 heads
     assert v["heads_divisible_by_tp"].fix == (
         "tp must divide 32; valid layouts: tp=8 x dp=412316860416; tp=4 x dp=824633720832; "
         "tp=2 x dp=1649267441664; tp=1 x dp=3298534883328")
+    # Issue 11: with a batch of 1,024 sequences no dp of ~1e12 ranks is valid: none is offered
+    small = by_rule(check_layout(LLAMA_8B, cluster("dgx-h100", gpus),
+                                 layout.replace(global_batch_size=1024)))
+    assert small["heads_divisible_by_tp"].fix == (
+        "tp must divide 32; valid layouts: none of tp x dp or tp x pp: 3,298,534,883,328 GPUs "
+        "are more than tp x dp x pp can use for a global batch of 1,024 sequences (dp must "
+        "divide it)")
 
 
 # 7. zero_stage_supported ------------------------------------------------------------------------

@@ -151,3 +151,33 @@ def test_fixed_passthrough_field_reaches_layouts():
                         fixed={"recompute": "full", "micro_batch_size": 2})
     (layout,) = list(candidate_layouts(space, no_rules, Rejections()))
     assert (layout.recompute, layout.micro_batch_size) == ("full", 2)
+
+
+@pytest.mark.parametrize("name, gpus", [("qwen3-30b-a3b", 1536), ("mixtral-8x7b", 768)])
+def test_staged_mesh_checks_count_every_rejection_as_the_full_check_does(name, gpus):
+    """`plan` checks the degree rules once per mesh and the expert rules once per dp*cp*tp
+    (`validate_degrees`, `validate_experts`: a million-GPU MoE request has millions of expert
+    options); the candidates, the rejection counts by reason and each reason's example must be
+    those of checking every option in full."""
+    from planner import plan as P
+    from planner.placement.rules import check_mesh
+    from planner.search.mesh import Rejections, SearchSpace, candidate_layouts
+    from planner.specs.cluster import load_cluster
+    from planner.specs.model import load_model
+
+    model, cluster = load_model(name), load_cluster("dgx-h100", gpus=gpus)
+    base = dict(seq_len=4096, global_batch_size=1024, precision="bf16", optimizer="adamw",
+                framework="megatron")
+    staged, rejected, _ = P._candidates(model, cluster, {}, base, 0, 0.0)
+    space = SearchSpace(num_gpus=gpus, max_tp=cluster.scaleup_domain_gpus, moe=True,
+                        micro_batch_sizes=P.MICRO_BATCH_SIZES, zero_stages=P.ZERO_STAGES,
+                        sequence_parallel=(True,), base=base)
+    full = Rejections()  # plan's checks without the staging
+    plain = list(candidate_layouts(
+        space, lambda lay: P.errors(P.check_batch(model, cluster, lay)), full,
+        validate_mesh=lambda lay: check_mesh(model, cluster, P._with_split(model, lay)),
+        validate_knobs=lambda lay: [v for v in P.errors(P.check_layout(
+            model, cluster, P._with_split(model, lay))) if v.rule not in P.BATCH_RULES]))
+    assert staged == plain
+    assert rejected.counts == full.counts and rejected.counts["experts_divisible_by_ep"] > 0
+    assert rejected.examples == full.examples

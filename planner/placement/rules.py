@@ -92,6 +92,24 @@ MESH_RULES = ("world_size", "heads_divisible_by_tp", "kv_heads_divisible_by_tp",
 ep, etp, vpp, pipeline_layers, pipeline_layout) and, for the sequence rule, seq_len and sequence_parallel."""
 
 
+DEGREE_RULES = ("world_size", "heads_divisible_by_tp", "kv_heads_divisible_by_tp",
+                "pp_exceeds_layers", "layers_divisible_by_pp", "pipeline_layers", "pipeline_layout")
+"""The rules of MESH_RULES that read neither ep nor etp, all checked by `check_layout` before any
+that does: a layout failing one fails it first whatever its ep and etp (`check_degrees`)."""
+
+
+def check_degrees(model: ModelSpec, cluster, layout: Layout) -> list[Violation]:
+    """The errors of `check_mesh` among DEGREE_RULES, in its order."""
+    return [v for v in check_mesh(model, cluster, layout) if v.rule in DEGREE_RULES]
+
+
+def check_experts(model: ModelSpec, cluster, layout: Layout) -> list[Violation]:
+    """The errors of the expert rules (experts by ep, the expert grid), which `check_layout`
+    checks right after DEGREE_RULES: for a layout passing those, the first error of
+    `check_mesh` whenever there is one here (and without building the placement)."""
+    return errors(_experts(model, cluster, layout))
+
+
 def check_mesh(model: ModelSpec, cluster, layout: Layout) -> list[Violation]:
     """The errors of `check_layout` among MESH_RULES, in its order: world size, heads and KV heads
     by tp, layers by pp (or the explicit split), experts by ep and the expert grid, and the
@@ -166,8 +184,9 @@ def _world_size(model, cluster, layout: Layout) -> list[Violation]:
                       fix=f"launch {layout.world_size} ranks or change the degrees to multiply to {gpus}")]
 
 
-def _alternatives(model: ModelSpec, gpus: int) -> str:
-    """Layouts of `gpus` GPUs whose tp divides the heads and KV heads: tp x dp, tp x pp (when the
+def _alternatives(model: ModelSpec, gpus: int, batch: int) -> str:
+    """Layouts of `gpus` GPUs whose tp divides the heads and KV heads: tp x dp (when dp divides the
+    global batch of `batch` sequences, as the batch rule asks at micro-batch 1), tp x pp (when the
     layers split evenly), and the smallest larger GPU count that allows tp = that count."""
     a, kv, n = model.num_attention_heads, model.num_key_value_heads, model.num_hidden_layers
     # t divides a and kv iff it divides gcd(a, kv): enumerate those (few), not the GPU count's.
@@ -175,12 +194,16 @@ def _alternatives(model: ModelSpec, gpus: int) -> str:
     options = []
     for t in ok:
         rest = gpus // t
-        options.append(f"tp={t} x dp={rest}")
+        if batch % rest == 0:
+            options.append(f"tp={t} x dp={rest}")
         if rest > 1 and n % rest == 0:
             options.append(f"tp={t} x pp={rest} ({n // rest} layers per stage)")
     bigger = next((g for g in range(gpus + 1, 2 * a + 1) if a % g == 0 and kv % g == 0), None)
     if bigger:
         options.append(f"{bigger} GPUs with tp={bigger}")
+    if not options:
+        return (f"none of tp x dp or tp x pp: {gpus:,} GPUs are more than tp x dp x pp can use "
+                f"for a global batch of {batch:,} sequences (dp must divide it)")
     return "; ".join(options[:5])
 
 
@@ -191,7 +214,7 @@ def _heads(model: ModelSpec, cluster, layout: Layout) -> list[Violation]:
         return []
     return [Violation(rule="heads_divisible_by_tp",
                       message=f"num_attention_heads={a} is not divisible by tp={layout.tp}",
-                      fix=f"tp must divide {a}; valid layouts: {_alternatives(model, cluster.num_gpus)}")]
+                      fix=f"tp must divide {a}; valid layouts: {_alternatives(model, cluster.num_gpus, layout.global_batch_size)}")]
 
 
 def _kv_heads(model: ModelSpec, cluster, layout: Layout) -> list[Violation]:
@@ -686,7 +709,7 @@ def _offload_needs_zero(model, cluster, layout: Layout) -> list[Violation]:
     return out
 
 
-__all__ = ["Violation", "check_layout", "check_mesh", "MESH_RULES", "check_placement", "check_ulysses", "ulysses_degrees",
+__all__ = ["Violation", "check_layout", "check_mesh", "MESH_RULES", "check_degrees", "check_experts", "DEGREE_RULES", "check_placement", "check_ulysses", "ulysses_degrees",
            "uneven_split", "errors", "GROUPS"]
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
+from functools import lru_cache
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 
@@ -107,8 +108,9 @@ class Rejections:
                 sorted(self.counts.items(), key=lambda item: (-item[1], item[0]))]
 
 
+@lru_cache(maxsize=4096)
 def divisors(n: int) -> list[int]:
-    """Positive divisors of n, ascending."""
+    """Positive divisors of n, ascending (cached: do not modify the list)."""
     small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
     return sorted({*small, *(n // d for d in small)})
 
@@ -155,20 +157,68 @@ def _expert_options(space: SearchSpace, mesh: dict[str, int],
                     rejections: Rejections) -> Iterator[tuple[int, int]]:
     """(ep, etp) with ep * etp dividing dp * cp * tp (Megatron expert grid)."""
     inner = mesh["dp"] * mesh["cp"] * mesh["tp"]
+    for etp, eps in _expert_candidates(space, inner):
+        for ep in _fitting(inner, etp, eps, rejections):
+            yield ep, etp
+
+
+def _passing_experts(mesh: dict[str, int], options: list[tuple[int, int]], validate: Validator,
+                     verdicts: dict, rejections: Rejections) -> list[tuple[int, int]]:
+    """The expert options of `mesh` that `validate` (reading only ep, etp and dp * cp * tp)
+    passes; each refused one counted under its first violation. The verdicts per (options,
+    dp * cp * tp) are computed once and reused for every mesh that has them."""
+    inner = mesh["dp"] * mesh["cp"] * mesh["tp"]
+    key = (inner, tuple(options))
+    if key not in verdicts:
+        passing, refused = [], {}
+        for ep, etp in options:
+            violations = validate({**mesh, "ep": ep, "etp": etp})
+            if violations:
+                first = violations[0]
+                fix = getattr(first, "fix", "")
+                reason = str(getattr(first, "rule", first))
+                message = str(getattr(first, "message", first)) + (f"; fix: {fix}" if fix else "")
+                count = refused.get(reason, (message, 0))[1]
+                refused[reason] = (refused.get(reason, (message, 0))[0], count + 1)
+            else:
+                passing.append((ep, etp))
+        verdicts[key] = (passing, refused)
+    passing, refused = verdicts[key]
+    for reason, (message, count) in refused.items():
+        rejections.add(reason, message, count)
+    return passing
+
+
+def _expert_option_count(space: SearchSpace, mesh: dict[str, int], rejections: Rejections) -> int:
+    """How many options `_expert_options` yields for `mesh`, its rejections counted alike, without
+    building them (a mesh refused whatever its ep has up to hundreds): every divisor of
+    dp * cp * tp / etp fits."""
+    inner, count = mesh["dp"] * mesh["cp"] * mesh["tp"], 0
+    for etp, eps in _expert_candidates(space, inner):
+        whole = inner % etp == 0 and eps is divisors(inner // etp)
+        count += len(eps) if whole else sum(1 for _ in _fitting(inner, etp, eps, rejections))
+    return count
+
+
+def _fitting(inner: int, etp: int, eps: list[int], rejections: Rejections) -> Iterator[int]:
+    """The ep of `eps` with ep * etp dividing `inner`; the others counted as rejected."""
+    for ep in eps:
+        if inner % (ep * etp):
+            rejections.add("ep * etp must divide dp * cp * tp", f"ep={ep} etp={etp} vs dp*cp*tp={inner}")
+            continue
+        yield ep
+
+
+def _expert_candidates(space: SearchSpace, inner: int) -> Iterator[tuple[int, list[int]]]:
+    """(etp, the ep values tried with it) for a mesh whose dp * cp * tp is `inner`."""
     etps = [int(space.fixed["etp"])] if "etp" in space.fixed else list(space.etp_values)
     for etp in etps:
         if "ep" in space.fixed:
-            eps = [int(space.fixed["ep"])]
+            yield etp, [int(space.fixed["ep"])]
         elif not space.moe:
-            eps = [1]
+            yield etp, [1]
         else:
-            eps = divisors(inner // etp) if inner % etp == 0 else [1]
-        for ep in eps:
-            if inner % (ep * etp):
-                rejections.add("ep * etp must divide dp * cp * tp",
-                               f"ep={ep} etp={etp} vs dp*cp*tp={inner}")
-                continue
-            yield ep, etp
+            yield etp, divisors(inner // etp) if inner % etp == 0 else [1]
 
 
 def _knob_values(space: SearchSpace, mesh: dict[str, int]) -> dict[str, tuple]:
@@ -193,7 +243,9 @@ def _passthrough(space: SearchSpace) -> dict[str, object]:
 
 def candidate_layouts(space: SearchSpace, validate: Validator, rejections: Rejections, *,
                       validate_mesh: Validator | None = None,
-                      validate_knobs: Validator | None = None) -> Iterator[Layout]:
+                      validate_knobs: Validator | None = None,
+                      validate_degrees: Validator | None = None,
+                      validate_experts: Validator | None = None) -> Iterator[Layout]:
     """Yield every valid Layout of `space`; count every rejected one in `rejections`.
 
     Args:
@@ -207,14 +259,35 @@ def candidate_layouts(space: SearchSpace, validate: Validator, rejections: Rejec
             and knob combination (at the first micro-batch size); a rejection counts once per
             micro-batch size, as if each candidate had been built and rejected, and `validate`
             then only needs the rules that read it.
+        validate_degrees: optional rules that read only dp, tp, pp, cp (and the split), checked
+            before any rule that reads ep or etp: run once per mesh (at ep = etp = 1); when it
+            fails, every expert option of the mesh is rejected with its first violation, counted
+            as `validate_mesh` would have counted each (a million-GPU request has millions).
+        validate_experts: with `validate_degrees`, the rules checked right after those, reading
+            only ep, etp and dp * cp * tp: called with the degrees {dp, tp, pp, cp, ep, etp} of
+            each expert option before `validate_mesh` (no Layout is built; the verdicts of one
+            dp * cp * tp are reused for every mesh that has it), same counting.
     """
     common = _passthrough(space)
+    verdicts: dict = {}
     for mesh in meshes(space, rejections):
-        for ep, etp in _expert_options(space, mesh, rejections):
-            knobs = _knob_values(space, mesh)
+        if validate_degrees is not None:
+            first = {k: v[0] for k, v in _knob_values(space, mesh).items()}
+            probe = _layout({**mesh, "ep": 1, "etp": 1}, first, common)
+            violations = list(validate_degrees(probe))
+            if violations:
+                options = _expert_option_count(space, mesh, rejections)
+                if options:
+                    _rejected(lambda _: violations, probe, rejections, count=options)
+                continue
+        options = _expert_options(space, mesh, rejections)
+        if validate_degrees is not None and validate_experts is not None:
+            options = _passing_experts(mesh, list(options), validate_experts, verdicts, rejections)
+        for ep, etp in options:
             degrees = {**mesh, "ep": ep, "etp": etp}
+            knobs = _knob_values(space, mesh)
+            first = {k: v[0] for k, v in knobs.items()}
             if validate_mesh is not None:
-                first = {k: v[0] for k, v in knobs.items()}
                 if _rejected(validate_mesh, _layout(degrees, first, common), rejections):
                     continue
             sizes = knobs.pop("micro_batch_size")
