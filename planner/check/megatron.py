@@ -165,7 +165,8 @@ def _keep_strings(lines: list[str], keep: list[bool]) -> None:
 
 def _unknown_flags(text: str) -> list[Violation]:
     """An error for each `--flag` of the launch (`launch_text`) that neither Megatron-LM
-    (`mg.recorded_flags()`) nor torchrun defines, with the closest Megatron flag: Megatron's
+    (`mg.recorded_flags()`) nor torchrun defines, with the Megatron flag of the knob it abbreviates
+    (`mg.ABBREVIATIONS`) or else the closest one: Megatron's
     argparse exits on it ("unrecognized arguments"; `parse_args`, allow_abbrev=False, so a prefix
     is no flag either)."""
     known = mg.recorded_flags()
@@ -173,13 +174,16 @@ def _unknown_flags(text: str) -> list[Violation]:
     for flag in flag_lines(launch_text(text)):
         if not flag.startswith("--") or flag in known or flag in mg.TORCHRUN_FLAGS:
             continue
-        close = difflib.get_close_matches(flag, known, n=1, cutoff=0.6)
+        knob = mg.ABBREVIATIONS.get(flag)
+        close = [F[knob]] if knob in F else [] if knob else difflib.get_close_matches(
+            flag, known, n=1, cutoff=0.6)
+        hint = (f"; did you mean {close[0]}?" if close else
+                f"; Megatron-LM has no {knob} flag: it derives {knob} = world size / "
+                f"(tp x pp x cp)." if knob else ".")
         out.append(Violation(
             rule="megatron_unknown_flag",
-            message=f"{flag} is not a Megatron-LM flag" + (f"; did you mean {close[0]}?" if close
-                                                             else "") +
-                    " Megatron-LM's argparse exits on an unrecognized argument before training "
-                    "starts (arguments.py parse_args)",
+            message=f"{flag} is not a Megatron-LM flag{hint} Megatron-LM's argparse exits on an "
+                    f"unrecognized argument before training starts (arguments.py parse_args)",
             fix=f"write {close[0]}" if close else f"remove {flag}"))
     return out
 
