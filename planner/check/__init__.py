@@ -137,6 +137,7 @@ READERS: tuple[Reader, ...] = (
            "--section.field overrides)", lambda d: _torchtitan_cli().looks_like(d.text),
            _read_torchtitan_cli, line_index.flag_lines,
            {**{k: torchtitan_vocabulary.KEY[k] for k in torchtitan_vocabulary.CLI_SETTINGS},
+            "recompute": torchtitan_vocabulary.KEY["ac_mode"],
             "micro_batch_size": torchtitan_vocabulary.MICROBATCH_TOKENS,
             "global_batch_size": torchtitan_vocabulary.STEP_TOKENS,
             "seq_len": torchtitan_vocabulary.CONTEXT}),
