@@ -156,9 +156,21 @@ def test_a_file_of_no_kind_read_is_bad_input_naming_the_kinds(tmp_path, name, te
     message = result.output.strip()
     assert message.startswith(f"error: {path}: not a configuration `planner check` reads")
     for kind in ("a plan file", "a DeepSpeed JSON config", "a torchtitan TOML job config",
-                 "Megatron-LM arguments"):
+                 "a torchtitan command line", "Megatron-LM arguments",
+                 "a serving plan file (kind: serving-plan, written by `planner serve-plan -o`)"):
         assert kind in message
     assert "Traceback" not in result.output
+
+
+def test_a_serving_plan_kind_without_its_request_names_the_missing_key(tmp_path):
+    """`kind: serving-plan` is read as a serving plan only with request.output_len (what
+    `planner serve-plan -o` writes); without it the error says so, not "not a configuration"."""
+    path = tmp_path / "serve.yaml"
+    path.write_text("kind: serving-plan\nplan: {}\n")
+    result = _check(path)
+    assert result.exit_code == 2, result.output
+    message = " ".join(result.output.split())
+    assert "request.output_len" in message and "not a configuration" not in message
 
 
 def test_megatron_args_without_kv_channels_derive_it_as_hidden_over_heads(tmp_path):

@@ -410,3 +410,59 @@ def test_misspelled_flag_is_an_error_naming_the_flag_it_resembles(tmp_path):
     errors = _rules(_data(result))
     assert "did you mean --sequence-parallel?" in errors["megatron_unknown_flag"]["message"]
     assert "frobnicate" not in result.output
+
+
+_STRING_SCRIPT = """#!/bin/bash
+GPUS_PER_NODE=4
+NNODES=2
+DISTRIBUTED_ARGS="
+    --nproc_per_node $GPUS_PER_NODE \\
+    --nnodes $NNODES \\
+    --master_addr localhost \\
+    --master_port 6000
+"
+GPT_ARGS="
+    --tensor-model-parallel-size 2
+    --pipeline-model-parallel-size 2 \\
+    --micro-batch-size 1 \\
+    --global-batch-size 32
+    --seq-length 4096
+    --bf16
+"
+DATA_ARGS="--data-path /data/x_text_document --split 949,50,1"
+PIP_ARGS="--upgrade"
+pip install $PIP_ARGS regex
+
+torchrun $DISTRIBUTED_ARGS pretrain_gpt.py $GPT_ARGS $DATA_ARGS
+"""
+"""The string-variable pattern of Megatron-LM's older examples (`examples/pretrain_gpt_distributed.sh`
+style): flags in quoted multi-line strings, lines with and without a trailing backslash, expanded
+unquoted on the torchrun line."""
+
+
+def test_multi_line_string_variables_are_word_split_as_bash_does(tmp_path):
+    """Fresh-user defect: `GPT_ARGS="<newline> --micro-batch-size 1 ..."` was one word, so
+    --micro-batch-size was "missing" and `torchrun $DISTRIBUTED_ARGS` gave no world size. bash splits
+    an unquoted `$GPT_ARGS` at spaces and newlines: torchrun 4 per node x 2 nodes = 8 GPUs;
+    8 / (tp 2 x pp 2) = dp 2; 32 sequences / (micro-batch 1 x dp 2) = 16 micro-batches."""
+    path = tmp_path / "train.sh"
+    path.write_text(_STRING_SCRIPT)
+    data = _data(_check(path, "--cluster", "dgx-h100", "--model", "llama-3.1-8b"))
+    assert data["gpus"] == 8
+    par = data["parallelism"]
+    assert (par["dp"], par["tp"], par["pp"]) == (2, 2, 2)
+    assert (par["micro_batch_size"], par["global_batch_size"], par["num_microbatches"]) == (1, 32, 16)
+    assert par["seq_len"] == 4096 and par["precision"] == "bf16"
+    assert "megatron_unknown_flag" not in _rules(data), "pip's --upgrade is not Megatron's"
+
+
+def test_parse_args_splits_a_string_variable_but_not_its_assignment():
+    text = 'A="\n  --num-layers 4 \\\n  --hidden-size 64\n"\nB=$A\npython pretrain_gpt.py $B'
+    assert parse_args(text, "t.sh") == {"--num-layers": "4", "--hidden-size": "64"}
+
+
+def test_misspelled_flag_inside_a_string_variable_is_an_error(tmp_path):
+    path = tmp_path / "train.sh"
+    path.write_text(_STRING_SCRIPT.replace("    --bf16\n", "    --bf16\n    --sequence-paralel\n"))
+    errors = _rules(_data(_check(path, "--cluster", "dgx-h100", "--model", "llama-3.1-8b")))
+    assert "did you mean --sequence-parallel?" in errors["megatron_unknown_flag"]["message"]

@@ -65,6 +65,28 @@ def test_misspelled_flag_fails_naming_the_real_flag(tmp_path, typo, real):
     assert error["fix"] == f"write {real}" and error["line"] == 6
 
 
+@pytest.mark.parametrize("short, real", [
+    ("--tp 2", "--tensor-model-parallel-size"), ("--pp 2", "--pipeline-model-parallel-size"),
+    ("--cp 2", "--context-parallel-size"), ("--ep 2", "--expert-model-parallel-size"),
+    ("--vpp 2", "--num-virtual-stages-per-pipeline-rank"), ("--sp", "--sequence-parallel"),
+    ("--mbs 1", "--micro-batch-size"), ("--gbs 64", "--global-batch-size"),
+    ("--seq-len 4096", "--seq-length"), ("--recompute full", "--recompute-granularity")])
+def test_a_knobs_short_name_suggests_its_megatron_flag(tmp_path, short, real):
+    """Fresh-user defect: `--tp 2` suggested "did you mean --sft?" (the closest spelling); a
+    planner knob's short name suggests the Megatron flag that sets the knob."""
+    code, data = _run(tmp_path, ARGS_40_HEADS + short + "\n", "--gpus", "8")
+    error = _errors(data)["megatron_unknown_flag"]
+    assert f"{short.split()[0]} is not a Megatron-LM flag; did you mean {real}?" in error["message"]
+    assert error["fix"] == f"write {real}" and code == 1
+
+
+def test_dp_is_named_as_derived_not_as_a_flag(tmp_path):
+    code, data = _run(tmp_path, ARGS_40_HEADS + "--dp 4\n", "--gpus", "8")
+    error = _errors(data)["megatron_unknown_flag"]
+    assert "no dp flag: it derives dp = world size / (tp x pp x cp)" in error["message"]
+    assert error["fix"] == "remove --dp" and code == 1
+
+
 def test_an_unknown_flag_far_from_any_flag_fails_too(tmp_path):
     code, data = _run(tmp_path, ARGS_40_HEADS + "--frobnicate-everything\n", "--gpus", "8")
     assert code == 1 and "megatron_unknown_flag" in _errors(data)

@@ -107,3 +107,39 @@ def test_fix_terms_are_command_line_terms(tmp_path):
     result = _check(_write(tmp_path, LLAMA3_8B))
     warning = {v["rule"]: v for v in json.loads(result.output)["violations"]}["memory_at_risk"]
     assert "activation-checkpoint:full (51.2 GiB)" in warning["fix"]
+
+
+# The fresh user's line: torchtitan's 9810191..78fc8ae spelling of activation checkpointing.
+AC_OVERRIDE = ("torchrun --nproc_per_node 8 -m torchtitan.train --module llama3 --config llama3_8b "
+               "--activation_checkpoint.mode {}\n")
+
+
+@pytest.mark.parametrize("mode", ["full", "none", "selective"])
+def test_activation_checkpoint_mode_override_is_costed(tmp_path, mode):
+    """Fresh-user defect: `--activation_checkpoint.mode full` was costed as llama3_8b's selective
+    AC (config_registry.py). ActivationCheckpointConfig.mode (configs.py at 78fc8ae) chooses it;
+    later releases spell it `activation-checkpoint:full` and tyro exits on the override: a warning
+    naming the subcommand."""
+    result = _check(_write(tmp_path, AC_OVERRIDE.format(mode)))
+    assert result.exit_code in (0, 1), result.output
+    data = json.loads(result.output)
+    assert data["parallelism"]["recompute"] == mode
+    warning = {v["rule"]: v for v in data["violations"]}["torchtitan_ac_mode_override"]
+    assert warning["severity"] == "warning" and warning["line"] == 1
+    assert warning["fix"] == f"write activation-checkpoint:{mode} for current torchtitan"
+
+
+@pytest.mark.parametrize("text, words", [
+    (AC_OVERRIDE.format("selctive"),
+     ["--activation_checkpoint.mode", "'selctive' not allowed",
+      "allowed: selective, full, memory_budget, none"]),
+    (AC_OVERRIDE.format("memory_budget"), ["'memory_budget' not modelled"]),
+    (AC_OVERRIDE.format("full").replace("\n", " activation-checkpoint:none\n"),
+     ["'full' contradicts the subcommand activation-checkpoint:none"]),
+])
+def test_activation_checkpoint_mode_torchtitan_rejects_is_bad_input(tmp_path, text, words):
+    result = _check(_write(tmp_path, text))
+    assert result.exit_code == 2, result.output
+    message = " ".join(result.output.split())
+    for word in words:
+        assert word in message, (word, message)

@@ -14,8 +14,10 @@ The kind of a file is decided by what it holds, whatever its name (`READERS`, fi
   `--config`, with dotted overrides (releases since 2026, `planner.check.torchtitan_cli`);
 - `megatron-args`: a command line, shell script or arguments file with a Megatron-LM flag the
   planner reads (`planner.frameworks.megatron.READ`);
+a serving plan file (`kind: serving-plan`, `planner serve-plan -o`) is checked by
+`planner.check.serving_plan` (the command routes it there: it has no training Target);
 anything else (`pyproject.toml`, a plain YAML file, a shell script with no such flag) is bad input
-naming the kinds accepted. A file named `.yaml` / `.yml` / `.json` / `.toml` that does not parse
+naming the kinds accepted, serving plan files among them (`OTHER_KINDS`). A file named `.yaml` / `.yml` / `.json` / `.toml` that does not parse
 as such is a syntax error (exit 2). A new reader plugs in with one `Reader` entry.
 What a framework config leaves out (the model, the cluster, the GPU count, the sequence length)
 comes from `--model`, `--cluster`, `--gpus` and `--seq-len`; a value the file gives and the option
@@ -32,6 +34,7 @@ from pathlib import Path
 
 from planner.check import lines as line_index
 from planner.check.gate import Target, evaluate
+from planner.check import serving_plan
 from planner.check.plan_file import KIND, looks_like_plan_file, read_plan_file
 from planner.errors import SpecError
 from planner.frameworks import deepspeed as deepspeed_vocabulary
@@ -134,6 +137,7 @@ READERS: tuple[Reader, ...] = (
            "--section.field overrides)", lambda d: _torchtitan_cli().looks_like(d.text),
            _read_torchtitan_cli, line_index.flag_lines,
            {**{k: torchtitan_vocabulary.KEY[k] for k in torchtitan_vocabulary.CLI_SETTINGS},
+            "recompute": torchtitan_vocabulary.KEY["ac_mode"],
             "micro_batch_size": torchtitan_vocabulary.MICROBATCH_TOKENS,
             "global_batch_size": torchtitan_vocabulary.STEP_TOKENS,
             "seq_len": torchtitan_vocabulary.CONTEXT}),
@@ -143,6 +147,11 @@ READERS: tuple[Reader, ...] = (
            {k: f.flag for k, f in megatron_vocabulary.BY_KNOB.items()}),
 )
 """The kinds `planner check` reads, in the order they are tried (module docstring)."""
+
+OTHER_KINDS = (f"a serving plan file (kind: {serving_plan.KIND}, written by `planner serve-plan "
+               f"-o`)",)
+"""What `planner check` also reads, outside `READERS` (`planner.check.serving_plan.
+is_serving_plan` files go to `check_serving_plan`), for the message naming the kinds accepted."""
 
 
 def read_target(path: str | Path, *, model: str | None = None, cluster: str | None = None,
@@ -162,8 +171,13 @@ def read_target(path: str | Path, *, model: str | None = None, cluster: str | No
     doc = _document(Path(path))
     reader = next((r for r in READERS if r.matches(doc)), None)
     if reader is None:
+        if doc.mapping is not None and doc.mapping.get("kind") == serving_plan.KIND:
+            raise SpecError(f"kind: {serving_plan.KIND} without a `request` mapping giving "
+                            f"output_len, which `planner serve-plan -o` writes",
+                            file=str(doc.path), key="request.output_len")
         raise SpecError("not a configuration `planner check` reads; accepted: "
-                        + "; ".join(r.accepts for r in READERS), file=str(doc.path))
+                        + "; ".join([r.accepts for r in READERS] + list(OTHER_KINDS)),
+                        file=str(doc.path))
     target = reader.read(doc, model=model, cluster=cluster, gpus=gpus, seq_len=seq_len)
     found = reader.lines(doc.text)
     for knob, spelling in reader.knobs.items():

@@ -3,7 +3,10 @@
 The file is split like a shell command line (`shlex`: quotes, `#` comments, backslash line
 continuations). Tokens of the form `NAME=value` set shell variables that later `$NAME`, `${NAME}`
 and `${NAME:-default}` expand to (Megatron-LM's example scripts keep their numbers in variables and
-their flags in bash arrays; a quoted array element such as `"--flag value"` is split again).
+their flags in bash arrays; a quoted array element such as `"--flag value"` is split again). A
+variable's value expanded in a word is split at whitespace as bash splits an unquoted `$VAR`, so
+flags kept in a quoted string variable of one line or many (`GPT_ARGS="..."`, older examples) read
+as if written on the launch line.
 `--flag value` and `--flag=value` are read for the flags below; other tokens (python, torchrun,
 pretrain_gpt.py, environment assignments, data paths, flags the planner does not cost) are not
 read, but every `--flag` must be one Megatron-LM (`planner.frameworks.megatron.recorded_flags`) or
@@ -105,8 +108,9 @@ _ARRAY_OPEN = re.compile(r"^\s*(export\s+)?[A-Za-z_]\w*=\(")
 
 
 def launch_text(text: str) -> str:
-    """The text with every line blanked that belongs to neither the launch command nor a bash
-    array (Megatron's example scripts keep the launch's flags in arrays): the flags of other
+    """The text with every line blanked that belongs to neither the launch command, a bash array
+    (Megatron's example scripts keep the launch's flags in arrays) nor a quoted string variable
+    the launch expands (`_keep_strings`): the flags of other
     commands in a script (`mkdir -p`, `pip install --upgrade`, a preprocessing step) are not
     Megatron's. A file with no launch command (an arguments file) is kept whole."""
     lines = text.splitlines()
@@ -131,12 +135,38 @@ def launch_text(text: str) -> str:
             if any(_LAUNCH.search(lines[j].split("#", 1)[0]) for j in range(start, i + 1)):
                 keep[start:i + 1] = [True] * (i + 1 - start)
             start = i + 1
+    _keep_strings(lines, keep)
     return "\n".join(line if k else "" for line, k in zip(lines, keep))
+
+
+_STRING_OPEN = re.compile(r"^\s*(?:export\s+)?([A-Za-z_]\w*)=([\"'])")
+_CLOSE = {'"': re.compile(r'(?<!\\)"'), "'": re.compile("'")}
+
+
+def _keep_strings(lines: list[str], keep: list[bool]) -> None:
+    """Mark the lines of each quoted string assignment (`GPT_ARGS="..."`, one line or many) whose
+    variable a kept line expands (`$GPT_ARGS`, `${GPT_ARGS}`), until no more are found."""
+    while True:
+        used = {m.group(1) or m.group(3) for line, k in zip(lines, keep) if k
+                for m in _VAR.finditer(line.split("#", 1)[0])}
+        found = False
+        for i, line in enumerate(lines):
+            opening = _STRING_OPEN.match(line)
+            if keep[i] or not opening or opening.group(1) not in used:
+                continue
+            rest = "\n".join(lines[i:])[opening.end():]
+            close = _CLOSE[opening.group(2)].search(rest)
+            end = i + (rest[:close.start()].count("\n") if close else len(lines) - 1 - i)
+            keep[i:end + 1] = [True] * (end + 1 - i)
+            found = True
+        if not found:
+            return
 
 
 def _unknown_flags(text: str) -> list[Violation]:
     """An error for each `--flag` of the launch (`launch_text`) that neither Megatron-LM
-    (`mg.recorded_flags()`) nor torchrun defines, with the closest Megatron flag: Megatron's
+    (`mg.recorded_flags()`) nor torchrun defines, with the Megatron flag of the knob it abbreviates
+    (`mg.ABBREVIATIONS`) or else the closest one: Megatron's
     argparse exits on it ("unrecognized arguments"; `parse_args`, allow_abbrev=False, so a prefix
     is no flag either)."""
     known = mg.recorded_flags()
@@ -144,13 +174,16 @@ def _unknown_flags(text: str) -> list[Violation]:
     for flag in flag_lines(launch_text(text)):
         if not flag.startswith("--") or flag in known or flag in mg.TORCHRUN_FLAGS:
             continue
-        close = difflib.get_close_matches(flag, known, n=1, cutoff=0.6)
+        knob = mg.ABBREVIATIONS.get(flag)
+        close = [F[knob]] if knob in F else [] if knob else difflib.get_close_matches(
+            flag, known, n=1, cutoff=0.6)
+        hint = (f"; did you mean {close[0]}?" if close else
+                f"; Megatron-LM has no {knob} flag: it derives {knob} = world size / "
+                f"(tp x pp x cp)." if knob else ".")
         out.append(Violation(
             rule="megatron_unknown_flag",
-            message=f"{flag} is not a Megatron-LM flag" + (f"; did you mean {close[0]}?" if close
-                                                             else "") +
-                    " Megatron-LM's argparse exits on an unrecognized argument before training "
-                    "starts (arguments.py parse_args)",
+            message=f"{flag} is not a Megatron-LM flag{hint} Megatron-LM's argparse exits on an "
+                    f"unrecognized argument before training starts (arguments.py parse_args)",
             fix=f"write {close[0]}" if close else f"remove {flag}"))
     return out
 
@@ -252,20 +285,28 @@ def parse_args(text: str, file: str) -> dict[str, str | bool]:
 def _tokens(text: str, file: str) -> tuple[list[str], dict[str, str]]:
     """(shell words with `$VAR` expanded from earlier `VAR=value` words, quoted `"--flag value"`
     words split again and an arithmetic expansion `$(( a * b ))` kept as one word; the variables
-    set)."""
+    set).
+
+    A word holding a variable's value is split at whitespace, as bash splits an unquoted `$VAR`
+    (default IFS: space, tab, newline; no quote removal), so a string variable of flags on one
+    line or many (with or without backslash continuations) gives one word per flag and value; an
+    assignment's value, and a word left with `$(` (a substitution this reader does not run), are
+    not split.
+    Source: bash(1) "Word Splitting"."""
     try:
         words = _join_arithmetic(shlex.split(text.replace("\\\n", " "), comments=True))
     except ValueError as exc:
         raise SpecError(f"shell syntax error: {exc}", file=file) from None
     env: dict[str, str] = {}
     out: list[str] = []
-    for word in words:
-        word = _VAR.sub(lambda m: _expand(m, env), word)
+    for raw in words:
+        word = _VAR.sub(lambda m: _expand(m, env), raw)
         assign = _ASSIGN.match(word)
         if assign and not word.startswith("-"):
             env[assign.group(1)] = assign.group(2)
             continue
-        if word.startswith("--") and any(c.isspace() for c in word):
+        if (word != raw and "$(" not in word) or (word.startswith("--") and any(
+                c.isspace() for c in word)):
             out += word.split()
         else:
             out.append(word)

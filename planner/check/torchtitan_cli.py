@@ -15,6 +15,11 @@ remainder is bad input), `tt.PP_MICROBATCHES` micro-batches per step with pp > 1
 `tt.STEP_TOKENS` / `tt.CONTEXT` (-1: micro-batch x pp micro-batches x dp). The settings then map to a Layout as the TOML reader maps them (`torchtitan.read_doc`),
 with the sequence-parallel switch (`tt.SEQUENCE_PARALLEL`) false turning it off.
 
+Activation checkpointing is the config function's unless the `activation-checkpoint:MODE`
+subcommand (`CLI_COMMIT`) or the `--activation_checkpoint.mode MODE` override of the releases
+before it (`tt.AC_MODE_COMMIT`; a warning names the subcommand) chooses another; a mode torchtitan
+rejects is bad input naming those it accepts.
+
 A `--training.F` or `--parallelism.F` that is no field of those dataclasses is the error
 `torchtitan_unknown_key` with the closest field (tyro exits on it); other sections are not
 costed and not checked.
@@ -58,7 +63,8 @@ def read(path: Path, *, model: str | None, cluster: str | None, gpus: int | None
     Raises:
         SpecError: unreadable file, shell syntax error, a missing --module / --config or one not in
             `tt.PRESETS`, an override without a value or with a value torchtitan rejects, a batch
-            that is not whole sequences, an unmodelled activation-checkpoint policy, --gpus
+            that is not whole sequences, an activation-checkpoint mode torchtitan rejects or the
+            planner does not model (or two that disagree), --gpus
             contradicting torchrun's ranks, and what `torchtitan.read_doc` raises.
     """
     file = str(path)
@@ -72,8 +78,9 @@ def read(path: Path, *, model: str | None, cluster: str | None, gpus: int | None
     if ranks is not None and gpus is not None and gpus != ranks:
         raise SpecError(f"--gpus {gpus} contradicts torchrun's {ranks} ranks", file=file,
                         key="--gpus")
-    findings = _unknown_fields(flags)
-    doc = _job_doc(settings, preset, ac or preset["ac"], file)
+    ac, findings = _ac_mode(flags, ac, preset, file)
+    findings += _unknown_fields(flags)
+    doc = _job_doc(settings, preset, ac, file)
     target = torchtitan.read_doc(doc, file, model=model, cluster=cluster,
                                  gpus=gpus if gpus is not None else ranks, seq_len=seq_len)
     layout = target.layout
@@ -116,6 +123,40 @@ def _flags(words: list[str], file: str) -> tuple[dict[str, str], str | None]:
                 value = "true"  # a tyro boolean flag given alone
         out[name[2:] if "." in name else name] = value
     return out, ac
+
+
+def _ac_mode(flags: dict[str, str], subcommand: str | None, preset: dict,
+             file: str) -> tuple[str, list[Violation]]:
+    """The activation checkpointing costed: the `--activation_checkpoint.mode` override of releases
+    9810191 to `tt.AC_MODE_COMMIT` (with a warning that later releases spell it as the
+    subcommand), else the subcommand, else the config function's.
+
+    Raises:
+        SpecError: a mode torchtitan rejects (naming `tt.AC_MODE_VALUES`), memory_budget (not
+            modelled), or an override that contradicts the subcommand.
+    """
+    key = tt.KEY["ac_mode"]
+    value = flags.get(key)
+    if value is None:
+        return subcommand or preset["ac"], []
+    if value not in tt.AC_MODE_VALUES:
+        raise SpecError(f"value {value!r} not allowed; allowed: {', '.join(tt.AC_MODE_VALUES)} "
+                        f"(torchtitan config/configs.py ActivationCheckpointConfig.mode at "
+                        f"{tt.AC_MODE_COMMIT}; tyro exits on any other)", file=file, key=f"--{key}")
+    if value not in tt.AC_CHOICES:
+        raise SpecError(f"value {value!r} not modelled (a compiler memory budget); allowed: "
+                        f"{', '.join(tt.AC_CHOICES)}", file=file, key=f"--{key}")
+    mode = tt.AC_CHOICES[value]
+    subcommand_text = f"{tt.AC_SUBCOMMANDS[0]}:{value}"
+    if subcommand is not None and subcommand != mode:
+        raise SpecError(f"value {value!r} contradicts the subcommand {tt.AC_SUBCOMMANDS[0]}:"
+                        f"{subcommand}; give one of them", file=file, key=f"--{key}")
+    return mode, [Violation(
+        rule="torchtitan_ac_mode_override", severity="warning",
+        message=f"--{key} {value} is the spelling of torchtitan up to {tt.AC_MODE_COMMIT}; since "
+                f"c5d93d1 (2026-06-15, and at {tt.CLI_COMMIT}) activation checkpointing is the "
+                f"subcommand {subcommand_text} and tyro exits on --{key}",
+        fix=f"write {subcommand_text} for current torchtitan")]
 
 
 def _value(text: str):

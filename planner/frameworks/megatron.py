@@ -178,6 +178,16 @@ def recorded_flags() -> frozenset[str]:
     return frozenset(line for line in text.splitlines() if line.startswith("--"))
 
 
+ABBREVIATIONS = {
+    "--tp": "tp", "--pp": "pp", "--cp": "cp", "--ep": "ep", "--etp": "etp", "--vpp": "vpp",
+    "--dp": "dp", "--sp": "sequence_parallel", "--mbs": "micro_batch_size",
+    "--gbs": "global_batch_size", "--seq-len": "seq_len", "--recompute": "recompute_granularity",
+}
+"""Short names of planner knobs that are no Megatron-LM flag (`planner explain`'s --tp, --pp, --cp,
+--ep, --etp, --vpp, --seq-len, --recompute; the field's dp, sp, mbs, gbs) -> the knob, whose flag
+`FLAG[knob]` the unknown-flag error suggests (dp has none: Megatron-LM derives it as world size /
+(tp x pp x cp), `validate_args`)."""
+
 DEVICE_MAX_CONNECTIONS = "CUDA_DEVICE_MAX_CONNECTIONS"
 """The environment variable Megatron-LM's start-up checks read (`validate_args`: must not be 1 with
 Megatron-FSDP or torch FSDP2; must be 1 with tp or cp > 1 before Blackwell otherwise)."""

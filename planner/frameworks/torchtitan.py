@@ -200,6 +200,18 @@ AC_SUBCOMMANDS = ("activation-checkpoint", "activation_checkpoint")
 """The tyro subcommand prefix of activation checkpointing (`activation-checkpoint:full`)."""
 AC_CHOICES = {"selective": "selective", "full": "full", "none": "none"}
 """Subcommand -> the modelled mode (`memory-budget`, a compiler setting, is not modelled)."""
+AC_MODE_COMMIT = "78fc8ae"
+"""pytorch/torchtitan 78fc8ae32b14d1392bfcd18c66e4bf82bd8f53e5, the parent of c5d93d1 (2026-06-15,
+"Refactor activation checkpointing into a policy class hierarchy"), the last commit whose command
+line chooses activation checkpointing with the override `--activation_checkpoint.mode`
+(`KEY["ac_mode"]`; from 9810191, 2026-02-23): `config/configs.py` ActivationCheckpointConfig.mode
+is `Literal["selective", "full", "memory_budget", "none"]` (tyro exits on any other value);
+`distributed/activation_checkpoint.py` recomputes the whole block for full and applies per-op
+SAC for selective. Since c5d93d1 (so at `CLI_COMMIT`) the choice is the `AC_SUBCOMMANDS`
+subcommand and tyro exits on the override."""
+AC_MODE_VALUES = ("selective", "full", "memory_budget", "none")
+"""The values `--activation_checkpoint.mode` takes at `AC_MODE_COMMIT` (all but memory_budget are
+`AC_CHOICES`, modelled)."""
 
 PRESETS = {
     ("llama3", "llama3_8b"): {"model": ("llama3", "8B"), MICROBATCH_TOKENS: 1 * 8192,
