@@ -224,6 +224,11 @@ def serve_plan(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, calibration:
         SpecError for an engine without calibration.
     """
     start = time.perf_counter()
+    asked = req.input_len + req.output_len
+    if req.max_model_len is not None and req.max_model_len < asked:
+        raise SpecError(f"value {req.max_model_len} is shorter than --input-len {req.input_len} + --output-len "
+                        f"{req.output_len} = {asked} tokens, the context each request reaches; allowed: at least "
+                        f"{asked}", key="--max-model-len")
     if req.context > spec.max_position_embeddings:
         key = "--max-model-len" if req.max_model_len else "--input-len"
         raise SpecError(f"a context of {req.context} tokens exceeds {spec.name}'s max_position_embeddings "
