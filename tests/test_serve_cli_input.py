@@ -36,3 +36,17 @@ def test_max_model_len_equal_to_input_plus_output_is_accepted():
     proc = _serve("--gpus", "8", "--input-len", "100", "--output-len", "100", "--max-model-len", "200", "-f", "json")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["request"]["max_model_len"] == 200
+
+
+@pytest.mark.parametrize("option, value, allowed", [
+    ("--request-rate", "nan", ">= 0.001 and <= 10,000,000"),
+    ("--request-rate", "inf", ">= 0.001 and <= 10,000,000"),
+    ("--ttft-ms", "inf", ">= 0.001"),
+    ("--tpot-ms", "nan", ">= 0.001"),
+    ("--request-latency-ms", "-inf", ">= 0.001"),
+    ("--mem-fraction", "nan", ">= 0.05 and <= 1"),
+])
+def test_non_finite_numbers_are_bad_input(option, value, allowed):
+    err = _one_line(_serve("--gpus", "8", "--input-len", "100", "--output-len", "100", option, value), 2)
+    assert option in err and f"'{value}'" in err and f"a finite number {allowed}" in err
+    assert "less than or equal" not in err
