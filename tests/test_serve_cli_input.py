@@ -50,3 +50,23 @@ def test_non_finite_numbers_are_bad_input(option, value, allowed):
     err = _one_line(_serve("--gpus", "8", "--input-len", "100", "--output-len", "100", option, value), 2)
     assert option in err and f"'{value}'" in err and f"a finite number {allowed}" in err
     assert "less than or equal" not in err
+
+
+RATE_ARGS = ("--input-len", "2000", "--output-len", "300", "--ttft-ms", "1500", "--tpot-ms", "40", "--request-rate", "100")
+GPU_BOUND = re.compile(r"error: request rate 100/s needs more than 8 GPUs within the SLOs: the best plan carries "
+                       r"(?P<best>[\d.]+) requests/s on (?P<on>\d+) GPUs; (?P<need>\d+) GPUs would carry "
+                       r"(?P<carried>[\d.]+) requests/s: --gpus (?P=need) would work\n")
+
+
+def test_gpu_bound_message_is_complete_and_its_fix_works():
+    err = _one_line(_serve("--gpus", "8", *RATE_ARGS), 1)
+    match = GPU_BOUND.fullmatch(err)
+    assert match, err
+    need, carried = int(match["need"]), float(match["carried"])
+    assert float(match["best"]) < 100 <= carried and int(match["on"]) <= 8 < need
+    # the suggested GPU count carries the rate, and is the fewest that does
+    proc = _serve("--gpus", str(need), *RATE_ARGS, "-f", "json")
+    assert proc.returncode == 0, proc.stderr
+    deployment = json.loads(proc.stdout)["deployment"]
+    assert deployment["gpus"] == need and deployment["requests_per_s"] == pytest.approx(carried, abs=1e-3)
+    assert _serve("--gpus", str(need - 1), *RATE_ARGS).returncode == 1
