@@ -70,3 +70,16 @@ def test_gpu_bound_message_is_complete_and_its_fix_works():
     deployment = json.loads(proc.stdout)["deployment"]
     assert deployment["gpus"] == need and deployment["requests_per_s"] == pytest.approx(carried, abs=1e-3)
     assert _serve("--gpus", str(need - 1), *RATE_ARGS).returncode == 1
+
+
+def test_concurrency_columns_have_thousands_separators():
+    args = ("--gpus", "8", "--input-len", "100", "--output-len", "100")
+    plans = json.loads(_serve(*args, "-f", "json").stdout)["plans"]
+    table = _serve(*args).stdout
+    rows = [line.split("│") for line in table.splitlines() if re.match(r"\d+ │", line)]
+    assert len(rows) == len(plans) and any(p["concurrency"] >= 1000 for p in plans)
+    for cells, plan in zip(rows, plans):
+        assert cells[3].strip() == f"{plan['concurrency']:,}"  # e.g. 14121 -> 14,121
+        assert cells[-1].strip() == f"{plan['max_concurrency']:,}"
+    deployment = next(line for line in table.splitlines() if line.startswith("deployment:"))
+    assert f"@{plans[0]['concurrency']:,} " in deployment  # the deployment is the first plan here
