@@ -8,6 +8,7 @@ usage errors (bad option values, unknown commands) become one line too and exit 
 from __future__ import annotations
 
 import contextlib
+import math
 import sys
 from enum import Enum
 from typing import Annotated, Any
@@ -634,6 +635,23 @@ KvDtype = Enum("KvDtype", {f: f for f in ("bf16", "fp8")}, type=str)
 Engine = Enum("Engine", {f: f for f in ("vllm", "sglang", "trtllm")}, type=str)
 
 
+def _finite(low: float, high: float = math.inf):
+    """Parser of a float option: a finite number in [low, high] (click's range check lets nan and inf
+    through or reports them as out of range). Raises typer.BadParameter naming what is allowed."""
+    allowed = f"a finite number >= {low:,.10g}" + (f" and <= {high:,.10g}" if math.isfinite(high) else "")
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not (math.isfinite(value) and low <= value <= high):
+            raise typer.BadParameter(f"allowed: {allowed}")
+        return value
+
+    return parse
+
+
 def _serve_fix(items: list[str]) -> dict:
     """`--fix tp=4` pins for serve-plan: tp, pp, ep, dp (attention data parallel), positive integers."""
     from planner.serve import FIXABLE as SERVE_FIXABLE
@@ -659,16 +677,16 @@ def serve_plan_cmd(
     input_len: Annotated[int, typer.Option(min=1, max=MAX_SEQ_LEN, help="Prompt tokens per request.")],
     output_len: Annotated[int, typer.Option(min=1, max=MAX_SEQ_LEN, help="Generated tokens per request.")],
     concurrency: Annotated[int | None, typer.Option(min=1, max=1_000_000, help="Requests in flight per instance (default: searched).")] = None,
-    request_rate: Annotated[float | None, typer.Option(min=0.001, max=1e7, help="Requests/s to carry: answers the fewest GPUs (up to --gpus).")] = None,
-    ttft_ms: Annotated[float | None, typer.Option(min=0.001, help="Time-to-first-token SLO, ms.")] = None,
-    tpot_ms: Annotated[float | None, typer.Option(min=0.001, help="Time-per-output-token SLO, ms.")] = None,
-    request_latency_ms: Annotated[float | None, typer.Option(min=0.001, help="Whole-request latency SLO, ms.")] = None,
+    request_rate: Annotated[float | None, typer.Option(parser=_finite(0.001, 1e7), metavar="FLOAT", help="Requests/s to carry: answers the fewest GPUs (up to --gpus).")] = None,
+    ttft_ms: Annotated[float | None, typer.Option(parser=_finite(0.001), metavar="FLOAT", help="Time-to-first-token SLO, ms.")] = None,
+    tpot_ms: Annotated[float | None, typer.Option(parser=_finite(0.001), metavar="FLOAT", help="Time-per-output-token SLO, ms.")] = None,
+    request_latency_ms: Annotated[float | None, typer.Option(parser=_finite(0.001), metavar="FLOAT", help="Whole-request latency SLO, ms.")] = None,
     weight_dtype: Annotated[WeightDtype, typer.Option(case_sensitive=False, help="Weight format of the block linear layers.")] = "bf16",
     kv_dtype: Annotated[KvDtype, typer.Option(case_sensitive=False, help="KV-cache dtype.")] = "bf16",
     engine: Annotated[Engine, typer.Option(case_sensitive=False, help="Serving engine (its memory-budget rule and latency constants).")] = "vllm",
     max_model_len: Annotated[int | None, typer.Option(min=1, max=MAX_SEQ_LEN, help="Longest context one request may reach (default: input + output).")] = None,
     mem_fraction: Annotated[float | None, typer.Option(
-        min=0.05, max=1.0, help="The engine's budget knob: vLLM gpu_memory_utilization, SGLang mem_fraction_static, "
+        parser=_finite(0.05, 1.0), metavar="FLOAT", help="The engine's budget knob: vLLM gpu_memory_utilization, SGLang mem_fraction_static, "
                                 "TensorRT-LLM kv_cache_free_gpu_memory_fraction (default: the engine's).")] = None,
     max_num_batched_tokens: Annotated[int, typer.Option(min=1, max=MAX_SEQ_LEN, help="Tokens per forward (chunked prefill).")] = 8192,
     fix: Annotated[list[str] | None, typer.Option("--fix", metavar="KEY=VALUE", help="Pin tp, pp, ep or dp (repeatable).")] = None,

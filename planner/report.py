@@ -665,19 +665,19 @@ def show_serve_plan(data: dict, fmt: str) -> None:
                   f"{solver['objective_value']:,}; {solver['candidates_evaluated']:,} candidates of "
                   f"{solver['shapes']} shapes; {solver['wall_s']:.2f} s")
     if "workers" in dep:
-        mix = " + ".join(f"{w['workers']} x {w['role']} {_serve_label(w['parallelism'])} @{w['concurrency']}"
+        mix = " + ".join(f"{w['workers']} x {w['role']} {_serve_label(w['parallelism'])} @{w['concurrency']:,}"
                          for w in dep["workers"])
     else:
-        mix = " + ".join(f"{p['parallelism']['replicas']} x {_serve_label(p['parallelism'])} @{p['concurrency']}"
+        mix = " + ".join(f"{p['parallelism']['replicas']} x {_serve_label(p['parallelism'])} @{p['concurrency']:,}"
                          for p in dep["mix"])
-    console.print(f"deployment: {mix} on {dep['gpus']} GPUs: {dep['tokens_per_s']:,.0f} tokens/s "
+    console.print(f"deployment: {mix} on {dep['gpus']:,} GPUs: {dep['tokens_per_s']:,.0f} tokens/s "
                   f"({dep['tokens_per_s_per_gpu']:,.1f} /GPU), {dep['requests_per_s']:g} requests/s")
     console.print()
     console.print(_table("plans", ("#", "instance", "replicas", "conc.", "TTFT\nms", "TPOT\nms",
                                    "tokens/s\n/GPU", "tokens/s\n/user", "KV pool\nGiB", "max\nconc."),
-                         ([i, _serve_label(p["parallelism"]), p["parallelism"]["replicas"], p["concurrency"],
-                           f"{p['ttft_ms']:,.0f}", f"{p['tpot_ms']:.1f}", f"{p['tokens_per_s_per_gpu']:,.1f}",
-                           f"{p['tokens_per_s_per_user']:.1f}", gib(p["memory_bytes"]["kv_cache"]),
+                         ([i, _serve_label(p["parallelism"]), f"{p['parallelism']['replicas']:,}", f"{p['concurrency']:,}",
+                           f"{p['ttft_ms']:,.0f}", f"{p['tpot_ms']:,.1f}", f"{p['tokens_per_s_per_gpu']:,.1f}",
+                           f"{p['tokens_per_s_per_user']:,.1f}", gib(p["memory_bytes"]["kv_cache"]),
                            f"{p['max_concurrency']:,}"] for i, p in enumerate(data["plans"], 1)), right_from=2))
     console.print()
     _serve_memory(console, data["plans"][0])
@@ -685,7 +685,7 @@ def show_serve_plan(data: dict, fmt: str) -> None:
         console.print()
         console.print(_table("workers", ("role", "instance", "workers", "conc.", "TTFT\nms", "TPOT\nms", "requests/s",
                                          "tokens/s", "KV pool\nGiB"),
-                             ([w["role"], _serve_label(w["parallelism"]), w["workers"], w["concurrency"],
+                             ([w["role"], _serve_label(w["parallelism"]), f"{w['workers']:,}", f"{w['concurrency']:,}",
                                w.get("ttft_ms", ""), w.get("tpot_ms", ""), f"{w['requests_per_s']:g}",
                                f"{w.get('tokens_per_s', 0):,.0f}" if w["role"] == "decode" else "",
                                gib(w["memory_bytes"]["kv_cache"])] for w in dep["workers"]), right_from=2))
@@ -696,8 +696,8 @@ def show_serve_plan(data: dict, fmt: str) -> None:
     console.print()
     console.print(_table("Pareto front (tokens/s/GPU vs tokens/s/user)", ("instance", "conc.", "tokens/s\n/GPU",
                                                                          "tokens/s\n/user", "TTFT\nms", "TPOT\nms"),
-                         ([_serve_label(p), p["concurrency"], f"{p['tokens_per_s_per_gpu']:,.1f}",
-                           f"{p['tokens_per_s_per_user']:.1f}", f"{p['ttft_ms']:,.0f}", f"{p['tpot_ms']:.1f}"]
+                         ([_serve_label(p), f"{p['concurrency']:,}", f"{p['tokens_per_s_per_gpu']:,.1f}",
+                           f"{p['tokens_per_s_per_user']:,.1f}", f"{p['ttft_ms']:,.0f}", f"{p['tpot_ms']:,.1f}"]
                           for p in data["pareto"][:10]), right_from=1))
     for text in data.get("notes", ()):
         console.print(f"note: {escape(text)}")

@@ -224,6 +224,11 @@ def serve_plan(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, calibration:
         SpecError for an engine without calibration.
     """
     start = time.perf_counter()
+    asked = req.input_len + req.output_len
+    if req.max_model_len is not None and req.max_model_len < asked:
+        raise SpecError(f"value {req.max_model_len} is shorter than --input-len {req.input_len} + --output-len "
+                        f"{req.output_len} = {asked} tokens, the context each request reaches; allowed: at least "
+                        f"{asked}", key="--max-model-len")
     if req.context > spec.max_position_embeddings:
         key = "--max-model-len" if req.max_model_len else "--input-len"
         raise SpecError(f"a context of {req.context} tokens exceeds {spec.name}'s max_position_embeddings "
@@ -242,7 +247,9 @@ def serve_plan(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, calibration:
         if not mix.counts:
             needed = serve_ilp.min_gpus(gpus, [p["requests_per_s"] for _, p in cands], tokens,
                                         req.request_rate, req.gpus * 1024)
-            more = f"; {int(needed.objective)} GPUs would" if needed.counts else ""
+            more = (f"; {int(needed.objective)} GPUs would carry {_carried(needed, cands):g} requests/s: "
+                    f"--gpus {int(needed.objective)} would work" if needed.counts else
+                    f"; not even {req.gpus * 1024} GPUs would carry it: relax the SLOs")
             best = max(cands, key=lambda c: c[1]["requests_per_s"] / c[0]["inst"].gpus)
             plan = _plan(spec, best[0], best[1], max(1, req.gpus // best[0]["inst"].gpus))
             raise InfeasibleError(
@@ -312,6 +319,11 @@ def _notes(hw: ClusterSpec, req: ServeRequest) -> list[str]:
     if not hw.gpu.name.startswith(("H100", "H200")):
         notes.append(HOPPER_NOTE)
     return notes
+
+
+def _carried(mix, cands) -> float:
+    """Requests/s a replica mix carries: sum over candidates of replicas x the candidate's requests/s."""
+    return round(sum(n * cands[i][1]["requests_per_s"] for i, n in mix.counts.items()), 3)
 
 
 def _infeasible(spec, hw, req, evaluated, points, rejected) -> InfeasibleError:

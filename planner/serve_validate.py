@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import csv
 import datetime
+import math
 import sys
 import zlib
 from dataclasses import dataclass
@@ -75,8 +76,39 @@ class Case:
         return zlib.crc32(self.id.encode()) % 4 == 0
 
 
-def _int(value: str, default: int = 1) -> int:
-    return int(value) if value not in ("", None) and int(value) > 0 else default
+INTEGER_COLUMNS = ("isl", "osl", "batch_size", "tp_size")
+"""Required positive integers: lengths, concurrency and the TP degree."""
+DEGREE_COLUMNS = {"pp_size": "", "attention_dp_size": "", "moe_tp_size": "0", "moe_ep_size": "0"}
+"""Optional degrees: a positive integer, or empty (1); moe_*: also 0 (aiconfigurator writes 0 when unused)."""
+TIME_COLUMNS = ("silicon_ttft_ms", "silicon_tpot_ms")
+"""Measured times: positive finite numbers of ms."""
+
+
+def _bad(row_name: str, key: str, value: str, allowed: str, file: str) -> SpecError:
+    return SpecError(f"{row_name}: value {value!r} not allowed; allowed: {allowed}", file=file, key=key)
+
+
+def _field_int(row: dict, key: str, row_name: str, file: str, unset: tuple[str, ...] = ()) -> int:
+    """A positive integer column; values in `unset` read as 1. Raises SpecError otherwise."""
+    value = (row.get(key) or "").strip()
+    if value in unset:
+        return 1
+    if not (value.isascii() and value.isdigit()) or int(value) < 1:
+        allowed = "a positive integer" + "".join(f" or {u!r} (unset)" if u else " or empty (unset)" for u in unset)
+        raise _bad(row_name, key, value, allowed, file)
+    return int(value)
+
+
+def _field_time(row: dict, key: str, row_name: str, file: str) -> float:
+    """A positive finite number (ms). Raises SpecError otherwise."""
+    value = row[key].strip()
+    try:
+        number = float(value)
+    except ValueError:
+        number = math.nan
+    if not (math.isfinite(number) and number > 0):
+        raise _bad(row_name, key, value, "a positive finite number of ms", file)
+    return number
 
 
 def weight_format_of(row: dict) -> str:
@@ -92,40 +124,48 @@ def weight_format_of(row: dict) -> str:
     return "bf16"
 
 
-def case_of(row: dict, file: str) -> Case:
-    """One CSV row -> Case. Raises SpecError naming the row and column for what cannot be read."""
+def case_of(row: dict, file: str, line: int | None = None) -> Case:
+    """One CSV row -> Case. Raises SpecError naming the file, the row (its id, else `line`), the column,
+    the value and what is allowed, for what cannot be read."""
+    row_name = f"row {row['id']}" if row.get("id") else f"line {line if line is not None else '?'}"
     for key in REQUIRED:
         if row.get(key) in (None, ""):
-            raise SpecError(f"row {row.get('id', '?')}: missing value", file=file, key=key)
-    if row["model_path"] not in MODEL_NAMES or row["system"] not in SYSTEMS:
-        bad = "model_path" if row["model_path"] not in MODEL_NAMES else "system"
-        allowed = MODEL_NAMES if bad == "model_path" else SYSTEMS
-        raise SpecError(f"row {row['id']}: {row[bad]!r} unknown; allowed: {', '.join(allowed)}", file=file, key=bad)
-    try:
-        tp, adp = _int(row["tp_size"]), _int(row.get("attention_dp_size", ""))
-        moe_tp, moe_ep = _int(row.get("moe_tp_size", "")), _int(row.get("moe_ep_size", ""))
-        spec = _model(MODEL_NAMES[row["model_path"]])
-        gpus = max(tp, adp, moe_tp * moe_ep) if spec.is_moe else max(tp, adp)
-        ep = moe_ep if spec.is_moe and gpus % moe_ep == 0 else 1
-        inst = sv.Instance(tp=gpus, pp=_int(row.get("pp_size", "")), ep=ep, adp=adp if gpus % adp == 0 else 1)
-        return Case(id=row["id"], engine=row["backend"], model=MODEL_NAMES[row["model_path"]],
-                    cluster=SYSTEMS[row["system"]], weight_format=weight_format_of(row), inst=inst,
-                    concurrency=int(row["batch_size"]), input_len=int(row["isl"]), output_len=int(row["osl"]),
-                    ttft_ms=float(row["silicon_ttft_ms"]), tpot_ms=float(row["silicon_tpot_ms"]))
-    except ValueError as exc:
-        raise SpecError(f"row {row['id']}: {exc}", file=file) from None
+            raise SpecError(f"{row_name}: missing value", file=file, key=key)
+    checks = (("backend", sv.ENGINES), ("model_path", MODEL_NAMES), ("system", SYSTEMS))
+    for key, allowed in checks:
+        if row[key] not in allowed:
+            raise _bad(row_name, key, row[key], ", ".join(allowed), file)
+    isl, osl, batch, tp = (_field_int(row, key, row_name, file) for key in INTEGER_COLUMNS)
+    pp, adp, moe_tp, moe_ep = (_field_int(row, key, row_name, file, ("", unset) if unset else ("",))
+                               for key, unset in DEGREE_COLUMNS.items())
+    ttft_ms, tpot_ms = (_field_time(row, key, row_name, file) for key in TIME_COLUMNS)
+    spec = _model(MODEL_NAMES[row["model_path"]])
+    gpus = max(tp, adp, moe_tp * moe_ep) if spec.is_moe else max(tp, adp)
+    ep = moe_ep if spec.is_moe and gpus % moe_ep == 0 else 1
+    inst = sv.Instance(tp=gpus, pp=pp, ep=ep, adp=adp if gpus % adp == 0 else 1)
+    return Case(id=row["id"], engine=row["backend"], model=MODEL_NAMES[row["model_path"]],
+                cluster=SYSTEMS[row["system"]], weight_format=weight_format_of(row), inst=inst,
+                concurrency=batch, input_len=isl, output_len=osl, ttft_ms=ttft_ms, tpot_ms=tpot_ms)
 
 
 def load_cases(path: str | Path = DATA) -> list[Case]:
     """All rows of a measurements CSV (comment lines starting with # skipped)."""
     path = Path(path)
+    if path.is_dir():
+        raise SpecError("is a directory; give a measurements CSV file", file=str(path), key="--data")
     if not path.is_file():
         raise SpecError("file not found", file=str(path), key="--data")
-    with path.open() as handle:
-        rows = list(csv.DictReader(line for line in handle if not line.startswith("#")))
-    if not rows:
+    with path.open(newline="") as handle:
+        numbered = [(n, line) for n, line in enumerate(handle, 1) if not line.startswith("#")]
+    reader = csv.DictReader(line for _, line in numbered)
+    missing = [key for key in REQUIRED if key not in (reader.fieldnames or ())]
+    if missing:
+        raise SpecError(f"column(s) {', '.join(missing)} missing from the header; required: {', '.join(REQUIRED)}",
+                        file=str(path), key=missing[0])
+    cases = [case_of(row, str(path), numbered[reader.line_num - 1][0]) for row in reader]
+    if not cases:
         raise SpecError("no rows", file=str(path), key="--data")
-    return [case_of(row, str(path)) for row in rows]
+    return cases
 
 
 def case_terms(case: Case) -> dict[str, float]:

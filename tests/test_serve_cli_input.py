@@ -1,0 +1,85 @@
+"""`planner serve-plan` bad input and messages: a context shorter than the request, non-finite numbers,
+the whole GPU-bound infeasible message, thousands separators in the concurrency columns."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BASE = ("serve-plan", "-m", "llama-3.1-70b", "-c", "hgx-h200")
+
+
+def _serve(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "planner", *BASE, *args], capture_output=True, text=True, cwd=ROOT)
+
+
+def _one_line(proc: subprocess.CompletedProcess, code: int) -> str:
+    assert proc.returncode == code, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    return proc.stderr
+
+
+def test_max_model_len_below_input_plus_output_is_bad_input():
+    err = _one_line(_serve("--gpus", "8", "--input-len", "100", "--output-len", "100", "--max-model-len", "50"), 2)
+    # 100 + 100 = 200 tokens per request; 50 cannot hold it
+    assert "--max-model-len" in err and "50" in err and "--input-len 100" in err and "--output-len 100" in err
+    assert "at least 200" in err
+
+
+def test_max_model_len_equal_to_input_plus_output_is_accepted():
+    proc = _serve("--gpus", "8", "--input-len", "100", "--output-len", "100", "--max-model-len", "200", "-f", "json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["request"]["max_model_len"] == 200
+
+
+@pytest.mark.parametrize("option, value, allowed", [
+    ("--request-rate", "nan", ">= 0.001 and <= 10,000,000"),
+    ("--request-rate", "inf", ">= 0.001 and <= 10,000,000"),
+    ("--ttft-ms", "inf", ">= 0.001"),
+    ("--tpot-ms", "nan", ">= 0.001"),
+    ("--request-latency-ms", "-inf", ">= 0.001"),
+    ("--mem-fraction", "nan", ">= 0.05 and <= 1"),
+])
+def test_non_finite_numbers_are_bad_input(option, value, allowed):
+    err = _one_line(_serve("--gpus", "8", "--input-len", "100", "--output-len", "100", option, value), 2)
+    assert option in err and f"'{value}'" in err and f"a finite number {allowed}" in err
+    assert "less than or equal" not in err
+
+
+RATE_ARGS = ("--input-len", "2000", "--output-len", "300", "--ttft-ms", "1500", "--tpot-ms", "40", "--request-rate", "100")
+GPU_BOUND = re.compile(r"error: request rate 100/s needs more than 8 GPUs within the SLOs: the best plan carries "
+                       r"(?P<best>[\d.]+) requests/s on (?P<on>\d+) GPUs; (?P<need>\d+) GPUs would carry "
+                       r"(?P<carried>[\d.]+) requests/s: --gpus (?P=need) would work\n")
+
+
+def test_gpu_bound_message_is_complete_and_its_fix_works():
+    err = _one_line(_serve("--gpus", "8", *RATE_ARGS), 1)
+    match = GPU_BOUND.fullmatch(err)
+    assert match, err
+    need, carried = int(match["need"]), float(match["carried"])
+    assert float(match["best"]) < 100 <= carried and int(match["on"]) <= 8 < need
+    # the suggested GPU count carries the rate, and is the fewest that does
+    proc = _serve("--gpus", str(need), *RATE_ARGS, "-f", "json")
+    assert proc.returncode == 0, proc.stderr
+    deployment = json.loads(proc.stdout)["deployment"]
+    assert deployment["gpus"] == need and deployment["requests_per_s"] == pytest.approx(carried, abs=1e-3)
+    assert _serve("--gpus", str(need - 1), *RATE_ARGS).returncode == 1
+
+
+def test_concurrency_columns_have_thousands_separators():
+    args = ("--gpus", "8", "--input-len", "100", "--output-len", "100")
+    plans = json.loads(_serve(*args, "-f", "json").stdout)["plans"]
+    table = _serve(*args).stdout
+    rows = [line.split("│") for line in table.splitlines() if re.match(r"\d+ │", line)]
+    assert len(rows) == len(plans) and any(p["concurrency"] >= 1000 for p in plans)
+    for cells, plan in zip(rows, plans):
+        assert cells[3].strip() == f"{plan['concurrency']:,}"  # e.g. 14121 -> 14,121
+        assert cells[-1].strip() == f"{plan['max_concurrency']:,}"
+    deployment = next(line for line in table.splitlines() if line.startswith("deployment:"))
+    assert f"@{plans[0]['concurrency']:,} " in deployment  # the deployment is the first plan here
