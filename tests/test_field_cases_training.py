@@ -90,7 +90,8 @@ def test_fc05_heads_52_tp3_and_tp8_rejected_with_alternatives():
 
 def test_fc06_heads_28_tp8_offers_tp4_dp2():
     model = llama("qwen2-7b", h=3584, layers=28, heads=28, kv=4, inter=18944, vocab=152064)
-    v = rules(check_layout(model, cluster(8), Layout(tp=8)))
+    # a global batch of 8 sequences: the suggested dp must divide it (dp 2 does)
+    v = rules(check_layout(model, cluster(8), Layout(tp=8, global_batch_size=8)))
     assert "num_attention_heads=28" in v["heads_divisible_by_tp"].message
     assert "tp=4 x dp=2" in v["heads_divisible_by_tp"].fix
     assert not [x for x in check_layout(model, cluster(8), Layout(tp=4, dp=2, global_batch_size=2))
