@@ -261,3 +261,22 @@ def test_fc17_initialisation_peak_named_where_the_model_is_built_unsharded(tmp_p
     _, data = check(torchtitan(tmp_path, LLAMA2_7B, gpus=8, seq=2048, cluster="rtx-4090x8",
                                ac="full"))
     assert "initialization_peak" not in {v["rule"] for v in data["violations"]}
+
+
+# FC-14 (SGLang #21347): tied embeddings under PP: the last stage holds its own copy of the
+# 128,256 x 2,048 embedding (525,336,576 B in bf16), counted by `check` of a Megatron script that
+# does not untie them (16 layers, pp 2: 8 layers a stage).
+def test_fc14_tied_embedding_copy_counted_on_the_last_stage(tmp_path):
+    m = dict(h=2048, layers=16, heads=32, kv=8, inter=8192, vocab=128256)
+    path, *rest = megatron(tmp_path, m, pp=2, gpus=2, gbs=8)
+    path.write_text(path.read_text().replace("--untie-embeddings-and-output-weights ", ""))
+    code, data = check([path, *rest])
+    assert code == 0, data["violations"]
+    # a layer: q 2048 x 32 x 64, k and v 2048 x 8 x 64 each, o 32 x 64 x 2048, SwiGLU 3 x 2048 x
+    # 8192, two RMSNorms of 2048
+    layer = 2048 * 2048 + 2 * 2048 * 512 + 2048 * 2048 + 3 * 2048 * 8192 + 2 * 2048
+    embedding = 128256 * 2048
+    first, last = (s["memory_bytes"]["parameters"] for s in data["stages"])
+    assert first == (8 * layer + embedding) * 2
+    assert last == (8 * layer + 2048 + embedding) * 2  # final norm + the tied copy
+    assert embedding * 2 == 525_336_576
