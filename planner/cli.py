@@ -20,6 +20,7 @@ from planner import __version__
 
 from planner import report
 from planner.errors import InfeasibleError, PlannerError, SpecError
+from planner.frameworks import megatron as megatron_flags
 from planner.placement import layout as layout_mod
 from planner.placement import pipeline_layout as pipeline_layout_mod
 from planner.placement.layout import Layout
@@ -251,11 +252,11 @@ def explain_cmd(
     pipeline_layers: Annotated[str | None, typer.Option(
         metavar="N,N,...", help="Decoder layers per pipeline stage, e.g. 7,8,8,...,7 (default: even split).")] = None,
     pipeline_layout: Annotated[str | None, typer.Option(
-        metavar="STRING", help="Layers per virtual stage as Megatron's --pipeline-model-parallel-layout, e.g. \"Et|(tt|)*30mL\" (sets vpp).")] = None,
+        metavar="STRING", help=_LAYOUT_HELP)] = None,
     account_for_embedding: Annotated[bool, typer.Option(
-        "--account-for-embedding", help="Megatron --account-for-embedding-in-pipeline-split: the embedding takes a layer slot of the first virtual stage.")] = False,
+        "--account-for-embedding", help=_EMBEDDING_HELP)] = False,
     account_for_loss: Annotated[bool, typer.Option(
-        "--account-for-loss", help="Megatron --account-for-loss-in-pipeline-split: the loss takes a layer slot of the last virtual stage.")] = False,
+        "--account-for-loss", help=_LOSS_HELP)] = False,
     recompute_per_stage: Annotated[str | None, typer.Option(
         metavar="17n/2f,20n,...", help="Recompute counts per stage as `plan` prints them (n none, s selective, f full); overrides --recompute.")] = None,
     offload: Annotated[list[Offload] | None, typer.Option(case_sensitive=False, help="State to keep in host memory (repeatable).")] = None,
@@ -313,6 +314,14 @@ def _precision(option: object, hw) -> str:
 
 
 # ---------------------------------------------------------------- plan
+
+_LAYOUT_HELP = (f"Layers per virtual stage as Megatron's {megatron_flags.FLAG['pipeline_layout']}, "
+                f'e.g. "Et|(tt|)*30mL" (sets vpp).')
+_EMBEDDING_HELP = (f"Megatron {megatron_flags.FLAG['account_for_embedding']}: the embedding takes a "
+                   f"layer slot of the first virtual stage.")
+_LOSS_HELP = (f"Megatron {megatron_flags.FLAG['account_for_loss']}: the loss takes a layer slot of "
+              f"the last virtual stage.")
+"""explain's help for the pipeline-layout options (Megatron's flag names from its table)."""
 
 _FIX_INTS = ("dp", "tp", "pp", "cp", "ep", "etp", "zero_stage", "micro_batch_size", "vpp")
 

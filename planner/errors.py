@@ -29,6 +29,8 @@ class SpecError(PlannerError):
     def __init__(self, message: str, *, file: str | None = None, key: str | None = None):
         self.file = file
         self.key = key
+        self.message = message
+        """What is wrong and what is allowed, without the `file: key: ` prefix."""
         where = ": ".join(part for part in (file, key) if part)
         super().__init__(f"{where}: {message}" if where else message)
 

@@ -410,3 +410,18 @@ def test_gpt3_keeps_megatrons_dropout(tmp_path):
                 seq_len=2048, split=(12,) * 8)
     flags = _flags(emit(doc, "megatron").text)
     assert not [f for f in flags if "dropout" in f]
+
+
+def test_uneven_interleaved_plan_is_emitted_as_a_layout_string_and_read_back():
+    """`plan --fix pp=4 --fix vpp=3` for llama-3.1-8b: 32 layers + embedding + loss = 34 slots
+    over 12 virtual stages do not divide, so no account-for option builds the plan's layout: the
+    script carries the layout string (1 + 10 x 3 + 1 layers) and `check` reads it back to the
+    plan's split and step time (the emitter's own check line)."""
+    from typer.testing import CliRunner
+
+    from planner.cli import app
+    result = CliRunner().invoke(app, ["plan", "-m", "llama-3.1-8b", "-c", "dgx-h100", "--gpus", "8",
+                                      "--fix", "pp=4", "--fix", "vpp=3", "--emit", "megatron"])
+    assert result.exit_code == 0, result.output
+    assert "--pipeline-model-parallel-layout 'Et|(t*3|)*10tL'" in result.output
+    assert "check: PASS" in result.output

@@ -280,3 +280,29 @@ def test_fc14_tied_embedding_copy_counted_on_the_last_stage(tmp_path):
     assert first == (8 * layer + embedding) * 2
     assert last == (8 * layer + 2048 + embedding) * 2  # final norm + the tied copy
     assert embedding * 2 == 525_336_576
+
+
+# Issue 8 item 3 (pipeline layouts of any layer count), read from Megatron-LM flags: 30 layers on
+# pp 4 with vpp 2 and both account-for options: (30 + 2) slots / 8 virtual stages = 4 each, the
+# embedding taking one of chunk 0's and the loss one of chunk 7's -> chunks 3,4,4,4,4,4,4,3;
+# chunk c on rank c % 4: ranks hold 3+4, 4+4, 4+4, 4+3 = 7, 8, 8, 7 layers.
+def test_account_for_options_give_the_uneven_interleaved_split(tmp_path):
+    extra = ("--num-virtual-stages-per-pipeline-rank 2 --account-for-embedding-in-pipeline-split "
+             "--account-for-loss-in-pipeline-split")
+    code, data = check(megatron(tmp_path, FC09, pp=4, gpus=8, extra=extra))
+    assert code == 0, data["violations"]
+    assert data["parallelism"]["vpp"] == 2
+    assert data["parallelism"]["pipeline_layers"] == [7, 8, 8, 7]
+
+
+def test_layout_string_sets_vpp_and_refuses_the_vpp_flag_beside_it(tmp_path):
+    """`--pipeline-model-parallel-layout "Et|(tttt|)*6tttL"`: 8 virtual stages on pp 4 -> vpp 2,
+    the same 7/8/8/7 split; Megatron-LM refuses the layout with a vpp flag."""
+    layout = "--pipeline-model-parallel-layout 'Et*3|(t*4|)*6t*3L'"
+    code, data = check(megatron(tmp_path, FC09, pp=4, gpus=8, extra=layout))
+    assert code == 0, data["violations"]
+    assert (data["parallelism"]["vpp"], data["parallelism"]["pipeline_layers"]) == (2, [7, 8, 8, 7])
+    text = error(megatron(tmp_path, FC09, pp=4, gpus=8,
+                          extra=f"{layout} --num-virtual-stages-per-pipeline-rank 2"),
+                 "pipeline_layout_args")
+    assert "--num-virtual-stages-per-pipeline-rank" in text and "takes the layout alone" in text

@@ -46,6 +46,7 @@ from planner.check.lines import flag_lines
 from planner.errors import SpecError
 from planner.frameworks import megatron as mg
 from planner.frameworks.megatron import FLAG as F
+from planner.placement import pipeline_layout
 from planner.placement.layout import Layout
 from planner.placement.rules import Violation
 from planner.specs import files
@@ -545,11 +546,16 @@ def _layout(args: dict, spec: ModelSpec, world: int, seq_len: int | None, file: 
         raise SpecError(f"missing: Megatron-LM asserts {F['micro_batch_size']} is set "
                         f"(validate_args)", file=file, key=F["micro_batch_size"])
     vpp = _vpp(args, spec, pp, file, findings)
+    stages = _virtual_stages(args, spec, pp, vpp, file, findings)
+    if stages is not None:
+        vpp, split = len(stages) // pp, pipeline_layout.rank_counts(stages, pp)
+    else:
+        split = _split(args, spec, pp, vpp, file, findings)
     return Layout(
         dp=dp, tp=tp, pp=pp, cp=cp, ep=_int(args, "ep", file),
         etp=_int(args, "etp", file, tp if spec.is_moe else 1),
         zero_stage=_zero(args, file), sequence_parallel=_on(args, "sequence_parallel"),
-        vpp=vpp, pipeline_layers=_split(args, spec, pp, vpp, file, findings),
+        vpp=vpp, pipeline_layers=split, pipeline_layout=stages,
         micro_batch_size=mbs, global_batch_size=_int(args, "global_batch_size", file, mbs * dp),
         seq_len=_seq_len(args, seq_len, file, findings), recompute=_uniform_recompute(args, file),
         optimizer=_OPTIMIZERS[_choice(args, "optimizer", file) or mg.DEFAULT["optimizer"]],
@@ -605,7 +611,8 @@ def _vpp(args: dict, spec: ModelSpec, pp: int, file: str, findings: list[Violati
     split; with interleaving pp > 2 unless p2p communication overlaps, the default)."""
     per_rank = _int(args, "vpp", file)
     per_stage = _int(args, "layers_per_virtual_stage", file)
-    n = spec.num_hidden_layers
+    # the account-for options make the embedding / loss a layer slot of the split
+    n = spec.num_hidden_layers + _on(args, "account_for_embedding") + _on(args, "account_for_loss")
     rank_flag, stage_flag = F["vpp"], F["layers_per_virtual_stage"]
     fix = f"give only {rank_flag}"
     if per_stage is not None and per_rank is not None:
@@ -635,6 +642,39 @@ def _vpp(args: dict, spec: ModelSpec, pp: int, file: str, findings: list[Violati
                     f"pp > 2 for the interleaved schedule without p2p overlap (validate_args)",
             fix=f"drop {F['no_p2p_overlap']}, or use pp >= 3"))
     return vpp
+
+
+def _virtual_stages(args: dict, spec: ModelSpec, pp: int, vpp: int, file: str,
+                    findings: list[Violation]) -> tuple[str, ...] | None:
+    """The virtual-stage layout the file asks for: the layout string (its stage
+    count sets vpp) or the account-for-embedding / loss split of (layers + e + l) slots over
+    pp x vpp; None with neither. Megatron refuses the layout string together with the vpp flags,
+    the first/last-stage flags or the account-for flags, and an account-for split whose slots do
+    not divide (`arguments.py`, `transformer_config.py` @d98e8a6): those are findings here."""
+    text = args.get(F["pipeline_layout"])
+    embedding, loss = _on(args, "account_for_embedding"), _on(args, "account_for_loss")
+    if text is not None:
+        others = [F[k] for k in ("vpp", "layers_per_virtual_stage", "first_stage_layers",
+                                 "last_stage_layers", "account_for_embedding", "account_for_loss")
+                  if F[k] in args]
+        if others:
+            findings.append(Violation(rule="pipeline_layout_args", message=(
+                f"{F['pipeline_layout']} with {', '.join(others)}: Megatron-LM takes the layout "
+                f"alone (it sets vpp and places the embedding and loss)"),
+                fix=f"drop {', '.join(others)}"))
+        try:
+            return pipeline_layout.parse(text, pp)
+        except SpecError as exc:
+            raise SpecError(exc.message, file=file, key=F["pipeline_layout"]) from None
+    if not (embedding or loss) or vpp == 1 and not spec.num_hidden_layers % pp:
+        return None
+    try:
+        return pipeline_layout.account_for_split(spec.num_hidden_layers, pp, vpp,
+                                                 embedding=embedding, loss=loss)
+    except SpecError as exc:
+        findings.append(Violation(rule="pipeline_layout", message=exc.message,
+                                  fix="choose pp, vpp and the account-for flags so the slots divide"))
+        return None
 
 
 def _split(args: dict, spec: ModelSpec, pp: int, vpp: int, file: str,

@@ -230,7 +230,7 @@ def _layout(par: dict, values: dict, req: dict, uniform: str, file: str) -> Layo
         text = par.get("pipeline_layout")
         if text is not None and not isinstance(text, str):
             raise SpecError(f"value {text!r} must be a layout string such as 'Et|(tt|)*30mL' "
-                            f"(Megatron's --pipeline-model-parallel-layout) or null",
+                            f"(Megatron's pipeline-model-parallel layout string) or null",
                             key="pipeline_layout")
         stages = pipeline_layout.parse(text, values["pp"]) if text is not None else None
         return Layout(**degrees, sequence_parallel=sp, recompute=uniform,
@@ -298,9 +298,7 @@ def _int(data: dict, key: str, file: str, where: str, low: int, high: int) -> in
 
 def _bare(exc: SpecError) -> str:
     """An error's message without its `file: key: ` prefix."""
-    where = ": ".join(part for part in (exc.file, exc.key) if part)
-    text = str(exc)
-    return text[len(where) + 2:] if where and text.startswith(where + ": ") else text
+    return exc.message
 
 
 # ---------------------------------------------------------------- model and cluster

@@ -45,6 +45,7 @@ from planner.emit import Emitted
 from planner.errors import SpecError
 from planner.frameworks import megatron as mg
 from planner.frameworks.megatron import FLAG as F
+from planner.placement import pipeline_layout
 from planner.placement.layout import Layout
 from planner.plan import plan_layout
 from planner.specs.cluster import ClusterSpec, load_cluster
@@ -255,9 +256,11 @@ def expressible(split: tuple[int, ...], vpp: int) -> bool:
 
 
 def _split(layout: Layout, recompute: Recompute, fits: _Fits, deviations: list[str]) -> tuple[int, ...]:
-    """The plan's split when Megatron gives it, else the nearest one that fits (module docstring)."""
+    """The plan's split when Megatron gives it, else the nearest one that fits (module docstring).
+    An interleaved plan with its own virtual-stage layout (`Layout.pipeline_layout`) is given as
+    such (the account-for options or the layout string, `_split_flags`)."""
     plan = layout.pipeline_layers
-    if expressible(plan, layout.vpp):
+    if expressible(plan, layout.vpp) or layout.pipeline_layout is not None:
         return plan
     tried = _candidates(plan, layout.vpp)[:SPLIT_CANDIDATES]
     for split in tried:
@@ -302,8 +305,17 @@ _FIRST_LAST = F["first_stage_layers"].replace("first", "first/last")
 
 
 def _split_flags(layout: Layout, num_layers: int) -> list[str]:
-    """Virtual-stage and uneven-split flags."""
+    """Virtual-stage and uneven-split flags: an interleaved layout of unequal chunks as the
+    account-for-embedding / loss options when they build it, else as the layout string (which
+    sets vpp itself); otherwise layers per virtual stage or first / last stage counts."""
     split, pp, vpp = layout.pipeline_layers, layout.pp, layout.vpp
+    stages = layout.pipeline_layout
+    if stages is not None and not pipeline_layout.is_even(stages):
+        options = pipeline_layout.account_for_options(stages, pp)
+        if options is None:
+            return [f"{F['pipeline_layout']} '{pipeline_layout.to_string(stages)}'"]
+        return [f"{F['vpp']} {vpp}"] + [F[k] for k, on in zip(
+            ("account_for_embedding", "account_for_loss"), options) if on]
     even = len(set(split)) == 1
     out = []
     if vpp > 1:

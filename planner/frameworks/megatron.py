@@ -58,6 +58,11 @@ FLAGS = (
     Flag("vpp", "--num-virtual-stages-per-pipeline-rank", INT),
     Flag("first_stage_layers", "--decoder-first-pipeline-num-layers", INT),
     Flag("last_stage_layers", "--decoder-last-pipeline-num-layers", INT),
+    # virtual-stage layouts of any layer count (`pipeline_parallel_layer_layout.py`,
+    # `transformer_block.py` get_num_layers_to_build @d98e8a6; `placement/pipeline_layout.py`)
+    Flag("pipeline_layout", "--pipeline-model-parallel-layout", TEXT),
+    Flag("account_for_embedding", "--account-for-embedding-in-pipeline-split", SWITCH, False),
+    Flag("account_for_loss", "--account-for-loss-in-pipeline-split", SWITCH, False),
     Flag("no_p2p_overlap", "--no-overlap-p2p-communication", SWITCH, False),
     # batch (training_config.py TrainingConfig)
     Flag("micro_batch_size", "--micro-batch-size", INT),

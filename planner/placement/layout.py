@@ -55,7 +55,7 @@ class Layout:
     pipeline_layout: tuple[str, ...] | None = None
     """Layer symbols per virtual stage (E embedding, t decoder, m MTP, L loss), len == pp * vpp,
     chunk c on rank c % pp (`placement/pipeline_layout.py`, Megatron's
-    `--pipeline-model-parallel-layout`); None = equal chunks. Takes precedence over
+    pipeline-model-parallel layout string); None = equal chunks. Takes precedence over
     pipeline_layers for which layers each rank holds."""
     micro_batch_size: int = 1
     """Sequences per micro-batch per DP rank."""

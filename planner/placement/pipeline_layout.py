@@ -10,7 +10,7 @@ pipeline rank c % pp as its local chunk c // pp), each a sequence of layer symbo
 | m | multi-token-prediction layer | mtp |
 | L | output layer and loss | loss |
 
-Written as Megatron's `--pipeline-model-parallel-layout` string: virtual stages separated by `|`,
+Written as Megatron's pipeline-model-parallel layout string (`frameworks.megatron` pipeline_layout): virtual stages separated by `|`,
 `(...)*n` and `x*n` repeat, commas are cosmetic, e.g. "Et|(tt|)*30mL" is 32 virtual stages (one
 decoder layer with the embedding, 30 of two, MTP and loss on the last).
 
@@ -19,7 +19,7 @@ Source: Megatron-LM d98e8a6 `megatron/core/transformer/pipeline_parallel_layer_l
 `validate_layer_layout`: the embedding first and the loss last, each exactly once, decoder count =
 num_layers, MTP after every decoder layer, all in the last virtual stage of one rank) and
 `megatron/core/transformer/transformer_block.py` `get_num_layers_to_build` (the
-`--account-for-embedding-in-pipeline-split` / `--account-for-loss-in-pipeline-split` split: the
+account-for-embedding / account-for-loss split (`frameworks.megatron`): the
 embedding and the loss each take one layer slot, (num_layers + e + l) / pp per rank, / vpp per
 chunk, the embedding's slot on chunk 0 of rank 0, the loss's on the last chunk of the last rank;
 `megatron/training/arguments.py` and `transformer_config.py` assert the two divisions).
@@ -36,7 +36,7 @@ KEY = "pipeline_layout"
 
 
 def parse(text: str, pp: int) -> tuple[str, ...]:
-    """The virtual stages of a `--pipeline-model-parallel-layout` string.
+    """The virtual stages of a Megatron pipeline-model-parallel layout string.
 
     Args:
         text: the layout string (Megatron's grammar, see the module docstring).
@@ -85,7 +85,7 @@ def structure_problem(stages: tuple[str, ...], pp: int) -> str | None:
 
 
 def to_string(stages: tuple[str, ...]) -> str:
-    """The layout as a `--pipeline-model-parallel-layout` string (runs of equal stages as
+    """The layout as a Megatron pipeline-model-parallel layout string (runs of equal stages as
     `(...|)*n`, runs of three or more equal symbols as `x*n`); `parse` reads it back."""
     runs: list[list] = []
     for s in stages:
@@ -133,7 +133,7 @@ def is_even(stages: tuple[str, ...]) -> bool:
 
 def account_for_split(num_layers: int, pp: int, vpp: int, *, embedding: bool,
                       loss: bool) -> tuple[str, ...]:
-    """The layout `--account-for-embedding-in-pipeline-split` / `--account-for-loss-in-pipeline-split`
+    """The layout Megatron's account-for-embedding / account-for-loss options
     build: (num_layers + e + l) / (pp * vpp) slots per virtual stage, the embedding taking one of
     chunk 0's, the loss one of the last chunk's (Megatron `get_num_layers_to_build`).
 
@@ -163,7 +163,7 @@ def account_for_options(stages: tuple[str, ...], pp: int) -> tuple[bool, bool] |
     """(embedding, loss): the account-for options that build exactly `stages` (with vpp =
     len(stages) / pp), or None when only an explicit layout string does (MTP layers, or chunks
     that no account-for split gives). What a Megatron launch needs: the two flags, or
-    `--pipeline-model-parallel-layout to_string(stages)`."""
+    the layout string `to_string(stages)`."""
     if "m" in "".join(stages):
         return None
     n, vpp = sum(decoder_counts(stages)), len(stages) // pp

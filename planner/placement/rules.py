@@ -320,7 +320,7 @@ def _pipeline_layout(model: ModelSpec, layout: Layout) -> list[Violation]:
     layers = num_layers; MTP layers = mtp_num_layers, which planner reads as the model's
     num_nextn_predict_layers or 0); the structure checks run when the layout is parsed
     (`pipeline_layout.parse`). Empty virtual stages are allowed, as Megatron builds them. Only
-    Megatron reads such a layout (`--pipeline-model-parallel-layout`, or the account-for options).
+    Megatron reads such a layout (its layout string, or the account-for options).
     Source: Megatron-LM d98e8a6 `megatron/core/transformer/pipeline_parallel_layer_layout.py`."""
     stages, n, pp = layout.pipeline_layout, model.num_hidden_layers, layout.pp
     text = pipeline_layout.to_string(stages)
@@ -330,7 +330,7 @@ def _pipeline_layout(model: ModelSpec, layout: Layout) -> list[Violation]:
     if layout.framework != "megatron":
         out.append(Violation(rule="pipeline_layout",
                              message=f"pipeline_layout {text}: a virtual-stage layout is Megatron's "
-                                     f"--pipeline-model-parallel-layout; {layout.framework} reads none",
+                                     f"{megatron.FLAG['pipeline_layout']}; {layout.framework} reads none",
                              fix="framework=megatron, or drop the layout"))
     if decoders != n:
         uneven = pipeline_layout.uneven_interleaved(n, pp, layout.vpp)
