@@ -425,3 +425,19 @@ def test_uneven_interleaved_plan_is_emitted_as_a_layout_string_and_read_back():
     assert result.exit_code == 0, result.output
     assert "--pipeline-model-parallel-layout 'Et|(t*3|)*10tL'" in result.output
     assert "check: PASS" in result.output
+
+
+def test_deepseek_v3_on_pp16_round_trips_a_layout_string():
+    """Issue 8's case: DeepSeek-V3's 61 layers on pp 16 with vpp 2 (32 virtual stages): 61 + 2
+    slots do not divide 32, nor 61 + 1, so no account-for option builds it; the plan's layout is
+    an embedding-only first stage, 30 stages of 2 layers and a last of 1 with the loss
+    (0 + 60 + 1 = 61), written as a layout string and read back by `check` to the same plan."""
+    from typer.testing import CliRunner
+
+    from planner.cli import app
+    result = CliRunner().invoke(app, ["plan", "-m", "deepseek-v3", "-c", "hgx-h800", "--gpus", "1024",
+                                      "--fix", "pp=16", "--fix", "vpp=2", "--fix", "ep=64",
+                                      "--emit", "megatron"])
+    assert result.exit_code == 0, result.output
+    assert "--pipeline-model-parallel-layout 'E|(tt|)*30tL'" in result.output
+    assert "check: PASS" in result.output
