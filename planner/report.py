@@ -32,12 +32,13 @@ _WIDTH_WHEN_PIPED = 160
 
 # ---------------------------------------------------------------- streams
 
-ASCII_FALLBACK = str.maketrans({"·": ".", "×": "x", "—": "-", "–": "-", "−": "-", "≤": "<=",
-                                "≥": ">=", "→": "->", "←": "<-", "…": "...", "±": "+/-",
-                                "≈": "~", "÷": "/", "Ψ": "Psi", "²": "^2", "µ": "u", "✓": "ok",
-                                "✗": "x"})
+ASCII_FALLBACK = str.maketrans({"·": ".", "×": "x", "—": "-", "–": "-", "−": "-", "≤": "<",
+                                "≥": ">", "→": ">", "←": "<", "↓": "v", "↑": "^", "…": ".",
+                                "±": "~", "≈": "~", "÷": "/", "Ψ": "P", "²": "2", "µ": "u",
+                                "✓": "+", "✗": "x"})
 """What this module's own separators and symbols become on a stream that cannot encode them (a
-non-UTF-8 locale such as `PYTHONIOENCODING=ascii`); any other such character becomes `?`."""
+non-UTF-8 locale such as `PYTHONIOENCODING=ascii`): one character each, so rich's column widths
+(measured before the stream writes) stay right; any other such character becomes `?`."""
 
 
 class _Stream(io.TextIOBase):

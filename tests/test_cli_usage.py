@@ -217,3 +217,19 @@ def test_written_yaml_has_no_anchors(tmp_path):
     text = out.read_text()
     assert "&id" not in text and "*id" not in text
     assert _run(["check", str(out)]).returncode == 0
+
+
+def test_ascii_fallback_keeps_table_columns_aligned():
+    """Fresh-user defect: under PYTHONIOENCODING=ascii explain's header `state ↓ axis →` became
+    `state ? axis ->`, one character wider than the rows. Every fallback is one character, so
+    the widths rich measured still hold: every line of the placement table is equally long."""
+    import os
+
+    env = {**os.environ, "PYTHONIOENCODING": "ascii", "COLUMNS": "100"}
+    proc = subprocess.run([sys.executable, "-m", "planner", "explain", "-m", "llama-3.1-8b", "-c",
+                           "dgx-h100", "--tp", "2"], capture_output=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.decode("ascii").splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("state v axis >"))
+    head, rule, row = lines[header:header + 3]
+    assert head.index("|") == rule.index("+") == row.index("|"), (head, rule, row)
