@@ -228,7 +228,7 @@ def test_ascii_fallback_keeps_table_columns_aligned():
     env = {**os.environ, "PYTHONIOENCODING": "ascii", "COLUMNS": "100"}
     proc = subprocess.run([sys.executable, "-m", "planner", "explain", "-m", "llama-3.1-8b", "-c",
                            "dgx-h100", "--tp", "2"], capture_output=True, env=env)
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode in (0, 1), proc.stderr  # 1: this layout does not fit; its table shows
     lines = proc.stdout.decode("ascii").splitlines()
     header = next(i for i, line in enumerate(lines) if line.startswith("state v axis >"))
     head, rule, row = lines[header:header + 3]
