@@ -9,6 +9,7 @@ alpha-beta formulas (`collectives.collective_time` is tested against Thakur 2005
 import dataclasses
 
 import pytest
+from budget import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -160,7 +161,7 @@ def _table(colls):
     return out
 
 
-@settings(max_examples=60, deadline=None, derandomize=True,
+@settings(max_examples=examples(60), deadline=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(layout=_layouts(), model=st.sampled_from([DENSE, MOE, TIED]), data=st.data())
 def test_step_time_prices_the_reported_collectives(layout, model, data):
@@ -201,7 +202,7 @@ def test_step_time_prices_the_reported_collectives(layout, model, data):
     assert z == pytest.approx(t("microbatch", m) + t("recompute", m), rel=1e-9, abs=1e-15)
 
 
-@settings(max_examples=40, deadline=None, derandomize=True,
+@settings(max_examples=examples(40), deadline=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(layout=_layouts(), model=st.sampled_from([DENSE, MOE, TIED]))
 def test_search_bound_on_state_traffic_is_the_stages_sum(layout, model):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from budget import examples
 from hypothesis import given, settings, strategies as st
 
 from planner.search import serve_ilp
@@ -10,7 +11,7 @@ shapes = st.lists(st.tuples(st.sampled_from([1, 2, 4, 8]), st.floats(1.0, 5000.0
                   min_size=1, max_size=4)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(shapes, st.integers(1, 16))
 def test_best_mix_equals_brute_force(cands, budget):
     gpus = [c[0] for c in cands]
@@ -24,7 +25,7 @@ def test_best_mix_equals_brute_force(cands, budget):
     assert result.gpus(gpus) <= budget
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(shapes, st.floats(0.1, 60.0), st.integers(1, 24))
 def test_min_gpus_equals_brute_force(cands, rate, limit):
     gpus = [c[0] for c in cands]
@@ -45,7 +46,7 @@ def test_hand_example():
     assert serve_ilp.min_gpus([1, 4], [1.0, 5.0], [1.0, 1.0], 7.0, 16).gpus([1, 4]) == 6
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(st.lists(st.tuples(st.sampled_from([1, 2, 4]), st.floats(0.1, 20.0)), min_size=1, max_size=2),
        st.lists(st.tuples(st.sampled_from([1, 2, 4]), st.floats(0.1, 20.0), st.floats(1.0, 3000.0)), min_size=1, max_size=2),
        st.integers(2, 10))
@@ -58,7 +59,7 @@ def test_disaggregated_equals_brute_force(prefill, decode, budget):
     assert supplied == best
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(st.lists(st.tuples(st.sampled_from([1, 2, 4]), st.floats(0.1, 20.0)), min_size=1, max_size=2),
        st.lists(st.tuples(st.sampled_from([1, 2, 4]), st.floats(0.1, 20.0), st.floats(1.0, 3000.0)), min_size=1, max_size=2),
        st.floats(0.1, 30.0), st.integers(2, 12))
