@@ -264,8 +264,8 @@ def explain_cmd(
     precision: Annotated[Precision | None, typer.Option(
         case_sensitive=False, help="GEMM precision (default: bf16, or fp16 on GPUs without bf16).")] = None,
     framework: Annotated[Framework, typer.Option(case_sensitive=False, help="Conventions of this framework.")] = "megatron",
-    reserve_gib: Annotated[float | None, typer.Option(min=0, max=1024, help="CUDA context + fragmentation reserve, GiB.")] = None,
-    at_risk_margin: Annotated[float, typer.Option(min=0, max=0.9, help="Fraction of capacity that counts as at risk.")] = 0.10,
+    reserve_gib: Annotated[float | None, typer.Option(parser=_finite(0, 1024), metavar="FLOAT", help="CUDA context + fragmentation reserve, GiB.")] = None,
+    at_risk_margin: Annotated[float, typer.Option(parser=_finite(0, 0.9), metavar="FLOAT", help="Fraction of capacity that counts as at risk.")] = 0.10,
     fmt: FormatOpt = Format.table,
 ) -> None:
     """Explain one training layout: placement, memory terms vs capacity, communication, correctness."""
@@ -482,9 +482,9 @@ def plan_cmd(
         "--fix", metavar="KEY=VALUE",
         help=f"Pin a degree or knob (repeatable): {', '.join(FIXABLE)}.")] = None,
     top: Annotated[int, typer.Option("--top", min=1, max=MAX_TOP, help="Plans to show.")] = 3,
-    reserve_gib: Annotated[float | None, typer.Option(min=0, max=1024, help="CUDA context + fragmentation reserve, GiB.")] = None,
+    reserve_gib: Annotated[float | None, typer.Option(parser=_finite(0, 1024), metavar="FLOAT", help="CUDA context + fragmentation reserve, GiB.")] = None,
     headroom: Annotated[float, typer.Option(
-        min=0, max=0.9, help="Fraction of GPU memory every plan leaves free (the at-risk margin); 0 admits at-risk plans.")] = 0.10,
+        parser=_finite(0, 0.9), metavar="FLOAT", help="Fraction of GPU memory every plan leaves free (the at-risk margin); 0 admits at-risk plans.")] = 0.10,
     output: Annotated[str | None, typer.Option(
         "--output", "-o", help="Write the best plan to this YAML file (YAML whatever --format says); "
                               "`-` writes it to stdout and the report to stderr.")] = None,

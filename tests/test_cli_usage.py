@@ -233,3 +233,15 @@ def test_ascii_fallback_keeps_table_columns_aligned():
     header = next(i for i, line in enumerate(lines) if line.startswith("state v axis >"))
     head, rule, row = lines[header:header + 3]
     assert head.index("|") == rule.index("+") == row.index("|"), (head, rule, row)
+
+
+@pytest.mark.parametrize(("args", "option"), [
+    (["plan", "--reserve-gib", "nan"], "--reserve-gib"),
+    (["plan", "--headroom", "inf"], "--headroom"),
+    (["explain", "--at-risk-margin", "nan"], "--at-risk-margin"),
+    (["explain", "--reserve-gib", "-1"], "--reserve-gib")])
+def test_float_options_refuse_nan_inf_and_out_of_range_naming_what_is_allowed(args, option):
+    """Fresh-user defect: `--reserve-gib nan` said "Input should be less than or equal to 1024"."""
+    result = runner.invoke(app, [args[0], "-m", "llama-3.1-8b", "-c", "dgx-h100", *args[1:]])
+    assert result.exit_code == 2
+    assert f"Invalid value for '{option}': allowed: a finite number >= 0 and <= " in result.output
