@@ -22,6 +22,7 @@ from planner import report
 from planner.errors import InfeasibleError, PlannerError, SpecError
 from planner.frameworks import megatron as megatron_flags
 from planner.placement import layout as layout_mod
+from planner.placement import recompute_mix
 from planner.placement import pipeline_layout as pipeline_layout_mod
 from planner.placement.layout import Layout
 from planner.search.mesh import FIXABLE
@@ -353,23 +354,8 @@ def _check_writable(path: str, inputs: tuple[str, ...] = ()) -> None:
 
 
 def _stage_recompute(text: str | None, pp: int) -> tuple[dict[str, int], ...] | None:
-    """`17n/2f,20n,21n,20n` -> ({none: 17, full: 2}, {none: 20}, ...), one entry per stage."""
-    if text is None:
-        return None
-    names = {"n": "none", "s": "selective", "f": "full"}
-    stages = []
-    for part in text.split(","):
-        counts: dict[str, int] = {}
-        for token in part.strip().split("/"):
-            number, mode = token.strip()[:-1], token.strip()[-1:]
-            if mode not in names or not number.isdigit() or names[mode] in counts:
-                raise SpecError(f"value {text!r}: stage entries are counts with n, s or f (none, "
-                                f"selective, full) joined by /, e.g. 17n/2f,20n", key="--recompute-per-stage")
-            counts[names[mode]] = int(number)
-        stages.append(counts)
-    if len(stages) != pp:
-        raise SpecError(f"value {text!r} gives {len(stages)} stages; pp={pp}", key="--recompute-per-stage")
-    return tuple(stages)
+    """`17n/2f,20n,21n,20n` -> ({none: 17, full: 2}, {none: 20}, ...) (`recompute_mix.parse`)."""
+    return None if text is None else recompute_mix.parse(text, pp)
 
 
 def _virtual_stages(text: str | None, embedding: bool, loss: bool, spec, pp: int,

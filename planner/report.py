@@ -23,6 +23,8 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from planner.placement import recompute_mix
+
 FORMATS = ("table", "json", "yaml")
 """Values accepted by every command's `--format`."""
 
@@ -446,9 +448,7 @@ def show_plan(data: dict, fmt: str) -> None:
         par = p["parallelism"]
         console.print(f"  {i}: {layout_label(par)}; pipeline layers {_runs(par['pipeline_layers'])}"
                       + ("" if isinstance(par["recompute"], str) else
-                         "; recompute per stage " + ", ".join(
-                             "/".join(f"{n}{m[0]}" for m, n in c.items() if n)
-                             for c in par["recompute"])))
+                         "; recompute per stage " + recompute_mix.format_stages(par["recompute"])))
     console.print()
     top = data["plans"][0]
     console.print(_memory_table(top["memory_bytes"], top["memory_verdict"],
@@ -545,7 +545,7 @@ def show_check(data: dict, fmt: str) -> None:
 
 def _stage_cells(row: dict) -> list:
     mem = row["memory_bytes"]
-    recompute = "/".join(f"{n}{m[0]}" for m, n in row["recompute"].items() if n) or "-"
+    recompute = recompute_mix.format_stage(row["recompute"])
     return [row["stage"], recompute, *(gib(mem[t]) for t in _MEMORY_TERMS), gib(mem["total"]),
             gib(mem["capacity"]), row["verdict"].replace("_", " ")]
 

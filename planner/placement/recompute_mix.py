@@ -1,0 +1,43 @@
+"""Per-stage recompute mixes as `planner plan` prints them and `planner explain
+--recompute-per-stage` reads them: `17n/2f,20n,21n,20n` = stage 0 has 17 layers without recompute
+and 2 fully recomputed, stage 1 20 without, ... (n none, s selective, f full: Megatron-LM's
+recompute granularities, `frameworks.megatron`). One place parses and prints the notation."""
+
+from __future__ import annotations
+
+from planner.errors import SpecError
+
+LETTERS = {"n": "none", "s": "selective", "f": "full"}
+"""Letter -> recompute mode."""
+
+
+def format_stage(counts: dict[str, int]) -> str:
+    """{none: 17, full: 2} -> "17n/2f" (modes with layers, in the dict's order; "-" for none)."""
+    return "/".join(f"{n}{mode[0]}" for mode, n in counts.items() if n) or "-"
+
+
+def format_stages(stages) -> str:
+    """[{none: 17, full: 2}, {none: 20}] -> "17n/2f, 20n"."""
+    return ", ".join(format_stage(c) for c in stages)
+
+
+def parse(text: str, pp: int, key: str = "--recompute-per-stage") -> tuple[dict[str, int], ...]:
+    """`17n/2f,20n,...` -> ({none: 17, full: 2}, {none: 20}, ...), one entry per stage.
+
+    Raises:
+        SpecError: an entry that is not counts with n, s or f joined by /, a mode twice in one
+            stage, or a stage count other than `pp` (named by `key`).
+    """
+    stages = []
+    for part in text.split(","):
+        counts: dict[str, int] = {}
+        for token in part.strip().split("/"):
+            number, letter = token.strip()[:-1], token.strip()[-1:]
+            if letter not in LETTERS or not number.isdigit() or LETTERS[letter] in counts:
+                raise SpecError(f"value {text!r}: stage entries are counts with n, s or f (none, "
+                                f"selective, full) joined by /, e.g. 17n/2f,20n", key=key)
+            counts[LETTERS[letter]] = int(number)
+        stages.append(counts)
+    if len(stages) != pp:
+        raise SpecError(f"value {text!r} gives {len(stages)} stages; pp={pp}", key=key)
+    return tuple(stages)
