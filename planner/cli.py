@@ -294,8 +294,7 @@ def explain_cmd(
                         f"{recompute_per_stage!r}, which gives every stage's recompute; give one of "
                         f"them", key="--recompute")
     if counts is not None:
-        totals = {m: sum(c.get(m, 0) for c in counts) for m in layout_mod.RECOMPUTE_MODES}
-        layout = layout.replace(recompute=max(layout_mod.RECOMPUTE_MODES, key=lambda m: totals[m]))
+        layout = layout.replace(recompute=recompute_mix.majority(counts))
     data = explain_api.explain(spec, hw, layout, reserve_bytes=reserve, at_risk_margin=at_risk_margin,
                                recompute_per_stage=counts)
     report.show_explain(data, fmt.value)

@@ -95,7 +95,7 @@ from planner.cost.step_time import (
     total_stage_params,
 )
 from planner.errors import InfeasibleError, SpecError
-from planner.placement import pipeline_layout
+from planner.placement import pipeline_layout, recompute_mix
 from planner.placement.layout import RECOMPUTE_MODES, Layout
 from planner.placement.precision import state_bytes
 from planner.placement.rules import (
@@ -577,9 +577,8 @@ def _uniform(modes) -> str | None:
 
 def layout_recompute(modes) -> str:
     """The Layout's `recompute` for per-layer modes: the mode most layers use (ties: the first
-    of none, selective, full); per-layer counts travel separately."""
-    return max(RECOMPUTE_MODES, key=lambda m: (sum(1 for x in modes if x == m),
-                                               -RECOMPUTE_MODES.index(m)))
+    of none, selective, full; `recompute_mix.majority`); per-layer counts travel separately."""
+    return recompute_mix.majority([{m: sum(1 for x in modes if x == m) for m in RECOMPUTE_MODES}])
 
 
 # ---------------------------------------------------------------- plan

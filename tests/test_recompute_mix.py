@@ -21,3 +21,10 @@ def test_bad_entries_name_the_rule(text, pp, said):
     with pytest.raises(SpecError, match=said) as err:
         recompute_mix.parse(text, pp)
     assert err.value.key == "--recompute-per-stage"
+
+
+def test_majority_is_the_mode_most_layers_use_ties_to_the_least_recompute():
+    assert recompute_mix.majority([{"none": 17, "full": 2}, {"none": 20}]) == "none"
+    assert recompute_mix.majority([{"full": 3}, {"selective": 2, "none": 1}]) == "full"
+    assert recompute_mix.majority([{"selective": 2}, {"full": 2}]) == "selective"  # a tie
+    assert recompute_mix.majority([{"none": 1, "full": 1}]) == "none"

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from planner.check.gate import Target
 from planner.errors import SpecError
-from planner.placement import pipeline_layout
+from planner.placement import pipeline_layout, recompute_mix
 from planner.placement.layout import RECOMPUTE_MODES, Layout
 from planner.placement.rules import Violation
 from planner.search.mesh import FIXABLE
@@ -275,9 +275,7 @@ def _recompute(value, file: str) -> tuple[tuple[dict[str, int], ...] | None, str
             raise SpecError(f"stage {s}: value {counts!r} must map modes "
                             f"({', '.join(RECOMPUTE_MODES)}) to layer counts >= 0", file=file, key=key)
         stages.append({m: counts.get(m, 0) for m in RECOMPUTE_MODES})
-    totals = {m: sum(c[m] for c in stages) for m in RECOMPUTE_MODES}
-    most = max(RECOMPUTE_MODES, key=lambda m: (totals[m], -RECOMPUTE_MODES.index(m)))
-    return tuple(stages), most
+    return tuple(stages), recompute_mix.majority(stages)
 
 
 def _mapping(data: dict, key: str, file: str, where: str) -> dict:

@@ -6,6 +6,7 @@ recompute granularities, `frameworks.megatron`). One place parses and prints the
 from __future__ import annotations
 
 from planner.errors import SpecError
+from planner.placement.layout import RECOMPUTE_MODES
 
 LETTERS = {"n": "none", "s": "selective", "f": "full"}
 """Letter -> recompute mode."""
@@ -41,3 +42,10 @@ def parse(text: str, pp: int, key: str = "--recompute-per-stage") -> tuple[dict[
     if len(stages) != pp:
         raise SpecError(f"value {text!r} gives {len(stages)} stages; pp={pp}", key=key)
     return tuple(stages)
+
+
+def majority(stages) -> str:
+    """The mode most layers use over `stages` ({mode: layers} each), ties to the first of none,
+    selective, full: the `Layout.recompute` of a per-stage mix (the counts travel separately)."""
+    totals = {m: sum(c.get(m, 0) for c in stages) for m in RECOMPUTE_MODES}
+    return max(RECOMPUTE_MODES, key=lambda m: (totals[m], -RECOMPUTE_MODES.index(m)))
