@@ -195,7 +195,8 @@ def _expert_option_count(space: SearchSpace, mesh: dict[str, int], rejections: R
     dp * cp * tp / etp fits."""
     inner, count = mesh["dp"] * mesh["cp"] * mesh["tp"], 0
     for etp, eps in _expert_candidates(space, inner):
-        whole = inner % etp == 0 and eps is divisors(inner // etp)
+        # the eps tried are then divisors(inner // etp) (`_expert_candidates`): every one fits
+        whole = space.moe and "ep" not in space.fixed and inner % etp == 0
         count += len(eps) if whole else sum(1 for _ in _fitting(inner, etp, eps, rejections))
     return count
 
