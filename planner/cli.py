@@ -229,6 +229,11 @@ CodeRecompute = Enum("CodeRecompute", {m: m for m in ("none", "full")}, type=str
 Optimizer = Enum("Optimizer", {o: o for o in layout_mod.OPTIMIZERS}, type=str)
 Precision = Enum("Precision", {p: p for p in layout_mod.PRECISIONS}, type=str)
 Offload = Enum("Offload", {o: o for o in layout_mod.OFFLOAD_TARGETS}, type=str)
+GradReduce = Enum("GradReduce", {d: d for d in layout_mod.GRAD_REDUCE_DTYPES}, type=str)
+GradReduceOpt = Annotated[GradReduce | None, typer.Option(
+    case_sensitive=False, help="Dtype of the data-parallel gradient reduction (default: the "
+                               "framework's: Megatron-LM fp32 for bf16/fp8, fp16 for fp16; DeepSpeed "
+                               "the compute dtype; torchtitan fp32).")]
 
 
 @app.command("explain")
@@ -265,6 +270,7 @@ def explain_cmd(
     precision: Annotated[Precision | None, typer.Option(
         case_sensitive=False, help="GEMM precision (default: bf16, or fp16 on GPUs without bf16).")] = None,
     framework: Annotated[Framework, typer.Option(case_sensitive=False, help="Conventions of this framework.")] = "megatron",
+    grad_reduce_dtype: GradReduceOpt = None,
     reserve_gib: Annotated[float | None, typer.Option(parser=_finite(0, 1024), metavar="FLOAT", help="CUDA context + fragmentation reserve, GiB.")] = None,
     at_risk_margin: Annotated[float, typer.Option(parser=_finite(0, 0.9), metavar="FLOAT", help="Fraction of capacity that counts as at risk.")] = 0.10,
     fmt: FormatOpt = Format.table,
@@ -284,7 +290,8 @@ def explain_cmd(
         sequence_parallel=sequence_parallel, vpp=vpp,
         pipeline_layout=stages,
         offload=frozenset(_value(o) for o in offload or ()), optimizer=_value(optimizer),
-        precision=_precision(precision, hw), framework=_value(framework))
+        precision=_precision(precision, hw), framework=_value(framework),
+        grad_reduce_dtype=_value(grad_reduce_dtype))
     reserve = None if reserve_gib is None else int(reserve_gib * 2**30)
     from planner import explain as explain_api  # imported per command: `--help` stays light
 
@@ -463,6 +470,7 @@ def plan_cmd(
     optimizer: Annotated[Optimizer, typer.Option(case_sensitive=False, help="Optimizer.")] = "adamw",
     framework: Annotated[Framework | None, typer.Option(
         case_sensitive=False, help="Conventions of this framework (default: the --emit framework, else megatron).")] = None,
+    grad_reduce_dtype: GradReduceOpt = None,
     fix: Annotated[list[str] | None, typer.Option(
         "--fix", metavar="KEY=VALUE",
         help=f"Pin a degree or knob (repeatable): {', '.join(FIXABLE)}.")] = None,
@@ -507,7 +515,8 @@ def plan_cmd(
     search = dict(seq_len=seq_len,
                   global_batch_size=_batch_size(seq_len, global_batch_size, global_batch_tokens),
                   precision=_precision(precision, hw), optimizer=_value(optimizer),
-                  framework=_value(framework), top_k=top, reserve_bytes=reserve, headroom=headroom)
+                  framework=_value(framework), top_k=top, reserve_bytes=reserve, headroom=headroom,
+                  grad_reduce_dtype=_value(grad_reduce_dtype))
     with report.plan_progress() as tick:
         data = plan_api.plan(spec, hw, fixed=fixed, on_progress=tick, **search)
     if emit is None:

@@ -97,7 +97,7 @@ from planner.cost.step_time import (
 from planner.errors import InfeasibleError, SpecError
 from planner.placement import pipeline_layout, recompute_mix
 from planner.placement.layout import RECOMPUTE_MODES, Layout
-from planner.placement.precision import state_bytes
+from planner.placement.precision import allowed_grad_reduce_dtypes, state_bytes
 from planner.placement.rules import (
     BATCH_RULES,
     check_batch,
@@ -586,7 +586,7 @@ def layout_recompute(modes) -> str:
 
 def plan(model: ModelSpec, cluster: ClusterSpec, *, seq_len: int, global_batch_size: int,
          precision: str = "bf16", optimizer: str = "adamw", framework: str = "megatron",
-         fixed: dict | None = None, top_k: int = 3, reserve_bytes: int | None = None,
+         grad_reduce_dtype: str | None = None, fixed: dict | None = None, top_k: int = 3, reserve_bytes: int | None = None,
          headroom: float = DEFAULT_AT_RISK_MARGIN,
          on_progress: Callable[[int, int], None] | None = None) -> dict:
     """The top_k fastest layouts of `model` on `cluster` that fit (see module docstring).
@@ -595,7 +595,8 @@ def plan(model: ModelSpec, cluster: ClusterSpec, *, seq_len: int, global_batch_s
         model, cluster: what to train on what (`cluster.num_gpus` GPUs, all used).
         seq_len: tokens per sequence.
         global_batch_size: sequences per optimizer step.
-        precision, optimizer, framework: passed to every Layout.
+        precision, optimizer, framework, grad_reduce_dtype: passed to every Layout
+            (grad_reduce_dtype None: the framework's default).
         fixed: pinned Layout fields (keys in FIXABLE), e.g. {"tp": 8, "recompute": "full"}.
         top_k: plans to return.
         reserve_bytes: per-GPU reserve (CUDA context, fragmentation); None = DEFAULT_RESERVE_BYTES.
@@ -608,14 +609,16 @@ def plan(model: ModelSpec, cluster: ClusterSpec, *, seq_len: int, global_batch_s
         {"solver": {...}, "plans": [...], "rejected": [...], "request": {...}} (issue 4 part 3).
 
     Raises:
-        SpecError: a pinned key outside FIXABLE or a bad value.
+        SpecError: a pinned key outside FIXABLE or a bad value; a gradient-reduction dtype the
+            framework does not run at this precision.
         InfeasibleError: no candidate fits; names the binding constraint and the smallest change.
     """
     fixed = dict(fixed or {})
     start = time.perf_counter()
     reserve = DEFAULT_RESERVE_BYTES if reserve_bytes is None else reserve_bytes
     base = dict(seq_len=seq_len, global_batch_size=global_batch_size, precision=precision,
-                optimizer=optimizer, framework=framework)
+                optimizer=optimizer, framework=framework, grad_reduce_dtype=grad_reduce_dtype)
+    _check_grad_reduce(Layout(**base))
     if not 0 <= headroom < 1:
         raise SpecError(f"value {headroom} must be in [0, 1)", key="--headroom")
     if usable_bytes(cluster, reserve, headroom) <= 0:
@@ -817,6 +820,16 @@ def _stage_modes(layout: Layout, modes: tuple[str, ...]):
         yield ranked, counts
 
 
+def _check_grad_reduce(layout: Layout) -> None:
+    """SpecError (key --grad-reduce-dtype) when the framework cannot reduce in the asked dtype:
+    every candidate would break the same rule (`rules._grad_reduce_supported`)."""
+    allowed = allowed_grad_reduce_dtypes(layout)
+    if layout.grad_reduce_dtype is not None and layout.grad_reduce_dtype not in allowed:
+        raise SpecError(f"value {layout.grad_reduce_dtype!r} not allowed for {layout.framework} at "
+                        f"{layout.precision}; allowed: {', '.join(allowed)}",
+                        key="--grad-reduce-dtype")
+
+
 def plan_layout(entry: dict, request: dict) -> Layout:
     """The Layout a plan entry (or a plan file's `parallelism` + request) describes."""
     par = entry["parallelism"]
@@ -831,7 +844,8 @@ def plan_layout(entry: dict, request: dict) -> Layout:
                   micro_batch_size=par["micro_batch_size"],
                   global_batch_size=request["global_batch_size"], seq_len=request["seq_len"],
                   recompute=recompute, optimizer=request["optimizer"],
-                  precision=request["precision"], framework=request["framework"])
+                  precision=request["precision"], framework=request["framework"],
+                  grad_reduce_dtype=request.get("grad_reduce_dtype"))
 
 
 # ---------------------------------------------------------------- nothing fits
@@ -913,8 +927,8 @@ def states_lower_bound_gpus(model: ModelSpec, cluster: ClusterSpec, *, base: dic
     """Least GPU count any layout needs: all model states fully sharded (params x (parameter +
     gradient + optimizer bytes of a ZeRO-3 layout of this framework)) over the usable memory,
     activations ignored. Source: Rajbhandari et al. 2020 (ZeRO) §5, Psi x (2 + 2 + K) / N_d."""
-    layout = Layout(dp=2, zero_stage=3, **{k: v for k, v in base.items()
-                                           if k in ("precision", "optimizer", "framework")})
+    layout = Layout(dp=2, zero_stage=3, **{k: v for k, v in base.items() if k in (
+        "precision", "optimizer", "framework", "grad_reduce_dtype")})
     sb = state_bytes(layout)
     per_param = sb.parameters + sb.gradients + sb.optimizer_states
     total = count_params(model).total * per_param

@@ -22,8 +22,8 @@ BASE = Path("examples/llama-3.1-70b-64xh100.plan.yaml")
 PAR_KEYS = ("dp", "tp", "pp", "cp", "ep", "etp", "zero_stage", "sequence_parallel",
             "micro_batch_size", "global_batch_size", "num_microbatches", "vpp", "recompute",
             "pipeline_layers")
-REQUEST_KEYS = ("seq_len", "global_batch_size", "precision", "optimizer", "framework", "fixed",
-                "headroom", "reserve_bytes")
+REQUEST_KEYS = ("seq_len", "global_batch_size", "precision", "optimizer", "framework",
+                "grad_reduce_dtype", "fixed", "headroom", "reserve_bytes")
 
 
 def _doc() -> dict:
@@ -136,7 +136,7 @@ def test_predicted_numbers_the_gate_compares_must_be_numbers(tmp_path, edit, key
 
 @pytest.mark.parametrize("section, key", [
     *(("plan.parallelism", k) for k in PAR_KEYS if k != "etp"),
-    *(("request", k) for k in REQUEST_KEYS if k != "fixed"),
+    *(("request", k) for k in REQUEST_KEYS if k not in ("fixed", "grad_reduce_dtype")),
     *(("", k) for k in ("model", "cluster", "gpus", "request", "plan")),
 ])
 def test_every_key_plan_writes_is_required(tmp_path, section, key):

@@ -99,7 +99,8 @@ def read(path: Path, data: dict, *, model: str | None, cluster: str | None, gpus
     optimizer, optimizer_findings = _optimizer(data, file)
     layout = Layout(dp=dp, tp=tp, pp=1, zero_stage=stage, micro_batch_size=max(1, micro),
                     global_batch_size=max(1, train), seq_len=seq_len, recompute="none",
-                    offload=offload, optimizer=optimizer, precision=precision, framework=FRAMEWORK)
+                    offload=offload, optimizer=optimizer, precision=precision, framework=FRAMEWORK,
+                    grad_reduce_dtype=_communication_dtype(data, file))
     findings += (batch_findings + precision_findings + optimizer_findings + _recompute_note(data)
                  + _near_misses(data) + _unknown_zero_keys(data))
     return Target(file=file, kind=KIND, model=load_model(model),
@@ -301,6 +302,19 @@ def _precision(data: dict, file: str) -> tuple[str, list[Violation]]:
                         f"fp32, which the cost model does not cover; enable bf16 or fp16",
                         file=file, key=K["bf16"])
     return ("bf16" if bf16 else "fp16"), []
+
+
+def _communication_dtype(data: dict, file: str) -> str | None:
+    """The communication dtype key `K["grad_reduce_dtype"]` (fp16 | bf16 | fp32, any case; absent
+    or null: the compute dtype, `ds.GRAD_REDUCE_DTYPES`)."""
+    value = data.get(K["grad_reduce_dtype"])
+    if value is None:
+        return None
+    if isinstance(value, str) and value.lower() in ds.GRAD_REDUCE_DTYPES:
+        return value.lower()
+    raise SpecError(f"value {value!r} not allowed; allowed: {', '.join(ds.GRAD_REDUCE_DTYPES)} "
+                    f"(deepspeed/runtime/config.py)", file=file,
+                    key=K["grad_reduce_dtype"])
 
 
 def _optimizer(data: dict, file: str) -> tuple[str, list[Violation]]:

@@ -559,7 +559,8 @@ def _layout(args: dict, spec: ModelSpec, world: int, seq_len: int | None, file: 
         micro_batch_size=mbs, global_batch_size=_int(args, "global_batch_size", file, mbs * dp),
         seq_len=_seq_len(args, seq_len, file, findings), recompute=_uniform_recompute(args, file),
         optimizer=_OPTIMIZERS[_choice(args, "optimizer", file) or mg.DEFAULT["optimizer"]],
-        precision=_precision(args, file), framework="megatron")
+        precision=(precision := _precision(args, file)), framework="megatron",
+        grad_reduce_dtype=_grad_reduce(args, precision))
 
 
 def _seq_len(args: dict, seq_len: int | None, file: str, findings: list[Violation]) -> int:
@@ -593,6 +594,18 @@ def _precision(args: dict, file: str) -> str:
     raise SpecError(f"missing {F['bf16']}, {F['fp16']} or {F['fp8_format']}: without them "
                     f"Megatron-LM trains in fp32, which this planner does not cost", file=file,
                     key=F["bf16"])
+
+
+def _grad_reduce(args: dict, precision: str) -> str | None:
+    """The gradient-reduction dtype the flags set, None for Megatron's default: under bf16 (and
+    fp8 on bf16) the grad_reduce_in_bf16 switch turns the fp32 reduction off; under fp16
+    accumulate_allreduce_grads_in_fp32 turns it on (`validate_args` l. 1204-1216 @d98e8a6; each
+    flag has no effect under the other precision)."""
+    if precision != "fp16" and _on(args, "grad_reduce_in_bf16"):
+        return "bf16"
+    if precision == "fp16" and _on(args, "grads_in_fp32"):
+        return "fp32"
+    return None
 
 
 def _zero(args: dict, file: str) -> int:

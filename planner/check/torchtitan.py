@@ -286,6 +286,7 @@ def _precision(cfg: _Config) -> str:
     if param == "float32":
         raise cfg.fail("param_dtype", "value 'float32' not modelled (fp32 compute); "
                                                 "allowed: bfloat16")
+    cfg.text("reduce_dtype", tt.DEFAULT["reduce_dtype"], tuple(tt.REDUCE_DTYPES))  # float32 only
     if cfg.text("dtype", tt.DEFAULT["dtype"], ("float32", "bfloat16")) == "bfloat16":
         raise cfg.fail("dtype", "value 'bfloat16' (pure bf16 training, no fp32 master weights) is "
                                 "not modelled; allowed: float32 (mixed precision)")

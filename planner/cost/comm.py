@@ -47,7 +47,7 @@ from functools import cached_property
 from planner.cost.memory import _group_counts, stage_layers
 from planner.cost.params_flops import count_params
 from planner.placement.layout import Layout
-from planner.placement.precision import padded_vocab, state_bytes
+from planner.placement.precision import padded_vocab, state_bytes, state_key
 from planner.placement.states import GROUPS, Mode, State
 from planner.placement.strategies import placement_for
 from planner.specs.model import ModelSpec
@@ -157,8 +157,7 @@ def unit_state_collectives(layout: Layout) -> tuple[tuple[str, Collective], ...]
     microbatch ones run m times, and per group they read only its batch axes' degrees, the ZeRO
     stage and offload targets that set its modes there (`strategies.data_parallel`, `zero`,
     `offload`) and the bytes per element."""
-    rep, common = layout.dp_replicate_degree, (layout.zero_stage, layout.offload, layout.framework,
-                                                layout.precision, layout.optimizer)
+    rep, common = layout.dp_replicate_degree, (layout.zero_stage, layout.offload, *state_key(layout))
     # the groups' batch-axis degrees (`strategies.group_degrees`): dense and replicated run over
     # dp_replicate x dp_shard x cp, experts over dp_replicate x edp
     dense = (rep, layout.dp_shard_degree, layout.cp) + common

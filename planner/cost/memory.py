@@ -35,7 +35,7 @@ from planner.cost.params_flops import ParamCounts, count_params
 from planner.errors import SpecError
 from planner.placement import pipeline_layout
 from planner.placement.layout import Layout
-from planner.placement.precision import StateBytes, padded_vocab, state_bytes
+from planner.placement.precision import StateBytes, padded_vocab, state_bytes, state_key
 from planner.placement.states import GROUPS, Mode, Placement, State
 from planner.placement.strategies import placement_for, placement_key
 from planner.specs.model import ModelSpec, spec_memo
@@ -678,7 +678,7 @@ def model_state_key(layout: Layout) -> tuple:
         return (layout,)
     placement = placement_for(layout)
     facts = _placement_facts(layout, placement)
-    return (layout.framework, layout.precision, layout.optimizer, layout.tp, layout.ep, layout.etp,
+    return (*state_key(layout), layout.tp, layout.ep, layout.etp,
             layout.pp > 1, layout.offload, tuple(facts.shard_degree.values()),
             tuple(facts.offloaded.values()), tuple(facts.model_parallel_degree.values()),
             facts.gathered, placement.gather_prefetch)

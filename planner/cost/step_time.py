@@ -39,6 +39,7 @@ from planner.cost.pipeline import (PipelineCoefficients, pipeline_coefficients,
                                    uneven_interleaved_bubble_s)
 from planner.errors import SpecError
 from planner.placement import pipeline_layout
+from planner.placement.precision import state_key
 from planner.placement.layout import RECOMPUTE_MODES, Layout
 from planner.placement.states import GROUPS
 from planner.placement.strategies import placement_key
@@ -395,8 +396,8 @@ class StateRecords:
 
 def state_records(model: ModelSpec, layout: Layout) -> StateRecords:
     """`StateRecords` of `layout` (its split and recompute fields are ignored)."""
-    key = (id(model), placement_key(layout), layout.num_microbatches, layout.framework,
-           layout.precision, layout.optimizer)  # what `comm.state_collectives` reads
+    key = (id(model), placement_key(layout), layout.num_microbatches,
+           *state_key(layout))  # what `comm.state_collectives` reads
     hit = _STATE_RECORDS.get(key)
     if hit is None or hit[0] is not model:
         if len(_STATE_RECORDS) >= 4096:

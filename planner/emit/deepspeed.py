@@ -80,6 +80,8 @@ def write(doc: dict) -> Emitted:
                         ("optimizer", ds.OPTIMIZER_TYPES[request["optimizer"]]),
                         *((("tp", par["tp"]),) if par["tp"] > 1 else ())):
         _put(config, K[knob], value)
+    if request.get("grad_reduce_dtype") not in (None, request["precision"]):
+        _put(config, K["grad_reduce_dtype"], request["grad_reduce_dtype"])
     for state in sorted(par.get("offload", ())):
         _put(config, K[ds.OFFLOAD[state]], "cpu")
     deviations = _recompute_deviation(par, load_model(doc["model"]).num_hidden_layers, doc)

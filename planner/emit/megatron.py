@@ -492,6 +492,15 @@ def _overlap_flags(layout: Layout) -> list[str]:
     return out + [F["overlap_param_gather"]] if layout.zero_stage >= 1 else out
 
 
+def _grad_reduce_flags(layout: Layout) -> list[str]:
+    """The flag of a gradient-reduction dtype other than Megatron's default for the precision
+    (`frameworks.megatron.GRAD_REDUCE_DTYPES`: the default first)."""
+    dtype = layout.grad_reduce_dtype
+    if dtype is None or dtype == mg.GRAD_REDUCE_DTYPES[layout.precision][0]:
+        return []
+    return [F["grad_reduce_in_bf16"] if dtype == "bf16" else F["grads_in_fp32"]]
+
+
 def _flags(doc: dict, model: ModelSpec, layout: Layout, recompute: Recompute) -> list[str]:
     request = doc["request"]
     out = [_flag(layout, k) for k in ("tp", "pp", "cp")]
@@ -502,7 +511,7 @@ def _flags(doc: dict, model: ModelSpec, layout: Layout, recompute: Recompute) ->
         out.append(F["sequence_parallel"])
     out += [_flag(layout, k) for k in ("micro_batch_size", "global_batch_size", "seq_len")]
     out += list(mg.ZERO_FLAGS[layout.zero_stage]) + list(mg.PRECISION_FLAGS[layout.precision])
-    out += _overlap_flags(layout)
+    out += _overlap_flags(layout) + _grad_reduce_flags(layout)
     out.append(f"{F['optimizer']} {mg.OPTIMIZERS[request['optimizer']]}")
     out += recompute.flags() + _architecture_flags(model, layout.seq_len)
     return out + [f"{F['tokenizer_type']} HuggingFaceTokenizer",

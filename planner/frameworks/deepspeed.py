@@ -54,6 +54,7 @@ KEYS = (
     Key("bf16", "bf16.enabled", False),
     Key("bf16_legacy", "bfloat16.enabled", False),
     Key("fp16", "fp16.enabled", False),
+    Key("grad_reduce_dtype", "communication_data_type"),
     Key("optimizer", "optimizer.type"),
     Key("tp", "tensor_parallel.autotp_size", 0),
     Key("tp_size", "tensor_parallel.tp.tp_size", 1),
@@ -74,7 +75,7 @@ MARKERS = tuple(dict.fromkeys(KEY[k].split(".")[0] for k in (
     "global_batch_size", "micro_batch_size", "num_microbatches", "zero_stage")))
 """Top-level keys that mark a JSON file as a DeepSpeed config (batch and ZeRO settings)."""
 OTHER_TOP_LEVEL = frozenset((
-    "scheduler", "communication_data_type", "prescale_gradients", "gradient_predivide_factor",
+    "scheduler", "prescale_gradients", "gradient_predivide_factor",
     "sparse_gradients", "amp", "gradient_clipping", "zero_allow_untested_optimizer",
     "zero_force_ds_cpu_optimizer", "flops_profiler", "autotuning", "steps_per_print",
     "wall_clock_breakdown", "dump_state", "memory_breakdown", "tensorboard", "wandb", "csv_monitor",
@@ -98,6 +99,10 @@ OFFLOAD = {"optimizer": "optimizer_offload", "parameters": "parameter_offload"}
 """Offloaded state (`Layout.offload`) -> the knob of its offload device key."""
 OFFLOAD_SECTIONS = {state: section(KEY[knob])[1] for state, knob in OFFLOAD.items()}
 """Offloaded state -> its ZeRO sub-section."""
+GRAD_REDUCE_DTYPES = ("fp16", "bf16", "fp32")
+"""`communication_data_type` values (`get_communication_data_type`, deepspeed/runtime/config.py);
+absent = the compute dtype (`DeepSpeedEngine.communication_data_type`, engine.py l. 1405-1416)."""
+
 ZERO_STAGES = (0, 1, 2, 3)
 """ZeRO stages DeepSpeed implements (`ZeroStageEnum`); ZeRO-2/3 with its pipeline engine is the
 placement rule `zero_with_pp`."""

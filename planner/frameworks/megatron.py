@@ -93,6 +93,9 @@ FLAGS = (
     Flag("bf16", "--bf16", SWITCH, False),
     Flag("fp16", "--fp16", SWITCH, False),
     Flag("fp8_format", "--fp8-format", CHOICE, None, ("e4m3", "hybrid")),
+    # gradient reduction dtype (`_add_mixed_precision_args`, `validate_args` l. 1204-1216)
+    Flag("grad_reduce_in_bf16", "--grad-reduce-in-bf16", SWITCH, False),
+    Flag("grads_in_fp32", "--accumulate-allreduce-grads-in-fp32", SWITCH, False),
     Flag("optimizer", "--optimizer", CHOICE, "adam", ("adam", "sgd")),
     # architecture (ModelSpec fields; TokenizerConfig for --vocab-size)
     Flag("num_hidden_layers", "--num-layers", INT),
@@ -220,6 +223,12 @@ ZERO_FLAGS = {0: (), 1: (FLAG["distributed_optimizer"],),
 """ZeRO stage -> the flags that give it: ZeRO-1 the distributed optimizer, ZeRO-2 / 3 Megatron-FSDP
 with the strategy of `ZERO_BY_STRATEGY` (written even where it is the default) and the checkpoint
 format it asserts."""
+GRAD_REDUCE_DTYPES = {"bf16": ("fp32", "bf16"), "fp8": ("fp32", "bf16"), "fp16": ("fp16", "fp32")}
+"""Compute precision -> the gradient-reduction dtypes Megatron-LM can run: fp32 (the default for
+bf16, forced by `validate_args`; `--accumulate-allreduce-grads-in-fp32` for fp16) or the parameter
+dtype (`--grad-reduce-in-bf16` under --bf16; the default for --fp16): the gradient buffer is
+`torch.float if grad_reduce_in_fp32 else param.dtype` (param_and_grad_buffer.py l. 924)."""
+
 ZERO_STAGES = (0, 1, 2, 3)
 """ZeRO stages Megatron-LM implements (`ZERO_FLAGS`). Megatron-FSDP with pp > 1: `arguments.py`
 rejects pipeline parallelism only for --use-torch-fsdp2 and for Megatron-FSDP version 2

@@ -33,6 +33,7 @@ KEYS = {
     "global_batch_size": (("training", "global_batch_size"),),
     "seq_len": (("training", "seq_len"),),
     "param_dtype": (("training", "mixed_precision_param"),),
+    "reduce_dtype": (("training", "mixed_precision_reduce"),),
     "dtype": (("training", "dtype"),),
     "offload": (("training", "enable_cpu_offload"),),
     "reshard": (("parallelism", "fsdp_reshard_after_forward"),),
@@ -80,7 +81,7 @@ NAME = {setting: spellings[0][1] for setting, spellings in KEYS.items()}
 SECTION = {setting: spellings[0][0] for setting, spellings in KEYS.items()}
 """Setting -> its current section (`parallelism`)."""
 DEFAULT = {"local_batch": 8, "global_batch_size": -1, "seq_len": 2048, "param_dtype": "bfloat16",
-           "dtype": "float32", "offload": False, "reshard": "default", "replicate": 1, "shard": -1,
+           "reduce_dtype": "float32", "dtype": "float32", "offload": False, "reshard": "default", "replicate": 1, "shard": -1,
            "tp": 1, "pp": 1, "cp": 1, "ep": 1, "etp": 1, "pp_microbatch_size": 1, "pp_schedule": "1F1B",
            "pp_first_less": 1, "pp_last_less": 1, "ac_mode": "selective", "ac_option": "2",
            "optimizer": "AdamW"}
@@ -121,8 +122,7 @@ RESHARD_NEVER = "never"
 """fsdp_reshard_after_forward value keeping parameters gathered from forward to backward (ZeRO-2,
 `torchtitan/distributed/fsdp.py` `get_fsdp_reshard_after_forward_policy`)."""
 OTHER_FIELDS = {
-    "training": ("dataset", "dataset_path", "max_norm", "steps", "mixed_precision_reduce",
-                 "compile", "gc_freq", "gc_debug", "seed", "deterministic",
+    "training": ("dataset", "dataset_path", "max_norm", "steps", "compile", "gc_freq", "gc_debug", "seed", "deterministic",
                  "debug_moe_force_load_balance"),
     "parallelism": ("enable_compiled_autograd", "disable_loss_parallel", "enable_async_tensor_parallel",
                     "context_parallel_rotate_method", "expert_parallel_comm_backend"),
@@ -135,6 +135,12 @@ OTHER_FIELDS = {
 `config/job_config.py` Training, Parallelism, Model, ActivationCheckpoint; model.hf_assets_path from
 the llama3 train_configs). Fields differ between versions, so the union with `KEYS` is not the
 complete set torchtitan accepts."""
+GRAD_REDUCE_DTYPES = ("fp32",)
+"""Gradient-reduction dtypes torchtitan runs: `mixed_precision_reduce: Literal["float32"]`
+(`torchtitan/config/configs.py` l. 102 @b5bcd76), the FSDP2 `MixedPrecisionPolicy.reduce_dtype`."""
+REDUCE_DTYPES = {"float32": "fp32"}
+"""mixed_precision_reduce value -> `Layout.grad_reduce_dtype`."""
+
 ZERO_STAGES = (0, 2, 3)
 """ZeRO stages torchtitan implements: FSDP2 `fully_shard` = ZeRO-3, ZeRO-2 with
 fsdp_reshard_after_forward "never" (the default under PP), and replication only

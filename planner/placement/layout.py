@@ -24,6 +24,8 @@ OFFLOAD_TARGETS = ("optimizer", "parameters", "activations")
 OPTIMIZERS = ("adamw", "sgd", "adam8bit")
 PRECISIONS = ("bf16", "fp16", "fp8")
 FRAMEWORKS = ("megatron", "deepspeed", "torchtitan")
+GRAD_REDUCE_DTYPES = ("fp32", "bf16", "fp16")
+"""Dtypes a data-parallel gradient reduction can run in (`Layout.grad_reduce_dtype`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,6 +75,10 @@ class Layout:
     """Compute dtype of the GEMMs: bf16 | fp16 | fp8."""
     framework: str = "megatron"
     """megatron | deepspeed | torchtitan: sets conventions such as fp32 gradient accumulation."""
+    grad_reduce_dtype: str | None = None
+    """Dtype of the data-parallel gradient reduction (and, where the framework keeps it in that
+    dtype, of the accumulated gradients): fp32 | bf16 | fp16; None = the framework's default
+    (`placement.precision.grad_reduce_dtype`)."""
 
     def __post_init__(self) -> None:
         # Fast path first (a search builds tens of thousands of Layouts): every check below is the
@@ -94,6 +100,8 @@ class Layout:
             _check_choice("optimizer", self.optimizer, OPTIMIZERS)
             _check_choice("precision", self.precision, PRECISIONS)
             _check_choice("framework", self.framework, FRAMEWORKS)
+        if self.grad_reduce_dtype is not None and self.grad_reduce_dtype not in GRAD_REDUCE_DTYPES:
+            _check_choice("grad_reduce_dtype", self.grad_reduce_dtype, GRAD_REDUCE_DTYPES)
         if type(self.offload) is not frozenset:
             object.__setattr__(self, "offload", frozenset(self.offload))
         for target in self.offload:
@@ -229,6 +237,8 @@ _FIELD_OK = {
     "optimizer": lambda layout: layout.optimizer in OPTIMIZERS,
     "precision": lambda layout: layout.precision in PRECISIONS,
     "framework": lambda layout: layout.framework in FRAMEWORKS,
+    "grad_reduce_dtype": lambda layout: (layout.grad_reduce_dtype is None
+                                         or layout.grad_reduce_dtype in GRAD_REDUCE_DTYPES),
 }
 """Field -> whether its value passes `Layout.__post_init__` (in its normalized form: offload a
 frozenset, pipeline_layers a tuple), given the other fields; `replace`'s fast path."""

@@ -4,7 +4,9 @@
 |---|---|---|---|---|---|
 | megatron (bf16) | 2 (bf16) | 4 (fp32 main grads) | 12 (fp32 master + m + v) | fp32 | bf16 |
 | megatron (fp16) | 2 | 2 | 16 (fp32 master + fp32 main grad + m + v) | fp16 | fp16 |
-| deepspeed | 2 | 2 | 12 | fp16/bf16 | fp16/bf16 |
+| megatron, `grad_reduce_in_bf16` | 2 | 2 (bf16) | 16 (fp32 master + fp32 grad shard + m + v) | bf16 | bf16 |
+| megatron (fp16), `accumulate_allreduce_grads_in_fp32` | 2 | 4 | 12 | fp32 | fp16 |
+| deepspeed | 2 | 2 | 12 | compute dtype (or its communication dtype key) | fp16/bf16 |
 | torchtitan | 4 (fp32 sharded) | 4 (fp32) | 8 (m + v; params already fp32) | fp32 | bf16 |
 
 Sources:
@@ -15,10 +17,22 @@ Sources:
   megatron/core/distributed/param_and_grad_buffer.py l. 924); Megatron Core "Distributed Optimizer" guide: bf16 param + fp32 grads = 18 B/param
   (6 + 12/d distributed), fp16 param + fp16 grads = 20 B/param (4 + 16/d).
 - DeepSpeed: ZeRO paper §3.1 mixed-precision Adam, (2 + 2 + K)Ψ with K = 12.
-- torchtitan: `torchtitan/config/job_config.py` `mixed_precision_param = "bfloat16"`,
-  `mixed_precision_reduce = "float32"` (FSDP2 `MixedPrecisionPolicy`): sharded parameters and
+- torchtitan: `torchtitan/config/job_config.py` parameter dtype "bfloat16", reduce dtype
+  "float32" (`frameworks.torchtitan` param_dtype / reduce_dtype; FSDP2 `MixedPrecisionPolicy`): sharded parameters and
   gradients stay fp32, gathered parameters are bf16, gradients reduce-scattered in fp32; AdamW keeps
   m and v in the parameter dtype (fp32) and needs no separate master copy.
+- The gradient-reduction dtype (`Layout.grad_reduce_dtype`, `grad_reduce_dtype` below):
+  Megatron-LM `grad_reduce_in_bf16` turns the fp32 accumulation off for bf16 (`validate_args`,
+  arguments.py l. 1204-1216 @d98e8a6) and `accumulate_allreduce_grads_in_fp32` turns it on for
+  fp16; the gradient buffer then has the reduction's dtype (param_and_grad_buffer.py l. 924), and a
+  16-bit buffer makes the optimizer keep an fp32 copy of its gradient shard (`DistributedOptimizer`
+  / `Float16OptimizerWithFloat16Params` copy `main_grad.float()` into the fp32 main parameters'
+  `.grad`: 8 + moments B/param, as the fp16 row). Megatron-Bridge's performance recipes reduce in
+  bf16 (`cfg.ddp.grad_reduce_in_fp32 = False`, NVIDIA-NeMo/Megatron-Bridge
+  scripts/performance/configs). DeepSpeed: its communication dtype key (fp16 | bf16 | fp32; the
+  `grad_reduce_dtype` row of `frameworks.deepspeed`), default the compute dtype (the `DeepSpeedEngine` property of that name, deepspeed/runtime/engine.py l.
+  1405-1416 @edaa722); gradients stay in the compute dtype. torchtitan: its reduce dtype key
+  (`frameworks.torchtitan` reduce_dtype) admits only "float32" (`torchtitan/config/configs.py` l. 102 @b5bcd76).
 - SGD with momentum: one fp32 buffer (+ fp32 master when parameters are 16-bit).
 - 8-bit Adam: m and v in 1 B each (block-wise quantized; the per-block fp32 absmax, 1 per 2048
   values, is ignored) — Dettmers et al. 2022 "8-bit Optimizers via Block-wise Quantization" §2.
@@ -29,6 +43,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from planner import frameworks
 from planner.placement.layout import PRECISIONS, Layout
 from planner.specs.model import ModelSpec
 
@@ -59,25 +74,52 @@ class StateBytes:
     """Compute dtype of activations and unsharded working parameters, B/element."""
 
 
+_DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+
+
+def grad_reduce_dtype(layout: Layout) -> str:
+    """The dtype `layout` reduces gradients in: `layout.grad_reduce_dtype`, or the framework's
+    default when None — Megatron-LM fp32 for bf16/fp8 and fp16 for fp16 compute, DeepSpeed the
+    compute dtype (bf16 for fp8), torchtitan fp32. Source: module docstring."""
+    if layout.grad_reduce_dtype is not None:
+        return layout.grad_reduce_dtype
+    if layout.framework == "torchtitan" or (layout.framework == "megatron"
+                                            and layout.precision != "fp16"):
+        return "fp32"
+    return "fp16" if layout.precision == "fp16" else "bf16"
+
+
+def allowed_grad_reduce_dtypes(layout: Layout) -> tuple[str, ...]:
+    """The gradient-reduction dtypes `layout.framework` can run at `layout.precision` (tables:
+    `planner.frameworks.<framework>.GRAD_REDUCE_DTYPES`)."""
+    allowed = frameworks.BY_NAME[layout.framework].GRAD_REDUCE_DTYPES
+    return allowed[layout.precision] if isinstance(allowed, dict) else allowed
+
+
+def state_key(layout: Layout) -> tuple:
+    """Everything of `layout` that `state_bytes` reads, for callers' cache keys."""
+    return (layout.framework, layout.precision, layout.optimizer, grad_reduce_dtype(layout))
+
+
 def state_bytes(layout: Layout) -> StateBytes:
-    """Bytes per parameter for `layout.framework`, `layout.precision`, `layout.optimizer`.
+    """Bytes per parameter for `layout.framework`, `layout.precision`, `layout.optimizer` and the
+    gradient-reduction dtype (`grad_reduce_dtype`).
 
     fp8 (`precision="fp8"`) keeps bf16 parameters and fp32 master weights (Transformer Engine keeps
     fp8 copies only transiently), so it costs like bf16 here.
     Source: see module docstring.
     """
     moments = _MOMENTS_BYTES[layout.optimizer]
+    reduce = _DTYPE_BYTES[grad_reduce_dtype(layout)]
     if layout.framework == "torchtitan":
         return StateBytes(parameters=4, gradients=4, optimizer_states=moments,
-                          gradient_reduce=4, parameter_gather=2)
-    if layout.framework == "megatron" and layout.precision != "fp16":
-        return StateBytes(parameters=2, gradients=4, optimizer_states=4 + moments,
-                          gradient_reduce=4, parameter_gather=2)
-    if layout.framework == "megatron":
-        return StateBytes(parameters=2, gradients=2, optimizer_states=8 + moments,
-                          gradient_reduce=2, parameter_gather=2)
+                          gradient_reduce=reduce, parameter_gather=2)
+    if layout.framework == "megatron":  # the gradient buffer has the reduction's dtype
+        return StateBytes(parameters=2, gradients=reduce,
+                          optimizer_states=(4 if reduce == 4 else 8) + moments,
+                          gradient_reduce=reduce, parameter_gather=2)
     return StateBytes(parameters=2, gradients=2, optimizer_states=4 + moments,
-                      gradient_reduce=2, parameter_gather=2)
+                      gradient_reduce=reduce, parameter_gather=2)
 
 
 def padded_vocab(model: ModelSpec, layout: Layout) -> int:

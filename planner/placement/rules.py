@@ -20,7 +20,8 @@ from planner import frameworks
 from planner.frameworks import deepspeed, megatron, torchtitan
 from planner.placement import pipeline_layout
 from planner.placement.layout import PRECISIONS, Layout
-from planner.placement.precision import padded_vocab, supported_precisions
+from planner.placement.precision import (allowed_grad_reduce_dtypes, grad_reduce_dtype, padded_vocab,
+                                         supported_precisions)
 from planner.placement.states import BATCH_AXES, GROUPS, Mode, Placement, State
 from planner.placement.strategies import group_degrees
 from planner.placement.strategies import batch_axes_key, placement_for
@@ -79,8 +80,8 @@ def check_layout(model: ModelSpec, cluster, layout: Layout) -> list[Violation]:
     for rule in (_world_size, _heads, _kv_heads, _layers, _experts, _vocab, _sequence, _batch,
                  _interleaved_microbatches,
                  _zero_with_pp, _zero_without_dp, _precision_supported, _tp_domain,
-                 _zero_stage_supported, _torchtitan_dims, _deepspeed_autotp, _no_effect,
-                 _offload_needs_zero):
+                 _zero_stage_supported, _grad_reduce_supported, _torchtitan_dims,
+                 _deepspeed_autotp, _no_effect, _offload_needs_zero):
         out += rule(model, cluster, layout)
     return out
 
@@ -585,6 +586,18 @@ def _zero_stage_supported(model, cluster, layout: Layout) -> list[Violation]:
                       fix=f"use zero_stage=2 ({torchtitan.NAME['reshard']}="
                           f"{torchtitan.RESHARD_NEVER}) or 0, or framework=megatron/deepspeed for "
                           f"ZeRO-1")]
+
+
+def _grad_reduce_supported(model, cluster, layout: Layout) -> list[Violation]:
+    """The gradient-reduction dtype must be one the framework runs at the compute precision
+    (`precision.allowed_grad_reduce_dtypes`; sources in `planner.frameworks.<framework>`)."""
+    allowed = allowed_grad_reduce_dtypes(layout)
+    if grad_reduce_dtype(layout) in allowed:
+        return []
+    return [Violation(rule="grad_reduce_supported",
+                      message=f"{layout.framework} at {layout.precision} cannot reduce gradients in "
+                              f"{layout.grad_reduce_dtype}; it reduces in {', '.join(allowed)}",
+                      fix=f"use grad_reduce_dtype={allowed[0]}")]
 
 
 def _torchtitan_dims(model, cluster, layout: Layout) -> list[Violation]:
