@@ -468,3 +468,16 @@ def test_misspelled_flag_inside_a_string_variable_is_an_error(tmp_path):
     path.write_text(_STRING_SCRIPT.replace("    --bf16\n", "    --bf16\n    --sequence-paralel\n"))
     errors = _rules(_data(_check(path, "--cluster", "dgx-h100", "--model", "llama-3.1-8b")))
     assert "did you mean --sequence-parallel?" in errors["megatron_unknown_flag"]["message"]
+
+
+def test_current_torchrun_flags_are_not_unknown_megatron_flags(tmp_path):
+    """torchrun's --signals-to-handle and --event-log-handler (PyTorch torch/distributed/run.py
+    `get_args_parser` @010929fd) belong to the launcher, not to Megatron-LM's parser."""
+    path = _variant(tmp_path, LLAMA, ("--nnodes $NUM_NODES",
+                                      "--nnodes $NUM_NODES --signals-to-handle SIGTERM,SIGUSR1 "
+                                      "--event-log-handler null"))
+    rules = _rules(_data(_check(path, "--cluster", "dgx-h100")))
+    assert "megatron_unknown_flag" not in rules
+    typo = _variant(tmp_path, LLAMA, ("--nnodes $NUM_NODES", "--nnodes $NUM_NODES --signal-to-handle X"),
+                    name="typo.sh")
+    assert "megatron_unknown_flag" in _rules(_data(_check(typo, "--cluster", "dgx-h100")))

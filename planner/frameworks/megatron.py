@@ -168,10 +168,13 @@ TORCHRUN_FLAGS = frozenset((
     "--run-path", "--run_path", "--log-dir", "--log_dir", "--redirects", "--tee",
     "--local-ranks-filter", "--local_ranks_filter", "--node-rank", "--node_rank", "--master-addr",
     "--master_addr", "--master-port", "--master_port", "--local-addr", "--local_addr",
-    "--logs-specs", "--logs_specs", "--numa-binding", "--numa_binding", "--use-env", "--use_env",
+    "--logs-specs", "--logs_specs", "--numa-binding", "--numa_binding", "--event-log-handler",
+    "--event_log_handler", "--signals-to-handle", "--signals_to_handle", "--use-env", "--use_env",
     "--local-rank", "--local_rank"))
-"""torchrun's own flags (PyTorch `torch/distributed/run.py` `get_args_parser`, dashed and
-underscored spellings; --use-env / --local-rank of the older `torch.distributed.launch`)."""
+"""torchrun's own long flags: every `add_argument` of `get_args_parser` in PyTorch
+`torch/distributed/run.py` at pytorch/pytorch 010929fd3f401c3868310396e6a91ed95aa0305b (dashed and
+underscored spellings; its short -m, -r, -t are not long flags), plus --use-env / --local-rank of
+the older `torch.distributed.launch`."""
 
 RECORDED_FLAGS_FILE = Path(__file__).with_name("megatron_flags.txt")
 """Every flag Megatron-LM's parser defines at d98e8a6 (`megatron/training/arguments.py`
