@@ -547,3 +547,146 @@ def throughput_error(predicted: float, published: float, convention: str) -> flo
     """predicted / published - 1 for throughputs; published / predicted - 1 for a step time (both:
     positive = the tool predicts more throughput than was measured)."""
     return published / predicted - 1 if convention == "step_time_s" else predicted / published - 1
+
+
+# ---------------------------------------------------------------- statistics
+
+def error_stats(errors: list[float]) -> dict:
+    """Statistics of signed relative errors (fractions, 0.1 = 10 %).
+
+    Returns:
+        {n, median_abs_error, mean_abs_error, max_abs_error, within_10 (count |e| <= 0.10),
+        within_25 (count |e| <= 0.25), bias (mean signed error)}; the error fields are None when n = 0.
+    """
+    if not errors:
+        return {"n": 0, "median_abs_error": None, "mean_abs_error": None, "max_abs_error": None,
+                "within_10": 0, "within_25": 0, "bias": None}
+    absolute = [abs(e) for e in errors]
+    return {"n": len(errors), "median_abs_error": statistics.median(absolute),
+            "mean_abs_error": statistics.fmean(absolute), "max_abs_error": max(absolute),
+            "within_10": sum(a <= 0.10 for a in absolute), "within_25": sum(a <= 0.25 for a in absolute),
+            "bias": statistics.fmean(errors)}
+
+
+GROUP_KEYS = ("gpu_family", "model_class", "precision", "gpu_family x precision")
+"""How `summarize` groups the rows (issue 9: per GPU family, dense/MoE and precision; the bias bar
+is per GPU family x precision)."""
+
+
+def summarize(rows: list[dict]) -> tuple[dict, dict]:
+    """(summary, by) of result rows (`validate`'s): error statistics of the rows with an error,
+    plus `does_not_fit` (rows the memory model rejects, though they ran) and `not_expressible`
+    counts; `by` the same per GROUP_KEYS value."""
+    def one(part: list[dict]) -> dict:
+        return error_stats([r["error"] for r in part if r["error"] is not None]) | {
+            "rows": len(part), "does_not_fit": sum(r["verdict"] == "does_not_fit" for r in part),
+            "not_expressible": sum(r["not_expressible"] is not None for r in part)}
+
+    by = {}
+    for key in GROUP_KEYS:
+        values = sorted({_group_value(r, key) for r in rows if r["not_expressible"] is None})
+        by[key] = {v: one([r for r in rows if r["not_expressible"] is None and _group_value(r, key) == v])
+                   for v in values}
+    return one(rows), by
+
+
+def _group_value(row: dict, key: str) -> str:
+    if key == "gpu_family x precision":
+        return f"{row['gpu_family']} {row['precision']}"
+    return row[key]
+
+
+PRECISION_GROUPS = {"bf16": "bf16/fp16", "fp16": "bf16/fp16", "fp8": "fp8"}
+"""Precision label of the statistics: the 16-bit formats run at one tensor-core peak."""
+
+
+def _result_row(row: Row, pred: Prediction, suite: str) -> dict:
+    lay = row.layout
+    memory = suite == "memory"
+    return {
+        "id": row.id, "source": row.source, "group": row.group, "part": row.part, "model": row.model_name,
+        "cluster": row.cluster, "gpus": row.gpus, "gpu_family": row.gpu_family,
+        "model_class": "moe" if row.moe else "dense", "precision": PRECISION_GROUPS[row.precision],
+        "framework": row.framework, "flash_attention": row.flash_attention,
+        "layout": None if lay is None else layout_text(lay),
+        "convention": "peak_memory_gib" if memory else row.convention,
+        "published": row.published_memory_gib if memory else row.published,
+        "predicted": pred.predicted_memory_gib if memory else pred.predicted,
+        "error": pred.memory_error if memory else pred.error,
+        "verdict": pred.verdict, "violations": list(pred.violations),
+        "assumptions": list(row.assumptions), "not_expressible": row.not_expressible,
+    }
+
+
+def layout_text(lay: Layout) -> str:
+    """One-line layout: degrees, batch, sequence, ZeRO, recompute, precision, framework, split."""
+    text = (f"tp{lay.tp} pp{lay.pp} dp{lay.dp} cp{lay.cp} ep{lay.ep} vpp{lay.vpp} b{lay.micro_batch_size} "
+            f"B{lay.global_batch_size} s{lay.seq_len} z{lay.zero_stage} rc={lay.recompute} {lay.precision} "
+            f"{lay.framework}" + (" sp" if lay.sequence_parallel else ""))
+    if lay.pipeline_layout is not None:
+        from planner.placement import pipeline_layout
+        return f"{text} {pipeline_layout.to_string(lay.pipeline_layout)}"
+    if lay.pipeline_layers is not None:
+        return f"{text} layers {'/'.join(map(str, lay.pipeline_layers))}"
+    return text
+
+
+def validate(rows: list[Row], *, suite: str = "training", part: str = "all") -> dict:
+    """Predicted vs published per row and the statistics of `summarize`.
+
+    Args:
+        suite: `training` (throughput, every row), `memory` (peak memory, rows that publish it) or
+            `all` (both; the result then holds one such result per suite under `suites`).
+        part: `all`, `fit` or `evaluation`.
+    Returns:
+        {suite, part, rows: [{id, ..., published, predicted, error, verdict, not_expressible}],
+        summary: {n, median_abs_error, mean_abs_error, max_abs_error, within_10, within_25, bias,
+        rows, does_not_fit, not_expressible}, by: {group key: {value: summary}},
+        assumptions: {key: text} of the keys the rows use}; errors are fractions.
+    Raises:
+        SpecError: an unknown suite or part.
+    """
+    if suite not in (*SUITES, "all"):
+        raise SpecError(f"value {suite!r} not allowed; allowed: {', '.join(SUITES)}, all", key="--suite")
+    if part not in ("all", "fit", "evaluation"):
+        raise SpecError(f"value {part!r} not allowed; allowed: all, fit, evaluation", key="--part")
+    chosen = [r for r in rows if part == "all" or r.part == part]
+    predictions = {r.id: predict(r) for r in chosen}
+    if suite == "all":
+        return {"suite": "all", "part": part,
+                "suites": {s: _suite(chosen, predictions, s, part) for s in SUITES}}
+    return _suite(chosen, predictions, suite, part)
+
+
+def _suite(rows: list[Row], predictions: dict[str, Prediction], suite: str, part: str) -> dict:
+    if suite == "memory":
+        rows = [r for r in rows if r.published_memory_gib is not None]
+    out = [_result_row(r, predictions[r.id], suite) for r in rows]
+    summary, by = summarize(out)
+    used = sorted({a for r in rows for a in r.assumptions}, key=list(ASSUMPTIONS).index)
+    return {"suite": suite, "part": part, "rows": out, "summary": summary, "by": by,
+            "assumptions": {a: ASSUMPTIONS[a] for a in used}}
+
+
+def default_rows() -> list[Row]:
+    """The rows of both shipped reference files (training_runs.yaml, then expert_configs.yaml)."""
+    return load_rows(TRAINING_RUNS) + load_rows(EXPERT_CONFIGS)
+
+
+DOC = ROOT / "docs" / "validation.md"
+
+
+def doc_text() -> str:
+    """docs/validation.md as `make validate` writes it (report.training_validation_markdown)."""
+    from planner import report
+
+    rows = default_rows()
+    return report.training_validation_markdown(validate(rows, suite="all"),
+                                               validate(rows, suite="all", part="evaluation"))
+
+
+if __name__ == "__main__":
+    import sys
+
+    if "--write" in sys.argv:
+        DOC.write_text(doc_text(), encoding="utf-8")
