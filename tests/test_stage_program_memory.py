@@ -46,6 +46,21 @@ def _splits(layers: int, stages: int):
             yield (first, *rest)
 
 
+def _stage_mixes(model, cluster, layout):
+    """(stage, its layers, {mode: layers}, stage_memory of it) for every split of `layout`'s
+    layers over its pp stages and every mix of recompute modes on each stage."""
+    for split in _splits(model.num_hidden_layers, layout.pp):
+        candidate = layout.replace(pipeline_layers=split)
+        start = 0
+        for s, n in enumerate(split):
+            layers = tuple(range(start, start + n))
+            start += n
+            for comp in ilp._compositions(n, 3):
+                counts = dict(zip(P.RECOMPUTE_MODES, (int(x) for x in comp)))
+                yield s, layers, counts, stage_memory(model, cluster, candidate, s, layers=layers,
+                                                      reserve_bytes=0, layers_by_recompute=counts)
+
+
 @pytest.mark.parametrize("framework, layers, gpus, seq_len", [
     ("megatron", 5, 8, 1024), ("deepspeed", 5, 8, 1024), ("torchtitan", 5, 8, 1024),
     ("deepspeed", 4, 4, 512)])  # short sequences: DeepSpeed's optimizer step is the peak on some
@@ -66,21 +81,11 @@ def test_program_memory_equals_stage_memory_for_every_split_and_mode_mix(framewo
             continue  # torchtitan with PP out of its steady state (`memory_model` docstring)
         layout = P._with_split(model, layout)
         ip = costs.int_problem(layout, P.RECOMPUTE_MODES)
-        for split in _splits(model.num_hidden_layers, layout.pp):
-            candidate = layout.replace(pipeline_layers=split)
-            start = 0
-            for s, n in enumerate(split):
-                layers = tuple(range(start, start + n))
-                start += n
-                for comp in ilp._compositions(n, 3):
-                    counts = [int(x) for x in comp]
-                    want = stage_memory(model, cluster, candidate, s, layers=layers,
-                                        reserve_bytes=0,
-                                        layers_by_recompute=dict(zip(P.RECOMPUTE_MODES, counts)))
-                    got = ilp.stage_memory(ip, s, [counts])
-                    assert abs(got - want.total) <= ROUNDING_BYTES, (layout, split, s, counts)
-                    checked += 1
-                    step_peaks += want.optimizer_step_total() > want.backward_total
+        for s, _, counts, want in _stage_mixes(model, cluster, layout):
+            got = ilp.stage_memory(ip, s, [list(counts.values())])
+            assert abs(got - want.total) <= ROUNDING_BYTES, (layout, s, counts)
+            checked += 1
+            step_peaks += want.optimizer_step_total() > want.backward_total
     assert checked > 500  # every framework's candidates exercised
     if seq_len == 512:  # the optimizer step (a phase without activations) is exercised
         assert step_peaks > 0
@@ -121,21 +126,11 @@ def test_stage_memory_model_equals_stage_memory_for_every_split(name, framework,
     if not memory.exact:  # stated: torchtitan with PP and a stage out of 1F1B's steady state
         assert framework == "torchtitan" and layout.pp > 1 and layout.num_microbatches <= layout.pp
         return
-    for split in _splits(model.num_hidden_layers, layout.pp):
-        candidate = layout.replace(pipeline_layers=split)
-        start = 0
-        for s, n in enumerate(split):
-            layers = tuple(range(start, start + n))
-            start += n
-            for comp in ilp._compositions(n, 3):
-                counts = dict(zip(P.RECOMPUTE_MODES, (int(x) for x in comp)))
-                want = stage_memory(model, cluster, candidate, s, layers=layers, reserve_bytes=0,
-                                    layers_by_recompute=counts).total
-                modes = [m for m in ("full", "selective", "none") for _ in range(counts[m])]
-                got = memory.bytes(s, memory.counts(layers, modes))
-                # stage_memory truncates each of its ~20 terms to whole bytes; the model does not
-                assert abs(got - want) <= ROUNDING_BYTES, (layout, split, s, counts, got, want)
-
+    for s, layers, counts, want in _stage_mixes(model, cluster, layout):
+        modes = [m for m in ("full", "selective", "none") for _ in range(counts[m])]
+        got = memory.bytes(s, memory.counts(layers, modes))
+        # stage_memory truncates each of its ~20 terms to whole bytes; the model does not
+        assert abs(got - want.total) <= ROUNDING_BYTES, (layout, s, counts, got, want.total)
 
 def test_the_random_layouts_cover_every_framework_and_torchtitan_with_pp_exactly():
     """The layouts the property test draws from include torchtitan with PP in its steady state
