@@ -79,7 +79,6 @@ from planner.cost.memory import (
 from planner.cost.memory_model import (
     kind_activation_bytes,
     kind_state_bytes,
-    reference_layout,
     stage_memory_model,
 )
 from planner.cost.params_flops import count_params
@@ -366,25 +365,30 @@ def _may_fit(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> bool:
     the program (most candidates the refined bound reaches on the large MoE cases fail it: ZeRO-0/1
     states alone overflow)."""
     room = layout.pp * math.floor(costs.usable_bytes)
-    return (_least_need_bytes(costs, layout, modes, states_only=True) <= room
-            and _least_need_bytes(costs, layout, modes) <= room)
+    states = _least_state_bytes(costs, layout)
+    return states <= room and states + _least_activation_bytes(costs, layout, modes) <= room
 
 
-def _least_need_bytes(costs: _Costs, layout: Layout, modes: tuple[str, ...],
-                      states_only: bool = False) -> int:
+def _least_need_bytes(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> int:
     """sum_l (w[kind l] + min_r ceil(act[kind l][r] x min_s flight_s)), bytes: what the layers of
-    every plan of the stage program need over its pp stages, fixed bytes aside (`_may_fit`); the
-    model states alone (w) with `states_only`."""
-    ref = reference_layout(costs.model, layout)
-    state, _ = kind_state_bytes(costs.model, ref)
-    need = sum(n * math.ceil(state[k]) for k, n in enumerate(costs.per_kind))
-    if states_only:
-        return need
-    act = kind_activation_bytes(costs.model, ref)
-    flight = min(in_flight_microbatches(ref, s) for s in range(layout.pp))
+    every plan of the stage program need over its pp stages, fixed bytes aside (`_may_fit`)."""
+    return _least_state_bytes(costs, layout) + _least_activation_bytes(costs, layout, modes)
+
+
+def _least_state_bytes(costs: _Costs, layout: Layout) -> int:
+    """sum_l ceil(w[kind l]): the layers' model states (`memory_model.kind_state_bytes`, which
+    reads neither the split nor the recompute), bytes."""
+    state, _ = kind_state_bytes(costs.model, layout)
+    return sum(n * math.ceil(state[k]) for k, n in enumerate(costs.per_kind))
+
+
+def _least_activation_bytes(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> int:
+    """sum_l min_r ceil(act[kind l][r] x min_s flight_s) over the allowed `modes`, bytes."""
+    act = kind_activation_bytes(costs.model, layout)
+    flight = min(in_flight_microbatches(layout, s) for s in range(layout.pp))
     allowed = [RECOMPUTE_MODES.index(m) for m in modes]
-    return need + sum(n * min(math.ceil(act[k][r] * flight) for r in allowed)
-                      for k, n in enumerate(costs.per_kind))
+    return sum(n * min(math.ceil(act[k][r] * flight) for r in allowed)
+               for k, n in enumerate(costs.per_kind))
 
 
 def _layer_sets(layout: Layout) -> list[tuple[int, ...]]:

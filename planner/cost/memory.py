@@ -571,13 +571,6 @@ def activation_arguments(layout: Layout, placement: Placement, dtype: int) -> tu
     return kw, kw_layer, tuple(kw_layer.values())
 
 
-def layer_saved_bytes(model: ModelSpec, layout: Layout, index: int, recompute: str) -> int:
-    """Saved-activation bytes of decoder layer `index` for one micro-batch in mode `recompute`
-    (what `stage_memory` sums per layer before the in-flight factor; memoized per layer kind)."""
-    _, kw_layer, key = activation_arguments(layout, placement_for(layout), state_bytes(layout).compute)
-    return _per_kind(model, "saved", index, recompute, key, kw_layer)
-
-
 def layer_working_set_bytes(model: ModelSpec, layout: Layout, index: int) -> int:
     """Working set of recomputing decoder layer `index` fully in its backward, bytes
     (`stage_memory`'s `recompute_working_set` is the largest of its layers')."""

@@ -20,7 +20,7 @@ with, per term of `stage_memory` (the same functions compute both):
   an upper bound across it); torchtitan with PP: its gathered block (`fsdp_stage_blocks`) and,
   as an explicit term, its fp32 gradient accumulated unsharded over the micro-batches
   (`memory._torchtitan_pp_accumulation`, every chunk's gradient present at the peak);
-- a[s][k][r]: the layer's saved activations for one micro-batch (`memory.layer_saved_bytes`) x the
+- a[s][k][r]: the layer's saved activations for one micro-batch (`memory._per_kind`) x the
   stage's in-flight micro-batches (`memory.in_flight_microbatches`); 0 with activations offloaded
   (the device keeps two layers, counted in M0);
 - M0[s]: the rest, the bytes of no decoder layer: the embedding / LM head states and activations,
@@ -179,13 +179,19 @@ def _bucket_slope(model, counts, layout, facts, sb, rep: int) -> float:
 
 
 def kind_activation_bytes(model: ModelSpec, layout: Layout) -> tuple[tuple[float, ...], ...]:
-    """[kind][mode] saved-activation bytes of one layer for one micro-batch (0 with activations
-    offloaded: the device keeps two layers whatever the count, a stage-level term)."""
-    _, reps = layer_kinds(model)
-    if placement_for(layout).activations.get("host") == Mode.OFFLOADED:
-        return tuple((0.0,) * len(RECOMPUTE_MODES) for _ in reps)
-    return tuple(tuple(float(mem.layer_saved_bytes(model, layout, rep, m)) for m in RECOMPUTE_MODES)
-                 for rep in reps)
+    """[kind][mode] saved-activation bytes of one layer for one micro-batch (`memory._per_kind`, as
+    `stage_memory` sums them); 0 with activations offloaded (the device keeps two layers whatever
+    the count, a stage-level term)."""
+    placement = placement_for(layout)
+    _, kw_layer, key = mem.activation_arguments(layout, placement, state_bytes(layout).compute)
+    offloaded = placement.activations.get("host") == Mode.OFFLOADED
+    memo, memo_key = spec_memo(model), ("memory_model.activations", key, offloaded)
+    if memo_key not in memo:
+        _, reps = layer_kinds(model)
+        memo[memo_key] = tuple(
+            tuple(0.0 if offloaded else float(mem._per_kind(model, "saved", rep, m, key, kw_layer))
+                  for m in RECOMPUTE_MODES) for rep in reps)
+    return memo[memo_key]
 
 
 def stage_memory_model(model: ModelSpec, cluster, layout: Layout) -> StageMemoryModel:
