@@ -16,13 +16,14 @@ For a candidate c (mesh x knobs) and an assignment a (layer split + recompute mo
   piecewise-linear function of stage s's per-kind-per-mode layer counts that
   `cost.step_time.StageCostModel` defines (pipeline x per-micro-batch time, exposed ZeRO traffic,
   DP tail, optimizer, offload) -- one set of coefficients, used by step_time and by the program.
-- feasible(c, a): every stage fits `capacity - reserve` under the linear memory model of
-  `_stage_problem` (calibrated from `stage_memory`; exact for the per-layer states, activations
-  x in-flight factor, the gradient-bucket slope, and the full-recompute working set, charged
-  only to a stage that fully recomputes a layer and only as far as it raises the stage's
-  transient peak; equal to `stage_memory` for every split and mode mix under Megatron-LM,
-  DeepSpeed and torchtitan without PP, `tests/test_stage_program_memory.py`; torchtitan with PP
-  is re-costed, `_fits_as_costed`).
+- feasible(c, a): every stage fits `capacity - reserve` under the affine memory model memory
+  exports, `cost.memory_model.StageMemoryModel` (fixed bytes, per-layer state bytes, per-layer
+  activations x the stage's in-flight factor, the full-recompute working set charged only to a
+  stage that fully recomputes a layer and only as far as it raises the stage's transient peak,
+  DeepSpeed's optimizer step as a phase without activations); equal to `stage_memory` for every
+  split and mode mix of one-kind models under Megatron-LM, DeepSpeed and torchtitan, torchtitan
+  with PP in 1F1B's steady state included (`tests/test_stage_program_memory.py`); where it is not
+  (`StageMemoryModel.exact`, its module docstring) a solved plan is re-costed, `_fits_as_costed`.
 - a*(c) = argmin_a step(c, a) over feasible a: the stage program of `search.ilp` minimises exactly
   max_s total_s (its module docstring), proven OPTIMAL per candidate (by the exhaustive split
   DP, or by CP-SAT where the DP cannot enumerate a stage), in integer nanoseconds;
@@ -459,10 +460,11 @@ def _in_layer_order(layout: Layout, modes: tuple[str, ...]) -> tuple[str, ...]:
 
 def _fits_as_costed(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> bool:
     """Every stage of the solved plan within capacity x (1 - headroom), by `stage_memory` itself
-    (what the plan reports). The stage program's per-layer bytes are exact differences of
-    `stage_memory` for Megatron and DeepSpeed, so this always holds there; torchtitan with PP
-    takes its activation peak over the schedule with the accumulated gradients, which is not
-    additive per layer, so a program's plan is re-costed before it is offered."""
+    (what the plan reports). The program's memory (`memory_model.StageMemoryModel`) equals
+    `stage_memory` where the model is exact, so this holds there; where it is not (torchtitan with
+    PP out of 1F1B's steady state or interleaved, uneven interleaved chunks) and for several layer
+    kinds (upper bounds but for one loss-phase term) a program's plan is re-costed before it is
+    offered."""
     limit = costs.usable_bytes + ROUNDING_SLACK_BYTES
     for s, (layers, counts) in enumerate(_stage_modes(layout, modes)):
         m = stage_memory(costs.model, costs.cluster, layout, s, layers=layers, reserve_bytes=0,

@@ -21,6 +21,10 @@ Terms (bytes per device):
   never alive together, so `transient` is their peak (`transient_peak`), not their sum;
 - reserve: CUDA context + NCCL buffers + allocator fragmentation (DEFAULT_RESERVE_BYTES, overridable).
 
+The stage program reads the same terms as an affine function of a stage's layer counts,
+`cost.memory_model.StageMemoryModel` (per-layer terms from `layer_groups`, `_per_kind`,
+`layer_working_set_bytes`; the stage-level ones from `stage_memory` of a reference stage).
+
 Verdict: `fits` when total ≤ (1 − margin) · capacity, `at_risk` when ≤ capacity, else `does_not_fit`
 (FC-04: the same layout peaks 16 GB apart under FSDP1 and FSDP2, so a margin is kept).
 """
