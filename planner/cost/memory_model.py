@@ -41,9 +41,9 @@ torchtitan, torchtitan with PP included when every stage reaches 1F1B's steady s
 m > pp: each stage then peaks with `in_flight_microbatches` micro-batches alive and every
 gradient accumulated). Otherwise:
 - several layer kinds: the stage-level working sets (largest gathered units, the recompute
-  working set, DeepSpeed's largest module) are those of a stage holding every kind: an upper
-  bound for a stage that lacks one, except torchtitan's loss-phase last block, which is the
-  probe's last kind's;
+  working set, DeepSpeed's largest module, torchtitan's largest adjacent block pair) are the
+  largest a stage can have (`_probe`): an upper bound for a stage that lacks a kind; torchtitan's
+  last block (without PP: the one stage's, exact) is that of the model's last layer;
 - the bucket across its size: an upper bound (see w);
 - `exact` False: torchtitan with PP and some stage without a steady phase (m <= pp - s, its peak is
   max(m a, (m - 1) a + g)) or interleaved (its chunks' peak over the schedule), or a Megatron
@@ -202,7 +202,7 @@ def stage_memory_model(model: ModelSpec, cluster, layout: Layout) -> StageMemory
     state, step_slopes = kind_state_bytes(model, ref)
     act = kind_activation_bytes(model, ref)
     working = max(mem.layer_working_set_bytes(model, ref, rep) for rep in reps)
-    probe = reps * 2  # two layers of each kind: the same gathered units as a full stage
+    probe = _probe(model, reps)
     pp = layout.pp
     flights = [mem.in_flight_microbatches(ref, s) for s in range(pp)]
     at: dict[int, tuple] = {}  # position (0 first, 1 middle, 2 last) -> (M0, W, {group: P0})
@@ -230,6 +230,17 @@ def stage_memory_model(model: ModelSpec, cluster, layout: Layout) -> StageMemory
         phases=tuple(MemoryPhase(name=f"optimizer_step.{g}", fixed_bytes=tuple(phase_fixed[g]),
                                  kind_bytes=step_slopes[g]) for g in step_slopes),
         exact=_exact(model, layout))
+
+
+def _probe(model: ModelSpec, reps: tuple[int, ...]) -> tuple[int, ...]:
+    """The layers M0 is measured on: two adjacent layers of each kind (the same gathered units,
+    largest module and recompute working set as a stage holding every kind; torchtitan's largest
+    adjacent block pair is at least any two adjacent layers', x + y <= 2 max(x, y)), the kind of the
+    model's last layer last (torchtitan's loss-phase last block, present only without PP, is then
+    the single stage's own)."""
+    kinds, _ = layer_kinds(model)
+    last = reps[kinds[-1]]
+    return tuple(rep for rep in (*(r for r in reps if r != last), last) for _ in range(2))
 
 
 def reference_layout(model: ModelSpec, layout: Layout) -> Layout:
