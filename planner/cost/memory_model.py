@@ -44,12 +44,18 @@ gradient accumulated). Otherwise:
   working set, DeepSpeed's largest module, torchtitan's largest adjacent block pair) are the
   largest a stage can have (`_probe`): an upper bound for a stage that lacks a kind; torchtitan's
   last block (without PP: the one stage's, exact) is that of the model's last layer;
+- a stage of a single layer where units are gathered under PP (a combination the placement rules
+  refuse for Megatron-LM and DeepSpeed): the gathered units of two, an upper bound;
 - the bucket across its size: an upper bound (see w);
+- activations offloaded: an upper bound (M0 keeps two layers of the largest kind in `none`);
 - `exact` False: torchtitan with PP and some stage without a steady phase (m <= pp - s, its peak is
   max(m a, (m - 1) a + g)) or interleaved (its chunks' peak over the schedule), or a Megatron
   interleaved layout with chunks of different sizes (`memory._uneven_chunk_peak`): the model is
   calibrated on the reference stage and `stage_memory` can exceed it; `plan` re-costs every plan
   with `stage_memory` (`plan._fits_as_costed`).
+
+Source: every term is `cost.memory`'s, with the framework source cited there; the affine form and
+its use in the program follow `cost.step_time.StageCostModel`.
 """
 
 from __future__ import annotations
