@@ -462,9 +462,9 @@ def _fits_as_costed(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> bo
     """Every stage of the solved plan within capacity x (1 - headroom), by `stage_memory` itself
     (what the plan reports). The program's memory (`memory_model.StageMemoryModel`) equals
     `stage_memory` where the model is exact, so this holds there; where it is not (torchtitan with
-    PP out of 1F1B's steady state or interleaved, uneven interleaved chunks) and for several layer
-    kinds (upper bounds but for one loss-phase term) a program's plan is re-costed before it is
-    offered."""
+    PP out of 1F1B's steady state or interleaved, uneven interleaved chunks) a program's plan is
+    re-costed before it is offered; elsewhere (several layer kinds, the bucket across its size) the
+    model is an upper bound and this check only confirms it."""
     limit = costs.usable_bytes + ROUNDING_SLACK_BYTES
     for s, (layers, counts) in enumerate(_stage_modes(layout, modes)):
         m = stage_memory(costs.model, costs.cluster, layout, s, layers=layers, reserve_bytes=0,
