@@ -16,13 +16,14 @@ For a candidate c (mesh x knobs) and an assignment a (layer split + recompute mo
   piecewise-linear function of stage s's per-kind-per-mode layer counts that
   `cost.step_time.StageCostModel` defines (pipeline x per-micro-batch time, exposed ZeRO traffic,
   DP tail, optimizer, offload) -- one set of coefficients, used by step_time and by the program.
-- feasible(c, a): every stage fits `capacity - reserve` under the linear memory model of
-  `_stage_problem` (calibrated from `stage_memory`; exact for the per-layer states, activations
-  x in-flight factor, the gradient-bucket slope, and the full-recompute working set, charged
-  only to a stage that fully recomputes a layer and only as far as it raises the stage's
-  transient peak; equal to `stage_memory` for every split and mode mix under Megatron-LM,
-  DeepSpeed and torchtitan without PP, `tests/test_stage_program_memory.py`; torchtitan with PP
-  is re-costed, `_fits_as_costed`).
+- feasible(c, a): every stage fits `capacity - reserve` under the affine memory model memory
+  exports, `cost.memory_model.StageMemoryModel` (fixed bytes, per-layer state bytes, per-layer
+  activations x the stage's in-flight factor, the full-recompute working set charged only to a
+  stage that fully recomputes a layer and only as far as it raises the stage's transient peak,
+  DeepSpeed's optimizer step as a phase without activations); equal to `stage_memory` for every
+  split and mode mix of one-kind models under Megatron-LM, DeepSpeed and torchtitan, torchtitan
+  with PP in 1F1B's steady state included (`tests/test_stage_program_memory.py`); where it is not
+  (`StageMemoryModel.exact`, its module docstring) a solved plan is re-costed, `_fits_as_costed`.
 - a*(c) = argmin_a step(c, a) over feasible a: the stage program of `search.ilp` minimises exactly
   max_s total_s (its module docstring), proven OPTIMAL per candidate (by the exhaustive split
   DP, or by CP-SAT where the DP cannot enumerate a stage), in integer nanoseconds;
@@ -73,11 +74,13 @@ from planner.cost.comm import bytes_per_axis, collectives
 from planner.cost.memory import (
     DEFAULT_AT_RISK_MARGIN,
     DEFAULT_RESERVE_BYTES,
-    OPTIMIZER_STEP_TERM,
     in_flight_microbatches,
-    model_state_key,
     stage_memory,
-    transient_peak,
+)
+from planner.cost.memory_model import (
+    kind_activation_bytes,
+    kind_state_bytes,
+    stage_memory_model,
 )
 from planner.cost.params_flops import count_params
 from planner.cost.pipeline import pipeline_time
@@ -165,14 +168,12 @@ class _Costs:
         self.per_kind = tuple(self.kinds.count(k) for k in range(len(self.reps)))
         """[kind] decoder layers of that kind."""
         self._times: dict = {}
-        self._states: dict = {}
         self._sums: dict = {}
         self._params: dict = {}
         self._traffic: dict = {}
         self._sharing: dict = {}
         self._bound_terms: dict = {}
         self._pipes: dict = {}
-        self._acts: dict = {}
         self._problems: dict = {}
         self._syncs: dict = {}
         self._windows: dict = {}
@@ -267,51 +268,6 @@ class _Costs:
                                         for k, n in enumerate(self.per_kind)))
         return self._syncs[sync_key] - self._windows[key]
 
-    def layer_state_bytes(self, layout: Layout) -> tuple[tuple[float, ...], dict]:
-        """([kind] bytes one more layer adds on a GPU besides its activations in the backward
-        phases: parameters, gradients, optimizer states and the gradient-bucket slope; {optimizer
-        param group: [kind] bytes one more layer adds to that group's optimizer step}) per
-        `model_state_key` (what those terms read)."""
-        key = model_state_key(layout)
-        if key not in self._states:
-            out, steps = [], {}
-            for k, rep in enumerate(self.reps):
-                # 2 -> 3 copies: past the ZeRO-3 gather working set's 1 + prefetch largest units.
-                one, two = (stage_memory(self.model, self.cluster, layout, 0, layers=(rep,) * n,
-                                         reserve_bytes=0, layers_by_recompute={"none": n})
-                            for n in (2, 3))
-                out.append(max(0.0, two.backward_total - two.activations
-                               - one.backward_total + one.activations))
-                for group in two.optimizer_step_groups:
-                    steps.setdefault(group, [0.0] * len(self.reps))[k] = max(
-                        0.0, two.optimizer_step_total(group) - one.optimizer_step_total(group))
-            self._states[key] = (tuple(out), {g: tuple(v) for g, v in steps.items()})
-        return self._states[key]
-
-    def layer_activation_bytes(self, layout: Layout) -> tuple[tuple[float, ...], ...]:
-        """[kind][mode] saved-activation bytes of one layer for one micro-batch, per (tp, cp, b,
-        sp, ep, etp)."""
-        key = (layout.tp, layout.cp, layout.micro_batch_size, layout.sequence_parallel,
-               layout.ep, layout.etp)
-        if key not in self._acts:
-            flight, rows = in_flight_microbatches(layout, 0), []
-            for rep in self.reps:
-                one = stage_memory(self.model, self.cluster, layout, 0, layers=(rep,),
-                                   reserve_bytes=0, layers_by_recompute={"none": 1})
-                row = []
-                for mode in RECOMPUTE_MODES:
-                    counts = {"none": 2} if mode == "none" else {"none": 1, mode: 1}
-                    two = stage_memory(self.model, self.cluster, layout, 0, layers=(rep, rep),
-                                       reserve_bytes=0, layers_by_recompute=counts)
-                    # torchtitan with PP takes its activation peak over the schedule with the
-                    # accumulated gradients (`_torchtitan_pp_accumulation`): not additive per
-                    # layer, a difference can come out below 0; a layer never frees memory.
-                    row.append(max(0.0, (two.activation_terms["layers"]
-                                         - one.activation_terms["layers"]) / flight))
-                rows.append(tuple(row))
-            self._acts[key] = tuple(rows)
-        return self._acts[key]
-
     def kind_times(self, layout: Layout, part: str = "total_s") -> tuple[tuple[float, ...], ...]:
         """[kind][mode] per-micro-batch time of one layer, s (per `layer_time_key`, what
         `layer_time` reads): `total_s` or its exposed communication `comm_s`."""
@@ -352,79 +308,33 @@ def _cheap_bound(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> float
 
 
 def _stage_problem(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> StageProblem:
-    """The stage program of `layout` from the real cost model (see module docstring).
-
-    Per-layer memory is calibrated by differencing `stage_memory` on stage 0: a layer of the kind
-    listed n vs n + 1 times (every term of `stage_memory` sums per listed layer), so the fixed
-    bytes cancel (states: n = 2, past the ZeRO-3 gather working set's largest units); activations are divided by the stage's in-flight factor and
-    re-multiplied per stage. The fixed bytes of stage s are its `stage_memory` holding two
-    layers of each kind minus their linear part (two, so the ZeRO-3 gather working set -- the
-    largest 1 + prefetch units -- is that of a full stage; middle stages share one value: same
-    terms, no embedding or head). The full-recompute working set (one layer's activations, which
-    `stage_memory` adds once when any layer of the stage is fully recomputed), as much of it as
-    raises the stage's transient peak (`_working_set_peak_bytes`), is charged on every stage when
-    `full` is allowed, and credited back (`full_working_set_bytes`) to a stage without a fully
+    """The stage program of `layout` from the real cost model (see module docstring): time from
+    `step_time.StageCostModel`, memory from `memory_model.StageMemoryModel` (fixed bytes, per-layer
+    state and per-stage activation bytes, the optional phases without activations), the modes
+    restricted to `modes`. The full-recompute working set is charged on every stage when `full`
+    is allowed and credited back (`full_working_set_bytes`) to a stage without a fully
     recomputed layer, by every method that solves the program.
     """
     model, cluster = costs.model, costs.cluster
-    ref = _reference(model, layout)
-    state, step_slopes = costs.layer_state_bytes(ref)
-    act = costs.layer_activation_bytes(ref)
-    fixed_mem, per_stage, working, middle = [], [], [], None
-    step_fixed: dict[str, list[float]] = {group: [] for group in step_slopes}
-    for s, layers in enumerate(_layer_sets(ref)):
-        flight = in_flight_microbatches(ref, s)
-        per_stage.append(tuple(tuple(act[k][RECOMPUTE_MODES.index(m)] * flight for m in modes)
-                               for k in range(len(act))))
-        if middle is not None and 0 < s < layout.pp - 1:
-            fixed_mem.append(middle[0])
-            working.append(middle[1])
-            for group in step_fixed:
-                step_fixed[group].append(middle[2][group])
-            continue
-        probe = costs.reps * 2  # two layers of each kind: the same gather units as a full stage
-        mem = stage_memory(model, cluster, ref, s, layers=probe, reserve_bytes=0,
-                           layers_by_recompute={"none": len(probe)})
-        linear = sum(state[costs.kinds[i]] + act[costs.kinds[i]][0] * flight for i in probe)
-        extra = _working_set_peak_bytes(costs, ref, s, probe) if "full" in modes else 0
-        fixed = max(0.0, mem.backward_total - linear) + extra
-        steps = {group: max(0.0, mem.optimizer_step_total(group)
-                            - sum(slopes[costs.kinds[i]] for i in probe))
-                 for group, slopes in step_slopes.items()}
-        fixed_mem.append(fixed)
-        working.append(extra)
-        for group in step_fixed:
-            step_fixed[group].append(steps[group])
-        middle = (fixed, extra, steps) if 0 < s < layout.pp - 1 else middle
+    memory = stage_memory_model(model, cluster, layout)
     idx = [RECOMPUTE_MODES.index(m) for m in modes]
+    full = "full" in modes
     groups = stage_cost_model(model, cluster, layout).time_groups()
     return StageProblem(
-        layer_kinds=costs.kinds,
+        layer_kinds=memory.layer_kinds,
         time_groups=tuple(tuple((p.const_s, tuple(tuple(row[r] for r in idx) for row in p.coef))
                                 for p in group) for group in groups),
-        kind_state_bytes=tuple(state),
-        kind_memory_bytes=tuple(per_stage),
-        stage_fixed_memory_bytes=tuple(fixed_mem),
+        kind_state_bytes=memory.kind_state_bytes,
+        kind_memory_bytes=tuple(tuple(tuple(row[r] for r in idx) for row in stage)
+                                for stage in memory.kind_activation_bytes),
+        stage_fixed_memory_bytes=tuple(m0 + (w if full else 0.0) for m0, w in
+                                       zip(memory.stage_fixed_bytes, memory.full_working_set_bytes)),
         capacity_bytes=costs.usable_bytes,
         modes=modes,
         layers_per_stage=_pinned_split(model, layout),
-        full_working_set_bytes=tuple(working) if "full" in modes else (),
-        phase_memory_bytes=tuple((tuple(step_fixed[group]), slopes)
-                                 for group, slopes in step_slopes.items()),
+        full_working_set_bytes=memory.full_working_set_bytes if full else (),
+        phase_memory_bytes=tuple((p.fixed_bytes, p.kind_bytes) for p in memory.phases),
     )
-
-
-def _working_set_peak_bytes(costs: _Costs, layout: Layout, stage: int,
-                            probe: tuple[int, ...]) -> int:
-    """What fully recomputing a layer adds to stage `stage`'s transient peak, bytes: its working set
-    (one layer's activations re-materialised in its backward) less what the loss-backward phase
-    already reserves (`transient_peak` takes the larger of the two phases). Under torchtitan the
-    last stage's loss working set (fp32 logits gradients) can hide some or all of it; charging the
-    raw working set there made the stage program stricter than `stage_memory` on those stages."""
-    mem = stage_memory(costs.model, costs.cluster, layout, stage, layers=probe, reserve_bytes=0,
-                       layers_by_recompute={"full": 1, "none": len(probe) - 1})
-    terms = {**mem.transient_terms, OPTIMIZER_STEP_TERM: 0}  # the backward phases alone
-    return transient_peak(terms) - transient_peak({**terms, "recompute_working_set": 0})
 
 
 def _pinned_split(model: ModelSpec, layout: Layout) -> tuple[int, ...] | None:
@@ -447,13 +357,6 @@ def _pinned_split(model: ModelSpec, layout: Layout) -> tuple[int, ...] | None:
     return (model.num_hidden_layers // layout.pp,) * layout.pp
 
 
-def _reference(model: ModelSpec, layout: Layout) -> Layout:
-    """The layout with the near-even split the stage program's memory is calibrated on (contiguous
-    stages, as the program splits them)."""
-    return layout.replace(pipeline_layers=tuple(uneven_split(model.num_hidden_layers, layout.pp)),
-                          pipeline_layout=None)
-
-
 def _may_fit(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> bool:
     """False only when the stage program of `layout` has no plan: summing its per-stage memory
     constraints M0[s] + sum_k w[k] n[s,k] + sum_{k,r} m[s,k,r] c[s,k,r] <= C over the pp stages,
@@ -463,25 +366,30 @@ def _may_fit(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> bool:
     the program (most candidates the refined bound reaches on the large MoE cases fail it: ZeRO-0/1
     states alone overflow)."""
     room = layout.pp * math.floor(costs.usable_bytes)
-    return (_least_need_bytes(costs, layout, modes, states_only=True) <= room
-            and _least_need_bytes(costs, layout, modes) <= room)
+    states = _least_state_bytes(costs, layout)
+    return states <= room and states + _least_activation_bytes(costs, layout, modes) <= room
 
 
-def _least_need_bytes(costs: _Costs, layout: Layout, modes: tuple[str, ...],
-                      states_only: bool = False) -> int:
+def _least_need_bytes(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> int:
     """sum_l (w[kind l] + min_r ceil(act[kind l][r] x min_s flight_s)), bytes: what the layers of
-    every plan of the stage program need over its pp stages, fixed bytes aside (`_may_fit`); the
-    model states alone (w) with `states_only`."""
-    ref = _reference(costs.model, layout)
-    state, _ = costs.layer_state_bytes(ref)
-    need = sum(n * math.ceil(state[k]) for k, n in enumerate(costs.per_kind))
-    if states_only:
-        return need
-    act = costs.layer_activation_bytes(ref)
-    flight = min(in_flight_microbatches(ref, s) for s in range(layout.pp))
+    every plan of the stage program need over its pp stages, fixed bytes aside (`_may_fit`)."""
+    return _least_state_bytes(costs, layout) + _least_activation_bytes(costs, layout, modes)
+
+
+def _least_state_bytes(costs: _Costs, layout: Layout) -> int:
+    """sum_l ceil(w[kind l]): the layers' model states (`memory_model.kind_state_bytes`, which
+    reads neither the split nor the recompute), bytes."""
+    state, _ = kind_state_bytes(costs.model, layout)
+    return sum(n * math.ceil(state[k]) for k, n in enumerate(costs.per_kind))
+
+
+def _least_activation_bytes(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> int:
+    """sum_l min_r ceil(act[kind l][r] x min_s flight_s) over the allowed `modes`, bytes."""
+    act = kind_activation_bytes(costs.model, layout)
+    flight = min(in_flight_microbatches(layout, s) for s in range(layout.pp))
     allowed = [RECOMPUTE_MODES.index(m) for m in modes]
-    return need + sum(n * min(math.ceil(act[k][r] * flight) for r in allowed)
-                      for k, n in enumerate(costs.per_kind))
+    return sum(n * min(math.ceil(act[k][r] * flight) for r in allowed)
+               for k, n in enumerate(costs.per_kind))
 
 
 def _layer_sets(layout: Layout) -> list[tuple[int, ...]]:
@@ -552,10 +460,11 @@ def _in_layer_order(layout: Layout, modes: tuple[str, ...]) -> tuple[str, ...]:
 
 def _fits_as_costed(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> bool:
     """Every stage of the solved plan within capacity x (1 - headroom), by `stage_memory` itself
-    (what the plan reports). The stage program's per-layer bytes are exact differences of
-    `stage_memory` for Megatron and DeepSpeed, so this always holds there; torchtitan with PP
-    takes its activation peak over the schedule with the accumulated gradients, which is not
-    additive per layer, so a program's plan is re-costed before it is offered."""
+    (what the plan reports). The program's memory (`memory_model.StageMemoryModel`) equals
+    `stage_memory` where the model is exact, so this holds there; where it is not (torchtitan with
+    PP out of 1F1B's steady state or interleaved, uneven interleaved chunks) a program's plan is
+    re-costed before it is offered; elsewhere (several layer kinds, the bucket across its size) the
+    model is an upper bound and this check only confirms it."""
     limit = costs.usable_bytes + ROUNDING_SLACK_BYTES
     for s, (layers, counts) in enumerate(_stage_modes(layout, modes)):
         m = stage_memory(costs.model, costs.cluster, layout, s, layers=layers, reserve_bytes=0,

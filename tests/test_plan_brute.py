@@ -4,7 +4,8 @@ The oracle shares none of the search: for EVERY valid candidate layout (the same
 placement rules `plan` uses), EVERY contiguous split and EVERY per-layer recompute assignment, it
 judges fit with `stage_memory` itself (what `plan` reports) and takes `step_time(...).step`.
 Megatron-LM and DeepSpeed conventions, and torchtitan without pipeline parallelism (its schedule
-peak under PP is not additive per layer: `plan` re-costs such plans and may answer FEASIBLE, see
+peak under PP is additive per layer only in 1F1B's steady state: `plan` re-costs such plans and
+may answer FEASIBLE, see
 `test_torchtitan_pipeline_plans_are_never_below_the_oracle`). Stage s's total depends only on its own
 layers and modes (`StepTime.stage_step`; step = their max), so each stage's assignments are
 enumerated separately and the best assignment of a split is re-costed whole by `step_time`.
@@ -246,9 +247,9 @@ def test_issue_13_case_returns_the_pipelined_plan():
 @settings(max_examples=examples(12), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(tiny_cases(frameworks=("torchtitan",), pipeline_free=False))
 def test_torchtitan_pipeline_plans_are_never_below_the_oracle(case):
-    """torchtitan with PP: the stage program's per-layer bytes are differences of a schedule peak
-    that is not additive per layer, so `plan` re-costs every plan by `stage_memory` before it
-    offers it. What it offers therefore fits and can never beat the exhaustive minimum, and
+    """torchtitan with PP: the stage program's memory (`memory_model.StageMemoryModel`) follows
+    the schedule's peak only in 1F1B's steady state (m > pp); out of it the peak is not additive
+    per layer, so `plan` re-costs every plan by `stage_memory` before it offers it. What it offers therefore fits and can never beat the exhaustive minimum, and
     OPTIMAL is claimed only when it equals it."""
     model, cluster, base, fixed = case
     oracle = exhaustive_best(model, cluster, base, fixed)

@@ -21,6 +21,10 @@ Terms (bytes per device):
   never alive together, so `transient` is their peak (`transient_peak`), not their sum;
 - reserve: CUDA context + NCCL buffers + allocator fragmentation (DEFAULT_RESERVE_BYTES, overridable).
 
+The stage program reads the same terms as an affine function of a stage's layer counts,
+`cost.memory_model.StageMemoryModel` (per-layer terms from `layer_groups`, `_per_kind`,
+`layer_working_set_bytes`; the stage-level ones from `stage_memory` of a reference stage).
+
 Verdict: `fits` when total ≤ (1 − margin) · capacity, `at_risk` when ≤ capacity, else `does_not_fit`
 (FC-04: the same layout peaks 16 GB apart under FSDP1 and FSDP2, so a margin is kept).
 """
@@ -226,10 +230,8 @@ def _group_counts(model: ModelSpec, counts: ParamCounts, layout: Layout, layers:
     vocab = padded_vocab(model, layout) * w
     g = {"dense": 0, "replicated": 0, "expert": 0}
     for i in layers:
-        lp = counts.layers[i]
-        g["dense"] += lp.attention + lp.dense_mlp + lp.shared_experts
-        g["replicated"] += lp.norms + lp.router
-        g["expert"] += lp.routed_experts
+        for name, n in layer_groups(counts.layers[i]).items():
+            g[name] += n
     if first:
         g["dense"] += vocab
         g["replicated"] += counts.embedding - model.padded_vocab_size * w  # positions, norm, project_in
@@ -241,6 +243,13 @@ def _group_counts(model: ModelSpec, counts: ParamCounts, layout: Layout, layers:
         # OPT's project_out (h -> word_embed_proj_dim), part of counts.lm_head beyond the vocab matrix.
         g["replicated"] += counts.lm_head - (0 if model.tie_word_embeddings else model.padded_vocab_size * w)
     return g
+
+
+def layer_groups(lp) -> dict[str, int]:
+    """Parameters of one decoder layer (a `ParamCounts.layers` entry) per placement group: dense
+    (attention, dense MLP, shared experts), replicated (norms, router), expert (routed experts)."""
+    return {"dense": lp.attention + lp.dense_mlp + lp.shared_experts,
+            "replicated": lp.norms + lp.router, "expert": lp.routed_experts}
 
 
 def _local_elements(placement: Placement, group: str, n: float) -> float:
@@ -527,11 +536,7 @@ def _activations(model: ModelSpec, layout: Layout, placement: Placement, layers:
                  modes: list[str], stage: int, dtype: int) -> tuple[dict[str, int], float, int, int, list[int]]:
     """Activation terms, in-flight factor, the working set of one fully recomputed layer, the
     loss backward's working set (last stage), and each layer's saved bytes for one micro-batch."""
-    sp = placement.activations.get("tp") == Mode.SHARDED
-    kw = dict(seq_len=layout.seq_len, micro_batch_size=layout.micro_batch_size, tp=layout.tp,
-              cp=layout.cp, sequence_parallel=sp)
-    kw_layer = dict(kw, ep=layout.ep, etp=layout.etp, framework=layout.framework, dtype_bytes=dtype)
-    key = tuple(kw_layer.values())
+    kw, kw_layer, key = activation_arguments(layout, placement, dtype)
     known: dict = {}  # (layer kind, mode) -> bytes, for this call
     per_layer = []
     for i, r in zip(layers, modes):
@@ -558,6 +563,23 @@ def _activations(model: ModelSpec, layout: Layout, placement: Placement, layers:
         # Offloaded: the device keeps the layer being computed and one prefetched (double buffer).
         terms["layers"] = int(2 * max(per_layer))
     return terms, flight, recompute_ws, loss_ws, per_layer
+
+
+def activation_arguments(layout: Layout, placement: Placement, dtype: int) -> tuple[dict, dict, tuple]:
+    """(keyword arguments of the embedding / output activation functions, those of a decoder
+    layer's, the layer's as a memo key) under `layout`: what `_per_kind` is called with."""
+    sp = placement.activations.get("tp") == Mode.SHARDED
+    kw = dict(seq_len=layout.seq_len, micro_batch_size=layout.micro_batch_size, tp=layout.tp,
+              cp=layout.cp, sequence_parallel=sp)
+    kw_layer = dict(kw, ep=layout.ep, etp=layout.etp, framework=layout.framework, dtype_bytes=dtype)
+    return kw, kw_layer, tuple(kw_layer.values())
+
+
+def layer_working_set_bytes(model: ModelSpec, layout: Layout, index: int) -> int:
+    """Working set of recomputing decoder layer `index` fully in its backward, bytes
+    (`stage_memory`'s `recompute_working_set` is the largest of its layers')."""
+    _, kw_layer, key = activation_arguments(layout, placement_for(layout), state_bytes(layout).compute)
+    return _per_kind(model, "working_set", index, "full", key, kw_layer)
 
 
 def _chunk_sizes(layout: Layout, stage: int) -> list[int] | None:

@@ -5,7 +5,9 @@ Given one mesh and its discrete knobs, the cost model (`cost.step_time.StageCost
 stage holding c[k,r] layers of kind k in recompute mode r; layers of one kind (all dense layers of
 Llama; DeepSeek-V3 has a dense and an MoE kind) cost the same in every term. This module chooses how
 many consecutive layers each pipeline stage holds and how many layers of each kind in each stage use
-each recompute mode, minimising the step time = the largest per-stage step total.
+each recompute mode, minimising the step time = the largest per-stage step total. Its memory
+data (w, m, M0, W, P0, p below) are those of `cost.memory_model.StageMemoryModel`, the affine
+model of `cost.memory.stage_memory` (`plan._stage_problem` copies them in).
 
 Formulation (all data integer after `to_int_problem`, the only place floats become integers:
 time in nanoseconds, memory in bytes)::
