@@ -584,7 +584,8 @@ class CheckFormat(str, Enum):
 @app.command("check")
 def check_cmd(
     paths: Annotated[list[str], typer.Argument(metavar="FILE", help="Configurations to check: plan files (`planner plan -o`), "
-                                                 "DeepSpeed JSON, torchtitan command lines or TOML, Megatron-LM arguments (the kind is read from the content).")],
+                                                 "DeepSpeed JSON, torchtitan command lines or TOML, Megatron-LM arguments, serving plans, "
+                                                 "vLLM / SGLang launch commands or vLLM config YAML (the kind is read from the content).")],
     model: Annotated[str | None, typer.Option("--model", "-m", help="Model (catalog name or path) when the file does not name it.")] = None,
     cluster: Annotated[str | None, typer.Option("--cluster", "-c", help="Cluster (catalog name or path); a framework config never names it.")] = None,
     gpus: Annotated[int | None, typer.Option(min=1, max=MAX_GPUS, help="GPUs the job runs on, when the file does not say.")] = None,
@@ -597,13 +598,19 @@ def check_cmd(
     """CI gate: every file is checked and reported; exit 0 when all pass, 1 when any fails a rule
     (each violated rule with its numbers, a fix and its line), 2 when any could not be read."""
     from planner import check as check_api  # imported per command: `--help` stays light
-    from planner.check import serving_plan
+    from planner.check import engine_file, serving_plan
 
     results, code = [], 0
     for path in paths:
         try:
             if serving_plan.is_serving_plan(path):
                 data = serving_plan.check_serving_plan(path)
+            elif engine_file.reader_of(path) is not None:
+                if recompute is not None:
+                    raise SpecError("--recompute is for DeepSpeed configs; an engine launch serves, it does "
+                                    "not train", file=path, key="--recompute")
+                data = engine_file.check_launch_file(path, model=model, cluster=cluster, gpus=gpus,
+                                                     seq_len=seq_len)
             else:
                 data = check_api.check_file(path, model=model, cluster=cluster, gpus=gpus,
                                             seq_len=seq_len,

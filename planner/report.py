@@ -510,7 +510,9 @@ def show_checks(results: list[dict], fmt: str) -> None:
             continue
         if i:
             _console().print()
-        (show_serve_check if result.get("kind") == "serving-plan" else show_check)(result, fmt)
+        kind = result.get("kind")
+        (show_serve_check if kind == "serving-plan" else show_engine_check if "launches" in result
+         else show_check)(result, fmt)
 
 
 def show_check(data: dict, fmt: str) -> None:
@@ -795,5 +797,33 @@ def show_serve_check(data: dict, fmt: str) -> None:
             line_ += f"; TTFT {rec['ttft_ms']:,} ms, TPOT {rec['tpot_ms']} ms"
         console.print(Text(line_))
     if data["violations"]:
+        console.print()
+    _print_findings(console, data["violations"], data["warnings"])
+
+
+def show_engine_check(data: dict, fmt: str) -> None:
+    """`planner check` of a vLLM / SGLang launch (planner.check.engine_launch): verdict, each launch's
+    layout and memory per GPU under the engine's budget, findings."""
+    if fmt != "table":
+        return dump(data, fmt)
+    console = _console()
+    verdict = data["verdict"].upper()
+    console.print(Text.assemble((verdict, "bold green" if verdict == "PASS" else "bold red"),
+                                f" {data['file']} ({data['kind']}): {data['model']} on up to "
+                                f"{data['gpus']:,} x {data['cluster']}"))
+    for row in data["launches"]:
+        par = row["parallelism"]
+        role = f" {row['role']} worker" if row["role"] else ""
+        head = f"line {row['line']}:{role} {par['replicas']} x {_serve_label(par)} ({row['world']} GPUs)"
+        rec = row["recomputed"]
+        if rec:
+            mem = rec["memory_bytes"]
+            head += (f"; per GPU: weights {gib(mem['weights'])} GiB, activation peak {gib(mem['activations'])}, "
+                     f"reserve {gib(mem['reserve'])}, KV pool {gib(mem['kv_cache'])} ({row['engine']} budget "
+                     f"{rec['budget_fraction']:g} x {gib(mem['capacity'])} GiB): {rec['kv_tokens']:,} tokens, "
+                     f"longest context {rec['longest_context']:,}, {rec['max_concurrency']:,} sequences of "
+                     f"{rec['max_model_len']:,}")
+        console.print(Text(head))
+    if data["violations"] or data["warnings"]:
         console.print()
     _print_findings(console, data["violations"], data["warnings"])
