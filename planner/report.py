@@ -827,3 +827,14 @@ def show_engine_check(data: dict, fmt: str) -> None:
     if data["violations"] or data["warnings"]:
         console.print()
     _print_findings(console, data["violations"], data["warnings"])
+
+
+def show_serve_emitted(text: str, verdict: dict, engine: str) -> None:
+    """`serve-plan --emit`: the launch script on stdout (nothing when it fails its check), and on
+    stderr the verdict of `planner check` on it with its errors."""
+    if verdict["verdict"] == "pass":
+        sys.stdout.write(text)
+    sys.stderr.write(f"check: {verdict['verdict'].upper()} (the {engine} launch read back by `planner check`)\n")
+    for v in verdict["violations"]:
+        if v["severity"] == "error":
+            sys.stderr.write(f"error: {v['rule']}: {' '.join(v['message'].split())}\n")

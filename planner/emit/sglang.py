@@ -1,0 +1,35 @@
+"""`serve-plan --emit sglang`: one `python -m sglang.launch_server` command of a plan's instance,
+in the flags of `planner.frameworks.sglang` (--tp-size the instance's GPUs per stage, --attn-dp-size
+its attention data-parallel groups, expert parallelism through the all-to-all backend, which sets
+ep to tp; disaggregated workers with --disaggregation-mode)."""
+
+from __future__ import annotations
+
+from planner.cost import serving as sv
+from planner.emit import engine_launch as el
+from planner.errors import SpecError
+from planner.frameworks import sglang as s
+
+VERSION = s.VERSION
+FLAG = s.FLAG
+BASE_PORT = 30000
+
+
+def command(model: str, worker: el.Worker, req: dict) -> list[str]:
+    """The words of one SGLang launch command (no GPUs, no port)."""
+    inst = worker.inst
+    if inst.ep not in (1, inst.tp):
+        raise SpecError(f"ep={inst.ep} of tp={inst.tp}: written as an all-to-all backend, which sets ep to tp",
+                        key="--emit")
+    words = ["python", "-m", s.LAUNCHERS[0][0], FLAG["model"], model, FLAG["tp"], str(inst.tp)]
+    if inst.pp > 1:
+        words += [FLAG["pp"], str(inst.pp)]
+    if inst.adp > 1:
+        words += [FLAG["adp"], str(inst.adp)]
+    if inst.ep > 1:
+        words += [FLAG["ep"], str(inst.ep), FLAG["a2a"], s.A2A_DEFAULT_EMIT]
+    fraction = req["mem_fraction"] if req.get("mem_fraction") is not None else sv.ENGINES["sglang"].default
+    words += el.common(FLAG, worker, req, fraction, s.WEIGHT_FLAGS, "fp8_e4m3")
+    if worker.role:
+        words += [FLAG["disagg_mode"], worker.role, FLAG["disagg_backend"], s.DISAGG_BACKEND]
+    return words
