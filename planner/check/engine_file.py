@@ -76,6 +76,7 @@ def check_launch_file(path: str | Path, *, model: str | None = None, cluster: st
     launches = [reader.launch(c, spec, hw, file) for c in commands]
     visible = [launch.visible_gpus for launch in launches]
     allowed = gpus or (sum(visible) if all(visible) else hw.num_gpus)
-    return el.evaluate(file, kind, spec, hw, allowed, launches, reader.spell)
+    return el.evaluate(file, kind, spec, hw, allowed, launches, reader.spell,
+                       given=gpus is not None or not all(visible))
 
 

@@ -405,7 +405,7 @@ def _format_findings(hw: ClusterSpec, launch: Launch, quant_flag: str) -> list[V
 
 
 def evaluate(file: str, kind: str, spec: ModelSpec, hw: ClusterSpec, gpus: int, launches: list[Launch],
-             spell, notes: list[str] | None = None) -> dict:
+             spell, notes: list[str] | None = None, given: bool = True) -> dict:
     """Check the launches of one file: {file, kind, verdict, model, cluster, gpus, launches [{line,
     engine, role, parallelism, world, recomputed}], violations [{rule, severity, message, fix, line}],
     warnings}.
@@ -413,6 +413,8 @@ def evaluate(file: str, kind: str, spec: ModelSpec, hw: ClusterSpec, gpus: int, 
     Args:
         gpus: GPUs the file may use (check --gpus, else the cluster's count).
         spell: (tp, pp, replicas) -> that layout in the engine's flags (the fixes' spelling).
+        given: whether `gpus` was given (check --gpus, the cluster) rather than counted from the
+            launches' CUDA_VISIBLE_DEVICES (then each launch is checked against its own list only).
     """
     violations: list[tuple[int, Violation]] = []
     rows, warnings = [], list(notes or [])
@@ -451,7 +453,7 @@ def evaluate(file: str, kind: str, spec: ModelSpec, hw: ClusterSpec, gpus: int, 
         violations += [(launch.line, v) for v in found]
         rows.append(row)
     used = sum(launch.world for launch in launches)
-    if used > gpus:
+    if given and used > gpus:
         violations.append((launches[0].line, Violation(
             rule="world_size",
             message=f"the launches need {used} GPUs ({' + '.join(str(l.world) for l in launches)}); "
