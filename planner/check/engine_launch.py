@@ -62,7 +62,7 @@ class Launch:
     line: int
     inst: sv.Instance
     replicas: int
-    """Independent copies of `inst` the command starts (vLLM DP of a dense model, SGLang --dp-size)."""
+    """Independent copies of `inst` the command starts (vLLM DP of a dense model, SGLang dp_size)."""
     fraction: float
     max_model_len: int
     max_num_seqs: int | None

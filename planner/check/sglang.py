@@ -2,11 +2,11 @@
 `sglang serve ...` command lines (a `.sh` / `.txt` file, one launch per command). Names and
 defaults: `planner.frameworks.sglang` (SGLang 0.5.23).
 
-SGLang's layout: --tp-size is the world of one replica across all its nodes (not per node), of
-which --attn-dp-size groups run attention data parallel (the deprecated `--dp-size N
---enable-dp-attention` means `--attn-dp-size N`); --ep-size splits the routed experts inside the
-tp ranks, and an all-to-all backend among `A2A_SPANNING` sets it to tp; --dp-size counts replicas
-of tp x pp ranks (`Instance(tp, pp, ep, adp)`, `replicas = dp`).
+SGLang's layout (flags: `planner.frameworks.sglang.FLAG`): tp_size is the world of one replica
+across all its nodes (not per node), of which attn_dp_size groups run attention data parallel (the
+deprecated dp_size N with enable_dp_attention means attn_dp_size N); ep_size splits the routed
+experts inside the tp ranks, and an all-to-all backend among `A2A_SPANNING` sets it to tp; dp_size
+counts replicas of tp x pp ranks (`Instance(tp, pp, ep, adp)`, `replicas = dp`).
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def model_ref(command: el.Command) -> str | None:
 def launch(command: el.Command, spec: ModelSpec, hw: ClusterSpec, file: str) -> el.Launch:
     """The Launch of one SGLang command (module docstring), with SGLang's own findings: DP attention
     (deprecated spelling, with replicas, dividing tp), the expert-parallel size against its
-    all-to-all backend, and --tp-size read as per node.
+    all-to-all backend, and tp_size read as per node.
 
     Raises:
         SpecError: a degree, length or fraction the parser does not take, a value not modelled.

@@ -7,7 +7,7 @@ dashes). Names and defaults: `planner.frameworks.vllm` (vLLM 0.33.0).
 vLLM's layout (`vllm/config/parallel.py`): one server of tp x pp x dp ranks. For a dense model
 the dp ranks are independent replicas (`replicas = dp`); for an MoE model attention runs data
 parallel over dp groups of tp ranks and the experts span all dp x tp ranks, split by expert
-with `--enable-expert-parallel` and tensor-parallel without it (`Instance(tp=dp x tp, adp=dp)`).
+with expert parallelism on (FLAG['ep']) and tensor-parallel without it (`Instance(tp=dp x tp, adp=dp)`).
 """
 
 from __future__ import annotations
@@ -105,13 +105,13 @@ def launch(command: el.Command, spec: ModelSpec, hw: ClusterSpec, file: str) -> 
 
     Raises:
         SpecError: a degree, length or fraction that is no number the parser takes, a value the
-            planner does not model (--kv-cache-dtype, --quantization).
+            planner does not model (the KV-cache dtype, the quantization method).
     """
     f, flags = v.FLAG, command.flags
     tp = el.integer(command, f["tp"], 1, file)
     pp = el.integer(command, f["pp"], 1, file)
     dp = el.integer(command, f["dp"], 1, file)
-    ep_on = flags.get(f["ep"]) is True and "--no-enable-expert-parallel" not in flags
+    ep_on = flags.get(f["ep"]) is True and f["ep_off"] not in flags
     findings = el.unknown_flags(command, v.ALL_FLAGS, "vLLM", v.VERSION)
     if ep_on and not spec.is_moe:
         findings.append(Violation(rule="expert_parallel_unused", severity="warning",

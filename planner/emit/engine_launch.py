@@ -111,7 +111,7 @@ def common(flag: dict, worker: Worker, req: dict, fraction: float, weight_flags:
              flag["max_num_batched_tokens"], str(req["max_num_batched_tokens"])]
     if req["weight_dtype"] != "bf16":
         if req["weight_dtype"] not in weight_flags:
-            raise SpecError(f"weight format {req['weight_dtype']!r} has no --quantization value here; "
+            raise SpecError(f"weight format {req['weight_dtype']!r} has no {flag['quantization']} value here; "
                             f"allowed: bf16, {', '.join(weight_flags)}", key="--weight-dtype")
         words += [flag["quantization"], weight_flags[req["weight_dtype"]]]
     if req["kv_dtype"] == "fp8":

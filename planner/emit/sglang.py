@@ -1,7 +1,7 @@
 """`serve-plan --emit sglang`: one `python -m sglang.launch_server` command of a plan's instance,
-in the flags of `planner.frameworks.sglang` (--tp-size the instance's GPUs per stage, --attn-dp-size
+in the flags of `planner.frameworks.sglang` (tp_size the instance's GPUs per stage, attn_dp_size
 its attention data-parallel groups, expert parallelism through the all-to-all backend, which sets
-ep to tp; disaggregated workers with --disaggregation-mode)."""
+ep to tp; disaggregated workers with their disaggregation mode)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """`serve-plan --emit vllm`: one `vllm serve` command of a plan's instance, in the flags of
 `planner.frameworks.vllm` (the layout mapping is the reader's, `planner.check.vllm`, reversed:
-an MoE instance with attention data parallelism runs as `--data-parallel-size adp` of
-`--tensor-parallel-size tp / adp`, expert parallel when ep = tp)."""
+an MoE instance with attention data parallelism runs as data_parallel_size adp of
+tensor_parallel_size tp / adp, expert parallel when ep = tp)."""
 
 from __future__ import annotations
 

@@ -36,6 +36,7 @@ FLAG = {
     "pp": "--pipeline-parallel-size",
     "dp": "--data-parallel-size",
     "ep": "--enable-expert-parallel",
+    "ep_off": "--no-enable-expert-parallel",
     "a2a": "--all2all-backend",
     "fraction": "--gpu-memory-utilization",
     "max_model_len": "--max-model-len",
@@ -51,9 +52,9 @@ FLAG = {
 """Planner knob -> vLLM's flag."""
 ALIASES = {"-tp": FLAG["tp"], "-pp": FLAG["pp"], "-dp": FLAG["dp"], "-ep": FLAG["ep"],
            "-q": FLAG["quantization"], "--device-memory-utilization": FLAG["fraction"],
-           "--disable-expert-parallel": "--no-enable-expert-parallel"}
+           "--disable-expert-parallel": FLAG["ep_off"]}
 """Other spellings of the same options (the parser's option strings)."""
-SWITCHES = frozenset({FLAG["ep"], "--no-enable-expert-parallel", "--enforce-eager",
+SWITCHES = frozenset({FLAG["ep"], FLAG["ep_off"], "--enforce-eager",
                       "--trust-remote-code", "--headless", "--enable-prefix-caching",
                       "--no-enable-prefix-caching", "--enable-chunked-prefill",
                       "--disable-chunked-prefill", "--grpc", "--disable-log-requests",
