@@ -6,7 +6,9 @@ SGLang's layout (flags: `planner.frameworks.sglang.FLAG`): tp_size is the world 
 across all its nodes (not per node), of which attn_dp_size groups run attention data parallel (the
 deprecated dp_size N with enable_dp_attention means attn_dp_size N); ep_size splits the routed
 experts inside the tp ranks, and an all-to-all backend among `A2A_SPANNING` sets it to tp; dp_size
-counts replicas of tp x pp ranks (`Instance(tp, pp, ep, adp)`, `replicas = dp`).
+counts replicas of tp x pp ranks (`Instance(tp, pp, ep, adp)`, `replicas = dp`). Under attention data
+parallelism each group prefills its share of the chunk: the chunked-prefill size is divided by
+attn_dp_size (`srt/arg_groups/parallel_hook.py` @0.5.23), so a GPU's forward holds size / adp tokens.
 """
 
 from __future__ import annotations
@@ -95,8 +97,8 @@ def launch(command: el.Command, spec: ModelSpec, hw: ClusterSpec, file: str) -> 
         fraction=el.fraction(command, f["fraction"], sv.ENGINES["sglang"].default, file),
         max_model_len=el.integer(command, f["max_model_len"], spec.max_position_embeddings, file),
         max_num_seqs=el.integer(command, f["max_num_seqs"], None, file),
-        max_num_batched_tokens=el.integer(command, f["max_num_batched_tokens"], sv.DEFAULT_MAX_NUM_BATCHED_TOKENS,
-                                          file),
+        max_num_batched_tokens=el.integer(command, f["max_num_batched_tokens"], sv.DEFAULT_MAX_NUM_BATCHED_TOKENS * adp,
+                                          file) // adp,
         weight_format=el.choice(command, f["quantization"], s.QUANTIZATION, file, "weight formats") or "bf16",
         kv_dtype=el.choice(command, f["kv_dtype"], s.KV_DTYPES, file, "KV-cache dtypes") or "bf16",
         visible_gpus=el.visible_gpus(command, file), nnodes=nnodes,

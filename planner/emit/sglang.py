@@ -29,7 +29,9 @@ def command(model: str, worker: el.Worker, req: dict) -> list[str]:
     if inst.ep > 1:
         words += [FLAG["ep"], str(inst.ep), FLAG["a2a"], s.A2A_DEFAULT_EMIT]
     fraction = req["mem_fraction"] if req.get("mem_fraction") is not None else sv.ENGINES["sglang"].default
-    words += el.common(FLAG, worker, req, fraction, s.WEIGHT_FLAGS, "fp8_e4m3")
+    # SGLang divides the chunked-prefill size among the attention data-parallel groups (check.sglang)
+    per_gpu = {**req, "max_num_batched_tokens": req["max_num_batched_tokens"] * inst.adp}
+    words += el.common(FLAG, worker, per_gpu, fraction, s.WEIGHT_FLAGS, "fp8_e4m3")
     if worker.role:
         words += [FLAG["disagg_mode"], worker.role, FLAG["disagg_backend"], s.DISAGG_BACKEND]
     return words
