@@ -68,6 +68,7 @@ def test_fc02_vllm_fp8_70b_16k_on_one_h100_fails_with_numbers(tmp_path):
     # Under 2 GiB short of the weights + one sequence: the pool is smaller than 4.88 GiB.
     assert rec["memory_bytes"]["kv_cache"] < 16000 * 327680
     assert result["violations"][0]["fix"].startswith(f"--max-model-len {rec['longest_context']}")
+    assert result["violations"][0]["line"] == 2  # the line of --max-model-len, for CI annotations
 
 
 def test_fc02_under_sglang_budget_semantics(tmp_path):
@@ -124,6 +125,7 @@ def test_fc05_tp_not_dividing_52_heads_rejected_with_what_works(tmp_path, tp):
         # 3 V100-32GB: 65 GB of fp16 weights; tp=2 leaves nothing (32.5 GB > 31.7 GiB per GPU), pp=3 fits.
         assert "--tensor-parallel-size 1 --pipeline-parallel-size 3" in v["fix"]
         assert "--tensor-parallel-size 2 (KV pool 0.0 GiB" in v["fix"].split("short of memory")[1]
+        assert "with more GPUs: --tensor-parallel-size 4 on 4 GPUs" in v["fix"]  # 52 = 4 x 13
         assert "--tensor-parallel-size 2 (KV pool" not in v["fix"].split("short of memory")[0]
 
 
@@ -312,7 +314,9 @@ def _emitted_flags(text: str) -> list[str]:
 @pytest.mark.parametrize("case", SERVE_CASES, ids=[c[0] for c in SERVE_CASES])
 def test_emit_round_trip_every_bench_case(tmp_path, engine, case):
     model, cluster, gpus, extra = case
-    proc = _planner("serve-plan", "-m", model, "-c", cluster, "--gpus", str(gpus), *extra, "--emit", engine)
+    written = tmp_path / "plan.yaml"
+    proc = _planner("serve-plan", "-m", model, "-c", cluster, "--gpus", str(gpus), *extra, "--emit", engine,
+                    "-o", str(written))
     assert proc.returncode == 0, proc.stderr
     assert "check: PASS" in proc.stderr
     known = (vllm_flags if engine == "vllm" else sglang_flags).ALL_FLAGS
@@ -323,9 +327,7 @@ def test_emit_round_trip_every_bench_case(tmp_path, engine, case):
     result = check_launch_file(path, cluster=cluster, gpus=gpus)
     assert result["verdict"] == "pass" and not _rules(result, "warning") or \
         set(_rules(result, "warning")) <= {"quantization_weight_only"}
-    plan = json.loads(_planner("serve-plan", "-m", model, "-c", cluster, "--gpus", str(gpus), *extra,
-                               "--engine", engine, "-f", "json").stdout)
-    mix = plan["deployment"]["mix"]
+    mix = yaml.safe_load(written.read_text())["deployment"]["mix"]  # the plan emitted, as `-o` wrote it
     assert len(result["launches"]) == sum(p["parallelism"]["replicas"] for p in mix)
     shapes = sorted((p["parallelism"]["tp"], p["parallelism"]["pp"], p["parallelism"]["ep"], p["parallelism"]["dp"])
                     for p in mix for _ in range(p["parallelism"]["replicas"]))

@@ -6,8 +6,9 @@ Usage (in an environment where the engine's Python package imports; no GPU is ne
     VLLM_TARGET_DEVICE=cpu python tools/record_engine_flags.py vllm > planner/frameworks/vllm_flags.txt
     python tools/record_engine_flags.py sglang > planner/frameworks/sglang_flags.txt
 
-It builds the parser exactly as the engine's launcher does and lists its option strings (long
-`--` forms; argparse's BooleanOptionalAction `--no-` forms included); nothing is served:
+It builds the parser exactly as the engine's launcher does and lists its option strings (long and
+short forms, `-tp` among them; argparse's BooleanOptionalAction `--no-` forms included); nothing
+is served:
 - vllm: `vllm.entrypoints.common.cli_args.make_arg_parser` (what `vllm serve` and
   `python -m vllm.entrypoints.openai.api_server` parse: frontend and engine arguments);
 - sglang: `sglang.srt.server_args.ServerArgs.add_cli_args` (what `python -m

@@ -15,6 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from planner.check import engine_launch as el
+from planner.check import lines as line_index
 from planner.check import sglang, vllm
 from planner.errors import SpecError
 from planner.specs import files
@@ -76,7 +77,22 @@ def check_launch_file(path: str | Path, *, model: str | None = None, cluster: st
     launches = [reader.launch(c, spec, hw, file) for c in commands]
     visible = [launch.visible_gpus for launch in launches]
     allowed = gpus or (sum(visible) if all(visible) else hw.num_gpus)
-    return el.evaluate(file, kind, spec, hw, allowed, launches, reader.spell,
-                       given=gpus is not None or not all(visible))
+    result = el.evaluate(file, kind, spec, hw, allowed, launches, reader.spell,
+                         given=gpus is not None or not all(visible))
+    _point_at_flags(result, text, [c.line for c in commands])
+    return result
+
+
+def _point_at_flags(result: dict, text: str, starts: list[int]) -> None:
+    """Move each finding's line from its command's first line to the line of the first flag its
+    message (else its fix) names, inside that command (`planner.check.lines`)."""
+    rows = text.splitlines()
+    for violation in result["violations"]:
+        start = violation["line"]
+        end = next((s for s in sorted(starts) if s > start), len(rows) + 1)
+        found = line_index.locate(line_index.flag_lines("\n".join(rows[start - 1:end - 1])),
+                                  violation["message"], violation["fix"])
+        if found:
+            violation["line"] = start + found - 1
 
 

@@ -327,6 +327,19 @@ def alternatives(spec: ModelSpec, hw: ClusterSpec, gpus: int, launch: Launch, sp
     return fits, short
 
 
+def _more_gpus(spec: ModelSpec, hw: ClusterSpec, room: int, launch: Launch, spell) -> str | None:
+    """The smallest tensor-parallel layout wider than `room` GPUs (inside one scale-up domain) that
+    divides the model and holds one sequence of max_model_len, in the engine's flags, or None."""
+    for tp in range(room + 1, hw.scaleup_domain_gpus + 1):
+        trial = _with(launch, sv.Instance(tp=tp))
+        if _shape_findings(spec, trial):
+            continue
+        mem = _memory(spec, hw, trial)
+        if mem.kv_cache > 0 and sv.longest_context(mem, spec) >= launch.max_model_len:
+            return f"{spell(tp, 1, 1)} on {tp} GPUs (KV pool {mem.kv_cache / GIB:.1f} GiB per GPU)"
+    return None
+
+
 def _with(launch: Launch, inst: sv.Instance) -> Launch:
     return replace(launch, inst=inst, replicas=1)
 
@@ -426,6 +439,9 @@ def evaluate(file: str, kind: str, spec: ModelSpec, hw: ClusterSpec, gpus: int, 
             fix = "any of: " + "; ".join(fits[:3]) if fits else f"no layout of {room} GPUs fits"
             if short:
                 fix += "; divisible but short of memory: " + "; ".join(short[:2])
+            wider = _more_gpus(spec, hw, room, launch, spell)
+            if wider:
+                fix += f"; with more GPUs: {wider}"
             shape[0] = replace(shape[0], fix=fix)
         found = [*launch.findings, *_world_findings(hw, launch), *shape,
                  *_format_findings(hw, launch, launch.flag["quantization"])]
