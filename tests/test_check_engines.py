@@ -279,6 +279,10 @@ def test_vllm_config_yaml_and_config_flag(tmp_path):
     result = check_launch_file(config, cluster="hgx-h200")
     assert result["kind"] == "vllm-config" and result["verdict"] == "pass"
     assert result["launches"][0]["parallelism"]["tp"] == 4
+    typo = _file(tmp_path, "model: meta-llama/Llama-3.1-70B\ntensor-parallel-size: 4\ngpu-memory-utilisation: 0.9\n",
+                 "typo.yaml")
+    v = next(v for v in check_launch_file(typo, cluster="hgx-h200")["violations"] if v["rule"] == "unknown_flag")
+    assert "did you mean --gpu-memory-utilization" in v["message"]
     command = _file(tmp_path, "vllm serve --config serve.yaml --tensor-parallel-size 3\n")
     over = check_launch_file(command, cluster="hgx-h200")
     assert over["launches"][0]["parallelism"]["tp"] == 3 and "heads_divisible" in _rules(over)

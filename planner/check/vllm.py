@@ -43,9 +43,13 @@ def _flag_of(key: str) -> str:
 
 
 def is_config(mapping: dict | None) -> bool:
-    """A vLLM `--config` YAML: `model` and only keys that are vLLM flags (dash or underscore form)."""
-    return (isinstance(mapping, dict) and "model" in mapping
-            and all(_flag_of(k) in v.ALL_FLAGS for k in mapping))
+    """A vLLM `--config` YAML: `model`, no `kind` (planner's own files), and at least two keys that
+    are vLLM flags (dash or underscore form) making at least half of its keys; the others are
+    checked as unknown flags."""
+    if not isinstance(mapping, dict) or "model" not in mapping or "kind" in mapping:
+        return False
+    known = sum(_flag_of(k) in v.ALL_FLAGS for k in mapping)
+    return known >= 2 and 2 * known >= len(mapping)
 
 
 def config_flags(mapping: dict) -> dict[str, str | bool]:

@@ -64,6 +64,10 @@ def script(data: dict, engine: str, model_ref: str, gpus_per_node: int) -> str:
     req = data["request"]
     lines = [f"# planner serve-plan --emit {engine}: {req['model']} on up to {req['gpus']} x {req['cluster']} "
              f"({writer.VERSION}; one command per instance, each on its own GPUs and port)"]
+    if req["weight_dtype"] == "fp8-block":
+        lines.append("# fp8-block: serve the checkpoint with weight_block_size [128, 128] (the FP8 release); the "
+                     "engine reads its block scales (planner check costs it as fp8 per tensor: 4 B per tensor, "
+                     "not per 128 x 128 block, 0.02% of the weight bytes)")
     gpu, port = 0, writer.BASE_PORT
     for worker in workers(data):
         for k in range(worker.count):
