@@ -167,9 +167,9 @@ def test_fc07_tp8_over_4_kv_heads_replicates_and_kv_stops_shrinking(tmp_path):
     # 32 layers x 2 x 4 heads x 128 x 2 B / 4 ranks = 32,768 B/token per GPU at tp 4 and at tp 8.
     assert per_token[4] == per_token[8] == 32 * 2 * 4 * 128 * 2 / 4
     # A tp that neither divides nor is a multiple of 4 KV heads: rejected naming both.
+    (tmp_path / "m6").mkdir()
     model6 = _model_dir(tmp_path / "m6", hidden_size=4608, intermediate_size=14336, num_hidden_layers=32,
-                        num_attention_heads=36, num_key_value_heads=4, head_dim=128, vocab_size=128256) \
-        if (tmp_path / "m6").mkdir() is None else None
+                        num_attention_heads=36, num_key_value_heads=4, head_dim=128, vocab_size=128256)
     result = check_launch_file(_file(tmp_path, f"vllm serve {model6} --tensor-parallel-size 6\n", "tp6.sh"),
                                cluster="dgx-h100", gpus=8)
     v = next(v for v in result["violations"] if v["rule"] == "kv_heads_divisible")

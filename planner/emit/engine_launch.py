@@ -107,6 +107,15 @@ def checked(data: dict, engine: str, model_ref: str, cluster_ref: str, gpus_per_
     return text, verdict
 
 
+def experts_all_or_none(inst: sv.Instance, why: str) -> None:
+    """Both engines split the experts over every rank of a stage or none (ep in {1, tp}).
+
+    Raises:
+        SpecError: another expert-parallel size (`why`: how the engine spells it)."""
+    if inst.ep not in (1, inst.tp):
+        raise SpecError(f"ep={inst.ep} of tp={inst.tp}: {why}", key="--emit")
+
+
 def common(flag: dict, worker: Worker, req: dict, fraction: float, weight_flags: dict, kv_value: str) -> list[str]:
     """The flags both engines spell the same way through their tables: lengths, budget, batch, formats."""
     words = [flag["max_model_len"], str(req["max_model_len"]),

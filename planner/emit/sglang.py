@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from planner.cost import serving as sv
 from planner.emit import engine_launch as el
-from planner.errors import SpecError
 from planner.frameworks import sglang as s
 
 VERSION = s.VERSION
@@ -18,9 +17,7 @@ BASE_PORT = 30000
 def command(model: str, worker: el.Worker, req: dict) -> list[str]:
     """The words of one SGLang launch command (no GPUs, no port)."""
     inst = worker.inst
-    if inst.ep not in (1, inst.tp):
-        raise SpecError(f"ep={inst.ep} of tp={inst.tp}: written as an all-to-all backend, which sets ep to tp",
-                        key="--emit")
+    el.experts_all_or_none(inst, "written as an all-to-all backend, which sets ep to tp")
     words = ["python", "-m", s.LAUNCHERS[0][0], FLAG["model"], model, FLAG["tp"], str(inst.tp)]
     if inst.pp > 1:
         words += [FLAG["pp"], str(inst.pp)]

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from planner.cost import serving as sv
 from planner.emit import engine_launch as el
-from planner.errors import SpecError
 from planner.frameworks import vllm as v
 
 VERSION = v.VERSION
@@ -18,9 +17,7 @@ BASE_PORT = 8000
 def command(model: str, worker: el.Worker, req: dict) -> list[str]:
     """The words of one `vllm serve` command (no GPUs, no port)."""
     inst = worker.inst
-    if inst.ep not in (1, inst.tp):
-        raise SpecError(f"ep={inst.ep} of tp={inst.tp}: vLLM splits experts over all tp x dp ranks or none",
-                        key="--emit")
+    el.experts_all_or_none(inst, "vLLM splits experts over all tp x dp ranks or none")
     words = ["vllm", "serve", model, FLAG["tp"], str(inst.attn_tp)]
     if inst.pp > 1:
         words += [FLAG["pp"], str(inst.pp)]
