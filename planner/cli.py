@@ -595,7 +595,8 @@ class CheckFormat(str, Enum):
 @app.command("check")
 def check_cmd(
     paths: Annotated[list[str], typer.Argument(metavar="FILE", help="Configurations to check: plan files (`planner plan -o`), "
-                                                 "DeepSpeed JSON, torchtitan command lines or TOML, Megatron-LM arguments (the kind is read from the content).")],
+                                                 "DeepSpeed JSON, torchtitan command lines or TOML, Megatron-LM arguments, serving plans, "
+                                                 "vLLM / SGLang launch commands or vLLM config YAML (the kind is read from the content).")],
     model: Annotated[str | None, typer.Option("--model", "-m", help="Model (catalog name or path) when the file does not name it.")] = None,
     cluster: Annotated[str | None, typer.Option("--cluster", "-c", help="Cluster (catalog name or path); a framework config never names it.")] = None,
     gpus: Annotated[int | None, typer.Option(min=1, max=MAX_GPUS, help="GPUs the job runs on, when the file does not say.")] = None,
@@ -608,13 +609,19 @@ def check_cmd(
     """CI gate: every file is checked and reported; exit 0 when all pass, 1 when any fails a rule
     (each violated rule with its numbers, a fix and its line), 2 when any could not be read."""
     from planner import check as check_api  # imported per command: `--help` stays light
-    from planner.check import serving_plan
+    from planner.check import engine_file, serving_plan
 
     results, code = [], 0
     for path in paths:
         try:
             if serving_plan.is_serving_plan(path):
                 data = serving_plan.check_serving_plan(path)
+            elif engine_file.reader_of(path) is not None:
+                if recompute is not None:
+                    raise SpecError("--recompute is for DeepSpeed configs; an engine launch serves, it does "
+                                    "not train", file=path, key="--recompute")
+                data = engine_file.check_launch_file(path, model=model, cluster=cluster, gpus=gpus,
+                                                     seq_len=seq_len)
             else:
                 data = check_api.check_file(path, model=model, cluster=cluster, gpus=gpus,
                                             seq_len=seq_len,
@@ -638,6 +645,8 @@ def check_cmd(
 WeightDtype = Enum("WeightDtype", {f: f for f in ("bf16", "fp8", "fp8-block", "int8", "int4", "mxfp4", "nvfp4")}, type=str)
 KvDtype = Enum("KvDtype", {f: f for f in ("bf16", "fp8")}, type=str)
 Engine = Enum("Engine", {f: f for f in ("vllm", "sglang", "trtllm")}, type=str)
+EmitEngine = Enum("EmitEngine", {f: f for f in ("vllm", "sglang")}, type=str)
+"""`serve-plan --emit`: an engine's launch commands (`planner.emit.engine_launch`)."""
 
 
 def _finite(low: float, high: float = math.inf):
@@ -688,7 +697,7 @@ def serve_plan_cmd(
     request_latency_ms: Annotated[float | None, typer.Option(parser=_finite(0.001), metavar="FLOAT", help="Whole-request latency SLO, ms.")] = None,
     weight_dtype: Annotated[WeightDtype, typer.Option(case_sensitive=False, help="Weight format of the block linear layers.")] = "bf16",
     kv_dtype: Annotated[KvDtype, typer.Option(case_sensitive=False, help="KV-cache dtype.")] = "bf16",
-    engine: Annotated[Engine, typer.Option(case_sensitive=False, help="Serving engine (its memory-budget rule and latency constants).")] = "vllm",
+    engine: Annotated[Engine | None, typer.Option(case_sensitive=False, help="Serving engine (its memory-budget rule and latency constants; default: the --emit engine, else vllm).")] = None,
     max_model_len: Annotated[int | None, typer.Option(min=1, max=MAX_SEQ_LEN, help="Longest context one request may reach (default: input + output).")] = None,
     mem_fraction: Annotated[float | None, typer.Option(
         parser=_finite(0.05, 1.0), metavar="FLOAT", help="The engine's budget knob: vLLM gpu_memory_utilization, SGLang mem_fraction_static, "
@@ -699,10 +708,21 @@ def serve_plan_cmd(
     top: Annotated[int, typer.Option("--top", min=1, max=MAX_TOP, help="Plans to show.")] = 5,
     output: Annotated[str | None, typer.Option("--output", "-o", help="Write the serving plan to this YAML file (kind: serving-plan; `planner check` accepts it).")] = None,
     plot: Annotated[str | None, typer.Option("--plot", metavar="FILE.png", help="Draw the Pareto front (needs matplotlib).")] = None,
+    emit: Annotated[EmitEngine | None, typer.Option(case_sensitive=False, help=(
+        "Print the best plan as the engine's launch commands (one per instance) instead of the table; "
+        "`planner check` of them goes to stderr."))] = None,
     fmt: FormatOpt = Format.table,
 ) -> None:
     """Plan an inference deployment: memory and KV capacity per engine, TTFT/TPOT under SLOs, replicas by integer program."""
     from planner import serve
+
+    if emit is not None and engine is not None and _value(engine) != _value(emit):
+        raise SpecError(f"value {_value(emit)!r} contradicts --engine {_value(engine)!r}: a plan is costed under "
+                        f"the engine it is emitted for; give one of them", key="--emit")
+    if emit is not None and fmt != Format.table:
+        raise SpecError(f"value {fmt.value!r} not allowed with --emit, which prints the engine's launch commands; "
+                        f"write the plan as data with -o plan.yaml", key="--format")
+    engine = engine or emit or "vllm"
 
     if concurrency is not None and request_rate is not None:
         raise SpecError("give --concurrency or --request-rate, not both", key="--request-rate")
@@ -735,6 +755,15 @@ def serve_plan_cmd(
     if output is not None:
         report.write_yaml(output, {"kind": "serving-plan", "request": request, "plan": data["plans"][0],
                                    "deployment": data["deployment"]})
+    if emit is not None:
+        from planner.emit import engine_launch
+
+        text, verdict = engine_launch.checked(data, _value(emit), engine_launch.model_name(
+            spec.extra.get("hf_id"), model), cluster, hw.gpus_per_node)
+        report.show_serve_emitted(text, verdict, _value(emit))
+        if verdict["verdict"] != "pass":
+            raise typer.Exit(1)
+        return
     report.show_serve_plan(data, fmt.value)
 
 

@@ -510,7 +510,9 @@ def show_checks(results: list[dict], fmt: str) -> None:
             continue
         if i:
             _console().print()
-        (show_serve_check if result.get("kind") == "serving-plan" else show_check)(result, fmt)
+        kind = result.get("kind")
+        (show_serve_check if kind == "serving-plan" else show_engine_check if "launches" in result
+         else show_check)(result, fmt)
 
 
 def show_check(data: dict, fmt: str) -> None:
@@ -925,3 +927,42 @@ def training_validation_markdown(everything: dict, evaluation: dict) -> str:
               "keys it uses in `planner validate --format json`.", "",
               *(f"- `{key}`: {text}" for key, text in used.items())]
     return "\n".join(lines) + "\n"
+
+
+def show_engine_check(data: dict, fmt: str) -> None:
+    """`planner check` of a vLLM / SGLang launch (planner.check.engine_launch): verdict, each launch's
+    layout and memory per GPU under the engine's budget, findings."""
+    if fmt != "table":
+        return dump(data, fmt)
+    console = _console()
+    verdict = data["verdict"].upper()
+    console.print(Text.assemble((verdict, "bold green" if verdict == "PASS" else "bold red"),
+                                f" {data['file']} ({data['kind']}): {data['model']} on up to "
+                                f"{data['gpus']:,} x {data['cluster']}"))
+    for row in data["launches"]:
+        par = row["parallelism"]
+        role = f" {row['role']} worker" if row["role"] else ""
+        head = f"line {row['line']}:{role} {par['replicas']} x {_serve_label(par)} ({row['world']} GPUs)"
+        rec = row["recomputed"]
+        if rec:
+            mem = rec["memory_bytes"]
+            head += (f"; per GPU: weights {gib(mem['weights'])} GiB, activation peak {gib(mem['activations'])}, "
+                     f"reserve {gib(mem['reserve'])}, KV pool {gib(mem['kv_cache'])} ({row['engine']} budget "
+                     f"{rec['budget_fraction']:g} x {gib(mem['capacity'])} GiB): {rec['kv_tokens']:,} tokens, "
+                     f"longest context {rec['longest_context']:,}, {rec['max_concurrency']:,} sequences of "
+                     f"{rec['max_model_len']:,}")
+        console.print(Text(head))
+    if data["violations"] or data["warnings"]:
+        console.print()
+    _print_findings(console, data["violations"], data["warnings"])
+
+
+def show_serve_emitted(text: str, verdict: dict, engine: str) -> None:
+    """`serve-plan --emit`: the launch script on stdout (nothing when it fails its check), and on
+    stderr the verdict of `planner check` on it with its errors."""
+    if verdict["verdict"] == "pass":
+        sys.stdout.write(text)
+    sys.stderr.write(f"check: {verdict['verdict'].upper()} (the {engine} launch read back by `planner check`)\n")
+    for v in verdict["violations"]:
+        if v["severity"] == "error":
+            sys.stderr.write(f"error: {v['rule']}: {' '.join(v['message'].split())}\n")

@@ -45,6 +45,8 @@ ELSEWHERE = {
     "planner/cost/activations.py": {"selective_ac_option", "--hidden-dropout", "--attention-dropout"},
     "planner/placement/precision.py": {"mixed_precision_param"},
     "planner/validate_training.py": {"activation_checkpointing"},
+    "planner/frameworks/vllm.py": {"--nnodes"},
+    "planner/frameworks/sglang.py": {"--nnodes"},
 }
 """Docstring citations in modules outside the framework readers, writers, gate and rules (the
 Layout's field docs, the ILP's and the cost model's sources), left to their owners; and the
@@ -140,3 +142,41 @@ def test_gate_fix_terms_are_the_tables():
     assert _spelled("zero_stage 2", "deepspeed-config", "deepspeed") == "zero_optimization.stage 2"
     assert _spelled("micro_batch_size 4", "megatron-args", "megatron") == "--micro-batch-size 4"
     assert _spelled("zero_stage 2", "training-plan", "megatron") == "zero_stage 2"
+
+
+ENGINE_SHARED = {"--model", "--port", "--config", "--ep", "--max-model-len", "--max-num-batched-tokens",
+                 "--nnodes", "--node-rank"}
+"""Engine flags also spelled as planner's own options (`serve-plan --max-model-len`,
+`--max-num-batched-tokens`), torchrun's (--nnodes, --node-rank: Megatron-LM's table) or common words (--model,
+--port, --config): not scanned."""
+
+
+ENGINE_ELSEWHERE = {"planner/cost/serving.py": {"--enable-dp-attention"}}
+"""Citations of engine flags in the serving cost model's docstrings, left to their owner."""
+
+
+@pytest.mark.parametrize("vocabulary", ["vllm", "sglang"])
+def test_engine_flags_live_in_the_engine_tables_only(vocabulary):
+    """vLLM's and SGLang's flags the planner reads or writes are spelled in their tables (the two
+    engines share some spellings, so either table is their home) and nowhere else under planner/."""
+    from planner.frameworks import sglang, vllm
+
+    table = {"vllm": vllm, "sglang": sglang}[vocabulary]
+    names = set(table.FLAG.values()) | set(table.ALIASES) | set(table.ALIASES.values())
+    homes = {"planner/frameworks/vllm.py", "planner/frameworks/sglang.py"}
+    for name in sorted(names - ENGINE_SHARED):
+        homes_here = homes | {p for p, known in ENGINE_ELSEWHERE.items() if name in known}
+        holders = _holders(name)
+        assert f"planner/frameworks/{vocabulary}.py" in holders, name
+        assert not holders - homes_here, f"{name} is spelled outside the engine tables: {sorted(holders - homes_here)}"
+
+
+@pytest.mark.parametrize("vocabulary", ["vllm", "sglang"])
+def test_engine_table_flags_are_in_the_recorded_parser(vocabulary):
+    """Every flag the table names (and its aliases) is one the engine's recorded parser defines."""
+    from planner.frameworks import sglang, vllm
+
+    table = {"vllm": vllm, "sglang": sglang}[vocabulary]
+    names = set(table.FLAG.values()) | set(table.ALIASES) | set(table.ALIASES.values()) | set(table.SWITCHES)
+    assert names <= table.ALL_FLAGS, names - table.ALL_FLAGS
+    assert table.FLAGS_FILE.read_text().startswith(f"# {vocabulary} ")

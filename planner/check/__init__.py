@@ -15,7 +15,8 @@ The kind of a file is decided by what it holds, whatever its name (`READERS`, fi
 - `megatron-args`: a command line, shell script or arguments file with a Megatron-LM flag the
   planner reads (`planner.frameworks.megatron.READ`);
 a serving plan file (`kind: serving-plan`, `planner serve-plan -o`) is checked by
-`planner.check.serving_plan` (the command routes it there: it has no training Target);
+`planner.check.serving_plan`, and a vLLM or SGLang launch (a command line, a vLLM config YAML) by
+`planner.check.engine_file` (the command routes them there: they have no training Target);
 anything else (`pyproject.toml`, a plain YAML file, a shell script with no such flag) is bad input
 naming the kinds accepted, serving plan files among them (`OTHER_KINDS`). A file named `.yaml` / `.yml` / `.json` / `.toml` that does not parse
 as such is a syntax error (exit 2). A new reader plugs in with one `Reader` entry.
@@ -34,7 +35,7 @@ from pathlib import Path
 
 from planner.check import lines as line_index
 from planner.check.gate import Target, evaluate
-from planner.check import serving_plan
+from planner.check import engine_file, serving_plan
 from planner.check.plan_file import KIND, looks_like_plan_file, read_plan_file
 from planner.errors import SpecError
 from planner.frameworks import deepspeed as deepspeed_vocabulary
@@ -149,7 +150,7 @@ READERS: tuple[Reader, ...] = (
 """The kinds `planner check` reads, in the order they are tried (module docstring)."""
 
 OTHER_KINDS = (f"a serving plan file (kind: {serving_plan.KIND}, written by `planner serve-plan "
-               f"-o`)",)
+               f"-o`)", *engine_file.ACCEPTS)
 """What `planner check` also reads, outside `READERS` (`planner.check.serving_plan.
 is_serving_plan` files go to `check_serving_plan`), for the message naming the kinds accepted."""
 

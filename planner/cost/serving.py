@@ -173,7 +173,7 @@ class ServingMemory:
         return self.kv_bytes_per_token * context + self.kv_window_bytes * part
 
 
-def _vocab_rows(spec: ModelSpec, tp: int) -> int:
+def vocab_rows(spec: ModelSpec, tp: int) -> int:
     """Embedding rows after padding to a multiple of 64 x tp (vLLM pad_vocab_size)."""
     unit = 64 * tp
     return -(-spec.padded_vocab_size // unit) * unit
@@ -211,7 +211,7 @@ def _weight_bytes(spec: ModelSpec, inst: Instance, weight_format: str) -> int:
         mlp = dense_fmt.bytes_for((layer.dense_mlp + layer.shared_experts) / t, h)
         experts = fmt.bytes_for(layer.routed_experts / t, h)
         per_layer.append(attn + mlp + experts + 2 * (layer.router + layer.norms))
-    vocab = _vocab_rows(spec, t) * spec.embedding_width / t * 2
+    vocab = vocab_rows(spec, t) * spec.embedding_width / t * 2
     embedding = vocab + 2 * (counts.embedding - spec.padded_vocab_size * spec.embedding_width)
     head = (0 if spec.tie_word_embeddings and inst.pp == 1 else vocab) + 2 * counts.final_norm
     size = math.ceil(spec.num_hidden_layers / inst.pp)
@@ -251,7 +251,7 @@ def activation_bytes(spec: ModelSpec, inst: Instance, tokens: int, max_num_seqs:
         moe = spec.num_experts_per_tok * 3 * spec.moe_intermediate_size / (t // inst.ep) / inst.ep
         moe = max(moe, 3 * spec.shared_expert_intermediate_size / t)
     per_token = (2 * h + max(qkv, mlp, moe)) * 2
-    logits = min(tokens, max_num_seqs) * _vocab_rows(spec, t) / t * 8
+    logits = min(tokens, max_num_seqs) * vocab_rows(spec, t) / t * 8
     return int(tokens * per_token + logits)
 
 

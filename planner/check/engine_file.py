@@ -1,0 +1,98 @@
+"""`planner check` of a serving engine's launch file (vLLM or SGLang): which engine a file
+launches (`reader_of`), and its check (`check_launch_file`): the readers of `planner.check.vllm`
+and `planner.check.sglang`, the rules of `planner.check.engine_launch`.
+
+A file is a vLLM launch when it holds a `vllm serve` / `vllm.entrypoints.openai.api_server`
+command line or is a vLLM `--config` YAML, an SGLang launch when it holds a
+`sglang.launch_server` / `sglang serve` command line (whatever its name: .sh, .txt, .yaml).
+The model is the command's (model path, catalog name or a catalog model's Hugging Face id) unless
+`--model` gives it; `--cluster` gives the GPUs (required); `--gpus` the GPUs the file may use
+(default: those the commands' CUDA_VISIBLE_DEVICES list, else the cluster's count).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from planner.check import engine_launch as el
+from planner.check import lines as line_index
+from planner.check import sglang, vllm
+from planner.errors import SpecError
+from planner.specs import files
+
+READERS = (vllm, sglang)
+"""Engine readers, tried in order."""
+ACCEPTS = ("a vLLM launch (`vllm serve MODEL ...` or `python -m vllm.entrypoints.openai.api_server ...`, "
+           "or a vLLM --config YAML)", "an SGLang launch (`python -m sglang.launch_server ...`)")
+"""What these readers accept, for the message naming the kinds `planner check` reads."""
+
+
+def reader_of(path: str | Path):
+    """The engine reader of a file (`vllm` or `sglang` module), or None (unreadable files too:
+    the other readers report them)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    if vllm.looks_like(text):
+        return vllm
+    if sglang.looks_like(text):
+        return sglang
+    if Path(path).suffix in (".yaml", ".yml"):
+        try:
+            mapping = files.read_mapping(Path(path), "vLLM config keys")
+        except SpecError:
+            return None
+        return vllm if vllm.is_config(mapping) else None
+    return None
+
+
+def check_launch_file(path: str | Path, *, model: str | None = None, cluster: str | None = None,
+                      gpus: int | None = None, seq_len: int | None = None) -> dict:
+    """`engine_launch.evaluate` of every launch in the file (module docstring).
+
+    Raises:
+        SpecError: not an engine launch, no --cluster, a model that does not resolve, --seq-len
+            (the command's max-model-len / context-length says it), a value the engine refuses.
+    """
+    reader = reader_of(path)
+    file = str(path)
+    if reader is None:
+        raise SpecError("not a vLLM or SGLang launch", file=file)
+    if seq_len is not None:
+        raise SpecError(f"--seq-len not allowed with an engine launch: its "
+                        f"{reader.VOCABULARY.FLAG['max_model_len']} says the context", file=file, key="--seq-len")
+    text = files.read_text(Path(path), kind="engine launch")
+    mapping = None
+    if Path(path).suffix in (".yaml", ".yml"):
+        mapping = files.read_mapping(Path(path), "vLLM config keys")
+    kind, commands = reader.commands(Path(path), text, mapping)
+    hw = el.load_cluster_for(cluster, file)
+    refs = {reader.model_ref(c) for c in commands}
+    model_flag = reader.VOCABULARY.FLAG["model"]
+    if model is None and len(refs) > 1:
+        raise SpecError(f"the launches serve different models ({', '.join(sorted(map(str, refs)))}); check one "
+                        f"model per file", file=file, key=model_flag)
+    spec = el.resolve_model(next(iter(refs)), model, file, model_flag)
+    launches = [reader.launch(c, spec, hw, file) for c in commands]
+    visible = [launch.visible_gpus for launch in launches]
+    allowed = gpus or (sum(visible) if all(visible) else hw.num_gpus)
+    result = el.evaluate(file, kind, spec, hw, allowed, launches, reader.spell,
+                         given=gpus is not None or not all(visible))
+    _point_at_flags(result, text, [c.line for c in commands])
+    return result
+
+
+def _point_at_flags(result: dict, text: str, starts: list[int]) -> None:
+    """Move each finding's line from its command's first line to the line of the first flag its
+    message (else its fix) names, inside that command (`planner.check.lines`)."""
+    rows = text.splitlines()
+    for violation in result["violations"]:
+        start = violation["line"]
+        end = next((s for s in sorted(starts) if s > start), len(rows) + 1)
+        found = line_index.locate(line_index.flag_lines("\n".join(rows[start - 1:end - 1])),
+                                  violation["message"], violation["fix"])
+        if found:
+            violation["line"] = start + found - 1
+
+

@@ -1,0 +1,529 @@
+"""Serving engine launch commands (vLLM, SGLang) for `planner check`: the command lines a file
+holds, split into flags, and the rules every launch must meet, with numbers and fixes in the
+engine's own flags.
+
+A file is an engine launch when one of its command lines starts an engine (`vllm serve`,
+`python -m vllm.entrypoints.openai.api_server`, `python -m sglang.launch_server`, `sglang serve`;
+a `.sh` / `.txt` / any text file; `#` comments and backslash continuations as in a shell), or
+when it is a vLLM `--config` YAML (`planner.check.vllm.is_config`). Every launch of a file is
+checked; together they must fit the GPUs given (`check --gpus`, else the cluster's count). An
+environment prefix `CUDA_VISIBLE_DEVICES=0,1` gives the GPUs one launch sees.
+
+The engine readers (`planner.check.vllm`, `planner.check.sglang`) turn a command's flags into a
+`Launch` (the engine's parallel layout as a `cost.serving.Instance`, its budget knob, lengths and
+formats); `evaluate` applies the rules: heads and KV heads by attention TP (KV heads replicate when
+TP is a multiple of them, as both engines do), layers by PP, experts by EP, the world size against
+the GPUs, the memory of `cost.serving.serving_memory` under the engine's budget rule, one sequence
+of max_model_len in the KV pool, the weight format on the GPU; the readers add their own
+(unknown flags, SGLang's DP attention and all-to-all backend).
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import re
+import shlex
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from planner.cost import serving as sv
+from planner.errors import PlannerError, SpecError
+from planner.placement.rules import Violation
+from planner.specs.cluster import ClusterSpec
+from planner.specs.model import ModelSpec
+
+GIB = sv.GIB
+VISIBLE = "CUDA_VISIBLE_DEVICES"
+"""The environment variable that selects the GPUs a process sees (CUDA runtime)."""
+
+
+@dataclass(frozen=True)
+class Command:
+    """One engine command line of a file."""
+
+    line: int
+    """1-based line where it starts."""
+    env: dict[str, str]
+    """Environment prefix (NAME=value words before the program)."""
+    positional: list[str]
+    """Words after the launcher that are no flag's value (vllm serve MODEL)."""
+    flags: dict[str, str | bool]
+    """--flag (canonical spelling) -> its value (True for a switch); the last given wins."""
+    spelled: dict[str, str] = field(default_factory=dict)
+    """Canonical flag -> how the command spelled it."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Launch:
+    """What one engine command runs, in the planner's terms."""
+
+    engine: str
+    line: int
+    inst: sv.Instance
+    replicas: int
+    """Independent copies of `inst` the command starts (vLLM DP of a dense model, SGLang dp_size)."""
+    fraction: float
+    max_model_len: int
+    max_num_seqs: int | None
+    """The concurrency the command asks for (None: the engine's default, not checked)."""
+    max_num_batched_tokens: int
+    weight_format: str
+    kv_dtype: str
+    visible_gpus: int | None
+    nnodes: int
+    role: str | None = None
+    """prefill / decode for a disaggregated worker, else None."""
+    flag: dict[str, str]
+    """The engine's flag table (planner knob -> flag), for messages and fixes."""
+    degrees: dict[str, int]
+    """The degrees as the command gives them (flag -> value), for the world-size message."""
+    findings: tuple[Violation, ...] = ()
+
+    @property
+    def world(self) -> int:
+        return self.inst.gpus * self.replicas
+
+
+def logical_lines(text: str) -> list[tuple[int, str]]:
+    """(first line number, text) of each command, backslash continuations joined."""
+    out, start, parts = [], None, []
+    for number, raw in enumerate(text.splitlines(), 1):
+        if start is None:
+            start = number
+        if raw.rstrip().endswith("\\"):
+            parts.append(raw.rstrip()[:-1])
+            continue
+        parts.append(raw)
+        out.append((start, " ".join(parts)))
+        start, parts = None, []
+    if parts:
+        out.append((start, " ".join(parts)))
+    return out
+
+
+def find_launcher(words: list[str], launchers: tuple[tuple[str, ...], ...]) -> int | None:
+    """Index just past the launcher words (`vllm serve`, `-m sglang.launch_server`), or None."""
+    for i, word in enumerate(words):
+        base = word.rsplit("/", 1)[-1]
+        for launcher in launchers:
+            if len(launcher) == 1 and base == launcher[0] and i and words[i - 1] == "-m":
+                return i + 1
+            if len(launcher) == 2 and base == launcher[0] and words[i + 1:i + 2] == [launcher[1]]:
+                return i + 2
+    return None
+
+
+def split_commands(text: str, file: str, launchers, aliases: dict[str, str],
+                   switches: frozenset[str], underscores: bool) -> list[Command]:
+    """Every command line of `text` that starts an engine (`launchers`), split into flags.
+
+    Raises:
+        SpecError: a shell syntax error (exit 2).
+    """
+    out = []
+    for line, code in logical_lines(text):
+        try:
+            words = shlex.split(code, comments=True)
+        except ValueError as exc:
+            raise SpecError(f"shell syntax error: {exc}", file=file, key=f"line {line}") from None
+        at = find_launcher(words, launchers)
+        if at is None:
+            continue
+        env = dict(w.split("=", 1) for w in words[:at] if re.fullmatch(r"[A-Za-z_]\w*=.*", w))
+        flags, spelled, positional = {}, {}, []
+        i = at
+        while i < len(words):
+            word = words[i]
+            i += 1
+            if not word.startswith("-") or word == "-":
+                positional.append(word)
+                continue
+            name, eq, value = word.partition("=")
+            if underscores and name.startswith("--"):
+                name = "--" + name[2:].replace("_", "-")
+            canonical = aliases.get(name, name)
+            if not eq:
+                if canonical in switches or i >= len(words) or words[i].startswith("--"):
+                    value = True
+                else:
+                    value, i = words[i], i + 1
+            flags[canonical] = value
+            spelled[canonical] = name
+        out.append(Command(line=line, env=env, positional=positional, flags=flags, spelled=spelled))
+    return out
+
+
+def unknown_flags(command: Command, known: frozenset[str], engine: str, version: str) -> list[Violation]:
+    """`unknown_flag` (error) for each flag the engine's parser does not define, with the closest one."""
+    out = []
+    for name, spelled in command.spelled.items():
+        if name in known or spelled in known:
+            continue
+        close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
+        out.append(Violation(
+            rule="unknown_flag",
+            message=f"{spelled} is not a flag of {engine} (its argument parser exits on it; {version})"
+                    + (f"; did you mean {close[0]}?" if close else ""),
+            fix=f"write {close[0]}" if close else f"remove {spelled}"))
+    return out
+
+
+def integer(command: Command, flag: str, default: int | None, file: str, low: int = 1) -> int | None:
+    """A flag's integer value (argparse `type=int`), or `default` when absent.
+
+    Raises:
+        SpecError: not an integer >= low (the engine's parser or config exits on it).
+    """
+    value = command.flags.get(flag)
+    if value is None:
+        return default
+    if value is True or not re.fullmatch(r"-?\d+", str(value)) or int(value) < low:
+        raise SpecError(f"value {value!r} must be an integer >= {low} (a literal, not a shell variable)",
+                        file=file, key=command.spelled.get(flag, flag))
+    return int(value)
+
+
+def fraction(command: Command, flag: str, default: float, file: str) -> float:
+    """A budget fraction in (0, 1]."""
+    value = command.flags.get(flag)
+    if value is None:
+        return default
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = float("nan")
+    if not 0 < number <= 1:
+        raise SpecError(f"value {value!r} must be a number in (0, 1] (a fraction of GPU memory)", file=file,
+                        key=command.spelled.get(flag, flag))
+    return number
+
+
+def choice(command: Command, flag: str, table: dict, file: str, what: str):
+    """The planner's value for a flag whose values map through `table` (None when absent).
+
+    Raises:
+        SpecError: a value the planner does not model, naming those it does.
+    """
+    value = command.flags.get(flag)
+    if value is None:
+        return None
+    if value not in table:
+        raise SpecError(f"value {value!r} not modelled ({what}); allowed: {', '.join(table)}", file=file,
+                        key=command.spelled.get(flag, flag))
+    return table[value]
+
+
+def visible_gpus(command: Command, file: str) -> int | None:
+    """GPUs the CUDA_VISIBLE_DEVICES prefix gives (None: not set)."""
+    value = command.env.get(VISIBLE)
+    if value is None:
+        return None
+    ids = [v for v in value.split(",") if v.strip()]
+    if not ids or any(not re.fullmatch(r"\d+|GPU-[\w-]+|MIG-[\w-]+", v.strip()) for v in ids):
+        raise SpecError(f"value {value!r} must list GPU indices (e.g. 0,1,2,3)", file=file, key=VISIBLE)
+    return len(ids)
+
+
+def resolve_model(ref: str | None, given: str | None, file: str, flag: str) -> ModelSpec:
+    """The model a command serves: `check --model` when given, else its model path (a catalog name,
+    a local directory with config.json, or a Hugging Face id the catalog lists as `hf_id`).
+
+    Raises:
+        SpecError: neither resolves (exit 2), naming the option that supplies it.
+    """
+    from planner.specs.model import CATALOG_DIR, load_model
+
+    if given is not None:
+        return load_model(given)
+    if ref is None:
+        raise SpecError(f"no model: give the model path or {flag}, or check --model", file=file, key=flag)
+    if Path(ref).exists() or (CATALOG_DIR / f"{ref}.yaml").exists():
+        return load_model(ref)
+    for path in sorted(CATALOG_DIR.glob("*.yaml")):
+        match = re.search(r"^hf_id:\s*(\S+)", path.read_text(), re.M)
+        if match and match.group(1).lower() == ref.lower():
+            return load_model(path.stem)
+    raise SpecError(f"model {ref!r} is neither a local directory with config.json, a catalog name, nor a "
+                    f"catalog model's Hugging Face id; give check --model NAME|PATH", file=file, key=flag)
+
+
+def load_cluster_for(cluster: str | None, file: str) -> ClusterSpec:
+    from planner.specs.cluster import load_cluster
+
+    if cluster is None:
+        raise SpecError("an engine command does not name its GPUs: give check --cluster NAME|PATH", file=file,
+                        key="--cluster")
+    return load_cluster(cluster)
+
+
+# ---------------------------------------------------------------- rules
+
+def _shape_findings(spec: ModelSpec, launch: Launch) -> list[Violation]:
+    """Heads and KV heads by attention TP, layers by PP, experts by EP (each engine's start-up checks)."""
+    inst, f = launch.inst, launch.flag
+    at, kv, out = inst.attn_tp, spec.num_key_value_heads, []
+    tp_text = _tp_text(launch)
+    if spec.num_attention_heads % at:
+        out.append(Violation(
+            rule="heads_divisible",
+            message=f"num_attention_heads {spec.num_attention_heads} is not divisible by {tp_text} "
+                    f"(each rank needs whole heads; {launch.engine} refuses it at start-up)",
+            fix=""))
+    elif not spec.is_mla and kv % at and at % kv:
+        out.append(Violation(
+            rule="kv_heads_divisible",
+            message=f"num_key_value_heads {kv} and {tp_text} do not divide one another (KV heads are "
+                    f"split when tp divides them and replicated when tp is a multiple of them)", fix=""))
+    if inst.pp > spec.num_hidden_layers:
+        out.append(Violation(rule="layers_by_pp",
+                             message=f"{f['pp']} {inst.pp} exceeds num_hidden_layers {spec.num_hidden_layers}",
+                             fix=f"{f['pp']} {spec.num_hidden_layers} or fewer"))
+    if spec.is_moe and inst.ep > 1 and spec.num_experts % inst.ep:
+        out.append(Violation(rule="experts_by_ep",
+                             message=f"{spec.num_experts} routed experts are not divisible by expert-parallel "
+                                     f"size {inst.ep}", fix="an expert-parallel size that divides the experts"))
+    elif spec.is_moe and spec.moe_intermediate_size % (inst.tp // inst.ep):
+        out.append(Violation(rule="experts_by_ep",
+                             message=f"moe_intermediate_size {spec.moe_intermediate_size} is not divisible by the "
+                                     f"expert tensor-parallel size {inst.tp // inst.ep}", fix=""))
+    return out
+
+
+def _tp_text(launch: Launch) -> str:
+    inst = launch.inst
+    if inst.adp > 1:
+        return f"attention TP {inst.attn_tp} ({launch.flag['tp']} {launch.degrees.get(launch.flag['tp'], inst.tp)} " \
+               f"over {inst.adp} attention data-parallel groups)"
+    return f"{launch.flag['tp']} {inst.tp}"
+
+
+def _kv_replication(spec: ModelSpec, launch: Launch) -> list[str]:
+    at, kv = launch.inst.attn_tp, spec.num_key_value_heads
+    if spec.is_mla or at <= kv or at % kv:
+        return []
+    return [f"attention TP {at} > num_key_value_heads {kv}: vLLM and SGLang replicate each KV head on "
+            f"{at // kv} ranks (vLLM QKVParallelLinear num_kv_head_replicas), so the KV cache per GPU "
+            f"stops shrinking past TP {kv}: {at} ranks hold what {kv} would"]
+
+
+def alternatives(spec: ModelSpec, hw: ClusterSpec, gpus: int, launch: Launch, spell) -> tuple[list[str], list[str]]:
+    """(layouts that fit, each in the engine's flags with its KV pool; layouts that divide the model
+    but leave no room for one sequence of max_model_len): per TP degree (inside one scale-up
+    domain) the fewest pipeline stages that fit on up to `gpus` GPUs, the rest of them as replicas."""
+    fits, short = [], []
+    for tp in range(1, min(gpus, hw.scaleup_domain_gpus) + 1):
+        for pp in range(1, gpus // tp + 1):
+            trial = _with(launch, sv.Instance(tp=tp, pp=pp))
+            if _shape_findings(spec, trial):
+                break
+            mem = _memory(spec, hw, trial)
+            text = spell(tp, pp, gpus // (tp * pp))
+            if mem.kv_cache > 0 and sv.longest_context(mem, spec) >= launch.max_model_len:
+                fits.append(f"{text} (KV pool {mem.kv_cache / GIB:.1f} GiB per GPU)")
+                break
+            if pp == 1:
+                short.append(f"{text} (KV pool {max(mem.kv_cache, 0) / GIB:.1f} GiB per GPU)")
+    return fits, short
+
+
+def _more_gpus(spec: ModelSpec, hw: ClusterSpec, room: int, launch: Launch, spell) -> str | None:
+    """The smallest tensor-parallel layout wider than `room` GPUs (inside one scale-up domain) that
+    divides the model and holds one sequence of max_model_len, in the engine's flags, or None."""
+    for tp in range(room + 1, hw.scaleup_domain_gpus + 1):
+        trial = _with(launch, sv.Instance(tp=tp))
+        if _shape_findings(spec, trial):
+            continue
+        mem = _memory(spec, hw, trial)
+        if mem.kv_cache > 0 and sv.longest_context(mem, spec) >= launch.max_model_len:
+            return f"{spell(tp, 1, 1)} on {tp} GPUs (KV pool {mem.kv_cache / GIB:.1f} GiB per GPU)"
+    return None
+
+
+def _with(launch: Launch, inst: sv.Instance) -> Launch:
+    return replace(launch, inst=inst, replicas=1)
+
+
+def _memory(spec: ModelSpec, hw: ClusterSpec, launch: Launch) -> sv.ServingMemory:
+    return sv.serving_memory(spec, launch.inst, capacity=hw.gpu.memory_bytes, weight_format=launch.weight_format,
+                             kv_dtype=launch.kv_dtype, engine=launch.engine, fraction=launch.fraction,
+                             max_num_batched_tokens=launch.max_num_batched_tokens)
+
+
+def _memory_findings(spec: ModelSpec, hw: ClusterSpec, launch: Launch, mem: sv.ServingMemory,
+                     relief: str) -> list[Violation]:
+    f, out = launch.flag, []
+    cap = mem.capacity / GIB
+    budget = launch.fraction * cap
+    longest = sv.longest_context(mem, spec)
+    terms = (f"weights {mem.weights / GIB:.2f} GiB + activation peak {mem.activations / GIB:.2f} GiB "
+             f"(--{f['max_num_batched_tokens'].lstrip('-')} {launch.max_num_batched_tokens}) + reserve "
+             f"{mem.reserve / GIB:.2f} GiB")
+    if launch.engine == "sglang":
+        head = (1 - launch.fraction) * cap
+        if mem.activations + mem.reserve > (1 - launch.fraction) * mem.capacity:
+            out.append(Violation(
+                rule="memory_headroom",
+                message=f"activation peak {mem.activations / GIB:.2f} GiB + reserve {mem.reserve / GIB:.2f} GiB "
+                        f"exceed the {head:.2f} GiB SGLang leaves outside {f['fraction']} {launch.fraction:g} "
+                        f"(1 - {launch.fraction:g} of {cap:.2f} GiB)",
+                fix=f"{f['fraction']} {max(0.05, 1 - (mem.activations + mem.reserve) / mem.capacity - 0.01):.2f} "
+                    f"or a smaller {f['max_num_batched_tokens']}"))
+        pool_text = (f"{f['fraction']} {launch.fraction:g} x {cap:.2f} GiB = {budget:.2f} GiB (SGLang: the "
+                     f"static pool of weights and KV is a fraction of TOTAL memory) - weights "
+                     f"{mem.weights / GIB:.2f} GiB - non-torch {sv.NON_TORCH_BYTES / GIB:.2f} GiB")
+    else:
+        pool_text = (f"{f['fraction']} {launch.fraction:g} x {cap:.2f} GiB = {budget:.2f} GiB (a fraction of "
+                     f"TOTAL GPU memory, not of what is free) - {terms}")
+    if mem.kv_cache <= 0:
+        out.append(Violation(rule="memory_exceeds",
+                             message=f"no KV pool: {pool_text} = {mem.kv_cache / GIB:.2f} GiB per GPU", fix=relief))
+    elif longest < launch.max_model_len:
+        need = mem.sequence_bytes(launch.max_model_len, spec.sliding_window)
+        out.append(Violation(
+            rule="kv_pool_too_small",
+            message=f"one sequence of {f['max_model_len']} {launch.max_model_len} needs {need / GIB:.2f} GiB of KV "
+                    f"cache per GPU ({mem.kv_bytes_per_token:,.0f} B/token); the KV pool is {pool_text} = "
+                    f"{mem.kv_cache / GIB:.2f} GiB, which holds {longest:,} tokens",
+            fix=f"{f['max_model_len']} {longest}" + (f"; or {relief}" if relief else "")))
+    elif launch.max_num_seqs is not None:
+        fit = sv.max_concurrency(mem, spec, launch.inst, launch.max_model_len)
+        if fit < launch.max_num_seqs:
+            out.append(Violation(
+                rule="kv_pool_concurrency", severity="warning",
+                message=f"{f['max_num_seqs']} {launch.max_num_seqs} sequences of {launch.max_model_len:,} tokens "
+                        f"need more KV cache than the {mem.kv_cache / GIB:.2f} GiB pool per GPU: only {fit:,} run "
+                        f"at full length at once (the rest wait or are preempted)",
+                fix=f"{f['max_num_seqs']} {max(fit, 1)}, or more GPUs per instance"))
+    return out
+
+
+def _format_findings(hw: ClusterSpec, launch: Launch, quant_flag: str) -> list[Violation]:
+    """Weight format vs the GPU: fp8 / int / fp4 kernels need Ampere or later (no bf16 tensor cores:
+    pre-Ampere); without native fp8 / fp4 the engines run weight-only kernels (Marlin), GEMMs in bf16."""
+    fmt, peaks = launch.weight_format, hw.gpu.peak_tflops
+    if fmt == "bf16":
+        return []
+    if "bf16" not in peaks:
+        return [Violation(rule="quantization_unsupported",
+                          message=f"{quant_flag} ({fmt} weights) needs Ampere or later; {hw.gpu.name} has no bf16 "
+                                  f"tensor cores, and vLLM's and SGLang's {fmt} kernels (native or Marlin "
+                                  f"weight-only) need compute capability 8.0", fix=f"remove {quant_flag}")]
+    native = "fp8" if fmt.startswith("fp8") else ("fp4" if fmt in ("mxfp4", "nvfp4") else None)
+    if native and native not in peaks:
+        return [Violation(rule="quantization_weight_only", severity="warning",
+                          message=f"{hw.gpu.name} has no {native} tensor cores: {launch.engine} runs {fmt} as "
+                                  f"weight-only (Marlin) kernels, GEMMs in bf16, memory as {fmt}", fix="")]
+    return []
+
+
+def evaluate(file: str, kind: str, spec: ModelSpec, hw: ClusterSpec, gpus: int, launches: list[Launch],
+             spell, notes: list[str] | None = None, given: bool = True) -> dict:
+    """Check the launches of one file: {file, kind, verdict, model, cluster, gpus, launches [{line,
+    engine, role, parallelism, world, recomputed}], violations [{rule, severity, message, fix, line}],
+    warnings}.
+
+    Args:
+        gpus: GPUs the file may use (check --gpus, else the cluster's count).
+        spell: (tp, pp, replicas) -> that layout in the engine's flags (the fixes' spelling).
+        given: whether `gpus` was given (check --gpus, the cluster) rather than counted from the
+            launches' CUDA_VISIBLE_DEVICES (then each launch is checked against its own list only).
+    """
+    violations: list[tuple[int, Violation]] = []
+    rows, warnings = [], list(notes or [])
+    for launch in launches:
+        room = min(gpus, launch.visible_gpus or gpus)
+        shape = _shape_findings(spec, launch)
+        if shape and not shape[0].fix:
+            fits, short = alternatives(spec, hw, room, launch, spell)
+            fix = "any of: " + "; ".join(fits[:3]) if fits else f"no layout of {room} GPUs fits"
+            if short:
+                fix += "; divisible but short of memory: " + "; ".join(short[:2])
+            wider = _more_gpus(spec, hw, room, launch, spell)
+            if wider:
+                fix += f"; with more GPUs: {wider}"
+            shape[0] = replace(shape[0], fix=fix)
+        found = [*launch.findings, *_world_findings(hw, launch), *shape,
+                 *_format_findings(hw, launch, launch.flag["quantization"])]
+        row = {"line": launch.line, "engine": launch.engine, "role": launch.role,
+               "parallelism": {"tp": launch.inst.tp, "pp": launch.inst.pp, "ep": launch.inst.ep,
+                               "dp": launch.inst.adp, "replicas": launch.replicas},
+               "world": launch.world, "recomputed": {}}
+        if not shape:
+            mem = _memory(spec, hw, launch)
+            found += _memory_findings(spec, hw, launch, mem, _relief(spec, hw, room, launch, mem, spell))
+            row["recomputed"] = {
+                "memory_bytes": {"weights": mem.weights, "activations": mem.activations, "kv_cache": mem.kv_cache,
+                                 "reserve": mem.reserve, "capacity": mem.capacity},
+                "budget_fraction": launch.fraction, "kv_bytes_per_token": mem.kv_bytes_per_token,
+                "kv_tokens": mem.kv_tokens, "longest_context": sv.longest_context(mem, spec),
+                "max_model_len": launch.max_model_len,
+                "max_concurrency": sv.max_concurrency(mem, spec, launch.inst, launch.max_model_len),
+                "vocab_rows": sv.vocab_rows(spec, launch.inst.tp)}
+            warnings += _kv_replication(spec, launch)
+            if spec.tie_word_embeddings and launch.inst.pp > 1:
+                copy = spec.padded_vocab_size * spec.embedding_width * 2
+                warnings.append(f"tie_word_embeddings with {launch.flag['pp']} {launch.inst.pp}: the last stage "
+                                f"holds its own copy of the embedding, {copy:,} B (vocab {spec.padded_vocab_size:,} x "
+                                f"hidden {spec.embedding_width:,} x 2 B), counted in its weights")
+        violations += [(launch.line, v) for v in found]
+        rows.append(row)
+    used = sum(launch.world for launch in launches)
+    if given and used > gpus:
+        violations.append((launches[0].line, Violation(
+            rule="world_size",
+            message=f"the launches need {used} GPUs ({' + '.join(str(l.world) for l in launches)}); "
+                    f"{gpus} are given", fix=f"check --gpus {used}, or fewer replicas")))
+    return {"file": file, "kind": kind, "verdict": "fail" if any(v.severity == "error" for _, v in violations)
+            else "pass", "model": spec.name, "cluster": hw.name, "gpus": gpus, "launches": rows,
+            "violations": [{"rule": v.rule, "severity": v.severity, "message": v.message, "fix": v.fix,
+                            "line": line} for line, v in violations],
+            "warnings": list(dict.fromkeys(warnings))}
+
+
+def _relief(spec: ModelSpec, hw: ClusterSpec, room: int, launch: Launch, mem: sv.ServingMemory, spell) -> str:
+    """What makes one sequence of max_model_len fit: the budget fraction it needs (when <= 0.98 and,
+    for SGLang, the headroom still holds the activations), or a layout of the GPUs that fits."""
+    need = mem.sequence_bytes(launch.max_model_len, spec.sliding_window)
+    static = mem.weights + (sv.NON_TORCH_BYTES if launch.engine == "sglang" else mem.activations + mem.reserve)
+    wanted = math.ceil((static + need) / mem.capacity * 100) / 100
+    parts = []
+    headroom_ok = launch.engine != "sglang" or (1 - wanted) * mem.capacity >= mem.activations + mem.reserve
+    if launch.fraction < wanted <= 0.98 and headroom_ok:
+        parts.append(f"{launch.flag['fraction']} {wanted:.2f}")
+    fits, _ = alternatives(spec, hw, room, launch, spell)
+    return "; ".join(parts + fits[:2]) or f"more GPUs than {room} per instance"
+
+
+def _world_findings(hw: ClusterSpec, launch: Launch) -> list[Violation]:
+    """The ranks a launch starts against the GPUs it sees and the nodes it spans."""
+    out = []
+    product = " x ".join(f"{k} {v}" for k, v in launch.degrees.items()) or "1"
+    per_node = launch.world // launch.nnodes if launch.world % launch.nnodes == 0 else None
+    if launch.visible_gpus is not None and launch.nnodes == 1 and launch.world > launch.visible_gpus:
+        out.append(Violation(
+            rule="world_size",
+            message=f"the command starts {launch.world} ranks ({product}) but {VISIBLE} gives it "
+                    f"{launch.visible_gpus} GPU(s)",
+            fix=f"list {launch.world} GPUs in {VISIBLE}, or degrees whose product is {launch.visible_gpus}"))
+    if launch.nnodes > 1 and per_node is None:
+        out.append(Violation(rule="world_size",
+                             message=f"{launch.world} ranks ({product}) do not divide over {launch.flag['nnodes']} "
+                                     f"{launch.nnodes}", fix=f"degrees whose product is a multiple of {launch.nnodes}"))
+    elif per_node is not None and per_node > hw.gpus_per_node:
+        out.append(Violation(
+            rule="world_size",
+            message=f"{launch.world} ranks ({product}) over {launch.nnodes} node(s) need {per_node} GPUs per node; "
+                    f"{hw.name} has {hw.gpus_per_node}",
+            fix=f"{launch.flag['nnodes']} {-(-launch.world // hw.gpus_per_node)}"))
+    return out
+
+
+def spell_layout(flag: dict[str, str], tp: int, pp: int, replicas: int) -> str:
+    """tp x pp with `replicas` copies in an engine's flags (its table `flag`: tp, pp, dp)."""
+    out = f"{flag['tp']} {tp}"
+    if pp > 1:
+        out += f" {flag['pp']} {pp}"
+    if replicas > 1:
+        out += f" {flag['dp']} {replicas}"
+    return out

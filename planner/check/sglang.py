@@ -1,0 +1,141 @@
+"""Reader of SGLang launches for `planner check`: `python -m sglang.launch_server ...` and
+`sglang serve ...` command lines (a `.sh` / `.txt` file, one launch per command). Names and
+defaults: `planner.frameworks.sglang` (SGLang 0.5.23).
+
+SGLang's layout (flags: `planner.frameworks.sglang.FLAG`): tp_size is the world of one replica
+across all its nodes (not per node), of which attn_dp_size groups run attention data parallel (the
+deprecated dp_size N with enable_dp_attention means attn_dp_size N); ep_size splits the routed
+experts inside the tp ranks, and an all-to-all backend among `A2A_SPANNING` sets it to tp; dp_size
+counts replicas of tp x pp ranks (`Instance(tp, pp, ep, adp)`, `replicas = dp`). Under attention data
+parallelism each group prefills its share of the chunk: the chunked-prefill size is divided by
+attn_dp_size (`srt/arg_groups/parallel_hook.py` @0.5.23), so a GPU's forward holds size / adp tokens.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from planner.check import engine_launch as el
+from planner.cost import serving as sv
+from planner.errors import SpecError
+from planner.frameworks import sglang as s
+from planner.placement.rules import Violation
+from planner.specs.cluster import ClusterSpec
+from planner.specs.model import ModelSpec
+
+VOCABULARY = s
+"""The flag table this reader reads."""
+KIND = "sglang-command"
+_LAUNCH = re.compile(r"(?<![\w.-])(sglang\.launch_server|sglang\s+serve)(?![\w.-])")
+
+
+def looks_like(text: str) -> bool:
+    """Whether the text launches an SGLang server."""
+    return bool(_LAUNCH.search(text))
+
+
+def commands(path: Path, text: str, mapping: dict | None) -> tuple[str, list[el.Command]]:
+    """(kind, the launches of the file). Raises: SpecError (shell syntax, no launch)."""
+    found = el.split_commands(text, str(path), s.LAUNCHERS, s.ALIASES, s.SWITCHES, underscores=False)
+    if not found:
+        raise SpecError("no `python -m sglang.launch_server` command line in the file", file=str(path))
+    return KIND, found
+
+
+def model_ref(command: el.Command) -> str | None:
+    value = command.flags.get(s.FLAG["model"])
+    return value if isinstance(value, str) else None
+
+
+def launch(command: el.Command, spec: ModelSpec, hw: ClusterSpec, file: str) -> el.Launch:
+    """The Launch of one SGLang command (module docstring), with SGLang's own findings: DP attention
+    (deprecated spelling, with replicas, dividing tp), the expert-parallel size against its
+    all-to-all backend, and tp_size read as per node.
+
+    Raises:
+        SpecError: a degree, length or fraction the parser does not take, a value not modelled.
+    """
+    f, flags = s.FLAG, command.flags
+    tp = el.integer(command, f["tp"], 1, file)
+    pp = el.integer(command, f["pp"], 1, file)
+    dp = el.integer(command, f["dp"], 1, file)
+    adp = el.integer(command, f["adp"], 1, file)
+    ep = el.integer(command, f["ep"], 1, file)
+    nnodes = el.integer(command, f["nnodes"], 1, file)
+    a2a = str(flags.get(f["a2a"], s.A2A_NONE))
+    findings = el.unknown_flags(command, s.ALL_FLAGS, "SGLang", s.VERSION)
+    if flags.get(f["dp_attention"]) is True:
+        if adp == 1 and dp > 1:
+            adp, dp = dp, 1
+            findings.append(Violation(
+                rule="dp_attention_deprecated", severity="warning",
+                message=f"{f['dp']} {adp} {f['dp_attention']} is read as {f['adp']} {adp} "
+                        f"(attention data parallel inside the {tp} tp ranks, not {adp} replicas)",
+                fix=f"write {f['adp']} {adp}"))
+        elif dp == 1 and adp == 1:
+            findings.append(Violation(rule="dp_attention_unused", severity="warning",
+                                      message=f"{f['dp_attention']} without {f['dp']}: one attention group, no effect",
+                                      fix=f"{f['adp']} N (N dividing {f['tp']} {tp})"))
+    if adp > 1 and dp > 1:
+        findings.append(Violation(rule="dp_attention", message=f"{f['dp']} {dp} with {f['adp']} {adp}: SGLang "
+                                  f"refuses replicas combined with attention data parallelism",
+                                  fix=f"{f['adp']} {adp} alone, or {f['dp']} {dp} alone"))
+    if tp % adp:
+        findings.append(Violation(rule="dp_attention", message=f"{f['adp']} {adp} does not divide {f['tp']} {tp}",
+                                  fix=f"{f['adp']} among the divisors of {tp}"))
+        adp = 1
+    ep = _expert_parallel(spec, tp, ep, a2a, findings)
+    if nnodes > 1 and tp * pp % nnodes == 0 and tp * pp // nnodes < hw.gpus_per_node:
+        findings.append(Violation(
+            rule="tp_per_node", severity="warning",
+            message=f"{f['tp']} {tp} x {f['pp']} {pp} over {f['nnodes']} {nnodes} uses {tp * pp // nnodes} of the "
+                    f"{hw.gpus_per_node} GPUs of each node: {f['tp']} is the total over all nodes, not per node",
+            fix=f"{f['tp']} {hw.gpus_per_node * nnodes // pp} to use every GPU"))
+    return el.Launch(
+        engine=s.ENGINE, line=command.line, inst=sv.Instance(tp=tp, pp=pp, ep=ep, adp=adp), replicas=dp,
+        fraction=el.fraction(command, f["fraction"], sv.ENGINES["sglang"].default, file),
+        max_model_len=el.integer(command, f["max_model_len"], spec.max_position_embeddings, file),
+        max_num_seqs=el.integer(command, f["max_num_seqs"], None, file),
+        max_num_batched_tokens=el.integer(command, f["max_num_batched_tokens"], sv.DEFAULT_MAX_NUM_BATCHED_TOKENS * adp,
+                                          file) // adp,
+        weight_format=el.choice(command, f["quantization"], s.QUANTIZATION, file, "weight formats") or "bf16",
+        kv_dtype=el.choice(command, f["kv_dtype"], s.KV_DTYPES, file, "KV-cache dtypes") or "bf16",
+        visible_gpus=el.visible_gpus(command, file), nnodes=nnodes,
+        role=el.choice(command, f["disagg_mode"], {m: m for m in s.DISAGG_MODES}, file, "disaggregation roles"),
+        flag=f, degrees={k: n for k, n in ((f["tp"], tp), (f["pp"], pp), (f["dp"], dp)) if n > 1 or k == f["tp"]},
+        findings=tuple(findings))
+
+
+def _expert_parallel(spec: ModelSpec, tp: int, ep: int, a2a: str, findings: list) -> int:
+    """The expert-parallel size SGLang runs (`overrides.py` _a2a_ep_size), with findings."""
+    f = s.FLAG
+    if not spec.is_moe:
+        if ep > 1:
+            findings.append(Violation(rule="expert_parallel_unused", severity="warning",
+                                      message=f"{f['ep']} {ep} on {spec.name}, which has no routed experts: no effect",
+                                      fix=f"remove {f['ep']}"))
+        return 1
+    if a2a in s.A2A_SPANNING:
+        if ep not in (1, tp):
+            findings.append(Violation(
+                rule="ep_overridden", severity="warning",
+                message=f"{f['a2a']} {a2a} sets the expert-parallel size to {f['tp']} {tp}; {f['ep']} {ep} is ignored",
+                fix=f"{f['ep']} {tp}"))
+        return tp
+    if ep > 1:
+        findings.append(Violation(
+            rule="ep_without_all2all", severity="warning",
+            message=f"{f['ep']} {ep} with {f['a2a']} {a2a}: the experts are split {ep} ways but tokens reach them "
+                    f"through the tensor-parallel collectives, with no all-to-all dispatch",
+            fix=f"{f['a2a']} {s.A2A_DEFAULT_EMIT} (dispatch/combine by all-to-all)"))
+    if tp % ep:
+        findings.append(Violation(rule="experts_by_ep", message=f"{f['ep']} {ep} does not divide {f['tp']} {tp}",
+                                  fix=f"{f['ep']} among the divisors of {tp}"))
+        return 1
+    return ep
+
+
+def spell(tp: int, pp: int, replicas: int) -> str:
+    """A layout in this engine's flags (`engine_launch.spell_layout`)."""
+    return el.spell_layout(s.FLAG, tp, pp, replicas)

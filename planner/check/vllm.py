@@ -1,0 +1,151 @@
+"""Reader of vLLM launches for `planner check`: `vllm serve MODEL ...` and `python -m
+vllm.entrypoints.openai.api_server ...` command lines (a `.sh` / `.txt` file, one launch per
+command; `--config FILE` merged under the command line's flags), and vLLM `--config` YAML files
+on their own (`is_config`: a mapping with `model` whose every key is a vLLM flag without its
+dashes). Names and defaults: `planner.frameworks.vllm` (vLLM 0.33.0).
+
+vLLM's layout (`vllm/config/parallel.py`): one server of tp x pp x dp ranks. For a dense model
+the dp ranks are independent replicas (`replicas = dp`); for an MoE model attention runs data
+parallel over dp groups of tp ranks and the experts span all dp x tp ranks, split by expert
+with expert parallelism on (FLAG['ep']) and tensor-parallel without it (`Instance(tp=dp x tp, adp=dp)`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import yaml
+
+from planner.check import engine_launch as el
+from planner.cost import serving as sv
+from planner.errors import SpecError
+from planner.frameworks import vllm as v
+from planner.placement.rules import Violation
+from planner.specs.cluster import ClusterSpec
+from planner.specs.model import ModelSpec
+
+VOCABULARY = v
+"""The flag table this reader reads."""
+KIND_COMMAND = "vllm-command"
+KIND_CONFIG = "vllm-config"
+_LAUNCH = re.compile(r"(?<![\w.-])(vllm\s+serve|vllm\.entrypoints\.openai\.api_server)(?![\w.-])")
+
+
+def looks_like(text: str) -> bool:
+    """Whether the text launches vLLM's OpenAI server."""
+    return bool(_LAUNCH.search(text))
+
+
+def _flag_of(key: str) -> str:
+    return "--" + str(key).replace("_", "-")
+
+
+def is_config(mapping: dict | None) -> bool:
+    """A vLLM `--config` YAML: `model`, no `kind` (planner's own files), and at least two keys that
+    are vLLM flags (dash or underscore form) making at least half of its keys; the others are
+    checked as unknown flags."""
+    if not isinstance(mapping, dict) or "model" not in mapping or "kind" in mapping:
+        return False
+    known = sum(_flag_of(k) in v.ALL_FLAGS for k in mapping)
+    return known >= 2 and 2 * known >= len(mapping)
+
+
+def config_flags(mapping: dict) -> dict[str, str | bool]:
+    """A config mapping's keys as flags (FlexibleArgumentParser: `key: value` is `--key value`,
+    `key: true` a switch, `key: false` leaves it unset)."""
+    out: dict[str, str | bool] = {}
+    for key, value in mapping.items():
+        flag = v.ALIASES.get(_flag_of(key), _flag_of(key))
+        if value is True:
+            out[flag] = True
+        elif value is False or value is None:
+            continue
+        else:
+            out[flag] = json.dumps(value) if isinstance(value, (dict, list)) else str(value)
+    return out
+
+
+def commands(path: Path, text: str, mapping: dict | None) -> tuple[str, list[el.Command]]:
+    """(kind, the launches of the file).
+
+    Raises:
+        SpecError: shell syntax, a `--config` file that does not read, no launch in the file.
+    """
+    file = str(path)
+    if mapping is not None and is_config(mapping):
+        flags = config_flags(mapping)
+        return KIND_CONFIG, [el.Command(line=1, env={}, positional=[], flags=flags,
+                                        spelled={f: f for f in flags})]
+    found = el.split_commands(text, file, v.LAUNCHERS, v.ALIASES, v.SWITCHES, underscores=True)
+    out = []
+    for command in found:
+        config = command.flags.get(v.CONFIG)
+        if isinstance(config, str):
+            from planner.specs import files
+            where = Path(config) if Path(config).is_absolute() else path.parent / config
+            extra = files.read_mapping(where, "vLLM config keys")
+            unknown = [k for k in extra if _flag_of(k) not in v.ALL_FLAGS]
+            if unknown:
+                raise SpecError(f"key {unknown[0]!r} is not a vLLM flag (vLLM's config parser exits on it)",
+                                file=str(where), key=str(unknown[0]))
+            merged = {**config_flags(extra), **command.flags}
+            command = el.Command(line=command.line, env=command.env, positional=command.positional,
+                                 flags=merged, spelled={**{f: f for f in merged}, **command.spelled})
+        out.append(command)
+    if not out:
+        raise SpecError("no `vllm serve` command line in the file", file=file)
+    return KIND_COMMAND, out
+
+
+def model_ref(command: el.Command) -> str | None:
+    value = command.positional[0] if command.positional else command.flags.get(v.FLAG["model"])
+    return value if isinstance(value, str) else None
+
+
+def launch(command: el.Command, spec: ModelSpec, hw: ClusterSpec, file: str) -> el.Launch:
+    """The Launch of one vLLM command (module docstring).
+
+    Raises:
+        SpecError: a degree, length or fraction that is no number the parser takes, a value the
+            planner does not model (the KV-cache dtype, the quantization method).
+    """
+    f, flags = v.FLAG, command.flags
+    tp = el.integer(command, f["tp"], 1, file)
+    pp = el.integer(command, f["pp"], 1, file)
+    dp = el.integer(command, f["dp"], 1, file)
+    ep_on = flags.get(f["ep"]) is True and f["ep_off"] not in flags
+    findings = el.unknown_flags(command, v.ALL_FLAGS, "vLLM", v.VERSION)
+    if ep_on and not spec.is_moe:
+        findings.append(Violation(rule="expert_parallel_unused", severity="warning",
+                                  message=f"{f['ep']} on {spec.name}, which has no routed experts: no effect",
+                                  fix=f"remove {f['ep']}"))
+    if f["a2a"] in flags and not ep_on:
+        findings.append(Violation(rule="all2all_unused", severity="warning",
+                                  message=f"{f['a2a']} {flags[f['a2a']]} without {f['ep']}: vLLM dispatches "
+                                          f"tokens to experts by all-to-all only under expert parallelism",
+                                  fix=f"add {f['ep']} or remove {f['a2a']}"))
+    if spec.is_moe:
+        inst = sv.Instance(tp=tp * dp, pp=pp, ep=tp * dp if ep_on else 1, adp=dp)
+        replicas = 1
+    else:
+        inst, replicas = sv.Instance(tp=tp, pp=pp), dp
+    batched, seqs = v.default_batch(hw.gpu.memory_gib, hw.gpu.name)
+    return el.Launch(
+        engine=v.ENGINE, line=command.line, inst=inst, replicas=replicas,
+        fraction=el.fraction(command, f["fraction"], v.DEFAULT_FRACTION, file),
+        max_model_len=el.integer(command, f["max_model_len"], spec.max_position_embeddings, file),
+        max_num_seqs=el.integer(command, f["max_num_seqs"], None, file),
+        max_num_batched_tokens=el.integer(command, f["max_num_batched_tokens"], batched, file),
+        weight_format=el.choice(command, f["quantization"], v.QUANTIZATION, file, "weight formats") or "bf16",
+        kv_dtype=el.choice(command, f["kv_dtype"], v.KV_DTYPES, file, "KV-cache dtypes") or "bf16",
+        visible_gpus=el.visible_gpus(command, file), nnodes=el.integer(command, f["nnodes"], 1, file),
+        role="disaggregated" if f["kv_transfer"] in flags else None, flag=f,
+        degrees={k: n for k, n in ((f["tp"], tp), (f["pp"], pp), (f["dp"], dp)) if n > 1 or k == f["tp"]},
+        findings=tuple(findings))
+
+
+def spell(tp: int, pp: int, replicas: int) -> str:
+    """A layout in this engine's flags (`engine_launch.spell_layout`)."""
+    return el.spell_layout(v.FLAG, tp, pp, replicas)

@@ -1,0 +1,355 @@
+"""`planner check` of vLLM and SGLang launches: the serving field cases of
+tests/data/reference/field_cases.yaml as command lines / config YAML in each engine's format, with
+the reported numbers; bad input; and `serve-plan --emit` -> `check` round trips for every serve-plan
+bench case, every emitted flag in the engine's recorded flag list."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from planner.check.engine_file import check_launch_file
+from planner.frameworks import sglang as sglang_flags
+from planner.frameworks import vllm as vllm_flags
+
+ROOT = Path(__file__).resolve().parents[1]
+FIELD = {c["id"]: c for c in yaml.safe_load((ROOT / "tests/data/reference/field_cases.yaml").read_text())["cases"]}
+GIB = 2**30
+sys.path.insert(0, str(ROOT / "bench"))
+from run import SERVE_CASES  # noqa: E402
+
+
+def _planner(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "planner", *args], capture_output=True, text=True, cwd=ROOT)
+
+
+def _file(tmp_path: Path, text: str, name: str = "launch.sh") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def _model_dir(tmp_path: Path, **fields) -> Path:
+    """A local model directory with a Hugging Face config.json (what `vllm serve PATH` reads)."""
+    folder = tmp_path / "model"
+    folder.mkdir()
+    config = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_act": "silu",
+              "max_position_embeddings": 4096, "rms_norm_eps": 1e-5, "tie_word_embeddings": False, **fields}
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+def _rules(result: dict, severity: str = "error") -> list[str]:
+    return [v["rule"] for v in result["violations"] if v["severity"] == severity]
+
+
+# ---------------------------------------------------------------- field cases
+
+def test_fc02_vllm_fp8_70b_16k_on_one_h100_fails_with_numbers(tmp_path):
+    case = FIELD["FC-02"]["inputs"]
+    path = _file(tmp_path, f"vllm serve meta-llama/Llama-3.1-70B --quantization fp8 \\\n"
+                           f"  --max-model-len {case['max_model_len']} "
+                           f"--gpu-memory-utilization {case['gpu_memory_utilization']}\n")
+    result = check_launch_file(path, cluster="dgx-h100", gpus=case["gpus"])
+    assert result["verdict"] == "fail" and _rules(result) == ["kv_pool_too_small"]
+    rec = result["launches"][0]["recomputed"]
+    # Weights by hand (test_serve_memory): 68.45e9 fp8 + 2.10e9 bf16 = 67.67 GiB; 327,680 B/token (80 x 2 x 8 x 128 x 2).
+    assert round(rec["memory_bytes"]["weights"] / GIB, 2) == 67.67
+    assert rec["kv_bytes_per_token"] == 327680
+    message = result["violations"][0]["message"]
+    assert "16000 needs 4.88 GiB" in message  # 16,000 x 327,680 B = 4.88 GiB
+    assert "0.95 x 79.65 GiB" in message and "TOTAL" in message
+    # Under 2 GiB short of the weights + one sequence: the pool is smaller than 4.88 GiB.
+    assert rec["memory_bytes"]["kv_cache"] < 16000 * 327680
+    assert result["violations"][0]["fix"].startswith(f"--max-model-len {rec['longest_context']}")
+    assert result["violations"][0]["line"] == 2  # the line of --max-model-len, for CI annotations
+
+
+def test_fc02_under_sglang_budget_semantics(tmp_path):
+    """SGLang's mem_fraction_static holds weights and KV only; activations and CUDA graphs live in
+    the (1 - fraction) headroom. At 0.95 the same deployment leaves a pool larger than vLLM's by the
+    activation peak + graphs, and one sequence fits; at 0.97 the headroom no longer holds them."""
+    vllm = check_launch_file(_file(tmp_path, "vllm serve meta-llama/Llama-3.1-70B --quantization fp8 "
+                                             "--max-model-len 16000 --gpu-memory-utilization 0.95\n", "v.sh"),
+                             cluster="dgx-h100", gpus=1)["launches"][0]["recomputed"]["memory_bytes"]
+    text = ("python -m sglang.launch_server --model-path meta-llama/Llama-3.1-70B --quantization fp8 "
+            "--context-length 16000 --mem-fraction-static {}\n")
+    result = check_launch_file(_file(tmp_path, text.format(0.95)), cluster="dgx-h100", gpus=1)
+    mem = result["launches"][0]["recomputed"]["memory_bytes"]
+    graphs = mem["reserve"] - 0.75 * GIB  # reserve = non-torch 0.75 GiB + CUDA graphs
+    assert mem["kv_cache"] - vllm["kv_cache"] == pytest.approx(mem["activations"] + graphs, abs=2)
+    assert result["verdict"] == "pass"
+    proc = _planner("check", str(_file(tmp_path, text.format(0.97), "s97.sh")), "-c", "dgx-h100", "--gpus", "1")
+    assert proc.returncode == 1 and "memory_headroom" in proc.stdout and "--mem-fraction-static 0.97" in proc.stdout
+
+
+def test_fc03_reservation_is_the_budget_not_the_weights(tmp_path):
+    path = _file(tmp_path, "vllm serve meta-llama/Llama-3.1-8B --quantization fp8 --max-model-len 4096 "
+                           "--gpu-memory-utilization 0.9\n")
+    result = check_launch_file(path, cluster="dgx-h100", gpus=1)
+    assert result["verdict"] == "pass"
+    mem = result["launches"][0]["recomputed"]["memory_bytes"]
+    assert mem["weights"] < 9 * GIB and mem["activations"] > 0 and mem["kv_cache"] > 50 * GIB
+    # weights + activation peak + reserve + KV pool = 0.9 x capacity: what vLLM occupies.
+    total = sum(mem[k] for k in ("weights", "activations", "kv_cache", "reserve"))
+    assert total == pytest.approx(0.9 * mem["capacity"], abs=2)
+    proc = _planner("check", str(path), "-c", "dgx-h100", "--gpus", "1")
+    assert proc.returncode == 0 and "weights" in proc.stdout and "activation peak" in proc.stdout
+    assert "KV pool" in proc.stdout and "budget 0.9 x 79.65 GiB" in proc.stdout
+
+
+def _fc05_model(tmp_path):
+    case = FIELD["FC-05"]["inputs"]
+    # LLaMA-30B (published config): 52 heads, 60 layers, hidden 6656, FFN 17920, vocab 32000.
+    return _model_dir(tmp_path, hidden_size=case["hidden_size"], intermediate_size=17920,
+                      num_hidden_layers=case["num_hidden_layers"], num_attention_heads=case["num_attention_heads"],
+                      num_key_value_heads=case["num_key_value_heads"], vocab_size=case["vocab_size"],
+                      max_position_embeddings=2048, torch_dtype="float16")
+
+
+@pytest.mark.parametrize("tp", [3, 8])
+def test_fc05_tp_not_dividing_52_heads_rejected_with_what_works(tmp_path, tp):
+    model = _fc05_model(tmp_path)
+    path = _file(tmp_path, f"vllm serve {model} --tensor-parallel-size {tp}\n")
+    result = check_launch_file(path, cluster="dgx2-v100", gpus=3 if tp == 3 else 8)
+    assert result["verdict"] == "fail" and "heads_divisible" in _rules(result)
+    v = next(v for v in result["violations"] if v["rule"] == "heads_divisible")
+    assert "num_attention_heads 52" in v["message"] and f"--tensor-parallel-size {tp}" in v["message"]
+    if tp == 3:
+        # 3 V100-32GB: 65 GB of fp16 weights; tp=2 leaves nothing (32.5 GB > 31.7 GiB per GPU), pp=3 fits.
+        assert "--tensor-parallel-size 1 --pipeline-parallel-size 3" in v["fix"]
+        assert "--tensor-parallel-size 2 (KV pool 0.0 GiB" in v["fix"].split("short of memory")[1]
+        assert "with more GPUs: --tensor-parallel-size 4 on 4 GPUs" in v["fix"]  # 52 = 4 x 13
+        assert "--tensor-parallel-size 2 (KV pool" not in v["fix"].split("short of memory")[0]
+
+
+def test_fc05_pp3_passes_and_tp4_on_4_gpus_passes(tmp_path):
+    model = _fc05_model(tmp_path)
+    for flags, gpus in (("--pipeline-parallel-size 3", 3), ("--tensor-parallel-size 4", 4)):
+        path = _file(tmp_path, f"vllm serve {model} {flags} --max-model-len 2048\n", name=f"l{gpus}.sh")
+        assert check_launch_file(path, cluster="dgx2-v100", gpus=gpus)["verdict"] == "pass", flags
+
+
+def test_fc06_tp8_of_28_heads_rejected_offering_tp4_dp2(tmp_path):
+    case = FIELD["FC-06"]["inputs"]
+    model = _model_dir(tmp_path, hidden_size=case["hidden_size"], intermediate_size=18944,
+                       num_hidden_layers=case["num_hidden_layers"], num_attention_heads=case["num_attention_heads"],
+                       num_key_value_heads=case["num_key_value_heads"], vocab_size=case["vocab_size"])
+    for engine, text in (("vllm", f"vllm serve {model} --tensor-parallel-size 8\n"),
+                         ("sglang", f"python -m sglang.launch_server --model-path {model} --tp-size 8\n")):
+        result = check_launch_file(_file(tmp_path, text, f"{engine}.sh"), cluster="dgx-h100", gpus=case["gpus"])
+        v = next(v for v in result["violations"] if v["rule"] == "heads_divisible")
+        assert "num_attention_heads 28" in v["message"]
+        tp, dp = (vllm_flags if engine == "vllm" else sglang_flags).FLAG["tp"], \
+            (vllm_flags if engine == "vllm" else sglang_flags).FLAG["dp"]
+        assert f"{tp} 4 {dp} 2" in v["fix"]
+
+
+def test_fc07_tp8_over_4_kv_heads_replicates_and_kv_stops_shrinking(tmp_path):
+    case = FIELD["FC-07"]["inputs"]
+    model = _model_dir(tmp_path, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                       num_attention_heads=case["num_attention_heads"],
+                       num_key_value_heads=case["num_key_value_heads"], head_dim=case["head_dim"], vocab_size=128256)
+    per_token = {}
+    for tp in (4, 8):
+        path = _file(tmp_path, f"vllm serve {model} --tensor-parallel-size {tp}\n", f"tp{tp}.sh")
+        result = check_launch_file(path, cluster="dgx-h100", gpus=case["gpus"])
+        assert result["verdict"] == "pass"
+        per_token[tp] = result["launches"][0]["recomputed"]["kv_bytes_per_token"]
+        if tp == 8:
+            assert any("replicate each KV head on 2 ranks" in w for w in result["warnings"])
+    # 32 layers x 2 x 4 heads x 128 x 2 B / 4 ranks = 32,768 B/token per GPU at tp 4 and at tp 8.
+    assert per_token[4] == per_token[8] == 32 * 2 * 4 * 128 * 2 / 4
+    # A tp that neither divides nor is a multiple of 4 KV heads: rejected naming both.
+    (tmp_path / "m6").mkdir()
+    model6 = _model_dir(tmp_path / "m6", hidden_size=4608, intermediate_size=14336, num_hidden_layers=32,
+                        num_attention_heads=36, num_key_value_heads=4, head_dim=128, vocab_size=128256)
+    result = check_launch_file(_file(tmp_path, f"vllm serve {model6} --tensor-parallel-size 6\n", "tp6.sh"),
+                               cluster="dgx-h100", gpus=8)
+    v = next(v for v in result["violations"] if v["rule"] == "kv_heads_divisible")
+    assert "num_key_value_heads 4" in v["message"] and "--tensor-parallel-size 6" in v["message"]
+
+
+def test_fc08_vocab_padded_rows_reported(tmp_path):
+    case = FIELD["FC-08"]["inputs"]
+    model = _model_dir(tmp_path, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+                       num_attention_heads=32, num_key_value_heads=32, vocab_size=case["vocab_size"])
+    result = check_launch_file(_file(tmp_path, f"vllm serve {model} --tensor-parallel-size {case['tp']}\n"),
+                               cluster="dgx-h100", gpus=8)
+    # vLLM pads to a multiple of 64 per rank (pad_vocab_size): 64 x 8 = 512; ceil(250682 / 512) x 512 = 250880.
+    assert result["launches"][0]["recomputed"]["vocab_rows"] == 250880
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_fc13_ranks_differ_from_product_of_degrees(tmp_path, engine):
+    case = FIELD["FC-13"]["inputs"]
+    tp, ranks = case["tp"], case["launcher_ranks"]
+    text = (f"CUDA_VISIBLE_DEVICES=0 vllm serve meta-llama/Llama-3.1-8B --tensor-parallel-size {tp}\n"
+            if engine == "vllm" else
+            f"CUDA_VISIBLE_DEVICES=0 python -m sglang.launch_server --model-path meta-llama/Llama-3.1-8B --tp-size {tp}\n")
+    proc = _planner("check", str(_file(tmp_path, text)), "-c", "dgx-h100")
+    assert proc.returncode == 1
+    assert f"starts {tp * case['pp']} ranks" in proc.stdout and f"gives it {ranks} GPU(s)" in proc.stdout
+
+
+def test_fc14_tied_embedding_copy_on_the_last_stage(tmp_path):
+    case = FIELD["FC-14"]["inputs"]
+    model = _model_dir(tmp_path, hidden_size=case["hidden_size"], intermediate_size=8192,
+                       num_hidden_layers=case["num_hidden_layers"], num_attention_heads=32, num_key_value_heads=8,
+                       vocab_size=case["vocab_size"], tie_word_embeddings=case["tie_word_embeddings"])
+    result = check_launch_file(_file(tmp_path, f"vllm serve {model} --pipeline-parallel-size {case['pp']}\n"),
+                               cluster="dgx-h100", gpus=2)
+    assert any("525,336,576 B" in w for w in result["warnings"])  # 128256 x 2048 x 2 B
+
+
+def test_fc18_gpt_oss_refuses_default_context_and_proposes_length_or_tp2(tmp_path):
+    # As tests/test_serve_plan.py: the field report's 0.95 pool rests on vLLM's Hopper MXFP4 layout
+    # (65.97 GiB of weights); the planner's 60.7 GiB leaves the same ~2 GiB pool at 0.82.
+    case = FIELD["FC-18"]["inputs"]
+    path = _file(tmp_path, f"vllm serve openai/gpt-oss-120b --quantization mxfp4 --gpu-memory-utilization 0.82 "
+                           f"--max-num-batched-tokens {case['max_num_batched_tokens']}\n")
+    result = check_launch_file(path, cluster="dgx-h100", gpus=1)
+    rec = result["launches"][0]["recomputed"]
+    assert rec["kv_bytes_per_token"] == 36864  # 18 full layers x 2 x 8 x 64 x 2 B
+    assert rec["max_model_len"] == 131072 and "kv_pool_too_small" in _rules(result)
+    v = next(v for v in result["violations"] if v["rule"] == "kv_pool_too_small")
+    assert v["fix"].startswith(f"--max-model-len {rec['longest_context']}") and rec["longest_context"] < 131072
+    two = check_launch_file(path, cluster="dgx-h100", gpus=2)
+    assert "--tensor-parallel-size 2 (KV pool" in next(v["fix"] for v in two["violations"]
+                                                     if v["rule"] == "kv_pool_too_small")
+
+
+# ---------------------------------------------------------------- engine-specific rules
+
+def test_unknown_flag_is_an_error_with_the_closest_real_flag(tmp_path):
+    result = check_launch_file(_file(tmp_path, "vllm serve meta-llama/Llama-3.1-8B --tensor-parallel 1\n"),
+                               cluster="dgx-h100")
+    v = next(v for v in result["violations"] if v["rule"] == "unknown_flag")
+    assert "did you mean --tensor-parallel-size" in v["message"]
+    result = check_launch_file(_file(tmp_path, "python -m sglang.launch_server --model-path meta-llama/Llama-3.1-8B "
+                                               "--mem-fraction 0.8\n", "s.sh"), cluster="dgx-h100")
+    assert "did you mean --mem-fraction-static" in result["violations"][0]["message"]
+
+
+def test_sglang_dp_attention_deprecated_spelling_and_refused_mix(tmp_path):
+    base = "python -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3 --quantization fp8 --tp-size 8 "
+    old = check_launch_file(_file(tmp_path, base + "--dp-size 8 --enable-dp-attention\n"), cluster="hgx-h200")
+    assert old["launches"][0]["parallelism"]["dp"] == 8 and old["launches"][0]["parallelism"]["replicas"] == 1
+    assert "dp_attention_deprecated" in _rules(old, "warning")
+    mixed = check_launch_file(_file(tmp_path, base + "--dp-size 2 --attn-dp-size 4\n", "m.sh"), cluster="hgx-h200",
+                              gpus=16)
+    assert "dp_attention" in _rules(mixed)
+
+
+def test_sglang_ep_without_all2all_backend_and_backend_overriding_ep(tmp_path):
+    base = "python -m sglang.launch_server --model-path Qwen/Qwen3-30B-A3B --tp-size 8 "
+    plain = check_launch_file(_file(tmp_path, base + "--ep-size 8\n"), cluster="dgx-h100")
+    assert "ep_without_all2all" in _rules(plain, "warning")
+    over = check_launch_file(_file(tmp_path, base + "--ep-size 4 --moe-a2a-backend deepep\n", "o.sh"),
+                             cluster="dgx-h100")
+    assert "ep_overridden" in _rules(over, "warning") and over["launches"][0]["parallelism"]["ep"] == 8
+
+
+def test_sglang_tp_size_read_as_per_node(tmp_path):
+    text = ("python -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3 --quantization fp8 --tp-size 8 "
+            "--nnodes 2 --node-rank 0 --dist-init-addr 10.0.0.1:5000\n")
+    result = check_launch_file(_file(tmp_path, text), cluster="hgx-h200", gpus=16)
+    v = next(v for v in result["violations"] if v["rule"] == "tp_per_node")
+    assert "uses 4 of the 8 GPUs" in v["message"] and v["fix"] == "--tp-size 16 to use every GPU"
+
+
+def test_quantization_on_a_gpu_without_the_kernels(tmp_path):
+    result = check_launch_file(_file(tmp_path, "vllm serve meta-llama/Llama-3.1-8B --quantization fp8\n"),
+                               cluster="dgx2-v100", gpus=1)
+    assert "quantization_unsupported" in _rules(result)
+    a100 = check_launch_file(_file(tmp_path, "vllm serve meta-llama/Llama-3.1-8B --quantization fp8\n", "a.sh"),
+                             cluster="dgx-a100-80g", gpus=1)
+    assert "quantization_weight_only" in _rules(a100, "warning") and a100["verdict"] == "pass"
+
+
+def test_vllm_config_yaml_and_config_flag(tmp_path):
+    config = _file(tmp_path, "model: meta-llama/Llama-3.1-70B\ntensor-parallel-size: 4\nmax_model_len: 8192\n"
+                             "gpu-memory-utilization: 0.9\n", "serve.yaml")
+    result = check_launch_file(config, cluster="hgx-h200")
+    assert result["kind"] == "vllm-config" and result["verdict"] == "pass"
+    assert result["launches"][0]["parallelism"]["tp"] == 4
+    typo = _file(tmp_path, "model: meta-llama/Llama-3.1-70B\ntensor-parallel-size: 4\ngpu-memory-utilisation: 0.9\n",
+                 "typo.yaml")
+    v = next(v for v in check_launch_file(typo, cluster="hgx-h200")["violations"] if v["rule"] == "unknown_flag")
+    assert "did you mean --gpu-memory-utilization" in v["message"]
+    command = _file(tmp_path, "vllm serve --config serve.yaml --tensor-parallel-size 3\n")
+    over = check_launch_file(command, cluster="hgx-h200")
+    assert over["launches"][0]["parallelism"]["tp"] == 3 and "heads_divisible" in _rules(over)
+
+
+@pytest.mark.parametrize("text, args", [
+    ("vllm serve meta-llama/Llama-3.1-8B\n", ()),  # no --cluster
+    ("vllm serve some/unknown-model\n", ("-c", "dgx-h100")),
+    ("vllm serve meta-llama/Llama-3.1-8B --tensor-parallel-size four\n", ("-c", "dgx-h100")),
+    ("vllm serve meta-llama/Llama-3.1-8B --gpu-memory-utilization 1.5\n", ("-c", "dgx-h100")),
+    ("vllm serve meta-llama/Llama-3.1-8B --kv-cache-dtype nvfp4\n", ("-c", "dgx-h100")),
+    ("vllm serve meta-llama/Llama-3.1-8B 'unclosed\n", ("-c", "dgx-h100")),
+    ("vllm serve meta-llama/Llama-3.1-8B\n", ("-c", "dgx-h100", "--seq-len", "100")),
+])
+def test_bad_input_is_one_line_exit_2(tmp_path, text, args):
+    proc = _planner("check", str(_file(tmp_path, text)), *args)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+
+
+# ---------------------------------------------------------------- emit -> check round trips
+
+def _emitted_flags(text: str) -> list[str]:
+    out = []
+    for line in text.splitlines():
+        if line.startswith("#") or line == "wait":
+            continue
+        out += [w.split("=", 1)[0] for w in shlex.split(line) if w.startswith("-") and w != "-m"]
+    return out
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+@pytest.mark.parametrize("case", SERVE_CASES, ids=[c[0] for c in SERVE_CASES])
+def test_emit_round_trip_every_bench_case(tmp_path, engine, case):
+    model, cluster, gpus, extra = case
+    written = tmp_path / "plan.yaml"
+    proc = _planner("serve-plan", "-m", model, "-c", cluster, "--gpus", str(gpus), *extra, "--emit", engine,
+                    "-o", str(written))
+    assert proc.returncode == 0, proc.stderr
+    assert "check: PASS" in proc.stderr
+    known = (vllm_flags if engine == "vllm" else sglang_flags).ALL_FLAGS
+    flags = _emitted_flags(proc.stdout)
+    assert flags and set(flags) <= known, set(flags) - known
+    # Read back by `planner check` from a file, as a user would: it passes and runs the plan's GPUs.
+    path = _file(tmp_path, proc.stdout)
+    result = check_launch_file(path, cluster=cluster, gpus=gpus)
+    assert result["verdict"] == "pass" and not _rules(result, "warning") or \
+        set(_rules(result, "warning")) <= {"quantization_weight_only"}
+    mix = yaml.safe_load(written.read_text())["deployment"]["mix"]  # the plan emitted, as `-o` wrote it
+    assert len(result["launches"]) == sum(p["parallelism"]["replicas"] for p in mix)
+    shapes = sorted((p["parallelism"]["tp"], p["parallelism"]["pp"], p["parallelism"]["ep"], p["parallelism"]["dp"])
+                    for p in mix for _ in range(p["parallelism"]["replicas"]))
+    read = sorted((r["parallelism"]["tp"], r["parallelism"]["pp"], r["parallelism"]["ep"], r["parallelism"]["dp"])
+                  for r in result["launches"])
+    assert read == shapes
+
+
+@pytest.mark.parametrize("engine, role_flag", [("vllm", "--kv-transfer-config"), ("sglang", "--disaggregation-mode")])
+def test_emit_disaggregated_workers(engine, role_flag):
+    proc = _planner("serve-plan", "-m", "llama-3.1-8b", "-c", "dgx-h100", "--gpus", "4", "--input-len", "2000",
+                    "--output-len", "300", "--ttft-ms", "1500", "--tpot-ms", "40", "--disaggregated", "--emit", engine)
+    assert proc.returncode == 0, proc.stderr
+    assert "prefill worker" in proc.stdout and "decode worker" in proc.stdout
+    assert proc.stdout.count(role_flag) == sum(1 for l in proc.stdout.splitlines() if not l.startswith("#")) - 1
+
+
+def test_emit_contradicting_engine_is_bad_input():
+    proc = _planner("serve-plan", "-m", "llama-3.1-8b", "-c", "dgx-h100", "--gpus", "1", "--input-len", "100",
+                    "--output-len", "10", "--engine", "vllm", "--emit", "sglang")
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
