@@ -204,8 +204,9 @@ def render(rows: list[dict], skipped: list[tuple[str, str]]) -> str:
         f"**{within} of {len(rows)} comparisons ({within / len(rows):.0%}) within ±{TOLERANCE:.0%}** "
         "(Done-when of issue 4: >= 80%).",
         "",
-        "Fitted constants ([Empirical], planner/cost/compute.py): A100 GEMM efficiency on the 10 "
-        "Narayanan 2021 Table 1 rows; H100 e_max on llama3-405b-8192-8192. All other rows are out of sample.",
+        "Fitted constants ([Empirical], calibration/training.yaml, `make calibrate`): per GPU family "
+        "e_max (bf16) and fp8_e_max on the FIT part (crc32(id) % 4 != 0) of this file and "
+        "expert_configs.yaml; the file lists the fit rows, the other rows are the evaluation part.",
         "",
         "## Assumptions where a row is silent",
         "",
