@@ -30,6 +30,7 @@ efficiencies, not cuBLAS peaks.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -40,7 +41,16 @@ from planner.errors import SpecError
 from planner.specs.cluster import GPUSpec
 
 CALIBRATION_FILE = Path(__file__).resolve().parents[2] / "calibration" / "training.yaml"
-"""The per-family constants (written by `make calibrate`, `planner.calibrate`)."""
+"""The per-family constants (written by `make calibrate`, `planner.calibrate`) in a clone or an
+editable install."""
+INSTALLED_CALIBRATION_FILE = Path(sys.prefix) / "share" / "planner" / "calibration" / "training.yaml"
+"""Where a wheel puts the same file (pyproject.toml `[tool.setuptools.data-files]`)."""
+
+
+def calibration_path() -> Path:
+    """The calibration file in force: the clone's, else the installed package's."""
+    return CALIBRATION_FILE if CALIBRATION_FILE.exists() or not INSTALLED_CALIBRATION_FILE.exists() \
+        else INSTALLED_CALIBRATION_FILE
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,13 +83,14 @@ class Calibration:
     """Per-rank attention chunk (tokens) at which FlashAttention runs at half its plateau."""
 
 
-def load_calibration(path: Path = CALIBRATION_FILE) -> Calibration:
+def load_calibration(path: Path | None = None) -> Calibration:
     """Read the per-family constants file (see the module docstring and the file's own
     `description`). A family entry with `fallback: F` takes F's numbers and keeps its own basis.
 
     Raises:
         SpecError: the file is missing or malformed (one line naming the key).
     """
+    path = calibration_path() if path is None else path
     try:
         doc = yaml.safe_load(path.read_text(encoding="utf-8"))
         raw, aliases = doc["families"], {}
