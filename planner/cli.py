@@ -267,6 +267,8 @@ def explain_cmd(
     framework: Annotated[Framework, typer.Option(case_sensitive=False, help="Conventions of this framework.")] = "megatron",
     reserve_gib: Annotated[float | None, typer.Option(parser=_finite(0, 1024), metavar="FLOAT", help="CUDA context + fragmentation reserve, GiB.")] = None,
     at_risk_margin: Annotated[float, typer.Option(parser=_finite(0, 0.9), metavar="FLOAT", help="Fraction of capacity that counts as at risk.")] = 0.10,
+    flash_attention: Annotated[bool, typer.Option("--flash-attention/--no-flash-attention", help=(
+        "Fused attention core (FlashAttention); --no-flash-attention costs the s x s scores, as runs before 2022 did."))] = True,
     fmt: FormatOpt = Format.table,
 ) -> None:
     """Explain one training layout: placement, memory terms vs capacity, communication, correctness."""
@@ -296,7 +298,7 @@ def explain_cmd(
     if counts is not None:
         layout = layout.replace(recompute=recompute_mix.majority(counts))
     data = explain_api.explain(spec, hw, layout, reserve_bytes=reserve, at_risk_margin=at_risk_margin,
-                               recompute_per_stage=counts)
+                               recompute_per_stage=counts, flash_attention=flash_attention)
     report.show_explain(data, fmt.value)
     if data["memory_verdict"] == "does_not_fit" or any(v["severity"] == "error" for v in data["violations"]):
         raise typer.Exit(1)
@@ -729,22 +731,32 @@ def serve_plan_cmd(
 
 # ---------------------------------------------------------------- validate
 
-Suite = Enum("Suite", {s: s for s in ("serving",)}, type=str)
+Suite = Enum("Suite", {s: s for s in ("training", "memory", "all", "serving")}, type=str)
 
 
 @app.command("validate")
 def validate_cmd(
-    suite: Annotated[Suite, typer.Option("--suite", case_sensitive=False, help="What to validate: serving (TTFT/TPOT).")],
-    data: Annotated[str | None, typer.Option("--data", metavar="FILE.csv", help=(
-        "Measurements in the format of serving_measurements.csv (default: the shipped reference copy)."))] = None,
+    suite: Annotated[Suite, typer.Option("--suite", case_sensitive=False, help=(
+        "What to validate: training (throughput per GPU), memory (peak memory), all (both), serving (TTFT/TPOT)."))],
+    data: Annotated[str | None, typer.Option("--data", metavar="FILE", help=(
+        "training/memory/all: a YAML file in the format of training_runs.yaml or expert_configs.yaml "
+        "(default: both shipped reference copies); serving: a CSV in the format of serving_measurements.csv."))] = None,
     part: Annotated[str, typer.Option("--part", help="Rows: all, fit or evaluation (crc32(id) % 4 == 0).")] = "all",
     fmt: FormatOpt = Format.table,
 ) -> None:
-    """Predicted vs measured per row of a measurements file; MAPE per engine, GPU and model."""
-    from planner import serve_validate
-
+    """Predicted vs published per row of a measurements file, and the error statistics."""
     if part not in ("all", "fit", "evaluation"):
         raise SpecError(f"value {part!r} not allowed; allowed: all, fit, evaluation", key="--part")
+    if _value(suite) != "serving":
+        from planner import validate_training
+
+        rows = validate_training.load_rows(data) if data else validate_training.default_rows()
+        result = validate_training.validate(rows, suite=_value(suite), part=part)
+        names = data or f"{validate_training.TRAINING_RUNS.name} + {validate_training.EXPERT_CONFIGS.name}"
+        report.show_training_validation({"data": names, **result}, fmt.value)
+        return
+    from planner import serve_validate
+
     cases = serve_validate.load_cases(data) if data else serve_validate.load_cases()
     result = serve_validate.validate(cases, part=part)
     report.show_serve_validation({"suite": _value(suite), "data": data or str(serve_validate.DATA.name),

@@ -34,8 +34,16 @@ from planner.specs.model import ModelSpec
 
 def explain(model: ModelSpec, cluster, layout: Layout, *, reserve_bytes: int | None = None,
             at_risk_margin: float = DEFAULT_AT_RISK_MARGIN,
-            recompute_per_stage: tuple[dict[str, int], ...] | None = None) -> dict:
+            recompute_per_stage: tuple[dict[str, int], ...] | None = None,
+            flash_attention: bool = True, rank_order: tuple[str, ...] | None = None,
+            time_despite_memory: bool = False) -> dict:
     """Everything the placement implies for `layout` of `model` on `cluster` (see module docstring).
+
+    `flash_attention`: the attention core is fused (FlashAttention, Dao et al. 2022: no s^2 score
+    traffic); False for runs that predate it (Megatron-LM before 2022). `rank_order`: mesh axes
+    innermost first (None = `cost.collectives.DEFAULT_RANK_ORDER`). Both reach the step time only.
+    `time_despite_memory`: give `time_s` for a layout whose only errors are memory verdicts
+    (`memory_exceeds`): what `planner validate` needs for a published run the memory model rejects.
 
     `recompute_per_stage`: [stage] {none|selective|full: layers}, the per-stage mix `planner plan`
     prints ("recompute per stage 17n/2f, 20n, ..."); each stage's layers take the modes in the
@@ -75,8 +83,10 @@ def explain(model: ModelSpec, cluster, layout: Layout, *, reserve_bytes: int | N
     if recompute_per_stage is not None:
         header["parallelism"]["recompute"] = [{m: c.get(m, 0) for m in ("none", "selective", "full")}
                                               for c in recompute_per_stage]
-    return header | costed | {"time_s": None if errors(violations)
-                              else _times(model, cluster, layout, recompute_per_stage)}
+    blocking = [v for v in errors(violations) if not (time_despite_memory and v.rule == "memory_exceeds")]
+    return header | costed | {"time_s": None if blocking
+                              else _times(model, cluster, layout, recompute_per_stage,
+                                          flash_attention=flash_attention, rank_order=rank_order)}
 
 
 def _rows(violations: list) -> list[dict]:
@@ -90,13 +100,18 @@ def _layer_modes(counts: tuple[dict[str, int], ...]) -> tuple[str, ...]:
 
 
 def _times(model: ModelSpec, cluster, layout: Layout,
-           counts: tuple[dict[str, int], ...] | None = None) -> dict:
-    """The step-time split of a valid layout (the numbers `planner plan` reports for it)."""
-    t = step_time(model, cluster, layout,
+           counts: tuple[dict[str, int], ...] | None = None, *, flash_attention: bool = True,
+           rank_order: tuple[str, ...] | None = None) -> dict:
+    """The step-time split of a valid layout (the numbers `planner plan` reports for it);
+    `hardware_tflops_per_gpu` counts recomputed FLOPs too (Narayanan 2021 eq. (3)), `tflops_per_gpu`
+    the model FLOPs only (the MFU numerator)."""
+    order = {} if rank_order is None else {"rank_order": rank_order}
+    t = step_time(model, cluster, layout, flash_attention=flash_attention, **order,
                   recompute_layers=None if counts is None else _layer_modes(counts))
     return {"step": t.step, "compute": t.compute, "communication_exposed": t.communication_exposed,
             "pipeline_bubble": t.pipeline_bubble, "recompute": t.recompute, "optimizer": t.optimizer,
-            "tokens_per_s": t.tokens_per_s, "tflops_per_gpu": t.tflops_per_gpu, "mfu": t.mfu}
+            "tokens_per_s": t.tokens_per_s, "tflops_per_gpu": t.tflops_per_gpu,
+            "hardware_tflops_per_gpu": t.hardware_tflops_per_gpu, "mfu": t.mfu}
 
 
 def _parallelism(layout: Layout) -> dict:

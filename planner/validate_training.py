@@ -1,0 +1,692 @@
+"""Training validation: published runs -> layouts -> predictions through `explain` -> error statistics.
+
+Data formats (detected by the top-level key; `planner validate --data` takes either):
+- `training_runs:` (shared/reference/training_runs.yaml): published runs, each with its own fields
+  (tp/pp/dp or a torchtitan `parallelism` string, a published TFLOP/s, MFU, iteration time or
+  tokens/s, sometimes a peak memory). What a row leaves out is filled from `GROUP_SETTINGS`, one
+  setting per group written as data, each with its reason in `ASSUMPTIONS`; nothing is tuned per row.
+- `expert_configs:` (shared/reference/expert_configs.yaml): expert-tuned recipes with a full
+  `layout:` and the measured tokens/s per GPU.
+
+A row that cannot be expressed as a `Layout` on a catalog cluster stays in the output with the
+reason (`Row.not_expressible`); it is never dropped.
+
+Split (deterministic, the rule of `serve_validate`): a row is in the EVALUATION part when
+crc32(id) % 4 == 0 (id of the file's row; a row that yields two comparisons keeps both in one
+part), else in the FIT part. Constants may be fitted on the fit part only.
+
+Conventions of the published value (`Row.convention`) and of the error:
+- `tokens_per_s_per_gpu`: tokens/s per GPU (torchtitan TPS/GPU, expert configs);
+- `model_tflops_per_gpu`: model FLOPs (no recompute) per second per GPU (MFU numerator);
+- `hardware_tflops_per_gpu`: FLOPs including recomputation (Narayanan 2021 eq. (3));
+- `step_time_s`: seconds per optimizer step (Korthikanti 2022 Table 5).
+`error` is always the THROUGHPUT error, predicted / published - 1 for the throughput conventions and
+published / predicted - 1 for step time (a positive error = the tool is optimistic). The memory
+suite's error is predicted / published peak - 1.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+import zlib
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+import yaml
+
+from planner.errors import SpecError
+from planner.placement.layout import Layout
+from planner.specs.cluster import load_cluster
+from planner.specs.model import ModelSpec, from_config, load_model
+
+ROOT = Path(__file__).resolve().parents[1]
+REFERENCE = ROOT / "tests" / "data" / "reference"
+TRAINING_RUNS = REFERENCE / "training_runs.yaml"
+EXPERT_CONFIGS = REFERENCE / "expert_configs.yaml"
+"""Copies of shared/reference kept in the repository (the default data of `planner validate`)."""
+GIB = 2**30
+SUITES = ("training", "memory")
+CONVENTIONS = ("tokens_per_s_per_gpu", "model_tflops_per_gpu", "hardware_tflops_per_gpu", "step_time_s")
+FORMATS = ("training_runs", "expert_configs")
+"""Top-level keys of the two data formats."""
+
+NAMED_MODELS = {
+    "GPT 174.6B": dict(hidden_size=12288, num_attention_heads=96, num_hidden_layers=96, vocab_size=51200),
+    "GPT 529.6B": dict(hidden_size=20480, num_attention_heads=128, num_hidden_layers=105, vocab_size=51200),
+    "MT-NLG 530B": "mt-nlg-530b",
+    "OPT 175B": "opt-175b",
+    "BLOOM 176B": "bloom-176b",
+    "Llama 3 405B": "llama-3.1-405b",
+    "Llama 3.1 8B": "llama-3.1-8b",
+    "Llama 3.1 70B": "llama-3.1-70b",
+    "Llama 3.1 405B": "llama-3.1-405b",
+}
+"""Model dimensions for rows that name the model only. GPT 174.6B: GPT-3 dims (Brown et al. 2020 Table
+2.1) with Megatron's padded vocab 51,200 (174.6B by Narayanan 2021 eq. (2)); GPT 529.6B: the
+Narayanan Table 1 row of that size; others: the model catalog."""
+
+KORTHIKANTI_VOCAB = 51200
+"""Korthikanti 2022 rows give no vocab; Megatron GPT runs use the padded GPT-2 vocab 51,200."""
+
+CLUSTER_NAMES = {
+    "H100 SXM 96 GB HBM2e at 500 W (Meta Grand Teton; not a catalog cluster)": "grand-teton-h100-96g",
+}
+"""expert_configs `cluster:` text that names no catalog file -> the catalog cluster it describes."""
+
+GPU_FAMILIES = (("A100", "A100"), ("H100", "H100/H200"), ("H800", "H100/H200"), ("H200", "H100/H200"),
+                ("GB200", "B200/GB200"), ("B200", "B200/GB200"), ("MI300X", "MI300X"), ("V100", "V100"))
+"""GPU name prefix -> family for the statistics (issue 9: A100, H100/H800/H200, B200/GB200, MI300X)."""
+
+ASSUMPTIONS = {
+    "a100-cluster": "A100 rows run on dgx-a100-80g (cluster catalog); Llama 3 rows on dgx-h100; torchtitan "
+                    "2024-12 rows and E16 on grand-teton-h100-96g (datasheet SXM peaks, no 500 W derating).",
+    "micro-batch-1": "Micro-batch 1 where the row gives none (Narayanan 2021 Table 1, MT-NLG); vpp 1 where not "
+                     "given (Narayanan Table 1 says 'interleaved where applicable' without v).",
+    "a100-full-recompute": "A100 rows used full activation recomputation (stated for Narayanan 2021; "
+                           "Megatron-DeepSpeed runs MT-NLG and BLOOM checkpoint every layer) and publish hardware "
+                           "TFLOP/s that count it (Narayanan 2021 eq. (3): 4 passes of the layers, 3 of the LM "
+                           "head); they are compared with `hardware_tflops_per_gpu`.",
+    "no-flash-attention": "No FlashAttention (Dao et al. 2022) for runs before 2022 (Megatron-LM SC21, "
+                          "Korthikanti 2022, BLOOM, MT-NLG): the attention core materialises the s x s scores.",
+    "korthikanti-two-rows": "Korthikanti 2022 rows appear twice, compared on the Table 5 iteration time: full "
+                            "recompute, and selective recompute + SP; vpp from the calculon configs.",
+    "llama3": "Llama 3 rows publish bf16 MFU (model FLOPs, compared with `model_tflops_per_gpu`). FSDP shards "
+              "'the model, optimizer, and gradients' with bf16 parameters not resharded after forward (Dubey et "
+              "al. 2024 §3.3.2) -> ZeRO-2 (as docs/feasibility.md); no activation recompute at 8K ('we could "
+              "pretrain Llama 3 on sequences of 8K tokens without activation checkpointing', §3.3.2), selective "
+              "at 128K (assumed); interleaved schedule with vpp 4 (assumed; the paper gives no v); rank order "
+              "[TP, CP, PP, DP] as stated.",
+    "zero3-deepspeed": "Narayanan 2021 Table 2 ZeRO-3 rows: DeepSpeed ZeRO-3, no model parallelism, full recompute.",
+    "bloom": "BLOOM: ZeRO-1, micro-batch 2 (row); its 8·N·tokens convention omits attention FLOPs (~2% here); "
+             "70 layers over pp 12 as 5, 6 x 10, 5 (Megatron-DeepSpeed `--pp-partition-method "
+             "'type:transformer|embedding'` counts the embedding and the tied output embedding as layers, "
+             "72 / 12 = 6 per stage; bigscience tr11-176B-ml slurm script).",
+    "torchtitan-fsdp": "torchtitan rows: FSDP n = ZeRO-3 over dp = n (FSDP2, reshard after forward); SP whenever "
+                       "TP (torchtitan apply_tp); with PP, micro-batch = local batch / pp (torchtitan "
+                       "build_pipeline_schedule default n_microbatches = pp), layers split as evenly as possible, "
+                       "interleaved 1F1B at 2 stages per rank; global batch = FSDP x local batch where not given.",
+    "torchtitan-seq-len": "torchtitan 2024-12 Tables 1, 3-5: seq_len 8192 (the torchtitan llama3 default; the "
+                          "table does not state it; row marked UNVERIFIED).",
+    "compile-as-eager": "torch.compile is costed as eager (the cost model has no fusion term): compiled rows are "
+                        "predicted at the eager speed.",
+    "async-tp-not-modelled": "AsyncTP on/off is not a Layout knob yet (issue 9 item 2): rows with and without it "
+                             "get the same prediction, TP communication as the cost model prices it.",
+    "uneven-split": "Where pp (x vpp) does not divide the layers and the row gives no split: vpp 1 -> layers as "
+                    "evenly as possible, extra layers to the outer stages (rules.uneven_split); vpp > 1 -> "
+                    "Megatron's account-for-embedding/loss split as `planner plan` builds it "
+                    "(pipeline_layout.uneven_interleaved), e.g. Llama 3 405B Et|(tt|)*62tL, the paper's 'first "
+                    "and last stage one fewer layer'.",
+    "expert-configs": "expert_configs rows: the recipe's layout as given, dp = gpus / (tp x pp x cp), "
+                      "FlashAttention on, the framework's defaults for everything the row does not give.",
+}
+"""Every assumption made where a row is silent, by key; `Row.assumptions` lists the keys applied."""
+
+GROUP_SETTINGS: dict[str, dict] = {
+    "Narayanan2021-Table1-weak-scaling": dict(
+        cluster="dgx-a100-80g", framework="megatron", recompute="full", flash_attention=False,
+        convention="hardware_tflops_per_gpu", assumptions=("a100-cluster", "micro-batch-1",
+                                                            "a100-full-recompute", "no-flash-attention")),
+    "Narayanan2021-Table2-PTDP-vs-ZeRO3": dict(
+        cluster="dgx-a100-80g", framework="megatron", recompute="full", flash_attention=False,
+        convention="hardware_tflops_per_gpu", assumptions=("a100-cluster", "a100-full-recompute",
+                                                            "no-flash-attention", "zero3-deepspeed")),
+    "Korthikanti2022-Table5": dict(
+        cluster="dgx-a100-80g", framework="megatron", flash_attention=False, convention="step_time_s",
+        assumptions=("a100-cluster", "no-flash-attention", "korthikanti-two-rows")),
+    "Llama3-405B-Table4": dict(
+        cluster="dgx-h100", framework="megatron", recompute={8192: "none"}, default_recompute="selective",
+        vpp=4, zero_stage=1,
+        sequence_parallel=True, flash_attention=True, rank_order=("tp", "cp", "ep", "pp", "dp"),
+        convention="model_tflops_per_gpu", assumptions=("a100-cluster", "llama3")),
+    "BLOOM-176B": dict(
+        cluster="dgx-a100-80g", framework="deepspeed", recompute="full", flash_attention=False,
+        pipeline_layers=(5,) + (6,) * 10 + (5,),
+        convention="hardware_tflops_per_gpu", assumptions=("a100-cluster", "a100-full-recompute",
+                                                            "no-flash-attention", "bloom")),
+    "MT-NLG-530B": dict(
+        cluster="dgx-a100-80g", framework="deepspeed", recompute="full", flash_attention=False,
+        convention="hardware_tflops_per_gpu", assumptions=("a100-cluster", "micro-batch-1",
+                                                            "a100-full-recompute", "no-flash-attention")),
+    "OPT-175B": dict(
+        cluster="dgx-a100-80g", framework="megatron", recompute="full", flash_attention=False,
+        convention="hardware_tflops_per_gpu", assumptions=("a100-cluster", "micro-batch-1")),
+    "torchtitan-H100-2024-12": dict(
+        cluster="grand-teton-h100-96g", framework="torchtitan", zero_stage=3, flash_attention=True,
+        convention="tokens_per_s_per_gpu", assumptions=("a100-cluster", "torchtitan-fsdp")),
+}
+"""Per group of training_runs.yaml: cluster, framework, Layout defaults, FlashAttention, rank order,
+the published value's convention and the assumption keys. A group not listed is not expressible."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Row:
+    """One comparison: a published number and everything needed to predict it.
+
+    `layout`, `model` and `cluster` are None exactly when `not_expressible` gives the reason."""
+
+    id: str
+    """Comparison id: the file row's id, with `/full` or `/sel+sp` (Korthikanti) or `/<opt>` appended
+    where one file row yields several comparisons."""
+    row_id: str
+    """The file row's id (decides the fit/evaluation part)."""
+    source: str
+    """`training_runs` or `expert_configs` (the data format)."""
+    group: str
+    part: str
+    """`fit` or `evaluation` (crc32(row_id) % 4 == 0)."""
+    model_name: str
+    model: ModelSpec | None
+    cluster: str | None
+    """Catalog name or path of the cluster file."""
+    gpus: int | None
+    layout: Layout | None
+    framework: str
+    flash_attention: bool
+    rank_order: tuple[str, ...] | None
+    convention: str
+    """One of CONVENTIONS: the unit of `published`."""
+    published: float | None
+    published_memory_gib: float | None
+    """torchtitan `memory/max_reserved(GiB)` where published (memory suite), binary GiB."""
+    precision: str
+    moe: bool
+    assumptions: tuple[str, ...] = ()
+    not_expressible: str | None = None
+
+    @property
+    def gpu_family(self) -> str:
+        """Family of the GPU (GPU_FAMILIES), `unknown` for a row that is not expressible."""
+        if self.cluster is None:
+            return "unknown"
+        name = _cluster(self.cluster, self.gpus).gpu.name
+        return next((fam for prefix, fam in GPU_FAMILIES if name.startswith(prefix)), name)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Prediction:
+    """What the tool says about a row (through `planner.explain.explain`)."""
+
+    predicted: float | None
+    """In the row's convention; None when the row is not expressible or explain gives no time."""
+    predicted_memory_gib: float | None
+    verdict: str
+    """explain's memory verdict (fits | at_risk | does_not_fit | not_costed) or `not_expressible`."""
+    error: float | None
+    """Throughput error (module docstring), None when there is no prediction."""
+    memory_error: float | None
+    violations: tuple[str, ...] = field(default=())
+    """Rules explain reports as errors (a layout that ran should break none)."""
+
+
+# ------------------------------------------------------------------------------------------ loading
+
+@lru_cache(maxsize=None)
+def _cluster(ref: str, gpus: int | None):
+    return load_cluster(ref, gpus=gpus)
+
+
+_catalog_model = lru_cache(maxsize=None)(load_model)
+
+
+def load_rows(path: str | Path = TRAINING_RUNS) -> list[Row]:
+    """Every comparison of a data file in either format (module docstring).
+
+    Raises:
+        SpecError: a missing or unreadable file, YAML syntax, an unknown top-level key, a row that is
+            not a mapping or lacks an id, a value of the wrong type (naming file, key and value).
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise SpecError("is a directory; give a training_runs or expert_configs YAML file", file=str(path), key="--data")
+    if not path.is_file():
+        raise SpecError("file not found", file=str(path), key="--data")
+    try:
+        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        where = getattr(exc, "problem_mark", None)
+        line = f" at line {where.line + 1}" if where is not None else ""
+        raise SpecError(f"not readable as YAML{line}; give a training_runs or expert_configs file",
+                        file=str(path)) from None
+    keys = list(doc) if isinstance(doc, dict) else []
+    kind = next((k for k in FORMATS if k in keys), None)
+    if kind is None or len(keys) != 1:
+        shown = ", ".join(map(str, keys)) or type(doc).__name__
+        raise SpecError(f"top-level key(s) {shown} not allowed; allowed: exactly one of {', '.join(FORMATS)}",
+                        file=str(path), key=str(keys[0]) if keys else None)
+    rows = doc[kind]
+    if not isinstance(rows, list) or not rows:
+        raise SpecError("must be a non-empty list of rows", file=str(path), key=kind)
+    out: list[Row] = []
+    for i, raw in enumerate(rows):
+        where = f"{kind}[{i}]"
+        if not isinstance(raw, dict) or not isinstance(raw.get("id"), str) or not raw["id"]:
+            raise SpecError("each row must be a mapping with a string `id`", file=str(path), key=where)
+        reader = _expert_row if kind == "expert_configs" else _training_rows
+        out.extend(reader(raw, str(path), f"{where}.") if kind == "expert_configs"
+                   else reader(raw, str(path), f"{kind}[{raw['id']}]."))
+    return out
+
+
+def part_of(row_id: str) -> str:
+    """`evaluation` when crc32(row_id) % 4 == 0, else `fit`."""
+    return "evaluation" if zlib.crc32(row_id.encode()) % 4 == 0 else "fit"
+
+
+def _int(raw: dict, key: str, file: str, where: str, default: int | None = None) -> int | None:
+    value = raw.get(key, default)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise SpecError(f"value {value!r} not allowed; allowed: a positive integer", file=file, key=where + key)
+    return value
+
+
+def _number(raw: dict, key: str, file: str, where: str) -> float | None:
+    value = raw.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise SpecError(f"value {value!r} not allowed; allowed: a positive finite number", file=file, key=where + key)
+    return float(value)
+
+
+def _base(raw: dict, source: str, **kw) -> dict:
+    return dict(row_id=raw["id"], source=source, part=part_of(raw["id"]), **kw)
+
+
+def _not_expressible(raw: dict, reason: str, *, model_name: str = "", precision: str = "bf16",
+                     convention: str = "tokens_per_s_per_gpu", published: float | None = None,
+                     memory: float | None = None, suffix: str = "", source: str = "training_runs") -> Row:
+    return Row(id=raw["id"] + suffix, **_base(raw, source), group=raw.get("group", source),
+               model_name=model_name or str(raw.get("model", "")), model=None, cluster=None,
+               gpus=raw.get("gpus") if isinstance(raw.get("gpus"), int) else None, layout=None,
+               framework=str(raw.get("framework", "")), flash_attention=True, rank_order=None,
+               convention=convention, published=published, published_memory_gib=memory,
+               precision=precision, moe=False, not_expressible=reason)
+
+
+# ---------------------------------------------------------------- expert_configs
+
+EXPERT_REQUIRED = ("model", "cluster", "gpus", "seq_len", "global_batch_seqs", "precision", "layout",
+                   "measured_tokens_per_s_per_gpu", "framework")
+LAYOUT_KEYS = ("tp", "pp", "vpp", "cp", "ep", "micro_batch_size", "zero_stage", "sequence_parallel", "recompute")
+
+
+def _expert_row(raw: dict, file: str, where: str) -> list[Row]:
+    for key in EXPERT_REQUIRED:
+        if key not in raw:
+            raise SpecError("missing value", file=file, key=where + key)
+    lay = raw["layout"]
+    if not isinstance(lay, dict):
+        raise SpecError(f"value {lay!r} not allowed; allowed: a mapping of {', '.join(LAYOUT_KEYS)}",
+                        file=file, key=where + "layout")
+    unknown = sorted(set(lay) - set(LAYOUT_KEYS))
+    if unknown:
+        raise SpecError(f"key {unknown[0]!r} not allowed; allowed: {', '.join(LAYOUT_KEYS)}",
+                        file=file, key=f"{where}layout.{unknown[0]}")
+    gpus = _int(raw, "gpus", file, where)
+    seq, batch = _int(raw, "seq_len", file, where), _int(raw, "global_batch_seqs", file, where)
+    published = _number(raw, "measured_tokens_per_s_per_gpu", file, where)
+    cluster = CLUSTER_NAMES.get(raw["cluster"], raw["cluster"])
+    model = _load(_catalog_model, raw["model"], file, where + "model")
+    _load(_cluster, cluster, file, where + "cluster", gpus)
+    degrees = {k: _int(lay, k, file, f"{where}layout.", 1) for k in ("tp", "pp", "vpp", "cp", "ep", "micro_batch_size")}
+    if gpus % (degrees["tp"] * degrees["pp"] * degrees["cp"]):
+        raise SpecError(f"value {gpus} not allowed; allowed: a multiple of tp x pp x cp = "
+                        f"{degrees['tp'] * degrees['pp'] * degrees['cp']}", file=file, key=where + "gpus")
+    try:
+        layout = Layout(dp=gpus // (degrees["tp"] * degrees["pp"] * degrees["cp"]), **degrees,
+                        zero_stage=lay.get("zero_stage", 0), sequence_parallel=bool(lay.get("sequence_parallel", False)),
+                        recompute=lay.get("recompute", "none"), seq_len=seq, global_batch_size=batch,
+                        precision=raw["precision"], framework=raw["framework"])
+    except SpecError as exc:
+        raise SpecError(exc.message, file=file, key=f"{where}layout.{exc.key}") from None
+    assumptions = ["expert-configs"]
+    if raw["framework"] == "torchtitan":
+        assumptions += ["compile-as-eager"] + (["async-tp-not-modelled"] if degrees["tp"] > 1 else [])
+    layout, assumptions = _split(model, layout, tuple(assumptions))
+    return [Row(id=raw["id"], **_base(raw, "expert_configs"), group="expert_configs", model_name=raw["model"],
+                model=model, cluster=cluster, gpus=gpus, layout=layout, framework=raw["framework"],
+                flash_attention=True, rank_order=None, convention="tokens_per_s_per_gpu", published=published,
+                published_memory_gib=None, precision=layout.precision, moe=model.is_moe,
+                assumptions=tuple(assumptions))]
+
+
+def _split(model: ModelSpec, layout: Layout, assumptions: tuple[str, ...]) -> tuple[Layout, tuple[str, ...]]:
+    """The layout with an uneven split where pp x vpp does not divide the layers (ASSUMPTIONS
+    `uneven-split`), and the assumption keys with it; unchanged otherwise."""
+    n = model.num_hidden_layers
+    if layout.pipeline_layers or layout.pipeline_layout or n % (layout.pp * layout.vpp) == 0:
+        return layout, assumptions
+    from planner.placement import pipeline_layout
+    from planner.placement.rules import uneven_split
+
+    if layout.vpp == 1:
+        layout = layout.replace(pipeline_layers=tuple(uneven_split(n, layout.pp)))
+    else:
+        stages = pipeline_layout.uneven_interleaved(n, layout.pp, layout.vpp)
+        if stages is None:
+            return layout, assumptions
+        layout = layout.replace(pipeline_layout=stages)
+    return layout, (*assumptions, "uneven-split")
+
+
+def _load(loader, ref, file: str, key: str, *args):
+    if not isinstance(ref, str) or not ref:
+        raise SpecError(f"value {ref!r} not allowed; allowed: a catalog name or file", file=file, key=key)
+    try:
+        return loader(ref, *args)
+    except SpecError as exc:
+        raise SpecError(f"value {ref!r}: {exc.message}", file=file, key=key) from None
+
+
+# ---------------------------------------------------------------- training_runs
+
+def _gpt(row: dict, dims: dict, vocab: int) -> ModelSpec:
+    h = dims["hidden_size"]
+    cfg = dict(model_type="gpt", hidden_size=h, num_attention_heads=dims["num_attention_heads"],
+               num_hidden_layers=dims.get("num_hidden_layers") or dims["num_layers"],
+               vocab_size=vocab, intermediate_size=4 * h,
+               max_position_embeddings=row["seq_len"], tie_word_embeddings=True)
+    return from_config(cfg, name=str(row.get("model", row["id"])))
+
+
+def _model(row: dict) -> ModelSpec | None:
+    if "hidden_size" in row:
+        return _gpt(row, row, row.get("vocab_size", KORTHIKANTI_VOCAB))
+    named = NAMED_MODELS.get(row.get("model"))
+    if named is None:
+        return None
+    return _catalog_model(named) if isinstance(named, str) else _gpt(row, named, named["vocab_size"])
+
+
+def _precision(row: dict) -> str:
+    text = str(row.get("precision", "")) + " " + str(row.get("techniques", ""))
+    if "Float8" in text or "fp8" in text:
+        return "fp8"
+    return "fp16" if text.startswith("fp16 mixed") else "bf16"
+
+
+def _training_rows(raw: dict, file: str, where: str) -> list[Row]:
+    settings = GROUP_SETTINGS.get(raw.get("group"))
+    if settings is None:
+        return [_not_expressible(raw, f"group {raw.get('group')!r} has no mapping to a layout "
+                                      f"(GROUP_SETTINGS); hardware {raw.get('hardware', '?')!r}",
+                                 published=raw.get("tokens_per_s_per_gpu"))]
+    if "parallelism" in raw:
+        return _torchtitan_rows(raw, settings, file, where)
+    for key in ("tp", "pp", "dp", "cp", "micro_batch", "global_batch_seqs", "batch_seqs_per_dp", "seq_len", "gpus"):
+        _int(raw, key, file, where)
+    convention = settings["convention"]
+    if "tp" not in raw or "dp" not in raw or "seq_len" not in raw:
+        return [_not_expressible(raw, "no tp, dp or seq_len in the row", convention=convention)]
+    model = _model(raw)
+    if model is None:
+        return [_not_expressible(raw, f"model dimensions unknown ({raw.get('model')})", convention=convention)]
+    dp, mb = raw["dp"], raw.get("micro_batch", 1)
+    batch = raw.get("global_batch_seqs") or raw.get("batch_seqs_per_dp", 0) * dp
+    if not batch or batch % (dp * mb):
+        return [_not_expressible(raw, f"global batch {batch} is not a multiple of dp x micro-batch = {dp * mb}",
+                                 model_name=model.name, convention=convention)]
+    common = dict(dp=dp, tp=raw["tp"], pp=raw.get("pp", 1), cp=raw.get("cp", 1), seq_len=raw["seq_len"],
+                  global_batch_size=batch, micro_batch_size=mb, precision=_precision(raw),
+                  zero_stage=raw.get("zero_stage", settings.get("zero_stage", 0)),
+                  vpp=settings.get("vpp", 1), sequence_parallel=settings.get("sequence_parallel", False),
+                  pipeline_layers=settings.get("pipeline_layers"))
+    framework = "deepspeed" if common["zero_stage"] == 3 else settings["framework"]
+    rows = []
+    for suffix, recompute, published, extra in _variants(raw, settings, model, batch):
+        if published is None:
+            rows.append(_not_expressible(raw, "no published TFLOP/s, MFU or iteration time",
+                                         model_name=model.name, convention=convention, suffix=suffix))
+            continue
+        layout, assumptions = _split(model, Layout(**common | extra, recompute=recompute, framework=framework),
+                                     settings["assumptions"])
+        rows.append(Row(id=raw["id"] + suffix, **_base(raw, "training_runs"), group=raw["group"],
+                        model_name=model.name, model=model, cluster=settings["cluster"], gpus=layout.world_size,
+                        layout=layout, framework=framework, flash_attention=settings["flash_attention"],
+                        rank_order=settings.get("rank_order"), convention=convention, published=published,
+                        published_memory_gib=None, precision=layout.precision, moe=model.is_moe,
+                        assumptions=assumptions))
+    return rows
+
+
+def _variants(raw: dict, settings: dict, model: ModelSpec, batch: int) -> list[tuple[str, str, float | None, dict]]:
+    """(id suffix, recompute, published value, Layout overrides) of each comparison a row yields."""
+    if raw["group"].startswith("Korthikanti"):
+        vpp = raw.get("pipeline_interleave_stages_in_calculon_config", 1)
+        return [("/full", "full", raw.get("iteration_time_s_full_recompute"), dict(vpp=vpp)),
+                ("/sel+sp", "selective", raw.get("iteration_time_s_selective_plus_sp"),
+                 dict(vpp=vpp, sequence_parallel=True))]
+    recompute = settings["recompute"]
+    if isinstance(recompute, dict):
+        recompute = recompute.get(raw["seq_len"], settings["default_recompute"])
+    return [("", recompute, raw.get("achieved_tflops_per_gpu"), {})]
+
+
+def _degree(text: str, axis: str) -> int:
+    match = re.search(rf"{axis} (\d+)", text)
+    return int(match.group(1)) if match else 1
+
+
+def _torchtitan_rows(raw: dict, settings: dict, file: str, where: str) -> list[Row]:
+    """torchtitan benchmark rows: `parallelism` 'FSDP 8, TP 8, PP 8, CP 1', `techniques`, local batch."""
+    text, memory = raw["parallelism"], raw.get("peak_memory_gib")
+    published = raw.get("tokens_per_s_per_gpu")
+    model = _model(raw)
+    if not re.fullmatch(r"(FSDP|TP|PP|CP) \d+(, (FSDP|TP|PP|CP) \d+)*", str(text)):
+        return [_not_expressible(raw, f"parallelism {text!r} is not 'FSDP n[, TP n][, PP n][, CP n]'",
+                                 published=published, memory=memory)]
+    if model is None or "seq_len" not in raw or "local_batch" not in raw or published is None:
+        return [_not_expressible(raw, "model, seq_len, local batch or tokens/s missing", published=published,
+                                 memory=memory)]
+    _int(raw, "local_batch", file, where), _int(raw, "seq_len", file, where)
+    fsdp, tp, pp, cp = (_degree(text, a) for a in ("FSDP", "TP", "PP", "CP"))
+    techniques = str(raw.get("techniques", ""))
+    local = raw["local_batch"]
+    layout = Layout(dp=fsdp, tp=tp, pp=pp, cp=cp, zero_stage=3, framework="torchtitan", sequence_parallel=tp > 1,
+                    micro_batch_size=local, global_batch_size=raw.get("global_batch_seqs", fsdp * local),
+                    seq_len=raw["seq_len"], recompute=raw.get("activation_checkpointing", "none"),
+                    precision=_precision(raw))
+    if pp > 1:
+        from planner.placement.rules import uneven_split
+        vpp = 2 if "Interleaved" in techniques else 1
+        n = model.num_hidden_layers
+        split = tuple(2 * c for c in uneven_split(n // 2, pp)) if vpp == 2 else tuple(uneven_split(n, pp))
+        layout = layout.replace(pp=pp, vpp=vpp, pipeline_layers=split, micro_batch_size=local // pp)
+    assumptions = list(settings["assumptions"])
+    if "UNVERIFIED" in str(raw.get("notes", "")):
+        assumptions.append("torchtitan-seq-len")
+    if "compile" in techniques or "4D" in techniques:
+        assumptions.append("compile-as-eager")
+    if tp > 1:
+        assumptions.append("async-tp-not-modelled")
+    return [Row(id=raw["id"], **_base(raw, "training_runs"), group=raw["group"], model_name=model.name,
+                model=model, cluster=settings["cluster"], gpus=layout.world_size, layout=layout,
+                framework="torchtitan", flash_attention=True, rank_order=None, convention=settings["convention"],
+                published=float(published), published_memory_gib=memory, precision=layout.precision,
+                moe=model.is_moe, assumptions=tuple(assumptions))]
+
+
+# ---------------------------------------------------------------- prediction
+
+def predict(row: Row) -> Prediction:
+    """The row's prediction through `planner.explain.explain` (the code path of `planner explain`).
+
+    `predicted` is in the row's convention: tokens/s per GPU = explain's tokens/s / world size;
+    model or hardware TFLOP/s per GPU; step time in s. A run the memory model rejects is still timed
+    (its verdict says does_not_fit); None when the row is not expressible or breaks a composition rule."""
+    if row.not_expressible:
+        return Prediction(predicted=None, predicted_memory_gib=None, verdict="not_expressible", error=None,
+                          memory_error=None)
+    from planner.explain import explain
+
+    data = explain(row.model, _cluster(row.cluster, row.gpus), row.layout, flash_attention=row.flash_attention,
+                   rank_order=row.rank_order, time_despite_memory=True)
+    t = data["time_s"]
+    predicted = None if t is None else {
+        "tokens_per_s_per_gpu": lambda: t["tokens_per_s"] / row.layout.world_size,
+        "model_tflops_per_gpu": lambda: t["tflops_per_gpu"],
+        "hardware_tflops_per_gpu": lambda: t["hardware_tflops_per_gpu"],
+        "step_time_s": lambda: t["step"],
+    }[row.convention]()
+    mem = data["memory_bytes"]
+    mem_gib = None if mem is None else mem["total"] / GIB
+    return Prediction(
+        predicted=predicted, predicted_memory_gib=mem_gib, verdict=data["memory_verdict"],
+        error=None if predicted is None else throughput_error(predicted, row.published, row.convention),
+        memory_error=None if mem_gib is None or row.published_memory_gib is None
+        else mem_gib / row.published_memory_gib - 1,
+        violations=tuple(v["rule"] for v in data["violations"] if v["severity"] == "error"))
+
+
+def throughput_error(predicted: float, published: float, convention: str) -> float:
+    """predicted / published - 1 for throughputs; published / predicted - 1 for a step time (both:
+    positive = the tool predicts more throughput than was measured)."""
+    return published / predicted - 1 if convention == "step_time_s" else predicted / published - 1
+
+
+# ---------------------------------------------------------------- statistics
+
+def error_stats(errors: list[float]) -> dict:
+    """Statistics of signed relative errors (fractions, 0.1 = 10 %).
+
+    Returns:
+        {n, median_abs_error, mean_abs_error, max_abs_error, within_10 (count |e| <= 0.10),
+        within_25 (count |e| <= 0.25), bias (mean signed error)}; the error fields are None when n = 0.
+    """
+    if not errors:
+        return {"n": 0, "median_abs_error": None, "mean_abs_error": None, "max_abs_error": None,
+                "within_10": 0, "within_25": 0, "bias": None}
+    absolute = [abs(e) for e in errors]
+    return {"n": len(errors), "median_abs_error": statistics.median(absolute),
+            "mean_abs_error": statistics.fmean(absolute), "max_abs_error": max(absolute),
+            "within_10": sum(a <= 0.10 for a in absolute), "within_25": sum(a <= 0.25 for a in absolute),
+            "bias": statistics.fmean(errors)}
+
+
+GROUP_KEYS = ("gpu_family", "model_class", "precision", "gpu_family x precision")
+"""How `summarize` groups the rows (issue 9: per GPU family, dense/MoE and precision; the bias bar
+is per GPU family x precision)."""
+
+
+def summarize(rows: list[dict]) -> tuple[dict, dict]:
+    """(summary, by) of result rows (`validate`'s): error statistics of the rows with an error,
+    plus `does_not_fit` (rows the memory model rejects, though they ran) and `not_expressible`
+    counts; `by` the same per GROUP_KEYS value."""
+    def one(part: list[dict]) -> dict:
+        return error_stats([r["error"] for r in part if r["error"] is not None]) | {
+            "rows": len(part), "does_not_fit": sum(r["verdict"] == "does_not_fit" for r in part),
+            "not_expressible": sum(r["not_expressible"] is not None for r in part)}
+
+    by = {}
+    for key in GROUP_KEYS:
+        values = sorted({_group_value(r, key) for r in rows if r["not_expressible"] is None})
+        by[key] = {v: one([r for r in rows if r["not_expressible"] is None and _group_value(r, key) == v])
+                   for v in values}
+    return one(rows), by
+
+
+def _group_value(row: dict, key: str) -> str:
+    if key == "gpu_family x precision":
+        return f"{row['gpu_family']} {row['precision']}"
+    return row[key]
+
+
+PRECISION_GROUPS = {"bf16": "bf16/fp16", "fp16": "bf16/fp16", "fp8": "fp8"}
+"""Precision label of the statistics: the 16-bit formats run at one tensor-core peak."""
+
+
+def _result_row(row: Row, pred: Prediction, suite: str) -> dict:
+    lay = row.layout
+    memory = suite == "memory"
+    return {
+        "id": row.id, "source": row.source, "group": row.group, "part": row.part, "model": row.model_name,
+        "cluster": row.cluster, "gpus": row.gpus, "gpu_family": row.gpu_family,
+        "model_class": "moe" if row.moe else "dense", "precision": PRECISION_GROUPS[row.precision],
+        "framework": row.framework, "flash_attention": row.flash_attention,
+        "layout": None if lay is None else layout_text(lay),
+        "convention": "peak_memory_gib" if memory else row.convention,
+        "published": row.published_memory_gib if memory else row.published,
+        "predicted": pred.predicted_memory_gib if memory else pred.predicted,
+        "error": pred.memory_error if memory else pred.error,
+        "verdict": pred.verdict, "violations": list(pred.violations),
+        "assumptions": list(row.assumptions), "not_expressible": row.not_expressible,
+    }
+
+
+def layout_text(lay: Layout) -> str:
+    """One-line layout: degrees, batch, sequence, ZeRO, recompute, precision, framework, split."""
+    text = (f"tp{lay.tp} pp{lay.pp} dp{lay.dp} cp{lay.cp} ep{lay.ep} vpp{lay.vpp} b{lay.micro_batch_size} "
+            f"B{lay.global_batch_size} s{lay.seq_len} z{lay.zero_stage} rc={lay.recompute} {lay.precision} "
+            f"{lay.framework}" + (" sp" if lay.sequence_parallel else ""))
+    if lay.pipeline_layout is not None:
+        from planner.placement import pipeline_layout
+        return f"{text} {pipeline_layout.to_string(lay.pipeline_layout)}"
+    if lay.pipeline_layers is not None:
+        return f"{text} layers {'/'.join(map(str, lay.pipeline_layers))}"
+    return text
+
+
+def validate(rows: list[Row], *, suite: str = "training", part: str = "all") -> dict:
+    """Predicted vs published per row and the statistics of `summarize`.
+
+    Args:
+        suite: `training` (throughput, every row), `memory` (peak memory, rows that publish it) or
+            `all` (both; the result then holds one such result per suite under `suites`).
+        part: `all`, `fit` or `evaluation`.
+    Returns:
+        {suite, part, rows: [{id, ..., published, predicted, error, verdict, not_expressible}],
+        summary: {n, median_abs_error, mean_abs_error, max_abs_error, within_10, within_25, bias,
+        rows, does_not_fit, not_expressible}, by: {group key: {value: summary}},
+        assumptions: {key: text} of the keys the rows use}; errors are fractions.
+    Raises:
+        SpecError: an unknown suite or part.
+    """
+    if suite not in (*SUITES, "all"):
+        raise SpecError(f"value {suite!r} not allowed; allowed: {', '.join(SUITES)}, all", key="--suite")
+    if part not in ("all", "fit", "evaluation"):
+        raise SpecError(f"value {part!r} not allowed; allowed: all, fit, evaluation", key="--part")
+    chosen = [r for r in rows if part == "all" or r.part == part]
+    predictions = {r.id: predict(r) for r in chosen}
+    if suite == "all":
+        return {"suite": "all", "part": part,
+                "suites": {s: _suite(chosen, predictions, s, part) for s in SUITES}}
+    return _suite(chosen, predictions, suite, part)
+
+
+def _suite(rows: list[Row], predictions: dict[str, Prediction], suite: str, part: str) -> dict:
+    if suite == "memory":
+        rows = [r for r in rows if r.published_memory_gib is not None]
+    out = [_result_row(r, predictions[r.id], suite) for r in rows]
+    summary, by = summarize(out)
+    used = sorted({a for r in rows for a in r.assumptions}, key=list(ASSUMPTIONS).index)
+    return {"suite": suite, "part": part, "rows": out, "summary": summary, "by": by,
+            "assumptions": {a: ASSUMPTIONS[a] for a in used}}
+
+
+def default_rows() -> list[Row]:
+    """The rows of both shipped reference files (training_runs.yaml, then expert_configs.yaml)."""
+    return load_rows(TRAINING_RUNS) + load_rows(EXPERT_CONFIGS)
+
+
+DOC = ROOT / "docs" / "validation.md"
+
+
+def doc_text() -> str:
+    """docs/validation.md as `make validate` writes it (report.training_validation_markdown)."""
+    from planner import report
+
+    rows = default_rows()
+    return report.training_validation_markdown(validate(rows, suite="all"),
+                                               validate(rows, suite="all", part="evaluation"))
+
+
+if __name__ == "__main__":
+    import sys
+
+    if "--write" in sys.argv:
+        DOC.write_text(doc_text(), encoding="utf-8")
