@@ -1,12 +1,12 @@
 """Fit the step-time model's [Empirical] GEMM-efficiency constants per GPU family
 (`calibration/training.yaml`, read by `planner.cost.compute`) on published training runs.
 
-Data: the rows of `training_runs.yaml` that `bench/validation_table.py` can express (published
-TFLOP/s per GPU) and the rows of `expert_configs.yaml` on catalog clusters (measured tokens/s per
-GPU), both from tests/data/reference (copies of shared/reference).
+Data: every row of `training_runs.yaml` and `expert_configs.yaml` (tests/data/reference, copies of
+shared/reference) that `planner.validate_training` expresses, predicted through its `predict`
+(the code path of `planner explain` and `planner validate`).
 
-Split (deterministic, the same rule as the serving calibration): a row is in the EVALUATION part
-when crc32(id) % 4 == 0, else in the FIT part. The fit never sees evaluation rows.
+Split (deterministic, `validate_training.part_of`): a row is in the EVALUATION part when
+crc32(id) % 4 == 0, else in the FIT part. The fit never sees evaluation rows.
 
 Fit: per GPU family, Gauss-Newton on the log error log(predicted / published) of its fit rows
 (each step a numpy.linalg.lstsq of the residuals on a finite-difference Jacobian), parameters:
@@ -24,30 +24,26 @@ prints the evaluation-part error.
 from __future__ import annotations
 
 import datetime
-import importlib.util
 import math
 import sys
-import zlib
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import yaml
 
+from planner import validate_training as vt
 from planner.cost import compute
 from planner.cost import step_time as st
-from planner.placement.layout import Layout
-from planner.specs.cluster import load_cluster
-from planner.specs.model import load_model
 
-ROOT = Path(__file__).resolve().parents[1]
-REFERENCE = ROOT / "tests" / "data" / "reference"
-EXPERT_CONFIGS = REFERENCE / "expert_configs.yaml"
-
-FAMILIES = {"A100": ["A800"], "H100": ["H200", "H800", "H20", "GH200"], "B200": ["GB200"], "MI300X": []}
+FAMILIES = {"A100": ["A800"], "H100": ["H200", "H800", "H20", "GH200"],
+            "H100-500W": ["HBM2E-500W"], "B200": ["GB200"], "MI300X": []}
 """Families written to the file and the GPU-name substrings that alias them (same SM
-architecture: Ampere, Hopper, Blackwell, CDNA3)."""
+architecture: Ampere, Hopper, Blackwell, CDNA3). H100-500W is the power-capped H100 SXM 96 GB
+HBM2e of Meta's Grand Teton (hardware/grand-teton-h100-96g.yaml): its peak is unpublished ("between
+SXM and NVL", torchtitan benchmarks/llama3_h100_202412_torchtitan.md footnote 2) and the cluster
+file carries the SXM datasheet's, so its own e_max absorbs the unknown derating instead of biasing
+the H100 fit."""
 DEFAULT_FAMILY = "H100"
 D_HALF = 64.0
 """[Empirical] GEMM width at half efficiency, every family: the grid fit (0-512) of the earlier
@@ -57,78 +53,25 @@ START = {"e_max": 0.65, "d_half": D_HALF, "fp8_e_max": 0.45}
 BOUNDS = {"e_max": (0.2, 0.95), "fp8_e_max": (0.1, 0.95)}
 
 
-@dataclass(frozen=True)
-class Row:
-    """One published number and how to predict it."""
-
-    id: str
-    source: str
-    """File the row comes from."""
-    family: str
-    precision: str
-    published: float
-    unit: str
-    predict: Callable[[], float]
-
-    @property
-    def evaluation(self) -> bool:
-        """In the evaluation part (crc32(id) % 4 == 0)."""
-        return zlib.crc32(self.id.encode()) % 4 == 0
+def all_rows() -> list[vt.Row]:
+    """Every row of both reference files that can be predicted (`validate_training.load_rows`;
+    rows not expressible or without a published throughput are left out of the fit)."""
+    rows = vt.load_rows(vt.TRAINING_RUNS) + vt.load_rows(vt.EXPERT_CONFIGS)
+    return [r for r in rows if not r.not_expressible and r.published]
 
 
-def _validation_table():
-    spec = importlib.util.spec_from_file_location("validation_table", ROOT / "bench" / "validation_table.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("validation_table", module)
-    spec.loader.exec_module(module)
-    return module
+def family_of(row: vt.Row) -> str:
+    """Calibration family of the row's GPU under this module's FAMILIES (`compute.gpu_family`)."""
+    return compute.gpu_family(vt._cluster(row.cluster, row.gpus).gpu, _calibration(_start()))
 
 
-def _family_of_cluster(name: str, gpus: int) -> str:
-    return compute.gpu_family(load_cluster(name, gpus=gpus).gpu)
+def _start() -> dict[str, dict]:
+    return {name: {"aliases": aliases, **START} for name, aliases in FAMILIES.items()}
 
 
-def training_rows() -> list[Row]:
-    """Rows of training_runs.yaml the validation table expresses (published TFLOP/s per GPU)."""
-    vt = _validation_table()
-    out = []
-    for case in vt.cases()[0]:
-        precision = case.layout.precision
-        out.append(Row(id=case.id, source="training_runs.yaml",
-                       family=_family_of_cluster(case.cluster, case.layout.world_size),
-                       precision=precision, published=case.published_tflops, unit="TFLOP/s/GPU",
-                       predict=lambda c=case, vt=vt: vt.predict(c)))
-    return out
-
-
-def expert_rows(path: Path = EXPERT_CONFIGS) -> list[Row]:
-    """Rows of expert_configs.yaml on catalog clusters (measured tokens/s per GPU)."""
-    out = []
-    for r in yaml.safe_load(path.read_text(encoding="utf-8"))["expert_configs"]:
-        try:
-            cluster = load_cluster(r["cluster"], gpus=r["gpus"])
-        except Exception:   # a cluster the catalog lacks (Grand Teton): not expressible here
-            continue
-        lay = r["layout"]
-        layout = Layout(dp=r["gpus"] // (lay["tp"] * lay["pp"] * lay["cp"]), tp=lay["tp"], pp=lay["pp"],
-                        cp=lay["cp"], ep=lay["ep"], vpp=lay["vpp"], micro_batch_size=lay["micro_batch_size"],
-                        zero_stage=lay["zero_stage"], sequence_parallel=lay["sequence_parallel"],
-                        recompute=lay["recompute"], global_batch_size=r["global_batch_seqs"],
-                        seq_len=r["seq_len"], precision=r["precision"], framework=r["framework"])
-        model = load_model(r["model"])
-
-        def predict(model=model, cluster=cluster, layout=layout, gpus=r["gpus"]) -> float:
-            return st.step_time(model, cluster, layout).tokens_per_s / gpus
-
-        out.append(Row(id=r["id"], source="expert_configs.yaml", family=compute.gpu_family(cluster.gpu),
-                       precision=r["precision"], published=float(r["measured_tokens_per_s_per_gpu"]),
-                       unit="tokens/s/GPU", predict=predict))
-    return out
-
-
-def all_rows() -> list[Row]:
-    """Every expressible row of both files."""
-    return training_rows() + expert_rows()
+def _log_error(row: vt.Row) -> float:
+    """log(1 + throughput error) of the row's prediction (`validate_training.predict`)."""
+    return math.log1p(vt.predict(row).error)
 
 
 def _calibration(families: dict[str, dict]) -> compute.Calibration:
@@ -143,18 +86,18 @@ def _calibration(families: dict[str, dict]) -> compute.Calibration:
     return replace(base, families=consts, aliases=aliases, default_family=DEFAULT_FAMILY)
 
 
-def _errors(rows: list[Row], families: dict[str, dict]) -> np.ndarray:
-    """log(predicted / published) of `rows` under `families`."""
+def _errors(rows: list[vt.Row], families: dict[str, dict]) -> np.ndarray:
+    """log(predicted / published throughput) of `rows` under `families`."""
     compute.use_calibration(_calibration(families))
     st.clear_caches()
     try:
-        return np.array([math.log(r.predict() / r.published) for r in rows])
+        return np.array([_log_error(r) for r in rows])
     finally:
         compute.use_calibration(None)
         st.clear_caches()
 
 
-def _fit_family(name: str, rows: list[Row], families: dict[str, dict], params: list[str]) -> dict:
+def _fit_family(name: str, rows: list[vt.Row], families: dict[str, dict], params: list[str]) -> dict:
     """Damped Gauss-Newton in log error over log(params) of family `name` (a step is halved until
     the sum of squares falls; bounds `BOUNDS`); returns its entry."""
     lo = np.log([BOUNDS[p][0] for p in params])
@@ -187,12 +130,12 @@ def _fit_family(name: str, rows: list[Row], families: dict[str, dict], params: l
     return {**families[name], **{p: round(float(v), 4) for p, v in zip(params, np.exp(theta))}}
 
 
-def fit(rows: list[Row]) -> dict[str, dict]:
+def fit(rows: list[vt.Row]) -> dict[str, dict]:
     """Per-family constants fitted on the FIT part of `rows` (see the module docstring)."""
-    fit_rows = [r for r in rows if not r.evaluation]
-    families = {name: {"aliases": aliases, **START} for name, aliases in FAMILIES.items()}
+    fit_rows = [r for r in rows if r.part == "fit"]
+    families = _start()
     for name in FAMILIES:
-        mine = [r for r in fit_rows if r.family == name]
+        mine = [r for r in fit_rows if family_of(r) == name]
         if not mine:
             continue
         precisions = {r.precision for r in mine}
@@ -204,7 +147,7 @@ def fit(rows: list[Row]) -> dict[str, dict]:
     return _stand_ins(families, fit_rows)
 
 
-def _stand_ins(families: dict[str, dict], fit_rows: list[Row]) -> dict[str, dict]:
+def _stand_ins(families: dict[str, dict], fit_rows: list[vt.Row]) -> dict[str, dict]:
     """Write each family's basis; a family without rows falls back to DEFAULT_FAMILY, a family
     without bf16 rows takes DEFAULT_FAMILY's e_max, one without fp8 rows has no fp8 constant
     (A100: no fp8 tensor cores) or DEFAULT_FAMILY's."""
@@ -238,16 +181,20 @@ def _stand_ins(families: dict[str, dict], fit_rows: list[Row]) -> dict[str, dict
     return out
 
 
-def evaluate(rows: list[Row], families: dict[str, dict] | None = None) -> list[dict]:
-    """Predicted vs published per row (all parts) under `families` (None: the file)."""
+def evaluate(rows: list[vt.Row], families: dict[str, dict] | None = None) -> list[dict]:
+    """Predicted vs published per row (all parts) under `families` (None: the file); `error` is
+    the throughput error (`validate_training.throughput_error`)."""
     if families is not None:
         compute.use_calibration(_calibration(families))
     st.clear_caches()
     try:
-        return [dict(id=r.id, source=r.source, family=r.family, precision=r.precision,
-                     part="evaluation" if r.evaluation else "fit", unit=r.unit,
-                     published=round(r.published, 1), predicted=round(r.predict(), 1))
-                for r in rows]
+        out = []
+        for r in rows:
+            pred = vt.predict(r)
+            out.append(dict(id=r.id, source=r.source, family=family_of(r), precision=r.precision,
+                            part=r.part, convention=r.convention, published=r.published,
+                            predicted=pred.predicted, error=pred.error))
+        return out
     finally:
         compute.use_calibration(None)
         st.clear_caches()
@@ -257,7 +204,7 @@ def summary(results: list[dict]) -> dict:
     """median / mean / max |error| and signed mean, %, of `results`."""
     if not results:
         return {"n": 0}
-    err = np.array([r["predicted"] / r["published"] - 1 for r in results]) * 100
+    err = np.array([r["error"] for r in results]) * 100
     return {"n": len(results), "median_abs_error_pct": round(float(np.median(np.abs(err))), 1),
             "mean_abs_error_pct": round(float(np.mean(np.abs(err))), 1),
             "max_abs_error_pct": round(float(np.max(np.abs(err))), 1),
@@ -284,9 +231,9 @@ def document(families: dict[str, dict], results: list[dict]) -> dict:
                        "(planner/cost/compute.py) per GPU family: efficiency(d) = e_max d/(d + d_half) "
                        "of the bf16/fp16 peak for linear GEMMs and (times the attention_core factor) "
                        "the attention core; fp8_e_max the same for fp8 linear GEMMs of the fp8 peak.",
-        "fitted_on": "tests/data/reference/training_runs.yaml rows that bench/validation_table.py "
-                     "expresses + expert_configs.yaml rows on catalog clusters, FIT part: "
-                     "crc32(id) % 4 != 0; evaluation part: crc32(id) % 4 == 0",
+        "fitted_on": "tests/data/reference/training_runs.yaml + expert_configs.yaml, every row "
+                     "planner.validate_training expresses, FIT part: crc32(id) % 4 != 0; "
+                     "evaluation part: crc32(id) % 4 == 0",
         "method": "Gauss-Newton on log(predicted/published), each step numpy.linalg.lstsq on a "
                   "finite-difference Jacobian, per family; regenerate: make calibrate",
         "generated": datetime.date.today().isoformat(),

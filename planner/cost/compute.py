@@ -135,10 +135,10 @@ def use_calibration(cal: Calibration | None) -> None:
         _ACTIVE.append(cal)
 
 
-def gpu_family(gpu: GPUSpec) -> str:
-    """Family name of `gpu` in the calibration file (aliases first, then family names, then the
-    file's default family)."""
-    cal = calibration()
+def gpu_family(gpu: GPUSpec, cal: Calibration | None = None) -> str:
+    """Family name of `gpu` in `cal` (default: the constants in force): aliases first, then family
+    names, then the default family."""
+    cal = cal or calibration()
     name = gpu.name.upper()
     for alias, family in cal.aliases.items():
         if alias in name:
@@ -234,14 +234,18 @@ def attention_flops(gpu: GPUSpec, precision: str, *, chunk_tokens: float) -> flo
     return peak_flops(gpu, core) * efficiency_constants(gpu).e_max * attention_efficiency(chunk_tokens)
 
 
-FP8_CAST_BYTES_PER_ELEMENT = 4
-"""HBM bytes moved to quantize one bf16 element for an fp8 GEMM: read 2, write the row-wise fp8
-copy 1 and the column-wise (transposed) fp8 copy 1 the backward's wgrad/dgrad GEMM needs (fused
-cast-transpose with amax). Applies to every linear input (forward) and output gradient (backward);
-weights are quantized once per step (the fp8 weight cache kept across micro-batches,
-`is_first_microbatch`). Source: NVIDIA/TransformerEngine@d0067d0 transformer_engine/pytorch/module/
-linear.py l. 420-433 (input quantizer set to rowwise and columnwise usage when backward needs the
-input) and l. 455-470 (weight quantizer, workspace cached on the first micro-batch)."""
+FP8_CAST_BYTES_PER_ELEMENT = 6
+"""HBM bytes moved to quantize one bf16 element for an fp8 GEMM with current (per-tensor dynamic)
+scaling: the amax pass reads it (2), the fused cast-transpose reads it again (2) and writes the
+row-wise fp8 copy (1) and the column-wise (transposed) copy (1) the backward's GEMMs need. Applies
+to every linear input (forward) and output gradient (backward); weights are quantized once per
+step (the fp8 weight cache kept across micro-batches, `is_first_microbatch`). Current scaling is
+what the recipes measured here run (Megatron-Bridge `fp8cs` / FP8-CS; torchao float8 tensorwise
+dynamic scaling, torchtitan's default); delayed scaling would skip the amax read (4 bytes).
+Source: NVIDIA/TransformerEngine@d0067d0 transformer_engine/common/recipe/current_scaling.cu
+(amax_kernel l. 33, launched before the cast l. 73), transformer_engine/pytorch/module/linear.py
+l. 420-433 (input quantizer set to row-wise and column-wise usage when backward needs the input)
+and l. 455-480 (weight quantizer, workspace updated on the first micro-batch only)."""
 
 
 def fp8_cast_bytes(linear_io_elements: float) -> float:
