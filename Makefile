@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: plan test test-deep bench clean calibrate calibrate-serving
+.PHONY: plan test test-deep bench clean calibrate calibrate-serving validate
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -48,3 +48,9 @@ calibrate-serving: $(STAMP)
 # expert_configs.yaml; prints the evaluation-part error.
 calibrate: $(STAMP)
 	$(PY) -m planner.calibrate --write
+
+# Regenerate docs/validation.md: every row of tests/data/reference/training_runs.yaml and
+# expert_configs.yaml through `explain`, the training and memory suites over all rows and over the
+# evaluation part (tests/test_validate_training.py checks the page is current).
+validate: $(STAMP)
+	$(PY) -m planner.validate_training --write

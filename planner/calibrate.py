@@ -37,10 +37,10 @@ from planner.cost import compute
 from planner.cost import step_time as st
 
 FAMILIES = {"A100": ["A800"], "H100": ["H200", "H800", "H20", "GH200"],
-            "H100-500W": ["HBM2E-500W"], "B200": ["GB200"], "MI300X": []}
+            "H100-500W": ["H100-SXM-96GB"], "B200": ["GB200"], "MI300X": []}
 """Families written to the file and the GPU-name substrings that alias them (same SM
 architecture: Ampere, Hopper, Blackwell, CDNA3). H100-500W is the power-capped H100 SXM 96 GB
-HBM2e of Meta's Grand Teton (hardware/grand-teton-h100-96g.yaml): its peak is unpublished ("between
+HBM2e of Meta's Grand Teton (hardware/grand-teton.yaml, GPU H100-SXM-96GB): its peak is unpublished ("between
 SXM and NVL", torchtitan benchmarks/llama3_h100_202412_torchtitan.md footnote 2) and the cluster
 file carries the SXM datasheet's, so its own e_max absorbs the unknown derating instead of biasing
 the H100 fit."""

@@ -72,7 +72,7 @@ KORTHIKANTI_VOCAB = 51200
 """Korthikanti 2022 rows give no vocab; Megatron GPT runs use the padded GPT-2 vocab 51,200."""
 
 CLUSTER_NAMES = {
-    "H100 SXM 96 GB HBM2e at 500 W (Meta Grand Teton; not a catalog cluster)": "grand-teton-h100-96g",
+    "H100 SXM 96 GB HBM2e at 500 W (Meta Grand Teton; not a catalog cluster)": "grand-teton",
 }
 """expert_configs `cluster:` text that names no catalog file -> the catalog cluster it describes."""
 
@@ -82,7 +82,7 @@ GPU_FAMILIES = (("A100", "A100"), ("H100", "H100/H200"), ("H800", "H100/H200"), 
 
 ASSUMPTIONS = {
     "a100-cluster": "A100 rows run on dgx-a100-80g (cluster catalog); Llama 3 rows on dgx-h100; torchtitan "
-                    "2024-12 rows and E16 on grand-teton-h100-96g (datasheet SXM peaks, no 500 W derating).",
+                    "2024-12 rows and E16 on grand-teton (datasheet SXM peaks, no 500 W derating).",
     "micro-batch-1": "Micro-batch 1 where the row gives none (Narayanan 2021 Table 1, MT-NLG); vpp 1 where not "
                      "given (Narayanan Table 1 says 'interleaved where applicable' without v).",
     "a100-full-recompute": "A100 rows used full activation recomputation (stated for Narayanan 2021; "
@@ -154,7 +154,7 @@ GROUP_SETTINGS: dict[str, dict] = {
         cluster="dgx-a100-80g", framework="megatron", recompute="full", flash_attention=False,
         convention="hardware_tflops_per_gpu", assumptions=("a100-cluster", "micro-batch-1")),
     "torchtitan-H100-2024-12": dict(
-        cluster="grand-teton-h100-96g", framework="torchtitan", zero_stage=3, flash_attention=True,
+        cluster="grand-teton", framework="torchtitan", zero_stage=3, flash_attention=True,
         convention="tokens_per_s_per_gpu", assumptions=("a100-cluster", "torchtitan-fsdp")),
 }
 """Per group of training_runs.yaml: cluster, framework, Layout defaults, FlashAttention, rank order,

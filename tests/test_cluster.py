@@ -19,7 +19,9 @@ DATA = Path(__file__).parent / "data" / "clusters"
 REFERENCE = Path(__file__).resolve().parent / "data" / "reference" / "hardware.yaml"
 
 CATALOG = ["dgx-a100-80g", "dgx-a100-40g", "dgx-h100", "hgx-h200", "hgx-h800", "dgx-b200",
-           "gb200-nvl72", "mi300x", "dgx2-v100", "rtx-4090x8"]
+           "gb200-nvl72", "mi300x", "dgx2-v100", "rtx-4090x8", "grand-teton"]
+"""The issue's names, and grand-teton (Meta's H100 96 GB HBM2e at 500 W: the torchtitan 2024-12
+benchmark rows and expert_configs E16, issue 9)."""
 
 
 def test_catalog_has_exactly_the_issue_names():
@@ -262,3 +264,13 @@ def test_network_bandwidth_per_gpu_arithmetic():
     # 8 NICs x 200 Gb/s / 8 bits / 8 GPUs = 25 GB/s (DGX A100); 1 x 100 / 8 / 8 = 1.5625 (workstation)
     assert load_cluster("dgx-a100-80g").network_gb_per_s_per_gpu == 25.0
     assert math.isclose(load_cluster("rtx-4090x8").network_gb_per_s_per_gpu, 1.5625)
+
+
+def test_grand_teton_numbers_are_the_benchmark_pages():
+    """torchtitan benchmarks/llama3_h100_202412_torchtitan.md: 8 H100 per host on NVLink, 96GB HBM2e
+    at 2.4 TB/s, 400 Gb/s RDMA per GPU; the peaks stay the H100 SXM datasheet's (no derating published)."""
+    c = load_cluster("grand-teton", gpus=16)
+    assert (c.gpus_per_node, c.nics_per_node, c.nic_gbit_per_s, c.gpu.hbm_gb_per_s) == (8, 8, 400, 2400)
+    assert c.gpu.peak_tflops["bf16"] == load_cluster("dgx-h100").gpu.peak_tflops["bf16"] == 989.4
+    assert c.gpu.memory_gib == pytest.approx(96 * 81559 / 81920, abs=0.005)   # 96 GiB less the 80 GB part's share
+    assert 84.9 < c.gpu.memory_gib                                            # Table 6's highest published peak

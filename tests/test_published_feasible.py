@@ -2,12 +2,12 @@
 rated feasible (fits or at_risk, never does_not_fit) by `planner.cost.memory.memory_per_device`, the
 function `plan` uses, and breaks no placement rule (`check_layout` reports no error).
 
-Rows and layouts: `bench/validation_table.py` `cases()` (imported, not copied) for the Megatron,
+Rows and layouts: `planner.validate_training.load_rows` (imported, not copied) for the Megatron,
 DeepSpeed, Llama 3, BLOOM and MT-NLG rows; `tests/test_memory_validation.py` `layout_of` for the
 torchtitan FSDP / CP / TP rows, extended here by the pipeline degree for the 3D / 4D rows. What this
 file adds to those layouts is memory-only facts a row or its paper states (MEMORY_FACTS below), each
-with its source; nothing is tuned per row. Rows left out: the reasons of `validation_table.cases()`
-except the torchtitan rows, which are costed here, and `torchtitan-perfdoc-405b-128gpu` (no seq_len).
+with its source; nothing is tuned per row. Rows left out: the rows `load_rows` marks not expressible
+(with their reasons), and the torchtitan rows, which are costed here, and `torchtitan-perfdoc-405b-128gpu` (no seq_len).
 
 GPUs: A100 rows on dgx-a100-80g, H100 rows on dgx-h100 (80 GB); the torchtitan rows ran on H100 SXM
 96 GB HBM2e at 500 W (Grand Teton): dgx-h100 with `gpu.memory_gib = 95.0` (dataclasses.replace).
@@ -24,7 +24,9 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
+from planner import validate_training as vtr
 from planner.cost.memory import GIB, memory_per_device
 from planner.placement.rules import check_layout, errors, uneven_split
 from planner.specs.cluster import load_cluster
@@ -44,7 +46,6 @@ def _load(name: str, path: Path):
     return module
 
 
-vt = _load("validation_table", ROOT / "bench" / "validation_table.py")
 tmv = _load("test_memory_validation", ROOT / "tests" / "test_memory_validation.py")
 
 TORCHTITAN_GPU_MEMORY_GIB = 95.0
@@ -71,11 +72,11 @@ MEMORY_FACTS = {
         "7, 8 x 14, 7 (§3.3.2); 8K rows without activation recompute (§3.3.2: 'we could pretrain "
         "Llama 3 on sequences of 8K tokens without activation checkpointing'); vpp 1 because that "
         "split cannot be interleaved in equal chunks (rules: stage layers a multiple of vpp)",
-        lambda row, lay: lay.replace(zero_stage=2, vpp=1, pipeline_layers=LLAMA3_8K_SPLIT,
+        lambda row, lay: lay.replace(zero_stage=2, vpp=1, pipeline_layout=None, pipeline_layers=LLAMA3_8K_SPLIT,
                                      recompute="none" if row["seq_len"] == 8192 else lay.recompute)),
 }
-"""group -> (what the row or its paper states, layout -> layout). Memory-only: the step-time table
-(bench/validation_table.py) keeps its own assumptions."""
+"""group -> (what the row or its paper states, layout -> layout). Memory-only: the step-time
+validation (planner/validate_training.py) keeps its own assumptions."""
 
 FRAMEWORK_RULES = {"Llama3-405B-Table4": ("zero_with_pp",)}
 """Framework-support rules that do not apply to a row: Llama 3 ran Meta's own FSDP + PP stack, which
@@ -101,10 +102,12 @@ def _torchtitan_cluster(gpus: int):
 
 def rows() -> list[dict]:
     """One dict per costed run: id, group, model, cluster, layout, what was added."""
-    runs = {r["id"]: r for r in vt.yaml.safe_load(vt.RUNS.read_text())["training_runs"]}
+    runs = {r["id"]: r for r in yaml.safe_load(vtr.TRAINING_RUNS.read_text())["training_runs"]}
     out = []
-    for case in vt.cases()[0]:
-        row = runs[case.id.split("/")[0]]
+    for case in vtr.load_rows(vtr.TRAINING_RUNS):
+        if case.layout is None or case.group == "torchtitan-H100-2024-12":
+            continue
+        row = runs[case.row_id]
         note, fix = MEMORY_FACTS.get(case.group, ("", lambda r, lay: lay))
         if case.group.startswith("Narayanan2021-Table1") and not row.get("precision", "").startswith("fp16"):
             note, fix = "", lambda r, lay: lay

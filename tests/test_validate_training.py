@@ -1,0 +1,321 @@
+"""`planner validate --suite training|memory|all` (issue 9 items 3-4): the loader on both data formats,
+the statistics by hand, bad input, the issue's Done-when bars, and docs/validation.md being current.
+
+Published values are read from tests/data/reference (copies of shared/reference) and checked against
+the numbers printed in the papers / benchmark pages quoted beside them; statistics against hand
+arithmetic written here.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import zlib
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from planner import validate_training as vt
+from planner.cli import app
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def rows():
+    return vt.default_rows()
+
+
+@pytest.fixture(scope="module")
+def evaluation(rows):
+    return vt.validate(rows, suite="training", part="evaluation")
+
+
+@pytest.fixture(scope="module")
+def everything(rows):
+    return vt.validate(rows, suite="all")
+
+
+# ---------------------------------------------------------------- statistics by hand
+
+def test_error_stats_by_hand():
+    s = vt.error_stats([0.1, -0.2, 0.05, 0.3])
+    # |e| = 0.1, 0.2, 0.05, 0.3 -> sorted 0.05, 0.1, 0.2, 0.3: median (0.1 + 0.2) / 2
+    assert s["n"] == 4
+    assert s["median_abs_error"] == pytest.approx(0.15)
+    assert s["mean_abs_error"] == pytest.approx(0.65 / 4)
+    assert s["max_abs_error"] == pytest.approx(0.3)
+    assert s["within_10"] == 2 and s["within_25"] == 3
+    assert s["bias"] == pytest.approx((0.1 - 0.2 + 0.05 + 0.3) / 4)       # +0.0625
+
+
+def test_error_stats_of_nothing():
+    assert vt.error_stats([]) == {"n": 0, "median_abs_error": None, "mean_abs_error": None,
+                                  "max_abs_error": None, "within_10": 0, "within_25": 0, "bias": None}
+
+
+def test_summarize_counts_verdicts_and_unexpressible_rows():
+    base = dict(gpu_family="A100", model_class="dense", precision="bf16/fp16", not_expressible=None)
+    rows = [dict(base, error=0.2, verdict="fits"), dict(base, error=-0.4, verdict="does_not_fit"),
+            dict(base, gpu_family="unknown", error=None, verdict="not_expressible", not_expressible="why"),
+            dict(base, precision="fp8", error=0.05, verdict="at_risk")]
+    summary, by = vt.summarize(rows)
+    assert summary["rows"] == 4 and summary["n"] == 3
+    assert summary["does_not_fit"] == 1 and summary["not_expressible"] == 1
+    assert summary["median_abs_error"] == pytest.approx(0.2)               # 0.05, 0.2, 0.4
+    assert summary["bias"] == pytest.approx((0.2 - 0.4 + 0.05) / 3)
+    assert set(by["gpu_family"]) == {"A100"}                               # unexpressible rows are not grouped
+    assert by["gpu_family x precision"]["A100 bf16/fp16"]["n"] == 2
+    assert by["precision"]["fp8"]["max_abs_error"] == pytest.approx(0.05)
+
+
+def test_throughput_error_sign_convention():
+    # step time: published 2.0 s, predicted 1.6 s -> the tool claims 2.0 / 1.6 = 1.25x the throughput
+    assert vt.throughput_error(1.6, 2.0, "step_time_s") == pytest.approx(0.25)
+    assert vt.throughput_error(120.0, 100.0, "tokens_per_s_per_gpu") == pytest.approx(0.2)
+
+
+# ---------------------------------------------------------------- loader
+
+def test_training_runs_rows_and_published_values(rows):
+    by_id = {r.id: r for r in rows}
+    # 53 rows in the file; Korthikanti's 4 give 2 comparisons each (full, selective + SP)
+    assert len([r for r in rows if r.source == "training_runs"]) == 57
+    assert by_id["megatron-sc21-t1-1008.0B"].published == 163                 # Narayanan 2021 Table 1
+    assert by_id["megatron-sc21-t1-1008.0B"].convention == "hardware_tflops_per_gpu"
+    assert by_id["llama3-405b-16384-8192"].published == 400                   # Llama 3 Table 4
+    assert by_id["llama3-405b-16384-8192"].convention == "model_tflops_per_gpu"
+    assert by_id["korthikanti2022-1T/full"].published == 94.42                # Korthikanti 2022 Table 5
+    assert by_id["korthikanti2022-1T/sel+sp"].published == 71.49
+    assert by_id["korthikanti2022-1T/full"].flash_attention is False
+    tt = by_id["torchtitan-202412-t4-2d-asynctp"]                             # torchtitan Table 4
+    assert (tt.published, tt.published_memory_gib, tt.cluster) == (876, 67.6, "grand-teton")
+    assert (tt.layout.dp, tt.layout.tp, tt.layout.zero_stage, tt.layout.precision) == (32, 8, 3, "fp8")
+    assert "async-tp-not-modelled" in tt.assumptions and "compile-as-eager" in tt.assumptions
+
+
+def test_torchtitan_pipeline_rows_split_the_local_batch(rows):
+    """Table 5: local batch 32 over pp 8 -> micro-batch 4 (torchtitan n_microbatches = pp); the
+    interleaved row at 2 stages per rank: 126 layers as 2 x (8, 8, 8, 8, 7, 8, 8, 8)-like even chunks."""
+    by_id = {r.id: r for r in rows}
+    one, inter = by_id["torchtitan-202412-t5-3d-1f1b"].layout, by_id["torchtitan-202412-t5-3d-interleaved"].layout
+    assert (one.pp, one.vpp, one.micro_batch_size, one.global_batch_size) == (8, 1, 4, 256)
+    assert sum(one.pipeline_layers) == 126 and max(one.pipeline_layers) - min(one.pipeline_layers) <= 1
+    assert inter.vpp == 2 and sum(inter.pipeline_layers) == 126 and all(n % 2 == 0 for n in inter.pipeline_layers)
+
+
+def test_llama3_layout_is_the_papers_split(rows):
+    """Llama 3 405B at pp 16 x vpp 4: 126 layers, the first and last stage one layer fewer (§3.3.2)."""
+    lay = next(r for r in rows if r.id == "llama3-405b-8192-8192").layout
+    from planner.placement import pipeline_layout
+    counts = pipeline_layout.rank_counts(lay.pipeline_layout, lay.pp)
+    assert counts == (7,) + (8,) * 14 + (7,)
+    assert lay.recompute == "none"                      # '8K tokens without activation checkpointing'
+
+
+def test_expert_configs_rows(rows):
+    by_id = {r.id: r for r in rows if r.source == "expert_configs"}
+    assert set(by_id) == {"E1", "E2", "E3", "E6", "E9", "E10", "E13", "E16", "E18"}
+    e13 = by_id["E13"]
+    assert (e13.layout.dp, e13.layout.ep, e13.published, e13.moe) == (16, 16, 8960, True)
+    assert by_id["E16"].cluster == "grand-teton"
+    assert by_id["E2"].layout.dp == 64 // (4 * 8)
+    assert all(r.convention == "tokens_per_s_per_gpu" for r in by_id.values())
+
+
+def test_loader_reads_either_format_from_any_path(tmp_path):
+    doc = yaml.safe_load(vt.EXPERT_CONFIGS.read_text())
+    path = tmp_path / "two.yaml"
+    path.write_text(yaml.safe_dump({"expert_configs": doc["expert_configs"][:2]}))
+    assert [r.id for r in vt.load_rows(path)] == ["E1", "E2"]
+    runs = yaml.safe_load(vt.TRAINING_RUNS.read_text())["training_runs"]
+    path.write_text(yaml.safe_dump({"training_runs": [r for r in runs if r["group"].startswith("Korthikanti")]}))
+    assert len(vt.load_rows(path)) == 8
+
+
+def test_split_rule_is_crc32(rows):
+    for r in rows:
+        assert r.part == ("evaluation" if zlib.crc32(r.row_id.encode()) % 4 == 0 else "fit")
+    assert {r.part for r in rows if r.row_id.startswith("korthikanti2022-1T")} == {"fit"}
+
+
+def test_rows_that_cannot_be_expressed_stay_with_the_reason(everything):
+    missing = {r["id"]: r["not_expressible"] for r in everything["suites"]["training"]["rows"]
+               if r["not_expressible"]}
+    assert set(missing) == {"opt-175b", "torchtitan-perfdoc-405b-128gpu"}
+    assert "1024" in missing["opt-175b"] and "124" in missing["opt-175b"]    # batch 1024 over 124 hosts
+    assert everything["suites"]["training"]["summary"]["not_expressible"] == 2
+
+
+def test_json_has_the_issue_keys():
+    result = runner.invoke(app, ["validate", "--suite", "training", "--part", "evaluation", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert {"median_abs_error", "mean_abs_error", "max_abs_error", "n", "does_not_fit"} <= set(data["summary"])
+    assert all("error" in r and "verdict" in r for r in data["rows"])
+    assert set(data["by"]) == {"gpu_family", "model_class", "precision", "gpu_family x precision"}
+    errors = [r["error"] for r in data["rows"] if r["error"] is not None]
+    assert data["summary"]["median_abs_error"] == pytest.approx(statistics.median(abs(e) for e in errors))
+
+
+def test_memory_suite_is_the_published_peaks():
+    result = runner.invoke(app, ["validate", "--suite", "memory", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert len(data["rows"]) == 18                       # torchtitan 2024-12 Tables 1-6
+    t1 = next(r for r in data["rows"] if r["id"] == "torchtitan-202412-t1-fsdp")
+    assert t1["published"] == 82.4 and t1["convention"] == "peak_memory_gib"
+    assert t1["error"] == pytest.approx(t1["predicted"] / 82.4 - 1)
+
+
+# ---------------------------------------------------------------- bad input
+
+@pytest.mark.parametrize(("content", "expected"), [
+    ("runs: []\n", "top-level key(s) runs not allowed; allowed: exactly one of training_runs, expert_configs"),
+    ("training_runs: [\n", "not readable as YAML"),
+    ("training_runs: []\n", "training_runs: must be a non-empty list of rows"),
+    ("training_runs:\n- group: x\n", "training_runs[0]: each row must be a mapping with a string `id`"),
+    ("training_runs:\n- {id: a, group: Narayanan2021-Table1-weak-scaling, tp: eight}\n",
+     "training_runs[a].tp: value 'eight' not allowed; allowed: a positive integer"),
+    ("expert_configs:\n- {id: E1, model: llama-3.1-8b}\n", "expert_configs[0].cluster: missing value"),
+    ("expert_configs:\n- {id: E1, model: no-such-model, cluster: dgx-h100, gpus: 8, seq_len: 8192, "
+     "global_batch_seqs: 8, precision: bf16, framework: megatron, layout: {tp: 1}, "
+     "measured_tokens_per_s_per_gpu: 100}\n", "expert_configs[0].model: value 'no-such-model'"),
+    ("expert_configs:\n- {id: E1, model: llama-3.1-8b, cluster: dgx-h100, gpus: 8, seq_len: 8192, "
+     "global_batch_seqs: 8, precision: bf16, framework: megatron, layout: {tp: 1, tpp: 2}, "
+     "measured_tokens_per_s_per_gpu: 100}\n", "expert_configs[0].layout.tpp: key 'tpp' not allowed"),
+    ("expert_configs:\n- {id: E1, model: llama-3.1-8b, cluster: dgx-h100, gpus: 8, seq_len: 8192, "
+     "global_batch_seqs: 8, precision: bf16, framework: megatron, layout: {recompute: some}, "
+     "measured_tokens_per_s_per_gpu: 100}\n", "expert_configs[0].layout.recompute: value 'some'"),
+])
+def test_bad_data_file_is_one_line_exit_2(tmp_path, content, expected):
+    path = tmp_path / "runs.yaml"
+    path.write_text(content)
+    result = runner.invoke(app, ["validate", "--suite", "training", "--data", str(path)])
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.output
+    assert str(path) in lines[0] and expected in lines[0], lines[0]
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    (["--data", "/no/such/file.yaml"], "/no/such/file.yaml: --data: file not found"),
+    (["--part", "some"], "--part: value 'some' not allowed; allowed: all, fit, evaluation"),
+])
+def test_bad_options_are_one_line_exit_2(args, expected):
+    result = runner.invoke(app, ["validate", "--suite", "training", *args])
+    assert result.exit_code == 2 and expected in result.output and "Traceback" not in result.output
+
+
+def test_bad_suite_is_a_usage_error():
+    result = runner.invoke(app, ["validate", "--suite", "speed"])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+
+
+def test_directory_as_data(tmp_path):
+    result = runner.invoke(app, ["validate", "--suite", "memory", "--data", str(tmp_path)])
+    assert result.exit_code == 2 and "is a directory" in result.output
+
+
+# ---------------------------------------------------------------- issue 4 guard and issue 9 Done-when
+
+OLD_GROUPS = ("Narayanan2021", "Korthikanti2022", "Llama3-405B", "BLOOM", "MT-NLG")
+
+
+def test_issue4_rows_at_least_80_percent_within_25_percent(everything):
+    """Issue 4's bar on the runs with a fully given layout (Megatron SC21, Korthikanti, Llama 3,
+    BLOOM, MT-NLG): >= 80 % of predictions within +-25 %."""
+    old = [r for r in everything["suites"]["training"]["rows"]
+           if r["group"].startswith(OLD_GROUPS) and r["error"] is not None]
+    assert len(old) >= 37
+    assert sum(abs(r["error"]) <= 0.25 for r in old) >= 0.8 * len(old)
+
+
+def _now(s: dict) -> str:
+    return (f"now median {s['median_abs_error']:.1%}, max {s['max_abs_error']:.1%} over n = {s['n']} "
+            f"(2026-12-01, before the issue 9 item 1-2 cost-model work is merged)")
+
+
+@pytest.mark.xfail(strict=True, reason="evaluation part: median |error| 19.5%, max 145.3% over 15 rows "
+                                       "(2026-12-01; torchtitan on grand-teton +24..+145%, MT-NLG +20/+25%)")
+def test_done_when_evaluation_median_and_max(evaluation):
+    s = evaluation["summary"]
+    assert s["median_abs_error"] <= 0.10 and s["max_abs_error"] <= 0.25, _now(s)
+
+
+@pytest.mark.xfail(strict=True, reason="evaluation part bias (2026-12-01): A100 bf16/fp16 +7.9% (8 rows), "
+                                       "H100/H200 bf16/fp16 +36.1% (4), H100/H200 fp8 +70.7% (3)")
+def test_done_when_bias_per_gpu_family_and_precision(evaluation):
+    groups = {name: s for name, s in evaluation["by"]["gpu_family x precision"].items() if s["n"] >= 3}
+    assert groups
+    biased = {name: f"{s['bias']:+.1%}" for name, s in groups.items() if abs(s["bias"]) > 0.05}
+    assert not biased, biased
+
+
+# ---------------------------------------------------------------- Korthikanti 2022 Table 5 through the CLI
+
+KORTHIKANTI = [r for r in yaml.safe_load(vt.TRAINING_RUNS.read_text())["training_runs"]
+               if r["group"] == "Korthikanti2022-Table5"]
+
+
+def _gpt_file(tmp_path, row: dict):
+    """The row's GPT: h, heads, layers from Table 5; 4h MLP, padded GPT-2 vocab 51,200, tied embedding."""
+    path = tmp_path / f"{row['id']}.yaml"
+    path.write_text(yaml.safe_dump(dict(
+        name=row["id"], model_type="gpt", hidden_size=row["hidden_size"], intermediate_size=4 * row["hidden_size"],
+        num_attention_heads=row["num_attention_heads"], num_hidden_layers=row["num_layers"], vocab_size=51200,
+        max_position_embeddings=2048, tie_word_embeddings=True)))
+    return str(path)
+
+
+def _explain_step_s(tmp_path, row: dict, selective: bool, flash: bool = False) -> float:
+    args = ["explain", "-m", _gpt_file(tmp_path, row), "-c", "dgx-a100-80g", "--gpus", str(row["gpus"]),
+            "--tp", str(row["tp"]), "--pp", str(row["pp"]), "--dp", "1",
+            "--vpp", str(row["pipeline_interleave_stages_in_calculon_config"]),
+            "--micro-batch-size", str(row["micro_batch"]), "--global-batch-size", str(row["global_batch_seqs"]),
+            "--seq-len", "2048", "--recompute", "selective" if selective else "full",
+            "--flash-attention" if flash else "--no-flash-attention", "--format", "json"]
+    if selective:
+        args.append("--sequence-parallel")
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)["time_s"]["step"]
+
+
+@pytest.fixture(scope="module")
+def korthikanti_points(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("korthikanti")
+    return [(row["id"], sel, _explain_step_s(tmp, row, sel),
+             row["iteration_time_s_selective_plus_sp" if sel else "iteration_time_s_full_recompute"])
+            for row in KORTHIKANTI for sel in (False, True)]
+
+
+def test_korthikanti_cli_matches_validate(korthikanti_points, everything):
+    """The CLI path and `planner validate` give the same step time for all eight points."""
+    by_id = {r["id"]: r for r in everything["suites"]["training"]["rows"]}
+    assert len(korthikanti_points) == 8
+    for row_id, sel, step, published in korthikanti_points:
+        row = by_id[row_id + ("/sel+sp" if sel else "/full")]
+        assert row["published"] == published and row["predicted"] == pytest.approx(step, rel=1e-12)
+
+
+def test_flash_attention_switch_changes_the_step(tmp_path):
+    """s = 2048, h = 6144: without FlashAttention the s x s scores add memory traffic, so the step is longer."""
+    row = KORTHIKANTI[0]
+    assert _explain_step_s(tmp_path, row, False, flash=False) > _explain_step_s(tmp_path, row, False, flash=True)
+
+
+@pytest.mark.xfail(strict=True, reason="Table 5 (2026-12-01): mean |error| 7.7%, max 18.9% (530B full recompute "
+                                       "58.3 s vs 49.05 s); Calculon: 3.65% / 8.87%")
+def test_done_when_korthikanti_table5(korthikanti_points):
+    errors = [abs(step / published - 1) for _, _, step, published in korthikanti_points]
+    text = ", ".join(f"{i}{'/sel' if s else '/full'} {step:.2f} s vs {p} s"
+                     for i, s, step, p in korthikanti_points)
+    assert statistics.fmean(errors) <= 0.035 and max(errors) <= 0.08, text
+
+
+# ---------------------------------------------------------------- docs/validation.md
+
+def test_doc_is_current():
+    assert vt.DOC.read_text(encoding="utf-8") == vt.doc_text(), "run make validate"
