@@ -97,7 +97,7 @@ def test_every_family_has_constants_and_a_basis():
     assert CAL.families["A100"].fp8_e_max is None                  # Ampere has no fp8
     assert CAL.families["MI300X"].family == "H100" and "stand in" in CAL.families["MI300X"].basis
     names = {"dgx-a100-80g": "A100", "dgx-h100": "H100", "hgx-h200": "H100", "hgx-h800": "H100",
-             "dgx-b200": "B200", "gb200-nvl72": "B200", "mi300x": "MI300X"}
+             "dgx-b200": "B200", "gb200-nvl72": "B200", "mi300x": "MI300X", "grand-teton": "H100-500W"}
     for cluster, family in names.items():
         assert compute.gpu_family(load_cluster(cluster).gpu) == family
 
