@@ -81,7 +81,7 @@ GPU_FAMILIES = (("A100", "A100"), ("H100", "H100/H200"), ("H800", "H100/H200"), 
 """GPU name prefix -> family for the statistics (issue 9: A100, H100/H800/H200, B200/GB200, MI300X)."""
 
 ASSUMPTIONS = {
-    "a100-cluster": "A100 rows run on dgx-a100-80g (cluster catalog); Llama 3 rows on dgx-h100; torchtitan "
+    "clusters": "A100 rows run on dgx-a100-80g (cluster catalog); Llama 3 rows on dgx-h100; torchtitan "
                     "2024-12 rows and E16 on grand-teton (datasheet SXM peaks, no 500 W derating).",
     "micro-batch-1": "Micro-batch 1 where the row gives none (Narayanan 2021 Table 1, MT-NLG); vpp 1 where not "
                      "given (Narayanan Table 1 says 'interleaved where applicable' without v).",
@@ -110,6 +110,9 @@ ASSUMPTIONS = {
                        "interleaved 1F1B at 2 stages per rank; global batch = FSDP x local batch where not given.",
     "torchtitan-seq-len": "torchtitan 2024-12 Tables 1, 3-5: seq_len 8192 (the torchtitan llama3 default; the "
                           "table does not state it; row marked UNVERIFIED).",
+    "torchtitan-table6": "torchtitan 2024-12 Table 6 rows (techniques '4D, 1F1B' in training_runs.yaml) take the "
+                         "table's caption, '4D parallelism (FSDP + TP + PP + CP) + torch.compile + Float8 + AsyncTP "
+                         "+ 1F1B' (benchmarks/llama3_h100_202412_torchtitan.md @31a17bfd): fp8 GEMMs, compiled, AsyncTP.",
     "compile-as-eager": "torch.compile is costed as eager (the cost model has no fusion term): compiled rows are "
                         "predicted at the eager speed.",
     "async-tp-not-modelled": "AsyncTP on/off is not a Layout knob yet (issue 9 item 2): rows with and without it "
@@ -124,38 +127,50 @@ ASSUMPTIONS = {
 }
 """Every assumption made where a row is silent, by key; `Row.assumptions` lists the keys applied."""
 
+CAPTION_TECHNIQUES = {"4D, 1F1B": "4D + torch.compile + Float8 + AsyncTP, 1F1B"}
+"""torchtitan row `techniques` that shorten their table's caption -> the caption's list (ASSUMPTIONS
+`torchtitan-table6`)."""
+
+NOT_EXPRESSIBLE = {
+    "torchtitan-H100-perf-doc": "torchtitan docs/performance.md (older version) gives no sequence length and names the "
+                                "GPU only 'H100 94GB' (neither the variant nor its power limit), so neither the "
+                                "layout nor the cluster is known; its three results (bf16, Float8, Float8 + AsyncTP) "
+                                "are not compared",
+}
+"""Groups of training_runs.yaml the tool cannot express, with why (kept in the output)."""
+
 GROUP_SETTINGS: dict[str, dict] = {
     "Narayanan2021-Table1-weak-scaling": dict(
         cluster="dgx-a100-80g", framework="megatron", recompute="full", flash_attention=False,
-        convention="hardware_tflops_per_gpu", assumptions=("a100-cluster", "micro-batch-1",
+        convention="hardware_tflops_per_gpu", assumptions=("clusters", "micro-batch-1",
                                                             "a100-full-recompute", "no-flash-attention")),
     "Narayanan2021-Table2-PTDP-vs-ZeRO3": dict(
         cluster="dgx-a100-80g", framework="megatron", recompute="full", flash_attention=False,
-        convention="hardware_tflops_per_gpu", assumptions=("a100-cluster", "a100-full-recompute",
+        convention="hardware_tflops_per_gpu", assumptions=("clusters", "a100-full-recompute",
                                                             "no-flash-attention", "zero3-deepspeed")),
     "Korthikanti2022-Table5": dict(
         cluster="dgx-a100-80g", framework="megatron", flash_attention=False, convention="step_time_s",
-        assumptions=("a100-cluster", "no-flash-attention", "korthikanti-two-rows")),
+        assumptions=("clusters", "no-flash-attention", "korthikanti-two-rows")),
     "Llama3-405B-Table4": dict(
         cluster="dgx-h100", framework="megatron", recompute={8192: "none"}, default_recompute="selective",
         vpp=4, zero_stage=1,
         sequence_parallel=True, flash_attention=True, rank_order=("tp", "cp", "ep", "pp", "dp"),
-        convention="model_tflops_per_gpu", assumptions=("a100-cluster", "llama3")),
+        convention="model_tflops_per_gpu", assumptions=("clusters", "llama3")),
     "BLOOM-176B": dict(
         cluster="dgx-a100-80g", framework="deepspeed", recompute="full", flash_attention=False,
         pipeline_layers=(5,) + (6,) * 10 + (5,),
-        convention="hardware_tflops_per_gpu", assumptions=("a100-cluster", "a100-full-recompute",
+        convention="hardware_tflops_per_gpu", assumptions=("clusters", "a100-full-recompute",
                                                             "no-flash-attention", "bloom")),
     "MT-NLG-530B": dict(
         cluster="dgx-a100-80g", framework="deepspeed", recompute="full", flash_attention=False,
-        convention="hardware_tflops_per_gpu", assumptions=("a100-cluster", "micro-batch-1",
+        convention="hardware_tflops_per_gpu", assumptions=("clusters", "micro-batch-1",
                                                             "a100-full-recompute", "no-flash-attention")),
     "OPT-175B": dict(
         cluster="dgx-a100-80g", framework="megatron", recompute="full", flash_attention=False,
-        convention="hardware_tflops_per_gpu", assumptions=("a100-cluster", "micro-batch-1")),
+        convention="hardware_tflops_per_gpu", assumptions=("clusters", "micro-batch-1")),
     "torchtitan-H100-2024-12": dict(
         cluster="grand-teton", framework="torchtitan", zero_stage=3, flash_attention=True,
-        convention="tokens_per_s_per_gpu", assumptions=("a100-cluster", "torchtitan-fsdp")),
+        convention="tokens_per_s_per_gpu", assumptions=("clusters", "torchtitan-fsdp")),
 }
 """Per group of training_runs.yaml: cluster, framework, Layout defaults, FlashAttention, rank order,
 the published value's convention and the assumption keys. A group not listed is not expressible."""
@@ -250,23 +265,30 @@ def load_rows(path: str | Path = TRAINING_RUNS) -> list[Row]:
         line = f" at line {where.line + 1}" if where is not None else ""
         raise SpecError(f"not readable as YAML{line}; give a training_runs or expert_configs file",
                         file=str(path)) from None
-    keys = list(doc) if isinstance(doc, dict) else []
-    kind = next((k for k in FORMATS if k in keys), None)
-    if kind is None or len(keys) != 1:
-        shown = ", ".join(map(str, keys)) or type(doc).__name__
-        raise SpecError(f"top-level key(s) {shown} not allowed; allowed: exactly one of {', '.join(FORMATS)}",
-                        file=str(path), key=str(keys[0]) if keys else None)
+    if not isinstance(doc, dict):
+        raise SpecError(f"is not a YAML mapping; allowed: one top-level key, {' or '.join(FORMATS)}", file=str(path))
+    keys = list(doc)
+    if len(keys) != 1 or keys[0] not in FORMATS:
+        raise SpecError(f"top-level key(s) {', '.join(map(str, keys))} not allowed; allowed: exactly one of "
+                        f"{', '.join(FORMATS)}", file=str(path), key=str(keys[0]) if keys else None)
+    kind = keys[0]
     rows = doc[kind]
     if not isinstance(rows, list) or not rows:
         raise SpecError("must be a non-empty list of rows", file=str(path), key=kind)
     out: list[Row] = []
+    seen: set[str] = set()
     for i, raw in enumerate(rows):
         where = f"{kind}[{i}]"
         if not isinstance(raw, dict) or not isinstance(raw.get("id"), str) or not raw["id"]:
             raise SpecError("each row must be a mapping with a string `id`", file=str(path), key=where)
-        reader = _expert_row if kind == "expert_configs" else _training_rows
-        out.extend(reader(raw, str(path), f"{where}.") if kind == "expert_configs"
-                   else reader(raw, str(path), f"{kind}[{raw['id']}]."))
+        if raw["id"] in seen:
+            raise SpecError(f"value {raw['id']!r} given twice; each row needs its own id", file=str(path),
+                            key=f"{where}.id")
+        seen.add(raw["id"])
+        if kind == "expert_configs":
+            out.extend(_expert_row(raw, str(path), f"{where}."))
+        else:
+            out.extend(_training_rows(raw, str(path), f"{kind}[{raw['id']}]."))
     return out
 
 
@@ -337,13 +359,10 @@ def _expert_row(raw: dict, file: str, where: str) -> list[Row]:
     if gpus % (degrees["tp"] * degrees["pp"] * degrees["cp"]):
         raise SpecError(f"value {gpus} not allowed; allowed: a multiple of tp x pp x cp = "
                         f"{degrees['tp'] * degrees['pp'] * degrees['cp']}", file=file, key=where + "gpus")
-    try:
-        layout = Layout(dp=gpus // (degrees["tp"] * degrees["pp"] * degrees["cp"]), **degrees,
-                        zero_stage=lay.get("zero_stage", 0), sequence_parallel=bool(lay.get("sequence_parallel", False)),
-                        recompute=lay.get("recompute", "none"), seq_len=seq, global_batch_size=batch,
-                        precision=raw["precision"], framework=raw["framework"])
-    except SpecError as exc:
-        raise SpecError(exc.message, file=file, key=f"{where}layout.{exc.key}") from None
+    layout = _layout(file, where, nested=True, dp=gpus // (degrees["tp"] * degrees["pp"] * degrees["cp"]), **degrees,
+                     zero_stage=lay.get("zero_stage", 0), sequence_parallel=bool(lay.get("sequence_parallel", False)),
+                     recompute=lay.get("recompute", "none"), seq_len=seq, global_batch_size=batch,
+                     precision=raw["precision"], framework=raw["framework"])
     assumptions = ["expert-configs"]
     if raw["framework"] == "torchtitan":
         assumptions += ["compile-as-eager"] + (["async-tp-not-modelled"] if degrees["tp"] > 1 else [])
@@ -353,6 +372,20 @@ def _expert_row(raw: dict, file: str, where: str) -> list[Row]:
                 flash_attention=True, rank_order=None, convention="tokens_per_s_per_gpu", published=published,
                 published_memory_gib=None, precision=layout.precision, moe=model.is_moe,
                 assumptions=tuple(assumptions))]
+
+
+ROW_LEVEL_KEYS = ("precision", "framework", "seq_len", "global_batch_size")
+"""Layout fields an expert_configs row gives outside `layout:` (training_runs rows: all of them)."""
+
+
+def _layout(file: str, where: str, *, nested: bool = False, **fields) -> Layout:
+    """Layout(**fields), its SpecError re-raised naming the data file and the row's key (`nested`:
+    the row gives its degrees under `layout:`, as expert_configs does; else the Layout field name)."""
+    try:
+        return Layout(**fields)
+    except SpecError as exc:
+        key = f"layout.{exc.key}" if nested and exc.key not in ROW_LEVEL_KEYS else exc.key
+        raise SpecError(exc.message, file=file, key=where + key) from None
 
 
 def _split(model: ModelSpec, layout: Layout, assumptions: tuple[str, ...]) -> tuple[Layout, tuple[str, ...]]:
@@ -412,6 +445,8 @@ def _precision(row: dict) -> str:
 
 def _training_rows(raw: dict, file: str, where: str) -> list[Row]:
     settings = GROUP_SETTINGS.get(raw.get("group"))
+    if raw.get("group") in NOT_EXPRESSIBLE:
+        return [_not_expressible(raw, NOT_EXPRESSIBLE[raw["group"]])]
     if settings is None:
         return [_not_expressible(raw, f"group {raw.get('group')!r} has no mapping to a layout "
                                       f"(GROUP_SETTINGS); hardware {raw.get('hardware', '?')!r}",
@@ -420,6 +455,8 @@ def _training_rows(raw: dict, file: str, where: str) -> list[Row]:
         return _torchtitan_rows(raw, settings, file, where)
     for key in ("tp", "pp", "dp", "cp", "micro_batch", "global_batch_seqs", "batch_seqs_per_dp", "seq_len", "gpus"):
         _int(raw, key, file, where)
+    for key in ("achieved_tflops_per_gpu", "iteration_time_s_full_recompute", "iteration_time_s_selective_plus_sp"):
+        _number(raw, key, file, where)
     convention = settings["convention"]
     if "tp" not in raw or "dp" not in raw or "seq_len" not in raw:
         return [_not_expressible(raw, "no tp, dp or seq_len in the row", convention=convention)]
@@ -443,8 +480,8 @@ def _training_rows(raw: dict, file: str, where: str) -> list[Row]:
             rows.append(_not_expressible(raw, "no published TFLOP/s, MFU or iteration time",
                                          model_name=model.name, convention=convention, suffix=suffix))
             continue
-        layout, assumptions = _split(model, Layout(**common | extra, recompute=recompute, framework=framework),
-                                     settings["assumptions"])
+        layout, assumptions = _split(model, _layout(file, where, **common | extra, recompute=recompute,
+                                                    framework=framework), settings["assumptions"])
         rows.append(Row(id=raw["id"] + suffix, **_base(raw, "training_runs"), group=raw["group"],
                         model_name=model.name, model=model, cluster=settings["cluster"], gpus=layout.world_size,
                         layout=layout, framework=framework, flash_attention=settings["flash_attention"],
@@ -474,8 +511,8 @@ def _degree(text: str, axis: str) -> int:
 
 def _torchtitan_rows(raw: dict, settings: dict, file: str, where: str) -> list[Row]:
     """torchtitan benchmark rows: `parallelism` 'FSDP 8, TP 8, PP 8, CP 1', `techniques`, local batch."""
-    text, memory = raw["parallelism"], raw.get("peak_memory_gib")
-    published = raw.get("tokens_per_s_per_gpu")
+    text = raw["parallelism"]
+    memory, published = (_number(raw, k, file, where) for k in ("peak_memory_gib", "tokens_per_s_per_gpu"))
     model = _model(raw)
     if not re.fullmatch(r"(FSDP|TP|PP|CP) \d+(, (FSDP|TP|PP|CP) \d+)*", str(text)):
         return [_not_expressible(raw, f"parallelism {text!r} is not 'FSDP n[, TP n][, PP n][, CP n]'",
@@ -486,21 +523,25 @@ def _torchtitan_rows(raw: dict, settings: dict, file: str, where: str) -> list[R
     _int(raw, "local_batch", file, where), _int(raw, "seq_len", file, where)
     fsdp, tp, pp, cp = (_degree(text, a) for a in ("FSDP", "TP", "PP", "CP"))
     techniques = str(raw.get("techniques", ""))
+    assumptions = list(settings["assumptions"])
+    if techniques in CAPTION_TECHNIQUES:
+        techniques = CAPTION_TECHNIQUES[techniques]
+        assumptions.append("torchtitan-table6")
     local = raw["local_batch"]
-    layout = Layout(dp=fsdp, tp=tp, pp=pp, cp=cp, zero_stage=3, framework="torchtitan", sequence_parallel=tp > 1,
-                    micro_batch_size=local, global_batch_size=raw.get("global_batch_seqs", fsdp * local),
-                    seq_len=raw["seq_len"], recompute=raw.get("activation_checkpointing", "none"),
-                    precision=_precision(raw))
+    layout = _layout(file, where, dp=fsdp, tp=tp, pp=pp, cp=cp, zero_stage=3, framework="torchtitan",
+                     sequence_parallel=tp > 1, micro_batch_size=local,
+                     global_batch_size=raw.get("global_batch_seqs", fsdp * local), seq_len=raw["seq_len"],
+                     recompute=raw.get("activation_checkpointing", "none"),
+                     precision=_precision({"techniques": techniques}))
     if pp > 1:
         from planner.placement.rules import uneven_split
         vpp = 2 if "Interleaved" in techniques else 1
         n = model.num_hidden_layers
         split = tuple(2 * c for c in uneven_split(n // 2, pp)) if vpp == 2 else tuple(uneven_split(n, pp))
         layout = layout.replace(pp=pp, vpp=vpp, pipeline_layers=split, micro_batch_size=local // pp)
-    assumptions = list(settings["assumptions"])
     if "UNVERIFIED" in str(raw.get("notes", "")):
         assumptions.append("torchtitan-seq-len")
-    if "compile" in techniques or "4D" in techniques:
+    if "compile" in techniques:
         assumptions.append("compile-as-eager")
     if tp > 1:
         assumptions.append("async-tp-not-modelled")

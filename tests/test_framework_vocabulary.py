@@ -44,9 +44,12 @@ ELSEWHERE = {
     "planner/cost/memory.py": {"offload_param", "pipeline_parallel_microbatches"},
     "planner/cost/activations.py": {"selective_ac_option", "--hidden-dropout", "--attention-dropout"},
     "planner/placement/precision.py": {"mixed_precision_param"},
+    "planner/validate_training.py": {"activation_checkpointing"},
 }
 """Docstring citations in modules outside the framework readers, writers, gate and rules (the
-Layout's field docs, the ILP's and the cost model's sources), left to their owners."""
+Layout's field docs, the ILP's and the cost model's sources), left to their owners; and the
+training_runs.yaml column `activation_checkpointing` that validate_training reads (a data-file key
+of the torchtitan rows, not a DeepSpeed config key)."""
 
 
 def _word(name: str) -> re.Pattern:

@@ -95,6 +95,13 @@ def test_training_runs_rows_and_published_values(rows):
     assert "async-tp-not-modelled" in tt.assumptions and "compile-as-eager" in tt.assumptions
 
 
+def test_torchtitan_table6_rows_take_the_caption(rows):
+    """Table 6's caption: '+ torch.compile + Float8 + AsyncTP + 1F1B' (the rows say only '4D, 1F1B')."""
+    t6 = next(r for r in rows if r.id == "torchtitan-202412-t6-4d-cp8")
+    assert t6.layout.precision == "fp8" and (t6.layout.cp, t6.layout.dp, t6.layout.seq_len) == (8, 1, 262144)
+    assert {"torchtitan-table6", "compile-as-eager", "async-tp-not-modelled"} <= set(t6.assumptions)
+
+
 def test_torchtitan_pipeline_rows_split_the_local_batch(rows):
     """Table 5: local batch 32 over pp 8 -> micro-batch 4 (torchtitan n_microbatches = pp); the
     interleaved row at 2 stages per rank: 126 layers as 2 x (8, 8, 8, 8, 7, 8, 8, 8)-like even chunks."""
@@ -174,11 +181,19 @@ def test_memory_suite_is_the_published_peaks():
 @pytest.mark.parametrize(("content", "expected"), [
     ("runs: []\n", "top-level key(s) runs not allowed; allowed: exactly one of training_runs, expert_configs"),
     ("training_runs: [\n", "not readable as YAML"),
+    ("id,tp\na,8\n", "is not a YAML mapping; allowed: one top-level key, training_runs or expert_configs"),
+    ("training_runs:\n- {id: a, group: MT-NLG-530B, achieved_tflops_per_gpu: fast}\n",
+     "training_runs[a].achieved_tflops_per_gpu: value 'fast' not allowed; allowed: a positive finite number"),
     ("training_runs: []\n", "training_runs: must be a non-empty list of rows"),
     ("training_runs:\n- group: x\n", "training_runs[0]: each row must be a mapping with a string `id`"),
     ("training_runs:\n- {id: a, group: Narayanan2021-Table1-weak-scaling, tp: eight}\n",
      "training_runs[a].tp: value 'eight' not allowed; allowed: a positive integer"),
     ("expert_configs:\n- {id: E1, model: llama-3.1-8b}\n", "expert_configs[0].cluster: missing value"),
+    ("training_runs:\n- {id: a, group: x}\n- {id: a, group: y}\n",
+     "training_runs[1].id: value 'a' given twice; each row needs its own id"),
+    ("expert_configs:\n- {id: E1, model: llama-3.1-8b, cluster: dgx-h100, gpus: 8, seq_len: 8192, "
+     "global_batch_seqs: 8, precision: fp4, framework: megatron, layout: {tp: 1}, "
+     "measured_tokens_per_s_per_gpu: 100}\n", "expert_configs[0].precision: value 'fp4' not allowed"),
     ("expert_configs:\n- {id: E1, model: no-such-model, cluster: dgx-h100, gpus: 8, seq_len: 8192, "
      "global_batch_seqs: 8, precision: bf16, framework: megatron, layout: {tp: 1}, "
      "measured_tokens_per_s_per_gpu: 100}\n", "expert_configs[0].model: value 'no-such-model'"),
@@ -238,14 +253,14 @@ def _now(s: dict) -> str:
 
 
 @pytest.mark.xfail(strict=True, reason="evaluation part: median |error| 19.5%, max 145.3% over 15 rows "
-                                       "(2026-12-01; torchtitan on grand-teton +24..+145%, MT-NLG +20/+25%)")
+                                       "(2026-12-01; torchtitan on grand-teton +33..+145%, MT-NLG +20/+25%)")
 def test_done_when_evaluation_median_and_max(evaluation):
     s = evaluation["summary"]
     assert s["median_abs_error"] <= 0.10 and s["max_abs_error"] <= 0.25, _now(s)
 
 
 @pytest.mark.xfail(strict=True, reason="evaluation part bias (2026-12-01): A100 bf16/fp16 +7.9% (8 rows), "
-                                       "H100/H200 bf16/fp16 +36.1% (4), H100/H200 fp8 +70.7% (3)")
+                                       "H100/H200 bf16/fp16 +40.0% (3 rows), H100/H200 fp8 +86.0% (4)")
 def test_done_when_bias_per_gpu_family_and_precision(evaluation):
     groups = {name: s for name, s in evaluation["by"]["gpu_family x precision"].items() if s["n"] >= 3}
     assert groups
