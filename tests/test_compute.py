@@ -112,8 +112,9 @@ def test_fit_rows_are_listed_and_are_all_in_the_fit_part():
 
 
 def test_make_calibrate_reproduces_the_committed_constants():
-    fitted = calibrate.fit(calibrate.all_rows())
+    fitted, ratio, _ = calibrate.fit(calibrate.all_rows())
     doc = yaml.safe_load(compute.calibration_path().read_text())
+    assert ratio == pytest.approx(doc["fp8_ratio"], abs=2e-3)
     for family, entry in doc["families"].items():
         for key in ("e_max", "fp8_e_max", "d_half", "fallback", "fit_rows"):
             got, want = fitted[family].get(key), entry.get(key)

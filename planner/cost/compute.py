@@ -193,11 +193,6 @@ def peak_flops(gpu: GPUSpec, precision: str) -> float:
     return tflops * 1e12
 
 
-def linear_precision(precision: str) -> str:
-    """dtype the linear-layer GEMMs run in under the layout's `precision` (fp8 stays fp8)."""
-    return precision
-
-
 def core_precision(precision: str) -> str:
     """dtype of the attention core and the LM head: bf16 when the layout runs fp8 GEMMs
     (Transformer Engine / torchao float8 convert linear layers only; module docstring)."""

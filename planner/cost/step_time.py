@@ -33,7 +33,7 @@ from planner.cost import collectives as coll
 from planner.cost import comm
 from planner.cost.comm import Collective
 from planner.cost.compute import (achieved_flops, attention_flops, core_precision, fp8_cast_bytes,
-                                   linear_precision, peak_flops)
+                                   peak_flops)
 from planner.cost.memory import stage_layers
 from planner.cost.params_flops import count_params, flops_per_token
 from planner.cost.pipeline import (PipelineCoefficients, pipeline_coefficients,
@@ -275,7 +275,7 @@ def _layer_compute_s(model: ModelSpec, cluster: ClusterSpec, layout: Layout, ind
     dense, routed, attention = _layer_flops_per_token(model, index, s)
     router = 2.0 * _counts(model).layers[index].router
     local = b * s / (tp * cp)
-    lin = linear_precision(precision)
+    lin = precision        # linear GEMMs run in the layout's precision (fp8 included)
     gemm_dim = min(model.hidden_size / tp, b * s / cp)
     fwd = local * (dense - router) / achieved_flops(gpu, lin, gemm_dim=gemm_dim)
     if routed:
