@@ -858,6 +858,11 @@ def show_training_validation(data: dict, fmt: str) -> None:
     for i, result in enumerate(results):
         if i:
             console.print()
+        if not result["rows"]:
+            what = "publishes a peak memory" if result["suite"] == "memory" else "is in this part"
+            console.print(Text(f"{result['suite']} validation on {data['data']} ({result['part']} rows): "
+                               f"no row {what}"))
+            continue
         console.print(Text(f"{result['suite']} validation on {data['data']} ({result['part']} rows): "
                            + _summary_line(result["summary"])))
         console.print()

@@ -228,6 +228,14 @@ def test_bad_suite_is_a_usage_error():
     assert result.exit_code == 2 and "Traceback" not in result.output
 
 
+def test_a_suite_without_rows_says_so():
+    """expert_configs.yaml publishes no peak memory: one line, exit 0."""
+    result = runner.invoke(app, ["validate", "--suite", "memory", "--data", str(vt.EXPERT_CONFIGS)])
+    assert result.exit_code == 0
+    assert result.output.strip() == (f"memory validation on {vt.EXPERT_CONFIGS} (all rows): no row publishes a "
+                                     f"peak memory")
+
+
 def test_directory_as_data(tmp_path):
     result = runner.invoke(app, ["validate", "--suite", "memory", "--data", str(tmp_path)])
     assert result.exit_code == 2 and "is a directory" in result.output
