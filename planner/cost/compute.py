@@ -11,7 +11,8 @@ Fig. "performance vs. N" for A100) and Narayanan et al. 2021 (SC21) §5.1 / Fig.
 GPU rising with hidden size / tp).
 
 Precision: with `precision: fp8` only the linear-layer GEMMs run on the fp8 tensor cores, at the
-family's `fp8_e_max` of the fp8 peak; the attention core (FlashAttention) and the LM head stay bf16.
+family's `fp8_e_max` of the fp8 peak (= the fitted fp8_ratio x e_max, one ratio for every family,
+`planner.calibrate`); the attention core (FlashAttention) and the LM head stay bf16.
 Source: Transformer Engine (NVIDIA/TransformerEngine@d0067d0, transformer_engine/pytorch/module/
 linear.py: the fp8 recipe quantizes the inputs and weights of `Linear`/`LayerNormLinear`/
 `GroupedLinear` only; DotProductAttention runs the bf16 fused kernel unless fp8 attention is asked
