@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: plan test test-deep bench clean calibrate-serving validate
+.PHONY: plan test test-deep bench clean calibrate calibrate-serving validate
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -42,6 +42,12 @@ clean:
 # of tests/data/reference/serving_measurements.csv; prints the evaluation-part error.
 calibrate-serving: $(STAMP)
 	$(PY) -m planner.serve_validate --write
+
+# Refit the step-time model's [Empirical] GEMM-efficiency constants per GPU family
+# (calibration/training.yaml) on the FIT part of tests/data/reference/training_runs.yaml +
+# expert_configs.yaml; prints the evaluation-part error.
+calibrate: $(STAMP)
+	$(PY) -m planner.calibrate --write
 
 # Regenerate docs/validation.md: every row of tests/data/reference/training_runs.yaml and
 # expert_configs.yaml through `explain`, the training and memory suites over all rows and over the

@@ -104,8 +104,9 @@ def test_rule_violation_fails_with_the_rule_and_its_numbers(plan_doc, tmp_path):
     """FC-05 kind: tp=3 does not divide Llama-3.1-70B's 64 attention heads."""
     _, doc = plan_doc
     doc = copy.deepcopy(doc)
-    doc["plan"]["parallelism"].update(dp=2, tp=3, pp=4, cp=1)
-    doc["gpus"] = 24
+    pp = doc["plan"]["parallelism"]["pp"]   # kept: the per-stage split and recompute stay valid
+    doc["plan"]["parallelism"].update(dp=2, tp=3, cp=1)
+    doc["gpus"] = 2 * 3 * pp
     result = _check(_write(tmp_path, doc))
     assert result.exit_code == 1
     text = " ".join(result.output.split())
@@ -113,7 +114,7 @@ def test_rule_violation_fails_with_the_rule_and_its_numbers(plan_doc, tmp_path):
 
 
 def test_world_size_mismatch_prints_both_numbers(plan_doc, tmp_path):
-    """FC-13: the degrees multiply to 2 x 2 x 4 x 4 = 64; the file asks for 128 GPUs."""
+    """FC-13: the degrees multiply to 64 (dp x tp x pp x cp of the plan); the file asks for 128 GPUs."""
     _, doc = plan_doc
     doc = copy.deepcopy(doc)
     doc["gpus"] = 128
@@ -133,9 +134,11 @@ def test_inconsistent_counts_fail_as_plan_consistency(plan_doc, tmp_path):
     assert result.exit_code == 1
     found = [v for v in json.loads(result.output)["violations"] if v["rule"] == "plan_consistency"]
     messages = " ".join(v["message"] for v in found)
-    # 1024 sequences / (dp 2 x b 1) = 512 micro-batches; stage 1 holds 20 layers, not 3.
-    assert "num_microbatches=7" in messages and "512" in messages
-    assert "stage 1" in messages and "cover 3 layers" in messages and "gives it 20" in messages
+    # 1024 sequences / (dp x b 1) micro-batches; stage 1 holds the plan's split, not 3 layers.
+    assert par["dp"] * par["tp"] * par["pp"] * par["cp"] == 64 and par["micro_batch_size"] == 1
+    assert "num_microbatches=7" in messages and str(1024 // par["dp"]) in messages
+    stage1 = par["pipeline_layers"][1]
+    assert "stage 1" in messages and "cover 3 layers" in messages and f"gives it {stage1}" in messages
 
 
 def test_stale_prediction_and_at_risk_are_warnings_that_pass(plan_doc, tmp_path):

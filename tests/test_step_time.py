@@ -2,6 +2,7 @@
 
 import pytest
 
+from planner.cost.compute import load_calibration
 from planner.cost.step_time import layer_times, stage_layers, step_time
 from planner.errors import SpecError
 from planner.placement.layout import Layout
@@ -17,10 +18,14 @@ A100 = load_cluster("dgx-a100-80g", gpus=64)
 
 def test_single_gpu_step_by_hand():
     layout = Layout(seq_len=S, global_batch_size=1)
-    # A100 efficiency e_max * d / (d + d_half) with d = min(h/tp, tokens) = 1024 (compute.py constants)
-    rate = 312e12 * 0.70 * 1024 / (1024 + 64)
-    per_token_layer = 2 * (12 * H * H + 9 * H) + 4 * S * H   # matmuls+biases (Kaplan), attention 4 s h
-    layers = L * 3 * S * per_token_layer / rate               # forward + backward (2x)
+    cal = load_calibration()                                  # the committed A100 constants
+    e_max, d_half, l_half = cal.families["A100"].e_max, cal.families["A100"].d_half, cal.attention_l_half
+    # linear GEMMs: e_max * d / (d + d_half) with d = min(h/tp, tokens) = 1024; the FlashAttention
+    # core: e_max * L / (L + l_half) with L = S (no CP)
+    rate = 312e12 * e_max * 1024 / (1024 + d_half)
+    attention_rate = 312e12 * e_max * S / (S + l_half)
+    per_token_layer = 2 * (12 * H * H + 9 * H) / rate + 4 * S * H / attention_rate  # Kaplan terms
+    layers = L * 3 * S * per_token_layer                      # forward + backward (2x)
     head = 6 * S * V * H / rate                               # LM head fwd + bwd
     params = (V + S) * H + L * (12 * H * H + 13 * H) + 2 * H  # embeddings, blocks, final LayerNorm
     optimizer = params * 30 / (2039e9 * 0.8)                  # adamw bytes / (HBM x 0.8)

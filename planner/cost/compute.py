@@ -1,87 +1,182 @@
-"""Achievable matrix-multiply throughput per GPU: peak x an efficiency that falls for small GEMMs.
+"""Achievable throughput per GPU: dense peak x an efficiency that depends on each GEMM's real shape,
+the GPU family and the precision the GEMM runs in.
 
-efficiency(d) = e_max x d / (d + d_half), with d the narrowest dimension of the layer's GEMMs on one
-GPU: min(hidden / tp, tokens per micro-batch on the GPU). A saturating (Michaelis-Menten / roofline
-knee) form: large GEMMs approach e_max, a GEMM of width d_half runs at half of it.
+Linear-layer GEMMs (dense, shared and routed experts): efficiency(d) = e_max x d / (d + d_half),
+d the narrowest dimension of the GEMM on one GPU (for a layer: min(hidden / tp, tokens per
+micro-batch on the GPU); for a routed expert: min(tokens routed to one local expert, expert width /
+etp, hidden)). A saturating (Michaelis-Menten / roofline knee) form: large GEMMs approach e_max, a
+GEMM of width d_half runs at half of it. Source of the form: the measured GEMM-throughput-vs-size
+curves of NVIDIA's "Matrix Multiplication Background User's Guide" (deep-learning-performance docs,
+Fig. "performance vs. N" for A100) and Narayanan et al. 2021 (SC21) §5.1 / Fig. 9 (throughput per
+GPU rising with hidden size / tp).
 
-Source of the form: the measured GEMM-throughput-vs-size curves of NVIDIA's "Matrix Multiplication
-Background User's Guide" (deep-learning-performance docs, Fig. "performance vs. N" for A100) and
-Narayanan et al. 2021 (SC21) §5.1 / Fig. 9 (throughput per GPU rising with hidden size / tp).
-The constants are [Empirical] (see `GEMM_EFFICIENCY`): they fold in everything the step-time model
-does not model explicitly (kernel launch gaps, elementwise kernels, softmax, layer norms, dropout),
-so they are *end-to-end* layer efficiencies, not cuBLAS peaks.
+Precision: with `precision: fp8` only the linear-layer GEMMs run on the fp8 tensor cores, at the
+family's `fp8_e_max` of the fp8 peak (= the fitted fp8_ratio x e_max, one ratio for every family,
+`planner.calibrate`); the attention core (FlashAttention) and the LM head stay bf16.
+Source: Transformer Engine (NVIDIA/TransformerEngine@d0067d0, transformer_engine/pytorch/module/
+linear.py: the fp8 recipe quantizes the inputs and weights of `Linear`/`LayerNormLinear`/
+`GroupedLinear` only; DotProductAttention runs the bf16 fused kernel unless fp8 attention is asked
+for separately) and torchao float8 as torchtitan applies it (pytorch/torchtitan@b5bcd76,
+torchtitan/components/quantization/float8.py: swaps `Linear` modules; float8.md l. 24 filters
+the `output` projection). `fp8_cast_bytes` prices the quantization itself.
+
+The attention core runs at the bf16 e_max times `attention_efficiency(chunk)`: FlashAttention's
+throughput falls for short sequences (a kernel launch per head tile, fewer tiles to fill the SMs).
+
+The constants are [Empirical], per GPU family, in `calibration/training.yaml` (`make calibrate`
+refits them): they fold in everything the step-time model does not model explicitly (kernel launch
+gaps, elementwise kernels, softmax, layer norms, dropout), so they are *end-to-end* layer
+efficiencies, not cuBLAS peaks.
 """
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import yaml
 
 from planner.errors import SpecError
 from planner.specs.cluster import GPUSpec
+
+CALIBRATION_FILE = Path(__file__).resolve().parents[2] / "calibration" / "training.yaml"
+"""The per-family constants (written by `make calibrate`, `planner.calibrate`) in a clone or an
+editable install."""
+INSTALLED_CALIBRATION_FILE = Path(sys.prefix) / "share" / "planner" / "calibration" / "training.yaml"
+"""Where a wheel puts the same file (pyproject.toml `[tool.setuptools.data-files]`)."""
+
+
+def calibration_path() -> Path:
+    """The calibration file in force: the clone's, else the installed package's."""
+    return CALIBRATION_FILE if CALIBRATION_FILE.exists() or not INSTALLED_CALIBRATION_FILE.exists() \
+        else INSTALLED_CALIBRATION_FILE
 
 
 @dataclass(frozen=True, kw_only=True)
 class GemmEfficiency:
     """Constants of efficiency(d) = e_max * d / (d + d_half) for one GPU family."""
 
+    family: str
+    """Family whose constants these are (the GPU's own family when it has fit rows)."""
     e_max: float
-    """Fraction of dense peak reached by large layers, dimensionless."""
+    """Fraction of the dense bf16/fp16 peak reached by large layers, dimensionless."""
     d_half: float
     """GEMM width (elements) at which the efficiency is half of e_max."""
+    fp8_e_max: float | None
+    """Fraction of the dense fp8 peak reached by large fp8 linear GEMMs (None: no fp8 fit)."""
     basis: str
-    """What the constants were fitted on."""
+    """What the constants were fitted on, or which family's constants stand in and why."""
 
 
-GEMM_EFFICIENCY: dict[str, GemmEfficiency] = {
-    "A100": GemmEfficiency(
-        e_max=0.70, d_half=64.0,
-        basis="[Empirical] least squares in log error (grid e_max 0.56-0.74 step 0.01, d_half "
-              "0-512) on the 10 Narayanan 2021 Table 1 rows (megatron-sc21-t1-*, fp16, full "
-              "recompute, unfused attention) in reference/training_runs.yaml, rms error 2.7% "
-              "when fitted; the other A100 rows are out of sample. Since the pipeline sends "
-              "follow Megatron's shapes (split over tp only with SP; tests/test_one_comm.py) the "
-              "same rows give rms 3.5%, and the same grid refits to 0.73 / 96 (rms 3.0%): not "
-              "applied, the per-family recalibration with a fit and an evaluation part is open"),
-    "H100": GemmEfficiency(
-        e_max=0.63, d_half=64.0,
-        basis="[Empirical] e_max fitted (grid step 0.01) on the one row llama3-405b-8192-8192 "
-              "(430 TFLOP/s, bf16, FlashAttention) in reference/training_runs.yaml, d_half taken "
-              "from A100; the other H100 rows are out of sample"),
-}
-"""[Empirical] per GPU family (matched by substring of `GPUSpec.name`); H200/H800/H20 use the H100
-constants (same SM architecture, Hopper), others fall back to `DEFAULT_FAMILY`."""
+@dataclass(frozen=True, kw_only=True)
+class Calibration:
+    """The contents of `calibration/training.yaml`."""
 
-_ALIASES = {"H200": "H100", "H800": "H100", "H20": "H100", "GH200": "H100", "A800": "A100"}
-DEFAULT_FAMILY = "H100"
-"""Family used for GPUs without fitted constants (the newest fitted architecture)."""
+    families: dict[str, GemmEfficiency]
+    """Family name (matched as a substring of `GPUSpec.name`) -> its constants (fallbacks resolved)."""
+    aliases: dict[str, str]
+    """GPU name substring -> family (H200 -> H100, GB200 -> B200, ...)."""
+    default_family: str
+    """Family for a GPU that matches no family or alias."""
+    attention_l_half: float
+    """Per-rank attention chunk (tokens) at which FlashAttention runs at half its plateau."""
+
+
+def load_calibration(path: Path | None = None) -> Calibration:
+    """Read the per-family constants file (see the module docstring and the file's own
+    `description`). A family entry with `fallback: F` takes F's numbers and keeps its own basis.
+
+    Raises:
+        SpecError: the file is missing or malformed (one line naming the key).
+    """
+    path = calibration_path() if path is None else path
+    try:
+        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw, aliases = doc["families"], {}
+        families: dict[str, GemmEfficiency] = {}
+        for name, entry in raw.items():
+            for alias in entry.get("aliases", ()):
+                aliases[str(alias).upper()] = name
+        for name, entry in raw.items():
+            source = raw[entry["fallback"]] if "fallback" in entry else entry
+            families[name] = GemmEfficiency(
+                family=entry.get("fallback", name), e_max=float(source["e_max"]),
+                d_half=float(source["d_half"]),
+                fp8_e_max=None if source.get("fp8_e_max") is None else float(source["fp8_e_max"]),
+                basis=str(entry["basis"]))
+        return Calibration(families=families, aliases=aliases,
+                           default_family=str(doc["default_family"]),
+                           attention_l_half=float(doc["attention_core"]["l_half_tokens"]))
+    except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError) as exc:
+        raise SpecError(f"calibration file {path} unreadable or missing a key ({exc!s}); "
+                        "regenerate it with `make calibrate`", key="calibration") from None
+
+
+@lru_cache(maxsize=1)
+def _default_calibration() -> Calibration:
+    return load_calibration()
+
+
+_ACTIVE: list[Calibration] = []
+"""Calibration set by `use_calibration` (the fit tries candidate constants); empty = the file."""
+
+
+def calibration() -> Calibration:
+    """The constants in force: those `use_calibration` set, else `calibration/training.yaml`."""
+    return _ACTIVE[-1] if _ACTIVE else _default_calibration()
+
+
+def use_calibration(cal: Calibration | None) -> None:
+    """Put `cal` in force (None: back to the file). Callers that cache times computed with the
+    constants (step_time) must drop those caches (`step_time.clear_caches`)."""
+    _ACTIVE.clear()
+    if cal is not None:
+        _ACTIVE.append(cal)
+
+
+def gpu_family(gpu: GPUSpec, cal: Calibration | None = None) -> str:
+    """Family name of `gpu` in `cal` (default: the constants in force): aliases first, then family
+    names, then the default family."""
+    cal = cal or calibration()
+    name = gpu.name.upper()
+    for alias, family in cal.aliases.items():
+        if alias in name:
+            return family
+    for family in cal.families:
+        if family.upper() in name:
+            return family
+    return cal.default_family
 
 
 def efficiency_constants(gpu: GPUSpec) -> GemmEfficiency:
     """The fitted constants for `gpu` (by family name in `gpu.name`)."""
-    name = gpu.name.upper()
-    for alias, family in _ALIASES.items():
-        if alias in name:
-            return GEMM_EFFICIENCY[family]
-    for family, constants in GEMM_EFFICIENCY.items():
-        if family in name:
-            return constants
-    return GEMM_EFFICIENCY[DEFAULT_FAMILY]
+    return calibration().families[gpu_family(gpu)]
 
 
-def gemm_efficiency(gpu: GPUSpec, *, gemm_dim: float) -> float:
-    """Fraction of dense peak a layer whose narrowest per-GPU GEMM dimension is `gemm_dim` reaches.
+def gemm_efficiency(gpu: GPUSpec, *, gemm_dim: float, precision: str = "bf16") -> float:
+    """Fraction of the `precision` dense peak a GEMM whose narrowest per-GPU dimension is
+    `gemm_dim` reaches: e_max x d / (d + d_half), e_max = the family's fp8_e_max for fp8.
 
     Args:
         gpu: the accelerator.
-        gemm_dim: min(hidden / tp, tokens per micro-batch per GPU), elements.
+        gemm_dim: narrowest GEMM dimension on one GPU, elements.
+        precision: the GEMM's input dtype.
 
     Raises:
-        SpecError: gemm_dim is not positive.
+        SpecError: gemm_dim is not positive; fp8 on a family without an fp8 constant.
     """
     if gemm_dim <= 0:
         raise SpecError(f"value {gemm_dim!r} must be > 0", key="gemm_dim")
     c = efficiency_constants(gpu)
-    return c.e_max * gemm_dim / (gemm_dim + c.d_half)
+    e_max = c.e_max
+    if precision == "fp8":
+        if c.fp8_e_max is None:
+            raise SpecError(f"GPU {gpu.name} (family {gpu_family(gpu)}) has no fp8 efficiency "
+                            "in calibration/training.yaml", key="precision")
+        e_max = c.fp8_e_max
+    return e_max * gemm_dim / (gemm_dim + c.d_half)
 
 
 def peak_flops(gpu: GPUSpec, precision: str) -> float:
@@ -99,6 +194,57 @@ def peak_flops(gpu: GPUSpec, precision: str) -> float:
     return tflops * 1e12
 
 
+def core_precision(precision: str) -> str:
+    """dtype of the attention core and the LM head: bf16 when the layout runs fp8 GEMMs
+    (Transformer Engine / torchao float8 convert linear layers only; module docstring)."""
+    return "bf16" if precision == "fp8" else precision
+
+
 def achieved_flops(gpu: GPUSpec, precision: str, *, gemm_dim: float) -> float:
-    """FLOP/s one GPU sustains on a layer: peak_flops x gemm_efficiency."""
-    return peak_flops(gpu, precision) * gemm_efficiency(gpu, gemm_dim=gemm_dim)
+    """FLOP/s one GPU sustains on a linear GEMM of narrowest dimension `gemm_dim` in `precision`:
+    peak_flops x gemm_efficiency."""
+    return peak_flops(gpu, precision) * gemm_efficiency(gpu, gemm_dim=gemm_dim, precision=precision)
+
+
+def attention_efficiency(chunk_tokens: float) -> float:
+    """Fraction of its long-sequence throughput FlashAttention reaches on a per-rank chunk of
+    `chunk_tokens` queries (and keys): L / (L + l_half).
+
+    Source: Shah et al. 2024 (FlashAttention-3, arXiv 2407.08608) Fig. 5a, forward, head dim 128,
+    H100 SXM5, B x S = 16k tokens: 467, 565, 625, 638, 646, 648 TFLOP/s at S = 512 ... 16k;
+    l_half ([Empirical], calibration/training.yaml `attention_core`) is the least-squares fit of
+    P L / (L + l_half) to those six points in log error (P = 669, l_half = 209, rms 1.8%).
+
+    Raises:
+        SpecError: chunk_tokens is not positive.
+    """
+    if chunk_tokens <= 0:
+        raise SpecError(f"value {chunk_tokens!r} must be > 0", key="chunk_tokens")
+    return chunk_tokens / (chunk_tokens + calibration().attention_l_half)
+
+
+def attention_flops(gpu: GPUSpec, precision: str, *, chunk_tokens: float) -> float:
+    """FLOP/s of the fused attention core on a chunk of `chunk_tokens`: the core dtype's peak x
+    the family's bf16 e_max x `attention_efficiency` (the core dtype is bf16 under fp8)."""
+    core = core_precision(precision)
+    return peak_flops(gpu, core) * efficiency_constants(gpu).e_max * attention_efficiency(chunk_tokens)
+
+
+FP8_CAST_BYTES_PER_ELEMENT = 6
+"""HBM bytes moved to quantize one bf16 element for an fp8 GEMM with current (per-tensor dynamic)
+scaling: the amax pass reads it (2), the fused cast-transpose reads it again (2) and writes the
+row-wise fp8 copy (1) and the column-wise (transposed) copy (1) the backward's GEMMs need. Applies
+to every linear input (forward) and output gradient (backward); weights are quantized once per
+step (the fp8 weight cache kept across micro-batches, `is_first_microbatch`). Current scaling is
+what the recipes measured here run (Megatron-Bridge `fp8cs` / FP8-CS; torchao float8 tensorwise
+dynamic scaling, torchtitan's default); delayed scaling would skip the amax read (4 bytes).
+Source: NVIDIA/TransformerEngine@d0067d0 transformer_engine/common/recipe/current_scaling.cu
+(amax_kernel l. 33, launched before the cast l. 73), transformer_engine/pytorch/module/linear.py
+l. 420-433 (input quantizer set to row-wise and column-wise usage when backward needs the input)
+and l. 455-480 (weight quantizer, workspace updated on the first micro-batch only)."""
+
+
+def fp8_cast_bytes(linear_io_elements: float) -> float:
+    """HBM bytes of the fp8 casts of a forward + backward pass whose linear GEMMs read
+    `linear_io_elements` input elements (forward) plus output-gradient elements (backward)."""
+    return FP8_CAST_BYTES_PER_ELEMENT * linear_io_elements

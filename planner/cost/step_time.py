@@ -32,7 +32,8 @@ from functools import lru_cache
 from planner.cost import collectives as coll
 from planner.cost import comm
 from planner.cost.comm import Collective
-from planner.cost.compute import achieved_flops, peak_flops
+from planner.cost.compute import (achieved_flops, attention_flops, core_precision, fp8_cast_bytes,
+                                   peak_flops)
 from planner.cost.memory import stage_layers
 from planner.cost.params_flops import count_params, flops_per_token
 from planner.cost.pipeline import (PipelineCoefficients, pipeline_coefficients,
@@ -244,21 +245,132 @@ _LAYER_TIMES: dict = {}
 
 def _layer_parts(model, cluster, layout, layer_index, rank_order, flash_attention):
     """(forward, attention-core forward, [exposed comm of one forward pass + backward, of a
-    second forward pass]) of one layer, s: what every recompute mode combines (`_layer_time`)."""
-    b, s, tp, cp = layout.micro_batch_size, layout.seq_len, layout.tp, layout.cp
-    dense, routed, attention = _layer_flops_per_token(model, layer_index, s)
-    tokens = b * s
-    gemm_dim = min(model.hidden_size / tp, tokens / cp)
-    rate = achieved_flops(cluster.gpu, layout.precision, gemm_dim=gemm_dim)
-    fwd = tokens * (dense + routed + attention) / (tp * cp) / rate
-    attn_fwd = tokens * attention / (tp * cp) / rate
-    if not flash_attention:
-        scores = b * model.num_attention_heads / tp * s * s / cp
-        score_s = scores * UNFUSED_SCORE_BYTES / (cluster.gpu.hbm_gb_per_s * 1e9 * HBM_EFFICIENCY)
-        attn_fwd += score_s
-        fwd += score_s
+    second forward pass]) of one layer, s: what every recompute mode combines (`_layer_time`).
+
+    Forward = dense linear GEMMs + routed-expert grouped GEMMs + attention core + memory-bound
+    terms (`_layer_compute_s`)."""
+    fwd, attn_fwd = _layer_compute_s(model, cluster, layout, layer_index, flash_attention)
     comm = _layer_comm(model, cluster, layout, layer_index, attn_fwd, rank_order)
     return fwd, attn_fwd, comm
+
+
+def _layer_compute_s(model: ModelSpec, cluster: ClusterSpec, layout: Layout, index: int,
+                     flash_attention: bool) -> tuple[float, float]:
+    """(forward compute, its attention-core part) of one layer, one micro-batch, one GPU, s.
+
+    A GPU does the work of b*s/(tp*cp) tokens (`layer_time`). Its parts:
+    - dense linear GEMMs (attention projections, dense MLP, shared experts) at the linear
+      precision's rate for d = min(h/tp, b*s/cp) (`compute.achieved_flops`);
+    - routed experts as grouped GEMMs at the rate of their own shape (`_expert_gemm_dim`);
+    - the attention core: FlashAttention at the core precision (bf16 under fp8) and the
+      per-rank chunk's efficiency (`compute.attention_flops`); unfused, at the GEMM rate plus the
+      s^2 score traffic (UNFUSED_SCORE_BYTES);
+    - memory-bound (at HBM_EFFICIENCY x HBM bandwidth): the router GEMM and its softmax/top-k,
+      permute/unpermute of the routed copies (`_moe_memory_bytes`), and under fp8 the casts of
+      every linear input and output gradient (`compute.fp8_cast_bytes`).
+    Backward = 2 x forward for every part (Narayanan 2021 §5.1), so memory terms that run once
+    per forward + backward enter as a third of their bytes.
+    """
+    b, s, tp, cp = layout.micro_batch_size, layout.seq_len, layout.tp, layout.cp
+    gpu, precision = cluster.gpu, layout.precision
+    dense, routed, attention = _layer_flops_per_token(model, index, s)
+    router = 2.0 * _counts(model).layers[index].router
+    local = b * s / (tp * cp)
+    lin = precision        # linear GEMMs run in the layout's precision (fp8 included)
+    gemm_dim = min(model.hidden_size / tp, b * s / cp)
+    fwd = local * (dense - router) / achieved_flops(gpu, lin, gemm_dim=gemm_dim)
+    if routed:
+        fwd += local * routed / achieved_flops(gpu, lin, gemm_dim=_expert_gemm_dim(model, layout))
+    if flash_attention:
+        chunk = _attention_chunk(model, index, s, cp)
+        attn_fwd = local * attention / attention_flops(gpu, precision, chunk_tokens=chunk)
+    else:
+        attn_fwd = local * attention / achieved_flops(gpu, core_precision(precision), gemm_dim=gemm_dim)
+        scores = b * model.num_attention_heads / tp * s * s / cp
+        attn_fwd += scores * UNFUSED_SCORE_BYTES / _hbm_bytes_per_s(cluster)
+    memory = _moe_memory_bytes(model, index) if routed else 0.0
+    if lin == "fp8":
+        memory += fp8_cast_bytes(sum(_linear_io_per_token(model, index))) / 3
+    fwd += attn_fwd + local * memory / _hbm_bytes_per_s(cluster)
+    return fwd, attn_fwd
+
+
+def _hbm_bytes_per_s(cluster: ClusterSpec) -> float:
+    return cluster.gpu.hbm_gb_per_s * 1e9 * HBM_EFFICIENCY
+
+
+def _expert_gemm_dim(model: ModelSpec, layout: Layout) -> float:
+    """Narrowest dimension of one local expert's GEMMs: min(tokens routed to it, expert width /
+    etp, hidden).
+
+    Tokens per local expert = b*s/(cp*tp) tokens on a rank (sequence parallel splits the MoE
+    layer's input over tp) x etp (the expert-TP group gathers its ranks' tokens) x top_k copies,
+    sent by the ep ranks of the EP group to the num_experts/ep experts each holds, dropless
+    (no capacity-factor padding, Megatron's default `moe_expert_capacity_factor` None):
+    b*s*etp*ep*top_k / (cp*tp*num_experts). Every local expert runs one GEMM of the group (TE
+    `GroupedLinear`). Source: NVIDIA/Megatron-LM@d98e8a6 megatron/core/transformer/moe/
+    token_dispatcher.py (MoEAlltoAllTokenDispatcher: tokens_per_expert over tp_size * ep_size
+    source ranks, l. 428-440, 557-591) and experts.py TEGroupedMLP (l. 183: one grouped GEMM over
+    the local experts with `tokens_per_expert` rows each).
+    """
+    b, s = layout.micro_batch_size, layout.seq_len
+    tokens = (b * s * layout.etp * layout.ep * model.num_experts_per_tok
+              / (layout.cp * layout.tp * model.num_experts))
+    return max(1e-9, min(tokens, model.moe_intermediate_size / layout.etp, model.hidden_size))
+
+
+def _moe_memory_bytes(model: ModelSpec, index: int) -> float:
+    """HBM bytes per token of one MoE layer's router and token permutation, forward pass.
+
+    Router: read the bf16 input (2 h), write the logits and read/write them in softmax and top-k
+    (3 x 4 bytes x num_experts, fp32 scores). Permute gathers each routed copy (read + write 2 h
+    bytes, `index_select`) and unpermute scatters it back (read + write 2 h, `scatter_add_`):
+    8 h bytes per copy, top_k copies. Source: NVIDIA/Megatron-LM@d98e8a6 megatron/core/
+    transformer/moe/router.py (Router.gating, l. 90-112; scores kept in fp32 for top-k) and
+    moe_utils.py permute (l. 344, index_select l. 486) / unpermute (l. 497, scatter_add_ l. 615).
+    """
+    h = model.hidden_size
+    return 2.0 * h + 12.0 * model.num_experts + 8.0 * h * model.num_experts_per_tok
+
+
+def _attention_chunk(model: ModelSpec, index: int, seq_len: int, cp: int) -> float:
+    """Queries (and keys) of one attention kernel call on a rank: the context of the layer
+    (the window on sliding layers), and with context parallelism one of the 2*cp load-balancing
+    chunks the ring passes (Megatron CP splits the sequence into 2*cp chunks, rank i holding
+    chunks i and 2cp-1-i; each ring step runs the kernel on chunk pairs). Source: Megatron-LM
+    docs/source/api-guide/context_parallel.rst @d98e8a6; TransformerEngine@d0067d0
+    transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py."""
+    ctx = seq_len
+    if model.layer_types and model.layer_types[index] == "sliding_attention" and model.sliding_window:
+        ctx = min(seq_len, model.sliding_window)
+    return ctx if cp == 1 else min(ctx, seq_len / (2 * cp))
+
+
+def _linear_io_per_token(model: ModelSpec, index: int) -> tuple[float, float]:
+    """(input + output elements per token of the dense linear GEMMs, of the routed experts' GEMMs
+    summed over the top_k copies) of layer `index`: what an fp8 recipe casts (each GEMM's input in
+    forward, its output gradient in backward). Attention: Q/K/V (or MLA's down/up projections)
+    and O; MLP: up (+gate) and down. Source: the projections `params_flops._attention` / `_mlp`
+    count (transformers modeling_llama.py, modeling_deepseek_v3.py)."""
+    h = model.hidden_size
+    a, kv = model.num_attention_heads, model.num_key_value_heads
+    if model.is_mla:
+        qk = model.qk_nope_head_dim + model.qk_rope_head_dim
+        q = (h + model.q_lora_rank + model.q_lora_rank + a * qk) if model.q_lora_rank else h + a * qk
+        kvp = h + model.kv_lora_rank + model.qk_rope_head_dim + model.kv_lora_rank \
+            + a * (model.qk_nope_head_dim + model.v_head_dim)
+        attn = q + kvp + a * model.v_head_dim + h
+    else:
+        d = model.head_dim
+        attn = h + (a + 2 * kv) * d + a * d + h
+
+    def mlp(width: int) -> float:
+        return (h + (2 if model.gated_mlp else 1) * width) + (width + h) if width else 0.0
+
+    if model.is_moe and model.moe_layers[index]:
+        dense = attn + mlp(model.shared_expert_intermediate_size or 0)
+        return dense, model.num_experts_per_tok * mlp(model.moe_intermediate_size)
+    return attn + mlp(model.intermediate_size), 0.0
 
 
 def _layer_time(parts, recompute: str) -> LayerTime:
@@ -350,9 +462,14 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, layout: Layout, layer_in
 
 def stage_fixed_times(model: ModelSpec, cluster: ClusterSpec, layout: Layout) -> tuple[float, ...]:
     """Per stage, seconds per micro-batch that do not depend on layer choices: the LM head (fwd +
-    bwd, 6 V h FLOPs per token / tp, on the last stage; Narayanan 2021 eq. (3) logit term)."""
+    bwd, 6 V h FLOPs per token / tp, on the last stage; Narayanan 2021 eq. (3) logit term), in
+    bf16 under fp8: Megatron builds the output layer as a plain ColumnParallelLinear unless an
+    mxfp8 output projection is asked for (NVIDIA/Megatron-LM@d98e8a6 megatron/core/models/gpt/
+    gpt_model.py l. 272-276), torchtitan's float8 recipes filter it out (pytorch/torchtitan@b5bcd76
+    torchtitan/components/quantization/float8.md l. 24, filter_fqns=["output"])."""
     b, s, tp, cp = layout.micro_batch_size, layout.seq_len, layout.tp, layout.cp
-    rate = achieved_flops(cluster.gpu, layout.precision, gemm_dim=min(model.hidden_size, b * s / cp))
+    rate = achieved_flops(cluster.gpu, core_precision(layout.precision),
+                          gemm_dim=min(model.hidden_size, b * s / cp))
     head = 6 * b * s * model.padded_vocab_size * model.hidden_size / (tp * cp) / rate
     return tuple(head if i == layout.pp - 1 else 0.0 for i in range(layout.pp))
 
@@ -699,6 +816,12 @@ def stage_cost_model(model: ModelSpec, cluster: ClusterSpec, layout: Layout, *,
 
 _COST_MODELS: dict = {}
 """Cache of `stage_cost_model` (each entry keeps its cluster alive, so ids are not reused)."""
+
+
+def clear_caches() -> None:
+    """Drop the cached layer times and stage cost models (after `compute.use_calibration`)."""
+    _LAYER_TIMES.clear()
+    _COST_MODELS.clear()
 
 
 def _stage_cost_model(model, cluster, layout, order, schedule, flash) -> StageCostModel:

@@ -1,0 +1,273 @@
+"""Fit the step-time model's [Empirical] GEMM-efficiency constants per GPU family
+(`calibration/training.yaml`, read by `planner.cost.compute`) on published training runs.
+
+Data: every row of `training_runs.yaml` and `expert_configs.yaml` (tests/data/reference, copies of
+shared/reference) that `planner.validate_training` expresses, predicted through its `predict`
+(the code path of `planner explain` and `planner validate`).
+
+Split (deterministic, `validate_training.part_of`): a row is in the EVALUATION part when
+crc32(id) % 4 == 0, else in the FIT part. The fit never sees evaluation rows.
+
+Fit: damped Gauss-Newton on the log error log(predicted / published) of every fit row (each step a
+numpy.linalg.lstsq of the residuals on a finite-difference Jacobian), parameters:
+- e_max per GPU family with fit rows (bf16/fp16 linear GEMMs and the attention core; its fp8 rows
+  inform it too, through the ratio);
+- one fp8_ratio shared by every family with fp8 tensor cores: fp8_e_max = fp8_ratio x e_max, the
+  fraction of the fp8 peak a large fp8 GEMM reaches relative to a bf16 one. One shared ratio keeps
+  fp8 structural (a per-family fp8 constant fitted next to a per-family bf16 one absorbs whatever
+  else differs between a family's bf16 and fp8 rows: compile, overlap, and gave fp8 linear-GEMM
+  speed-ups of 2.3-3x, beyond the 2x the tensor cores have).
+d_half is not fitted: the rows do not determine it (every fit row's narrowest GEMM dimension is
+>= 768, and the total sum of squares changes by < 2% for d_half 8-128), so it is carried as the
+file's `d_half` (`D_HALF`). A family without fit rows in a precision keeps a stated stand-in
+(`_stand_ins`). Nothing is tuned per row; the attention-core constant comes from a paper figure.
+
+`python -m planner.calibrate --write` (Makefile: `make calibrate`) regenerates the file and
+prints the evaluation-part error.
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from planner import validate_training as vt
+from planner.cost import compute
+from planner.cost import step_time as st
+
+FAMILIES = {"A100": ["A800"], "H100": ["H200", "H800", "H20", "GH200"],
+            "H100-500W": ["H100-SXM-96GB"], "B200": ["GB200"], "MI300X": []}
+"""Families written to the file and the GPU-name substrings that alias them (same SM
+architecture: Ampere, Hopper, Blackwell, CDNA3). H100-500W is the power-capped H100 SXM 96 GB
+HBM2e of Meta's Grand Teton (hardware/grand-teton.yaml, GPU H100-SXM-96GB): its peak is unpublished ("between
+SXM and NVL", torchtitan benchmarks/llama3_h100_202412_torchtitan.md footnote 2) and the cluster
+file carries the SXM datasheet's, so its own e_max absorbs the unknown derating instead of biasing
+the H100 fit."""
+DEFAULT_FAMILY = "H100"
+D_HALF = 64.0
+"""[Empirical] GEMM width at half efficiency, every family: the grid fit (0-512) of the earlier
+model on the 10 Narayanan 2021 Table 1 rows; not identifiable from the current fit rows (see the
+module docstring), so not refitted."""
+NO_FP8 = {"A100"}
+"""Families without fp8 tensor cores (Ampere)."""
+START = {"e_max": 0.65, "d_half": D_HALF, "fp8_ratio": 0.9}
+BOUNDS = {"e_max": (0.2, 0.95), "fp8_ratio": (0.4, 1.0)}
+"""fp8_ratio <= 1: an fp8 GEMM reaches no larger fraction of its (2x) peak than a bf16 one of the
+same shape (cuBLASLt E4M3 8192^3 on H100 SXM: ~1,610 TFLOP/s, 0.81 of 1,979)."""
+
+
+def all_rows() -> list[vt.Row]:
+    """Every row of both reference files that can be predicted (`validate_training.load_rows`;
+    rows not expressible or without a published throughput are left out of the fit)."""
+    rows = vt.load_rows(vt.TRAINING_RUNS) + vt.load_rows(vt.EXPERT_CONFIGS)
+    return [r for r in rows if not r.not_expressible and r.published]
+
+
+def family_of(row: vt.Row) -> str:
+    """Calibration family of the row's GPU under this module's FAMILIES (`compute.gpu_family`)."""
+    return compute.gpu_family(vt._cluster(row.cluster, row.gpus).gpu, _calibration(_start()))
+
+
+def _start() -> dict[str, dict]:
+    return {name: {"aliases": aliases, **START} for name, aliases in FAMILIES.items()}
+
+
+def _log_error(row: vt.Row) -> float:
+    """log(1 + throughput error) of the row's prediction (`validate_training.predict`)."""
+    return math.log1p(vt.predict(row).error)
+
+
+def _calibration(families: dict[str, dict]) -> compute.Calibration:
+    base = compute.load_calibration()
+    consts = {}
+    for name, entry in families.items():
+        src = families[entry["fallback"]] if "fallback" in entry else entry
+        consts[name] = compute.GemmEfficiency(
+            family=entry.get("fallback", name), e_max=src["e_max"], d_half=src["d_half"],
+            fp8_e_max=src.get("fp8_e_max"), basis=entry.get("basis", ""))
+    aliases = {a.upper(): f for f, al in FAMILIES.items() for a in al}
+    return replace(base, families=consts, aliases=aliases, default_family=DEFAULT_FAMILY)
+
+
+def _errors(rows: list[vt.Row], families: dict[str, dict]) -> np.ndarray:
+    """log(predicted / published throughput) of `rows` under `families`."""
+    compute.use_calibration(_calibration(families))
+    st.clear_caches()
+    try:
+        return np.array([_log_error(r) for r in rows])
+    finally:
+        compute.use_calibration(None)
+        st.clear_caches()
+
+
+def _families_at(theta: np.ndarray, names: list[str]) -> dict[str, dict]:
+    """Family entries for log-parameters theta = [log e_max of each of `names`..., log fp8_ratio]:
+    fp8_e_max = fp8_ratio x e_max for every family with fp8 tensor cores."""
+    families = _start()
+    for name, t in zip(names, theta[:-1]):
+        families[name]["e_max"] = float(np.exp(t))
+    for name, entry in families.items():
+        entry["fp8_e_max"] = None if name in NO_FP8 else float(np.exp(theta[-1])) * entry["e_max"]
+    return families
+
+
+def _gauss_newton(rows: list[vt.Row], names: list[str], groups: list[list[int]]) -> np.ndarray:
+    """Damped Gauss-Newton in log error over theta (`_families_at`): column j of the Jacobian is
+    computed on the rows `groups[j]` only (a family's e_max moves only its own rows; the ratio only
+    the fp8 rows); a step is halved until the sum of squares falls."""
+    lo = np.log([BOUNDS["e_max"][0]] * len(names) + [BOUNDS["fp8_ratio"][0]])
+    hi = np.log([BOUNDS["e_max"][1]] * len(names) + [BOUNDS["fp8_ratio"][1]])
+    theta = np.log([START["e_max"]] * len(names) + [START["fp8_ratio"]])
+
+    def residual(t: np.ndarray, subset: list[int] | None = None) -> np.ndarray:
+        chosen = rows if subset is None else [rows[i] for i in subset]
+        return _errors(chosen, _families_at(t, names))
+
+    r = residual(theta)
+    for _ in range(30):
+        jac = np.zeros((len(rows), len(theta)))
+        for j, subset in enumerate(groups):
+            step = theta.copy()
+            step[j] += 1e-3
+            jac[subset, j] = (residual(step, subset) - r[subset]) / 1e-3
+        delta, *_ = np.linalg.lstsq(jac, -r, rcond=None)
+        for alpha in (1.0, 0.5, 0.25, 0.125, 0.0625):
+            trial = np.clip(theta + alpha * delta, lo, hi)
+            r_trial = residual(trial)
+            if r_trial @ r_trial < r @ r:
+                break
+        else:
+            break
+        done = np.max(np.abs(trial - theta)) < 1e-5
+        theta, r = trial, r_trial
+        if done:
+            break
+    return theta
+
+
+def fit(rows: list[vt.Row]) -> tuple[dict[str, dict], float, str]:
+    """(family entries of the file, the shared fp8_ratio, a note when the ratio sits at its bound)
+    fitted on the FIT part of `rows` (see the module docstring)."""
+    fit_rows = [r for r in rows if r.part == "fit"]
+    family = [family_of(r) for r in fit_rows]
+    names = [name for name in FAMILIES if name in family]
+    groups = [[i for i, f in enumerate(family) if f == name] for name in names]
+    groups.append([i for i, r in enumerate(fit_rows) if r.precision == "fp8"])
+    theta = _gauss_newton(fit_rows, names, groups)
+    ratio = round(float(np.exp(theta[-1])), 4)
+    at_bound = ratio >= BOUNDS["fp8_ratio"][1] - 1e-4
+    out: dict[str, dict] = {}
+    for name, aliases in FAMILIES.items():
+        mine = sorted(r.id for r, f in zip(fit_rows, family) if f == name)
+        if not mine:
+            out[name] = {"aliases": aliases, "fallback": DEFAULT_FAMILY,
+                         "basis": f"no fit row of training_runs.yaml / expert_configs.yaml runs on {name}: "
+                                  f"the {DEFAULT_FAMILY} constants stand in (explicit fallback, not a fit)"}
+            continue
+        e_max = round(float(np.exp(theta[names.index(name)])), 4)
+        precisions = sorted({r.precision for r, f in zip(fit_rows, family) if f == name})
+        fp8 = "no fp8 (no fp8 tensor cores)" if name in NO_FP8 else "fp8_e_max = fp8_ratio x e_max"
+        out[name] = {"aliases": aliases, "e_max": e_max, "d_half": D_HALF,
+                     "fp8_e_max": None if name in NO_FP8 else round(ratio * e_max, 4),
+                     "basis": f"[Empirical] e_max fitted on the {len(mine)} FIT rows listed "
+                              f"({'/'.join(precisions)}); {fp8}; d_half not fitted (planner.calibrate.D_HALF)",
+                     "fit_rows": mine}
+    note = (" (at its upper bound: the fp8 fit rows ask for more, i.e. the model under-predicts them "
+            "for reasons outside the GEMMs)" if at_bound else "")
+    return out, ratio, note
+
+
+def evaluate(rows: list[vt.Row], families: dict[str, dict] | None = None) -> list[dict]:
+    """Predicted vs published per row (all parts) under `families` (None: the file); `error` is
+    the throughput error (`validate_training.throughput_error`)."""
+    if families is not None:
+        compute.use_calibration(_calibration(families))
+    st.clear_caches()
+    try:
+        out = []
+        for r in rows:
+            pred = vt.predict(r)
+            out.append(dict(id=r.id, source=r.source, family=family_of(r), precision=r.precision,
+                            part=r.part, convention=r.convention, published=r.published,
+                            predicted=pred.predicted, error=pred.error))
+        return out
+    finally:
+        compute.use_calibration(None)
+        st.clear_caches()
+
+
+def summary(results: list[dict]) -> dict:
+    """median / mean / max |error| and signed mean, %, of `results`."""
+    if not results:
+        return {"n": 0}
+    err = np.array([r["error"] for r in results]) * 100
+    return {"n": len(results), "median_abs_error_pct": round(float(np.median(np.abs(err))), 1),
+            "mean_abs_error_pct": round(float(np.mean(np.abs(err))), 1),
+            "max_abs_error_pct": round(float(np.max(np.abs(err))), 1),
+            "bias_pct": round(float(np.mean(err)), 1)}
+
+
+def grouped(results: list[dict]) -> dict:
+    """`summary` per part, and per part x family x precision."""
+    out = {}
+    for part in ("fit", "evaluation"):
+        mine = [r for r in results if r["part"] == part]
+        groups = {f"{r['family']} {r['precision']}" for r in mine}
+        out[part] = {"all": summary(mine),
+                     **{g: summary([r for r in mine if f"{r['family']} {r['precision']}" == g])
+                        for g in sorted(groups)}}
+    return out
+
+
+def document(families: dict[str, dict], fp8_ratio: float, note: str, results: list[dict]) -> dict:
+    """The calibration file's contents."""
+    cal = compute.load_calibration()
+    return {
+        "description": "[Empirical] GEMM-efficiency constants of the step-time model "
+                       "(planner/cost/compute.py) per GPU family: efficiency(d) = e_max d/(d + d_half) "
+                       "of the bf16/fp16 peak for linear GEMMs and (times the attention_core factor) "
+                       "the attention core; fp8_e_max the same for fp8 linear GEMMs of the fp8 peak.",
+        "fitted_on": "tests/data/reference/training_runs.yaml + expert_configs.yaml, every row "
+                     "planner.validate_training expresses, FIT part: crc32(id) % 4 != 0; "
+                     "evaluation part: crc32(id) % 4 == 0",
+        "method": "Gauss-Newton on log(predicted/published), each step numpy.linalg.lstsq on a "
+                  "finite-difference Jacobian, per family; regenerate: make calibrate",
+        "generated": datetime.date.today().isoformat(),
+        "default_family": DEFAULT_FAMILY,
+        "attention_core": {"l_half_tokens": cal.attention_l_half,
+                           "basis": "FlashAttention-3 paper (Shah et al. 2024, arXiv 2407.08608) "
+                                    "Fig. 5a, forward, head dim 128, H100 SXM5: P L/(L + l_half) least "
+                                    "squares in log error on its six points (512-16k), rms 1.8%; not "
+                                    "fitted on training rows"},
+        "fp8_ratio": fp8_ratio,
+        "fp8_ratio_basis": "[Empirical] fp8_e_max / e_max, one value for every family with fp8 tensor "
+                           "cores, fitted with the e_max values on every fp8 FIT row, bounded by 1 "
+                           "(planner.calibrate.BOUNDS)" + note,
+        "families": families,
+        "evaluation": grouped(results)["evaluation"],
+    }
+
+
+def write_calibration(path: Path = compute.CALIBRATION_FILE) -> dict:
+    """Fit on the FIT part and write `path` with its provenance; returns the document."""
+    rows = all_rows()
+    families, fp8_ratio, note = fit(rows)
+    doc = document(families, fp8_ratio, note, evaluate(rows, families))
+    path.write_text(yaml.safe_dump(doc, sort_keys=False, width=100), encoding="utf-8")
+    compute._default_calibration.cache_clear()
+    return doc
+
+
+if __name__ == "__main__":
+    from planner import report
+
+    if "--write" in sys.argv:
+        report.dump(write_calibration()["evaluation"], "yaml")
+    else:
+        report.dump(grouped(evaluate(all_rows())), "yaml")

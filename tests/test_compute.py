@@ -1,0 +1,137 @@
+"""Compute model: fp8 on linear GEMMs only, grouped expert GEMMs at their own shape, FlashAttention
+at short chunks, and the per-family calibration data (`calibration/training.yaml`)."""
+
+import zlib
+from pathlib import Path
+
+import pytest
+import yaml
+
+from planner import calibrate
+from planner.cost import compute
+from planner.cost.compute import load_calibration
+from planner.cost.step_time import layer_time
+from planner.errors import SpecError
+from planner.placement.layout import Layout
+from planner.specs.cluster import load_cluster
+from planner.specs.model import from_config
+
+H, A, S = 1024, 16, 1024
+GPT = from_config(dict(model_type="gpt", hidden_size=H, num_attention_heads=A, num_hidden_layers=2,
+                       vocab_size=1024, intermediate_size=4 * H, max_position_embeddings=S,
+                       tie_word_embeddings=True), name="tiny-gpt")
+E, K, F = 64, 2, 512          # experts, top_k, expert width
+MOE = from_config(dict(model_type="mixtral", hidden_size=H, num_attention_heads=A, num_key_value_heads=A,
+                       num_hidden_layers=2, vocab_size=1024, intermediate_size=F, num_local_experts=E,
+                       num_experts_per_tok=K, max_position_embeddings=S, tie_word_embeddings=True),
+                  name="tiny-moe")
+H100 = load_cluster("dgx-h100", gpus=8)
+A100 = load_cluster("dgx-a100-80g", gpus=8)
+CAL = load_calibration()
+
+
+def test_fp8_speeds_only_the_linear_gemms():
+    # One GPT layer, one GPU, 1024 tokens: linear FLOPs 2 (12 H^2 + 9 H) per token (Kaplan, with
+    # biases), attention core 4 S H per token = 4096/(24*1024 + 18 + 4096) = 14.3% of the FLOPs.
+    h100 = CAL.families["H100"]
+    lin, att = 2 * (12 * H * H + 9 * H), 4 * S * H
+    gemm = 1024 / (1024 + h100.d_half)                     # d = min(h/tp, tokens) = 1024
+    flash = S / (S + CAL.attention_l_half)                 # FlashAttention chunk = S (no CP)
+    attn_s = S * att / (989.4e12 * h100.e_max * flash)     # bf16 core in both precisions
+    bf16 = S * lin / (989.4e12 * h100.e_max * gemm) + attn_s
+    # fp8: linear at the fp8 peak and fp8_e_max; the casts move 6 bytes per linear input /
+    # output-gradient element (amax read 2, cast read 2, two fp8 copies 1 + 1): Q/K/V in h + out
+    # 3h, O in h + out h, up in h + out 4h, down 4h + h = 16 h elements per token, a third of them
+    # per forward-equivalent pass, at 0.8 x 3350 GB/s.
+    cast_s = S * 6 * 16 * H / 3 / (3350e9 * 0.8)
+    fp8 = S * lin / (1978.9e12 * h100.fp8_e_max * gemm) + attn_s + cast_s
+    layout = Layout(seq_len=S, global_batch_size=1)
+    got_bf16 = layer_time(GPT, H100, layout, 0, "none").forward_s
+    got_fp8 = layer_time(GPT, H100, layout.replace(precision="fp8"), 0, "none").forward_s
+    assert got_bf16 == pytest.approx(bf16, rel=1e-9)
+    assert got_fp8 == pytest.approx(fp8, rel=1e-9)
+    # the attention core's time is the same in both: fp8 cannot speed a layer by the full 2x
+    assert layer_time(GPT, H100, layout.replace(precision="fp8"), 0, "selective").recompute_s == \
+        pytest.approx(attn_s, rel=1e-9)
+
+
+def test_grouped_expert_gemm_efficiency_falls_with_fewer_tokens_per_expert():
+    a100 = CAL.families["A100"]
+
+    def forward_by_hand(ep: int) -> float:
+        # tokens per local expert = b s ep top_k / E (tp = cp = etp = 1): 32 at ep 1, 256 at ep 8;
+        # the expert GEMMs' narrowest dimension is min(that, F = 512, H)
+        tokens_per_expert = S * ep * K / E
+        d_e = min(tokens_per_expert, F, H)
+        rate = 312e12 * a100.e_max
+        attention_params = 4 * H * H                        # q, k, v, o (kv heads = heads)
+        dense = S * 2 * attention_params / (rate * 1024 / (1024 + a100.d_half))
+        experts = S * 2 * K * 3 * H * F / (rate * d_e / (d_e + a100.d_half))
+        core = S * 4 * S * H / (rate * S / (S + CAL.attention_l_half))
+        # router 2h + 12 E bytes per token, permute + unpermute 8 h per routed copy
+        memory = S * (2 * H + 12 * E + 8 * H * K) / (2039e9 * 0.8)
+        return dense + experts + core + memory
+
+    times = {}
+    for ep in (1, 8):
+        layout = Layout(dp=8, ep=ep, seq_len=S, global_batch_size=8)
+        times[ep] = layer_time(MOE, A100, layout, 0, "none").forward_s
+        assert times[ep] == pytest.approx(forward_by_hand(ep), rel=1e-9)
+    assert times[1] > times[8]     # the same FLOPs per GPU, slower in 32-row expert GEMMs
+
+
+def test_attention_core_slows_at_short_per_rank_chunks():
+    # CP 4 at 2,048 tokens: the ring runs the kernel on chunks of 2048 / (2 x 4) = 256 tokens
+    assert compute.attention_efficiency(256) == pytest.approx(256 / (256 + CAL.attention_l_half))
+    one = layer_time(GPT, H100, Layout(seq_len=2048, global_batch_size=1), 0, "selective").recompute_s
+    cp4 = layer_time(GPT, H100, Layout(cp=4, seq_len=2048, global_batch_size=1), 0, "selective").recompute_s
+    # a quarter of the work, at the chunk's efficiency instead of the whole sequence's
+    expected = one / 4 * compute.attention_efficiency(2048) / compute.attention_efficiency(256)
+    assert cp4 == pytest.approx(expected, rel=1e-9)
+
+
+def test_every_family_has_constants_and_a_basis():
+    for family in ("A100", "H100", "B200", "MI300X"):
+        c = CAL.families[family]
+        assert c.basis and 0 < c.e_max < 1 and c.d_half > 0
+    assert CAL.families["A100"].fp8_e_max is None                  # Ampere has no fp8
+    assert CAL.families["MI300X"].family == "H100" and "stand in" in CAL.families["MI300X"].basis
+    names = {"dgx-a100-80g": "A100", "dgx-h100": "H100", "hgx-h200": "H100", "hgx-h800": "H100",
+             "dgx-b200": "B200", "gb200-nvl72": "B200", "mi300x": "MI300X", "grand-teton": "H100-500W"}
+    for cluster, family in names.items():
+        assert compute.gpu_family(load_cluster(cluster).gpu) == family
+
+
+def test_fit_rows_are_listed_and_are_all_in_the_fit_part():
+    doc = yaml.safe_load(compute.calibration_path().read_text())
+    row_ids = {r.id: r.row_id for r in calibrate.all_rows()}   # comparison id -> the file row's id
+    listed = [row for entry in doc["families"].values() for row in entry.get("fit_rows", [])]
+    assert len(listed) >= 40 and len(set(listed)) == len(listed)
+    for row in listed:
+        assert row in row_ids and zlib.crc32(row_ids[row].encode()) % 4 != 0, row
+
+
+def test_make_calibrate_reproduces_the_committed_constants():
+    fitted, ratio, _ = calibrate.fit(calibrate.all_rows())
+    doc = yaml.safe_load(compute.calibration_path().read_text())
+    assert ratio == pytest.approx(doc["fp8_ratio"], abs=2e-3)
+    for family, entry in doc["families"].items():
+        for key in ("e_max", "fp8_e_max", "d_half", "fallback", "fit_rows"):
+            got, want = fitted[family].get(key), entry.get(key)
+            assert got == (pytest.approx(want, abs=2e-3) if isinstance(want, float) else want), (family, key)
+
+
+def test_the_installed_copy_is_read_when_the_clone_has_none(tmp_path, monkeypatch):
+    installed = tmp_path / "training.yaml"
+    installed.write_text(compute.CALIBRATION_FILE.read_text())
+    monkeypatch.setattr(compute, "CALIBRATION_FILE", tmp_path / "absent.yaml")
+    monkeypatch.setattr(compute, "INSTALLED_CALIBRATION_FILE", installed)
+    assert compute.calibration_path() == installed
+    assert load_calibration().families["H100"] == CAL.families["H100"]
+
+
+def test_a_broken_calibration_file_is_one_line(tmp_path):
+    bad = tmp_path / "training.yaml"
+    bad.write_text("families: {}\n")
+    with pytest.raises(SpecError, match="calibration file .*missing a key .*make calibrate"):
+        load_calibration(Path(bad))
