@@ -124,6 +124,11 @@ ASSUMPTIONS = {
                     "and last stage one fewer layer'.",
     "expert-configs": "expert_configs rows: the recipe's layout as given, dp = gpus / (tp x pp x cp), "
                       "FlashAttention on, the framework's defaults for everything the row does not give.",
+    "nvidia-perf-recipes": "expert_configs rows measured by NVIDIA's performance recipes (Megatron-Bridge, "
+                           "NeMo) reduce gradients in bf16: Megatron-Bridge perf_recipes/_common.py "
+                           "`_benchmark_common` and `_perf_precision` set grad_reduce_in_fp32 = False "
+                           "(NVIDIA-NeMo/Megatron-Bridge@067f987), as NeMo 2.0's performance scripts do for "
+                           "fp8 (`recipe.trainer.plugins.grad_reduce_in_fp32 = False`).",
 }
 """Every assumption made where a row is silent, by key; `Row.assumptions` lists the keys applied."""
 
@@ -364,6 +369,9 @@ def _expert_row(raw: dict, file: str, where: str) -> list[Row]:
                      recompute=lay.get("recompute", "none"), seq_len=seq, global_batch_size=batch,
                      precision=raw["precision"], framework=raw["framework"])
     assumptions = ["expert-configs"]
+    if raw["framework"] == "megatron" and any(w in str(raw.get("source", "")) for w in NVIDIA_RECIPES):
+        layout = layout.replace(grad_reduce_dtype="bf16")
+        assumptions.append("nvidia-perf-recipes")
     if raw["framework"] == "torchtitan":
         assumptions += ["compile-as-eager"] + (["async-tp-not-modelled"] if degrees["tp"] > 1 else [])
     layout, assumptions = _split(model, layout, tuple(assumptions))
@@ -373,6 +381,10 @@ def _expert_row(raw: dict, file: str, where: str) -> list[Row]:
                 published_memory_gib=None, precision=layout.precision, moe=model.is_moe,
                 assumptions=tuple(assumptions))]
 
+
+NVIDIA_RECIPES = ("Megatron-Bridge", "NeMo", "nemo-framework")
+"""Words of an expert row's `source:` that name NVIDIA's performance recipes (ASSUMPTIONS
+`nvidia-perf-recipes`)."""
 
 ROW_LEVEL_KEYS = ("precision", "framework", "seq_len", "global_batch_size")
 """Layout fields an expert_configs row gives outside `layout:` (training_runs rows: all of them)."""
