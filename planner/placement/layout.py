@@ -24,6 +24,9 @@ OFFLOAD_TARGETS = ("optimizer", "parameters", "activations")
 OPTIMIZERS = ("adamw", "sgd", "adam8bit")
 PRECISIONS = ("bf16", "fp16", "fp8")
 FRAMEWORKS = ("megatron", "deepspeed", "torchtitan")
+OVERLAP_KNOBS = ("tp_comm_overlap", "overlap_grad_reduce", "overlap_param_gather", "ep_comm_overlap")
+"""The communication-overlap knobs (`Layout` fields; None = the framework's default,
+`placement.overlap.resolve`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,6 +76,20 @@ class Layout:
     """Compute dtype of the GEMMs: bf16 | fp16 | fp8."""
     framework: str = "megatron"
     """megatron | deepspeed | torchtitan: sets conventions such as fp32 gradient accumulation."""
+    tp_comm_overlap: bool | None = None
+    """TP/SP all-gathers and reduce-scatters pipelined with the neighbouring linear GEMMs (Megatron
+    Transformer Engine userbuffers, torchtitan AsyncTP); None = the framework's default
+    (`placement.overlap`)."""
+    overlap_grad_reduce: bool | None = None
+    """Data-parallel gradient reduction overlapped with backward (Megatron's grad-reduce overlap,
+    DeepSpeed's ZeRO comm overlap; FSDP2 / DDP always); None = the framework's default."""
+    overlap_param_gather: bool | None = None
+    """Parameter all-gathers overlapped with forward (Megatron's param-gather overlap of the
+    distributed optimizer / Megatron-FSDP, ZeRO-3 prefetch, FSDP2 implicit prefetch); None = the
+    framework's default."""
+    ep_comm_overlap: bool | None = None
+    """Expert-parallel dispatch / combine all-to-alls overlapped with another micro-batch's
+    compute (Megatron's 1F1B all-to-all overlap); None = the framework's default."""
 
     def __post_init__(self) -> None:
         # Fast path first (a search builds tens of thousands of Layouts): every check below is the
@@ -98,6 +115,10 @@ class Layout:
             object.__setattr__(self, "offload", frozenset(self.offload))
         for target in self.offload:
             _check_choice("offload", target, OFFLOAD_TARGETS)
+        for name in OVERLAP_KNOBS:
+            if getattr(self, name) is not None and type(getattr(self, name)) is not bool:
+                raise SpecError(f"value {getattr(self, name)!r} must be true, false or absent "
+                                "(the framework's default)", key=name)
         if self.pipeline_layers is not None:
             self._check_pipeline_layers()
         if self.pipeline_layout is not None and not _pipeline_layout_ok(self):
@@ -229,6 +250,8 @@ _FIELD_OK = {
     "optimizer": lambda layout: layout.optimizer in OPTIMIZERS,
     "precision": lambda layout: layout.precision in PRECISIONS,
     "framework": lambda layout: layout.framework in FRAMEWORKS,
+    **{name: (lambda name: lambda layout: getattr(layout, name) is None
+              or type(getattr(layout, name)) is bool)(name) for name in OVERLAP_KNOBS},
 }
 """Field -> whether its value passes `Layout.__post_init__` (in its normalized form: offload a
 frozenset, pipeline_layers a tuple), given the other fields; `replace`'s fast path."""
