@@ -21,7 +21,7 @@ BASE = Path("examples/llama-3.1-70b-64xh100.plan.yaml")
 """`planner plan -o` of llama-3.1-70b on 64 H100s: dp2 tp2 pp4 cp4, b1, batch 1024, per-stage recompute."""
 PAR_KEYS = ("dp", "tp", "pp", "cp", "ep", "etp", "zero_stage", "sequence_parallel",
             "micro_batch_size", "global_batch_size", "num_microbatches", "vpp", "recompute",
-            "pipeline_layers")
+            "pipeline_layers", "overlap")
 REQUEST_KEYS = ("seq_len", "global_batch_size", "precision", "optimizer", "framework", "fixed",
                 "headroom", "reserve_bytes")
 
@@ -135,7 +135,7 @@ def test_predicted_numbers_the_gate_compares_must_be_numbers(tmp_path, edit, key
 
 
 @pytest.mark.parametrize("section, key", [
-    *(("plan.parallelism", k) for k in PAR_KEYS if k != "etp"),
+    *(("plan.parallelism", k) for k in PAR_KEYS if k not in ("etp", "overlap")),
     *(("request", k) for k in REQUEST_KEYS if k != "fixed"),
     *(("", k) for k in ("model", "cluster", "gpus", "request", "plan")),
 ])

@@ -44,7 +44,10 @@ def _hand(*, model="llama-3.1-8b", gpus=16, tp=2, pp=2, cp=1, dp=4, ep=1, etp=1,
             "dp": dp, "tp": tp, "pp": pp, "cp": cp, "ep": ep, "etp": etp, "zero_stage": zero,
             "sequence_parallel": sp, "micro_batch_size": mbs, "global_batch_size": gbs,
             "num_microbatches": gbs // (mbs * dp), "vpp": vpp, "recompute": recompute,
-            "pipeline_layers": list(split)}},
+            "pipeline_layers": list(split),
+            # what `planner plan` sets (`overlap.tuned`): tp-comm only where tp > 1 with SP
+            "overlap": {**({"tp_comm_overlap": True} if tp > 1 and sp else {}),
+                        "overlap_grad_reduce": True, "overlap_param_gather": True}}},
     }
 
 
@@ -184,8 +187,8 @@ def test_known_flags_of_a_hand_written_plan():
         "--context-parallel-size 1", "--sequence-parallel", "--micro-batch-size 1",
         "--global-batch-size 128", "--seq-length 4096", "--use-distributed-optimizer", "--bf16",
         "--fp8-format hybrid",
-        # dp 4 > 1 with ZeRO-1: the overlaps the step-time model prices (Megatron defaults: off)
-        "--overlap-grad-reduce", "--overlap-param-gather",
+        # the plan's overlaps (Megatron defaults: off), in the table's order
+        "--tp-comm-overlap", "--overlap-grad-reduce", "--overlap-param-gather",
         "--optimizer adam", "--recompute-granularity selective",
         "--num-layers 32", "--hidden-size 4096", "--ffn-hidden-size 14336",
         "--num-attention-heads 32", "--group-query-attention", "--num-query-groups 8",

@@ -41,7 +41,8 @@ TORCHTITAN_SHARED = {"batch_size", "global_batch_size", "seq_len", "dtype", "mod
 ELSEWHERE = {
     "planner/placement/layout.py": {"--num-layers-per-virtual-pipeline-stage", "--recompute-granularity"},
     "planner/search/ilp.py": {"--recompute-granularity"},
-    "planner/cost/memory.py": {"offload_param", "pipeline_parallel_microbatches"},
+    "planner/cost/memory.py": {"offload_param", "pipeline_parallel_microbatches",
+                               "stage3_prefetch_bucket_size"},
     "planner/cost/activations.py": {"selective_ac_option", "--hidden-dropout", "--attention-dropout"},
     "planner/placement/precision.py": {"mixed_precision_param"},
 }

@@ -559,7 +559,8 @@ def _layout(args: dict, spec: ModelSpec, world: int, seq_len: int | None, file: 
         micro_batch_size=mbs, global_batch_size=_int(args, "global_batch_size", file, mbs * dp),
         seq_len=_seq_len(args, seq_len, file, findings), recompute=_uniform_recompute(args, file),
         optimizer=_OPTIMIZERS[_choice(args, "optimizer", file) or mg.DEFAULT["optimizer"]],
-        precision=_precision(args, file), framework="megatron")
+        precision=_precision(args, file), framework="megatron",
+        **{knob: True if _on(args, knob) else None for knob in mg.OVERLAP_SWITCHES})  # None: default
 
 
 def _seq_len(args: dict, seq_len: int | None, file: str, findings: list[Violation]) -> int:

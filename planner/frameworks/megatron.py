@@ -248,8 +248,9 @@ OVERLAP_SWITCHES = ("tp_comm_overlap", "overlap_grad_reduce", "overlap_param_gat
 
 
 def overlap_switches(zero_stage: int) -> tuple[str, ...]:
-    """The overlap knobs a Megatron-LM launch can switch (all, at every ZeRO stage)."""
-    return OVERLAP_SWITCHES
+    """The overlap knobs a Megatron-LM launch can switch: all, but the parameter-gather overlap
+    only with a distributed optimizer or Megatron-FSDP (ZeRO >= 1; `arguments.py` asserts it)."""
+    return tuple(k for k in OVERLAP_SWITCHES if k != "overlap_param_gather" or zero_stage >= 1)
 
 
 def overlap_defaults(zero_stage: int) -> dict[str, bool]:

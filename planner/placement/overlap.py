@@ -46,11 +46,16 @@ _RESOLVED: dict[tuple, Overlaps] = {}
 
 
 def tuned(layout: Layout) -> Layout:
-    """`layout` with the overlaps a tuned recipe switches on where the framework has them (TP comm
-    overlap with SP, gradient-reduce and parameter-gather overlap; NVIDIA's Megatron-Bridge
-    performance recipes set all three), knobs the layout sets explicitly kept; EP all-to-all
-    overlap stays as given (Megatron asserts it off with full recompute, which a plan may mix in)."""
-    changes = {k: True for k in ("tp_comm_overlap", "overlap_grad_reduce", "overlap_param_gather")
-               if getattr(layout, k) is None
+    """`layout` with the overlaps a tuned recipe switches on, where its framework can switch them
+    (`overlap_switches`): TP comm overlap where tp > 1 with SP (which it needs), gradient-reduce
+    and parameter-gather overlap -- the three switches of Megatron-LM's own release run
+    (NVIDIA/Megatron-LM@d98e8a6
+    tests/functional_tests/test_cases/gpt/gpt3_15b_8t_release_gb200/model_config.yaml l. 15-24:
+    TP 4 with SP and all three switched on, `frameworks.megatron` FLAG). Knobs the layout
+    sets (not None) are kept. EP all-to-all overlap stays as given: Megatron asserts it off with
+    full recompute, which a plan may mix in per layer."""
+    wanted = ("tp_comm_overlap",) * (layout.tp > 1 and bool(layout.sequence_parallel)) + (
+        "overlap_grad_reduce", "overlap_param_gather")
+    changes = {k: True for k in wanted if getattr(layout, k) is None
                and k in BY_NAME[layout.framework].overlap_switches(layout.zero_stage)}
     return layout.replace(**changes) if changes else layout
