@@ -35,7 +35,7 @@ data_parallel_size argument, its `tensor_parallel/` package) or planner function
 (`strategies.tensor_parallel`, `expert_parallel`): not scanned."""
 
 TORCHTITAN_SHARED = {"batch_size", "global_batch_size", "seq_len", "dtype", "mode", "converters",
-                     "name", "flavor", "description"}
+                     "name", "flavor", "description", "enable"}
 """torchtitan keys that are also the planner's own field names or common words: not scanned."""
 
 ELSEWHERE = {

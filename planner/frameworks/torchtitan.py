@@ -61,6 +61,7 @@ KEYS = {
     "ac_mode": (("activation_checkpoint", "mode"),),
     "ac_option": (("activation_checkpoint", "selective_ac_option"),),
     "async_tp": (("parallelism", "enable_async_tensor_parallel"),),
+    "compile": (("compile", "enable"),),
     "converters": (("model", "converters"),),
     "float8_linear": (("float8", "enable_float8_linear"),),
     "model_name": (("model", "name"),),
@@ -84,15 +85,15 @@ DEFAULT = {"local_batch": 8, "global_batch_size": -1, "seq_len": 2048, "param_dt
            "dtype": "float32", "offload": False, "reshard": "default", "replicate": 1, "shard": -1,
            "tp": 1, "pp": 1, "cp": 1, "ep": 1, "etp": 1, "pp_microbatch_size": 1, "pp_schedule": "1F1B",
            "pp_first_less": 1, "pp_last_less": 1, "ac_mode": "selective", "ac_option": "2",
-           "optimizer": "AdamW", "async_tp": False}
+           "optimizer": "AdamW", "async_tp": False, "compile": False}
 """Setting -> torchtitan's value when absent (`job_config.py`; shard -1 = the GPUs left; global
 batch -1 = local batch x dp)."""
 
 OVERLAP_KNOBS = {"tp_comm_overlap": "async_tp"}
 """Overlap knob (`Layout` field) -> the setting that switches it: AsyncTP (`job_config.py`
 Parallelism.enable_async_tensor_parallel, default false, "only effective when compile is
-enabled"; since 9810191 `compile.enable_async_tensor_parallel`, `config/configs.py` l. 298 at
-`CLI_COMMIT`). FSDP2 reduce-scatters gradients during backward and prefetches the next module's
+enabled", i.e. with the `compile` setting, `job_config.py` Compile.enable; since 9810191
+`compile.enable_async_tensor_parallel`, `config/configs.py` l. 298 at `CLI_COMMIT`). FSDP2 reduce-scatters gradients during backward and prefetches the next module's
 all-gather (implicit prefetch), DDP buckets its all-reduce during backward: always on, no key."""
 
 
@@ -200,6 +201,12 @@ CLI_FIELDS = {
 }
 """Every field of `config/configs.py` TrainingConfig and ParallelismConfig at `CLI_COMMIT` (all on
 the command line as `--training.F` / `--parallelism.F`; tyro exits on any other)."""
+CLI_FIELDS["compile"] = ("enable", "enable_async_tensor_parallel", "components", "backend")
+"""`config/configs.py` CompileConfig at `CLI_COMMIT` (l. 292-310: AsyncTP asserts compile.enable)."""
+CLI_COMPILE = "compile.enable"
+"""torch.compile on (AsyncTP needs it)."""
+CLI_ASYNC_TP = "compile.enable_async_tensor_parallel"
+"""AsyncTP on the current command line (the TOML's `KEY["async_tp"]` moved under compile)."""
 CLI_SETTINGS = ("replicate", "shard", "reshard", "tp", "pp", "cp", "ep", "pp_schedule",
                 "pp_layers_per_stage", "pp_first_less", "pp_last_less", "param_dtype", "dtype",
                 "offload")
