@@ -23,7 +23,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from planner.placement import recompute_mix
+from planner.placement import overlap, recompute_mix
 
 FORMATS = ("table", "json", "yaml")
 """Values accepted by every command's `--format`."""
@@ -360,15 +360,10 @@ def layout_label(par: dict) -> str:
     parts.append(f"recompute {recompute}" if isinstance(recompute, str) else "recompute per layer")
     if par.get("offload"):
         parts.append("offload " + ",".join(par["offload"]))
-    on = [name for knob, name in _OVERLAP_NAMES.items() if (par.get("overlap") or {}).get(knob)]
+    on = [name for name, knob in overlap.NAMES.items() if (par.get("overlap") or {}).get(knob)]
     if on:
         parts.append("overlap " + ",".join(on))
     return " · ".join(parts)
-
-
-_OVERLAP_NAMES = {"tp_comm_overlap": "tp-comm", "overlap_grad_reduce": "grad-reduce",
-                  "overlap_param_gather": "param-gather", "ep_comm_overlap": "ep-a2a"}
-"""Overlap knob -> its short name in a plan's summary line."""
 
 
 def show_explain(data: dict, fmt: str) -> None:

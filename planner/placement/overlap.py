@@ -11,8 +11,29 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from planner.errors import SpecError
 from planner.frameworks import BY_NAME
 from planner.placement.layout import OVERLAP_KNOBS, Layout
+
+
+NAMES = {"tp-comm": "tp_comm_overlap", "grad-reduce": "overlap_grad_reduce",
+         "param-gather": "overlap_param_gather", "ep-a2a": "ep_comm_overlap"}
+"""Short name (`planner explain --overlap NAME=on|off`, a plan's summary line) -> overlap knob."""
+
+
+def parse(items: list[str] | None) -> dict[str, bool]:
+    """{knob: on} of `--overlap NAME=on|off` options (NAMES), the last one of a name winning.
+
+    Raises:
+        SpecError: an item that is not NAME=on|off with a name of NAMES (key --overlap)."""
+    out = {}
+    for item in items or ():
+        name, _, value = item.partition("=")
+        if name not in NAMES or value not in ("on", "off"):
+            raise SpecError(f"value {item!r} must be NAME=on or NAME=off with NAME one of "
+                            f"{', '.join(NAMES)}", key="--overlap")
+        out[NAMES[name]] = value == "on"
+    return out
 
 
 @dataclass(frozen=True)
