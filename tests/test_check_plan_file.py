@@ -17,8 +17,9 @@ from planner.check import plan_file
 from planner.cli import app
 
 runner = CliRunner()
-BASE = Path("examples/llama-3.1-70b-64xh100.plan.yaml")
-"""`planner plan -o` of llama-3.1-70b on 64 H100s: dp2 tp2 pp4 cp4, b1, batch 1024, per-stage recompute."""
+BASE = Path("tests/data/plans/llama-3.1-70b-64xh100-pp4-cp4.plan.yaml")
+"""`planner plan -o` of llama-3.1-70b on 64 H100s pinned to tp2 pp4 cp4 ZeRO-1 (request.fixed then
+emptied): dp2 tp2 pp4 cp4, b1, batch 1024, per-stage recompute, the tuned overlaps."""
 PAR_KEYS = ("dp", "tp", "pp", "cp", "ep", "etp", "zero_stage", "sequence_parallel",
             "micro_batch_size", "global_batch_size", "num_microbatches", "vpp", "recompute",
             "pipeline_layers", "overlap")

@@ -233,12 +233,14 @@ def test_may_fit_rejects_only_candidates_without_a_plan():
 
 def test_issue_13_case_returns_the_pipelined_plan():
     """The oracle's plan of issue 13, by the numbers the issue reports (2.572 ms, pp 4, split
-    1/1/1/1, layer 0 fully recomputed), with status OPTIMAL."""
+    1/1/1/1, layer 0 fully recomputed), with status OPTIMAL; its step now also pays the pipeline
+    schedule's gap at each of the 2 (m + pp - 1) = 2 x (4 + 3) = 14 sends (20 us each,
+    `pipeline.SCHEDULE_STEP_GAP_S`): 2.572 + 0.280 = 2.852 ms."""
     model, cluster, base, fixed = issue_13_case()
     result = P.plan(model, cluster, fixed=fixed, top_k=1, reserve_bytes=0, headroom=0.0, **base)
     best = result["plans"][0]
     assert result["solver"]["status"] == "OPTIMAL"
-    assert best["time_s"]["step"] == pytest.approx(2.572e-3, abs=0.5e-6)
+    assert best["time_s"]["step"] == pytest.approx(2.572e-3 + 14 * 20e-6, abs=0.5e-6)
     assert (best["parallelism"]["pp"], best["parallelism"]["pipeline_layers"]) == (4, [1, 1, 1, 1])
     assert [stage["full"] for stage in best["parallelism"]["recompute"]] == [1, 0, 0, 0]
 

@@ -189,6 +189,29 @@ def _unknown_flags(text: str) -> list[Violation]:
     return out
 
 
+def _overlap_startup(args: dict) -> list[Violation]:
+    """Megatron-LM's start-up assertions on the overlap switches (NVIDIA/Megatron-LM@d98e8a6
+    megatron/training/arguments.py `validate_args` l. 1024-1029: the parameter-gather overlap
+    needs a distributed optimizer or Megatron-FSDP and the gradient-reduce overlap; l. 1441-1442:
+    the TP comm overlap needs sequence parallelism)."""
+    out = []
+    if _on(args, "overlap_param_gather"):
+        needs = [F[k] for k in ("overlap_grad_reduce",) if not _on(args, k)]
+        if not (_on(args, "distributed_optimizer") or _on(args, "megatron_fsdp")):
+            needs.append(f"{F['distributed_optimizer']} (or {F['megatron_fsdp']})")
+        if needs:
+            out.append(Violation(
+                rule="overlap_param_gather_needs", fix=f"add {' and '.join(needs)}",
+                message=f"{F['overlap_param_gather']} without {' and '.join(needs)}: Megatron-LM "
+                        f"asserts both (validate_args)"))
+    if _on(args, "tp_comm_overlap") and not _on(args, "sequence_parallel"):
+        out.append(Violation(
+            rule="tp_comm_overlap_needs_sp", fix=f"add {F['sequence_parallel']}",
+            message=f"{F['tp_comm_overlap']} without {F['sequence_parallel']}: Megatron-LM asserts "
+                    f"TP communication / GEMM overlap only with sequence parallelism (validate_args)"))
+    return out
+
+
 def _startup(args: dict, env: dict[str, str], spec: ModelSpec, layout: Layout,
              file: str) -> list[Violation]:
     """Megatron-LM's start-up assertions on FSDP and context parallelism the placement rules do
@@ -200,7 +223,7 @@ def _startup(args: dict, env: dict[str, str], spec: ModelSpec, layout: Layout,
     ckpt_format torch_dist or torch_dcp, untied embeddings and no fp16.
     TransformerEngine d0067d0 `pytorch/attention/dot_product_attention/context_parallel.py`
     (cp_comm_type a2a: the Q and K heads of each tensor-parallel rank divisible by cp)."""
-    out = []
+    out = _overlap_startup(args)
     ckpt = _choice(args, "ckpt_format", file) or mg.DEFAULT["ckpt_format"]
     connections = env.get(mg.DEVICE_MAX_CONNECTIONS)
     for knob in ("megatron_fsdp", "torch_fsdp2"):
