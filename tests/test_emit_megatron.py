@@ -45,9 +45,11 @@ def _hand(*, model="llama-3.1-8b", gpus=16, tp=2, pp=2, cp=1, dp=4, ep=1, etp=1,
             "sequence_parallel": sp, "micro_batch_size": mbs, "global_batch_size": gbs,
             "num_microbatches": gbs // (mbs * dp), "vpp": vpp, "recompute": recompute,
             "pipeline_layers": list(split),
-            # what `planner plan` sets (`overlap.tuned`): tp-comm only where tp > 1 with SP
+            # what `planner plan` sets (`overlap.tuned`): tp-comm only where tp > 1 with SP,
+            # param-gather only with a distributed optimizer or Megatron-FSDP (ZeRO >= 1)
             "overlap": {**({"tp_comm_overlap": True} if tp > 1 and sp else {}),
-                        "overlap_grad_reduce": True, "overlap_param_gather": True}}},
+                        "overlap_grad_reduce": True,
+                        **({"overlap_param_gather": True} if zero >= 1 else {})}}},
     }
 
 
