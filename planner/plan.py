@@ -834,6 +834,7 @@ def plan_layout(entry: dict, request: dict) -> Layout:
                   global_batch_size=request["global_batch_size"], seq_len=request["seq_len"],
                   recompute=recompute, optimizer=request["optimizer"],
                   precision=request["precision"], framework=request["framework"],
+                  cp_comm_type=par.get("cp_comm_type", "p2p"),
                   **{k: par.get("overlap", {}).get(k) for k in OVERLAP_KNOBS})
 
 

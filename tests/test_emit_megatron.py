@@ -446,3 +446,18 @@ def test_deepseek_v3_on_pp16_round_trips_a_layout_string():
     assert result.exit_code == 0, result.output
     assert "--pipeline-model-parallel-layout 'E|(tt|)*30tL'" in result.output
     assert "check: PASS" in result.output
+
+
+def test_overlaps_and_all_to_all_context_parallelism_round_trip(tmp_path):
+    """A plan with cp 2 over all-to-all (Ulysses) and the tuned overlaps: the script carries
+    --cp-comm-type a2a and the overlap switches, and `planner check` reads back the same layout."""
+    doc = _hand(cp=2, dp=2)
+    doc["plan"]["parallelism"]["cp_comm_type"] = "a2a"
+    emitted, target = _read_back(doc, tmp_path)
+    flags = _flags(emitted.text)
+    assert "--cp-comm-type a2a" in flags
+    assert {"--tp-comm-overlap", "--overlap-grad-reduce", "--overlap-param-gather"} <= set(flags)
+    assert target.layout.cp_comm_type == "a2a"
+    assert (target.layout.tp_comm_overlap, target.layout.overlap_grad_reduce,
+            target.layout.overlap_param_gather, target.layout.ep_comm_overlap) == (True, True, True, None)
+    _assert_round_trip(doc, emitted, target)

@@ -209,3 +209,29 @@ def test_cp_at_4k_costs_more_than_cp_1_on_the_same_gpus():
     cp1 = tuned(Layout(dp=8, cp=1, **kw))
     cp4 = tuned(Layout(dp=2, cp=4, **kw))
     assert stt.step_time(model, H100, cp4).step > stt.step_time(model, H100, cp1).step
+
+
+def test_cp_all_to_all_exposes_the_qkv_and_output_exchanges():
+    """cp 4 with --cp-comm-type a2a (Ulysses), s 4096 (1,024 tokens per rank), 4 query heads and
+    2 KV heads of 64: forward one all-to-all of Q, K, V (1,024 x (256 + 2 x 128) x 2 B = 1 MiB)
+    and one of the output (1,024 x 256 x 2 B = 512 KiB), backward the same two, all exposed: each
+    3 alpha + 3/4 x message / NVLink."""
+    layout = Layout(cp=4, dp=1, seq_len=4096, cp_comm_type="a2a")
+    qkv, out = 1024 * (256 + 2 * 128) * 2, 1024 * 256 * 2
+    assert (qkv, out) == (2**20, 2**19)
+    t = stt.layer_time(SMALL, H100, layout, 0, "none")
+    assert t.comm_s == pytest.approx(2 * (_ring(4, qkv) + _ring(4, out)), rel=1e-9)
+    # a full recompute re-runs the forward pair
+    full = stt.layer_time(SMALL, H100, layout, 0, "full")
+    assert full.comm_s == pytest.approx(3 * _ring(4, qkv) + 3 * _ring(4, out), rel=1e-9)
+
+
+def test_megatron_cp_comm_type_reads_back_and_other_types_are_costed_as_the_ring(tmp_path):
+    from planner.check.megatron import _cp_comm_type
+    from planner.frameworks.megatron import FLAG
+
+    findings = []
+    assert _cp_comm_type({FLAG["cp_comm_type"]: "a2a"}, 2, findings) == "a2a" and not findings
+    assert _cp_comm_type({}, 2, findings) == "p2p" and not findings
+    assert _cp_comm_type({FLAG["cp_comm_type"]: "a2a+p2p"}, 4, findings) == "p2p"
+    assert [f.rule for f in findings] == ["cp_comm_type_not_costed"]

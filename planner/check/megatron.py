@@ -47,7 +47,7 @@ from planner.errors import SpecError
 from planner.frameworks import megatron as mg
 from planner.frameworks.megatron import FLAG as F
 from planner.placement import pipeline_layout
-from planner.placement.layout import Layout
+from planner.placement.layout import CP_COMM_TYPES, Layout
 from planner.placement.rules import Violation
 from planner.specs import files
 from planner.specs.cluster import load_cluster
@@ -583,7 +583,24 @@ def _layout(args: dict, spec: ModelSpec, world: int, seq_len: int | None, file: 
         seq_len=_seq_len(args, seq_len, file, findings), recompute=_uniform_recompute(args, file),
         optimizer=_OPTIMIZERS[_choice(args, "optimizer", file) or mg.DEFAULT["optimizer"]],
         precision=_precision(args, file), framework="megatron",
+        cp_comm_type=_cp_comm_type(args, cp, findings),
         **{knob: True if _on(args, knob) else None for knob in mg.OVERLAP_SWITCHES})  # None: default
+
+
+def _cp_comm_type(args: dict, cp: int, findings: list[Violation]) -> str:
+    """The context-parallel communication costed: the file's cp_comm_type flag when it is one costed
+    type (`CP_COMM_TYPES`) for every layer, else ring attention (p2p) with a warning naming what
+    is not costed (all_gather, a2a+p2p, a per-layer mix)."""
+    given = str(args.get(F["cp_comm_type"]) or mg.DEFAULT["cp_comm_type"]).split()
+    if len(set(given)) == 1 and given[0] in CP_COMM_TYPES:
+        return given[0]
+    if cp > 1:
+        findings.append(Violation(
+            rule="cp_comm_type_not_costed", severity="warning",
+            message=f"{F['cp_comm_type']} {' '.join(given)}: only {' and '.join(CP_COMM_TYPES)} "
+                    f"for every layer are costed; costed as p2p (ring attention)",
+            fix=f"{F['cp_comm_type']} p2p or a2a"))
+    return mg.DEFAULT["cp_comm_type"]
 
 
 def _seq_len(args: dict, seq_len: int | None, file: str, findings: list[Violation]) -> int:

@@ -359,7 +359,7 @@ def layer_collectives(model: ModelSpec, layout: Layout, index: int) -> list[Coll
     """
     moe = bool(layout.ep > 1 and model.is_moe and model.moe_layers[index])
     key = (id(model), moe, layout.micro_batch_size, layout.seq_len, layout.cp, layout.tp, layout.ep,
-           layout.sequence_parallel)   # what the records read
+           layout.sequence_parallel, layout.cp_comm_type)   # what the records read
     hit = _LAYER_RECORDS.get(key)
     if hit is None or hit[0] is not model:
         if len(_LAYER_RECORDS) >= 4096:
@@ -383,7 +383,9 @@ def _layer_collectives(model: ModelSpec, layout: Layout, moe: bool) -> list[Coll
             for phase in ("forward", "backward"):
                 out.append(Collective(axis="tp", kind=kind, count=2, message_bytes=act,
                                       group_size=layout.tp, axes=("tp",), label="tp.layers", phase=phase))
-    if layout.cp > 1:
+    if layout.cp > 1 and layout.cp_comm_type == "a2a":
+        out += _cp_all_to_all(model, layout, tokens)
+    elif layout.cp > 1:
         kv = _kv_bytes_per_token(model, layout.tp) * tokens * layout.cp
         cp = dict(axis="cp", count=1, message_bytes=kv, group_size=layout.cp, axes=("cp",))
         out += [Collective(kind="all_gather", label="cp.kv.forward", phase="attention.forward", **cp),
@@ -397,6 +399,27 @@ def _layer_collectives(model: ModelSpec, layout: Layout, moe: bool) -> list[Coll
                                   group_size=layout.ep, axes=("ep",), label="ep.dispatch_combine",
                                   phase=phase))
     return out
+
+
+def _cp_all_to_all(model: ModelSpec, layout: Layout, tokens: int) -> list[Collective]:
+    """All-to-all context parallelism (DeepSpeed-Ulysses, Megatron's cp_comm_type a2a): before
+    the attention core the local tokens' Q, K and V are exchanged so each cp rank holds the whole
+    sequence for 1/cp of its heads, after it the output goes back; backward exchanges dO and then
+    dQ, dK, dV the same way (NVIDIA/TransformerEngine@d0067d0 `context_parallel.py`
+    AttnFuncWithCPAndQKVOA2A: `flash_attn_a2a_communicate` l. 4339, 4485, 4677, 4837). Each is one
+    all-to-all over cp of the local tokens' tensors on this tp rank (bf16), on the critical path:
+    phase forward / backward (exposed). Sizes: Q and O a x d_head / tp, K and V kv heads (at least
+    one per tp rank) x d_head each."""
+    q = model.num_attention_heads // layout.tp * (
+        model.qk_nope_head_dim + model.qk_rope_head_dim if model.is_mla else model.head_dim)
+    o = model.num_attention_heads // layout.tp * (model.v_head_dim if model.is_mla else model.head_dim)
+    kv = _kv_bytes_per_token(model, layout.tp) // 2   # K and V elements per token
+    qkv, out = tokens * (q + kv) * 2, tokens * o * 2
+    common = dict(axis="cp", kind="all_to_all", count=1, group_size=layout.cp, axes=("cp",))
+    return [Collective(message_bytes=qkv, label="cp.a2a.qkv", phase="forward", **common),
+            Collective(message_bytes=out, label="cp.a2a.out", phase="forward", **common),
+            Collective(message_bytes=out, label="cp.a2a.dout", phase="backward", **common),
+            Collective(message_bytes=qkv, label="cp.a2a.dqkv", phase="backward", **common)]
 
 
 def _kv_bytes_per_token(model: ModelSpec, tp: int) -> int:

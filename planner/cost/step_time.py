@@ -168,7 +168,7 @@ def layer_time_key(layout: Layout, sharing: tuple[tuple[str, int], ...]) -> tupl
     ov = overlap.resolve(layout)
     return (layout.micro_batch_size, layout.seq_len, layout.tp, layout.cp, layout.ep, layout.etp,
             layout.precision, share["tp"], share["cp"], layout.sequence_parallel,
-            ov.tp_comm_overlap, ov.ep_comm_overlap)
+            ov.tp_comm_overlap, ov.ep_comm_overlap, layout.cp_comm_type)
 
 
 def _ep_sharing(layout: Layout, cluster: ClusterSpec, order: Sequence[str]) -> int:
@@ -288,7 +288,8 @@ def _layer_comm(model: ModelSpec, cluster: ClusterSpec, layout: Layout, index: i
       the other micro-batch's pass it runs beside (Megatron 1F1B A2A overlap merges micro-batch i's
       forward with micro-batch i-1's backward: forward dispatch / combine under 2 fwd_s, backward
       under fwd_s).
-    - cp (phases attention.*): `_cp_ring_exposed`.
+    - cp ring (phases attention.*): `_cp_ring_exposed`; cp all-to-all (phases forward /
+      backward): exposed.
     The overlaps are priced independently against the compute they run beside (TP on the linear
     GEMMs, EP on the whole layer), which assumes their links do not contend."""
     share = _sharing(layout, cluster, order)
@@ -299,7 +300,7 @@ def _layer_comm(model: ModelSpec, cluster: ClusterSpec, layout: Layout, index: i
     cp = []
     for c in comm.layer_collectives(model, layout, index):
         k = _record_sharing(c, layout, cluster, share, order)
-        if c.axis == "cp":
+        if c.phase.startswith("attention."):   # the ring, under the attention core
             cp.append((c, k))
             continue
         axis = c.axis if c.axis in ("tp", "ep") else "other"

@@ -54,7 +54,7 @@ SUFFIX = ".json"
 
 _KNOWN = frozenset({"dp", "tp", "pp", "cp", "ep", "etp", "zero_stage", "sequence_parallel",
                     "micro_batch_size", "global_batch_size", "num_microbatches", "vpp",
-                    "recompute", "pipeline_layers", "offload", "overlap"})
+                    "recompute", "pipeline_layers", "offload", "overlap", "cp_comm_type"})
 """`plan.parallelism` keys this writer maps (planner/plan.py `plan_entry`, plus `offload`)."""
 SEARCH_PINS = {"pp": 1, "vpp": 1, "cp": 1, "ep": 1, "etp": 1, "sequence_parallel": False}
 """`planner plan --fix` pins under which every plan is one a DeepSpeed JSON can run (`_refuse`):

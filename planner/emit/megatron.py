@@ -499,6 +499,8 @@ def _flags(doc: dict, model: ModelSpec, layout: Layout, recompute: Recompute) ->
     out += [_flag(layout, k) for k in ("micro_batch_size", "global_batch_size", "seq_len")]
     out += list(mg.ZERO_FLAGS[layout.zero_stage]) + list(mg.PRECISION_FLAGS[layout.precision])
     out += _overlap_flags(layout)
+    if layout.cp > 1 and layout.cp_comm_type != mg.DEFAULT["cp_comm_type"]:
+        out.append(f"{F['cp_comm_type']} {layout.cp_comm_type}")
     out.append(f"{F['optimizer']} {mg.OPTIMIZERS[request['optimizer']]}")
     out += recompute.flags() + _architecture_flags(model, layout.seq_len)
     return out + [f"{F['tokenizer_type']} HuggingFaceTokenizer",

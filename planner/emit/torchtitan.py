@@ -165,6 +165,9 @@ def _tensor(par: dict, dev: list[str]) -> dict:
                    f"memory than the plan")
     if tp == 1 and sp:
         dev.append("sequence_parallel dropped: it has no effect at tp=1")
+    if par["cp"] > 1 and par.get("cp_comm_type", "p2p") != "p2p":
+        dev.append(f"cp_comm_type {par['cp_comm_type']} written as ring attention: torchtitan's "
+                   f"context parallelism passes K/V around the cp ranks (no all-to-all form)")
     # the plan's TP comm overlap is AsyncTP, which acts only under torch.compile
     asynchronous = bool((par.get("overlap") or {}).get("tp_comm_overlap")) and tp > 1
     return {"tp": tp, "cp": par["cp"], **({"async_tp": True, "compile": True} if asynchronous else {})}

@@ -24,6 +24,11 @@ OFFLOAD_TARGETS = ("optimizer", "parameters", "activations")
 OPTIMIZERS = ("adamw", "sgd", "adam8bit")
 PRECISIONS = ("bf16", "fp16", "fp8")
 FRAMEWORKS = ("megatron", "deepspeed", "torchtitan")
+CP_COMM_TYPES = ("p2p", "a2a")
+"""Context-parallel attention: p2p = ring attention (K/V passed around the cp ranks), a2a =
+all-to-all of Q, K, V and the output (DeepSpeed-Ulysses). Source: Megatron-LM's cp_comm_type flag
+(also all_gather and a2a+p2p, not costed); Transformer Engine AttnFuncWithCPAndKVP2P /
+AttnFuncWithCPAndQKVOA2A."""
 OVERLAP_KNOBS = ("tp_comm_overlap", "overlap_grad_reduce", "overlap_param_gather", "ep_comm_overlap")
 """The communication-overlap knobs (`Layout` fields; None = the framework's default,
 `placement.overlap.resolve`)."""
@@ -76,6 +81,8 @@ class Layout:
     """Compute dtype of the GEMMs: bf16 | fp16 | fp8."""
     framework: str = "megatron"
     """megatron | deepspeed | torchtitan: sets conventions such as fp32 gradient accumulation."""
+    cp_comm_type: str = "p2p"
+    """Context-parallel attention communication: p2p (ring) | a2a (all-to-all, Ulysses)."""
     tp_comm_overlap: bool | None = None
     """TP/SP all-gathers and reduce-scatters pipelined with the neighbouring linear GEMMs (Megatron
     Transformer Engine userbuffers, torchtitan AsyncTP); None = the framework's default
@@ -111,6 +118,8 @@ class Layout:
             _check_choice("optimizer", self.optimizer, OPTIMIZERS)
             _check_choice("precision", self.precision, PRECISIONS)
             _check_choice("framework", self.framework, FRAMEWORKS)
+        if self.cp_comm_type not in CP_COMM_TYPES:
+            _check_choice("cp_comm_type", self.cp_comm_type, CP_COMM_TYPES)
         if type(self.offload) is not frozenset:
             object.__setattr__(self, "offload", frozenset(self.offload))
         for target in self.offload:
@@ -250,6 +259,7 @@ _FIELD_OK = {
     "optimizer": lambda layout: layout.optimizer in OPTIMIZERS,
     "precision": lambda layout: layout.precision in PRECISIONS,
     "framework": lambda layout: layout.framework in FRAMEWORKS,
+    "cp_comm_type": lambda layout: layout.cp_comm_type in CP_COMM_TYPES,
     **{name: (lambda name: lambda layout: getattr(layout, name) is None
               or type(getattr(layout, name)) is bool)(name) for name in OVERLAP_KNOBS},
 }
