@@ -190,3 +190,13 @@ def test_overlap_switches_follow_megatrons_assertions(tmp_path, extra, rule, pre
                            ("--overlap-grad-reduce", "overlap_grad_reduce"),
                            ("--overlap-param-gather", "overlap_param_gather")):
             assert costed[knob] is (flag in extra)
+
+
+def test_ep_all_to_all_overlap_follows_megatrons_assertions(tmp_path):
+    """transformer_config.py d98e8a6 l. 3002-3032: --overlap-moe-expert-parallel-comm asserts
+    ep > 1, the alltoall / flex dispatcher (default allgather) and no full recompute."""
+    _, data = _run(tmp_path, ARGS_40_HEADS + "--overlap-moe-expert-parallel-comm "
+                   "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1\n",
+                   "--gpus", "8")
+    message = _errors(data)["ep_comm_overlap_needs"]["message"]
+    assert "ep > 1" in message and "not allgather" in message and "full" in message

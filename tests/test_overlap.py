@@ -235,3 +235,15 @@ def test_megatron_cp_comm_type_reads_back_and_other_types_are_costed_as_the_ring
     assert _cp_comm_type({}, 2, findings) == "p2p" and not findings
     assert _cp_comm_type({FLAG["cp_comm_type"]: "a2a+p2p"}, 4, findings) == "p2p"
     assert [f.rule for f in findings] == ["cp_comm_type_not_costed"]
+
+
+def test_the_readme_headline_plan_uses_no_context_parallelism_at_4k():
+    """llama-3.1-70b on 64 H100s at 4,096 tokens (the README's first example): with the overlaps a
+    tuned recipe uses and CP's ring priced step by step, the best plan splits no sequence
+    (NVIDIA's guidance: no CP below 8K), by the costs alone; it names its overlaps."""
+    from planner import plan as P
+
+    data = P.plan(load_model("llama-3.1-70b"), H100, seq_len=4096, global_batch_size=1024, top_k=1)
+    par = data["plans"][0]["parallelism"]
+    assert par["cp"] == 1
+    assert par["overlap"]["overlap_grad_reduce"] is True

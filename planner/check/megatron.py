@@ -189,12 +189,28 @@ def _unknown_flags(text: str) -> list[Violation]:
     return out
 
 
-def _overlap_startup(args: dict) -> list[Violation]:
+def _overlap_startup(args: dict, layout: Layout) -> list[Violation]:
     """Megatron-LM's start-up assertions on the overlap switches (NVIDIA/Megatron-LM@d98e8a6
     megatron/training/arguments.py `validate_args` l. 1024-1029: the parameter-gather overlap
     needs a distributed optimizer or Megatron-FSDP and the gradient-reduce overlap; l. 1441-1442:
-    the TP comm overlap needs sequence parallelism)."""
+    the TP comm overlap needs sequence parallelism; megatron/core/transformer/transformer_config.py
+    l. 3002-3032: the EP all-to-all overlap needs ep > 1, the alltoall or flex dispatcher, no full
+    recompute, and virtual stages when pp > 1)."""
     out = []
+    if _on(args, "ep_comm_overlap"):
+        dispatcher = args.get(F["moe_token_dispatcher"]) or mg.DEFAULT["moe_token_dispatcher"]
+        needs = [why for why, broken in (
+            ("ep > 1", layout.ep <= 1),
+            (f"{F['moe_token_dispatcher']} alltoall or flex (not {dispatcher})",
+             dispatcher not in ("alltoall", "flex")),
+            (f"no {F['recompute_granularity']} full", args.get(F["recompute_granularity"]) == "full"),
+            ("virtual pipeline stages with pp > 1", layout.pp > 1 and layout.vpp == 1)) if broken]
+        if needs:
+            out.append(Violation(
+                rule="ep_comm_overlap_needs", fix=f"drop {F['ep_comm_overlap']}, or give "
+                + "; ".join(needs),
+                message=f"{F['ep_comm_overlap']} without {'; '.join(needs)}: Megatron-LM asserts "
+                        f"them (TransformerConfig.__post_init__)"))
     if _on(args, "overlap_param_gather"):
         needs = [F[k] for k in ("overlap_grad_reduce",) if not _on(args, k)]
         if not (_on(args, "distributed_optimizer") or _on(args, "megatron_fsdp")):
@@ -223,7 +239,7 @@ def _startup(args: dict, env: dict[str, str], spec: ModelSpec, layout: Layout,
     ckpt_format torch_dist or torch_dcp, untied embeddings and no fp16.
     TransformerEngine d0067d0 `pytorch/attention/dot_product_attention/context_parallel.py`
     (cp_comm_type a2a: the Q and K heads of each tensor-parallel rank divisible by cp)."""
-    out = _overlap_startup(args)
+    out = _overlap_startup(args, layout)
     ckpt = _choice(args, "ckpt_format", file) or mg.DEFAULT["ckpt_format"]
     connections = env.get(mg.DEVICE_MAX_CONNECTIONS)
     for knob in ("megatron_fsdp", "torch_fsdp2"):
