@@ -68,7 +68,8 @@ PHASES = {
                           "(ZeRO-2/3 reduce-scatter without gradient-reduce overlap, ZeRO-3 "
                           "gathers without prefetch); exposed",
     "recompute": "ZeRO-3 re-gather of one fully recomputed layer's parameters, every micro-batch "
-                 "(part of the micro-batch's model-state traffic)",
+                 "(part of the micro-batch's model-state traffic: overlapped with parameter "
+                 "prefetch, else exposed)",
     "step": "end-of-step gradient sync, overlapping the last micro-batch's backward (gradient-reduce "
             "overlap)",
     "sync": "end-of-step gradient sync after the last backward (no gradient-reduce overlap); exposed",

@@ -645,7 +645,8 @@ class StageCostModel:
     """D: sync of the last bucket (constant per stage), s per step."""
     state_exposed: AffinePiece
     """Zx: per-micro-batch model-state traffic the framework does not overlap (`comm` phase
-    microbatch_exposed), s per micro-batch."""
+    microbatch_exposed; the re-gathers of phase recompute too without parameter prefetch), s per
+    micro-batch."""
     param_sync: AffinePiece
     """G: all-gather of the updated parameters overlapping the next step's first forward F
     (`comm` phase param_sync), s per step."""
@@ -829,6 +830,9 @@ def _stage_cost_model(model, cluster, layout, order, schedule, flash) -> StageCo
     x_const, x_coef, _ = _phase_piece(records, price, ("after_sync", "sync", "after_step"))
     h_const, h_coef, _ = _phase_piece(records, price, ("host",))
     regather = [price.time(r, per=m) for r in records.regather]
+    # a fully recomputed layer's re-gather is hidden like the other gathers only with prefetch
+    hidden = overlap.resolve(layout).overlap_param_gather
+    hid, shown = (regather, [0.0] * len(regather)) if hidden else ([0.0] * len(regather), regather)
     opt_b = _affine_in(lambda p: _optimizer_time(cluster, layout, p))[1]
     full = modes.index("full")
     w1 = min(x[0].backward_s + x[0].recompute_s + x[0].comm_s for x in lt)
@@ -840,12 +844,12 @@ def _stage_cost_model(model, cluster, layout, order, schedule, flash) -> StageCo
         compute=piece(head, lambda k, r: lt[k][r].forward_s + lt[k][r].backward_s),
         recompute=piece(zero, lambda k, r: lt[k][r].recompute_s),
         layer_comm=piece(zero, lambda k, r: lt[k][r].comm_s),
-        state_traffic=piece(z_const, lambda k, r: z_coef[k] + (regather[k] if r == full else 0.0)),
+        state_traffic=piece(z_const, lambda k, r: z_coef[k] + (hid[k] if r == full else 0.0)),
         dp_sync=piece(e_const, lambda k, r: e_coef[k]),
         dp_window=piece([2 * h / 3 - w1 for h in head],
                         lambda k, r: lt[k][r].backward_s + lt[k][r].recompute_s + lt[k][r].comm_s),
         dp_last_bucket=piece(last_bucket, lambda k, r: 0.0),
-        state_exposed=piece(zx_const, lambda k, r: zx_coef[k]),
+        state_exposed=piece(zx_const, lambda k, r: zx_coef[k] + (shown[k] if r == full else 0.0)),
         param_sync=piece(g_const, lambda k, r: g_coef[k]),
         param_first_bucket=piece(first_bucket, lambda k, r: 0.0),
         optimizer=piece([opt_b * f for f in fixed], lambda k, r: opt_b * per_layer[k]),
