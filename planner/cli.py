@@ -22,7 +22,7 @@ from planner import report
 from planner.errors import InfeasibleError, PlannerError, SpecError
 from planner.frameworks import megatron as megatron_flags
 from planner.placement import layout as layout_mod
-from planner.placement import recompute_mix
+from planner.placement import overlap, recompute_mix
 from planner.placement import pipeline_layout as pipeline_layout_mod
 from planner.placement.layout import Layout
 from planner.search.mesh import FIXABLE
@@ -271,6 +271,7 @@ def explain_cmd(
         case_sensitive=False, help="GEMM precision (default: bf16, or fp16 on GPUs without bf16).")] = None,
     framework: Annotated[Framework, typer.Option(case_sensitive=False, help="Conventions of this framework.")] = "megatron",
     grad_reduce_dtype: GradReduceOpt = None,
+    overlap_opt: Annotated[list[str] | None, typer.Option("--overlap", metavar="NAME=on|off", help="Communication overlap (repeatable): tp-comm, grad-reduce, param-gather, ep-a2a; absent: the framework's default.")] = None,
     reserve_gib: Annotated[float | None, typer.Option(parser=_finite(0, 1024), metavar="FLOAT", help="CUDA context + fragmentation reserve, GiB.")] = None,
     at_risk_margin: Annotated[float, typer.Option(parser=_finite(0, 0.9), metavar="FLOAT", help="Fraction of capacity that counts as at risk.")] = 0.10,
     flash_attention: Annotated[bool, typer.Option("--flash-attention/--no-flash-attention", help=(
@@ -293,7 +294,8 @@ def explain_cmd(
         pipeline_layout=stages,
         offload=frozenset(_value(o) for o in offload or ()), optimizer=_value(optimizer),
         precision=_precision(precision, hw), framework=_value(framework),
-        grad_reduce_dtype=_value(grad_reduce_dtype))
+        grad_reduce_dtype=_value(grad_reduce_dtype),
+        **overlap.parse(overlap_opt))
     reserve = None if reserve_gib is None else int(reserve_gib * 2**30)
     from planner import explain as explain_api  # imported per command: `--help` stays light
 

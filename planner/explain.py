@@ -27,7 +27,7 @@ from planner.cost.step_time import step_time
 from planner.errors import SpecError
 from planner.placement.layout import Layout
 from planner.placement.rules import check_layout, errors
-from planner.placement import pipeline_layout
+from planner.placement import overlap, pipeline_layout
 from planner.placement.strategies import placement_for
 from planner.specs.model import ModelSpec
 
@@ -119,7 +119,9 @@ def _parallelism(layout: Layout) -> dict:
     return dataclasses.asdict(layout) | {
         "pipeline_layout": None if stages is None else pipeline_layout.to_string(stages),
         "offload": sorted(layout.offload), "world_size": layout.world_size,
-        "num_microbatches": layout.num_microbatches, "expert_dp": layout.expert_dp}
+        "num_microbatches": layout.num_microbatches, "expert_dp": layout.expert_dp,
+        # each overlap knob as costed: the layout's, or its framework's default where absent
+        **dataclasses.asdict(overlap.resolve(layout))}
 
 
 def _costs(model: ModelSpec, cluster, layout: Layout, reserve_bytes: int | None,

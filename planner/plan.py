@@ -98,8 +98,8 @@ from planner.cost.step_time import (
     total_stage_params,
 )
 from planner.errors import InfeasibleError, SpecError
-from planner.placement import pipeline_layout, recompute_mix
-from planner.placement.layout import RECOMPUTE_MODES, Layout
+from planner.placement import overlap, pipeline_layout, recompute_mix
+from planner.placement.layout import OVERLAP_KNOBS, RECOMPUTE_MODES, Layout
 from planner.placement.precision import allowed_grad_reduce_dtypes, state_bytes
 from planner.placement.rules import (
     BATCH_RULES,
@@ -643,10 +643,11 @@ def _candidates(model, cluster, fixed, base, reserve, headroom) -> tuple[list[La
 
     # The near-even split is given where a layout is refined or solved (`_with_split`), not to
     # every candidate: most are pruned by the cheap bound, which does not read the split.
-    layouts = list(candidate_layouts(space, validate, rejections, validate_mesh=validate_mesh,
-                                     validate_knobs=validate_knobs,
-                                     validate_degrees=validate_degrees if model.is_moe else None,
-                                     validate_experts=validate_experts))
+    # every candidate with the overlaps a tuned recipe switches on (`overlap.tuned`)
+    layouts = [overlap.tuned(layout) for layout in candidate_layouts(
+        space, validate, rejections, validate_mesh=validate_mesh, validate_knobs=validate_knobs,
+        validate_degrees=validate_degrees if model.is_moe else None,
+        validate_experts=validate_experts)]
     return layouts, rejections, _Costs(model, cluster, reserve, headroom)
 
 
@@ -696,6 +697,7 @@ def plan_entry(model: ModelSpec, cluster: ClusterSpec, ev: Evaluated, reserve: i
             "num_microbatches": layout.num_microbatches, "vpp": layout.vpp,
             "recompute": uniform if uniform else [dict(c) for c in ev.solution.recompute_per_stage],
             "pipeline_layers": list(layout.pipeline_layers),
+            "overlap": {k: getattr(layout, k) for k in OVERLAP_KNOBS if getattr(layout, k) is not None},
             **({} if layout.pipeline_layout is None else
                {"pipeline_layout": pipeline_layout.to_string(layout.pipeline_layout)}),
         },
@@ -754,7 +756,9 @@ def plan_layout(entry: dict, request: dict) -> Layout:
                   global_batch_size=request["global_batch_size"], seq_len=request["seq_len"],
                   recompute=recompute, optimizer=request["optimizer"],
                   precision=request["precision"], framework=request["framework"],
-                  grad_reduce_dtype=request.get("grad_reduce_dtype"))
+                  grad_reduce_dtype=request.get("grad_reduce_dtype"),
+                  cp_comm_type=par.get("cp_comm_type", "p2p"),
+                  **{k: par.get("overlap", {}).get(k) for k in OVERLAP_KNOBS})
 
 
 # ---------------------------------------------------------------- nothing fits

@@ -23,7 +23,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from planner.placement import recompute_mix
+from planner.placement import overlap, recompute_mix
 
 FORMATS = ("table", "json", "yaml")
 """Values accepted by every command's `--format`."""
@@ -360,6 +360,9 @@ def layout_label(par: dict) -> str:
     parts.append(f"recompute {recompute}" if isinstance(recompute, str) else "recompute per layer")
     if par.get("offload"):
         parts.append("offload " + ",".join(par["offload"]))
+    on = [name for name, knob in overlap.NAMES.items() if (par.get("overlap") or {}).get(knob)]
+    if on:
+        parts.append("overlap " + ",".join(on))
     return " · ".join(parts)
 
 

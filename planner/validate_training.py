@@ -38,6 +38,7 @@ from pathlib import Path
 import yaml
 
 from planner.errors import SpecError
+from planner.placement import overlap
 from planner.placement.layout import Layout
 from planner.specs.cluster import load_cluster
 from planner.specs.model import ModelSpec, from_config, load_model
@@ -128,7 +129,12 @@ ASSUMPTIONS = {
                            "NeMo) reduce gradients in bf16: Megatron-Bridge perf_recipes/_common.py "
                            "`_benchmark_common` and `_perf_precision` set grad_reduce_in_fp32 = False "
                            "(NVIDIA-NeMo/Megatron-Bridge@067f987), as NeMo 2.0's performance scripts do for "
-                           "fp8 (`recipe.trainer.plugins.grad_reduce_in_fp32 = False`).",
+                           "fp8 (`recipe.trainer.plugins.grad_reduce_in_fp32 = False`); and they overlap "
+                           "communication as a tuned plan does (placement.overlap.tuned: gradient-reduce "
+                           "and parameter-gather overlap wherever dp > 1, Megatron-Bridge "
+                           "training/comm_overlap.py `_get_optimizer_overlap_cfgs`; TP communication "
+                           "overlap with SP, the userbuffers configs of perf_recipes/llama/h100/llama3.py), "
+                           "except where the recipe switches one off (RECIPE_OVERRIDES).",
 }
 """Every assumption made where a row is silent, by key; `Row.assumptions` lists the keys applied."""
 
@@ -370,7 +376,7 @@ def _expert_row(raw: dict, file: str, where: str) -> list[Row]:
                      precision=raw["precision"], framework=raw["framework"])
     assumptions = ["expert-configs"]
     if raw["framework"] == "megatron" and any(w in str(raw.get("source", "")) for w in NVIDIA_RECIPES):
-        layout = layout.replace(grad_reduce_dtype="bf16")
+        layout = overlap.tuned(layout.replace(grad_reduce_dtype="bf16", **RECIPE_OVERRIDES.get(raw["id"], {})))
         assumptions.append("nvidia-perf-recipes")
     if raw["framework"] == "torchtitan":
         assumptions += ["compile-as-eager"] + (["async-tp-not-modelled"] if degrees["tp"] > 1 else [])
@@ -385,6 +391,12 @@ def _expert_row(raw: dict, file: str, where: str) -> list[Row]:
 NVIDIA_RECIPES = ("Megatron-Bridge", "NeMo", "nemo-framework")
 """Words of an expert row's `source:` that name NVIDIA's performance recipes (ASSUMPTIONS
 `nvidia-perf-recipes`)."""
+
+RECIPE_OVERRIDES = {"E10": {"overlap_grad_reduce": False, "overlap_param_gather": False}}
+"""Expert rows whose recipe switches off an overlap the others use: DeepSeek-V3 on H100
+(Megatron-Bridge src/megatron/bridge/perf_recipes/deepseek/h100/deepseek_v3.py l. 45-46 @067f987:
+`cfg.ddp.overlap_grad_reduce = False`; Megatron-LM asserts the parameter-gather overlap only with
+the gradient-reduce overlap, so both are off)."""
 
 ROW_LEVEL_KEYS = ("precision", "framework", "seq_len", "global_batch_size")
 """Layout fields an expert_configs row gives outside `layout:` (training_runs rows: all of them)."""

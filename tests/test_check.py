@@ -18,12 +18,17 @@ runner = CliRunner()
 
 @pytest.fixture(scope="module")
 def plan_doc(tmp_path_factory):
-    """The plan file of llama-3.1-70b on 64 H100s (what `make plan` runs), written by `plan -o`."""
+    """A plan file of llama-3.1-70b on 64 H100s written by `plan -o`, pinned to dp2 tp2 pp4 cp4
+    ZeRO-1 (its split 19/20/21/20 with per-stage recompute is what the tests below edit)."""
     path = tmp_path_factory.mktemp("plan") / "plan.yaml"
     result = runner.invoke(app, ["plan", "-m", "llama-3.1-70b", "-c", "dgx-h100", "--gpus", "64",
-                                 "--format", "json", "-o", str(path)])
+                                 "--fix", "tp=2", "--fix", "pp=4", "--fix", "cp=4",
+                                 "--fix", "zero_stage=1", "--format", "json", "-o", str(path)])
     assert result.exit_code == 0, result.output
-    return path, yaml.safe_load(path.read_text())
+    doc = yaml.safe_load(path.read_text())
+    doc["request"]["fixed"] = {}   # the tests edit the degrees: a file that pins none of them
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path, doc
 
 
 def _write(tmp_path, doc, name="edited.yaml"):
@@ -66,7 +71,7 @@ def test_memory_overflow_fails_naming_stage_numbers_and_fix(plan_doc, tmp_path):
     doc = copy.deepcopy(doc)
     par = doc["plan"]["parallelism"]
     par.update(dp=64, tp=1, pp=1, cp=1, zero_stage=0, sequence_parallel=False, recompute="full",
-               pipeline_layers=[80], num_microbatches=16)
+               pipeline_layers=[80], num_microbatches=16, overlap={})
     result = _check(_write(tmp_path, doc), "--format", "json")
     assert result.exit_code == 1, result.output
     data = json.loads(result.output)

@@ -169,3 +169,34 @@ def test_flags_of_other_commands_in_a_script_are_not_megatron_flags(tmp_path):
     unknown = [v["message"].split()[0] for v in data["violations"]
                if v["rule"] == "megatron_unknown_flag"]
     assert sorted(unknown) == ["--tensor-model-paralel-size", "--use-flash-atention"]
+
+
+@pytest.mark.parametrize("extra, rule, present", [
+    ("--overlap-param-gather", "overlap_param_gather_needs", True),        # l. 1028: grad reduce
+    ("--overlap-param-gather --overlap-grad-reduce", "overlap_param_gather_needs", False),
+    ("--tensor-model-parallel-size 2 --tp-comm-overlap", "tp_comm_overlap_needs_sp", True),  # l. 1442
+    ("--tensor-model-parallel-size 2 --tp-comm-overlap --sequence-parallel",
+     "tp_comm_overlap_needs_sp", False),
+])
+def test_overlap_switches_follow_megatrons_assertions(tmp_path, extra, rule, present):
+    """arguments.py d98e8a6 l. 1024-1029 (--overlap-param-gather asserts a distributed optimizer
+    or Megatron-FSDP and --overlap-grad-reduce) and l. 1441-1442 (--tp-comm-overlap asserts
+    --sequence-parallel); the file's switches reach the costed layout."""
+    _, data = _run(tmp_path, ARGS_40_HEADS + extra + "\n", "--gpus", "8")
+    assert (rule in _errors(data)) == present
+    if not present:
+        costed = data["parallelism"]["overlap"]
+        for flag, knob in (("--tp-comm-overlap", "tp_comm_overlap"),
+                           ("--overlap-grad-reduce", "overlap_grad_reduce"),
+                           ("--overlap-param-gather", "overlap_param_gather")):
+            assert costed[knob] is (flag in extra)
+
+
+def test_ep_all_to_all_overlap_follows_megatrons_assertions(tmp_path):
+    """transformer_config.py d98e8a6 l. 3002-3032: --overlap-moe-expert-parallel-comm asserts
+    ep > 1, the alltoall / flex dispatcher (default allgather) and no full recompute."""
+    _, data = _run(tmp_path, ARGS_40_HEADS + "--overlap-moe-expert-parallel-comm "
+                   "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1\n",
+                   "--gpus", "8")
+    message = _errors(data)["ep_comm_overlap_needs"]["message"]
+    assert "ep > 1" in message and "not allgather" in message and "full" in message

@@ -17,11 +17,12 @@ from planner.check import plan_file
 from planner.cli import app
 
 runner = CliRunner()
-BASE = Path("examples/llama-3.1-70b-64xh100.plan.yaml")
-"""`planner plan -o` of llama-3.1-70b on 64 H100s: dp2 tp2 pp4 cp4, b1, batch 1024, per-stage recompute."""
+BASE = Path("tests/data/plans/llama-3.1-70b-64xh100-pp4-cp4.plan.yaml")
+"""`planner plan -o` of llama-3.1-70b on 64 H100s pinned to tp2 pp4 cp4 ZeRO-1 (request.fixed then
+emptied): dp2 tp2 pp4 cp4, b1, batch 1024, per-stage recompute, the tuned overlaps."""
 PAR_KEYS = ("dp", "tp", "pp", "cp", "ep", "etp", "zero_stage", "sequence_parallel",
             "micro_batch_size", "global_batch_size", "num_microbatches", "vpp", "recompute",
-            "pipeline_layers")
+            "pipeline_layers", "overlap")
 REQUEST_KEYS = ("seq_len", "global_batch_size", "precision", "optimizer", "framework",
                 "grad_reduce_dtype", "fixed", "headroom", "reserve_bytes")
 
@@ -79,8 +80,8 @@ def test_reader_allows_exactly_the_keys_plan_writes(tmp_path):
     assert list(doc["plan"]) == ["parallelism"]
     assert tuple(doc["plan"]["parallelism"]) == PAR_KEYS
     # `pipeline_layout` is written only for uneven interleaved plans (optional)
-    assert plan_file._KEYS["plan.parallelism"] == (*PAR_KEYS, "pipeline_layout")
-    assert "pipeline_layout" in plan_file._OPTIONAL
+    assert plan_file._KEYS["plan.parallelism"] == (*PAR_KEYS, "pipeline_layout", "cp_comm_type")
+    assert {"pipeline_layout", "cp_comm_type", "overlap"} <= plan_file._OPTIONAL
     assert runner.invoke(app, ["check", str(out)]).exit_code == 0
 
 
@@ -135,7 +136,7 @@ def test_predicted_numbers_the_gate_compares_must_be_numbers(tmp_path, edit, key
 
 
 @pytest.mark.parametrize("section, key", [
-    *(("plan.parallelism", k) for k in PAR_KEYS if k != "etp"),
+    *(("plan.parallelism", k) for k in PAR_KEYS if k not in ("etp", "overlap")),
     *(("request", k) for k in REQUEST_KEYS if k not in ("fixed", "grad_reduce_dtype")),
     *(("", k) for k in ("model", "cluster", "gpus", "request", "plan")),
 ])

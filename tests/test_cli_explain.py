@@ -135,8 +135,11 @@ def test_explain_reproduces_a_plan_with_per_stage_recompute():
     from planner.specs.cluster import load_cluster
     from planner.specs.model import load_model
 
+    from planner.placement.overlap import NAMES
+
+    # pinned to a mesh whose best plan mixes recompute per stage (dp2 tp2 pp4 cp4)
     data = P.plan(load_model("llama-3.1-70b"), load_cluster("dgx-h100", gpus=64), seq_len=4096,
-                  global_batch_size=1024, top_k=1)
+                  global_batch_size=1024, top_k=1, fixed={"tp": 2, "pp": 4, "cp": 4, "zero_stage": 1})
     par = data["plans"][0]["parallelism"]
     assert not isinstance(par["recompute"], str)  # the case: a per-stage mix
     text = ",".join("/".join(f"{n}{m[0]}" for m, n in c.items() if n) for c in par["recompute"])
@@ -147,6 +150,9 @@ def test_explain_reproduces_a_plan_with_per_stage_recompute():
             "--recompute-per-stage", text, "--format", "json"]
     if par["sequence_parallel"]:
         args.append("--sequence-parallel")
+    for name, knob in NAMES.items():   # the overlaps the plan switched on
+        if knob in par["overlap"]:
+            args += ["--overlap", f"{name}={'on' if par['overlap'][knob] else 'off'}"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     out = json.loads(result.output)

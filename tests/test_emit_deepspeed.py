@@ -245,7 +245,7 @@ def test_expert_parallel_plan_is_refused():
 
 
 def test_pipelined_example_plan_is_refused():
-    doc = yaml.safe_load(Path("examples/llama-3.1-70b-64xh100.plan.yaml").read_text())
+    doc = yaml.safe_load(Path("tests/data/plans/llama-3.1-70b-64xh100-pp4-cp4.plan.yaml").read_text())
     doc["request"]["framework"] = "deepspeed"
     with pytest.raises(SpecError, match="pp=4 cannot be run from a DeepSpeed JSON.*--fix pp=1"):
         write(doc)

@@ -44,7 +44,12 @@ def _hand(*, model="llama-3.1-8b", gpus=16, tp=2, pp=2, cp=1, dp=4, ep=1, etp=1,
             "dp": dp, "tp": tp, "pp": pp, "cp": cp, "ep": ep, "etp": etp, "zero_stage": zero,
             "sequence_parallel": sp, "micro_batch_size": mbs, "global_batch_size": gbs,
             "num_microbatches": gbs // (mbs * dp), "vpp": vpp, "recompute": recompute,
-            "pipeline_layers": list(split)}},
+            "pipeline_layers": list(split),
+            # what `planner plan` sets (`overlap.tuned`): tp-comm only where tp > 1 with SP,
+            # param-gather only with a distributed optimizer or Megatron-FSDP (ZeRO >= 1)
+            "overlap": {**({"tp_comm_overlap": True} if tp > 1 and sp else {}),
+                        "overlap_grad_reduce": True,
+                        **({"overlap_param_gather": True} if zero >= 1 else {})}}},
     }
 
 
@@ -184,8 +189,8 @@ def test_known_flags_of_a_hand_written_plan():
         "--context-parallel-size 1", "--sequence-parallel", "--micro-batch-size 1",
         "--global-batch-size 128", "--seq-length 4096", "--use-distributed-optimizer", "--bf16",
         "--fp8-format hybrid",
-        # dp 4 > 1 with ZeRO-1: the overlaps the step-time model prices (Megatron defaults: off)
-        "--overlap-grad-reduce", "--overlap-param-gather",
+        # the plan's overlaps (Megatron defaults: off), in the table's order
+        "--tp-comm-overlap", "--overlap-grad-reduce", "--overlap-param-gather",
         "--optimizer adam", "--recompute-granularity selective",
         "--num-layers 32", "--hidden-size 4096", "--ffn-hidden-size 14336",
         "--num-attention-heads 32", "--group-query-attention", "--num-query-groups 8",
@@ -441,3 +446,18 @@ def test_deepseek_v3_on_pp16_round_trips_a_layout_string():
     assert result.exit_code == 0, result.output
     assert "--pipeline-model-parallel-layout 'E|(tt|)*30tL'" in result.output
     assert "check: PASS" in result.output
+
+
+def test_overlaps_and_all_to_all_context_parallelism_round_trip(tmp_path):
+    """A plan with cp 2 over all-to-all (Ulysses) and the tuned overlaps: the script carries
+    --cp-comm-type a2a and the overlap switches, and `planner check` reads back the same layout."""
+    doc = _hand(cp=2, dp=2)
+    doc["plan"]["parallelism"]["cp_comm_type"] = "a2a"
+    emitted, target = _read_back(doc, tmp_path)
+    flags = _flags(emitted.text)
+    assert "--cp-comm-type a2a" in flags
+    assert {"--tp-comm-overlap", "--overlap-grad-reduce", "--overlap-param-gather"} <= set(flags)
+    assert target.layout.cp_comm_type == "a2a"
+    assert (target.layout.tp_comm_overlap, target.layout.overlap_grad_reduce,
+            target.layout.overlap_param_gather, target.layout.ep_comm_overlap) == (True, True, True, None)
+    _assert_round_trip(doc, emitted, target)

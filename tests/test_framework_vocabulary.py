@@ -35,13 +35,14 @@ data_parallel_size argument, its `tensor_parallel/` package) or planner function
 (`strategies.tensor_parallel`, `expert_parallel`): not scanned."""
 
 TORCHTITAN_SHARED = {"batch_size", "global_batch_size", "seq_len", "dtype", "mode", "converters",
-                     "name", "flavor", "description"}
+                     "name", "flavor", "description", "enable"}
 """torchtitan keys that are also the planner's own field names or common words: not scanned."""
 
 ELSEWHERE = {
     "planner/placement/layout.py": {"--num-layers-per-virtual-pipeline-stage", "--recompute-granularity"},
     "planner/search/ilp.py": {"--recompute-granularity"},
-    "planner/cost/memory.py": {"offload_param", "pipeline_parallel_microbatches"},
+    "planner/cost/memory.py": {"offload_param", "pipeline_parallel_microbatches",
+                               "stage3_prefetch_bucket_size"},
     "planner/cost/activations.py": {"selective_ac_option", "--hidden-dropout", "--attention-dropout"},
     "planner/placement/precision.py": {"mixed_precision_param"},
     "planner/validate_training.py": {"activation_checkpointing"},

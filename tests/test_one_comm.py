@@ -19,6 +19,7 @@ from planner.cost.comm import bytes_per_axis, collectives
 from planner.cost.memory import stage_layers
 from planner.cost.params_flops import count_params
 from planner.placement.layout import Layout
+from planner.placement.overlap import resolve
 from planner.specs.cluster import load_cluster
 from planner.specs.model import from_config
 
@@ -37,7 +38,10 @@ A100 = load_cluster("dgx-a100-80g", gpus=64)
 
 
 def _sync(model, layout, stage=0):
-    """E, the end-of-step sync the cost model prices for `stage` (all layers, mode none)."""
+    """E, the end-of-step sync the cost model prices for `stage` (all layers, mode none), with the
+    gradient reduction overlapped with backward (phase step; without it the same records are
+    priced after the backward, in the after-sync piece)."""
+    layout = layout.replace(overlap_grad_reduce=True)
     cm = stt.stage_cost_model(model, A100, layout)
     layers = stage_layers(model, layout)[stage]
     return cm.dp_sync.value(stage, cm.counts(layers, ("none",) * model.num_hidden_layers))
@@ -140,16 +144,17 @@ def test_after_sync_collectives_are_priced():
 def _layouts():
     deg = st.sampled_from([1, 2, 4])
     return st.builds(
-        lambda tp, pp, cp, dp, ep, z, sp, rc, fw, m, hsdp, off, prec: Layout(
+        lambda tp, pp, cp, dp, ep, z, sp, rc, fw, m, hsdp, off, prec, grad, param: Layout(
             tp=tp, pp=pp, cp=cp, dp=dp, ep=ep if (dp * cp * tp) % ep == 0 else 1, zero_stage=z,
             dp_shard=dp // 2 if hsdp and dp > 1 else None, sequence_parallel=sp and tp > 1,
             recompute=rc, framework=fw, global_batch_size=dp * m, seq_len=1024, offload=off,
-            precision=prec),
+            precision=prec, overlap_grad_reduce=grad, overlap_param_gather=param),
         deg, deg, deg, deg, deg, st.integers(0, 3), st.booleans(),
         st.sampled_from(["none", "selective", "full"]),
         st.sampled_from(["megatron", "deepspeed", "torchtitan"]), st.integers(1, 3), st.booleans(),
         st.sampled_from([frozenset(), frozenset({"optimizer"}), frozenset({"parameters"})]),
-        st.sampled_from(["bf16", "fp16"]))
+        st.sampled_from(["bf16", "fp16"]), st.sampled_from([None, True, False]),
+        st.sampled_from([None, True, False]))
 
 
 def _table(colls):
@@ -181,12 +186,12 @@ def test_step_time_prices_the_reported_collectives(layout, model, data):
     m = layout.num_microbatches
     share = stt._sharing(layout, A100, stt.coll.DEFAULT_RANK_ORDER)
 
-    def t(phase, per=1):
+    def t(phases, per=1):
         """Records with equal `Collective.key` are one call over their summed message (one
         bucketed reduction: the dense and replicated groups share Megatron's buffer)."""
         calls = {}
         for c in reported:
-            if c.phase == phase:
+            if c.phase in phases.split():
                 calls[c.key] = (c, calls.get(c.key, (c, 0.0))[1] + c.message_bytes)
         total = 0.0
         for c, size in calls.values():
@@ -195,11 +200,15 @@ def test_step_time_prices_the_reported_collectives(layout, model, data):
                 total += c.count / per * stt._call_time(c, k, A100, size)
         return total
 
-    for piece, phase, per in (("dp_sync", "step", 1), ("after_sync", "after_sync", 1),
-                              ("offload", "host", 1)):
+    for piece, phase, per in (("dp_sync", "step", 1), ("after_sync", "after_sync sync after_step", 1),
+                              ("offload", "host", 1), ("param_sync", "param_sync", 1)):
         assert getattr(cm, piece).value(stage, counts) == pytest.approx(t(phase, per), rel=1e-9, abs=1e-15)
-    z = cm.state_traffic.value(stage, counts)
-    assert z == pytest.approx(t("microbatch", m) + t("recompute", m), rel=1e-9, abs=1e-15)
+    # the re-gathers of fully recomputed layers are hidden with the other gathers only with prefetch
+    prefetch = resolve(layout).overlap_param_gather
+    z, zx = cm.state_traffic.value(stage, counts), cm.state_exposed.value(stage, counts)
+    assert z == pytest.approx(t("microbatch", m) + prefetch * t("recompute", m), rel=1e-9, abs=1e-15)
+    assert zx == pytest.approx(t("microbatch_exposed", m) + (not prefetch) * t("recompute", m),
+                               rel=1e-9, abs=1e-15)
 
 
 @settings(max_examples=examples(40), deadline=None,

@@ -2,20 +2,22 @@
 
 import pytest
 
+from planner.cost.pipeline import SCHEDULE_STEP_GAP_S as GAP
 from planner.cost.pipeline import pipeline_coefficients, pipeline_time
 from planner.errors import SpecError
 
 
 def test_1f1b_is_m_plus_p_minus_1_slots():
     got = pipeline_time(forward_s=1.0, backward_s=2.0, num_microbatches=8, pp=4)
-    assert got.total_s == pytest.approx((8 + 4 - 1) * 3.0)
+    # plus the schedule's gap at each of the 2 (m + p - 1) sends
+    assert got.total_s == pytest.approx((8 + 4 - 1) * 3.0 + 2 * 11 * GAP)
     assert got.bubble_s == pytest.approx(3 * 3.0)   # bubble fraction (p-1)/m = 3/8
 
 
 def test_interleaved_divides_bubble_by_v():
     got = pipeline_time(forward_s=1.0, backward_s=2.0, num_microbatches=8, pp=4, vpp=2)
     assert got.bubble_s == pytest.approx(3 * 3.0 / 2)
-    assert got.total_s == pytest.approx(8 * 3.0 + 4.5)
+    assert got.total_s == pytest.approx(8 * 3.0 + 4.5 + 2 * 2 * 11 * GAP)  # v x the sends
 
 
 def test_zb_h1_is_a_third_of_1f1b_when_f_b_w_equal():
@@ -25,7 +27,7 @@ def test_zb_h1_is_a_third_of_1f1b_when_f_b_w_equal():
 
 def test_p2p_sends_on_critical_path():
     got = pipeline_time(forward_s=1.0, backward_s=2.0, num_microbatches=4, pp=2, p2p_send_s=0.01)
-    assert got.p2p_s == pytest.approx(2 * 0.01 * (4 + 1))
+    assert got.p2p_s == pytest.approx(2 * (0.01 + GAP) * (4 + 1))
     assert pipeline_time(forward_s=1.0, backward_s=2.0, num_microbatches=4, pp=1, p2p_send_s=0.01).p2p_s == 0
 
 
@@ -46,3 +48,11 @@ def test_affine_form_equals_pipeline_time(schedule, vpp):
     # zb-h1 at w = 1/2: bubble (p - 1) f (Qi et al. 2023 §3.1 with T_B = T_W).
     if schedule == "zb-h1":
         assert (coef.bubble_per_t, coef.bubble_per_forward) == (0.0, 3.0)
+
+
+def test_every_micro_batch_pays_the_schedule_gap():
+    """PP 64 with 4,096 micro-batches and free sends: 2 x (4096 + 63) sends, each leaving the stage
+    idle 20 us (SCHEDULE_STEP_GAP_S) = 0.16636 s per step that a deep pipeline does not hide."""
+    assert GAP == 20e-6
+    got = pipeline_time(forward_s=0.0, backward_s=0.0, num_microbatches=4096, pp=64)
+    assert got.total_s == pytest.approx(2 * (4096 + 63) * 20e-6) == pytest.approx(0.16636)

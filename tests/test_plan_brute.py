@@ -234,8 +234,8 @@ def test_may_fit_rejects_only_candidates_without_a_plan():
 
 def test_issue_13_case_returns_the_pipelined_plan():
     """The oracle's plan of issue 13, as the issue reports it (pp 4, split 1/1/1/1, layer 0 fully
-    recomputed; 2.572 ms under the compute constants of then), with status OPTIMAL and the
-    exhaustive oracle's step time under today's."""
+    recomputed; 2.572 ms under the compute constants and without the pipeline schedule gap of
+    then), with status OPTIMAL and the exhaustive oracle's step time under today's model."""
     model, cluster, base, fixed = issue_13_case()
     result = P.plan(model, cluster, fixed=fixed, top_k=1, reserve_bytes=0, headroom=0.0, **base)
     best = result["plans"][0]

@@ -100,7 +100,8 @@ def read(path: Path, data: dict, *, model: str | None, cluster: str | None, gpus
     layout = Layout(dp=dp, tp=tp, pp=1, zero_stage=stage, micro_batch_size=max(1, micro),
                     global_batch_size=max(1, train), seq_len=seq_len, recompute="none",
                     offload=offload, optimizer=optimizer, precision=precision, framework=FRAMEWORK,
-                    grad_reduce_dtype=_communication_dtype(data, file))
+                    grad_reduce_dtype=_communication_dtype(data, file),
+                    **_overlaps(data, file, stage))
     findings += (batch_findings + precision_findings + optimizer_findings + _recompute_note(data)
                  + _near_misses(data) + _unknown_zero_keys(data))
     return Target(file=file, kind=KIND, model=load_model(model),
@@ -280,6 +281,27 @@ def _zero(data: dict, file: str) -> tuple[int, frozenset[str]]:
         if device != "none" or deprecated:
             offload.add(state)
     return stage, frozenset(offload)
+
+
+def _overlaps(data: dict, file: str, stage: int) -> dict[str, bool]:
+    """The overlap knobs the ZeRO section sets (`frameworks.deepspeed` module docstring): the
+    gradient-reduce overlap from its comm-overlap switch, the ZeRO-3 parameter prefetch from its
+    prefetch bucket size (> 0: on); a key absent leaves its knob to DeepSpeed's default."""
+    top, overlap_key = ds.section(K["overlap_grad_reduce"])
+    section = data.get(top, {})
+    if not isinstance(section, dict):
+        return {}
+    out = {}
+    if section.get(overlap_key) is not None:
+        out["overlap_grad_reduce"] = _bool(section, overlap_key, file, K["overlap_grad_reduce"], "")
+    prefetch_key = ds.section(K["zero3_prefetch"])[1]
+    prefetch = section.get(prefetch_key)
+    if prefetch is not None and stage == 3:
+        if isinstance(prefetch, bool) or not isinstance(prefetch, (int, float)) or prefetch < 0:
+            raise SpecError(f"value {prefetch!r} must be a number of parameter elements >= 0",
+                            file=file, key=K["zero3_prefetch"])
+        out["overlap_param_gather"] = prefetch > 0
+    return out
 
 
 def _precision(data: dict, file: str) -> tuple[str, list[Violation]]:

@@ -10,6 +10,7 @@ warning (a stage inside the at-risk margin, a stale prediction) is reported and 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from planner.check.lines import locate
@@ -23,6 +24,7 @@ from planner.cost.memory import (
 from planner.cost.step_time import step_time
 from planner.errors import SpecError
 from planner import frameworks
+from planner.placement import overlap
 from planner.placement.layout import RECOMPUTE_MODES, Layout
 from planner.placement.rules import Violation, check_layout, errors
 from planner.specs.cluster import ClusterSpec
@@ -301,7 +303,8 @@ def _parallelism(target: Target) -> dict:
             "pipeline_layers": list(layout.pipeline_layers) if layout.pipeline_layers else None,
             "seq_len": layout.seq_len, "precision": layout.precision,
             "optimizer": layout.optimizer, "framework": layout.framework,
-            "offload": sorted(layout.offload)}
+            "offload": sorted(layout.offload),
+            "overlap": dataclasses.asdict(overlap.resolve(layout))}   # as costed
 
 
 def _stage_row(target: Target, s: int, m: MemoryBreakdown) -> dict:

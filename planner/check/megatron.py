@@ -47,7 +47,7 @@ from planner.errors import SpecError
 from planner.frameworks import megatron as mg
 from planner.frameworks.megatron import FLAG as F
 from planner.placement import pipeline_layout
-from planner.placement.layout import Layout
+from planner.placement.layout import CP_COMM_TYPES, Layout
 from planner.placement.rules import Violation
 from planner.specs import files
 from planner.specs.cluster import load_cluster
@@ -189,6 +189,45 @@ def _unknown_flags(text: str) -> list[Violation]:
     return out
 
 
+def _overlap_startup(args: dict, layout: Layout) -> list[Violation]:
+    """Megatron-LM's start-up assertions on the overlap switches (NVIDIA/Megatron-LM@d98e8a6
+    megatron/training/arguments.py `validate_args` l. 1024-1029: the parameter-gather overlap
+    needs a distributed optimizer or Megatron-FSDP and the gradient-reduce overlap; l. 1441-1442:
+    the TP comm overlap needs sequence parallelism; megatron/core/transformer/transformer_config.py
+    l. 3002-3032: the EP all-to-all overlap needs ep > 1, the alltoall or flex dispatcher, no full
+    recompute, and virtual stages when pp > 1)."""
+    out = []
+    if _on(args, "ep_comm_overlap"):
+        dispatcher = args.get(F["moe_token_dispatcher"]) or mg.DEFAULT["moe_token_dispatcher"]
+        needs = [why for why, broken in (
+            ("ep > 1", layout.ep <= 1),
+            (f"{F['moe_token_dispatcher']} alltoall or flex (not {dispatcher})",
+             dispatcher not in ("alltoall", "flex")),
+            (f"no {F['recompute_granularity']} full", args.get(F["recompute_granularity"]) == "full"),
+            ("virtual pipeline stages with pp > 1", layout.pp > 1 and layout.vpp == 1)) if broken]
+        if needs:
+            out.append(Violation(
+                rule="ep_comm_overlap_needs", fix=f"drop {F['ep_comm_overlap']}, or give "
+                + "; ".join(needs),
+                message=f"{F['ep_comm_overlap']} without {'; '.join(needs)}: Megatron-LM asserts "
+                        f"them (TransformerConfig.__post_init__)"))
+    if _on(args, "overlap_param_gather"):
+        needs = [F[k] for k in ("overlap_grad_reduce",) if not _on(args, k)]
+        if not (_on(args, "distributed_optimizer") or _on(args, "megatron_fsdp")):
+            needs.append(f"{F['distributed_optimizer']} (or {F['megatron_fsdp']})")
+        if needs:
+            out.append(Violation(
+                rule="overlap_param_gather_needs", fix=f"add {' and '.join(needs)}",
+                message=f"{F['overlap_param_gather']} without {' and '.join(needs)}: Megatron-LM "
+                        f"asserts both (validate_args)"))
+    if _on(args, "tp_comm_overlap") and not _on(args, "sequence_parallel"):
+        out.append(Violation(
+            rule="tp_comm_overlap_needs_sp", fix=f"add {F['sequence_parallel']}",
+            message=f"{F['tp_comm_overlap']} without {F['sequence_parallel']}: Megatron-LM asserts "
+                    f"TP communication / GEMM overlap only with sequence parallelism (validate_args)"))
+    return out
+
+
 def _startup(args: dict, env: dict[str, str], spec: ModelSpec, layout: Layout,
              file: str) -> list[Violation]:
     """Megatron-LM's start-up assertions on FSDP and context parallelism the placement rules do
@@ -200,7 +239,7 @@ def _startup(args: dict, env: dict[str, str], spec: ModelSpec, layout: Layout,
     ckpt_format torch_dist or torch_dcp, untied embeddings and no fp16.
     TransformerEngine d0067d0 `pytorch/attention/dot_product_attention/context_parallel.py`
     (cp_comm_type a2a: the Q and K heads of each tensor-parallel rank divisible by cp)."""
-    out = []
+    out = _overlap_startup(args, layout)
     ckpt = _choice(args, "ckpt_format", file) or mg.DEFAULT["ckpt_format"]
     connections = env.get(mg.DEVICE_MAX_CONNECTIONS)
     for knob in ("megatron_fsdp", "torch_fsdp2"):
@@ -560,7 +599,25 @@ def _layout(args: dict, spec: ModelSpec, world: int, seq_len: int | None, file: 
         seq_len=_seq_len(args, seq_len, file, findings), recompute=_uniform_recompute(args, file),
         optimizer=_OPTIMIZERS[_choice(args, "optimizer", file) or mg.DEFAULT["optimizer"]],
         precision=(precision := _precision(args, file)), framework="megatron",
-        grad_reduce_dtype=_grad_reduce(args, precision))
+        grad_reduce_dtype=_grad_reduce(args, precision),
+        cp_comm_type=_cp_comm_type(args, cp, findings),
+        **{knob: True if _on(args, knob) else None for knob in mg.OVERLAP_SWITCHES})  # None: default
+
+
+def _cp_comm_type(args: dict, cp: int, findings: list[Violation]) -> str:
+    """The context-parallel communication costed: the file's cp_comm_type flag when it is one costed
+    type (`CP_COMM_TYPES`) for every layer, else ring attention (p2p) with a warning naming what
+    is not costed (all_gather, a2a+p2p, a per-layer mix)."""
+    given = str(args.get(F["cp_comm_type"]) or mg.DEFAULT["cp_comm_type"]).split()
+    if len(set(given)) == 1 and given[0] in CP_COMM_TYPES:
+        return given[0]
+    if cp > 1:
+        findings.append(Violation(
+            rule="cp_comm_type_not_costed", severity="warning",
+            message=f"{F['cp_comm_type']} {' '.join(given)}: only {' and '.join(CP_COMM_TYPES)} "
+                    f"for every layer are costed; costed as p2p (ring attention)",
+            fix=f"{F['cp_comm_type']} p2p or a2a"))
+    return mg.DEFAULT["cp_comm_type"]
 
 
 def _seq_len(args: dict, seq_len: int | None, file: str, findings: list[Violation]) -> int:

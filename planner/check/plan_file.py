@@ -32,7 +32,7 @@ from pathlib import Path
 from planner.check.gate import Target
 from planner.errors import SpecError
 from planner.placement import pipeline_layout, recompute_mix
-from planner.placement.layout import RECOMPUTE_MODES, Layout
+from planner.placement.layout import OVERLAP_KNOBS, RECOMPUTE_MODES, Layout
 from planner.placement.rules import Violation
 from planner.search.mesh import FIXABLE
 from planner.specs import files
@@ -56,10 +56,11 @@ _KEYS = {
     "plan": ("parallelism",),
     "plan.parallelism": ("dp", "tp", "pp", "cp", "ep", "etp", "zero_stage", "sequence_parallel",
                          "micro_batch_size", "global_batch_size", "num_microbatches", "vpp",
-                         "recompute", "pipeline_layers", "pipeline_layout"),
+                         "recompute", "pipeline_layers", "overlap", "pipeline_layout", "cp_comm_type"),
 }
 """Section -> the keys `planner plan -o` writes there (planner/plan.py `plan_file`, `plan_entry`)."""
-_OPTIONAL = {"predicted", "solver", "fixed", "etp", "pipeline_layout", "grad_reduce_dtype"}
+_OPTIONAL = {"predicted", "solver", "fixed", "etp", "pipeline_layout", "grad_reduce_dtype", "overlap",
+             "cp_comm_type"}
 """Keys that may be absent (module docstring)."""
 _PAR_INTS = {"dp": (1, MAX_GPUS), "tp": (1, MAX_GPUS), "pp": (1, MAX_GPUS), "cp": (1, MAX_GPUS),
              "ep": (1, MAX_GPUS), "etp": (1, MAX_GPUS), "zero_stage": (0, 3),
@@ -235,12 +236,30 @@ def _layout(par: dict, values: dict, req: dict, uniform: str, file: str) -> Layo
                             f"(Megatron's pipeline-model-parallel layout string) or null",
                             key="pipeline_layout")
         stages = pipeline_layout.parse(text, values["pp"]) if text is not None else None
-        return Layout(**degrees, sequence_parallel=sp, recompute=uniform,
+        return Layout(**degrees, sequence_parallel=sp, recompute=uniform, **_overlaps(par, file),
+                      cp_comm_type=par.get("cp_comm_type", "p2p"),
                       pipeline_layers=tuple(split) if split is not None else None,
                       pipeline_layout=stages, **{k: req[k] for k in _REQUEST_LAYOUT})
     except SpecError as exc:
         section = "request" if exc.key in _REQUEST_LAYOUT else "plan.parallelism"
         raise SpecError(_bare(exc), file=file, key=_path(section, exc.key)) from None
+
+
+def _overlaps(par: dict, file: str) -> dict:
+    """plan.parallelism.overlap: {knob: true | false} of `OVERLAP_KNOBS`, each optional (absent:
+    the framework's default)."""
+    value = par.get("overlap", {})
+    if not isinstance(value, dict):
+        raise SpecError(f"value {value!r} must be a mapping of {', '.join(OVERLAP_KNOBS)} to true "
+                        "or false", file=file, key="plan.parallelism.overlap")
+    for key, on in value.items():
+        if key not in OVERLAP_KNOBS:
+            raise SpecError(f"unknown key; allowed: {', '.join(OVERLAP_KNOBS)}", file=file,
+                            key=f"plan.parallelism.overlap.{key}")
+        if not isinstance(on, bool):
+            raise SpecError(f"value {on!r} must be true or false", file=file,
+                            key=f"plan.parallelism.overlap.{key}")
+    return dict(value)
 
 
 def _check_predicted(predicted, file: str) -> None:

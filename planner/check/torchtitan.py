@@ -332,7 +332,10 @@ def _layout(cfg: _Config, spec: ModelSpec, degrees: dict[str, int], seq_len: int
                         micro_batch_size=micro, global_batch_size=global_batch,
                         seq_len=tokens, recompute=mode,
                         offload=frozenset({"parameters", "optimizer"} if offload else ()),
-                        precision=precision, framework=FRAMEWORK)
+                        precision=precision, framework=FRAMEWORK,
+                        # AsyncTP acts only under torch.compile; absent: torchtitan's default (off)
+                        tp_comm_overlap=True if cfg.flag("async_tp") and cfg.flag("compile")
+                        else None)
     except SpecError as exc:
         raise SpecError(str(exc).split(": ", 1)[-1], file=cfg.file, key=exc.key) from None
     return layout, per_stage, findings

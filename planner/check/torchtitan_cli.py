@@ -239,6 +239,9 @@ def _job_doc(settings: dict, preset: dict, ac: str, file: str) -> dict:
     put("model_flavor", flavor)
     if preset.get("float8"):
         put("converters", [tt.FP8_CONVERTER])
+    for setting, key in (("compile", tt.CLI_COMPILE), ("async_tp", tt.CLI_ASYNC_TP)):
+        if key in settings:
+            put(setting, settings[key])
     return doc
 
 

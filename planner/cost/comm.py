@@ -46,6 +46,7 @@ from functools import cached_property
 
 from planner.cost.memory import _group_counts, stage_layers
 from planner.cost.params_flops import count_params
+from planner.placement import overlap
 from planner.placement.layout import Layout
 from planner.placement.precision import padded_vocab, state_bytes, state_key
 from planner.placement.states import GROUPS, Mode, State
@@ -63,15 +64,27 @@ PHASES = {
     "attention.backward": "under the attention core's backward (2x its forward); only the excess shows",
     "microbatch": "model-state traffic of every micro-batch (ZeRO-2/3 reduce-scatter and gathers, "
                   "HSDP all-reduce, parameter offload), overlapping the micro-batch's compute",
+    "microbatch_exposed": "model-state traffic of every micro-batch the framework does not overlap "
+                          "(ZeRO-2/3 reduce-scatter without gradient-reduce overlap, ZeRO-3 "
+                          "gathers without prefetch); exposed",
     "recompute": "ZeRO-3 re-gather of one fully recomputed layer's parameters, every micro-batch "
-                 "(part of the micro-batch's model-state traffic)",
-    "step": "end-of-step gradient / parameter sync, overlapping the last micro-batch's backward",
+                 "(part of the micro-batch's model-state traffic: overlapped with parameter "
+                 "prefetch, else exposed)",
+    "step": "end-of-step gradient sync, overlapping the last micro-batch's backward (gradient-reduce "
+            "overlap)",
+    "sync": "end-of-step gradient sync after the last backward (no gradient-reduce overlap); exposed",
+    "param_sync": "all-gather of the updated parameters, bucket by bucket under the next step's "
+                  "first forward (parameter-gather overlap)",
+    "after_step": "all-gather of the updated parameters after the optimizer step (no "
+                  "parameter-gather overlap); exposed",
     "after_sync": "after the data-parallel sync, before the optimizer (Megatron "
                   "`finalize_model_grads`); exposed",
     "pipeline": "stage-boundary sends; the schedule decides how many sit on the critical path",
     "host": "once per step host<->device copies of optimizer offload; exposed",
 }
 """Phase of a collective -> what it overlaps with (how `step_time` prices it)."""
+PER_MICROBATCH = ("microbatch", "microbatch_exposed")
+"""Model-state phases whose records run once per micro-batch."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -141,7 +154,7 @@ def state_collectives(layout: Layout, elements: Mapping[str, float]) -> list[Col
     for g, c in unit_state_collectives(layout):
         n = elements.get(g, 0.0)
         if n or c.axis == "host":   # offload copies are listed (empty) even for an empty group
-            count = c.count * m if c.phase == "microbatch" else c.count
+            count = c.count * m if c.phase in PER_MICROBATCH else c.count
             out.append(replace(c, message_bytes=c.message_bytes * n, count=count))
     rep = elements.get("replicated", 0.0)
     if rep and _sequence_parallel(layout):
@@ -157,7 +170,9 @@ def unit_state_collectives(layout: Layout) -> tuple[tuple[str, Collective], ...]
     microbatch ones run m times, and per group they read only its batch axes' degrees, the ZeRO
     stage and offload targets that set its modes there (`strategies.data_parallel`, `zero`,
     `offload`) and the bytes per element."""
-    rep, common = layout.dp_replicate_degree, (layout.zero_stage, layout.offload, *state_key(layout))
+    ov = overlap.resolve(layout)
+    rep, common = layout.dp_replicate_degree, (layout.zero_stage, layout.offload, *state_key(layout),
+                                                ov.overlap_grad_reduce, ov.overlap_param_gather)
     # the groups' batch-axis degrees (`strategies.group_degrees`): dense and replicated run over
     # dp_replicate x dp_shard x cp, experts over dp_replicate x edp
     dense = (rep, layout.dp_shard_degree, layout.cp) + common
@@ -171,7 +186,7 @@ def unit_state_collectives(layout: Layout) -> tuple[tuple[str, Collective], ...]
             hit = _UNITS.get((g,) + key)
             if hit is None:
                 hit = _UNITS[(g,) + key] = tuple(_group_collectives(
-                    g, placement_for(layout).groups[g], 1.0, 1, state_bytes(layout)))
+                    g, placement_for(layout).groups[g], 1.0, 1, state_bytes(layout), ov))
             out += [(g, c) for c in hit]
         whole = _UNITS[dense + expert] = tuple(out)
     return whole
@@ -242,8 +257,14 @@ def recompute_collectives(layout: Layout, elements: Mapping[str, float]) -> list
     return out
 
 
-def _group_collectives(group: str, gp, elems: float, m: int, sb) -> list[Collective]:
-    """Gradient / parameter / offload collectives of one parameter group (the table above)."""
+def _group_collectives(group: str, gp, elems: float, m: int, sb, ov: overlap.Overlaps
+                       ) -> list[Collective]:
+    """Gradient / parameter / offload collectives of one parameter group (the table above), in the
+    phase the overlaps `ov` put them: gradient reductions overlap backward (phase step, or
+    microbatch when reduced every micro-batch) only with `overlap_grad_reduce`, else they run after
+    it (sync, microbatch_exposed); ZeRO-3 gathers overlap compute only with `overlap_param_gather`
+    (prefetch), else microbatch_exposed; the once-per-step gather of updated parameters overlaps the
+    next step's first forward with it (param_sync), else runs after the optimizer (after_step)."""
     batch = [a for a in _BATCH if gp.degrees.get(a, 1) > 1]
     if not batch or elems == 0:
         return _offload(group, gp, elems, m, sb)
@@ -262,16 +283,21 @@ def _group_collectives(group: str, gp, elems: float, m: int, sb) -> list[Collect
                               group_size=deg(axes), axes=tuple(axes), label=f"{label}.{group}",
                               phase=phase))
 
-    grad_phase = "microbatch" if grad_sh else "step"
+    if grad_sh:
+        grad_phase = "microbatch" if ov.overlap_grad_reduce else "microbatch_exposed"
+    else:
+        grad_phase = "step" if ov.overlap_grad_reduce else "sync"
     if owner:
         add("reduce_scatter", m if grad_sh else 1, grads, owner, "gradients", grad_phase)
     if rep:
         add("all_reduce", m if grad_sh else 1, grads / deg(owner) if owner else grads, rep, "gradients",
             grad_phase)
     if gath:
-        add("all_gather", 2 * m, params, gath, "parameters.gather", "microbatch")
+        add("all_gather", 2 * m, params, gath, "parameters.gather",
+            "microbatch" if ov.overlap_param_gather else "microbatch_exposed")
     elif owner:
-        add("all_gather", 1, params, owner, "parameters.update", "step")
+        add("all_gather", 1, params, owner, "parameters.update",
+            "param_sync" if ov.overlap_param_gather else "after_step")
     return out + _offload(group, gp, elems / deg(owner) if owner else elems, m, sb)
 
 
@@ -333,7 +359,7 @@ def layer_collectives(model: ModelSpec, layout: Layout, index: int) -> list[Coll
     """
     moe = bool(layout.ep > 1 and model.is_moe and model.moe_layers[index])
     key = (id(model), moe, layout.micro_batch_size, layout.seq_len, layout.cp, layout.tp, layout.ep,
-           layout.sequence_parallel)   # what the records read
+           layout.sequence_parallel, layout.cp_comm_type)   # what the records read
     hit = _LAYER_RECORDS.get(key)
     if hit is None or hit[0] is not model:
         if len(_LAYER_RECORDS) >= 4096:
@@ -357,7 +383,9 @@ def _layer_collectives(model: ModelSpec, layout: Layout, moe: bool) -> list[Coll
             for phase in ("forward", "backward"):
                 out.append(Collective(axis="tp", kind=kind, count=2, message_bytes=act,
                                       group_size=layout.tp, axes=("tp",), label="tp.layers", phase=phase))
-    if layout.cp > 1:
+    if layout.cp > 1 and layout.cp_comm_type == "a2a":
+        out += _cp_all_to_all(model, layout, tokens)
+    elif layout.cp > 1:
         kv = _kv_bytes_per_token(model, layout.tp) * tokens * layout.cp
         cp = dict(axis="cp", count=1, message_bytes=kv, group_size=layout.cp, axes=("cp",))
         out += [Collective(kind="all_gather", label="cp.kv.forward", phase="attention.forward", **cp),
@@ -371,6 +399,27 @@ def _layer_collectives(model: ModelSpec, layout: Layout, moe: bool) -> list[Coll
                                   group_size=layout.ep, axes=("ep",), label="ep.dispatch_combine",
                                   phase=phase))
     return out
+
+
+def _cp_all_to_all(model: ModelSpec, layout: Layout, tokens: int) -> list[Collective]:
+    """All-to-all context parallelism (DeepSpeed-Ulysses, Megatron's cp_comm_type a2a): before
+    the attention core the local tokens' Q, K and V are exchanged so each cp rank holds the whole
+    sequence for 1/cp of its heads, after it the output goes back; backward exchanges dO and then
+    dQ, dK, dV the same way (NVIDIA/TransformerEngine@d0067d0 `context_parallel.py`
+    AttnFuncWithCPAndQKVOA2A: `flash_attn_a2a_communicate` l. 4339, 4485, 4677, 4837). Each is one
+    all-to-all over cp of the local tokens' tensors on this tp rank (bf16), on the critical path:
+    phase forward / backward (exposed). Sizes: Q and O a x d_head / tp, K and V kv heads (at least
+    one per tp rank) x d_head each."""
+    q = model.num_attention_heads // layout.tp * (
+        model.qk_nope_head_dim + model.qk_rope_head_dim if model.is_mla else model.head_dim)
+    o = model.num_attention_heads // layout.tp * (model.v_head_dim if model.is_mla else model.head_dim)
+    kv = _kv_bytes_per_token(model, layout.tp) // 2   # K and V elements per token
+    qkv, out = tokens * (q + kv) * 2, tokens * o * 2
+    common = dict(axis="cp", kind="all_to_all", count=1, group_size=layout.cp, axes=("cp",))
+    return [Collective(message_bytes=qkv, label="cp.a2a.qkv", phase="forward", **common),
+            Collective(message_bytes=out, label="cp.a2a.out", phase="forward", **common),
+            Collective(message_bytes=out, label="cp.a2a.dout", phase="backward", **common),
+            Collective(message_bytes=qkv, label="cp.a2a.dqkv", phase="backward", **common)]
 
 
 def _kv_bytes_per_token(model: ModelSpec, tp: int) -> int:

@@ -16,7 +16,7 @@ Sources: Narayanan et al. 2021 (SC21, arXiv 2104.04473) §2.2.1 (bubble time fra
 Point-to-point sends: each micro-batch crosses each stage boundary once forward (activations) and
 once backward (their gradients); Megatron's blocking send/recv puts them on the critical path, and the
 interleaved schedule crosses v times as many boundaries (Narayanan 2021 §2.2.2: "the amount of
-communication also increases by v").
+communication also increases by v"). Each send also leaves the stage idle for SCHEDULE_STEP_GAP_S.
 """
 
 from __future__ import annotations
@@ -26,6 +26,17 @@ from dataclasses import dataclass
 from planner.errors import SpecError
 
 SCHEDULES = ("1f1b", "interleaved", "zb-h1")
+
+SCHEDULE_STEP_GAP_S = 20e-6
+"""Idle time of a stage at each send / receive of the schedule (one per micro-batch per virtual
+stage per direction, as many as the sends), s. Megatron's 1F1B exchanges each boundary tensor with
+`batch_isend_irecv` followed by a device-wide `torch.cuda.synchronize()` (NVIDIA/Megatron-LM@d98e8a6
+megatron/core/pipeline_parallel/p2p_communication.py l. 421-424; batch_p2p_comm and
+batch_p2p_sync default true, megatron/core/model_parallel_config.py l. 390-398), and the
+interleaved schedule waits on each receive before the chunk's forward or backward: the host then
+launches the next micro-batch's kernels onto an idle GPU. [Empirical] not fitted: one CUDA launch
+plus the schedule's Python step (a few kernel-launch latencies of ~5 us); a candidate for the
+calibration data. It makes PP 32-64 with thousands of micro-batches pay per micro-batch."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -37,7 +48,7 @@ class PipelineTime:
     bubble_s: float
     """Idle time of the bottleneck stage (part of total_s), s."""
     p2p_s: float
-    """Exposed point-to-point send time (part of total_s), s."""
+    """Exposed point-to-point send time and the schedule's gap at each send (part of total_s), s."""
 
 
 def pipeline_time(*, forward_s: float, backward_s: float, num_microbatches: int, pp: int,
@@ -69,7 +80,7 @@ def pipeline_time(*, forward_s: float, backward_s: float, num_microbatches: int,
                         f"multiple of pp ({pp})", key="num_microbatches")
     m, t = num_microbatches, forward_s + backward_s
     crossings = vpp if schedule == "interleaved" else 1
-    p2p = 0.0 if pp == 1 else 2 * crossings * p2p_send_s * (m + pp - 1)
+    p2p = 0.0 if pp == 1 else 2 * crossings * (p2p_send_s + SCHEDULE_STEP_GAP_S) * (m + pp - 1)
     if schedule == "1f1b":
         bubble = (pp - 1) * t
     elif schedule == "interleaved":

@@ -39,7 +39,7 @@ from planner.cost.params_flops import count_params, flops_per_token
 from planner.cost.pipeline import (PipelineCoefficients, pipeline_coefficients,
                                    uneven_interleaved_bubble_s)
 from planner.errors import SpecError
-from planner.placement import pipeline_layout
+from planner.placement import overlap, pipeline_layout
 from planner.placement.precision import state_key
 from planner.placement.layout import RECOMPUTE_MODES, Layout
 from planner.placement.states import GROUPS
@@ -163,11 +163,14 @@ def axes_sharing(layout: Layout, cluster: ClusterSpec,
 
 def layer_time_key(layout: Layout, sharing: tuple[tuple[str, int], ...]) -> tuple:
     """Everything of `layout` and its `axes_sharing` that `layer_time` reads (b, s, tp, cp, ep,
-    etp, SP, precision, and the tp and cp groups' domain sharing, the only ones `_layer_comm` uses):
+    etp, SP, precision, the tp and cp groups' domain sharing, the only ones `_layer_comm` uses, and
+    the TP / EP overlaps):
     layouts with equal keys have equal layer times (for callers' caches)."""
     share = dict(sharing)
+    ov = overlap.resolve(layout)
     return (layout.micro_batch_size, layout.seq_len, layout.tp, layout.cp, layout.ep, layout.etp,
-            layout.precision, share["tp"], share["cp"], layout.sequence_parallel)
+            layout.precision, share["tp"], share["cp"], layout.sequence_parallel,
+            ov.tp_comm_overlap, ov.ep_comm_overlap, layout.cp_comm_type)
 
 
 def _ep_sharing(layout: Layout, cluster: ClusterSpec, order: Sequence[str]) -> int:
@@ -250,7 +253,7 @@ def _layer_parts(model, cluster, layout, layer_index, rank_order, flash_attentio
     Forward = dense linear GEMMs + routed-expert grouped GEMMs + attention core + memory-bound
     terms (`_layer_compute_s`)."""
     fwd, attn_fwd = _layer_compute_s(model, cluster, layout, layer_index, flash_attention)
-    comm = _layer_comm(model, cluster, layout, layer_index, attn_fwd, rank_order)
+    comm = _layer_comm(model, cluster, layout, layer_index, attn_fwd, rank_order, fwd)
     return fwd, attn_fwd, comm
 
 
@@ -384,18 +387,93 @@ def _layer_time(parts, recompute: str) -> LayerTime:
 
 
 def _layer_comm(model: ModelSpec, cluster: ClusterSpec, layout: Layout, index: int,
-                attn_fwd_s: float, order: Sequence[str]) -> list[tuple[float, float | None]]:
+                attn_fwd_s: float, order: Sequence[str], fwd_s: float | None = None
+                ) -> list[tuple[float, float | None]]:
     """Exposed in-layer communication of one layer, one micro-batch (see `layer_time`): the
     collectives `comm.layer_collectives` lists, priced by phase, as terms (x, y): x per forward
-    pass plus y once (backward). Phases forward / backward are exposed; attention.* overlap the
-    attention core (forward attn_fwd_s, backward twice that) and show only the excess."""
+    pass plus y once (backward). `fwd_s`: the layer's forward compute (None: attn_fwd_s, no linear
+    GEMMs to hide under).
+
+    - tp (phases forward / backward): exposed, or with TP comm overlap (`placement.overlap`; Megatron
+      requires SP for it) only the excess over the linear GEMMs of the pass they are pipelined
+      with, fwd - attn forward and twice that backward (`TP_OVERLAP_HIDES`).
+    - ep (phases forward / backward): exposed, or with EP all-to-all overlap only the excess over
+      the other micro-batch's pass it runs beside (Megatron 1F1B A2A overlap merges micro-batch i's
+      forward with micro-batch i-1's backward: forward dispatch / combine under 2 fwd_s, backward
+      under fwd_s).
+    - cp ring (phases attention.*): `_cp_ring_exposed`; cp all-to-all (phases forward /
+      backward): exposed.
+    The overlaps are priced independently against the compute they run beside (TP on the linear
+    GEMMs, EP on the whole layer), which assumes their links do not contend."""
     share = _sharing(layout, cluster, order)
-    t = dict.fromkeys(("forward", "backward", "attention.forward", "attention.backward"), 0.0)
+    ov = overlap.resolve(layout)
+    fwd_s = attn_fwd_s if fwd_s is None else fwd_s
+    linear = max(0.0, fwd_s - attn_fwd_s)
+    t = {(axis, phase): 0.0 for axis in ("tp", "ep", "other") for phase in ("forward", "backward")}
+    cp = []
     for c in comm.layer_collectives(model, layout, index):
-        t[c.phase] += c.count * _call_time(c, _record_sharing(c, layout, cluster, share, order), cluster)
-    return [(t["forward"], t["backward"]),
-            (max(0.0, t["attention.forward"] - attn_fwd_s),
-             max(0.0, t["attention.backward"] - 2 * attn_fwd_s))]
+        k = _record_sharing(c, layout, cluster, share, order)
+        if c.phase.startswith("attention."):   # the ring, under the attention core
+            cp.append((c, k))
+            continue
+        axis = c.axis if c.axis in ("tp", "ep") else "other"
+        t[(axis, c.phase)] += c.count * _call_time(c, k, cluster)
+    tp_hides = ov.tp_comm_overlap and _tp_overlap_applies(layout)
+    ep_hides = ov.ep_comm_overlap
+    tp_f = max(0.0, t[("tp", "forward")] - TP_OVERLAP_HIDES * linear) if tp_hides else t[("tp", "forward")]
+    tp_b = (max(0.0, t[("tp", "backward")] - 2 * TP_OVERLAP_HIDES * linear) if tp_hides
+            else t[("tp", "backward")])
+    ep_f = max(0.0, t[("ep", "forward")] - 2 * fwd_s) if ep_hides else t[("ep", "forward")]
+    ep_b = max(0.0, t[("ep", "backward")] - fwd_s) if ep_hides else t[("ep", "backward")]
+    cp_f, cp_b = _cp_ring_exposed(cp, cluster, layout.cp, attn_fwd_s)
+    return [(tp_f + ep_f + t[("other", "forward")], tp_b + ep_b + t[("other", "backward")]),
+            (cp_f, cp_b)]
+
+
+TP_OVERLAP_HIDES = 1.0
+"""Share of the linear GEMMs' time under which TP comm overlap hides the SP all-gathers /
+reduce-scatters. Transformer Engine splits each GEMM into tp chunks and passes the activation
+shards around the ring, one step per chunk, so all the communication but the excess over the GEMM
+runs under it (the all-gather before QKV and FC1, the reduce-scatter after the projection and
+FC2; backward under dgrad / wgrad). Source: NVIDIA/TransformerEngine@d0067d0
+`transformer_engine/pytorch/module/base.py` userbuffers (`initialize_ub`); Wang et al. 2023
+(ASPLOS, "Overlap Communication with Dependent Computation via Decomposition") §3. The SMs the
+reduce-scatter kernels take from the GEMM are not modelled."""
+
+
+def _tp_overlap_applies(layout: Layout) -> bool:
+    """TP comm overlap needs tp > 1 with sequence parallelism (Megatron `validate_args`: "Tensor
+    parallel communication/GEMM overlap can happen only when sequence parallelism is enabled";
+    torchtitan's AsyncTP runs on its sequence-parallel plan)."""
+    return layout.tp > 1 and bool(layout.sequence_parallel)
+
+
+def _cp_ring_exposed(records, cluster: ClusterSpec, cp: int, attn_fwd_s: float) -> tuple[float, float]:
+    """(forward, backward) exposed time of the context-parallel ring of one layer, s.
+
+    Ring attention with load balancing (2 cp chunks, rank r holding chunks r and 2cp-1-r) runs cp
+    steps per pass; in step i a rank computes its queries against one K/V chunk (1/cp of its
+    attention core, attn_fwd_s / cp forward, twice that backward) while the K/V for step i+1 moves
+    to the next rank. Step i+1 waits for that receive before its kernel starts
+    (NVIDIA/TransformerEngine@d0067d0
+    `transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py`
+    AttnFuncWithCPAndKVP2P.forward l. 1698-1715: `req.wait()` then the next send, then the step's
+    attention), so each of the cp - 1 transfers shows max(0, transfer - one step's compute), its
+    latency included; backward moves K/V and the dK/dV accumulator each step (two messages) under
+    the step's backward. A record of `comm.layer_collectives` carries the bytes of the whole ring
+    (message = the sequence's K/V): one step sends message / cp, point-to-point inside the
+    scale-up domain when the whole cp group sits in one, else over the network (the slowest hop
+    paces every step)."""
+    if cp <= 1 or not records:
+        return 0.0, 0.0
+    step = {"attention.forward": 0.0, "attention.backward": 0.0}
+    for c, k in records:
+        p2p = Collective(axis="cp", kind="p2p", count=1, message_bytes=c.message_bytes / cp,
+                         group_size=2, axes=("cp",), phase=c.phase)
+        step[c.phase] += c.count * _call_time(p2p, 2 if k >= c.group_size else 1, cluster)
+    one = attn_fwd_s / cp
+    return ((cp - 1) * max(0.0, step["attention.forward"] - one),
+            (cp - 1) * max(0.0, step["attention.backward"] - 2 * one))
 
 
 def _call_time(c: Collective, k: int, cluster: ClusterSpec, message_bytes: float | None = None) -> float:
@@ -408,7 +486,7 @@ def _call_time(c: Collective, k: int, cluster: ClusterSpec, message_bytes: float
                                 gpus_per_domain=k)
 
 
-_PER_MICROBATCH = frozenset({"microbatch", "recompute"})
+_PER_MICROBATCH = frozenset({"microbatch", "microbatch_exposed", "recompute"})
 
 
 def _record_sharing(c: Collective, layout: Layout, cluster: ClusterSpec, share: dict[str, int],
@@ -513,8 +591,9 @@ class StateRecords:
 
 def state_records(model: ModelSpec, layout: Layout) -> StateRecords:
     """`StateRecords` of `layout` (its split and recompute fields are ignored)."""
-    key = (id(model), placement_key(layout), layout.num_microbatches,
-           *state_key(layout))  # what `comm.state_collectives` reads
+    ov = overlap.resolve(layout)
+    key = (id(model), placement_key(layout), layout.num_microbatches, *state_key(layout),
+           ov.overlap_grad_reduce, ov.overlap_param_gather)  # what `comm.state_collectives` reads
     hit = _STATE_RECORDS.get(key)
     if hit is None or hit[0] is not model:
         if len(_STATE_RECORDS) >= 4096:
@@ -628,12 +707,13 @@ class StageCostModel:
     piecewise-linear function of each stage's per-kind-per-mode layer counts c[k][r]. Every field
     is an `AffinePiece` (seconds per micro-batch unless stated); for stage s:
 
-        t_s     = X + max(Cmp + R, Z)               per-micro-batch stage time (comm exposed)
+        t_s     = X + Zx + max(Cmp + R, Z)          per-micro-batch stage time (comm exposed)
         pipe_s  = (m + B_t) t_s + B_f F + P         `pipeline.pipeline_coefficients`
-        dp_s    = max(E - O, D)                     exposed DP/ZeRO end-of-step sync
+        dp_s    = max(E - O, D) + max(G - F, Dg)    exposed DP/ZeRO sync: gradients, parameters
         total_s = pipe_s + dp_s + Y + Opt + Off     step = max_s total_s
 
-    i.e. total_s = [A X + B_f F + Y + Opt + Off + P] + max(A (Cmp + R), A Z) + max(E - O, D) with
+    i.e. total_s = [A (X + Zx) + B_f F + Y + Opt + Off + P] + max(A (Cmp + R), A Z)
+    + max(E - O, D) + max(G - F, Dg) with
     A = m + B_t > 0: a sum of maxima of affine pieces with positive weights (`time_groups`), which an
     integer program represents exactly with one auxiliary variable per maximum under minimisation.
 
@@ -651,6 +731,12 @@ class StageCostModel:
       (FSDP/ZeRO-3 gather module by module: Rajbhandari et al. 2020 §7.2.2; Zhao et al. 2023
       (PyTorch FSDP) §3.3): an affine term per full-recompute layer, replacing a third gather of
       the whole stage when the layout's majority mode is full.
+    - Parameter gather. With parameter-gather overlap the all-gather of the updated parameters G
+      runs bucket by bucket under the next step's first forward F (Megatron's forward pre-hooks:
+      NVIDIA/Megatron-LM@d98e8a6 megatron/core/distributed/distributed_data_parallel.py
+      l. 517-545), at least the first bucket Dg (one layer's, the embedding's on stage 0);
+      without it G is exposed after the optimizer (`comm` phase after_step, part of Y), as is the
+      gradient sync without gradient-reduce overlap (phase sync).
     The exposed ZeRO excess max(0, Z - Cmp - R) is not part of the window O: it occupies the same
     data-parallel links the sync needs.
     """
@@ -674,6 +760,15 @@ class StageCostModel:
     """O: backward of the last micro-batch that the sync overlaps, s."""
     dp_last_bucket: AffinePiece
     """D: sync of the last bucket (constant per stage), s per step."""
+    state_exposed: AffinePiece
+    """Zx: per-micro-batch model-state traffic the framework does not overlap (`comm` phase
+    microbatch_exposed; the re-gathers of phase recompute too without parameter prefetch), s per
+    micro-batch."""
+    param_sync: AffinePiece
+    """G: all-gather of the updated parameters overlapping the next step's first forward F
+    (`comm` phase param_sync), s per step."""
+    param_first_bucket: AffinePiece
+    """Dg: gather of the first bucket the forward waits for (constant per stage), s per step."""
     optimizer: AffinePiece
     """Opt: memory-bound optimizer step, s per step."""
     offload: AffinePiece
@@ -705,11 +800,13 @@ class StageCostModel:
         a = self.pipeline.slots + self.pipeline.bubble_per_t
         p2p = AffinePiece(const_s=(self.pipeline.p2p_s,) * len(self.forward.const_s),
                           coef=tuple((0.0,) * len(RECOMPUTE_MODES) for _ in self.forward.coef))
-        base = _combine((a, self.layer_comm), (self.pipeline.bubble_per_forward, self.forward),
+        base = _combine((a, self.layer_comm), (a, self.state_exposed),
+                        (self.pipeline.bubble_per_forward, self.forward),
                         (1.0, self.optimizer), (1.0, self.offload), (1.0, self.after_sync), (1.0, p2p))
         busy = _combine((a, self.compute), (a, self.recompute))
         return ((base,), (busy, _combine((a, self.state_traffic),)),
-                (_combine((1.0, self.dp_sync), (-1.0, self.dp_window)), self.dp_last_bucket))
+                (_combine((1.0, self.dp_sync), (-1.0, self.dp_window)), self.dp_last_bucket),
+                (_combine((1.0, self.param_sync), (-1.0, self.forward)), self.param_first_bucket))
 
     def counts(self, layers: Sequence[int], modes: Sequence[str]) -> tuple[tuple[int, ...], ...]:
         """c[k][r] of a stage holding `layers` with per-layer `modes` (indexed by layer)."""
@@ -726,11 +823,13 @@ class StageCostModel:
         """(total, compute, exposed comm, bubble, recompute, optimizer) of one stage, s per step."""
         v = {name: getattr(self, name).value(stage, counts) for name in (
             "forward", "compute", "recompute", "layer_comm", "state_traffic", "dp_sync",
-            "dp_window", "dp_last_bucket", "optimizer", "offload", "after_sync")}
+            "dp_window", "dp_last_bucket", "optimizer", "offload", "after_sync", "state_exposed",
+            "param_sync", "param_first_bucket")}
         busy = v["compute"] + v["recompute"]
-        comm = v["layer_comm"] + max(0.0, v["state_traffic"] - busy)
+        comm = v["layer_comm"] + v["state_exposed"] + max(0.0, v["state_traffic"] - busy)
         pipe = self.pipeline.time(v["forward"], busy + comm - v["forward"])
-        dp = max(v["dp_sync"] - v["dp_window"], v["dp_last_bucket"])
+        dp = (max(v["dp_sync"] - v["dp_window"], v["dp_last_bucket"])
+              + max(v["param_sync"] - v["forward"], v["param_first_bucket"]))
         m = self.pipeline.slots
         return (self.stage_total(stage, counts), m * v["compute"],
                 m * comm + pipe.p2p_s + dp + v["offload"] + v["after_sync"], pipe.bubble_s,
@@ -742,7 +841,8 @@ class StageCostModel:
         def value(piece: AffinePiece) -> float:
             return piece.value(stage, counts) - (1 - const_share) * piece.const_s[stage]
         busy = value(self.compute) + value(self.recompute)
-        return value(self.layer_comm) + max(busy, value(self.state_traffic))
+        return (value(self.layer_comm) + value(self.state_exposed)
+                + max(busy, value(self.state_traffic)))
 
     def stage_collectives(self, stage: int, counts) -> list[Collective]:
         """The collectives the pieces of `stage` with layer counts `counts` price, per step and
@@ -847,28 +947,34 @@ def _stage_cost_model(model, cluster, layout, order, schedule, flash) -> StageCo
     price = _Pricer(layout, cluster, share, order)
     m = max(1, layout.num_microbatches)
     z_const, z_coef, _ = _phase_piece(records, price, ("microbatch",), per=m)
+    zx_const, zx_coef, _ = _phase_piece(records, price, ("microbatch_exposed",), per=m)
     e_const, e_coef, _ = _phase_piece(records, price, ("step",))
-    x_const, x_coef, _ = _phase_piece(records, price, ("after_sync",))
+    g_const, g_coef, _ = _phase_piece(records, price, ("param_sync",))
+    x_const, x_coef, _ = _phase_piece(records, price, ("after_sync", "sync", "after_step"))
     h_const, h_coef, _ = _phase_piece(records, price, ("host",))
     regather = [price.time(r, per=m) for r in records.regather]
+    # a fully recomputed layer's re-gather is hidden like the other gathers only with prefetch
+    hidden = overlap.resolve(layout).overlap_param_gather
+    hid, shown = (regather, [0.0] * len(regather)) if hidden else ([0.0] * len(regather), regather)
     opt_b = _affine_in(lambda p: _optimizer_time(cluster, layout, p))[1]
     full = modes.index("full")
     w1 = min(x[0].backward_s + x[0].recompute_s + x[0].comm_s for x in lt)
-    step = [[c for c in r if c.phase == "step"] for r in records.per_kind]
-    first = [c for c in records.fixed[0] if c.phase == "step"]
-    later = max(price.time(r) for r in step)   # every stage but the first (no embedding)
-    last_bucket = [max(price.time(r + first) for r in step) if s == 0 else later for s in range(S)]
+    last_bucket = _edge_bucket(records, price, "step", S)
+    first_bucket = _edge_bucket(records, price, "param_sync", S)
     return StageCostModel(
         layer_kinds=kinds,
         forward=piece([h / 3 for h in head], lambda k, r: lt[k][r].forward_s),
         compute=piece(head, lambda k, r: lt[k][r].forward_s + lt[k][r].backward_s),
         recompute=piece(zero, lambda k, r: lt[k][r].recompute_s),
         layer_comm=piece(zero, lambda k, r: lt[k][r].comm_s),
-        state_traffic=piece(z_const, lambda k, r: z_coef[k] + (regather[k] if r == full else 0.0)),
+        state_traffic=piece(z_const, lambda k, r: z_coef[k] + (hid[k] if r == full else 0.0)),
         dp_sync=piece(e_const, lambda k, r: e_coef[k]),
         dp_window=piece([2 * h / 3 - w1 for h in head],
                         lambda k, r: lt[k][r].backward_s + lt[k][r].recompute_s + lt[k][r].comm_s),
         dp_last_bucket=piece(last_bucket, lambda k, r: 0.0),
+        state_exposed=piece(zx_const, lambda k, r: zx_coef[k] + (shown[k] if r == full else 0.0)),
+        param_sync=piece(g_const, lambda k, r: g_coef[k]),
+        param_first_bucket=piece(first_bucket, lambda k, r: 0.0),
         optimizer=piece([opt_b * f for f in fixed], lambda k, r: opt_b * per_layer[k]),
         offload=piece(h_const, lambda k, r: h_coef[k]),
         after_sync=piece(x_const, lambda k, r: x_coef[k]),
@@ -878,6 +984,16 @@ def _stage_cost_model(model, cluster, layout, order, schedule, flash) -> StageCo
         records=records,
         layer_records=tuple(tuple(comm.layer_collectives(model, layout, j)) for j in reps),
     )
+
+
+def _edge_bucket(records: StateRecords, price: _Pricer, phase: str, stages: int) -> list[float]:
+    """[stage] time of the one bucket of `phase` that nothing hides, s per step: one layer's
+    records (the largest kind), with the embedding's on stage 0 (its gradient comes last in the
+    backward, its parameters are used first in the forward)."""
+    per = [[c for c in r if c.phase == phase] for r in records.per_kind]
+    first = [c for c in records.fixed[0] if c.phase == phase]
+    later = max(price.time(r) for r in per)   # every stage but the first (no embedding)
+    return [max(price.time(r + first) for r in per) if s == 0 else later for s in range(stages)]
 
 
 def _phase_piece(records: StateRecords, price: _Pricer, phases: tuple[str, ...],

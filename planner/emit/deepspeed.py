@@ -54,7 +54,7 @@ SUFFIX = ".json"
 
 _KNOWN = frozenset({"dp", "tp", "pp", "cp", "ep", "etp", "zero_stage", "sequence_parallel",
                     "micro_batch_size", "global_batch_size", "num_microbatches", "vpp",
-                    "recompute", "pipeline_layers", "offload"})
+                    "recompute", "pipeline_layers", "offload", "overlap", "cp_comm_type"})
 """`plan.parallelism` keys this writer maps (planner/plan.py `plan_entry`, plus `offload`)."""
 SEARCH_PINS = {"pp": 1, "vpp": 1, "cp": 1, "ep": 1, "etp": 1, "sequence_parallel": False}
 """`planner plan --fix` pins under which every plan is one a DeepSpeed JSON can run (`_refuse`):
@@ -85,12 +85,31 @@ def write(doc: dict) -> Emitted:
     for state in sorted(par.get("offload", ())):
         _put(config, K[ds.OFFLOAD[state]], "cpu")
     deviations = _recompute_deviation(par, load_model(doc["model"]).num_hidden_layers, doc)
+    deviations += _put_overlaps(config, par.get("overlap") or {}, par["zero_stage"])
     if par["sequence_parallel"] and par["tp"] == 1:
         deviations.insert(0, "sequence_parallel=true not written: at tp=1 there is nothing to "
                              "split the sequence over (no effect on memory or time)")
     return Emitted(framework="deepspeed", text=json.dumps(config, indent=2) + "\n",
                    suffix=SUFFIX, deviations=tuple(deviations),
                    recompute_in_code=code_recompute(doc))
+
+
+def _put_overlaps(config: dict, overlaps: dict, stage: int) -> list[str]:
+    """Write the plan's overlap knobs DeepSpeed has keys for (`ds.overlap_switches`): the
+    gradient-reduce overlap as the ZeRO comm-overlap switch, the ZeRO-3 parameter prefetch as its
+    bucket size (DeepSpeed's default when on, 0 when off); a deviation line for each knob the plan
+    sets that DeepSpeed cannot switch."""
+    out = []
+    for knob, on in overlaps.items():
+        if knob not in ds.overlap_switches(stage):
+            if on != ds.overlap_defaults(stage)[knob]:
+                out.append(f"{knob}={str(on).lower()} not written: DeepSpeed has no key for it at "
+                           f"ZeRO-{stage} (it runs {str(ds.overlap_defaults(stage)[knob]).lower()})")
+        elif knob == "overlap_grad_reduce":
+            _put(config, K[knob], on)
+        else:
+            _put(config, K["zero3_prefetch"], ds.DEFAULT["zero3_prefetch"] if on else 0)
+    return out
 
 
 def code_recompute(doc: dict) -> tuple[dict[str, int], ...] | None:

@@ -45,7 +45,7 @@ from planner.emit import Emitted
 from planner.errors import SpecError
 from planner.frameworks import megatron as mg
 from planner.frameworks.megatron import FLAG as F
-from planner.placement import pipeline_layout
+from planner.placement import overlap, pipeline_layout
 from planner.placement.layout import Layout
 from planner.plan import plan_layout
 from planner.specs.cluster import ClusterSpec, load_cluster
@@ -481,15 +481,11 @@ def _architecture_gaps(model: ModelSpec) -> list[str]:
 # ---------------------------------------------------------------- the script
 
 def _overlap_flags(layout: Layout) -> list[str]:
-    """The data-parallel overlaps the step-time model prices (the gradient sync hidden under the
-    last micro-batch's backward): the gradient-reduce overlap whenever gradients are reduced over
-    dp x cp, and the parameter-gather overlap with a distributed optimizer or Megatron-FSDP
-    (ZeRO >= 1), as Megatron-Bridge's performance recipes set them (Megatron's defaults are off;
-    the flags: `frameworks.megatron` overlap_grad_reduce / overlap_param_gather)."""
-    if layout.dp * layout.cp == 1:
-        return []
-    out = [F["overlap_grad_reduce"]]
-    return out + [F["overlap_param_gather"]] if layout.zero_stage >= 1 else out
+    """The switches of the overlaps the plan's layout resolves to on (`placement.overlap`; a plan
+    sets the ones a tuned recipe uses, `overlap.tuned`), Megatron's default being off for each
+    (`frameworks.megatron` OVERLAP_SWITCHES)."""
+    on = overlap.resolve(layout)
+    return [F[knob] for knob in mg.OVERLAP_SWITCHES if getattr(on, knob)]
 
 
 def _grad_reduce_flags(layout: Layout) -> list[str]:
@@ -512,6 +508,8 @@ def _flags(doc: dict, model: ModelSpec, layout: Layout, recompute: Recompute) ->
     out += [_flag(layout, k) for k in ("micro_batch_size", "global_batch_size", "seq_len")]
     out += list(mg.ZERO_FLAGS[layout.zero_stage]) + list(mg.PRECISION_FLAGS[layout.precision])
     out += _overlap_flags(layout) + _grad_reduce_flags(layout)
+    if layout.cp > 1 and layout.cp_comm_type != mg.DEFAULT["cp_comm_type"]:
+        out.append(f"{F['cp_comm_type']} {layout.cp_comm_type}")
     out.append(f"{F['optimizer']} {mg.OPTIMIZERS[request['optimizer']]}")
     out += recompute.flags() + _architecture_flags(model, layout.seq_len)
     return out + [f"{F['tokenizer_type']} HuggingFaceTokenizer",

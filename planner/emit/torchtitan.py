@@ -165,7 +165,12 @@ def _tensor(par: dict, dev: list[str]) -> dict:
                    f"memory than the plan")
     if tp == 1 and sp:
         dev.append("sequence_parallel dropped: it has no effect at tp=1")
-    return {"tp": tp, "cp": par["cp"]}
+    if par["cp"] > 1 and par.get("cp_comm_type", "p2p") != "p2p":
+        dev.append(f"cp_comm_type {par['cp_comm_type']} written as ring attention: torchtitan's "
+                   f"context parallelism passes K/V around the cp ranks (no all-to-all form)")
+    # the plan's TP comm overlap is AsyncTP, which acts only under torch.compile
+    asynchronous = bool((par.get("overlap") or {}).get("tp_comm_overlap")) and tp > 1
+    return {"tp": tp, "cp": par["cp"], **({"async_tp": True, "compile": True} if asynchronous else {})}
 
 
 def _experts(par: dict, shard: int) -> dict:
@@ -392,6 +397,8 @@ def write_command(doc: dict) -> Emitted:
     if settings["pp"] > 1:
         overrides[tt.PP_MICROBATCHES] = settings["local_batch"] // micro
     overrides[tt.STEP_TOKENS] = settings["global_batch_size"] * seq
+    if settings.get("async_tp"):
+        overrides[tt.CLI_COMPILE] = overrides[tt.CLI_ASYNC_TP] = True
     gpus = doc["gpus"]
     per_node = min(gpus, _gpus_per_node(doc))
     nodes = gpus // per_node

@@ -17,6 +17,11 @@ and https://www.deepspeed.ai/docs/config-json/:
   `torch.optim`, case-sensitive);
 - tensor parallelism: `deepspeed/runtime/tensor_parallel/config.py` `TPTrainingConfig`
   (`autotp_size`, default 0 = off; `tp.tp_size`, default 1);
+- overlaps: `zero_optimization.overlap_comm` (gradient reduction during backward; default
+  None = true at stage 3 only, `zero/config.py` l. 138 and `overlap_comm_valid` l. 383-386) and
+  `stage3_prefetch_bucket_size` (ZeRO-3 parameters fetched ahead of use, default 5e7 elements,
+  0 = no prefetch, l. 215); ZeRO-1/2 gather the updated parameters inside the optimizer step
+  (no overlap, no key);
 - `sequence_parallel_size` (Ulysses, `config.py`), `expert_parallel` (AutoEP, `config.py`
   EXPERT_PARALLEL), `data_parallel_size`, `activation_checkpointing`
   (`deepspeed/runtime/activation_checkpointing/config.py`: it tunes checkpointing, which the model
@@ -62,6 +67,8 @@ KEYS = (
     Key("cp", "sequence_parallel_size", 1),
     Key("ep", "expert_parallel.enabled", False),
     Key("dp", "data_parallel_size"),
+    Key("overlap_grad_reduce", "zero_optimization.overlap_comm"),
+    Key("zero3_prefetch", "zero_optimization.stage3_prefetch_bucket_size", 50_000_000),
 )
 """Every DeepSpeed key the planner reads or writes (module docstring for sources)."""
 
@@ -91,6 +98,20 @@ Source: https://www.deepspeed.ai/docs/config-json/ and `deepspeed/runtime/config
 def section(path: str) -> tuple[str, ...]:
     """The keys of a dotted path (`zero_optimization.offload_param.device` -> 3 keys)."""
     return tuple(path.split("."))
+
+
+def overlap_switches(zero_stage: int) -> tuple[str, ...]:
+    """The overlap knobs (`Layout` fields) a DeepSpeed config switches: gradient reduction
+    (`overlap_comm`) at every stage, parameter prefetch (`stage3_prefetch_bucket_size`) at stage 3."""
+    return ("overlap_grad_reduce",) + (("overlap_param_gather",) if zero_stage == 3 else ())
+
+
+def overlap_defaults(zero_stage: int) -> dict[str, bool]:
+    """DeepSpeed's overlaps when its keys are absent: gradient reduction and parameter prefetch on
+    at ZeRO-3 only (module docstring); no TP comm or expert all-to-all overlap."""
+    return {"tp_comm_overlap": False, "overlap_grad_reduce": zero_stage == 3,
+            "overlap_param_gather": zero_stage == 3 and DEFAULT["zero3_prefetch"] > 0,
+            "ep_comm_overlap": False}
 
 
 OFFLOAD_DEVICES = ("none", "cpu", "nvme")

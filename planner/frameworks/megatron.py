@@ -70,12 +70,19 @@ FLAGS = (
     Flag("seq_len", "--seq-length", INT),
     # state sharding (common_config.py; megatron-fsdp-user-guide)
     Flag("distributed_optimizer", "--use-distributed-optimizer", SWITCH, False),
-    # the DP overlaps the step-time model assumes (`cost/step_time.py` StageCostModel: the
-    # gradient sync overlaps the last micro-batch's backward); both default to False
-    # (`distributed_data_parallel_config.py` @d98e8a6) and --overlap-param-gather asserts
-    # --overlap-grad-reduce and a distributed optimizer or Megatron-FSDP (`arguments.py`)
-    Flag("overlap_grad_reduce", "--overlap-grad-reduce", SWITCH, False, read=False),
-    Flag("overlap_param_gather", "--overlap-param-gather", SWITCH, False, read=False),
+    # communication overlaps (`placement/overlap.py`), all off by default: the DP ones in
+    # `distributed_data_parallel_config.py` (gradient buckets reduced during the last micro-batch's
+    # backward, per model chunk with interleaving: `schedules.py` l. 1419-1426; updated parameters
+    # gathered bucket by bucket in the next forward's pre-hooks: `distributed_data_parallel.py`
+    # l. 517-545); --overlap-param-gather asserts --overlap-grad-reduce and a distributed optimizer
+    # or Megatron-FSDP (`arguments.py`); TP/SP comm-GEMM overlap through Transformer Engine
+    # userbuffers (`model_parallel_config.py` l. 265-269, needs --sequence-parallel); EP
+    # all-to-all overlap with another micro-batch's compute in 1F1B (l. 343-346; asserts no full
+    # recompute and the alltoall or flex dispatcher: `transformer_config.py` l. 3002-3032)
+    Flag("overlap_grad_reduce", "--overlap-grad-reduce", SWITCH, False),
+    Flag("overlap_param_gather", "--overlap-param-gather", SWITCH, False),
+    Flag("tp_comm_overlap", "--tp-comm-overlap", SWITCH, False),
+    Flag("ep_comm_overlap", "--overlap-moe-expert-parallel-comm", SWITCH, False),
     Flag("megatron_fsdp", "--use-megatron-fsdp", SWITCH, False),
     Flag("sharding_strategy", "--data-parallel-sharding-strategy", CHOICE, "optim_grads_params",
          ("no_shard", "optim", "optim_grads", "optim_grads_params")),
@@ -245,6 +252,22 @@ PRECISION_FLAGS = {"bf16": (FLAG["bf16"],), "fp16": (FLAG["fp16"],),
 """Plan precision -> flags (fp8: bf16 master compute with Transformer Engine's hybrid E4M3 forward /
 E5M2 backward format, `transformer_config.py` field `fp8`). Without any of them Megatron trains in
 fp32."""
+
+
+OVERLAP_SWITCHES = ("tp_comm_overlap", "overlap_grad_reduce", "overlap_param_gather",
+                    "ep_comm_overlap")
+"""The overlap knobs (`Layout` fields) Megatron-LM switches with a flag of the same knob (`FLAG`)."""
+
+
+def overlap_switches(zero_stage: int) -> tuple[str, ...]:
+    """The overlap knobs a Megatron-LM launch can switch: all, but the parameter-gather overlap
+    only with a distributed optimizer or Megatron-FSDP (ZeRO >= 1; `arguments.py` asserts it)."""
+    return tuple(k for k in OVERLAP_SWITCHES if k != "overlap_param_gather" or zero_stage >= 1)
+
+
+def overlap_defaults(zero_stage: int) -> dict[str, bool]:
+    """Megatron-LM's value of each overlap knob when its flag is absent: all off (`DEFAULT`)."""
+    return {knob: bool(DEFAULT[knob]) for knob in OVERLAP_SWITCHES}
 
 
 def recompute_flags(granularity: str | None, method: str | None = None,

@@ -61,6 +61,8 @@ KEYS = {
                         ("experimental", "pipeline_parallel_split_points")),
     "ac_mode": (("activation_checkpoint", "mode"),),
     "ac_option": (("activation_checkpoint", "selective_ac_option"),),
+    "async_tp": (("parallelism", "enable_async_tensor_parallel"),),
+    "compile": (("compile", "enable"),),
     "converters": (("model", "converters"),),
     "float8_linear": (("float8", "enable_float8_linear"),),
     "model_name": (("model", "name"),),
@@ -84,9 +86,29 @@ DEFAULT = {"local_batch": 8, "global_batch_size": -1, "seq_len": 2048, "param_dt
            "reduce_dtype": "float32", "dtype": "float32", "offload": False, "reshard": "default", "replicate": 1, "shard": -1,
            "tp": 1, "pp": 1, "cp": 1, "ep": 1, "etp": 1, "pp_microbatch_size": 1, "pp_schedule": "1F1B",
            "pp_first_less": 1, "pp_last_less": 1, "ac_mode": "selective", "ac_option": "2",
-           "optimizer": "AdamW"}
+           "optimizer": "AdamW", "async_tp": False, "compile": False}
 """Setting -> torchtitan's value when absent (`job_config.py`; shard -1 = the GPUs left; global
 batch -1 = local batch x dp)."""
+
+OVERLAP_KNOBS = {"tp_comm_overlap": "async_tp"}
+"""Overlap knob (`Layout` field) -> the setting that switches it: AsyncTP (`job_config.py`
+Parallelism.enable_async_tensor_parallel, default false, "only effective when compile is
+enabled", i.e. with the `compile` setting, `job_config.py` Compile.enable; since 9810191
+`compile.enable_async_tensor_parallel`, `config/configs.py` l. 298 at `CLI_COMMIT`). FSDP2 reduce-scatters gradients during backward and prefetches the next module's
+all-gather (implicit prefetch), DDP buckets its all-reduce during backward: always on, no key."""
+
+
+def overlap_switches(zero_stage: int) -> tuple[str, ...]:
+    """The overlap knobs a torchtitan config switches (AsyncTP only)."""
+    return tuple(OVERLAP_KNOBS)
+
+
+def overlap_defaults(zero_stage: int) -> dict[str, bool]:
+    """torchtitan's overlaps when its keys are absent: DP reduce / gather on (FSDP2, DDP), AsyncTP
+    off, no expert all-to-all overlap."""
+    return {"tp_comm_overlap": DEFAULT["async_tp"], "overlap_grad_reduce": True,
+            "overlap_param_gather": True, "ep_comm_overlap": False}
+
 
 CATALOG = {("llama3", "8B"): "llama-3.1-8b", ("llama3", "70B"): "llama-3.1-70b",
            ("llama3", "405B"): "llama-3.1-405b", ("qwen3", "32B"): "qwen3-32b",
@@ -124,7 +146,7 @@ RESHARD_NEVER = "never"
 OTHER_FIELDS = {
     "training": ("dataset", "dataset_path", "max_norm", "steps", "compile", "gc_freq", "gc_debug", "seed", "deterministic",
                  "debug_moe_force_load_balance"),
-    "parallelism": ("enable_compiled_autograd", "disable_loss_parallel", "enable_async_tensor_parallel",
+    "parallelism": ("enable_compiled_autograd", "disable_loss_parallel",
                     "context_parallel_rotate_method", "expert_parallel_comm_backend"),
     "model": ("name", "flavor", "tokenizer_path", "hf_assets_path", "print_after_conversion"),
     "activation_checkpoint": ("per_op_sac_force_recompute_mm_shapes_by_fqns", "memory_budget",
@@ -185,6 +207,12 @@ CLI_FIELDS = {
 }
 """Every field of `config/configs.py` TrainingConfig and ParallelismConfig at `CLI_COMMIT` (all on
 the command line as `--training.F` / `--parallelism.F`; tyro exits on any other)."""
+CLI_FIELDS["compile"] = ("enable", "enable_async_tensor_parallel", "components", "backend")
+"""`config/configs.py` CompileConfig at `CLI_COMMIT` (l. 292-310: AsyncTP asserts compile.enable)."""
+CLI_COMPILE = "compile.enable"
+"""torch.compile on (AsyncTP needs it)."""
+CLI_ASYNC_TP = "compile.enable_async_tensor_parallel"
+"""AsyncTP on the current command line (the TOML's `KEY["async_tp"]` moved under compile)."""
 CLI_SETTINGS = ("replicate", "shard", "reshard", "tp", "pp", "cp", "ep", "pp_schedule",
                 "pp_layers_per_stage", "pp_first_less", "pp_last_less", "param_dtype", "dtype",
                 "offload")

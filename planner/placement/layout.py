@@ -26,6 +26,14 @@ PRECISIONS = ("bf16", "fp16", "fp8")
 FRAMEWORKS = ("megatron", "deepspeed", "torchtitan")
 GRAD_REDUCE_DTYPES = ("fp32", "bf16", "fp16")
 """Dtypes a data-parallel gradient reduction can run in (`Layout.grad_reduce_dtype`)."""
+CP_COMM_TYPES = ("p2p", "a2a")
+"""Context-parallel attention: p2p = ring attention (K/V passed around the cp ranks), a2a =
+all-to-all of Q, K, V and the output (DeepSpeed-Ulysses). Source: Megatron-LM's cp_comm_type flag
+(also all_gather and a2a+p2p, not costed); Transformer Engine AttnFuncWithCPAndKVP2P /
+AttnFuncWithCPAndQKVOA2A."""
+OVERLAP_KNOBS = ("tp_comm_overlap", "overlap_grad_reduce", "overlap_param_gather", "ep_comm_overlap")
+"""The communication-overlap knobs (`Layout` fields; None = the framework's default,
+`placement.overlap.resolve`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,6 +87,22 @@ class Layout:
     """Dtype of the data-parallel gradient reduction (and, where the framework keeps it in that
     dtype, of the accumulated gradients): fp32 | bf16 | fp16; None = the framework's default
     (`placement.precision.grad_reduce_dtype`)."""
+    cp_comm_type: str = "p2p"
+    """Context-parallel attention communication: p2p (ring) | a2a (all-to-all, Ulysses)."""
+    tp_comm_overlap: bool | None = None
+    """TP/SP all-gathers and reduce-scatters pipelined with the neighbouring linear GEMMs (Megatron
+    Transformer Engine userbuffers, torchtitan AsyncTP); None = the framework's default
+    (`placement.overlap`)."""
+    overlap_grad_reduce: bool | None = None
+    """Data-parallel gradient reduction overlapped with backward (Megatron's grad-reduce overlap,
+    DeepSpeed's ZeRO comm overlap; FSDP2 / DDP always); None = the framework's default."""
+    overlap_param_gather: bool | None = None
+    """Parameter all-gathers overlapped with forward (Megatron's param-gather overlap of the
+    distributed optimizer / Megatron-FSDP, ZeRO-3 prefetch, FSDP2 implicit prefetch); None = the
+    framework's default."""
+    ep_comm_overlap: bool | None = None
+    """Expert-parallel dispatch / combine all-to-alls overlapped with another micro-batch's
+    compute (Megatron's 1F1B all-to-all overlap); None = the framework's default."""
 
     def __post_init__(self) -> None:
         # Fast path first (a search builds tens of thousands of Layouts): every check below is the
@@ -102,10 +126,16 @@ class Layout:
             _check_choice("framework", self.framework, FRAMEWORKS)
         if self.grad_reduce_dtype is not None and self.grad_reduce_dtype not in GRAD_REDUCE_DTYPES:
             _check_choice("grad_reduce_dtype", self.grad_reduce_dtype, GRAD_REDUCE_DTYPES)
+        if self.cp_comm_type not in CP_COMM_TYPES:
+            _check_choice("cp_comm_type", self.cp_comm_type, CP_COMM_TYPES)
         if type(self.offload) is not frozenset:
             object.__setattr__(self, "offload", frozenset(self.offload))
         for target in self.offload:
             _check_choice("offload", target, OFFLOAD_TARGETS)
+        for name in OVERLAP_KNOBS:
+            if getattr(self, name) is not None and type(getattr(self, name)) is not bool:
+                raise SpecError(f"value {getattr(self, name)!r} must be true, false or absent "
+                                "(the framework's default)", key=name)
         if self.pipeline_layers is not None:
             self._check_pipeline_layers()
         if self.pipeline_layout is not None and not _pipeline_layout_ok(self):
@@ -239,6 +269,9 @@ _FIELD_OK = {
     "framework": lambda layout: layout.framework in FRAMEWORKS,
     "grad_reduce_dtype": lambda layout: (layout.grad_reduce_dtype is None
                                          or layout.grad_reduce_dtype in GRAD_REDUCE_DTYPES),
+    "cp_comm_type": lambda layout: layout.cp_comm_type in CP_COMM_TYPES,
+    **{name: (lambda name: lambda layout: getattr(layout, name) is None
+              or type(getattr(layout, name)) is bool)(name) for name in OVERLAP_KNOBS},
 }
 """Field -> whether its value passes `Layout.__post_init__` (in its normalized form: offload a
 frozenset, pipeline_layers a tuple), given the other fields; `replace`'s fast path."""

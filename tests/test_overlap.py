@@ -1,0 +1,249 @@
+"""Communication overlap knobs (`placement.overlap`): each framework's default, what a plan sets,
+and on small cases, that switching a knob changes the exposed time by exactly the part the
+overlapped compute hides (hand arithmetic on the alpha-beta formulas of
+`collectives.collective_time`, which is tested against Thakur 2005 elsewhere).
+
+Sources of the defaults: NVIDIA/Megatron-LM@d98e8a6 (model_parallel_config.py tp_comm_overlap and
+overlap_moe_expert_parallel_comm False; distributed_data_parallel_config.py overlap_grad_reduce /
+overlap_param_gather False), deepspeedai/DeepSpeed@edaa722 (zero/config.py overlap_comm None ->
+stage == 3, stage3_prefetch_bucket_size 5e7), pytorch/torchtitan (FSDP2 / DDP always overlap;
+AsyncTP off by default).
+"""
+
+import pytest
+
+from planner.cost import step_time as stt
+from planner.cost.collectives import SCALEUP_BUS_EFFICIENCY
+from planner.cost.comm import collectives
+from planner.cost.params_flops import count_params
+from planner.errors import SpecError
+from planner.placement.layout import Layout
+from planner.placement.overlap import resolve, tuned
+from planner.specs.cluster import load_cluster
+from planner.specs.model import from_config, load_model
+
+H, L, HEADS, KV, FF, V = 256, 2, 4, 2, 704, 1024
+SMALL = from_config(dict(model_type="llama", hidden_size=H, num_hidden_layers=L, num_attention_heads=HEADS,
+                         num_key_value_heads=KV, intermediate_size=FF, vocab_size=V,
+                         max_position_embeddings=8192, tie_word_embeddings=False), name="small")
+SMALL_MOE = from_config(dict(model_type="mixtral", hidden_size=H, num_hidden_layers=L,
+                             num_attention_heads=HEADS, num_key_value_heads=KV, intermediate_size=FF,
+                             vocab_size=V, num_local_experts=8, num_experts_per_tok=2,
+                             max_position_embeddings=8192, tie_word_embeddings=False), name="small-moe")
+H100 = load_cluster("dgx-h100", gpus=64)
+NVLINK = H100.scaleup_gb_per_s * 1e9 * SCALEUP_BUS_EFFICIENCY     # bytes/s inside a DGX
+ALPHA = H100.scaleup_latency_s
+
+
+def _ring(n: int, message: float) -> float:
+    """One all-gather / reduce-scatter / all-to-all of `message` over n GPUs in one domain."""
+    return (n - 1) * ALPHA + (n - 1) / n * message / NVLINK
+
+
+# ---------------------------------------------------------------- defaults and plans
+
+
+@pytest.mark.parametrize("framework, zero, expected", [
+    ("megatron", 1, (False, False, False, False)),
+    ("deepspeed", 2, (False, False, False, False)),
+    ("deepspeed", 3, (False, True, True, False)),
+    ("torchtitan", 3, (False, True, True, False)),
+])
+def test_absent_knobs_take_the_framework_default(framework, zero, expected):
+    got = resolve(Layout(framework=framework, zero_stage=zero))
+    assert (got.tp_comm_overlap, got.overlap_grad_reduce, got.overlap_param_gather,
+            got.ep_comm_overlap) == expected
+
+
+def test_a_tuned_plan_switches_tp_and_dp_overlap_and_keeps_what_the_user_set():
+    base = Layout(dp=4, tp=2, zero_stage=1, sequence_parallel=True)
+    on = tuned(base)
+    assert (on.tp_comm_overlap, on.overlap_grad_reduce, on.overlap_param_gather) == (True, True, True)
+    assert on.ep_comm_overlap is None                          # left to the framework (off)
+    assert tuned(base.replace(overlap_grad_reduce=False)).overlap_grad_reduce is False
+    assert tuned(base.replace(sequence_parallel=False)).tp_comm_overlap is None  # needs SP
+    assert tuned(base.replace(zero_stage=0)).overlap_param_gather is None  # needs a dist. optimizer
+    # DeepSpeed has no key for the parameter gather of ZeRO-1/2 (inside its optimizer step)
+    assert tuned(Layout(framework="deepspeed", dp=4, zero_stage=2)).overlap_param_gather is None
+
+
+def test_a_knob_must_be_a_boolean_or_absent():
+    with pytest.raises(SpecError, match="true, false or absent"):
+        Layout(tp_comm_overlap=1)
+
+
+# ---------------------------------------------------------------- TP comm overlap
+
+
+def test_tp_comm_overlap_hides_the_sp_collectives_under_the_linear_gemms():
+    """tp 2 with SP, b 1, s 4096, h 256 in one DGX: per layer and pass 2 all-gathers and 2
+    reduce-scatters of the 4096 x 256 x 2 B = 2 MiB activations, each alpha + 1/2 x 2 MiB / NVLink,
+    forward and backward alike. Without the overlap all of it shows; with it, only the excess over
+    the linear GEMMs (forward - attention core forward; twice that backward)."""
+    off = Layout(tp=2, dp=1, sequence_parallel=True, seq_len=4096, tp_comm_overlap=False)
+    on = off.replace(tp_comm_overlap=True)
+    tp_pass = 4 * _ring(2, 4096 * H * 2)
+    t_off = stt.layer_time(SMALL, H100, off, 0, "none")
+    assert t_off.comm_s == pytest.approx(2 * tp_pass, rel=1e-9)
+    linear = t_off.forward_s - stt.layer_time(SMALL, H100, off, 0, "selective").recompute_s
+    t_on = stt.layer_time(SMALL, H100, on, 0, "none")
+    hidden = min(tp_pass, linear) + min(tp_pass, 2 * linear)
+    assert 0 < hidden
+    assert t_on.comm_s == pytest.approx(max(0, tp_pass - linear) + max(0, tp_pass - 2 * linear),
+                                        rel=1e-9, abs=1e-15)
+    assert t_off.comm_s - t_on.comm_s == pytest.approx(hidden, rel=1e-9)
+    # without SP there is nothing for Transformer Engine to pipeline (Megatron asserts SP)
+    no_sp = on.replace(sequence_parallel=False)
+    assert stt.layer_time(SMALL, H100, no_sp, 0, "none").comm_s == pytest.approx(
+        stt.layer_time(SMALL, H100, no_sp.replace(tp_comm_overlap=False), 0, "none").comm_s)
+
+
+# ---------------------------------------------------------------- EP all-to-all overlap
+
+
+def test_ep_all_to_all_overlap_hides_dispatch_and_combine_under_the_other_micro_batch():
+    """ep 4 (no tp) in one DGX, b 1, s 4096, top-2, h 256: dispatch + combine of 4096 x 2 x 256 x
+    2 B = 4 MiB each, forward and backward (4 all-to-alls of alpha x 3 + 3/4 x 4 MiB / NVLink).
+    With the 1F1B overlap, the forward pair runs beside another micro-batch's backward (2 x fwd),
+    the backward pair beside its forward (fwd)."""
+    off = Layout(dp=4, ep=4, seq_len=4096, global_batch_size=4, ep_comm_overlap=False)
+    on = off.replace(ep_comm_overlap=True)
+    pair = 2 * _ring(4, 4096 * 2 * H * 2)
+    t_off = stt.layer_time(SMALL_MOE, H100, off, 0, "none")
+    assert t_off.comm_s == pytest.approx(2 * pair, rel=1e-9)
+    fwd = t_off.forward_s
+    t_on = stt.layer_time(SMALL_MOE, H100, on, 0, "none")
+    assert t_on.comm_s == pytest.approx(max(0, pair - 2 * fwd) + max(0, pair - fwd), rel=1e-9, abs=1e-15)
+    assert t_off.comm_s - t_on.comm_s == pytest.approx(min(pair, 2 * fwd) + min(pair, fwd), rel=1e-9)
+
+
+# ---------------------------------------------------------------- DP overlaps
+
+
+def _step(layout: Layout) -> stt.StepTime:
+    return stt.step_time(SMALL, H100, layout)
+
+
+def test_gradient_reduce_overlap_hides_the_all_reduce_but_its_last_bucket():
+    """dp 8 in one DGX, ZeRO-0, pp 1: one all-reduce of every gradient (fp32, 4 B) per step.
+    Without the overlap all of it runs after the last backward; with it, under that backward,
+    except the bucket reduced last: one layer's gradients with the embedding, LM head and final
+    norm (the one stage's fixed part)."""
+    counts = count_params(SMALL)
+    layer = counts.layers[0].total
+    fixed = counts.total - L * layer
+    off = Layout(dp=8, seq_len=4096, global_batch_size=8, overlap_grad_reduce=False)
+    on = off.replace(overlap_grad_reduce=True)
+
+    def all_reduce(elements):
+        return 2 * 7 * ALPHA + 2 * 7 / 8 * 4 * elements / NVLINK
+
+    whole, last = all_reduce(counts.total), all_reduce(layer + fixed)
+    assert {c.phase for c in collectives(SMALL, off) if c.axis == "dp"} == {"sync"}
+    assert {c.phase for c in collectives(SMALL, on) if c.axis == "dp"} == {"step"}
+    # the one micro-batch's backward (> `whole` here) hides everything but the last bucket
+    assert _step(off).step - _step(on).step == pytest.approx(whole - last, rel=1e-6)
+
+
+def test_param_gather_overlap_hides_the_update_gather_under_the_next_forward():
+    """dp 8 in one DGX, ZeRO-1 (distributed optimizer): the updated bf16 parameters (2 B) are
+    all-gathered once per step. Without the overlap that gather runs after the optimizer; with it,
+    bucket by bucket in the next step's first forward, except the first bucket (one layer with the
+    fixed part). The gradient reduce-scatter is overlapped in both."""
+    counts = count_params(SMALL)
+    layer, fixed = counts.layers[0].total, counts.total - L * counts.layers[0].total
+    off = Layout(dp=8, zero_stage=1, seq_len=4096, global_batch_size=8, overlap_grad_reduce=True,
+                 overlap_param_gather=False)
+    on = off.replace(overlap_param_gather=True)
+
+    def all_gather(elements):
+        return 7 * ALPHA + 7 / 8 * 2 * elements / NVLINK
+
+    whole, first = all_gather(counts.total), all_gather(layer + fixed)
+    forward = sum(stt.layer_time(SMALL, H100, on, i, "none").forward_s for i in range(L)) \
+        + stt.stage_fixed_times(SMALL, H100, on)[0] / 3
+    assert forward > whole      # the forward hides all but the first bucket
+    assert _step(off).step - _step(on).step == pytest.approx(whole - first, rel=1e-6)
+
+
+def test_zero3_gathers_without_prefetch_are_exposed_every_micro_batch():
+    """DeepSpeed ZeRO-3 with stage3_prefetch_bucket_size 0: the two all-gathers per micro-batch
+    (forward, backward) no longer overlap compute, so the step grows by at least their time less
+    what compute hid of them before (here all of it: compute per micro-batch > gathers)."""
+    counts = count_params(SMALL)
+    base = Layout(dp=8, zero_stage=3, framework="deepspeed", seq_len=4096, global_batch_size=16)
+    off = base.replace(overlap_param_gather=False)
+    gathers = 2 * (7 * ALPHA + 7 / 8 * 2 * counts.total / NVLINK)   # per micro-batch, 2 of them
+    phases = {c.label: c.phase for c in collectives(SMALL, off)}
+    assert phases["parameters.gather.dense"] == "microbatch_exposed"
+    m = off.num_microbatches
+    assert m == 2
+    assert _step(off).step - _step(base).step == pytest.approx(m * gathers, rel=1e-3)
+
+
+# ---------------------------------------------------------------- CP ring
+
+
+def test_cp_ring_shows_each_steps_excess_over_one_chunks_attention():
+    """cp 4 in one DGX, s 4096 (1,024 tokens per rank), 2 KV heads x 64 x 2 (K, V) x 2 B = 512 B
+    per token: each of the 3 ring steps sends the local 1,024 x 512 B = 512 KiB of K/V (backward:
+    K/V and dK/dV, twice that) point to point, alpha + bytes / NVLink, beside one step's attention
+    core (1/cp of the local one forward, twice backward)."""
+    layout = Layout(cp=4, dp=1, seq_len=4096)
+    kv = 1024 * 2 * (H // HEADS) * 2 * 2
+    assert kv == 512 * 1024
+    step_f, step_b = ALPHA + kv / NVLINK, 2 * (ALPHA + kv / NVLINK)
+    t = stt.layer_time(SMALL, H100, layout, 0, "none")
+    attn = stt.layer_time(SMALL, H100, layout, 0, "selective").recompute_s
+    assert t.comm_s == pytest.approx(3 * max(0, step_f - attn / 4) + 3 * max(0, step_b - 2 * attn / 4),
+                                     rel=1e-9, abs=1e-15)
+
+
+def test_cp_at_4k_costs_more_than_cp_1_on_the_same_gpus():
+    """llama-3.1-70b on 64 H100, 4K tokens, tp 2 x pp 4 with tuned overlaps: trading dp 8 for
+    dp 2 x cp 4 keeps the FLOPs per GPU, but each rank's 1,024-token chunk runs the GEMMs at a
+    smaller M and the attention in 4 ring steps; the step is slower, by the costs alone (no rule
+    forbids CP)."""
+    model = load_model("llama-3.1-70b")
+    kw = dict(tp=2, pp=4, zero_stage=1, sequence_parallel=True, seq_len=4096, global_batch_size=1024)
+    cp1 = tuned(Layout(dp=8, cp=1, **kw))
+    cp4 = tuned(Layout(dp=2, cp=4, **kw))
+    assert stt.step_time(model, H100, cp4).step > stt.step_time(model, H100, cp1).step
+
+
+def test_cp_all_to_all_exposes_the_qkv_and_output_exchanges():
+    """cp 4 with --cp-comm-type a2a (Ulysses), s 4096 (1,024 tokens per rank), 4 query heads and
+    2 KV heads of 64: forward one all-to-all of Q, K, V (1,024 x (256 + 2 x 128) x 2 B = 1 MiB)
+    and one of the output (1,024 x 256 x 2 B = 512 KiB), backward the same two, all exposed: each
+    3 alpha + 3/4 x message / NVLink."""
+    layout = Layout(cp=4, dp=1, seq_len=4096, cp_comm_type="a2a")
+    qkv, out = 1024 * (256 + 2 * 128) * 2, 1024 * 256 * 2
+    assert (qkv, out) == (2**20, 2**19)
+    t = stt.layer_time(SMALL, H100, layout, 0, "none")
+    assert t.comm_s == pytest.approx(2 * (_ring(4, qkv) + _ring(4, out)), rel=1e-9)
+    # a full recompute re-runs the forward pair
+    full = stt.layer_time(SMALL, H100, layout, 0, "full")
+    assert full.comm_s == pytest.approx(3 * _ring(4, qkv) + 3 * _ring(4, out), rel=1e-9)
+
+
+def test_megatron_cp_comm_type_reads_back_and_other_types_are_costed_as_the_ring(tmp_path):
+    from planner.check.megatron import _cp_comm_type
+    from planner.frameworks.megatron import FLAG
+
+    findings = []
+    assert _cp_comm_type({FLAG["cp_comm_type"]: "a2a"}, 2, findings) == "a2a" and not findings
+    assert _cp_comm_type({}, 2, findings) == "p2p" and not findings
+    assert _cp_comm_type({FLAG["cp_comm_type"]: "a2a+p2p"}, 4, findings) == "p2p"
+    assert [f.rule for f in findings] == ["cp_comm_type_not_costed"]
+
+
+def test_the_readme_headline_plan_uses_no_context_parallelism_at_4k():
+    """llama-3.1-70b on 64 H100s at 4,096 tokens (the README's first example): with the overlaps a
+    tuned recipe uses and CP's ring priced step by step, the best plan splits no sequence
+    (NVIDIA's guidance: no CP below 8K), by the costs alone; it names its overlaps."""
+    from planner import plan as P
+
+    data = P.plan(load_model("llama-3.1-70b"), H100, seq_len=4096, global_batch_size=1024, top_k=1)
+    par = data["plans"][0]["parallelism"]
+    assert par["cp"] == 1
+    assert par["overlap"]["overlap_grad_reduce"] is True
