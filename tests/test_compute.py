@@ -67,6 +67,10 @@ def test_grouped_expert_gemm_efficiency_falls_with_fewer_tokens_per_expert():
         attention_params = 4 * H * H                        # q, k, v, o (kv heads = heads)
         dense = S * 2 * attention_params / (rate * 1024 / (1024 + a100.d_half))
         experts = S * 2 * K * 3 * H * F / (rate * d_e / (d_e + a100.d_half))
+        # roofline: the local experts' weights read twice (forward, data gradient) in bf16 (2 B)
+        # and their fp32 gradients (Megatron bf16: 4 B) read + written, over forward + backward
+        weight_bytes = E / ep * 3 * H * F * (2 * 2 + 2 * 4)
+        experts = max(experts, weight_bytes / 3 / (2039e9 * 0.8))
         core = S * 4 * S * H / (rate * S / (S + CAL.attention_l_half))
         # router 2h + 12 E bytes per token, permute + unpermute 8 h per routed copy
         memory = S * (2 * H + 12 * E + 8 * H * K) / (2039e9 * 0.8)
@@ -78,6 +82,10 @@ def test_grouped_expert_gemm_efficiency_falls_with_fewer_tokens_per_expert():
         times[ep] = layer_time(MOE, A100, layout, 0, "none").forward_s
         assert times[ep] == pytest.approx(forward_by_hand(ep), rel=1e-9)
     assert times[1] > times[8]     # the same FLOPs per GPU, slower in 32-row expert GEMMs
+    # at ep 1 the 64 local experts' weight traffic, 64 x 3 x 1024 x 512 x 12 B = 1.21 GB per
+    # micro-batch, binds (0.25 ms of forward-equivalent time against 0.09 ms of FLOPs)
+    flops_ep1 = S * 2 * K * 3 * H * F / (312e12 * CAL.families["A100"].e_max * 32 / (32 + 64.0))
+    assert E * 3 * H * F * 12 / 3 / (2039e9 * 0.8) > flops_ep1
 
 
 def test_attention_core_slows_at_short_per_rank_chunks():

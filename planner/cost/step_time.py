@@ -40,7 +40,7 @@ from planner.cost.pipeline import (PipelineCoefficients, pipeline_coefficients,
                                    uneven_interleaved_bubble_s)
 from planner.errors import SpecError
 from planner.placement import overlap, pipeline_layout
-from planner.placement.precision import state_key
+from planner.placement.precision import state_bytes, state_key
 from planner.placement.layout import RECOMPUTE_MODES, Layout
 from planner.placement.states import GROUPS
 from planner.placement.strategies import placement_key
@@ -163,14 +163,14 @@ def axes_sharing(layout: Layout, cluster: ClusterSpec,
 
 def layer_time_key(layout: Layout, sharing: tuple[tuple[str, int], ...]) -> tuple:
     """Everything of `layout` and its `axes_sharing` that `layer_time` reads (b, s, tp, cp, ep,
-    etp, SP, precision, the tp and cp groups' domain sharing, the only ones `_layer_comm` uses, and
-    the TP / EP overlaps):
-    layouts with equal keys have equal layer times (for callers' caches)."""
+    etp, SP, precision, the tp and cp groups' domain sharing, the only ones `_layer_comm` uses, the
+    TP / EP overlaps, and the gradient buffer's bytes the expert GEMMs accumulate into,
+    `_expert_weight_bytes`): layouts with equal keys have equal layer times (for callers' caches)."""
     share = dict(sharing)
     ov = overlap.resolve(layout)
     return (layout.micro_batch_size, layout.seq_len, layout.tp, layout.cp, layout.ep, layout.etp,
             layout.precision, share["tp"], share["cp"], layout.sequence_parallel,
-            ov.tp_comm_overlap, ov.ep_comm_overlap, layout.cp_comm_type)
+            ov.tp_comm_overlap, ov.ep_comm_overlap, layout.cp_comm_type, state_bytes(layout).gradients)
 
 
 def _ep_sharing(layout: Layout, cluster: ClusterSpec, order: Sequence[str]) -> int:
@@ -283,7 +283,8 @@ def _layer_compute_s(model: ModelSpec, cluster: ClusterSpec, layout: Layout, ind
     gemm_dim = min(model.hidden_size / tp, b * s / cp)
     fwd = local * (dense - router) / achieved_flops(gpu, lin, gemm_dim=gemm_dim)
     if routed:
-        fwd += local * routed / achieved_flops(gpu, lin, gemm_dim=_expert_gemm_dim(model, layout))
+        flops_s = local * routed / achieved_flops(gpu, lin, gemm_dim=_expert_gemm_dim(model, layout))
+        fwd += max(flops_s, _expert_weight_bytes(model, layout, index) / 3 / _hbm_bytes_per_s(cluster))
     if flash_attention:
         chunk = _attention_chunk(model, index, s, cp)
         attn_fwd = local * attention / attention_flops(gpu, precision, chunk_tokens=chunk)
@@ -320,6 +321,24 @@ def _expert_gemm_dim(model: ModelSpec, layout: Layout) -> float:
     tokens = (b * s * layout.etp * layout.ep * model.num_experts_per_tok
               / (layout.cp * layout.tp * model.num_experts))
     return max(1e-9, min(tokens, model.moe_intermediate_size / layout.etp, model.hidden_size))
+
+
+def _expert_weight_bytes(model: ModelSpec, layout: Layout, index: int) -> float:
+    """HBM bytes the grouped expert GEMMs of one MoE layer move per micro-batch on a rank (forward
+    + backward) for their weights: the local experts' weights (num_experts / ep experts, split over
+    etp) read by the forward GEMM and by the backward data-gradient GEMM, in the GEMM's precision
+    (1 B under fp8, 2 B otherwise), and the weight gradients accumulated into the gradient buffer
+    (read + write, `state_bytes(layout).gradients` B each: Megatron's gradient-accumulation fusion
+    adds each micro-batch's wgrad into main_grad). With few tokens per expert these bytes, not the
+    FLOPs, bound the grouped GEMMs (roofline: Williams et al. 2009, CACM 52(4)); the expert
+    layer's time is the larger of the two (`_layer_compute_s`). Source: NVIDIA/Megatron-LM@d98e8a6
+    megatron/core/transformer/moe/experts.py (TEGroupedMLP: one grouped GEMM over the local
+    experts) and megatron/core/tensor_parallel/layers.py (gradient_accumulation_fusion into
+    main_grad)."""
+    layer = _counts(model).layers[index]
+    local_params = layer.routed_experts / (layout.ep * layout.etp)
+    weight = 1.0 if layout.precision == "fp8" else 2.0
+    return local_params * (2 * weight + 2 * state_bytes(layout).gradients)
 
 
 def _moe_memory_bytes(model: ModelSpec, index: int) -> float:
