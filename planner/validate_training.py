@@ -96,7 +96,9 @@ ASSUMPTIONS = {
                             "recompute, and selective recompute + SP; vpp from the calculon configs.",
     "llama3": "Llama 3 rows publish bf16 MFU (model FLOPs, compared with `model_tflops_per_gpu`). FSDP shards "
               "'the model, optimizer, and gradients' with bf16 parameters not resharded after forward (Dubey et "
-              "al. 2024 §3.3.2) -> ZeRO-2 (as docs/feasibility.md); no activation recompute at 8K ('we could "
+              "al. 2024 §3.3.2), i.e. ZeRO-2; costed as ZeRO-1 (optimizer states sharded, gradients whole) "
+              "because the Megatron conventions refuse ZeRO-2 with pipeline parallelism (rule zero_with_pp), "
+              "which over-counts gradient memory; no activation recompute at 8K ('we could "
               "pretrain Llama 3 on sequences of 8K tokens without activation checkpointing', §3.3.2), selective "
               "at 128K (assumed); interleaved schedule with vpp 4 (assumed; the paper gives no v); rank order "
               "[TP, CP, PP, DP] as stated.",
@@ -116,8 +118,9 @@ ASSUMPTIONS = {
                          "+ 1F1B' (benchmarks/llama3_h100_202412_torchtitan.md @31a17bfd): fp8 GEMMs, compiled, AsyncTP.",
     "compile-as-eager": "torch.compile is costed as eager (the cost model has no fusion term): compiled rows are "
                         "predicted at the eager speed.",
-    "async-tp-not-modelled": "AsyncTP on/off is not a Layout knob yet (issue 9 item 2): rows with and without it "
-                             "get the same prediction, TP communication as the cost model prices it.",
+    "async-tp": "torchtitan rows with TP: AsyncTP (named in the row's techniques or source) is the TP "
+                "communication overlap knob on (`Layout.tp_comm_overlap`); without it, off (torchtitan's "
+                "default).",
     "uneven-split": "Where pp (x vpp) does not divide the layers and the row gives no split: vpp 1 -> layers as "
                     "evenly as possible, extra layers to the outer stages (rules.uneven_split); vpp > 1 -> "
                     "Megatron's account-for-embedding/loss split as `planner plan` builds it "
@@ -379,7 +382,10 @@ def _expert_row(raw: dict, file: str, where: str) -> list[Row]:
         layout = overlap.tuned(layout.replace(grad_reduce_dtype="bf16", **RECIPE_OVERRIDES.get(raw["id"], {})))
         assumptions.append("nvidia-perf-recipes")
     if raw["framework"] == "torchtitan":
-        assumptions += ["compile-as-eager"] + (["async-tp-not-modelled"] if degrees["tp"] > 1 else [])
+        assumptions += ["compile-as-eager"]
+        if degrees["tp"] > 1:
+            layout = layout.replace(tp_comm_overlap="AsyncTP" in str(raw.get("source", "")))
+            assumptions.append("async-tp")
     layout, assumptions = _split(model, layout, tuple(assumptions))
     return [Row(id=raw["id"], **_base(raw, "expert_configs"), group="expert_configs", model_name=raw["model"],
                 model=model, cluster=cluster, gpus=gpus, layout=layout, framework=raw["framework"],
@@ -568,7 +574,8 @@ def _torchtitan_rows(raw: dict, settings: dict, file: str, where: str) -> list[R
     if "compile" in techniques:
         assumptions.append("compile-as-eager")
     if tp > 1:
-        assumptions.append("async-tp-not-modelled")
+        layout = layout.replace(tp_comm_overlap="AsyncTP" in techniques)
+        assumptions.append("async-tp")
     return [Row(id=raw["id"], **_base(raw, "training_runs"), group=raw["group"], model_name=model.name,
                 model=model, cluster=settings["cluster"], gpus=layout.world_size, layout=layout,
                 framework="torchtitan", flash_attention=True, rank_order=None, convention=settings["convention"],

@@ -92,14 +92,17 @@ def test_training_runs_rows_and_published_values(rows):
     tt = by_id["torchtitan-202412-t4-2d-asynctp"]                             # torchtitan Table 4
     assert (tt.published, tt.published_memory_gib, tt.cluster) == (876, 67.6, "grand-teton")
     assert (tt.layout.dp, tt.layout.tp, tt.layout.zero_stage, tt.layout.precision) == (32, 8, 3, "fp8")
-    assert "async-tp-not-modelled" in tt.assumptions and "compile-as-eager" in tt.assumptions
+    assert "async-tp" in tt.assumptions and "compile-as-eager" in tt.assumptions
+    # AsyncTP is the TP overlap knob: on for the AsyncTP row, off for its 2D twin (Table 4)
+    assert tt.layout.tp_comm_overlap is True
+    assert by_id["torchtitan-202412-t4-2d"].layout.tp_comm_overlap is False
 
 
 def test_torchtitan_table6_rows_take_the_caption(rows):
     """Table 6's caption: '+ torch.compile + Float8 + AsyncTP + 1F1B' (the rows say only '4D, 1F1B')."""
     t6 = next(r for r in rows if r.id == "torchtitan-202412-t6-4d-cp8")
     assert t6.layout.precision == "fp8" and (t6.layout.cp, t6.layout.dp, t6.layout.seq_len) == (8, 1, 262144)
-    assert {"torchtitan-table6", "compile-as-eager", "async-tp-not-modelled"} <= set(t6.assumptions)
+    assert {"torchtitan-table6", "compile-as-eager", "async-tp"} <= set(t6.assumptions)
 
 
 def test_torchtitan_pipeline_rows_split_the_local_batch(rows):
