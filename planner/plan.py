@@ -130,6 +130,9 @@ DEFAULT_BATCH_TOKENS = 4 * 2**20
 """Default global batch, tokens: 4,194,304 (Llama 2 and Llama 3 pre-training, Touvron et al. 2023
 §2.2 "4M tokens"; Llama Team 2024 §3.4.1 starts 405B at 4M), rounded down to whole sequences."""
 
+VPP_VALUES = (1, 2, 4)
+"""Virtual pipeline stages per rank searched when pp > 1 (interleaved 1F1B: Narayanan et al. 2021
+§2.2.2, the bubble (pp - 1) / (m x vpp)); larger values only when pinned (`--fix vpp=N`)."""
 MICRO_BATCH_SIZES = (1, 2, 4)
 """Micro-batch sizes searched, sequences (Megatron-LM examples use 1-4 for large models)."""
 
@@ -352,9 +355,16 @@ def _pinned_split(model: ModelSpec, layout: Layout) -> tuple[int, ...] | None:
     per-layer recompute is optimal for that bubble, not necessarily for the slowest-chunk one."""
     if layout.vpp == 1:
         return None
+    if layout.pipeline_layout is None:
+        layout = _with_split(model, layout)
     if layout.pipeline_layout is not None:
         return pipeline_layout.rank_counts(layout.pipeline_layout, layout.pp)
-    return (model.num_hidden_layers // layout.pp,) * layout.pp
+    # torchtitan's split: the layers over pp x vpp stages, the remainder on the first ones, stage c
+    # on rank c % pp (`generate_llm_fqn_per_model_part`; rules._layers)
+    chunks = layout.pp * layout.vpp
+    base, extra = divmod(model.num_hidden_layers, chunks)
+    return tuple(sum(base + (c < extra) for c in range(rank, chunks, layout.pp))
+                 for rank in range(layout.pp))
 
 
 def _may_fit(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> bool:
@@ -608,7 +618,7 @@ def _candidates(model, cluster, fixed, base, reserve, headroom) -> tuple[list[La
     _check_fixed(fixed)
     space = SearchSpace(
         num_gpus=cluster.num_gpus, max_tp=cluster.scaleup_domain_gpus, moe=model.is_moe,
-        micro_batch_sizes=MICRO_BATCH_SIZES, zero_stages=ZERO_STAGES,
+        micro_batch_sizes=MICRO_BATCH_SIZES, zero_stages=ZERO_STAGES, vpp_values=VPP_VALUES,
         sequence_parallel=(True,), fixed={k: v for k, v in fixed.items() if k != "recompute"},
         base={**base, **({"recompute": fixed["recompute"]} if "recompute" in fixed else {})})
     rejections = Rejections()
