@@ -436,7 +436,8 @@ def show_plan(data: dict, fmt: str) -> None:
     console = _console()
     req, solver = data["request"], data["solver"]
     console.print(f"[bold]{escape(req['model'])}[/bold] on {req['gpus']:,} x {escape(req['cluster'])}  (seq "
-                  f"{req['seq_len']:,}, global batch {req['global_batch_size']:,} sequences, "
+                  f"{req['seq_len']:,}, global batch {req['global_batch_size']:,} sequences = "
+                  f"{req['global_batch_size'] * req['seq_len']:,} tokens, "
                   f"{req['precision']}, {req['optimizer']}, {req['framework']} conventions)")
     console.print(f"solver: [bold]{solver['status']}[/bold]  objective {solver['objective_s']:.3f} s/step, "
                   f"bound {solver['bound_s']:.3f} s; {solver['candidates_evaluated']:,} of "
