@@ -118,14 +118,16 @@ AC_OVERRIDE = ("torchrun --nproc_per_node 8 -m torchtitan.train --module llama3 
 def test_activation_checkpoint_mode_override_is_costed(tmp_path, mode):
     """Fresh-user defect: `--activation_checkpoint.mode full` was costed as llama3_8b's selective
     AC (config_registry.py). ActivationCheckpointConfig.mode (configs.py at 78fc8ae) chooses it;
-    later releases spell it `activation-checkpoint:full` and tyro exits on the override: a warning
-    naming the subcommand."""
+    later releases (b5bcd76, the one modelled) spell it `activation-checkpoint:full` and tyro
+    exits on the override. Then the check PASSed a launch its own warning said would die: now an
+    error (exit 1) naming the subcommand."""
     result = _check(_write(tmp_path, AC_OVERRIDE.format(mode)))
-    assert result.exit_code in (0, 1), result.output
+    assert result.exit_code == 1, result.output
     data = json.loads(result.output)
-    assert data["parallelism"]["recompute"] == mode
+    assert data["parallelism"]["recompute"] == mode and data["verdict"] == "fail"
     warning = {v["rule"]: v for v in data["violations"]}["torchtitan_ac_mode_override"]
-    assert warning["severity"] == "warning" and warning["line"] == 1
+    assert warning["severity"] == "error" and warning["line"] == 1
+    assert "tyro exits on --activation_checkpoint.mode" in warning["message"]
     assert warning["fix"] == f"write activation-checkpoint:{mode} for current torchtitan"
 
 

@@ -17,8 +17,8 @@ with the sequence-parallel switch (`tt.SEQUENCE_PARALLEL`) false turning it off.
 
 Activation checkpointing is the config function's unless the `activation-checkpoint:MODE`
 subcommand (`CLI_COMMIT`) or the `--activation_checkpoint.mode MODE` override of the releases
-before it (`tt.AC_MODE_COMMIT`; a warning names the subcommand) chooses another; a mode torchtitan
-rejects is bad input naming those it accepts.
+before it (`tt.AC_MODE_COMMIT`; an error, since tyro exits on it at `CLI_COMMIT`, its fix naming
+the subcommand) chooses another; a mode torchtitan rejects is bad input naming those it accepts.
 
 A `--training.F` or `--parallelism.F` that is no field of those dataclasses is the error
 `torchtitan_unknown_key` with the closest field (tyro exits on it); other sections are not
@@ -127,9 +127,10 @@ def _flags(words: list[str], file: str) -> tuple[dict[str, str], str | None]:
 
 def _ac_mode(flags: dict[str, str], subcommand: str | None, preset: dict,
              file: str) -> tuple[str, list[Violation]]:
-    """The activation checkpointing costed: the `--activation_checkpoint.mode` override of releases
-    9810191 to `tt.AC_MODE_COMMIT` (with a warning that later releases spell it as the
-    subcommand), else the subcommand, else the config function's.
+    """The activation checkpointing read: the `--activation_checkpoint.mode` override of releases
+    9810191 to `tt.AC_MODE_COMMIT` (an error finding: at `tt.CLI_COMMIT`, the release modelled,
+    tyro exits on it, so a gate must fail the launch; the fix names the subcommand), else the
+    subcommand, else the config function's.
 
     Raises:
         SpecError: a mode torchtitan rejects (naming `tt.AC_MODE_VALUES`), memory_budget (not
@@ -152,7 +153,7 @@ def _ac_mode(flags: dict[str, str], subcommand: str | None, preset: dict,
         raise SpecError(f"value {value!r} contradicts the subcommand {tt.AC_SUBCOMMANDS[0]}:"
                         f"{subcommand}; give one of them", file=file, key=f"--{key}")
     return mode, [Violation(
-        rule="torchtitan_ac_mode_override", severity="warning",
+        rule="torchtitan_ac_mode_override",
         message=f"--{key} {value} is the spelling of torchtitan up to {tt.AC_MODE_COMMIT}; since "
                 f"c5d93d1 (2026-06-15, and at {tt.CLI_COMMIT}) activation checkpointing is the "
                 f"subcommand {subcommand_text} and tyro exits on --{key}",
