@@ -79,7 +79,8 @@ def read(path: Path, *, model: str | None, cluster: str | None, gpus: int | None
         raise SpecError(f"--gpus {gpus} contradicts torchrun's {ranks} ranks", file=file,
                         key="--gpus")
     ac, findings = _ac_mode(flags, ac, preset, file)
-    findings += _unknown_fields(flags)
+    findings += _unknown_fields(flags, _value(flags.get("training.seq_len", "")) or
+                                settings[tt.CONTEXT], settings.get(tt.KEY["pp"], 1) != 1)
     doc = _job_doc(settings, preset, ac, file)
     target = torchtitan.read_doc(doc, file, model=model, cluster=cluster,
                                  gpus=gpus if gpus is not None else ranks, seq_len=seq_len)
@@ -194,12 +195,19 @@ def _ranks(flags: dict[str, str], file: str) -> int | None:
     return int(values[0]) * int(values[1])
 
 
-def _unknown_fields(flags: dict[str, str]) -> list[Violation]:
+def _unknown_fields(flags: dict[str, str], context, piped: bool) -> list[Violation]:
+    """`torchtitan_unknown_key` for each override no field of `tt.CLI_FIELDS` takes: a field
+    renamed in `tt.BATCH_RENAME_COMMIT` names its replacement (the value converted to tokens with
+    `context`, the old --training.seq_len or the context length read; `piped`: pp > 1, where the
+    old local batch was a step's pipeline micro-batches), any other the closest field."""
     out = []
     for key in flags:
         section, _, field = key.partition(".")
         fields = tt.CLI_FIELDS.get(section)
         if fields is None or field in fields:
+            continue
+        if key in tt.CLI_RENAMED:
+            out.append(_renamed(key, _value(flags[key]), context, piped))
             continue
         close = difflib.get_close_matches(field, fields, n=1, cutoff=0.6)
         out.append(Violation(
@@ -209,6 +217,32 @@ def _unknown_fields(flags: dict[str, str]) -> list[Violation]:
                     + f" (tyro exits on it; config/configs.py at {tt.CLI_COMMIT})",
             fix=f"write --{section}.{close[0]}" if close else f"remove --{key}"))
     return out
+
+
+def _renamed(key: str, value, context, piped: bool) -> Violation:
+    """The finding for a field `tt.BATCH_RENAME_COMMIT` renamed, its fix the replacement."""
+    new, how = tt.CLI_RENAMED[key]
+    if key == "training.local_batch_size" and piped:
+        fix = (f"with pipeline parallelism the old local batch is a step's pipeline micro-batches: "
+               f"write --{new} = the pipeline micro-batch size x --{tt.CONTEXT} and "
+               f"--{tt.PP_MICROBATCHES} = {value} / that size")
+    elif how == "same":
+        fix = f"write --{new} {value}"
+    elif type(value) is int and type(context) is int:
+        fix = (f"write --{new} {value * context} ({value} sequences x {context} tokens of "
+               f"--{tt.CONTEXT})")
+    else:
+        fix = f"write --{new} in tokens (this value in sequences x --{tt.CONTEXT})"
+    if key == "parallelism.pipeline_parallel_microbatch_size" and not piped:
+        fix += " (ignored: pipeline_parallel_degree is 1)"
+    elif key == "parallelism.pipeline_parallel_microbatch_size":
+        fix += (f", and --{tt.PP_MICROBATCHES} = the local batch / {value} (a count of pipeline "
+                f"micro-batches)")
+    return Violation(
+        rule="torchtitan_unknown_key",
+        message=f"--{key} was replaced by --{new} in torchtitan {tt.BATCH_RENAME_COMMIT} (2026-08-20); "
+                f"tyro exits on the old name (config/configs.py at {tt.CLI_COMMIT})",
+        fix=fix)
 
 
 def _job_doc(settings: dict, preset: dict, ac: str, file: str) -> dict:
