@@ -79,7 +79,7 @@ def read(path: Path, *, model: str | None, cluster: str | None, gpus: int | None
         raise SpecError(f"--gpus {gpus} contradicts torchrun's {ranks} ranks", file=file,
                         key="--gpus")
     ac, findings = _ac_mode(flags, ac, preset, file)
-    findings += _unknown_fields(flags, _value(flags.get("training.seq_len", "")) or
+    findings += _unknown_fields(flags, _value(flags.get(tt.KEY["seq_len"], "")) or
                                 settings[tt.CONTEXT], settings.get(tt.KEY["pp"], 1) != 1)
     doc = _job_doc(settings, preset, ac, file)
     target = torchtitan.read_doc(doc, file, model=model, cluster=cluster,
@@ -222,7 +222,7 @@ def _unknown_fields(flags: dict[str, str], context, piped: bool) -> list[Violati
 def _renamed(key: str, value, context, piped: bool) -> Violation:
     """The finding for a field `tt.BATCH_RENAME_COMMIT` renamed, its fix the replacement."""
     new, how = tt.CLI_RENAMED[key]
-    if key == "training.local_batch_size" and piped:
+    if key == tt.KEY["local_batch"] and piped:
         fix = (f"with pipeline parallelism the old local batch is a step's pipeline micro-batches: "
                f"write --{new} = the pipeline micro-batch size x --{tt.CONTEXT} and "
                f"--{tt.PP_MICROBATCHES} = {value} / that size")
@@ -233,9 +233,9 @@ def _renamed(key: str, value, context, piped: bool) -> Violation:
                f"--{tt.CONTEXT})")
     else:
         fix = f"write --{new} in tokens (this value in sequences x --{tt.CONTEXT})"
-    if key == "parallelism.pipeline_parallel_microbatch_size" and not piped:
-        fix += " (ignored: pipeline_parallel_degree is 1)"
-    elif key == "parallelism.pipeline_parallel_microbatch_size":
+    if key == tt.KEY["pp_microbatch_size"] and not piped:
+        fix += f" (ignored: --{tt.KEY['pp']} is 1)"
+    elif key == tt.KEY["pp_microbatch_size"]:
         fix += (f", and --{tt.PP_MICROBATCHES} = the local batch / {value} (a count of pipeline "
                 f"micro-batches)")
     return Violation(

@@ -440,7 +440,7 @@ def _split_refusal(doc: dict, settings: dict) -> str:
             + f" as {'/'.join(map(str, par['pipeline_layers']))} per rank, not torchtitan's default "
             f"({theirs}); module names per pipeline stage are set by a config function, not the "
             f"command line ({tt.CLI_COMMIT}): pin --fix pp=1 (no pipeline split), or write a "
-            f"config function with that module_fqns_per_model_part")
+            f"config function with that {N['pp_fqns']}")
 
 
 def _preset(doc: dict, settings: dict) -> tuple[str, str]:

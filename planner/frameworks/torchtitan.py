@@ -234,10 +234,10 @@ BATCH_RENAME_COMMIT = "73aed7f"
 """pytorch/torchtitan 73aed7f6c09c04041dae2d2c185bb4c6384ebb3f (2026-08-20, "fold batch dim"):
 the batch fields in sequences became token counts (`CLI_RENAMED`)."""
 CLI_RENAMED = {
-    "training.local_batch_size": (MICROBATCH_TOKENS, "tokens"),
-    "training.global_batch_size": (STEP_TOKENS, "tokens"),
-    "training.seq_len": (CONTEXT, "same"),
-    "parallelism.pipeline_parallel_microbatch_size": (MICROBATCH_TOKENS, "tokens"),
+    KEY["local_batch"]: (MICROBATCH_TOKENS, "tokens"),
+    KEY["global_batch_size"]: (STEP_TOKENS, "tokens"),
+    KEY["seq_len"]: (CONTEXT, "same"),
+    KEY["pp_microbatch_size"]: (MICROBATCH_TOKENS, "tokens"),
 }
 """Command-line field before `BATCH_RENAME_COMMIT` -> (its replacement at `CLI_COMMIT`, how the
 value converts): "tokens" = sequences x `CONTEXT` (local_batch_size: per data-parallel rank and
