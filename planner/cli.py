@@ -466,7 +466,7 @@ def plan_cmd(
     seq_len: Annotated[int, typer.Option(min=1, max=MAX_SEQ_LEN, help="Tokens per sequence.")] = 4096,
     global_batch_size: Annotated[int | None, typer.Option(
         min=1, max=MAX_BATCH_TOKENS,
-        help="Sequences per step (default: 4,194,304 tokens, the 4M of Llama 2/3, in whole sequences).")] = None,
+        help="Sequences per step (default: the power of two nearest to 4,194,304 tokens, the 4M of Llama 2/3, over --seq-len: 1,024 at 4,096, 256 at 12,288).")] = None,
     global_batch_tokens: Annotated[int | None, typer.Option(
         min=1, max=MAX_BATCH_TOKENS, help="Tokens per step (a multiple of --seq-len).")] = None,
     precision: Annotated[Precision | None, typer.Option(

@@ -4,9 +4,15 @@
   value). Exit code 2. The message is one line naming the file, the key, the value and what is allowed.
 - `InfeasibleError`: a well-formed request that no plan satisfies. Exit code 1. The message names
   the binding constraint and what would relax it.
+- `OutputError`: a file named by the user that could be opened but not written (full disk, quota,
+  I/O error). Exit code 1, as for stdout that cannot be written; `write_failure` sorts an OSError
+  into it or into a SpecError (a path that cannot be opened: missing folder, a directory, no
+  permission).
 """
 
 from __future__ import annotations
+
+import errno
 
 
 class PlannerError(Exception):
@@ -48,3 +54,28 @@ class InfeasibleError(PlannerError):
     def __init__(self, message: str, *, details: dict | None = None):
         self.details = details or {}
         super().__init__(message)
+
+
+class OutputError(PlannerError):
+    """Output that cannot be written though its path is good (full disk, quota, I/O): exit code 1.
+
+    Args:
+        message: one line naming the file and the system's reason.
+    """
+
+    exit_code = 1
+
+
+PATH_ERRNOS = frozenset({errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.EACCES, errno.EPERM,
+                         errno.ENAMETOOLONG, errno.ELOOP, errno.EROFS, errno.EINVAL})
+"""Errors of the path itself (it cannot be opened for writing as given): bad input. Any other
+errno of a write (ENOSPC, EDQUOT, EFBIG, EIO, ...) is a failure of the output, not of the input."""
+
+
+def write_failure(path: str, exc: OSError, key: str) -> PlannerError:
+    """The error for a failed write of the user's file `path` (option `key`): SpecError (exit 2)
+    when the path cannot be opened as given (`PATH_ERRNOS`), else OutputError (exit 1)."""
+    reason = exc.strerror or str(exc)
+    if exc.errno in PATH_ERRNOS:
+        return SpecError(f"cannot write {path}: {reason}", key=key)
+    return OutputError(f"{key}: cannot write {path}: {reason}")

@@ -128,7 +128,8 @@ from planner.specs.model import ModelSpec
 
 DEFAULT_BATCH_TOKENS = 4 * 2**20
 """Default global batch, tokens: 4,194,304 (Llama 2 and Llama 3 pre-training, Touvron et al. 2023
-§2.2 "4M tokens"; Llama Team 2024 §3.4.1 starts 405B at 4M), rounded down to whole sequences."""
+§2.2 "4M tokens"; Llama Team 2024 §3.4.1 starts 405B at 4M), as the power-of-two number of
+sequences nearest to it (`default_global_batch_size`)."""
 
 VPP_VALUES = (1, 2, 4)
 """Virtual pipeline stages per rank searched when pp > 1 (interleaved 1F1B: Narayanan et al. 2021
@@ -140,8 +141,25 @@ ZERO_STAGES = (0, 1, 2, 3)
 """ZeRO stages searched (when dp > 1)."""
 
 def default_global_batch_size(seq_len: int) -> int:
-    """DEFAULT_BATCH_TOKENS in whole sequences (at least 1)."""
-    return max(1, DEFAULT_BATCH_TOKENS // seq_len)
+    """The default global batch, sequences: the power of two nearest in log2 to DEFAULT_BATCH_TOKENS
+    / seq_len (at least 1). Exactly 4M tokens at a power-of-two seq_len (4,096 -> 1,024); at
+    another, a count that the data-parallel and micro-batch degrees divide, where flooring the
+    tokens would leave an odd count (12,288 -> 341 = 11 x 31, which only dp 1, 11, 31 divide; now
+    256, 3.1M tokens). No tie: 2**22 / seq_len = 2**k x sqrt(2) has no integer seq_len.
+
+    Args:
+        seq_len: tokens per sequence, >= 1.
+
+    Returns:
+        2**k sequences with |k - log2(DEFAULT_BATCH_TOKENS / seq_len)| least, k >= 0.
+    """
+    ratio = DEFAULT_BATCH_TOKENS / seq_len
+    if ratio <= 1:
+        return 1
+    low = 1 << (DEFAULT_BATCH_TOKENS // seq_len).bit_length() - 1   # 2**k <= ratio < 2**(k+1)
+    # ratio nearer 2**(k+1) in log2 when ratio**2 > 2**(2k+1), in integers:
+    # DEFAULT_BATCH_TOKENS**2 > 2 * low**2 * seq_len**2
+    return 2 * low if DEFAULT_BATCH_TOKENS ** 2 > 2 * (low * seq_len) ** 2 else low
 
 
 @dataclass(frozen=True, kw_only=True)

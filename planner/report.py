@@ -436,7 +436,8 @@ def show_plan(data: dict, fmt: str) -> None:
     console = _console()
     req, solver = data["request"], data["solver"]
     console.print(f"[bold]{escape(req['model'])}[/bold] on {req['gpus']:,} x {escape(req['cluster'])}  (seq "
-                  f"{req['seq_len']:,}, global batch {req['global_batch_size']:,} sequences, "
+                  f"{req['seq_len']:,}, global batch {req['global_batch_size']:,} sequences = "
+                  f"{req['global_batch_size'] * req['seq_len']:,} tokens, "
                   f"{req['precision']}, {req['optimizer']}, {req['framework']} conventions)")
     console.print(f"solver: [bold]{solver['status']}[/bold]  objective {solver['objective_s']:.3f} s/step, "
                   f"bound {solver['bound_s']:.3f} s; {solver['candidates_evaluated']:,} of "
@@ -632,9 +633,10 @@ def write_yaml(path: str, data: dict) -> None:
     """Write `data` as block-style YAML to `path` and say so on stderr; `-` is stdout.
 
     Raises:
-        SpecError: the file cannot be written (disk full, permissions changed meanwhile).
+        SpecError: the path cannot be opened for writing (permissions changed meanwhile: exit 2).
+        OutputError: the write failed (full disk, quota, I/O error: exit 1), `errors.write_failure`.
     """
-    from planner.errors import SpecError
+    from planner.errors import write_failure
 
     if path == "-":
         sys.stdout.write(_yaml(data))
@@ -643,7 +645,7 @@ def write_yaml(path: str, data: dict) -> None:
         with open(path, "w", encoding="utf-8") as handle:
             handle.write(_yaml(data))
     except OSError as exc:
-        raise SpecError(f"cannot write {path}: {exc.strerror or exc}", key="--output") from None
+        raise write_failure(path, exc, "--output") from None
     wrote(path)
 
 
@@ -736,9 +738,10 @@ def plot_pareto(data: dict, path: str) -> None:
     """Draw the Pareto front (tokens/s/GPU vs tokens/s/user) to `path` with matplotlib (optional extra).
 
     Raises:
-        SpecError: matplotlib is not installed (`pip install 'planner[plot]'`), or the file cannot be written.
+        SpecError: matplotlib is not installed (`pip install 'planner[plot]'`), or the path cannot
+            be opened for writing; OutputError: the write failed (`errors.write_failure`).
     """
-    from planner.errors import SpecError
+    from planner.errors import SpecError, write_failure
 
     try:
         import matplotlib
@@ -760,7 +763,7 @@ def plot_pareto(data: dict, path: str) -> None:
     try:
         fig.savefig(path, dpi=120)
     except OSError as exc:
-        raise SpecError(f"cannot write {path}: {exc.strerror or exc}", key="--plot") from None
+        raise write_failure(path, exc, "--plot") from None
     plt.close(fig)
     wrote(path)
 

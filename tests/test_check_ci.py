@@ -105,15 +105,16 @@ def test_junit_report_parses_with_one_case_per_file_and_rule(tmp_path):
     by_file: dict[str, list[str]] = {}
     for case in cases:
         by_file.setdefault(case.get("classname"), []).append(case.get("name"))
-    # The plan file names its own model: --model is bad input for it (a `read` error case).
-    assert by_file[PASSING] == ["read"]
+    # The plan file names its own model: --model llama-3.1-8b contradicts its llama-3.1-70b, a
+    # finding on that file (rule plan_options), not a read error.
+    assert sorted(by_file[PASSING]) == ["plan_options", "verdict", "vocab_padding"]
     assert sorted(by_file[str(script)]) == sorted(
         ["kv_heads_divisible_by_tp", "vocab_padding", "tp_spans_scaleup_domain", "verdict"])
     assert by_file[str(missing)] == ["read"]
     failures = [c.get("name") for c in cases if c.find("failure") is not None]
-    assert sorted(failures) == ["kv_heads_divisible_by_tp", "verdict"]
-    assert int(suite.get("tests")) == len(cases) == 6
-    assert int(suite.get("failures")) == 2 and int(suite.get("errors")) == 2
+    assert sorted(failures) == ["kv_heads_divisible_by_tp", "plan_options", "verdict", "verdict"]
+    assert int(suite.get("tests")) == len(cases) == 8
+    assert int(suite.get("failures")) == 4 and int(suite.get("errors")) == 1
     kv = next(c for c in cases if c.get("name") == "kv_heads_divisible_by_tp")
     assert kv.get("line") == "3" and "tp=16" in kv.find("failure").get("message")
 
@@ -203,3 +204,41 @@ def test_bad_input_annotation_points_at_the_key_it_names(tmp_path):
     assert "did you mean parallelism.tensor_parallel_degree?" in result.output
     junit = ET.fromstring(_check(path, *options, "--format", "junit").output)
     assert junit.find("testsuite/testcase").get("line") == "6"
+
+
+def _readme_stanza_args() -> list[str]:
+    """The `args` of the README's pre-commit stanza, as pre-commit passes them."""
+    text = (ROOT / "README.md").read_text()
+    (args,) = re.findall(r"- id: planner-check\n\s+args: (\[.*\])", text)
+    return [str(a) for a in yaml.safe_load(args)]
+
+
+def test_readme_pre_commit_args_on_a_plan_file_and_a_config_report_each_file():
+    """Fresh-user defect: the README's stanza (--model llama-3.1-8b --cluster dgx-h100 --gpus 8
+    --seq-len 8192) on a commit touching a plan file and a torchtitan config exited 2 for the
+    whole run ("--model, --cluster, --gpus, --seq_len not allowed with a plan file", the option
+    misspelled). Now each file is reported: the torchtitan Llama 3 8B config passes with them;
+    the 70B plan (llama-3.1-70b, dgx-h100, 64 GPUs, 4,096 tokens) fails on the three that
+    contradict it -- the cluster agrees -- with exit 1, not 2."""
+    args = _readme_stanza_args()
+    assert args == ["--model", "llama-3.1-8b", "--cluster", "dgx-h100", "--gpus", "8",
+                    "--seq-len", "8192"]
+    config = "tests/data/configs/torchtitan/llama3_8b.toml"
+    result = _check(PASSING, config, *args, "--format", "json")
+    assert result.exit_code == 1, result.output
+    plan, titan = json.loads(result.output)
+    assert titan["verdict"] == "pass"
+    found = [v for v in plan["violations"] if v["rule"] == "plan_options"]
+    assert plan["verdict"] == "fail" and [v["message"] for v in found] == [
+        "--model llama-3.1-8b given, but the plan file is for llama-3.1-70b",
+        "--gpus 8 given, but the plan file is for 64",
+        "--seq-len 8192 given, but the plan file is for 4096"]
+
+
+def test_options_that_agree_with_a_plan_file_are_accepted():
+    """The plan's own model, cluster, GPU count and sequence length, as options (the model as
+    its catalog file): the plan passes, as without them."""
+    result = _check(PASSING, "-m", "models/llama-3.1-70b.yaml", "-c", "dgx-h100", "--gpus", "64",
+                    "--seq-len", "4096", "--format", "json")
+    assert result.exit_code == 0, result.output
+    assert not [v for v in json.loads(result.output)["violations"] if v["rule"] == "plan_options"]

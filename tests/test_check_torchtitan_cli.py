@@ -118,14 +118,16 @@ AC_OVERRIDE = ("torchrun --nproc_per_node 8 -m torchtitan.train --module llama3 
 def test_activation_checkpoint_mode_override_is_costed(tmp_path, mode):
     """Fresh-user defect: `--activation_checkpoint.mode full` was costed as llama3_8b's selective
     AC (config_registry.py). ActivationCheckpointConfig.mode (configs.py at 78fc8ae) chooses it;
-    later releases spell it `activation-checkpoint:full` and tyro exits on the override: a warning
-    naming the subcommand."""
+    later releases (b5bcd76, the one modelled) spell it `activation-checkpoint:full` and tyro
+    exits on the override. Then the check PASSed a launch its own warning said would die: now an
+    error (exit 1) naming the subcommand."""
     result = _check(_write(tmp_path, AC_OVERRIDE.format(mode)))
-    assert result.exit_code in (0, 1), result.output
+    assert result.exit_code == 1, result.output
     data = json.loads(result.output)
-    assert data["parallelism"]["recompute"] == mode
+    assert data["parallelism"]["recompute"] == mode and data["verdict"] == "fail"
     warning = {v["rule"]: v for v in data["violations"]}["torchtitan_ac_mode_override"]
-    assert warning["severity"] == "warning" and warning["line"] == 1
+    assert warning["severity"] == "error" and warning["line"] == 1
+    assert "tyro exits on --activation_checkpoint.mode" in warning["message"]
     assert warning["fix"] == f"write activation-checkpoint:{mode} for current torchtitan"
 
 
@@ -143,3 +145,44 @@ def test_activation_checkpoint_mode_torchtitan_rejects_is_bad_input(tmp_path, te
     message = " ".join(result.output.split())
     for word in words:
         assert word in message, (word, message)
+
+
+# The fresh user's line: the batch fields of torchtitan before 73aed7f (2026-08-20).
+OLD_BATCH = ("torchrun --nproc_per_node 8 -m torchtitan.train --module llama3 --config llama3_8b "
+             "--training.local_batch_size 2 --training.global_batch_size 16 --training.seq_len 4096"
+             "{}\n")
+
+
+def test_old_batch_fields_name_their_replacements():
+    """Fresh-user defect: --training.local_batch_size / --training.seq_len got "Fix: remove ...".
+    torchtitan 73aed7f replaced them (config/configs.py): local_batch_size -> the tokens of a
+    micro-batch per data-parallel rank, 2 x 4096 = 8192; global_batch_size -> tokens per step,
+    16 x 4096 = 65536; seq_len -> max_context_length, 4096 unchanged."""
+    from planner.check.torchtitan_cli import _unknown_fields
+    flags = {"training.local_batch_size": "2", "training.global_batch_size": "16",
+             "training.seq_len": "4096"}
+    fixes = {v.message.split()[0]: v.fix for v in _unknown_fields(flags, 4096, False)}
+    assert fixes == {
+        "--training.local_batch_size": "write --training.num_tokens_per_microbatch_per_dp_rank "
+                                       "8192 (2 sequences x 4096 tokens of "
+                                       "--training.max_context_length)",
+        "--training.global_batch_size": "write --training.num_tokens_per_train_step 65536 "
+                                        "(16 sequences x 4096 tokens of "
+                                        "--training.max_context_length)",
+        "--training.seq_len": "write --training.max_context_length 4096"}
+
+
+def test_old_batch_fields_on_the_command_line_fail_with_the_old_context(tmp_path):
+    """Read from the file: the old --training.seq_len 4096 (not llama3_8b's 8192) converts the
+    batch; the run fails (tyro exits on the old names); with pp 2 the local batch names the
+    pipeline micro-batch count instead."""
+    result = _check(_write(tmp_path, OLD_BATCH.format("")))
+    assert result.exit_code == 1, result.output
+    found = [v for v in json.loads(result.output)["violations"]
+             if v["rule"] == "torchtitan_unknown_key"]
+    assert len(found) == 3 and all("73aed7f" in v["message"] for v in found)
+    assert "num_tokens_per_microbatch_per_dp_rank 8192 (2 sequences x 4096" in found[0]["fix"]
+    piped = _check(_write(tmp_path, OLD_BATCH.format(
+        " --parallelism.pipeline_parallel_degree 2"), name="pp.sh"))
+    fix = json.loads(piped.output)["violations"][0]["fix"]
+    assert "--parallelism.num_pp_microbatches = 2 / that size" in fix

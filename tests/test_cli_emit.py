@@ -150,25 +150,23 @@ def test_deepspeed_has_no_selective_recompute_to_pin_or_check(tmp_path):
     assert check.returncode == 2 and "'selective' is not one of 'none', 'full'" in check.stderr
 
 
-def test_megatron_that_cannot_launch_the_plan_is_infeasible_not_bad_input():
-    """Fresh-user defect: deepseek-v3 on 256 GPUs, `--emit megatron`, exited 2 (bad input) on a
-    valid request: its 61 layers over 32 stages need a split Megatron's first/last flags cannot
-    give. Pinned to pp=32, no launchable plan exists: exit 1, saying why."""
+def test_megatron_writes_a_split_its_stage_flags_cannot_give_as_the_layout_string():
+    """Fresh-user defects: deepseek-v3 on 256 GPUs, `--emit megatron`: its 61 layers over 32
+    stages (pinned pp=32) are split with middle stages of 1 and 2 layers, which Megatron's
+    first/last-stage flags cannot give (they share one count over the middle stages): first exit 2, then exit 1 ("cannot be launched"), though Megatron-LM launches any
+    split with --pipeline-model-parallel-layout (vpp 1: one stage per rank, `validate_args` sets
+    vpp None). Now the plan's split is written as that string, no layer moved, and passes."""
     proc = _planner("plan", "-m", "deepseek-v3", "-c", "hgx-h800", "--gpus", "256", "--emit",
                     "megatron", "--fix", "pp=32")
-    assert proc.returncode == 1 and proc.stdout == ""
-    assert "not one Megatron-LM can give" in proc.stderr and "Traceback" not in proc.stderr
-
-
-def test_emit_falls_back_to_a_plan_the_framework_can_launch():
-    """Unpinned, the search's best deepseek-v3 plan has such a split, but other plans weighed
-    (runners-up, uniform recompute) can be launched: one is emitted, and the note says the best
-    one cannot be."""
-    proc = _planner("plan", "-m", "deepseek-v3", "-c", "hgx-h800", "--gpus", "256", "--emit",
-                    "megatron")
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.startswith("#!/bin/bash")
-    assert "cannot be launched by it" in proc.stderr and "check: PASS" in proc.stderr
+    import re
+    layout = re.search(r"--pipeline-model-parallel-layout '([^']+)'", proc.stdout).group(1)
+    from planner.placement import pipeline_layout
+    stages = pipeline_layout.parse(layout, 32)
+    assert len(stages) == 32 and sum(pipeline_layout.decoder_counts(stages)) == 61
+    split = re.search(r"# Pipeline split: ([\d/]+);", proc.stdout).group(1)
+    assert pipeline_layout.rank_counts(stages, 32) == tuple(map(int, split.split("/")))
+    assert "pipeline split" not in proc.stderr and "check: PASS" in proc.stderr
 
 
 def test_emit_weighs_the_search_runners_up():

@@ -170,3 +170,22 @@ def test_recompute_and_recompute_per_stage_together_is_bad_input():
     assert result.exit_code == 2
     assert result.output.strip().startswith(
         "error: --recompute: value 'full' contradicts --recompute-per-stage '20n,20n,20n,20n'")
+
+
+def test_memory_fix_is_offered_when_another_rule_is_also_broken():
+    """Fresh-user defect: `--pp 2 --vpp 3` (32 layers, not divisible into 6 virtual stages) said
+    "no single change ... fits", though without --vpp ZeRO-1 fits: every change was refused for
+    still breaking layers_divisible_by_pp, the rule the layout itself breaks. Now a change is
+    refused only for a rule it newly breaks, and the fix says to fix the layout's rule first.
+    By hand: ZeRO-1 shards the optimizer states over dp = 8 / 2 = 4, keeping a quarter: the
+    stage's total less 3/4 of them."""
+    result = _run("--pp", "2", "--vpp", "3", "--format", "json")
+    data = json.loads(result.output)
+    found = {v["rule"]: v for v in data["violations"]}
+    assert "layers_divisible_by_pp" in found
+    fix = found["memory_exceeds"]["fix"]
+    assert fix.startswith("first fix layers_divisible_by_pp")
+    gib = 2**30
+    memory = data["memory_bytes"]
+    zero1 = (memory["total"] - 3 / 4 * memory["optimizer_states"]) / gib
+    assert f"zero_stage 1 ({zero1:.1f} GiB)" in fix

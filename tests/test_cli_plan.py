@@ -210,3 +210,20 @@ def test_unknown_fix_key_is_named_as_unknown():
     from planner.cli import app
     result = CliRunner().invoke(app, ["plan", "-m", "llama-3.1-8b", "-c", "dgx-h100", "--fix", "foo=1"])
     assert result.exit_code == 2 and "unknown key 'foo'" in result.output
+
+
+@pytest.mark.parametrize(("seq_len", "sequences"), [
+    (12288, 256),   # 4,194,304 / 12,288 = 341.3, log2 8.415: 2**8 (floored it was 341 = 11 x 31)
+    (6144, 512),    # 4,194,304 / 6,144 = 682.7, log2 9.415: 2**9
+    (4097, 1024),   # 4,194,304 / 4,097 = 1,023.75, log2 9.9994: 2**10 (floored 1,023 = 3 x 11 x 31)
+    (4096, 1024),   # a power of two: exactly 4M tokens, as before
+    (8192, 512),
+])
+def test_default_global_batch_is_the_nearest_power_of_two_of_sequences(seq_len, sequences):
+    """Fresh-user defect: the default batch floored 4M tokens to whole sequences, an odd count at
+    seq-len 12,288 (341 -> a dp-1 plan) or 4,097 (1,023 -> dp1 pp8 m1023)."""
+    assert P.default_global_batch_size(seq_len) == sequences
+    result = runner.invoke(app, ["plan", "-m", "llama-3.1-8b", "-c", "dgx-h100", "--gpus", "8",
+                                 "--seq-len", str(seq_len), "--format", "json", "--top", "1"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["request"]["global_batch_size"] == sequences

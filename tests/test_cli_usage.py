@@ -245,3 +245,40 @@ def test_float_options_refuse_nan_inf_and_out_of_range_naming_what_is_allowed(ar
     result = runner.invoke(app, [args[0], "-m", "llama-3.1-8b", "-c", "dgx-h100", *args[1:]])
     assert result.exit_code == 2
     assert f"Invalid value for '{option}': allowed: a finite number >= 0 and <= " in result.output
+
+
+@pytest.mark.parametrize("command", [
+    ["plan", "-m", "llama-3.1-8b", "-c", "dgx-h100", "--gpus", "8"],
+    ["serve-plan", "-m", "llama-3.1-8b", "-c", "dgx-h100", "--gpus", "8", "--input-len", "1000",
+     "--output-len", "100"],
+])
+def test_output_file_on_a_full_disk_is_one_line_and_exit_1(command, tmp_path):
+    """Fresh-user defect: `-o /dev/full` exited 2 (bad input) where `> /dev/full` exits 1; the
+    README's rule: output that cannot be written is one line, exit 1. A path that cannot be
+    opened (a missing folder, a directory) stays bad input, exit 2."""
+    import os
+
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full on this system")
+    proc = _planner(*command, "-f", "json", "-o", "/dev/full")
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr.strip() == "error: --output: cannot write /dev/full: No space left on device"
+    for bad in (tmp_path / "missing" / "plan.yaml", tmp_path):
+        proc = _planner(*command, "-f", "json", "-o", str(bad))
+        assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+@pytest.mark.parametrize(("code", "exit_code"), [
+    (28, 1),   # ENOSPC: the disk is full
+    (122, 1),  # EDQUOT (Linux): over quota
+    (5, 1),    # EIO
+    (21, 2),   # EISDIR: the path is a directory
+    (2, 2),    # ENOENT: no such folder
+    (13, 2),   # EACCES: no permission on the path
+])
+def test_write_failure_sorts_by_errno(code, exit_code):
+    """Errno values from Linux's errno-base.h / errno.h, written out by hand."""
+    from planner.errors import write_failure
+
+    error = write_failure("out.yaml", OSError(code, "reason"), "--output")
+    assert error.exit_code == exit_code and "out.yaml" in str(error) and "reason" in str(error)

@@ -95,6 +95,8 @@ def _assert_round_trip(doc: dict, emitted, target, *, changed_stages=(), split_c
     per_stage = target.recompute_per_stage or not isinstance(
         doc["plan"]["parallelism"]["recompute"], str)
     skip = {"pipeline_layers"} | ({"recompute"} if per_stage else set())  # counts compared below
+    if want.pipeline_layout is None and got.pipeline_layout is not None:  # a split as layout string
+        skip.add("pipeline_layout")
     for field in dataclasses.fields(want):
         if field.name not in skip:
             assert getattr(got, field.name) == getattr(want, field.name), field.name
@@ -146,7 +148,7 @@ def test_real_plans_read_back_exactly(tmp_path, model, gpus, fixed):
 def test_real_70b_plan_with_a_recompute_mix_and_uneven_middle(tmp_path):
     """llama-3.1-70b on 64 GPUs: the planner's best plan recomputes 2 layers on stage 0 only and
     splits 19/20/21/20 (middle stages differ): Megatron gets block recompute of 2 layers on every
-    stage and a split whose middle stages are even."""
+    stage and the plan's split as a layout string."""
     doc = _doc("llama-3.1-70b", 64, gbs=1024)
     par = doc["plan"]["parallelism"]
     if isinstance(par["recompute"], str) or expressible(tuple(par["pipeline_layers"]), par["vpp"]):
@@ -155,7 +157,7 @@ def test_real_70b_plan_with_a_recompute_mix_and_uneven_middle(tmp_path):
     n = max(c["full"] + c["selective"] for c in par["recompute"])
     assert f"--recompute-num-layers {n}" in emitted.text
     split = _split_of(target)
-    assert expressible(split, 1) and sum(split) == 80
+    assert split == tuple(par["pipeline_layers"]) and sum(split) == 80
     assert all(c["full"] == min(n, k) for c, k in zip(_counts(target), split))
     assert evaluate(target)["verdict"] == "pass"
 
@@ -293,15 +295,23 @@ def test_block_count_is_per_model_chunk_with_interleaving(tmp_path):
     _assert_round_trip(doc, emitted, target, changed_stages=(0, 1))
 
 
-def test_uneven_middle_split_moves_to_the_nearest_that_fits(tmp_path):
-    """32 layers over pp 4 as 8/7/9/8: the middle stages differ, Megatron cannot give it. The
-    nearest expressible splits move 1 layer between the middle stages (8/8/8/8: |0|+|1|+|1|+|0|
-    = 2 layers of difference, one layer moved), and 8/8/8/8 is the even one among them."""
+def test_uneven_middle_split_is_written_as_a_layout_string(tmp_path):
+    """32 layers over pp 4 as 8/7/9/8: the middle stages differ, so the first / last-stage flags
+    cannot give it; the layout string does, one virtual stage per rank (vpp 1): the embedding
+    with stage 0's 8 layers "Et*8", then "t*7", "t*9", and the loss after stage 3's 8 "t*8L".
+    Read back, it is the plan exactly, at the step time of the plan's split (8/7/9/8 contiguous,
+    no layout string)."""
     doc = _hand(gpus=32, tp=2, pp=4, dp=4, split=(8, 7, 9, 8), recompute="none")
     emitted, target = _read_back(doc, tmp_path)
-    assert _split_of(target) == (8, 8, 8, 8)
-    assert emitted.deviations[0].startswith("pipeline split 8/7/9/8 -> 8/8/8/8 (1 layer moved)")
-    _assert_round_trip(doc, emitted, target, split_changed=True)
+    flags = _flags(emitted.text)
+    assert "--pipeline-model-parallel-layout Et*8|t*7|t*9|t*8L" in flags
+    assert not any(f.startswith(("--decoder-first", "--decoder-last", "--num-virtual"))
+                   for f in flags)
+    assert emitted.deviations == ()
+    assert target.layout.vpp == 1 and _split_of(target) == (8, 7, 9, 8)
+    _assert_round_trip(doc, emitted, target)
+    as_planned = dataclasses.replace(target, layout=target.layout.replace(pipeline_layout=None))
+    assert evaluate(target)["time_s"]["step"] == evaluate(as_planned)["time_s"]["step"]
 
 
 def test_architecture_gap_is_a_deviation():
@@ -331,14 +341,14 @@ def test_unrunnable_plans_raise(change, words):
         assert word in str(exc.value)
 
 
-def test_split_with_no_fitting_neighbour_raises():
-    """With 90% headroom (budget 8 GiB of 80) no split of llama-3.1-70b fits: SpecError naming
-    what to pin, not a silently different split."""
+def test_layout_string_plan_over_its_budget_raises():
+    """With 90% headroom (budget 8 GiB of 80) the 19/20/21/20 split of llama-3.1-70b (a layout
+    string, nothing moved) does not fit: SpecError naming what to pin, not a silently other plan."""
     doc = _hand(model="llama-3.1-70b", gpus=64, tp=8, pp=4, dp=2, split=(19, 20, 21, 20),
                 recompute="none", headroom=0.9)
     with pytest.raises(SpecError) as exc:
         emit(doc, "megatron")
-    assert exc.value.key == "--emit" and "--fix pp=" in str(exc.value)
+    assert exc.value.key == "--emit" and "--fix recompute=full" in str(exc.value)
 
 
 def test_plan_that_does_not_fit_its_budget_raises():

@@ -333,3 +333,40 @@ def test_zero2_with_pipeline_is_the_zero3_run_under_torchtitan():
         _plan("llama-3.1-70b", 64, 4096, 256, {"zero_stage": 2, "pp": 8})
     doc = _plan("llama-3.1-70b", 64, 4096, 256, {"pp": 8})
     assert doc["plan"]["parallelism"]["zero_stage"] != 2
+
+
+def test_command_line_refusal_of_a_split_names_the_pin():
+    """Fresh-user defect: `--emit torchtitan` of a plan whose split is not torchtitan's default
+    said "pin the plan (--fix)" without saying what to pin. By hand (as in the known-text test):
+    torchtitan splits 32 layers over 4 stages as 8/9/8/7, the plan as 8/8/8/8; pp 1 has no split,
+    so --fix pp=1 is the pin that always gives a command line."""
+    with pytest.raises(SpecError) as exc:
+        write_command(_hand_plan())
+    text = str(exc.value)
+    assert "as 8/8/8/8 per rank, not torchtitan's default (8/9/8/7)" in text
+    assert "--fix pp=1" in text
+
+
+def test_command_line_refusal_of_layer_sac_names_the_pin():
+    """A per-stage mix whose nearest single rule is layer SAC (torchtitan's own split 8/9/8/7;
+    every 2nd block fully recomputed gives 4/4/4/3 full layers, covering the plan's 4 on stage 0
+    with 4 + 4 + 3 = 11 layers changed, where full everywhere changes 4 + 9 + 8 + 7 = 28) is a
+    config function's setting: the refusal names --fix recompute=full."""
+    mix = [{"none": 4, "selective": 0, "full": 4}] + [
+        {"none": n, "selective": 0, "full": 0} for n in (9, 8, 7)]
+    with pytest.raises(SpecError) as exc:
+        write_command(_hand_plan(recompute=mix, pipeline_layers=[8, 9, 8, 7]))
+    assert "--fix recompute=full" in str(exc.value)
+
+
+def test_command_line_names_the_model_by_its_config_function_without_a_model_note():
+    """Fresh-user defect: the command line of a qwen3 (or DeepSeek-V3) plan names the model with
+    --module / --config, yet carried the TOML writer's note "[model] name/flavor left out:
+    torchtitan has no preset ...". The note belongs to the TOML form only (its releases shipped
+    llama3 alone)."""
+    doc = _plan("qwen3-32b", 16, 4096, 64, {"pp": 1, "cp": 1, "tp": 1})
+    command = write_command(doc)
+    assert "--module qwen3" in command.text and "--config qwen3_32b" in command.text
+    assert not any("name/flavor" in d for d in command.deviations)
+    assert "name/flavor" not in command.text
+    assert any(d.startswith("[model] name/flavor left out") for d in write(doc).deviations)

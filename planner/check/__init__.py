@@ -36,7 +36,7 @@ from pathlib import Path
 from planner.check import lines as line_index
 from planner.check.gate import Target, evaluate
 from planner.check import engine_file, serving_plan
-from planner.check.plan_file import KIND, looks_like_plan_file, read_plan_file
+from planner.check.plan_file import KIND, looks_like_plan_file, option_findings, read_plan_file
 from planner.errors import SpecError
 from planner.frameworks import deepspeed as deepspeed_vocabulary
 from planner.frameworks import megatron as megatron_vocabulary
@@ -86,8 +86,10 @@ class Reader:
 
 
 def _read_plan(doc: Document, **given) -> Target:
-    _no_options(doc.path, given, "a plan file names its model, cluster and GPU count")
-    return read_plan_file(doc.path, doc.mapping)
+    """A plan file; options that contradict it are findings on it (`plan_file.option_findings`)."""
+    target = read_plan_file(doc.path, doc.mapping)
+    return dataclasses.replace(target, findings=(*target.findings,
+                                                 *option_findings(target, **given)))
 
 
 def _read_deepspeed(doc: Document, **given) -> Target:
@@ -240,13 +242,6 @@ def _within_limits(target: Target) -> Target:
             raise SpecError(f"value {value:,} exceeds the {limit:,} this planner accepts (the "
                             f"limit `planner plan` puts on it)", file=target.file, key=key)
     return target
-
-
-def _no_options(path: Path, given: dict, why: str) -> None:
-    extra = [f"--{k}" for k, v in given.items() if v is not None]
-    if extra:
-        raise SpecError(f"{', '.join(extra)} not allowed with a plan file: {why}", file=str(path),
-                        key=extra[0])
 
 
 def check_file(path: str | Path, *, model: str | None = None, cluster: str | None = None,

@@ -207,12 +207,17 @@ def _memory_fix(model: ModelSpec, cluster: ClusterSpec, layout: Layout, m: Memor
                 counts: dict[str, int] | None, reserve_bytes: int | None,
                 at_risk_margin: float, kind: str) -> str:
     """The single-knob changes after which stage `m.stage` fits outside the at-risk margin, each
-    with the stage's new total (recomputed by `stage_memory`, rules checked), else a pointer to
-    `planner plan`."""
+    with the stage's new total (recomputed by `stage_memory`), else a pointer to `planner plan`.
+
+    A change is refused when it breaks a placement rule the layout does not already break; a rule
+    the layout itself breaks (e.g. layers_divisible_by_pp with a vpp that does not divide the
+    layers) is no reason to refuse every change: the fixes are then computed on the layout as
+    costed here, and the text says that rule must be fixed first."""
     gib = 2**30
+    broken = sorted({v.rule for v in errors(check_layout(model, cluster, layout))})
     found = []
     for label, changed in _single_changes(layout):
-        if errors(check_layout(model, cluster, changed)):
+        if {v.rule for v in errors(check_layout(model, cluster, changed))} - set(broken):
             continue
         try:  # a recompute change applies to every layer; the others keep the stage's modes
             new = stage_memory(model, cluster, changed, m.stage,
@@ -223,10 +228,13 @@ def _memory_fix(model: ModelSpec, cluster: ClusterSpec, layout: Layout, m: Memor
             continue
         if new.verdict == "fits":
             found.append(f"{_spelled(label, kind, layout.framework)} ({new.total / gib:.1f} GiB)")
+    first = (f"first fix {', '.join(broken)} (the memory here is of the layout as costed, which "
+             f"the framework does not build as given); then " if broken else "")
     if not found:
-        return "no single change of recompute, micro-batch or ZeRO stage fits this stage; run " \
-               "`planner plan` for the fastest layout that fits"
-    return "any of: " + "; ".join(found) + " -- or run `planner plan` for the fastest layout that fits"
+        return f"{first}no single change of recompute, micro-batch or ZeRO stage fits this " \
+               f"stage; run `planner plan` for the fastest layout that fits"
+    return f"{first}any of: " + "; ".join(found) + \
+        " -- or run `planner plan` for the fastest layout that fits"
 
 
 def _single_changes(layout: Layout) -> list[tuple[str, Layout]]:

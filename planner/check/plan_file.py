@@ -343,6 +343,33 @@ def _load(loader, data: dict, key: str, plan_path: Path, **options):
         raise SpecError(text, file=file, key=key) from None
 
 
+# ---------------------------------------------------------------- options given with a plan file
+
+def option_findings(target: Target, *, model: str | None = None, cluster: str | None = None,
+                    gpus: int | None = None, seq_len: int | None = None) -> list[Violation]:
+    """Findings (rule plan_options) for `planner check` options that contradict the plan file's
+    own model, cluster, GPU count or sequence length; options that agree are accepted (a CI hook
+    passes one set of options to every file, plan files and framework configs alike). A model or
+    cluster is compared as loaded (a catalog name and its file agree).
+
+    Raises:
+        SpecError: an option's model or cluster that does not load (bad input).
+    """
+    layout = target.layout
+    given = {"--model": (model, lambda v: load_model(v) == target.model, target.model.name),
+             "--cluster": (cluster, lambda v: load_cluster(v, gpus=target.cluster.num_gpus)
+                           == target.cluster, target.cluster.name),
+             "--gpus": (gpus, lambda v: v == target.cluster.num_gpus, target.cluster.num_gpus),
+             "--seq-len": (seq_len, lambda v: v == layout.seq_len, layout.seq_len)}
+    return [Violation(rule="plan_options",
+                      message=f"{option} {value} given, but the plan file is for {own}",
+                      fix=f"give {option} {own}, or leave it out for plan files (they name their "
+                          f"model, cluster, GPU count and sequence length; keep other jobs' "
+                          f"options in a separate hook entry)")
+            for option, (value, agrees, own) in given.items()
+            if value is not None and not agrees(value)]
+
+
 # ---------------------------------------------------------------- findings
 
 

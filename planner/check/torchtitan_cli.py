@@ -17,8 +17,8 @@ with the sequence-parallel switch (`tt.SEQUENCE_PARALLEL`) false turning it off.
 
 Activation checkpointing is the config function's unless the `activation-checkpoint:MODE`
 subcommand (`CLI_COMMIT`) or the `--activation_checkpoint.mode MODE` override of the releases
-before it (`tt.AC_MODE_COMMIT`; a warning names the subcommand) chooses another; a mode torchtitan
-rejects is bad input naming those it accepts.
+before it (`tt.AC_MODE_COMMIT`; an error, since tyro exits on it at `CLI_COMMIT`, its fix naming
+the subcommand) chooses another; a mode torchtitan rejects is bad input naming those it accepts.
 
 A `--training.F` or `--parallelism.F` that is no field of those dataclasses is the error
 `torchtitan_unknown_key` with the closest field (tyro exits on it); other sections are not
@@ -79,7 +79,8 @@ def read(path: Path, *, model: str | None, cluster: str | None, gpus: int | None
         raise SpecError(f"--gpus {gpus} contradicts torchrun's {ranks} ranks", file=file,
                         key="--gpus")
     ac, findings = _ac_mode(flags, ac, preset, file)
-    findings += _unknown_fields(flags)
+    findings += _unknown_fields(flags, _value(flags.get(tt.KEY["seq_len"], "")) or
+                                settings[tt.CONTEXT], settings.get(tt.KEY["pp"], 1) != 1)
     doc = _job_doc(settings, preset, ac, file)
     target = torchtitan.read_doc(doc, file, model=model, cluster=cluster,
                                  gpus=gpus if gpus is not None else ranks, seq_len=seq_len)
@@ -127,9 +128,10 @@ def _flags(words: list[str], file: str) -> tuple[dict[str, str], str | None]:
 
 def _ac_mode(flags: dict[str, str], subcommand: str | None, preset: dict,
              file: str) -> tuple[str, list[Violation]]:
-    """The activation checkpointing costed: the `--activation_checkpoint.mode` override of releases
-    9810191 to `tt.AC_MODE_COMMIT` (with a warning that later releases spell it as the
-    subcommand), else the subcommand, else the config function's.
+    """The activation checkpointing read: the `--activation_checkpoint.mode` override of releases
+    9810191 to `tt.AC_MODE_COMMIT` (an error finding: at `tt.CLI_COMMIT`, the release modelled,
+    tyro exits on it, so a gate must fail the launch; the fix names the subcommand), else the
+    subcommand, else the config function's.
 
     Raises:
         SpecError: a mode torchtitan rejects (naming `tt.AC_MODE_VALUES`), memory_budget (not
@@ -152,7 +154,7 @@ def _ac_mode(flags: dict[str, str], subcommand: str | None, preset: dict,
         raise SpecError(f"value {value!r} contradicts the subcommand {tt.AC_SUBCOMMANDS[0]}:"
                         f"{subcommand}; give one of them", file=file, key=f"--{key}")
     return mode, [Violation(
-        rule="torchtitan_ac_mode_override", severity="warning",
+        rule="torchtitan_ac_mode_override",
         message=f"--{key} {value} is the spelling of torchtitan up to {tt.AC_MODE_COMMIT}; since "
                 f"c5d93d1 (2026-06-15, and at {tt.CLI_COMMIT}) activation checkpointing is the "
                 f"subcommand {subcommand_text} and tyro exits on --{key}",
@@ -193,12 +195,19 @@ def _ranks(flags: dict[str, str], file: str) -> int | None:
     return int(values[0]) * int(values[1])
 
 
-def _unknown_fields(flags: dict[str, str]) -> list[Violation]:
+def _unknown_fields(flags: dict[str, str], context, piped: bool) -> list[Violation]:
+    """`torchtitan_unknown_key` for each override no field of `tt.CLI_FIELDS` takes: a field
+    renamed in `tt.BATCH_RENAME_COMMIT` names its replacement (the value converted to tokens with
+    `context`, the old --training.seq_len or the context length read; `piped`: pp > 1, where the
+    old local batch was a step's pipeline micro-batches), any other the closest field."""
     out = []
     for key in flags:
         section, _, field = key.partition(".")
         fields = tt.CLI_FIELDS.get(section)
         if fields is None or field in fields:
+            continue
+        if key in tt.CLI_RENAMED:
+            out.append(_renamed(key, _value(flags[key]), context, piped))
             continue
         close = difflib.get_close_matches(field, fields, n=1, cutoff=0.6)
         out.append(Violation(
@@ -208,6 +217,32 @@ def _unknown_fields(flags: dict[str, str]) -> list[Violation]:
                     + f" (tyro exits on it; config/configs.py at {tt.CLI_COMMIT})",
             fix=f"write --{section}.{close[0]}" if close else f"remove --{key}"))
     return out
+
+
+def _renamed(key: str, value, context, piped: bool) -> Violation:
+    """The finding for a field `tt.BATCH_RENAME_COMMIT` renamed, its fix the replacement."""
+    new, how = tt.CLI_RENAMED[key]
+    if key == tt.KEY["local_batch"] and piped:
+        fix = (f"with pipeline parallelism the old local batch is a step's pipeline micro-batches: "
+               f"write --{new} = the pipeline micro-batch size x --{tt.CONTEXT} and "
+               f"--{tt.PP_MICROBATCHES} = {value} / that size")
+    elif how == "same":
+        fix = f"write --{new} {value}"
+    elif type(value) is int and type(context) is int:
+        fix = (f"write --{new} {value * context} ({value} sequences x {context} tokens of "
+               f"--{tt.CONTEXT})")
+    else:
+        fix = f"write --{new} in tokens (this value in sequences x --{tt.CONTEXT})"
+    if key == tt.KEY["pp_microbatch_size"] and not piped:
+        fix += f" (ignored: --{tt.KEY['pp']} is 1)"
+    elif key == tt.KEY["pp_microbatch_size"]:
+        fix += (f", and --{tt.PP_MICROBATCHES} = the local batch / {value} (a count of pipeline "
+                f"micro-batches)")
+    return Violation(
+        rule="torchtitan_unknown_key",
+        message=f"--{key} was replaced by --{new} in torchtitan {tt.BATCH_RENAME_COMMIT} (2026-08-20); "
+                f"tyro exits on the old name (config/configs.py at {tt.CLI_COMMIT})",
+        fix=fix)
 
 
 def _job_doc(settings: dict, preset: dict, ac: str, file: str) -> dict:

@@ -11,8 +11,8 @@ launches with, in the framework's real argument / key names:
 - `torchtitan-toml`: a torchtitan TOML job config (releases up to 238fa99).
 
 What a framework cannot express exactly (a per-stage recompute mix Megatron's one recompute layer
-count cannot say, a split its flags cannot give) is emitted as the nearest configuration whose every
-stage still fits the plan's memory budget (more recompute, or a moved split that fits), and each
+count cannot say) is emitted as the nearest configuration whose every stage still fits the plan's
+memory budget (more recompute), and each
 such change is listed in `Emitted.deviations` with its numbers; nothing is changed silently. The
 readers of `planner check` read every emitted file back (tests/test_emit_*.py): the round trip
 gives the plan's layout, up to the listed deviations.

@@ -8,27 +8,23 @@ PLACEHOLDER), then one `torchrun ... pretrain_gpt.py` command, one flag per line
 Flag names, defaults and sources: `planner.frameworks.megatron` (the table the reader shares).
 Degrees as given (dp is what torchrun's world size leaves: world / (tp x pp x cp), `validate_args`);
 virtual stages as layers per virtual stage with an even split, else as stages per rank (Megatron
-asserts that form with an uneven split); the uneven split as first / last stage layer counts
-(`transformer_block.py` `get_num_layers_to_build`: the middle stages share the rest evenly); ZeRO,
-precision and optimizer through `ZERO_FLAGS`, `PRECISION_FLAGS`, `OPTIMIZERS`; recompute through
-`recompute_flags`; the architecture and MoE shape from the model; torchrun's launcher flags.
+asserts that form with an uneven split); an uneven split as first / last stage layer counts when
+the middle stages share one count (`transformer_block.py` `get_num_layers_to_build`), any other
+(vpp 1 included) as the pipeline-model-parallel layout string, which gives every virtual stage its
+own count (`_as_launched`); ZeRO, precision and optimizer through `ZERO_FLAGS`, `PRECISION_FLAGS`,
+`OPTIMIZERS`; recompute through `recompute_flags`; the architecture and MoE shape from the model;
+torchrun's launcher flags.
 
 What Megatron cannot state is written as the nearest configuration it can: recompute at least
-what the plan recomputes on every layer kept in place, and a moved split only when every stage
-still fits the plan's memory budget (capacity less headroom and reserve); each change is one line
-of `Emitted.deviations`:
+what the plan recomputes on every layer, and only when every stage still fits the plan's memory
+budget (capacity x (1 - headroom), the reserve included, `cost.memory.stage_memory`); each change
+is one line of `Emitted.deviations`:
 - recompute: one granularity for the whole model, and with block one layer count N for every
   model chunk. A per-stage mix becomes: no full layer anywhere ->
   selective on every layer (selective saves a subset of what no recompute saves); any full layer ->
   full, block, N = the largest per-chunk count of recomputed (full or selective) layers of any stage,
   so every stage recomputes fully at least every layer the plan recomputes (a fully recomputed layer
   keeps only its input, less than selective keeps); every layer covered -> uniform 1.
-- pipeline split: Megatron gives the first and last stage their own counts and the middle stages an
-  even share. Another split moves layers onto some stage, which then needs more memory than the plan
-  gave it, so it is used only when every stage still fits the plan's own budget (capacity x
-  (1 - headroom), the reserve included, `cost.memory.stage_memory`); the nearest such split (fewest
-  layers moved, then the smallest move on one stage) among the `SPLIT_CANDIDATES` nearest is taken,
-  else the plan cannot be emitted (SpecError naming what to pin).
 A plan Megatron cannot run at all (an optimizer, offload or HSDP group Megatron-LM lacks; a plan
 costed under another framework's conventions) raises SpecError with key `--emit`.
 """
@@ -50,9 +46,6 @@ from planner.placement.layout import Layout
 from planner.plan import plan_layout
 from planner.specs.cluster import ClusterSpec, load_cluster
 from planner.specs.model import ModelSpec, load_model
-
-SPLIT_CANDIDATES = 64
-"""Megatron-expressible pipeline splits tried, nearest first, before giving up on a plan's split."""
 
 PLACEHOLDERS = (
     ("DATA_PATH", "/path/to/dataset_text_document", "Megatron .bin/.idx prefix of the tokenized data"),
@@ -111,10 +104,8 @@ def write(doc: dict) -> Emitted:
     recompute = _recompute(plan_counts, layout)
     budget = int(cluster.gpu.memory_bytes * (1 - request["headroom"]))
     fits = _Fits(model, cluster, request["reserve_bytes"], budget)
-    deviations: list[str] = []
-    split = _split(layout, recompute, fits, deviations)
-    emitted = layout.replace(pipeline_layers=split)
-    deviations += _recompute_deviations(plan_counts, recompute, emitted)
+    emitted = _as_launched(layout)
+    deviations = _recompute_deviations(plan_counts, recompute, emitted)
     stage, total = fits.peak(emitted, recompute)
     if total > budget:
         raise SpecError(f"the nearest Megatron-LM configuration does not fit: stage {stage} needs "
@@ -245,8 +236,9 @@ def _stage_layer_ids(layout: Layout, stage: int, start: int) -> tuple[int, ...] 
 
 
 def expressible(split: tuple[int, ...], vpp: int) -> bool:
-    """Whether Megatron's flags give this split: every middle stage (all but the first and last)
-    the same count, none empty; with vpp > 1 each stage's count divisible by vpp (equal chunks).
+    """Whether Megatron's split flags give this split (no layout string): every middle stage (all
+    but the first and last) the same count, none empty; with vpp > 1 each stage's count divisible
+    by vpp (equal chunks).
 
     Source: `transformer_config.py` `__post_init__` and `transformer_block.py`
     `get_num_layers_to_build`."""
@@ -255,63 +247,30 @@ def expressible(split: tuple[int, ...], vpp: int) -> bool:
             and all(n % vpp == 0 for n in split))
 
 
-def _split(layout: Layout, recompute: Recompute, fits: _Fits, deviations: list[str]) -> tuple[int, ...]:
-    """The plan's split when Megatron gives it, else the nearest one that fits (module docstring).
-    An interleaved plan with its own virtual-stage layout (`Layout.pipeline_layout`) is given as
-    such (the account-for options or the layout string, `_split_flags`)."""
+def _as_launched(layout: Layout) -> Layout:
+    """The layout with the virtual-stage layout Megatron is given: its own when it has one; a split
+    the split flags cannot give (`expressible`) as the layout string of its per-rank counts
+    (`pipeline_layout.from_rank_counts`: vpp 1 -> one stage per rank, the embedding on the first,
+    the loss on the last, as Megatron places them without the string); else unchanged.
+
+    Source: Megatron-LM d98e8a6 `megatron/training/arguments.py` `validate_args` (a layout of pp x
+    vpp stages sets vpp, None when it is 1: plain 1F1B) and
+    `megatron/core/transformer/pipeline_parallel_layer_layout.py` (any decoder count per stage)."""
     plan = layout.pipeline_layers
-    if expressible(plan, layout.vpp) or layout.pipeline_layout is not None:
-        return plan
-    tried = _candidates(plan, layout.vpp)[:SPLIT_CANDIDATES]
-    for split in tried:
-        stage, total = fits.peak(layout.replace(pipeline_layers=split), recompute)
-        if total <= fits.budget:
-            moved = sum(abs(a - b) for a, b in zip(split, plan)) // 2
-            deviations.append(
-                f"pipeline split {'/'.join(map(str, plan))} -> {'/'.join(map(str, split))} "
-                f"({moved} layer{'s' * (moved != 1)} moved): Megatron gives the first and last "
-                f"stage their own counts ({_FIRST_LAST}) and the middle "
-                f"stages one even count; every stage still fits (fullest: stage {stage}, "
-                f"{total / 2**30:.1f} GiB of the plan's {fits.budget / 2**30:.1f} GiB budget, "
-                f"reserve included)")
-            return split
-    raise SpecError(
-        f"the plan's pipeline split {'/'.join(map(str, plan))} is not one Megatron-LM can give (its "
-        f"middle stages share one count) and none of the {len(tried)} nearest splits it can give "
-        f"fits in memory; re-plan with another pipeline depth (--fix pp=N) or more recompute "
-        f"(--fix recompute=full) and emit again", key="--emit")
-
-
-def _candidates(plan: tuple[int, ...], vpp: int) -> list[tuple[int, ...]]:
-    """Megatron-expressible splits of sum(plan) layers over len(plan) stages, nearest first
-    (fewest layers moved, then the smallest change of one stage, then the even split, which needs
-    no split flags)."""
-    total, pp = sum(plan), len(plan)
-    out = []
-    for middle in range(1, total + 1):
-        for first in range(1, total + 1):
-            last = total - first - (pp - 2) * middle
-            if last < 1:
-                break
-            split = (first, *([middle] * (pp - 2)), last)
-            if expressible(split, vpp):
-                out.append(split)
-    return sorted(out, key=lambda s: (sum(abs(a - b) for a, b in zip(s, plan)),
-                                      max(abs(a - b) for a, b in zip(s, plan)), len(set(s)), s))
-
-
-_FIRST_LAST = F["first_stage_layers"].replace("first", "first/last")
-"""Both uneven-split flags in one phrase (the first and last stage's layer counts)."""
+    if layout.pipeline_layout is not None or plan is None or expressible(plan, layout.vpp):
+        return layout
+    return layout.replace(pipeline_layout=pipeline_layout.from_rank_counts(plan, layout.vpp))
 
 
 def _split_flags(layout: Layout, num_layers: int) -> list[str]:
-    """Virtual-stage and uneven-split flags: an interleaved layout of unequal chunks as the
-    account-for-embedding / loss options when they build it, else as the layout string (which
-    sets vpp itself); otherwise layers per virtual stage or first / last stage counts."""
+    """Virtual-stage and uneven-split flags: a layout of unequal stages (`_as_launched`) as the
+    account-for-embedding / loss options when they build an interleaved one, else as the layout
+    string (which sets vpp itself); otherwise layers per virtual stage or first / last stage
+    counts."""
     split, pp, vpp = layout.pipeline_layers, layout.pp, layout.vpp
     stages = layout.pipeline_layout
     if stages is not None and not pipeline_layout.is_even(stages):
-        options = pipeline_layout.account_for_options(stages, pp)
+        options = pipeline_layout.account_for_options(stages, pp) if vpp > 1 else None
         if options is None:
             return [f"{F['pipeline_layout']} '{pipeline_layout.to_string(stages)}'"]
         return [f"{F['vpp']} {vpp}"] + [F[k] for k, on in zip(

@@ -72,8 +72,10 @@ def write(doc: dict) -> Emitted:
                    deviations=tuple(dev))
 
 
-def _settings(doc: dict) -> tuple[dict, list[str]]:
-    """({setting: value} of `tt.KEYS`, deviations) of plan file `doc` (module docstring)."""
+def _settings(doc: dict, *, toml: bool = True) -> tuple[dict, list[str]]:
+    """({setting: value} of `tt.KEYS`, deviations) of plan file `doc` (module docstring); `toml`:
+    for the TOML job config, whose [model] name / flavor this writes (a command line names the
+    model by its config function instead)."""
     spec = load_model(doc["model"])
     par, req = doc["plan"]["parallelism"], doc["request"]
     dev: list[str] = []
@@ -83,7 +85,7 @@ def _settings(doc: dict) -> tuple[dict, list[str]]:
     settings = {
         "description": f"{spec.name} on {doc['gpus']} x {doc['cluster']} "
                        f"(planner plan --emit torchtitan)",
-        **_model(doc, spec, req, dev),
+        **_model(doc, spec, req, dev if toml else []),
         "optimizer": tt.OPTIMIZERS[req["optimizer"]],
         **_training(par, req),
         **data, **_tensor(par, dev), **_experts(par, data["shard"]), **_pipeline(spec, par, split),
@@ -269,9 +271,9 @@ def _model(doc: dict, spec: ModelSpec, req: dict, dev: list[str]) -> dict:
     if ref in FLAVORS and spec == load_model(ref):
         keys = {"model_name": "llama3", "model_flavor": FLAVORS[ref]}
     else:
-        dev.append(f"[model] name/flavor left out: torchtitan has no preset this planner maps to "
-                   f"{spec.name}; set them to your model's registration (planner check reads this "
-                   f"file with --model {ref})")
+        dev.append(f"[model] name/flavor left out: the TOML releases of torchtitan (up to "
+                   f"238fa99) have no model this planner maps to {spec.name}; set them to your "
+                   f"model's registration (planner check reads this file with --model {ref})")
     if req["precision"] == "fp8":
         keys["converters"] = [tt.FP8_CONVERTER]
     return keys
@@ -373,15 +375,17 @@ def write_command(doc: dict) -> Emitted:
             selective checkpointing, an expert tensor-parallel degree, a float8 converter the
             preset lacks or has), naming the alternative.
     """
-    settings, dev = _settings(doc)
+    settings, dev = _settings(doc, toml=False)
     preset_key = _preset(doc, settings)
     preset = tt.PRESETS[preset_key]
-    for setting, why in (("pp_fqns", "module names per pipeline stage (a split other than "
-                                      "torchtitan's default)"),
-                         ("ac_option", "layer-level selective checkpointing")):
-        if setting in settings and not (setting == "ac_option" and settings[setting] == tt.OP_SAC):
-            raise _fail(f"{why} is set by a config function, not the command line (b5bcd76): pin "
-                        f"the plan (--fix) to what the preset can run, or write a config function")
+    if "pp_fqns" in settings:
+        raise _fail(_split_refusal(doc, settings))
+    if settings.get("ac_option", tt.OP_SAC) != tt.OP_SAC:
+        raise _fail(f"layer-level selective checkpointing (one block in every {settings['ac_option']}, "
+                    f"the nearest rule to the plan's per-stage recompute) is set by a config "
+                    f"function, not the command line ({tt.CLI_COMMIT}): pin one mode on every "
+                    f"layer, --fix recompute=full (or recompute=selective, op SAC), or write a "
+                    f"config function")
     if settings.get("etp", 1) != 1:
         raise _fail("an expert tensor-parallel degree is not a field of b5bcd76's ParallelismConfig: "
                     "pin --fix etp=1")
@@ -420,6 +424,23 @@ def write_command(doc: dict) -> Emitted:
     lines += ["torchrun \\"] + [f"    {item} \\" for item in body[:-1]] + [f"    {body[-1]}", ""]
     return Emitted(framework=FRAMEWORK, text="\n".join(lines), suffix=COMMAND_SUFFIX,
                    deviations=tuple(dev))
+
+
+def _split_refusal(doc: dict, settings: dict) -> str:
+    """Why a pipeline split other than torchtitan's default cannot be a command line, with the pin
+    that avoids it: pp 1 (no split) always; the search chooses the split of any deeper pipeline,
+    so a pp pin alone does not promise torchtitan's."""
+    par = doc["plan"]["parallelism"]
+    pp, vpp = par["pp"], par["vpp"]
+    n = load_model(doc["model"]).num_hidden_layers
+    default = default_split(n, pp * vpp)
+    theirs = "/".join(map(str, _per_rank(default, pp))) if default else "none: too few layers"
+    return (f"the plan splits {n} layers over pp={pp}"
+            + (f" x vpp={vpp}" if vpp > 1 else "")
+            + f" as {'/'.join(map(str, par['pipeline_layers']))} per rank, not torchtitan's default "
+            f"({theirs}); module names per pipeline stage are set by a config function, not the "
+            f"command line ({tt.CLI_COMMIT}): pin --fix pp=1 (no pipeline split), or write a "
+            f"config function with that {N['pp_fqns']}")
 
 
 def _preset(doc: dict, settings: dict) -> tuple[str, str]:

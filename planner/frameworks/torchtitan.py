@@ -230,6 +230,22 @@ SEQUENCE_PARALLEL = "parallelism.enable_sequence_parallel"
 CLI_DEFAULT = {MICROBATCH_TOKENS: 16384, STEP_TOKENS: -1, CONTEXT: 2048, PP_MICROBATCHES: 1,
                SEQUENCE_PARALLEL: True}
 """Their values when neither the config function nor the command line sets them (`configs.py`)."""
+BATCH_RENAME_COMMIT = "73aed7f"
+"""pytorch/torchtitan 73aed7f6c09c04041dae2d2c185bb4c6384ebb3f (2026-08-20, "fold batch dim"):
+the batch fields in sequences became token counts (`CLI_RENAMED`)."""
+CLI_RENAMED = {
+    KEY["local_batch"]: (MICROBATCH_TOKENS, "tokens"),
+    KEY["global_batch_size"]: (STEP_TOKENS, "tokens"),
+    KEY["seq_len"]: (CONTEXT, "same"),
+    KEY["pp_microbatch_size"]: (MICROBATCH_TOKENS, "tokens"),
+}
+"""Command-line field before `BATCH_RENAME_COMMIT` -> (its replacement at `CLI_COMMIT`, how the
+value converts): "tokens" = sequences x `CONTEXT` (local_batch_size: per data-parallel rank and
+forward without pipeline parallelism; with it the pipeline micro-batch size is the forward's
+sequences and `PP_MICROBATCHES` = local batch / that size), "same" = the value unchanged. Source:
+`config/configs.py` diff of 73aed7f (TrainingConfig local_batch_size -> num_tokens_per_microbatch_
+per_dp_rank, global_batch_size -> num_tokens_per_train_step, seq_len -> max_context_length;
+ParallelismConfig pipeline_parallel_microbatch_size -> num_pp_microbatches, a count)."""
 AC_SUBCOMMANDS = ("activation-checkpoint", "activation_checkpoint")
 """The tyro subcommand prefix of activation checkpointing (`activation-checkpoint:full`)."""
 AC_CHOICES = {"selective": "selective", "full": "full", "none": "none"}
