@@ -228,13 +228,46 @@ def test_fc18_gpt_oss_refuses_default_context_and_proposes_length_or_tp2(tmp_pat
 # ---------------------------------------------------------------- engine-specific rules
 
 def test_unknown_flag_is_an_error_with_the_closest_real_flag(tmp_path):
-    result = check_launch_file(_file(tmp_path, "vllm serve meta-llama/Llama-3.1-8B --tensor-parallel 1\n"),
+    # Misspelt (not abbreviated: argparse takes an unambiguous prefix, see below).
+    result = check_launch_file(_file(tmp_path, "vllm serve meta-llama/Llama-3.1-8B --tensor-paralel-size 1\n"),
                                cluster="dgx-h100")
     v = next(v for v in result["violations"] if v["rule"] == "unknown_flag")
     assert "did you mean --tensor-parallel-size" in v["message"]
     result = check_launch_file(_file(tmp_path, "python -m sglang.launch_server --model-path meta-llama/Llama-3.1-8B "
-                                               "--mem-fraction 0.8\n", "s.sh"), cluster="dgx-h100")
+                                               "--mem-fracton-static 0.8\n", "s.sh"), cluster="dgx-h100")
     assert "did you mean --mem-fraction-static" in result["violations"][0]["message"]
+
+
+def test_sglang_documented_tp_dp_abbreviations_are_read_as_the_flags(tmp_path):
+    """SGLang's docs write `--tp 8 --dp 8`: its plain argparse parser takes an unambiguous prefix
+    (allow_abbrev), and sglang_flags.txt has one flag starting with `--tp` (--tp-size) and one with
+    `--dp` (--dp-size). The deprecated --dp-size N --enable-dp-attention is attention DP N inside
+    the 8 tp ranks: 8 GPUs, no replicas."""
+    assert [f for f in sglang_flags.ALL_FLAGS if f.startswith("--tp")] == ["--tp-size"]
+    assert [f for f in sglang_flags.ALL_FLAGS if f.startswith("--dp")] == ["--dp-size"]
+    text = ("python -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3 --tp 8 --enable-dp-attention "
+            "--dp 8 --mem-fraction-static 0.95\n")
+    result = check_launch_file(_file(tmp_path, text), cluster="hgx-h200")
+    assert "unknown_flag" not in _rules(result)
+    row = result["launches"][0]
+    assert row["parallelism"]["tp"] == 8 and row["parallelism"]["dp"] == 8 and row["parallelism"]["replicas"] == 1
+    assert row["world"] == 8 and "dp_attention_deprecated" in _rules(result, "warning")
+    eq = check_launch_file(_file(tmp_path, text.replace("--tp 8", "--tp=4"), "eq.sh"), cluster="hgx-h200")
+    assert eq["launches"][0]["parallelism"]["tp"] == 4
+
+
+def test_vllm_abbreviations_follow_argparse(tmp_path):
+    """vLLM 0.33.0's FlexibleArgumentParser leaves allow_abbrev on: `--tensor-parallel 4` is
+    --tensor-parallel-size 4 (its only flag with that prefix); `--dp` starts four flags
+    (--dp-supervisor-*) and argparse exits with 'ambiguous option'; `--tp` starts none."""
+    model = "vllm serve meta-llama/Llama-3.1-70B "
+    short = check_launch_file(_file(tmp_path, model + "--tensor-parallel 4\n"), cluster="hgx-h200")
+    assert short["launches"][0]["parallelism"]["tp"] == 4 and "unknown_flag" not in _rules(short)
+    dp = check_launch_file(_file(tmp_path, model + "--dp 2\n", "dp.sh"), cluster="hgx-h200")
+    v = next(v for v in dp["violations"] if v["rule"] == "unknown_flag")
+    assert "ambiguous" in v["message"] and "--dp-supervisor-probe-interval-s" in v["message"]
+    tp = check_launch_file(_file(tmp_path, model + "--tp 4\n", "tp.sh"), cluster="hgx-h200")
+    assert "is not a flag of vLLM" in next(v for v in tp["violations"] if v["rule"] == "unknown_flag")["message"]
 
 
 def test_sglang_dp_attention_deprecated_spelling_and_refused_mix(tmp_path):

@@ -114,9 +114,36 @@ def find_launcher(words: list[str], launchers: tuple[tuple[str, ...], ...]) -> i
     return None
 
 
+def option(name: str, known: frozenset[str], aliases: dict[str, str]) -> str:
+    """The option a command-line word names, resolved as the engine's argparse parser does it, in
+    its canonical spelling (`aliases`): the word itself when the parser defines it, else the one
+    option string a `--` word is an unambiguous prefix of (argparse `allow_abbrev`, default True,
+    which neither engine turns off: vLLM 0.33.0 `vllm/utils/argparse_utils.py`
+    FlexibleArgumentParser(ArgumentParser) and its `vllm serve` subparser; SGLang 0.5.23
+    `srt/server_args.py` prepare_server_args builds a plain `argparse.ArgumentParser`; Python's
+    `argparse.ArgumentParser._get_option_tuples` matches every option string that starts with the
+    word, and more than one match is its 'ambiguous option' error). An unknown or ambiguous word
+    comes back as written; `unknown_flags` reports it.
+
+    Example: SGLang's documented `--tp 8` is its tensor-parallel size flag (the only one of its
+    option strings that starts with `--tp`)."""
+    if name not in known and name.startswith("--"):
+        matches = prefix_matches(name, known)
+        if len(matches) == 1:
+            name = matches[0]
+    return aliases.get(name, name)
+
+
+def prefix_matches(name: str, known: frozenset[str]) -> list[str]:
+    """The option strings a `--` word abbreviates (argparse prefix matching), sorted."""
+    return sorted(k for k in known if k.startswith(name)) if name.startswith("--") else []
+
+
 def split_commands(text: str, file: str, launchers, aliases: dict[str, str],
-                   switches: frozenset[str], underscores: bool) -> list[Command]:
-    """Every command line of `text` that starts an engine (`launchers`), split into flags.
+                   switches: frozenset[str], underscores: bool, known: frozenset[str]) -> list[Command]:
+    """Every command line of `text` that starts an engine (`launchers`), split into flags; a flag
+    the command abbreviates is read as the flag it stands for (`option`; `known`: every option
+    string of the engine's parser).
 
     Raises:
         SpecError: a shell syntax error (exit 2).
@@ -142,7 +169,7 @@ def split_commands(text: str, file: str, launchers, aliases: dict[str, str],
             name, eq, value = word.partition("=")
             if underscores and name.startswith("--"):
                 name = "--" + name[2:].replace("_", "-")
-            canonical = aliases.get(name, name)
+            canonical = option(name, known, aliases)
             if not eq:
                 if canonical in switches or i >= len(words) or words[i].startswith("--"):
                     value = True
@@ -155,10 +182,20 @@ def split_commands(text: str, file: str, launchers, aliases: dict[str, str],
 
 
 def unknown_flags(command: Command, known: frozenset[str], engine: str, version: str) -> list[Violation]:
-    """`unknown_flag` (error) for each flag the engine's parser does not define, with the closest one."""
+    """`unknown_flag` (error) for each flag the engine's parser does not define, with the closest one,
+    and for each abbreviation that more than one of its flags starts with (argparse exits:
+    'ambiguous option')."""
     out = []
     for name, spelled in command.spelled.items():
         if name in known or spelled in known:
+            continue
+        matches = prefix_matches(spelled, known)
+        if len(matches) > 1:
+            out.append(Violation(
+                rule="unknown_flag",
+                message=f"{spelled} is ambiguous: {engine}'s argument parser exits with 'ambiguous option: "
+                        f"{spelled} could match {', '.join(matches)}' ({version})",
+                fix=f"write the whole flag, one of {', '.join(matches)}"))
             continue
         close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
         out.append(Violation(

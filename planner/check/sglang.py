@@ -37,7 +37,8 @@ def looks_like(text: str) -> bool:
 
 def commands(path: Path, text: str, mapping: dict | None) -> tuple[str, list[el.Command]]:
     """(kind, the launches of the file). Raises: SpecError (shell syntax, no launch)."""
-    found = el.split_commands(text, str(path), s.LAUNCHERS, s.ALIASES, s.SWITCHES, underscores=False)
+    found = el.split_commands(text, str(path), s.LAUNCHERS, s.ALIASES, s.SWITCHES, underscores=False,
+                                known=s.ALL_FLAGS)
     if not found:
         raise SpecError("no `python -m sglang.launch_server` command line in the file", file=str(path))
     return KIND, found

@@ -54,10 +54,11 @@ def is_config(mapping: dict | None) -> bool:
 
 def config_flags(mapping: dict) -> dict[str, str | bool]:
     """A config mapping's keys as flags (FlexibleArgumentParser: `key: value` is `--key value`,
-    `key: true` a switch, `key: false` leaves it unset)."""
+    `key: true` a switch, `key: false` leaves it unset; parsed as the command line, abbreviations
+    included: `engine_launch.option`)."""
     out: dict[str, str | bool] = {}
     for key, value in mapping.items():
-        flag = v.ALIASES.get(_flag_of(key), _flag_of(key))
+        flag = el.option(_flag_of(key), v.ALL_FLAGS, v.ALIASES)
         if value is True:
             out[flag] = True
         elif value is False or value is None:
@@ -78,7 +79,8 @@ def commands(path: Path, text: str, mapping: dict | None) -> tuple[str, list[el.
         flags = config_flags(mapping)
         return KIND_CONFIG, [el.Command(line=1, env={}, positional=[], flags=flags,
                                         spelled={f: f for f in flags})]
-    found = el.split_commands(text, file, v.LAUNCHERS, v.ALIASES, v.SWITCHES, underscores=True)
+    found = el.split_commands(text, file, v.LAUNCHERS, v.ALIASES, v.SWITCHES, underscores=True,
+                                known=v.ALL_FLAGS)
     out = []
     for command in found:
         config = command.flags.get(v.CONFIG)
@@ -86,7 +88,7 @@ def commands(path: Path, text: str, mapping: dict | None) -> tuple[str, list[el.
             from planner.specs import files
             where = Path(config) if Path(config).is_absolute() else path.parent / config
             extra = files.read_mapping(where, "vLLM config keys")
-            unknown = [k for k in extra if _flag_of(k) not in v.ALL_FLAGS]
+            unknown = [k for k in extra if el.option(_flag_of(k), v.ALL_FLAGS, {}) not in v.ALL_FLAGS]
             if unknown:
                 raise SpecError(f"key {unknown[0]!r} is not a vLLM flag (vLLM's config parser exits on it)",
                                 file=str(where), key=str(unknown[0]))
