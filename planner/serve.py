@@ -59,6 +59,46 @@ class ServeRequest:
         return self.max_model_len or self.input_len + self.output_len
 
 
+def weight_choice(spec: ModelSpec, hw: ClusterSpec, given: str | None) -> tuple[str, str]:
+    """(the weight format to cost, why): `given` (serve-plan --weight-dtype) when the GPU runs it,
+    else the checkpoint's own format (config.json quantization_config, `ModelSpec.weight_format`:
+    what vLLM and SGLang load when no quantization flag is given), else bf16 -- fp16 on a GPU without
+    bf16 (its peak_tflops has none), as vLLM does there: `vllm/config/model.py` _resolve_auto_dtype
+    (0.33.0) falls back to float16 when the platform's supported_dtypes lack bfloat16 (Volta, Turing;
+    `vllm/platforms/cuda.py` CudaPlatform.supported_dtypes), and an explicit bfloat16 is refused
+    ('Bfloat16 is only supported on GPUs with compute capability of at least 8.0 ... use float16 instead',
+    CudaPlatform.check_if_supports_dtype).
+
+    Raises:
+        SpecError: bf16 asked on a GPU without bf16, or a quantized format there (vLLM's and SGLang's
+            fp8 / int / fp4 kernels need more than such a GPU has; `planner check` rule
+            quantization_unsupported), naming what it runs."""
+    no_bf16 = "bf16" not in hw.gpu.peak_tflops
+    if given is not None:
+        fmt, why = given, "as asked (--weight-dtype)"
+        native = sv.native_dtype(given)
+        if native and native not in hw.gpu.peak_tflops and not no_bf16:
+            why += (f"; {hw.gpu.name} has no {native} tensor cores: the engines run it weight-only (Marlin), "
+                    f"GEMMs in bf16, memory as {given}")
+    elif spec.weight_format is not None:
+        fmt, why = spec.weight_format, (f"the checkpoint's format (config.json quantization_config), which the "
+                                        f"engines load without a quantization flag")
+    elif no_bf16:
+        return "fp16", (f"{hw.gpu.name} has no bf16: fp16 (vLLM falls back to float16 there; its dtype half), "
+                        f"2 bytes per element as bf16")
+    else:
+        method = spec.extra.get("quant_method")
+        return "bf16", (f"the checkpoint's quant_method {method!r} is not modelled: costed as bf16; give "
+                        f"--weight-dtype" if method else "the checkpoint is unquantized (no quantization_config)")
+    if no_bf16 and fmt != "fp16":
+        source = "--weight-dtype" if given is not None else f"{spec.name}'s checkpoint format"
+        runs = ("vLLM refuses bfloat16 below compute capability 8.0 (dtype half)" if fmt == "bf16" else
+                f"vLLM's and SGLang's {fmt} kernels need a newer GPU")
+        raise SpecError(f"{source} {fmt} does not run on {hw.gpu.name}, which has no bf16: {runs}; allowed "
+                        f"there: fp16", key="--weight-dtype")
+    return fmt, why
+
+
 def _powers(limit: int) -> list[int]:
     out, v = [], 1
     while v <= limit:
@@ -110,11 +150,9 @@ def _indivisible(spec: ModelSpec, inst: sv.Instance) -> str | None:
 
 def _peak_dtype(hw: ClusterSpec, weight_dtype: str) -> str:
     """GEMM dtype: fp8 for fp8 weights, fp4 for fp4 weights where the GPU has it, else bf16 (fp16 if no bf16)."""
-    peaks = hw.gpu.peak_tflops
-    if weight_dtype.startswith("fp8") and "fp8" in peaks:
-        return "fp8"
-    if weight_dtype in ("mxfp4", "nvfp4") and "fp4" in peaks:
-        return "fp4"
+    peaks, native = hw.gpu.peak_tflops, sv.native_dtype(weight_dtype)
+    if native in peaks:
+        return native
     return "bf16" if "bf16" in peaks else "fp16"
 
 

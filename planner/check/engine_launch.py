@@ -251,6 +251,31 @@ def choice(command: Command, flag: str, table: dict, file: str, what: str):
     return table[value]
 
 
+def weight_format(command: Command, flag: str, table: dict, spec: ModelSpec, file: str,
+                  engine: str) -> tuple[str, list[Violation]]:
+    """(the weight format a launch runs, findings): the format the command's quantization `flag`
+    names (`table`: its values -> the planner's formats), else the checkpoint's own (config.json
+    quantization_config, `ModelSpec.weight_format`), which both engines load when `flag` is
+    absent; `fp8` on a block-scaled fp8 checkpoint runs its blocks; bf16 when neither names one.
+    Another format than the checkpoint's is an error: both engines refuse it at start-up ('Quantization
+    method specified in the model config (...) does not match the quantization method specified in
+    the `quantization` argument': vLLM 0.33.0 `vllm/config/model.py` ModelConfig._verify_quantization,
+    SGLang 0.5.23 `srt/configs/model_config.py` _verify_quantization)."""
+    given = choice(command, flag, table, file, "weight formats")
+    own = spec.weight_format
+    if given is None:
+        return own or "bf16", []
+    if own is None or given == own:
+        return given, []
+    if given == "fp8" and own == "fp8-block":
+        return own, []
+    return own, [Violation(
+        rule="quantization_mismatch",
+        message=f"{flag} {command.flags[flag]} ({given} weights) but {spec.name}'s checkpoint is {own} (its "
+                f"config.json quantization_config); {engine} refuses the mismatch at start-up",
+        fix=f"remove {flag} (the checkpoint's {own} is loaded), or serve a {given} checkpoint")]
+
+
 def visible_gpus(command: Command, file: str) -> int | None:
     """GPUs the CUDA_VISIBLE_DEVICES prefix gives (None: not set)."""
     value = command.env.get(VISIBLE)
@@ -446,7 +471,7 @@ def _format_findings(hw: ClusterSpec, launch: Launch, quant_flag: str) -> list[V
                           message=f"{quant_flag} ({fmt} weights) needs Ampere or later; {hw.gpu.name} has no bf16 "
                                   f"tensor cores, and vLLM's and SGLang's {fmt} kernels (native or Marlin "
                                   f"weight-only) need compute capability 8.0", fix=f"remove {quant_flag}")]
-    native = "fp8" if fmt.startswith("fp8") else ("fp4" if fmt in ("mxfp4", "nvfp4") else None)
+    native = sv.native_dtype(fmt)
     if native and native not in peaks:
         return [Violation(rule="quantization_weight_only", severity="warning",
                           message=f"{hw.gpu.name} has no {native} tensor cores: {launch.engine} runs {fmt} as "

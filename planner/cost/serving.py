@@ -54,6 +54,7 @@ class WeightFormat:
 
 WEIGHT_FORMATS: dict[str, WeightFormat] = {
     "bf16": WeightFormat(16, 0, 0, "2 bytes per element"),
+    "fp16": WeightFormat(16, 0, 0, "2 bytes per element (GPUs without bf16: V100 runs a bf16 checkpoint in fp16)"),
     "fp8": WeightFormat(8, 0, 4, "FP8 E4M3 with one fp32 scale per tensor (vLLM Fp8LinearMethod, "
                                  "per-tensor checkpoints such as nvidia/*-FP8)"),
     "fp8-block": WeightFormat(8, 128 * 128, 4, "FP8 E4M3 with one fp32 scale per 128x128 block "
@@ -71,6 +72,14 @@ WEIGHT_FORMATS: dict[str, WeightFormat] = {
 
 KV_DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1}
 """Bytes per cached K/V element. Source: element sizes of torch.bfloat16 / float8_e4m3fn."""
+
+def native_dtype(weight_format: str) -> str | None:
+    """The tensor-core dtype a weight format's GEMMs run in where the GPU has it (`peak_tflops` key):
+    fp8 for the fp8 formats, fp4 for mxfp4 / nvfp4, None for the others (bf16 / fp16 GEMMs)."""
+    if weight_format.startswith("fp8"):
+        return "fp8"
+    return "fp4" if weight_format in ("mxfp4", "nvfp4") else None
+
 
 DENSE_ONLY_FORMATS = {"mxfp4"}
 """Formats that models ship for the routed experts only (gpt-oss: MXFP4 experts, bf16 attention)."""
