@@ -192,7 +192,8 @@ def evaluate(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, inst: sv.Insta
     mem = _memory(spec, hw, req, inst)
     longest = sv.longest_context(mem, spec)
     cmax = sv.max_concurrency(mem, spec, inst, req.context)
-    result = {"inst": inst, "memory": mem, "longest_context": longest, "max_concurrency": cmax, "points": []}
+    result = {"inst": inst, "memory": mem, "longest_context": longest,
+              "longest_context_bound": sv.context_bound(mem, spec), "max_concurrency": cmax, "points": []}
     if mem.kv_cache <= 0:
         result["reject"] = "memory"
         return result
@@ -229,7 +230,7 @@ def _plan(spec: ModelSpec, ev: dict, point: dict, replicas: int) -> dict:
         "memory_bytes": {"weights": mem.weights, "activations": mem.activations, "kv_cache": mem.kv_cache,
                          "reserve": mem.reserve, "capacity": mem.capacity},
         "kv_tokens": mem.kv_tokens, "max_concurrency": ev["max_concurrency"],
-        "longest_context": ev["longest_context"],
+        "longest_context": ev["longest_context"], "longest_context_bound": ev["longest_context_bound"],
         "ttft_ms": round(point["ttft_s"] * 1e3, 1), "tpot_ms": round(point["tpot_s"] * 1e3, 2),
         "request_latency_ms": round(point["latency_s"] * 1e3, 1),
         "tokens_per_s": round(point["tokens_per_s"] * replicas, 1),
@@ -435,7 +436,8 @@ def _memory_only(ev: dict) -> dict:
     return {"parallelism": {"tp": inst.tp, "pp": inst.pp, "ep": inst.ep, "dp": inst.adp},
             "memory_bytes": {"weights": mem.weights, "activations": mem.activations, "kv_cache": mem.kv_cache,
                              "reserve": mem.reserve, "capacity": mem.capacity},
-            "kv_tokens": mem.kv_tokens, "longest_context": ev["longest_context"]}
+            "kv_tokens": mem.kv_tokens, "longest_context": ev["longest_context"],
+            "longest_context_bound": ev["longest_context_bound"]}
 
 
 def _minimum_gpus(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest) -> int | None:
@@ -476,7 +478,8 @@ def _worker_points(spec, hw, req, inst, coefficients, role: str) -> tuple[dict, 
     context = req.input_len if role == "prefill" else req.context
     mem = _memory(spec, hw, req, inst)
     cmax = sv.max_concurrency(mem, spec, inst, context)
-    ev = {"inst": inst, "memory": mem, "longest_context": sv.longest_context(mem, spec), "max_concurrency": cmax}
+    ev = {"inst": inst, "memory": mem, "longest_context": sv.longest_context(mem, spec),
+          "longest_context_bound": sv.context_bound(mem, spec), "max_concurrency": cmax}
     if mem.kv_cache <= 0 or ev["longest_context"] < context or cmax < 1:
         return ev, []
     if role == "prefill":  # compute-bound: prompts back to back, one at a time, gain nothing from batching
@@ -505,7 +508,7 @@ def _worker_row(ev: dict, point: dict, role: str, count: int) -> dict:
            "memory_bytes": {"weights": mem.weights, "activations": mem.activations, "kv_cache": mem.kv_cache,
                             "reserve": mem.reserve, "capacity": mem.capacity},
            "kv_tokens": mem.kv_tokens, "max_concurrency": ev["max_concurrency"],
-           "longest_context": ev["longest_context"],
+           "longest_context": ev["longest_context"], "longest_context_bound": ev["longest_context_bound"],
            "requests_per_s": round(point["requests_per_s"] * count, 3)}
     if role == "prefill":
         row["ttft_ms"] = round(point["ttft_s"] * 1e3, 1)
@@ -572,7 +575,8 @@ def disaggregated_plan(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, coef
             "prefill_parallelism": next(r["parallelism"] for r in rows if r["role"] == "prefill"),
             "gpus": gpus, "concurrency": top["concurrency"], "memory_bytes": top["memory_bytes"],
             "kv_tokens": top["kv_tokens"], "max_concurrency": top["max_concurrency"],
-            "longest_context": top["longest_context"], "ttft_ms": ttft, "tpot_ms": tpot,
+            "longest_context": top["longest_context"], "longest_context_bound": top["longest_context_bound"],
+            "ttft_ms": ttft, "tpot_ms": tpot,
             "request_latency_ms": round(latency, 1), "tokens_per_s": round(tokens, 1),
             "tokens_per_s_per_gpu": round(tokens / gpus, 1), "tokens_per_s_per_user": round(1e3 / tpot, 1),
             "requests_per_s": round(sum(r["requests_per_s"] for r in decode_rows), 3)}

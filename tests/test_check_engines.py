@@ -386,3 +386,18 @@ def test_emit_contradicting_engine_is_bad_input():
     proc = _planner("serve-plan", "-m", "llama-3.1-8b", "-c", "dgx-h100", "--gpus", "1", "--input-len", "100",
                     "--output-len", "10", "--engine", "vllm", "--emit", "sglang")
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_longest_context_capped_and_max_model_len_past_the_model(tmp_path):
+    """DeepSeek-V3 FP8 on 8 H200: the KV pool holds far more than one 163,840-token sequence
+    (47.7 GiB / 70,272 B per token ~ 729k), but the longest context is the model's maximum, and
+    the output says which bound binds; a --max-model-len past it is the engines' start-up error."""
+    result = check_launch_file(_file(tmp_path, "vllm serve deepseek-ai/DeepSeek-V3 --tensor-parallel-size 8\n"),
+                               cluster="hgx-h200", gpus=8)
+    rec = result["launches"][0]["recomputed"]
+    assert rec["kv_tokens"] > 163_840 and rec["longest_context"] == 163_840
+    assert rec["longest_context_bound"] == "max_position_embeddings"
+    longer = check_launch_file(_file(tmp_path, "vllm serve deepseek-ai/DeepSeek-V3 --tensor-parallel-size 8 "
+                                               "--max-model-len 200000\n", "l.sh"), cluster="hgx-h200", gpus=8)
+    v = next(v for v in longer["violations"] if v["rule"] == "context_exceeds_model")
+    assert v["fix"] == "--max-model-len 163840" and "kv_pool_too_small" not in _rules(longer)

@@ -381,7 +381,7 @@ def alternatives(spec: ModelSpec, hw: ClusterSpec, gpus: int, launch: Launch, sp
                 break
             mem = _memory(spec, hw, trial)
             text = spell(tp, pp, gpus // (tp * pp))
-            if mem.kv_cache > 0 and sv.longest_context(mem, spec) >= launch.max_model_len:
+            if mem.kv_cache > 0 and sv.pool_context(mem, spec) >= launch.max_model_len:
                 fits.append(f"{text} (KV pool {mem.kv_cache / GIB:.1f} GiB per GPU)")
                 break
             if pp == 1:
@@ -397,7 +397,7 @@ def _more_gpus(spec: ModelSpec, hw: ClusterSpec, room: int, launch: Launch, spel
         if _shape_findings(spec, trial):
             continue
         mem = _memory(spec, hw, trial)
-        if mem.kv_cache > 0 and sv.longest_context(mem, spec) >= launch.max_model_len:
+        if mem.kv_cache > 0 and sv.pool_context(mem, spec) >= launch.max_model_len:
             return f"{spell(tp, 1, 1)} on {tp} GPUs (KV pool {mem.kv_cache / GIB:.1f} GiB per GPU)"
     return None
 
@@ -417,7 +417,7 @@ def _memory_findings(spec: ModelSpec, hw: ClusterSpec, launch: Launch, mem: sv.S
     f, out = launch.flag, []
     cap = mem.capacity / GIB
     budget = launch.fraction * cap
-    longest = sv.longest_context(mem, spec)
+    longest = sv.pool_context(mem, spec)
     terms = (f"weights {mem.weights / GIB:.2f} GiB + activation peak {mem.activations / GIB:.2f} GiB "
              f"(--{f['max_num_batched_tokens'].lstrip('-')} {launch.max_num_batched_tokens}) + reserve "
              f"{mem.reserve / GIB:.2f} GiB")
@@ -505,7 +505,7 @@ def evaluate(file: str, kind: str, spec: ModelSpec, hw: ClusterSpec, gpus: int, 
             if wider:
                 fix += f"; with more GPUs: {wider}"
             shape[0] = replace(shape[0], fix=fix)
-        found = [*launch.findings, *_world_findings(hw, launch), *shape,
+        found = [*launch.findings, *_world_findings(hw, launch), *shape, *_length_findings(spec, launch),
                  *_format_findings(hw, launch, launch.flag["quantization"])]
         row = {"line": launch.line, "engine": launch.engine, "role": launch.role,
                "parallelism": {"tp": launch.inst.tp, "pp": launch.inst.pp, "ep": launch.inst.ep,
@@ -519,6 +519,7 @@ def evaluate(file: str, kind: str, spec: ModelSpec, hw: ClusterSpec, gpus: int, 
                                  "reserve": mem.reserve, "capacity": mem.capacity},
                 "budget_fraction": launch.fraction, "kv_bytes_per_token": mem.kv_bytes_per_token,
                 "kv_tokens": mem.kv_tokens, "longest_context": sv.longest_context(mem, spec),
+                "longest_context_bound": sv.context_bound(mem, spec),
                 "max_model_len": launch.max_model_len,
                 "max_concurrency": sv.max_concurrency(mem, spec, launch.inst, launch.max_model_len),
                 "vocab_rows": sv.vocab_rows(spec, launch.inst.tp)}
@@ -541,6 +542,18 @@ def evaluate(file: str, kind: str, spec: ModelSpec, hw: ClusterSpec, gpus: int, 
             "violations": [{"rule": v.rule, "severity": v.severity, "message": v.message, "fix": v.fix,
                             "line": line} for line, v in violations],
             "warnings": list(dict.fromkeys(warnings))}
+
+
+def _length_findings(spec: ModelSpec, launch: Launch) -> list[Violation]:
+    """A max_model_len past the model's max_position_embeddings: both engines refuse it at start-up
+    (vLLM 0.33.0 `vllm/config/model.py` _get_and_verify_max_len, unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1;
+    SGLang 0.5.23 `srt/configs/model_config.py`, unless SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1)."""
+    flag, most = launch.flag["max_model_len"], spec.max_position_embeddings
+    if launch.max_model_len <= most:
+        return []
+    return [Violation(rule="context_exceeds_model",
+                      message=f"{flag} {launch.max_model_len} exceeds {spec.name}'s max_position_embeddings {most}: "
+                              f"{launch.engine} refuses it at start-up", fix=f"{flag} {most}")]
 
 
 def _relief(spec: ModelSpec, hw: ClusterSpec, room: int, launch: Launch, mem: sv.ServingMemory, spell) -> str:

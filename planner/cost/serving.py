@@ -307,13 +307,27 @@ def max_concurrency(mem: ServingMemory, spec: ModelSpec, inst: Instance, context
     return int(max(mem.kv_cache, 0) // per_seq) * inst.adp if per_seq > 0 else 0
 
 
-def longest_context(mem: ServingMemory, spec: ModelSpec) -> int:
-    """Longest single sequence the pool holds, tokens (window layers at their full window)."""
+def pool_context(mem: ServingMemory, spec: ModelSpec) -> int:
+    """Longest single sequence the KV pool holds, tokens (window layers at their full window)."""
     pool = max(mem.kv_cache, 0)
     if not mem.kv_bytes_per_token:
         return 0
     window = mem.kv_window_bytes if spec.sliding_window else 0
     return int(max(pool - window, 0) // mem.kv_bytes_per_token)
+
+
+def longest_context(mem: ServingMemory, spec: ModelSpec) -> int:
+    """Longest single sequence an instance serves, tokens: what the KV pool holds (`pool_context`),
+    at most the model's max_position_embeddings. Source: vLLM 0.33.0 `vllm/config/model.py`
+    _get_and_verify_max_len (a max_model_len above the derived length is refused unless
+    VLLM_ALLOW_LONG_MAX_MODEL_LEN; for llama3 / yarn / deepseek_yarn RoPE scaling, and without
+    scaling, the derived length is max_position_embeddings, no factor applied)."""
+    return min(pool_context(mem, spec), spec.max_position_embeddings)
+
+
+def context_bound(mem: ServingMemory, spec: ModelSpec) -> str:
+    """What bounds `longest_context`: `max_position_embeddings` (the pool holds more) or `kv_pool`."""
+    return "max_position_embeddings" if pool_context(mem, spec) >= spec.max_position_embeddings else "kv_pool"
 
 
 # ---------------------------------------------------------------- latency
