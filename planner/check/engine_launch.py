@@ -27,6 +27,8 @@ import shlex
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import yaml
+
 from planner.cost import serving as sv
 from planner.errors import PlannerError, SpecError
 from planner.placement.rules import Violation
@@ -289,7 +291,12 @@ def visible_gpus(command: Command, file: str) -> int | None:
 
 def resolve_model(ref: str | None, given: str | None, file: str, flag: str) -> ModelSpec:
     """The model a command serves: `check --model` when given, else its model path (a catalog name,
-    a local directory with config.json, or a Hugging Face id the catalog lists as `hf_id`).
+    a local directory with config.json, or a Hugging Face id the catalog lists as `hf_id` or among
+    `hf_aliases`: checkpoints whose config.json has the same architecture fields, such as
+    meta-llama/Llama-3.1-70B-Instruct for Llama-3.1-70B. A suffix is not matched by rule: a
+    post-trained release may change the context (Qwen3-235B-A22B-Instruct-2507 is served at a 256K
+    context; the base's max_position_embeddings is 40,960), so an alias is listed only where the
+    configs are known to agree).
 
     Raises:
         SpecError: neither resolves (exit 2), naming the option that supplies it.
@@ -303,11 +310,13 @@ def resolve_model(ref: str | None, given: str | None, file: str, flag: str) -> M
     if Path(ref).exists() or (CATALOG_DIR / f"{ref}.yaml").exists():
         return load_model(ref)
     for path in sorted(CATALOG_DIR.glob("*.yaml")):
-        match = re.search(r"^hf_id:\s*(\S+)", path.read_text(), re.M)
-        if match and match.group(1).lower() == ref.lower():
+        entry = yaml.safe_load(path.read_text())
+        ids = [entry.get("hf_id"), *(entry.get("hf_aliases") or ())]
+        if ref.lower() in (str(i).lower() for i in ids if i):
             return load_model(path.stem)
     raise SpecError(f"model {ref!r} is neither a local directory with config.json, a catalog name, nor a "
-                    f"catalog model's Hugging Face id; give check --model NAME|PATH", file=file, key=flag)
+                    f"catalog model's Hugging Face id (hf_id or hf_aliases); give check --model NAME|PATH",
+                    file=file, key=flag)
 
 
 def load_cluster_for(cluster: str | None, file: str) -> ClusterSpec:

@@ -311,6 +311,7 @@ _IGNORED_KEYS = frozenset({
     "tokenizer_class", "output_attentions", "output_hidden_states", "return_dict", "torchscript",
     "is_encoder_decoder", "bias_dropout_fusion", "ffn_dropout", "pretraining_tp", "attn_logit_softcapping",
     "final_logit_softcapping", "attention_multiplier", "use_bfloat16", "kv_channels",
+    "hf_aliases",  # catalog: Hugging Face ids sharing this config's architecture (check's model lookup)
 })
 QUANT_METHODS = {("fp8", (128, 128)): "fp8-block", ("fp8", None): "fp8", ("mxfp4", None): "mxfp4"}
 """(quantization_config quant_method, weight_block_size or None) -> the planner's weight format
