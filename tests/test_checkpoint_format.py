@@ -215,3 +215,11 @@ def test_nvfp4_on_a100_runs_weight_only():
                   "200", "--weight-dtype", "nvfp4", "--format", "json")
     assert proc.returncode == 0, proc.stderr
     assert "weight-only" in json.loads(proc.stdout)["request"]["weight_dtype_reason"]
+
+
+def test_checkpoint_format_the_gpu_cannot_run_names_a_bf16_checkpoint(tmp_path):
+    # Removing --quantization does not help when the format is the checkpoint's own.
+    result = check_launch_file(_file(tmp_path, "vllm serve deepseek-ai/DeepSeek-V3 -tp 16\n"), cluster="dgx2-v100",
+                               gpus=16)
+    v = next(v for v in result["violations"] if v["rule"] == "quantization_unsupported")
+    assert v["message"].startswith("the checkpoint (fp8-block weights)") and v["fix"] == "a bf16 checkpoint of deepseek-v3"

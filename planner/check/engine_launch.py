@@ -469,17 +469,20 @@ def _memory_findings(spec: ModelSpec, hw: ClusterSpec, launch: Launch, mem: sv.S
     return out
 
 
-def _format_findings(hw: ClusterSpec, launch: Launch, quant_flag: str) -> list[Violation]:
+def _format_findings(spec: ModelSpec, hw: ClusterSpec, launch: Launch, quant_flag: str) -> list[Violation]:
     """Weight format vs the GPU: fp8 / int / fp4 kernels need Ampere or later (no bf16 tensor cores:
-    pre-Ampere); without native fp8 / fp4 the engines run weight-only kernels (Marlin), GEMMs in bf16."""
+    pre-Ampere); without native fp8 / fp4 the engines run weight-only kernels (Marlin), GEMMs in bf16.
+    A format that is the checkpoint's own is not undone by removing the flag: the fix names a bf16 checkpoint."""
     fmt, peaks = launch.weight_format, hw.gpu.peak_tflops
     if fmt == "bf16":
         return []
     if "bf16" not in peaks:
+        own = fmt == spec.weight_format
         return [Violation(rule="quantization_unsupported",
-                          message=f"{quant_flag} ({fmt} weights) needs Ampere or later; {hw.gpu.name} has no bf16 "
-                                  f"tensor cores, and vLLM's and SGLang's {fmt} kernels (native or Marlin "
-                                  f"weight-only) need compute capability 8.0", fix=f"remove {quant_flag}")]
+                          message=f"{'the checkpoint' if own else quant_flag} ({fmt} weights) needs Ampere or later; "
+                                  f"{hw.gpu.name} has no bf16 tensor cores, and vLLM's and SGLang's {fmt} kernels "
+                                  f"(native or Marlin weight-only) need compute capability 8.0",
+                          fix=f"a bf16 checkpoint of {spec.name}" if own else f"remove {quant_flag}")]
     native = sv.native_dtype(fmt)
     if native and native not in peaks:
         return [Violation(rule="quantization_weight_only", severity="warning",
@@ -515,7 +518,7 @@ def evaluate(file: str, kind: str, spec: ModelSpec, hw: ClusterSpec, gpus: int, 
                 fix += f"; with more GPUs: {wider}"
             shape[0] = replace(shape[0], fix=fix)
         found = [*launch.findings, *_world_findings(hw, launch), *shape, *_length_findings(spec, launch),
-                 *_format_findings(hw, launch, launch.flag["quantization"])]
+                 *_format_findings(spec, hw, launch, launch.flag["quantization"])]
         row = {"line": launch.line, "engine": launch.engine, "role": launch.role,
                "parallelism": {"tp": launch.inst.tp, "pp": launch.inst.pp, "ep": launch.inst.ep,
                                "dp": launch.inst.adp, "replicas": launch.replicas},
