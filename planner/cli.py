@@ -644,7 +644,7 @@ def check_cmd(
 
 # ---------------------------------------------------------------- serve-plan
 
-WeightDtype = Enum("WeightDtype", {f: f for f in ("bf16", "fp8", "fp8-block", "int8", "int4", "mxfp4", "nvfp4")}, type=str)
+WeightDtype = Enum("WeightDtype", {f: f for f in ("bf16", "fp16", "fp8", "fp8-block", "int8", "int4", "mxfp4", "nvfp4")}, type=str)
 KvDtype = Enum("KvDtype", {f: f for f in ("bf16", "fp8")}, type=str)
 Engine = Enum("Engine", {f: f for f in ("vllm", "sglang", "trtllm")}, type=str)
 EmitEngine = Enum("EmitEngine", {f: f for f in ("vllm", "sglang")}, type=str)
@@ -697,7 +697,9 @@ def serve_plan_cmd(
     ttft_ms: Annotated[float | None, typer.Option(parser=_finite(0.001), metavar="FLOAT", help="Time-to-first-token SLO, ms.")] = None,
     tpot_ms: Annotated[float | None, typer.Option(parser=_finite(0.001), metavar="FLOAT", help="Time-per-output-token SLO, ms.")] = None,
     request_latency_ms: Annotated[float | None, typer.Option(parser=_finite(0.001), metavar="FLOAT", help="Whole-request latency SLO, ms.")] = None,
-    weight_dtype: Annotated[WeightDtype, typer.Option(case_sensitive=False, help="Weight format of the block linear layers.")] = "bf16",
+    weight_dtype: Annotated[WeightDtype | None, typer.Option(case_sensitive=False, help=(
+        "Weight format of the block linear layers (default: the checkpoint's, from its config.json "
+        "quantization_config; else bf16, fp16 on GPUs without bf16)."))] = None,
     kv_dtype: Annotated[KvDtype, typer.Option(case_sensitive=False, help="KV-cache dtype.")] = "bf16",
     engine: Annotated[Engine | None, typer.Option(case_sensitive=False, help="Serving engine (its memory-budget rule and latency constants; default: the --emit engine, else vllm).")] = None,
     max_model_len: Annotated[int | None, typer.Option(min=1, max=MAX_SEQ_LEN, help="Longest context one request may reach (default: input + output).")] = None,
@@ -733,13 +735,18 @@ def serve_plan_cmd(
             _check_writable(path, (model, cluster))
     spec = model_spec.load_model(model)
     hw = cluster_spec.load_cluster(cluster)
+    weights, weights_why = serve.weight_choice(spec, hw, _value(weight_dtype) if weight_dtype else None)
+    kv = _value(kv_dtype)
+    if kv == "bf16" and "bf16" not in hw.gpu.peak_tflops:
+        kv = "fp16"  # the KV cache takes the model's dtype: fp16 where the GPU has no bf16
     req = serve.ServeRequest(
         gpus=gpus, input_len=input_len, output_len=output_len, concurrency=concurrency, request_rate=request_rate,
-        ttft_ms=ttft_ms, tpot_ms=tpot_ms, request_latency_ms=request_latency_ms, weight_dtype=_value(weight_dtype),
-        kv_dtype=_value(kv_dtype), engine=_value(engine), max_model_len=max_model_len, mem_fraction=mem_fraction,
+        ttft_ms=ttft_ms, tpot_ms=tpot_ms, request_latency_ms=request_latency_ms, weight_dtype=weights,
+        kv_dtype=kv, engine=_value(engine), max_model_len=max_model_len, mem_fraction=mem_fraction,
         max_num_batched_tokens=max_num_batched_tokens, fix=_serve_fix(fix or []), top=top, disaggregated=disaggregated)
     request = {"model": model, "cluster": cluster, "gpu": hw.gpu.name, "gpus": gpus, "input_len": input_len,
                "output_len": output_len, "engine": req.engine, "weight_dtype": req.weight_dtype,
+               "weight_dtype_reason": weights_why, "checkpoint_weight_dtype": spec.weight_format,
                "kv_dtype": req.kv_dtype, "concurrency": concurrency, "request_rate": request_rate,
                "ttft_ms": ttft_ms, "tpot_ms": tpot_ms, "request_latency_ms": request_latency_ms,
                "max_model_len": req.context, "mem_fraction": mem_fraction,
@@ -749,7 +756,7 @@ def serve_plan_cmd(
     except InfeasibleError as exc:
         report.show_serve_infeasible({"request": request, "error": str(exc), **exc.details}, fmt.value)
         raise
-    data = {"request": request, **data}
+    data = {"request": request, **data, "notes": [f"weights {weights}: {weights_why}", *data.get("notes", ())]}
     if plot is not None:
         if not data["pareto"]:
             raise SpecError("--plot draws the aggregated Pareto front; drop --disaggregated or --plot", key="--plot")

@@ -711,6 +711,14 @@ def show_serve_plan(data: dict, fmt: str) -> None:
         console.print(f"note: {escape(text)}")
 
 
+def _longest(rec: dict) -> str:
+    """The longest single context, with what bounds it when the model's own maximum does."""
+    text = f"{rec['longest_context']:,} tokens"
+    if rec.get("longest_context_bound") == "max_position_embeddings":
+        text += " (the model's max_position_embeddings binds; the KV pool holds more)"
+    return text
+
+
 def _serve_memory(console: Console, plan: dict) -> None:
     mem = plan["memory_bytes"]
     rows = [("weights", mem["weights"]), ("activation peak", mem["activations"]),
@@ -719,7 +727,7 @@ def _serve_memory(console: Console, plan: dict) -> None:
     console.print(_table(f"memory per GPU of {_serve_label(plan['parallelism'])}", ("term", "GiB"),
                          ((name, gib(value)) for name, value in rows)))
     console.print(f"KV pool holds {plan['kv_tokens']:,} tokens: {plan['max_concurrency']:,} sequences at the "
-                  f"asked length; longest single context {plan['longest_context']:,} tokens")
+                  f"asked length; longest single context {_longest(plan)}")
 
 
 def show_serve_infeasible(data: dict, fmt: str) -> None:
@@ -798,7 +806,7 @@ def show_serve_check(data: dict, fmt: str) -> None:
         line_ = (f"weights {gib(mem['weights'])} GiB, activations {gib(mem['activations'])}, reserve "
                  f"{gib(mem['reserve'])}, KV pool {gib(mem['kv_cache'])} of {gib(mem['capacity'])} GiB: "
                  f"{rec['kv_tokens']:,} tokens, {rec['max_concurrency']:,} sequences, longest context "
-                 f"{rec['longest_context']:,}")
+                 f"{_longest(rec)}")
         if "ttft_ms" in rec:
             line_ += f"; TTFT {rec['ttft_ms']:,} ms, TPOT {rec['tpot_ms']} ms"
         console.print(Text(line_))
@@ -955,7 +963,7 @@ def show_engine_check(data: dict, fmt: str) -> None:
             head += (f"; per GPU: weights {gib(mem['weights'])} GiB, activation peak {gib(mem['activations'])}, "
                      f"reserve {gib(mem['reserve'])}, KV pool {gib(mem['kv_cache'])} ({row['engine']} budget "
                      f"{rec['budget_fraction']:g} x {gib(mem['capacity'])} GiB): {rec['kv_tokens']:,} tokens, "
-                     f"longest context {rec['longest_context']:,}, {rec['max_concurrency']:,} sequences of "
+                     f"longest context {_longest(rec)}, {rec['max_concurrency']:,} sequences of "
                      f"{rec['max_model_len']:,}")
         console.print(Text(head))
     if data["violations"] or data["warnings"]:

@@ -59,6 +59,46 @@ class ServeRequest:
         return self.max_model_len or self.input_len + self.output_len
 
 
+def weight_choice(spec: ModelSpec, hw: ClusterSpec, given: str | None) -> tuple[str, str]:
+    """(the weight format to cost, why): `given` (serve-plan --weight-dtype) when the GPU runs it,
+    else the checkpoint's own format (config.json quantization_config, `ModelSpec.weight_format`:
+    what vLLM and SGLang load when no quantization flag is given), else bf16 -- fp16 on a GPU without
+    bf16 (its peak_tflops has none), as vLLM does there: `vllm/config/model.py` _resolve_auto_dtype
+    (0.33.0) falls back to float16 when the platform's supported_dtypes lack bfloat16 (Volta, Turing;
+    `vllm/platforms/cuda.py` CudaPlatform.supported_dtypes), and an explicit bfloat16 is refused
+    ('Bfloat16 is only supported on GPUs with compute capability of at least 8.0 ... use float16 instead',
+    CudaPlatform.check_if_supports_dtype).
+
+    Raises:
+        SpecError: bf16 asked on a GPU without bf16, or a quantized format there (vLLM's and SGLang's
+            fp8 / int / fp4 kernels need more than such a GPU has; `planner check` rule
+            quantization_unsupported), naming what it runs."""
+    no_bf16 = "bf16" not in hw.gpu.peak_tflops
+    if given is not None:
+        fmt, why = given, "as asked (--weight-dtype)"
+        native = sv.native_dtype(given)
+        if native and native not in hw.gpu.peak_tflops and not no_bf16:
+            why += (f"; {hw.gpu.name} has no {native} tensor cores: the engines run it weight-only (Marlin), "
+                    f"GEMMs in bf16, memory as {given}")
+    elif spec.weight_format is not None:
+        fmt, why = spec.weight_format, (f"the checkpoint's format (config.json quantization_config), which the "
+                                        f"engines load without a quantization flag")
+    elif no_bf16:
+        return "fp16", (f"{hw.gpu.name} has no bf16: fp16 (vLLM falls back to float16 there; its dtype half), "
+                        f"2 bytes per element as bf16")
+    else:
+        method = spec.extra.get("quant_method")
+        return "bf16", (f"the checkpoint's quant_method {method!r} is not modelled: costed as bf16; give "
+                        f"--weight-dtype" if method else "the checkpoint is unquantized (no quantization_config)")
+    if no_bf16 and fmt != "fp16":
+        source = "--weight-dtype" if given is not None else f"{spec.name}'s checkpoint format"
+        runs = ("vLLM refuses bfloat16 below compute capability 8.0 (dtype half)" if fmt == "bf16" else
+                f"vLLM's and SGLang's {fmt} kernels need a newer GPU")
+        raise SpecError(f"{source} {fmt} does not run on {hw.gpu.name}, which has no bf16: {runs}; allowed "
+                        f"there: fp16", key="--weight-dtype")
+    return fmt, why
+
+
 def _powers(limit: int) -> list[int]:
     out, v = [], 1
     while v <= limit:
@@ -110,11 +150,9 @@ def _indivisible(spec: ModelSpec, inst: sv.Instance) -> str | None:
 
 def _peak_dtype(hw: ClusterSpec, weight_dtype: str) -> str:
     """GEMM dtype: fp8 for fp8 weights, fp4 for fp4 weights where the GPU has it, else bf16 (fp16 if no bf16)."""
-    peaks = hw.gpu.peak_tflops
-    if weight_dtype.startswith("fp8") and "fp8" in peaks:
-        return "fp8"
-    if weight_dtype in ("mxfp4", "nvfp4") and "fp4" in peaks:
-        return "fp4"
+    peaks, native = hw.gpu.peak_tflops, sv.native_dtype(weight_dtype)
+    if native in peaks:
+        return native
     return "bf16" if "bf16" in peaks else "fp16"
 
 
@@ -154,7 +192,8 @@ def evaluate(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, inst: sv.Insta
     mem = _memory(spec, hw, req, inst)
     longest = sv.longest_context(mem, spec)
     cmax = sv.max_concurrency(mem, spec, inst, req.context)
-    result = {"inst": inst, "memory": mem, "longest_context": longest, "max_concurrency": cmax, "points": []}
+    result = {"inst": inst, "memory": mem, "longest_context": longest,
+              "longest_context_bound": sv.context_bound(mem, spec), "max_concurrency": cmax, "points": []}
     if mem.kv_cache <= 0:
         result["reject"] = "memory"
         return result
@@ -191,7 +230,7 @@ def _plan(spec: ModelSpec, ev: dict, point: dict, replicas: int) -> dict:
         "memory_bytes": {"weights": mem.weights, "activations": mem.activations, "kv_cache": mem.kv_cache,
                          "reserve": mem.reserve, "capacity": mem.capacity},
         "kv_tokens": mem.kv_tokens, "max_concurrency": ev["max_concurrency"],
-        "longest_context": ev["longest_context"],
+        "longest_context": ev["longest_context"], "longest_context_bound": ev["longest_context_bound"],
         "ttft_ms": round(point["ttft_s"] * 1e3, 1), "tpot_ms": round(point["tpot_s"] * 1e3, 2),
         "request_latency_ms": round(point["latency_s"] * 1e3, 1),
         "tokens_per_s": round(point["tokens_per_s"] * replicas, 1),
@@ -397,7 +436,8 @@ def _memory_only(ev: dict) -> dict:
     return {"parallelism": {"tp": inst.tp, "pp": inst.pp, "ep": inst.ep, "dp": inst.adp},
             "memory_bytes": {"weights": mem.weights, "activations": mem.activations, "kv_cache": mem.kv_cache,
                              "reserve": mem.reserve, "capacity": mem.capacity},
-            "kv_tokens": mem.kv_tokens, "longest_context": ev["longest_context"]}
+            "kv_tokens": mem.kv_tokens, "longest_context": ev["longest_context"],
+            "longest_context_bound": ev["longest_context_bound"]}
 
 
 def _minimum_gpus(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest) -> int | None:
@@ -438,7 +478,8 @@ def _worker_points(spec, hw, req, inst, coefficients, role: str) -> tuple[dict, 
     context = req.input_len if role == "prefill" else req.context
     mem = _memory(spec, hw, req, inst)
     cmax = sv.max_concurrency(mem, spec, inst, context)
-    ev = {"inst": inst, "memory": mem, "longest_context": sv.longest_context(mem, spec), "max_concurrency": cmax}
+    ev = {"inst": inst, "memory": mem, "longest_context": sv.longest_context(mem, spec),
+          "longest_context_bound": sv.context_bound(mem, spec), "max_concurrency": cmax}
     if mem.kv_cache <= 0 or ev["longest_context"] < context or cmax < 1:
         return ev, []
     if role == "prefill":  # compute-bound: prompts back to back, one at a time, gain nothing from batching
@@ -467,7 +508,7 @@ def _worker_row(ev: dict, point: dict, role: str, count: int) -> dict:
            "memory_bytes": {"weights": mem.weights, "activations": mem.activations, "kv_cache": mem.kv_cache,
                             "reserve": mem.reserve, "capacity": mem.capacity},
            "kv_tokens": mem.kv_tokens, "max_concurrency": ev["max_concurrency"],
-           "longest_context": ev["longest_context"],
+           "longest_context": ev["longest_context"], "longest_context_bound": ev["longest_context_bound"],
            "requests_per_s": round(point["requests_per_s"] * count, 3)}
     if role == "prefill":
         row["ttft_ms"] = round(point["ttft_s"] * 1e3, 1)
@@ -534,7 +575,8 @@ def disaggregated_plan(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, coef
             "prefill_parallelism": next(r["parallelism"] for r in rows if r["role"] == "prefill"),
             "gpus": gpus, "concurrency": top["concurrency"], "memory_bytes": top["memory_bytes"],
             "kv_tokens": top["kv_tokens"], "max_concurrency": top["max_concurrency"],
-            "longest_context": top["longest_context"], "ttft_ms": ttft, "tpot_ms": tpot,
+            "longest_context": top["longest_context"], "longest_context_bound": top["longest_context_bound"],
+            "ttft_ms": ttft, "tpot_ms": tpot,
             "request_latency_ms": round(latency, 1), "tokens_per_s": round(tokens, 1),
             "tokens_per_s_per_gpu": round(tokens / gpus, 1), "tokens_per_s_per_user": round(1e3 / tpot, 1),
             "requests_per_s": round(sum(r["requests_per_s"] for r in decode_rows), 3)}

@@ -228,13 +228,46 @@ def test_fc18_gpt_oss_refuses_default_context_and_proposes_length_or_tp2(tmp_pat
 # ---------------------------------------------------------------- engine-specific rules
 
 def test_unknown_flag_is_an_error_with_the_closest_real_flag(tmp_path):
-    result = check_launch_file(_file(tmp_path, "vllm serve meta-llama/Llama-3.1-8B --tensor-parallel 1\n"),
+    # Misspelt (not abbreviated: argparse takes an unambiguous prefix, see below).
+    result = check_launch_file(_file(tmp_path, "vllm serve meta-llama/Llama-3.1-8B --tensor-paralel-size 1\n"),
                                cluster="dgx-h100")
     v = next(v for v in result["violations"] if v["rule"] == "unknown_flag")
     assert "did you mean --tensor-parallel-size" in v["message"]
     result = check_launch_file(_file(tmp_path, "python -m sglang.launch_server --model-path meta-llama/Llama-3.1-8B "
-                                               "--mem-fraction 0.8\n", "s.sh"), cluster="dgx-h100")
+                                               "--mem-fracton-static 0.8\n", "s.sh"), cluster="dgx-h100")
     assert "did you mean --mem-fraction-static" in result["violations"][0]["message"]
+
+
+def test_sglang_documented_tp_dp_abbreviations_are_read_as_the_flags(tmp_path):
+    """SGLang's docs write `--tp 8 --dp 8`: its plain argparse parser takes an unambiguous prefix
+    (allow_abbrev), and sglang_flags.txt has one flag starting with `--tp` (--tp-size) and one with
+    `--dp` (--dp-size). The deprecated --dp-size N --enable-dp-attention is attention DP N inside
+    the 8 tp ranks: 8 GPUs, no replicas."""
+    assert [f for f in sglang_flags.ALL_FLAGS if f.startswith("--tp")] == ["--tp-size"]
+    assert [f for f in sglang_flags.ALL_FLAGS if f.startswith("--dp")] == ["--dp-size"]
+    text = ("python -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3 --tp 8 --enable-dp-attention "
+            "--dp 8 --mem-fraction-static 0.95\n")
+    result = check_launch_file(_file(tmp_path, text), cluster="hgx-h200")
+    assert "unknown_flag" not in _rules(result)
+    row = result["launches"][0]
+    assert row["parallelism"]["tp"] == 8 and row["parallelism"]["dp"] == 8 and row["parallelism"]["replicas"] == 1
+    assert row["world"] == 8 and "dp_attention_deprecated" in _rules(result, "warning")
+    eq = check_launch_file(_file(tmp_path, text.replace("--tp 8", "--tp=4"), "eq.sh"), cluster="hgx-h200")
+    assert eq["launches"][0]["parallelism"]["tp"] == 4
+
+
+def test_vllm_abbreviations_follow_argparse(tmp_path):
+    """vLLM 0.33.0's FlexibleArgumentParser leaves allow_abbrev on: `--tensor-parallel 4` is
+    --tensor-parallel-size 4 (its only flag with that prefix); `--dp` starts four flags
+    (--dp-supervisor-*) and argparse exits with 'ambiguous option'; `--tp` starts none."""
+    model = "vllm serve meta-llama/Llama-3.1-70B "
+    short = check_launch_file(_file(tmp_path, model + "--tensor-parallel 4\n"), cluster="hgx-h200")
+    assert short["launches"][0]["parallelism"]["tp"] == 4 and "unknown_flag" not in _rules(short)
+    dp = check_launch_file(_file(tmp_path, model + "--dp 2\n", "dp.sh"), cluster="hgx-h200")
+    v = next(v for v in dp["violations"] if v["rule"] == "unknown_flag")
+    assert "ambiguous" in v["message"] and "--dp-supervisor-probe-interval-s" in v["message"]
+    tp = check_launch_file(_file(tmp_path, model + "--tp 4\n", "tp.sh"), cluster="hgx-h200")
+    assert "is not a flag of vLLM" in next(v for v in tp["violations"] if v["rule"] == "unknown_flag")["message"]
 
 
 def test_sglang_dp_attention_deprecated_spelling_and_refused_mix(tmp_path):
@@ -353,3 +386,35 @@ def test_emit_contradicting_engine_is_bad_input():
     proc = _planner("serve-plan", "-m", "llama-3.1-8b", "-c", "dgx-h100", "--gpus", "1", "--input-len", "100",
                     "--output-len", "10", "--engine", "vllm", "--emit", "sglang")
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_longest_context_capped_and_max_model_len_past_the_model(tmp_path):
+    """DeepSeek-V3 FP8 on 8 H200: the KV pool holds far more than one 163,840-token sequence
+    (47.7 GiB / 70,272 B per token ~ 729k), but the longest context is the model's maximum, and
+    the output says which bound binds; a --max-model-len past it is the engines' start-up error."""
+    result = check_launch_file(_file(tmp_path, "vllm serve deepseek-ai/DeepSeek-V3 --tensor-parallel-size 8\n"),
+                               cluster="hgx-h200", gpus=8)
+    rec = result["launches"][0]["recomputed"]
+    assert rec["kv_tokens"] > 163_840 and rec["longest_context"] == 163_840
+    assert rec["longest_context_bound"] == "max_position_embeddings"
+    longer = check_launch_file(_file(tmp_path, "vllm serve deepseek-ai/DeepSeek-V3 --tensor-parallel-size 8 "
+                                               "--max-model-len 200000\n", "l.sh"), cluster="hgx-h200", gpus=8)
+    v = next(v for v in longer["violations"] if v["rule"] == "context_exceeds_model")
+    assert v["fix"] == "--max-model-len 163840" and "kv_pool_too_small" not in _rules(longer)
+
+
+def test_instruct_checkpoint_resolves_to_its_base_entry(tmp_path):
+    """meta-llama/Llama-3.1-70B-Instruct has the base's architecture (hidden 8192, 80 layers, 64 / 8
+    heads, intermediate 28672, vocab 128256, max_position_embeddings 131072): the catalog lists it in
+    hf_aliases. A suffix is not matched by rule: Qwen3-235B-A22B-Instruct-2507 (a 256K context
+    against the base's 40,960) is not the catalog's qwen3-235b-a22b, and stays bad input."""
+    ok = check_launch_file(_file(tmp_path, "vllm serve meta-llama/Llama-3.1-70B-Instruct -tp 4\n"),
+                           cluster="hgx-h200", gpus=4)
+    assert ok["model"] == "llama-3.1-70b" and ok["verdict"] == "pass"
+    sglang = check_launch_file(_file(tmp_path, "python -m sglang.launch_server --model-path "
+                                               "meta-llama/llama-3.1-8b-instruct\n", "s.sh"), cluster="dgx-h100", gpus=1)
+    assert sglang["model"] == "llama-3.1-8b"
+    proc = subprocess.run([sys.executable, "-m", "planner", "check", str(_file(
+        tmp_path, "vllm serve Qwen/Qwen3-235B-A22B-Instruct-2507 -tp 8\n", "q.sh")), "-c", "hgx-h200"],
+        capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 2 and "hf_aliases" in proc.stderr

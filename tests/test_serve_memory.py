@@ -132,6 +132,22 @@ def test_longest_context_and_concurrency():
     spec = load_model("llama-3.1-8b")
     mem = sv.serving_memory(spec, sv.Instance(), capacity=80 * GIB, weight_format="bf16", kv_dtype="bf16",
                             engine="vllm", fraction=0.9)
-    assert sv.longest_context(mem, spec) == mem.kv_cache // 131072
+    assert sv.pool_context(mem, spec) == mem.kv_cache // 131072 > 131072  # ~444k tokens in the pool
+    assert sv.longest_context(mem, spec) == 131072  # max_position_embeddings binds
     assert mem.kv_tokens == mem.kv_cache // 131072
     assert sv.max_concurrency(mem, spec, sv.Instance(), 4096) == mem.kv_cache // (131072 * 4096)
+
+
+@pytest.mark.parametrize("pool_tokens, longest, bound", [(200_000, 163_840, "max_position_embeddings"),
+                                                         (100_000, 100_000, "kv_pool")])
+def test_longest_context_capped_at_the_model_maximum(pool_tokens, longest, bound):
+    """DeepSeek-V3 caches 61 x (512 + 64) x 2 = 70,272 B per token; a pool of 200,000 tokens still
+    serves one sequence of at most max_position_embeddings 163,840 (the engines refuse a longer
+    max_model_len), a pool of 100,000 tokens binds at 100,000."""
+    spec = load_model("deepseek-v3")
+    assert spec.max_position_embeddings == 163_840
+    mem = sv.ServingMemory(weights=0, activations=0, reserve=0, kv_cache=pool_tokens * 70_272, capacity=0,
+                           kv_bytes_per_token=70_272, kv_window_bytes=0, kv_tokens=0, engine="vllm",
+                           budget_fraction=0.9)
+    assert sv.pool_context(mem, spec) == pool_tokens
+    assert sv.longest_context(mem, spec) == longest and sv.context_bound(mem, spec) == bound

@@ -27,6 +27,8 @@ import shlex
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import yaml
+
 from planner.cost import serving as sv
 from planner.errors import PlannerError, SpecError
 from planner.placement.rules import Violation
@@ -114,9 +116,36 @@ def find_launcher(words: list[str], launchers: tuple[tuple[str, ...], ...]) -> i
     return None
 
 
+def option(name: str, known: frozenset[str], aliases: dict[str, str]) -> str:
+    """The option a command-line word names, resolved as the engine's argparse parser does it, in
+    its canonical spelling (`aliases`): the word itself when the parser defines it, else the one
+    option string a `--` word is an unambiguous prefix of (argparse `allow_abbrev`, default True,
+    which neither engine turns off: vLLM 0.33.0 `vllm/utils/argparse_utils.py`
+    FlexibleArgumentParser(ArgumentParser) and its `vllm serve` subparser; SGLang 0.5.23
+    `srt/server_args.py` prepare_server_args builds a plain `argparse.ArgumentParser`; Python's
+    `argparse.ArgumentParser._get_option_tuples` matches every option string that starts with the
+    word, and more than one match is its 'ambiguous option' error). An unknown or ambiguous word
+    comes back as written; `unknown_flags` reports it.
+
+    Example: SGLang's documented `--tp 8` is its tensor-parallel size flag (the only one of its
+    option strings that starts with `--tp`)."""
+    if name not in known and name.startswith("--"):
+        matches = prefix_matches(name, known)
+        if len(matches) == 1:
+            name = matches[0]
+    return aliases.get(name, name)
+
+
+def prefix_matches(name: str, known: frozenset[str]) -> list[str]:
+    """The option strings a `--` word abbreviates (argparse prefix matching), sorted."""
+    return sorted(k for k in known if k.startswith(name)) if name.startswith("--") else []
+
+
 def split_commands(text: str, file: str, launchers, aliases: dict[str, str],
-                   switches: frozenset[str], underscores: bool) -> list[Command]:
-    """Every command line of `text` that starts an engine (`launchers`), split into flags.
+                   switches: frozenset[str], underscores: bool, known: frozenset[str]) -> list[Command]:
+    """Every command line of `text` that starts an engine (`launchers`), split into flags; a flag
+    the command abbreviates is read as the flag it stands for (`option`; `known`: every option
+    string of the engine's parser).
 
     Raises:
         SpecError: a shell syntax error (exit 2).
@@ -142,7 +171,7 @@ def split_commands(text: str, file: str, launchers, aliases: dict[str, str],
             name, eq, value = word.partition("=")
             if underscores and name.startswith("--"):
                 name = "--" + name[2:].replace("_", "-")
-            canonical = aliases.get(name, name)
+            canonical = option(name, known, aliases)
             if not eq:
                 if canonical in switches or i >= len(words) or words[i].startswith("--"):
                     value = True
@@ -155,10 +184,20 @@ def split_commands(text: str, file: str, launchers, aliases: dict[str, str],
 
 
 def unknown_flags(command: Command, known: frozenset[str], engine: str, version: str) -> list[Violation]:
-    """`unknown_flag` (error) for each flag the engine's parser does not define, with the closest one."""
+    """`unknown_flag` (error) for each flag the engine's parser does not define, with the closest one,
+    and for each abbreviation that more than one of its flags starts with (argparse exits:
+    'ambiguous option')."""
     out = []
     for name, spelled in command.spelled.items():
         if name in known or spelled in known:
+            continue
+        matches = prefix_matches(spelled, known)
+        if len(matches) > 1:
+            out.append(Violation(
+                rule="unknown_flag",
+                message=f"{spelled} is ambiguous: {engine}'s argument parser exits with 'ambiguous option: "
+                        f"{spelled} could match {', '.join(matches)}' ({version})",
+                fix=f"write the whole flag, one of {', '.join(matches)}"))
             continue
         close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
         out.append(Violation(
@@ -214,6 +253,31 @@ def choice(command: Command, flag: str, table: dict, file: str, what: str):
     return table[value]
 
 
+def weight_format(command: Command, flag: str, table: dict, spec: ModelSpec, file: str,
+                  engine: str) -> tuple[str, list[Violation]]:
+    """(the weight format a launch runs, findings): the format the command's quantization `flag`
+    names (`table`: its values -> the planner's formats), else the checkpoint's own (config.json
+    quantization_config, `ModelSpec.weight_format`), which both engines load when `flag` is
+    absent; `fp8` on a block-scaled fp8 checkpoint runs its blocks; bf16 when neither names one.
+    Another format than the checkpoint's is an error: both engines refuse it at start-up ('Quantization
+    method specified in the model config (...) does not match the quantization method specified in
+    the `quantization` argument': vLLM 0.33.0 `vllm/config/model.py` ModelConfig._verify_quantization,
+    SGLang 0.5.23 `srt/configs/model_config.py` _verify_quantization)."""
+    given = choice(command, flag, table, file, "weight formats")
+    own = spec.weight_format
+    if given is None:
+        return own or "bf16", []
+    if own is None or given == own:
+        return given, []
+    if given == "fp8" and own == "fp8-block":
+        return own, []
+    return own, [Violation(
+        rule="quantization_mismatch",
+        message=f"{flag} {command.flags[flag]} ({given} weights) but {spec.name}'s checkpoint is {own} (its "
+                f"config.json quantization_config); {engine} refuses the mismatch at start-up",
+        fix=f"remove {flag} (the checkpoint's {own} is loaded), or serve a {given} checkpoint")]
+
+
 def visible_gpus(command: Command, file: str) -> int | None:
     """GPUs the CUDA_VISIBLE_DEVICES prefix gives (None: not set)."""
     value = command.env.get(VISIBLE)
@@ -227,7 +291,12 @@ def visible_gpus(command: Command, file: str) -> int | None:
 
 def resolve_model(ref: str | None, given: str | None, file: str, flag: str) -> ModelSpec:
     """The model a command serves: `check --model` when given, else its model path (a catalog name,
-    a local directory with config.json, or a Hugging Face id the catalog lists as `hf_id`).
+    a local directory with config.json, or a Hugging Face id the catalog lists as `hf_id` or among
+    `hf_aliases`: checkpoints whose config.json has the same architecture fields, such as
+    meta-llama/Llama-3.1-70B-Instruct for Llama-3.1-70B. A suffix is not matched by rule: a
+    post-trained release may change the context (Qwen3-235B-A22B-Instruct-2507 is served at a 256K
+    context; the base's max_position_embeddings is 40,960), so an alias is listed only where the
+    configs are known to agree).
 
     Raises:
         SpecError: neither resolves (exit 2), naming the option that supplies it.
@@ -241,11 +310,13 @@ def resolve_model(ref: str | None, given: str | None, file: str, flag: str) -> M
     if Path(ref).exists() or (CATALOG_DIR / f"{ref}.yaml").exists():
         return load_model(ref)
     for path in sorted(CATALOG_DIR.glob("*.yaml")):
-        match = re.search(r"^hf_id:\s*(\S+)", path.read_text(), re.M)
-        if match and match.group(1).lower() == ref.lower():
+        entry = yaml.safe_load(path.read_text())
+        ids = [entry.get("hf_id"), *(entry.get("hf_aliases") or ())]
+        if ref.lower() in (str(i).lower() for i in ids if i):
             return load_model(path.stem)
     raise SpecError(f"model {ref!r} is neither a local directory with config.json, a catalog name, nor a "
-                    f"catalog model's Hugging Face id; give check --model NAME|PATH", file=file, key=flag)
+                    f"catalog model's Hugging Face id (hf_id or hf_aliases); give check --model NAME|PATH",
+                    file=file, key=flag)
 
 
 def load_cluster_for(cluster: str | None, file: str) -> ClusterSpec:
@@ -319,7 +390,7 @@ def alternatives(spec: ModelSpec, hw: ClusterSpec, gpus: int, launch: Launch, sp
                 break
             mem = _memory(spec, hw, trial)
             text = spell(tp, pp, gpus // (tp * pp))
-            if mem.kv_cache > 0 and sv.longest_context(mem, spec) >= launch.max_model_len:
+            if mem.kv_cache > 0 and sv.pool_context(mem, spec) >= launch.max_model_len:
                 fits.append(f"{text} (KV pool {mem.kv_cache / GIB:.1f} GiB per GPU)")
                 break
             if pp == 1:
@@ -335,7 +406,7 @@ def _more_gpus(spec: ModelSpec, hw: ClusterSpec, room: int, launch: Launch, spel
         if _shape_findings(spec, trial):
             continue
         mem = _memory(spec, hw, trial)
-        if mem.kv_cache > 0 and sv.longest_context(mem, spec) >= launch.max_model_len:
+        if mem.kv_cache > 0 and sv.pool_context(mem, spec) >= launch.max_model_len:
             return f"{spell(tp, 1, 1)} on {tp} GPUs (KV pool {mem.kv_cache / GIB:.1f} GiB per GPU)"
     return None
 
@@ -355,7 +426,7 @@ def _memory_findings(spec: ModelSpec, hw: ClusterSpec, launch: Launch, mem: sv.S
     f, out = launch.flag, []
     cap = mem.capacity / GIB
     budget = launch.fraction * cap
-    longest = sv.longest_context(mem, spec)
+    longest = sv.pool_context(mem, spec)
     terms = (f"weights {mem.weights / GIB:.2f} GiB + activation peak {mem.activations / GIB:.2f} GiB "
              f"(--{f['max_num_batched_tokens'].lstrip('-')} {launch.max_num_batched_tokens}) + reserve "
              f"{mem.reserve / GIB:.2f} GiB")
@@ -398,18 +469,21 @@ def _memory_findings(spec: ModelSpec, hw: ClusterSpec, launch: Launch, mem: sv.S
     return out
 
 
-def _format_findings(hw: ClusterSpec, launch: Launch, quant_flag: str) -> list[Violation]:
+def _format_findings(spec: ModelSpec, hw: ClusterSpec, launch: Launch, quant_flag: str) -> list[Violation]:
     """Weight format vs the GPU: fp8 / int / fp4 kernels need Ampere or later (no bf16 tensor cores:
-    pre-Ampere); without native fp8 / fp4 the engines run weight-only kernels (Marlin), GEMMs in bf16."""
+    pre-Ampere); without native fp8 / fp4 the engines run weight-only kernels (Marlin), GEMMs in bf16.
+    A format that is the checkpoint's own is not undone by removing the flag: the fix names a bf16 checkpoint."""
     fmt, peaks = launch.weight_format, hw.gpu.peak_tflops
     if fmt == "bf16":
         return []
     if "bf16" not in peaks:
+        own = fmt == spec.weight_format
         return [Violation(rule="quantization_unsupported",
-                          message=f"{quant_flag} ({fmt} weights) needs Ampere or later; {hw.gpu.name} has no bf16 "
-                                  f"tensor cores, and vLLM's and SGLang's {fmt} kernels (native or Marlin "
-                                  f"weight-only) need compute capability 8.0", fix=f"remove {quant_flag}")]
-    native = "fp8" if fmt.startswith("fp8") else ("fp4" if fmt in ("mxfp4", "nvfp4") else None)
+                          message=f"{'the checkpoint' if own else quant_flag} ({fmt} weights) needs Ampere or later; "
+                                  f"{hw.gpu.name} has no bf16 tensor cores, and vLLM's and SGLang's {fmt} kernels "
+                                  f"(native or Marlin weight-only) need compute capability 8.0",
+                          fix=f"a bf16 checkpoint of {spec.name}" if own else f"remove {quant_flag}")]
+    native = sv.native_dtype(fmt)
     if native and native not in peaks:
         return [Violation(rule="quantization_weight_only", severity="warning",
                           message=f"{hw.gpu.name} has no {native} tensor cores: {launch.engine} runs {fmt} as "
@@ -443,8 +517,8 @@ def evaluate(file: str, kind: str, spec: ModelSpec, hw: ClusterSpec, gpus: int, 
             if wider:
                 fix += f"; with more GPUs: {wider}"
             shape[0] = replace(shape[0], fix=fix)
-        found = [*launch.findings, *_world_findings(hw, launch), *shape,
-                 *_format_findings(hw, launch, launch.flag["quantization"])]
+        found = [*launch.findings, *_world_findings(hw, launch), *shape, *_length_findings(spec, launch),
+                 *_format_findings(spec, hw, launch, launch.flag["quantization"])]
         row = {"line": launch.line, "engine": launch.engine, "role": launch.role,
                "parallelism": {"tp": launch.inst.tp, "pp": launch.inst.pp, "ep": launch.inst.ep,
                                "dp": launch.inst.adp, "replicas": launch.replicas},
@@ -457,6 +531,7 @@ def evaluate(file: str, kind: str, spec: ModelSpec, hw: ClusterSpec, gpus: int, 
                                  "reserve": mem.reserve, "capacity": mem.capacity},
                 "budget_fraction": launch.fraction, "kv_bytes_per_token": mem.kv_bytes_per_token,
                 "kv_tokens": mem.kv_tokens, "longest_context": sv.longest_context(mem, spec),
+                "longest_context_bound": sv.context_bound(mem, spec),
                 "max_model_len": launch.max_model_len,
                 "max_concurrency": sv.max_concurrency(mem, spec, launch.inst, launch.max_model_len),
                 "vocab_rows": sv.vocab_rows(spec, launch.inst.tp)}
@@ -479,6 +554,18 @@ def evaluate(file: str, kind: str, spec: ModelSpec, hw: ClusterSpec, gpus: int, 
             "violations": [{"rule": v.rule, "severity": v.severity, "message": v.message, "fix": v.fix,
                             "line": line} for line, v in violations],
             "warnings": list(dict.fromkeys(warnings))}
+
+
+def _length_findings(spec: ModelSpec, launch: Launch) -> list[Violation]:
+    """A max_model_len past the model's max_position_embeddings: both engines refuse it at start-up
+    (vLLM 0.33.0 `vllm/config/model.py` _get_and_verify_max_len, unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1;
+    SGLang 0.5.23 `srt/configs/model_config.py`, unless SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1)."""
+    flag, most = launch.flag["max_model_len"], spec.max_position_embeddings
+    if launch.max_model_len <= most:
+        return []
+    return [Violation(rule="context_exceeds_model",
+                      message=f"{flag} {launch.max_model_len} exceeds {spec.name}'s max_position_embeddings {most}: "
+                              f"{launch.engine} refuses it at start-up", fix=f"{flag} {most}")]
 
 
 def _relief(spec: ModelSpec, hw: ClusterSpec, room: int, launch: Launch, mem: sv.ServingMemory, spell) -> str:

@@ -102,7 +102,8 @@ def check_serving_plan(path: str) -> dict:
         cmax = sv.max_concurrency(mem, spec, inst, req.context)
         recomputed = {"memory_bytes": {"weights": mem.weights, "activations": mem.activations,
                                        "kv_cache": mem.kv_cache, "reserve": mem.reserve, "capacity": mem.capacity},
-                      "kv_tokens": mem.kv_tokens, "max_concurrency": cmax, "longest_context": longest}
+                      "kv_tokens": mem.kv_tokens, "max_concurrency": cmax, "longest_context": longest,
+                      "longest_context_bound": sv.context_bound(mem, spec)}
         concurrency = plan.get("concurrency") or 1
         if mem.kv_cache <= 0:
             fail("memory", f"weights {mem.weights / sv.GIB:.2f} GiB leave no KV pool ({mem.kv_cache / sv.GIB:.2f} GiB) "

@@ -37,7 +37,8 @@ def looks_like(text: str) -> bool:
 
 def commands(path: Path, text: str, mapping: dict | None) -> tuple[str, list[el.Command]]:
     """(kind, the launches of the file). Raises: SpecError (shell syntax, no launch)."""
-    found = el.split_commands(text, str(path), s.LAUNCHERS, s.ALIASES, s.SWITCHES, underscores=False)
+    found = el.split_commands(text, str(path), s.LAUNCHERS, s.ALIASES, s.SWITCHES, underscores=False,
+                                known=s.ALL_FLAGS)
     if not found:
         raise SpecError("no `python -m sglang.launch_server` command line in the file", file=str(path))
     return KIND, found
@@ -65,6 +66,8 @@ def launch(command: el.Command, spec: ModelSpec, hw: ClusterSpec, file: str) -> 
     nnodes = el.integer(command, f["nnodes"], 1, file)
     a2a = str(flags.get(f["a2a"], s.A2A_NONE))
     findings = el.unknown_flags(command, s.ALL_FLAGS, "SGLang", s.VERSION)
+    weights, mismatch = el.weight_format(command, f["quantization"], s.QUANTIZATION, spec, file, "SGLang")
+    findings += mismatch
     if flags.get(f["dp_attention"]) is True:
         if adp == 1 and dp > 1:
             adp, dp = dp, 1
@@ -86,6 +89,12 @@ def launch(command: el.Command, spec: ModelSpec, hw: ClusterSpec, file: str) -> 
                                   fix=f"{f['adp']} among the divisors of {tp}"))
         adp = 1
     ep = _expert_parallel(spec, tp, ep, a2a, findings)
+    if "bf16" not in hw.gpu.peak_tflops:
+        findings.append(Violation(
+            rule="legacy_gpu", severity="warning",
+            message=f"{hw.gpu.name} has no bf16: SGLang runs float16 below compute capability 8.0 and exits below 7.5 "
+                    f"('SGLang only supports sm75 and above'; {s.VERSION} model_runner_components/load_model_utils.py "
+                    f"maybe_downgrade_dtype_for_legacy_gpu): a V100 (7.0) does not start", fix=""))
     if nnodes > 1 and tp * pp % nnodes == 0 and tp * pp // nnodes < hw.gpus_per_node:
         findings.append(Violation(
             rule="tp_per_node", severity="warning",
@@ -99,7 +108,7 @@ def launch(command: el.Command, spec: ModelSpec, hw: ClusterSpec, file: str) -> 
         max_num_seqs=el.integer(command, f["max_num_seqs"], None, file),
         max_num_batched_tokens=el.integer(command, f["max_num_batched_tokens"], sv.DEFAULT_MAX_NUM_BATCHED_TOKENS * adp,
                                           file) // adp,
-        weight_format=el.choice(command, f["quantization"], s.QUANTIZATION, file, "weight formats") or "bf16",
+        weight_format=weights,
         kv_dtype=el.choice(command, f["kv_dtype"], s.KV_DTYPES, file, "KV-cache dtypes") or "bf16",
         visible_gpus=el.visible_gpus(command, file), nnodes=nnodes,
         role=el.choice(command, f["disagg_mode"], {m: m for m in s.DISAGG_MODES}, file, "disaggregation roles"),

@@ -54,10 +54,11 @@ def is_config(mapping: dict | None) -> bool:
 
 def config_flags(mapping: dict) -> dict[str, str | bool]:
     """A config mapping's keys as flags (FlexibleArgumentParser: `key: value` is `--key value`,
-    `key: true` a switch, `key: false` leaves it unset)."""
+    `key: true` a switch, `key: false` leaves it unset; parsed as the command line, abbreviations
+    included: `engine_launch.option`)."""
     out: dict[str, str | bool] = {}
     for key, value in mapping.items():
-        flag = v.ALIASES.get(_flag_of(key), _flag_of(key))
+        flag = el.option(_flag_of(key), v.ALL_FLAGS, v.ALIASES)
         if value is True:
             out[flag] = True
         elif value is False or value is None:
@@ -78,7 +79,8 @@ def commands(path: Path, text: str, mapping: dict | None) -> tuple[str, list[el.
         flags = config_flags(mapping)
         return KIND_CONFIG, [el.Command(line=1, env={}, positional=[], flags=flags,
                                         spelled={f: f for f in flags})]
-    found = el.split_commands(text, file, v.LAUNCHERS, v.ALIASES, v.SWITCHES, underscores=True)
+    found = el.split_commands(text, file, v.LAUNCHERS, v.ALIASES, v.SWITCHES, underscores=True,
+                                known=v.ALL_FLAGS)
     out = []
     for command in found:
         config = command.flags.get(v.CONFIG)
@@ -86,7 +88,7 @@ def commands(path: Path, text: str, mapping: dict | None) -> tuple[str, list[el.
             from planner.specs import files
             where = Path(config) if Path(config).is_absolute() else path.parent / config
             extra = files.read_mapping(where, "vLLM config keys")
-            unknown = [k for k in extra if _flag_of(k) not in v.ALL_FLAGS]
+            unknown = [k for k in extra if el.option(_flag_of(k), v.ALL_FLAGS, {}) not in v.ALL_FLAGS]
             if unknown:
                 raise SpecError(f"key {unknown[0]!r} is not a vLLM flag (vLLM's config parser exits on it)",
                                 file=str(where), key=str(unknown[0]))
@@ -117,6 +119,8 @@ def launch(command: el.Command, spec: ModelSpec, hw: ClusterSpec, file: str) -> 
     dp = el.integer(command, f["dp"], 1, file)
     ep_on = flags.get(f["ep"]) is True and f["ep_off"] not in flags
     findings = el.unknown_flags(command, v.ALL_FLAGS, "vLLM", v.VERSION)
+    weights, mismatch = el.weight_format(command, f["quantization"], v.QUANTIZATION, spec, file, "vLLM")
+    findings += mismatch
     if ep_on and not spec.is_moe:
         findings.append(Violation(rule="expert_parallel_unused", severity="warning",
                                   message=f"{f['ep']} on {spec.name}, which has no routed experts: no effect",
@@ -126,6 +130,7 @@ def launch(command: el.Command, spec: ModelSpec, hw: ClusterSpec, file: str) -> 
                                   message=f"{f['a2a']} {flags[f['a2a']]} without {f['ep']}: vLLM dispatches "
                                           f"tokens to experts by all-to-all only under expert parallelism",
                                   fix=f"add {f['ep']} or remove {f['a2a']}"))
+    findings += _dtype_findings(command, hw, weights, file)
     if spec.is_moe:
         inst = sv.Instance(tp=tp * dp, pp=pp, ep=tp * dp if ep_on else 1, adp=dp)
         replicas = 1
@@ -138,12 +143,38 @@ def launch(command: el.Command, spec: ModelSpec, hw: ClusterSpec, file: str) -> 
         max_model_len=el.integer(command, f["max_model_len"], spec.max_position_embeddings, file),
         max_num_seqs=el.integer(command, f["max_num_seqs"], None, file),
         max_num_batched_tokens=el.integer(command, f["max_num_batched_tokens"], batched, file),
-        weight_format=el.choice(command, f["quantization"], v.QUANTIZATION, file, "weight formats") or "bf16",
+        weight_format=weights,
         kv_dtype=el.choice(command, f["kv_dtype"], v.KV_DTYPES, file, "KV-cache dtypes") or "bf16",
         visible_gpus=el.visible_gpus(command, file), nnodes=el.integer(command, f["nnodes"], 1, file),
         role="disaggregated" if f["kv_transfer"] in flags else None, flag=f,
         degrees={k: n for k, n in ((f["tp"], tp), (f["pp"], pp), (f["dp"], dp)) if n > 1 or k == f["tp"]},
         findings=tuple(findings))
+
+
+def _dtype_findings(command: el.Command, hw: ClusterSpec, weights: str, file: str) -> list[Violation]:
+    """The dtype flag on a GPU without bf16 (its peak_tflops has none: V100). vLLM 0.33.0 refuses an explicit
+    bfloat16 there (`vllm/platforms/cuda.py` CudaPlatform.check_if_supports_dtype: 'Bfloat16 is only
+    supported on GPUs with compute capability of at least 8.0 ... use float16 instead', called by
+    `vllm/v1/worker/gpu_worker.py` at start-up); with dtype auto (the default) it falls back to
+    float16 with a warning (`vllm/config/model.py` _resolve_auto_dtype: bfloat16 is not among
+    CudaPlatform.supported_dtypes below 8.0), 2 bytes per element as bf16."""
+    flag = v.FLAG["dtype"]
+    dtype = el.choice(command, flag, v.DTYPES, file, "dtypes")
+    if "bf16" in hw.gpu.peak_tflops:
+        return []
+    half = next(k for k, d in v.DTYPES.items() if d == "fp16")
+    if dtype == "bf16":
+        return [Violation(rule="dtype_unsupported",
+                          message=f"{flag} {command.flags[flag]} on {hw.gpu.name}, which has no bf16: vLLM exits at "
+                                  f"start-up ('Bfloat16 is only supported on GPUs with compute capability of at "
+                                  f"least 8.0'; {v.VERSION} platforms/cuda.py check_if_supports_dtype)",
+                          fix=f"{flag} {half}")]
+    if dtype is None and weights == "bf16":
+        return [Violation(rule="dtype_fallback", severity="warning",
+                          message=f"{hw.gpu.name} has no bf16: vLLM runs the bf16 checkpoint in float16 (its auto "
+                                  f"dtype falls back, config/model.py _resolve_auto_dtype); same 2 bytes per element",
+                          fix=f"{flag} {half} to say so")]
+    return []
 
 
 def spell(tp: int, pp: int, replicas: int) -> str:

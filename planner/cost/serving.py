@@ -54,6 +54,7 @@ class WeightFormat:
 
 WEIGHT_FORMATS: dict[str, WeightFormat] = {
     "bf16": WeightFormat(16, 0, 0, "2 bytes per element"),
+    "fp16": WeightFormat(16, 0, 0, "2 bytes per element (GPUs without bf16: V100 runs a bf16 checkpoint in fp16)"),
     "fp8": WeightFormat(8, 0, 4, "FP8 E4M3 with one fp32 scale per tensor (vLLM Fp8LinearMethod, "
                                  "per-tensor checkpoints such as nvidia/*-FP8)"),
     "fp8-block": WeightFormat(8, 128 * 128, 4, "FP8 E4M3 with one fp32 scale per 128x128 block "
@@ -71,6 +72,14 @@ WEIGHT_FORMATS: dict[str, WeightFormat] = {
 
 KV_DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1}
 """Bytes per cached K/V element. Source: element sizes of torch.bfloat16 / float8_e4m3fn."""
+
+def native_dtype(weight_format: str) -> str | None:
+    """The tensor-core dtype a weight format's GEMMs run in where the GPU has it (`peak_tflops` key):
+    fp8 for the fp8 formats, fp4 for mxfp4 / nvfp4, None for the others (bf16 / fp16 GEMMs)."""
+    if weight_format.startswith("fp8"):
+        return "fp8"
+    return "fp4" if weight_format in ("mxfp4", "nvfp4") else None
+
 
 DENSE_ONLY_FORMATS = {"mxfp4"}
 """Formats that models ship for the routed experts only (gpt-oss: MXFP4 experts, bf16 attention)."""
@@ -298,13 +307,27 @@ def max_concurrency(mem: ServingMemory, spec: ModelSpec, inst: Instance, context
     return int(max(mem.kv_cache, 0) // per_seq) * inst.adp if per_seq > 0 else 0
 
 
-def longest_context(mem: ServingMemory, spec: ModelSpec) -> int:
-    """Longest single sequence the pool holds, tokens (window layers at their full window)."""
+def pool_context(mem: ServingMemory, spec: ModelSpec) -> int:
+    """Longest single sequence the KV pool holds, tokens (window layers at their full window)."""
     pool = max(mem.kv_cache, 0)
     if not mem.kv_bytes_per_token:
         return 0
     window = mem.kv_window_bytes if spec.sliding_window else 0
     return int(max(pool - window, 0) // mem.kv_bytes_per_token)
+
+
+def longest_context(mem: ServingMemory, spec: ModelSpec) -> int:
+    """Longest single sequence an instance serves, tokens: what the KV pool holds (`pool_context`),
+    at most the model's max_position_embeddings. Source: vLLM 0.33.0 `vllm/config/model.py`
+    _get_and_verify_max_len (a max_model_len above the derived length is refused unless
+    VLLM_ALLOW_LONG_MAX_MODEL_LEN; for llama3 / yarn / deepseek_yarn RoPE scaling, and without
+    scaling, the derived length is max_position_embeddings, no factor applied)."""
+    return min(pool_context(mem, spec), spec.max_position_embeddings)
+
+
+def context_bound(mem: ServingMemory, spec: ModelSpec) -> str:
+    """What bounds `longest_context`: `max_position_embeddings` (the pool holds more) or `kv_pool`."""
+    return "max_position_embeddings" if pool_context(mem, spec) >= spec.max_position_embeddings else "kv_pool"
 
 
 # ---------------------------------------------------------------- latency

@@ -23,6 +23,8 @@ from planner.errors import SpecError
 
 ENGINES = ("vllm", "sglang")
 """What `serve-plan --emit` writes."""
+HALF = "half"
+"""The dtype value both engines take for fp16 (vLLM ModelDType, SGLang dtype choices)."""
 
 
 @dataclass(frozen=True)
@@ -64,7 +66,10 @@ def script(data: dict, engine: str, model_ref: str, gpus_per_node: int) -> str:
     req = data["request"]
     lines = [f"# planner serve-plan --emit {engine}: {req['model']} on up to {req['gpus']} x {req['cluster']} "
              f"({writer.VERSION}; one command per instance, each on its own GPUs and port)"]
-    if req["weight_dtype"] == "fp8-block":
+    if req.get("checkpoint_weight_dtype") and req["weight_dtype"] == req["checkpoint_weight_dtype"]:
+        lines.append(f"# weights {req['weight_dtype']}: the checkpoint's format (its config.json quantization_config), "
+                     f"which the engine loads without {writer.FLAG['quantization']}")
+    elif req["weight_dtype"] == "fp8-block":
         lines.append("# fp8-block: serve the checkpoint with weight_block_size [128, 128] (the FP8 release); the "
                      "engine reads its block scales (planner check costs it as fp8 per tensor: 4 B per tensor, "
                      "not per 128 x 128 block, 0.02% of the weight bytes)")
@@ -122,11 +127,18 @@ def common(flag: dict, worker: Worker, req: dict, fraction: float, weight_flags:
              flag["fraction"], f"{fraction:g}",
              flag["max_num_seqs"], str(worker.concurrency),
              flag["max_num_batched_tokens"], str(req["max_num_batched_tokens"])]
-    if req["weight_dtype"] != "bf16":
-        if req["weight_dtype"] not in weight_flags:
-            raise SpecError(f"weight format {req['weight_dtype']!r} has no {flag['quantization']} value here; "
+    fmt, own = req["weight_dtype"], req.get("checkpoint_weight_dtype")
+    if fmt == "fp16":
+        words += [flag["dtype"], HALF]
+    elif fmt == "bf16" and own is not None:
+        raise SpecError(f"weight format bf16 is not what the engines load: {req['model']}'s checkpoint is {own} "
+                        f"(its config.json quantization_config), read whatever the flags say; drop --weight-dtype "
+                        f"or serve a bf16 checkpoint", key="--weight-dtype")
+    elif fmt not in ("bf16", own):
+        if fmt not in weight_flags:
+            raise SpecError(f"weight format {fmt!r} has no {flag['quantization']} value here; "
                             f"allowed: bf16, {', '.join(weight_flags)}", key="--weight-dtype")
-        words += [flag["quantization"], weight_flags[req["weight_dtype"]]]
+        words += [flag["quantization"], weight_flags[fmt]]
     if req["kv_dtype"] == "fp8":
         words += [flag["kv_dtype"], kv_value]
     return words

@@ -41,6 +41,7 @@ FLAG = {
     "max_num_batched_tokens": "--chunked-prefill-size",
     "kv_dtype": "--kv-cache-dtype",
     "quantization": "--quantization",
+    "dtype": "--dtype",
     "nnodes": "--nnodes",
     "node_rank": "--node-rank",
     "dist_init": "--dist-init-addr",

@@ -44,6 +44,7 @@ FLAG = {
     "max_num_batched_tokens": "--max-num-batched-tokens",
     "kv_dtype": "--kv-cache-dtype",
     "quantization": "--quantization",
+    "dtype": "--dtype",
     "nnodes": "--nnodes",
     "node_rank": "--node-rank",
     "port": "--port",
@@ -88,6 +89,9 @@ fp8 names vLLM's Fp8LinearMethod, which reads a block-scaled checkpoint's weight
 the checkpoint has one (the planner's `fp8-block`, written the same way)."""
 WEIGHT_FLAGS = {"fp8": "fp8", "fp8-block": "fp8", "mxfp4": "mxfp4", "int4": "awq", "nvfp4": "modelopt_fp4"}
 """Planner weight format -> the --quantization value `serve-plan --emit vllm` writes (bf16: none)."""
+DTYPES = {"auto": None, "half": "fp16", "float16": "fp16", "bfloat16": "bf16", "float": "fp32", "float32": "fp32"}
+"""--dtype values (`vllm/config/model.py` ModelDType @0.33.0) -> the activation / unquantized weight
+dtype (auto: the checkpoint's torch_dtype where the GPU runs it, else float16: _resolve_auto_dtype)."""
 DISAGG_CONNECTOR = '{"kv_connector":"NixlConnector","kv_role":"kv_both"}'
 """--kv-transfer-config of a disaggregated prefill or decode worker (vLLM docs
 `features/disagg_prefill` / `examples/online_serving/disaggregated_serving`: both sides run

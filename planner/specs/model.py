@@ -31,7 +31,7 @@ Keys read (anything else is ignored; `null` means absent):
 
 | model_type | keys |
 |---|---|
-| all | model_type, name, source, hf_id, rope_theta, rope_scaling, hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim, vocab_size, padded_vocab_size, max_position_embeddings, tie_word_embeddings |
+| all | model_type, name, source, hf_id, quantization_config, rope_theta, rope_scaling, hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim, vocab_size, padded_vocab_size, max_position_embeddings, tie_word_embeddings |
 | llama, mistral, qwen2, qwen3, nemotron | intermediate_size, hidden_act, attention_bias, mlp_bias, sliding_window, use_sliding_window (qwen), layer_types |
 | mixtral, qwen2_moe, qwen3_moe | the above + num_local_experts / num_experts, num_experts_per_tok, moe_intermediate_size, decoder_sparse_step, mlp_only_layers, shared_expert_intermediate_size (qwen2_moe) |
 | deepseek_v3, kimi_k2 | intermediate_size, hidden_act, attention_bias, q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim, n_routed_experts, num_experts_per_tok, moe_intermediate_size, n_shared_experts, first_k_dense_replace, moe_layer_freq, num_nextn_predict_layers, norm_topk_prob |
@@ -50,6 +50,17 @@ activations are non-empty strings; layer lists hold valid indices or
 `full_attention`/`sliding_attention`. Two names of one quantity (n_embd and hidden_size,
 experts_per_token and num_experts_per_tok) must agree. A zero or a wrong type is an error naming
 the key the file used, never replaced by a default.
+
+quantization_config (the checkpoint's own weight format; what vLLM and SGLang load when no
+quantization flag is given: vLLM `vllm/config/model.py` ModelConfig._verify_quantization reads the
+config's quantization_config quant_method; SGLang `srt/configs/model_config.py`
+_verify_quantization likewise) is read into `weight_format` (`QUANT_METHODS`): quant_method `fp8`
+with weight_block_size [128, 128] is `fp8-block`, `fp8` without a block size is `fp8` (one scale
+per tensor), `mxfp4` is `mxfp4` (gpt-oss: routed experts only). Any other quant_method
+(compressed-tensors, awq, gptq, modelopt, bitsandbytes, fp8 with another block size, ...) is not
+modelled: `weight_format` stays None and the method is kept in `extra['quant_method']` so that
+serving output can say it costs bf16 instead. It must be a mapping with a string quant_method.
+Training never reads it (a training run keeps bf16 master weights whatever the release format).
 
 Unknown keys: a Hugging Face config pasted as YAML carries keys the planner does not need
 (attn_pdrop, summary_type, init_std, ...); they are ignored, as in `config.json`. In a YAML file
@@ -190,6 +201,9 @@ class ModelSpec:
     """One learned sink logit per head per layer (gpt-oss)."""
     num_nextn_predict_layers: int = 0
     """Multi-token-prediction modules (DeepSeek-V3), excluded from counts unless asked."""
+    weight_format: str | None = None
+    """The checkpoint's weight format, a key of `cost.serving.WEIGHT_FORMATS` read from config.json
+    `quantization_config` (module docstring); None: unquantized, or a method not modelled."""
     extra: dict = field(default_factory=dict, compare=False, repr=False)
     """Descriptive fields kept for output (rope_theta, rope_scaling, ...)."""
 
@@ -275,7 +289,7 @@ _BOOL_KEYS = (
 )
 _TEXT_KEYS = ("name", "source", "hf_id", "hidden_act", "activation_function")
 _OTHER_READ_KEYS = ("model_type", "layer_types", "mlp_only_layers", "rope_theta", "rope_scaling",
-                    "partial_rotary_factor")
+                    "partial_rotary_factor", "quantization_config")
 _READ_KEYS = frozenset(_INT_RULES) | set(_BOOL_KEYS) | set(_TEXT_KEYS) | set(_OTHER_READ_KEYS)
 """Every key some model_type reads (see the table in the module docstring)."""
 
@@ -287,7 +301,7 @@ _IGNORED_KEYS = frozenset({
     "eos_token_id", "pad_token_id", "use_cache", "attention_dropout", "hidden_dropout", "dropout",
     "pretraining_tp", "official_total_params", "notes", "max_window_layers", "routed_scaling_factor",
     "scoring_func", "topk_method", "n_group", "topk_group", "aux_loss_alpha",
-    "router_aux_loss_coef", "output_router_logits", "seq_aux", "ep_size", "quantization_config",
+    "router_aux_loss_coef", "output_router_logits", "seq_aux", "ep_size",
     "swiglu_limit", "initial_context_length", "router_jitter_noise", "rotary_percent",
     "apply_residual_connection_post_layernorm", "slow_but_exact",
     "attn_pdrop", "resid_pdrop", "embd_pdrop", "n_ctx", "scale_attn_weights", "reorder_and_upcast_attn",
@@ -297,7 +311,13 @@ _IGNORED_KEYS = frozenset({
     "tokenizer_class", "output_attentions", "output_hidden_states", "return_dict", "torchscript",
     "is_encoder_decoder", "bias_dropout_fusion", "ffn_dropout", "pretraining_tp", "attn_logit_softcapping",
     "final_logit_softcapping", "attention_multiplier", "use_bfloat16", "kv_channels",
+    "hf_aliases",  # catalog: Hugging Face ids sharing this config's architecture (check's model lookup)
 })
+QUANT_METHODS = {("fp8", (128, 128)): "fp8-block", ("fp8", None): "fp8", ("mxfp4", None): "mxfp4"}
+"""(quantization_config quant_method, weight_block_size or None) -> the planner's weight format
+(`cost.serving.WEIGHT_FORMATS`). Source: DeepSeek-V3 README_WEIGHTS.md (fp8 e4m3, 128x128 blocks,
+one fp32 weight_scale_inv per block); transformers docs quantization/mxfp4 (gpt-oss: quant_method
+mxfp4, attention / router / embedding / LM head in modules_to_not_convert)."""
 _TYPO_CUTOFF = 0.8
 """difflib ratio above which an unknown key in a YAML model file is taken for a typo of a known key
 (num_key_value_head -> num_key_value_heads: 0.97; attn_pdrop -> attention_bias: 0.58)."""
@@ -391,9 +411,32 @@ def from_config(raw: dict, *, name: str, file: str = "<config>", strict: bool = 
         extra={k: raw[k] for k in ("rope_theta", "rope_scaling", "hf_id", "partial_rotary_factor")
                if raw.get(k) is not None},
     )
-    spec = ModelSpec(**fields)
+    weight_format, method = _checkpoint_format(raw.get("quantization_config"), file)
+    if method is not None and weight_format is None:
+        fields["extra"]["quant_method"] = method
+    spec = ModelSpec(**fields, weight_format=weight_format)
     _validate(spec, file)
     return spec
+
+
+def _checkpoint_format(config: object, file: str) -> tuple[str | None, str | None]:
+    """(the planner's weight format or None, the quant_method) of a `quantization_config` (None: absent).
+
+    Raises:
+        SpecError: not a mapping with a string quant_method, or a weight_block_size that is not
+            two positive integers."""
+    if config is None:
+        return None, None
+    key = "quantization_config"
+    if not isinstance(config, dict) or not isinstance(config.get("quant_method"), str):
+        raise SpecError(f"value {_show(config)} must be a mapping with a string quant_method", file=file, key=key)
+    block = config.get("weight_block_size")
+    if block is not None and not (isinstance(block, list) and len(block) == 2 and all(
+            isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in block)):
+        raise SpecError(f"value {_show(block)} must be two positive integers", file=file,
+                        key=f"{key}.weight_block_size")
+    method = config["quant_method"]
+    return QUANT_METHODS.get((method, tuple(block) if block else None)), method
 
 
 def _show(value: object) -> str:
