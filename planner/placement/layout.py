@@ -31,6 +31,14 @@ CP_COMM_TYPES = ("p2p", "a2a")
 all-to-all of Q, K, V and the output (DeepSpeed-Ulysses). Source: Megatron-LM's cp_comm_type flag
 (also all_gather and a2a+p2p, not costed); Transformer Engine AttnFuncWithCPAndKVP2P /
 AttnFuncWithCPAndQKVOA2A."""
+OPTIMIZER_DTYPES = {"main_params_dtype": ("fp32", "fp16"), "main_grads_dtype": ("fp32", "bf16"),
+                    "exp_avg_dtype": ("fp32", "fp16", "bf16", "fp8"),
+                    "exp_avg_sq_dtype": ("fp32", "fp16", "bf16", "fp8")}
+"""Precision-aware optimizer dtype knob (`Layout` field) -> the dtypes it takes, fp32 (the
+default) first. Source: Megatron-LM `--main-params-dtype`, `--main-grads-dtype`, `--exp-avg-dtype`,
+`--exp-avg-sq-dtype` (megatron/training/arguments.py l. 3671-3684 @d98e8a6)."""
+OPTIMIZER_PRECISION_KNOBS = ("precision_aware_optimizer", *OPTIMIZER_DTYPES)
+"""The precision-aware optimizer's `Layout` fields (None = Megatron-LM's default: off, fp32)."""
 OVERLAP_KNOBS = ("tp_comm_overlap", "overlap_grad_reduce", "overlap_param_gather", "ep_comm_overlap")
 """The communication-overlap knobs (`Layout` fields; None = the framework's default,
 `placement.overlap.resolve`)."""
@@ -87,6 +95,19 @@ class Layout:
     """Dtype of the data-parallel gradient reduction (and, where the framework keeps it in that
     dtype, of the accumulated gradients): fp32 | bf16 | fp16; None = the framework's default
     (`placement.precision.grad_reduce_dtype`)."""
+    precision_aware_optimizer: bool | None = None
+    """Megatron-LM's precision-aware optimizer (Transformer Engine FusedAdam keeps the master
+    weights, moments and gradients in the dtypes below; `placement.precision.state_bytes`);
+    None = off (the framework's default)."""
+    main_params_dtype: str | None = None
+    """Master-weight dtype of the precision-aware optimizer: fp32 | fp16; None = fp32."""
+    main_grads_dtype: str | None = None
+    """Gradient dtype the precision-aware optimizer reads: fp32 | bf16; None = fp32 (bf16 under
+    bf16 / fp8 compute also reduces gradients in bf16, `placement.precision.grad_reduce_dtype`)."""
+    exp_avg_dtype: str | None = None
+    """Adam first-moment dtype: fp32 | fp16 | bf16 | fp8; None = fp32."""
+    exp_avg_sq_dtype: str | None = None
+    """Adam second-moment dtype: fp32 | fp16 | bf16 | fp8; None = fp32."""
     cp_comm_type: str = "p2p"
     """Context-parallel attention communication: p2p (ring) | a2a (all-to-all, Ulysses)."""
     tp_comm_overlap: bool | None = None
@@ -126,6 +147,14 @@ class Layout:
             _check_choice("framework", self.framework, FRAMEWORKS)
         if self.grad_reduce_dtype is not None and self.grad_reduce_dtype not in GRAD_REDUCE_DTYPES:
             _check_choice("grad_reduce_dtype", self.grad_reduce_dtype, GRAD_REDUCE_DTYPES)
+        if (self.main_params_dtype is not None or self.main_grads_dtype is not None
+                or self.exp_avg_dtype is not None or self.exp_avg_sq_dtype is not None):
+            for name, allowed in OPTIMIZER_DTYPES.items():
+                if getattr(self, name) is not None:
+                    _check_choice(name, getattr(self, name), allowed)
+        if self.precision_aware_optimizer is not None and type(self.precision_aware_optimizer) is not bool:
+            raise SpecError(f"value {self.precision_aware_optimizer!r} must be true, false or absent "
+                            "(off)", key="precision_aware_optimizer")
         if self.cp_comm_type not in CP_COMM_TYPES:
             _check_choice("cp_comm_type", self.cp_comm_type, CP_COMM_TYPES)
         if type(self.offload) is not frozenset:
@@ -270,6 +299,11 @@ _FIELD_OK = {
     "grad_reduce_dtype": lambda layout: (layout.grad_reduce_dtype is None
                                          or layout.grad_reduce_dtype in GRAD_REDUCE_DTYPES),
     "cp_comm_type": lambda layout: layout.cp_comm_type in CP_COMM_TYPES,
+    "precision_aware_optimizer": lambda layout: (layout.precision_aware_optimizer is None
+                                                 or type(layout.precision_aware_optimizer) is bool),
+    **{name: (lambda name, allowed: lambda layout: getattr(layout, name) is None
+              or getattr(layout, name) in allowed)(name, allowed)
+       for name, allowed in OPTIMIZER_DTYPES.items()},
     **{name: (lambda name: lambda layout: getattr(layout, name) is None
               or type(getattr(layout, name)) is bool)(name) for name in OVERLAP_KNOBS},
 }
