@@ -240,6 +240,9 @@ PrecisionAwareOpt = Annotated[bool, typer.Option(
                                         "FusedAdam; the dtypes below).")]
 MainParams = Enum("MainParams", {d: d for d in layout_mod.OPTIMIZER_DTYPES["main_params_dtype"]}, type=str)
 MainGrads = Enum("MainGrads", {d: d for d in layout_mod.OPTIMIZER_DTYPES["main_grads_dtype"]}, type=str)
+Fp8Recipe = Enum("Fp8Recipe", {r: r for r in layout_mod.FP8_RECIPES}, type=str)
+Fp8RecipeOpt = Annotated[Fp8Recipe | None, typer.Option(
+    case_sensitive=False, help="fp8 scaling recipe under --precision fp8 (default: Megatron-LM's, delayed).")]
 Moment = Enum("Moment", {d: d for d in layout_mod.OPTIMIZER_DTYPES["exp_avg_dtype"]}, type=str)
 MainParamsOpt = Annotated[MainParams | None, typer.Option(
     case_sensitive=False, help="Master-weight dtype of the precision-aware optimizer (default fp32).")]
@@ -250,8 +253,9 @@ MomentOpt = Annotated[Moment | None, typer.Option(
     case_sensitive=False, help="Adam moment dtype of the precision-aware optimizer (default fp32).")]
 
 
-def _optimizer_precision(on: bool, **dtypes) -> dict:
-    """The precision-aware optimizer knobs given (Layout field -> value; unset ones left out)."""
+def _precision_knobs(on: bool, **dtypes) -> dict:
+    """The fp8 recipe and precision-aware optimizer knobs given (Layout field -> value; unset ones
+    left out)."""
     return {**({"precision_aware_optimizer": True} if on else {}),
             **{k: _value(v) for k, v in dtypes.items() if v is not None}}
 
@@ -291,6 +295,7 @@ def explain_cmd(
         case_sensitive=False, help="GEMM precision (default: bf16, or fp16 on GPUs without bf16).")] = None,
     framework: Annotated[Framework, typer.Option(case_sensitive=False, help="Conventions of this framework.")] = "megatron",
     grad_reduce_dtype: GradReduceOpt = None,
+    fp8_recipe: Fp8RecipeOpt = None,
     precision_aware_optimizer: PrecisionAwareOpt = False,
     main_params_dtype: MainParamsOpt = None,
     main_grads_dtype: MainGradsOpt = None,
@@ -320,7 +325,8 @@ def explain_cmd(
         offload=frozenset(_value(o) for o in offload or ()), optimizer=_value(optimizer),
         precision=_precision(precision, hw), framework=_value(framework),
         grad_reduce_dtype=_value(grad_reduce_dtype),
-        **_optimizer_precision(precision_aware_optimizer, main_params_dtype=main_params_dtype,
+        **_precision_knobs(precision_aware_optimizer, fp8_recipe=fp8_recipe,
+                               main_params_dtype=main_params_dtype,
                                main_grads_dtype=main_grads_dtype, exp_avg_dtype=exp_avg_dtype,
                                exp_avg_sq_dtype=exp_avg_sq_dtype),
         **overlap.parse(overlap_opt))
@@ -503,6 +509,7 @@ def plan_cmd(
     framework: Annotated[Framework | None, typer.Option(
         case_sensitive=False, help="Conventions of this framework (default: the --emit framework, else megatron).")] = None,
     grad_reduce_dtype: GradReduceOpt = None,
+    fp8_recipe: Fp8RecipeOpt = None,
     precision_aware_optimizer: PrecisionAwareOpt = False,
     main_params_dtype: MainParamsOpt = None,
     main_grads_dtype: MainGradsOpt = None,
@@ -554,8 +561,9 @@ def plan_cmd(
                   precision=_precision(precision, hw), optimizer=_value(optimizer),
                   framework=_value(framework), top_k=top, reserve_bytes=reserve, headroom=headroom,
                   grad_reduce_dtype=_value(grad_reduce_dtype),
-                  optimizer_precision=_optimizer_precision(
-                      precision_aware_optimizer, main_params_dtype=main_params_dtype,
+                  precision_knobs=_precision_knobs(
+                      precision_aware_optimizer, fp8_recipe=fp8_recipe,
+                      main_params_dtype=main_params_dtype,
                       main_grads_dtype=main_grads_dtype, exp_avg_dtype=exp_avg_dtype,
                       exp_avg_sq_dtype=exp_avg_sq_dtype))
     with report.plan_progress() as tick:

@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from planner.check import read_target
@@ -42,6 +43,14 @@ ON = dict(framework="megatron", zero_stage=1, precision_aware_optimizer=True)
     ("bf16", {"main_params_dtype": "fp16", "exp_avg_dtype": "fp8", "exp_avg_sq_dtype": "fp16"},
      (4, 2 + 1 + 2)),                                  # fp16 master, fp8 m, fp16 v
     ("fp8", {"exp_avg_dtype": "bf16", "exp_avg_sq_dtype": "bf16"}, (4, 2 + 2 + 2)),  # delayed recipe
+    # another fp8 recipe with an fp32 master: Megatron keeps the fp32 master (4) and hands the
+    # optimizer main_grad.float() (an fp32 copy of a 16-bit buffer, 4)
+    ("fp8", {"fp8_recipe": "tensorwise", "main_grads_dtype": "bf16", "exp_avg_dtype": "bf16",
+             "exp_avg_sq_dtype": "bf16"}, (2, 4 + 4 + 2 + 2)),  # Megatron-Bridge's DeepSeek-V3
+    ("fp8", {"fp8_recipe": "blockwise"}, (4, 4 + 0 + 4 + 4)),  # fp32 buffer: .float() copies nothing
+    ("fp8", {"fp8_recipe": "delayed"}, (4, 2 + 4 + 4)),        # Megatron's default recipe
+    ("fp8", {"fp8_recipe": "mxfp8", "main_params_dtype": "fp16"}, (4, 2 + 4 + 4)),  # TE's fp16 master
+    ("bf16", {"fp8_recipe": "tensorwise"}, (4, 2 + 4 + 4)),   # no fp8: the recipe does nothing
     ("fp16", {}, (2, 4 + 4 + 4)),                      # fp32 master of fp16 params: no remainders
     ("fp16", {"main_params_dtype": "fp16"}, (2, 2 + 4 + 4)),
 ])
@@ -86,13 +95,18 @@ def test_optimizer_state_memory_shrinks_by_the_byte_ratio():
     (Layout(zero_stage=1, main_params_dtype="fp16"), "needs the precision-aware optimizer"),
     (Layout(**{**ON, "zero_stage": 0}), "distributed optimizer"),
     (Layout(**ON, optimizer="sgd"), "only with Adam"),
+    (Layout(**{**ON, "dp": 8, "zero_stage": 3}), "Megatron-FSDP"),
     (Layout(**ON, main_grads_dtype="bf16", grad_reduce_dtype="fp32"), "grad_reduce_dtype=fp32"),
     (Layout(framework="deepspeed", zero_stage=1, precision_aware_optimizer=True), "only Megatron-LM"),
     (Layout(framework="torchtitan", dp=2, zero_stage=3, exp_avg_sq_dtype="fp8"), "only Megatron-LM"),
+    (Layout(framework="deepspeed", zero_stage=1, precision="fp8", fp8_recipe="tensorwise"),
+     "fp8 recipe"),
+    (Layout(zero_stage=1, precision="bf16", fp8_recipe="blockwise"), "no effect"),
 ])
 def test_megatrons_assertions_are_violations_with_a_fix(layout, words):
     model, cluster = load_model("llama-3.1-8b"), load_cluster("dgx-h100", gpus=layout.dp)
-    found = [v for v in check_layout(model, cluster, layout) if v.rule == "precision_aware_optimizer"]
+    found = [v for v in check_layout(model, cluster, layout)
+             if v.rule in ("precision_aware_optimizer", "no_effect")]
     assert found and any(words in v.message for v in found) and all(v.fix for v in found)
 
 
@@ -114,6 +128,9 @@ def test_layout_rejects_a_dtype_the_knob_does_not_take():
     (["--exp-avg-dtype", "int4"], "--exp-avg-dtype"),
     (["--main-grads-dtype", "bf16"], "--main-grads-dtype"),  # without the optimizer
     (["--framework", "deepspeed", "--precision-aware-optimizer"], "--precision-aware-optimizer"),
+    (["--precision-aware-optimizer", "--optimizer", "sgd"], "--precision-aware-optimizer"),
+    (["--precision", "fp8", "--fp8-recipe", "tensorwise", "--exp-avg-dtype", "bf16"], "--exp-avg-dtype"),
+    (["--fp8-recipe", "current"], "--fp8-recipe"),
 ])
 def test_plan_refuses_bad_input_with_exit_2(args, key):
     result = runner.invoke(app, ["plan", "-m", "llama-3.1-8b", "-c", "dgx-h100", *args])
@@ -160,12 +177,12 @@ def test_megatron_reader_finds_main_grads_bf16_with_fp32_accumulation():
     assert "precision_aware_optimizer" in result.output and "grad_reduce_dtype=fp32" in result.output
 
 
-def test_emitted_script_and_plan_file_read_back_with_the_same_knobs():
+def test_emitted_script_and_plan_file_read_back_with_the_same_knobs(tmp_path):
     model, cluster = load_model("llama-3.1-8b"), load_cluster("dgx-h100")
-    knobs = {"precision_aware_optimizer": True, "main_grads_dtype": "bf16",
-             "exp_avg_dtype": "bf16", "exp_avg_sq_dtype": "bf16"}
+    knobs = {"fp8_recipe": "tensorwise", "precision_aware_optimizer": True,
+             "main_grads_dtype": "bf16", "exp_avg_dtype": "bf16", "exp_avg_sq_dtype": "bf16"}
     data = plan(model, cluster, seq_len=4096, global_batch_size=64, framework="megatron",
-                optimizer_precision=knobs, fixed=search_pins("megatron"), top_k=1)
+                precision="fp8", precision_knobs=knobs, fixed=search_pins("megatron"), top_k=1)
     doc = plan_file(data, 0, model_ref="llama-3.1-8b", cluster_ref="dgx-h100")
     assert {k: doc["request"][k] for k in knobs} == knobs
     assert "main_params_dtype" not in doc["request"]  # unset knobs stay out of the file
@@ -173,7 +190,31 @@ def test_emitted_script_and_plan_file_read_back_with_the_same_knobs():
     assert verdict["verdict"] == "pass", verdict["violations"]
     assert "--use-precision-aware-optimizer" in emitted.text
     assert "--exp-avg-sq-dtype bf16" in emitted.text and "--main-params-dtype" not in emitted.text
+    assert "--fp8-recipe tensorwise" in emitted.text
+    path = tmp_path / "best.plan.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    result = runner.invoke(app, ["check", str(path)])
+    assert result.exit_code == 0, result.output
     layout = _read(emitted.text, model="llama-3.1-8b", cluster="dgx-h100", gpus=8,
                    seq_len=4096).layout
     assert {k: getattr(layout, k) for k in knobs} == knobs
     assert layout.zero_stage >= 1  # the distributed optimizer the knob needs
+
+
+def test_e10_runs_the_recipes_precision_aware_optimizer():
+    """E10 (DeepSeek-V3, 1024 H100, Megatron-Bridge fp8 current scaling) inherits the DeepSeek-V3
+    recipe's optimizer (fp32 master, bf16 main grads, bf16 moments; RECIPE_OVERRIDES): Megatron
+    keeps the fp32 master (4) and an fp32 copy of the bf16 gradients (4), + 2 + 2 = 12 B/param
+    against 8 + 8 = 16 before, so every stage's optimizer term shrinks by 12/16."""
+    from planner.cost.memory import stage_memory
+    from planner.validate_training import RECIPE_OVERRIDES, default_rows
+    row = next(r for r in default_rows() if r.id == "E10")
+    assert {k: getattr(row.layout, k) for k in RECIPE_OVERRIDES["E10"]} == RECIPE_OVERRIDES["E10"]
+    assert state_bytes(row.layout).optimizer_states == 4 + 4 + 2 + 2
+    plain = row.layout.replace(fp8_recipe=None, precision_aware_optimizer=None, main_grads_dtype=None,
+                               exp_avg_dtype=None, exp_avg_sq_dtype=None)
+    assert state_bytes(plain).optimizer_states == 8 + 8
+    cluster = load_cluster("dgx-h100", gpus=1024)
+    before = stage_memory(row.model, cluster, plain, 3).optimizer_states
+    after = stage_memory(row.model, cluster, row.layout, 3).optimizer_states
+    assert after == pytest.approx(before * 12 / 16, rel=1e-9)

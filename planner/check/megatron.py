@@ -600,6 +600,7 @@ def _layout(args: dict, spec: ModelSpec, world: int, seq_len: int | None, file: 
         optimizer=_OPTIMIZERS[_choice(args, "optimizer", file) or mg.DEFAULT["optimizer"]],
         precision=(precision := _precision(args, file)), framework="megatron",
         grad_reduce_dtype=_grad_reduce(args, precision),
+        fp8_recipe=_choice(args, "fp8_recipe", file),
         precision_aware_optimizer=True if _on(args, "precision_aware_optimizer") else None,
         **{name: _choice(args, name, file) for name in OPTIMIZER_DTYPES},
         cp_comm_type=_cp_comm_type(args, cp, findings),

@@ -44,12 +44,16 @@ Sources:
   no fp32 gradient copy, whatever main_grads_dtype is. An fp32 master of bf16 parameters is stored
   as the int16 low halves (`store_param_remainders`, default True with TE >= 2.1, distrib_optimizer.py
   l. 1007-1013): 2 B; fp16 master 2 B; fp32 master of fp16 parameters 4 B. So optimizer states =
-  master + exp_avg + exp_avg_sq B/param, and gradients = the buffer (reduction) dtype. Under bf16
-  (and fp8 on bf16) `--main-grads-dtype bf16` leaves `accumulate_allreduce_grads_in_fp32` off, so
+  master + exp_avg + exp_avg_sq B/param, and gradients = the buffer (reduction) dtype. With fp32
+  master weights and another fp8 recipe (`Layout.fp8_recipe` tensorwise, blockwise, mxfp8)
+  Megatron keeps the fp32 master shard itself (4 B, distrib_optimizer.py l. 422-480) and hands the
+  optimizer `main_grad.float()` (l. 2791): an fp32 gradient copy when the buffer is 16-bit, as
+  without the optimizer. Under bf16
+  (and fp8 on bf16) main_grads_dtype bf16 leaves `accumulate_allreduce_grads_in_fp32` off, so
   gradients accumulate and reduce in bf16 (arguments.py l. 1204-1216). Megatron asserts: the
   dtype knobs other than fp32 only with the optimizer (optimizer_config.py l. 466-478), the
   optimizer only with Adam (l. 449-451) and the distributed optimizer (__init__.py l. 1057-1060),
-  main-grads bf16 not with `--accumulate-allreduce-grads-in-fp32` (arguments.py l. 1209-1211):
+  main grads bf16 not with an explicit fp32 accumulation (arguments.py l. 1209-1211):
   rules `precision_aware_optimizer`.
 - SGD with momentum: one fp32 buffer (+ fp32 master when parameters are 16-bit).
 - 8-bit Adam: m and v in 1 B each (block-wise quantized; the per-block fp32 absmax, 1 per 2048
@@ -119,7 +123,7 @@ def allowed_grad_reduce_dtypes(layout: Layout) -> tuple[str, ...]:
 def state_key(layout: Layout) -> tuple:
     """Everything of `layout` that `state_bytes` reads, for callers' cache keys."""
     return (layout.framework, layout.precision, layout.optimizer, grad_reduce_dtype(layout),
-            layout.precision_aware_optimizer, layout.main_params_dtype, layout.exp_avg_dtype,
+            layout.fp8_recipe, layout.precision_aware_optimizer, layout.main_params_dtype, layout.exp_avg_dtype,
             layout.exp_avg_sq_dtype)
 
 
@@ -149,11 +153,15 @@ def state_bytes(layout: Layout) -> StateBytes:
 def precision_aware_optimizer_bytes(layout: Layout) -> int:
     """Optimizer-state bytes per parameter of Megatron-LM's precision-aware optimizer: master
     weights (fp16 2; fp32 of bf16 parameters 2, the int16 remainders; fp32 of fp16 parameters 4)
-    + exp_avg + exp_avg_sq (fp32 4, fp16 / bf16 2, fp8 1); no gradient copy. Source: module
-    docstring (precision-aware optimizer)."""
+    + exp_avg + exp_avg_sq (fp32 4, fp16 / bf16 2, fp8 1); no gradient copy; except fp32 master
+    weights under an fp8 recipe other than delayed: fp32 master 4 + an fp32 gradient copy of a
+    16-bit buffer 4 + the moments. Source: module docstring (precision-aware optimizer)."""
+    moments = _DTYPE_BYTES[layout.exp_avg_dtype or "fp32"] + _DTYPE_BYTES[layout.exp_avg_sq_dtype or "fp32"]
+    if (layout.precision == "fp8" and layout.fp8_recipe not in (None, "delayed")
+            and layout.main_params_dtype in (None, "fp32")):  # Megatron owns the fp32 master
+        return 4 + (4 if grad_reduce_dtype(layout) != "fp32" else 0) + moments
     master = 2 if layout.main_params_dtype == "fp16" or layout.precision != "fp16" else 4
-    return (master + _DTYPE_BYTES[layout.exp_avg_dtype or "fp32"]
-            + _DTYPE_BYTES[layout.exp_avg_sq_dtype or "fp32"])
+    return master + moments
 
 
 def padded_vocab(model: ModelSpec, layout: Layout) -> int:

@@ -596,20 +596,22 @@ def _precision_aware_optimizer(model, cluster, layout: Layout) -> list[Violation
 def precision_aware_optimizer_violations(layout: Layout) -> list[Violation]:
     """Megatron-LM's assertions on the precision-aware optimizer and its dtype knobs (sources:
     `placement.precision` module docstring): only Megatron-LM has it; a dtype other than fp32 needs
-    it; it needs Adam and the distributed optimizer (ZeRO >= 1); main-grads bf16 contradicts an
+    it; it needs Adam and the distributed optimizer (ZeRO >= 1; Megatron-FSDP, ZeRO 2/3, sets the
+    master and gradient dtypes by flags of its own, arguments.py l. 3687-3694, and is not costed
+    here, so ZeRO-1 only); main-grads bf16 contradicts an
     fp32 gradient reduction under bf16 / fp8."""
     given = {name: getattr(layout, name) for name in OPTIMIZER_DTYPES if getattr(layout, name)
              not in (None, "fp32")}
     on = bool(layout.precision_aware_optimizer)
+    out = _fp8_recipe(layout)
     if not on and not given:
-        return []
+        return out
     named = ", ".join(f"{k}={v}" for k, v in given.items()) or "precision_aware_optimizer=true"
     if layout.framework != "megatron":
         return [Violation(rule="precision_aware_optimizer",
                           message=f"{named}: only Megatron-LM has the precision-aware optimizer; "
                                   f"{layout.framework} keeps fp32 optimizer states",
                           fix="drop it, or framework=megatron")]
-    out = []
     if given and not on:
         out.append(Violation(rule="precision_aware_optimizer",
                              message=f"{named} needs the precision-aware optimizer: Megatron-LM "
@@ -625,6 +627,13 @@ def precision_aware_optimizer_violations(layout: Layout) -> list[Violation]:
                              message="the precision-aware optimizer runs only with the distributed "
                                      "optimizer; zero_stage=0 has none",
                              fix="use zero_stage=1, or drop precision_aware_optimizer"))
+    if on and layout.zero_stage >= 2:
+        out.append(Violation(rule="precision_aware_optimizer",
+                             message=f"the precision-aware optimizer is costed with the distributed "
+                                     f"optimizer (zero_stage=1) only: Megatron-FSDP "
+                                     f"(zero_stage={layout.zero_stage}) keeps its main weights and "
+                                     f"gradients in dtypes of its own flags",
+                             fix="use zero_stage=1, or drop precision_aware_optimizer"))
     if (layout.main_grads_dtype == "bf16" and layout.precision != "fp16"
             and layout.grad_reduce_dtype == "fp32"):
         out.append(Violation(rule="precision_aware_optimizer",
@@ -634,6 +643,23 @@ def precision_aware_optimizer_violations(layout: Layout) -> list[Violation]:
                              fix="drop grad_reduce_dtype=fp32 (main grads bf16 reduce in bf16), or "
                                  "use main_grads_dtype=fp32"))
     return out
+
+
+def _fp8_recipe(layout: Layout) -> list[Violation]:
+    """`Layout.fp8_recipe` is Megatron-LM's fp8 recipe flag; it acts only under fp8."""
+    if layout.fp8_recipe is None:
+        return []
+    if layout.framework != "megatron":
+        return [Violation(rule="precision_aware_optimizer",
+                          message=f"fp8_recipe={layout.fp8_recipe} is Megatron-LM's fp8 recipe; "
+                                  f"{layout.framework} has no such knob here",
+                          fix="drop it, or framework=megatron")]
+    if layout.precision != "fp8":
+        return [Violation(rule="no_effect", severity="warning",
+                          message=f"fp8_recipe={layout.fp8_recipe} has no effect at "
+                                  f"precision={layout.precision}",
+                          fix="drop it, or precision=fp8")]
+    return []
 
 
 def _grad_reduce_supported(model, cluster, layout: Layout) -> list[Violation]:
