@@ -106,7 +106,7 @@ def test_optimizer_state_memory_shrinks_by_the_byte_ratio():
 def test_megatrons_assertions_are_violations_with_a_fix(layout, words):
     model, cluster = load_model("llama-3.1-8b"), load_cluster("dgx-h100", gpus=layout.dp)
     found = [v for v in check_layout(model, cluster, layout)
-             if v.rule in ("precision_aware_optimizer", "no_effect")]
+             if v.rule in ("precision_aware_optimizer", "fp8_recipe_without_fp8")]
     assert found and any(words in v.message for v in found) and all(v.fix for v in found)
 
 

@@ -655,7 +655,7 @@ def _fp8_recipe(layout: Layout) -> list[Violation]:
                                   f"{layout.framework} has no such knob here",
                           fix="drop it, or framework=megatron")]
     if layout.precision != "fp8":
-        return [Violation(rule="no_effect", severity="warning",
+        return [Violation(rule="fp8_recipe_without_fp8", severity="warning",
                           message=f"fp8_recipe={layout.fp8_recipe} has no effect at "
                                   f"precision={layout.precision}",
                           fix="drop it, or precision=fp8")]
