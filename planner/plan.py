@@ -99,7 +99,7 @@ from planner.cost.step_time import (
 )
 from planner.errors import InfeasibleError, SpecError
 from planner.placement import overlap, pipeline_layout, recompute_mix
-from planner.placement.layout import OVERLAP_KNOBS, RECOMPUTE_MODES, Layout
+from planner.placement.layout import PRECISION_KNOBS, OVERLAP_KNOBS, RECOMPUTE_MODES, Layout
 from planner.placement.precision import allowed_grad_reduce_dtypes, state_bytes
 from planner.placement.rules import (
     BATCH_RULES,
@@ -109,6 +109,7 @@ from planner.placement.rules import (
     check_layout,
     check_mesh,
     errors,
+    precision_aware_optimizer_violations,
     uneven_split,
 )
 from planner.search.bounds import search, stage_problem_lower_bound_s
@@ -523,7 +524,8 @@ def layout_recompute(modes) -> str:
 
 def plan(model: ModelSpec, cluster: ClusterSpec, *, seq_len: int, global_batch_size: int,
          precision: str = "bf16", optimizer: str = "adamw", framework: str = "megatron",
-         grad_reduce_dtype: str | None = None, fixed: dict | None = None, top_k: int = 3, reserve_bytes: int | None = None,
+         grad_reduce_dtype: str | None = None, precision_knobs: dict | None = None,
+         fixed: dict | None = None, top_k: int = 3, reserve_bytes: int | None = None,
          headroom: float = DEFAULT_AT_RISK_MARGIN,
          on_progress: Callable[[int, int], None] | None = None) -> dict:
     """The top_k fastest layouts of `model` on `cluster` that fit (see module docstring).
@@ -534,6 +536,8 @@ def plan(model: ModelSpec, cluster: ClusterSpec, *, seq_len: int, global_batch_s
         global_batch_size: sequences per optimizer step.
         precision, optimizer, framework, grad_reduce_dtype: passed to every Layout
             (grad_reduce_dtype None: the framework's default).
+        precision_knobs: the fp8 recipe and the precision-aware optimizer's knobs (PRECISION_KNOBS ->
+            value), passed to every Layout and written to the request only when given.
         fixed: pinned Layout fields (keys in FIXABLE), e.g. {"tp": 8, "recompute": "full"}.
         top_k: plans to return.
         reserve_bytes: per-GPU reserve (CUDA context, fragmentation); None = DEFAULT_RESERVE_BYTES.
@@ -554,8 +558,11 @@ def plan(model: ModelSpec, cluster: ClusterSpec, *, seq_len: int, global_batch_s
     start = time.perf_counter()
     reserve = DEFAULT_RESERVE_BYTES if reserve_bytes is None else reserve_bytes
     base = dict(seq_len=seq_len, global_batch_size=global_batch_size, precision=precision,
-                optimizer=optimizer, framework=framework, grad_reduce_dtype=grad_reduce_dtype)
+                optimizer=optimizer, framework=framework, grad_reduce_dtype=grad_reduce_dtype,
+                **{k: (precision_knobs or {})[k] for k in PRECISION_KNOBS
+                   if (precision_knobs or {}).get(k) is not None})
     _check_grad_reduce(Layout(**base))
+    _check_optimizer_precision(Layout(**base, zero_stage=1))
     if not 0 <= headroom < 1:
         raise SpecError(f"value {headroom} must be in [0, 1)", key="--headroom")
     if usable_bytes(cluster, reserve, headroom) <= 0:
@@ -769,6 +776,19 @@ def _check_grad_reduce(layout: Layout) -> None:
                         key="--grad-reduce-dtype")
 
 
+def _check_optimizer_precision(layout: Layout) -> None:
+    """SpecError (key: the option of the knob named) when the fp8 recipe or the precision-aware
+    optimizer's knobs break a Megatron-LM assertion that
+    every candidate would break alike (`rules._precision_aware_optimizer`; `layout` has the
+    distributed optimizer, which the search can choose)."""
+    for violation in precision_aware_optimizer_violations(layout):
+        if violation.severity != "error":
+            continue
+        knob = next((k for k in PRECISION_KNOBS if f"{k}=" in violation.message),
+                    "precision_aware_optimizer")
+        raise SpecError(f"{violation.message}; {violation.fix}", key="--" + knob.replace("_", "-"))
+
+
 def plan_layout(entry: dict, request: dict) -> Layout:
     """The Layout a plan entry (or a plan file's `parallelism` + request) describes."""
     par = entry["parallelism"]
@@ -785,6 +805,7 @@ def plan_layout(entry: dict, request: dict) -> Layout:
                   recompute=recompute, optimizer=request["optimizer"],
                   precision=request["precision"], framework=request["framework"],
                   grad_reduce_dtype=request.get("grad_reduce_dtype"),
+                  **{k: request.get(k) for k in PRECISION_KNOBS},
                   cp_comm_type=par.get("cp_comm_type", "p2p"),
                   **{k: par.get("overlap", {}).get(k) for k in OVERLAP_KNOBS})
 
@@ -869,7 +890,7 @@ def states_lower_bound_gpus(model: ModelSpec, cluster: ClusterSpec, *, base: dic
     gradient + optimizer bytes of a ZeRO-3 layout of this framework)) over the usable memory,
     activations ignored. Source: Rajbhandari et al. 2020 (ZeRO) §5, Psi x (2 + 2 + K) / N_d."""
     layout = Layout(dp=2, zero_stage=3, **{k: v for k, v in base.items() if k in (
-        "precision", "optimizer", "framework", "grad_reduce_dtype")})
+        "precision", "optimizer", "framework", "grad_reduce_dtype", *PRECISION_KNOBS)})
     sb = state_bytes(layout)
     per_param = sb.parameters + sb.gradients + sb.optimizer_states
     total = count_params(model).total * per_param
