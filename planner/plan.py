@@ -133,8 +133,9 @@ DEFAULT_BATCH_TOKENS = 4 * 2**20
 sequences nearest to it (`default_global_batch_size`)."""
 
 VPP_VALUES = (1, 2, 4)
-"""Virtual pipeline stages per rank searched when pp > 1 (interleaved 1F1B: Narayanan et al. 2021
-§2.2.2, the bubble (pp - 1) / (m x vpp)); larger values only when pinned (`--fix vpp=N`)."""
+"""Virtual pipeline stages per rank searched when pp > 1 and pp x vpp divides the layers
+(interleaved 1F1B: Narayanan et al. 2021 §2.2.2, the bubble (pp - 1) / (m x vpp)); other values,
+and chunks of different sizes, only when pinned (`--fix vpp=N`)."""
 MICRO_BATCH_SIZES = (1, 2, 4)
 """Micro-batch sizes searched, sequences (Megatron-LM examples use 1-4 for large models)."""
 
@@ -201,6 +202,14 @@ class _Costs:
         self._windows: dict = {}
         self.infeasible: list[Layout] = []
         self.recost_rejected = 0
+        self.uneven_interleaved = 0
+        self.inexact_memory = 0
+        """Stage programs built whose memory model does not follow `stage_memory` exactly
+        (`StageMemoryModel.exact`: torchtitan with PP out of 1F1B's steady state, uneven interleaved
+        chunks): a plan it calls infeasible may fit, so no optimality proof."""
+        """Solved candidates interleaved with chunks of different sizes: their program prices the
+        bubble as (pp - 1) / vpp x the stage, a lower bound on the schedule's, so its recompute
+        choice may not be that layout's best (`_pinned_split`): no optimality proof."""
         self.rejected_bound_s = math.inf
         """Least stage-program bound of those dropped candidates, s: the search's bound must not
         exceed it (their optimum is unknown)."""
@@ -339,6 +348,8 @@ def _stage_problem(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> Sta
     """
     model, cluster = costs.model, costs.cluster
     memory = stage_memory_model(model, cluster, layout)
+    if not memory.exact:
+        costs.inexact_memory += 1
     idx = [RECOMPUTE_MODES.index(m) for m in modes]
     full = "full" in modes
     groups = stage_cost_model(model, cluster, layout).time_groups()
@@ -470,6 +481,8 @@ def _solve(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> Evaluated |
         costs.rejected_bound_s = min(costs.rejected_bound_s, _refined_bound(costs, layout, modes))
         return None
     step = step_time(costs.model, costs.cluster, chosen, recompute_layers=per_layer)
+    if layout.vpp > 1 and costs.model.num_hidden_layers % (layout.pp * layout.vpp):
+        costs.uneven_interleaved += 1
     return Evaluated(layout=chosen, objective_s=step.step, status=solution.status,
                      solution=solution, modes=per_layer)
 
@@ -582,8 +595,11 @@ def plan(model: ModelSpec, cluster: ClusterSpec, *, seq_len: int, global_batch_s
     plans = [plan_entry(model, cluster, r.result, reserve) for r in result.best]
     warnings += _underused(plans[0], cluster, seq_len, global_batch_size)
     return {
-        "solver": {"status": "FEASIBLE" if costs.recost_rejected else result.status,
+        "solver": {"status": "FEASIBLE" if (costs.recost_rejected or costs.uneven_interleaved
+                                            or costs.inexact_memory) else result.status,
                    "recost_rejected": costs.recost_rejected,
+                   "uneven_interleaved_solved": costs.uneven_interleaved,
+                   "inexact_memory_programs": costs.inexact_memory,
                    "objective_s": result.best[0].objective_s,
                    "bound_s": min(result.bound_s, result.best[0].objective_s,
                                   costs.rejected_bound_s),
@@ -644,6 +660,7 @@ def _candidates(model, cluster, fixed, base, reserve, headroom) -> tuple[list[La
     space = SearchSpace(
         num_gpus=cluster.num_gpus, max_tp=cluster.scaleup_domain_gpus, moe=model.is_moe,
         micro_batch_sizes=MICRO_BATCH_SIZES, zero_stages=ZERO_STAGES, vpp_values=VPP_VALUES,
+        layers=model.num_hidden_layers,
         sequence_parallel=(True,), fixed={k: v for k, v in fixed.items() if k != "recompute"},
         base={**base, **({"recompute": fixed["recompute"]} if "recompute" in fixed else {})})
     rejections = Rejections()
