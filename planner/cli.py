@@ -813,7 +813,7 @@ def serve_plan_cmd(
         from planner.emit import engine_launch
 
         text, verdict = engine_launch.checked(data, _value(emit), engine_launch.model_name(
-            spec.extra.get("hf_id"), model), cluster, hw.gpus_per_node)
+            spec.extra.get("hf_id"), model), cluster, hw.gpus_per_node, spec.is_mla)
         report.show_serve_emitted(text, verdict, _value(emit))
         if verdict["verdict"] != "pass":
             raise typer.Exit(1)

@@ -167,8 +167,14 @@ def _hop_s(hw: ClusterSpec, inst: sv.Instance, spec: ModelSpec, concurrency: flo
 
 def _memory(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, inst: sv.Instance) -> sv.ServingMemory:
     """`cost.serving.serving_memory` of one shape under the request's formats, engine and budget."""
+    fraction = req.mem_fraction
+    if fraction is None and req.engine == "sglang":
+        from planner.frameworks import sglang
+        fraction = sglang.plan_mem_fraction(hw.gpu.memory_gib * 1024, tp=inst.tp, pp=inst.pp, attn_dp=inst.adp,
+                                            ep=inst.ep, mla=spec.is_mla,
+                                            max_num_batched_tokens=req.max_num_batched_tokens)
     return sv.serving_memory(spec, inst, capacity=hw.gpu.memory_bytes, weight_format=req.weight_dtype,
-                             kv_dtype=req.kv_dtype, engine=req.engine, fraction=req.mem_fraction,
+                             kv_dtype=req.kv_dtype, engine=req.engine, fraction=fraction,
                              max_num_batched_tokens=req.max_num_batched_tokens)
 
 
@@ -366,7 +372,10 @@ def _notes(hw: ClusterSpec, req: ServeRequest) -> list[str]:
     rule = sv.ENGINES[req.engine]
     fraction = rule.default if req.mem_fraction is None else req.mem_fraction
     basis = "of total GPU memory" if rule.basis == "total" else "of the memory free after loading"
-    notes = [f"{req.engine} KV pool: {rule.flag}={fraction:g} ({basis}); the engine reserves this "
+    value = (f"{fraction:g}" if req.mem_fraction is not None or req.engine != "sglang" else
+             "SGLang's own default for each shape (by GPU memory, TP x PP, chunk, DP attention; "
+             "planner.frameworks.sglang.default_mem_fraction_static)")
+    notes = [f"{req.engine} KV pool: {rule.flag}={value} ({basis}); the engine reserves this "
              f"memory at start-up, whatever the weights take"]
     if not hw.gpu.name.startswith(("H100", "H200")):
         notes.append(HOPPER_NOTE)

@@ -283,7 +283,11 @@ def test_sglang_dp_attention_deprecated_spelling_and_refused_mix(tmp_path):
 def test_sglang_ep_without_all2all_backend_and_backend_overriding_ep(tmp_path):
     base = "python -m sglang.launch_server --model-path Qwen/Qwen3-30B-A3B --tp-size 8 "
     plain = check_launch_file(_file(tmp_path, base + "--ep-size 8\n"), cluster="dgx-h100")
-    assert "ep_without_all2all" in _rules(plain, "warning")
+    assert "ep_without_all2all" in _rules(plain, "warning") and plain["verdict"] == "pass"
+    # SGLang 0.5.23 keeps ep_size 8 without a backend (not EP 1): 128 experts / 8 = 16 per rank, output all-reduced
+    assert plain["launches"][0]["parallelism"]["ep"] == 8
+    v = next(v for v in plain["violations"] if v["rule"] == "ep_without_all2all")
+    assert "does split the experts 8 ways (not EP 1)" in v["message"] and "its 16 experts" in v["message"]
     over = check_launch_file(_file(tmp_path, base + "--ep-size 4 --moe-a2a-backend deepep\n", "o.sh"),
                              cluster="dgx-h100")
     assert "ep_overridden" in _rules(over, "warning") and over["launches"][0]["parallelism"]["ep"] == 8
@@ -418,3 +422,114 @@ def test_instruct_checkpoint_resolves_to_its_base_entry(tmp_path):
         tmp_path, "vllm serve Qwen/Qwen3-235B-A22B-Instruct-2507 -tp 8\n", "q.sh")), "-c", "hgx-h200"],
         capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 2 and "hf_aliases" in proc.stderr
+
+
+# ---------------------------------------------------------------- instances over several nodes
+
+def _emit(engine: str, model: str, *extra: str) -> subprocess.CompletedProcess:
+    return _planner("serve-plan", "-m", model, "-c", "hgx-h200", "--gpus", "16", "--input-len", "4000",
+                    "--output-len", "500", "--fix", "pp=2", *extra, "--emit", engine)
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+@pytest.mark.parametrize("model, extra", [("deepseek-v3", ("--weight-dtype", "fp8-block")), ("llama-3.1-405b", ())])
+def test_emit_instance_over_two_nodes_one_command_per_node(tmp_path, engine, model, extra):
+    """A 16-GPU instance (tp 8 x pp 2) on 8-GPU nodes: one command per node with the engine's node flags, node
+    rank 0's address a placeholder the shell refuses to run without, the API port on node rank 0 only (vLLM:
+    the others --headless); read back, the two commands are one instance of 16 ranks, 8 GPUs on each node."""
+    proc = _emit(engine, model, *extra)
+    assert proc.returncode == 0, proc.stderr
+    assert "check: PASS" in proc.stderr
+    commands = [l for l in proc.stdout.splitlines() if not l.startswith("#") and l != "wait"]
+    assert len(commands) == 2
+    words = [shlex.split(c) for c in commands]
+    for rank, w in enumerate(words):
+        assert w[w.index("--nnodes") + 1] == "2" and w[w.index("--node-rank") + 1] == str(rank)
+    head = "--dist-init-addr" if engine == "sglang" else "--master-addr"
+    assert all('"${HEAD_ADDR_1:?set HEAD_ADDR_1 to the address of node 0' in c for c in commands)
+    assert all(head in w for w in words)
+    if engine == "sglang":
+        assert all(w[w.index(head) + 1].endswith(":20000") for w in words)
+    port = "--port"
+    assert port in words[0] and port not in words[1]
+    if engine == "vllm":
+        assert "--headless" not in words[0] and "--headless" in words[1]
+    known = (vllm_flags if engine == "vllm" else sglang_flags).ALL_FLAGS
+    flags = _emitted_flags(proc.stdout)
+    assert set(flags) <= known, set(flags) - known
+    path = _file(tmp_path, proc.stdout)
+    result = check_launch_file(path, cluster="hgx-h200", gpus=16)
+    assert result["verdict"] == "pass", result["violations"]
+    assert [(r["world"], r["nnodes"], r["node_rank"]) for r in result["launches"]] == [(16, 2, 0), (16, 2, 1)]
+    # the GPUs are counted per node: 8 + 8, so the file does not fit 8 GPUs
+    small = check_launch_file(path, cluster="hgx-h200", gpus=8)
+    assert "world_size" in _rules(small) and "the launches need 16 GPUs (8 + 8" in small["violations"][-1]["message"]
+
+
+def test_sglang_multi_node_needs_dist_init_addr_and_refuses_replicas_over_nodes(tmp_path):
+    base = "python -m sglang.launch_server --model-path meta-llama/Llama-3.1-405B --tp-size 8 --pp-size 2 --nnodes 2 "
+    bare = check_launch_file(_file(tmp_path, base + "--node-rank 0\n"), cluster="hgx-h200", gpus=16)
+    assert _rules(bare) == ["multi_node_rendezvous"] and "--dist-init-addr HOST:PORT" in bare["violations"][0]["fix"]
+    dp = check_launch_file(_file(tmp_path, base + "--node-rank 0 --dist-init-addr 10.0.0.1:20000 --dp-size 2\n",
+                                 "dp.sh"), cluster="hgx-h200", gpus=32)
+    assert "multi_node_replicas" in _rules(dp)
+    rank = check_launch_file(_file(tmp_path, base + "--node-rank 2 --dist-init-addr 10.0.0.1:20000\n", "r.sh"),
+                             cluster="hgx-h200", gpus=16)
+    assert _rules(rank) == ["node_rank"]
+
+
+def test_vllm_multi_node_needs_master_addr_and_headless_workers(tmp_path):
+    base = "vllm serve meta-llama/Llama-3.1-405B -tp 8 -pp 2 --nnodes 2 "
+    bare = check_launch_file(_file(tmp_path, base + "--node-rank 0\n"), cluster="hgx-h200", gpus=16)
+    assert _rules(bare) == ["multi_node_rendezvous"]
+    worker = check_launch_file(_file(tmp_path, base + "-r 1 --master-addr 10.0.0.1\n", "w.sh"), cluster="hgx-h200",
+                               gpus=16)
+    assert worker["verdict"] == "pass" and "multi_node_headless" in _rules(worker, "warning")
+    assert worker["launches"][0]["node_rank"] == 1
+
+
+def test_multi_node_command_sees_its_node_gpus(tmp_path):
+    """CUDA_VISIBLE_DEVICES counts the GPUs of the command's own node: tp 8 x pp 2 over 2 nodes needs 8 there."""
+    text = ("CUDA_VISIBLE_DEVICES=0,1,2,3 python -m sglang.launch_server --model-path meta-llama/Llama-3.1-405B "
+            "--tp-size 8 --pp-size 2 --nnodes 2 --node-rank 0 --dist-init-addr 10.0.0.1:20000\n")
+    result = check_launch_file(_file(tmp_path, text), cluster="hgx-h200", gpus=16)
+    v = next(v for v in result["violations"] if v["rule"] == "world_size")
+    assert "starts 8 ranks on each of its 2 nodes" in v["message"] and "gives it 4 GPU(s)" in v["message"]
+
+
+# ---------------------------------------------------------------- SGLang's default mem_fraction_static
+
+@pytest.mark.parametrize("kwargs, expected", [
+    # H200 (nvidia-smi 143771 MiB), Llama tp 8: chunk 8192, decode graph max batch 512, 58 prefill graph sizes
+    # (8 + 14 + 8 + 8 + 12 + 8 up to 8192): reserved 512 + 1.5 x 8192 + 8 x 1 / 8 x 1024 + (2 x 512 + 8 x 58)
+    # = 512 + 12288 + 1024 + 1488 = 15312 MiB; (143771 - 15312) / 143771 = 0.89350 -> 0.893
+    (dict(gpu_memory_mib=143771, tp=8, pp=1, mla=False, attn_dp=1), 0.893),
+    # H100 (81559 MiB) tp 1: decode max batch 256; 512 + 12288 + 128 + (512 + 464) = 13904; 67655 / 81559 = 0.8295
+    (dict(gpu_memory_mib=81559, tp=1, pp=1, mla=False, attn_dp=1), 0.83),
+    # H200 tp 8 pp 2: no prefill graph under PP; 512 + 12288 + 2048 + 1024 = 15872; 127899 / 143771 = 0.8896
+    (dict(gpu_memory_mib=143771, tp=8, pp=2, mla=False, attn_dp=1), 0.89),
+    # DeepSeek (MLA) on H200, tp 8, attention DP 8, deepep: graphs 2 x 512 + 512 x 8 x 3 + 512 x 8 x 1.5 + 1536
+    # + 1024 = 22016; 512 + 12288 + 1024 + 22016 = 35840 (above the 10240 floor) + 2048 deepep = 37888;
+    # 105883 / 143771 = 0.73647 -> 0.736
+    (dict(gpu_memory_mib=143771, tp=8, pp=1, mla=True, attn_dp=8, a2a="deepep"), 0.736),
+    # A100-40GB (40960 MiB) tp 1: chunk 4096, decode max batch 32, 50 prefill sizes up to 4096 (8 + 14 + 8 + 8 +
+    # 12; no 10 GiB floor below 60 GiB): 512 + 6144 + 128 + (64 + 400) = 7248; 33712 / 40960 = 0.82305 -> 0.823
+    (dict(gpu_memory_mib=40960, tp=1, pp=1, mla=False, attn_dp=1), 0.823),
+    # a decode worker (H200 tp 8, --max-running-requests 128): tokens max(128, 2048) = 2048, decode graph 128,
+    # no prefill graph: 512 + 3072 + 1024 + 256 = 4864 -> floor 10240; 133531 / 143771 = 0.92877 -> 0.929
+    (dict(gpu_memory_mib=143771, tp=8, pp=1, mla=False, attn_dp=1, role="decode", max_running_requests=128), 0.929),
+])
+def test_sglang_default_mem_fraction_static_by_hand(kwargs, expected):
+    args = dict(chunked_prefill_size=None, max_running_requests=None, role=None, a2a="none") | kwargs
+    mib = args.pop("gpu_memory_mib")
+    assert sglang_flags.default_mem_fraction_static(mib, **args) == expected
+
+
+def test_sglang_reader_takes_the_derived_default_and_emit_writes_the_plans(tmp_path):
+    text = "python -m sglang.launch_server --model-path meta-llama/Llama-3.1-70B --tp-size 8 --context-length 8192\n"
+    result = check_launch_file(_file(tmp_path, text), cluster="hgx-h200")
+    assert result["launches"][0]["recomputed"]["budget_fraction"] == 0.893  # as by hand above
+    proc = _planner("serve-plan", "-m", "llama-3.1-70b", "-c", "hgx-h200", "--gpus", "8", "--input-len", "4000",
+                    "--output-len", "500", "--fix", "tp=8", "--emit", "sglang")
+    assert proc.returncode == 0, proc.stderr
+    assert "--tp-size 8 " in proc.stdout and "--mem-fraction-static 0.893 " in proc.stdout

@@ -74,6 +74,8 @@ class Launch:
     kv_dtype: str
     visible_gpus: int | None
     nnodes: int
+    """Nodes the instance spans (the engine's node-count flag); the command runs on one of them."""
+    node_rank: int = 0
     role: str | None = None
     """prefill / decode for a disaggregated worker, else None."""
     flag: dict[str, str]
@@ -84,7 +86,13 @@ class Launch:
 
     @property
     def world(self) -> int:
+        """Ranks of the whole launch, over all its nodes."""
         return self.inst.gpus * self.replicas
+
+    @property
+    def here(self) -> int | None:
+        """GPUs this command starts on its own node: world / nnodes (None: they do not divide)."""
+        return self.world // self.nnodes if self.world % self.nnodes == 0 else None
 
 
 def logical_lines(text: str) -> list[tuple[int, str]]:
@@ -206,6 +214,18 @@ def unknown_flags(command: Command, known: frozenset[str], engine: str, version:
                     + (f"; did you mean {close[0]}?" if close else ""),
             fix=f"write {close[0]}" if close else f"remove {spelled}"))
     return out
+
+
+def rendezvous(command: Command, nnodes: int, flag: str, value: str) -> list[Violation]:
+    """`multi_node_rendezvous` (error): an instance over `nnodes` > 1 nodes whose command does not name node
+    rank 0's address with `flag` (`value`: what it takes). Both engines then default to 127.0.0.1, so each
+    node rendezvouses with itself and the nodes never form one process group (the readers cite where)."""
+    if nnodes == 1 or isinstance(command.flags.get(flag), str):
+        return []
+    return [Violation(rule="multi_node_rendezvous",
+                      message=f"an instance over {nnodes} nodes without {flag} {value}: the address defaults to "
+                              f"127.0.0.1, so each node rendezvouses with itself and the {nnodes} nodes never join",
+                      fix=f"{flag} {value} (node rank 0's address) on every node")]
 
 
 def integer(command: Command, flag: str, default: int | None, file: str, low: int = 1) -> int | None:
@@ -522,7 +542,7 @@ def evaluate(file: str, kind: str, spec: ModelSpec, hw: ClusterSpec, gpus: int, 
         row = {"line": launch.line, "engine": launch.engine, "role": launch.role,
                "parallelism": {"tp": launch.inst.tp, "pp": launch.inst.pp, "ep": launch.inst.ep,
                                "dp": launch.inst.adp, "replicas": launch.replicas},
-               "world": launch.world, "recomputed": {}}
+               "world": launch.world, "nnodes": launch.nnodes, "node_rank": launch.node_rank, "recomputed": {}}
         if not shape:
             mem = _memory(spec, hw, launch)
             found += _memory_findings(spec, hw, launch, mem, _relief(spec, hw, room, launch, mem, spell))
@@ -541,13 +561,15 @@ def evaluate(file: str, kind: str, spec: ModelSpec, hw: ClusterSpec, gpus: int, 
                 warnings.append(f"tie_word_embeddings with {launch.flag['pp']} {launch.inst.pp}: the last stage "
                                 f"holds its own copy of the embedding, {copy:,} B (vocab {spec.padded_vocab_size:,} x "
                                 f"hidden {spec.embedding_width:,} x 2 B), counted in its weights")
-        violations += [(launch.line, v) for v in found]
+        seen = {(v.rule, v.message) for _, v in violations}
+        violations += [(launch.line, v) for v in found if (v.rule, v.message) not in seen]
         rows.append(row)
-    used = sum(launch.world for launch in launches)
+    used = sum(launch.here or launch.world for launch in launches)
     if given and used > gpus:
         violations.append((launches[0].line, Violation(
             rule="world_size",
-            message=f"the launches need {used} GPUs ({' + '.join(str(l.world) for l in launches)}); "
+            message=f"the launches need {used} GPUs ({' + '.join(str(l.here or l.world) for l in launches)}; "
+                    f"a command of an instance over several nodes counts the GPUs of its own node); "
                     f"{gpus} are given", fix=f"check --gpus {used}, or fewer replicas")))
     return {"file": file, "kind": kind, "verdict": "fail" if any(v.severity == "error" for _, v in violations)
             else "pass", "model": spec.name, "cluster": hw.name, "gpus": gpus, "launches": rows,
@@ -584,15 +606,22 @@ def _relief(spec: ModelSpec, hw: ClusterSpec, room: int, launch: Launch, mem: sv
 
 def _world_findings(hw: ClusterSpec, launch: Launch) -> list[Violation]:
     """The ranks a launch starts against the GPUs it sees and the nodes it spans."""
-    out = []
+    out, f = [], launch.flag
     product = " x ".join(f"{k} {v}" for k, v in launch.degrees.items()) or "1"
-    per_node = launch.world // launch.nnodes if launch.world % launch.nnodes == 0 else None
-    if launch.visible_gpus is not None and launch.nnodes == 1 and launch.world > launch.visible_gpus:
+    per_node = launch.here
+    if launch.visible_gpus is not None and per_node is not None and per_node > launch.visible_gpus:
+        where = "" if launch.nnodes == 1 else f" on each of its {launch.nnodes} nodes ({f['nnodes']} {launch.nnodes})"
         out.append(Violation(
             rule="world_size",
-            message=f"the command starts {launch.world} ranks ({product}) but {VISIBLE} gives it "
+            message=f"the command starts {per_node} ranks{where} ({product}) but {VISIBLE} gives it "
                     f"{launch.visible_gpus} GPU(s)",
-            fix=f"list {launch.world} GPUs in {VISIBLE}, or degrees whose product is {launch.visible_gpus}"))
+            fix=f"list {per_node} GPUs in {VISIBLE}, or degrees whose product is "
+                f"{launch.visible_gpus * launch.nnodes}"))
+    if launch.node_rank >= launch.nnodes:
+        out.append(Violation(rule="node_rank",
+                             message=f"{f['node_rank']} {launch.node_rank} with {f['nnodes']} {launch.nnodes}: "
+                                     f"node ranks run from 0 to {launch.nnodes - 1} ({launch.engine} refuses it)",
+                             fix=f"{f['node_rank']} 0 to {launch.nnodes - 1}, one per node"))
     if launch.nnodes > 1 and per_node is None:
         out.append(Violation(rule="world_size",
                              message=f"{launch.world} ranks ({product}) do not divide over {launch.flag['nnodes']} "

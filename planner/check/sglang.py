@@ -95,23 +95,31 @@ def launch(command: el.Command, spec: ModelSpec, hw: ClusterSpec, file: str) -> 
             message=f"{hw.gpu.name} has no bf16: SGLang runs float16 below compute capability 8.0 and exits below 7.5 "
                     f"('SGLang only supports sm75 and above'; {s.VERSION} model_runner_components/load_model_utils.py "
                     f"maybe_downgrade_dtype_for_legacy_gpu): a V100 (7.0) does not start", fix=""))
+    node_rank = el.integer(command, f["node_rank"], 0, file, low=0)
+    findings += _multi_node(command, nnodes, dp)
     if nnodes > 1 and tp * pp % nnodes == 0 and tp * pp // nnodes < hw.gpus_per_node:
         findings.append(Violation(
             rule="tp_per_node", severity="warning",
             message=f"{f['tp']} {tp} x {f['pp']} {pp} over {f['nnodes']} {nnodes} uses {tp * pp // nnodes} of the "
                     f"{hw.gpus_per_node} GPUs of each node: {f['tp']} is the total over all nodes, not per node",
             fix=f"{f['tp']} {hw.gpus_per_node * nnodes // pp} to use every GPU"))
+    gpu_mib = hw.gpu.memory_gib * 1024
+    role = el.choice(command, f["disagg_mode"], {m: m for m in s.DISAGG_MODES}, file, "disaggregation roles")
+    chunk = el.integer(command, f["max_num_batched_tokens"], None, file)
+    default_chunk, _ = s.gpu_defaults(gpu_mib, tp)
+    max_running = el.integer(command, f["max_num_seqs"], None, file)
+    default_fraction = s.default_mem_fraction_static(
+        gpu_mib, tp=tp, pp=pp, chunked_prefill_size=chunk, max_running_requests=max_running, mla=spec.is_mla,
+        attn_dp=adp, role=role, a2a=a2a)
     return el.Launch(
         engine=s.ENGINE, line=command.line, inst=sv.Instance(tp=tp, pp=pp, ep=ep, adp=adp), replicas=dp,
-        fraction=el.fraction(command, f["fraction"], sv.ENGINES["sglang"].default, file),
+        fraction=el.fraction(command, f["fraction"], default_fraction, file),
         max_model_len=el.integer(command, f["max_model_len"], spec.max_position_embeddings, file),
-        max_num_seqs=el.integer(command, f["max_num_seqs"], None, file),
-        max_num_batched_tokens=el.integer(command, f["max_num_batched_tokens"], sv.DEFAULT_MAX_NUM_BATCHED_TOKENS * adp,
-                                          file) // adp,
+        max_num_seqs=max_running,
+        max_num_batched_tokens=(chunk or default_chunk) // adp,
         weight_format=weights,
         kv_dtype=el.choice(command, f["kv_dtype"], s.KV_DTYPES, file, "KV-cache dtypes") or "bf16",
-        visible_gpus=el.visible_gpus(command, file), nnodes=nnodes,
-        role=el.choice(command, f["disagg_mode"], {m: m for m in s.DISAGG_MODES}, file, "disaggregation roles"),
+        visible_gpus=el.visible_gpus(command, file), nnodes=nnodes, node_rank=node_rank, role=role,
         flag=f, degrees={k: n for k, n in ((f["tp"], tp), (f["pp"], pp), (f["dp"], dp)) if n > 1 or k == f["tp"]},
         findings=tuple(findings))
 
@@ -135,14 +143,34 @@ def _expert_parallel(spec: ModelSpec, tp: int, ep: int, a2a: str, findings: list
     if ep > 1:
         findings.append(Violation(
             rule="ep_without_all2all", severity="warning",
-            message=f"{f['ep']} {ep} with {f['a2a']} {a2a}: the experts are split {ep} ways but tokens reach them "
-                    f"through the tensor-parallel collectives, with no all-to-all dispatch",
-            fix=f"{f['a2a']} {s.A2A_DEFAULT_EMIT} (dispatch/combine by all-to-all)"))
+            message=f"{f['ep']} {ep} with {f['a2a']} {a2a}: SGLang does split the experts {ep} ways (not EP 1), "
+                    f"but with no all-to-all every rank runs all tokens of the tp group through its "
+                    f"{spec.num_experts // ep if spec.num_experts % ep == 0 else '?'} experts and the MoE output is "
+                    f"all-reduced over {f['tp']} {tp} ({s.VERSION} StandardDispatcher, FusedMoE.forward)",
+            fix=f"{f['a2a']} {s.A2A_DEFAULT_EMIT} to dispatch tokens by all-to-all (it sets the EP size to "
+                f"{f['tp']} {tp})"))
     if tp % ep:
         findings.append(Violation(rule="experts_by_ep", message=f"{f['ep']} {ep} does not divide {f['tp']} {tp}",
                                   fix=f"{f['ep']} among the divisors of {tp}"))
         return 1
     return ep
+
+
+def _multi_node(command: el.Command, nnodes: int, dp: int) -> list[Violation]:
+    """An instance over several nodes: every node's command names the rendezvous of node rank 0
+    (`--dist-init-addr HOST:PORT`; without it each node initialises torch.distributed at its own
+    127.0.0.1: `srt/distributed/bootstrap.py` _resolve_dist_init_method, so the nodes never form one
+    group), and replicas (--dp-size) do not span nodes (`srt/arg_groups/validation_hook.py`
+    check_server_args: 'multi-node data-parallel replicas are not supported'). Source: SGLang 0.5.23 wheel."""
+    f = s.FLAG
+    out = el.rendezvous(command, nnodes, f["dist_init"], "HOST:PORT")
+    if nnodes > 1 and dp > 1:
+        out.append(Violation(rule="multi_node_replicas",
+                             message=f"{f['dp']} {dp} with {f['nnodes']} {nnodes}: SGLang refuses replicas over "
+                                     f"several nodes ('multi-node data-parallel replicas are not supported')",
+                             fix=f"one launch per replica, or {f['adp']} {dp} (attention data parallel) across "
+                                 f"the nodes"))
+    return out
 
 
 def spell(tp: int, pp: int, replicas: int) -> str:

@@ -131,6 +131,9 @@ def launch(command: el.Command, spec: ModelSpec, hw: ClusterSpec, file: str) -> 
                                           f"tokens to experts by all-to-all only under expert parallelism",
                                   fix=f"add {f['ep']} or remove {f['a2a']}"))
     findings += _dtype_findings(command, hw, weights, file)
+    nnodes = el.integer(command, f["nnodes"], 1, file)
+    node_rank = el.integer(command, f["node_rank"], 0, file, low=0)
+    findings += _multi_node(command, nnodes, node_rank)
     if spec.is_moe:
         inst = sv.Instance(tp=tp * dp, pp=pp, ep=tp * dp if ep_on else 1, adp=dp)
         replicas = 1
@@ -145,7 +148,7 @@ def launch(command: el.Command, spec: ModelSpec, hw: ClusterSpec, file: str) -> 
         max_num_batched_tokens=el.integer(command, f["max_num_batched_tokens"], batched, file),
         weight_format=weights,
         kv_dtype=el.choice(command, f["kv_dtype"], v.KV_DTYPES, file, "KV-cache dtypes") or "bf16",
-        visible_gpus=el.visible_gpus(command, file), nnodes=el.integer(command, f["nnodes"], 1, file),
+        visible_gpus=el.visible_gpus(command, file), nnodes=nnodes, node_rank=node_rank,
         role="disaggregated" if f["kv_transfer"] in flags else None, flag=f,
         degrees={k: n for k, n in ((f["tp"], tp), (f["pp"], pp), (f["dp"], dp)) if n > 1 or k == f["tp"]},
         findings=tuple(findings))
@@ -175,6 +178,23 @@ def _dtype_findings(command: el.Command, hw: ClusterSpec, weights: str, file: st
                                   f"dtype falls back, config/model.py _resolve_auto_dtype); same 2 bytes per element",
                           fix=f"{flag} {half} to say so")]
     return []
+
+
+def _multi_node(command: el.Command, nnodes: int, node_rank: int) -> list[Violation]:
+    """An instance over several nodes (multiprocessing backend, what vLLM picks on CUDA when
+    --nnodes > 1: `vllm/config/parallel.py` ParallelConfig.__post_init__): every node names node rank
+    0's address (--master-addr; its default 127.0.0.1 makes each node rendezvous with itself), and the
+    nodes after the first run --headless (`vllm/entrypoints/cli/serve.py` run_headless: a node whose
+    node_rank_within_dp > 0 starts the headless multiproc executor for multi-node TP/PP; the API server
+    runs on node rank 0). Source: vLLM 0.33.0 (g4ba787ec9)."""
+    f = v.FLAG
+    out = el.rendezvous(command, nnodes, f["master_addr"], "HOST")
+    if nnodes > 1 and node_rank > 0 and command.flags.get(f["headless"]) is not True:
+        out.append(Violation(rule="multi_node_headless", severity="warning",
+                             message=f"{f['node_rank']} {node_rank} without {f['headless']}: a node after the first "
+                                     f"runs only workers (vLLM's headless executor); the API server is node rank 0's",
+                             fix=f"add {f['headless']}"))
+    return out
 
 
 def spell(tp: int, pp: int, replicas: int) -> str:

@@ -4,8 +4,11 @@ read back by `planner check` before it is printed.
 The script has one command per engine instance of the plan's deployment (each replica of each
 replica kind; for a disaggregated plan each prefill and each decode worker, with the engine's
 disaggregation flags), each on its own GPUs (`CUDA_VISIBLE_DEVICES`, counted per node) and port;
-an instance wider than a node is launched with the engine's node-count flag on each of its nodes
-(written once, for node rank 0). The flags come from the engine's table
+an instance wider than a node starts on a node boundary and has one command per node it spans
+(`_multi_node`: the engine's node count, node rank and node rank 0's address, a shell placeholder
+the user sets: SGLang `--nnodes N --node-rank i --dist-init-addr HOST:PORT`, vLLM `--nnodes N
+--node-rank i --master-addr HOST` and `--headless` after the first node). The lines of every node
+are in the one script: run each node's lines on that node. The flags come from the engine's table
 (`planner.frameworks.vllm` / `sglang`) and the plan's request: max-model-len, the budget
 fraction, the batch the plan was costed at (max concurrent sequences), the chunked-prefill size,
 the weight and KV formats.
@@ -36,10 +39,14 @@ class Worker:
     concurrency: int
     role: str | None = None
     """prefill / decode (disaggregated), else None."""
+    gpu_memory_mib: float | None = None
+    """The GPU's memory as nvidia-smi reports it (the plan's capacity), MiB."""
+    mla: bool = False
+    """Whether the model's attention is MLA (SGLang's default budget depends on it)."""
 
 
-def workers(data: dict) -> list[Worker]:
-    """The replica kinds of a `serve.serve_plan` result's deployment."""
+def workers(data: dict, mla: bool = False) -> list[Worker]:
+    """The replica kinds of a `serve.serve_plan` result's deployment (`mla`: the model's attention is MLA)."""
     dep = data["deployment"]
     rows = dep.get("workers") or dep["mix"]
     out = []
@@ -47,11 +54,13 @@ def workers(data: dict) -> list[Worker]:
         par = row["parallelism"]
         inst = sv.Instance(tp=par["tp"], pp=par["pp"], ep=par["ep"], adp=par["dp"])
         count = row["workers"] if "workers" in row else par["replicas"]
-        out.append(Worker(inst=inst, count=count, concurrency=row["concurrency"], role=row.get("role")))
+        capacity = row.get("memory_bytes", {}).get("capacity")
+        out.append(Worker(inst=inst, count=count, concurrency=row["concurrency"], role=row.get("role"),
+                          gpu_memory_mib=capacity / 2**20 if capacity else None, mla=mla))
     return out
 
 
-def script(data: dict, engine: str, model_ref: str, gpus_per_node: int) -> str:
+def script(data: dict, engine: str, model_ref: str, gpus_per_node: int, mla: bool = False) -> str:
     """The launch script of a serve-plan result for `engine` (module docstring).
 
     Raises:
@@ -73,37 +82,80 @@ def script(data: dict, engine: str, model_ref: str, gpus_per_node: int) -> str:
         lines.append("# fp8-block: serve the checkpoint with weight_block_size [128, 128] (the FP8 release); the "
                      "engine reads its block scales (planner check costs it as fp8 per tensor: 4 B per tensor, "
                      "not per 128 x 128 block, 0.02% of the weight bytes)")
-    gpu, port = 0, writer.BASE_PORT
-    for worker in workers(data):
+    gpu, port, spanning = 0, writer.BASE_PORT, 0
+    for worker in workers(data, mla):
         for k in range(worker.count):
             size = worker.inst.gpus
             role = f"{worker.role} worker" if worker.role else "replica"
             words = writer.command(model_ref, worker, req)
             if size > gpus_per_node:
-                nodes = -(-size // gpus_per_node)
-                words += [writer.FLAG["nnodes"], str(nodes), writer.FLAG["node_rank"], "0"]
-                lines.append(f"# {role} {k + 1} of {worker.count}: {size} GPUs over {nodes} nodes; run this on each, "
-                             f"node rank 0 to {nodes - 1}")
-                prefix = ""
+                spanning += 1
+                gpu = -(-gpu // gpus_per_node) * gpus_per_node
+                lines += _multi_node(writer, words, size, gpus_per_node, gpu // gpus_per_node, spanning,
+                                     f"{role} {k + 1} of {worker.count}", port)
+                gpu += -(-size // gpus_per_node) * gpus_per_node
             else:
                 if gpu % gpus_per_node + size > gpus_per_node:
                     gpu += gpus_per_node - gpu % gpus_per_node
                 first = gpu % gpus_per_node
                 lines.append(f"# {role} {k + 1} of {worker.count} (node {gpu // gpus_per_node})")
-                prefix = "CUDA_VISIBLE_DEVICES=" + ",".join(str(first + i) for i in range(size)) + " "
+                lines.append(_visible(first, size) + _line(words + [writer.FLAG["port"], str(port)]) + " &")
                 gpu += size
-            words += [writer.FLAG["port"], str(port)]
             port += 1
-            lines.append(prefix + " ".join(shlex.quote(w) for w in words) + " &")
     lines.append("wait")
     return "\n".join(lines) + "\n"
 
 
-def checked(data: dict, engine: str, model_ref: str, cluster_ref: str, gpus_per_node: int) -> tuple[str, dict]:
+class Raw(str):
+    """A word written into the script as it is, not shell-quoted (a `${VAR:?message}` placeholder)."""
+
+
+def _line(words: list[str]) -> str:
+    return " ".join(w if isinstance(w, Raw) else shlex.quote(w) for w in words)
+
+
+def _visible(first: int, size: int) -> str:
+    return "CUDA_VISIBLE_DEVICES=" + ",".join(str(first + i) for i in range(size)) + " "
+
+
+def placeholder(name: str, node: int) -> Raw:
+    """The shell placeholder for the address of node rank 0 of a multi-node instance: `${NAME:?...}`,
+    which the shell refuses to expand (the command does not start) until the user sets NAME."""
+    return Raw(f'"${{{name}:?set {name} to the address of node {node}, node rank 0 of this instance}}"')
+
+
+def _multi_node(writer, words: list[str], size: int, gpus_per_node: int, first_node: int, number: int,
+                title: str, port: int) -> list[str]:
+    """The script lines of one instance over several nodes: one command per node, node rank 0 first,
+    each with the engine's node flags (`writer.node_flags`) and the address of node rank 0 as a
+    placeholder the user sets; the HTTP port on node rank 0 only (the other nodes serve no API).
+
+    Raises:
+        SpecError: GPUs that do not divide evenly over the nodes (both engines need world % nnodes == 0).
+    """
+    nodes = -(-size // gpus_per_node)
+    if size % nodes:
+        raise SpecError(f"an instance of {size} GPUs does not divide over {nodes} nodes of {gpus_per_node} "
+                        f"GPUs; both engines start world / nnodes ranks per node", key="--emit")
+    per_node, head = size // nodes, f"{writer.NODE_HEAD}_{number}"
+    out = [f"# {title}: {size} GPUs over {nodes} nodes ({per_node} per node), nodes {first_node} to "
+           f"{first_node + nodes - 1}; run each command on its node, with {head} set to the address of node "
+           f"{first_node} (node rank 0)"]
+    prefix = _visible(0, per_node) if per_node < gpus_per_node else ""
+    for rank in range(nodes):
+        node_words = words + writer.node_flags(nodes, rank, placeholder(head, first_node), number)
+        if rank == 0:
+            node_words += [writer.FLAG["port"], str(port)]
+        out += [f"#   node rank {rank}: node {first_node + rank}", prefix + _line(node_words) + " &"]
+    return out
+
+
+def checked(data: dict, engine: str, model_ref: str, cluster_ref: str, gpus_per_node: int,
+            mla: bool = False) -> tuple[str, dict]:
     """(the script, `planner check` of it read back with the plan's model, cluster and GPUs)."""
     from planner.check.engine_file import check_launch_file
 
-    text = script(data, engine, model_ref, gpus_per_node)
+    text = script(data, engine, model_ref, gpus_per_node, mla)
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "launch.sh"
         path.write_text(text, encoding="utf-8")

@@ -5,7 +5,6 @@ ep to tp; disaggregated workers with their disaggregation mode)."""
 
 from __future__ import annotations
 
-from planner.cost import serving as sv
 from planner.emit import engine_launch as el
 from planner.frameworks import sglang as s
 
@@ -25,10 +24,26 @@ def command(model: str, worker: el.Worker, req: dict) -> list[str]:
         words += [FLAG["adp"], str(inst.adp)]
     if inst.ep > 1:
         words += [FLAG["ep"], str(inst.ep), FLAG["a2a"], s.A2A_DEFAULT_EMIT]
-    fraction = req["mem_fraction"] if req.get("mem_fraction") is not None else sv.ENGINES["sglang"].default
+    fraction = req.get("mem_fraction")
+    if fraction is None:  # the plan's: SGLang's default for this command (frameworks.sglang.plan_mem_fraction)
+        fraction = s.plan_mem_fraction(worker.gpu_memory_mib, tp=inst.tp, pp=inst.pp, attn_dp=inst.adp, ep=inst.ep,
+                                       mla=worker.mla, max_num_batched_tokens=req["max_num_batched_tokens"])
     # SGLang divides the chunked-prefill size among the attention data-parallel groups (check.sglang)
     per_gpu = {**req, "max_num_batched_tokens": req["max_num_batched_tokens"] * inst.adp}
     words += el.common(FLAG, worker, per_gpu, fraction, s.WEIGHT_FLAGS, "fp8_e4m3")
     if worker.role:
         words += [FLAG["disagg_mode"], worker.role, FLAG["disagg_backend"], s.DISAGG_BACKEND]
     return words
+
+
+NODE_HEAD = s.NODE_HEAD
+
+
+def node_flags(nodes: int, rank: int, head: str, number: int) -> list[str]:
+    """The flags of node `rank` of an instance over `nodes` nodes: `--nnodes --node-rank
+    --dist-init-addr HEAD:PORT` (one port per multi-node instance, `number` counting them from 1).
+    Source: SGLang 0.5.23 wheel `srt/arg_groups/fields/parallel.py` (nnodes, node_rank, dist_init_addr
+    'e.g. 192.168.0.2:25000'); `srt/entrypoints/engine.py` _calculate_rank_ranges gives node i the
+    tp ranks tp / nnodes x i onward (pp ranks when pp >= nnodes)."""
+    port = s.DIST_INIT_BASE_PORT + 100 * (number - 1)
+    return [FLAG["nnodes"], str(nodes), FLAG["node_rank"], str(rank), FLAG["dist_init"], type(head)(f"{head}:{port}")]

@@ -1,8 +1,13 @@
 """SGLang's launch flags: the names `planner check` reads from a `python -m sglang.launch_server`
 command line and `planner serve-plan --emit sglang` writes, with the defaults the check assumes.
 
-Source: SGLang 0.5.23 (PyPI wheel, built 2026-10-30; the build records no commit):
-`python/sglang/srt/server_args.py` ServerArgs.add_cli_args and the dataclass fields it turns into
+Source: SGLang 0.5.23, the PyPI wheel `sglang-0.5.23-cp311-cp311-manylinux_2_34_x86_64.whl` (built
+2026-10-30). ENGINE COMMIT: NOT RECORDED. The wheel's `sglang/_version.py` says `__commit_id__ = None`,
+PyPI has no 0.5.23 sdist, the git snapshot of sgl-project/sglang (1.2 GB) is over what `fetch` brings,
+and the stored file versions of the repository predate this release (their
+`arg_groups/fields/parallel.py`, e.g. @00ac7105, has no `--attn-dp-size` flag, which 0.5.23 defines),
+so the release could not be tied to a commit; every citation below is of files of that wheel.
+Files read: `srt/server_args.py` ServerArgs.add_cli_args and the dataclass fields it turns into
 flags (`srt/arg_groups/fields/parallel.py`: --tp-size is the WORLD of one replica across all its
 nodes, --attn-dp-size splits it into attention data-parallel groups, --dp-size counts replicas;
 `srt/arg_groups/parallel_hook.py`: the deprecated `--dp-size N --enable-dp-attention` is read as
@@ -62,8 +67,16 @@ A2A_SPANNING = frozenset({"megamoe", "deepep", "deepep_v2", "mooncake", "nixl", 
                           "flashinfer", "flashinfer_megamoe", "mori", "pplx"})
 """--moe-a2a-backend values that set ep_size = tp_size (`overrides.py` _A2A_EP_SPANNING_BACKENDS)."""
 A2A_NONE = "none"
-"""--moe-a2a-backend default: no all-to-all dispatch (tokens reach the experts through the
-tensor-parallel group's collectives)."""
+"""--moe-a2a-backend default: no all-to-all dispatch. --ep-size still splits the experts (it is
+not reset to 1): `srt/runtime_context.py` parallel_widths_of takes moe_ep_size = ep_size;
+`srt/layers/moe/fused_moe_triton/layer.py` FusedMoE holds num_experts / moe_ep_size routed experts
+per rank (asserting that they divide) and, for a2a `none`, `create_moe_dispatcher` builds the
+StandardDispatcher (`srt/layers/moe/token_dispatcher/standard.py`), which maps the global top-k
+ids to this rank's local experts and masks the others; every rank already holds all tokens (the
+attention output is replicated over the tp group), runs them through its own experts, and the
+layer's output is summed by `tensor_model_parallel_all_reduce` over the tp group (FusedMoE.forward:
+reduce_results when moe_tp_size > 1 or moe_ep_size > 1). So EP runs, with an all-reduce of the
+whole hidden state instead of an all-to-all of the routed tokens (SGLang 0.5.23 wheel)."""
 A2A_DEFAULT_EMIT = "deepep"
 """The all-to-all backend `serve-plan --emit sglang` writes for an expert-parallel plan."""
 
@@ -79,3 +92,107 @@ DISAGG_MODES = ("prefill", "decode")
 DISAGG_BACKEND = "nixl"
 """--disaggregation-transfer-backend `serve-plan --emit sglang` writes (default mooncake needs
 its own service; nixl runs over UCX)."""
+
+NODE_HEAD = "HEAD_ADDR"
+"""The shell variable a multi-node launch script names for the address of an instance's node rank 0
+(`--dist-init-addr HOST:PORT`), suffixed with the instance's number; the user sets it, the shell
+refuses to run a command while it is unset (`${VAR:?message}`)."""
+DIST_INIT_BASE_PORT = 20000
+"""--dist-init-addr port of the first multi-node instance (the next ones add 100: SGLang derives
+up to 6 more ports from it, `server_args.py` PortArgs.init_new)."""
+
+
+def default_mem_fraction_static(gpu_memory_mib: float, *, tp: int, pp: int, chunked_prefill_size: int | None,
+                                max_running_requests: int | None, mla: bool, attn_dp: int, role: str | None,
+                                a2a: str) -> float:
+    """mem_fraction_static SGLang takes when --mem-fraction-static is not given, for a text-only model on
+    a CUDA GPU with the default CUDA-graph settings.
+
+    Source: SGLang 0.5.23 wheel `srt/arg_groups/memory_hook.py` handle_gpu_memory_settings (run by
+    `srt/arg_groups/pipeline.py` run_resolution_pipeline before the DP-attention division of the
+    chunked-prefill size): with gpu_mem the smallest nvidia-smi memory.total in MiB
+    (`srt/utils/common.py` get_nvgpu_memory_capacity),
+        reserved_mib = 512 + 1.5 x max(chunked_prefill_size, 2048) + tp x pp / 8 x 1024 + graphs,
+        reserved_mib = max(reserved_mib, 10240) when gpu_mem > 60 x 1024,
+        reserved_mib += 2048 for moe_a2a_backend deepep outside a prefill worker (reserve_for_deepep_a2a_mb),
+        fraction = round((gpu_mem - reserved_mib) / gpu_mem, 3);
+    a decode worker uses max(max_running_requests (else the decode graph's max batch) x 1, 2048) tokens
+    instead of the chunk. graphs (reserve_for_graph_mb): decode graph max batch x 2 outside a prefill
+    worker, plus max_bs x attn_dp x 3 (and x 1.5 more when max_bs > 300) under DP attention; outside a
+    decode worker the breakable prefill graph (the CUDA default, `model_executor/cuda_graph_config.py`;
+    off when pp > 1, `arg_groups/cuda_graph_hook.py` apply_cuda_graph_compatibility): 1536 for an MLA
+    model, else 8 per captured size (generate_prefill_cuda_graph_batch_sizes up to the chunk), plus 1024
+    with deepep. The decode graph's max batch by GPU memory: < 20 GiB 8; < 35 GiB 48 (160 at tp >= 4);
+    < 60 GiB 32 (160); < 160 GiB 256 (512); else 512; capped by --max-running-requests. Default chunk:
+    < 20 GiB 2048; < 60 GiB 4096; < 160 GiB 8192; else 16384. With deepep the prefill sizes are those up
+    to 2048 rounded up to multiples of 8 (apply_deepep_adjustments). Not modelled: VLM adjustment
+    (adjust_mem_fraction_for_vlm), SGLANG_ENABLE_POST_CAPTURE_KV_SIZING (off by default), non-CUDA devices.
+
+    Example (hand arithmetic): H200, nvidia-smi 143771 MiB, Llama tp 8, pp 1, chunk 8192: decode max_bs
+    512, 58 prefill sizes up to 8192 -> graphs 1024 + 464; reserved 512 + 12288 + 1024 + 1488 = 15312;
+    (143771 - 15312) / 143771 = 0.8935 -> 0.893.
+    """
+    chunk, max_bs = gpu_defaults(gpu_memory_mib, tp)
+    chunk = chunked_prefill_size or chunk
+    if max_running_requests is not None:
+        max_bs = min(max_bs, max_running_requests)
+    deepep = a2a == "deepep"
+    if role == "decode":
+        tokens = max(max_running_requests or max_bs or 1, 2048)
+    else:
+        tokens = max(chunk, 2048)
+    graphs = 0.0
+    if role != "prefill":
+        graphs += max_bs * 2
+        if attn_dp > 1:
+            graphs += max_bs * attn_dp * 3 + (max_bs * attn_dp * 1.5 if max_bs > 300 else 0)
+    if role != "decode" and pp == 1:
+        if mla:
+            graphs += 1536
+        else:
+            sizes = prefill_graph_sizes(2048 if deepep else chunk)
+            graphs += 8 * len({-(-b // 8) * 8 for b in sizes} if deepep else sizes)
+        graphs += 1024 if deepep else 0
+    reserved = 512 + tokens * 1.5 + tp * pp / 8 * 1024 + graphs
+    if gpu_memory_mib > 60 * 1024:
+        reserved = max(reserved, 10 * 1024)
+    if deepep and role != "prefill":
+        reserved += 2048
+    return round((gpu_memory_mib - reserved) / gpu_memory_mib, 3)
+
+
+def prefill_graph_sizes(max_bs: int) -> list[int]:
+    """Token counts SGLang captures prefill CUDA graphs at, up to `max_bs` (4..32 by 4, 48..256 by 16,
+    288..512 by 32, 576..1024 by 64, 1280..4096 by 256, 4608.. by 512). Source: SGLang 0.5.23 wheel
+    `srt/arg_groups/cuda_graph_hook.py` generate_prefill_cuda_graph_batch_sizes."""
+    steps = ((4, 32, 4), (48, 256, 16), (288, 512, 32), (576, 1024, 64), (1280, 4096, 256), (4608, max_bs, 512))
+    return [s for lo, hi, step in steps for s in range(lo, hi + 1, step) if s <= max_bs]
+
+
+def gpu_defaults(gpu_memory_mib: float, tp: int) -> tuple[int, int]:
+    """(chunked_prefill_size, decode CUDA-graph max batch) SGLang takes when unset, by the GPU's
+    nvidia-smi memory (MiB) and --tp-size. Source: SGLang 0.5.23 wheel `srt/arg_groups/memory_hook.py`
+    handle_gpu_memory_settings (< 20 GiB: 2048, 8; < 35 GiB: 4096, 48 (160 at tp >= 4); < 60 GiB:
+    4096, 32 (160); < 160 GiB: 8192, 256 (512); else 16384, 512)."""
+    gib = 1024
+    if gpu_memory_mib < 20 * gib:
+        return 2048, 8
+    if gpu_memory_mib < 35 * gib:
+        return 4096, 48 if tp < 4 else 160
+    if gpu_memory_mib < 60 * gib:
+        return 4096, 32 if tp < 4 else 160
+    if gpu_memory_mib < 160 * gib:
+        return 8192, 256 if tp < 4 else 512
+    return 16384, 512
+
+
+def plan_mem_fraction(gpu_memory_mib: float, *, tp: int, pp: int, attn_dp: int, ep: int, mla: bool,
+                      max_num_batched_tokens: int) -> float:
+    """The mem_fraction_static `serve-plan` costs an SGLang instance at, and `--emit sglang` writes,
+    when --mem-fraction is not given: SGLang's own default (`default_mem_fraction_static`) for the
+    command the emitter writes: --chunked-prefill-size max_num_batched_tokens x attn_dp (SGLang divides
+    it among the attention data-parallel groups), --moe-a2a-backend `A2A_DEFAULT_EMIT` when ep > 1, the
+    decode graph at its default max batch (the plan's concurrency is not known when memory is sized)."""
+    return default_mem_fraction_static(gpu_memory_mib, tp=tp, pp=pp, chunked_prefill_size=max_num_batched_tokens
+                                       * attn_dp, max_running_requests=None, mla=mla, attn_dp=attn_dp, role=None,
+                                       a2a=A2A_DEFAULT_EMIT if ep > 1 else A2A_NONE)

@@ -47,16 +47,18 @@ FLAG = {
     "dtype": "--dtype",
     "nnodes": "--nnodes",
     "node_rank": "--node-rank",
+    "master_addr": "--master-addr",
+    "headless": "--headless",
     "port": "--port",
     "kv_transfer": "--kv-transfer-config",
 }
 """Planner knob -> vLLM's flag."""
 ALIASES = {"-tp": FLAG["tp"], "-pp": FLAG["pp"], "-dp": FLAG["dp"], "-ep": FLAG["ep"],
            "-q": FLAG["quantization"], "--device-memory-utilization": FLAG["fraction"],
-           "--disable-expert-parallel": FLAG["ep_off"]}
+           "--disable-expert-parallel": FLAG["ep_off"], "-n": FLAG["nnodes"], "-r": FLAG["node_rank"]}
 """Other spellings of the same options (the parser's option strings)."""
 SWITCHES = frozenset({FLAG["ep"], FLAG["ep_off"], "--enforce-eager",
-                      "--trust-remote-code", "--headless", "--enable-prefix-caching",
+                      "--trust-remote-code", FLAG["headless"], "--enable-prefix-caching",
                       "--no-enable-prefix-caching", "--enable-chunked-prefill",
                       "--disable-chunked-prefill", "--grpc", "--disable-log-requests",
                       "--disable-log-stats", "--enable-log-requests"})
@@ -96,3 +98,6 @@ DISAGG_CONNECTOR = '{"kv_connector":"NixlConnector","kv_role":"kv_both"}'
 """--kv-transfer-config of a disaggregated prefill or decode worker (vLLM docs
 `features/disagg_prefill` / `examples/online_serving/disaggregated_serving`: both sides run
 NixlConnector with kv_role kv_both; a proxy routes prompts to prefill, then decode)."""
+NODE_HEAD = "HEAD_ADDR"
+"""The shell variable a multi-node launch script names for the address of an instance's node rank 0
+(--master-addr), suffixed with the instance's number (`planner.frameworks.sglang.NODE_HEAD`)."""
