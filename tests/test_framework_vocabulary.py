@@ -148,10 +148,10 @@ def test_gate_fix_terms_are_the_tables():
 
 
 ENGINE_SHARED = {"--model", "--port", "--config", "--ep", "--max-model-len", "--max-num-batched-tokens",
-                 "--nnodes", "--node-rank"}
+                 "--nnodes", "--node-rank", "--master-addr", "-n", "-r"}
 """Engine flags also spelled as planner's own options (`serve-plan --max-model-len`,
-`--max-num-batched-tokens`), torchrun's (--nnodes, --node-rank: Megatron-LM's table) or common words (--model,
---port, --config): not scanned."""
+`--max-num-batched-tokens`), torchrun's (--nnodes, --node-rank, --master-addr: Megatron-LM's table) or common
+words (--model, --port, --config; vLLM's one-letter -n, -r for --nnodes, --node-rank): not scanned."""
 
 
 ENGINE_ELSEWHERE = {"planner/cost/serving.py": {"--enable-dp-attention"}}

@@ -158,9 +158,9 @@ def _expert_parallel(spec: ModelSpec, tp: int, ep: int, a2a: str, findings: list
 
 def _multi_node(command: el.Command, nnodes: int, dp: int) -> list[Violation]:
     """An instance over several nodes: every node's command names the rendezvous of node rank 0
-    (`--dist-init-addr HOST:PORT`; without it each node initialises torch.distributed at its own
+    (FLAG['dist_init'] HOST:PORT; without it each node initialises torch.distributed at its own
     127.0.0.1: `srt/distributed/bootstrap.py` _resolve_dist_init_method, so the nodes never form one
-    group), and replicas (--dp-size) do not span nodes (`srt/arg_groups/validation_hook.py`
+    group), and replicas (FLAG['dp']) do not span nodes (`srt/arg_groups/validation_hook.py`
     check_server_args: 'multi-node data-parallel replicas are not supported'). Source: SGLang 0.5.23 wheel."""
     f = s.FLAG
     out = el.rendezvous(command, nnodes, f["dist_init"], "HOST:PORT")

@@ -182,9 +182,9 @@ def _dtype_findings(command: el.Command, hw: ClusterSpec, weights: str, file: st
 
 def _multi_node(command: el.Command, nnodes: int, node_rank: int) -> list[Violation]:
     """An instance over several nodes (multiprocessing backend, what vLLM picks on CUDA when
-    --nnodes > 1: `vllm/config/parallel.py` ParallelConfig.__post_init__): every node names node rank
-    0's address (--master-addr; its default 127.0.0.1 makes each node rendezvous with itself), and the
-    nodes after the first run --headless (`vllm/entrypoints/cli/serve.py` run_headless: a node whose
+    nnodes > 1: `vllm/config/parallel.py` ParallelConfig.__post_init__): every node names node rank
+    0's address (FLAG['master_addr']; its default 127.0.0.1 makes each node rendezvous with itself), and the
+    nodes after the first run FLAG['headless'] (`vllm/entrypoints/cli/serve.py` run_headless: a node whose
     node_rank_within_dp > 0 starts the headless multiproc executor for multi-node TP/PP; the API server
     runs on node rank 0). Source: vLLM 0.33.0 (g4ba787ec9)."""
     f = v.FLAG

@@ -112,8 +112,9 @@ ENGINES: dict[str, EngineRule] = {
         "profile_max_num_token: rest_memory = available_gpu_memory (free after weight load) - "
         "total_gpu_memory x (1 - mem_fraction_static); activations and CUDA graphs live in the "
         "(1 - mem_fraction_static) headroom. When unset, server_args.py picks the fraction from TP size and "
-        "GPU memory (releases seen: 0.88 at tp 1 down to 0.79 at tp >= 16); 0.88 is taken here, pass "
-        "--mem-fraction to match a deployment"),
+        "GPU memory; 0.88 is taken here when no fraction is passed (planner validate's serving cases); "
+        "serve-plan, check and --emit sglang pass SGLang's own default instead "
+        "(planner.frameworks.sglang.default_mem_fraction_static, from the 0.5.23 memory_hook.py)"),
     "trtllm": EngineRule(
         "kv_cache_free_gpu_memory_fraction", 0.9, "free",
         "NVIDIA/TensorRT-LLM tensorrt_llm/_torch/pyexecutor/resource_manager.py @d2a5560a KVCacheManager: "

@@ -6,8 +6,8 @@ replica kind; for a disaggregated plan each prefill and each decode worker, with
 disaggregation flags), each on its own GPUs (`CUDA_VISIBLE_DEVICES`, counted per node) and port;
 an instance wider than a node starts on a node boundary and has one command per node it spans
 (`_multi_node`: the engine's node count, node rank and node rank 0's address, a shell placeholder
-the user sets: SGLang `--nnodes N --node-rank i --dist-init-addr HOST:PORT`, vLLM `--nnodes N
---node-rank i --master-addr HOST` and `--headless` after the first node). The lines of every node
+the user sets: SGLang's node count, node rank and rendezvous HOST:PORT, vLLM's node count, node
+rank, master address and headless workers after the first node; `writer.node_flags`). The lines of every node
 are in the one script: run each node's lines on that node. The flags come from the engine's table
 (`planner.frameworks.vllm` / `sglang`) and the plan's request: max-model-len, the budget
 fraction, the batch the plan was costed at (max concurrent sequences), the chunked-prefill size,

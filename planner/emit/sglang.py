@@ -40,8 +40,8 @@ NODE_HEAD = s.NODE_HEAD
 
 
 def node_flags(nodes: int, rank: int, head: str, number: int) -> list[str]:
-    """The flags of node `rank` of an instance over `nodes` nodes: `--nnodes --node-rank
-    --dist-init-addr HEAD:PORT` (one port per multi-node instance, `number` counting them from 1).
+    """The flags of node `rank` of an instance over `nodes` nodes: FLAG nnodes, node_rank
+    and dist_init HEAD:PORT (one port per multi-node instance, `number` counting them from 1).
     Source: SGLang 0.5.23 wheel `srt/arg_groups/fields/parallel.py` (nnodes, node_rank, dist_init_addr
     'e.g. 192.168.0.2:25000'); `srt/entrypoints/engine.py` _calculate_rank_ranges gives node i the
     tp ranks tp / nnodes x i onward (pp ranks when pp >= nnodes)."""

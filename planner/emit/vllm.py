@@ -36,12 +36,12 @@ NODE_HEAD = v.NODE_HEAD
 
 
 def node_flags(nodes: int, rank: int, head: str, number: int) -> list[str]:
-    """The flags of node `rank` of an instance over `nodes` nodes: `--nnodes --node-rank --master-addr`,
-    and `--headless` after node rank 0 (workers only; the API server is node rank 0's). Source: vLLM
+    """The flags of node `rank` of an instance over `nodes` nodes: FLAG nnodes, node_rank, master_addr,
+    and headless after node rank 0 (workers only; the API server is node rank 0's). Source: vLLM
     0.33.0 (g4ba787ec9) `vllm/config/parallel.py` (master_addr, node_rank, nnodes: 'multi-node
     distributed inference when distributed_executor_backend is mp', the backend picked on CUDA when
     nnodes > 1), `vllm/entrypoints/cli/serve.py` run_headless (node_rank_within_dp > 0: headless
     multiproc executor for multi-node TP/PP), `vllm/engine/arg_utils.py` (data_parallel_size_local and
-    the data-parallel rank inferred from --node-rank, the DP address defaulting to --master-addr)."""
+    the data-parallel rank inferred from the node rank, the DP address defaulting to the master address)."""
     words = [FLAG["nnodes"], str(nodes), FLAG["node_rank"], str(rank), FLAG["master_addr"], head]
     return words + ([FLAG["headless"]] if rank else [])

@@ -2,7 +2,7 @@
 command line and `planner serve-plan --emit sglang` writes, with the defaults the check assumes.
 
 Source: SGLang 0.5.23, the PyPI wheel `sglang-0.5.23-cp311-cp311-manylinux_2_34_x86_64.whl` (built
-2026-10-30). ENGINE COMMIT: NOT RECORDED. The wheel's `sglang/_version.py` says `__commit_id__ = None`,
+2026-10-30; sha256 00b3cd5b265ac76c...). ENGINE COMMIT: NOT RECORDED. The wheel's `sglang/_version.py` says `__commit_id__ = None`,
 PyPI has no 0.5.23 sdist, the git snapshot of sgl-project/sglang (1.2 GB) is over what `fetch` brings,
 and the stored file versions of the repository predate this release (their
 `arg_groups/fields/parallel.py`, e.g. @00ac7105, has no `--attn-dp-size` flag, which 0.5.23 defines),

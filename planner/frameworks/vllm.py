@@ -1,7 +1,9 @@
 """vLLM's launch flags: the names `planner check` reads from a `vllm serve` command line or a
 `--config` YAML, and `planner serve-plan --emit vllm` writes, with the defaults the check assumes.
 
-Source: vLLM 0.33.0 (PyPI wheel, build commit g4ba787ec9): `vllm/entrypoints/common/cli_args.py`
+Source: vLLM 0.33.0, PyPI wheel `vllm-0.33.0-cp38-abi3-manylinux_2_28_x86_64.whl` (sha256 4b6bdec4...),
+built from vllm-project/vllm git commit 4ba787ec9 (its `vllm/_version.py` __commit_id__ 'g4ba787ec9', the
+abbreviated hash setuptools-scm records; the full hash is not in the build): `vllm/entrypoints/common/cli_args.py`
 make_arg_parser (what `vllm serve` and `python -m vllm.entrypoints.openai.api_server` parse),
 `vllm/engine/arg_utils.py` EngineArgs.add_cli_args and `get_batch_defaults` (the H100-class
 defaults below), `vllm/config/cache.py` (gpu_memory_utilization default 0.92),
