@@ -70,7 +70,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from planner.cost.comm import bytes_per_axis, collectives
+from planner.cost.comm import bytes_per_axis, collectives, ep_gpus_per_domain
 from planner.cost.memory import (
     DEFAULT_AT_RISK_MARGIN,
     DEFAULT_RESERVE_BYTES,
@@ -735,8 +735,9 @@ def plan_entry(model: ModelSpec, cluster: ClusterSpec, ev: Evaluated, reserve: i
                          "reserve": worst.reserve, "total": worst.total,
                          "capacity": worst.capacity, "stage": worst.stage},
         "memory_verdict": worst.verdict,
-        "communication_bytes_per_step": bytes_per_axis(collectives(model, layout,
-                                                                   recompute_layers=ev.modes)),
+        "communication_bytes_per_step": bytes_per_axis(collectives(
+            model, layout, recompute_layers=ev.modes,
+            ep_gpus_per_domain=ep_gpus_per_domain(layout, cluster.scaleup_domain_gpus))),
         "time_s": {"step": step.step, "compute": step.compute,
                    "communication_exposed": step.communication_exposed,
                    "pipeline_bubble": step.pipeline_bubble, "recompute": step.recompute,
