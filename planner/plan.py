@@ -672,7 +672,8 @@ def _candidates(model, cluster, fixed, base, reserve, headroom) -> tuple[list[La
     # The near-even split is given where a layout is refined or solved (`_with_split`), not to
     # every candidate: most are pruned by the cheap bound, which does not read the split.
     # every candidate with the overlaps a tuned recipe switches on (`overlap.tuned`)
-    layouts = [overlap.tuned(layout) for layout in candidate_layouts(
+    layouts = [overlap.tuned_dispatcher(overlap.tuned(layout), ep_gpus_per_domain(
+        layout, cluster.scaleup_domain_gpus)) for layout in candidate_layouts(
         space, validate, rejections, validate_mesh=validate_mesh, validate_knobs=validate_knobs,
         validate_degrees=validate_degrees if model.is_moe else None,
         validate_experts=validate_experts)]
@@ -726,6 +727,7 @@ def plan_entry(model: ModelSpec, cluster: ClusterSpec, ev: Evaluated, reserve: i
             "recompute": uniform if uniform else [dict(c) for c in ev.solution.recompute_per_stage],
             "pipeline_layers": list(layout.pipeline_layers),
             "overlap": {k: getattr(layout, k) for k in OVERLAP_KNOBS if getattr(layout, k) is not None},
+            **({} if layout.moe_dispatcher is None else {"moe_dispatcher": layout.moe_dispatcher}),
             **({} if layout.pipeline_layout is None else
                {"pipeline_layout": pipeline_layout.to_string(layout.pipeline_layout)}),
         },
@@ -787,6 +789,7 @@ def plan_layout(entry: dict, request: dict) -> Layout:
                   precision=request["precision"], framework=request["framework"],
                   grad_reduce_dtype=request.get("grad_reduce_dtype"),
                   cp_comm_type=par.get("cp_comm_type", "p2p"),
+                  moe_dispatcher=par.get("moe_dispatcher"),
                   **{k: par.get("overlap", {}).get(k) for k in OVERLAP_KNOBS})
 
 

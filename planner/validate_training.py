@@ -37,6 +37,7 @@ from pathlib import Path
 
 import yaml
 
+from planner.cost.comm import ep_gpus_per_domain
 from planner.errors import SpecError
 from planner.placement import overlap
 from planner.placement.layout import Layout
@@ -137,7 +138,11 @@ ASSUMPTIONS = {
                            "and parameter-gather overlap wherever dp > 1, Megatron-Bridge "
                            "training/comm_overlap.py `_get_optimizer_overlap_cfgs`; TP communication "
                            "overlap with SP, the userbuffers configs of perf_recipes/llama/h100/llama3.py), "
-                           "except where the recipe switches one off (RECIPE_OVERRIDES).",
+                           "except where the recipe switches one off (RECIPE_OVERRIDES); and they dispatch "
+                           "MoE tokens as a tuned plan does (placement.overlap.tuned_dispatcher): the flex "
+                           "dispatcher (HybridEP) when the EP group spans nodes, as perf_recipes/qwen/h100/"
+                           "qwen3_moe.py l. 90-91 (E13) and recipes/deepseek/h100/deepseek_v3.py l. 160, 256 "
+                           "(E10) set, else alltoall.",
 }
 """Every assumption made where a row is silent, by key; `Row.assumptions` lists the keys applied."""
 
@@ -368,7 +373,7 @@ def _expert_row(raw: dict, file: str, where: str) -> list[Row]:
     published = _number(raw, "measured_tokens_per_s_per_gpu", file, where)
     cluster = CLUSTER_NAMES.get(raw["cluster"], raw["cluster"])
     model = _load(_catalog_model, raw["model"], file, where + "model")
-    _load(_cluster, cluster, file, where + "cluster", gpus)
+    spec = _load(_cluster, cluster, file, where + "cluster", gpus)
     degrees = {k: _int(lay, k, file, f"{where}layout.", 1) for k in ("tp", "pp", "vpp", "cp", "ep", "micro_batch_size")}
     if gpus % (degrees["tp"] * degrees["pp"] * degrees["cp"]):
         raise SpecError(f"value {gpus} not allowed; allowed: a multiple of tp x pp x cp = "
@@ -380,6 +385,7 @@ def _expert_row(raw: dict, file: str, where: str) -> list[Row]:
     assumptions = ["expert-configs"]
     if raw["framework"] == "megatron" and any(w in str(raw.get("source", "")) for w in NVIDIA_RECIPES):
         layout = overlap.tuned(layout.replace(grad_reduce_dtype="bf16", **RECIPE_OVERRIDES.get(raw["id"], {})))
+        layout = overlap.tuned_dispatcher(layout, ep_gpus_per_domain(layout, spec.scaleup_domain_gpus))
         assumptions.append("nvidia-perf-recipes")
     if raw["framework"] == "torchtitan":
         assumptions += ["compile-as-eager"]
