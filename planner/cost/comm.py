@@ -421,21 +421,22 @@ def expected_distinct_bins(bins: int, experts: int, top_k: int) -> float:
     `experts` spread evenly over the bins.
 
     A given bin holds e = experts / bins of them and is missed with probability
-    C(experts - e, top_k) / C(experts, top_k) (hypergeometric), so
-    E[distinct] = bins (1 - C(experts - e, top_k) / C(experts, top_k)). For many experts per bin it
-    tends to the occupancy formula bins (1 - (1 - 1/bins)^top_k) of `cost.serving.
-    expected_distinct_experts` (Feller, An Introduction to Probability Theory, Vol. 1, II.11),
-    which assumes independent draws. Routing is taken as uniform (balanced by the auxiliary loss);
-    DeepSeek-V3's node-limited routing (topk_group) is not read from the config, so it is not
-    applied.
+    C(experts - e, top_k) / C(experts, top_k) = prod_{i < top_k} (experts - e - i) / (experts - i)
+    (hypergeometric; the product is used as is when e is not whole), so
+    E[distinct] = bins (1 - that). For many experts per bin it tends to the occupancy formula
+    bins (1 - (1 - 1/bins)^top_k) of `cost.serving.expected_distinct_experts` (Feller, An
+    Introduction to Probability Theory, Vol. 1, II.11), which assumes independent draws. Routing
+    is taken as uniform (balanced by the auxiliary loss); DeepSeek-V3's node-limited routing
+    (topk_group) is not read from the config, so it is not applied.
 
     Raises:
-        ValueError: bins or top_k < 1, or experts not a multiple of bins.
+        ValueError: bins or top_k < 1, or top_k > experts.
     """
-    if bins < 1 or top_k < 1 or experts % bins:
+    if bins < 1 or top_k < 1 or top_k > experts:
         raise ValueError(f"{experts} experts over {bins} bins with top-{top_k}")
-    per_bin = experts // bins
-    return bins * (1 - math.comb(experts - per_bin, top_k) / math.comb(experts, top_k))
+    outside = experts - experts / bins
+    miss = math.prod(max(0.0, outside - i) / (experts - i) for i in range(top_k))
+    return bins * (1 - miss)
 
 
 def _flex_dispatch(model: ModelSpec, layout: Layout, token_bytes: int, k: int) -> list[Collective]:
