@@ -21,7 +21,8 @@ one backward per micro-batch per virtual stage (Narayanan et al. 2021 §2.2); CP
 local K/V (cp − 1) times forward, K/V + dK/dV backward, recorded as the ring all-gather of the
 sequence's K/V and the reduce-scatter of its dK/dV they amount to (Liu et al. 2023 Ring Attention;
 Megatron-LM `context_parallel.rst`); EP all-to-all dispatch + combine forward and backward (Lepikhin et al. 2020
-GShard §3; Megatron `token_dispatcher.py`); tied embedding all-reduce between first and last stage
+GShard §3; Megatron `token_dispatcher.py`), or with the flex dispatcher (DeepEP / HybridEP) one copy
+per destination node over the network and one per destination GPU over NVLink (`_flex_dispatch`); tied embedding all-reduce between first and last stage
 (Megatron `_allreduce_word_embedding_grads`, FC-14); norm gradients all-reduced over tp under SP
 (Megatron `_allreduce_layernorm_grads`).
 
