@@ -230,8 +230,8 @@ def _overlap_startup(args: dict, layout: Layout) -> list[Violation]:
 
 def _dispatcher_startup(args: dict, spec: ModelSpec, layout: Layout) -> list[Violation]:
     """Megatron-LM's start-up checks on the MoE token dispatcher flags (NVIDIA/Megatron-LM@d98e8a6
-    megatron/core/transformer/transformer_config.py `__post_init__` l. 1743-1768: --moe-enable-deepep
-    raises without the flex dispatcher or with the hybridep backend, the ncclep backend without
+    megatron/core/transformer/transformer_config.py `__post_init__` l. 1743-1768: the deprecated DeepEP
+    switch raises without the flex dispatcher or with the hybridep backend, the ncclep backend without
     flex; megatron/core/transformer/moe/token_dispatcher.py `MoEFlexTokenDispatcher.__init__`
     (l. 1835, 1854): the deepep and ncclep backends assert tp x ep > 1)."""
     kind = args.get(F["moe_token_dispatcher"]) or mg.DEFAULT["moe_token_dispatcher"]
@@ -644,7 +644,7 @@ def _layout(args: dict, spec: ModelSpec, world: int, seq_len: int | None, file: 
 
 def _moe_dispatcher(args: dict, file: str, findings: list[Violation]) -> str | None:
     """The token dispatcher costed (`Layout.moe_dispatcher`): alltoall; flex with the deepep or
-    hybridep backend (or the deprecated --moe-enable-deepep); None for Megatron's default
+    hybridep backend (or the deprecated DeepEP switch); None for Megatron's default
     allgather, costed as alltoall; flex with the ncclep backend is costed as alltoall, with a
     warning (NCCL EP's traffic is not modelled).
 
