@@ -14,9 +14,10 @@ $(STAMP): pyproject.toml
 plan: $(STAMP)
 	$(VENV)/bin/planner plan --model llama-3.1-70b --cluster dgx-h100 --gpus 64
 
-# Derandomized property tests (tests/budget.py): the same examples on every run.
+# Derandomized property tests (tests/budget.py): the same examples on every run; two workers
+# (pytest-xdist), one per core of the reference machine.
 test: $(STAMP)
-	HYPOTHESIS_PROFILE=ci $(PY) -m pytest
+	HYPOTHESIS_PROFILE=ci $(PY) -m pytest -n 2
 
 # Property tests with fresh random examples, >= 10x the CI budget (2,000 for the brute-force
 # plan test), twice, each under its own printed seed (rerun one with --hypothesis-seed=SEED).

@@ -236,6 +236,30 @@ GradReduceOpt = Annotated[GradReduce | None, typer.Option(
                                "framework's: Megatron-LM fp32 for bf16/fp8, fp16 for fp16; DeepSpeed "
                                "the compute dtype; torchtitan fp32).")]
 
+PrecisionAwareOpt = Annotated[bool, typer.Option(
+    "--precision-aware-optimizer", help="Megatron-LM's precision-aware optimizer (Transformer Engine "
+                                        "FusedAdam; the dtypes below).")]
+MainParams = Enum("MainParams", {d: d for d in layout_mod.OPTIMIZER_DTYPES["main_params_dtype"]}, type=str)
+MainGrads = Enum("MainGrads", {d: d for d in layout_mod.OPTIMIZER_DTYPES["main_grads_dtype"]}, type=str)
+Fp8Recipe = Enum("Fp8Recipe", {r: r for r in layout_mod.FP8_RECIPES}, type=str)
+Fp8RecipeOpt = Annotated[Fp8Recipe | None, typer.Option(
+    case_sensitive=False, help="fp8 scaling recipe under --precision fp8 (default: Megatron-LM's, delayed).")]
+Moment = Enum("Moment", {d: d for d in layout_mod.OPTIMIZER_DTYPES["exp_avg_dtype"]}, type=str)
+MainParamsOpt = Annotated[MainParams | None, typer.Option(
+    case_sensitive=False, help="Master-weight dtype of the precision-aware optimizer (default fp32).")]
+MainGradsOpt = Annotated[MainGrads | None, typer.Option(
+    case_sensitive=False, help="Gradient dtype of the precision-aware optimizer (default fp32; bf16 "
+                               "also reduces in bf16 under bf16/fp8).")]
+MomentOpt = Annotated[Moment | None, typer.Option(
+    case_sensitive=False, help="Adam moment dtype of the precision-aware optimizer (default fp32).")]
+
+
+def _precision_knobs(on: bool, **dtypes) -> dict:
+    """The fp8 recipe and precision-aware optimizer knobs given (Layout field -> value; unset ones
+    left out)."""
+    return {**({"precision_aware_optimizer": True} if on else {}),
+            **{k: _value(v) for k, v in dtypes.items() if v is not None}}
+
 
 @app.command("explain")
 def explain_cmd(
@@ -272,6 +296,12 @@ def explain_cmd(
         case_sensitive=False, help="GEMM precision (default: bf16, or fp16 on GPUs without bf16).")] = None,
     framework: Annotated[Framework, typer.Option(case_sensitive=False, help="Conventions of this framework.")] = "megatron",
     grad_reduce_dtype: GradReduceOpt = None,
+    fp8_recipe: Fp8RecipeOpt = None,
+    precision_aware_optimizer: PrecisionAwareOpt = False,
+    main_params_dtype: MainParamsOpt = None,
+    main_grads_dtype: MainGradsOpt = None,
+    exp_avg_dtype: MomentOpt = None,
+    exp_avg_sq_dtype: MomentOpt = None,
     overlap_opt: Annotated[list[str] | None, typer.Option("--overlap", metavar="NAME=on|off", help="Communication overlap (repeatable): tp-comm, grad-reduce, param-gather, ep-a2a; absent: the framework's default.")] = None,
     moe_dispatcher: Annotated[MoeDispatcher | None, typer.Option(case_sensitive=False, help="MoE token dispatcher: alltoall, or flex (DeepEP / HybridEP: one copy per node over the network); absent: the framework's default, costed as alltoall.")] = None,
     reserve_gib: Annotated[float | None, typer.Option(parser=_finite(0, 1024), metavar="FLOAT", help="CUDA context + fragmentation reserve, GiB.")] = None,
@@ -297,6 +327,10 @@ def explain_cmd(
         offload=frozenset(_value(o) for o in offload or ()), optimizer=_value(optimizer),
         precision=_precision(precision, hw), framework=_value(framework),
         grad_reduce_dtype=_value(grad_reduce_dtype), moe_dispatcher=_value(moe_dispatcher),
+        **_precision_knobs(precision_aware_optimizer, fp8_recipe=fp8_recipe,
+                               main_params_dtype=main_params_dtype,
+                               main_grads_dtype=main_grads_dtype, exp_avg_dtype=exp_avg_dtype,
+                               exp_avg_sq_dtype=exp_avg_sq_dtype),
         **overlap.parse(overlap_opt))
     reserve = None if reserve_gib is None else int(reserve_gib * 2**30)
     from planner import explain as explain_api  # imported per command: `--help` stays light
@@ -477,6 +511,12 @@ def plan_cmd(
     framework: Annotated[Framework | None, typer.Option(
         case_sensitive=False, help="Conventions of this framework (default: the --emit framework, else megatron).")] = None,
     grad_reduce_dtype: GradReduceOpt = None,
+    fp8_recipe: Fp8RecipeOpt = None,
+    precision_aware_optimizer: PrecisionAwareOpt = False,
+    main_params_dtype: MainParamsOpt = None,
+    main_grads_dtype: MainGradsOpt = None,
+    exp_avg_dtype: MomentOpt = None,
+    exp_avg_sq_dtype: MomentOpt = None,
     fix: Annotated[list[str] | None, typer.Option(
         "--fix", metavar="KEY=VALUE",
         help=f"Pin a degree or knob (repeatable): {', '.join(FIXABLE)}.")] = None,
@@ -522,7 +562,12 @@ def plan_cmd(
                   global_batch_size=_batch_size(seq_len, global_batch_size, global_batch_tokens),
                   precision=_precision(precision, hw), optimizer=_value(optimizer),
                   framework=_value(framework), top_k=top, reserve_bytes=reserve, headroom=headroom,
-                  grad_reduce_dtype=_value(grad_reduce_dtype))
+                  grad_reduce_dtype=_value(grad_reduce_dtype),
+                  precision_knobs=_precision_knobs(
+                      precision_aware_optimizer, fp8_recipe=fp8_recipe,
+                      main_params_dtype=main_params_dtype,
+                      main_grads_dtype=main_grads_dtype, exp_avg_dtype=exp_avg_dtype,
+                      exp_avg_sq_dtype=exp_avg_sq_dtype))
     with report.plan_progress() as tick:
         data = plan_api.plan(spec, hw, fixed=fixed, on_progress=tick, **search)
     if emit is None:

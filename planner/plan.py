@@ -99,7 +99,7 @@ from planner.cost.step_time import (
 )
 from planner.errors import InfeasibleError, SpecError
 from planner.placement import overlap, pipeline_layout, recompute_mix
-from planner.placement.layout import OVERLAP_KNOBS, RECOMPUTE_MODES, Layout
+from planner.placement.layout import PRECISION_KNOBS, OVERLAP_KNOBS, RECOMPUTE_MODES, Layout
 from planner.placement.precision import allowed_grad_reduce_dtypes, state_bytes
 from planner.placement.rules import (
     BATCH_RULES,
@@ -109,6 +109,7 @@ from planner.placement.rules import (
     check_layout,
     check_mesh,
     errors,
+    precision_aware_optimizer_violations,
     uneven_split,
 )
 from planner.search.bounds import search, stage_problem_lower_bound_s
@@ -132,8 +133,9 @@ DEFAULT_BATCH_TOKENS = 4 * 2**20
 sequences nearest to it (`default_global_batch_size`)."""
 
 VPP_VALUES = (1, 2, 4)
-"""Virtual pipeline stages per rank searched when pp > 1 (interleaved 1F1B: Narayanan et al. 2021
-§2.2.2, the bubble (pp - 1) / (m x vpp)); larger values only when pinned (`--fix vpp=N`)."""
+"""Virtual pipeline stages per rank searched when pp > 1 and pp x vpp divides the layers
+(interleaved 1F1B: Narayanan et al. 2021 §2.2.2, the bubble (pp - 1) / (m x vpp)); other values,
+and chunks of different sizes, only when pinned (`--fix vpp=N`)."""
 MICRO_BATCH_SIZES = (1, 2, 4)
 """Micro-batch sizes searched, sequences (Megatron-LM examples use 1-4 for large models)."""
 
@@ -200,6 +202,14 @@ class _Costs:
         self._windows: dict = {}
         self.infeasible: list[Layout] = []
         self.recost_rejected = 0
+        self.uneven_interleaved = 0
+        self.inexact_memory = 0
+        """Stage programs built whose memory model does not follow `stage_memory` exactly
+        (`StageMemoryModel.exact`: torchtitan with PP out of 1F1B's steady state, uneven interleaved
+        chunks): a plan it calls infeasible may fit, so no optimality proof."""
+        """Solved candidates interleaved with chunks of different sizes: their program prices the
+        bubble as (pp - 1) / vpp x the stage, a lower bound on the schedule's, so its recompute
+        choice may not be that layout's best (`_pinned_split`): no optimality proof."""
         self.rejected_bound_s = math.inf
         """Least stage-program bound of those dropped candidates, s: the search's bound must not
         exceed it (their optimum is unknown)."""
@@ -338,6 +348,8 @@ def _stage_problem(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> Sta
     """
     model, cluster = costs.model, costs.cluster
     memory = stage_memory_model(model, cluster, layout)
+    if not memory.exact:
+        costs.inexact_memory += 1
     idx = [RECOMPUTE_MODES.index(m) for m in modes]
     full = "full" in modes
     groups = stage_cost_model(model, cluster, layout).time_groups()
@@ -469,6 +481,8 @@ def _solve(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> Evaluated |
         costs.rejected_bound_s = min(costs.rejected_bound_s, _refined_bound(costs, layout, modes))
         return None
     step = step_time(costs.model, costs.cluster, chosen, recompute_layers=per_layer)
+    if layout.vpp > 1 and costs.model.num_hidden_layers % (layout.pp * layout.vpp):
+        costs.uneven_interleaved += 1
     return Evaluated(layout=chosen, objective_s=step.step, status=solution.status,
                      solution=solution, modes=per_layer)
 
@@ -523,7 +537,8 @@ def layout_recompute(modes) -> str:
 
 def plan(model: ModelSpec, cluster: ClusterSpec, *, seq_len: int, global_batch_size: int,
          precision: str = "bf16", optimizer: str = "adamw", framework: str = "megatron",
-         grad_reduce_dtype: str | None = None, fixed: dict | None = None, top_k: int = 3, reserve_bytes: int | None = None,
+         grad_reduce_dtype: str | None = None, precision_knobs: dict | None = None,
+         fixed: dict | None = None, top_k: int = 3, reserve_bytes: int | None = None,
          headroom: float = DEFAULT_AT_RISK_MARGIN,
          on_progress: Callable[[int, int], None] | None = None) -> dict:
     """The top_k fastest layouts of `model` on `cluster` that fit (see module docstring).
@@ -534,6 +549,8 @@ def plan(model: ModelSpec, cluster: ClusterSpec, *, seq_len: int, global_batch_s
         global_batch_size: sequences per optimizer step.
         precision, optimizer, framework, grad_reduce_dtype: passed to every Layout
             (grad_reduce_dtype None: the framework's default).
+        precision_knobs: the fp8 recipe and the precision-aware optimizer's knobs (PRECISION_KNOBS ->
+            value), passed to every Layout and written to the request only when given.
         fixed: pinned Layout fields (keys in FIXABLE), e.g. {"tp": 8, "recompute": "full"}.
         top_k: plans to return.
         reserve_bytes: per-GPU reserve (CUDA context, fragmentation); None = DEFAULT_RESERVE_BYTES.
@@ -554,8 +571,11 @@ def plan(model: ModelSpec, cluster: ClusterSpec, *, seq_len: int, global_batch_s
     start = time.perf_counter()
     reserve = DEFAULT_RESERVE_BYTES if reserve_bytes is None else reserve_bytes
     base = dict(seq_len=seq_len, global_batch_size=global_batch_size, precision=precision,
-                optimizer=optimizer, framework=framework, grad_reduce_dtype=grad_reduce_dtype)
+                optimizer=optimizer, framework=framework, grad_reduce_dtype=grad_reduce_dtype,
+                **{k: (precision_knobs or {})[k] for k in PRECISION_KNOBS
+                   if (precision_knobs or {}).get(k) is not None})
     _check_grad_reduce(Layout(**base))
+    _check_optimizer_precision(Layout(**base, zero_stage=1))
     if not 0 <= headroom < 1:
         raise SpecError(f"value {headroom} must be in [0, 1)", key="--headroom")
     if usable_bytes(cluster, reserve, headroom) <= 0:
@@ -575,8 +595,11 @@ def plan(model: ModelSpec, cluster: ClusterSpec, *, seq_len: int, global_batch_s
     plans = [plan_entry(model, cluster, r.result, reserve) for r in result.best]
     warnings += _underused(plans[0], cluster, seq_len, global_batch_size)
     return {
-        "solver": {"status": "FEASIBLE" if costs.recost_rejected else result.status,
+        "solver": {"status": "FEASIBLE" if (costs.recost_rejected or costs.uneven_interleaved
+                                            or costs.inexact_memory) else result.status,
                    "recost_rejected": costs.recost_rejected,
+                   "uneven_interleaved_solved": costs.uneven_interleaved,
+                   "inexact_memory_programs": costs.inexact_memory,
                    "objective_s": result.best[0].objective_s,
                    "bound_s": min(result.bound_s, result.best[0].objective_s,
                                   costs.rejected_bound_s),
@@ -637,6 +660,7 @@ def _candidates(model, cluster, fixed, base, reserve, headroom) -> tuple[list[La
     space = SearchSpace(
         num_gpus=cluster.num_gpus, max_tp=cluster.scaleup_domain_gpus, moe=model.is_moe,
         micro_batch_sizes=MICRO_BATCH_SIZES, zero_stages=ZERO_STAGES, vpp_values=VPP_VALUES,
+        layers=model.num_hidden_layers,
         sequence_parallel=(True,), fixed={k: v for k, v in fixed.items() if k != "recompute"},
         base={**base, **({"recompute": fixed["recompute"]} if "recompute" in fixed else {})})
     rejections = Rejections()
@@ -772,6 +796,19 @@ def _check_grad_reduce(layout: Layout) -> None:
                         key="--grad-reduce-dtype")
 
 
+def _check_optimizer_precision(layout: Layout) -> None:
+    """SpecError (key: the option of the knob named) when the fp8 recipe or the precision-aware
+    optimizer's knobs break a Megatron-LM assertion that
+    every candidate would break alike (`rules._precision_aware_optimizer`; `layout` has the
+    distributed optimizer, which the search can choose)."""
+    for violation in precision_aware_optimizer_violations(layout):
+        if violation.severity != "error":
+            continue
+        knob = next((k for k in PRECISION_KNOBS if f"{k}=" in violation.message),
+                    "precision_aware_optimizer")
+        raise SpecError(f"{violation.message}; {violation.fix}", key="--" + knob.replace("_", "-"))
+
+
 def plan_layout(entry: dict, request: dict) -> Layout:
     """The Layout a plan entry (or a plan file's `parallelism` + request) describes."""
     par = entry["parallelism"]
@@ -788,6 +825,7 @@ def plan_layout(entry: dict, request: dict) -> Layout:
                   recompute=recompute, optimizer=request["optimizer"],
                   precision=request["precision"], framework=request["framework"],
                   grad_reduce_dtype=request.get("grad_reduce_dtype"),
+                  **{k: request.get(k) for k in PRECISION_KNOBS},
                   cp_comm_type=par.get("cp_comm_type", "p2p"),
                   moe_dispatcher=par.get("moe_dispatcher"),
                   **{k: par.get("overlap", {}).get(k) for k in OVERLAP_KNOBS})
@@ -873,7 +911,7 @@ def states_lower_bound_gpus(model: ModelSpec, cluster: ClusterSpec, *, base: dic
     gradient + optimizer bytes of a ZeRO-3 layout of this framework)) over the usable memory,
     activations ignored. Source: Rajbhandari et al. 2020 (ZeRO) §5, Psi x (2 + 2 + K) / N_d."""
     layout = Layout(dp=2, zero_stage=3, **{k: v for k, v in base.items() if k in (
-        "precision", "optimizer", "framework", "grad_reduce_dtype")})
+        "precision", "optimizer", "framework", "grad_reduce_dtype", *PRECISION_KNOBS)})
     sb = state_bytes(layout)
     per_param = sb.parameters + sb.gradients + sb.optimizer_states
     total = count_params(model).total * per_param

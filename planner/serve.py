@@ -313,7 +313,7 @@ def serve_plan(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, calibration:
                        "requests_per_s": round(sum(p["requests_per_s"] for p in chosen), 3), "mix": chosen},
         "plans": top,
         "pareto": pareto,
-        "notes": _notes(hw, req),
+        "notes": _notes(hw, req) + _no_slo_note(req, chosen),
     }
 
 
@@ -347,6 +347,19 @@ def _pareto(points: list) -> list[dict]:
         for o in data)]
     unique = {(d["tokens_per_s_per_gpu"], d["tokens_per_s_per_user"]): d for d in front}
     return sorted(unique.values(), key=lambda d: -d["tokens_per_s_per_gpu"])
+
+
+def _no_slo_note(req: ServeRequest, chosen: list[dict]) -> list[str]:
+    """Without an SLO or a concurrency the objective is tokens/s at any latency: say what latency
+    the chosen concurrency costs each user (a plan at hundreds of requests in flight can stream a
+    few tokens/s per user) and how to bound it."""
+    if (req.ttft_ms, req.tpot_ms, req.request_latency_ms, req.concurrency) != (None,) * 4 or not chosen:
+        return []
+    worst = max(chosen, key=lambda p: p["tpot_ms"])
+    return [f"no --ttft-ms, --tpot-ms, --request-latency-ms or --concurrency given: the plan maximises "
+            f"tokens/s at any latency; its instances run at concurrency {worst['concurrency']:,} with "
+            f"TPOT {worst['tpot_ms']:g} ms ({worst['tokens_per_s_per_user']:g} tokens/s per user) and "
+            f"TTFT {worst['ttft_ms']:g} ms; give --tpot-ms (e.g. 50 for 20 tokens/s per user) to bound it"]
 
 
 def _notes(hw: ClusterSpec, req: ServeRequest) -> list[str]:

@@ -404,11 +404,23 @@ NVIDIA_RECIPES = ("Megatron-Bridge", "NeMo", "nemo-framework")
 """Words of an expert row's `source:` that name NVIDIA's performance recipes (ASSUMPTIONS
 `nvidia-perf-recipes`)."""
 
-RECIPE_OVERRIDES = {"E10": {"overlap_grad_reduce": False, "overlap_param_gather": False}}
-"""Expert rows whose recipe switches off an overlap the others use: DeepSeek-V3 on H100
-(Megatron-Bridge src/megatron/bridge/perf_recipes/deepseek/h100/deepseek_v3.py l. 45-46 @067f987:
-`cfg.ddp.overlap_grad_reduce = False`; Megatron-LM asserts the parameter-gather overlap only with
-the gradient-reduce overlap, so both are off)."""
+RECIPE_OVERRIDES = {"E10": {"overlap_grad_reduce": False, "overlap_param_gather": False,
+                            "fp8_recipe": "tensorwise", "precision_aware_optimizer": True,
+                            "main_grads_dtype": "bf16", "exp_avg_dtype": "bf16",
+                            "exp_avg_sq_dtype": "bf16"}}
+"""Expert rows whose recipe sets knobs the others leave at their defaults: DeepSeek-V3 on H100
+(Megatron-Bridge src/megatron/bridge/perf_recipes/deepseek/h100/deepseek_v3.py @067f987):
+- l. 94-95 (`deepseek_v3_pretrain_1024gpu_h100_fp8cs_config`) `cfg.ddp.overlap_grad_reduce =
+  False`; Megatron-LM asserts the parameter-gather overlap only with the gradient-reduce overlap,
+  so both are off;
+- l. 80 `_perf_precision("fp8_cs")`: fp8 current scaling, `fp8_recipe = "tensorwise"`
+  (training/mixed_precision.py `bf16_with_fp8_current_scaling_mixed`); the 25.09 row's 1297
+  tokens/s is that recipe's (performance-summary-archive: the blockwise 128x128 variant is the
+  number in parentheses);
+- l. 79 `deepseek_v3_pretrain_config()`, i.e. recipes/deepseek/h100/deepseek_v3.py
+  `deepseek_v3_pretrain_1024gpu_h100_bf16_config` l. 221-225 (re-exported by
+  recipes/deepseek/deepseek_v3.py): the precision-aware optimizer with fp32 main params, bf16 main
+  grads and bf16 exp_avg / exp_avg_sq, which the perf recipe does not change."""
 
 ROW_LEVEL_KEYS = ("precision", "framework", "seq_len", "global_batch_size")
 """Layout fields an expert_configs row gives outside `layout:` (training_runs rows: all of them)."""

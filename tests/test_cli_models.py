@@ -21,7 +21,7 @@ runner = CliRunner()
 
 
 def run(*args: str):
-    return runner.invoke(app, [str(a) for a in args])
+    return runner.invoke(app, [str(a) for a in args], env={"COLUMNS": "200"})  # no column elided
 
 
 def parse(result, fmt: str):

@@ -80,7 +80,7 @@ def test_plan_file_round_trips_to_the_same_layout(tmp_path, pinned_json):
 
 
 def test_table_shows_plans_status_memory_and_rejections():
-    result = _run("--fix", "tp=8", "--top", "2")
+    result = runner.invoke(app, [*BASE, "--fix", "tp=8", "--top", "2"], env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     for text in ("solver: OPTIMAL", "plans", "tokens/s", "MFU", "memory per GPU", "capacity", "tp8"):
         assert text in result.output

@@ -22,7 +22,9 @@ from planner.frameworks import deepspeed, megatron, torchtitan
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = {p.relative_to(ROOT).as_posix(): p.read_text() for p in sorted((ROOT / "planner").rglob("*.py"))}
 
-PLANNER_OPTIONS_SHARED = {"--global-batch-size", "--micro-batch-size", "--optimizer", "--sequence-parallel"}
+PLANNER_OPTIONS_SHARED = {"--global-batch-size", "--micro-batch-size", "--optimizer", "--sequence-parallel",
+                          "--main-params-dtype", "--main-grads-dtype", "--exp-avg-dtype",
+                          "--exp-avg-sq-dtype", "--fp8-recipe"}
 """Megatron flags spelled like `planner`'s own CLI options (`planner explain --micro-batch-size`,
 `plan --optimizer`): a grep cannot tell the two apart, so they are not scanned (their Megatron use
 goes through the table all the same)."""

@@ -116,7 +116,11 @@ def test_interleaved_plans_keep_equal_model_chunks():
     every plan holds 80 / pp layers, and each passes the rules unchanged."""
     model, cluster = load_model("llama-3.1-70b"), load_cluster("dgx-h100", gpus=64)
     data = P.plan(model, cluster, seq_len=4096, global_batch_size=1024, fixed={"vpp": 2}, top_k=3)
-    assert data["solver"]["status"] == "OPTIMAL"
+    solver = data["solver"]
+    # pinned vpp 2 keeps pp = 16, 40 (80 / 32 layers: chunks of different sizes) in the search,
+    # whose stage programs are not exact: no optimality proof, and the solver says why
+    assert solver["status"] == "OPTIMAL" or (
+        solver["status"] == "FEASIBLE" and solver["uneven_interleaved_solved"] + solver["inexact_memory_programs"] > 0)
     for entry in data["plans"]:
         par = entry["parallelism"]
         assert par["vpp"] == 2 and par["pipeline_layers"] == [80 // par["pp"]] * par["pp"]

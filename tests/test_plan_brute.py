@@ -81,14 +81,21 @@ def _fits(model, cluster, layout, s, layers, modes, capacity, cache) -> bool:
 
 
 def exhaustive_best(model, cluster, base, fixed) -> float | None:
-    """Least step_time over every candidate x split x per-layer recompute assignment that fits."""
+    """Least step_time over every candidate x split x per-layer recompute assignment that fits.
+
+    An interleaved candidate (vpp > 1) has the one split its framework builds (equal chunks, the
+    account-for layout or torchtitan's remainder-first split: `plan._pinned_split`); every other
+    candidate every split."""
     layouts, _, _ = P._candidates(model, cluster, fixed, base, 0, 0.0)
     allowed = P._modes_for(fixed)
     capacity, L = cluster.gpu.memory_bytes, model.num_hidden_layers
     best, cache = None, {}
     for layout in layouts:
-        for split in splits(L, layout.pp):
-            cand = dataclasses.replace(layout, pipeline_layers=split)
+        pinned = P._pinned_split(model, layout)
+        if pinned is not None:
+            layout = P._with_split(model, layout)
+        for split in ([pinned] if pinned is not None else splits(L, layout.pp)):
+            cand = dataclasses.replace(layout, pipeline_layers=tuple(split))
             chosen, start = ["none"] * L, 0
             for s, n in enumerate(split):
                 layers = tuple(range(start, start + n))

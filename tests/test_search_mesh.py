@@ -172,7 +172,8 @@ def test_staged_mesh_checks_count_every_rejection_as_the_full_check_does(name, g
     staged, rejected, _ = P._candidates(model, cluster, {}, base, 0, 0.0)
     space = SearchSpace(num_gpus=gpus, max_tp=cluster.scaleup_domain_gpus, moe=True,
                         micro_batch_sizes=P.MICRO_BATCH_SIZES, zero_stages=P.ZERO_STAGES,
-                        vpp_values=P.VPP_VALUES, sequence_parallel=(True,), base=base)
+                        vpp_values=P.VPP_VALUES, layers=model.num_hidden_layers,
+                        sequence_parallel=(True,), base=base)
     full = Rejections()  # plan's checks without the staging
     plain = list(candidate_layouts(
         space, lambda lay: P.errors(P.check_batch(model, cluster, lay)), full,

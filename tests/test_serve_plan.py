@@ -258,3 +258,17 @@ def test_output_file_and_plot_without_matplotlib(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import fails as when it is not installed
     with pytest.raises(SpecError, match="matplotlib is not installed"):
         report.plot_pareto({"pareto": [], "request": {}}, str(tmp_path / "x.png"))
+
+
+def test_without_an_slo_the_latency_of_the_chosen_plan_is_stated():
+    """No --ttft-ms/--tpot-ms/--request-latency-ms/--concurrency: tokens/s at any latency, so the
+    notes give the chosen instances' TPOT and tokens/s per user (1000 / TPOT ms) and the bound to
+    give (senior review: 70B on 8 H200 came back at ~5 tokens/s per user without a word)."""
+    spec, hw = load_model("llama-3.1-70b"), load_cluster("hgx-h200", gpus=8)
+    out = serve.serve_plan(spec, hw, serve.ServeRequest(gpus=8, input_len=4000, output_len=500))
+    (note,) = [n for n in out["notes"] if n.startswith("no --ttft-ms")]
+    worst = max(out["deployment"]["mix"], key=lambda p: p["tpot_ms"])
+    assert f"TPOT {worst['tpot_ms']:g} ms" in note and f"{1000 / worst['tpot_ms']:.1f} tokens/s" in note
+    bounded = serve.serve_plan(spec, hw, serve.ServeRequest(gpus=8, input_len=4000, output_len=500,
+                                                            tpot_ms=50))
+    assert not [n for n in bounded["notes"] if n.startswith("no --ttft-ms")]

@@ -233,7 +233,8 @@ def test_bad_suite_is_a_usage_error():
 
 def test_a_suite_without_rows_says_so():
     """expert_configs.yaml publishes no peak memory: one line, exit 0."""
-    result = runner.invoke(app, ["validate", "--suite", "memory", "--data", str(vt.EXPERT_CONFIGS)])
+    result = runner.invoke(app, ["validate", "--suite", "memory", "--data", str(vt.EXPERT_CONFIGS)],
+                           env={"COLUMNS": "400"})  # one line however wide the terminal is
     assert result.exit_code == 0
     assert result.output.strip() == (f"memory validation on {vt.EXPERT_CONFIGS} (all rows): no row publishes a "
                                      f"peak memory")

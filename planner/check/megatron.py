@@ -47,7 +47,7 @@ from planner.errors import SpecError
 from planner.frameworks import megatron as mg
 from planner.frameworks.megatron import FLAG as F
 from planner.placement import pipeline_layout
-from planner.placement.layout import CP_COMM_TYPES, Layout
+from planner.placement.layout import CP_COMM_TYPES, OPTIMIZER_DTYPES, Layout
 from planner.placement.rules import Violation
 from planner.specs import files
 from planner.specs.cluster import load_cluster
@@ -637,6 +637,9 @@ def _layout(args: dict, spec: ModelSpec, world: int, seq_len: int | None, file: 
         optimizer=_OPTIMIZERS[_choice(args, "optimizer", file) or mg.DEFAULT["optimizer"]],
         precision=(precision := _precision(args, file)), framework="megatron",
         grad_reduce_dtype=_grad_reduce(args, precision),
+        fp8_recipe=_choice(args, "fp8_recipe", file),
+        precision_aware_optimizer=True if _on(args, "precision_aware_optimizer") else None,
+        **{name: _choice(args, name, file) for name in OPTIMIZER_DTYPES},
         cp_comm_type=_cp_comm_type(args, cp, findings),
         moe_dispatcher=_moe_dispatcher(args, file, findings),
         **{knob: True if _on(args, knob) else None for knob in mg.OVERLAP_SWITCHES})  # None: default
@@ -713,11 +716,14 @@ def _precision(args: dict, file: str) -> str:
 
 def _grad_reduce(args: dict, precision: str) -> str | None:
     """The gradient-reduction dtype the flags set, None for Megatron's default: under bf16 (and
-    fp8 on bf16) the grad_reduce_in_bf16 switch turns the fp32 reduction off; under fp16
+    fp8 on bf16) the grad_reduce_in_bf16 switch turns the fp32 reduction off (and an explicit
+    accumulate_allreduce_grads_in_fp32 is kept: the precision-aware optimizer rule reads it); under fp16
     accumulate_allreduce_grads_in_fp32 turns it on (`validate_args` l. 1204-1216 @d98e8a6; each
     flag has no effect under the other precision)."""
     if precision != "fp16" and _on(args, "grad_reduce_in_bf16"):
         return "bf16"
+    if precision != "fp16" and _on(args, "grads_in_fp32"):
+        return "fp32"  # Megatron's default, given: it asserts --main-grads-dtype fp32 (l. 1209-1211)
     if precision == "fp16" and _on(args, "grads_in_fp32"):
         return "fp32"
     return None

@@ -32,7 +32,7 @@ from pathlib import Path
 from planner.check.gate import Target
 from planner.errors import SpecError
 from planner.placement import pipeline_layout, recompute_mix
-from planner.placement.layout import OVERLAP_KNOBS, RECOMPUTE_MODES, Layout
+from planner.placement.layout import PRECISION_KNOBS, OVERLAP_KNOBS, RECOMPUTE_MODES, Layout
 from planner.placement.rules import Violation
 from planner.search.mesh import FIXABLE
 from planner.specs import files
@@ -52,7 +52,7 @@ MAX_RESERVE_BYTES = 1024 * 2**30
 _KEYS = {
     "": ("kind", "version", "model", "cluster", "gpus", "request", "plan", "predicted", "solver"),
     "request": ("seq_len", "global_batch_size", "precision", "optimizer", "framework",
-                "grad_reduce_dtype", "fixed", "headroom", "reserve_bytes"),
+                "grad_reduce_dtype", *PRECISION_KNOBS, "fixed", "headroom", "reserve_bytes"),
     "plan": ("parallelism",),
     "plan.parallelism": ("dp", "tp", "pp", "cp", "ep", "etp", "zero_stage", "sequence_parallel",
                          "micro_batch_size", "global_batch_size", "num_microbatches", "vpp",
@@ -61,7 +61,7 @@ _KEYS = {
 }
 """Section -> the keys `planner plan -o` writes there (planner/plan.py `plan_file`, `plan_entry`)."""
 _OPTIONAL = {"predicted", "solver", "fixed", "etp", "pipeline_layout", "grad_reduce_dtype", "overlap",
-             "cp_comm_type", "moe_dispatcher"}
+             "cp_comm_type", "moe_dispatcher", *PRECISION_KNOBS}
 """Keys that may be absent (module docstring)."""
 _PAR_INTS = {"dp": (1, MAX_GPUS), "tp": (1, MAX_GPUS), "pp": (1, MAX_GPUS), "cp": (1, MAX_GPUS),
              "ep": (1, MAX_GPUS), "etp": (1, MAX_GPUS), "zero_stage": (0, 3),
@@ -70,7 +70,7 @@ _PAR_INTS = {"dp": (1, MAX_GPUS), "tp": (1, MAX_GPUS), "pp": (1, MAX_GPUS), "cp"
 """plan.parallelism integer -> [min, max]: a degree cannot exceed the largest GPU count, a batch
 count the largest batch in tokens (each sequence holds >= 1 token)."""
 _REQUEST_LAYOUT = ("seq_len", "global_batch_size", "precision", "optimizer", "framework",
-                   "grad_reduce_dtype")
+                   "grad_reduce_dtype", *PRECISION_KNOBS)
 """request keys that are Layout fields (a Layout error on them is reported under `request.`)."""
 
 
@@ -194,6 +194,7 @@ def _request(request: dict, file: str) -> dict:
     return {"seq_len": seq_len, "global_batch_size": gbs, "headroom": float(headroom),
             "reserve_bytes": reserve, "fixed": _fixed(request.get("fixed", {}), file),
             "grad_reduce_dtype": request.get("grad_reduce_dtype"),
+            **{k: request[k] for k in PRECISION_KNOBS if k in request},
             **{k: request[k] for k in ("precision", "optimizer", "framework")}}
 
 
@@ -241,7 +242,7 @@ def _layout(par: dict, values: dict, req: dict, uniform: str, file: str) -> Layo
                       cp_comm_type=par.get("cp_comm_type", "p2p"),
                       moe_dispatcher=par.get("moe_dispatcher"),
                       pipeline_layers=tuple(split) if split is not None else None,
-                      pipeline_layout=stages, **{k: req[k] for k in _REQUEST_LAYOUT})
+                      pipeline_layout=stages, **{k: req.get(k) for k in _REQUEST_LAYOUT})
     except SpecError as exc:
         section = "request" if exc.key in _REQUEST_LAYOUT else "plan.parallelism"
         raise SpecError(_bare(exc), file=file, key=_path(section, exc.key)) from None

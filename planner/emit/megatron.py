@@ -42,7 +42,7 @@ from planner.errors import SpecError
 from planner.frameworks import megatron as mg
 from planner.frameworks.megatron import FLAG as F
 from planner.placement import overlap, pipeline_layout
-from planner.placement.layout import Layout
+from planner.placement.layout import OPTIMIZER_DTYPES, Layout
 from planner.plan import plan_layout
 from planner.specs.cluster import ClusterSpec, load_cluster
 from planner.specs.model import ModelSpec, load_model
@@ -465,6 +465,17 @@ def _grad_reduce_flags(layout: Layout) -> list[str]:
     return [F["grad_reduce_in_bf16"] if dtype == "bf16" else F["grads_in_fp32"]]
 
 
+def _optimizer_precision_flags(layout: Layout) -> list[str]:
+    """The fp8 recipe other than Megatron's default (delayed) under fp8, the precision-aware
+    optimizer switch when on, and each dtype knob other than Megatron's fp32 default with its
+    value (`frameworks.megatron` flags of `layout.OPTIMIZER_DTYPES`)."""
+    out = ([f"{F['fp8_recipe']} {layout.fp8_recipe}"] if layout.precision == "fp8"
+           and layout.fp8_recipe not in (None, mg.DEFAULT["fp8_recipe"]) else [])
+    out += [F["precision_aware_optimizer"]] if layout.precision_aware_optimizer else []
+    return out + [f"{F[name]} {getattr(layout, name)}" for name in OPTIMIZER_DTYPES
+                  if getattr(layout, name) not in (None, mg.DEFAULT[name])]
+
+
 def _flags(doc: dict, model: ModelSpec, layout: Layout, recompute: Recompute) -> list[str]:
     request = doc["request"]
     out = [_flag(layout, k) for k in ("tp", "pp", "cp")]
@@ -475,7 +486,7 @@ def _flags(doc: dict, model: ModelSpec, layout: Layout, recompute: Recompute) ->
         out.append(F["sequence_parallel"])
     out += [_flag(layout, k) for k in ("micro_batch_size", "global_batch_size", "seq_len")]
     out += list(mg.ZERO_FLAGS[layout.zero_stage]) + list(mg.PRECISION_FLAGS[layout.precision])
-    out += _overlap_flags(layout) + _grad_reduce_flags(layout)
+    out += _overlap_flags(layout) + _grad_reduce_flags(layout) + _optimizer_precision_flags(layout)
     if layout.cp > 1 and layout.cp_comm_type != mg.DEFAULT["cp_comm_type"]:
         out.append(f"{F['cp_comm_type']} {layout.cp_comm_type}")
     out.append(f"{F['optimizer']} {mg.OPTIMIZERS[request['optimizer']]}")

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from planner.placement.layout import FP8_RECIPES, OPTIMIZER_DTYPES
 
 INT, CHOICE, SWITCH, TEXT = "int", "choice", "switch", "text"
 """Flag kinds: a positive integer; one of `choices`; store_true (no value); a free value (written
@@ -100,9 +101,15 @@ FLAGS = (
     Flag("bf16", "--bf16", SWITCH, False),
     Flag("fp16", "--fp16", SWITCH, False),
     Flag("fp8_format", "--fp8-format", CHOICE, None, ("e4m3", "hybrid")),
+    Flag("fp8_recipe", "--fp8-recipe", CHOICE, "delayed", FP8_RECIPES),
     # gradient reduction dtype (`_add_mixed_precision_args`, `validate_args` l. 1204-1216)
     Flag("grad_reduce_in_bf16", "--grad-reduce-in-bf16", SWITCH, False),
     Flag("grads_in_fp32", "--accumulate-allreduce-grads-in-fp32", SWITCH, False),
+    # precision-aware optimizer (`_add_training_args` l. 3666-3684; `Layout.precision_aware_optimizer`
+    # and the dtype knobs of `layout.OPTIMIZER_DTYPES`, each flag its knob's name)
+    Flag("precision_aware_optimizer", "--use-precision-aware-optimizer", SWITCH, False),
+    *(Flag(name, "--" + name.replace("_", "-"), CHOICE, "fp32", allowed)
+      for name, allowed in OPTIMIZER_DTYPES.items()),
     Flag("optimizer", "--optimizer", CHOICE, "adam", ("adam", "sgd")),
     # architecture (ModelSpec fields; TokenizerConfig for --vocab-size)
     Flag("num_hidden_layers", "--num-layers", INT),

@@ -37,6 +37,18 @@ routed expert over the EP group (Megatron `MoEAlltoAllTokenDispatcher`); flex = 
 one copy per destination node over the network and per destination GPU over NVLink (Megatron
 `MoEFlexTokenDispatcher`; `cost.comm`). Source: NVIDIA/Megatron-LM@d98e8a6
 megatron/core/transformer/moe/token_dispatcher.py."""
+OPTIMIZER_DTYPES = {"main_params_dtype": ("fp32", "fp16"), "main_grads_dtype": ("fp32", "bf16"),
+                    "exp_avg_dtype": ("fp32", "fp16", "bf16", "fp8"),
+                    "exp_avg_sq_dtype": ("fp32", "fp16", "bf16", "fp8")}
+"""Precision-aware optimizer dtype knob (`Layout` field) -> the dtypes it takes, fp32 (the
+default) first. Source: Megatron-LM's flags of these names (frameworks.megatron; megatron/training/arguments.py l. 3671-3684 @d98e8a6)."""
+FP8_RECIPES = ("delayed", "tensorwise", "blockwise", "mxfp8")
+"""Transformer Engine fp8 scaling recipes (`Layout.fp8_recipe`), Megatron-LM's default first.
+Source: Megatron-LM TransformerConfig.fp8_recipe, default "delayed"
+(megatron/core/transformer/transformer_config.py l. 594-596 @d98e8a6; "custom" not costed)."""
+PRECISION_KNOBS = ("fp8_recipe", "precision_aware_optimizer", *OPTIMIZER_DTYPES)
+"""The fp8 recipe and the precision-aware optimizer's `Layout` fields (None = Megatron-LM's
+default: delayed; off; fp32)."""
 OVERLAP_KNOBS = ("tp_comm_overlap", "overlap_grad_reduce", "overlap_param_gather", "ep_comm_overlap")
 """The communication-overlap knobs (`Layout` fields; None = the framework's default,
 `placement.overlap.resolve`)."""
@@ -93,6 +105,23 @@ class Layout:
     """Dtype of the data-parallel gradient reduction (and, where the framework keeps it in that
     dtype, of the accumulated gradients): fp32 | bf16 | fp16; None = the framework's default
     (`placement.precision.grad_reduce_dtype`)."""
+    fp8_recipe: str | None = None
+    """fp8 scaling recipe under precision fp8: delayed | tensorwise (current scaling) | blockwise |
+    mxfp8; None = delayed (Megatron-LM's default). Costed where it changes the state bytes (who
+    owns the precision-aware optimizer's master weights, `placement.precision`)."""
+    precision_aware_optimizer: bool | None = None
+    """Megatron-LM's precision-aware optimizer (Transformer Engine FusedAdam keeps the master
+    weights, moments and gradients in the dtypes below; `placement.precision.state_bytes`);
+    None = off (the framework's default)."""
+    main_params_dtype: str | None = None
+    """Master-weight dtype of the precision-aware optimizer: fp32 | fp16; None = fp32."""
+    main_grads_dtype: str | None = None
+    """Gradient dtype the precision-aware optimizer reads: fp32 | bf16; None = fp32 (bf16 under
+    bf16 / fp8 compute also reduces gradients in bf16, `placement.precision.grad_reduce_dtype`)."""
+    exp_avg_dtype: str | None = None
+    """Adam first-moment dtype: fp32 | fp16 | bf16 | fp8; None = fp32."""
+    exp_avg_sq_dtype: str | None = None
+    """Adam second-moment dtype: fp32 | fp16 | bf16 | fp8; None = fp32."""
     cp_comm_type: str = "p2p"
     """Context-parallel attention communication: p2p (ring) | a2a (all-to-all, Ulysses)."""
     tp_comm_overlap: bool | None = None
@@ -136,6 +165,16 @@ class Layout:
             _check_choice("framework", self.framework, FRAMEWORKS)
         if self.grad_reduce_dtype is not None and self.grad_reduce_dtype not in GRAD_REDUCE_DTYPES:
             _check_choice("grad_reduce_dtype", self.grad_reduce_dtype, GRAD_REDUCE_DTYPES)
+        if self.fp8_recipe is not None and self.fp8_recipe not in FP8_RECIPES:
+            _check_choice("fp8_recipe", self.fp8_recipe, FP8_RECIPES)
+        if (self.main_params_dtype is not None or self.main_grads_dtype is not None
+                or self.exp_avg_dtype is not None or self.exp_avg_sq_dtype is not None):
+            for name, allowed in OPTIMIZER_DTYPES.items():
+                if getattr(self, name) is not None:
+                    _check_choice(name, getattr(self, name), allowed)
+        if self.precision_aware_optimizer is not None and type(self.precision_aware_optimizer) is not bool:
+            raise SpecError(f"value {self.precision_aware_optimizer!r} must be true, false or absent "
+                            "(off)", key="precision_aware_optimizer")
         if self.cp_comm_type not in CP_COMM_TYPES:
             _check_choice("cp_comm_type", self.cp_comm_type, CP_COMM_TYPES)
         if self.moe_dispatcher is not None and self.moe_dispatcher not in MOE_DISPATCHERS:
@@ -284,6 +323,12 @@ _FIELD_OK = {
     "cp_comm_type": lambda layout: layout.cp_comm_type in CP_COMM_TYPES,
     "moe_dispatcher": lambda layout: (layout.moe_dispatcher is None
                                       or layout.moe_dispatcher in MOE_DISPATCHERS),
+    "fp8_recipe": lambda layout: layout.fp8_recipe is None or layout.fp8_recipe in FP8_RECIPES,
+    "precision_aware_optimizer": lambda layout: (layout.precision_aware_optimizer is None
+                                                 or type(layout.precision_aware_optimizer) is bool),
+    **{name: (lambda name, allowed: lambda layout: getattr(layout, name) is None
+              or getattr(layout, name) in allowed)(name, allowed)
+       for name, allowed in OPTIMIZER_DTYPES.items()},
     **{name: (lambda name: lambda layout: getattr(layout, name) is None
               or type(getattr(layout, name)) is bool)(name) for name in OVERLAP_KNOBS},
 }

@@ -33,6 +33,28 @@ Sources:
   `grad_reduce_dtype` row of `frameworks.deepspeed`), default the compute dtype (the `DeepSpeedEngine` property of that name, deepspeed/runtime/engine.py l.
   1405-1416 @edaa722); gradients stay in the compute dtype. torchtitan: its reduce dtype key
   (`frameworks.torchtitan` reduce_dtype) admits only "float32" (`torchtitan/config/configs.py` l. 102 @b5bcd76).
+- Megatron-LM's precision-aware optimizer (`Layout.precision_aware_optimizer` and the dtype knobs
+  `layout.OPTIMIZER_DTYPES`; NVIDIA/Megatron-LM@d98e8a6): Transformer Engine's FusedAdam keeps
+  exp_avg / exp_avg_sq in their dtypes (fp8: 1 B, its per-tensor scale ignored;
+  core/optimizer/__init__.py l. 564-590). Whenever the master weights are not fp32 or the fp8
+  recipe is none or delayed (`use_precision_aware_optimizer_no_fp8_or_ds_fp8`,
+  optimizer_config.py l. 407-414; the planner's fp8 is Megatron's default recipe, "delayed",
+  transformer_config.py l. 594-596) TE also owns the master weights (`master_weight_dtype`) and
+  reads the gradient buffer shard directly (`decoupled_grad`, distrib_optimizer.py l. 2784-2790):
+  no fp32 gradient copy, whatever main_grads_dtype is. An fp32 master of bf16 parameters is stored
+  as the int16 low halves (`store_param_remainders`, default True with TE >= 2.1, distrib_optimizer.py
+  l. 1007-1013): 2 B; fp16 master 2 B; fp32 master of fp16 parameters 4 B. So optimizer states =
+  master + exp_avg + exp_avg_sq B/param, and gradients = the buffer (reduction) dtype. With fp32
+  master weights and another fp8 recipe (`Layout.fp8_recipe` tensorwise, blockwise, mxfp8)
+  Megatron keeps the fp32 master shard itself (4 B, distrib_optimizer.py l. 422-480) and hands the
+  optimizer `main_grad.float()` (l. 2791): an fp32 gradient copy when the buffer is 16-bit, as
+  without the optimizer. Under bf16
+  (and fp8 on bf16) main_grads_dtype bf16 leaves `accumulate_allreduce_grads_in_fp32` off, so
+  gradients accumulate and reduce in bf16 (arguments.py l. 1204-1216). Megatron asserts: the
+  dtype knobs other than fp32 only with the optimizer (optimizer_config.py l. 466-478), the
+  optimizer only with Adam (l. 449-451) and the distributed optimizer (__init__.py l. 1057-1060),
+  main grads bf16 not with an explicit fp32 accumulation (arguments.py l. 1209-1211):
+  rules `precision_aware_optimizer`.
 - SGD with momentum: one fp32 buffer (+ fp32 master when parameters are 16-bit).
 - 8-bit Adam: m and v in 1 B each (block-wise quantized; the per-block fp32 absmax, 1 per 2048
   values, is ignored) — Dettmers et al. 2022 "8-bit Optimizers via Block-wise Quantization" §2.
@@ -74,7 +96,7 @@ class StateBytes:
     """Compute dtype of activations and unsharded working parameters, B/element."""
 
 
-_DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+_DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 
 
 def grad_reduce_dtype(layout: Layout) -> str:
@@ -83,6 +105,8 @@ def grad_reduce_dtype(layout: Layout) -> str:
     compute dtype (bf16 for fp8), torchtitan fp32. Source: module docstring."""
     if layout.grad_reduce_dtype is not None:
         return layout.grad_reduce_dtype
+    if layout.framework == "megatron" and layout.precision != "fp16" and layout.main_grads_dtype == "bf16":
+        return "bf16"
     if layout.framework == "torchtitan" or (layout.framework == "megatron"
                                             and layout.precision != "fp16"):
         return "fp32"
@@ -98,7 +122,9 @@ def allowed_grad_reduce_dtypes(layout: Layout) -> tuple[str, ...]:
 
 def state_key(layout: Layout) -> tuple:
     """Everything of `layout` that `state_bytes` reads, for callers' cache keys."""
-    return (layout.framework, layout.precision, layout.optimizer, grad_reduce_dtype(layout))
+    return (layout.framework, layout.precision, layout.optimizer, grad_reduce_dtype(layout),
+            layout.fp8_recipe, layout.precision_aware_optimizer, layout.main_params_dtype, layout.exp_avg_dtype,
+            layout.exp_avg_sq_dtype)
 
 
 def state_bytes(layout: Layout) -> StateBytes:
@@ -115,11 +141,27 @@ def state_bytes(layout: Layout) -> StateBytes:
         return StateBytes(parameters=4, gradients=4, optimizer_states=moments,
                           gradient_reduce=reduce, parameter_gather=2)
     if layout.framework == "megatron":  # the gradient buffer has the reduction's dtype
-        return StateBytes(parameters=2, gradients=reduce,
-                          optimizer_states=(4 if reduce == 4 else 8) + moments,
+        optimizer_states = (precision_aware_optimizer_bytes(layout)
+                            if layout.precision_aware_optimizer and layout.optimizer == "adamw"
+                            else (4 if reduce == 4 else 8) + moments)
+        return StateBytes(parameters=2, gradients=reduce, optimizer_states=optimizer_states,
                           gradient_reduce=reduce, parameter_gather=2)
     return StateBytes(parameters=2, gradients=2, optimizer_states=4 + moments,
                       gradient_reduce=reduce, parameter_gather=2)
+
+
+def precision_aware_optimizer_bytes(layout: Layout) -> int:
+    """Optimizer-state bytes per parameter of Megatron-LM's precision-aware optimizer: master
+    weights (fp16 2; fp32 of bf16 parameters 2, the int16 remainders; fp32 of fp16 parameters 4)
+    + exp_avg + exp_avg_sq (fp32 4, fp16 / bf16 2, fp8 1); no gradient copy; except fp32 master
+    weights under an fp8 recipe other than delayed: fp32 master 4 + an fp32 gradient copy of a
+    16-bit buffer 4 + the moments. Source: module docstring (precision-aware optimizer)."""
+    moments = _DTYPE_BYTES[layout.exp_avg_dtype or "fp32"] + _DTYPE_BYTES[layout.exp_avg_sq_dtype or "fp32"]
+    if (layout.precision == "fp8" and layout.fp8_recipe not in (None, "delayed")
+            and layout.main_params_dtype in (None, "fp32")):  # Megatron owns the fp32 master
+        return 4 + (4 if grad_reduce_dtype(layout) != "fp32" else 0) + moments
+    master = 2 if layout.main_params_dtype == "fp16" or layout.precision != "fp16" else 4
+    return master + moments
 
 
 def padded_vocab(model: ModelSpec, layout: Layout) -> int:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from planner import frameworks
 from planner.frameworks import deepspeed, megatron, torchtitan
 from planner.placement import pipeline_layout
-from planner.placement.layout import PRECISIONS, Layout
+from planner.placement.layout import OPTIMIZER_DTYPES, PRECISIONS, Layout
 from planner.placement.precision import (allowed_grad_reduce_dtypes, grad_reduce_dtype, padded_vocab,
                                          supported_precisions)
 from planner.placement.states import BATCH_AXES, GROUPS, Mode, Placement, State
@@ -80,7 +80,8 @@ def check_layout(model: ModelSpec, cluster, layout: Layout) -> list[Violation]:
     for rule in (_world_size, _heads, _kv_heads, _layers, _experts, _vocab, _sequence, _batch,
                  _interleaved_microbatches,
                  _zero_with_pp, _zero_without_dp, _precision_supported, _tp_domain,
-                 _zero_stage_supported, _grad_reduce_supported, _torchtitan_dims,
+                 _zero_stage_supported, _grad_reduce_supported, _precision_aware_optimizer,
+                 _torchtitan_dims,
                  _deepspeed_autotp, _no_effect, _offload_needs_zero, _moe_dispatcher_supported):
         out += rule(model, cluster, layout)
     return out
@@ -599,6 +600,79 @@ def _moe_dispatcher_supported(model, cluster, layout: Layout) -> list[Violation]
                       message=f"{layout.framework} has no {layout.moe_dispatcher} token dispatcher "
                               f"(it can be set to: {', '.join(allowed) or 'none, one all-to-all'})",
                       fix="leave moe_dispatcher unset, or framework=megatron")]
+
+
+def _precision_aware_optimizer(model, cluster, layout: Layout) -> list[Violation]:
+    return precision_aware_optimizer_violations(layout)
+
+
+def precision_aware_optimizer_violations(layout: Layout) -> list[Violation]:
+    """Megatron-LM's assertions on the precision-aware optimizer and its dtype knobs (sources:
+    `placement.precision` module docstring): only Megatron-LM has it; a dtype other than fp32 needs
+    it; it needs Adam and the distributed optimizer (ZeRO >= 1; Megatron-FSDP, ZeRO 2/3, sets the
+    master and gradient dtypes by flags of its own, arguments.py l. 3687-3694, and is not costed
+    here, so ZeRO-1 only); main-grads bf16 contradicts an
+    fp32 gradient reduction under bf16 / fp8."""
+    given = {name: getattr(layout, name) for name in OPTIMIZER_DTYPES if getattr(layout, name)
+             not in (None, "fp32")}
+    on = bool(layout.precision_aware_optimizer)
+    out = _fp8_recipe(layout)
+    if not on and not given:
+        return out
+    named = ", ".join(f"{k}={v}" for k, v in given.items()) or "precision_aware_optimizer=true"
+    if layout.framework != "megatron":
+        return [Violation(rule="precision_aware_optimizer",
+                          message=f"{named}: only Megatron-LM has the precision-aware optimizer; "
+                                  f"{layout.framework} keeps fp32 optimizer states",
+                          fix="drop it, or framework=megatron")]
+    if given and not on:
+        out.append(Violation(rule="precision_aware_optimizer",
+                             message=f"{named} needs the precision-aware optimizer: Megatron-LM "
+                                     f"asserts fp32 without it (optimizer_config.py)",
+                             fix="set precision_aware_optimizer=true, or drop it"))
+    if on and layout.optimizer != "adamw":
+        out.append(Violation(rule="precision_aware_optimizer",
+                             message=f"the precision-aware optimizer runs only with Adam, not "
+                                     f"optimizer={layout.optimizer}",
+                             fix="use optimizer=adamw, or drop precision_aware_optimizer"))
+    if on and layout.zero_stage == 0:
+        out.append(Violation(rule="precision_aware_optimizer",
+                             message="the precision-aware optimizer runs only with the distributed "
+                                     "optimizer; zero_stage=0 has none",
+                             fix="use zero_stage=1, or drop precision_aware_optimizer"))
+    if on and layout.zero_stage >= 2:
+        out.append(Violation(rule="precision_aware_optimizer",
+                             message=f"the precision-aware optimizer is costed with the distributed "
+                                     f"optimizer (zero_stage=1) only: Megatron-FSDP "
+                                     f"(zero_stage={layout.zero_stage}) keeps its main weights and "
+                                     f"gradients in dtypes of its own flags",
+                             fix="use zero_stage=1, or drop precision_aware_optimizer"))
+    if (layout.main_grads_dtype == "bf16" and layout.precision != "fp16"
+            and layout.grad_reduce_dtype == "fp32"):
+        out.append(Violation(rule="precision_aware_optimizer",
+                             message=f"main_grads_dtype=bf16 with grad_reduce_dtype=fp32 at "
+                                     f"{layout.precision}: Megatron-LM asserts main grads fp32 when "
+                                     f"gradients accumulate and reduce in fp32",
+                             fix="drop grad_reduce_dtype=fp32 (main grads bf16 reduce in bf16), or "
+                                 "use main_grads_dtype=fp32"))
+    return out
+
+
+def _fp8_recipe(layout: Layout) -> list[Violation]:
+    """`Layout.fp8_recipe` is Megatron-LM's fp8 recipe flag; it acts only under fp8."""
+    if layout.fp8_recipe is None:
+        return []
+    if layout.framework != "megatron":
+        return [Violation(rule="precision_aware_optimizer",
+                          message=f"fp8_recipe={layout.fp8_recipe} is Megatron-LM's fp8 recipe; "
+                                  f"{layout.framework} has no such knob here",
+                          fix="drop it, or framework=megatron")]
+    if layout.precision != "fp8":
+        return [Violation(rule="fp8_recipe_without_fp8", severity="warning",
+                          message=f"fp8_recipe={layout.fp8_recipe} has no effect at "
+                                  f"precision={layout.precision}",
+                          fix="drop it, or precision=fp8")]
+    return []
 
 
 def _grad_reduce_supported(model, cluster, layout: Layout) -> list[Violation]:

@@ -61,6 +61,10 @@ class SearchSpace:
     """ZeRO stages to try (when dp > 1)."""
     vpp_values: tuple[int, ...] = (1,)
     """Virtual pipeline stages per rank to try (when pp > 1)."""
+    layers: int | None = None
+    """Decoder layers: when given, a searched vpp > 1 must split them into pp x vpp equal chunks
+    (interleaving with chunks of different sizes only when pinned: its stage program is not exact,
+    `plan._pinned_split`)."""
     sequence_parallel: tuple[bool, ...] = (True, False)
     """Sequence-parallel settings to try (when tp > 1)."""
     offload_options: tuple[frozenset[str], ...] = (frozenset(),)
@@ -227,7 +231,8 @@ def _knob_values(space: SearchSpace, mesh: dict[str, int]) -> dict[str, tuple]:
     values = {
         "micro_batch_size": space.micro_batch_sizes,
         "zero_stage": space.zero_stages if mesh["dp"] > 1 else (0,),
-        "vpp": space.vpp_values if mesh["pp"] > 1 else (1,),
+        "vpp": tuple(v for v in space.vpp_values if v == 1 or space.layers is None
+                     or space.layers % (mesh["pp"] * v) == 0) if mesh["pp"] > 1 else (1,),
         "sequence_parallel": space.sequence_parallel if mesh["tp"] > 1 else (False,),
         "offload": space.offload_options,
     }
