@@ -5,8 +5,11 @@ Data: every row of `training_runs.yaml` and `expert_configs.yaml` (tests/data/re
 shared/reference) that `planner.validate_training` expresses, predicted through its `predict`
 (the code path of `planner explain` and `planner validate`).
 
-Split (deterministic, `validate_training.part_of`): a row is in the EVALUATION part when
-crc32(id) % 4 == 0, else in the FIT part. The fit never sees evaluation rows.
+Split (deterministic, `validate_training.part_of` and `stratified_parts`): a row is in the
+EVALUATION part when crc32(id) % 4 == 0, else in the FIT part, except that each GPU family whose MoE
+rows all hash into FIT sends its MoE row of the smallest crc32(id) to the evaluation part (rule
+fixed on ids and row kinds, not on errors: E9 for B200, E10 for H100). The fit never sees
+evaluation rows.
 
 Fit: damped Gauss-Newton on the log error log(predicted / published) of every fit row (each step a
 numpy.linalg.lstsq of the residuals on a finite-difference Jacobian), parameters:
@@ -235,7 +238,9 @@ def document(families: dict[str, dict], fp8_ratio: float, note: str, results: li
                        "the attention core; fp8_e_max the same for fp8 linear GEMMs of the fp8 peak.",
         "fitted_on": "tests/data/reference/training_runs.yaml + expert_configs.yaml, every row "
                      "planner.validate_training expresses, FIT part: crc32(id) % 4 != 0; "
-                     "evaluation part: crc32(id) % 4 == 0",
+                     "evaluation part: crc32(id) % 4 == 0, and per GPU family whose MoE rows all "
+                     "hash into FIT its MoE row of the smallest crc32(id) "
+                     "(planner.validate_training.stratified_parts: E9, E10)",
         "method": "Gauss-Newton on log(predicted/published), each step numpy.linalg.lstsq on a "
                   "finite-difference Jacobian, per family; regenerate: make calibrate",
         "generated": datetime.date.today().isoformat(),

@@ -835,7 +835,7 @@ def validate_cmd(
     data: Annotated[str | None, typer.Option("--data", metavar="FILE", help=(
         "training/memory/all: a YAML file in the format of training_runs.yaml or expert_configs.yaml "
         "(default: both shipped reference copies); serving: a CSV in the format of serving_measurements.csv."))] = None,
-    part: Annotated[str, typer.Option("--part", help="Rows: all, fit or evaluation (crc32(id) % 4 == 0).")] = "all",
+    part: Annotated[str, typer.Option("--part", help="Rows: all, fit or evaluation (crc32(id) % 4 == 0, plus one MoE row per GPU family: validate_training.stratified_parts).")] = "all",
     fmt: FormatOpt = Format.table,
 ) -> None:
     """Predicted vs published per row of a measurements file, and the error statistics."""

@@ -112,11 +112,12 @@ def test_every_family_has_constants_and_a_basis():
 
 def test_fit_rows_are_listed_and_are_all_in_the_fit_part():
     doc = yaml.safe_load(compute.calibration_path().read_text())
-    row_ids = {r.id: r.row_id for r in calibrate.all_rows()}   # comparison id -> the file row's id
+    rows = {r.id: r for r in calibrate.all_rows()}
     listed = [row for entry in doc["families"].values() for row in entry.get("fit_rows", [])]
     assert len(listed) >= 40 and len(set(listed)) == len(listed)
-    for row in listed:
-        assert row in row_ids and zlib.crc32(row_ids[row].encode()) % 4 != 0, row
+    for row in listed:   # the hash rule, and no MoE row the stratified split evaluates
+        assert row in rows and zlib.crc32(rows[row].row_id.encode()) % 4 != 0, row
+        assert rows[row].part == "fit" and row not in ("E9", "E10"), row
 
 
 def test_make_calibrate_reproduces_the_committed_constants():
