@@ -33,7 +33,7 @@ from planner.cost import collectives as coll
 from planner.cost import comm
 from planner.cost.comm import Collective
 from planner.cost.compute import (achieved_flops, attention_flops, core_precision, fp8_cast_bytes,
-                                   peak_flops)
+                                   moe_host_sync_s, peak_flops)
 from planner.cost.memory import stage_layers
 from planner.cost.params_flops import count_params, flops_per_token
 from planner.cost.pipeline import (PipelineCoefficients, pipeline_coefficients,
@@ -76,9 +76,9 @@ class LayerTime:
     """One decoder layer, one micro-batch, one GPU."""
 
     forward_s: float
-    """Forward compute, s."""
+    """Forward compute, s, with a MoE layer's host stall (`compute.moe_host_sync_s`)."""
     backward_s: float
-    """Backward compute (2 x forward), s."""
+    """Backward compute (2 x the forward's GPU work), s."""
     recompute_s: float
     """Compute executed again in backward by the recompute mode, s."""
     comm_s: float
@@ -244,13 +244,16 @@ _LAYER_TIMES: dict = {}
 
 def _layer_parts(model, cluster, layout, layer_index, rank_order, flash_attention):
     """(forward, attention-core forward, [exposed comm of one forward pass + backward, of a
-    second forward pass]) of one layer, s: what every recompute mode combines (`_layer_time`).
+    second forward pass], host stall of one forward pass) of one layer, s: what every recompute
+    mode combines (`_layer_time`).
 
     Forward = dense linear GEMMs + routed-expert grouped GEMMs + attention core + memory-bound
-    terms (`_layer_compute_s`)."""
+    terms (`_layer_compute_s`); a MoE layer's forward also stalls on the host
+    (`compute.moe_host_sync_s`), which hides no communication."""
     fwd, attn_fwd = _layer_compute_s(model, cluster, layout, layer_index, flash_attention)
     comm = _layer_comm(model, cluster, layout, layer_index, attn_fwd, rank_order, fwd)
-    return fwd, attn_fwd, comm
+    host = moe_host_sync_s() if model.is_moe and model.moe_layers[layer_index] else 0.0
+    return fwd, attn_fwd, comm, host
 
 
 def _layer_compute_s(model: ModelSpec, cluster: ClusterSpec, layout: Layout, index: int,
@@ -392,13 +395,13 @@ def _linear_io_per_token(model: ModelSpec, index: int) -> tuple[float, float]:
 
 
 def _layer_time(parts, recompute: str) -> LayerTime:
-    fwd, attn_fwd, comm = parts
-    recompute_s = {"none": 0.0, "selective": attn_fwd, "full": fwd}[recompute]
+    fwd, attn_fwd, comm, host = parts
+    recompute_s = {"none": 0.0, "selective": attn_fwd, "full": fwd + host}[recompute]
     fwd_passes = 2 if recompute == "full" else 1
     total = 0.0
     for per_pass, once in comm:  # summed term by term in the order of `_layer_comm`
         total += per_pass * (fwd_passes + 1) if once is None else fwd_passes * per_pass + once
-    return LayerTime(forward_s=fwd, backward_s=2 * fwd, recompute_s=recompute_s, comm_s=total)
+    return LayerTime(forward_s=fwd + host, backward_s=2 * fwd, recompute_s=recompute_s, comm_s=total)
 
 
 def _layer_comm(model: ModelSpec, cluster: ClusterSpec, layout: Layout, index: int,
