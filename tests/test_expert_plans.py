@@ -28,10 +28,10 @@ KNOWN_GAPS = {
     "E2": "plan dp8 tp8 ZeRO-3 b2 at 0.83x the recipe's tp4 pp8 vpp5; suspected: interleaved "
           "pipelines are searched only when pinned, and Megatron-FSDP's per-micro-batch gathers "
           "are priced as hidden (not verified against a measurement)",
-    "E10": "plan tp2 pp8 ep16 (flex) at 0.73x the recipe's ep64 (rated does_not_fit: no "
-           "module-level recompute yet, issue 8); DeepSeek-V3's node-limited routing (topk_group 4 "
-           "of 8 groups) is not read, so the recipe's flex dispatch over 8 nodes sends more network "
-           "copies than it does (suspected, not verified); E10 is predicted 22% slow",
+    "E10": "plan tp2 pp8 ep16 (flex) at 0.83x the recipe's ep64 (rated does_not_fit: no "
+           "module-level recompute yet, issue 8); the recipe is predicted 11% slow (its group-"
+           "limited routing, 4 of 8 nodes, and the MoE host stall are costed); the rest is not "
+           "identified",
     "E13": "plan pp8 ep1 micro-batch 4 at 0.76x the recipe's ep16 micro-batch 1: the MoE host "
            "stall (compute.moe_host_sync_s, fitted on E13) is paid once per micro-batch per MoE "
            "layer, so larger micro-batches amortize it (Megatron-Bridge 25.11 Qwen3-30B-A3B "

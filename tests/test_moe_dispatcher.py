@@ -182,3 +182,51 @@ def test_hybridep_with_tp_ep_one_is_accepted(tmp_path):
     """Only the deepep and ncclep backends assert tp x ep > 1 (MoEFlexTokenDispatcher.__init__)."""
     _, rules = _check(tmp_path, "--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend hybridep")
     assert "flex_needs_tp_ep" not in rules
+
+
+DSV3 = load_model("deepseek-v3")   # 256 experts, top-8, n_group 8, topk_group 4 (config.json)
+
+
+def test_group_limited_routing_narrows_the_nodes_a_token_reaches():
+    """DeepSeek-V3 on EP 64 over 8 nodes: each node holds one group of 32 consecutive experts, a
+    token's 8 experts come from the 4 chosen groups' 128, so the 4 chosen nodes are the bins:
+    a chosen node is missed with probability (96 x 95 x ... x 89) / (128 x ... x 121) -- the
+    same product as Qwen3's 4 nodes above: E[nodes] = 4 (1 - miss4) = 3.629 instead of 5.295
+    over all 8 (DeepSeek-V3 report §2.1.2: at most 4 nodes). Over GPUs: 32 of the 64, 4 experts
+    each."""
+    assert (DSV3.n_group, DSV3.topk_group) == (8, 4)
+    den = 128 * 127 * 126 * 125 * 124 * 123 * 122 * 121
+    miss4 = 96 * 95 * 94 * 93 * 92 * 91 * 90 * 89 / den
+    assert comm.routed_bins(DSV3, 8) == (4, 128)
+    assert comm.expected_distinct_bins(*comm.routed_bins(DSV3, 8), 8) == pytest.approx(4 * (1 - miss4))
+    assert comm.expected_distinct_bins(*comm.routed_bins(DSV3, 8), 8) <= 4
+    assert comm.routed_bins(DSV3, 64) == (32, 128)
+    # groups that split a node (8 groups over 4 nodes) or no groups: the uniform draw over all
+    assert comm.routed_bins(DSV3, 4) == (4, 256)
+    assert comm.routed_bins(QWEN, 8) == (8, 128)
+
+
+def test_flex_network_bytes_follow_the_chosen_groups():
+    layout = Layout(dp=64, ep=64, tp=1, micro_batch_size=1, seq_len=4096, global_batch_size=64,
+                    moe_dispatcher="flex")
+    records = comm.layer_collectives(DSV3, layout, 5, ep_gpus_per_domain=8)
+    network = next(c for c in records if c.label == comm.FLEX_NETWORK and c.phase == "forward")
+    token_bytes = 4096 * 7168 * 2
+    assert network.group_size == 8
+    assert network.message_bytes == pytest.approx(token_bytes * comm.expected_distinct_bins(4, 128, 8))
+
+
+@pytest.mark.parametrize("groups, chosen, key", [(7, 4, "n_group"), (8, 9, "topk_group"),
+                                                 (8, None, "topk_group"), (128, 1, "topk_group")])
+def test_expert_groups_that_cannot_route_are_rejected(tmp_path, groups, chosen, key):
+    """7 groups do not divide 256 experts; 9 of 8 groups; a group count without topk_group; one
+    group of 2 experts cannot hold the top 8."""
+    import yaml
+    from planner.errors import SpecError
+    raw = yaml.safe_load(open("models/deepseek-v3.yaml"))
+    raw["n_group"], raw["topk_group"] = groups, chosen
+    path = tmp_path / "m.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(SpecError) as err:
+        load_model(str(path))
+    assert key in str(err.value)

@@ -427,8 +427,9 @@ def expected_distinct_bins(bins: int, experts: int, top_k: int) -> float:
     E[distinct] = bins (1 - that). For many experts per bin it tends to the occupancy formula
     bins (1 - (1 - 1/bins)^top_k) of `cost.serving.expected_distinct_experts` (Feller, An
     Introduction to Probability Theory, Vol. 1, II.11), which assumes independent draws. Routing
-    is taken as uniform (balanced by the auxiliary loss); DeepSeek-V3's node-limited routing
-    (topk_group) is not read from the config, so it is not applied.
+    is taken as uniform (balanced by the auxiliary loss, or forced uniform by the benchmark
+    recipes' `moe_router_force_load_balancing`); group-limited routing narrows the draw first
+    (`routed_bins`).
 
     Raises:
         ValueError: bins or top_k < 1, or top_k > experts.
@@ -438,6 +439,24 @@ def expected_distinct_bins(bins: int, experts: int, top_k: int) -> float:
     outside = experts - experts / bins
     miss = math.prod(max(0.0, outside - i) / (experts - i) for i in range(top_k))
     return bins * (1 - miss)
+
+
+def routed_bins(model: ModelSpec, bins: int) -> tuple[int, int]:
+    """(bins, experts) a token's top-k experts are drawn from, of `bins` equal bins holding the
+    model's experts in order (EP rank r holds experts r E/ep ...; a node holds its ranks'):
+    with group-limited routing (`ModelSpec.n_group` groups of consecutive experts, `topk_group` of
+    them chosen per token) and each group filling bins / n_group whole bins, the chosen groups'
+    bins and experts; otherwise all of them (uniform routing; groups that split a bin are not
+    narrowed: the chosen groups' bins would be a random count). Source: Megatron-LM@d98e8a6
+    megatron/core/transformer/moe/moe_utils.py `group_limited_topk` (scores viewed as
+    [tokens, num_groups, experts / num_groups], the group_topk best groups masked in) via
+    router.py `topk_routing_with_score_function` (l. 779-784), which the random logits of
+    `moe_router_force_load_balancing` (l. 861-863) pass through too; DeepSeek-V3 technical report
+    (arXiv 2412.19437) §2.1.2 node-limited routing (each token to at most M = 4 nodes)."""
+    groups, chosen = model.n_group, model.topk_group
+    if groups > 1 and 0 < chosen < groups and bins % groups == 0:
+        return bins * chosen // groups, model.num_experts * chosen // groups
+    return bins, model.num_experts
 
 
 def _flex_dispatch(model: ModelSpec, layout: Layout, token_bytes: int, k: int) -> list[Collective]:
@@ -454,7 +473,8 @@ def _flex_dispatch(model: ModelSpec, layout: Layout, token_bytes: int, k: int) -
     dispatch (fused_a2a.py l. 327, 402) and `fused_dispatch` passes the bf16 activations as they are.
 
     With the EP group of G = ep GPUs over N nodes of k (`ep_gpus_per_domain`) and D_n, D_g the
-    expected distinct nodes / GPUs a token's experts sit on (`expected_distinct_bins`), one GPU
+    expected distinct nodes / GPUs a token's experts sit on (`expected_distinct_bins` over the
+    bins group-limited routing leaves, `routed_bins`), one GPU
     sends per token (N - 1)/N x D_n copies over the network (its own node's share stays local) and
     (G - N)/G x D_g over NVLink (every GPU hit but the one the token arrives at, once per node).
     In the all-to-all convention (message incl. the own slice, bytes sent (n-1)/n M) that is an
@@ -467,9 +487,9 @@ def _flex_dispatch(model: ModelSpec, layout: Layout, token_bytes: int, k: int) -
     parts = []
     if nodes > 1:
         parts.append((FLEX_NETWORK, nodes, token_bytes * expected_distinct_bins(
-            nodes, model.num_experts, top_k)))
+            *routed_bins(model, nodes), top_k)))
     if k > 1:
-        parts.append((FLEX_NVLINK, k, token_bytes * expected_distinct_bins(g, model.num_experts, top_k)))
+        parts.append((FLEX_NVLINK, k, token_bytes * expected_distinct_bins(*routed_bins(model, g), top_k)))
     return [Collective(axis="ep", kind="all_to_all", count=2, message_bytes=message, group_size=n,
                        axes=("ep",), label=label, phase=phase)
             for phase in ("forward", "backward") for label, n, message in parts]
