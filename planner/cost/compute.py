@@ -269,7 +269,11 @@ def moe_host_sync_s() -> float:
     `_HybridEPManager.dispatch` (l. 1111, 1173-1178: "CPU sync" when num_permuted_tokens is
     None, the dropless default), `_DeepepManager` (l. 1450, `.item()`); experts.py TEGroupedMLP
     (l. 897, `tokens_per_expert.tolist()` under fp8); README.md of that folder ("CPU Overhead
-    Bottleneck": gaps between kernels; CUDA graphs for attn / moe_router / moe_preprocess).
+    Bottleneck": gaps between kernels; CUDA graphs for attn / moe_router / moe_preprocess);
+    torchtitan syncs likewise for its all-to-all splits (pytorch/torchtitan@b5bcd76
+    torchtitan/models/common/token_dispatcher.py l. 307-308, `.tolist()`). Applied to every
+    framework's MoE layers; DeepSpeed's capacity-padded MoE may not sync (not verified, no
+    DeepSpeed MoE row to test it on).
     Evidence it is a fixed host cost, not GPU work: Megatron-Bridge performance-summary-archive.md
     (NVIDIA-NeMo/Megatron-Bridge@067f987) 25.11, Qwen3-30B-A3B, 8 GPUs EP8 MXFP8: DGX-B200 at
     micro-batch 1, 9,299 tokens/s/GPU, DGX-GB200 at micro-batch 4, 23,766 (2.6x from a larger
