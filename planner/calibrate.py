@@ -5,8 +5,11 @@ Data: every row of `training_runs.yaml` and `expert_configs.yaml` (tests/data/re
 shared/reference) that `planner.validate_training` expresses, predicted through its `predict`
 (the code path of `planner explain` and `planner validate`).
 
-Split (deterministic, `validate_training.part_of`): a row is in the EVALUATION part when
-crc32(id) % 4 == 0, else in the FIT part. The fit never sees evaluation rows.
+Split (deterministic, `validate_training.part_of` and `stratified_parts`): a row is in the
+EVALUATION part when crc32(id) % 4 == 0, else in the FIT part, except that each GPU family whose MoE
+rows all hash into FIT sends its MoE row of the smallest crc32(id) to the evaluation part (rule
+fixed on ids and row kinds, not on errors: E9 for B200, E10 for H100). The fit never sees
+evaluation rows.
 
 Fit: damped Gauss-Newton on the log error log(predicted / published) of every fit row (each step a
 numpy.linalg.lstsq of the residuals on a finite-difference Jacobian), parameters:
@@ -56,8 +59,8 @@ model on the 10 Narayanan 2021 Table 1 rows; not identifiable from the current f
 module docstring), so not refitted."""
 NO_FP8 = {"A100"}
 """Families without fp8 tensor cores (Ampere)."""
-START = {"e_max": 0.65, "d_half": D_HALF, "fp8_ratio": 0.9}
-BOUNDS = {"e_max": (0.2, 0.95), "fp8_ratio": (0.4, 1.0)}
+START = {"e_max": 0.65, "d_half": D_HALF, "fp8_ratio": 0.9, "moe_host_sync_s": 1e-3}
+BOUNDS = {"e_max": (0.2, 0.95), "fp8_ratio": (0.4, 1.0), "moe_host_sync_s": (1e-6, 0.05)}
 """fp8_ratio <= 1: an fp8 GEMM reaches no larger fraction of its (2x) peak than a bf16 one of the
 same shape (cuBLASLt E4M3 8192^3 on H100 SXM: ~1,610 TFLOP/s, 0.81 of 1,979)."""
 
@@ -83,8 +86,11 @@ def _log_error(row: vt.Row) -> float:
     return math.log1p(vt.predict(row).error)
 
 
-def _calibration(families: dict[str, dict]) -> compute.Calibration:
+def _calibration(families: dict[str, dict], moe_host_sync_s: float | None = None) -> compute.Calibration:
+    """The file's calibration with `families` (and the MoE host stall, None: the file's)."""
     base = compute.load_calibration()
+    if moe_host_sync_s is not None:
+        base = replace(base, moe_host_sync_s=moe_host_sync_s)
     consts = {}
     for name, entry in families.items():
         src = families[entry["fallback"]] if "fallback" in entry else entry
@@ -95,9 +101,9 @@ def _calibration(families: dict[str, dict]) -> compute.Calibration:
     return replace(base, families=consts, aliases=aliases, default_family=DEFAULT_FAMILY)
 
 
-def _errors(rows: list[vt.Row], families: dict[str, dict]) -> np.ndarray:
-    """log(predicted / published throughput) of `rows` under `families`."""
-    compute.use_calibration(_calibration(families))
+def _errors(rows: list[vt.Row], families: dict[str, dict], moe_host_sync_s: float) -> np.ndarray:
+    """log(predicted / published throughput) of `rows` under `families` and the MoE host stall."""
+    compute.use_calibration(_calibration(families, moe_host_sync_s))
     st.clear_caches()
     try:
         return np.array([_log_error(r) for r in rows])
@@ -107,13 +113,13 @@ def _errors(rows: list[vt.Row], families: dict[str, dict]) -> np.ndarray:
 
 
 def _families_at(theta: np.ndarray, names: list[str]) -> dict[str, dict]:
-    """Family entries for log-parameters theta = [log e_max of each of `names`..., log fp8_ratio]:
-    fp8_e_max = fp8_ratio x e_max for every family with fp8 tensor cores."""
+    """Family entries for log-parameters theta = [log e_max of each of `names`..., log fp8_ratio,
+    log moe_host_sync_s]: fp8_e_max = fp8_ratio x e_max for every family with fp8 tensor cores."""
     families = _start()
-    for name, t in zip(names, theta[:-1]):
+    for name, t in zip(names, theta[:-2]):
         families[name]["e_max"] = float(np.exp(t))
     for name, entry in families.items():
-        entry["fp8_e_max"] = None if name in NO_FP8 else float(np.exp(theta[-1])) * entry["e_max"]
+        entry["fp8_e_max"] = None if name in NO_FP8 else float(np.exp(theta[-2])) * entry["e_max"]
     return families
 
 
@@ -121,13 +127,14 @@ def _gauss_newton(rows: list[vt.Row], names: list[str], groups: list[list[int]])
     """Damped Gauss-Newton in log error over theta (`_families_at`): column j of the Jacobian is
     computed on the rows `groups[j]` only (a family's e_max moves only its own rows; the ratio only
     the fp8 rows); a step is halved until the sum of squares falls."""
-    lo = np.log([BOUNDS["e_max"][0]] * len(names) + [BOUNDS["fp8_ratio"][0]])
-    hi = np.log([BOUNDS["e_max"][1]] * len(names) + [BOUNDS["fp8_ratio"][1]])
-    theta = np.log([START["e_max"]] * len(names) + [START["fp8_ratio"]])
+    keys = ["e_max"] * len(names) + ["fp8_ratio", "moe_host_sync_s"]
+    lo = np.log([BOUNDS[k][0] for k in keys])
+    hi = np.log([BOUNDS[k][1] for k in keys])
+    theta = np.log([START[k] for k in keys])
 
     def residual(t: np.ndarray, subset: list[int] | None = None) -> np.ndarray:
         chosen = rows if subset is None else [rows[i] for i in subset]
-        return _errors(chosen, _families_at(t, names))
+        return _errors(chosen, _families_at(t, names), float(np.exp(t[-1])))
 
     r = residual(theta)
     for _ in range(30):
@@ -151,16 +158,24 @@ def _gauss_newton(rows: list[vt.Row], names: list[str], groups: list[list[int]])
     return theta
 
 
-def fit(rows: list[vt.Row]) -> tuple[dict[str, dict], float, str]:
-    """(family entries of the file, the shared fp8_ratio, a note when the ratio sits at its bound)
-    fitted on the FIT part of `rows` (see the module docstring)."""
+def fit(rows: list[vt.Row]) -> tuple[dict[str, dict], float, str, dict]:
+    """(family entries of the file, the shared fp8_ratio, a note when the ratio sits at its bound,
+    the file's `moe_host_sync` entry) fitted on the FIT part of `rows` (see the module docstring)."""
     fit_rows = [r for r in rows if r.part == "fit"]
     family = [family_of(r) for r in fit_rows]
     names = [name for name in FAMILIES if name in family]
     groups = [[i for i, f in enumerate(family) if f == name] for name in names]
     groups.append([i for i, r in enumerate(fit_rows) if r.precision == "fp8"])
+    groups.append([i for i, r in enumerate(fit_rows) if r.moe])
     theta = _gauss_newton(fit_rows, names, groups)
-    ratio = round(float(np.exp(theta[-1])), 4)
+    ratio = round(float(np.exp(theta[-2])), 4)
+    moe_rows = sorted(r.id for r in fit_rows if r.moe)
+    host = {"seconds": float(f"{np.exp(theta[-1]):.3g}"),
+            "basis": f"[Empirical] host stall of one dropless MoE layer's forward pass "
+                     f"(planner.cost.compute.moe_host_sync_s: the device-to-host copy and "
+                     f"synchronization of the tokens per expert), one value for every GPU, fitted "
+                     f"with the e_max values on the {len(moe_rows)} MoE FIT row(s) listed",
+            "fit_rows": moe_rows}
     at_bound = ratio >= BOUNDS["fp8_ratio"][1] - 1e-4
     out: dict[str, dict] = {}
     for name, aliases in FAMILIES.items():
@@ -180,14 +195,15 @@ def fit(rows: list[vt.Row]) -> tuple[dict[str, dict], float, str]:
                      "fit_rows": mine}
     note = (" (at its upper bound: the fp8 fit rows ask for more, i.e. the model under-predicts them "
             "for reasons outside the GEMMs)" if at_bound else "")
-    return out, ratio, note
+    return out, ratio, note, host
 
 
-def evaluate(rows: list[vt.Row], families: dict[str, dict] | None = None) -> list[dict]:
-    """Predicted vs published per row (all parts) under `families` (None: the file); `error` is
-    the throughput error (`validate_training.throughput_error`)."""
+def evaluate(rows: list[vt.Row], families: dict[str, dict] | None = None,
+             moe_host_sync_s: float | None = None) -> list[dict]:
+    """Predicted vs published per row (all parts) under `families` and the MoE host stall (None:
+    the file's); `error` is the throughput error (`validate_training.throughput_error`)."""
     if families is not None:
-        compute.use_calibration(_calibration(families))
+        compute.use_calibration(_calibration(families, moe_host_sync_s))
     st.clear_caches()
     try:
         out = []
@@ -225,7 +241,8 @@ def grouped(results: list[dict]) -> dict:
     return out
 
 
-def document(families: dict[str, dict], fp8_ratio: float, note: str, results: list[dict]) -> dict:
+def document(families: dict[str, dict], fp8_ratio: float, note: str, host: dict,
+             results: list[dict]) -> dict:
     """The calibration file's contents."""
     cal = compute.load_calibration()
     return {
@@ -235,7 +252,9 @@ def document(families: dict[str, dict], fp8_ratio: float, note: str, results: li
                        "the attention core; fp8_e_max the same for fp8 linear GEMMs of the fp8 peak.",
         "fitted_on": "tests/data/reference/training_runs.yaml + expert_configs.yaml, every row "
                      "planner.validate_training expresses, FIT part: crc32(id) % 4 != 0; "
-                     "evaluation part: crc32(id) % 4 == 0",
+                     "evaluation part: crc32(id) % 4 == 0, and per GPU family whose MoE rows all "
+                     "hash into FIT its MoE row of the smallest crc32(id) "
+                     "(planner.validate_training.stratified_parts: E9, E10)",
         "method": "Gauss-Newton on log(predicted/published), each step numpy.linalg.lstsq on a "
                   "finite-difference Jacobian, per family; regenerate: make calibrate",
         "generated": datetime.date.today().isoformat(),
@@ -249,6 +268,7 @@ def document(families: dict[str, dict], fp8_ratio: float, note: str, results: li
         "fp8_ratio_basis": "[Empirical] fp8_e_max / e_max, one value for every family with fp8 tensor "
                            "cores, fitted with the e_max values on every fp8 FIT row, bounded by 1 "
                            "(planner.calibrate.BOUNDS)" + note,
+        "moe_host_sync": host,
         "families": families,
         "evaluation": grouped(results)["evaluation"],
     }
@@ -257,8 +277,8 @@ def document(families: dict[str, dict], fp8_ratio: float, note: str, results: li
 def write_calibration(path: Path = compute.CALIBRATION_FILE) -> dict:
     """Fit on the FIT part and write `path` with its provenance; returns the document."""
     rows = all_rows()
-    families, fp8_ratio, note = fit(rows)
-    doc = document(families, fp8_ratio, note, evaluate(rows, families))
+    families, fp8_ratio, note, host = fit(rows)
+    doc = document(families, fp8_ratio, note, host, evaluate(rows, families, host["seconds"]))
     path.write_text(yaml.safe_dump(doc, sort_keys=False, width=100), encoding="utf-8")
     compute._default_calibration.cache_clear()
     return doc

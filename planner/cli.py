@@ -230,6 +230,7 @@ Optimizer = Enum("Optimizer", {o: o for o in layout_mod.OPTIMIZERS}, type=str)
 Precision = Enum("Precision", {p: p for p in layout_mod.PRECISIONS}, type=str)
 Offload = Enum("Offload", {o: o for o in layout_mod.OFFLOAD_TARGETS}, type=str)
 GradReduce = Enum("GradReduce", {d: d for d in layout_mod.GRAD_REDUCE_DTYPES}, type=str)
+MoeDispatcher = Enum("MoeDispatcher", {d: d for d in layout_mod.MOE_DISPATCHERS}, type=str)
 GradReduceOpt = Annotated[GradReduce | None, typer.Option(
     case_sensitive=False, help="Dtype of the data-parallel gradient reduction (default: the "
                                "framework's: Megatron-LM fp32 for bf16/fp8, fp16 for fp16; DeepSpeed "
@@ -302,6 +303,7 @@ def explain_cmd(
     exp_avg_dtype: MomentOpt = None,
     exp_avg_sq_dtype: MomentOpt = None,
     overlap_opt: Annotated[list[str] | None, typer.Option("--overlap", metavar="NAME=on|off", help="Communication overlap (repeatable): tp-comm, grad-reduce, param-gather, ep-a2a; absent: the framework's default.")] = None,
+    moe_dispatcher: Annotated[MoeDispatcher | None, typer.Option(case_sensitive=False, help="MoE token dispatcher: alltoall, or flex (DeepEP / HybridEP: one copy per node over the network); absent: the framework's default, costed as alltoall.")] = None,
     reserve_gib: Annotated[float | None, typer.Option(parser=_finite(0, 1024), metavar="FLOAT", help="CUDA context + fragmentation reserve, GiB.")] = None,
     at_risk_margin: Annotated[float, typer.Option(parser=_finite(0, 0.9), metavar="FLOAT", help="Fraction of capacity that counts as at risk.")] = 0.10,
     flash_attention: Annotated[bool, typer.Option("--flash-attention/--no-flash-attention", help=(
@@ -324,7 +326,7 @@ def explain_cmd(
         pipeline_layout=stages,
         offload=frozenset(_value(o) for o in offload or ()), optimizer=_value(optimizer),
         precision=_precision(precision, hw), framework=_value(framework),
-        grad_reduce_dtype=_value(grad_reduce_dtype),
+        grad_reduce_dtype=_value(grad_reduce_dtype), moe_dispatcher=_value(moe_dispatcher),
         **_precision_knobs(precision_aware_optimizer, fp8_recipe=fp8_recipe,
                                main_params_dtype=main_params_dtype,
                                main_grads_dtype=main_grads_dtype, exp_avg_dtype=exp_avg_dtype,
@@ -833,7 +835,7 @@ def validate_cmd(
     data: Annotated[str | None, typer.Option("--data", metavar="FILE", help=(
         "training/memory/all: a YAML file in the format of training_runs.yaml or expert_configs.yaml "
         "(default: both shipped reference copies); serving: a CSV in the format of serving_measurements.csv."))] = None,
-    part: Annotated[str, typer.Option("--part", help="Rows: all, fit or evaluation (crc32(id) % 4 == 0).")] = "all",
+    part: Annotated[str, typer.Option("--part", help="Rows: all, fit or evaluation (crc32(id) % 4 == 0, plus one MoE row per GPU family: validate_training.stratified_parts).")] = "all",
     fmt: FormatOpt = Format.table,
 ) -> None:
     """Predicted vs published per row of a measurements file, and the error statistics."""

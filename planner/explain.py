@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from planner.cost.comm import bytes_per_axis, collectives
+from planner.cost.comm import bytes_per_axis, collectives, ep_gpus_per_domain
 from planner.check.gate import memory_violations
 from planner.cost.memory import (
     DEFAULT_AT_RISK_MARGIN,
@@ -139,7 +139,8 @@ def _costs(model: ModelSpec, cluster, layout: Layout, reserve_bytes: int | None,
                                 reserve_bytes=reserve_bytes, at_risk_margin=at_risk_margin)
                    for s, (ls, c) in enumerate(zip(layers, counts))), key=lambda m: m.total)
     colls = collectives(model, layout,
-                        recompute_layers=None if counts is None else _layer_modes(counts))
+                        recompute_layers=None if counts is None else _layer_modes(counts),
+                        ep_gpus_per_domain=ep_gpus_per_domain(layout, cluster.scaleup_domain_gpus))
     return {
         "memory_bytes": {"parameters": mem.parameters, "gradients": mem.gradients,
                          "optimizer_states": mem.optimizer_states, "activations": mem.activations,

@@ -70,7 +70,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from planner.cost.comm import bytes_per_axis, collectives
+from planner.cost.comm import bytes_per_axis, collectives, ep_gpus_per_domain
 from planner.cost.memory import (
     DEFAULT_AT_RISK_MARGIN,
     DEFAULT_RESERVE_BYTES,
@@ -696,7 +696,8 @@ def _candidates(model, cluster, fixed, base, reserve, headroom) -> tuple[list[La
     # The near-even split is given where a layout is refined or solved (`_with_split`), not to
     # every candidate: most are pruned by the cheap bound, which does not read the split.
     # every candidate with the overlaps a tuned recipe switches on (`overlap.tuned`)
-    layouts = [overlap.tuned(layout) for layout in candidate_layouts(
+    layouts = [overlap.tuned_dispatcher(overlap.tuned(layout), ep_gpus_per_domain(
+        layout, cluster.scaleup_domain_gpus)) for layout in candidate_layouts(
         space, validate, rejections, validate_mesh=validate_mesh, validate_knobs=validate_knobs,
         validate_degrees=validate_degrees if model.is_moe else None,
         validate_experts=validate_experts)]
@@ -750,6 +751,7 @@ def plan_entry(model: ModelSpec, cluster: ClusterSpec, ev: Evaluated, reserve: i
             "recompute": uniform if uniform else [dict(c) for c in ev.solution.recompute_per_stage],
             "pipeline_layers": list(layout.pipeline_layers),
             "overlap": {k: getattr(layout, k) for k in OVERLAP_KNOBS if getattr(layout, k) is not None},
+            **({} if layout.moe_dispatcher is None else {"moe_dispatcher": layout.moe_dispatcher}),
             **({} if layout.pipeline_layout is None else
                {"pipeline_layout": pipeline_layout.to_string(layout.pipeline_layout)}),
         },
@@ -759,8 +761,9 @@ def plan_entry(model: ModelSpec, cluster: ClusterSpec, ev: Evaluated, reserve: i
                          "reserve": worst.reserve, "total": worst.total,
                          "capacity": worst.capacity, "stage": worst.stage},
         "memory_verdict": worst.verdict,
-        "communication_bytes_per_step": bytes_per_axis(collectives(model, layout,
-                                                                   recompute_layers=ev.modes)),
+        "communication_bytes_per_step": bytes_per_axis(collectives(
+            model, layout, recompute_layers=ev.modes,
+            ep_gpus_per_domain=ep_gpus_per_domain(layout, cluster.scaleup_domain_gpus))),
         "time_s": {"step": step.step, "compute": step.compute,
                    "communication_exposed": step.communication_exposed,
                    "pipeline_bubble": step.pipeline_bubble, "recompute": step.recompute,
@@ -824,6 +827,7 @@ def plan_layout(entry: dict, request: dict) -> Layout:
                   grad_reduce_dtype=request.get("grad_reduce_dtype"),
                   **{k: request.get(k) for k in PRECISION_KNOBS},
                   cp_comm_type=par.get("cp_comm_type", "p2p"),
+                  moe_dispatcher=par.get("moe_dispatcher"),
                   **{k: par.get("overlap", {}).get(k) for k in OVERLAP_KNOBS})
 
 

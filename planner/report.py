@@ -912,7 +912,9 @@ def training_validation_markdown(everything: dict, evaluation: dict) -> str:
         "`planner validate --suite all [--part evaluation] [--format json]`.",
         "",
         "Every prediction goes through `planner.explain.explain` (the code path of `planner explain`). Rows "
-        "are split by crc32(id) % 4 == 0 into an EVALUATION part (never used to fit a constant) and a FIT part. "
+        "are split by crc32(id) % 4 == 0 into an EVALUATION part (never used to fit a constant) and a FIT part; "
+        "each GPU family whose MoE rows all hash into FIT sends its MoE row of the smallest crc32(id) to the "
+        "EVALUATION part (`validate_training.stratified_parts`). "
         "`error` is the throughput error: predicted / published - 1 for throughputs, published / predicted - 1 "
         "for a step time, so + means the tool is optimistic; memory: predicted / published peak - 1.",
         "",

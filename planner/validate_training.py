@@ -11,9 +11,13 @@ Data formats (detected by the top-level key; `planner validate --data` takes eit
 A row that cannot be expressed as a `Layout` on a catalog cluster stays in the output with the
 reason (`Row.not_expressible`); it is never dropped.
 
-Split (deterministic, the rule of `serve_validate`): a row is in the EVALUATION part when
-crc32(id) % 4 == 0 (id of the file's row; a row that yields two comparisons keeps both in one
-part), else in the FIT part. Constants may be fitted on the fit part only.
+Split (deterministic, decided on ids and row kinds, never on errors): a row is in the EVALUATION
+part when crc32(id) % 4 == 0 (id of the file's row, the rule of `serve_validate`; a row that yields
+two comparisons keeps both in one part), else in the FIT part; stratified for MoE rows: within a
+file, every GPU family (GPU_FAMILIES) with MoE rows of which none hashes into the evaluation part
+sends its MoE row of the smallest crc32(id) there (`stratified_parts`), so each family's MoE rows are
+evaluated and not only fitted (issue 9 item 5: every MoE row of expert_configs.yaml hashed into FIT).
+Constants may be fitted on the fit part only.
 
 Conventions of the published value (`Row.convention`) and of the error:
 - `tokens_per_s_per_gpu`: tokens/s per GPU (torchtitan TPS/GPU, expert configs);
@@ -31,12 +35,13 @@ import math
 import re
 import statistics
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 
 import yaml
 
+from planner.cost.comm import ep_gpus_per_domain
 from planner.errors import SpecError
 from planner.placement import overlap
 from planner.placement.layout import Layout
@@ -137,7 +142,11 @@ ASSUMPTIONS = {
                            "and parameter-gather overlap wherever dp > 1, Megatron-Bridge "
                            "training/comm_overlap.py `_get_optimizer_overlap_cfgs`; TP communication "
                            "overlap with SP, the userbuffers configs of perf_recipes/llama/h100/llama3.py), "
-                           "except where the recipe switches one off (RECIPE_OVERRIDES).",
+                           "except where the recipe switches one off (RECIPE_OVERRIDES); and they dispatch "
+                           "MoE tokens as a tuned plan does (placement.overlap.tuned_dispatcher): the flex "
+                           "dispatcher (HybridEP) when the EP group spans nodes, as perf_recipes/qwen/h100/"
+                           "qwen3_moe.py l. 90-91 (E13) and recipes/deepseek/h100/deepseek_v3.py l. 160, 256 "
+                           "(E10) set, else alltoall.",
 }
 """Every assumption made where a row is silent, by key; `Row.assumptions` lists the keys applied."""
 
@@ -205,7 +214,7 @@ class Row:
     """`training_runs` or `expert_configs` (the data format)."""
     group: str
     part: str
-    """`fit` or `evaluation` (crc32(row_id) % 4 == 0)."""
+    """`fit` or `evaluation` (`part_of`, then `stratified_parts` for MoE rows)."""
     model_name: str
     model: ModelSpec | None
     cluster: str | None
@@ -303,11 +312,25 @@ def load_rows(path: str | Path = TRAINING_RUNS) -> list[Row]:
             out.extend(_expert_row(raw, str(path), f"{where}."))
         else:
             out.extend(_training_rows(raw, str(path), f"{kind}[{raw['id']}]."))
-    return out
+    return stratified_parts(out)
+
+
+def stratified_parts(rows: list[Row]) -> list[Row]:
+    """`rows` (one file's) with the MoE stratum rule of the module docstring applied: for each GPU
+    family whose expressible MoE rows all hash into FIT (`part_of`), the one of the smallest
+    crc32(row_id) -- every comparison of that file row -- moves to the evaluation part. Dense rows
+    and families with an evaluation MoE row keep `part_of`."""
+    strata: dict[str, set[str]] = {}
+    for r in rows:
+        if r.moe and r.not_expressible is None:
+            strata.setdefault(r.gpu_family, set()).add(r.row_id)
+    moved = {min(ids, key=lambda i: zlib.crc32(i.encode())) for ids in strata.values()
+             if all(part_of(i) == "fit" for i in ids)}
+    return [replace(r, part="evaluation") if r.row_id in moved else r for r in rows]
 
 
 def part_of(row_id: str) -> str:
-    """`evaluation` when crc32(row_id) % 4 == 0, else `fit`."""
+    """`evaluation` when crc32(row_id) % 4 == 0, else `fit` (before `stratified_parts`)."""
     return "evaluation" if zlib.crc32(row_id.encode()) % 4 == 0 else "fit"
 
 
@@ -368,7 +391,7 @@ def _expert_row(raw: dict, file: str, where: str) -> list[Row]:
     published = _number(raw, "measured_tokens_per_s_per_gpu", file, where)
     cluster = CLUSTER_NAMES.get(raw["cluster"], raw["cluster"])
     model = _load(_catalog_model, raw["model"], file, where + "model")
-    _load(_cluster, cluster, file, where + "cluster", gpus)
+    spec = _load(_cluster, cluster, file, where + "cluster", gpus)
     degrees = {k: _int(lay, k, file, f"{where}layout.", 1) for k in ("tp", "pp", "vpp", "cp", "ep", "micro_batch_size")}
     if gpus % (degrees["tp"] * degrees["pp"] * degrees["cp"]):
         raise SpecError(f"value {gpus} not allowed; allowed: a multiple of tp x pp x cp = "
@@ -380,6 +403,7 @@ def _expert_row(raw: dict, file: str, where: str) -> list[Row]:
     assumptions = ["expert-configs"]
     if raw["framework"] == "megatron" and any(w in str(raw.get("source", "")) for w in NVIDIA_RECIPES):
         layout = overlap.tuned(layout.replace(grad_reduce_dtype="bf16", **RECIPE_OVERRIDES.get(raw["id"], {})))
+        layout = overlap.tuned_dispatcher(layout, ep_gpus_per_domain(layout, spec.scaleup_domain_gpus))
         assumptions.append("nvidia-perf-recipes")
     if raw["framework"] == "torchtitan":
         assumptions += ["compile-as-eager"]

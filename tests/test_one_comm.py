@@ -34,6 +34,10 @@ MOE = from_config(dict(model_type="mixtral", hidden_size=H, num_hidden_layers=L,
 TIED = from_config(dict(model_type="llama", hidden_size=H, num_hidden_layers=L, num_attention_heads=HEADS,
                         num_key_value_heads=KV, intermediate_size=FF, vocab_size=V,
                         max_position_embeddings=4096, tie_word_embeddings=True), name="tiny-tied")
+MOE16 = from_config(dict(model_type="mixtral", hidden_size=H, num_hidden_layers=L, num_attention_heads=HEADS,
+                         num_key_value_heads=KV, intermediate_size=FF, vocab_size=V, num_local_experts=16,
+                         num_experts_per_tok=2, max_position_embeddings=4096, tie_word_embeddings=False),
+                    name="tiny-moe-16")
 A100 = load_cluster("dgx-a100-80g", gpus=64)
 
 
@@ -308,3 +312,22 @@ def test_expert_all_to_all_is_split_over_tp_only_with_sequence_parallelism():
                                 bytes_per_device=1024 * H * 2, cluster=A100, gpus_per_domain=share["tp"])
         tp_per_pass = 2 * tp_ar if not sp else 4 * tp_ar     # 2 AR, or 2 AG + 2 RS (same time each)
         assert terms[0][0] == pytest.approx(tp_per_pass + 2 * a2a, rel=1e-9)
+
+
+@pytest.mark.parametrize("ep, dp", [(16, 16), (8, 16), (4, 8)])
+def test_flex_dispatch_records_priced_are_the_reported_ones(ep, dp):
+    """The flex dispatcher's records depend on where the EP group sits (its GPUs per node, 8 on a
+    DGX A100): the cost model prices the records `comm.collectives` reports for that placement
+    (network part across nodes only when ep > 8, NVLink part inside one)."""
+    layout = Layout(dp=dp, ep=ep, global_batch_size=dp, seq_len=1024, moe_dispatcher="flex")
+    cluster = load_cluster("dgx-a100-80g", gpus=dp)
+    cm = stt.stage_cost_model(MOE16, cluster, layout)
+    counts = cm.counts(stage_layers(MOE16, layout)[0], ("none",) * MOE16.num_hidden_layers)
+    k = stt._ep_sharing(layout, cluster, stt.coll.DEFAULT_RANK_ORDER)
+    priced, shown = _table(cm.stage_collectives(0, counts)), _table(collectives(
+        MOE16, layout, 0, ep_gpus_per_domain=k))
+    assert priced.keys() == shown.keys()
+    for key in shown:
+        assert priced[key] == pytest.approx(shown[key], rel=1e-9), key
+    labels = {key[5] for key in shown if key[1] == "ep"}
+    assert labels == ({"ep.flex.network", "ep.flex.nvlink"} if ep > 8 else {"ep.flex.nvlink"})

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import statistics
 import zlib
+from dataclasses import replace
 
 import pytest
 import yaml
@@ -144,10 +145,26 @@ def test_loader_reads_either_format_from_any_path(tmp_path):
     assert len(vt.load_rows(path)) == 8
 
 
-def test_split_rule_is_crc32(rows):
+def test_split_rule_is_crc32_stratified_for_moe(rows):
+    """crc32(id) % 4 == 0 for every dense row; MoE rows by the stratum rule, worked by hand:
+    crc32 E9 = 2480021943 (% 4 = 3), E10 = 1771348263 (3), E13 = 4036882589 (1) -- all FIT by
+    the hash, so B200's only MoE row E9 and H100's smaller-hash E10 are evaluated, E13 is fitted."""
     for r in rows:
-        assert r.part == ("evaluation" if zlib.crc32(r.row_id.encode()) % 4 == 0 else "fit")
+        if not r.moe:
+            assert r.part == ("evaluation" if zlib.crc32(r.row_id.encode()) % 4 == 0 else "fit")
     assert {r.part for r in rows if r.row_id.startswith("korthikanti2022-1T")} == {"fit"}
+    assert {r.row_id: r.part for r in rows if r.moe} == {"E9": "evaluation", "E10": "evaluation",
+                                                         "E13": "fit"}
+
+
+def test_moe_stratum_keeps_a_hashed_evaluation_row_and_moves_nothing():
+    """A family whose MoE rows already include an evaluation row by the hash keeps the hash."""
+    base = next(r for r in vt.load_rows(vt.EXPERT_CONFIGS) if r.row_id == "E13")
+    hashed = next(i for i in (f"m{n}" for n in range(100)) if vt.part_of(i) == "evaluation")
+    fitted = next(i for i in (f"m{n}" for n in range(100)) if vt.part_of(i) == "fit")
+    out = vt.stratified_parts([replace(base, id=i, row_id=i, part=vt.part_of(i))
+                               for i in (hashed, fitted)])
+    assert [r.part for r in out] == ["evaluation", "fit"]
 
 
 def test_rows_that_cannot_be_expressed_stay_with_the_reason(everything):

@@ -311,7 +311,7 @@ def _parallelism(target: Target) -> dict:
             "pipeline_layers": list(layout.pipeline_layers) if layout.pipeline_layers else None,
             "seq_len": layout.seq_len, "precision": layout.precision,
             "optimizer": layout.optimizer, "framework": layout.framework,
-            "offload": sorted(layout.offload),
+            "offload": sorted(layout.offload), "moe_dispatcher": layout.moe_dispatcher,
             "overlap": dataclasses.asdict(overlap.resolve(layout))}   # as costed
 
 

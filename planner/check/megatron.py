@@ -228,6 +228,43 @@ def _overlap_startup(args: dict, layout: Layout) -> list[Violation]:
     return out
 
 
+def _dispatcher_startup(args: dict, spec: ModelSpec, layout: Layout) -> list[Violation]:
+    """Megatron-LM's start-up checks on the MoE token dispatcher flags (NVIDIA/Megatron-LM@d98e8a6
+    megatron/core/transformer/transformer_config.py `__post_init__` l. 1743-1768: the deprecated DeepEP
+    switch raises without the flex dispatcher or with the hybridep backend, the ncclep backend without
+    flex; megatron/core/transformer/moe/token_dispatcher.py `MoEFlexTokenDispatcher.__init__`
+    (l. 1835, 1854): the deepep and ncclep backends assert tp x ep > 1)."""
+    kind = args.get(F["moe_token_dispatcher"]) or mg.DEFAULT["moe_token_dispatcher"]
+    backend = args.get(F["moe_flex_backend"]) or mg.DEFAULT["moe_flex_backend"]
+    deepep, flex = _on(args, "moe_enable_deepep"), F["moe_token_dispatcher"] + " flex"
+    out = []
+    if deepep and kind != "flex":
+        out.append(Violation(
+            rule="deepep_needs_flex", fix=f"give {flex}, or drop {F['moe_enable_deepep']}",
+            message=f"{F['moe_enable_deepep']} with {F['moe_token_dispatcher']} {kind}: Megatron-LM "
+                    "raises \"DeepEP backend is only supported with flex token dispatcher\" "
+                    "(TransformerConfig.__post_init__)"))
+    if deepep and backend == "hybridep":
+        out.append(Violation(
+            rule="deepep_and_hybridep", fix=f"drop {F['moe_enable_deepep']} (deprecated)",
+            message=f"{F['moe_enable_deepep']} with {F['moe_flex_backend']} hybridep: Megatron-LM "
+                    "raises \"Only one backend is supported for flex token dispatcher\" "
+                    "(TransformerConfig.__post_init__)"))
+    if backend == "ncclep" and kind != "flex":
+        out.append(Violation(
+            rule="ncclep_needs_flex", fix=f"give {flex}",
+            message=f"{F['moe_flex_backend']} ncclep with {F['moe_token_dispatcher']} {kind}: "
+                    "Megatron-LM raises that ncclep requires the flex dispatcher "
+                    "(TransformerConfig.__post_init__)"))
+    if (spec.is_moe and kind == "flex" and (deepep or backend in ("deepep", "ncclep"))
+            and layout.tp * layout.ep == 1):
+        out.append(Violation(
+            rule="flex_needs_tp_ep", fix=f"{F['moe_token_dispatcher']} alltoall, or ep > 1",
+            message=f"{flex} with backend {'deepep' if deepep else backend} and tp x ep = 1: "
+                    "Megatron-LM asserts tp x ep > 1 (MoEFlexTokenDispatcher)"))
+    return out
+
+
 def _startup(args: dict, env: dict[str, str], spec: ModelSpec, layout: Layout,
              file: str) -> list[Violation]:
     """Megatron-LM's start-up assertions on FSDP and context parallelism the placement rules do
@@ -239,7 +276,7 @@ def _startup(args: dict, env: dict[str, str], spec: ModelSpec, layout: Layout,
     ckpt_format torch_dist or torch_dcp, untied embeddings and no fp16.
     TransformerEngine d0067d0 `pytorch/attention/dot_product_attention/context_parallel.py`
     (cp_comm_type a2a: the Q and K heads of each tensor-parallel rank divisible by cp)."""
-    out = _overlap_startup(args, layout)
+    out = _overlap_startup(args, layout) + _dispatcher_startup(args, spec, layout)
     ckpt = _choice(args, "ckpt_format", file) or mg.DEFAULT["ckpt_format"]
     connections = env.get(mg.DEVICE_MAX_CONNECTIONS)
     for knob in ("megatron_fsdp", "torch_fsdp2"):
@@ -604,7 +641,28 @@ def _layout(args: dict, spec: ModelSpec, world: int, seq_len: int | None, file: 
         precision_aware_optimizer=True if _on(args, "precision_aware_optimizer") else None,
         **{name: _choice(args, name, file) for name in OPTIMIZER_DTYPES},
         cp_comm_type=_cp_comm_type(args, cp, findings),
+        moe_dispatcher=_moe_dispatcher(args, file, findings),
         **{knob: True if _on(args, knob) else None for knob in mg.OVERLAP_SWITCHES})  # None: default
+
+
+def _moe_dispatcher(args: dict, file: str, findings: list[Violation]) -> str | None:
+    """The token dispatcher costed (`Layout.moe_dispatcher`): alltoall; flex with the deepep or
+    hybridep backend (or the deprecated DeepEP switch); None for Megatron's default
+    allgather, costed as alltoall; flex with the ncclep backend is costed as alltoall, with a
+    warning (NCCL EP's traffic is not modelled).
+
+    Raises:
+        SpecError: a dispatcher type or backend outside Megatron's choices."""
+    kind = _choice(args, "moe_token_dispatcher", file) or mg.DEFAULT["moe_token_dispatcher"]
+    backend = _choice(args, "moe_flex_backend", file) or mg.DEFAULT["moe_flex_backend"]
+    if kind == "flex" and backend == "ncclep" and not _on(args, "moe_enable_deepep"):
+        findings.append(Violation(
+            rule="moe_dispatcher_not_costed", severity="warning",
+            message=f"{F['moe_flex_backend']} ncclep: NCCL EP's traffic is not modelled; costed as "
+                    f"{F['moe_token_dispatcher']} alltoall",
+            fix=f"{F['moe_flex_backend']} deepep or hybridep"))
+        return "alltoall"
+    return None if kind == "allgather" else kind
 
 
 def _cp_comm_type(args: dict, cp: int, findings: list[Violation]) -> str:

@@ -21,7 +21,8 @@ one backward per micro-batch per virtual stage (Narayanan et al. 2021 §2.2); CP
 local K/V (cp − 1) times forward, K/V + dK/dV backward, recorded as the ring all-gather of the
 sequence's K/V and the reduce-scatter of its dK/dV they amount to (Liu et al. 2023 Ring Attention;
 Megatron-LM `context_parallel.rst`); EP all-to-all dispatch + combine forward and backward (Lepikhin et al. 2020
-GShard §3; Megatron `token_dispatcher.py`); tied embedding all-reduce between first and last stage
+GShard §3; Megatron `token_dispatcher.py`), or with the flex dispatcher (DeepEP / HybridEP) one copy
+per destination node over the network and one per destination GPU over NVLink (`_flex_dispatch`); tied embedding all-reduce between first and last stage
 (Megatron `_allreduce_word_embedding_grads`, FC-14); norm gradients all-reduced over tp under SP
 (Megatron `_allreduce_layernorm_grads`).
 
@@ -44,6 +45,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from functools import cached_property
 
+from planner.cost.collectives import DEFAULT_RANK_ORDER
 from planner.cost.memory import _group_counts, stage_layers
 from planner.cost.params_flops import count_params
 from planner.placement import overlap
@@ -345,7 +347,8 @@ def fixed_elements(model: ModelSpec, layout: Layout, stage: int) -> dict[str, fl
 # ---------------------------------------------------------------- activations
 
 
-def layer_collectives(model: ModelSpec, layout: Layout, index: int) -> list[Collective]:
+def layer_collectives(model: ModelSpec, layout: Layout, index: int,
+                      ep_gpus_per_domain: int | None = None) -> list[Collective]:
     """TP, CP and EP collectives of decoder layer `index` for one micro-batch; counts are per
     forward pass (phase forward / attention.forward: twice under full recompute) or per backward.
 
@@ -355,16 +358,21 @@ def layer_collectives(model: ModelSpec, layout: Layout, index: int) -> list[Coll
     again plus the dK/dV accumulation ring (a reduce-scatter) backward, under the attention core
     (Megatron / Transformer Engine `cp_comm_type` "p2p"). EP: dispatch + combine all-to-all of the
     routed tokens, b·s/cp (/tp with SP, which Megatron requires for MoE with TP in training:
-    NVIDIA/Megatron-LM@d98e8a6 megatron/core/transformer/moe/moe_layer.py l. 636) x top-k x h.
+    NVIDIA/Megatron-LM@d98e8a6 megatron/core/transformer/moe/moe_layer.py l. 636) x top-k x h
+    with the alltoall dispatcher; with flex (DeepEP / HybridEP) the deduplicated copies of
+    `_flex_dispatch`, which need `ep_gpus_per_domain` (GPUs of one EP group per scale-up domain,
+    `ep_gpus_per_domain()`; None: the whole group in one domain).
     """
     moe = bool(layout.ep > 1 and model.is_moe and model.moe_layers[index])
+    k = min(layout.ep, ep_gpus_per_domain or layout.ep)
     key = (id(model), moe, layout.micro_batch_size, layout.seq_len, layout.cp, layout.tp, layout.ep,
-           layout.sequence_parallel, layout.cp_comm_type)   # what the records read
+           layout.sequence_parallel, layout.cp_comm_type, layout.moe_dispatcher,
+           k if layout.moe_dispatcher == "flex" else None)   # what the records read
     hit = _LAYER_RECORDS.get(key)
     if hit is None or hit[0] is not model:
         if len(_LAYER_RECORDS) >= 4096:
             _LAYER_RECORDS.clear()
-        hit = _LAYER_RECORDS[key] = (model, tuple(_layer_collectives(model, layout, moe)))
+        hit = _LAYER_RECORDS[key] = (model, tuple(_layer_collectives(model, layout, moe, k)))
     return list(hit[1])
 
 
@@ -372,7 +380,7 @@ _LAYER_RECORDS: dict = {}
 """Cache of `layer_collectives` (each entry keeps its model alive, so ids are not reused)."""
 
 
-def _layer_collectives(model: ModelSpec, layout: Layout, moe: bool) -> list[Collective]:
+def _layer_collectives(model: ModelSpec, layout: Layout, moe: bool, ep_k: int) -> list[Collective]:
     b, h = layout.micro_batch_size, model.hidden_size
     tokens = b * layout.seq_len // layout.cp
     act = tokens * h * 2
@@ -392,13 +400,112 @@ def _layer_collectives(model: ModelSpec, layout: Layout, moe: bool) -> list[Coll
                 Collective(kind="all_gather", label="cp.kv.backward", phase="attention.backward", **cp),
                 Collective(kind="reduce_scatter", label="cp.dkv.backward", phase="attention.backward",
                            **cp)]
-    if moe:
+    if moe and layout.moe_dispatcher == "flex":
+        out += _flex_dispatch(model, layout, tokens // (layout.tp if sp else 1) * h * 2, ep_k)
+    elif moe:
         routed = tokens // (layout.tp if sp else 1) * model.num_experts_per_tok * h * 2
         for phase in ("forward", "backward"):
             out.append(Collective(axis="ep", kind="all_to_all", count=2, message_bytes=routed,
                                   group_size=layout.ep, axes=("ep",), label="ep.dispatch_combine",
                                   phase=phase))
     return out
+
+
+FLEX_NETWORK, FLEX_NVLINK = "ep.flex.network", "ep.flex.nvlink"
+"""Labels of the two parts of a flex (DeepEP / HybridEP) dispatch or combine (`_flex_dispatch`):
+the inter-node part over the NICs and the intra-node fan-out over NVLink."""
+
+
+def expected_distinct_bins(bins: int, experts: int, top_k: int) -> float:
+    """Expected number of the `bins` equal bins (EP ranks, or the nodes they sit on) holding at
+    least one of a token's `top_k` experts, the experts chosen uniformly without repeats from
+    `experts` spread evenly over the bins.
+
+    A given bin holds e = experts / bins of them and is missed with probability
+    C(experts - e, top_k) / C(experts, top_k) = prod_{i < top_k} (experts - e - i) / (experts - i)
+    (hypergeometric; the product is used as is when e is not whole), so
+    E[distinct] = bins (1 - that). For many experts per bin it tends to the occupancy formula
+    bins (1 - (1 - 1/bins)^top_k) of `cost.serving.expected_distinct_experts` (Feller, An
+    Introduction to Probability Theory, Vol. 1, II.11), which assumes independent draws. Routing
+    is taken as uniform (balanced by the auxiliary loss, or forced uniform by the benchmark
+    recipes' `moe_router_force_load_balancing`); group-limited routing narrows the draw first
+    (`routed_bins`).
+
+    Raises:
+        ValueError: bins or top_k < 1, or top_k > experts.
+    """
+    if bins < 1 or top_k < 1 or top_k > experts:
+        raise ValueError(f"{experts} experts over {bins} bins with top-{top_k}")
+    outside = experts - experts / bins
+    miss = math.prod(max(0.0, outside - i) / (experts - i) for i in range(top_k))
+    return bins * (1 - miss)
+
+
+def routed_bins(model: ModelSpec, bins: int) -> tuple[int, int]:
+    """(bins, experts) a token's top-k experts are drawn from, of `bins` equal bins holding the
+    model's experts in order (EP rank r holds experts r E/ep ...; a node holds its ranks'):
+    with group-limited routing (`ModelSpec.n_group` groups of consecutive experts, `topk_group` of
+    them chosen per token) and each group filling bins / n_group whole bins, the chosen groups'
+    bins and experts; otherwise all of them (uniform routing; groups that split a bin are not
+    narrowed: the chosen groups' bins would be a random count). Source: Megatron-LM@d98e8a6
+    megatron/core/transformer/moe/moe_utils.py `group_limited_topk` (scores viewed as
+    [tokens, num_groups, experts / num_groups], the group_topk best groups masked in) via
+    router.py `topk_routing_with_score_function` (l. 779-784), which the random logits of
+    `moe_router_force_load_balancing` (l. 861-863) pass through too; DeepSeek-V3 technical report
+    (arXiv 2412.19437) §2.1.2 node-limited routing (each token to at most M = 4 nodes)."""
+    groups, chosen = model.n_group, model.topk_group
+    if groups > 1 and 0 < chosen < groups and bins % groups == 0:
+        return bins * chosen // groups, model.num_experts * chosen // groups
+    return bins, model.num_experts
+
+
+def _flex_dispatch(model: ModelSpec, layout: Layout, token_bytes: int, k: int) -> list[Collective]:
+    """Dispatch + combine of Megatron's flex dispatcher (DeepEP / HybridEP), forward and backward,
+    for the local tokens (`token_bytes` = tokens x h x 2 B, bf16) of one layer: a token goes once to
+    each destination NODE over the network (RDMA, to the GPU of the same local index) and is
+    fanned out there over NVLink to each GPU holding one of its experts, instead of one copy per
+    routed expert (DeepSeek-V3 technical report, arXiv 2412.19437 §3.2.2: "transmitted via IB to the
+    GPUs with the same in-node index on their target nodes ... forwarded via NVLink"; deepseek-ai/
+    DeepEP README "asymmetric-domain bandwidth forwarding, such as forwarding data from NVLink
+    domain to RDMA domain"; Megatron `MoEFlexTokenDispatcher` -> fused_a2a.py `fused_dispatch`
+    (DeepEP `Buffer.dispatch` with `num_tokens_per_rdma_rank`, `is_token_in_rank`) and
+    `hybrid_ep_dispatch`, NVIDIA/Megatron-LM@d98e8a6). Both send bf16: HybridEP asserts no fp8
+    dispatch (fused_a2a.py l. 327, 402) and `fused_dispatch` passes the bf16 activations as they are.
+
+    With the EP group of G = ep GPUs over N nodes of k (`ep_gpus_per_domain`) and D_n, D_g the
+    expected distinct nodes / GPUs a token's experts sit on (`expected_distinct_bins` over the
+    bins group-limited routing leaves, `routed_bins`), one GPU
+    sends per token (N - 1)/N x D_n copies over the network (its own node's share stays local) and
+    (G - N)/G x D_g over NVLink (every GPU hit but the one the token arrives at, once per node).
+    In the all-to-all convention (message incl. the own slice, bytes sent (n-1)/n M) that is an
+    all-to-all over the N nodes' same-index GPUs of message token_bytes x D_n and one over the k
+    GPUs of a node of message token_bytes x D_g; the two run at once in one kernel, so
+    `step_time` prices a phase's flex records as the slower of the two. Combine sends the same
+    bytes back; backward runs both again."""
+    g, top_k = layout.ep, model.num_experts_per_tok
+    nodes = -(-g // k)
+    parts = []
+    if nodes > 1:
+        parts.append((FLEX_NETWORK, nodes, token_bytes * expected_distinct_bins(
+            *routed_bins(model, nodes), top_k)))
+    if k > 1:
+        parts.append((FLEX_NVLINK, k, token_bytes * expected_distinct_bins(*routed_bins(model, g), top_k)))
+    return [Collective(axis="ep", kind="all_to_all", count=2, message_bytes=message, group_size=n,
+                       axes=("ep",), label=label, phase=phase)
+            for phase in ("forward", "backward") for label, n, message in parts]
+
+
+def ep_gpus_per_domain(layout: Layout, domain_gpus: int,
+                       order: tuple[str, ...] | list[str] = DEFAULT_RANK_ORDER) -> int:
+    """GPUs of an EP group per scale-up domain: EP is carved from the dense tp*cp*dp ranks
+    (innermost first), after expert-tp when tp is inside ep in `order`.
+
+    Source: Megatron-LM parallel_state expert groups (ep inside the dp*cp*tp ranks, after etp)."""
+    order = list(order)
+    inner = layout.etp if "tp" in order[: order.index("ep")] else 1
+    if inner >= domain_gpus:
+        return 1
+    return max(1, min(layout.ep, domain_gpus // inner))
 
 
 def _cp_all_to_all(model: ModelSpec, layout: Layout, tokens: int) -> list[Collective]:
@@ -477,13 +584,15 @@ def merge(records: list[Collective]) -> list[Collective]:
 
 
 def collectives(model: ModelSpec, layout: Layout, stage: int | None = None,
-                recompute_layers: tuple[str, ...] | None = None) -> list[Collective]:
+                recompute_layers: tuple[str, ...] | None = None,
+                ep_gpus_per_domain: int | None = None) -> list[Collective]:
     """Every collective one device of `stage` runs per step.
 
     `stage=None` picks the stage with the most decoder layers (first on ties): the bottleneck for
     in-layer communication. `recompute_layers`: recompute mode per decoder layer (None: the
     layout's); a fully recomputed layer runs its forward collectives twice and, under ZeRO-3,
-    gathers its parameters once more.
+    gathers its parameters once more. `ep_gpus_per_domain`: as in `layer_collectives` (read by
+    the flex dispatcher only).
     """
     split = stage_layers(model, layout)
     if stage is None:
@@ -496,7 +605,7 @@ def collectives(model: ModelSpec, layout: Layout, stage: int | None = None,
         for g, n in layer_elements(model, layout, i).items():
             elements[g] += n
         passes = 2 if modes[i] == "full" else 1
-        for c in layer_collectives(model, layout, i):
+        for c in layer_collectives(model, layout, i, ep_gpus_per_domain):
             layer_records.append(replace(c, count=c.count * m * (passes if c.phase in (
                 "forward", "attention.forward") else 1)))
         if modes[i] == "full":

@@ -82,6 +82,8 @@ class Calibration:
     """Family for a GPU that matches no family or alias."""
     attention_l_half: float
     """Per-rank attention chunk (tokens) at which FlashAttention runs at half its plateau."""
+    moe_host_sync_s: float = 0.0
+    """Host stall of one dropless MoE layer's forward pass, s (`moe_host_sync_s`)."""
 
 
 def load_calibration(path: Path | None = None) -> Calibration:
@@ -108,7 +110,8 @@ def load_calibration(path: Path | None = None) -> Calibration:
                 basis=str(entry["basis"]))
         return Calibration(families=families, aliases=aliases,
                            default_family=str(doc["default_family"]),
-                           attention_l_half=float(doc["attention_core"]["l_half_tokens"]))
+                           attention_l_half=float(doc["attention_core"]["l_half_tokens"]),
+                           moe_host_sync_s=float(doc.get("moe_host_sync", {}).get("seconds", 0.0)))
     except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError) as exc:
         raise SpecError(f"calibration file {path} unreadable or missing a key ({exc!s}); "
                         "regenerate it with `make calibrate`", key="calibration") from None
@@ -248,3 +251,32 @@ def fp8_cast_bytes(linear_io_elements: float) -> float:
     """HBM bytes of the fp8 casts of a forward + backward pass whose linear GEMMs read
     `linear_io_elements` input elements (forward) plus output-gradient elements (backward)."""
     return FP8_CAST_BYTES_PER_ELEMENT * linear_io_elements
+
+
+def moe_host_sync_s() -> float:
+    """Time one dropless MoE layer's forward pass stalls the GPU on the host, s: [Empirical]
+    (`calibration/training.yaml` `moe_host_sync`, fitted by `make calibrate` on the MoE FIT rows),
+    the same on every GPU (a host-side cost).
+
+    Mechanism: without a capacity factor the number of tokens each local expert receives is known
+    only on the GPU, and the host needs it before it can size the buffers and launch the grouped
+    expert GEMMs, so every MoE layer's forward copies it to the host and synchronizes: the GPU's
+    queue drains, and the kernels after the sync wait for the host to issue them (router, permute
+    and the per-expert fp8 casts are many small kernels). Backward reuses the sizes (no sync);
+    a full recompute re-runs the forward and its sync. Sources: NVIDIA/Megatron-LM@d98e8a6
+    megatron/core/transformer/moe/token_dispatcher.py `MoEAlltoAllTokenDispatcher.
+    _maybe_dtoh_and_synchronize` (l. 921-958, `d2h_event.synchronize()` unless drop-and-pad),
+    `_HybridEPManager.dispatch` (l. 1111, 1173-1178: "CPU sync" when num_permuted_tokens is
+    None, the dropless default), `_DeepepManager` (l. 1450, `.item()`); experts.py TEGroupedMLP
+    (l. 897, `tokens_per_expert.tolist()` under fp8); README.md of that folder ("CPU Overhead
+    Bottleneck": gaps between kernels; CUDA graphs for attn / moe_router / moe_preprocess);
+    torchtitan syncs likewise for its all-to-all splits (pytorch/torchtitan@b5bcd76
+    torchtitan/models/common/token_dispatcher.py l. 307-308, `.tolist()`). Applied to every
+    framework's MoE layers; DeepSpeed's capacity-padded MoE may not sync (not verified, no
+    DeepSpeed MoE row to test it on).
+    Evidence it is a fixed host cost, not GPU work: Megatron-Bridge performance-summary-archive.md
+    (NVIDIA-NeMo/Megatron-Bridge@067f987) 25.11, Qwen3-30B-A3B, 8 GPUs EP8 MXFP8: DGX-B200 at
+    micro-batch 1, 9,299 tokens/s/GPU, DGX-GB200 at micro-batch 4, 23,766 (2.6x from a larger
+    micro-batch of the same GEMM shapes per expert)."""
+    return calibration().moe_host_sync_s
+

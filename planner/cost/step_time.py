@@ -33,7 +33,7 @@ from planner.cost import collectives as coll
 from planner.cost import comm
 from planner.cost.comm import Collective
 from planner.cost.compute import (achieved_flops, attention_flops, core_precision, fp8_cast_bytes,
-                                   peak_flops)
+                                   moe_host_sync_s, peak_flops)
 from planner.cost.memory import stage_layers
 from planner.cost.params_flops import count_params, flops_per_token
 from planner.cost.pipeline import (PipelineCoefficients, pipeline_coefficients,
@@ -76,9 +76,9 @@ class LayerTime:
     """One decoder layer, one micro-batch, one GPU."""
 
     forward_s: float
-    """Forward compute, s."""
+    """Forward compute, s, with a MoE layer's host stall (`compute.moe_host_sync_s`)."""
     backward_s: float
-    """Backward compute (2 x forward), s."""
+    """Backward compute (2 x the forward's GPU work), s."""
     recompute_s: float
     """Compute executed again in backward by the recompute mode, s."""
     comm_s: float
@@ -170,17 +170,13 @@ def layer_time_key(layout: Layout, sharing: tuple[tuple[str, int], ...]) -> tupl
     ov = overlap.resolve(layout)
     return (layout.micro_batch_size, layout.seq_len, layout.tp, layout.cp, layout.ep, layout.etp,
             layout.precision, share["tp"], share["cp"], layout.sequence_parallel,
-            ov.tp_comm_overlap, ov.ep_comm_overlap, layout.cp_comm_type, state_bytes(layout).gradients)
+            ov.tp_comm_overlap, ov.ep_comm_overlap, layout.cp_comm_type, state_bytes(layout).gradients,
+            layout.moe_dispatcher)
 
 
 def _ep_sharing(layout: Layout, cluster: ClusterSpec, order: Sequence[str]) -> int:
-    """GPUs of an EP group per domain: EP is carved from the dense tp*cp*dp ranks (innermost first).
-
-    Source: Megatron-LM parallel_state expert groups (ep inside the dp*cp*tp ranks, after etp)."""
-    inner = layout.etp if "tp" in order[: order.index("ep")] else 1
-    if inner >= cluster.scaleup_domain_gpus:
-        return 1
-    return max(1, min(layout.ep, cluster.scaleup_domain_gpus // inner))
+    """GPUs of an EP group per domain (`comm.ep_gpus_per_domain`)."""
+    return comm.ep_gpus_per_domain(layout, cluster.scaleup_domain_gpus, order)
 
 
 def layer_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, layer_index: int,
@@ -248,13 +244,16 @@ _LAYER_TIMES: dict = {}
 
 def _layer_parts(model, cluster, layout, layer_index, rank_order, flash_attention):
     """(forward, attention-core forward, [exposed comm of one forward pass + backward, of a
-    second forward pass]) of one layer, s: what every recompute mode combines (`_layer_time`).
+    second forward pass], host stall of one forward pass) of one layer, s: what every recompute
+    mode combines (`_layer_time`).
 
     Forward = dense linear GEMMs + routed-expert grouped GEMMs + attention core + memory-bound
-    terms (`_layer_compute_s`)."""
+    terms (`_layer_compute_s`); a MoE layer's forward also stalls on the host
+    (`compute.moe_host_sync_s`), which hides no communication."""
     fwd, attn_fwd = _layer_compute_s(model, cluster, layout, layer_index, flash_attention)
     comm = _layer_comm(model, cluster, layout, layer_index, attn_fwd, rank_order, fwd)
-    return fwd, attn_fwd, comm
+    host = moe_host_sync_s() if model.is_moe and model.moe_layers[layer_index] else 0.0
+    return fwd, attn_fwd, comm, host
 
 
 def _layer_compute_s(model: ModelSpec, cluster: ClusterSpec, layout: Layout, index: int,
@@ -396,13 +395,13 @@ def _linear_io_per_token(model: ModelSpec, index: int) -> tuple[float, float]:
 
 
 def _layer_time(parts, recompute: str) -> LayerTime:
-    fwd, attn_fwd, comm = parts
-    recompute_s = {"none": 0.0, "selective": attn_fwd, "full": fwd}[recompute]
+    fwd, attn_fwd, comm, host = parts
+    recompute_s = {"none": 0.0, "selective": attn_fwd, "full": fwd + host}[recompute]
     fwd_passes = 2 if recompute == "full" else 1
     total = 0.0
     for per_pass, once in comm:  # summed term by term in the order of `_layer_comm`
         total += per_pass * (fwd_passes + 1) if once is None else fwd_passes * per_pass + once
-    return LayerTime(forward_s=fwd, backward_s=2 * fwd, recompute_s=recompute_s, comm_s=total)
+    return LayerTime(forward_s=fwd + host, backward_s=2 * fwd, recompute_s=recompute_s, comm_s=total)
 
 
 def _layer_comm(model: ModelSpec, cluster: ClusterSpec, layout: Layout, index: int,
@@ -416,7 +415,8 @@ def _layer_comm(model: ModelSpec, cluster: ClusterSpec, layout: Layout, index: i
     - tp (phases forward / backward): exposed, or with TP comm overlap (`placement.overlap`; Megatron
       requires SP for it) only the excess over the linear GEMMs of the pass they are pipelined
       with, fwd - attn forward and twice that backward (`TP_OVERLAP_HIDES`).
-    - ep (phases forward / backward): exposed, or with EP all-to-all overlap only the excess over
+    - ep (phases forward / backward): exposed (flex: the slower of its network and NVLink parts,
+      which DeepEP / HybridEP run in one kernel, `comm._flex_dispatch`), or with EP all-to-all overlap only the excess over
       the other micro-batch's pass it runs beside (Megatron 1F1B A2A overlap merges micro-batch i's
       forward with micro-batch i-1's backward: forward dispatch / combine under 2 fwd_s, backward
       under fwd_s).
@@ -428,15 +428,19 @@ def _layer_comm(model: ModelSpec, cluster: ClusterSpec, layout: Layout, index: i
     ov = overlap.resolve(layout)
     fwd_s = attn_fwd_s if fwd_s is None else fwd_s
     linear = max(0.0, fwd_s - attn_fwd_s)
-    t = {(axis, phase): 0.0 for axis in ("tp", "ep", "other") for phase in ("forward", "backward")}
+    t = {(axis, phase): 0.0 for axis in ("tp", "ep", comm.FLEX_NETWORK, comm.FLEX_NVLINK, "other")
+         for phase in ("forward", "backward")}
     cp = []
-    for c in comm.layer_collectives(model, layout, index):
+    for c in comm.layer_collectives(model, layout, index, _ep_sharing(layout, cluster, order)):
         k = _record_sharing(c, layout, cluster, share, order)
         if c.phase.startswith("attention."):   # the ring, under the attention core
             cp.append((c, k))
             continue
-        axis = c.axis if c.axis in ("tp", "ep") else "other"
+        axis = c.label if c.label in (comm.FLEX_NETWORK, comm.FLEX_NVLINK) else (
+            c.axis if c.axis in ("tp", "ep") else "other")
         t[(axis, c.phase)] += c.count * _call_time(c, k, cluster)
+    for phase in ("forward", "backward"):   # flex: network and NVLink parts run at once
+        t[("ep", phase)] += max(t[(comm.FLEX_NETWORK, phase)], t[(comm.FLEX_NVLINK, phase)])
     tp_hides = ov.tp_comm_overlap and _tp_overlap_applies(layout)
     ep_hides = ov.ep_comm_overlap
     tp_f = max(0.0, t[("tp", "forward")] - TP_OVERLAP_HIDES * linear) if tp_hides else t[("tp", "forward")]
@@ -521,8 +525,9 @@ def _record_sharing(c: Collective, layout: Layout, cluster: ClusterSpec, share: 
     axes = c.axes
     if axes in (("tp",), ("cp",)):
         return share[axes[0]]
-    if axes == ("ep",):
-        return _ep_sharing(layout, cluster, order)
+    if axes == ("ep",):   # flex: a network part across nodes, an NVLink part inside one
+        return {comm.FLEX_NETWORK: 1, comm.FLEX_NVLINK: c.group_size}.get(
+            c.label, _ep_sharing(layout, cluster, order))
     if axes == ("pp",):
         if c.kind == "p2p":
             return 2 if share["pp"] >= 2 else 1
@@ -1001,7 +1006,8 @@ def _stage_cost_model(model, cluster, layout, order, schedule, flash) -> StageCo
                                        vpp=layout.vpp, schedule=schedule,
                                        p2p_send_s=_p2p_time(model, cluster, layout, share)),
         records=records,
-        layer_records=tuple(tuple(comm.layer_collectives(model, layout, j)) for j in reps),
+        layer_records=tuple(tuple(comm.layer_collectives(
+            model, layout, j, _ep_sharing(layout, cluster, order))) for j in reps),
     )
 
 

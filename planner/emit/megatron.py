@@ -395,9 +395,18 @@ def _rotary_base_flags(model: ModelSpec) -> list[str]:
 
 
 MOE_DISPATCHER = "alltoall"
-"""The token dispatcher the cost model prices (all-to-all over ep, `cost.comm`); Megatron's default
-is allgather (`transformer_config.py` moe_token_dispatcher_type). Grouped GEMM (off by default,
+"""The token dispatcher written when the layout leaves it to the framework (moe_dispatcher None):
+the one the cost model then prices (all-to-all over ep, `cost.comm`); Megatron's default is
+allgather (`transformer_config.py` moe_token_dispatcher_type). Grouped GEMM (off by default,
 `moe_grouped_gemm`) runs a rank's experts as one kernel, as the compute cost assumes."""
+
+
+def _dispatcher_flags(layout: Layout) -> list[str]:
+    """The token dispatcher the layout is priced with (`Layout.moe_dispatcher`): flex with the
+    backend NVIDIA's recipes use (`frameworks.megatron.FLEX_BACKEND`), else alltoall."""
+    if layout.moe_dispatcher == "flex":
+        return [f"{F['moe_token_dispatcher']} flex", f"{F['moe_flex_backend']} {mg.FLEX_BACKEND}"]
+    return [f"{F['moe_token_dispatcher']} {MOE_DISPATCHER}"]
 
 
 def _moe_flags(model: ModelSpec) -> list[str]:
@@ -405,7 +414,7 @@ def _moe_flags(model: ModelSpec) -> list[str]:
         return []
     out = [_flag(model, "num_experts"), _flag(model, "num_experts_per_tok"),
            f"{F['moe_intermediate_size']} {model.moe_intermediate_size or model.intermediate_size}",
-           f"{F['moe_token_dispatcher']} {MOE_DISPATCHER}", F["moe_grouped_gemm"]]
+           F["moe_grouped_gemm"]]
     if model.shared_expert_intermediate_size:
         out.append(_flag(model, "shared_expert_intermediate_size"))
     if model.moe_layers and not all(model.moe_layers):
@@ -471,7 +480,7 @@ def _flags(doc: dict, model: ModelSpec, layout: Layout, recompute: Recompute) ->
     request = doc["request"]
     out = [_flag(layout, k) for k in ("tp", "pp", "cp")]
     if model.is_moe:
-        out += [_flag(layout, "ep"), _flag(layout, "etp")]
+        out += [_flag(layout, "ep"), _flag(layout, "etp")] + _dispatcher_flags(layout)
     out += _split_flags(layout, model.num_hidden_layers)
     if layout.sequence_parallel:
         out.append(F["sequence_parallel"])

@@ -124,6 +124,9 @@ GRAD_REDUCE_DTYPES = ("fp16", "bf16", "fp32")
 """`communication_data_type` values (`get_communication_data_type`, deepspeed/runtime/config.py);
 absent = the compute dtype (`DeepSpeedEngine.communication_data_type`, engine.py l. 1405-1416)."""
 
+MOE_DISPATCHERS: tuple[str, ...] = ()
+"""`Layout.moe_dispatcher` values DeepSpeed can be set to: none (DeepSpeed-MoE has one all-to-all
+dispatch, deepspeed/moe/sharded_moe.py `_AllToAll`, and no setting choosing another)."""
 ZERO_STAGES = (0, 1, 2, 3)
 """ZeRO stages DeepSpeed implements (`ZeroStageEnum`); ZeRO-2/3 with its pipeline engine is the
 placement rule `zero_with_pp`."""

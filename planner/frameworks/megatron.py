@@ -149,8 +149,13 @@ FLAGS = (
     Flag("yarn_beta_slow", "--yarn-beta-slow", TEXT, read=False),
     Flag("yarn_original_positions", "--yarn-original-max-position-embeddings", INT, read=False),
     # MoE (`_add_moe_args`; transformer_config.py: dispatcher allgather, grouped GEMM off by default)
+    # token dispatcher (transformer_config.py l. 891-903: type allgather by default, flex backend
+    # deepep by default; --moe-enable-deepep the deprecated spelling of flex + deepep, l. 1743-1752)
     Flag("moe_token_dispatcher", "--moe-token-dispatcher-type", CHOICE, "allgather",
-         ("allgather", "alltoall", "flex"), read=False),
+         ("allgather", "alltoall", "flex")),
+    Flag("moe_flex_backend", "--moe-flex-dispatcher-backend", CHOICE, "deepep",
+         ("deepep", "hybridep", "ncclep")),
+    Flag("moe_enable_deepep", "--moe-enable-deepep", SWITCH, False),
     Flag("moe_grouped_gemm", "--moe-grouped-gemm", SWITCH, False, read=False),
     Flag("num_experts_per_tok", "--moe-router-topk", INT, 2, read=False),
     Flag("moe_intermediate_size", "--moe-ffn-hidden-size", INT, read=False),
@@ -275,6 +280,15 @@ def overlap_switches(zero_stage: int) -> tuple[str, ...]:
 def overlap_defaults(zero_stage: int) -> dict[str, bool]:
     """Megatron-LM's value of each overlap knob when its flag is absent: all off (`DEFAULT`)."""
     return {knob: bool(DEFAULT[knob]) for knob in OVERLAP_SWITCHES}
+
+
+MOE_DISPATCHERS = ("alltoall", "flex")
+"""`Layout.moe_dispatcher` values Megatron-LM can be set to (--moe-token-dispatcher-type)."""
+FLEX_BACKEND = "hybridep"
+"""The flex dispatcher's backend a plan writes: HybridEP, the one NVIDIA's tuned recipes set with
+the flex dispatcher (NVIDIA-NeMo/Megatron-Bridge@067f987 src/megatron/bridge/perf_recipes/
+deepseek/common.py l. 56-57, qwen/h100/qwen3_moe.py; DeepEP on some B200 / H100 ones), and the only
+one Megatron says supports multi-node NVLink (transformer_config.py l. 898-903)."""
 
 
 def recompute_flags(granularity: str | None, method: str | None = None,

@@ -163,6 +163,13 @@ GRAD_REDUCE_DTYPES = ("fp32",)
 REDUCE_DTYPES = {"float32": "fp32"}
 """mixed_precision_reduce value -> `Layout.grad_reduce_dtype`."""
 
+MOE_DISPATCHERS: tuple[str, ...] = ()
+"""`Layout.moe_dispatcher` values the planner sets for torchtitan: none. torchtitan (b5bcd76) does
+have DeepEP and HybridEP backends, but they are chosen in the model's Python config
+(`torchtitan/models/common/config_utils.py` comm_backend "standard" | "deepep" | "hybridep" |
+"minimal_async_ep", l. 364-424) or an override module (`config/override.py` l. 72), not by a
+job-config key the planner reads or writes; so a torchtitan layout keeps its default, "standard"
+all-to-all, costed as alltoall."""
 ZERO_STAGES = (0, 2, 3)
 """ZeRO stages torchtitan implements: FSDP2 `fully_shard` = ZeRO-3, ZeRO-2 with
 fsdp_reshard_after_forward "never" (the default under PP), and replication only

@@ -31,6 +31,12 @@ CP_COMM_TYPES = ("p2p", "a2a")
 all-to-all of Q, K, V and the output (DeepSpeed-Ulysses). Source: Megatron-LM's cp_comm_type flag
 (also all_gather and a2a+p2p, not costed); Transformer Engine AttnFuncWithCPAndKVP2P /
 AttnFuncWithCPAndQKVOA2A."""
+MOE_DISPATCHERS = ("alltoall", "flex")
+"""MoE token dispatchers costed (`Layout.moe_dispatcher`): alltoall = one copy of a token per
+routed expert over the EP group (Megatron `MoEAlltoAllTokenDispatcher`); flex = DeepEP / HybridEP,
+one copy per destination node over the network and per destination GPU over NVLink (Megatron
+`MoEFlexTokenDispatcher`; `cost.comm`). Source: NVIDIA/Megatron-LM@d98e8a6
+megatron/core/transformer/moe/token_dispatcher.py."""
 OPTIMIZER_DTYPES = {"main_params_dtype": ("fp32", "fp16"), "main_grads_dtype": ("fp32", "bf16"),
                     "exp_avg_dtype": ("fp32", "fp16", "bf16", "fp8"),
                     "exp_avg_sq_dtype": ("fp32", "fp16", "bf16", "fp8")}
@@ -132,6 +138,10 @@ class Layout:
     ep_comm_overlap: bool | None = None
     """Expert-parallel dispatch / combine all-to-alls overlapped with another micro-batch's
     compute (Megatron's 1F1B all-to-all overlap); None = the framework's default."""
+    moe_dispatcher: str | None = None
+    """MoE token dispatcher: alltoall | flex (DeepEP / HybridEP, `MOE_DISPATCHERS`); None = the
+    framework's default, costed as alltoall (Megatron's default allgather is not costed apart;
+    torchtitan and DeepSpeed have no other)."""
 
     def __post_init__(self) -> None:
         # Fast path first (a search builds tens of thousands of Layouts): every check below is the
@@ -167,6 +177,8 @@ class Layout:
                             "(off)", key="precision_aware_optimizer")
         if self.cp_comm_type not in CP_COMM_TYPES:
             _check_choice("cp_comm_type", self.cp_comm_type, CP_COMM_TYPES)
+        if self.moe_dispatcher is not None and self.moe_dispatcher not in MOE_DISPATCHERS:
+            _check_choice("moe_dispatcher", self.moe_dispatcher, MOE_DISPATCHERS)
         if type(self.offload) is not frozenset:
             object.__setattr__(self, "offload", frozenset(self.offload))
         for target in self.offload:
@@ -309,6 +321,8 @@ _FIELD_OK = {
     "grad_reduce_dtype": lambda layout: (layout.grad_reduce_dtype is None
                                          or layout.grad_reduce_dtype in GRAD_REDUCE_DTYPES),
     "cp_comm_type": lambda layout: layout.cp_comm_type in CP_COMM_TYPES,
+    "moe_dispatcher": lambda layout: (layout.moe_dispatcher is None
+                                      or layout.moe_dispatcher in MOE_DISPATCHERS),
     "fp8_recipe": lambda layout: layout.fp8_recipe is None or layout.fp8_recipe in FP8_RECIPES,
     "precision_aware_optimizer": lambda layout: (layout.precision_aware_optimizer is None
                                                  or type(layout.precision_aware_optimizer) is bool),

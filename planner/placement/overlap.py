@@ -80,3 +80,17 @@ def tuned(layout: Layout) -> Layout:
     changes = {k: True for k in wanted if getattr(layout, k) is None
                and k in BY_NAME[layout.framework].overlap_switches(layout.zero_stage)}
     return layout.replace(**changes) if changes else layout
+
+
+def tuned_dispatcher(layout: Layout, ep_gpus_per_domain: int) -> Layout:
+    """`layout` with the MoE token dispatcher a tuned recipe picks, where the layout leaves it to
+    the framework (None), ep > 1 and the framework can be set (`MOE_DISPATCHERS`): flex (DeepEP /
+    HybridEP) when the EP group spans scale-up domains (`ep_gpus_per_domain` < ep), as NVIDIA's
+    recipes for EP across nodes do (NVIDIA-NeMo/Megatron-Bridge@067f987 perf_recipes/qwen/h100/
+    qwen3_moe.py l. 90-91, EP 16 on 2 DGX H100; recipes/deepseek/h100/deepseek_v3.py l. 160, 256
+    via training/flex_dispatcher_backend.py, EP 64), else alltoall (one node: the all-to-all over
+    NVLink, as written explicitly by `planner plan --emit`)."""
+    if (layout.moe_dispatcher is not None or layout.ep <= 1
+            or "flex" not in BY_NAME[layout.framework].MOE_DISPATCHERS):
+        return layout
+    return layout.replace(moe_dispatcher="flex" if layout.ep > ep_gpus_per_domain else "alltoall")

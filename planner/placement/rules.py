@@ -82,7 +82,7 @@ def check_layout(model: ModelSpec, cluster, layout: Layout) -> list[Violation]:
                  _zero_with_pp, _zero_without_dp, _precision_supported, _tp_domain,
                  _zero_stage_supported, _grad_reduce_supported, _precision_aware_optimizer,
                  _torchtitan_dims,
-                 _deepspeed_autotp, _no_effect, _offload_needs_zero):
+                 _deepspeed_autotp, _no_effect, _offload_needs_zero, _moe_dispatcher_supported):
         out += rule(model, cluster, layout)
     return out
 
@@ -587,6 +587,19 @@ def _zero_stage_supported(model, cluster, layout: Layout) -> list[Violation]:
                       fix=f"use zero_stage=2 ({torchtitan.NAME['reshard']}="
                           f"{torchtitan.RESHARD_NEVER}) or 0, or framework=megatron/deepspeed for "
                           f"ZeRO-1")]
+
+
+def _moe_dispatcher_supported(model, cluster, layout: Layout) -> list[Violation]:
+    """A token dispatcher (`Layout.moe_dispatcher`) must be one the framework can be set to (its
+    `MOE_DISPATCHERS`: Megatron-LM alltoall / flex; torchtitan and DeepSpeed none, their one
+    all-to-all being the default None)."""
+    allowed = frameworks.BY_NAME[layout.framework].MOE_DISPATCHERS
+    if layout.moe_dispatcher is None or layout.moe_dispatcher in allowed:
+        return []
+    return [Violation(rule="moe_dispatcher_supported",
+                      message=f"{layout.framework} has no {layout.moe_dispatcher} token dispatcher "
+                              f"(it can be set to: {', '.join(allowed) or 'none, one all-to-all'})",
+                      fix="leave moe_dispatcher unset, or framework=megatron")]
 
 
 def _precision_aware_optimizer(model, cluster, layout: Layout) -> list[Violation]:

@@ -34,8 +34,8 @@ Keys read (anything else is ignored; `null` means absent):
 | all | model_type, name, source, hf_id, quantization_config, rope_theta, rope_scaling, hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim, vocab_size, padded_vocab_size, max_position_embeddings, tie_word_embeddings |
 | llama, mistral, qwen2, qwen3, nemotron | intermediate_size, hidden_act, attention_bias, mlp_bias, sliding_window, use_sliding_window (qwen), layer_types |
 | mixtral, qwen2_moe, qwen3_moe | the above + num_local_experts / num_experts, num_experts_per_tok, moe_intermediate_size, decoder_sparse_step, mlp_only_layers, shared_expert_intermediate_size (qwen2_moe) |
-| deepseek_v3, kimi_k2 | intermediate_size, hidden_act, attention_bias, q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim, n_routed_experts, num_experts_per_tok, moe_intermediate_size, n_shared_experts, first_k_dense_replace, moe_layer_freq, num_nextn_predict_layers, norm_topk_prob |
-| glm4_moe | head_dim (GLM-4.5: 128, not hidden_size / heads), intermediate_size, hidden_act, attention_bias, use_qk_norm, partial_rotary_factor, n_routed_experts, num_experts_per_tok, moe_intermediate_size, n_shared_experts, first_k_dense_replace, norm_topk_prob, num_nextn_predict_layers |
+| deepseek_v3, kimi_k2 | intermediate_size, hidden_act, attention_bias, q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim, n_routed_experts, num_experts_per_tok, moe_intermediate_size, n_shared_experts, first_k_dense_replace, moe_layer_freq, num_nextn_predict_layers, norm_topk_prob, n_group, topk_group |
+| glm4_moe | head_dim (GLM-4.5: 128, not hidden_size / heads), intermediate_size, hidden_act, attention_bias, use_qk_norm, partial_rotary_factor, n_routed_experts, num_experts_per_tok, moe_intermediate_size, n_shared_experts, first_k_dense_replace, norm_topk_prob, num_nextn_predict_layers, n_group, topk_group |
 | gpt_oss | the llama keys + num_local_experts, num_experts_per_tok / experts_per_token |
 | gpt, gpt2, opt, bloom | n_embd, n_layer, n_head, n_positions, n_inner, ffn_dim, seq_length (bloom), activation_function; opt: word_embed_proj_dim, do_layer_norm_before, _remove_final_layer_norm, enable_bias, layer_norm_elementwise_affine |
 | falcon | num_kv_heads / n_head_kv, multi_query, new_decoder_architecture, parallel_attn, bias, alibi, ffn_hidden_size |
@@ -169,6 +169,11 @@ class ModelSpec:
     """Routed experts each token visits (top-k)."""
     moe_intermediate_size: int = 0
     """Width of one routed expert."""
+    n_group: int = 0
+    """Expert groups of group-limited routing (DeepSeek-V3 `n_group`: the router picks
+    `topk_group` groups, then the top-k experts inside them); 0: no groups."""
+    topk_group: int = 0
+    """Groups a token's experts may come from (`n_group`); 0: no limit."""
     n_shared_experts: int = 0
     """Shared experts per MoE layer (DeepSeek; Qwen2-MoE has 1)."""
     shared_expert_intermediate_size: int = 0
@@ -269,7 +274,7 @@ _POSITIVE_WIDTHS = (
 _POSITIVE_COUNTS = (
     "num_attention_heads", "num_key_value_heads", "num_local_experts", "num_experts",
     "n_routed_experts", "num_experts_per_tok", "experts_per_token", "num_experts_per_token",
-    "n_head", "num_kv_heads", "n_head_kv",
+    "n_head", "num_kv_heads", "n_head_kv", "n_group", "topk_group",
 )
 _INT_RULES: dict[str, tuple[int, int]] = {
     **{key: (1, MAX_WIDTH) for key in _POSITIVE_WIDTHS},
@@ -300,7 +305,7 @@ _IGNORED_KEYS = frozenset({
     "initializer_range", "rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "bos_token_id",
     "eos_token_id", "pad_token_id", "use_cache", "attention_dropout", "hidden_dropout", "dropout",
     "pretraining_tp", "official_total_params", "notes", "max_window_layers", "routed_scaling_factor",
-    "scoring_func", "topk_method", "n_group", "topk_group", "aux_loss_alpha",
+    "scoring_func", "topk_method", "aux_loss_alpha",
     "router_aux_loss_coef", "output_router_logits", "seq_aux", "ep_size",
     "swiglu_limit", "initial_context_length", "router_jitter_noise", "rotary_percent",
     "apply_residual_connection_post_layernorm", "slow_but_exact",
@@ -687,12 +692,31 @@ def _shared_expert_moe(cfg: _Reader, layers: int, *, shared: int, first_dense: i
     Glm4MoeMoE: shared_experts = Glm4MoeMLP(intermediate_size=moe_intermediate_size x n_shared_experts))."""
     width = cfg.req("moe_intermediate_size")
     experts = _experts(cfg)
+    top_k = _top_k(cfg, experts)
     return dict(
-        num_experts=experts, num_experts_per_tok=_top_k(cfg, experts), moe_intermediate_size=width,
+        num_experts=experts, num_experts_per_tok=top_k, moe_intermediate_size=width,
+        **_expert_groups(cfg, experts, top_k),
         n_shared_experts=shared, shared_expert_intermediate_size=shared * width, router_bias=True,
         moe_layers=tuple(i >= first_dense and i % freq == 0 for i in range(layers)),
         num_nextn_predict_layers=cfg.opt("num_nextn_predict_layers"),
     )
+
+
+def _expert_groups(cfg: _Reader, experts: int, top_k: int) -> dict:
+    """n_group / topk_group of group-limited routing (both absent: none). Source: transformers
+    modeling_deepseek_v3.py DeepseekV3TopkRouter.get_topk_indices (scores viewed as n_group groups
+    of experts / n_group consecutive experts, the topk_group best groups kept, then the top-k
+    experts among them); Megatron-Bridge reads them as moe_router_num_groups / moe_router_group_topk
+    (NVIDIA-NeMo/Megatron-Bridge@067f987 models/conversion/model_bridge.py l. 487-488)."""
+    groups, chosen = cfg.opt("n_group"), cfg.opt("topk_group")
+    if not groups and not chosen:
+        return {}
+    if not groups or experts % groups:
+        raise SpecError(f"value {groups} must divide the {experts} experts", file=cfg.file, key="n_group")
+    if not chosen or chosen > groups or chosen * (experts // groups) < top_k:
+        raise SpecError(f"value {chosen} must be between 1 and n_group = {groups} and leave the top "
+                        f"{top_k} experts to choose from", file=cfg.file, key="topk_group")
+    return dict(n_group=groups, topk_group=chosen)
 
 
 def _gpt_oss(cfg: _Reader, model_type: str) -> dict:
