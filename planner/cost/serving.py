@@ -84,6 +84,16 @@ def native_dtype(weight_format: str) -> str | None:
 DENSE_ONLY_FORMATS = {"mxfp4"}
 """Formats that models ship for the routed experts only (gpt-oss: MXFP4 experts, bf16 attention)."""
 
+MXFP4_EXPERT_PAD = (256, 128)
+"""(hidden, intermediate-per-partition) multiples MXFP4 expert weights are zero-padded to at load.
+Source: vllm-project/vllm 0.33.0 `vllm/model_executor/layers/fused_moe/oracle/mxfp4.py`
+mxfp4_round_up_hidden_size_and_intermediate_size: MARLIN / BATCHED_MARLIN (Hopper and older: no native
+FP4, the backend vLLM 0.10-0.11 used for gpt-oss on H100, "Weight-only FP4 compression will be used
+leveraging the Marlin kernel") and the FlashInfer TRT-LLM backends (Blackwell) round hidden_size up to
+256 and intermediate_size_per_partition up to 128; the expert biases are kept in bf16 at the padded
+sizes. gpt-oss-120b: 2880 -> 3072 hidden, 2880 -> 2944 intermediate (+9 % expert bytes). vLLM's
+OAI-Triton backend (TRITON, rounds the intermediate to 64 only) is not modelled."""
+
 
 @dataclass(frozen=True)
 class EngineRule:
@@ -218,7 +228,7 @@ def _weight_bytes(spec: ModelSpec, inst: Instance, weight_format: str) -> int:
             kv = 2 * h * spec.num_key_value_heads * spec.head_dim
             attn = dense_fmt.bytes_for((layer.attention - kv) / at + kv / min(at, spec.num_key_value_heads), h)
         mlp = dense_fmt.bytes_for((layer.dense_mlp + layer.shared_experts) / t, h)
-        experts = fmt.bytes_for(layer.routed_experts / t, h)
+        experts = routed_expert_bytes(spec, inst, weight_format, layer.routed_experts)
         per_layer.append(attn + mlp + experts + 2 * (layer.router + layer.norms))
     vocab = vocab_rows(spec, t) * spec.embedding_width / t * 2
     embedding = vocab + 2 * (counts.embedding - spec.padded_vocab_size * spec.embedding_width)
@@ -228,6 +238,32 @@ def _weight_bytes(spec: ModelSpec, inst: Instance, weight_format: str) -> int:
     stages[0] += embedding
     stages[-1] += head
     return int(max(stages))
+
+
+def routed_expert_bytes(spec: ModelSpec, inst: Instance, weight_format: str, params: float) -> float:
+    """Bytes on one GPU of `params` routed-expert parameters of one layer (0 for a dense layer):
+    split tp ways (ep x expert-TP) in the weight format; MXFP4 with its kernel padding."""
+    if weight_format == "mxfp4" and params:
+        return _mxfp4_expert_bytes(spec, inst)
+    return WEIGHT_FORMATS[weight_format].bytes_for(params / inst.tp, spec.hidden_size)
+
+
+def _mxfp4_expert_bytes(spec: ModelSpec, inst: Instance) -> float:
+    """Bytes of one layer's routed experts on one GPU in MXFP4 after the kernel padding
+    (MXFP4_EXPERT_PAD): E / ep experts, each split tp / ep ways along the intermediate dimension;
+    gate/up/down weights at 4 bits + one E8M0 byte per 32 (WEIGHT_FORMATS["mxfp4"]), biases in bf16.
+
+    Hand check (gpt-oss-120b, tp 1): 3 x 3072 x 2944 = 27,131,904 weights x 17/32 B = 14,413,824 B plus
+    (2 x 2944 + 3072) x 2 B = 17,920 B of biases, x 128 experts = 1,847,287,808 B per layer.
+    """
+    hidden_pad, inter_pad = MXFP4_EXPERT_PAD
+    h = -(-spec.hidden_size // hidden_pad) * hidden_pad
+    inter = spec.moe_intermediate_size // (inst.tp // inst.ep)
+    inter = -(-inter // inter_pad) * inter_pad
+    matrices = 3 if spec.gated_mlp else 2
+    weights = WEIGHT_FORMATS["mxfp4"].bytes_for(matrices * h * inter, h)
+    bias = ((matrices - 1) * inter + h) * 2 if spec.expert_bias else 0
+    return spec.num_experts / inst.ep * (weights + bias)
 
 
 def kv_bytes_per_gpu(spec: ModelSpec, inst: Instance, kv_dtype: str) -> tuple[float, float]:
@@ -379,11 +415,10 @@ def latency_terms(spec: ModelSpec, inst: Instance, *, hbm_bytes_per_s: float, pe
     Source: roofline (Williams et al. 2009) per operator; continuous batching with chunked prefill
     (Agrawal et al. 2024, Sarathi-Serve). The coefficients are [Empirical] (`calibration/serving.yaml`).
     """
-    fmt = WEIGHT_FORMATS[weight_format]
     counts = count_params(spec)
     h, pp = spec.hidden_size, inst.pp
     weights = weight_bytes_per_gpu(spec, inst, weight_format)
-    routed = fmt.bytes_for(sum(l.routed_experts for l in counts.layers) / inst.tp / pp, h)
+    routed = sum(routed_expert_bytes(spec, inst, weight_format, l.routed_experts) for l in counts.layers) / pp
     queued = concurrency
     concurrency = min(concurrency, max(max_concurrency_, 1))
     local = concurrency / inst.adp
