@@ -28,7 +28,9 @@ CONCURRENCY_STEPS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 """Per-instance concurrencies tried when --concurrency is not given (plus the KV pool's limit)."""
 FIXABLE = ("tp", "pp", "ep", "dp")
 """Keys `--fix` accepts for serve-plan."""
-HOPPER_NOTE = "latency constants fitted on H100/H200 measurements; other GPUs use them scaled by their datasheet bandwidth and FLOP/s"
+CALIBRATED_GPUS = ("H100", "H200")
+"""GPU families the serving latency constants were fitted on: serving_measurements.csv holds only
+h100_sxm and h200_sxm rows (calibration/serving.yaml `fitted_on`)."""
 
 
 @dataclass(frozen=True)
@@ -368,9 +370,20 @@ def _notes(hw: ClusterSpec, req: ServeRequest) -> list[str]:
     basis = "of total GPU memory" if rule.basis == "total" else "of the memory free after loading"
     notes = [f"{req.engine} KV pool: {rule.flag}={fraction:g} ({basis}); the engine reserves this "
              f"memory at start-up, whatever the weights take"]
-    if not hw.gpu.name.startswith(("H100", "H200")):
-        notes.append(HOPPER_NOTE)
+    if not hw.gpu.name.startswith(CALIBRATED_GPUS):
+        notes.append(_uncalibrated_gpu_note(hw, req))
     return notes
+
+
+def _uncalibrated_gpu_note(hw: ClusterSpec, req: ServeRequest) -> str:
+    """What the latency model uses on a GPU without serving measurements: its datasheet HBM bandwidth
+    and peak FLOP/s (hardware file) under the efficiency multipliers fitted on H100/H200, i.e. the same
+    achieved fraction of datasheet as Hopper; the error there is unmeasured."""
+    dtype = _peak_dtype(hw, req.weight_dtype)
+    return (f"TTFT/TPOT on {hw.gpu.name}: no serving measurements for this GPU (the latency constants are "
+            f"fitted on H100/H200 only); the model uses its datasheet HBM {hw.gpu.hbm_gb_per_s:,.0f} GB/s and "
+            f"{dtype} {hw.gpu.peak_tflops[dtype]:,.0f} TFLOP/s with the efficiencies H100/H200 reach, so its "
+            f"error on this GPU is unknown (H100/H200 error: README accuracy table)")
 
 
 def _carried(mix, cands) -> float:

@@ -275,3 +275,18 @@ def test_without_an_slo_the_latency_of_the_chosen_plan_is_stated():
     bounded = serve.serve_plan(spec, hw, serve.ServeRequest(gpus=8, input_len=4000, output_len=500,
                                                             tpot_ms=50))
     assert not [n for n in bounded["notes"] if n.startswith("no --ttft-ms")]
+
+
+def test_gpu_without_measurements_is_said_with_the_datasheet_numbers_used():
+    """serving_measurements.csv has H100/H200 rows only; on an A100 the notes say the latency uses its
+    datasheet numbers (hardware/dgx-a100-80g.yaml: 2,039 GB/s HBM, 312 TFLOP/s bf16) under the Hopper-fitted
+    efficiencies, and that its error is unknown; on H100 nothing is said."""
+    from planner.serve_validate import SYSTEMS, load_cases
+    assert {c.cluster for c in load_cases()} == set(SYSTEMS.values()) == {"dgx-h100", "hgx-h200"}
+    spec = load_model("llama-3.1-8b")
+    req = serve.ServeRequest(gpus=1, input_len=1000, output_len=100)
+    a100 = serve.serve_plan(spec, load_cluster("dgx-a100-80g", gpus=1), req)["notes"]
+    (note,) = [n for n in a100 if n.startswith("TTFT/TPOT on A100")]
+    assert "2,039 GB/s" in note and "bf16 312 TFLOP/s" in note and "unknown" in note
+    h100 = serve.serve_plan(spec, load_cluster("dgx-h100", gpus=1), req)["notes"]
+    assert not [n for n in h100 if n.startswith("TTFT/TPOT on")]
