@@ -400,7 +400,10 @@ def latency_terms(spec: ModelSpec, inst: Instance, *, hbm_bytes_per_s: float, pe
     - decode_memory_s: (weights read + KV read) / HBM bandwidth; MoE layers read only the experts the
       step activates, E[distinct] of B x top_k draws (`expected_distinct_experts`); KV read = B x
       (input + output/2) tokens x KV bytes per token per GPU.
-    - decode_compute_s: 2 x active parameters per GPU x B + attention 4 x a x d x context / tp, / peak.
+    - decode_compute_s: (2 x attention parameters / attention-TP + 4 x a x d x context / attention-TP) x
+      B / adp (each attention-DP group runs its own sequences) + 2 x the other active parameters / tp x B
+      (MLPs and experts see every group's tokens), / peak. One request's prefill (prefill_one_s) runs its
+      attention on one attention-DP group: attention parameters split attention-TP ways, not tp.
     - collectives: TP all-reduces (2 per layer when tp > 1) + EP dispatch/combine (2 per MoE layer
       when ep > 1) per step, in units of COLLECTIVE_UNIT_S.
     - prefill_interference_s: (B / output_len) x prefill_one_s: every request's prefill lands in the
@@ -429,11 +432,13 @@ def latency_terms(spec: ModelSpec, inst: Instance, *, hbm_bytes_per_s: float, pe
         read = weights - routed + routed * min(1.0, share)
     kv_token, _ = kv_bytes_per_gpu(spec, inst, kv_dtype)
     context = input_len + output_len / 2
-    active = counts.active_per_token - counts.embedding
-    flops_token = 2 * active / inst.tp
+    attention = sum(l.attention for l in counts.layers)
+    flops_local = 2 * attention / inst.attn_tp
+    flops_shared = 2 * (counts.active_per_token - counts.embedding - attention) / inst.tp
+    flops_token = flops_local + flops_shared
     attn = 4 * spec.num_attention_heads * spec.head_dim * spec.num_hidden_layers / inst.attn_tp
     decode_memory = pp * (read + per_micro * context * kv_token) / hbm_bytes_per_s
-    decode_compute = local * (flops_token + attn * context) / peak_flops
+    decode_compute = (local * (flops_local + attn * context) + concurrency * flops_shared) / peak_flops
     moe_layers = sum(spec.moe_layers) if spec.is_moe else 0
     collectives = (2 * spec.num_hidden_layers if inst.tp > 1 else 0) + (2 * moe_layers if inst.ep > 1 else 0)
     prefill_one = input_len * (flops_token + attn * input_len / 2) / peak_flops
