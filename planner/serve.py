@@ -161,10 +161,8 @@ def _peak_dtype(hw: ClusterSpec, weight_dtype: str) -> str:
 def _hop_s(hw: ClusterSpec, inst: sv.Instance, spec: ModelSpec, concurrency: float) -> float:
     """One pipeline hop: latency + the step's activations (b x h x 2 bytes) over the link.
     Source: alpha-beta model with the cluster's scale-up / network latency and bandwidth."""
-    across = inst.gpus > hw.gpus_per_node
-    latency = hw.network_latency_s if across else hw.scaleup_latency_s
-    bandwidth = (hw.network_gb_per_s_per_gpu if across else hw.scaleup_gb_per_s) * 1e9
-    return latency + concurrency / inst.adp * spec.hidden_size * 2 / bandwidth
+    latency = hw.network_latency_s if inst.gpus > hw.gpus_per_node else hw.scaleup_latency_s
+    return latency + concurrency / inst.adp * spec.hidden_size * 2 / sv.link_bytes_per_s(hw, inst.gpus)
 
 
 def _memory(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, inst: sv.Instance) -> sv.ServingMemory:
@@ -183,7 +181,7 @@ def _latency(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, inst: sv.Insta
                              weight_format=req.weight_dtype, kv_dtype=req.kv_dtype, concurrency=concurrency,
                              input_len=req.input_len, output_len=req.output_len, max_concurrency_=max(cmax, 1),
                              max_num_batched_tokens=req.max_num_batched_tokens,
-                             hop_s=_hop_s(hw, inst, spec, concurrency))
+                             hop_s=_hop_s(hw, inst, spec, concurrency), link_bytes_per_s=sv.link_bytes_per_s(hw, inst.tp))
     if not interference:
         terms["prefill_interference_s"] = 0.0
     return sv.predict_latency(terms, coefficients)
@@ -315,7 +313,7 @@ def serve_plan(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, calibration:
                        "requests_per_s": round(sum(p["requests_per_s"] for p in chosen), 3), "mix": chosen},
         "plans": top,
         "pareto": pareto,
-        "notes": _notes(hw, req) + _no_slo_note(req, chosen),
+        "notes": _notes(hw, req) + _no_slo_note(req, chosen) + _exchange_note(spec, req, chosen),
     }
 
 
@@ -349,6 +347,24 @@ def _pareto(points: list) -> list[dict]:
         for o in data)]
     unique = {(d["tokens_per_s_per_gpu"], d["tokens_per_s_per_user"]): d for d in front}
     return sorted(unique.values(), key=lambda d: -d["tokens_per_s_per_gpu"])
+
+
+DEEPEP_FLAGS = {"vllm": "--all2all-backend deepep_low_latency (deepep_high_throughput on prefill workers)",
+                "sglang": "--moe-a2a-backend deepep --deepep-mode auto", "trtllm": "its DeepEP all-to-all"}
+"""How each engine is told to exchange MoE tokens with DeepEP. Source: vLLM 0.33.0 vllm/config/parallel.py
+all2all_backend (default allgather_reducescatter); SGLang 0.5.23 srt/layers/moe/utils.py DeepEPMode
+(server flag --moe-a2a-backend, default none); TensorRT-LLM moe all-to-all (DeepEP / DeepEPLowLatency)."""
+
+
+def _exchange_note(spec: ModelSpec, req: ServeRequest, chosen: list[dict]) -> list[str]:
+    """A chosen MoE instance with attention DP and EP is priced with DeepEP's exchange, which the
+    engines run only when asked: say so, with the flag (`cost.serving.moe_exchange_s`)."""
+    if not spec.is_moe or not any(p["parallelism"]["ep"] > 1 and p["parallelism"]["dp"] > 1 for p in chosen):
+        return []
+    return [f"EP with attention DP: the expert dispatch/combine is priced as DeepEP (low-latency kernels in "
+            f"decode, normal kernels in prefill), which {req.engine} runs only with "
+            f"{DEEPEP_FLAGS[req.engine]}; its default all-gather/reduce-scatter moves "
+            f"every token to every GPU (the price the plans without EP pay)"]
 
 
 def _no_slo_note(req: ServeRequest, chosen: list[dict]) -> list[str]:

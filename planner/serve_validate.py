@@ -182,7 +182,8 @@ def case_terms(case: Case) -> dict[str, float]:
     return sv.latency_terms(spec, case.inst, hbm_bytes_per_s=hw.gpu.hbm_gb_per_s * 1e9,
                             peak_flops=hw.peak_flops(dtype), weight_format=case.weight_format,
                             kv_dtype=kv_dtype, concurrency=case.concurrency, input_len=case.input_len,
-                            output_len=case.output_len, max_concurrency_=cmax)
+                            output_len=case.output_len, max_concurrency_=cmax,
+                            link_bytes_per_s=sv.link_bytes_per_s(hw, case.inst.tp))
 
 
 def _columns(terms: dict[str, float], names: tuple[str, ...]) -> list[float]:

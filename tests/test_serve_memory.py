@@ -171,3 +171,41 @@ def test_longest_context_capped_at_the_model_maximum(pool_tokens, longest, bound
                            budget_fraction=0.9)
     assert sv.pool_context(mem, spec) == pool_tokens
     assert sv.longest_context(mem, spec) == longest and sv.context_bound(mem, spec) == bound
+
+
+# ---------------------------------------------------------------- MoE token exchange (EP dispatch/combine)
+
+def test_moe_exchange_deepep_low_latency_matches_deepep_published_times():
+    """DeepEP's low-latency table (deepseek-ai/DeepEP docs/legacy.md @0297fc80, H800 + CX7): 128 tokens
+    per rank, hidden 7168, top-8, FP8 dispatch, BF16 combine, EP8: dispatch 77 us at 98 GB/s, combine
+    114 us at 127 GB/s. By hand: dispatch 128 x 8 x (7168 + 7168 / 128 x 4) = 7,569,408 B (77.2 us at
+    98 GB/s), combine 128 x 8 x 7168 x 2 = 14,680,064 B (115.6 us at 127 GB/s)."""
+    spec = load_model("deepseek-v3")
+    inst = sv.Instance(tp=8, ep=8, adp=8)
+    layers = sum(spec.moe_layers)
+    assert layers == 58
+    per_layer_bytes = 7_569_408 + 14_680_064
+    got = sv.moe_exchange_s(spec, inst, 128 * 8, decode=True, link_bytes_per_s=1e11)
+    assert got == pytest.approx(layers * per_layer_bytes / 1e11)
+    assert 7_569_408 / 98e9 == pytest.approx(77e-6, rel=0.01) and 14_680_064 / 127e9 == pytest.approx(114e-6, rel=0.02)
+
+
+def test_moe_exchange_without_attention_dp_is_the_tp_all_reduce():
+    spec = load_model("qwen3-235b-a22b")
+    for inst in (sv.Instance(tp=8), sv.Instance(tp=8, ep=8)):
+        assert sv.moe_exchange_s(spec, inst, 64, decode=True, link_bytes_per_s=450e9) == 0.0
+
+
+def test_moe_exchange_allgather_and_deepep_normal_by_hand():
+    """Expert TP under attention DP (vLLM's default allgather_reducescatter): every GPU receives the
+    other 7/8 of the tokens, BF16, and sends its share back: 2 x T x h x 2 x 7/8 per layer. DeepEP normal
+    (prefill): each token goes once to each rank its top-k experts live on, E = ep (1 - (1 - 1/ep)^k)."""
+    spec = load_model("qwen3-235b-a22b")  # hidden 4096, 128 experts, top-8, 94 MoE layers
+    h, layers, tokens, bw = 4096, 94, 4000, 450e9
+    assert (spec.hidden_size, sum(spec.moe_layers), spec.num_experts_per_tok) == (h, layers, 8)
+    ag = sv.moe_exchange_s(spec, sv.Instance(tp=8, adp=8), tokens, decode=False, link_bytes_per_s=bw)
+    assert ag == pytest.approx(layers * 2 * tokens * h * 2 * 7 / 8 / bw)
+    normal = sv.moe_exchange_s(spec, sv.Instance(tp=8, ep=8, adp=8), tokens, decode=False, link_bytes_per_s=bw)
+    ranks = 8 * (1 - (7 / 8) ** 8)  # 5.25 of 8 ranks
+    assert normal == pytest.approx(layers * tokens / 8 * ranks * (h + h / 128 * 4 + 2 * h) / bw)
+    assert normal < ag  # DeepEP moves each token to the ranks that need it, not to all

@@ -392,7 +392,7 @@ def expected_distinct_experts(experts: int, draws: float) -> float:
 def latency_terms(spec: ModelSpec, inst: Instance, *, hbm_bytes_per_s: float, peak_flops: float,
                   weight_format: str, kv_dtype: str, concurrency: float, input_len: int, output_len: int,
                   max_concurrency_: int, max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
-                  hop_s: float = 0.0) -> dict[str, float]:
+                  hop_s: float = 0.0, link_bytes_per_s: float = 0.0) -> dict[str, float]:
     """Physical terms of TTFT and TPOT for one instance at `concurrency` sequences (closed loop).
 
     Terms (seconds unless named otherwise), per GPU of one stage; pp stages run in sequence, so the
@@ -404,8 +404,11 @@ def latency_terms(spec: ModelSpec, inst: Instance, *, hbm_bytes_per_s: float, pe
       B / adp (each attention-DP group runs its own sequences) + 2 x the other active parameters / tp x B
       (MLPs and experts see every group's tokens), / peak. One request's prefill (prefill_one_s) runs its
       attention on one attention-DP group: attention parameters split attention-TP ways, not tp.
-    - collectives: TP all-reduces (2 per layer when tp > 1) + EP dispatch/combine (2 per MoE layer
-      when ep > 1) per step, in units of COLLECTIVE_UNIT_S.
+    - collectives: TP all-reduces (2 per layer when tp > 1) + MoE dispatch/combine (2 per MoE layer
+      under attention DP, `moe_exchange_s`) per step, in units of COLLECTIVE_UNIT_S.
+    - moe_exchange_decode_s / moe_exchange_prefill_s: bandwidth time of the MoE token exchange of one
+      decode step (all running tokens, DeepEP low-latency with EP) / one request's prefill (DeepEP normal
+      with EP), `moe_exchange_s` over `link_bytes_per_s`; added unfitted to TPOT / TTFT.
     - prefill_interference_s: (B / output_len) x prefill_one_s: every request's prefill lands in the
       decode of the others once per lifetime (chunked prefill mixes them).
     - prefill_one_s: compute of one request's prefill (2 x active params x I + causal attention) / peak.
@@ -440,7 +443,7 @@ def latency_terms(spec: ModelSpec, inst: Instance, *, hbm_bytes_per_s: float, pe
     decode_memory = pp * (read + per_micro * context * kv_token) / hbm_bytes_per_s
     decode_compute = (local * (flops_local + attn * context) + concurrency * flops_shared) / peak_flops
     moe_layers = sum(spec.moe_layers) if spec.is_moe else 0
-    collectives = (2 * spec.num_hidden_layers if inst.tp > 1 else 0) + (2 * moe_layers if inst.ep > 1 else 0)
+    collectives = (2 * spec.num_hidden_layers if inst.tp > 1 else 0) + (2 * moe_layers if inst.adp > 1 else 0)
     prefill_one = input_len * (flops_token + attn * input_len / 2) / peak_flops
     first_chunk = min(local * input_len, max(max_num_batched_tokens, input_len))
     chunks = math.ceil(local * input_len / max_num_batched_tokens)
@@ -453,7 +456,55 @@ def latency_terms(spec: ModelSpec, inst: Instance, *, hbm_bytes_per_s: float, pe
         "prefill_one_s": prefill_one, "prefill_batch_s": prefill_one * first_chunk / input_len,
         "weights_per_chunk_s": chunks * weights * pp / hbm_bytes_per_s, "kv_wait_s": wait,
         "hop_s": hop_s * (pp - 1),
+        "moe_exchange_decode_s": moe_exchange_s(spec, inst, concurrency, decode=True, link_bytes_per_s=link_bytes_per_s),
+        "moe_exchange_prefill_s": moe_exchange_s(spec, inst, input_len, decode=False, link_bytes_per_s=link_bytes_per_s),
     }
+
+
+def link_bytes_per_s(hw, gpus: int) -> float:
+    """Per-GPU bandwidth of the slowest link a group of `gpus` GPUs of cluster `hw` (a ClusterSpec)
+    spans, bytes/s: scale-up inside a node, the network per GPU beyond one. Source: the cluster file
+    (scaleup_gb_per_s; NICs per node x NIC rate / GPUs per node)."""
+    return (hw.network_gb_per_s_per_gpu if gpus > hw.gpus_per_node else hw.scaleup_gb_per_s) * 1e9
+
+
+DEEPEP_SCALE_GROUP = 128
+"""FP8 dispatch carries one fp32 scale per 128 hidden elements. Source: deepseek-ai/DeepEP docs/legacy.md
+@0297fc80 (FP8 dispatching, BF16 combining; per-128-channel scales as in DeepSeek-V3's FP8 recipe)."""
+
+
+def moe_exchange_s(spec: ModelSpec, inst: Instance, tokens: float, *, decode: bool, link_bytes_per_s: float) -> float:
+    """Seconds of the MoE token exchange (dispatch + combine) of one forward of `tokens` tokens
+    (the instance's, all attention-DP groups) over every MoE layer, bandwidth term only (the per-op
+    latency is in the `collectives` count).
+
+    Without attention DP (adp 1) every TP rank already holds every token and the MoE output joins the
+    TP all-reduce: no exchange (EP or expert TP alike). With attention DP each group's tokens must reach
+    the experts on all tp GPUs of the stage:
+    - ep > 1, DeepEP: decode uses the low-latency kernels (each token sent once per chosen expert:
+      tokens x top_k x (h FP8 + scales) out, tokens x top_k x h x 2 B BF16 back), prefill the normal
+      kernels (once per destination rank: E[ranks hit] = ep (1 - (1 - 1/ep)^top_k)). Source:
+      deepseek-ai/DeepEP docs/legacy.md @0297fc80 (LL dispatch 128 tokens x top-8 x 7168 FP8 at EP8:
+      77 us = 7.3 MB / 98 GB/s; combine 114 us = 14.7 MB / 127 GB/s); SGLang 0.5.23
+      srt/layers/moe/utils.py DeepEPMode.resolve (auto: normal when the batch has prefill, low_latency
+      for decode-only batches); vLLM 0.33.0 config/parallel.py all2all_backend deepep_low_latency /
+      deepep_high_throughput.
+    - ep = 1 (experts TP-split over the stage): all-gather of every token to every GPU, reduce-scatter
+      back, BF16: 2 x tokens x h x 2 B x (tp - 1) / tp received per GPU. Source: vLLM 0.33.0
+      config/parallel.py all2all_backend default "allgather_reducescatter" (also its path with EP).
+    Traffic per GPU / `link_bytes_per_s` (the slowest link the stage spans), per MoE layer.
+    """
+    if not spec.is_moe or inst.adp == 1 or not link_bytes_per_s:
+        return 0.0
+    h, k, n = spec.hidden_size, spec.num_experts_per_tok, inst.tp
+    per_gpu = tokens / n
+    fp8 = h + h / DEEPEP_SCALE_GROUP * 4
+    if inst.ep > 1:
+        fanout = k if decode else inst.ep * (1 - (1 - 1 / inst.ep) ** k)
+        traffic = per_gpu * fanout * (fp8 + 2 * h)
+    else:
+        traffic = 2 * tokens * h * 2 * (n - 1) / n
+    return sum(spec.moe_layers) * traffic / link_bytes_per_s
 
 
 def _unit(term: str) -> float:
@@ -462,7 +513,9 @@ def _unit(term: str) -> float:
 
 def predict_latency(terms: dict[str, float], coefficients: dict[str, dict[str, float]]) -> tuple[float, float]:
     """(TTFT s, TPOT s) from `latency_terms` and one engine's fitted coefficients
-    ({"ttft": {term: c}, "tpot": {term: c}}). PP hops add unfitted to both."""
-    ttft = sum(coefficients["ttft"][t] * terms[t] * _unit(t) for t in TTFT_TERMS) + terms["hop_s"]
-    tpot = sum(coefficients["tpot"][t] * terms[t] * _unit(t) for t in TPOT_TERMS) + terms["hop_s"]
+    ({"ttft": {term: c}, "tpot": {term: c}}). PP hops add unfitted to both, the MoE exchange to each."""
+    ttft = (sum(coefficients["ttft"][t] * terms[t] * _unit(t) for t in TTFT_TERMS) + terms["hop_s"]
+            + terms["moe_exchange_prefill_s"])
+    tpot = (sum(coefficients["tpot"][t] * terms[t] * _unit(t) for t in TPOT_TERMS) + terms["hop_s"]
+            + terms["moe_exchange_decode_s"])
     return max(ttft, 0.0), max(tpot, 0.0)
