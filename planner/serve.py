@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 
 from planner.cost import serving as sv
 from planner.errors import InfeasibleError, SpecError
+from planner.frameworks import sglang as sglang_flags
+from planner.frameworks import vllm as vllm_flags
 from planner.search import serve_ilp
 from planner.serve_validate import coefficients_for, load_calibration
 from planner.specs.cluster import ClusterSpec
@@ -349,11 +351,14 @@ def _pareto(points: list) -> list[dict]:
     return sorted(unique.values(), key=lambda d: -d["tokens_per_s_per_gpu"])
 
 
-DEEPEP_FLAGS = {"vllm": "--all2all-backend deepep_low_latency (deepep_high_throughput on prefill workers)",
-                "sglang": "--moe-a2a-backend deepep --deepep-mode auto", "trtllm": "its DeepEP all-to-all"}
-"""How each engine is told to exchange MoE tokens with DeepEP. Source: vLLM 0.33.0 vllm/config/parallel.py
-all2all_backend (default allgather_reducescatter); SGLang 0.5.23 srt/layers/moe/utils.py DeepEPMode
-(server flag --moe-a2a-backend, default none); TensorRT-LLM moe all-to-all (DeepEP / DeepEPLowLatency)."""
+DEEPEP_FLAGS = {"vllm": f"{vllm_flags.FLAG['a2a']} deepep_low_latency (deepep_high_throughput on prefill workers)",
+                "sglang": f"{sglang_flags.FLAG['a2a']} {sglang_flags.A2A_DEFAULT_EMIT} (DeepEP mode auto by default: "
+                          f"normal kernels with prefill in the batch, low-latency otherwise)",
+                "trtllm": "its DeepEP all-to-all"}
+"""How each engine is told to exchange MoE tokens with DeepEP (flag names from the engine tables).
+Source: vLLM 0.33.0 vllm/config/parallel.py all2all_backend (default allgather_reducescatter); SGLang 0.5.23
+srt/layers/moe/utils.py DeepEPMode (the a2a backend flag defaults to none); TensorRT-LLM MoE all-to-all
+(DeepEP / DeepEPLowLatency)."""
 
 
 def _exchange_note(spec: ModelSpec, req: ServeRequest, chosen: list[dict]) -> list[str]:
