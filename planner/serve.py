@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 
 from planner.cost import serving as sv
 from planner.errors import InfeasibleError, SpecError
+from planner.frameworks import sglang as sglang_flags
+from planner.frameworks import vllm as vllm_flags
 from planner.search import serve_ilp
 from planner.serve_validate import coefficients_for, load_calibration
 from planner.specs.cluster import ClusterSpec
@@ -28,7 +30,9 @@ CONCURRENCY_STEPS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 """Per-instance concurrencies tried when --concurrency is not given (plus the KV pool's limit)."""
 FIXABLE = ("tp", "pp", "ep", "dp")
 """Keys `--fix` accepts for serve-plan."""
-HOPPER_NOTE = "latency constants fitted on H100/H200 measurements; other GPUs use them scaled by their datasheet bandwidth and FLOP/s"
+CALIBRATED_GPUS = ("H100", "H200")
+"""GPU families the serving latency constants were fitted on: serving_measurements.csv holds only
+h100_sxm and h200_sxm rows (calibration/serving.yaml `fitted_on`)."""
 
 
 @dataclass(frozen=True)
@@ -159,10 +163,8 @@ def _peak_dtype(hw: ClusterSpec, weight_dtype: str) -> str:
 def _hop_s(hw: ClusterSpec, inst: sv.Instance, spec: ModelSpec, concurrency: float) -> float:
     """One pipeline hop: latency + the step's activations (b x h x 2 bytes) over the link.
     Source: alpha-beta model with the cluster's scale-up / network latency and bandwidth."""
-    across = inst.gpus > hw.gpus_per_node
-    latency = hw.network_latency_s if across else hw.scaleup_latency_s
-    bandwidth = (hw.network_gb_per_s_per_gpu if across else hw.scaleup_gb_per_s) * 1e9
-    return latency + concurrency / inst.adp * spec.hidden_size * 2 / bandwidth
+    latency = hw.network_latency_s if inst.gpus > hw.gpus_per_node else hw.scaleup_latency_s
+    return latency + concurrency / inst.adp * spec.hidden_size * 2 / sv.link_bytes_per_s(hw, inst.gpus)
 
 
 def _memory(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, inst: sv.Instance) -> sv.ServingMemory:
@@ -187,7 +189,7 @@ def _latency(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, inst: sv.Insta
                              weight_format=req.weight_dtype, kv_dtype=req.kv_dtype, concurrency=concurrency,
                              input_len=req.input_len, output_len=req.output_len, max_concurrency_=max(cmax, 1),
                              max_num_batched_tokens=req.max_num_batched_tokens,
-                             hop_s=_hop_s(hw, inst, spec, concurrency))
+                             hop_s=_hop_s(hw, inst, spec, concurrency), link_bytes_per_s=sv.link_bytes_per_s(hw, inst.tp))
     if not interference:
         terms["prefill_interference_s"] = 0.0
     return sv.predict_latency(terms, coefficients)
@@ -319,7 +321,7 @@ def serve_plan(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, calibration:
                        "requests_per_s": round(sum(p["requests_per_s"] for p in chosen), 3), "mix": chosen},
         "plans": top,
         "pareto": pareto,
-        "notes": _notes(hw, req) + _no_slo_note(req, chosen),
+        "notes": _notes(hw, req) + _no_slo_note(req, chosen) + _exchange_note(spec, req, chosen),
     }
 
 
@@ -355,6 +357,27 @@ def _pareto(points: list) -> list[dict]:
     return sorted(unique.values(), key=lambda d: -d["tokens_per_s_per_gpu"])
 
 
+DEEPEP_FLAGS = {"vllm": f"{vllm_flags.FLAG['a2a']} deepep_low_latency (deepep_high_throughput on prefill workers)",
+                "sglang": f"{sglang_flags.FLAG['a2a']} {sglang_flags.A2A_DEFAULT_EMIT} (DeepEP mode auto by default: "
+                          f"normal kernels with prefill in the batch, low-latency otherwise)",
+                "trtllm": "its DeepEP all-to-all"}
+"""How each engine is told to exchange MoE tokens with DeepEP (flag names from the engine tables).
+Source: vLLM 0.33.0 vllm/config/parallel.py all2all_backend (default allgather_reducescatter); SGLang 0.5.23
+srt/layers/moe/utils.py DeepEPMode (the a2a backend flag defaults to none); TensorRT-LLM MoE all-to-all
+(DeepEP / DeepEPLowLatency)."""
+
+
+def _exchange_note(spec: ModelSpec, req: ServeRequest, chosen: list[dict]) -> list[str]:
+    """A chosen MoE instance with attention DP and EP is priced with DeepEP's exchange, which the
+    engines run only when asked: say so, with the flag (`cost.serving.moe_exchange_s`)."""
+    if not spec.is_moe or not any(p["parallelism"]["ep"] > 1 and p["parallelism"]["dp"] > 1 for p in chosen):
+        return []
+    return [f"EP with attention DP: the expert dispatch/combine is priced as DeepEP (low-latency kernels in "
+            f"decode, normal kernels in prefill), which {req.engine} runs only with "
+            f"{DEEPEP_FLAGS[req.engine]}; its default all-gather/reduce-scatter moves "
+            f"every token to every GPU (the price the plans without EP pay)"]
+
+
 def _no_slo_note(req: ServeRequest, chosen: list[dict]) -> list[str]:
     """Without an SLO or a concurrency the objective is tokens/s at any latency: say what latency
     the chosen concurrency costs each user (a plan at hundreds of requests in flight can stream a
@@ -377,9 +400,20 @@ def _notes(hw: ClusterSpec, req: ServeRequest) -> list[str]:
              "planner.frameworks.sglang.default_mem_fraction_static)")
     notes = [f"{req.engine} KV pool: {rule.flag}={value} ({basis}); the engine reserves this "
              f"memory at start-up, whatever the weights take"]
-    if not hw.gpu.name.startswith(("H100", "H200")):
-        notes.append(HOPPER_NOTE)
+    if not hw.gpu.name.startswith(CALIBRATED_GPUS):
+        notes.append(_uncalibrated_gpu_note(hw, req))
     return notes
+
+
+def _uncalibrated_gpu_note(hw: ClusterSpec, req: ServeRequest) -> str:
+    """What the latency model uses on a GPU without serving measurements: its datasheet HBM bandwidth
+    and peak FLOP/s (hardware file) under the efficiency multipliers fitted on H100/H200, i.e. the same
+    achieved fraction of datasheet as Hopper; the error there is unmeasured."""
+    dtype = _peak_dtype(hw, req.weight_dtype)
+    return (f"TTFT/TPOT on {hw.gpu.name}: no serving measurements for this GPU (the latency constants are "
+            f"fitted on H100/H200 only); the model uses its datasheet HBM {hw.gpu.hbm_gb_per_s:,.0f} GB/s and "
+            f"{dtype} {hw.gpu.peak_tflops[dtype]:,.0f} TFLOP/s with the efficiencies H100/H200 reach, so its "
+            f"error on this GPU is unknown (H100/H200 error: README accuracy table)")
 
 
 def _carried(mix, cands) -> float:

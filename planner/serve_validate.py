@@ -2,7 +2,10 @@
 
 Data format: the columns of `serving_measurements.csv` (NVIDIA ai-dynamo/aiconfigurator
 `silicon_sample.csv`, Apache-2.0; see tests/data/reference/serving_measurements.NOTICE): backend,
-model_path, system, gemm_quant_mode / moe_quant_mode, isl, osl, batch_size (= concurrency), tp_size,
+model_path, system, gemm_quant_mode / moe_quant_mode, isl, osl, batch_size (concurrency per
+attention-DP group: the benchmark ran batch_size x attention_dp_size concurrent requests — the
+file's dropped provenance column reads silicon_concurrency=64 for batch 8 x attention-DP 8, =256 for
+4 x 64, ai-dynamo/aiconfigurator silicon_sample.csv @095f58a5), tp_size,
 pp_size, attention_dp_size, moe_tp_size, moe_ep_size, silicon_ttft_ms, silicon_tpot_ms.
 
 Split (deterministic, documented): a row is in the EVALUATION part when crc32(id) % 4 == 0, else in
@@ -145,7 +148,7 @@ def case_of(row: dict, file: str, line: int | None = None) -> Case:
     inst = sv.Instance(tp=gpus, pp=pp, ep=ep, adp=adp if gpus % adp == 0 else 1)
     return Case(id=row["id"], engine=row["backend"], model=MODEL_NAMES[row["model_path"]],
                 cluster=SYSTEMS[row["system"]], weight_format=weight_format_of(row), inst=inst,
-                concurrency=batch, input_len=isl, output_len=osl, ttft_ms=ttft_ms, tpot_ms=tpot_ms)
+                concurrency=batch * inst.adp, input_len=isl, output_len=osl, ttft_ms=ttft_ms, tpot_ms=tpot_ms)
 
 
 def load_cases(path: str | Path = DATA) -> list[Case]:
@@ -179,7 +182,8 @@ def case_terms(case: Case) -> dict[str, float]:
     return sv.latency_terms(spec, case.inst, hbm_bytes_per_s=hw.gpu.hbm_gb_per_s * 1e9,
                             peak_flops=hw.peak_flops(dtype), weight_format=case.weight_format,
                             kv_dtype=kv_dtype, concurrency=case.concurrency, input_len=case.input_len,
-                            output_len=case.output_len, max_concurrency_=cmax)
+                            output_len=case.output_len, max_concurrency_=cmax,
+                            link_bytes_per_s=sv.link_bytes_per_s(hw, case.inst.tp))
 
 
 def _columns(terms: dict[str, float], names: tuple[str, ...]) -> list[float]:

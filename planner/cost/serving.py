@@ -84,6 +84,16 @@ def native_dtype(weight_format: str) -> str | None:
 DENSE_ONLY_FORMATS = {"mxfp4"}
 """Formats that models ship for the routed experts only (gpt-oss: MXFP4 experts, bf16 attention)."""
 
+MXFP4_EXPERT_PAD = (256, 128)
+"""(hidden, intermediate-per-partition) multiples MXFP4 expert weights are zero-padded to at load.
+Source: vllm-project/vllm 0.33.0 `vllm/model_executor/layers/fused_moe/oracle/mxfp4.py`
+mxfp4_round_up_hidden_size_and_intermediate_size: MARLIN / BATCHED_MARLIN (Hopper and older: no native
+FP4, the backend vLLM 0.10-0.11 used for gpt-oss on H100, "Weight-only FP4 compression will be used
+leveraging the Marlin kernel") and the FlashInfer TRT-LLM backends (Blackwell) round hidden_size up to
+256 and intermediate_size_per_partition up to 128; the expert biases are kept in bf16 at the padded
+sizes. gpt-oss-120b: 2880 -> 3072 hidden, 2880 -> 2944 intermediate (+9 % expert bytes). vLLM's
+OAI-Triton backend (TRITON, rounds the intermediate to 64 only) is not modelled."""
+
 
 @dataclass(frozen=True)
 class EngineRule:
@@ -219,7 +229,7 @@ def _weight_bytes(spec: ModelSpec, inst: Instance, weight_format: str) -> int:
             kv = 2 * h * spec.num_key_value_heads * spec.head_dim
             attn = dense_fmt.bytes_for((layer.attention - kv) / at + kv / min(at, spec.num_key_value_heads), h)
         mlp = dense_fmt.bytes_for((layer.dense_mlp + layer.shared_experts) / t, h)
-        experts = fmt.bytes_for(layer.routed_experts / t, h)
+        experts = routed_expert_bytes(spec, inst, weight_format, layer.routed_experts)
         per_layer.append(attn + mlp + experts + 2 * (layer.router + layer.norms))
     vocab = vocab_rows(spec, t) * spec.embedding_width / t * 2
     embedding = vocab + 2 * (counts.embedding - spec.padded_vocab_size * spec.embedding_width)
@@ -229,6 +239,32 @@ def _weight_bytes(spec: ModelSpec, inst: Instance, weight_format: str) -> int:
     stages[0] += embedding
     stages[-1] += head
     return int(max(stages))
+
+
+def routed_expert_bytes(spec: ModelSpec, inst: Instance, weight_format: str, params: float) -> float:
+    """Bytes on one GPU of `params` routed-expert parameters of one layer (0 for a dense layer):
+    split tp ways (ep x expert-TP) in the weight format; MXFP4 with its kernel padding."""
+    if weight_format == "mxfp4" and params:
+        return _mxfp4_expert_bytes(spec, inst)
+    return WEIGHT_FORMATS[weight_format].bytes_for(params / inst.tp, spec.hidden_size)
+
+
+def _mxfp4_expert_bytes(spec: ModelSpec, inst: Instance) -> float:
+    """Bytes of one layer's routed experts on one GPU in MXFP4 after the kernel padding
+    (MXFP4_EXPERT_PAD): E / ep experts, each split tp / ep ways along the intermediate dimension;
+    gate/up/down weights at 4 bits + one E8M0 byte per 32 (WEIGHT_FORMATS["mxfp4"]), biases in bf16.
+
+    Hand check (gpt-oss-120b, tp 1): 3 x 3072 x 2944 = 27,131,904 weights x 17/32 B = 14,413,824 B plus
+    (2 x 2944 + 3072) x 2 B = 17,920 B of biases, x 128 experts = 1,847,287,808 B per layer.
+    """
+    hidden_pad, inter_pad = MXFP4_EXPERT_PAD
+    h = -(-spec.hidden_size // hidden_pad) * hidden_pad
+    inter = spec.moe_intermediate_size // (inst.tp // inst.ep)
+    inter = -(-inter // inter_pad) * inter_pad
+    matrices = 3 if spec.gated_mlp else 2
+    weights = WEIGHT_FORMATS["mxfp4"].bytes_for(matrices * h * inter, h)
+    bias = ((matrices - 1) * inter + h) * 2 if spec.expert_bias else 0
+    return spec.num_experts / inst.ep * (weights + bias)
 
 
 def kv_bytes_per_gpu(spec: ModelSpec, inst: Instance, kv_dtype: str) -> tuple[float, float]:
@@ -357,7 +393,7 @@ def expected_distinct_experts(experts: int, draws: float) -> float:
 def latency_terms(spec: ModelSpec, inst: Instance, *, hbm_bytes_per_s: float, peak_flops: float,
                   weight_format: str, kv_dtype: str, concurrency: float, input_len: int, output_len: int,
                   max_concurrency_: int, max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
-                  hop_s: float = 0.0) -> dict[str, float]:
+                  hop_s: float = 0.0, link_bytes_per_s: float = 0.0) -> dict[str, float]:
     """Physical terms of TTFT and TPOT for one instance at `concurrency` sequences (closed loop).
 
     Terms (seconds unless named otherwise), per GPU of one stage; pp stages run in sequence, so the
@@ -365,9 +401,15 @@ def latency_terms(spec: ModelSpec, inst: Instance, *, hbm_bytes_per_s: float, pe
     - decode_memory_s: (weights read + KV read) / HBM bandwidth; MoE layers read only the experts the
       step activates, E[distinct] of B x top_k draws (`expected_distinct_experts`); KV read = B x
       (input + output/2) tokens x KV bytes per token per GPU.
-    - decode_compute_s: 2 x active parameters per GPU x B + attention 4 x a x d x context / tp, / peak.
-    - collectives: TP all-reduces (2 per layer when tp > 1) + EP dispatch/combine (2 per MoE layer
-      when ep > 1) per step, in units of COLLECTIVE_UNIT_S.
+    - decode_compute_s: (2 x attention parameters / attention-TP + 4 x a x d x context / attention-TP) x
+      B / adp (each attention-DP group runs its own sequences) + 2 x the other active parameters / tp x B
+      (MLPs and experts see every group's tokens), / peak. One request's prefill (prefill_one_s) runs its
+      attention on one attention-DP group: attention parameters split attention-TP ways, not tp.
+    - collectives: TP all-reduces (2 per layer when tp > 1) + MoE dispatch/combine (2 per MoE layer
+      under attention DP, `moe_exchange_s`) per step, in units of COLLECTIVE_UNIT_S.
+    - moe_exchange_decode_s / moe_exchange_prefill_s: bandwidth time of the MoE token exchange of one
+      decode step (all running tokens, DeepEP low-latency with EP) / one request's prefill (DeepEP normal
+      with EP), `moe_exchange_s` over `link_bytes_per_s`; added unfitted to TPOT / TTFT.
     - prefill_interference_s: (B / output_len) x prefill_one_s: every request's prefill lands in the
       decode of the others once per lifetime (chunked prefill mixes them).
     - prefill_one_s: compute of one request's prefill (2 x active params x I + causal attention) / peak.
@@ -380,11 +422,10 @@ def latency_terms(spec: ModelSpec, inst: Instance, *, hbm_bytes_per_s: float, pe
     Source: roofline (Williams et al. 2009) per operator; continuous batching with chunked prefill
     (Agrawal et al. 2024, Sarathi-Serve). The coefficients are [Empirical] (`calibration/serving.yaml`).
     """
-    fmt = WEIGHT_FORMATS[weight_format]
     counts = count_params(spec)
     h, pp = spec.hidden_size, inst.pp
     weights = weight_bytes_per_gpu(spec, inst, weight_format)
-    routed = fmt.bytes_for(sum(l.routed_experts for l in counts.layers) / inst.tp / pp, h)
+    routed = sum(routed_expert_bytes(spec, inst, weight_format, l.routed_experts) for l in counts.layers) / pp
     queued = concurrency
     concurrency = min(concurrency, max(max_concurrency_, 1))
     local = concurrency / inst.adp
@@ -395,13 +436,15 @@ def latency_terms(spec: ModelSpec, inst: Instance, *, hbm_bytes_per_s: float, pe
         read = weights - routed + routed * min(1.0, share)
     kv_token, _ = kv_bytes_per_gpu(spec, inst, kv_dtype)
     context = input_len + output_len / 2
-    active = counts.active_per_token - counts.embedding
-    flops_token = 2 * active / inst.tp
+    attention = sum(l.attention for l in counts.layers)
+    flops_local = 2 * attention / inst.attn_tp
+    flops_shared = 2 * (counts.active_per_token - counts.embedding - attention) / inst.tp
+    flops_token = flops_local + flops_shared
     attn = 4 * spec.num_attention_heads * spec.head_dim * spec.num_hidden_layers / inst.attn_tp
     decode_memory = pp * (read + per_micro * context * kv_token) / hbm_bytes_per_s
-    decode_compute = local * (flops_token + attn * context) / peak_flops
+    decode_compute = (local * (flops_local + attn * context) + concurrency * flops_shared) / peak_flops
     moe_layers = sum(spec.moe_layers) if spec.is_moe else 0
-    collectives = (2 * spec.num_hidden_layers if inst.tp > 1 else 0) + (2 * moe_layers if inst.ep > 1 else 0)
+    collectives = (2 * spec.num_hidden_layers if inst.tp > 1 else 0) + (2 * moe_layers if inst.adp > 1 else 0)
     prefill_one = input_len * (flops_token + attn * input_len / 2) / peak_flops
     first_chunk = min(local * input_len, max(max_num_batched_tokens, input_len))
     chunks = math.ceil(local * input_len / max_num_batched_tokens)
@@ -414,7 +457,55 @@ def latency_terms(spec: ModelSpec, inst: Instance, *, hbm_bytes_per_s: float, pe
         "prefill_one_s": prefill_one, "prefill_batch_s": prefill_one * first_chunk / input_len,
         "weights_per_chunk_s": chunks * weights * pp / hbm_bytes_per_s, "kv_wait_s": wait,
         "hop_s": hop_s * (pp - 1),
+        "moe_exchange_decode_s": moe_exchange_s(spec, inst, concurrency, decode=True, link_bytes_per_s=link_bytes_per_s),
+        "moe_exchange_prefill_s": moe_exchange_s(spec, inst, input_len, decode=False, link_bytes_per_s=link_bytes_per_s),
     }
+
+
+def link_bytes_per_s(hw, gpus: int) -> float:
+    """Per-GPU bandwidth of the slowest link a group of `gpus` GPUs of cluster `hw` (a ClusterSpec)
+    spans, bytes/s: scale-up inside a node, the network per GPU beyond one. Source: the cluster file
+    (scaleup_gb_per_s; NICs per node x NIC rate / GPUs per node)."""
+    return (hw.network_gb_per_s_per_gpu if gpus > hw.gpus_per_node else hw.scaleup_gb_per_s) * 1e9
+
+
+DEEPEP_SCALE_GROUP = 128
+"""FP8 dispatch carries one fp32 scale per 128 hidden elements. Source: deepseek-ai/DeepEP docs/legacy.md
+@0297fc80 (FP8 dispatching, BF16 combining; per-128-channel scales as in DeepSeek-V3's FP8 recipe)."""
+
+
+def moe_exchange_s(spec: ModelSpec, inst: Instance, tokens: float, *, decode: bool, link_bytes_per_s: float) -> float:
+    """Seconds of the MoE token exchange (dispatch + combine) of one forward of `tokens` tokens
+    (the instance's, all attention-DP groups) over every MoE layer, bandwidth term only (the per-op
+    latency is in the `collectives` count).
+
+    Without attention DP (adp 1) every TP rank already holds every token and the MoE output joins the
+    TP all-reduce: no exchange (EP or expert TP alike). With attention DP each group's tokens must reach
+    the experts on all tp GPUs of the stage:
+    - ep > 1, DeepEP: decode uses the low-latency kernels (each token sent once per chosen expert:
+      tokens x top_k x (h FP8 + scales) out, tokens x top_k x h x 2 B BF16 back), prefill the normal
+      kernels (once per destination rank: E[ranks hit] = ep (1 - (1 - 1/ep)^top_k)). Source:
+      deepseek-ai/DeepEP docs/legacy.md @0297fc80 (LL dispatch 128 tokens x top-8 x 7168 FP8 at EP8:
+      77 us = 7.3 MB / 98 GB/s; combine 114 us = 14.7 MB / 127 GB/s); SGLang 0.5.23
+      srt/layers/moe/utils.py DeepEPMode.resolve (auto: normal when the batch has prefill, low_latency
+      for decode-only batches); vLLM 0.33.0 config/parallel.py all2all_backend deepep_low_latency /
+      deepep_high_throughput.
+    - ep = 1 (experts TP-split over the stage): all-gather of every token to every GPU, reduce-scatter
+      back, BF16: 2 x tokens x h x 2 B x (tp - 1) / tp received per GPU. Source: vLLM 0.33.0
+      config/parallel.py all2all_backend default "allgather_reducescatter" (also its path with EP).
+    Traffic per GPU / `link_bytes_per_s` (the slowest link the stage spans), per MoE layer.
+    """
+    if not spec.is_moe or inst.adp == 1 or not link_bytes_per_s:
+        return 0.0
+    h, k, n = spec.hidden_size, spec.num_experts_per_tok, inst.tp
+    per_gpu = tokens / n
+    fp8 = h + h / DEEPEP_SCALE_GROUP * 4
+    if inst.ep > 1:
+        fanout = k if decode else inst.ep * (1 - (1 - 1 / inst.ep) ** k)
+        traffic = per_gpu * fanout * (fp8 + 2 * h)
+    else:
+        traffic = 2 * tokens * h * 2 * (n - 1) / n
+    return sum(spec.moe_layers) * traffic / link_bytes_per_s
 
 
 def _unit(term: str) -> float:
@@ -423,7 +514,9 @@ def _unit(term: str) -> float:
 
 def predict_latency(terms: dict[str, float], coefficients: dict[str, dict[str, float]]) -> tuple[float, float]:
     """(TTFT s, TPOT s) from `latency_terms` and one engine's fitted coefficients
-    ({"ttft": {term: c}, "tpot": {term: c}}). PP hops add unfitted to both."""
-    ttft = sum(coefficients["ttft"][t] * terms[t] * _unit(t) for t in TTFT_TERMS) + terms["hop_s"]
-    tpot = sum(coefficients["tpot"][t] * terms[t] * _unit(t) for t in TPOT_TERMS) + terms["hop_s"]
+    ({"ttft": {term: c}, "tpot": {term: c}}). PP hops add unfitted to both, the MoE exchange to each."""
+    ttft = (sum(coefficients["ttft"][t] * terms[t] * _unit(t) for t in TTFT_TERMS) + terms["hop_s"]
+            + terms["moe_exchange_prefill_s"])
+    tpot = (sum(coefficients["tpot"][t] * terms[t] * _unit(t) for t in TPOT_TERMS) + terms["hop_s"]
+            + terms["moe_exchange_decode_s"])
     return max(ttft, 0.0), max(tpot, 0.0)
