@@ -158,8 +158,10 @@ def _peak_dtype(hw: ClusterSpec, weight_dtype: str) -> str:
 
 def _hop_s(hw: ClusterSpec, inst: sv.Instance, spec: ModelSpec, concurrency: float) -> float:
     """One pipeline hop: latency + the step's activations (b x h x 2 bytes) over the link.
-    Source: alpha-beta model with the cluster's scale-up / network latency and bandwidth."""
-    across = inst.gpus > hw.gpus_per_node
+    Source: alpha-beta model with the cluster's scale-up / network latency and bandwidth; the hop
+    crosses the network only where the instance spans scale-up domains (`Mesh.spans_domains`, as
+    training prices its pipeline p2p: an NVL72 rack's trays talk over NVLink)."""
+    across = inst.mesh.spans_domains(hw.scaleup_domain_gpus)
     latency = hw.network_latency_s if across else hw.scaleup_latency_s
     bandwidth = (hw.network_gb_per_s_per_gpu if across else hw.scaleup_gb_per_s) * 1e9
     return latency + concurrency / inst.adp * spec.hidden_size * 2 / bandwidth

@@ -26,10 +26,12 @@ Memory (bytes per GPU, worst pipeline stage):
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
 from planner.cost.params_flops import count_params, kv_cache_bytes_per_token
+from planner.placement.mesh import Mesh
 from planner.specs.model import ModelSpec, spec_memo
 
 GIB = 2**30
@@ -138,7 +140,8 @@ on Hopper for the default capture sizes; 1 GiB taken)."""
 
 @dataclass(frozen=True)
 class Instance:
-    """Parallel layout of one engine instance (GPUs = tp x pp)."""
+    """Parallel layout of one engine instance: a device mesh (`mesh`: tp x pp GPUs, experts inside
+    tp) plus attention data parallelism."""
 
     tp: int = 1
     pp: int = 1
@@ -147,9 +150,16 @@ class Instance:
     adp: int = 1
     """Attention data-parallel groups inside a stage (divides tp; attention TP = tp / adp)."""
 
+    @functools.cached_property
+    def mesh(self) -> Mesh:
+        """The instance's device mesh (`placement.mesh.Mesh`, the one training layouts use): dp 1,
+        tp x pp dense ranks, ep x etp = tp expert ranks per stage (etp = tp / ep)."""
+        return Mesh(tp=self.tp, pp=self.pp, ep=self.ep, etp=max(1, self.tp // self.ep))
+
     @property
     def gpus(self) -> int:
-        return self.tp * self.pp
+        """GPUs of the instance (`Mesh.world_size`: tp x pp)."""
+        return self.mesh.world_size
 
     @property
     def attn_tp(self) -> int:

@@ -149,9 +149,7 @@ def _counts(model: ModelSpec):
 
 
 def _sharing(layout: Layout, cluster: ClusterSpec, order: Sequence[str]) -> dict[str, int]:
-    degrees = {"tp": layout.tp, "cp": layout.cp, "dp": layout.dp, "pp": layout.pp}
-    return coll.axis_domain_sharing(degrees, domain_gpus=cluster.scaleup_domain_gpus,
-                                    order=[a for a in order if a != "ep"])
+    return layout.mesh.domain_sharing(cluster.scaleup_domain_gpus, order)
 
 
 def axes_sharing(layout: Layout, cluster: ClusterSpec,
@@ -174,13 +172,8 @@ def layer_time_key(layout: Layout, sharing: tuple[tuple[str, int], ...]) -> tupl
 
 
 def _ep_sharing(layout: Layout, cluster: ClusterSpec, order: Sequence[str]) -> int:
-    """GPUs of an EP group per domain: EP is carved from the dense tp*cp*dp ranks (innermost first).
-
-    Source: Megatron-LM parallel_state expert groups (ep inside the dp*cp*tp ranks, after etp)."""
-    inner = layout.etp if "tp" in order[: order.index("ep")] else 1
-    if inner >= cluster.scaleup_domain_gpus:
-        return 1
-    return max(1, min(layout.ep, cluster.scaleup_domain_gpus // inner))
+    """GPUs of an EP group per domain (`Mesh.ep_sharing`)."""
+    return layout.mesh.ep_sharing(cluster.scaleup_domain_gpus, order)
 
 
 def layer_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, layer_index: int,
@@ -538,11 +531,9 @@ def _record_sharing(c: Collective, layout: Layout, cluster: ClusterSpec, share: 
 
 
 def _edp_sharing(layout: Layout, cluster: ClusterSpec, order: Sequence[str]) -> int:
-    """GPUs of an expert-data-parallel group per scale-up domain (Megatron expert rank order:
-    expert-tp innermost, then ep, then edp; `_record_sharing`)."""
-    eorder = [a for a in order if a != "cp"]
-    degrees = {"tp": layout.etp, "ep": layout.ep, "dp": layout.expert_dp, "pp": layout.pp}
-    return coll.axis_domain_sharing(degrees, domain_gpus=cluster.scaleup_domain_gpus, order=eorder)["dp"]
+    """GPUs of an expert-data-parallel group per scale-up domain (`Mesh.edp_sharing`: Megatron's
+    expert rank order, expert-tp innermost, then ep, then edp; `_record_sharing`)."""
+    return layout.mesh.edp_sharing(cluster.scaleup_domain_gpus, order)
 
 
 def layer_times(model: ModelSpec, cluster: ClusterSpec, layout: Layout, layer_index: int, *,
