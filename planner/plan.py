@@ -101,6 +101,7 @@ from planner.errors import InfeasibleError, SpecError
 from planner.placement import overlap, pipeline_layout, recompute_mix
 from planner.placement.layout import PRECISION_KNOBS, OVERLAP_KNOBS, RECOMPUTE_MODES, Layout
 from planner.placement.precision import allowed_grad_reduce_dtypes, state_bytes
+from planner.plan_document import PlanFile
 from planner.placement.rules import (
     BATCH_RULES,
     check_batch,
@@ -966,16 +967,14 @@ def plan_file(data: dict, index: int = 0, *, model_ref: str | None = None,
     Layout. `model_ref` / `cluster_ref`: what the user named them by (a catalog name or a path,
     so that the file loads them again); default: their names."""
     entry = data["plans"][index]
-    return {
-        "kind": "training-plan",
-        "version": 1,
-        "model": model_ref or data["request"]["model"],
-        "cluster": cluster_ref or data["request"]["cluster"],
-        "gpus": data["request"]["gpus"],
-        "request": {k: v for k, v in data["request"].items() if k not in ("model", "cluster", "gpus")},
-        "plan": {"parallelism": entry["parallelism"]},
-        "predicted": {k: entry[k] for k in ("time_s", "memory_bytes", "memory_verdict",
-                                            "communication_bytes_per_step", "tokens_per_s",
-                                            "tflops_per_gpu", "mfu", "hfu")},
-        "solver": {**data["solver"], "plan_rank": index + 1},
-    }
+    return PlanFile(
+        model=model_ref or data["request"]["model"],
+        cluster=cluster_ref or data["request"]["cluster"],
+        gpus=data["request"]["gpus"],
+        request={k: v for k, v in data["request"].items() if k not in ("model", "cluster", "gpus")},
+        parallelism=entry["parallelism"],
+        predicted={k: entry[k] for k in ("time_s", "memory_bytes", "memory_verdict",
+                                         "communication_bytes_per_step", "tokens_per_s",
+                                         "tflops_per_gpu", "mfu", "hfu")},
+        solver={**data["solver"], "plan_rank": index + 1},
+    ).to_dict()
