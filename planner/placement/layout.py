@@ -246,9 +246,16 @@ class Layout:
     @property
     def mesh(self) -> Mesh:
         """The device mesh of the degrees (`placement.mesh.Mesh`: world size, HSDP split, expert
-        groups, rank-order sharing, the TP-domain rule)."""
-        return Mesh(dp=self.dp, tp=self.tp, pp=self.pp, cp=self.cp, ep=self.ep, etp=self.etp,
-                    dp_shard=self.dp_shard)
+        groups, rank-order sharing, the TP-domain rule); one shared object per set of degrees
+        (a search asks for the same few meshes tens of thousands of times)."""
+        key = (self.dp, self.tp, self.pp, self.cp, self.ep, self.etp, self.dp_shard)
+        mesh = _MESHES.get(key)
+        if mesh is None:
+            if len(_MESHES) >= 4096:
+                _MESHES.clear()
+            mesh = _MESHES[key] = Mesh(dp=self.dp, tp=self.tp, pp=self.pp, cp=self.cp, ep=self.ep,
+                                       etp=self.etp, dp_shard=self.dp_shard)
+        return mesh
 
     # The mesh's own derived degrees, read straight off the Layout's fields (the same property
     # objects, so the arithmetic lives once, in `Mesh`, and a search pays no Mesh per call).
@@ -266,6 +273,9 @@ class Layout:
         """Micro-batches per step per DP rank: global_batch_size // (dp * micro_batch_size)."""
         return self.global_batch_size // (self.dp * self.micro_batch_size)
 
+
+_MESHES: dict[tuple, Mesh] = {}
+"""(dp, tp, pp, cp, ep, etp, dp_shard) -> its Mesh (`Layout.mesh`)."""
 
 _FIELD_NAMES = frozenset(f.name for f in dataclasses.fields(Layout))
 

@@ -401,8 +401,9 @@ def _experts(model: ModelSpec, cluster, layout: Layout) -> list[Violation]:
         out.append(Violation(rule="experts_divisible_by_ep",
                              message=f"num_experts={model.num_experts} is not divisible by ep={layout.ep}",
                              fix=f"ep in {{{', '.join(map(str, _divisors(model.num_experts)))}}}"))
-    inner = layout.mesh.expert_host
-    if not layout.mesh.expert_group_divides():
+    mesh = layout.mesh
+    inner = mesh.expert_host
+    if not mesh.expert_group_divides():
         out.append(Violation(rule="expert_group",
                              message=f"ep*etp = {layout.ep * layout.etp} does not divide "
                                      f"dp*cp*tp = {inner}",
