@@ -126,3 +126,18 @@ def test_expert_collective_groups_are_the_meshs():
     layout = Layout(dp=8, tp=2, ep=8, global_batch_size=64, zero_stage=1)
     edp = [c for c in collectives(model, layout) if c.axis == "edp"]
     assert edp and {c.group_size for c in edp} == {layout.mesh.expert_dp} == {16 * 1 // 8}
+
+
+def test_group_degrees_by_hand():
+    # HSDP dp8 = 2 replicas x 4 shards, tp2, ep4: world 16, edp = 16 / (4 x 1 x 1) = 4, of which
+    # the 2 HSDP replicas are split out (2 divides 4): edp 2 x dp_replicate 2
+    groups = Mesh(dp=8, dp_shard=4, tp=2, ep=4).group_degrees()
+    assert groups["dense"] == {"dp_replicate": 2, "dp_shard": 4, "cp": 1, "tp": 2, "pp": 1, "host": 1}
+    assert groups["replicated"] == groups["dense"] and groups["replicated"] is not groups["dense"]
+    assert groups["expert"] == {"ep": 4, "etp": 1, "pp": 1, "host": 1, "dp_replicate": 2, "edp": 2}
+    # the product of each group's degrees is the world size
+    for degrees in groups.values():
+        product = 1
+        for d in degrees.values():
+            product *= d
+        assert product == 16

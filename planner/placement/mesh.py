@@ -84,6 +84,21 @@ class Mesh:
         """Whether ep x etp divides dp x cp x tp (Megatron raises otherwise; module Source)."""
         return self.expert_host % (self.ep * self.etp) == 0
 
+    def group_degrees(self) -> dict[str, dict[str, int]]:
+        """Axis degrees of each parameter group's placement, fresh dicts: dense and replicated
+        (norms) parameters over dp_replicate x dp_shard x cp x tp x pp; routed experts over ep x
+        etp x edp x pp, with HSDP's replicas split out of edp where they divide it (Megatron's
+        expert-data-parallel group inside the data-parallel ranks; module Source)."""
+        dense = {"dp_replicate": self.dp_replicate_degree, "dp_shard": self.dp_shard_degree,
+                 "cp": self.cp, "tp": self.tp, "pp": self.pp, "host": 1}
+        edp, rep = self.expert_dp, self.dp_replicate_degree
+        expert = {"ep": self.ep, "etp": self.etp, "pp": self.pp, "host": 1}
+        if rep > 1 and edp % rep == 0:
+            expert |= {"dp_replicate": rep, "edp": edp // rep}
+        else:
+            expert |= {"edp": edp}
+        return {"dense": dense, "replicated": dict(dense), "expert": expert}
+
     def degrees(self) -> dict[str, int]:
         """{axis: degree} of the dense axes (tp, cp, dp, pp)."""
         return {"tp": self.tp, "cp": self.cp, "dp": self.dp, "pp": self.pp}
