@@ -70,7 +70,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from planner.cost.comm import bytes_per_axis, collectives, ep_gpus_per_domain
+from planner.cost.comm import collectives, ep_gpus_per_domain
 from planner.cost.memory import (
     DEFAULT_AT_RISK_MARGIN,
     DEFAULT_RESERVE_BYTES,
@@ -101,6 +101,8 @@ from planner.errors import InfeasibleError, SpecError
 from planner.placement import overlap, pipeline_layout, recompute_mix
 from planner.placement.layout import PRECISION_KNOBS, OVERLAP_KNOBS, RECOMPUTE_MODES, Layout
 from planner.placement.precision import allowed_grad_reduce_dtypes, state_bytes
+from planner.evaluation import Evaluation, cost_stages, cost_step
+from planner.plan_document import PlanFile
 from planner.placement.rules import (
     BATCH_RULES,
     check_batch,
@@ -696,8 +698,7 @@ def _candidates(model, cluster, fixed, base, reserve, headroom) -> tuple[list[La
     # The near-even split is given where a layout is refined or solved (`_with_split`), not to
     # every candidate: most are pruned by the cheap bound, which does not read the split.
     # every candidate with the overlaps a tuned recipe switches on (`overlap.tuned`)
-    layouts = [overlap.tuned_dispatcher(overlap.tuned(layout), ep_gpus_per_domain(
-        layout, cluster.scaleup_domain_gpus)) for layout in candidate_layouts(
+    layouts = [overlap.tuned(layout) for layout in candidate_layouts(
         space, validate, rejections, validate_mesh=validate_mesh, validate_knobs=validate_knobs,
         validate_degrees=validate_degrees if model.is_moe else None,
         validate_experts=validate_experts)]
@@ -734,40 +735,24 @@ def _check_fixed(fixed: dict) -> None:
 def plan_entry(model: ModelSpec, cluster: ClusterSpec, ev: Evaluated, reserve: int) -> dict:
     """One plan as in issue 4 part 3: parallelism, memory (worst stage), comm bytes, times."""
     layout = ev.layout
-    step = step_time(model, cluster, layout, recompute_layers=ev.modes)
-    mems = [stage_memory(model, cluster, layout, s, layers=layers, reserve_bytes=reserve,
-                         layers_by_recompute=counts)
-            for s, (layers, counts) in enumerate(_stage_modes(layout, ev.modes))]
-    worst = max(mems, key=lambda m: m.total)
+    staged = list(_stage_modes(layout, ev.modes))
     uniform = _uniform(ev.modes)
-    return {
-        "parallelism": {
-            "dp": layout.dp, "tp": layout.tp, "pp": layout.pp, "cp": layout.cp, "ep": layout.ep,
-            "etp": layout.etp, "zero_stage": layout.zero_stage,
-            "sequence_parallel": layout.sequence_parallel,
-            "micro_batch_size": layout.micro_batch_size,
-            "global_batch_size": layout.global_batch_size,
-            "num_microbatches": layout.num_microbatches, "vpp": layout.vpp,
-            "recompute": uniform if uniform else [dict(c) for c in ev.solution.recompute_per_stage],
-            "pipeline_layers": list(layout.pipeline_layers),
-            "overlap": {k: getattr(layout, k) for k in OVERLAP_KNOBS if getattr(layout, k) is not None},
-            **({} if layout.moe_dispatcher is None else {"moe_dispatcher": layout.moe_dispatcher}),
-            **({} if layout.pipeline_layout is None else
-               {"pipeline_layout": pipeline_layout.to_string(layout.pipeline_layout)}),
-        },
-        "memory_bytes": {"parameters": worst.parameters, "gradients": worst.gradients,
-                         "optimizer_states": worst.optimizer_states,
-                         "activations": worst.activations, "transient": worst.transient,
-                         "reserve": worst.reserve, "total": worst.total,
-                         "capacity": worst.capacity, "stage": worst.stage},
-        "memory_verdict": worst.verdict,
-        "communication_bytes_per_step": bytes_per_axis(collectives(
+    record = Evaluation(
+        layout=layout,
+        stages=cost_stages(model, cluster, layout, [counts for _, counts in staged],
+                           layers=[layers for layers, _ in staged], reserve_bytes=reserve),
+        step=cost_step(model, cluster, layout, ev.modes),
+        collectives=tuple(collectives(
             model, layout, recompute_layers=ev.modes,
-            ep_gpus_per_domain=ep_gpus_per_domain(layout, cluster.scaleup_domain_gpus))),
-        "time_s": {"step": step.step, "compute": step.compute,
-                   "communication_exposed": step.communication_exposed,
-                   "pipeline_bubble": step.pipeline_bubble, "recompute": step.recompute,
-                   "optimizer": step.optimizer},
+            ep_gpus_per_domain=ep_gpus_per_domain(layout, cluster.scaleup_domain_gpus))))
+    step = record.step
+    return {
+        "parallelism": record.plan_parallelism(
+            uniform if uniform else [dict(c) for c in ev.solution.recompute_per_stage]),
+        "memory_bytes": record.memory_bytes(),
+        "memory_verdict": record.memory_verdict,
+        "communication_bytes_per_step": record.communication_bytes_per_step(),
+        "time_s": record.time_s(),
         "tokens_per_s": step.tokens_per_s,
         "tflops_per_gpu": step.tflops_per_gpu,
         "mfu": step.mfu,
@@ -970,16 +955,14 @@ def plan_file(data: dict, index: int = 0, *, model_ref: str | None = None,
     Layout. `model_ref` / `cluster_ref`: what the user named them by (a catalog name or a path,
     so that the file loads them again); default: their names."""
     entry = data["plans"][index]
-    return {
-        "kind": "training-plan",
-        "version": 1,
-        "model": model_ref or data["request"]["model"],
-        "cluster": cluster_ref or data["request"]["cluster"],
-        "gpus": data["request"]["gpus"],
-        "request": {k: v for k, v in data["request"].items() if k not in ("model", "cluster", "gpus")},
-        "plan": {"parallelism": entry["parallelism"]},
-        "predicted": {k: entry[k] for k in ("time_s", "memory_bytes", "memory_verdict",
-                                            "communication_bytes_per_step", "tokens_per_s",
-                                            "tflops_per_gpu", "mfu", "hfu")},
-        "solver": {**data["solver"], "plan_rank": index + 1},
-    }
+    return PlanFile(
+        model=model_ref or data["request"]["model"],
+        cluster=cluster_ref or data["request"]["cluster"],
+        gpus=data["request"]["gpus"],
+        request={k: v for k, v in data["request"].items() if k not in ("model", "cluster", "gpus")},
+        parallelism=entry["parallelism"],
+        predicted={k: entry[k] for k in ("time_s", "memory_bytes", "memory_verdict",
+                                         "communication_bytes_per_step", "tokens_per_s",
+                                         "tflops_per_gpu", "mfu", "hfu")},
+        solver={**data["solver"], "plan_rank": index + 1},
+    ).to_dict()

@@ -162,8 +162,11 @@ def _peak_dtype(hw: ClusterSpec, weight_dtype: str) -> str:
 
 def _hop_s(hw: ClusterSpec, inst: sv.Instance, spec: ModelSpec, concurrency: float) -> float:
     """One pipeline hop: latency + the step's activations (b x h x 2 bytes) over the link.
-    Source: alpha-beta model with the cluster's scale-up / network latency and bandwidth."""
-    latency = hw.network_latency_s if inst.gpus > hw.gpus_per_node else hw.scaleup_latency_s
+    Source: alpha-beta model with the cluster's scale-up / network latency and bandwidth; the hop
+    crosses the network only where the instance spans scale-up domains (`Mesh.spans_domains`, as
+    training prices its pipeline p2p: an NVL72 rack's trays talk over NVLink)."""
+    latency = (hw.network_latency_s if inst.mesh.spans_domains(hw.scaleup_domain_gpus)
+               else hw.scaleup_latency_s)
     return latency + concurrency / inst.adp * spec.hidden_size * 2 / sv.link_bytes_per_s(hw, inst.gpus)
 
 

@@ -21,11 +21,10 @@ from planner.cost.memory import (
     stage_layers,
     stage_memory,
 )
-from planner.cost.step_time import step_time
+from planner.evaluation import Evaluation, cost_stages, cost_step, layer_modes
 from planner.errors import SpecError
 from planner import frameworks
-from planner.placement import overlap
-from planner.placement.layout import RECOMPUTE_MODES, Layout
+from planner.placement.layout import Layout
 from planner.placement.rules import Violation, check_layout, errors
 from planner.specs.cluster import ClusterSpec
 from planner.specs.model import ModelSpec
@@ -33,10 +32,6 @@ from planner.specs.model import ModelSpec
 STALE_TOLERANCE = 0.005
 """Relative difference between a file's `predicted` numbers and the recomputed ones past which
 the prediction is reported stale (0.5%: the file was edited, or written by another version)."""
-
-_ASSIGN_ORDER = ("full", "selective", "none")
-"""Order in which a stage's layers take their recompute modes (`stage_memory`'s convention)."""
-
 
 @dataclass(frozen=True, kw_only=True)
 class Target:
@@ -88,21 +83,25 @@ def evaluate(target: Target) -> dict:
     if stages is not None:
         violations += _memory_findings(target, stages)
     valid = not errors(violations)
-    times = _times(target) if valid and stages is not None else None
-    if times is not None and target.predicted:
-        violations += _stale(target.predicted, times, stages)
-    worst = max(stages, key=lambda m: m.total) if stages else None
+    step = (cost_step(target.model, target.cluster, layout, layer_modes(_counts(target)))
+            if valid and stages is not None else None)
+    record = Evaluation(layout=layout, recompute_per_stage=target.recompute_per_stage,
+                        stages=tuple(stages or ()), step=step, stage_recompute=tuple(_counts(target))
+                        if stages else ())
+    if step is not None and target.predicted:
+        violations += _stale(target.predicted, step.step, stages)
+    record = dataclasses.replace(record, violations=tuple(violations))
     return {
-        "file": target.file, "kind": target.kind,
-        "verdict": "fail" if errors(violations) else "pass",
+        "file": target.file, "kind": target.kind, "verdict": record.verdict,
         "model": target.model.name, "cluster": target.cluster.name, "gpus": target.cluster.num_gpus,
-        "parallelism": _parallelism(target),
-        "violations": [{"rule": v.rule, "severity": v.severity, "message": v.message, "fix": v.fix,
-                        "line": _line(target, v)} for v in violations],
-        "stages": [_stage_row(target, s, m) for s, m in enumerate(stages or ())],
-        "memory_bytes": _memory_dict(worst) if worst else None,
-        "memory_verdict": worst.verdict if worst else "not_costed",
-        **(times or {"time_s": None, "tokens_per_s": None, "mfu": None}),
+        "parallelism": record.check_parallelism(),
+        "violations": record.violation_rows(lambda v: _line(target, v), check_order=True),
+        "stages": record.stage_rows(),
+        "memory_bytes": record.memory_bytes(),
+        "memory_verdict": record.memory_verdict,
+        "time_s": record.time_s(),
+        "tokens_per_s": step.tokens_per_s if step else None,
+        "mfu": step.mfu if step else None,
     }
 
 
@@ -129,15 +128,12 @@ def _counts(target: Target) -> list[dict[str, int]]:
 
 def _stages(target: Target) -> list[MemoryBreakdown] | None:
     """stage_memory of every stage, or None where a broken rule leaves memory undefined."""
-    layout = target.layout
     try:
-        return [stage_memory(target.model, target.cluster, layout, s, layers=layers,
-                             layers_by_recompute=counts, reserve_bytes=target.reserve_bytes,
-                             at_risk_margin=target.at_risk_margin)
-                for s, (layers, counts) in enumerate(zip(stage_layers(target.model, layout),
-                                                         _counts(target)))]
+        return list(cost_stages(target.model, target.cluster, target.layout, _counts(target),
+                                reserve_bytes=target.reserve_bytes,
+                                at_risk_margin=target.at_risk_margin))
     except SpecError:
-        if errors(check_layout(target.model, target.cluster, layout)):
+        if errors(check_layout(target.model, target.cluster, target.layout)):
             return None  # the rules already say why (e.g. cp does not divide the sequence)
         raise
 
@@ -267,13 +263,13 @@ def _spelled(label: str, kind: str, framework: str) -> str:
     return terms[name].format(value) if name in terms else label
 
 
-def _stale(predicted: dict, times: dict, stages: list[MemoryBreakdown]) -> list[Violation]:
+def _stale(predicted: dict, step_s: float, stages: list[MemoryBreakdown]) -> list[Violation]:
     """Warn where the file's predicted step time or memory total disagrees with this check."""
     out = []
     pairs = []
     step = (predicted.get("time_s") or {}).get("step")
-    if isinstance(step, (int, float)) and times["time_s"]:
-        pairs.append(("step time", float(step), times["time_s"]["step"], "s"))
+    if isinstance(step, (int, float)):
+        pairs.append(("step time", float(step), step_s, "s"))
     total = (predicted.get("memory_bytes") or {}).get("total")
     if isinstance(total, (int, float)):
         pairs.append(("largest stage memory", float(total), float(max(m.total for m in stages)), "B"))
@@ -285,45 +281,3 @@ def _stale(predicted: dict, times: dict, stages: list[MemoryBreakdown]) -> list[
                         f"{now:,.6g} {unit}",
                 fix="re-run `planner plan ... -o` to refresh the file's prediction"))
     return out
-
-
-def _times(target: Target) -> dict:
-    modes = tuple(m for counts in _counts(target) for m in _ASSIGN_ORDER
-                  for _ in range(counts.get(m, 0)))
-    t = step_time(target.model, target.cluster, target.layout, recompute_layers=modes)
-    return {"time_s": {"step": t.step, "compute": t.compute,
-                       "communication_exposed": t.communication_exposed,
-                       "pipeline_bubble": t.pipeline_bubble, "recompute": t.recompute,
-                       "optimizer": t.optimizer},
-            "tokens_per_s": t.tokens_per_s, "mfu": t.mfu}
-
-
-def _parallelism(target: Target) -> dict:
-    layout = target.layout
-    return {"dp": layout.dp, "tp": layout.tp, "pp": layout.pp, "cp": layout.cp, "ep": layout.ep,
-            "etp": layout.etp, "zero_stage": layout.zero_stage,
-            "sequence_parallel": layout.sequence_parallel,
-            "micro_batch_size": layout.micro_batch_size,
-            "global_batch_size": layout.global_batch_size,
-            "num_microbatches": layout.num_microbatches, "vpp": layout.vpp,
-            "recompute": (layout.recompute if target.recompute_per_stage is None
-                          else [dict(c) for c in target.recompute_per_stage]),
-            "pipeline_layers": list(layout.pipeline_layers) if layout.pipeline_layers else None,
-            "seq_len": layout.seq_len, "precision": layout.precision,
-            "optimizer": layout.optimizer, "framework": layout.framework,
-            "offload": sorted(layout.offload), "moe_dispatcher": layout.moe_dispatcher,
-            "overlap": dataclasses.asdict(overlap.resolve(layout))}   # as costed
-
-
-def _stage_row(target: Target, s: int, m: MemoryBreakdown) -> dict:
-    counts = _counts(target)[s]
-    return {"stage": s, "layers": sum(counts.values()),
-            "recompute": {k: counts.get(k, 0) for k in RECOMPUTE_MODES},
-            "memory_bytes": _memory_dict(m), "verdict": m.verdict}
-
-
-def _memory_dict(m: MemoryBreakdown) -> dict:
-    return {"parameters": m.parameters, "gradients": m.gradients,
-            "optimizer_states": m.optimizer_states, "activations": m.activations,
-            "transient": m.transient, "reserve": m.reserve, "total": m.total,
-            "capacity": m.capacity, "stage": m.stage}

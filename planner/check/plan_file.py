@@ -1,4 +1,8 @@
-"""Reader of plan files (`planner plan -o plan.yaml`, DESIGN.md §5) into a gate `Target`.
+"""Reader of plan files (`planner plan -o plan.yaml`) into a gate `Target`.
+
+The file's type and schema (sections, keys, optional keys, kind, version) are
+`planner.plan_document.PlanFile`, which the writer (`plan.plan_file`) fills and whose `from_dict`
+checks the structure; this module checks the values and their consistency.
 
 A plan file names the model and cluster (catalog names, or paths: a relative path is looked up from
 the plan file's directory, as `planner plan -o` writes it, then from the working directory), the
@@ -34,35 +38,19 @@ from planner.errors import SpecError
 from planner.placement import pipeline_layout, recompute_mix
 from planner.placement.layout import PRECISION_KNOBS, OVERLAP_KNOBS, RECOMPUTE_MODES, Layout
 from planner.placement.rules import Violation
+from planner.plan_document import KIND, VERSION, PlanFile, looks_like_plan_file  # noqa: F401 (check reads them here)
+from planner.plan_document import KEYS as _KEYS, OPTIONAL as _OPTIONAL, path as _path  # noqa: F401
 from planner.search.mesh import FIXABLE
 from planner.specs import files
 from planner.specs.cluster import load_cluster
 from planner.specs.limits import MAX_BATCH_TOKENS, MAX_GPUS, MAX_SEQ_LEN, MAX_VPP
 from planner.specs.model import load_model
 
-KIND = "training-plan"
-"""The `kind` of a training plan file."""
-VERSION = 1
-"""The plan file version this reader reads."""
 MAX_HEADROOM = 0.9
 """Largest request.headroom accepted: `planner plan --headroom`'s bound (planner/cli.py)."""
 MAX_RESERVE_BYTES = 1024 * 2**30
 """Largest request.reserve_bytes accepted: `--reserve-gib`'s bound, 1024 GiB (planner/cli.py)."""
 
-_KEYS = {
-    "": ("kind", "version", "model", "cluster", "gpus", "request", "plan", "predicted", "solver"),
-    "request": ("seq_len", "global_batch_size", "precision", "optimizer", "framework",
-                "grad_reduce_dtype", *PRECISION_KNOBS, "fixed", "headroom", "reserve_bytes"),
-    "plan": ("parallelism",),
-    "plan.parallelism": ("dp", "tp", "pp", "cp", "ep", "etp", "zero_stage", "sequence_parallel",
-                         "micro_batch_size", "global_batch_size", "num_microbatches", "vpp",
-                         "recompute", "pipeline_layers", "overlap", "pipeline_layout", "cp_comm_type",
-                         "moe_dispatcher"),
-}
-"""Section -> the keys `planner plan -o` writes there (planner/plan.py `plan_file`, `plan_entry`)."""
-_OPTIONAL = {"predicted", "solver", "fixed", "etp", "pipeline_layout", "grad_reduce_dtype", "overlap",
-             "cp_comm_type", "moe_dispatcher", *PRECISION_KNOBS}
-"""Keys that may be absent (module docstring)."""
 _PAR_INTS = {"dp": (1, MAX_GPUS), "tp": (1, MAX_GPUS), "pp": (1, MAX_GPUS), "cp": (1, MAX_GPUS),
              "ep": (1, MAX_GPUS), "etp": (1, MAX_GPUS), "zero_stage": (0, 3),
              "micro_batch_size": (1, MAX_BATCH_TOKENS), "global_batch_size": (1, MAX_BATCH_TOKENS),
@@ -72,11 +60,6 @@ count the largest batch in tokens (each sequence holds >= 1 token)."""
 _REQUEST_LAYOUT = ("seq_len", "global_batch_size", "precision", "optimizer", "framework",
                    "grad_reduce_dtype", *PRECISION_KNOBS)
 """request keys that are Layout fields (a Layout error on them is reported under `request.`)."""
-
-
-def looks_like_plan_file(data: dict) -> bool:
-    """Whether a parsed mapping claims to be a plan file (its `kind`)."""
-    return data.get("kind") == KIND
 
 
 def read_plan_file(path: str | Path, data: dict | None = None) -> Target:
@@ -94,85 +77,22 @@ def read_plan_file(path: str | Path, data: dict | None = None) -> Target:
     path = Path(path)
     file = str(path)
     data = files.read_mapping(path, "plan file keys") if data is None else data
-    _check_header(data, file)
-    request, par = _check_structure(data, file)
+    doc = PlanFile.from_dict(data, file)
+    request, par = doc.request, doc.parallelism
     req = _request(request, file)
     values = {k: _int(par, k, file, f"plan.parallelism.{k}", *_PAR_INTS[k])
               for k in _PAR_INTS if k in par}
     per_stage, uniform = _recompute(par["recompute"], file)
     layout = _layout(par, values, req, uniform, file)
     if "predicted" in data:
-        _check_predicted(data["predicted"], file)
+        _check_predicted(doc.predicted, file)
     gpus = _int(data, "gpus", file, "gpus", 1, MAX_GPUS)
     model = _load(load_model, data, "model", path)
     cluster = _load(load_cluster, data, "cluster", path, gpus=gpus)
     return Target(file=file, kind=KIND, model=model, cluster=cluster, layout=layout,
                   recompute_per_stage=per_stage, reserve_bytes=req["reserve_bytes"],
-                  at_risk_margin=req["headroom"], predicted=data.get("predicted"),
+                  at_risk_margin=req["headroom"], predicted=doc.predicted,
                   findings=tuple(_consistency(values, layout, per_stage, model, req["fixed"])))
-
-
-# ---------------------------------------------------------------- structure
-
-
-def _check_header(data: dict, file: str) -> None:
-    if data.get("kind") != KIND:
-        raise SpecError(f"value {data.get('kind')!r} not allowed; allowed: {KIND!r} (a file "
-                        f"written by `planner plan -o`)", file=file, key="kind")
-    if data.get("version") != VERSION:
-        raise SpecError(f"value {data.get('version')!r} not allowed; this planner reads version "
-                        f"{VERSION}", file=file, key="version")
-
-
-def _check_structure(data: dict, file: str) -> tuple[dict, dict]:
-    """(request, plan.parallelism) after checking every section's keys: none unknown, none missing."""
-    _check_keys(data, "", file)
-    request = _mapping(data, "request", file, "request")
-    _check_keys(request, "request", file)
-    plan = _mapping(data, "plan", file, "plan")
-    _check_keys(plan, "plan", file)
-    par = _mapping(plan, "parallelism", file, "plan.parallelism")
-    _check_keys(par, "plan.parallelism", file)
-    return request, par
-
-
-def _check_keys(mapping: dict, section: str, file: str) -> None:
-    allowed = _KEYS[section]
-    for key in mapping:
-        if key not in allowed:
-            raise SpecError(f"unknown key; {_hint(str(key), section)}", file=file,
-                            key=_path(section, key))
-    for key in allowed:
-        if key not in mapping and key not in _OPTIONAL:
-            raise SpecError("missing; `planner plan -o` writes it (every plan file needs it)",
-                            file=file, key=_path(section, key))
-
-
-def _hint(key: str, section: str) -> str:
-    """Where an unknown key might have been meant: the section that has this key, a close key of
-    this section's degrees by a Megatron-style long name (tensor_parallel -> tp), a close key of this
-    section, else the list."""
-    allowed = _KEYS[section]
-    homes = [_path(s, key) for s, keys in _KEYS.items() if key in keys]
-    if homes:
-        where = f"under {section}" if section else "at the top level"
-        return f"{key} belongs at {' or '.join(homes)}, not {where}"
-    close = [k for k in allowed if k == _initials(key)] or difflib.get_close_matches(
-        key, allowed, n=3, cutoff=0.6)
-    if close:
-        return f"did you mean {' or '.join(repr(c) for c in close)}?"
-    return f"allowed here: {', '.join(allowed)}"
-
-
-def _initials(key: str) -> str:
-    """tensor_model_parallel_size -> tp: a degree's long name by the initials of its words."""
-    words = [w for w in key.lower().replace("-", "_").split("_")
-             if w and w not in ("model", "size", "degree")]
-    return "".join(w[0] for w in words)
-
-
-def _path(section: str, key: object) -> str:
-    return f"{section}.{key}" if section else str(key)
 
 
 # ---------------------------------------------------------------- values
@@ -300,14 +220,6 @@ def _recompute(value, file: str) -> tuple[tuple[dict[str, int], ...] | None, str
                             f"({', '.join(RECOMPUTE_MODES)}) to layer counts >= 0", file=file, key=key)
         stages.append({m: counts.get(m, 0) for m in RECOMPUTE_MODES})
     return tuple(stages), recompute_mix.majority(stages)
-
-
-def _mapping(data: dict, key: str, file: str, where: str) -> dict:
-    value = data.get(key)
-    if not isinstance(value, dict):
-        raise SpecError(f"{'missing' if key not in data else f'value {value!r}'}; must be a mapping",
-                        file=file, key=where)
-    return value
 
 
 def _int(data: dict, key: str, file: str, where: str, low: int, high: int) -> int:

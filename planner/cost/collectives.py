@@ -24,18 +24,11 @@ inside a node; NCCL's multi-ring / NVLS-tree algorithms reach the same per-node 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-
 from planner.errors import SpecError
+from planner.placement.mesh import DEFAULT_RANK_ORDER, axis_domain_sharing  # noqa: F401 (owned by the mesh)
 from planner.specs.cluster import ClusterSpec
 
 KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "p2p")
-
-DEFAULT_RANK_ORDER = ("tp", "cp", "ep", "dp", "pp")
-"""Mesh axes from innermost (consecutive ranks) to outermost.
-
-Source: Megatron-LM `megatron/core/parallel_state.py` default order "tp-cp-ep-dp-pp"; Llama 3 (arXiv
-2407.21783) §3.3.2 orders [TP, CP, PP, DP] and says TP is innermost to keep it on NVLink."""
 
 SCALEUP_BUS_EFFICIENCY = 0.80
 """[Empirical] achieved bus bandwidth / per-direction link peak inside an NVLink/NVSwitch domain.
@@ -47,53 +40,6 @@ NETWORK_BUS_EFFICIENCY = 0.85
 """[Empirical] achieved bus bandwidth / NIC line rate across nodes. Basis: multi-node nccl-tests
 all_reduce busbw ~ 180-190 GB/s per DGX A100 node on 8x200 Gb/s HDR (200 GB/s line rate) and ~ 330-
 350 GB/s per DGX H100 node on 8x400 Gb/s NDR without SHARP; not fitted on the validation runs."""
-
-
-def axis_domain_sharing(degrees: Mapping[str, int], *, domain_gpus: int,
-                        order: Sequence[str] = DEFAULT_RANK_ORDER) -> dict[str, int]:
-    """For each axis: how many GPUs of one of its groups share one scale-up domain.
-
-    Ranks are laid out with `order[0]` varying fastest. The group of axis `a` is `n_a` ranks at
-    stride `S_a` = product of the degrees of the axes inside it; a domain is `domain_gpus`
-    consecutive ranks. So k_a = 1 when S_a >= domain_gpus, else min(n_a, domain_gpus // S_a).
-
-    Source: the rank-to-group construction of Megatron-LM `parallel_state.RankGenerator` (groups are
-    strided slices of the rank order); DGX/NVL nodes hold consecutive ranks.
-
-    Args:
-        degrees: axis name -> degree; axes not in `order` raise, missing ones count as 1.
-        domain_gpus: GPUs per scale-up domain.
-        order: axes innermost first.
-
-    Raises:
-        SpecError: an axis of `degrees` is not in `order`, or a degree/domain is below 1.
-    """
-    key = (tuple(degrees.items()), domain_gpus, tuple(order))
-    known = _SHARING.get(key)
-    if known is not None:
-        return dict(known)
-    if domain_gpus < 1:
-        raise SpecError(f"value {domain_gpus!r} must be >= 1", key="scaleup_domain_gpus")
-    for axis, degree in degrees.items():
-        if axis not in order:
-            raise SpecError(f"axis {axis!r} not in the rank order; allowed: {', '.join(order)}",
-                            key="rank_order")
-        if degree < 1:
-            raise SpecError(f"value {degree!r} must be >= 1", key=axis)
-    sharing, stride = {}, 1
-    for axis in order:
-        n = degrees.get(axis, 1)
-        sharing[axis] = 1 if stride >= domain_gpus else max(1, min(n, domain_gpus // stride))
-        stride *= n
-    if len(_SHARING) >= 4096:
-        _SHARING.clear()
-    _SHARING[key] = sharing
-    return dict(sharing)
-
-
-_SHARING: dict[tuple, dict[str, int]] = {}
-"""(degrees items, domain_gpus, order) -> `axis_domain_sharing` result (a search asks for the same
-few meshes thousands of times); callers get a copy."""
 
 
 def _ring_time(kind: str, n: int, size_bytes: float, bw_bytes_per_s: float, latency_s: float) -> float:

@@ -500,12 +500,9 @@ def ep_gpus_per_domain(layout: Layout, domain_gpus: int,
     """GPUs of an EP group per scale-up domain: EP is carved from the dense tp*cp*dp ranks
     (innermost first), after expert-tp when tp is inside ep in `order`.
 
-    Source: Megatron-LM parallel_state expert groups (ep inside the dp*cp*tp ranks, after etp)."""
-    order = list(order)
-    inner = layout.etp if "tp" in order[: order.index("ep")] else 1
-    if inner >= domain_gpus:
-        return 1
-    return max(1, min(layout.ep, domain_gpus // inner))
+    Source: Megatron-LM parallel_state expert groups (ep inside the dp*cp*tp ranks, after etp);
+    the arithmetic is the mesh's (`Mesh.ep_sharing`)."""
+    return layout.mesh.ep_sharing(domain_gpus, tuple(order))
 
 
 def _cp_all_to_all(model: ModelSpec, layout: Layout, tokens: int) -> list[Collective]:

@@ -26,10 +26,12 @@ Memory (bytes per GPU, worst pipeline stage):
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
 from planner.cost.params_flops import count_params, kv_cache_bytes_per_token
+from planner.placement.mesh import Mesh
 from planner.specs.model import ModelSpec, spec_memo
 
 GIB = 2**30
@@ -149,7 +151,8 @@ on Hopper for the default capture sizes; 1 GiB taken)."""
 
 @dataclass(frozen=True)
 class Instance:
-    """Parallel layout of one engine instance (GPUs = tp x pp)."""
+    """Parallel layout of one engine instance: a device mesh (`mesh`: tp x pp GPUs, experts inside
+    tp) plus attention data parallelism."""
 
     tp: int = 1
     pp: int = 1
@@ -158,9 +161,16 @@ class Instance:
     adp: int = 1
     """Attention data-parallel groups inside a stage (divides tp; attention TP = tp / adp)."""
 
+    @functools.cached_property
+    def mesh(self) -> Mesh:
+        """The instance's device mesh (`placement.mesh.Mesh`, the one training layouts use): dp 1,
+        tp x pp dense ranks, ep x etp = tp expert ranks per stage (etp = tp / ep)."""
+        return Mesh(tp=self.tp, pp=self.pp, ep=self.ep, etp=max(1, self.tp // self.ep))
+
     @property
     def gpus(self) -> int:
-        return self.tp * self.pp
+        """GPUs of the instance (`Mesh.world_size`: tp x pp)."""
+        return self.mesh.world_size
 
     @property
     def attn_tp(self) -> int:
@@ -464,9 +474,10 @@ def latency_terms(spec: ModelSpec, inst: Instance, *, hbm_bytes_per_s: float, pe
 
 def link_bytes_per_s(hw, gpus: int) -> float:
     """Per-GPU bandwidth of the slowest link a group of `gpus` GPUs of cluster `hw` (a ClusterSpec)
-    spans, bytes/s: scale-up inside a node, the network per GPU beyond one. Source: the cluster file
-    (scaleup_gb_per_s; NICs per node x NIC rate / GPUs per node)."""
-    return (hw.network_gb_per_s_per_gpu if gpus > hw.gpus_per_node else hw.scaleup_gb_per_s) * 1e9
+    spans, bytes/s: scale-up inside one scale-up domain (a node; an NVL72 rack), the network per GPU
+    beyond it. Source: the cluster file (scaleup_gb_per_s, scaleup_domain_gpus; NICs per node x NIC
+    rate / GPUs per node)."""
+    return (hw.network_gb_per_s_per_gpu if gpus > hw.scaleup_domain_gpus else hw.scaleup_gb_per_s) * 1e9
 
 
 DEEPEP_SCALE_GROUP = 128

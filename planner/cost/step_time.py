@@ -149,9 +149,7 @@ def _counts(model: ModelSpec):
 
 
 def _sharing(layout: Layout, cluster: ClusterSpec, order: Sequence[str]) -> dict[str, int]:
-    degrees = {"tp": layout.tp, "cp": layout.cp, "dp": layout.dp, "pp": layout.pp}
-    return coll.axis_domain_sharing(degrees, domain_gpus=cluster.scaleup_domain_gpus,
-                                    order=[a for a in order if a != "ep"])
+    return layout.mesh.domain_sharing(cluster.scaleup_domain_gpus, order)
 
 
 def axes_sharing(layout: Layout, cluster: ClusterSpec,
@@ -175,8 +173,8 @@ def layer_time_key(layout: Layout, sharing: tuple[tuple[str, int], ...]) -> tupl
 
 
 def _ep_sharing(layout: Layout, cluster: ClusterSpec, order: Sequence[str]) -> int:
-    """GPUs of an EP group per domain (`comm.ep_gpus_per_domain`)."""
-    return comm.ep_gpus_per_domain(layout, cluster.scaleup_domain_gpus, order)
+    """GPUs of an EP group per domain (`Mesh.ep_sharing`)."""
+    return layout.mesh.ep_sharing(cluster.scaleup_domain_gpus, order)
 
 
 def layer_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, layer_index: int,
@@ -543,11 +541,9 @@ def _record_sharing(c: Collective, layout: Layout, cluster: ClusterSpec, share: 
 
 
 def _edp_sharing(layout: Layout, cluster: ClusterSpec, order: Sequence[str]) -> int:
-    """GPUs of an expert-data-parallel group per scale-up domain (Megatron expert rank order:
-    expert-tp innermost, then ep, then edp; `_record_sharing`)."""
-    eorder = [a for a in order if a != "cp"]
-    degrees = {"tp": layout.etp, "ep": layout.ep, "dp": layout.expert_dp, "pp": layout.pp}
-    return coll.axis_domain_sharing(degrees, domain_gpus=cluster.scaleup_domain_gpus, order=eorder)["dp"]
+    """GPUs of an expert-data-parallel group per scale-up domain (`Mesh.edp_sharing`: Megatron's
+    expert rank order, expert-tp innermost, then ep, then edp; `_record_sharing`)."""
+    return layout.mesh.edp_sharing(cluster.scaleup_domain_gpus, order)
 
 
 def layer_times(model: ModelSpec, cluster: ClusterSpec, layout: Layout, layer_index: int, *,

@@ -1,7 +1,11 @@
 """One training configuration to cost: the parallel degrees and the discrete knobs.
 
-`Layout` is the torchtitan `ParallelDims`-like object: it owns the degrees and validates that each
-field lies in its own domain (positive degrees, known names). Whether the degrees *compose* for a
+`Layout` holds a device mesh (`Layout.mesh`, `placement.mesh.Mesh`: world size, HSDP split,
+expert groups, rank order, shared with serving's instances) plus the training knobs (batch,
+recompute, precision, framework, overlaps). The degrees stay flat fields, so that a Layout is
+built, replaced, hashed and written (plan files, caches) by field name; everything derived from
+them is the mesh's. `Layout` validates that each field lies in its own domain (positive degrees,
+known names). Whether the degrees *compose* for a
 given model and cluster (heads by tp, layers by pp, world size = GPU count, ...) is checked by
 `planner.placement.rules.check_layout`, which returns violations as data.
 
@@ -18,6 +22,7 @@ from dataclasses import dataclass
 
 from planner.errors import SpecError
 from planner.placement import pipeline_layout
+from planner.placement.mesh import Mesh
 
 RECOMPUTE_MODES = ("none", "selective", "full")
 OFFLOAD_TARGETS = ("optimizer", "parameters", "activations")
@@ -251,34 +256,38 @@ class Layout:
         return new
 
     @property
-    def world_size(self) -> int:
-        """GPUs used: dp * tp * pp * cp (ep lives inside dp*cp*tp for experts)."""
-        return self.dp * self.tp * self.pp * self.cp
+    def mesh(self) -> Mesh:
+        """The device mesh of the degrees (`placement.mesh.Mesh`: world size, HSDP split, expert
+        groups, rank-order sharing, the TP-domain rule); one shared object per set of degrees
+        (a search asks for the same few meshes tens of thousands of times)."""
+        key = (self.dp, self.tp, self.pp, self.cp, self.ep, self.etp, self.dp_shard)
+        mesh = _MESHES.get(key)
+        if mesh is None:
+            if len(_MESHES) >= 4096:
+                _MESHES.clear()
+            mesh = _MESHES[key] = Mesh(dp=self.dp, tp=self.tp, pp=self.pp, cp=self.cp, ep=self.ep,
+                                       etp=self.etp, dp_shard=self.dp_shard)
+        return mesh
+
+    # The mesh's own derived degrees, read straight off the Layout's fields (the same property
+    # objects, so the arithmetic lives once, in `Mesh`, and a search pays no Mesh per call).
+    world_size = Mesh.world_size
+    """GPUs used: dp * tp * pp * cp (`Mesh.world_size`)."""
+    dp_shard_degree = Mesh.dp_shard_degree
+    """Degree the ZeRO/FSDP sharding runs over (`Mesh.dp_shard_degree`)."""
+    dp_replicate_degree = Mesh.dp_replicate_degree
+    """HSDP replica groups (`Mesh.dp_replicate_degree`)."""
+    expert_dp = Mesh.expert_dp
+    """Expert-data-parallel degree (`Mesh.expert_dp`: world / (ep * etp * pp), at least 1)."""
 
     @property
     def num_microbatches(self) -> int:
         """Micro-batches per step per DP rank: global_batch_size // (dp * micro_batch_size)."""
         return self.global_batch_size // (self.dp * self.micro_batch_size)
 
-    @property
-    def dp_shard_degree(self) -> int:
-        """Degree the ZeRO/FSDP sharding runs over (dp when dp_shard is None)."""
-        return self.dp if self.dp_shard is None else self.dp_shard
 
-    @property
-    def dp_replicate_degree(self) -> int:
-        """HSDP replica groups: dp // dp_shard_degree."""
-        return self.dp // self.dp_shard_degree
-
-    @property
-    def expert_dp(self) -> int:
-        """Expert-data-parallel degree: world / (ep * etp * pp), at least 1.
-
-        Source: Megatron-LM `megatron/core/parallel_state.py` (expert data parallel group =
-        world_size // (expert_model_parallel_size * expert_tensor_parallel_size * pp)).
-        """
-        return max(1, self.world_size // (self.ep * self.etp * self.pp))
-
+_MESHES: dict[tuple, Mesh] = {}
+"""(dp, tp, pp, cp, ep, etp, dp_shard) -> its Mesh (`Layout.mesh`)."""
 
 _FIELD_NAMES = frozenset(f.name for f in dataclasses.fields(Layout))
 

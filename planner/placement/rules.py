@@ -401,8 +401,9 @@ def _experts(model: ModelSpec, cluster, layout: Layout) -> list[Violation]:
         out.append(Violation(rule="experts_divisible_by_ep",
                              message=f"num_experts={model.num_experts} is not divisible by ep={layout.ep}",
                              fix=f"ep in {{{', '.join(map(str, _divisors(model.num_experts)))}}}"))
-    inner = layout.dp * layout.cp * layout.tp
-    if inner % (layout.ep * layout.etp):
+    mesh = layout.mesh
+    inner = mesh.expert_host
+    if not mesh.expert_group_divides():
         out.append(Violation(rule="expert_group",
                              message=f"ep*etp = {layout.ep * layout.etp} does not divide "
                                      f"dp*cp*tp = {inner}",
@@ -562,7 +563,7 @@ def _tp_domain(model, cluster, layout: Layout) -> list[Violation]:
     Using Megatron-LM" §3.3 Takeaway #1 (tensor parallelism up to the GPUs of a server, pipeline
     across servers) and §2.3 (two all-reduces each in forward and backward per layer)."""
     tp, domain = layout.tp, cluster.scaleup_domain_gpus
-    if tp <= domain and (domain % tp == 0 or layout.world_size <= domain):
+    if layout.mesh.tp_in_domain(domain):
         return []
     inner = max(d for d in _divisors(tp) if d <= domain and domain % d == 0)
     how = (f"exceeds the {domain}-GPU scale-up domain" if tp > domain else

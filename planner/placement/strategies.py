@@ -46,16 +46,9 @@ class _Builder:
 
 
 def group_degrees(layout: Layout) -> dict[str, dict[str, int]]:
-    """Axis degrees per parameter group; the expert group runs over ep x etp x edp x pp."""
-    dense = {"dp_replicate": layout.dp_replicate_degree, "dp_shard": layout.dp_shard_degree,
-             "cp": layout.cp, "tp": layout.tp, "pp": layout.pp, "host": 1}
-    edp, rep = layout.expert_dp, layout.dp_replicate_degree
-    expert = {"ep": layout.ep, "etp": layout.etp, "pp": layout.pp, "host": 1}
-    if rep > 1 and edp % rep == 0:
-        expert |= {"dp_replicate": rep, "edp": edp // rep}
-    else:
-        expert |= {"edp": edp}
-    return {"dense": dense, "replicated": dict(dense), "expert": expert}
+    """Axis degrees per parameter group (`Mesh.group_degrees`); the expert group runs over
+    ep x etp x edp x pp."""
+    return layout.mesh.group_degrees()
 
 
 def data_parallel(b: _Builder) -> None:

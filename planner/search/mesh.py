@@ -31,6 +31,7 @@ from dataclasses import dataclass, field, fields
 
 from planner.errors import SpecError
 from planner.placement.layout import Layout
+from planner.placement.mesh import Mesh
 
 DEGREES = ("dp", "tp", "pp", "cp")
 KNOBS = ("ep", "etp", "micro_batch_size", "zero_stage", "vpp", "sequence_parallel", "offload")
@@ -147,7 +148,7 @@ def meshes(space: SearchSpace, rejections: Rejections) -> Iterator[dict[str, int
     free = [k for k in DEGREES if k not in pinned]
     for values in factorizations(space.num_gpus // product, len(free)) if free else [()]:
         mesh = {**pinned, **dict(zip(free, values))}
-        if space.num_gpus != mesh["dp"] * mesh["tp"] * mesh["pp"] * mesh["cp"]:
+        if space.num_gpus != Mesh(**mesh).world_size:
             rejections.add("degrees do not multiply to the GPU count", str(mesh))
             continue
         if "tp" not in pinned and mesh["tp"] > space.max_tp:
@@ -160,7 +161,7 @@ def meshes(space: SearchSpace, rejections: Rejections) -> Iterator[dict[str, int
 def _expert_options(space: SearchSpace, mesh: dict[str, int],
                     rejections: Rejections) -> Iterator[tuple[int, int]]:
     """(ep, etp) with ep * etp dividing dp * cp * tp (Megatron expert grid)."""
-    inner = mesh["dp"] * mesh["cp"] * mesh["tp"]
+    inner = _expert_host(mesh)
     for etp, eps in _expert_candidates(space, inner):
         for ep in _fitting(inner, etp, eps, rejections):
             yield ep, etp
@@ -171,7 +172,7 @@ def _passing_experts(mesh: dict[str, int], options: list[tuple[int, int]], valid
     """The expert options of `mesh` that `validate` (reading only ep, etp and dp * cp * tp)
     passes; each refused one counted under its first violation. The verdicts per (options,
     dp * cp * tp) are computed once and reused for every mesh that has them."""
-    inner = mesh["dp"] * mesh["cp"] * mesh["tp"]
+    inner = _expert_host(mesh)
     key = (inner, tuple(options))
     if key not in verdicts:
         passing, refused = [], {}
@@ -197,12 +198,17 @@ def _expert_option_count(space: SearchSpace, mesh: dict[str, int], rejections: R
     """How many options `_expert_options` yields for `mesh`, its rejections counted alike, without
     building them (a mesh refused whatever its ep has up to hundreds): every divisor of
     dp * cp * tp / etp fits."""
-    inner, count = mesh["dp"] * mesh["cp"] * mesh["tp"], 0
+    inner, count = _expert_host(mesh), 0
     for etp, eps in _expert_candidates(space, inner):
         # the eps tried are then divisors(inner // etp) (`_expert_candidates`): every one fits
         whole = space.moe and "ep" not in space.fixed and inner % etp == 0
         count += len(eps) if whole else sum(1 for _ in _fitting(inner, etp, eps, rejections))
     return count
+
+
+def _expert_host(mesh: dict[str, int]) -> int:
+    """dp * cp * tp of a degrees mapping (`Mesh.expert_host`: the ranks the expert group divides)."""
+    return Mesh(dp=mesh["dp"], tp=mesh["tp"], cp=mesh["cp"]).expert_host
 
 
 def _fitting(inner: int, etp: int, eps: list[int], rejections: Rejections) -> Iterator[int]:
