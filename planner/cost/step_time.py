@@ -164,13 +164,14 @@ def axes_sharing(layout: Layout, cluster: ClusterSpec,
 def layer_time_key(layout: Layout, sharing: tuple[tuple[str, int], ...]) -> tuple:
     """Everything of `layout` and its `axes_sharing` that `layer_time` reads (b, s, tp, cp, ep,
     etp, SP, precision, the tp and cp groups' domain sharing, the only ones `_layer_comm` uses, the
-    TP / EP overlaps, and the gradient buffer's bytes the expert GEMMs accumulate into,
+    TP / EP overlaps (and with TP overlap the framework, whose scheme prices it), and the gradient buffer's bytes the expert GEMMs accumulate into,
     `_expert_weight_bytes`): layouts with equal keys have equal layer times (for callers' caches)."""
     share = dict(sharing)
     ov = overlap.resolve(layout)
     return (layout.micro_batch_size, layout.seq_len, layout.tp, layout.cp, layout.ep, layout.etp,
             layout.precision, share["tp"], share["cp"], layout.sequence_parallel,
-            ov.tp_comm_overlap, ov.ep_comm_overlap, layout.cp_comm_type, state_bytes(layout).gradients)
+            ov.tp_comm_overlap, ov.ep_comm_overlap, layout.cp_comm_type, state_bytes(layout).gradients,
+            layout.framework if ov.tp_comm_overlap else None)
 
 
 def _ep_sharing(layout: Layout, cluster: ClusterSpec, order: Sequence[str]) -> int:
@@ -414,8 +415,8 @@ def _layer_comm(model: ModelSpec, cluster: ClusterSpec, layout: Layout, index: i
     GEMMs to hide under).
 
     - tp (phases forward / backward): exposed, or with TP comm overlap (`placement.overlap`; Megatron
-      requires SP for it) only the excess over the linear GEMMs of the pass they are pipelined
-      with, fwd - attn forward and twice that backward (`TP_OVERLAP_HIDES`).
+      requires SP for it) what the framework's chunked pipelining leaves exposed beside the
+      linear GEMMs each collective is paired with (`_tp_overlap_exposed`).
     - ep (phases forward / backward): exposed, or with EP all-to-all overlap only the excess over
       the other micro-batch's pass it runs beside (Megatron 1F1B A2A overlap merges micro-batch i's
       forward with micro-batch i-1's backward: forward dispatch / combine under 2 fwd_s, backward
@@ -427,7 +428,6 @@ def _layer_comm(model: ModelSpec, cluster: ClusterSpec, layout: Layout, index: i
     share = _sharing(layout, cluster, order)
     ov = overlap.resolve(layout)
     fwd_s = attn_fwd_s if fwd_s is None else fwd_s
-    linear = max(0.0, fwd_s - attn_fwd_s)
     t = {(axis, phase): 0.0 for axis in ("tp", "ep", "other") for phase in ("forward", "backward")}
     cp = []
     for c in comm.layer_collectives(model, layout, index):
@@ -437,11 +437,11 @@ def _layer_comm(model: ModelSpec, cluster: ClusterSpec, layout: Layout, index: i
             continue
         axis = c.axis if c.axis in ("tp", "ep") else "other"
         t[(axis, c.phase)] += c.count * _call_time(c, k, cluster)
-    tp_hides = ov.tp_comm_overlap and _tp_overlap_applies(layout)
     ep_hides = ov.ep_comm_overlap
-    tp_f = max(0.0, t[("tp", "forward")] - TP_OVERLAP_HIDES * linear) if tp_hides else t[("tp", "forward")]
-    tp_b = (max(0.0, t[("tp", "backward")] - 2 * TP_OVERLAP_HIDES * linear) if tp_hides
-            else t[("tp", "backward")])
+    if ov.tp_comm_overlap and _tp_overlap_applies(layout):
+        tp_f, tp_b = _tp_overlap_exposed(model, cluster, layout, index, share)
+    else:
+        tp_f, tp_b = t[("tp", "forward")], t[("tp", "backward")]
     ep_f = max(0.0, t[("ep", "forward")] - 2 * fwd_s) if ep_hides else t[("ep", "forward")]
     ep_b = max(0.0, t[("ep", "backward")] - fwd_s) if ep_hides else t[("ep", "backward")]
     cp_f, cp_b = _cp_ring_exposed(cp, cluster, layout.cp, attn_fwd_s)
@@ -449,15 +449,91 @@ def _layer_comm(model: ModelSpec, cluster: ClusterSpec, layout: Layout, index: i
             (cp_f, cp_b)]
 
 
-TP_OVERLAP_HIDES = 1.0
-"""Share of the linear GEMMs' time under which TP comm overlap hides the SP all-gathers /
-reduce-scatters. Transformer Engine splits each GEMM into tp chunks and passes the activation
-shards around the ring, one step per chunk, so all the communication but the excess over the GEMM
-runs under it (the all-gather before QKV and FC1, the reduce-scatter after the projection and
-FC2; backward under dgrad / wgrad). Source: NVIDIA/TransformerEngine@d0067d0
-`transformer_engine/pytorch/module/base.py` userbuffers (`initialize_ub`); Wang et al. 2023
-(ASPLOS, "Overlap Communication with Dependent Computation via Decomposition") §3. The SMs the
-reduce-scatter kernels take from the GEMM are not modelled."""
+def _tp_block_gemm_s(model: ModelSpec, cluster: ClusterSpec, layout: Layout, index: int
+                     ) -> list[tuple[float, float] | None]:
+    """[block] (column-parallel GEMM, row-parallel GEMM) forward seconds of one micro-batch on one
+    GPU for the two blocks of layer `index` that carry the TP collectives of
+    `comm.layer_collectives` (attention: QKV, output projection; MLP: FC1 (+ gate), FC2), at the
+    dense linear GEMMs' rate (`_layer_compute_s`); None for the MLP of an MoE layer, whose
+    experts are not Transformer Engine linears with userbuffers nor matched by AsyncTP's
+    all-gather-matmul pattern (its TP collectives stay exposed). Data- and weight-gradient GEMMs
+    have the forward GEMM's FLOPs (Narayanan 2021 §5.1)."""
+    b, s, tp, cp = layout.micro_batch_size, layout.seq_len, layout.tp, layout.cp
+    rate = achieved_flops(cluster.gpu, layout.precision,
+                          gemm_dim=min(model.hidden_size / tp, b * s / cp))
+    local = b * s / (tp * cp) * 2 / rate       # s per parameter of a GEMM
+    layer, h = _counts(model).layers[index], model.hidden_size
+    v = model.v_head_dim if model.is_mla else model.head_dim
+    row_attn = model.num_attention_heads * v * h
+    blocks: list[tuple[float, float] | None] = [
+        (local * (layer.attention - row_attn), local * row_attn)]
+    if layer.dense_mlp:
+        row_mlp = model.intermediate_size * h
+        blocks.append((local * (layer.dense_mlp - row_mlp), local * row_mlp))
+    else:
+        blocks.append(None)
+    return blocks
+
+
+def _tp_overlap_exposed(model: ModelSpec, cluster: ClusterSpec, layout: Layout, index: int,
+                        share: dict[str, int]) -> tuple[float, float]:
+    """(forward, backward) exposed time of one layer's TP/SP collectives under the framework's TP
+    comm overlap (`overlap.TP_OVERLAP_SCHEMES`), s per micro-batch.
+
+    Per block (`_tp_block_gemm_s`: column GEMM G_c, row GEMM G_r) and per collective of time C
+    (one call of its `comm.layer_collectives` record, alpha-beta), paired with the GEMM it runs
+    beside (`overlap.Pipelining`), with r = sm_count / (sm_count - comm_sms) the GEMM's slowdown
+    while the communication holds SMs:
+    - ring over tp chunks: (tp - 1) max(0, C / (tp - 1) - G / tp) (a ring collective is tp - 1
+      steps of C / (tp - 1); the local chunk needs no transfer);
+    - pipeline over n chunks: g + (n - 1) max(g, c) + c - G with g = r G / n and c one call of a
+      message / n (the last chunk's collective exposed);
+    - bulk: max(r G, C) - G;
+    forward: all-gather before G_c, reduce-scatter after G_r; backward: all-gather before the row
+    data gradient (G_r), reduce-scatter beside the column weight gradient (G_c), and the input
+    all-gather beside the column data gradient (G_c) where the scheme has it. Under an fp8
+    recipe with fp8 all-gather buffers the all-gathers move half the bytes. Staging copies
+    (AsyncTP): the local shard's copy (read + write of message / tp) before the all-gather and the
+    sum of the tp partials (read message, write message / tp) after the reduce-scatter, at HBM
+    speed. Blocks without overlap (None) show C. Not modelled: the chunk GEMMs' lower efficiency
+    (each chunk has 1/n of the rows), which the efficiency fit absorbs."""
+    scheme = overlap.TP_OVERLAP_SCHEMES[layout.framework]
+    tp, sms = layout.tp, cluster.gpu.sm_count
+    records = {(c.kind, c.phase): c for c in comm.layer_collectives(model, layout, index)
+               if c.axis == "tp"}
+    hbm = _hbm_bytes_per_s(cluster)
+
+    def call(kind: str, phase: str, split: float = 1.0) -> float:
+        c = records[(kind, phase)]
+        size = c.message_bytes * (0.5 if kind == "all_gather" and scheme.all_gather_fp8
+                                  and layout.precision == "fp8" else 1.0)
+        return _call_time(c, share["tp"], cluster, message_bytes=size / split)
+
+    def exposed(how: overlap.Pipelining, kind: str, phase: str, gemm: float) -> float:
+        r = sms / (sms - how.comm_sms) if sms and how.comm_sms else 1.0
+        if how.method == "ring":
+            staging = (2 / tp if kind == "all_gather" else 1 + 1 / tp) * records[(kind, phase)] \
+                .message_bytes / hbm if scheme.staging_copies else 0.0
+            return staging + (tp - 1) * max(0.0, call(kind, phase) / (tp - 1) - gemm / tp)
+        if how.method == "pipeline":
+            g, c = r * gemm / how.splits, call(kind, phase, how.splits)
+            return g + (how.splits - 1) * max(g, c) + c - gemm
+        return max(r * gemm, call(kind, phase)) - gemm
+
+    fwd = bwd = 0.0
+    for block in _tp_block_gemm_s(model, cluster, layout, index):
+        if block is None:
+            fwd += call("all_gather", "forward") + call("reduce_scatter", "forward")
+            bwd += call("all_gather", "backward") + call("reduce_scatter", "backward")
+            continue
+        col, row = block
+        fwd += (exposed(scheme.forward_all_gather, "all_gather", "forward", col)
+                + exposed(scheme.forward_reduce_scatter, "reduce_scatter", "forward", row))
+        bwd += (exposed(scheme.backward_all_gather, "all_gather", "backward", row)
+                + exposed(scheme.backward_reduce_scatter, "reduce_scatter", "backward", col))
+        if scheme.backward_input_all_gather is not None:
+            bwd += exposed(scheme.backward_input_all_gather, "all_gather", "backward", col)
+    return fwd, bwd
 
 
 def _tp_overlap_applies(layout: Layout) -> bool:
