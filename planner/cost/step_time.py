@@ -802,12 +802,12 @@ class StageCostModel:
     piecewise-linear function of each stage's per-kind-per-mode layer counts c[k][r]. Every field
     is an `AffinePiece` (seconds per micro-batch unless stated); for stage s:
 
-        t_s     = X + Zx + max(Cmp + R, Z)          per-micro-batch stage time (comm exposed)
+        t_s     = X + Zx + max(Cmp + R + Ze, Z)     per-micro-batch stage time (comm exposed)
         pipe_s  = (m + B_t) t_s + B_f F + P         `pipeline.pipeline_coefficients`
         dp_s    = max(E - O, D) + max(G - F, Dg)    exposed DP/ZeRO sync: gradients, parameters
         total_s = pipe_s + dp_s + Y + Opt + Off     step = max_s total_s
 
-    i.e. total_s = [A (X + Zx) + B_f F + Y + Opt + Off + P] + max(A (Cmp + R), A Z)
+    i.e. total_s = [A (X + Zx) + B_f F + Y + Opt + Off + P] + max(A (Cmp + R + Ze), A Z)
     + max(E - O, D) + max(G - F, Dg) with
     A = m + B_t > 0: a sum of maxima of affine pieces with positive weights (`time_groups`), which an
     integer program represents exactly with one auxiliary variable per maximum under minimisation.
@@ -832,6 +832,13 @@ class StageCostModel:
       l. 517-545), at least the first bucket Dg (one layer's, the embedding's on stage 0);
       without it G is exposed after the optimizer (`comm` phase after_step, part of Y), as is the
       gradient sync without gradient-reduce overlap (phase sync).
+    - ZeRO-3 prefetch. The per-micro-batch gathers Z run one unit ahead of the compute that needs
+      them (FSDP / ZeRO-3 prefetch: Zhao et al. 2023 (PyTorch FSDP) §3.3.2; DeepSpeed
+      stage3_prefetch_bucket_size), so the first unit's gather has nothing to run under: the
+      compute waits for it (Ze, one layer's gather, the embedding's with it on stage 0), while the
+      links stay busy for Z in all: max(Cmp + R + Ze, Z). The reduce-scatter of the last unit of
+      the step's last micro-batch runs after all compute (its gradients come last), before the
+      optimizer: one layer's reduce-scatter in Y (`_microbatch_edges`).
     The exposed ZeRO excess max(0, Z - Cmp - R) is not part of the window O: it occupies the same
     data-parallel links the sync needs.
     """
@@ -855,6 +862,9 @@ class StageCostModel:
     """O: backward of the last micro-batch that the sync overlaps, s."""
     dp_last_bucket: AffinePiece
     """D: sync of the last bucket (constant per stage), s per step."""
+    state_edge: AffinePiece
+    """Ze: the first unit's prefetched gather of every micro-batch, which no compute hides (constant
+    per stage), s per micro-batch."""
     state_exposed: AffinePiece
     """Zx: per-micro-batch model-state traffic the framework does not overlap (`comm` phase
     microbatch_exposed; the re-gathers of phase recompute too without parameter prefetch), s per
@@ -898,7 +908,7 @@ class StageCostModel:
         base = _combine((a, self.layer_comm), (a, self.state_exposed),
                         (self.pipeline.bubble_per_forward, self.forward),
                         (1.0, self.optimizer), (1.0, self.offload), (1.0, self.after_sync), (1.0, p2p))
-        busy = _combine((a, self.compute), (a, self.recompute))
+        busy = _combine((a, self.compute), (a, self.recompute), (a, self.state_edge))
         return ((base,), (busy, _combine((a, self.state_traffic),)),
                 (_combine((1.0, self.dp_sync), (-1.0, self.dp_window)), self.dp_last_bucket),
                 (_combine((1.0, self.param_sync), (-1.0, self.forward)), self.param_first_bucket))
@@ -919,9 +929,10 @@ class StageCostModel:
         v = {name: getattr(self, name).value(stage, counts) for name in (
             "forward", "compute", "recompute", "layer_comm", "state_traffic", "dp_sync",
             "dp_window", "dp_last_bucket", "optimizer", "offload", "after_sync", "state_exposed",
-            "param_sync", "param_first_bucket")}
+            "param_sync", "param_first_bucket", "state_edge")}
         busy = v["compute"] + v["recompute"]
-        comm = v["layer_comm"] + v["state_exposed"] + max(0.0, v["state_traffic"] - busy)
+        comm = (v["layer_comm"] + v["state_exposed"]
+                + max(v["state_edge"], v["state_traffic"] - busy))
         pipe = self.pipeline.time(v["forward"], busy + comm - v["forward"])
         dp = (max(v["dp_sync"] - v["dp_window"], v["dp_last_bucket"])
               + max(v["param_sync"] - v["forward"], v["param_first_bucket"]))
@@ -931,11 +942,11 @@ class StageCostModel:
                 m * v["recompute"], v["optimizer"])
 
     def microbatch_s(self, stage: int, counts, const_share: float = 1.0) -> float:
-        """t = X + max(Cmp + R, Z): per-micro-batch time of `stage`'s layers `counts` with
+        """t = X + Zx + max(Cmp + R + Ze, Z): per-micro-batch time of `stage`'s layers `counts` with
         `const_share` of its layer-independent part (a chunk's share of its stage), s."""
         def value(piece: AffinePiece) -> float:
             return piece.value(stage, counts) - (1 - const_share) * piece.const_s[stage]
-        busy = value(self.compute) + value(self.recompute)
+        busy = value(self.compute) + value(self.recompute) + value(self.state_edge)
         return (value(self.layer_comm) + value(self.state_exposed)
                 + max(busy, value(self.state_traffic)))
 
@@ -1056,6 +1067,7 @@ def _stage_cost_model(model, cluster, layout, order, schedule, flash) -> StageCo
     w1 = min(x[0].backward_s + x[0].recompute_s + x[0].comm_s for x in lt)
     last_bucket = _edge_bucket(records, price, "step", S)
     first_bucket = _edge_bucket(records, price, "param_sync", S)
+    first_gather, last_scatter = _microbatch_edges(records, price)
     return StageCostModel(
         layer_kinds=kinds,
         forward=piece([h / 3 for h in head], lambda k, r: lt[k][r].forward_s),
@@ -1067,12 +1079,13 @@ def _stage_cost_model(model, cluster, layout, order, schedule, flash) -> StageCo
         dp_window=piece([2 * h / 3 - w1 for h in head],
                         lambda k, r: lt[k][r].backward_s + lt[k][r].recompute_s + lt[k][r].comm_s),
         dp_last_bucket=piece(last_bucket, lambda k, r: 0.0),
+        state_edge=piece(first_gather, lambda k, r: 0.0),
         state_exposed=piece(zx_const, lambda k, r: zx_coef[k] + (shown[k] if r == full else 0.0)),
         param_sync=piece(g_const, lambda k, r: g_coef[k]),
         param_first_bucket=piece(first_bucket, lambda k, r: 0.0),
         optimizer=piece([opt_b * f for f in fixed], lambda k, r: opt_b * per_layer[k]),
         offload=piece(h_const, lambda k, r: h_coef[k]),
-        after_sync=piece(x_const, lambda k, r: x_coef[k]),
+        after_sync=piece([x + y for x, y in zip(x_const, last_scatter)], lambda k, r: x_coef[k]),
         pipeline=pipeline_coefficients(num_microbatches=layout.num_microbatches, pp=layout.pp,
                                        vpp=layout.vpp, schedule=schedule,
                                        p2p_send_s=_p2p_time(model, cluster, layout, share)),
@@ -1089,6 +1102,22 @@ def _edge_bucket(records: StateRecords, price: _Pricer, phase: str, stages: int)
     first = [c for c in records.fixed[0] if c.phase == phase]
     later = max(price.time(r) for r in per)   # every stage but the first (no embedding)
     return [max(price.time(r + first) for r in per) if s == 0 else later for s in range(stages)]
+
+
+def _microbatch_edges(records: StateRecords, price: _Pricer) -> tuple[list[float], list[float]]:
+    """([stage] one call of the first unit's parameter gather, s per micro-batch; [stage] one call
+    of the last unit's gradient reduce-scatter, s per step) of the model-state collectives that run
+    every micro-batch overlapped (phase microbatch; see `StageCostModel`): one layer's (the largest
+    kind), with the stage's fixed part (embedding, head) on the stage that holds it (the root unit
+    that FSDP gathers first and reduces last). Zero without such collectives."""
+    def one_call(rs, kind: str) -> float:   # one bucket: the records merged by key
+        sel = [c for c in rs if c.phase == "microbatch" and c.kind == kind and c.axis in ("dp", "edp")]
+        return price.time(sel, per=sel[0].count) if sel else 0.0
+
+    out = []
+    for kind in ("all_gather", "reduce_scatter"):
+        out.append([max(one_call(r + f, kind) for r in records.per_kind) for f in records.fixed])
+    return out[0], out[1]
 
 
 def _phase_piece(records: StateRecords, price: _Pricer, phases: tuple[str, ...],
