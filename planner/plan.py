@@ -750,6 +750,7 @@ def plan_entry(model: ModelSpec, cluster: ClusterSpec, ev: Evaluated, reserve: i
             "recompute": uniform if uniform else [dict(c) for c in ev.solution.recompute_per_stage],
             "pipeline_layers": list(layout.pipeline_layers),
             "overlap": {k: getattr(layout, k) for k in OVERLAP_KNOBS if getattr(layout, k) is not None},
+            **({} if layout.torch_compile is None else {"compile": layout.torch_compile}),
             **({} if layout.pipeline_layout is None else
                {"pipeline_layout": pipeline_layout.to_string(layout.pipeline_layout)}),
         },
@@ -824,7 +825,8 @@ def plan_layout(entry: dict, request: dict) -> Layout:
                   grad_reduce_dtype=request.get("grad_reduce_dtype"),
                   **{k: request.get(k) for k in PRECISION_KNOBS},
                   cp_comm_type=par.get("cp_comm_type", "p2p"),
-                  **{k: par.get("overlap", {}).get(k) for k in OVERLAP_KNOBS})
+                  **{k: par.get("overlap", {}).get(k) for k in OVERLAP_KNOBS},
+                  torch_compile=par.get("compile"))
 
 
 # ---------------------------------------------------------------- nothing fits

@@ -56,11 +56,12 @@ _KEYS = {
     "plan": ("parallelism",),
     "plan.parallelism": ("dp", "tp", "pp", "cp", "ep", "etp", "zero_stage", "sequence_parallel",
                          "micro_batch_size", "global_batch_size", "num_microbatches", "vpp",
-                         "recompute", "pipeline_layers", "overlap", "pipeline_layout", "cp_comm_type"),
+                         "recompute", "pipeline_layers", "overlap", "pipeline_layout", "cp_comm_type",
+                         "compile"),
 }
 """Section -> the keys `planner plan -o` writes there (planner/plan.py `plan_file`, `plan_entry`)."""
 _OPTIONAL = {"predicted", "solver", "fixed", "etp", "pipeline_layout", "grad_reduce_dtype", "overlap",
-             "cp_comm_type", *PRECISION_KNOBS}
+             "cp_comm_type", "compile", *PRECISION_KNOBS}
 """Keys that may be absent (module docstring)."""
 _PAR_INTS = {"dp": (1, MAX_GPUS), "tp": (1, MAX_GPUS), "pp": (1, MAX_GPUS), "cp": (1, MAX_GPUS),
              "ep": (1, MAX_GPUS), "etp": (1, MAX_GPUS), "zero_stage": (0, 3),
@@ -238,7 +239,7 @@ def _layout(par: dict, values: dict, req: dict, uniform: str, file: str) -> Layo
                             key="pipeline_layout")
         stages = pipeline_layout.parse(text, values["pp"]) if text is not None else None
         return Layout(**degrees, sequence_parallel=sp, recompute=uniform, **_overlaps(par, file),
-                      cp_comm_type=par.get("cp_comm_type", "p2p"),
+                      cp_comm_type=par.get("cp_comm_type", "p2p"), torch_compile=par.get("compile"),
                       pipeline_layers=tuple(split) if split is not None else None,
                       pipeline_layout=stages, **{k: req.get(k) for k in _REQUEST_LAYOUT})
     except SpecError as exc:
@@ -260,6 +261,9 @@ def _overlaps(par: dict, file: str) -> dict:
         if not isinstance(on, bool):
             raise SpecError(f"value {on!r} must be true or false", file=file,
                             key=f"plan.parallelism.overlap.{key}")
+    if "compile" in par and par["compile"] is not None and not isinstance(par["compile"], bool):
+        raise SpecError(f"value {par['compile']!r} must be true or false (torch.compile)", file=file,
+                        key="compile")   # the caller prefixes plan.parallelism
     return dict(value)
 
 

@@ -39,6 +39,7 @@ from planner.cost.params_flops import count_params, flops_per_token
 from planner.cost.pipeline import (PipelineCoefficients, pipeline_coefficients,
                                    uneven_interleaved_bubble_s)
 from planner.errors import SpecError
+from planner.frameworks import BY_NAME
 from planner.placement import overlap, pipeline_layout
 from planner.placement.precision import state_bytes, state_key
 from planner.placement.layout import RECOMPUTE_MODES, Layout
@@ -164,14 +165,16 @@ def axes_sharing(layout: Layout, cluster: ClusterSpec,
 def layer_time_key(layout: Layout, sharing: tuple[tuple[str, int], ...]) -> tuple:
     """Everything of `layout` and its `axes_sharing` that `layer_time` reads (b, s, tp, cp, ep,
     etp, SP, precision, the tp and cp groups' domain sharing, the only ones `_layer_comm` uses, the
-    TP / EP overlaps (and with TP overlap the framework, whose scheme prices it), and the gradient buffer's bytes the expert GEMMs accumulate into,
+    TP / EP overlaps (and with TP overlap the framework, whose scheme prices it), whether the
+    elementwise kernels are fused, and the gradient buffer's bytes the expert GEMMs accumulate into,
     `_expert_weight_bytes`): layouts with equal keys have equal layer times (for callers' caches)."""
     share = dict(sharing)
     ov = overlap.resolve(layout)
     return (layout.micro_batch_size, layout.seq_len, layout.tp, layout.cp, layout.ep, layout.etp,
             layout.precision, share["tp"], share["cp"], layout.sequence_parallel,
             ov.tp_comm_overlap, ov.ep_comm_overlap, layout.cp_comm_type, state_bytes(layout).gradients,
-            layout.framework if ov.tp_comm_overlap else None)
+            layout.framework if ov.tp_comm_overlap else None,
+            BY_NAME[layout.framework].fused_elementwise(layout.torch_compile))
 
 
 def _ep_sharing(layout: Layout, cluster: ClusterSpec, order: Sequence[str]) -> int:
@@ -270,8 +273,11 @@ def _layer_compute_s(model: ModelSpec, cluster: ClusterSpec, layout: Layout, ind
       per-rank chunk's efficiency (`compute.attention_flops`); unfused, at the GEMM rate plus the
       s^2 score traffic (UNFUSED_SCORE_BYTES);
     - memory-bound (at HBM_EFFICIENCY x HBM bandwidth): the router GEMM and its softmax/top-k,
-      permute/unpermute of the routed copies (`_moe_memory_bytes`), and under fp8 the casts of
-      every linear input and output gradient (`compute.fp8_cast_bytes`).
+      permute/unpermute of the routed copies (`_moe_memory_bytes`), under fp8 the casts of
+      every linear input and output gradient (`compute.fp8_cast_bytes`), and without fused
+      elementwise kernels (torchtitan in eager mode, `frameworks.<framework>.fused_elementwise`)
+      the bytes unfused kernels move beyond fused ones (`unfused_elementwise_bytes`); the fused
+      kernels' own bytes are part of what the fitted GEMM efficiency absorbs on every row.
     Backward = 2 x forward for every part (Narayanan 2021 §5.1), so memory terms that run once
     per forward + backward enter as a third of their bytes.
     """
@@ -294,10 +300,49 @@ def _layer_compute_s(model: ModelSpec, cluster: ClusterSpec, layout: Layout, ind
         scores = b * model.num_attention_heads / tp * s * s / cp
         attn_fwd += scores * UNFUSED_SCORE_BYTES / _hbm_bytes_per_s(cluster)
     memory = _moe_memory_bytes(model, index) if routed else 0.0
+    if not BY_NAME[layout.framework].fused_elementwise(layout.torch_compile):
+        memory += unfused_elementwise_bytes(model, index)
     if lin == "fp8":
         memory += fp8_cast_bytes(sum(_linear_io_per_token(model, index))) / 3
     fwd += attn_fwd + local * memory / _hbm_bytes_per_s(cluster)
     return fwd, attn_fwd
+
+
+def unfused_elementwise_bytes(model: ModelSpec, index: int) -> float:
+    """HBM bytes per token that layer `index`'s elementwise ops move in one forward pass in eager
+    PyTorch beyond what torch.compile's fused kernels move (bf16 activations, 2 B; fp32 4 B):
+
+    - SwiGLU `w2(silu(w1 x) * w3 x)` (gated MLPs: dense, shared experts, each of the top_k routed
+      copies; width w): eager writes silu's output and reads it back for the product, 2 x 2w B;
+      fused, silu and the product are one kernel: 4w B more eager;
+    - RoPE (Llama 3's ComplexRoPE): eager upcasts q and k to fp32 (read 2, write 4 B per element),
+      multiplies by the rotation (read 4, write 4) and casts back (read 4, write 2): 20 B per element
+      against 4 B fused, 16 B more per rotated element of q (heads x head dim; MLA: heads x rope
+      dim) and k (kv heads x head dim; MLA: the shared rope key);
+    - residual add + RMSNorm: inside one compiled block the attention residual's sum feeds the FFN
+      norm in the same kernel; eager reads the sum back, 2h B more (the block's last add and the
+      next block's norm sit in different compiled regions; RMSNorm itself is one fused kernel in
+      eager PyTorch too: pytorch/pytorch aten/src/ATen/native/layer_norm.cpp rms_norm_symint calls
+      at::_fused_rms_norm).
+    The backward pass moves about twice these bytes (the autograd of each op: `_layer_compute_s`
+    counts memory terms x 3 over forward + backward). Source: pytorch/torchtitan@b5bcd76
+    torchtitan/models/common/feed_forward.py l. 53-54, rope.py l. 254-264 (ComplexRoPE, Llama 3's:
+    models/llama3/__init__.py l. 136), models/common/decoder.py (x + attn(norm(x)); x + ffn(norm(x))),
+    torchtitan/distributed/compile.py apply_compile (one compiled region per TransformerBlock).
+    Not modelled: fp8 cast fusion under compile."""
+    h = model.hidden_size
+    if model.is_mla:
+        rotated = model.num_attention_heads * model.qk_rope_head_dim + model.qk_rope_head_dim
+    else:
+        rotated = (model.num_attention_heads + model.num_key_value_heads) * model.head_dim
+    width = 0.0
+    if model.gated_mlp:
+        if model.is_moe and model.moe_layers[index]:
+            width = ((model.shared_expert_intermediate_size or 0)
+                     + model.num_experts_per_tok * model.moe_intermediate_size)
+        else:
+            width = model.intermediate_size
+    return 4.0 * width + 16.0 * rotated + 2.0 * h
 
 
 def _hbm_bytes_per_s(cluster: ClusterSpec) -> float:

@@ -74,11 +74,16 @@ def tuned(layout: Layout) -> Layout:
     tests/functional_tests/test_cases/gpt/gpt3_15b_8t_release_gb200/model_config.yaml l. 15-24:
     TP 4 with SP and all three switched on, `frameworks.megatron` FLAG). Knobs the layout
     sets (not None) are kept. EP all-to-all overlap stays as given: Megatron asserts it off with
-    full recompute, which a plan may mix in per layer."""
+    full recompute, which a plan may mix in per layer. torchtitan's torch.compile is switched on
+    too (`Layout.torch_compile`): every tuned run of torchtitan's benchmarks compiles
+    (pytorch/torchtitan@b5bcd76 benchmarks/llama3_h100_202412_torchtitan.md Tables 1-6), and its
+    AsyncTP needs it."""
     wanted = ("tp_comm_overlap",) * (layout.tp > 1 and bool(layout.sequence_parallel)) + (
         "overlap_grad_reduce", "overlap_param_gather")
     changes = {k: True for k in wanted if getattr(layout, k) is None
                and k in BY_NAME[layout.framework].overlap_switches(layout.zero_stage)}
+    if layout.framework == "torchtitan" and layout.torch_compile is None:
+        changes["torch_compile"] = True
     return layout.replace(**changes) if changes else layout
 
 
