@@ -20,6 +20,7 @@ from planner.cost.params_flops import count_params
 from planner.errors import SpecError
 from planner.placement.layout import Layout
 from planner.placement.overlap import resolve, tuned
+from planner.placement.precision import state_bytes
 from planner.specs.cluster import load_cluster
 from planner.specs.model import from_config, load_model
 
@@ -251,6 +252,26 @@ def test_zero3_gathers_without_prefetch_are_exposed_every_micro_batch():
     m = off.num_microbatches
     assert m == 2
     assert _step(off).step - _step(base).step == pytest.approx(m * (gathers - first), rel=1e-3)
+
+
+def test_zero3_prefetch_exposes_the_first_gather_and_the_last_reduce_scatter():
+    """DeepSpeed ZeRO-3 with prefetch, dp 8 in one DGX, one stage: per micro-batch the first unit's
+    gather (one layer with the embedding and head, one bucket: 7 alpha + 7/8 x 2 B x elements /
+    NVLink) has no compute before it (Ze); per step the last unit's gradient reduce-scatter (same
+    elements, the gradient-reduce bytes per element) runs after all compute (Zl)."""
+    counts = count_params(SMALL)
+    layout = Layout(dp=8, zero_stage=3, framework="deepspeed", seq_len=4096, global_batch_size=16)
+    elements = counts.total - counts.layers[0].total      # one layer + embedding, head, norm
+    grad_bytes = state_bytes(layout).gradient_reduce
+    cm = stt.stage_cost_model(SMALL, H100, layout)
+    c = cm.counts(range(L), ("none",) * L)
+    assert cm.state_edge.value(0, c) == pytest.approx(7 * ALPHA + 7 / 8 * 2 * elements / NVLINK,
+                                                      rel=1e-9)
+    assert cm.state_last_bucket.value(0, c) == pytest.approx(
+        7 * ALPHA + 7 / 8 * grad_bytes * elements / NVLINK, rel=1e-9)
+    # ZeRO-1 has neither (its gradients are reduced once per step, its parameters gathered once)
+    z1 = stt.stage_cost_model(SMALL, H100, layout.replace(zero_stage=1, framework="megatron"))
+    assert z1.state_edge.value(0, c) == 0 and z1.state_last_bucket.value(0, c) == 0
 
 
 # ---------------------------------------------------------------- CP ring

@@ -850,9 +850,9 @@ class StageCostModel:
         t_s     = X + Zx + max(Cmp + R + Ze, Z)     per-micro-batch stage time (comm exposed)
         pipe_s  = (m + B_t) t_s + B_f F + P         `pipeline.pipeline_coefficients`
         dp_s    = max(E - O, D) + max(G - F, Dg)    exposed DP/ZeRO sync: gradients, parameters
-        total_s = pipe_s + dp_s + Y + Opt + Off     step = max_s total_s
+        total_s = pipe_s + dp_s + Y + Zl + Opt + Off     step = max_s total_s
 
-    i.e. total_s = [A (X + Zx) + B_f F + Y + Opt + Off + P] + max(A (Cmp + R + Ze), A Z)
+    i.e. total_s = [A (X + Zx) + B_f F + Y + Zl + Opt + Off + P] + max(A (Cmp + R + Ze), A Z)
     + max(E - O, D) + max(G - F, Dg) with
     A = m + B_t > 0: a sum of maxima of affine pieces with positive weights (`time_groups`), which an
     integer program represents exactly with one auxiliary variable per maximum under minimisation.
@@ -878,12 +878,12 @@ class StageCostModel:
       without it G is exposed after the optimizer (`comm` phase after_step, part of Y), as is the
       gradient sync without gradient-reduce overlap (phase sync).
     - ZeRO-3 prefetch. The per-micro-batch gathers Z run one unit ahead of the compute that needs
-      them (FSDP / ZeRO-3 prefetch: Zhao et al. 2023 (PyTorch FSDP) §3.3.2; DeepSpeed
-      stage3_prefetch_bucket_size), so the first unit's gather has nothing to run under: the
+      them (FSDP / ZeRO-3 prefetch: Zhao et al. 2023 (PyTorch FSDP) §3.3.2; DeepSpeed's
+      ZeRO-3 prefetch bucket, `frameworks.deepspeed`), so the first unit's gather has nothing to run under: the
       compute waits for it (Ze, one layer's gather, the embedding's with it on stage 0), while the
       links stay busy for Z in all: max(Cmp + R + Ze, Z). The reduce-scatter of the last unit of
       the step's last micro-batch runs after all compute (its gradients come last), before the
-      optimizer: one layer's reduce-scatter in Y (`_microbatch_edges`).
+      optimizer: Zl, one layer's reduce-scatter per step (`_microbatch_edges`).
     The exposed ZeRO excess max(0, Z - Cmp - R) is not part of the window O: it occupies the same
     data-parallel links the sync needs.
     """
@@ -923,6 +923,9 @@ class StageCostModel:
     """Opt: memory-bound optimizer step, s per step."""
     offload: AffinePiece
     """Off: per-step host<->device traffic of optimizer offload, s per step."""
+    state_last_bucket: AffinePiece
+    """Zl: reduce-scatter of the last unit of the step's last micro-batch, after all compute
+    (constant per stage), s per step."""
     after_sync: AffinePiece
     """Y: collectives after the DP sync (SP norm and tied-embedding all-reduces), s per step."""
     pipeline: PipelineCoefficients
@@ -952,7 +955,8 @@ class StageCostModel:
                           coef=tuple((0.0,) * len(RECOMPUTE_MODES) for _ in self.forward.coef))
         base = _combine((a, self.layer_comm), (a, self.state_exposed),
                         (self.pipeline.bubble_per_forward, self.forward),
-                        (1.0, self.optimizer), (1.0, self.offload), (1.0, self.after_sync), (1.0, p2p))
+                        (1.0, self.optimizer), (1.0, self.offload), (1.0, self.after_sync),
+                        (1.0, self.state_last_bucket), (1.0, p2p))
         busy = _combine((a, self.compute), (a, self.recompute), (a, self.state_edge))
         return ((base,), (busy, _combine((a, self.state_traffic),)),
                 (_combine((1.0, self.dp_sync), (-1.0, self.dp_window)), self.dp_last_bucket),
@@ -974,7 +978,7 @@ class StageCostModel:
         v = {name: getattr(self, name).value(stage, counts) for name in (
             "forward", "compute", "recompute", "layer_comm", "state_traffic", "dp_sync",
             "dp_window", "dp_last_bucket", "optimizer", "offload", "after_sync", "state_exposed",
-            "param_sync", "param_first_bucket", "state_edge")}
+            "param_sync", "param_first_bucket", "state_edge", "state_last_bucket")}
         busy = v["compute"] + v["recompute"]
         comm = (v["layer_comm"] + v["state_exposed"]
                 + max(v["state_edge"], v["state_traffic"] - busy))
@@ -983,7 +987,8 @@ class StageCostModel:
               + max(v["param_sync"] - v["forward"], v["param_first_bucket"]))
         m = self.pipeline.slots
         return (self.stage_total(stage, counts), m * v["compute"],
-                m * comm + pipe.p2p_s + dp + v["offload"] + v["after_sync"], pipe.bubble_s,
+                m * comm + pipe.p2p_s + dp + v["offload"] + v["after_sync"] + v["state_last_bucket"],
+                pipe.bubble_s,
                 m * v["recompute"], v["optimizer"])
 
     def microbatch_s(self, stage: int, counts, const_share: float = 1.0) -> float:
@@ -1130,7 +1135,8 @@ def _stage_cost_model(model, cluster, layout, order, schedule, flash) -> StageCo
         param_first_bucket=piece(first_bucket, lambda k, r: 0.0),
         optimizer=piece([opt_b * f for f in fixed], lambda k, r: opt_b * per_layer[k]),
         offload=piece(h_const, lambda k, r: h_coef[k]),
-        after_sync=piece([x + y for x, y in zip(x_const, last_scatter)], lambda k, r: x_coef[k]),
+        after_sync=piece(x_const, lambda k, r: x_coef[k]),
+        state_last_bucket=piece(last_scatter, lambda k, r: 0.0),
         pipeline=pipeline_coefficients(num_microbatches=layout.num_microbatches, pp=layout.pp,
                                        vpp=layout.vpp, schedule=schedule,
                                        p2p_send_s=_p2p_time(model, cluster, layout, share)),

@@ -153,9 +153,10 @@ USERBUFFERS = TPOverlapScheme(
            "proj_fprop / fc2_fprop 'pipeline' reduce-scatter with num_splits 4, num_sm 16 and "
            "set_sm_margin; qkv/fc1 dgrad and wgrad 'bulk' with num_sm 16 (the input all-gather "
            "beside dgrad, the dgrad reduce-scatter beside wgrad); fp8_buf for the all-gather layers); "
-           "Megatron-LM passes no ub config unless --tp-comm-overlap-cfg is given "
+           "Megatron-LM passes no ub config unless a userbuffers config file is given "
            "(NVIDIA/Megatron-LM@d98e8a6 megatron/training/initialize.py l. 211-215, 240-268)")
-"""Megatron-LM's `--tp-comm-overlap`: Transformer Engine userbuffers with their defaults."""
+"""Megatron-LM's TP comm overlap (`frameworks.megatron` FLAG["tp_comm_overlap"]): Transformer
+Engine userbuffers with their defaults."""
 
 ASYNC_TP = TPOverlapScheme(
     forward_all_gather=Pipelining("ring"),
@@ -173,7 +174,7 @@ ASYNC_TP = TPOverlapScheme(
            "ops to the compiled TransformerBlocks (pytorch/torchtitan@b5bcd76 "
            "torchtitan/distributed/compile.py _maybe_enable_async_tp: symmetric memory for the TP "
            "group and inductor's _micro_pipeline_tp pass)")
-"""torchtitan's AsyncTP (`--parallelism.enable_async_tensor_parallel`): PyTorch symmetric-memory
+"""torchtitan's AsyncTP (`frameworks.torchtitan` KEY["async_tp"]): PyTorch symmetric-memory
 micro-pipelining."""
 
 TP_OVERLAP_SCHEMES = {"megatron": USERBUFFERS, "torchtitan": ASYNC_TP, "deepspeed": USERBUFFERS}
