@@ -145,6 +145,7 @@ class Evaluation:
             "recompute": recompute, "pipeline_layers": list(layout.pipeline_layers),
             "overlap": {k: getattr(layout, k) for k in OVERLAP_KNOBS if getattr(layout, k) is not None},
             **({} if layout.moe_dispatcher is None else {"moe_dispatcher": layout.moe_dispatcher}),
+            **({} if layout.torch_compile is None else {"compile": layout.torch_compile}),
             **({} if layout.pipeline_layout is None else
                {"pipeline_layout": pipeline_layout.to_string(layout.pipeline_layout)})}
 

@@ -813,7 +813,8 @@ def plan_layout(entry: dict, request: dict) -> Layout:
                   **{k: request.get(k) for k in PRECISION_KNOBS},
                   cp_comm_type=par.get("cp_comm_type", "p2p"),
                   moe_dispatcher=par.get("moe_dispatcher"),
-                  **{k: par.get("overlap", {}).get(k) for k in OVERLAP_KNOBS})
+                  **{k: par.get("overlap", {}).get(k) for k in OVERLAP_KNOBS},
+                  torch_compile=par.get("compile"))
 
 
 # ---------------------------------------------------------------- nothing fits

@@ -33,11 +33,12 @@ KEYS = {
     "plan.parallelism": ("dp", "tp", "pp", "cp", "ep", "etp", "zero_stage", "sequence_parallel",
                          "micro_batch_size", "global_batch_size", "num_microbatches", "vpp",
                          "recompute", "pipeline_layers", "overlap", "pipeline_layout", "cp_comm_type",
-                         "moe_dispatcher"),
+                         "moe_dispatcher", "compile"),
 }
 """Section -> the keys a plan file may hold there (`planner plan -o` writes them)."""
 OPTIONAL = frozenset({"predicted", "solver", "fixed", "etp", "pipeline_layout", "grad_reduce_dtype",
-                      "overlap", "cp_comm_type", "moe_dispatcher", *PRECISION_KNOBS})
+                      "overlap", "cp_comm_type", "moe_dispatcher", "compile",
+                      *PRECISION_KNOBS})
 """Keys that may be absent: `predicted` and `solver` (informational), `request.fixed` (a
 hand-written plan pinned nothing), `plan.parallelism.etp` (files written before the expert
 tensor-parallel degree was recorded: 1), and the knobs whose absence means the default."""

@@ -363,6 +363,8 @@ def layout_label(par: dict) -> str:
     on = [name for name, knob in overlap.NAMES.items() if (par.get("overlap") or {}).get(knob)]
     if on:
         parts.append("overlap " + ",".join(on))
+    if par.get("compile"):
+        parts.append("compile")
     return " · ".join(parts)
 
 

@@ -121,8 +121,10 @@ ASSUMPTIONS = {
     "torchtitan-table6": "torchtitan 2024-12 Table 6 rows (techniques '4D, 1F1B' in training_runs.yaml) take the "
                          "table's caption, '4D parallelism (FSDP + TP + PP + CP) + torch.compile + Float8 + AsyncTP "
                          "+ 1F1B' (benchmarks/llama3_h100_202412_torchtitan.md @31a17bfd): fp8 GEMMs, compiled, AsyncTP.",
-    "compile-as-eager": "torch.compile is costed as eager (the cost model has no fusion term): compiled rows are "
-                        "predicted at the eager speed.",
+    "torch-compile": "torchtitan rows: torch.compile (named in the row's techniques; the expert rows' "
+                     "torchtitan sources all compile) is `Layout.torch_compile` on, which removes the bytes "
+                     "eager elementwise kernels move beyond fused ones (`step_time.unfused_elementwise_bytes`); "
+                     "without it, off (torchtitan's default, eager).",
     "async-tp": "torchtitan rows with TP: AsyncTP (named in the row's techniques or source) is the TP "
                 "communication overlap knob on (`Layout.tp_comm_overlap`); without it, off (torchtitan's "
                 "default).",
@@ -406,7 +408,8 @@ def _expert_row(raw: dict, file: str, where: str) -> list[Row]:
         layout = overlap.tuned_dispatcher(layout, ep_gpus_per_domain(layout, spec.scaleup_domain_gpus))
         assumptions.append("nvidia-perf-recipes")
     if raw["framework"] == "torchtitan":
-        assumptions += ["compile-as-eager"]
+        layout = layout.replace(torch_compile=True)
+        assumptions += ["torch-compile"]
         if degrees["tp"] > 1:
             layout = layout.replace(tp_comm_overlap="AsyncTP" in str(raw.get("source", "")))
             assumptions.append("async-tp")
@@ -607,8 +610,8 @@ def _torchtitan_rows(raw: dict, settings: dict, file: str, where: str) -> list[R
         layout = layout.replace(pp=pp, vpp=vpp, pipeline_layers=split, micro_batch_size=local // pp)
     if "UNVERIFIED" in str(raw.get("notes", "")):
         assumptions.append("torchtitan-seq-len")
-    if "compile" in techniques:
-        assumptions.append("compile-as-eager")
+    layout = layout.replace(torch_compile="compile" in techniques)
+    assumptions.append("torch-compile")
     if tp > 1:
         layout = layout.replace(tp_comm_overlap="AsyncTP" in techniques)
         assumptions.append("async-tp")

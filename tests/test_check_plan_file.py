@@ -84,9 +84,10 @@ def test_reader_allows_exactly_the_keys_plan_writes(tmp_path):
     assert list(doc["plan"]) == ["parallelism"]
     assert tuple(doc["plan"]["parallelism"]) == PAR_KEYS
     # `pipeline_layout` is written only for uneven interleaved plans (optional)
+    # `compile` (torch.compile) only where the layout sets it (torchtitan plans)
     assert plan_file._KEYS["plan.parallelism"] == (*PAR_KEYS, "pipeline_layout", "cp_comm_type",
-                                                        "moe_dispatcher")
-    assert {"pipeline_layout", "cp_comm_type", "overlap"} <= plan_file._OPTIONAL
+                                                   "moe_dispatcher", "compile")
+    assert {"pipeline_layout", "cp_comm_type", "overlap", "compile", "moe_dispatcher"} <= plan_file._OPTIONAL
     assert runner.invoke(app, ["check", str(out)]).exit_code == 0
 
 

@@ -160,7 +160,7 @@ def _layout(par: dict, values: dict, req: dict, uniform: str, file: str) -> Layo
         stages = pipeline_layout.parse(text, values["pp"]) if text is not None else None
         return Layout(**degrees, sequence_parallel=sp, recompute=uniform, **_overlaps(par, file),
                       cp_comm_type=par.get("cp_comm_type", "p2p"),
-                      moe_dispatcher=par.get("moe_dispatcher"),
+                      moe_dispatcher=par.get("moe_dispatcher"), torch_compile=par.get("compile"),
                       pipeline_layers=tuple(split) if split is not None else None,
                       pipeline_layout=stages, **{k: req.get(k) for k in _REQUEST_LAYOUT})
     except SpecError as exc:
@@ -182,6 +182,9 @@ def _overlaps(par: dict, file: str) -> dict:
         if not isinstance(on, bool):
             raise SpecError(f"value {on!r} must be true or false", file=file,
                             key=f"plan.parallelism.overlap.{key}")
+    if "compile" in par and par["compile"] is not None and not isinstance(par["compile"], bool):
+        raise SpecError(f"value {par['compile']!r} must be true or false (torch.compile)", file=file,
+                        key="compile")   # the caller prefixes plan.parallelism
     return dict(value)
 
 

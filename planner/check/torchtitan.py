@@ -335,7 +335,9 @@ def _layout(cfg: _Config, spec: ModelSpec, degrees: dict[str, int], seq_len: int
                         precision=precision, framework=FRAMEWORK,
                         # AsyncTP acts only under torch.compile; absent: torchtitan's default (off)
                         tp_comm_overlap=True if cfg.flag("async_tp") and cfg.flag("compile")
-                        else None)
+                        else None,
+                        # compile fuses the blocks' elementwise kernels; absent: off (eager)
+                        torch_compile=True if cfg.flag("compile") else None)
     except SpecError as exc:
         raise SpecError(str(exc).split(": ", 1)[-1], file=cfg.file, key=exc.key) from None
     return layout, per_stage, findings

@@ -39,6 +39,7 @@ from planner.cost.params_flops import count_params, flops_per_token
 from planner.cost.pipeline import (PipelineCoefficients, pipeline_coefficients,
                                    uneven_interleaved_bubble_s)
 from planner.errors import SpecError
+from planner.frameworks import BY_NAME
 from planner.placement import overlap, pipeline_layout
 from planner.placement.precision import state_bytes, state_key
 from planner.placement.layout import RECOMPUTE_MODES, Layout
@@ -162,14 +163,16 @@ def axes_sharing(layout: Layout, cluster: ClusterSpec,
 def layer_time_key(layout: Layout, sharing: tuple[tuple[str, int], ...]) -> tuple:
     """Everything of `layout` and its `axes_sharing` that `layer_time` reads (b, s, tp, cp, ep,
     etp, SP, precision, the tp and cp groups' domain sharing, the only ones `_layer_comm` uses, the
-    TP / EP overlaps, and the gradient buffer's bytes the expert GEMMs accumulate into,
+    TP / EP overlaps (and with TP overlap the framework, whose scheme prices it), whether the
+    elementwise kernels are fused, and the gradient buffer's bytes the expert GEMMs accumulate into,
     `_expert_weight_bytes`): layouts with equal keys have equal layer times (for callers' caches)."""
     share = dict(sharing)
     ov = overlap.resolve(layout)
     return (layout.micro_batch_size, layout.seq_len, layout.tp, layout.cp, layout.ep, layout.etp,
             layout.precision, share["tp"], share["cp"], layout.sequence_parallel,
             ov.tp_comm_overlap, ov.ep_comm_overlap, layout.cp_comm_type, state_bytes(layout).gradients,
-            layout.moe_dispatcher)
+            layout.moe_dispatcher, layout.framework if ov.tp_comm_overlap else None,
+            BY_NAME[layout.framework].fused_elementwise(layout.torch_compile))
 
 
 def _ep_sharing(layout: Layout, cluster: ClusterSpec, order: Sequence[str]) -> int:
@@ -266,8 +269,11 @@ def _layer_compute_s(model: ModelSpec, cluster: ClusterSpec, layout: Layout, ind
       per-rank chunk's efficiency (`compute.attention_flops`); unfused, at the GEMM rate plus the
       s^2 score traffic (UNFUSED_SCORE_BYTES);
     - memory-bound (at HBM_EFFICIENCY x HBM bandwidth): the router GEMM and its softmax/top-k,
-      permute/unpermute of the routed copies (`_moe_memory_bytes`), and under fp8 the casts of
-      every linear input and output gradient (`compute.fp8_cast_bytes`).
+      permute/unpermute of the routed copies (`_moe_memory_bytes`), under fp8 the casts of
+      every linear input and output gradient (`compute.fp8_cast_bytes`), and without fused
+      elementwise kernels (torchtitan in eager mode, `frameworks.<framework>.fused_elementwise`)
+      the bytes unfused kernels move beyond fused ones (`unfused_elementwise_bytes`); the fused
+      kernels' own bytes are part of what the fitted GEMM efficiency absorbs on every row.
     Backward = 2 x forward for every part (Narayanan 2021 §5.1), so memory terms that run once
     per forward + backward enter as a third of their bytes.
     """
@@ -290,10 +296,49 @@ def _layer_compute_s(model: ModelSpec, cluster: ClusterSpec, layout: Layout, ind
         scores = b * model.num_attention_heads / tp * s * s / cp
         attn_fwd += scores * UNFUSED_SCORE_BYTES / _hbm_bytes_per_s(cluster)
     memory = _moe_memory_bytes(model, index) if routed else 0.0
+    if not BY_NAME[layout.framework].fused_elementwise(layout.torch_compile):
+        memory += unfused_elementwise_bytes(model, index)
     if lin == "fp8":
         memory += fp8_cast_bytes(sum(_linear_io_per_token(model, index))) / 3
     fwd += attn_fwd + local * memory / _hbm_bytes_per_s(cluster)
     return fwd, attn_fwd
+
+
+def unfused_elementwise_bytes(model: ModelSpec, index: int) -> float:
+    """HBM bytes per token that layer `index`'s elementwise ops move in one forward pass in eager
+    PyTorch beyond what torch.compile's fused kernels move (bf16 activations, 2 B; fp32 4 B):
+
+    - SwiGLU `w2(silu(w1 x) * w3 x)` (gated MLPs: dense, shared experts, each of the top_k routed
+      copies; width w): eager writes silu's output and reads it back for the product, 2 x 2w B;
+      fused, silu and the product are one kernel: 4w B more eager;
+    - RoPE (Llama 3's ComplexRoPE): eager upcasts q and k to fp32 (read 2, write 4 B per element),
+      multiplies by the rotation (read 4, write 4) and casts back (read 4, write 2): 20 B per element
+      against 4 B fused, 16 B more per rotated element of q (heads x head dim; MLA: heads x rope
+      dim) and k (kv heads x head dim; MLA: the shared rope key);
+    - residual add + RMSNorm: inside one compiled block the attention residual's sum feeds the FFN
+      norm in the same kernel; eager reads the sum back, 2h B more (the block's last add and the
+      next block's norm sit in different compiled regions; RMSNorm itself is one fused kernel in
+      eager PyTorch too: pytorch/pytorch aten/src/ATen/native/layer_norm.cpp rms_norm_symint calls
+      at::_fused_rms_norm).
+    The backward pass moves about twice these bytes (the autograd of each op: `_layer_compute_s`
+    counts memory terms x 3 over forward + backward). Source: pytorch/torchtitan@b5bcd76
+    torchtitan/models/common/feed_forward.py l. 53-54, rope.py l. 254-264 (ComplexRoPE, Llama 3's:
+    models/llama3/__init__.py l. 136), models/common/decoder.py (x + attn(norm(x)); x + ffn(norm(x))),
+    torchtitan/distributed/compile.py apply_compile (one compiled region per TransformerBlock).
+    Not modelled: fp8 cast fusion under compile."""
+    h = model.hidden_size
+    if model.is_mla:
+        rotated = model.num_attention_heads * model.qk_rope_head_dim + model.qk_rope_head_dim
+    else:
+        rotated = (model.num_attention_heads + model.num_key_value_heads) * model.head_dim
+    width = 0.0
+    if model.gated_mlp:
+        if model.is_moe and model.moe_layers[index]:
+            width = ((model.shared_expert_intermediate_size or 0)
+                     + model.num_experts_per_tok * model.moe_intermediate_size)
+        else:
+            width = model.intermediate_size
+    return 4.0 * width + 16.0 * rotated + 2.0 * h
 
 
 def _hbm_bytes_per_s(cluster: ClusterSpec) -> float:
@@ -411,8 +456,8 @@ def _layer_comm(model: ModelSpec, cluster: ClusterSpec, layout: Layout, index: i
     GEMMs to hide under).
 
     - tp (phases forward / backward): exposed, or with TP comm overlap (`placement.overlap`; Megatron
-      requires SP for it) only the excess over the linear GEMMs of the pass they are pipelined
-      with, fwd - attn forward and twice that backward (`TP_OVERLAP_HIDES`).
+      requires SP for it) what the framework's chunked pipelining leaves exposed beside the
+      linear GEMMs each collective is paired with (`_tp_overlap_exposed`).
     - ep (phases forward / backward): exposed (flex: the slower of its network and NVLink parts,
       which DeepEP / HybridEP run in one kernel, `comm._flex_dispatch`), or with EP all-to-all overlap only the excess over
       the other micro-batch's pass it runs beside (Megatron 1F1B A2A overlap merges micro-batch i's
@@ -425,7 +470,6 @@ def _layer_comm(model: ModelSpec, cluster: ClusterSpec, layout: Layout, index: i
     share = _sharing(layout, cluster, order)
     ov = overlap.resolve(layout)
     fwd_s = attn_fwd_s if fwd_s is None else fwd_s
-    linear = max(0.0, fwd_s - attn_fwd_s)
     t = {(axis, phase): 0.0 for axis in ("tp", "ep", comm.FLEX_NETWORK, comm.FLEX_NVLINK, "other")
          for phase in ("forward", "backward")}
     cp = []
@@ -439,11 +483,11 @@ def _layer_comm(model: ModelSpec, cluster: ClusterSpec, layout: Layout, index: i
         t[(axis, c.phase)] += c.count * _call_time(c, k, cluster)
     for phase in ("forward", "backward"):   # flex: network and NVLink parts run at once
         t[("ep", phase)] += max(t[(comm.FLEX_NETWORK, phase)], t[(comm.FLEX_NVLINK, phase)])
-    tp_hides = ov.tp_comm_overlap and _tp_overlap_applies(layout)
     ep_hides = ov.ep_comm_overlap
-    tp_f = max(0.0, t[("tp", "forward")] - TP_OVERLAP_HIDES * linear) if tp_hides else t[("tp", "forward")]
-    tp_b = (max(0.0, t[("tp", "backward")] - 2 * TP_OVERLAP_HIDES * linear) if tp_hides
-            else t[("tp", "backward")])
+    if ov.tp_comm_overlap and _tp_overlap_applies(layout):
+        tp_f, tp_b = _tp_overlap_exposed(model, cluster, layout, index, share)
+    else:
+        tp_f, tp_b = t[("tp", "forward")], t[("tp", "backward")]
     ep_f = max(0.0, t[("ep", "forward")] - 2 * fwd_s) if ep_hides else t[("ep", "forward")]
     ep_b = max(0.0, t[("ep", "backward")] - fwd_s) if ep_hides else t[("ep", "backward")]
     cp_f, cp_b = _cp_ring_exposed(cp, cluster, layout.cp, attn_fwd_s)
@@ -451,15 +495,91 @@ def _layer_comm(model: ModelSpec, cluster: ClusterSpec, layout: Layout, index: i
             (cp_f, cp_b)]
 
 
-TP_OVERLAP_HIDES = 1.0
-"""Share of the linear GEMMs' time under which TP comm overlap hides the SP all-gathers /
-reduce-scatters. Transformer Engine splits each GEMM into tp chunks and passes the activation
-shards around the ring, one step per chunk, so all the communication but the excess over the GEMM
-runs under it (the all-gather before QKV and FC1, the reduce-scatter after the projection and
-FC2; backward under dgrad / wgrad). Source: NVIDIA/TransformerEngine@d0067d0
-`transformer_engine/pytorch/module/base.py` userbuffers (`initialize_ub`); Wang et al. 2023
-(ASPLOS, "Overlap Communication with Dependent Computation via Decomposition") §3. The SMs the
-reduce-scatter kernels take from the GEMM are not modelled."""
+def _tp_block_gemm_s(model: ModelSpec, cluster: ClusterSpec, layout: Layout, index: int
+                     ) -> list[tuple[float, float] | None]:
+    """[block] (column-parallel GEMM, row-parallel GEMM) forward seconds of one micro-batch on one
+    GPU for the two blocks of layer `index` that carry the TP collectives of
+    `comm.layer_collectives` (attention: QKV, output projection; MLP: FC1 (+ gate), FC2), at the
+    dense linear GEMMs' rate (`_layer_compute_s`); None for the MLP of an MoE layer, whose
+    experts are not Transformer Engine linears with userbuffers nor matched by AsyncTP's
+    all-gather-matmul pattern (its TP collectives stay exposed). Data- and weight-gradient GEMMs
+    have the forward GEMM's FLOPs (Narayanan 2021 §5.1)."""
+    b, s, tp, cp = layout.micro_batch_size, layout.seq_len, layout.tp, layout.cp
+    rate = achieved_flops(cluster.gpu, layout.precision,
+                          gemm_dim=min(model.hidden_size / tp, b * s / cp))
+    local = b * s / (tp * cp) * 2 / rate       # s per parameter of a GEMM
+    layer, h = _counts(model).layers[index], model.hidden_size
+    v = model.v_head_dim if model.is_mla else model.head_dim
+    row_attn = model.num_attention_heads * v * h
+    blocks: list[tuple[float, float] | None] = [
+        (local * (layer.attention - row_attn), local * row_attn)]
+    if layer.dense_mlp:
+        row_mlp = model.intermediate_size * h
+        blocks.append((local * (layer.dense_mlp - row_mlp), local * row_mlp))
+    else:
+        blocks.append(None)
+    return blocks
+
+
+def _tp_overlap_exposed(model: ModelSpec, cluster: ClusterSpec, layout: Layout, index: int,
+                        share: dict[str, int]) -> tuple[float, float]:
+    """(forward, backward) exposed time of one layer's TP/SP collectives under the framework's TP
+    comm overlap (`overlap.TP_OVERLAP_SCHEMES`), s per micro-batch.
+
+    Per block (`_tp_block_gemm_s`: column GEMM G_c, row GEMM G_r) and per collective of time C
+    (one call of its `comm.layer_collectives` record, alpha-beta), paired with the GEMM it runs
+    beside (`overlap.Pipelining`), with r = sm_count / (sm_count - comm_sms) the GEMM's slowdown
+    while the communication holds SMs:
+    - ring over tp chunks: (tp - 1) max(0, C / (tp - 1) - G / tp) (a ring collective is tp - 1
+      steps of C / (tp - 1); the local chunk needs no transfer);
+    - pipeline over n chunks: g + (n - 1) max(g, c) + c - G with g = r G / n and c one call of a
+      message / n (the last chunk's collective exposed);
+    - bulk: max(r G, C) - G;
+    forward: all-gather before G_c, reduce-scatter after G_r; backward: all-gather before the row
+    data gradient (G_r), reduce-scatter beside the column weight gradient (G_c), and the input
+    all-gather beside the column data gradient (G_c) where the scheme has it. Under an fp8
+    recipe with fp8 all-gather buffers the all-gathers move half the bytes. Staging copies
+    (AsyncTP): the local shard's copy (read + write of message / tp) before the all-gather and the
+    sum of the tp partials (read message, write message / tp) after the reduce-scatter, at HBM
+    speed. Blocks without overlap (None) show C. Not modelled: the chunk GEMMs' lower efficiency
+    (each chunk has 1/n of the rows), which the efficiency fit absorbs."""
+    scheme = overlap.TP_OVERLAP_SCHEMES[layout.framework]
+    tp, sms = layout.tp, cluster.gpu.sm_count
+    records = {(c.kind, c.phase): c for c in comm.layer_collectives(model, layout, index)
+               if c.axis == "tp"}
+    hbm = _hbm_bytes_per_s(cluster)
+
+    def call(kind: str, phase: str, split: float = 1.0) -> float:
+        c = records[(kind, phase)]
+        size = c.message_bytes * (0.5 if kind == "all_gather" and scheme.all_gather_fp8
+                                  and layout.precision == "fp8" else 1.0)
+        return _call_time(c, share["tp"], cluster, message_bytes=size / split)
+
+    def exposed(how: overlap.Pipelining, kind: str, phase: str, gemm: float) -> float:
+        r = sms / (sms - how.comm_sms) if sms and how.comm_sms else 1.0
+        if how.method == "ring":
+            staging = (2 / tp if kind == "all_gather" else 1 + 1 / tp) * records[(kind, phase)] \
+                .message_bytes / hbm if scheme.staging_copies else 0.0
+            return staging + (tp - 1) * max(0.0, call(kind, phase) / (tp - 1) - gemm / tp)
+        if how.method == "pipeline":
+            g, c = r * gemm / how.splits, call(kind, phase, how.splits)
+            return g + (how.splits - 1) * max(g, c) + c - gemm
+        return max(r * gemm, call(kind, phase)) - gemm
+
+    fwd = bwd = 0.0
+    for block in _tp_block_gemm_s(model, cluster, layout, index):
+        if block is None:
+            fwd += call("all_gather", "forward") + call("reduce_scatter", "forward")
+            bwd += call("all_gather", "backward") + call("reduce_scatter", "backward")
+            continue
+        col, row = block
+        fwd += (exposed(scheme.forward_all_gather, "all_gather", "forward", col)
+                + exposed(scheme.forward_reduce_scatter, "reduce_scatter", "forward", row))
+        bwd += (exposed(scheme.backward_all_gather, "all_gather", "backward", row)
+                + exposed(scheme.backward_reduce_scatter, "reduce_scatter", "backward", col))
+        if scheme.backward_input_all_gather is not None:
+            bwd += exposed(scheme.backward_input_all_gather, "all_gather", "backward", col)
+    return fwd, bwd
 
 
 def _tp_overlap_applies(layout: Layout) -> bool:
@@ -727,12 +847,12 @@ class StageCostModel:
     piecewise-linear function of each stage's per-kind-per-mode layer counts c[k][r]. Every field
     is an `AffinePiece` (seconds per micro-batch unless stated); for stage s:
 
-        t_s     = X + Zx + max(Cmp + R, Z)          per-micro-batch stage time (comm exposed)
+        t_s     = X + Zx + max(Cmp + R + Ze, Z)     per-micro-batch stage time (comm exposed)
         pipe_s  = (m + B_t) t_s + B_f F + P         `pipeline.pipeline_coefficients`
         dp_s    = max(E - O, D) + max(G - F, Dg)    exposed DP/ZeRO sync: gradients, parameters
-        total_s = pipe_s + dp_s + Y + Opt + Off     step = max_s total_s
+        total_s = pipe_s + dp_s + Y + Zl + Opt + Off     step = max_s total_s
 
-    i.e. total_s = [A (X + Zx) + B_f F + Y + Opt + Off + P] + max(A (Cmp + R), A Z)
+    i.e. total_s = [A (X + Zx) + B_f F + Y + Zl + Opt + Off + P] + max(A (Cmp + R + Ze), A Z)
     + max(E - O, D) + max(G - F, Dg) with
     A = m + B_t > 0: a sum of maxima of affine pieces with positive weights (`time_groups`), which an
     integer program represents exactly with one auxiliary variable per maximum under minimisation.
@@ -757,6 +877,13 @@ class StageCostModel:
       l. 517-545), at least the first bucket Dg (one layer's, the embedding's on stage 0);
       without it G is exposed after the optimizer (`comm` phase after_step, part of Y), as is the
       gradient sync without gradient-reduce overlap (phase sync).
+    - ZeRO-3 prefetch. The per-micro-batch gathers Z run one unit ahead of the compute that needs
+      them (FSDP / ZeRO-3 prefetch: Zhao et al. 2023 (PyTorch FSDP) §3.3.2; DeepSpeed's
+      ZeRO-3 prefetch bucket, `frameworks.deepspeed`), so the first unit's gather has nothing to run under: the
+      compute waits for it (Ze, one layer's gather, the embedding's with it on stage 0), while the
+      links stay busy for Z in all: max(Cmp + R + Ze, Z). The reduce-scatter of the last unit of
+      the step's last micro-batch runs after all compute (its gradients come last), before the
+      optimizer: Zl, one layer's reduce-scatter per step (`_microbatch_edges`).
     The exposed ZeRO excess max(0, Z - Cmp - R) is not part of the window O: it occupies the same
     data-parallel links the sync needs.
     """
@@ -780,6 +907,9 @@ class StageCostModel:
     """O: backward of the last micro-batch that the sync overlaps, s."""
     dp_last_bucket: AffinePiece
     """D: sync of the last bucket (constant per stage), s per step."""
+    state_edge: AffinePiece
+    """Ze: the first unit's prefetched gather of every micro-batch, which no compute hides (constant
+    per stage), s per micro-batch."""
     state_exposed: AffinePiece
     """Zx: per-micro-batch model-state traffic the framework does not overlap (`comm` phase
     microbatch_exposed; the re-gathers of phase recompute too without parameter prefetch), s per
@@ -793,6 +923,9 @@ class StageCostModel:
     """Opt: memory-bound optimizer step, s per step."""
     offload: AffinePiece
     """Off: per-step host<->device traffic of optimizer offload, s per step."""
+    state_last_bucket: AffinePiece
+    """Zl: reduce-scatter of the last unit of the step's last micro-batch, after all compute
+    (constant per stage), s per step."""
     after_sync: AffinePiece
     """Y: collectives after the DP sync (SP norm and tied-embedding all-reduces), s per step."""
     pipeline: PipelineCoefficients
@@ -822,8 +955,9 @@ class StageCostModel:
                           coef=tuple((0.0,) * len(RECOMPUTE_MODES) for _ in self.forward.coef))
         base = _combine((a, self.layer_comm), (a, self.state_exposed),
                         (self.pipeline.bubble_per_forward, self.forward),
-                        (1.0, self.optimizer), (1.0, self.offload), (1.0, self.after_sync), (1.0, p2p))
-        busy = _combine((a, self.compute), (a, self.recompute))
+                        (1.0, self.optimizer), (1.0, self.offload), (1.0, self.after_sync),
+                        (1.0, self.state_last_bucket), (1.0, p2p))
+        busy = _combine((a, self.compute), (a, self.recompute), (a, self.state_edge))
         return ((base,), (busy, _combine((a, self.state_traffic),)),
                 (_combine((1.0, self.dp_sync), (-1.0, self.dp_window)), self.dp_last_bucket),
                 (_combine((1.0, self.param_sync), (-1.0, self.forward)), self.param_first_bucket))
@@ -844,23 +978,25 @@ class StageCostModel:
         v = {name: getattr(self, name).value(stage, counts) for name in (
             "forward", "compute", "recompute", "layer_comm", "state_traffic", "dp_sync",
             "dp_window", "dp_last_bucket", "optimizer", "offload", "after_sync", "state_exposed",
-            "param_sync", "param_first_bucket")}
+            "param_sync", "param_first_bucket", "state_edge", "state_last_bucket")}
         busy = v["compute"] + v["recompute"]
-        comm = v["layer_comm"] + v["state_exposed"] + max(0.0, v["state_traffic"] - busy)
+        comm = (v["layer_comm"] + v["state_exposed"]
+                + max(v["state_edge"], v["state_traffic"] - busy))
         pipe = self.pipeline.time(v["forward"], busy + comm - v["forward"])
         dp = (max(v["dp_sync"] - v["dp_window"], v["dp_last_bucket"])
               + max(v["param_sync"] - v["forward"], v["param_first_bucket"]))
         m = self.pipeline.slots
         return (self.stage_total(stage, counts), m * v["compute"],
-                m * comm + pipe.p2p_s + dp + v["offload"] + v["after_sync"], pipe.bubble_s,
+                m * comm + pipe.p2p_s + dp + v["offload"] + v["after_sync"] + v["state_last_bucket"],
+                pipe.bubble_s,
                 m * v["recompute"], v["optimizer"])
 
     def microbatch_s(self, stage: int, counts, const_share: float = 1.0) -> float:
-        """t = X + max(Cmp + R, Z): per-micro-batch time of `stage`'s layers `counts` with
+        """t = X + Zx + max(Cmp + R + Ze, Z): per-micro-batch time of `stage`'s layers `counts` with
         `const_share` of its layer-independent part (a chunk's share of its stage), s."""
         def value(piece: AffinePiece) -> float:
             return piece.value(stage, counts) - (1 - const_share) * piece.const_s[stage]
-        busy = value(self.compute) + value(self.recompute)
+        busy = value(self.compute) + value(self.recompute) + value(self.state_edge)
         return (value(self.layer_comm) + value(self.state_exposed)
                 + max(busy, value(self.state_traffic)))
 
@@ -981,6 +1117,7 @@ def _stage_cost_model(model, cluster, layout, order, schedule, flash) -> StageCo
     w1 = min(x[0].backward_s + x[0].recompute_s + x[0].comm_s for x in lt)
     last_bucket = _edge_bucket(records, price, "step", S)
     first_bucket = _edge_bucket(records, price, "param_sync", S)
+    first_gather, last_scatter = _microbatch_edges(records, price)
     return StageCostModel(
         layer_kinds=kinds,
         forward=piece([h / 3 for h in head], lambda k, r: lt[k][r].forward_s),
@@ -992,12 +1129,14 @@ def _stage_cost_model(model, cluster, layout, order, schedule, flash) -> StageCo
         dp_window=piece([2 * h / 3 - w1 for h in head],
                         lambda k, r: lt[k][r].backward_s + lt[k][r].recompute_s + lt[k][r].comm_s),
         dp_last_bucket=piece(last_bucket, lambda k, r: 0.0),
+        state_edge=piece(first_gather, lambda k, r: 0.0),
         state_exposed=piece(zx_const, lambda k, r: zx_coef[k] + (shown[k] if r == full else 0.0)),
         param_sync=piece(g_const, lambda k, r: g_coef[k]),
         param_first_bucket=piece(first_bucket, lambda k, r: 0.0),
         optimizer=piece([opt_b * f for f in fixed], lambda k, r: opt_b * per_layer[k]),
         offload=piece(h_const, lambda k, r: h_coef[k]),
         after_sync=piece(x_const, lambda k, r: x_coef[k]),
+        state_last_bucket=piece(last_scatter, lambda k, r: 0.0),
         pipeline=pipeline_coefficients(num_microbatches=layout.num_microbatches, pp=layout.pp,
                                        vpp=layout.vpp, schedule=schedule,
                                        p2p_send_s=_p2p_time(model, cluster, layout, share)),
@@ -1015,6 +1154,22 @@ def _edge_bucket(records: StateRecords, price: _Pricer, phase: str, stages: int)
     first = [c for c in records.fixed[0] if c.phase == phase]
     later = max(price.time(r) for r in per)   # every stage but the first (no embedding)
     return [max(price.time(r + first) for r in per) if s == 0 else later for s in range(stages)]
+
+
+def _microbatch_edges(records: StateRecords, price: _Pricer) -> tuple[list[float], list[float]]:
+    """([stage] one call of the first unit's parameter gather, s per micro-batch; [stage] one call
+    of the last unit's gradient reduce-scatter, s per step) of the model-state collectives that run
+    every micro-batch overlapped (phase microbatch; see `StageCostModel`): one layer's (the largest
+    kind), with the stage's fixed part (embedding, head) on the stage that holds it (the root unit
+    that FSDP gathers first and reduces last). Zero without such collectives."""
+    def one_call(rs, kind: str) -> float:   # one bucket: the records merged by key
+        sel = [c for c in rs if c.phase == "microbatch" and c.kind == kind and c.axis in ("dp", "edp")]
+        return price.time(sel, per=sel[0].count) if sel else 0.0
+
+    out = []
+    for kind in ("all_gather", "reduce_scatter"):
+        out.append([max(one_call(r + f, kind) for r in records.per_kind) for f in records.fixed])
+    return out[0], out[1]
 
 
 def _phase_piece(records: StateRecords, price: _Pricer, phases: tuple[str, ...],

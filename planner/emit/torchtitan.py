@@ -172,7 +172,9 @@ def _tensor(par: dict, dev: list[str]) -> dict:
                    f"context parallelism passes K/V around the cp ranks (no all-to-all form)")
     # the plan's TP comm overlap is AsyncTP, which acts only under torch.compile
     asynchronous = bool((par.get("overlap") or {}).get("tp_comm_overlap")) and tp > 1
-    return {"tp": tp, "cp": par["cp"], **({"async_tp": True, "compile": True} if asynchronous else {})}
+    compiled = asynchronous or bool(par.get("compile"))
+    return {"tp": tp, "cp": par["cp"], **({"async_tp": True} if asynchronous else {}),
+            **({"compile": True} if compiled else {})}
 
 
 def _experts(par: dict, shard: int) -> dict:
@@ -401,8 +403,10 @@ def write_command(doc: dict) -> Emitted:
     if settings["pp"] > 1:
         overrides[tt.PP_MICROBATCHES] = settings["local_batch"] // micro
     overrides[tt.STEP_TOKENS] = settings["global_batch_size"] * seq
+    if settings.get("compile"):
+        overrides[tt.CLI_COMPILE] = True
     if settings.get("async_tp"):
-        overrides[tt.CLI_COMPILE] = overrides[tt.CLI_ASYNC_TP] = True
+        overrides[tt.CLI_ASYNC_TP] = True
     gpus = doc["gpus"]
     per_node = min(gpus, _gpus_per_node(doc))
     nodes = gpus // per_node

@@ -106,6 +106,12 @@ def overlap_switches(zero_stage: int) -> tuple[str, ...]:
     return ("overlap_grad_reduce",) + (("overlap_param_gather",) if zero_stage == 3 else ())
 
 
+def fused_elementwise(torch_compile: bool | None) -> bool:
+    """DeepSpeed's rows here run Megatron-DeepSpeed's layers, which fuse their elementwise kernels
+    as Megatron-LM does (`frameworks.megatron.fused_elementwise`)."""
+    return True
+
+
 def overlap_defaults(zero_stage: int) -> dict[str, bool]:
     """DeepSpeed's overlaps when its keys are absent: gradient reduction and parameter prefetch on
     at ZeRO-3 only (module docstring); no TP comm or expert all-to-all overlap."""

@@ -277,6 +277,15 @@ def overlap_switches(zero_stage: int) -> tuple[str, ...]:
     return tuple(k for k in OVERLAP_SWITCHES if k != "overlap_param_gather" or zero_stage >= 1)
 
 
+def fused_elementwise(torch_compile: bool | None) -> bool:
+    """Megatron-LM fuses the elementwise kernels of its layers by default, torch.compile or not:
+    SwiGLU with its bias, bias-dropout-add and RoPE (`--no-bias-swiglu-fusion`,
+    `--no-bias-dropout-fusion`, `--no-rope-fusion` switch them off:
+    NVIDIA/Megatron-LM@d98e8a6 megatron/training/arguments.py l. 2895-2902), RMSNorm in Transformer
+    Engine's fused kernel."""
+    return True
+
+
 def overlap_defaults(zero_stage: int) -> dict[str, bool]:
     """Megatron-LM's value of each overlap knob when its flag is absent: all off (`DEFAULT`)."""
     return {knob: bool(DEFAULT[knob]) for knob in OVERLAP_SWITCHES}

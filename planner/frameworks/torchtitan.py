@@ -103,6 +103,14 @@ def overlap_switches(zero_stage: int) -> tuple[str, ...]:
     return tuple(OVERLAP_KNOBS)
 
 
+def fused_elementwise(torch_compile: bool | None) -> bool:
+    """Whether the transformer blocks' elementwise kernels are fused: with torch.compile
+    (`compile.enable`, default false: pytorch/torchtitan@b5bcd76 torchtitan/config/configs.py
+    l. 294-296 CompileConfig.enable; torchtitan/distributed/compile.py apply_compile compiles each
+    TransformerBlock), else eager PyTorch (`cost.step_time` prices the difference)."""
+    return DEFAULT["compile"] if torch_compile is None else torch_compile
+
+
 def overlap_defaults(zero_stage: int) -> dict[str, bool]:
     """torchtitan's overlaps when its keys are absent: DP reduce / gather on (FSDP2, DDP), AsyncTP
     off, no expert all-to-all overlap."""

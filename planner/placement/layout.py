@@ -147,6 +147,9 @@ class Layout:
     """MoE token dispatcher: alltoall | flex (DeepEP / HybridEP, `MOE_DISPATCHERS`); None = the
     framework's default, costed as alltoall (Megatron's default allgather is not costed apart;
     torchtitan and DeepSpeed have no other)."""
+    torch_compile: bool | None = None
+    """torch.compile of the transformer blocks (torchtitan `compile.enable`), which fuses their
+    elementwise kernels; None = the framework's default (`placement.overlap.compiled`)."""
 
     def __post_init__(self) -> None:
         # Fast path first (a search builds tens of thousands of Layouts): every check below is the
@@ -188,7 +191,7 @@ class Layout:
             object.__setattr__(self, "offload", frozenset(self.offload))
         for target in self.offload:
             _check_choice("offload", target, OFFLOAD_TARGETS)
-        for name in OVERLAP_KNOBS:
+        for name in (*OVERLAP_KNOBS, "torch_compile"):
             if getattr(self, name) is not None and type(getattr(self, name)) is not bool:
                 raise SpecError(f"value {getattr(self, name)!r} must be true, false or absent "
                                 "(the framework's default)", key=name)
@@ -339,7 +342,7 @@ _FIELD_OK = {
               or getattr(layout, name) in allowed)(name, allowed)
        for name, allowed in OPTIMIZER_DTYPES.items()},
     **{name: (lambda name: lambda layout: getattr(layout, name) is None
-              or type(getattr(layout, name)) is bool)(name) for name in OVERLAP_KNOBS},
+              or type(getattr(layout, name)) is bool)(name) for name in (*OVERLAP_KNOBS, "torch_compile")},
 }
 """Field -> whether its value passes `Layout.__post_init__` (in its normalized form: offload a
 frozenset, pipeline_layers a tuple), given the other fields; `replace`'s fast path."""

@@ -74,11 +74,16 @@ def tuned(layout: Layout) -> Layout:
     tests/functional_tests/test_cases/gpt/gpt3_15b_8t_release_gb200/model_config.yaml l. 15-24:
     TP 4 with SP and all three switched on, `frameworks.megatron` FLAG). Knobs the layout
     sets (not None) are kept. EP all-to-all overlap stays as given: Megatron asserts it off with
-    full recompute, which a plan may mix in per layer."""
+    full recompute, which a plan may mix in per layer. torchtitan's torch.compile is switched on
+    too (`Layout.torch_compile`): every tuned run of torchtitan's benchmarks compiles
+    (pytorch/torchtitan@b5bcd76 benchmarks/llama3_h100_202412_torchtitan.md Tables 1-6), and its
+    AsyncTP needs it."""
     wanted = ("tp_comm_overlap",) * (layout.tp > 1 and bool(layout.sequence_parallel)) + (
         "overlap_grad_reduce", "overlap_param_gather")
     changes = {k: True for k in wanted if getattr(layout, k) is None
                and k in BY_NAME[layout.framework].overlap_switches(layout.zero_stage)}
+    if layout.framework == "torchtitan" and layout.torch_compile is None:
+        changes["torch_compile"] = True
     return layout.replace(**changes) if changes else layout
 
 
@@ -94,3 +99,99 @@ def tuned_dispatcher(layout: Layout, ep_gpus_per_domain: int) -> Layout:
             or "flex" not in BY_NAME[layout.framework].MOE_DISPATCHERS):
         return layout
     return layout.replace(moe_dispatcher="flex" if layout.ep > ep_gpus_per_domain else "alltoall")
+
+
+# ---------------------------------------------------------------- how TP comm overlap hides
+
+
+@dataclass(frozen=True)
+class Pipelining:
+    """How one TP collective runs beside the GEMM it is paired with (`cost.step_time`
+    `tp_overlap_exposed_s` prices it):
+
+    - "ring": the GEMM is split into tp chunks, one per source rank; the local chunk is computed
+      first while the next shard arrives point to point, so each of the tp - 1 transfers shows only
+      its excess over one chunk's GEMM (all-gather before a GEMM; reduce-scatter after one by
+      passing partial chunks, the local chunk last);
+    - "pipeline": the GEMM is split into `splits` chunks and chunk i's collective runs beside
+      chunk i+1's GEMM: the last chunk's collective is exposed, each other one shows its excess;
+    - "bulk": one collective runs beside one whole independent GEMM.
+    `comm_sms`: SMs the communication kernel takes from the GEMM (0 for copy-engine transfers),
+    which slows the GEMM by sm_count / (sm_count - comm_sms) while they share the GPU."""
+
+    method: str
+    """"ring", "pipeline" or "bulk"."""
+    comm_sms: int = 0
+    """SMs the communication takes from the GEMM beside it."""
+    splits: int = 0
+    """Chunks of a "pipeline" GEMM (a "ring" has tp)."""
+
+
+@dataclass(frozen=True)
+class TPOverlapScheme:
+    """A framework's TP comm overlap: how each sequence-parallel collective of a transformer block
+    (attention: QKV column-parallel, projection row-parallel; MLP: FC1 column, FC2 row) is pipelined.
+
+    Forward: the all-gather before the column GEMM (`forward_all_gather`), the reduce-scatter
+    after the row GEMM (`forward_reduce_scatter`). Backward: the all-gather of the output gradient
+    before the row GEMM's data gradient (`backward_all_gather`), the reduce-scatter of the column
+    GEMM's data gradient beside its weight-gradient GEMM (`backward_reduce_scatter`), and where the
+    framework gathers the column GEMM's input again for its weight gradient, that all-gather beside
+    the column data-gradient GEMM (`backward_input_all_gather`, None where the gathered input is
+    kept)."""
+
+    forward_all_gather: Pipelining
+    forward_reduce_scatter: Pipelining
+    backward_all_gather: Pipelining
+    backward_reduce_scatter: Pipelining
+    backward_input_all_gather: Pipelining | None
+    all_gather_fp8: bool
+    """All-gathers move fp8 (1 B per element) under an fp8 recipe."""
+    staging_copies: bool
+    """The all-gather first copies the local shard into a symmetric buffer and the reduce-scatter
+    ends with a kernel summing the tp partial chunks; both stream through HBM, exposed."""
+    source: str
+    """Where the scheme is read from."""
+
+
+USERBUFFERS = TPOverlapScheme(
+    forward_all_gather=Pipelining("ring"),
+    forward_reduce_scatter=Pipelining("pipeline", comm_sms=16, splits=4),
+    backward_all_gather=Pipelining("ring"),
+    backward_reduce_scatter=Pipelining("bulk", comm_sms=16),
+    backward_input_all_gather=Pipelining("bulk", comm_sms=16),
+    all_gather_fp8=True, staging_copies=False,
+    source="NVIDIA/TransformerEngine@d0067d0 transformer_engine/pytorch/module/base.py l. 335-390 "
+           "(initialize_ub defaults: qkv_fprop / fc1_fprop / proj_dgrad / fc2_dgrad 'ring_exchange' "
+           "with num_splits = tp_size and num_sm 1 on the copy engine (use_ce, no SM margin); "
+           "proj_fprop / fc2_fprop 'pipeline' reduce-scatter with num_splits 4, num_sm 16 and "
+           "set_sm_margin; qkv/fc1 dgrad and wgrad 'bulk' with num_sm 16 (the input all-gather "
+           "beside dgrad, the dgrad reduce-scatter beside wgrad); fp8_buf for the all-gather layers); "
+           "Megatron-LM passes no ub config unless a userbuffers config file is given "
+           "(NVIDIA/Megatron-LM@d98e8a6 megatron/training/initialize.py l. 211-215, 240-268)")
+"""Megatron-LM's TP comm overlap (`frameworks.megatron` FLAG["tp_comm_overlap"]): Transformer
+Engine userbuffers with their defaults."""
+
+ASYNC_TP = TPOverlapScheme(
+    forward_all_gather=Pipelining("ring"),
+    forward_reduce_scatter=Pipelining("ring"),
+    backward_all_gather=Pipelining("ring"),
+    backward_reduce_scatter=Pipelining("ring"),
+    backward_input_all_gather=None,
+    all_gather_fp8=False, staging_copies=True,
+    source="pytorch/pytorch@006b161 torch/distributed/_symmetric_memory/__init__.py "
+           "(_pipelined_multi_all_gather_and_consume: the local shard copied into the p2p buffer and "
+           "a barrier before the first shard_consumer, then group_size - 1 copy-engine copies each "
+           "beside one shard's matmul on two streams; _pipelined_produce_and_all2all: group_size - 1 "
+           "chunk matmuls each followed by a copy of the partial chunk, the local chunk last, then "
+           "reduce_partials sums the group_size partials); torchtitan's AsyncTP applies these fused "
+           "ops to the compiled TransformerBlocks (pytorch/torchtitan@b5bcd76 "
+           "torchtitan/distributed/compile.py _maybe_enable_async_tp: symmetric memory for the TP "
+           "group and inductor's _micro_pipeline_tp pass)")
+"""torchtitan's AsyncTP (`frameworks.torchtitan` KEY["async_tp"]): PyTorch symmetric-memory
+micro-pipelining."""
+
+TP_OVERLAP_SCHEMES = {"megatron": USERBUFFERS, "torchtitan": ASYNC_TP, "deepspeed": USERBUFFERS}
+"""Framework -> its TP comm overlap. DeepSpeed has no switch of its own (`overlap_switches`); a
+layout that sets the knob there is costed as Megatron's userbuffers (DeepSpeed-Megatron runs
+Megatron's TP layers)."""

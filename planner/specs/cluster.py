@@ -62,6 +62,10 @@ class GPUSpec:
     tensor cores (or, for fp32, the vector units) support. Source: per catalog file."""
     source: str
     """Where the GPU numbers come from (summary; per-key sources are in `ClusterSpec.sources`)."""
+    sm_count: int | None = None
+    """Streaming multiprocessors (AMD: compute units) of the device, or None where the file does
+    not say; the share of them an overlapped communication kernel takes slows the compute beside
+    it (`cost.step_time`; None: that contention is not costed). Source: per catalog file."""
 
     @property
     def memory_bytes(self) -> int:
@@ -135,7 +139,7 @@ class ClusterSpec:
 CATALOG_DIR = Path(__file__).resolve().parents[2] / "hardware"
 
 _GPU_REQUIRED = ("name", "memory_gib", "hbm_gb_per_s", "peak_tflops")
-_GPU_KEYS = _GPU_REQUIRED + ("source",)
+_GPU_KEYS = _GPU_REQUIRED + ("source", "sm_count")
 _INT_KEYS = ("gpus_per_node", "scaleup_domain_gpus", "nics_per_node")
 _FLOAT_KEYS = ("scaleup_gb_per_s", "scaleup_latency_s", "nic_gbit_per_s", "network_latency_s",
                "host_memory_gib", "host_link_gb_per_s")
@@ -147,6 +151,7 @@ _BOUNDS: dict[str, tuple[float, float]] = {
     "gpu.memory_gib": (1, 2**20),
     "gpu.hbm_gb_per_s": (1, 1e6),
     "gpu.peak_tflops": (1e-3, 1e7),
+    "gpu.sm_count": (1, 2**16),
     "gpus_per_node": (1, 2**16), "scaleup_domain_gpus": (1, 2**16), "nics_per_node": (1, 2**10),
     "num_gpus": (1, MAX_GPUS),
     "scaleup_gb_per_s": (1e-3, 1e6), "host_link_gb_per_s": (1e-3, 1e6), "nic_gbit_per_s": (1e-3, 1e7),
@@ -272,7 +277,8 @@ def _gpu(raw: object, file: str) -> GPUSpec:
         memory_gib=_number(raw, "memory_gib", file, prefix="gpu."),
         hbm_gb_per_s=_number(raw, "hbm_gb_per_s", file, prefix="gpu."),
         peak_tflops=_peaks(raw["peak_tflops"], file),
-        source=_text(raw, "source", file, prefix="gpu."))
+        source=_text(raw, "source", file, prefix="gpu."),
+        sm_count=int(_number(raw, "sm_count", file, integer=True, prefix="gpu.")) if "sm_count" in raw else None)
 
 
 def _peaks(raw: object, file: str) -> dict[str, float]:
