@@ -698,7 +698,8 @@ def _candidates(model, cluster, fixed, base, reserve, headroom) -> tuple[list[La
     # The near-even split is given where a layout is refined or solved (`_with_split`), not to
     # every candidate: most are pruned by the cheap bound, which does not read the split.
     # every candidate with the overlaps a tuned recipe switches on (`overlap.tuned`)
-    layouts = [overlap.tuned(layout) for layout in candidate_layouts(
+    layouts = [overlap.tuned_dispatcher(overlap.tuned(layout), ep_gpus_per_domain(
+        layout, cluster.scaleup_domain_gpus)) for layout in candidate_layouts(
         space, validate, rejections, validate_mesh=validate_mesh, validate_knobs=validate_knobs,
         validate_degrees=validate_degrees if model.is_moe else None,
         validate_experts=validate_experts)]

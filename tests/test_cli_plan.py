@@ -48,7 +48,9 @@ def test_json_has_the_issue_keys(pinned_json):
     # Pins are honoured, never dropped.
     assert all(p["parallelism"]["tp"] == 2 and p["parallelism"]["recompute"] == "selective"
                for p in data["plans"])
-    assert len(data["plans"]) == 2 and data["plans"][0]["time_s"]["step"] <= data["plans"][1]["time_s"]["step"]
+    # ranked by the solver's objective; the reported step is re-costed, equal to ~1e-15 on ties
+    assert len(data["plans"]) == 2
+    assert data["plans"][0]["time_s"]["step"] <= data["plans"][1]["time_s"]["step"] * (1 + 1e-12)
 
 
 def test_top_plan_is_what_explain_and_step_time_say(pinned_json):
