@@ -31,7 +31,7 @@ REQUEST_OPTIONAL = ["grad_reduce_dtype", "fp8_recipe", "precision_aware_optimize
 PAR_REQUIRED = ["dp", "tp", "pp", "cp", "ep", "zero_stage", "sequence_parallel",
                 "micro_batch_size", "global_batch_size", "num_microbatches", "vpp", "recompute",
                 "pipeline_layers"]
-PAR_OPTIONAL = ["etp", "overlap", "pipeline_layout", "cp_comm_type", "moe_dispatcher"]
+PAR_OPTIONAL = ["etp", "overlap", "pipeline_layout", "cp_comm_type", "moe_dispatcher", "compile"]
 
 VALUE = st.one_of(st.integers(0, 2**40), st.booleans(), st.none(), st.text(max_size=8),
                   st.lists(st.integers(0, 99), max_size=4))
