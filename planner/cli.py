@@ -682,6 +682,8 @@ def check_cmd(
             continue
         results.append(data)
         code = max(code, 0 if data["verdict"] == "pass" else 1)
+    if check_api.across_files(results):
+        code = max(code, 1)
     report.show_checks(results, fmt.value)
     if code:
         raise typer.Exit(2 if code >= 2 else 1)

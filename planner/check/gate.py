@@ -62,6 +62,9 @@ class Target:
     """The file's own prediction (`planner plan -o`), compared with the recomputed one."""
     findings: tuple[Violation, ...] = field(default_factory=tuple)
     """What the reader found inconsistent in the file (e.g. num_microbatches vs the batch)."""
+    checkpoint: dict | None = None
+    """What the file says of the checkpoints it saves and loads, for rules across files
+    (`planner.check.megatron.checkpoint_record`); None when it says nothing."""
     lines: dict[str, int] = field(default_factory=dict)
     """{flag or key spelling, planner knob: the 1-based line of the file that sets it}
     (`planner.check.lines`); {} when unknown."""
@@ -103,6 +106,7 @@ def evaluate(target: Target) -> dict:
         "memory_bytes": _memory_dict(worst) if worst else None,
         "memory_verdict": worst.verdict if worst else "not_costed",
         **(times or {"time_s": None, "tokens_per_s": None, "mfu": None}),
+        **({"checkpoint": target.checkpoint} if target.checkpoint is not None else {}),
     }
 
 
