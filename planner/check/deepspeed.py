@@ -280,6 +280,12 @@ def _zero(data: dict, file: str) -> tuple[int, frozenset[str]]:
                             key=K[f"{knob}_deprecated"])
         if device != "none" or deprecated:
             offload.add(state)
+    for key, least in ds.ZERO_BOUNDS.items():
+        value = section.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value < least:
+            raise SpecError(f"value {value!r} must be {'> 0' if least else '>= 0'}: DeepSpeed's "
+                            f"ZeRO config model rejects it at start-up (DeepSpeedZeroConfig)",
+                            file=file, key=f"{top}.{key}")
     return stage, frozenset(offload)
 
 
