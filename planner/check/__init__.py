@@ -28,6 +28,7 @@ contradicts is bad input.
 from __future__ import annotations
 
 import dataclasses
+import re
 import tomllib
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -220,7 +221,9 @@ def _document(path: Path) -> Document:
         tables = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         if path.suffix == ".toml":
-            raise SpecError(f"TOML syntax error: {exc}", file=str(path)) from None
+            at = re.search(r"at line (\d+)", str(exc))
+            raise SpecError(f"TOML syntax error: {exc}", file=str(path),
+                            line=int(at.group(1)) if at else None) from None
         tables = None
     return Document(path=path, text=text, mapping=mapping, tables=tables)
 

@@ -70,6 +70,31 @@ class Target:
     (`planner.check.lines`); {} when unknown."""
 
 
+def attempt(call, missing: list[SpecError]):
+    """`call()`, or None when it raises a reader's "OPTION is required" error (its key the
+    option), which is added to `missing` for `raise_missing`; any other error propagates."""
+    try:
+        return call()
+    except SpecError as exc:
+        if not exc.key or not exc.message.startswith(f"{exc.key} is required"):
+            raise
+        missing.append(exc)
+        return None
+
+
+def raise_missing(file: str, missing: list[SpecError]) -> None:
+    """Every command-line option a file leaves required, in one error (a user adds them all at
+    once): the one error as it is, or "required options: --a (why); --b (why)" for several.
+
+    Raises:
+        SpecError: when `missing` is not empty (exit 2)."""
+    if len(missing) == 1:
+        raise missing[0]
+    if missing:
+        raise SpecError("required options: " + "; ".join(
+            f"{e.key} ({e.message.split(': ', 1)[-1]})" for e in missing), file=file)
+
+
 def evaluate(target: Target) -> dict:
     """Check `target`: {file, kind, verdict: pass|fail, model, cluster, gpus, parallelism,
     violations [{rule, severity, message, fix}], stages [{stage, layers, recompute, memory_bytes,
@@ -277,18 +302,30 @@ def _stale(predicted: dict, times: dict, stages: list[MemoryBreakdown]) -> list[
     pairs = []
     step = (predicted.get("time_s") or {}).get("step")
     if isinstance(step, (int, float)) and times["time_s"]:
-        pairs.append(("step time", float(step), times["time_s"]["step"], "s"))
+        pairs.append(("step time", float(step), times["time_s"]["step"], 1.0, "s"))
     total = (predicted.get("memory_bytes") or {}).get("total")
     if isinstance(total, (int, float)):
-        pairs.append(("largest stage memory", float(total), float(max(m.total for m in stages)), "B"))
-    for name, said, now, unit in pairs:
+        pairs.append(("largest stage memory", float(total), float(max(m.total for m in stages)),
+                      2**30, "GiB"))
+    for name, said, now, scale, unit in pairs:
         if abs(said - now) > STALE_TOLERANCE * max(abs(now), 1e-12):
+            said_text, now_text = _apart(said / scale, now / scale)
             out.append(Violation(
                 rule="prediction_stale", severity="warning",
-                message=f"the file predicts {name} {said:,.6g} {unit}; this check computes "
-                        f"{now:,.6g} {unit}",
+                message=f"the file predicts {name} {said_text} {unit}; this check computes "
+                        f"{now_text} {unit}",
                 fix="re-run `planner plan ... -o` to refresh the file's prediction"))
     return out
+
+
+def _apart(a: float, b: float) -> tuple[str, str]:
+    """a and b as plain decimals (thousands separated, no exponent) with the fewest decimals, from
+    two, at which they differ."""
+    for places in range(2, 10):
+        x, y = f"{a:,.{places}f}", f"{b:,.{places}f}"
+        if x != y:
+            return x, y
+    return x, y
 
 
 def _times(target: Target) -> dict:

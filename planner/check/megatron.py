@@ -41,7 +41,7 @@ import re
 import shlex
 from pathlib import Path
 
-from planner.check.gate import Target
+from planner.check.gate import Target, attempt, raise_missing
 from planner.check.lines import flag_lines
 from planner.errors import SpecError
 from planner.frameworks import megatron as mg
@@ -86,9 +86,7 @@ def read(path: Path, *, model: str | None, cluster: str | None, gpus: int | None
     file = str(path)
     text = files.read_text(path, kind="text file (a shell script or Megatron-LM arguments file)")
     args = parse_args(text, file)
-    if cluster is None:
-        raise SpecError("--cluster is required: Megatron-LM arguments do not name the cluster",
-                        file=file, key="--cluster")
+    _missing_options(args, model, cluster, gpus, seq_len, path)
     spec = _model(args, model, path)
     world = _world(args, gpus, file)
     findings: list[Violation] = _rotary_base(args, spec, file) if model is not None else []
@@ -575,6 +573,26 @@ def _on(args: dict, knob: str) -> bool:
 
 
 # ---------------------------------------------------------------- model, world
+
+def _missing_options(args: dict, model: str | None, cluster: str | None, gpus: int | None,
+                     seq_len: int | None, path: Path) -> None:
+    """Every command-line option the file leaves required, in one error (`gate.raise_missing`):
+    --cluster always, --model unless the file gives a llama-style architecture, --gpus unless
+    torchrun's GPUs per node do, --seq-len unless the file's sequence length does."""
+    file = str(path)
+    missing: list[SpecError] = []
+    if cluster is None:
+        missing.append(SpecError("--cluster is required: Megatron-LM arguments do not name the "
+                                 "cluster", file=file, key="--cluster"))
+    if model is None:
+        attempt(lambda: _model(args, None, path), missing)
+    if gpus is None:
+        attempt(lambda: _world(args, None, file), missing)
+    if seq_len is None and F["seq_len"] not in args:
+        missing.append(SpecError(f"--seq-len is required: the file gives no {F['seq_len']}",
+                                 file=file, key="--seq-len"))
+    raise_missing(file, missing)
+
 
 def _model(args: dict, model: str | None, path: Path) -> ModelSpec:
     """--model, checked against the file's architecture flags; else the file's llama-style model."""
