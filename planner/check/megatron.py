@@ -95,7 +95,7 @@ def read(path: Path, *, model: str | None, cluster: str | None, gpus: int | None
     tokens, env = _tokens(text, file)
     findings += _startup(args, env, spec, layout, file)
     record = checkpoint_record(args, tokens, spec, layout.tp, file)
-    findings += own_checkpoint_vocab(record, spec)
+    findings += own_checkpoint_vocab(record, spec) if record else []
     per_stage = _recompute_per_stage(args, spec, layout, file, findings)
     if per_stage is not None:
         totals = {m: sum(c.get(m, 0) for c in per_stage) for m in ("full", "none")}
@@ -293,12 +293,16 @@ _LOADS = ("load", "pretrained_checkpoint")
 `load_checkpoint`: args.load, and args.pretrained_checkpoint for fine-tuning)."""
 
 
-def checkpoint_record(args: dict, tokens: list[str], spec: ModelSpec, tp: int, file: str) -> dict:
-    """What the file says of the checkpoints it saves and loads: {file, save: path or None,
+def checkpoint_record(args: dict, tokens: list[str], spec: ModelSpec, tp: int,
+                      file: str) -> dict | None:
+    """What the file says of the checkpoints it saves and loads (None when it neither saves nor
+    loads one): {file, save: path or None,
     loads: {flag: path}, vocab_size, divisible_by, tp, padded_vocab_size (`mg.padded_vocab_size`),
     use_checkpoint_args, vocab_file}. A path holding a shell variable the file does not set is
     left out (unknown). The vocabulary is the file's vocab_size flag, else the model's."""
     paths = {knob: _text_value(tokens, F[knob]) for knob in ("save", *_LOADS)}
+    if not any(paths.values()):
+        return None
     vocab = _int(args, "vocab_size", file) or spec.vocab_size
     divisible = _int(args, "vocab_divisible_by", file)
     return {"file": file, "save": paths["save"],
