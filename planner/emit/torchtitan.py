@@ -29,10 +29,9 @@ Mapping from the plan (`plan.parallelism`, DESIGN.md placement semantics):
   split (`generate_llm_fqn_per_model_part`: L + 1 + 1 effective layers spread evenly, the embedding
   and the output each weighing one layer) is kept when it is the plan's; otherwise the module
   names per model part list each virtual stage's modules (tok_embeddings, layers.N, norm, output:
-  the Llama-style names of torchtitan's models; on the command line of current releases
-  `--parallelism.module_fqns_per_model_part` with one word per part and b5bcd76's output modules
-  norm, lm_head: `tt.CLI_PARTS`); virtual stage s runs on rank s mod pp (`pipeline_module_split`,
-  loop style).
+  the Llama-style names of torchtitan's models; on the command line of current releases the
+  override `tt.CLI_PARTS` with one word per part and b5bcd76's output modules norm, lm_head);
+  virtual stage s runs on rank s mod pp (`pipeline_module_split`, loop style).
 - Recompute (`activation_checkpoint.py`): none | full | selective with option "op" (= the planner's
   selective) or N (layer SAC: every N-th block of a rank fully checkpointed). Layer SAC is one rule
   for the whole model; a per-stage mix is written as the option that keeps no more activations
