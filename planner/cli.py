@@ -373,9 +373,10 @@ _LOSS_HELP = (f"Megatron {megatron_flags.FLAG['account_for_loss']}: the loss tak
 _FIX_INTS = ("dp", "tp", "pp", "cp", "ep", "etp", "zero_stage", "micro_batch_size", "vpp")
 
 
-def _check_writable(path: str, inputs: tuple[str, ...] = ()) -> None:
-    """Refuse an -o path that cannot be written, or that is one of the command's input files
-    (writing the plan would destroy it), before any work is done (exit 2)."""
+def _check_writable(path: str, inputs: tuple[str, ...] = (), key: str = "--output") -> None:
+    """Refuse an -o path (or the file of option `key`, e.g. --plot) that cannot be written, or
+    that is one of the command's input files (writing the plan would destroy it), before any work
+    is done (exit 2)."""
     import os
     from pathlib import Path
 
@@ -387,16 +388,16 @@ def _check_writable(path: str, inputs: tuple[str, ...] = ()) -> None:
         source = source / "config.json" if source.is_dir() else source
         if target.exists() and source.is_file() and os.path.samefile(target, source):
             raise SpecError(f"{path} is the input {given}: writing the plan would overwrite it; "
-                            f"give another file name", key="--output")
+                            f"give another file name", key=key)
     if not path.strip():
-        raise SpecError("empty file name", key="--output")
+        raise SpecError("empty file name", key=key)
     if target.is_dir():
-        raise SpecError(f"{path} is a directory; give a file name such as {target / 'plan.yaml'}", key="--output")
+        raise SpecError(f"{path} is a directory; give a file name such as {target / 'plan.yaml'}", key=key)
     parent = target.parent if str(target.parent) else Path(".")
     if not parent.is_dir():
-        raise SpecError(f"folder {parent} does not exist", key="--output")
+        raise SpecError(f"folder {parent} does not exist", key=key)
     if not os.access(parent, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
-        raise SpecError(f"{path} is not writable", key="--output")
+        raise SpecError(f"{path} is not writable", key=key)
 
 
 def _stage_recompute(text: str | None, pp: int) -> tuple[dict[str, int], ...] | None:
@@ -661,32 +662,81 @@ def check_cmd(
     from planner.check import engine_file, serving_plan
 
     results, code = [], 0
-    for path in paths:
-        try:
-            if serving_plan.is_serving_plan(path):
-                data = serving_plan.check_serving_plan(path)
-            elif engine_file.reader_of(path) is not None:
-                if recompute is not None:
-                    raise SpecError("--recompute is for DeepSpeed configs; an engine launch serves, it does "
-                                    "not train", file=path, key="--recompute")
-                data = engine_file.check_launch_file(path, model=model, cluster=cluster, gpus=gpus,
-                                                     seq_len=seq_len)
-            else:
-                data = check_api.check_file(path, model=model, cluster=cluster, gpus=gpus,
-                                            seq_len=seq_len,
-                                            recompute=None if recompute is None else _value(recompute))
-        except PlannerError as exc:
-            results.append({"file": path, "verdict": "error", "error": str(exc),
-                            "line": check_api.line_of(path, getattr(exc, "key", None))})
-            code = max(code, exc.exit_code)
-            if len(paths) == 1 and fmt.value in ("table", "json", "yaml"):
-                raise
-            continue
-        results.append(data)
-        code = max(code, 0 if data["verdict"] == "pass" else 1)
+    with _stdin_file("-" in paths) as stdin:
+        for given in paths:
+            path = stdin if given == "-" else given
+            try:
+                if serving_plan.is_serving_plan(path):
+                    data = serving_plan.check_serving_plan(path)
+                elif engine_file.reader_of(path) is not None:
+                    if recompute is not None:
+                        raise SpecError("--recompute is for DeepSpeed configs; an engine launch serves, it "
+                                        "does not train", file=path, key="--recompute")
+                    data = engine_file.check_launch_file(path, model=model, cluster=cluster, gpus=gpus,
+                                                         seq_len=seq_len)
+                else:
+                    data = check_api.check_file(path, model=model, cluster=cluster, gpus=gpus,
+                                                seq_len=seq_len,
+                                                recompute=None if recompute is None else _value(recompute))
+            except PlannerError as exc:
+                exc.args = tuple(_named(a, stdin) for a in exc.args)
+                results.append({"file": given, "verdict": "error", "error": str(exc),
+                                "line": getattr(exc, "line", None)
+                                or check_api.line_of(path, getattr(exc, "key", None))})
+                code = max(code, exc.exit_code)
+                if len(paths) == 1 and fmt.value in ("table", "json", "yaml"):
+                    raise
+                continue
+            results.append(_named(data, stdin))
+            code = max(code, 0 if data["verdict"] == "pass" else 1)
+        if check_api.across_files(results):
+            code = max(code, 1)
     report.show_checks(results, fmt.value)
     if code:
         raise typer.Exit(2 if code >= 2 else 1)
+
+
+@contextlib.contextmanager
+def _stdin_file(wanted: bool):
+    """`check -`: standard input copied to a file named `stdin` in a fresh temporary folder (the
+    readers read files: content decides the kind, as for a file without a suffix), removed after;
+    None when no path is `-`. At most `files.MAX_FILE_BYTES` are read.
+
+    Raises:
+        SpecError: standard input closed, or larger than a configuration file (file `-`)."""
+    if not wanted:
+        yield None
+        return
+    import tempfile
+    from pathlib import Path
+
+    from planner.specs.files import MAX_FILE_BYTES
+
+    if sys.stdin is None:
+        raise SpecError("standard input is closed; give the configuration on it, or a file path",
+                        file="-")
+    data = sys.stdin.buffer.read(MAX_FILE_BYTES + 1)
+    if len(data) > MAX_FILE_BYTES:
+        raise SpecError(f"standard input larger than {MAX_FILE_BYTES // 2**20} MiB; a "
+                        f"configuration file is a few KiB", file="-")
+    with tempfile.TemporaryDirectory(prefix="planner-check-") as folder:
+        path = Path(folder) / "stdin"
+        path.write_bytes(data)
+        yield str(path)
+
+
+def _named(value, stdin: str | None):
+    """`value` (a result dict, list or string) with the temporary copy of standard input named `-`,
+    as the user gave it."""
+    if stdin is None:
+        return value
+    if isinstance(value, str):
+        return value.replace(stdin, "-")
+    if isinstance(value, dict):
+        return {k: _named(v, stdin) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_named(v, stdin) for v in value]
+    return value
 
 
 # ---------------------------------------------------------------- serve-plan
@@ -777,9 +827,9 @@ def serve_plan_cmd(
 
     if concurrency is not None and request_rate is not None:
         raise SpecError("give --concurrency or --request-rate, not both", key="--request-rate")
-    for path in (output, plot):
+    for path, key in ((output, "--output"), (plot, "--plot")):
         if path is not None:
-            _check_writable(path, (model, cluster))
+            _check_writable(path, (model, cluster), key)
     spec = model_spec.load_model(model)
     hw = cluster_spec.load_cluster(cluster)
     weights, weights_why = serve.weight_choice(spec, hw, _value(weight_dtype) if weight_dtype else None)

@@ -28,13 +28,16 @@ class SpecError(PlannerError):
         message: what is wrong and what is allowed.
         file: the file (or catalog name) the value came from, if any.
         key: the key holding the bad value, if any.
+        line: the 1-based line of `file` the error is at (a syntax error), if known.
     """
 
     exit_code = 2
 
-    def __init__(self, message: str, *, file: str | None = None, key: str | None = None):
+    def __init__(self, message: str, *, file: str | None = None, key: str | None = None,
+                 line: int | None = None):
         self.file = file
         self.key = key
+        self.line = line
         self.message = message
         """What is wrong and what is allowed, without the `file: key: ` prefix."""
         where = ": ".join(part for part in (file, key) if part)

@@ -56,15 +56,15 @@ class _Stream(io.TextIOBase):
 
     def __init__(self, raw, name: str) -> None:
         self._raw, self._name, self._left = raw, name, False
+        self._ascii = ascii_locale()
         try:
             "·×—≤→…─━┃".encode(self.encoding)
-            self._ascii = False
         except (UnicodeEncodeError, LookupError):
             self._ascii = True
 
     @property
     def encoding(self) -> str:
-        return getattr(self._raw, "encoding", None) or "utf-8"
+        return "ascii" if self._ascii else getattr(self._raw, "encoding", None) or "utf-8"
 
     def write(self, text: str) -> int:
         if self._raw is None and self._name == "standard output":
@@ -98,6 +98,36 @@ class _Stream(io.TextIOBase):
         if self._raw is None:
             raise OSError(errno.EBADF, f"{self._name} is closed")
         return self._raw.fileno()
+
+
+def ascii_locale(environ=os.environ, utf8_mode: int | None = None,
+                 xoptions: dict | None = None) -> bool:
+    """Whether the user's locale holds ASCII only although Python's stream may say UTF-8.
+
+    Python turns the C and POSIX locales into UTF-8 output (PEP 540's UTF-8 mode, PEP 538's
+    coercion, which also sets LC_CTYPE=C.UTF-8 in the environment), so `sys.stdout.encoding` says
+    utf-8 under `LC_ALL=C` while the terminal reading it has ASCII. Hence: PYTHONIOENCODING,
+    PYTHONUTF8=1 or -X utf8, given, are the user's choice (False: the stream's own encoding
+    decides); UTF-8 mode on without them was turned on by a C or POSIX locale (True); else the first set of
+    LC_ALL, LC_CTYPE, LANG (POSIX.1 "Internationalization Variables") is C, POSIX or a codeset
+    other than UTF-8 (True).
+
+    Args:
+        environ, utf8_mode, xoptions: the process's (`os.environ`, `sys.flags.utf8_mode`,
+            `sys._xoptions`) by default."""
+    utf8_mode = sys.flags.utf8_mode if utf8_mode is None else utf8_mode
+    xoptions = sys._xoptions if xoptions is None else xoptions
+    if environ.get("PYTHONIOENCODING") or environ.get("PYTHONUTF8") == "1" or "utf8" in xoptions:
+        return False
+    if utf8_mode:
+        return True
+    value = next((environ[k] for k in ("LC_ALL", "LC_CTYPE", "LANG") if environ.get(k)), None)
+    if value is None:
+        return False
+    if value in ("C", "POSIX"):
+        return True
+    codeset = value.partition(".")[2].partition("@")[0].lower().replace("-", "")
+    return bool(codeset) and codeset != "utf8"
 
 
 def prepare_streams() -> None:

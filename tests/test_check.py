@@ -265,3 +265,22 @@ def test_config_saved_under_another_suffix_is_read_by_its_content(tmp_path, sour
     result = _check(path, *args)
     assert result.exit_code in (0, 1), result.output
     assert json.loads(result.output)["kind"] == kind
+
+
+def test_stale_prediction_prints_gib_and_seconds_not_scientific_bytes(tmp_path, plan_doc):
+    """A predicted memory total edited to 1.1 x its value is reported in GiB with two decimals
+    (the file's number / 2^30, computed here) and the step time in seconds, never as 7.8e+10 B."""
+    _, doc = plan_doc
+    doc = copy.deepcopy(doc)
+    total = doc["predicted"]["memory_bytes"]["total"]
+    doc["predicted"]["memory_bytes"]["total"] = total * 1.1
+    doc["predicted"]["time_s"]["step"] *= 2
+    result = _check(_write(tmp_path, doc), "--format", "json")
+    stale = [v["message"] for v in json.loads(result.output)["violations"]
+             if v["rule"] == "prediction_stale"]
+    memory = next(m for m in stale if "memory" in m)
+    assert f"predicts largest stage memory {total * 1.1 / 2**30:,.2f} GiB" in memory
+    assert f"this check computes {total / 2**30:,.2f} GiB" in memory
+    assert not any("e+" in m or " B" in m for m in stale), stale
+    step = next(m for m in stale if "step time" in m)
+    assert f"{doc['predicted']['time_s']['step']:,.2f} s" in step

@@ -242,3 +242,16 @@ def test_options_that_agree_with_a_plan_file_are_accepted():
                     "--seq-len", "4096", "--format", "json")
     assert result.exit_code == 0, result.output
     assert not [v for v in json.loads(result.output)["violations"] if v["rule"] == "plan_options"]
+
+
+@pytest.mark.parametrize("name, text, line", [
+    ("bad.yaml", "a: [1,\n b: 2\n", 3),               # the flow sequence is still open at the end
+    ("bad.json", '{"train_batch_size": 8,\n}\n', 2),   # a trailing comma before `}` on line 2
+    ("bad.toml", "[training]\nseq_len = \n", 2),       # a key without its value on line 2
+])
+def test_syntax_error_annotation_carries_its_line(tmp_path, name, text, line):
+    path = tmp_path / name
+    path.write_text(text)
+    result = _check(path, "--format", "github")
+    assert result.exit_code == 2
+    assert f"::error file={path},line={line},title=planner check::" in result.output

@@ -4,7 +4,9 @@ The configs under tests/data/configs/deepspeed/ mirror published ones (JSON has 
 their sources are named here):
 - zero3_offload.json: Hugging Face transformers `tests/deepspeed/ds_config_zero3.json` (ZeRO-3,
   optimizer and parameters offloaded to CPU, AdamW, WarmupLR), with bf16 instead of fp16 and the
-  batch keys the HF Trainer would fill written out (64 = 2 x 4 x 8).
+  batch keys the HF Trainer would fill written out (64 = 2 x 4 x 8) and reduce_bucket_size as the
+  Trainer fills its "auto" for llama-3.1-8b (hidden_size^2 = 4096^2 = 16,777,216; 0, an earlier
+  stand-in, is rejected by DeepSpeed's ZeRO config model: Field(gt=0)).
 - zero2_bf16.json: DeepSpeed's ZeRO tutorial stage-2 block (docs/_tutorials/zero.md: allgather /
   reduce buckets 5e8, overlap_comm, contiguous_gradients) with a Megatron-DeepSpeed-style batch
   (train_batch_size 256, micro 1) and Adam.
@@ -371,3 +373,14 @@ def test_zero2_config_over_memory_only_at_the_optimizer_step_names_the_term(tmp_
     assert "memory_exceeds: pipeline stage 0 needs 36.6 GiB of 36.0 GiB" in text
     assert "the peak is the optimizer step" in text
     assert "optimizer_step_gradient_copy 5.6 GiB" in text and "peak at 34.5 GiB" in text
+
+
+@pytest.mark.parametrize("key, value", [("reduce_bucket_size", 0), ("sub_group_size", -1)])
+def test_zero_value_below_deepspeeds_bound_is_bad_input(tmp_path, key, value):
+    """DeepSpeedZeroConfig (edaa722 zero/config.py): reduce_bucket_size Field(gt=0),
+    sub_group_size Field(ge=0); DeepSpeed stops at start-up on either."""
+    doc = _base(zero_optimization={"stage": 2, key: value})
+    result = _check(_write(tmp_path, doc), *H100_8)
+    assert result.exit_code == 2
+    assert f"zero_optimization.{key}" in result.output and ("> 0" if value == 0 else ">= 0") in \
+        result.output

@@ -1,7 +1,8 @@
 """The CLI never answers with a traceback: random argument vectors to `planner check` (and the
 light commands) -- real and missing files, files of random or near-valid content, options with
-random values, unknown options -- exit 0, 1 or 2 with no traceback; a few of them again in a
-subprocess with standard output closed or in an ASCII (C) locale."""
+random values, unknown options, standard input as `-` -- exit 0, 1 or 2 with no traceback; random
+vectors again in a subprocess with standard output closed or in an ASCII locale (C, with and
+without Python's UTF-8 mode), where every byte written is ASCII."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ REAL_FILES = ("examples/llama-3.1-70b-64xh100.plan.yaml",
               "tests/data/configs/torchtitan/llama3_8b.toml",
               "tests/data/configs/deepspeed/zero2_bf16.json",
               "tests/data/configs/megatron/llama3_8b_h100_fp8.sh",
-              "pyproject.toml", "README.md", "no/such/file.yaml")
+              "pyproject.toml", "README.md", "no/such/file.yaml", "-")
 CONTENTS = (
     "", "{", "[training]\nlocal_batch_size = 'x'\n", "kind: training-plan\nversion: 1\n",
     '{"train_batch_size": -1, "zero_optimization": {"stage": 9}}',
@@ -85,7 +86,7 @@ def test_random_argument_vectors_exit_0_1_2_without_a_traceback(vector):
         argv = _materialise(argv, content, suffix, folder)
         os.chdir(ROOT)
         try:
-            result = runner.invoke(app, argv)
+            result = runner.invoke(app, argv, input=content.encode("utf-8", "surrogateescape"))
         finally:
             os.chdir(cwd)
     assert result.exception is None or isinstance(result.exception, SystemExit), (
@@ -117,3 +118,38 @@ def test_closed_or_ascii_stdout_in_a_subprocess(argv, stream):
         proc.stderr = proc.stderr.decode("ascii", "replace")
     assert proc.returncode in (0, 1, 2), proc.stderr
     assert "Traceback" not in proc.stderr, proc.stderr
+
+
+STREAMS = {
+    "closed": {},
+    "C-ascii-stream": {"LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"},
+    "C-utf8-mode": {"LC_ALL": "C"},
+}
+"""How the subprocess's standard output is set up: closed (`>&-`), or an ASCII locale in which
+Python's stream says ascii (no coercion, no UTF-8 mode) or utf-8 (PEP 540's automatic UTF-8 mode)."""
+
+
+@settings(max_examples=examples(6), deadline=None)
+@given(_vectors(), st.sampled_from(sorted(STREAMS)))
+def test_random_vectors_with_closed_or_ascii_stdout_in_a_subprocess(vector, stream):
+    argv, content, suffix = vector
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("LC_ALL", "LC_CTYPE", "LANG", "PYTHONIOENCODING", "PYTHONUTF8")}
+    env.update(STREAMS[stream])
+    with tempfile.TemporaryDirectory() as folder:
+        argv = _materialise(argv, content, suffix, folder)
+        command = [sys.executable, "-m", "planner", *argv]
+        stdin = content.encode("utf-8", "surrogateescape") if "\x00" not in content else \
+            content.encode("latin-1")
+        if stream == "closed":
+            quoted = " ".join("'" + a.replace("'", "'\\''") + "'" for a in command)
+            proc = subprocess.run(["sh", "-c", quoted + " >&-"], input=stdin, capture_output=True,
+                                  cwd=ROOT, env=env, timeout=120)
+        else:
+            proc = subprocess.run(command, input=stdin, capture_output=True, cwd=ROOT, env=env,
+                                  timeout=120)
+    err = proc.stderr.decode("utf-8", "replace")
+    assert proc.returncode in (0, 1, 2), (argv, stream, err)
+    assert "Traceback" not in err, (argv, stream, err)
+    if stream != "closed":
+        assert all(b < 128 for b in proc.stdout + proc.stderr), (argv, stream, proc.stdout[:400])

@@ -131,9 +131,9 @@ def test_command_line_reads_back_to_the_toml_layout(tmp_path, model, gpus, seq_l
     try:
         command = write_command(doc)
     except SpecError as exc:
-        assert any(why in str(exc) for why in ("ships no config function", "module names per "
-                   "pipeline stage", "is set by a config function, not the command line")), str(exc)
-        assert model not in ("llama-3.1-8b",) or "module names" in str(exc)
+        reasons = ("ships no config function", "is set by a config function, not the command line")
+        assert any(why in str(exc) for why in reasons), str(exc)
+        assert model not in ("llama-3.1-8b", "llama-3.1-70b", "qwen3-32b") or reasons[1] in str(exc), str(exc)
         return
     assert command.suffix == ".sh" and "-m torchtitan.train --module" in \
         command.text.replace(" \\\n    ", " ")
@@ -335,16 +335,40 @@ def test_zero2_with_pipeline_is_the_zero3_run_under_torchtitan():
     assert doc["plan"]["parallelism"]["zero_stage"] != 2
 
 
-def test_command_line_refusal_of_a_split_names_the_pin():
-    """Fresh-user defect: `--emit torchtitan` of a plan whose split is not torchtitan's default
-    said "pin the plan (--fix)" without saying what to pin. By hand (as in the known-text test):
-    torchtitan splits 32 layers over 4 stages as 8/9/8/7, the plan as 8/8/8/8; pp 1 has no split,
-    so --fix pp=1 is the pin that always gives a command line."""
-    with pytest.raises(SpecError) as exc:
-        write_command(_hand_plan())
-    text = str(exc.value)
-    assert "as 8/8/8/8 per rank, not torchtitan's default (8/9/8/7)" in text
-    assert "--fix pp=1" in text
+def test_command_line_writes_a_split_other_than_torchtitans_as_module_names(tmp_path):
+    """A plan split 8/8/8/8 (torchtitan's own split of 32 layers over 4 stages is 8/9/8/7, by hand
+    as in the known-text test) is written as the module names of each model part on the command
+    line (`tt.CLI_PARTS`: one word per part, names comma-separated; b5bcd76's output modules
+    norm, lm_head) and reads back to the plan's split."""
+    doc = _hand_plan()
+    command = write_command(doc)
+    text = command.text.replace(" \\\n    ", " ")
+    parts = [",".join(["tok_embeddings"] + [f"layers.{i}" for i in range(8)]),
+             ",".join(f"layers.{i}" for i in range(8, 16)),
+             ",".join(f"layers.{i}" for i in range(16, 24)),
+             ",".join([f"layers.{i}" for i in range(24, 32)] + ["norm", "lm_head"])]
+    assert f"--parallelism.module_fqns_per_model_part {' '.join(parts)} " in text, text
+    path = tmp_path / "launch.sh"
+    path.write_text(command.text)
+    target = read_target(path, model=doc["model"], cluster=doc["cluster"],
+                         seq_len=doc["request"]["seq_len"])
+    assert target.kind == "torchtitan-command"
+    assert target.layout.pipeline_layers == (8, 8, 8, 8) and target.layout.pp == 4
+    assert evaluate(target)["verdict"] == "pass", evaluate(target)["violations"]
+
+
+def test_command_line_split_with_virtual_stages_reads_back(tmp_path):
+    """pp 2 x vpp 2 with 16/16 per rank: torchtitan's default split of 32 layers over 4 stages
+    (34 effective: 9/9/8/8, minus the embedding and output: 8/9/8/7 -> ranks 16/16) is the plan's
+    per rank; 20/12 is not, so module names are written: rank 0 holds stages 0 and 2 (10 + 10
+    layers), rank 1 stages 1 and 3 (6 + 6)."""
+    doc = _hand_plan(pp=2, vpp=2, dp=4, num_microbatches=8, pipeline_layers=[20, 12])
+    command = write_command(doc)
+    path = tmp_path / "launch.sh"
+    path.write_text(command.text)
+    target = read_target(path, model=doc["model"], cluster=doc["cluster"],
+                         seq_len=doc["request"]["seq_len"])
+    assert target.layout.pipeline_layers == (20, 12) and target.layout.vpp == 2
 
 
 def test_command_line_refusal_of_layer_sac_names_the_pin():
@@ -370,3 +394,24 @@ def test_command_line_names_the_model_by_its_config_function_without_a_model_not
     assert not any("name/flavor" in d for d in command.deviations)
     assert "name/flavor" not in command.text
     assert any(d.startswith("[model] name/flavor left out") for d in write(doc).deviations)
+
+
+def test_command_line_refusal_of_a_model_without_preset_says_why():
+    """Mixtral (MoE) has no torchtitan model and no command line through the Hugging Face backend
+    (b5bcd76: model_spec off the command line, MoE flavors fixed to Qwen3-30B-A3B, no MoE PP);
+    a dense model without a preset is pointed at the backend's --hf_model form."""
+    with pytest.raises(SpecError) as exc:
+        write_command(_plan("mixtral-8x7b", 16, 4096, 64, {"ep": 8}))
+    text = str(exc.value)
+    assert "ships no config function" in text and "model_spec is tyro.conf.Suppress" in text
+    assert "Qwen3-30B-A3B" in text and "\n" not in text
+    doc = _hand_plan()
+    doc["model"] = "qwen2.5-72b"
+    with pytest.raises(SpecError) as exc:
+        _preset_of(doc)
+    assert "--hf_model Qwen/Qwen2.5-72B" in str(exc.value)
+
+
+def _preset_of(doc):
+    from planner.emit.torchtitan import _preset
+    return _preset(doc, {})

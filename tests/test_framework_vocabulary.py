@@ -46,7 +46,7 @@ ELSEWHERE = {
     "planner/cost/memory.py": {"offload_param", "pipeline_parallel_microbatches",
                                "stage3_prefetch_bucket_size"},
     "planner/cost/activations.py": {"selective_ac_option", "--hidden-dropout", "--attention-dropout"},
-    "planner/placement/precision.py": {"mixed_precision_param"},
+    "planner/placement/precision.py": {"mixed_precision_param", "--make-vocab-size-divisible-by"},
     "planner/validate_training.py": {"activation_checkpointing"},
     "planner/frameworks/vllm.py": {"--nnodes"},
     "planner/frameworks/sglang.py": {"--nnodes"},

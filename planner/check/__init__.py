@@ -28,6 +28,7 @@ contradicts is bad input.
 from __future__ import annotations
 
 import dataclasses
+import re
 import tomllib
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -44,7 +45,7 @@ from planner.frameworks import torchtitan as torchtitan_vocabulary
 from planner.specs import files
 from planner.specs.limits import MAX_BATCH_TOKENS, MAX_GPUS, MAX_SEQ_LEN, MAX_VPP
 
-__all__ = ["READERS", "Target", "check_file", "evaluate", "line_of", "read_target"]
+__all__ = ["READERS", "Target", "across_files", "check_file", "evaluate", "line_of", "read_target"]
 
 DEEPSPEED_KEYS = deepspeed_vocabulary.MARKERS
 """Top-level keys that mark a mapping as a DeepSpeed config (deepspeed/runtime/config.py)."""
@@ -220,7 +221,9 @@ def _document(path: Path) -> Document:
         tables = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         if path.suffix == ".toml":
-            raise SpecError(f"TOML syntax error: {exc}", file=str(path)) from None
+            at = re.search(r"at line (\d+)", str(exc))
+            raise SpecError(f"TOML syntax error: {exc}", file=str(path),
+                            line=int(at.group(1)) if at else None) from None
         tables = None
     return Document(path=path, text=text, mapping=mapping, tables=tables)
 
@@ -272,3 +275,22 @@ def _with_code_recompute(target: Target, recompute: str | None) -> Target:
                         file=target.file, key="--recompute")
     return dataclasses.replace(target, layout=target.layout.replace(recompute=recompute),
                                recompute_per_stage=None)
+
+
+def across_files(results: list[dict]) -> bool:
+    """Apply the rules that span the files of one run to their results (`check_file` dicts, in
+    place): a Megatron-LM file loading a checkpoint another file saves must pad the vocabulary to
+    its rows (`planner.check.megatron.checkpoints_across`). The error is added to the loading
+    file's violations with the line of the flag, and its verdict becomes fail. Returns whether any
+    was added."""
+    from planner.check import megatron
+
+    found = megatron.checkpoints_across(results)
+    for index, violation in found:
+        result = results[index]
+        flag = violation.message.split(" ", 1)[0]
+        result["violations"].append({"rule": violation.rule, "severity": violation.severity,
+                                     "message": violation.message, "fix": violation.fix,
+                                     "line": line_of(result["file"], flag)})
+        result["verdict"] = "fail"
+    return bool(found)

@@ -49,7 +49,7 @@ from __future__ import annotations
 import difflib
 from pathlib import Path
 
-from planner.check.gate import Target
+from planner.check.gate import Target, raise_missing
 from planner.errors import SpecError
 from planner.frameworks import deepspeed as ds
 from planner.frameworks.deepspeed import KEY as K
@@ -110,13 +110,13 @@ def read(path: Path, data: dict, *, model: str | None, cluster: str | None, gpus
 
 
 def _require(file: str, **given) -> None:
-    for name, value in given.items():
-        if value is None:
-            option = "--" + name.replace("_", "-")
-            what = {"model": "the model", "cluster": "the cluster", "gpus": "the GPU count",
-                    "seq_len": "the sequence length"}[name]
-            raise SpecError(f"{option} is required: a DeepSpeed config does not name {what}",
-                            file=file, key=option)
+    """Every option of `given` that is None, in one error (`gate.raise_missing`)."""
+    what = {"model": "the model", "cluster": "the cluster", "gpus": "the GPU count",
+            "seq_len": "the sequence length"}
+    raise_missing(file, [SpecError(f"{option} is required: a DeepSpeed config does not name "
+                                   f"{what[name]}", file=file, key=option)
+                         for name, value in given.items() if value is None
+                         for option in ["--" + name.replace("_", "-")]])
 
 
 def _section(data: dict, key: str, file: str, where: str | None = None) -> dict:
@@ -280,6 +280,12 @@ def _zero(data: dict, file: str) -> tuple[int, frozenset[str]]:
                             key=K[f"{knob}_deprecated"])
         if device != "none" or deprecated:
             offload.add(state)
+    for key, least in ds.ZERO_BOUNDS.items():
+        value = section.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value < least:
+            raise SpecError(f"value {value!r} must be {'> 0' if least else '>= 0'}: DeepSpeed's "
+                            f"ZeRO config model rejects it at start-up (DeepSpeedZeroConfig)",
+                            file=file, key=f"{top}.{key}")
     return stage, frozenset(offload)
 
 

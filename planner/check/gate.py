@@ -57,9 +57,37 @@ class Target:
     """The file's own prediction (`planner plan -o`), compared with the recomputed one."""
     findings: tuple[Violation, ...] = field(default_factory=tuple)
     """What the reader found inconsistent in the file (e.g. num_microbatches vs the batch)."""
+    checkpoint: dict | None = None
+    """What the file says of the checkpoints it saves and loads, for rules across files
+    (`planner.check.megatron.checkpoint_record`); None when it says nothing."""
     lines: dict[str, int] = field(default_factory=dict)
     """{flag or key spelling, planner knob: the 1-based line of the file that sets it}
     (`planner.check.lines`); {} when unknown."""
+
+
+def attempt(call, missing: list[SpecError]):
+    """`call()`, or None when it raises a reader's "OPTION is required" error (its key the
+    option), which is added to `missing` for `raise_missing`; any other error propagates."""
+    try:
+        return call()
+    except SpecError as exc:
+        if not exc.key or not exc.message.startswith(f"{exc.key} is required"):
+            raise
+        missing.append(exc)
+        return None
+
+
+def raise_missing(file: str, missing: list[SpecError]) -> None:
+    """Every command-line option a file leaves required, in one error (a user adds them all at
+    once): the one error as it is, or "required options: --a (why); --b (why)" for several.
+
+    Raises:
+        SpecError: when `missing` is not empty (exit 2)."""
+    if len(missing) == 1:
+        raise missing[0]
+    if missing:
+        raise SpecError("required options: " + "; ".join(
+            f"{e.key} ({e.message.split(': ', 1)[-1]})" for e in missing), file=file)
 
 
 def evaluate(target: Target) -> dict:
@@ -102,6 +130,7 @@ def evaluate(target: Target) -> dict:
         "time_s": record.time_s(),
         "tokens_per_s": step.tokens_per_s if step else None,
         "mfu": step.mfu if step else None,
+        **({"checkpoint": target.checkpoint} if target.checkpoint is not None else {}),
     }
 
 
@@ -269,15 +298,28 @@ def _stale(predicted: dict, step_s: float, stages: list[MemoryBreakdown]) -> lis
     pairs = []
     step = (predicted.get("time_s") or {}).get("step")
     if isinstance(step, (int, float)):
-        pairs.append(("step time", float(step), step_s, "s"))
+        pairs.append(("step time", float(step), step_s, 1.0, "s"))
     total = (predicted.get("memory_bytes") or {}).get("total")
     if isinstance(total, (int, float)):
-        pairs.append(("largest stage memory", float(total), float(max(m.total for m in stages)), "B"))
-    for name, said, now, unit in pairs:
+        pairs.append(("largest stage memory", float(total), float(max(m.total for m in stages)),
+                      2**30, "GiB"))
+    for name, said, now, scale, unit in pairs:
         if abs(said - now) > STALE_TOLERANCE * max(abs(now), 1e-12):
+            said_text, now_text = _apart(said / scale, now / scale)
             out.append(Violation(
                 rule="prediction_stale", severity="warning",
-                message=f"the file predicts {name} {said:,.6g} {unit}; this check computes "
-                        f"{now:,.6g} {unit}",
+                message=f"the file predicts {name} {said_text} {unit}; this check computes "
+                        f"{now_text} {unit}",
                 fix="re-run `planner plan ... -o` to refresh the file's prediction"))
     return out
+
+
+def _apart(a: float, b: float) -> tuple[str, str]:
+    """a and b as plain decimals (thousands separated, no exponent) with the fewest decimals, from
+    two, at which they differ."""
+    for places in range(2, 10):
+        x, y = f"{a:,.{places}f}", f"{b:,.{places}f}"
+        if x != y:
+            return x, y
+    return x, y
+

@@ -41,7 +41,7 @@ import re
 import shlex
 from pathlib import Path
 
-from planner.check.gate import Target
+from planner.check.gate import Target, attempt, raise_missing
 from planner.check.lines import flag_lines
 from planner.errors import SpecError
 from planner.frameworks import megatron as mg
@@ -86,21 +86,23 @@ def read(path: Path, *, model: str | None, cluster: str | None, gpus: int | None
     file = str(path)
     text = files.read_text(path, kind="text file (a shell script or Megatron-LM arguments file)")
     args = parse_args(text, file)
-    if cluster is None:
-        raise SpecError("--cluster is required: Megatron-LM arguments do not name the cluster",
-                        file=file, key="--cluster")
+    _missing_options(args, model, cluster, gpus, seq_len, path)
     spec = _model(args, model, path)
     world = _world(args, gpus, file)
     findings: list[Violation] = _rotary_base(args, spec, file) if model is not None else []
     findings += _unknown_flags(text)
     layout = _layout(args, spec, world, seq_len, file, findings)
-    findings += _startup(args, _tokens(text, file)[1], spec, layout, file)
+    tokens, env = _tokens(text, file)
+    findings += _startup(args, env, spec, layout, file)
+    record = checkpoint_record(args, tokens, spec, layout.tp, file)
+    findings += own_checkpoint_vocab(record, spec) if record else []
     per_stage = _recompute_per_stage(args, spec, layout, file, findings)
     if per_stage is not None:
         totals = {m: sum(c.get(m, 0) for c in per_stage) for m in ("full", "none")}
         layout = layout.replace(recompute="full" if totals["full"] >= totals["none"] else "none")
     return Target(file=file, kind=KIND, model=spec, cluster=_cluster(cluster, world, args, file),
-                  layout=layout, recompute_per_stage=per_stage, findings=tuple(findings))
+                  layout=layout, recompute_per_stage=per_stage, findings=tuple(findings),
+                  checkpoint=record)
 
 
 _LAUNCH = re.compile(r"(?<![\w.-])(torchrun|torch\.distributed\.(run|launch)|pretrain_\w+\.py)\b")
@@ -321,6 +323,135 @@ def _startup(args: dict, env: dict[str, str], spec: ModelSpec, layout: Layout,
     return out
 
 
+# ---------------------------------------------------------------- checkpoint vocabulary
+
+_LOADS = ("load", "pretrained_checkpoint")
+"""The knobs of the flags that load a checkpoint's weights (`megatron/training/checkpointing.py`
+`load_checkpoint`: args.load, and args.pretrained_checkpoint for fine-tuning)."""
+
+
+def checkpoint_record(args: dict, tokens: list[str], spec: ModelSpec, tp: int,
+                      file: str) -> dict | None:
+    """What the file says of the checkpoints it saves and loads (None when it neither saves nor
+    loads one): {file, save: path or None,
+    loads: {flag: path}, vocab_size, divisible_by, tp, padded_vocab_size (`mg.padded_vocab_size`),
+    use_checkpoint_args, vocab_file}. A path holding a shell variable the file does not set is
+    left out (unknown). The vocabulary is the file's vocab_size flag, else the model's."""
+    paths = {knob: _text_value(tokens, F[knob]) for knob in ("save", *_LOADS)}
+    if not any(paths.values()):
+        return None
+    vocab = _int(args, "vocab_size", file) or spec.vocab_size
+    divisible = _int(args, "vocab_divisible_by", file)
+    return {"file": file, "save": paths["save"],
+            "loads": {F[k]: paths[k] for k in _LOADS if paths[k] is not None},
+            "vocab_size": vocab, "divisible_by": divisible, "tp": tp,
+            "padded_vocab_size": mg.padded_vocab_size(vocab, divisible, tp),
+            "use_checkpoint_args": _on(args, "use_checkpoint_args"),
+            "vocab_file": _text_value(tokens, F["vocab_file"]) is not None}
+
+
+def _text_value(tokens: list[str], flag: str) -> str | None:
+    """The last value the words give `flag` (`--flag value` or `--flag=value`); None when absent
+    or when it still holds a `$` (a variable the file does not set, a substitution)."""
+    value = None
+    for i, word in enumerate(tokens):
+        name, eq, given = word.partition("=")
+        if name == flag:
+            value = given if eq else (tokens[i + 1] if i + 1 < len(tokens) else None)
+    return None if value is None or "$" in value or value.startswith("--") else value
+
+
+def own_checkpoint_vocab(record: dict, spec: ModelSpec) -> list[Violation]:
+    """`megatron_checkpoint_vocab` for a checkpoint of the model itself: where the model states
+    the rows its checkpoint holds (`padded_vocab_size` differing from `vocab_size`, e.g. BLOOM's
+    250,680 tokens in 250,880 rows, FC-08) and the file loads a checkpoint other than the one it
+    saves (a resumed run reloads its own rows), Megatron-LM's padded vocabulary must equal them."""
+    if spec.padded_vocab_size == spec.vocab_size:
+        return []
+    out = []
+    for flag, path in record["loads"].items():
+        if path == record["save"]:
+            continue
+        found = vocab_mismatch(record, flag, spec.padded_vocab_size, None,
+                               f"the checkpoint of {spec.name} holds {spec.padded_vocab_size} rows "
+                               f"(its padded_vocab_size)")
+        out += [found] if found else []
+    return out
+
+
+def vocab_mismatch(record: dict, flag: str, rows: int, checkpoint_divisible_by: int | None,
+                   holds: str) -> Violation | None:
+    """The error `megatron_checkpoint_vocab` when the rows Megatron-LM pads the file's vocabulary
+    to (`record`, from `checkpoint_record`) differ from the `rows` of the checkpoint it loads with
+    `flag`; None when they agree or the use_checkpoint_args switch takes the checkpoint's padded size.
+
+    Source: Megatron-LM d98e8a6: the padded size (`mg.padded_vocab_size`) sizes the word
+    embedding and output layer; `megatron/core/dist_checkpointing/strategies/torch.py`
+    `_validate_global_shapes` raises "Global shape mismatch" for a torch_dist checkpoint of other
+    rows, `megatron/training/checkpointing.py` `check_checkpoint_args` asserts padded_vocab_size
+    (legacy format) and make_vocab_size_divisible_by (when a vocab_file is given) equal the
+    checkpoint's. The fix keeps tp: a divisible-by whose multiple of tp pads the vocabulary to
+    `rows` (not offered with a vocab_file unless it is the checkpoint's own), or
+    use_checkpoint_args (the checkpoint's padded size, `load_args_from_checkpoint`), which the
+    vocab-parallel embedding takes when tp divides it."""
+    vocab, divisible, tp = record["vocab_size"], record["divisible_by"], record["tp"]
+    padded = record["padded_vocab_size"]
+    if padded == rows or record["use_checkpoint_args"]:
+        return None
+    fixes = []
+    choice = _divisible_by_for(vocab, tp, rows)
+    if choice is not None and (not record["vocab_file"] or choice == checkpoint_divisible_by):
+        fixes.append(f"{F['vocab_divisible_by']} {choice} (pads {vocab} to {rows} at tp {tp})")
+    if rows % tp == 0:
+        fixes.append(f"{F['use_checkpoint_args']} (takes the checkpoint's {rows} rows)")
+    return Violation(
+        rule="megatron_checkpoint_vocab",
+        message=f"{flag} {record['loads'][flag]}: Megatron-LM pads the vocabulary {vocab} to a "
+                f"multiple of {F['vocab_divisible_by']} {divisible} x tp {tp} = {divisible * tp}, "
+                f"{padded} embedding rows, but {holds}: loading stops on the embedding's shape "
+                f"(torch_dist: \"Global shape mismatch\"; legacy format: check_checkpoint_args)",
+        fix=" or ".join(fixes) if fixes else
+            f"a tp at which {F['vocab_divisible_by']} pads {vocab} to {rows} rows")
+
+
+def _divisible_by_for(vocab: int, tp: int, rows: int) -> int | None:
+    """The power of two d nearest Megatron's default 128 (the smaller of two as near), else the
+    smallest d, for which Megatron pads `vocab` to `rows` at `tp` (`mg.padded_vocab_size`); None
+    when none does."""
+    if rows < vocab or rows % tp:
+        return None
+    powers = sorted((2**k for k in range(21)), key=lambda d: (abs(d.bit_length() - 8), d))
+    found = [d for d in powers if mg.padded_vocab_size(vocab, d, tp) == rows]
+    if found:
+        return found[0]
+    return next((d for d in range(1, rows // tp + 1) if rows % (d * tp) == 0
+                 and mg.padded_vocab_size(vocab, d, tp) == rows), None)
+
+
+def checkpoints_across(results: list[dict]) -> list[tuple[int, Violation]]:
+    """`megatron_checkpoint_vocab` across the files of one `planner check` run: a Megatron file
+    that loads (`_LOADS`) the path another checked file saves
+    must pad the vocabulary to the rows that file writes (`vocab_mismatch`). Paths are compared
+    as written (after the files' own variables). Returns (index of the loading result, error)."""
+    saved = {r["checkpoint"]["save"]: r["checkpoint"] for r in results
+             if (r.get("checkpoint") or {}).get("save")}
+    out = []
+    for i, r in enumerate(results):
+        record = r.get("checkpoint")
+        for flag, path in (record or {}).get("loads", {}).items():
+            writer = saved.get(path)
+            if writer is None or writer["file"] == record["file"]:
+                continue
+            found = vocab_mismatch(
+                record, flag, writer["padded_vocab_size"], writer["divisible_by"],
+                f"{writer['file']} saves {writer['padded_vocab_size']} rows there ("
+                f"{F['save']} {path}: vocabulary {writer['vocab_size']} at "
+                f"{F['vocab_divisible_by']} {writer['divisible_by']} x tp {writer['tp']})")
+            if found:
+                out.append((i, found))
+    return out
+
+
 # ---------------------------------------------------------------- tokens
 
 def parse_args(text: str, file: str) -> dict[str, str | bool]:
@@ -483,6 +614,26 @@ def _on(args: dict, knob: str) -> bool:
 
 
 # ---------------------------------------------------------------- model, world
+
+def _missing_options(args: dict, model: str | None, cluster: str | None, gpus: int | None,
+                     seq_len: int | None, path: Path) -> None:
+    """Every command-line option the file leaves required, in one error (`gate.raise_missing`):
+    --cluster always, --model unless the file gives a llama-style architecture, --gpus unless
+    torchrun's GPUs per node do, --seq-len unless the file's sequence length does."""
+    file = str(path)
+    missing: list[SpecError] = []
+    if cluster is None:
+        missing.append(SpecError("--cluster is required: Megatron-LM arguments do not name the "
+                                 "cluster", file=file, key="--cluster"))
+    if model is None:
+        attempt(lambda: _model(args, None, path), missing)
+    if gpus is None:
+        attempt(lambda: _world(args, None, file), missing)
+    if seq_len is None and F["seq_len"] not in args:
+        missing.append(SpecError(f"--seq-len is required: the file gives no {F['seq_len']}",
+                                 file=file, key="--seq-len"))
+    raise_missing(file, missing)
+
 
 def _model(args: dict, model: str | None, path: Path) -> ModelSpec:
     """--model, checked against the file's architecture flags; else the file's llama-style model."""

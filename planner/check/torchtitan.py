@@ -50,7 +50,7 @@ import difflib
 import tomllib
 from pathlib import Path
 
-from planner.check.gate import Target
+from planner.check.gate import Target, attempt, raise_missing
 from planner.errors import SpecError
 from planner.frameworks import torchtitan as tt
 from planner.frameworks.torchtitan import NAME as N
@@ -93,12 +93,15 @@ def read_doc(doc: dict, file: str, *, model: str | None, cluster: str | None, gp
     """`read` of a parsed job config ({section: {key: value}}, `tt.KEYS` spellings); `file`
     names it in messages (the command-line reader, `torchtitan_cli`, builds one)."""
     cfg = _Config(doc, file)
-    spec = _model(cfg, model)
+    missing: list[SpecError] = []   # every required option left out, in one error
+    spec = attempt(lambda: _model(cfg, model), missing)
     if cluster is None:
-        raise SpecError("--cluster is required: a torchtitan job config does not name the cluster",
-                        file=file, key="--cluster")
+        missing.append(SpecError("--cluster is required: a torchtitan job config does not name "
+                                 "the cluster", file=file, key="--cluster"))
     degrees = _degrees(cfg)
-    world = _world_size(cfg, degrees, gpus)
+    world = attempt(lambda: _world_size(cfg, degrees, gpus), missing)
+    attempt(lambda: _seq_len(cfg, seq_len), missing)
+    raise_missing(file, missing)
     clus = _cluster(cfg, cluster, world, degrees)
     if degrees["shard"] == -1:
         rest = degrees["replicate"] * degrees["cp"] * degrees["tp"] * degrees["pp"]

@@ -13,7 +13,9 @@ bad input naming those that are), the overrides replace them, the rest are torch
 The batch is in tokens: micro-batch = `tt.MICROBATCH_TOKENS` / `tt.CONTEXT` sequences (a
 remainder is bad input), `tt.PP_MICROBATCHES` micro-batches per step with pp > 1, the global batch
 `tt.STEP_TOKENS` / `tt.CONTEXT` (-1: micro-batch x pp micro-batches x dp). The settings then map to a Layout as the TOML reader maps them (`torchtitan.read_doc`),
-with the sequence-parallel switch (`tt.SEQUENCE_PARALLEL`) false turning it off.
+with the sequence-parallel switch (`tt.SEQUENCE_PARALLEL`) false turning it off. The module names
+per pipeline model part (`tt.CLI_PARTS`) are the words after the flag, one per part, its names
+comma-separated (as tyro parses them at `CLI_COMMIT`).
 
 Activation checkpointing is the config function's unless the `activation-checkpoint:MODE`
 subcommand (`CLI_COMMIT`) or the `--activation_checkpoint.mode MODE` override of the releases
@@ -73,7 +75,7 @@ def read(path: Path, *, model: str | None, cluster: str | None, gpus: int | None
     flags, ac = _flags(words, file)
     preset = _preset(flags, file)
     settings = {**tt.CLI_DEFAULT, **{k: v for k, v in preset.items() if "." in k},
-                **{k: _value(v) for k, v in flags.items() if "." in k}}
+                **{k: v if isinstance(v, list) else _value(v) for k, v in flags.items() if "." in k}}
     ranks = _ranks(flags, file)
     if ranks is not None and gpus is not None and gpus != ranks:
         raise SpecError(f"--gpus {gpus} contradicts torchrun's {ranks} ranks", file=file,
@@ -117,6 +119,14 @@ def _flags(words: list[str], file: str) -> tuple[dict[str, str], str | None]:
         if not word.startswith("--"):
             continue
         name, eq, value = word.partition("=")
+        if name[2:] == tt.CLI_PARTS:  # one word per model part, its module names comma-separated
+            parts = [value] if eq else []
+            while not eq and i < len(words) and not words[i].startswith("--") and \
+                    words[i].partition(":")[0] not in tt.AC_SUBCOMMANDS:
+                parts.append(words[i])
+                i += 1
+            out[name[2:]] = [part.split(",") for part in parts]
+            continue
         if not eq:
             if i < len(words) and not words[i].startswith("--") and ":" not in words[i]:
                 value, i = words[i], i + 1
@@ -256,6 +266,8 @@ def _job_doc(settings: dict, preset: dict, ac: str, file: str) -> dict:
     for setting in tt.CLI_SETTINGS:
         if tt.KEY[setting] in settings:
             put(setting, settings[tt.KEY[setting]])
+    if tt.CLI_PARTS in settings:
+        put("pp_fqns", settings[tt.CLI_PARTS])
     seq = _positive(settings, tt.CONTEXT, file)
     micro = _sequences(settings, tt.MICROBATCH_TOKENS, seq, file)
     pp = settings.get(tt.KEY["pp"], 1)

@@ -29,8 +29,9 @@ Mapping from the plan (`plan.parallelism`, DESIGN.md placement semantics):
   split (`generate_llm_fqn_per_model_part`: L + 1 + 1 effective layers spread evenly, the embedding
   and the output each weighing one layer) is kept when it is the plan's; otherwise the module
   names per model part list each virtual stage's modules (tok_embeddings, layers.N, norm, output:
-  the Llama-style names of torchtitan's models); virtual stage s runs on rank s mod pp
-  (`pipeline_module_split`, loop style).
+  the Llama-style names of torchtitan's models; on the command line of current releases the
+  override `tt.CLI_PARTS` with one word per part and b5bcd76's output modules norm, lm_head);
+  virtual stage s runs on rank s mod pp (`pipeline_module_split`, loop style).
 - Recompute (`activation_checkpoint.py`): none | full | selective with option "op" (= the planner's
   selective) or N (layer SAC: every N-th block of a rank fully checkpointed). Layer SAC is one rule
   for the whole model; a per-stage mix is written as the option that keeps no more activations
@@ -373,15 +374,14 @@ def write_command(doc: dict) -> Emitted:
 
     Raises:
         SpecError: (key "--emit") what `write` raises; a model torchtitan ships no preset of; a
-            setting only a config function can give (module names per pipeline stage, layer-level
-            selective checkpointing, an expert tensor-parallel degree, a float8 converter the
-            preset lacks or has), naming the alternative.
+            setting only a config function can give (layer-level selective checkpointing, an
+            expert tensor-parallel degree, a float8 converter the preset lacks or has), naming the
+            alternative. A pipeline split other than torchtitan's own is written as the module
+            names of each model part (`tt.CLI_PARTS`).
     """
     settings, dev = _settings(doc, toml=False)
     preset_key = _preset(doc, settings)
     preset = tt.PRESETS[preset_key]
-    if "pp_fqns" in settings:
-        raise _fail(_split_refusal(doc, settings))
     if settings.get("ac_option", tt.OP_SAC) != tt.OP_SAC:
         raise _fail(f"layer-level selective checkpointing (one block in every {settings['ac_option']}, "
                     f"the nearest rule to the plan's per-stage recompute) is set by a config "
@@ -402,6 +402,8 @@ def write_command(doc: dict) -> Emitted:
     overrides[tt.MICROBATCH_TOKENS] = micro * seq
     if settings["pp"] > 1:
         overrides[tt.PP_MICROBATCHES] = settings["local_batch"] // micro
+    if "pp_fqns" in settings:  # a split other than torchtitan's own: module names per part
+        overrides[tt.CLI_PARTS] = " ".join(",".join(part) for part in _cli_parts(settings["pp_fqns"]))
     overrides[tt.STEP_TOKENS] = settings["global_batch_size"] * seq
     if settings.get("compile"):
         overrides[tt.CLI_COMPILE] = True
@@ -430,21 +432,11 @@ def write_command(doc: dict) -> Emitted:
                    deviations=tuple(dev))
 
 
-def _split_refusal(doc: dict, settings: dict) -> str:
-    """Why a pipeline split other than torchtitan's default cannot be a command line, with the pin
-    that avoids it: pp 1 (no split) always; the search chooses the split of any deeper pipeline,
-    so a pp pin alone does not promise torchtitan's."""
-    par = doc["plan"]["parallelism"]
-    pp, vpp = par["pp"], par["vpp"]
-    n = load_model(doc["model"]).num_hidden_layers
-    default = default_split(n, pp * vpp)
-    theirs = "/".join(map(str, _per_rank(default, pp))) if default else "none: too few layers"
-    return (f"the plan splits {n} layers over pp={pp}"
-            + (f" x vpp={vpp}" if vpp > 1 else "")
-            + f" as {'/'.join(map(str, par['pipeline_layers']))} per rank, not torchtitan's default "
-            f"({theirs}); module names per pipeline stage are set by a config function, not the "
-            f"command line ({tt.CLI_COMMIT}): pin --fix pp=1 (no pipeline split), or write a "
-            f"config function with that {N['pp_fqns']}")
+def _cli_parts(parts: list[list[str]]) -> list[list[str]]:
+    """The module names per model part with the output modules of current releases
+    (`tt.CLI_OUTPUT_MODULES`) for the TOML releases' norm + output."""
+    return [[m for m in part if m not in ("norm", "output")]
+            + (list(tt.CLI_OUTPUT_MODULES) if "output" in part else []) for part in parts]
 
 
 def _preset(doc: dict, settings: dict) -> tuple[str, str]:
@@ -455,9 +447,11 @@ def _preset(doc: dict, settings: dict) -> tuple[str, str]:
         if tt.CATALOG.get(preset["model"]) == ref and spec == load_model(ref):
             return key
     known = sorted({tt.CATALOG[p["model"]] for p in tt.PRESETS.values()})
+    why = tt.HF_BACKEND_MOE_REFUSAL if spec.is_moe else tt.HF_BACKEND_DENSE_NOTE.format(
+        hf_id=spec.extra.get("hf_id") or "HF_ID")
     raise _fail(f"torchtitan {tt.CLI_COMMIT} ships no config function this planner maps to "
-                f"{spec.name} (known: {', '.join(known)}); write one, or --emit torchtitan-toml "
-                f"for releases with TOML job configs")
+                f"{spec.name} (known: {', '.join(known)}); {why}; write a config function, or "
+                f"--emit torchtitan-toml for releases with TOML job configs")
 
 
 def _torchrun(knob: str) -> str:

@@ -184,3 +184,10 @@ ZERO_FIELDS = frozenset((
 DeepSpeedZeroConfig at edaa722 and their `stage3_` aliases. Its model forbids any other
 (`deepspeed/runtime/config_utils.py` DeepSpeedConfigModel: extra="forbid", populate_by_name), so
 DeepSpeed stops at start-up on a misspelled ZeRO key, unlike an unknown top-level key."""
+
+ZERO_BOUNDS = {"reduce_bucket_size": 1, "allgather_bucket_size": 0, "sub_group_size": 0,
+               "stage3_prefetch_bucket_size": 0, "stage3_param_persistence_threshold": 0,
+               "stage3_max_live_parameters": 0, "stage3_max_reuse_distance": 0}
+"""`zero_optimization` key -> the least value DeepSpeedZeroConfig accepts (edaa722
+`deepspeed/runtime/zero/config.py`: reduce_bucket_size Field(gt=0), the others Field(ge=0)): below
+it pydantic raises a ValidationError when DeepSpeed builds its config, before training starts."""

@@ -127,6 +127,7 @@ FLAGS = (
     Flag("untie_embeddings", "--untie-embeddings-and-output-weights", SWITCH, False),
     Flag("disable_bias_linear", "--disable-bias-linear", SWITCH, False),
     Flag("vocab_size", "--vocab-size", INT),
+    Flag("vocab_divisible_by", "--make-vocab-size-divisible-by", INT, 128),
     Flag("num_experts", "--num-experts", INT),
     Flag("rope_theta", "--rotary-base", INT, 10000),
     Flag("add_qkv_bias", "--add-qkv-bias", SWITCH, False, read=False),
@@ -167,6 +168,9 @@ FLAGS = (
     Flag("data_path", "--data-path", TEXT, read=False),
     Flag("save", "--save", TEXT, read=False),
     Flag("load", "--load", TEXT, read=False),
+    Flag("pretrained_checkpoint", "--pretrained-checkpoint", TEXT, read=False),
+    Flag("use_checkpoint_args", "--use-checkpoint-args", SWITCH, False),
+    Flag("vocab_file", "--vocab-file", TEXT, read=False),
     Flag("train_iters", "--train-iters", TEXT, read=False),
     Flag("lr", "--lr", TEXT, read=False),
     # torchrun (torch/distributed/run.py): world size = nproc_per_node x nnodes
@@ -264,6 +268,19 @@ PRECISION_FLAGS = {"bf16": (FLAG["bf16"],), "fp16": (FLAG["fp16"],),
 """Plan precision -> flags (fp8: bf16 master compute with Transformer Engine's hybrid E4M3 forward /
 E5M2 backward format, `transformer_config.py` field `fp8`). Without any of them Megatron trains in
 fp32."""
+
+
+def padded_vocab_size(vocab_size: int, divisible_by: int, tp: int) -> int:
+    """The embedding rows Megatron-LM builds: the tokenizer's vocabulary rounded up to a multiple
+    of --make-vocab-size-divisible-by x tp.
+
+    Source: Megatron-LM d98e8a6 `megatron/core/tokenizers/utils/build_tokenizer.py`
+    `vocab_size_with_padding` (`multiple = make_vocab_size_divisible_by * tensor_model_parallel_size`;
+    `ceil(vocab / multiple) * multiple`), called unless the checkpoint's args set it
+    (`_set_padded_vocab_size`; `megatron/training/checkpointing.py` `load_args_from_checkpoint`
+    `_set_arg('padded_vocab_size')` under --use-checkpoint-args)."""
+    multiple = divisible_by * tp
+    return -(-vocab_size // multiple) * multiple
 
 
 OVERLAP_SWITCHES = ("tp_comm_overlap", "overlap_grad_reduce", "overlap_param_gather",

@@ -224,6 +224,17 @@ CLI_FIELDS = {
 the command line as `--training.F` / `--parallelism.F`; tyro exits on any other)."""
 CLI_FIELDS["compile"] = ("enable", "enable_async_tensor_parallel", "components", "backend")
 """`config/configs.py` CompileConfig at `CLI_COMMIT` (l. 292-310: AsyncTP asserts compile.enable)."""
+CLI_PARTS = KEY["pp_fqns"]
+"""The module names per pipeline model part on the command line: tyro parses ParallelismConfig's
+`list[list[str]] | None` field as one word per model part, each word the part's module names
+joined by commas (torchtitan's own `list[str]` rule, `config/manager.py` `register_tyro_rules`
+`list_str_rule`: comma-separated; tyro itself is unpinned in `pyproject.toml` at `CLI_COMMIT`,
+checked with tyro 1.0.17: `--parallelism.module_fqns_per_model_part tok_embeddings,layers.0
+layers.1,norm,lm_head` gives [['tok_embeddings', 'layers.0'], ['layers.1', 'norm', 'lm_head']])."""
+CLI_OUTPUT_MODULES = ("norm", "lm_head")
+"""The modules after the last decoder layer at `CLI_COMMIT` (`models/common/decoder.py`: the
+output projection is `lm_head`; `pipeline_parallel.py` `_generate_llm_fqn_per_model_part` puts
+["norm", "lm_head"] on the last part); the TOML releases named it `output`."""
 CLI_COMPILE = "compile.enable"
 """torch.compile on (AsyncTP needs it)."""
 CLI_ASYNC_TP = "compile.enable_async_tensor_parallel"
@@ -298,6 +309,23 @@ PRESETS = {
 `DEFAULT` / `CLI_DEFAULT`). Source: `torchtitan/models/{llama3,qwen3,deepseek_v3}/config_registry.py`
 at `CLI_COMMIT` (llama3_8b, llama3_70b, llama3_405b -- Float8 linear converter --, qwen3_32b,
 qwen3_30b_a3b, deepseek_v3_671b)."""
+HF_BACKEND_MOE_REFUSAL = (
+    "its Hugging Face backend (experiments/transformers_modeling_backend) cannot be pointed at it "
+    "from the command line: the model config is off the command line (config/README.md: "
+    "model_spec is tyro.conf.Suppress), the backend's MoE flavors fix Qwen3-30B-A3B's dimensions "
+    "(__init__.py flavors 'full_moe') and its MoE path has no pipeline parallelism (README)")
+"""Why a mixture-of-experts model without a torchtitan preset has no command line at `CLI_COMMIT`
+(source: pytorch/torchtitan b5bcd76 `torchtitan/experiments/transformers_modeling_backend/
+__init__.py` `flavors`, `config_registry.py`, `README.md` "Further work: Missing PP support for
+MoE"; `torchtitan/config/README.md`)."""
+HF_BACKEND_DENSE_NOTE = (
+    "torchtitan's Hugging Face backend trains a dense model from the command line (--module "
+    "transformers_modeling_backend --config transformers_modeling_backend_full --hf_model "
+    "{hf_id}: the 'full' flavor takes the model from AutoConfig), which this planner neither "
+    "emits nor costs (HF modeling, lower MFU than torchtitan's own: its README)")
+"""What a dense model without a torchtitan preset can run at `CLI_COMMIT` (same sources:
+`config_registry.py` transformers_modeling_backend_full, `configs.py` TransformersBackendConfig
+`hf_model`)."""
 CLI_FIX_TERMS = {
     "recompute selective": f"{AC_SUBCOMMANDS[0]}:selective",
     "recompute full": f"{AC_SUBCOMMANDS[0]}:full",

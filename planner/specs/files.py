@@ -96,12 +96,14 @@ def read_mapping(path: Path, what: str) -> dict:
     try:
         data = _parse_json(text) if path.suffix == ".json" else yaml.load(text, Loader=_UniqueKeyLoader)
     except json.JSONDecodeError as exc:
-        raise SpecError(f"JSON syntax error at line {exc.lineno}: {exc.msg}", file=file) from None
+        raise SpecError(f"JSON syntax error at line {exc.lineno}: {exc.msg}", file=file,
+                        line=exc.lineno) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
         line = f" at line {mark.line + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or "invalid YAML"
-        raise SpecError(f"YAML syntax error{line}: {problem}", file=file) from None
+        raise SpecError(f"YAML syntax error{line}: {problem}", file=file,
+                        line=mark.line + 1 if mark else None) from None
     except _DuplicateKey as exc:
         raise SpecError(f"key given twice{exc.args[1]}; give each key once", file=file, key=exc.args[0]) from None
     except ValueError as exc:  # int() of more than sys.get_int_max_str_digits() digits, a bad date
