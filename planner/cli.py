@@ -253,6 +253,31 @@ MomentOpt = Annotated[Moment | None, typer.Option(
     case_sensitive=False, help="Adam moment dtype of the precision-aware optimizer (default fp32).")]
 
 
+RecomputeModulesOpt = Annotated[str | None, typer.Option(
+    metavar="MODULE,...", help=f"Megatron {megatron_flags.FLAG['recompute_modules']}: what selective recompute "
+                               f"re-runs ({', '.join(layout_mod.RECOMPUTE_MODULES)}; default core_attn).")]
+
+
+def _recompute_modules(text: str | None, framework: str) -> tuple[str, ...] | None:
+    """`mla_up_proj,mlp` -> ("mla_up_proj", "mlp") (Layout checks the names); None when absent.
+    Megatron only: torchtitan's and DeepSpeed's selective recompute take no module list."""
+    if text is None:
+        return None
+    if framework != "megatron":
+        raise SpecError(f"value {text!r} is Megatron-LM's {megatron_flags.FLAG['recompute_modules']}; "
+                        f"{framework} has no module list (its selective recompute is fixed)",
+                        key="--recompute-modules")
+    modules = tuple(m.strip() for m in text.split(",") if m.strip())
+    if not modules:
+        raise SpecError(f"value {text!r} names no module; allowed: {', '.join(layout_mod.RECOMPUTE_MODULES)}",
+                        key="--recompute-modules")
+    for module in modules:
+        if module not in layout_mod.RECOMPUTE_MODULES:
+            raise SpecError(f"value {module!r} not allowed; allowed: {', '.join(layout_mod.RECOMPUTE_MODULES)}",
+                            key="--recompute-modules")
+    return modules
+
+
 def _precision_knobs(on: bool, **dtypes) -> dict:
     """The fp8 recipe and precision-aware optimizer knobs given (Layout field -> value; unset ones
     left out)."""
@@ -289,6 +314,7 @@ def explain_cmd(
         "--account-for-loss", help=_LOSS_HELP)] = False,
     recompute_per_stage: Annotated[str | None, typer.Option(
         metavar="17n/2f,20n,...", help="Recompute counts per stage as `plan` prints them (n none, s selective, f full); overrides --recompute.")] = None,
+    recompute_modules: RecomputeModulesOpt = None,
     offload: Annotated[list[Offload] | None, typer.Option(case_sensitive=False, help="State to keep in host memory (repeatable).")] = None,
     optimizer: Annotated[Optimizer, typer.Option(case_sensitive=False, help="Optimizer.")] = "adamw",
     precision: Annotated[Precision | None, typer.Option(
@@ -320,6 +346,7 @@ def explain_cmd(
         micro_batch_size=micro_batch_size, global_batch_size=global_batch_size or dp * micro_batch_size * pp,
         pipeline_layers=_layer_split(pipeline_layers, pp),
         seq_len=seq_len, recompute=_value(recompute) if recompute is not None else "none",
+        recompute_modules=_recompute_modules(recompute_modules, _value(framework)),
         sequence_parallel=sequence_parallel, vpp=vpp,
         pipeline_layout=stages,
         offload=frozenset(_value(o) for o in offload or ()), optimizer=_value(optimizer),
@@ -340,6 +367,10 @@ def explain_cmd(
                         f"them", key="--recompute")
     if counts is not None:
         layout = layout.replace(recompute=recompute_mix.majority(counts))
+    if recompute_modules is not None and not (layout.recompute == "selective" or any(
+            c.get("selective") for c in counts or ())):
+        raise SpecError(f"value {recompute_modules!r} applies to selective recompute; give --recompute "
+                        f"selective (or s layers in --recompute-per-stage)", key="--recompute-modules")
     data = explain_api.explain(spec, hw, layout, reserve_bytes=reserve, at_risk_margin=at_risk_margin,
                                recompute_per_stage=counts, flash_attention=flash_attention)
     report.show_explain(data, fmt.value)
@@ -515,6 +546,7 @@ def plan_cmd(
     main_grads_dtype: MainGradsOpt = None,
     exp_avg_dtype: MomentOpt = None,
     exp_avg_sq_dtype: MomentOpt = None,
+    recompute_modules: RecomputeModulesOpt = None,
     fix: Annotated[list[str] | None, typer.Option(
         "--fix", metavar="KEY=VALUE",
         help=f"Pin a degree or knob (repeatable): {', '.join(FIXABLE)}.")] = None,
@@ -561,6 +593,7 @@ def plan_cmd(
                   precision=_precision(precision, hw), optimizer=_value(optimizer),
                   framework=_value(framework), top_k=top, reserve_bytes=reserve, headroom=headroom,
                   grad_reduce_dtype=_value(grad_reduce_dtype),
+                  recompute_modules=_recompute_modules(recompute_modules, _value(framework)),
                   precision_knobs=_precision_knobs(
                       precision_aware_optimizer, fp8_recipe=fp8_recipe,
                       main_params_dtype=main_params_dtype,

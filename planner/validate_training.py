@@ -401,7 +401,7 @@ NVIDIA_RECIPES = ("Megatron-Bridge", "NeMo", "nemo-framework")
 RECIPE_OVERRIDES = {"E10": {"overlap_grad_reduce": False, "overlap_param_gather": False,
                             "fp8_recipe": "tensorwise", "precision_aware_optimizer": True,
                             "main_grads_dtype": "bf16", "exp_avg_dtype": "bf16",
-                            "exp_avg_sq_dtype": "bf16"}}
+                            "exp_avg_sq_dtype": "bf16", "recompute_modules": ("mla_up_proj", "mlp")}}
 """Expert rows whose recipe sets knobs the others leave at their defaults: DeepSeek-V3 on H100
 (Megatron-Bridge src/megatron/bridge/perf_recipes/deepseek/h100/deepseek_v3.py @067f987):
 - l. 94-95 (`deepseek_v3_pretrain_1024gpu_h100_fp8cs_config`) `cfg.ddp.overlap_grad_reduce =
@@ -414,7 +414,10 @@ RECIPE_OVERRIDES = {"E10": {"overlap_grad_reduce": False, "overlap_param_gather"
 - l. 79 `deepseek_v3_pretrain_config()`, i.e. recipes/deepseek/h100/deepseek_v3.py
   `deepseek_v3_pretrain_1024gpu_h100_bf16_config` l. 221-225 (re-exported by
   recipes/deepseek/deepseek_v3.py): the precision-aware optimizer with fp32 main params, bf16 main
-  grads and bf16 exp_avg / exp_avg_sq, which the perf recipe does not change."""
+  grads and bf16 exp_avg / exp_avg_sq, which the perf recipe does not change;
+- l. 92 `cfg.model.recompute_modules = ["mla_up_proj", "mlp"]` with perf_recipes/deepseek/common.py
+  l. 35 `recompute_granularity = "selective"` (`_deepseek_v3_common`): selective recompute of the
+  MLA up projections and the dense MLPs (the row's `recompute: selective`)."""
 
 ROW_LEVEL_KEYS = ("precision", "framework", "seq_len", "global_batch_size")
 """Layout fields an expert_configs row gives outside `layout:` (training_runs rows: all of them)."""

@@ -310,6 +310,8 @@ def parse_args(text: str, file: str) -> dict[str, str | bool]:
                 if i >= len(tokens) or tokens[i].startswith("--"):
                     raise SpecError("missing value", file=file, key=name)
                 value, i = tokens[i], i + 1
+                while kind == mg.LIST and i < len(tokens) and not tokens[i].startswith("--"):
+                    value, i = f"{value} {tokens[i]}", i + 1  # nargs "+": the words up to the next flag
             if "$((" in value:
                 raise SpecError(_arithmetic_message(value, env), file=file, key=name)
             if "$(" in value:
@@ -597,6 +599,7 @@ def _layout(args: dict, spec: ModelSpec, world: int, seq_len: int | None, file: 
         vpp=vpp, pipeline_layers=split, pipeline_layout=stages,
         micro_batch_size=mbs, global_batch_size=_int(args, "global_batch_size", file, mbs * dp),
         seq_len=_seq_len(args, seq_len, file, findings), recompute=_uniform_recompute(args, file),
+        recompute_modules=_recompute_modules(args, file),
         optimizer=_OPTIMIZERS[_choice(args, "optimizer", file) or mg.DEFAULT["optimizer"]],
         precision=(precision := _precision(args, file)), framework="megatron",
         grad_reduce_dtype=_grad_reduce(args, precision),
@@ -790,6 +793,21 @@ def _uniform_recompute(args: dict, file: str) -> str:
     if granularity is None and _on(args, "recompute_activations"):
         granularity = "selective"
     return granularity or "none"
+
+
+def _recompute_modules(args: dict, file: str) -> tuple[str, ...] | None:
+    """The --recompute-modules words (None: absent, Megatron's default core_attn). Megatron reads
+    them only under selective granularity (transformer_layer.py l. 473, moe_layer.py l. 247-254);
+    the Layout carries them either way, and only selective layers use them."""
+    flag = F["recompute_modules"]
+    if flag not in args:
+        return None
+    words = str(args[flag]).split()
+    for word in words:
+        if word not in mg.BY_KNOB["recompute_modules"].choices:
+            raise SpecError(f"value {word!r} not allowed; allowed: "
+                            f"{', '.join(mg.BY_KNOB['recompute_modules'].choices)}", file=file, key=flag)
+    return tuple(dict.fromkeys(words))
 
 
 def _recompute_per_stage(args: dict, spec: ModelSpec, layout: Layout, file: str,

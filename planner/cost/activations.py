@@ -36,6 +36,7 @@ import math
 from dataclasses import dataclass
 
 from planner.errors import SpecError
+from planner.placement.layout import RECOMPUTE_MODULES
 from planner.specs.model import ModelSpec
 
 RECOMPUTE_MODES = ("none", "selective", "full")
@@ -47,6 +48,35 @@ BLOOM (hidden_dropout 0.0), Falcon, Llama-style and MoE families train without d
 NON_FLASH_MODEL_TYPES = ("gpt", "gpt2", "opt", "bloom")
 """Families costed without FlashAttention by default (the 2022 GPT/OPT/BLOOM runs materialised
 the s×s scores); pass `flash_attention=True` to cost them as a modern Megatron run would."""
+
+"""RECOMPUTE_MODULES (`placement.layout`): Megatron-LM's `--recompute-modules` choices costed here
+(under selective granularity; default `("core_attn",)`). Source: NVIDIA/Megatron-LM@d98e8a6
+megatron/core/transformer/transformer_config.py l. 560-583 (`recompute_modules`, default
+["core_attn"] at l. 1940-1941); the GatedDeltaNet / HyperConnection entries (gdn_*, gdp_*, mhc)
+are for architectures planner does not model. What each drops (`saved_tensors` tags):
+- core_attn: the attention core's own saved tensors (scores, dropout, FlashAttention's LSE):
+  transformer_block.py / attention.py `_checkpointed_attention_forward` (a normal checkpoint that
+  keeps q, k, v as its inputs);
+- mla_up_proj: q_b / kv_b inputs (the normalised latents) and the up-projected, RoPE-applied
+  q, k, v: multi_latent_attention.py l. 983-987 runs the up projections (TE LayerNormLinear with
+  the q/kv latent norms fused, gpt_layer_specs.py l. 246-255) and RoPE under
+  `CheckpointWithoutOutput`, which keeps only the compressed latents (its inputs) and frees q, k,
+  v after the core attention (`discard_output_and_register_recompute`, l. 455-458);
+- mlp: the dense MLP's inner tensors (not its input, the checkpoint's argument); only dense
+  layers: transformer_layer.py l. 537-539 sets `recompute_mlp` only when not `is_moe_layer`;
+- moe_act: the routed experts' activation output (fc2 input): experts.py l. 1019-1030
+  (`CheckpointWithoutOutput` around the SwiGLU, output discarded after linear_fc2);
+- moe: every tensor of the MoE block but its input: moe_layer.py l. 247-251, 701 (the whole
+  `custom_forward` under `tensor_parallel.checkpoint` / `te_checkpoint`);
+- shared_experts: the shared experts' inner tensors: shared_experts.py l. 158;
+- layernorm: the output of each norm that is a module of its own (the next linear saves it):
+  transformer_layer.py l. 475-530 (input_layernorm unless an IdentityOp, pre_mlp_layernorm);
+  Megatron-core's TE specs fuse the norm into the next linear (IdentityOp) except MLA's input
+  norm (gpt_layer_specs.py l. 296) and the pre-MLP norm of every layer of a model with experts
+  (l. 313), so only those outputs are dropped: MLA `down_proj_input`, MoE `router_input`, and a
+  dense layer's `mlp.fc1_input` in a model with experts.
+"""
+_CORE = ("core_attn",)
 
 _ELEMENT_BYTES = {"mask": 1, "fp32": 4, "int64": 8, "int32": 4}
 
@@ -64,8 +94,9 @@ class SavedTensor:
     split: str = "tp"
     """`tp`: /t; `kv`: /min(t, n_kv); `sp`: /t only with sequence parallelism; `none`: whole on
     every rank (a row-parallel matmul's partial-sum output over the gathered sequence)."""
-    core: bool = False
-    """Saved only by the attention core: dropped by selective recompute."""
+    modules: tuple[str, ...] = ()
+    """The Megatron `--recompute-modules` entries whose checkpoint drops this tensor under
+    selective recompute (`RECOMPUTE_MODULES`); empty = kept by every module set."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,7 +117,8 @@ def layer_activation_bytes(model: ModelSpec, layer_index: int, *, seq_len: int, 
                            tp: int, cp: int = 1, sequence_parallel: bool = False, recompute: str = "none",
                            ep: int = 1, moe_overload_factor: float = 1.0, dtype_bytes: int = 2,
                            etp: int = 1, framework: str = "megatron",
-                           flash_attention: bool | None = None) -> ActivationBytes:
+                           flash_attention: bool | None = None,
+                           recompute_modules: tuple[str, ...] = _CORE) -> ActivationBytes:
     """Bytes saved for backward by layer `layer_index` for one micro-batch on one GPU.
 
     Source: Korthikanti et al. 2022 (arXiv 2205.05198) §4, eq. 1-6, Table 2 for the GPT block; the
@@ -107,6 +139,9 @@ def layer_activation_bytes(model: ModelSpec, layer_index: int, *, seq_len: int, 
         etp: expert tensor-parallel degree (expert width / etp, tokens gathered over etp).
         framework: megatron | deepspeed (TE/fused kernels) | torchtitan (eager PyTorch modules).
         flash_attention: None = family default (off for gpt/gpt2/opt/bloom, on otherwise).
+        recompute_modules: under `selective` (megatron / deepspeed), the Megatron
+            `--recompute-modules` set (`RECOMPUTE_MODULES`): every tensor tagged with one of them
+            is dropped; default ("core_attn",), Korthikanti's selective recompute.
 
     Raises:
         SpecError: a value outside its allowed range (names the key, the value and what is allowed).
@@ -114,13 +149,18 @@ def layer_activation_bytes(model: ModelSpec, layer_index: int, *, seq_len: int, 
     _check(model, layer_index, seq_len=seq_len, micro_batch_size=micro_batch_size, tp=tp, cp=cp,
            recompute=recompute, ep=ep, etp=etp, moe_overload_factor=moe_overload_factor,
            dtype_bytes=dtype_bytes, framework=framework)
+    for module in recompute_modules:
+        if module not in RECOMPUTE_MODULES:
+            raise SpecError(f"value {module!r} not allowed; allowed: {', '.join(RECOMPUTE_MODULES)}",
+                            key="recompute_modules")
     flash = flash_attention if flash_attention is not None else model.model_type not in NON_FLASH_MODEL_TYPES
     tensors = saved_tensors(model, layer_index, seq_len=seq_len, ep=ep, etp=etp,
                             moe_overload_factor=moe_overload_factor, framework=framework, flash_attention=flash)
     if recompute == "selective" and framework == "torchtitan" and _op_sac_applies(model, layer_index):
         tensors = torchtitan_op_sac_tensors(model, tp=tp, sequence_parallel=sequence_parallel)
     elif recompute == "selective":
-        tensors = [x for x in tensors if not x.core]
+        drop = set(recompute_modules)
+        tensors = [x for x in tensors if drop.isdisjoint(x.modules)]
     elif recompute == "full":
         tensors = [SavedTensor(name="layer_input", elements_per_token=model.hidden_size, split="sp")]
     tokens = seq_len * micro_batch_size // cp
@@ -220,17 +260,17 @@ def _attention(model: ModelSpec, seq_len: int, framework: str, flash: bool, drop
     tensors += [SavedTensor(name="attention.q", elements_per_token=a * d),
                 SavedTensor(name="attention.k", elements_per_token=kv_elems, split=kv_split)]
     if flash:
-        tensors.append(SavedTensor(name="attention.softmax_lse", elements_per_token=a, dtype="fp32", core=True))
+        tensors.append(SavedTensor(name="attention.softmax_lse", elements_per_token=a, dtype="fp32", modules=_CORE))
     else:
-        tensors.append(SavedTensor(name="attention.softmax_output", elements_per_token=a * seq_len, core=True))
+        tensors.append(SavedTensor(name="attention.softmax_output", elements_per_token=a * seq_len, modules=_CORE))
         if dropout:
             tensors += [SavedTensor(name="attention.softmax_dropout_mask", elements_per_token=a * seq_len,
-                                    dtype="mask", core=True),
+                                    dtype="mask", modules=_CORE),
                         SavedTensor(name="attention.softmax_dropout_output", elements_per_token=a * seq_len,
-                                    core=True)]
+                                    modules=_CORE)]
     tensors.append(SavedTensor(name="attention.v", elements_per_token=kv_elems, split=kv_split))
     if torchtitan and flash:  # SDPA keeps O; `.transpose(1, 2).contiguous()` makes wo's input a copy
-        tensors.append(SavedTensor(name="attention.sdpa_output", elements_per_token=a * d, core=True))
+        tensors.append(SavedTensor(name="attention.sdpa_output", elements_per_token=a * d, modules=_CORE))
     tensors.append(SavedTensor(name="attention.o_proj_input", elements_per_token=a * d))
     return tensors
 
@@ -246,26 +286,29 @@ def _mla(model: ModelSpec, framework: str) -> list[SavedTensor]:
     """
     a, h = model.num_attention_heads, model.hidden_size
     qk = model.qk_nope_head_dim + model.qk_rope_head_dim
-    tensors = [SavedTensor(name="attention.down_proj_input", elements_per_token=h, split="sp")]
+    up = ("mla_up_proj",)
+    tensors = [SavedTensor(name="attention.down_proj_input", elements_per_token=h, split="sp",
+                           modules=("layernorm",))]
     if model.q_lora_rank:
         tensors += _norm("attention.q_a_norm", model.q_lora_rank, framework)
-        tensors.append(SavedTensor(name="attention.q_b_input", elements_per_token=model.q_lora_rank, split="sp"))
+        tensors.append(SavedTensor(name="attention.q_b_input", elements_per_token=model.q_lora_rank, split="sp",
+                                   modules=up))
     tensors += _norm("attention.kv_a_norm", model.kv_lora_rank, framework)
     tensors += [
-        SavedTensor(name="attention.kv_b_input", elements_per_token=model.kv_lora_rank, split="sp"),
-        SavedTensor(name="attention.q", elements_per_token=a * qk),
-        SavedTensor(name="attention.k", elements_per_token=a * qk),
-        SavedTensor(name="attention.v", elements_per_token=a * model.v_head_dim),
-        SavedTensor(name="attention.softmax_lse", elements_per_token=a, dtype="fp32", core=True),
+        SavedTensor(name="attention.kv_b_input", elements_per_token=model.kv_lora_rank, split="sp", modules=up),
+        SavedTensor(name="attention.q", elements_per_token=a * qk, modules=up),
+        SavedTensor(name="attention.k", elements_per_token=a * qk, modules=up),
+        SavedTensor(name="attention.v", elements_per_token=a * model.v_head_dim, modules=up),
+        SavedTensor(name="attention.softmax_lse", elements_per_token=a, dtype="fp32", modules=_CORE),
     ]
     if framework == "torchtitan":
-        tensors.append(SavedTensor(name="attention.sdpa_output", elements_per_token=a * model.v_head_dim, core=True))
+        tensors.append(SavedTensor(name="attention.sdpa_output", elements_per_token=a * model.v_head_dim, modules=_CORE))
     tensors.append(SavedTensor(name="attention.o_proj_input", elements_per_token=a * model.v_head_dim))
     return tensors
 
 
 def _mlp_body(prefix: str, model: ModelSpec, width: float, framework: str, tokens: float = 1,
-              split: str = "tp") -> list[SavedTensor]:
+              split: str = "tp", modules: tuple[str, ...] = ()) -> list[SavedTensor]:
     """Tensors inside an MLP after its input: activation inputs and the down-projection input.
 
     Source: Megatron-core mlp.py (linear_fc1 emits [gate|up] of 2·I; fused `bias_swiglu_impl`
@@ -274,20 +317,24 @@ def _mlp_body(prefix: str, model: ModelSpec, width: float, framework: str, token
     silu saves w1's output, mul saves silu's output and w3's output, w2 saves the product.
     Squared ReLU (Nemotron): relu output kept for the square, the square's output for fc2.
     """
-    def t(name: str, elems: float) -> SavedTensor:
-        return SavedTensor(name=f"{prefix}.{name}", elements_per_token=tokens * elems, split=split)
+    def t(name: str, elems: float, extra: tuple[str, ...] = ()) -> SavedTensor:
+        return SavedTensor(name=f"{prefix}.{name}", elements_per_token=tokens * elems, split=split,
+                           modules=modules + extra)
+    act = ("moe_act",) if prefix == "experts" else ()  # the activation's output: fc2's input
     if not model.gated_mlp:
-        return [t("activation_input", width), t("fc2_input", width)]
+        return [t("activation_input", width), t("fc2_input", width, act)]
     if framework == "torchtitan":
         return [t("gate_output", width), t("silu_output", width), t("up_output", width), t("fc2_input", width)]
-    return [t("fc1_output", 2 * width), t("fc2_input", width)]
+    return [t("fc1_output", 2 * width), t("fc2_input", width, act)]
 
 
 def _dense_mlp(model: ModelSpec, width: int, framework: str, with_input: bool = True) -> list[SavedTensor]:
-    """A dense MLP: its input (the norm output, split only by SP) then its body (split by TP)."""
+    """A dense MLP: its input (the norm output, split only by SP; a separate norm's output, dropped
+    by `layernorm`, in a model with experts) then its body (split by TP; dropped by `mlp`)."""
+    norm = ("layernorm",) if model.is_moe else ()
     head = [SavedTensor(name="mlp.fc1_input", elements_per_token=model.hidden_size,
-                        split=_gathered_input_split(framework))] if with_input else []
-    return head + _mlp_body("mlp", model, width, framework)
+                        split=_gathered_input_split(framework), modules=norm)] if with_input else []
+    return head + _mlp_body("mlp", model, width, framework, modules=("mlp",))
 
 
 def _gathered_input_split(framework: str) -> str:
@@ -320,21 +367,25 @@ def _moe(model: ModelSpec, *, ep: int, etp: int, overload: float, framework: str
     """
     h, k = model.hidden_size, model.num_experts_per_tok
     assignments = ep * k / ep * overload * etp
-    sp = "sp"
+    sp, moe, shared = "sp", ("moe",), ("moe", "shared_experts")
     tensors = [
-        SavedTensor(name="moe.router_input", elements_per_token=h, split=sp),
-        SavedTensor(name="moe.router_probs", elements_per_token=model.num_experts, dtype="fp32", split=sp),
-        SavedTensor(name="moe.topk_indices", elements_per_token=k, dtype="int64", split=sp),
-        SavedTensor(name="moe.permutation_map", elements_per_token=assignments, dtype="int32", split=sp),
-        SavedTensor(name="experts.fc1_input", elements_per_token=assignments * h, split=sp),
+        SavedTensor(name="moe.router_input", elements_per_token=h, split=sp, modules=("layernorm",)),
+        SavedTensor(name="moe.router_probs", elements_per_token=model.num_experts, dtype="fp32", split=sp,
+                    modules=moe),
+        SavedTensor(name="moe.topk_indices", elements_per_token=k, dtype="int64", split=sp, modules=moe),
+        SavedTensor(name="moe.permutation_map", elements_per_token=assignments, dtype="int32", split=sp,
+                    modules=moe),
+        SavedTensor(name="experts.fc1_input", elements_per_token=assignments * h, split=sp, modules=moe),
     ]
     tensors += _mlp_body("experts", model, model.moe_intermediate_size / etp, framework, tokens=assignments,
-                         split=sp)
-    tensors.append(SavedTensor(name="experts.output", elements_per_token=assignments * h, split=sp))
+                         split=sp, modules=moe)
+    tensors.append(SavedTensor(name="experts.output", elements_per_token=assignments * h, split=sp, modules=moe))
     if model.shared_expert_intermediate_size:
-        tensors += _mlp_body("shared_experts", model, model.shared_expert_intermediate_size, framework)
+        tensors += _mlp_body("shared_experts", model, model.shared_expert_intermediate_size, framework,
+                             modules=shared)
         if model.shared_expert_gate:
-            tensors.append(SavedTensor(name="shared_experts.gate_output", elements_per_token=1, split=sp))
+            tensors.append(SavedTensor(name="shared_experts.gate_output", elements_per_token=1, split=sp,
+                                       modules=shared))
     return tensors
 
 

@@ -571,7 +571,8 @@ def activation_arguments(layout: Layout, placement: Placement, dtype: int) -> tu
     sp = placement.activations.get("tp") == Mode.SHARDED
     kw = dict(seq_len=layout.seq_len, micro_batch_size=layout.micro_batch_size, tp=layout.tp,
               cp=layout.cp, sequence_parallel=sp)
-    kw_layer = dict(kw, ep=layout.ep, etp=layout.etp, framework=layout.framework, dtype_bytes=dtype)
+    kw_layer = dict(kw, ep=layout.ep, etp=layout.etp, framework=layout.framework, dtype_bytes=dtype,
+                    recompute_modules=layout.selective_modules)
     return kw, kw_layer, tuple(kw_layer.values())
 
 
@@ -624,7 +625,8 @@ def _per_kind(model: ModelSpec, what: str, index: int, recompute: str, key: tupl
         if what == "saved":
             memo[memo_key] = act.layer_activation_bytes(model, index, recompute=recompute, **kw_layer).total
         else:
-            memo[memo_key] = act.layer_backward_working_set_bytes(model, index, **kw_layer)
+            memo[memo_key] = act.layer_backward_working_set_bytes(
+                model, index, **{k: v for k, v in kw_layer.items() if k != "recompute_modules"})
     return memo[memo_key]
 
 

@@ -170,7 +170,8 @@ def layer_time_key(layout: Layout, sharing: tuple[tuple[str, int], ...]) -> tupl
     ov = overlap.resolve(layout)
     return (layout.micro_batch_size, layout.seq_len, layout.tp, layout.cp, layout.ep, layout.etp,
             layout.precision, share["tp"], share["cp"], layout.sequence_parallel,
-            ov.tp_comm_overlap, ov.ep_comm_overlap, layout.cp_comm_type, state_bytes(layout).gradients)
+            ov.tp_comm_overlap, ov.ep_comm_overlap, layout.cp_comm_type, state_bytes(layout).gradients,
+            layout.selective_modules)
 
 
 def _ep_sharing(layout: Layout, cluster: ClusterSpec, order: Sequence[str]) -> int:
@@ -254,7 +255,8 @@ def _layer_parts(model, cluster, layout, layer_index, rank_order, flash_attentio
     terms (`_layer_compute_s`)."""
     fwd, attn_fwd = _layer_compute_s(model, cluster, layout, layer_index, flash_attention)
     comm = _layer_comm(model, cluster, layout, layer_index, attn_fwd, rank_order, fwd)
-    return fwd, attn_fwd, comm
+    selective = _selective_recompute_s(model, cluster, layout, layer_index, attn_fwd)
+    return fwd, attn_fwd, comm, selective
 
 
 def _layer_compute_s(model: ModelSpec, cluster: ClusterSpec, layout: Layout, index: int,
@@ -297,6 +299,76 @@ def _layer_compute_s(model: ModelSpec, cluster: ClusterSpec, layout: Layout, ind
         memory += fp8_cast_bytes(sum(_linear_io_per_token(model, index))) / 3
     fwd += attn_fwd + local * memory / _hbm_bytes_per_s(cluster)
     return fwd, attn_fwd
+
+
+def selective_flops_per_token(model: ModelSpec, index: int, seq_len: int,
+                              modules: Sequence[str]) -> tuple[float, float, float]:
+    """(dense GEMM, routed-expert GEMM, attention-core) forward FLOPs per token that selective
+    recompute of Megatron `modules` re-runs in layer `index` (`placement.layout.RECOMPUTE_MODULES`;
+    which tensors each frees: `cost.activations`).
+
+    - core_attn: the attention core (`_layer_flops_per_token`'s third part);
+    - mla_up_proj: the q and kv up projections, 2 x (q_lora_rank x a(d_nope + d_rope) +
+      kv_lora_rank x a(d_nope + d_v)) (without q_lora_rank the q projection h x a(d_nope + d_rope)
+      runs inside the checkpoint instead): Megatron-LM@d98e8a6 multi_latent_attention.py l. 855-880
+      (`qkv_up_proj_and_rope_apply`, checkpointed at l. 983-987);
+    - mlp: the dense MLP, 2 x its parameters (dense layers only, transformer_layer.py l. 537-539);
+    - shared_experts: 2 x the shared experts' parameters (MoE layers);
+    - moe: the whole MoE block: routed experts (2 x top_k x one expert), shared experts, router;
+    - moe_act and layernorm re-run element-wise ops only (no GEMM FLOPs; their HBM time:
+      `_selective_recompute_s`).
+    Source: Kaplan et al. 2020 Table 1 (2 FLOPs per matmul parameter per token)."""
+    layer = _counts(model).layers[index]
+    moe_layer = model.is_moe and model.moe_layers[index]
+    _, routed_all, attention = _layer_flops_per_token(model, index, seq_len)
+    dense = routed = 0.0
+    if "mla_up_proj" in modules and model.is_mla:
+        a, qk = model.num_attention_heads, model.qk_nope_head_dim + model.qk_rope_head_dim
+        q_in = model.q_lora_rank or model.hidden_size
+        dense += 2.0 * (q_in * a * qk + model.kv_lora_rank * a * (model.qk_nope_head_dim + model.v_head_dim))
+    if "mlp" in modules and not moe_layer:
+        dense += 2.0 * layer.dense_mlp
+    if moe_layer and "moe" in modules:
+        dense += 2.0 * (layer.shared_experts + layer.router)
+        routed = routed_all
+    elif moe_layer and "shared_experts" in modules:
+        dense += 2.0 * layer.shared_experts
+    return dense, routed, (attention if "core_attn" in modules else 0.0)
+
+
+def _selective_recompute_s(model: ModelSpec, cluster: ClusterSpec, layout: Layout, index: int,
+                           attn_fwd_s: float) -> float:
+    """Seconds selective recompute of `layout.selective_modules` re-runs in layer `index`, one
+    micro-batch, one GPU: the attention core's forward time (core_attn), the GEMMs of
+    `selective_flops_per_token` at the rates `_layer_compute_s` uses (dense linear rate; routed
+    experts at their grouped-GEMM rate, or their weight-read bound, plus the router and
+    permutation bytes), and HBM time for the element-wise re-runs: moe_act re-reads each routed
+    copy's fc1 output (2 I/etp elements gated, I/etp plain) and writes the activation (I/etp), 2 B
+    each; layernorm reads and writes h elements (2 B each) per separate norm (MLA's input norm, the
+    pre-MLP norm of a model with experts: `cost.activations.RECOMPUTE_MODULES`). The EP dispatch /
+    combine that `moe` re-runs is not priced (not in this model yet)."""
+    modules = layout.selective_modules
+    if modules == ("core_attn",):
+        return attn_fwd_s
+    b, s, tp, cp = layout.micro_batch_size, layout.seq_len, layout.tp, layout.cp
+    local = b * s / (tp * cp)
+    dense, routed, _ = selective_flops_per_token(model, index, s, modules)
+    seconds = attn_fwd_s if "core_attn" in modules else 0.0
+    gemm_dim = min(model.hidden_size / tp, b * s / cp)
+    seconds += local * dense / achieved_flops(cluster.gpu, layout.precision, gemm_dim=gemm_dim)
+    memory = 0.0
+    if routed:
+        flops_s = local * routed / achieved_flops(cluster.gpu, layout.precision,
+                                                  gemm_dim=_expert_gemm_dim(model, layout))
+        seconds += max(flops_s, _expert_weight_bytes(model, layout, index) / 3 / _hbm_bytes_per_s(cluster))
+        memory += _moe_memory_bytes(model, index)
+    moe_layer = model.is_moe and model.moe_layers[index]
+    if moe_layer and "moe_act" in modules and "moe" not in modules:
+        width = model.moe_intermediate_size / layout.etp
+        memory += 2.0 * model.num_experts_per_tok * width * (3 if model.gated_mlp else 2)
+    if "layernorm" in modules:
+        memory += 4.0 * model.hidden_size * (int(model.is_mla) + int(model.is_moe))
+    return seconds + local * memory / _hbm_bytes_per_s(cluster)
 
 
 def _hbm_bytes_per_s(cluster: ClusterSpec) -> float:
@@ -396,8 +468,8 @@ def _linear_io_per_token(model: ModelSpec, index: int) -> tuple[float, float]:
 
 
 def _layer_time(parts, recompute: str) -> LayerTime:
-    fwd, attn_fwd, comm = parts
-    recompute_s = {"none": 0.0, "selective": attn_fwd, "full": fwd}[recompute]
+    fwd, _, comm, selective = parts
+    recompute_s = {"none": 0.0, "selective": selective, "full": fwd}[recompute]
     fwd_passes = 2 if recompute == "full" else 1
     total = 0.0
     for per_pass, once in comm:  # summed term by term in the order of `_layer_comm`
@@ -1124,8 +1196,10 @@ def _summary(model, cluster, layout, modes, step, compute, comm, bubble, recompu
     model_flops = f.training * tokens
     extra = 0.0
     for j, mode in enumerate(modes):
-        dense, routed, attention = _layer_flops_per_token(model, j, layout.seq_len)
-        extra += {"none": 0.0, "selective": attention, "full": dense + routed + attention}[mode]
+        if mode == "selective":
+            extra += sum(selective_flops_per_token(model, j, layout.seq_len, layout.selective_modules))
+        elif mode == "full":
+            extra += sum(_layer_flops_per_token(model, j, layout.seq_len))
     hardware_flops = model_flops + extra * tokens
     world = layout.world_size
     peak = peak_flops(cluster.gpu, layout.precision)

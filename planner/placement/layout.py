@@ -20,6 +20,11 @@ from planner.errors import SpecError
 from planner.placement import pipeline_layout
 
 RECOMPUTE_MODES = ("none", "selective", "full")
+RECOMPUTE_MODULES = ("core_attn", "mla_up_proj", "mlp", "moe_act", "moe", "shared_experts", "layernorm")
+"""Megatron-LM's `--recompute-modules` choices (`Layout.recompute_modules`; what each drops and
+re-runs: `cost.activations`, `cost.step_time`). Source: NVIDIA/Megatron-LM@d98e8a6
+megatron/core/transformer/transformer_config.py l. 560-583, default ["core_attn"] l. 1940."""
+DEFAULT_RECOMPUTE_MODULES = ("core_attn",)
 OFFLOAD_TARGETS = ("optimizer", "parameters", "activations")
 OPTIMIZERS = ("adamw", "sgd", "adam8bit")
 PRECISIONS = ("bf16", "fp16", "fp8")
@@ -87,6 +92,10 @@ class Layout:
     """Tokens per sequence."""
     recompute: str = "none"
     """Activation recompute: none | selective | full (uniform; the search may mix per layer)."""
+    recompute_modules: tuple[str, ...] | None = None
+    """The modules `selective` recomputes (Megatron's `--recompute-modules`, a subset of
+    RECOMPUTE_MODULES, one set for every selectively recomputed layer); None = ("core_attn",),
+    Megatron's default. Megatron only (torchtitan's `selective` is its op-level policy)."""
     offload: frozenset[str] = frozenset()
     """Subset of {"optimizer", "parameters", "activations"} kept in host memory."""
     optimizer: str = "adamw"
@@ -165,6 +174,8 @@ class Layout:
         if self.precision_aware_optimizer is not None and type(self.precision_aware_optimizer) is not bool:
             raise SpecError(f"value {self.precision_aware_optimizer!r} must be true, false or absent "
                             "(off)", key="precision_aware_optimizer")
+        if self.recompute_modules is not None and not _recompute_modules_ok(self):
+            self._check_recompute_modules()
         if self.cp_comm_type not in CP_COMM_TYPES:
             _check_choice("cp_comm_type", self.cp_comm_type, CP_COMM_TYPES)
         if type(self.offload) is not frozenset:
@@ -192,6 +203,22 @@ class Layout:
                 or self.dp_shard < 1 or self.dp % self.dp_shard):
             raise SpecError(f"value {self.dp_shard!r} must be a positive divisor of dp={self.dp}",
                             key="dp_shard")
+
+    def _check_recompute_modules(self) -> None:
+        modules = self.recompute_modules
+        if isinstance(modules, str) or not all(isinstance(m, str) for m in modules):
+            raise SpecError(f"value {modules!r} must be a list of module names "
+                            f"({', '.join(RECOMPUTE_MODULES)})", key="recompute_modules")
+        for module in modules:
+            _check_choice("recompute_modules", module, RECOMPUTE_MODULES)
+        if len(set(modules)) != len(modules):
+            raise SpecError(f"value {modules!r} names a module twice", key="recompute_modules")
+        object.__setattr__(self, "recompute_modules", tuple(modules))
+
+    @property
+    def selective_modules(self) -> tuple[str, ...]:
+        """`recompute_modules`, Megatron's default ("core_attn",) when None."""
+        return DEFAULT_RECOMPUTE_MODULES if self.recompute_modules is None else self.recompute_modules
 
     def _check_pipeline_layers(self) -> None:
         layers = self.pipeline_layers
@@ -281,6 +308,12 @@ def _pipeline_layers_ok(layout: Layout) -> bool:
         not layers or set(map(type, layers)) == {int} and min(layers) >= 0))
 
 
+def _recompute_modules_ok(layout: Layout) -> bool:
+    modules = layout.recompute_modules
+    return modules is None or (type(modules) is tuple and set(modules) <= set(RECOMPUTE_MODULES)
+                               and len(set(modules)) == len(modules))
+
+
 def _pipeline_layout_ok(layout: Layout) -> bool:
     stages = layout.pipeline_layout
     return stages is None or (
@@ -301,6 +334,7 @@ _FIELD_OK = {
     "pipeline_layers": _pipeline_layers_ok,
     "pipeline_layout": _pipeline_layout_ok,
     "recompute": lambda layout: layout.recompute in RECOMPUTE_MODES,
+    "recompute_modules": _recompute_modules_ok,
     "offload": lambda layout: type(layout.offload) is frozenset and layout.offload.issubset(
         OFFLOAD_TARGETS),
     "optimizer": lambda layout: layout.optimizer in OPTIMIZERS,
