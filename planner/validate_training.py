@@ -708,7 +708,8 @@ def _result_row(row: Row, pred: Prediction, suite: str) -> dict:
 def layout_text(lay: Layout) -> str:
     """One-line layout: degrees, batch, sequence, ZeRO, recompute, precision, framework, split."""
     text = (f"tp{lay.tp} pp{lay.pp} dp{lay.dp} cp{lay.cp} ep{lay.ep} vpp{lay.vpp} b{lay.micro_batch_size} "
-            f"B{lay.global_batch_size} s{lay.seq_len} z{lay.zero_stage} rc={lay.recompute} {lay.precision} "
+            f"B{lay.global_batch_size} s{lay.seq_len} z{lay.zero_stage} rc={lay.recompute}"
+            + (f"({','.join(lay.recompute_modules)})" if lay.recompute_modules else "") + f" {lay.precision} "
             f"{lay.framework}" + (" sp" if lay.sequence_parallel else ""))
     if lay.pipeline_layout is not None:
         from planner.placement import pipeline_layout

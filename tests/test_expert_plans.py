@@ -28,9 +28,9 @@ KNOWN_GAPS = {
     "E2": "plan dp8 tp8 ZeRO-3 b2 at 0.83x the recipe's tp4 pp8 vpp5; suspected: interleaved "
           "pipelines are searched only when pinned, and Megatron-FSDP's per-micro-batch gathers "
           "are priced as hidden (not verified against a measurement)",
-    "E10": "plan tp4 pp16 ep8 at 0.54x the recipe's ep64 (rated does_not_fit: no module-level "
-           "recompute or precision-aware optimizer yet, issue 8): the recipe's DeepEP/HybridEP "
-           "dispatcher deduplicates routed copies across nodes, priced here as plain all-to-all",
+    "E10": "plan tp4 pp16 ep8 at 0.56x the recipe's ep64 (rated at_risk with its mla_up_proj,mlp "
+           "recompute): the recipe's DeepEP/HybridEP dispatcher deduplicates routed copies across "
+           "nodes, priced here as plain all-to-all",
     "E13": "plan pp4 ep2 at 0.50x the recipe's ep16: the HybridEP flex dispatcher's cross-node "
            "deduplication is not modelled, so EP 16's all-to-all is priced ~4x its bytes",
     "E16": "plan ZeRO-2 b1 with per-layer recompute at 0.60x the recipe's FSDP b16 full recompute; "
