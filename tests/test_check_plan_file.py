@@ -80,14 +80,15 @@ def test_reader_allows_exactly_the_keys_plan_writes(tmp_path):
     # the precision-aware optimizer's knobs and the recompute modules are written only when given
     # (tests/test_precision_aware_optimizer.py, test_recompute_modules.py read them back)
     assert tuple(doc["request"]) == REQUEST_KEYS == tuple(
-        k for k in plan_file._KEYS["request"] if k not in (*PRECISION_KNOBS, "recompute_modules"))
+        k for k in plan_file._KEYS["request"] if k not in (*PRECISION_KNOBS, "recompute_modules", "offload_modules"))
     assert list(doc["plan"]) == ["parallelism"]
     assert tuple(doc["plan"]["parallelism"]) == PAR_KEYS
     # `pipeline_layout` is written only for uneven interleaved plans, `recompute_modules` only when
     # asked for (optional)
     assert plan_file._KEYS["plan.parallelism"] == (*PAR_KEYS, "pipeline_layout", "cp_comm_type",
                                                    "recompute_modules")
-    assert {"pipeline_layout", "cp_comm_type", "overlap", "recompute_modules"} <= plan_file._OPTIONAL
+    assert {"pipeline_layout", "cp_comm_type", "overlap", "recompute_modules",
+            "offload_modules"} <= plan_file._OPTIONAL
     assert runner.invoke(app, ["check", str(out)]).exit_code == 0
 
 

@@ -599,7 +599,9 @@ def _layout(args: dict, spec: ModelSpec, world: int, seq_len: int | None, file: 
         vpp=vpp, pipeline_layers=split, pipeline_layout=stages,
         micro_batch_size=mbs, global_batch_size=_int(args, "global_batch_size", file, mbs * dp),
         seq_len=_seq_len(args, seq_len, file, findings), recompute=_uniform_recompute(args, file),
-        recompute_modules=_recompute_modules(args, file),
+        recompute_modules=_words(args, "recompute_modules", file),
+        offload_modules=_words(args, "offload_modules", file) if _on(args, "fine_grained_activation_offloading")
+        else None,
         optimizer=_OPTIMIZERS[_choice(args, "optimizer", file) or mg.DEFAULT["optimizer"]],
         precision=(precision := _precision(args, file)), framework="megatron",
         grad_reduce_dtype=_grad_reduce(args, precision),
@@ -795,18 +797,20 @@ def _uniform_recompute(args: dict, file: str) -> str:
     return granularity or "none"
 
 
-def _recompute_modules(args: dict, file: str) -> tuple[str, ...] | None:
-    """The --recompute-modules words (None: absent, Megatron's default core_attn). Megatron reads
-    them only under selective granularity (transformer_layer.py l. 473, moe_layer.py l. 247-254);
-    the Layout carries them either way, and only selective layers use them."""
-    flag = F["recompute_modules"]
+def _words(args: dict, knob: str, file: str) -> tuple[str, ...] | None:
+    """The words of a LIST flag (None: absent). --recompute-modules (absent: Megatron's default
+    core_attn) is read only under selective granularity (transformer_layer.py l. 473, moe_layer.py
+    l. 247-254) and --offload-modules only with fine-grained activation offloading on
+    (transformer_layer.py l. 1546); the Layout carries the first either way, and only selective
+    layers use it."""
+    flag = F[knob]
     if flag not in args:
         return None
     words = str(args[flag]).split()
     for word in words:
-        if word not in mg.BY_KNOB["recompute_modules"].choices:
+        if word not in mg.BY_KNOB[knob].choices:
             raise SpecError(f"value {word!r} not allowed; allowed: "
-                            f"{', '.join(mg.BY_KNOB['recompute_modules'].choices)}", file=file, key=flag)
+                            f"{', '.join(mg.BY_KNOB[knob].choices)}", file=file, key=flag)
     return tuple(dict.fromkeys(words))
 
 

@@ -52,7 +52,7 @@ MAX_RESERVE_BYTES = 1024 * 2**30
 _KEYS = {
     "": ("kind", "version", "model", "cluster", "gpus", "request", "plan", "predicted", "solver"),
     "request": ("seq_len", "global_batch_size", "precision", "optimizer", "framework",
-                "grad_reduce_dtype", *PRECISION_KNOBS, "recompute_modules", "fixed", "headroom",
+                "grad_reduce_dtype", *PRECISION_KNOBS, "recompute_modules", "offload_modules", "fixed", "headroom",
                 "reserve_bytes"),
     "plan": ("parallelism",),
     "plan.parallelism": ("dp", "tp", "pp", "cp", "ep", "etp", "zero_stage", "sequence_parallel",
@@ -62,7 +62,7 @@ _KEYS = {
 }
 """Section -> the keys `planner plan -o` writes there (planner/plan.py `plan_file`, `plan_entry`)."""
 _OPTIONAL = {"predicted", "solver", "fixed", "etp", "pipeline_layout", "grad_reduce_dtype", "overlap",
-             "cp_comm_type", "recompute_modules", *PRECISION_KNOBS}
+             "cp_comm_type", "recompute_modules", "offload_modules", *PRECISION_KNOBS}
 """Keys that may be absent (module docstring)."""
 _PAR_INTS = {"dp": (1, MAX_GPUS), "tp": (1, MAX_GPUS), "pp": (1, MAX_GPUS), "cp": (1, MAX_GPUS),
              "ep": (1, MAX_GPUS), "etp": (1, MAX_GPUS), "zero_stage": (0, 3),
@@ -71,7 +71,7 @@ _PAR_INTS = {"dp": (1, MAX_GPUS), "tp": (1, MAX_GPUS), "pp": (1, MAX_GPUS), "cp"
 """plan.parallelism integer -> [min, max]: a degree cannot exceed the largest GPU count, a batch
 count the largest batch in tokens (each sequence holds >= 1 token)."""
 _REQUEST_LAYOUT = ("seq_len", "global_batch_size", "precision", "optimizer", "framework",
-                   "grad_reduce_dtype", "recompute_modules", *PRECISION_KNOBS)
+                   "grad_reduce_dtype", "recompute_modules", "offload_modules", *PRECISION_KNOBS)
 """request keys that are Layout fields (a Layout error on them is reported under `request.`)."""
 
 
@@ -195,7 +195,7 @@ def _request(request: dict, file: str) -> dict:
     return {"seq_len": seq_len, "global_batch_size": gbs, "headroom": float(headroom),
             "reserve_bytes": reserve, "fixed": _fixed(request.get("fixed", {}), file),
             "grad_reduce_dtype": request.get("grad_reduce_dtype"),
-            **{k: request[k] for k in (*PRECISION_KNOBS, "recompute_modules") if k in request},
+            **{k: request[k] for k in (*PRECISION_KNOBS, "recompute_modules", "offload_modules") if k in request},
             **{k: request[k] for k in ("precision", "optimizer", "framework")}}
 
 

@@ -32,11 +32,12 @@ TP+SP+selective; 2·s·b·h for full recompute.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
 from planner.errors import SpecError
-from planner.placement.layout import RECOMPUTE_MODULES
+from planner.placement.layout import OFFLOAD_MODULES, RECOMPUTE_MODULES
 from planner.specs.model import ModelSpec
 
 RECOMPUTE_MODES = ("none", "selective", "full")
@@ -77,6 +78,19 @@ are for architectures planner does not model. What each drops (`saved_tensors` t
   dense layer's `mlp.fc1_input` in a model with experts.
 """
 _CORE = ("core_attn",)
+OFFLOAD_MIN_ELEMENTS = 1024 * 1024
+"""Smallest tensor (elements on the GPU) fine-grained offloading moves: Megatron-LM's
+`min_offloaded_tensor_size` default (transformer_config.py l. 1343 @d98e8a6;
+fine_grained_activation_offload.py `ChunkOffloadHandler.tensor_push` skips smaller ones).
+
+What each OFFLOAD_MODULES entry moves (`SavedTensor.offload`; the scopes of
+megatron/core/transformer/transformer_layer.py l. 709, 819, 1544-1556, attention.py /
+multi_latent_attention.py l. 343-463, moe/experts.py l. 928-941, all @d98e8a6): attn_norm the
+input norm's input where that norm is a module (MLA; TE fuses it into linear_qkv otherwise);
+qkv_linear what the QKV projections save (the fused norm's input and output; MLA's down / up
+projections and latent norms); core_attn q, k, v and the core's own tensors; attn_proj the
+output projection's input; mlp_norm the pre-MLP norm's input where it is a module (models with
+experts); expert_fc1 the routed experts' fc1 input; moe_act their activation's input."""
 
 _ELEMENT_BYTES = {"mask": 1, "fp32": 4, "int64": 8, "int32": 4}
 
@@ -97,6 +111,9 @@ class SavedTensor:
     modules: tuple[str, ...] = ()
     """The Megatron `--recompute-modules` entries whose checkpoint drops this tensor under
     selective recompute (`RECOMPUTE_MODULES`); empty = kept by every module set."""
+    offload: str = ""
+    """The Megatron fine-grained offloading module (`OFFLOAD_MODULES`) in whose scope autograd saves
+    this tensor (its saved-tensor hooks move it to host); empty = in none of them."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -111,6 +128,9 @@ class ActivationBytes:
     """Block kind costed: gpt, dense, moe, mla, mla+moe, parallel (Falcon)."""
     recompute: str
     """Recompute mode applied: none, selective or full."""
+    offloaded: int = 0
+    """Bytes of the saved tensors moved to host memory by fine-grained activation offloading (not
+    in `total`), bytes."""
 
 
 def layer_activation_bytes(model: ModelSpec, layer_index: int, *, seq_len: int, micro_batch_size: int,
@@ -118,7 +138,8 @@ def layer_activation_bytes(model: ModelSpec, layer_index: int, *, seq_len: int, 
                            ep: int = 1, moe_overload_factor: float = 1.0, dtype_bytes: int = 2,
                            etp: int = 1, framework: str = "megatron",
                            flash_attention: bool | None = None,
-                           recompute_modules: tuple[str, ...] = _CORE) -> ActivationBytes:
+                           recompute_modules: tuple[str, ...] = _CORE,
+                           offload_modules: tuple[str, ...] = ()) -> ActivationBytes:
     """Bytes saved for backward by layer `layer_index` for one micro-batch on one GPU.
 
     Source: Korthikanti et al. 2022 (arXiv 2205.05198) §4, eq. 1-6, Table 2 for the GPT block; the
@@ -142,6 +163,9 @@ def layer_activation_bytes(model: ModelSpec, layer_index: int, *, seq_len: int, 
         recompute_modules: under `selective` (megatron / deepspeed), the Megatron
             `--recompute-modules` set (`RECOMPUTE_MODULES`): every tensor tagged with one of them
             is dropped; default ("core_attn",), Korthikanti's selective recompute.
+        offload_modules: Megatron fine-grained activation offloading (`OFFLOAD_MODULES`): the
+            tensors saved in these modules' scopes, of at least OFFLOAD_MIN_ELEMENTS elements on
+            the GPU, go to `offloaded` instead of `total`.
 
     Raises:
         SpecError: a value outside its allowed range (names the key, the value and what is allowed).
@@ -166,8 +190,13 @@ def layer_activation_bytes(model: ModelSpec, layer_index: int, *, seq_len: int, 
     tokens = seq_len * micro_batch_size // cp
     breakdown = {x.name: _bytes(x, model, tokens=tokens, tp=tp, sequence_parallel=sequence_parallel,
                                 dtype_bytes=dtype_bytes) for x in tensors}
+    moved = {x.name for x in tensors if x.offload and x.offload in offload_modules
+             and breakdown[x.name] >= OFFLOAD_MIN_ELEMENTS * _ELEMENT_BYTES.get(x.dtype, dtype_bytes)}
+    offloaded = sum(breakdown[n] for n in moved)
+    breakdown = {n: b for n, b in breakdown.items() if n not in moved}
     return ActivationBytes(total=sum(breakdown.values()), breakdown=breakdown,
-                           block=_block_kind(model, layer_index, flash), recompute=recompute)
+                           block=_block_kind(model, layer_index, flash), recompute=recompute,
+                           offloaded=offloaded)
 
 
 def layer_kind(model: ModelSpec, layer_index: int) -> bool:
@@ -206,7 +235,7 @@ def saved_tensors(model: ModelSpec, layer_index: int, *, seq_len: int, ep: int =
     """
     dropout = model.model_type in DROPOUT_MODEL_TYPES
     h = model.hidden_size
-    tensors = _norm("attention_norm", h, framework)
+    tensors = _norm("attention_norm", h, framework, offload="attn_norm" if model.is_mla else "qkv_linear")
     tensors += _mla(model, framework) if model.is_mla else _attention(model, seq_len, framework,
                                                                       flash_attention, dropout)
     if dropout:
@@ -218,7 +247,7 @@ def saved_tensors(model: ModelSpec, layer_index: int, *, seq_len: int, ep: int =
         if model.norms_per_layer == 2:
             tensors.append(SavedTensor(name="mlp_norm.output", elements_per_token=h, split="sp"))
         return tensors + _dense_mlp(model, model.intermediate_size, framework, with_input=False)
-    tensors += _norm("mlp_norm", h, framework)
+    tensors += _norm("mlp_norm", h, framework, offload="mlp_norm" if model.is_moe else "")
     if model.is_moe and model.moe_layers[layer_index]:
         tensors += _moe(model, ep=ep, etp=etp, overload=moe_overload_factor, framework=framework)
     else:
@@ -228,7 +257,7 @@ def saved_tensors(model: ModelSpec, layer_index: int, *, seq_len: int, ep: int =
     return tensors
 
 
-def _norm(prefix: str, width: float, framework: str, split: str = "sp") -> list[SavedTensor]:
+def _norm(prefix: str, width: float, framework: str, split: str = "sp", offload: str = "") -> list[SavedTensor]:
     """Norm inputs. Megatron/TE fused LayerNorm/RMSNorm saves its input (and per-token statistics).
 
     Source: TE `LayerNormLinear` / apex `FusedLayerNormAffineFunction` save the input + mu/rsigma;
@@ -239,7 +268,7 @@ def _norm(prefix: str, width: float, framework: str, split: str = "sp") -> list[
     if framework == "torchtitan":
         return [SavedTensor(name=f"{prefix}.input_fp32", elements_per_token=width, dtype="fp32", split=split),
                 SavedTensor(name=f"{prefix}.normalized", elements_per_token=width, split=split)]
-    return [SavedTensor(name=f"{prefix}.input", elements_per_token=width, split=split)]
+    return [SavedTensor(name=f"{prefix}.input", elements_per_token=width, split=split, offload=offload)]
 
 
 def _attention(model: ModelSpec, seq_len: int, framework: str, flash: bool, dropout: bool) -> list[SavedTensor]:
@@ -252,26 +281,29 @@ def _attention(model: ModelSpec, seq_len: int, framework: str, flash: bool, drop
     a, kv, d = model.num_attention_heads, model.num_key_value_heads, model.head_dim
     torchtitan = framework == "torchtitan"
     kv_elems, kv_split = (a * d, "tp") if torchtitan else (kv * d, "kv")  # torchtitan repeat_kv copies
+    qkv, core = "qkv_linear", "core_attn"
     tensors = [SavedTensor(name="attention.qkv_input", elements_per_token=model.hidden_size,
-                           split=_gathered_input_split(framework))]
+                           split=_gathered_input_split(framework), offload=qkv)]
     if model.qk_norm:  # Qwen3: q_norm/k_norm inputs (the q/k projection outputs)
-        tensors += [SavedTensor(name="attention.q_norm_input", elements_per_token=a * d),
-                    SavedTensor(name="attention.k_norm_input", elements_per_token=kv * d, split="kv")]
-    tensors += [SavedTensor(name="attention.q", elements_per_token=a * d),
-                SavedTensor(name="attention.k", elements_per_token=kv_elems, split=kv_split)]
+        tensors += [SavedTensor(name="attention.q_norm_input", elements_per_token=a * d, offload=qkv),
+                    SavedTensor(name="attention.k_norm_input", elements_per_token=kv * d, split="kv", offload=qkv)]
+    tensors += [SavedTensor(name="attention.q", elements_per_token=a * d, offload=core),
+                SavedTensor(name="attention.k", elements_per_token=kv_elems, split=kv_split, offload=core)]
     if flash:
-        tensors.append(SavedTensor(name="attention.softmax_lse", elements_per_token=a, dtype="fp32", modules=_CORE))
+        tensors.append(SavedTensor(name="attention.softmax_lse", elements_per_token=a, dtype="fp32", modules=_CORE,
+                                   offload=core))
     else:
-        tensors.append(SavedTensor(name="attention.softmax_output", elements_per_token=a * seq_len, modules=_CORE))
+        tensors.append(SavedTensor(name="attention.softmax_output", elements_per_token=a * seq_len, modules=_CORE,
+                                   offload=core))
         if dropout:
             tensors += [SavedTensor(name="attention.softmax_dropout_mask", elements_per_token=a * seq_len,
-                                    dtype="mask", modules=_CORE),
+                                    dtype="mask", modules=_CORE, offload=core),
                         SavedTensor(name="attention.softmax_dropout_output", elements_per_token=a * seq_len,
-                                    modules=_CORE)]
-    tensors.append(SavedTensor(name="attention.v", elements_per_token=kv_elems, split=kv_split))
+                                    modules=_CORE, offload=core)]
+    tensors.append(SavedTensor(name="attention.v", elements_per_token=kv_elems, split=kv_split, offload=core))
     if torchtitan and flash:  # SDPA keeps O; `.transpose(1, 2).contiguous()` makes wo's input a copy
         tensors.append(SavedTensor(name="attention.sdpa_output", elements_per_token=a * d, modules=_CORE))
-    tensors.append(SavedTensor(name="attention.o_proj_input", elements_per_token=a * d))
+    tensors.append(SavedTensor(name="attention.o_proj_input", elements_per_token=a * d, offload="attn_proj"))
     return tensors
 
 
@@ -286,24 +318,26 @@ def _mla(model: ModelSpec, framework: str) -> list[SavedTensor]:
     """
     a, h = model.num_attention_heads, model.hidden_size
     qk = model.qk_nope_head_dim + model.qk_rope_head_dim
-    up = ("mla_up_proj",)
+    up, qkv, core = ("mla_up_proj",), "qkv_linear", "core_attn"
     tensors = [SavedTensor(name="attention.down_proj_input", elements_per_token=h, split="sp",
-                           modules=("layernorm",))]
+                           modules=("layernorm",), offload=qkv)]
     if model.q_lora_rank:
-        tensors += _norm("attention.q_a_norm", model.q_lora_rank, framework)
+        tensors += _norm("attention.q_a_norm", model.q_lora_rank, framework, offload=qkv)
         tensors.append(SavedTensor(name="attention.q_b_input", elements_per_token=model.q_lora_rank, split="sp",
-                                   modules=up))
-    tensors += _norm("attention.kv_a_norm", model.kv_lora_rank, framework)
+                                   modules=up, offload=qkv))
+    tensors += _norm("attention.kv_a_norm", model.kv_lora_rank, framework, offload=qkv)
     tensors += [
-        SavedTensor(name="attention.kv_b_input", elements_per_token=model.kv_lora_rank, split="sp", modules=up),
-        SavedTensor(name="attention.q", elements_per_token=a * qk, modules=up),
-        SavedTensor(name="attention.k", elements_per_token=a * qk, modules=up),
-        SavedTensor(name="attention.v", elements_per_token=a * model.v_head_dim, modules=up),
-        SavedTensor(name="attention.softmax_lse", elements_per_token=a, dtype="fp32", modules=_CORE),
+        SavedTensor(name="attention.kv_b_input", elements_per_token=model.kv_lora_rank, split="sp", modules=up,
+                    offload=qkv),
+        SavedTensor(name="attention.q", elements_per_token=a * qk, modules=up, offload=core),
+        SavedTensor(name="attention.k", elements_per_token=a * qk, modules=up, offload=core),
+        SavedTensor(name="attention.v", elements_per_token=a * model.v_head_dim, modules=up, offload=core),
+        SavedTensor(name="attention.softmax_lse", elements_per_token=a, dtype="fp32", modules=_CORE, offload=core),
     ]
     if framework == "torchtitan":
         tensors.append(SavedTensor(name="attention.sdpa_output", elements_per_token=a * model.v_head_dim, modules=_CORE))
-    tensors.append(SavedTensor(name="attention.o_proj_input", elements_per_token=a * model.v_head_dim))
+    tensors.append(SavedTensor(name="attention.o_proj_input", elements_per_token=a * model.v_head_dim,
+                               offload="attn_proj"))
     return tensors
 
 
@@ -321,11 +355,12 @@ def _mlp_body(prefix: str, model: ModelSpec, width: float, framework: str, token
         return SavedTensor(name=f"{prefix}.{name}", elements_per_token=tokens * elems, split=split,
                            modules=modules + extra)
     act = ("moe_act",) if prefix == "experts" else ()  # the activation's output: fc2's input
+    moe_act = "moe_act" if prefix == "experts" else ""  # its scope: the activation, which saves its input
     if not model.gated_mlp:
-        return [t("activation_input", width), t("fc2_input", width, act)]
+        return [dataclasses.replace(t("activation_input", width), offload=moe_act), t("fc2_input", width, act)]
     if framework == "torchtitan":
         return [t("gate_output", width), t("silu_output", width), t("up_output", width), t("fc2_input", width)]
-    return [t("fc1_output", 2 * width), t("fc2_input", width, act)]
+    return [dataclasses.replace(t("fc1_output", 2 * width), offload=moe_act), t("fc2_input", width, act)]
 
 
 def _dense_mlp(model: ModelSpec, width: int, framework: str, with_input: bool = True) -> list[SavedTensor]:
@@ -375,7 +410,8 @@ def _moe(model: ModelSpec, *, ep: int, etp: int, overload: float, framework: str
         SavedTensor(name="moe.topk_indices", elements_per_token=k, dtype="int64", split=sp, modules=moe),
         SavedTensor(name="moe.permutation_map", elements_per_token=assignments, dtype="int32", split=sp,
                     modules=moe),
-        SavedTensor(name="experts.fc1_input", elements_per_token=assignments * h, split=sp, modules=moe),
+        SavedTensor(name="experts.fc1_input", elements_per_token=assignments * h, split=sp, modules=moe,
+                    offload="expert_fc1"),
     ]
     tensors += _mlp_body("experts", model, model.moe_intermediate_size / etp, framework, tokens=assignments,
                          split=sp, modules=moe)

@@ -262,7 +262,7 @@ def fsdp_syncs_once_per_step(layout: Layout) -> bool:
     """torchtitan with pipeline parallelism: FSDP2 gathers each stage's parameters once per step
     and reduce-scatters its gradients once, after the last micro-batch's backward.
 
-    torchtitan resolves `fsdp_reshard_after_forward = "default"` to `not pp_enabled`
+    torchtitan resolves its default reshard-after-forward policy to `not pp_enabled`
     (pytorch/torchtitan@b5bcd76 torchtitan/distributed/fsdp.py l. 112-137
     `get_fsdp_reshard_after_forward_policy`: "For PP, by default do not reshard after forward to
     avoid per-microbatch all-gathers"), and torch.distributed.pipelining's

@@ -34,7 +34,8 @@ from planner.cost import comm
 from planner.cost.comm import Collective
 from planner.cost.compute import (achieved_flops, attention_flops, core_precision, fp8_cast_bytes,
                                    peak_flops)
-from planner.cost.memory import stage_layers
+from planner.cost.activations import layer_activation_bytes
+from planner.cost.memory import activation_arguments, stage_layers
 from planner.cost.params_flops import count_params, flops_per_token
 from planner.cost.pipeline import (PipelineCoefficients, pipeline_coefficients,
                                    uneven_interleaved_bubble_s)
@@ -43,7 +44,7 @@ from planner.placement import overlap, pipeline_layout
 from planner.placement.precision import state_bytes, state_key
 from planner.placement.layout import RECOMPUTE_MODES, Layout
 from planner.placement.states import GROUPS
-from planner.placement.strategies import placement_key
+from planner.placement.strategies import placement_for, placement_key
 from planner.specs.cluster import ClusterSpec
 from planner.specs.model import ModelSpec
 
@@ -171,7 +172,7 @@ def layer_time_key(layout: Layout, sharing: tuple[tuple[str, int], ...]) -> tupl
     return (layout.micro_batch_size, layout.seq_len, layout.tp, layout.cp, layout.ep, layout.etp,
             layout.precision, share["tp"], share["cp"], layout.sequence_parallel,
             ov.tp_comm_overlap, ov.ep_comm_overlap, layout.cp_comm_type, state_bytes(layout).gradients,
-            layout.selective_modules)
+            layout.selective_modules, layout.offload_modules)
 
 
 def _ep_sharing(layout: Layout, cluster: ClusterSpec, order: Sequence[str]) -> int:
@@ -256,7 +257,7 @@ def _layer_parts(model, cluster, layout, layer_index, rank_order, flash_attentio
     fwd, attn_fwd = _layer_compute_s(model, cluster, layout, layer_index, flash_attention)
     comm = _layer_comm(model, cluster, layout, layer_index, attn_fwd, rank_order, fwd)
     selective = _selective_recompute_s(model, cluster, layout, layer_index, attn_fwd)
-    return fwd, attn_fwd, comm, selective
+    return fwd, attn_fwd, comm, selective, _offload_s(model, cluster, layout, layer_index)
 
 
 def _layer_compute_s(model: ModelSpec, cluster: ClusterSpec, layout: Layout, index: int,
@@ -371,6 +372,24 @@ def _selective_recompute_s(model: ModelSpec, cluster: ClusterSpec, layout: Layou
     return seconds + local * memory / _hbm_bytes_per_s(cluster)
 
 
+def _offload_s(model: ModelSpec, cluster: ClusterSpec, layout: Layout, index: int) -> dict[str, float]:
+    """{recompute mode: seconds of one direction of the layer's activation offload}, one
+    micro-batch: the bytes Megatron's fine-grained activation offloading moves
+    (`layer_activation_bytes(...).offloaded`, `layout.offload_modules`) over the host link, each way
+    (device-to-host in forward, host-to-device before backward). The copies run on their own CUDA
+    streams (megatron/core/pipeline_parallel/fine_grained_activation_offload.py @d98e8a6: D2H on
+    the offload stream after the module's forward, H2D prefetched one layer ahead of backward), so
+    `_layer_time` shows only their excess over the neighbouring layer's forward (offload) and
+    backward (reload). Empty without offload; full recompute keeps only the layer input, which
+    no module scope holds."""
+    if not layout.offload_modules:
+        return {}
+    _, kw, _ = activation_arguments(layout, placement_for(layout), state_bytes(layout).compute)
+    link = cluster.host_link_gb_per_s * 1e9
+    return {mode: layer_activation_bytes(model, index, recompute=mode, **kw).offloaded / link
+            for mode in ("none", "selective")}
+
+
 def _hbm_bytes_per_s(cluster: ClusterSpec) -> float:
     return cluster.gpu.hbm_gb_per_s * 1e9 * HBM_EFFICIENCY
 
@@ -468,12 +487,15 @@ def _linear_io_per_token(model: ModelSpec, index: int) -> tuple[float, float]:
 
 
 def _layer_time(parts, recompute: str) -> LayerTime:
-    fwd, _, comm, selective = parts
+    fwd, _, comm, selective, offload = parts
     recompute_s = {"none": 0.0, "selective": selective, "full": fwd}[recompute]
     fwd_passes = 2 if recompute == "full" else 1
     total = 0.0
     for per_pass, once in comm:  # summed term by term in the order of `_layer_comm`
         total += per_pass * (fwd_passes + 1) if once is None else fwd_passes * per_pass + once
+    copy = offload.get(recompute, 0.0)
+    if copy:  # offload under the next layer's forward, reload under the previous one's backward
+        total += max(0.0, copy - fwd) + max(0.0, copy - 2 * fwd)
     return LayerTime(forward_s=fwd, backward_s=2 * fwd, recompute_s=recompute_s, comm_s=total)
 
 

@@ -485,6 +485,8 @@ def _flags(doc: dict, model: ModelSpec, layout: Layout, recompute: Recompute) ->
         out.append(f"{F['cp_comm_type']} {layout.cp_comm_type}")
     out.append(f"{F['optimizer']} {mg.OPTIMIZERS[request['optimizer']]}")
     out += recompute.flags() + _architecture_flags(model, layout.seq_len)
+    if layout.offload_modules:
+        out += [F["fine_grained_activation_offloading"], f"{F['offload_modules']} {' '.join(layout.offload_modules)}"]
     return out + [f"{F['tokenizer_type']} HuggingFaceTokenizer",
                   *(f'{F[knob]} "${var}"' for knob, var in _PLACEHOLDER_FLAGS)]
 

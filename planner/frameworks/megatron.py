@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from planner.placement.layout import FP8_RECIPES, OPTIMIZER_DTYPES, RECOMPUTE_MODULES
+from planner.placement.layout import FP8_RECIPES, OFFLOAD_MODULES, OPTIMIZER_DTYPES, RECOMPUTE_MODULES
 
 INT, CHOICE, SWITCH, TEXT, LIST = "int", "choice", "switch", "text", "list"
 """Flag kinds: a positive integer; one of `choices`; store_true (no value); a free value (written
@@ -99,6 +99,9 @@ FLAGS = (
     Flag("recompute_activations", "--recompute-activations", SWITCH, False),
     # List[str] field -> nargs "+" (argument_utils.py l. 143-146); default ["core_attn"]
     Flag("recompute_modules", "--recompute-modules", LIST, None, RECOMPUTE_MODULES),
+    # fine-grained activation offloading (transformer_config.py l. 1323-1341; default off, [])
+    Flag("fine_grained_activation_offloading", "--fine-grained-activation-offloading", SWITCH, False),
+    Flag("offload_modules", "--offload-modules", LIST, None, OFFLOAD_MODULES),
     # precision and optimizer
     Flag("bf16", "--bf16", SWITCH, False),
     Flag("fp16", "--fp16", SWITCH, False),
