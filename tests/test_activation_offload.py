@@ -135,3 +135,25 @@ def test_plan_emits_and_check_reads_the_offload_flags():
     assert _read(text).layout.offload_modules is None
     with pytest.raises(SpecError):
         _read(emitted.text.replace("--offload-modules core_attn", "--offload-modules core_attention"))
+
+
+def test_whole_layer_offload_is_priced_on_the_host_link():
+    """The `offload activations` target (every saved tensor of a layer on the host, DeepSpeed
+    cpu_checkpointing): under full recompute the layer input, 2 x 4096 x 4096 B per micro-batch on
+    tp 1, moves each way; exposed beyond the neighbouring forward / backward as above."""
+    cluster = load_cluster("dgx-h100", gpus=8)
+    base = Layout(dp=8, seq_len=T, global_batch_size=64, recompute="full")
+    off = base.replace(offload=frozenset({"activations"}))
+    a, b = st.layer_time(LLAMA, cluster, base, 0, "full"), st.layer_time(LLAMA, cluster, off, 0, "full")
+    copy = 2 * T * 4096 / (cluster.host_link_gb_per_s * 1e9)
+    expected = max(0.0, copy - a.forward_s) + max(0.0, copy - 2 * a.forward_s)
+    assert b.comm_s - a.comm_s == pytest.approx(expected, rel=1e-12, abs=1e-15)
+    # without recompute every saved tensor moves: more than the compute hides on tp 8
+    tp8 = Layout(tp=8, seq_len=T, global_batch_size=8)
+    plain = st.layer_time(LLAMA, cluster, tp8, 0, "none")
+    moved = layer_activation_bytes(LLAMA, 0, seq_len=T, micro_batch_size=1, tp=8).total
+    copy = moved / (cluster.host_link_gb_per_s * 1e9)
+    exposed = max(0.0, copy - plain.forward_s) + max(0.0, copy - 2 * plain.forward_s)
+    assert exposed > 0
+    assert st.layer_time(LLAMA, cluster, tp8.replace(offload=frozenset({"activations"})), 0, "none").comm_s \
+        == pytest.approx(plain.comm_s + exposed, rel=1e-12)

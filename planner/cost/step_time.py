@@ -172,7 +172,7 @@ def layer_time_key(layout: Layout, sharing: tuple[tuple[str, int], ...]) -> tupl
     return (layout.micro_batch_size, layout.seq_len, layout.tp, layout.cp, layout.ep, layout.etp,
             layout.precision, share["tp"], share["cp"], layout.sequence_parallel,
             ov.tp_comm_overlap, ov.ep_comm_overlap, layout.cp_comm_type, state_bytes(layout).gradients,
-            layout.selective_modules, layout.offload_modules)
+            layout.selective_modules, layout.offload_modules, "activations" in layout.offload)
 
 
 def _ep_sharing(layout: Layout, cluster: ClusterSpec, order: Sequence[str]) -> int:
@@ -380,14 +380,23 @@ def _offload_s(model: ModelSpec, cluster: ClusterSpec, layout: Layout, index: in
     streams (megatron/core/pipeline_parallel/fine_grained_activation_offload.py @d98e8a6: D2H on
     the offload stream after the module's forward, H2D prefetched one layer ahead of backward), so
     `_layer_time` shows only their excess over the neighbouring layer's forward (offload) and
-    backward (reload). Empty without offload; full recompute keeps only the layer input, which
-    no module scope holds."""
-    if not layout.offload_modules:
+    backward (reload). Full recompute keeps only the layer input, which no module scope holds.
+
+    With the whole layer's activations offloaded (`offload` target "activations", the device
+    keeping two layers: `cost.memory`) every saved byte of the layer moves, the layer input under
+    full recompute: DeepSpeed's `cpu_checkpointing` (deepspeedai/DeepSpeed
+    deepspeed/runtime/activation_checkpointing/checkpointing.py, `CPU_CHECKPOINT`: the checkpointed
+    inputs copied to host). Empty without offload."""
+    whole = "activations" in layout.offload
+    if not (layout.offload_modules or whole):
         return {}
     _, kw, _ = activation_arguments(layout, placement_for(layout), state_bytes(layout).compute)
     link = cluster.host_link_gb_per_s * 1e9
-    return {mode: layer_activation_bytes(model, index, recompute=mode, **kw).offloaded / link
-            for mode in ("none", "selective")}
+    out = {}
+    for mode in RECOMPUTE_MODES:
+        saved = layer_activation_bytes(model, index, recompute=mode, **kw)
+        out[mode] = (saved.offloaded + (saved.total if whole else 0)) / link
+    return out
 
 
 def _hbm_bytes_per_s(cluster: ClusterSpec) -> float:
