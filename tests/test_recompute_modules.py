@@ -209,3 +209,15 @@ def test_megatron_reader_refuses_an_unknown_module():
     with pytest.raises(SpecError) as err:
         _read(text)
     assert err.value.key == "--recompute-modules"
+
+
+def test_module_lists_are_megatron_only():
+    """torchtitan's selective recompute is its op policy and DeepSpeed checkpoints whole layers:
+    neither takes Megatron's module lists, also when a layout changes framework."""
+    with pytest.raises(SpecError) as err:
+        Layout(framework="torchtitan", recompute="selective", recompute_modules=("mlp",))
+    assert err.value.key == "recompute_modules"
+    with pytest.raises(SpecError):
+        Layout(recompute_modules=("mlp",)).replace(framework="deepspeed")
+    with pytest.raises(SpecError):
+        Layout(offload_modules=("core_attn",)).replace(framework="torchtitan")

@@ -235,6 +235,9 @@ class Layout:
             _check_choice(name, module, allowed)
         if len(set(modules)) != len(modules):
             raise SpecError(f"value {modules!r} names a module twice", key=name)
+        if self.framework != "megatron":
+            raise SpecError(f"value {modules!r} is a Megatron-LM setting; framework {self.framework!r} has "
+                            "no module list", key=name)
         object.__setattr__(self, name, tuple(modules))
         return tuple(modules)
 
@@ -334,14 +337,15 @@ def _pipeline_layers_ok(layout: Layout) -> bool:
 def _recompute_modules_ok(layout: Layout) -> bool:
     modules = layout.recompute_modules
     return modules is None or (type(modules) is tuple and set(modules) <= set(RECOMPUTE_MODULES)
-                               and len(set(modules)) == len(modules))
+                               and len(set(modules)) == len(modules) and layout.framework == "megatron")
 
 
 def _offload_modules_ok(layout: Layout) -> bool:
     modules = layout.offload_modules
     return modules is None or (type(modules) is tuple and bool(modules) and set(modules) <= set(OFFLOAD_MODULES)
                                and len(set(modules)) == len(modules)
-                               and ("attn_proj" not in modules or "core_attn" in modules))
+                               and ("attn_proj" not in modules or "core_attn" in modules)
+                               and layout.framework == "megatron")
 
 
 def _pipeline_layout_ok(layout: Layout) -> bool:
@@ -387,9 +391,10 @@ _FIELD_OK = {
 frozenset, pipeline_layers a tuple), given the other fields; `replace`'s fast path."""
 
 _CHECKED_WITH = {"dp": ("dp", "dp_shard"), "pp": ("pp", "pipeline_layers", "pipeline_layout"),
-                 "vpp": ("vpp", "pipeline_layout")}
+                 "vpp": ("vpp", "pipeline_layout"),
+                 "framework": ("framework", "recompute_modules", "offload_modules")}
 """Fields whose check reads another field: changing dp re-checks dp_shard, pp pipeline_layers and
-pipeline_layout, vpp pipeline_layout."""
+pipeline_layout, vpp pipeline_layout, framework the module lists (Megatron only)."""
 
 
 def _check_choice(key: str, value: object, allowed: tuple[str, ...]) -> None:
