@@ -384,9 +384,8 @@ def _offload_s(model: ModelSpec, cluster: ClusterSpec, layout: Layout, index: in
 
     With the whole layer's activations offloaded (`offload` target "activations", the device
     keeping two layers: `cost.memory`) every saved byte of the layer moves, the layer input under
-    full recompute: DeepSpeed's `cpu_checkpointing` (deepspeedai/DeepSpeed
-    deepspeed/runtime/activation_checkpointing/checkpointing.py, `CPU_CHECKPOINT`: the checkpointed
-    inputs copied to host). Empty without offload."""
+    full recompute: DeepSpeed's CPU checkpointing (its checkpointing config's `cpu_checkpointing`,
+    `frameworks.deepspeed`: the checkpointed inputs copied to host). Empty without offload."""
     whole = "activations" in layout.offload
     if not (layout.offload_modules or whole):
         return {}
