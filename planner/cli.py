@@ -254,6 +254,48 @@ MomentOpt = Annotated[Moment | None, typer.Option(
     case_sensitive=False, help="Adam moment dtype of the precision-aware optimizer (default fp32).")]
 
 
+RecomputeModulesOpt = Annotated[str | None, typer.Option(
+    metavar="MODULE,...", help=f"Megatron {megatron_flags.FLAG['recompute_modules']}: what selective recompute "
+                               f"re-runs ({', '.join(layout_mod.RECOMPUTE_MODULES)}; default core_attn).")]
+
+
+OffloadModulesOpt = Annotated[str | None, typer.Option(
+    metavar="MODULE,...", help=f"Megatron {megatron_flags.FLAG['fine_grained_activation_offloading']} "
+                               f"{megatron_flags.FLAG['offload_modules']}: the modules whose saved activations "
+                               f"wait in host memory ({', '.join(layout_mod.OFFLOAD_MODULES)}; default off).")]
+
+
+def _recompute_modules(text: str | None, framework: str) -> tuple[str, ...] | None:
+    """`mla_up_proj,mlp` -> ("mla_up_proj", "mlp"); None when absent. Megatron only:
+    torchtitan's and DeepSpeed's selective recompute take no module list."""
+    return _modules(text, framework, "recompute_modules", layout_mod.RECOMPUTE_MODULES,
+                    "its selective recompute is fixed")
+
+
+def _offload_modules(text: str | None, framework: str) -> tuple[str, ...] | None:
+    """`core_attn,attn_proj` -> ("core_attn", "attn_proj"); None when absent. Megatron only."""
+    return _modules(text, framework, "offload_modules", layout_mod.OFFLOAD_MODULES,
+                    "it has no module-level activation offloading")
+
+
+def _modules(text: str | None, framework: str, knob: str, allowed: tuple[str, ...], other: str
+             ) -> tuple[str, ...] | None:
+    """Comma-separated Megatron module names of `knob` (Layout checks how they combine)."""
+    if text is None:
+        return None
+    key = "--" + knob.replace("_", "-")
+    if framework != "megatron":
+        raise SpecError(f"value {text!r} is Megatron-LM's {megatron_flags.FLAG[knob]}; {framework}: {other}",
+                        key=key)
+    modules = tuple(m.strip() for m in text.split(",") if m.strip())
+    if not modules:
+        raise SpecError(f"value {text!r} names no module; allowed: {', '.join(allowed)}", key=key)
+    for module in modules:
+        if module not in allowed:
+            raise SpecError(f"value {module!r} not allowed; allowed: {', '.join(allowed)}", key=key)
+    return modules
+
+
 def _precision_knobs(on: bool, **dtypes) -> dict:
     """The fp8 recipe and precision-aware optimizer knobs given (Layout field -> value; unset ones
     left out)."""
@@ -290,6 +332,8 @@ def explain_cmd(
         "--account-for-loss", help=_LOSS_HELP)] = False,
     recompute_per_stage: Annotated[str | None, typer.Option(
         metavar="17n/2f,20n,...", help="Recompute counts per stage as `plan` prints them (n none, s selective, f full); overrides --recompute.")] = None,
+    recompute_modules: RecomputeModulesOpt = None,
+    offload_modules: OffloadModulesOpt = None,
     offload: Annotated[list[Offload] | None, typer.Option(case_sensitive=False, help="State to keep in host memory (repeatable).")] = None,
     optimizer: Annotated[Optimizer, typer.Option(case_sensitive=False, help="Optimizer.")] = "adamw",
     precision: Annotated[Precision | None, typer.Option(
@@ -322,6 +366,8 @@ def explain_cmd(
         micro_batch_size=micro_batch_size, global_batch_size=global_batch_size or dp * micro_batch_size * pp,
         pipeline_layers=_layer_split(pipeline_layers, pp),
         seq_len=seq_len, recompute=_value(recompute) if recompute is not None else "none",
+        recompute_modules=_recompute_modules(recompute_modules, _value(framework)),
+        offload_modules=_offload_modules(offload_modules, _value(framework)),
         sequence_parallel=sequence_parallel, vpp=vpp,
         pipeline_layout=stages,
         offload=frozenset(_value(o) for o in offload or ()), optimizer=_value(optimizer),
@@ -342,6 +388,10 @@ def explain_cmd(
                         f"them", key="--recompute")
     if counts is not None:
         layout = layout.replace(recompute=recompute_mix.majority(counts))
+    if recompute_modules is not None and not (layout.recompute == "selective" or any(
+            c.get("selective") for c in counts or ())):
+        raise SpecError(f"value {recompute_modules!r} applies to selective recompute; give --recompute "
+                        f"selective (or s layers in --recompute-per-stage)", key="--recompute-modules")
     data = explain_api.explain(spec, hw, layout, reserve_bytes=reserve, at_risk_margin=at_risk_margin,
                                recompute_per_stage=counts, flash_attention=flash_attention)
     report.show_explain(data, fmt.value)
@@ -518,6 +568,8 @@ def plan_cmd(
     main_grads_dtype: MainGradsOpt = None,
     exp_avg_dtype: MomentOpt = None,
     exp_avg_sq_dtype: MomentOpt = None,
+    recompute_modules: RecomputeModulesOpt = None,
+    offload_modules: OffloadModulesOpt = None,
     fix: Annotated[list[str] | None, typer.Option(
         "--fix", metavar="KEY=VALUE",
         help=f"Pin a degree or knob (repeatable): {', '.join(FIXABLE)}.")] = None,
@@ -564,6 +616,8 @@ def plan_cmd(
                   precision=_precision(precision, hw), optimizer=_value(optimizer),
                   framework=_value(framework), top_k=top, reserve_bytes=reserve, headroom=headroom,
                   grad_reduce_dtype=_value(grad_reduce_dtype),
+                  recompute_modules=_recompute_modules(recompute_modules, _value(framework)),
+                  offload_modules=_offload_modules(offload_modules, _value(framework)),
                   precision_knobs=_precision_knobs(
                       precision_aware_optimizer, fp8_recipe=fp8_recipe,
                       main_params_dtype=main_params_dtype,

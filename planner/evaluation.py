@@ -142,7 +142,9 @@ class Evaluation:
         counts), the split, the overlaps the layout sets and its pipeline layout string."""
         layout = self.layout
         return self.parallelism() | {
-            "recompute": recompute, "pipeline_layers": list(layout.pipeline_layers),
+            "recompute": recompute,
+            **({} if layout.recompute_modules is None else {"recompute_modules": list(layout.recompute_modules)}),
+            "pipeline_layers": list(layout.pipeline_layers),
             "overlap": {k: getattr(layout, k) for k in OVERLAP_KNOBS if getattr(layout, k) is not None},
             **({} if layout.moe_dispatcher is None else {"moe_dispatcher": layout.moe_dispatcher}),
             **({} if layout.torch_compile is None else {"compile": layout.torch_compile}),

@@ -540,7 +540,8 @@ def layout_recompute(modes) -> str:
 def plan(model: ModelSpec, cluster: ClusterSpec, *, seq_len: int, global_batch_size: int,
          precision: str = "bf16", optimizer: str = "adamw", framework: str = "megatron",
          grad_reduce_dtype: str | None = None, precision_knobs: dict | None = None,
-         fixed: dict | None = None, top_k: int = 3, reserve_bytes: int | None = None,
+         recompute_modules: tuple[str, ...] | None = None,
+         offload_modules: tuple[str, ...] | None = None, fixed: dict | None = None, top_k: int = 3, reserve_bytes: int | None = None,
          headroom: float = DEFAULT_AT_RISK_MARGIN,
          on_progress: Callable[[int, int], None] | None = None) -> dict:
     """The top_k fastest layouts of `model` on `cluster` that fit (see module docstring).
@@ -553,6 +554,11 @@ def plan(model: ModelSpec, cluster: ClusterSpec, *, seq_len: int, global_batch_s
             (grad_reduce_dtype None: the framework's default).
         precision_knobs: the fp8 recipe and the precision-aware optimizer's knobs (PRECISION_KNOBS ->
             value), passed to every Layout and written to the request only when given.
+        recompute_modules: the modules `selective` re-runs on every Layout (Megatron's
+            `--recompute-modules`; None: its default, core_attn); written to the request when given.
+            The search weighs none / selective (this set) / full per layer; other sets are not searched.
+        offload_modules: Megatron's fine-grained activation offloading on every Layout (None: off);
+            written to the request when given. Not searched.
         fixed: pinned Layout fields (keys in FIXABLE), e.g. {"tp": 8, "recompute": "full"}.
         top_k: plans to return.
         reserve_bytes: per-GPU reserve (CUDA context, fragmentation); None = DEFAULT_RESERVE_BYTES.
@@ -575,7 +581,9 @@ def plan(model: ModelSpec, cluster: ClusterSpec, *, seq_len: int, global_batch_s
     base = dict(seq_len=seq_len, global_batch_size=global_batch_size, precision=precision,
                 optimizer=optimizer, framework=framework, grad_reduce_dtype=grad_reduce_dtype,
                 **{k: (precision_knobs or {})[k] for k in PRECISION_KNOBS
-                   if (precision_knobs or {}).get(k) is not None})
+                   if (precision_knobs or {}).get(k) is not None},
+                **({} if recompute_modules is None else {"recompute_modules": tuple(recompute_modules)}),
+                **({} if offload_modules is None else {"offload_modules": tuple(offload_modules)}))
     _check_grad_reduce(Layout(**base))
     _check_optimizer_precision(Layout(**base, zero_stage=1))
     if not 0 <= headroom < 1:
@@ -612,7 +620,8 @@ def plan(model: ModelSpec, cluster: ClusterSpec, *, seq_len: int, global_batch_s
         "rejected": rejections.as_list(),
         "warnings": warnings,
         "request": {"model": model.name, "cluster": cluster.name, "gpus": cluster.num_gpus,
-                    **base, "fixed": fixed, "headroom": headroom, "reserve_bytes": reserve},
+                    **{k: list(v) if type(v) is tuple else v for k, v in base.items()},
+                    "fixed": fixed, "headroom": headroom, "reserve_bytes": reserve},
     }
 
 
@@ -811,6 +820,8 @@ def plan_layout(entry: dict, request: dict) -> Layout:
                   recompute=recompute, optimizer=request["optimizer"],
                   precision=request["precision"], framework=request["framework"],
                   grad_reduce_dtype=request.get("grad_reduce_dtype"),
+                  recompute_modules=request.get("recompute_modules"),
+                  offload_modules=request.get("offload_modules"),
                   **{k: request.get(k) for k in PRECISION_KNOBS},
                   cp_comm_type=par.get("cp_comm_type", "p2p"),
                   moe_dispatcher=par.get("moe_dispatcher"),

@@ -28,16 +28,17 @@ VERSION = 1
 KEYS = {
     "": ("kind", "version", "model", "cluster", "gpus", "request", "plan", "predicted", "solver"),
     "request": ("seq_len", "global_batch_size", "precision", "optimizer", "framework",
-                "grad_reduce_dtype", *PRECISION_KNOBS, "fixed", "headroom", "reserve_bytes"),
+                "grad_reduce_dtype", *PRECISION_KNOBS, "recompute_modules", "offload_modules", "fixed",
+                "headroom", "reserve_bytes"),
     "plan": ("parallelism",),
     "plan.parallelism": ("dp", "tp", "pp", "cp", "ep", "etp", "zero_stage", "sequence_parallel",
                          "micro_batch_size", "global_batch_size", "num_microbatches", "vpp",
                          "recompute", "pipeline_layers", "overlap", "pipeline_layout", "cp_comm_type",
-                         "moe_dispatcher", "compile"),
+                         "moe_dispatcher", "compile", "recompute_modules"),
 }
 """Section -> the keys a plan file may hold there (`planner plan -o` writes them)."""
 OPTIONAL = frozenset({"predicted", "solver", "fixed", "etp", "pipeline_layout", "grad_reduce_dtype",
-                      "overlap", "cp_comm_type", "moe_dispatcher", "compile",
+                      "overlap", "cp_comm_type", "moe_dispatcher", "compile", "recompute_modules", "offload_modules",
                       *PRECISION_KNOBS})
 """Keys that may be absent: `predicted` and `solver` (informational), `request.fixed` (a
 hand-written plan pinned nothing), `plan.parallelism.etp` (files written before the expert

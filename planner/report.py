@@ -388,6 +388,8 @@ def layout_label(par: dict) -> str:
     parts.append(f"b{par['micro_batch_size']} m{par['num_microbatches']}")
     recompute = par.get("recompute")
     parts.append(f"recompute {recompute}" if isinstance(recompute, str) else "recompute per layer")
+    if par.get("recompute_modules") and recompute != "none":
+        parts[-1] += f" ({','.join(par['recompute_modules'])})"
     if par.get("offload"):
         parts.append("offload " + ",".join(par["offload"]))
     on = [name for name, knob in overlap.NAMES.items() if (par.get("overlap") or {}).get(knob)]

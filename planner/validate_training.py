@@ -428,7 +428,7 @@ NVIDIA_RECIPES = ("Megatron-Bridge", "NeMo", "nemo-framework")
 RECIPE_OVERRIDES = {"E10": {"overlap_grad_reduce": False, "overlap_param_gather": False,
                             "fp8_recipe": "tensorwise", "precision_aware_optimizer": True,
                             "main_grads_dtype": "bf16", "exp_avg_dtype": "bf16",
-                            "exp_avg_sq_dtype": "bf16"}}
+                            "exp_avg_sq_dtype": "bf16", "recompute_modules": ("mla_up_proj", "mlp")}}
 """Expert rows whose recipe sets knobs the others leave at their defaults: DeepSeek-V3 on H100
 (Megatron-Bridge src/megatron/bridge/perf_recipes/deepseek/h100/deepseek_v3.py @067f987):
 - l. 94-95 (`deepseek_v3_pretrain_1024gpu_h100_fp8cs_config`) `cfg.ddp.overlap_grad_reduce =
@@ -441,7 +441,10 @@ RECIPE_OVERRIDES = {"E10": {"overlap_grad_reduce": False, "overlap_param_gather"
 - l. 79 `deepseek_v3_pretrain_config()`, i.e. recipes/deepseek/h100/deepseek_v3.py
   `deepseek_v3_pretrain_1024gpu_h100_bf16_config` l. 221-225 (re-exported by
   recipes/deepseek/deepseek_v3.py): the precision-aware optimizer with fp32 main params, bf16 main
-  grads and bf16 exp_avg / exp_avg_sq, which the perf recipe does not change."""
+  grads and bf16 exp_avg / exp_avg_sq, which the perf recipe does not change;
+- l. 92 `cfg.model.recompute_modules = ["mla_up_proj", "mlp"]` with perf_recipes/deepseek/common.py
+  l. 35 `recompute_granularity = "selective"` (`_deepseek_v3_common`): selective recompute of the
+  MLA up projections and the dense MLPs (the row's `recompute: selective`)."""
 
 ROW_LEVEL_KEYS = ("precision", "framework", "seq_len", "global_batch_size")
 """Layout fields an expert_configs row gives outside `layout:` (training_runs rows: all of them)."""
@@ -732,7 +735,8 @@ def _result_row(row: Row, pred: Prediction, suite: str) -> dict:
 def layout_text(lay: Layout) -> str:
     """One-line layout: degrees, batch, sequence, ZeRO, recompute, precision, framework, split."""
     text = (f"tp{lay.tp} pp{lay.pp} dp{lay.dp} cp{lay.cp} ep{lay.ep} vpp{lay.vpp} b{lay.micro_batch_size} "
-            f"B{lay.global_batch_size} s{lay.seq_len} z{lay.zero_stage} rc={lay.recompute} {lay.precision} "
+            f"B{lay.global_batch_size} s{lay.seq_len} z{lay.zero_stage} rc={lay.recompute}"
+            + (f"({','.join(lay.recompute_modules)})" if lay.recompute_modules else "") + f" {lay.precision} "
             f"{lay.framework}" + (" sp" if lay.sequence_parallel else ""))
     if lay.pipeline_layout is not None:
         from planner.placement import pipeline_layout

@@ -77,17 +77,18 @@ def test_reader_allows_exactly_the_keys_plan_writes(tmp_path):
     doc = yaml.safe_load(out.read_text())
     assert list(doc) == ["kind", "version", "model", "cluster", "gpus", "request", "plan",
                          "predicted", "solver"]
-    # the precision-aware optimizer's knobs are written only when given
-    # (tests/test_precision_aware_optimizer.py reads them back)
+    # the precision-aware optimizer's knobs and the recompute modules are written only when given
+    # (tests/test_precision_aware_optimizer.py, test_recompute_modules.py read them back)
     assert tuple(doc["request"]) == REQUEST_KEYS == tuple(
-        k for k in plan_file._KEYS["request"] if k not in PRECISION_KNOBS)
+        k for k in plan_file._KEYS["request"] if k not in (*PRECISION_KNOBS, "recompute_modules", "offload_modules"))
     assert list(doc["plan"]) == ["parallelism"]
     assert tuple(doc["plan"]["parallelism"]) == PAR_KEYS
-    # `pipeline_layout` is written only for uneven interleaved plans (optional)
-    # `compile` (torch.compile) only where the layout sets it (torchtitan plans)
+    # `pipeline_layout` is written only for uneven interleaved plans, `recompute_modules` only when
+    # asked for, `compile` (torch.compile) only where the layout sets it (torchtitan plans)
     assert plan_file._KEYS["plan.parallelism"] == (*PAR_KEYS, "pipeline_layout", "cp_comm_type",
-                                                   "moe_dispatcher", "compile")
-    assert {"pipeline_layout", "cp_comm_type", "overlap", "compile", "moe_dispatcher"} <= plan_file._OPTIONAL
+                                                   "moe_dispatcher", "compile", "recompute_modules")
+    assert {"pipeline_layout", "cp_comm_type", "overlap", "compile", "moe_dispatcher", "recompute_modules",
+            "offload_modules"} <= plan_file._OPTIONAL
     assert runner.invoke(app, ["check", str(out)]).exit_code == 0
 
 

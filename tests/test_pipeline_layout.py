@@ -220,11 +220,10 @@ def test_e3_explained_with_megatron_bridge_account_for_options():
 def test_e10_explained_with_its_layout_string():
     """E10 (DeepSeek-V3, 61 layers + 1 MTP, pp 8 vpp 4) with the layout "Et|(tt|)*30mL": accepted
     (no layout or layer-count violation; vpp 4 from the string; ranks hold 7, 8 x 6, 6 decoder
-    layers) and costed. It is rated does_not_fit, by its activations, because of two known gaps
-    of the model (other items of issue 8): the NVIDIA MoE recipe recomputes selected modules
-    (layernorm, moe_act, mla_up_proj), which planner's `selective` (attention core) does not
-    model, and it keeps fp8 activations where planner counts bf16. The MTP layer's own costs are
-    excluded, as everywhere in planner."""
+    layers) and costed. With `--recompute selective` alone (Megatron's default module, core_attn)
+    and none of the recipe's other knobs it is rated does_not_fit, by its activations; the recipe's
+    `--recompute-modules mla_up_proj mlp` and optimizer knobs make it fit
+    (test_recompute_modules.py). The MTP layer's own costs are excluded, as everywhere in planner."""
     row = EXPERT["E10"]
     result = runner.invoke(app, [*_explain_args(row), "--pipeline-layout", "Et|(tt|)*30mL"])
     data = json.loads(result.output)

@@ -25,13 +25,14 @@ BASE = Path("tests/data/plans/llama-3.1-70b-64xh100-pp4-cp4.plan.yaml")
 TOP = ["kind", "version", "model", "cluster", "gpus", "request", "plan", "predicted", "solver"]
 REQUEST_REQUIRED = ["seq_len", "global_batch_size", "precision", "optimizer", "framework",
                     "headroom", "reserve_bytes"]
-REQUEST_OPTIONAL = ["grad_reduce_dtype", "fp8_recipe", "precision_aware_optimizer",
+REQUEST_OPTIONAL = ["recompute_modules", "offload_modules", "grad_reduce_dtype", "fp8_recipe", "precision_aware_optimizer",
                     "main_params_dtype", "main_grads_dtype", "exp_avg_dtype", "exp_avg_sq_dtype",
                     "fixed"]
 PAR_REQUIRED = ["dp", "tp", "pp", "cp", "ep", "zero_stage", "sequence_parallel",
                 "micro_batch_size", "global_batch_size", "num_microbatches", "vpp", "recompute",
                 "pipeline_layers"]
-PAR_OPTIONAL = ["etp", "overlap", "pipeline_layout", "cp_comm_type", "moe_dispatcher", "compile"]
+PAR_OPTIONAL = ["etp", "overlap", "pipeline_layout", "cp_comm_type", "moe_dispatcher", "compile",
+                "recompute_modules"]
 
 VALUE = st.one_of(st.integers(0, 2**40), st.booleans(), st.none(), st.text(max_size=8),
                   st.lists(st.integers(0, 99), max_size=4))

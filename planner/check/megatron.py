@@ -478,6 +478,8 @@ def parse_args(text: str, file: str) -> dict[str, str | bool]:
                 if i >= len(tokens) or tokens[i].startswith("--"):
                     raise SpecError("missing value", file=file, key=name)
                 value, i = tokens[i], i + 1
+                while kind == mg.LIST and i < len(tokens) and not tokens[i].startswith("--"):
+                    value, i = f"{value} {tokens[i]}", i + 1  # nargs "+": the words up to the next flag
             if "$((" in value:
                 raise SpecError(_arithmetic_message(value, env), file=file, key=name)
             if "$(" in value:
@@ -785,6 +787,9 @@ def _layout(args: dict, spec: ModelSpec, world: int, seq_len: int | None, file: 
         vpp=vpp, pipeline_layers=split, pipeline_layout=stages,
         micro_batch_size=mbs, global_batch_size=_int(args, "global_batch_size", file, mbs * dp),
         seq_len=_seq_len(args, seq_len, file, findings), recompute=_uniform_recompute(args, file),
+        recompute_modules=_words(args, "recompute_modules", file),
+        offload_modules=_words(args, "offload_modules", file) if _on(args, "fine_grained_activation_offloading")
+        else None,
         optimizer=_OPTIMIZERS[_choice(args, "optimizer", file) or mg.DEFAULT["optimizer"]],
         precision=(precision := _precision(args, file)), framework="megatron",
         grad_reduce_dtype=_grad_reduce(args, precision),
@@ -999,6 +1004,23 @@ def _uniform_recompute(args: dict, file: str) -> str:
     if granularity is None and _on(args, "recompute_activations"):
         granularity = "selective"
     return granularity or "none"
+
+
+def _words(args: dict, knob: str, file: str) -> tuple[str, ...] | None:
+    """The words of a LIST flag (None: absent). --recompute-modules (absent: Megatron's default
+    core_attn) is read only under selective granularity (transformer_layer.py l. 473, moe_layer.py
+    l. 247-254) and --offload-modules only with fine-grained activation offloading on
+    (transformer_layer.py l. 1546); the Layout carries the first either way, and only selective
+    layers use it."""
+    flag = F[knob]
+    if flag not in args:
+        return None
+    words = str(args[flag]).split()
+    for word in words:
+        if word not in mg.BY_KNOB[knob].choices:
+            raise SpecError(f"value {word!r} not allowed; allowed: "
+                            f"{', '.join(mg.BY_KNOB[knob].choices)}", file=file, key=flag)
+    return tuple(dict.fromkeys(words))
 
 
 def _recompute_per_stage(args: dict, spec: ModelSpec, layout: Layout, file: str,

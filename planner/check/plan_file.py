@@ -58,7 +58,7 @@ _PAR_INTS = {"dp": (1, MAX_GPUS), "tp": (1, MAX_GPUS), "pp": (1, MAX_GPUS), "cp"
 """plan.parallelism integer -> [min, max]: a degree cannot exceed the largest GPU count, a batch
 count the largest batch in tokens (each sequence holds >= 1 token)."""
 _REQUEST_LAYOUT = ("seq_len", "global_batch_size", "precision", "optimizer", "framework",
-                   "grad_reduce_dtype", *PRECISION_KNOBS)
+                   "grad_reduce_dtype", "recompute_modules", "offload_modules", *PRECISION_KNOBS)
 """request keys that are Layout fields (a Layout error on them is reported under `request.`)."""
 
 
@@ -114,7 +114,7 @@ def _request(request: dict, file: str) -> dict:
     return {"seq_len": seq_len, "global_batch_size": gbs, "headroom": float(headroom),
             "reserve_bytes": reserve, "fixed": _fixed(request.get("fixed", {}), file),
             "grad_reduce_dtype": request.get("grad_reduce_dtype"),
-            **{k: request[k] for k in PRECISION_KNOBS if k in request},
+            **{k: request[k] for k in (*PRECISION_KNOBS, "recompute_modules", "offload_modules") if k in request},
             **{k: request[k] for k in ("precision", "optimizer", "framework")}}
 
 

@@ -32,10 +32,12 @@ TP+SP+selective; 2·s·b·h for full recompute.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
 from planner.errors import SpecError
+from planner.placement.layout import OFFLOAD_MODULES, RECOMPUTE_MODULES
 from planner.specs.model import ModelSpec
 
 RECOMPUTE_MODES = ("none", "selective", "full")
@@ -47,6 +49,48 @@ BLOOM (hidden_dropout 0.0), Falcon, Llama-style and MoE families train without d
 NON_FLASH_MODEL_TYPES = ("gpt", "gpt2", "opt", "bloom")
 """Families costed without FlashAttention by default (the 2022 GPT/OPT/BLOOM runs materialised
 the s×s scores); pass `flash_attention=True` to cost them as a modern Megatron run would."""
+
+"""RECOMPUTE_MODULES (`placement.layout`): Megatron-LM's `--recompute-modules` choices costed here
+(under selective granularity; default `("core_attn",)`). Source: NVIDIA/Megatron-LM@d98e8a6
+megatron/core/transformer/transformer_config.py l. 560-583 (`recompute_modules`, default
+["core_attn"] at l. 1940-1941); the GatedDeltaNet / HyperConnection entries (gdn_*, gdp_*, mhc)
+are for architectures planner does not model. What each drops (`saved_tensors` tags):
+- core_attn: the attention core's own saved tensors (scores, dropout, FlashAttention's LSE):
+  transformer_block.py / attention.py `_checkpointed_attention_forward` (a normal checkpoint that
+  keeps q, k, v as its inputs);
+- mla_up_proj: q_b / kv_b inputs (the normalised latents) and the up-projected, RoPE-applied
+  q, k, v: multi_latent_attention.py l. 983-987 runs the up projections (TE LayerNormLinear with
+  the q/kv latent norms fused, gpt_layer_specs.py l. 246-255) and RoPE under
+  `CheckpointWithoutOutput`, which keeps only the compressed latents (its inputs) and frees q, k,
+  v after the core attention (`discard_output_and_register_recompute`, l. 455-458);
+- mlp: the dense MLP's inner tensors (not its input, the checkpoint's argument); only dense
+  layers: transformer_layer.py l. 537-539 sets `recompute_mlp` only when not `is_moe_layer`;
+- moe_act: the routed experts' activation output (fc2 input): experts.py l. 1019-1030
+  (`CheckpointWithoutOutput` around the SwiGLU, output discarded after linear_fc2);
+- moe: every tensor of the MoE block but its input: moe_layer.py l. 247-251, 701 (the whole
+  `custom_forward` under `tensor_parallel.checkpoint` / `te_checkpoint`);
+- shared_experts: the shared experts' inner tensors: shared_experts.py l. 158;
+- layernorm: the output of each norm that is a module of its own (the next linear saves it):
+  transformer_layer.py l. 475-530 (input_layernorm unless an IdentityOp, pre_mlp_layernorm);
+  Megatron-core's TE specs fuse the norm into the next linear (IdentityOp) except MLA's input
+  norm (gpt_layer_specs.py l. 296) and the pre-MLP norm of every layer of a model with experts
+  (l. 313), so only those outputs are dropped: MLA `down_proj_input`, MoE `router_input`, and a
+  dense layer's `mlp.fc1_input` in a model with experts.
+"""
+_CORE = ("core_attn",)
+OFFLOAD_MIN_ELEMENTS = 1024 * 1024
+"""Smallest tensor (elements on the GPU) fine-grained offloading moves: Megatron-LM's
+`min_offloaded_tensor_size` default (transformer_config.py l. 1343 @d98e8a6;
+fine_grained_activation_offload.py `ChunkOffloadHandler.tensor_push` skips smaller ones).
+
+What each OFFLOAD_MODULES entry moves (`SavedTensor.offload`; the scopes of
+megatron/core/transformer/transformer_layer.py l. 709, 819, 1544-1556, attention.py /
+multi_latent_attention.py l. 343-463, moe/experts.py l. 928-941, all @d98e8a6): attn_norm the
+input norm's input where that norm is a module (MLA; TE fuses it into linear_qkv otherwise);
+qkv_linear what the QKV projections save (the fused norm's input and output; MLA's down / up
+projections and latent norms); core_attn q, k, v and the core's own tensors; attn_proj the
+output projection's input; mlp_norm the pre-MLP norm's input where it is a module (models with
+experts); expert_fc1 the routed experts' fc1 input; moe_act their activation's input."""
 
 _ELEMENT_BYTES = {"mask": 1, "fp32": 4, "int64": 8, "int32": 4}
 
@@ -64,8 +108,12 @@ class SavedTensor:
     split: str = "tp"
     """`tp`: /t; `kv`: /min(t, n_kv); `sp`: /t only with sequence parallelism; `none`: whole on
     every rank (a row-parallel matmul's partial-sum output over the gathered sequence)."""
-    core: bool = False
-    """Saved only by the attention core: dropped by selective recompute."""
+    modules: tuple[str, ...] = ()
+    """The Megatron `--recompute-modules` entries whose checkpoint drops this tensor under
+    selective recompute (`RECOMPUTE_MODULES`); empty = kept by every module set."""
+    offload: str = ""
+    """The Megatron fine-grained offloading module (`OFFLOAD_MODULES`) in whose scope autograd saves
+    this tensor (its saved-tensor hooks move it to host); empty = in none of them."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -80,13 +128,18 @@ class ActivationBytes:
     """Block kind costed: gpt, dense, moe, mla, mla+moe, parallel (Falcon)."""
     recompute: str
     """Recompute mode applied: none, selective or full."""
+    offloaded: int = 0
+    """Bytes of the saved tensors moved to host memory by fine-grained activation offloading (not
+    in `total`), bytes."""
 
 
 def layer_activation_bytes(model: ModelSpec, layer_index: int, *, seq_len: int, micro_batch_size: int,
                            tp: int, cp: int = 1, sequence_parallel: bool = False, recompute: str = "none",
                            ep: int = 1, moe_overload_factor: float = 1.0, dtype_bytes: int = 2,
                            etp: int = 1, framework: str = "megatron",
-                           flash_attention: bool | None = None) -> ActivationBytes:
+                           flash_attention: bool | None = None,
+                           recompute_modules: tuple[str, ...] = _CORE,
+                           offload_modules: tuple[str, ...] = ()) -> ActivationBytes:
     """Bytes saved for backward by layer `layer_index` for one micro-batch on one GPU.
 
     Source: Korthikanti et al. 2022 (arXiv 2205.05198) §4, eq. 1-6, Table 2 for the GPT block; the
@@ -107,6 +160,12 @@ def layer_activation_bytes(model: ModelSpec, layer_index: int, *, seq_len: int, 
         etp: expert tensor-parallel degree (expert width / etp, tokens gathered over etp).
         framework: megatron | deepspeed (TE/fused kernels) | torchtitan (eager PyTorch modules).
         flash_attention: None = family default (off for gpt/gpt2/opt/bloom, on otherwise).
+        recompute_modules: under `selective` (megatron / deepspeed), the Megatron
+            `--recompute-modules` set (`RECOMPUTE_MODULES`): every tensor tagged with one of them
+            is dropped; default ("core_attn",), Korthikanti's selective recompute.
+        offload_modules: Megatron fine-grained activation offloading (`OFFLOAD_MODULES`): the
+            tensors saved in these modules' scopes, of at least OFFLOAD_MIN_ELEMENTS elements on
+            the GPU, go to `offloaded` instead of `total`.
 
     Raises:
         SpecError: a value outside its allowed range (names the key, the value and what is allowed).
@@ -114,20 +173,30 @@ def layer_activation_bytes(model: ModelSpec, layer_index: int, *, seq_len: int, 
     _check(model, layer_index, seq_len=seq_len, micro_batch_size=micro_batch_size, tp=tp, cp=cp,
            recompute=recompute, ep=ep, etp=etp, moe_overload_factor=moe_overload_factor,
            dtype_bytes=dtype_bytes, framework=framework)
+    for module in recompute_modules:
+        if module not in RECOMPUTE_MODULES:
+            raise SpecError(f"value {module!r} not allowed; allowed: {', '.join(RECOMPUTE_MODULES)}",
+                            key="recompute_modules")
     flash = flash_attention if flash_attention is not None else model.model_type not in NON_FLASH_MODEL_TYPES
     tensors = saved_tensors(model, layer_index, seq_len=seq_len, ep=ep, etp=etp,
                             moe_overload_factor=moe_overload_factor, framework=framework, flash_attention=flash)
     if recompute == "selective" and framework == "torchtitan" and _op_sac_applies(model, layer_index):
         tensors = torchtitan_op_sac_tensors(model, tp=tp, sequence_parallel=sequence_parallel)
     elif recompute == "selective":
-        tensors = [x for x in tensors if not x.core]
+        drop = set(recompute_modules)
+        tensors = [x for x in tensors if drop.isdisjoint(x.modules)]
     elif recompute == "full":
         tensors = [SavedTensor(name="layer_input", elements_per_token=model.hidden_size, split="sp")]
     tokens = seq_len * micro_batch_size // cp
     breakdown = {x.name: _bytes(x, model, tokens=tokens, tp=tp, sequence_parallel=sequence_parallel,
                                 dtype_bytes=dtype_bytes) for x in tensors}
+    moved = {x.name for x in tensors if x.offload and x.offload in offload_modules
+             and breakdown[x.name] >= OFFLOAD_MIN_ELEMENTS * _ELEMENT_BYTES.get(x.dtype, dtype_bytes)}
+    offloaded = sum(breakdown[n] for n in moved)
+    breakdown = {n: b for n, b in breakdown.items() if n not in moved}
     return ActivationBytes(total=sum(breakdown.values()), breakdown=breakdown,
-                           block=_block_kind(model, layer_index, flash), recompute=recompute)
+                           block=_block_kind(model, layer_index, flash), recompute=recompute,
+                           offloaded=offloaded)
 
 
 def layer_kind(model: ModelSpec, layer_index: int) -> bool:
@@ -166,7 +235,7 @@ def saved_tensors(model: ModelSpec, layer_index: int, *, seq_len: int, ep: int =
     """
     dropout = model.model_type in DROPOUT_MODEL_TYPES
     h = model.hidden_size
-    tensors = _norm("attention_norm", h, framework)
+    tensors = _norm("attention_norm", h, framework, offload="attn_norm" if model.is_mla else "qkv_linear")
     tensors += _mla(model, framework) if model.is_mla else _attention(model, seq_len, framework,
                                                                       flash_attention, dropout)
     if dropout:
@@ -178,7 +247,7 @@ def saved_tensors(model: ModelSpec, layer_index: int, *, seq_len: int, ep: int =
         if model.norms_per_layer == 2:
             tensors.append(SavedTensor(name="mlp_norm.output", elements_per_token=h, split="sp"))
         return tensors + _dense_mlp(model, model.intermediate_size, framework, with_input=False)
-    tensors += _norm("mlp_norm", h, framework)
+    tensors += _norm("mlp_norm", h, framework, offload="mlp_norm" if model.is_moe else "")
     if model.is_moe and model.moe_layers[layer_index]:
         tensors += _moe(model, ep=ep, etp=etp, overload=moe_overload_factor, framework=framework)
     else:
@@ -188,7 +257,7 @@ def saved_tensors(model: ModelSpec, layer_index: int, *, seq_len: int, ep: int =
     return tensors
 
 
-def _norm(prefix: str, width: float, framework: str, split: str = "sp") -> list[SavedTensor]:
+def _norm(prefix: str, width: float, framework: str, split: str = "sp", offload: str = "") -> list[SavedTensor]:
     """Norm inputs. Megatron/TE fused LayerNorm/RMSNorm saves its input (and per-token statistics).
 
     Source: TE `LayerNormLinear` / apex `FusedLayerNormAffineFunction` save the input + mu/rsigma;
@@ -199,7 +268,7 @@ def _norm(prefix: str, width: float, framework: str, split: str = "sp") -> list[
     if framework == "torchtitan":
         return [SavedTensor(name=f"{prefix}.input_fp32", elements_per_token=width, dtype="fp32", split=split),
                 SavedTensor(name=f"{prefix}.normalized", elements_per_token=width, split=split)]
-    return [SavedTensor(name=f"{prefix}.input", elements_per_token=width, split=split)]
+    return [SavedTensor(name=f"{prefix}.input", elements_per_token=width, split=split, offload=offload)]
 
 
 def _attention(model: ModelSpec, seq_len: int, framework: str, flash: bool, dropout: bool) -> list[SavedTensor]:
@@ -212,26 +281,29 @@ def _attention(model: ModelSpec, seq_len: int, framework: str, flash: bool, drop
     a, kv, d = model.num_attention_heads, model.num_key_value_heads, model.head_dim
     torchtitan = framework == "torchtitan"
     kv_elems, kv_split = (a * d, "tp") if torchtitan else (kv * d, "kv")  # torchtitan repeat_kv copies
+    qkv, core = "qkv_linear", "core_attn"
     tensors = [SavedTensor(name="attention.qkv_input", elements_per_token=model.hidden_size,
-                           split=_gathered_input_split(framework))]
+                           split=_gathered_input_split(framework), offload=qkv)]
     if model.qk_norm:  # Qwen3: q_norm/k_norm inputs (the q/k projection outputs)
-        tensors += [SavedTensor(name="attention.q_norm_input", elements_per_token=a * d),
-                    SavedTensor(name="attention.k_norm_input", elements_per_token=kv * d, split="kv")]
-    tensors += [SavedTensor(name="attention.q", elements_per_token=a * d),
-                SavedTensor(name="attention.k", elements_per_token=kv_elems, split=kv_split)]
+        tensors += [SavedTensor(name="attention.q_norm_input", elements_per_token=a * d, offload=qkv),
+                    SavedTensor(name="attention.k_norm_input", elements_per_token=kv * d, split="kv", offload=qkv)]
+    tensors += [SavedTensor(name="attention.q", elements_per_token=a * d, offload=core),
+                SavedTensor(name="attention.k", elements_per_token=kv_elems, split=kv_split, offload=core)]
     if flash:
-        tensors.append(SavedTensor(name="attention.softmax_lse", elements_per_token=a, dtype="fp32", core=True))
+        tensors.append(SavedTensor(name="attention.softmax_lse", elements_per_token=a, dtype="fp32", modules=_CORE,
+                                   offload=core))
     else:
-        tensors.append(SavedTensor(name="attention.softmax_output", elements_per_token=a * seq_len, core=True))
+        tensors.append(SavedTensor(name="attention.softmax_output", elements_per_token=a * seq_len, modules=_CORE,
+                                   offload=core))
         if dropout:
             tensors += [SavedTensor(name="attention.softmax_dropout_mask", elements_per_token=a * seq_len,
-                                    dtype="mask", core=True),
+                                    dtype="mask", modules=_CORE, offload=core),
                         SavedTensor(name="attention.softmax_dropout_output", elements_per_token=a * seq_len,
-                                    core=True)]
-    tensors.append(SavedTensor(name="attention.v", elements_per_token=kv_elems, split=kv_split))
+                                    modules=_CORE, offload=core)]
+    tensors.append(SavedTensor(name="attention.v", elements_per_token=kv_elems, split=kv_split, offload=core))
     if torchtitan and flash:  # SDPA keeps O; `.transpose(1, 2).contiguous()` makes wo's input a copy
-        tensors.append(SavedTensor(name="attention.sdpa_output", elements_per_token=a * d, core=True))
-    tensors.append(SavedTensor(name="attention.o_proj_input", elements_per_token=a * d))
+        tensors.append(SavedTensor(name="attention.sdpa_output", elements_per_token=a * d, modules=_CORE))
+    tensors.append(SavedTensor(name="attention.o_proj_input", elements_per_token=a * d, offload="attn_proj"))
     return tensors
 
 
@@ -246,26 +318,31 @@ def _mla(model: ModelSpec, framework: str) -> list[SavedTensor]:
     """
     a, h = model.num_attention_heads, model.hidden_size
     qk = model.qk_nope_head_dim + model.qk_rope_head_dim
-    tensors = [SavedTensor(name="attention.down_proj_input", elements_per_token=h, split="sp")]
+    up, qkv, core = ("mla_up_proj",), "qkv_linear", "core_attn"
+    tensors = [SavedTensor(name="attention.down_proj_input", elements_per_token=h, split="sp",
+                           modules=("layernorm",), offload=qkv)]
     if model.q_lora_rank:
-        tensors += _norm("attention.q_a_norm", model.q_lora_rank, framework)
-        tensors.append(SavedTensor(name="attention.q_b_input", elements_per_token=model.q_lora_rank, split="sp"))
-    tensors += _norm("attention.kv_a_norm", model.kv_lora_rank, framework)
+        tensors += _norm("attention.q_a_norm", model.q_lora_rank, framework, offload=qkv)
+        tensors.append(SavedTensor(name="attention.q_b_input", elements_per_token=model.q_lora_rank, split="sp",
+                                   modules=up, offload=qkv))
+    tensors += _norm("attention.kv_a_norm", model.kv_lora_rank, framework, offload=qkv)
     tensors += [
-        SavedTensor(name="attention.kv_b_input", elements_per_token=model.kv_lora_rank, split="sp"),
-        SavedTensor(name="attention.q", elements_per_token=a * qk),
-        SavedTensor(name="attention.k", elements_per_token=a * qk),
-        SavedTensor(name="attention.v", elements_per_token=a * model.v_head_dim),
-        SavedTensor(name="attention.softmax_lse", elements_per_token=a, dtype="fp32", core=True),
+        SavedTensor(name="attention.kv_b_input", elements_per_token=model.kv_lora_rank, split="sp", modules=up,
+                    offload=qkv),
+        SavedTensor(name="attention.q", elements_per_token=a * qk, modules=up, offload=core),
+        SavedTensor(name="attention.k", elements_per_token=a * qk, modules=up, offload=core),
+        SavedTensor(name="attention.v", elements_per_token=a * model.v_head_dim, modules=up, offload=core),
+        SavedTensor(name="attention.softmax_lse", elements_per_token=a, dtype="fp32", modules=_CORE, offload=core),
     ]
     if framework == "torchtitan":
-        tensors.append(SavedTensor(name="attention.sdpa_output", elements_per_token=a * model.v_head_dim, core=True))
-    tensors.append(SavedTensor(name="attention.o_proj_input", elements_per_token=a * model.v_head_dim))
+        tensors.append(SavedTensor(name="attention.sdpa_output", elements_per_token=a * model.v_head_dim, modules=_CORE))
+    tensors.append(SavedTensor(name="attention.o_proj_input", elements_per_token=a * model.v_head_dim,
+                               offload="attn_proj"))
     return tensors
 
 
 def _mlp_body(prefix: str, model: ModelSpec, width: float, framework: str, tokens: float = 1,
-              split: str = "tp") -> list[SavedTensor]:
+              split: str = "tp", modules: tuple[str, ...] = ()) -> list[SavedTensor]:
     """Tensors inside an MLP after its input: activation inputs and the down-projection input.
 
     Source: Megatron-core mlp.py (linear_fc1 emits [gate|up] of 2·I; fused `bias_swiglu_impl`
@@ -274,20 +351,25 @@ def _mlp_body(prefix: str, model: ModelSpec, width: float, framework: str, token
     silu saves w1's output, mul saves silu's output and w3's output, w2 saves the product.
     Squared ReLU (Nemotron): relu output kept for the square, the square's output for fc2.
     """
-    def t(name: str, elems: float) -> SavedTensor:
-        return SavedTensor(name=f"{prefix}.{name}", elements_per_token=tokens * elems, split=split)
+    def t(name: str, elems: float, extra: tuple[str, ...] = ()) -> SavedTensor:
+        return SavedTensor(name=f"{prefix}.{name}", elements_per_token=tokens * elems, split=split,
+                           modules=modules + extra)
+    act = ("moe_act",) if prefix == "experts" else ()  # the activation's output: fc2's input
+    moe_act = "moe_act" if prefix == "experts" else ""  # its scope: the activation, which saves its input
     if not model.gated_mlp:
-        return [t("activation_input", width), t("fc2_input", width)]
+        return [dataclasses.replace(t("activation_input", width), offload=moe_act), t("fc2_input", width, act)]
     if framework == "torchtitan":
         return [t("gate_output", width), t("silu_output", width), t("up_output", width), t("fc2_input", width)]
-    return [t("fc1_output", 2 * width), t("fc2_input", width)]
+    return [dataclasses.replace(t("fc1_output", 2 * width), offload=moe_act), t("fc2_input", width, act)]
 
 
 def _dense_mlp(model: ModelSpec, width: int, framework: str, with_input: bool = True) -> list[SavedTensor]:
-    """A dense MLP: its input (the norm output, split only by SP) then its body (split by TP)."""
+    """A dense MLP: its input (the norm output, split only by SP; a separate norm's output, dropped
+    by `layernorm`, in a model with experts) then its body (split by TP; dropped by `mlp`)."""
+    norm = ("layernorm",) if model.is_moe else ()
     head = [SavedTensor(name="mlp.fc1_input", elements_per_token=model.hidden_size,
-                        split=_gathered_input_split(framework))] if with_input else []
-    return head + _mlp_body("mlp", model, width, framework)
+                        split=_gathered_input_split(framework), modules=norm)] if with_input else []
+    return head + _mlp_body("mlp", model, width, framework, modules=("mlp",))
 
 
 def _gathered_input_split(framework: str) -> str:
@@ -320,21 +402,26 @@ def _moe(model: ModelSpec, *, ep: int, etp: int, overload: float, framework: str
     """
     h, k = model.hidden_size, model.num_experts_per_tok
     assignments = ep * k / ep * overload * etp
-    sp = "sp"
+    sp, moe, shared = "sp", ("moe",), ("moe", "shared_experts")
     tensors = [
-        SavedTensor(name="moe.router_input", elements_per_token=h, split=sp),
-        SavedTensor(name="moe.router_probs", elements_per_token=model.num_experts, dtype="fp32", split=sp),
-        SavedTensor(name="moe.topk_indices", elements_per_token=k, dtype="int64", split=sp),
-        SavedTensor(name="moe.permutation_map", elements_per_token=assignments, dtype="int32", split=sp),
-        SavedTensor(name="experts.fc1_input", elements_per_token=assignments * h, split=sp),
+        SavedTensor(name="moe.router_input", elements_per_token=h, split=sp, modules=("layernorm",)),
+        SavedTensor(name="moe.router_probs", elements_per_token=model.num_experts, dtype="fp32", split=sp,
+                    modules=moe),
+        SavedTensor(name="moe.topk_indices", elements_per_token=k, dtype="int64", split=sp, modules=moe),
+        SavedTensor(name="moe.permutation_map", elements_per_token=assignments, dtype="int32", split=sp,
+                    modules=moe),
+        SavedTensor(name="experts.fc1_input", elements_per_token=assignments * h, split=sp, modules=moe,
+                    offload="expert_fc1"),
     ]
     tensors += _mlp_body("experts", model, model.moe_intermediate_size / etp, framework, tokens=assignments,
-                         split=sp)
-    tensors.append(SavedTensor(name="experts.output", elements_per_token=assignments * h, split=sp))
+                         split=sp, modules=moe)
+    tensors.append(SavedTensor(name="experts.output", elements_per_token=assignments * h, split=sp, modules=moe))
     if model.shared_expert_intermediate_size:
-        tensors += _mlp_body("shared_experts", model, model.shared_expert_intermediate_size, framework)
+        tensors += _mlp_body("shared_experts", model, model.shared_expert_intermediate_size, framework,
+                             modules=shared)
         if model.shared_expert_gate:
-            tensors.append(SavedTensor(name="shared_experts.gate_output", elements_per_token=1, split=sp))
+            tensors.append(SavedTensor(name="shared_experts.gate_output", elements_per_token=1, split=sp,
+                                       modules=shared))
     return tensors
 
 

@@ -173,8 +173,9 @@ def unit_state_collectives(layout: Layout) -> tuple[tuple[str, Collective], ...]
     stage and offload targets that set its modes there (`strategies.data_parallel`, `zero`,
     `offload`) and the bytes per element."""
     ov = overlap.resolve(layout)
+    once = fsdp_syncs_once_per_step(layout)
     rep, common = layout.dp_replicate_degree, (layout.zero_stage, layout.offload, *state_key(layout),
-                                                ov.overlap_grad_reduce, ov.overlap_param_gather)
+                                                ov.overlap_grad_reduce, ov.overlap_param_gather, once)
     # the groups' batch-axis degrees (`strategies.group_degrees`): dense and replicated run over
     # dp_replicate x dp_shard x cp, experts over dp_replicate x edp
     dense = (rep, layout.dp_shard_degree, layout.cp) + common
@@ -188,7 +189,7 @@ def unit_state_collectives(layout: Layout) -> tuple[tuple[str, Collective], ...]
             hit = _UNITS.get((g,) + key)
             if hit is None:
                 hit = _UNITS[(g,) + key] = tuple(_group_collectives(
-                    g, placement_for(layout).groups[g], 1.0, 1, state_bytes(layout), ov))
+                    g, placement_for(layout).groups[g], 1.0, 1, state_bytes(layout), ov, once))
             out += [(g, c) for c in hit]
         whole = _UNITS[dense + expert] = tuple(out)
     return whole
@@ -259,14 +260,31 @@ def recompute_collectives(layout: Layout, elements: Mapping[str, float]) -> list
     return out
 
 
-def _group_collectives(group: str, gp, elems: float, m: int, sb, ov: overlap.Overlaps
-                       ) -> list[Collective]:
+def fsdp_syncs_once_per_step(layout: Layout) -> bool:
+    """torchtitan with pipeline parallelism: FSDP2 gathers each stage's parameters once per step
+    and reduce-scatters its gradients once, after the last micro-batch's backward.
+
+    torchtitan resolves its default reshard-after-forward policy to `not pp_enabled`
+    (pytorch/torchtitan@b5bcd76 torchtitan/distributed/fsdp.py l. 112-137
+    `get_fsdp_reshard_after_forward_policy`: "For PP, by default do not reshard after forward to
+    avoid per-microbatch all-gathers"), and torch.distributed.pipelining's
+    `PipelineStage.backward_maybe_with_nosync` sets `set_reshard_after_backward(False)` and
+    `set_requires_gradient_sync(False)` on every backward but the last, so the unsharded parameters
+    stay from the first forward to the last backward and the gradients accumulate unsharded
+    (the memory side: `cost.memory._torchtitan_pp_accumulation`, `fsdp_stage_blocks`)."""
+    return layout.framework == "torchtitan" and layout.pp > 1
+
+
+def _group_collectives(group: str, gp, elems: float, m: int, sb, ov: overlap.Overlaps,
+                       once: bool = False) -> list[Collective]:
     """Gradient / parameter / offload collectives of one parameter group (the table above), in the
     phase the overlaps `ov` put them: gradient reductions overlap backward (phase step, or
     microbatch when reduced every micro-batch) only with `overlap_grad_reduce`, else they run after
     it (sync, microbatch_exposed); ZeRO-3 gathers overlap compute only with `overlap_param_gather`
     (prefetch), else microbatch_exposed; the once-per-step gather of updated parameters overlaps the
-    next step's first forward with it (param_sync), else runs after the optimizer (after_step)."""
+    next step's first forward with it (param_sync), else runs after the optimizer (after_step).
+    `once` (`fsdp_syncs_once_per_step`): the sharded gradients are reduce-scattered once (phase
+    step / sync) and the ZeRO-3 parameters gathered once per step (phase param_sync / after_step)."""
     batch = [a for a in _BATCH if gp.degrees.get(a, 1) > 1]
     if not batch or elems == 0:
         return _offload(group, gp, elems, m, sb)
@@ -285,16 +303,19 @@ def _group_collectives(group: str, gp, elems: float, m: int, sb, ov: overlap.Ove
                               group_size=deg(axes), axes=tuple(axes), label=f"{label}.{group}",
                               phase=phase))
 
-    if grad_sh:
+    if grad_sh and not once:
         grad_phase = "microbatch" if ov.overlap_grad_reduce else "microbatch_exposed"
     else:
         grad_phase = "step" if ov.overlap_grad_reduce else "sync"
+    per_mb = m if grad_sh and not once else 1
     if owner:
-        add("reduce_scatter", m if grad_sh else 1, grads, owner, "gradients", grad_phase)
+        add("reduce_scatter", per_mb, grads, owner, "gradients", grad_phase)
     if rep:
-        add("all_reduce", m if grad_sh else 1, grads / deg(owner) if owner else grads, rep, "gradients",
-            grad_phase)
-    if gath:
+        add("all_reduce", per_mb, grads / deg(owner) if owner else grads, rep, "gradients", grad_phase)
+    if gath and once:
+        add("all_gather", 1, params, gath, "parameters.gather",
+            "param_sync" if ov.overlap_param_gather else "after_step")
+    elif gath:
         add("all_gather", 2 * m, params, gath, "parameters.gather",
             "microbatch" if ov.overlap_param_gather else "microbatch_exposed")
     elif owner:

@@ -556,6 +556,13 @@ def _activations(model: ModelSpec, layout: Layout, placement: Placement, layers:
         terms["output_logits_loss"] = int(act.output_layer_activation_bytes(model, framework=layout.framework, **kw))
         loss_ws = act.loss_working_set_bytes(model, seq_len=layout.seq_len, micro_batch_size=layout.micro_batch_size,
                                              tp=layout.tp, cp=layout.cp, framework=layout.framework)
+    if layout.offload_modules and layers:
+        # Megatron keeps the last group of each offloaded module on the GPU, so that reloading it does
+        # not stall the first backward (fine_grained_activation_offload.py l. 497, 625-637
+        # `_offload_margin`): one layer's offloaded tensors of one micro-batch stay.
+        terms["offload_margin"] = max((_per_kind(model, "offloaded", i, r, key, kw_layer)
+                                       for i, r in zip(layers, modes) if 0 <= i < model.num_hidden_layers),
+                                      default=0)
     recompute_ws = 0
     if "full" in modes and layers:
         recompute_ws = max(_per_kind(model, "working_set", i, "full", key, kw_layer) for i in layers)
@@ -565,13 +572,26 @@ def _activations(model: ModelSpec, layout: Layout, placement: Placement, layers:
     return terms, flight, recompute_ws, loss_ws, per_layer
 
 
+def offloaded_host_bytes(model: ModelSpec, layout: Layout, layers: tuple[int, ...], modes: list[str], stage: int,
+                         flight: float) -> int:
+    """Pinned host memory per GPU that fine-grained activation offloading holds at the stage's peak:
+    the offloaded bytes of every layer (`layer_activation_bytes(...).offloaded`) times the
+    micro-batches alive, bytes (0 without `offload_modules`)."""
+    if not layout.offload_modules:
+        return 0
+    _, kw_layer, key = activation_arguments(layout, placement_for(layout), state_bytes(layout).compute)
+    return int(flight * sum(_per_kind(model, "offloaded", i, r, key, kw_layer)
+                            for i, r in zip(layers, modes) if 0 <= i < model.num_hidden_layers))
+
+
 def activation_arguments(layout: Layout, placement: Placement, dtype: int) -> tuple[dict, dict, tuple]:
     """(keyword arguments of the embedding / output activation functions, those of a decoder
     layer's, the layer's as a memo key) under `layout`: what `_per_kind` is called with."""
     sp = placement.activations.get("tp") == Mode.SHARDED
     kw = dict(seq_len=layout.seq_len, micro_batch_size=layout.micro_batch_size, tp=layout.tp,
               cp=layout.cp, sequence_parallel=sp)
-    kw_layer = dict(kw, ep=layout.ep, etp=layout.etp, framework=layout.framework, dtype_bytes=dtype)
+    kw_layer = dict(kw, ep=layout.ep, etp=layout.etp, framework=layout.framework, dtype_bytes=dtype,
+                    recompute_modules=layout.selective_modules, offload_modules=layout.offload_modules or ())
     return kw, kw_layer, tuple(kw_layer.values())
 
 
@@ -612,8 +632,8 @@ def _uneven_chunk_peak(layout: Layout, stage: int, sizes: list[int], per_layer: 
 
 
 def _per_kind(model: ModelSpec, what: str, index: int, recompute: str, key: tuple, kw_layer: dict) -> int:
-    """`layer_activation_bytes(...).total` (what="saved") or `layer_backward_working_set_bytes`
-    (what="working_set") of layer `index`, computed once per (layer kind, recompute, arguments):
+    """`layer_activation_bytes(...).total` (what="saved"), its `.offloaded` (what="offloaded") or
+    `layer_backward_working_set_bytes` (what="working_set") of layer `index`, computed once per (layer kind, recompute, arguments):
     layers of one `activations.layer_kind` give the same bytes. An index outside the model goes to
     the function itself, which raises its SpecError."""
     if not 0 <= index < model.num_hidden_layers:
@@ -621,10 +641,12 @@ def _per_kind(model: ModelSpec, what: str, index: int, recompute: str, key: tupl
     memo = spec_memo(model)
     memo_key = ("memory.activations", what, act.layer_kind(model, index), recompute, key)
     if memo_key not in memo:
-        if what == "saved":
-            memo[memo_key] = act.layer_activation_bytes(model, index, recompute=recompute, **kw_layer).total
+        if what in ("saved", "offloaded"):
+            saved = act.layer_activation_bytes(model, index, recompute=recompute, **kw_layer)
+            memo[memo_key] = saved.total if what == "saved" else saved.offloaded
         else:
-            memo[memo_key] = act.layer_backward_working_set_bytes(model, index, **kw_layer)
+            memo[memo_key] = act.layer_backward_working_set_bytes(
+                model, index, **{k: v for k, v in kw_layer.items() if k not in ("recompute_modules", "offload_modules")})
     return memo[memo_key]
 
 
@@ -776,8 +798,13 @@ def stage_memory(model: ModelSpec, cluster, layout: Layout, stage: int, *,
         sum(group_counts[g] / facts.model_parallel_degree[g] for g in GROUPS), layout, pp_split=False)
     capacity = cluster.gpu.memory_bytes
     warnings = ()
+    host = offloaded_host_bytes(model, layout, layers, modes, stage, flight)
+    if host * cluster.gpus_per_node > cluster.host_memory_gib * GIB:
+        warnings += (f"activation offload: {host / GIB:.1f} GiB of pinned host memory per GPU, "
+                     f"{host * cluster.gpus_per_node / GIB:.0f} GiB per node of {cluster.host_memory_gib:.0f} GiB "
+                     f"host DRAM; offload fewer modules",)
     if init_peak > capacity and not _builds_sharded(layout):
-        warnings = (f"initialisation peak: building the stage's {init_peak / GIB:.1f} GiB of fp32 "
+        warnings += (f"initialisation peak: building the stage's {init_peak / GIB:.1f} GiB of fp32 "
                     f"parameters unsharded on each GPU before wrapping exceeds the "
                     f"{capacity / GIB:.1f} GiB capacity; initialise on the meta device "
                     f"(torch.device('meta') / low_cpu_mem_usage with sync_module_states) and "

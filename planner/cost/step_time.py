@@ -34,7 +34,8 @@ from planner.cost import comm
 from planner.cost.comm import Collective
 from planner.cost.compute import (achieved_flops, attention_flops, core_precision, fp8_cast_bytes,
                                    moe_host_sync_s, peak_flops)
-from planner.cost.memory import stage_layers
+from planner.cost.activations import layer_activation_bytes
+from planner.cost.memory import activation_arguments, stage_layers
 from planner.cost.params_flops import count_params, flops_per_token
 from planner.cost.pipeline import (PipelineCoefficients, pipeline_coefficients,
                                    uneven_interleaved_bubble_s)
@@ -44,7 +45,7 @@ from planner.placement import overlap, pipeline_layout
 from planner.placement.precision import state_bytes, state_key
 from planner.placement.layout import RECOMPUTE_MODES, Layout
 from planner.placement.states import GROUPS
-from planner.placement.strategies import placement_key
+from planner.placement.strategies import placement_for, placement_key
 from planner.specs.cluster import ClusterSpec
 from planner.specs.model import ModelSpec
 
@@ -172,7 +173,8 @@ def layer_time_key(layout: Layout, sharing: tuple[tuple[str, int], ...]) -> tupl
             layout.precision, share["tp"], share["cp"], layout.sequence_parallel,
             ov.tp_comm_overlap, ov.ep_comm_overlap, layout.cp_comm_type, state_bytes(layout).gradients,
             layout.moe_dispatcher, layout.framework if ov.tp_comm_overlap else None,
-            BY_NAME[layout.framework].fused_elementwise(layout.torch_compile))
+            BY_NAME[layout.framework].fused_elementwise(layout.torch_compile),
+            layout.selective_modules, layout.offload_modules, "activations" in layout.offload)
 
 
 def _ep_sharing(layout: Layout, cluster: ClusterSpec, order: Sequence[str]) -> int:
@@ -254,7 +256,8 @@ def _layer_parts(model, cluster, layout, layer_index, rank_order, flash_attentio
     fwd, attn_fwd = _layer_compute_s(model, cluster, layout, layer_index, flash_attention)
     comm = _layer_comm(model, cluster, layout, layer_index, attn_fwd, rank_order, fwd)
     host = moe_host_sync_s() if model.is_moe and model.moe_layers[layer_index] else 0.0
-    return fwd, attn_fwd, comm, host
+    selective = _selective_recompute_s(model, cluster, layout, layer_index, attn_fwd)
+    return fwd, attn_fwd, comm, host, selective, _offload_s(model, cluster, layout, layer_index)
 
 
 def _layer_compute_s(model: ModelSpec, cluster: ClusterSpec, layout: Layout, index: int,
@@ -339,6 +342,102 @@ def unfused_elementwise_bytes(model: ModelSpec, index: int) -> float:
         else:
             width = model.intermediate_size
     return 4.0 * width + 16.0 * rotated + 2.0 * h
+
+
+def selective_flops_per_token(model: ModelSpec, index: int, seq_len: int,
+                              modules: Sequence[str]) -> tuple[float, float, float]:
+    """(dense GEMM, routed-expert GEMM, attention-core) forward FLOPs per token that selective
+    recompute of Megatron `modules` re-runs in layer `index` (`placement.layout.RECOMPUTE_MODULES`;
+    which tensors each frees: `cost.activations`).
+
+    - core_attn: the attention core (`_layer_flops_per_token`'s third part);
+    - mla_up_proj: the q and kv up projections, 2 x (q_lora_rank x a(d_nope + d_rope) +
+      kv_lora_rank x a(d_nope + d_v)) (without q_lora_rank the q projection h x a(d_nope + d_rope)
+      runs inside the checkpoint instead): Megatron-LM@d98e8a6 multi_latent_attention.py l. 855-880
+      (`qkv_up_proj_and_rope_apply`, checkpointed at l. 983-987);
+    - mlp: the dense MLP, 2 x its parameters (dense layers only, transformer_layer.py l. 537-539);
+    - shared_experts: 2 x the shared experts' parameters (MoE layers);
+    - moe: the whole MoE block: routed experts (2 x top_k x one expert), shared experts, router;
+    - moe_act and layernorm re-run element-wise ops only (no GEMM FLOPs; their HBM time:
+      `_selective_recompute_s`).
+    Source: Kaplan et al. 2020 Table 1 (2 FLOPs per matmul parameter per token)."""
+    layer = _counts(model).layers[index]
+    moe_layer = model.is_moe and model.moe_layers[index]
+    _, routed_all, attention = _layer_flops_per_token(model, index, seq_len)
+    dense = routed = 0.0
+    if "mla_up_proj" in modules and model.is_mla:
+        a, qk = model.num_attention_heads, model.qk_nope_head_dim + model.qk_rope_head_dim
+        q_in = model.q_lora_rank or model.hidden_size
+        dense += 2.0 * (q_in * a * qk + model.kv_lora_rank * a * (model.qk_nope_head_dim + model.v_head_dim))
+    if "mlp" in modules and not moe_layer:
+        dense += 2.0 * layer.dense_mlp
+    if moe_layer and "moe" in modules:
+        dense += 2.0 * (layer.shared_experts + layer.router)
+        routed = routed_all
+    elif moe_layer and "shared_experts" in modules:
+        dense += 2.0 * layer.shared_experts
+    return dense, routed, (attention if "core_attn" in modules else 0.0)
+
+
+def _selective_recompute_s(model: ModelSpec, cluster: ClusterSpec, layout: Layout, index: int,
+                           attn_fwd_s: float) -> float:
+    """Seconds selective recompute of `layout.selective_modules` re-runs in layer `index`, one
+    micro-batch, one GPU: the attention core's forward time (core_attn), the GEMMs of
+    `selective_flops_per_token` at the rates `_layer_compute_s` uses (dense linear rate; routed
+    experts at their grouped-GEMM rate, or their weight-read bound, plus the router and
+    permutation bytes), and HBM time for the element-wise re-runs: moe_act re-reads each routed
+    copy's fc1 output (2 I/etp elements gated, I/etp plain) and writes the activation (I/etp), 2 B
+    each; layernorm reads and writes h elements (2 B each) per separate norm (MLA's input norm, the
+    pre-MLP norm of a model with experts: `cost.activations.RECOMPUTE_MODULES`). The EP dispatch /
+    combine that `moe` re-runs is not priced (not in this model yet)."""
+    modules = layout.selective_modules
+    if modules == ("core_attn",):
+        return attn_fwd_s
+    b, s, tp, cp = layout.micro_batch_size, layout.seq_len, layout.tp, layout.cp
+    local = b * s / (tp * cp)
+    dense, routed, _ = selective_flops_per_token(model, index, s, modules)
+    seconds = attn_fwd_s if "core_attn" in modules else 0.0
+    gemm_dim = min(model.hidden_size / tp, b * s / cp)
+    seconds += local * dense / achieved_flops(cluster.gpu, layout.precision, gemm_dim=gemm_dim)
+    memory = 0.0
+    if routed:
+        flops_s = local * routed / achieved_flops(cluster.gpu, layout.precision,
+                                                  gemm_dim=_expert_gemm_dim(model, layout))
+        seconds += max(flops_s, _expert_weight_bytes(model, layout, index) / 3 / _hbm_bytes_per_s(cluster))
+        memory += _moe_memory_bytes(model, index)
+    moe_layer = model.is_moe and model.moe_layers[index]
+    if moe_layer and "moe_act" in modules and "moe" not in modules:
+        width = model.moe_intermediate_size / layout.etp
+        memory += 2.0 * model.num_experts_per_tok * width * (3 if model.gated_mlp else 2)
+    if "layernorm" in modules:
+        memory += 4.0 * model.hidden_size * (int(model.is_mla) + int(model.is_moe))
+    return seconds + local * memory / _hbm_bytes_per_s(cluster)
+
+
+def _offload_s(model: ModelSpec, cluster: ClusterSpec, layout: Layout, index: int) -> dict[str, float]:
+    """{recompute mode: seconds of one direction of the layer's activation offload}, one
+    micro-batch: the bytes Megatron's fine-grained activation offloading moves
+    (`layer_activation_bytes(...).offloaded`, `layout.offload_modules`) over the host link, each way
+    (device-to-host in forward, host-to-device before backward). The copies run on their own CUDA
+    streams (megatron/core/pipeline_parallel/fine_grained_activation_offload.py @d98e8a6: D2H on
+    the offload stream after the module's forward, H2D prefetched one layer ahead of backward), so
+    `_layer_time` shows only their excess over the neighbouring layer's forward (offload) and
+    backward (reload). Full recompute keeps only the layer input, which no module scope holds.
+
+    With the whole layer's activations offloaded (`offload` target "activations", the device
+    keeping two layers: `cost.memory`) every saved byte of the layer moves, the layer input under
+    full recompute: DeepSpeed's CPU checkpointing (its checkpointing config's `cpu_checkpointing`,
+    `frameworks.deepspeed`: the checkpointed inputs copied to host). Empty without offload."""
+    whole = "activations" in layout.offload
+    if not (layout.offload_modules or whole):
+        return {}
+    _, kw, _ = activation_arguments(layout, placement_for(layout), state_bytes(layout).compute)
+    link = cluster.host_link_gb_per_s * 1e9
+    out = {}
+    for mode in RECOMPUTE_MODES:
+        saved = layer_activation_bytes(model, index, recompute=mode, **kw)
+        out[mode] = (saved.offloaded + (saved.total if whole else 0)) / link
+    return out
 
 
 def _hbm_bytes_per_s(cluster: ClusterSpec) -> float:
@@ -438,12 +537,15 @@ def _linear_io_per_token(model: ModelSpec, index: int) -> tuple[float, float]:
 
 
 def _layer_time(parts, recompute: str) -> LayerTime:
-    fwd, attn_fwd, comm, host = parts
-    recompute_s = {"none": 0.0, "selective": attn_fwd, "full": fwd + host}[recompute]
+    fwd, _, comm, host, selective, offload = parts
+    recompute_s = {"none": 0.0, "selective": selective, "full": fwd + host}[recompute]
     fwd_passes = 2 if recompute == "full" else 1
     total = 0.0
     for per_pass, once in comm:  # summed term by term in the order of `_layer_comm`
         total += per_pass * (fwd_passes + 1) if once is None else fwd_passes * per_pass + once
+    copy = offload.get(recompute, 0.0)
+    if copy:  # offload under the next layer's forward, reload under the previous one's backward
+        total += max(0.0, copy - fwd) + max(0.0, copy - 2 * fwd)
     return LayerTime(forward_s=fwd + host, backward_s=2 * fwd, recompute_s=recompute_s, comm_s=total)
 
 
@@ -1281,8 +1383,10 @@ def _summary(model, cluster, layout, modes, step, compute, comm, bubble, recompu
     model_flops = f.training * tokens
     extra = 0.0
     for j, mode in enumerate(modes):
-        dense, routed, attention = _layer_flops_per_token(model, j, layout.seq_len)
-        extra += {"none": 0.0, "selective": attention, "full": dense + routed + attention}[mode]
+        if mode == "selective":
+            extra += sum(selective_flops_per_token(model, j, layout.seq_len, layout.selective_modules))
+        elif mode == "full":
+            extra += sum(_layer_flops_per_token(model, j, layout.seq_len))
     hardware_flops = model_flops + extra * tokens
     world = layout.world_size
     peak = peak_flops(cluster.gpu, layout.precision)

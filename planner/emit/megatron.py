@@ -71,6 +71,8 @@ class Recompute:
     """uniform | block (full only)."""
     num_layers: int | None = None
     """Uniform chunk size, or layers recomputed per model chunk (block)."""
+    modules: tuple[str, ...] | None = None
+    """Selective only: the modules it re-runs (None: Megatron's default, core_attn)."""
 
     def counts(self, layers: int, vpp: int) -> dict[str, int]:
         """{mode: layers} of a stage of `layers` layers in `vpp` model chunks.
@@ -86,7 +88,7 @@ class Recompute:
 
     def flags(self) -> list[str]:
         """The recompute flags."""
-        return mg.recompute_flags(self.granularity, self.method, self.num_layers)
+        return mg.recompute_flags(self.granularity, self.method, self.num_layers, self.modules)
 
 
 def write(doc: dict) -> Emitted:
@@ -164,7 +166,8 @@ def _recompute(plan: list[dict[str, int]], layout: Layout) -> Recompute:
     selective = sum(c["selective"] for c in plan)
     none = sum(c["none"] for c in plan)
     if full == 0:
-        option = Recompute(granularity="selective") if selective else Recompute(granularity=None)
+        option = (Recompute(granularity="selective", modules=layout.recompute_modules) if selective
+                  else Recompute(granularity=None))
     elif none == 0 and selective == 0:
         option = Recompute(granularity="full", method="uniform", num_layers=1)
     else:
@@ -491,6 +494,8 @@ def _flags(doc: dict, model: ModelSpec, layout: Layout, recompute: Recompute) ->
         out.append(f"{F['cp_comm_type']} {layout.cp_comm_type}")
     out.append(f"{F['optimizer']} {mg.OPTIMIZERS[request['optimizer']]}")
     out += recompute.flags() + _architecture_flags(model, layout.seq_len)
+    if layout.offload_modules:
+        out += [F["fine_grained_activation_offloading"], f"{F['offload_modules']} {' '.join(layout.offload_modules)}"]
     return out + [f"{F['tokenizer_type']} HuggingFaceTokenizer",
                   *(f'{F[knob]} "${var}"' for knob, var in _PLACEHOLDER_FLAGS)]
 

@@ -21,11 +21,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from planner.placement.layout import FP8_RECIPES, OPTIMIZER_DTYPES
+from planner.placement.layout import FP8_RECIPES, OFFLOAD_MODULES, OPTIMIZER_DTYPES, RECOMPUTE_MODULES
 
-INT, CHOICE, SWITCH, TEXT = "int", "choice", "switch", "text"
+INT, CHOICE, SWITCH, TEXT, LIST = "int", "choice", "switch", "text", "list"
 """Flag kinds: a positive integer; one of `choices`; store_true (no value); a free value (written
-only)."""
+only); one or more of `choices` (argparse `nargs="+"`, the words up to the next flag)."""
 
 
 @dataclass(frozen=True)
@@ -97,6 +97,11 @@ FLAGS = (
     Flag("recompute_method", "--recompute-method", CHOICE, None, ("uniform", "block")),
     Flag("recompute_num_layers", "--recompute-num-layers", INT),
     Flag("recompute_activations", "--recompute-activations", SWITCH, False),
+    # List[str] field -> nargs "+" (argument_utils.py l. 143-146); default ["core_attn"]
+    Flag("recompute_modules", "--recompute-modules", LIST, None, RECOMPUTE_MODULES),
+    # fine-grained activation offloading (transformer_config.py l. 1323-1341; default off, [])
+    Flag("fine_grained_activation_offloading", "--fine-grained-activation-offloading", SWITCH, False),
+    Flag("offload_modules", "--offload-modules", LIST, None, OFFLOAD_MODULES),
     # precision and optimizer
     Flag("bf16", "--bf16", SWITCH, False),
     Flag("fp16", "--fp16", SWITCH, False),
@@ -318,8 +323,9 @@ one Megatron says supports multi-node NVLink (transformer_config.py l. 898-903).
 
 
 def recompute_flags(granularity: str | None, method: str | None = None,
-                    num_layers: int | None = None) -> list[str]:
-    """The recompute flags of one granularity (None: none), with method and layer count for full.
+                    num_layers: int | None = None, modules: tuple[str, ...] | None = None) -> list[str]:
+    """The recompute flags of one granularity (None: none), with method and layer count for full,
+    and selective's module list when given (None: Megatron's default, core_attn, left implicit).
 
     Source: `transformer_config.py` `__post_init__` (full needs a method and a layer count;
     selective takes neither) and `megatron/core/recompute.py` (uniform with 1 recomputes every
@@ -330,6 +336,8 @@ def recompute_flags(granularity: str | None, method: str | None = None,
     if granularity == "full":
         out += [f"{FLAG['recompute_method']} {method}",
                 f"{FLAG['recompute_num_layers']} {num_layers}"]
+    elif modules:
+        out.append(f"{FLAG['recompute_modules']} {' '.join(modules)}")
     return out
 
 

@@ -25,6 +25,17 @@ from planner.placement import pipeline_layout
 from planner.placement.mesh import Mesh
 
 RECOMPUTE_MODES = ("none", "selective", "full")
+RECOMPUTE_MODULES = ("core_attn", "mla_up_proj", "mlp", "moe_act", "moe", "shared_experts", "layernorm")
+"""Megatron-LM's `--recompute-modules` choices (`Layout.recompute_modules`; what each drops and
+re-runs: `cost.activations`, `cost.step_time`). Source: NVIDIA/Megatron-LM@d98e8a6
+megatron/core/transformer/transformer_config.py l. 560-583, default ["core_attn"] l. 1940."""
+DEFAULT_RECOMPUTE_MODULES = ("core_attn",)
+OFFLOAD_MODULES = ("attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm", "expert_fc1", "moe_act")
+"""Megatron-LM's fine-grained activation offloading modules (`Layout.offload_modules`, its
+fine-grained activation offloading with its module list): each module's saved tensors go to
+host memory in forward and come back before its backward (`cost.activations`). Source:
+NVIDIA/Megatron-LM@d98e8a6 megatron/core/transformer/transformer_config.py l. 1323-1341
+(`fused_group_mlp`, which needs the TE op fuser, and `gdp_qkv` are not costed)."""
 OFFLOAD_TARGETS = ("optimizer", "parameters", "activations")
 OPTIMIZERS = ("adamw", "sgd", "adam8bit")
 PRECISIONS = ("bf16", "fp16", "fp8")
@@ -98,6 +109,14 @@ class Layout:
     """Tokens per sequence."""
     recompute: str = "none"
     """Activation recompute: none | selective | full (uniform; the search may mix per layer)."""
+    recompute_modules: tuple[str, ...] | None = None
+    """The modules `selective` recomputes (Megatron's `--recompute-modules`, a subset of
+    RECOMPUTE_MODULES, one set for every selectively recomputed layer); None = ("core_attn",),
+    Megatron's default. Megatron only (torchtitan's `selective` is its op-level policy)."""
+    offload_modules: tuple[str, ...] | None = None
+    """Megatron's fine-grained activation offloading: the modules (OFFLOAD_MODULES) whose saved
+    tensors are kept in host memory between forward and backward; None = off (its default).
+    `attn_proj` only with `core_attn` (the attention output is saved by both)."""
     offload: frozenset[str] = frozenset()
     """Subset of {"optimizer", "parameters", "activations"} kept in host memory."""
     optimizer: str = "adamw"
@@ -183,6 +202,10 @@ class Layout:
         if self.precision_aware_optimizer is not None and type(self.precision_aware_optimizer) is not bool:
             raise SpecError(f"value {self.precision_aware_optimizer!r} must be true, false or absent "
                             "(off)", key="precision_aware_optimizer")
+        if self.recompute_modules is not None and not _recompute_modules_ok(self):
+            self._check_recompute_modules()
+        if self.offload_modules is not None and not _offload_modules_ok(self):
+            self._check_offload_modules()
         if self.cp_comm_type not in CP_COMM_TYPES:
             _check_choice("cp_comm_type", self.cp_comm_type, CP_COMM_TYPES)
         if self.moe_dispatcher is not None and self.moe_dispatcher not in MOE_DISPATCHERS:
@@ -212,6 +235,36 @@ class Layout:
                 or self.dp_shard < 1 or self.dp % self.dp_shard):
             raise SpecError(f"value {self.dp_shard!r} must be a positive divisor of dp={self.dp}",
                             key="dp_shard")
+
+    def _check_recompute_modules(self) -> None:
+        self._check_module_list("recompute_modules", RECOMPUTE_MODULES, empty_ok=True)
+
+    def _check_offload_modules(self) -> None:
+        modules = self._check_module_list("offload_modules", OFFLOAD_MODULES, empty_ok=False)
+        if "attn_proj" in modules and "core_attn" not in modules:
+            raise SpecError(f"value {modules!r}: attn_proj must be used together with core_attn "
+                            "(Megatron-LM docs/user-guide/features/fine_grained_activation_offloading.md)",
+                            key="offload_modules")
+
+    def _check_module_list(self, name: str, allowed: tuple[str, ...], *, empty_ok: bool) -> tuple[str, ...]:
+        """Field `name` as a tuple of distinct names from `allowed` (normalized in place)."""
+        modules = getattr(self, name)
+        if isinstance(modules, str) or not all(isinstance(m, str) for m in modules) or not (modules or empty_ok):
+            raise SpecError(f"value {modules!r} must be a list of module names ({', '.join(allowed)})", key=name)
+        for module in modules:
+            _check_choice(name, module, allowed)
+        if len(set(modules)) != len(modules):
+            raise SpecError(f"value {modules!r} names a module twice", key=name)
+        if self.framework != "megatron":
+            raise SpecError(f"value {modules!r} is a Megatron-LM setting; framework {self.framework!r} has "
+                            "no module list", key=name)
+        object.__setattr__(self, name, tuple(modules))
+        return tuple(modules)
+
+    @property
+    def selective_modules(self) -> tuple[str, ...]:
+        """`recompute_modules`, Megatron's default ("core_attn",) when None."""
+        return DEFAULT_RECOMPUTE_MODULES if self.recompute_modules is None else self.recompute_modules
 
     def _check_pipeline_layers(self) -> None:
         layers = self.pipeline_layers
@@ -305,6 +358,20 @@ def _pipeline_layers_ok(layout: Layout) -> bool:
         not layers or set(map(type, layers)) == {int} and min(layers) >= 0))
 
 
+def _recompute_modules_ok(layout: Layout) -> bool:
+    modules = layout.recompute_modules
+    return modules is None or (type(modules) is tuple and set(modules) <= set(RECOMPUTE_MODULES)
+                               and len(set(modules)) == len(modules) and layout.framework == "megatron")
+
+
+def _offload_modules_ok(layout: Layout) -> bool:
+    modules = layout.offload_modules
+    return modules is None or (type(modules) is tuple and bool(modules) and set(modules) <= set(OFFLOAD_MODULES)
+                               and len(set(modules)) == len(modules)
+                               and ("attn_proj" not in modules or "core_attn" in modules)
+                               and layout.framework == "megatron")
+
+
 def _pipeline_layout_ok(layout: Layout) -> bool:
     stages = layout.pipeline_layout
     return stages is None or (
@@ -325,6 +392,8 @@ _FIELD_OK = {
     "pipeline_layers": _pipeline_layers_ok,
     "pipeline_layout": _pipeline_layout_ok,
     "recompute": lambda layout: layout.recompute in RECOMPUTE_MODES,
+    "recompute_modules": _recompute_modules_ok,
+    "offload_modules": _offload_modules_ok,
     "offload": lambda layout: type(layout.offload) is frozenset and layout.offload.issubset(
         OFFLOAD_TARGETS),
     "optimizer": lambda layout: layout.optimizer in OPTIMIZERS,
@@ -348,9 +417,10 @@ _FIELD_OK = {
 frozenset, pipeline_layers a tuple), given the other fields; `replace`'s fast path."""
 
 _CHECKED_WITH = {"dp": ("dp", "dp_shard"), "pp": ("pp", "pipeline_layers", "pipeline_layout"),
-                 "vpp": ("vpp", "pipeline_layout")}
+                 "vpp": ("vpp", "pipeline_layout"),
+                 "framework": ("framework", "recompute_modules", "offload_modules")}
 """Fields whose check reads another field: changing dp re-checks dp_shard, pp pipeline_layers and
-pipeline_layout, vpp pipeline_layout."""
+pipeline_layout, vpp pipeline_layout, framework the module lists (Megatron only)."""
 
 
 def _check_choice(key: str, value: object, allowed: tuple[str, ...]) -> None:
