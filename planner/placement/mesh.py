@@ -36,6 +36,10 @@ DENSE_AXES = ("tp", "cp", "dp", "pp")
 """The axes whose degrees multiply to the world size."""
 
 
+_DOMAIN_SHARING: dict = {}
+"""(mesh, domain GPUs, rank order) -> `Mesh.domain_sharing`'s mapping (bounded memo)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Mesh:
     """Degrees of one device mesh (counts); validated by its owner (`Layout`, `Instance`)."""
@@ -120,9 +124,17 @@ class Mesh:
     def domain_sharing(self, domain_gpus: int,
                        order: Sequence[str] = DEFAULT_RANK_ORDER) -> dict[str, int]:
         """GPUs of one group of each dense axis (tp, cp, dp, pp) inside one scale-up domain
-        (`axis_domain_sharing` over the dense degrees, ep left out of the order: it lives inside)."""
-        return axis_domain_sharing(self.degrees(), domain_gpus=domain_gpus,
-                                   order=[a for a in order if a != "ep"])
+        (`axis_domain_sharing` over the dense degrees, ep left out of the order: it lives inside).
+        The mapping is shared between calls (a search asks for the same few tens of thousands of
+        times): read it, do not modify it."""
+        key = (self, domain_gpus, tuple(order))
+        sharing = _DOMAIN_SHARING.get(key)
+        if sharing is None:
+            if len(_DOMAIN_SHARING) >= 4096:
+                _DOMAIN_SHARING.clear()
+            sharing = _DOMAIN_SHARING[key] = axis_domain_sharing(
+                self.degrees(), domain_gpus=domain_gpus, order=[a for a in order if a != "ep"])
+        return sharing
 
     def ep_sharing(self, domain_gpus: int, order: Sequence[str] = DEFAULT_RANK_ORDER) -> int:
         """GPUs of an EP group inside one scale-up domain: EP is carved from the dense tp x cp x dp
