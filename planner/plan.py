@@ -645,9 +645,10 @@ def _underused(best: dict, cluster: ClusterSpec, seq_len: int, global_batch_size
 def simplicity(layout: Layout) -> tuple:
     """Tie-break among equally fast plans: the layout with fewer moving parts ranks first (no
     context parallelism, lower ZeRO stage, fewer pipeline stages, less tensor/expert parallelism,
-    bigger micro-batches), the one a Megatron-LM / DeepSpeed user would launch."""
+    smaller micro-batches: at the same step time the smaller one holds fewer activations, leaving
+    more memory headroom), the one a Megatron-LM / DeepSpeed user would launch."""
     return (layout.cp, layout.zero_stage, layout.pp, layout.tp, layout.ep, layout.etp,
-            -layout.micro_batch_size, layout.vpp)
+            layout.micro_batch_size, layout.vpp)
 
 
 def usable_bytes(cluster: ClusterSpec, reserve_bytes: int, headroom: float) -> int:

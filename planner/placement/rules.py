@@ -82,7 +82,7 @@ def check_layout(model: ModelSpec, cluster, layout: Layout) -> list[Violation]:
                  _zero_with_pp, _zero_without_dp, _precision_supported, _tp_domain,
                  _zero_stage_supported, _grad_reduce_supported, _precision_aware_optimizer,
                  _torchtitan_dims,
-                 _deepspeed_autotp, _no_effect, _offload_needs_zero, _moe_dispatcher_supported):
+                 _deepspeed_autotp, _deepspeed_parallelism, _no_effect, _offload_needs_zero, _moe_dispatcher_supported):
         out += rule(model, cluster, layout)
     return out
 
@@ -730,6 +730,32 @@ def _deepspeed_autotp(model, cluster, layout: Layout) -> list[Violation]:
                       message=f"tp={layout.tp} with ZeRO-3: DeepSpeed's AutoTP training combines with "
                               f"ZeRO stages 0, 1 or 2 only",
                       fix="use zero_stage=2 with tp > 1, or tp=1 with ZeRO-3")]
+
+
+def _deepspeed_parallelism(model, cluster, layout: Layout) -> list[Violation]:
+    """What DeepSpeed's engine cannot build: interleaved virtual pipeline stages (its pipeline
+    engine runs one schedule, `TrainSchedule`, non-interleaved 1F1B) and ring (p2p) context
+    parallelism (its sequence parallelism is Ulysses, an all-to-all over heads: cp_comm_type a2a).
+
+    Source: deepspeedai/DeepSpeed@edaa722 deepspeed/runtime/pipe/schedule.py (`TrainSchedule`,
+    `InferenceSchedule`, `DataParallelSchedule`: no interleaved schedule) and pipe/engine.py
+    (`train_batch` builds `schedule.TrainSchedule`); deepspeed/sequence/layer.py
+    (`DistributedAttention`: all-to-all before and after the local attention)."""
+    if layout.framework != "deepspeed":
+        return []
+    out = []
+    if layout.vpp > 1:
+        out.append(Violation(rule="deepspeed_interleaving",
+                             message=f"vpp={layout.vpp}: DeepSpeed's pipeline engine runs "
+                                     f"non-interleaved 1F1B only (TrainSchedule)",
+                             fix="use vpp=1 with framework=deepspeed, or framework=megatron"))
+    if layout.cp > 1 and layout.cp_comm_type != "a2a":
+        out.append(Violation(rule="deepspeed_ring_context_parallel",
+                             message=f"cp={layout.cp} with cp_comm_type={layout.cp_comm_type}: "
+                                     f"DeepSpeed's sequence parallelism is Ulysses (all-to-all over "
+                                     f"heads), not a ring",
+                             fix="use cp_comm_type=a2a (Ulysses) or cp=1 with framework=deepspeed"))
+    return out
 
 
 def _torchtitan_experts(layout: Layout) -> list[Violation]:
