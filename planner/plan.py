@@ -71,6 +71,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from planner.cost.comm import collectives, ep_gpus_per_domain
+from planner.cost.compute import unfitted_note
 from planner.cost.memory import (
     DEFAULT_AT_RISK_MARGIN,
     DEFAULT_RESERVE_BYTES,
@@ -604,6 +605,8 @@ def plan(model: ModelSpec, cluster: ClusterSpec, *, seq_len: int, global_batch_s
         raise _infeasible(model, cluster, costs, rejections, base, fixed, headroom)
     plans = [plan_entry(model, cluster, r.result, reserve) for r in result.best]
     warnings += _underused(plans[0], cluster, seq_len, global_batch_size)
+    note = unfitted_note(cluster.gpu)
+    warnings += [note] if note else []
     return {
         "solver": {"status": "FEASIBLE" if (costs.recost_rejected or costs.uneven_interleaved
                                             or costs.inexact_memory) else result.status,

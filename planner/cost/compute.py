@@ -153,6 +153,23 @@ def gpu_family(gpu: GPUSpec, cal: Calibration | None = None) -> str:
     return cal.default_family
 
 
+def unfitted_note(gpu: GPUSpec) -> str | None:
+    """A warning when no measured run of `gpu`'s family is in the calibration data, so its GEMM
+    efficiency is another family's (an explicit `fallback`, or the default family for a GPU that
+    matches none); None when its own family was fitted. The step times of such a GPU are
+    extrapolated from datasheet peaks with borrowed efficiencies: their error is unknown."""
+    cal = calibration()
+    family = gpu_family(gpu, cal)
+    constants = cal.families[family]
+    name = gpu.name.upper()
+    matched = any(a in name for a in cal.aliases) or any(f.upper() in name for f in cal.families)
+    if matched and constants.family == family:
+        return None
+    return (f"{gpu.name}: no measured training run of this GPU is in the calibration data; its GEMM "
+            f"efficiency is {constants.family}'s (e_max {constants.e_max:.3f} of its datasheet peak), "
+            f"so its step times are an extrapolation of unknown error")
+
+
 def efficiency_constants(gpu: GPUSpec) -> GemmEfficiency:
     """The fitted constants for `gpu` (by family name in `gpu.name`)."""
     return calibration().families[gpu_family(gpu)]
