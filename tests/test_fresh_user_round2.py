@@ -76,3 +76,36 @@ def test_memory_left_undefined_is_said_so(tmp_path):
     assert code == 1 and data["stages"] == []
     note = [v for v in data["violations"] if v["rule"] == "memory_not_costed"]
     assert len(note) == 1 and "plan_consistency" in note[0]["message"]
+
+
+_LF_SCRIPT = ("#!/bin/bash\n"
+              "torchrun --nproc_per_node 8 pretrain_gpt.py \\\n"
+              "    --tensor-model-parallel-size 8 \\\n"
+              "    --seq-length 4096 --micro-batch-size 1 --global-batch-size 64 \\\n"
+              "    --rotary-base 500000 --bf16\n")
+
+
+def test_crlf_script_fails_at_the_first_broken_continuation(tmp_path):
+    """bash(1) QUOTING: only backslash-newline continues a line; `\\` + CR escapes the CR, so line
+    2's command ends there and line 3 (`--tensor-model-parallel-size 8 \\`) runs on its own."""
+    good = tmp_path / "lf.sh"
+    good.write_bytes(_LF_SCRIPT.encode())
+    code, data = _check_json(good, "-m", "llama-3.1-8b", "-c", "dgx-h100")
+    assert code == 0 and "crlf_line_endings" not in {v["rule"] for v in data["violations"]}
+    bad = tmp_path / "crlf.sh"
+    bad.write_bytes(_LF_SCRIPT.replace("\n", "\r\n").encode())
+    code, data = _check_json(bad, "-m", "llama-3.1-8b", "-c", "dgx-h100")
+    assert code == 1
+    [error] = [v for v in data["violations"] if v["rule"] == "crlf_line_endings"]
+    assert error["severity"] == "error" and error["line"] == 2
+    assert "line 2 ends in a backslash and a carriage return" in error["message"]
+    assert f"dos2unix {bad}" in error["fix"] and "sed -i 's/\\r$//'" in error["fix"]
+
+
+def test_crlf_arguments_file_without_continuations_fails_at_line_1(tmp_path):
+    path = tmp_path / "args.txt"
+    path.write_bytes(b"--tensor-model-parallel-size 8\r\n--seq-length 4096 --micro-batch-size 1\r\n"
+                     b"--global-batch-size 64 --rotary-base 500000 --bf16\r\n")
+    code, data = _check_json(path, "-m", "llama-3.1-8b", "-c", "dgx-h100", "--gpus", "8")
+    [error] = [v for v in data["violations"] if v["rule"] == "crlf_line_endings"]
+    assert code == 1 and error["line"] == 1 and "CRLF line endings (line 1 first)" in error["message"]

@@ -145,7 +145,10 @@ _LINE_FALLBACK = {"memory_exceeds": ("micro_batch_size", "recompute", "zero_stag
 
 def _line(target: Target, violation: Violation) -> int | None:
     """The line of the first flag or key of the file the violation's message (else its fix)
-    names; else of `_LINE_FALLBACK`'s knobs; None when the file sets none of them."""
+    names; else of `_LINE_FALLBACK`'s knobs; None when the file sets none of them. A line the
+    reader gave (`Violation.line`) comes first."""
+    if violation.line is not None:
+        return violation.line
     return locate(target.lines, violation.message, violation.fix,
                   fallback=_LINE_FALLBACK.get(violation.rule, ()))
 

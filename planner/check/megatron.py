@@ -42,7 +42,7 @@ import shlex
 from pathlib import Path
 
 from planner.check.gate import Target, attempt, raise_missing
-from planner.check.lines import flag_lines
+from planner.check.lines import flag_lines, line_endings
 from planner.errors import SpecError
 from planner.frameworks import megatron as mg
 from planner.frameworks.megatron import FLAG as F
@@ -90,7 +90,7 @@ def read(path: Path, *, model: str | None, cluster: str | None, gpus: int | None
     spec = _model(args, model, path)
     world = _world(args, gpus, file)
     findings: list[Violation] = _rotary_base(args, spec, file) if model is not None else []
-    findings += _unknown_flags(text)
+    findings += _unknown_flags(text) + line_endings(text, file)
     layout = _layout(args, spec, world, seq_len, file, findings)
     tokens, env = _tokens(text, file)
     findings += _startup(args, env, spec, layout, file)

@@ -50,6 +50,9 @@ class Violation:
     """A suggested change that satisfies the rule."""
     severity: str = "error"
     """`error` (layout invalid) or `warning` (valid, with a cost or no effect)."""
+    line: int | None = None
+    """The 1-based line of the checked file it concerns, where the reader knows it and no flag or
+    key of the message names it (e.g. a line ending); None = located by `check.lines.locate`."""
 
 
 def check_placement(placement: Placement) -> list[Violation]:
