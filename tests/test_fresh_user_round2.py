@@ -109,3 +109,19 @@ def test_crlf_arguments_file_without_continuations_fails_at_line_1(tmp_path):
     code, data = _check_json(path, "-m", "llama-3.1-8b", "-c", "dgx-h100", "--gpus", "8")
     [error] = [v for v in data["violations"] if v["rule"] == "crlf_line_endings"]
     assert code == 1 and error["line"] == 1 and "CRLF line endings (line 1 first)" in error["message"]
+
+
+def test_sequence_fix_changes_tp_when_tp_breaks_the_heads_too(tmp_path):
+    """torchtitan TOML with tp 3 on Llama 3.1 8B (32 heads, 8 KV heads, seq 8192): torchtitan needs
+    the tokens of a micro-batch divisible by tp with SP (trainer.py seq_len_divisor, b5bcd76), so
+    8192 % 3 fails -- but `seq_len=8193` is no fix: tp=3 divides no head count. The tp values that
+    divide gcd(32, 8) = 8 are 1, 2, 4, 8, and each divides 8192."""
+    path = tmp_path / "job.toml"
+    path.write_text('[model]\nname = "llama3"\nflavor = "8B"\n[training]\nlocal_batch_size = 1\n'
+                    'global_batch_size = 8\nseq_len = 8192\n[parallelism]\n'
+                    'tensor_parallel_degree = 3\ndata_parallel_shard_degree = -1\n')
+    code, data = _check_json(path, "-m", "llama-3.1-8b", "-c", "dgx-h100", "--gpus", "6")
+    assert code == 1
+    [v] = [v for v in data["violations"] if v["rule"] == "sequence_divisible"]
+    assert "8193" not in v["fix"] and "tp in {1, 2, 4, 8}" in v["fix"]
+    assert "seq_len=8192" in v["fix"]
