@@ -25,6 +25,7 @@ from planner.placement import layout as layout_mod
 from planner.placement import overlap, recompute_mix
 from planner.placement import pipeline_layout as pipeline_layout_mod
 from planner.placement.layout import Layout
+from planner.placement.precision import supported_precisions
 from planner.search.mesh import FIXABLE
 from planner.specs import cluster as cluster_spec
 from planner.specs import model as model_spec
@@ -357,6 +358,7 @@ def explain_cmd(
     """Explain one training layout: placement, memory terms vs capacity, communication, correctness."""
     spec = model_spec.load_model(model)
     hw = cluster_spec.load_cluster(cluster, gpus=gpus)
+    _experts_given(spec, ep=ep, etp=etp)
     if dp is None:
         dp = max(1, hw.num_gpus // (tp * pp * cp))
     stages = _virtual_stages(pipeline_layout, account_for_embedding, account_for_loss, spec, pp, vpp)
@@ -404,10 +406,26 @@ def _value(option: object) -> str:
 
 
 def _precision(option: object, hw) -> str:
-    """The asked precision, or bf16 where the GPU has it and fp16 where it does not (V100)."""
-    if option is not None:
-        return _value(option)
-    return "bf16" if "bf16" in hw.gpu.peak_tflops else "fp16"
+    """The asked precision, or bf16 where the GPU has it and fp16 where it does not (V100).
+
+    Raises:
+        SpecError: a precision the GPU's tensor cores do not run (fp8 on A100, bf16 on V100:
+            `placement.precision.supported_precisions`), naming the GPU and what it runs (exit 2,
+            as serve-plan refuses a weight format the GPU cannot run)."""
+    if option is None:
+        return "bf16" if "bf16" in hw.gpu.peak_tflops else "fp16"
+    have = supported_precisions(hw.gpu.peak_tflops)
+    if _value(option) not in have:
+        raise SpecError(f"value {_value(option)!r} not allowed: GPU {hw.gpu.name} has no "
+                        f"{_value(option)} tensor cores; it runs {', '.join(have) or 'none of them'}",
+                        key="--precision")
+    return _value(option)
+
+
+def _experts_given(spec, **degrees: int) -> None:
+    """An expert degree above 1 on a model without routed experts is bad input (exit 2), for
+    `explain --ep/--etp` as for `plan --fix ep=/etp=` (`planner.specs.model.check_expert_degrees`)."""
+    model_spec.check_expert_degrees(spec, degrees, key_of=lambda key: f"--{key}")
 
 
 # ---------------------------------------------------------------- plan

@@ -125,3 +125,32 @@ def test_sequence_fix_changes_tp_when_tp_breaks_the_heads_too(tmp_path):
     [v] = [v for v in data["violations"] if v["rule"] == "sequence_divisible"]
     assert "8193" not in v["fix"] and "tp in {1, 2, 4, 8}" in v["fix"]
     assert "seq_len=8192" in v["fix"]
+
+
+def test_expert_parallelism_on_a_dense_model_is_the_same_bad_input_everywhere():
+    """Llama 3.1 8B has no routed experts: ep or etp 2 splits nothing. `plan --fix ep=2` and
+    `explain --ep 2` give the same line and exit 2."""
+    base = ["-m", "llama-3.1-8b", "-c", "dgx-h100", "--gpus", "8"]
+    outputs = {}
+    for name, args in (("plan", ["plan", *base, "--fix", "ep=2"]),
+                       ("explain", ["explain", *base, "--ep", "2"])):
+        result = runner.invoke(app, args)
+        assert result.exit_code == 2, (name, result.output)
+        outputs[name] = " ".join(result.output.split())
+    said = "ep=2 applies to routed experts; llama-3.1-8b has none (a dense model: use ep=1)"
+    assert said in outputs["plan"] and said in outputs["explain"]
+    assert "--fix" in outputs["plan"] and "--ep" in outputs["explain"]
+    result = runner.invoke(app, ["explain", *base, "--etp", "2"])
+    assert result.exit_code == 2 and "etp=2 applies to routed experts" in result.output
+    # a MoE model takes ep
+    result = runner.invoke(app, ["explain", "-m", "mixtral-8x7b", "-c", "dgx-h100", "--gpus", "8",
+                                 "--ep", "2", "--format", "json"])
+    assert result.exit_code in (0, 1), result.output
+
+
+def test_bf16_on_v100_is_bad_input_naming_the_gpu():
+    """V100 tensor cores run fp16 only (hardware/dgx2-v100.yaml peak_tflops has no bf16)."""
+    result = runner.invoke(app, ["explain", "-m", "llama-3.1-8b", "-c", "dgx2-v100", "--gpus", "16",
+                                 "--precision", "bf16"])
+    assert result.exit_code == 2
+    assert "V100-SXM3-32GB has no bf16 tensor cores; it runs fp16" in " ".join(result.output.split())

@@ -859,3 +859,19 @@ def to_dict(spec: ModelSpec) -> dict:
     data["moe_layers"] = list(spec.moe_layers)
     data["layer_types"] = list(spec.layer_types)
     return data
+
+
+def check_expert_degrees(model: ModelSpec, degrees: dict, *, key_of=lambda key: "--fix") -> None:
+    """ep or etp above 1 on a model without routed experts: bad input, the same line for
+    `plan --fix ep=2` and `explain --ep 2` (it splits nothing).
+
+    Args:
+        degrees: {ep / etp: degree}; other keys are ignored.
+        key_of: the option a degree came from, for the message.
+
+    Raises:
+        SpecError: naming the degree and the model (exit 2)."""
+    for key in ("ep", "etp"):
+        if degrees.get(key, 1) > 1 and not model.is_moe:
+            raise SpecError(f"{key}={degrees[key]} applies to routed experts; {model.name} has none "
+                            f"(a dense model: use {key}=1)", key=key_of(key))
