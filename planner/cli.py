@@ -913,7 +913,7 @@ def serve_plan_cmd(
         ttft_ms=ttft_ms, tpot_ms=tpot_ms, request_latency_ms=request_latency_ms, weight_dtype=weights,
         kv_dtype=kv, engine=_value(engine), max_model_len=max_model_len, mem_fraction=mem_fraction,
         max_num_batched_tokens=max_num_batched_tokens, fix=_serve_fix(fix or []), top=top, disaggregated=disaggregated)
-    request = {"model": model, "cluster": cluster, "gpu": hw.gpu.name, "gpus": gpus, "input_len": input_len,
+    request = {"model": spec.name, "cluster": cluster, "gpu": hw.gpu.name, "gpus": gpus, "input_len": input_len,
                "output_len": output_len, "engine": req.engine, "weight_dtype": req.weight_dtype,
                "weight_dtype_reason": weights_why, "checkpoint_weight_dtype": spec.weight_format,
                "kv_dtype": req.kv_dtype, "concurrency": concurrency, "request_rate": request_rate,
@@ -931,13 +931,16 @@ def serve_plan_cmd(
             raise SpecError("--plot draws the aggregated Pareto front; drop --disaggregated or --plot", key="--plot")
         report.plot_pareto(data, plot)
     if output is not None:
-        report.write_yaml(output, {"kind": "serving-plan", "request": request, "plan": data["plans"][0],
-                                   "deployment": data["deployment"]})
+        # the file names the model as given (a catalog name or a path), so that `check` loads it
+        report.write_yaml(output, {"kind": "serving-plan", "request": {**request, "model": model},
+                                   "plan": data["plans"][0], "deployment": data["deployment"]})
     if emit is not None:
         from planner.emit import engine_launch
 
-        text, verdict = engine_launch.checked(data, _value(emit), engine_launch.model_name(
-            spec.extra.get("hf_id"), model), cluster, hw.gpus_per_node, spec.is_mla)
+        text, verdict = engine_launch.checked(
+            {**data, "request": {**request, "model": model}}, _value(emit),
+            engine_launch.model_name(spec.extra.get("hf_id"), model), cluster, hw.gpus_per_node,
+            spec.is_mla)
         report.show_serve_emitted(text, verdict, _value(emit))
         if verdict["verdict"] != "pass":
             raise typer.Exit(1)

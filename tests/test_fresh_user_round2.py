@@ -154,3 +154,34 @@ def test_bf16_on_v100_is_bad_input_naming_the_gpu():
                                  "--precision", "bf16"])
     assert result.exit_code == 2
     assert "V100-SXM3-32GB has no bf16 tensor cores; it runs fp16" in " ".join(result.output.split())
+
+
+def _config_json(folder: Path) -> dict:
+    """Llama 3.1 8B's config fields as a Hugging Face config.json (no `name` key), model_type
+    mistral (same block, read by the same builder)."""
+    import yaml
+    config = yaml.safe_load((ROOT / "models/llama-3.1-8b.yaml").read_text())
+    for key in ("name", "source", "hf_aliases", "hf_id"):
+        config.pop(key, None)
+    config["model_type"] = "mistral"
+    folder.mkdir(parents=True, exist_ok=True)
+    return config
+
+
+def test_one_model_name_in_every_command(tmp_path):
+    """A config.json in a folder is named after the folder, a bare JSON file after its stem, in
+    models show, plan and serve-plan alike (the family, mistral, is not the name)."""
+    config = _config_json(tmp_path / "bnb")
+    (tmp_path / "bnb" / "config.json").write_text(json.dumps(config))
+    (tmp_path / "other.json").write_text(json.dumps(config))
+    for ref, name in ((tmp_path / "bnb" / "config.json", "bnb"), (tmp_path / "bnb", "bnb"),
+                      (tmp_path / "other.json", "other")):
+        shown = json.loads(runner.invoke(app, ["models", "show", str(ref), "--format", "json"]).output)
+        assert shown["name"] == name and shown["family"] == "mistral"
+        planned = runner.invoke(app, ["plan", "-m", str(ref), "-c", "dgx-h100", "--gpus", "8",
+                                      "--top", "1", "--format", "json"])
+        assert json.loads(planned.output)["request"]["model"] == name
+        served = runner.invoke(app, ["serve-plan", "-m", str(ref), "-c", "dgx-h100", "--gpus", "1",
+                                     "--input-len", "100", "--output-len", "10", "--format", "json"])
+        assert served.exit_code == 0, served.output
+        assert json.loads(served.stdout)["request"]["model"] == name

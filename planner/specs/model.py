@@ -336,7 +336,10 @@ def load_model(ref: str | Path, *, name: str | None = None) -> ModelSpec:
         name: display name to use instead of the config's `name` / catalog name / file stem.
 
     Returns:
-        The normalised ModelSpec.
+        The normalised ModelSpec. Its `name` is the one name every command reports (`models
+        show`, `plan`, `explain`, `check`, `serve-plan`): `name` if given, else the file's own
+        `name` key, else the catalog name, else the folder of a `config.json` (a Hugging Face
+        checkout), else the file's stem (`bnb.json` -> bnb).
 
     Raises:
         SpecError: empty or unknown name (with the closest catalog names), missing or unreadable
