@@ -184,7 +184,9 @@ def models_show(
     fmt: FormatOpt = Format.table,
 ) -> None:
     """Show one model: parameters (per layer), KV cache per token, FLOPs per token."""
-    report.show_model(model_summary(model_spec.load_model(ref), seq_len=seq_len), _fmt(ctx, fmt))
+    data = model_summary(model_spec.load_model(ref), seq_len=seq_len)
+    # json / yaml carry the model's own config: the output loads again as a model file (`-m`)
+    report.show_model(data | {"config": model_spec.model_config(ref)}, _fmt(ctx, fmt))
 
 
 # ---------------------------------------------------------------- hardware

@@ -185,3 +185,32 @@ def test_one_model_name_in_every_command(tmp_path):
                                      "--input-len", "100", "--output-len", "10", "--format", "json"])
         assert served.exit_code == 0, served.output
         assert json.loads(served.stdout)["request"]["model"] == name
+
+
+def test_model_from_standard_input_is_refused_by_name():
+    for option in (["-m", "-", "-c", "dgx-h100"], ["-m", "llama-3.1-8b", "-c", "-"]):
+        result = runner.invoke(app, ["plan", *option, "--gpus", "8"], input="model_type: llama\n")
+        assert result.exit_code == 2
+        text = " ".join(result.output.split())
+        assert "standard input ('-') is not read for a" in text and "unknown" not in text
+
+
+def test_models_show_output_loads_again_as_the_same_model(tmp_path):
+    """`models show X --format yaml|json > f; -m f`: f loads as the model X is (the oracle: loading
+    X itself), for a catalog model (dense, MoE with MLA) and a config.json that has no name."""
+    from planner.specs.model import load_model
+
+    config = _config_json(tmp_path / "bnb")
+    (tmp_path / "bnb" / "config.json").write_text(json.dumps(config))
+    for ref in ("llama-3.1-8b", "deepseek-v3", str(tmp_path / "bnb")):
+        for fmt in ("yaml", "json"):
+            shown = runner.invoke(app, ["models", "show", ref, "--format", fmt])
+            assert shown.exit_code == 0, shown.output
+            path = tmp_path / f"shown.{fmt}"
+            path.write_text(shown.output)
+            assert load_model(path) == load_model(ref), (ref, fmt)
+            again = runner.invoke(app, ["models", "show", str(path), "--format", fmt])
+            assert again.output == shown.output, (ref, fmt)
+    explained = runner.invoke(app, ["explain", "-m", str(tmp_path / "shown.yaml"), "-c", "dgx-h100",
+                                    "--gpus", "8", "--zero-stage", "1", "--format", "json"])
+    assert json.loads(explained.output)["model"] == "bnb"

@@ -350,10 +350,31 @@ def load_model(ref: str | Path, *, name: str | None = None) -> ModelSpec:
     raw = files.read_mapping(path, "config keys")
     strict = path.suffix in (".yaml", ".yml")
     file = str(path)
+    if _is_shown(raw):  # `planner models show --format yaml|json` output: its `config` is the model
+        raw, strict = {"name": raw.get("name"), **raw["config"]}, False
     given = raw.get("name")
     if given is not None and (not isinstance(given, str) or not given.strip()):
         raise SpecError(f"value {_show(given)} must be a non-empty string", file=file, key="name")
     return from_config(raw, name=name or given or display, file=file, strict=strict)
+
+
+def model_config(ref: str | Path) -> dict:
+    """The config mapping `load_model(ref)` reads (the model file's keys as written), for
+    `planner models show` to print as its `config`, so that its YAML / JSON output loads again
+    as a model file (`load_model` reads a shown model's `config`).
+
+    Raises:
+        SpecError: as `load_model` for a reference or file that does not load."""
+    path, _ = _resolve(str(ref))
+    raw = files.read_mapping(path, "config keys")
+    return dict(raw["config"]) if _is_shown(raw) else raw
+
+
+def _is_shown(raw: dict) -> bool:
+    """Whether a mapping is `planner models show` output rather than a config: no model_type of
+    its own and a `config` mapping that has one."""
+    return ("model_type" not in raw and isinstance(raw.get("config"), dict)
+            and "model_type" in raw["config"])
 
 
 def catalog_names() -> list[str]:
