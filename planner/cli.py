@@ -320,7 +320,7 @@ def explain_cmd(
     dp_shard: Annotated[int | None, typer.Option(min=1, help="HSDP shard group (ZeRO over dp_shard, replicate across).")] = None,
     zero_stage: Annotated[int, typer.Option(min=0, max=3, help="ZeRO stage 0-3 (3 = FSDP).")] = 0,
     micro_batch_size: Annotated[int, typer.Option(min=1, help="Sequences per micro-batch per DP rank.")] = 1,
-    global_batch_size: Annotated[int | None, typer.Option(min=1, max=MAX_BATCH_TOKENS, help="Sequences per step (default: dp·micro-batch·pp).")] = None,
+    global_batch_size: Annotated[int | None, typer.Option(min=1, max=MAX_BATCH_TOKENS, help="Sequences per step (default: dp·micro-batch·pp, the smallest batch that fills the pipeline; `plan` defaults to ~4M tokens: give the batch `plan` printed to get its numbers).")] = None,
     seq_len: Annotated[int, typer.Option(min=1, max=MAX_SEQ_LEN, help="Tokens per sequence.")] = 4096,
     recompute: Annotated[Recompute | None, typer.Option(case_sensitive=False, help="Activation recomputation of every layer (default none).")] = None,
     sequence_parallel: Annotated[bool, typer.Option("--sequence-parallel/--no-sequence-parallel", help="Megatron SP.")] = False,
