@@ -214,3 +214,34 @@ def test_models_show_output_loads_again_as_the_same_model(tmp_path):
     explained = runner.invoke(app, ["explain", "-m", str(tmp_path / "shown.yaml"), "-c", "dgx-h100",
                                     "--gpus", "8", "--zero-stage", "1", "--format", "json"])
     assert json.loads(explained.output)["model"] == "bnb"
+
+
+def test_a_long_value_is_cut_to_its_start_and_length_in_error_lines(tmp_path):
+    """A 5,000-character value is echoed as its first 60 characters and its length, whether the
+    planner (SpecError) or click (a bad integer, an unknown option) reports it."""
+    long = "x" * 5000
+    base = ["-m", "llama-3.1-8b", "-c", "dgx-h100"]
+    for args in (["plan", *base, "--gpus", "8", "--fix", f"tp={long}"],
+                 ["explain", *base, "--gpus", "8", "--pipeline-layers", long],
+                 ["plan", *base, "--gpus", long],
+                 ["plan", *base, "--gpus", "8", f"--{long}"]):
+        result = runner.invoke(app, args)
+        assert result.exit_code == 2
+        line = " ".join(result.output.split())
+        assert len(line) < 600 and "x" * 61 not in line, line[:300]
+        assert "x" * 50 not in line or "characters)" in line  # echoed: cut, with its length
+    # a JSON file with a 5,000-character key value: `check --format json` holds it cut too
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps({"train_micro_batch_size_per_gpu": long}))
+    result = runner.invoke(app, ["check", str(path), *base, "--gpus", "8", "--seq-len", "4096",
+                                 "--format", "github"])
+    assert result.exit_code == 2 and "x" * 61 not in result.output and "5,002 characters" in result.output
+
+
+def test_shorten_keeps_short_text_and_counts_long_runs():
+    from planner.errors import LONG_WORD, shorten
+
+    assert shorten("value 'abc' must be > 0") == "value 'abc' must be > 0"
+    exact = "y" * LONG_WORD
+    assert shorten(exact) == exact
+    assert shorten("a " + "z" * 1234 + " b") == "a " + "z" * 60 + "...(1,234 characters) b"
