@@ -96,9 +96,9 @@ def line_endings(text: str, file: str) -> list[Violation]:
     """The error `crlf_line_endings` when the file has CRLF (Windows) line endings, at the first
     line whose backslash continuation they break, else at the first CRLF line: bash reads a
     backslash before a carriage return as an escaped carriage return, so the command ends on that
-    line and the next line runs as a command of its own ("--flag: command not found"); on any line
-    the carriage return stays in the last word (`--bf16\\r`, which an argument parser rejects),
-    and `#!/bin/bash\\r` names no interpreter. Source: bash(1) "QUOTING" (a backslash escapes the
+    line and the next line runs as a command of its own ("--flag: command not found"); on any
+    line the carriage return stays in the last word (a switch `--flag\\r`, which an argument
+    parser rejects), and `#!/bin/bash\\r` names no interpreter. Source: bash(1) "QUOTING" (a backslash escapes the
     next character; only backslash-newline is a line continuation)."""
     lines = text.split("\n")
     crlf = [n for n, line in enumerate(lines, 1) if line.endswith("\r")]
@@ -111,8 +111,8 @@ def line_endings(text: str, file: str) -> list[Violation]:
             f"line {at} and line {at + 1} runs as a command of its own; the launch fails"
             if broken else
             f"the file has CRLF line endings (line {at} first): bash keeps the carriage return in "
-            f"the last word of each line (e.g. a switch `--bf16\\r`, which the framework's argument "
-            f"parser rejects) and a `#!` line naming `bash\\r` names no interpreter")
+            f"the last word of each line (e.g. a switch written `--flag\\r`, which the framework's "
+            f"argument parser rejects) and a `#!` line naming `bash\\r` names no interpreter")
     return [Violation(rule="crlf_line_endings", message=what, line=at,
                       fix=f"convert the file to LF line endings: dos2unix {file} "
                           f"(or sed -i 's/\\r$//' {file})")]
