@@ -98,8 +98,8 @@ def line_endings(text: str, file: str) -> list[Violation]:
     backslash before a carriage return as an escaped carriage return, so the command ends on that
     line and the next line runs as a command of its own ("--flag: command not found"); on any
     line the carriage return stays in the last word (a switch `--flag\\r`, which an argument
-    parser rejects), and `#!/bin/bash\\r` names no interpreter. Source: bash(1) "QUOTING" (a backslash escapes the
-    next character; only backslash-newline is a line continuation)."""
+    parser rejects), and `#!/bin/bash\\r` names no interpreter. Source: bash(1) "QUOTING" (a
+    backslash escapes the next character; only backslash-newline is a line continuation)."""
     lines = text.split("\n")
     crlf = [n for n, line in enumerate(lines, 1) if line.endswith("\r")]
     if not crlf:
