@@ -245,3 +245,4 @@ def test_shorten_keeps_short_text_and_counts_long_runs():
     exact = "y" * LONG_WORD
     assert shorten(exact) == exact
     assert shorten("a " + "z" * 1234 + " b") == "a " + "z" * 60 + "...(1,234 characters) b"
+
