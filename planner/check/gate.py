@@ -96,7 +96,9 @@ def evaluate(target: Target) -> dict:
     verdict}], memory_bytes (the fullest stage), memory_verdict, time_s, tokens_per_s, mfu}.
 
     A reader's finding replaces the placement rule of the same name. Memory: `stage_memory` of every
-    stage with its own recompute counts; a stage over capacity is
+    stage with its own recompute counts, also next to other errors (the layout as the file gives
+    it); where a broken rule leaves it undefined, the warning `memory_not_costed` names the errors
+    and `stages` is empty. A stage over capacity is
     the error `memory_exceeds` (the stage, its total, the capacity, the largest term and what
     shrinks it), one inside the at-risk margin the warning `memory_at_risk`. Times are None when a
     rule is broken (the step is then undefined or meaningless).

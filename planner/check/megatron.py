@@ -28,7 +28,9 @@ What Megatron itself asserts at start-up and the gate's rules do not already che
 recompute flags' combinations, the virtual-pipeline flags, the uneven split of the middle stages,
 seq-length within max-position-embeddings, interleaving with pp = 2 without p2p overlap, FSDP's
 CUDA_DEVICE_MAX_CONNECTIONS (set in the script) and checkpoint format, torch FSDP2's flags, and
-all-to-all context parallelism's heads per rank divisible by cp (`_startup`). The global
+all-to-all context parallelism's heads per rank divisible by cp (`_startup`); CRLF line endings,
+which break the script's backslash continuations, are the error `crlf_line_endings`
+(`planner.check.lines.line_endings`). The global
 batch by micro-batch x dp is the gate's `batch_divisible` rule.
 """
 
