@@ -25,6 +25,7 @@ from planner.placement import layout as layout_mod
 from planner.placement import overlap, recompute_mix
 from planner.placement import pipeline_layout as pipeline_layout_mod
 from planner.placement.layout import Layout
+from planner.placement.precision import supported_precisions
 from planner.search.mesh import FIXABLE
 from planner.specs import cluster as cluster_spec
 from planner.specs import model as model_spec
@@ -183,7 +184,9 @@ def models_show(
     fmt: FormatOpt = Format.table,
 ) -> None:
     """Show one model: parameters (per layer), KV cache per token, FLOPs per token."""
-    report.show_model(model_summary(model_spec.load_model(ref), seq_len=seq_len), _fmt(ctx, fmt))
+    data = model_summary(model_spec.load_model(ref), seq_len=seq_len)
+    # json / yaml carry the model's own config: the output loads again as a model file (`-m`)
+    report.show_model(data | {"config": model_spec.model_config(ref)}, _fmt(ctx, fmt))
 
 
 # ---------------------------------------------------------------- hardware
@@ -317,7 +320,7 @@ def explain_cmd(
     dp_shard: Annotated[int | None, typer.Option(min=1, help="HSDP shard group (ZeRO over dp_shard, replicate across).")] = None,
     zero_stage: Annotated[int, typer.Option(min=0, max=3, help="ZeRO stage 0-3 (3 = FSDP).")] = 0,
     micro_batch_size: Annotated[int, typer.Option(min=1, help="Sequences per micro-batch per DP rank.")] = 1,
-    global_batch_size: Annotated[int | None, typer.Option(min=1, max=MAX_BATCH_TOKENS, help="Sequences per step (default: dp·micro-batch·pp).")] = None,
+    global_batch_size: Annotated[int | None, typer.Option(min=1, max=MAX_BATCH_TOKENS, help="Sequences per step (default: dp·micro-batch·pp, the smallest batch that fills the pipeline; `plan` defaults to ~4M tokens: give the batch `plan` printed to get its numbers).")] = None,
     seq_len: Annotated[int, typer.Option(min=1, max=MAX_SEQ_LEN, help="Tokens per sequence.")] = 4096,
     recompute: Annotated[Recompute | None, typer.Option(case_sensitive=False, help="Activation recomputation of every layer (default none).")] = None,
     sequence_parallel: Annotated[bool, typer.Option("--sequence-parallel/--no-sequence-parallel", help="Megatron SP.")] = False,
@@ -357,6 +360,7 @@ def explain_cmd(
     """Explain one training layout: placement, memory terms vs capacity, communication, correctness."""
     spec = model_spec.load_model(model)
     hw = cluster_spec.load_cluster(cluster, gpus=gpus)
+    _experts_given(spec, ep=ep, etp=etp)
     if dp is None:
         dp = max(1, hw.num_gpus // (tp * pp * cp))
     stages = _virtual_stages(pipeline_layout, account_for_embedding, account_for_loss, spec, pp, vpp)
@@ -404,10 +408,26 @@ def _value(option: object) -> str:
 
 
 def _precision(option: object, hw) -> str:
-    """The asked precision, or bf16 where the GPU has it and fp16 where it does not (V100)."""
-    if option is not None:
-        return _value(option)
-    return "bf16" if "bf16" in hw.gpu.peak_tflops else "fp16"
+    """The asked precision, or bf16 where the GPU has it and fp16 where it does not (V100).
+
+    Raises:
+        SpecError: a precision the GPU's tensor cores do not run (fp8 on A100, bf16 on V100:
+            `placement.precision.supported_precisions`), naming the GPU and what it runs (exit 2,
+            as serve-plan refuses a weight format the GPU cannot run)."""
+    if option is None:
+        return "bf16" if "bf16" in hw.gpu.peak_tflops else "fp16"
+    have = supported_precisions(hw.gpu.peak_tflops)
+    if _value(option) not in have:
+        raise SpecError(f"value {_value(option)!r} not allowed: GPU {hw.gpu.name} has no "
+                        f"{_value(option)} tensor cores; it runs {', '.join(have) or 'none of them'}",
+                        key="--precision")
+    return _value(option)
+
+
+def _experts_given(spec, **degrees: int) -> None:
+    """An expert degree above 1 on a model without routed experts is bad input (exit 2), for
+    `explain --ep/--etp` as for `plan --fix ep=/etp=` (`planner.specs.model.check_expert_degrees`)."""
+    model_spec.check_expert_degrees(spec, degrees, key_of=lambda key: f"--{key}")
 
 
 # ---------------------------------------------------------------- plan
@@ -895,7 +915,7 @@ def serve_plan_cmd(
         ttft_ms=ttft_ms, tpot_ms=tpot_ms, request_latency_ms=request_latency_ms, weight_dtype=weights,
         kv_dtype=kv, engine=_value(engine), max_model_len=max_model_len, mem_fraction=mem_fraction,
         max_num_batched_tokens=max_num_batched_tokens, fix=_serve_fix(fix or []), top=top, disaggregated=disaggregated)
-    request = {"model": model, "cluster": cluster, "gpu": hw.gpu.name, "gpus": gpus, "input_len": input_len,
+    request = {"model": spec.name, "cluster": cluster, "gpu": hw.gpu.name, "gpus": gpus, "input_len": input_len,
                "output_len": output_len, "engine": req.engine, "weight_dtype": req.weight_dtype,
                "weight_dtype_reason": weights_why, "checkpoint_weight_dtype": spec.weight_format,
                "kv_dtype": req.kv_dtype, "concurrency": concurrency, "request_rate": request_rate,
@@ -913,13 +933,16 @@ def serve_plan_cmd(
             raise SpecError("--plot draws the aggregated Pareto front; drop --disaggregated or --plot", key="--plot")
         report.plot_pareto(data, plot)
     if output is not None:
-        report.write_yaml(output, {"kind": "serving-plan", "request": request, "plan": data["plans"][0],
-                                   "deployment": data["deployment"]})
+        # the file names the model as given (a catalog name or a path), so that `check` loads it
+        report.write_yaml(output, {"kind": "serving-plan", "request": {**request, "model": model},
+                                   "plan": data["plans"][0], "deployment": data["deployment"]})
     if emit is not None:
         from planner.emit import engine_launch
 
-        text, verdict = engine_launch.checked(data, _value(emit), engine_launch.model_name(
-            spec.extra.get("hf_id"), model), cluster, hw.gpus_per_node, spec.is_mla)
+        text, verdict = engine_launch.checked(
+            {**data, "request": {**request, "model": model}}, _value(emit),
+            engine_launch.model_name(spec.extra.get("hf_id"), model), cluster, hw.gpus_per_node,
+            spec.is_mla)
         report.show_serve_emitted(text, verdict, _value(emit))
         if verdict["verdict"] != "pass":
             raise typer.Exit(1)

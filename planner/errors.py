@@ -13,6 +13,18 @@
 from __future__ import annotations
 
 import errno
+import re
+
+LONG_WORD = 200
+"""Characters past which a run without whitespace in an error message (a value the user gave, echoed
+back: a 5,000-character option value, a pasted blob) is shortened to its start and its length."""
+_LONG = re.compile(rf"\S{{{LONG_WORD + 1},}}")
+
+
+def shorten(message: str) -> str:
+    """`message` with every run of more than LONG_WORD non-space characters cut to its first 60 and
+    its length: `'xxxx...(5,002 characters)`. Shorter text is returned unchanged."""
+    return _LONG.sub(lambda m: f"{m.group()[:60]}...({len(m.group()):,} characters)", message)
 
 
 class PlannerError(Exception):
@@ -38,9 +50,10 @@ class SpecError(PlannerError):
         self.file = file
         self.key = key
         self.line = line
-        self.message = message
-        """What is wrong and what is allowed, without the `file: key: ` prefix."""
-        where = ": ".join(part for part in (file, key) if part)
+        self.message = message = shorten(message)
+        """What is wrong and what is allowed, without the `file: key: ` prefix (long values cut:
+        `shorten`)."""
+        where = shorten(": ".join(part for part in (file, key) if part))
         super().__init__(f"{where}: {message}" if where else message)
 
 

@@ -128,7 +128,7 @@ from planner.search.ilp import (
 from planner.search.mesh import FIXABLE, Rejections, SearchSpace, candidate_layouts
 from planner.specs.cluster import ClusterSpec
 from planner.specs.limits import MAX_GPUS
-from planner.specs.model import ModelSpec
+from planner.specs.model import ModelSpec, check_expert_degrees
 
 DEFAULT_BATCH_TOKENS = 4 * 2**20
 """Default global batch, tokens: 4,194,304 (Llama 2 and Llama 3 pre-training, Touvron et al. 2023
@@ -593,9 +593,7 @@ def plan(model: ModelSpec, cluster: ClusterSpec, *, seq_len: int, global_batch_s
         raise SpecError(f"a {reserve / 2**30:.1f} GiB reserve and {headroom:.0%} headroom leave nothing of the "
                         f"{cluster.gpu.memory_bytes / 2**30:.1f} GiB per GPU; lower --reserve-gib or --headroom",
                         key="--reserve-gib")
-    for key in ("ep", "etp"):
-        if fixed.get(key, 1) > 1 and not model.is_moe:
-            raise SpecError(f"{key}={fixed[key]} applies to routed experts; {model.name} has none", key="--fix")
+    check_expert_degrees(model, fixed)
     warnings = []
     if seq_len > model.max_position_embeddings:
         warnings.append(f"seq_len={seq_len:,} exceeds {model.name}'s max_position_embeddings="
@@ -983,3 +981,4 @@ def plan_file(data: dict, index: int = 0, *, model_ref: str | None = None,
                                          "tflops_per_gpu", "mfu", "hfu")},
         solver={**data["solver"], "plan_rank": index + 1},
     ).to_dict()
+

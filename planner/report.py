@@ -23,6 +23,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from planner.errors import shorten
 from planner.placement import overlap, recompute_mix
 
 FORMATS = ("table", "json", "yaml")
@@ -173,8 +174,9 @@ def _yaml(data) -> str:
     return yaml.dump(data, Dumper=_PlainDumper, sort_keys=False, allow_unicode=True)
 
 def error(message: str) -> None:
-    """Print one line `error: <message>` to stderr (newlines in the message become spaces)."""
-    sys.stderr.write(f"error: {' '.join(str(message).split())}\n")
+    """Print one line `error: <message>` to stderr (newlines in the message become spaces; a long
+    value it echoes is cut to its start and length, `errors.shorten`)."""
+    sys.stderr.write(f"error: {' '.join(shorten(str(message)).split())}\n")
 
 
 def note(text: str) -> None:

@@ -375,12 +375,30 @@ def test_zero2_config_over_memory_only_at_the_optimizer_step_names_the_term(tmp_
     assert "optimizer_step_gradient_copy 5.6 GiB" in text and "peak at 34.5 GiB" in text
 
 
-@pytest.mark.parametrize("key, value", [("reduce_bucket_size", 0), ("sub_group_size", -1)])
-def test_zero_value_below_deepspeeds_bound_is_bad_input(tmp_path, key, value):
-    """DeepSpeedZeroConfig (edaa722 zero/config.py): reduce_bucket_size Field(gt=0),
-    sub_group_size Field(ge=0); DeepSpeed stops at start-up on either."""
-    doc = _base(zero_optimization={"stage": 2, key: value})
+# DeepSpeed 0.19.8 (PyPI) deepspeed/runtime/zero/config.py: reduce_bucket_size Field(gt=0); these
+# Field(ge=0), each also under its `stage3_` alias where it has one (populate_by_name).
+_GE0 = ("allgather_bucket_size", "sub_group_size", "prefetch_bucket_size",
+        "stage3_prefetch_bucket_size", "param_persistence_threshold",
+        "stage3_param_persistence_threshold", "model_persistence_threshold",
+        "stage3_model_persistence_threshold", "max_live_parameters", "stage3_max_live_parameters",
+        "max_reuse_distance", "stage3_max_reuse_distance", "zero_hpz_partition_size")
+
+
+@pytest.mark.parametrize("key, value, bound", [
+    ("reduce_bucket_size", 0, "> 0"), ("reduce_bucket_size", -5, "> 0"),
+    ("reduce_bucket_size", 2.5, "> 0"),
+    *((key, -1, ">= 0") for key in _GE0), *((key, -5, ">= 0") for key in _GE0)])
+def test_zero_value_below_deepspeeds_bound_is_bad_input(tmp_path, key, value, bound):
+    """DeepSpeed stops at start-up on any of them (pydantic ValidationError): bad input, exit 2."""
+    doc = _base(zero_optimization={"stage": 3, key: value})
     result = _check(_write(tmp_path, doc), *H100_8)
-    assert result.exit_code == 2
-    assert f"zero_optimization.{key}" in result.output and ("> 0" if value == 0 else ">= 0") in \
-        result.output
+    assert result.exit_code == 2, result.output
+    text = " ".join(result.output.split())
+    assert f"zero_optimization.{key}" in text and f"must be an integer {bound}" in text
+
+
+@pytest.mark.parametrize("key", _GE0)
+def test_zero_value_at_deepspeeds_bound_passes_that_rule(tmp_path, key):
+    doc = _base(zero_optimization={"stage": 3, key: 0})
+    result = _check(_write(tmp_path, doc), *H100_8)
+    assert result.exit_code in (0, 1), result.output

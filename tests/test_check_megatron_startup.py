@@ -127,10 +127,11 @@ def test_megatron_fsdp_with_device_connections_1_fails(tmp_path):
               + FSDP.replace("\n", " \\\n") + "--ckpt-format fsdp_dtensor\n")
     code, data = _run(tmp_path, script, "--gpus", "8", name="fsdp.sh")
     assert code == 1
-    assert set(_errors(data)) == {"megatron_fsdp_device_connections"}
-    code, data = _run(tmp_path, script.replace("export CUDA_DEVICE_MAX_CONNECTIONS=1\n", ""),
+    _, without = _run(tmp_path, script.replace("export CUDA_DEVICE_MAX_CONNECTIONS=1\n", ""),
                       "--gpus", "8", name="fsdp.sh")
-    assert "megatron_fsdp_device_connections" not in _errors(data)
+    # the export adds exactly this error (memory is costed either way: 32K tokens, no recompute)
+    assert set(_errors(data)) - set(_errors(without)) == {"megatron_fsdp_device_connections"}
+    assert "megatron_fsdp_device_connections" not in _errors(without)
 
 
 def test_megatron_fsdp_needs_the_fsdp_dtensor_checkpoint_format_and_only_it(tmp_path):

@@ -186,3 +186,18 @@ def test_old_batch_fields_on_the_command_line_fail_with_the_old_context(tmp_path
         " --parallelism.pipeline_parallel_degree 2"), name="pp.sh"))
     fix = json.loads(piped.output)["violations"][0]["fix"]
     assert "--parallelism.num_pp_microbatches = 2 / that size" in fix
+
+
+def test_crlf_torchtitan_command_line_fails_too(tmp_path):
+    """LLAMA3_8B saved with CRLF line endings (fresh-user review): line 2 is the first whose
+    backslash continuation the carriage return breaks (bash(1) QUOTING)."""
+    path = tmp_path / "train.sh"
+    path.write_bytes(LLAMA3_8B.replace("\n", "\r\n").encode())
+    result = runner.invoke(app, ["check", str(path), "--cluster", "dgx-h100", "--format", "json"])
+    data = json.loads(result.output)
+    [error] = [v for v in data["violations"] if v["rule"] == "crlf_line_endings"]
+    assert result.exit_code == 1 and error["line"] == 2
+    path.write_bytes(LLAMA3_8B.encode())
+    data = json.loads(runner.invoke(app, ["check", str(path), "--cluster", "dgx-h100",
+                                          "--format", "json"]).output)
+    assert "crlf_line_endings" not in {v["rule"] for v in data["violations"]}

@@ -132,14 +132,19 @@ def test_expert_pins_on_a_dense_model_and_an_oversized_reserve_are_bad_input():
     assert result.exit_code == 2 and "--reserve-gib" in result.output
 
 
-def test_rule_infeasible_request_names_an_example_of_the_rule():
+def test_a_precision_the_gpu_cannot_run_is_bad_input():
+    """A100 tensor cores run bf16 and fp16, not fp8 (hardware/dgx-a100-80g.yaml peak_tflops):
+    asking fp8 is bad input (exit 2, one line naming the GPU), as serve-plan refuses a weight
+    format the GPU cannot run -- not an infeasible search (exit 1)."""
     from typer.testing import CliRunner
 
     from planner.cli import app
     result = CliRunner().invoke(app, ["plan", "-m", "llama-3.1-8b", "-c", "dgx-a100-80g", "--gpus", "8",
                                       "--precision", "fp8"])
-    assert result.exit_code == 1
-    assert "precision_supported" in result.output and "supports bf16, fp16" in result.output
+    assert result.exit_code == 2
+    text = " ".join(result.output.split())
+    assert "--precision" in text and "A100-SXM4-80GB has no fp8 tensor cores; it runs bf16, fp16" in text
+    assert len(result.output.strip().splitlines()) <= 2  # one error line (wrapped at most once)
 
 
 def test_output_that_is_an_input_file_is_refused(tmp_path):

@@ -56,10 +56,13 @@ def test_fp8_on_a100_and_bf16_on_v100_are_errors_naming_gpu_precision_and_suppor
     assert v.fix == "use precision=fp16"
 
 
-def test_cli_explain_fp8_on_a100_exits_1():
-    code, data = explain_json("-c", "dgx-a100-80g", "--gpus", "8", "--precision", "fp8")
-    assert code == 1
-    assert "precision_supported" in {v["rule"] for v in data["violations"]}
+def test_cli_explain_fp8_on_a100_is_bad_input():
+    """The rule judges config files (`planner check`); an option asking a precision the GPU does
+    not run is bad input, exit 2, as for `plan --precision fp8`."""
+    result = runner.invoke(app, ["explain", "-m", "llama-3.1-8b", "-c", "dgx-a100-80g", "--gpus", "8",
+                                 "--precision", "fp8"])
+    assert result.exit_code == 2
+    assert "A100-SXM4-80GB has no fp8 tensor cores; it runs bf16, fp16" in " ".join(result.output.split())
 
 
 @pytest.mark.parametrize("path", sorted(HARDWARE.glob("*.yaml")), ids=lambda p: p.stem)

@@ -47,6 +47,7 @@ naming the key meant. A number written as a JSON string ("3") is bad input sayin
 from __future__ import annotations
 
 import difflib
+import math
 from pathlib import Path
 
 from planner.check.gate import Target, raise_missing
@@ -282,10 +283,12 @@ def _zero(data: dict, file: str) -> tuple[int, frozenset[str]]:
             offload.add(state)
     for key, least in ds.ZERO_BOUNDS.items():
         value = section.get(key)
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and value < least:
-            raise SpecError(f"value {value!r} must be {'> 0' if least else '>= 0'}: DeepSpeed's "
-                            f"ZeRO config model rejects it at start-up (DeepSpeedZeroConfig)",
-                            file=file, key=f"{top}.{key}")
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            continue
+        if not math.isfinite(value) or value < least or value != int(value):
+            raise SpecError(f"value {value!r} must be an integer {'> 0' if least else '>= 0'}: "
+                            f"DeepSpeed's ZeRO config model rejects it at start-up "
+                            f"(DeepSpeedZeroConfig)", file=file, key=f"{top}.{key}")
     return stage, frozenset(offload)
 
 

@@ -96,7 +96,9 @@ def evaluate(target: Target) -> dict:
     verdict}], memory_bytes (the fullest stage), memory_verdict, time_s, tokens_per_s, mfu}.
 
     A reader's finding replaces the placement rule of the same name. Memory: `stage_memory` of every
-    stage with its own recompute counts; a stage over capacity is
+    stage with its own recompute counts, also next to other errors (the layout as the file gives
+    it); where a broken rule leaves it undefined, the warning `memory_not_costed` names the errors
+    and `stages` is empty. A stage over capacity is
     the error `memory_exceeds` (the stage, its total, the capacity, the largest term and what
     shrinks it), one inside the at-risk margin the warning `memory_at_risk`. Times are None when a
     rule is broken (the step is then undefined or meaningless).
@@ -107,9 +109,11 @@ def evaluate(target: Target) -> dict:
     found = {f.rule for f in target.findings}
     violations = [*target.findings, *(v for v in check_layout(target.model, target.cluster, layout)
                                       if v.rule not in found)]
-    stages = _stages(target) if not errors(list(target.findings)) else None
+    stages = _stages(target)
     if stages is not None:
         violations += _memory_findings(target, stages)
+    else:
+        violations.append(_not_costed(violations))
     valid = not errors(violations)
     step = (cost_step(target.model, target.cluster, layout, layer_modes(_counts(target)))
             if valid and stages is not None else None)
@@ -143,7 +147,10 @@ _LINE_FALLBACK = {"memory_exceeds": ("micro_batch_size", "recompute", "zero_stag
 
 def _line(target: Target, violation: Violation) -> int | None:
     """The line of the first flag or key of the file the violation's message (else its fix)
-    names; else of `_LINE_FALLBACK`'s knobs; None when the file sets none of them."""
+    names; else of `_LINE_FALLBACK`'s knobs; None when the file sets none of them. A line the
+    reader gave (`Violation.line`) comes first."""
+    if violation.line is not None:
+        return violation.line
     return locate(target.lines, violation.message, violation.fix,
                   fallback=_LINE_FALLBACK.get(violation.rule, ()))
 
@@ -156,15 +163,28 @@ def _counts(target: Target) -> list[dict[str, int]]:
 
 
 def _stages(target: Target) -> list[MemoryBreakdown] | None:
-    """stage_memory of every stage, or None where a broken rule leaves memory undefined."""
+    """stage_memory of every stage, also where the file breaks other rules (an unknown flag, a
+    batch that does not divide: the layout is still the one the file describes, and its memory is
+    what a user fixing those errors meets next); None where a broken rule leaves memory undefined
+    (e.g. cp does not divide the sequence, per-stage recompute counts that do not cover the split)."""
     try:
         return list(cost_stages(target.model, target.cluster, target.layout, _counts(target),
                                 reserve_bytes=target.reserve_bytes,
                                 at_risk_margin=target.at_risk_margin))
     except SpecError:
-        if errors(check_layout(target.model, target.cluster, target.layout)):
-            return None  # the rules already say why (e.g. cp does not divide the sequence)
+        if errors([*target.findings,
+                   *check_layout(target.model, target.cluster, target.layout)]):
+            return None  # the rules already say why
         raise
+
+
+def _not_costed(violations: list[Violation]) -> Violation:
+    """The note that memory was not costed, naming the broken rules that leave it undefined."""
+    rules = ", ".join(dict.fromkeys(v.rule for v in errors(violations)))
+    return Violation(rule="memory_not_costed", severity="warning",
+                     message=f"memory was not costed: the errors above ({rules}) leave the "
+                             f"layout's per-GPU memory undefined",
+                     fix="fix those errors and check again for the memory per stage")
 
 
 def _memory_findings(target: Target, stages: list[MemoryBreakdown]) -> list[Violation]:

@@ -14,6 +14,8 @@ import re
 
 import yaml
 
+from planner.placement.rules import Violation
+
 _FLAG = re.compile(r"(?<![\w.-])(--[A-Za-z][\w.-]*)")
 
 
@@ -88,3 +90,29 @@ def locate(lines: dict[str, int], *texts: str, fallback: tuple[str, ...] = ()) -
     if best is not None:
         return best[3]
     return next((lines[name] for name in fallback if name in lines), None)
+
+
+def line_endings(text: str, file: str) -> list[Violation]:
+    """The error `crlf_line_endings` when the file has CRLF (Windows) line endings, at the first
+    line whose backslash continuation they break, else at the first CRLF line: bash reads a
+    backslash before a carriage return as an escaped carriage return, so the command ends on that
+    line and the next line runs as a command of its own ("--flag: command not found"); on any
+    line the carriage return stays in the last word (a switch `--flag\\r`, which an argument
+    parser rejects), and `#!/bin/bash\\r` names no interpreter. Source: bash(1) "QUOTING" (a
+    backslash escapes the next character; only backslash-newline is a line continuation)."""
+    lines = text.split("\n")
+    crlf = [n for n, line in enumerate(lines, 1) if line.endswith("\r")]
+    if not crlf:
+        return []
+    broken = [n for n in crlf if lines[n - 1].endswith("\\\r")]
+    at = broken[0] if broken else crlf[0]
+    what = (f"line {at} ends in a backslash and a carriage return (CRLF line endings): bash reads "
+            f"them as an escaped carriage return, not a line continuation, so the command ends at "
+            f"line {at} and line {at + 1} runs as a command of its own; the launch fails"
+            if broken else
+            f"the file has CRLF line endings (line {at} first): bash keeps the carriage return in "
+            f"the last word of each line (e.g. a switch written `--flag\\r`, which the framework's "
+            f"argument parser rejects) and a `#!` line naming `bash\\r` names no interpreter")
+    return [Violation(rule="crlf_line_endings", message=what, line=at,
+                      fix=f"convert the file to LF line endings: dos2unix {file} "
+                          f"(or sed -i 's/\\r$//' {file})")]

@@ -28,7 +28,9 @@ What Megatron itself asserts at start-up and the gate's rules do not already che
 recompute flags' combinations, the virtual-pipeline flags, the uneven split of the middle stages,
 seq-length within max-position-embeddings, interleaving with pp = 2 without p2p overlap, FSDP's
 CUDA_DEVICE_MAX_CONNECTIONS (set in the script) and checkpoint format, torch FSDP2's flags, and
-all-to-all context parallelism's heads per rank divisible by cp (`_startup`). The global
+all-to-all context parallelism's heads per rank divisible by cp (`_startup`); CRLF line endings,
+which break the script's backslash continuations, are the error `crlf_line_endings`
+(`planner.check.lines.line_endings`). The global
 batch by micro-batch x dp is the gate's `batch_divisible` rule.
 """
 
@@ -42,7 +44,7 @@ import shlex
 from pathlib import Path
 
 from planner.check.gate import Target, attempt, raise_missing
-from planner.check.lines import flag_lines
+from planner.check.lines import flag_lines, line_endings
 from planner.errors import SpecError
 from planner.frameworks import megatron as mg
 from planner.frameworks.megatron import FLAG as F
@@ -90,7 +92,7 @@ def read(path: Path, *, model: str | None, cluster: str | None, gpus: int | None
     spec = _model(args, model, path)
     world = _world(args, gpus, file)
     findings: list[Violation] = _rotary_base(args, spec, file) if model is not None else []
-    findings += _unknown_flags(text)
+    findings += _unknown_flags(text) + line_endings(text, file)
     layout = _layout(args, spec, world, seq_len, file, findings)
     tokens, env = _tokens(text, file)
     findings += _startup(args, env, spec, layout, file)

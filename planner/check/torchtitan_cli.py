@@ -37,6 +37,7 @@ from pathlib import Path
 
 from planner.check import torchtitan
 from planner.check.gate import Target
+from planner.check.lines import line_endings
 from planner.errors import SpecError
 from planner.frameworks import megatron as megatron_vocabulary
 from planner.frameworks import torchtitan as tt
@@ -81,6 +82,7 @@ def read(path: Path, *, model: str | None, cluster: str | None, gpus: int | None
         raise SpecError(f"--gpus {gpus} contradicts torchrun's {ranks} ranks", file=file,
                         key="--gpus")
     ac, findings = _ac_mode(flags, ac, preset, file)
+    findings += line_endings(text, file)
     findings += _unknown_fields(flags, _value(flags.get(tt.KEY["seq_len"], "")) or
                                 settings[tt.CONTEXT], settings.get(tt.KEY["pp"], 1) != 1)
     doc = _job_doc(settings, preset, ac, file)

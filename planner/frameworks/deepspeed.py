@@ -185,9 +185,17 @@ DeepSpeedZeroConfig at edaa722 and their `stage3_` aliases. Its model forbids an
 (`deepspeed/runtime/config_utils.py` DeepSpeedConfigModel: extra="forbid", populate_by_name), so
 DeepSpeed stops at start-up on a misspelled ZeRO key, unlike an unknown top-level key."""
 
-ZERO_BOUNDS = {"reduce_bucket_size": 1, "allgather_bucket_size": 0, "sub_group_size": 0,
-               "stage3_prefetch_bucket_size": 0, "stage3_param_persistence_threshold": 0,
-               "stage3_max_live_parameters": 0, "stage3_max_reuse_distance": 0}
-"""`zero_optimization` key -> the least value DeepSpeedZeroConfig accepts (edaa722
-`deepspeed/runtime/zero/config.py`: reduce_bucket_size Field(gt=0), the others Field(ge=0)): below
-it pydantic raises a ValidationError when DeepSpeed builds its config, before training starts."""
+_ZERO_AT_LEAST_0 = ("allgather_bucket_size", "sub_group_size", "prefetch_bucket_size",
+                    "param_persistence_threshold", "model_persistence_threshold",
+                    "max_live_parameters", "max_reuse_distance")
+ZERO_BOUNDS = {"reduce_bucket_size": 1, "zero_hpz_partition_size": 0,
+               **{key: 0 for key in _ZERO_AT_LEAST_0},
+               **{f"stage3_{key}": 0 for key in _ZERO_AT_LEAST_0[2:]}}
+"""`zero_optimization` key -> the least integer DeepSpeedZeroConfig accepts, under its field name
+and its `stage3_` alias (the model populates by either): every bounded field of DeepSpeed 0.19.8
+(the PyPI release, `deepspeed/runtime/zero/config.py` l. 113-324: reduce_bucket_size
+Field(gt=0), since edaa722's ge=0; allgather_bucket_size, sub_group_size, prefetch_bucket_size,
+param_persistence_threshold, model_persistence_threshold, max_live_parameters, max_reuse_distance,
+zero_hpz_partition_size Field(ge=0)). The fields are `int`: a value below its bound or with a
+fractional part makes pydantic raise a ValidationError when DeepSpeed builds its config, before
+training starts."""

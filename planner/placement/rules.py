@@ -50,6 +50,9 @@ class Violation:
     """A suggested change that satisfies the rule."""
     severity: str = "error"
     """`error` (layout invalid) or `warning` (valid, with a cost or no effect)."""
+    line: int | None = None
+    """The 1-based line of the checked file it concerns, where the reader knows it and no flag or
+    key of the message names it (e.g. a line ending); None = located by `check.lines.locate`."""
 
 
 def check_placement(placement: Placement) -> list[Violation]:
@@ -430,15 +433,29 @@ def _sequence(model: ModelSpec, cluster, layout: Layout) -> list[Violation]:
     (`get_batch_on_this_cp_rank`); SP scatters each rank's tokens over tp (`scatter_to_sequence_
     parallel_region` needs divisibility)."""
     cp, tp, s = layout.cp, layout.tp, layout.seq_len
-    need = (2 * cp if cp > 1 else 1)
-    if layout.sequence_parallel and tp > 1:
-        need = cp * math.lcm(2 if cp > 1 else 1, tp)
+    need = _sequence_divisor(cp, tp, layout.sequence_parallel)
     if s % need == 0:
         return []
+    heads = model.num_attention_heads if model.is_mla else math.gcd(
+        model.num_attention_heads, model.num_key_value_heads)
+    if heads % tp:  # tp breaks the head rules too: the degree is what to change, not seq_len
+        fit = [t for t in _divisors(heads)
+               if s % _sequence_divisor(cp, t, layout.sequence_parallel) == 0]
+        fix = (f"change tp, which does not divide the attention heads either: tp in "
+               f"{{{', '.join(map(str, fit))}}} divides both the heads and seq_len={s}")
+    else:
+        fix = f"use seq_len={-(-s // need) * need}"
     return [Violation(rule="sequence_divisible",
                       message=f"seq_len={s} is not divisible by {need} (cp={cp}, tp={tp}, "
-                              f"sequence_parallel={layout.sequence_parallel})",
-                      fix=f"use seq_len={-(-s // need) * need}")]
+                              f"sequence_parallel={layout.sequence_parallel})", fix=fix)]
+
+
+def _sequence_divisor(cp: int, tp: int, sequence_parallel: bool) -> int:
+    """What seq_len must be a multiple of (`_sequence`): 2·cp chunks for load-balanced CP, times
+    tp (to the lcm with 2) with SP."""
+    if sequence_parallel and tp > 1:
+        return cp * math.lcm(2 if cp > 1 else 1, tp)
+    return 2 * cp if cp > 1 else 1
 
 
 def check_ulysses(model: ModelSpec, degree: int) -> list[Violation]:

@@ -47,6 +47,10 @@ def resolve(ref: str, catalog_dir: Path, kind: str, *, alternatives: str) -> tup
     """
     if not ref.strip():
         raise SpecError(f"empty {kind} name; pass a catalog name or {alternatives}")
+    if ref == "-":
+        raise SpecError(f"standard input ('-') is not read for a {kind} (only `planner check -` "
+                        f"reads its file from it); pass a catalog name or {alternatives} (save the "
+                        f"text to a file first)")
     path = Path(ref)
     problem = path_problem(path)
     if problem is None:

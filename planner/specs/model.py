@@ -336,7 +336,10 @@ def load_model(ref: str | Path, *, name: str | None = None) -> ModelSpec:
         name: display name to use instead of the config's `name` / catalog name / file stem.
 
     Returns:
-        The normalised ModelSpec.
+        The normalised ModelSpec. Its `name` is the one name every command reports (`models
+        show`, `plan`, `explain`, `check`, `serve-plan`): `name` if given, else the file's own
+        `name` key, else the catalog name, else the folder of a `config.json` (a Hugging Face
+        checkout), else the file's stem (`bnb.json` -> bnb).
 
     Raises:
         SpecError: empty or unknown name (with the closest catalog names), missing or unreadable
@@ -347,10 +350,31 @@ def load_model(ref: str | Path, *, name: str | None = None) -> ModelSpec:
     raw = files.read_mapping(path, "config keys")
     strict = path.suffix in (".yaml", ".yml")
     file = str(path)
+    if _is_shown(raw):  # `planner models show --format yaml|json` output: its `config` is the model
+        raw, strict = {"name": raw.get("name"), **raw["config"]}, False
     given = raw.get("name")
     if given is not None and (not isinstance(given, str) or not given.strip()):
         raise SpecError(f"value {_show(given)} must be a non-empty string", file=file, key="name")
     return from_config(raw, name=name or given or display, file=file, strict=strict)
+
+
+def model_config(ref: str | Path) -> dict:
+    """The config mapping `load_model(ref)` reads (the model file's keys as written), for
+    `planner models show` to print as its `config`, so that its YAML / JSON output loads again
+    as a model file (`load_model` reads a shown model's `config`).
+
+    Raises:
+        SpecError: as `load_model` for a reference or file that does not load."""
+    path, _ = _resolve(str(ref))
+    raw = files.read_mapping(path, "config keys")
+    return dict(raw["config"]) if _is_shown(raw) else raw
+
+
+def _is_shown(raw: dict) -> bool:
+    """Whether a mapping is `planner models show` output rather than a config: no model_type of
+    its own and a `config` mapping that has one."""
+    return ("model_type" not in raw and isinstance(raw.get("config"), dict)
+            and "model_type" in raw["config"])
 
 
 def catalog_names() -> list[str]:
@@ -859,3 +883,19 @@ def to_dict(spec: ModelSpec) -> dict:
     data["moe_layers"] = list(spec.moe_layers)
     data["layer_types"] = list(spec.layer_types)
     return data
+
+
+def check_expert_degrees(model: ModelSpec, degrees: dict, *, key_of=lambda key: "--fix") -> None:
+    """ep or etp above 1 on a model without routed experts: bad input, the same line for
+    `plan --fix ep=2` and `explain --ep 2` (it splits nothing).
+
+    Args:
+        degrees: {ep / etp: degree}; other keys are ignored.
+        key_of: the option a degree came from, for the message.
+
+    Raises:
+        SpecError: naming the degree and the model (exit 2)."""
+    for key in ("ep", "etp"):
+        if degrees.get(key, 1) > 1 and not model.is_moe:
+            raise SpecError(f"{key}={degrees[key]} applies to routed experts; {model.name} has none "
+                            f"(a dense model: use {key}=1)", key=key_of(key))
