@@ -33,7 +33,6 @@ supplies, ceil for what is demanded, so a reported plan never overstates). `brut
 
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import dataclass
 
@@ -182,11 +181,16 @@ def brute_min_gpus_disaggregated(p_gpus, p_rps, d_gpus, d_rps, rate, limit) -> i
     return min(found) if found else None
 
 
-def _mixes(gpus: list[int], budget: int):
-    ranges = [range(budget // g + 1) for g in gpus]
-    for counts in itertools.product(*ranges):
-        if sum(g * c for g, c in zip(gpus, counts)) <= budget:
-            yield counts
+def _mixes(gpus: list[int], budget: int, start: int = 0):
+    """Every count vector (one count per candidate) whose GPUs fit `budget`, depth-first: a candidate's
+    count is tried only up to what the budget left allows, so the work is the number of mixes that
+    fit, not the product of all ranges."""
+    if start == len(gpus):
+        yield ()
+        return
+    for c in range(budget // gpus[start] + 1):
+        for rest in _mixes(gpus, budget - c * gpus[start], start + 1):
+            yield (c, *rest)
 
 
 def brute_best_mix(gpus: list[int], tokens_per_s: list[float], budget: int) -> tuple[float, int]:
