@@ -196,6 +196,19 @@ def forward_tokens(req: ServeRequest, inst: sv.Instance) -> int:
     return req.max_num_batched_tokens
 
 
+def running_cap(req: ServeRequest, inst: sv.Instance, cmax: int, *, decode_only: bool = False) -> int:
+    """Sequences an instance runs at once: what its KV pool holds (`cmax`), and under vLLM at most what
+    each data-parallel rank's per-step token budget sustains (`cost.serving.budget_concurrency`); the
+    rest of a larger concurrency waits (TTFT's kv_wait term). SGLang does not mix prefill and decode in
+    one batch by default (enable_mixed_chunk False, SGLang 0.5.23 `srt/arg_groups/fields/schedule.py`):
+    its chunk bounds prefill batches only, so only the KV pool caps it here."""
+    if req.engine != "vllm":
+        return cmax
+    budget = inst.adp * sv.budget_concurrency(forward_tokens(req, inst), req.input_len, req.output_len,
+                                              decode_only=decode_only)
+    return min(cmax, budget)
+
+
 def _latency(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, inst: sv.Instance, concurrency: int,
              cmax: int, coefficients: dict, *, interference: bool = True) -> tuple[float, float]:
     """(TTFT s, TPOT s) of one shape at `concurrency` (`cost.serving.latency_terms` / `predict_latency`);
@@ -224,11 +237,13 @@ def evaluate(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, inst: sv.Insta
     if longest < req.context:
         result["reject"] = "context"
         return result
-    steps = [req.concurrency] if req.concurrency else [b for b in CONCURRENCY_STEPS if b < cmax] + [cmax]
+    cap = running_cap(req, inst, cmax)
+    result["running_cap"] = cap
+    steps = [req.concurrency] if req.concurrency else [b for b in CONCURRENCY_STEPS if b < cap] + [cap]
     for b in steps:
         if b > cmax or b < inst.adp:
             continue
-        ttft, tpot = _latency(spec, hw, req, inst, b, cmax, coefficients)
+        ttft, tpot = _latency(spec, hw, req, inst, b, cap, coefficients)
         latency = ttft + (req.output_len - 1) * tpot
         result["points"].append({"concurrency": b, "ttft_s": ttft, "tpot_s": tpot, "latency_s": latency,
                                  "tokens_per_s": b * req.output_len / latency, "requests_per_s": b / latency})
@@ -568,13 +583,15 @@ def _worker_points(spec, hw, req, inst, coefficients, role: str) -> tuple[dict, 
     if role == "prefill":  # compute-bound: prompts back to back, one at a time, gain nothing from batching
         steps = [inst.adp]
     else:
-        steps = [req.concurrency] if req.concurrency else [b for b in CONCURRENCY_STEPS if b < cmax] + [cmax]
+        cap = running_cap(req, inst, cmax, decode_only=True)
+        steps = [req.concurrency] if req.concurrency else [b for b in CONCURRENCY_STEPS if b < cap] + [cap]
     transfer = _transfer_s(spec, hw, req, inst) if role == "prefill" else 0.0
     out = []
     for b in steps:
         if b > cmax or b < inst.adp:
             continue
-        ttft, tpot = _latency(spec, hw, req, inst, b, cmax, coefficients, interference=False)
+        ttft, tpot = _latency(spec, hw, req, inst, b, running_cap(req, inst, cmax, decode_only=role == "decode"),
+                              coefficients, interference=False)
         if role == "prefill":
             if req.ttft_ms is None or (ttft + transfer) * 1e3 <= req.ttft_ms:
                 out.append({"concurrency": b, "ttft_s": ttft + transfer, "requests_per_s": b / ttft})

@@ -363,3 +363,18 @@ def test_moe_plans_choose_expert_parallel_with_attention_dp(model, gpus):
     par = out["plans"][0]["parallelism"]
     assert par["ep"] == par["tp"] > 1 and par["dp"] > 1
     assert any("DeepEP" in n and "--all2all-backend deepep_low_latency" in n for n in out["notes"])
+
+
+def test_vllm_throughput_respects_the_per_step_token_budget():
+    """Before: tp8 at 3,704 running sequences, ~253k tokens/s through a --max-num-batched-tokens 8192 step
+    budget. Each running request needs (1000 + 200) / 200 = 6 tokens a step (1 decode + 5 of prefill), so a
+    rank sustains at most 8192 x 200 / 1200 = 1365 sequences; and the tokens an instance takes per second,
+    requests/s x 1200, cannot exceed dp x 8192 per step / TPOT."""
+    proc = _cli("-m", "llama-3.1-8b", "-c", "dgx-h100", "--gpus", "16", "--input-len", "1000", "--output-len", "200",
+                "--top", "10", "-f", "json")
+    assert proc.returncode == 0, proc.stderr
+    for plan in json.loads(proc.stdout)["plans"]:
+        par = plan["parallelism"]
+        assert plan["concurrency"] <= par["dp"] * 1365, plan
+        per_instance_rps = plan["requests_per_s"] / par["replicas"]
+        assert per_instance_rps * 1200 <= par["dp"] * 8192 / (plan["tpot_ms"] / 1e3) * 1.001, plan

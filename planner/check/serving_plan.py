@@ -117,8 +117,10 @@ def check_serving_plan(path: str) -> dict:
                  f"concurrency {cmax}")
         else:
             coefficients = coefficients_for(load_calibration(), req.engine, spec)
-            ttft, tpot = serve._latency(spec, hw, req, inst, concurrency, cmax, coefficients,
-                                        interference=not par.get("prefill_workers"))
+            disaggregated = bool(par.get("prefill_workers"))
+            cap = serve.running_cap(req, inst, cmax, decode_only=disaggregated)
+            ttft, tpot = serve._latency(spec, hw, req, inst, concurrency, cap, coefficients,
+                                        interference=not disaggregated)
             recomputed.update(ttft_ms=round(ttft * 1e3, 1), tpot_ms=round(tpot * 1e3, 2))
             for name, value, slo in (("TTFT", ttft * 1e3, req.ttft_ms), ("TPOT", tpot * 1e3, req.tpot_ms)):
                 if slo is not None and value > slo and not (name == "TTFT" and par.get("prefill_workers")):

@@ -383,6 +383,25 @@ def longest_context(mem: ServingMemory, spec: ModelSpec, max_model_len: int | No
     return min(pool_context(mem, spec), spec.max_position_embeddings, max_model_len or spec.max_position_embeddings)
 
 
+def budget_concurrency(budget_tokens: int, input_len: int, output_len: int, *, decode_only: bool = False) -> int:
+    """Running sequences one data-parallel rank's per-step token budget sustains when every step mixes
+    decode tokens and prefill chunks under one budget (vLLM's scheduler), >= 1.
+
+    Each step schedules at most `budget_tokens` tokens (max_num_batched_tokens): first one decode token
+    per running request, then prefill chunks of waiting ones with what is left. In steady state every
+    request brings input_len prefill tokens per output_len decode steps, so B running sequences need
+    B x (input_len + output_len) / output_len tokens a step: B <= budget x output_len / (input_len +
+    output_len); more wait for admission (their prompt is not scheduled), so running more than this
+    only lengthens the queue. A decode-only worker (disaggregated) needs B <= budget.
+    Source: vLLM 0.33.0 `vllm/v1/core/sched/scheduler.py` Scheduler.schedule (token_budget =
+    max_num_scheduled_tokens, the running requests first, then the waiting ones while token_budget > 0);
+    steady-state token balance (hand arithmetic). Example: 8192 tokens, 1000 in / 200 out: 8192 x 200 /
+    1200 = 1365 sequences."""
+    if decode_only:
+        return max(1, budget_tokens)
+    return max(1, budget_tokens * output_len // (input_len + output_len))
+
+
 def context_bound(mem: ServingMemory, spec: ModelSpec, max_model_len: int | None = None) -> str:
     """What bounds `longest_context`: `max_model_len` (given, and the smallest), `max_position_embeddings`
     (the pool holds more) or `kv_pool`."""
