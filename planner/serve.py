@@ -190,7 +190,7 @@ def forward_tokens(req: ServeRequest, inst: sv.Instance) -> int:
     each with that budget (vLLM 0.33.0 `vllm/v1/engine/core.py` DPEngineCoreProc: one engine core per DP rank, each
     with its own Scheduler, whose step budget is scheduler_config.max_num_batched_tokens,
     `vllm/v1/core/sched/scheduler.py` schedule), SGLang divides
-    its --chunked-prefill-size among the groups (`planner.frameworks.sglang.rank_chunk`)."""
+    its chunked-prefill size among the groups (`planner.frameworks.sglang.rank_chunk`)."""
     if req.engine == "sglang":
         return max(1, sglang_flags.rank_chunk(req.max_num_batched_tokens, inst.adp))
     return req.max_num_batched_tokens
