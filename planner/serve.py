@@ -718,12 +718,17 @@ def _solve_split(req: ServeRequest, pre: list, dec: list):
 
 def _mix_plan(req: ServeRequest, pre: list, dec: list, result) -> tuple[list[dict], dict]:
     """(worker rows, the plan record) of one rate-matched mix: parallelism, batch and memory of its slowest
-    decode worker (whose TPOT the plan reports, as `planner check` of the plan file recomputes it) with the worker counts, its GPUs, tokens/s and requests/s (the decode side's, which the prefill side feeds),
+    decode worker (whose TPOT the plan reports, as `planner check` of the plan file recomputes it) with the
+    worker counts, its GPUs, the requests/s it serves (the slower side's: the decode side's when
+    rate-matched, the prefill side's when decode capacity is spare) and tokens/s (that x output_len),
     TTFT / TPOT the worst of its workers."""
     rows = [_worker_row(*pre[i], "prefill", n) for i, n in sorted(result.prefill.items())] + \
            [_worker_row(*dec[i], "decode", n) for i, n in sorted(result.decode.items())]
     gpus = sum(r["gpus"] for r in rows)
-    tokens = sum(r.get("tokens_per_s", 0) for r in rows)
+    fed = sum(r["requests_per_s"] for r in rows if r["role"] == "prefill")
+    carried = sum(r["requests_per_s"] for r in rows if r["role"] == "decode")
+    served = min(fed, carried)  # requests/s the mix serves: the slower side's
+    tokens = served * req.output_len
     ttft = max(r["ttft_ms"] for r in rows if r["role"] == "prefill")
     tpot = max(r["tpot_ms"] for r in rows if r["role"] == "decode")
     latency = ttft + (req.output_len - 1) * tpot
@@ -739,6 +744,6 @@ def _mix_plan(req: ServeRequest, pre: list, dec: list, result) -> tuple[list[dic
             "ttft_ms": ttft, "tpot_ms": tpot,
             "request_latency_ms": round(latency, 1), "tokens_per_s": round(tokens, 1),
             "tokens_per_s_per_gpu": round(tokens / gpus, 1), "tokens_per_s_per_user": round(1e3 / tpot, 1),
-            "requests_per_s": round(sum(r["requests_per_s"] for r in decode_rows), 3),
+            "requests_per_s": round(served, 3),
             "workers": [{k: r[k] for k in ("role", "parallelism", "workers", "concurrency")} for r in rows]}
     return rows, plan

@@ -378,3 +378,17 @@ def test_vllm_throughput_respects_the_per_step_token_budget():
         assert plan["concurrency"] <= par["dp"] * 1365, plan
         per_instance_rps = plan["requests_per_s"] / par["replicas"]
         assert per_instance_rps * 1200 <= par["dp"] * 8192 / (plan["tpot_ms"] / 1e3) * 1.001, plan
+
+
+def test_disaggregated_at_a_request_rate_reports_what_the_mix_serves():
+    """--request-rate 5 on tp8: 3 prefill workers (~2.17 requests/s each of 8k prompts) feed 6.5 requests/s;
+    the decode worker runs at the lightest load carrying the rate, and the mix serves min(prefill, decode)
+    requests/s, tokens/s = that x 500 (it reported the decode worker's full 10.7 requests/s before)."""
+    proc = _cli("-m", "llama-3.1-70b", "-c", "hgx-h200", "--gpus", "64", "--input-len", "8000", "--output-len", "500",
+                "--disaggregated", "--fix", "tp=8", "--request-rate", "5", "-f", "json")
+    assert proc.returncode == 0, proc.stderr
+    dep = json.loads(proc.stdout)["deployment"]
+    fed = sum(w["requests_per_s"] for w in dep["workers"] if w["role"] == "prefill")
+    carried = sum(w["requests_per_s"] for w in dep["workers"] if w["role"] == "decode")
+    assert 5 <= dep["requests_per_s"] == pytest.approx(min(fed, carried), abs=2e-3)
+    assert dep["tokens_per_s"] == pytest.approx(dep["requests_per_s"] * 500, rel=1e-3)
