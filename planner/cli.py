@@ -860,7 +860,7 @@ def _serve_fix(items: list[str]) -> dict:
 def serve_plan_cmd(
     model: ModelOpt,
     cluster: ClusterOpt,
-    gpus: Annotated[int, typer.Option("--gpus", min=1, max=MAX_GPUS, help="GPUs the deployment may use.")],
+    gpus: Annotated[int, typer.Option("--gpus", min=1, max=MAX_GPUS, help="GPUs the deployment may use: whole nodes, or part of one node where the cluster allows it (as plan).")],
     input_len: Annotated[int, typer.Option(min=1, max=MAX_SEQ_LEN, help="Prompt tokens per request.")],
     output_len: Annotated[int, typer.Option(min=1, max=MAX_SEQ_LEN, help="Generated tokens per request.")],
     concurrency: Annotated[int | None, typer.Option(min=1, max=1_000_000, help="Requests in flight per instance (default: searched).")] = None,
@@ -905,7 +905,8 @@ def serve_plan_cmd(
         if path is not None:
             _check_writable(path, (model, cluster), key)
     spec = model_spec.load_model(model)
-    hw = cluster_spec.load_cluster(cluster)
+    # the cluster's allocation rule, as `plan` applies it: whole nodes, or part of one node where it allows
+    hw = cluster_spec.load_cluster(cluster, gpus=gpus)
     weights, weights_why = serve.weight_choice(spec, hw, _value(weight_dtype) if weight_dtype else None)
     kv = _value(kv_dtype)
     if kv == "bf16" and "bf16" not in hw.gpu.peak_tflops:

@@ -23,6 +23,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from planner.cost.serving import Instance
 from planner.errors import shorten
 from planner.placement import overlap, recompute_mix
 
@@ -688,8 +689,14 @@ def write_yaml(path: str, data: dict) -> None:
 # ---------------------------------------------------------------- serve-plan
 
 def _serve_label(par: dict) -> str:
-    parts = [f"tp{par['tp']}"] + [f"{a}{par[a]}" for a in ("pp", "ep", "dp") if par.get(a, 1) > 1]
-    return " ".join(parts)
+    """A serving layout record (tp, pp, ep, dp) as `cost.serving.Instance.label` spells it."""
+    return Instance(tp=par["tp"], pp=par.get("pp", 1), ep=par.get("ep", 1), adp=par.get("dp", 1)).label
+
+
+def _workers_label(workers: list[dict]) -> str:
+    """A disaggregated mix: `3 x prefill tp8 @1 + 1 x decode tp8 @64`."""
+    return " + ".join(f"{w['workers']} x {w['role']} {_serve_label(w['parallelism'])} @{w['concurrency']:,}"
+                      for w in workers)
 
 
 def show_serve_plan(data: dict, fmt: str) -> None:
@@ -709,8 +716,7 @@ def show_serve_plan(data: dict, fmt: str) -> None:
                   f"{solver['objective_value']:,}; {solver['candidates_evaluated']:,} candidates of "
                   f"{solver['shapes']} shapes; {solver['wall_s']:.2f} s")
     if "workers" in dep:
-        mix = " + ".join(f"{w['workers']} x {w['role']} {_serve_label(w['parallelism'])} @{w['concurrency']:,}"
-                         for w in dep["workers"])
+        mix = _workers_label(dep["workers"])
     else:
         mix = " + ".join(f"{p['parallelism']['replicas']} x {_serve_label(p['parallelism'])} @{p['concurrency']:,}"
                          for p in dep["mix"])
@@ -719,7 +725,9 @@ def show_serve_plan(data: dict, fmt: str) -> None:
     console.print()
     console.print(_table("plans", ("#", "instance", "replicas", "conc.", "TTFT\nms", "TPOT\nms",
                                    "tokens/s\n/GPU", "tokens/s\n/user", "KV pool\nGiB", "max\nconc."),
-                         ([i, _serve_label(p["parallelism"]), f"{p['parallelism']['replicas']:,}", f"{p['concurrency']:,}",
+                         ([i, _workers_label(p["workers"]) if "workers" in p else _serve_label(p["parallelism"]),
+                           f"{sum(w['workers'] for w in p.get('workers', ())) or p['parallelism']['replicas']:,}",
+                           f"{p['concurrency']:,}",
                            f"{p['ttft_ms']:,.0f}", f"{p['tpot_ms']:,.1f}", f"{p['tokens_per_s_per_gpu']:,.1f}",
                            f"{p['tokens_per_s_per_user']:,.1f}", gib(p["memory_bytes"]["kv_cache"]),
                            f"{p['max_concurrency']:,}"] for i, p in enumerate(data["plans"], 1)), right_from=2))
@@ -752,6 +760,8 @@ def _longest(rec: dict) -> str:
     text = f"{rec['longest_context']:,} tokens"
     if rec.get("longest_context_bound") == "max_position_embeddings":
         text += " (the model's max_position_embeddings binds; the KV pool holds more)"
+    elif rec.get("longest_context_bound") == "max_model_len":
+        text += " (max_model_len binds: the engine refuses longer requests; the KV pool holds more)"
     return text
 
 

@@ -14,6 +14,7 @@ Definitions used throughout:
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 
@@ -24,7 +25,7 @@ from planner.frameworks import vllm as vllm_flags
 from planner.search import serve_ilp
 from planner.serve_validate import coefficients_for, load_calibration
 from planner.specs.cluster import ClusterSpec
-from planner.specs.model import ModelSpec
+from planner.specs.model import ModelSpec, require_modelled_checkpoint
 
 CONCURRENCY_STEPS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 """Per-instance concurrencies tried when --concurrency is not given (plus the KV pool's limit)."""
@@ -76,7 +77,9 @@ def weight_choice(spec: ModelSpec, hw: ClusterSpec, given: str | None) -> tuple[
     Raises:
         SpecError: bf16 asked on a GPU without bf16, or a quantized format there (vLLM's and SGLang's
             fp8 / int / fp4 kernels need more than such a GPU has; `planner check` rule
-            quantization_unsupported), naming what it runs."""
+            quantization_unsupported), naming what it runs; a checkpoint format not modelled
+            (`specs.model.require_modelled_checkpoint`)."""
+    require_modelled_checkpoint(spec)
     no_bf16 = "bf16" not in hw.gpu.peak_tflops
     if given is not None:
         fmt, why = given, "as asked (--weight-dtype)"
@@ -91,9 +94,7 @@ def weight_choice(spec: ModelSpec, hw: ClusterSpec, given: str | None) -> tuple[
         return "fp16", (f"{hw.gpu.name} has no bf16: fp16 (vLLM falls back to float16 there; its dtype half), "
                         f"2 bytes per element as bf16")
     else:
-        method = spec.extra.get("quant_method")
-        return "bf16", (f"the checkpoint's quant_method {method!r} is not modelled: costed as bf16; give "
-                        f"--weight-dtype" if method else "the checkpoint is unquantized (no quantization_config)")
+        return "bf16", "the checkpoint is unquantized (no quantization_config)"
     if no_bf16 and fmt != "fp16":
         source = "--weight-dtype" if given is not None else f"{spec.name}'s checkpoint format"
         runs = ("vLLM refuses bfloat16 below compute capability 8.0 (dtype half)" if fmt == "bf16" else
@@ -180,7 +181,32 @@ def _memory(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, inst: sv.Instan
                                             max_num_batched_tokens=req.max_num_batched_tokens)
     return sv.serving_memory(spec, inst, capacity=hw.gpu.memory_bytes, weight_format=req.weight_dtype,
                              kv_dtype=req.kv_dtype, engine=req.engine, fraction=fraction,
-                             max_num_batched_tokens=req.max_num_batched_tokens)
+                             max_num_batched_tokens=forward_tokens(req, inst))
+
+
+def forward_tokens(req: ServeRequest, inst: sv.Instance) -> int:
+    """Tokens one attention data-parallel group's forward takes (the per-step token budget the costs use):
+    --max-num-batched-tokens is the engine flag's value; vLLM runs one scheduler per data-parallel rank,
+    each with that budget (vLLM 0.33.0 `vllm/v1/engine/core.py` DPEngineCoreProc: one engine core per DP rank, each
+    with its own Scheduler, whose step budget is scheduler_config.max_num_batched_tokens,
+    `vllm/v1/core/sched/scheduler.py` schedule), SGLang divides
+    its chunked-prefill size among the groups (`planner.frameworks.sglang.rank_chunk`)."""
+    if req.engine == "sglang":
+        return max(1, sglang_flags.rank_chunk(req.max_num_batched_tokens, inst.adp))
+    return req.max_num_batched_tokens
+
+
+def running_cap(req: ServeRequest, inst: sv.Instance, cmax: int, *, decode_only: bool = False) -> int:
+    """Sequences an instance runs at once: what its KV pool holds (`cmax`), and under vLLM at most what
+    each data-parallel rank's per-step token budget sustains (`cost.serving.budget_concurrency`); the
+    rest of a larger concurrency waits (TTFT's kv_wait term). SGLang does not mix prefill and decode in
+    one batch by default (enable_mixed_chunk False, SGLang 0.5.23 `srt/arg_groups/fields/schedule.py`):
+    its chunk bounds prefill batches only, so only the KV pool caps it here."""
+    if req.engine != "vllm":
+        return cmax
+    budget = inst.adp * sv.budget_concurrency(forward_tokens(req, inst), req.input_len, req.output_len,
+                                              decode_only=decode_only)
+    return min(cmax, budget)
 
 
 def _latency(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, inst: sv.Instance, concurrency: int,
@@ -191,7 +217,7 @@ def _latency(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, inst: sv.Insta
                              peak_flops=hw.peak_flops(_peak_dtype(hw, req.weight_dtype)),
                              weight_format=req.weight_dtype, kv_dtype=req.kv_dtype, concurrency=concurrency,
                              input_len=req.input_len, output_len=req.output_len, max_concurrency_=max(cmax, 1),
-                             max_num_batched_tokens=req.max_num_batched_tokens,
+                             max_num_batched_tokens=forward_tokens(req, inst),
                              hop_s=_hop_s(hw, inst, spec, concurrency), link_bytes_per_s=sv.link_bytes_per_s(hw, inst.tp))
     if not interference:
         terms["prefill_interference_s"] = 0.0
@@ -211,11 +237,13 @@ def evaluate(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, inst: sv.Insta
     if longest < req.context:
         result["reject"] = "context"
         return result
-    steps = [req.concurrency] if req.concurrency else [b for b in CONCURRENCY_STEPS if b < cmax] + [cmax]
+    cap = running_cap(req, inst, cmax)
+    result["running_cap"] = cap
+    steps = [req.concurrency] if req.concurrency else [b for b in CONCURRENCY_STEPS if b < cap] + [cap]
     for b in steps:
         if b > cmax or b < inst.adp:
             continue
-        ttft, tpot = _latency(spec, hw, req, inst, b, cmax, coefficients)
+        ttft, tpot = _latency(spec, hw, req, inst, b, cap, coefficients)
         latency = ttft + (req.output_len - 1) * tpot
         result["points"].append({"concurrency": b, "ttft_s": ttft, "tpot_s": tpot, "latency_s": latency,
                                  "tokens_per_s": b * req.output_len / latency, "requests_per_s": b / latency})
@@ -280,7 +308,9 @@ def serve_plan(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, calibration:
                         f"{req.output_len} = {asked} tokens, the context each request reaches; allowed: at least "
                         f"{asked}", key="--max-model-len")
     if req.context > spec.max_position_embeddings:
-        key = "--max-model-len" if req.max_model_len else "--input-len"
+        limit = spec.max_position_embeddings
+        key = ("--max-model-len" if req.max_model_len else "--input-len" if req.input_len > limit
+               else "--output-len" if req.output_len > limit else "--input-len + --output-len")
         raise SpecError(f"a context of {req.context} tokens exceeds {spec.name}'s max_position_embeddings "
                         f"{spec.max_position_embeddings} (vLLM, SGLang and TensorRT-LLM refuse it at start-up); "
                         f"allowed: up to {spec.max_position_embeddings}", key=key)
@@ -298,7 +328,7 @@ def serve_plan(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, calibration:
             needed = serve_ilp.min_gpus(gpus, [p["requests_per_s"] for _, p in cands], tokens,
                                         req.request_rate, req.gpus * 1024)
             more = (f"; {int(needed.objective)} GPUs would carry {_carried(needed, cands):g} requests/s: "
-                    f"--gpus {int(needed.objective)} would work" if needed.counts else
+                    f"--gpus {allowed_gpus(hw, int(needed.objective))} would work" if needed.counts else
                     f"; not even {req.gpus * 1024} GPUs would carry it: relax the SLOs")
             best = max(cands, key=lambda c: c[1]["requests_per_s"] / c[0]["inst"].gpus)
             plan = _plan(spec, best[0], best[1], max(1, req.gpus // best[0]["inst"].gpus))
@@ -499,6 +529,15 @@ def _memory_only(ev: dict) -> dict:
             "longest_context_bound": ev["longest_context_bound"]}
 
 
+def allowed_gpus(hw: ClusterSpec, n: int) -> int:
+    """The smallest --gpus at least `n` that the cluster's allocation rule accepts: n itself below one node
+    where partial nodes are allowed, else whole nodes (`specs.cluster.load_cluster`)."""
+    per_node = hw.gpus_per_node
+    if n < per_node and hw.allow_partial_node:
+        return n
+    return -(-n // per_node) * per_node
+
+
 def _minimum_gpus(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest) -> int | None:
     """Smallest instance (GPUs) whose KV pool holds one sequence of the asked context, up to 1024 GPUs."""
     for n in _powers(1024):
@@ -544,13 +583,15 @@ def _worker_points(spec, hw, req, inst, coefficients, role: str) -> tuple[dict, 
     if role == "prefill":  # compute-bound: prompts back to back, one at a time, gain nothing from batching
         steps = [inst.adp]
     else:
-        steps = [req.concurrency] if req.concurrency else [b for b in CONCURRENCY_STEPS if b < cmax] + [cmax]
+        cap = running_cap(req, inst, cmax, decode_only=True)
+        steps = [req.concurrency] if req.concurrency else [b for b in CONCURRENCY_STEPS if b < cap] + [cap]
     transfer = _transfer_s(spec, hw, req, inst) if role == "prefill" else 0.0
     out = []
     for b in steps:
         if b > cmax or b < inst.adp:
             continue
-        ttft, tpot = _latency(spec, hw, req, inst, b, cmax, coefficients, interference=False)
+        ttft, tpot = _latency(spec, hw, req, inst, b, running_cap(req, inst, cmax, decode_only=role == "decode"),
+                              coefficients, interference=False)
         if role == "prefill":
             if req.ttft_ms is None or (ttft + transfer) * 1e3 <= req.ttft_ms:
                 out.append({"concurrency": b, "ttft_s": ttft + transfer, "requests_per_s": b / ttft})
@@ -577,26 +618,51 @@ def _worker_row(ev: dict, point: dict, role: str, count: int) -> dict:
 
 
 def worker_candidates(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, coefficients: dict):
-    """(shapes, rejected counts, {"prefill": [(ev, point)], "decode": [(ev, point)]}): the best point per
-    shape and role meeting the SLOs (prefill: most requests/s; decode: most tokens/s)."""
+    """(shapes, rejected counts, {"prefill": [(ev, point)], "decode": [(ev, point)]}): per shape, the
+    prefill point meeting --ttft-ms (prompts one at a time) and EVERY decode concurrency meeting --tpot-ms:
+    a decode worker fed fewer requests/s than its most loaded point runs at a smaller batch, so rate
+    matching may pick one below its best (with only the best point, a prefill side slower than one decode
+    worker's full rate, e.g. 8k-token prompts at tp 8, had no mix at all)."""
     found, rejected = shapes(spec, hw, req.gpus, req.fix)
     sides = {}
     for role in ("prefill", "decode"):
-        best = []
+        sides[role] = []
         for inst in found:
             ev, pts = _worker_points(spec, hw, req, inst, coefficients, role)
-            if pts:
-                key = "requests_per_s" if role == "prefill" else "tokens_per_s"
-                best.append((ev, max(pts, key=lambda p: p[key])))
-        sides[role] = best
+            if role == "prefill" and pts:
+                pts = [max(pts, key=lambda p: p["requests_per_s"])]
+            sides[role] += [(ev, p) for p in pts]
     return found, rejected, sides
 
 
+def _no_mix(hw: ClusterSpec, req: ServeRequest, pre: list, dec: list) -> InfeasibleError:
+    """Why no rate-matched mix fits: the fewest GPUs of one decode worker (at its lightest point meeting the
+    SLOs) fed by enough prefill workers of one shape (or, at --request-rate, both sides carrying the rate)."""
+    def need(p, d) -> tuple[int, int, int]:
+        rate = req.request_rate if req.request_rate is not None else d[1]["requests_per_s"]
+        n_pre = math.ceil(rate / p[1]["requests_per_s"] - 1e-9)
+        n_dec = math.ceil(rate / d[1]["requests_per_s"] - 1e-9) if req.request_rate is not None else 1
+        return p[0]["inst"].gpus * n_pre + d[0]["inst"].gpus * n_dec, n_pre, n_dec
+    (gpus, n_pre, n_dec), p, d = min(((need(p, d), p, d) for p in pre for d in dec), key=lambda x: x[0][0])
+    at = f" at {req.request_rate:g} requests/s" if req.request_rate is not None else ""
+    return InfeasibleError(
+        f"no rate-matched prefill + decode mix fits {req.gpus} GPUs{at}: "
+        f"{'the rate binds' if at else 'the prefill side binds'} -- a "
+        f"{p[0]['inst'].label} prefill worker carries {p[1]['requests_per_s']:.3g} requests/s of {req.input_len}-token "
+        f"prompts, and the least mix is {n_pre} of them + {n_dec} {d[0]['inst'].label} decode worker(s) at "
+        f"{d[1]['requests_per_s']:.3g} requests/s each = {gpus} GPUs; --gpus {allowed_gpus(hw, gpus)} would work "
+        f"(or a shorter "
+        f"--input-len, a looser --ttft-ms, or no --disaggregated)",
+        details={"binding": "prefill_rate", "minimum_gpus": gpus})
+
+
 def disaggregated_plan(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, coefficients: dict, start: float) -> dict:
-    """Prefill and decode workers (`--disaggregated`): the best point per shape and role, then the
-    rate-matching program of `serve_ilp.best_disaggregated` (or `min_gpus_disaggregated` for
-    --request-rate). TTFT = the prefill worker's TTFT + the KV transfer; TPOT = the decode worker's.
-    --request-latency-ms is checked on the chosen pair (TTFT + (O - 1) x TPOT)."""
+    """Prefill and decode workers (`--disaggregated`): per shape the prefill point and every decode point
+    meeting the SLOs (`worker_candidates`), then the rate-matching program of `serve_ilp.best_disaggregated`
+    (or `min_gpus_disaggregated` for --request-rate). TTFT = the prefill worker's TTFT + the KV transfer;
+    TPOT = the decode worker's. --request-latency-ms is checked on the chosen mix (TTFT + (O - 1) x TPOT).
+    The plans are whole mixes, best first: the program's choice, then the best mix of each other decode
+    shape (up to --top), so every row reads as the deployment line does."""
     found, rejected, sides = worker_candidates(spec, hw, req, coefficients)
     if not sides["prefill"] or not sides["decode"]:
         role = "prefill" if not sides["prefill"] else "decode"
@@ -604,30 +670,70 @@ def disaggregated_plan(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, coef
         raise InfeasibleError(f"no {role} worker shape fits memory and {slo} on up to {req.gpus} GPUs; "
                               f"loosen {slo} or drop --disaggregated", details={"binding": f"{role}_slo"})
     pre, dec = sides["prefill"], sides["decode"]
+    result = _solve_split(req, pre, dec)
+    if not result.decode:
+        raise _no_mix(hw, req, pre, dec)
+    rows, plan = _mix_plan(req, pre, dec, result)
+    if req.request_latency_ms is not None and plan["request_latency_ms"] > req.request_latency_ms:
+        latency = plan["request_latency_ms"]
+        raise InfeasibleError(f"SLO binds: the best disaggregated mix has request latency {latency:.0f} ms > "
+                              f"{req.request_latency_ms:g} ms; --request-latency-ms {latency + 0.5:.0f} would work",
+                              details={"binding": "slo"})
+    plans = [plan]
+    for inst in dict.fromkeys(ev["inst"] for ev, _ in dec):
+        if len(plans) >= req.top or inst in {dec[i][0]["inst"] for i in result.decode}:
+            continue
+        only = [(ev, p) for ev, p in dec if ev["inst"] == inst]
+        other = _solve_split(req, pre, only)
+        if other.decode:
+            alt = _mix_plan(req, pre, only, other)[1]
+            if req.request_latency_ms is None or alt["request_latency_ms"] <= req.request_latency_ms:
+                plans.append(alt)
+    key = (lambda p: p["gpus"]) if req.request_rate is not None else (lambda p: -p["tokens_per_s"])
+    plans = [plan] + sorted(plans[1:], key=key)
+    gpus, tokens = plan["gpus"], plan["tokens_per_s"]
+    return {
+        "solver": {"status": result.status,
+                   "objective": "min_gpus" if req.request_rate is not None else "max_tokens_per_s",
+                   "objective_value": round(gpus if req.request_rate is not None else tokens, 1),
+                   "wall_s": round(time.perf_counter() - start, 3),
+                   "candidates_evaluated": len(pre) + len(dec), "shapes": len(found), "shapes_rejected": rejected},
+        "deployment": {"gpus": gpus, "tokens_per_s": round(tokens, 1), "tokens_per_s_per_gpu": plan["tokens_per_s_per_gpu"],
+                       "requests_per_s": plan["requests_per_s"], "workers": rows},
+        "plans": plans[:req.top], "pareto": [], "notes": _notes(hw, req) + [
+            "disaggregated: prefill workers run prompts only, decode workers generate only; TTFT includes the "
+            "KV transfer; constants are the aggregated fit's with the prefill-interference term removed"],
+    }
+
+
+def _solve_split(req: ServeRequest, pre: list, dec: list):
+    """The rate-matching program over these prefill and decode points (`serve_ilp`)."""
     args = ([ev["inst"].gpus for ev, _ in pre], [p["requests_per_s"] for _, p in pre],
             [ev["inst"].gpus for ev, _ in dec], [p["requests_per_s"] for _, p in dec],
             [p["tokens_per_s"] for _, p in dec])
     if req.request_rate is not None:
-        result = serve_ilp.min_gpus_disaggregated(*args, req.request_rate, req.gpus)
-    else:
-        result = serve_ilp.best_disaggregated(*args, req.gpus)
-    if not result.decode:
-        raise InfeasibleError(f"no rate-matched prefill + decode mix fits {req.gpus} GPUs"
-                              + (f" at {req.request_rate:g} requests/s" if req.request_rate else ""),
-                              details={"binding": "gpus"})
+        return serve_ilp.min_gpus_disaggregated(*args, req.request_rate, req.gpus)
+    return serve_ilp.best_disaggregated(*args, req.gpus)
+
+
+def _mix_plan(req: ServeRequest, pre: list, dec: list, result) -> tuple[list[dict], dict]:
+    """(worker rows, the plan record) of one rate-matched mix: parallelism, batch and memory of its slowest
+    decode worker (whose TPOT the plan reports, as `planner check` of the plan file recomputes it) with the
+    worker counts, its GPUs, the requests/s it serves (the slower side's: the decode side's when
+    rate-matched, the prefill side's when decode capacity is spare) and tokens/s (that x output_len),
+    TTFT / TPOT the worst of its workers."""
     rows = [_worker_row(*pre[i], "prefill", n) for i, n in sorted(result.prefill.items())] + \
            [_worker_row(*dec[i], "decode", n) for i, n in sorted(result.decode.items())]
     gpus = sum(r["gpus"] for r in rows)
-    tokens = sum(r.get("tokens_per_s", 0) for r in rows)
+    fed = sum(r["requests_per_s"] for r in rows if r["role"] == "prefill")
+    carried = sum(r["requests_per_s"] for r in rows if r["role"] == "decode")
+    served = min(fed, carried)  # requests/s the mix serves: the slower side's
+    tokens = served * req.output_len
     ttft = max(r["ttft_ms"] for r in rows if r["role"] == "prefill")
     tpot = max(r["tpot_ms"] for r in rows if r["role"] == "decode")
     latency = ttft + (req.output_len - 1) * tpot
-    if req.request_latency_ms is not None and latency > req.request_latency_ms:
-        raise InfeasibleError(f"SLO binds: the best disaggregated mix has request latency {latency:.0f} ms > "
-                              f"{req.request_latency_ms:g} ms; --request-latency-ms {latency + 0.5:.0f} would work",
-                              details={"binding": "slo"})
     decode_rows = [r for r in rows if r["role"] == "decode"]
-    top = decode_rows[0]
+    top = max(decode_rows, key=lambda r: r["tpot_ms"])  # the plan's shape and batch: the worker whose TPOT it reports
     plan = {"parallelism": {**top["parallelism"], "replicas": sum(r["workers"] for r in decode_rows),
                             "prefill_workers": sum(r["workers"] for r in rows if r["role"] == "prefill"),
                             "decode_workers": sum(r["workers"] for r in decode_rows)},
@@ -638,16 +744,6 @@ def disaggregated_plan(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, coef
             "ttft_ms": ttft, "tpot_ms": tpot,
             "request_latency_ms": round(latency, 1), "tokens_per_s": round(tokens, 1),
             "tokens_per_s_per_gpu": round(tokens / gpus, 1), "tokens_per_s_per_user": round(1e3 / tpot, 1),
-            "requests_per_s": round(sum(r["requests_per_s"] for r in decode_rows), 3)}
-    return {
-        "solver": {"status": result.status,
-                   "objective": "min_gpus" if req.request_rate is not None else "max_tokens_per_s",
-                   "objective_value": round(gpus if req.request_rate is not None else tokens, 1),
-                   "wall_s": round(time.perf_counter() - start, 3),
-                   "candidates_evaluated": len(pre) + len(dec), "shapes": len(found), "shapes_rejected": rejected},
-        "deployment": {"gpus": gpus, "tokens_per_s": round(tokens, 1), "tokens_per_s_per_gpu": plan["tokens_per_s_per_gpu"],
-                       "requests_per_s": plan["requests_per_s"], "workers": rows},
-        "plans": [plan], "pareto": [], "notes": _notes(hw, req) + [
-            "disaggregated: prefill workers run prompts only, decode workers generate only; TTFT includes the "
-            "KV transfer; constants are the aggregated fit's with the prefill-interference term removed"],
-    }
+            "requests_per_s": round(served, 3),
+            "workers": [{k: r[k] for k in ("role", "parallelism", "workers", "concurrency")} for r in rows]}
+    return rows, plan

@@ -172,12 +172,16 @@ def load_cases(path: str | Path = DATA) -> list[Case]:
 
 
 def case_terms(case: Case) -> dict[str, float]:
-    """`latency_terms` of a case, with the KV-pool concurrency limit of its engine's default budget."""
+    """`latency_terms` of a case, with the KV-pool concurrency limit of its engine's default budget and, under
+    vLLM, the running sequences its default per-step token budget sustains (`cost.serving.budget_concurrency`)."""
     spec, hw = _model(case.model), _cluster(case.cluster)
     kv_dtype = "bf16"
     mem = sv.serving_memory(spec, case.inst, capacity=hw.gpu.memory_bytes, weight_format=case.weight_format,
                             kv_dtype=kv_dtype, engine=case.engine)
     cmax = max(1, sv.max_concurrency(mem, spec, case.inst, case.input_len + case.output_len))
+    if case.engine == "vllm":  # the running sequences the per-step token budget sustains (serve.running_cap)
+        cmax = min(cmax, case.inst.adp * sv.budget_concurrency(sv.DEFAULT_MAX_NUM_BATCHED_TOKENS, case.input_len,
+                                                                case.output_len))
     dtype = "bf16" if case.weight_format == "bf16" else "fp8"
     return sv.latency_terms(spec, case.inst, hbm_bytes_per_s=hw.gpu.hbm_gb_per_s * 1e9,
                             peak_flops=hw.peak_flops(dtype), weight_format=case.weight_format,

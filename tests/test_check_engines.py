@@ -533,3 +533,62 @@ def test_sglang_reader_takes_the_derived_default_and_emit_writes_the_plans(tmp_p
                     "--output-len", "500", "--fix", "tp=8", "--emit", "sglang")
     assert proc.returncode == 0, proc.stderr
     assert "--tp-size 8 " in proc.stdout and "--mem-fraction-static 0.893 " in proc.stdout
+
+
+@pytest.mark.parametrize("model, extra, fraction", [
+    # Qwen3-235B-A22B (not MLA), tp 8 ep 8 attention-DP 8, deepep, chunk 8192 as given: decode graphs 2 x 512 +
+    # 512 x 8 x 3 + 512 x 8 x 1.5 = 19456; deepep prefill sizes up to 2048 rounded to multiples of 8: 4 + 14 + 8
+    # + 8 + 4 = 38 -> 304, + 1024 deepep = 20784; reserved 512 + 1.5 x 8192 + 1024 + 20784 = 34608, + 2048
+    # deepep = 36656; (143771 - 36656) / 143771 = 0.74504 -> 0.745
+    ("qwen3-235b-a22b", ["--ttft-ms", "2000", "--tpot-ms", "50", "--weight-dtype", "fp8-block", "--fix", "ep=8"],
+     0.745),
+    # DeepSeek-V3 (MLA), tp 8 attention-DP 8, no EP: graphs 1024 + 12288 + 6144 + 1536 = 20992; reserved 512 +
+    # 12288 + 1024 + 20992 = 34816; (143771 - 34816) / 143771 = 0.75784 -> 0.758
+    ("deepseek-v3", ["--fix", "ep=1"], 0.758),
+])
+def test_sglang_attention_dp_plan_keeps_the_chunk_and_a_sane_fraction(model, extra, fraction):
+    """--chunked-prefill-size is the instance's total, divided by SGLang among the attention-DP groups after
+    mem_fraction_static is sized from it (parallel_hook.py after memory_hook.py, 0.5.23): the emitter writes
+    the asked budget unchanged, not x dp (x 8 made the fraction 0.16 and the KV pool negative)."""
+    proc = _planner("serve-plan", "-m", model, "-c", "hgx-h200", "--gpus", "8", "--input-len", "4000",
+                    "--output-len", "500", "--engine", "sglang", "--fix", "dp=8", *extra, "--emit", "sglang")
+    assert proc.returncode == 0, proc.stderr
+    assert "--attn-dp-size 8 " in proc.stdout and "--chunked-prefill-size 8192 " in proc.stdout
+    assert f"--mem-fraction-static {fraction} " in proc.stdout
+    assert "check: PASS" in proc.stderr + proc.stdout
+
+
+def test_sglang_reader_divides_the_chunk_per_attention_dp_group(tmp_path):
+    """8192 over 8 attention-DP groups: 1024 tokens per group's forward; the fraction from the undivided
+    8192 (0.736 by hand in test_sglang_default_mem_fraction_static_by_hand)."""
+    text = ("python -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3 --tp-size 8 --attn-dp-size 8 "
+            "--ep-size 8 --moe-a2a-backend deepep --context-length 4500 --chunked-prefill-size 8192\n")
+    result = check_launch_file(_file(tmp_path, text), cluster="hgx-h200", gpus=8)
+    assert result["launches"][0]["recomputed"]["budget_fraction"] == 0.736
+    assert sglang_flags.rank_chunk(8192, 8) == 1024
+
+
+def test_vllm_default_gpu_memory_utilization_is_one_value_in_plan_emit_and_check(tmp_path):
+    """vLLM 0.33.0 `vllm/config/cache.py`: gpu_memory_utilization Field(default=0.92); EngineArgs takes
+    CacheConfig.gpu_memory_utilization (`vllm/engine/arg_utils.py`). serve-plan costs, --emit writes and
+    check assumes that one value (it was 0.9 in serve-plan and 0.92 in check)."""
+    assert vllm_flags.DEFAULT_FRACTION == 0.92
+    proc = _planner("serve-plan", "-m", "llama-3.1-8b", "-c", "dgx-h100", "--gpus", "1", "--input-len", "1000",
+                    "--output-len", "200", "--emit", "vllm")
+    assert proc.returncode == 0, proc.stderr
+    assert "--gpu-memory-utilization 0.92 " in proc.stdout
+    text = "vllm serve meta-llama/Llama-3.1-8B --max-model-len 4096\n"
+    result = check_launch_file(_file(tmp_path, text), cluster="dgx-h100", gpus=1)
+    assert result["launches"][0]["recomputed"]["budget_fraction"] == 0.92
+
+
+def test_vllm_longest_context_is_capped_by_max_model_len(tmp_path):
+    """The engine rejects a prompt longer than max_model_len (vLLM 0.33.0 input_processor.py
+    _validate_prompt_len): with --max-model-len 32768 the longest context is 32,768, not the 131,072 of
+    max_position_embeddings, though the pool (8B bf16 on one H100, ~55 GiB / 128 KiB per token, ~450k
+    tokens) holds more."""
+    result = check_launch_file(_file(tmp_path, "vllm serve meta-llama/Llama-3.1-8B --max-model-len 32768\n"),
+                               cluster="dgx-h100", gpus=1)
+    rec = result["launches"][0]["recomputed"]
+    assert rec["longest_context"] == 32768 and rec["longest_context_bound"] == "max_model_len"
+    assert rec["kv_tokens"] > 400_000

@@ -78,7 +78,11 @@ def test_quant_methods_map_to_weight_formats():
     ({"quant_method": "fp8", "activation_scheme": "static"}, "fp8", None),
     ({"quant_method": "mxfp4"}, "mxfp4", None),
     ({"quant_method": "fp8", "weight_block_size": [64, 64]}, None, "fp8"),  # another block: not modelled
-    ({"quant_method": "awq", "bits": 4, "group_size": 128}, None, "awq"),
+    ({"quant_method": "awq", "bits": 4, "group_size": 128}, "int4", None),
+    ({"quant_method": "gptq", "bits": 4, "group_size": 128, "sym": True, "desc_act": False}, "int4", None),
+    ({"quant_method": "awq", "bits": 4, "group_size": 64}, None, "awq (bits 4, group_size 64)"),
+    ({"quant_method": "gptq", "bits": 8, "group_size": 128}, None, "gptq (bits 8, group_size 128)"),
+    ({"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_quant_type": "nf4"}, None, "bitsandbytes"),
     ({"quant_method": "compressed-tensors"}, None, "compressed-tensors"),
 ])
 def test_quantization_config_read(config, expected, kept):
@@ -226,3 +230,41 @@ def test_checkpoint_format_the_gpu_cannot_run_names_a_bf16_checkpoint(tmp_path):
                                gpus=16)
     v = next(v for v in result["violations"] if v["rule"] == "quantization_unsupported")
     assert v["message"].startswith("the checkpoint (fp8-block weights)") and v["fix"] == "a bf16 checkpoint of deepseek-v3"
+
+
+@pytest.mark.parametrize("config", [
+    {"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_quant_type": "nf4"},
+    {"quant_method": "gptq", "bits": 8, "group_size": 128},
+    {"quant_method": "compressed-tensors"}])
+def test_serving_refuses_a_checkpoint_format_it_does_not_model(tmp_path, config):
+    """Before: costed as bf16 with a note and exit 0 (4x the bytes of a 4-bit checkpoint). The engines load
+    the checkpoint's format whatever the flags say, so serve-plan and check refuse it, naming the key."""
+    raw = yaml.safe_load((ROOT / "models/llama-3.1-8b.yaml").read_text())
+    folder = tmp_path / "m"
+    folder.mkdir()
+    fields = {k: v for k, v in raw.items() if k not in ("name", "hf_id", "hf_aliases", "source")}
+    (folder / "config.json").write_text(json.dumps({**fields, "quantization_config": config}))
+    proc = _serve("-m", str(folder), "-c", "dgx-h100", "--gpus", "1", "--input-len", "1000", "--output-len", "200")
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "quantization_config.quant_method" in proc.stderr and "awq or gptq with bits 4" in proc.stderr
+    with pytest.raises(SpecError, match="quantization_config.quant_method"):
+        check_launch_file(_file(tmp_path, f"vllm serve {folder}\n"), cluster="dgx-h100", gpus=1)
+
+
+def test_awq_4bit_group_128_checkpoint_is_costed_int4(tmp_path):
+    """4-bit weights + per group of 128 one fp16 scale and one 4-bit zero: 4 + (16 + 4) / 128 = 4.15625 bits per
+    weight. Llama-3.1-8B on one GPU: the 32 layers' linear weights (32 x (2 x 4,096^2 + 2 x 4,096 x 1,024 + 3 x
+    4,096 x 14,336) = 6,979,321,856 at 4.15625 bits) + embedding and LM head in bf16 (2 x 128,256 x 4,096 x 2
+    bytes) + norms (65 x 4,096 x 2 bytes) = 3,625,975,808 + 2,101,346,304 + 532,480 = 5,727,854,592 bytes."""
+    raw = yaml.safe_load((ROOT / "models/llama-3.1-8b.yaml").read_text())
+    folder = tmp_path / "m"
+    folder.mkdir()
+    fields = {k: v for k, v in raw.items() if k not in ("name", "hf_id", "hf_aliases", "source")}
+    (folder / "config.json").write_text(json.dumps(
+        {**fields, "quantization_config": {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True}}))
+    proc = _serve("-m", str(folder), "-c", "dgx-h100", "--gpus", "1", "--input-len", "1000", "--output-len", "200",
+                  "-f", "json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["request"]["weight_dtype"] == "int4"
+    assert data["plans"][0]["memory_bytes"]["weights"] / 2**30 == pytest.approx(5_727_854_592 / 2**30, rel=0.002)

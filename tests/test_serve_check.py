@@ -75,3 +75,22 @@ def test_missing_key_is_bad_input(written, tmp_path):
     path = _edited(written, tmp_path, lambda d: d["request"].pop("engine"))
     proc = _planner("check", str(path))
     assert proc.returncode == 2 and "request.engine" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_disaggregated_plan_file_of_mixed_decode_shapes_counts_each_workers_gpus(tmp_path):
+    """A mix whose decode workers differ in shape: the GPU count is the sum over its worker kinds (tp x pp x
+    workers), not the slowest decode shape times every decode worker; the file passes unchanged."""
+    path = tmp_path / "mix.yaml"
+    proc = _planner("serve-plan", "-m", "llama-3.1-70b", "-c", "hgx-h200", "--gpus", "32", "--input-len", "8000",
+                    "--output-len", "500", "--disaggregated", "-o", str(path))
+    assert proc.returncode == 0, proc.stderr
+    plan = yaml.safe_load(path.read_text())["plan"]
+    assert sum(w["parallelism"]["tp"] * w["parallelism"]["pp"] * w["workers"] for w in plan["workers"]) == plan["gpus"]
+    check = _planner("check", str(path))
+    assert check.returncode == 0 and check.stdout.startswith("PASS"), check.stdout + check.stderr
+    broken = tmp_path / "broken.yaml"
+    data = yaml.safe_load(path.read_text())
+    data["plan"]["workers"] = 3
+    broken.write_text(yaml.safe_dump(data))
+    bad = _planner("check", str(broken))
+    assert bad.returncode == 2 and "plan.workers" in bad.stderr, bad.stdout + bad.stderr

@@ -55,21 +55,23 @@ def test_non_finite_numbers_are_bad_input(option, value, allowed):
 RATE_ARGS = ("--input-len", "2000", "--output-len", "300", "--ttft-ms", "1500", "--tpot-ms", "40", "--request-rate", "100")
 GPU_BOUND = re.compile(r"error: request rate 100/s needs more than 8 GPUs within the SLOs: the best plan carries "
                        r"(?P<best>[\d.]+) requests/s on (?P<on>\d+) GPUs; (?P<need>\d+) GPUs would carry "
-                       r"(?P<carried>[\d.]+) requests/s: --gpus (?P=need) would work\n")
+                       r"(?P<carried>[\d.]+) requests/s: --gpus (?P<ask>\d+) would work\n")
 
 
 def test_gpu_bound_message_is_complete_and_its_fix_works():
     err = _one_line(_serve("--gpus", "8", *RATE_ARGS), 1)
     match = GPU_BOUND.fullmatch(err)
     assert match, err
-    need, carried = int(match["need"]), float(match["carried"])
+    need, carried, ask = int(match["need"]), float(match["carried"]), int(match["ask"])
     assert float(match["best"]) < 100 <= carried and int(match["on"]) <= 8 < need
-    # the suggested GPU count carries the rate, and is the fewest that does
-    proc = _serve("--gpus", str(need), *RATE_ARGS, "-f", "json")
+    # --gpus suggested: the smallest whole-node count (hgx-h200: 8 per node) holding the `need` GPUs
+    assert ask % 8 == 0 and need <= ask < need + 8
+    # it carries the rate on `need` GPUs, the fewest that do; a node fewer does not
+    proc = _serve("--gpus", str(ask), *RATE_ARGS, "-f", "json")
     assert proc.returncode == 0, proc.stderr
     deployment = json.loads(proc.stdout)["deployment"]
     assert deployment["gpus"] == need and deployment["requests_per_s"] == pytest.approx(carried, abs=1e-3)
-    assert _serve("--gpus", str(need - 1), *RATE_ARGS).returncode == 1
+    assert _serve("--gpus", str(ask - 8), *RATE_ARGS).returncode == 1
 
 
 def test_concurrency_columns_have_thousands_separators():
@@ -83,3 +85,23 @@ def test_concurrency_columns_have_thousands_separators():
         assert cells[-1].strip() == f"{plan['max_concurrency']:,}"
     deployment = next(line for line in table.splitlines() if line.startswith("deployment:"))
     assert f"@{plans[0]['concurrency']:,} " in deployment  # the deployment is the first plan here
+
+
+@pytest.mark.parametrize("input_len, output_len, named", [
+    ("100", "16777216", "--output-len:"),  # the output alone exceeds llama-3.1-8b's 131,072
+    ("200000", "100", "--input-len:"),
+    ("100000", "100000", "--input-len + --output-len:"),  # neither alone, their sum 200,000 does
+])
+def test_too_long_context_names_the_option_that_makes_it_long(input_len, output_len, named):
+    err = _one_line(_serve("--gpus", "8", "--input-len", input_len, "--output-len", output_len), 2)
+    assert err.startswith(f"error: {named}") and "131072" in err
+
+
+def test_gpus_follow_the_clusters_partial_node_rule_as_plan_does():
+    """dgx-h100 (8 GPUs per node, partial nodes allowed): 12 is neither part of one node nor whole nodes;
+    `plan` refuses it, so does serve-plan (it accepted 12 and costed instances on a partial second node)."""
+    for command in (("serve-plan", "--input-len", "1000", "--output-len", "200"), ("plan",)):
+        proc = subprocess.run([sys.executable, "-m", "planner", *command, "-m", "llama-3.1-8b", "-c", "dgx-h100",
+                               "--gpus", "12"], capture_output=True, text=True, cwd=ROOT)
+        err = _one_line(proc, 2)
+        assert "--gpus: value 12 must be 1..7 or a multiple of 8; nearest valid: 8, 16" in err

@@ -237,6 +237,39 @@ def test_disaggregated_cli_table():
     assert "prefill" in proc.stdout and "decode" in proc.stdout
 
 
+@pytest.mark.parametrize("model, cluster, gpus, input_len", [
+    ("llama-3.1-70b", "hgx-h200", "32", "8000"), ("llama-3.1-8b", "dgx-h100", "16", "4000")])
+def test_disaggregated_tp8_finds_a_rate_matched_mix(model, cluster, gpus, input_len):
+    """Before: 'no rate-matched prefill + decode mix fits' for any tp >= 4, because a decode worker was offered
+    only at its most loaded point: one tp8 decode worker's full rate (~10 requests/s of 70B) needed more tp8
+    prefill workers (~2 requests/s each on 8k prompts) than the GPUs left. A decode worker fed less runs a
+    smaller batch: it may be chosen at any concurrency meeting the SLO."""
+    proc = _cli("-m", model, "-c", cluster, "--gpus", gpus, "--input-len", input_len, "--output-len", "500",
+                "--disaggregated", "--fix", "tp=8", "--top", "3", "-f", "json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    workers = data["deployment"]["workers"]
+    prefill = sum(w["requests_per_s"] for w in workers if w["role"] == "prefill")
+    decode = sum(w["requests_per_s"] for w in workers if w["role"] == "decode")
+    assert 0 < decode <= prefill + 0.002 and data["deployment"]["gpus"] <= int(gpus)
+    assert all(w["parallelism"]["tp"] == 8 for w in workers)
+    # every plans row is a whole mix; the first is the deployment, the others within the GPUs too
+    first = data["plans"][0]
+    assert [(w["role"], w["workers"]) for w in first["workers"]] == [(w["role"], w["workers"]) for w in workers]
+    assert first["gpus"] == data["deployment"]["gpus"] and first["tokens_per_s"] == data["deployment"]["tokens_per_s"]
+    assert all(p["gpus"] <= int(gpus) and p["tokens_per_s"] <= first["tokens_per_s"] for p in data["plans"])
+
+
+def test_disaggregated_without_room_names_what_binds_and_the_fix_works():
+    """tp8 on 8 GPUs: a disaggregated mix needs at least one prefill and one decode worker, 2 x 8 = 16 GPUs."""
+    args = ("-m", "llama-3.1-70b", "-c", "hgx-h200", "--input-len", "8000", "--output-len", "500",
+            "--disaggregated", "--fix", "tp=8")
+    proc = _cli(*args, "--gpus", "8")
+    assert proc.returncode == 1 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "prefill side binds" in proc.stderr and "--gpus 16 would work" in proc.stderr
+    assert _cli(*args, "--gpus", "16").returncode == 0
+
+
 def test_fix_that_breaks_a_rule_lists_allowed_values():
     proc = _cli("-m", "llama-3.1-70b", "-c", "hgx-h200", "--gpus", "8", "--input-len", "4000", "--output-len", "500",
                 "--fix", "tp=3")
@@ -330,3 +363,32 @@ def test_moe_plans_choose_expert_parallel_with_attention_dp(model, gpus):
     par = out["plans"][0]["parallelism"]
     assert par["ep"] == par["tp"] > 1 and par["dp"] > 1
     assert any("DeepEP" in n and "--all2all-backend deepep_low_latency" in n for n in out["notes"])
+
+
+def test_vllm_throughput_respects_the_per_step_token_budget():
+    """Before: tp8 at 3,704 running sequences, ~253k tokens/s through a --max-num-batched-tokens 8192 step
+    budget. Each running request needs (1000 + 200) / 200 = 6 tokens a step (1 decode + 5 of prefill), so a
+    rank sustains at most 8192 x 200 / 1200 = 1365 sequences; and the tokens an instance takes per second,
+    requests/s x 1200, cannot exceed dp x 8192 per step / TPOT."""
+    proc = _cli("-m", "llama-3.1-8b", "-c", "dgx-h100", "--gpus", "16", "--input-len", "1000", "--output-len", "200",
+                "--top", "10", "-f", "json")
+    assert proc.returncode == 0, proc.stderr
+    for plan in json.loads(proc.stdout)["plans"]:
+        par = plan["parallelism"]
+        assert plan["concurrency"] <= par["dp"] * 1365, plan
+        per_instance_rps = plan["requests_per_s"] / par["replicas"]
+        assert per_instance_rps * 1200 <= par["dp"] * 8192 / (plan["tpot_ms"] / 1e3) * 1.001, plan
+
+
+def test_disaggregated_at_a_request_rate_reports_what_the_mix_serves():
+    """--request-rate 5 on tp8: 3 prefill workers (~2.17 requests/s each of 8k prompts) feed 6.5 requests/s;
+    the decode worker runs at the lightest load carrying the rate, and the mix serves min(prefill, decode)
+    requests/s, tokens/s = that x 500 (it reported the decode worker's full 10.7 requests/s before)."""
+    proc = _cli("-m", "llama-3.1-70b", "-c", "hgx-h200", "--gpus", "64", "--input-len", "8000", "--output-len", "500",
+                "--disaggregated", "--fix", "tp=8", "--request-rate", "5", "-f", "json")
+    assert proc.returncode == 0, proc.stderr
+    dep = json.loads(proc.stdout)["deployment"]
+    fed = sum(w["requests_per_s"] for w in dep["workers"] if w["role"] == "prefill")
+    carried = sum(w["requests_per_s"] for w in dep["workers"] if w["role"] == "decode")
+    assert 5 <= dep["requests_per_s"] == pytest.approx(min(fed, carried), abs=2e-3)
+    assert dep["tokens_per_s"] == pytest.approx(dep["requests_per_s"] * 500, rel=1e-3)

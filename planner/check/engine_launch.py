@@ -33,7 +33,7 @@ from planner.cost import serving as sv
 from planner.errors import PlannerError, SpecError
 from planner.placement.rules import Violation
 from planner.specs.cluster import ClusterSpec
-from planner.specs.model import ModelSpec
+from planner.specs.model import ModelSpec, require_modelled_checkpoint
 
 GIB = sv.GIB
 VISIBLE = "CUDA_VISIBLE_DEVICES"
@@ -283,6 +283,7 @@ def weight_format(command: Command, flag: str, table: dict, spec: ModelSpec, fil
     method specified in the model config (...) does not match the quantization method specified in
     the `quantization` argument': vLLM 0.33.0 `vllm/config/model.py` ModelConfig._verify_quantization,
     SGLang 0.5.23 `srt/configs/model_config.py` _verify_quantization)."""
+    require_modelled_checkpoint(spec)
     given = choice(command, flag, table, file, "weight formats")
     own = spec.weight_format
     if given is None:
@@ -550,8 +551,8 @@ def evaluate(file: str, kind: str, spec: ModelSpec, hw: ClusterSpec, gpus: int, 
                 "memory_bytes": {"weights": mem.weights, "activations": mem.activations, "kv_cache": mem.kv_cache,
                                  "reserve": mem.reserve, "capacity": mem.capacity},
                 "budget_fraction": launch.fraction, "kv_bytes_per_token": mem.kv_bytes_per_token,
-                "kv_tokens": mem.kv_tokens, "longest_context": sv.longest_context(mem, spec),
-                "longest_context_bound": sv.context_bound(mem, spec),
+                "kv_tokens": mem.kv_tokens, "longest_context": sv.longest_context(mem, spec, launch.max_model_len),
+                "longest_context_bound": sv.context_bound(mem, spec, launch.max_model_len),
                 "max_model_len": launch.max_model_len,
                 "max_concurrency": sv.max_concurrency(mem, spec, launch.inst, launch.max_model_len),
                 "vocab_rows": sv.vocab_rows(spec, launch.inst.tp)}

@@ -50,6 +50,14 @@ def _read(path: str) -> tuple[dict, dict]:
         value = plan["parallelism"].get(key)
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise SpecError(f"value {value!r} must be a positive integer", file=path, key=f"plan.parallelism.{key}")
+    if not isinstance(plan.get("workers") or [], list):
+        raise SpecError("value must be a list of worker kinds", file=path, key="plan.workers")
+    for i, worker in enumerate(plan.get("workers") or ()):
+        par = worker.get("parallelism") if isinstance(worker, dict) else None
+        values = [worker.get("workers")] + [par.get(k, 1) for k in ("tp", "pp")] if isinstance(par, dict) else [None]
+        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in values):
+            raise SpecError("a worker needs a positive integer `workers` and `parallelism` tp (and pp)", file=path,
+                            key=f"plan.workers[{i}]")
     return request, plan
 
 
@@ -93,7 +101,10 @@ def check_serving_plan(path: str) -> dict:
             fail("shape", f"tp={inst.tp} pp={inst.pp} ep={inst.ep} dp={inst.adp}: {reason}",
                  "re-plan with planner serve-plan")
     prefill = plan.get("prefill_parallelism") or {}
-    gpus = inst.gpus * par["replicas"] + prefill.get("tp", 0) * prefill.get("pp", 1) * par.get("prefill_workers", 0)
+    if plan.get("workers"):  # a disaggregated mix lists each worker kind (decode shapes may differ)
+        gpus = sum(w["parallelism"]["tp"] * w["parallelism"].get("pp", 1) * w["workers"] for w in plan["workers"])
+    else:
+        gpus = inst.gpus * par["replicas"] + prefill.get("tp", 0) * prefill.get("pp", 1) * par.get("prefill_workers", 0)
     if gpus > req.gpus:
         fail("gpus", f"the plan uses {gpus} GPUs, the request allows {req.gpus}", f"--gpus {gpus} or fewer replicas")
     if not violations:
@@ -117,8 +128,10 @@ def check_serving_plan(path: str) -> dict:
                  f"concurrency {cmax}")
         else:
             coefficients = coefficients_for(load_calibration(), req.engine, spec)
-            ttft, tpot = serve._latency(spec, hw, req, inst, concurrency, cmax, coefficients,
-                                        interference=not par.get("prefill_workers"))
+            disaggregated = bool(par.get("prefill_workers"))
+            cap = serve.running_cap(req, inst, cmax, decode_only=disaggregated)
+            ttft, tpot = serve._latency(spec, hw, req, inst, concurrency, cap, coefficients,
+                                        interference=not disaggregated)
             recomputed.update(ttft_ms=round(ttft * 1e3, 1), tpot_ms=round(tpot * 1e3, 2))
             for name, value, slo in (("TTFT", ttft * 1e3, req.ttft_ms), ("TPOT", tpot * 1e3, req.tpot_ms)):
                 if slo is not None and value > slo and not (name == "TTFT" and par.get("prefill_workers")):

@@ -116,7 +116,7 @@ def launch(command: el.Command, spec: ModelSpec, hw: ClusterSpec, file: str) -> 
         fraction=el.fraction(command, f["fraction"], default_fraction, file),
         max_model_len=el.integer(command, f["max_model_len"], spec.max_position_embeddings, file),
         max_num_seqs=max_running,
-        max_num_batched_tokens=(chunk or default_chunk) // adp,
+        max_num_batched_tokens=s.rank_chunk(chunk or default_chunk, adp),
         weight_format=weights,
         kv_dtype=el.choice(command, f["kv_dtype"], s.KV_DTYPES, file, "KV-cache dtypes") or "bf16",
         visible_gpus=el.visible_gpus(command, file), nnodes=nnodes, node_rank=node_rank, role=role,

@@ -31,6 +31,7 @@ import math
 from dataclasses import dataclass
 
 from planner.cost.params_flops import count_params, kv_cache_bytes_per_token
+from planner.frameworks import vllm as vllm_flags
 from planner.placement.mesh import Mesh
 from planner.specs.model import ModelSpec, spec_memo
 
@@ -111,7 +112,7 @@ class EngineRule:
 
 ENGINES: dict[str, EngineRule] = {
     "vllm": EngineRule(
-        "gpu_memory_utilization", 0.9, "total",
+        "gpu_memory_utilization", vllm_flags.DEFAULT_FRACTION, "total",
         "vllm-project/vllm vllm/v1/worker/gpu_worker.py @35d5cda1 determine_available_memory: "
         "available_kv_cache_memory = requested_memory (total x gpu_memory_utilization) - "
         "non_kv_cache_memory (weights + torch activation peak of profile_run + non-torch increase) - "
@@ -175,6 +176,13 @@ class Instance:
     @property
     def attn_tp(self) -> int:
         return self.tp // self.adp
+
+    @property
+    def label(self) -> str:
+        """The layout as serve-plan's tables spell it: `tp8 pp2 ep8 dp8` (degrees above 1; dp the attention
+        data-parallel groups)."""
+        return " ".join(f"{k}{n}" for k, n in (("tp", self.tp), ("pp", self.pp), ("ep", self.ep), ("dp", self.adp))
+                        if n > 1 or k == "tp")
 
 
 @dataclass(frozen=True)
@@ -363,18 +371,44 @@ def pool_context(mem: ServingMemory, spec: ModelSpec) -> int:
     return int(max(pool - window, 0) // mem.kv_bytes_per_token)
 
 
-def longest_context(mem: ServingMemory, spec: ModelSpec) -> int:
+def longest_context(mem: ServingMemory, spec: ModelSpec, max_model_len: int | None = None) -> int:
     """Longest single sequence an instance serves, tokens: what the KV pool holds (`pool_context`),
-    at most the model's max_position_embeddings. Source: vLLM 0.33.0 `vllm/config/model.py`
+    at most the model's max_position_embeddings and the engine's max_model_len when given (the
+    scheduler refuses a longer request). Source: vLLM 0.33.0 `vllm/config/model.py`
     _get_and_verify_max_len (a max_model_len above the derived length is refused unless
     VLLM_ALLOW_LONG_MAX_MODEL_LEN; for llama3 / yarn / deepseek_yarn RoPE scaling, and without
-    scaling, the derived length is max_position_embeddings, no factor applied)."""
-    return min(pool_context(mem, spec), spec.max_position_embeddings)
+    scaling, the derived length is max_position_embeddings, no factor applied); a prompt longer than
+    max_model_len is rejected (`vllm/v1/engine/input_processor.py` _validate_prompt_len; SGLang 0.5.23
+    `srt/managers/tokenizer_manager.py` _validate_one_request against context_len)."""
+    return min(pool_context(mem, spec), spec.max_position_embeddings, max_model_len or spec.max_position_embeddings)
 
 
-def context_bound(mem: ServingMemory, spec: ModelSpec) -> str:
-    """What bounds `longest_context`: `max_position_embeddings` (the pool holds more) or `kv_pool`."""
-    return "max_position_embeddings" if pool_context(mem, spec) >= spec.max_position_embeddings else "kv_pool"
+def budget_concurrency(budget_tokens: int, input_len: int, output_len: int, *, decode_only: bool = False) -> int:
+    """Running sequences one data-parallel rank's per-step token budget sustains when every step mixes
+    decode tokens and prefill chunks under one budget (vLLM's scheduler), >= 1.
+
+    Each step schedules at most `budget_tokens` tokens (max_num_batched_tokens): first one decode token
+    per running request, then prefill chunks of waiting ones with what is left. In steady state every
+    request brings input_len prefill tokens per output_len decode steps, so B running sequences need
+    B x (input_len + output_len) / output_len tokens a step: B <= budget x output_len / (input_len +
+    output_len); more wait for admission (their prompt is not scheduled), so running more than this
+    only lengthens the queue. A decode-only worker (disaggregated) needs B <= budget.
+    Source: vLLM 0.33.0 `vllm/v1/core/sched/scheduler.py` Scheduler.schedule (token_budget =
+    max_num_scheduled_tokens, the running requests first, then the waiting ones while token_budget > 0);
+    steady-state token balance (hand arithmetic). Example: 8192 tokens, 1000 in / 200 out: 8192 x 200 /
+    1200 = 1365 sequences."""
+    if decode_only:
+        return max(1, budget_tokens)
+    return max(1, budget_tokens * output_len // (input_len + output_len))
+
+
+def context_bound(mem: ServingMemory, spec: ModelSpec, max_model_len: int | None = None) -> str:
+    """What bounds `longest_context`: `max_model_len` (given, and the smallest), `max_position_embeddings`
+    (the pool holds more) or `kv_pool`."""
+    pool = pool_context(mem, spec)
+    if max_model_len and max_model_len < spec.max_position_embeddings and pool >= max_model_len:
+        return "max_model_len"
+    return "max_position_embeddings" if pool >= spec.max_position_embeddings else "kv_pool"
 
 
 # ---------------------------------------------------------------- latency

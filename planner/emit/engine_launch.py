@@ -86,7 +86,7 @@ def script(data: dict, engine: str, model_ref: str, gpus_per_node: int, mla: boo
     for worker in workers(data, mla):
         for k in range(worker.count):
             size = worker.inst.gpus
-            role = f"{worker.role} worker" if worker.role else "replica"
+            role = f"{_label(worker)} {worker.role} worker" if worker.role else f"{_label(worker)} replica"
             words = writer.command(model_ref, worker, req)
             if size > gpus_per_node:
                 spanning += 1
@@ -104,6 +104,12 @@ def script(data: dict, engine: str, model_ref: str, gpus_per_node: int, mla: boo
             port += 1
     lines.append("wait")
     return "\n".join(lines) + "\n"
+
+
+def _label(worker: Worker) -> str:
+    """A replica kind as the plan's tables spell it (`tp8 dp8 @64`: shape, then its batch), so that the
+    comments of different kinds differ."""
+    return f"{worker.inst.label} @{worker.concurrency:,}"
 
 
 class Raw(str):

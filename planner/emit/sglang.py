@@ -28,9 +28,9 @@ def command(model: str, worker: el.Worker, req: dict) -> list[str]:
     if fraction is None:  # the plan's: SGLang's default for this command (frameworks.sglang.plan_mem_fraction)
         fraction = s.plan_mem_fraction(worker.gpu_memory_mib, tp=inst.tp, pp=inst.pp, attn_dp=inst.adp, ep=inst.ep,
                                        mla=worker.mla, max_num_batched_tokens=req["max_num_batched_tokens"])
-    # SGLang divides the chunked-prefill size among the attention data-parallel groups (check.sglang)
-    per_gpu = {**req, "max_num_batched_tokens": req["max_num_batched_tokens"] * inst.adp}
-    words += el.common(FLAG, worker, per_gpu, fraction, s.WEIGHT_FLAGS, "fp8_e4m3")
+    # the chunked-prefill size (FLAG["max_num_batched_tokens"]) is the plan's budget as given: SGLang
+    # divides it among the attention data-parallel groups itself (frameworks.sglang.rank_chunk)
+    words += el.common(FLAG, worker, req, fraction, s.WEIGHT_FLAGS, "fp8_e4m3")
     if worker.role:
         words += [FLAG["disagg_mode"], worker.role, FLAG["disagg_backend"], s.DISAGG_BACKEND]
     return words

@@ -190,9 +190,21 @@ def plan_mem_fraction(gpu_memory_mib: float, *, tp: int, pp: int, attn_dp: int, 
                       max_num_batched_tokens: int) -> float:
     """The mem_fraction_static `serve-plan` costs an SGLang instance at, and `--emit sglang` writes,
     when --mem-fraction is not given: SGLang's own default (`default_mem_fraction_static`) for the
-    command the emitter writes: --chunked-prefill-size max_num_batched_tokens x attn_dp (SGLang divides
-    it among the attention data-parallel groups), --moe-a2a-backend `A2A_DEFAULT_EMIT` when ep > 1, the
-    decode graph at its default max batch (the plan's concurrency is not known when memory is sized)."""
-    return default_mem_fraction_static(gpu_memory_mib, tp=tp, pp=pp, chunked_prefill_size=max_num_batched_tokens
-                                       * attn_dp, max_running_requests=None, mla=mla, attn_dp=attn_dp, role=None,
+    command the emitter writes: --chunked-prefill-size max_num_batched_tokens as given (the formula
+    reads it before SGLang divides it among the attention data-parallel groups, `rank_chunk`),
+    --moe-a2a-backend `A2A_DEFAULT_EMIT` when ep > 1, the decode graph at its default max batch (the
+    plan's concurrency is not known when memory is sized)."""
+    return default_mem_fraction_static(gpu_memory_mib, tp=tp, pp=pp, chunked_prefill_size=max_num_batched_tokens,
+                                       max_running_requests=None, mla=mla, attn_dp=attn_dp, role=None,
                                        a2a=A2A_DEFAULT_EMIT if ep > 1 else A2A_NONE)
+
+
+def rank_chunk(chunked_prefill_size: int, attn_dp: int) -> int:
+    """Prefill tokens one attention data-parallel group takes per forward: --chunked-prefill-size is the
+    instance's total, which SGLang divides among the groups (chunked_prefill_size // attn_dp_size).
+    Source: SGLang 0.5.23 wheel `srt/arg_groups/parallel_hook.py` handle_data_parallelism ('DP attention is
+    enabled. chunked prefill size is adjusted ...'), run after `srt/arg_groups/memory_hook.py`
+    handle_gpu_memory_settings has sized mem_fraction_static from the undivided value
+    (`srt/arg_groups/pipeline.py` run_resolution_pipeline runs the memory hook first).
+    Example: 8192 over 8 groups -> 1024 tokens per group per forward."""
+    return chunked_prefill_size // attn_dp

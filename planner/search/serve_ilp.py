@@ -33,7 +33,6 @@ supplies, ceil for what is demanded, so a reported plan never overstates). `brut
 
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import dataclass
 
@@ -145,14 +144,16 @@ def best_disaggregated(p_gpus: list[int], p_rps: list[float], d_gpus: list[int],
 
 def min_gpus_disaggregated(p_gpus: list[int], p_rps: list[float], d_gpus: list[int], d_rps: list[float],
                            d_tokens: list[float], rate: float, limit: int) -> SplitResult:
-    """Fewest GPUs (at most `limit`) whose prefill and decode workers each carry `rate` requests/s."""
+    """Fewest GPUs (at most `limit`) whose prefill and decode workers each carry `rate` requests/s; among
+    those, the least decode capacity (the decode workers at the lightest load carrying the rate: the
+    smallest batches, so the lowest TPOT; any surplus would go unused, the prefill side feeds `rate`)."""
     q, r, t = _int_rates(p_rps, up=False), _int_rates(d_rps, up=False), _int_rates(d_tokens, up=False)
     need = math.ceil(rate * SCALE)
     solver, n, x, y, used = _split_program(p_gpus, d_gpus, limit)
     solver.Add(sum(qi * v for qi, v in zip(q, x)) >= need)
     solver.Add(sum(ri * v for ri, v in zip(r, y)) >= need)
     big = sum(ti * (limit // g) for ti, g in zip(t, d_gpus)) + 1
-    solver.Minimize(used * big - sum(ti * v for ti, v in zip(t, y)))
+    solver.Minimize(used * big + sum(ti * v for ti, v in zip(t, y)))
     counts, status, wall = _solve(solver, n)
     pre, dec = _split(counts, len(p_gpus))
     gpus = sum(p_gpus[i] * c for i, c in pre.items()) + sum(d_gpus[i] * c for i, c in dec.items())
@@ -182,11 +183,16 @@ def brute_min_gpus_disaggregated(p_gpus, p_rps, d_gpus, d_rps, rate, limit) -> i
     return min(found) if found else None
 
 
-def _mixes(gpus: list[int], budget: int):
-    ranges = [range(budget // g + 1) for g in gpus]
-    for counts in itertools.product(*ranges):
-        if sum(g * c for g, c in zip(gpus, counts)) <= budget:
-            yield counts
+def _mixes(gpus: list[int], budget: int, start: int = 0):
+    """Every count vector (one count per candidate) whose GPUs fit `budget`, depth-first: a candidate's
+    count is tried only up to what the budget left allows, so the work is the number of mixes that
+    fit, not the product of all ranges."""
+    if start == len(gpus):
+        yield ()
+        return
+    for c in range(budget // gpus[start] + 1):
+        for rest in _mixes(gpus, budget - c * gpus[start], start + 1):
+            yield (c, *rest)
 
 
 def brute_best_mix(gpus: list[int], tokens_per_s: list[float], budget: int) -> tuple[float, int]:

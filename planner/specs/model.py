@@ -56,10 +56,12 @@ quantization flag is given: vLLM `vllm/config/model.py` ModelConfig._verify_quan
 config's quantization_config quant_method; SGLang `srt/configs/model_config.py`
 _verify_quantization likewise) is read into `weight_format` (`QUANT_METHODS`): quant_method `fp8`
 with weight_block_size [128, 128] is `fp8-block`, `fp8` without a block size is `fp8` (one scale
-per tensor), `mxfp4` is `mxfp4` (gpt-oss: routed experts only). Any other quant_method
-(compressed-tensors, awq, gptq, modelopt, bitsandbytes, fp8 with another block size, ...) is not
-modelled: `weight_format` stays None and the method is kept in `extra['quant_method']` so that
-serving output can say it costs bf16 instead. It must be a mapping with a string quant_method.
+per tensor), `mxfp4` is `mxfp4` (gpt-oss: routed experts only), `awq` / `gptq` with bits 4 and
+group_size 128 are `int4` (`INT4_METHODS`). Any other quant_method (compressed-tensors, modelopt,
+bitsandbytes, awq / gptq at other bits or group sizes, fp8 with another block size, ...) is not
+modelled: `weight_format` stays None and the method is kept in `extra['quant_method']`; serving
+(serve-plan, check of engine launches) refuses such a checkpoint (`require_modelled_checkpoint`), and
+training ignores it. It must be a mapping with a string quant_method.
 Training never reads it (a training run keeps bf16 master weights whatever the release format).
 
 Unknown keys: a Hugging Face config pasted as YAML carries keys the planner does not need
@@ -323,6 +325,14 @@ QUANT_METHODS = {("fp8", (128, 128)): "fp8-block", ("fp8", None): "fp8", ("mxfp4
 (`cost.serving.WEIGHT_FORMATS`). Source: DeepSeek-V3 README_WEIGHTS.md (fp8 e4m3, 128x128 blocks,
 one fp32 weight_scale_inv per block); transformers docs quantization/mxfp4 (gpt-oss: quant_method
 mxfp4, attention / router / embedding / LM head in modules_to_not_convert)."""
+INT4_METHODS = ("awq", "gptq")
+INT4_GROUP = 128
+"""quant_method values read as the planner's `int4` (`cost.serving.WEIGHT_FORMATS`: 4-bit weights, one fp16
+scale and one 4-bit zero point per group of 128) when bits is 4 and group_size is 128 (AWQ's zero_point
+true, its default; a GPTQ checkpoint stores qzeros whether sym or not). Source: transformers
+`utils/quantization_config.py` AwqConfig (bits, group_size, zero_point) / GPTQConfig (bits, group_size,
+sym); AutoAWQ / AutoGPTQ pack 8 4-bit weights per int32 with fp16 scales and packed 4-bit zeros per group.
+Other bits or group sizes, and bitsandbytes (NF4 / FP4 with absmax per 64-element block), are not modelled."""
 _TYPO_CUTOFF = 0.8
 """difflib ratio above which an unknown key in a YAML model file is taken for a typo of a known key
 (num_key_value_head -> num_key_value_heads: 0.97; attn_pdrop -> attention_bias: 0.58)."""
@@ -465,7 +475,25 @@ def _checkpoint_format(config: object, file: str) -> tuple[str | None, str | Non
         raise SpecError(f"value {_show(block)} must be two positive integers", file=file,
                         key=f"{key}.weight_block_size")
     method = config["quant_method"]
+    if method in INT4_METHODS:
+        group, bits, zero = config.get("group_size"), config.get("bits"), config.get("zero_point", True)
+        return ("int4" if (bits, group) == (4, INT4_GROUP) and zero is not False else None), \
+            f"{method} (bits {bits}, group_size {group}{', no zero point' if zero is False else ''})"
     return QUANT_METHODS.get((method, tuple(block) if block else None)), method
+
+
+def require_modelled_checkpoint(spec: ModelSpec) -> None:
+    """Serving costs the checkpoint's own format, which the engines load: one the planner does not model
+    is refused, never costed as another (vLLM and SGLang load it whatever --weight-dtype says).
+
+    Raises:
+        SpecError: a quantization_config whose format is not among QUANT_METHODS / INT4_METHODS."""
+    method = spec.extra.get("quant_method")
+    if method is not None:
+        raise SpecError(f"value {method!r} of {spec.name} is not modelled (the engines load this format, which the planner "
+                        f"cannot cost); allowed: fp8 with weight_block_size [128, 128] or none, mxfp4, awq or "
+                        f"gptq with bits 4 and group_size {INT4_GROUP}; or serve an unquantized checkpoint",
+                        key="quantization_config.quant_method")
 
 
 def _show(value: object) -> str:
