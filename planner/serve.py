@@ -390,7 +390,8 @@ def _pareto(points: list) -> list[dict]:
     return sorted(unique.values(), key=lambda d: -d["tokens_per_s_per_gpu"])
 
 
-DEEPEP_FLAGS = {"vllm": f"{vllm_flags.FLAG['a2a']} deepep_low_latency (deepep_high_throughput on prefill workers)",
+DEEPEP_FLAGS = {"vllm": f"{vllm_flags.FLAG['a2a']} {vllm_flags.DEEPEP_DECODE} ({vllm_flags.DEEPEP_PREFILL} on "
+                        f"prefill workers)",
                 "sglang": f"{sglang_flags.FLAG['a2a']} {sglang_flags.A2A_DEFAULT_EMIT} (DeepEP mode auto by default: "
                           f"normal kernels with prefill in the batch, low-latency otherwise)",
                 "trtllm": "its DeepEP all-to-all"}

@@ -592,3 +592,25 @@ def test_vllm_longest_context_is_capped_by_max_model_len(tmp_path):
     rec = result["launches"][0]["recomputed"]
     assert rec["longest_context"] == 32768 and rec["longest_context_bound"] == "max_model_len"
     assert rec["kv_tokens"] > 400_000
+
+
+# ---------------------------------------------------------------- vLLM attention DP + EP (senior review)
+
+def test_vllm_attention_dp_emits_deepep_and_per_rank_sequences(tmp_path):
+    """deepseek-v3 on 16 H200 is planned as tp8 ep8 dp8 instances priced with DeepEP: vLLM must be told
+    (`--all2all-backend deepep_low_latency`; its default is allgather_reducescatter) and its
+    `--max-num-seqs` applies per data-parallel rank (vllm/config/scheduler.py), so an instance running
+    C sequences over dp 8 writes C / 8; read back, the instance allows 8 x that."""
+    proc = _planner("serve-plan", "-m", "deepseek-v3", "-c", "hgx-h200", "--gpus", "16", "--input-len", "4000",
+                    "--output-len", "500", "--ttft-ms", "2000", "--tpot-ms", "50", "--weight-dtype", "fp8-block",
+                    "--fix", "dp=8", "--fix", "ep=8", "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    concurrency = json.loads(proc.stdout)["plans"][0]["concurrency"]
+    emitted = _planner("serve-plan", "-m", "deepseek-v3", "-c", "hgx-h200", "--gpus", "16", "--input-len", "4000",
+                       "--output-len", "500", "--ttft-ms", "2000", "--tpot-ms", "50", "--weight-dtype",
+                       "fp8-block", "--fix", "dp=8", "--fix", "ep=8", "--emit", "vllm")
+    assert emitted.returncode == 0 and "check: PASS" in emitted.stderr, emitted.stderr
+    words = shlex.split(next(l for l in emitted.stdout.splitlines() if l.startswith("CUDA_VISIBLE_DEVICES")))
+    assert words[words.index(vllm_flags.FLAG["dp"]) + 1] == "8"
+    assert words[words.index(vllm_flags.FLAG["a2a"]) + 1] == vllm_flags.DEEPEP_DECODE
+    assert int(words[words.index(vllm_flags.FLAG["max_num_seqs"]) + 1]) == -(-concurrency // 8)

@@ -106,6 +106,13 @@ def model_ref(command: el.Command) -> str | None:
     return value if isinstance(value, str) else None
 
 
+def _instance_seqs(seqs: int | None, dp: int, spec: ModelSpec) -> int | None:
+    """The running sequences a command allows its instance: the max-num-seqs cap applies per data-parallel
+    rank (vLLM 0.33.0 vllm/config/scheduler.py), and an MoE model's dp ranks form one instance
+    (attention DP); a dense model's dp ranks are replicas, each holding `seqs`."""
+    return seqs * dp if seqs is not None and spec.is_moe else seqs
+
+
 def launch(command: el.Command, spec: ModelSpec, hw: ClusterSpec, file: str) -> el.Launch:
     """The Launch of one vLLM command (module docstring).
 
@@ -144,7 +151,7 @@ def launch(command: el.Command, spec: ModelSpec, hw: ClusterSpec, file: str) -> 
         engine=v.ENGINE, line=command.line, inst=inst, replicas=replicas,
         fraction=el.fraction(command, f["fraction"], v.DEFAULT_FRACTION, file),
         max_model_len=el.integer(command, f["max_model_len"], spec.max_position_embeddings, file),
-        max_num_seqs=el.integer(command, f["max_num_seqs"], None, file),
+        max_num_seqs=_instance_seqs(el.integer(command, f["max_num_seqs"], None, file), dp, spec),
         max_num_batched_tokens=el.integer(command, f["max_num_batched_tokens"], batched, file),
         weight_format=weights,
         kv_dtype=el.choice(command, f["kv_dtype"], v.KV_DTYPES, file, "KV-cache dtypes") or "bf16",

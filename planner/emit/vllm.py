@@ -1,9 +1,14 @@
 """`serve-plan --emit vllm`: one `vllm serve` command of a plan's instance, in the flags of
 `planner.frameworks.vllm` (the layout mapping is the reader's, `planner.check.vllm`, reversed:
 an MoE instance with attention data parallelism runs as data_parallel_size adp of
-tensor_parallel_size tp / adp, expert parallel when ep = tp)."""
+tensor_parallel_size tp / adp, expert parallel when ep = tp, with DeepEP's all-to-all (low-latency
+kernels; high-throughput on prefill workers) as the cost model prices it; the max-num-seqs cap is per
+data-parallel rank, so the instance's concurrency / adp: vLLM 0.33.0 vllm/config/scheduler.py,
+"max_num_seqs, which applies per data-parallel rank"; vllm/config/parallel.py All2AllBackend)."""
 
 from __future__ import annotations
+
+import dataclasses
 
 from planner.cost import serving as sv
 from planner.emit import engine_launch as el
@@ -25,8 +30,11 @@ def command(model: str, worker: el.Worker, req: dict) -> list[str]:
         words += [FLAG["dp"], str(inst.adp)]
     if inst.ep > 1:
         words.append(FLAG["ep"])
+        if inst.adp > 1:   # priced as DeepEP (`cost.serving.moe_exchange_s`): ask vLLM for it
+            words += [FLAG["a2a"], v.DEEPEP_PREFILL if worker.role == "prefill" else v.DEEPEP_DECODE]
     fraction = req["mem_fraction"] if req.get("mem_fraction") is not None else sv.ENGINES["vllm"].default
-    words += el.common(FLAG, worker, req, fraction, v.WEIGHT_FLAGS, "fp8")
+    per_rank = dataclasses.replace(worker, concurrency=-(-worker.concurrency // inst.adp))
+    words += el.common(FLAG, per_rank, req, fraction, v.WEIGHT_FLAGS, "fp8")
     if worker.role:
         words += [FLAG["kv_transfer"], v.DISAGG_CONNECTOR]
     return words

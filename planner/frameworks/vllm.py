@@ -55,6 +55,10 @@ FLAG = {
     "kv_transfer": "--kv-transfer-config",
 }
 """Planner knob -> vLLM's flag."""
+DEEPEP_DECODE = "deepep_low_latency"
+DEEPEP_PREFILL = "deepep_high_throughput"
+"""`--all2all-backend` values for DeepEP's low-latency (decode) and normal (prefill) kernels.
+Source: vLLM 0.33.0 vllm/config/parallel.py `All2AllBackend` (default allgather_reducescatter)."""
 ALIASES = {"-tp": FLAG["tp"], "-pp": FLAG["pp"], "-dp": FLAG["dp"], "-ep": FLAG["ep"],
            "-q": FLAG["quantization"], "--device-memory-utilization": FLAG["fraction"],
            "--disable-expert-parallel": FLAG["ep_off"], "-n": FLAG["nnodes"], "-r": FLAG["node_rank"]}
