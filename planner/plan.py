@@ -615,6 +615,7 @@ def plan(model: ModelSpec, cluster: ClusterSpec, *, seq_len: int, global_batch_s
                    "bound_s": min(result.bound_s, result.best[0].objective_s,
                                   costs.rejected_bound_s),
                    "wall_s": time.perf_counter() - start,
+                   "memory_budget_bytes": usable_bytes(cluster, reserve, headroom),
                    "candidates_evaluated": result.candidates_evaluated,
                    "candidates_total": result.candidates_total, "pruned": result.pruned},
         "plans": plans,

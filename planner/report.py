@@ -480,6 +480,10 @@ def show_plan(data: dict, fmt: str) -> None:
                   f"bound {solver['bound_s']:.3f} s; {solver['candidates_evaluated']:,} of "
                   f"{solver['candidates_total']:,} candidates solved, {solver['pruned']:,} pruned by "
                   f"their bound; {solver['wall_s']:.2f} s")
+    capacity, usable = data["plans"][0]["memory_bytes"]["capacity"], solver["memory_budget_bytes"]
+    console.print(f"optimal among layouts within {usable / 2**30:.1f} of {capacity / 2**30:.1f} GiB per GPU "
+                  f"({req['headroom']:.0%} headroom, {req['reserve_bytes'] / 2**30:.1f} GiB reserve; "
+                  f"--headroom sets it)")
     console.print()
     console.print(_table("plans (step time split, s)",
                          ("#", "mesh", "step", "compute", "exposed\ncomm", "bubble", "recomp",

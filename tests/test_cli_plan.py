@@ -234,3 +234,17 @@ def test_default_global_batch_is_the_nearest_power_of_two_of_sequences(seq_len, 
                                  "--seq-len", str(seq_len), "--format", "json", "--top", "1"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)["request"]["global_batch_size"] == sequences
+
+
+def test_plan_states_the_memory_budget_its_optimum_is_under():
+    """OPTIMAL is the optimum among layouts within capacity x (1 - headroom) - reserve (senior review:
+    a faster layout set aside by the 10% headroom went unsaid): the JSON carries the budget and the
+    table says it, with the headroom and reserve asked for."""
+    args = ["plan", "-m", "llama-3.1-8b", "-c", "dgx-h100", "--gpus", "8", "--headroom", "0.2",
+            "--reserve-gib", "3"]
+    data = json.loads(runner.invoke(app, [*args, "--format", "json"]).output)
+    capacity = data["plans"][0]["memory_bytes"]["capacity"]
+    assert data["solver"]["memory_budget_bytes"] == int(capacity * 0.8) - 3 * 2**30
+    table = runner.invoke(app, args, env={"COLUMNS": "200"}).output
+    assert f"within {(int(capacity * 0.8) - 3 * 2**30) / 2**30:.1f} of {capacity / 2**30:.1f} GiB" in table
+    assert "20% headroom, 3.0 GiB reserve" in table
