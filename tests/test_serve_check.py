@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -94,3 +95,23 @@ def test_disaggregated_plan_file_of_mixed_decode_shapes_counts_each_workers_gpus
     broken.write_text(yaml.safe_dump(data))
     bad = _planner("check", str(broken))
     assert bad.returncode == 2 and "plan.workers" in bad.stderr, bad.stdout + bad.stderr
+
+
+def test_model_path_is_looked_up_beside_the_plan_file(tmp_path):
+    """A serving plan file naming a local model folder by a relative path reads it beside the file, as a
+    training plan file does (check/plan_file.load_beside), so the pair can be moved together and checked
+    from any directory (fresh-user review: it was resolved from the working directory only)."""
+    folder = tmp_path / "deploy"
+    (folder / "tiny").mkdir(parents=True)
+    (folder / "tiny" / "config.json").write_text(json.dumps({
+        "model_type": "llama", "hidden_size": 2048, "intermediate_size": 8192, "num_attention_heads": 16,
+        "num_key_value_heads": 8, "num_hidden_layers": 16, "vocab_size": 32000, "max_position_embeddings": 8192,
+        "hidden_act": "silu", "rms_norm_eps": 1e-5, "tie_word_embeddings": False}))
+    plan = folder / "plan.yaml"
+    made = subprocess.run([sys.executable, "-m", "planner", "serve-plan", "-m", "tiny", "-c", "dgx-h100",
+                           "--gpus", "1", "--input-len", "1000", "--output-len", "100", "-o", str(plan)],
+                          capture_output=True, text=True, cwd=folder)
+    assert made.returncode == 0, made.stderr
+    assert yaml.safe_load(plan.read_text())["request"]["model"] == "tiny"
+    checked = _planner("check", str(plan))   # run from the repository root, not from `folder`
+    assert checked.returncode == 0, checked.stdout + checked.stderr

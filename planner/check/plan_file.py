@@ -87,8 +87,8 @@ def read_plan_file(path: str | Path, data: dict | None = None) -> Target:
     if "predicted" in data:
         _check_predicted(doc.predicted, file)
     gpus = _int(data, "gpus", file, "gpus", 1, MAX_GPUS)
-    model = _load(load_model, data, "model", path)
-    cluster = _load(load_cluster, data, "cluster", path, gpus=gpus)
+    model = load_beside(load_model, data, "model", path)
+    cluster = load_beside(load_cluster, data, "cluster", path, gpus=gpus)
     return Target(file=file, kind=KIND, model=model, cluster=cluster, layout=layout,
                   recompute_per_stage=per_stage, reserve_bytes=req["reserve_bytes"],
                   at_risk_margin=req["headroom"], predicted=doc.predicted,
@@ -241,10 +241,13 @@ def _bare(exc: SpecError) -> str:
 # ---------------------------------------------------------------- model and cluster
 
 
-def _load(loader, data: dict, key: str, plan_path: Path, **options):
-    """The model / cluster the plan file names, its errors under the plan file's key."""
+def load_beside(loader, data: dict, key: str, plan_path: Path, where: str | None = None, **options):
+    """The model / cluster a plan file names under `key` of `data` (a relative path is looked up
+    beside the plan file, then from the working directory), its errors under the file's key `where`
+    (default `key`). Training and serving plan files both read their model and cluster through it."""
     file = str(plan_path)
     ref = data[key]
+    key = where or key
     if not isinstance(ref, str) or not ref.strip():
         raise SpecError(f"value {ref!r} must be a non-empty string", file=file, key=key)
     beside = plan_path.parent / ref

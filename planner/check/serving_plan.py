@@ -68,6 +68,7 @@ def check_serving_plan(path: str) -> dict:
         SpecError: the file lacks a key the check needs, or names an unknown model, cluster or option value.
     """
     from planner import serve
+    from planner.check.plan_file import load_beside
     from planner.cost import serving as sv
     from planner.serve_validate import coefficients_for, load_calibration
     from planner.specs.cluster import load_cluster
@@ -79,7 +80,8 @@ def check_serving_plan(path: str) -> dict:
         if request[key] not in allowed:
             raise SpecError(f"value {request[key]!r} not allowed; allowed: {', '.join(allowed)}", file=path,
                             key=f"request.{key}")
-    spec, hw = load_model(request["model"]), load_cluster(request["cluster"])
+    spec = load_beside(load_model, request, "model", Path(path), where="request.model")
+    hw = load_beside(load_cluster, request, "cluster", Path(path), where="request.cluster")
     req = serve.ServeRequest(
         gpus=request["gpus"], input_len=request["input_len"], output_len=request["output_len"],
         ttft_ms=request.get("ttft_ms"), tpot_ms=request.get("tpot_ms"),
