@@ -853,8 +853,9 @@ def _infeasible(model, cluster, costs: _Costs, rejections: Rejections, base, fix
     gib = 2**30
     named = (f"dp={layout.dp} tp={layout.tp} pp={layout.pp} cp={layout.cp} ep={layout.ep} "
              f"zero={layout.zero_stage} b={layout.micro_batch_size}")
-    change = (f"use at least {gpus} GPUs ({gpus // cluster.gpus_per_node} nodes of "
-              f"{cluster.gpus_per_node})" if gpus else "no GPU count up to the search limit fits: "
+    change = (f"use at least {gpus} GPUs" + (f" ({gpus // cluster.gpus_per_node} nodes of "
+              f"{cluster.gpus_per_node})" if gpus >= cluster.gpus_per_node else " (part of one node)")
+              if gpus else "no GPU count up to the search limit fits: "
               + _NO_GPU_COUNT_FIX.get(term, "shorten the sequence"))
     return InfeasibleError(
         f"no layout of {model.name} fits {cluster.num_gpus} x {cluster.gpu.name} "
@@ -921,16 +922,20 @@ def states_lower_bound_gpus(model: ModelSpec, cluster: ClusterSpec, *, base: dic
 
 def minimum_gpus(model: ModelSpec, cluster: ClusterSpec, *, base: dict, fixed: dict,
                  reserve_bytes: int, headroom: float = 0.0, max_steps: int = 24) -> int | None:
-    """Least whole-node GPU count with a plan that keeps every pin but dp (more GPUs are more data
-    parallelism), upward from the model-state bound and verified by `plan`'s feasibility test:
-    every node count for the first `max_steps // 2` steps, then the counts 2^k and 3 x 2^k (the
-    sizes whose divisors let a batch of 2^k sequences split over dp); None when none is found."""
+    """Least GPU count above the request's with a plan that keeps every pin but dp (more GPUs are
+    more data parallelism), upward from the model-state bound and verified by `plan`'s feasibility
+    test: first the partial-node counts below one node (when the cluster allows them, as `--gpus`
+    does), then every node count for the first `max_steps // 2` steps, then the counts 2^k and
+    3 x 2^k (the sizes whose divisors let a batch of 2^k sequences split over dp); None when none
+    is found."""
     node = cluster.gpus_per_node
     lower = states_lower_bound_gpus(model, cluster, base=base, reserve_bytes=reserve_bytes,
                                     headroom=headroom)
-    start = -(-max(cluster.num_gpus + node, -(-lower // node) * node) // node) * node
+    above = cluster.num_gpus + 1
+    partial = (list(range(max(above, lower), node)) if cluster.allow_partial_node else [])
+    start = -(-max(above, lower) // node) * node
     free = {k: v for k, v in fixed.items() if k != "dp"}  # more GPUs: more data parallelism
-    for gpus in _gpu_counts(start, node, max_steps):
+    for gpus in partial + _gpu_counts(start, node, max_steps):
         if _has_plan(model, dataclasses.replace(cluster, num_gpus=gpus), free, base, reserve_bytes,
                      headroom):
             return gpus

@@ -213,3 +213,29 @@ def test_minimum_gpus_reaches_power_of_two_counts():
         P.plan(model, cluster, seq_len=4096, global_batch_size=1024, framework="deepspeed",
                fixed=pins, top_k=1)
     assert err.value.details["minimum_gpus"] == 256
+
+
+def test_minimum_gpus_counts_part_of_a_node():
+    """Fresh-user defect: Llama 3.1 8B on 1 H100 said "use at least 16 GPUs (2 nodes of 8)" though
+    2 GPUs already plan (a partial-node job, which `--gpus` accepts): the probe started one whole
+    node above the request. Oracle: the least count whose own `plan` succeeds, found by trying each
+    count in turn (1 fails: 8B's bf16 weights, fp32 gradients and Adam states alone are
+    8.03e9 x 16 B = 120 GiB > 80 GiB)."""
+    from planner.errors import InfeasibleError
+    model = load_model("llama-3.1-8b")
+    kw = dict(seq_len=4096, global_batch_size=64, fixed={}, top_k=1)
+    with pytest.raises(InfeasibleError) as err:
+        P.plan(model, load_cluster("dgx-h100", gpus=1), **kw)
+    least = next(g for g in range(2, 9)
+                 if _plans(lambda: P.plan(model, load_cluster("dgx-h100", gpus=g), **kw)))
+    assert err.value.details["minimum_gpus"] == least
+    assert f"use at least {least} GPUs (part of one node)" in str(err.value)
+
+
+def _plans(call) -> bool:
+    from planner.errors import InfeasibleError
+    try:
+        call()
+    except InfeasibleError:
+        return False
+    return True
