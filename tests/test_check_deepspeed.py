@@ -402,3 +402,20 @@ def test_zero_value_at_deepspeeds_bound_passes_that_rule(tmp_path, key):
     doc = _base(zero_optimization={"stage": 3, key: 0})
     result = _check(_write(tmp_path, doc), *H100_8)
     assert result.exit_code in (0, 1), result.output
+
+
+@pytest.mark.parametrize("name", ["ds_config.txt", "ds_config", "-"])
+def test_json_exponent_numbers_read_as_numbers_whatever_the_name(tmp_path, name):
+    """Fresh-user defect: `5e8` (DeepSpeed's tutorial bucket sizes) is a JSON number, but YAML 1.1
+    reads it as a string, so a DeepSpeed config on standard input or named other than `.json` was
+    refused ("value '5e8' must be a number"). A text that is a JSON document is read as JSON."""
+    doc = _base(zero_optimization={"stage": 3, "stage3_prefetch_bucket_size": 123})
+    text = json.dumps(doc).replace("123", "5e8")
+    assert "5e8" in text
+    if name == "-":
+        result = runner.invoke(app, ["check", "-", *H100_8, "--format", "json"], input=text)
+    else:
+        (tmp_path / name).write_text(text)
+        result = _check(tmp_path / name, *H100_8, "--format", "json")
+    assert result.exit_code == 0, result.output
+    assert "must be a number" not in result.output

@@ -98,7 +98,7 @@ def read_mapping(path: Path, what: str) -> dict:
     file = str(path)
     text = read_text(path, kind="YAML or JSON file")
     try:
-        data = _parse_json(text) if path.suffix == ".json" else yaml.load(text, Loader=_UniqueKeyLoader)
+        data = _parse(text, path.suffix)
     except json.JSONDecodeError as exc:
         raise SpecError(f"JSON syntax error at line {exc.lineno}: {exc.msg}", file=file,
                         line=exc.lineno) from None
@@ -160,6 +160,20 @@ def read_text(path: Path, *, kind: str = "text file") -> str:
 
 class _DuplicateKey(Exception):
     """(key, where) of a mapping key given twice."""
+
+
+def _parse(text: str, suffix: str) -> object:
+    """A `.json` file as JSON; any other text that is a JSON document (a DeepSpeed config on
+    standard input or named `.txt`) as JSON too, since YAML 1.1 reads JSON's exponent numbers
+    without a dot (`5e8`) as strings; the rest as YAML."""
+    if suffix == ".json":
+        return _parse_json(text)
+    if text.lstrip().startswith("{"):
+        try:
+            return _parse_json(text)
+        except json.JSONDecodeError:
+            pass  # a YAML flow mapping that is not JSON
+    return yaml.load(text, Loader=_UniqueKeyLoader)
 
 
 def _parse_json(text: str) -> object:
