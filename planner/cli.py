@@ -839,8 +839,9 @@ def _finite(low: float, high: float = math.inf):
     return parse
 
 
-def _serve_fix(items: list[str]) -> dict:
-    """`--fix tp=4` pins for serve-plan: tp, pp, ep, dp (attention data parallel), positive integers."""
+def _serve_fix(items: list[str], spec) -> dict:
+    """`--fix tp=4` pins for serve-plan: tp, pp, ep, dp (attention data parallel), positive integers;
+    ep above 1 on a dense model is bad input, as for `plan --fix` (`check_expert_degrees`)."""
     from planner.serve import FIXABLE as SERVE_FIXABLE
 
     fixed: dict = {}
@@ -853,6 +854,7 @@ def _serve_fix(items: list[str]) -> dict:
         if key in fixed and fixed[key] != int(raw):
             raise SpecError(f"{key} pinned twice; pin it once", key="--fix")
         fixed[key] = int(raw)
+    model_spec.check_expert_degrees(spec, fixed)
     return fixed
 
 
@@ -915,7 +917,7 @@ def serve_plan_cmd(
         gpus=gpus, input_len=input_len, output_len=output_len, concurrency=concurrency, request_rate=request_rate,
         ttft_ms=ttft_ms, tpot_ms=tpot_ms, request_latency_ms=request_latency_ms, weight_dtype=weights,
         kv_dtype=kv, engine=_value(engine), max_model_len=max_model_len, mem_fraction=mem_fraction,
-        max_num_batched_tokens=max_num_batched_tokens, fix=_serve_fix(fix or []), top=top, disaggregated=disaggregated)
+        max_num_batched_tokens=max_num_batched_tokens, fix=_serve_fix(fix or [], spec), top=top, disaggregated=disaggregated)
     request = {"model": spec.name, "cluster": cluster, "gpu": hw.gpu.name, "gpus": gpus, "input_len": input_len,
                "output_len": output_len, "engine": req.engine, "weight_dtype": req.weight_dtype,
                "weight_dtype_reason": weights_why, "checkpoint_weight_dtype": spec.weight_format,

@@ -95,7 +95,9 @@ def test_fc18_refuses_context_beyond_pool_and_proposes_length():
 # ---------------------------------------------------------------- CLI behaviour
 
 def test_bad_input_is_one_line_exit_2():
-    for args in (("--weight-dtype", "fp3"), ("--concurrency", "4", "--request-rate", "2"), ("--fix", "tp=three")):
+    # ep=2 on a dense model: bad input as for `plan --fix ep=2` (fresh-user review: it exited 1)
+    for args in (("--weight-dtype", "fp3"), ("--concurrency", "4", "--request-rate", "2"), ("--fix", "tp=three"),
+                 ("--fix", "ep=2")):
         proc = _cli("-m", "llama-3.1-8b", "-c", "dgx-h100", "--gpus", "1", "--input-len", "100", "--output-len", "10", *args)
         assert proc.returncode == 2, args
         assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
