@@ -256,21 +256,25 @@ def test_uneven_middle_layers_not_divisible(tmp_path):
     assert "19" in v["message"] and "2 middle stages" in v["message"]
 
 
-@pytest.mark.parametrize("flags, rule, words", [
+@pytest.mark.parametrize("flags, rule, words, fix", [
     ("--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 4 "
-     "--num-virtual-stages-per-pipeline-rank 2", "virtual_pipeline_args", ["4", "2", "both"]),
+     "--num-virtual-stages-per-pipeline-rank 2", "virtual_pipeline_args", ["4", "2", "both"],
+     "give only --num-virtual-stages-per-pipeline-rank 2"),
+    # 32 / 2 = 16 layers per stage, not a multiple of 5; the fix: the least equal interleaving,
+    # 32 % (2 x 2) == 0, 8 layers per virtual stage (fresh-user review: the fix gave no value)
     ("--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 5",
-     "virtual_pipeline_args", ["16", "5"]),  # 32 / 2 = 16 layers per stage, not a multiple of 5
+     "virtual_pipeline_args", ["16", "5"], "--num-virtual-stages-per-pipeline-rank 2 (8 layers"),
     ("--pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2 "
-     "--no-overlap-p2p-communication", "interleaved_pp_needs_overlap", ["vpp=2", "pp=2"]),
+     "--no-overlap-p2p-communication", "interleaved_pp_needs_overlap", ["vpp=2", "pp=2"], "pp >= 3"),
 ])
-def test_virtual_pipeline_flags_megatron_rejects(tmp_path, flags, rule, words):
+def test_virtual_pipeline_flags_megatron_rejects(tmp_path, flags, rule, words, fix):
     path = _llama(tmp_path, ("--disable-bias-linear", f"--disable-bias-linear {flags}"))
     result = _check(path, "--cluster", "dgx-h100")
     assert result.exit_code == 1
     v = _rules(_data(result))[rule]
     for word in words:
         assert word in v["message"]
+    assert fix in v["fix"]
 
 
 def test_layers_per_virtual_stage_gives_vpp(tmp_path):

@@ -906,9 +906,12 @@ def _vpp(args: dict, spec: ModelSpec, pp: int, file: str, findings: list[Violati
     # the account-for options make the embedding / loss a layer slot of the split
     n = spec.num_hidden_layers + _on(args, "account_for_embedding") + _on(args, "account_for_loss")
     rank_flag, stage_flag = F["vpp"], F["layers_per_virtual_stage"]
-    fix = f"give only {rank_flag}"
+    equal = [v for v in range(2, n // pp + 1) if n % (pp * v) == 0]
+    fix = (f"give {rank_flag} {equal[0]} ({n // (pp * equal[0])} layers per virtual stage) instead of "
+           f"{stage_flag}" if equal else f"drop {stage_flag}: {n} layers over pp={pp} have no equal "
+           f"interleaved split")
     if per_stage is not None and per_rank is not None:
-        findings.append(Violation(rule="virtual_pipeline_args", fix=fix, message=(
+        findings.append(Violation(rule="virtual_pipeline_args", fix=f"give only {rank_flag} {per_rank}", message=(
             f"{stage_flag} {per_stage} and {rank_flag} {per_rank} both given: Megatron-LM allows "
             f"one")))
     elif per_stage is not None:

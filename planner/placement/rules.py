@@ -313,10 +313,13 @@ def _layout_fix(stages: tuple[str, ...], pp: int) -> str:
     """How to ask for `stages`: Megatron's account-for options where they build it, else the
     explicit layout string."""
     options = pipeline_layout.account_for_options(stages, pp)
-    text = f"`--pipeline-layout \"{pipeline_layout.to_string(stages)}\"`"
+    string = pipeline_layout.to_string(stages)
+    # planner's option and Megatron-LM's flag both named: a Megatron script's check reads the latter
+    text = f"`--pipeline-layout \"{string}\"` (Megatron-LM `{megatron.FLAG['pipeline_layout']} {string}`)"
     if not options or not any(options):
         return text
-    flags = " ".join(f for f, on in zip(("--account-for-embedding", "--account-for-loss"), options) if on)
+    flags = " ".join(megatron.FLAG[k] for k, on in zip(("account_for_embedding", "account_for_loss"), options)
+                     if on)
     return f"Megatron's account-for split ({flags}: {text})"
 
 
