@@ -316,7 +316,8 @@ def test_interleaved_fix_keeps_pp_with_an_even_vpp():
     assert v["layers_divisible_by_pp"].fix == (
         "use pp=8 (5 layers per virtual stage) or pp=4 (10 layers per virtual stage), "
         "or keep pp=16 with vpp in {1, 5}, "
-        'or keep pp x vpp with `--pipeline-layout "Et|(t*3|)*18(tt|)*12tL"`')
+        'or keep pp x vpp with `--pipeline-layout "Et|(t*3|)*18(tt|)*12tL"` '
+        '(Megatron-LM `--pipeline-model-parallel-layout "Et|(t*3|)*18(tt|)*12tL"`)')
 
 
 def test_split_that_sums_right_but_cannot_interleave_names_the_stages():
@@ -330,7 +331,8 @@ def test_split_that_sums_right_but_cannot_interleave_names_the_stages():
     (v,) = [v for v in check_layout(model, cluster, layout) if v.rule == "pipeline_layers"]
     assert "stage(s) [0, 1] hold [19, 21] layers, not multiples of vpp=2" in v.message
     assert v.fix == ("e.g. pipeline_layers=[20, 20, 20, 20], or keep this split with unequal chunks, "
-                     '`--pipeline-layout "Et*10|t*11|(t*10|)*2t*9|(t*10|)*2t*10L"`')
+                     '`--pipeline-layout "Et*10|t*11|(t*10|)*2t*9|(t*10|)*2t*10L"` (Megatron-LM '
+                     '`--pipeline-model-parallel-layout "Et*10|t*11|(t*10|)*2t*9|(t*10|)*2t*10L"`)')
 
 
 def test_interleaved_schedule_needs_microbatches_in_groups_of_pp():

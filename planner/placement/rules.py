@@ -315,7 +315,7 @@ def _layout_fix(stages: tuple[str, ...], pp: int) -> str:
     options = pipeline_layout.account_for_options(stages, pp)
     string = pipeline_layout.to_string(stages)
     # planner's option and Megatron-LM's flag both named: a Megatron script's check reads the latter
-    text = f"`--pipeline-layout \"{string}\"` (Megatron-LM `{megatron.FLAG['pipeline_layout']} {string}`)"
+    text = f"`--pipeline-layout \"{string}\"` (Megatron-LM `{megatron.FLAG['pipeline_layout']} \"{string}\"`)"
     if not options or not any(options):
         return text
     flags = " ".join(megatron.FLAG[k] for k, on in zip(("account_for_embedding", "account_for_loss"), options)
