@@ -220,3 +220,11 @@ def test_fc17_initialisation_peak():
                                                          global_batch_size=8, seq_len=512))
     assert m.initialization_peak == 4 * 6_738_415_616 > m.capacity
     assert any("meta device" in w for w in m.warnings)
+
+
+def test_sequence_fix_offers_a_context_degree_first():
+    """Fresh-user review: `explain --cp 3` at 4,096 tokens said only "use seq_len=4098". Load-balanced
+    CP needs seq_len % (2 cp) == 0 (TE's 2 x cp chunks): cp 2 (4096 / 4) and 4 (4096 / 8) divide
+    it, 3 (4096 / 6) and 5, 6 do not; the 6-multiple above 4,096 is 4,098."""
+    v = rules(check_layout(llama(), cluster(3), Layout(cp=3, seq_len=4096)))
+    assert v["sequence_divisible"].fix == "use cp in {2, 4}, which divide seq_len=4096, or seq_len=4098"

@@ -448,6 +448,9 @@ def _sequence(model: ModelSpec, cluster, layout: Layout) -> list[Violation]:
                f"{{{', '.join(map(str, fit))}}} divides both the heads and seq_len={s}")
     else:
         fix = f"use seq_len={-(-s // need) * need}"
+        fit = [c for c in range(2, 2 * cp + 1) if s % _sequence_divisor(c, tp, layout.sequence_parallel) == 0]
+        if cp > 1 and fit:  # the degree is the usual change, not the data's length (fresh-user review)
+            fix = f"use cp in {{{', '.join(map(str, fit))}}}, which divide seq_len={s}, or {fix[4:]}"
     return [Violation(rule="sequence_divisible",
                       message=f"seq_len={s} is not divisible by {need} (cp={cp}, tp={tp}, "
                               f"sequence_parallel={layout.sequence_parallel})", fix=fix)]
