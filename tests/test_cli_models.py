@@ -243,3 +243,23 @@ def test_hardware_show_unknown_name_suggests(cluster_file):
 
 def test_hardware_show_missing_file():
     assert_one_line_error(run("hardware", "show", "no/such-cluster.yaml"), "no such file")
+
+
+@pytest.mark.parametrize("fmt", ["json", "yaml"])
+@pytest.mark.parametrize("name", ["dgx-h100", "gb200-nvl72"])
+def test_hardware_show_output_loads_again_as_a_cluster(tmp_path, name, fmt):
+    """Fresh-user review: `hardware show X --format yaml` did not load back with `-c` ("num_nodes:
+    unknown key"). The derived keys (num_nodes, network_gb_per_s_per_gpu, gpu.memory_bytes) are
+    read back when they equal what the file's own keys give."""
+    path = tmp_path / f"c.{fmt}"
+    path.write_text(run("hardware", "show", name, "-f", fmt).stdout)
+    again = parse(run("hardware", "show", path, "-f", fmt), fmt)
+    assert again == parse(run("hardware", "show", name, "-f", fmt), fmt) | {"name": again["name"]}
+
+
+def test_hardware_show_stale_derived_value_is_bad_input(tmp_path):
+    """An edit of num_gpus that leaves num_nodes behind: 16 GPUs at 8 per node are 2 nodes, not 1."""
+    data = yaml.safe_load(run("hardware", "show", "dgx-h100", "-f", "yaml").stdout)
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(data | {"num_gpus": 16, "num_nodes": 1}))
+    assert_one_line_error(run("hardware", "show", path), "num_nodes", "they give 2")

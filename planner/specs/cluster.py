@@ -139,7 +139,7 @@ class ClusterSpec:
 CATALOG_DIR = Path(__file__).resolve().parents[2] / "hardware"
 
 _GPU_REQUIRED = ("name", "memory_gib", "hbm_gb_per_s", "peak_tflops")
-_GPU_KEYS = _GPU_REQUIRED + ("source", "sm_count")
+_GPU_KEYS = _GPU_REQUIRED + ("source", "sm_count", "memory_bytes")  # memory_bytes: derived (`_check_derived`)
 _INT_KEYS = ("gpus_per_node", "scaleup_domain_gpus", "nics_per_node")
 _FLOAT_KEYS = ("scaleup_gb_per_s", "scaleup_latency_s", "nic_gbit_per_s", "network_latency_s",
                "host_memory_gib", "host_link_gb_per_s")
@@ -163,6 +163,9 @@ more around today's hardware (H100: 80 GiB, 3.35 TB/s, 989 TFLOP/s; NVLink 450 G
 1-10 us latencies), so that the cost model's divisions and products stay finite. The 1 GiB floor of
 `memory_gib` is the smallest memory that holds the CUDA context and a plan's buffers."""
 _KEYS = _REQUIRED + ("name", "description", "source", "sources", "allow_partial_node", "num_gpus")
+_DERIVED = ("num_nodes", "network_gb_per_s_per_gpu")
+"""Values `to_dict` adds (`hardware show --format yaml|json`): read back only when they equal what
+the file's own keys give, so that the output loads again as a cluster file (`-c`)."""
 
 
 def catalog_names() -> list[str]:
@@ -190,7 +193,7 @@ def load_cluster(ref: str | Path, *, gpus: int | None = None) -> ClusterSpec:
     path, display = files.resolve(str(ref), CATALOG_DIR, "cluster", alternatives="a YAML file")
     file = str(path)
     raw = files.read_mapping(path, "cluster keys")
-    _check_keys(raw, _KEYS, _REQUIRED, file, prefix="")
+    _check_keys(raw, _KEYS + _DERIVED, _REQUIRED, file, prefix="")
     gpu = _gpu(raw["gpu"], file)
     ints = {key: _number(raw, key, file, integer=True) for key in _INT_KEYS}
     floats = {key: _number(raw, key, file) for key in _FLOAT_KEYS}
@@ -205,11 +208,29 @@ def load_cluster(ref: str | Path, *, gpus: int | None = None) -> ClusterSpec:
     num_gpus = default if gpus is None else gpus
     if gpus is not None:
         _check_gpus(gpus, ints["gpus_per_node"], partial, file, key="--gpus")
-    return ClusterSpec(
+    spec = ClusterSpec(
         name=_text(raw, "name", file, default=display), gpu=gpu, num_gpus=num_gpus,
         allow_partial_node=partial, source=_text(raw, "source", file),
         sources=_sources(raw.get("sources", {}), raw, file),
         description=_text(raw, "description", file), **ints, **floats)
+    _check_derived(raw, dataclasses.replace(spec, num_gpus=default), file)
+    return spec
+
+
+def _check_derived(raw: dict, spec: ClusterSpec, file: str) -> None:
+    """A derived value the file gives (`_DERIVED`, gpu.memory_bytes) must equal the one its own
+    keys give (the file's num_gpus for num_nodes): a stale one after an edit is bad input."""
+    given = {key: raw[key] for key in _DERIVED if key in raw}
+    if "memory_bytes" in raw["gpu"]:
+        given["gpu.memory_bytes"] = raw["gpu"]["memory_bytes"]
+    derived = {"num_nodes": spec.num_nodes, "network_gb_per_s_per_gpu": spec.network_gb_per_s_per_gpu,
+               "gpu.memory_bytes": spec.gpu.memory_bytes}
+    for key, value in given.items():
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isclose(
+            value, derived[key], rel_tol=1e-9)
+        if not ok:
+            raise SpecError(f"value {value!r} is derived from the other keys and they give "
+                            f"{derived[key]:g}; drop the key or give {derived[key]:g}", file=file, key=key)
 
 
 def to_dict(cluster: ClusterSpec) -> dict:
