@@ -88,7 +88,7 @@ GPU_FAMILIES = (("A100", "A100"), ("H100", "H100/H200"), ("H800", "H100/H200"), 
 
 ASSUMPTIONS = {
     "clusters": "A100 rows run on dgx-a100-80g (cluster catalog); Llama 3 rows on dgx-h100; torchtitan "
-                    "2024-12 rows and E16 on grand-teton (datasheet SXM peaks, no 500 W derating).",
+                    "2024-12 rows and E16 on grand-teton (datasheet SXM peaks; the 500 W limit as its fitted clock fraction, calibration/training.yaml power_limited_gpus).",
     "micro-batch-1": "Micro-batch 1 where the row gives none (Narayanan 2021 Table 1, MT-NLG); vpp 1 where not "
                      "given (Narayanan Table 1 says 'interleaved where applicable' without v).",
     "a100-full-recompute": "A100 rows used full activation recomputation (stated for Narayanan 2021; "
