@@ -15,6 +15,9 @@ Fit: damped Gauss-Newton on the log error log(predicted / published) of every fi
 numpy.linalg.lstsq of the residuals on a finite-difference Jacobian), parameters:
 - e_max per GPU family with fit rows (bf16/fp16 linear GEMMs and the attention core; its fp8 rows
   inform it too, through the ratio);
+- the clock fraction of each power-limited part (`POWER_LIMITED`: Grand Teton's 500 W H100),
+  held between the datasheet bounds of the parts that bracket it; its rows share their family's
+  e_max with every other framework's rows (no family is one cluster's or one framework's);
 - one fp8_ratio shared by every family with fp8 tensor cores: fp8_e_max = fp8_ratio x e_max, the
   fraction of the fp8 peak a large fp8 GEMM reaches relative to a bf16 one. One shared ratio keeps
   fp8 structural (a per-family fp8 constant fitted next to a per-family bf16 one absorbs whatever
@@ -23,7 +26,8 @@ numpy.linalg.lstsq of the residuals on a finite-difference Jacobian), parameters
 d_half is not fitted: the rows do not determine it (every fit row's narrowest GEMM dimension is
 >= 768, and the total sum of squares changes by < 2% for d_half 8-128), so it is carried as the
 file's `d_half` (`D_HALF`). A family without fit rows in a precision keeps a stated stand-in
-(`_stand_ins`). Nothing is tuned per row; the attention-core constant comes from a paper figure.
+(an explicit `fallback`, written by `fit`). Nothing is tuned per row; the attention-core curves (the fused kernel's and
+FlashAttention-2's) are fitted to a paper figure (`FLASH_ATTENTION_FIGURE`), not to training rows.
 
 `python -m planner.calibrate --write` (Makefile: `make calibrate`) regenerates the file and
 prints the evaluation-part error.
