@@ -64,7 +64,7 @@ POWER_LIMITED = {
                  "grand-teton.yaml; pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md "
                  "@31a17bfd Hardware: 'the default 500W power limit'; footnote 2: 'the actual peak "
                  "TFLOPs number is between SXM and NVL, and we don't know its exact value'). Bounds "
-                 "from the datasheets that bracket it, same 132-SM GH100: H100 NVL (400 W) 835.5 "
+                 "from the datasheets of the two parts that footnote names: H100 NVL (400 W) 835.5 "
                  "dense bf16 TFLOP/s, H100 SXM (700 W) 989.4 (NVIDIA H100 datasheet): the clock "
                  "fraction lies in [835.5/989.4, 1]. No published clock of this part under load: "
                  "[Empirical] fitted within the bounds on the FIT rows of this GPU, with every other "
@@ -255,8 +255,9 @@ def fit(rows: list[vt.Row]) -> tuple[dict[str, dict], float, str, dict, dict]:
     for part, fraction in _clocks_at(theta, names).items():
         lo, hi = POWER_LIMITED[part]["bounds"]
         mine = sorted(r.id for r in fit_rows if part.upper() in _gpu_name(r))
-        edge = (" (at its lower bound: the fit rows ask for less, i.e. what slows them is not all "
-                "modelled)" if fraction <= lo + 1e-4 else "")
+        edge = (" At its lower bound: the fit rows ask for less, i.e. not all that slows them is "
+                "modelled (the Dec-2024 torchtitan's unfused RMSNorm and older AsyncTP among it, "
+                "docs/validation.md)." if fraction <= lo + 1e-4 else "")
         powered[part] = {"power_limit_w": POWER_LIMITED[part]["power_limit_w"],
                          "clock_fraction": round(fraction, 4), "bounds": [round(lo, 4), hi],
                          "basis": POWER_LIMITED[part]["basis"] + edge, "fit_rows": mine}
