@@ -15,6 +15,9 @@ Fit: damped Gauss-Newton on the log error log(predicted / published) of every fi
 numpy.linalg.lstsq of the residuals on a finite-difference Jacobian), parameters:
 - e_max per GPU family with fit rows (bf16/fp16 linear GEMMs and the attention core; its fp8 rows
   inform it too, through the ratio);
+- the clock fraction of each power-limited part (`POWER_LIMITED`: Grand Teton's 500 W H100),
+  held between the datasheet bounds of the parts that bracket it; its rows share their family's
+  e_max with every other framework's rows (no family is one cluster's or one framework's);
 - one fp8_ratio shared by every family with fp8 tensor cores: fp8_e_max = fp8_ratio x e_max, the
   fraction of the fp8 peak a large fp8 GEMM reaches relative to a bf16 one. One shared ratio keeps
   fp8 structural (a per-family fp8 constant fitted next to a per-family bf16 one absorbs whatever
@@ -23,7 +26,8 @@ numpy.linalg.lstsq of the residuals on a finite-difference Jacobian), parameters
 d_half is not fitted: the rows do not determine it (every fit row's narrowest GEMM dimension is
 >= 768, and the total sum of squares changes by < 2% for d_half 8-128), so it is carried as the
 file's `d_half` (`D_HALF`). A family without fit rows in a precision keeps a stated stand-in
-(`_stand_ins`). Nothing is tuned per row; the attention-core constant comes from a paper figure.
+(an explicit `fallback`, written by `fit`). Nothing is tuned per row; the attention-core curves (the fused kernel's and
+FlashAttention-2's) are fitted to a paper figure (`FLASH_ATTENTION_FIGURE`), not to training rows.
 
 `python -m planner.calibrate --write` (Makefile: `make calibrate`) regenerates the file and
 prints the evaluation-part error.
@@ -45,13 +49,39 @@ from planner.cost import compute
 from planner.cost import step_time as st
 
 FAMILIES = {"A100": ["A800"], "H100": ["H200", "H800", "H20", "GH200"],
-            "H100-500W": ["H100-SXM-96GB"], "B200": ["GB200"], "MI300X": []}
+            "B200": ["GB200"], "MI300X": []}
 """Families written to the file and the GPU-name substrings that alias them (same SM
-architecture: Ampere, Hopper, Blackwell, CDNA3). H100-500W is the power-capped H100 SXM 96 GB
-HBM2e of Meta's Grand Teton (hardware/grand-teton.yaml, GPU H100-SXM-96GB): its peak is unpublished ("between
-SXM and NVL", torchtitan benchmarks/llama3_h100_202412_torchtitan.md footnote 2) and the cluster
-file carries the SXM datasheet's, so its own e_max absorbs the unknown derating instead of biasing
-the H100 fit."""
+architecture: Ampere, Hopper, Blackwell, CDNA3). One family per architecture, whatever the
+framework: what differs between frameworks is priced by its mechanism (fused elementwise
+kernels, attention kernel, overlap schemes: `cost.step_time`), and what differs between parts
+of one architecture by the part's datasheet (peaks, HBM bandwidth) and, for a power-limited
+part, its sustained clock (`POWER_LIMITED`)."""
+POWER_LIMITED = {
+    "H100-SXM-96GB": {
+        "power_limit_w": 500,
+        "bounds": (835.5 / 989.4, 1.0),
+        "basis": "H100 SXM 96 GB HBM2e of Meta's Grand Teton at its default 500 W limit (hardware/"
+                 "grand-teton.yaml; pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md "
+                 "@31a17bfd Hardware: 'the default 500W power limit'; footnote 2: 'the actual peak "
+                 "TFLOPs number is between SXM and NVL, and we don't know its exact value'). Bounds "
+                 "from the datasheets of the two parts that footnote names: H100 NVL (400 W) 835.5 "
+                 "dense bf16 TFLOP/s, H100 SXM (700 W) 989.4 (NVIDIA H100 datasheet): the clock "
+                 "fraction lies in [835.5/989.4, 1]. No published clock of this part under load: "
+                 "[Empirical] fitted within the bounds on the FIT rows of this GPU, with every other "
+                 "constant, so that the framework's mechanisms (E18, torchtitan on a 700 W H200, "
+                 "shares the H100 e_max) are not absorbed into it.",
+    },
+}
+"""Power-limited GPU parts (name substring -> limit, datasheet bounds of the clock fraction,
+basis): `compute.clock_fraction`."""
+FLASH_ATTENTION_FIGURE = {
+    "seq_len": (512, 1024, 2048, 4096, 8192, 16384),
+    "fused": (467, 565, 625, 638, 646, 648),
+    "flash_attention_2": (309, 350, 362, 368, 370, 370),
+}
+"""TFLOP/s of the attention forward pass, head dim 128, no causal mask, H100 SXM5, B x S = 16k:
+FlashAttention-3 ("fused", the curve cuDNN's bars follow within 8% from 1k) and FlashAttention-2.
+Source: Shah et al. 2024 (FlashAttention-3, arXiv 2407.08608) Fig. 5 (bar labels)."""
 DEFAULT_FAMILY = "H100"
 D_HALF = 64.0
 """[Empirical] GEMM width at half efficiency, every family: the grid fit (0-512) of the earlier
@@ -81,16 +111,40 @@ def _start() -> dict[str, dict]:
     return {name: {"aliases": aliases, **START} for name, aliases in FAMILIES.items()}
 
 
+def _start_clocks() -> dict[str, float]:
+    return {part: 1.0 for part in POWER_LIMITED}
+
+
 def _log_error(row: vt.Row) -> float:
     """log(1 + throughput error) of the row's prediction (`validate_training.predict`)."""
     return math.log1p(vt.predict(row).error)
 
 
-def _calibration(families: dict[str, dict], moe_host_sync_s: float | None = None) -> compute.Calibration:
-    """The file's calibration with `families` (and the MoE host stall, None: the file's)."""
+def attention_curve(kernel: str) -> tuple[float, float, float]:
+    """(plateau TFLOP/s, l_half tokens, rms log error) of P L / (L + l_half) fitted to the
+    `kernel`'s bars of FLASH_ATTENTION_FIGURE in log error (numpy least squares for log P at each
+    l_half of a 0.5-token grid, the best kept)."""
+    seq = np.array(FLASH_ATTENTION_FIGURE["seq_len"], dtype=float)
+    y = np.log(np.array(FLASH_ATTENTION_FIGURE[kernel], dtype=float))
+    best = (math.inf, 0.0, 0.0)
+    for l_half in np.arange(0.5, 2000.0, 0.5):
+        shape = np.log(seq) - np.log(seq + l_half)
+        log_p = float(np.linalg.lstsq(np.ones((len(seq), 1)), y - shape, rcond=None)[0][0])
+        r = y - log_p - shape
+        if r @ r < best[0]:
+            best = (float(r @ r), float(l_half), math.exp(log_p))
+    return best[2], best[1], math.sqrt(best[0] / len(seq))
+
+
+def _calibration(families: dict[str, dict], moe_host_sync_s: float | None = None,
+                 clocks: dict[str, float] | None = None) -> compute.Calibration:
+    """The file's calibration with `families`, the power-limited parts' clock fractions and the
+    MoE host stall (None: the file's), the attention curves of FLASH_ATTENTION_FIGURE."""
     base = compute.load_calibration()
     if moe_host_sync_s is not None:
         base = replace(base, moe_host_sync_s=moe_host_sync_s)
+    if clocks is not None:
+        base = replace(base, clock_fractions={k.upper(): v for k, v in clocks.items()})
     consts = {}
     for name, entry in families.items():
         src = families[entry["fallback"]] if "fallback" in entry else entry
@@ -98,12 +152,17 @@ def _calibration(families: dict[str, dict], moe_host_sync_s: float | None = None
             family=entry.get("fallback", name), e_max=src["e_max"], d_half=src["d_half"],
             fp8_e_max=src.get("fp8_e_max"), basis=entry.get("basis", ""))
     aliases = {a.upper(): f for f, al in FAMILIES.items() for a in al}
-    return replace(base, families=consts, aliases=aliases, default_family=DEFAULT_FAMILY)
+    fused, fa2 = attention_curve("fused"), attention_curve("flash_attention_2")
+    return replace(base, families=consts, aliases=aliases, default_family=DEFAULT_FAMILY,
+                   attention_l_half=fused[1], fa2_plateau_ratio=round(fa2[0] / fused[0], 4),
+                   fa2_l_half=fa2[1], fa2_families=(DEFAULT_FAMILY,))
 
 
-def _errors(rows: list[vt.Row], families: dict[str, dict], moe_host_sync_s: float) -> np.ndarray:
-    """log(predicted / published throughput) of `rows` under `families` and the MoE host stall."""
-    compute.use_calibration(_calibration(families, moe_host_sync_s))
+def _errors(rows: list[vt.Row], families: dict[str, dict], moe_host_sync_s: float,
+            clocks: dict[str, float]) -> np.ndarray:
+    """log(predicted / published throughput) of `rows` under `families`, the MoE host stall and
+    the clock fractions."""
+    compute.use_calibration(_calibration(families, moe_host_sync_s, clocks))
     st.clear_caches()
     try:
         return np.array([_log_error(r) for r in rows])
@@ -113,33 +172,43 @@ def _errors(rows: list[vt.Row], families: dict[str, dict], moe_host_sync_s: floa
 
 
 def _families_at(theta: np.ndarray, names: list[str]) -> dict[str, dict]:
-    """Family entries for log-parameters theta = [log e_max of each of `names`..., log fp8_ratio,
-    log moe_host_sync_s]: fp8_e_max = fp8_ratio x e_max for every family with fp8 tensor cores."""
+    """Family entries for log-parameters theta = [log e_max of each of `names`..., log clock
+    fraction of each POWER_LIMITED part..., log fp8_ratio, log moe_host_sync_s]: fp8_e_max =
+    fp8_ratio x e_max for every family with fp8 tensor cores."""
     families = _start()
-    for name, t in zip(names, theta[:-2]):
+    for name, t in zip(names, theta[:len(names)]):
         families[name]["e_max"] = float(np.exp(t))
     for name, entry in families.items():
         entry["fp8_e_max"] = None if name in NO_FP8 else float(np.exp(theta[-2])) * entry["e_max"]
     return families
 
 
+def _clocks_at(theta: np.ndarray, names: list[str]) -> dict[str, float]:
+    """Clock fractions of the POWER_LIMITED parts in theta (`_families_at`)."""
+    return {part: float(np.exp(t)) for part, t in zip(POWER_LIMITED, theta[len(names):-2])}
+
+
 def _gauss_newton(rows: list[vt.Row], names: list[str], groups: list[list[int]]) -> np.ndarray:
     """Damped Gauss-Newton in log error over theta (`_families_at`): column j of the Jacobian is
-    computed on the rows `groups[j]` only (a family's e_max moves only its own rows; the ratio only
-    the fp8 rows); a step is halved until the sum of squares falls."""
-    keys = ["e_max"] * len(names) + ["fp8_ratio", "moe_host_sync_s"]
-    lo = np.log([BOUNDS[k][0] for k in keys])
-    hi = np.log([BOUNDS[k][1] for k in keys])
-    theta = np.log([START[k] for k in keys])
+    computed on the rows `groups[j]` only (a family's e_max moves only its own rows; a part's
+    clock only that part's rows; the ratio only the fp8 rows); a step is halved until the sum of
+    squares falls."""
+    keys = ["e_max"] * len(names) + [None] * len(POWER_LIMITED) + ["fp8_ratio", "moe_host_sync_s"]
+    bounds = [BOUNDS[k] if k else POWER_LIMITED[part]["bounds"]
+              for k, part in zip(keys, [None] * len(names) + list(POWER_LIMITED) + [None, None])]
+    lo, hi = np.log([b[0] for b in bounds]), np.log([b[1] for b in bounds])
+    theta = np.log([START[k] if k else 1.0 for k in keys])
 
     def residual(t: np.ndarray, subset: list[int] | None = None) -> np.ndarray:
         chosen = rows if subset is None else [rows[i] for i in subset]
-        return _errors(chosen, _families_at(t, names), float(np.exp(t[-1])))
+        return _errors(chosen, _families_at(t, names), float(np.exp(t[-1])), _clocks_at(t, names))
 
     r = residual(theta)
     for _ in range(30):
         jac = np.zeros((len(rows), len(theta)))
         for j, subset in enumerate(groups):
+            if not subset:
+                continue
             step = theta.copy()
             step[j] += 1e-3
             jac[subset, j] = (residual(step, subset) - r[subset]) / 1e-3
@@ -158,13 +227,19 @@ def _gauss_newton(rows: list[vt.Row], names: list[str], groups: list[list[int]])
     return theta
 
 
-def fit(rows: list[vt.Row]) -> tuple[dict[str, dict], float, str, dict]:
+def _gpu_name(row: vt.Row) -> str:
+    return vt._cluster(row.cluster, row.gpus).gpu.name.upper()
+
+
+def fit(rows: list[vt.Row]) -> tuple[dict[str, dict], float, str, dict, dict]:
     """(family entries of the file, the shared fp8_ratio, a note when the ratio sits at its bound,
-    the file's `moe_host_sync` entry) fitted on the FIT part of `rows` (see the module docstring)."""
+    the file's `moe_host_sync` entry, its `power_limited_gpus` entries) fitted on the FIT part of
+    `rows` (see the module docstring)."""
     fit_rows = [r for r in rows if r.part == "fit"]
     family = [family_of(r) for r in fit_rows]
     names = [name for name in FAMILIES if name in family]
     groups = [[i for i, f in enumerate(family) if f == name] for name in names]
+    groups += [[i for i, r in enumerate(fit_rows) if part.upper() in _gpu_name(r)] for part in POWER_LIMITED]
     groups.append([i for i, r in enumerate(fit_rows) if r.precision == "fp8"])
     groups.append([i for i, r in enumerate(fit_rows) if r.moe])
     theta = _gauss_newton(fit_rows, names, groups)
@@ -176,6 +251,16 @@ def fit(rows: list[vt.Row]) -> tuple[dict[str, dict], float, str, dict]:
                      f"synchronization of the tokens per expert), one value for every GPU, fitted "
                      f"with the e_max values on the {len(moe_rows)} MoE FIT row(s) listed",
             "fit_rows": moe_rows}
+    powered = {}
+    for part, fraction in _clocks_at(theta, names).items():
+        lo, hi = POWER_LIMITED[part]["bounds"]
+        mine = sorted(r.id for r in fit_rows if part.upper() in _gpu_name(r))
+        edge = (" At its lower bound: the fit rows ask for less, i.e. not all that slows them is "
+                "modelled (the Dec-2024 torchtitan's unfused RMSNorm and older AsyncTP among it, "
+                "docs/validation.md)." if fraction <= lo + 1e-4 else "")
+        powered[part] = {"power_limit_w": POWER_LIMITED[part]["power_limit_w"],
+                         "clock_fraction": round(fraction, 4), "bounds": [round(lo, 4), hi],
+                         "basis": POWER_LIMITED[part]["basis"] + edge, "fit_rows": mine}
     at_bound = ratio >= BOUNDS["fp8_ratio"][1] - 1e-4
     out: dict[str, dict] = {}
     for name, aliases in FAMILIES.items():
@@ -195,21 +280,23 @@ def fit(rows: list[vt.Row]) -> tuple[dict[str, dict], float, str, dict]:
                      "fit_rows": mine}
     note = (" (at its upper bound: the fp8 fit rows ask for more, i.e. the model under-predicts them "
             "for reasons outside the GEMMs)" if at_bound else "")
-    return out, ratio, note, host
+    return out, ratio, note, host, powered
 
 
 def evaluate(rows: list[vt.Row], families: dict[str, dict] | None = None,
-             moe_host_sync_s: float | None = None) -> list[dict]:
-    """Predicted vs published per row (all parts) under `families` and the MoE host stall (None:
-    the file's); `error` is the throughput error (`validate_training.throughput_error`)."""
+             moe_host_sync_s: float | None = None, clocks: dict[str, float] | None = None) -> list[dict]:
+    """Predicted vs published per row (all parts) under `families`, the MoE host stall and the
+    clock fractions (None: the file's); `error` is the throughput error
+    (`validate_training.throughput_error`)."""
     if families is not None:
-        compute.use_calibration(_calibration(families, moe_host_sync_s))
+        compute.use_calibration(_calibration(families, moe_host_sync_s, clocks))
     st.clear_caches()
     try:
         out = []
         for r in rows:
             pred = vt.predict(r)
             out.append(dict(id=r.id, source=r.source, family=family_of(r), precision=r.precision,
+                            framework=r.layout.framework,
                             part=r.part, convention=r.convention, published=r.published,
                             predicted=pred.predicted, error=pred.error))
         return out
@@ -242,14 +329,15 @@ def grouped(results: list[dict]) -> dict:
 
 
 def document(families: dict[str, dict], fp8_ratio: float, note: str, host: dict,
-             results: list[dict]) -> dict:
+             powered: dict, results: list[dict]) -> dict:
     """The calibration file's contents."""
-    cal = compute.load_calibration()
+    fused, fa2 = attention_curve("fused"), attention_curve("flash_attention_2")
     return {
         "description": "[Empirical] GEMM-efficiency constants of the step-time model "
                        "(planner/cost/compute.py) per GPU family: efficiency(d) = e_max d/(d + d_half) "
                        "of the bf16/fp16 peak for linear GEMMs and (times the attention_core factor) "
-                       "the attention core; fp8_e_max the same for fp8 linear GEMMs of the fp8 peak.",
+                       "the attention core; fp8_e_max the same for fp8 linear GEMMs of the fp8 peak; "
+                       "a power-limited part runs its compute at clock_fraction of the peak.",
         "fitted_on": "tests/data/reference/training_runs.yaml + expert_configs.yaml, every row "
                      "planner.validate_training expresses, FIT part: crc32(id) % 4 != 0; "
                      "evaluation part: crc32(id) % 4 == 0, and per GPU family whose MoE rows all "
@@ -259,16 +347,27 @@ def document(families: dict[str, dict], fp8_ratio: float, note: str, host: dict,
                   "finite-difference Jacobian, per family; regenerate: make calibrate",
         "generated": datetime.date.today().isoformat(),
         "default_family": DEFAULT_FAMILY,
-        "attention_core": {"l_half_tokens": cal.attention_l_half,
-                           "basis": "FlashAttention-3 paper (Shah et al. 2024, arXiv 2407.08608) "
-                                    "Fig. 5a, forward, head dim 128, H100 SXM5: P L/(L + l_half) least "
-                                    "squares in log error on its six points (512-16k), rms 1.8%; not "
-                                    "fitted on training rows"},
+        "attention_core": {
+            "l_half_tokens": fused[1],
+            "basis": f"FlashAttention-3 paper (Shah et al. 2024, arXiv 2407.08608) Fig. 5, forward, "
+                     f"head dim 128, no causal mask, H100 SXM5: P L/(L + l_half) least squares in log "
+                     f"error on its six FlashAttention-3 bars (512-16k; planner.calibrate."
+                     f"FLASH_ATTENTION_FIGURE), P = {fused[0]:.0f} TFLOP/s, rms {100 * fused[2]:.1f}%; "
+                     f"the fused kernel (cuDNN / FlashAttention-3); not fitted on training rows",
+            "flash_attention_2": {
+                "plateau_ratio": round(fa2[0] / fused[0], 4), "l_half_tokens": fa2[1],
+                "families": [DEFAULT_FAMILY],
+                "basis": f"the same figure's six FlashAttention-2 bars, fitted the same way: P2 = "
+                         f"{fa2[0]:.0f} TFLOP/s, l_half {fa2[1]:g}, rms {100 * fa2[2]:.1f}%; plateau_ratio "
+                         f"= P2 / P. Measured on H100 (families); elsewhere the fused curve applies "
+                         f"(FlashAttention-3 is Hopper-only). Not fitted on training rows"},
+        },
         "fp8_ratio": fp8_ratio,
         "fp8_ratio_basis": "[Empirical] fp8_e_max / e_max, one value for every family with fp8 tensor "
                            "cores, fitted with the e_max values on every fp8 FIT row, bounded by 1 "
                            "(planner.calibrate.BOUNDS)" + note,
         "moe_host_sync": host,
+        "power_limited_gpus": powered,
         "families": families,
         "evaluation": grouped(results)["evaluation"],
     }
@@ -277,8 +376,10 @@ def document(families: dict[str, dict], fp8_ratio: float, note: str, host: dict,
 def write_calibration(path: Path = compute.CALIBRATION_FILE) -> dict:
     """Fit on the FIT part and write `path` with its provenance; returns the document."""
     rows = all_rows()
-    families, fp8_ratio, note, host = fit(rows)
-    doc = document(families, fp8_ratio, note, host, evaluate(rows, families, host["seconds"]))
+    families, fp8_ratio, note, host, powered = fit(rows)
+    clocks = {part: entry["clock_fraction"] for part, entry in powered.items()}
+    doc = document(families, fp8_ratio, note, host, powered,
+                   evaluate(rows, families, host["seconds"], clocks))
     path.write_text(yaml.safe_dump(doc, sort_keys=False, width=100), encoding="utf-8")
     compute._default_calibration.cache_clear()
     return doc

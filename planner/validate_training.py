@@ -88,7 +88,7 @@ GPU_FAMILIES = (("A100", "A100"), ("H100", "H100/H200"), ("H800", "H100/H200"), 
 
 ASSUMPTIONS = {
     "clusters": "A100 rows run on dgx-a100-80g (cluster catalog); Llama 3 rows on dgx-h100; torchtitan "
-                    "2024-12 rows and E16 on grand-teton (datasheet SXM peaks, no 500 W derating).",
+                    "2024-12 rows and E16 on grand-teton (datasheet SXM peaks; the 500 W limit as its fitted clock fraction, calibration/training.yaml power_limited_gpus).",
     "micro-batch-1": "Micro-batch 1 where the row gives none (Narayanan 2021 Table 1, MT-NLG); vpp 1 where not "
                      "given (Narayanan Table 1 says 'interleaved where applicable' without v).",
     "a100-full-recompute": "A100 rows used full activation recomputation (stated for Narayanan 2021; "
@@ -125,6 +125,14 @@ ASSUMPTIONS = {
                      "torchtitan sources all compile) is `Layout.torch_compile` on, which removes the bytes "
                      "eager elementwise kernels move beyond fused ones (`step_time.unfused_elementwise_bytes`); "
                      "without it, off (torchtitan's default, eager).",
+    "torchtitan-versions": "torchtitan rows are priced as today's torchtitan runs them (attention core: "
+                           "FlashAttention-2, `frameworks.torchtitan.attention_kernel`), but the 2024-12 rows ran "
+                           "torch 1963fc8 / torchtitan 9dec370, whose eager RMSNorm was Python "
+                           "(torchtitan/models/norms.py RMSNorm: fp32 upcast, pow, mean, rsqrt, two multiplies: "
+                           "about 32 h bytes per token per norm beyond a fused kernel, not priced; today's is "
+                           "nn.RMSNorm, one fused kernel) and whose AsyncTP gained x1.057 (Table 4) where the same "
+                           "job gained x1.164 in benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md: eager 2024-12 "
+                           "rows run slower, and AsyncTP 2024-12 rows slower, than predicted.",
     "async-tp": "torchtitan rows with TP: AsyncTP (named in the row's techniques or source) is the TP "
                 "communication overlap knob on (`Layout.tp_comm_overlap`); without it, off (torchtitan's "
                 "default).",
@@ -614,7 +622,7 @@ def _torchtitan_rows(raw: dict, settings: dict, file: str, where: str) -> list[R
     if "UNVERIFIED" in str(raw.get("notes", "")):
         assumptions.append("torchtitan-seq-len")
     layout = layout.replace(torch_compile="compile" in techniques)
-    assumptions.append("torch-compile")
+    assumptions += ["torch-compile", "torchtitan-versions"]
     if tp > 1:
         layout = layout.replace(tp_comm_overlap="AsyncTP" in techniques)
         assumptions.append("async-tp")

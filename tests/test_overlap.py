@@ -121,11 +121,12 @@ def test_userbuffers_tp_overlap_exposes_what_the_chunked_pipelines_leave():
     t_on = stt.layer_time(SMALL, H100, on, 0, "none")
     assert t_on.comm_s == pytest.approx(fwd + bwd, rel=1e-9)
     # at h 256 the GEMMs are too short to hide anything and the chunks' latencies and the SMs
-    # taken cost more than they save; at Llama 3.1 70B's h 8192 and tp 8 most is hidden, not all
+    # taken cost more than they save; at Llama 3.1 70B's h 8192 and tp 8 about half is hidden
+    # (at the H100 e_max of the calibration file), not all
     big_model, tp8 = load_model("llama-3.1-70b"), on.replace(tp=8)
     t8_on = stt.layer_time(big_model, H100, tp8, 0, "none").comm_s
     t8_off = stt.layer_time(big_model, H100, tp8.replace(tp_comm_overlap=False), 0, "none").comm_s
-    assert 0 < t8_on < 0.5 * t8_off
+    assert 0 < t8_on < 0.6 * t8_off
     # full recompute runs the forward's collectives (and their exposure) again
     assert stt.layer_time(SMALL, H100, on, 0, "full").comm_s == pytest.approx(2 * fwd + bwd, rel=1e-9)
     # without SP there is nothing for Transformer Engine to pipeline (Megatron asserts SP)
@@ -340,3 +341,31 @@ def test_the_readme_headline_plan_uses_no_context_parallelism_at_4k():
     par = data["plans"][0]["parallelism"]
     assert par["cp"] == 1
     assert par["overlap"]["overlap_grad_reduce"] is True
+
+
+def _asynctp_speedup(precision: str) -> float:
+    """Predicted tokens/s with AsyncTP / without, Llama 3.1 70B on 256 Grand Teton H100s, FSDP 32,
+    TP 8 (SP), torch.compile, full AC, local batch 16, seq 8192 (the torchtitan 2024-12 Table 4
+    row's layout through `planner.validate_training`)."""
+    from planner import validate_training as vt
+    from planner.explain import explain
+    row = next(r for r in vt.load_rows(vt.TRAINING_RUNS) if r.id == "torchtitan-202412-t4-2d")
+    cluster = vt._cluster(row.cluster, row.gpus)
+    rate = {on: explain(row.model, cluster, row.layout.replace(precision=precision, tp_comm_overlap=on),
+                        time_despite_memory=True)["time_s"]["tokens_per_s"] for on in (False, True)}
+    return rate[True] / rate[False]
+
+
+def test_async_tp_speedup_matches_torchtitans_2025_measurement_in_fp8():
+    # pytorch/torchtitan benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md (@b5bcd76), the same
+    # job on the same Grand Teton H100s: float8 tensorwise 809.8 -> 942.4 tokens/s (x1.164). An
+    # evaluation number (not in the calibration data). The Dec-2024 row's 829 -> 876 (x1.057) ran
+    # the AsyncTP of torch 1963fc8; the planner prices today's.
+    assert _asynctp_speedup("fp8") == pytest.approx(942.4 / 809.8, rel=0.03)
+
+
+@pytest.mark.xfail(strict=True, reason="issue 9: AsyncTP over-credited in bf16: predicted x1.16, "
+                   "torchtitan 2025-06 measured 597.3 -> 652.4 tokens/s (x1.092); chunked-GEMM "
+                   "efficiency and the copy-engine staging bandwidth are not modelled")
+def test_async_tp_speedup_matches_torchtitans_2025_measurement_in_bf16():
+    assert _asynctp_speedup("bf16") == pytest.approx(652.4 / 597.3, rel=0.03)

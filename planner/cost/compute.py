@@ -32,6 +32,7 @@ efficiencies, not cuBLAS peaks.
 from __future__ import annotations
 
 import sys
+import dataclasses
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -84,6 +85,15 @@ class Calibration:
     """Per-rank attention chunk (tokens) at which FlashAttention runs at half its plateau."""
     moe_host_sync_s: float = 0.0
     """Host stall of one dropless MoE layer's forward pass, s (`moe_host_sync_s`)."""
+    fa2_plateau_ratio: float = 1.0
+    """FlashAttention-2's long-sequence throughput / the fused kernel's (`attention_efficiency`)."""
+    fa2_l_half: float = 0.0
+    """Per-rank chunk (tokens) at which FlashAttention-2 runs at half its own plateau."""
+    fa2_families: tuple[str, ...] = ()
+    """Families whose GPUs the FlashAttention-2 curve was measured on (elsewhere: the fused curve)."""
+    clock_fractions: dict[str, float] = dataclasses.field(default_factory=dict)
+    """GPU name substring -> sustained tensor-core clock of a power-limited part / the clock its
+    datasheet peak assumes (`clock_fraction`); GPUs not listed: 1."""
 
 
 def load_calibration(path: Path | None = None) -> Calibration:
@@ -108,10 +118,16 @@ def load_calibration(path: Path | None = None) -> Calibration:
                 d_half=float(source["d_half"]),
                 fp8_e_max=None if source.get("fp8_e_max") is None else float(source["fp8_e_max"]),
                 basis=str(entry["basis"]))
+        fa2 = doc["attention_core"].get("flash_attention_2", {})
         return Calibration(families=families, aliases=aliases,
                            default_family=str(doc["default_family"]),
                            attention_l_half=float(doc["attention_core"]["l_half_tokens"]),
-                           moe_host_sync_s=float(doc.get("moe_host_sync", {}).get("seconds", 0.0)))
+                           moe_host_sync_s=float(doc.get("moe_host_sync", {}).get("seconds", 0.0)),
+                           fa2_plateau_ratio=float(fa2.get("plateau_ratio", 1.0)),
+                           fa2_l_half=float(fa2.get("l_half_tokens", doc["attention_core"]["l_half_tokens"])),
+                           fa2_families=tuple(fa2.get("families", ())),
+                           clock_fractions={str(name).upper(): float(entry["clock_fraction"])
+                                            for name, entry in doc.get("power_limited_gpus", {}).items()})
     except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError) as exc:
         raise SpecError(f"calibration file {path} unreadable or missing a key ({exc!s}); "
                         "regenerate it with `make calibrate`", key="calibration") from None
@@ -220,34 +236,73 @@ def core_precision(precision: str) -> str:
     return "bf16" if precision == "fp8" else precision
 
 
+def clock_fraction(gpu: GPUSpec) -> float:
+    """Sustained tensor-core clock of `gpu` under its power limit / the clock its catalog peak
+    assumes, dimensionless (1 for a GPU at its rated power): compute-bound kernels run at
+    peak x this fraction; memory-bound ones do not slow (a power cap lowers the SM clock, not
+    the HBM clock). [Empirical] per power-limited part, `calibration/training.yaml`
+    `power_limited_gpus` (its basis: the datasheet bounds the fit is held within)."""
+    name = gpu.name.upper()
+    for part, fraction in calibration().clock_fractions.items():
+        if part in name:
+            return fraction
+    return 1.0
+
+
 def achieved_flops(gpu: GPUSpec, precision: str, *, gemm_dim: float) -> float:
     """FLOP/s one GPU sustains on a linear GEMM of narrowest dimension `gemm_dim` in `precision`:
-    peak_flops x gemm_efficiency."""
-    return peak_flops(gpu, precision) * gemm_efficiency(gpu, gemm_dim=gemm_dim, precision=precision)
+    peak_flops x clock_fraction x gemm_efficiency."""
+    return (peak_flops(gpu, precision) * clock_fraction(gpu)
+            * gemm_efficiency(gpu, gemm_dim=gemm_dim, precision=precision))
 
 
-def attention_efficiency(chunk_tokens: float) -> float:
-    """Fraction of its long-sequence throughput FlashAttention reaches on a per-rank chunk of
-    `chunk_tokens` queries (and keys): L / (L + l_half).
+ATTENTION_KERNELS = ("fused", "flash_attention_2")
+"""Attention-core kernels the frameworks run (`frameworks.<framework>.attention_kernel`): "fused",
+cuDNN fused attention / FlashAttention-3 (Transformer Engine on Hopper); "flash_attention_2",
+FlashAttention-2 (PyTorch's scaled_dot_product_attention flash backend)."""
 
-    Source: Shah et al. 2024 (FlashAttention-3, arXiv 2407.08608) Fig. 5a, forward, head dim 128,
-    H100 SXM5, B x S = 16k tokens: 467, 565, 625, 638, 646, 648 TFLOP/s at S = 512 ... 16k;
-    l_half ([Empirical], calibration/training.yaml `attention_core`) is the least-squares fit of
-    P L / (L + l_half) to those six points in log error (P = 669, l_half = 209, rms 1.8%).
+
+def attention_efficiency(chunk_tokens: float, kernel: str = "fused", gpu: GPUSpec | None = None) -> float:
+    """Fraction of the fused kernel's long-sequence throughput the attention core reaches on a
+    per-rank chunk of `chunk_tokens` queries (and keys).
+
+    fused: L / (L + l_half). Source: Shah et al. 2024 (FlashAttention-3, arXiv 2407.08608) Fig. 5,
+    forward, head dim 128, no causal mask, H100 SXM5, B x S = 16k tokens: FlashAttention-3 467,
+    565, 625, 638, 646, 648 TFLOP/s at S = 512 ... 16k; l_half ([Empirical], calibration/
+    training.yaml `attention_core`) is the least-squares fit of P L / (L + l_half) to those six
+    points in log error (P = 669, l_half = 209, rms 1.8%). cuDNN's bars in the same figure (497,
+    574, 617, 609, 600, 595) stay within 8% of them from 1k up: Transformer Engine's
+    FusedAttention (cuDNN), which it prefers on Hopper (NVIDIA/TransformerEngine@d0067d0
+    transformer_engine/pytorch/attention/dot_product_attention/utils.py l. 1647-1653), runs
+    this curve too.
+
+    flash_attention_2: ratio x L / (L + l_half2), ratio = P2 / P, fitted the same way to the
+    FlashAttention-2 bars of the same figure (309, 350, 362, 368, 370, 370: P2 = 377, l_half2 =
+    104, rms 1.3%), on the GPUs of the families it was measured on (`fa2_families`: the
+    H100 family; FlashAttention-3 is Hopper-only, so elsewhere FlashAttention-2 is what the fused
+    curve's fit rows ran and the fused curve applies).
 
     Raises:
-        SpecError: chunk_tokens is not positive.
+        SpecError: chunk_tokens is not positive; an unknown kernel.
     """
     if chunk_tokens <= 0:
         raise SpecError(f"value {chunk_tokens!r} must be > 0", key="chunk_tokens")
-    return chunk_tokens / (chunk_tokens + calibration().attention_l_half)
+    if kernel not in ATTENTION_KERNELS:
+        raise SpecError(f"value {kernel!r} not allowed; allowed: {', '.join(ATTENTION_KERNELS)}",
+                        key="attention_kernel")
+    cal = calibration()
+    if kernel == "flash_attention_2" and (gpu is None or gpu_family(gpu, cal) in cal.fa2_families):
+        return cal.fa2_plateau_ratio * chunk_tokens / (chunk_tokens + cal.fa2_l_half)
+    return chunk_tokens / (chunk_tokens + cal.attention_l_half)
 
 
-def attention_flops(gpu: GPUSpec, precision: str, *, chunk_tokens: float) -> float:
-    """FLOP/s of the fused attention core on a chunk of `chunk_tokens`: the core dtype's peak x
-    the family's bf16 e_max x `attention_efficiency` (the core dtype is bf16 under fp8)."""
+def attention_flops(gpu: GPUSpec, precision: str, *, chunk_tokens: float, kernel: str = "fused") -> float:
+    """FLOP/s of the attention core on a chunk of `chunk_tokens`: the core dtype's peak x
+    `clock_fraction` x the family's bf16 e_max x `attention_efficiency` of the framework's
+    `kernel` (the core dtype is bf16 under fp8)."""
     core = core_precision(precision)
-    return peak_flops(gpu, core) * efficiency_constants(gpu).e_max * attention_efficiency(chunk_tokens)
+    return (peak_flops(gpu, core) * clock_fraction(gpu) * efficiency_constants(gpu).e_max
+            * attention_efficiency(chunk_tokens, kernel, gpu))
 
 
 FP8_CAST_BYTES_PER_ELEMENT = 6

@@ -165,7 +165,7 @@ def layer_time_key(layout: Layout, sharing: tuple[tuple[str, int], ...]) -> tupl
     """Everything of `layout` and its `axes_sharing` that `layer_time` reads (b, s, tp, cp, ep,
     etp, SP, precision, the tp and cp groups' domain sharing, the only ones `_layer_comm` uses, the
     TP / EP overlaps (and with TP overlap the framework, whose scheme prices it), whether the
-    elementwise kernels are fused, and the gradient buffer's bytes the expert GEMMs accumulate into,
+    elementwise kernels are fused, the framework's attention kernel, and the gradient buffer's bytes the expert GEMMs accumulate into,
     `_expert_weight_bytes`): layouts with equal keys have equal layer times (for callers' caches)."""
     share = dict(sharing)
     ov = overlap.resolve(layout)
@@ -174,6 +174,7 @@ def layer_time_key(layout: Layout, sharing: tuple[tuple[str, int], ...]) -> tupl
             ov.tp_comm_overlap, ov.ep_comm_overlap, layout.cp_comm_type, state_bytes(layout).gradients,
             layout.moe_dispatcher, layout.framework if ov.tp_comm_overlap else None,
             BY_NAME[layout.framework].fused_elementwise(layout.torch_compile),
+            BY_NAME[layout.framework].attention_kernel(),
             layout.selective_modules, layout.offload_modules, "activations" in layout.offload)
 
 
@@ -268,7 +269,8 @@ def _layer_compute_s(model: ModelSpec, cluster: ClusterSpec, layout: Layout, ind
     - dense linear GEMMs (attention projections, dense MLP, shared experts) at the linear
       precision's rate for d = min(h/tp, b*s/cp) (`compute.achieved_flops`);
     - routed experts as grouped GEMMs at the rate of their own shape (`_expert_gemm_dim`);
-    - the attention core: FlashAttention at the core precision (bf16 under fp8) and the
+    - the attention core: the framework's fused kernel (`frameworks.<framework>.attention_kernel`:
+      cuDNN / FlashAttention-3 or FlashAttention-2) at the core precision (bf16 under fp8) and the
       per-rank chunk's efficiency (`compute.attention_flops`); unfused, at the GEMM rate plus the
       s^2 score traffic (UNFUSED_SCORE_BYTES);
     - memory-bound (at HBM_EFFICIENCY x HBM bandwidth): the router GEMM and its softmax/top-k,
@@ -293,7 +295,8 @@ def _layer_compute_s(model: ModelSpec, cluster: ClusterSpec, layout: Layout, ind
         fwd += max(flops_s, _expert_weight_bytes(model, layout, index) / 3 / _hbm_bytes_per_s(cluster))
     if flash_attention:
         chunk = _attention_chunk(model, index, s, cp)
-        attn_fwd = local * attention / attention_flops(gpu, precision, chunk_tokens=chunk)
+        attn_fwd = local * attention / attention_flops(
+            gpu, precision, chunk_tokens=chunk, kernel=BY_NAME[layout.framework].attention_kernel())
     else:
         attn_fwd = local * attention / achieved_flops(gpu, core_precision(precision), gemm_dim=gemm_dim)
         scores = b * model.num_attention_heads / tp * s * s / cp

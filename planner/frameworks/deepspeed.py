@@ -112,6 +112,13 @@ def fused_elementwise(torch_compile: bool | None) -> bool:
     return True
 
 
+def attention_kernel() -> str:
+    """The attention core of the Megatron-DeepSpeed layers DeepSpeed's rows run: taken as
+    Megatron-LM's ("fused", `frameworks.megatron.attention_kernel`); every DeepSpeed row here
+    runs on A100, where the fused curve is what was fitted (not verified on Hopper)."""
+    return "fused"
+
+
 def overlap_defaults(zero_stage: int) -> dict[str, bool]:
     """DeepSpeed's overlaps when its keys are absent: gradient reduction and parameter prefetch on
     at ZeRO-3 only (module docstring); no TP comm or expert all-to-all overlap."""

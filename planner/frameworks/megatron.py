@@ -308,6 +308,15 @@ def fused_elementwise(torch_compile: bool | None) -> bool:
     return True
 
 
+def attention_kernel() -> str:
+    """Megatron-LM's attention core (`--transformer-impl transformer_engine`, the default):
+    Transformer Engine's DotProductAttention, which prefers cuDNN FusedAttention over
+    FlashAttention on Hopper and newer (NVIDIA/TransformerEngine@d0067d0 transformer_engine/
+    pytorch/attention/dot_product_attention/utils.py l. 1647-1653): `compute.attention_efficiency`
+    "fused"."""
+    return "fused"
+
+
 def overlap_defaults(zero_stage: int) -> dict[str, bool]:
     """Megatron-LM's value of each overlap knob when its flag is absent: all off (`DEFAULT`)."""
     return {knob: bool(DEFAULT[knob]) for knob in OVERLAP_SWITCHES}

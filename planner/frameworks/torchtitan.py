@@ -111,6 +111,21 @@ def fused_elementwise(torch_compile: bool | None) -> bool:
     return DEFAULT["compile"] if torch_compile is None else torch_compile
 
 
+def attention_kernel() -> str:
+    """torchtitan's attention core in the runs measured here: PyTorch's
+    `F.scaled_dot_product_attention` (pytorch/torchtitan@9dec370 torchtitan/models/llama/model.py
+    l. 209), whose default backend order on CUDA is flash, efficient, math, cuDNN (cuDNN made
+    opt-in after PyTorch 2.5: pytorch/pytorch#138522, the order quoted in pytorch/pytorch#138907),
+    and with context parallelism restricted to the flash and efficient backends
+    (torchtitan/utils.py l. 209-216 at that commit). The flash backend is FlashAttention-2
+    (aten's vendored kernel): `compute.attention_efficiency` "flash_attention_2". The torch of
+    the 2025-06 H200 run (2.8.0a0, benchmarks/llama3-8b_h200_202506_trainy-whitefiber.md) keeps
+    the same order. Today's default (pytorch/torchtitan@b5bcd76 models/llama3/__init__.py
+    l. 371, `attn_backend="flex"`) is FlexAttention, a Triton kernel with no measured row here;
+    it is priced on the same curve (an assumption)."""
+    return "flash_attention_2"
+
+
 def overlap_defaults(zero_stage: int) -> dict[str, bool]:
     """torchtitan's overlaps when its keys are absent: DP reduce / gather on (FSDP2, DDP), AsyncTP
     off, no expert all-to-all overlap."""
