@@ -594,6 +594,49 @@ def test_vllm_longest_context_is_capped_by_max_model_len(tmp_path):
     assert rec["kv_tokens"] > 400_000
 
 
+def _sglang_launch(tmp_path: Path, flags: str):
+    from planner.check import sglang as reader
+    from planner.specs.cluster import load_cluster
+    from planner.specs.model import load_model
+
+    path = _file(tmp_path, "python -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3 --tp-size 8 "
+                           f"--attn-dp-size 8 --context-length 4500 {flags}\n", "mrr.sh")
+    _, commands = reader.commands(path, path.read_text(), None)
+    return reader.launch(commands[0], load_model("deepseek-v3"), load_cluster("hgx-h200"), str(path))
+
+
+@pytest.mark.parametrize("value, per_rank, instance", [(100, 12, 96), (4, 1, 8), (96, 12, 96)])
+def test_sglang_max_running_requests_is_divided_per_attention_dp_rank(tmp_path, value, per_rank, instance):
+    """SGLang 0.5.23 kv_cache_configurator.py resolve_max_num_reqs: each attention-DP rank runs
+    max(1, max_running_requests // attn_dp_size). By hand: 100 // 8 = 12 per rank, 8 x 12 = 96 in the
+    instance (not 100; fix 104 = 8 x 13); 4 // 8 = 0 -> 1 per rank, 8 in the instance (more than asked);
+    96 // 8 = 12, divides: no warning. The reader checks the KV pool against the instance's number."""
+    launch = _sglang_launch(tmp_path, f"--max-running-requests {value}")
+    assert sglang_flags.rank_running_requests(value, 8) == per_rank
+    assert launch.max_num_seqs == instance
+    found = [v for v in launch.findings if v.rule == "max_running_requests_per_rank"]
+    if value % 8 == 0:
+        assert not found
+    else:
+        assert len(found) == 1 and found[0].severity == "warning"
+        assert f"= {per_rank} per attention data-parallel rank, {instance} in the instance, not {value}" \
+            in found[0].message
+        assert found[0].fix.startswith(f"--max-running-requests {8 * -(-value // 8)} ")
+
+
+def test_sglang_emit_writes_running_requests_as_a_multiple_of_attention_dp():
+    """A plan instance at concurrency 20 over 8 attention-DP ranks: SGLang would run 20 // 8 = 2 per rank,
+    16 in all; the emitter writes 24 (3 per rank, 20 / 8 rounded up, as vLLM's per-rank --max-num-seqs), and
+    the read back passes without the per-rank warning."""
+    proc = _planner("serve-plan", "-m", "deepseek-v3", "-c", "hgx-h200", "--gpus", "8", "--input-len", "4000",
+                    "--output-len", "500", "--engine", "sglang", "--fix", "dp=8", "--fix", "ep=1",
+                    "--concurrency", "20", "--emit", "sglang")
+    assert proc.returncode == 0 and "check: PASS" in proc.stderr, proc.stderr
+    words = shlex.split(next(l for l in proc.stdout.splitlines() if l.startswith("CUDA_VISIBLE_DEVICES")))
+    assert words[words.index(sglang_flags.FLAG["adp"]) + 1] == "8"
+    assert words[words.index(sglang_flags.FLAG["max_num_seqs"]) + 1] == "24"
+
+
 # ---------------------------------------------------------------- vLLM attention DP + EP (senior review)
 
 def test_vllm_attention_dp_emits_deepep_and_per_rank_sequences(tmp_path):

@@ -1,9 +1,13 @@
 """`serve-plan --emit sglang`: one `python -m sglang.launch_server` command of a plan's instance,
 in the flags of `planner.frameworks.sglang` (tp_size the instance's GPUs per stage, attn_dp_size
 its attention data-parallel groups, expert parallelism through the all-to-all backend, which sets
-ep to tp; disaggregated workers with their disaggregation mode)."""
+ep to tp; disaggregated workers with their disaggregation mode; --max-running-requests the instance's
+concurrency rounded up to a multiple of attn_dp_size, which SGLang divides among the attention
+data-parallel ranks: `planner.frameworks.sglang.rank_running_requests`)."""
 
 from __future__ import annotations
+
+import dataclasses
 
 from planner.emit import engine_launch as el
 from planner.frameworks import sglang as s
@@ -30,7 +34,10 @@ def command(model: str, worker: el.Worker, req: dict) -> list[str]:
                                        mla=worker.mla, max_num_batched_tokens=req["max_num_batched_tokens"])
     # the chunked-prefill size (FLAG["max_num_batched_tokens"]) is the plan's budget as given: SGLang
     # divides it among the attention data-parallel groups itself (frameworks.sglang.rank_chunk)
-    words += el.common(FLAG, worker, req, fraction, s.WEIGHT_FLAGS, "fp8_e4m3")
+    # --max-running-requests is the instance's total, divided among the attention data-parallel ranks
+    # rounding down (frameworks.sglang.rank_running_requests): a multiple of adp runs what the plan priced
+    whole = dataclasses.replace(worker, concurrency=s.max_running_requests_flag(worker.concurrency, inst.adp))
+    words += el.common(FLAG, whole, req, fraction, s.WEIGHT_FLAGS, "fp8_e4m3")
     if worker.role:
         words += [FLAG["disagg_mode"], worker.role, FLAG["disagg_backend"], s.DISAGG_BACKEND]
     return words

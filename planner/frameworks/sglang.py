@@ -208,3 +208,28 @@ def rank_chunk(chunked_prefill_size: int, attn_dp: int) -> int:
     (`srt/arg_groups/pipeline.py` run_resolution_pipeline runs the memory hook first).
     Example: 8192 over 8 groups -> 1024 tokens per group per forward."""
     return chunked_prefill_size // attn_dp
+
+
+def rank_running_requests(max_running_requests: int, attn_dp: int) -> int:
+    """Requests one attention data-parallel rank's scheduler runs at once under --max-running-requests:
+    the flag is the instance's total, which SGLang divides among the attention data-parallel ranks,
+    rounding down, at least 1 (the KV pool's token capacity // 2 caps it further, not modelled here).
+    Source: SGLang 0.5.23 wheel `srt/mem_cache/kv_cache_configurator.py` resolve_max_num_reqs
+    ('max concurrent requests (per dp worker)': requested_per_worker = max(1, max_running_requests //
+    attn_dp_size)), which `srt/model_executor/model_runner.py` takes as the scheduler's max_running_requests.
+    (The decode CUDA graph's default max batch is capped by the undivided value:
+    `srt/arg_groups/memory_hook.py`, `default_mem_fraction_static`.)
+    Example: 100 over 8 ranks -> 12 per rank, 96 in the instance; 4 over 8 -> 1 per rank, 8 in the instance."""
+    return max(1, max_running_requests // attn_dp)
+
+
+def instance_running_requests(max_running_requests: int, attn_dp: int) -> int:
+    """Requests an instance runs at once under --max-running-requests: attn_dp x `rank_running_requests`."""
+    return attn_dp * rank_running_requests(max_running_requests, attn_dp)
+
+
+def max_running_requests_flag(concurrency: int, attn_dp: int) -> int:
+    """The --max-running-requests value that runs at least `concurrency` requests in an instance of
+    `attn_dp` attention data-parallel ranks: the concurrency rounded up to a multiple of attn_dp, which
+    SGLang divides exactly (`rank_running_requests`). Example: 100 over 8 ranks -> 104 (13 per rank)."""
+    return attn_dp * -(-concurrency // attn_dp)
