@@ -9,7 +9,7 @@ experts inside the tp ranks, and an all-to-all backend among `A2A_SPANNING` sets
 counts replicas of tp x pp ranks (`Instance(tp, pp, ep, adp)`, `replicas = dp`). Under attention data
 parallelism each group prefills its share of the chunk: the chunked-prefill size is divided by
 attn_dp_size (`srt/arg_groups/parallel_hook.py` @0.5.23), so a GPU's forward holds size / adp tokens,
-and --max-running-requests is the instance's total, of which each group runs max(1, value // adp)
+and the running-requests cap (FLAG['max_num_seqs']) is the instance's total, of which each group runs max(1, value // adp)
 (`srt/mem_cache/kv_cache_configurator.py` resolve_max_num_reqs; a value adp does not divide is a warning).
 """
 
@@ -128,7 +128,7 @@ def launch(command: el.Command, spec: ModelSpec, hw: ClusterSpec, file: str) -> 
 
 
 def _running_per_rank(max_running: int | None, adp: int) -> list[Violation]:
-    """`max_running_requests_per_rank` (warning): a --max-running-requests that attention data parallelism does
+    """`max_running_requests_per_rank` (warning): a running-requests cap that attention data parallelism does
     not divide: SGLang runs max(1, value // adp) per rank (`frameworks.sglang.rank_running_requests`), so
     the instance runs another number than the flag says."""
     f = s.FLAG

@@ -53,6 +53,8 @@ FLAG = {
     "port": "--port",
     "disagg_mode": "--disaggregation-mode",
     "disagg_backend": "--disaggregation-transfer-backend",
+    "bootstrap_port": "--disaggregation-bootstrap-port",
+    "host": "--host",
 }
 """Planner knob -> SGLang's flag."""
 ALIASES = {"--tensor-parallel-size": FLAG["tp"], "--pipeline-parallel-size": FLAG["pp"],
@@ -92,6 +94,50 @@ DISAGG_MODES = ("prefill", "decode")
 DISAGG_BACKEND = "nixl"
 """--disaggregation-transfer-backend `serve-plan --emit sglang` writes (default mooncake needs
 its own service; nixl runs over UCX)."""
+BOOTSTRAP_PORT = 8998
+"""--disaggregation-bootstrap-port when absent: the port of the KV bootstrap server a prefill worker starts
+(`srt/arg_groups/fields/disagg.py` disaggregation_bootstrap_port = 8998; `srt/managers/disagg_service.py`
+start_disagg_service binds it on --host on a prefill worker). A decode worker takes the prefill's port from
+each request, filled by the router, else its own value of the flag (`srt/managers/scheduler.py`: a request
+whose bootstrap_port is None gets the server's disaggregation_bootstrap_port). Two prefill workers of one node
+need two ports. SGLang 0.5.23 wheel."""
+HOST = "127.0.0.1"
+"""--host when absent (`srt/arg_groups/fields/serving.py`): the HTTP server and a prefill worker's bootstrap
+server listen on the loopback only, out of reach of a router or decode worker on another node; `0.0.0.0`
+listens on every interface (`srt/disaggregation/common/conn.py` register_to_bootstrap rewrites the wildcard
+to the loopback for its own registration)."""
+ANY_HOST = "0.0.0.0"
+PORT = 30000
+"""--port when absent (`srt/arg_groups/fields/serving.py` port = 30000)."""
+
+ROUTER_FLAGS_FILE = Path(__file__).with_name("sglang_router_flags.txt")
+ROUTER_ALL_FLAGS = frozenset(line for line in ROUTER_FLAGS_FILE.read_text().splitlines()
+                             if line and not line.startswith("#"))
+"""Every option string of SGLang's router parser (sglang-router 0.3.2, `tools/record_engine_flags.py`)."""
+ROUTER_VERSION = "sglang-router 0.3.2"
+ROUTER_LAUNCHERS = (("sglang_router.launch_router",),)
+"""How a command line starts SGLang's router: `python -m sglang_router.launch_router` (PyPI package
+sglang-router, which sglang 0.5.23 does not install; its own test fixture
+`sglang/test/server_fixtures/disaggregation_fixture.py` launch_lb and `srt/mem_cache/storage/mooncake_store/
+README.md` start the router of a disaggregated deployment this way)."""
+ROUTER_FLAG = {
+    "pd": "--pd-disaggregation",
+    "prefill": "--prefill",
+    "decode": "--decode",
+    "host": "--host",
+    "port": "--port",
+}
+"""Router knob -> sglang-router 0.3.2's flag (`sglang_router/router_args.py` RouterArgs.add_cli_args:
+`--prefill URL [BOOTSTRAP_PORT]` (nargs '+', repeated per prefill worker; the port a number or 'none', absent:
+none), `--decode URL` (repeated), `--pd-disaggregation` (store_true), `--host` (default 0.0.0.0), `--port`
+(default 30000)."""
+ROUTER_SWITCHES = frozenset({ROUTER_FLAG["pd"], "--mini-lb", "--service-discovery", "--enable-igw"})
+"""Router flags that take no value (store_true)."""
+ROUTER_HOST = "0.0.0.0"
+"""--host `serve-plan --emit` gives the router: every interface, so that clients on other hosts reach it."""
+ROUTER_PORT = 8000
+"""--port `serve-plan --emit sglang` gives the router (the port clients send requests to), out of the workers'
+range (`BASE_PORT` of the emitter, 30000 up, the router's own default) and the bootstrap ports (8998 up)."""
 
 NODE_HEAD = "HEAD_ADDR"
 """The shell variable a multi-node launch script names for the address of an instance's node rank 0
