@@ -522,6 +522,22 @@ def test_router_rules(tmp_path, base, old, new, rule, severity):
         assert result["verdict"] == ("fail" if severity == "error" else "pass")
 
 
+@pytest.mark.parametrize("config, paired", [
+    ('{"kv_connector":"NixlConnector","kv_role":"kv_both"}', True),
+    ('{"kv_connector":"OffloadingConnector","kv_role":"kv_both"}', False),
+    ('{"kv_connector":"MultiConnector","kv_role":"kv_both","kv_connector_extra_config":{"connectors":'
+     '[{"kv_connector":"NixlConnector","kv_role":"kv_both"},{"kv_connector":"OffloadingConnector"}]}}', True),
+])
+def test_vllm_kv_connector_that_pairs_prefill_and_decode(tmp_path, config, paired):
+    """A worker is disaggregated (and wants a router) when its connector hands KV from prefill to decode
+    (NIXL, Mooncake, MoRI-IO: vLLM 0.33.0 factory.py), also inside a MultiConnector; a CPU-offloading
+    connector caches KV on its own: no router, no warning."""
+    text = f"vllm serve meta-llama/Llama-3.1-8B --kv-transfer-config '{config}'\n"
+    result = check_launch_file(_file(tmp_path, text), cluster="dgx-h100", gpus=1)
+    assert (result["launches"][0]["role"] == "disaggregated") is paired
+    assert ("router_missing" in _rules(result, "warning")) is paired
+
+
 def test_router_rule_numbers_by_hand(tmp_path):
     """The numbers the router rules print: the prefill on 30001 listens on bootstrap port 8999, the router
     passes 9000; vLLM's dp-2 prefill binds 5600 + data-parallel index 0 and 1 = 5600-5601, overlapping the

@@ -146,7 +146,7 @@ def findings(engine: str, table, text: str, commands: list[el.Command],
                 out.append((router.line, Violation(
                     rule="router_worker_unknown",
                     message=f"{f[route.role]} {route.url} names no disaggregated worker of this file (their ports: "
-                            f"{ports})", fix=f"{f[route.role]} with the URL of a worker's --port")))
+                            f"{ports})", fix=f"{f[route.role]} with the URL of a worker's {table.FLAG['port']}")))
             pairs += [(route, c, launch) for c, launch in matches]
         out += [(router.line, v) for v in _router_rules(engine, table, router, pairs, workers)]
         port = router.command.flags.get(f["port"])
@@ -158,7 +158,8 @@ def findings(engine: str, table, text: str, commands: list[el.Command],
             if id(c) not in routed:
                 out.append((c.line, Violation(
                     rule="router_worker_unrouted", severity="warning",
-                    message=f"the disaggregated worker on --port {port_of[id(c)]} is named by no router: it "
+                    message=f"the disaggregated worker on {table.FLAG['port']} {port_of[id(c)]} is named by no "
+                            f"router: it "
                             f"receives no requests", fix=f"{f['prefill']} or {f['decode']} with its URL")))
     return rows, out
 

@@ -121,6 +121,13 @@ CONNECTORS_OF_ROUTER = {"nixl": ("NixlConnector", "NixlPullConnector"), "mooncak
 (vllm-router 0.1.17 `vllm_router/router_args.py`: 'nixl' (default) NIXL's pull-based transfer, 'mooncake'
 Mooncake's push-based one, 'moriio' MoRI-IO; the connector names registered by vLLM 0.33.0
 `vllm/distributed/kv_transfer/kv_connector/factory.py`)."""
+PD_CONNECTORS = frozenset({"NixlConnector", "NixlPullConnector", "NixlPushConnector", "MooncakeConnector",
+                           "MoRIIOConnector"})
+"""--kv-transfer-config kv_connector values that hand the KV cache from a prefill instance to a decode instance
+(a router pairs them); the others vLLM 0.33.0 registers (`vllm/distributed/kv_transfer/kv_connector/factory.py`:
+OffloadingConnector, SimpleCPUOffloadConnector, LMCacheConnectorV1, LMCacheMPConnector, MooncakeStoreConnector,
+HF3FSKVConnector, FlexKVConnectorV1, HiSparseConnector, DecodeBenchConnector, Example*) store or offload KV
+blocks and need no router. MultiConnector runs those of its kv_connector_extra_config connectors list."""
 PORT = 8000
 """--port when absent (`vllm/entrypoints/common/cli_args.py` FrontendArgs.port = 8000)."""
 
