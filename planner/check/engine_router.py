@@ -150,7 +150,8 @@ def findings(engine: str, table, text: str, commands: list[el.Command],
             pairs += [(route, c, launch) for c, launch in matches]
         out += [(router.line, v) for v in _router_rules(engine, table, router, pairs, workers)]
         port = router.command.flags.get(f["port"])
-        rows.append({"line": router.line, "router": table.ROUTER_VERSION, "port": port if isinstance(port, str) else None,
+        rows.append({"line": router.line, "router": table.ROUTER_VERSION,
+                     "port": port if isinstance(port, str) else None,
                      "prefill": [r.url for r in router.routes if r.role == "prefill"],
                      "decode": [r.url for r in router.routes if r.role == "decode"]})
     if found:
@@ -254,15 +255,14 @@ def _vllm_rules(table, router: Router, pairs: list, workers: list) -> list[Viola
             taken.setdefault(route.host, []).append((ports, route.url))
         advertised = c.env.get(table.SIDE_CHANNEL_HOST_ENV, table.SIDE_CHANNEL_HOST)
         remote = sorted({d.url for d, _, _ in pairs if d.role == "decode" and d.host != route.host})
+        address = "ADDRESS (its host's, which the decode workers reach)" if route.host in LOOPBACK else route.host
         if route.role == "prefill" and remote and advertised in LOOPBACK:
             out.append(Violation(
                 rule="nixl_side_channel_host",
                 message=f"the prefill worker {route.url} advertises its NIXL handshake at {advertised} "
                         f"({table.SIDE_CHANNEL_HOST_ENV}{'' if table.SIDE_CHANNEL_HOST_ENV in c.env else ' unset'}), "
                         f"but its decode peer(s) {', '.join(remote)} run on another host: they connect to themselves",
-                fix=f"{table.SIDE_CHANNEL_HOST_ENV}="
-                    f"{'ADDRESS (its host address, which the decode workers reach)' if route.host in LOOPBACK else route.host}"
-                    f" on that worker"))
+                fix=f"{table.SIDE_CHANNEL_HOST_ENV}={address} on that worker"))
     return out
 
 

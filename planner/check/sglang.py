@@ -9,8 +9,9 @@ experts inside the tp ranks, and an all-to-all backend among `A2A_SPANNING` sets
 counts replicas of tp x pp ranks (`Instance(tp, pp, ep, adp)`, `replicas = dp`). Under attention data
 parallelism each group prefills its share of the chunk: the chunked-prefill size is divided by
 attn_dp_size (`srt/arg_groups/parallel_hook.py` @0.5.23), so a GPU's forward holds size / adp tokens,
-and the running-requests cap (FLAG['max_num_seqs']) is the instance's total, of which each group runs max(1, value // adp)
-(`srt/mem_cache/kv_cache_configurator.py` resolve_max_num_reqs; a value adp does not divide is a warning).
+and the running-requests cap (FLAG['max_num_seqs']) is the instance's total, of which each group runs
+max(1, value // adp) (`srt/mem_cache/kv_cache_configurator.py` resolve_max_num_reqs; a value adp does not
+divide is a warning).
 """
 
 from __future__ import annotations

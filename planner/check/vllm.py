@@ -162,9 +162,10 @@ def launch(command: el.Command, spec: ModelSpec, hw: ClusterSpec, file: str) -> 
 
 
 def _hands_over_kv(config) -> bool:
-    """Whether a KV-transfer config (FLAG["kv_transfer"]) runs a connector that hands KV from prefill to decode instances
-    (`planner.frameworks.vllm.PD_CONNECTORS`, also inside a MultiConnector): a disaggregated worker. A value
-    that is no JSON object counts as one (vLLM refuses it at start-up; the flag's intent is disaggregation)."""
+    """Whether a KV-transfer config (FLAG["kv_transfer"]) runs a connector that hands KV from prefill to decode
+    instances (`planner.frameworks.vllm.PD_CONNECTORS`, also inside a MultiConnector): a disaggregated worker.
+    A value that is no JSON object counts as one (vLLM refuses it at start-up; the flag's intent is
+    disaggregation)."""
     if config is None:
         return False
     try:
