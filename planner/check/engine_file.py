@@ -50,7 +50,9 @@ def reader_of(path: str | Path):
 
 def check_launch_file(path: str | Path, *, model: str | None = None, cluster: str | None = None,
                       gpus: int | None = None, seq_len: int | None = None) -> dict:
-    """`engine_launch.evaluate` of every launch in the file (module docstring).
+    """`engine_launch.evaluate` of every launch in the file (module docstring), and of its router when the
+    launches are disaggregated workers (`engine_router.findings`: its findings among the violations, and
+    `routers` [{line, router, port, prefill, decode}] when the file has one).
 
     Raises:
         SpecError: not an engine launch, no --cluster, a model that does not resolve, --seq-len

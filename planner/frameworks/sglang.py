@@ -15,7 +15,10 @@ nodes, --attn-dp-size splits it into attention data-parallel groups, --dp-size c
 refused; `srt/runtime_context.py` launch_world_size_of = tp_size x pp_size;
 `srt/arg_groups/overrides.py` _a2a_ep_size: an all-to-all backend among
 `A2A_SPANNING` sets ep_size to tp_size whatever --ep-size says). Every flag of that parser is
-recorded in `sglang_flags.txt` (tools/record_engine_flags.py).
+recorded in `sglang_flags.txt` (tools/record_engine_flags.py). The router of a disaggregated deployment
+(ROUTER_*) is the separate PyPI package sglang-router, `sglang_router-0.3.2-cp38-abi3-manylinux_2_17_x86_64
+.manylinux2014_x86_64.whl` (sha256 ba5a2495...; it records no commit): `sglang_router/router_args.py`,
+`launch_router.py`, its flags in `sglang_router_flags.txt`.
 """
 
 from __future__ import annotations

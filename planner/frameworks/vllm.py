@@ -11,7 +11,9 @@ defaults below), `vllm/config/cache.py` (gpu_memory_utilization default 0.92),
 layers are tensor-parallel over the same ranks without it), `vllm/utils/argparse_utils.py`
 FlexibleArgumentParser (a `--config` YAML's keys are flag names without the dashes; it also
 accepts `_` for `-` in flags). Every flag of that parser is recorded in `vllm_flags.txt`
-(tools/record_engine_flags.py): a flag not in it is one vLLM refuses.
+(tools/record_engine_flags.py): a flag not in it is one vLLM refuses. The router of a disaggregated
+deployment (ROUTER_*) is vllm-project/router's, PyPI `vllm_router-0.1.17-cp38-abi3-manylinux_2_28_x86_64.whl`
+(sha256 85c96bea...; it records no commit): `vllm_router/router_args.py`, its flags in `vllm_router_flags.txt`.
 """
 
 from __future__ import annotations
