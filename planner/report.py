@@ -1020,6 +1020,10 @@ def show_engine_check(data: dict, fmt: str) -> None:
                      f"longest context {_longest(rec)}, {rec['max_concurrency']:,} sequences of "
                      f"{rec['max_model_len']:,}")
         console.print(Text(head))
+    for row in data.get("routers", ()):
+        port = f", requests to port {row['port']}" if row["port"] else ""
+        console.print(Text(f"line {row['line']}: router ({row['router']}) over {len(row['prefill'])} prefill and "
+                           f"{len(row['decode'])} decode worker(s){port}"))
     if data["violations"] or data["warnings"]:
         console.print()
     _print_findings(console, data["violations"], data["warnings"])

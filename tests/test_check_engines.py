@@ -6,6 +6,7 @@ bench case, every emitted flag in the engine's recorded flag list."""
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import subprocess
 import sys
@@ -377,13 +378,182 @@ def test_emit_round_trip_every_bench_case(tmp_path, engine, case):
     assert read == shapes
 
 
-@pytest.mark.parametrize("engine, role_flag", [("vllm", "--kv-transfer-config"), ("sglang", "--disaggregation-mode")])
-def test_emit_disaggregated_workers(engine, role_flag):
+def _commands(text: str) -> list[list[str]]:
+    return [[w for w in shlex.split(l) if w != "&"] for l in text.splitlines()
+            if l and not l.startswith("#") and l != "wait"]
+
+
+def _after(words: list[str], flag: str) -> list[str]:
+    """The words after each occurrence of `flag` (up to the next flag)."""
+    out = []
+    for i, w in enumerate(words):
+        if w == flag:
+            j = i + 1
+            while j < len(words) and not words[j].startswith("-"):
+                j += 1
+            out.append(words[i + 1:j])
+    return out
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_emit_disaggregated_workers_and_their_router(tmp_path, engine):
+    """A disaggregated plan on one node: the prefill and decode workers, then the engine's router naming each
+    worker by its URL (the loopback: one node) under its role, in flags recorded from the router's own parser.
+    SGLang: each prefill worker its own bootstrap port, 8998 up (two on one node cannot share SGLang's default
+    8998), passed by the router as `--prefill URL PORT`. vLLM: each worker its own NIXL handshake port,
+    5600 + the data-parallel ranks before it (tp1 workers: 5600, 5601, ...). Read back by check: it passes
+    without warnings and reports the router over the workers."""
+    table = vllm_flags if engine == "vllm" else sglang_flags
     proc = _planner("serve-plan", "-m", "llama-3.1-8b", "-c", "dgx-h100", "--gpus", "4", "--input-len", "2000",
                     "--output-len", "300", "--ttft-ms", "1500", "--tpot-ms", "40", "--disaggregated", "--emit", engine)
-    assert proc.returncode == 0, proc.stderr
-    assert "prefill worker" in proc.stdout and "decode worker" in proc.stdout
-    assert proc.stdout.count(role_flag) == sum(1 for l in proc.stdout.splitlines() if not l.startswith("#")) - 1
+    assert proc.returncode == 0 and "check: PASS" in proc.stderr, proc.stderr
+    lines = proc.stdout.splitlines()
+    roles = [("prefill" if "prefill worker" in l else "decode") for l in lines if l.startswith("# tp")]
+    commands = _commands(proc.stdout)
+    workers, router = commands[:-1], commands[-1]
+    assert len(workers) == len(roles) == 4 and {"prefill", "decode"} <= set(roles)
+    ports = [w[w.index("--port") + 1] for w in workers]
+    urls = {role: [f"http://127.0.0.1:{p}" for p, r in zip(ports, roles) if r == role] for role in ("prefill", "decode")}
+    if engine == "sglang":
+        assert router[:4] == ["python", "-m", "sglang_router.launch_router", "--pd-disaggregation"]
+        boot = [w[w.index("--disaggregation-bootstrap-port") + 1] for w, r in zip(workers, roles) if r == "prefill"]
+        assert boot == [str(8998 + i) for i in range(len(boot))]
+        assert _after(router, "--prefill") == [[u, b] for u, b in zip(urls["prefill"], boot)]
+        assert all(w[w.index("--disaggregation-mode") + 1] == r for w, r in zip(workers, roles))
+    else:
+        assert router[:2] == ["vllm-router", "--vllm-pd-disaggregation"]
+        assert [w[0] for w in workers] == [f"VLLM_NIXL_SIDE_CHANNEL_PORT={5600 + i}" for i in range(4)]
+        assert _after(router, "--prefill") == [[u] for u in urls["prefill"]]
+        assert router[router.index("--kv-connector") + 1] == "nixl"
+        assert all("--kv-transfer-config" in w for w in workers)
+    assert _after(router, "--decode") == [[u] for u in urls["decode"]]
+    assert router[-4:] == ["--host", "0.0.0.0", "--port", str(table.ROUTER_PORT)]
+    assert {w for w in router if w.startswith("--")} <= table.ROUTER_ALL_FLAGS
+    assert set(_emitted_flags("\n".join(proc.stdout.splitlines()[:-2]))) <= table.ALL_FLAGS
+    result = check_launch_file(_file(tmp_path, proc.stdout), cluster="dgx-h100", gpus=4)
+    assert result["verdict"] == "pass" and not _rules(result, "warning"), result["violations"]
+    row, = result["routers"]
+    assert (row["prefill"], row["decode"], row["port"]) == (urls["prefill"], urls["decode"], str(table.ROUTER_PORT))
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_emit_disaggregated_over_nodes_names_each_node(tmp_path, engine):
+    """deepseek-v3 disaggregated on 32 H200 (four 8-GPU workers, one per node): the router's URLs name each
+    worker's node by a placeholder the shell refuses to run unset; SGLang workers listen on every interface
+    (--host 0.0.0.0: its default, the loopback, is out of the router's reach), vLLM workers advertise their
+    node's address for the NIXL handshake and take ports 5600 + 8 x the workers before them (8 data-parallel
+    ranks each). Read back it passes; without those settings check fails with the rule that says why."""
+    proc = _planner("serve-plan", "-m", "deepseek-v3", "-c", "hgx-h200", "--gpus", "32", "--input-len", "4000",
+                    "--output-len", "500", "--weight-dtype", "fp8-block", "--disaggregated", "--emit", engine)
+    assert proc.returncode == 0 and "check: PASS" in proc.stderr, proc.stderr
+    nodes = [int(l.rsplit("(node ", 1)[1].rstrip(")")) for l in proc.stdout.splitlines() if l.startswith("# tp")]
+    commands = _commands(proc.stdout)
+    workers, router = commands[:-1], commands[-1]
+    assert nodes == [0, 1, 2, 3] and len(workers) == 4
+    ports = [w[w.index("--port") + 1] for w in workers]
+    named = [u[0] for u in _after(router, "--prefill") + _after(router, "--decode")]
+    assert sorted(named) == sorted(f"http://${{NODE_ADDR_{n}:?set NODE_ADDR_{n} to the address of node {n}}}:{p}"
+                                   for n, p in zip(nodes, ports))
+    path = _file(tmp_path, proc.stdout)
+    assert check_launch_file(path, cluster="hgx-h200", gpus=32)["verdict"] == "pass"
+    if engine == "sglang":
+        assert all(w[w.index("--host") + 1] == "0.0.0.0" for w in workers)
+        broken, rule = proc.stdout.replace(" --host 0.0.0.0 --port 3", " --port 3"), "worker_unreachable"
+    else:
+        assert [w[:2] for w in workers] == [
+            [f"VLLM_NIXL_SIDE_CHANNEL_PORT={5600 + 8 * n}",
+             f"VLLM_NIXL_SIDE_CHANNEL_HOST=${{NODE_ADDR_{n}:?set NODE_ADDR_{n} to the address of node {n}}}"]
+            for n in nodes]
+        broken = re.sub(r'VLLM_NIXL_SIDE_CHANNEL_HOST="[^"]*" ', "", proc.stdout)
+        rule = "nixl_side_channel_host"
+    result = check_launch_file(_file(tmp_path, broken, "broken.sh"), cluster="hgx-h200", gpus=32)
+    assert result["verdict"] == "fail" and rule in _rules(result), result["violations"]
+
+
+SGLANG_PD = """\
+CUDA_VISIBLE_DEVICES=0 python -m sglang.launch_server --model-path meta-llama/Llama-3.1-8B --disaggregation-mode prefill --disaggregation-transfer-backend nixl --port 30000 &
+CUDA_VISIBLE_DEVICES=1 python -m sglang.launch_server --model-path meta-llama/Llama-3.1-8B --disaggregation-mode prefill --disaggregation-transfer-backend nixl --disaggregation-bootstrap-port 8999 --port 30001 &
+CUDA_VISIBLE_DEVICES=2 python -m sglang.launch_server --model-path meta-llama/Llama-3.1-8B --disaggregation-mode decode --disaggregation-transfer-backend nixl --port 30002 &
+python -m sglang_router.launch_router --pd-disaggregation --prefill http://127.0.0.1:30000 --prefill http://127.0.0.1:30001 8999 --decode http://127.0.0.1:30002 &
+"""
+VLLM_PD = """\
+VLLM_NIXL_SIDE_CHANNEL_PORT=5600 CUDA_VISIBLE_DEVICES=0 vllm serve meta-llama/Llama-3.1-8B --kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_both"}' --port 8100 &
+VLLM_NIXL_SIDE_CHANNEL_PORT=5601 CUDA_VISIBLE_DEVICES=1 vllm serve meta-llama/Llama-3.1-8B --kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_both"}' --port 8200 &
+vllm-router --vllm-pd-disaggregation --prefill http://127.0.0.1:8100 --decode http://127.0.0.1:8200 &
+"""
+
+
+@pytest.mark.parametrize("base, old, new, rule, severity", [
+    # the unchanged files pass: the first prefill worker's bootstrap port is not passed, so the decode worker
+    # uses its own default 8998, the prefill's (SGLang scheduler.py: a request without one takes the server's)
+    (SGLANG_PD, "", "", None, None),
+    (VLLM_PD, "", "", None, None),
+    (SGLANG_PD, "python -m sglang_router", "# python -m sglang_router", "router_missing", "warning"),
+    (SGLANG_PD, "--pd-disaggregation ", "", "router_mode", "error"),
+    (SGLANG_PD, "30001 8999", "30001 9000", "bootstrap_port_mismatch", "error"),
+    # the decode worker's own 9001 is what it uses for the prefill the router gives no port: not that one's 8998
+    (SGLANG_PD, "decode --disaggregation-transfer-backend nixl", "decode --disaggregation-transfer-backend nixl "
+     "--disaggregation-bootstrap-port 9001", "bootstrap_port_mismatch", "error"),
+    # two prefill workers of one host (the router's URL host) on bootstrap port 8998
+    (SGLANG_PD, "--disaggregation-bootstrap-port 8999 --port 30001", "--port 30001", "bootstrap_port_conflict", "error"),
+    (SGLANG_PD, "--decode http://127.0.0.1:30002", "--decode http://127.0.0.1:30001", "router_role_mismatch", "error"),
+    (SGLANG_PD, "--decode http://127.0.0.1:30002", "--decode http://127.0.0.1:30009", "router_worker_unknown", "error"),
+    (SGLANG_PD, "--decode http://127.0.0.1:30002", "--decode http://10.0.0.2:30002", "worker_unreachable", "error"),
+    (SGLANG_PD, "30002 &", "30002 --polcy random &", "unknown_flag", "error"),
+    (VLLM_PD, "--prefill http://127.0.0.1:8100 ", "", "router_worker_unrouted", "warning"),
+    (VLLM_PD, "PORT=5601", "PORT=5600", "nixl_side_channel_conflict", "error"),
+    # dense llama with --data-parallel-size 2: two ranks on handshake ports 5600 and 5601, the decode's 5601
+    (VLLM_PD, "CUDA_VISIBLE_DEVICES=0 vllm serve meta-llama/Llama-3.1-8B", "CUDA_VISIBLE_DEVICES=0,3 vllm serve "
+     "meta-llama/Llama-3.1-8B --data-parallel-size 2", "nixl_side_channel_conflict", "error"),
+    (VLLM_PD, "--decode http://127.0.0.1:8200", "--decode http://10.0.0.2:8200", "nixl_side_channel_host", "error"),
+    (VLLM_PD, "--decode http://127.0.0.1:8200", "--decode http://127.0.0.1:8200 --kv-connector mooncake",
+     "router_kv_connector", "error"),
+])
+def test_router_rules(tmp_path, base, old, new, rule, severity):
+    text = base.replace(old, new, 1) if old else base
+    assert text != base or rule is None
+    result = check_launch_file(_file(tmp_path, text), cluster="dgx-h100", gpus=4)
+    found = [(v["rule"], v["severity"]) for v in result["violations"]]
+    if rule is None:
+        assert result["verdict"] == "pass" and not found, found
+        assert len(result["routers"]) == 1
+    else:
+        assert (rule, severity) in found, found
+        assert result["verdict"] == ("fail" if severity == "error" else "pass")
+
+
+@pytest.mark.parametrize("config, paired", [
+    ('{"kv_connector":"NixlConnector","kv_role":"kv_both"}', True),
+    ('{"kv_connector":"OffloadingConnector","kv_role":"kv_both"}', False),
+    ('{"kv_connector":"MultiConnector","kv_role":"kv_both","kv_connector_extra_config":{"connectors":'
+     '[{"kv_connector":"NixlConnector","kv_role":"kv_both"},{"kv_connector":"OffloadingConnector"}]}}', True),
+])
+def test_vllm_kv_connector_that_pairs_prefill_and_decode(tmp_path, config, paired):
+    """A worker is disaggregated (and wants a router) when its connector hands KV from prefill to decode
+    (NIXL, Mooncake, MoRI-IO: vLLM 0.33.0 factory.py), also inside a MultiConnector; a CPU-offloading
+    connector caches KV on its own: no router, no warning."""
+    text = f"vllm serve meta-llama/Llama-3.1-8B --kv-transfer-config '{config}'\n"
+    result = check_launch_file(_file(tmp_path, text), cluster="dgx-h100", gpus=1)
+    assert (result["launches"][0]["role"] == "disaggregated") is paired
+    assert ("router_missing" in _rules(result, "warning")) is paired
+
+
+def test_router_rule_numbers_by_hand(tmp_path):
+    """The numbers the router rules print: the prefill on 30001 listens on bootstrap port 8999, the router
+    passes 9000; vLLM's dp-2 prefill binds 5600 + data-parallel index 0 and 1 = 5600-5601, overlapping the
+    decode's 5601, fix: start the decode at 5602."""
+    sg = check_launch_file(_file(tmp_path, SGLANG_PD.replace("30001 8999", "30001 9000")), cluster="dgx-h100", gpus=4)
+    v = next(v for v in sg["violations"] if v["rule"] == "bootstrap_port_mismatch")
+    assert "passes --prefill http://127.0.0.1:30001 9000" in v["message"] and "listens on 8999" in v["message"]
+    assert v["fix"] == "--prefill http://127.0.0.1:30001 8999"
+    assert v["line"] == 4
+    vl = check_launch_file(_file(tmp_path, VLLM_PD.replace(
+        "CUDA_VISIBLE_DEVICES=0 vllm serve meta-llama/Llama-3.1-8B",
+        "CUDA_VISIBLE_DEVICES=0,3 vllm serve meta-llama/Llama-3.1-8B --data-parallel-size 2"), "v.sh"),
+        cluster="dgx-h100", gpus=4)
+    v = next(v for v in vl["violations"] if v["rule"] == "nixl_side_channel_conflict")
+    assert "ports 5600-5601 and 5601" in v["message"]
+    assert v["fix"] == "VLLM_NIXL_SIDE_CHANNEL_PORT=5602 on http://127.0.0.1:8200"
 
 
 def test_emit_contradicting_engine_is_bad_input():
@@ -592,6 +762,49 @@ def test_vllm_longest_context_is_capped_by_max_model_len(tmp_path):
     rec = result["launches"][0]["recomputed"]
     assert rec["longest_context"] == 32768 and rec["longest_context_bound"] == "max_model_len"
     assert rec["kv_tokens"] > 400_000
+
+
+def _sglang_launch(tmp_path: Path, flags: str):
+    from planner.check import sglang as reader
+    from planner.specs.cluster import load_cluster
+    from planner.specs.model import load_model
+
+    path = _file(tmp_path, "python -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3 --tp-size 8 "
+                           f"--attn-dp-size 8 --context-length 4500 {flags}\n", "mrr.sh")
+    _, commands = reader.commands(path, path.read_text(), None)
+    return reader.launch(commands[0], load_model("deepseek-v3"), load_cluster("hgx-h200"), str(path))
+
+
+@pytest.mark.parametrize("value, per_rank, instance", [(100, 12, 96), (4, 1, 8), (96, 12, 96)])
+def test_sglang_max_running_requests_is_divided_per_attention_dp_rank(tmp_path, value, per_rank, instance):
+    """SGLang 0.5.23 kv_cache_configurator.py resolve_max_num_reqs: each attention-DP rank runs
+    max(1, max_running_requests // attn_dp_size). By hand: 100 // 8 = 12 per rank, 8 x 12 = 96 in the
+    instance (not 100; fix 104 = 8 x 13); 4 // 8 = 0 -> 1 per rank, 8 in the instance (more than asked);
+    96 // 8 = 12, divides: no warning. The reader checks the KV pool against the instance's number."""
+    launch = _sglang_launch(tmp_path, f"--max-running-requests {value}")
+    assert sglang_flags.rank_running_requests(value, 8) == per_rank
+    assert launch.max_num_seqs == instance
+    found = [v for v in launch.findings if v.rule == "max_running_requests_per_rank"]
+    if value % 8 == 0:
+        assert not found
+    else:
+        assert len(found) == 1 and found[0].severity == "warning"
+        assert f"= {per_rank} per attention data-parallel rank, {instance} in the instance, not {value}" \
+            in found[0].message
+        assert found[0].fix.startswith(f"--max-running-requests {8 * -(-value // 8)} ")
+
+
+def test_sglang_emit_writes_running_requests_as_a_multiple_of_attention_dp():
+    """A plan instance at concurrency 20 over 8 attention-DP ranks: SGLang would run 20 // 8 = 2 per rank,
+    16 in all; the emitter writes 24 (3 per rank, 20 / 8 rounded up, as vLLM's per-rank --max-num-seqs), and
+    the read back passes without the per-rank warning."""
+    proc = _planner("serve-plan", "-m", "deepseek-v3", "-c", "hgx-h200", "--gpus", "8", "--input-len", "4000",
+                    "--output-len", "500", "--engine", "sglang", "--fix", "dp=8", "--fix", "ep=1",
+                    "--concurrency", "20", "--emit", "sglang")
+    assert proc.returncode == 0 and "check: PASS" in proc.stderr, proc.stderr
+    words = shlex.split(next(l for l in proc.stdout.splitlines() if l.startswith("CUDA_VISIBLE_DEVICES")))
+    assert words[words.index(sglang_flags.FLAG["adp"]) + 1] == "8"
+    assert words[words.index(sglang_flags.FLAG["max_num_seqs"]) + 1] == "24"
 
 
 # ---------------------------------------------------------------- vLLM attention DP + EP (senior review)

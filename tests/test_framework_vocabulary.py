@@ -166,7 +166,7 @@ def test_engine_flags_live_in_the_engine_tables_only(vocabulary):
     from planner.frameworks import sglang, vllm
 
     table = {"vllm": vllm, "sglang": sglang}[vocabulary]
-    names = set(table.FLAG.values()) | set(table.ALIASES) | set(table.ALIASES.values())
+    names = set(table.FLAG.values()) | set(table.ALIASES) | set(table.ALIASES.values()) | set(table.ROUTER_FLAG.values())
     homes = {"planner/frameworks/vllm.py", "planner/frameworks/sglang.py"}
     for name in sorted(names - ENGINE_SHARED):
         homes_here = homes | {p for p, known in ENGINE_ELSEWHERE.items() if name in known}
@@ -184,3 +184,7 @@ def test_engine_table_flags_are_in_the_recorded_parser(vocabulary):
     names = set(table.FLAG.values()) | set(table.ALIASES) | set(table.ALIASES.values()) | set(table.SWITCHES)
     assert names <= table.ALL_FLAGS, names - table.ALL_FLAGS
     assert table.FLAGS_FILE.read_text().startswith(f"# {vocabulary} ")
+    # the router of disaggregated serving: its own package and parser (tools/record_engine_flags.py)
+    router = set(table.ROUTER_FLAG.values()) | set(table.ROUTER_SWITCHES)
+    assert router <= table.ROUTER_ALL_FLAGS, router - table.ROUTER_ALL_FLAGS
+    assert table.ROUTER_FLAGS_FILE.read_text().startswith(f"# {table.ROUTER_VERSION} ")

@@ -5,6 +5,8 @@
 Usage (in an environment where the engine's Python package imports; no GPU is needed):
     VLLM_TARGET_DEVICE=cpu python tools/record_engine_flags.py vllm > planner/frameworks/vllm_flags.txt
     python tools/record_engine_flags.py sglang > planner/frameworks/sglang_flags.txt
+    python tools/record_engine_flags.py sglang-router > planner/frameworks/sglang_router_flags.txt
+    python tools/record_engine_flags.py vllm-router > planner/frameworks/vllm_router_flags.txt
 
 It builds the parser exactly as the engine's launcher does and lists its option strings (long and
 short forms, `-tp` among them; argparse's BooleanOptionalAction `--no-` forms included); nothing
@@ -12,7 +14,11 @@ is served:
 - vllm: `vllm.entrypoints.common.cli_args.make_arg_parser` (what `vllm serve` and
   `python -m vllm.entrypoints.openai.api_server` parse: frontend and engine arguments);
 - sglang: `sglang.srt.server_args.ServerArgs.add_cli_args` (what `python -m
-  sglang.launch_server` parses).
+  sglang.launch_server` parses);
+- sglang-router / vllm-router (the prefill/decode routers of disaggregated serving, PyPI packages
+  sglang-router and vllm-router): `RouterArgs.add_cli_args(parser, use_router_prefix=False)` on a plain
+  argparse parser, as their `launch_router.py` parse_router_args does (what `python -m
+  sglang_router.launch_router` and the `vllm-router` console script parse).
 The header names the package version and the commit its build recorded.
 """
 
@@ -33,11 +39,20 @@ def _parser(engine: str) -> argparse.ArgumentParser:
         parser = argparse.ArgumentParser()
         ServerArgs.add_cli_args(parser)
         return parser
-    raise SystemExit(f"engine {engine!r}: allowed vllm, sglang")
+    if engine in ROUTERS:
+        module = importlib.import_module(f"{engine.replace('-', '_')}.router_args")
+        parser = argparse.ArgumentParser()
+        module.RouterArgs.add_cli_args(parser, use_router_prefix=False)
+        return parser
+    raise SystemExit(f"engine {engine!r}: allowed vllm, sglang, {', '.join(ROUTERS)}")
+
+
+ROUTERS = ("sglang-router", "vllm-router")
 
 
 def _version(engine: str) -> str:
-    module = importlib.import_module(f"{engine}._version")
+    package = engine.replace("-", "_")
+    module = importlib.import_module(f"{package}.version" if engine in ROUTERS else f"{package}._version")
     commit = getattr(module, "__commit_id__", None) or "no commit recorded in the build"
     return f"{module.__version__} ({commit})"
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from planner.check import engine_launch as el
+from planner.check import engine_router
 from planner.check import lines as line_index
 from planner.check import sglang, vllm
 from planner.errors import SpecError
@@ -49,7 +50,9 @@ def reader_of(path: str | Path):
 
 def check_launch_file(path: str | Path, *, model: str | None = None, cluster: str | None = None,
                       gpus: int | None = None, seq_len: int | None = None) -> dict:
-    """`engine_launch.evaluate` of every launch in the file (module docstring).
+    """`engine_launch.evaluate` of every launch in the file (module docstring), and of its router when the
+    launches are disaggregated workers (`engine_router.findings`: its findings among the violations, and
+    `routers` [{line, router, port, prefill, decode}] when the file has one).
 
     Raises:
         SpecError: not an engine launch, no --cluster, a model that does not resolve, --seq-len
@@ -79,7 +82,14 @@ def check_launch_file(path: str | Path, *, model: str | None = None, cluster: st
     allowed = gpus or (sum(visible) if all(visible) else hw.num_gpus)
     result = el.evaluate(file, kind, spec, hw, allowed, launches, reader.spell,
                          given=gpus is not None or not all(visible))
-    _point_at_flags(result, text, [c.line for c in commands])
+    rows, found = engine_router.findings(reader.VOCABULARY.ENGINE, reader.VOCABULARY, text, commands, launches)
+    if rows:
+        result["routers"] = rows
+    result["violations"] += [{"rule": v.rule, "severity": v.severity, "message": v.message, "fix": v.fix,
+                              "line": line} for line, v in found]
+    if any(v.severity == "error" for _, v in found):
+        result["verdict"] = "fail"
+    _point_at_flags(result, text, sorted({c.line for c in commands} | {r["line"] for r in rows}))
     return result
 
 

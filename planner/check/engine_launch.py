@@ -113,11 +113,12 @@ def logical_lines(text: str) -> list[tuple[int, str]]:
 
 
 def find_launcher(words: list[str], launchers: tuple[tuple[str, ...], ...]) -> int | None:
-    """Index just past the launcher words (`vllm serve`, `-m sglang.launch_server`), or None."""
+    """Index just past the launcher words (`vllm serve`, `-m sglang.launch_server`, `vllm-router`), or
+    None. A one-word launcher with a dot is a module (`python -m` it), without one a program."""
     for i, word in enumerate(words):
         base = word.rsplit("/", 1)[-1]
         for launcher in launchers:
-            if len(launcher) == 1 and base == launcher[0] and i and words[i - 1] == "-m":
+            if len(launcher) == 1 and base == launcher[0] and ("." not in base or i and words[i - 1] == "-m"):
                 return i + 1
             if len(launcher) == 2 and base == launcher[0] and words[i + 1:i + 2] == [launcher[1]]:
                 return i + 2

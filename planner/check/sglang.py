@@ -8,7 +8,10 @@ deprecated dp_size N with enable_dp_attention means attn_dp_size N); ep_size spl
 experts inside the tp ranks, and an all-to-all backend among `A2A_SPANNING` sets it to tp; dp_size
 counts replicas of tp x pp ranks (`Instance(tp, pp, ep, adp)`, `replicas = dp`). Under attention data
 parallelism each group prefills its share of the chunk: the chunked-prefill size is divided by
-attn_dp_size (`srt/arg_groups/parallel_hook.py` @0.5.23), so a GPU's forward holds size / adp tokens.
+attn_dp_size (`srt/arg_groups/parallel_hook.py` @0.5.23), so a GPU's forward holds size / adp tokens,
+and the running-requests cap (FLAG['max_num_seqs']) is the instance's total, of which each group runs
+max(1, value // adp) (`srt/mem_cache/kv_cache_configurator.py` resolve_max_num_reqs; a value adp does not
+divide is a warning).
 """
 
 from __future__ import annotations
@@ -103,11 +106,12 @@ def launch(command: el.Command, spec: ModelSpec, hw: ClusterSpec, file: str) -> 
             message=f"{f['tp']} {tp} x {f['pp']} {pp} over {f['nnodes']} {nnodes} uses {tp * pp // nnodes} of the "
                     f"{hw.gpus_per_node} GPUs of each node: {f['tp']} is the total over all nodes, not per node",
             fix=f"{f['tp']} {hw.gpus_per_node * nnodes // pp} to use every GPU"))
+    max_running = el.integer(command, f["max_num_seqs"], None, file)
+    findings += _running_per_rank(max_running, adp)
     gpu_mib = hw.gpu.memory_gib * 1024
     role = el.choice(command, f["disagg_mode"], {m: m for m in s.DISAGG_MODES}, file, "disaggregation roles")
     chunk = el.integer(command, f["max_num_batched_tokens"], None, file)
     default_chunk, _ = s.gpu_defaults(gpu_mib, tp)
-    max_running = el.integer(command, f["max_num_seqs"], None, file)
     default_fraction = s.default_mem_fraction_static(
         gpu_mib, tp=tp, pp=pp, chunked_prefill_size=chunk, max_running_requests=max_running, mla=spec.is_mla,
         attn_dp=adp, role=role, a2a=a2a)
@@ -115,13 +119,29 @@ def launch(command: el.Command, spec: ModelSpec, hw: ClusterSpec, file: str) -> 
         engine=s.ENGINE, line=command.line, inst=sv.Instance(tp=tp, pp=pp, ep=ep, adp=adp), replicas=dp,
         fraction=el.fraction(command, f["fraction"], default_fraction, file),
         max_model_len=el.integer(command, f["max_model_len"], spec.max_position_embeddings, file),
-        max_num_seqs=max_running,
+        max_num_seqs=None if max_running is None else s.instance_running_requests(max_running, adp),
         max_num_batched_tokens=s.rank_chunk(chunk or default_chunk, adp),
         weight_format=weights,
         kv_dtype=el.choice(command, f["kv_dtype"], s.KV_DTYPES, file, "KV-cache dtypes") or "bf16",
         visible_gpus=el.visible_gpus(command, file), nnodes=nnodes, node_rank=node_rank, role=role,
         flag=f, degrees={k: n for k, n in ((f["tp"], tp), (f["pp"], pp), (f["dp"], dp)) if n > 1 or k == f["tp"]},
         findings=tuple(findings))
+
+
+def _running_per_rank(max_running: int | None, adp: int) -> list[Violation]:
+    """`max_running_requests_per_rank` (warning): a running-requests cap that attention data parallelism does
+    not divide: SGLang runs max(1, value // adp) per rank (`frameworks.sglang.rank_running_requests`), so
+    the instance runs another number than the flag says."""
+    f = s.FLAG
+    if max_running is None or adp == 1 or max_running % adp == 0:
+        return []
+    per_rank = s.rank_running_requests(max_running, adp)
+    return [Violation(
+        rule="max_running_requests_per_rank", severity="warning",
+        message=f"{f['max_num_seqs']} {max_running} over {f['adp']} {adp}: SGLang runs max(1, {max_running} // {adp}) "
+                f"= {per_rank} per attention data-parallel rank, {per_rank * adp} in the instance, not {max_running} "
+                f"({s.VERSION} kv_cache_configurator.py resolve_max_num_reqs)",
+        fix=f"{f['max_num_seqs']} {s.max_running_requests_flag(max_running, adp)} (a multiple of {adp})")]
 
 
 def _expert_parallel(spec: ModelSpec, tp: int, ep: int, a2a: str, findings: list) -> int:

@@ -156,9 +156,29 @@ def launch(command: el.Command, spec: ModelSpec, hw: ClusterSpec, file: str) -> 
         weight_format=weights,
         kv_dtype=el.choice(command, f["kv_dtype"], v.KV_DTYPES, file, "KV-cache dtypes") or "bf16",
         visible_gpus=el.visible_gpus(command, file), nnodes=nnodes, node_rank=node_rank,
-        role="disaggregated" if f["kv_transfer"] in flags else None, flag=f,
+        role="disaggregated" if _hands_over_kv(flags.get(f["kv_transfer"])) else None, flag=f,
         degrees={k: n for k, n in ((f["tp"], tp), (f["pp"], pp), (f["dp"], dp)) if n > 1 or k == f["tp"]},
         findings=tuple(findings))
+
+
+def _hands_over_kv(config) -> bool:
+    """Whether a KV-transfer config (FLAG["kv_transfer"]) runs a connector that hands KV from prefill to decode
+    instances (`planner.frameworks.vllm.PD_CONNECTORS`, also inside a MultiConnector): a disaggregated worker.
+    A value that is no JSON object counts as one (vLLM refuses it at start-up; the flag's intent is
+    disaggregation)."""
+    if config is None:
+        return False
+    try:
+        parsed = json.loads(config) if isinstance(config, str) else None
+    except ValueError:
+        return True
+    if not isinstance(parsed, dict):
+        return True
+    names = {parsed.get("kv_connector")}
+    extra = parsed.get("kv_connector_extra_config")
+    inner = extra.get("connectors") if isinstance(extra, dict) else None
+    names |= {c.get("kv_connector") for c in inner if isinstance(c, dict)} if isinstance(inner, list) else set()
+    return bool(names & v.PD_CONNECTORS)
 
 
 def _dtype_findings(command: el.Command, hw: ClusterSpec, weights: str, file: str) -> list[Violation]:

@@ -7,7 +7,10 @@ disaggregation flags), each on its own GPUs (`CUDA_VISIBLE_DEVICES`, counted per
 an instance wider than a node starts on a node boundary and has one command per node it spans
 (`_multi_node`: the engine's node count, node rank and node rank 0's address, a shell placeholder
 the user sets: SGLang's node count, node rank and rendezvous HOST:PORT, vLLM's node count, node
-rank, master address and headless workers after the first node; `writer.node_flags`). The lines of every node
+rank, master address and headless workers after the first node; `writer.node_flags`). A disaggregated
+plan ends with the engine's router over its workers (`writer.router`: each worker's URL under its role),
+and each worker gets what the KV hand-over needs (`writer.disaggregation`: a port of its own on its node;
+where the workers span nodes, the node's address, `NODE_ADDR_N`, as a placeholder). The lines of every node
 are in the one script: run each node's lines on that node. The flags come from the engine's table
 (`planner.frameworks.vllm` / `sglang`) and the plan's request: max-model-len, the budget
 fraction, the batch the plan was costed at (max concurrent sequences), the chunked-prefill size,
@@ -60,6 +63,43 @@ def workers(data: dict, mla: bool = False) -> list[Worker]:
     return out
 
 
+@dataclass(frozen=True)
+class Slot:
+    """Where one engine instance of the script runs."""
+
+    worker: Worker
+    number: int
+    """Its number among the instances of its replica kind, from 1."""
+    gpu: int
+    """Its first GPU, counted over the deployment's nodes (its first node: gpu // GPUs per node)."""
+    port: int
+    """Its HTTP port (node rank 0's, for an instance over several nodes)."""
+    spanning: int
+    """Its number among the instances over several nodes, from 1 (0: it runs on one node)."""
+
+
+def slots(rows: list[Worker], gpus_per_node: int, base_port: int) -> list[Slot]:
+    """Every instance of a deployment on its GPUs and port: one after another, each on a node of its own
+    when it does not fit the rest of the current one, an instance wider than a node from a node boundary,
+    the ports from `base_port` up."""
+    out, gpu, port, spanning = [], 0, base_port, 0
+    for worker in rows:
+        size = worker.inst.gpus
+        for k in range(worker.count):
+            if size > gpus_per_node:
+                spanning += 1
+                gpu = -(-gpu // gpus_per_node) * gpus_per_node
+                out.append(Slot(worker, k + 1, gpu, port, spanning))
+                gpu += -(-size // gpus_per_node) * gpus_per_node
+            else:
+                if gpu % gpus_per_node + size > gpus_per_node:
+                    gpu += gpus_per_node - gpu % gpus_per_node
+                out.append(Slot(worker, k + 1, gpu, port, 0))
+                gpu += size
+            port += 1
+    return out
+
+
 def script(data: dict, engine: str, model_ref: str, gpus_per_node: int, mla: bool = False) -> str:
     """The launch script of a serve-plan result for `engine` (module docstring).
 
@@ -82,28 +122,68 @@ def script(data: dict, engine: str, model_ref: str, gpus_per_node: int, mla: boo
         lines.append("# fp8-block: serve the checkpoint with weight_block_size [128, 128] (the FP8 release); the "
                      "engine reads its block scales (planner check costs it as fp8 per tensor: 4 B per tensor, "
                      "not per 128 x 128 block, 0.02% of the weight bytes)")
-    gpu, port, spanning = 0, writer.BASE_PORT, 0
-    for worker in workers(data, mla):
-        for k in range(worker.count):
-            size = worker.inst.gpus
-            role = f"{_label(worker)} {worker.role} worker" if worker.role else f"{_label(worker)} replica"
-            words = writer.command(model_ref, worker, req)
-            if size > gpus_per_node:
-                spanning += 1
-                gpu = -(-gpu // gpus_per_node) * gpus_per_node
-                lines += _multi_node(writer, words, size, gpus_per_node, gpu // gpus_per_node, spanning,
-                                     f"{role} {k + 1} of {worker.count}", port)
-                gpu += -(-size // gpus_per_node) * gpus_per_node
-            else:
-                if gpu % gpus_per_node + size > gpus_per_node:
-                    gpu += gpus_per_node - gpu % gpus_per_node
-                first = gpu % gpus_per_node
-                lines.append(f"# {role} {k + 1} of {worker.count} (node {gpu // gpus_per_node})")
-                lines.append(_visible(first, size) + _line(words + [writer.FLAG["port"], str(port)]) + " &")
-                gpu += size
-            port += 1
+    placed = slots(workers(data, mla), gpus_per_node, writer.BASE_PORT)
+    disaggregated = any(s.worker.role for s in placed)
+    last = placed[-1]
+    several = (last.gpu + last.worker.inst.gpus - 1) // gpus_per_node > 0
+    if disaggregated and several:
+        lines.append(f"# the workers span nodes 0 to {(last.gpu + last.worker.inst.gpus - 1) // gpus_per_node}: set "
+                     f"{NODE_ADDR}_N to the address of node N wherever a line names it (the router's line, on "
+                     f"node 0, names the node of every worker)")
+    seen = Seen()
+    routed: dict[str, list] = {"prefill": [], "decode": []}
+    for slot in placed:
+        worker, size = slot.worker, slot.worker.inst.gpus
+        role = f"{_label(worker)} {worker.role} worker" if worker.role else f"{_label(worker)} replica"
+        title = f"{role} {slot.number} of {worker.count}"
+        words, node = writer.command(model_ref, worker, req), slot.gpu // gpus_per_node
+        env = lambda _node: []  # noqa: E731 (a worker outside disaggregation sets no environment)
+        if worker.role:
+            address = node_address if several else None
+            env, extra, entry = writer.disaggregation(worker, seen, address)
+            words += extra
+            routed[worker.role].append([url(node if several else None, slot.port), *entry])
+            seen = Seen(prefill=seen.prefill + (worker.role == "prefill"), dp_ranks=seen.dp_ranks + worker.inst.adp)
+        if slot.spanning:
+            lines += _multi_node(writer, words, size, gpus_per_node, node, slot.spanning, title, slot.port, env)
+        else:
+            lines.append(f"# {title} (node {node})")
+            lines.append(_line(env(node) + [_visible(slot.gpu % gpus_per_node, size)] + words
+                               + [writer.FLAG["port"], str(slot.port)]) + " &")
+    if disaggregated:
+        lines.append(f"# router ({writer.ROUTER_VERSION}, a package of its own: pip install "
+                     f"{writer.ROUTER_VERSION.replace(' ', '==')}), on node 0: it sends each request to a prefill "
+                     f"worker, then to a decode worker; clients send requests to its port {writer.ROUTER_PORT}")
+        lines.append(_line(writer.router(routed["prefill"], routed["decode"])) + " &")
     lines.append("wait")
     return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
+class Seen:
+    """Disaggregated workers written before the current one: prefill workers, data-parallel ranks."""
+
+    prefill: int = 0
+    dp_ranks: int = 0
+
+
+NODE_ADDR = "NODE_ADDR"
+"""The shell variable, suffixed with a node's number, that a disaggregated script spanning nodes names for
+the address of that node (the router's worker URLs, the workers' advertised addresses)."""
+
+
+def node_address(node: int) -> Raw:
+    """The address of `node` as a shell placeholder the shell refuses to expand while unset."""
+    name = f"{NODE_ADDR}_{node}"
+    return Raw(f'"${{{name}:?set {name} to the address of node {node}}}"')
+
+
+def url(node: int | None, port: int) -> Raw | str:
+    """A worker's URL for the router: the loopback when the deployment is on one node (None), else the
+    address of its node as a placeholder (`node_address`)."""
+    if node is None:
+        return f"http://127.0.0.1:{port}"
+    return Raw(f'"http://{node_address(node)[1:-1]}:{port}"')
 
 
 def _label(worker: Worker) -> str:
@@ -117,11 +197,11 @@ class Raw(str):
 
 
 def _line(words: list[str]) -> str:
-    return " ".join(w if isinstance(w, Raw) else shlex.quote(w) for w in words)
+    return " ".join(w if isinstance(w, Raw) else shlex.quote(w) for w in words if w)
 
 
 def _visible(first: int, size: int) -> str:
-    return "CUDA_VISIBLE_DEVICES=" + ",".join(str(first + i) for i in range(size)) + " "
+    return "CUDA_VISIBLE_DEVICES=" + ",".join(str(first + i) for i in range(size))
 
 
 def placeholder(name: str, node: int) -> Raw:
@@ -131,10 +211,11 @@ def placeholder(name: str, node: int) -> Raw:
 
 
 def _multi_node(writer, words: list[str], size: int, gpus_per_node: int, first_node: int, number: int,
-                title: str, port: int) -> list[str]:
+                title: str, port: int, env) -> list[str]:
     """The script lines of one instance over several nodes: one command per node, node rank 0 first,
     each with the engine's node flags (`writer.node_flags`) and the address of node rank 0 as a
-    placeholder the user sets; the HTTP port on node rank 0 only (the other nodes serve no API).
+    placeholder the user sets; the HTTP port on node rank 0 only (the other nodes serve no API);
+    `env(node)`: the environment words of the command on that node.
 
     Raises:
         SpecError: GPUs that do not divide evenly over the nodes (both engines need world % nnodes == 0).
@@ -152,7 +233,8 @@ def _multi_node(writer, words: list[str], size: int, gpus_per_node: int, first_n
         node_words = words + writer.node_flags(nodes, rank, placeholder(head, first_node), number)
         if rank == 0:
             node_words += [writer.FLAG["port"], str(port)]
-        out += [f"#   node rank {rank}: node {first_node + rank}", prefix + _line(node_words) + " &"]
+        out += [f"#   node rank {rank}: node {first_node + rank}",
+                _line(env(first_node + rank) + [prefix] + node_words) + " &"]
     return out
 
 

@@ -53,3 +53,36 @@ def node_flags(nodes: int, rank: int, head: str, number: int) -> list[str]:
     the data-parallel rank inferred from the node rank, the DP address defaulting to the master address)."""
     words = [FLAG["nnodes"], str(nodes), FLAG["node_rank"], str(rank), FLAG["master_addr"], head]
     return words + ([FLAG["headless"]] if rank else [])
+
+
+def disaggregation(worker: el.Worker, seen: el.Seen, address) -> tuple:
+    """(environment words by node, extra flags, router entry words) of a disaggregated worker: its NIXL
+    handshake listener on ports VLLM_NIXL_SIDE_CHANNEL_PORT up to + its data-parallel ranks - 1, after those
+    of the workers before it (`seen.dp_ranks`), so that no two workers of a node bind one port; where the
+    deployment spans nodes (`address(node)`: that node's address placeholder, else None), the address it
+    advertises to its peers, VLLM_NIXL_SIDE_CHANNEL_HOST, instead of localhost
+    (`planner.frameworks.vllm.SIDE_CHANNEL_PORT`). The router names the worker by its URL alone."""
+    port = v.SIDE_CHANNEL_PORT + seen.dp_ranks
+
+    def env(node: int) -> list[str]:
+        words = [f"{v.SIDE_CHANNEL_PORT_ENV}={port}"]
+        return words + ([el.Raw(f"{v.SIDE_CHANNEL_HOST_ENV}={address(node)}")] if address else [])
+
+    return env, [], []
+
+
+def router(prefill: list[list[str]], decode: list[list[str]]) -> list[str]:
+    """The words of the vllm-router command of a disaggregated deployment: its PD switch, each prefill
+    worker's URL, each decode worker's URL, the workers' connector (nixl), every interface and the router's
+    port (`planner.frameworks.vllm.ROUTER_FLAG`)."""
+    f = v.ROUTER_FLAG
+    words = [*v.ROUTER_LAUNCHERS[0], f["pd"]]
+    for entry in prefill:
+        words += [f["prefill"], *entry]
+    for entry in decode:
+        words += [f["decode"], *entry]
+    return words + [f["kv_connector"], v.ROUTER_CONNECTOR, f["host"], v.ROUTER_HOST, f["port"], str(v.ROUTER_PORT)]
+
+
+ROUTER_VERSION = v.ROUTER_VERSION
+ROUTER_PORT = v.ROUTER_PORT

@@ -15,7 +15,10 @@ nodes, --attn-dp-size splits it into attention data-parallel groups, --dp-size c
 refused; `srt/runtime_context.py` launch_world_size_of = tp_size x pp_size;
 `srt/arg_groups/overrides.py` _a2a_ep_size: an all-to-all backend among
 `A2A_SPANNING` sets ep_size to tp_size whatever --ep-size says). Every flag of that parser is
-recorded in `sglang_flags.txt` (tools/record_engine_flags.py).
+recorded in `sglang_flags.txt` (tools/record_engine_flags.py). The router of a disaggregated deployment
+(ROUTER_*) is the separate PyPI package sglang-router, `sglang_router-0.3.2-cp38-abi3-manylinux_2_17_x86_64
+.manylinux2014_x86_64.whl` (sha256 ba5a2495...; it records no commit): `sglang_router/router_args.py`,
+`launch_router.py`, its flags in `sglang_router_flags.txt`.
 """
 
 from __future__ import annotations
@@ -53,6 +56,8 @@ FLAG = {
     "port": "--port",
     "disagg_mode": "--disaggregation-mode",
     "disagg_backend": "--disaggregation-transfer-backend",
+    "bootstrap_port": "--disaggregation-bootstrap-port",
+    "host": "--host",
 }
 """Planner knob -> SGLang's flag."""
 ALIASES = {"--tensor-parallel-size": FLAG["tp"], "--pipeline-parallel-size": FLAG["pp"],
@@ -92,6 +97,50 @@ DISAGG_MODES = ("prefill", "decode")
 DISAGG_BACKEND = "nixl"
 """--disaggregation-transfer-backend `serve-plan --emit sglang` writes (default mooncake needs
 its own service; nixl runs over UCX)."""
+BOOTSTRAP_PORT = 8998
+"""--disaggregation-bootstrap-port when absent: the port of the KV bootstrap server a prefill worker starts
+(`srt/arg_groups/fields/disagg.py` disaggregation_bootstrap_port = 8998; `srt/managers/disagg_service.py`
+start_disagg_service binds it on --host on a prefill worker). A decode worker takes the prefill's port from
+each request, filled by the router, else its own value of the flag (`srt/managers/scheduler.py`: a request
+whose bootstrap_port is None gets the server's disaggregation_bootstrap_port). Two prefill workers of one node
+need two ports. SGLang 0.5.23 wheel."""
+HOST = "127.0.0.1"
+"""--host when absent (`srt/arg_groups/fields/serving.py`): the HTTP server and a prefill worker's bootstrap
+server listen on the loopback only, out of reach of a router or decode worker on another node; `0.0.0.0`
+listens on every interface (`srt/disaggregation/common/conn.py` register_to_bootstrap rewrites the wildcard
+to the loopback for its own registration)."""
+ANY_HOST = "0.0.0.0"
+PORT = 30000
+"""--port when absent (`srt/arg_groups/fields/serving.py` port = 30000)."""
+
+ROUTER_FLAGS_FILE = Path(__file__).with_name("sglang_router_flags.txt")
+ROUTER_ALL_FLAGS = frozenset(line for line in ROUTER_FLAGS_FILE.read_text().splitlines()
+                             if line and not line.startswith("#"))
+"""Every option string of SGLang's router parser (sglang-router 0.3.2, `tools/record_engine_flags.py`)."""
+ROUTER_VERSION = "sglang-router 0.3.2"
+ROUTER_LAUNCHERS = (("sglang_router.launch_router",),)
+"""How a command line starts SGLang's router: `python -m sglang_router.launch_router` (PyPI package
+sglang-router, which sglang 0.5.23 does not install; its own test fixture
+`sglang/test/server_fixtures/disaggregation_fixture.py` launch_lb and `srt/mem_cache/storage/mooncake_store/
+README.md` start the router of a disaggregated deployment this way)."""
+ROUTER_FLAG = {
+    "pd": "--pd-disaggregation",
+    "prefill": "--prefill",
+    "decode": "--decode",
+    "host": "--host",
+    "port": "--port",
+}
+"""Router knob -> sglang-router 0.3.2's flag (`sglang_router/router_args.py` RouterArgs.add_cli_args:
+`--prefill URL [BOOTSTRAP_PORT]` (nargs '+', repeated per prefill worker; the port a number or 'none', absent:
+none), `--decode URL` (repeated), `--pd-disaggregation` (store_true), `--host` (default 0.0.0.0), `--port`
+(default 30000)."""
+ROUTER_SWITCHES = frozenset({ROUTER_FLAG["pd"], "--mini-lb", "--service-discovery", "--enable-igw"})
+"""Router flags that take no value (store_true)."""
+ROUTER_HOST = "0.0.0.0"
+"""--host `serve-plan --emit` gives the router: every interface, so that clients on other hosts reach it."""
+ROUTER_PORT = 8000
+"""--port `serve-plan --emit sglang` gives the router (the port clients send requests to), out of the workers'
+range (`BASE_PORT` of the emitter, 30000 up, the router's own default) and the bootstrap ports (8998 up)."""
 
 NODE_HEAD = "HEAD_ADDR"
 """The shell variable a multi-node launch script names for the address of an instance's node rank 0
@@ -208,3 +257,28 @@ def rank_chunk(chunked_prefill_size: int, attn_dp: int) -> int:
     (`srt/arg_groups/pipeline.py` run_resolution_pipeline runs the memory hook first).
     Example: 8192 over 8 groups -> 1024 tokens per group per forward."""
     return chunked_prefill_size // attn_dp
+
+
+def rank_running_requests(max_running_requests: int, attn_dp: int) -> int:
+    """Requests one attention data-parallel rank's scheduler runs at once under --max-running-requests:
+    the flag is the instance's total, which SGLang divides among the attention data-parallel ranks,
+    rounding down, at least 1 (the KV pool's token capacity // 2 caps it further, not modelled here).
+    Source: SGLang 0.5.23 wheel `srt/mem_cache/kv_cache_configurator.py` resolve_max_num_reqs
+    ('max concurrent requests (per dp worker)': requested_per_worker = max(1, max_running_requests //
+    attn_dp_size)), which `srt/model_executor/model_runner.py` takes as the scheduler's max_running_requests.
+    (The decode CUDA graph's default max batch is capped by the undivided value:
+    `srt/arg_groups/memory_hook.py`, `default_mem_fraction_static`.)
+    Example: 100 over 8 ranks -> 12 per rank, 96 in the instance; 4 over 8 -> 1 per rank, 8 in the instance."""
+    return max(1, max_running_requests // attn_dp)
+
+
+def instance_running_requests(max_running_requests: int, attn_dp: int) -> int:
+    """Requests an instance runs at once under --max-running-requests: attn_dp x `rank_running_requests`."""
+    return attn_dp * rank_running_requests(max_running_requests, attn_dp)
+
+
+def max_running_requests_flag(concurrency: int, attn_dp: int) -> int:
+    """The --max-running-requests value that runs at least `concurrency` requests in an instance of
+    `attn_dp` attention data-parallel ranks: the concurrency rounded up to a multiple of attn_dp, which
+    SGLang divides exactly (`rank_running_requests`). Example: 100 over 8 ranks -> 104 (13 per rank)."""
+    return attn_dp * -(-concurrency // attn_dp)

@@ -11,7 +11,9 @@ defaults below), `vllm/config/cache.py` (gpu_memory_utilization default 0.92),
 layers are tensor-parallel over the same ranks without it), `vllm/utils/argparse_utils.py`
 FlexibleArgumentParser (a `--config` YAML's keys are flag names without the dashes; it also
 accepts `_` for `-` in flags). Every flag of that parser is recorded in `vllm_flags.txt`
-(tools/record_engine_flags.py): a flag not in it is one vLLM refuses.
+(tools/record_engine_flags.py): a flag not in it is one vLLM refuses. The router of a disaggregated
+deployment (ROUTER_*) is vllm-project/router's, PyPI `vllm_router-0.1.17-cp38-abi3-manylinux_2_28_x86_64.whl`
+(sha256 85c96bea...; it records no commit): `vllm_router/router_args.py`, its flags in `vllm_router_flags.txt`.
 """
 
 from __future__ import annotations
@@ -102,8 +104,65 @@ DTYPES = {"auto": None, "half": "fp16", "float16": "fp16", "bfloat16": "bf16", "
 dtype (auto: the checkpoint's torch_dtype where the GPU runs it, else float16: _resolve_auto_dtype)."""
 DISAGG_CONNECTOR = '{"kv_connector":"NixlConnector","kv_role":"kv_both"}'
 """--kv-transfer-config of a disaggregated prefill or decode worker (vLLM docs
-`features/disagg_prefill` / `examples/online_serving/disaggregated_serving`: both sides run
-NixlConnector with kv_role kv_both; a proxy routes prompts to prefill, then decode)."""
+`features/nixl_connector_usage.md`: both sides run NixlConnector with kv_role kv_both; a router
+routes prompts to prefill, then decode, and tells each which is which)."""
+SIDE_CHANNEL_PORT_ENV = "VLLM_NIXL_SIDE_CHANNEL_PORT"
+SIDE_CHANNEL_PORT = 5600
+SIDE_CHANNEL_HOST_ENV = "VLLM_NIXL_SIDE_CHANNEL_HOST"
+SIDE_CHANNEL_HOST = "localhost"
+"""The NIXL handshake listener of a disaggregated worker: each data-parallel rank binds port
+VLLM_NIXL_SIDE_CHANNEL_PORT + its data-parallel index on VLLM_NIXL_SIDE_CHANNEL_HOST (defaults 5600 and
+localhost: `vllm/envs.py`; `vllm/distributed/kv_transfer/kv_connector/v1/nixl/base_scheduler.py`
+side_channel_port = VLLM_NIXL_SIDE_CHANNEL_PORT + data_parallel_index), and the prefill worker hands that
+host and port to the decode worker through the request's kv_transfer_params. So two workers of one node need
+port ranges that do not overlap, and a worker whose peers run on other nodes names its own address (the
+docs' `features/nixl_connector_usage.md`, 'Multi-Instance Setup'). vLLM 0.33.0 (g4ba787ec9)."""
+CONNECTORS_OF_ROUTER = {"nixl": ("NixlConnector", "NixlPullConnector"), "mooncake": ("MooncakeConnector",),
+                        "moriio": ("MoRIIOConnector",)}
+"""vllm-router --kv-connector value -> the --kv-transfer-config kv_connector names of the workers it routes
+(vllm-router 0.1.17 `vllm_router/router_args.py`: 'nixl' (default) NIXL's pull-based transfer, 'mooncake'
+Mooncake's push-based one, 'moriio' MoRI-IO; the connector names registered by vLLM 0.33.0
+`vllm/distributed/kv_transfer/kv_connector/factory.py`)."""
+PD_CONNECTORS = frozenset({"NixlConnector", "NixlPullConnector", "NixlPushConnector", "MooncakeConnector",
+                           "MoRIIOConnector"})
+"""--kv-transfer-config kv_connector values that hand the KV cache from a prefill instance to a decode instance
+(a router pairs them); the others vLLM 0.33.0 registers (`vllm/distributed/kv_transfer/kv_connector/factory.py`:
+OffloadingConnector, SimpleCPUOffloadConnector, LMCacheConnectorV1, LMCacheMPConnector, MooncakeStoreConnector,
+HF3FSKVConnector, FlexKVConnectorV1, HiSparseConnector, DecodeBenchConnector, Example*) store or offload KV
+blocks and need no router. MultiConnector runs those of its kv_connector_extra_config connectors list."""
+PORT = 8000
+"""--port when absent (`vllm/entrypoints/common/cli_args.py` FrontendArgs.port = 8000)."""
+
+ROUTER_FLAGS_FILE = Path(__file__).with_name("vllm_router_flags.txt")
+ROUTER_ALL_FLAGS = frozenset(line for line in ROUTER_FLAGS_FILE.read_text().splitlines()
+                             if line and not line.startswith("#"))
+"""Every option string of vLLM's router parser (vllm-router 0.1.17, `tools/record_engine_flags.py`)."""
+ROUTER_VERSION = "vllm-router 0.1.17"
+ROUTER_LAUNCHERS = (("vllm-router",),)
+"""How a command line starts vLLM's router: the `vllm-router` console script of the PyPI package vllm-router
+(vllm-project/router; `vllm_router-0.1.17.dist-info/entry_points.txt`: vllm_router.launch_router:main). The
+vllm 0.33.0 wheel ships no router or proxy; its docs (`features/nixl_connector_usage.md`) route with the
+test script `tests/v1/kv_connector/nixl_integration/toy_proxy_server.py` of the vLLM repository."""
+ROUTER_FLAG = {
+    "pd": "--vllm-pd-disaggregation",
+    "prefill": "--prefill",
+    "decode": "--decode",
+    "host": "--host",
+    "port": "--port",
+    "kv_connector": "--kv-connector",
+}
+"""Router knob -> vllm-router 0.1.17's flag (`vllm_router/router_args.py` RouterArgs.add_cli_args:
+`--prefill URL [BOOTSTRAP_PORT]` and `--decode URL`, repeated per worker; `--vllm-pd-disaggregation`
+(store_true); `--kv-connector nixl|mooncake|moriio` (default nixl); `--host` (default 127.0.0.1: the loopback
+only), `--port` (default 30000))."""
+ROUTER_SWITCHES = frozenset({ROUTER_FLAG["pd"], "--mini-lb", "--service-discovery", "--enable-igw"})
+"""Router flags that take no value (store_true)."""
+ROUTER_HOST = "0.0.0.0"
+"""--host `serve-plan --emit` gives the router: every interface, so that clients on other hosts reach it."""
+ROUTER_PORT = 30000
+"""--port `serve-plan --emit vllm` gives the router (vllm-router's default; the workers' ports run from 8000)."""
+ROUTER_CONNECTOR = "nixl"
+"""--kv-connector `serve-plan --emit vllm` gives the router: the workers' NixlConnector (`DISAGG_CONNECTOR`)."""
 NODE_HEAD = "HEAD_ADDR"
 """The shell variable a multi-node launch script names for the address of an instance's node rank 0
 (--master-addr), suffixed with the instance's number (`planner.frameworks.sglang.NODE_HEAD`)."""
