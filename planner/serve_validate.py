@@ -177,7 +177,7 @@ def case_terms(case: Case) -> dict[str, float]:
     spec, hw = _model(case.model), _cluster(case.cluster)
     kv_dtype = "bf16"
     mem = sv.serving_memory(spec, case.inst, capacity=hw.gpu.memory_bytes, weight_format=case.weight_format,
-                            kv_dtype=kv_dtype, engine=case.engine)
+                            kv_dtype=kv_dtype, engine=case.engine, gpu_name=hw.gpu.name)
     cmax = max(1, sv.max_concurrency(mem, spec, case.inst, case.input_len + case.output_len))
     if case.engine == "vllm":  # the running sequences the per-step token budget sustains (serve.running_cap)
         cmax = min(cmax, case.inst.adp * sv.budget_concurrency(sv.DEFAULT_MAX_NUM_BATCHED_TOKENS, case.input_len,

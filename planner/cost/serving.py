@@ -141,7 +141,18 @@ DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192
 OpenAI server on GPUs (8192); SGLang chunked_prefill_size 8192 on >= 80 GB GPUs; TensorRT-LLM
 max_num_tokens 8192 (`llm_args.py`)."""
 DEFAULT_MAX_NUM_SEQS = 256
-"""Sequences per step the sampler is profiled with. Source: vLLM `SchedulerConfig` max_num_seqs default 256."""
+"""Sampler rows of the activation estimate for SGLang and TensorRT-LLM (an estimate borrowed from vLLM's
+profile run, not their own). vLLM's own: `vllm_sampler_bytes` with its default max_num_seqs by GPU."""
+VLLM_SAMPLER_BYTES_PER_LOGIT = 14
+"""Bytes per (request row x vocabulary entry) live at the peak of vLLM's profile-run sampler: the bf16
+logits compute_logits all-gathers to the full vocabulary on every TP rank (2), their fp32 copy (4), the fp32
+probabilities (4) and the fp32 exponential noise of random sampling (4); temperature, top-k/top-p (the
+Triton kernel) and the noise division work in place. Source: vllm-project/vllm 0.33.0 (wheel, commit
+g4ba787ec9) `vllm/v1/worker/gpu_model_runner.py` profile_run -> _dummy_sampler_run (rows = min(num_tokens,
+max_num_reqs); a second call with a generator takes forward_native), `vllm/v1/sample/sampler.py` forward
+(logits.to(torch.float32)), `vllm/v1/sample/ops/topk_topp_sampler.py` forward_native (softmax fp32),
+random_sample (empty_exponential_noise_like, div_ in place), `vllm/model_executor/layers/logits_processor.py`
+_gather_logits (all-gather on CUDA: `platforms/interface.py` use_all_gather True)."""
 NON_TORCH_BYTES = int(0.75 * GIB)
 """[Empirical] CUDA context, cuBLAS workspaces and NCCL buffers outside PyTorch's allocator, per GPU.
 Source: vLLM's start-up log line 'non-torch memory' on Hopper (0.5-1 GiB; 0.75 taken). Override: --reserve-gib."""
@@ -298,14 +309,25 @@ def kv_bytes_per_gpu(spec: ModelSpec, inst: Instance, kv_dtype: str) -> tuple[fl
     return kv.per_token * stage / split, kv.sliding_window_bytes * stage / split
 
 
-def activation_bytes(spec: ModelSpec, inst: Instance, tokens: int, max_num_seqs: int = DEFAULT_MAX_NUM_SEQS) -> int:
+def vllm_sampler_bytes(spec: ModelSpec, inst: Instance, tokens: int, max_num_seqs: int) -> int:
+    """Peak of vLLM's profile-run sampler on one GPU, bytes: min(tokens, max_num_seqs) rows x the padded
+    vocabulary (all-gathered: whole on every TP rank; vLLM slices the padding off as a view, so its fp32
+    copies are up to 64 x tp - 1 entries narrower, < 0.5 %) x VLLM_SAMPLER_BYTES_PER_LOGIT.
+    Hand check (gpt-oss-120b, vocabulary 201,088, tp 1, 1,024 tokens, max_num_seqs 1,024 on H100):
+    1,024 x 201,088 x 14 = 2,882,797,568 B = 2.68 GiB."""
+    return min(tokens, max_num_seqs) * vocab_rows(spec, inst.tp) * VLLM_SAMPLER_BYTES_PER_LOGIT
+
+
+def activation_bytes(spec: ModelSpec, inst: Instance, tokens: int, max_num_seqs: int = DEFAULT_MAX_NUM_SEQS,
+                     *, engine: str = "") -> int:
     """Activation peak of one forward of `tokens` tokens on one GPU, bytes (bf16 activations).
 
     Live set of the widest layer op: residual + hidden (2h), plus the widest projection output of the
     layer (q/k/v, or gate+up and the activated half 3I/tp, or for MoE the top_k copies of the
-    expert intermediate 3 I_e / (tp/ep)), plus the sampler's fp32 logits and probabilities for
-    min(tokens, max_num_seqs) rows of vocab/tp. Source: vLLM `gpu_model_runner.py` profile_run
-    (_dummy_run(max_num_batched_tokens) then _dummy_sampler_run); an estimate, not fitted.
+    expert intermediate 3 I_e / (tp/ep)), plus the sampler: under vLLM `vllm_sampler_bytes`, otherwise
+    fp32 logits and probabilities for min(tokens, max_num_seqs) rows of vocab/tp. Source: vLLM
+    `gpu_model_runner.py` profile_run (_dummy_run(max_num_batched_tokens) then _dummy_sampler_run);
+    the layer part an estimate, not fitted.
     """
     h, t = spec.hidden_size, inst.tp
     qkv = (spec.num_attention_heads + 2 * spec.num_key_value_heads) * spec.head_dim / inst.attn_tp
@@ -315,7 +337,10 @@ def activation_bytes(spec: ModelSpec, inst: Instance, tokens: int, max_num_seqs:
         moe = spec.num_experts_per_tok * 3 * spec.moe_intermediate_size / (t // inst.ep) / inst.ep
         moe = max(moe, 3 * spec.shared_expert_intermediate_size / t)
     per_token = (2 * h + max(qkv, mlp, moe)) * 2
-    logits = min(tokens, max_num_seqs) * vocab_rows(spec, t) / t * 8
+    if engine == "vllm":
+        logits = vllm_sampler_bytes(spec, inst, tokens, max_num_seqs)
+    else:
+        logits = min(tokens, max_num_seqs) * vocab_rows(spec, t) / t * 8
     return int(tokens * per_token + logits)
 
 
@@ -337,17 +362,22 @@ def engine_kv_pool_bytes(engine: str, capacity: int, weights: int, activations: 
 def serving_memory(spec: ModelSpec, inst: Instance, *, capacity: int, weight_format: str, kv_dtype: str,
                    engine: str, fraction: float | None = None,
                    max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
-                   non_torch: int = NON_TORCH_BYTES, cuda_graphs: int = CUDA_GRAPH_BYTES) -> ServingMemory:
+                   non_torch: int = NON_TORCH_BYTES, cuda_graphs: int = CUDA_GRAPH_BYTES,
+                   max_num_seqs: int | None = None, gpu_name: str = "") -> ServingMemory:
     """Memory of one GPU of `inst` and the tokens its KV pool holds. Units: bytes; tokens.
 
     Args:
         capacity: GPU memory the driver reports, bytes.
         fraction: the engine's budget knob (None: its default, ENGINES).
+        max_num_seqs: the sampler rows vLLM profiles (None: vLLM's OpenAI-server default for the GPU,
+            `frameworks.vllm.default_batch` from `capacity` and `gpu_name`: 1,024 on H100/H200, 256 on A100).
     """
     rule = ENGINES[engine]
     fraction = rule.default if fraction is None else fraction
     weights = weight_bytes_per_gpu(spec, inst, weight_format)
-    acts = activation_bytes(spec, inst, max_num_batched_tokens)
+    if max_num_seqs is None:
+        max_num_seqs = vllm_flags.default_batch(capacity / GIB, gpu_name)[1] if engine == "vllm" else DEFAULT_MAX_NUM_SEQS
+    acts = activation_bytes(spec, inst, max_num_batched_tokens, max_num_seqs, engine=engine)
     pool = engine_kv_pool_bytes(engine, capacity, weights, acts, non_torch, cuda_graphs, fraction)
     per_token, window = kv_bytes_per_gpu(spec, inst, kv_dtype)
     tokens = int(max(pool, 0) // per_token) * inst.adp if per_token else 0
