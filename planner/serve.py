@@ -181,7 +181,7 @@ def _memory(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, inst: sv.Instan
                                             max_num_batched_tokens=req.max_num_batched_tokens)
     return sv.serving_memory(spec, inst, capacity=hw.gpu.memory_bytes, weight_format=req.weight_dtype,
                              kv_dtype=req.kv_dtype, engine=req.engine, fraction=fraction,
-                             max_num_batched_tokens=forward_tokens(req, inst))
+                             max_num_batched_tokens=forward_tokens(req, inst), gpu_name=hw.gpu.name)
 
 
 def forward_tokens(req: ServeRequest, inst: sv.Instance) -> int:

@@ -177,7 +177,7 @@ def case_terms(case: Case) -> dict[str, float]:
     spec, hw = _model(case.model), _cluster(case.cluster)
     kv_dtype = "bf16"
     mem = sv.serving_memory(spec, case.inst, capacity=hw.gpu.memory_bytes, weight_format=case.weight_format,
-                            kv_dtype=kv_dtype, engine=case.engine)
+                            kv_dtype=kv_dtype, engine=case.engine, gpu_name=hw.gpu.name)
     cmax = max(1, sv.max_concurrency(mem, spec, case.inst, case.input_len + case.output_len))
     if case.engine == "vllm":  # the running sequences the per-step token budget sustains (serve.running_cap)
         cmax = min(cmax, case.inst.adp * sv.budget_concurrency(sv.DEFAULT_MAX_NUM_BATCHED_TOKENS, case.input_len,
@@ -205,7 +205,8 @@ def fit(cases: list[Case]) -> dict[str, dict[str, dict[str, dict[str, float]]]]:
     the FIT part, class = `model_class`.
 
     Source: numpy.linalg.lstsq on rows scaled by 1/measured (relative least squares), negative terms
-    dropped (`_nonnegative_lstsq`)."""
+    dropped (`_nonnegative_lstsq`), on the measured time less the unfitted physical terms
+    (`cost.serving.unfitted_s`) that `predict_latency` adds."""
     import numpy as np  # only for fitting: serve-plan itself does not load numpy
 
     result: dict = {}
@@ -219,8 +220,9 @@ def fit(cases: list[Case]) -> dict[str, dict[str, dict[str, dict[str, float]]]]:
             result[engine][cls] = {}
             for target, names in (("ttft", sv.TTFT_TERMS), ("tpot", sv.TPOT_TERMS)):
                 y = np.array([getattr(c, f"{target}_ms") / 1e3 for c in part])
+                fixed = np.array([sv.unfitted_s(terms[c.id], target) for c in part])
                 a = np.array([_columns(terms[c.id], names) for c in part])
-                coef = _nonnegative_lstsq(a / y[:, None], np.ones(len(y)))
+                coef = _nonnegative_lstsq(a / y[:, None], 1 - fixed / y)
                 result[engine][cls][target] = {n: round(float(v), 6) for n, v in zip(names, coef)}
             result[engine][cls]["fit_rows"] = len(part)
     return result
@@ -298,7 +300,7 @@ def write_calibration(path: Path = CALIBRATION, data: Path = DATA) -> dict:
         "method": "numpy.linalg.lstsq with negative terms dropped (non-negative), rows scaled by 1/measured (relative least squares); "
                   "regenerate: make calibrate-serving",
         "generated": datetime.date.today().isoformat(),
-        "units": {"collectives": "us per collective", "constant": "ms", "other terms": "dimensionless multipliers"},
+        "units": {"collectives": "us per collective (TPOT)", "constant": "ms", "other terms": "dimensionless multipliers"},
         "engines": engines,
     }
     evaluation = validate(cases, doc, part="evaluation")

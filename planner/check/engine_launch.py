@@ -440,7 +440,7 @@ def _with(launch: Launch, inst: sv.Instance) -> Launch:
 def _memory(spec: ModelSpec, hw: ClusterSpec, launch: Launch) -> sv.ServingMemory:
     return sv.serving_memory(spec, launch.inst, capacity=hw.gpu.memory_bytes, weight_format=launch.weight_format,
                              kv_dtype=launch.kv_dtype, engine=launch.engine, fraction=launch.fraction,
-                             max_num_batched_tokens=launch.max_num_batched_tokens)
+                             max_num_batched_tokens=launch.max_num_batched_tokens, gpu_name=hw.gpu.name)
 
 
 def _memory_findings(spec: ModelSpec, hw: ClusterSpec, launch: Launch, mem: sv.ServingMemory,

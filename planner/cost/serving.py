@@ -141,7 +141,18 @@ DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192
 OpenAI server on GPUs (8192); SGLang chunked_prefill_size 8192 on >= 80 GB GPUs; TensorRT-LLM
 max_num_tokens 8192 (`llm_args.py`)."""
 DEFAULT_MAX_NUM_SEQS = 256
-"""Sequences per step the sampler is profiled with. Source: vLLM `SchedulerConfig` max_num_seqs default 256."""
+"""Sampler rows of the activation estimate for SGLang and TensorRT-LLM (an estimate borrowed from vLLM's
+profile run, not their own). vLLM's own: `vllm_sampler_bytes` with its default max_num_seqs by GPU."""
+VLLM_SAMPLER_BYTES_PER_LOGIT = 14
+"""Bytes per (request row x vocabulary entry) live at the peak of vLLM's profile-run sampler: the bf16
+logits compute_logits all-gathers to the full vocabulary on every TP rank (2), their fp32 copy (4), the fp32
+probabilities (4) and the fp32 exponential noise of random sampling (4); temperature, top-k/top-p (the
+Triton kernel) and the noise division work in place. Source: vllm-project/vllm 0.33.0 (wheel, commit
+g4ba787ec9) `vllm/v1/worker/gpu_model_runner.py` profile_run -> _dummy_sampler_run (rows = min(num_tokens,
+max_num_reqs); a second call with a generator takes forward_native), `vllm/v1/sample/sampler.py` forward
+(logits.to(torch.float32)), `vllm/v1/sample/ops/topk_topp_sampler.py` forward_native (softmax fp32),
+random_sample (empty_exponential_noise_like, div_ in place), `vllm/model_executor/layers/logits_processor.py`
+_gather_logits (all-gather on CUDA: `platforms/interface.py` use_all_gather True)."""
 NON_TORCH_BYTES = int(0.75 * GIB)
 """[Empirical] CUDA context, cuBLAS workspaces and NCCL buffers outside PyTorch's allocator, per GPU.
 Source: vLLM's start-up log line 'non-torch memory' on Hopper (0.5-1 GiB; 0.75 taken). Override: --reserve-gib."""
@@ -298,14 +309,25 @@ def kv_bytes_per_gpu(spec: ModelSpec, inst: Instance, kv_dtype: str) -> tuple[fl
     return kv.per_token * stage / split, kv.sliding_window_bytes * stage / split
 
 
-def activation_bytes(spec: ModelSpec, inst: Instance, tokens: int, max_num_seqs: int = DEFAULT_MAX_NUM_SEQS) -> int:
+def vllm_sampler_bytes(spec: ModelSpec, inst: Instance, tokens: int, max_num_seqs: int) -> int:
+    """Peak of vLLM's profile-run sampler on one GPU, bytes: min(tokens, max_num_seqs) rows x the padded
+    vocabulary (all-gathered: whole on every TP rank; vLLM slices the padding off as a view, so its fp32
+    copies are up to 64 x tp - 1 entries narrower, < 0.5 %) x VLLM_SAMPLER_BYTES_PER_LOGIT.
+    Hand check (gpt-oss-120b, vocabulary 201,088, tp 1, 1,024 tokens, max_num_seqs 1,024 on H100):
+    1,024 x 201,088 x 14 = 2,882,797,568 B = 2.68 GiB."""
+    return min(tokens, max_num_seqs) * vocab_rows(spec, inst.tp) * VLLM_SAMPLER_BYTES_PER_LOGIT
+
+
+def activation_bytes(spec: ModelSpec, inst: Instance, tokens: int, max_num_seqs: int = DEFAULT_MAX_NUM_SEQS,
+                     *, engine: str = "") -> int:
     """Activation peak of one forward of `tokens` tokens on one GPU, bytes (bf16 activations).
 
     Live set of the widest layer op: residual + hidden (2h), plus the widest projection output of the
     layer (q/k/v, or gate+up and the activated half 3I/tp, or for MoE the top_k copies of the
-    expert intermediate 3 I_e / (tp/ep)), plus the sampler's fp32 logits and probabilities for
-    min(tokens, max_num_seqs) rows of vocab/tp. Source: vLLM `gpu_model_runner.py` profile_run
-    (_dummy_run(max_num_batched_tokens) then _dummy_sampler_run); an estimate, not fitted.
+    expert intermediate 3 I_e / (tp/ep)), plus the sampler: under vLLM `vllm_sampler_bytes`, otherwise
+    fp32 logits and probabilities for min(tokens, max_num_seqs) rows of vocab/tp. Source: vLLM
+    `gpu_model_runner.py` profile_run (_dummy_run(max_num_batched_tokens) then _dummy_sampler_run);
+    the layer part an estimate, not fitted.
     """
     h, t = spec.hidden_size, inst.tp
     qkv = (spec.num_attention_heads + 2 * spec.num_key_value_heads) * spec.head_dim / inst.attn_tp
@@ -315,7 +337,10 @@ def activation_bytes(spec: ModelSpec, inst: Instance, tokens: int, max_num_seqs:
         moe = spec.num_experts_per_tok * 3 * spec.moe_intermediate_size / (t // inst.ep) / inst.ep
         moe = max(moe, 3 * spec.shared_expert_intermediate_size / t)
     per_token = (2 * h + max(qkv, mlp, moe)) * 2
-    logits = min(tokens, max_num_seqs) * vocab_rows(spec, t) / t * 8
+    if engine == "vllm":
+        logits = vllm_sampler_bytes(spec, inst, tokens, max_num_seqs)
+    else:
+        logits = min(tokens, max_num_seqs) * vocab_rows(spec, t) / t * 8
     return int(tokens * per_token + logits)
 
 
@@ -337,17 +362,22 @@ def engine_kv_pool_bytes(engine: str, capacity: int, weights: int, activations: 
 def serving_memory(spec: ModelSpec, inst: Instance, *, capacity: int, weight_format: str, kv_dtype: str,
                    engine: str, fraction: float | None = None,
                    max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
-                   non_torch: int = NON_TORCH_BYTES, cuda_graphs: int = CUDA_GRAPH_BYTES) -> ServingMemory:
+                   non_torch: int = NON_TORCH_BYTES, cuda_graphs: int = CUDA_GRAPH_BYTES,
+                   max_num_seqs: int | None = None, gpu_name: str = "") -> ServingMemory:
     """Memory of one GPU of `inst` and the tokens its KV pool holds. Units: bytes; tokens.
 
     Args:
         capacity: GPU memory the driver reports, bytes.
         fraction: the engine's budget knob (None: its default, ENGINES).
+        max_num_seqs: the sampler rows vLLM profiles (None: vLLM's OpenAI-server default for the GPU,
+            `frameworks.vllm.default_batch` from `capacity` and `gpu_name`: 1,024 on H100/H200, 256 on A100).
     """
     rule = ENGINES[engine]
     fraction = rule.default if fraction is None else fraction
     weights = weight_bytes_per_gpu(spec, inst, weight_format)
-    acts = activation_bytes(spec, inst, max_num_batched_tokens)
+    if max_num_seqs is None:
+        max_num_seqs = vllm_flags.default_batch(capacity / GIB, gpu_name)[1] if engine == "vllm" else DEFAULT_MAX_NUM_SEQS
+    acts = activation_bytes(spec, inst, max_num_batched_tokens, max_num_seqs, engine=engine)
     pool = engine_kv_pool_bytes(engine, capacity, weights, acts, non_torch, cuda_graphs, fraction)
     per_token, window = kv_bytes_per_gpu(spec, inst, kv_dtype)
     tokens = int(max(pool, 0) // per_token) * inst.adp if per_token else 0
@@ -413,9 +443,14 @@ def context_bound(mem: ServingMemory, spec: ModelSpec, max_model_len: int | None
 
 # ---------------------------------------------------------------- latency
 
-TTFT_TERMS = ("prefill_one_s", "prefill_batch_s", "weights_per_chunk_s", "collectives", "constant",
-              "kv_wait_s")
-"""TTFT = sum of fitted coefficient x term (see `latency_terms`)."""
+TTFT_TERMS = ("prefill_one_s", "prefill_batch_s", "weights_per_chunk_s", "constant", "kv_wait_s")
+"""TTFT = sum of fitted coefficient x term (see `latency_terms`) + the unfitted terms of `predict_latency`.
+No per-collective latency term: a prompt's TP all-reduces are bandwidth-bound (`prefill_allreduce_s`,
+unfitted). A fitted per-collective coefficient was an artefact: in each engine's data the count,
+2 x layers whenever tp > 1, names the model (qwen3-32b 128, llama-3.1-8b 64), so the fit used it as a
+per-model intercept -- 2,182 us per all-reduce for SGLang, 370 us for TensorRT-LLM, against ~10-30 us an
+NVLink all-reduce of a few MB takes -- and extrapolated it to models it never saw (llama-3.1-70b tp8:
+160 x 2.18 ms = 349 ms of SGLang's 626 ms TTFT at concurrency 2)."""
 TPOT_TERMS = ("decode_memory_s", "decode_compute_s", "collectives", "constant", "prefill_interference_s")
 """TPOT = sum of fitted coefficient x term (see `latency_terms`)."""
 COLLECTIVE_UNIT_S = 1e-6
@@ -457,8 +492,17 @@ def latency_terms(spec: ModelSpec, inst: Instance, *, hbm_bytes_per_s: float, pe
     - prefill_interference_s: (B / output_len) x prefill_one_s: every request's prefill lands in the
       decode of the others once per lifetime (chunked prefill mixes them).
     - prefill_one_s: compute of one request's prefill (2 x active params x I + causal attention) / peak.
-    - prefill_batch_s: the prefill compute of the B requests' chunks that share the first chunks.
-    - weights_per_chunk_s: weights read once per prefill chunk of max_num_batched_tokens tokens.
+    - prefill_batch_s: the prefill compute of the other prompts that share the request's first chunk:
+      those waiting when it arrives in the closed loop (`prompts_per_prefill` - 1, from prefill_one_s and
+      the decode lifetime (O - 1) x decode step), up to one chunk of max_num_batched_tokens (0 alone).
+    - weights_per_chunk_s: weights read once per prefill chunk of max_num_batched_tokens tokens, over the
+      chunks of every client's prompt (ceil(B x input / chunk)): a proxy for the prefill load of one closed-loop
+      cycle. Counting only the co-batched prompts' chunks fits worse (evaluation TTFT MAPE 35.4 vs 31.4 %).
+    - prefill_allreduce_s: the tensor-parallel all-reduces of one request's prefill, bandwidth term:
+      2 per layer (attention and MLP outputs, Megatron-style TP: Shoeybi et al. 2019 sec. 3) of
+      input_len x hidden x 2 B (bf16 activations) each, ring all-reduce moving 2 (t - 1) / t of it per GPU
+      (Patarasuk & Yuan 2009; NCCL's busBw = algBw x 2(n-1)/n), t = attention-TP, over `link_bytes_per_s`;
+      added unfitted to TTFT (0 when t = 1).
     - kv_wait_s: when B exceeds what the KV pool holds (C = max_concurrency), only C run; in a closed
       loop each request then waits (B / C - 1) request lifetimes (Little's law: the cycle time is
       B / throughput = B x lifetime / C), lifetime ~ output_len x decode step. The other terms use
@@ -490,20 +534,53 @@ def latency_terms(spec: ModelSpec, inst: Instance, *, hbm_bytes_per_s: float, pe
     moe_layers = sum(spec.moe_layers) if spec.is_moe else 0
     collectives = (2 * spec.num_hidden_layers if inst.tp > 1 else 0) + (2 * moe_layers if inst.adp > 1 else 0)
     prefill_one = input_len * (flops_token + attn * input_len / 2) / peak_flops
-    first_chunk = min(local * input_len, max(max_num_batched_tokens, input_len))
-    chunks = math.ceil(local * input_len / max_num_batched_tokens)
     step = decode_memory + decode_compute
+    batched = prompts_per_prefill(local, prefill_one, (output_len - 1) * step)
+    first_chunk = min(batched * input_len, max(max_num_batched_tokens, input_len))
+    chunks = math.ceil(local * input_len / max_num_batched_tokens)
     wait = max(0.0, queued / concurrency - 1) * output_len * step
     return {
         "decode_memory_s": decode_memory, "decode_compute_s": decode_compute,
         "collectives": collectives * pp, "constant": 1.0,
         "prefill_interference_s": local / output_len * prefill_one,
-        "prefill_one_s": prefill_one, "prefill_batch_s": prefill_one * first_chunk / input_len,
+        "prefill_one_s": prefill_one, "prefill_batch_s": prefill_one * (first_chunk / input_len - 1),
         "weights_per_chunk_s": chunks * weights * pp / hbm_bytes_per_s, "kv_wait_s": wait,
         "hop_s": hop_s * (pp - 1),
+        "prefill_allreduce_s": prefill_allreduce_s(spec, inst, input_len, link_bytes_per_s),
         "moe_exchange_decode_s": moe_exchange_s(spec, inst, concurrency, decode=True, link_bytes_per_s=link_bytes_per_s),
         "moe_exchange_prefill_s": moe_exchange_s(spec, inst, input_len, decode=False, link_bytes_per_s=link_bytes_per_s),
     }
+
+
+def prefill_allreduce_s(spec: ModelSpec, inst: Instance, input_len: int, link_bytes_per_s: float) -> float:
+    """Seconds of the TP all-reduces of one prompt's prefill (bandwidth term; `latency_terms`
+    prefill_allreduce_s). Hand check: llama-3.1-70b (80 layers, hidden 8192), tp 8, 4,000 tokens, 450 GB/s:
+    160 x 65.5 MB x 14/8 / 450e9 = 40.8 ms."""
+    t = inst.attn_tp
+    if t == 1 or not link_bytes_per_s:
+        return 0.0
+    message = input_len * spec.hidden_size * 2
+    return 2 * spec.num_hidden_layers * message * 2 * (t - 1) / t / link_bytes_per_s
+
+
+def prompts_per_prefill(clients: float, prefill_s: float, decode_s: float) -> float:
+    """Prompts one prefill batch holds in a closed loop of `clients` requests (each: a prefill of
+    `prefill_s` on the GPU, then `decode_s` decoding), >= 1: the arriving prompt plus those waiting ahead of it.
+
+    Closed queueing network with one queueing station (prefill, service S) and one delay station (decode,
+    Z) under Schweitzer's approximate mean-value analysis (Q(C-1) ~ (C-1)/C Q(C); Schweitzer 1979,
+    Bard 1979): the prefill residence R solves R = S (1 + (C-1) R / (R + Z)), i.e.
+    R = (b + sqrt(b^2 + 4 S Z)) / 2 with b = C S - Z; an arrival sees (C-1) R / (R + Z) prompts ahead
+    (arrival theorem, Reiser & Lavenberg 1980). R -> S when C S << Z (arrivals staggered: one prompt
+    per batch), R -> C S - Z when the GPU is prefill-bound (every client waiting: a burst). Capped at
+    `clients`. Example (hand arithmetic): C = 2, S = 0.075 s, Z = 5 s: b = -4.85, R = 0.0761 s, ahead
+    0.0150 -> 1.015 prompts; C = 128, S = 0.075, Z = 5: b = 4.6, R = 4.68 s, ahead 61.4 -> 62.4."""
+    if clients <= 1 or prefill_s <= 0:
+        return max(1.0, min(clients, 1.0))
+    b = clients * prefill_s - decode_s
+    residence = (b + math.sqrt(b * b + 4 * prefill_s * decode_s)) / 2
+    ahead = (clients - 1) * residence / (residence + decode_s)
+    return min(1 + ahead, clients)
 
 
 def link_bytes_per_s(hw, gpus: int) -> float:
@@ -559,9 +636,16 @@ def _unit(term: str) -> float:
 
 def predict_latency(terms: dict[str, float], coefficients: dict[str, dict[str, float]]) -> tuple[float, float]:
     """(TTFT s, TPOT s) from `latency_terms` and one engine's fitted coefficients
-    ({"ttft": {term: c}, "tpot": {term: c}}). PP hops add unfitted to both, the MoE exchange to each."""
-    ttft = (sum(coefficients["ttft"][t] * terms[t] * _unit(t) for t in TTFT_TERMS) + terms["hop_s"]
-            + terms["moe_exchange_prefill_s"])
-    tpot = (sum(coefficients["tpot"][t] * terms[t] * _unit(t) for t in TPOT_TERMS) + terms["hop_s"]
-            + terms["moe_exchange_decode_s"])
+    ({"ttft": {term: c}, "tpot": {term: c}}). PP hops add unfitted to both, the MoE exchange to each,
+    the prefill all-reduces to TTFT (`unfitted_s`)."""
+    ttft = sum(coefficients["ttft"][t] * terms[t] * _unit(t) for t in TTFT_TERMS) + unfitted_s(terms, "ttft")
+    tpot = sum(coefficients["tpot"][t] * terms[t] * _unit(t) for t in TPOT_TERMS) + unfitted_s(terms, "tpot")
     return max(ttft, 0.0), max(tpot, 0.0)
+
+
+def unfitted_s(terms: dict[str, float], target: str) -> float:
+    """The physical terms `predict_latency` adds without a coefficient to `target` ("ttft" / "tpot"):
+    PP hops, the MoE exchange, and for TTFT the prefill's TP all-reduces. The fit regresses what is left."""
+    if target == "ttft":
+        return terms["hop_s"] + terms["moe_exchange_prefill_s"] + terms["prefill_allreduce_s"]
+    return terms["hop_s"] + terms["moe_exchange_decode_s"]
