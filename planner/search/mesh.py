@@ -218,30 +218,11 @@ def _expert_options(space: SearchSpace, mesh: dict[str, int],
 
 
 def _passing_experts(mesh: dict[str, int], options: list[tuple[int, int]], validate: Validator,
-                     verdicts: dict, rejections: Rejections) -> list[tuple[int, int]]:
+                     rejections: Rejections) -> list[tuple[int, int]]:
     """The expert options of `mesh` that `validate` (reading only ep, etp and dp * cp * tp)
-    passes; each refused one counted under its first violation. The verdicts per (options,
-    dp * cp * tp) are computed once and reused for every mesh that has them."""
-    inner = _expert_host(mesh)
-    key = (inner, tuple(options))
-    if key not in verdicts:
-        passing, refused = [], {}
-        for ep, etp in options:
-            violations = validate({**mesh, "ep": ep, "etp": etp})
-            if violations:
-                first = violations[0]
-                fix = getattr(first, "fix", "")
-                reason = str(getattr(first, "rule", first))
-                message = str(getattr(first, "message", first)) + (f"; fix: {fix}" if fix else "")
-                count = refused.get(reason, (message, 0))[1]
-                refused[reason] = (refused.get(reason, (message, 0))[0], count + 1)
-            else:
-                passing.append((ep, etp))
-        verdicts[key] = (passing, refused)
-    passing, refused = verdicts[key]
-    for reason, (message, count) in refused.items():
-        rejections.add(reason, message, count)
-    return passing
+    passes; each refused one counted under its first violation."""
+    return [(ep, etp) for ep, etp in options
+            if not _refused(validate({**mesh, "ep": ep, "etp": etp}), rejections)]
 
 
 def _expert_option_count(space: SearchSpace, mesh: dict[str, int], rejections: Rejections) -> int:
@@ -335,7 +316,6 @@ def candidate_layouts(space: SearchSpace, validate: Validator, rejections: Rejec
     """
     common = _passthrough(space)
     staged = validate_degrees is not None
-    verdicts: dict = {}
     degree_verdicts: dict[tuple[int, int], Rejections | None] = {}
     expert_options: dict[int, tuple[list[tuple[int, int]], Rejections]] = {}
     for mesh in meshes(space, rejections):
@@ -347,21 +327,22 @@ def candidate_layouts(space: SearchSpace, validate: Validator, rejections: Rejec
                 rejections.merge(degree_verdicts[key])
                 continue
         inner = _expert_host(mesh)
-        if inner not in expert_options:
+        if inner not in expert_options:  # the same for every mesh of this dp * cp * tp
             tally = Rejections()
-            expert_options[inner] = (list(_expert_options(space, mesh, tally)), tally)
+            options = list(_expert_options(space, mesh, tally))
+            if staged and validate_experts is not None:
+                options = _passing_experts(mesh, options, validate_experts, tally)
+            expert_options[inner] = (options, tally)
         options, tally = expert_options[inner]
         rejections.merge(tally)
         knobs = _knob_values(space, mesh)
         first = {k: v[0] for k, v in knobs.items()}
-        if staged and validate_experts is not None:
-            options = _passing_experts(mesh, options, validate_experts, verdicts, rejections)
-            # The mesh rules left after the degree and expert rules read neither ep nor etp:
-            # checked at the first option, a failure counts once per option.
-            if options and validate_mesh is not None and _rejected(
-                    validate_mesh, _layout({**mesh, "ep": options[0][0], "etp": options[0][1]},
-                                           first, common), rejections, count=len(options)):
-                continue
+        # In the staged checks, the mesh rules left after the degree and expert rules read
+        # neither ep nor etp: checked at the first option, a failure counts once per option.
+        if (staged and validate_experts is not None and options and validate_mesh is not None
+                and _rejected(validate_mesh, _layout({**mesh, "ep": options[0][0], "etp": options[0][1]},
+                                                     first, common), rejections, count=len(options))):
+            continue
         sizes = knobs.pop("micro_batch_size")
         for ep, etp in options:
             degrees = {**mesh, "ep": ep, "etp": etp}
@@ -392,7 +373,7 @@ def _degree_verdict(space: SearchSpace, mesh: dict[str, int], validate_degrees: 
     tally = Rejections()
     options = _expert_option_count(space, mesh, tally)
     if options:
-        _rejected(lambda _: violations, probe, tally, count=options)
+        _refused(violations, tally, options)
     return tally
 
 
@@ -402,7 +383,12 @@ def _layout(degrees: dict, knobs: dict, common: dict) -> Layout:
 
 
 def _rejected(validate: Validator, layout: Layout, rejections: Rejections, count: int = 1) -> bool:
-    violations = list(validate(layout))
+    return _refused(validate(layout), rejections, count)
+
+
+def _refused(violations: Sequence[object], rejections: Rejections, count: int = 1) -> bool:
+    """Count `count` rejections under the first of `violations`; whether there is one."""
+    violations = list(violations)
     if not violations:
         return False
     first = violations[0]
