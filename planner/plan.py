@@ -266,50 +266,61 @@ class _Costs:
             self._pipes[key] = _pipe_coefficients(self.model, self.cluster, layout)
         return self._pipes[key]
 
-    def layer_sums(self, layout: Layout, modes: tuple[str, ...]) -> tuple[float, float]:
+    def time_key(self, layout: Layout) -> tuple:
+        """`layer_time_key` of `layout` (what `layer_time` and the LM-head time read)."""
+        return layer_time_key(layout, self.sharing(layout))
+
+    def layer_sums(self, layout: Layout, modes: tuple[str, ...],
+                   time_key: tuple | None = None) -> tuple[float, float]:
         """(sum_s T0_s + sum_l min_r t[l, r], sum_l min_r comm[l, r]) over the allowed modes, s
         (per `layer_time_key`: all `layer_time` and the LM-head time -- b, s, tp, cp, precision --
-        read)."""
-        key = (layer_time_key(layout, self.sharing(layout)), modes)
+        read; `time_key` is that key when the caller has it)."""
+        time_key = self.time_key(layout) if time_key is None else time_key
+        key = (time_key, modes)
         if key not in self._sums:
             allowed = [RECOMPUTE_MODES.index(m) for m in modes]
-            total, comm = self.kind_times(layout), self.kind_times(layout, "comm_s")
+            times, head = self._kind_times(layout, time_key)
+            total, comm = times["total_s"], times["comm_s"]
             per_kind = self.per_kind
-            busy = sum(n * min(total[k][r] for r in allowed) for k, n in enumerate(per_kind))
-            busy += sum(stage_fixed_times(self.model, self.cluster, layout))
+            busy = sum(n * min(total[k][r] for r in allowed) for k, n in enumerate(per_kind)) + head
             talk = sum(n * min(comm[k][r] for r in allowed) for k, n in enumerate(per_kind))
             self._sums[key] = (busy, talk)
         return self._sums[key]
 
-    def sync_excess_s(self, layout: Layout, modes: tuple[str, ...]) -> float:
+    def sync_excess_s(self, layout: Layout, modes: tuple[str, ...],
+                      time_key: tuple | None = None) -> float:
         """sum_s E_s - an upper bound on sum_s O_s, s (`_cheap_bound`): the end-of-step DP sync of
         every stage (`step_sync_total_s`, split-free) less the backward windows that can hide it,
         O_s = 2 head_s / 3 - w1 + sum of the stage's layer backward + recompute + comm (the
-        `dp_window` piece), each layer at its largest mode among `modes`."""
+        `dp_window` piece), each layer at its largest mode among `modes` (`time_key` as in
+        `layer_sums`)."""
         sync_key = (layout.dp, layout.tp, layout.pp, layout.cp, layout.ep, layout.etp,
                     layout.zero_stage, layout.dp_shard, layout.offload, layout.sequence_parallel)
         if sync_key not in self._syncs:
             self._syncs[sync_key] = step_sync_total_s(self.model, self.cluster, layout)
-        key = (layer_time_key(layout, self.sharing(layout)), modes, layout.pp)
+        time_key = self.time_key(layout) if time_key is None else time_key
+        key = (time_key, modes, layout.pp)
         if key not in self._windows:
             allowed = [RECOMPUTE_MODES.index(m) for m in modes]
-            total, fwd = self.kind_times(layout), self.kind_times(layout, "forward_s")
+            times, head = self._kind_times(layout, time_key)
+            total, fwd = times["total_s"], times["forward_s"]
             back = [[t - f for t, f in zip(tr, fr)] for tr, fr in zip(total, fwd)]
             w1 = min(row[0] for row in back)
-            head = sum(stage_fixed_times(self.model, self.cluster, layout))
             self._windows[key] = (2 * head / 3 - layout.pp * w1
                                   + sum(n * max(back[k][r] for r in allowed)
                                         for k, n in enumerate(self.per_kind)))
         return self._syncs[sync_key] - self._windows[key]
 
-    def kind_times(self, layout: Layout, part: str = "total_s") -> tuple[tuple[float, ...], ...]:
-        """[kind][mode] per-micro-batch time of one layer, s (per `layer_time_key`, what
-        `layer_time` reads): `total_s` or its exposed communication `comm_s`."""
-        key = layer_time_key(layout, self.sharing(layout))
-        if key not in self._times:
-            self._times[key] = [layer_time_modes(self.model, self.cluster, layout, rep)
-                                for rep in self.reps]
-        return tuple(tuple(getattr(t, part) for t in row) for row in self._times[key])
+    def _kind_times(self, layout: Layout, time_key: tuple) -> tuple[dict, float]:
+        """({part: [kind][mode] s} for total_s, comm_s and forward_s; the LM-head time summed
+        over the stages, s), per `layer_time_key` (`time_key`), each built once."""
+        if time_key not in self._times:
+            rows = [layer_time_modes(self.model, self.cluster, layout, rep) for rep in self.reps]
+            self._times[time_key] = (
+                {part: tuple(tuple(getattr(t, part) for t in row) for row in rows)
+                 for part in ("total_s", "comm_s", "forward_s")},
+                sum(stage_fixed_times(self.model, self.cluster, layout)))
+        return self._times[time_key]
 
 
 # ---------------------------------------------------------------- bounds
@@ -329,13 +340,15 @@ def _cheap_bound(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> float
     on step_time (module docstring), s."""
     key = (layout.tp, layout.cp, layout.dp, layout.pp, layout.ep, layout.etp,
            layout.micro_batch_size, layout.vpp, modes)  # what layer_sums and A, P read
+    time_key = costs.time_key(layout)
     terms = costs._bound_terms.get(key)
     if terms is None:
-        terms = (*costs.layer_sums(layout, modes), *costs.pipe_coefficients(layout))
+        terms = (*costs.layer_sums(layout, modes, time_key), *costs.pipe_coefficients(layout))
         costs._bound_terms[key] = terms
     busy, talk, a, p = terms
     talk += costs.state_traffic_s(layout)
-    return (a * max(busy, talk) + max(0.0, costs.sync_excess_s(layout, modes))) / layout.pp + p
+    excess = costs.sync_excess_s(layout, modes, time_key)
+    return (a * max(busy, talk) + max(0.0, excess)) / layout.pp + p
 
 
 # ---------------------------------------------------------------- stage program
