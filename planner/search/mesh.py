@@ -103,10 +103,10 @@ class Rejections:
         self.counts[reason] += count
         self.examples.setdefault(reason, message or reason)
 
-    def merge(self, other: Rejections) -> None:
-        """Count `other`'s rejections here too (its examples where this has none yet)."""
+    def merge(self, other: Rejections, times: int = 1) -> None:
+        """Count `other`'s rejections here `times` over (its examples where this has none yet)."""
         for reason, count in other.counts.items():
-            self.add(reason, other.examples[reason], count)
+            self.add(reason, other.examples[reason], count * times)
 
     @property
     def total(self) -> int:
@@ -317,14 +317,18 @@ def candidate_layouts(space: SearchSpace, validate: Validator, rejections: Rejec
     common = _passthrough(space)
     staged = validate_degrees is not None
     degree_verdicts: dict[tuple[int, int], Rejections | None] = {}
+    refused_again: Counter = Counter()  # (tp, pp) -> meshes refused after the first, counted at the end
     expert_options: dict[int, tuple[list[tuple[int, int]], Rejections]] = {}
     for mesh in meshes(space, rejections):
         if staged:
             key = (mesh["tp"], mesh["pp"])
             if key not in degree_verdicts:
                 degree_verdicts[key] = _degree_verdict(space, mesh, validate_degrees, common)
+                if degree_verdicts[key] is not None:
+                    rejections.merge(degree_verdicts[key])  # its examples, in enumeration order
+                    continue
             if degree_verdicts[key] is not None:
-                rejections.merge(degree_verdicts[key])
+                refused_again[key] += 1
                 continue
         inner = _expert_host(mesh)
         if inner not in expert_options:  # the same for every mesh of this dp * cp * tp
@@ -358,6 +362,8 @@ def candidate_layouts(space: SearchSpace, validate: Validator, rejections: Rejec
                 layouts += [_layout(degrees, {**fields_, "micro_batch_size": b}, common)
                             for b in sizes[1:]]
                 yield from (layout for layout in layouts if not _rejected(validate, layout, rejections))
+    for key, times in refused_again.items():
+        rejections.merge(degree_verdicts[key], times)
 
 
 def _degree_verdict(space: SearchSpace, mesh: dict[str, int], validate_degrees: Validator,
