@@ -170,8 +170,9 @@ class Layout:
     """torch.compile of the transformer blocks (torchtitan `compile.enable`), which fuses their
     elementwise kernels; None = the framework's default (`placement.overlap.compiled`)."""
     vocab_divisible_by: int | None = None
-    """Megatron-LM's `--make-vocab-size-divisible-by` (the embedding rows are padded to a multiple
-    of it x tp, `placement.precision.padded_vocab`); None = the framework's default (128)."""
+    """What Megatron-LM pads the vocabulary to a multiple of, times tp (its flag
+    `frameworks.megatron.FLAG["vocab_divisible_by"]`; `placement.precision.padded_vocab`);
+    None = the framework's default (128)."""
 
     def __post_init__(self) -> None:
         # Fast path first (a search builds tens of thousands of Layouts): every check below is the
