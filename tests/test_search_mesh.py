@@ -73,6 +73,12 @@ def test_pinned_tp_overrides_domain_and_pins_restrict():
     rej = Rejections()
     assert list(meshes(SearchSpace(num_gpus=16, max_tp=8, fixed={"tp": 3}), rej)) == []
     assert rej.counts["degrees do not multiply to the GPU count"] == 1
+    # All four pinned, dividing 16 but multiplying to 8: refused, not yielded.
+    rej = Rejections()
+    every = {"dp": 2, "tp": 2, "pp": 2, "cp": 1}
+    assert list(meshes(SearchSpace(num_gpus=16, max_tp=8, fixed=every), rej)) == []
+    assert rej.counts["degrees do not multiply to the GPU count"] == 1
+    assert list(meshes(SearchSpace(num_gpus=8, max_tp=8, fixed=every), Rejections())) == [every]
 
 
 def test_knobs_enumerated_only_where_they_matter():

@@ -184,7 +184,10 @@ def meshes(space: SearchSpace, rejections: Rejections) -> Iterator[dict[str, int
         return
     free = [k for k in DEGREES if k not in pinned]
     if not free:
-        yield dict(pinned)
+        if product == space.num_gpus:
+            yield dict(pinned)
+        else:
+            rejections.add("degrees do not multiply to the GPU count", str(pinned))
         return
     for values in _free_degrees(space, free, space.num_gpus // product, rejections):
         yield {**pinned, **dict(zip(free, values))}
