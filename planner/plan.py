@@ -703,22 +703,11 @@ def _candidates(model, cluster, fixed, base, reserve, headroom) -> tuple[list[La
     def validate_mesh(layout: Layout) -> list:
         return check_mesh(model, cluster, _with_split(model, layout))
 
-    degree_checks: dict = {}
-
     def validate_degrees(layout: Layout) -> list:  # reads tp, pp, vpp, the split, the world size
-        key = (layout.tp, layout.pp, layout.vpp, layout.pipeline_layers, layout.pipeline_layout,
-               layout.world_size)
-        if key not in degree_checks:
-            degree_checks[key] = check_degrees(model, cluster, _with_split(model, layout))
-        return degree_checks[key]
-
-    expert_checks: dict = {}
+        return check_degrees(model, cluster, _with_split(model, layout))
 
     def validate_experts(degrees: dict) -> list:  # reads ep, etp and dp * cp * tp alone
-        key = (degrees["ep"], degrees["etp"], degrees["dp"] * degrees["cp"] * degrees["tp"])
-        if key not in expert_checks:
-            expert_checks[key] = check_experts(model, cluster, Layout(**degrees))
-        return expert_checks[key]
+        return check_experts(model, cluster, Layout(**degrees))
 
     # The near-even split is given where a layout is refined or solved (`_with_split`), not to
     # every candidate: most are pruned by the cheap bound, which does not read the split.
@@ -726,7 +715,7 @@ def _candidates(model, cluster, fixed, base, reserve, headroom) -> tuple[list[La
     layouts = [overlap.tuned_dispatcher(overlap.tuned(layout), ep_gpus_per_domain(
         layout, cluster.scaleup_domain_gpus)) for layout in candidate_layouts(
         space, validate, rejections, validate_mesh=validate_mesh, validate_knobs=validate_knobs,
-        validate_degrees=validate_degrees if model.is_moe else None,
+        validate_degrees=validate_degrees,
         validate_experts=validate_experts)]
     return layouts, rejections, _Costs(model, cluster, reserve, headroom)
 

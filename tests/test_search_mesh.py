@@ -192,7 +192,8 @@ def test_fixed_passthrough_field_reaches_layouts():
     # 2^3*3*5*7: no layout (dp must divide the batch, tp the heads, pp <= the layers), as
     # qwen3-235b-a22b on 720,720 GPUs; pinned degrees change which axes are enumerated.
     ("qwen3-235b-a22b", 840, {}), ("mixtral-8x7b", 768, {"cp": 2}),
-    ("qwen3-30b-a3b", 1536, {"pp": 3, "etp": 2}), ("qwen3-30b-a3b", 96, {"tp": 16})])
+    ("qwen3-30b-a3b", 1536, {"pp": 3, "etp": 2}), ("qwen3-30b-a3b", 96, {"tp": 16}),
+    ("llama-3.1-405b", 960, {}), ("llama-3.1-70b", 96, {"cp": 2})])  # dense: one expert option
 def test_staged_mesh_checks_count_every_rejection_as_the_full_check_does(name, gpus, fixed):
     """`plan` checks the degree rules once per (tp, pp), the expert rules once per dp*cp*tp and
     the other mesh rules once per mesh (`validate_degrees`, `validate_experts`: a million-GPU MoE
@@ -210,7 +211,7 @@ def test_staged_mesh_checks_count_every_rejection_as_the_full_check_does(name, g
     base = dict(seq_len=4096, global_batch_size=1024, precision="bf16", optimizer="adamw",
                 framework="megatron")
     staged, rejected, _ = P._candidates(model, cluster, fixed, base, 0, 0.0)
-    space = SearchSpace(num_gpus=gpus, max_tp=cluster.scaleup_domain_gpus, moe=True,
+    space = SearchSpace(num_gpus=gpus, max_tp=cluster.scaleup_domain_gpus, moe=model.is_moe,
                         micro_batch_sizes=P.MICRO_BATCH_SIZES, zero_stages=P.ZERO_STAGES,
                         vpp_values=P.VPP_VALUES, layers=model.num_hidden_layers,
                         sequence_parallel=(True,), base=base, fixed=fixed)
