@@ -54,7 +54,7 @@ sync, O the backward window that hides it), and the step is at least the mean of
 totals, so mean_s (E_s - O_s) adds to the bound when positive: sum_s E_s does not depend on the
 split (E is affine in each group's elements and every stage pays the latencies,
 `step_time.step_sync_total_s`), and sum_s O_s is at most its value with every layer in its
-largest-window mode (`_Costs.sync_excess_s`). The refined bound (`_refined_bound`) is the value of the stage program's split
+largest-window mode (`_Costs.backward_windows_s`). The refined bound (`_refined_bound`) is the value of the stage program's split
 dynamic program (`search.ilp.exact_optimum`: the program's optimum when the DP is exact, as on
 every bench case, else its relaxed split bound) less the rounding bound, or inf without building
 the program when the summed per-stage memory constraints already fail (`_may_fit`, a necessary
@@ -287,18 +287,20 @@ class _Costs:
             self._sums[key] = (busy, talk)
         return self._sums[key]
 
-    def sync_excess_s(self, layout: Layout, modes: tuple[str, ...],
-                      time_key: tuple | None = None) -> float:
-        """sum_s E_s - an upper bound on sum_s O_s, s (`_cheap_bound`): the end-of-step DP sync of
-        every stage (`step_sync_total_s`, split-free) less the backward windows that can hide it,
-        O_s = 2 head_s / 3 - w1 + sum of the stage's layer backward + recompute + comm (the
-        `dp_window` piece), each layer at its largest mode among `modes` (`time_key` as in
-        `layer_sums`)."""
+    def step_sync_s(self, layout: Layout) -> float:
+        """sum_s E_s: the end-of-step DP sync of every stage (`step_sync_total_s`, split-free), s,
+        per mesh x ZeRO stage x sharding x offload x SP (`_cheap_bound`)."""
         sync_key = (layout.dp, layout.tp, layout.pp, layout.cp, layout.ep, layout.etp,
                     layout.zero_stage, layout.dp_shard, layout.offload, layout.sequence_parallel)
         if sync_key not in self._syncs:
             self._syncs[sync_key] = step_sync_total_s(self.model, self.cluster, layout)
-        time_key = self.time_key(layout) if time_key is None else time_key
+        return self._syncs[sync_key]
+
+    def backward_windows_s(self, layout: Layout, modes: tuple[str, ...], time_key: tuple) -> float:
+        """An upper bound on sum_s O_s, the backward windows that can hide the end-of-step sync, s
+        (`_cheap_bound`): O_s = 2 head_s / 3 - w1 + sum of the stage's layer backward + recompute
+        + comm (the `dp_window` piece), each layer at its largest mode among `modes`, per
+        `layer_time_key` (`time_key`) x modes x pp."""
         key = (time_key, modes, layout.pp)
         if key not in self._windows:
             allowed = [RECOMPUTE_MODES.index(m) for m in modes]
@@ -309,7 +311,7 @@ class _Costs:
             self._windows[key] = (2 * head / 3 - layout.pp * w1
                                   + sum(n * max(back[k][r] for r in allowed)
                                         for k, n in enumerate(self.per_kind)))
-        return self._syncs[sync_key] - self._windows[key]
+        return self._windows[key]
 
     def _kind_times(self, layout: Layout, time_key: tuple) -> tuple[dict, float]:
         """({part: [kind][mode] s} for total_s, comm_s and forward_s; the LM-head time summed
@@ -338,16 +340,19 @@ def _pipe_coefficients(model: ModelSpec, cluster: ClusterSpec, layout: Layout) -
 def _cheap_bound(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> float:
     """A max(mean_s T_s, mean_s (comm_s + Z_s)) + P + max(0, mean_s (E_s - O_s)), a lower bound
     on step_time (module docstring), s."""
+    # What layer_sums, the backward windows and A, P read: the layer-time key follows from these
+    # for a search's candidates (their other fields are common to all, or tuned from these).
     key = (layout.tp, layout.cp, layout.dp, layout.pp, layout.ep, layout.etp,
-           layout.micro_batch_size, layout.vpp, modes)  # what layer_sums and A, P read
-    time_key = costs.time_key(layout)
+           layout.micro_batch_size, layout.vpp, modes)
     terms = costs._bound_terms.get(key)
     if terms is None:
-        terms = (*costs.layer_sums(layout, modes, time_key), *costs.pipe_coefficients(layout))
+        time_key = costs.time_key(layout)
+        terms = (*costs.layer_sums(layout, modes, time_key), *costs.pipe_coefficients(layout),
+                 costs.backward_windows_s(layout, modes, time_key))
         costs._bound_terms[key] = terms
-    busy, talk, a, p = terms
+    busy, talk, a, p, windows = terms
     talk += costs.state_traffic_s(layout)
-    excess = costs.sync_excess_s(layout, modes, time_key)
+    excess = costs.step_sync_s(layout) - windows
     return (a * max(busy, talk) + max(0.0, excess)) / layout.pp + p
 
 
