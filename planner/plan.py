@@ -54,7 +54,7 @@ sync, O the backward window that hides it), and the step is at least the mean of
 totals, so mean_s (E_s - O_s) adds to the bound when positive: sum_s E_s does not depend on the
 split (E is affine in each group's elements and every stage pays the latencies,
 `step_time.step_sync_total_s`), and sum_s O_s is at most its value with every layer in its
-largest-window mode (`_Costs.sync_excess_s`). The refined bound (`_refined_bound`) is the value of the stage program's split
+largest-window mode (`_Costs.backward_windows_s`). The refined bound (`_refined_bound`) is the value of the stage program's split
 dynamic program (`search.ilp.exact_optimum`: the program's optimum when the DP is exact, as on
 every bench case, else its relaxed split bound) less the rounding bound, or inf without building
 the program when the summed per-stage memory constraints already fail (`_may_fit`, a necessary
@@ -266,50 +266,63 @@ class _Costs:
             self._pipes[key] = _pipe_coefficients(self.model, self.cluster, layout)
         return self._pipes[key]
 
-    def layer_sums(self, layout: Layout, modes: tuple[str, ...]) -> tuple[float, float]:
+    def time_key(self, layout: Layout) -> tuple:
+        """`layer_time_key` of `layout` (what `layer_time` and the LM-head time read)."""
+        return layer_time_key(layout, self.sharing(layout))
+
+    def layer_sums(self, layout: Layout, modes: tuple[str, ...],
+                   time_key: tuple | None = None) -> tuple[float, float]:
         """(sum_s T0_s + sum_l min_r t[l, r], sum_l min_r comm[l, r]) over the allowed modes, s
         (per `layer_time_key`: all `layer_time` and the LM-head time -- b, s, tp, cp, precision --
-        read)."""
-        key = (layer_time_key(layout, self.sharing(layout)), modes)
+        read; `time_key` is that key when the caller has it)."""
+        time_key = self.time_key(layout) if time_key is None else time_key
+        key = (time_key, modes)
         if key not in self._sums:
             allowed = [RECOMPUTE_MODES.index(m) for m in modes]
-            total, comm = self.kind_times(layout), self.kind_times(layout, "comm_s")
+            times, head = self._kind_times(layout, time_key)
+            total, comm = times["total_s"], times["comm_s"]
             per_kind = self.per_kind
-            busy = sum(n * min(total[k][r] for r in allowed) for k, n in enumerate(per_kind))
-            busy += sum(stage_fixed_times(self.model, self.cluster, layout))
+            busy = sum(n * min(total[k][r] for r in allowed) for k, n in enumerate(per_kind)) + head
             talk = sum(n * min(comm[k][r] for r in allowed) for k, n in enumerate(per_kind))
             self._sums[key] = (busy, talk)
         return self._sums[key]
 
-    def sync_excess_s(self, layout: Layout, modes: tuple[str, ...]) -> float:
-        """sum_s E_s - an upper bound on sum_s O_s, s (`_cheap_bound`): the end-of-step DP sync of
-        every stage (`step_sync_total_s`, split-free) less the backward windows that can hide it,
-        O_s = 2 head_s / 3 - w1 + sum of the stage's layer backward + recompute + comm (the
-        `dp_window` piece), each layer at its largest mode among `modes`."""
+    def step_sync_s(self, layout: Layout) -> float:
+        """sum_s E_s: the end-of-step DP sync of every stage (`step_sync_total_s`, split-free), s,
+        per mesh x ZeRO stage x sharding x offload x SP (`_cheap_bound`)."""
         sync_key = (layout.dp, layout.tp, layout.pp, layout.cp, layout.ep, layout.etp,
                     layout.zero_stage, layout.dp_shard, layout.offload, layout.sequence_parallel)
         if sync_key not in self._syncs:
             self._syncs[sync_key] = step_sync_total_s(self.model, self.cluster, layout)
-        key = (layer_time_key(layout, self.sharing(layout)), modes, layout.pp)
+        return self._syncs[sync_key]
+
+    def backward_windows_s(self, layout: Layout, modes: tuple[str, ...], time_key: tuple) -> float:
+        """An upper bound on sum_s O_s, the backward windows that can hide the end-of-step sync, s
+        (`_cheap_bound`): O_s = 2 head_s / 3 - w1 + sum of the stage's layer backward + recompute
+        + comm (the `dp_window` piece), each layer at its largest mode among `modes`, per
+        `layer_time_key` (`time_key`) x modes x pp."""
+        key = (time_key, modes, layout.pp)
         if key not in self._windows:
             allowed = [RECOMPUTE_MODES.index(m) for m in modes]
-            total, fwd = self.kind_times(layout), self.kind_times(layout, "forward_s")
+            times, head = self._kind_times(layout, time_key)
+            total, fwd = times["total_s"], times["forward_s"]
             back = [[t - f for t, f in zip(tr, fr)] for tr, fr in zip(total, fwd)]
             w1 = min(row[0] for row in back)
-            head = sum(stage_fixed_times(self.model, self.cluster, layout))
             self._windows[key] = (2 * head / 3 - layout.pp * w1
                                   + sum(n * max(back[k][r] for r in allowed)
                                         for k, n in enumerate(self.per_kind)))
-        return self._syncs[sync_key] - self._windows[key]
+        return self._windows[key]
 
-    def kind_times(self, layout: Layout, part: str = "total_s") -> tuple[tuple[float, ...], ...]:
-        """[kind][mode] per-micro-batch time of one layer, s (per `layer_time_key`, what
-        `layer_time` reads): `total_s` or its exposed communication `comm_s`."""
-        key = layer_time_key(layout, self.sharing(layout))
-        if key not in self._times:
-            self._times[key] = [layer_time_modes(self.model, self.cluster, layout, rep)
-                                for rep in self.reps]
-        return tuple(tuple(getattr(t, part) for t in row) for row in self._times[key])
+    def _kind_times(self, layout: Layout, time_key: tuple) -> tuple[dict, float]:
+        """({part: [kind][mode] s} for total_s, comm_s and forward_s; the LM-head time summed
+        over the stages, s), per `layer_time_key` (`time_key`), each built once."""
+        if time_key not in self._times:
+            rows = [layer_time_modes(self.model, self.cluster, layout, rep) for rep in self.reps]
+            self._times[time_key] = (
+                {part: tuple(tuple(getattr(t, part) for t in row) for row in rows)
+                 for part in ("total_s", "comm_s", "forward_s")},
+                sum(stage_fixed_times(self.model, self.cluster, layout)))
+        return self._times[time_key]
 
 
 # ---------------------------------------------------------------- bounds
@@ -327,15 +340,20 @@ def _pipe_coefficients(model: ModelSpec, cluster: ClusterSpec, layout: Layout) -
 def _cheap_bound(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> float:
     """A max(mean_s T_s, mean_s (comm_s + Z_s)) + P + max(0, mean_s (E_s - O_s)), a lower bound
     on step_time (module docstring), s."""
+    # What layer_sums, the backward windows and A, P read: the layer-time key follows from these
+    # for a search's candidates (their other fields are common to all, or tuned from these).
     key = (layout.tp, layout.cp, layout.dp, layout.pp, layout.ep, layout.etp,
-           layout.micro_batch_size, layout.vpp, modes)  # what layer_sums and A, P read
+           layout.micro_batch_size, layout.vpp, modes)
     terms = costs._bound_terms.get(key)
     if terms is None:
-        terms = (*costs.layer_sums(layout, modes), *costs.pipe_coefficients(layout))
+        time_key = costs.time_key(layout)
+        terms = (*costs.layer_sums(layout, modes, time_key), *costs.pipe_coefficients(layout),
+                 costs.backward_windows_s(layout, modes, time_key))
         costs._bound_terms[key] = terms
-    busy, talk, a, p = terms
+    busy, talk, a, p, windows = terms
     talk += costs.state_traffic_s(layout)
-    return (a * max(busy, talk) + max(0.0, costs.sync_excess_s(layout, modes))) / layout.pp + p
+    excess = costs.step_sync_s(layout) - windows
+    return (a * max(busy, talk) + max(0.0, excess)) / layout.pp + p
 
 
 # ---------------------------------------------------------------- stage program
@@ -690,22 +708,11 @@ def _candidates(model, cluster, fixed, base, reserve, headroom) -> tuple[list[La
     def validate_mesh(layout: Layout) -> list:
         return check_mesh(model, cluster, _with_split(model, layout))
 
-    degree_checks: dict = {}
-
     def validate_degrees(layout: Layout) -> list:  # reads tp, pp, vpp, the split, the world size
-        key = (layout.tp, layout.pp, layout.vpp, layout.pipeline_layers, layout.pipeline_layout,
-               layout.world_size)
-        if key not in degree_checks:
-            degree_checks[key] = check_degrees(model, cluster, _with_split(model, layout))
-        return degree_checks[key]
-
-    expert_checks: dict = {}
+        return check_degrees(model, cluster, _with_split(model, layout))
 
     def validate_experts(degrees: dict) -> list:  # reads ep, etp and dp * cp * tp alone
-        key = (degrees["ep"], degrees["etp"], degrees["dp"] * degrees["cp"] * degrees["tp"])
-        if key not in expert_checks:
-            expert_checks[key] = check_experts(model, cluster, Layout(**degrees))
-        return expert_checks[key]
+        return check_experts(model, cluster, Layout(**degrees))
 
     # The near-even split is given where a layout is refined or solved (`_with_split`), not to
     # every candidate: most are pruned by the cheap bound, which does not read the split.
@@ -713,7 +720,7 @@ def _candidates(model, cluster, fixed, base, reserve, headroom) -> tuple[list[La
     layouts = [overlap.tuned_dispatcher(overlap.tuned(layout), ep_gpus_per_domain(
         layout, cluster.scaleup_domain_gpus)) for layout in candidate_layouts(
         space, validate, rejections, validate_mesh=validate_mesh, validate_knobs=validate_knobs,
-        validate_degrees=validate_degrees if model.is_moe else None,
+        validate_degrees=validate_degrees,
         validate_experts=validate_experts)]
     return layouts, rejections, _Costs(model, cluster, reserve, headroom)
 

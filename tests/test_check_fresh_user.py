@@ -116,3 +116,38 @@ def test_ascii_locale_reads_lc_all_then_lc_ctype_then_lang(environ, expected):
 ])
 def test_automatic_utf8_mode_means_an_ascii_locale(environ, xoptions, expected):
     assert ascii_locale(environ, utf8_mode=1, xoptions=xoptions) is expected
+
+
+# Line 2 "  bad: [1, 2": its colon is the 6th character, where PyYAML finds a mapping value
+# inside a plain scalar's mapping.
+BROKEN_YAML = b"model: llama-3.1-8b\n  bad: [1, 2\n"
+BROKEN_SAID = "YAML syntax error at line 2, column 6: mapping values are not allowed here"
+
+
+def test_yaml_syntax_error_on_standard_input_is_reported_with_line_and_column():
+    result = runner.invoke(app, ["check", "-", "--cluster", "dgx-h100"], input=BROKEN_YAML)
+    assert result.exit_code == 2
+    assert result.output.strip() == f"error: -: {BROKEN_SAID}"  # one line, no traceback
+
+
+@pytest.mark.parametrize("name", ["broken.yaml", "broken"])
+def test_yaml_syntax_error_in_a_file_is_reported_alike(tmp_path, name):
+    path = tmp_path / name
+    path.write_bytes(BROKEN_YAML)
+    result = runner.invoke(app, ["check", str(path), "--cluster", "dgx-h100"])
+    assert result.exit_code == 2
+    assert " ".join(result.output.split()) == f"error: {path}: {BROKEN_SAID}"
+
+
+def test_json_syntax_error_on_standard_input_names_its_column():
+    # '{"train_batch_size": 8,,}': the second comma is the 24th character.
+    result = runner.invoke(app, ["check", "-"], input=b'{"train_batch_size": 8,,}')
+    assert result.exit_code == 2
+    assert "-: YAML syntax error at line 1, column 24" in result.output
+
+
+def test_text_that_is_no_mapping_is_still_not_a_configuration():
+    # A plain scalar first (a shell line), broken further on: not read as a broken YAML file.
+    result = runner.invoke(app, ["check", "-"], input=b"echo start\n  x: y: z\n")
+    assert result.exit_code == 2
+    assert "not a configuration" in result.output and "syntax error" not in result.output

@@ -147,3 +147,39 @@ def test_same_padding_across_files_passes(tmp_path):
                   extra="--load $CKPT --make-vocab-size-divisible-by 64")
     code, out = run(pre, fine, "--cluster", "dgx-h100", "--format", "json")
     assert not any(rule(r) for r in json.loads(out)), out
+
+
+def test_memory_pads_to_the_divisible_by_the_script_sets(tmp_path):
+    """Memory counts the rows Megatron builds with the script's --make-vocab-size-divisible-by
+    (default 128; arguments.py l. 2441 at d98e8a6), not always 128 x tp. GPT-2's 50,257 tokens,
+    untied input and output embeddings of hidden 1,024, tp 2, bf16 parameters (2 B):
+      default 128: multiple 256, ceil(50257 / 256) = 197 -> 50,432 rows (175 padding);
+      64:          multiple 128, ceil(50257 / 128) = 393 -> 50,304 rows (47 padding);
+      1:           multiple 2,   ceil(50257 / 2) = 25,129 -> 50,258 rows (1 padding).
+    Each row fewer removes 1,024 / 2 parameters per rank from each of the two matrices."""
+    def checked(extra):
+        path = script(tmp_path, "gpt.sh", tp=2, gpus=8, extra=extra)
+        code, out = run(path, "--cluster", "dgx-h100", "--format", "json")
+        assert code == 0, out
+        data = json.loads(out)
+        padding = rule(data, "vocab_padding")
+        return data["memory_bytes"]["parameters"], padding[0]["message"] if padding else ""
+
+    default, said = checked("")
+    assert "padded to 50432 rows" in said and "175 padding rows" in said
+    for divisible_by, rows, padding in ((64, 50304, 47), (1, 50258, 1)):
+        params, said = checked(f"--make-vocab-size-divisible-by {divisible_by}")
+        assert f"padded to {rows} rows" in said and f"({padding} padding row" in said
+        assert default - params == (50432 - rows) // 2 * 1024 * 2 * 2  # rows/tp x h x 2 matrices x 2 B
+
+
+def test_layout_refuses_a_divisible_by_below_one():
+    import pytest
+
+    from planner.errors import SpecError
+    from planner.placement.layout import Layout
+
+    with pytest.raises(SpecError, match="vocab_divisible_by"):
+        Layout(dp=1, tp=1, pp=1, cp=1, vocab_divisible_by=0)
+    with pytest.raises(SpecError, match="vocab_divisible_by"):
+        Layout(dp=1, tp=1, pp=1, cp=1).replace(vocab_divisible_by=-2)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import pytest
@@ -12,6 +13,7 @@ from planner.search.mesh import (
     SearchSpace,
     candidate_layouts,
     divisors,
+    factorization_count,
     factorizations,
     meshes,
 )
@@ -26,6 +28,32 @@ def test_divisors_and_factorizations():
     # Ordered factorizations of 2^3 into 4 factors: exponents summing to 3 over 4 slots = C(6,3).
     assert len(list(factorizations(8, 4))) == 20
     assert all(a * b * c == 12 for a, b, c in factorizations(12, 3))
+
+
+def test_factorization_count_is_the_number_of_factorizations():
+    # 720,720 = 2^4 3^2 5 7 11 13: each prime's exponent spread over 4 parts, C(e + 3, 3) ways:
+    # C(7,3) x C(5,3) x 4^4 = 35 x 10 x 256.
+    assert factorization_count(720720, 4) == 35 * 10 * 256 == 89600
+    assert factorization_count(1, 0) == 1 and factorization_count(6, 0) == 0
+    for n in (1, 2, 12, 360, 1024, 30030):
+        for parts in (1, 2, 3, 4):
+            assert factorization_count(n, parts) == len(list(factorizations(n, parts)))
+
+
+@pytest.mark.parametrize("fixed", [{}, {"cp": 2}, {"dp": 3, "pp": 5}, {"pp": 2, "cp": 3, "dp": 5}])
+def test_domain_rejections_counted_in_blocks_as_one_by_one(fixed):
+    """`meshes` counts the meshes whose tp exceeds the domain a block at a time; the count and the
+    first example must be those of checking each factorization (in DEGREES order) in turn."""
+    space = SearchSpace(num_gpus=720, max_tp=8, fixed=fixed)
+    rej = Rejections()
+    kept = list(meshes(space, rej))
+    free = [k for k in ("dp", "tp", "pp", "cp") if k not in fixed]
+    rest = 720 // math.prod(fixed.values())
+    every = [{**fixed, **dict(zip(free, values))} for values in factorizations(rest, len(free))]
+    over = [m for m in every if m["tp"] > 8]
+    assert kept == [m for m in every if m["tp"] <= 8]
+    assert rej.counts["tp exceeds the scale-up domain"] == len(over) > 0
+    assert rej.examples["tp exceeds the scale-up domain"].startswith(f"tp={over[0]['tp']} > 8")
 
 
 def test_tp_limited_to_scaleup_domain_and_counted():
@@ -45,6 +73,12 @@ def test_pinned_tp_overrides_domain_and_pins_restrict():
     rej = Rejections()
     assert list(meshes(SearchSpace(num_gpus=16, max_tp=8, fixed={"tp": 3}), rej)) == []
     assert rej.counts["degrees do not multiply to the GPU count"] == 1
+    # All four pinned, dividing 16 but multiplying to 8: refused, not yielded.
+    rej = Rejections()
+    every = {"dp": 2, "tp": 2, "pp": 2, "cp": 1}
+    assert list(meshes(SearchSpace(num_gpus=16, max_tp=8, fixed=every), rej)) == []
+    assert rej.counts["degrees do not multiply to the GPU count"] == 1
+    assert list(meshes(SearchSpace(num_gpus=8, max_tp=8, fixed=every), Rejections())) == [every]
 
 
 def test_knobs_enumerated_only_where_they_matter():
@@ -153,11 +187,18 @@ def test_fixed_passthrough_field_reaches_layouts():
     assert (layout.recompute, layout.micro_batch_size) == ("full", 2)
 
 
-@pytest.mark.parametrize("name, gpus", [("qwen3-30b-a3b", 1536), ("mixtral-8x7b", 768)])
-def test_staged_mesh_checks_count_every_rejection_as_the_full_check_does(name, gpus):
-    """`plan` checks the degree rules once per mesh and the expert rules once per dp*cp*tp
-    (`validate_degrees`, `validate_experts`: a million-GPU MoE request has millions of expert
-    options); the candidates, the rejection counts by reason and each reason's example must be
+@pytest.mark.parametrize("name, gpus, fixed", [
+    ("qwen3-30b-a3b", 1536, {}), ("mixtral-8x7b", 768, {}),
+    # 2^3*3*5*7: no layout (dp must divide the batch, tp the heads, pp <= the layers), as
+    # qwen3-235b-a22b on 720,720 GPUs; pinned degrees change which axes are enumerated.
+    ("qwen3-235b-a22b", 840, {}), ("mixtral-8x7b", 768, {"cp": 2}),
+    ("qwen3-30b-a3b", 1536, {"pp": 3, "etp": 2}), ("qwen3-30b-a3b", 96, {"tp": 16}),
+    ("llama-3.1-405b", 960, {}), ("llama-3.1-70b", 96, {"cp": 2})])  # dense: one expert option
+def test_staged_mesh_checks_count_every_rejection_as_the_full_check_does(name, gpus, fixed):
+    """`plan` checks the degree rules once per (tp, pp), the expert rules once per dp*cp*tp and
+    the other mesh rules once per mesh (`validate_degrees`, `validate_experts`: a million-GPU MoE
+    request has millions of expert options), and counts meshes whose tp exceeds the domain a block
+    at a time; the candidates, the rejection counts by reason and each reason's example must be
     those of checking every option in full."""
     from planner import plan as P
     from planner.placement import overlap
@@ -169,11 +210,11 @@ def test_staged_mesh_checks_count_every_rejection_as_the_full_check_does(name, g
     model, cluster = load_model(name), load_cluster("dgx-h100", gpus=gpus)
     base = dict(seq_len=4096, global_batch_size=1024, precision="bf16", optimizer="adamw",
                 framework="megatron")
-    staged, rejected, _ = P._candidates(model, cluster, {}, base, 0, 0.0)
-    space = SearchSpace(num_gpus=gpus, max_tp=cluster.scaleup_domain_gpus, moe=True,
+    staged, rejected, _ = P._candidates(model, cluster, fixed, base, 0, 0.0)
+    space = SearchSpace(num_gpus=gpus, max_tp=cluster.scaleup_domain_gpus, moe=model.is_moe,
                         micro_batch_sizes=P.MICRO_BATCH_SIZES, zero_stages=P.ZERO_STAGES,
                         vpp_values=P.VPP_VALUES, layers=model.num_hidden_layers,
-                        sequence_parallel=(True,), base=base)
+                        sequence_parallel=(True,), base=base, fixed=fixed)
     full = Rejections()  # plan's checks without the staging
     plain = list(candidate_layouts(
         space, lambda lay: P.errors(P.check_batch(model, cluster, lay)), full,
@@ -183,5 +224,5 @@ def test_staged_mesh_checks_count_every_rejection_as_the_full_check_does(name, g
     k = P.ep_gpus_per_domain  # plan's candidates are tuned (overlaps, and the dispatcher by EP span)
     assert staged == [overlap.tuned_dispatcher(overlap.tuned(layout), k(
         layout, cluster.scaleup_domain_gpus)) for layout in plain]
-    assert rejected.counts == full.counts and rejected.counts["experts_divisible_by_ep"] > 0
+    assert rejected.counts == full.counts and rejected.total > 0
     assert rejected.examples == full.examples

@@ -65,6 +65,9 @@ class Document:
     """The YAML / JSON top-level mapping; None when the text is not one."""
     tables: dict | None
     """The TOML document; None when the text is not TOML."""
+    mapping_error: SpecError | None = None
+    """The YAML / JSON syntax error of a text that opens a mapping and then breaks (a suffix-less
+    file, standard input): what `read_target` reports when no reader takes the text."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,6 +182,8 @@ def read_target(path: str | Path, *, model: str | None = None, cluster: str | No
             raise SpecError(f"kind: {serving_plan.KIND} without a `request` mapping giving "
                             f"output_len, which `planner serve-plan -o` writes",
                             file=str(doc.path), key="request.output_len")
+        if doc.mapping_error is not None:
+            raise doc.mapping_error
         raise SpecError("not a configuration `planner check` reads; accepted: "
                         + "; ".join([r.accepts for r in READERS] + list(OTHER_KINDS)),
                         file=str(doc.path))
@@ -210,13 +215,16 @@ def _document(path: Path) -> Document:
     """The file's text, mapping and TOML tables; a suffix that names a syntax makes a syntax error
     in it bad input, any other file is only sniffed."""
     text = files.read_text(path, kind="configuration file")
+    mapping_error = None
     if path.suffix in _MAPPING_SUFFIXES:
         mapping = files.read_mapping(path, "configuration keys")
     else:
         try:
             mapping = files.read_mapping(path, "configuration keys")
-        except SpecError:
+        except SpecError as exc:
             mapping = None
+            if "syntax error" in str(exc) and files.opens_mapping(text):
+                mapping_error = exc
     try:
         tables = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -225,7 +233,7 @@ def _document(path: Path) -> Document:
             raise SpecError(f"TOML syntax error: {exc}", file=str(path),
                             line=int(at.group(1)) if at else None) from None
         tables = None
-    return Document(path=path, text=text, mapping=mapping, tables=tables)
+    return Document(path=path, text=text, mapping=mapping, tables=tables, mapping_error=mapping_error)
 
 
 def _within_limits(target: Target) -> Target:

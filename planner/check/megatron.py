@@ -800,6 +800,7 @@ def _layout(args: dict, spec: ModelSpec, world: int, seq_len: int | None, file: 
         **{name: _choice(args, name, file) for name in OPTIMIZER_DTYPES},
         cp_comm_type=_cp_comm_type(args, cp, findings),
         moe_dispatcher=_moe_dispatcher(args, file, findings),
+        vocab_divisible_by=_int(args, "vocab_divisible_by", file, None),
         **{knob: True if _on(args, knob) else None for knob in mg.OVERLAP_SWITCHES})  # None: default
 
 

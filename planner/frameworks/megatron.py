@@ -296,7 +296,12 @@ OVERLAP_SWITCHES = ("tp_comm_overlap", "overlap_grad_reduce", "overlap_param_gat
 def overlap_switches(zero_stage: int) -> tuple[str, ...]:
     """The overlap knobs a Megatron-LM launch can switch: all, but the parameter-gather overlap
     only with a distributed optimizer or Megatron-FSDP (ZeRO >= 1; `arguments.py` asserts it)."""
-    return tuple(k for k in OVERLAP_SWITCHES if k != "overlap_param_gather" or zero_stage >= 1)
+    return _SWITCHES_WITH_GATHER if zero_stage >= 1 else _SWITCHES_WITHOUT_GATHER
+
+
+_SWITCHES_WITH_GATHER = OVERLAP_SWITCHES
+_SWITCHES_WITHOUT_GATHER = tuple(k for k in OVERLAP_SWITCHES if k != "overlap_param_gather")
+"""`overlap_switches` of ZeRO >= 1 and of ZeRO-0 (a search asks once per candidate)."""
 
 
 def fused_elementwise(torch_compile: bool | None) -> bool:

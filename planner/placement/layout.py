@@ -169,6 +169,10 @@ class Layout:
     torch_compile: bool | None = None
     """torch.compile of the transformer blocks (torchtitan `compile.enable`), which fuses their
     elementwise kernels; None = the framework's default (`placement.overlap.compiled`)."""
+    vocab_divisible_by: int | None = None
+    """What Megatron-LM pads the vocabulary to a multiple of, times tp (its flag
+    `frameworks.megatron.FLAG["vocab_divisible_by"]`; `placement.precision.padded_vocab`);
+    None = the framework's default (128)."""
 
     def __post_init__(self) -> None:
         # Fast path first (a search builds tens of thousands of Layouts): every check below is the
@@ -194,6 +198,10 @@ class Layout:
             _check_choice("grad_reduce_dtype", self.grad_reduce_dtype, GRAD_REDUCE_DTYPES)
         if self.fp8_recipe is not None and self.fp8_recipe not in FP8_RECIPES:
             _check_choice("fp8_recipe", self.fp8_recipe, FP8_RECIPES)
+        if self.vocab_divisible_by is not None and not (
+                type(self.vocab_divisible_by) is int and self.vocab_divisible_by >= 1):
+            raise SpecError(f"value {self.vocab_divisible_by!r} must be an integer >= 1",
+                            key="vocab_divisible_by")
         if (self.main_params_dtype is not None or self.main_grads_dtype is not None
                 or self.exp_avg_dtype is not None or self.exp_avg_sq_dtype is not None):
             for name, allowed in OPTIMIZER_DTYPES.items():
@@ -412,6 +420,8 @@ _FIELD_OK = {
        for name, allowed in OPTIMIZER_DTYPES.items()},
     **{name: (lambda name: lambda layout: getattr(layout, name) is None
               or type(getattr(layout, name)) is bool)(name) for name in (*OVERLAP_KNOBS, "torch_compile")},
+    "vocab_divisible_by": lambda layout: layout.vocab_divisible_by is None or (
+        type(layout.vocab_divisible_by) is int and layout.vocab_divisible_by >= 1),
 }
 """Field -> whether its value passes `Layout.__post_init__` (in its normalized form: offload a
 frozenset, pipeline_layers a tuple), given the other fields; `replace`'s fast path."""

@@ -70,9 +70,11 @@ from planner.placement.layout import PRECISIONS, Layout
 from planner.specs.model import ModelSpec
 
 MAKE_VOCAB_SIZE_DIVISIBLE_BY = 128
-"""Source: Megatron-LM `megatron/training/arguments.py` `--make-vocab-size-divisible-by` default 128;
-`megatron/training/tokenizer/tokenizer.py::_vocab_size_with_padding` pads to a multiple of
-128 × tensor_model_parallel_size (Megatron-DeepSpeed inherits it)."""
+"""Megatron-LM's default `--make-vocab-size-divisible-by` (a run sets another with the flag,
+`Layout.vocab_divisible_by`). Source: Megatron-LM d98e8a6 `megatron/training/arguments.py` l. 2441
+(`default=128`); `megatron/core/tokenizers/utils/build_tokenizer.py` `vocab_size_with_padding`
+pads to a multiple of make_vocab_size_divisible_by × tensor_model_parallel_size (Megatron-DeepSpeed
+inherits it)."""
 
 _MOMENTS_BYTES = {"adamw": 8, "sgd": 4, "adam8bit": 2}
 """Optimizer moment bytes per parameter: Adam m + v fp32; SGD momentum fp32; 8-bit Adam 1 + 1."""
@@ -167,11 +169,14 @@ def precision_aware_optimizer_bytes(layout: Layout) -> int:
 def padded_vocab(model: ModelSpec, layout: Layout) -> int:
     """Embedding rows allocated per the framework (FC-08).
 
-    Megatron / DeepSpeed: round up to a multiple of 128 × tp (MAKE_VOCAB_SIZE_DIVISIBLE_BY);
-    torchtitan: DTensor shards unevenly, the largest shard holds ceil(V / tp) rows -> ceil(V/tp)·tp.
+    Megatron / DeepSpeed: round up to a multiple of d × tp, d the run's
+    `--make-vocab-size-divisible-by` (`Layout.vocab_divisible_by`), 128 by default
+    (MAKE_VOCAB_SIZE_DIVISIBLE_BY); torchtitan: DTensor shards unevenly, the largest shard holds
+    ceil(V / tp) rows -> ceil(V/tp)·tp.
     """
     rows = model.padded_vocab_size
-    multiple = layout.tp if layout.framework == "torchtitan" else MAKE_VOCAB_SIZE_DIVISIBLE_BY * layout.tp
+    divisible_by = layout.vocab_divisible_by or MAKE_VOCAB_SIZE_DIVISIBLE_BY
+    multiple = layout.tp if layout.framework == "torchtitan" else divisible_by * layout.tp
     return -(-rows // multiple) * multiple
 
 

@@ -24,6 +24,7 @@ per knob combination).
 from __future__ import annotations
 
 import itertools
+import math
 from collections import Counter
 from functools import lru_cache
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -102,6 +103,11 @@ class Rejections:
         self.counts[reason] += count
         self.examples.setdefault(reason, message or reason)
 
+    def merge(self, other: Rejections, times: int = 1) -> None:
+        """Count `other`'s rejections here `times` over (its examples where this has none yet)."""
+        for reason, count in other.counts.items():
+            self.add(reason, other.examples[reason], count * times)
+
     @property
     def total(self) -> int:
         """Rejections counted."""
@@ -130,8 +136,39 @@ def factorizations(n: int, parts: int) -> Iterator[tuple[int, ...]]:
             yield (d, *rest)
 
 
+def factorization_count(n: int, parts: int) -> int:
+    """How many ordered tuples of `parts` positive integers multiply to n (`factorizations`,
+    without building them): each prime's exponent a spread over the parts, C(a + parts - 1,
+    parts - 1) ways, independently per prime (stars and bars)."""
+    if parts == 0:
+        return 1 if n == 1 else 0
+    count = 1
+    for exponent in _prime_exponents(n):
+        count *= math.comb(exponent + parts - 1, parts - 1)
+    return count
+
+
+@lru_cache(maxsize=4096)
+def _prime_exponents(n: int) -> tuple[int, ...]:
+    """Exponents of n's prime factors (trial division, O(sqrt n))."""
+    out, p = [], 2
+    while p * p <= n:
+        if n % p == 0:
+            e = 0
+            while n % p == 0:
+                n, e = n // p, e + 1
+            out.append(e)
+        p += 1
+    return (*out, 1) if n > 1 else tuple(out)
+
+
 def meshes(space: SearchSpace, rejections: Rejections) -> Iterator[dict[str, int]]:
-    """Degrees {dp, tp, pp, cp} with product N, pinned degrees kept, tp within the domain."""
+    """Degrees {dp, tp, pp, cp} with product N, pinned degrees kept, tp within the domain.
+
+    Meshes come in the order of `factorizations` over the free degrees (DEGREES order). A tp over
+    the domain refuses every mesh that has the same degrees before it and that tp: the block is
+    counted in one step (`factorization_count` of what is left for the degrees after tp), not
+    enumerated (a million-GPU request has tens of thousands)."""
     pinned = {k: int(space.fixed[k]) for k in DEGREES if k in space.fixed}
     product = 1
     for value in pinned.values():
@@ -146,16 +183,32 @@ def meshes(space: SearchSpace, rejections: Rejections) -> Iterator[dict[str, int
                        f"{', ...' if len(divisors(space.num_gpus)) > 12 else ''})")
         return
     free = [k for k in DEGREES if k not in pinned]
-    for values in factorizations(space.num_gpus // product, len(free)) if free else [()]:
-        mesh = {**pinned, **dict(zip(free, values))}
-        if space.num_gpus != Mesh(**mesh).world_size:
-            rejections.add("degrees do not multiply to the GPU count", str(mesh))
-            continue
-        if "tp" not in pinned and mesh["tp"] > space.max_tp:
+    if not free:
+        if product == space.num_gpus:
+            yield dict(pinned)
+        else:
+            rejections.add("degrees do not multiply to the GPU count", str(pinned))
+        return
+    for values in _free_degrees(space, free, space.num_gpus // product, rejections):
+        yield {**pinned, **dict(zip(free, values))}
+
+
+def _free_degrees(space: SearchSpace, free: list[str], rest: int,
+                  rejections: Rejections) -> Iterator[tuple[int, ...]]:
+    """`factorizations(rest, len(free))` but for the tuples whose free tp exceeds the domain,
+    counted in `rejections` a block at a time (`meshes`)."""
+    axis, later = free[0], len(free) - 1
+    for value in divisors(rest) if later else (rest,):
+        if axis == "tp" and value > space.max_tp:
             rejections.add("tp exceeds the scale-up domain",
-                           f"tp={mesh['tp']} > {space.max_tp} GPUs per scale-up domain")
+                           f"tp={value} > {space.max_tp} GPUs per scale-up domain",
+                           factorization_count(rest // value, later))
             continue
-        yield mesh
+        if not later:
+            yield (value,)
+            continue
+        for tail in _free_degrees(space, free[1:], rest // value, rejections):
+            yield (value, *tail)
 
 
 def _expert_options(space: SearchSpace, mesh: dict[str, int],
@@ -168,30 +221,11 @@ def _expert_options(space: SearchSpace, mesh: dict[str, int],
 
 
 def _passing_experts(mesh: dict[str, int], options: list[tuple[int, int]], validate: Validator,
-                     verdicts: dict, rejections: Rejections) -> list[tuple[int, int]]:
+                     rejections: Rejections) -> list[tuple[int, int]]:
     """The expert options of `mesh` that `validate` (reading only ep, etp and dp * cp * tp)
-    passes; each refused one counted under its first violation. The verdicts per (options,
-    dp * cp * tp) are computed once and reused for every mesh that has them."""
-    inner = _expert_host(mesh)
-    key = (inner, tuple(options))
-    if key not in verdicts:
-        passing, refused = [], {}
-        for ep, etp in options:
-            violations = validate({**mesh, "ep": ep, "etp": etp})
-            if violations:
-                first = violations[0]
-                fix = getattr(first, "fix", "")
-                reason = str(getattr(first, "rule", first))
-                message = str(getattr(first, "message", first)) + (f"; fix: {fix}" if fix else "")
-                count = refused.get(reason, (message, 0))[1]
-                refused[reason] = (refused.get(reason, (message, 0))[0], count + 1)
-            else:
-                passing.append((ep, etp))
-        verdicts[key] = (passing, refused)
-    passing, refused = verdicts[key]
-    for reason, (message, count) in refused.items():
-        rejections.add(reason, message, count)
-    return passing
+    passes; each refused one counted under its first violation."""
+    return [(ep, etp) for ep, etp in options
+            if not _refused(validate({**mesh, "ep": ep, "etp": etp}), rejections)]
 
 
 def _expert_option_count(space: SearchSpace, mesh: dict[str, int], rejections: Rejections) -> int:
@@ -271,38 +305,57 @@ def candidate_layouts(space: SearchSpace, validate: Validator, rejections: Rejec
             and knob combination (at the first micro-batch size); a rejection counts once per
             micro-batch size, as if each candidate had been built and rejected, and `validate`
             then only needs the rules that read it.
-        validate_degrees: optional rules that read only dp, tp, pp, cp (and the split), checked
-            before any rule that reads ep or etp: run once per mesh (at ep = etp = 1); when it
-            fails, every expert option of the mesh is rejected with its first violation, counted
-            as `validate_mesh` would have counted each (a million-GPU request has millions).
+        validate_degrees: optional rules that read only tp, pp, vpp and the split (and the world
+            size, always N), checked before any rule that reads ep or etp: run once per (tp, pp)
+            (at ep = etp = 1 and the first knob values); when it fails, every expert option of
+            every mesh of that tp and pp is rejected with its first violation, counted as
+            `validate_mesh` would have counted each (a million-GPU request has millions).
         validate_experts: with `validate_degrees`, the rules checked right after those, reading
             only ep, etp and dp * cp * tp: called with the degrees {dp, tp, pp, cp, ep, etp} of
             each expert option before `validate_mesh` (no Layout is built; the verdicts of one
-            dp * cp * tp are reused for every mesh that has it), same counting.
+            dp * cp * tp are reused for every mesh that has it), same counting. `validate_mesh`
+            then runs once per mesh, at its first passing expert option: its rules other than
+            those two sets must not read ep or etp (a failure counts once per passing option).
     """
     common = _passthrough(space)
-    verdicts: dict = {}
+    staged = validate_degrees is not None
+    degree_verdicts: dict[tuple[int, int], Rejections | None] = {}
+    refused_again: Counter = Counter()  # (tp, pp) -> meshes refused after the first, counted at the end
+    expert_options: dict[int, tuple[list[tuple[int, int]], Rejections]] = {}
     for mesh in meshes(space, rejections):
-        if validate_degrees is not None:
-            first = {k: v[0] for k, v in _knob_values(space, mesh).items()}
-            probe = _layout({**mesh, "ep": 1, "etp": 1}, first, common)
-            violations = list(validate_degrees(probe))
-            if violations:
-                options = _expert_option_count(space, mesh, rejections)
-                if options:
-                    _rejected(lambda _: violations, probe, rejections, count=options)
+        if staged:
+            key = (mesh["tp"], mesh["pp"])
+            if key not in degree_verdicts:
+                degree_verdicts[key] = _degree_verdict(space, mesh, validate_degrees, common)
+                if degree_verdicts[key] is not None:
+                    rejections.merge(degree_verdicts[key])  # its examples, in enumeration order
+                    continue
+            if degree_verdicts[key] is not None:
+                refused_again[key] += 1
                 continue
-        options = _expert_options(space, mesh, rejections)
-        if validate_degrees is not None and validate_experts is not None:
-            options = _passing_experts(mesh, list(options), validate_experts, verdicts, rejections)
+        inner = _expert_host(mesh)
+        if inner not in expert_options:  # the same for every mesh of this dp * cp * tp
+            tally = Rejections()
+            options = list(_expert_options(space, mesh, tally))
+            if staged and validate_experts is not None:
+                options = _passing_experts(mesh, options, validate_experts, tally)
+            expert_options[inner] = (options, tally)
+        options, tally = expert_options[inner]
+        rejections.merge(tally)
+        knobs = _knob_values(space, mesh)
+        first = {k: v[0] for k, v in knobs.items()}
+        # In the staged checks, the mesh rules left after the degree and expert rules read
+        # neither ep nor etp: checked at the first option, a failure counts once per option.
+        if (staged and validate_experts is not None and options and validate_mesh is not None
+                and _rejected(validate_mesh, _layout({**mesh, "ep": options[0][0], "etp": options[0][1]},
+                                                     first, common), rejections, count=len(options))):
+            continue
+        sizes = knobs.pop("micro_batch_size")
         for ep, etp in options:
             degrees = {**mesh, "ep": ep, "etp": etp}
-            knobs = _knob_values(space, mesh)
-            first = {k: v[0] for k, v in knobs.items()}
-            if validate_mesh is not None:
+            if validate_mesh is not None and not (staged and validate_experts is not None):
                 if _rejected(validate_mesh, _layout(degrees, first, common), rejections):
                     continue
-            sizes = knobs.pop("micro_batch_size")
             for combo in itertools.product(*knobs.values()):
                 fields_ = dict(zip(knobs, combo))
                 layouts = [_layout(degrees, {**fields_, "micro_batch_size": sizes[0]}, common)]
@@ -312,6 +365,25 @@ def candidate_layouts(space: SearchSpace, validate: Validator, rejections: Rejec
                 layouts += [_layout(degrees, {**fields_, "micro_batch_size": b}, common)
                             for b in sizes[1:]]
                 yield from (layout for layout in layouts if not _rejected(validate, layout, rejections))
+    for key, times in refused_again.items():
+        rejections.merge(degree_verdicts[key], times)
+
+
+def _degree_verdict(space: SearchSpace, mesh: dict[str, int], validate_degrees: Validator,
+                    common: dict) -> Rejections | None:
+    """None when `mesh` passes `validate_degrees`; else the rejections of all its expert options
+    (the options' own count, and each counted under the mesh's first violation), the same for
+    every mesh of its tp and pp (`candidate_layouts`)."""
+    first = {k: v[0] for k, v in _knob_values(space, mesh).items()}
+    probe = _layout({**mesh, "ep": 1, "etp": 1}, first, common)
+    violations = list(validate_degrees(probe))
+    if not violations:
+        return None
+    tally = Rejections()
+    options = _expert_option_count(space, mesh, tally)
+    if options:
+        _refused(violations, tally, options)
+    return tally
 
 
 def _layout(degrees: dict, knobs: dict, common: dict) -> Layout:
@@ -320,7 +392,12 @@ def _layout(degrees: dict, knobs: dict, common: dict) -> Layout:
 
 
 def _rejected(validate: Validator, layout: Layout, rejections: Rejections, count: int = 1) -> bool:
-    violations = list(validate(layout))
+    return _refused(validate(layout), rejections, count)
+
+
+def _refused(violations: Sequence[object], rejections: Rejections, count: int = 1) -> bool:
+    """Count `count` rejections under the first of `violations`; whether there is one."""
+    violations = list(violations)
     if not violations:
         return False
     first = violations[0]

@@ -87,6 +87,19 @@ def path_problem(path: Path) -> str | None:
     return None
 
 
+def opens_mapping(text: str) -> bool:
+    """Whether the first node of `text`, read as YAML (JSON is YAML), is a mapping, whatever
+    follows it: a text that does and then breaks is a YAML / JSON file with a syntax error, not
+    another kind of file (a shell script's first node is a plain scalar)."""
+    try:
+        for event in yaml.parse(text):
+            if isinstance(event, yaml.NodeEvent):  # a scalar, sequence or mapping: the first node
+                return isinstance(event, yaml.MappingStartEvent)
+    except yaml.YAMLError:
+        return False
+    return False
+
+
 def read_mapping(path: Path, what: str) -> dict:
     """Parse a YAML or JSON file whose top level must be a mapping with string keys.
 
@@ -100,11 +113,11 @@ def read_mapping(path: Path, what: str) -> dict:
     try:
         data = _parse(text, path.suffix)
     except json.JSONDecodeError as exc:
-        raise SpecError(f"JSON syntax error at line {exc.lineno}: {exc.msg}", file=file,
-                        line=exc.lineno) from None
+        raise SpecError(f"JSON syntax error at line {exc.lineno}, column {exc.colno}: {exc.msg}",
+                        file=file, line=exc.lineno) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
-        line = f" at line {mark.line + 1}" if mark else ""
+        line = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or "invalid YAML"
         raise SpecError(f"YAML syntax error{line}: {problem}", file=file,
                         line=mark.line + 1 if mark else None) from None
