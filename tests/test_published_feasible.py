@@ -218,8 +218,8 @@ def render() -> str:
               "- Feasible is all this page claims. The torchtitan 405B 3D/4D rows (t5, t6) include "
               "FSDP2's fp32 unsharded gradients accumulated across micro-batches with gradient sync "
               "off under PP, released at each stage's last backward, and torch.distributed.pipelining's "
-              "receive buffers and kept stage outputs (`cost/memory.py _torchtitan_pp_accumulation`); five "
-              "of six are within 10 % of their published peaks, t6-cp8 (-11.9 %) is not "
+              "receive buffers and alive stage outputs (`cost/memory.py _torchtitan_pp_accumulation`); five "
+              "of six are within 10 % of their published peaks, t6-cp8 (-12.1 %) is not "
               "(tests/test_memory_validation.py, xfail strict with the gap).",
               "- DeepSpeed ZeRO-3 (Narayanan Table 2): gathered parameters are capped by DeepSpeed's "
               "live-parameter window and the unreduced gradient is one module's "

@@ -612,9 +612,9 @@ def loss_working_set_bytes(model: ModelSpec, *, seq_len: int, micro_batch_size: 
     (core/tensor_parallel/cross_entropy.py: `calculate_logits_max` copies the bf16 logits to fp32,
     softmax and gradient in place in that copy; its backward returns it in fp32 and autograd casts
     it to the logits' bf16 before the node releases its saved tensors), the native fusion
-    `--cross-entropy-loss-fusion` (core/fusions/fused_cross_entropy.py: the same fp32 buffer,
+    (`Layout.cross_entropy_fusion` native; core/fusions/fused_cross_entropy.py: the same fp32 buffer,
     `calculate_gradients` ends with `grad_input.to(torch.bfloat16)`) and Transformer Engine's
-    `parallel_cross_entropy` (`--cross-entropy-fusion-impl te`; transformer_engine/pytorch/
+    `parallel_cross_entropy` (cross_entropy_fusion te; transformer_engine/pytorch/
     cross_entropy.py @d0067d0: the forward writes the fp32 gradient into `torch.empty_like(_input,
     dtype=torch.float32)` and saves it; the bf16 logits are freed). The forward holds the same 6 B
     (bf16 logits + fp32 copy) before the bf16 logits are dropped. So fusion changes kernels, not

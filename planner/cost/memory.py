@@ -492,21 +492,22 @@ def _torchtitan_pp_accumulation(model: ModelSpec, counts: ParamCounts, placement
     - `_prepare_forward_infra` allocates a receive buffer for every micro-batch of the step on
       every virtual stage but the first, and `_prepare_backward_infra` a gradient receive buffer for
       every micro-batch on every virtual stage but the last (m B each, kept across steps);
-    - `forward_one_chunk` appends every micro-batch's output to `output_chunks` on every virtual
-      stage, kept until the step's end (`clear_runtime_states`; the schedule merges the last
-      stage's): B per forward, on the last virtual stage the logits, tokens / cp x ceil(V / tp) x
-      2 B (bf16, the head's local vocabulary shard; with the chunked loss the model stops before
-      the head, `_skip_lm_head`: tokens / cp x h x 2 B; later releases keep the last stage's only);
-    - `stage_backward` returns the inputs' `.grad`, which stays on the receive buffer until
-      `clear_runtime_states` at the step's end (torch 2.6, which the benchmark ran; later releases set
-      `val.grad = None` right after): B per backward on every virtual stage but the first;
-    - the outputs and kept input gradients are counted at their end-of-step size (m of each): exact
-      where a stage's peak follows its last forward (1F1B's first stage: its m = pp forwards precede
-      its second backward; the last stage: its last backward), an upper bound elsewhere by the
-      forwards and backwards still to run, and constant in the layers, as `memory_model` needs;
+    - `forward_one_chunk` keeps each micro-batch's output in `fwd_cache` until its backward (B;
+      on the last virtual stage the logits, tokens / cp x ceil(V / tp) x 2 B, bf16, the head's
+      local vocabulary shard; with the chunked loss the model stops before the head,
+      `_skip_lm_head`: tokens / cp x h x 2 B), counted with its chunk's alive micro-batches.
+    Not counted: what the torch of the Dec-2024 benchmark also kept to the step's end and today's
+    releases do not -- every stage's outputs in `output_chunks` (torchtitan passes
+    `return_outputs=False` since e5ef99a, 2025-10-22, "Update PP to release memory earlier";
+    torch keeps the last stage's only, and only when asked) and the inputs' `.grad` on the receive
+    buffers (`stage_backward` now sets `val.grad = None`).
     - under full recompute the first block of a chunk checkpoints its input, which is the receive
       buffer itself: counted twice here (B per alive micro-batch on a non-first virtual stage, an
       upper bound; keeping it mode-free keeps `memory_model` exact).
+    Source: torch/distributed/pipelining/stage.py (`_prepare_forward_infra`,
+    `_prepare_backward_infra`, `forward_one_chunk`, `backward_maybe_with_nosync`) as of
+    pytorch/pytorch 0138610 and of the torch 2.6 era; torchtitan b5bcd76 trainer.py
+    (`pp_schedule.step(..., return_outputs=False)`).
     FSDP2's post-backward at a virtual stage's last backward (`backward_maybe_with_nosync`,
     `last_backward`) reduce-scatters its accumulated gradient and reshards its blocks: both are
     gone once that backward ends (`pipeline_schedule_peak` with `release_after_last_backward`), so
@@ -537,17 +538,20 @@ def _torchtitan_pp_accumulation(model: ModelSpec, counts: ParamCounts, placement
     logits = (layout.micro_batch_size * layout.seq_len // layout.cp * sb.compute
               * (model.hidden_size if loss_chunks(layout) > 1 else -(-model.padded_vocab_size // layout.tp)))
     gathered = [sum(blocks[a:b]) * sb.parameter_gather for a, b in bounds]
+    output = [logits if last[c] else boundary for c in range(v)]
+    act = [a + o for a, o in zip(act, output)]
     alive, done, forwards, backwards = pipeline_schedule_peak(torch_pipeline_ops(layout, stage), act, grad,
                                                               chunk_held_bytes=gathered,
                                                               release_after_last_backward=True)
     transient["fsdp_stage_blocks"] = sum(g for f, b, g in zip(forwards, backwards, gathered) if f and b < m)
-    act_terms["layers"] = sum(n * (a - (embedding if c == 0 else 0)) for c, (n, a) in enumerate(zip(alive, act)))
+    act_terms["layers"] = sum(n * (a - o - (embedding if c == 0 else 0))
+                              for c, (n, a, o) in enumerate(zip(alive, act, output)))
     if "embedding" in act_terms:
         act_terms["embedding"] = alive[0] * embedding
-    act_terms["pipeline_outputs"] = m * sum(logits if last[c] else boundary for c in range(v))
+    act_terms["pipeline_outputs"] = sum(n * o for n, o in zip(alive, output))
     transient["fsdp_accumulated_gradients"] = sum(g for d, g in zip(done, grad) if d)
-    # receive buffers (non-first), gradient receive buffers (non-last), kept input gradients (non-first)
-    transient["pipeline_buffers"] = m * boundary * sum(2 * int(not f) + int(not l) for f, l in zip(first, last))
+    # receive buffers (non-first virtual stages), gradient receive buffers (non-last)
+    transient["pipeline_buffers"] = m * boundary * sum(int(not f) + int(not l) for f, l in zip(first, last))
     return sum(alive) / v
 
 
