@@ -247,6 +247,14 @@ MainGrads = Enum("MainGrads", {d: d for d in layout_mod.OPTIMIZER_DTYPES["main_g
 Fp8Recipe = Enum("Fp8Recipe", {r: r for r in layout_mod.FP8_RECIPES}, type=str)
 Fp8RecipeOpt = Annotated[Fp8Recipe | None, typer.Option(
     case_sensitive=False, help="fp8 scaling recipe under --precision fp8 (default: Megatron-LM's, delayed).")]
+CrossEntropyFusion = Enum("CrossEntropyFusion", {f: f for f in layout_mod.CROSS_ENTROPY_FUSIONS}, type=str)
+CrossEntropyFusionOpt = Annotated[CrossEntropyFusion | None, typer.Option(
+    case_sensitive=False, help="Megatron-LM's fused cross-entropy (native; te, which Megatron-LM refuses); "
+                               "absent: unfused, its default. The same memory either way.")]
+LossChunksOpt = Annotated[int | None, typer.Option(
+    min=1, max=1_000_000, help="torchtitan's chunked loss: token chunks the head and cross-entropy run on "
+                               "(no logits kept; its current presets use 8); absent or 1: the plain "
+                               "cross-entropy.")]
 Moment = Enum("Moment", {d: d for d in layout_mod.OPTIMIZER_DTYPES["exp_avg_dtype"]}, type=str)
 MainParamsOpt = Annotated[MainParams | None, typer.Option(
     case_sensitive=False, help="Master-weight dtype of the precision-aware optimizer (default fp32).")]
@@ -349,6 +357,8 @@ def explain_cmd(
     main_grads_dtype: MainGradsOpt = None,
     exp_avg_dtype: MomentOpt = None,
     exp_avg_sq_dtype: MomentOpt = None,
+    cross_entropy_fusion: CrossEntropyFusionOpt = None,
+    loss_chunks: LossChunksOpt = None,
     overlap_opt: Annotated[list[str] | None, typer.Option("--overlap", metavar="NAME=on|off", help="Communication overlap (repeatable): tp-comm, grad-reduce, param-gather, ep-a2a; absent: the framework's default.")] = None,
     moe_dispatcher: Annotated[MoeDispatcher | None, typer.Option(case_sensitive=False, help="MoE token dispatcher: alltoall, or flex (DeepEP / HybridEP: one copy per node over the network); absent: the framework's default, costed as alltoall.")] = None,
     reserve_gib: Annotated[float | None, typer.Option(parser=_finite(0, 1024), metavar="FLOAT", help="CUDA context + fragmentation reserve, GiB.")] = None,
@@ -380,7 +390,8 @@ def explain_cmd(
         **_precision_knobs(precision_aware_optimizer, fp8_recipe=fp8_recipe,
                                main_params_dtype=main_params_dtype,
                                main_grads_dtype=main_grads_dtype, exp_avg_dtype=exp_avg_dtype,
-                               exp_avg_sq_dtype=exp_avg_sq_dtype),
+                               exp_avg_sq_dtype=exp_avg_sq_dtype, cross_entropy_fusion=cross_entropy_fusion,
+                               loss_chunks=loss_chunks),
         **overlap.parse(overlap_opt))
     reserve = None if reserve_gib is None else int(reserve_gib * 2**30)
     from planner import explain as explain_api  # imported per command: `--help` stays light
@@ -588,6 +599,8 @@ def plan_cmd(
     main_grads_dtype: MainGradsOpt = None,
     exp_avg_dtype: MomentOpt = None,
     exp_avg_sq_dtype: MomentOpt = None,
+    cross_entropy_fusion: CrossEntropyFusionOpt = None,
+    loss_chunks: LossChunksOpt = None,
     recompute_modules: RecomputeModulesOpt = None,
     offload_modules: OffloadModulesOpt = None,
     fix: Annotated[list[str] | None, typer.Option(
@@ -642,7 +655,8 @@ def plan_cmd(
                       precision_aware_optimizer, fp8_recipe=fp8_recipe,
                       main_params_dtype=main_params_dtype,
                       main_grads_dtype=main_grads_dtype, exp_avg_dtype=exp_avg_dtype,
-                      exp_avg_sq_dtype=exp_avg_sq_dtype))
+                      exp_avg_sq_dtype=exp_avg_sq_dtype, cross_entropy_fusion=cross_entropy_fusion,
+                      loss_chunks=loss_chunks))
     with report.plan_progress() as tick:
         data = plan_api.plan(spec, hw, fixed=fixed, on_progress=tick, **search)
     if emit is None:

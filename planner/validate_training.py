@@ -415,8 +415,8 @@ def _expert_row(raw: dict, file: str, where: str) -> list[Row]:
         layout = overlap.tuned(layout.replace(grad_reduce_dtype="bf16", **RECIPE_OVERRIDES.get(raw["id"], {})))
         layout = overlap.tuned_dispatcher(layout, ep_gpus_per_domain(layout, spec.scaleup_domain_gpus))
         assumptions.append("nvidia-perf-recipes")
-    if raw["framework"] == "torchtitan":
-        layout = layout.replace(torch_compile=True)
+    if raw["framework"] == "torchtitan":  # both rows (2024-12, 2025-06) predate the chunked loss: 1
+        layout = layout.replace(torch_compile=True, loss_chunks=1)
         assumptions += ["torch-compile"]
         if degrees["tp"] > 1:
             layout = layout.replace(tp_comm_overlap="AsyncTP" in str(raw.get("source", "")))
@@ -608,8 +608,10 @@ def _torchtitan_rows(raw: dict, settings: dict, file: str, where: str) -> list[R
         techniques = CAPTION_TECHNIQUES[techniques]
         assumptions.append("torchtitan-table6")
     local = raw["local_batch"]
+    # loss_chunks=1: the benchmark's torchtitan (Dec 2024) ran the plain cross-entropy (the chunked
+    # loss of `precision.LOSS_CHUNKS` arrived in 2026)
     layout = _layout(file, where, dp=fsdp, tp=tp, pp=pp, cp=cp, zero_stage=3, framework="torchtitan",
-                     sequence_parallel=tp > 1, micro_batch_size=local,
+                     loss_chunks=1, sequence_parallel=tp > 1, micro_batch_size=local,
                      global_batch_size=raw.get("global_batch_seqs", fsdp * local), seq_len=raw["seq_len"],
                      recompute=raw.get("activation_checkpointing", "none"),
                      precision=_precision({"techniques": techniques}))

@@ -383,13 +383,14 @@ def test_output_layer_korthikanti_section_4_3():
 def test_output_layer_and_loss_torchtitan():
     """torchtitan (train.py: cross_entropy(pred.flatten(0, 1).float())): final RMSNorm fp32 input 4h +
     normalised 2h, head input 2h, fp32 log-softmax 4V saved; the loss backward adds the nll gradient 4V,
-    the log-softmax gradient 4V and the cached bf16 logits block 2V. Megatron's fused loss adds 0."""
+    the log-softmax gradient 4V and the cached bf16 logits block 2V. Megatron's cross-entropy adds
+    the bf16 logits gradient 2V next to its fp32 buffer."""
     model = from_config(LLAMA_8B, name="llama-3.1-8b")
     tokens, h, v = 2 * 8192, 4096, 128256
     kw = dict(seq_len=8192, micro_batch_size=2, tp=1)
     assert output_layer_activation_bytes(model, framework="torchtitan", **kw) == tokens * (8 * h + 4 * v)
     assert loss_working_set_bytes(model, framework="torchtitan", **kw) == tokens * 10 * v
-    assert loss_working_set_bytes(model, framework="megatron", **kw) == 0
+    assert loss_working_set_bytes(model, framework="megatron", **kw) == tokens * 2 * v
     # TP 8 + SP: norm terms /8, head input gathered (whole), vocabulary /8; CP 2 halves the tokens.
     got = output_layer_activation_bytes(model, seq_len=8192, micro_batch_size=2, tp=8, cp=2,
                                         sequence_parallel=True, framework="torchtitan")
@@ -405,7 +406,41 @@ def test_loss_parallel_working_set_torchtitan():
     tokens, v = 16 * 8192, 128_256 // 8
     kw = dict(seq_len=8192, micro_batch_size=16, tp=8)
     assert loss_working_set_bytes(model, framework="torchtitan", **kw) == 14 * tokens * v
-    assert loss_working_set_bytes(model, framework="megatron", **kw) == 0
+    assert loss_working_set_bytes(model, framework="megatron", **kw) == 2 * tokens * v
+
+
+def test_megatron_cross_entropy_bytes_are_the_same_fused_or_not():
+    """Megatron-LM d98e8a6: unfused, native-fused and TE cross-entropy all keep one fp32 T x V/t
+    buffer (4 B) and add the bf16 logits gradient (2 B) at the loss backward; the knob changes no
+    byte. Llama 3.1 8B, T = 4096 tokens, V = 128,256 (tp 1): 4 x 4096 x 128,256 = 2,101,346,304 B
+    kept, 2 x 4096 x 128,256 = 1,050,673,152 B at the backward."""
+    from planner.cost.memory import stage_memory
+    from planner.placement.layout import Layout
+    from planner.specs.cluster import load_cluster
+    model = from_config(LLAMA_8B, name="llama-3.1-8b")
+    cluster = load_cluster("dgx-h100", gpus=8)
+    for fusion in (None, "native", "te"):
+        m = stage_memory(model, cluster, Layout(dp=8, seq_len=4096, global_batch_size=8,
+                                                cross_entropy_fusion=fusion), 0)
+        assert m.activation_terms["output_logits_loss"] == 4 * 4096 * 4096 + 4 * 4096 * 128_256
+        assert m.transient_terms["loss_working_set"] == 2 * 4096 * 128_256 == 1_050_673_152
+
+
+def test_torchtitan_chunked_loss_by_hand():
+    """torchtitan b5bcd76 ChunkedLossWrapper, Llama 3.1 8B, 2 x 8192 = 16,384 tokens, tp 1, 8
+    chunks of 2,048: saved = final norm 6h + the head input's bf16 gradient 2h per token (no
+    logits); loss phase = the output, its chunks and the fp32 gradient buffer 2h + 2h + 4h less the
+    saved 2h, + one chunk's 4 + 10 B per logit and its 2h gradient:
+    16,384 x 6 x 4096 + 2,048 x (128,256 x 14 + 2 x 4096) = 402,653,184 + 3,694,133,248 bytes.
+    Against the plain loss's 4 B saved + 10 B per logit over all 16,384 tokens."""
+    model = from_config(LLAMA_8B, name="llama-3.1-8b")
+    tokens, h, v = 2 * 8192, 4096, 128_256
+    kw = dict(seq_len=8192, micro_batch_size=2, tp=1, framework="torchtitan")
+    assert output_layer_activation_bytes(model, loss_chunks=8, **kw) == tokens * 8 * h
+    assert loss_working_set_bytes(model, loss_chunks=8, **kw) == 402_653_184 + 3_694_133_248
+    assert tokens * 6 * h == 402_653_184 and 2048 * (v * 14 + 2 * h) == 3_694_133_248
+    plain = output_layer_activation_bytes(model, **kw) + loss_working_set_bytes(model, **kw)
+    assert plain == tokens * (8 * h + 14 * v)
 
 
 def test_embedding_dropout_mask():

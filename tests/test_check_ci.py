@@ -80,7 +80,7 @@ def test_github_annotation_of_a_plan_file_memory_failure_points_at_a_knob_it_set
     text = (ROOT / FAILING).read_text().splitlines()
     recompute_line = 1 + next(i for i, s in enumerate(text) if s.strip().startswith("recompute:"))
     assert f"::error file={FAILING},line={recompute_line},title=memory_exceeds::pipeline stage 0 " \
-           f"needs 85.1 GiB of 79.6 GiB" in result.output
+           f"needs 85.3 GiB of 79.6 GiB" in result.output
 
 
 def test_github_escapes_data_and_properties():

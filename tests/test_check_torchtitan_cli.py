@@ -46,7 +46,9 @@ def test_same_run_as_the_toml_preset_reads_to_the_same_layout(tmp_path):
                       gpus=8)
     assert new.kind == "torchtitan-command" and old.kind == "torchtitan-config"
     assert new.model.name == old.model.name == "llama-3.1-8b"
-    assert new.layout == old.layout
+    # but the loss: the current presets chunk it (ChunkedLossWrapper, 8 chunks), the TOML releases did not
+    assert (new.layout.loss_chunks, old.layout.loss_chunks) == (8, 1)
+    assert new.layout == old.layout.replace(loss_chunks=8)
     assert (new.layout.dp, new.layout.zero_stage, new.layout.micro_batch_size,
             new.layout.global_batch_size, new.layout.seq_len) == (8, 3, 2, 16, 8192)
 
@@ -104,7 +106,10 @@ def test_gpus_contradicting_torchrun_is_bad_input(tmp_path):
 
 
 def test_fix_terms_are_command_line_terms(tmp_path):
-    result = _check(_write(tmp_path, LLAMA3_8B))
+    # the plain loss (--loss.num_chunks 1) keeps the 16,384 x 128,256 fp32 logits: at risk on 80 GiB
+    unchunked = LLAMA3_8B.replace("activation-checkpoint:selective",
+                                  "--loss.num_chunks 1 \\\n  activation-checkpoint:selective")
+    result = _check(_write(tmp_path, unchunked))
     warning = {v["rule"]: v for v in json.loads(result.output)["violations"]}["memory_at_risk"]
     assert "activation-checkpoint:full (51.2 GiB)" in warning["fix"]
 
@@ -201,3 +206,14 @@ def test_crlf_torchtitan_command_line_fails_too(tmp_path):
     data = json.loads(runner.invoke(app, ["check", str(path), "--cluster", "dgx-h100",
                                           "--format", "json"]).output)
     assert "crlf_line_endings" not in {v["rule"] for v in data["violations"]}
+
+
+def test_loss_chunks_override_is_read(tmp_path):
+    """`--loss.num_chunks 4` (ChunkedLossWrapper.Config.num_chunks of the preset's loss) sets
+    Layout.loss_chunks; 3 does not divide the 16,384 tokens of a micro-batch: torchtitan's
+    `torch._check` fails, so check does."""
+    text = LLAMA3_8B.replace("activation-checkpoint:selective", "--loss.num_chunks 4 \\\n  activation-checkpoint:selective")
+    assert read_target(_write(tmp_path, text), cluster="dgx-h100").layout.loss_chunks == 4
+    bad = LLAMA3_8B.replace("activation-checkpoint:selective", "--loss.num_chunks 3 \\\n  activation-checkpoint:selective")
+    result = _check(_write(tmp_path, bad, "bad.sh"))
+    assert result.exit_code == 1 and "loss_chunks=3" in result.output

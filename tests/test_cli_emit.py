@@ -47,6 +47,13 @@ def test_torchtitan_toml_parses_and_passes_its_check():
     assert "check: PASS" in proc.stderr
 
 
+def test_torchtitan_toml_says_when_the_plan_was_costed_with_the_chunked_loss():
+    """torchtitan's chunked loss does not exist in the TOML releases: a plan costed with chunks is
+    written with the deviation named (the check of the file then costs the plain loss)."""
+    proc = _planner(*BASE, "--emit", "torchtitan-toml", "--loss-chunks", "4")
+    assert "loss_chunks=4" in proc.stderr and "--loss-chunks 1" in proc.stderr
+
+
 def test_torchtitan_command_line_of_current_releases():
     """`--emit torchtitan` writes b5bcd76's launch: torchrun -m torchtitan.train --module/--config
     with the plan's settings as dotted overrides; `--framework torchtitan` agrees with both forms."""

@@ -177,6 +177,21 @@ def test_pipeline_accumulation_peak_by_hand():
     assert pipeline_accumulation_peak(ops, [1, 10], [100, 5]) == ([1, 0], [True, True])
 
 
+def test_pipeline_schedule_peak_releases_a_chunk_after_its_last_backward():
+    """The rank-0 order above, activations 1 and 10, gradients 100 and 5, held (gathered) 1000 and
+    50 from a chunk's first forward. Without release the peak is the end of the first chunk-0
+    backward: 1 + 100 + 5 + 1000 + 50 = 1156. Released after its last backward, chunk 1's 5 + 50
+    are gone once both chunk-1 backwards ran, so that point is 1 + 100 + 1000 = 1101 and the start
+    of the chunk-1 backwards, 2*1 + 2*10 + 1000 + 50 = 1072, is lower: the peak is the end of the
+    first chunk-0 backward, 1101, with chunk 1 holding no gradient."""
+    from planner.cost.memory import pipeline_schedule_peak
+    ops = [("F", 0), ("F", 0), ("F", 1), ("F", 1), ("B", 1), ("B", 1), ("B", 0), ("B", 0)]
+    assert pipeline_schedule_peak(ops, [1, 10], [100, 5], chunk_held_bytes=[1000, 50]) == (
+        [1, 0], [True, True], [2, 2], [1, 2])
+    assert pipeline_schedule_peak(ops, [1, 10], [100, 5], chunk_held_bytes=[1000, 50],
+                                  release_after_last_backward=True) == ([1, 0], [True, False], [2, 2], [1, 2])
+
+
 def test_zero3_gather_working_set_is_two_largest_units():
     """DeepSpeed ZeRO-3 (unchanged by the torchtitan units): the two largest units, the embedding and
     the output (32000 x 1024 each), in fp16, in both phases."""

@@ -240,16 +240,17 @@ def test_may_fit_rejects_only_candidates_without_a_plan():
 
 
 def test_issue_13_case_returns_the_pipelined_plan():
-    """The oracle's plan of issue 13, as the issue reports it (pp 4, split 1/1/1/1, layer 0 fully
-    recomputed; 2.572 ms under the compute constants and without the pipeline schedule gap of
-    then), with status OPTIMAL and the exhaustive oracle's step time under today's model."""
+    """Issue 13's case: status OPTIMAL with the exhaustive oracle's step time under today's model.
+    The issue's plan (pp 4, split 1/1/1/1, layer 0 fully recomputed) was the oracle's until
+    Megatron's loss backward was charged its bf16 logits gradient (2 B x 4,096 tokens x 3,072
+    padded vocabulary = 25.2 MB on the last stage, `activations.loss_working_set_bytes`): at this
+    106.95 MB capacity its last stage no longer fits and the oracle's best is a single stage; the
+    equality with the oracle is what the case guards."""
     model, cluster, base, fixed = issue_13_case()
     result = P.plan(model, cluster, fixed=fixed, top_k=1, reserve_bytes=0, headroom=0.0, **base)
     best = result["plans"][0]
     assert result["solver"]["status"] == "OPTIMAL"
     assert best["time_s"]["step"] == pytest.approx(exhaustive_best(model, cluster, base, fixed), rel=1e-9)
-    assert (best["parallelism"]["pp"], best["parallelism"]["pipeline_layers"]) == (4, [1, 1, 1, 1])
-    assert [stage["full"] for stage in best["parallelism"]["recompute"]] == [1, 0, 0, 0]
 
 
 @settings(max_examples=examples(12), deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -27,6 +27,7 @@ REQUEST_REQUIRED = ["seq_len", "global_batch_size", "precision", "optimizer", "f
                     "headroom", "reserve_bytes"]
 REQUEST_OPTIONAL = ["recompute_modules", "offload_modules", "grad_reduce_dtype", "fp8_recipe", "precision_aware_optimizer",
                     "main_params_dtype", "main_grads_dtype", "exp_avg_dtype", "exp_avg_sq_dtype",
+                    "cross_entropy_fusion", "loss_chunks",
                     "fixed"]
 PAR_REQUIRED = ["dp", "tp", "pp", "cp", "ep", "zero_stage", "sequence_parallel",
                 "micro_batch_size", "global_batch_size", "num_microbatches", "vpp", "recompute",

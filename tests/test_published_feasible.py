@@ -217,8 +217,9 @@ def render() -> str:
     lines += ["", "## Notes", "",
               "- Feasible is all this page claims. The torchtitan 405B 3D/4D rows (t5, t6) include "
               "FSDP2's fp32 unsharded gradients accumulated across micro-batches with gradient sync "
-              "off under PP (`cost/memory.py _torchtitan_pp_accumulation`); four of six are within "
-              "10 % of their published peaks, t5-1f1b (-11.8 %) and t6-cp8 (-14.3 %) are not "
+              "off under PP, released at each stage's last backward, and torch.distributed.pipelining's "
+              "receive buffers and alive stage outputs (`cost/memory.py _torchtitan_pp_accumulation`); five "
+              "of six are within 10 % of their published peaks, t6-cp8 (-12.1 %) is not "
               "(tests/test_memory_validation.py, xfail strict with the gap).",
               "- DeepSpeed ZeRO-3 (Narayanan Table 2): gathered parameters are capped by DeepSpeed's "
               "live-parameter window and the unreduced gradient is one module's "

@@ -797,6 +797,9 @@ def _layout(args: dict, spec: ModelSpec, world: int, seq_len: int | None, file: 
         grad_reduce_dtype=_grad_reduce(args, precision),
         fp8_recipe=_choice(args, "fp8_recipe", file),
         precision_aware_optimizer=True if _on(args, "precision_aware_optimizer") else None,
+        cross_entropy_fusion=((_choice(args, "cross_entropy_fusion_impl", file)
+                               or mg.DEFAULT["cross_entropy_fusion_impl"])
+                              if _on(args, "cross_entropy_loss_fusion") else None),
         **{name: _choice(args, name, file) for name in OPTIMIZER_DTYPES},
         cp_comm_type=_cp_comm_type(args, cp, findings),
         moe_dispatcher=_moe_dispatcher(args, file, findings),

@@ -340,7 +340,9 @@ def _layout(cfg: _Config, spec: ModelSpec, degrees: dict[str, int], seq_len: int
                         tp_comm_overlap=True if cfg.flag("async_tp") and cfg.flag("compile")
                         else None,
                         # compile fuses the blocks' elementwise kernels; absent: off (eager)
-                        torch_compile=True if cfg.flag("compile") else None)
+                        torch_compile=True if cfg.flag("compile") else None,
+                        # the TOML releases ran the plain cross-entropy (tt.CLI_LOSS_CHUNKS)
+                        loss_chunks=1)
     except SpecError as exc:
         raise SpecError(str(exc).split(": ", 1)[-1], file=cfg.file, key=exc.key) from None
     return layout, per_stage, findings

@@ -91,6 +91,10 @@ def read(path: Path, *, model: str | None, cluster: str | None, gpus: int | None
     layout = target.layout
     if settings[tt.SEQUENCE_PARALLEL] is False and layout.sequence_parallel:
         layout = layout.replace(sequence_parallel=False)
+    chunks = settings.get(tt.CLI_LOSS_CHUNKS, tt.CLI_LOSS_CHUNKS_DEFAULT)
+    if type(chunks) is not int or chunks < 1:
+        raise SpecError(f"value {chunks!r} must be an integer >= 1", file=file, key=f"--{tt.CLI_LOSS_CHUNKS}")
+    layout = layout.replace(loss_chunks=chunks)
     return dataclasses.replace(target, kind=KIND, layout=layout,
                                findings=tuple(findings) + target.findings)
 

@@ -547,7 +547,8 @@ def _block_kind(model: ModelSpec, layer_index: int, flash: bool) -> str:
 
 
 def output_layer_activation_bytes(model: ModelSpec, *, seq_len: int, micro_batch_size: int, tp: int, cp: int = 1,
-                                  sequence_parallel: bool = False, framework: str = "megatron") -> int:
+                                  sequence_parallel: bool = False, framework: str = "megatron",
+                                  loss_chunks: int = 1) -> int:
     """Bytes the last stage saves for the final norm, the LM head and the loss, per micro-batch.
 
     megatron / deepspeed: final norm input 2·s·b·h + LM-head input 2·s·b·h (both /t with SP) + fp32
@@ -568,6 +569,15 @@ def output_layer_activation_bytes(model: ModelSpec, *, seq_len: int, micro_batch
     Source: torchtitan @9dec370 train.py `loss_fn` (`cross_entropy(pred.flatten(0, 1).float(), ...)`),
     torchtitan/models/norms.py `RMSNorm`, parallelize_llama.py `apply_tp` (`"output": ColwiseParallel(
     input_layouts=Shard(1), ...)`); ATen `cross_entropy_loss` = `nll_loss_nd(log_softmax(x))`.
+
+    torchtitan's chunked loss (`loss_chunks` > 1, `ChunkedLossWrapper`, pytorch/torchtitan b5bcd76
+    torchtitan/components/loss.py; every model preset's loss there, `num_chunks` default 8): the
+    model stops before the head (`_skip_lm_head`), and the loss runs the head, the cross-entropy and
+    their backward chunk by chunk inside the forward, gathering the head input's gradient in an fp32
+    buffer (`GradAccumulator`) that leaves as a bf16 copy saved for the backward
+    (`_DecoderOutputGradientBackProp` saves `accumulated_grad.to(hidden dtype)`): the final norm's
+    6h (/t with SP) + that 2h gradient (the head input is TP-replicated, whole h) per token; no
+    logits are kept. See `loss_working_set_bytes`.
     """
     _check_common(seq_len=seq_len, micro_batch_size=micro_batch_size, tp=tp, cp=cp)
     tokens = seq_len * micro_batch_size // cp
@@ -575,12 +585,13 @@ def output_layer_activation_bytes(model: ModelSpec, *, seq_len: int, micro_batch
     vocab = -(-model.padded_vocab_size // tp)
     if framework == "torchtitan":
         norm = math.ceil(6 * tokens * model.hidden_size / sp)
-        return norm + 2 * tokens * model.hidden_size + 4 * tokens * vocab
+        kept = 0 if loss_chunks > 1 else 4 * tokens * vocab  # chunked: the head input's saved gradient
+        return norm + 2 * tokens * model.hidden_size + kept
     return math.ceil(2 * 2 * tokens * model.hidden_size / sp) + 4 * tokens * vocab
 
 
 def loss_working_set_bytes(model: ModelSpec, *, seq_len: int, micro_batch_size: int, tp: int, cp: int = 1,
-                           framework: str = "megatron") -> int:
+                           framework: str = "megatron", loss_chunks: int = 1) -> int:
     """Bytes the loss backward needs beyond what `output_layer_activation_bytes` keeps, per micro-batch.
 
     torchtitan, TP = 1 (plain `F.cross_entropy` on fp32 logits): 10 B per logit element, T·⌈V/t⌉ elements
@@ -595,9 +606,22 @@ def loss_working_set_bytes(model: ModelSpec, *, seq_len: int, micro_batch_size: 
     The forward peak of the loss (bf16 logits 2 + fp32 copy 4 + log-softmax 4 = 10 B) is smaller
     than this backward one (4 saved + 10 = 14 B).
 
-    megatron / deepspeed: 0 — the fused vocab-parallel cross-entropy computes the softmax and its
-    gradient in place in the saved fp32 buffer (Megatron-LM core/tensor_parallel/cross_entropy.py
-    `VocabParallelCrossEntropy.backward`: `grad_input = softmax` then in-place updates).
+    megatron / deepspeed: 2 B per local logit element, T·⌈V/t⌉. Every cross-entropy Megatron-LM
+    runs keeps one fp32 T·⌈V/t⌉ buffer between forward and backward and hands the output layer a
+    bf16 gradient made from it while it is still held: the unfused `_VocabParallelCrossEntropy`
+    (core/tensor_parallel/cross_entropy.py: `calculate_logits_max` copies the bf16 logits to fp32,
+    softmax and gradient in place in that copy; its backward returns it in fp32 and autograd casts
+    it to the logits' bf16 before the node releases its saved tensors), the native fusion
+    (`Layout.cross_entropy_fusion` native; core/fusions/fused_cross_entropy.py: the same fp32 buffer,
+    `calculate_gradients` ends with `grad_input.to(torch.bfloat16)`) and Transformer Engine's
+    `parallel_cross_entropy` (cross_entropy_fusion te; transformer_engine/pytorch/
+    cross_entropy.py @d0067d0: the forward writes the fp32 gradient into `torch.empty_like(_input,
+    dtype=torch.float32)` and saves it; the bf16 logits are freed). The forward holds the same 6 B
+    (bf16 logits + fp32 copy) before the bf16 logits are dropped. So fusion changes kernels, not
+    bytes: 4 B kept (`output_layer_activation_bytes`) + 2 B here for all three. Source:
+    NVIDIA/Megatron-LM@d98e8a6 (files above; models/common/language_module/language_module.py
+    `compute_language_model_loss` picks among them); PyTorch autograd `validate_outputs` (casts a
+    gradient to its input's dtype).
 
     torchtitan with TP > 1 (`loss_parallel`, on by default: parallel_dims.py `loss_parallel_enabled
     = tp > 1 and enable_loss_parallel`; train.py enters `torch.distributed.tensor.parallel.
@@ -619,18 +643,32 @@ def loss_working_set_bytes(model: ModelSpec, *, seq_len: int, micro_batch_size: 
     (`_log_softmax`, `_log_softmax_backward_handler`, `_nll_loss_and_log_softmax_backward`; the
     file as stored in the index, a later revision than the benchmark's torch 1963fc8 of 2024-12-23).
 
+    torchtitan chunked (`loss_chunks` = N > 1, `ChunkedLossWrapper` at b5bcd76, see
+    `output_layer_activation_bytes`): inside the loss call, with every layer's activations alive,
+    the model's output (the head input, 2h per token, whole under TP), its detached contiguous
+    chunks (`h_chunks`, 2h) and the fp32 gradient buffer (4h) exist together; on top, one chunk's
+    head + cross-entropy as above on T/N tokens (4 B saved + 14 B, or 10 B at TP = 1, per local
+    logit element) and its head-input gradient (2h). At the end the bf16 copy of the buffer (2h,
+    counted as saved) joins them: the larger of 2h + 2h + 4h - 2h + (T/N)(⌈V/t⌉(4 + 14|10) + 2h)
+    and 2h + 2h + 4h per token.
+
     Source (both): ATen LossNLL.cpp (`cross_entropy_loss` -> `nll_loss_nd(log_softmax(self))`),
     derivatives.yaml (`_log_softmax` saves `result`; `nll_loss_forward` saves `self`), PyTorch
     CUDACachingAllocator (freed blocks are cached, best-fit reuse, released only on an allocation
     failure; a block is not grown — torchtitan's run_llama_train.sh sets `expandable_segments:True`,
-    under which a free block at a segment's end can be extended, which this rule ignores).
+    under which a free block at a segment's end can be extended, which this rule ignores);
+    torchtitan b5bcd76 torchtitan/components/loss.py (`ChunkedLossWrapper`, `GradAccumulator`).
     """
     _check_common(seq_len=seq_len, micro_batch_size=micro_batch_size, tp=tp, cp=cp)
-    if framework != "torchtitan":
-        return 0
     tokens = seq_len * micro_batch_size // cp
+    vocab = -(-model.padded_vocab_size // tp)
+    if framework != "torchtitan":
+        return 2 * tokens * vocab
     per_element = (4 + 4 + 4 + 2) if tp > 1 else (4 + 4 + 2)
-    return per_element * tokens * -(-model.padded_vocab_size // tp)
+    if loss_chunks <= 1:
+        return per_element * tokens * vocab
+    h, chunk = model.hidden_size, -(-tokens // loss_chunks)
+    return max(6 * h * tokens + chunk * (vocab * (4 + per_element) + 2 * h), 8 * h * tokens)
 
 
 def embedding_activation_bytes(model: ModelSpec, *, seq_len: int, micro_batch_size: int, tp: int, cp: int = 1,

@@ -39,7 +39,7 @@ from planner.cost.params_flops import ParamCounts, count_params
 from planner.errors import SpecError
 from planner.placement import pipeline_layout
 from planner.placement.layout import Layout
-from planner.placement.precision import StateBytes, padded_vocab, state_bytes, state_key
+from planner.placement.precision import StateBytes, loss_chunks, padded_vocab, state_bytes, state_key
 from planner.placement.states import GROUPS, Mode, Placement, State
 from planner.placement.strategies import placement_for, placement_key
 from planner.specs.model import ModelSpec, spec_memo
@@ -402,37 +402,71 @@ def _one_f_one_b(table: list[int], v: int, warmup: int) -> list[tuple[str, int]]
 def pipeline_accumulation_peak(ops: list[tuple[str, int]], chunk_activation_bytes: list[int],
                                chunk_gradient_bytes: list[int]) -> tuple[list[int], list[bool]]:
     """Micro-batches alive per chunk and the chunks whose gradients exist, at the peak of saved
-    activations + accumulated gradients over the rank's compute order `ops`.
+    activations + accumulated gradients over the rank's compute order `ops` (`pipeline_schedule_peak`
+    with nothing kept to the step's end)."""
+    alive, done, _, _ = pipeline_schedule_peak(ops, chunk_activation_bytes, chunk_gradient_bytes)
+    return alive, done
+
+
+def pipeline_schedule_peak(ops: list[tuple[str, int]], chunk_activation_bytes: list[int],
+                           chunk_gradient_bytes: list[int], forward_kept_bytes: list[int] | None = None,
+                           backward_kept_bytes: list[int] | None = None, chunk_held_bytes: list[int] | None = None,
+                           release_after_last_backward: bool = False
+                           ) -> tuple[list[int], list[bool], list[int], list[int]]:
+    """(micro-batches alive per chunk, chunks whose gradients exist, forwards run per chunk,
+    backwards run per chunk) at the peak over the rank's compute order `ops` of
+
+        sum_c alive_c x chunk_activation_bytes[c] + [chunk c has run a backward] x chunk_gradient_bytes[c]
+              + forwards_c x forward_kept_bytes[c] + backwards_c x backward_kept_bytes[c],
+
+    the last two for tensors a forward / backward leaves until the step's end (torch pipelining's
+    stage outputs and, in torch 2.6, the stage inputs' gradients: `_torchtitan_pp_accumulation`),
+    + chunk_held_bytes[c] from the chunk's first forward (FSDP2's gathered parameters). With
+    `release_after_last_backward` a chunk's gradient and held bytes are gone once its last backward
+    has ended (FSDP2's post-backward reduce-scatters and reshards it); the returned flags then say
+    which chunks hold their gradient at the peak.
 
     A backward is looked at when it starts (its micro-batch still saved) and when it ends (its
     activations freed, its chunk's gradients accumulated): within it the chunk's blocks free their
     activations and gain their gradients one block at a time, so the peak of the sum over the
     backward is at one of its ends, up to one block.
     """
-    alive, done = [0] * len(chunk_activation_bytes), [False] * len(chunk_activation_bytes)
-    best, at = -1, (list(alive), list(done))
+    n = len(chunk_activation_bytes)
+    fwd_kept = forward_kept_bytes or [0] * n
+    bwd_kept = backward_kept_bytes or [0] * n
+    held = chunk_held_bytes or [0] * n
+    total = [sum(1 for kind, c in ops if kind == "B" and c == chunk) for chunk in range(n)]
+    forwards, backwards = [0] * n, [0] * n
+    best, at = -1, ([0] * n, [False] * n, [0] * n, [0] * n)
+
+    def live(c: int) -> bool:
+        return not (release_after_last_backward and backwards[c] == total[c])
 
     def look():
         nonlocal best, at
-        value = sum(a * b for a, b in zip(alive, chunk_activation_bytes)) + sum(
-            g for d, g in zip(done, chunk_gradient_bytes) if d)
+        grads = [bool(backwards[c]) and live(c) for c in range(n)]
+        value = sum((f - b) * a + (g if d else 0) + f * kf + b * kb + (h if f and live(c) else 0)
+                    for c, (f, b, a, g, kf, kb, h, d) in enumerate(zip(
+                        forwards, backwards, chunk_activation_bytes, chunk_gradient_bytes, fwd_kept, bwd_kept,
+                        held, grads)))
         if value > best:
-            best, at = value, (list(alive), list(done))
+            best = value
+            at = ([f - b for f, b in zip(forwards, backwards)], grads, list(forwards), list(backwards))
 
     for kind, chunk in ops:
         if kind == "F":
-            alive[chunk] += 1
+            forwards[chunk] += 1
             continue
         look()
-        alive[chunk] -= 1
-        done[chunk] = True
+        backwards[chunk] += 1
         look()
     return at
 
 
 def _torchtitan_pp_accumulation(model: ModelSpec, counts: ParamCounts, placement: Placement, layout: Layout,
                                 layers: tuple[int, ...], stage: int, sb: StateBytes, per_layer: list[int],
-                                act_terms: dict[str, int], transient: dict[str, int]) -> float:
+                                act_terms: dict[str, int], transient: dict[str, int],
+                                modes: list[str] | None = None) -> float:
     """torchtitan with PP: every micro-batch's backward runs with FSDP2's gradient sync off, so each
     stage keeps its blocks' and root's gradients unsharded, in fp32, until the step's last backward.
 
@@ -449,8 +483,38 @@ def _torchtitan_pp_accumulation(model: ModelSpec, counts: ParamCounts, placement
     The peak of saved activations + accumulated gradients is taken over the schedule
     (`torch_pipeline_ops`, `pipeline_accumulation_peak`): the stage's blocks are split into vpp equal
     consecutive chunks; the embedding's activations go with chunk 0, the root's gradients with the
-    first (embedding) and last (output) chunk. Writes `act_terms` "layers" / "embedding" at that peak
-    and `transient` "fsdp_accumulated_gradients"; returns the micro-batches of the stage alive then.
+    first (embedding) and last (output) chunk.
+
+    torch.distributed.pipelining's own tensors (`PipelineStage`, torch/distributed/pipelining/stage.py;
+    B = one micro-batch's stage-boundary activation, tokens / cp x h x 2 B, / tp under sequence
+    parallelism as torchtitan's blocks emit it; a virtual stage is one chunk, chunk c of rank s is
+    virtual stage s + c pp):
+    - `_prepare_forward_infra` allocates a receive buffer for every micro-batch of the step on
+      every virtual stage but the first, and `_prepare_backward_infra` a gradient receive buffer for
+      every micro-batch on every virtual stage but the last (m B each, kept across steps);
+    - `forward_one_chunk` keeps each micro-batch's output in `fwd_cache` until its backward (B;
+      on the last virtual stage the logits, tokens / cp x ceil(V / tp) x 2 B, bf16, the head's
+      local vocabulary shard; with the chunked loss the model stops before the head,
+      `_skip_lm_head`: tokens / cp x h x 2 B), counted with its chunk's alive micro-batches.
+    Not counted: what the torch of the Dec-2024 benchmark also kept to the step's end and today's
+    releases do not -- every stage's outputs in `output_chunks` (torchtitan passes
+    `return_outputs=False` since e5ef99a, 2025-10-22, "Update PP to release memory earlier";
+    torch keeps the last stage's only, and only when asked) and the inputs' `.grad` on the receive
+    buffers (`stage_backward` now sets `val.grad = None`).
+    - under full recompute the first block of a chunk checkpoints its input, which is the receive
+      buffer itself: counted twice here (B per alive micro-batch on a non-first virtual stage, an
+      upper bound; keeping it mode-free keeps `memory_model` exact).
+    Source: torch/distributed/pipelining/stage.py (`_prepare_forward_infra`,
+    `_prepare_backward_infra`, `forward_one_chunk`, `backward_maybe_with_nosync`) as of
+    pytorch/pytorch 0138610 and of the torch 2.6 era; torchtitan b5bcd76 trainer.py
+    (`pp_schedule.step(..., return_outputs=False)`).
+    FSDP2's post-backward at a virtual stage's last backward (`backward_maybe_with_nosync`,
+    `last_backward`) reduce-scatters its accumulated gradient and reshards its blocks: both are
+    gone once that backward ends (`pipeline_schedule_peak` with `release_after_last_backward`), so
+    interleaved ranks peak with one chunk's gradient where the chunks finish apart.
+    Writes `act_terms` "layers" / "embedding" / "pipeline_outputs" at that peak and `transient`
+    "fsdp_accumulated_gradients" and "pipeline_buffers" (the receive buffers and kept input
+    gradients); returns the micro-batches of the stage alive then.
     """
     v = layout.vpp
     blocks = _block_elements(counts, placement, layers)
@@ -467,12 +531,36 @@ def _torchtitan_pp_accumulation(model: ModelSpec, counts: ParamCounts, placement
     if stage == layout.pp - 1:
         norm = int(_local_elements(placement, "replicated", counts.final_norm))
         grad[-1] += (vocab * int(not model.tie_word_embeddings or stage != 0) + norm) * sb.gradient_reduce
-    alive, done = pipeline_accumulation_peak(torch_pipeline_ops(layout, stage), act, grad)
-    act_terms["layers"] = sum(n * (a - (embedding if c == 0 else 0)) for c, (n, a) in enumerate(zip(alive, act)))
+    m, pp = max(1, layout.num_microbatches), layout.pp
+    boundary = _boundary_bytes(model, layout, sb)
+    first = [stage == 0 and c == 0 for c in range(v)]
+    last = [stage == pp - 1 and c == v - 1 for c in range(v)]
+    logits = (layout.micro_batch_size * layout.seq_len // layout.cp * sb.compute
+              * (model.hidden_size if loss_chunks(layout) > 1 else -(-model.padded_vocab_size // layout.tp)))
+    gathered = [sum(blocks[a:b]) * sb.parameter_gather for a, b in bounds]
+    output = [logits if last[c] else boundary for c in range(v)]
+    act = [a + o for a, o in zip(act, output)]
+    alive, done, forwards, backwards = pipeline_schedule_peak(torch_pipeline_ops(layout, stage), act, grad,
+                                                              chunk_held_bytes=gathered,
+                                                              release_after_last_backward=True)
+    transient["fsdp_stage_blocks"] = sum(g for f, b, g in zip(forwards, backwards, gathered) if f and b < m)
+    act_terms["layers"] = sum(n * (a - o - (embedding if c == 0 else 0))
+                              for c, (n, a, o) in enumerate(zip(alive, act, output)))
     if "embedding" in act_terms:
         act_terms["embedding"] = alive[0] * embedding
+    act_terms["pipeline_outputs"] = sum(n * o for n, o in zip(alive, output))
     transient["fsdp_accumulated_gradients"] = sum(g for d, g in zip(done, grad) if d)
+    # receive buffers (non-first virtual stages), gradient receive buffers (non-last)
+    transient["pipeline_buffers"] = m * boundary * sum(int(not f) + int(not l) for f, l in zip(first, last))
     return sum(alive) / v
+
+
+def _boundary_bytes(model: ModelSpec, layout: Layout, sb: StateBytes) -> int:
+    """One micro-batch's activation at a pipeline-stage boundary: tokens / cp x hidden x the compute
+    dtype, / tp with sequence parallelism (the blocks' sequence-sharded output), bytes."""
+    tokens = layout.micro_batch_size * layout.seq_len // layout.cp
+    split = layout.tp if layout.sequence_parallel else 1
+    return -(-tokens * model.hidden_size * sb.compute // split)
 
 
 DEEPSPEED_LIVE_PARAMETERS = 1_000_000_000
@@ -553,9 +641,12 @@ def _activations(model: ModelSpec, layout: Layout, placement: Placement, layers:
         flight = _uneven_chunk_peak(layout, stage, sizes, per_layer, terms)
     loss_ws = 0
     if stage == layout.pp - 1:
-        terms["output_logits_loss"] = int(act.output_layer_activation_bytes(model, framework=layout.framework, **kw))
+        chunks = loss_chunks(layout)
+        terms["output_logits_loss"] = int(act.output_layer_activation_bytes(
+            model, framework=layout.framework, loss_chunks=chunks, **kw))
         loss_ws = act.loss_working_set_bytes(model, seq_len=layout.seq_len, micro_batch_size=layout.micro_batch_size,
-                                             tp=layout.tp, cp=layout.cp, framework=layout.framework)
+                                             tp=layout.tp, cp=layout.cp, framework=layout.framework,
+                                             loss_chunks=chunks)
     if layout.offload_modules and layers:
         # Megatron keeps the last group of each offloaded module on the GPU, so that reloading it does
         # not stall the first backward (fine_grained_activation_offload.py l. 497, 625-637
@@ -781,7 +872,7 @@ def stage_memory(model: ModelSpec, cluster, layout: Layout, stage: int, *,
         transient |= _torchtitan_fsdp_terms(model, counts, placement, layout, layers, stage, sb)
         if layout.pp > 1:
             flight = _torchtitan_pp_accumulation(model, counts, placement, layout, layers, stage, sb,
-                                                 per_layer, act_terms, transient)
+                                                 per_layer, act_terms, transient, modes)
     elif gathered:
         units = _unit_params(model, counts, placement, layout, layers, stage)
         gather = sum(units[:1 + placement.gather_prefetch])

@@ -27,7 +27,7 @@ with, per term of `stage_memory` (the same functions compute both):
   logits, the working sets of gathered units (the largest 1 + prefetch units, torchtitan's root
   unit and block pair), offload staging, the loss backward's phase peak. These are constant once
   the stage holds two layers of each kind, so M0[s] = `stage_memory` of stage s holding them, all
-  `none`, less their w and a parts (middle stages share one value);
+  `none`, less their w and a parts (middle stages with one in-flight count share one value);
 - W[s]: what the full-recompute working set (`memory.layer_working_set_bytes`, the largest kind's)
   adds to the stage's transient peak, as far as it exceeds the loss-backward phase
   (`memory.transient_peak`);
@@ -211,10 +211,13 @@ def stage_memory_model(model: ModelSpec, cluster, layout: Layout) -> StageMemory
     probe = _probe(model, reps)
     pp = layout.pp
     flights = [mem.in_flight_microbatches(ref, s) for s in range(pp)]
-    at: dict[int, tuple] = {}  # position (0 first, 1 middle, 2 last) -> (M0, W, {group: P0})
+    # (position: 0 first, 1 middle, 2 last; in-flight micro-batches) -> (M0, W, {group: P0}): the
+    # middle stages share one value per in-flight count (torchtitan's pipeline keeps each alive
+    # micro-batch's stage output, a stage-level term x the stage's in-flight count)
+    at: dict[tuple, tuple] = {}
     fixed, extra, phase_fixed = [], [], {g: [] for g in step_slopes}
     for s in range(pp):
-        position = 0 if s == 0 else 2 if s == pp - 1 else 1
+        position = (0 if s == 0 else 2 if s == pp - 1 else 1, flights[s])
         if position not in at:
             m = mem.stage_memory(model, cluster, ref, s, layers=probe, reserve_bytes=0,
                                  layers_by_recompute={"none": len(probe)})

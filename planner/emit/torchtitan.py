@@ -69,8 +69,22 @@ def write(doc: dict) -> Emitted:
         SpecError: (key "--emit") a plan torchtitan cannot run at all, with what to pin instead.
     """
     settings, dev = _settings(doc)
+    chunks = _loss_chunks(doc)
+    if chunks != 1:
+        dev.append(f"the plan was costed with torchtitan's chunked loss (loss_chunks={chunks}, "
+                   f"ChunkedLossWrapper of the current releases); the TOML releases run the plain "
+                   f"cross-entropy, which keeps every logit: `planner check` this file, or plan with "
+                   f"--loss-chunks 1 (as `plan --emit torchtitan-toml` does)")
     return Emitted(framework=FRAMEWORK, text=_render(settings, dev), suffix=SUFFIX,
                    deviations=tuple(dev))
+
+
+def _loss_chunks(doc: dict) -> int:
+    """The loss chunks the plan was costed with: the request's `loss_chunks`, or torchtitan's
+    default (`placement.precision.LOSS_CHUNKS`)."""
+    from planner.placement.precision import LOSS_CHUNKS
+    chunks = doc["request"].get("loss_chunks")
+    return LOSS_CHUNKS[FRAMEWORK] if chunks is None else chunks
 
 
 def _settings(doc: dict, *, toml: bool = True) -> tuple[dict, list[str]]:
@@ -409,6 +423,8 @@ def write_command(doc: dict) -> Emitted:
         overrides[tt.CLI_COMPILE] = True
     if settings.get("async_tp"):
         overrides[tt.CLI_ASYNC_TP] = True
+    if _loss_chunks(doc) != tt.CLI_LOSS_CHUNKS_DEFAULT:
+        overrides[tt.CLI_LOSS_CHUNKS] = _loss_chunks(doc)
     gpus = doc["gpus"]
     per_node = min(gpus, _gpus_per_node(doc))
     nodes = gpus // per_node

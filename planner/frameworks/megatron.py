@@ -21,7 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from planner.placement.layout import FP8_RECIPES, OFFLOAD_MODULES, OPTIMIZER_DTYPES, RECOMPUTE_MODULES
+from planner.placement.layout import (CROSS_ENTROPY_FUSIONS, FP8_RECIPES, OFFLOAD_MODULES, OPTIMIZER_DTYPES,
+                                      RECOMPUTE_MODULES)
 
 INT, CHOICE, SWITCH, TEXT, LIST = "int", "choice", "switch", "text", "list"
 """Flag kinds: a positive integer; one of `choices`; store_true (no value); a free value (written
@@ -116,6 +117,9 @@ FLAGS = (
     *(Flag(name, "--" + name.replace("_", "-"), CHOICE, "fp32", allowed)
       for name, allowed in OPTIMIZER_DTYPES.items()),
     Flag("optimizer", "--optimizer", CHOICE, "adam", ("adam", "sgd")),
+    # the loss (model_parallel_config.py l. 320-328; `Layout.cross_entropy_fusion`)
+    Flag("cross_entropy_loss_fusion", "--cross-entropy-loss-fusion", SWITCH, False),
+    Flag("cross_entropy_fusion_impl", "--cross-entropy-fusion-impl", CHOICE, "native", CROSS_ENTROPY_FUSIONS),
     # architecture (ModelSpec fields; TokenizerConfig for --vocab-size)
     Flag("num_hidden_layers", "--num-layers", INT),
     Flag("hidden_size", "--hidden-size", INT),

@@ -254,6 +254,13 @@ CLI_COMPILE = "compile.enable"
 """torch.compile on (AsyncTP needs it)."""
 CLI_ASYNC_TP = "compile.enable_async_tensor_parallel"
 """AsyncTP on the current command line (the TOML's `KEY["async_tp"]` moved under compile)."""
+CLI_LOSS_CHUNKS = "loss.num_chunks"
+"""The chunked loss's token chunks on the current command line (`Layout.loss_chunks`): every
+preset of `PRESETS` trains with `ChunkedLossWrapper.Config`, whose `num_chunks` (default 8) tyro
+exposes from the preset's instance (`torchtitan/components/loss.py`, models/*/config_registry.py at
+`CLI_COMMIT`). The TOML releases had no chunked loss (1)."""
+CLI_LOSS_CHUNKS_DEFAULT = 8
+"""`ChunkedLossWrapper.Config.num_chunks`'s default at `CLI_COMMIT`."""
 CLI_SETTINGS = ("replicate", "shard", "reshard", "tp", "pp", "cp", "ep", "pp_schedule",
                 "pp_layers_per_stage", "pp_first_less", "pp_last_less", "param_dtype", "dtype",
                 "offload")

@@ -62,9 +62,15 @@ FP8_RECIPES = ("delayed", "tensorwise", "blockwise", "mxfp8")
 """Transformer Engine fp8 scaling recipes (`Layout.fp8_recipe`), Megatron-LM's default first.
 Source: Megatron-LM TransformerConfig.fp8_recipe, default "delayed"
 (megatron/core/transformer/transformer_config.py l. 594-596 @d98e8a6; "custom" not costed)."""
-PRECISION_KNOBS = ("fp8_recipe", "precision_aware_optimizer", *OPTIMIZER_DTYPES)
-"""The fp8 recipe and the precision-aware optimizer's `Layout` fields (None = Megatron-LM's
-default: delayed; off; fp32)."""
+CROSS_ENTROPY_FUSIONS = ("native", "te")
+"""Megatron-LM's fused cross-entropy implementations (`Layout.cross_entropy_fusion`: its
+cross-entropy loss fusion flag with the fusion-impl flag's value). Source: NVIDIA/Megatron-LM@d98e8a6
+megatron/core/model_parallel_config.py l. 320-328 (`cross_entropy_loss_fusion` False,
+`cross_entropy_fusion_impl` 'native')."""
+PRECISION_KNOBS = ("fp8_recipe", "precision_aware_optimizer", *OPTIMIZER_DTYPES, "cross_entropy_fusion",
+                   "loss_chunks")
+"""The fp8 recipe, the precision-aware optimizer's and the loss's `Layout` fields (None = the
+framework's default: delayed; off; fp32; unfused; `placement.precision.loss_chunks`)."""
 OVERLAP_KNOBS = ("tp_comm_overlap", "overlap_grad_reduce", "overlap_param_gather", "ep_comm_overlap")
 """The communication-overlap knobs (`Layout` fields; None = the framework's default,
 `placement.overlap.resolve`)."""
@@ -146,6 +152,14 @@ class Layout:
     """Adam first-moment dtype: fp32 | fp16 | bf16 | fp8; None = fp32."""
     exp_avg_sq_dtype: str | None = None
     """Adam second-moment dtype: fp32 | fp16 | bf16 | fp8; None = fp32."""
+    cross_entropy_fusion: str | None = None
+    """Megatron-LM's fused cross-entropy: native | te (CROSS_ENTROPY_FUSIONS); None = off (its
+    default, the unfused vocab-parallel cross-entropy). The same bytes either way
+    (`cost.activations.loss_working_set_bytes`); te is refused as Megatron-LM refuses it."""
+    loss_chunks: int | None = None
+    """torchtitan's chunked loss (`ChunkedLossWrapper` num_chunks): the head and cross-entropy run
+    on this many token chunks, no logits kept; 1 = the plain cross-entropy; None = the framework's
+    default (`placement.precision.loss_chunks`)."""
     cp_comm_type: str = "p2p"
     """Context-parallel attention communication: p2p (ring) | a2a (all-to-all, Ulysses)."""
     tp_comm_overlap: bool | None = None
@@ -216,6 +230,11 @@ class Layout:
             self._check_offload_modules()
         if self.cp_comm_type not in CP_COMM_TYPES:
             _check_choice("cp_comm_type", self.cp_comm_type, CP_COMM_TYPES)
+        if self.cross_entropy_fusion is not None and self.cross_entropy_fusion not in CROSS_ENTROPY_FUSIONS:
+            _check_choice("cross_entropy_fusion", self.cross_entropy_fusion, CROSS_ENTROPY_FUSIONS)
+        if self.loss_chunks is not None and not _loss_chunks_ok(self):
+            raise SpecError(f"value {self.loss_chunks!r} must be an integer >= 1 (1 = no chunking)",
+                            key="loss_chunks")
         if self.moe_dispatcher is not None and self.moe_dispatcher not in MOE_DISPATCHERS:
             _check_choice("moe_dispatcher", self.moe_dispatcher, MOE_DISPATCHERS)
         if type(self.offload) is not frozenset:
@@ -410,6 +429,9 @@ _FIELD_OK = {
     "grad_reduce_dtype": lambda layout: (layout.grad_reduce_dtype is None
                                          or layout.grad_reduce_dtype in GRAD_REDUCE_DTYPES),
     "cp_comm_type": lambda layout: layout.cp_comm_type in CP_COMM_TYPES,
+    "cross_entropy_fusion": lambda layout: (layout.cross_entropy_fusion is None
+                                            or layout.cross_entropy_fusion in CROSS_ENTROPY_FUSIONS),
+    "loss_chunks": lambda layout: layout.loss_chunks is None or _loss_chunks_ok(layout),
     "moe_dispatcher": lambda layout: (layout.moe_dispatcher is None
                                       or layout.moe_dispatcher in MOE_DISPATCHERS),
     "fp8_recipe": lambda layout: layout.fp8_recipe is None or layout.fp8_recipe in FP8_RECIPES,
@@ -431,6 +453,10 @@ _CHECKED_WITH = {"dp": ("dp", "dp_shard"), "pp": ("pp", "pipeline_layers", "pipe
                  "framework": ("framework", "recompute_modules", "offload_modules")}
 """Fields whose check reads another field: changing dp re-checks dp_shard, pp pipeline_layers and
 pipeline_layout, vpp pipeline_layout, framework the module lists (Megatron only)."""
+
+
+def _loss_chunks_ok(layout: Layout) -> bool:
+    return type(layout.loss_chunks) is int and layout.loss_chunks >= 1
 
 
 def _check_choice(key: str, value: object, allowed: tuple[str, ...]) -> None:

@@ -166,6 +166,22 @@ def precision_aware_optimizer_bytes(layout: Layout) -> int:
     return master + moments
 
 
+LOSS_CHUNKS = {"megatron": 1, "deepspeed": 1, "torchtitan": 1}
+"""Token chunks the loss runs on when `Layout.loss_chunks` is None, by framework: 1, the plain
+cross-entropy. Megatron-LM (d98e8a6) and DeepSpeed have no chunked loss. torchtitan's current
+releases train every model preset with `ChunkedLossWrapper` (`num_chunks` default 8;
+pytorch/torchtitan b5bcd76 torchtitan/components/loss.py, models/*/config_registry.py; since
+9530a87, 2026-06-26), but its TOML releases (to 238fa99), which `planner check` reads and `--emit
+torchtitan-toml` writes, and every measured torchtitan run the planner is validated on ran the
+plain loss: so 1 here, and `planner check` of a current command line reads the preset's 8 (or its
+`--loss.num_chunks`), `--emit torchtitan` writes the plan's count whenever it is not 8."""
+
+
+def loss_chunks(layout: Layout) -> int:
+    """Token chunks of the loss: `layout.loss_chunks`, or the framework's default (`LOSS_CHUNKS`)."""
+    return LOSS_CHUNKS[layout.framework] if layout.loss_chunks is None else layout.loss_chunks
+
+
 def padded_vocab(model: ModelSpec, layout: Layout) -> int:
     """Embedding rows allocated per the framework (FC-08).
 

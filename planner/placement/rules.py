@@ -20,7 +20,7 @@ from planner import frameworks
 from planner.frameworks import deepspeed, megatron, torchtitan
 from planner.placement import pipeline_layout
 from planner.placement.layout import OPTIMIZER_DTYPES, PRECISIONS, Layout
-from planner.placement.precision import (allowed_grad_reduce_dtypes, grad_reduce_dtype, padded_vocab,
+from planner.placement.precision import (allowed_grad_reduce_dtypes, grad_reduce_dtype, loss_chunks, padded_vocab,
                                          supported_precisions)
 from planner.placement.states import BATCH_AXES, GROUPS, Mode, Placement, State
 from planner.placement.strategies import group_degrees
@@ -84,7 +84,7 @@ def check_layout(model: ModelSpec, cluster, layout: Layout) -> list[Violation]:
                  _interleaved_microbatches,
                  _zero_with_pp, _zero_without_dp, _precision_supported, _tp_domain,
                  _zero_stage_supported, _grad_reduce_supported, _precision_aware_optimizer,
-                 _torchtitan_dims,
+                 _cross_entropy, _torchtitan_dims,
                  _deepspeed_autotp, _deepspeed_parallelism, _no_effect, _offload_needs_zero, _moe_dispatcher_supported):
         out += rule(model, cluster, layout)
     return out
@@ -679,6 +679,37 @@ def precision_aware_optimizer_violations(layout: Layout) -> list[Violation]:
                                      f"gradients accumulate and reduce in fp32",
                              fix="drop grad_reduce_dtype=fp32 (main grads bf16 reduce in bf16), or "
                                  "use main_grads_dtype=fp32"))
+    return out
+
+
+def _cross_entropy(model, cluster, layout: Layout) -> list[Violation]:
+    """The loss knobs (`Layout.cross_entropy_fusion`, `Layout.loss_chunks`) as the frameworks take
+    them: the fusion is Megatron-LM's, and Megatron-LM refuses its Transformer Engine form
+    (NVIDIA/Megatron-LM@d98e8a6 megatron/training/arguments.py l. 1697-1702: "Transformer Engine
+    cross entropy loss fusion is disabled due to stability issues"); the chunked loss is
+    torchtitan's, and its chunks split the micro-batch's tokens on each rank evenly
+    (pytorch/torchtitan b5bcd76 torchtitan/components/loss.py `ChunkedLossWrapper`:
+    `torch._check(seq_len % num_chunks == 0)` on the local tokens)."""
+    out = []
+    fusion, chunks = layout.cross_entropy_fusion, layout.loss_chunks
+    if fusion is not None and layout.framework != "megatron":
+        out.append(Violation(rule="cross_entropy", message=f"cross_entropy_fusion={fusion} is Megatron-LM's; "
+                             f"{layout.framework} has no such knob", fix="drop it, or framework=megatron"))
+    elif fusion == "te":
+        out.append(Violation(rule="cross_entropy",
+                             message="cross_entropy_fusion=te: Megatron-LM refuses Transformer Engine's "
+                                     "cross-entropy fusion at start-up (stability issues, arguments.py)",
+                             fix="use cross_entropy_fusion=native (the same memory), or drop it"))
+    if chunks is not None and chunks > 1 and layout.framework != "torchtitan":
+        out.append(Violation(rule="cross_entropy", message=f"loss_chunks={chunks}: {layout.framework} has no "
+                             f"chunked loss (torchtitan's ChunkedLossWrapper)", fix="drop it, or loss_chunks=1"))
+    tokens = layout.micro_batch_size * layout.seq_len // layout.cp
+    if layout.framework == "torchtitan" and loss_chunks(layout) > 1 and tokens % loss_chunks(layout):
+        out.append(Violation(rule="cross_entropy",
+                             message=f"torchtitan's chunked loss splits each rank's {tokens} tokens per "
+                                     f"micro-batch into loss_chunks={loss_chunks(layout)}, which must "
+                                     f"divide them",
+                             fix="pick loss_chunks dividing the tokens per micro-batch, or loss_chunks=1"))
     return out
 
 
