@@ -30,6 +30,13 @@ For a candidate c (mesh x knobs) and an assignment a (layer split + recompute mo
   rounding moves any plan's value by at most `StageProblem.rounding_bound_s()` (G (L + 1) / 2 ns).
 - objective(c) = step_time(c, a*(c)).step.
 
+Module-set variants. Under Megatron-LM a candidate c also stands for its variants, c with the
+recompute / offload module lists of `search.module_sets` (`_module_sets`), each a candidate of its
+own as above; they wait in the queue as one group (`_Variants`) under `_group_bound`, a bound on
+every variant's step time (its docstring), and are expanded when that bound reaches the front. A
+variant's plan that gives a searched list nothing to act on is the plan of the variant with the
+request's list and is offered once (`_acting_lists`).
+
 `plan` returns the candidates with the least objective(c) (the top K), and status OPTIMAL when
 every candidate was either solved to optimality or pruned by a bound <= its objective. So the best
 plan minimises step_time over every candidate, split and per-layer recompute assignment that fits,
@@ -204,6 +211,11 @@ class _Costs:
         self._problems: dict = {}
         self._syncs: dict = {}
         self._windows: dict = {}
+        self.request_lists: tuple = (None, None)
+        """(recompute_modules, offload_modules) of the request (None: Megatron-LM's defaults)."""
+        self.member_lists: frozenset = frozenset()
+        """The (recompute_modules, offload_modules) pairs every candidate is searched with, the
+        request's own included (`_search`); empty: module lists not searched."""
         self.infeasible: list[Layout] = []
         self.recost_rejected = 0
         self.uneven_interleaved = 0
@@ -516,11 +528,33 @@ def _solve(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> Evaluated |
         # what this candidate might still reach with another split: the program's own bound
         costs.rejected_bound_s = min(costs.rejected_bound_s, _refined_bound(costs, layout, modes))
         return None
+    lists = _acting_lists(costs, chosen, per_layer)
+    if lists != (chosen.recompute_modules, chosen.offload_modules):
+        if lists in costs.member_lists:
+            return None  # the same plan as that member's, whose program admits it (and no less)
+        chosen = chosen.replace(recompute_modules=lists[0], offload_modules=lists[1])
     step = step_time(costs.model, costs.cluster, chosen, recompute_layers=per_layer)
     if layout.vpp > 1 and costs.model.num_hidden_layers % (layout.pp * layout.vpp):
         costs.uneven_interleaved += 1
     return Evaluated(layout=chosen, objective_s=step.step, status=solution.status,
                      solution=solution, modes=per_layer)
+
+
+def _acting_lists(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> tuple:
+    """(recompute_modules, offload_modules) of a solved module-set variant, each list the search
+    added replaced by the request's where the plan gives it nothing to act on: the recompute list
+    without a selective layer, the offload list with every layer fully recomputed (which keeps
+    only its input, in no module's scope). Such a plan costs the same under the request's list
+    (its none and full columns do not read the recompute list; a fully recomputed layer offloads
+    nothing), and where a variant with those lists is searched (`_Costs.member_lists`) its program
+    admits the same plan at no more cost (its fixed bytes hold no offload margin): `_solve` drops
+    the duplicate rather than offer one plan twice."""
+    recompute, offload = layout.recompute_modules, layout.offload_modules
+    if "selective" not in modes:
+        recompute = costs.request_lists[0]
+    if all(m == "full" for m in modes):
+        offload = costs.request_lists[1]
+    return recompute, offload
 
 
 def _in_layer_order(layout: Layout, modes: tuple[str, ...]) -> tuple[str, ...]:
@@ -705,6 +739,8 @@ def _search(model, cluster, fixed, base, reserve, headroom, top_k, on_progress=N
     sets = _module_sets(model, base, modes)
     if sets:
         candidates = [_Variants(c) for c in candidates]
+        costs.request_lists = (base.get("recompute_modules"), base.get("offload_modules"))
+        costs.member_lists = frozenset((costs.request_lists, *sets))
 
     def lower_bound(c) -> float:
         return _group_bound(costs, c, modes) if type(c) is _Variants else _cheap_bound(costs, c, modes)
@@ -1011,18 +1047,22 @@ def _gpu_counts(start: int, node: int, steps: int) -> list[int]:
 
 
 def _has_plan(model, cluster, fixed, base, reserve, headroom) -> bool:
-    """Whether `plan` would find a plan: some candidate's stage program has a split that fits.
+    """Whether `plan` would find a plan: some candidate's (or module-set variant's) stage program
+    has a split that fits.
     `feasible_split` decides that exactly (the solve of the same program finds no plan exactly
     when it returns None), without finding the optimum; `_may_fit` skips most candidates first."""
     candidates, _, costs = _candidates(model, cluster, fixed, base, reserve, headroom)
     modes = _modes_for(fixed)
-    for layout in candidates:
-        layout = _with_split(model, layout)
-        if not _may_fit(costs, layout, modes):
-            continue
-        ip = costs.int_problem(layout, modes)
-        if feasible_split(ip, ip.capacity_bytes) is not None:
-            return True
+    sets = _module_sets(model, base, modes)
+    for candidate in candidates:
+        for layout in (candidate, *(candidate.replace(recompute_modules=r, offload_modules=o)
+                                    for r, o in sets)):
+            layout = _with_split(model, layout)
+            if not _may_fit(costs, layout, modes):
+                continue
+            ip = costs.int_problem(layout, modes)
+            if feasible_split(ip, ip.capacity_bytes) is not None:
+                return True
     return False
 
 

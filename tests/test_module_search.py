@@ -138,3 +138,12 @@ def test_check_module_list_without_selective_has_no_effect(tmp_path):
                              "--recompute-num-layers 1 --recompute-modules moe_act\n")
     assert found["recompute_modules_unused"]["severity"] == "warning"
     assert "recompute_modules" not in found  # Megatron validates the list only under selective
+
+
+def test_offload_off_when_asked(tmp_path):
+    """`--offload-modules none` (offload_modules=()): the search keeps offloading off (the case
+    whose best plan offloads expert_fc1 otherwise) and still searches the recompute lists."""
+    data, _ = _plan(tmp_path, offload_modules=())
+    par = data["plans"][0]["parallelism"]
+    assert "offload_modules" not in par and par["recompute_modules"] == ["layernorm", "moe_act"]
+    assert data["request"]["offload_modules"] is None
