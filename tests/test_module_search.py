@@ -142,8 +142,10 @@ def test_check_module_list_without_selective_has_no_effect(tmp_path):
 
 def test_offload_off_when_asked(tmp_path):
     """`--offload-modules none` (offload_modules=()): the search keeps offloading off (the case
-    whose best plan offloads expert_fc1 otherwise) and still searches the recompute lists."""
+    whose best plan offloads expert_fc1 otherwise) and still searches the recompute lists (the
+    moe_act ones of `MODULE_SETS`, the only ones for this model besides core_attn)."""
     data, _ = _plan(tmp_path, offload_modules=())
     par = data["plans"][0]["parallelism"]
-    assert "offload_modules" not in par and par["recompute_modules"] == ["layernorm", "moe_act"]
+    assert "offload_modules" not in par
+    assert par["recompute_modules"] in (["moe_act"], ["layernorm", "moe_act"])  # still searched
     assert data["request"]["offload_modules"] is None

@@ -333,7 +333,7 @@ def _module_startup(args: dict, env: dict[str, str], spec: ModelSpec, layout: La
 
     Source: NVIDIA/Megatron-LM@d98e8a6 megatron/core/transformer/transformer_config.py
     `__post_init__` (under selective granularity: moe_act needs moe_grouped_gemm, l. 1964-1967;
-    shared_experts refuses --moe-shared-expert-overlap, l. 1991-1998; the module list is read
+    shared_experts refuses the shared-expert overlap, l. 1991-1998; the module list is read
     only under selective granularity: l. 1943, transformer_layer.py l. 473) and
     megatron/training/arguments.py `validate_args` l. 1935-1940 (fine-grained offloading under
     Transformer Engine >= 2.10 asserts NVTE_CPU_OFFLOAD_V1=1)."""
@@ -357,7 +357,7 @@ def _module_startup(args: dict, env: dict[str, str], spec: ModelSpec, layout: La
         out.append(Violation(
             rule="recompute_modules",
             message=f"{flag} shared_experts with {F['moe_shared_expert_overlap']}: Megatron-LM raises "
-                    f"\"shared_experts recompute cannot work with --moe-shared-expert-overlap.\" "
+                    f"\"shared_experts recompute cannot work with {F['moe_shared_expert_overlap']}.\" "
                     f"(transformer_config.py)",
             fix=f"drop shared_experts or {F['moe_shared_expert_overlap']}"))
     if layout.offload_modules and env.get(mg.CPU_OFFLOAD_V1) != "1":

@@ -1,6 +1,7 @@
 """The Megatron-LM module sets `planner plan` searches: which modules selective recompute re-runs
-(`--recompute-modules`, `Layout.recompute_modules`) and which modules' saved activations wait in
-host memory (`--fine-grained-activation-offloading --offload-modules`, `Layout.offload_modules`).
+(its recompute module list, `Layout.recompute_modules`) and which modules' saved activations wait
+in host memory (its fine-grained activation offloading module list, `Layout.offload_modules`;
+the flags: `frameworks.megatron.FLAG`).
 
 Megatron-LM takes one module list of each for the whole model, so a pair of lists is a property of
 a candidate layout, not of a layer: every candidate the mesh enumeration yields (Megatron's
@@ -15,7 +16,7 @@ model and the request can run:
   norm that is a module of its own, expert_fc1 routed experts: `cost.activations`'s tags);
 - Megatron-LM's start-up rules on the lists (`placement.rules.recompute_module_violations`: fp8
   with delayed scaling refuses moe_act and layernorm recompute);
-- a list the request gave (`--recompute-modules`, `--offload-modules`) is kept: pairs with another
+- a list the request gave (`planner plan --recompute-modules / --offload-modules`) is kept: pairs with another
   are not searched; recompute lists only where the program may use selective recompute, offload
   only where it may keep activations (not with full recompute pinned: a fully recomputed layer
   keeps only its input, which no module's scope holds).
