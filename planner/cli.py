@@ -267,13 +267,15 @@ MomentOpt = Annotated[Moment | None, typer.Option(
 
 RecomputeModulesOpt = Annotated[str | None, typer.Option(
     metavar="MODULE,...", help=f"Megatron {megatron_flags.FLAG['recompute_modules']}: what selective recompute "
-                               f"re-runs ({', '.join(layout_mod.RECOMPUTE_MODULES)}; default core_attn).")]
+                               f"re-runs ({', '.join(layout_mod.RECOMPUTE_MODULES)}; default core_attn; "
+                               f"plan searches it unless given).")]
 
 
 OffloadModulesOpt = Annotated[str | None, typer.Option(
     metavar="MODULE,...", help=f"Megatron {megatron_flags.FLAG['fine_grained_activation_offloading']} "
                                f"{megatron_flags.FLAG['offload_modules']}: the modules whose saved activations "
-                               f"wait in host memory ({', '.join(layout_mod.OFFLOAD_MODULES)}; default off).")]
+                               f"wait in host memory ({', '.join(layout_mod.OFFLOAD_MODULES)}, or none; "
+                               f"default off; plan searches it unless given).")]
 
 
 def _recompute_modules(text: str | None, framework: str) -> tuple[str, ...] | None:
@@ -284,7 +286,10 @@ def _recompute_modules(text: str | None, framework: str) -> tuple[str, ...] | No
 
 
 def _offload_modules(text: str | None, framework: str) -> tuple[str, ...] | None:
-    """`core_attn,attn_proj` -> ("core_attn", "attn_proj"); None when absent. Megatron only."""
+    """`core_attn,attn_proj` -> ("core_attn", "attn_proj"); `none` -> () (off, and `plan` does
+    not search it); None when absent. Megatron only."""
+    if text is not None and text.strip().lower() == "none":
+        return ()
     return _modules(text, framework, "offload_modules", layout_mod.OFFLOAD_MODULES,
                     "it has no module-level activation offloading")
 
@@ -381,7 +386,7 @@ def explain_cmd(
         pipeline_layers=_layer_split(pipeline_layers, pp),
         seq_len=seq_len, recompute=_value(recompute) if recompute is not None else "none",
         recompute_modules=_recompute_modules(recompute_modules, _value(framework)),
-        offload_modules=_offload_modules(offload_modules, _value(framework)),
+        offload_modules=_offload_modules(offload_modules, _value(framework)) or None,
         sequence_parallel=sequence_parallel, vpp=vpp,
         pipeline_layout=stages,
         offload=frozenset(_value(o) for o in offload or ()), optimizer=_value(optimizer),

@@ -144,6 +144,7 @@ class Evaluation:
         return self.parallelism() | {
             "recompute": recompute,
             **({} if layout.recompute_modules is None else {"recompute_modules": list(layout.recompute_modules)}),
+            **({} if layout.offload_modules is None else {"offload_modules": list(layout.offload_modules)}),
             "pipeline_layers": list(layout.pipeline_layers),
             "overlap": {k: getattr(layout, k) for k in OVERLAP_KNOBS if getattr(layout, k) is not None},
             **({} if layout.moe_dispatcher is None else {"moe_dispatcher": layout.moe_dispatcher}),

@@ -30,6 +30,13 @@ For a candidate c (mesh x knobs) and an assignment a (layer split + recompute mo
   rounding moves any plan's value by at most `StageProblem.rounding_bound_s()` (G (L + 1) / 2 ns).
 - objective(c) = step_time(c, a*(c)).step.
 
+Module-set variants. Under Megatron-LM a candidate c also stands for its variants, c with the
+recompute / offload module lists of `search.module_sets` (`_module_sets`), each a candidate of its
+own as above; they wait in the queue as one group (`_Variants`) under `_group_bound`, a bound on
+every variant's step time (its docstring), and are expanded when that bound reaches the front. A
+variant's plan that gives a searched list nothing to act on is the plan of the variant with the
+request's list and is offered once (`_acting_lists`).
+
 `plan` returns the candidates with the least objective(c) (the top K), and status OPTIMAL when
 every candidate was either solved to optimality or pruned by a bound <= its objective. So the best
 plan minimises step_time over every candidate, split and per-layer recompute assignment that fits,
@@ -126,6 +133,7 @@ from planner.search.ilp import (
     to_int_problem,
 )
 from planner.search.mesh import FIXABLE, Rejections, SearchSpace, candidate_layouts
+from planner.search.module_sets import searched_sets
 from planner.specs.cluster import ClusterSpec
 from planner.specs.limits import MAX_GPUS
 from planner.specs.model import ModelSpec, check_expert_degrees
@@ -203,6 +211,11 @@ class _Costs:
         self._problems: dict = {}
         self._syncs: dict = {}
         self._windows: dict = {}
+        self.request_lists: tuple = (None, None)
+        """(recompute_modules, offload_modules) of the request (None: Megatron-LM's defaults)."""
+        self.member_lists: frozenset = frozenset()
+        """The (recompute_modules, offload_modules) pairs every candidate is searched with, the
+        request's own included (`_search`); empty: module lists not searched."""
         self.infeasible: list[Layout] = []
         self.recost_rejected = 0
         self.uneven_interleaved = 0
@@ -337,13 +350,16 @@ def _pipe_coefficients(model: ModelSpec, cluster: ClusterSpec, layout: Layout) -
     return one - zero, zero
 
 
-def _cheap_bound(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> float:
+def _cheap_bound(costs: _Costs, layout: Layout, modes: tuple[str, ...], *,
+                 relaxed: bool = False) -> float:
     """A max(mean_s T_s, mean_s (comm_s + Z_s)) + P + max(0, mean_s (E_s - O_s)), a lower bound
-    on step_time (module docstring), s."""
+    on step_time (module docstring), s; `relaxed`: without the last (DP-sync) term."""
     # What layer_sums, the backward windows and A, P read: the layer-time key follows from these
-    # for a search's candidates (their other fields are common to all, or tuned from these).
+    # for a search's candidates (their other fields are common to all, or tuned from these; the
+    # module lists vary with the searched module-set variants).
     key = (layout.tp, layout.cp, layout.dp, layout.pp, layout.ep, layout.etp,
-           layout.micro_batch_size, layout.vpp, modes)
+           layout.micro_batch_size, layout.vpp, modes, layout.recompute_modules,
+           layout.offload_modules)
     terms = costs._bound_terms.get(key)
     if terms is None:
         time_key = costs.time_key(layout)
@@ -352,8 +368,38 @@ def _cheap_bound(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> float
         costs._bound_terms[key] = terms
     busy, talk, a, p, windows = terms
     talk += costs.state_traffic_s(layout)
+    if relaxed:
+        return a * max(busy, talk) / layout.pp + p
     excess = costs.step_sync_s(layout) - windows
     return (a * max(busy, talk) + max(0.0, excess)) / layout.pp + p
+
+
+@dataclass(frozen=True)
+class _Variants:
+    """A candidate of the mesh enumeration standing for itself and its module-set variants
+    (`search.module_sets`), expanded into them when it reaches the front of the search's queue."""
+
+    layout: Layout
+
+
+def _group_bound(costs: _Costs, group: _Variants, modes: tuple[str, ...]) -> float:
+    """A lower bound on the step time of every variant of `group.layout`, s: `_cheap_bound` of the
+    layout itself with the modes `modes` and `none` and without its DP-sync term.
+
+    Proof. A variant differs from the layout only in the selective module set and the offloaded
+    modules (`Layout.recompute_modules`, `offload_modules`). Per layer and micro-batch
+    (`step_time._layer_time`) forward and backward do not read them; recompute is 0 without
+    recompute, the forward with full, and with selective the set's re-run seconds >= 0; exposed
+    communication is the layout's in the same mode plus the offload copies' excess over compute
+    >= 0, and selective runs the forward's communication once, as `none` does. So for every mode r
+    of a variant, its total t' and communication c' satisfy t'[r] >= min(t[r], t[none]) and
+    c'[r] >= min(c[r], c[none]) over the layout's own: the busy and talk sums over `modes` and
+    `none` are at most the variant's over `modes`. A, P and the ZeRO traffic Z do not read the
+    module sets (`_pipe_coefficients`, `microbatch_state_traffic_s`), and the DP-sync term
+    max(0, .) >= 0 is dropped, so the bound is at most the variant's `_cheap_bound`, itself at
+    most its step time."""
+    relaxed = modes if "none" in modes else ("none", *modes)
+    return _cheap_bound(costs, group.layout, relaxed, relaxed=True)
 
 
 # ---------------------------------------------------------------- stage program
@@ -501,11 +547,33 @@ def _solve(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> Evaluated |
         # what this candidate might still reach with another split: the program's own bound
         costs.rejected_bound_s = min(costs.rejected_bound_s, _refined_bound(costs, layout, modes))
         return None
+    lists = _acting_lists(costs, chosen, per_layer)
+    if lists != (chosen.recompute_modules, chosen.offload_modules):
+        if lists in costs.member_lists:
+            return None  # the same plan as that member's, whose program admits it (and no less)
+        chosen = chosen.replace(recompute_modules=lists[0], offload_modules=lists[1])
     step = step_time(costs.model, costs.cluster, chosen, recompute_layers=per_layer)
     if layout.vpp > 1 and costs.model.num_hidden_layers % (layout.pp * layout.vpp):
         costs.uneven_interleaved += 1
     return Evaluated(layout=chosen, objective_s=step.step, status=solution.status,
                      solution=solution, modes=per_layer)
+
+
+def _acting_lists(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> tuple:
+    """(recompute_modules, offload_modules) of a solved module-set variant, each list the search
+    added replaced by the request's where the plan gives it nothing to act on: the recompute list
+    without a selective layer, the offload list with every layer fully recomputed (which keeps
+    only its input, in no module's scope). Such a plan costs the same under the request's list
+    (its none and full columns do not read the recompute list; a fully recomputed layer offloads
+    nothing), and where a variant with those lists is searched (`_Costs.member_lists`) its program
+    admits the same plan at no more cost (its fixed bytes hold no offload margin): `_solve` drops
+    the duplicate rather than offer one plan twice."""
+    recompute, offload = layout.recompute_modules, layout.offload_modules
+    if "selective" not in modes:
+        recompute = costs.request_lists[0]
+    if all(m == "full" for m in modes):
+        offload = costs.request_lists[1]
+    return recompute, offload
 
 
 def _in_layer_order(layout: Layout, modes: tuple[str, ...]) -> tuple[str, ...]:
@@ -574,10 +642,13 @@ def plan(model: ModelSpec, cluster: ClusterSpec, *, seq_len: int, global_batch_s
         precision_knobs: the fp8 recipe and the precision-aware optimizer's knobs (PRECISION_KNOBS ->
             value), passed to every Layout and written to the request only when given.
         recompute_modules: the modules `selective` re-runs on every Layout (Megatron's
-            `--recompute-modules`; None: its default, core_attn); written to the request when given.
-            The search weighs none / selective (this set) / full per layer; other sets are not searched.
-        offload_modules: Megatron's fine-grained activation offloading on every Layout (None: off);
-            written to the request when given. Not searched.
+            `--recompute-modules`), written to the request; None: searched under Megatron-LM
+            (its default core_attn and the lists of `search.module_sets.MODULE_SETS`), the one
+            chosen written to the plan's parallelism. The search weighs none / selective (the
+            layout's list) / full per layer.
+        offload_modules: Megatron's fine-grained activation offloading on every Layout, written to
+            the request; None: searched under Megatron-LM as the recompute lists are (off, or the
+            lists `MODULE_SETS` pairs); () keeps it off.
         fixed: pinned Layout fields (keys in FIXABLE), e.g. {"tp": 8, "recompute": "full"}.
         top_k: plans to return.
         reserve_bytes: per-GPU reserve (CUDA context, fragmentation); None = DEFAULT_RESERVE_BYTES.
@@ -602,7 +673,7 @@ def plan(model: ModelSpec, cluster: ClusterSpec, *, seq_len: int, global_batch_s
                 **{k: (precision_knobs or {})[k] for k in PRECISION_KNOBS
                    if (precision_knobs or {}).get(k) is not None},
                 **({} if recompute_modules is None else {"recompute_modules": tuple(recompute_modules)}),
-                **({} if offload_modules is None else {"offload_modules": tuple(offload_modules)}))
+                **({} if offload_modules is None else {"offload_modules": tuple(offload_modules) or None}))
     _check_grad_reduce(Layout(**base))
     _check_optimizer_precision(Layout(**base, zero_stage=1))
     if not 0 <= headroom < 1:
@@ -666,9 +737,12 @@ def simplicity(layout: Layout) -> tuple:
     """Tie-break among equally fast plans: the layout with fewer moving parts ranks first (no
     context parallelism, lower ZeRO stage, fewer pipeline stages, less tensor/expert parallelism,
     smaller micro-batches: at the same step time the smaller one holds fewer activations, leaving
-    more memory headroom), the one a Megatron-LM / DeepSpeed user would launch."""
+    more memory headroom; then no activation offloading and Megatron's default recompute modules),
+    the one a Megatron-LM / DeepSpeed user would launch."""
     return (layout.cp, layout.zero_stage, layout.pp, layout.tp, layout.ep, layout.etp,
-            layout.micro_batch_size, layout.vpp)
+            layout.micro_batch_size, layout.vpp, layout.offload_modules is not None,
+            layout.offload_modules or (), layout.recompute_modules is not None,
+            layout.recompute_modules or ())
 
 
 def usable_bytes(cluster: ClusterSpec, reserve_bytes: int, headroom: float) -> int:
@@ -677,14 +751,36 @@ def usable_bytes(cluster: ClusterSpec, reserve_bytes: int, headroom: float) -> i
 
 
 def _search(model, cluster, fixed, base, reserve, headroom, top_k, on_progress=None):
-    """Best-first search over the candidates; (SearchResult, Rejections, _Costs)."""
+    """Best-first search over the candidates and their module-set variants (`_Variants`, expanded
+    when they reach the front); (SearchResult, Rejections, _Costs)."""
     candidates, rejections, costs = _candidates(model, cluster, fixed, base, reserve, headroom)
     modes = _modes_for(fixed)
-    result = search(candidates, lambda c: _cheap_bound(costs, c, modes),
-                    lambda c: _solve(costs, c, modes), top_k=top_k, on_progress=on_progress,
-                    tie_break=simplicity,
-                    refine=lambda c: _refined_bound(costs, c, modes))
+    sets = _module_sets(model, base, modes)
+    if sets:
+        candidates = [_Variants(c) for c in candidates]
+        costs.request_lists = (base.get("recompute_modules"), base.get("offload_modules"))
+        costs.member_lists = frozenset((costs.request_lists, *sets))
+
+    def lower_bound(c) -> float:
+        return _group_bound(costs, c, modes) if type(c) is _Variants else _cheap_bound(costs, c, modes)
+
+    def expand(c):
+        if type(c) is not _Variants:
+            return None
+        return (c.layout, *(c.layout.replace(recompute_modules=r, offload_modules=o) for r, o in sets))
+
+    result = search(candidates, lower_bound, lambda c: _solve(costs, c, modes), top_k=top_k,
+                    on_progress=on_progress, tie_break=simplicity,
+                    refine=lambda c: _refined_bound(costs, c, modes), expand=expand)
     return result, rejections, costs
+
+
+def _module_sets(model: ModelSpec, base: dict, modes: tuple[str, ...]) -> tuple:
+    """The (recompute_modules, offload_modules) pairs searched beside the request's own
+    (`search.module_sets.searched_sets`): the lists the request gave are kept."""
+    return searched_sets(model, Layout(**base), modes,
+                         recompute_pinned="recompute_modules" in base,
+                         offload_pinned="offload_modules" in base)
 
 
 def _candidates(model, cluster, fixed, base, reserve, headroom) -> tuple[list[Layout], Rejections, _Costs]:
@@ -814,6 +910,13 @@ def _check_optimizer_precision(layout: Layout) -> None:
         raise SpecError(f"{violation.message}; {violation.fix}", key="--" + knob.replace("_", "-"))
 
 
+def module_lists(par: dict, request: dict) -> dict:
+    """{recompute_modules, offload_modules} of a plan: the plan's parallelism states the lists the
+    search chose (`_module_sets`), the request the ones it was given; None where neither does."""
+    return {k: tuple(v) if (v := par.get(k, request.get(k))) is not None else None
+            for k in ("recompute_modules", "offload_modules")}
+
+
 def plan_layout(entry: dict, request: dict) -> Layout:
     """The Layout a plan entry (or a plan file's `parallelism` + request) describes."""
     par = entry["parallelism"]
@@ -830,8 +933,7 @@ def plan_layout(entry: dict, request: dict) -> Layout:
                   recompute=recompute, optimizer=request["optimizer"],
                   precision=request["precision"], framework=request["framework"],
                   grad_reduce_dtype=request.get("grad_reduce_dtype"),
-                  recompute_modules=request.get("recompute_modules"),
-                  offload_modules=request.get("offload_modules"),
+                  **module_lists(par, request),
                   **{k: request.get(k) for k in PRECISION_KNOBS},
                   cp_comm_type=par.get("cp_comm_type", "p2p"),
                   moe_dispatcher=par.get("moe_dispatcher"),
@@ -958,18 +1060,22 @@ def _gpu_counts(start: int, node: int, steps: int) -> list[int]:
 
 
 def _has_plan(model, cluster, fixed, base, reserve, headroom) -> bool:
-    """Whether `plan` would find a plan: some candidate's stage program has a split that fits.
+    """Whether `plan` would find a plan: some candidate's (or module-set variant's) stage program
+    has a split that fits.
     `feasible_split` decides that exactly (the solve of the same program finds no plan exactly
     when it returns None), without finding the optimum; `_may_fit` skips most candidates first."""
     candidates, _, costs = _candidates(model, cluster, fixed, base, reserve, headroom)
     modes = _modes_for(fixed)
-    for layout in candidates:
-        layout = _with_split(model, layout)
-        if not _may_fit(costs, layout, modes):
-            continue
-        ip = costs.int_problem(layout, modes)
-        if feasible_split(ip, ip.capacity_bytes) is not None:
-            return True
+    sets = _module_sets(model, base, modes)
+    for candidate in candidates:
+        for layout in (candidate, *(candidate.replace(recompute_modules=r, offload_modules=o)
+                                    for r, o in sets)):
+            layout = _with_split(model, layout)
+            if not _may_fit(costs, layout, modes):
+                continue
+            ip = costs.int_problem(layout, modes)
+            if feasible_split(ip, ip.capacity_bytes) is not None:
+                return True
     return False
 
 

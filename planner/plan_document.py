@@ -34,7 +34,7 @@ KEYS = {
     "plan.parallelism": ("dp", "tp", "pp", "cp", "ep", "etp", "zero_stage", "sequence_parallel",
                          "micro_batch_size", "global_batch_size", "num_microbatches", "vpp",
                          "recompute", "pipeline_layers", "overlap", "pipeline_layout", "cp_comm_type",
-                         "moe_dispatcher", "compile", "recompute_modules"),
+                         "moe_dispatcher", "compile", "recompute_modules", "offload_modules"),
 }
 """Section -> the keys a plan file may hold there (`planner plan -o` writes them)."""
 OPTIONAL = frozenset({"predicted", "solver", "fixed", "etp", "pipeline_layout", "grad_reduce_dtype",

@@ -395,6 +395,8 @@ def layout_label(par: dict) -> str:
         parts[-1] += f" ({','.join(par['recompute_modules'])})"
     if par.get("offload"):
         parts.append("offload " + ",".join(par["offload"]))
+    if par.get("offload_modules"):
+        parts.append("offload activations of " + ",".join(par["offload_modules"]))
     on = [name for name, knob in overlap.NAMES.items() if (par.get("overlap") or {}).get(knob)]
     if on:
         parts.append("overlap " + ",".join(on))

@@ -83,10 +83,12 @@ def test_reader_allows_exactly_the_keys_plan_writes(tmp_path):
         k for k in plan_file._KEYS["request"] if k not in (*PRECISION_KNOBS, "recompute_modules", "offload_modules"))
     assert list(doc["plan"]) == ["parallelism"]
     assert tuple(doc["plan"]["parallelism"]) == PAR_KEYS
-    # `pipeline_layout` is written only for uneven interleaved plans, `recompute_modules` only when
-    # asked for, `compile` (torch.compile) only where the layout sets it (torchtitan plans)
+    # `pipeline_layout` is written only for uneven interleaved plans, the module lists only when
+    # asked for or chosen by the search (Megatron-LM), `compile` (torch.compile) only where the
+    # layout sets it (torchtitan plans)
     assert plan_file._KEYS["plan.parallelism"] == (*PAR_KEYS, "pipeline_layout", "cp_comm_type",
-                                                   "moe_dispatcher", "compile", "recompute_modules")
+                                                   "moe_dispatcher", "compile", "recompute_modules",
+                                                   "offload_modules")
     assert {"pipeline_layout", "cp_comm_type", "overlap", "compile", "moe_dispatcher", "recompute_modules",
             "offload_modules"} <= plan_file._OPTIONAL
     assert runner.invoke(app, ["check", str(out)]).exit_code == 0
@@ -95,7 +97,7 @@ def test_reader_allows_exactly_the_keys_plan_writes(tmp_path):
 @pytest.mark.parametrize("section, key, value, hint", [
     ("plan.parallelism", "tensor_parallel", 8, "did you mean 'tp'?"),
     ("plan.parallelism", "pipeline_model_parallel_size", 4, "did you mean 'pp'?"),
-    ("plan.parallelism", "offload", ["optimizer"], "allowed here: dp, tp"),
+    ("plan.parallelism", "offload", ["optimizer"], "did you mean 'offload_modules'?"),
     ("plan.parallelism", "dp_shard", 3, "allowed here: dp, tp"),
     ("plan.parallelism", "seq_len", 8192, "belongs at request.seq_len"),
     ("plan.parallelism", "precision", "fp8", "belongs at request.precision"),

@@ -63,6 +63,18 @@ def tiny_cases(draw, frameworks=("megatron", "deepspeed", "torchtitan"), pipelin
     return model, cluster, base, fixed
 
 
+MODULE_PAIRS = {
+    **{f"tiny-{n}": ((("mlp",), None),) for n in range(2, 9)},
+    **{f"tiny-moe-{n}": ((("moe_act",), None), (("layernorm", "moe_act"), None),
+                         (("layernorm", "moe_act"), ("expert_fc1",))) for n in range(2, 5)},
+}
+"""Model name -> the (recompute_modules, offload_modules) pairs the search adds under Megatron-LM,
+by hand from `search.module_sets.MODULE_SETS`: a dense Llama-like model has a dense MLP (mlp) and
+neither multi-latent attention nor experts, so only ("mlp",) applies; a Mixtral-like model has
+routed experts and a pre-MLP norm of its own and no dense MLP or MLA: the moe_act, layernorm +
+moe_act and layernorm + moe_act with expert_fc1 offloaded pairs (bf16: no fp8 restriction)."""
+
+
 def splits(num_layers: int, stages: int):
     for cuts in itertools.combinations(range(1, num_layers), stages - 1):
         ends = (0, *cuts, num_layers)
@@ -81,7 +93,9 @@ def _fits(model, cluster, layout, s, layers, modes, capacity, cache) -> bool:
 
 
 def exhaustive_best(model, cluster, base, fixed) -> float | None:
-    """Least step_time over every candidate x split x per-layer recompute assignment that fits.
+    """Least step_time over every candidate x split x per-layer recompute assignment that fits,
+    each Megatron-LM candidate also with every module-list pair of `MODULE_PAIRS` (the search's
+    module-set variants, written out by hand for the tiny models).
 
     An interleaved candidate (vpp > 1) has the one split its framework builds (equal chunks, the
     account-for layout or torchtitan's remainder-first split: `plan._pinned_split`); every other
@@ -90,6 +104,9 @@ def exhaustive_best(model, cluster, base, fixed) -> float | None:
     allowed = P._modes_for(fixed)
     capacity, L = cluster.gpu.memory_bytes, model.num_hidden_layers
     best, cache = None, {}
+    pairs = MODULE_PAIRS[model.name] if base["framework"] == "megatron" else ()
+    layouts = [variant for layout in layouts for variant in (layout, *(
+        dataclasses.replace(layout, recompute_modules=r, offload_modules=o) for r, o in pairs))]
     for layout in layouts:
         pinned = P._pinned_split(model, layout)
         if pinned is not None:
@@ -272,3 +289,87 @@ def test_torchtitan_pipeline_plans_are_never_below_the_oracle(case):
     assert oracle is not None and step >= oracle * (1 - 1e-12)
     if result["solver"]["status"] == "OPTIMAL":
         assert step == pytest.approx(oracle, rel=1e-12, abs=ROUNDING_S)
+
+
+def tiny_moe(layers: int, gib: float, seq_len: int, micro_batch_size: int, recompute: str | None = None):
+    """A Mixtral-like model of `layers` layers (4 experts, top-2) on 4 GPUs of `gib` GiB under
+    Megatron-LM (`recompute` pinned when given)."""
+    model = from_config({
+        "model_type": "mixtral", "hidden_size": 256, "intermediate_size": 512,
+        "num_hidden_layers": layers, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "num_local_experts": 4, "num_experts_per_tok": 2, "vocab_size": 1000,
+        "max_position_embeddings": 4096}, name=f"tiny-moe-{layers}")
+    cluster = load_cluster("tests/data/clusters/custom-pcie.yaml", gpus=4)
+    cluster = dataclasses.replace(cluster, gpu=dataclasses.replace(cluster.gpu, memory_gib=gib))
+    base = dict(seq_len=seq_len, global_batch_size=8, precision="bf16", optimizer="adamw",
+                framework="megatron")
+    fixed = {"micro_batch_size": micro_batch_size, **({"recompute": recompute} if recompute else {})}
+    return model, cluster, base, fixed
+
+
+@st.composite
+def tiny_moe_cases(draw):
+    """`tiny_moe` with a GPU small enough that the module-set variants matter (`MODULE_PAIRS`),
+    recompute free or pinned to selective (the lists then still searched)."""
+    return tiny_moe(draw(st.integers(2, 4)), draw(st.floats(0.03, 0.3)),
+                    draw(st.sampled_from([1024, 2048, 4096])), draw(st.sampled_from([1, 2])),
+                    draw(st.sampled_from([None, "selective"])))
+
+
+def module_set_case():
+    """2 Mixtral-like layers, 4,096-token sequences, 0.1119 GiB per GPU: the fastest plan
+    recomputes the routed experts' activation and the pre-MLP norm (layernorm, moe_act), which
+    the search did not consider before (issue 8 item 2)."""
+    return tiny_moe(2, 0.1119, 4096, 2)
+
+
+@settings(max_examples=examples(8, deep=400), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(tiny_moe_cases())
+@example(module_set_case())
+def test_plan_with_module_sets_equals_exhaustive_minimum(case):
+    """Issue 8 items 2 and 5: with the recompute and offload module lists searched, the plan is
+    still the exhaustive minimum over every candidate x module-list pair x split x per-layer
+    recompute, with status OPTIMAL."""
+    test_plan_equals_exhaustive_step_time_minimum.hypothesis.inner_test(case)
+
+
+def test_the_search_adds_the_module_pairs_written_out_for_the_oracle():
+    """What `MODULE_PAIRS` states by hand is what the search adds (and nothing under DeepSpeed or
+    torchtitan, whose recompute takes no module list; nothing for recompute with the list pinned)."""
+    for model in (tiny_moe(3, 0.1, 1024, 1)[0], _seeded_case(0)[0]):
+        base = dict(seq_len=1024, global_batch_size=8, precision="bf16", optimizer="adamw",
+                    framework="megatron")
+        assert P._module_sets(model, base, P.RECOMPUTE_MODES) == MODULE_PAIRS[
+            model.name if model.name.startswith("tiny-moe") else "tiny-2"]
+        assert P._module_sets(model, {**base, "framework": "torchtitan"}, P.RECOMPUTE_MODES) == ()
+        assert P._module_sets(model, {**base, "recompute_modules": ("core_attn",)}, ("full",)) == ()
+
+
+def test_module_set_case_picks_the_recipe_list_and_is_faster():
+    model, cluster, base, fixed = module_set_case()
+    best = P.plan(model, cluster, fixed=fixed, top_k=1, reserve_bytes=0, headroom=0.0, **base)
+    pinned = P.plan(model, cluster, fixed=fixed, top_k=1, reserve_bytes=0, headroom=0.0,
+                    recompute_modules=("core_attn",), offload_modules=None, **base)
+    assert best["plans"][0]["parallelism"]["recompute_modules"] == ["layernorm", "moe_act"]
+    assert best["plans"][0]["time_s"]["step"] < pinned["plans"][0]["time_s"]["step"]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_group_bound_never_exceeds_a_members_objective(seed):
+    """`plan._group_bound` (the key a candidate's module-set variants wait under) is <= the step
+    time of the candidate and of every variant (the proof in its docstring)."""
+    model, cluster, base, fixed = (module_set_case(), tiny_moe(3, 0.1, 2048, 1),
+                                   tiny_moe(4, 0.2, 1024, 2, "selective"), tiny_moe(2, 0.06, 2048, 2))[seed]
+    layouts, _, costs = P._candidates(model, cluster, fixed, base, 0, 0.0)
+    modes = P._modes_for(fixed)
+    pairs = P._module_sets(model, base, modes)
+    solved = 0
+    for layout in layouts:
+        group = P._group_bound(costs, P._Variants(layout), modes)
+        for member in (layout, *(layout.replace(recompute_modules=r, offload_modules=o) for r, o in pairs)):
+            evaluated = P._solve(costs, member, modes)
+            if evaluated is not None:
+                solved += 1
+                assert group <= evaluated.objective_s * (1 + 1e-12), member
+    assert solved

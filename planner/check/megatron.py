@@ -280,7 +280,8 @@ def _startup(args: dict, env: dict[str, str], spec: ModelSpec, layout: Layout,
     ckpt_format torch_dist or torch_dcp, untied embeddings and no fp16.
     TransformerEngine d0067d0 `pytorch/attention/dot_product_attention/context_parallel.py`
     (cp_comm_type a2a: the Q and K heads of each tensor-parallel rank divisible by cp)."""
-    out = _overlap_startup(args, layout) + _dispatcher_startup(args, spec, layout)
+    out = (_overlap_startup(args, layout) + _dispatcher_startup(args, spec, layout)
+           + _module_startup(args, env, spec, layout))
     ckpt = _choice(args, "ckpt_format", file) or mg.DEFAULT["ckpt_format"]
     connections = env.get(mg.DEVICE_MAX_CONNECTIONS)
     for knob in ("megatron_fsdp", "torch_fsdp2"):
@@ -322,6 +323,49 @@ def _startup(args: dict, env: dict[str, str], spec: ModelSpec, layout: Layout,
                         f"attention)",
                 fix=f"{F['cp_comm_type']} p2p (ring attention: no head constraint), or cp in "
                     f"{[d for d in range(1, q + 1) if q % d == 0 and k % d == 0]}"))
+    return out
+
+
+def _module_startup(args: dict, env: dict[str, str], spec: ModelSpec, layout: Layout) -> list[Violation]:
+    """Megatron-LM's start-up checks on the recompute / offload module lists that read flags a
+    Layout does not hold (the others are the placement rule `recompute_modules`,
+    `rules.recompute_module_violations`).
+
+    Source: NVIDIA/Megatron-LM@d98e8a6 megatron/core/transformer/transformer_config.py
+    `__post_init__` (under selective granularity: moe_act needs moe_grouped_gemm, l. 1964-1967;
+    shared_experts refuses the shared-expert overlap, l. 1991-1998; the module list is read
+    only under selective granularity: l. 1943, transformer_layer.py l. 473) and
+    megatron/training/arguments.py `validate_args` l. 1935-1940 (fine-grained offloading under
+    Transformer Engine >= 2.10 asserts NVTE_CPU_OFFLOAD_V1=1)."""
+    out = []
+    modules = set(layout.recompute_modules or ())
+    flag = F["recompute_modules"]
+    if flag in args and layout.recompute != "selective":
+        out.append(Violation(
+            rule="recompute_modules_unused", severity="warning",
+            message=f"{flag} with {F['recompute_granularity']} {layout.recompute}: Megatron-LM reads "
+                    f"the module list only under selective granularity, so it has no effect",
+            fix=f"{F['recompute_granularity']} selective, or drop {flag}"))
+    if layout.recompute == "selective" and spec.is_moe and "moe_act" in modules and not _on(args, "moe_grouped_gemm"):
+        out.append(Violation(
+            rule="recompute_modules",
+            message=f"{flag} moe_act without {F['moe_grouped_gemm']}: Megatron-LM raises \"moe_act in "
+                    f"recompute_modules is only supported with moe_grouped_gemm.\" (transformer_config.py)",
+            fix=f"add {F['moe_grouped_gemm']}, or drop moe_act"))
+    if (layout.recompute == "selective" and "shared_experts" in modules and spec.shared_expert_intermediate_size
+            and _on(args, "moe_shared_expert_overlap")):
+        out.append(Violation(
+            rule="recompute_modules",
+            message=f"{flag} shared_experts with {F['moe_shared_expert_overlap']}: Megatron-LM raises "
+                    f"\"shared_experts recompute cannot work with {F['moe_shared_expert_overlap']}.\" "
+                    f"(transformer_config.py)",
+            fix=f"drop shared_experts or {F['moe_shared_expert_overlap']}"))
+    if layout.offload_modules and env.get(mg.CPU_OFFLOAD_V1) != "1":
+        out.append(Violation(
+            rule="offload_environment", severity="warning",
+            message=f"{F['fine_grained_activation_offloading']} without {mg.CPU_OFFLOAD_V1}=1 in the "
+                    f"script: under Transformer Engine >= 2.10 Megatron-LM asserts it (validate_args)",
+            fix=f"export {mg.CPU_OFFLOAD_V1}=1 before the launch"))
     return out
 
 

@@ -36,7 +36,8 @@ from pathlib import Path
 from planner.check.gate import Target
 from planner.errors import SpecError
 from planner.placement import pipeline_layout, recompute_mix
-from planner.placement.layout import PRECISION_KNOBS, OVERLAP_KNOBS, RECOMPUTE_MODES, Layout
+from planner.placement.layout import (OFFLOAD_MODULES, OVERLAP_KNOBS, PRECISION_KNOBS, RECOMPUTE_MODES,
+                                      RECOMPUTE_MODULES, Layout)
 from planner.placement.rules import Violation
 from planner.plan_document import KIND, VERSION, PlanFile, looks_like_plan_file  # noqa: F401 (check reads them here)
 from planner.plan_document import KEYS as _KEYS, OPTIONAL as _OPTIONAL, path as _path  # noqa: F401
@@ -151,6 +152,7 @@ def _layout(par: dict, values: dict, req: dict, uniform: str, file: str) -> Layo
                         f"stage, or null (an even split)", file=file,
                         key="plan.parallelism.pipeline_layers")
     degrees = {k: v for k, v in values.items() if k not in ("global_batch_size", "num_microbatches")}
+    lists = _module_lists(par, file)
     try:
         text = par.get("pipeline_layout")
         if text is not None and not isinstance(text, str):
@@ -162,10 +164,25 @@ def _layout(par: dict, values: dict, req: dict, uniform: str, file: str) -> Layo
                       cp_comm_type=par.get("cp_comm_type", "p2p"),
                       moe_dispatcher=par.get("moe_dispatcher"), torch_compile=par.get("compile"),
                       pipeline_layers=tuple(split) if split is not None else None,
-                      pipeline_layout=stages, **{k: req.get(k) for k in _REQUEST_LAYOUT})
+                      pipeline_layout=stages, **({k: req.get(k) for k in _REQUEST_LAYOUT} | lists))
     except SpecError as exc:
         section = "request" if exc.key in _REQUEST_LAYOUT else "plan.parallelism"
         raise SpecError(_bare(exc), file=file, key=_path(section, exc.key)) from None
+
+
+def _module_lists(par: dict, file: str) -> dict:
+    """plan.parallelism's recompute / offload module lists (what the search chose), which take the
+    place of the request's (what it was given), as `plan.module_lists`."""
+    out = {}
+    for key, allowed in (("recompute_modules", RECOMPUTE_MODULES), ("offload_modules", OFFLOAD_MODULES)):
+        if key not in par:
+            continue
+        value = par[key]
+        if not isinstance(value, list) or not value or not all(m in allowed for m in value):
+            raise SpecError(f"value {value!r} must be a list of module names ({', '.join(allowed)})",
+                            file=file, key=f"plan.parallelism.{key}")
+        out[key] = tuple(value)
+    return out
 
 
 def _overlaps(par: dict, file: str) -> dict:

@@ -528,10 +528,13 @@ def _script(doc: dict, model: ModelSpec, cluster: ClusterSpec, layout: Layout,
 def _environment(layout: Layout) -> list[str]:
     """`export CUDA_DEVICE_MAX_CONNECTIONS=1` (and a blank line) where Megatron-LM wants it: with
     tp or cp > 1 on GPUs before Blackwell it asserts the value 1 unless FSDP runs; Megatron-FSDP
-    (ZeRO-2 / 3 here) asserts it is not 1 (`validate_args`), so it is left unset there."""
+    (ZeRO-2 / 3 here) asserts it is not 1 (`validate_args`), so it is left unset there. With
+    fine-grained activation offloading, NVTE_CPU_OFFLOAD_V1=1, which `validate_args` asserts under
+    Transformer Engine >= 2.10 (`mg.CPU_OFFLOAD_V1`)."""
+    offload = [f"export {mg.CPU_OFFLOAD_V1}=1", ""] if layout.offload_modules else []
     if layout.zero_stage >= 2:
-        return []
-    return [f"export {mg.DEVICE_MAX_CONNECTIONS}=1", ""]
+        return offload
+    return [f"export {mg.DEVICE_MAX_CONNECTIONS}=1", ""] + offload
 
 
 def _header(doc: dict, model: ModelSpec, cluster: ClusterSpec, layout: Layout,

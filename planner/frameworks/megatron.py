@@ -166,7 +166,8 @@ FLAGS = (
     Flag("moe_flex_backend", "--moe-flex-dispatcher-backend", CHOICE, "deepep",
          ("deepep", "hybridep", "ncclep")),
     Flag("moe_enable_deepep", "--moe-enable-deepep", SWITCH, False),
-    Flag("moe_grouped_gemm", "--moe-grouped-gemm", SWITCH, False, read=False),
+    Flag("moe_grouped_gemm", "--moe-grouped-gemm", SWITCH, False),
+    Flag("moe_shared_expert_overlap", "--moe-shared-expert-overlap", SWITCH, False),
     Flag("num_experts_per_tok", "--moe-router-topk", INT, 2, read=False),
     Flag("moe_intermediate_size", "--moe-ffn-hidden-size", INT, read=False),
     Flag("shared_expert_intermediate_size", "--moe-shared-expert-intermediate-size", INT, read=False),
@@ -234,6 +235,11 @@ ABBREVIATIONS = {
 DEVICE_MAX_CONNECTIONS = "CUDA_DEVICE_MAX_CONNECTIONS"
 """The environment variable Megatron-LM's start-up checks read (`validate_args`: must not be 1 with
 Megatron-FSDP or torch FSDP2; must be 1 with tp or cp > 1 before Blackwell otherwise)."""
+
+CPU_OFFLOAD_V1 = "NVTE_CPU_OFFLOAD_V1"
+"""The environment variable Megatron-LM asserts is "1" with fine-grained activation offloading
+under Transformer Engine >= 2.10.0 ("to avoid offloading weights"; `validate_args`,
+megatron/training/arguments.py l. 1935-1940 @d98e8a6)."""
 
 BY_KNOB = {f.knob: f for f in FLAGS}
 FLAG = {f.knob: f.flag for f in FLAGS}

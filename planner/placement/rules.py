@@ -85,7 +85,8 @@ def check_layout(model: ModelSpec, cluster, layout: Layout) -> list[Violation]:
                  _zero_with_pp, _zero_without_dp, _precision_supported, _tp_domain,
                  _zero_stage_supported, _grad_reduce_supported, _precision_aware_optimizer,
                  _cross_entropy, _torchtitan_dims,
-                 _deepspeed_autotp, _deepspeed_parallelism, _no_effect, _offload_needs_zero, _moe_dispatcher_supported):
+                 _deepspeed_autotp, _deepspeed_parallelism, _no_effect, _offload_needs_zero, _moe_dispatcher_supported,
+                 _recompute_modules):
         out += rule(model, cluster, layout)
     return out
 
@@ -860,6 +861,52 @@ def _no_effect(model, cluster, layout: Layout) -> list[Violation]:
                              message=f"dp_shard={layout.dp_shard} with ZeRO-0 has no effect: ZeRO-0 "
                                      f"shards nothing over dp={layout.dp}",
                              fix="use zero_stage=3 for HSDP (or 1/2), or drop dp_shard"))
+    return out
+
+
+def _recompute_modules(model, cluster, layout: Layout) -> list[Violation]:
+    return recompute_module_violations(model, layout)
+
+
+def recompute_module_violations(model: ModelSpec, layout: Layout) -> list[Violation]:
+    """Megatron-LM's start-up errors on `--recompute-modules` under selective recompute (the list is
+    read only then) and on `--offload-modules` beside it, that a Layout can state (the grouped-GEMM
+    and shared-expert-overlap flags are the Megatron reader's, `check.megatron`).
+
+    Source: NVIDIA/Megatron-LM@d98e8a6 megatron/core/transformer/transformer_config.py
+    `__post_init__` l. 1943-2012 (under recompute_granularity == "selective": moe_act needs
+    moe_grouped_gemm, l. 1964-1967, a MoE flag the planner writes for MoE models only; mla_up_proj
+    needs multi_latent_attention, l. 1969-1973; fp8 with the delayed recipe refuses moe_act and
+    layernorm, l. 2000-2006) and l. 2164-2174 (fine-grained offloading of moe_act / expert_fc1
+    while "moe" is recomputed)."""
+    modules = set(layout.recompute_modules or ())
+    if layout.framework != "megatron" or layout.recompute != "selective" or not modules:
+        return []
+    out = []
+    listed = f"recompute_modules={','.join(layout.recompute_modules)}"
+    if "moe_act" in modules and not model.is_moe:
+        out.append(Violation(rule="recompute_modules", message=(
+            f"{listed} on {model.name}, which has no MoE layer: Megatron-LM raises \"moe_act in "
+            f"recompute_modules is only supported with moe_grouped_gemm.\" (transformer_config.py)"),
+            fix="drop moe_act"))
+    if "mla_up_proj" in modules and not model.is_mla:
+        out.append(Violation(rule="recompute_modules", message=(
+            f"{listed} on {model.name}, which has no multi-latent attention: Megatron-LM raises "
+            f"\"mla_up_proj in recompute_modules is only supported with multi_latent_attention.\" "
+            f"(transformer_config.py)"), fix="drop mla_up_proj"))
+    fp8_delayed = layout.precision == "fp8" and (layout.fp8_recipe or "delayed") == "delayed"
+    if fp8_delayed and modules & {"moe_act", "layernorm"}:
+        out.append(Violation(rule="recompute_modules", message=(
+            f"{listed} at fp8 with the delayed recipe: Megatron-LM raises \"Delayed scaling does not "
+            f"support moe_act and layernorm recompute for fp8.\" (transformer_config.py)"),
+            fix="drop moe_act and layernorm, or fp8_recipe=tensorwise / blockwise / mxfp8"))
+    inside = {"moe_act", "expert_fc1"} & set(layout.offload_modules or ())
+    if "moe" in modules and inside:
+        out.append(Violation(rule="recompute_modules", message=(
+            f"{listed} with offload_modules={','.join(layout.offload_modules)}: Megatron-LM asserts "
+            f"\"Cannot offload {sorted(inside)} while recomputing the entire MoE layer.\" "
+            f"(transformer_config.py)"), fix=f"drop moe from the recompute modules or "
+                                             f"{', '.join(sorted(inside))} from the offload modules"))
     return out
 
 

@@ -9,6 +9,7 @@ best objective found loses no plan better than those K.
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 import time
 from collections.abc import Callable, Iterable
@@ -106,7 +107,8 @@ def search(candidates: Iterable[C], lower_bound: Callable[[C], float],
            solve: Callable[[C], Any], *, top_k: int = 1, prune: bool = True,
            refine: Callable[[C], float] | None = None,
            on_progress: Callable[[int, int], None] | None = None,
-           tie_break: Callable[[C], Any] | None = None) -> SearchResult[C]:
+           tie_break: Callable[[C], Any] | None = None,
+           expand: Callable[[C], Iterable[C] | None] | None = None) -> SearchResult[C]:
     """Best-first search: solve candidates in ascending bound order, stop when the next bound is
     at least the K-th best objective found.
 
@@ -123,10 +125,16 @@ def search(candidates: Iterable[C], lower_bound: Callable[[C], float],
         tie_break: among objectives equal to the nanosecond, the candidate with the smaller key
             ranks first (e.g. the simpler layout); candidates whose bound equals the K-th best are
             then still solved, since they may tie it.
+        expand: optional; a candidate for which it returns an iterable (not None) is a group
+            standing for those candidates (members), never solved itself: when it reaches the
+            front of the queue they are queued under their own lower bounds, and counted in
+            `candidates_total` instead of it. Its lower bound must not exceed any member's
+            objective (a pruned group prunes them); expand returns None for a member.
     """
     start = time.perf_counter()
     queue = [(lower_bound(c), i, refine is None, c) for i, c in enumerate(candidates)]
     total = len(queue)
+    index = itertools.count(total)
     heapq.heapify(queue)
     best: list[Ranked[C]] = []
     evaluated = infeasible = visited = 0
@@ -139,6 +147,14 @@ def search(candidates: Iterable[C], lower_bound: Callable[[C], float],
             open_bounds.append(bound)
             pruned = len(queue) + 1
             return _result(best, total, evaluated, pruned, infeasible, open_bounds, start)
+        members = expand(candidate) if expand is not None else None
+        if members is not None:
+            members = list(members)
+            total += len(members) - 1
+            for member in members:
+                heapq.heappush(queue, (max(bound, lower_bound(member)), next(index), refine is None,
+                                       member))
+            continue
         if not refined:
             heapq.heappush(queue, (max(bound, refine(candidate)), i, True, candidate))
             continue
