@@ -200,32 +200,58 @@ def model_class(model: str) -> str:
     return "moe" if _model(model).is_moe else "dense"
 
 
+SHARED_TERMS: dict[tuple[str, str], tuple[str, ...]] = {
+    ("moe", "tpot"): ("layer_steps", "collectives", "constant"),
+}
+"""(class, target) -> terms whose coefficient is fitted once for every engine of the class (one column of a
+joint fit over all engines' FIT rows of the class) instead of per engine; the other terms stay per engine.
+
+Why: a per-engine coefficient is only a mechanism when the engine's fit rows vary what the term counts.
+MoE TPOT: vLLM's MoE FIT rows are all one model (Qwen3-235B-A22B-FP8, 94 layers) at tp 2 / 4, so its per-step
+constant, per-layer overhead (`layer_steps` = 94 on every row) and per-collective latency (`collectives` = 188
+on every row) are three columns that each equal a constant: fitted per engine they become one per-model
+constant (33.2 ms per step; 146 us per all-reduce + 73 us per layer when split), which serve-plan then applied
+to every MoE model (qwen3-30b-a3b on one H100: 34.7 ms TPOT under vLLM, 2.2 ms under SGLang). Shared, they
+are identified by all engines' MoE rows together (DeepSeek-V3 61 layers and Qwen3-235B 94; tp 2-8; with and
+without attention DP), and what vLLM's rows need beyond them goes to its own weight-read coefficient
+(`decode_memory_s`: the achieved fraction of HBM bandwidth of its fused-MoE kernels, 1 / 2.43 on these rows),
+which scales with the bytes a step reads and so transfers across models. Dense classes keep per-engine terms:
+each engine's dense rows hold two or three models (8B / 32B / 70B; 32 to 80 layers).
+"""
+
+
 def fit(cases: list[Case]) -> dict[str, dict[str, dict[str, dict[str, float]]]]:
     """Coefficients {engine: {class: {"ttft": {term: c}, "tpot": {term: c}, "fit_rows": n}}} fitted on
     the FIT part, class = `model_class`.
 
     Source: numpy.linalg.lstsq on rows scaled by 1/measured (relative least squares), negative terms
     dropped (`_nonnegative_lstsq`), on the measured time less the unfitted physical terms
-    (`cost.serving.unfitted_s`) that `predict_latency` adds."""
+    (`cost.serving.unfitted_s`) that `predict_latency` adds. One joint least-squares problem per class and
+    target over every engine's FIT rows: a term of `SHARED_TERMS` is one column for all engines, every other
+    term one column per engine (zero on the other engines' rows)."""
     import numpy as np  # only for fitting: serve-plan itself does not load numpy
 
     result: dict = {}
     terms = {c.id: case_terms(c) for c in cases}
-    for engine in sorted({c.engine for c in cases}):
-        result[engine] = {}
-        for cls in ("dense", "moe"):
-            part = [c for c in cases if c.engine == engine and model_class(c.model) == cls and not c.evaluation]
-            if not part:
-                continue
-            result[engine][cls] = {}
-            for target, names in (("ttft", sv.TTFT_TERMS), ("tpot", sv.TPOT_TERMS)):
-                y = np.array([getattr(c, f"{target}_ms") / 1e3 for c in part])
-                fixed = np.array([sv.unfitted_s(terms[c.id], target) for c in part])
-                a = np.array([_columns(terms[c.id], names) for c in part])
-                coef = _nonnegative_lstsq(a / y[:, None], 1 - fixed / y)
-                result[engine][cls][target] = {n: round(float(v), 6) for n, v in zip(names, coef)}
-            result[engine][cls]["fit_rows"] = len(part)
-    return result
+    for cls in ("dense", "moe"):
+        part = [c for c in cases if model_class(c.model) == cls and not c.evaluation]
+        engines = sorted({c.engine for c in part})
+        for engine in engines:
+            result.setdefault(engine, {})[cls] = {}
+        for target, names in (("ttft", sv.TTFT_TERMS), ("tpot", sv.TPOT_TERMS)):
+            shared = SHARED_TERMS.get((cls, target), ())
+            columns = [(None, n) for n in shared] + [(e, n) for e in engines for n in names if n not in shared]
+            y = np.array([getattr(c, f"{target}_ms") / 1e3 for c in part])
+            fixed = np.array([sv.unfitted_s(terms[c.id], target) for c in part])
+            a = np.array([[terms[c.id][n] * sv._unit(n) if e in (None, c.engine) else 0.0 for e, n in columns]
+                          for c in part])
+            coef = dict(zip(columns, _nonnegative_lstsq(a / y[:, None], 1 - fixed / y)))
+            for engine in engines:
+                result[engine][cls][target] = {n: round(float(coef[(None if n in shared else engine, n)]), 6)
+                                               for n in names}
+        for engine in engines:
+            result[engine][cls]["fit_rows"] = sum(c.engine == engine for c in part)
+    return dict(sorted(result.items()))
 
 
 def coefficients_for(calibration: dict, engine: str, model: str) -> dict:
@@ -300,7 +326,9 @@ def write_calibration(path: Path = CALIBRATION, data: Path = DATA) -> dict:
         "method": "numpy.linalg.lstsq with negative terms dropped (non-negative), rows scaled by 1/measured (relative least squares); "
                   "regenerate: make calibrate-serving",
         "generated": datetime.date.today().isoformat(),
-        "units": {"collectives": "us per collective (TPOT)", "constant": "ms", "other terms": "dimensionless multipliers"},
+        "units": {"collectives": "us per collective (TPOT)", "layer_steps": "us per decoder layer per step (TPOT)",
+                  "constant": "ms (TTFT)", "other terms": "dimensionless multipliers"},
+        "shared": {f"{cls}.{target}": list(names) for (cls, target), names in SHARED_TERMS.items()},
         "engines": engines,
     }
     evaluation = validate(cases, doc, part="evaluation")
