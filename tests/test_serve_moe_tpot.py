@@ -77,3 +77,27 @@ def test_gpt_oss_on_eight_h100_meets_a_30_ms_tpot():
                              weight_dtype=fmt)
     plans = serve.serve_plan(spec, hw, req)["plans"]
     assert plans and all(p["tpot_ms"] <= 30 for p in plans)
+
+
+# llama-3.1-70b (meta-llama/Llama-3.1-70B config.json: 70.6e9 parameters) tp8 on H200, 4,000-token prompt,
+# bf16: the prompt's GEMMs alone are 2 x 70.6e9 x 4,000 / 8 GPUs = 70.6 TFLOP per GPU, / 989 TFLOP/s (H200 SXM
+# dense bf16 datasheet) = 71.4 ms: a floor for TTFT at any client count.
+LLAMA70B_TP8_PREFILL_FLOOR_S = 2 * 70.6e9 * 4000 / 8 / 989e12
+DENSE_TTFT_ENGINE_FACTOR = 1.5
+"""At 2 clients a prompt meets an empty queue: its TTFT is one prefill of the same GEMMs and attention in every
+engine plus a per-request constant, so the engines may differ by at most this factor (no mechanism in the
+engines' sources makes one engine's prefill GEMMs slower)."""
+
+
+def test_dense_ttft_at_two_clients_engines_agree():
+    """Before: SGLang's dense fit rows all have >= 16 clients, and its fitted prefill and per-request constant
+    (6.7 x the prefill's FLOP time, 188 ms) gave llama-3.1-70b tp8 at 2 clients 762 ms vs vLLM's 300 ms."""
+    spec, hw = load_model("llama-3.1-70b"), load_cluster("hgx-h200")
+    ttft = {}
+    for engine in ("vllm", "sglang", "trtllm"):
+        req = serve.ServeRequest(gpus=8, input_len=4000, output_len=500, concurrency=2, engine=engine, fix={"tp": 8})
+        plan = serve.serve_plan(spec, hw, req)["plans"][0]
+        assert plan["parallelism"]["tp"] == 8 and plan["parallelism"]["pp"] == 1
+        ttft[engine] = plan["ttft_ms"] / 1e3
+    assert min(ttft.values()) >= LLAMA70B_TP8_PREFILL_FLOOR_S, ttft
+    assert max(ttft.values()) <= DENSE_TTFT_ENGINE_FACTOR * min(ttft.values()), ttft

@@ -457,8 +457,9 @@ A step's fixed cost has two terms: `layer_steps` (per decoder layer: the kernels
 replays) and `constant` (per step: the engine's host work -- scheduling, input preparation, sampling).
 Fitted per engine, both are identified only when the engine's fit rows span models of different depth: vLLM's
 MoE rows are all Qwen3-235B-A22B-FP8, where a per-step constant of 33.2 ms made every MoE model's vLLM TPOT
-~34 ms (qwen3-30b-a3b on one H100 at 1 client: 34.7 ms vs SGLang's 2.2 ms). The MoE class therefore fits them
-(and the per-collective latency) once for all engines: `planner.serve_validate.SHARED_TERMS`."""
+~34 ms (qwen3-30b-a3b on one H100 at 1 client: 34.7 ms vs SGLang's 2.2 ms). An engine whose MoE rows are one
+model therefore takes them (and the per-collective latency) from a joint fit over every engine's MoE rows:
+`planner.serve_validate.SHARED_TERMS`."""
 COLLECTIVE_UNIT_S = 1e-6
 """The `collectives` term counts collectives per step in microseconds (its coefficient: us per collective)."""
 LAYER_UNIT_S = 1e-6
