@@ -200,32 +200,91 @@ def model_class(model: str) -> str:
     return "moe" if _model(model).is_moe else "dense"
 
 
+LOW_LOAD_CLIENTS = 8
+"""Rows with at most this many concurrent requests are `low load`: a prompt mostly meets an empty prefill queue."""
+
+
+def _one_model(rows: list[Case]) -> bool:
+    return len({c.model for c in rows}) == 1
+
+
+def _without_low_load(rows: list[Case]) -> bool:
+    return min(c.concurrency for c in rows) > LOW_LOAD_CLIENTS
+
+
+SHARED_TERMS = {
+    ("moe", "tpot"): (("layer_steps", "collectives", "constant"), _one_model),
+    ("dense", "ttft"): (("prefill_one_s", "constant"), _without_low_load),
+}
+"""(class, target) -> (terms, rule): an engine whose FIT rows of the class meet `rule` takes these terms'
+coefficients from a joint fit over every engine's FIT rows of the class (one pooled column per term, the
+other terms one column per engine), and fits only its remaining terms on its own rows; other engines fit
+every term on their own rows.
+
+Why: a per-engine coefficient is only a mechanism when the engine's fit rows vary what the term counts.
+- MoE TPOT, engines whose MoE rows are one model: vLLM's are all Qwen3-235B-A22B-FP8 (94 layers) at tp 2 / 4,
+  so its per-step constant, per-layer overhead (`layer_steps` = 94 on every row) and per-collective latency
+  (`collectives` = 188 on every row) are three columns that each equal a constant: fitted alone they become
+  one per-model constant (33.2 ms per step; 146 us per all-reduce + 73 us per layer when split), which
+  serve-plan then applied to every MoE model (qwen3-30b-a3b on one H100: 34.7 ms TPOT under vLLM, 2.2 ms
+  under SGLang). Pooled, they are identified by all engines' MoE rows (DeepSeek-V3 61 layers and Qwen3-235B
+  94; tp 2-8; with and without attention DP), and what vLLM's rows need beyond them goes to its own
+  weight-read coefficient (`decode_memory_s`: the achieved fraction of HBM bandwidth of its fused-MoE
+  kernels), which scales with the bytes a step reads and so transfers across models.
+- dense TTFT, engines with no FIT row at <= LOW_LOAD_CLIENTS clients: SGLang's dense rows all have >= 16,
+  where one prompt's prefill (`prefill_one_s`) and the per-request constant are collinear with the queueing
+  terms; fitted alone they grew to 6.7 x the prefill's FLOP time and 188 ms, and at 1-2 clients SGLang's
+  TTFT became 2.5 x the other engines' (llama-3.1-70b tp8 at 2 clients: 762 ms vs vLLM's 300 ms). Pooled,
+  they are identified by vLLM's and TensorRT-LLM's low-load rows (one prompt's prefill is the same GEMMs
+  and attention kernels' work in every engine).
+"""
+
+
 def fit(cases: list[Case]) -> dict[str, dict[str, dict[str, dict[str, float]]]]:
     """Coefficients {engine: {class: {"ttft": {term: c}, "tpot": {term: c}, "fit_rows": n}}} fitted on
     the FIT part, class = `model_class`.
 
     Source: numpy.linalg.lstsq on rows scaled by 1/measured (relative least squares), negative terms
     dropped (`_nonnegative_lstsq`), on the measured time less the unfitted physical terms
-    (`cost.serving.unfitted_s`) that `predict_latency` adds."""
+    (`cost.serving.unfitted_s`) that `predict_latency` adds. Per engine, except the pooled terms of
+    `SHARED_TERMS`, which come from one joint least-squares problem over every engine's FIT rows of the class
+    (a pooled term one column for all engines, every other term one column per engine)."""
+    terms = {c.id: case_terms(c) for c in cases}
+    result: dict = {}
+    for cls in ("dense", "moe"):
+        part = [c for c in cases if model_class(c.model) == cls and not c.evaluation]
+        engines = sorted({c.engine for c in part})
+        for engine in engines:
+            result.setdefault(engine, {})[cls] = {"fit_rows": sum(c.engine == engine for c in part)}
+        for target, names in (("ttft", sv.TTFT_TERMS), ("tpot", sv.TPOT_TERMS)):
+            shared, rule = SHARED_TERMS.get((cls, target), ((), None))
+            pooled = _solve(part, terms, target, [(None, n) for n in shared] +
+                            [(e, n) for e in engines for n in names if n not in shared]) if shared else {}
+            for engine in engines:
+                rows = [c for c in part if c.engine == engine]
+                given = {n: pooled[(None, n)] for n in shared} if shared and rule(rows) else {}
+                own = _solve(rows, terms, target, [(engine, n) for n in names if n not in given], given)
+                coef = {n: given.get(n, own.get((engine, n), 0.0)) for n in names}
+                result[engine][cls][target] = {n: round(float(coef[n]), 6) for n in names}
+    for classes in result.values():
+        for cls in classes:
+            classes[cls] = {k: classes[cls][k] for k in ("ttft", "tpot", "fit_rows")}
+    return dict(sorted(result.items()))
+
+
+def _solve(rows: list[Case], terms: dict, target: str, columns: list[tuple[str | None, str]],
+           given: dict[str, float] | None = None) -> dict[tuple[str | None, str], float]:
+    """Non-negative relative least squares of `target` over `rows`: {(engine or None, term): coefficient};
+    a column (engine, term) is the term on that engine's rows and 0 on the others' ((None, term): on every row);
+    `given` {term: coefficient} is subtracted from the measured time first, like the unfitted terms."""
     import numpy as np  # only for fitting: serve-plan itself does not load numpy
 
-    result: dict = {}
-    terms = {c.id: case_terms(c) for c in cases}
-    for engine in sorted({c.engine for c in cases}):
-        result[engine] = {}
-        for cls in ("dense", "moe"):
-            part = [c for c in cases if c.engine == engine and model_class(c.model) == cls and not c.evaluation]
-            if not part:
-                continue
-            result[engine][cls] = {}
-            for target, names in (("ttft", sv.TTFT_TERMS), ("tpot", sv.TPOT_TERMS)):
-                y = np.array([getattr(c, f"{target}_ms") / 1e3 for c in part])
-                fixed = np.array([sv.unfitted_s(terms[c.id], target) for c in part])
-                a = np.array([_columns(terms[c.id], names) for c in part])
-                coef = _nonnegative_lstsq(a / y[:, None], 1 - fixed / y)
-                result[engine][cls][target] = {n: round(float(v), 6) for n, v in zip(names, coef)}
-            result[engine][cls]["fit_rows"] = len(part)
-    return result
+    y = np.array([getattr(c, f"{target}_ms") / 1e3 for c in rows])
+    fixed = np.array([sv.unfitted_s(terms[c.id], target)
+                      + sum(k * terms[c.id][n] * sv._unit(n) for n, k in (given or {}).items()) for c in rows])
+    a = np.array([[terms[c.id][n] * sv._unit(n) if e in (None, c.engine) else 0.0 for e, n in columns]
+                  for c in rows])
+    return dict(zip(columns, _nonnegative_lstsq(a / y[:, None], 1 - fixed / y)))
 
 
 def coefficients_for(calibration: dict, engine: str, model: str) -> dict:
@@ -300,7 +359,10 @@ def write_calibration(path: Path = CALIBRATION, data: Path = DATA) -> dict:
         "method": "numpy.linalg.lstsq with negative terms dropped (non-negative), rows scaled by 1/measured (relative least squares); "
                   "regenerate: make calibrate-serving",
         "generated": datetime.date.today().isoformat(),
-        "units": {"collectives": "us per collective (TPOT)", "constant": "ms", "other terms": "dimensionless multipliers"},
+        "units": {"collectives": "us per collective (TPOT)", "layer_steps": "us per decoder layer per step (TPOT)",
+                  "constant": "ms (TTFT)", "other terms": "dimensionless multipliers"},
+        "pooled": {f"{cls}.{target}": f"{', '.join(names)} (engines whose FIT rows: {rule.__name__.strip('_').replace('_', ' ')})"
+                   for (cls, target), (names, rule) in SHARED_TERMS.items()},
         "engines": engines,
     }
     evaluation = validate(cases, doc, part="evaluation")

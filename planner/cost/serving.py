@@ -451,10 +451,20 @@ unfitted). A fitted per-collective coefficient was an artefact: in each engine's
 per-model intercept -- 2,182 us per all-reduce for SGLang, 370 us for TensorRT-LLM, against ~10-30 us an
 NVLink all-reduce of a few MB takes -- and extrapolated it to models it never saw (llama-3.1-70b tp8:
 160 x 2.18 ms = 349 ms of SGLang's 626 ms TTFT at concurrency 2)."""
-TPOT_TERMS = ("decode_memory_s", "decode_compute_s", "collectives", "constant", "prefill_interference_s")
-"""TPOT = sum of fitted coefficient x term (see `latency_terms`)."""
+TPOT_TERMS = ("decode_memory_s", "decode_compute_s", "collectives", "layer_steps", "constant", "prefill_interference_s")
+"""TPOT = sum of fitted coefficient x term (see `latency_terms`), at least the HBM roofline of the step.
+A step's fixed cost has two terms: `layer_steps` (per decoder layer: the kernels each layer launches or
+replays) and `constant` (per step: the engine's host work -- scheduling, input preparation, sampling).
+Fitted per engine, both are identified only when the engine's fit rows span models of different depth: vLLM's
+MoE rows are all Qwen3-235B-A22B-FP8, where a per-step constant of 33.2 ms made every MoE model's vLLM TPOT
+~34 ms (qwen3-30b-a3b on one H100 at 1 client: 34.7 ms vs SGLang's 2.2 ms). An engine whose MoE rows are one
+model therefore takes them (and the per-collective latency) from a joint fit over every engine's MoE rows:
+`planner.serve_validate.SHARED_TERMS`."""
 COLLECTIVE_UNIT_S = 1e-6
 """The `collectives` term counts collectives per step in microseconds (its coefficient: us per collective)."""
+LAYER_UNIT_S = 1e-6
+"""The `layer_steps` term counts the decoder layers one decode step runs, in microseconds (its coefficient:
+the per-layer overhead of a step in us)."""
 CONSTANT_UNIT_S = 1e-3
 """The `constant` term is 1 ms (its coefficient: the per-step / per-request overhead in ms)."""
 
@@ -489,6 +499,8 @@ def latency_terms(spec: ModelSpec, inst: Instance, *, hbm_bytes_per_s: float, pe
     - moe_exchange_decode_s / moe_exchange_prefill_s: bandwidth time of the MoE token exchange of one
       decode step (all running tokens, DeepEP low-latency with EP) / one request's prefill (DeepEP normal
       with EP), `moe_exchange_s` over `link_bytes_per_s`; added unfitted to TPOT / TTFT.
+    - layer_steps: decoder layers a step runs (all pp stages), in units of LAYER_UNIT_S: the per-layer fixed
+      cost (kernel launches / CUDA-graph replay, host work) of a step.
     - prefill_interference_s: (B / output_len) x prefill_one_s: every request's prefill lands in the
       decode of the others once per lifetime (chunked prefill mixes them).
     - prefill_one_s: compute of one request's prefill (2 x active params x I + causal attention) / peak.
@@ -541,7 +553,7 @@ def latency_terms(spec: ModelSpec, inst: Instance, *, hbm_bytes_per_s: float, pe
     wait = max(0.0, queued / concurrency - 1) * output_len * step
     return {
         "decode_memory_s": decode_memory, "decode_compute_s": decode_compute,
-        "collectives": collectives * pp, "constant": 1.0,
+        "collectives": collectives * pp, "constant": 1.0, "layer_steps": spec.num_hidden_layers,
         "prefill_interference_s": local / output_len * prefill_one,
         "prefill_one_s": prefill_one, "prefill_batch_s": prefill_one * (first_chunk / input_len - 1),
         "weights_per_chunk_s": chunks * weights * pp / hbm_bytes_per_s, "kv_wait_s": wait,
@@ -631,16 +643,19 @@ def moe_exchange_s(spec: ModelSpec, inst: Instance, tokens: float, *, decode: bo
 
 
 def _unit(term: str) -> float:
-    return {"collectives": COLLECTIVE_UNIT_S, "constant": CONSTANT_UNIT_S}.get(term, 1.0)
+    return {"collectives": COLLECTIVE_UNIT_S, "layer_steps": LAYER_UNIT_S, "constant": CONSTANT_UNIT_S}.get(term, 1.0)
 
 
 def predict_latency(terms: dict[str, float], coefficients: dict[str, dict[str, float]]) -> tuple[float, float]:
     """(TTFT s, TPOT s) from `latency_terms` and one engine's fitted coefficients
     ({"ttft": {term: c}, "tpot": {term: c}}). PP hops add unfitted to both, the MoE exchange to each,
-    the prefill all-reduces to TTFT (`unfitted_s`)."""
+    the prefill all-reduces to TTFT (`unfitted_s`). TPOT is at least `decode_memory_s`: no step is faster
+    than reading its weights and KV once at the HBM peak (roofline, Williams et al. 2009); the fitted weight-read
+    coefficients below 1 (routing skew of large batches, `expected_distinct_experts`) must not carry below it
+    at small batches, where the distinct experts are exactly top_k per token."""
     ttft = sum(coefficients["ttft"][t] * terms[t] * _unit(t) for t in TTFT_TERMS) + unfitted_s(terms, "ttft")
     tpot = sum(coefficients["tpot"][t] * terms[t] * _unit(t) for t in TPOT_TERMS) + unfitted_s(terms, "tpot")
-    return max(ttft, 0.0), max(tpot, 0.0)
+    return max(ttft, 0.0), max(tpot, terms["decode_memory_s"])
 
 
 def unfitted_s(terms: dict[str, float], target: str) -> float:
