@@ -33,6 +33,9 @@ SMALL_MOE = from_config(dict(model_type="mixtral", hidden_size=H, num_hidden_lay
                              vocab_size=V, num_local_experts=8, num_experts_per_tok=2,
                              max_position_embeddings=8192, tie_word_embeddings=False), name="small-moe")
 H100 = load_cluster("dgx-h100", gpus=64)
+K = 16 / 132
+"""SM share of an overlapped NCCL collective on an H100: 16 channels, one CTA (one SM) each
+(NVIDIA/nccl@5067397, `overlap.NCCL_CHANNEL_SMS`), of the H100 SXM5's 132 SMs (H100 whitepaper)."""
 NVLINK = H100.scaleup_gb_per_s * 1e9 * SCALEUP_BUS_EFFICIENCY     # bytes/s inside a DGX
 ALPHA = H100.scaleup_latency_s
 
@@ -176,7 +179,8 @@ def test_ep_all_to_all_overlap_hides_dispatch_and_combine_under_the_other_micro_
     """ep 4 (no tp) in one DGX, b 1, s 4096, top-2, h 256: dispatch + combine of 4096 x 2 x 256 x
     2 B = 4 MiB each, forward and backward (4 all-to-alls of alpha x 3 + 3/4 x 4 MiB / NVLink).
     With the 1F1B overlap, the forward pair runs beside another micro-batch's backward (2 x fwd),
-    the backward pair beside its forward (fwd)."""
+    the backward pair beside its forward (fwd), each adding max(K pair, pair - compute): the
+    all-to-all kernel holds K of the SMs while it runs."""
     off = Layout(dp=4, ep=4, seq_len=4096, global_batch_size=4, ep_comm_overlap=False)
     on = off.replace(ep_comm_overlap=True)
     pair = 2 * _ring(4, 4096 * 2 * H * 2)
@@ -184,8 +188,9 @@ def test_ep_all_to_all_overlap_hides_dispatch_and_combine_under_the_other_micro_
     assert t_off.comm_s == pytest.approx(2 * pair, rel=1e-9)
     fwd = t_off.forward_s
     t_on = stt.layer_time(SMALL_MOE, H100, on, 0, "none")
-    assert t_on.comm_s == pytest.approx(max(0, pair - 2 * fwd) + max(0, pair - fwd), rel=1e-9, abs=1e-15)
-    assert t_off.comm_s - t_on.comm_s == pytest.approx(min(pair, 2 * fwd) + min(pair, fwd), rel=1e-9)
+    assert t_on.comm_s == pytest.approx(max(K * pair, pair - 2 * fwd) + max(K * pair, pair - fwd),
+                                        rel=1e-9, abs=1e-15)
+    assert t_on.comm_s < t_off.comm_s
 
 
 # ---------------------------------------------------------------- DP overlaps
@@ -199,7 +204,8 @@ def test_gradient_reduce_overlap_hides_the_all_reduce_but_its_last_bucket():
     """dp 8 in one DGX, ZeRO-0, pp 1: one all-reduce of every gradient (fp32, 4 B) per step.
     Without the overlap all of it runs after the last backward; with it, under that backward,
     except the bucket reduced last: one layer's gradients with the embedding, LM head and final
-    norm (the one stage's fixed part)."""
+    norm (the one stage's fixed part). The rest holds K of the SMs while the backward runs, which
+    lengthens the backward by K x (whole - last)."""
     counts = count_params(SMALL)
     layer = counts.layers[0].total
     fixed = counts.total - L * layer
@@ -213,14 +219,16 @@ def test_gradient_reduce_overlap_hides_the_all_reduce_but_its_last_bucket():
     assert {c.phase for c in collectives(SMALL, off) if c.axis == "dp"} == {"sync"}
     assert {c.phase for c in collectives(SMALL, on) if c.axis == "dp"} == {"step"}
     # the one micro-batch's backward (> `whole` here) hides everything but the last bucket
-    assert _step(off).step - _step(on).step == pytest.approx(whole - last, rel=1e-6)
+    assert _step(off).step - _step(on).step == pytest.approx(whole - last - K * (whole - last),
+                                                             rel=1e-6)
 
 
 def test_param_gather_overlap_hides_the_update_gather_under_the_next_forward():
     """dp 8 in one DGX, ZeRO-1 (distributed optimizer): the updated bf16 parameters (2 B) are
     all-gathered once per step. Without the overlap that gather runs after the optimizer; with it,
     bucket by bucket in the next step's first forward, except the first bucket (one layer with the
-    fixed part). The gradient reduce-scatter is overlapped in both."""
+    fixed part), the rest taking K of the SMs from that forward. The gradient reduce-scatter is
+    overlapped in both."""
     counts = count_params(SMALL)
     layer, fixed = counts.layers[0].total, counts.total - L * counts.layers[0].total
     off = Layout(dp=8, zero_stage=1, seq_len=4096, global_batch_size=8, overlap_grad_reduce=True,
@@ -234,7 +242,7 @@ def test_param_gather_overlap_hides_the_update_gather_under_the_next_forward():
     forward = sum(stt.layer_time(SMALL, H100, on, i, "none").forward_s for i in range(L)) \
         + stt.stage_fixed_times(SMALL, H100, on)[0] / 3
     assert forward > whole      # the forward hides all but the first bucket
-    assert _step(off).step - _step(on).step == pytest.approx(whole - first, rel=1e-6)
+    assert _step(off).step - _step(on).step == pytest.approx((1 - K) * (whole - first), rel=1e-6)
 
 
 def test_zero3_gathers_without_prefetch_are_exposed_every_micro_batch():
@@ -242,7 +250,7 @@ def test_zero3_gathers_without_prefetch_are_exposed_every_micro_batch():
     (forward, backward) no longer overlap compute, so the step grows by their time less what the
     prefetch left exposed: the first unit's gather of every micro-batch (one layer with the
     embedding and head, one bucket), which the compute waits for (compute per micro-batch >
-    gathers here, so the rest was hidden)."""
+    gathers here, so the rest was hidden, holding K of the SMs beside the compute)."""
     counts = count_params(SMALL)
     first = 7 * ALPHA + 7 / 8 * 2 * (counts.total - counts.layers[0].total) / NVLINK
     base = Layout(dp=8, zero_stage=3, framework="deepspeed", seq_len=4096, global_batch_size=16)
@@ -252,7 +260,8 @@ def test_zero3_gathers_without_prefetch_are_exposed_every_micro_batch():
     assert phases["parameters.gather.dense"] == "microbatch_exposed"
     m = off.num_microbatches
     assert m == 2
-    assert _step(off).step - _step(base).step == pytest.approx(m * (gathers - first), rel=1e-3)
+    assert _step(off).step - _step(base).step == pytest.approx(m * (1 - K) * (gathers - first),
+                                                               rel=1e-3)
 
 
 def test_zero3_prefetch_exposes_the_first_gather_and_the_last_reduce_scatter():
@@ -282,15 +291,16 @@ def test_cp_ring_shows_each_steps_excess_over_one_chunks_attention():
     """cp 4 in one DGX, s 4096 (1,024 tokens per rank), 2 KV heads x 64 x 2 (K, V) x 2 B = 512 B
     per token: each of the 3 ring steps sends the local 1,024 x 512 B = 512 KiB of K/V (backward:
     K/V and dK/dV, twice that) point to point, alpha + bytes / NVLink, beside one step's attention
-    core (1/cp of the local one forward, twice backward)."""
+    core (1/cp of the local one forward, twice backward): each shows max(K transfer, transfer -
+    that compute), the NCCL send/receive holding K of the SMs."""
     layout = Layout(cp=4, dp=1, seq_len=4096)
     kv = 1024 * 2 * (H // HEADS) * 2 * 2
     assert kv == 512 * 1024
     step_f, step_b = ALPHA + kv / NVLINK, 2 * (ALPHA + kv / NVLINK)
     t = stt.layer_time(SMALL, H100, layout, 0, "none")
     attn = stt.layer_time(SMALL, H100, layout, 0, "selective").recompute_s
-    assert t.comm_s == pytest.approx(3 * max(0, step_f - attn / 4) + 3 * max(0, step_b - 2 * attn / 4),
-                                     rel=1e-9, abs=1e-15)
+    assert t.comm_s == pytest.approx(3 * max(K * step_f, step_f - attn / 4)
+                                     + 3 * max(K * step_b, step_b - 2 * attn / 4), rel=1e-9, abs=1e-15)
 
 
 def test_cp_at_4k_costs_more_than_cp_1_on_the_same_gpus():
@@ -369,3 +379,41 @@ def test_async_tp_speedup_matches_torchtitans_2025_measurement_in_fp8():
                    "efficiency and the copy-engine staging bandwidth are not modelled")
 def test_async_tp_speedup_matches_torchtitans_2025_measurement_in_bf16():
     assert _asynctp_speedup("bf16") == pytest.approx(652.4 / 597.3, rel=0.03)
+
+
+# ---------------------------------------------------------------- SMs held by overlapped collectives
+
+
+def test_nccl_sm_share_is_its_channels_over_the_gpus_sms():
+    """16 NCCL channels, one SM each: 16/108 of an A100 (whitepaper: 108 SMs), 16/132 of an H100;
+    nothing where the GPU's SM count is unknown; Transformer Engine's 16-SM margin is the same
+    share."""
+    from planner.placement import overlap
+    assert overlap.sm_share(overlap.NCCL_CHANNEL_SMS, 108) == pytest.approx(16 / 108)
+    assert overlap.sm_share(overlap.NCCL_CHANNEL_SMS, 132) == pytest.approx(K)
+    assert overlap.sm_share(16, None) == 0.0
+    assert overlap.USERBUFFERS.backward_reduce_scatter.comm_sms == overlap.NCCL_CHANNEL_SMS
+
+
+def test_zero3_traffic_beside_compute_slows_it_by_the_sm_share():
+    """ZeRO-3 with prefetch, dp 8 in one DGX: per micro-batch the stage takes
+    max(C + R + Ze + K (Z - Ze), Z): the first gather Ze runs alone, the rest of the gathers and
+    reduce-scatters (Z - Ze) beside the compute, which then runs on 1 - K of the SMs. Compute-bound
+    here (short sequences would be comm-bound: then the step is Z, as without the share)."""
+    import dataclasses
+    layout = Layout(dp=8, zero_stage=3, framework="deepspeed", seq_len=4096, global_batch_size=16)
+    cm = stt.stage_cost_model(SMALL, H100, layout)
+    assert cm.comm_sm_share == pytest.approx(K)
+    c = cm.counts(range(L), ("none",) * L)
+    v = {n: getattr(cm, n).value(0, c) for n in ("compute", "recompute", "state_edge", "state_traffic",
+                                                  "layer_comm", "state_exposed")}
+    busy = v["compute"] + v["recompute"] + v["state_edge"] + K * (v["state_traffic"] - v["state_edge"])
+    assert busy > v["state_traffic"]
+    assert cm.microbatch_s(0, c) == pytest.approx(v["layer_comm"] + v["state_exposed"] + busy, rel=1e-12)
+    free = dataclasses.replace(cm, comm_sm_share=0.0)
+    m = layout.num_microbatches
+    assert cm.stage_total(0, c) - free.stage_total(0, c) == pytest.approx(
+        m * K * (v["state_traffic"] - v["state_edge"]), rel=1e-6)
+    # the stage's parts add up to the total the search minimises
+    parts = cm.stage_parts(0, c)
+    assert parts[0] == pytest.approx(sum(parts[1:]), rel=1e-9)

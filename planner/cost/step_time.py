@@ -571,7 +571,8 @@ def _layer_comm(model: ModelSpec, cluster: ClusterSpec, layout: Layout, index: i
     - cp ring (phases attention.*): `_cp_ring_exposed`; cp all-to-all (phases forward /
       backward): exposed.
     The overlaps are priced independently against the compute they run beside (TP on the linear
-    GEMMs, EP on the whole layer), which assumes their links do not contend."""
+    GEMMs, EP on the whole layer), which assumes their links do not contend; the overlapped EP and
+    CP transfers are NCCL kernels holding SMs while they run (`_hidden_excess`)."""
     share = _sharing(layout, cluster, order)
     ov = overlap.resolve(layout)
     fwd_s = attn_fwd_s if fwd_s is None else fwd_s
@@ -593,8 +594,9 @@ def _layer_comm(model: ModelSpec, cluster: ClusterSpec, layout: Layout, index: i
         tp_f, tp_b = _tp_overlap_exposed(model, cluster, layout, index, share)
     else:
         tp_f, tp_b = t[("tp", "forward")], t[("tp", "backward")]
-    ep_f = max(0.0, t[("ep", "forward")] - 2 * fwd_s) if ep_hides else t[("ep", "forward")]
-    ep_b = max(0.0, t[("ep", "backward")] - fwd_s) if ep_hides else t[("ep", "backward")]
+    k_sm = overlap.sm_share(overlap.NCCL_CHANNEL_SMS, cluster.gpu.sm_count)
+    ep_f = _hidden_excess(t[("ep", "forward")], 2 * fwd_s, k_sm) if ep_hides else t[("ep", "forward")]
+    ep_b = _hidden_excess(t[("ep", "backward")], fwd_s, k_sm) if ep_hides else t[("ep", "backward")]
     cp_f, cp_b = _cp_ring_exposed(cp, cluster, layout.cp, attn_fwd_s)
     return [(tp_f + ep_f + t[("other", "forward")], tp_b + ep_b + t[("other", "backward")]),
             (cp_f, cp_b)]
@@ -661,7 +663,7 @@ def _tp_overlap_exposed(model: ModelSpec, cluster: ClusterSpec, layout: Layout, 
         return _call_time(c, share["tp"], cluster, message_bytes=size / split)
 
     def exposed(how: overlap.Pipelining, kind: str, phase: str, gemm: float) -> float:
-        r = sms / (sms - how.comm_sms) if sms and how.comm_sms else 1.0
+        r = 1.0 / (1.0 - overlap.sm_share(how.comm_sms, sms))
         if how.method == "ring":
             staging = (2 / tp if kind == "all_gather" else 1 + 1 / tp) * records[(kind, phase)] \
                 .message_bytes / hbm if scheme.staging_copies else 0.0
@@ -704,9 +706,12 @@ def _cp_ring_exposed(records, cluster: ClusterSpec, cp: int, attn_fwd_s: float) 
     (NVIDIA/TransformerEngine@d0067d0
     `transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py`
     AttnFuncWithCPAndKVP2P.forward l. 1698-1715: `req.wait()` then the next send, then the step's
-    attention), so each of the cp - 1 transfers shows max(0, transfer - one step's compute), its
+    attention), so each of the cp - 1 transfers shows its excess over one step's compute, its
     latency included; backward moves K/V and the dK/dV accumulator each step (two messages) under
-    the step's backward. A record of `comm.layer_collectives` carries the bytes of the whole ring
+    the step's backward, and holds `overlap.NCCL_CHANNEL_SMS` SMs while it runs (NCCL send/receive
+    spread over the communicator's p2p channels, at most its collective channels: NVIDIA/nccl@5067397
+    src/graph/paths.cc l. 980 `p2pnChannels = min(nChannels, ...)`, and an NVLink peer asks 2 per
+    link, l. 936), so each transfer shows `_hidden_excess`. A record of `comm.layer_collectives` carries the bytes of the whole ring
     (message = the sequence's K/V): one step sends message / cp, point-to-point inside the
     scale-up domain when the whole cp group sits in one, else over the network (the slowest hop
     paces every step)."""
@@ -717,9 +722,16 @@ def _cp_ring_exposed(records, cluster: ClusterSpec, cp: int, attn_fwd_s: float) 
         p2p = Collective(axis="cp", kind="p2p", count=1, message_bytes=c.message_bytes / cp,
                          group_size=2, axes=("cp",), phase=c.phase)
         step[c.phase] += c.count * _call_time(p2p, 2 if k >= c.group_size else 1, cluster)
-    one = attn_fwd_s / cp
-    return ((cp - 1) * max(0.0, step["attention.forward"] - one),
-            (cp - 1) * max(0.0, step["attention.backward"] - 2 * one))
+    one, k = attn_fwd_s / cp, overlap.sm_share(overlap.NCCL_CHANNEL_SMS, cluster.gpu.sm_count)
+    return ((cp - 1) * _hidden_excess(step["attention.forward"], one, k),
+            (cp - 1) * _hidden_excess(step["attention.backward"], 2 * one, k))
+
+
+def _hidden_excess(comm_s: float, compute_s: float, k: float) -> float:
+    """What a transfer of `comm_s` started beside `compute_s` of compute adds to it, s: max(k comm,
+    comm - compute), the compute running on 1 - k of the SMs while the NCCL kernel holds k of them
+    (`overlap.sm_share`: the two end at max(compute + k comm, comm))."""
+    return max(k * comm_s, comm_s - compute_s)
 
 
 def _call_time(c: Collective, k: int, cluster: ClusterSpec, message_bytes: float | None = None) -> float:
@@ -937,6 +949,13 @@ class AffinePiece:
                                          for a, x in zip(row, xs))
 
 
+def _beside(edge_s: float, comm_s: float, k: float) -> float:
+    """Time an overlapped collective of `comm_s` adds to the compute it runs beside: its `edge_s`
+    that nothing hides (a first gather the compute waits for, a last bucket after it) plus the
+    SM share k of the rest, which runs beside the compute (`overlap.sm_share`), s."""
+    return edge_s + k * (comm_s - edge_s)
+
+
 def _combine(*terms: tuple[float, AffinePiece]) -> AffinePiece:
     """sum_i w_i piece_i, again affine."""
     S, K, R = len(terms[0][1].const_s), len(terms[0][1].coef), len(RECOMPUTE_MODES)
@@ -952,13 +971,14 @@ class StageCostModel:
     piecewise-linear function of each stage's per-kind-per-mode layer counts c[k][r]. Every field
     is an `AffinePiece` (seconds per micro-batch unless stated); for stage s:
 
-        t_s     = X + Zx + max(Cmp + R + Ze, Z)     per-micro-batch stage time (comm exposed)
-        pipe_s  = (m + B_t) t_s + B_f F + P         `pipeline.pipeline_coefficients`
-        dp_s    = max(E - O, D) + max(G - F, Dg)    exposed DP/ZeRO sync: gradients, parameters
+        t_s     = X + Zx + max(Cmp + R + Ze + k (Z - Ze), Z)   per-micro-batch stage time
+        pipe_s  = (m + B_t) t_s + B_f F + P             `pipeline.pipeline_coefficients`
+        dp_s    = max(E - O, D + k (E - D)) + max(G - F, Dg + k (G - Dg))   exposed DP/ZeRO sync
         total_s = pipe_s + dp_s + Y + Zl + Opt + Off     step = max_s total_s
 
-    i.e. total_s = [A (X + Zx) + B_f F + Y + Zl + Opt + Off + P] + max(A (Cmp + R + Ze), A Z)
-    + max(E - O, D) + max(G - F, Dg) with
+    i.e. total_s = [A (X + Zx) + B_f F + Y + Zl + Opt + Off + P]
+    + max(A (Cmp + R + Ze + k (Z - Ze)), A Z) + max(E - O, D + k (E - D)) + max(G - F, Dg + k (G - Dg))
+    with
     A = m + B_t > 0: a sum of maxima of affine pieces with positive weights (`time_groups`), which an
     integer program represents exactly with one auxiliary variable per maximum under minimisation.
 
@@ -991,6 +1011,13 @@ class StageCostModel:
       optimizer: Zl, one layer's reduce-scatter per step (`_microbatch_edges`).
     The exposed ZeRO excess max(0, Z - Cmp - R) is not part of the window O: it occupies the same
     data-parallel links the sync needs.
+    - SMs held by overlapped collectives. Every overlapped data-parallel / ZeRO collective (Z, E, G)
+      is an NCCL kernel holding k = `overlap.NCCL_CHANNEL_SMS` / sm_count of the GPU while it runs,
+      so the compute beside it runs on 1 - k: compute C beside Z s of communication ends at
+      max(C + k Z, Z) (`overlap.sm_share`), the same SM share that slows a GEMM beside Transformer
+      Engine's userbuffers (`_tp_overlap_exposed`). The part that runs with no compute beside it
+      (Ze, D, Dg) takes nothing from it: a hidden sync lengthens its window by k (E - D)
+      (k (G - Dg)).
     """
 
     layer_kinds: tuple[int, ...]
@@ -1039,6 +1066,9 @@ class StageCostModel:
     """The model-state, pipeline and after-sync collectives the pieces price (`comm`)."""
     layer_records: tuple[tuple[Collective, ...], ...] = ()
     """[kind] in-layer collectives of one layer, one micro-batch (`comm.layer_collectives`)."""
+    comm_sm_share: float = 0.0
+    """k: fraction of the SMs an overlapped data-parallel / ZeRO collective (NCCL) holds while it
+    runs (`overlap.sm_share` of `overlap.NCCL_CHANNEL_SMS`)."""
 
     @property
     def num_kinds(self) -> int:
@@ -1062,10 +1092,14 @@ class StageCostModel:
                         (self.pipeline.bubble_per_forward, self.forward),
                         (1.0, self.optimizer), (1.0, self.offload), (1.0, self.after_sync),
                         (1.0, self.state_last_bucket), (1.0, p2p))
-        busy = _combine((a, self.compute), (a, self.recompute), (a, self.state_edge))
+        k = self.comm_sm_share
+        busy = _combine((a, self.compute), (a, self.recompute), (a * (1 - k), self.state_edge),
+                        (a * k, self.state_traffic))
         return ((base,), (busy, _combine((a, self.state_traffic),)),
-                (_combine((1.0, self.dp_sync), (-1.0, self.dp_window)), self.dp_last_bucket),
-                (_combine((1.0, self.param_sync), (-1.0, self.forward)), self.param_first_bucket))
+                (_combine((1.0, self.dp_sync), (-1.0, self.dp_window)),
+                 _combine((1 - k, self.dp_last_bucket), (k, self.dp_sync))),
+                (_combine((1.0, self.param_sync), (-1.0, self.forward)),
+                 _combine((1 - k, self.param_first_bucket), (k, self.param_sync))))
 
     def counts(self, layers: Sequence[int], modes: Sequence[str]) -> tuple[tuple[int, ...], ...]:
         """c[k][r] of a stage holding `layers` with per-layer `modes` (indexed by layer)."""
@@ -1084,12 +1118,13 @@ class StageCostModel:
             "forward", "compute", "recompute", "layer_comm", "state_traffic", "dp_sync",
             "dp_window", "dp_last_bucket", "optimizer", "offload", "after_sync", "state_exposed",
             "param_sync", "param_first_bucket", "state_edge", "state_last_bucket")}
-        busy = v["compute"] + v["recompute"]
-        comm = (v["layer_comm"] + v["state_exposed"]
-                + max(v["state_edge"], v["state_traffic"] - busy))
+        busy, k = v["compute"] + v["recompute"], self.comm_sm_share
+        comm = (v["layer_comm"] + v["state_exposed"] + max(
+            _beside(v["state_edge"], v["state_traffic"], k), v["state_traffic"] - busy))
         pipe = self.pipeline.time(v["forward"], busy + comm - v["forward"])
-        dp = (max(v["dp_sync"] - v["dp_window"], v["dp_last_bucket"])
-              + max(v["param_sync"] - v["forward"], v["param_first_bucket"]))
+        dp = (max(v["dp_sync"] - v["dp_window"], _beside(v["dp_last_bucket"], v["dp_sync"], k))
+              + max(v["param_sync"] - v["forward"],
+                    _beside(v["param_first_bucket"], v["param_sync"], k)))
         m = self.pipeline.slots
         return (self.stage_total(stage, counts), m * v["compute"],
                 m * comm + pipe.p2p_s + dp + v["offload"] + v["after_sync"] + v["state_last_bucket"],
@@ -1101,9 +1136,10 @@ class StageCostModel:
         `const_share` of its layer-independent part (a chunk's share of its stage), s."""
         def value(piece: AffinePiece) -> float:
             return piece.value(stage, counts) - (1 - const_share) * piece.const_s[stage]
-        busy = value(self.compute) + value(self.recompute) + value(self.state_edge)
-        return (value(self.layer_comm) + value(self.state_exposed)
-                + max(busy, value(self.state_traffic)))
+        z = value(self.state_traffic)
+        busy = (value(self.compute) + value(self.recompute)
+                + _beside(value(self.state_edge), z, self.comm_sm_share))
+        return value(self.layer_comm) + value(self.state_exposed) + max(busy, z)
 
     def stage_collectives(self, stage: int, counts) -> list[Collective]:
         """The collectives the pieces of `stage` with layer counts `counts` price, per step and
@@ -1248,6 +1284,7 @@ def _stage_cost_model(model, cluster, layout, order, schedule, flash) -> StageCo
         records=records,
         layer_records=tuple(tuple(comm.layer_collectives(
             model, layout, j, _ep_sharing(layout, cluster, order))) for j in reps),
+        comm_sm_share=overlap.sm_share(overlap.NCCL_CHANNEL_SMS, cluster.gpu.sm_count),
     )
 
 

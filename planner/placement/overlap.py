@@ -101,6 +101,39 @@ def tuned_dispatcher(layout: Layout, ep_gpus_per_domain: int) -> Layout:
     return layout.replace(moe_dispatcher="flex" if layout.ep > ep_gpus_per_domain else "alltoall")
 
 
+# ---------------------------------------------------------------- SMs communication takes from compute
+
+
+NCCL_CHANNEL_SMS = 16
+"""SMs one overlapped NCCL collective holds on a multi-node DGX (8 GPUs, 8 NICs): NCCL launches
+one CTA per channel (NVIDIA/nccl@5067397 src/enqueue.cc l. 1758 `dim3 grid = {nChannels, 1, 1}`),
+and each CTA holds its SM for the whole kernel, waiting on the network included. The ring search
+finds one channel per NIC (8; `ncclTopoCompute` in src/graph/search.cc, maxChannels MAXCHANNELS/2
+from src/init.cc l. 1177), not duplicated at the A100 / H100 inter-node speeds (`ncclTopoDupChannels`,
+search.cc l. 1036-1048: bwIntra < 25 GB/s, or sm80+ with < 50 GB/s and > 4 channels), then doubled
+once when rings are connected (src/graph/connect.cc l. 460 `nChannels * 2`): 16; the sm90 rule
+that doubles again applies only below 16 (connect.cc l. 480). The same 16 SMs Transformer Engine
+gives its userbuffers kernels (`USERBUFFERS` below)."""
+
+
+def sm_share(comm_sms: int, sm_count: int | None) -> float:
+    """Fraction k = comm_sms / sm_count of a GPU's SMs a communication kernel holds while it runs
+    (0 where the GPU's SM count is unknown). The compute beside it runs on the other 1 - k:
+
+    - a kernel holding SMs only while it runs (NCCL, `NCCL_CHANNEL_SMS`), beside compute of C s
+      (at the full GPU) for Z s of communication started together: the compute finishes at
+      C / (1 - k) when that is within Z, else at Z (1 - k) of work done plus the rest at full
+      speed: the two end at max(C + k Z, Z);
+    - a GEMM launched with an SM margin for its whole run (Transformer Engine's set_sm_margin):
+      it runs G / (1 - k).
+
+    Args:
+        comm_sms: SMs the communication kernel holds.
+        sm_count: SMs of the GPU (`GPUSpec.sm_count`), None if unknown.
+    """
+    return comm_sms / sm_count if sm_count else 0.0
+
+
 # ---------------------------------------------------------------- how TP comm overlap hides
 
 
