@@ -614,3 +614,53 @@ def test_vllm_attention_dp_emits_deepep_and_per_rank_sequences(tmp_path):
     assert words[words.index(vllm_flags.FLAG["dp"]) + 1] == "8"
     assert words[words.index(vllm_flags.FLAG["a2a"]) + 1] == vllm_flags.DEEPEP_DECODE
     assert int(words[words.index(vllm_flags.FLAG["max_num_seqs"]) + 1]) == -(-concurrency // 8)
+
+
+# ---------------------------------------------------------------- vLLM quantization and dtype (fresh-user review)
+
+_LLAMA_8B = {"hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32, "num_key_value_heads": 8,
+             "num_hidden_layers": 32, "vocab_size": 128256}
+
+
+@pytest.mark.parametrize("method", ["awq", "gptq", "awq_marlin", "gptq_marlin"])
+def test_vllm_prequantized_method_on_an_unquantized_checkpoint_fails(tmp_path, method):
+    """vLLM 0.33.0 get_quant_config (model_loader/weight_utils.py): AWQ / GPTQ read the checkpoint's
+    quantization parameters (config.json quantization_config, else quantize_config.json / quant_config.json);
+    without them it raises 'Cannot find the config file for <method>'. fp8 quantizes online: no finding."""
+    folder = _model_dir(tmp_path, **_LLAMA_8B)
+    result = check_launch_file(_file(tmp_path, f"vllm serve {folder} --quantization {method}\n"), cluster="dgx-h100",
+                               gpus=1)
+    assert "quantization_mismatch" in _rules(result)
+    assert f"Cannot find the config file for {method}" in result["violations"][0]["message"]
+    (folder / "quantize_config.json").write_text(json.dumps({"bits": 4, "group_size": 128}))  # an old GPTQ/AWQ layout
+    again = check_launch_file(_file(tmp_path, f"vllm serve {folder} --quantization {method}\n"), cluster="dgx-h100",
+                              gpus=1)
+    assert "quantization_mismatch" not in _rules(again)
+    fp8 = check_launch_file(_file(tmp_path, "vllm serve meta-llama/Llama-3.1-8B --quantization fp8\n"),
+                            cluster="dgx-h100", gpus=1)
+    assert "quantization_mismatch" not in _rules(fp8)
+
+
+@pytest.mark.parametrize("own, given, refused", [("awq", "gptq", True), ("gptq", "awq", True),
+                                                  ("awq", "awq_marlin", False), ("gptq", "gptq_marlin", False),
+                                                  ("awq", "awq", False)])
+def test_vllm_awq_checkpoint_with_gptq_flag_is_a_mismatch(tmp_path, own, given, refused):
+    """Both are int4 to the cost model, but vLLM 0.33.0 config/model.py _verify_quantization raises 'Quantization
+    method specified in the model config (awq) does not match ... (gptq)': auto_awq.py / auto_gptq.py claim a
+    checkpoint only for their own family of --quantization values."""
+    folder = _model_dir(tmp_path, **_LLAMA_8B, quantization_config={"quant_method": own, "bits": 4, "group_size": 128})
+    result = check_launch_file(_file(tmp_path, f"vllm serve {folder} --quantization {given}\n"), cluster="dgx-h100",
+                               gpus=1)
+    assert ("quantization_mismatch" in _rules(result)) is refused
+    if refused:
+        assert f"quant_method {own}" in result["violations"][0]["message"]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float"])
+def test_vllm_dtype_float32_is_not_costed_as_bf16(tmp_path, dtype):
+    """--dtype float32 doubles unquantized weights and the KV cache (4 bytes per element); the cost model has no
+    fp32: bad input saying so, never costed as bf16."""
+    proc = _planner("check", str(_file(tmp_path, f"vllm serve meta-llama/Llama-3.1-70B --tensor-parallel-size 8 "
+                                                 f"--dtype {dtype}\n")), "-c", "hgx-h200")
+    assert proc.returncode == 2 and "--dtype" in proc.stderr and "not modelled" in proc.stderr
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1

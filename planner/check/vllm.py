@@ -127,7 +127,7 @@ def launch(command: el.Command, spec: ModelSpec, hw: ClusterSpec, file: str) -> 
     ep_on = flags.get(f["ep"]) is True and f["ep_off"] not in flags
     findings = el.unknown_flags(command, v.ALL_FLAGS, "vLLM", v.VERSION)
     weights, mismatch = el.weight_format(command, f["quantization"], v.QUANTIZATION, spec, file, "vLLM")
-    findings += mismatch
+    findings += mismatch or _quantization_source(command, spec)
     if ep_on and not spec.is_moe:
         findings.append(Violation(rule="expert_parallel_unused", severity="warning",
                                   message=f"{f['ep']} on {spec.name}, which has no routed experts: no effect",
@@ -161,6 +161,58 @@ def launch(command: el.Command, spec: ModelSpec, hw: ClusterSpec, file: str) -> 
         findings=tuple(findings))
 
 
+CHECKPOINT_CONFIG_FILES = {"awq": ("quantize_config.json", "quant_config.json"),
+                           "awq_marlin": ("quantize_config.json", "quant_config.json"),
+                           "gptq": ("quantize_config.json",), "gptq_marlin": ("quantize_config.json",),
+                           "modelopt_fp4": ("hf_quant_config.json",)}
+"""--quantization methods that read the checkpoint's quantization parameters -> the files vLLM looks for when
+config.json has no quantization_config. Source: vLLM 0.33.0 (g4ba787ec9)
+`vllm/model_executor/model_loader/weight_utils.py` get_quant_config (config.json's quantization_config,
+else a file named by the method's get_config_filenames, else 'Cannot find the config file for <method>');
+`layers/quantization/auto_awq.py` AutoAWQConfig (awq, awq_marlin) and `auto_gptq.py` AutoGPTQConfig (gptq,
+gptq_marlin) get_config_filenames; `modelopt.py` hf_quant_config.json. fp8 and mxfp4 have no such files:
+on an unquantized checkpoint they quantize online."""
+METHOD_FAMILIES = {"awq": ("awq", "awq_marlin", "auto_awq", "marlin"), "gptq": ("gptq", "gptq_marlin", "auto_gptq",
+                                                                             "marlin")}
+"""A checkpoint's quant_method -> the --quantization values vLLM accepts for it. Source: vLLM 0.33.0
+`vllm/config/model.py` ModelConfig._verify_quantization (an override method claims the checkpoint only
+for these user values: `auto_awq.py` / `auto_gptq.py` override_quantization_method; any other value
+that differs from the checkpoint's quant_method raises 'Quantization method specified in the model
+config (awq) does not match the quantization method specified in the `quantization` argument (gptq)')."""
+
+
+def _quantization_source(command: el.Command, spec: ModelSpec) -> list[Violation]:
+    """Rule quantization_mismatch for what `el.weight_format` cannot see (both are int4 to the cost
+    model): an AWQ checkpoint given --quantization gptq or the reverse (METHOD_FAMILIES), and a method that
+    reads the checkpoint's quantization parameters on a checkpoint that has none (CHECKPOINT_CONFIG_FILES:
+    no quantization_config in config.json, and, for a local model directory, none of the method's files)."""
+    flag = v.FLAG["quantization"]
+    method = command.flags.get(flag)
+    own = spec.extra.get("checkpoint_quant_method")
+    if not isinstance(method, str):
+        return []
+    if own in METHOD_FAMILIES and method in v.QUANTIZATION and method not in METHOD_FAMILIES[own]:
+        return [Violation(rule="quantization_mismatch",
+                          message=f"{flag} {method} but {spec.name}'s checkpoint is quant_method {own} (config.json "
+                                  f"quantization_config): vLLM refuses the mismatch at start-up ('Quantization method "
+                                  f"specified in the model config ({own}) does not match ...'; {v.VERSION} "
+                                  f"config/model.py _verify_quantization)",
+                          fix=f"{flag} {own}, or remove {flag} (the checkpoint's method is read)")]
+    files = CHECKPOINT_CONFIG_FILES.get(method)
+    if own is not None or files is None:
+        return []
+    ref = model_ref(command)
+    if ref and Path(ref).is_dir() and any((Path(ref) / name).is_file() for name in files):
+        return []
+    return [Violation(rule="quantization_mismatch",
+                      message=f"{flag} {method} on {spec.name}, an unquantized checkpoint (no quantization_config, "
+                              f"no {' / '.join(files)}): vLLM fails at load ('Cannot find the config file for "
+                              f"{method}'; {v.VERSION} model_loader/weight_utils.py get_quant_config) -- {method} "
+                              f"loads pre-quantized weights, it does not quantize",
+                      fix=f"serve a checkpoint quantized with {method.split('_')[0].upper()}, or remove {flag} "
+                          f"(fp8 quantizes online)")]
+
+
 def _dtype_findings(command: el.Command, hw: ClusterSpec, weights: str, file: str) -> list[Violation]:
     """The dtype flag on a GPU without bf16 (its peak_tflops has none: V100). vLLM 0.33.0 refuses an explicit
     bfloat16 there (`vllm/platforms/cuda.py` CudaPlatform.check_if_supports_dtype: 'Bfloat16 is only
@@ -170,6 +222,12 @@ def _dtype_findings(command: el.Command, hw: ClusterSpec, weights: str, file: st
     CudaPlatform.supported_dtypes below 8.0), 2 bytes per element as bf16."""
     flag = v.FLAG["dtype"]
     dtype = el.choice(command, flag, v.DTYPES, file, "dtypes")
+    if dtype == "fp32":
+        raise SpecError(f"value {command.flags[flag]!r} not modelled: vLLM then holds unquantized weights and the "
+                        f"KV cache in 4 bytes per element, twice bf16, and the serving cost model has 2-byte and "
+                        f"quantized formats only; allowed: "
+                        f"{', '.join(k for k, d in v.DTYPES.items() if d != 'fp32')}",
+                        file=file, key=command.spelled.get(flag, flag))
     if "bf16" in hw.gpu.peak_tflops:
         return []
     half = next(k for k, d in v.DTYPES.items() if d == "fp16")
