@@ -25,6 +25,7 @@ import math
 import re
 import shlex
 from dataclasses import dataclass, field, replace
+from decimal import Decimal
 from pathlib import Path
 
 import yaml
@@ -83,6 +84,13 @@ class Launch:
     degrees: dict[str, int]
     """The degrees as the command gives them (flag -> value), for the world-size message."""
     findings: tuple[Violation, ...] = ()
+    kv_pool_bytes: int | None = None
+    """KV pool per GPU a flag sets outright, whatever the budget fraction (vLLM --kv-cache-memory-bytes)."""
+    kv_tokens_cap: int | None = None
+    """Tokens a flag caps each pool at (SGLang --max-total-tokens; the smaller of it and what fits)."""
+    fit_max_model_len: bool = False
+    """max_model_len asked as auto / -1 (vLLM): the model's length if one sequence of it fits, else the longest
+    the KV pool holds (`max_model_len` holds the model's length until `fitted`)."""
 
     @property
     def world(self) -> int:
@@ -241,6 +249,36 @@ def integer(command: Command, flag: str, default: int | None, file: str, low: in
         raise SpecError(f"value {value!r} must be an integer >= {low} (a literal, not a shell variable)",
                         file=file, key=command.spelled.get(flag, flag))
     return int(value)
+
+
+def human_integer(command: Command, flag: str, default: int | None, file: str, suffixes: dict[str, tuple[int, bool]],
+                  *, auto: bool = False, exact: bool = False) -> int | None:
+    """A flag the engine parses as a human-readable integer >= 1: digits, or a number and one of `suffixes`
+    (suffix -> (multiplier, decimals allowed); each engine's table, in its reader), `default` when absent;
+    with `auto`, -1 for 'auto' / '-1' (any case of auto). A decimal number times its multiplier is truncated
+    as float arithmetic does (vLLM: int(float(number) * mult)), or, with `exact`, as decimal arithmetic does
+    (SGLang: int(Decimal(number) * mult)).
+
+    Raises:
+        SpecError: anything else, naming the spellings the engine takes."""
+    value = command.flags.get(flag)
+    if value is None:
+        return default
+    text = str(value).strip() if value is not True else ""
+    if auto and (text == "-1" or text.lower() == "auto"):
+        return -1
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)([A-Za-z]*)", text)
+    if match and (match[2] in suffixes or (not match[2] and "." not in match[1])):
+        number, (scale, decimals) = match[1], suffixes.get(match[2], (1, False))
+        if "." not in number or decimals:
+            result = (int((Decimal(number) if exact else float(number)) * scale) if "." in number
+                      else int(number) * scale)
+            if result >= 1:
+                return result
+    examples = ", ".join(f"8{k} = {8 * m:,}" for k, (m, _) in suffixes.items() if m in (10**3, 2**10))
+    raise SpecError(f"value {value!r} must be an integer >= 1{', auto or -1' if auto else ''}, or a number with "
+                    f"one of the suffixes {' '.join(suffixes)} ({examples}; a literal, not a shell variable)",
+                    file=file, key=command.spelled.get(flag, flag))
 
 
 def fraction(command: Command, flag: str, default: float, file: str) -> float:
@@ -437,9 +475,50 @@ def _with(launch: Launch, inst: sv.Instance) -> Launch:
 
 
 def _memory(spec: ModelSpec, hw: ClusterSpec, launch: Launch) -> sv.ServingMemory:
-    return sv.serving_memory(spec, launch.inst, capacity=hw.gpu.memory_bytes, weight_format=launch.weight_format,
+    return _pool_set_by_flag(spec, launch, _budget_memory(spec, hw.gpu.memory_bytes, launch))
+
+
+def _budget_memory(spec: ModelSpec, capacity: int, launch: Launch) -> sv.ServingMemory:
+    """Memory under the engine's budget rule alone (no flag setting the pool)."""
+    return sv.serving_memory(spec, launch.inst, capacity=capacity, weight_format=launch.weight_format,
                              kv_dtype=launch.kv_dtype, engine=launch.engine, fraction=launch.fraction,
                              max_num_batched_tokens=launch.max_num_batched_tokens)
+
+
+def _pool_set_by_flag(spec: ModelSpec, launch: Launch, mem: sv.ServingMemory) -> sv.ServingMemory:
+    """The KV pool as a flag sets it: `Launch.kv_pool_bytes` replaces the budget rule's pool (vLLM 0.33.0
+    `vllm/v1/worker/gpu_worker.py` determine_available_memory returns kv_cache_memory_bytes as it is, 'This does
+    not respect the gpu_memory_utilization config'; `vllm/config/cache.py` CacheConfig.kv_cache_memory_bytes:
+    'Size of KV Cache per GPU in bytes'); `Launch.kv_tokens_cap` caps each pool's tokens (SGLang 0.5.23
+    `srt/mem_cache/kv_cache_configurator.py` _apply_token_constraints: min(profiled capacity, max_total_tokens),
+    per scheduler, i.e. per attention-DP group)."""
+    pool = mem.kv_cache if launch.kv_pool_bytes is None else launch.kv_pool_bytes
+    if launch.kv_tokens_cap is not None and mem.kv_bytes_per_token:
+        window = mem.kv_window_bytes if spec.sliding_window else 0
+        pool = min(pool, int(launch.kv_tokens_cap * mem.kv_bytes_per_token + window))
+    if pool == mem.kv_cache:
+        return mem
+    tokens = int(max(pool, 0) // mem.kv_bytes_per_token) * launch.inst.adp if mem.kv_bytes_per_token else 0
+    return replace(mem, kv_cache=pool, kv_tokens=tokens)
+
+
+def fitted(spec: ModelSpec, hw: ClusterSpec, launch: Launch) -> tuple[Launch, list[str]]:
+    """(the launch with max_model_len auto resolved, a note saying what it became): vLLM 0.33.0 auto / -1
+    'Automatically choose the maximum model length that fits in GPU memory. This will use the model's maximum
+    context length if it fits, otherwise it will find the largest length that can be accommodated'
+    (`vllm/config/model.py` ModelConfig.max_model_len; `_get_and_verify_max_len` takes the derived length
+    first)."""
+    if not launch.fit_max_model_len:
+        return launch, []
+    mem = _memory(spec, hw, launch)
+    longest = min(sv.pool_context(mem, spec), spec.max_position_embeddings)
+    if mem.kv_cache <= 0 or longest <= 0:
+        return launch, []   # no pool: memory_exceeds says so
+    flag = launch.flag["max_model_len"]
+    why = ("the model's max_position_embeddings fits" if longest == spec.max_position_embeddings
+           else f"the longest sequence the {mem.kv_cache / GIB:.2f} GiB KV pool per GPU holds")
+    return (replace(launch, max_model_len=longest, fit_max_model_len=False),
+            [f"{flag} auto: {launch.engine} fits it to {longest:,} tokens ({why})"])
 
 
 def _memory_findings(spec: ModelSpec, hw: ClusterSpec, launch: Launch, mem: sv.ServingMemory,
@@ -467,6 +546,8 @@ def _memory_findings(spec: ModelSpec, hw: ClusterSpec, launch: Launch, mem: sv.S
     else:
         pool_text = (f"{f['fraction']} {launch.fraction:g} x {cap:.2f} GiB = {budget:.2f} GiB (a fraction of "
                      f"TOTAL GPU memory, not of what is free) - {terms}")
+    set_text, set_findings = _pool_flag_text(spec, launch, mem)
+    pool_text, out = set_text or pool_text, out + set_findings
     if mem.kv_cache <= 0:
         out.append(Violation(rule="memory_exceeds",
                              message=f"no KV pool: {pool_text} = {mem.kv_cache / GIB:.2f} GiB per GPU", fix=relief))
@@ -488,6 +569,37 @@ def _memory_findings(spec: ModelSpec, hw: ClusterSpec, launch: Launch, mem: sv.S
                         f"at full length at once (the rest wait or are preempted)",
                 fix=f"{f['max_num_seqs']} {max(fit, 1)}, or more GPUs per instance"))
     return out
+
+
+def _pool_source(spec: ModelSpec, launch: Launch, mem: sv.ServingMemory) -> str | None:
+    """The flag that set the KV pool, as the command gives it (None: the budget rule did)."""
+    if mem.kv_cache == _budget_memory(spec, mem.capacity, launch).kv_cache:
+        return None
+    flag = launch.flag["kv_pool_bytes" if launch.kv_pool_bytes is not None else "kv_tokens_cap"]
+    value = launch.kv_pool_bytes if launch.kv_pool_bytes is not None else launch.kv_tokens_cap
+    return f"{flag} {value:,}"
+
+
+def _pool_flag_text(spec: ModelSpec, launch: Launch, mem: sv.ServingMemory) -> tuple[str | None, list[Violation]]:
+    """(how a flag set the pool, for the messages, or None; rule memory_exceeds when vLLM's set pool does not fit
+    beside the weights, activation peak and reserve: the allocation fails at start-up)."""
+    f = launch.flag
+    if launch.kv_pool_bytes is not None:
+        room = mem.capacity - mem.weights - mem.activations - mem.reserve
+        out = [] if launch.kv_pool_bytes <= room else [Violation(
+            rule="memory_exceeds",
+            message=f"{f['kv_pool_bytes']} {launch.kv_pool_bytes:,} B ({launch.kv_pool_bytes / GIB:.2f} GiB) of KV cache "
+                    f"per GPU, but {mem.capacity / GIB:.2f} GiB - weights {mem.weights / GIB:.2f} - activation peak "
+                    f"{mem.activations / GIB:.2f} - reserve {mem.reserve / GIB:.2f} leaves {room / GIB:.2f} GiB",
+            fix=f"{f['kv_pool_bytes']} {max(int(room), 0) // 2**20}M or less")]
+        return (f"{f['kv_pool_bytes']} {launch.kv_pool_bytes / GIB:.2f} GiB per GPU (set outright: "
+                f"{launch.engine} ignores {f['fraction']} then)"), out
+    if launch.kv_tokens_cap is not None:
+        budget = _budget_memory(spec, mem.capacity, launch).kv_cache
+        if budget > mem.kv_cache:
+            return (f"{f['kv_tokens_cap']} {launch.kv_tokens_cap:,} tokens x {mem.kv_bytes_per_token:,.0f} B/token "
+                    f"(the cap binds: {f['fraction']} {launch.fraction:g} would give {budget / GIB:.2f} GiB)"), []
+    return None, []
 
 
 def _format_findings(spec: ModelSpec, hw: ClusterSpec, launch: Launch, quant_flag: str) -> list[Violation]:
@@ -527,6 +639,8 @@ def evaluate(file: str, kind: str, spec: ModelSpec, hw: ClusterSpec, gpus: int, 
     violations: list[tuple[int, Violation]] = []
     rows, warnings = [], list(notes or [])
     for launch in launches:
+        launch, note = fitted(spec, hw, launch)
+        warnings += note
         room = min(gpus, launch.visible_gpus or gpus)
         shape = _shape_findings(spec, launch)
         if shape and not shape[0].fix:
@@ -550,7 +664,8 @@ def evaluate(file: str, kind: str, spec: ModelSpec, hw: ClusterSpec, gpus: int, 
             row["recomputed"] = {
                 "memory_bytes": {"weights": mem.weights, "activations": mem.activations, "kv_cache": mem.kv_cache,
                                  "reserve": mem.reserve, "capacity": mem.capacity},
-                "budget_fraction": launch.fraction, "kv_bytes_per_token": mem.kv_bytes_per_token,
+                "budget_fraction": launch.fraction, "kv_pool_set_by": _pool_source(spec, launch, mem),
+                "kv_bytes_per_token": mem.kv_bytes_per_token,
                 "kv_tokens": mem.kv_tokens, "longest_context": sv.longest_context(mem, spec, launch.max_model_len),
                 "longest_context_bound": sv.context_bound(mem, spec, launch.max_model_len),
                 "max_model_len": launch.max_model_len,
@@ -595,6 +710,8 @@ def _relief(spec: ModelSpec, hw: ClusterSpec, room: int, launch: Launch, mem: sv
     """What makes one sequence of max_model_len fit: the budget fraction it needs (when <= 0.98 and,
     for SGLang, the headroom still holds the activations), or a layout of the GPUs that fits."""
     need = mem.sequence_bytes(launch.max_model_len, spec.sliding_window)
+    if launch.kv_pool_bytes is not None:  # the flag sets the pool: it is the knob
+        return f"{launch.flag['kv_pool_bytes']} {math.ceil(need / 2**20)}M or more"
     static = mem.weights + (sv.NON_TORCH_BYTES if launch.engine == "sglang" else mem.activations + mem.reserve)
     wanted = math.ceil((static + need) / mem.capacity * 100) / 100
     parts = []

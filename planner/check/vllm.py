@@ -106,6 +106,15 @@ def model_ref(command: el.Command) -> str | None:
     return value if isinstance(value, str) else None
 
 
+HUMAN_INT = {**{k: (10**e, True) for k, e in (("k", 3), ("m", 6), ("g", 9), ("t", 12))},
+             **{k: (2**e, False) for k, e in (("K", 10), ("M", 20), ("G", 30), ("T", 40))}}
+"""Suffixes of the integer flags vLLM parses human-readably (suffix -> multiplier, decimals allowed): lower case
+decimal ('1k' = 1,000, '25.6k' = 25,600), upper case binary ('1K' = 1,024; no decimals). Source: vLLM 0.33.0
+(g4ba787ec9) `vllm/utils/argparse_utils.py` human_readable_int / human_readable_int_or_auto ('-1' or 'auto': fit
+max_model_len to memory); `vllm/engine/arg_utils.py` EngineArgs.add_cli_args: max_model_len takes
+human_readable_int_or_auto; max_num_batched_tokens, kv_cache_memory_bytes (and others) human_readable_int."""
+
+
 def _instance_seqs(seqs: int | None, dp: int, spec: ModelSpec) -> int | None:
     """The running sequences a command allows its instance: the max-num-seqs cap applies per data-parallel
     rank (vLLM 0.33.0 vllm/config/scheduler.py), and an MoE model's dp ranks form one instance
@@ -147,12 +156,16 @@ def launch(command: el.Command, spec: ModelSpec, hw: ClusterSpec, file: str) -> 
     else:
         inst, replicas = sv.Instance(tp=tp, pp=pp), dp
     batched, seqs = v.default_batch(hw.gpu.memory_gib, hw.gpu.name)
+    max_model_len = el.human_integer(command, f["max_model_len"], spec.max_position_embeddings, file, HUMAN_INT,
+                                     auto=True)
     return el.Launch(
         engine=v.ENGINE, line=command.line, inst=inst, replicas=replicas,
         fraction=el.fraction(command, f["fraction"], v.DEFAULT_FRACTION, file),
-        max_model_len=el.integer(command, f["max_model_len"], spec.max_position_embeddings, file),
+        max_model_len=spec.max_position_embeddings if max_model_len == -1 else max_model_len,
+        fit_max_model_len=max_model_len == -1,
         max_num_seqs=_instance_seqs(el.integer(command, f["max_num_seqs"], None, file), dp, spec),
-        max_num_batched_tokens=el.integer(command, f["max_num_batched_tokens"], batched, file),
+        max_num_batched_tokens=el.human_integer(command, f["max_num_batched_tokens"], batched, file, HUMAN_INT),
+        kv_pool_bytes=el.human_integer(command, f["kv_pool_bytes"], None, file, HUMAN_INT),
         weight_format=weights,
         kv_dtype=el.choice(command, f["kv_dtype"], v.KV_DTYPES, file, "KV-cache dtypes") or "bf16",
         visible_gpus=el.visible_gpus(command, file), nnodes=nnodes, node_rank=node_rank,
