@@ -749,3 +749,45 @@ def test_vllm_max_model_len_auto_fits_the_pool(tmp_path, value):
     assert small["verdict"] == "pass" and rec["kv_bytes_per_token"] == 163840
     assert rec["max_model_len"] == rec["memory_bytes"]["kv_cache"] // 163840 < 131072
     assert any("fits it to" in w for w in small["warnings"])
+
+
+# ---------------------------------------------------------------- scripts: missing values, variables, shared machine
+
+def test_value_flag_without_its_value_says_expected_one_argument(tmp_path):
+    """argparse exits 'argument --tensor-parallel-size: expected one argument' when the next word is a flag."""
+    proc = _planner("check", str(_file(tmp_path, "vllm serve meta-llama/Llama-3.1-70B --tensor-parallel-size "
+                                                 "--max-model-len 8192\n")), "-c", "hgx-h200")
+    assert proc.returncode == 2 and "--tensor-parallel-size: expected one argument" in proc.stderr, proc.stderr
+    assert "True" not in proc.stderr
+
+
+def test_shell_variables_of_the_script_are_expanded(tmp_path):
+    """`MODEL=...; TP=8` then `vllm serve $MODEL --tensor-parallel-size $TP`: expanded as bash does (the Megatron
+    reader's expansion, planner.check.shell): tp 8, context 8k = 8,000, ${SEQS:-64} its default 64."""
+    text = ("MODEL=meta-llama/Llama-3.1-70B; TP=8\nexport LEN=8k\n"
+            "vllm serve $MODEL --tensor-parallel-size $TP --max-model-len ${LEN} --max-num-seqs ${SEQS:-64}\n")
+    result = check_launch_file(_file(tmp_path, text), cluster="hgx-h200")
+    row = result["launches"][0]
+    assert result["verdict"] == "pass" and row["parallelism"]["tp"] == 8 and row["line"] == 3
+    assert row["recomputed"]["max_model_len"] == 8000
+    unset = _planner("check", str(_file(tmp_path, "vllm serve meta-llama/Llama-3.1-70B -tp $TP\n", "unset.sh")),
+                     "-c", "hgx-h200")
+    assert unset.returncode == 2 and "'$TP'" in unset.stderr
+
+
+def test_two_servers_on_one_port_or_the_same_gpus_fail(tmp_path):
+    """Two servers without --port both listen on vLLM's 8000 (entrypoints/common/cli_args.py) and, without
+    CUDA_VISIBLE_DEVICES, both start on GPU 0; the second fails at start-up."""
+    both = check_launch_file(_file(tmp_path, "vllm serve meta-llama/Llama-3.1-8B &\nvllm serve meta-llama/Llama-3.1-8B "
+                                             "&\nwait\n"), cluster="dgx-h100")
+    assert sorted(_rules(both)) == ["gpus_shared", "port_in_use"]
+    assert [v["line"] for v in both["violations"]] == [2, 2]
+    overlap = check_launch_file(_file(tmp_path, "CUDA_VISIBLE_DEVICES=0,1 vllm serve meta-llama/Llama-3.1-8B -tp 2 "
+                                                "--port 8000 &\nCUDA_VISIBLE_DEVICES=1,2 vllm serve "
+                                                "meta-llama/Llama-3.1-8B -tp 2 --port 8001 &\n"), cluster="dgx-h100")
+    assert _rules(overlap) == ["gpus_shared"] and "GPU(s) 1" in overlap["violations"][0]["message"]
+    apart = check_launch_file(_file(tmp_path, "CUDA_VISIBLE_DEVICES=0,1 python -m sglang.launch_server --model-path "
+                                              "meta-llama/Llama-3.1-8B --tp-size 2 &\nCUDA_VISIBLE_DEVICES=2,3 python -m "
+                                              "sglang.launch_server --model-path meta-llama/Llama-3.1-8B --tp-size 2 "
+                                              "--port 30001 &\n"), cluster="dgx-h100")
+    assert apart["verdict"] == "pass"   # SGLang's default port is 30000 (srt/arg_groups/fields/serving.py)

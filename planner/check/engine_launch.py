@@ -30,6 +30,8 @@ from pathlib import Path
 
 import yaml
 
+from planner.check import shell
+
 from planner.cost import serving as sv
 from planner.errors import PlannerError, SpecError
 from planner.placement.rules import Violation
@@ -166,37 +168,73 @@ def split_commands(text: str, file: str, launchers, aliases: dict[str, str],
     Raises:
         SpecError: a shell syntax error (exit 2).
     """
-    out = []
+    out, variables = [], {}
     for line, code in logical_lines(text):
         try:
             words = shlex.split(code, comments=True)
         except ValueError as exc:
             raise SpecError(f"shell syntax error: {exc}", file=file, key=f"line {line}") from None
-        at = find_launcher(words, launchers)
-        if at is None:
-            continue
-        env = dict(w.split("=", 1) for w in words[:at] if re.fullmatch(r"[A-Za-z_]\w*=.*", w))
-        flags, spelled, positional = {}, {}, []
-        i = at
-        while i < len(words):
-            word = words[i]
-            i += 1
-            if not word.startswith("-") or word == "-":
-                positional.append(word)
-                continue
-            name, eq, value = word.partition("=")
-            if underscores and name.startswith("--"):
-                name = "--" + name[2:].replace("_", "-")
-            canonical = option(name, known, aliases)
-            if not eq:
-                if canonical in switches or i >= len(words) or words[i].startswith("--"):
-                    value = True
-                else:
-                    value, i = words[i], i + 1
-            flags[canonical] = value
-            spelled[canonical] = name
-        out.append(Command(line=line, env=env, positional=positional, flags=flags, spelled=spelled))
+        for segment in _segments(words):
+            command = _command(segment, variables, line, launchers, aliases, switches, underscores, known)
+            if command is not None:
+                out.append(command)
     return out
+
+
+_SEPARATORS = (";", "&&", "||", "&", "|")
+"""Words that end one shell command and start the next on the same line."""
+
+
+def _segments(words: list[str]) -> list[list[str]]:
+    """The commands of one line's words, split at `_SEPARATORS` (a word ending in `;` ends its command)."""
+    out: list[list[str]] = [[]]
+    for word in words:
+        if word in _SEPARATORS:
+            out.append([])
+        elif word.endswith(";") and len(word) > 1:
+            out[-1].append(word[:-1])
+            out.append([])
+        else:
+            out[-1].append(word)
+    return [segment for segment in out if segment]
+
+
+def _command(segment: list[str], variables: dict[str, str], line: int, launchers, aliases: dict[str, str],
+             switches: frozenset[str], underscores: bool, known: frozenset[str]) -> Command | None:
+    """One shell command's Command, its `$VAR` words expanded from the script's earlier assignments
+    (`planner.check.shell`, as the Megatron reader does); a command of assignments only (`export` or not)
+    sets them and is None, as is any command that starts no engine."""
+    names = segment[1:] if segment[0] == "export" else segment
+    if all(shell.ASSIGN.match(w) for w in names):
+        for word in names:
+            name, value = shell.ASSIGN.match(word).groups()
+            variables[name] = shell.substitute(value, variables)
+        return None
+    words = [f for raw in segment for f in shell.fields(shell.substitute(raw, variables), raw)]
+    at = find_launcher(words, launchers)
+    if at is None:
+        return None
+    env = dict(w.split("=", 1) for w in words[:at] if re.fullmatch(r"[A-Za-z_]\w*=.*", w))
+    flags, spelled, positional = {}, {}, []
+    i = at
+    while i < len(words):
+        word = words[i]
+        i += 1
+        if not word.startswith("-") or word == "-":
+            positional.append(word)
+            continue
+        name, eq, value = word.partition("=")
+        if underscores and name.startswith("--"):
+            name = "--" + name[2:].replace("_", "-")
+        canonical = option(name, known, aliases)
+        if not eq:
+            if canonical in switches or i >= len(words) or words[i].startswith("--"):
+                value = True
+            else:
+                value, i = words[i], i + 1
+        flags[canonical] = value
+        spelled[canonical] = name
+    return Command(line=line, env=env, positional=positional, flags=flags, spelled=spelled)
 
 
 def unknown_flags(command: Command, known: frozenset[str], engine: str, version: str) -> list[Violation]:
@@ -236,16 +274,29 @@ def rendezvous(command: Command, nnodes: int, flag: str, value: str) -> list[Vio
                       fix=f"{flag} {value} (node rank 0's address) on every node")]
 
 
+def argument(command: Command, flag: str, file: str):
+    """A value flag's value (None when absent).
+
+    Raises:
+        SpecError: the flag is given without its value (the next word is a flag, or the line ends): the
+            engine's argparse parser exits 'argument FLAG: expected one argument'."""
+    value = command.flags.get(flag)
+    if value is True:
+        raise SpecError(f"expected one argument (the engine's argument parser exits on {flag} without its value; "
+                        f"the next word is a flag or the command ends)", file=file, key=command.spelled.get(flag, flag))
+    return value
+
+
 def integer(command: Command, flag: str, default: int | None, file: str, low: int = 1) -> int | None:
     """A flag's integer value (argparse `type=int`), or `default` when absent.
 
     Raises:
         SpecError: not an integer >= low (the engine's parser or config exits on it).
     """
-    value = command.flags.get(flag)
+    value = argument(command, flag, file)
     if value is None:
         return default
-    if value is True or not re.fullmatch(r"-?\d+", str(value)) or int(value) < low:
+    if not re.fullmatch(r"-?\d+", str(value)) or int(value) < low:
         raise SpecError(f"value {value!r} must be an integer >= {low} (a literal, not a shell variable)",
                         file=file, key=command.spelled.get(flag, flag))
     return int(value)
@@ -261,10 +312,10 @@ def human_integer(command: Command, flag: str, default: int | None, file: str, s
 
     Raises:
         SpecError: anything else, naming the spellings the engine takes."""
-    value = command.flags.get(flag)
+    value = argument(command, flag, file)
     if value is None:
         return default
-    text = str(value).strip() if value is not True else ""
+    text = str(value).strip()
     if auto and (text == "-1" or text.lower() == "auto"):
         return -1
     match = re.fullmatch(r"(\d+(?:\.\d+)?)([A-Za-z]*)", text)
@@ -283,7 +334,7 @@ def human_integer(command: Command, flag: str, default: int | None, file: str, s
 
 def fraction(command: Command, flag: str, default: float, file: str) -> float:
     """A budget fraction in (0, 1]."""
-    value = command.flags.get(flag)
+    value = argument(command, flag, file)
     if value is None:
         return default
     try:
@@ -302,7 +353,7 @@ def choice(command: Command, flag: str, table: dict, file: str, what: str):
     Raises:
         SpecError: a value the planner does not model, naming those it does.
     """
-    value = command.flags.get(flag)
+    value = argument(command, flag, file)
     if value is None:
         return None
     if value not in table:

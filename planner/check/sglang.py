@@ -57,6 +57,10 @@ Source: SGLang 0.5.23 `srt/utils/common.py` human_readable_int; `srt/arg_groups/
 context_length and `fields/schedule.py` max_total_tokens take it (type_parser=human_readable_int)."""
 
 
+DEFAULT_PORT = 30000
+"""The HTTP server's port when --port is absent. Source: SGLang 0.5.23 `srt/arg_groups/fields/serving.py` port."""
+
+
 def launch(command: el.Command, spec: ModelSpec, hw: ClusterSpec, file: str) -> el.Launch:
     """The Launch of one SGLang command (module docstring), with SGLang's own findings: DP attention
     (deprecated spelling, with replicas, dividing tp), the expert-parallel size against its

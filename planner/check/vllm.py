@@ -122,6 +122,10 @@ def _instance_seqs(seqs: int | None, dp: int, spec: ModelSpec) -> int | None:
     return seqs * dp if seqs is not None and spec.is_moe else seqs
 
 
+DEFAULT_PORT = 8000
+"""The HTTP server's port when --port is absent. Source: vLLM 0.33.0 `vllm/entrypoints/common/cli_args.py` FrontendArgs.port."""
+
+
 def launch(command: el.Command, spec: ModelSpec, hw: ClusterSpec, file: str) -> el.Launch:
     """The Launch of one vLLM command (module docstring).
 
