@@ -841,7 +841,7 @@ def show_serve_validation(data: dict, fmt: str) -> None:
 
 
 def _pool_basis(row: dict) -> str:
-    """What set an engine launch's KV pool: a flag (vLLM --kv-cache-memory-bytes, SGLang --max-total-tokens) or
+    """What set an engine launch's KV pool: a flag (vLLM kv_cache_memory_bytes, SGLang max_total_tokens) or
     the engine's budget fraction of the GPU's capacity."""
     rec = row["recomputed"]
     return rec.get("kv_pool_set_by") or (f"{row['engine']} budget {rec['budget_fraction']:g} x "

@@ -145,7 +145,8 @@ def _set(section, key, value):
 
 @pytest.mark.parametrize("section,key,value,allowed", [
     ("request", "tpot_ms", "fast", "a finite number >= 0.001"),
-    ("plan", "concurrency", "lots", "an integer in [1, 1,000,000]"),
+    ("plan", "concurrency", "lots", "an integer in [1,"),
+    ("request", "concurrency", 2_000_000, "an integer in [1, 1,000,000]"),   # serve-plan --concurrency's bound
     ("request", "input_len", "4000", "an integer in [1, 16,777,216]"),    # a quoted number (2**24, MAX_SEQ_LEN)
     ("request", "gpus", "8", "an integer in [1, 4,194,304]"),             # 2**22, MAX_GPUS
     ("request", "gpus", -8, "an integer in [1,"),

@@ -108,7 +108,7 @@ def one_machine(commands: list[el.Command], launches: list[el.Launch], reader, g
     """(line, finding) for servers of one file that would share a port or GPUs (the second fails at start-up:
     its HTTP server cannot bind the port, or its KV pool finds the memory taken). Servers are the commands
     that start an API server (node rank 0 of a multi-node instance; later nodes run workers only). The port
-    is --port or the engine's default (`reader.DEFAULT_PORT`): rule port_in_use. GPUs are those
+    is the port flag or the engine's default (`reader.DEFAULT_PORT`): rule port_in_use. GPUs are those
     CUDA_VISIBLE_DEVICES lists, else the first ones of the node: rule gpus_shared, only when the file's
     servers together fit on one node (a file of several nodes' commands, as `serve-plan --emit` writes
     them, lists the same device numbers on each node)."""

@@ -87,9 +87,9 @@ class Launch:
     """The degrees as the command gives them (flag -> value), for the world-size message."""
     findings: tuple[Violation, ...] = ()
     kv_pool_bytes: int | None = None
-    """KV pool per GPU a flag sets outright, whatever the budget fraction (vLLM --kv-cache-memory-bytes)."""
+    """KV pool per GPU a flag sets outright, whatever the budget fraction (vLLM kv_cache_memory_bytes)."""
     kv_tokens_cap: int | None = None
-    """Tokens a flag caps each pool at (SGLang --max-total-tokens; the smaller of it and what fits)."""
+    """Tokens a flag caps each pool at (SGLang max_total_tokens; the smaller of it and what fits)."""
     fit_max_model_len: bool = False
     """max_model_len asked as auto / -1 (vLLM): the model's length if one sequence of it fits, else the longest
     the KV pool holds (`max_model_len` holds the model's length until `fitted`)."""

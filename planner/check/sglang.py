@@ -58,7 +58,7 @@ context_length and `fields/schedule.py` max_total_tokens take it (type_parser=hu
 
 
 DEFAULT_PORT = 30000
-"""The HTTP server's port when --port is absent. Source: SGLang 0.5.23 `srt/arg_groups/fields/serving.py` port."""
+"""The HTTP server's port when its port flag is absent. Source: SGLang 0.5.23 `srt/arg_groups/fields/serving.py` port."""
 
 
 def launch(command: el.Command, spec: ModelSpec, hw: ClusterSpec, file: str) -> el.Launch:

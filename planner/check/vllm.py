@@ -123,7 +123,7 @@ def _instance_seqs(seqs: int | None, dp: int, spec: ModelSpec) -> int | None:
 
 
 DEFAULT_PORT = 8000
-"""The HTTP server's port when --port is absent. Source: vLLM 0.33.0 `vllm/entrypoints/common/cli_args.py` FrontendArgs.port."""
+"""The HTTP server's port when its port flag is absent. Source: vLLM 0.33.0 `vllm/entrypoints/common/cli_args.py` FrontendArgs.port."""
 
 
 def launch(command: el.Command, spec: ModelSpec, hw: ClusterSpec, file: str) -> el.Launch:
@@ -182,7 +182,7 @@ CHECKPOINT_CONFIG_FILES = {"awq": ("quantize_config.json", "quant_config.json"),
                            "awq_marlin": ("quantize_config.json", "quant_config.json"),
                            "gptq": ("quantize_config.json",), "gptq_marlin": ("quantize_config.json",),
                            "modelopt_fp4": ("hf_quant_config.json",)}
-"""--quantization methods that read the checkpoint's quantization parameters -> the files vLLM looks for when
+"""Quantization methods (the quantization flag) that read the checkpoint's quantization parameters -> the files vLLM looks for when
 config.json has no quantization_config. Source: vLLM 0.33.0 (g4ba787ec9)
 `vllm/model_executor/model_loader/weight_utils.py` get_quant_config (config.json's quantization_config,
 else a file named by the method's get_config_filenames, else 'Cannot find the config file for <method>');
@@ -191,7 +191,7 @@ gptq_marlin) get_config_filenames; `modelopt.py` hf_quant_config.json. fp8 and m
 on an unquantized checkpoint they quantize online."""
 METHOD_FAMILIES = {"awq": ("awq", "awq_marlin", "auto_awq", "marlin"), "gptq": ("gptq", "gptq_marlin", "auto_gptq",
                                                                              "marlin")}
-"""A checkpoint's quant_method -> the --quantization values vLLM accepts for it. Source: vLLM 0.33.0
+"""A checkpoint's quant_method -> the quantization flag values vLLM accepts for it. Source: vLLM 0.33.0
 `vllm/config/model.py` ModelConfig._verify_quantization (an override method claims the checkpoint only
 for these user values: `auto_awq.py` / `auto_gptq.py` override_quantization_method; any other value
 that differs from the checkpoint's quant_method raises 'Quantization method specified in the model
@@ -200,7 +200,7 @@ config (awq) does not match the quantization method specified in the `quantizati
 
 def _quantization_source(command: el.Command, spec: ModelSpec) -> list[Violation]:
     """Rule quantization_mismatch for what `el.weight_format` cannot see (both are int4 to the cost
-    model): an AWQ checkpoint given --quantization gptq or the reverse (METHOD_FAMILIES), and a method that
+    model): an AWQ checkpoint given the method gptq or the reverse (METHOD_FAMILIES), and a method that
     reads the checkpoint's quantization parameters on a checkpoint that has none (CHECKPOINT_CONFIG_FILES:
     no quantization_config in config.json, and, for a local model directory, none of the method's files)."""
     flag = v.FLAG["quantization"]
