@@ -760,7 +760,8 @@ def check_cmd(
             path = stdin if given == "-" else given
             try:
                 if serving_plan.is_serving_plan(path):
-                    data = serving_plan.check_serving_plan(path)
+                    data = serving_plan.check_serving_plan(path, model=model, cluster=cluster, gpus=gpus,
+                                                             seq_len=seq_len)
                 elif engine_file.reader_of(path) is not None:
                     if recompute is not None:
                         raise SpecError("--recompute is for DeepSpeed configs; an engine launch serves, it "

@@ -844,6 +844,14 @@ def show_serve_validation(data: dict, fmt: str) -> None:
                              ([name, m["n"], m["ttft_mape"], m["tpot_mape"]] for name, m in data["by"][key].items())))
 
 
+def _pool_basis(row: dict) -> str:
+    """What set an engine launch's KV pool: a flag (vLLM kv_cache_memory_bytes, SGLang max_total_tokens) or
+    the engine's budget fraction of the GPU's capacity."""
+    rec = row["recomputed"]
+    return rec.get("kv_pool_set_by") or (f"{row['engine']} budget {rec['budget_fraction']:g} x "
+                                         f"{gib(rec['memory_bytes']['capacity'])} GiB")
+
+
 def show_serve_check(data: dict, fmt: str) -> None:
     """`planner check` of a serving plan file (planner.check.serving_plan): verdict, recomputed numbers, findings."""
     if fmt != "table":
@@ -1017,8 +1025,8 @@ def show_engine_check(data: dict, fmt: str) -> None:
         if rec:
             mem = rec["memory_bytes"]
             head += (f"; per GPU: weights {gib(mem['weights'])} GiB, activation peak {gib(mem['activations'])}, "
-                     f"reserve {gib(mem['reserve'])}, KV pool {gib(mem['kv_cache'])} ({row['engine']} budget "
-                     f"{rec['budget_fraction']:g} x {gib(mem['capacity'])} GiB): {rec['kv_tokens']:,} tokens, "
+                     f"reserve {gib(mem['reserve'])}, KV pool {gib(mem['kv_cache'])} ({_pool_basis(row)}): "
+                     f"{rec['kv_tokens']:,} tokens, "
                      f"longest context {_longest(rec)}, {rec['max_concurrency']:,} sequences of "
                      f"{rec['max_model_len']:,}")
         console.print(Text(head))

@@ -829,3 +829,180 @@ def test_vllm_attention_dp_emits_deepep_and_per_rank_sequences(tmp_path):
     assert words[words.index(vllm_flags.FLAG["dp"]) + 1] == "8"
     assert words[words.index(vllm_flags.FLAG["a2a"]) + 1] == vllm_flags.DEEPEP_DECODE
     assert int(words[words.index(vllm_flags.FLAG["max_num_seqs"]) + 1]) == -(-concurrency // 8)
+
+
+# ---------------------------------------------------------------- vLLM quantization and dtype (fresh-user review)
+
+_LLAMA_8B = {"hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32, "num_key_value_heads": 8,
+             "num_hidden_layers": 32, "vocab_size": 128256}
+
+
+@pytest.mark.parametrize("method", ["awq", "gptq", "awq_marlin", "gptq_marlin"])
+def test_vllm_prequantized_method_on_an_unquantized_checkpoint_fails(tmp_path, method):
+    """vLLM 0.33.0 get_quant_config (model_loader/weight_utils.py): AWQ / GPTQ read the checkpoint's
+    quantization parameters (config.json quantization_config, else quantize_config.json / quant_config.json);
+    without them it raises 'Cannot find the config file for <method>'. fp8 quantizes online: no finding."""
+    folder = _model_dir(tmp_path, **_LLAMA_8B)
+    result = check_launch_file(_file(tmp_path, f"vllm serve {folder} --quantization {method}\n"), cluster="dgx-h100",
+                               gpus=1)
+    assert "quantization_mismatch" in _rules(result)
+    assert f"Cannot find the config file for {method}" in result["violations"][0]["message"]
+    (folder / "quantize_config.json").write_text(json.dumps({"bits": 4, "group_size": 128}))  # an old GPTQ/AWQ layout
+    again = check_launch_file(_file(tmp_path, f"vllm serve {folder} --quantization {method}\n"), cluster="dgx-h100",
+                              gpus=1)
+    assert "quantization_mismatch" not in _rules(again)
+    fp8 = check_launch_file(_file(tmp_path, "vllm serve meta-llama/Llama-3.1-8B --quantization fp8\n"),
+                            cluster="dgx-h100", gpus=1)
+    assert "quantization_mismatch" not in _rules(fp8)
+
+
+@pytest.mark.parametrize("own, given, refused", [("awq", "gptq", True), ("gptq", "awq", True),
+                                                  ("awq", "awq_marlin", False), ("gptq", "gptq_marlin", False),
+                                                  ("awq", "awq", False)])
+def test_vllm_awq_checkpoint_with_gptq_flag_is_a_mismatch(tmp_path, own, given, refused):
+    """Both are int4 to the cost model, but vLLM 0.33.0 config/model.py _verify_quantization raises 'Quantization
+    method specified in the model config (awq) does not match ... (gptq)': auto_awq.py / auto_gptq.py claim a
+    checkpoint only for their own family of --quantization values."""
+    folder = _model_dir(tmp_path, **_LLAMA_8B, quantization_config={"quant_method": own, "bits": 4, "group_size": 128})
+    result = check_launch_file(_file(tmp_path, f"vllm serve {folder} --quantization {given}\n"), cluster="dgx-h100",
+                               gpus=1)
+    assert ("quantization_mismatch" in _rules(result)) is refused
+    if refused:
+        assert f"quant_method {own}" in result["violations"][0]["message"]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float"])
+def test_vllm_dtype_float32_is_not_costed_as_bf16(tmp_path, dtype):
+    """--dtype float32 doubles unquantized weights and the KV cache (4 bytes per element); the cost model has no
+    fp32: bad input saying so, never costed as bf16."""
+    proc = _planner("check", str(_file(tmp_path, f"vllm serve meta-llama/Llama-3.1-70B --tensor-parallel-size 8 "
+                                                 f"--dtype {dtype}\n")), "-c", "hgx-h200")
+    assert proc.returncode == 2 and "--dtype" in proc.stderr and "not modelled" in proc.stderr
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+# ---------------------------------------------------------------- flags that set the KV pool; human-readable integers
+
+def test_vllm_kv_cache_memory_bytes_is_the_pool_and_fails_a_long_context(tmp_path):
+    """vLLM 0.33.0 gpu_worker.py determine_available_memory: kv_cache_memory_bytes is the KV pool per GPU as
+    given, gpu_memory_utilization ignored. 1G = 2**30 B (argparse_utils.py human_readable_int: upper case
+    binary). llama-3.1-70b tp8: 80 layers x 2 (K, V) x 1 KV head per GPU (8 / 8) x 128 x 2 B = 40,960 B/token;
+    131,072 tokens need 131,072 x 40,960 B = 5 GiB > 1 GiB; the pool holds 2**30 / 40,960 = 26,214 tokens."""
+    path = _file(tmp_path, "vllm serve meta-llama/Llama-3.1-70B --tensor-parallel-size 8 --max-model-len 131072 "
+                           "--kv-cache-memory-bytes 1G\n")
+    result = check_launch_file(path, cluster="hgx-h200")
+    rec = result["launches"][0]["recomputed"]
+    assert rec["memory_bytes"]["kv_cache"] == 2**30 and rec["kv_bytes_per_token"] == 40960
+    assert rec["kv_tokens"] == 26214 and rec["kv_pool_set_by"] == "--kv-cache-memory-bytes 1,073,741,824"
+    assert _rules(result) == ["kv_pool_too_small"]
+    message = result["violations"][0]["message"]
+    assert "needs 5.00 GiB" in message and "holds 26,214 tokens" in message
+    assert result["violations"][0]["fix"].startswith("--max-model-len 26214; or --kv-cache-memory-bytes 5120M")
+    fits = check_launch_file(_file(tmp_path, "vllm serve meta-llama/Llama-3.1-70B --tensor-parallel-size 8 "
+                                             "--max-model-len 8192 --kv-cache-memory-bytes 1G\n"), cluster="hgx-h200")
+    assert fits["verdict"] == "pass"
+
+
+def test_vllm_kv_cache_memory_bytes_beyond_the_free_memory_fails(tmp_path):
+    """200 GiB of KV cache on a 141 GB H200 (140.40 GiB): it cannot be allocated beside the weights."""
+    result = check_launch_file(_file(tmp_path, "vllm serve meta-llama/Llama-3.1-70B --tensor-parallel-size 8 "
+                                               "--max-model-len 8192 --kv-cache-memory-bytes 200G\n"),
+                               cluster="hgx-h200")
+    assert _rules(result) == ["memory_exceeds"] and "214,748,364,800 B (200.00 GiB)" in result["violations"][0]["message"]
+
+
+def test_sglang_max_total_tokens_caps_the_pool(tmp_path):
+    """SGLang 0.5.23 kv_cache_configurator.py _apply_token_constraints: min(profiled capacity, max_total_tokens).
+    1,000 tokens x 40,960 B/token (70B tp8, as above) = 40,960,000 B; --context-length 8Ki = 8,192 (IEC suffix,
+    common.py human_readable_int) does not fit in 1,000 tokens."""
+    path = _file(tmp_path, "python -m sglang.launch_server --model-path meta-llama/Llama-3.1-70B --tp-size 8 "
+                           "--context-length 8Ki --max-total-tokens 1000\n")
+    result = check_launch_file(path, cluster="hgx-h200")
+    rec = result["launches"][0]["recomputed"]
+    assert rec["memory_bytes"]["kv_cache"] == 1000 * 40960 and rec["kv_tokens"] == 1000
+    assert rec["max_model_len"] == 8192 and _rules(result) == ["kv_pool_too_small"]
+    loose = check_launch_file(_file(tmp_path, "python -m sglang.launch_server --model-path meta-llama/Llama-3.1-70B "
+                                              "--tp-size 8 --max-total-tokens 100M\n"), cluster="hgx-h200")
+    assert loose["launches"][0]["recomputed"]["kv_pool_set_by"] is None  # above what fits: the profiled pool
+
+
+@pytest.mark.parametrize("engine, value, expected", [
+    ("vllm", "8k", 8000), ("vllm", "32K", 32768), ("vllm", "25.6k", 25600), ("vllm", "8192", 8192),
+    ("sglang", "8k", 8000), ("sglang", "8Ki", 8192), ("sglang", "25.6k", 25600)])
+def test_human_readable_max_model_len(tmp_path, engine, value, expected):
+    """vLLM 0.33.0 argparse_utils.py human_readable_int: k = 10**3, K = 2**10; SGLang 0.5.23 common.py
+    human_readable_int: k = 10**3, Ki = 2**10 (case-sensitive)."""
+    text = (f"vllm serve meta-llama/Llama-3.1-8B --max-model-len {value}\n" if engine == "vllm" else
+            f"python -m sglang.launch_server --model-path meta-llama/Llama-3.1-8B --context-length {value}\n")
+    result = check_launch_file(_file(tmp_path, text), cluster="dgx-h100", gpus=1)
+    assert result["launches"][0]["recomputed"]["max_model_len"] == expected
+
+
+@pytest.mark.parametrize("engine, value", [("vllm", "1.5K"), ("vllm", "8x"), ("vllm", "0"), ("sglang", "8K"),
+                                           ("sglang", "auto"), ("sglang", "8m")])
+def test_human_readable_integers_the_engine_refuses_are_bad_input(tmp_path, engine, value):
+    """Decimals with binary suffixes, unknown or wrong-case suffixes (SGLang has no K or m), auto outside vLLM's
+    max_model_len: the engine's parser exits on them."""
+    text = (f"vllm serve meta-llama/Llama-3.1-8B --max-model-len {value}\n" if engine == "vllm" else
+            f"python -m sglang.launch_server --model-path meta-llama/Llama-3.1-8B --context-length {value}\n")
+    proc = _planner("check", str(_file(tmp_path, text)), "-c", "dgx-h100", "--gpus", "1")
+    assert proc.returncode == 2 and "suffixes" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("value", ["auto", "-1", "AUTO"])
+def test_vllm_max_model_len_auto_fits_the_pool(tmp_path, value):
+    """auto / -1: the model's length if one sequence fits, else the longest the KV pool holds (vLLM 0.33.0
+    config/model.py max_model_len). 70B bf16 on 8 H200: 131,072 fits. On 2 H100 (tp2) the pool of 0.92 x 79.65 GiB
+    minus ~65.7 GiB of weights holds far fewer: auto resolves to what it holds, by hand pool // bytes per token
+    (80 x 2 x 4 KV heads per GPU x 128 x 2 B = 163,840 B/token), and passes."""
+    big = check_launch_file(_file(tmp_path, f"vllm serve meta-llama/Llama-3.1-70B -tp 8 --max-model-len {value}\n"),
+                            cluster="hgx-h200")
+    assert big["verdict"] == "pass" and big["launches"][0]["recomputed"]["max_model_len"] == 131072
+    small = check_launch_file(_file(tmp_path, f"vllm serve meta-llama/Llama-3.1-70B -tp 2 --max-model-len {value}\n"),
+                              cluster="dgx-h100")
+    rec = small["launches"][0]["recomputed"]
+    assert small["verdict"] == "pass" and rec["kv_bytes_per_token"] == 163840
+    assert rec["max_model_len"] == rec["memory_bytes"]["kv_cache"] // 163840 < 131072
+    assert any("fits it to" in w for w in small["warnings"])
+
+
+# ---------------------------------------------------------------- scripts: missing values, variables, shared machine
+
+def test_value_flag_without_its_value_says_expected_one_argument(tmp_path):
+    """argparse exits 'argument --tensor-parallel-size: expected one argument' when the next word is a flag."""
+    proc = _planner("check", str(_file(tmp_path, "vllm serve meta-llama/Llama-3.1-70B --tensor-parallel-size "
+                                                 "--max-model-len 8192\n")), "-c", "hgx-h200")
+    assert proc.returncode == 2 and "--tensor-parallel-size: expected one argument" in proc.stderr, proc.stderr
+    assert "True" not in proc.stderr
+
+
+def test_shell_variables_of_the_script_are_expanded(tmp_path):
+    """`MODEL=...; TP=8` then `vllm serve $MODEL --tensor-parallel-size $TP`: expanded as bash does (the Megatron
+    reader's expansion, planner.check.shell): tp 8, context 8k = 8,000, ${SEQS:-64} its default 64."""
+    text = ("MODEL=meta-llama/Llama-3.1-70B; TP=8\nexport LEN=8k\n"
+            "vllm serve $MODEL --tensor-parallel-size $TP --max-model-len ${LEN} --max-num-seqs ${SEQS:-64}\n")
+    result = check_launch_file(_file(tmp_path, text), cluster="hgx-h200")
+    row = result["launches"][0]
+    assert result["verdict"] == "pass" and row["parallelism"]["tp"] == 8 and row["line"] == 3
+    assert row["recomputed"]["max_model_len"] == 8000
+    unset = _planner("check", str(_file(tmp_path, "vllm serve meta-llama/Llama-3.1-70B -tp $TP\n", "unset.sh")),
+                     "-c", "hgx-h200")
+    assert unset.returncode == 2 and "'$TP'" in unset.stderr
+
+
+def test_two_servers_on_one_port_or_the_same_gpus_fail(tmp_path):
+    """Two servers without --port both listen on vLLM's 8000 (entrypoints/common/cli_args.py) and, without
+    CUDA_VISIBLE_DEVICES, both start on GPU 0; the second fails at start-up."""
+    both = check_launch_file(_file(tmp_path, "vllm serve meta-llama/Llama-3.1-8B &\nvllm serve meta-llama/Llama-3.1-8B "
+                                             "&\nwait\n"), cluster="dgx-h100")
+    assert sorted(_rules(both)) == ["gpus_shared", "port_in_use"]
+    assert [v["line"] for v in both["violations"]] == [2, 2]
+    overlap = check_launch_file(_file(tmp_path, "CUDA_VISIBLE_DEVICES=0,1 vllm serve meta-llama/Llama-3.1-8B -tp 2 "
+                                                "--port 8000 &\nCUDA_VISIBLE_DEVICES=1,2 vllm serve "
+                                                "meta-llama/Llama-3.1-8B -tp 2 --port 8001 &\n"), cluster="dgx-h100")
+    assert _rules(overlap) == ["gpus_shared"] and "GPU(s) 1" in overlap["violations"][0]["message"]
+    apart = check_launch_file(_file(tmp_path, "CUDA_VISIBLE_DEVICES=0,1 python -m sglang.launch_server --model-path "
+                                              "meta-llama/Llama-3.1-8B --tp-size 2 &\nCUDA_VISIBLE_DEVICES=2,3 python -m "
+                                              "sglang.launch_server --model-path meta-llama/Llama-3.1-8B --tp-size 2 "
+                                              "--port 30001 &\n"), cluster="dgx-h100")
+    assert apart["verdict"] == "pass"   # SGLang's default port is 30000 (srt/arg_groups/fields/serving.py)

@@ -115,3 +115,168 @@ def test_model_path_is_looked_up_beside_the_plan_file(tmp_path):
     assert yaml.safe_load(plan.read_text())["request"]["model"] == "tiny"
     checked = _planner("check", str(plan))   # run from the repository root, not from `folder`
     assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+# ---------------------------------------------------------------- schema, refused input, options (fresh-user review)
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+from budget import examples  # noqa: E402
+from planner.check.serving_plan import check_serving_plan  # noqa: E402
+from planner.errors import PlannerError, SpecError  # noqa: E402
+
+
+def _rewritten(written, tmp_path, change, name="agg") -> Path:
+    data = yaml.safe_load(written[name].read_text())
+    change(data)
+    path = tmp_path / f"edited-{name}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def _set(section, key, value):
+    def change(d):
+        node = d
+        for part in section.split("."):
+            node = node[int(part)] if part.isdigit() else node[part]
+        node[key] = value
+    return change
+
+
+@pytest.mark.parametrize("section,key,value,allowed", [
+    ("request", "tpot_ms", "fast", "a finite number >= 0.001"),
+    ("plan", "concurrency", "lots", "an integer in [1,"),
+    ("request", "concurrency", 2_000_000, "an integer in [1, 1,000,000]"),   # serve-plan --concurrency's bound
+    ("request", "input_len", "4000", "an integer in [1, 16,777,216]"),    # a quoted number (2**24, MAX_SEQ_LEN)
+    ("request", "gpus", "8", "an integer in [1, 4,194,304]"),             # 2**22, MAX_GPUS
+    ("request", "gpus", -8, "an integer in [1,"),
+    ("request", "ttft_ms", -1, "a finite number >= 0.001"),
+    ("request", "ttft_ms", float("nan"), "a finite number"),
+    ("request", "input_len", -4000, "an integer in [1,"),
+    ("plan", "concurrency", 0, "an integer in [1,"),
+    ("request", "mem_fraction", 5, "a finite number >= 0.05 and <= 1"),  # serve-plan --mem-fraction's range
+    ("request", "max_num_batched_tokens", -5, "an integer in [1,"),
+    ("request", "disaggregated", "yes please", "true or false"),
+    ("request", "gpus", True, "an integer"),                              # a boolean is no GPU count
+    ("plan.parallelism", "tp", 4.0, "an integer"),
+])
+def test_wrong_type_or_range_is_one_line_of_bad_input(written, tmp_path, section, key, value, allowed):
+    """Every value is checked up front (fresh-user review: a quoted number or a word crashed with a TypeError,
+    a negative GPU count or SLO failed as a rule, exit 1, instead of bad input)."""
+    path = _rewritten(written, tmp_path, _set(section, key, value))
+    with pytest.raises(SpecError) as err:
+        check_serving_plan(str(path))
+    assert err.value.key == f"{section}.{key}" and allowed in err.value.message and repr(value) in err.value.message
+
+
+def test_wrong_type_from_the_command_line_exits_2_in_one_line(written, tmp_path):
+    proc = _planner("check", str(_rewritten(written, tmp_path, _set("request", "tpot_ms", "fast"))))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "request.tpot_ms" in proc.stderr and "'fast'" in proc.stderr
+
+
+def test_unknown_request_key_names_the_close_one(written, tmp_path):
+    path = _rewritten(written, tmp_path, lambda d: d["request"].update(tpot_m=50))
+    with pytest.raises(SpecError, match="did you mean 'tpot_ms'"):
+        check_serving_plan(str(path))
+
+
+def test_input_serve_plan_refuses_is_refused(written, tmp_path):
+    """max_model_len below input + output (2,000 + 300 = 2,300; serve-plan: bad input), and a context beyond
+    llama-3.1-8b's max_position_embeddings 131,072 (its config.json)."""
+    with pytest.raises(SpecError, match="shorter than input_len 2000 \\+ output_len 300 = 2300"):
+        check_serving_plan(str(_rewritten(written, tmp_path, _set("request", "max_model_len", 1000))))
+    with pytest.raises(SpecError, match="= 200300 tokens"):
+        check_serving_plan(str(_rewritten(written, tmp_path, _set("request", "input_len", 200_000))))
+
+    def beyond(d):
+        d["request"].update(input_len=200_000, max_model_len=200_300)
+    with pytest.raises(SpecError, match="max_position_embeddings 131072"):
+        check_serving_plan(str(_rewritten(written, tmp_path, beyond)))
+
+
+def test_disaggregated_flag_must_match_the_plans_workers(written, tmp_path):
+    with pytest.raises(SpecError) as err:
+        check_serving_plan(str(_rewritten(written, tmp_path, _set("request", "disaggregated", True))))
+    assert err.value.key == "request.disaggregated"
+    with pytest.raises(SpecError):
+        check_serving_plan(str(_rewritten(written, tmp_path, _set("request", "disaggregated", False), "disagg")))
+
+
+def test_mix_edited_alone_is_refused_and_its_gpus_counted(written, tmp_path):
+    """deployment.mix replicas 2 of tp4 (8 GPUs) on a 4-GPU request, plan.parallelism left at 1 replica:
+    the check read only the plan (fresh-user review). Now both rules say so."""
+    data = yaml.safe_load(written["agg"].read_text())
+    assert data["plan"]["parallelism"]["tp"] * data["plan"]["parallelism"]["pp"] == 4  # the fixture's shape
+    result = check_serving_plan(str(_rewritten(written, tmp_path, _set("deployment.mix.0.parallelism", "replicas", 2))))
+    rules = {v["rule"]: v["message"] for v in result["violations"]}
+    assert result["verdict"] == "fail" and "plan_deployment" in rules
+    assert "uses 8 GPUs, the request allows 4" in rules["gpus"]
+
+
+@pytest.mark.parametrize("name", ["agg", "disagg"])
+def test_request_rate_the_deployment_does_not_carry_fails(written, tmp_path, name):
+    """request_rate above what the deployment carries. Aggregated: Little's law on the file's own predicted
+    latencies, concurrency / (TTFT + (output_len - 1) x TPOT) x replicas (hand arithmetic here); 5 % above
+    fails, 5 % below passes. Disaggregated: the file's deployment rate."""
+    data = yaml.safe_load(written[name].read_text())
+    plan = data["plan"]
+    if name == "agg":
+        carried = plan["concurrency"] / ((plan["ttft_ms"] + 299 * plan["tpot_ms"]) / 1e3) * plan["parallelism"]["replicas"]
+    else:
+        carried = data["deployment"]["requests_per_s"]
+    high = check_serving_plan(str(_rewritten(written, tmp_path, _set("request", "request_rate", carried * 1.05), name)))
+    assert [v["rule"] for v in high["violations"]] == ["request_rate"]
+    low = check_serving_plan(str(_rewritten(written, tmp_path, _set("request", "request_rate", carried * 0.95), name)))
+    assert low["verdict"] == "pass", low["violations"]
+
+
+@pytest.mark.parametrize("option,value", [("model", "llama-3.1-70b"), ("cluster", "hgx-h200"), ("gpus", 8),
+                                          ("seq_len", 4096)])
+def test_options_contradicting_the_file_fail_plan_options(written, option, value):
+    """As for a training plan file: `check sp.yaml --gpus 8` on a 4-GPU file fails rule plan_options;
+    the file's own values pass (a CI hook gives one set of options to every file)."""
+    result = check_serving_plan(str(written["agg"]), **{option: value})
+    assert [v["rule"] for v in result["violations"]] == ["plan_options"]
+    own = {"model": "llama-3.1-8b", "cluster": "dgx-h100", "gpus": 4, "seq_len": 2300}[option]
+    assert check_serving_plan(str(written["agg"]), **{option: own})["verdict"] == "pass"
+
+
+def _leaves(node, path=()):
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield from _leaves(v, (*path, k))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from _leaves(v, (*path, i))
+    elif isinstance(node, (int, float)):   # bool included
+        yield path
+
+
+_BAD = st.one_of(st.sampled_from(["fast", "4000", "", "1e3", "yes"]), st.just(float("nan")), st.just(float("inf")),
+                 st.integers(max_value=-1), st.floats(max_value=-1e-9, allow_nan=False),
+                 st.lists(st.integers(1, 8), max_size=2), st.dictionaries(st.just("a"), st.integers(), max_size=1))
+
+
+@settings(max_examples=examples(40))
+@given(data=st.data())
+def test_any_numeric_or_boolean_field_mutated_to_a_wrong_value_never_crashes(written, tmp_path_factory, data):
+    """Mutate one to three numeric or boolean fields of a written serving plan file (aggregated or
+    disaggregated) to a wrong type or a negative / non-finite value: the check reports bad input (exit 2) or a
+    failing rule (exit 1), never passes and never raises anything else."""
+    name = data.draw(st.sampled_from(["agg", "disagg"]))
+    doc = yaml.safe_load(written[name].read_text())
+    paths = sorted(_leaves(doc), key=str)
+    for path in data.draw(st.lists(st.sampled_from(paths), min_size=1, max_size=3, unique=True)):
+        node = doc
+        for part in path[:-1]:
+            node = node[part]
+        node[path[-1]] = data.draw(_BAD)
+    file = tmp_path_factory.mktemp("mutated") / "plan.yaml"
+    file.write_text(yaml.safe_dump(doc))
+    try:
+        result = check_serving_plan(str(file))
+    except PlannerError as exc:
+        assert exc.exit_code in (1, 2)
+        return
+    assert result["verdict"] == "fail", result

@@ -19,6 +19,7 @@ from planner.check import engine_router
 from planner.check import lines as line_index
 from planner.check import sglang, vllm
 from planner.errors import SpecError
+from planner.placement.rules import Violation
 from planner.specs import files
 
 READERS = (vllm, sglang)
@@ -89,6 +90,10 @@ def check_launch_file(path: str | Path, *, model: str | None = None, cluster: st
                               "line": line} for line, v in found]
     if any(v.severity == "error" for _, v in found):
         result["verdict"] = "fail"
+    clashes = [{"rule": v.rule, "severity": v.severity, "message": v.message, "fix": v.fix, "line": line}
+               for line, v in one_machine(commands, launches, reader, hw.gpus_per_node, file)]
+    result["violations"] += clashes
+    result["verdict"] = "fail" if clashes else result["verdict"]
     _point_at_flags(result, text, sorted({c.line for c in commands} | {r["line"] for r in rows}))
     return result
 
@@ -106,3 +111,43 @@ def _point_at_flags(result: dict, text: str, starts: list[int]) -> None:
             violation["line"] = start + found - 1
 
 
+
+
+def one_machine(commands: list[el.Command], launches: list[el.Launch], reader, gpus_per_node: int,
+                file: str) -> list[tuple[int, Violation]]:
+    """(line, finding) for servers of one file that would share a port or GPUs (the second fails at start-up:
+    its HTTP server cannot bind the port, or its KV pool finds the memory taken). Servers are the commands
+    that start an API server (node rank 0 of a multi-node instance; later nodes run workers only). The port
+    is the port flag or the engine's default (`reader.DEFAULT_PORT`): rule port_in_use. GPUs are those
+    CUDA_VISIBLE_DEVICES lists, else the first ones of the node: rule gpus_shared, only when the file's
+    servers together fit on one node (a file of several nodes' commands, as `serve-plan --emit` writes
+    them, lists the same device numbers on each node)."""
+    flag, out = reader.VOCABULARY.FLAG["port"], []
+    servers = [(c, l) for c, l in zip(commands, launches) if l.node_rank == 0]
+    ports: dict[int, int] = {}
+    for command, launch in servers:
+        port = el.integer(command, flag, reader.DEFAULT_PORT, file)
+        if port in ports:
+            out.append((command.line, Violation(
+                rule="port_in_use", message=f"the server of line {command.line} listens on port {port}, as does "
+                                            f"line {ports[port]}: the second fails to bind it at start-up",
+                fix=f"{flag} {max(ports) + 1} (a port of its own)")))
+        ports.setdefault(port, command.line)
+    if sum(launch.here or launch.world for _, launch in servers) > gpus_per_node:
+        return out
+    taken: dict[str, int] = {}
+    for command, launch in servers:
+        listed = command.env.get(el.VISIBLE)
+        devices = ([d.strip() for d in listed.split(",") if d.strip()] if listed is not None
+                   else [str(i) for i in range(launch.here or launch.world)])
+        shared = sorted({d for d in devices if d in taken}, key=str)
+        if shared:
+            out.append((command.line, Violation(
+                rule="gpus_shared",
+                message=f"the server of line {command.line} runs on GPU(s) {','.join(shared)}, as does line "
+                        f"{taken[shared[0]]} ({el.VISIBLE} {listed if listed is not None else 'unset: the first GPUs'}); "
+                        f"the servers of this file fit on one node, where the second finds the memory taken",
+                fix=f"give each server its own GPUs in {el.VISIBLE}")))
+        for d in devices:
+            taken.setdefault(d, command.line)
+    return out

@@ -25,9 +25,12 @@ import math
 import re
 import shlex
 from dataclasses import dataclass, field, replace
+from decimal import Decimal
 from pathlib import Path
 
 import yaml
+
+from planner.check import shell
 
 from planner.cost import serving as sv
 from planner.errors import PlannerError, SpecError
@@ -83,6 +86,13 @@ class Launch:
     degrees: dict[str, int]
     """The degrees as the command gives them (flag -> value), for the world-size message."""
     findings: tuple[Violation, ...] = ()
+    kv_pool_bytes: int | None = None
+    """KV pool per GPU a flag sets outright, whatever the budget fraction (vLLM kv_cache_memory_bytes)."""
+    kv_tokens_cap: int | None = None
+    """Tokens a flag caps each pool at (SGLang max_total_tokens; the smaller of it and what fits)."""
+    fit_max_model_len: bool = False
+    """max_model_len asked as auto / -1 (vLLM): the model's length if one sequence of it fits, else the longest
+    the KV pool holds (`max_model_len` holds the model's length until `fitted`)."""
 
     @property
     def world(self) -> int:
@@ -159,37 +169,73 @@ def split_commands(text: str, file: str, launchers, aliases: dict[str, str],
     Raises:
         SpecError: a shell syntax error (exit 2).
     """
-    out = []
+    out, variables = [], {}
     for line, code in logical_lines(text):
         try:
             words = shlex.split(code, comments=True)
         except ValueError as exc:
             raise SpecError(f"shell syntax error: {exc}", file=file, key=f"line {line}") from None
-        at = find_launcher(words, launchers)
-        if at is None:
-            continue
-        env = dict(w.split("=", 1) for w in words[:at] if re.fullmatch(r"[A-Za-z_]\w*=.*", w))
-        flags, spelled, positional = {}, {}, []
-        i = at
-        while i < len(words):
-            word = words[i]
-            i += 1
-            if not word.startswith("-") or word == "-":
-                positional.append(word)
-                continue
-            name, eq, value = word.partition("=")
-            if underscores and name.startswith("--"):
-                name = "--" + name[2:].replace("_", "-")
-            canonical = option(name, known, aliases)
-            if not eq:
-                if canonical in switches or i >= len(words) or words[i].startswith("--"):
-                    value = True
-                else:
-                    value, i = words[i], i + 1
-            flags[canonical] = value
-            spelled[canonical] = name
-        out.append(Command(line=line, env=env, positional=positional, flags=flags, spelled=spelled))
+        for segment in _segments(words):
+            command = _command(segment, variables, line, launchers, aliases, switches, underscores, known)
+            if command is not None:
+                out.append(command)
     return out
+
+
+_SEPARATORS = (";", "&&", "||", "&", "|")
+"""Words that end one shell command and start the next on the same line."""
+
+
+def _segments(words: list[str]) -> list[list[str]]:
+    """The commands of one line's words, split at `_SEPARATORS` (a word ending in `;` ends its command)."""
+    out: list[list[str]] = [[]]
+    for word in words:
+        if word in _SEPARATORS:
+            out.append([])
+        elif word.endswith(";") and len(word) > 1:
+            out[-1].append(word[:-1])
+            out.append([])
+        else:
+            out[-1].append(word)
+    return [segment for segment in out if segment]
+
+
+def _command(segment: list[str], variables: dict[str, str], line: int, launchers, aliases: dict[str, str],
+             switches: frozenset[str], underscores: bool, known: frozenset[str]) -> Command | None:
+    """One shell command's Command, its `$VAR` words expanded from the script's earlier assignments
+    (`planner.check.shell`, as the Megatron reader does); a command of assignments only (`export` or not)
+    sets them and is None, as is any command that starts no engine."""
+    names = segment[1:] if segment[0] == "export" else segment
+    if all(shell.ASSIGN.match(w) for w in names):
+        for word in names:
+            name, value = shell.ASSIGN.match(word).groups()
+            variables[name] = shell.substitute(value, variables)
+        return None
+    words = [f for raw in segment for f in shell.fields(shell.substitute(raw, variables), raw)]
+    at = find_launcher(words, launchers)
+    if at is None:
+        return None
+    env = dict(w.split("=", 1) for w in words[:at] if re.fullmatch(r"[A-Za-z_]\w*=.*", w))
+    flags, spelled, positional = {}, {}, []
+    i = at
+    while i < len(words):
+        word = words[i]
+        i += 1
+        if not word.startswith("-") or word == "-":
+            positional.append(word)
+            continue
+        name, eq, value = word.partition("=")
+        if underscores and name.startswith("--"):
+            name = "--" + name[2:].replace("_", "-")
+        canonical = option(name, known, aliases)
+        if not eq:
+            if canonical in switches or i >= len(words) or words[i].startswith("--"):
+                value = True
+            else:
+                value, i = words[i], i + 1
+        flags[canonical] = value
+        spelled[canonical] = name
+    return Command(line=line, env=env, positional=positional, flags=flags, spelled=spelled)
 
 
 def unknown_flags(command: Command, known: frozenset[str], engine: str, version: str) -> list[Violation]:
@@ -229,24 +275,67 @@ def rendezvous(command: Command, nnodes: int, flag: str, value: str) -> list[Vio
                       fix=f"{flag} {value} (node rank 0's address) on every node")]
 
 
+def argument(command: Command, flag: str, file: str):
+    """A value flag's value (None when absent).
+
+    Raises:
+        SpecError: the flag is given without its value (the next word is a flag, or the line ends): the
+            engine's argparse parser exits 'argument FLAG: expected one argument'."""
+    value = command.flags.get(flag)
+    if value is True:
+        raise SpecError(f"expected one argument (the engine's argument parser exits on {flag} without its value; "
+                        f"the next word is a flag or the command ends)", file=file, key=command.spelled.get(flag, flag))
+    return value
+
+
 def integer(command: Command, flag: str, default: int | None, file: str, low: int = 1) -> int | None:
     """A flag's integer value (argparse `type=int`), or `default` when absent.
 
     Raises:
         SpecError: not an integer >= low (the engine's parser or config exits on it).
     """
-    value = command.flags.get(flag)
+    value = argument(command, flag, file)
     if value is None:
         return default
-    if value is True or not re.fullmatch(r"-?\d+", str(value)) or int(value) < low:
+    if not re.fullmatch(r"-?\d+", str(value)) or int(value) < low:
         raise SpecError(f"value {value!r} must be an integer >= {low} (a literal, not a shell variable)",
                         file=file, key=command.spelled.get(flag, flag))
     return int(value)
 
 
+def human_integer(command: Command, flag: str, default: int | None, file: str, suffixes: dict[str, tuple[int, bool]],
+                  *, auto: bool = False, exact: bool = False) -> int | None:
+    """A flag the engine parses as a human-readable integer >= 1: digits, or a number and one of `suffixes`
+    (suffix -> (multiplier, decimals allowed); each engine's table, in its reader), `default` when absent;
+    with `auto`, -1 for 'auto' / '-1' (any case of auto). A decimal number times its multiplier is truncated
+    as float arithmetic does (vLLM: int(float(number) * mult)), or, with `exact`, as decimal arithmetic does
+    (SGLang: int(Decimal(number) * mult)).
+
+    Raises:
+        SpecError: anything else, naming the spellings the engine takes."""
+    value = argument(command, flag, file)
+    if value is None:
+        return default
+    text = str(value).strip()
+    if auto and (text == "-1" or text.lower() == "auto"):
+        return -1
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)([A-Za-z]*)", text)
+    if match and (match[2] in suffixes or (not match[2] and "." not in match[1])):
+        number, (scale, decimals) = match[1], suffixes.get(match[2], (1, False))
+        if "." not in number or decimals:
+            result = (int((Decimal(number) if exact else float(number)) * scale) if "." in number
+                      else int(number) * scale)
+            if result >= 1:
+                return result
+    examples = ", ".join(f"8{k} = {8 * m:,}" for k, (m, _) in suffixes.items() if m in (10**3, 2**10))
+    raise SpecError(f"value {value!r} must be an integer >= 1{', auto or -1' if auto else ''}, or a number with "
+                    f"one of the suffixes {' '.join(suffixes)} ({examples}; a literal, not a shell variable)",
+                    file=file, key=command.spelled.get(flag, flag))
+
+
 def fraction(command: Command, flag: str, default: float, file: str) -> float:
     """A budget fraction in (0, 1]."""
-    value = command.flags.get(flag)
+    value = argument(command, flag, file)
     if value is None:
         return default
     try:
@@ -265,7 +354,7 @@ def choice(command: Command, flag: str, table: dict, file: str, what: str):
     Raises:
         SpecError: a value the planner does not model, naming those it does.
     """
-    value = command.flags.get(flag)
+    value = argument(command, flag, file)
     if value is None:
         return None
     if value not in table:
@@ -438,9 +527,51 @@ def _with(launch: Launch, inst: sv.Instance) -> Launch:
 
 
 def _memory(spec: ModelSpec, hw: ClusterSpec, launch: Launch) -> sv.ServingMemory:
-    return sv.serving_memory(spec, launch.inst, capacity=hw.gpu.memory_bytes, weight_format=launch.weight_format,
+    return _pool_set_by_flag(spec, launch, _budget_memory(spec, hw.gpu.memory_bytes, launch, hw.gpu.name))
+
+
+def _budget_memory(spec: ModelSpec, capacity: int, launch: Launch, gpu_name: str) -> sv.ServingMemory:
+    """Memory under the engine's budget rule alone (no flag setting the pool); `gpu_name` picks vLLM's
+    default max_num_seqs (`cost.serving.serving_memory`)."""
+    return sv.serving_memory(spec, launch.inst, capacity=capacity, weight_format=launch.weight_format,
                              kv_dtype=launch.kv_dtype, engine=launch.engine, fraction=launch.fraction,
-                             max_num_batched_tokens=launch.max_num_batched_tokens, gpu_name=hw.gpu.name)
+                             max_num_batched_tokens=launch.max_num_batched_tokens, gpu_name=gpu_name)
+
+
+def _pool_set_by_flag(spec: ModelSpec, launch: Launch, mem: sv.ServingMemory) -> sv.ServingMemory:
+    """The KV pool as a flag sets it: `Launch.kv_pool_bytes` replaces the budget rule's pool (vLLM 0.33.0
+    `vllm/v1/worker/gpu_worker.py` determine_available_memory returns kv_cache_memory_bytes as it is, 'This does
+    not respect the gpu_memory_utilization config'; `vllm/config/cache.py` CacheConfig.kv_cache_memory_bytes:
+    'Size of KV Cache per GPU in bytes'); `Launch.kv_tokens_cap` caps each pool's tokens (SGLang 0.5.23
+    `srt/mem_cache/kv_cache_configurator.py` _apply_token_constraints: min(profiled capacity, max_total_tokens),
+    per scheduler, i.e. per attention-DP group)."""
+    pool = mem.kv_cache if launch.kv_pool_bytes is None else launch.kv_pool_bytes
+    if launch.kv_tokens_cap is not None and mem.kv_bytes_per_token:
+        window = mem.kv_window_bytes if spec.sliding_window else 0
+        pool = min(pool, int(launch.kv_tokens_cap * mem.kv_bytes_per_token + window))
+    if pool == mem.kv_cache:
+        return mem
+    tokens = int(max(pool, 0) // mem.kv_bytes_per_token) * launch.inst.adp if mem.kv_bytes_per_token else 0
+    return replace(mem, kv_cache=pool, kv_tokens=tokens)
+
+
+def fitted(spec: ModelSpec, hw: ClusterSpec, launch: Launch) -> tuple[Launch, list[str]]:
+    """(the launch with max_model_len auto resolved, a note saying what it became): vLLM 0.33.0 auto / -1
+    'Automatically choose the maximum model length that fits in GPU memory. This will use the model's maximum
+    context length if it fits, otherwise it will find the largest length that can be accommodated'
+    (`vllm/config/model.py` ModelConfig.max_model_len; `_get_and_verify_max_len` takes the derived length
+    first)."""
+    if not launch.fit_max_model_len:
+        return launch, []
+    mem = _memory(spec, hw, launch)
+    longest = min(sv.pool_context(mem, spec), spec.max_position_embeddings)
+    if mem.kv_cache <= 0 or longest <= 0:
+        return launch, []   # no pool: memory_exceeds says so
+    flag = launch.flag["max_model_len"]
+    why = ("the model's max_position_embeddings fits" if longest == spec.max_position_embeddings
+           else f"the longest sequence the {mem.kv_cache / GIB:.2f} GiB KV pool per GPU holds")
+    return (replace(launch, max_model_len=longest, fit_max_model_len=False),
+            [f"{flag} auto: {launch.engine} fits it to {longest:,} tokens ({why})"])
 
 
 def _memory_findings(spec: ModelSpec, hw: ClusterSpec, launch: Launch, mem: sv.ServingMemory,
@@ -468,6 +599,8 @@ def _memory_findings(spec: ModelSpec, hw: ClusterSpec, launch: Launch, mem: sv.S
     else:
         pool_text = (f"{f['fraction']} {launch.fraction:g} x {cap:.2f} GiB = {budget:.2f} GiB (a fraction of "
                      f"TOTAL GPU memory, not of what is free) - {terms}")
+    set_text, set_findings = _pool_flag_text(spec, launch, mem, hw.gpu.name)
+    pool_text, out = set_text or pool_text, out + set_findings
     if mem.kv_cache <= 0:
         out.append(Violation(rule="memory_exceeds",
                              message=f"no KV pool: {pool_text} = {mem.kv_cache / GIB:.2f} GiB per GPU", fix=relief))
@@ -489,6 +622,38 @@ def _memory_findings(spec: ModelSpec, hw: ClusterSpec, launch: Launch, mem: sv.S
                         f"at full length at once (the rest wait or are preempted)",
                 fix=f"{f['max_num_seqs']} {max(fit, 1)}, or more GPUs per instance"))
     return out
+
+
+def _pool_source(spec: ModelSpec, launch: Launch, mem: sv.ServingMemory, gpu_name: str) -> str | None:
+    """The flag that set the KV pool, as the command gives it (None: the budget rule did)."""
+    if mem.kv_cache == _budget_memory(spec, mem.capacity, launch, gpu_name).kv_cache:
+        return None
+    flag = launch.flag["kv_pool_bytes" if launch.kv_pool_bytes is not None else "kv_tokens_cap"]
+    value = launch.kv_pool_bytes if launch.kv_pool_bytes is not None else launch.kv_tokens_cap
+    return f"{flag} {value:,}"
+
+
+def _pool_flag_text(spec: ModelSpec, launch: Launch, mem: sv.ServingMemory,
+                    gpu_name: str) -> tuple[str | None, list[Violation]]:
+    """(how a flag set the pool, for the messages, or None; rule memory_exceeds when vLLM's set pool does not fit
+    beside the weights, activation peak and reserve: the allocation fails at start-up)."""
+    f = launch.flag
+    if launch.kv_pool_bytes is not None:
+        room = mem.capacity - mem.weights - mem.activations - mem.reserve
+        out = [] if launch.kv_pool_bytes <= room else [Violation(
+            rule="memory_exceeds",
+            message=f"{f['kv_pool_bytes']} {launch.kv_pool_bytes:,} B ({launch.kv_pool_bytes / GIB:.2f} GiB) of KV cache "
+                    f"per GPU, but {mem.capacity / GIB:.2f} GiB - weights {mem.weights / GIB:.2f} - activation peak "
+                    f"{mem.activations / GIB:.2f} - reserve {mem.reserve / GIB:.2f} leaves {room / GIB:.2f} GiB",
+            fix=f"{f['kv_pool_bytes']} {max(int(room), 0) // 2**20}M or less")]
+        return (f"{f['kv_pool_bytes']} {launch.kv_pool_bytes / GIB:.2f} GiB per GPU (set outright: "
+                f"{launch.engine} ignores {f['fraction']} then)"), out
+    if launch.kv_tokens_cap is not None:
+        budget = _budget_memory(spec, mem.capacity, launch, gpu_name).kv_cache
+        if budget > mem.kv_cache:
+            return (f"{f['kv_tokens_cap']} {launch.kv_tokens_cap:,} tokens x {mem.kv_bytes_per_token:,.0f} B/token "
+                    f"(the cap binds: {f['fraction']} {launch.fraction:g} would give {budget / GIB:.2f} GiB)"), []
+    return None, []
 
 
 def _format_findings(spec: ModelSpec, hw: ClusterSpec, launch: Launch, quant_flag: str) -> list[Violation]:
@@ -528,6 +693,8 @@ def evaluate(file: str, kind: str, spec: ModelSpec, hw: ClusterSpec, gpus: int, 
     violations: list[tuple[int, Violation]] = []
     rows, warnings = [], list(notes or [])
     for launch in launches:
+        launch, note = fitted(spec, hw, launch)
+        warnings += note
         room = min(gpus, launch.visible_gpus or gpus)
         shape = _shape_findings(spec, launch)
         if shape and not shape[0].fix:
@@ -551,7 +718,8 @@ def evaluate(file: str, kind: str, spec: ModelSpec, hw: ClusterSpec, gpus: int, 
             row["recomputed"] = {
                 "memory_bytes": {"weights": mem.weights, "activations": mem.activations, "kv_cache": mem.kv_cache,
                                  "reserve": mem.reserve, "capacity": mem.capacity},
-                "budget_fraction": launch.fraction, "kv_bytes_per_token": mem.kv_bytes_per_token,
+                "budget_fraction": launch.fraction, "kv_pool_set_by": _pool_source(spec, launch, mem, hw.gpu.name),
+                "kv_bytes_per_token": mem.kv_bytes_per_token,
                 "kv_tokens": mem.kv_tokens, "longest_context": sv.longest_context(mem, spec, launch.max_model_len),
                 "longest_context_bound": sv.context_bound(mem, spec, launch.max_model_len),
                 "max_model_len": launch.max_model_len,
@@ -596,6 +764,8 @@ def _relief(spec: ModelSpec, hw: ClusterSpec, room: int, launch: Launch, mem: sv
     """What makes one sequence of max_model_len fit: the budget fraction it needs (when <= 0.98 and,
     for SGLang, the headroom still holds the activations), or a layout of the GPUs that fits."""
     need = mem.sequence_bytes(launch.max_model_len, spec.sliding_window)
+    if launch.kv_pool_bytes is not None:  # the flag sets the pool: it is the knob
+        return f"{launch.flag['kv_pool_bytes']} {math.ceil(need / 2**20)}M or more"
     static = mem.weights + (sv.NON_TORCH_BYTES if launch.engine == "sglang" else mem.activations + mem.reserve)
     wanted = math.ceil((static + need) / mem.capacity * 100) / 100
     parts = []

@@ -43,6 +43,7 @@ import re
 import shlex
 from pathlib import Path
 
+from planner.check import shell
 from planner.check.gate import Target, attempt, raise_missing
 from planner.check.lines import flag_lines, line_endings
 from planner.errors import SpecError
@@ -65,8 +66,7 @@ _ARCH = ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediat
 _OPTIMIZERS = {name: optimizer for optimizer, name in mg.OPTIMIZERS.items()}
 """Megatron optimizer name -> the costed optimizer."""
 
-_VAR = re.compile(r"\$(?:\{(\w+)(?::-([^}]*))?\}|(\w+))")
-_ASSIGN = re.compile(r"^([A-Za-z_]\w*)=(.*)$", re.S)
+_VAR, _ASSIGN = shell.VAR, shell.ASSIGN
 
 
 def read(path: Path, *, model: str | None, cluster: str | None, gpus: int | None,
@@ -556,16 +556,12 @@ def _tokens(text: str, file: str) -> tuple[list[str], dict[str, str]]:
     env: dict[str, str] = {}
     out: list[str] = []
     for raw in words:
-        word = _VAR.sub(lambda m: _expand(m, env), raw)
+        word = shell.substitute(raw, env)
         assign = _ASSIGN.match(word)
         if assign and not word.startswith("-"):
             env[assign.group(1)] = assign.group(2)
             continue
-        if (word != raw and "$(" not in word) or (word.startswith("--") and any(
-                c.isspace() for c in word)):
-            out += word.split()
-        else:
-            out.append(word)
+        out += shell.fields(word, raw)
     return out, env
 
 
@@ -622,13 +618,6 @@ def _arithmetic(expression: str, env: dict[str, str]) -> int | None:
             return _ARITH_OPS[type(node.op)](left, right)
         return None
     return value(tree.body)
-
-
-def _expand(match: re.Match, env: dict[str, str]) -> str:
-    name = match.group(1) or match.group(3)
-    if name in env and env[name] != "":
-        return env[name]
-    return match.group(2) if match.group(2) is not None else match.group(0)
 
 
 _TABLE = object()

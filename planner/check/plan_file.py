@@ -299,9 +299,16 @@ def option_findings(target: Target, *, model: str | None = None, cluster: str | 
                            == target.cluster, target.cluster.name),
              "--gpus": (gpus, lambda v: v == target.cluster.num_gpus, target.cluster.num_gpus),
              "--seq-len": (seq_len, lambda v: v == layout.seq_len, layout.seq_len)}
+    return contradictions(given, "plan files")
+
+
+def contradictions(given: dict, files_: str) -> list[Violation]:
+    """Rule plan_options: one finding per option -> (value given or None, whether it agrees with the
+    file, the file's own value) that was given and disagrees; `files_` names the kind of file in the fix
+    (training plan files here, serving plan files in `check.serving_plan`)."""
     return [Violation(rule="plan_options",
                       message=f"{option} {value} given, but the plan file is for {own}",
-                      fix=f"give {option} {own}, or leave it out for plan files (they name their "
+                      fix=f"give {option} {own}, or leave it out for {files_} (they name their "
                           f"model, cluster, GPU count and sequence length; keep other jobs' "
                           f"options in a separate hook entry)")
             for option, (value, agrees, own) in given.items()

@@ -1,28 +1,45 @@
 """Serving plan files (`kind: serving-plan`, written by `planner serve-plan -o`) for `planner check`.
 
 The file records the request (model, cluster, GPUs, lengths, engine, formats, budget knob, SLOs)
-and the chosen plan (instance parallelism, replicas, concurrency, predicted numbers). The check
-re-derives the instance's memory and latency with the same cost model and fails (exit 1) on:
-a shape the model cannot be split into, more GPUs than the file allows, a KV pool that is empty
-or cannot hold the asked context or concurrency, or an SLO the recomputed latency breaks. A
-prediction in the file that differs from the recomputed one by more than 1 % is a warning
-(the file is stale: the model or calibration changed since it was written).
+and the chosen plan (instance parallelism, replicas, concurrency, predicted numbers) and the
+deployment (its mix of instance shapes, or its prefill / decode worker kinds).
+
+Bad input (SpecError, exit 2, one line naming the file, the key path, the value and what is allowed),
+checked up front for the whole file (`SCHEMA`): a missing key, a key `serve-plan -o` does not write in
+`request` or `plan.parallelism`, a wrong type (a quoted number, a word where a number goes, a non-boolean
+`disaggregated`), a value outside `serve-plan`'s own option bounds (positive integers up to
+`planner.specs.limits`; finite SLOs and request rate > 0; `mem_fraction` in [0.05, 1] as
+`--mem-fraction`), and what `serve-plan` itself refuses as input: a `max_model_len` shorter than
+input + output, a context beyond the model's max_position_embeddings, both a concurrency and a request
+rate, `disaggregated` that contradicts the plan's worker list.
+
+The check re-derives each instance shape's memory and latency with the same cost model and fails
+(exit 1) on: a shape the model cannot be split into, more GPUs than the file allows (counted over the
+deployment's mix or workers), a plan that is not one of its deployment's shapes, a KV pool that is
+empty or cannot hold the asked context or concurrency, an SLO the recomputed latency breaks, a
+request rate the deployment does not carry, and `planner check` options (--model, --cluster, --gpus,
+--seq-len) that contradict the file (rule plan_options, as for training plan files). A prediction in
+the file that differs from the recomputed one by more than 1 % is a warning (the file is stale: the
+model or calibration changed since it was written).
 """
 
 from __future__ import annotations
 
+import difflib
+import math
+from collections.abc import Callable
 from pathlib import Path
 
 import yaml
 
 from planner.errors import SpecError
+from planner.specs.limits import MAX_GPUS, MAX_SEQ_LEN
 
 KIND = "serving-plan"
 STALE_TOLERANCE = 0.01
 """Relative difference between a file's prediction and the recomputed one reported as stale."""
-_REQUEST_KEYS = ("model", "cluster", "gpus", "input_len", "output_len", "engine", "weight_dtype", "kv_dtype",
-                 "max_model_len")
-_INT_KEYS = ("tp", "pp", "ep", "dp", "replicas")
+MAX_CONCURRENCY = 1_000_000
+"""Largest concurrency: `serve-plan --concurrency`'s bound (planner/cli.py)."""
 
 
 def is_serving_plan(path: str | Path) -> bool:
@@ -38,112 +55,343 @@ def is_serving_plan(path: str | Path) -> bool:
     return isinstance(request, dict) and "output_len" in request
 
 
-def _read(path: str) -> tuple[dict, dict]:
-    data = yaml.safe_load(Path(path).read_text())
-    request, plan = data.get("request"), data.get("plan")
-    if not isinstance(request, dict) or not isinstance(plan, dict) or not isinstance(plan.get("parallelism"), dict):
-        raise SpecError("a serving plan needs `request` and `plan.parallelism` mappings", file=path, key="plan")
-    for key in _REQUEST_KEYS:
-        if request.get(key) is None:
-            raise SpecError("missing value", file=path, key=f"request.{key}")
-    for key in _INT_KEYS:
-        value = plan["parallelism"].get(key)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise SpecError(f"value {value!r} must be a positive integer", file=path, key=f"plan.parallelism.{key}")
-    if not isinstance(plan.get("workers") or [], list):
-        raise SpecError("value must be a list of worker kinds", file=path, key="plan.workers")
-    for i, worker in enumerate(plan.get("workers") or ()):
-        par = worker.get("parallelism") if isinstance(worker, dict) else None
-        values = [worker.get("workers")] + [par.get(k, 1) for k in ("tp", "pp")] if isinstance(par, dict) else [None]
-        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in values):
-            raise SpecError("a worker needs a positive integer `workers` and `parallelism` tp (and pp)", file=path,
-                            key=f"plan.workers[{i}]")
-    return request, plan
+# ---------------------------------------------------------------- schema
+
+Rule = tuple[str, Callable[[object], bool]]
+"""(what is allowed, in words; whether a value is allowed): one value's rule."""
 
 
-def check_serving_plan(path: str) -> dict:
-    """{file, kind, verdict, model, cluster, gpus, parallelism, recomputed, violations, warnings}.
+def _integer(low: int, high: int) -> Rule:
+    return (f"an integer in [{low:,}, {high:,}]", lambda v: type(v) is int and low <= v <= high)
+
+
+def _number(low: float, high: float = math.inf, *, open_low: bool = False) -> Rule:
+    bound = f"> {low:g}" if open_low else f">= {low:g}"
+    words = f"a finite number {bound}" + (f" and <= {high:g}" if math.isfinite(high) else "")
+    return (words, lambda v: type(v) in (int, float) and math.isfinite(v)
+            and (v > low if open_low else v >= low) and v <= high)
+
+
+def _choice(allowed) -> Rule:
+    return ("one of " + ", ".join(map(str, allowed)), lambda v: isinstance(v, str) and v in allowed)
+
+
+_TEXT: Rule = ("a non-empty string", lambda v: isinstance(v, str) and bool(v.strip()))
+_BOOL: Rule = ("true or false", lambda v: isinstance(v, bool))
+_DEGREE = _integer(1, MAX_GPUS)
+_COUNT = _integer(0, MAX_GPUS)
+_LENGTH = _integer(1, MAX_SEQ_LEN)
+_AMOUNT = _number(0)
+_MS = _number(0.001)
+
+
+def _schema() -> dict:
+    """Key -> (rule or nested schema, required). A nested schema is a dict (a mapping; closed, unknown
+    keys refused, when it holds the key `...` set to False) or a one-element list (a list of such)."""
+    from planner.cost import serving as sv
+
+    shape = {"tp": (_DEGREE, True), "pp": (_DEGREE, True), "ep": (_DEGREE, False), "dp": (_DEGREE, False)}
+    memory = {k: (_AMOUNT, False) for k in ("weights", "activations", "kv_cache", "reserve", "capacity")}
+    numbers = {"gpus": (_DEGREE, False), "concurrency": (_integer(1, 2**62), False),  # the search's: up to the pool's
+               "memory_bytes": (memory, False), "kv_tokens": (_integer(0, 2**62), False),
+               "max_concurrency": (_integer(0, 2**62), False), "longest_context": (_integer(0, 2**62), False),
+               "longest_context_bound": (_TEXT, False),
+               **{k: (_AMOUNT, False) for k in ("ttft_ms", "tpot_ms", "request_latency_ms", "tokens_per_s",
+                                                 "tokens_per_s_per_gpu", "tokens_per_s_per_user",
+                                                 "requests_per_s")}}
+    parallelism = {**shape, "replicas": (_DEGREE, True), "prefill_workers": (_COUNT, False),
+                   "decode_workers": (_COUNT, False), ...: False}
+    worker = {"role": (_choice(("prefill", "decode")), True), "parallelism": (shape, True),
+              "workers": (_DEGREE, True), **numbers}
+    plan = {"parallelism": (parallelism, True), "prefill_parallelism": (shape, False), "workers": ([worker], False),
+            **numbers}
+    request = {
+        "model": (_TEXT, True), "cluster": (_TEXT, True), "gpu": (_TEXT, False), "gpus": (_DEGREE, True),
+        "input_len": (_LENGTH, True), "output_len": (_LENGTH, True), "engine": (_choice(sv.ENGINES), True),
+        "weight_dtype": (_choice(sv.WEIGHT_FORMATS), True), "weight_dtype_reason": (_TEXT, False),
+        "checkpoint_weight_dtype": (_TEXT, False),
+        "kv_dtype": (_choice(sv.KV_DTYPE_BYTES), True), "concurrency": (_integer(1, MAX_CONCURRENCY), False),
+        "request_rate": (_number(0.001, 1e7), False), "ttft_ms": (_MS, False), "tpot_ms": (_MS, False),
+        "request_latency_ms": (_MS, False), "max_model_len": (_LENGTH, True),
+        "mem_fraction": (_number(0.05, 1.0), False), "max_num_batched_tokens": (_LENGTH, False),
+        "disaggregated": (_BOOL, False), ...: False}
+    deployment = {"gpus": (_DEGREE, False), "mix": ([{"parallelism": (parallelism, True), **numbers}], False),
+                  "workers": ([{**worker, "gpus": (_DEGREE, False)}], False),
+                  **{k: (_AMOUNT, False) for k in ("tokens_per_s", "tokens_per_s_per_gpu", "requests_per_s")}}
+    return {"kind": (_choice((KIND,)), True), "request": (request, True), "plan": (plan, True),
+            "deployment": (deployment, False)}
+
+
+def validate(data: object, file: str) -> None:
+    """Every value of a serving plan file against `_schema` (module docstring).
 
     Raises:
-        SpecError: the file lacks a key the check needs, or names an unknown model, cluster or option value.
-    """
-    from planner import serve
-    from planner.check.plan_file import load_beside
-    from planner.cost import serving as sv
-    from planner.serve_validate import coefficients_for, load_calibration
+        SpecError: the first value that breaks it, naming its key path, the value and what is allowed."""
+    _validate(data, _schema(), file, "")
+
+
+def _validate(value: object, schema, file: str, where: str) -> None:
+    if isinstance(schema, list):
+        if not isinstance(value, list):
+            raise SpecError(f"value {value!r} must be a list", file=file, key=where)
+        for i, item in enumerate(value):
+            _validate(item, schema[0], file, f"{where}[{i}]")
+        return
+    if isinstance(schema, tuple):
+        allowed, ok = schema
+        if not ok(value):
+            raise SpecError(f"value {value!r} not allowed; allowed: {allowed}", file=file, key=where)
+        return
+    if not isinstance(value, dict):
+        raise SpecError(f"value {value!r} must be a mapping", file=file, key=where or None)
+    keys = [k for k in schema if k is not ...]
+    if schema.get(...) is False:
+        for key in value:
+            if key not in schema:
+                close = difflib.get_close_matches(str(key), keys, n=1)
+                hint = f"did you mean {close[0]!r}?" if close else f"allowed: {', '.join(keys)}"
+                raise SpecError(f"unknown key; {hint}", file=file, key=_join(where, key))
+    for key in keys:
+        rule, required = schema[key]
+        if value.get(key) is None:
+            if required:
+                raise SpecError("missing value", file=file, key=_join(where, key))
+            continue
+        _validate(value[key], rule, file, _join(where, key))
+
+
+def _join(where: str, key) -> str:
+    return f"{where}.{key}" if where else str(key)
+
+
+# ---------------------------------------------------------------- input that serve-plan refuses
+
+
+def _refused_input(request: dict, plan: dict, spec, file: str) -> None:
+    """What `serve-plan` refuses as input (exit 2 there), refused here too (module docstring).
+
+    Raises:
+        SpecError: naming the key, the value and what is allowed."""
+    asked = request["input_len"] + request["output_len"]
+    if request["max_model_len"] < asked:
+        raise SpecError(f"value {request['max_model_len']} is shorter than input_len {request['input_len']} + "
+                        f"output_len {request['output_len']} = {asked} tokens, the context each request reaches; "
+                        f"allowed: at least {asked}", file=file, key="request.max_model_len")
+    if request["max_model_len"] > spec.max_position_embeddings:
+        raise SpecError(f"value {request['max_model_len']}: a context beyond {spec.name}'s max_position_embeddings "
+                        f"{spec.max_position_embeddings} (vLLM, SGLang and TensorRT-LLM refuse it at start-up); "
+                        f"allowed: up to {spec.max_position_embeddings}", file=file, key="request.max_model_len")
+    if request.get("concurrency") is not None and request.get("request_rate") is not None:
+        raise SpecError("give concurrency or request_rate, not both (as serve-plan)", file=file,
+                        key="request.request_rate")
+    workers = bool(plan.get("workers"))
+    if bool(request.get("disaggregated")) != workers:
+        raise SpecError(f"value {bool(request.get('disaggregated'))} contradicts the plan, which "
+                        f"{'lists' if workers else 'has no'} prefill / decode workers; allowed: {workers}",
+                        file=file, key="request.disaggregated")
+
+
+def _options_findings(spec, hw, request: dict, file: str, *, model: str | None, cluster: str | None,
+                      gpus: int | None, seq_len: int | None) -> list[dict]:
+    """Rule plan_options: `planner check` options that contradict the file (`plan_file.contradictions`);
+    --seq-len is compared with the file's max_model_len (the context one request may reach)."""
+    from planner.check.plan_file import contradictions, load_beside
     from planner.specs.cluster import load_cluster
     from planner.specs.model import load_model
 
-    request, plan = _read(path)
-    par = plan["parallelism"]
-    for key, allowed in (("engine", sv.ENGINES), ("weight_dtype", sv.WEIGHT_FORMATS), ("kv_dtype", sv.KV_DTYPE_BYTES)):
-        if request[key] not in allowed:
-            raise SpecError(f"value {request[key]!r} not allowed; allowed: {', '.join(allowed)}", file=path,
-                            key=f"request.{key}")
+    def same_cluster(ref: str) -> bool:
+        return load_beside(load_cluster, {"c": ref}, "c", Path(file), where="--cluster",
+                           gpus=hw.num_gpus) == hw
+
+    given = {"--model": (model, lambda ref: load_beside(load_model, {"m": ref}, "m", Path(file),
+                                                          where="--model") == spec, spec.name),
+             "--cluster": (cluster, same_cluster, hw.name),
+             "--gpus": (gpus, lambda n: n == request["gpus"], request["gpus"]),
+             "--seq-len": (seq_len, lambda n: n == request["max_model_len"], request["max_model_len"])}
+    return [_fail(v.rule, v.message, v.fix) for v in contradictions(given, "serving plan files")]
+
+
+# ---------------------------------------------------------------- the check
+
+
+def check_serving_plan(path: str, *, model: str | None = None, cluster: str | None = None,
+                       gpus: int | None = None, seq_len: int | None = None) -> dict:
+    """{file, kind, verdict, model, cluster, gpus, parallelism, recomputed, violations, warnings}
+    (module docstring); model, cluster, gpus, seq_len: `planner check`'s options, compared with the file.
+
+    Raises:
+        SpecError: a value the schema refuses, input serve-plan refuses, an unknown model, cluster or
+            option value.
+    """
+    from planner import serve
+    from planner.check.plan_file import load_beside
+    from planner.specs.cluster import load_cluster
+    from planner.specs.model import load_model
+
+    file = str(path)
+    data = yaml.safe_load(Path(path).read_text())
+    validate(data, file)
+    request, plan, deployment = data["request"], data["plan"], data.get("deployment") or {}
     spec = load_beside(load_model, request, "model", Path(path), where="request.model")
     hw = load_beside(load_cluster, request, "cluster", Path(path), where="request.cluster")
+    _refused_input(request, plan, spec, file)
+    violations = _options_findings(spec, hw, request, file, model=model, cluster=cluster, gpus=gpus,
+                                   seq_len=seq_len)
     req = serve.ServeRequest(
         gpus=request["gpus"], input_len=request["input_len"], output_len=request["output_len"],
+        concurrency=request.get("concurrency"), request_rate=request.get("request_rate"),
         ttft_ms=request.get("ttft_ms"), tpot_ms=request.get("tpot_ms"),
         request_latency_ms=request.get("request_latency_ms"), weight_dtype=request["weight_dtype"],
         kv_dtype=request["kv_dtype"], engine=request["engine"], max_model_len=request["max_model_len"],
-        mem_fraction=request.get("mem_fraction"),
-        max_num_batched_tokens=request.get("max_num_batched_tokens") or sv.DEFAULT_MAX_NUM_BATCHED_TOKENS)
-    inst = sv.Instance(tp=par["tp"], pp=par["pp"], ep=par["ep"], adp=par["dp"])
-    violations, warnings, recomputed = [], [], {}
-
-    def fail(rule: str, message: str, fix: str) -> None:
-        violations.append({"rule": rule, "severity": "error", "message": message, "fix": fix})
-
-    if inst.tp % inst.ep or inst.tp % inst.adp:
-        fail("shape", f"ep={inst.ep} and dp={inst.adp} must divide tp={inst.tp}", "choose divisors of tp")
-    else:
-        reason = serve._indivisible(spec, inst)
-        if reason:
-            fail("shape", f"tp={inst.tp} pp={inst.pp} ep={inst.ep} dp={inst.adp}: {reason}",
-                 "re-plan with planner serve-plan")
-    prefill = plan.get("prefill_parallelism") or {}
-    if plan.get("workers"):  # a disaggregated mix lists each worker kind (decode shapes may differ)
-        gpus = sum(w["parallelism"]["tp"] * w["parallelism"].get("pp", 1) * w["workers"] for w in plan["workers"])
-    else:
-        gpus = inst.gpus * par["replicas"] + prefill.get("tp", 0) * prefill.get("pp", 1) * par.get("prefill_workers", 0)
-    if gpus > req.gpus:
-        fail("gpus", f"the plan uses {gpus} GPUs, the request allows {req.gpus}", f"--gpus {gpus} or fewer replicas")
-    if not violations:
-        mem = serve._memory(spec, hw, req, inst)
-        longest = sv.longest_context(mem, spec)
-        cmax = sv.max_concurrency(mem, spec, inst, req.context)
-        recomputed = {"memory_bytes": {"weights": mem.weights, "activations": mem.activations,
-                                       "kv_cache": mem.kv_cache, "reserve": mem.reserve, "capacity": mem.capacity},
-                      "kv_tokens": mem.kv_tokens, "max_concurrency": cmax, "longest_context": longest,
-                      "longest_context_bound": sv.context_bound(mem, spec)}
-        concurrency = plan.get("concurrency") or 1
-        if mem.kv_cache <= 0:
-            fail("memory", f"weights {mem.weights / sv.GIB:.2f} GiB leave no KV pool ({mem.kv_cache / sv.GIB:.2f} GiB) "
-                           f"under {req.engine} {sv.ENGINES[req.engine].flag}={mem.budget_fraction:g}",
-                 "more tp or pp, or a smaller weight format")
-        elif longest < req.context:
-            fail("context", f"the KV pool holds {longest} tokens of one sequence, fewer than max_model_len "
-                            f"{req.context}", f"max_model_len {longest} or more tp/pp")
-        elif concurrency > cmax:
-            fail("concurrency", f"concurrency {concurrency} exceeds the {cmax} sequences the KV pool holds",
-                 f"concurrency {cmax}")
-        else:
-            coefficients = coefficients_for(load_calibration(), req.engine, spec)
-            disaggregated = bool(par.get("prefill_workers"))
-            cap = serve.running_cap(req, inst, cmax, decode_only=disaggregated)
-            ttft, tpot = serve._latency(spec, hw, req, inst, concurrency, cap, coefficients,
-                                        interference=not disaggregated)
-            recomputed.update(ttft_ms=round(ttft * 1e3, 1), tpot_ms=round(tpot * 1e3, 2))
-            for name, value, slo in (("TTFT", ttft * 1e3, req.ttft_ms), ("TPOT", tpot * 1e3, req.tpot_ms)):
-                if slo is not None and value > slo and not (name == "TTFT" and par.get("prefill_workers")):
-                    fail("slo", f"{name} {value:.1f} ms > {slo:g} ms", "re-plan with planner serve-plan")
-            for key in ("ttft_ms", "tpot_ms"):
-                given = plan.get(key)
-                if key == "ttft_ms" and par.get("prefill_workers"):
-                    continue
-                if given and abs(given - recomputed[key]) > STALE_TOLERANCE * recomputed[key]:
-                    warnings.append(f"stale prediction: the file says {key} {given}, the model now gives {recomputed[key]}")
-    return {"file": str(path), "kind": KIND, "verdict": "fail" if violations else "pass", "model": spec.name,
+        mem_fraction=request.get("mem_fraction"), disaggregated=bool(request.get("disaggregated")),
+        max_num_batched_tokens=request.get("max_num_batched_tokens") or serve.sv.DEFAULT_MAX_NUM_BATCHED_TOKENS)
+    par = plan["parallelism"]
+    disaggregated = bool(plan.get("workers"))
+    violations += _deployment_findings(plan, deployment, req)
+    found, recomputed = _shape_findings(spec, hw, req, par, plan.get("concurrency") or 1, disaggregated)
+    violations += found
+    warnings = _stale(plan, recomputed, disaggregated)
+    others = ([(w["parallelism"], w.get("concurrency") or 1, f"{w['role']} worker") for w in plan.get("workers") or ()]
+              if disaggregated else
+              [(m["parallelism"], m.get("concurrency") or 1, "deployment.mix") for m in deployment.get("mix") or ()])
+    seen = {_key(par, plan.get("concurrency") or 1)}
+    for shape, concurrency, where in others:
+        if _key(shape, concurrency) not in seen:
+            seen.add(_key(shape, concurrency))
+            more, _ = _shape_findings(spec, hw, req, shape, concurrency, disaggregated, latency=not disaggregated,
+                                      where=f"{where} {_label(shape)} @{concurrency}: ")
+            violations += more
+    if not violations and req.request_rate is not None:
+        violations += _rate_findings(spec, hw, req, plan, deployment, recomputed, disaggregated)
+    return {"file": file, "kind": KIND, "verdict": "fail" if violations else "pass", "model": spec.name,
             "cluster": hw.name, "gpus": req.gpus, "parallelism": par, "recomputed": recomputed,
             "violations": violations, "warnings": warnings}
+
+
+def _fail(rule: str, message: str, fix: str) -> dict:
+    return {"rule": rule, "severity": "error", "message": message, "fix": fix}
+
+
+def _key(shape: dict, concurrency: int) -> tuple:
+    return tuple(shape.get(k, 1) for k in ("tp", "pp", "ep", "dp")) + (concurrency,)
+
+
+def _label(shape: dict) -> str:
+    return " ".join(f"{k}{shape.get(k, 1)}" for k in ("tp", "pp", "ep", "dp") if k == "tp" or shape.get(k, 1) > 1)
+
+
+def _instance(shape: dict):
+    from planner.cost import serving as sv
+
+    return sv.Instance(tp=shape["tp"], pp=shape["pp"], ep=shape.get("ep", 1), adp=shape.get("dp", 1))
+
+
+def _deployment_findings(plan: dict, deployment: dict, req) -> list[dict]:
+    """Rules gpus and plan_deployment: the GPUs the deployment uses (its mix: tp x pp x replicas per entry,
+    or the plan's alone where more; a disaggregated one: tp x pp x workers per worker kind) within the request's, and the plan one of the
+    deployment's shapes (an edit to one and not the other would be checked against the wrong one)."""
+    par, out = plan["parallelism"], []
+    if plan.get("workers"):
+        kinds = [(w["role"], _key(w["parallelism"], 0), w["workers"]) for w in plan["workers"]]
+        used = sum(w["parallelism"]["tp"] * w["parallelism"]["pp"] * w["workers"] for w in plan["workers"])
+        listed = deployment.get("workers")
+        if listed is not None and sorted(kinds) != sorted((w["role"], _key(w["parallelism"], 0), w["workers"])
+                                                          for w in listed):
+            out.append(_fail("plan_deployment", "plan.workers and deployment.workers list different worker kinds",
+                             "make the two lists agree, or re-plan with planner serve-plan"))
+    else:
+        mix = deployment.get("mix") or [{"parallelism": par}]
+        used = max(sum(_instance(m["parallelism"]).gpus * m["parallelism"]["replicas"] for m in mix),
+                   _instance(par).gpus * par["replicas"])
+        if all(_key(m["parallelism"], 0) + (m["parallelism"]["replicas"],)
+               != _key(par, 0) + (par["replicas"],) for m in mix):
+            entries = ", ".join(f"{m['parallelism']['replicas']} x {_label(m['parallelism'])}" for m in mix)
+            out.append(_fail("plan_deployment", f"plan.parallelism ({par['replicas']} x {_label(par)}) is none of "
+                                                f"deployment.mix's entries ({entries})",
+                             "make plan.parallelism one of deployment.mix, or re-plan with planner serve-plan"))
+    if used > req.gpus:
+        out.append(_fail("gpus", f"the deployment uses {used} GPUs, the request allows {req.gpus}",
+                         f"--gpus {used} or fewer replicas / workers"))
+    return out
+
+
+def _shape_findings(spec, hw, req, shape: dict, concurrency: int, disaggregated: bool, *, latency: bool = True,
+                    where: str = "") -> tuple[list[dict], dict]:
+    """(violations, recomputed numbers) of one instance shape at `concurrency`: rules shape, memory,
+    context, concurrency, slo (TTFT not for a disaggregated plan: its prefill workers answer it)."""
+    from planner import serve
+    from planner.cost import serving as sv
+    from planner.serve_validate import coefficients_for, load_calibration
+
+    inst, out = _instance(shape), []
+    if inst.tp % inst.ep or inst.tp % inst.adp:
+        return [_fail("shape", f"{where}ep={inst.ep} and dp={inst.adp} must divide tp={inst.tp}",
+                      "choose divisors of tp")], {}
+    reason = serve._indivisible(spec, inst)
+    if reason:
+        return [_fail("shape", f"{where}tp={inst.tp} pp={inst.pp} ep={inst.ep} dp={inst.adp}: {reason}",
+                      "re-plan with planner serve-plan")], {}
+    mem = serve._memory(spec, hw, req, inst)
+    longest = sv.longest_context(mem, spec)
+    cmax = sv.max_concurrency(mem, spec, inst, req.context)
+    recomputed = {"memory_bytes": {"weights": mem.weights, "activations": mem.activations,
+                                   "kv_cache": mem.kv_cache, "reserve": mem.reserve, "capacity": mem.capacity},
+                  "kv_tokens": mem.kv_tokens, "max_concurrency": cmax, "longest_context": longest,
+                  "longest_context_bound": sv.context_bound(mem, spec)}
+    if mem.kv_cache <= 0:
+        out.append(_fail("memory", f"{where}weights {mem.weights / sv.GIB:.2f} GiB leave no KV pool "
+                                   f"({mem.kv_cache / sv.GIB:.2f} GiB) under {req.engine} "
+                                   f"{sv.ENGINES[req.engine].flag}={mem.budget_fraction:g}",
+                         "more tp or pp, or a smaller weight format"))
+    elif longest < req.context:
+        out.append(_fail("context", f"{where}the KV pool holds {longest} tokens of one sequence, fewer than "
+                                    f"max_model_len {req.context}", f"max_model_len {longest} or more tp/pp"))
+    elif concurrency > cmax:
+        out.append(_fail("concurrency", f"{where}concurrency {concurrency} exceeds the {cmax} sequences the KV "
+                                        f"pool holds", f"concurrency {cmax}"))
+    elif latency:
+        coefficients = coefficients_for(load_calibration(), req.engine, spec)
+        cap = serve.running_cap(req, inst, cmax, decode_only=disaggregated)
+        ttft, tpot = serve._latency(spec, hw, req, inst, concurrency, cap, coefficients,
+                                    interference=not disaggregated)
+        recomputed.update(ttft_ms=round(ttft * 1e3, 1), tpot_ms=round(tpot * 1e3, 2),
+                          requests_per_s=concurrency / (ttft + (req.output_len - 1) * tpot))
+        for name, value, slo in (("TTFT", ttft * 1e3, req.ttft_ms), ("TPOT", tpot * 1e3, req.tpot_ms)):
+            if slo is not None and value > slo and not (name == "TTFT" and disaggregated):
+                out.append(_fail("slo", f"{where}{name} {value:.1f} ms > {slo:g} ms", "re-plan with planner serve-plan"))
+    return out, recomputed
+
+
+def _stale(plan: dict, recomputed: dict, disaggregated: bool) -> list[str]:
+    warnings = []
+    for key in ("tpot_ms",) if disaggregated else ("ttft_ms", "tpot_ms"):
+        given = plan.get(key)
+        if given and key in recomputed and abs(given - recomputed[key]) > STALE_TOLERANCE * recomputed[key]:
+            warnings.append(f"stale prediction: the file says {key} {given}, the model now gives {recomputed[key]}")
+    return warnings
+
+
+def _rate_findings(spec, hw, req, plan: dict, deployment: dict, recomputed: dict, disaggregated: bool) -> list[dict]:
+    """Rule request_rate: the deployment carries request.request_rate. Aggregated: the recomputed
+    concurrency / (TTFT + (output_len - 1) x TPOT) of each instance (Little's law, as serve-plan rates a
+    shape), times its replicas, summed over the mix. Disaggregated: the rate the file states (deployment,
+    else plan requests_per_s), its prefill and decode workers' rate matching not recomputed here."""
+    if disaggregated:
+        carried = deployment.get("requests_per_s", plan.get("requests_per_s"))
+        how = "the file's deployment.requests_per_s"
+        if carried is None:
+            return [_fail("request_rate", "a disaggregated plan without requests_per_s: the rate it carries is "
+                                          "unknown", "re-plan with planner serve-plan")]
+    else:
+        carried, par = 0.0, plan["parallelism"]
+        for m in deployment.get("mix") or [{"parallelism": par, "concurrency": plan.get("concurrency")}]:
+            own = recomputed if _key(m["parallelism"], m.get("concurrency") or 1) == _key(par, plan.get("concurrency") or 1) \
+                else _shape_findings(spec, hw, req, m["parallelism"], m.get("concurrency") or 1, False)[1]
+            carried += own.get("requests_per_s", 0.0) * m["parallelism"]["replicas"]
+        how = "recomputed: concurrency / request latency x replicas"
+    if req.request_rate > carried * (1 + STALE_TOLERANCE):
+        return [_fail("request_rate", f"request_rate {req.request_rate:g}/s, but the deployment carries "
+                                      f"{carried:.3f} requests/s ({how})",
+                      f"request_rate {carried:.3f} or less, or re-plan with planner serve-plan --request-rate "
+                      f"{req.request_rate:g}")]
+    return []

@@ -52,6 +52,18 @@ def model_ref(command: el.Command) -> str | None:
     return value if isinstance(value, str) else None
 
 
+HUMAN_INT = {**{k: (10**e, True) for k, e in (("k", 3), ("M", 6), ("G", 9), ("T", 12))},
+             **{k: (2**e, False) for k, e in (("Ki", 10), ("Mi", 20), ("Gi", 30), ("Ti", 40))}}
+"""Suffixes of the integer flags SGLang parses human-readably (suffix -> multiplier, decimals allowed),
+case-sensitive: SI k, M, G, T ('25.6k' = 25,600, decimal arithmetic), IEC Ki, Mi, Gi, Ti (no decimals).
+Source: SGLang 0.5.23 `srt/utils/common.py` human_readable_int; `srt/arg_groups/fields/model.py`
+context_length and `fields/schedule.py` max_total_tokens take it (type_parser=human_readable_int)."""
+
+
+DEFAULT_PORT = 30000
+"""The HTTP server's port when its port flag is absent. Source: SGLang 0.5.23 `srt/arg_groups/fields/serving.py` port."""
+
+
 def launch(command: el.Command, spec: ModelSpec, hw: ClusterSpec, file: str) -> el.Launch:
     """The Launch of one SGLang command (module docstring), with SGLang's own findings: DP attention
     (deprecated spelling, with replicas, dividing tp), the expert-parallel size against its
@@ -118,7 +130,9 @@ def launch(command: el.Command, spec: ModelSpec, hw: ClusterSpec, file: str) -> 
     return el.Launch(
         engine=s.ENGINE, line=command.line, inst=sv.Instance(tp=tp, pp=pp, ep=ep, adp=adp), replicas=dp,
         fraction=el.fraction(command, f["fraction"], default_fraction, file),
-        max_model_len=el.integer(command, f["max_model_len"], spec.max_position_embeddings, file),
+        max_model_len=el.human_integer(command, f["max_model_len"], spec.max_position_embeddings, file, HUMAN_INT,
+                                       exact=True),
+        kv_tokens_cap=el.human_integer(command, f["kv_tokens_cap"], None, file, HUMAN_INT, exact=True),
         max_num_seqs=None if max_running is None else s.instance_running_requests(max_running, adp),
         max_num_batched_tokens=s.rank_chunk(chunk or default_chunk, adp),
         weight_format=weights,

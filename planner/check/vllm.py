@@ -106,11 +106,24 @@ def model_ref(command: el.Command) -> str | None:
     return value if isinstance(value, str) else None
 
 
+HUMAN_INT = {**{k: (10**e, True) for k, e in (("k", 3), ("m", 6), ("g", 9), ("t", 12))},
+             **{k: (2**e, False) for k, e in (("K", 10), ("M", 20), ("G", 30), ("T", 40))}}
+"""Suffixes of the integer flags vLLM parses human-readably (suffix -> multiplier, decimals allowed): lower case
+decimal ('1k' = 1,000, '25.6k' = 25,600), upper case binary ('1K' = 1,024; no decimals). Source: vLLM 0.33.0
+(g4ba787ec9) `vllm/utils/argparse_utils.py` human_readable_int / human_readable_int_or_auto ('-1' or 'auto': fit
+max_model_len to memory); `vllm/engine/arg_utils.py` EngineArgs.add_cli_args: max_model_len takes
+human_readable_int_or_auto; max_num_batched_tokens, kv_cache_memory_bytes (and others) human_readable_int."""
+
+
 def _instance_seqs(seqs: int | None, dp: int, spec: ModelSpec) -> int | None:
     """The running sequences a command allows its instance: the max-num-seqs cap applies per data-parallel
     rank (vLLM 0.33.0 vllm/config/scheduler.py), and an MoE model's dp ranks form one instance
     (attention DP); a dense model's dp ranks are replicas, each holding `seqs`."""
     return seqs * dp if seqs is not None and spec.is_moe else seqs
+
+
+DEFAULT_PORT = 8000
+"""The HTTP server's port when its port flag is absent. Source: vLLM 0.33.0 `vllm/entrypoints/common/cli_args.py` FrontendArgs.port."""
 
 
 def launch(command: el.Command, spec: ModelSpec, hw: ClusterSpec, file: str) -> el.Launch:
@@ -127,7 +140,7 @@ def launch(command: el.Command, spec: ModelSpec, hw: ClusterSpec, file: str) -> 
     ep_on = flags.get(f["ep"]) is True and f["ep_off"] not in flags
     findings = el.unknown_flags(command, v.ALL_FLAGS, "vLLM", v.VERSION)
     weights, mismatch = el.weight_format(command, f["quantization"], v.QUANTIZATION, spec, file, "vLLM")
-    findings += mismatch
+    findings += mismatch or _quantization_source(command, spec)
     if ep_on and not spec.is_moe:
         findings.append(Violation(rule="expert_parallel_unused", severity="warning",
                                   message=f"{f['ep']} on {spec.name}, which has no routed experts: no effect",
@@ -147,12 +160,16 @@ def launch(command: el.Command, spec: ModelSpec, hw: ClusterSpec, file: str) -> 
     else:
         inst, replicas = sv.Instance(tp=tp, pp=pp), dp
     batched, seqs = v.default_batch(hw.gpu.memory_gib, hw.gpu.name)
+    max_model_len = el.human_integer(command, f["max_model_len"], spec.max_position_embeddings, file, HUMAN_INT,
+                                     auto=True)
     return el.Launch(
         engine=v.ENGINE, line=command.line, inst=inst, replicas=replicas,
         fraction=el.fraction(command, f["fraction"], v.DEFAULT_FRACTION, file),
-        max_model_len=el.integer(command, f["max_model_len"], spec.max_position_embeddings, file),
+        max_model_len=spec.max_position_embeddings if max_model_len == -1 else max_model_len,
+        fit_max_model_len=max_model_len == -1,
         max_num_seqs=_instance_seqs(el.integer(command, f["max_num_seqs"], None, file), dp, spec),
-        max_num_batched_tokens=el.integer(command, f["max_num_batched_tokens"], batched, file),
+        max_num_batched_tokens=el.human_integer(command, f["max_num_batched_tokens"], batched, file, HUMAN_INT),
+        kv_pool_bytes=el.human_integer(command, f["kv_pool_bytes"], None, file, HUMAN_INT),
         weight_format=weights,
         kv_dtype=el.choice(command, f["kv_dtype"], v.KV_DTYPES, file, "KV-cache dtypes") or "bf16",
         visible_gpus=el.visible_gpus(command, file), nnodes=nnodes, node_rank=node_rank,
@@ -181,6 +198,58 @@ def _hands_over_kv(config) -> bool:
     return bool(names & v.PD_CONNECTORS)
 
 
+CHECKPOINT_CONFIG_FILES = {"awq": ("quantize_config.json", "quant_config.json"),
+                           "awq_marlin": ("quantize_config.json", "quant_config.json"),
+                           "gptq": ("quantize_config.json",), "gptq_marlin": ("quantize_config.json",),
+                           "modelopt_fp4": ("hf_quant_config.json",)}
+"""Quantization methods (the quantization flag) that read the checkpoint's quantization parameters -> the files vLLM looks for when
+config.json has no quantization_config. Source: vLLM 0.33.0 (g4ba787ec9)
+`vllm/model_executor/model_loader/weight_utils.py` get_quant_config (config.json's quantization_config,
+else a file named by the method's get_config_filenames, else 'Cannot find the config file for <method>');
+`layers/quantization/auto_awq.py` AutoAWQConfig (awq, awq_marlin) and `auto_gptq.py` AutoGPTQConfig (gptq,
+gptq_marlin) get_config_filenames; `modelopt.py` hf_quant_config.json. fp8 and mxfp4 have no such files:
+on an unquantized checkpoint they quantize online."""
+METHOD_FAMILIES = {"awq": ("awq", "awq_marlin", "auto_awq", "marlin"), "gptq": ("gptq", "gptq_marlin", "auto_gptq",
+                                                                             "marlin")}
+"""A checkpoint's quant_method -> the quantization flag values vLLM accepts for it. Source: vLLM 0.33.0
+`vllm/config/model.py` ModelConfig._verify_quantization (an override method claims the checkpoint only
+for these user values: `auto_awq.py` / `auto_gptq.py` override_quantization_method; any other value
+that differs from the checkpoint's quant_method raises 'Quantization method specified in the model
+config (awq) does not match the quantization method specified in the `quantization` argument (gptq)')."""
+
+
+def _quantization_source(command: el.Command, spec: ModelSpec) -> list[Violation]:
+    """Rule quantization_mismatch for what `el.weight_format` cannot see (both are int4 to the cost
+    model): an AWQ checkpoint given the method gptq or the reverse (METHOD_FAMILIES), and a method that
+    reads the checkpoint's quantization parameters on a checkpoint that has none (CHECKPOINT_CONFIG_FILES:
+    no quantization_config in config.json, and, for a local model directory, none of the method's files)."""
+    flag = v.FLAG["quantization"]
+    method = command.flags.get(flag)
+    own = spec.extra.get("checkpoint_quant_method")
+    if not isinstance(method, str):
+        return []
+    if own in METHOD_FAMILIES and method in v.QUANTIZATION and method not in METHOD_FAMILIES[own]:
+        return [Violation(rule="quantization_mismatch",
+                          message=f"{flag} {method} but {spec.name}'s checkpoint is quant_method {own} (config.json "
+                                  f"quantization_config): vLLM refuses the mismatch at start-up ('Quantization method "
+                                  f"specified in the model config ({own}) does not match ...'; {v.VERSION} "
+                                  f"config/model.py _verify_quantization)",
+                          fix=f"{flag} {own}, or remove {flag} (the checkpoint's method is read)")]
+    files = CHECKPOINT_CONFIG_FILES.get(method)
+    if own is not None or files is None:
+        return []
+    ref = model_ref(command)
+    if ref and Path(ref).is_dir() and any((Path(ref) / name).is_file() for name in files):
+        return []
+    return [Violation(rule="quantization_mismatch",
+                      message=f"{flag} {method} on {spec.name}, an unquantized checkpoint (no quantization_config, "
+                              f"no {' / '.join(files)}): vLLM fails at load ('Cannot find the config file for "
+                              f"{method}'; {v.VERSION} model_loader/weight_utils.py get_quant_config) -- {method} "
+                              f"loads pre-quantized weights, it does not quantize",
+                      fix=f"serve a checkpoint quantized with {method.split('_')[0].upper()}, or remove {flag} "
+                          f"(fp8 quantizes online)")]
+
+
 def _dtype_findings(command: el.Command, hw: ClusterSpec, weights: str, file: str) -> list[Violation]:
     """The dtype flag on a GPU without bf16 (its peak_tflops has none: V100). vLLM 0.33.0 refuses an explicit
     bfloat16 there (`vllm/platforms/cuda.py` CudaPlatform.check_if_supports_dtype: 'Bfloat16 is only
@@ -190,6 +259,12 @@ def _dtype_findings(command: el.Command, hw: ClusterSpec, weights: str, file: st
     CudaPlatform.supported_dtypes below 8.0), 2 bytes per element as bf16."""
     flag = v.FLAG["dtype"]
     dtype = el.choice(command, flag, v.DTYPES, file, "dtypes")
+    if dtype == "fp32":
+        raise SpecError(f"value {command.flags[flag]!r} not modelled: vLLM then holds unquantized weights and the "
+                        f"KV cache in 4 bytes per element, twice bf16, and the serving cost model has 2-byte and "
+                        f"quantized formats only; allowed: "
+                        f"{', '.join(k for k, d in v.DTYPES.items() if d != 'fp32')}",
+                        file=file, key=command.spelled.get(flag, flag))
     if "bf16" in hw.gpu.peak_tflops:
         return []
     half = next(k for k, d in v.DTYPES.items() if d == "fp16")

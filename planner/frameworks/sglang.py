@@ -47,6 +47,7 @@ FLAG = {
     "max_model_len": "--context-length",
     "max_num_seqs": "--max-running-requests",
     "max_num_batched_tokens": "--chunked-prefill-size",
+    "kv_tokens_cap": "--max-total-tokens",
     "kv_dtype": "--kv-cache-dtype",
     "quantization": "--quantization",
     "dtype": "--dtype",

@@ -46,6 +46,7 @@ FLAG = {
     "max_model_len": "--max-model-len",
     "max_num_seqs": "--max-num-seqs",
     "max_num_batched_tokens": "--max-num-batched-tokens",
+    "kv_pool_bytes": "--kv-cache-memory-bytes",
     "kv_dtype": "--kv-cache-dtype",
     "quantization": "--quantization",
     "dtype": "--dtype",

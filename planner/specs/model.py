@@ -453,6 +453,8 @@ def from_config(raw: dict, *, name: str, file: str = "<config>", strict: bool = 
     weight_format, method = _checkpoint_format(raw.get("quantization_config"), file)
     if method is not None and weight_format is None:
         fields["extra"]["quant_method"] = method
+    if raw.get("quantization_config") is not None:  # as written (awq, gptq, fp8, ...): the engines match flags to it
+        fields["extra"]["checkpoint_quant_method"] = raw["quantization_config"]["quant_method"]
     spec = ModelSpec(**fields, weight_format=weight_format)
     _validate(spec, file)
     return spec
