@@ -112,18 +112,41 @@ def _powers(limit: int) -> list[int]:
     return out
 
 
-def shapes(spec: ModelSpec, hw: ClusterSpec, gpus: int, fix: dict) -> tuple[list[sv.Instance], dict]:
+UNEVEN_PP_ENGINES = ("vllm", "sglang")
+"""Engines that split layers unevenly over pipeline stages, so pp need not divide num_hidden_layers.
+Source: vLLM 0.33.0 `vllm/distributed/utils.py` get_pp_indices (L // pp layers per stage, the remainder
+one each to the stages before the last); SGLang 0.5.23 `srt/distributed/utils.py` get_pp_indices (the
+remainder one each to the last stages). Either way the largest stage holds ceil(L / pp) layers, which
+`cost.serving` costs for memory and per-token latency. TensorRT-LLM's rule is not read here: its pp
+stays a power of two, as before."""
+
+
+def _pp_values(gpus_left: int, engine: str, pinned: int | None) -> list[int]:
+    """Pipeline degrees tried for one tp: powers of two, plus (engines that split layers unevenly,
+    UNEVEN_PP_ENGINES) the divisors of the GPUs left (so replicas fill a 6- or 12-GPU budget) and a
+    pinned `--fix pp`; all <= the GPUs left (pp > layers is rejected by `_indivisible`)."""
+    values = set(_powers(gpus_left))
+    if engine in UNEVEN_PP_ENGINES:
+        values |= {d for d in range(1, gpus_left + 1) if gpus_left % d == 0}
+        if pinned is not None and pinned <= gpus_left:
+            values.add(pinned)
+    return sorted(values)
+
+
+def shapes(spec: ModelSpec, hw: ClusterSpec, gpus: int, fix: dict,
+           engine: str = "vllm") -> tuple[list[sv.Instance], dict]:
     """Instance shapes that divide the model, with a count of the rejected ones per reason.
 
     Rules (vLLM `vllm/config/parallel.py` / TensorRT-LLM `mapping.py` checks): attention heads
     divisible by attention-TP; attention-TP divides n_kv or n_kv divides it (K/V replicate);
-    routed experts divisible by ep; expert width divisible by tp / ep; pp <= layers; tp inside one
+    routed experts divisible by ep; expert width divisible by tp / ep; pp <= layers, pp values from
+    `_pp_values` (uneven layer splits where the engine makes them); tp inside one
     scale-up domain; tp x pp <= GPUs. Attention DP and EP are tried for MoE models only.
     """
     rejected: dict[str, int] = {}
     out = []
     for tp in _powers(min(gpus, hw.scaleup_domain_gpus)):
-        for pp in _powers(gpus // tp):
+        for pp in _pp_values(gpus // tp, engine, fix.get("pp")):
             eps = sorted({1, tp}) if spec.is_moe else [1]
             adps = sorted({1, tp}) if spec.is_moe else [1]
             for ep in eps:
@@ -282,7 +305,7 @@ def _plan(spec: ModelSpec, ev: dict, point: dict, replicas: int) -> dict:
 def candidates(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, coefficients: dict):
     """(shapes, rejected counts, evaluated shapes, all (shape, point) pairs, those meeting the SLOs,
     the best point per shape meeting them): the program's candidates are the last."""
-    found, rejected = shapes(spec, hw, req.gpus, req.fix)
+    found, rejected = shapes(spec, hw, req.gpus, req.fix, req.engine)
     evaluated = [evaluate(spec, hw, req, inst, coefficients) for inst in found]
     points = [(ev, p) for ev in evaluated for p in ev["points"]]
     good = [(ev, p) for ev, p in points if _meets(p, req)]
@@ -460,7 +483,7 @@ def _infeasible(spec, hw, req, evaluated, points, rejected) -> InfeasibleError:
     if not evaluated:
         why = "; ".join(f"{n} x {r}" for r, n in rejected.items()) or "no shape matches --fix"
         if req.fix:
-            valid, _ = shapes(spec, hw, req.gpus, {})
+            valid, _ = shapes(spec, hw, req.gpus, {}, req.engine)
             names = {"tp": "tp", "pp": "pp", "ep": "ep", "dp": "adp"}
             allowed = "; ".join(f"{k}: {', '.join(str(v) for v in sorted({getattr(i, names[k]) for i in valid}))}"
                                 for k in req.fix)
@@ -544,7 +567,7 @@ def _minimum_gpus(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest) -> int | 
     for n in _powers(1024):
         if n <= req.gpus:
             continue
-        found, _ = shapes(spec, hw, n, req.fix)
+        found, _ = shapes(spec, hw, n, req.fix, req.engine)
         for inst in found:
             mem = _memory(spec, hw, req, inst)
             if mem.kv_cache > 0 and sv.longest_context(mem, spec) >= req.context:
@@ -624,7 +647,7 @@ def worker_candidates(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, coeff
     a decode worker fed fewer requests/s than its most loaded point runs at a smaller batch, so rate
     matching may pick one below its best (with only the best point, a prefill side slower than one decode
     worker's full rate, e.g. 8k-token prompts at tp 8, had no mix at all)."""
-    found, rejected = shapes(spec, hw, req.gpus, req.fix)
+    found, rejected = shapes(spec, hw, req.gpus, req.fix, req.engine)
     sides = {}
     for role in ("prefill", "decode"):
         sides[role] = []
