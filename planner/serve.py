@@ -345,8 +345,8 @@ def serve_plan(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, calibration:
         raise _infeasible(spec, hw, req, evaluated, points, rejected)
     gpus = [ev["inst"].gpus for ev, _ in cands]
     tokens = [p["tokens_per_s"] for _, p in cands]
+    mix = _best_mix(req, cands)
     if req.request_rate is not None:
-        mix = serve_ilp.min_gpus(gpus, [p["requests_per_s"] for _, p in cands], tokens, req.request_rate, req.gpus)
         if not mix.counts:
             needed = serve_ilp.min_gpus(gpus, [p["requests_per_s"] for _, p in cands], tokens,
                                         req.request_rate, req.gpus * 1024)
@@ -360,12 +360,10 @@ def serve_plan(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, calibration:
                 f"best plan carries {plan['requests_per_s']:g} requests/s on {plan['gpus']} GPUs{more}",
                 details={"binding": "gpus", "closest_plan": plan,
                          "minimum_gpus": int(needed.objective) if needed.counts else None})
-    else:
-        mix = serve_ilp.best_mix(gpus, tokens, req.gpus)
     chosen = [_plan(spec, cands[i][0], cands[i][1], n) for i, n in sorted(mix.counts.items())]
     top = _top(spec, req, cands, chosen)
     total_tokens = sum(p["tokens_per_s"] for p in chosen)
-    used = sum(p["gpus"] for p in chosen)
+    used = _deployment_gpus(chosen)
     pareto = _pareto(points if req.ttft_ms is None and req.tpot_ms is None and req.request_latency_ms is None else good)
     return {
         "solver": {"status": mix.status, "objective": ("min_gpus" if req.request_rate is not None else "max_tokens_per_s"),
@@ -373,12 +371,58 @@ def serve_plan(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, calibration:
                    "wall_s": round(time.perf_counter() - start, 3), "candidates_evaluated": len(points),
                    "shapes": len(found), "shapes_rejected": rejected},
         "deployment": {"gpus": used, "tokens_per_s": round(total_tokens, 1),
-                       "tokens_per_s_per_gpu": round(total_tokens / used, 1) if used else 0.0,
+                       "tokens_per_s_per_gpu": _deployment_per_gpu(chosen),
                        "requests_per_s": round(sum(p["requests_per_s"] for p in chosen), 3), "mix": chosen},
         "plans": top,
         "pareto": pareto,
         "notes": _notes(hw, req) + _no_slo_note(req, chosen) + _exchange_note(spec, req, chosen),
     }
+
+
+def _deployment_gpus(chosen: list[dict]) -> int:
+    """GPUs of a deployment of `_plan` records."""
+    return sum(p["gpus"] for p in chosen)
+
+
+def _deployment_per_gpu(chosen: list[dict]) -> float:
+    """Tokens/s per GPU of a deployment of `_plan` records (0 without GPUs)."""
+    used = _deployment_gpus(chosen)
+    return round(sum(p["tokens_per_s"] for p in chosen) / used, 1) if used else 0.0
+
+
+def _best_mix(req: ServeRequest, cands: list):
+    """Replicas of the aggregated candidates (`candidates`): the fewest GPUs carrying --request-rate
+    (`serve_ilp.min_gpus`), else the most tokens/s on --gpus (`serve_ilp.best_mix`)."""
+    gpus = [ev["inst"].gpus for ev, _ in cands]
+    tokens = [p["tokens_per_s"] for _, p in cands]
+    if req.request_rate is not None:
+        return serve_ilp.min_gpus(gpus, [p["requests_per_s"] for _, p in cands], tokens, req.request_rate, req.gpus)
+    return serve_ilp.best_mix(gpus, tokens, req.gpus)
+
+
+def _aggregated_note(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, coefficients: dict, plan: dict) -> list[str]:
+    """A note when aggregated serving (the same request without --disaggregated, the same latency model
+    and coefficients: `candidates` and `_best_mix`) beats the disaggregated mix `plan`: more tokens/s per
+    GPU on --gpus, or (--request-rate) the rate on fewer GPUs. Empty when it does not, or when no
+    aggregated plan meets the SLOs."""
+    cands = candidates(spec, hw, req, coefficients)[-1]
+    mix = _best_mix(req, cands) if cands else None
+    if mix is None or not mix.counts:
+        return []
+    chosen = [_plan(spec, cands[i][0], cands[i][1], n) for i, n in sorted(mix.counts.items())]
+    used, per_gpu = _deployment_gpus(chosen), _deployment_per_gpu(chosen)
+    what = " + ".join(f"{n} x {cands[i][0]['inst'].label} @{cands[i][1]['concurrency']}"
+                      for i, n in sorted(mix.counts.items()))
+    if req.request_rate is not None:
+        if used >= plan["gpus"]:
+            return []
+        gain = f"carries {req.request_rate:g} requests/s on {used} GPUs against this mix's {plan['gpus']}"
+    elif per_gpu <= plan["tokens_per_s_per_gpu"]:
+        return []
+    else:
+        gain = f"on {used} GPUs gives {per_gpu:g} tokens/s/GPU against this mix's {plan['tokens_per_s_per_gpu']:g}"
+    return [f"aggregated serving beats this disaggregated mix under the same SLOs and model: {what} {gain} "
+            f"(run without --disaggregated)"]
 
 
 def _top(spec: ModelSpec, req: ServeRequest, cands: list, chosen: list) -> list[dict]:
@@ -726,7 +770,8 @@ def disaggregated_plan(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, coef
                        "requests_per_s": plan["requests_per_s"], "workers": rows},
         "plans": plans[:req.top], "pareto": [], "notes": _notes(hw, req) + [
             "disaggregated: prefill workers run prompts only, decode workers generate only; TTFT includes the "
-            "KV transfer; constants are the aggregated fit's with the prefill-interference term removed"],
+            "KV transfer; constants are the aggregated fit's with the prefill-interference term removed"]
+        + _aggregated_note(spec, hw, req, coefficients, plan),
     }
 
 

@@ -418,3 +418,30 @@ def test_pp_that_does_not_divide_the_layers_is_searched_and_costs_the_largest_st
     # Unpinned, 6 GPUs: pp 3 (tp 2 x pp 3 = 6) is among the shapes tried; TensorRT-LLM keeps powers of two.
     assert any(s.pp == 3 for s in serve.shapes(spec, hw, 6, {}, "vllm")[0])
     assert not any(s.pp == 3 for s in serve.shapes(spec, hw, 6, {}, "trtllm")[0])
+
+
+def test_disaggregated_mix_notes_the_aggregated_plan_that_beats_it():
+    """Fresh-user review: `--disaggregated` picked a mix at 143 tokens/s/GPU where aggregated serving of
+    the same request gives 360.6 and said nothing. The note carries what the aggregated request itself
+    reports (a separate serve_plan call), and stays silent when the mix is the better one."""
+    spec, hw = load_model("llama-3.1-70b"), load_cluster("hgx-h200")
+    ask = dict(gpus=8, input_len=4000, output_len=500, ttft_ms=2000, tpot_ms=50)
+    agg = serve.serve_plan(spec, hw, serve.ServeRequest(**ask))["deployment"]
+    dis = serve.serve_plan(spec, hw, serve.ServeRequest(**ask, disaggregated=True))
+    assert dis["deployment"]["tokens_per_s_per_gpu"] < agg["tokens_per_s_per_gpu"]
+    [note] = [n for n in dis["notes"] if n.startswith("aggregated serving beats")]
+    assert f"gives {agg['tokens_per_s_per_gpu']:g} tokens/s/GPU" in note
+    assert f"against this mix's {dis['deployment']['tokens_per_s_per_gpu']:g}" in note
+    assert f"on {agg['gpus']} GPUs" in note and "without --disaggregated" in note
+    coefficients = serve.coefficients_for(load_calibration(), "vllm", spec)
+    req = serve.ServeRequest(**ask, disaggregated=True)
+    better = {"gpus": 8, "tokens_per_s_per_gpu": agg["tokens_per_s_per_gpu"] + 0.1}
+    assert serve._aggregated_note(spec, hw, req, coefficients, better) == []
+    # --request-rate: compared by GPUs. 2 requests/s: aggregated needs fewer GPUs than the mix.
+    rated = dict(ask, request_rate=2)
+    agg_gpus = serve.serve_plan(spec, hw, serve.ServeRequest(**rated))["deployment"]["gpus"]
+    dis_rated = serve.serve_plan(spec, hw, serve.ServeRequest(**rated, disaggregated=True))
+    assert agg_gpus < dis_rated["deployment"]["gpus"]
+    assert any(f"carries 2 requests/s on {agg_gpus} GPUs" in n for n in dis_rated["notes"])
+    assert serve._aggregated_note(spec, hw, serve.ServeRequest(**rated, disaggregated=True), coefficients,
+                                  {"gpus": agg_gpus, "tokens_per_s_per_gpu": 0.0}) == []
