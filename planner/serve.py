@@ -25,7 +25,7 @@ from planner.frameworks import vllm as vllm_flags
 from planner.search import serve_ilp
 from planner.serve_validate import coefficients_for, load_calibration
 from planner.specs.cluster import ClusterSpec
-from planner.specs.model import ModelSpec, require_modelled_checkpoint
+from planner.specs.model import ModelSpec, context_length_words, engine_context_length, require_modelled_checkpoint
 
 CONCURRENCY_STEPS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 """Per-instance concurrencies tried when --concurrency is not given (plus the KV pool's limit)."""
@@ -250,10 +250,11 @@ def _latency(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, inst: sv.Insta
 def evaluate(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, inst: sv.Instance, coefficients: dict) -> dict:
     """Memory and every concurrency point of one shape: {"memory", "points", "reject"}."""
     mem = _memory(spec, hw, req, inst)
-    longest = sv.longest_context(mem, spec)
+    longest = sv.longest_context(mem, spec, engine=req.engine)
     cmax = sv.max_concurrency(mem, spec, inst, req.context)
     result = {"inst": inst, "memory": mem, "longest_context": longest,
-              "longest_context_bound": sv.context_bound(mem, spec), "max_concurrency": cmax, "points": []}
+              "longest_context_bound": sv.context_bound(mem, spec, engine=req.engine), "max_concurrency": cmax,
+              "points": []}
     if mem.kv_cache <= 0:
         result["reject"] = "memory"
         return result
@@ -330,13 +331,13 @@ def serve_plan(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, calibration:
         raise SpecError(f"value {req.max_model_len} is shorter than --input-len {req.input_len} + --output-len "
                         f"{req.output_len} = {asked} tokens, the context each request reaches; allowed: at least "
                         f"{asked}", key="--max-model-len")
-    if req.context > spec.max_position_embeddings:
-        limit = spec.max_position_embeddings
+    limit = engine_context_length(spec, req.engine)
+    if req.context > limit:
         key = ("--max-model-len" if req.max_model_len else "--input-len" if req.input_len > limit
                else "--output-len" if req.output_len > limit else "--input-len + --output-len")
-        raise SpecError(f"a context of {req.context} tokens exceeds {spec.name}'s max_position_embeddings "
-                        f"{spec.max_position_embeddings} (vLLM, SGLang and TensorRT-LLM refuse it at start-up); "
-                        f"allowed: up to {spec.max_position_embeddings}", key=key)
+        raise SpecError(f"a context of {req.context} tokens exceeds {spec.name}'s context length under {req.engine} "
+                        f"({context_length_words(spec, req.engine)}; {req.engine} refuses a longer one at start-up); "
+                        f"allowed: up to {limit}", key=key)
     coefficients = coefficients_for(calibration or load_calibration(), req.engine, spec)
     if req.disaggregated:
         return disaggregated_plan(spec, hw, req, coefficients, start)
@@ -614,7 +615,7 @@ def _minimum_gpus(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest) -> int | 
         found, _ = shapes(spec, hw, n, req.fix, req.engine)
         for inst in found:
             mem = _memory(spec, hw, req, inst)
-            if mem.kv_cache > 0 and sv.longest_context(mem, spec) >= req.context:
+            if mem.kv_cache > 0 and sv.longest_context(mem, spec, engine=req.engine) >= req.context:
                 return n
     return None
 
@@ -644,8 +645,8 @@ def _worker_points(spec, hw, req, inst, coefficients, role: str) -> tuple[dict, 
     context = req.input_len if role == "prefill" else req.context
     mem = _memory(spec, hw, req, inst)
     cmax = sv.max_concurrency(mem, spec, inst, context)
-    ev = {"inst": inst, "memory": mem, "longest_context": sv.longest_context(mem, spec),
-          "longest_context_bound": sv.context_bound(mem, spec), "max_concurrency": cmax}
+    ev = {"inst": inst, "memory": mem, "longest_context": sv.longest_context(mem, spec, engine=req.engine),
+          "longest_context_bound": sv.context_bound(mem, spec, engine=req.engine), "max_concurrency": cmax}
     if mem.kv_cache <= 0 or ev["longest_context"] < context or cmax < 1:
         return ev, []
     if role == "prefill":  # compute-bound: prompts back to back, one at a time, gain nothing from batching
