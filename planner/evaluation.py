@@ -154,14 +154,15 @@ class Evaluation:
 
     def check_parallelism(self) -> dict:
         """`check`'s parallelism: `parallelism()` with the split, the run's dtypes and framework,
-        offload and the overlaps as costed."""
+        offload, the overlaps as costed and torch.compile where the file sets it (as `plan_parallelism`)."""
         layout = self.layout
         return self.parallelism() | {
             "pipeline_layers": list(layout.pipeline_layers) if layout.pipeline_layers else None,
             "seq_len": layout.seq_len, "precision": layout.precision,
             "optimizer": layout.optimizer, "framework": layout.framework,
             "offload": sorted(layout.offload), "moe_dispatcher": layout.moe_dispatcher,
-            "overlap": dataclasses.asdict(overlap.resolve(layout))}
+            "overlap": dataclasses.asdict(overlap.resolve(layout)),
+            **({} if layout.torch_compile is None else {"compile": layout.torch_compile})}
 
 
 def layer_modes(counts: Sequence[dict[str, int]]) -> tuple[str, ...]:

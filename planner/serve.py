@@ -25,7 +25,7 @@ from planner.frameworks import vllm as vllm_flags
 from planner.search import serve_ilp
 from planner.serve_validate import coefficients_for, load_calibration
 from planner.specs.cluster import ClusterSpec
-from planner.specs.model import ModelSpec, require_modelled_checkpoint
+from planner.specs.model import ModelSpec, context_length_words, engine_context_length, require_modelled_checkpoint
 
 CONCURRENCY_STEPS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 """Per-instance concurrencies tried when --concurrency is not given (plus the KV pool's limit)."""
@@ -112,18 +112,41 @@ def _powers(limit: int) -> list[int]:
     return out
 
 
-def shapes(spec: ModelSpec, hw: ClusterSpec, gpus: int, fix: dict) -> tuple[list[sv.Instance], dict]:
+UNEVEN_PP_ENGINES = ("vllm", "sglang")
+"""Engines that split layers unevenly over pipeline stages, so pp need not divide num_hidden_layers.
+Source: vLLM 0.33.0 `vllm/distributed/utils.py` get_pp_indices (L // pp layers per stage, the remainder
+one each to the stages before the last); SGLang 0.5.23 `srt/distributed/utils.py` get_pp_indices (the
+remainder one each to the last stages). Either way the largest stage holds ceil(L / pp) layers, which
+`cost.serving` costs for memory and per-token latency. TensorRT-LLM's rule is not read here: its pp
+stays a power of two, as before."""
+
+
+def _pp_values(gpus_left: int, engine: str, pinned: int | None) -> list[int]:
+    """Pipeline degrees tried for one tp: powers of two, plus (engines that split layers unevenly,
+    UNEVEN_PP_ENGINES) the divisors of the GPUs left (so replicas fill a 6- or 12-GPU budget) and a
+    pinned `--fix pp`; all <= the GPUs left (pp > layers is rejected by `_indivisible`)."""
+    values = set(_powers(gpus_left))
+    if engine in UNEVEN_PP_ENGINES:
+        values |= {d for d in range(1, gpus_left + 1) if gpus_left % d == 0}
+        if pinned is not None and pinned <= gpus_left:
+            values.add(pinned)
+    return sorted(values)
+
+
+def shapes(spec: ModelSpec, hw: ClusterSpec, gpus: int, fix: dict,
+           engine: str = "vllm") -> tuple[list[sv.Instance], dict]:
     """Instance shapes that divide the model, with a count of the rejected ones per reason.
 
     Rules (vLLM `vllm/config/parallel.py` / TensorRT-LLM `mapping.py` checks): attention heads
     divisible by attention-TP; attention-TP divides n_kv or n_kv divides it (K/V replicate);
-    routed experts divisible by ep; expert width divisible by tp / ep; pp <= layers; tp inside one
+    routed experts divisible by ep; expert width divisible by tp / ep; pp <= layers, pp values from
+    `_pp_values` (uneven layer splits where the engine makes them); tp inside one
     scale-up domain; tp x pp <= GPUs. Attention DP and EP are tried for MoE models only.
     """
     rejected: dict[str, int] = {}
     out = []
     for tp in _powers(min(gpus, hw.scaleup_domain_gpus)):
-        for pp in _powers(gpus // tp):
+        for pp in _pp_values(gpus // tp, engine, fix.get("pp")):
             eps = sorted({1, tp}) if spec.is_moe else [1]
             adps = sorted({1, tp}) if spec.is_moe else [1]
             for ep in eps:
@@ -227,10 +250,11 @@ def _latency(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, inst: sv.Insta
 def evaluate(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, inst: sv.Instance, coefficients: dict) -> dict:
     """Memory and every concurrency point of one shape: {"memory", "points", "reject"}."""
     mem = _memory(spec, hw, req, inst)
-    longest = sv.longest_context(mem, spec)
+    longest = sv.longest_context(mem, spec, engine=req.engine)
     cmax = sv.max_concurrency(mem, spec, inst, req.context)
     result = {"inst": inst, "memory": mem, "longest_context": longest,
-              "longest_context_bound": sv.context_bound(mem, spec), "max_concurrency": cmax, "points": []}
+              "longest_context_bound": sv.context_bound(mem, spec, engine=req.engine), "max_concurrency": cmax,
+              "points": []}
     if mem.kv_cache <= 0:
         result["reject"] = "memory"
         return result
@@ -282,7 +306,7 @@ def _plan(spec: ModelSpec, ev: dict, point: dict, replicas: int) -> dict:
 def candidates(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, coefficients: dict):
     """(shapes, rejected counts, evaluated shapes, all (shape, point) pairs, those meeting the SLOs,
     the best point per shape meeting them): the program's candidates are the last."""
-    found, rejected = shapes(spec, hw, req.gpus, req.fix)
+    found, rejected = shapes(spec, hw, req.gpus, req.fix, req.engine)
     evaluated = [evaluate(spec, hw, req, inst, coefficients) for inst in found]
     points = [(ev, p) for ev in evaluated for p in ev["points"]]
     good = [(ev, p) for ev, p in points if _meets(p, req)]
@@ -307,13 +331,13 @@ def serve_plan(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, calibration:
         raise SpecError(f"value {req.max_model_len} is shorter than --input-len {req.input_len} + --output-len "
                         f"{req.output_len} = {asked} tokens, the context each request reaches; allowed: at least "
                         f"{asked}", key="--max-model-len")
-    if req.context > spec.max_position_embeddings:
-        limit = spec.max_position_embeddings
+    limit = engine_context_length(spec, req.engine)
+    if req.context > limit:
         key = ("--max-model-len" if req.max_model_len else "--input-len" if req.input_len > limit
                else "--output-len" if req.output_len > limit else "--input-len + --output-len")
-        raise SpecError(f"a context of {req.context} tokens exceeds {spec.name}'s max_position_embeddings "
-                        f"{spec.max_position_embeddings} (vLLM, SGLang and TensorRT-LLM refuse it at start-up); "
-                        f"allowed: up to {spec.max_position_embeddings}", key=key)
+        raise SpecError(f"a context of {req.context} tokens exceeds {spec.name}'s context length under {req.engine} "
+                        f"({context_length_words(spec, req.engine)}; {req.engine} refuses a longer one at start-up); "
+                        f"allowed: up to {limit}", key=key)
     coefficients = coefficients_for(calibration or load_calibration(), req.engine, spec)
     if req.disaggregated:
         return disaggregated_plan(spec, hw, req, coefficients, start)
@@ -322,8 +346,8 @@ def serve_plan(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, calibration:
         raise _infeasible(spec, hw, req, evaluated, points, rejected)
     gpus = [ev["inst"].gpus for ev, _ in cands]
     tokens = [p["tokens_per_s"] for _, p in cands]
+    mix = _best_mix(req, cands)
     if req.request_rate is not None:
-        mix = serve_ilp.min_gpus(gpus, [p["requests_per_s"] for _, p in cands], tokens, req.request_rate, req.gpus)
         if not mix.counts:
             needed = serve_ilp.min_gpus(gpus, [p["requests_per_s"] for _, p in cands], tokens,
                                         req.request_rate, req.gpus * 1024)
@@ -337,12 +361,10 @@ def serve_plan(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, calibration:
                 f"best plan carries {plan['requests_per_s']:g} requests/s on {plan['gpus']} GPUs{more}",
                 details={"binding": "gpus", "closest_plan": plan,
                          "minimum_gpus": int(needed.objective) if needed.counts else None})
-    else:
-        mix = serve_ilp.best_mix(gpus, tokens, req.gpus)
     chosen = [_plan(spec, cands[i][0], cands[i][1], n) for i, n in sorted(mix.counts.items())]
     top = _top(spec, req, cands, chosen)
     total_tokens = sum(p["tokens_per_s"] for p in chosen)
-    used = sum(p["gpus"] for p in chosen)
+    used = _deployment_gpus(chosen)
     pareto = _pareto(points if req.ttft_ms is None and req.tpot_ms is None and req.request_latency_ms is None else good)
     return {
         "solver": {"status": mix.status, "objective": ("min_gpus" if req.request_rate is not None else "max_tokens_per_s"),
@@ -350,12 +372,58 @@ def serve_plan(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, calibration:
                    "wall_s": round(time.perf_counter() - start, 3), "candidates_evaluated": len(points),
                    "shapes": len(found), "shapes_rejected": rejected},
         "deployment": {"gpus": used, "tokens_per_s": round(total_tokens, 1),
-                       "tokens_per_s_per_gpu": round(total_tokens / used, 1) if used else 0.0,
+                       "tokens_per_s_per_gpu": _deployment_per_gpu(chosen),
                        "requests_per_s": round(sum(p["requests_per_s"] for p in chosen), 3), "mix": chosen},
         "plans": top,
         "pareto": pareto,
         "notes": _notes(hw, req) + _no_slo_note(req, chosen) + _exchange_note(spec, req, chosen),
     }
+
+
+def _deployment_gpus(chosen: list[dict]) -> int:
+    """GPUs of a deployment of `_plan` records."""
+    return sum(p["gpus"] for p in chosen)
+
+
+def _deployment_per_gpu(chosen: list[dict]) -> float:
+    """Tokens/s per GPU of a deployment of `_plan` records (0 without GPUs)."""
+    used = _deployment_gpus(chosen)
+    return round(sum(p["tokens_per_s"] for p in chosen) / used, 1) if used else 0.0
+
+
+def _best_mix(req: ServeRequest, cands: list):
+    """Replicas of the aggregated candidates (`candidates`): the fewest GPUs carrying --request-rate
+    (`serve_ilp.min_gpus`), else the most tokens/s on --gpus (`serve_ilp.best_mix`)."""
+    gpus = [ev["inst"].gpus for ev, _ in cands]
+    tokens = [p["tokens_per_s"] for _, p in cands]
+    if req.request_rate is not None:
+        return serve_ilp.min_gpus(gpus, [p["requests_per_s"] for _, p in cands], tokens, req.request_rate, req.gpus)
+    return serve_ilp.best_mix(gpus, tokens, req.gpus)
+
+
+def _aggregated_note(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, coefficients: dict, plan: dict) -> list[str]:
+    """A note when aggregated serving (the same request without --disaggregated, the same latency model
+    and coefficients: `candidates` and `_best_mix`) beats the disaggregated mix `plan`: more tokens/s per
+    GPU on --gpus, or (--request-rate) the rate on fewer GPUs. Empty when it does not, or when no
+    aggregated plan meets the SLOs."""
+    cands = candidates(spec, hw, req, coefficients)[-1]
+    mix = _best_mix(req, cands) if cands else None
+    if mix is None or not mix.counts:
+        return []
+    chosen = [_plan(spec, cands[i][0], cands[i][1], n) for i, n in sorted(mix.counts.items())]
+    used, per_gpu = _deployment_gpus(chosen), _deployment_per_gpu(chosen)
+    what = " + ".join(f"{n} x {cands[i][0]['inst'].label} @{cands[i][1]['concurrency']}"
+                      for i, n in sorted(mix.counts.items()))
+    if req.request_rate is not None:
+        if used >= plan["gpus"]:
+            return []
+        gain = f"carries {req.request_rate:g} requests/s on {used} GPUs against this mix's {plan['gpus']}"
+    elif per_gpu <= plan["tokens_per_s_per_gpu"]:
+        return []
+    else:
+        gain = f"on {used} GPUs gives {per_gpu:g} tokens/s/GPU against this mix's {plan['tokens_per_s_per_gpu']:g}"
+    return [f"aggregated serving beats this disaggregated mix under the same SLOs and model: {what} {gain} "
+            f"(run without --disaggregated)"]
 
 
 def _top(spec: ModelSpec, req: ServeRequest, cands: list, chosen: list) -> list[dict]:
@@ -460,7 +528,7 @@ def _infeasible(spec, hw, req, evaluated, points, rejected) -> InfeasibleError:
     if not evaluated:
         why = "; ".join(f"{n} x {r}" for r, n in rejected.items()) or "no shape matches --fix"
         if req.fix:
-            valid, _ = shapes(spec, hw, req.gpus, {})
+            valid, _ = shapes(spec, hw, req.gpus, {}, req.engine)
             names = {"tp": "tp", "pp": "pp", "ep": "ep", "dp": "adp"}
             allowed = "; ".join(f"{k}: {', '.join(str(v) for v in sorted({getattr(i, names[k]) for i in valid}))}"
                                 for k in req.fix)
@@ -544,10 +612,10 @@ def _minimum_gpus(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest) -> int | 
     for n in _powers(1024):
         if n <= req.gpus:
             continue
-        found, _ = shapes(spec, hw, n, req.fix)
+        found, _ = shapes(spec, hw, n, req.fix, req.engine)
         for inst in found:
             mem = _memory(spec, hw, req, inst)
-            if mem.kv_cache > 0 and sv.longest_context(mem, spec) >= req.context:
+            if mem.kv_cache > 0 and sv.longest_context(mem, spec, engine=req.engine) >= req.context:
                 return n
     return None
 
@@ -577,8 +645,8 @@ def _worker_points(spec, hw, req, inst, coefficients, role: str) -> tuple[dict, 
     context = req.input_len if role == "prefill" else req.context
     mem = _memory(spec, hw, req, inst)
     cmax = sv.max_concurrency(mem, spec, inst, context)
-    ev = {"inst": inst, "memory": mem, "longest_context": sv.longest_context(mem, spec),
-          "longest_context_bound": sv.context_bound(mem, spec), "max_concurrency": cmax}
+    ev = {"inst": inst, "memory": mem, "longest_context": sv.longest_context(mem, spec, engine=req.engine),
+          "longest_context_bound": sv.context_bound(mem, spec, engine=req.engine), "max_concurrency": cmax}
     if mem.kv_cache <= 0 or ev["longest_context"] < context or cmax < 1:
         return ev, []
     if role == "prefill":  # compute-bound: prompts back to back, one at a time, gain nothing from batching
@@ -624,7 +692,7 @@ def worker_candidates(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, coeff
     a decode worker fed fewer requests/s than its most loaded point runs at a smaller batch, so rate
     matching may pick one below its best (with only the best point, a prefill side slower than one decode
     worker's full rate, e.g. 8k-token prompts at tp 8, had no mix at all)."""
-    found, rejected = shapes(spec, hw, req.gpus, req.fix)
+    found, rejected = shapes(spec, hw, req.gpus, req.fix, req.engine)
     sides = {}
     for role in ("prefill", "decode"):
         sides[role] = []
@@ -703,7 +771,8 @@ def disaggregated_plan(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, coef
                        "requests_per_s": plan["requests_per_s"], "workers": rows},
         "plans": plans[:req.top], "pareto": [], "notes": _notes(hw, req) + [
             "disaggregated: prefill workers run prompts only, decode workers generate only; TTFT includes the "
-            "KV transfer; constants are the aggregated fit's with the prefill-interference term removed"],
+            "KV transfer; constants are the aggregated fit's with the prefill-interference term removed"]
+        + _aggregated_note(spec, hw, req, coefficients, plan),
     }
 
 

@@ -363,6 +363,9 @@ def test_emit_round_trip_every_bench_case(tmp_path, engine, case):
                     "-o", str(written))
     assert proc.returncode == 0, proc.stderr
     assert "check: PASS" in proc.stderr
+    # Exactly one trailing newline (fresh-user review: a script ending in "wait" with none printed
+    # "waitcheck: PASS" when stderr followed on a terminal).
+    assert proc.stdout.endswith("wait\n") and not proc.stdout.endswith("\n\n")
     known = (vllm_flags if engine == "vllm" else sglang_flags).ALL_FLAGS
     flags = _emitted_flags(proc.stdout)
     assert flags and set(flags) <= known, set(flags) - known
@@ -409,6 +412,7 @@ def test_emit_disaggregated_workers_and_their_router(tmp_path, engine):
     proc = _planner("serve-plan", "-m", "llama-3.1-8b", "-c", "dgx-h100", "--gpus", "4", "--input-len", "2000",
                     "--output-len", "300", "--ttft-ms", "1500", "--tpot-ms", "40", "--disaggregated", "--emit", engine)
     assert proc.returncode == 0 and "check: PASS" in proc.stderr, proc.stderr
+    assert proc.stdout.endswith("wait\n") and not proc.stdout.endswith("\n\n")  # one trailing newline
     lines = proc.stdout.splitlines()
     roles = [("prefill" if "prefill worker" in l else "decode") for l in lines if l.startswith("# tp")]
     commands = _commands(proc.stdout)

@@ -217,3 +217,17 @@ def test_loss_chunks_override_is_read(tmp_path):
     bad = LLAMA3_8B.replace("activation-checkpoint:selective", "--loss.num_chunks 3 \\\n  activation-checkpoint:selective")
     result = _check(_write(tmp_path, bad, "bad.sh"))
     assert result.exit_code == 1 and "loss_chunks=3" in result.output
+
+
+def test_compile_enable_is_shown_in_the_header_as_plan_shows_it(tmp_path):
+    """Fresh-user review: `--compile.enable` is costed (Layout.torch_compile) but the check header
+    did not say "compile"; plan and explain append " · compile" to the layout (report.layout_label)."""
+    compiled = LLAMA3_8B.replace("  activation-checkpoint", "  --compile.enable true \\\n  activation-checkpoint")
+    path = _write(tmp_path, compiled)
+    assert read_target(path, cluster="dgx-h100").layout.torch_compile is True
+    result = json.loads(_check(path).stdout)
+    assert result["parallelism"]["compile"] is True
+    table = runner.invoke(app, ["check", str(path), "--cluster", "dgx-h100"]).stdout
+    assert "· compile" in " ".join(table.split())
+    plain = runner.invoke(app, ["check", str(_write(tmp_path, LLAMA3_8B, "eager.sh")), "--cluster", "dgx-h100"]).stdout
+    assert "· compile" not in " ".join(plain.split())

@@ -49,6 +49,8 @@ def test_emitted_configuration_reads_back_and_passes(model, cluster, gpus, extra
         assert exc.key == "--emit" and "\n" not in str(exc), str(exc)
         return
     assert verdict["kind"] == KIND[emitter]
+    # Exactly one trailing newline: a saved file or a terminal shows the next output on its own line.
+    assert emitted.text.endswith("\n") and not emitted.text.endswith("\n\n"), repr(emitted.text[-40:])
     assert verdict["verdict"] == "pass", verdict["violations"]
     planned = doc["plan"]["parallelism"]
     if not emitted.deviations:

@@ -447,3 +447,54 @@ def test_disaggregated_at_a_request_rate_reports_what_the_mix_serves():
     carried = sum(w["requests_per_s"] for w in dep["workers"] if w["role"] == "decode")
     assert 5 <= dep["requests_per_s"] == pytest.approx(min(fed, carried), abs=2e-3)
     assert dep["tokens_per_s"] == pytest.approx(dep["requests_per_s"] * 500, rel=1e-3)
+
+
+def test_pp_that_does_not_divide_the_layers_is_searched_and_costs_the_largest_stage():
+    """Fresh-user review: `--gpus 6 --fix pp=3` said "allowed pp: 1, 2, 4" for llama-3.1-70b (80 layers),
+    though vLLM and SGLang split layers unevenly (vLLM 0.33.0 `vllm/distributed/utils.py` get_pp_indices:
+    80 // 3 = 26 per stage, the remainder 2 one each to stages -2 and -3 -> [27, 27, 26]; SGLang 0.5.23
+    `srt/distributed/utils.py` get_pp_indices: the last two -> [26, 27, 27])."""
+    spec, hw = load_model("llama-3.1-70b"), load_cluster("hgx-h200")
+    # Largest stage by hand (tp 2): 27 layers of q,o 8192x8192, k,v 8192x1024, gate/up/down 8192x28672
+    # split over tp, two RMSNorms of 8192 replicated; plus the embedding 128256 x 8192 over tp (vocab
+    # 128256 is already a multiple of 64 x tp); bf16. vLLM's first stage (27 layers + embedding) and
+    # SGLang's last (27 layers + final norm + LM head, 8192 more) differ by one 16 KiB norm.
+    layer = (2 * 8192 * 8192 + 2 * 8192 * 1024 + 3 * 8192 * 28672) / 2 + 2 * 8192
+    largest = 2 * (27 * layer + 128256 * 8192 / 2)
+    for engine in ("vllm", "sglang"):
+        out = serve.serve_plan(spec, hw, serve.ServeRequest(gpus=6, input_len=4000, output_len=500,
+                                                            engine=engine, fix={"pp": 3}))
+        plan = out["plans"][0]
+        assert plan["parallelism"]["pp"] == 3 and plan["parallelism"]["tp"] in (1, 2)
+        tp2 = [p for p in out["plans"] if p["parallelism"]["tp"] == 2]
+        assert tp2 and tp2[0]["memory_bytes"]["weights"] == pytest.approx(largest, abs=2 * 8192 + 1)
+    # Unpinned, 6 GPUs: pp 3 (tp 2 x pp 3 = 6) is among the shapes tried; TensorRT-LLM keeps powers of two.
+    assert any(s.pp == 3 for s in serve.shapes(spec, hw, 6, {}, "vllm")[0])
+    assert not any(s.pp == 3 for s in serve.shapes(spec, hw, 6, {}, "trtllm")[0])
+
+
+def test_disaggregated_mix_notes_the_aggregated_plan_that_beats_it():
+    """Fresh-user review: `--disaggregated` picked a mix at 143 tokens/s/GPU where aggregated serving of
+    the same request gives 360.6 and said nothing. The note carries what the aggregated request itself
+    reports (a separate serve_plan call), and stays silent when the mix is the better one."""
+    spec, hw = load_model("llama-3.1-70b"), load_cluster("hgx-h200")
+    ask = dict(gpus=8, input_len=4000, output_len=500, ttft_ms=2000, tpot_ms=50)
+    agg = serve.serve_plan(spec, hw, serve.ServeRequest(**ask))["deployment"]
+    dis = serve.serve_plan(spec, hw, serve.ServeRequest(**ask, disaggregated=True))
+    assert dis["deployment"]["tokens_per_s_per_gpu"] < agg["tokens_per_s_per_gpu"]
+    [note] = [n for n in dis["notes"] if n.startswith("aggregated serving beats")]
+    assert f"gives {agg['tokens_per_s_per_gpu']:g} tokens/s/GPU" in note
+    assert f"against this mix's {dis['deployment']['tokens_per_s_per_gpu']:g}" in note
+    assert f"on {agg['gpus']} GPUs" in note and "without --disaggregated" in note
+    coefficients = serve.coefficients_for(load_calibration(), "vllm", spec)
+    req = serve.ServeRequest(**ask, disaggregated=True)
+    better = {"gpus": 8, "tokens_per_s_per_gpu": agg["tokens_per_s_per_gpu"] + 0.1}
+    assert serve._aggregated_note(spec, hw, req, coefficients, better) == []
+    # --request-rate: compared by GPUs. 2 requests/s: aggregated needs fewer GPUs than the mix.
+    rated = dict(ask, request_rate=2)
+    agg_gpus = serve.serve_plan(spec, hw, serve.ServeRequest(**rated))["deployment"]["gpus"]
+    dis_rated = serve.serve_plan(spec, hw, serve.ServeRequest(**rated, disaggregated=True))
+    assert agg_gpus < dis_rated["deployment"]["gpus"]
+    assert any(f"carries 2 requests/s on {agg_gpus} GPUs" in n for n in dis_rated["notes"])
+    assert serve._aggregated_note(spec, hw, serve.ServeRequest(**rated, disaggregated=True), coefficients,
+                                  {"gpus": agg_gpus, "tokens_per_s_per_gpu": 0.0}) == []

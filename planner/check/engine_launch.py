@@ -36,7 +36,7 @@ from planner.cost import serving as sv
 from planner.errors import PlannerError, SpecError
 from planner.placement.rules import Violation
 from planner.specs.cluster import ClusterSpec
-from planner.specs.model import ModelSpec, require_modelled_checkpoint
+from planner.specs.model import ModelSpec, context_length_words, engine_context_length, require_modelled_checkpoint
 
 GIB = sv.GIB
 VISIBLE = "CUDA_VISIBLE_DEVICES"
@@ -720,8 +720,9 @@ def evaluate(file: str, kind: str, spec: ModelSpec, hw: ClusterSpec, gpus: int, 
                                  "reserve": mem.reserve, "capacity": mem.capacity},
                 "budget_fraction": launch.fraction, "kv_pool_set_by": _pool_source(spec, launch, mem, hw.gpu.name),
                 "kv_bytes_per_token": mem.kv_bytes_per_token,
-                "kv_tokens": mem.kv_tokens, "longest_context": sv.longest_context(mem, spec, launch.max_model_len),
-                "longest_context_bound": sv.context_bound(mem, spec, launch.max_model_len),
+                "kv_tokens": mem.kv_tokens,
+                "longest_context": sv.longest_context(mem, spec, launch.max_model_len, launch.engine),
+                "longest_context_bound": sv.context_bound(mem, spec, launch.max_model_len, launch.engine),
                 "max_model_len": launch.max_model_len,
                 "max_concurrency": sv.max_concurrency(mem, spec, launch.inst, launch.max_model_len),
                 "vocab_rows": sv.vocab_rows(spec, launch.inst.tp)}
@@ -749,14 +750,17 @@ def evaluate(file: str, kind: str, spec: ModelSpec, hw: ClusterSpec, gpus: int, 
 
 
 def _length_findings(spec: ModelSpec, launch: Launch) -> list[Violation]:
-    """A max_model_len past the model's max_position_embeddings: both engines refuse it at start-up
-    (vLLM 0.33.0 `vllm/config/model.py` _get_and_verify_max_len, unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1;
-    SGLang 0.5.23 `srt/configs/model_config.py`, unless SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1)."""
-    flag, most = launch.flag["max_model_len"], spec.max_position_embeddings
+    """A max_model_len past the context length the engine derives from the model's config
+    (`engine_context_length`: RoPE scaling factors applied as each engine does): both engines refuse it
+    at start-up (vLLM 0.33.0 `vllm/config/model.py` _get_and_verify_max_len, unless
+    VLLM_ALLOW_LONG_MAX_MODEL_LEN=1; SGLang 0.5.23 `srt/configs/model_config.py`, unless
+    SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1)."""
+    flag, most = launch.flag["max_model_len"], engine_context_length(spec, launch.engine)
     if launch.max_model_len <= most:
         return []
     return [Violation(rule="context_exceeds_model",
-                      message=f"{flag} {launch.max_model_len} exceeds {spec.name}'s max_position_embeddings {most}: "
+                      message=f"{flag} {launch.max_model_len} exceeds {spec.name}'s context length under "
+                              f"{launch.engine} ({context_length_words(spec, launch.engine)}): "
                               f"{launch.engine} refuses it at start-up", fix=f"{flag} {most}")]
 
 

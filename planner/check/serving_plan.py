@@ -34,6 +34,7 @@ import yaml
 
 from planner.errors import SpecError
 from planner.specs.limits import MAX_GPUS, MAX_SEQ_LEN
+from planner.specs.model import context_length_words, engine_context_length
 
 KIND = "serving-plan"
 STALE_TOLERANCE = 0.01
@@ -177,10 +178,11 @@ def _refused_input(request: dict, plan: dict, spec, file: str) -> None:
         raise SpecError(f"value {request['max_model_len']} is shorter than input_len {request['input_len']} + "
                         f"output_len {request['output_len']} = {asked} tokens, the context each request reaches; "
                         f"allowed: at least {asked}", file=file, key="request.max_model_len")
-    if request["max_model_len"] > spec.max_position_embeddings:
-        raise SpecError(f"value {request['max_model_len']}: a context beyond {spec.name}'s max_position_embeddings "
-                        f"{spec.max_position_embeddings} (vLLM, SGLang and TensorRT-LLM refuse it at start-up); "
-                        f"allowed: up to {spec.max_position_embeddings}", file=file, key="request.max_model_len")
+    most = engine_context_length(spec, request["engine"])
+    if request["max_model_len"] > most:
+        raise SpecError(f"value {request['max_model_len']}: a context beyond {spec.name}'s "
+                        f"{context_length_words(spec, request['engine'])} (the engine refuses it at start-up); "
+                        f"allowed: up to {most}", file=file, key="request.max_model_len")
     if request.get("concurrency") is not None and request.get("request_rate") is not None:
         raise SpecError("give concurrency or request_rate, not both (as serve-plan)", file=file,
                         key="request.request_rate")
@@ -332,12 +334,12 @@ def _shape_findings(spec, hw, req, shape: dict, concurrency: int, disaggregated:
         return [_fail("shape", f"{where}tp={inst.tp} pp={inst.pp} ep={inst.ep} dp={inst.adp}: {reason}",
                       "re-plan with planner serve-plan")], {}
     mem = serve._memory(spec, hw, req, inst)
-    longest = sv.longest_context(mem, spec)
+    longest = sv.longest_context(mem, spec, engine=req.engine)
     cmax = sv.max_concurrency(mem, spec, inst, req.context)
     recomputed = {"memory_bytes": {"weights": mem.weights, "activations": mem.activations,
                                    "kv_cache": mem.kv_cache, "reserve": mem.reserve, "capacity": mem.capacity},
                   "kv_tokens": mem.kv_tokens, "max_concurrency": cmax, "longest_context": longest,
-                  "longest_context_bound": sv.context_bound(mem, spec)}
+                  "longest_context_bound": sv.context_bound(mem, spec, engine=req.engine)}
     if mem.kv_cache <= 0:
         out.append(_fail("memory", f"{where}weights {mem.weights / sv.GIB:.2f} GiB leave no KV pool "
                                    f"({mem.kv_cache / sv.GIB:.2f} GiB) under {req.engine} "

@@ -25,7 +25,7 @@ from planner.errors import SpecError
 from planner.frameworks import sglang as s
 from planner.placement.rules import Violation
 from planner.specs.cluster import ClusterSpec
-from planner.specs.model import ModelSpec
+from planner.specs.model import ModelSpec, engine_context_length
 
 VOCABULARY = s
 """The flag table this reader reads."""
@@ -130,8 +130,8 @@ def launch(command: el.Command, spec: ModelSpec, hw: ClusterSpec, file: str) -> 
     return el.Launch(
         engine=s.ENGINE, line=command.line, inst=sv.Instance(tp=tp, pp=pp, ep=ep, adp=adp), replicas=dp,
         fraction=el.fraction(command, f["fraction"], default_fraction, file),
-        max_model_len=el.human_integer(command, f["max_model_len"], spec.max_position_embeddings, file, HUMAN_INT,
-                                       exact=True),
+        max_model_len=el.human_integer(command, f["max_model_len"], engine_context_length(spec, s.ENGINE), file,
+                                       HUMAN_INT, exact=True),
         kv_tokens_cap=el.human_integer(command, f["kv_tokens_cap"], None, file, HUMAN_INT, exact=True),
         max_num_seqs=None if max_running is None else s.instance_running_requests(max_running, adp),
         max_num_batched_tokens=s.rank_chunk(chunk or default_chunk, adp),

@@ -24,7 +24,7 @@ from planner.errors import SpecError
 from planner.frameworks import vllm as v
 from planner.placement.rules import Violation
 from planner.specs.cluster import ClusterSpec
-from planner.specs.model import ModelSpec
+from planner.specs.model import ModelSpec, engine_context_length
 
 VOCABULARY = v
 """The flag table this reader reads."""
@@ -160,12 +160,12 @@ def launch(command: el.Command, spec: ModelSpec, hw: ClusterSpec, file: str) -> 
     else:
         inst, replicas = sv.Instance(tp=tp, pp=pp), dp
     batched, seqs = v.default_batch(hw.gpu.memory_gib, hw.gpu.name)
-    max_model_len = el.human_integer(command, f["max_model_len"], spec.max_position_embeddings, file, HUMAN_INT,
-                                     auto=True)
+    max_model_len = el.human_integer(command, f["max_model_len"], engine_context_length(spec, v.ENGINE), file,
+                                     HUMAN_INT, auto=True)
     return el.Launch(
         engine=v.ENGINE, line=command.line, inst=inst, replicas=replicas,
         fraction=el.fraction(command, f["fraction"], v.DEFAULT_FRACTION, file),
-        max_model_len=spec.max_position_embeddings if max_model_len == -1 else max_model_len,
+        max_model_len=engine_context_length(spec, v.ENGINE) if max_model_len == -1 else max_model_len,
         fit_max_model_len=max_model_len == -1,
         max_num_seqs=_instance_seqs(el.integer(command, f["max_num_seqs"], None, file), dp, spec),
         max_num_batched_tokens=el.human_integer(command, f["max_num_batched_tokens"], batched, file, HUMAN_INT),

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from planner.cost.params_flops import count_params, kv_cache_bytes_per_token
 from planner.frameworks import vllm as vllm_flags
 from planner.placement.mesh import Mesh
-from planner.specs.model import ModelSpec, spec_memo
+from planner.specs.model import ModelSpec, engine_context_length, spec_memo
 
 GIB = 2**30
 
@@ -401,16 +401,19 @@ def pool_context(mem: ServingMemory, spec: ModelSpec) -> int:
     return int(max(pool - window, 0) // mem.kv_bytes_per_token)
 
 
-def longest_context(mem: ServingMemory, spec: ModelSpec, max_model_len: int | None = None) -> int:
+def longest_context(mem: ServingMemory, spec: ModelSpec, max_model_len: int | None = None,
+                    engine: str | None = None) -> int:
     """Longest single sequence an instance serves, tokens: what the KV pool holds (`pool_context`),
-    at most the model's max_position_embeddings and the engine's max_model_len when given (the
+    at most the context length `engine` derives from the model's config (`specs.model.
+    engine_context_length`: max_position_embeddings, times the RoPE scaling factor where the engine
+    applies it; None: max_position_embeddings) and the engine's max_model_len when given (the
     scheduler refuses a longer request). Source: vLLM 0.33.0 `vllm/config/model.py`
     _get_and_verify_max_len (a max_model_len above the derived length is refused unless
-    VLLM_ALLOW_LONG_MAX_MODEL_LEN; for llama3 / yarn / deepseek_yarn RoPE scaling, and without
-    scaling, the derived length is max_position_embeddings, no factor applied); a prompt longer than
+    VLLM_ALLOW_LONG_MAX_MODEL_LEN); a prompt longer than
     max_model_len is rejected (`vllm/v1/engine/input_processor.py` _validate_prompt_len; SGLang 0.5.23
     `srt/managers/tokenizer_manager.py` _validate_one_request against context_len)."""
-    return min(pool_context(mem, spec), spec.max_position_embeddings, max_model_len or spec.max_position_embeddings)
+    derived = engine_context_length(spec, engine)
+    return min(pool_context(mem, spec), derived, max_model_len or derived)
 
 
 def budget_concurrency(budget_tokens: int, input_len: int, output_len: int, *, decode_only: bool = False) -> int:
@@ -432,13 +435,14 @@ def budget_concurrency(budget_tokens: int, input_len: int, output_len: int, *, d
     return max(1, budget_tokens * output_len // (input_len + output_len))
 
 
-def context_bound(mem: ServingMemory, spec: ModelSpec, max_model_len: int | None = None) -> str:
+def context_bound(mem: ServingMemory, spec: ModelSpec, max_model_len: int | None = None,
+                  engine: str | None = None) -> str:
     """What bounds `longest_context`: `max_model_len` (given, and the smallest), `max_position_embeddings`
-    (the pool holds more) or `kv_pool`."""
-    pool = pool_context(mem, spec)
-    if max_model_len and max_model_len < spec.max_position_embeddings and pool >= max_model_len:
+    (the model's length as `engine` derives it, `engine_context_length`; the pool holds more) or `kv_pool`."""
+    pool, derived = pool_context(mem, spec), engine_context_length(spec, engine)
+    if max_model_len and max_model_len < derived and pool >= max_model_len:
         return "max_model_len"
-    return "max_position_embeddings" if pool >= spec.max_position_embeddings else "kv_pool"
+    return "max_position_embeddings" if pool >= derived else "kv_pool"
 
 
 # ---------------------------------------------------------------- latency

@@ -235,6 +235,49 @@ class ModelSpec:
         return self.model_type
 
 
+VLLM_UNSCALED_ROPE_TYPES = ("su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling")
+"""RoPE scaling types whose `factor` vLLM does not apply to max_position_embeddings (the checkpoint's
+max_position_embeddings is already the extended length). Source: vllm-project/vllm 0.33.0 (g4ba787ec9)
+`vllm/config/model.py` _get_and_verify_max_len."""
+
+
+def engine_context_length(spec: ModelSpec, engine: str) -> int:
+    """Longest context (tokens) `engine` derives from the model's config: its default max_model_len /
+    context_length and the most it accepts without an override.
+
+    - vllm: max_position_embeddings x rope_scaling `factor`, except for the rope types in
+      VLLM_UNSCALED_ROPE_TYPES, a type without a factor (default), and gemma3 models
+      (vLLM 0.33.0 `vllm/config/model.py` _get_and_verify_max_len);
+    - sglang: max_position_embeddings x rope_scaling `factor` unless rope_scaling holds
+      original_max_position_embeddings or rope_type is llama3 (SGLang 0.5.23
+      `srt/utils/hf_transformers/common.py` get_context_length);
+    - anything else (trtllm): max_position_embeddings (its rule not read here).
+    The rope type is rope_scaling's `rope_type`, else its legacy `type` (both engines' config loaders
+    copy one to the other). Examples: linear factor 4 on 4,096 positions -> 16,384 in both; yarn factor
+    4 with original_max_position_embeddings 32,768 on 40,960 positions -> 40,960 in both.
+    """
+    base = spec.max_position_embeddings
+    scaling = spec.extra.get("rope_scaling") or {}
+    factor = scaling.get("factor")
+    if not scaling or not isinstance(factor, (int, float)) or isinstance(factor, bool):
+        return base
+    rope_type = scaling.get("rope_type", scaling.get("type"))
+    if engine == "vllm" and rope_type not in VLLM_UNSCALED_ROPE_TYPES and "gemma3" not in spec.model_type:
+        return int(base * factor)
+    if engine == "sglang" and "original_max_position_embeddings" not in scaling and rope_type != "llama3":
+        return int(base * factor)
+    return base
+
+
+def context_length_words(spec: ModelSpec, engine: str) -> str:
+    """`engine_context_length` in words for messages: `max_position_embeddings 40960`, or with the
+    factor the engine applies, `max_position_embeddings 4096 x rope_scaling factor 4 = 16384`."""
+    base, derived = spec.max_position_embeddings, engine_context_length(spec, engine)
+    if derived == base:
+        return f"max_position_embeddings {base}"
+    return f"max_position_embeddings {base} x rope_scaling factor {spec.extra['rope_scaling']['factor']:g} = {derived}"
+
+
 _MEMOS: dict[int, dict] = {}
 """id(spec) -> that spec object's memo dict (see `spec_memo`); dropped when the spec is collected."""
 

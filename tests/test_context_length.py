@@ -1,0 +1,89 @@
+"""The context length each engine derives from a model's config (`specs.model.engine_context_length`):
+RoPE scaling factors applied as vLLM 0.33.0 (`vllm/config/model.py` _get_and_verify_max_len: factor
+applied except for su / longrope / llama3 / yarn / deepseek_yarn / deepseek_llama_scaling) and SGLang
+0.5.23 (`srt/utils/hf_transformers/common.py` get_context_length: factor applied unless rope_scaling
+has original_max_position_embeddings or rope_type llama3) apply them; used by serve-plan's context
+check, the engine readers' default max_model_len, the check's context rule and the longest context."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from planner import serve
+from planner.check.engine_file import check_launch_file
+from planner.errors import SpecError
+from planner.specs.cluster import load_cluster
+from planner.specs.model import engine_context_length, from_config
+
+SMALL = {"model_type": "llama", "hidden_act": "silu", "hidden_size": 1024, "num_hidden_layers": 4,
+         "num_attention_heads": 8, "num_key_value_heads": 8, "intermediate_size": 2816, "vocab_size": 32000,
+         "max_position_embeddings": 4096, "tie_word_embeddings": False}
+LINEAR = {"rope_type": "linear", "factor": 4.0}
+YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 1024}
+
+
+def _spec(scaling, positions=4096):
+    return from_config({**SMALL, "max_position_embeddings": positions, "rope_scaling": scaling}, name="small")
+
+
+@pytest.mark.parametrize("scaling, vllm, sglang", [
+    (None, 4096, 4096),
+    (LINEAR, 4 * 4096, 4 * 4096),                                  # both multiply
+    ({"type": "dynamic", "factor": 2.0}, 2 * 4096, 2 * 4096),       # legacy `type` key, both multiply
+    (YARN, 4096, 4096),                                             # yarn with original: neither
+    ({"rope_type": "yarn", "factor": 4.0}, 4096, 4 * 4096),         # no original: SGLang multiplies
+    ({"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8192}, 4096, 4096),
+    ({"rope_type": "longrope", "long_factor": [1.0], "short_factor": [1.0]}, 4096, 4096),  # no factor
+])
+def test_each_engine_derives_its_context_length(scaling, vllm, sglang):
+    spec = _spec(scaling)
+    assert engine_context_length(spec, "vllm") == vllm
+    assert engine_context_length(spec, "sglang") == sglang
+    assert engine_context_length(spec, "trtllm") == 4096  # its rule not read: max_position_embeddings
+
+
+def _model_dir(tmp_path: Path, name: str, scaling) -> Path:
+    folder = tmp_path / name
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({**SMALL, "architectures": ["LlamaForCausalLM"],
+                                                    "rope_scaling": scaling}))
+    return folder
+
+
+def _check(tmp_path, command: str, name: str) -> dict:
+    path = tmp_path / name
+    path.write_text(command + "\n")
+    return check_launch_file(path, cluster="dgx-h100", gpus=1)
+
+
+@pytest.mark.parametrize("launch", ["vllm serve {m} --max-model-len {n}",
+                                    "python -m sglang.launch_server --model-path {m} --context-length {n}"])
+def test_check_context_rule_and_default_follow_the_engine(tmp_path, launch):
+    linear = _model_dir(tmp_path, "linear", LINEAR)
+    ok = _check(tmp_path, launch.format(m=linear, n=16384), "ok.sh")
+    assert "context_exceeds_model" not in [v["rule"] for v in ok["violations"]]
+    over = _check(tmp_path, launch.format(m=linear, n=16385), "over.sh")
+    v = next(v for v in over["violations"] if v["rule"] == "context_exceeds_model")
+    assert v["fix"].endswith(" 16384") and "4096 x rope_scaling factor 4 = 16384" in v["message"]
+    # No length flag: the engine's default is the derived length; the pool of an H100 holds more
+    # than 16,384 tokens of this 4-layer model (4 x 2 x 1024 x 2 B = 16 KiB a token), so it binds.
+    default = _check(tmp_path, launch.format(m=linear, n=0).rsplit(" ", 2)[0], "default.sh")
+    assert default["launches"][0]["recomputed"]["longest_context"] == 16384
+    yarn = _model_dir(tmp_path, "yarn", YARN)
+    refused = _check(tmp_path, launch.format(m=yarn, n=8192), "yarn.sh")
+    v = next(v for v in refused["violations"] if v["rule"] == "context_exceeds_model")
+    assert v["fix"].endswith(" 4096") and "max_position_embeddings 4096" in v["message"]
+
+
+def test_serve_plan_accepts_the_scaled_context_and_refuses_past_it():
+    hw = load_cluster("dgx-h100")
+    ask = dict(gpus=1, input_len=12000, output_len=1000)
+    out = serve.serve_plan(_spec(LINEAR), hw, serve.ServeRequest(**ask))
+    assert out["plans"][0]["longest_context"] == 16384
+    with pytest.raises(SpecError, match="allowed: up to 4096"):
+        serve.serve_plan(_spec(YARN), hw, serve.ServeRequest(**ask))
+    with pytest.raises(SpecError, match="allowed: up to 16384"):
+        serve.serve_plan(_spec(LINEAR), hw, serve.ServeRequest(gpus=1, input_len=16000, output_len=1000))
