@@ -473,13 +473,17 @@ def _refined_bound(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> flo
     """The stage program's DP value (`stage_problem_lower_bound_s`: its optimum when the DP is
     exact, else a valid lower bound on it; inf when no split fits) less the rounding bound; for
     uneven interleaved chunks `_uneven_bound` (inf when the layers' model states alone, which
-    the chunks do not change, overflow the pp stages)."""
+    the chunks do not change, overflow the pp stages) and the program's value, whichever is larger
+    (both bound every plan that fits the memory model, the search's feasibility)."""
     layout = _with_split(costs.model, layout)
     if _uneven(layout):
-        if _least_state_bytes(costs, layout) > layout.pp * math.floor(costs.usable_bytes):
-            costs.infeasible.append(layout)
-            return math.inf
-        return _uneven_bound(costs, layout, modes)[0]
+        program = _program_bound(costs, layout, modes)
+        return program if math.isinf(program) else max(program, _uneven_bound(costs, layout, modes)[0])
+    return _program_bound(costs, layout, modes)
+
+
+def _program_bound(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> float:
+    """The stage program's DP value less the rounding bound (`_refined_bound`)."""
     if not _may_fit(costs, layout, modes):
         costs.infeasible.append(layout)
         return math.inf
@@ -577,8 +581,10 @@ def _solve_uneven(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> Eval
     bubble-free program's plan (`_uneven_bound`) and, unless that one already meets the bound,
     the stage program's, each costed by `step_time` and checked by `stage_memory`; the better is
     the candidate's optimum when its step is within twice the rounding bound of `_uneven_bound`,
-    else the bound is kept in `uneven_open_s` (the search's status then says FEASIBLE when it is
-    below the best objective)."""
+    else its `_refined_bound` is kept in `uneven_open_s` (the search's status then says FEASIBLE
+    when it is below the best objective). Feasibility is the memory model's, as everywhere in the
+    search (module docstring: a plan that fits is re-costed by `stage_memory`); for chunks of
+    different sizes that model is not exact (`StageMemoryModel.exact`), counted in `uneven_interleaved`."""
     costs.uneven_interleaved += 1
     bound, free = _uneven_bound(costs, layout, modes)
     slack = 2 * costs._problems[("uneven", layout, modes)][2]
@@ -589,8 +595,8 @@ def _solve_uneven(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> Eval
     best = min(found, key=lambda e: e.objective_s, default=None)
     if best is None:
         costs.infeasible.append(layout)
-    if best is None or best.objective_s > bound + slack:
-        costs.uneven_open_s = min(costs.uneven_open_s, bound)
+    if best is not None and best.objective_s > bound + slack:
+        costs.uneven_open_s = min(costs.uneven_open_s, _refined_bound(costs, layout, modes))
     return best
 
 
