@@ -357,7 +357,7 @@ def _stage_problem(costs: _Costs, layout: Layout, modes: tuple[str, ...], *,
     recomputed layer, by every method that solves the program.
 
     bubble_free: each stage's total without its bubble (the pipeline's bubble_per_t set to 0, the
-    X_s of `_uneven_bound`) and no memory limit (capacity UNLIMITED_BYTES).
+    X_s of `_uneven_bound`).
     """
     model, cluster = costs.model, costs.cluster
     memory = stage_memory_model(model, cluster, layout)
@@ -378,17 +378,12 @@ def _stage_problem(costs: _Costs, layout: Layout, modes: tuple[str, ...], *,
                                 for stage in memory.kind_activation_bytes),
         stage_fixed_memory_bytes=tuple(m0 + (w if full else 0.0) for m0, w in
                                        zip(memory.stage_fixed_bytes, memory.full_working_set_bytes)),
-        capacity_bytes=UNLIMITED_BYTES if bubble_free else costs.usable_bytes,
+        capacity_bytes=costs.usable_bytes,
         modes=modes,
         layers_per_stage=_pinned_split(model, layout),
         full_working_set_bytes=memory.full_working_set_bytes if full else (),
         phase_memory_bytes=tuple((p.fixed_bytes, p.kind_bytes) for p in memory.phases),
     )
-
-
-UNLIMITED_BYTES = float(2**60)
-"""Capacity of a program without a memory limit, bytes (`_stage_problem` bubble_free): far above
-any stage's bytes, far below int64's range in the program's integer arithmetic."""
 
 
 def _pinned_split(model: ModelSpec, layout: Layout) -> tuple[int, ...] | None:
@@ -471,19 +466,11 @@ def _modes_for(fixed: dict) -> tuple[str, ...]:
 
 def _refined_bound(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> float:
     """The stage program's DP value (`stage_problem_lower_bound_s`: its optimum when the DP is
-    exact, else a valid lower bound on it; inf when no split fits) less the rounding bound; for
-    uneven interleaved chunks `_uneven_bound` (inf when the layers' model states alone, which
-    the chunks do not change, overflow the pp stages) and the program's value, whichever is larger
-    (both bound every plan that fits the memory model, the search's feasibility)."""
+    exact, else a valid lower bound on it; inf when no split fits) less the rounding bound. For
+    uneven interleaved chunks (`_uneven`) the program prices the bubble as (pp - 1) / vpp x the
+    stage, at most the schedule's (`_pinned_split`), so its value still bounds every plan that
+    fits the memory model (the search's feasibility); `_solve_uneven` adds `_uneven_bound`."""
     layout = _with_split(costs.model, layout)
-    if _uneven(layout):
-        program = _program_bound(costs, layout, modes)
-        return program if math.isinf(program) else max(program, _uneven_bound(costs, layout, modes)[0])
-    return _program_bound(costs, layout, modes)
-
-
-def _program_bound(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> float:
-    """The stage program's DP value less the rounding bound (`_refined_bound`)."""
     if not _may_fit(costs, layout, modes):
         costs.infeasible.append(layout)
         return math.inf
@@ -538,29 +525,32 @@ def _uneven(layout: Layout) -> bool:
 
 def _uneven_bound(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> tuple[float, StageSolution]:
     """(LB, plan): a lower bound on the step of every plan of an uneven interleaved candidate
-    (`_uneven`), s, and the plan of the bubble-free program that attains its first term.
+    (`_uneven`) that fits the memory model (the search's feasibility), s (inf: none fits), and
+    the plan of the bubble-free program that attains its first term.
 
     Its split is pinned, so a plan is the recompute mode a of each layer, and `step_time` charges
     S(a) = max_s X_s(a) + (pp - 1) max_c Y_c(a), X_s the stage total without its bubble
     (`StageCostModel` with bubble_per_t = 0), Y_c the per-micro-batch time of chunk c
     (`step_time.chunk_times`). Hence S(a) >= min_a max_s X_s(a) + (pp - 1) min_a max_c Y_c(a)
-    for every a, fitting or not. The first term is the optimum of the bubble-free program
-    without a memory limit (`_stage_problem` bubble_free; its DP proves it, less the rounding
-    bound); Y_c = X + Zx + max(Cmp + R + Ze, Z) is a sum and max of affine pieces in the chunk's
-    per-mode layer counts, so when every piece's per-layer coefficient is least in the first
-    allowed mode (`_least_mode_dominates`, checked on the numbers) every Y_c is least with all
-    layers in that mode, and the second term is the slowest chunk then; else it is taken as 0
-    (still a bound). A fitting plan whose step is within twice the rounding bound of LB is the
-    candidate's optimum (`_solve_uneven`). Built once per (layout, modes)."""
+    over the plans that fit. The first term is the optimum of the bubble-free stage program
+    (`_stage_problem` bubble_free, same memory; its DP proves it, less the rounding bound);
+    Y_c = X + Zx + max(Cmp + R + Ze, Z) is a sum and max of affine pieces in the chunk's per-mode
+    layer counts, so when every piece's per-layer coefficient is least in the first allowed mode
+    (`_least_mode_dominates`, checked on the numbers) every Y_c is least with all layers in that
+    mode, fitting or not, and the second term is at least the slowest chunk then; else it is taken
+    as 0 (still a bound). A plan that fits whose step is within twice the rounding bound of LB is
+    the candidate's optimum (`_solve_uneven`). Built once per (layout, modes)."""
     key = ("uneven", layout, modes)
     if key not in costs._problems:
         problem = _stage_problem(costs, layout, modes, bubble_free=True)
         solution = solve_stage_problem(problem, diagnose=False)
-        cm = stage_cost_model(costs.model, costs.cluster, layout)
-        least = 0.0
-        if _least_mode_dominates(cm, modes):
-            least = max(chunk_times(cm, layout, (modes[0],) * costs.model.num_hidden_layers))
-        bound = solution.bound_s - problem.rounding_bound_s() + (layout.pp - 1) * least
+        bound = math.inf
+        if solution.layers_per_stage is not None:
+            cm = stage_cost_model(costs.model, costs.cluster, layout)
+            least = 0.0
+            if _least_mode_dominates(cm, modes):
+                least = max(chunk_times(cm, layout, (modes[0],) * costs.model.num_hidden_layers))
+            bound = solution.bound_s - problem.rounding_bound_s() + (layout.pp - 1) * least
         costs._problems[key] = (bound, solution, problem.rounding_bound_s())
     bound, solution, _ = costs._problems[key]
     return bound, solution
@@ -579,14 +569,18 @@ def _least_mode_dominates(cm, modes: tuple[str, ...]) -> bool:
 def _solve_uneven(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> Evaluated | None:
     """An uneven interleaved candidate's best plan (None: none fits) and its proof: the
     bubble-free program's plan (`_uneven_bound`) and, unless that one already meets the bound,
-    the stage program's, each costed by `step_time` and checked by `stage_memory`; the better is
-    the candidate's optimum when its step is within twice the rounding bound of `_uneven_bound`,
-    else its `_refined_bound` is kept in `uneven_open_s` (the search's status then says FEASIBLE
-    when it is below the best objective). Feasibility is the memory model's, as everywhere in the
-    search (module docstring: a plan that fits is re-costed by `stage_memory`); for chunks of
-    different sizes that model is not exact (`StageMemoryModel.exact`), counted in `uneven_interleaved`."""
+    the stage program's, each costed by `step_time` and re-costed by `stage_memory`; the better
+    is the candidate's optimum when its step is within twice the rounding bound of
+    `_uneven_bound`. Otherwise -- no plan meets the bound, or `stage_memory` rejects every plan
+    the memory model accepts (the model is not exact for chunks of different sizes,
+    `StageMemoryModel.exact`) -- the larger of that bound and `_refined_bound`, both valid for
+    every plan that fits the memory model, is kept in `uneven_open_s`: the search's status says
+    FEASIBLE when it is below the best objective."""
     costs.uneven_interleaved += 1
     bound, free = _uneven_bound(costs, layout, modes)
+    if math.isinf(bound):
+        costs.infeasible.append(layout)
+        return None
     slack = 2 * costs._problems[("uneven", layout, modes)][2]
     found = [e for e in (_costed(costs, layout, free),) if e is not None]
     if not found or found[0].objective_s > bound + slack:
@@ -595,8 +589,9 @@ def _solve_uneven(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> Eval
     best = min(found, key=lambda e: e.objective_s, default=None)
     if best is None:
         costs.infeasible.append(layout)
-    if best is not None and best.objective_s > bound + slack:
-        costs.uneven_open_s = min(costs.uneven_open_s, _refined_bound(costs, layout, modes))
+    if best is None or best.objective_s > bound + slack:
+        costs.uneven_open_s = min(costs.uneven_open_s,
+                                  max(bound, _refined_bound(costs, layout, modes)))
     return best
 
 
