@@ -511,8 +511,33 @@ def _costed(costs: _Costs, layout: Layout, solution: StageSolution) -> Evaluated
     if not _fits_as_costed(costs, chosen, per_layer):
         return None
     step = step_time(costs.model, costs.cluster, chosen, recompute_layers=per_layer)
+    if _uneven(chosen) and per_layer != (spread := _spread_recompute(costs, chosen, per_layer)):
+        other = step_time(costs.model, costs.cluster, chosen, recompute_layers=spread)
+        if other.step < step.step:
+            step, per_layer = other, spread
     return Evaluated(layout=chosen, objective_s=step.step, status=solution.status,
                      solution=solution, modes=per_layer)
+
+
+def _spread_recompute(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> tuple[str, ...]:
+    """The same modes per rank and layer kind (so the same stage totals and memory, which read
+    only those counts), moved between the rank's chunks so that its recomputed layers share out:
+    the costliest first, each onto a free layer of its kind in the least loaded chunk (longest
+    processing time first, Graham 1969). The program places a stage's modes in layer order, which
+    can stack them in one chunk and lengthen the slowest chunk that sets the uneven bubble
+    (`_uneven`); `_costed` keeps whichever arrangement `step_time` prices lower."""
+    out, kinds = list(modes), costs.kinds
+    cost = costs.kind_times(layout)
+    for rank in pipeline_layout.rank_chunks(layout.pipeline_layout, layout.pp):
+        load = [0.0] * len(rank)
+        free = [(c, i) for c, layers in enumerate(rank) for i in layers]
+        pool = sorted(((cost[kinds[i]][RECOMPUTE_MODES.index(modes[i])], kinds[i], modes[i])
+                       for _, i in free), key=lambda x: -x[0])
+        for t, k, m in pool:
+            c, i = min((ci for ci in free if kinds[ci[1]] == k), key=lambda ci: (load[ci[0]], ci[1]))
+            free.remove((c, i))
+            out[i], load[c] = m, load[c] + t
+    return tuple(out)
 
 
 def _uneven(layout: Layout) -> bool:
