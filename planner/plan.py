@@ -30,6 +30,15 @@ For a candidate c (mesh x knobs) and an assignment a (layer split + recompute mo
   rounding moves any plan's value by at most `StageProblem.rounding_bound_s()` (G (L + 1) / 2 ns).
 - objective(c) = step_time(c, a*(c)).step.
 
+Interleaved candidates whose model chunks differ in size (`_uneven`: 126 layers on pp 16 x vpp 4)
+have a pinned split, and `step_time` charges their bubble as (pp - 1) x the slowest chunk, which
+the stage program (one row per stage) cannot see: its (pp - 1) / vpp x the stage is a lower
+bound. `_solve_uneven` proves such a candidate's optimum by `_uneven_bound` (the bubble-free
+program's optimum plus (pp - 1) x the least slowest chunk), met by a plan that fits; a candidate
+that no plan meets keeps its bound in `_Costs.uneven_open_s`, and the status is FEASIBLE only if
+that bound is below the best plan's objective (`tests/test_plan_brute.py` enumerates such
+candidates' per-layer assignments jointly).
+
 `plan` returns the candidates with the least objective(c) (the top K), and status OPTIMAL when
 every candidate was either solved to optimality or pruned by a bound <= its objective. So the best
 plan minimises step_time over every candidate, split and per-layer recompute assignment that fits,
