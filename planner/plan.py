@@ -74,6 +74,7 @@ every candidate of small cases).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import time
 from collections.abc import Callable
@@ -868,12 +869,20 @@ def _with_split(model: ModelSpec, layout: Layout) -> Layout:
             or n % (layout.pp * layout.vpp) == 0 or layout.pp * layout.vpp > n):
         return layout  # (more stages than layers: the layers rule refuses it, no split to give)
     if layout.vpp > 1:
-        stages = pipeline_layout.uneven_interleaved(n, layout.pp, layout.vpp)
-        if stages is None or layout.framework != "megatron":
+        if layout.framework != "megatron":
             return layout
-        return layout.replace(pipeline_layout=stages,
-                              pipeline_layers=pipeline_layout.rank_counts(stages, layout.pp))
+        stages, ranks = _uneven_split(n, layout.pp, layout.vpp)
+        return layout if stages is None else layout.replace(pipeline_layout=stages,
+                                                            pipeline_layers=ranks)
     return layout.replace(pipeline_layers=tuple(uneven_split(n, layout.pp)))
+
+
+@functools.lru_cache(maxsize=256)
+def _uneven_split(num_layers: int, pp: int, vpp: int) -> tuple[tuple[str, ...] | None, tuple[int, ...] | None]:
+    """(`pipeline_layout.uneven_interleaved`, its layers per rank), once per (layers, pp, vpp):
+    every candidate of a mesh shares them (`_with_split` runs once per candidate checked)."""
+    stages = pipeline_layout.uneven_interleaved(num_layers, pp, vpp)
+    return stages, (None if stages is None else pipeline_layout.rank_counts(stages, pp))
 
 
 def _check_fixed(fixed: dict) -> None:
