@@ -37,6 +37,15 @@ every variant's step time (its docstring), and are expanded when that bound reac
 variant's plan that gives a searched list nothing to act on is the plan of the variant with the
 request's list and is offered once (`_acting_lists`).
 
+Interleaved candidates whose model chunks differ in size (`_uneven`: 126 layers on pp 16 x vpp 4)
+have a pinned split, and `step_time` charges their bubble as (pp - 1) x the slowest chunk, which
+the stage program (one row per stage) cannot see: its (pp - 1) / vpp x the stage is a lower
+bound. `_solve_uneven` proves such a candidate's optimum by `_uneven_bound` (the bubble-free
+program's optimum plus (pp - 1) x the least slowest chunk), met by a plan that fits; a candidate
+that no plan meets keeps its bound in `_Costs.uneven_open_s`, and the status is FEASIBLE only if
+that bound is below the best plan's objective (`tests/test_plan_brute.py` enumerates such
+candidates' per-layer assignments jointly).
+
 `plan` returns the candidates with the least objective(c) (the top K), and status OPTIMAL when
 every candidate was either solved to optimality or pruned by a bound <= its objective. So the best
 plan minimises step_time over every candidate, split and per-layer recompute assignment that fits,
@@ -72,6 +81,7 @@ every candidate of small cases).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import time
 from collections.abc import Callable
@@ -94,6 +104,7 @@ from planner.cost.params_flops import count_params
 from planner.cost.pipeline import pipeline_time
 from planner.cost.step_time import (
     axes_sharing,
+    chunk_times,
     layer_kinds,
     layer_time_key,
     layer_time_modes,
@@ -144,9 +155,11 @@ DEFAULT_BATCH_TOKENS = 4 * 2**20
 sequences nearest to it (`default_global_batch_size`)."""
 
 VPP_VALUES = (1, 2, 4)
-"""Virtual pipeline stages per rank searched when pp > 1 and pp x vpp divides the layers
-(interleaved 1F1B: Narayanan et al. 2021 §2.2.2, the bubble (pp - 1) / (m x vpp)); other values,
-and chunks of different sizes, only when pinned (`--fix vpp=N`)."""
+"""Virtual pipeline stages per rank searched when pp > 1 and every virtual stage gets a layer
+(interleaved 1F1B: Narayanan et al. 2021 §2.2.2, the bubble (pp - 1) / (m x vpp)); where pp x vpp
+does not divide the layers, with the chunks of different sizes `_with_split` gives (Megatron's
+account-for split or a layout string), solved exactly by `_solve_uneven`. Other values only when
+pinned (`--fix vpp=N`)."""
 MICRO_BATCH_SIZES = (1, 2, 4)
 """Micro-batch sizes searched, sequences (Megatron-LM examples use 1-4 for large models)."""
 
@@ -219,13 +232,16 @@ class _Costs:
         self.infeasible: list[Layout] = []
         self.recost_rejected = 0
         self.uneven_interleaved = 0
+        """Solved candidates interleaved with chunks of different sizes (`_uneven`)."""
+        self.uneven_open_s = math.inf
+        """Least lower bound (`_uneven_bound`) of those uneven interleaved candidates whose optimum
+        was not proven (no plan meets the bound, or the memory model, inexact for them, found no
+        plan), s: the search proves its best plan only when this is not below its objective."""
         self.inexact_memory = 0
         """Stage programs built whose memory model does not follow `stage_memory` exactly
-        (`StageMemoryModel.exact`: torchtitan with PP out of 1F1B's steady state, uneven interleaved
-        chunks): a plan it calls infeasible may fit, so no optimality proof."""
-        """Solved candidates interleaved with chunks of different sizes: their program prices the
-        bubble as (pp - 1) / vpp x the stage, a lower bound on the schedule's, so its recompute
-        choice may not be that layout's best (`_pinned_split`): no optimality proof."""
+        (`StageMemoryModel.exact`: torchtitan with PP out of 1F1B's steady state), uneven
+        interleaved chunks aside (`uneven_open_s` covers them): a plan it calls infeasible may fit,
+        so no optimality proof."""
         self.rejected_bound_s = math.inf
         """Least stage-program bound of those dropped candidates, s: the search's bound must not
         exceed it (their optimum is unknown)."""
@@ -405,21 +421,28 @@ def _group_bound(costs: _Costs, group: _Variants, modes: tuple[str, ...]) -> flo
 # ---------------------------------------------------------------- stage program
 
 
-def _stage_problem(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> StageProblem:
+def _stage_problem(costs: _Costs, layout: Layout, modes: tuple[str, ...], *,
+                   bubble_free: bool = False) -> StageProblem:
     """The stage program of `layout` from the real cost model (see module docstring): time from
     `step_time.StageCostModel`, memory from `memory_model.StageMemoryModel` (fixed bytes, per-layer
     state and per-stage activation bytes, the optional phases without activations), the modes
     restricted to `modes`. The full-recompute working set is charged on every stage when `full`
     is allowed and credited back (`full_working_set_bytes`) to a stage without a fully
     recomputed layer, by every method that solves the program.
+
+    bubble_free: each stage's total without its bubble (the pipeline's bubble_per_t set to 0, the
+    X_s of `_uneven_bound`).
     """
     model, cluster = costs.model, costs.cluster
     memory = stage_memory_model(model, cluster, layout)
-    if not memory.exact:
+    if not memory.exact and not _uneven(layout):
         costs.inexact_memory += 1
     idx = [RECOMPUTE_MODES.index(m) for m in modes]
     full = "full" in modes
-    groups = stage_cost_model(model, cluster, layout).time_groups()
+    cm = stage_cost_model(model, cluster, layout)
+    if bubble_free:
+        cm = dataclasses.replace(cm, pipeline=dataclasses.replace(cm.pipeline, bubble_per_t=0.0))
+    groups = cm.time_groups()
     return StageProblem(
         layer_kinds=memory.layer_kinds,
         time_groups=tuple(tuple((p.const_s, tuple(tuple(row[r] for r in idx) for row in p.coef))
@@ -447,9 +470,8 @@ def _pinned_split(model: ModelSpec, layout: Layout) -> tuple[int, ...] | None:
 
     With chunks that differ the program still prices the bubble as (pp - 1) / vpp x the stage's
     per-micro-batch time, never more than the schedule's (pp - 1) x the slowest chunk that
-    `step_time` charges (a rank's chunk times sum to at least its stage time), so the program's
-    value stays a lower bound on the plan's step and the search's pruning stays sound; its
-    per-layer recompute is optimal for that bubble, not necessarily for the slowest-chunk one."""
+    `step_time` charges, so its value is a lower bound on the plan's step; `_solve_uneven` proves
+    such a candidate's optimum another way (`_uneven_bound`)."""
     if layout.vpp == 1:
         return None
     if layout.pipeline_layout is None:
@@ -518,7 +540,10 @@ def _modes_for(fixed: dict) -> tuple[str, ...]:
 
 def _refined_bound(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> float:
     """The stage program's DP value (`stage_problem_lower_bound_s`: its optimum when the DP is
-    exact, else a valid lower bound on it; inf when no split fits) less the rounding bound."""
+    exact, else a valid lower bound on it; inf when no split fits) less the rounding bound. For
+    uneven interleaved chunks (`_uneven`) the program prices the bubble as (pp - 1) / vpp x the
+    stage, at most the schedule's (`_pinned_split`), so its value still bounds every plan that
+    fits the memory model (the search's feasibility); `_solve_uneven` adds `_uneven_bound`."""
     layout = _with_split(costs.model, layout)
     if not _may_fit(costs, layout, modes):
         costs.infeasible.append(layout)
@@ -534,27 +559,49 @@ def _refined_bound(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> flo
 def _solve(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> Evaluated | None:
     """Solve the stage program of `layout` and cost its plan with step_time (None: no plan)."""
     layout = _with_split(costs.model, layout)
+    if _uneven(layout):
+        return _solve_uneven(costs, layout, modes)
     solution = solve_stage_problem(costs.int_problem(layout, modes), diagnose=False)
     if solution.layers_per_stage is None:
         costs.infeasible.append(layout)
         return None
-    chosen = layout.replace(pipeline_layers=solution.layers_per_stage,
-                                 recompute=layout_recompute(solution.layer_recompute))
-    per_layer = _in_layer_order(chosen, solution.layer_recompute)
-    if not _fits_as_costed(costs, chosen, per_layer):
+    got = _costed(costs, layout, solution)
+    if got is _DUPLICATE:
+        return None
+    if got is None:
         costs.infeasible.append(layout)
         costs.recost_rejected += 1
         # what this candidate might still reach with another split: the program's own bound
         costs.rejected_bound_s = min(costs.rejected_bound_s, _refined_bound(costs, layout, modes))
+    return got
+
+
+_DUPLICATE = object()
+"""`_costed`'s answer for a module-set variant's plan that is another searched member's plan
+(`_acting_lists`): no plan of its own, and not a re-cost rejection."""
+
+
+def _costed(costs: _Costs, layout: Layout, solution: StageSolution) -> Evaluated | None | object:
+    """The program's plan as `step_time` costs it, or None when `stage_memory` puts a stage of it
+    over capacity (`_fits_as_costed`) or there is no plan, or `_DUPLICATE` when it is the plan of
+    another searched module-set member (`_acting_lists`)."""
+    if solution.layers_per_stage is None:
+        return None
+    chosen = layout.replace(pipeline_layers=solution.layers_per_stage,
+                            recompute=layout_recompute(solution.layer_recompute))
+    per_layer = _in_layer_order(chosen, solution.layer_recompute)
+    if not _fits_as_costed(costs, chosen, per_layer):
         return None
     lists = _acting_lists(costs, chosen, per_layer)
     if lists != (chosen.recompute_modules, chosen.offload_modules):
         if lists in costs.member_lists:
-            return None  # the same plan as that member's, whose program admits it (and no less)
+            return _DUPLICATE  # the same plan as that member's, whose program admits it (and no less)
         chosen = chosen.replace(recompute_modules=lists[0], offload_modules=lists[1])
     step = step_time(costs.model, costs.cluster, chosen, recompute_layers=per_layer)
-    if layout.vpp > 1 and costs.model.num_hidden_layers % (layout.pp * layout.vpp):
-        costs.uneven_interleaved += 1
+    if _uneven(chosen) and per_layer != (spread := _spread_recompute(costs, chosen, per_layer)):
+        other = step_time(costs.model, costs.cluster, chosen, recompute_layers=spread)
+        if other.step < step.step:
+            step, per_layer = other, spread
     return Evaluated(layout=chosen, objective_s=step.step, status=solution.status,
                      solution=solution, modes=per_layer)
 
@@ -574,6 +621,109 @@ def _acting_lists(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> tupl
     if all(m == "full" for m in modes):
         offload = costs.request_lists[1]
     return recompute, offload
+
+def _spread_recompute(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> tuple[str, ...]:
+    """The same modes per rank and layer kind (so the same stage totals and memory, which read
+    only those counts), moved between the rank's chunks so that its recomputed layers share out:
+    the costliest first, each onto a free layer of its kind in the least loaded chunk (longest
+    processing time first, Graham 1969). The program places a stage's modes in layer order, which
+    can stack them in one chunk and lengthen the slowest chunk that sets the uneven bubble
+    (`_uneven`); `_costed` keeps whichever arrangement `step_time` prices lower."""
+    out, kinds = list(modes), costs.kinds
+    cost = costs._kind_times(layout, costs.time_key(layout))[0]["total_s"]
+    for rank in pipeline_layout.rank_chunks(layout.pipeline_layout, layout.pp):
+        load = [0.0] * len(rank)
+        free = [(c, i) for c, layers in enumerate(rank) for i in layers]
+        pool = sorted(((cost[kinds[i]][RECOMPUTE_MODES.index(modes[i])], kinds[i], modes[i])
+                       for _, i in free), key=lambda x: -x[0])
+        for t, k, m in pool:
+            c, i = min((ci for ci in free if kinds[ci[1]] == k), key=lambda ci: (load[ci[0]], ci[1]))
+            free.remove((c, i))
+            out[i], load[c] = m, load[c] + t
+    return tuple(out)
+
+
+def _uneven(layout: Layout) -> bool:
+    """Interleaved under a virtual-stage layout whose chunks differ in size: `step_time` charges
+    the bubble (pp - 1) x the slowest chunk (`pipeline.uneven_interleaved_bubble_s`), not the
+    stage program's (pp - 1) / vpp x the stage."""
+    return (layout.vpp > 1 and layout.pipeline_layout is not None
+            and not pipeline_layout.is_even(layout.pipeline_layout))
+
+
+def _uneven_bound(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> tuple[float, StageSolution]:
+    """(LB, plan): a lower bound on the step of every plan of an uneven interleaved candidate
+    (`_uneven`) that fits the memory model (the search's feasibility), s (inf: none fits), and
+    the plan of the bubble-free program that attains its first term.
+
+    Its split is pinned, so a plan is the recompute mode a of each layer, and `step_time` charges
+    S(a) = max_s X_s(a) + (pp - 1) max_c Y_c(a), X_s the stage total without its bubble
+    (`StageCostModel` with bubble_per_t = 0), Y_c the per-micro-batch time of chunk c
+    (`step_time.chunk_times`). Hence S(a) >= min_a max_s X_s(a) + (pp - 1) min_a max_c Y_c(a)
+    over the plans that fit. The first term is the optimum of the bubble-free stage program
+    (`_stage_problem` bubble_free, same memory; its DP proves it, less the rounding bound);
+    Y_c = X + Zx + max(Cmp + R + Ze, Z) is a sum and max of affine pieces in the chunk's per-mode
+    layer counts, so when every piece's per-layer coefficient is least in the first allowed mode
+    (`_least_mode_dominates`, checked on the numbers) every Y_c is least with all layers in that
+    mode, fitting or not, and the second term is at least the slowest chunk then; else it is taken
+    as 0 (still a bound). A plan that fits whose step is within twice the rounding bound of LB is
+    the candidate's optimum (`_solve_uneven`). Built once per (layout, modes)."""
+    key = ("uneven", layout, modes)
+    if key not in costs._problems:
+        problem = _stage_problem(costs, layout, modes, bubble_free=True)
+        solution = solve_stage_problem(problem, diagnose=False)
+        bound = math.inf
+        if solution.layers_per_stage is not None:
+            cm = stage_cost_model(costs.model, costs.cluster, layout)
+            least = 0.0
+            if _least_mode_dominates(cm, modes):
+                least = max(chunk_times(cm, layout, (modes[0],) * costs.model.num_hidden_layers))
+            bound = solution.bound_s - problem.rounding_bound_s() + (layout.pp - 1) * least
+        costs._problems[key] = (bound, solution, problem.rounding_bound_s())
+    bound, solution, _ = costs._problems[key]
+    return bound, solution
+
+
+def _least_mode_dominates(cm, modes: tuple[str, ...]) -> bool:
+    """Whether every piece of a chunk's per-micro-batch time (`StageCostModel.microbatch_s`) adds
+    the least per layer of each kind in modes[0]: then no other mode makes a chunk faster."""
+    r0 = RECOMPUTE_MODES.index(modes[0])
+    others = [RECOMPUTE_MODES.index(m) for m in modes[1:]]
+    pieces = (cm.compute, cm.recompute, cm.state_edge, cm.layer_comm, cm.state_exposed,
+              cm.state_traffic)
+    return all(row[r] >= row[r0] for p in pieces for row in p.coef for r in others)
+
+
+def _solve_uneven(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> Evaluated | None:
+    """An uneven interleaved candidate's best plan (None: none fits) and its proof: the
+    bubble-free program's plan (`_uneven_bound`) and, unless that one already meets the bound,
+    the stage program's, each costed by `step_time` and re-costed by `stage_memory`; the better
+    is the candidate's optimum when its step is within twice the rounding bound of
+    `_uneven_bound`. Otherwise -- no plan meets the bound, or `stage_memory` rejects every plan
+    the memory model accepts (the model is not exact for chunks of different sizes,
+    `StageMemoryModel.exact`) -- the larger of that bound and `_refined_bound`, both valid for
+    every plan that fits the memory model, is kept in `uneven_open_s`: the search's status says
+    FEASIBLE when it is below the best objective."""
+    costs.uneven_interleaved += 1
+    bound, free = _uneven_bound(costs, layout, modes)
+    if math.isinf(bound):
+        costs.infeasible.append(layout)
+        return None
+    slack = 2 * costs._problems[("uneven", layout, modes)][2]
+    got = [_costed(costs, layout, free)]
+    if not isinstance(got[0], Evaluated) or got[0].objective_s > bound + slack:
+        solution = solve_stage_problem(costs.int_problem(layout, modes), diagnose=False)
+        got.append(_costed(costs, layout, solution))
+    found = [e for e in got if isinstance(e, Evaluated)]
+    best = min(found, key=lambda e: e.objective_s, default=None)
+    if best is None and _DUPLICATE in got:
+        return None  # another searched module-set member's plan (`_costed`), costed there
+    if best is None:
+        costs.infeasible.append(layout)
+    if best is None or best.objective_s > bound + slack:
+        costs.uneven_open_s = min(costs.uneven_open_s,
+                                  max(bound, _refined_bound(costs, layout, modes)))
+    return best
 
 
 def _in_layer_order(layout: Layout, modes: tuple[str, ...]) -> tuple[str, ...]:
@@ -695,14 +845,15 @@ def plan(model: ModelSpec, cluster: ClusterSpec, *, seq_len: int, global_batch_s
     note = unfitted_note(cluster.gpu)
     warnings += [note] if note else []
     return {
-        "solver": {"status": "FEASIBLE" if (costs.recost_rejected or costs.uneven_interleaved
-                                            or costs.inexact_memory) else result.status,
+        "solver": {"status": "FEASIBLE" if (costs.recost_rejected or costs.inexact_memory
+                                            or costs.uneven_open_s < result.best[0].objective_s)
+                   else result.status,
                    "recost_rejected": costs.recost_rejected,
                    "uneven_interleaved_solved": costs.uneven_interleaved,
                    "inexact_memory_programs": costs.inexact_memory,
                    "objective_s": result.best[0].objective_s,
                    "bound_s": min(result.bound_s, result.best[0].objective_s,
-                                  costs.rejected_bound_s),
+                                  costs.rejected_bound_s, costs.uneven_open_s),
                    "wall_s": time.perf_counter() - start,
                    "memory_budget_bytes": usable_bytes(cluster, reserve, headroom),
                    "candidates_evaluated": result.candidates_evaluated,
@@ -831,12 +982,20 @@ def _with_split(model: ModelSpec, layout: Layout) -> Layout:
             or n % (layout.pp * layout.vpp) == 0 or layout.pp * layout.vpp > n):
         return layout  # (more stages than layers: the layers rule refuses it, no split to give)
     if layout.vpp > 1:
-        stages = pipeline_layout.uneven_interleaved(n, layout.pp, layout.vpp)
-        if stages is None or layout.framework != "megatron":
+        if layout.framework != "megatron":
             return layout
-        return layout.replace(pipeline_layout=stages,
-                              pipeline_layers=pipeline_layout.rank_counts(stages, layout.pp))
+        stages, ranks = _uneven_split(n, layout.pp, layout.vpp)
+        return layout if stages is None else layout.replace(pipeline_layout=stages,
+                                                            pipeline_layers=ranks)
     return layout.replace(pipeline_layers=tuple(uneven_split(n, layout.pp)))
+
+
+@functools.lru_cache(maxsize=256)
+def _uneven_split(num_layers: int, pp: int, vpp: int) -> tuple[tuple[str, ...] | None, tuple[int, ...] | None]:
+    """(`pipeline_layout.uneven_interleaved`, its layers per rank), once per (layers, pp, vpp):
+    every candidate of a mesh shares them (`_with_split` runs once per candidate checked)."""
+    stages = pipeline_layout.uneven_interleaved(num_layers, pp, vpp)
+    return stages, (None if stages is None else pipeline_layout.rank_counts(stages, pp))
 
 
 def _check_fixed(fixed: dict) -> None:

@@ -258,6 +258,25 @@ def test_plan_returns_uneven_interleaved_plan_with_fixed_vpp():
     assert par["pipeline_layers"] == [15, 16, 16, 16, 16, 16, 16, 15]
 
 
+def test_plan_searches_uneven_interleaving_without_a_pinned_vpp():
+    """Issue 8 item 3: 126 layers on pp 16 are reachable interleaved with vpp searched. 126 does
+    not divide by 16 x 2 or 16 x 4; Megatron's account-for split counts 126 + 2 slots = 128, two
+    per virtual stage at vpp 4 (64 of them): E + 1 layer, 62 x 2, 1 layer + L. Without
+    interleaving 15 of the 16 stages' time is bubble (pp - 1 = 15 slots at m = 16), so the search
+    takes vpp 4; the status is OPTIMAL, or FEASIBLE with the search's bound below the plan."""
+    result = runner.invoke(app, ["plan", "-m", "llama-3.1-405b", "-c", "dgx-h100", "--gpus", "16384",
+                                 "--seq-len", "8192", "--global-batch-tokens", "16777216",
+                                 "--fix", "tp=8", "--fix", "pp=16", "--fix", "cp=1", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    par, solver = data["plans"][0]["parallelism"], data["solver"]
+    assert par["vpp"] == 4 and par["pipeline_layout"] == "Et|(tt|)*62tL"
+    assert par["pipeline_layers"] == [7] + [8] * 14 + [7]
+    assert solver["uneven_interleaved_solved"] > 0
+    assert solver["status"] == "OPTIMAL" or solver["bound_s"] < solver["objective_s"]
+    assert solver["bound_s"] <= solver["objective_s"]
+
+
 def test_near_even_layout_when_no_account_for_split_divides():
     # DeepSeek-V3's 61 layers over 8 x 4: 61 + 1 or + 2 slots never divide by 32, so the layout
     # string spreads 63 slots: 1 each + 31 extra to chunks 1..31; chunk 0 = E alone (1 - 1 slot),

@@ -1372,13 +1372,13 @@ def step_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, *,
              for i, layers in enumerate(stage_layers(model, layout))]
     if layout.vpp > 1 and layout.pipeline_layout is not None and not pipeline_layout.is_even(
             layout.pipeline_layout):
-        bubble = uneven_interleaved_bubble_s(_chunk_times(cm, layout, modes), layout.pp)
+        bubble = uneven_interleaved_bubble_s(chunk_times(cm, layout, modes), layout.pp)
         parts = [(p[0] - p[3] + bubble, p[1], p[2], bubble, *p[4:]) for p in parts]
     best = max(parts)
     return _summary(model, cluster, layout, modes, *best,
                     stage_step=tuple(p[0] for p in parts))
 
-def _chunk_times(cm: StageCostModel, layout: Layout, modes: Sequence[str]) -> list[float]:
+def chunk_times(cm: StageCostModel, layout: Layout, modes: Sequence[str]) -> list[float]:
     """Per-micro-batch time of every virtual stage (`StageCostModel.microbatch_s` of its layers):
     a rank's layer-independent part (the LM head, its fixed collectives) goes with the chunk that
     holds the loss on the last rank and the embedding on the first; a middle rank's (none but
