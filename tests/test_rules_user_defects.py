@@ -386,3 +386,12 @@ def test_pipeline_fix_offers_only_degrees_that_divide_the_gpus():
     (v,) = [v for v in check_layout(model, cluster, layout) if v.rule == "layers_divisible_by_pp"]
     assert "pp=21" not in v.fix and "pp=9" not in v.fix
     assert v.fix.startswith("use vpp=1 with pp=2 (63 layers per stage)")
+
+
+def test_expert_offload_modules_on_a_dense_model_warn():
+    """Fresh-user review: `--offload-modules expert_fc1` on Llama 3.1 8B was silently accepted.
+    Megatron wraps expert_fc1 / moe_act only inside MoE layers, so they offload nothing there."""
+    layout = Layout(dp=8, zero_stage=2, offload_modules=("expert_fc1", "core_attn"), global_batch_size=8)
+    found = by_rule(check_layout(LLAMA_8B, cluster("dgx-h100", 8), layout))
+    v = found["offload_modules_without_experts"]
+    assert v.severity == "warning" and "expert_fc1" in v.message and v.fix == "offload modules core_attn"

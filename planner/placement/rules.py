@@ -861,6 +861,15 @@ def _no_effect(model, cluster, layout: Layout) -> list[Violation]:
                              message=f"dp_shard={layout.dp_shard} with ZeRO-0 has no effect: ZeRO-0 "
                                      f"shards nothing over dp={layout.dp}",
                              fix="use zero_stage=3 for HSDP (or 1/2), or drop dp_shard"))
+    moe_only = [m for m in (layout.offload_modules or ()) if m in ("expert_fc1", "moe_act")]
+    if moe_only and not model.is_moe:
+        # Megatron wraps these modules only inside MoE layers (transformer_config.py l. 1323-1341
+        # at d98e8a6): on a dense model they offload nothing (fresh-user review: silently accepted)
+        keep = [m for m in layout.offload_modules if m not in moe_only]
+        out.append(Violation(rule="offload_modules_without_experts", severity="warning",
+                             message=f"offload modules {', '.join(moe_only)} on a dense model have no "
+                                     f"effect: they are the routed experts' tensors",
+                             fix=f"offload modules {', '.join(keep)}" if keep else "drop the offload modules"))
     return out
 
 
