@@ -165,9 +165,26 @@ class Evaluation:
             **({} if layout.torch_compile is None else {"compile": layout.torch_compile})}
 
 
-def layer_modes(counts: Sequence[dict[str, int]]) -> tuple[str, ...]:
-    """Per decoder layer, the modes of per-stage counts in `stage_memory`'s order (full first)."""
-    return tuple(m for c in counts for m in ASSIGN_ORDER for _ in range(c.get(m, 0)))
+def layer_modes(counts: Sequence[dict[str, int]],
+                stages: Sequence[Sequence[int]]) -> tuple[str, ...]:
+    """Per decoder layer (index order), the modes of per-stage counts: stage s's layers
+    `stages[s]` (`stage_layers`: under interleaving a rank's chunks, not a contiguous run) take
+    them in `stage_memory`'s order (full first), as `cost_stages` charges them."""
+    out = [""] * sum(map(len, stages))
+    for layers, c in zip(stages, counts):
+        for i, m in zip(layers, (m for m in ASSIGN_ORDER for _ in range(c.get(m, 0)))):
+            out[i] = m
+    return tuple(out)
+
+
+def stage_modes(stages: Sequence[Sequence[int]], modes: Sequence[str]):
+    """Per stage, from per-layer `modes`: (its layers ordered full, selective, none -- the order
+    `stage_memory` hands out `layers_by_recompute` -- and its {mode: layers} counts), so that
+    `cost_stages(..., counts, layers=...)` charges each layer the mode it has."""
+    order = {m: k for k, m in enumerate(ASSIGN_ORDER)}
+    for layers in stages:
+        ranked = tuple(sorted(layers, key=lambda i: order[modes[i]]))
+        yield ranked, {m: sum(1 for i in layers if modes[i] == m) for m in RECOMPUTE_MODES}
 
 
 def cost_stages(model, cluster, layout: Layout, counts: Sequence[dict[str, int]] | None = None,

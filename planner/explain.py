@@ -83,7 +83,8 @@ def explain(model: ModelSpec, cluster, layout: Layout, *, reserve_bytes: int | N
     if not blocking:
         order = {} if rank_order is None else {"rank_order": rank_order}
         record = dataclasses.replace(record, step=cost_step(
-            model, cluster, layout, None if recompute_per_stage is None else layer_modes(recompute_per_stage),
+            model, cluster, layout, None if recompute_per_stage is None else layer_modes(
+                recompute_per_stage, stage_layers(model, layout)),
             flash_attention=flash_attention, **order))
     return header | costed | {"time_s": record.time_s(rates=True)}
 
@@ -103,7 +104,7 @@ def _costed(model: ModelSpec, cluster, record: Evaluation, reserve_bytes: int | 
                             f"the split {[len(ls) for ls in layers]}", key="--recompute-per-stage")
     stages = cost_stages(model, cluster, layout, counts, reserve_bytes=reserve_bytes,
                          at_risk_margin=at_risk_margin)
-    colls = collectives(model, layout, recompute_layers=None if counts is None else layer_modes(counts),
+    colls = collectives(model, layout, recompute_layers=None if counts is None else layer_modes(counts, layers),
                         ep_gpus_per_domain=ep_gpus_per_domain(layout, cluster.scaleup_domain_gpus))
     return dataclasses.replace(record, stages=stages, collectives=tuple(colls))
 

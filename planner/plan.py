@@ -84,6 +84,7 @@ import dataclasses
 import functools
 import math
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -120,7 +121,7 @@ from planner.errors import InfeasibleError, SpecError
 from planner.placement import overlap, pipeline_layout, recompute_mix
 from planner.placement.layout import PRECISION_KNOBS, OVERLAP_KNOBS, RECOMPUTE_MODES, Layout
 from planner.placement.precision import allowed_grad_reduce_dtypes, state_bytes
-from planner.evaluation import Evaluation, cost_stages, cost_step
+from planner.evaluation import Evaluation, cost_stages, cost_step, layer_modes, stage_modes
 from planner.plan_document import PlanFile
 from planner.placement.rules import (
     BATCH_RULES,
@@ -697,7 +698,8 @@ def _least_mode_dominates(cm, modes: tuple[str, ...]) -> bool:
 def _solve_uneven(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> Evaluated | None:
     """An uneven interleaved candidate's best plan (None: none fits) and its proof: the
     bubble-free program's plan (`_uneven_bound`) and, unless that one already meets the bound,
-    the stage program's, each costed by `step_time` and re-costed by `stage_memory`; the better
+    the stage program's, each costed by `step_time` and re-costed by `stage_memory` (when
+    `stage_memory` rejects both, the least-memory plan of the split, `_least_memory`); the better
     is the candidate's optimum when its step is within twice the rounding bound of
     `_uneven_bound`. Otherwise -- no plan meets the bound, or `stage_memory` rejects every plan
     the memory model accepts (the model is not exact for chunks of different sizes,
@@ -714,6 +716,8 @@ def _solve_uneven(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> Eval
     if not isinstance(got[0], Evaluated) or got[0].objective_s > bound + slack:
         solution = solve_stage_problem(costs.int_problem(layout, modes), diagnose=False)
         got.append(_costed(costs, layout, solution))
+    if _DUPLICATE not in got and not any(isinstance(e, Evaluated) for e in got):
+        got.append(_costed(costs, layout, _least_memory(free, modes)))
     found = [e for e in got if isinstance(e, Evaluated)]
     best = min(found, key=lambda e: e.objective_s, default=None)
     if best is None and _DUPLICATE in got:
@@ -724,6 +728,19 @@ def _solve_uneven(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> Eval
         costs.uneven_open_s = min(costs.uneven_open_s,
                                   max(bound, _refined_bound(costs, layout, modes)))
     return best
+
+
+def _least_memory(solution: StageSolution, modes: tuple[str, ...]) -> StageSolution:
+    """`solution`'s split with every layer in the least-memory recompute allowed (full, else the
+    one mode pinned), status FEASIBLE: the plan `_solve_uneven` costs last when `stage_memory`
+    rejects the programs' plans (their memory model is not exact for chunks of different sizes,
+    so they may all lean on memory the stages do not have) -- the split's least activation
+    memory, which fits wherever `stage_memory` lets any plan of the split fit."""
+    least = "full" if "full" in modes else modes[0]
+    per_stage = tuple({m: (n if m == least else 0) for m in RECOMPUTE_MODES}
+                      for n in solution.layers_per_stage)
+    return dataclasses.replace(solution, status="FEASIBLE", recompute_per_stage=per_stage,
+                               layer_recompute=(least,) * sum(solution.layers_per_stage))
 
 
 def _in_layer_order(layout: Layout, modes: tuple[str, ...]) -> tuple[str, ...]:
@@ -976,10 +993,11 @@ def _with_split(model: ModelSpec, layout: Layout) -> Layout:
     """Give a layout whose pp does not divide the layers the near-even split the ILP starts from
     (the ILP chooses the split; vpp = 1), or, interleaved on Megatron when pp x vpp does not divide
     them, Megatron's account-for-embedding/loss virtual-stage split
-    (`pipeline_layout.uneven_interleaved`; the program keeps it)."""
+    (`pipeline_layout.uneven_interleaved`; the program keeps it), also where pp x vpp exceeds the
+    layers but not the slots (layers + embedding + loss: a virtual stage may hold only one of them)."""
     n = model.num_hidden_layers
     if (layout.pipeline_layers is not None or layout.pipeline_layout is not None
-            or n % (layout.pp * layout.vpp) == 0 or layout.pp * layout.vpp > n):
+            or n % (layout.pp * layout.vpp) == 0 or (layout.vpp == 1 and layout.pp > n)):
         return layout  # (more stages than layers: the layers rule refuses it, no split to give)
     if layout.vpp > 1:
         if layout.framework != "megatron":
@@ -1021,9 +1039,15 @@ def plan_entry(model: ModelSpec, cluster: ClusterSpec, ev: Evaluated, reserve: i
             model, layout, recompute_layers=ev.modes,
             ep_gpus_per_domain=ep_gpus_per_domain(layout, cluster.scaleup_domain_gpus))))
     step = record.step
+    counts = [counts for _, counts in staged]
+    parallelism = record.plan_parallelism(uniform if uniform else [dict(c) for c in counts])
+    if not uniform and _chunk_mix(model, layout, layer_modes(counts, _layer_sets(layout))) != \
+            _chunk_mix(model, layout, ev.modes):
+        # which of a stage's layers are recomputed matters (which chunk, under interleaving;
+        # which layer kind) and the counts re-expanded full first (`check`) would differ
+        parallelism["recompute_layers"] = recompute_mix.format_layers(ev.modes, _layer_groups(layout))
     return {
-        "parallelism": record.plan_parallelism(
-            uniform if uniform else [dict(c) for c in ev.solution.recompute_per_stage]),
+        "parallelism": parallelism,
         "memory_bytes": record.memory_bytes(),
         "memory_verdict": record.memory_verdict,
         "communication_bytes_per_step": record.communication_bytes_per_step(),
@@ -1036,14 +1060,28 @@ def plan_entry(model: ModelSpec, cluster: ClusterSpec, ev: Evaluated, reserve: i
     }
 
 
+def _chunk_mix(model: ModelSpec, layout: Layout, modes: tuple[str, ...]) -> list[Counter]:
+    """Per virtual stage (`_layer_groups`), the (layer kind, mode) counts of its layers: what
+    `step_time` and `stage_memory` read of per-layer modes (the order within a chunk of layers of
+    one kind is immaterial)."""
+    kinds, out, start = layer_kinds(model)[0], [], 0
+    for n in _layer_groups(layout):
+        out.append(Counter((kinds[i], modes[i]) for i in range(start, start + n)))
+        start += n
+    return out
+
+
+def _layer_groups(layout: Layout) -> tuple[int, ...]:
+    """Decoder layers of each virtual stage in layer order (each stage's without a virtual-stage
+    layout): the groups `recompute_mix.format_layers` separates."""
+    if layout.pipeline_layout is not None:
+        return pipeline_layout.decoder_counts(layout.pipeline_layout)
+    return tuple(layout.pipeline_layers)
+
+
 def _stage_modes(layout: Layout, modes: tuple[str, ...]):
-    """Per stage: its layers ordered full, selective, none (the order `stage_memory` hands out
-    `layers_by_recompute`), and the counts, so each layer keeps the mode the ILP gave it."""
-    order = {"full": 0, "selective": 1, "none": 2}
-    for layers in _layer_sets(layout):
-        ranked = tuple(sorted(layers, key=lambda i: order[modes[i]]))
-        counts = {m: sum(1 for i in layers if modes[i] == m) for m in RECOMPUTE_MODES}
-        yield ranked, counts
+    """`evaluation.stage_modes` over the layout's stages: each layer keeps the mode the ILP gave it."""
+    return stage_modes(_layer_sets(layout), modes)
 
 
 def _check_grad_reduce(layout: Layout) -> None:
@@ -1115,6 +1153,8 @@ def _infeasible(model, cluster, costs: _Costs, rejections: Rejections, base, fix
                                f"candidate breaks a placement rule ({reasons}){example}",
                                details={"rejected": rejections.as_list()})
     excess, layout, diagnosis = closest
+    if excess <= 0:
+        return _unfound(model, cluster, costs, layout, fixed)
     term, term_bytes = _dominant_term(costs, layout, diagnosis.stage, _modes_for(fixed))
     gpus = minimum_gpus(model, cluster, base=base, fixed=fixed, reserve_bytes=costs.reserve,
                         headroom=headroom)
@@ -1136,6 +1176,27 @@ def _infeasible(model, cluster, costs: _Costs, rejections: Rejections, base, fix
                  "dominant_term_bytes": term_bytes, "minimum_gpus": gpus})
 
 
+def _unfound(model, cluster, costs: _Costs, layout: Layout, fixed: dict) -> InfeasibleError:
+    """The search found no plan although `layout` fits with the least-memory recompute on every
+    layer (`_recosted_excess` <= 0): its stage program's memory model, not exact for it, accepted
+    only plans that `stage_memory` puts over capacity, and the search does not
+    re-solve such a candidate (`_costed`); pinning the least-memory recompute leaves it that plan.
+    (`_solve_uneven` costs that plan itself for uneven interleaved candidates.)"""
+    least = "full" if "full" in _modes_for(fixed) else _modes_for(fixed)[0]
+    chunks = ("" if not _uneven(layout) else
+              f" vpp={layout.vpp} with chunks of {pipeline_layout.to_string(layout.pipeline_layout)}")
+    fix = ("another vpp, or another --fix" if "recompute" in fixed else f"--fix recompute={least}")
+    return InfeasibleError(
+        f"no plan found for {model.name} on {cluster.num_gpus} x {cluster.gpu.name}: the closest, "
+        f"dp={layout.dp} tp={layout.tp} pp={layout.pp} cp={layout.cp} ep={layout.ep} "
+        f"zero={layout.zero_stage} b={layout.micro_batch_size}{chunks}, fits with recompute={least} "
+        f"on every layer, but the search's memory model is not exact for it and accepted only plans "
+        f"that the per-stage memory puts over the {costs.usable_bytes / 2**30:.1f} GiB usable; "
+        f"smallest change: {fix}",
+        details={"binding_stage": None, "excess_bytes": 0, "dominant_term": None,
+                 "dominant_term_bytes": 0, "minimum_gpus": None})
+
+
 def _closest(costs: _Costs, modes: tuple[str, ...]) -> tuple[int, Layout, object] | None:
     """(excess bytes, layout, MemoryDiagnosis) of the candidate found to have no plan whose
     least largest per-stage excess (`memory_diagnosis`) is smallest (the first such in the order
@@ -1150,9 +1211,26 @@ def _closest(costs: _Costs, modes: tuple[str, ...]) -> tuple[int, Layout, object
         if best is not None and bound > best[0][0]:
             break
         d = memory_diagnosis(costs.int_problem(layout, modes))
+        if d.excess_bytes <= 0:  # the program fits: `stage_memory` rejected its plans (`_costed`)
+            excess, stage = _recosted_excess(costs, layout, modes)
+            d = dataclasses.replace(d, stage=stage, excess_bytes=excess)
         if best is None or (d.excess_bytes, i) < best[0]:
             best = ((d.excess_bytes, i), layout, d)
     return None if best is None else (best[0][0], best[1], best[2])
+
+
+def _recosted_excess(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> tuple[int, int]:
+    """(bytes, stage): the largest excess of a stage's `stage_memory` over the usable memory with
+    every layer in the least-memory recompute allowed (<= 0: that plan fits), for a candidate whose
+    stage program has plans (`memory_diagnosis` excess <= 0) that `_fits_as_costed` rejected: the
+    program's memory model is not exact for it (`StageMemoryModel.exact`: interleaved chunks of
+    different sizes, torchtitan PP), so the program's excess says nothing of the real one."""
+    least = "full" if "full" in modes else modes[0]
+    per_layer = (least,) * costs.model.num_hidden_layers
+    worst = max((stage_memory(costs.model, costs.cluster, layout, s, layers=layers, reserve_bytes=0,
+                              layers_by_recompute=counts).total, s)
+                for s, (layers, counts) in enumerate(_stage_modes(layout, per_layer)))
+    return math.ceil(worst[0] - costs.usable_bytes), worst[1]
 
 
 def _dominant_term(costs: _Costs, layout: Layout, stage: int,

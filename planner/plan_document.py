@@ -3,7 +3,8 @@ and read back by `planner check` (`check.plan_file`), with its schema in one pla
 
 A plan file names the model and cluster (catalog names or paths), the GPU count, the request
 (sequence length, batch, precision, optimizer, framework, the keys the search pinned, headroom,
-reserve), the parallelism (degrees, knobs, pipeline split, per-stage recompute counts), what
+reserve), the parallelism (degrees, knobs, pipeline split, per-stage recompute counts and, where
+those do not define it, each layer's mode), what
 `plan` predicted and the solver's status. `to_dict` gives the file's mapping (key order as
 written); `from_dict` checks its structure -- kind, version, no unknown and no missing key in
 any section -- and raises one SpecError naming the file and the key path. Values are checked by
@@ -34,15 +35,17 @@ KEYS = {
     "plan.parallelism": ("dp", "tp", "pp", "cp", "ep", "etp", "zero_stage", "sequence_parallel",
                          "micro_batch_size", "global_batch_size", "num_microbatches", "vpp",
                          "recompute", "pipeline_layers", "overlap", "pipeline_layout", "cp_comm_type",
-                         "moe_dispatcher", "compile", "recompute_modules", "offload_modules"),
+                         "moe_dispatcher", "compile", "recompute_modules", "offload_modules",
+                         "recompute_layers"),
 }
 """Section -> the keys a plan file may hold there (`planner plan -o` writes them)."""
-OPTIONAL = frozenset({"predicted", "solver", "fixed", "etp", "pipeline_layout", "grad_reduce_dtype",
+OPTIONAL = frozenset({"predicted", "solver", "fixed", "etp", "pipeline_layout", "recompute_layers", "grad_reduce_dtype",
                       "overlap", "cp_comm_type", "moe_dispatcher", "compile", "recompute_modules", "offload_modules",
                       *PRECISION_KNOBS})
 """Keys that may be absent: `predicted` and `solver` (informational), `request.fixed` (a
 hand-written plan pinned nothing), `plan.parallelism.etp` (files written before the expert
-tensor-parallel degree was recorded: 1), and the knobs whose absence means the default."""
+tensor-parallel degree was recorded: 1), `plan.parallelism.recompute_layers` (written only where
+the per-stage counts do not say which of a stage's layers are recomputed), and the knobs whose absence means the default."""
 OVERLAP_KEYS = OVERLAP_KNOBS
 """Keys of `plan.parallelism.overlap` (each optional: absent = the framework's default)."""
 

@@ -405,6 +405,16 @@ def layout_label(par: dict) -> str:
     return " · ".join(parts)
 
 
+def _split(par: dict) -> str:
+    """A plan's pipeline split as `explain` takes it: `pipeline layers 7, 8x14, 7`
+    (`--pipeline-layers`), or for chunks of different sizes the virtual-stage layout that defines
+    them (`--pipeline-layout`, which sets vpp) with the layers per rank it gives."""
+    layers = _runs(par["pipeline_layers"])
+    if par.get("pipeline_layout"):
+        return f"pipeline layout {par['pipeline_layout']} (layers per rank {layers})"
+    return f"pipeline layers {layers}"
+
+
 def show_explain(data: dict, fmt: str) -> None:
     """One layout (planner.explain.explain): placement, memory vs capacity, communication, violations."""
     if fmt != "table":
@@ -495,7 +505,7 @@ def show_plan(data: dict, fmt: str) -> None:
                          (_plan_row(i, p) for i, p in enumerate(data["plans"], 1)), right_from=2))
     for i, p in enumerate(data["plans"], 1):
         par = p["parallelism"]
-        console.print(f"  {i}: {layout_label(par)}; pipeline layers {_runs(par['pipeline_layers'])}"
+        console.print(f"  {i}: {layout_label(par)}; {_split(par)}"
                       + ("" if isinstance(par["recompute"], str) else
                          "; recompute per stage " + recompute_mix.format_stages(par["recompute"])))
     console.print()

@@ -284,3 +284,50 @@ def test_stale_prediction_prints_gib_and_seconds_not_scientific_bytes(tmp_path, 
     assert not any("e+" in m or " B" in m for m in stale), stale
     step = next(m for m in stale if "step time" in m)
     assert f"{doc['predicted']['time_s']['step']:,.2f} s" in step
+
+
+@pytest.fixture(scope="module")
+def interleaved_doc(tmp_path_factory):
+    """An uneven interleaved plan file: llama-3.1-405b (126 layers) on 16,384 H100s, pp16 vpp4
+    (Megatron's account-for split Et|(tt|)*62tL), whose recompute puts a stage's layers in
+    particular chunks (the per-stage counts alone do not say which)."""
+    path = tmp_path_factory.mktemp("interleaved") / "l405.yaml"
+    result = runner.invoke(app, ["plan", "-m", "llama-3.1-405b", "-c", "dgx-h100", "--gpus", "16384",
+                                 "--seq-len", "8192", "--global-batch-size", "2048", "--fix", "cp=1",
+                                 "--fix", "pp=16", "--fix", "vpp=4", "--format", "json", "-o", str(path)])
+    assert result.exit_code == 0, result.output
+    return path, yaml.safe_load(path.read_text())
+
+
+def test_fresh_interleaved_plan_file_checks_with_its_own_prediction(interleaved_doc):
+    path, doc = interleaved_doc
+    par = doc["plan"]["parallelism"]
+    assert par["vpp"] == 4 and "recompute_layers" in par
+    result = _check(path, "--format", "json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert "prediction_stale" not in {v["rule"] for v in data["violations"]}
+    assert data["time_s"]["step"] == pytest.approx(doc["predicted"]["time_s"]["step"], rel=1e-9)
+    assert data["memory_bytes"]["total"] == doc["predicted"]["memory_bytes"]["total"]
+    # the per-layer modes are what the counts say per stage (the reader checks it) ...
+    assert [sum(c.values()) for c in par["recompute"]] == par["pipeline_layers"]
+    # ... and they matter: without them the counts re-expand full first and the step differs
+    bare = copy.deepcopy(doc)
+    del bare["plan"]["parallelism"]["recompute_layers"]
+    other = json.loads(_check(_write(path.parent, bare, "bare.yaml"), "--format", "json").output)
+    assert other["time_s"]["step"] != pytest.approx(doc["predicted"]["time_s"]["step"], rel=1e-6)
+
+
+@pytest.mark.parametrize("value, says", [
+    ("fx", "one letter per decoder layer"),
+    ("f" * 125, "gives 125 layers; the model has 126"),
+    ("n" * 126, "gives stages"),
+])
+def test_malformed_recompute_layers_are_bad_input(interleaved_doc, tmp_path, value, says):
+    _, doc = interleaved_doc
+    doc = copy.deepcopy(doc)
+    doc["plan"]["parallelism"]["recompute_layers"] = value
+    result = _check(_write(tmp_path, doc))
+    assert result.exit_code == 2, result.output
+    assert "plan.parallelism.recompute_layers" in result.output and says in result.output
+    assert "Traceback" not in result.output

@@ -249,3 +249,61 @@ def test_plan_states_the_memory_budget_its_optimum_is_under():
     # the table's limit counts the reserve, as its memory column does (fresh-user review)
     assert f"within {int(capacity * 0.8) / 2**30:.1f} of {capacity / 2**30:.1f} GiB" in table
     assert "20% headroom; the 3.0 GiB reserve included" in table
+
+
+L405 = ["plan", "-m", "llama-3.1-405b", "-c", "dgx-h100", "--gpus", "16384", "--seq-len", "8192",
+        "--global-batch-size", "2048", "--fix", "cp=1", "--fix", "pp=16"]
+"""Llama 3.1 405B (126 decoder layers) on 16,384 H100s at pp 16: every vpp > 1 splits unevenly."""
+
+
+def test_uneven_interleaved_plan_prints_the_layout_explain_takes():
+    result = runner.invoke(app, [*L405, "--fix", "vpp=4", "--format", "table"])
+    assert result.exit_code == 0, result.output
+    # 126 layers + embedding + loss = 128 slots = 64 virtual stages x 2 (Megatron's account-for
+    # split): chunk 0 holds the embedding and 1 layer, the last 1 layer and the loss
+    text = " ".join(result.output.split())  # the console wraps long lines
+    plan_1 = text.split(" 1: ")[1].split(" 2: ")[0]
+    assert "pipeline layout Et|(tt|)*62tL (layers per rank 7, 8x14, 7)" in plan_1
+    layout = plan_1.split("pipeline layout ")[1].split(" (")[0]
+    explained = runner.invoke(app, ["explain", "-m", "llama-3.1-405b", "-c", "dgx-h100", "--gpus",
+                                    "16384", "--seq-len", "8192", "--global-batch-size", "2048",
+                                    "--tp", "8", "--pp", "16", "--pipeline-layout", layout,
+                                    "--format", "json"])
+    assert explained.exit_code in (0, 1), explained.output  # 1: a memory verdict, not bad input
+    par = json.loads(explained.output)["parallelism"]
+    assert par["vpp"] == 4 and par["pipeline_layout"] == "Et|(tt|)*62tL"
+
+
+def test_vpp_whose_virtual_stages_exceed_the_layers_but_not_the_slots_is_planned():
+    # 16 x 8 = 128 virtual stages > 126 layers, = 126 + 2 slots: explain takes it with
+    # --account-for-embedding --account-for-loss (chunk 0 the embedding alone, the last the loss)
+    result = runner.invoke(app, [*L405, "--fix", "vpp=8", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    par = json.loads(result.output)["plans"][0]["parallelism"]
+    assert par["vpp"] == 8 and par["pipeline_layout"] == "E|(t|)*126L"
+    assert par["pipeline_layers"] == [7] + [8] * 14 + [7]
+
+
+def test_interleaved_candidate_the_stage_program_misjudges_still_gets_its_least_memory_plan():
+    # vpp 7: 112 virtual stages over 126 layers + 2 slots, chunks of 1 or 2 layers. The stage
+    # program's memory (not exact for chunks of different sizes) accepts plans that the per-stage
+    # memory puts over capacity; the search then costs the split with every layer recomputed,
+    # which fits, instead of reporting a "closest" layout exceeding memory by a negative amount.
+    result = runner.invoke(app, [*L405, "--fix", "vpp=7", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    best = data["plans"][0]
+    assert best["parallelism"]["vpp"] == 7 and best["memory_verdict"] == "fits"
+    assert data["solver"]["status"] == "FEASIBLE"
+
+
+def test_infeasible_message_never_states_a_negative_excess(monkeypatch):
+    # with the least-memory fallback off, the vpp 7 candidates have no plan although their split
+    # fits with every layer recomputed: the message says so and names the pin that finds it
+    monkeypatch.setattr(P, "_least_memory", lambda solution, modes: solution)
+    result = runner.invoke(app, [*L405, "--fix", "vpp=7"])
+    assert result.exit_code == 1, result.output
+    text = " ".join(result.output.split())
+    assert "by -" not in text
+    assert "fits with recompute=full on every layer" in text
+    assert "smallest change: --fix recompute=full" in text

@@ -11,7 +11,7 @@ import pytest
 from planner import plan as plan_api
 from planner.check.gate import Target, evaluate
 from planner.cost.memory import stage_memory
-from planner.evaluation import Evaluation, cost_stages, layer_modes
+from planner.evaluation import Evaluation, cost_stages, layer_modes, stage_modes
 from planner.explain import explain
 from planner.placement.layout import Layout
 from planner.placement.rules import Violation
@@ -74,5 +74,17 @@ def test_record_verdicts_follow_violations_and_stages():
 
 
 def test_layer_modes_give_each_stage_full_then_selective_then_none():
-    assert layer_modes(({"none": 1, "full": 2}, {"selective": 1, "none": 1})) == (
-        "full", "full", "none", "selective", "none")
+    assert layer_modes(({"none": 1, "full": 2}, {"selective": 1, "none": 1}),
+                       ((0, 1, 2), (3, 4))) == ("full", "full", "none", "selective", "none")
+
+
+def test_layer_modes_follow_each_stage_s_own_layers_under_interleaving():
+    # pp=2, vpp=2, 8 layers: rank 0 holds chunks 0 and 2 (layers 0, 1, 4, 5), rank 1 chunks 1
+    # and 3 (layers 2, 3, 6, 7); rank 0 recomputes 1 layer fully, rank 1 none -> only layer 0
+    modes = layer_modes(({"none": 3, "full": 1}, {"none": 4}), ((0, 1, 4, 5), (2, 3, 6, 7)))
+    assert modes == ("full",) + ("none",) * 7
+    # and stage_modes inverts it: each stage's layers ranked full first, with their counts
+    assert list(stage_modes(((0, 1, 4, 5), (2, 3, 6, 7)), ("none", "none", "none", "none",
+                                                            "full", "none", "none", "none"))) == [
+        ((4, 0, 1, 5), {"none": 3, "selective": 0, "full": 1}),
+        ((2, 3, 6, 7), {"none": 4, "selective": 0, "full": 0})]

@@ -21,7 +21,7 @@ from planner.cost.memory import (
     stage_layers,
     stage_memory,
 )
-from planner.evaluation import Evaluation, cost_stages, cost_step, layer_modes
+from planner.evaluation import Evaluation, cost_stages, cost_step, layer_modes, stage_modes
 from planner.errors import SpecError
 from planner import frameworks
 from planner.placement.layout import Layout
@@ -49,6 +49,10 @@ class Target:
     """Degrees, knobs and the pipeline split."""
     recompute_per_stage: tuple[dict[str, int], ...] | None = None
     """[stage] {mode: layer count}; None = `layout.recompute` on every layer."""
+    recompute_layers: tuple[str, ...] | None = None
+    """Each decoder layer's mode where the file says which of a stage's layers are recomputed
+    (a plan file's `recompute_layers`; its per-stage counts are `recompute_per_stage`); None =
+    each stage's layers take its counts full first (`evaluation.layer_modes`)."""
     reserve_bytes: int | None = None
     """Per-GPU reserve (CUDA context, fragmentation); None = the default."""
     at_risk_margin: float = DEFAULT_AT_RISK_MARGIN
@@ -115,7 +119,7 @@ def evaluate(target: Target) -> dict:
     else:
         violations.append(_not_costed(violations))
     valid = not errors(violations)
-    step = (cost_step(target.model, target.cluster, layout, layer_modes(_counts(target)))
+    step = (cost_step(target.model, target.cluster, layout, _layer_modes(target))
             if valid and stages is not None else None)
     record = Evaluation(layout=layout, recompute_per_stage=target.recompute_per_stage,
                         stages=tuple(stages or ()), step=step, stage_recompute=tuple(_counts(target))
@@ -155,6 +159,21 @@ def _line(target: Target, violation: Violation) -> int | None:
                   fallback=_LINE_FALLBACK.get(violation.rule, ()))
 
 
+def _layer_modes(target: Target) -> tuple[str, ...]:
+    """Each decoder layer's mode: the file's own where it gives them, else its counts'."""
+    if target.recompute_layers is not None:
+        return target.recompute_layers
+    return layer_modes(_counts(target), stage_layers(target.model, target.layout))
+
+
+def _ranked_layers(target: Target) -> list[tuple[int, ...]] | None:
+    """Each stage's layers in the order `cost_stages` hands out its counts (None: `stage_layers`)."""
+    if target.recompute_layers is None:
+        return None
+    return [ls for ls, _ in stage_modes(stage_layers(target.model, target.layout),
+                                         target.recompute_layers)]
+
+
 def _counts(target: Target) -> list[dict[str, int]]:
     layers = stage_layers(target.model, target.layout)
     if target.recompute_per_stage is None:
@@ -169,7 +188,7 @@ def _stages(target: Target) -> list[MemoryBreakdown] | None:
     (e.g. cp does not divide the sequence, per-stage recompute counts that do not cover the split)."""
     try:
         return list(cost_stages(target.model, target.cluster, target.layout, _counts(target),
-                                reserve_bytes=target.reserve_bytes,
+                                layers=_ranked_layers(target), reserve_bytes=target.reserve_bytes,
                                 at_risk_margin=target.at_risk_margin))
     except SpecError:
         if errors([*target.findings,

@@ -8,7 +8,8 @@ A plan file names the model and cluster (catalog names, or paths: a relative pat
 the plan file's directory, as `planner plan -o` writes it, then from the working directory), the
 GPU count, the request (sequence length, batch, precision, optimizer, framework, the keys the
 search pinned, headroom, reserve), the parallelism with its pipeline split and per-stage recompute
-counts, and what `plan` predicted.
+counts (and, where those do not say which of a stage's layers are recomputed, `recompute_layers`:
+each layer's mode, `recompute_mix.format_layers`), and what `plan` predicted.
 
 Structure is bad input (SpecError, exit 2, one line naming the file and the key path, once):
 - a key `plan -o` does not write, at the top level, in `request`, `plan` or `plan.parallelism`
@@ -34,6 +35,8 @@ import math
 from pathlib import Path
 
 from planner.check.gate import Target
+from planner.cost.memory import stage_layers
+from planner.evaluation import stage_modes
 from planner.errors import SpecError
 from planner.placement import pipeline_layout, recompute_mix
 from planner.placement.layout import (OFFLOAD_MODULES, OVERLAP_KNOBS, PRECISION_KNOBS, RECOMPUTE_MODES,
@@ -90,8 +93,11 @@ def read_plan_file(path: str | Path, data: dict | None = None) -> Target:
     gpus = _int(data, "gpus", file, "gpus", 1, MAX_GPUS)
     model = load_beside(load_model, data, "model", path)
     cluster = load_beside(load_cluster, data, "cluster", path, gpus=gpus)
+    per_layer = (_recompute_layers(par["recompute_layers"], model, layout, per_stage, file)
+                 if "recompute_layers" in par else None)
     return Target(file=file, kind=KIND, model=model, cluster=cluster, layout=layout,
-                  recompute_per_stage=per_stage, reserve_bytes=req["reserve_bytes"],
+                  recompute_per_stage=per_stage, recompute_layers=per_layer,
+                  reserve_bytes=req["reserve_bytes"],
                   at_risk_margin=req["headroom"], predicted=doc.predicted,
                   findings=tuple(_consistency(values, layout, per_stage, model, req["fixed"])))
 
@@ -240,6 +246,34 @@ def _recompute(value, file: str) -> tuple[tuple[dict[str, int], ...] | None, str
                             f"({', '.join(RECOMPUTE_MODES)}) to layer counts >= 0", file=file, key=key)
         stages.append({m: counts.get(m, 0) for m in RECOMPUTE_MODES})
     return tuple(stages), recompute_mix.majority(stages)
+
+
+def _recompute_layers(value, model, layout: Layout, per_stage, file: str) -> tuple[str, ...]:
+    """plan.parallelism.recompute_layers (`recompute_mix.format_layers`): each layer's mode, which
+    must give every stage the counts `recompute` states.
+
+    Raises:
+        SpecError: a malformed string (`recompute_mix.parse_layers`), or per-stage counts that
+            differ from `recompute`'s."""
+    key = "plan.parallelism.recompute_layers"
+    try:
+        stages = stage_layers(model, layout)
+    except SpecError as exc:
+        raise SpecError(_bare(exc), file=file, key=key) from None
+    groups = (pipeline_layout.decoder_counts(layout.pipeline_layout)
+              if layout.pipeline_layout is not None else tuple(map(len, stages)))
+    try:
+        modes = recompute_mix.parse_layers(value, model.num_hidden_layers, groups, key)
+    except SpecError as exc:
+        raise SpecError(_bare(exc), file=file, key=key) from None
+    got = [counts for _, counts in stage_modes(stages, modes)]
+    want = ([{m: len(ls) if m == layout.recompute else 0 for m in RECOMPUTE_MODES} for ls in stages]
+            if per_stage is None else [dict(c) for c in per_stage])
+    if got != want:
+        raise SpecError(f"value {value!r} gives stages {recompute_mix.format_stages(got)}; "
+                        f"plan.parallelism.recompute gives {recompute_mix.format_stages(want)}",
+                        file=file, key=key)
+    return modes
 
 
 def _int(data: dict, key: str, file: str, where: str, low: int, high: int) -> int:

@@ -49,3 +49,35 @@ def majority(stages) -> str:
     selective, full: the `Layout.recompute` of a per-stage mix (the counts travel separately)."""
     totals = {m: sum(c.get(m, 0) for c in stages) for m in RECOMPUTE_MODES}
     return max(RECOMPUTE_MODES, key=lambda m: (totals[m], -RECOMPUTE_MODES.index(m)))
+
+
+def format_layers(modes, groups) -> str:
+    """Per-layer modes in layer order, one letter per layer, `groups` (the layer counts of each
+    virtual stage, in layer order) separated by |: ("full", "none", "none", "full"), (1, 2, 1)
+    -> "f|nn|f". What a plan file writes where per-stage counts do not say which layers of a
+    stage are recomputed (`plan.parallelism.recompute_layers`)."""
+    out, start = [], 0
+    for n in groups:
+        out.append("".join(m[0] for m in modes[start:start + n]))
+        start += n
+    return "|".join(out)
+
+
+def parse_layers(text: object, num_layers: int, groups, key: str) -> tuple[str, ...]:
+    """`format_layers`'s string -> the mode of each layer (len `num_layers`).
+
+    Raises:
+        SpecError (named by `key`): not a string of n, s, f and |, a letter count other than
+            `num_layers`, or | groups whose sizes are not `groups` (the virtual stages' layers).
+    """
+    if not isinstance(text, str) or set(text) - set(LETTERS) - {"|"}:
+        raise SpecError(f"value {text!r} must be one letter per decoder layer, n, s or f (none, "
+                        f"selective, full), virtual stages separated by |, e.g. f|nn|nf", key=key)
+    letters = text.replace("|", "")
+    if len(letters) != num_layers:
+        raise SpecError(f"value {text!r} gives {len(letters)} layers; the model has {num_layers}",
+                        key=key)
+    if "|" in text and tuple(len(g) for g in text.split("|")) != tuple(groups):
+        raise SpecError(f"value {text!r}: groups of {[len(g) for g in text.split('|')]} layers; the "
+                        f"virtual stages hold {list(groups)}", key=key)
+    return tuple(LETTERS[c] for c in letters)

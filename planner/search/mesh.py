@@ -272,9 +272,10 @@ def _knob_values(space: SearchSpace, mesh: dict[str, int]) -> dict[str, tuple]:
         "micro_batch_size": space.micro_batch_sizes,
         "zero_stage": space.zero_stages if mesh["dp"] > 1 else (0,),
         # uneven chunks too (a layout string or the account-for split, `plan._with_split`): a
-        # virtual stage needs only one layer
+        # virtual stage needs only one slot, and Megatron's account-for options count the
+        # embedding and the loss as one slot each (126 layers + 2 = 16 x 8 virtual stages)
         "vpp": tuple(v for v in space.vpp_values if v == 1 or space.layers is None
-                     or space.layers >= mesh["pp"] * v) if mesh["pp"] > 1 else (1,),
+                     or space.layers + 2 >= mesh["pp"] * v) if mesh["pp"] > 1 else (1,),
         "sequence_parallel": space.sequence_parallel if mesh["tp"] > 1 else (False,),
         "offload": space.offload_options,
     }
