@@ -430,7 +430,7 @@ def _moe_flags(model: ModelSpec) -> list[str]:
 
 FP32_ROUTER_MODEL_TYPES = ("deepseek_v3", "kimi_k2", "glm4_moe")
 """Model types whose Hugging Face router computes its logits in fp32 (`F.linear` of the hidden
-states and the weight cast to float32), written as `--moe-router-dtype fp32` (Megatron's default:
+states and the weight cast to float32), written as router dtype fp32 (Megatron's moe_router_dtype; default:
 the logits' dtype). Source: transformers modeling_deepseek_v3.py DeepseekV3TopkRouter.forward,
 modeling_glm4_moe.py Glm4MoeTopkRouter.forward (Kimi-K2 runs DeepSeek-V3's code)."""
 ROUTER_DEFAULTS = {"glm4_moe": {"scoring_func": "sigmoid", "topk_method": "noaux_tc"}}
@@ -448,13 +448,13 @@ def _router_flags(model: ModelSpec) -> tuple[list[str], list[str]]:
     """(flags, gaps): the router of the model's Hugging Face config as Megatron's router flags, and
     what they cannot state. From `specs.model.ROUTER_KEYS` (their model type's `ROUTER_DEFAULTS`
     where the config leaves them out) and n_group / topk_group:
-    - scoring_func sigmoid -> --moe-router-score-function sigmoid (softmax: the default);
+    - scoring_func sigmoid -> score function sigmoid (softmax: the default);
     - topk_method noaux_tc (selection on score + e_score_correction_bias) -> expert bias;
-    - routed_scaling_factor (not 1) -> --moe-router-topk-scaling-factor;
-    - n_group > 1 -> --moe-router-num-groups / --moe-router-group-topk;
-    - norm_topk_prob false under softmax -> --moe-router-pre-softmax (softmax over all experts,
+    - routed_scaling_factor (not 1) -> the top-k scaling factor;
+    - n_group > 1 -> the router's number of groups / group top-k;
+    - norm_topk_prob false under softmax -> pre-softmax (softmax over all experts,
       then top-k: the weights do not sum to 1); Megatron's sigmoid always renormalises (k > 1);
-    - fp32 router logits (`FP32_ROUTER_MODEL_TYPES`) -> --moe-router-dtype fp32.
+    - fp32 router logits (`FP32_ROUTER_MODEL_TYPES`) -> router dtype fp32.
     Source: Megatron-LM d98e8a6 `megatron/core/transformer/moe/moe_utils.py`
     `topk_routing_with_score_function` (post-softmax top-k by default; sigmoid scores plus the
     expert bias for selection, renormalised when topk > 1; x scaling factor) and
@@ -495,7 +495,7 @@ def _router_flags(model: ModelSpec) -> tuple[list[str], list[str]]:
 
 def _mtp_flags(model: ModelSpec) -> tuple[list[str], list[str]]:
     """(flags, deviations) of the model's multi-token-prediction modules (num_nextn_predict_layers):
-    `--mtp-num-layers N` as the model trains, and a deviation saying the plan does not cost them.
+    N MTP layers (Megatron's mtp_num_layers) as the model trains, and a deviation saying the plan does not cost them.
     Source: Megatron-LM d98e8a6 `transformer_config.py` mtp_num_layers (MTP after the last decoder
     layer, on the last pipeline stage)."""
     n = model.num_nextn_predict_layers
