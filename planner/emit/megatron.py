@@ -571,7 +571,8 @@ RECIPES = (
            fp8_recipe="blockwise", fp8_source="DeepSeek-V3 Technical Report §3.3.2: 1x128 "
            "activation tiles, 128x128 weight blocks, each with its own scale"),
     Recipe("meta-llama/Llama-3", "The Llama 3 Herd of Models (arXiv:2407.21783) §3.4.1 (AdamW, "
-           "linear warm-up of 8,000 steps, cosine decay); betas, epsilon, weight decay and clipping "
+           "linear warm-up of 8,000 steps, cosine decay: the 405B schedule, the only one it "
+           "gives); betas, epsilon, weight decay and clipping "
            "as Llama 2 (arXiv:2307.09288 §2.2), which Llama 3 does not restate", (
                ("adam_beta1", "0.9"), ("adam_beta2", "0.95"), ("adam_eps", "1e-05"),
                ("weight_decay", "0.1"), ("clip_grad", "1.0"), ("lr_warmup_iters", "8000"),
@@ -590,19 +591,24 @@ def recipe(model: ModelSpec) -> Recipe | None:
     return next((r for r in RECIPES if hf_id.startswith(r.hf_id_prefix)), None)
 
 
-def _hyperparameters(model: ModelSpec) -> tuple[str, list[tuple[str, str, str]]]:
-    """(comment, [(knob, shell variable, value)]) of the training hyper-parameters: the family's
-    published values (`RECIPES`) with their source, else PLACEHOLDER values at Megatron-LM's
-    defaults (`frameworks.megatron.DEFAULT`) for `PLACEHOLDER_HYPERPARAMETERS`. MoE knobs are left
-    out of a dense model, MTP ones of a model without MTP."""
+def _hyperparameters(model: ModelSpec) -> tuple[str, list[tuple[str, str, str, str]]]:
+    """(comment, [(knob, shell variable, value, line comment)]) of the training hyper-parameters:
+    the family's published values (`RECIPES`) with their source; each knob of
+    `PLACEHOLDER_HYPERPARAMETERS` no source gives at Megatron-LM's default
+    (`frameworks.megatron.DEFAULT`), its line marked PLACEHOLDER. MoE knobs are left out of a dense
+    model, MTP ones of a model without MTP."""
     found = recipe(model)
-    if found is None:
-        return (f"PLACEHOLDER values: Megatron-LM's defaults; no published recipe of {model.name} is "
-                f"recorded: set the model's own.",
-                [(k, k.upper(), f"{mg.DEFAULT[k]:g}") for k in PLACEHOLDER_HYPERPARAMETERS])
-    keep = [(k, k.upper(), v) for k, v in found.values if not (k.startswith("moe_") and not model.is_moe)
-            and not (k.startswith("mtp_") and not model.num_nextn_predict_layers)]
-    return f"{model.name}'s published values. Source: {found.source}.", keep
+    published = [] if found is None else [
+        (k, k.upper(), v, "") for k, v in found.values
+        if not (k.startswith("moe_") and not model.is_moe)
+        and not (k.startswith("mtp_") and not model.num_nextn_predict_layers)]
+    given = {k for k, *_ in published}
+    placeholders = [(k, k.upper(), f"{mg.DEFAULT[k]:g}",
+                     "  # PLACEHOLDER: Megatron-LM's default; no published value recorded")
+                    for k in PLACEHOLDER_HYPERPARAMETERS if k not in given]
+    comment = (f"{model.name}'s published values. Source: {found.source}." if found else
+               f"no published recipe of {model.name} is recorded: set the model's own.")
+    return comment, published + placeholders
 
 
 def _fp8_note(model: ModelSpec, layout: Layout) -> list[str]:
@@ -669,7 +675,7 @@ def _flags(doc: dict, model: ModelSpec, cluster: ClusterSpec, layout: Layout,
         out.append(f"{F['cp_comm_type']} {layout.cp_comm_type}")
     out.append(f"{F['optimizer']} {mg.OPTIMIZERS[request['optimizer']]}")
     out += recompute.flags() + _architecture_flags(model, layout.seq_len) + _mtp_flags(model)[0]
-    out += [f'{F[knob]} "${var}"' for knob, var, _ in _hyperparameters(model)[1]]
+    out += [f'{F[knob]} "${var}"' for knob, var, _, _ in _hyperparameters(model)[1]]
     if layout.offload_modules:
         out += [F["fine_grained_activation_offloading"], f"{F['offload_modules']} {' '.join(layout.offload_modules)}"]
     return out + [f"{F['tokenizer_type']} HuggingFaceTokenizer",
@@ -690,7 +696,7 @@ def _script(doc: dict, model: ModelSpec, cluster: ClusterSpec, layout: Layout,
     comment, values = _hyperparameters(model)
     lines += ["", *textwrap.wrap(f"Training hyper-parameters: {comment}", 96, initial_indent="# ",
                                  subsequent_indent="# ")]
-    lines += [f'{var}="${{{var}:-{value}}}"' for _, var, value in values] + [""]
+    lines += [f'{var}="${{{var}:-{value}}}"{note}' for _, var, value, note in values] + [""]
     lines += ['NODE_RANK="${NODE_RANK:-0}"  # this node, 0..' + str(nodes - 1),
               'MASTER_ADDR="${MASTER_ADDR:-localhost}"', 'MASTER_PORT="${MASTER_PORT:-6000}"', "",
               *_environment(layout), "torchrun \\"]
