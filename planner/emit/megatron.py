@@ -618,7 +618,8 @@ def _fp8_note(model: ModelSpec, layout: Layout) -> list[str]:
     if layout.precision != "fp8" or found is None or found.fp8_recipe in (None, costed):
         return []
     return [f"# Note: the plan was costed with {costed} fp8 scaling and the script runs it "
-            f"({F['fp8_recipe']}, Megatron's default: delayed); {model.name} trained with "
+            f"({F['fp8_recipe']} {costed}, written where it is not Megatron's default); "
+            f"{model.name} trained with "
             f"{found.fp8_recipe} scaling ({found.fp8_source}): re-plan with --fp8-recipe "
             f"{found.fp8_recipe} to train and cost that recipe."]
 
