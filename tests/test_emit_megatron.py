@@ -206,6 +206,11 @@ def test_known_flags_of_a_hand_written_plan():
         "--hidden-dropout 0", "--attention-dropout 0",
         # Llama 3.1 rope_scaling: factor 8, low 1, high 4, original 8192 = Megatron's constants
         "--use-rope-scaling", "--rope-scaling-factor 8",
+        # Llama 3's published hyper-parameters as shell variables (values asserted below)
+        "--adam-beta1 $ADAM_BETA1", "--adam-beta2 $ADAM_BETA2", "--adam-eps $ADAM_EPS",
+        "--weight-decay $WEIGHT_DECAY", "--clip-grad $CLIP_GRAD",
+        "--lr-warmup-iters $LR_WARMUP_ITERS", "--lr-decay-style $LR_DECAY_STYLE",
+        "--init-method-std $INIT_METHOD_STD",  # not published for Llama 3: a PLACEHOLDER line
         "--tokenizer-type HuggingFaceTokenizer", "--tokenizer-model $TOKENIZER_MODEL",
         "--data-path $DATA_PATH", "--save $CHECKPOINT_PATH", "--load $CHECKPOINT_PATH",
         "--train-iters $TRAIN_ITERS", "--lr $LR"]
@@ -456,7 +461,10 @@ def test_deepseek_v3_on_pp16_round_trips_a_layout_string():
                                       "--fix", "pp=16", "--fix", "vpp=2", "--fix", "ep=64",
                                       "--emit", "megatron"])
     assert result.exit_code == 0, result.output
-    assert "--pipeline-model-parallel-layout 'E|(tt|)*30tL'" in result.output
+    # the model's one MTP layer (num_nextn_predict_layers 1) before the loss in the last stage:
+    # Megatron asserts a layout string holds mtp_num_layers `m` there
+    assert "--pipeline-model-parallel-layout 'E|(tt|)*30tmL'" in result.output
+    assert "--mtp-num-layers 1 \\\n" in result.output
     assert "check: PASS" in result.output
 
 

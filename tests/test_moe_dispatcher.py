@@ -148,10 +148,14 @@ def test_check_reads_the_dispatcher(tmp_path, flags, costed):
 
 
 def test_emitted_dispatcher_flags_read_back(tmp_path):
-    """What `planner plan --emit` writes for a flex layout (flex + the recipes' hybridep) is read
-    back as flex; for an alltoall / default layout as alltoall."""
-    for knob, want in (("flex", "flex"), ("alltoall", "alltoall"), (None, "alltoall")):
-        flags = " ".join(_dispatcher_flags(Layout(ep=16, dp=16, moe_dispatcher=knob)))
+    """What `planner plan --emit` writes for a flex layout (flex + the cluster's backend: DeepEP on
+    H100 nodes, HybridEP on GB200 NVL72) is read back as flex; for an alltoall / default layout as
+    alltoall."""
+    cases = [(cluster, knob, want) for cluster in ("dgx-h100", "gb200-nvl72")
+             for knob, want in (("flex", "flex"), ("alltoall", "alltoall"), (None, "alltoall"))]
+    for cluster, knob, want in cases:
+        flags = " ".join(_dispatcher_flags(Layout(ep=16, dp=16, moe_dispatcher=knob),
+                                           load_cluster(cluster, gpus=16)))
         data, rules = _check(tmp_path, "--expert-model-parallel-size 16 " + flags)
         assert data["parallelism"]["moe_dispatcher"] == want, flags
         assert not {"deepep_needs_flex", "ncclep_needs_flex", "flex_needs_tp_ep"} & rules

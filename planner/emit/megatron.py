@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import math
 import shlex
+import textwrap
 from dataclasses import dataclass
 
 from planner.cost.activations import DROPOUT_MODEL_TYPES
@@ -114,8 +115,8 @@ def write(doc: dict) -> Emitted:
                         f"{total / 2**30:.1f} GiB, over the plan's budget of {budget / 2**30:.1f} "
                         f"GiB (capacity x (1 - headroom)); re-plan with --fix recompute=full and "
                         f"emit again", key="--emit")
-    layout = emitted
-    deviations += _architecture_gaps(model)
+    layout = _with_mtp(emitted, model)
+    deviations += _architecture_gaps(model) + _mtp_flags(model)[1]
     if layout.seq_len > model.max_position_embeddings:
         deviations.append(
             f"{F['max_position_embeddings']} {layout.seq_len} where the model has "
@@ -318,7 +319,7 @@ def _architecture_flags(model: ModelSpec, seq_len: int) -> list[str]:
         out.append(F["disable_bias_linear"])
         if model.attention_bias:
             out.append(F["add_qkv_bias"])
-    if model.qk_norm:
+    if model.qk_norm or model.is_mla:
         out.append(F["qk_norm"])
     out.append(_flag(model, "vocab_size"))
     return out + _dropout_flags(model) + _rope_scaling_flags(model) + _mla_flags(model) + \
@@ -404,11 +405,12 @@ allgather (`transformer_config.py` moe_token_dispatcher_type). Grouped GEMM (off
 `moe_grouped_gemm`) runs a rank's experts as one kernel, as the compute cost assumes."""
 
 
-def _dispatcher_flags(layout: Layout) -> list[str]:
+def _dispatcher_flags(layout: Layout, cluster: ClusterSpec) -> list[str]:
     """The token dispatcher the layout is priced with (`Layout.moe_dispatcher`): flex with the
-    backend NVIDIA's recipes use (`frameworks.megatron.FLEX_BACKEND`), else alltoall."""
+    backend for the cluster's NVLink domain (`frameworks.megatron.flex_backend`), else alltoall."""
     if layout.moe_dispatcher == "flex":
-        return [f"{F['moe_token_dispatcher']} flex", f"{F['moe_flex_backend']} {mg.FLEX_BACKEND}"]
+        backend = mg.flex_backend(cluster.gpus_per_node, cluster.scaleup_domain_gpus)
+        return [f"{F['moe_token_dispatcher']} flex", f"{F['moe_flex_backend']} {backend}"]
     return [f"{F['moe_token_dispatcher']} {MOE_DISPATCHER}"]
 
 
@@ -423,7 +425,98 @@ def _moe_flags(model: ModelSpec) -> list[str]:
     if model.moe_layers and not all(model.moe_layers):
         pattern = "[" + ",".join("1" if m else "0" for m in model.moe_layers) + "]"
         out.append(f"{F['moe_layers']} {shlex.quote(pattern)}")
-    return out
+    return out + _router_flags(model)[0]
+
+
+FP32_ROUTER_MODEL_TYPES = ("deepseek_v3", "kimi_k2", "glm4_moe")
+"""Model types whose Hugging Face router computes its logits in fp32 (`F.linear` of the hidden
+states and the weight cast to float32), written as router dtype fp32 (Megatron's moe_router_dtype; default:
+the logits' dtype). Source: transformers modeling_deepseek_v3.py DeepseekV3TopkRouter.forward,
+modeling_glm4_moe.py Glm4MoeTopkRouter.forward (Kimi-K2 runs DeepSeek-V3's code)."""
+ROUTER_DEFAULTS = {"glm4_moe": {"scoring_func": "sigmoid", "topk_method": "noaux_tc"}}
+"""Router fields a model type's config leaves out because its Hugging Face code fixes them:
+GLM-4.5's router is a sigmoid with e_score_correction_bias for selection. Source: transformers
+modeling_glm4_moe.py @a0699c97 Glm4MoeTopkRouter / Glm4MoeMoE.route_tokens_to_experts."""
+HF_GROUP_SCORE_TOP = 2
+"""The experts per group whose scores sum to a group's score in Hugging Face's group-limited
+routing (`topk(2)` in DeepseekV3TopkRouter.get_topk_indices); Megatron sums the top
+num_experts_per_tok // topk_group (`moe_utils.py` `group_limited_topk` l. 712 @d98e8a6), the same
+only when that quotient is 2."""
+
+
+def _router_flags(model: ModelSpec) -> tuple[list[str], list[str]]:
+    """(flags, gaps): the router of the model's Hugging Face config as Megatron's router flags, and
+    what they cannot state. From `specs.model.ROUTER_KEYS` (their model type's `ROUTER_DEFAULTS`
+    where the config leaves them out) and n_group / topk_group:
+    - scoring_func sigmoid -> score function sigmoid (softmax: the default);
+    - topk_method noaux_tc (selection on score + e_score_correction_bias) -> expert bias;
+    - routed_scaling_factor (not 1) -> the top-k scaling factor;
+    - n_group > 1 -> the router's number of groups / group top-k;
+    - norm_topk_prob false under softmax -> pre-softmax (softmax over all experts,
+      then top-k: the weights do not sum to 1); Megatron's sigmoid always renormalises (k > 1);
+    - fp32 router logits (`FP32_ROUTER_MODEL_TYPES`) -> router dtype fp32.
+    Source: Megatron-LM d98e8a6 `megatron/core/transformer/moe/moe_utils.py`
+    `topk_routing_with_score_function` (post-softmax top-k by default; sigmoid scores plus the
+    expert bias for selection, renormalised when topk > 1; x scaling factor) and
+    `transformer_config.py` (expert bias only with sigmoid / sqrtsoftplus); transformers
+    modeling_deepseek_v3.py DeepseekV3TopkRouter / DeepseekV3MoE.route_tokens_to_experts."""
+    if not model.is_moe:
+        return [], []
+    extra, out, gaps = {**ROUTER_DEFAULTS.get(model.model_type, {}), **model.extra}, [], []
+    score = extra.get("scoring_func", "softmax")
+    if score not in ("softmax", "sigmoid"):
+        return [], [f"router scoring_func {score!r}"]
+    if score == "sigmoid":
+        out.append(f"{F['moe_router_score_function']} sigmoid")
+    normalised = extra.get("norm_topk_prob", True)
+    if score == "softmax" and normalised is False:
+        out.append(F["moe_router_pre_softmax"])
+    elif score == "sigmoid" and normalised is False and model.num_experts_per_tok > 1:
+        gaps.append("sigmoid router weights without renormalisation (norm_topk_prob false)")
+    if extra.get("topk_method") == "noaux_tc":
+        if score == "sigmoid":
+            out.append(F["moe_router_enable_expert_bias"])
+        else:
+            gaps.append("expert-bias (noaux_tc) routing under softmax")
+    factor = extra.get("routed_scaling_factor")
+    if isinstance(factor, (int, float)) and not isinstance(factor, bool) and factor > 0 and factor != 1:
+        out.append(f"{F['moe_router_topk_scaling_factor']} {factor:g}")
+    if model.n_group > 1:
+        if model.num_experts_per_tok // model.topk_group == HF_GROUP_SCORE_TOP:
+            out += [f"{F['moe_router_num_groups']} {model.n_group}",
+                    f"{F['moe_router_group_topk']} {model.topk_group}"]
+        else:
+            gaps.append(f"group-limited routing (n_group {model.n_group}, topk_group "
+                        f"{model.topk_group}: group score of the top {HF_GROUP_SCORE_TOP})")
+    if model.model_type in FP32_ROUTER_MODEL_TYPES:
+        out.append(f"{F['moe_router_dtype']} fp32")
+    return out, gaps
+
+
+def _mtp_flags(model: ModelSpec) -> tuple[list[str], list[str]]:
+    """(flags, deviations) of the model's multi-token-prediction modules (num_nextn_predict_layers):
+    N MTP layers (Megatron's mtp_num_layers) as the model trains, and a deviation saying the plan does not cost them.
+    Source: Megatron-LM d98e8a6 `transformer_config.py` mtp_num_layers (MTP after the last decoder
+    layer, on the last pipeline stage)."""
+    n = model.num_nextn_predict_layers
+    if not n:
+        return [], []
+    return [f"{F['mtp_num_layers']} {n}"], [
+        f"multi-token prediction: {F['mtp_num_layers']} {n} (the model's num_nextn_predict_layers) "
+        f"adds {n} MTP layer(s) and their loss on the last stage; the plan's memory and step time "
+        f"do not include them: drop the flag (and any `m` of the layout string) to train exactly the plan"]
+
+
+def _with_mtp(layout: Layout, model: ModelSpec) -> Layout:
+    """The layout with the model's MTP layers `m` before the loss in the last virtual stage when
+    the launch carries a layout string (Megatron asserts the string holds exactly mtp_num_layers
+    `m`, all in the last virtual stage of a rank: `pipeline_parallel_layer_layout.py` l. 111-134
+    @d98e8a6); unchanged otherwise."""
+    stages, n = layout.pipeline_layout, model.num_nextn_predict_layers
+    if not n or stages is None or "m" in "".join(stages):
+        return layout
+    last = stages[-1]
+    return layout.replace(pipeline_layout=stages[:-1] + (last[:-1] + "m" * n + last[-1],))
 
 
 def _architecture_gaps(model: ModelSpec) -> list[str]:
@@ -441,12 +534,94 @@ def _architecture_gaps(model: ModelSpec) -> list[str]:
          model.mlp_bias != model.attention_out_bias),
         ("embedding LayerNorm", model.embedding_norm),
         ("a shared-expert gate", model.shared_expert_gate),
+        *((g, True) for g in _router_flags(model)[1]),
         (f"rope_theta {model.extra.get('rope_theta')} ({F['rope_theta']} takes an integer)",
          model.position_embedding_type == "rope" and "rope_theta" in model.extra
          and not _rotary_base_flags(model)),
     ) if present]
     return [f"architecture: {g} is not written as a flag; add Megatron-LM's option by hand"
             for g in gaps]
+
+
+# ---------------------------------------------------------------- training hyper-parameters
+
+@dataclass(frozen=True)
+class Recipe:
+    """A model family's published training hyper-parameters (Megatron knobs of the flag table)."""
+
+    hf_id_prefix: str
+    """Models whose Hugging Face id starts with this (`ModelSpec.extra['hf_id']`)."""
+    source: str
+    """Where the values are published."""
+    values: tuple[tuple[str, str], ...]
+    """(knob, value as written)."""
+    fp8_recipe: str | None = None
+    """The fp8 scaling the family trained with (`Layout.fp8_recipe`); None: not fp8-trained."""
+    fp8_source: str = ""
+    """Where that fp8 recipe is published."""
+
+
+RECIPES = (
+    Recipe("deepseek-ai/DeepSeek-V3", "DeepSeek-V3 Technical Report (arXiv:2412.19437) §4.2 "
+           "Hyper-Parameters; §2.1.2 complementary sequence-wise balance loss", (
+               ("adam_beta1", "0.9"), ("adam_beta2", "0.95"), ("weight_decay", "0.1"),
+               ("init_method_std", "0.006"), ("clip_grad", "1.0"), ("lr_warmup_iters", "2000"),
+               ("moe_router_load_balancing_type", "seq_aux_loss"), ("moe_aux_loss_coeff", "0.0001"),
+               ("moe_router_bias_update_rate", "0.001"), ("mtp_loss_scaling_factor", "0.3")),
+           fp8_recipe="blockwise", fp8_source="DeepSeek-V3 Technical Report §3.3.2: 1x128 "
+           "activation tiles, 128x128 weight blocks, each with its own scale"),
+    Recipe("meta-llama/Llama-3", "The Llama 3 Herd of Models (arXiv:2407.21783) §3.4.1 (AdamW, "
+           "linear warm-up of 8,000 steps, cosine decay: the 405B schedule, the only one it "
+           "gives); betas, epsilon, weight decay and clipping "
+           "as Llama 2 (arXiv:2307.09288 §2.2), which Llama 3 does not restate", (
+               ("adam_beta1", "0.9"), ("adam_beta2", "0.95"), ("adam_eps", "1e-05"),
+               ("weight_decay", "0.1"), ("clip_grad", "1.0"), ("lr_warmup_iters", "8000"),
+               ("lr_decay_style", "cosine"))),
+)
+"""The model families whose training hyper-parameters are published (each value cited above)."""
+
+PLACEHOLDER_HYPERPARAMETERS = ("adam_beta2", "weight_decay", "init_method_std", "lr_warmup_iters")
+"""Knobs written as marked placeholders (Megatron-LM's default, to set) for a model with no
+`RECIPES` entry: the ones whose Megatron default differs from common LLM practice."""
+
+
+def recipe(model: ModelSpec) -> Recipe | None:
+    """The `RECIPES` entry of the model's family (by Hugging Face id), or None."""
+    hf_id = str(model.extra.get("hf_id", ""))
+    return next((r for r in RECIPES if hf_id.startswith(r.hf_id_prefix)), None)
+
+
+def _hyperparameters(model: ModelSpec) -> tuple[str, list[tuple[str, str, str, str]]]:
+    """(comment, [(knob, shell variable, value, line comment)]) of the training hyper-parameters:
+    the family's published values (`RECIPES`) with their source; each knob of
+    `PLACEHOLDER_HYPERPARAMETERS` no source gives at Megatron-LM's default
+    (`frameworks.megatron.DEFAULT`), its line marked PLACEHOLDER. MoE knobs are left out of a dense
+    model, MTP ones of a model without MTP."""
+    found = recipe(model)
+    published = [] if found is None else [
+        (k, k.upper(), v, "") for k, v in found.values
+        if not (k.startswith("moe_") and not model.is_moe)
+        and not (k.startswith("mtp_") and not model.num_nextn_predict_layers)]
+    given = {k for k, *_ in published}
+    placeholders = [(k, k.upper(), f"{mg.DEFAULT[k]:g}",
+                     "  # PLACEHOLDER: Megatron-LM's default; no published value recorded")
+                    for k in PLACEHOLDER_HYPERPARAMETERS if k not in given]
+    comment = (f"{model.name}'s published values. Source: {found.source}." if found else
+               f"no published recipe of {model.name} is recorded: set the model's own.")
+    return comment, published + placeholders
+
+
+def _fp8_note(model: ModelSpec, layout: Layout) -> list[str]:
+    """A header note where the plan trains fp8 with another scaling recipe than the family's."""
+    found = recipe(model)
+    costed = layout.fp8_recipe or mg.DEFAULT["fp8_recipe"]
+    if layout.precision != "fp8" or found is None or found.fp8_recipe in (None, costed):
+        return []
+    return [f"# Note: the plan was costed with {costed} fp8 scaling and the script runs it "
+            f"({F['fp8_recipe']} {costed}, written where it is not Megatron's default); "
+            f"{model.name} trained with "
+            f"{found.fp8_recipe} scaling ({found.fp8_source}): re-plan with --fp8-recipe "
+            f"{found.fp8_recipe} to train and cost that recipe."]
 
 
 # ---------------------------------------------------------------- the script
@@ -485,11 +660,12 @@ def _optimizer_precision_flags(layout: Layout) -> list[str]:
     return out
 
 
-def _flags(doc: dict, model: ModelSpec, layout: Layout, recompute: Recompute) -> list[str]:
+def _flags(doc: dict, model: ModelSpec, cluster: ClusterSpec, layout: Layout,
+           recompute: Recompute) -> list[str]:
     request = doc["request"]
     out = [_flag(layout, k) for k in ("tp", "pp", "cp")]
     if model.is_moe:
-        out += [_flag(layout, "ep"), _flag(layout, "etp")] + _dispatcher_flags(layout)
+        out += [_flag(layout, "ep"), _flag(layout, "etp")] + _dispatcher_flags(layout, cluster)
     out += _split_flags(layout, model.num_hidden_layers)
     if layout.sequence_parallel:
         out.append(F["sequence_parallel"])
@@ -499,7 +675,8 @@ def _flags(doc: dict, model: ModelSpec, layout: Layout, recompute: Recompute) ->
     if layout.cp > 1 and layout.cp_comm_type != mg.DEFAULT["cp_comm_type"]:
         out.append(f"{F['cp_comm_type']} {layout.cp_comm_type}")
     out.append(f"{F['optimizer']} {mg.OPTIMIZERS[request['optimizer']]}")
-    out += recompute.flags() + _architecture_flags(model, layout.seq_len)
+    out += recompute.flags() + _architecture_flags(model, layout.seq_len) + _mtp_flags(model)[0]
+    out += [f'{F[knob]} "${var}"' for knob, var, _, _ in _hyperparameters(model)[1]]
     if layout.offload_modules:
         out += [F["fine_grained_activation_offloading"], f"{F['offload_modules']} {' '.join(layout.offload_modules)}"]
     return out + [f"{F['tokenizer_type']} HuggingFaceTokenizer",
@@ -517,10 +694,14 @@ def _script(doc: dict, model: ModelSpec, cluster: ClusterSpec, layout: Layout,
     lines = ["#!/bin/bash", *_header(doc, model, cluster, layout, recompute, deviations), "",
              "# PLACEHOLDER values: the plan does not know them; set these before launching."]
     lines += [f'{var}="${{{var}:-{default}}}"  # {what}' for var, default, what in PLACEHOLDERS]
+    comment, values = _hyperparameters(model)
+    lines += ["", *textwrap.wrap(f"Training hyper-parameters: {comment}", 96, initial_indent="# ",
+                                 subsequent_indent="# ")]
+    lines += [f'{var}="${{{var}:-{value}}}"{note}' for _, var, value, note in values] + [""]
     lines += ['NODE_RANK="${NODE_RANK:-0}"  # this node, 0..' + str(nodes - 1),
               'MASTER_ADDR="${MASTER_ADDR:-localhost}"', 'MASTER_PORT="${MASTER_PORT:-6000}"', "",
               *_environment(layout), "torchrun \\"]
-    body = launcher + ["pretrain_gpt.py"] + _flags(doc, model, layout, recompute)
+    body = launcher + ["pretrain_gpt.py"] + _flags(doc, model, cluster, layout, recompute)
     lines += [f"    {item} \\" for item in body[:-1]] + [f"    {body[-1]}", ""]
     return "\n".join(lines)
 
@@ -555,8 +736,10 @@ def _header(doc: dict, model: ModelSpec, cluster: ClusterSpec, layout: Layout,
         out.append(f"# The plan's predicted step time: {step:.2f} s"
                    + (" (this script's deviations change it: `planner check` it for its own)"
                       if deviations else ""))
+    out += _fp8_note(model, layout)
     if deviations:
-        out.append("# Deviations from the plan (every stage still fits the plan's memory budget):")
+        out.append("# Deviations from the plan (a recompute change keeps every stage within the plan's "
+                   "memory budget):")
         out += [f"#   - {d}" for d in deviations]
     else:
         out.append("# Deviations from the plan: none (this is the plan exactly).")

@@ -172,6 +172,33 @@ FLAGS = (
     Flag("moe_intermediate_size", "--moe-ffn-hidden-size", INT, read=False),
     Flag("shared_expert_intermediate_size", "--moe-shared-expert-intermediate-size", INT, read=False),
     Flag("moe_layers", "--moe-layer-freq", TEXT, 1, read=False),
+    # the router (transformer_config.py l. 743-830; moe_utils.py `topk_routing_with_score_function`,
+    # `group_limited_topk`): softmax after top-k, no groups, no scaling, no expert bias by default
+    Flag("moe_router_score_function", "--moe-router-score-function", CHOICE, "softmax",
+         ("softmax", "sigmoid", "sqrtsoftplus"), read=False),
+    Flag("moe_router_pre_softmax", "--moe-router-pre-softmax", SWITCH, False, read=False),
+    Flag("moe_router_enable_expert_bias", "--moe-router-enable-expert-bias", SWITCH, False, read=False),
+    Flag("moe_router_topk_scaling_factor", "--moe-router-topk-scaling-factor", TEXT, read=False),
+    Flag("moe_router_num_groups", "--moe-router-num-groups", INT, read=False),
+    Flag("moe_router_group_topk", "--moe-router-group-topk", INT, read=False),
+    Flag("moe_router_dtype", "--moe-router-dtype", CHOICE, None, ("fp32", "fp64"), read=False),
+    Flag("moe_router_load_balancing_type", "--moe-router-load-balancing-type", TEXT, "aux_loss", read=False),
+    Flag("moe_aux_loss_coeff", "--moe-aux-loss-coeff", TEXT, 0.0, read=False),
+    Flag("moe_router_bias_update_rate", "--moe-router-bias-update-rate", TEXT, 1e-3, read=False),
+    # multi-token prediction (transformer_config.py l. 68-75: none by default, loss weight 0.1)
+    Flag("mtp_num_layers", "--mtp-num-layers", INT, read=False),
+    Flag("mtp_loss_scaling_factor", "--mtp-loss-scaling-factor", TEXT, 0.1, read=False),
+    # optimizer and initialisation hyper-parameters (`_add_regularization_args` l. 2611-2625;
+    # transformer_config.py l. 400 init_method_std; training_config.py l. 169, 190)
+    Flag("weight_decay", "--weight-decay", TEXT, 0.01, read=False),
+    Flag("adam_beta1", "--adam-beta1", TEXT, 0.9, read=False),
+    Flag("adam_beta2", "--adam-beta2", TEXT, 0.999, read=False),
+    Flag("adam_eps", "--adam-eps", TEXT, 1e-08, read=False),
+    Flag("clip_grad", "--clip-grad", TEXT, 1.0, read=False),
+    Flag("init_method_std", "--init-method-std", TEXT, 0.02, read=False),
+    Flag("lr_warmup_iters", "--lr-warmup-iters", TEXT, 0, read=False),
+    Flag("lr_decay_style", "--lr-decay-style", CHOICE, "linear",
+         ("constant", "linear", "cosine", "inverse-square-root", "WSD"), read=False),
     # what a plan does not know (data, tokenizer, checkpoints, schedule)
     Flag("tokenizer_type", "--tokenizer-type", TEXT, read=False),
     Flag("tokenizer_model", "--tokenizer-model", TEXT, read=False),
@@ -339,11 +366,18 @@ def overlap_defaults(zero_stage: int) -> dict[str, bool]:
 
 MOE_DISPATCHERS = ("alltoall", "flex")
 """`Layout.moe_dispatcher` values Megatron-LM can be set to (--moe-token-dispatcher-type)."""
-FLEX_BACKEND = "hybridep"
-"""The flex dispatcher's backend a plan writes: HybridEP, the one NVIDIA's tuned recipes set with
-the flex dispatcher (NVIDIA-NeMo/Megatron-Bridge@067f987 src/megatron/bridge/perf_recipes/
-deepseek/common.py l. 56-57, qwen/h100/qwen3_moe.py; DeepEP on some B200 / H100 ones), and the only
-one Megatron says supports multi-node NVLink (transformer_config.py l. 898-903)."""
+def flex_backend(gpus_per_node: int, scaleup_domain_gpus: int) -> str:
+    """The flex dispatcher's backend for a cluster: HybridEP where the NVLink domain spans nodes
+    (multi-node NVLink, GB200 NVL72), the only backend Megatron-LM says supports that case; DeepEP
+    otherwise (one NVLink domain per node, nodes joined by InfiniBand / RoCE: H100, H800), the one
+    Megatron-LM lists for cross-node expert parallelism and fine-grained MoE such as DeepSeek-V3,
+    and its default.
+
+    Source: Megatron-LM d98e8a6 `megatron/core/transformer/moe/README.md` (Token Dispatching table:
+    DeepEP "Cross-node EP, fine-grained MoE (DeepSeek-V3)"; HybridEP "GB200 NVL72, Multi-Node
+    NVLink") and `transformer_config.py` l. 898-903 (default deepep; "only hybridep backend
+    supports the MNNVL case")."""
+    return "hybridep" if scaleup_domain_gpus > gpus_per_node else "deepep"
 
 
 def recompute_flags(granularity: str | None, method: str | None = None,

@@ -337,6 +337,13 @@ _BOOL_KEYS = (
     "enable_bias", "_remove_final_layer_norm", "layer_norm_elementwise_affine", "use_qk_norm",
     "norm_topk_prob",
 )
+ROUTER_KEYS = ("scoring_func", "topk_method", "routed_scaling_factor", "norm_topk_prob")
+"""Router fields of Hugging Face MoE configs kept in `ModelSpec.extra` as written (no count, FLOP or
+byte depends on them; the Megatron emitter writes them as router flags): the score function
+(softmax | sigmoid), the top-k method (noaux_tc: selection on scores plus the
+e_score_correction_bias), the factor the top-k weights are multiplied by, and whether they are
+renormalised to sum 1. Source: transformers modeling_deepseek_v3.py DeepseekV3TopkRouter /
+DeepseekV3MoE.route_tokens_to_experts."""
 _TEXT_KEYS = ("name", "source", "hf_id", "hidden_act", "activation_function")
 _OTHER_READ_KEYS = ("model_type", "layer_types", "mlp_only_layers", "rope_theta", "rope_scaling",
                     "partial_rotary_factor", "quantization_config")
@@ -490,8 +497,8 @@ def from_config(raw: dict, *, name: str, file: str = "<config>", strict: bool = 
     fields = builder(cfg, model_type)
     fields.update(
         name=str(name), model_type=model_type, source=cfg.text("source", ""),
-        extra={k: raw[k] for k in ("rope_theta", "rope_scaling", "hf_id", "partial_rotary_factor")
-               if raw.get(k) is not None},
+        extra={k: raw[k] for k in ("rope_theta", "rope_scaling", "hf_id", "partial_rotary_factor",
+                                   *ROUTER_KEYS) if raw.get(k) is not None},
     )
     weight_format, method = _checkpoint_format(raw.get("quantization_config"), file)
     if method is not None and weight_format is None:
