@@ -939,8 +939,8 @@ def _modes_of(layout: Layout, modes: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def _with_ep_overlap(candidates: list[Layout], modes: tuple[str, ...], sets: tuple) -> list[Layout]:
-    """The candidates, each that leaves Megatron-LM's EP all-to-all overlap to the framework (off)
-    and would pass its assertions with it on (`rules.ep_comm_overlap_broken`, full recompute
+    """The candidates, each Megatron-LM one that leaves its EP all-to-all overlap to the framework
+    (off) and would pass its assertions with it on (`rules.ep_comm_overlap_broken`, full recompute
     aside) also with it on, restricted to the modes without full (`_modes_of`) and the module
     sets without moe (`_search`'s expand); the one with it off is kept only where it can still
     win: a mode full among `modes`, or a searched recompute module set with moe.
@@ -958,7 +958,8 @@ def _with_ep_overlap(candidates: list[Layout], modes: tuple[str, ...], sets: tup
     out = []
     for layout in candidates:
         on = layout.replace(ep_comm_overlap=True)
-        if (layout.ep_comm_overlap is not None or layout.ep <= 1 or not _modes_of(on, modes)
+        if (layout.framework != "megatron" or layout.ep_comm_overlap is not None or layout.ep <= 1
+                or not _modes_of(on, modes)
                 or set(ep_comm_overlap_broken(on)) - {"full"}):
             out.append(layout)
             continue

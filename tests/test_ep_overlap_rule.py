@@ -123,4 +123,6 @@ def test_candidates_keep_the_off_layout_only_where_it_can_win():
     assert [c.ep_comm_overlap for c in P._with_ep_overlap([layout], ("selective",), ((("moe",), None),))] \
         == [True, None]
     assert [c.ep_comm_overlap for c in P._with_ep_overlap([layout.replace(vpp=1)], ("none",), ())] == [None]
+    titan = layout.replace(framework="torchtitan", moe_dispatcher=None, pp=1, vpp=1, dp=8)
+    assert [c.ep_comm_overlap for c in P._with_ep_overlap([titan], ("none",), ())] == [None]
     assert P._modes_of(both[0], ("none", "selective", "full")) == ("none", "selective")

@@ -199,7 +199,7 @@ def _overlap_startup(args: dict, layout: Layout) -> list[Violation]:
     needs a distributed optimizer or Megatron-FSDP and the gradient-reduce overlap; l. 1441-1442:
     the TP comm overlap needs sequence parallelism); the EP all-to-all overlap's assertions are the
     placement rule `rules.ep_comm_overlap_violations`, applied here to the layout before a
-    per-stage recompute split replaces its granularity (a file's --recompute-granularity full
+    per-stage recompute split replaces its granularity (a file's full recompute granularity
     breaks it however many layers it recomputes), and its assertion on a flag a Layout does not
     hold: no shared-expert overlap (transformer_config.py l. 3039-3041)."""
     out = list(ep_comm_overlap_violations(layout))

@@ -931,12 +931,12 @@ def ep_comm_overlap_broken(layout: Layout) -> tuple[str, ...]:
     """The conditions of EP_OVERLAP_ASSERTIONS that `layout` breaks were its EP all-to-all overlap
     on (whatever it says), in that order: ep > 1; the alltoall or flex token dispatcher (None is
     Megatron-LM's default, allgather); no full recompute (`Layout.recompute` "full", which a
-    Megatron launch states as --recompute-granularity full with its method and layer count, also
+    Megatron launch states as full recompute granularity with its method and layer count, also
     asserted None); no "moe" among the recompute modules (asserted whether or not granularity is
-    selective); with pp > 1, virtual stages (vpp > 1, the --num-layers-per-virtual-pipeline-stage
-    / --num-virtual-stages-per-pipeline-rank a plan writes only for vpp > 1). Megatron's other
-    conditions are met by every Layout or not stated by one: torch >= 2.6; bf16 or fp16 params
-    (fp8 compute runs under --bf16); no shared-expert overlap, MTP of at most one layer and no
+    selective); with pp > 1, virtual stages (vpp > 1: the virtual-stage size Megatron asserts is
+    given, which a plan writes only for vpp > 1). Megatron's other conditions are met by every
+    Layout or not stated by one: torch >= 2.6; bf16 or fp16 params (fp8 compute runs with bf16
+    params, `frameworks.megatron`); no shared-expert overlap, MTP of at most one layer and no
     CUDA graphs of the MoE / MLP (Megatron flags a Layout does not hold; `check.megatron` reads
     the shared-expert overlap). Empty for frameworks other than Megatron-LM (none has the switch
     with these assertions; `frameworks.<name>.overlap_switches`).
