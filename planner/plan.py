@@ -125,6 +125,7 @@ from planner.evaluation import Evaluation, cost_stages, cost_step, layer_modes, 
 from planner.plan_document import PlanFile
 from planner.placement.rules import (
     BATCH_RULES,
+    ep_comm_overlap_broken,
     check_batch,
     check_degrees,
     check_experts,
@@ -924,23 +925,65 @@ def _search(model, cluster, fixed, base, reserve, headroom, top_k, on_progress=N
     candidates, rejections, costs = _candidates(model, cluster, fixed, base, reserve, headroom)
     modes = _modes_for(fixed)
     sets = _module_sets(model, base, modes)
+    candidates = _with_ep_overlap(candidates, modes, sets)
     if sets:
         candidates = [_Variants(c) for c in candidates]
         costs.request_lists = (base.get("recompute_modules"), base.get("offload_modules"))
         costs.member_lists = frozenset((costs.request_lists, *sets))
 
     def lower_bound(c) -> float:
-        return _group_bound(costs, c, modes) if type(c) is _Variants else _cheap_bound(costs, c, modes)
+        if type(c) is _Variants:
+            return _group_bound(costs, c, _modes_of(c.layout, modes))
+        return _cheap_bound(costs, c, _modes_of(c, modes))
 
     def expand(c):
         if type(c) is not _Variants:
             return None
-        return (c.layout, *(c.layout.replace(recompute_modules=r, offload_modules=o) for r, o in sets))
+        return (c.layout, *(c.layout.replace(recompute_modules=r, offload_modules=o) for r, o in sets
+                            if not (c.layout.ep_comm_overlap and "moe" in (r or ()))))
 
-    result = search(candidates, lower_bound, lambda c: _solve(costs, c, modes), top_k=top_k,
-                    on_progress=on_progress, tie_break=simplicity,
-                    refine=lambda c: _refined_bound(costs, c, modes), expand=expand)
+    result = search(candidates, lower_bound, lambda c: _solve(costs, c, _modes_of(c, modes)),
+                    top_k=top_k, on_progress=on_progress, tie_break=simplicity,
+                    refine=lambda c: _refined_bound(costs, c, _modes_of(c, modes)), expand=expand)
     return result, rejections, costs
+
+
+def _modes_of(layout: Layout, modes: tuple[str, ...]) -> tuple[str, ...]:
+    """The recompute modes a candidate's layers may take: `modes` without full where the layout
+    switches the EP all-to-all overlap on, which Megatron-LM refuses with full recompute
+    (`rules.ep_comm_overlap_broken`)."""
+    return tuple(m for m in modes if m != "full") if layout.ep_comm_overlap else modes
+
+
+def _with_ep_overlap(candidates: list[Layout], modes: tuple[str, ...], sets: tuple) -> list[Layout]:
+    """The candidates, each Megatron-LM one that leaves its EP all-to-all overlap to the framework
+    (off) and would pass its assertions with it on (`rules.ep_comm_overlap_broken`, full recompute
+    aside) also with it on, restricted to the modes without full (`_modes_of`) and the module
+    sets without moe (`_search`'s expand); the one with it off is kept only where it can still
+    win: a mode full among `modes`, or a searched recompute module set with moe.
+
+    Proof that on is never worse at the same assignment (layer split, per-layer modes none /
+    selective, module sets): memory reads no overlap knob (`cost.memory`), and per layer and
+    micro-batch the overlap changes only the EP dispatch / combine seconds of the layer's exposed
+    communication c (`step_time._layer_comm`), to max(k c, c - F) <= c (`_hidden_excess`, k < 1);
+    the stage total (`StageCostModel.time_groups`) is a * layer_comm + ... + max(dp_sync - dp_window,
+    ...), where dp_window's per-layer coefficient holds the same comm: lowering a layer's comm by
+    d >= 0 lowers the first term by a d and raises the second by at most d, and a = m + bubble >= 1;
+    the uneven-interleaved bubble, (pp - 1) x the slowest chunk, is monotone in every layer's time.
+    So the off candidate is dominated by the on one unless its optimum uses full recompute or a
+    moe module set, the two things on forbids."""
+    out = []
+    for layout in candidates:
+        on = layout.replace(ep_comm_overlap=True)
+        if (layout.framework != "megatron" or layout.ep_comm_overlap is not None or layout.ep <= 1
+                or not _modes_of(on, modes)
+                or set(ep_comm_overlap_broken(on)) - {"full"}):
+            out.append(layout)
+            continue
+        out.append(on)
+        if "full" in modes or any("moe" in (r or ()) for r, _ in sets):
+            out.append(layout)
+    return out
 
 
 def _module_sets(model: ModelSpec, base: dict, modes: tuple[str, ...]) -> tuple:
@@ -1304,7 +1347,7 @@ def _has_plan(model, cluster, fixed, base, reserve, headroom) -> bool:
     candidates, _, costs = _candidates(model, cluster, fixed, base, reserve, headroom)
     modes = _modes_for(fixed)
     sets = _module_sets(model, base, modes)
-    for candidate in candidates:
+    for candidate in candidates:   # the EP overlap frees no memory: its candidates add no plan
         for layout in (candidate, *(candidate.replace(recompute_modules=r, offload_modules=o)
                                     for r, o in sets)):
             layout = _with_split(model, layout)

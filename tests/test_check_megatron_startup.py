@@ -195,9 +195,23 @@ def test_overlap_switches_follow_megatrons_assertions(tmp_path, extra, rule, pre
 
 def test_ep_all_to_all_overlap_follows_megatrons_assertions(tmp_path):
     """transformer_config.py d98e8a6 l. 3002-3032: --overlap-moe-expert-parallel-comm asserts
-    ep > 1, the alltoall / flex dispatcher (default allgather) and no full recompute."""
+    ep > 1, the alltoall / flex dispatcher (default allgather) and no full recompute: one finding
+    quoting Megatron-LM's three messages (the placement rule, not repeated by check_layout)."""
     _, data = _run(tmp_path, ARGS_40_HEADS + "--overlap-moe-expert-parallel-comm "
                    "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1\n",
                    "--gpus", "8")
     message = _errors(data)["ep_comm_overlap_needs"]["message"]
-    assert "ep > 1" in message and "not allgather" in message and "full" in message
+    assert "ep=1" in message and "allgather token dispatcher" in message and "full recompute" in message
+    assert '"disable full recomputation when enabling overlap_moe_expert_parallel_comm"' in message
+    assert "without no" not in message
+    assert [v["rule"] for v in data["violations"]].count("ep_comm_overlap_needs") == 1
+
+
+def test_ep_all_to_all_overlap_refuses_the_shared_expert_overlap(tmp_path):
+    """transformer_config.py d98e8a6 l. 3039-3041: 'disable moe_shared_expert_overlap when
+    enabling overlap_moe_expert_parallel_comm'; without the shared-expert overlap no such finding."""
+    text = ARGS_40_HEADS + "--overlap-moe-expert-parallel-comm --moe-shared-expert-overlap\n"
+    _, data = _run(tmp_path, text, "--gpus", "8")
+    assert "ep_comm_overlap_shared_expert_overlap" in _errors(data)
+    _, data = _run(tmp_path, ARGS_40_HEADS + "--overlap-moe-expert-parallel-comm\n", "--gpus", "8")
+    assert "ep_comm_overlap_shared_expert_overlap" not in _errors(data)

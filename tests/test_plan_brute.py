@@ -28,6 +28,7 @@ from planner import plan as P
 from planner.cost.memory import stage_memory
 from planner.cost.step_time import step_time
 from planner.specs.cluster import load_cluster
+from planner.placement.rules import ep_comm_overlap_violations
 from planner.specs.model import from_config
 
 ROUNDING_S = 2 * 3 * (8 + 1) * 1e-9 / 2
@@ -95,7 +96,10 @@ def _fits(model, cluster, layout, s, layers, modes, capacity, cache) -> bool:
 def exhaustive_best(model, cluster, base, fixed) -> float | None:
     """Least step_time over every candidate x split x per-layer recompute assignment that fits,
     each Megatron-LM candidate also with every module-list pair of `MODULE_PAIRS` (the search's
-    module-set variants, written out by hand for the tiny models).
+    module-set variants, written out by hand for the tiny models), and each of those also with the
+    EP all-to-all overlap on wherever the placement rule `ep_comm_overlap_needs` lets Megatron-LM
+    start it (per layer mode: no full recompute), not only where the search's dominance argument
+    (`plan._with_ep_overlap`) keeps it.
 
     An interleaved candidate (vpp > 1) has the one split its framework builds (equal chunks, the
     account-for layout or torchtitan's remainder-first split: `plan._pinned_split`); every other
@@ -107,7 +111,14 @@ def exhaustive_best(model, cluster, base, fixed) -> float | None:
     pairs = MODULE_PAIRS[model.name] if base["framework"] == "megatron" else ()
     layouts = [variant for layout in layouts for variant in (layout, *(
         dataclasses.replace(layout, recompute_modules=r, offload_modules=o) for r, o in pairs))]
-    for layout in layouts:
+    # and each with Megatron-LM's EP all-to-all overlap on, its layers in the modes the placement
+    # rule lets it start with (none where another condition breaks it)
+    runs = [(layout, allowed) for layout in layouts] + [
+        (on, modes) for on, modes in ((layout.replace(ep_comm_overlap=True), tuple(
+            m for m in allowed if not ep_comm_overlap_violations(layout.replace(
+                ep_comm_overlap=True, recompute=m)))) for layout in layouts
+            if layout.ep_comm_overlap is None) if modes]
+    for layout, allowed in runs:
         pinned = P._pinned_split(model, layout)
         if pinned is not None:
             layout = P._with_split(model, layout)

@@ -51,7 +51,7 @@ from planner.frameworks import megatron as mg
 from planner.frameworks.megatron import FLAG as F
 from planner.placement import pipeline_layout
 from planner.placement.layout import CP_COMM_TYPES, OPTIMIZER_DTYPES, Layout
-from planner.placement.rules import Violation
+from planner.placement.rules import Violation, ep_comm_overlap_violations
 from planner.specs import files
 from planner.specs.cluster import load_cluster
 from planner.specs.model import ModelSpec, from_config, load_model
@@ -197,24 +197,18 @@ def _overlap_startup(args: dict, layout: Layout) -> list[Violation]:
     """Megatron-LM's start-up assertions on the overlap switches (NVIDIA/Megatron-LM@d98e8a6
     megatron/training/arguments.py `validate_args` l. 1024-1029: the parameter-gather overlap
     needs a distributed optimizer or Megatron-FSDP and the gradient-reduce overlap; l. 1441-1442:
-    the TP comm overlap needs sequence parallelism; megatron/core/transformer/transformer_config.py
-    l. 3002-3032: the EP all-to-all overlap needs ep > 1, the alltoall or flex dispatcher, no full
-    recompute, and virtual stages when pp > 1)."""
-    out = []
-    if _on(args, "ep_comm_overlap"):
-        dispatcher = args.get(F["moe_token_dispatcher"]) or mg.DEFAULT["moe_token_dispatcher"]
-        needs = [why for why, broken in (
-            ("ep > 1", layout.ep <= 1),
-            (f"{F['moe_token_dispatcher']} alltoall or flex (not {dispatcher})",
-             dispatcher not in ("alltoall", "flex")),
-            (f"no {F['recompute_granularity']} full", args.get(F["recompute_granularity"]) == "full"),
-            ("virtual pipeline stages with pp > 1", layout.pp > 1 and layout.vpp == 1)) if broken]
-        if needs:
-            out.append(Violation(
-                rule="ep_comm_overlap_needs", fix=f"drop {F['ep_comm_overlap']}, or give "
-                + "; ".join(needs),
-                message=f"{F['ep_comm_overlap']} without {'; '.join(needs)}: Megatron-LM asserts "
-                        f"them (TransformerConfig.__post_init__)"))
+    the TP comm overlap needs sequence parallelism); the EP all-to-all overlap's assertions are the
+    placement rule `rules.ep_comm_overlap_violations`, applied here to the layout before a
+    per-stage recompute split replaces its granularity (a file's full recompute granularity
+    breaks it however many layers it recomputes), and its assertion on a flag a Layout does not
+    hold: no shared-expert overlap (transformer_config.py l. 3039-3041)."""
+    out = list(ep_comm_overlap_violations(layout))
+    if layout.ep_comm_overlap and _on(args, "moe_shared_expert_overlap"):
+        out.append(Violation(
+            rule="ep_comm_overlap_shared_expert_overlap", fix=f"drop {F['moe_shared_expert_overlap']}",
+            message=f"{F['ep_comm_overlap']} with {F['moe_shared_expert_overlap']}: Megatron-LM asserts "
+                    f"\"disable moe_shared_expert_overlap when enabling overlap_moe_expert_parallel_comm\" "
+                    f"(transformer_config.py TransformerConfig.__post_init__ l. 3039-3041)"))
     if _on(args, "overlap_param_gather"):
         needs = [F[k] for k in ("overlap_grad_reduce",) if not _on(args, k)]
         if not (_on(args, "distributed_optimizer") or _on(args, "megatron_fsdp")):

@@ -73,8 +73,9 @@ def tuned(layout: Layout) -> Layout:
     (NVIDIA/Megatron-LM@d98e8a6
     tests/functional_tests/test_cases/gpt/gpt3_15b_8t_release_gb200/model_config.yaml l. 15-24:
     TP 4 with SP and all three switched on, `frameworks.megatron` FLAG). Knobs the layout
-    sets (not None) are kept. EP all-to-all overlap stays as given: Megatron asserts it off with
-    full recompute, which a plan may mix in per layer. torchtitan's torch.compile is switched on
+    sets (not None) are kept. EP all-to-all overlap stays as given here: Megatron asserts it off
+    with full recompute, which a plan may mix in per layer, so `plan._with_ep_overlap` searches it
+    beside the recompute modes (the placement rule `rules.ep_comm_overlap_violations`). torchtitan's torch.compile is switched on
     too (`Layout.torch_compile`): every tuned run of torchtitan's benchmarks compiles
     (pytorch/torchtitan@b5bcd76 benchmarks/llama3_h100_202412_torchtitan.md Tables 1-6), and its
     AsyncTP needs it."""

@@ -86,7 +86,7 @@ def check_layout(model: ModelSpec, cluster, layout: Layout) -> list[Violation]:
                  _zero_stage_supported, _grad_reduce_supported, _precision_aware_optimizer,
                  _cross_entropy, _torchtitan_dims,
                  _deepspeed_autotp, _deepspeed_parallelism, _no_effect, _offload_needs_zero, _moe_dispatcher_supported,
-                 _recompute_modules):
+                 _recompute_modules, _ep_comm_overlap):
         out += rule(model, cluster, layout)
     return out
 
@@ -919,6 +919,78 @@ def recompute_module_violations(model: ModelSpec, layout: Layout) -> list[Violat
     return out
 
 
+def _ep_comm_overlap(model, cluster, layout: Layout) -> list[Violation]:
+    return ep_comm_overlap_violations(layout)
+
+
+EP_OVERLAP_ASSERTIONS = {
+    "ep": "overlap_moe_expert_parallel_comm is only supported with expert model parallelism",
+    "dispatcher": "overlap_moe_expert_parallel_comm is supported with alltoall/flex token dispatcher",
+    "full": "disable full recomputation when enabling overlap_moe_expert_parallel_comm",
+    "moe": "disable moe in recompute_modules when enabling overlap_moe_expert_parallel_comm",
+    "vpp": "If enabling EP A2A overlap, virtual_pipeline_model_parallel_size must be specified "
+           "when pipeline_model_parallel_size > 1",
+}
+"""Megatron-LM's assertion messages on the EP all-to-all overlap that a Layout can break, by
+condition. Source: NVIDIA/Megatron-LM@d98e8a6 megatron/core/transformer/transformer_config.py
+`TransformerConfig.__post_init__` l. 3002-3034 (under overlap_moe_expert_parallel_comm)."""
+
+
+def ep_comm_overlap_broken(layout: Layout) -> tuple[str, ...]:
+    """The conditions of EP_OVERLAP_ASSERTIONS that `layout` breaks were its EP all-to-all overlap
+    on (whatever it says), in that order: ep > 1; the alltoall or flex token dispatcher (None is
+    Megatron-LM's default, allgather); no full recompute (`Layout.recompute` "full", which a
+    Megatron launch states as full recompute granularity with its method and layer count, also
+    asserted None); no "moe" among the recompute modules (asserted whether or not granularity is
+    selective); with pp > 1, virtual stages (vpp > 1: the virtual-stage size Megatron asserts is
+    given, which a plan writes only for vpp > 1). Megatron's other conditions are met by every
+    Layout or not stated by one: torch >= 2.6; bf16 or fp16 params (fp8 compute runs with bf16
+    params, `frameworks.megatron`); no shared-expert overlap, MTP of at most one layer and no
+    CUDA graphs of the MoE / MLP (Megatron flags a Layout does not hold; `check.megatron` reads
+    the shared-expert overlap). Empty for frameworks other than Megatron-LM (none has the switch
+    with these assertions; `frameworks.<name>.overlap_switches`).
+
+    Source: NVIDIA/Megatron-LM@d98e8a6 megatron/core/transformer/transformer_config.py l. 3002-3034."""
+    if layout.framework != "megatron":
+        return ()
+    dispatcher = layout.moe_dispatcher or megatron.DEFAULT["moe_token_dispatcher"]
+    return tuple(name for name, broken in (
+        ("ep", layout.ep <= 1),
+        ("dispatcher", dispatcher not in ("alltoall", "flex")),
+        ("full", layout.recompute == "full"),
+        ("moe", "moe" in (layout.recompute_modules or ())),
+        ("vpp", layout.pp > 1 and layout.vpp == 1)) if broken)
+
+
+def ep_comm_overlap_violations(layout: Layout) -> list[Violation]:
+    """One error (rule `ep_comm_overlap_needs`) when `layout` switches Megatron-LM's EP all-to-all
+    overlap on (`Layout.ep_comm_overlap` True) and breaks a condition of `ep_comm_overlap_broken`:
+    Megatron-LM refuses to start; its assertion messages are quoted. Shared by explain, plan (which
+    switches the overlap on only where this is empty, `plan._with_ep_overlap`) and check (the
+    Megatron reader states its flags through the same Layout fields)."""
+    broken = ep_comm_overlap_broken(layout) if layout.ep_comm_overlap else ()
+    if not broken:
+        return []
+    flag = megatron.FLAG["ep_comm_overlap"]
+    state = {"ep": f"ep={layout.ep}",
+             "dispatcher": f"{megatron.FLAG['moe_token_dispatcher']} {layout.moe_dispatcher}"
+                           if layout.moe_dispatcher else f"the {megatron.DEFAULT['moe_token_dispatcher']} "
+                           f"token dispatcher (Megatron-LM's default)",
+             "full": "full recompute",
+             "moe": f"recompute_modules={','.join(layout.recompute_modules or ())}",
+             "vpp": f"pp={layout.pp} and vpp=1"}
+    fixes = {"ep": "ep >= 2", "dispatcher": f"{megatron.FLAG['moe_token_dispatcher']} alltoall or flex",
+             "full": "selective or no recompute", "moe": "drop moe from the recompute modules",
+             "vpp": "vpp >= 2 (interleaved 1F1B), or pp=1"}
+    quoted = "; ".join(f'"{EP_OVERLAP_ASSERTIONS[b]}"' for b in broken)
+    return [Violation(
+        rule="ep_comm_overlap_needs",
+        message=f"EP all-to-all overlap ({flag}) with {', '.join(state[b] for b in broken)}: "
+                f"Megatron-LM refuses to start: {quoted} (transformer_config.py "
+                f"TransformerConfig.__post_init__)",
+        fix=f"turn the overlap off, or use {'; '.join(fixes[b] for b in broken)}")]
+
+
 def _offload_needs_zero(model, cluster, layout: Layout) -> list[Violation]:
     """Parameter offload needs ZeRO-3, optimizer offload ZeRO >= 1 (warnings: the memory model
     counts the offloaded state as 0 bytes on the GPU whatever the stage).
@@ -946,7 +1018,7 @@ def _offload_needs_zero(model, cluster, layout: Layout) -> list[Violation]:
     return out
 
 
-__all__ = ["Violation", "check_layout", "check_mesh", "MESH_RULES", "check_degrees", "check_experts", "DEGREE_RULES", "check_placement", "check_ulysses", "ulysses_degrees",
+__all__ = ["Violation", "check_layout", "ep_comm_overlap_broken", "ep_comm_overlap_violations", "check_mesh", "MESH_RULES", "check_degrees", "check_experts", "DEGREE_RULES", "check_placement", "check_ulysses", "ulysses_degrees",
            "uneven_split", "errors", "GROUPS"]
 
 
