@@ -2,7 +2,7 @@
 split (issue 8 item 3), in the layout, memory, time, rules, search and `explain`.
 
 Oracles: Megatron-LM d98e8a6's own docstring and comment examples, hand arithmetic written here,
-and the expert configurations in ../shared/reference/expert_configs.yaml (E3, E10).
+and the expert configurations in tests/data/reference/expert_configs.yaml (the copy of ../shared/reference) (E3, E10).
 """
 
 import json
@@ -27,7 +27,7 @@ from planner.specs import model as model_spec
 
 runner = CliRunner()
 EXPERT = {row["id"]: row for row in yaml.safe_load(
-    (Path(__file__).parents[1] / "../shared/reference/expert_configs.yaml").read_text())["expert_configs"]}
+    (Path(__file__).parent / "data" / "reference" / "expert_configs.yaml").read_text())["expert_configs"]}
 
 
 # ---------------------------------------------------------------- the string
