@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import errno
+import contextlib
 import json
 import os
 import stat
@@ -182,10 +183,8 @@ def _parse(text: str, suffix: str) -> object:
     if suffix == ".json":
         return _parse_json(text)
     if text.lstrip().startswith("{"):
-        try:
+        with contextlib.suppress(json.JSONDecodeError):  # else a YAML flow mapping that is not JSON
             return _parse_json(text)
-        except json.JSONDecodeError:
-            pass  # a YAML flow mapping that is not JSON
     return yaml.load(text, Loader=_UniqueKeyLoader)
 
 
