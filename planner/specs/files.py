@@ -10,9 +10,9 @@ SpecError, never a traceback.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import errno
-import contextlib
 import json
 import os
 import stat
