@@ -13,7 +13,8 @@ framework setting (`planner.placement.rules`). A flag or key name is written her
 (tests/test_framework_vocabulary.py enforces it), so a framework renaming one is a one-line change.
 
 Each module cites the framework file and commit its names were read from (`Source:`). The modules
-hold data only (names, defaults, value tables) and import nothing from the planner.
+hold data only (names, defaults, value tables) and import nothing from the planner but
+`flag_files.recorded_flags`, the reader of the engines' recorded flag lists beside them.
 """
 
 from planner.frameworks import deepspeed, megatron, torchtitan

@@ -25,11 +25,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from planner.frameworks.flag_files import recorded_flags
+
 ENGINE = "sglang"
 VERSION = "SGLang 0.5.23"
 FLAGS_FILE = Path(__file__).with_name("sglang_flags.txt")
-ALL_FLAGS = frozenset(line for line in FLAGS_FILE.read_text().splitlines()
-                      if line and not line.startswith("#"))
+ALL_FLAGS = recorded_flags(FLAGS_FILE.name)
 """Every option string of SGLang's launch parser."""
 
 LAUNCHERS = (("sglang.launch_server",), ("sglang", "serve"))
@@ -115,8 +116,7 @@ PORT = 30000
 """--port when absent (`srt/arg_groups/fields/serving.py` port = 30000)."""
 
 ROUTER_FLAGS_FILE = Path(__file__).with_name("sglang_router_flags.txt")
-ROUTER_ALL_FLAGS = frozenset(line for line in ROUTER_FLAGS_FILE.read_text().splitlines()
-                             if line and not line.startswith("#"))
+ROUTER_ALL_FLAGS = recorded_flags(ROUTER_FLAGS_FILE.name)
 """Every option string of SGLang's router parser (sglang-router 0.3.2, `tools/record_engine_flags.py`)."""
 ROUTER_VERSION = "sglang-router 0.3.2"
 ROUTER_LAUNCHERS = (("sglang_router.launch_router",),)

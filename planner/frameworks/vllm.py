@@ -20,12 +20,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from planner.frameworks.flag_files import recorded_flags
+
 ENGINE = "vllm"
 VERSION = "vLLM 0.33.0 (g4ba787ec9)"
 """The release the names and defaults were read from."""
 FLAGS_FILE = Path(__file__).with_name("vllm_flags.txt")
-ALL_FLAGS = frozenset(line for line in FLAGS_FILE.read_text().splitlines()
-                      if line and not line.startswith("#"))
+ALL_FLAGS = recorded_flags(FLAGS_FILE.name)
 """Every option string of vLLM's launch parser (long and short forms)."""
 
 LAUNCHERS = (("vllm", "serve"), ("vllm.entrypoints.openai.api_server",))
@@ -135,8 +136,7 @@ PORT = 8000
 """--port when absent (`vllm/entrypoints/common/cli_args.py` FrontendArgs.port = 8000)."""
 
 ROUTER_FLAGS_FILE = Path(__file__).with_name("vllm_router_flags.txt")
-ROUTER_ALL_FLAGS = frozenset(line for line in ROUTER_FLAGS_FILE.read_text().splitlines()
-                             if line and not line.startswith("#"))
+ROUTER_ALL_FLAGS = recorded_flags(ROUTER_FLAGS_FILE.name)
 """Every option string of vLLM's router parser (vllm-router 0.1.17, `tools/record_engine_flags.py`)."""
 ROUTER_VERSION = "vllm-router 0.1.17"
 ROUTER_LAUNCHERS = (("vllm-router",),)
