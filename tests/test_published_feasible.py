@@ -28,6 +28,7 @@ import yaml
 
 from planner import validate_training as vtr
 from planner.cost.memory import GIB, memory_per_device
+from planner.placement import pipeline_layout
 from planner.placement.rules import check_layout, errors, uneven_split
 from planner.specs.cluster import load_cluster
 from planner.specs.model import load_model
@@ -54,6 +55,10 @@ TORCHTITAN_GPU_MEMORY_GIB = 95.0
 LLAMA3_8K_SPLIT = (7,) + (8,) * 14 + (7,)
 """Llama 3 405B over pp = 16: 126 layers, the first and last stage one layer fewer (Dubey et al. 2024,
 arXiv 2407.21783, §3.3.2 'memory imbalance'; the row's parallel_order field)."""
+LLAMA3_VPP = 8
+LLAMA3_LAYOUT = pipeline_layout.parse("E|(t|)*126L", 16)
+"""Its virtual stages (MEMORY_FACTS): one layer each, the first only the embedding, the last only
+the output layer and loss."""
 
 MEMORY_FACTS = {
     "Narayanan2021-Table1-weak-scaling": (
@@ -68,11 +73,17 @@ MEMORY_FACTS = {
     "Llama3-405B-Table4": (
         "FSDP shards parameters' fp32 state, optimizer and gradients (Dubey et al. 2024 §3.3.2: "
         "'FSDP ... shards the model, optimizer, and gradients'; bf16 parameters are not resharded "
-        "after forward) -> zero_stage 2 with bf16 params whole and fp32 grads / dp; layer split "
-        "7, 8 x 14, 7 (§3.3.2); 8K rows without activation recompute (§3.3.2: 'we could pretrain "
-        "Llama 3 on sequences of 8K tokens without activation checkpointing'); vpp 1 because that "
-        "split cannot be interleaved in equal chunks (rules: stage layers a multiple of vpp)",
-        lambda row, lay: lay.replace(zero_stage=2, vpp=1, pipeline_layout=None, pipeline_layers=LLAMA3_8K_SPLIT,
+        "after forward) -> zero_stage 2 with bf16 params whole and fp32 grads / dp; the interleaved "
+        "layout E|(t|)*126L, pp 16 x vpp 8 one-layer chunks (§3.3.2: 'we reduce one Transformer layer "
+        "each from the first and the last stages ... the first model chunk on the first stage has only "
+        "the embedding, and the last model chunk on the last stage has only output projection and loss': "
+        "a chunk left with only the embedding after losing one layer held one, so (126 + 2) / 16 = 8 "
+        "chunks per rank); micro-batch group N = pp = 16 (§3.3.2 makes N tunable, its 'sweet spot "
+        "between DFS and BFS' N in [pp, m], no value published for these runs: N = pp, DFS, holds the "
+        "fewest; at m = 16 it is the only value); 8K rows without activation recompute (§3.3.2: 'we "
+        "could pretrain Llama 3 on sequences of 8K tokens without activation checkpointing')",
+        lambda row, lay: lay.replace(zero_stage=2, vpp=LLAMA3_VPP, pipeline_layout=LLAMA3_LAYOUT,
+                                     pipeline_layers=None, microbatch_group_size=lay.pp,
                                      recompute="none" if row["seq_len"] == 8192 else lay.recompute)),
 }
 """group -> (what the row or its paper states, layout -> layout). Memory-only: the step-time
@@ -130,6 +141,10 @@ def predict(r: dict):
 
 def layout_text(lay) -> str:
     split = "" if lay.pipeline_layers is None else f" layers {'/'.join(map(str, lay.pipeline_layers))}"
+    if lay.pipeline_layout is not None:
+        split = " layout " + pipeline_layout.to_string(lay.pipeline_layout).replace("|", "\\|")
+    if lay.microbatch_group_size is not None:
+        split += f" N{lay.microbatch_group_size}"
     return (f"tp{lay.tp} pp{lay.pp} dp{lay.dp} cp{lay.cp} vpp{lay.vpp} b{lay.micro_batch_size} "
             f"B{lay.global_batch_size} s{lay.seq_len} z{lay.zero_stage} rc={lay.recompute} "
             f"{lay.framework} {lay.precision}{split}")
@@ -187,6 +202,23 @@ def test_torchtitan_gpu_is_the_96_gb_part():
 
 def test_llama3_split_sums_to_the_model():
     assert sum(LLAMA3_8K_SPLIT) == 126 == load_model("llama-3.1-405b").num_hidden_layers
+    # the interleaved layout: 16 x 8 chunks, 126 of one layer, then the embedding and loss alone;
+    # per rank 7, 8 x 14, 7 layers, the split above
+    assert len(LLAMA3_LAYOUT) == 16 * LLAMA3_VPP and LLAMA3_LAYOUT[0] == "E" and LLAMA3_LAYOUT[-1] == "L"
+    assert pipeline_layout.rank_counts(LLAMA3_LAYOUT, 16) == LLAMA3_8K_SPLIT
+
+
+def test_llama3_rows_are_rated_at_their_interleaved_layout():
+    """The Llama 3 rows are costed at pp 16 vpp 8 with Megatron's in-flight count (N = pp): rank 1
+    (8 one-layer chunks) holds (16 − 1 − 1)·2 + 7·16 + 1 = 141 chunks of 1/8 of its 8 layers at
+    m = 32 (8K GPUs, 32 sequences per DP rank), all 16 micro-batches at m = 16."""
+    rows = {r["id"]: r for r in ROWS if r["group"] == "Llama3-405B-Table4"}
+    assert len(rows) == 3
+    for r in rows.values():
+        assert r["layout"].vpp == 8 and r["layout"].pipeline_layout == LLAMA3_LAYOUT
+        assert r["layout"].microbatch_group_size == 16
+    assert predict(rows["llama3-405b-8192-8192"]).in_flight_microbatches == 141 / 8
+    assert predict(rows["llama3-405b-16384-8192"]).in_flight_microbatches == 16
 
 
 def render() -> str:

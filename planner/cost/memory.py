@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 
 from planner.cost import activations as act
 from planner.cost.params_flops import ParamCounts, count_params
+from planner.cost.pipeline import interleaved_chunk_table, interleaved_warmup_chunks
 from planner.errors import SpecError
 from planner.placement import pipeline_layout
 from planner.placement.layout import Layout
@@ -211,16 +212,17 @@ def in_flight_microbatches(layout: Layout, stage: int) -> float:
     """Micro-batches of the stage's layer activations alive at its peak, in units of the whole stage.
 
     1F1B: stage s holds min(pp − s, m) (Narayanan et al. 2021 §2.2.1; Korthikanti et al. 2022 §4.2.3:
-    the first stage holds pp). Interleaved: stage s keeps warmup + 1 = (pp − s − 1)·2 + (vpp − 1)·pp + 1
-    model chunks in flight, each 1/vpp of the stage (Megatron-LM `pipeline_parallel/schedules.py`
-    `forward_backward_pipelining_with_interleaving`), capped at m·vpp; for s = 0 this is
-    pp·(1 + (pp − 1)/(pp·vpp)) stages (Korthikanti eq. 4.2.3).
+    the first stage holds pp). Interleaved: stage s keeps warmup + 1 = (pp − s − 1)·2 + (vpp − 1)·N + 1
+    model chunks in flight (`pipeline.interleaved_warmup_chunks`, N =
+    `layout.microbatch_group_size`, default pp), each 1/vpp of the stage, capped at m·vpp; for
+    s = 0 and N = pp this is pp·(1 + (pp − 1)/(pp·vpp)) stages (Korthikanti eq. 4.2.3).
     """
     m, pp, vpp = max(1, layout.num_microbatches), layout.pp, layout.vpp
     if vpp == 1:
         return float(min(pp - stage, m))
-    chunks = (pp - stage - 1) * 2 + (vpp - 1) * pp + 1
-    return min(chunks, m * vpp) / vpp
+    warmup = interleaved_warmup_chunks(pp=pp, vpp=vpp, stage=stage, num_microbatches=m,
+                                       group_size=layout.microbatch_group_size)
+    return min(warmup + 1, m * vpp) / vpp
 
 
 def _group_counts(model: ModelSpec, counts: ParamCounts, layout: Layout, layers: tuple[int, ...],
@@ -373,18 +375,16 @@ def megatron_interleaved_ops(layout: Layout, stage: int) -> list[tuple[str, int]
     forward and one backward per step, then the remaining backwards; the k-th forward runs local
     chunk table[k], the k-th backward vpp − 1 − table[k], where the table runs each group of g
     micro-batches through chunks 0..vpp−1 in turn (the last group takes the remaining ones) and
-    g = pp (`--microbatch-group-size-per-virtual-pipeline-stage` default).
+    g = `layout.microbatch_group_size` (`--microbatch-group-size-per-virtual-pipeline-stage`,
+    default pp): `pipeline.interleaved_warmup_chunks`, `pipeline.interleaved_chunk_table`.
     Source: Megatron-LM d98e8a6 `megatron/core/pipeline_parallel/schedules.py`
     (`get_pp_rank_microbatches`, `get_schedule_table`, `forward_backward_pipelining_with_interleaving`
-    `get_model_chunk_id`); `megatron/training/arguments.py` (group size default pp).
+    `get_model_chunk_id`); `megatron/core/model_parallel_config.py` l. 567-568 (group size default pp).
     """
     m, pp, v = max(1, layout.num_microbatches), layout.pp, layout.vpp
-    table = []
-    for lo in range(0, m, pp):
-        hi = m if lo + pp >= m else lo + pp
-        table += [c for c in range(v) for _ in range(lo, hi)]
-    warmup = min((pp - stage - 1) * 2 + (v - 1) * pp, m * v)
-    return _one_f_one_b(table, v, warmup)
+    group = layout.microbatch_group_size or pp
+    warmup = interleaved_warmup_chunks(pp=pp, vpp=v, stage=stage, num_microbatches=m, group_size=group)
+    return _one_f_one_b(interleaved_chunk_table(num_microbatches=m, vpp=v, group_size=group), v, warmup)
 
 
 def _one_f_one_b(table: list[int], v: int, warmup: int) -> list[tuple[str, int]]:

@@ -142,6 +142,52 @@ def pipeline_coefficients(*, num_microbatches: int, pp: int, vpp: int = 1,
                                 bubble_per_forward=per_f, p2p_s=zero.p2p_s)
 
 
+def interleaved_warmup_chunks(*, pp: int, vpp: int, stage: int, num_microbatches: int,
+                              group_size: int | None = None) -> int:
+    """Forward passes (one model chunk of one micro-batch each) that pipeline rank `stage` runs
+    before its first backward under interleaved 1F1B:
+
+        min((pp − stage − 1)·2 + (vpp − 1)·N, m·vpp),
+
+    N = micro-batches run back to back through one virtual stage before the rank moves to its next
+    (`group_size`; None = pp). The rank's saved activations peak one forward later, at warm-up + 1
+    chunks (capped at m·vpp): its steady 1F1B phase pairs each further forward with a backward.
+
+    N is Megatron-LM's `--microbatch-group-size-per-virtual-pipeline-stage`
+    (`ModelParallelConfig.microbatch_group_size_per_vp_stage`, default pp, a depth-first schedule;
+    it must lie in [pp, m]) and the N of Llama 3's schedule (Dubey et al. 2024, arXiv 2407.21783
+    §3.3.2 and Fig. 6: "N is the number of contiguous micro-batches for the same stage's forward or
+    backward"; depth-first N = pp, breadth-first N = m; Meta made N tunable). Larger N holds more
+    micro-batches: (vpp − 1) more chunks per unit of N.
+    Source: NVIDIA/Megatron-LM@d98e8a6 megatron/core/pipeline_parallel/schedules.py
+    `get_pp_rank_microbatches` (l. 953-969), `forward_backward_pipelining_with_interleaving`
+    (range check l. 1160-1168); megatron/core/model_parallel_config.py l. 431-446, 567-568.
+
+    Raises:
+        SpecError: pp, vpp, m or N below 1, or stage outside [0, pp).
+    """
+    group = pp if group_size is None else group_size
+    if min(pp, vpp, num_microbatches, group) < 1 or not 0 <= stage < pp:
+        raise SpecError(f"pp={pp}, vpp={vpp}, m={num_microbatches}, N={group} must be >= 1 and "
+                        f"stage={stage} in [0, {pp})", key="microbatch_group_size")
+    return min((pp - stage - 1) * 2 + (vpp - 1) * group, num_microbatches * vpp)
+
+
+def interleaved_chunk_table(*, num_microbatches: int, vpp: int, group_size: int) -> list[int]:
+    """Local model chunk of each forward of a rank under interleaved 1F1B, in order: each group of
+    N = `group_size` micro-batches runs through chunks 0 .. vpp − 1 in turn (the last group holds
+    the m mod N left, when that is not 0). The k-th backward runs chunk
+    vpp − 1 − table[k].
+    Source: NVIDIA/Megatron-LM@d98e8a6 megatron/core/pipeline_parallel/schedules.py
+    `get_schedule_table` (l. 989-1016); model_parallel_config.py l. 436-446 (its examples: pp 2,
+    vpp 2, N 3, m 5 runs forwards 0 1 2 0 1 2 3 4 3 4)."""
+    table: list[int] = []
+    for lo in range(0, num_microbatches, group_size):
+        hi = num_microbatches if lo + group_size >= num_microbatches else lo + group_size
+        table += [c for c in range(vpp) for _ in range(lo, hi)]
+    return table
+
+
 def uneven_interleaved_bubble_s(chunk_times_s: list[float], pp: int) -> float:
     """Bubble of interleaved 1F1B whose model chunks take different times: (pp − 1) × the slowest
     chunk's forward + backward of one micro-batch, s.

@@ -109,6 +109,10 @@ class Layout:
     pipeline_layers for which layers each rank holds."""
     micro_batch_size: int = 1
     """Sequences per micro-batch per DP rank."""
+    microbatch_group_size: int | None = None
+    """Interleaved 1F1B: micro-batches run back to back through one virtual stage (Megatron-LM's
+    `--microbatch-group-size-per-virtual-pipeline-stage`, the N of Llama 3's schedule,
+    `cost.pipeline.interleaved_warmup_chunks`); None = pp, Megatron's default (depth-first)."""
     global_batch_size: int = 1
     """Sequences per optimizer step."""
     seq_len: int = 4096
@@ -212,6 +216,10 @@ class Layout:
             _check_choice("grad_reduce_dtype", self.grad_reduce_dtype, GRAD_REDUCE_DTYPES)
         if self.fp8_recipe is not None and self.fp8_recipe not in FP8_RECIPES:
             _check_choice("fp8_recipe", self.fp8_recipe, FP8_RECIPES)
+        if self.microbatch_group_size is not None and not (
+                type(self.microbatch_group_size) is int and self.microbatch_group_size >= 1):
+            raise SpecError(f"value {self.microbatch_group_size!r} must be an integer >= 1",
+                            key="microbatch_group_size")
         if self.vocab_divisible_by is not None and not (
                 type(self.vocab_divisible_by) is int and self.vocab_divisible_by >= 1):
             raise SpecError(f"value {self.vocab_divisible_by!r} must be an integer >= 1",
@@ -416,6 +424,8 @@ _FIELD_OK = {
         and layout.dp % layout.dp_shard == 0),
     "zero_stage": lambda layout: layout.zero_stage in (0, 1, 2, 3),
     "sequence_parallel": lambda layout: True,
+    "microbatch_group_size": lambda layout: layout.microbatch_group_size is None or (
+        type(layout.microbatch_group_size) is int and layout.microbatch_group_size >= 1),
     "pipeline_layers": _pipeline_layers_ok,
     "pipeline_layout": _pipeline_layout_ok,
     "recompute": lambda layout: layout.recompute in RECOMPUTE_MODES,

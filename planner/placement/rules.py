@@ -81,7 +81,7 @@ def check_layout(model: ModelSpec, cluster, layout: Layout) -> list[Violation]:
     """Every composition rule for `layout` of `model` on `cluster` (errors and warnings)."""
     out = list(_placement_violations(layout))
     for rule in (_world_size, _heads, _kv_heads, _layers, _experts, _vocab, _sequence, _batch,
-                 _interleaved_microbatches,
+                 _interleaved_microbatches, _microbatch_group,
                  _zero_with_pp, _zero_without_dp, _precision_supported, _tp_domain,
                  _zero_stage_supported, _grad_reduce_supported, _precision_aware_optimizer,
                  _cross_entropy, _torchtitan_dims,
@@ -1022,7 +1022,7 @@ __all__ = ["Violation", "check_layout", "ep_comm_overlap_broken", "ep_comm_overl
            "uneven_split", "errors", "GROUPS"]
 
 
-BATCH_RULES = ("batch_divisible", "interleaved_microbatches")
+BATCH_RULES = ("batch_divisible", "interleaved_microbatches", "microbatch_group_size")
 """The rules of `check_layout` that read the micro-batch size (through the micro-batch count)."""
 
 
@@ -1030,7 +1030,35 @@ def check_batch(model: ModelSpec, cluster, layout: Layout) -> list[Violation]:
     """The rules that depend on the micro-batch size (BATCH_RULES), for searches that cache the
     other rules across micro-batch sizes: for every layout, `check_batch(...) ==
     [v for v in check_layout(...) if v.rule in BATCH_RULES]`."""
-    return _batch(model, cluster, layout) + _interleaved_microbatches(model, cluster, layout)
+    return (_batch(model, cluster, layout) + _interleaved_microbatches(model, cluster, layout)
+            + _microbatch_group(model, cluster, layout))
+
+
+def _microbatch_group(model, cluster, layout: Layout) -> list[Violation]:
+    """Megatron-LM's `--microbatch-group-size-per-virtual-pipeline-stage` N must lie in [pp, m],
+    and the last group (m mod N micro-batches) must be empty or hold at least pp; without
+    interleaving it has no effect (a warning).
+
+    Source: NVIDIA/Megatron-LM@d98e8a6 megatron/core/pipeline_parallel/schedules.py
+    `forward_backward_pipelining_with_interleaving` l. 1160-1181 (ValueError "should range in
+    [PP, M]"; RuntimeError on the remainder)."""
+    n, m, pp = layout.microbatch_group_size, layout.num_microbatches, layout.pp
+    if n is None:
+        return []
+    if layout.vpp == 1 or pp == 1:
+        return [Violation(rule="microbatch_group_size", severity="warning", fix="",
+                          message=f"microbatch_group_size={n} has no effect without interleaving "
+                                  f"(vpp={layout.vpp}, pp={pp})")]
+    if not pp <= n <= m:
+        problem = f"must lie in [pp, m] = [{pp}, {m}]"
+    elif 0 < m % n < pp:
+        problem = f"leaves a last group of m mod N = {m % n} micro-batches, fewer than pp={pp}"
+    else:
+        return []
+    return [Violation(rule="microbatch_group_size",
+                      message=f"microbatch_group_size N={n} {problem} (Megatron-LM's interleaved schedule "
+                              f"refuses it)",
+                      fix=f"microbatch_group_size={pp} (the default), or a divisor of m={m} in [{pp}, {m}]")]
 
 
 def _interleaved_microbatches(model, cluster, layout: Layout) -> list[Violation]:
