@@ -338,6 +338,10 @@ def explain_cmd(
     recompute: Annotated[Recompute | None, typer.Option(case_sensitive=False, help="Activation recomputation of every layer (default none).")] = None,
     sequence_parallel: Annotated[bool, typer.Option("--sequence-parallel/--no-sequence-parallel", help="Megatron SP.")] = False,
     vpp: Annotated[int, typer.Option(min=1, max=MAX_VPP, help="Virtual pipeline stages per rank (interleaved 1F1B).")] = 1,
+    microbatch_group_size: Annotated[int | None, typer.Option(min=1, help=(
+        "Interleaved 1F1B: micro-batches run back to back through one virtual stage (Megatron "
+        "--microbatch-group-size-per-virtual-pipeline-stage, Llama 3's N; in [pp, m]; default pp). "
+        "Larger holds more micro-batches in flight."))] = None,
     pipeline_layers: Annotated[str | None, typer.Option(
         metavar="N,N,...", help="Decoder layers per pipeline stage, e.g. 7,8,8,...,7 (default: even split).")] = None,
     pipeline_layout: Annotated[str | None, typer.Option(
@@ -348,6 +352,10 @@ def explain_cmd(
         "--account-for-loss", help=_LOSS_HELP)] = False,
     recompute_per_stage: Annotated[str | None, typer.Option(
         metavar="17n/2f,20n,...", help="Recompute counts per stage as `plan` prints them (n none, s selective, f full); overrides --recompute.")] = None,
+    recompute_layers: Annotated[str | None, typer.Option(
+        metavar="f|fn|nn|...", help=(
+            "Recompute of each decoder layer as a plan file's plan.parallelism.recompute_layers "
+            "(n, s, f per layer in layer order, | between virtual stages); overrides --recompute."))] = None,
     recompute_modules: RecomputeModulesOpt = None,
     offload_modules: OffloadModulesOpt = None,
     offload: Annotated[list[Offload] | None, typer.Option(case_sensitive=False, help="State to keep in host memory (repeatable).")] = None,
@@ -387,7 +395,7 @@ def explain_cmd(
         seq_len=seq_len, recompute=_value(recompute) if recompute is not None else "none",
         recompute_modules=_recompute_modules(recompute_modules, _value(framework)),
         offload_modules=_offload_modules(offload_modules, _value(framework)) or None,
-        sequence_parallel=sequence_parallel, vpp=vpp,
+        sequence_parallel=sequence_parallel, vpp=vpp, microbatch_group_size=microbatch_group_size,
         pipeline_layout=stages,
         offload=frozenset(_value(o) for o in offload or ()), optimizer=_value(optimizer),
         precision=_precision(precision, hw), framework=_value(framework),
@@ -402,10 +410,19 @@ def explain_cmd(
     from planner import explain as explain_api  # imported per command: `--help` stays light
 
     counts = _stage_recompute(recompute_per_stage, pp)
+    for given, name in ((recompute, "--recompute"), (recompute_per_stage, "--recompute-per-stage")):
+        if given is not None and recompute_layers is not None:
+            raise SpecError(f"value {_value(given)!r} contradicts --recompute-layers {recompute_layers!r}, "
+                            f"which gives every layer's recompute; give one of them", key=name)
     if counts is not None and recompute is not None:
         raise SpecError(f"value {_value(recompute)!r} contradicts --recompute-per-stage "
                         f"{recompute_per_stage!r}, which gives every stage's recompute; give one of "
                         f"them", key="--recompute")
+    per_layer = _layer_recompute(recompute_layers, spec, layout)
+    if per_layer is not None:
+        from planner.cost.memory import stage_layers
+        from planner.evaluation import stage_modes
+        counts = tuple(c for _, c in stage_modes(stage_layers(spec, layout), per_layer))
     if counts is not None:
         layout = layout.replace(recompute=recompute_mix.majority(counts))
     if recompute_modules is not None and not (layout.recompute == "selective" or any(
@@ -413,7 +430,8 @@ def explain_cmd(
         raise SpecError(f"value {recompute_modules!r} applies to selective recompute; give --recompute "
                         f"selective (or s layers in --recompute-per-stage)", key="--recompute-modules")
     data = explain_api.explain(spec, hw, layout, reserve_bytes=reserve, at_risk_margin=at_risk_margin,
-                               recompute_per_stage=counts, flash_attention=flash_attention)
+                               recompute_per_stage=None if per_layer is not None else counts,
+                               recompute_layers=per_layer, flash_attention=flash_attention)
     report.show_explain(data, fmt.value)
     if data["memory_verdict"] == "does_not_fit" or any(v["severity"] == "error" for v in data["violations"]):
         raise typer.Exit(1)
@@ -489,6 +507,32 @@ def _check_writable(path: str, inputs: tuple[str, ...] = (), key: str = "--outpu
 def _stage_recompute(text: str | None, pp: int) -> tuple[dict[str, int], ...] | None:
     """`17n/2f,20n,21n,20n` -> ({none: 17, full: 2}, {none: 20}, ...) (`recompute_mix.parse`)."""
     return None if text is None else recompute_mix.parse(text, pp)
+
+
+def _layer_recompute(text: str | None, spec, layout: Layout) -> tuple[str, ...] | None:
+    """`--recompute-layers` (`recompute_mix.parse_layers`) -> each decoder layer's mode; its |
+    groups must be the virtual stages' decoder layers in layer order (`_virtual_stage_layers`)."""
+    if text is None:
+        return None
+    return recompute_mix.parse_layers(text, spec.num_hidden_layers, _virtual_stage_layers(spec, layout),
+                                      key="--recompute-layers")
+
+
+def _virtual_stage_layers(spec, layout: Layout) -> tuple[int, ...]:
+    """Decoder layers of each virtual stage in layer order: the layout string's counts, else the
+    runs of consecutive layers the stages hold (`stage_layers`: one per stage, vpp per rank when
+    interleaved)."""
+    if layout.pipeline_layout is not None:
+        return pipeline_layout_mod.decoder_counts(layout.pipeline_layout)
+    from planner.cost.memory import stage_layers
+    runs = []
+    for layers in stage_layers(spec, layout):
+        for i in layers:
+            if runs and runs[-1][-1] == i - 1:
+                runs[-1].append(i)
+            else:
+                runs.append([i])
+    return tuple(len(r) for r in sorted(runs))
 
 
 def _virtual_stages(text: str | None, embedding: bool, loss: bool, spec, pp: int,

@@ -18,7 +18,7 @@ from planner.check.gate import memory_violations
 from planner.cost.comm import collectives, ep_gpus_per_domain
 from planner.cost.memory import DEFAULT_AT_RISK_MARGIN, stage_layers
 from planner.errors import SpecError
-from planner.evaluation import Evaluation, cost_stages, cost_step, layer_modes
+from planner.evaluation import Evaluation, cost_stages, cost_step, layer_modes, stage_modes
 from planner.placement.layout import Layout
 from planner.placement.rules import check_layout, errors
 from planner.placement.strategies import placement_for
@@ -28,6 +28,7 @@ from planner.specs.model import ModelSpec
 def explain(model: ModelSpec, cluster, layout: Layout, *, reserve_bytes: int | None = None,
             at_risk_margin: float = DEFAULT_AT_RISK_MARGIN,
             recompute_per_stage: tuple[dict[str, int], ...] | None = None,
+            recompute_layers: tuple[str, ...] | None = None,
             flash_attention: bool = True, rank_order: tuple[str, ...] | None = None,
             time_despite_memory: bool = False) -> dict:
     """Everything the placement implies for `layout` of `model` on `cluster` (see module docstring).
@@ -43,6 +44,12 @@ def explain(model: ModelSpec, cluster, layout: Layout, *, reserve_bytes: int | N
     order full, selective, none (`stage_memory`'s), for memory and step time alike. None: every
     layer uses `layout.recompute`.
 
+    `recompute_layers`: each decoder layer's mode (a plan file's `plan.parallelism.recompute_layers`,
+    `recompute_mix.parse_layers`), which says which of a stage's layers are recomputed where the
+    per-stage counts do not; memory, communication and step time charge each layer its own mode,
+    as `planner check` does for a plan file. Given, it sets the per-stage counts (do not pass
+    both).
+
     A layout that breaks a composition rule is still costed where the cost model can (world size,
     ZeRO at dp = 1, ...); where a broken rule makes the costing itself undefined (a sequence that
     cp does not divide, ...) `memory_bytes` is None, `memory_verdict` is `not_costed`, and the
@@ -52,6 +59,11 @@ def explain(model: ModelSpec, cluster, layout: Layout, *, reserve_bytes: int | N
         SpecError: only for bad input that no rule describes.
     """
     violations = check_layout(model, cluster, layout)
+    ranked = None
+    if recompute_layers is not None:
+        if recompute_per_stage is not None:
+            raise SpecError("give recompute_layers or recompute_per_stage, not both", key="--recompute-layers")
+        ranked, recompute_per_stage = map(tuple, zip(*stage_modes(stage_layers(model, layout), recompute_layers)))
     notes = []
     if layout.seq_len > model.max_position_embeddings:
         notes.append({"rule": "seq_len_beyond_context", "severity": "warning", "fix": "",
@@ -64,7 +76,7 @@ def explain(model: ModelSpec, cluster, layout: Layout, *, reserve_bytes: int | N
               "placement": placement_for(layout).to_table(include_experts=model.is_moe),
               "violations": record.violation_rows()}
     try:
-        record = _costed(model, cluster, record, reserve_bytes, at_risk_margin)
+        record = _costed(model, cluster, record, reserve_bytes, at_risk_margin, ranked, recompute_layers)
     except SpecError:
         if not errors(violations):
             raise
@@ -82,16 +94,19 @@ def explain(model: ModelSpec, cluster, layout: Layout, *, reserve_bytes: int | N
     blocking = [v for v in errors(violations) if not (time_despite_memory and v.rule == "memory_exceeds")]
     if not blocking:
         order = {} if rank_order is None else {"rank_order": rank_order}
+        modes = recompute_layers
+        if modes is None and recompute_per_stage is not None:
+            modes = layer_modes(recompute_per_stage, stage_layers(model, layout))
         record = dataclasses.replace(record, step=cost_step(
-            model, cluster, layout, None if recompute_per_stage is None else layer_modes(
-                recompute_per_stage, stage_layers(model, layout)),
-            flash_attention=flash_attention, **order))
+            model, cluster, layout, modes, flash_attention=flash_attention, **order))
     return header | costed | {"time_s": record.time_s(rates=True)}
 
 
 def _costed(model: ModelSpec, cluster, record: Evaluation, reserve_bytes: int | None,
-            at_risk_margin: float) -> Evaluation:
-    """`record` with every stage's memory and the step's collectives.
+            at_risk_margin: float, ranked=None, modes: tuple[str, ...] | None = None) -> Evaluation:
+    """`record` with every stage's memory and the step's collectives; `ranked` / `modes`: each
+    stage's layers in the order its counts are handed out and each layer's mode, where the
+    caller knows them per layer (`evaluation.stage_modes`).
 
     Raises:
         SpecError: per-stage counts that do not match the split (key --recompute-per-stage), or a
@@ -102,9 +117,11 @@ def _costed(model: ModelSpec, cluster, record: Evaluation, reserve_bytes: int | 
         if len(counts) != layout.pp or any(sum(c.values()) != len(ls) for c, ls in zip(counts, layers)):
             raise SpecError(f"value {[sum(c.values()) for c in counts]} layers per stage must match "
                             f"the split {[len(ls) for ls in layers]}", key="--recompute-per-stage")
-    stages = cost_stages(model, cluster, layout, counts, reserve_bytes=reserve_bytes,
+    stages = cost_stages(model, cluster, layout, counts, layers=ranked, reserve_bytes=reserve_bytes,
                          at_risk_margin=at_risk_margin)
-    colls = collectives(model, layout, recompute_layers=None if counts is None else layer_modes(counts, layers),
+    if modes is None and counts is not None:
+        modes = layer_modes(counts, layers)
+    colls = collectives(model, layout, recompute_layers=modes,
                         ep_gpus_per_domain=ep_gpus_per_domain(layout, cluster.scaleup_domain_gpus))
     return dataclasses.replace(record, stages=stages, collectives=tuple(colls))
 

@@ -331,3 +331,54 @@ def test_malformed_recompute_layers_are_bad_input(interleaved_doc, tmp_path, val
     assert result.exit_code == 2, result.output
     assert "plan.parallelism.recompute_layers" in result.output and says in result.output
     assert "Traceback" not in result.output
+
+
+def _explain_args(doc: dict) -> list[str]:
+    """`planner explain` flags that state the plan file's layout (the pasted plan)."""
+    par, req = doc["plan"]["parallelism"], doc["request"]
+    args = ["explain", "-m", doc["model"], "-c", doc["cluster"], "--gpus", str(doc["gpus"]),
+            "--tp", str(par["tp"]), "--pp", str(par["pp"]), "--cp", str(par["cp"]), "--dp", str(par["dp"]),
+            "--zero-stage", str(par["zero_stage"]), "--micro-batch-size", str(par["micro_batch_size"]),
+            "--global-batch-size", str(par["global_batch_size"]), "--seq-len", str(req["seq_len"]),
+            "--pipeline-layout", par["pipeline_layout"], "--format", "json"]
+    args += ["--sequence-parallel"] if par["sequence_parallel"] else []
+    names = {"tp_comm_overlap": "tp-comm", "overlap_grad_reduce": "grad-reduce",
+             "overlap_param_gather": "param-gather", "ep_comm_overlap": "ep-a2a"}
+    for knob, on in par.get("overlap", {}).items():
+        args += ["--overlap", f"{names[knob]}={'on' if on else 'off'}"]
+    return args
+
+
+def test_explain_with_the_plans_recompute_layers_matches_its_step(interleaved_doc):
+    """The interleaved plan pasted into `explain` with its per-layer recompute
+    (`--recompute-layers`, the plan file's string) gives the plan's own step time and memory; with
+    the per-stage counts alone the counts re-expand full first and the step differs."""
+    _, doc = interleaved_doc
+    par = doc["plan"]["parallelism"]
+    result = runner.invoke(app, _explain_args(doc) + ["--recompute-layers", par["recompute_layers"]])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["time_s"]["step"] == pytest.approx(doc["predicted"]["time_s"]["step"], rel=1e-9)
+    assert data["memory_bytes"]["total"] == doc["predicted"]["memory_bytes"]["total"]
+    counts = ",".join("/".join(f"{c[m]}{m[0]}" for m in ("none", "selective", "full") if c.get(m))
+                      for c in (dict(c) if isinstance(c, dict) else {"none": c} for c in par["recompute"]))
+    by_stage = json.loads(runner.invoke(app, _explain_args(doc) + ["--recompute-per-stage", counts]).output)
+    assert by_stage["time_s"]["step"] != pytest.approx(doc["predicted"]["time_s"]["step"], rel=1e-6)
+
+
+@pytest.mark.parametrize("extra, key", [
+    (["--recompute", "full"], "--recompute"),
+    (["--recompute-per-stage", "8n," * 15 + "6n"], "--recompute-per-stage"),
+])
+def test_explain_recompute_layers_conflicts_are_bad_input(interleaved_doc, extra, key):
+    _, doc = interleaved_doc
+    result = runner.invoke(app, _explain_args(doc) + ["--recompute-layers", "n" * 126] + extra)
+    assert result.exit_code == 2, result.output
+    assert key in result.output and "--recompute-layers" in result.output and "Traceback" not in result.output
+
+
+def test_explain_recompute_layers_must_match_the_virtual_stages(interleaved_doc):
+    _, doc = interleaved_doc
+    result = runner.invoke(app, _explain_args(doc) + ["--recompute-layers", "nn|" * 62 + "nn"])
+    assert result.exit_code == 2, result.output
+    assert "--recompute-layers" in result.output and "virtual stages hold" in result.output
