@@ -340,7 +340,7 @@ def explain_cmd(
     vpp: Annotated[int, typer.Option(min=1, max=MAX_VPP, help="Virtual pipeline stages per rank (interleaved 1F1B).")] = 1,
     microbatch_group_size: Annotated[int | None, typer.Option(min=1, help=(
         "Interleaved 1F1B: micro-batches run back to back through one virtual stage (Megatron "
-        "--microbatch-group-size-per-virtual-pipeline-stage, Llama 3's N; in [pp, m]; default pp). "
+        f"{megatron_flags.FLAG['microbatch_group_size']}, Llama 3's N; in [pp, m]; default pp). "
         "Larger holds more micro-batches in flight."))] = None,
     pipeline_layers: Annotated[str | None, typer.Option(
         metavar="N,N,...", help="Decoder layers per pipeline stage, e.g. 7,8,8,...,7 (default: even split).")] = None,

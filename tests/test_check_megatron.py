@@ -485,3 +485,29 @@ def test_current_torchrun_flags_are_not_unknown_megatron_flags(tmp_path):
     typo = _variant(tmp_path, LLAMA, ("--nnodes $NUM_NODES", "--nnodes $NUM_NODES --signal-to-handle X"),
                     name="typo.sh")
     assert "megatron_unknown_flag" in _rules(_data(_check(typo, "--cluster", "dgx-h100")))
+
+
+def test_microbatch_group_size_is_read_and_keeps_more_in_flight(tmp_path):
+    """GPT-3 175B script (tp 8, pp 16, 128 GPUs: dp 1, m = 1536) made interleaved with 3 layers per
+    virtual stage (96 / 16 / 3 = vpp 2), then with `--microbatch-group-size-per-virtual-pipeline-stage
+    32`: rank 0 holds warm-up + 1 = (16 − 1)·2 + (2 − 1)·N + 1 chunks of 1/2 stage, N = 16 (Megatron's
+    default, pp) -> 47 / 2 = 23.5 stages, N = 32 -> 63 / 2 = 31.5 (schedules.py
+    get_pp_rank_microbatches)."""
+    from planner.check.megatron import read
+    from planner.cost.memory import in_flight_microbatches
+
+    interleaved = ("--pipeline-model-parallel-size 16",
+                   "--pipeline-model-parallel-size 16 --num-layers-per-virtual-pipeline-stage 3")
+    flights = []
+    for extra in ("", " --microbatch-group-size-per-virtual-pipeline-stage 32"):
+        path = _variant(tmp_path, GPT3, (interleaved[0], interleaved[1] + extra))
+        layout = read(path, model="gpt-3-175b", cluster="dgx-h100", gpus=None, seq_len=None).layout
+        assert layout.vpp == 2 and layout.num_microbatches == 1536
+        assert layout.microbatch_group_size == (32 if extra else None)
+        flights.append(in_flight_microbatches(layout, 0))
+    assert flights == [47 / 2, 63 / 2]
+    # a group below pp is the schedule's ValueError, as a rule naming the flag's knob
+    path = _variant(tmp_path, GPT3, (interleaved[0], interleaved[1]
+                                     + " --microbatch-group-size-per-virtual-pipeline-stage 8"))
+    data = _data(_check(path, "--cluster", "dgx-h100", "--model", "gpt-3-175b"))
+    assert "microbatch_group_size" in {v["rule"] for v in data["violations"] if v["severity"] == "error"}

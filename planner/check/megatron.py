@@ -814,6 +814,7 @@ def _layout(args: dict, spec: ModelSpec, world: int, seq_len: int | None, file: 
         etp=_int(args, "etp", file, tp if spec.is_moe else 1),
         zero_stage=_zero(args, file), sequence_parallel=_on(args, "sequence_parallel"),
         vpp=vpp, pipeline_layers=split, pipeline_layout=stages,
+        microbatch_group_size=_int(args, "microbatch_group_size", file, None),
         micro_batch_size=mbs, global_batch_size=_int(args, "global_batch_size", file, mbs * dp),
         seq_len=_seq_len(args, seq_len, file, findings), recompute=_uniform_recompute(args, file),
         recompute_modules=_words(args, "recompute_modules", file),

@@ -375,7 +375,7 @@ def megatron_interleaved_ops(layout: Layout, stage: int) -> list[tuple[str, int]
     forward and one backward per step, then the remaining backwards; the k-th forward runs local
     chunk table[k], the k-th backward vpp − 1 − table[k], where the table runs each group of g
     micro-batches through chunks 0..vpp−1 in turn (the last group takes the remaining ones) and
-    g = `layout.microbatch_group_size` (`--microbatch-group-size-per-virtual-pipeline-stage`,
+    g = `layout.microbatch_group_size` (Megatron's `FLAG["microbatch_group_size"]`,
     default pp): `pipeline.interleaved_warmup_chunks`, `pipeline.interleaved_chunk_table`.
     Source: Megatron-LM d98e8a6 `megatron/core/pipeline_parallel/schedules.py`
     (`get_pp_rank_microbatches`, `get_schedule_table`, `forward_backward_pipelining_with_interleaving`

@@ -153,8 +153,8 @@ def interleaved_warmup_chunks(*, pp: int, vpp: int, stage: int, num_microbatches
     (`group_size`; None = pp). The rank's saved activations peak one forward later, at warm-up + 1
     chunks (capped at m·vpp): its steady 1F1B phase pairs each further forward with a backward.
 
-    N is Megatron-LM's `--microbatch-group-size-per-virtual-pipeline-stage`
-    (`ModelParallelConfig.microbatch_group_size_per_vp_stage`, default pp, a depth-first schedule;
+    N is Megatron-LM's micro-batch group (`frameworks.megatron.FLAG["microbatch_group_size"]`,
+    `ModelParallelConfig.microbatch_group_size_per_vp_stage`, default pp, a depth-first schedule;
     it must lie in [pp, m]) and the N of Llama 3's schedule (Dubey et al. 2024, arXiv 2407.21783
     §3.3.2 and Fig. 6: "N is the number of contiguous micro-batches for the same stage's forward or
     backward"; depth-first N = pp, breadth-first N = m; Meta made N tunable). Larger N holds more

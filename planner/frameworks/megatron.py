@@ -58,6 +58,8 @@ FLAGS = (
     Flag("sequence_parallel", "--sequence-parallel", SWITCH, False),
     Flag("layers_per_virtual_stage", "--num-layers-per-virtual-pipeline-stage", INT),
     Flag("vpp", "--num-virtual-stages-per-pipeline-rank", INT),
+    # interleaved schedule's micro-batch group (model_parallel_config.py l. 431-446, default pp)
+    Flag("microbatch_group_size", "--microbatch-group-size-per-virtual-pipeline-stage", INT),
     Flag("first_stage_layers", "--decoder-first-pipeline-num-layers", INT),
     Flag("last_stage_layers", "--decoder-last-pipeline-num-layers", INT),
     # virtual-stage layouts of any layer count (`pipeline_parallel_layer_layout.py`,

@@ -111,7 +111,7 @@ class Layout:
     """Sequences per micro-batch per DP rank."""
     microbatch_group_size: int | None = None
     """Interleaved 1F1B: micro-batches run back to back through one virtual stage (Megatron-LM's
-    `--microbatch-group-size-per-virtual-pipeline-stage`, the N of Llama 3's schedule,
+    `frameworks.megatron.FLAG["microbatch_group_size"]`, the N of Llama 3's schedule,
     `cost.pipeline.interleaved_warmup_chunks`); None = pp, Megatron's default (depth-first)."""
     global_batch_size: int = 1
     """Sequences per optimizer step."""

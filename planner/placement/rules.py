@@ -1035,7 +1035,7 @@ def check_batch(model: ModelSpec, cluster, layout: Layout) -> list[Violation]:
 
 
 def _microbatch_group(model, cluster, layout: Layout) -> list[Violation]:
-    """Megatron-LM's `--microbatch-group-size-per-virtual-pipeline-stage` N must lie in [pp, m],
+    """Megatron-LM's micro-batch group N (`megatron.FLAG['microbatch_group_size']`) must lie in [pp, m],
     and the last group (m mod N micro-batches) must be empty or hold at least pp; without
     interleaving it has no effect (a warning).
 
@@ -1057,7 +1057,7 @@ def _microbatch_group(model, cluster, layout: Layout) -> list[Violation]:
         return []
     return [Violation(rule="microbatch_group_size",
                       message=f"microbatch_group_size N={n} {problem} (Megatron-LM's interleaved schedule "
-                              f"refuses it)",
+                              f"refuses {megatron.FLAG['microbatch_group_size']} {n})",
                       fix=f"microbatch_group_size={pp} (the default), or a divisor of m={m} in [{pp}, {m}]")]
 
 
