@@ -511,28 +511,12 @@ def _stage_recompute(text: str | None, pp: int) -> tuple[dict[str, int], ...] | 
 
 def _layer_recompute(text: str | None, spec, layout: Layout) -> tuple[str, ...] | None:
     """`--recompute-layers` (`recompute_mix.parse_layers`) -> each decoder layer's mode; its |
-    groups must be the virtual stages' decoder layers in layer order (`_virtual_stage_layers`)."""
+    groups must be those a plan file writes (`evaluation.layer_groups`)."""
     if text is None:
         return None
-    return recompute_mix.parse_layers(text, spec.num_hidden_layers, _virtual_stage_layers(spec, layout),
+    from planner.evaluation import layer_groups
+    return recompute_mix.parse_layers(text, spec.num_hidden_layers, layer_groups(spec, layout),
                                       key="--recompute-layers")
-
-
-def _virtual_stage_layers(spec, layout: Layout) -> tuple[int, ...]:
-    """Decoder layers of each virtual stage in layer order: the layout string's counts, else the
-    runs of consecutive layers the stages hold (`stage_layers`: one per stage, vpp per rank when
-    interleaved)."""
-    if layout.pipeline_layout is not None:
-        return pipeline_layout_mod.decoder_counts(layout.pipeline_layout)
-    from planner.cost.memory import stage_layers
-    runs = []
-    for layers in stage_layers(spec, layout):
-        for i in layers:
-            if runs and runs[-1][-1] == i - 1:
-                runs[-1].append(i)
-            else:
-                runs.append([i])
-    return tuple(len(r) for r in sorted(runs))
 
 
 def _virtual_stages(text: str | None, embedding: bool, loss: bool, spec, pp: int,

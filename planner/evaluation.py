@@ -177,6 +177,28 @@ def layer_modes(counts: Sequence[dict[str, int]],
     return tuple(out)
 
 
+def layer_groups(model, layout: Layout) -> tuple[int, ...]:
+    """Decoder layers of each group a plan file's `recompute_layers` separates by | (`planner plan`'s
+    `_layer_groups`): each virtual stage's with a layout string, else each stage's."""
+    if layout.pipeline_layout is not None:
+        return pipeline_layout.decoder_counts(layout.pipeline_layout)
+    return tuple(map(len, stage_layers(model, layout)))
+
+
+def model_chunks(model, layout: Layout) -> tuple[tuple[int, ...], ...]:
+    """Decoder layers of each model chunk (virtual stage), chunk k on stage k mod pp: the layout
+    string's (a chunk holding only the embedding or loss is empty), else each stage's layers
+    (`stage_layers`) in vpp consecutive equal parts, as Megatron's interleaving builds them. The
+    chunks whose first layers Megatron's block recompute takes (`megatron/core/recompute.py`)."""
+    if layout.pipeline_layout is not None:
+        counts = pipeline_layout.decoder_counts(layout.pipeline_layout)
+        starts = [sum(counts[:c]) for c in range(len(counts))]
+        return tuple(tuple(range(a, a + n)) for a, n in zip(starts, counts))
+    stages, v = stage_layers(model, layout), layout.vpp
+    parts = [[ls[len(ls) * k // v:len(ls) * (k + 1) // v] for k in range(v)] for ls in stages]
+    return tuple(tuple(parts[c % layout.pp][c // layout.pp]) for c in range(layout.pp * v))
+
+
 def stage_modes(stages: Sequence[Sequence[int]], modes: Sequence[str]):
     """Per stage, from per-layer `modes`: (its layers ordered full, selective, none -- the order
     `stage_memory` hands out `layers_by_recompute` -- and its {mode: layers} counts), so that

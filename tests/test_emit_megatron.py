@@ -481,3 +481,77 @@ def test_overlaps_and_all_to_all_context_parallelism_round_trip(tmp_path):
     assert (target.layout.tp_comm_overlap, target.layout.overlap_grad_reduce,
             target.layout.overlap_param_gather, target.layout.ep_comm_overlap) == (True, True, True, None)
     _assert_round_trip(doc, emitted, target)
+
+
+# ---------------------------------------------------------------- per-layer recompute (recompute_layers)
+
+def _block_modes(groups: list[str], n: int) -> list[str]:
+    """Megatron's block recompute by hand: the first n layers of each model chunk full."""
+    return ["f" * min(n, len(g)) + "n" * (len(g) - min(n, len(g))) for g in groups]
+
+
+def test_per_layer_mix_within_a_stage_becomes_block_with_per_chunk_count(tmp_path):
+    """llama-3.1-8b, pp 2, vpp 2, layout Et*7|(t*8|)*2t*9L: chunks of 7, 8, 8, 9 decoder layers,
+    chunks 0 and 2 on stage 0 (15 layers), 1 and 3 on stage 1 (17). The plan's per-layer modes
+    mix selective and full inside chunks: chunk 0 'sf' + 5 n (2 recomputed), chunk 1 8 n,
+    chunk 2 'fsf' + 5 n (3), chunk 3 's' + 8 n (1). Megatron has one granularity and one block
+    count: full, block, N = max(2, 0, 3, 1) = 3, so each chunk's first 3 layers are full; both
+    stages change (stage 0: full 6 / none 9 where the plan has full 3 / selective 2 / none 10;
+    stage 1: full 6 / none 11 where it has selective 1 / none 16) and are named."""
+    groups = ["sfnnnnn", "n" * 8, "fsfnnnnn", "s" + "n" * 8]
+    doc = _hand(vpp=2, gbs=128, split=(15, 17), recompute=[
+        {"none": 10, "selective": 2, "full": 3}, {"none": 16, "selective": 1, "full": 0}])
+    doc["plan"]["parallelism"]["pipeline_layout"] = "Et*7|(t*8|)*2t*9L"
+    doc["plan"]["parallelism"]["recompute_layers"] = "|".join(groups)
+    emitted, target = _read_back(doc, tmp_path)
+    assert {"--recompute-granularity full", "--recompute-method block",
+            "--recompute-num-layers 3"} <= set(_flags(emitted.text))
+    want = "".join(_block_modes(groups, 3))
+    assert "".join(m[0] for m in target.recompute_layers) == want
+    assert _counts(target) == [{"full": 6, "none": 9}, {"full": 6, "none": 11}]
+    assert [d.split(" (--")[0] for d in emitted.deviations] == [
+        "stage 0: recompute full 6 / none 9 (fffnnnn|fffnnnnn) where the plan has full 3 / selective 2 "
+        "/ none 10 (sfnnnnn|fsfnnnnn)",
+        "stage 1: recompute full 6 / none 11 (fffnnnnn|fffnnnnnn) where the plan has selective 1 / none 16 "
+        "(nnnnnnnn|snnnnnnnn)"]
+    assert evaluate(target)["verdict"] == "pass"
+
+
+def test_per_layer_plan_already_in_block_form_has_no_deviation(tmp_path):
+    """The same layout with the plan recomputing exactly the first 2 layers of every chunk (full):
+    block N = 2 states it; no deviation, and check reads back the plan's own per-layer modes."""
+    groups = _block_modes(["t" * 7, "t" * 8, "t" * 8, "t" * 9], 2)
+    doc = _hand(vpp=2, gbs=128, split=(15, 17), recompute=[
+        {"none": 11, "selective": 0, "full": 4}, {"none": 13, "selective": 0, "full": 4}])
+    doc["plan"]["parallelism"]["pipeline_layout"] = "Et*7|(t*8|)*2t*9L"
+    doc["plan"]["parallelism"]["recompute_layers"] = "|".join(groups)
+    emitted, target = _read_back(doc, tmp_path)
+    assert "--recompute-num-layers 2" in _flags(emitted.text)
+    assert emitted.deviations == ()
+    assert "".join(m[0] for m in target.recompute_layers) == "".join(groups)
+
+
+def test_interleaved_405b_plan_round_trips_its_chunks():
+    """405B on 16,384 H100s, pp 16 vpp 4 (`plan --fix cp=1 --fix pp=16 --fix vpp=4`): the plan's
+    `recompute_layers` recomputes at most one layer per chunk, so block N = 1 (counted here from
+    the plan's string); `check` reads the script back to the first layer of every chunk full, and
+    names exactly the stages whose chunks the plan had recomputed otherwise."""
+    doc = _doc("llama-3.1-405b", 16384, seq_len=8192, gbs=2048, cp=1, pp=16, vpp=4)
+    par = doc["plan"]["parallelism"]
+    groups = par["recompute_layers"].split("|")
+    n = max(len(g) - g.count("n") for g in groups)
+    assert n == 1 and par["pipeline_layout"] == "Et|(tt|)*62tL"
+    emitted = emit(doc, "megatron")
+    assert f"--recompute-num-layers {n}" in _flags(emitted.text)
+    want = _block_modes(groups, n)
+    changed = {k % 16 for k, (a, b) in enumerate(zip(groups, want)) if sorted(a) != sorted(b)}
+    named = {s for s in range(16) if any(_names_stage(d, s) for d in emitted.deviations)}
+    assert named == changed
+    import tempfile
+    from pathlib import Path
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "launch.sh"
+        path.write_text(emitted.text)
+        target = read_target(path, model=doc["model"], cluster=doc["cluster"], gpus=doc["gpus"], seq_len=8192)
+    assert "".join(m[0] for m in target.recompute_layers) == "".join(want)
+    assert evaluate(target)["verdict"] == "pass"

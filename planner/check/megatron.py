@@ -37,6 +37,7 @@ batch by micro-batch x dp is the gate's `batch_divisible` rule.
 from __future__ import annotations
 
 import ast
+import contextlib
 import operator
 import difflib
 import re
@@ -46,7 +47,9 @@ from pathlib import Path
 from planner.check import shell
 from planner.check.gate import Target, attempt, raise_missing
 from planner.check.lines import flag_lines, line_endings
+from planner.cost.memory import stage_layers
 from planner.errors import SpecError
+from planner.evaluation import model_chunks, stage_modes
 from planner.frameworks import megatron as mg
 from planner.frameworks.megatron import FLAG as F
 from planner.placement import pipeline_layout
@@ -98,13 +101,19 @@ def read(path: Path, *, model: str | None, cluster: str | None, gpus: int | None
     findings += _startup(args, env, spec, layout, file)
     record = checkpoint_record(args, tokens, spec, layout.tp, file)
     findings += own_checkpoint_vocab(record, spec) if record else []
-    per_stage = _recompute_per_stage(args, spec, layout, file, findings)
-    if per_stage is not None:
+    per_layer = _block_recompute(args, spec, layout, file, findings)
+    per_stage = None
+    with contextlib.suppress(SpecError):  # a split the rules reject: they say why
+        per_stage = per_layer and tuple({"full": c["full"], "none": c["none"]}  # block: no selective
+                                        for _, c in stage_modes(stage_layers(spec, layout), per_layer))
+    if per_stage is None:
+        per_layer = None
+    else:
         totals = {m: sum(c.get(m, 0) for c in per_stage) for m in ("full", "none")}
         layout = layout.replace(recompute="full" if totals["full"] >= totals["none"] else "none")
     return Target(file=file, kind=KIND, model=spec, cluster=_cluster(cluster, world, args, file),
-                  layout=layout, recompute_per_stage=per_stage, findings=tuple(findings),
-                  checkpoint=record)
+                  layout=layout, recompute_per_stage=per_stage, recompute_layers=per_layer,
+                  findings=tuple(findings), checkpoint=record)
 
 
 _LAUNCH = re.compile(r"(?<![\w.-])(torchrun|torch\.distributed\.(run|launch)|pretrain_\w+\.py)\b")
@@ -1060,9 +1069,11 @@ def _words(args: dict, knob: str, file: str) -> tuple[str, ...] | None:
     return tuple(dict.fromkeys(words))
 
 
-def _recompute_per_stage(args: dict, spec: ModelSpec, layout: Layout, file: str,
-                         findings: list[Violation]) -> tuple[dict[str, int], ...] | None:
-    """Per-stage {full, none} counts for the block recompute method; None for a uniform mode.
+def _block_recompute(args: dict, spec: ModelSpec, layout: Layout, file: str,
+                     findings: list[Violation]) -> tuple[str, ...] | None:
+    """Each decoder layer's mode under the block recompute method (the first recompute_num_layers
+    layers of each model chunk full, `mg.recomputed_modes` over `evaluation.model_chunks`); None
+    for a uniform mode.
 
     Source: Megatron-LM `transformer_config.py` `__post_init__` (full needs a method and
     recompute_num_layers; selective takes neither), `validate_args` (selective takes no method)
@@ -1093,12 +1104,14 @@ def _recompute_per_stage(args: dict, spec: ModelSpec, layout: Layout, file: str,
         return None
     if method == "uniform":
         return None
-    stages = layout.pipeline_layers or _even(spec.num_hidden_layers, layout.pp)
-    if stages is None:
+    if layout.pipeline_layout is None and layout.pipeline_layers is None and _even(
+            spec.num_hidden_layers, layout.pp) is None:
         return None
-    full = [layout.vpp * min(count, n // layout.vpp) if n % layout.vpp == 0 else min(count, n)
-            for n in stages]
-    return tuple({"full": f, "none": n - f} for f, n in zip(full, stages))
+    try:
+        chunks = model_chunks(spec, layout)
+    except SpecError:  # a split the rules reject: they say why
+        return None
+    return mg.recomputed_modes("full", "block", count, chunks, spec.num_hidden_layers)
 
 
 def _even(layers: int, pp: int) -> tuple[int, ...] | None:

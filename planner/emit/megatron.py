@@ -20,29 +20,33 @@ what the plan recomputes on every layer, and only when every stage still fits th
 budget (capacity x (1 - headroom), the reserve included, `cost.memory.stage_memory`); each change
 is one line of `Emitted.deviations`:
 - recompute: one granularity for the whole model, and with block one layer count N for every
-  model chunk. A per-stage mix becomes: no full layer anywhere ->
+  model chunk, its first N layers (`megatron/core/recompute.py`). The plan's per-layer mix (its
+  `recompute_layers`, else its per-stage counts full first) becomes: no full layer anywhere ->
   selective on every layer (selective saves a subset of what no recompute saves); any full layer ->
-  full, block, N = the largest per-chunk count of recomputed (full or selective) layers of any stage,
-  so every stage recomputes fully at least every layer the plan recomputes (a fully recomputed layer
-  keeps only its input, less than selective keeps); every layer covered -> uniform 1.
+  full, block, N = the most layers the plan recomputes (full or selective) in one model chunk, so
+  every chunk recomputes fully at least as many layers as the plan recomputes there (a fully
+  recomputed layer keeps only its input, less than selective keeps); N covering every chunk ->
+  uniform 1. A stage is a deviation where one of its chunks then recomputes other layers (by layer
+  kind and mode) than the plan's.
 A plan Megatron cannot run at all (an optimizer, offload or HSDP group Megatron-LM lacks; a plan
 costed under another framework's conventions) raises SpecError with key `--emit`.
 """
 
 from __future__ import annotations
 
-import math
 import shlex
 import textwrap
 from dataclasses import dataclass
 
+from planner.cost import activations as act
 from planner.cost.activations import DROPOUT_MODEL_TYPES
-from planner.cost.memory import stage_memory
+from planner.cost.memory import stage_layers
 from planner.emit import Emitted
+from planner.evaluation import cost_stages, layer_groups, layer_modes, model_chunks, stage_modes
 from planner.errors import SpecError
 from planner.frameworks import megatron as mg
 from planner.frameworks.megatron import FLAG as F
-from planner.placement import overlap, pipeline_layout
+from planner.placement import overlap, pipeline_layout, recompute_mix
 from planner.placement.layout import OPTIMIZER_DTYPES, Layout
 from planner.plan import plan_layout
 from planner.specs.cluster import ClusterSpec, load_cluster
@@ -75,17 +79,11 @@ class Recompute:
     modules: tuple[str, ...] | None = None
     """Selective only: the modules it re-runs (None: Megatron's default, core_attn)."""
 
-    def counts(self, layers: int, vpp: int) -> dict[str, int]:
-        """{mode: layers} of a stage of `layers` layers in `vpp` model chunks.
-
-        Source: `megatron/core/recompute.py` (block: the first N layers of each model chunk)."""
-        if self.granularity is None:
-            return {"none": layers}
-        if self.granularity == "selective" or self.method == "uniform":
-            return {self.granularity: layers}
-        full = vpp * min(self.num_layers, layers // vpp) if layers % vpp == 0 else min(
-            self.num_layers, layers)
-        return {"full": full, "none": layers - full}
+    def modes(self, chunks, num_hidden_layers: int) -> tuple[str, ...]:
+        """Each decoder layer's mode under these options, `chunks` the model chunks' layers
+        (`mg.recomputed_modes`: block recomputes the first N layers of each chunk)."""
+        return mg.recomputed_modes(self.granularity, self.method, self.num_layers, chunks,
+                                   num_hidden_layers)
 
     def flags(self) -> list[str]:
         """The recompute flags."""
@@ -103,13 +101,16 @@ def write(doc: dict) -> Emitted:
     request, par = doc["request"], doc["plan"]["parallelism"]
     _check_runnable(request, par)
     layout = plan_layout(doc["plan"], request)
-    plan_counts = _plan_counts(layout, par["recompute"])
-    recompute = _recompute(plan_counts, layout)
-    budget = int(cluster.gpu.memory_bytes * (1 - request["headroom"]))
-    fits = _Fits(model, cluster, request["reserve_bytes"], budget)
     emitted = _as_launched(layout)
-    deviations = _recompute_deviations(plan_counts, recompute, emitted)
-    stage, total = fits.peak(emitted, recompute)
+    chunks = model_chunks(model, emitted)
+    want = _plan_modes(model, layout, par)
+    groups = _groups(emitted, chunks, par)
+    recompute = _recompute(want, groups, layout)
+    got = recompute.modes(chunks, model.num_hidden_layers)
+    budget = int(cluster.gpu.memory_bytes * (1 - request["headroom"]))
+    deviations = _recompute_deviations(model, emitted, groups, want, got, recompute,
+                                       per_chunk="recompute_layers" in par)
+    stage, total = _peak(model, cluster, emitted, got, request["reserve_bytes"])
     if total > budget:
         raise SpecError(f"the nearest Megatron-LM configuration does not fit: stage {stage} needs "
                         f"{total / 2**30:.1f} GiB, over the plan's budget of {budget / 2**30:.1f} "
@@ -151,50 +152,80 @@ def _check_runnable(request: dict, par: dict) -> None:
 
 # ---------------------------------------------------------------- recompute
 
-def _plan_counts(layout: Layout, recompute) -> list[dict[str, int]]:
-    """The plan's per-stage {none, selective, full} counts (a mode string: that mode on every layer)."""
+def _plan_modes(model: ModelSpec, layout: Layout, par: dict) -> tuple[str, ...]:
+    """The plan's mode of each decoder layer: its `recompute_layers` where the file gives them
+    (which layers of a stage, in which chunk), else its per-stage counts full first
+    (`evaluation.layer_modes`, as memory charges them), or one mode on every layer."""
+    if "recompute_layers" in par:
+        return recompute_mix.parse_layers(par["recompute_layers"], model.num_hidden_layers,
+                                          layer_groups(model, layout), "plan.parallelism.recompute_layers")
+    stages = stage_layers(model, layout)
+    recompute = par["recompute"]
     if isinstance(recompute, str):
-        return [{m: (n if m == recompute else 0) for m in ("none", "selective", "full")}
-                for n in layout.pipeline_layers]
-    return [{m: int(c.get(m, 0)) for m in ("none", "selective", "full")} for c in recompute]
+        return (recompute,) * model.num_hidden_layers
+    counts = [c if isinstance(c, dict) else {"none": c} for c in recompute]
+    return layer_modes(counts, stages)
 
 
-def _recompute(plan: list[dict[str, int]], layout: Layout) -> Recompute:
-    """Megatron's recompute options for the plan's per-stage counts, no less recompute on any stage
-    than the plan (module docstring)."""
-    vpp, sizes = layout.vpp, layout.pipeline_layers
-    full = sum(c["full"] for c in plan)
-    selective = sum(c["selective"] for c in plan)
-    none = sum(c["none"] for c in plan)
-    if full == 0:
-        option = (Recompute(granularity="selective", modules=layout.recompute_modules) if selective
-                  else Recompute(granularity=None))
-    elif none == 0 and selective == 0:
-        option = Recompute(granularity="full", method="uniform", num_layers=1)
-    else:
-        n = max(math.ceil((c["full"] + c["selective"]) / vpp) for c in plan)
-        option = Recompute(granularity="full", method="block", num_layers=n)
-        if all(option.counts(k, vpp)["full"] == k for k in sizes):
-            option = Recompute(granularity="full", method="uniform", num_layers=1)
-    return option
+def _groups(layout: Layout, chunks, par: dict) -> list[list[tuple[int, ...]]]:
+    """What the plan fixes the recompute of: each model chunk where it gives `recompute_layers`,
+    else each stage (its chunks together: per-stage counts say how many of a stage's layers, not
+    which)."""
+    if "recompute_layers" in par:
+        return [[c] for c in chunks]
+    return [list(chunks[s::layout.pp]) for s in range(layout.pp)]
 
 
-def _recompute_deviations(plan: list[dict[str, int]], option: Recompute, layout: Layout) -> list[str]:
-    """One line per run of consecutive stages whose recompute counts change the same way."""
+def _recompute(modes: tuple[str, ...], groups, layout: Layout) -> Recompute:
+    """Megatron's recompute options for the plan's per-layer modes, no less recompute in any group
+    (`_groups`) than the plan (module docstring): block with the least N whose first N layers of
+    each chunk reach the layers the plan recomputes (full or selective) in every group; uniform 1
+    where N covers every chunk."""
+    if "full" not in modes:
+        return (Recompute(granularity="selective", modules=layout.recompute_modules) if "selective" in modes
+                else Recompute(granularity=None))
+    longest = max(len(c) for g in groups for c in g)
+    n = next((n for n in range(1, longest) if all(
+        sum(min(n, len(c)) for c in g) >= sum(1 for c in g for i in c if modes[i] != "none")
+        for g in groups)), longest)
+    if n >= longest:
+        return Recompute(granularity="full", method="uniform", num_layers=1)
+    return Recompute(granularity="full", method="block", num_layers=n)
+
+
+def _recompute_deviations(model: ModelSpec, layout: Layout, groups, want: tuple[str, ...],
+                          got: tuple[str, ...], option: Recompute, per_chunk: bool) -> list[str]:
+    """One line per run of consecutive stages whose recompute changes the same way: a stage
+    changes where one of its groups (`_groups`) recomputes other layers (by layer kind and mode)
+    than the plan's (`per_chunk`: the groups are the model chunks, chunk k on stage k mod pp);
+    then the line also spells each chunk's layers (n / s / f, | between chunks)."""
     why = {"selective": f"Megatron's {F['recompute_granularity']} is one mode for every layer",
-           "full": f"Megatron's {F['recompute_num_layers']} is one count for every model chunk, "
-                   f"and selective cannot be mixed with full"}.get(option.granularity or "", "")
+           "full": f"Megatron's {F['recompute_num_layers']} is one count for every model chunk (its "
+                   f"first layers), and selective cannot be mixed with full"}.get(option.granularity or "", "")
+
+    def kinds(group, modes):
+        return sorted((act.layer_kind(model, i), modes[i]) for c in group for i in c)
+
     runs: list[tuple[list[int], str]] = []
-    for s, (want, n) in enumerate(zip(plan, layout.pipeline_layers)):
-        got = option.counts(n, layout.vpp)
-        if _counts_text(got) == _counts_text(want):
+    for s in range(layout.pp):
+        mine = groups[s::layout.pp] if per_chunk else [groups[s]]
+        if all(kinds(g, want) == kinds(g, got) for g in mine):
             continue
-        text = f"recompute {_counts_text(got)} where the plan has {_counts_text(want)}"
+        chunks = [c for g in mine for c in g]
+        text = f"recompute {_mix(chunks, got, per_chunk)} where the plan has {_mix(chunks, want, per_chunk)}"
         if runs and runs[-1][1] == text and runs[-1][0][-1] == s - 1:
             runs[-1][0].append(s)
         else:
             runs.append(([s], text))
     return [f"{_stages(stages)}: {text} ({_flags_text(option)}): {why}" for stages, text in runs]
+
+
+def _mix(chunks, modes: tuple[str, ...], letters: bool) -> str:
+    """'full 2 / none 6' of a stage's chunks, with 'f|fn|nn|nn' beside it (`letters`, several
+    chunks)."""
+    counts = {m: sum(1 for c in chunks for i in c if modes[i] == m) for m in ("full", "selective", "none")}
+    spelled = "|".join("".join(modes[i][0] for i in c) for c in chunks)
+    return _counts_text(counts) + (f" ({spelled})" if letters and len(chunks) > 1 else "")
 
 
 def _counts_text(counts: dict[str, int]) -> str:
@@ -212,31 +243,14 @@ def _flags_text(option: Recompute) -> str:
 
 # ---------------------------------------------------------------- pipeline split
 
-class _Fits:
-    """Per-stage memory of a layout with Megatron's recompute against the plan's budget."""
-
-    def __init__(self, model: ModelSpec, cluster: ClusterSpec, reserve_bytes: int, budget_bytes: int):
-        self.model, self.cluster, self.reserve, self.budget = model, cluster, reserve_bytes, budget_bytes
-
-    def peak(self, layout: Layout, recompute: Recompute) -> tuple[int, int]:
-        """(stage, bytes) of the fullest stage (`stage_memory` total, the reserve included)."""
-        start, best = 0, (0, -1)
-        for s, n in enumerate(layout.pipeline_layers):
-            mem = stage_memory(self.model, self.cluster, layout, s,
-                               layers=_stage_layer_ids(layout, s, start),
-                               layers_by_recompute=recompute.counts(n, layout.vpp),
-                               reserve_bytes=self.reserve)
-            start += n
-            best = max(best, (s, mem.total), key=lambda x: x[1])
-        return best
-
-
-def _stage_layer_ids(layout: Layout, stage: int, start: int) -> tuple[int, ...] | None:
-    """The decoder layers of `stage` (contiguous from `start`); None with vpp > 1 (memory's own
-    interleaved assignment)."""
-    if layout.vpp > 1:
-        return None
-    return tuple(range(start, start + layout.pipeline_layers[stage]))
+def _peak(model: ModelSpec, cluster: ClusterSpec, layout: Layout, modes: tuple[str, ...],
+          reserve_bytes: int) -> tuple[int, int]:
+    """(stage, bytes) of the fullest stage of `layout` whose decoder layers have `modes`
+    (`stage_memory` total, the reserve included; each layer charged its own mode, as `check`
+    charges the emitted script)."""
+    ranked, counts = zip(*stage_modes(stage_layers(model, layout), modes))
+    stages = cost_stages(model, cluster, layout, counts, layers=ranked, reserve_bytes=reserve_bytes)
+    return max(((s, m.total) for s, m in enumerate(stages)), key=lambda x: x[1])
 
 
 def expressible(split: tuple[int, ...], vpp: int) -> bool:

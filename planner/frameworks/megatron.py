@@ -401,6 +401,23 @@ def recompute_flags(granularity: str | None, method: str | None = None,
     return out
 
 
+def recomputed_modes(granularity: str | None, method: str | None, num_layers: int | None,
+                     chunks, num_hidden_layers: int) -> tuple[str, ...]:
+    """Each decoder layer's recompute mode under one set of Megatron recompute options: none;
+    selective on every layer; full with uniform on every layer (any chunk size recomputes all of
+    them); full with block on the first `num_layers` layers of each model chunk (`chunks`: each
+    chunk's decoder layers in order, `evaluation.model_chunks`) and none on the rest.
+
+    Source: `megatron/core/recompute.py` @d98e8a6 l. 156-181 (`num_layers_per_pipeline_rank` is
+    the model chunk's own layer count, one TransformerBlock per virtual stage)."""
+    modes = [granularity or "none"] * num_hidden_layers
+    if granularity == "full" and method == "block":
+        for chunk in chunks:
+            for k, i in enumerate(chunk):
+                modes[i] = "full" if k < num_layers else "none"
+    return tuple(modes)
+
+
 FIX_TERMS = {
     "recompute selective": " ".join(recompute_flags("selective")),
     "recompute full": " ".join(recompute_flags("full", "uniform", 1)),
