@@ -159,12 +159,11 @@ def _plan_modes(model: ModelSpec, layout: Layout, par: dict) -> tuple[str, ...]:
     if "recompute_layers" in par:
         return recompute_mix.parse_layers(par["recompute_layers"], model.num_hidden_layers,
                                           layer_groups(model, layout), "plan.parallelism.recompute_layers")
-    stages = stage_layers(model, layout)
     recompute = par["recompute"]
     if isinstance(recompute, str):
         return (recompute,) * model.num_hidden_layers
     counts = [c if isinstance(c, dict) else {"none": c} for c in recompute]
-    return layer_modes(counts, stages)
+    return layer_modes(counts, stage_layers(model, layout))
 
 
 def _groups(layout: Layout, chunks, par: dict) -> list[list[tuple[int, ...]]]:
