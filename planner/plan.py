@@ -742,12 +742,12 @@ def _lower_hull(points: list[tuple[int, float]]) -> list[tuple[int, float]]:
     time added per byte freed rising (Andrew's monotone chain, lower half)."""
     fastest = min(points, key=lambda q: (q[1], q[0]))
     hull = [fastest]
-    for q in sorted({q for q in points if q[0] < fastest[0]}, key=lambda q: (-q[0], q[1])):
-        if q[0] == hull[-1][0]:
+    for point in sorted({p for p in points if p[0] < fastest[0]}, key=lambda p: (-p[0], p[1])):
+        if point[0] == hull[-1][0]:
             continue  # same bytes, no faster (sorted by time within bytes)
-        while len(hull) >= 2 and _turn(hull[-2], hull[-1], q) <= 0:
+        while len(hull) >= 2 and _turn(hull[-2], hull[-1], point) <= 0:
             hull.pop()
-        hull.append(q)
+        hull.append(point)
     return hull
 
 
