@@ -74,8 +74,14 @@ largest-window mode (`_Costs.backward_windows_s`). The refined bound (`_refined_
 dynamic program (`search.ilp.exact_optimum`: the program's optimum when the DP is exact, as on
 every bench case, else its relaxed split bound) less the rounding bound, or inf without building
 the program when the summed per-stage memory constraints already fail (`_may_fit`, a necessary
-condition). A candidate solved after an exact refined bound reuses that DP's plan. Both are <= objective(c) (tested on
-every candidate of small cases).
+condition: the summed per-stage memory constraints, then each stage's over the run of layers it
+holds, `_stages_may_fit`). A candidate solved after an exact refined bound reuses that DP's plan.
+Between the two, a candidate whose split is pinned (interleaved) is first screened
+(`_screen_bound`, `search`'s screen): each stage's layer time under the least recompute that
+frees the memory it must free (a knapsack LP per stage), no program built. An interleaved
+candidate with chunks of different sizes adds to its cheap bound the least bubble
+(pp - 1) x slowest chunk any assignment leaves (`_uneven_bubble_floor_s`). All are <=
+objective(c) (tested on every candidate of small cases).
 """
 
 from __future__ import annotations
@@ -97,8 +103,10 @@ from planner.cost.memory import (
     stage_memory,
 )
 from planner.cost.memory_model import (
+    exact as memory_model_exact,
     kind_activation_bytes,
     kind_state_bytes,
+    reference_layout,
     stage_memory_model,
 )
 from planner.cost.params_flops import count_params
@@ -377,7 +385,7 @@ def _cheap_bound(costs: _Costs, layout: Layout, modes: tuple[str, ...], *,
     # module lists vary with the searched module-set variants).
     key = (layout.tp, layout.cp, layout.dp, layout.pp, layout.ep, layout.etp,
            layout.micro_batch_size, layout.vpp, modes, layout.recompute_modules,
-           layout.offload_modules)
+           layout.offload_modules, layout.pipeline_layout)
     terms = costs._bound_terms.get(key)
     if terms is None:
         time_key = costs.time_key(layout)
@@ -388,8 +396,64 @@ def _cheap_bound(costs: _Costs, layout: Layout, modes: tuple[str, ...], *,
     talk += costs.state_traffic_s(layout)
     if relaxed:
         return a * max(busy, talk) / layout.pp + p
-    excess = costs.step_sync_s(layout) - windows
-    return (a * max(busy, talk) + max(0.0, excess)) / layout.pp + p
+    excess = max(0.0, costs.step_sync_s(layout) - windows)
+    bound = (a * max(busy, talk) + excess) / layout.pp + p
+    floor = _uneven_bubble_floor_s(costs, layout, modes) if layout.vpp > 1 else None
+    if floor is None:
+        return bound
+    m = layout.num_microbatches
+    return max(bound, (m * max(busy, talk) + excess) / layout.pp + p + floor)
+
+
+def _uneven_bubble_floor_s(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> float | None:
+    """A lower bound on the bubble (pp - 1) x max_c Y_c that `step_time` charges a candidate
+    interleaved with chunks of different sizes (`_uneven` once split by `_with_split`), s, over
+    every per-layer assignment of `modes`; None for any other candidate.
+
+    Proof. Chunk c of rank r holds layers L_c and `const_share` w_c of the rank's
+    layer-independent part (`step_time.chunk_times`). Its per-micro-batch time
+    Y_c = Xl + Zx + max(Cmp + R + (1 - k) Ze + k Z, Z) (`StageCostModel.microbatch_s`), every piece
+    taken at w_c of its constant, is at least Xl + Cmp + R: Zx, Ze and Z are seconds (>= 0) and
+    0 <= k <= 1. Xl, Cmp and R have per-layer coefficients forward + backward, recompute and
+    exposed comm of `layer_time` (`step_time._stage_cost_model`), which sum to
+    `LayerTime.total_s`, and constants head_r (the rank's `stage_fixed_times`), 0 and 0. So
+    Y_c >= w_c head_r + sum_{l in L_c} t[l, r_l] >= w_c head_r + sum_{l in L_c} min_{r in modes}
+    t[l, r], whatever the assignment, and max_c Y_c is at least the largest of these."""
+    chunks_key = ("chunks", layout.pp, layout.vpp, layout.pipeline_layout)
+    if chunks_key not in costs._bound_terms:
+        costs._bound_terms[chunks_key] = _chunk_profiles(costs, layout)
+    profiles = costs._bound_terms[chunks_key]
+    if profiles is None:
+        return None
+    time_key = costs.time_key(layout)
+    key = ("floor", time_key, modes, chunks_key)
+    if key not in costs._bound_terms:
+        times, _ = costs._kind_times(layout, time_key)
+        head = stage_fixed_times(costs.model, costs.cluster, layout)
+        allowed = [RECOMPUTE_MODES.index(m) for m in modes]
+        least = [min(row[r] for r in allowed) for row in times["total_s"]]
+        costs._bound_terms[key] = (layout.pp - 1) * max(
+            share * head[r] + sum(n * t for n, t in zip(counts, least))
+            for r, share, counts in profiles)
+    return costs._bound_terms[key]
+
+
+def _chunk_profiles(costs: _Costs, layout: Layout) -> frozenset | None:
+    """{(rank r, w_c, layers of each kind in chunk c)} over the chunks c of `layout` once split
+    (`_with_split`; w_c as `step_time.chunk_times` shares the rank's layer-independent time),
+    None unless they are uneven (`_uneven`): what `_uneven_bubble_floor_s` reads of them, each
+    distinct profile once."""
+    split = _with_split(costs.model, layout)
+    if not _uneven(split):
+        return None
+    v, last = split.vpp, split.pp - 1
+    profiles = set()
+    for r, rank in enumerate(pipeline_layout.rank_chunks(split.pipeline_layout, split.pp)):
+        for j, layers in enumerate(rank):
+            share = float(j == v - 1) if r == last else float(j == 0) if r == 0 else 1 / v
+            profiles.add((r, share, tuple(sum(1 for i in layers if costs.kinds[i] == k)
+                                          for k in range(len(costs.reps)))))
+    return frozenset(profiles)
 
 
 @dataclass(frozen=True)
@@ -498,7 +562,49 @@ def _may_fit(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> bool:
     states alone overflow)."""
     room = layout.pp * math.floor(costs.usable_bytes)
     states = _least_state_bytes(costs, layout)
-    return states <= room and states + _least_activation_bytes(costs, layout, modes) <= room
+    if not (states <= room and states + _least_activation_bytes(costs, layout, modes) <= room):
+        return False
+    return _stages_may_fit(costs, layout, modes)
+
+
+def _stages_may_fit(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> bool:
+    """False only when the stage program of `layout` has no plan, by its per-stage memory
+    constraints (`_may_fit` sums them): stage s holding the contiguous run of layers the program
+    gives it needs at least sum_l need_s(l), need_s(l) = w[kind l] + min_r m[s, kind l, r] with
+    m[s, k, r] = ceil(act[k][r] x flight_s) (the program's own integer bytes, `memory_model.
+    stage_memory_model` on `reference_layout`; its fixed bytes, in both regimes of
+    `IntStageProblem.memory_regimes`, and its activation-free phases are >= 0 and dropped). With
+    the split pinned (`_pinned_split`) each stage's run is known; else the runs are chosen, and
+    taking on each stage in turn as many of the remaining layers as fit is a feasible split
+    whenever any is (a stage's need only grows with its run, so a longer run on an earlier stage
+    leaves a suffix of any other choice's remainder), so that greedy split must reach the last
+    layer. Only where the memory model is exact or the chunks uneven (`StageMemoryModel.exact`):
+    an inexact program that was built is counted (`_Costs.inexact_memory`), and skipping it here
+    would change that count."""
+    model = costs.model
+    if not (_uneven(layout) or memory_model_exact(model, layout)):
+        return True
+    ref = reference_layout(model, layout)
+    state, _ = kind_state_bytes(model, ref)
+    act = kind_activation_bytes(model, ref)
+    allowed = [RECOMPUTE_MODES.index(m) for m in modes]
+    cap, kinds = math.floor(costs.usable_bytes), costs.kinds
+    pinned = _pinned_split(model, layout)
+    start = 0
+    for s in range(layout.pp):
+        flight = in_flight_microbatches(ref, s)
+        need = [math.ceil(w) + min(math.ceil(row[r] * flight) for r in allowed)
+                for w, row in zip(state, act)]
+        if pinned is not None:
+            if sum(need[kinds[i]] for i in range(start, start + pinned[s])) > cap:
+                return False
+            start += pinned[s]
+            continue
+        used = 0
+        while start < len(kinds) and used + need[kinds[start]] <= cap:
+            used += need[kinds[start]]
+            start += 1
+    return start == len(kinds)
 
 
 def _least_need_bytes(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> int:
@@ -556,6 +662,98 @@ def _refined_bound(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> flo
         costs.infeasible.append(layout)
         return math.inf
     return bound_s - problem.rounding_bound_s()
+
+
+def _screen_bound(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> float:
+    """A lower bound on objective(layout) for a candidate whose split is pinned (`_pinned_split`:
+    interleaved), s, from the memory each stage must free: A max_s (head_s + LP_s) + P, and for
+    uneven chunks also m max_s (head_s + LP_s) + P + `_uneven_bubble_floor_s`; 0 (no bound) for
+    other candidates, or where no recompute makes a stage fit (`_may_fit` then says so).
+
+    Proof. Stage s holds a known run of layers; under any plan that fits (the program's integer
+    bytes, its fixed bytes >= 0 dropped as in `_stages_may_fit`) its layers' bytes sum to at most
+    the capacity, and its per-micro-batch time t_s is at least head_s + sum_l t[l, r_l]
+    (`_uneven_bubble_floor_s`'s proof, w = 1). LP_s, the least sum_l t[l, r_l] over fractional
+    mode choices subject to that byte budget, is at most the sum under any fitting plan: each
+    layer's (bytes, time) choices replaced by their lower convex hull, the budget is met by taking
+    the hull segments of least added time per byte freed first (the multiple-choice knapsack's
+    LP, Sinha and Zoltners 1979, Oper. Res. 27(3) 503-515, §2). A stage's total is at least
+    A t_s + P (every other term of `StageCostModel` is >= 0), so the step is at least
+    A max_s t_s + P; with uneven chunks the step is max_s X_s + (pp - 1) max_c Y_c, X_s at least
+    m t_s + P. A margin of 1e-8 (L + 1) s (the integer program's rounding, `rounding_bound_s`,
+    twice over) plus 1e-9 relative keeps it below the refined bound of an even candidate wherever
+    that one is exact (one kind), so there it spares only refinements whose value would prune
+    too (`search`'s screen; `tests/test_plan_brute.py`); an uneven candidate's may exceed its
+    refined bound, whose program prices the smaller (pp - 1) / vpp bubble."""
+    layout = _with_split(costs.model, layout)
+    pinned = _pinned_split(costs.model, layout)
+    if pinned is None or not (_uneven(layout) or memory_model_exact(costs.model, layout)):
+        return 0.0
+    model, time_key = costs.model, costs.time_key(layout)
+    times, _ = costs._kind_times(layout, time_key)
+    ref = reference_layout(model, layout)
+    state, _ = kind_state_bytes(model, ref)
+    act = kind_activation_bytes(model, ref)
+    allowed = [RECOMPUTE_MODES.index(m) for m in modes]
+    head = stage_fixed_times(model, costs.cluster, layout)
+    cap, kinds, start, slowest = math.floor(costs.usable_bytes), costs.kinds, 0, 0.0
+    for s, n in enumerate(pinned):
+        flight = in_flight_microbatches(ref, s)
+        present = Counter(kinds[start:start + n])
+        start += n
+        least = _least_stage_time_s(
+            {k: [(math.ceil(state[k]) + math.ceil(act[k][r] * flight), times["total_s"][k][r])
+                 for r in allowed] for k in present}, present, cap)
+        if least is None:
+            return 0.0
+        slowest = max(slowest, head[s] + least)
+    a, p = costs.pipe_coefficients(layout)
+    bound = a * slowest + p
+    if _uneven(layout):
+        floor = _uneven_bubble_floor_s(costs, layout, modes)
+        bound = max(bound, layout.num_microbatches * slowest + p + floor)
+    return bound * (1 - 1e-9) - 1e-8 * (model.num_hidden_layers + 1)
+
+
+def _least_stage_time_s(choices: dict, counts: Counter, cap: int) -> float | None:
+    """min sum_l t_l over fractional per-layer choices among `choices[kind]` ((bytes, s) per
+    mode) with sum_l bytes_l <= cap, `counts[kind]` layers of each kind (`_screen_bound`'s LP);
+    None when even the least bytes exceed cap."""
+    time_s, used, steps = 0.0, 0, []
+    for k, n in counts.items():
+        hull = _lower_hull(choices[k])
+        used += n * hull[0][0]
+        time_s += n * hull[0][1]
+        steps += [((t1 - t0) / (b0 - b1), n * (b0 - b1))
+                  for (b0, t0), (b1, t1) in zip(hull, hull[1:])]
+    over = used - cap
+    for rate, freed in sorted(steps):
+        if over <= 0:
+            break
+        take = min(over, freed)
+        time_s += rate * take
+        over -= take
+    return None if over > 0 else time_s
+
+
+def _lower_hull(points: list[tuple[int, float]]) -> list[tuple[int, float]]:
+    """The (bytes, s) points from the fastest (least bytes among the fastest) to the least-bytes
+    one along their lower convex hull in (bytes freed, time added): bytes strictly falling, the
+    time added per byte freed rising (Andrew's monotone chain, lower half)."""
+    fastest = min(points, key=lambda q: (q[1], q[0]))
+    hull = [fastest]
+    for point in sorted({p for p in points if p[0] < fastest[0]}, key=lambda p: (-p[0], p[1])):
+        if point[0] == hull[-1][0]:
+            continue  # same bytes, no faster (sorted by time within bytes)
+        while len(hull) >= 2 and _turn(hull[-2], hull[-1], point) <= 0:
+            hull.pop()
+        hull.append(point)
+    return hull
+
+
+def _turn(o: tuple[int, float], a: tuple[int, float], b: tuple[int, float]) -> float:
+    """Cross product of o->a and o->b in (bytes freed, time added): > 0 when b turns left."""
+    return (o[0] - a[0]) * (b[1] - o[1]) - (a[1] - o[1]) * (o[0] - b[0])
 
 
 def _solve(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> Evaluated | None:
@@ -944,7 +1142,8 @@ def _search(model, cluster, fixed, base, reserve, headroom, top_k, on_progress=N
 
     result = search(candidates, lower_bound, lambda c: _solve(costs, c, _modes_of(c, modes)),
                     top_k=top_k, on_progress=on_progress, tie_break=simplicity,
-                    refine=lambda c: _refined_bound(costs, c, _modes_of(c, modes)), expand=expand)
+                    refine=lambda c: _refined_bound(costs, c, _modes_of(c, modes)), expand=expand,
+                    screen=lambda c: _screen_bound(costs, c, _modes_of(c, modes)))
     return result, rejections, costs
 
 

@@ -183,3 +183,37 @@ def test_layout_refuses_a_divisible_by_below_one():
         Layout(dp=1, tp=1, pp=1, cp=1, vocab_divisible_by=0)
     with pytest.raises(SpecError, match="vocab_divisible_by"):
         Layout(dp=1, tp=1, pp=1, cp=1).replace(vocab_divisible_by=-2)
+
+
+def test_checkpoint_args_cost_the_model_s_stated_rows(tmp_path):
+    # --use-checkpoint-args: Megatron-LM takes BLOOM's checkpoint rows (250,880), not 128 x tp 16 =
+    # 2048 -> 123 x 2048 = 251,904. The embedding (tied, on the one stage) loses
+    # (251904 - 250880) / 16 = 64 rows per rank x hidden 14,336 x 2 B (bf16) = 1,835,008 B.
+    def parameters(extra):
+        _, data = bloom(tmp_path, 16, f"--load /ckpt/bloom {extra}")
+        return data["memory_bytes"]["parameters"], data
+    padded, _ = parameters("")
+    taken, data = parameters("--use-checkpoint-args")
+    assert padded - taken == 64 * 14336 * 2
+    assert not rule(data, "megatron_checkpoint_args_vocab")  # the rows are known: no assumption
+
+
+def test_checkpoint_args_without_stated_rows_say_what_is_assumed(tmp_path):
+    # GPT-2's 50,257 tokens at tp 8: 128 x 8 = 1024 -> 50 x 1024 = 51,200 rows costed; a
+    # checkpoint saved at tp 1 holds ceil(50257 / 128) x 128 = 50,304.
+    path = script(tmp_path, "finetune.sh", tp=8, gpus=8, extra="--load /ckpt/gpt --use-checkpoint-args")
+    _, out = run(path, "--cluster", "dgx-h100", "--format", "json")
+    [found] = rule(json.loads(out), "megatron_checkpoint_args_vocab")
+    assert found["severity"] == "warning"
+    for number in ("51200 rows", "50257", "128 x tp 8", "holds 50304"):
+        assert number in found["message"], found["message"]
+
+
+def test_checkpoint_args_without_a_checkpoint_is_megatron_s_start_up_error(tmp_path):
+    # arguments.py parse_and_validate_args: "--use-checkpoint-args requires --load or
+    # --pretrained-checkpoint argument".
+    path = script(tmp_path, "train.sh", tp=8, gpus=8, extra="--use-checkpoint-args")
+    code, out = run(path, "--cluster", "dgx-h100", "--format", "json")
+    data = json.loads(out)
+    [found] = rule(data, "megatron_checkpoint_args_without_load")
+    assert found["severity"] == "error" and data["verdict"] == "fail" and code == 1

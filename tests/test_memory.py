@@ -276,3 +276,53 @@ def test_deepspeed_zero2_optimizer_step_copies_the_gradient_partition_to_fp32():
         got = stage_memory(model, load_cluster("dgx-h100", gpus=8), other, 0, reserve_bytes=0)
         assert "optimizer_step_gradient_copy" not in got.transient_terms
         assert got.total == got.backward_total
+
+
+def _peak_by_definition(ops, act, grad, fwd_kept, bwd_kept, held, release):
+    """`pipeline_schedule_peak` as its docstring states it, the whole sum re-added at every look
+    (the oracle of the incremental implementation)."""
+    n = len(act)
+    total = [sum(1 for kind, c in ops if kind == "B" and c == chunk) for chunk in range(n)]
+    f, b = [0] * n, [0] * n
+    best, at = -1, ([0] * n, [False] * n, [0] * n, [0] * n)
+
+    def live(c):
+        return not (release and b[c] == total[c])
+
+    def look():
+        nonlocal best, at
+        grads = [bool(b[c]) and live(c) for c in range(n)]
+        value = sum((f[c] - b[c]) * act[c] + (grad[c] if grads[c] else 0) + f[c] * fwd_kept[c]
+                    + b[c] * bwd_kept[c] + (held[c] if f[c] and live(c) else 0) for c in range(n))
+        if value > best:
+            best, at = value, ([x - y for x, y in zip(f, b)], grads, list(f), list(b))
+
+    for kind, c in ops:
+        if kind == "F":
+            f[c] += 1
+            continue
+        look()
+        b[c] += 1
+        look()
+    return at
+
+
+def test_schedule_peak_follows_its_definition_on_random_orders():
+    import random
+
+    from planner.cost.memory import pipeline_schedule_peak
+    rng = random.Random(11)
+    for _ in range(400):
+        n, m = rng.randint(1, 4), rng.randint(1, 5)
+        todo = [("F", c) for c in range(n) for _ in range(m)] + [("B", c) for c in range(n) for _ in range(m)]
+        ops, done = [], {("F", c): 0 for c in range(n)} | {("B", c): 0 for c in range(n)}
+        while todo:  # a backward only after a forward of its chunk
+            ready = sorted({op for op in todo if op[0] == "F" or done[("B", op[1])] < done[("F", op[1])]})
+            op = rng.choice(ready)
+            todo.remove(op)
+            ops.append(op)
+            done[op] += 1
+        draw = (lambda: rng.uniform(0, 50)) if rng.random() < 0.3 else (lambda: rng.randint(0, 50))
+        args = [[draw() for _ in range(n)] for _ in range(5)]
+        release = rng.random() < 0.5
+        assert pipeline_schedule_peak(ops, *args, release) == _peak_by_definition(ops, *args, release)

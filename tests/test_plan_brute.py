@@ -282,18 +282,29 @@ def test_stage_totals_depend_only_on_their_own_layers():
 
 @pytest.mark.parametrize("seed", range(6))
 def test_bounds_never_exceed_the_objective(seed):
-    """Both bounds of every candidate are <= its step_time (the proof in planner/plan.py)."""
+    """Every bound of every candidate is <= its step_time (the proofs in planner/plan.py): the
+    cheap bound (with the uneven-chunk bubble floor), the screen (per-stage memory LP of pinned
+    splits) and the refined bound; the screen of an even interleaved candidate is also <= the
+    refined bound (its DP is exact on these one-kind models), so it prunes nothing the refined
+    bound keeps."""
     model, cluster, base, fixed = _seeded_case(seed)
     layouts, _, costs = P._candidates(model, cluster, fixed, base, 0, 0.0)
+    screened = 0
     for layout in layouts:
         evaluated = P._solve(costs, layout, P.RECOMPUTE_MODES)
         if evaluated is None:
             continue
         cheap = P._cheap_bound(costs, layout, P.RECOMPUTE_MODES)
+        screen = P._screen_bound(costs, layout, P.RECOMPUTE_MODES)
         refined = P._refined_bound(costs, layout, P.RECOMPUTE_MODES)
         assert cheap <= evaluated.objective_s * (1 + 1e-12), layout
+        assert screen <= evaluated.objective_s * (1 + 1e-12), layout
         assert refined <= evaluated.objective_s * (1 + 1e-12), layout
         assert not math.isinf(refined)
+        if not P._uneven(P._with_split(model, layout)):
+            assert screen <= refined, layout
+        screened += screen > 0
+    assert screened > 0  # some interleaved candidates get a screen bound
 
 
 def _seeded_case(seed: int):
@@ -313,10 +324,11 @@ def _seeded_case(seed: int):
 
 
 def test_may_fit_rejects_only_candidates_without_a_plan():
-    """`_may_fit` (the summed memory constraints) is a necessary condition: every candidate it
-    rejects has no split that fits even with the least-memory modes (`feasible_split`)."""
+    """`_may_fit` (the summed memory constraints, then each stage's, `_stages_may_fit`) is a
+    necessary condition: every candidate it rejects has no split that fits even with the
+    least-memory modes (`feasible_split`)."""
     from planner.search.ilp import feasible_split
-    rejected = kept = 0
+    rejected = kept = by_stage = 0
     for seed in range(12):
         model, cluster, base, fixed = _seeded_case(seed)
         layouts, _, costs = P._candidates(model, cluster, fixed, base, 0, 0.0)
@@ -326,8 +338,31 @@ def test_may_fit_rejects_only_candidates_without_a_plan():
                 kept += 1
             else:
                 rejected += 1
+                by_stage += P._stages_may_fit(costs, layout, P.RECOMPUTE_MODES) is False
                 assert feasible_split(ip, ip.capacity_bytes) is None, layout
-    assert rejected > 0 and kept > 0  # both sides exercised
+    assert rejected > 0 and kept > 0 and by_stage > 0  # both sides and the per-stage check exercised
+
+
+def test_stage_memory_check_rejects_only_candidates_without_a_plan():
+    """`_stages_may_fit` (each stage's memory constraint over the run of layers it holds, the
+    split pinned or greedy) is a necessary condition: every candidate that passes the summed
+    check but fails it has no split that fits (`feasible_split` of its program); on tight GPUs it
+    rejects candidates the summed check keeps (1F1B's first stage holds pp micro-batches, the sum
+    charges each stage the least in-flight count)."""
+    from planner.search.ilp import feasible_split
+    only_by_stage = 0
+    for seed, gib in ((0, 0.06), (1, 0.02), (5, 0.08)):
+        model, cluster, base, fixed = _seeded_case(seed)
+        cluster = dataclasses.replace(cluster, gpu=dataclasses.replace(cluster.gpu, memory_gib=gib))
+        layouts, _, costs = P._candidates(model, cluster, fixed, base, 0, 0.0)
+        for layout in (P._with_split(model, c) for c in layouts):
+            room = layout.pp * math.floor(costs.usable_bytes)
+            need = P._least_need_bytes(costs, layout, P.RECOMPUTE_MODES)
+            if need <= room and not P._stages_may_fit(costs, layout, P.RECOMPUTE_MODES):
+                only_by_stage += 1
+                ip = costs.int_problem(layout, P.RECOMPUTE_MODES)
+                assert feasible_split(ip, ip.capacity_bytes) is None, layout
+    assert only_by_stage > 0
 
 
 def test_issue_13_case_returns_the_pipelined_plan():

@@ -104,3 +104,18 @@ def test_uneven_split_returns_a_fresh_list():
     assert first == [8, 7, 7, 8]
     first[0] = 99
     assert uneven_split(30, 4) == [8, 7, 7, 8]
+
+
+def test_cp_fix_list_is_the_divisor_count_not_a_scan():
+    """`rules._cp_dividing` (the cp values a sequence_divisible message suggests) equals checking
+    every cp in [2, most] against `_sequence_divisor`, the rule's own divisor (hand oracle: the
+    scan the message used to run), and answers a cp of 10^5 (1M GPUs) without scanning."""
+    from planner.placement.rules import _cp_dividing, _sequence_divisor
+    for seq in (1, 7, 4095, 4096, 8192, 12288):
+        for tp in (1, 2, 3, 6, 8):
+            for sp in (True, False):
+                for most in (2, 9, 64):
+                    scan = [c for c in range(2, most + 1) if seq % _sequence_divisor(c, tp, sp) == 0]
+                    assert _cp_dividing(seq, tp, sp, most) == scan
+    # 4096 = 2^12: with tp 8 and SP the unit is lcm(2, 8) = 8, so cp divides 4096 / 8 = 512
+    assert _cp_dividing(4096, 8, True, 200_000) == [2, 4, 8, 16, 32, 64, 128, 256, 512]

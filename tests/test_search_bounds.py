@@ -49,11 +49,18 @@ def bounded_candidates(draw):
 
 
 @settings(max_examples=examples(200), deadline=None)
-@given(bounded_candidates(), st.integers(1, 4), st.booleans(), st.data())
-def test_pruning_keeps_the_best_objectives(items, top_k, lazy, data):
+@given(bounded_candidates(), st.integers(1, 4), st.booleans(), st.booleans(), st.data())
+def test_pruning_keeps_the_best_objectives(items, top_k, lazy, screened, data):
     index = list(range(len(items)))
-    # A dearer bound somewhere between the cheap bound and the objective.
+    # A dearer bound somewhere between the cheap bound and the objective, and a screen between
+    # the cheap bound and that one.
     finer = [b if o is None or math.isinf(b) else data.draw(st.floats(b, o)) for b, o in items]
+    middle = [b if math.isinf(b) else data.draw(st.floats(b, f)) for (b, _), f in zip(items, finer)]
+    refined = []
+
+    def refine(i):
+        refined.append(i)
+        return finer[i]
 
     def bound(i):
         return items[i][0]
@@ -62,9 +69,16 @@ def test_pruning_keeps_the_best_objectives(items, top_k, lazy, data):
         return items[i][1]
 
     full = search(index, bound, solve, top_k=top_k, prune=False)
-    fast = search(index, bound, solve, top_k=top_k, refine=finer.__getitem__ if lazy else None)
+    fast = search(index, bound, solve, top_k=top_k, refine=refine if lazy else None,
+                  screen=middle.__getitem__ if screened else None)
     assert [r.objective_s for r in fast.best] == [r.objective_s for r in full.best]
     assert fast.candidates_evaluated + fast.pruned == len(items)
+    if lazy and screened:  # the screen only spares refinements: the solves keep their order
+        with_screen = set(refined)
+        refined.clear()
+        plain = search(index, bound, solve, top_k=top_k, refine=refine)
+        assert with_screen <= set(refined)
+        assert plain.candidates_evaluated == fast.candidates_evaluated
     assert fast.status == full.status
     if fast.best:
         assert fast.status == "OPTIMAL" and fast.bound_s == fast.best[0].objective_s

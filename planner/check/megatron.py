@@ -101,6 +101,9 @@ def read(path: Path, *, model: str | None, cluster: str | None, gpus: int | None
     findings += _startup(args, env, spec, layout, file)
     record = checkpoint_record(args, tokens, spec, layout.tp, file)
     findings += own_checkpoint_vocab(record, spec) if record else []
+    if _on(args, "use_checkpoint_args"):
+        layout, found = checkpoint_args_vocab(tokens, spec, layout)
+        findings += found
     per_layer = _block_recompute(args, spec, layout, file, findings)
     per_stage = None
     with contextlib.suppress(SpecError):  # a split the rules reject: they say why
@@ -397,6 +400,46 @@ def checkpoint_record(args: dict, tokens: list[str], spec: ModelSpec, tp: int,
             "padded_vocab_size": mg.padded_vocab_size(vocab, divisible, tp),
             "use_checkpoint_args": _on(args, "use_checkpoint_args"),
             "vocab_file": _text_value(tokens, F["vocab_file"]) is not None}
+
+
+def checkpoint_args_vocab(tokens: list[str], spec: ModelSpec, layout: Layout) -> tuple[Layout, list[Violation]]:
+    """(layout, findings) of a file with the use_checkpoint_args switch: what the costed
+    vocabulary rows are and how far they are known.
+
+    Megatron-LM (d98e8a6 `megatron/training/arguments.py` `parse_and_validate_args`) asserts a
+    load or pretrained_checkpoint path beside the switch, then `checkpointing.py`
+    `load_args_from_checkpoint` sets padded_vocab_size from the checkpoint's saved args (not
+    forced, but nothing sets it before), which `build_tokenizer.py` `_set_padded_vocab_size` keeps
+    instead of padding the vocabulary to vocab_divisible_by x tp; it also forces architecture args
+    from the checkpoint (num_query_groups, swiglu, normalization,
+    untie_embeddings_and_output_weights, num_experts, moe_router_topk, ...) and takes num_layers,
+    hidden_size, ffn_hidden_size, num_attention_heads where the file leaves them unset. A checkpoint
+    without saved args (a converted one) leaves every arg as given. The planner does not read the
+    checkpoint: where the model states the rows its checkpoint holds (`padded_vocab_size` differing
+    from `vocab_size`, e.g. BLOOM) they are costed (`Layout.vocab_rows`); else the padding the run
+    would compute is costed and a warning says so, with the rows of a checkpoint saved at tp 1."""
+    if not any(word.partition("=")[0] in (F[k] for k in _LOADS) for word in tokens):
+        return layout, [Violation(
+            rule="megatron_checkpoint_args_without_load",
+            message=f"{F['use_checkpoint_args']} without {F['load']} or {F['pretrained_checkpoint']}: "
+                    f"Megatron-LM asserts one of them at start-up (arguments.py "
+                    f"parse_and_validate_args)",
+            fix=f"add {F['load']} PATH, or drop {F['use_checkpoint_args']}")]
+    if spec.padded_vocab_size != spec.vocab_size:
+        return layout.replace(vocab_rows=spec.padded_vocab_size), []
+    divisible = layout.vocab_divisible_by or mg.DEFAULT["vocab_divisible_by"]
+    rows = mg.padded_vocab_size(spec.vocab_size, divisible, layout.tp)
+    at_tp1 = mg.padded_vocab_size(spec.vocab_size, divisible, 1)
+    return layout, [Violation(
+        rule="megatron_checkpoint_args_vocab", severity="warning",
+        message=f"{F['use_checkpoint_args']}: Megatron-LM takes the embedding rows (padded_vocab_size) "
+                f"and the architecture from the checkpoint's saved args, which the planner does not "
+                f"read; memory counts {rows} rows, the vocabulary {spec.vocab_size} padded to a "
+                f"multiple of {divisible} x tp {layout.tp} as this run would pad it (a checkpoint "
+                f"saved at tp 1 with {F['vocab_divisible_by']} {divisible} holds {at_tp1}) and "
+                f"{spec.name}'s architecture",
+        fix="give --model a config whose padded_vocab_size is the checkpoint's rows to cost them "
+            "exactly")]
 
 
 def _text_value(tokens: list[str], flag: str) -> str | None:

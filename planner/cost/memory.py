@@ -442,23 +442,33 @@ def pipeline_schedule_peak(ops: list[tuple[str, int]], chunk_activation_bytes: l
     def live(c: int) -> bool:
         return not (release_after_last_backward and backwards[c] == total[c])
 
+    def share(c: int) -> int:  # chunk c's term of the sum
+        f, b = forwards[c], backwards[c]
+        return ((f - b) * chunk_activation_bytes[c] + (chunk_gradient_bytes[c] if b and live(c) else 0)
+                + f * fwd_kept[c] + b * bwd_kept[c] + (held[c] if f and live(c) else 0))
+
+    # The sum changes only in the chunk an op runs on: kept up to date term by term where every
+    # term is whole bytes (exact), rather than summed over the chunks at every look.
+    value, whole = 0, all(type(x) is int for xs in (chunk_activation_bytes, chunk_gradient_bytes,
+                                                     fwd_kept, bwd_kept, held) for x in xs)
+
     def look():
         nonlocal best, at
-        grads = [bool(backwards[c]) and live(c) for c in range(n)]
-        value = sum((f - b) * a + (g if d else 0) + f * kf + b * kb + (h if f and live(c) else 0)
-                    for c, (f, b, a, g, kf, kb, h, d) in enumerate(zip(
-                        forwards, backwards, chunk_activation_bytes, chunk_gradient_bytes, fwd_kept, bwd_kept,
-                        held, grads)))
-        if value > best:
-            best = value
-            at = ([f - b for f, b in zip(forwards, backwards)], grads, list(forwards), list(backwards))
+        now = value if whole else sum(share(c) for c in range(n))
+        if now > best:
+            best = now
+            at = ([f - b for f, b in zip(forwards, backwards)],
+                  [bool(backwards[c]) and live(c) for c in range(n)], list(forwards), list(backwards))
 
     for kind, chunk in ops:
+        before = share(chunk)
         if kind == "F":
             forwards[chunk] += 1
+            value += share(chunk) - before
             continue
         look()
         backwards[chunk] += 1
+        value += share(chunk) - before
         look()
     return at
 

@@ -238,7 +238,7 @@ def stage_memory_model(model: ModelSpec, cluster, layout: Layout) -> StageMemory
         stage_fixed_bytes=tuple(fixed), full_working_set_bytes=tuple(extra),
         phases=tuple(MemoryPhase(name=f"optimizer_step.{g}", fixed_bytes=tuple(phase_fixed[g]),
                                  kind_bytes=step_slopes[g]) for g in step_slopes),
-        exact=_exact(model, layout))
+        exact=exact(model, layout))
 
 
 def _probe(model: ModelSpec, reps: tuple[int, ...]) -> tuple[int, ...]:
@@ -259,7 +259,7 @@ def reference_layout(model: ModelSpec, layout: Layout) -> Layout:
                           pipeline_layout=None, recompute="none")
 
 
-def _exact(model: ModelSpec, layout: Layout) -> bool:
+def exact(model: ModelSpec, layout: Layout) -> bool:
     """Whether `stage_memory` follows the model's in-flight micro-batches (module docstring)."""
     if layout.pipeline_layout is not None and layout.vpp > 1 and not pipeline_layout.is_even(
             layout.pipeline_layout):

@@ -191,6 +191,12 @@ class Layout:
     """What Megatron-LM pads the vocabulary to a multiple of, times tp (its flag
     `frameworks.megatron.FLAG["vocab_divisible_by"]`; `placement.precision.padded_vocab`);
     None = the framework's default (128)."""
+    vocab_rows: int | None = None
+    """Embedding rows a loaded checkpoint fixes: Megatron-LM's use_checkpoint_args switch
+    (`frameworks.megatron.FLAG`) takes the checkpoint's padded_vocab_size (NVIDIA/Megatron-LM@d98e8a6 `megatron/training/checkpointing.py`
+    `load_args_from_checkpoint`, `_set_arg('padded_vocab_size')`), which `_set_padded_vocab_size`
+    then keeps instead of padding to vocab_divisible_by x tp; None = padded by the framework
+    (`placement.precision.padded_vocab`)."""
 
     def __post_init__(self) -> None:
         # Fast path first (a search builds tens of thousands of Layouts): every check below is the
@@ -224,6 +230,8 @@ class Layout:
                 type(self.vocab_divisible_by) is int and self.vocab_divisible_by >= 1):
             raise SpecError(f"value {self.vocab_divisible_by!r} must be an integer >= 1",
                             key="vocab_divisible_by")
+        if self.vocab_rows is not None and not (type(self.vocab_rows) is int and self.vocab_rows >= 1):
+            raise SpecError(f"value {self.vocab_rows!r} must be an integer >= 1", key="vocab_rows")
         if (self.main_params_dtype is not None or self.main_grads_dtype is not None
                 or self.exp_avg_dtype is not None or self.exp_avg_sq_dtype is not None):
             for name, allowed in OPTIMIZER_DTYPES.items():
@@ -454,6 +462,8 @@ _FIELD_OK = {
               or type(getattr(layout, name)) is bool)(name) for name in (*OVERLAP_KNOBS, "torch_compile")},
     "vocab_divisible_by": lambda layout: layout.vocab_divisible_by is None or (
         type(layout.vocab_divisible_by) is int and layout.vocab_divisible_by >= 1),
+    "vocab_rows": lambda layout: layout.vocab_rows is None or (
+        type(layout.vocab_rows) is int and layout.vocab_rows >= 1),
 }
 """Field -> whether its value passes `Layout.__post_init__` (in its normalized form: offload a
 frozenset, pipeline_layers a tuple), given the other fields; `replace`'s fast path."""

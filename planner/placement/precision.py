@@ -188,8 +188,11 @@ def padded_vocab(model: ModelSpec, layout: Layout) -> int:
     Megatron / DeepSpeed: round up to a multiple of d × tp, d the run's
     `--make-vocab-size-divisible-by` (`Layout.vocab_divisible_by`), 128 by default
     (MAKE_VOCAB_SIZE_DIVISIBLE_BY); torchtitan: DTensor shards unevenly, the largest shard holds
-    ceil(V / tp) rows -> ceil(V/tp)·tp.
+    ceil(V / tp) rows -> ceil(V/tp)·tp. A checkpoint's rows where a loaded checkpoint fixes them
+    (`Layout.vocab_rows`, Megatron's use_checkpoint_args switch).
     """
+    if layout.vocab_rows is not None:
+        return layout.vocab_rows
     rows = model.padded_vocab_size
     divisible_by = layout.vocab_divisible_by or MAKE_VOCAB_SIZE_DIVISIBLE_BY
     multiple = layout.tp if layout.framework == "torchtitan" else divisible_by * layout.tp

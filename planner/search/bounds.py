@@ -108,7 +108,8 @@ def search(candidates: Iterable[C], lower_bound: Callable[[C], float],
            refine: Callable[[C], float] | None = None,
            on_progress: Callable[[int, int], None] | None = None,
            tie_break: Callable[[C], Any] | None = None,
-           expand: Callable[[C], Iterable[C] | None] | None = None) -> SearchResult[C]:
+           expand: Callable[[C], Iterable[C] | None] | None = None,
+           screen: Callable[[C], float] | None = None) -> SearchResult[C]:
     """Best-first search: solve candidates in ascending bound order, stop when the next bound is
     at least the K-th best objective found.
 
@@ -130,9 +131,14 @@ def search(candidates: Iterable[C], lower_bound: Callable[[C], float],
             front of the queue they are queued under their own lower bounds, and counted in
             `candidates_total` instead of it. Its lower bound must not exceed any member's
             objective (a pruned group prunes them); expand returns None for a member.
+        screen: optional valid bound dearer than `lower_bound` and cheaper than `refine`, applied
+            as `refine` is, before it: a candidate reaching the front is re-queued under
+            max(cheap, screened), then max(cheap, screened, refined), and solved only after both;
+            one whose screened bound already reaches the K-th best is pruned without `refine`.
     """
     start = time.perf_counter()
-    queue = [(lower_bound(c), i, refine is None, c) for i, c in enumerate(candidates)]
+    refiners = [f for f in (screen, refine) if f is not None]
+    queue = [(lower_bound(c), i, 0, c) for i, c in enumerate(candidates)]
     total = len(queue)
     index = itertools.count(total)
     heapq.heapify(queue)
@@ -152,11 +158,11 @@ def search(candidates: Iterable[C], lower_bound: Callable[[C], float],
             members = list(members)
             total += len(members) - 1
             for member in members:
-                heapq.heappush(queue, (max(bound, lower_bound(member)), next(index), refine is None,
-                                       member))
+                heapq.heappush(queue, (max(bound, lower_bound(member)), next(index), 0, member))
             continue
-        if not refined:
-            heapq.heappush(queue, (max(bound, refine(candidate)), i, True, candidate))
+        if refined < len(refiners):
+            heapq.heappush(queue, (max(bound, refiners[refined](candidate)), i, refined + 1,
+                                   candidate))
             continue
         result = solve(candidate)
         evaluated += 1
