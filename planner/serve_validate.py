@@ -303,7 +303,13 @@ def _launch(case: Case, harness: Harness, input_len: int, output_len: int) -> tu
 def case_terms(case: Case) -> dict[str, float]:
     """`latency_terms` of a case as its campaign ran it (`harness_of`: mean lengths, KV dtype, per-step token
     budget, start burst, scheduler waits), with the KV-pool concurrency limit of the engine's budget and, under
-    vLLM, the running sequences its per-step token budget sustains (`cost.serving.budget_concurrency`)."""
+    vLLM, the running sequences its per-step token budget sustains (`cost.serving.budget_concurrency`).
+
+    KV occupancy per sequence: TensorRT-LLM (GUARANTEED_NO_EVICT) and SGLang hold room for input + output from
+    admission; vLLM allocates blocks for the tokens each step computes and preempts the newest running request
+    when none are free (vllm-project/vllm 0.33.0 wheel `vllm/v1/core/sched/scheduler.py` Scheduler.schedule:
+    kv_cache_manager.allocate_slots(request, num_new_tokens), else preempt self.running[-1]), so its
+    sequences hold input + output / 2 tokens on average over their lifetime."""
     spec, hw = _model(case.model), _cluster(case.cluster)
     harness = harness_of(case)
     input_len, output_len = harness.mean_length(case.input_len), harness.mean_length(case.output_len)
