@@ -305,8 +305,9 @@ def case_terms(case: Case) -> dict[str, float]:
     budget, start burst, scheduler waits), with the KV-pool concurrency limit of the engine's budget and, under
     vLLM, the running sequences its per-step token budget sustains (`cost.serving.budget_concurrency`).
 
-    KV occupancy per sequence: TensorRT-LLM (GUARANTEED_NO_EVICT) and SGLang hold room for input + output from
-    admission; vLLM allocates blocks for the tokens each step computes and preempts the newest running request
+    KV occupancy per sequence: TensorRT-LLM (GUARANTEED_NO_EVICT) reserves input + output at admission, and
+    SGLang is taken the same (its reservation of remaining output tokens by new_token_ratio is not modelled);
+    vLLM allocates blocks for the tokens each step computes and preempts the newest running request
     when none are free (vllm-project/vllm 0.33.0 wheel `vllm/v1/core/sched/scheduler.py` Scheduler.schedule:
     kv_cache_manager.allocate_slots(request, num_new_tokens), else preempt self.running[-1]), so its
     sequences hold input + output / 2 tokens on average over their lifetime."""
