@@ -450,7 +450,10 @@ def context_bound(mem: ServingMemory, spec: ModelSpec, max_model_len: int | None
 TTFT_TERMS = ("prefill_one_s", "prefill_batch_s", "weights_per_chunk_s", "constant", "kv_wait_s", "burst_s",
               "burst_unknown_share_s")
 """TTFT = sum of fitted coefficient x term (see `latency_terms`) + the unfitted terms of `predict_latency`.
-No per-collective latency term: a prompt's TP all-reduces are bandwidth-bound (`prefill_allreduce_s`,
+The two burst terms describe how a benchmark measured TTFT (the clients' first prompts queued behind each
+other in an idle engine: planner.serve_validate.Harness), not the engine: they are 0 in serve-plan's steady
+state, and their coefficients (about the prefill's own when the share is known) only take the burst out of
+the other terms' fit. No per-collective latency term: a prompt's TP all-reduces are bandwidth-bound (`prefill_allreduce_s`,
 unfitted). A fitted per-collective coefficient was an artefact: in each engine's data the count,
 2 x layers whenever tp > 1, names the model (qwen3-32b 128, llama-3.1-8b 64), so the fit used it as a
 per-model intercept -- 2,182 us per all-reduce for SGLang, 370 us for TensorRT-LLM, against ~10-30 us an
