@@ -10,7 +10,7 @@ pp_size, attention_dp_size, moe_tp_size, moe_ep_size, silicon_ttft_ms, silicon_t
 
 Split (deterministic, documented): a row is in the EVALUATION part when crc32(id) % 4 == 0, else in
 the FIT part (about 25 % / 75 %). The fit never sees evaluation rows. Each measurement counts once
-(`distinct_measurements`: the file files ten runs twice). Fit: per engine, non-negative least squares
+(`distinct_measurements`: the file files fifteen runs twice). Fit: per engine, non-negative least squares
 (Lawson-Hanson) of sum_j c_j term_j on the terms of `cost.serving.latency_terms`, each row weighted by
 1 / measured (so the fit minimises squared relative error, the quantity MAPE reports), one set of
 constants per engine and model class (dense / MoE). Each row is costed as its campaign measured it
@@ -193,18 +193,26 @@ def load_cases(path: str | Path = DATA) -> list[Case]:
     return distinct_measurements(cases)
 
 
+SAME_RUN_DIGITS = 9
+"""Significant digits to which two rows' measured TTFT and TPOT must agree to be one run filed twice. The
+file's refiled runs differ at most in the 17th digit (a re-serialised float: TPOT 14.368894163450031 vs
+...033 ms); two runs agreeing in 9 digits of both means by chance is not credible."""
+
+
 def distinct_measurements(cases: list[Case]) -> list[Case]:
     """`cases` with each measurement once: a row whose engine, model, GPU, layout, lengths, concurrency and
-    both measured times equal an earlier row's is the same run filed twice (the first row kept).
+    both measured times (to SAME_RUN_DIGITS significant digits) equal an earlier row's is the same run filed
+    twice (the first row kept).
 
-    Why: serving_measurements.csv files five SGLang DeepSeek-R1 runs twice (2026_03_25 and 2026_04_06 ids,
-    every column equal) and five TensorRT-LLM DeepSeek-R1 runs twice under two layout encodings
-    (`legacy_tp_times_ep`); counted twice they would weigh double in the fit and in the MAPE."""
+    Why: serving_measurements.csv files seven SGLang DeepSeek-R1 runs twice (2026_03_25 and 2026_04_06 ids)
+    and eight TensorRT-LLM DeepSeek-R1 runs twice, under two layout encodings (`legacy_tp_times_ep`); counted
+    twice they would weigh double in the fit and in the MAPE."""
     seen: set[tuple] = set()
     distinct = []
+    digits = f".{SAME_RUN_DIGITS}g"
     for case in cases:
         key = (case.engine, case.model, case.cluster, case.weight_format, case.inst, case.concurrency,
-               case.input_len, case.output_len, case.ttft_ms, case.tpot_ms)
+               case.input_len, case.output_len, format(case.ttft_ms, digits), format(case.tpot_ms, digits))
         if key not in seen:
             seen.add(key)
             distinct.append(case)

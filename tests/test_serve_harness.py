@@ -48,18 +48,30 @@ def test_same_run_under_two_ids_counts_once(tmp_path):
 
 
 def test_reference_file_duplicates_are_dropped():
-    """The file files five SGLang DeepSeek-R1 runs twice with every column equal, and five TensorRT-LLM ones
-    twice under the two layout encodings (digit-identical TTFT and TPOT): 745 rows, 735 runs."""
+    """The file files seven SGLang DeepSeek-R1 runs twice (2026_03_25 and 2026_04_06 ids; two of them differ in
+    the 17th digit of TPOT, a re-serialised float) and eight TensorRT-LLM ones twice, under the two layout
+    encodings: 745 rows, 730 runs."""
     _, rows = _rows()
-    sglang_twins = [("2026_03_25_deepseek_r1_h200_sxm_sglang_fp8_agg_1024x1024_c64_tp8_0_ep1_0_256",
-                     "2026_04_06_deepseek_r1_h200_sxm_sglang_fp8_agg_1024x1024_c64_tp8_ep1_100"),
-                    ("2026_03_25_deepseek_r1_h200_sxm_trtllm_fp8_agg_1024x1024_c16_tp8_0_ep8_0_1257",
-                     "2026_04_06_deepseek_r1_h200_sxm_trtllm_fp8_agg_1024x1024_c16_tp8_ep8_955")]
+    twins = [("2026_03_25_deepseek_r1_h200_sxm_sglang_fp8_agg_1024x1024_c64_tp8_0_ep1_0_256",
+              "2026_04_06_deepseek_r1_h200_sxm_sglang_fp8_agg_1024x1024_c64_tp8_ep1_100"),
+             ("2026_03_25_deepseek_r1_h200_sxm_sglang_fp8_agg_8192x1024_c8_tp8_0_ep1_0_314",
+              "2026_04_06_deepseek_r1_h200_sxm_sglang_fp8_agg_8192x1024_c8_tp8_ep1_81"),
+             ("2026_03_25_deepseek_r1_h200_sxm_trtllm_fp8_agg_1024x1024_c16_tp8_0_ep8_0_1257",
+              "2026_04_06_deepseek_r1_h200_sxm_trtllm_fp8_agg_1024x1024_c16_tp8_ep8_955")]
     cases = {c.id for c in v.load_cases()}
-    assert len(rows) == 745 and len(cases) == 735
-    for kept, dropped in sglang_twins:
-        assert _row(rows, kept)["silicon_ttft_ms"] == _row(rows, dropped)["silicon_ttft_ms"]
+    assert len(rows) == 745 and len(cases) == 730
+    for kept, dropped in twins:
+        a, b = _row(rows, kept), _row(rows, dropped)
+        for key in ("silicon_ttft_ms", "silicon_tpot_ms"):
+            assert float(a[key]) == pytest.approx(float(b[key]), rel=1e-12)
         assert kept in cases and dropped not in cases
+
+
+def test_runs_differing_in_the_ninth_digit_are_kept(tmp_path):
+    header, rows = _rows()
+    first = rows[0]
+    close = dict(first, id="close", silicon_tpot_ms=f"{float(first['silicon_tpot_ms']) * (1 + 1e-8):.17g}")
+    assert len(v.load_cases(_write(tmp_path / "two.csv", header, [first, close]))) == 2
 
 
 # ---------------------------------------------------------------- legacy TP x EP encoding
