@@ -447,9 +447,13 @@ def context_bound(mem: ServingMemory, spec: ModelSpec, max_model_len: int | None
 
 # ---------------------------------------------------------------- latency
 
-TTFT_TERMS = ("prefill_one_s", "prefill_batch_s", "weights_per_chunk_s", "constant", "kv_wait_s")
+TTFT_TERMS = ("prefill_one_s", "prefill_batch_s", "weights_per_chunk_s", "constant", "kv_wait_s", "burst_s",
+              "burst_unknown_share_s")
 """TTFT = sum of fitted coefficient x term (see `latency_terms`) + the unfitted terms of `predict_latency`.
-No per-collective latency term: a prompt's TP all-reduces are bandwidth-bound (`prefill_allreduce_s`,
+The two burst terms describe how a benchmark measured TTFT (the clients' first prompts queued behind each
+other in an idle engine: planner.serve_validate.Harness), not the engine: they are 0 in serve-plan's steady
+state, and their coefficients (about the prefill's own when the share is known) only take the burst out of
+the other terms' fit. No per-collective latency term: a prompt's TP all-reduces are bandwidth-bound (`prefill_allreduce_s`,
 unfitted). A fitted per-collective coefficient was an artefact: in each engine's data the count,
 2 x layers whenever tp > 1, names the model (qwen3-32b 128, llama-3.1-8b 64), so the fit used it as a
 per-model intercept -- 2,182 us per all-reduce for SGLang, 370 us for TensorRT-LLM, against ~10-30 us an
@@ -486,7 +490,8 @@ def expected_distinct_experts(experts: int, draws: float) -> float:
 def latency_terms(spec: ModelSpec, inst: Instance, *, hbm_bytes_per_s: float, peak_flops: float,
                   weight_format: str, kv_dtype: str, concurrency: float, input_len: int, output_len: int,
                   max_concurrency_: int, max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
-                  hop_s: float = 0.0, link_bytes_per_s: float = 0.0) -> dict[str, float]:
+                  hop_s: float = 0.0, link_bytes_per_s: float = 0.0, burst_fraction: float | None = 0.0,
+                  wait_steps: float = 0.0) -> dict[str, float]:
     """Physical terms of TTFT and TPOT for one instance at `concurrency` sequences (closed loop).
 
     Terms (seconds unless named otherwise), per GPU of one stage; pp stages run in sequence, so the
@@ -519,6 +524,16 @@ def latency_terms(spec: ModelSpec, inst: Instance, *, hbm_bytes_per_s: float, pe
       input_len x hidden x 2 B (bf16 activations) each, ring all-reduce moving 2 (t - 1) / t of it per GPU
       (Patarasuk & Yuan 2009; NCCL's busBw = algBw x 2(n-1)/n), t = attention-TP, over `link_bytes_per_s`;
       added unfitted to TTFT (0 when t = 1).
+    - burst_s: `burst_fraction` x the mean extra wait of a start burst (`start_burst_prompts`): a measurement
+      whose clients all send their first prompt at once into an idle engine, whose first prompts then queue
+      for prefill behind each other, `max_num_batched_tokens / input_len` (>= 1) per step; burst_fraction is
+      the share of the measured requests that were in that burst (1 / requests per client; 0 in steady
+      state, what serve-plan predicts).
+    - burst_unknown_share_s: the same burst wait when the share is not known (burst_fraction None): its
+      coefficient then carries the share (a parameter of the measurement, not of the engine); 0 otherwise.
+    - wait_steps: decode steps a new prompt waits by a configured scheduler delay (TensorRT-LLM batch waiting,
+      attention-DP balancing: `cost.serving` callers compute it); a count, added to TTFT as wait_steps x TPOT
+      (`predict_latency`). 0 with the engines' defaults.
     - kv_wait_s: when B exceeds what the KV pool holds (C = max_concurrency), only C run; in a closed
       loop each request then waits (B / C - 1) request lifetimes (Little's law: the cycle time is
       B / throughput = B x lifetime / C), lifetime ~ output_len x decode step. The other terms use
@@ -555,7 +570,10 @@ def latency_terms(spec: ModelSpec, inst: Instance, *, hbm_bytes_per_s: float, pe
     first_chunk = min(batched * input_len, max(max_num_batched_tokens, input_len))
     chunks = math.ceil(local * input_len / max_num_batched_tokens)
     wait = max(0.0, queued / concurrency - 1) * output_len * step
+    burst = prefill_one * start_burst_prompts(local, max(1.0, max_num_batched_tokens / input_len))
     return {
+        "burst_s": (burst_fraction or 0.0) * burst, "burst_unknown_share_s": burst if burst_fraction is None else 0.0,
+        "wait_steps": wait_steps,
         "decode_memory_s": decode_memory, "decode_compute_s": decode_compute,
         "collectives": collectives * pp, "constant": 1.0, "layer_steps": spec.num_hidden_layers,
         "prefill_interference_s": local / output_len * prefill_one,
@@ -577,6 +595,22 @@ def prefill_allreduce_s(spec: ModelSpec, inst: Instance, input_len: int, link_by
         return 0.0
     message = input_len * spec.hidden_size * 2
     return 2 * spec.num_hidden_layers * message * 2 * (t - 1) / t / link_bytes_per_s
+
+
+def start_burst_prompts(clients: float, per_step: float) -> float:
+    """Mean prefills a prompt of a start burst waits for beyond its own, in units of one prompt's prefill:
+    `clients` prompts arrive at once at an idle engine, which prefills `per_step` (>= 1) of them per step
+    (its per-step token budget / prompt length), each step taking `per_step` prefills' time; the prompt in
+    step k sees its first token after k steps. Mean over the burst: (clients + min(clients, per_step)) / 2
+    prefills (exact when per_step divides clients), less its own one prefill.
+
+    Source: hand arithmetic of first-come-first-served batches: steps n = clients / per_step, mean step index
+    (n + 1) / 2, times per_step prefills a step = (clients + per_step) / 2. Hand checks: 64 prompts, 8 a
+    step (8,192-token budget, 1,024-token prompts): (64 + 8) / 2 - 1 = 35 prefills; 8 prompts that fit one
+    step: 8 - 1 = 7 (all wait for the whole step); 1 prompt: 0."""
+    if clients <= 1:
+        return 0.0
+    return (clients + min(clients, per_step)) / 2 - 1
 
 
 def prompts_per_prefill(clients: float, prefill_s: float, decode_s: float) -> float:
@@ -657,14 +691,17 @@ def predict_latency(terms: dict[str, float], coefficients: dict[str, dict[str, f
     than reading its weights and KV once at the HBM peak (roofline, Williams et al. 2009); the fitted weight-read
     coefficients below 1 (routing skew of large batches, `expected_distinct_experts`) must not carry below it
     at small batches, where the distinct experts are exactly top_k per token."""
-    ttft = sum(coefficients["ttft"][t] * terms[t] * _unit(t) for t in TTFT_TERMS) + unfitted_s(terms, "ttft")
     tpot = sum(coefficients["tpot"][t] * terms[t] * _unit(t) for t in TPOT_TERMS) + unfitted_s(terms, "tpot")
-    return max(ttft, 0.0), max(tpot, terms["decode_memory_s"])
+    tpot = max(tpot, terms["decode_memory_s"])
+    ttft = sum(coefficients["ttft"][t] * terms[t] * _unit(t) for t in TTFT_TERMS) + unfitted_s(terms, "ttft", tpot)
+    return max(ttft, 0.0), tpot
 
 
-def unfitted_s(terms: dict[str, float], target: str) -> float:
+def unfitted_s(terms: dict[str, float], target: str, tpot_s: float = 0.0) -> float:
     """The physical terms `predict_latency` adds without a coefficient to `target` ("ttft" / "tpot"):
-    PP hops, the MoE exchange, and for TTFT the prefill's TP all-reduces. The fit regresses what is left."""
+    PP hops, the MoE exchange, and for TTFT the prefill's TP all-reduces and the configured scheduler delay
+    (`wait_steps` decode steps of `tpot_s` each). The fit regresses what is left."""
     if target == "ttft":
-        return terms["hop_s"] + terms["moe_exchange_prefill_s"] + terms["prefill_allreduce_s"]
+        return (terms["hop_s"] + terms["moe_exchange_prefill_s"] + terms["prefill_allreduce_s"]
+                + terms.get("wait_steps", 0.0) * tpot_s)
     return terms["hop_s"] + terms["moe_exchange_decode_s"]

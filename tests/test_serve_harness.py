@@ -1,0 +1,193 @@
+"""How the serving validation reads the measurements: each run once, the legacy TP x EP encoding, the
+campaign's harness (start burst, drawn lengths, TensorRT-LLM scheduler waits), the exact non-negative fit.
+Expected values are hand arithmetic written here, or rows of the reference file named by id."""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from planner import serve_validate as v
+from planner.cost import serving as sv
+
+ROOT = Path(__file__).resolve().parents[1]
+REFERENCE = ROOT / "tests/data/reference/serving_measurements.csv"
+
+
+def _rows() -> tuple[list[str], list[dict]]:
+    with REFERENCE.open(newline="") as handle:
+        reader = csv.DictReader(line for line in handle if not line.startswith("#"))
+        return list(reader.fieldnames), list(reader)
+
+
+def _write(path: Path, header: list[str], rows: list[dict]) -> Path:
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=header)
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+def _row(rows: list[dict], row_id: str) -> dict:
+    return next(r for r in rows if r["id"] == row_id)
+
+
+# ---------------------------------------------------------------- each measurement once
+
+def test_same_run_under_two_ids_counts_once(tmp_path):
+    header, rows = _rows()
+    first = rows[0]
+    twin = dict(first, id=first["id"] + "_refiled")
+    other = dict(first, id=first["id"] + "_rerun", silicon_ttft_ms=str(float(first["silicon_ttft_ms"]) + 1))
+    cases = v.load_cases(_write(tmp_path / "three.csv", header, [first, twin, other]))
+    assert [c.id for c in cases] == [first["id"], other["id"]]
+
+
+def test_reference_file_duplicates_are_dropped():
+    """The file files seven SGLang DeepSeek-R1 runs twice (2026_03_25 and 2026_04_06 ids; two of them differ in
+    the 17th digit of TPOT, a re-serialised float) and eight TensorRT-LLM ones twice, under the two layout
+    encodings: 745 rows, 730 runs."""
+    _, rows = _rows()
+    twins = [("2026_03_25_deepseek_r1_h200_sxm_sglang_fp8_agg_1024x1024_c64_tp8_0_ep1_0_256",
+              "2026_04_06_deepseek_r1_h200_sxm_sglang_fp8_agg_1024x1024_c64_tp8_ep1_100"),
+             ("2026_03_25_deepseek_r1_h200_sxm_sglang_fp8_agg_8192x1024_c8_tp8_0_ep1_0_314",
+              "2026_04_06_deepseek_r1_h200_sxm_sglang_fp8_agg_8192x1024_c8_tp8_ep1_81"),
+             ("2026_03_25_deepseek_r1_h200_sxm_trtllm_fp8_agg_1024x1024_c16_tp8_0_ep8_0_1257",
+              "2026_04_06_deepseek_r1_h200_sxm_trtllm_fp8_agg_1024x1024_c16_tp8_ep8_955")]
+    cases = {c.id for c in v.load_cases()}
+    assert len(rows) == 745 and len(cases) == 730
+    for kept, dropped in twins:
+        a, b = _row(rows, kept), _row(rows, dropped)
+        for key in ("silicon_ttft_ms", "silicon_tpot_ms"):
+            assert float(a[key]) == pytest.approx(float(b[key]), rel=1e-12)
+        assert kept in cases and dropped not in cases
+
+
+def test_runs_differing_in_the_ninth_digit_are_kept(tmp_path):
+    header, rows = _rows()
+    first = rows[0]
+    close = dict(first, id="close", silicon_tpot_ms=f"{float(first['silicon_tpot_ms']) * (1 + 1e-8):.17g}")
+    assert len(v.load_cases(_write(tmp_path / "two.csv", header, [first, close]))) == 2
+
+
+# ---------------------------------------------------------------- legacy TP x EP encoding
+
+def test_legacy_tp_times_ep_row_is_one_node(tmp_path):
+    header, rows = _rows()
+    legacy = _row(rows, "2026_04_06_deepseek_r1_h200_sxm_trtllm_fp8_agg_1024x1024_c16_tp8_ep8_955")
+    assert (legacy["tp_size"], legacy["moe_tp_size"], legacy["moe_ep_size"]) == ("64", "8", "8")
+    adp = dict(legacy, id="adp", tp_size="1", attention_dp_size="64", batch_size="4")
+    one, two = v.load_cases(_write(tmp_path / "legacy.csv", header, [legacy, adp]))
+    assert (one.inst.tp, one.inst.ep, one.inst.adp, one.inst.gpus, one.concurrency) == (8, 8, 1, 8, 16)
+    # attention DP 64 x batch 4 recorded for 8 groups of 32: 256 clients on 8 GPUs
+    assert (two.inst.tp, two.inst.ep, two.inst.adp, two.inst.gpus, two.concurrency) == (8, 8, 8, 8, 256)
+
+
+def test_legacy_rule_needs_both_factors_and_more_than_a_node():
+    assert v.legacy_tp_times_ep(64, 8, 8, node_gpus=8)
+    assert not v.legacy_tp_times_ep(8, 1, 8, node_gpus=8)      # tp 8 ep 8 on one node, the current encoding
+    assert not v.legacy_tp_times_ep(16, 2, 8, node_gpus=16)    # fits the scale-up domain: taken as written
+    assert not v.legacy_tp_times_ep(64, 8, 4, node_gpus=8)     # factors do not multiply to the count
+
+
+# ---------------------------------------------------------------- harness: burst, lengths, waits
+
+@pytest.mark.parametrize("clients, per_step, prefills", [
+    (64, 8, 35.0),    # 8 steps of 8: mean step 4.5 -> 36 prefills, less its own
+    (8, 8, 7.0),      # one step: each waits for the other 7
+    (5, 1, 2.0),      # one a step: mean position 3, less its own
+    (1, 8, 0.0),      # alone: no burst
+])
+def test_start_burst_prompts_hand_arithmetic(clients, per_step, prefills):
+    assert sv.start_burst_prompts(clients, per_step) == pytest.approx(prefills)
+
+
+def test_inferencex_ids_and_drawn_lengths():
+    """benchmark_serving.py draws lengths uniform over integers [int(0.8 L), L]: mean (819 + 1024) // 2."""
+    cases = v.load_cases()
+    dated = next(c for c in cases if c.id.startswith("2026_04_06_llama_3_1_70b"))
+    sweep = next(c for c in cases if c.id.startswith("qwen_qwen3_32b"))
+    assert v.harness_of(dated) is v.INFERENCEX and v.harness_of(sweep) is v.SWEEP
+    assert v.INFERENCEX.mean_length(1024) == 921 and v.INFERENCEX.mean_length(8192) == 7372
+    assert v.SWEEP.mean_length(1024) == 1024
+
+
+def _case(cases, **match):
+    return next(c for c in cases if all(getattr(c, k) == x for k, x in match.items())
+                and v.harness_of(c) is v.INFERENCEX)
+
+
+def test_trtllm_batch_wait_steps():
+    """InferenceX's TensorRT-LLM 70B 1k/1k below tp 8: max_num_tokens 1024 + 1024 + 200 = 2248, a prompt
+    waits until ceil(0.9 x 2248 / 921) = 3 prompts are in (2 more; one arrives every 921 / C steps) or 20 steps:
+    4 clients -> min(20, 460.5) = 20; 128 clients -> 2 x 921 / 128 = 14.39 steps. tp 8 and 1k/8k: none."""
+    cases = v.load_cases()
+    for clients, steps in ((4, 20.0), (128, 2 * 921 / 128)):
+        case = _case(cases, engine="trtllm", model="llama-3.1-70b", input_len=1024, output_len=1024,
+                     concurrency=clients, inst=sv.Instance(tp=4))
+        assert v.case_terms(case)["wait_steps"] == pytest.approx(steps)
+    tp8 = _case(cases, engine="trtllm", model="llama-3.1-70b", input_len=1024, output_len=1024, inst=sv.Instance(tp=8))
+    long_out = _case(cases, engine="trtllm", model="llama-3.1-70b", input_len=1024, output_len=8192)
+    assert v.case_terms(tp8)["wait_steps"] == v.case_terms(long_out)["wait_steps"] == 0
+
+
+def test_trtllm_attention_dp_balance_steps_and_budget():
+    """InferenceX's TensorRT-LLM DeepSeek-R1 with attention DP 8 at 128 clients, 1k/1k: a prompt waits for
+    the other 7 ranks to receive one (7 x 921 / 128 = 50.37 steps) under the 60-step timeout; the per-step
+    budget is (128 + 1024 + 64) rounded up to 64 = 1216 tokens: one 921-token prompt a step."""
+    cases = v.load_cases()
+    case = _case(cases, engine="trtllm", model="deepseek-v3", input_len=1024, output_len=1024, concurrency=128)
+    assert case.inst.adp == 8
+    assert v._launch(case, v.INFERENCEX, 921, 921) == (1216, v.TRTLLM_DSR1_FREE_FRACTION, pytest.approx(7 * 921 / 128))
+
+
+def test_wait_steps_add_predicted_tpot_to_ttft():
+    terms = {t: 0.0 for t in (*sv.TTFT_TERMS, *sv.TPOT_TERMS, "hop_s", "moe_exchange_prefill_s",
+                              "moe_exchange_decode_s", "prefill_allreduce_s")}
+    terms.update(decode_memory_s=0.010, wait_steps=20.0)
+    zero = {"ttft": {t: 0.0 for t in sv.TTFT_TERMS}, "tpot": {t: 0.0 for t in sv.TPOT_TERMS}}
+    ttft, tpot = sv.predict_latency(terms, zero)
+    assert tpot == pytest.approx(0.010) and ttft == pytest.approx(20 * 0.010)
+
+
+def test_steady_state_has_no_burst():
+    """serve-plan's question (no burst_fraction) carries neither burst term; a known share scales the wait,
+    an unknown one (None) moves it to its own term."""
+    spec = v._model("llama-3.1-8b")
+    kw = dict(hbm_bytes_per_s=3.35e12, peak_flops=989e12, weight_format="bf16", kv_dtype="bf16", concurrency=64,
+              input_len=1024, output_len=256, max_concurrency_=1000)
+    steady = sv.latency_terms(spec, sv.Instance(), **kw)
+    known = sv.latency_terms(spec, sv.Instance(), burst_fraction=0.1, **kw)
+    unknown = sv.latency_terms(spec, sv.Instance(), burst_fraction=None, **kw)
+    assert steady["burst_s"] == steady["burst_unknown_share_s"] == 0
+    wave = steady["prefill_one_s"] * sv.start_burst_prompts(64, 8)
+    assert known["burst_s"] == pytest.approx(0.1 * wave) and known["burst_unknown_share_s"] == 0
+    assert unknown["burst_unknown_share_s"] == pytest.approx(wave) and unknown["burst_s"] == 0
+
+
+# ---------------------------------------------------------------- exact non-negative least squares
+
+def test_nonnegative_lstsq_hand_example():
+    """min (x1 - 1)^2 + (x2 + 1)^2 + (x1 + x2 - 0.5)^2, x >= 0: x2 = 0 binds, then x1 = (1 + 0.5) / 2."""
+    a, b = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]), np.array([1.0, -1.0, 0.5])
+    assert v._nonnegative_lstsq(a, b) == pytest.approx([0.75, 0.0])
+
+
+def test_nonnegative_lstsq_meets_optimality_conditions():
+    """Karush-Kuhn-Tucker: x >= 0, gradient a^T(b - ax) <= 0, and = 0 where x > 0 -- on random problems,
+    whatever the columns' scale."""
+    rng = np.random.default_rng(7)
+    for _ in range(100):
+        a = rng.normal(size=(30, 6)) * rng.choice([1e-3, 1.0, 1e3], size=6)
+        b = rng.normal(size=30)
+        x = v._nonnegative_lstsq(a, b)
+        gradient = a.T @ (b - a @ x)
+        scale = np.abs(a).max(axis=0) * np.abs(b).max()
+        assert (x >= 0).all()
+        assert (gradient <= 1e-8 * scale).all()
+        assert np.abs(gradient[x > 0]).max(initial=0) <= 1e-8 * scale.max()
+        assert math.isfinite(float(x.sum()))
