@@ -1,0 +1,167 @@
+"""`planner check` of engine launches the way users write them (review leftovers of issues 10/11): vLLM's
+container image, a value after a switch, chunked prefill off with fewer batched tokens than the context.
+Expected behaviour from the engines' sources, cited per test."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from planner.check.engine_file import check_launch_file, reader_of
+from planner.errors import SpecError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _file(tmp_path: Path, text: str, name: str = "launch.sh") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def _errors(result: dict) -> list[str]:
+    return [v["rule"] for v in result["violations"] if v["severity"] == "error"]
+
+
+# ---------------------------------------------------------------- container images
+
+# vllm-project/vllm docs/deployment/docker.md (@02319794): the image's ENTRYPOINT is `vllm serve`
+# (docker/Dockerfile @dead20ba, target vllm-openai), so the words after the image are its arguments.
+DOCKER_VLLM = ("docker run --rm --gpus all \\\n"
+               "    -v ~/.cache/huggingface:/root/.cache/huggingface \\\n"
+               "    -p 8000:8000 \\\n"
+               "    vllm/vllm-openai:latest \\\n"
+               "    meta-llama/Llama-3.1-8B-Instruct --tensor-parallel-size 2 --max-model-len 8192\n")
+
+
+def test_docker_run_of_vllm_image_is_a_vllm_launch(tmp_path):
+    path = _file(tmp_path, DOCKER_VLLM)
+    from planner.check import vllm
+    assert reader_of(path) is vllm
+    result = check_launch_file(path, cluster="dgx-h100", gpus=2)
+    assert result["verdict"] == "pass" and result["model"] == "llama-3.1-8b"
+    assert result["launches"][0]["parallelism"]["tp"] == 2
+    assert result["launches"][0]["recomputed"]["max_model_len"] == 8192
+
+
+def test_docker_vllm_image_with_registry_and_model_flag_and_rules_apply(tmp_path):
+    """A registry host and a version tag are the same image; --model works as on `vllm serve` (moved to the
+    front); the rules still bind: tp 3 does not divide Llama-3.1-8B's 32 heads."""
+    path = _file(tmp_path, "docker run --gpus all docker.io/vllm/vllm-openai:v0.33.0 --model meta-llama/Llama-3.1-8B "
+                           "--tensor-parallel-size 3\n")
+    result = check_launch_file(path, cluster="dgx-h100", gpus=3)
+    assert _errors(result) == ["heads_divisible"]
+
+
+def test_docker_vllm_image_with_vllm_serve_repeated_is_bad_input(tmp_path):
+    """`vllm/vllm-openai vllm serve M`: the entrypoint runs `vllm serve vllm serve M` -> 'unrecognized arguments'."""
+    path = _file(tmp_path, "docker run --gpus all vllm/vllm-openai:latest vllm serve meta-llama/Llama-3.1-8B\n")
+    with pytest.raises(SpecError, match="entrypoint is already `vllm serve`"):
+        check_launch_file(path, cluster="dgx-h100", gpus=1)
+
+
+def test_docker_run_with_other_entrypoint_is_not_the_image_launch(tmp_path):
+    path = _file(tmp_path, "docker run --entrypoint bash vllm/vllm-openai:latest -c 'echo hi'\n")
+    with pytest.raises(SpecError, match="no `vllm serve` command line"):
+        check_launch_file(path, cluster="dgx-h100", gpus=1)
+
+
+def test_docker_run_of_sglang_image_is_an_sglang_launch(tmp_path):
+    """sgl-project/sglang docs/get_started/install.md (@010db98c), 'Method 3: Using docker', verbatim but the
+    token: the image runs the launcher named after it."""
+    path = _file(tmp_path, "docker run --gpus all \\\n    --shm-size 32g \\\n    -p 30000:30000 \\\n"
+                           "    -v ~/.cache/huggingface:/root/.cache/huggingface \\\n"
+                           "    --env \"HF_TOKEN=secret\" \\\n    --ipc=host \\\n    lmsysorg/sglang:latest \\\n"
+                           "    python3 -m sglang.launch_server --model-path meta-llama/Llama-3.1-8B-Instruct "
+                           "--host 0.0.0.0 --port 30000\n")
+    from planner.check import sglang
+    assert reader_of(path) is sglang
+    result = check_launch_file(path, cluster="dgx-h100", gpus=1)
+    assert result["verdict"] == "pass" and result["model"] == "llama-3.1-8b"
+
+
+# ---------------------------------------------------------------- stray positional words
+
+def test_enforce_eager_true_is_an_unrecognized_argument(tmp_path):
+    """--enforce-eager is a BooleanOptionalAction (vLLM 0.33.0 engine/arg_utils.py; --no-enforce-eager in the
+    recorded flag list): `true` is a second positional and `vllm serve` exits 2 'unrecognized arguments: true'
+    (its parser's one positional, model_tag, is the model). check fails it naming the word."""
+    path = _file(tmp_path, "vllm serve meta-llama/Llama-3.1-8B --enforce-eager true --max-model-len 8192\n")
+    result = check_launch_file(path, cluster="dgx-h100", gpus=1)
+    assert _errors(result) == ["unrecognized_argument"]
+    found = result["violations"][0]
+    assert "'unrecognized arguments: true'" in found["message"] and "--enforce-eager is a switch" in found["message"]
+    assert found["fix"].startswith("remove true")
+    run = subprocess.run([sys.executable, "-m", "planner", "check", str(path), "--cluster", "dgx-h100", "--gpus", "1"],
+                         capture_output=True, text=True, cwd=ROOT)
+    assert run.returncode == 1 and "unrecognized arguments: true" in " ".join(run.stdout.split())
+
+
+def test_enforce_eager_true_with_model_flag_is_read_with_the_right_model(tmp_path):
+    """`vllm serve --model M --enforce-eager true`: vLLM moves --model to the front (argparse_utils.py parse_args),
+    so `true` is again left over; the model is M, not 'true'."""
+    path = _file(tmp_path, "vllm serve --model meta-llama/Llama-3.1-8B --enforce-eager true --max-model-len 8192\n")
+    result = check_launch_file(path, cluster="dgx-h100", gpus=1)
+    assert result["model"] == "llama-3.1-8b" and _errors(result) == ["unrecognized_argument"]
+
+
+def test_switch_alone_passes(tmp_path):
+    path = _file(tmp_path, "vllm serve meta-llama/Llama-3.1-8B --enforce-eager --max-model-len 8192\n")
+    assert check_launch_file(path, cluster="dgx-h100", gpus=1)["verdict"] == "pass"
+
+
+def test_api_server_module_ignores_a_positional_model(tmp_path):
+    """`python -m vllm.entrypoints.openai.api_server M`: the module parses model_tag but serves args.model
+    (vLLM 0.33.0 entrypoints/launchers/api_server/entry.py; only cli/serve.py copies model_tag), default
+    Qwen/Qwen3-0.6B (config/model.py)."""
+    path = _file(tmp_path, "python -m vllm.entrypoints.openai.api_server meta-llama/Llama-3.1-8B --max-model-len 8192\n")
+    result = check_launch_file(path, cluster="dgx-h100", gpus=1)
+    assert _errors(result) == ["model_ignored"]
+    assert "Qwen/Qwen3-0.6B" in result["violations"][0]["message"]
+    good = _file(tmp_path, "python -m vllm.entrypoints.openai.api_server --model meta-llama/Llama-3.1-8B "
+                           "--max-model-len 8192\n", "good.sh")
+    assert check_launch_file(good, cluster="dgx-h100", gpus=1)["verdict"] == "pass"
+
+
+# ---------------------------------------------------------------- chunked prefill off
+
+@pytest.mark.parametrize("off", ["--no-enable-chunked-prefill", "--disable-chunked-prefill"])
+def test_chunked_prefill_off_needs_batched_tokens_of_max_model_len(tmp_path, off):
+    """vLLM 0.33.0 config/scheduler.py SchedulerConfig.verify_max_model_len: max_num_batched_tokens <
+    max_model_len and not enable_chunked_prefill -> ValueError at start-up. 4096 < 8192 here."""
+    path = _file(tmp_path, f"vllm serve meta-llama/Llama-3.1-8B {off} --max-num-batched-tokens 4096 "
+                           f"--max-model-len 8192\n")
+    result = check_launch_file(path, cluster="dgx-h100", gpus=1)
+    assert _errors(result) == ["batched_tokens_below_max_model_len"]
+    found = result["violations"][0]
+    assert "max_num_batched_tokens (4096) is smaller than max_model_len (8192)" in found["message"]
+    assert found["fix"].startswith("--max-num-batched-tokens 8192")
+
+
+def test_chunked_prefill_on_allows_fewer_batched_tokens(tmp_path):
+    path = _file(tmp_path, "vllm serve meta-llama/Llama-3.1-8B --enable-chunked-prefill --max-num-batched-tokens 4096 "
+                           "--max-model-len 8192\n")
+    assert check_launch_file(path, cluster="dgx-h100", gpus=1)["verdict"] == "pass"
+
+
+def test_chunked_prefill_off_unset_batched_tokens_become_max_model_len(tmp_path):
+    """Unset, vLLM raises max_num_batched_tokens to max(max_model_len, default) with chunked prefill off
+    (engine/arg_utils.py _set_default_max_num_seqs_and_batched_tokens_args): 32768 > the H100 default 8192,
+    so the activation peak is that of a 32,768-token pass."""
+    on = check_launch_file(_file(tmp_path, "vllm serve meta-llama/Llama-3.1-8B --max-model-len 32768\n", "on.sh"),
+                           cluster="dgx-h100", gpus=1)
+    off = check_launch_file(_file(tmp_path, "vllm serve meta-llama/Llama-3.1-8B --no-enable-chunked-prefill "
+                                            "--max-model-len 32768\n", "off.sh"), cluster="dgx-h100", gpus=1)
+    act = lambda r: r["launches"][0]["recomputed"]["memory_bytes"]["activations"]  # noqa: E731
+    assert off["verdict"] == "pass" and act(off) > act(on)
+
+
+def test_batched_tokens_below_max_num_seqs(tmp_path):
+    """verify_max_model_len: max_num_batched_tokens (128) must be >= max_num_seqs (256)."""
+    path = _file(tmp_path, "vllm serve meta-llama/Llama-3.1-8B --max-num-seqs 256 --max-num-batched-tokens 128 "
+                           "--max-model-len 8192\n")
+    result = check_launch_file(path, cluster="dgx-h100", gpus=1)
+    assert _errors(result) == ["batched_tokens_below_max_num_seqs"]
