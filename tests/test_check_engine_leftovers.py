@@ -165,3 +165,75 @@ def test_batched_tokens_below_max_num_seqs(tmp_path):
                            "--max-model-len 8192\n")
     result = check_launch_file(path, cluster="dgx-h100", gpus=1)
     assert _errors(result) == ["batched_tokens_below_max_num_seqs"]
+
+
+# ---------------------------------------------------------------- Hugging Face ids with release / quantization suffixes
+
+GIB = 2**30
+
+
+def _weights(result: dict) -> int:
+    return result["launches"][0]["recomputed"]["memory_bytes"]["weights"]
+
+
+def test_qwen_fp8_id_is_the_catalog_model_with_block_fp8_weights(tmp_path):
+    """Qwen/Qwen3-235B-A22B-FP8 (the id of the vLLM rows of serving_measurements.csv): Qwen's -FP8 releases are
+    'fine-grained fp8 quantization with block size of 128' (model card) -- one byte per weight: at tp 8 about
+    235e9 / 8 = 29.4e9 B of weights per GPU, half the bf16 release's (hand arithmetic, 2 B per weight)."""
+    fp8 = check_launch_file(_file(tmp_path, "vllm serve Qwen/Qwen3-235B-A22B-FP8 --tensor-parallel-size 8\n"),
+                            cluster="hgx-h200", gpus=8)
+    base = check_launch_file(_file(tmp_path, "vllm serve Qwen/Qwen3-235B-A22B --tensor-parallel-size 8\n", "b.sh"),
+                             cluster="hgx-h200", gpus=8)
+    assert fp8["verdict"] == "pass" and fp8["model"] == "qwen3-235b-a22b-fp8" and base["model"] == "qwen3-235b-a22b"
+    assert 29.0e9 < _weights(fp8) < 30.5e9 and 58.0e9 < _weights(base) < 60.5e9
+
+
+@pytest.mark.parametrize("ref, quant, fmt", [
+    ("Qwen/Qwen3-32B-AWQ", "gptq", "int4"),          # AWQ checkpoint: gptq is another family (vLLM _verify_quantization)
+    ("Qwen/Qwen3-235B-A22B-GPTQ-Int4", "awq", "int4"),
+    ("Qwen/Qwen3-30B-A3B-FP8", "awq", "fp8-block"),
+])
+def test_quantization_suffix_sets_the_checkpoint_format_and_is_checked_against_the_flag(tmp_path, ref, quant, fmt):
+    from planner.specs.hf_ids import lookup
+    assert lookup(ref).weight_format == fmt
+    ok = check_launch_file(_file(tmp_path, f"vllm serve {ref} --tensor-parallel-size 4\n"), cluster="hgx-h200", gpus=4)
+    assert ok["verdict"] == "pass"
+    bad = check_launch_file(_file(tmp_path, f"vllm serve {ref} --tensor-parallel-size 4 --quantization {quant}\n",
+                                  "bad.sh"), cluster="hgx-h200", gpus=4)
+    assert _errors(bad) == ["quantization_mismatch"]
+
+
+def test_int4_suffix_holds_a_quarter_of_bf16_weights_plus_scales(tmp_path):
+    """Qwen3-32B-AWQ: 4 bits + (16-bit scale + 4-bit zero) / 128 per quantized weight = 4.156 bits, a
+    quarter-and-a-bit of bf16's 16 (cost.serving WEIGHT_FORMATS int4); embeddings and LM head stay bf16.
+    So its weights lie between 1/4 and 1/3 of the bf16 release's."""
+    awq = check_launch_file(_file(tmp_path, "vllm serve Qwen/Qwen3-32B-AWQ\n"), cluster="hgx-h200", gpus=1)
+    bf16 = check_launch_file(_file(tmp_path, "vllm serve Qwen/Qwen3-32B\n", "b.sh"), cluster="hgx-h200", gpus=1)
+    assert bf16["verdict"] == "pass" and 0.25 < _weights(awq) / _weights(bf16) < 1 / 3
+
+
+def test_release_suffix_carries_its_context(tmp_path):
+    """Qwen3-235B-A22B-Instruct-2507: 'Context Length: 262,144 natively' (model card) against the base's
+    max_position_embeddings 40,960: --max-model-len 131072 passes on the 2507 release, fails on the base."""
+    line = "--tensor-parallel-size 8 --max-model-len 131072\n"
+    new = check_launch_file(_file(tmp_path, f"vllm serve Qwen/Qwen3-235B-A22B-Instruct-2507-FP8 {line}"),
+                            cluster="hgx-h200", gpus=8)
+    assert new["verdict"] == "pass" and new["model"] == "qwen3-235b-a22b-instruct-2507-fp8"
+    old = check_launch_file(_file(tmp_path, f"vllm serve Qwen/Qwen3-235B-A22B {line}", "old.sh"),
+                            cluster="hgx-h200", gpus=8)
+    assert "context_exceeds_model" in _errors(old)
+    from planner.specs.hf_ids import lookup
+    thinking = lookup("qwen/qwen3-30b-a3b-thinking-2507")
+    assert thinking.max_position_embeddings == 262144 and thinking.weight_format is None
+
+
+def test_sglang_reads_suffixed_ids_too(tmp_path):
+    result = check_launch_file(_file(tmp_path, "python -m sglang.launch_server --model-path Qwen/Qwen3-235B-A22B-FP8 "
+                                               "--tp 8\n"), cluster="hgx-h200", gpus=8)
+    assert result["verdict"] == "pass" and result["model"] == "qwen3-235b-a22b-fp8"
+
+
+def test_unknown_suffix_or_publisher_stays_bad_input():
+    from planner.specs.hf_ids import lookup
+    assert lookup("Qwen/Qwen3-235B-A22B-NVFP4") is None
+    assert lookup("someone/Qwen3-235B-A22B-FP8") is None

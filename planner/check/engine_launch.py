@@ -28,8 +28,6 @@ from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from pathlib import Path
 
-import yaml
-
 from planner.check import shell
 
 from planner.cost import serving as sv
@@ -471,16 +469,14 @@ def visible_gpus(command: Command, file: str) -> int | None:
 
 def resolve_model(ref: str | None, given: str | None, file: str, flag: str) -> ModelSpec:
     """The model a command serves: `check --model` when given, else its model path (a catalog name,
-    a local directory with config.json, or a Hugging Face id the catalog lists as `hf_id` or among
-    `hf_aliases`: checkpoints whose config.json has the same architecture fields, such as
-    meta-llama/Llama-3.1-70B-Instruct for Llama-3.1-70B. A suffix is not matched by rule: a
-    post-trained release may change the context (Qwen3-235B-A22B-Instruct-2507 is served at a 256K
-    context; the base's max_position_embeddings is 40,960), so an alias is listed only where the
-    configs are known to agree).
+    a local directory with config.json, or a Hugging Face id of a catalog model: its hf_id or hf_aliases,
+    or one with its publisher's release / quantization suffix, `planner.specs.hf_ids`:
+    Qwen/Qwen3-235B-A22B-FP8 is qwen3-235b-a22b with its block-scaled fp8 checkpoint).
 
     Raises:
         SpecError: neither resolves (exit 2), naming the option that supplies it.
     """
+    from planner.specs import hf_ids
     from planner.specs.model import CATALOG_DIR, load_model
 
     if given is not None:
@@ -489,13 +485,12 @@ def resolve_model(ref: str | None, given: str | None, file: str, flag: str) -> M
         raise SpecError(f"no model: give the model path or {flag}, or check --model", file=file, key=flag)
     if Path(ref).exists() or (CATALOG_DIR / f"{ref}.yaml").exists():
         return load_model(ref)
-    for path in sorted(CATALOG_DIR.glob("*.yaml")):
-        entry = yaml.safe_load(path.read_text())
-        ids = [entry.get("hf_id"), *(entry.get("hf_aliases") or ())]
-        if ref.lower() in (str(i).lower() for i in ids if i):
-            return load_model(path.stem)
+    found = hf_ids.lookup(ref)
+    if found is not None:
+        return found
     raise SpecError(f"model {ref!r} is neither a local directory with config.json, a catalog name, nor a "
-                    f"catalog model's Hugging Face id (hf_id or hf_aliases); give check --model NAME|PATH",
+                    f"catalog model's Hugging Face id (hf_id or hf_aliases, or with a release / quantization "
+                    f"suffix its publisher uses: planner.specs.hf_ids); give check --model NAME|PATH",
                     file=file, key=flag)
 
 
