@@ -237,3 +237,40 @@ def test_unknown_suffix_or_publisher_stays_bad_input():
     from planner.specs.hf_ids import lookup
     assert lookup("Qwen/Qwen3-235B-A22B-NVFP4") is None
     assert lookup("someone/Qwen3-235B-A22B-FP8") is None
+
+
+# ---------------------------------------------------------------- emitted max-model-len margin
+
+def _served(model: str, context: int, pools: list[int], given: bool = False, engine: str = "vllm"):
+    from planner.emit.engine_launch import served_length
+    data = {"request": {"model": model, "max_model_len": context, "max_model_len_given": given},
+            "deployment": {"mix": [{"longest_context": p} for p in pools]}}
+    return served_length(data, engine)[0]
+
+
+def test_emitted_max_model_len_rounds_up_to_a_power_of_two():
+    # 4,000 + 500 = 4,500 -> 8,192 (2^13), below Llama-3.1-70B's 131,072 and a pool of 400,000 tokens.
+    assert _served("llama-3.1-70b", 4500, [400_000]) == 8192
+    assert _served("llama-3.1-70b", 8192, [400_000]) == 8192      # already a power of two: unchanged
+
+
+def test_emitted_max_model_len_capped_by_the_model_and_the_pool():
+    # Qwen3-32B: max_position_embeddings 40,960 (models/qwen3-32b.yaml); 38,000 -> 65,536 > 40,960 -> 40,960.
+    assert _served("qwen3-32b", 38_000, [500_000]) == 40_960
+    # A pool that holds 14,000 tokens of one sequence: 12,000 -> 16,384 would not start; 14,000 is written.
+    assert _served("llama-3.1-8b", 12_000, [14_000, 90_000]) == 14_000
+    # Never below what was planned, and the user's own --max-model-len is kept as given.
+    assert _served("llama-3.1-8b", 12_000, [11_000]) == 12_000
+    assert _served("llama-3.1-8b", 5_000, [90_000], given=True) == 5_000
+
+
+def test_serve_plan_emit_writes_the_margin_and_says_why():
+    proc = subprocess.run([sys.executable, "-m", "planner", "serve-plan", "-m", "llama-3.1-8b", "-c", "dgx-h100",
+                           "--gpus", "1", "--input-len", "2000", "--output-len", "300", "--emit", "sglang"],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    assert "--context-length 4096" in proc.stdout and "# max-model-len 4096: input + output = 2,300" in proc.stdout
+    given = subprocess.run([sys.executable, "-m", "planner", "serve-plan", "-m", "llama-3.1-8b", "-c", "dgx-h100",
+                            "--gpus", "1", "--input-len", "2000", "--output-len", "300", "--max-model-len", "2500",
+                            "--emit", "vllm"], capture_output=True, text=True, cwd=ROOT)
+    assert given.returncode == 0 and "--max-model-len 2500" in given.stdout and "# max-model-len" not in given.stdout
