@@ -274,3 +274,37 @@ def test_serve_plan_emit_writes_the_margin_and_says_why():
                             "--gpus", "1", "--input-len", "2000", "--output-len", "300", "--max-model-len", "2500",
                             "--emit", "vllm"], capture_output=True, text=True, cwd=ROOT)
     assert given.returncode == 0 and "--max-model-len 2500" in given.stdout and "# max-model-len" not in given.stdout
+
+
+# ---------------------------------------------------------------- the id serve-plan --emit serves
+
+def _emit_words(*model_args: str) -> list[str]:
+    proc = subprocess.run([sys.executable, "-m", "planner", "serve-plan", *model_args, "-c", "dgx-h100", "--gpus", "1",
+                           "--input-len", "2000", "--output-len", "300", "--emit", "vllm"],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    line = next(line for line in proc.stdout.splitlines() if " vllm serve " in line)
+    return line.split()
+
+
+def test_emit_serves_the_instruct_release_of_a_catalog_model():
+    """models/llama-3.1-8b.yaml lists meta-llama/Llama-3.1-8B-Instruct in hf_aliases (same config.json); the
+    serving measurements were taken on it (serving_measurements.csv: 154 rows of meta-llama/Llama-3.1-8B-Instruct)."""
+    words = _emit_words("-m", "llama-3.1-8b")
+    assert words[words.index("serve") + 1] == "meta-llama/Llama-3.1-8B-Instruct"
+
+
+def test_emit_serves_the_id_given_as_the_model():
+    """The override: -m names the checkpoint to serve (the base id, or a suffixed release read through
+    planner.specs.hf_ids, costed in its own format)."""
+    words = _emit_words("-m", "meta-llama/Llama-3.1-8B")
+    assert words[words.index("serve") + 1] == "meta-llama/Llama-3.1-8B"
+
+
+def test_load_model_reads_hugging_face_ids():
+    from planner.specs.model import load_model
+    spec = load_model("Qwen/Qwen3-235B-A22B-FP8")
+    assert spec.name == "qwen3-235b-a22b-fp8" and spec.weight_format == "fp8-block"
+    assert load_model("meta-llama/Llama-3.1-70B-Instruct").name == "llama-3.1-70b"
+    with pytest.raises(SpecError):
+        load_model("nobody/NoSuchModel-7B")

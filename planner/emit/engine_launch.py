@@ -325,6 +325,10 @@ def common(flag: dict, worker: Worker, req: dict, fraction: float, weight_flags:
     return words
 
 
-def model_name(spec_hf_id: str | None, ref: str) -> str:
-    """What the command serves: the model's Hugging Face id where the catalog has one, else the reference given."""
-    return spec_hf_id or ref
+def model_name(spec, ref: str) -> str:
+    """What the command serves: the model's serving Hugging Face id (`planner.specs.hf_ids.serving_id`: the id
+    given as the model, else a catalog model's -Instruct release where it lists one, else its hf_id), else the
+    reference given (a local checkpoint's path)."""
+    from planner.specs.hf_ids import serving_id
+
+    return serving_id(spec) or ref

@@ -7,7 +7,8 @@ when it is such an id followed by a release suffix of its publisher's naming (`R
 release whose config.json changes only the fields listed) and / or a quantization suffix (`QUANTIZATIONS`:
 the `quantization_config` the publisher's quantized release carries), in that order
 (Qwen/Qwen3-235B-A22B-Instruct-2507-FP8). The result is the catalog model with those config.json fields
-replaced, named after the id (`qwen3-235b-a22b-instruct-2507-fp8`), its `hf_id` the id as given. The
+replaced, named after the id (`qwen3-235b-a22b-instruct-2507-fp8`), its `hf_id` the id as given (an alias
+keeps the catalog name, with the alias as its `hf_id`: what `serve-plan --emit` serves, `serving_id`). The
 suffixes are read only for the publishers whose naming they follow; any other id stays unknown (a local
 directory with the checkpoint's config.json is exact for every model).
 """
@@ -15,6 +16,7 @@ directory with the checkpoint's config.json is exact for every model).
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import yaml
 
@@ -46,6 +48,10 @@ copy: akash-network/awesome-akash@344abdb1 Qwen3-235B-A22B-Instruct-2507-FP8/REA
 pass --max-model-len 262144)."""
 
 
+GIVEN = "hf_id_given"
+"""`ModelSpec.extra` key set (True) on a model looked up by its Hugging Face id: that id is what is served."""
+
+
 def _catalog() -> dict[str, str]:
     """Every catalog hf_id and hf_alias, lower case -> the catalog name."""
     out = {}
@@ -65,6 +71,26 @@ def _strip(ref: str, suffixes: dict) -> tuple[str, str | None]:
     return ref, None
 
 
+def serving_id(spec: ModelSpec) -> str | None:
+    """The Hugging Face id `serve-plan --emit` names for a model: its own hf_id when it was given as an id
+    (`lookup` keeps it: an alias, a suffixed release), else for a catalog model the first of its `hf_aliases`
+    that is the publisher's post-trained `-Instruct` release (the same config.json, so the plan holds for it),
+    else its hf_id; None for a model without one (a local checkpoint: its path is served).
+
+    Why -Instruct: a served endpoint answers chat requests, which the post-trained release is made for, and the
+    serving measurements here were taken on it where one exists (tests/data/reference/serving_measurements.csv
+    model_path: meta-llama/Llama-3.1-8B-Instruct 154 rows, nvidia/Llama-3.1-8B-Instruct-FP8 13; Qwen/Qwen3-32B 259
+    and Qwen/Qwen3-235B-A22B-FP8 141 are Qwen3's post-trained releases, which carry no suffix; the
+    meta-llama/Llama-3.1-70B rows, 120, ran the base weights, the same shapes). Serve another checkpoint by
+    giving its id as the model (`-m meta-llama/Llama-3.1-70B`, `-m Qwen/Qwen3-235B-A22B-FP8`) or a local path."""
+    own = spec.extra.get("hf_id")
+    catalog = CATALOG_DIR / f"{spec.name}.yaml"
+    if own is None or GIVEN in spec.extra or not catalog.is_file():
+        return own
+    entry = yaml.safe_load(catalog.read_text())
+    return next((a for a in entry.get("hf_aliases") or () if str(a).endswith("-Instruct")), own)
+
+
 def lookup(ref: str) -> ModelSpec | None:
     """The catalog model a Hugging Face id names (module docstring), or None.
 
@@ -72,7 +98,8 @@ def lookup(ref: str) -> ModelSpec | None:
         SpecError: a quantization the suffix implies that the planner does not model (from `from_config`)."""
     catalog = _catalog()
     if ref.lower() in catalog:
-        return load_model(catalog[ref.lower()])
+        spec = load_model(catalog[ref.lower()])
+        return replace(spec, extra={**spec.extra, "hf_id": ref, GIVEN: True})
     owner = ref.split("/", 1)[0] if re.fullmatch(r"[\w.-]+/[\w.-]+", ref) else None
     publisher = next((p for p in QUANTIZATIONS.keys() | RELEASES.keys() if owner and p.lower() == owner.lower()), None)
     quantizations, releases = QUANTIZATIONS.get(publisher, {}), RELEASES.get(publisher, {})
@@ -89,4 +116,5 @@ def lookup(ref: str) -> ModelSpec | None:
     raw["source"] = (f"{raw.get('source', '')}; as {ref}: " + ", ".join(
         f"{k} {v}" for k, v in [*releases.get(release, {}).items(), *(
             [("quantization_config", quantizations[quant])] if quant else [])]) + " (planner.specs.hf_ids)")
-    return from_config(raw, name=ref.rsplit("/", 1)[-1].lower(), file=str(CATALOG_DIR / f"{name}.yaml"))
+    spec = from_config(raw, name=ref.rsplit("/", 1)[-1].lower(), file=str(CATALOG_DIR / f"{name}.yaml"))
+    return replace(spec, extra={**spec.extra, GIVEN: True})
