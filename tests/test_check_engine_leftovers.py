@@ -108,6 +108,15 @@ def test_enforce_eager_true_with_model_flag_is_read_with_the_right_model(tmp_pat
     assert result["model"] == "llama-3.1-8b" and _errors(result) == ["unrecognized_argument"]
 
 
+def test_shell_redirections_are_not_arguments(tmp_path):
+    """`> log 2>&1 < /dev/null` are applied by the shell, never passed to vLLM (POSIX shell 2.7 Redirection)."""
+    path = _file(tmp_path, "nohup vllm serve meta-llama/Llama-3.1-8B --max-model-len 8192 > vllm.log 2>&1 "
+                           "</dev/null &\nvllm serve meta-llama/Llama-3.1-8B --max-model-len 8192 --port 8001 "
+                           "2>>err.log | tee out.log\n")
+    result = check_launch_file(path, cluster="dgx-h100", gpus=8)
+    assert "unrecognized_argument" not in _errors(result)
+
+
 def test_switch_alone_passes(tmp_path):
     path = _file(tmp_path, "vllm serve meta-llama/Llama-3.1-8B --enforce-eager --max-model-len 8192\n")
     assert check_launch_file(path, cluster="dgx-h100", gpus=1)["verdict"] == "pass"

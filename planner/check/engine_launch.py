@@ -3,8 +3,9 @@ holds, split into flags, and the rules every launch must meet, with numbers and 
 engine's own flags.
 
 A file is an engine launch when one of its command lines starts an engine (`vllm serve`,
-`python -m vllm.entrypoints.openai.api_server`, `python -m sglang.launch_server`, `sglang serve`;
-a `.sh` / `.txt` / any text file; `#` comments and backslash continuations as in a shell), or
+`python -m vllm.entrypoints.openai.api_server`, `python -m sglang.launch_server`, `sglang serve`, or a
+`docker run` of an engine image whose entrypoint is one: `CONTAINER_RUN`, each reader's IMAGES;
+a `.sh` / `.txt` / any text file; `#` comments, backslash continuations and redirections as in a shell), or
 when it is a vLLM `--config` YAML (`planner.check.vllm.is_config`). Every launch of a file is
 checked; together they must fit the GPUs given (`check --gpus`, else the cluster's count). An
 environment prefix `CUDA_VISIBLE_DEVICES=0,1` gives the GPUs one launch sees.
@@ -252,6 +253,27 @@ def _segments(words: list[str]) -> list[list[str]]:
     return [segment for segment in out if segment]
 
 
+_REDIRECT = re.compile(r"(\d*|&)(>>?|<<?<?|>&|<&)(.*)")
+"""A shell redirection word: an optional descriptor (or `&`), the operator, and its target when written in the
+same word (`>log`, `2>&1`, `<<<text`); without one the next word is the target (POSIX shell, 2.7 Redirection)."""
+
+
+def _without_redirections(words: list[str]) -> list[str]:
+    """The words of a command without its redirections (`> vllm.log 2>&1 < /dev/null`): the shell applies them
+    and never passes them to the program, so they are no arguments of the engine."""
+    out, skip = [], False
+    for word in words:
+        if skip:
+            skip = False
+            continue
+        match = _REDIRECT.fullmatch(word)
+        if match is None:
+            out.append(word)
+        elif not match[3]:
+            skip = True
+    return out
+
+
 def _command(segment: list[str], variables: dict[str, str], line: int, launchers, aliases: dict[str, str],
              switches: frozenset[str], underscores: bool, known: frozenset[str],
              images: dict[str, tuple[str, ...]]) -> Command | None:
@@ -264,7 +286,7 @@ def _command(segment: list[str], variables: dict[str, str], line: int, launchers
             name, value = shell.ASSIGN.match(word).groups()
             variables[name] = shell.substitute(value, variables)
         return None
-    words = [f for raw in segment for f in shell.fields(shell.substitute(raw, variables), raw)]
+    words = _without_redirections([f for raw in segment for f in shell.fields(shell.substitute(raw, variables), raw)])
     image, doubled = None, None
     found = _container_launch(words, images)
     if found is not None:
