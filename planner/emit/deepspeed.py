@@ -13,11 +13,13 @@ Keys written -- exactly those `planner.check.deepspeed` reads back; names, defau
   (`planner.emit.megatron.RECIPES`, the table the Megatron emitter writes), else the values DeepSpeed runs
   with the section absent (`frameworks.deepspeed.OPTIMIZER_DEFAULTS`); the learning rate is the optimizer's
   default 1e-3 (the plan has none: set yours);
-- `gradient_clipping`: the family's published clip (RECIPES clip_grad), else DeepSpeed's default 1.0;
-- the ZeRO buckets the cost model charges, so that the JSON runs what was costed: `reduce_bucket_size` =
-  `cost.memory.BUCKET_ELEMENTS['deepspeed']` (the gradient bucket of every stage >= 1) and, at ZeRO-3,
-  `stage3_max_live_parameters` = `cost.memory.DEEPSPEED_LIVE_PARAMETERS`; at ZeRO-1/2 also
-  `allgather_bucket_size` at DeepSpeed's default (not a memory term of the cost model).
+- the gradient clip (KEY['grad_clip']): the family's published clip (RECIPES clip_grad), else
+  DeepSpeed's default 1.0;
+- the ZeRO buckets the cost model charges, so that the JSON runs what was costed: the gradient reduce bucket
+  (KEY['reduce_bucket']) = `cost.memory.BUCKET_ELEMENTS['deepspeed']` at every stage >= 1 and, at ZeRO-3, the
+  live-parameter window (KEY['zero3_live_parameters']) = `cost.memory.DEEPSPEED_LIVE_PARAMETERS`; at ZeRO-1/2
+  also the all-gather bucket (KEY['allgather_bucket']) at DeepSpeed's default (not a memory term of the cost
+  model).
 - the AutoTP size = tp when tp > 1 (`engine.py` `_configure_tensor_parallel_states` builds the
   (world // tp, tp) mesh, so dp = gpus / tp, and notes AutoTP + ZeRO-3 is supported for training).
 
@@ -88,7 +90,7 @@ def write(doc: dict) -> Emitted:
         _put(config, K[knob], value)
     model = load_model(doc["model"])
     _put(config, K["optimizer_params"], _optimizer_params(model, request["optimizer"]))
-    _put(config, K["gradient_clipping"], _clip(model))
+    _put(config, K["grad_clip"], _clip(model))
     _put_buckets(config, par["zero_stage"])
     if request.get("grad_reduce_dtype") not in (None, request["precision"]):
         _put(config, K["grad_reduce_dtype"], request["grad_reduce_dtype"])
@@ -127,8 +129,8 @@ def _optimizer_params(model, optimizer: str) -> dict:
 
 
 def _clip(model) -> float:
-    """`gradient_clipping`: the family's published clip_grad, else DeepSpeed's default."""
-    return float(_recipe_values(model).get("clip_grad", ds.DEFAULT["gradient_clipping"]))
+    """The gradient clip: the family's published clip_grad, else DeepSpeed's default."""
+    return float(_recipe_values(model).get("clip_grad", ds.DEFAULT["grad_clip"]))
 
 
 def _put_buckets(config: dict, stage: int) -> None:

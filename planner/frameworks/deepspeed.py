@@ -76,7 +76,7 @@ KEYS = (
     Key("reduce_bucket", "zero_optimization.reduce_bucket_size", 500_000_000),
     Key("allgather_bucket", "zero_optimization.allgather_bucket_size", 500_000_000),
     Key("zero3_live_parameters", "zero_optimization.stage3_max_live_parameters", 1_000_000_000),
-    Key("gradient_clipping", "gradient_clipping", 1.0),
+    Key("grad_clip", "gradient_clipping", 1.0),
     Key("optimizer_params", "optimizer.params"),
 )
 """Every DeepSpeed key the planner reads or writes (module docstring for sources)."""
