@@ -991,8 +991,9 @@ def serve_plan_cmd(
         from planner.emit import engine_launch
 
         text, verdict = engine_launch.checked(
-            {**data, "request": {**request, "model": model}}, _value(emit),
-            engine_launch.model_name(spec.extra.get("hf_id"), model), cluster, hw.gpus_per_node,
+            {**data, "request": {**request, "model": model, "max_model_len_given": max_model_len is not None}},
+            _value(emit),
+            engine_launch.model_name(spec, model), cluster, hw.gpus_per_node,
             spec.is_mla)
         report.show_serve_emitted(text, verdict, _value(emit))
         if verdict["verdict"] != "pass":

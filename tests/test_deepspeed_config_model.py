@@ -11,7 +11,7 @@ size is what DeepSpeed's engine hands it through `mpu.get_data_parallel_world_si
 stand-in `mpu` giving the layout's dp (tp ranks are model parallel, not data parallel).
 
 Run: `pip install -e '.[deepspeed]'` (CPU torch suffices; no GPU, no torch.distributed) then
-pytest this file. Last run, 2026-12-01: 14 passed, 3 skipped (llama-3.1-405b on 16,384 and
+pytest this file. Last run, 2026-12-02 (JSON with optimizer params, gradient_clipping, ZeRO buckets): 14 passed, 3 skipped (llama-3.1-405b on 16,384 and
 deepseek-v3 on 2,048 GPUs have no DeepSpeed-launchable layout that fits; ZeRO-3 with AutoTP is
 not one DeepSpeed runs) with deepspeed 0.19.8,
 torch 2.14.1 (from PyPI), pydantic 2.14.4, Python 3.11.7, no GPU. It found one gate fixture

@@ -124,7 +124,10 @@ def test_emit_dispatches_here():
 
 def test_known_text_bf16_adamw_autotp_offload():
     # By hand: train_batch_size = 128; micro = 2; gas = 128 / (2 x dp 8) = 8; tp 2 -> autotp 2;
-    # ZeRO-1 with the optimizer offloaded -> offload_optimizer device cpu; bf16; AdamW, no params.
+    # ZeRO-1 with the optimizer offloaded -> offload_optimizer device cpu; bf16; AdamW with Llama's
+    # published betas (0.9, 0.95), eps 1e-5, weight decay 0.1 and clip 1.0 (Llama 2 paper §2.2, restated
+    # for Llama 3 by emit.megatron.RECIPES), lr FusedAdam's default 1e-3 (deepspeed/ops/adam/fused_adam.py);
+    # ZeRO-1 buckets: reduce and all-gather 5e8 elements (deepspeed/runtime/zero/config.py defaults).
     emitted = write(_doc(offload=["optimizer"]))
     assert emitted.suffix == ".json" and emitted.framework == "deepspeed"
     assert emitted.deviations == ()
@@ -132,16 +135,21 @@ def test_known_text_bf16_adamw_autotp_offload():
         "train_batch_size": 128,
         "train_micro_batch_size_per_gpu": 2,
         "gradient_accumulation_steps": 8,
-        "zero_optimization": {"stage": 1, "offload_optimizer": {"device": "cpu"}},
+        "zero_optimization": {"stage": 1, "reduce_bucket_size": 500_000_000, "allgather_bucket_size": 500_000_000,
+                              "offload_optimizer": {"device": "cpu"}},
         "bf16": {"enabled": True},
-        "optimizer": {"type": "AdamW"},
+        "optimizer": {"type": "AdamW", "params": {"lr": 0.001, "betas": [0.9, 0.95], "eps": 1e-5,
+                                                  "weight_decay": 0.1}},
         "tensor_parallel": {"autotp_size": 2},
+        "gradient_clipping": 1.0,
     }
 
 
 def test_known_text_fp16_sgd_zero3_param_offload_no_tp(tmp_path):
     # By hand: dp 16 x tp 1 = 16 GPUs; micro 1, gas 128 / (1 x 16) = 8; no tensor_parallel section;
-    # ZeRO-3 with parameters and optimizer offloaded; fp16; torch.optim's "SGD" (case-sensitive).
+    # ZeRO-3 with parameters and optimizer offloaded; fp16; torch.optim's "SGD" (case-sensitive) with lr 1e-3
+    # (torch's default) and a momentum (the costed momentum buffer); ZeRO-3 buckets: reduce 5e8, live
+    # parameters 1e9 (zero/config.py defaults); clip 1.0 (Llama's published clip).
     doc = _doc(dp=16, tp=1, zero_stage=3, micro_batch_size=1, num_microbatches=8,
                offload=["parameters", "optimizer"], precision="fp16", optimizer="sgd")
     emitted, target = _read_back(doc, tmp_path)
@@ -149,12 +157,39 @@ def test_known_text_fp16_sgd_zero3_param_offload_no_tp(tmp_path):
         "train_batch_size": 128,
         "train_micro_batch_size_per_gpu": 1,
         "gradient_accumulation_steps": 8,
-        "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"},
+        "zero_optimization": {"stage": 3, "reduce_bucket_size": 500_000_000,
+                              "stage3_max_live_parameters": 1_000_000_000, "offload_optimizer": {"device": "cpu"},
                               "offload_param": {"device": "cpu"}},
         "fp16": {"enabled": True},
-        "optimizer": {"type": "SGD"},
+        "optimizer": {"type": "SGD", "params": {"lr": 0.001, "momentum": 0.9}},
+        "gradient_clipping": 1.0,
     }
     _assert_layout(doc, target, offload=frozenset({"optimizer", "parameters"}))
+
+
+def test_buckets_written_are_the_cost_models_and_deepspeeds_defaults():
+    """The gradient bucket the memory model charges (cost.memory.BUCKET_ELEMENTS) and ZeRO-3's live-parameter
+    window (DEEPSPEED_LIVE_PARAMETERS) are what the JSON states; both equal DeepSpeed's defaults at edaa722
+    (zero/config.py: reduce_bucket_size pp_int(5e8), max_live_parameters pp_int(1e9))."""
+    from planner.cost import memory
+    for stage in (1, 2, 3):
+        zero = json.loads(write(_doc(zero_stage=stage)).text)["zero_optimization"]
+        assert zero["reduce_bucket_size"] == memory.BUCKET_ELEMENTS["deepspeed"] == 500_000_000
+        assert zero.get("stage3_max_live_parameters") == (memory.DEEPSPEED_LIVE_PARAMETERS if stage == 3 else None)
+    assert memory.DEEPSPEED_LIVE_PARAMETERS == 1_000_000_000
+    assert "reduce_bucket_size" not in json.loads(write(_doc(zero_stage=0)).text).get("zero_optimization", {})
+
+
+def test_family_without_recipe_gets_deepspeeds_own_defaults():
+    """Mixtral has no RECIPES entry: AdamW params are FusedAdam's defaults (lr 1e-3, betas (0.9, 0.999), eps 1e-8,
+    weight_decay 0) and the clip DeepSpeed's GRADIENT_CLIPPING_DEFAULT 1.0 (runtime/constants.py @edaa722)."""
+    from planner.emit.deepspeed import _clip, _optimizer_params
+    model = load_model("mixtral-8x7b")
+    assert _optimizer_params(model, "adamw") == {"lr": 1e-3, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.0}
+    assert _clip(model) == 1.0
+    # DeepSeek-V3 publishes betas (0.9, 0.95), weight decay 0.1, clip 1.0 (arXiv:2412.19437 §4.2), no epsilon.
+    ds3 = _optimizer_params(load_model("deepseek-v3"), "adamw")
+    assert ds3 == {"lr": 1e-3, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.1}
 
 
 # ---------------------------------------------------------------- (3) deviations

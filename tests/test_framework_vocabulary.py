@@ -30,10 +30,10 @@ PLANNER_OPTIONS_SHARED = {"--global-batch-size", "--micro-batch-size", "--optimi
 `plan --optimizer`): a grep cannot tell the two apart, so they are not scanned (their Megatron use
 goes through the table all the same)."""
 
-DEEPSPEED_SHARED = {"bf16", "bfloat16", "fp16", "optimizer", "type", "stage", "enabled", "device",
+DEEPSPEED_SHARED = {"bf16", "bfloat16", "fp16", "optimizer", "type", "stage", "enabled", "device", "params",
                     "tp", "tp_size", "tensor_parallel", "expert_parallel", "data_parallel_size"}
 """DeepSpeed key segments that are also the planner's own terms (bf16, optimizer, stage), torch or
-JSON words (type, device, enabled), other frameworks' names (vLLM tp_size, Megatron's
+JSON words (type, device, enabled, params), other frameworks' names (vLLM tp_size, Megatron's
 data_parallel_size argument, its `tensor_parallel/` package) or planner function names
 (`strategies.tensor_parallel`, `expert_parallel`): not scanned."""
 
@@ -45,7 +45,7 @@ ELSEWHERE = {
     "planner/placement/layout.py": {"--num-layers-per-virtual-pipeline-stage", "--recompute-granularity"},
     "planner/search/ilp.py": {"--recompute-granularity"},
     "planner/cost/memory.py": {"offload_param", "pipeline_parallel_microbatches",
-                               "stage3_prefetch_bucket_size"},
+                               "stage3_prefetch_bucket_size", "reduce_bucket_size", "stage3_max_live_parameters"},
     "planner/cost/activations.py": {"selective_ac_option", "--hidden-dropout", "--attention-dropout"},
     "planner/placement/precision.py": {"mixed_precision_param", "--make-vocab-size-divisible-by"},
     "planner/validate_training.py": {"activation_checkpointing"},

@@ -3,8 +3,9 @@ holds, split into flags, and the rules every launch must meet, with numbers and 
 engine's own flags.
 
 A file is an engine launch when one of its command lines starts an engine (`vllm serve`,
-`python -m vllm.entrypoints.openai.api_server`, `python -m sglang.launch_server`, `sglang serve`;
-a `.sh` / `.txt` / any text file; `#` comments and backslash continuations as in a shell), or
+`python -m vllm.entrypoints.openai.api_server`, `python -m sglang.launch_server`, `sglang serve`, or a
+`docker run` of an engine image whose entrypoint is one: `CONTAINER_RUN`, each reader's IMAGES;
+a `.sh` / `.txt` / any text file; `#` comments, backslash continuations and redirections as in a shell), or
 when it is a vLLM `--config` YAML (`planner.check.vllm.is_config`). Every launch of a file is
 checked; together they must fit the GPUs given (`check --gpus`, else the cluster's count). An
 environment prefix `CUDA_VISIBLE_DEVICES=0,1` gives the GPUs one launch sees.
@@ -27,8 +28,6 @@ import shlex
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from pathlib import Path
-
-import yaml
 
 from planner.check import shell
 
@@ -57,6 +56,15 @@ class Command:
     """--flag (canonical spelling) -> its value (True for a switch); the last given wins."""
     spelled: dict[str, str] = field(default_factory=dict)
     """Canonical flag -> how the command spelled it."""
+    launcher: tuple[str, ...] = ()
+    """The launcher that starts the engine (`("vllm", "serve")`, `("vllm.entrypoints.openai.api_server",)`): the
+    one the command names, or the entrypoint of the container image it runs (`IMAGE_ENTRYPOINTS`)."""
+    image: str | None = None
+    """The container image the command runs (`docker run ... IMAGE ARGS`), or None."""
+    after_switch: dict[str, str] = field(default_factory=dict)
+    """A positional word -> the switch (a flag that takes no value) it follows (`--enforce-eager true`)."""
+    doubled: tuple[str, ...] | None = None
+    """A launcher written again after a container image whose ENTRYPOINT is one (`vllm/vllm-openai vllm serve`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -125,13 +133,55 @@ def logical_lines(text: str) -> list[tuple[int, str]]:
 def find_launcher(words: list[str], launchers: tuple[tuple[str, ...], ...]) -> int | None:
     """Index just past the launcher words (`vllm serve`, `-m sglang.launch_server`, `vllm-router`), or
     None. A one-word launcher with a dot is a module (`python -m` it), without one a program."""
+    found = _launcher_at(words, launchers)
+    return None if found is None else found[0]
+
+
+def _launcher_at(words: list[str], launchers) -> tuple[int, tuple[str, ...]] | None:
+    """(index just past the launcher words, the launcher) of `find_launcher`, or None."""
     for i, word in enumerate(words):
         base = word.rsplit("/", 1)[-1]
         for launcher in launchers:
             if len(launcher) == 1 and base == launcher[0] and ("." not in base or i and words[i - 1] == "-m"):
-                return i + 1
+                return i + 1, launcher
             if len(launcher) == 2 and base == launcher[0] and words[i + 1:i + 2] == [launcher[1]]:
-                return i + 2
+                return i + 2, launcher
+    return None
+
+
+CONTAINER_RUN = (("docker", "run"), ("podman", "run"), ("nerdctl", "run"))
+"""Commands that start a container: `docker run [OPTIONS] IMAGE [ARGS...]`; the words after the image are
+appended to the image's ENTRYPOINT (Docker reference, `docker run`: 'ARGS ... override CMD'; an ENTRYPOINT
+in exec form receives them as arguments)."""
+
+
+def image_name(word: str) -> str:
+    """An image reference without its registry host, tag and digest (`docker.io/vllm/vllm-openai:v0.33.0`
+    -> `vllm/vllm-openai`): a first path part with a dot or colon, or `localhost`, is a registry host
+    (Docker's reference grammar, distribution/reference)."""
+    name = word.split("@", 1)[0]
+    last = name.rsplit("/", 1)
+    if ":" in last[-1]:
+        name = name[:len(name) - len(last[-1])] + last[-1].split(":", 1)[0]
+    parts = name.split("/")
+    if len(parts) > 2 and ("." in parts[0] or ":" in parts[0] or parts[0] == "localhost"):
+        parts = parts[1:]
+    return "/".join(parts)
+
+
+def _container_launch(words: list[str], images: dict[str, tuple[str, ...]]):
+    """(index of the image's first argument, the image's entrypoint launcher, the image) of a `docker run`
+    command whose image is one of `images` (image name -> its ENTRYPOINT as a launcher), or None. An
+    `--entrypoint` option replaces the image's: the command is then read as any other."""
+    for i in range(len(words) - 1):
+        if tuple(w.rsplit("/", 1)[-1] for w in words[i:i + 2]) not in CONTAINER_RUN:
+            continue
+        options = words[i + 2:]
+        if any(w == "--entrypoint" or w.startswith("--entrypoint=") for w in options):
+            return None
+        for j, word in enumerate(options):
+            if image_name(word) in images:
+                return i + 3 + j, images[image_name(word)], word
     return None
 
 
@@ -161,9 +211,11 @@ def prefix_matches(name: str, known: frozenset[str]) -> list[str]:
 
 
 def split_commands(text: str, file: str, launchers, aliases: dict[str, str],
-                   switches: frozenset[str], underscores: bool, known: frozenset[str]) -> list[Command]:
-    """Every command line of `text` that starts an engine (`launchers`), split into flags; a flag
-    the command abbreviates is read as the flag it stands for (`option`; `known`: every option
+                   switches: frozenset[str], underscores: bool, known: frozenset[str],
+                   images: dict[str, tuple[str, ...]] | None = None) -> list[Command]:
+    """Every command line of `text` that starts an engine (`launchers`, or a `docker run` of one of the
+    engine's `images`: image name -> its ENTRYPOINT, the words after the image its arguments), split into
+    flags; a flag the command abbreviates is read as the flag it stands for (`option`; `known`: every option
     string of the engine's parser).
 
     Raises:
@@ -176,7 +228,8 @@ def split_commands(text: str, file: str, launchers, aliases: dict[str, str],
         except ValueError as exc:
             raise SpecError(f"shell syntax error: {exc}", file=file, key=f"line {line}") from None
         for segment in _segments(words):
-            command = _command(segment, variables, line, launchers, aliases, switches, underscores, known)
+            command = _command(segment, variables, line, launchers, aliases, switches, underscores, known,
+                               images or {})
             if command is not None:
                 out.append(command)
     return out
@@ -200,8 +253,30 @@ def _segments(words: list[str]) -> list[list[str]]:
     return [segment for segment in out if segment]
 
 
+_REDIRECT = re.compile(r"(\d*|&)(>>?|<<?<?|>&|<&)(.*)")
+"""A shell redirection word: an optional descriptor (or `&`), the operator, and its target when written in the
+same word (`>log`, `2>&1`, `<<<text`); without one the next word is the target (POSIX shell, 2.7 Redirection)."""
+
+
+def _without_redirections(words: list[str]) -> list[str]:
+    """The words of a command without its redirections (`> vllm.log 2>&1 < /dev/null`): the shell applies them
+    and never passes them to the program, so they are no arguments of the engine."""
+    out, skip = [], False
+    for word in words:
+        if skip:
+            skip = False
+            continue
+        match = _REDIRECT.fullmatch(word)
+        if match is None:
+            out.append(word)
+        elif not match[3]:
+            skip = True
+    return out
+
+
 def _command(segment: list[str], variables: dict[str, str], line: int, launchers, aliases: dict[str, str],
-             switches: frozenset[str], underscores: bool, known: frozenset[str]) -> Command | None:
+             switches: frozenset[str], underscores: bool, known: frozenset[str],
+             images: dict[str, tuple[str, ...]]) -> Command | None:
     """One shell command's Command, its `$VAR` words expanded from the script's earlier assignments
     (`planner.check.shell`, as the Megatron reader does); a command of assignments only (`export` or not)
     sets them and is None, as is any command that starts no engine."""
@@ -211,31 +286,45 @@ def _command(segment: list[str], variables: dict[str, str], line: int, launchers
             name, value = shell.ASSIGN.match(word).groups()
             variables[name] = shell.substitute(value, variables)
         return None
-    words = [f for raw in segment for f in shell.fields(shell.substitute(raw, variables), raw)]
-    at = find_launcher(words, launchers)
-    if at is None:
-        return None
+    words = _without_redirections([f for raw in segment for f in shell.fields(shell.substitute(raw, variables), raw)])
+    image, doubled = None, None
+    found = _container_launch(words, images)
+    if found is not None:
+        at, launcher, image = found
+        again = _launcher_at(words[at:], launchers)
+        doubled = again[1] if again is not None else None
+    else:
+        found = _launcher_at(words, launchers)
+        if found is None:
+            return None
+        at, launcher = found
     env = dict(w.split("=", 1) for w in words[:at] if re.fullmatch(r"[A-Za-z_]\w*=.*", w))
-    flags, spelled, positional = {}, {}, []
-    i = at
+    flags, spelled, positional, after_switch = {}, {}, [], {}
+    i, last_switch = at, None
     while i < len(words):
         word = words[i]
         i += 1
         if not word.startswith("-") or word == "-":
             positional.append(word)
+            if last_switch is not None:
+                after_switch.setdefault(word, last_switch)
+            last_switch = None
             continue
         name, eq, value = word.partition("=")
         if underscores and name.startswith("--"):
             name = "--" + name[2:].replace("_", "-")
         canonical = option(name, known, aliases)
+        last_switch = None
         if not eq:
             if canonical in switches or i >= len(words) or words[i].startswith("--"):
                 value = True
+                last_switch = name if canonical in switches else None
             else:
                 value, i = words[i], i + 1
         flags[canonical] = value
         spelled[canonical] = name
-    return Command(line=line, env=env, positional=positional, flags=flags, spelled=spelled)
+    return Command(line=line, env=env, positional=positional, flags=flags, spelled=spelled, launcher=launcher,
+                   image=image, after_switch=after_switch, doubled=doubled)
 
 
 def unknown_flags(command: Command, known: frozenset[str], engine: str, version: str) -> list[Violation]:
@@ -402,16 +491,14 @@ def visible_gpus(command: Command, file: str) -> int | None:
 
 def resolve_model(ref: str | None, given: str | None, file: str, flag: str) -> ModelSpec:
     """The model a command serves: `check --model` when given, else its model path (a catalog name,
-    a local directory with config.json, or a Hugging Face id the catalog lists as `hf_id` or among
-    `hf_aliases`: checkpoints whose config.json has the same architecture fields, such as
-    meta-llama/Llama-3.1-70B-Instruct for Llama-3.1-70B. A suffix is not matched by rule: a
-    post-trained release may change the context (Qwen3-235B-A22B-Instruct-2507 is served at a 256K
-    context; the base's max_position_embeddings is 40,960), so an alias is listed only where the
-    configs are known to agree).
+    a local directory with config.json, or a Hugging Face id of a catalog model: its hf_id or hf_aliases,
+    or one with its publisher's release / quantization suffix, `planner.specs.hf_ids`:
+    Qwen/Qwen3-235B-A22B-FP8 is qwen3-235b-a22b with its block-scaled fp8 checkpoint).
 
     Raises:
         SpecError: neither resolves (exit 2), naming the option that supplies it.
     """
+    from planner.specs import hf_ids
     from planner.specs.model import CATALOG_DIR, load_model
 
     if given is not None:
@@ -420,13 +507,12 @@ def resolve_model(ref: str | None, given: str | None, file: str, flag: str) -> M
         raise SpecError(f"no model: give the model path or {flag}, or check --model", file=file, key=flag)
     if Path(ref).exists() or (CATALOG_DIR / f"{ref}.yaml").exists():
         return load_model(ref)
-    for path in sorted(CATALOG_DIR.glob("*.yaml")):
-        entry = yaml.safe_load(path.read_text())
-        ids = [entry.get("hf_id"), *(entry.get("hf_aliases") or ())]
-        if ref.lower() in (str(i).lower() for i in ids if i):
-            return load_model(path.stem)
+    found = hf_ids.lookup(ref)
+    if found is not None:
+        return found
     raise SpecError(f"model {ref!r} is neither a local directory with config.json, a catalog name, nor a "
-                    f"catalog model's Hugging Face id (hf_id or hf_aliases); give check --model NAME|PATH",
+                    f"catalog model's Hugging Face id (hf_id or hf_aliases, or with a release / quantization "
+                    f"suffix its publisher uses: planner.specs.hf_ids); give check --model NAME|PATH",
                     file=file, key=flag)
 
 

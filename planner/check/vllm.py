@@ -30,7 +30,8 @@ VOCABULARY = v
 """The flag table this reader reads."""
 KIND_COMMAND = "vllm-command"
 KIND_CONFIG = "vllm-config"
-_LAUNCH = re.compile(r"(?<![\w.-])(vllm\s+serve|vllm\.entrypoints\.openai\.api_server)(?![\w.-])")
+_LAUNCH = re.compile(r"(?<![\w.-])(vllm\s+serve|vllm\.entrypoints\.openai\.api_server)(?![\w.-])"
+                     r"|(?<![\w.-])vllm/vllm-openai(?![\w.-]|/)")
 
 
 def looks_like(text: str) -> bool:
@@ -80,9 +81,14 @@ def commands(path: Path, text: str, mapping: dict | None) -> tuple[str, list[el.
         return KIND_CONFIG, [el.Command(line=1, env={}, positional=[], flags=flags,
                                         spelled={f: f for f in flags})]
     found = el.split_commands(text, file, v.LAUNCHERS, v.ALIASES, v.SWITCHES, underscores=True,
-                                known=v.ALL_FLAGS)
+                              known=v.ALL_FLAGS, images=v.IMAGES)
     out = []
     for command in found:
+        if command.doubled:
+            raise SpecError(f"the image {command.image}'s entrypoint is already `vllm serve`: the words after the image "
+                            f"are its arguments, so `{' '.join(command.doubled)}` again makes vLLM exit 'unrecognized "
+                            f"arguments' (vllm-project/vllm docker/Dockerfile: ENTRYPOINT [\"vllm\", \"serve\"]); write "
+                            f"the model and the flags right after the image", file=file, key=f"line {command.line}")
         config = command.flags.get(v.CONFIG)
         if isinstance(config, str):
             from planner.specs import files
@@ -102,8 +108,55 @@ def commands(path: Path, text: str, mapping: dict | None) -> tuple[str, list[el.
 
 
 def model_ref(command: el.Command) -> str | None:
-    value = command.positional[0] if command.positional else command.flags.get(v.FLAG["model"])
+    """The model a command means: its model flag, else its first positional word (what `vllm serve` reads:
+    it moves `--model M` to the front as its positional model_tag; the api_server module ignores a
+    positional word, `stray_arguments` says so)."""
+    value = command.flags.get(v.FLAG["model"])
+    if not isinstance(value, str) and command.positional:
+        value = command.positional[0]
     return value if isinstance(value, str) else None
+
+
+def stray_arguments(command: el.Command) -> list[Violation]:
+    """Positional words vLLM's parser does not take. Its launch parser has one positional argument, the
+    model (`model_tag`, nargs '?': vLLM 0.33.0 `vllm/entrypoints/common/cli_args.py` make_arg_parser), and
+    `vllm serve` moves `--model M` to the front as that positional (`vllm/utils/argparse_utils.py`
+    FlexibleArgumentParser.parse_args), so with `vllm serve` every word past the model is left over and
+    argparse exits 2 'unrecognized arguments: WORD' (rule unrecognized_argument, an error like an unknown
+    flag). A word after a switch is the usual cause: `--enforce-eager true` -- the switch takes no value
+    (BooleanOptionalAction, `--no-enforce-eager` its negation). The module `python -m
+    vllm.entrypoints.openai.api_server` parses the same positional but never reads it
+    (`vllm/entrypoints/launchers/api_server/entry.py` main passes args.model, default Qwen/Qwen3-0.6B; only
+    `vllm/entrypoints/cli/serve.py` copies model_tag into model): rule model_ignored (error) when it is the
+    only model named, a warning when --model names one."""
+    model_flag, words = v.FLAG["model"], command.positional
+    serve = command.launcher == v.LAUNCHERS[0]
+    has_flag = isinstance(command.flags.get(model_flag), str)
+    out = []
+    if not serve and words:
+        first = words[0]
+        out.append(Violation(
+            rule="model_ignored", severity="warning" if has_flag else "error",
+            message=f"python -m {v.LAUNCHERS[1][0]} ignores the positional word {first!r} (only `vllm serve` reads "
+                    f"a positional model); it serves {model_flag} "
+                    + (f"{command.flags[model_flag]}" if has_flag else f"(absent: {v.DEFAULT_MODEL}, vLLM's default)")
+                    + f" ({v.VERSION} entrypoints/launchers/api_server/entry.py)",
+            fix=f"remove {first}" if has_flag else f"{model_flag} {first}, or `vllm serve {first}`"))
+        words = words[1:]
+    elif serve:
+        words = words if has_flag else words[1:]
+    for word in words:
+        switch = command.after_switch.get(word)
+        why = f"{switch} is a switch and takes no value, so {word!r} is read as a positional argument; " if switch else ""
+        negation = f"--no-{switch[2:]}" if switch and f"--no-{switch[2:]}" in v.ALL_FLAGS else None
+        out.append(Violation(
+            rule="unrecognized_argument",
+            message=f"{why}vLLM's argument parser exits with 'unrecognized arguments: {word}' (its only positional "
+                    f"argument is the model{', already given' if serve else ''}; {v.VERSION} "
+                    f"entrypoints/common/cli_args.py make_arg_parser)",
+            fix=f"remove {word}" + (f" ({switch} alone turns it on" + (f", {negation} off)" if negation else ")")
+                                     if switch else "")))
+    return out
 
 
 HUMAN_INT = {**{k: (10**e, True) for k, e in (("k", 3), ("m", 6), ("g", 9), ("t", 12))},
@@ -138,7 +191,7 @@ def launch(command: el.Command, spec: ModelSpec, hw: ClusterSpec, file: str) -> 
     pp = el.integer(command, f["pp"], 1, file)
     dp = el.integer(command, f["dp"], 1, file)
     ep_on = flags.get(f["ep"]) is True and f["ep_off"] not in flags
-    findings = el.unknown_flags(command, v.ALL_FLAGS, "vLLM", v.VERSION)
+    findings = el.unknown_flags(command, v.ALL_FLAGS, "vLLM", v.VERSION) + stray_arguments(command)
     weights, mismatch = el.weight_format(command, f["quantization"], v.QUANTIZATION, spec, file, "vLLM")
     findings += mismatch or _quantization_source(command, spec)
     if ep_on and not spec.is_moe:
@@ -159,16 +212,19 @@ def launch(command: el.Command, spec: ModelSpec, hw: ClusterSpec, file: str) -> 
         replicas = 1
     else:
         inst, replicas = sv.Instance(tp=tp, pp=pp), dp
-    batched, seqs = v.default_batch(hw.gpu.memory_gib, hw.gpu.name)
     max_model_len = el.human_integer(command, f["max_model_len"], engine_context_length(spec, v.ENGINE), file,
                                      HUMAN_INT, auto=True)
+    length = engine_context_length(spec, v.ENGINE) if max_model_len == -1 else max_model_len
+    seqs = el.integer(command, f["max_num_seqs"], None, file)
+    batched, batch_findings = _batched_tokens(command, hw, length, seqs, file)
+    findings += batch_findings
     return el.Launch(
         engine=v.ENGINE, line=command.line, inst=inst, replicas=replicas,
         fraction=el.fraction(command, f["fraction"], v.DEFAULT_FRACTION, file),
-        max_model_len=engine_context_length(spec, v.ENGINE) if max_model_len == -1 else max_model_len,
+        max_model_len=length,
         fit_max_model_len=max_model_len == -1,
-        max_num_seqs=_instance_seqs(el.integer(command, f["max_num_seqs"], None, file), dp, spec),
-        max_num_batched_tokens=el.human_integer(command, f["max_num_batched_tokens"], batched, file, HUMAN_INT),
+        max_num_seqs=_instance_seqs(seqs, dp, spec),
+        max_num_batched_tokens=batched,
         kv_pool_bytes=el.human_integer(command, f["kv_pool_bytes"], None, file, HUMAN_INT),
         weight_format=weights,
         kv_dtype=el.choice(command, f["kv_dtype"], v.KV_DTYPES, file, "KV-cache dtypes") or "bf16",
@@ -176,6 +232,53 @@ def launch(command: el.Command, spec: ModelSpec, hw: ClusterSpec, file: str) -> 
         role="disaggregated" if _hands_over_kv(flags.get(f["kv_transfer"])) else None, flag=f,
         degrees={k: n for k, n in ((f["tp"], tp), (f["pp"], pp), (f["dp"], dp)) if n > 1 or k == f["tp"]},
         findings=tuple(findings))
+
+
+def chunked_prefill(command: el.Command) -> bool:
+    """Whether the command leaves chunked prefill on: the last of FLAG['chunked_prefill'] and its negations
+    (`planner.frameworks.vllm.CHUNKED_PREFILL_OFF`) it gives, on when it gives none."""
+    given = [flag for flag in command.flags if flag in (v.FLAG["chunked_prefill"], *v.CHUNKED_PREFILL_OFF)]
+    return not given or given[-1] == v.FLAG["chunked_prefill"]
+
+
+def _batched_tokens(command: el.Command, hw: ClusterSpec, max_model_len: int, seqs: int | None,
+                    file: str) -> tuple[int, list[Violation]]:
+    """(the tokens one forward pass schedules, findings), as vLLM 0.33.0 (g4ba787ec9) sets and checks them.
+
+    Unset, max_num_batched_tokens is the GPU's default (`default_batch`), raised to max_model_len when chunked
+    prefill is off (a whole prompt is one pass) and cut to max_num_seqs x max_model_len (`engine/arg_utils.py`
+    _set_default_max_num_seqs_and_batched_tokens_args). Given, vLLM refuses at start-up (ValueError from
+    `config/scheduler.py` SchedulerConfig.verify_max_model_len): with chunked prefill off, fewer than
+    max_model_len ('max_num_batched_tokens (B) is smaller than max_model_len (L). This effectively limits the
+    maximum sequence length to max_num_batched_tokens ...'; rule batched_tokens_below_max_model_len), and with
+    max_num_seqs given, fewer than max_num_seqs ('must be greater than or equal to max_num_seqs'; rule
+    batched_tokens_below_max_num_seqs; unset, max_num_seqs is cut to the batched tokens instead)."""
+    f = v.FLAG
+    default, default_seqs = v.default_batch(hw.gpu.memory_gib, hw.gpu.name)
+    chunked = chunked_prefill(command)
+    given = el.human_integer(command, f["max_num_batched_tokens"], None, file, HUMAN_INT)
+    if given is None:
+        batched = default if chunked else max(max_model_len, default)
+        return min((seqs or default_seqs) * max_model_len, batched), []
+    out = []
+    if not chunked and given < max_model_len:
+        off = next(flag for flag in reversed(list(command.flags)) if flag in v.CHUNKED_PREFILL_OFF)
+        out.append(Violation(
+            rule="batched_tokens_below_max_model_len",
+            message=f"{f['max_num_batched_tokens']} {given} < {f['max_model_len']} {max_model_len} with "
+                    f"{command.spelled.get(off, off)}: a prompt is prefilled in one pass of at most {given} tokens, "
+                    f"so vLLM refuses to start ('max_num_batched_tokens ({given}) is smaller than max_model_len "
+                    f"({max_model_len})'; {v.VERSION} config/scheduler.py verify_max_model_len)",
+            fix=f"{f['max_num_batched_tokens']} {max_model_len}, or {f['max_model_len']} {given}, or remove "
+                f"{command.spelled.get(off, off)} (chunked prefill splits long prompts)"))
+    if seqs is not None and given < seqs:
+        out.append(Violation(
+            rule="batched_tokens_below_max_num_seqs",
+            message=f"{f['max_num_batched_tokens']} {given} < {f['max_num_seqs']} {seqs}: vLLM refuses to start "
+                    f"('max_num_batched_tokens ({given}) must be greater than or equal to max_num_seqs ({seqs})'; "
+                    f"{v.VERSION} config/scheduler.py verify_max_model_len)",
+            fix=f"{f['max_num_batched_tokens']} {seqs}, or {f['max_num_seqs']} {given}"))
+    return given, out
 
 
 def _hands_over_kv(config) -> bool:

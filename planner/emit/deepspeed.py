@@ -8,11 +8,18 @@ Keys written -- exactly those `planner.check.deepspeed` reads back; names, defau
   `parallelism.offload` lists the optimizer / the parameters;
 - the bf16 or fp16 section's `enabled`;
 - the optimizer type: "AdamW" (in `DEEPSPEED_OPTIMIZERS`, `deepspeed/runtime/config.py`) or "SGD"
-  (looked up as `getattr(torch.optim, name)`, `runtime/engine.py` `_configure_basic_optimizer`).
-  No `params`: the plan has no learning rate, and DeepSpeed allows the section to be absent
-  (`_configure_basic_optimizer`: `if optimizer_parameters is None: optimizer_parameters = {}`),
-  so the optimizer's own defaults apply (FusedAdam `deepspeed/ops/adam/fused_adam.py`: lr 1e-3,
-  weight_decay 0; torch.optim.SGD: lr 1e-3). Users add their own.
+  (looked up as `getattr(torch.optim, name)`, `runtime/engine.py` `_configure_basic_optimizer`), and its
+  `params` (`_optimizer_params`): the model family's published betas, epsilon and weight decay
+  (`planner.emit.megatron.RECIPES`, the table the Megatron emitter writes), else the values DeepSpeed runs
+  with the section absent (`frameworks.deepspeed.OPTIMIZER_DEFAULTS`); the learning rate is the optimizer's
+  default 1e-3 (the plan has none: set yours);
+- the gradient clip (KEY['grad_clip']): the family's published clip (RECIPES clip_grad), else
+  DeepSpeed's default 1.0;
+- the ZeRO buckets the cost model charges, so that the JSON runs what was costed: the gradient reduce bucket
+  (KEY['reduce_bucket']) = `cost.memory.BUCKET_ELEMENTS['deepspeed']` at every stage >= 1 and, at ZeRO-3, the
+  live-parameter window (KEY['zero3_live_parameters']) = `cost.memory.DEEPSPEED_LIVE_PARAMETERS`; at ZeRO-1/2
+  also the all-gather bucket (KEY['allgather_bucket']) at DeepSpeed's default (not a memory term of the cost
+  model).
 - the AutoTP size = tp when tp > 1 (`engine.py` `_configure_tensor_parallel_states` builds the
   (world // tp, tp) mesh, so dp = gpus / tp, and notes AutoTP + ZeRO-3 is supported for training).
 
@@ -43,6 +50,7 @@ from __future__ import annotations
 
 import json
 
+from planner.cost import memory
 from planner.emit import Emitted
 from planner.errors import SpecError
 from planner.frameworks import deepspeed as ds
@@ -80,11 +88,15 @@ def write(doc: dict) -> Emitted:
                         ("optimizer", ds.OPTIMIZER_TYPES[request["optimizer"]]),
                         *((("tp", par["tp"]),) if par["tp"] > 1 else ())):
         _put(config, K[knob], value)
+    model = load_model(doc["model"])
+    _put(config, K["optimizer_params"], _optimizer_params(model, request["optimizer"]))
+    _put(config, K["grad_clip"], _clip(model))
+    _put_buckets(config, par["zero_stage"])
     if request.get("grad_reduce_dtype") not in (None, request["precision"]):
         _put(config, K["grad_reduce_dtype"], request["grad_reduce_dtype"])
     for state in sorted(par.get("offload", ())):
         _put(config, K[ds.OFFLOAD[state]], "cpu")
-    deviations = _recompute_deviation(par, load_model(doc["model"]).num_hidden_layers, doc)
+    deviations = _recompute_deviation(par, model.num_hidden_layers, doc)
     deviations += _put_overlaps(config, par.get("overlap") or {}, par["zero_stage"])
     if par["sequence_parallel"] and par["tp"] == 1:
         deviations.insert(0, "sequence_parallel=true not written: at tp=1 there is nothing to "
@@ -92,6 +104,44 @@ def write(doc: dict) -> Emitted:
     return Emitted(framework="deepspeed", text=json.dumps(config, indent=2) + "\n",
                    suffix=SUFFIX, deviations=tuple(deviations),
                    recompute_in_code=code_recompute(doc))
+
+
+_RECIPE_PARAMS = {"weight_decay": "weight_decay", "adam_eps": "eps"}
+"""Recipe knob (`planner.emit.megatron.RECIPES`) -> the AdamW `optimizer.params` key it sets (betas from
+adam_beta1 / adam_beta2)."""
+
+
+def _recipe_values(model) -> dict[str, str]:
+    from planner.emit.megatron import recipe
+
+    found = recipe(model)
+    return dict(found.values) if found else {}
+
+
+def _optimizer_params(model, optimizer: str) -> dict:
+    """`optimizer.params` (module docstring): OPTIMIZER_DEFAULTS with the family's published AdamW values."""
+    params = dict(ds.OPTIMIZER_DEFAULTS[optimizer])
+    values = _recipe_values(model)
+    if optimizer == "adamw":
+        params["betas"] = [float(values.get(f"adam_beta{i + 1}", b)) for i, b in enumerate(params["betas"])]
+        params.update({key: float(values[knob]) for knob, key in _RECIPE_PARAMS.items() if knob in values})
+    return params
+
+
+def _clip(model) -> float:
+    """The gradient clip: the family's published clip_grad, else DeepSpeed's default."""
+    return float(_recipe_values(model).get("clip_grad", ds.DEFAULT["grad_clip"]))
+
+
+def _put_buckets(config: dict, stage: int) -> None:
+    """The ZeRO buckets of `stage` (module docstring); none at stage 0 (no ZeRO optimizer)."""
+    if stage == 0:
+        return
+    _put(config, K["reduce_bucket"], memory.BUCKET_ELEMENTS["deepspeed"])
+    if stage == 3:
+        _put(config, K["zero3_live_parameters"], memory.DEEPSPEED_LIVE_PARAMETERS)
+    else:
+        _put(config, K["allgather_bucket"], ds.DEFAULT["allgather_bucket"])
 
 
 def _put_overlaps(config: dict, overlaps: dict, stage: int) -> list[str]:

@@ -115,6 +115,10 @@ def script(data: dict, engine: str, model_ref: str, gpus_per_node: int, mla: boo
     req = data["request"]
     lines = [f"# planner serve-plan --emit {engine}: {req['model']} on up to {req['gpus']} x {req['cluster']} "
              f"({writer.VERSION}; one command per instance, each on its own GPUs and port)"]
+    length, why = served_length(data, engine)
+    if why:
+        lines.append(why)
+    req = {**req, "max_model_len": length}
     if req.get("checkpoint_weight_dtype") and req["weight_dtype"] == req["checkpoint_weight_dtype"]:
         lines.append(f"# weights {req['weight_dtype']}: the checkpoint's format (its config.json quantization_config), "
                      f"which the engine loads without {writer.FLAG['quantization']}")
@@ -157,6 +161,43 @@ def script(data: dict, engine: str, model_ref: str, gpus_per_node: int, mla: boo
         lines.append(_line(writer.router(routed["prefill"], routed["decode"])) + " &")
     lines.append("wait")
     return "\n".join(lines) + "\n"
+
+
+def served_length(data: dict, engine: str) -> tuple[int, str | None]:
+    """(the max-model-len the script gives the engine, the comment line saying why, or None).
+
+    When serve-plan's --max-model-len was given (request `max_model_len_given`), that length, unchanged.
+    Otherwise the plan's input + output tokens rounded up to a power of two, at most the model's context under
+    the engine (`specs.model.engine_context_length`) and at most the longest sequence every worker's KV pool
+    holds (plan rows' `longest_context`: both engines refuse at start-up a max-model-len one sequence of which
+    does not fit, vLLM 0.33.0 `vllm/v1/core/kv_cache_planning.py` check_enough_kv_cache_memory), never below input +
+    output. Why a margin: the engines count the prompt after the chat template is applied, and at exactly input +
+    output a templated prompt a few tokens longer than planned gets less than it asked: vLLM 0.33.0 cuts max_tokens
+    to max-model-len - prompt and refuses a prompt longer than max-model-len ('Input length ... exceeds model's
+    maximum context length', `vllm/entrypoints/serve/utils/api_utils.py` get_max_tokens); SGLang 0.5.23 refuses
+    prompt + max_new_tokens > context-length ('Requested token count exceeds the model's maximum context length',
+    `srt/managers/tokenizer_manager.py` _validate_one_request, unless auto-truncation is on). The KV pool, the
+    concurrency and the latencies stay those of input + output tokens per request: neither engine reserves
+    max-model-len per request (KV blocks / tokens are allocated as a sequence grows), so the margin costs no
+    memory; only a request that does use it holds more KV than planned."""
+    req = data["request"]
+    context = req["max_model_len"]
+    if req.get("max_model_len_given"):
+        return context, None
+    from planner.specs.model import engine_context_length, load_model
+
+    limit = engine_context_length(load_model(req["model"]), engine)
+    rows = data["deployment"].get("workers") or data["deployment"]["mix"]
+    pools = [row["longest_context"] for row in rows if row.get("longest_context")]
+    rounded = 1 << max(context - 1, 0).bit_length()
+    length = max(context, min([rounded, limit, *pools]))
+    if length == context:
+        return context, None
+    binds = ("a power of two" if length == rounded else "the model's context under the engine" if length == limit
+             else "the longest sequence a worker's KV pool holds")
+    return length, (f"# max-model-len {length}: input + output = {context:,} tokens rounded up to {binds}, so that a "
+                    f"prompt a few chat-template tokens longer is not refused; the KV pool and concurrency are "
+                    f"planned for {context:,}-token requests (the engine allocates KV as a sequence grows)")
 
 
 @dataclass(frozen=True)
@@ -284,6 +325,10 @@ def common(flag: dict, worker: Worker, req: dict, fraction: float, weight_flags:
     return words
 
 
-def model_name(spec_hf_id: str | None, ref: str) -> str:
-    """What the command serves: the model's Hugging Face id where the catalog has one, else the reference given."""
-    return spec_hf_id or ref
+def model_name(spec, ref: str) -> str:
+    """What the command serves: the model's serving Hugging Face id (`planner.specs.hf_ids.serving_id`: the id
+    given as the model, else a catalog model's -Instruct release where it lists one, else its hf_id), else the
+    reference given (a local checkpoint's path)."""
+    from planner.specs.hf_ids import serving_id
+
+    return serving_id(spec) or ref

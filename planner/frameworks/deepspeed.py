@@ -22,6 +22,10 @@ and https://www.deepspeed.ai/docs/config-json/:
   `stage3_prefetch_bucket_size` (ZeRO-3 parameters fetched ahead of use, default 5e7 elements,
   0 = no prefetch, l. 215); ZeRO-1/2 gather the updated parameters inside the optimizer step
   (no overlap, no key);
+- buckets (`zero/config.py` l. 113-244): `reduce_bucket_size` and `allgather_bucket_size` 5e8 elements,
+  `stage3_max_live_parameters` 1e9; `gradient_clipping` (`constants.py` GRADIENT_CLIPPING_DEFAULT 1.0:
+  DeepSpeed clips the gradient norm at 1.0 unless told otherwise); `optimizer.params` (passed to the
+  optimizer's constructor, `engine.py` _configure_basic_optimizer);
 - `sequence_parallel_size` (Ulysses, `config.py`), `expert_parallel` (AutoEP, `config.py`
   EXPERT_PARALLEL), `data_parallel_size`, `activation_checkpointing`
   (`deepspeed/runtime/activation_checkpointing/config.py`: it tunes checkpointing, which the model
@@ -69,6 +73,11 @@ KEYS = (
     Key("dp", "data_parallel_size"),
     Key("overlap_grad_reduce", "zero_optimization.overlap_comm"),
     Key("zero3_prefetch", "zero_optimization.stage3_prefetch_bucket_size", 50_000_000),
+    Key("reduce_bucket", "zero_optimization.reduce_bucket_size", 500_000_000),
+    Key("allgather_bucket", "zero_optimization.allgather_bucket_size", 500_000_000),
+    Key("zero3_live_parameters", "zero_optimization.stage3_max_live_parameters", 1_000_000_000),
+    Key("grad_clip", "gradient_clipping", 1.0),
+    Key("optimizer_params", "optimizer.params"),
 )
 """Every DeepSpeed key the planner reads or writes (module docstring for sources)."""
 
@@ -83,7 +92,7 @@ MARKERS = tuple(dict.fromkeys(KEY[k].split(".")[0] for k in (
 """Top-level keys that mark a JSON file as a DeepSpeed config (batch and ZeRO settings)."""
 OTHER_TOP_LEVEL = frozenset((
     "scheduler", "prescale_gradients", "gradient_predivide_factor",
-    "sparse_gradients", "amp", "gradient_clipping", "zero_allow_untested_optimizer",
+    "sparse_gradients", "amp", "zero_allow_untested_optimizer",
     "zero_force_ds_cpu_optimizer", "flops_profiler", "autotuning", "steps_per_print",
     "wall_clock_breakdown", "dump_state", "memory_breakdown", "tensorboard", "wandb", "csv_monitor",
     "comet", "elasticity", "data_efficiency", "curriculum_learning", "compression_training",
@@ -151,6 +160,14 @@ TORCH_OPTIMIZERS = {"SGD": "sgd"}
 """torch.optim class names (matched exactly, `getattr(torch.optim, name)`) -> costed optimizer."""
 OPTIMIZER_TYPES = {"adamw": "AdamW", "sgd": "SGD"}
 """Costed optimizer -> the `optimizer.type` written."""
+OPTIMIZER_DEFAULTS = {"adamw": {"lr": 1e-3, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.0},
+                      "sgd": {"lr": 1e-3, "momentum": 0.9}}
+"""`optimizer.params` written when the model family publishes no values (`emit.deepspeed._optimizer_params`).
+AdamW: DeepSpeed's FusedAdam defaults (`deepspeed/ops/adam/fused_adam.py` @edaa722 FusedAdam.__init__: lr 1e-3,
+betas (0.9, 0.999), eps 1e-8, weight_decay 0, adam_w_mode True), what DeepSpeed runs with the section absent.
+SGD: torch.optim.SGD's lr default 1e-3 and momentum 0.9 -- torch's default momentum is 0, which keeps no
+momentum buffer, but the planner costs SGD with one fp32 buffer per parameter (`placement.precision`
+_MOMENTS_BYTES['sgd'] 4 B), so the JSON asks for a momentum to run what was costed [convention: 0.9]."""
 PRECISION_SECTIONS = {"bf16": section(KEY["bf16"])[0], "fp16": section(KEY["fp16"])[0]}
 """Plan precision -> the section whose `enabled` is set."""
 

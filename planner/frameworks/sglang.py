@@ -34,7 +34,11 @@ ALL_FLAGS = recorded_flags(FLAGS_FILE.name)
 """Every option string of SGLang's launch parser."""
 
 LAUNCHERS = (("sglang.launch_server",), ("sglang", "serve"))
-"""How a command line starts SGLang: `python -m sglang.launch_server`, or the `sglang serve` CLI."""
+"""How a command line starts SGLang: `python -m sglang.launch_server`, or the `sglang serve` CLI. SGLang's
+container image `lmsysorg/sglang` sets no serving entrypoint: its documented launch names the launcher after
+the image, `docker run --gpus all ... lmsysorg/sglang:latest python3 -m sglang.launch_server --model-path ...`
+(sgl-project/sglang@010db98c `docs/get_started/install.md`, 'Method 3: Using docker'), which these launchers
+find."""
 FLAG = {
     "model": "--model-path",
     "tp": "--tp-size",

@@ -31,6 +31,13 @@ ALL_FLAGS = recorded_flags(FLAGS_FILE.name)
 
 LAUNCHERS = (("vllm", "serve"), ("vllm.entrypoints.openai.api_server",))
 """How a command line starts vLLM's OpenAI server: the `vllm serve` CLI, or `python -m` the module."""
+IMAGES = {"vllm/vllm-openai": ("vllm", "serve")}
+"""vLLM's container image -> its ENTRYPOINT as a launcher: `docker run ... vllm/vllm-openai:TAG MODEL --flag ...`
+runs `vllm serve MODEL --flag ...`. Source: vllm-project/vllm@dead20ba `docker/Dockerfile`, target
+vllm-openai: `ENTRYPOINT ["vllm", "serve"]`; `docs/deployment/docker.md` (@02319794):
+`docker run --gpus all ... vllm/vllm-openai:latest meta-llama/Llama-3.1-8B-Instruct`."""
+DEFAULT_MODEL = "Qwen/Qwen3-0.6B"
+"""The model vLLM serves when --model is absent (`vllm/config/model.py` ModelConfig.model @0.33.0)."""
 MODEL_ARG = "--model"
 CONFIG = "--config"
 """A YAML file of further flags (FlexibleArgumentParser: the command line wins over it)."""
@@ -57,8 +64,13 @@ FLAG = {
     "headless": "--headless",
     "port": "--port",
     "kv_transfer": "--kv-transfer-config",
+    "chunked_prefill": "--enable-chunked-prefill",
 }
 """Planner knob -> vLLM's flag."""
+CHUNKED_PREFILL_OFF = ("--no-enable-chunked-prefill", "--disable-chunked-prefill")
+"""The spellings that turn chunked prefill off (EnableDisableAction: `--disable-x` and `--no-enable-x` negate
+`--enable-x`; `vllm/utils/argparse_utils.py` @0.33.0). Unset, vLLM turns it on for every generative model
+(`engine/arg_utils.py` _set_default_chunked_prefill_and_prefix_caching_args: model_config.is_chunked_prefill_supported)."""
 DEEPEP_DECODE = "deepep_low_latency"
 DEEPEP_PREFILL = "deepep_high_throughput"
 """`--all2all-backend` values for DeepEP's low-latency (decode) and normal (prefill) kernels.
@@ -67,7 +79,8 @@ ALIASES = {"-tp": FLAG["tp"], "-pp": FLAG["pp"], "-dp": FLAG["dp"], "-ep": FLAG[
            "-q": FLAG["quantization"], "--device-memory-utilization": FLAG["fraction"],
            "--disable-expert-parallel": FLAG["ep_off"], "-n": FLAG["nnodes"], "-r": FLAG["node_rank"]}
 """Other spellings of the same options (the parser's option strings)."""
-SWITCHES = frozenset({FLAG["ep"], FLAG["ep_off"], "--enforce-eager",
+SWITCHES = frozenset({FLAG["ep"], FLAG["ep_off"], "--enforce-eager", "--no-enforce-eager",
+                      "--no-enable-chunked-prefill",
                       "--trust-remote-code", FLAG["headless"], "--enable-prefix-caching",
                       "--no-enable-prefix-caching", "--enable-chunked-prefill",
                       "--disable-chunked-prefill", "--grpc", "--disable-log-requests",

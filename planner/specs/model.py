@@ -75,6 +75,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import re
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -392,7 +393,8 @@ def load_model(ref: str | Path, *, name: str | None = None) -> ModelSpec:
     """Load a model from a catalog name, a YAML file, a `config.json`, or a directory holding one.
 
     Args:
-        ref: catalog name (e.g. `llama-3.1-70b`) or a path.
+        ref: catalog name (e.g. `llama-3.1-70b`), a path, or a catalog model's Hugging Face id
+            (`meta-llama/Llama-3.1-70B-Instruct`, `Qwen/Qwen3-235B-A22B-FP8`: `planner.specs.hf_ids`).
         name: display name to use instead of the config's `name` / catalog name / file stem.
 
     Returns:
@@ -406,6 +408,9 @@ def load_model(ref: str | Path, *, name: str | None = None) -> ModelSpec:
             file, syntax error with line, likely typo of a key, missing key, wrong type or range,
             impossible combination, unsupported model_type.
     """
+    by_id = _hugging_face_id(str(ref))
+    if by_id is not None:
+        return by_id if name is None else dataclasses.replace(by_id, name=name)
     path, display = _resolve(str(ref))
     raw = files.read_mapping(path, "config keys")
     strict = path.suffix in (".yaml", ".yml")
@@ -416,6 +421,17 @@ def load_model(ref: str | Path, *, name: str | None = None) -> ModelSpec:
     if given is not None and (not isinstance(given, str) or not given.strip()):
         raise SpecError(f"value {_show(given)} must be a non-empty string", file=file, key="name")
     return from_config(raw, name=name or given or display, file=file, strict=strict)
+
+
+def _hugging_face_id(ref: str) -> ModelSpec | None:
+    """The catalog model a Hugging Face id names (`planner.specs.hf_ids.lookup`: hf_id, hf_aliases, or a
+    publisher's release / quantization suffix), when `ref` is `owner/name` and no file or catalog entry of
+    that name exists; else None."""
+    if not re.fullmatch(r"[\w.-]+/[\w.-]+", ref) or Path(ref).exists():
+        return None
+    from planner.specs import hf_ids
+
+    return hf_ids.lookup(ref)
 
 
 def model_config(ref: str | Path) -> dict:

@@ -1,0 +1,120 @@
+"""Hugging Face model ids -> catalog models: the id a serving command names (`vllm serve Qwen/Qwen3-235B-A22B-FP8`)
+as the catalog model it is built on, with the checkpoint's own quantization and context.
+
+An id resolves when it is a catalog model's `hf_id` or one of its `hf_aliases` (checkpoints whose config.json
+has the same fields, such as meta-llama/Llama-3.1-70B-Instruct), compared without case as the Hub does; or
+when it is such an id followed by a release suffix of its publisher's naming (`RELEASES`: a post-trained
+release whose config.json changes only the fields listed) and / or a quantization suffix (`QUANTIZATIONS`:
+the `quantization_config` the publisher's quantized release carries), in that order
+(Qwen/Qwen3-235B-A22B-Instruct-2507-FP8). The result is the catalog model with those config.json fields
+replaced, named after the id (`qwen3-235b-a22b-instruct-2507-fp8`), its `hf_id` the id as given (an alias
+keeps the catalog name, with the alias as its `hf_id`: what `serve-plan --emit` serves, `serving_id`). The
+suffixes are read only for the publishers whose naming they follow; any other id stays unknown (a local
+directory with the checkpoint's config.json is exact for every model).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+
+import yaml
+
+from planner.specs.model import CATALOG_DIR, ModelSpec, from_config, load_model
+
+QWEN_FP8 = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": [128, 128]}
+"""quantization_config of Qwen's `-FP8` releases. Source: the Qwen3 model cards, 'Note on FP8': 'we have provided
+fp8-quantized model checkpoint for Qwen3, whose name ends with -FP8. The quantization method is fine-grained fp8
+quantization with block size of 128' (copy: akash-network/awesome-akash@344abdb1
+Qwen3-235B-A22B-Instruct-2507-FP8/README.md) -- the planner's fp8-block (`specs.model.QUANT_METHODS`)."""
+QWEN_INT4 = {"bits": 4, "group_size": 128}
+"""Bits and group size of Qwen's `-AWQ` and `-GPTQ-Int4` releases: 4-bit weights ('Int4'; AWQ checkpoints are
+4-bit) in groups of 128, AutoAWQ's and AutoGPTQ's default group size [model-card convention: the planner's int4,
+`specs.model.INT4_METHODS`; a checkpoint with another group size is read exactly from its config.json]."""
+QUANTIZATIONS = {
+    "Qwen": {"-FP8": QWEN_FP8,
+             "-AWQ": {"quant_method": "awq", "zero_point": True, **QWEN_INT4},
+             "-GPTQ-Int4": {"quant_method": "gptq", **QWEN_INT4}},
+}
+"""Publisher (the id's owner, compared without case) -> quantization suffix -> the quantization_config its release carries."""
+RELEASES = {
+    "Qwen": {"-Instruct-2507": {"max_position_embeddings": 262144},
+             "-Thinking-2507": {"max_position_embeddings": 262144}},
+}
+"""Publisher -> release suffix -> the config.json fields that differ from the base id's. Qwen3's 2507 releases
+(Qwen3-235B-A22B-*-2507, Qwen3-30B-A3B-*-2507) keep the architecture (94 layers, 64 / 4 heads, 128 experts,
+8 activated for the 235B) and have a 'Context Length: 262,144 natively' against the base's 40,960 (model card,
+copy: akash-network/awesome-akash@344abdb1 Qwen3-235B-A22B-Instruct-2507-FP8/README.md, whose launch examples
+pass --max-model-len 262144)."""
+
+
+GIVEN = "hf_id_given"
+"""`ModelSpec.extra` key set (True) on a model looked up by its Hugging Face id: that id is what is served."""
+
+
+def _catalog() -> dict[str, str]:
+    """Every catalog hf_id and hf_alias, lower case -> the catalog name."""
+    out = {}
+    for path in sorted(CATALOG_DIR.glob("*.yaml")):
+        entry = yaml.safe_load(path.read_text())
+        for hf in (entry.get("hf_id"), *(entry.get("hf_aliases") or ())):
+            if hf:
+                out[str(hf).lower()] = path.stem
+    return out
+
+
+def _strip(ref: str, suffixes: dict) -> tuple[str, str | None]:
+    """(ref without the suffix of `suffixes` it ends with, compared without case; that suffix or None)."""
+    for suffix in suffixes:
+        if ref.lower().endswith(suffix.lower()):
+            return ref[:-len(suffix)], suffix
+    return ref, None
+
+
+def serving_id(spec: ModelSpec) -> str | None:
+    """The Hugging Face id `serve-plan --emit` names for a model: its own hf_id when it was given as an id
+    (`lookup` keeps it: an alias, a suffixed release), else for a catalog model the first of its `hf_aliases`
+    that is the publisher's post-trained `-Instruct` release (the same config.json, so the plan holds for it),
+    else its hf_id; None for a model without one (a local checkpoint: its path is served).
+
+    Why -Instruct: a served endpoint answers chat requests, which the post-trained release is made for, and the
+    serving measurements here were taken on it where one exists (tests/data/reference/serving_measurements.csv
+    model_path: meta-llama/Llama-3.1-8B-Instruct 154 rows, nvidia/Llama-3.1-8B-Instruct-FP8 13; Qwen/Qwen3-32B 259
+    and Qwen/Qwen3-235B-A22B-FP8 141 are Qwen3's post-trained releases, which carry no suffix; the
+    meta-llama/Llama-3.1-70B rows, 120, ran the base weights, the same shapes). Serve another checkpoint by
+    giving its id as the model (`-m meta-llama/Llama-3.1-70B`, `-m Qwen/Qwen3-235B-A22B-FP8`) or a local path."""
+    own = spec.extra.get("hf_id")
+    catalog = CATALOG_DIR / f"{spec.name}.yaml"
+    if own is None or GIVEN in spec.extra or not catalog.is_file():
+        return own
+    entry = yaml.safe_load(catalog.read_text())
+    return next((a for a in entry.get("hf_aliases") or () if str(a).endswith("-Instruct")), own)
+
+
+def lookup(ref: str) -> ModelSpec | None:
+    """The catalog model a Hugging Face id names (module docstring), or None.
+
+    Raises:
+        SpecError: a quantization the suffix implies that the planner does not model (from `from_config`)."""
+    catalog = _catalog()
+    if ref.lower() in catalog:
+        spec = load_model(catalog[ref.lower()])
+        return replace(spec, extra={**spec.extra, "hf_id": ref, GIVEN: True})
+    owner = ref.split("/", 1)[0] if re.fullmatch(r"[\w.-]+/[\w.-]+", ref) else None
+    publisher = next((p for p in QUANTIZATIONS.keys() | RELEASES.keys() if owner and p.lower() == owner.lower()), None)
+    quantizations, releases = QUANTIZATIONS.get(publisher, {}), RELEASES.get(publisher, {})
+    base, quant = _strip(ref, quantizations)
+    base, release = _strip(base, releases)
+    if (quant is None and release is None) or base.lower() not in catalog:
+        return None
+    name = catalog[base.lower()]
+    raw = yaml.safe_load((CATALOG_DIR / f"{name}.yaml").read_text())
+    raw.pop("hf_aliases", None)
+    raw.update(releases.get(release, {}), hf_id=ref)
+    if quant is not None:
+        raw["quantization_config"] = dict(quantizations[quant])
+    raw["source"] = (f"{raw.get('source', '')}; as {ref}: " + ", ".join(
+        f"{k} {v}" for k, v in [*releases.get(release, {}).items(), *(
+            [("quantization_config", quantizations[quant])] if quant else [])]) + " (planner.specs.hf_ids)")
+    spec = from_config(raw, name=ref.rsplit("/", 1)[-1].lower(), file=str(CATALOG_DIR / f"{name}.yaml"))
+    return replace(spec, extra={**spec.extra, GIVEN: True})
