@@ -26,6 +26,7 @@ from rich.text import Text
 from planner.cost.serving import Instance
 from planner.errors import shorten
 from planner.placement import overlap, recompute_mix
+from planner.summary import CAUSAL_NOTE_FRACTION
 
 FORMATS = ("table", "json", "yaml")
 """Values accepted by every command's `--format`."""
@@ -444,7 +445,24 @@ def show_explain(data: dict, fmt: str) -> None:
                            f"{t['communication_exposed']:.3f}, bubble {t['pipeline_bubble']:.3f}, recompute "
                            f"{t['recompute']:.3f}, optimizer {t['optimizer']:.3f}); {t['tokens_per_s']:,.0f} "
                            f"tokens/s, {t['tflops_per_gpu']:.0f} TFLOP/s per GPU, MFU {100 * t['mfu']:.1f}%"))
+        console.print(Text(mfu_note(data["mfu_basis"], t["mfu"])))
     _print_findings(console, data["violations"], data["details"].get("warnings", ()))
+
+
+def mfu_note(basis: dict, mfu: float, which: str = "") -> str:
+    """One line saying what an MFU column or figure means (`summary.mfu_basis`): the FLOPs
+    convention, the peak divided by, and -- for `mfu` (of plan `which`) -- the value with causal
+    attention FLOPs where it is `summary.CAUSAL_NOTE_FRACTION` or more lower, and the value against
+    the bf16 peak where the peak is another dtype's."""
+    text = (f"MFU: {basis['convention']} / dense {basis['peak_precision']} peak "
+            f"{basis['peak_tflops']:,.0f} TFLOP/s")
+    other = []
+    if basis["causal_fraction"] <= 1 - CAUSAL_NOTE_FRACTION:
+        other.append(f"{100 * mfu * basis['causal_fraction']:.1f}% with causal attention FLOPs")
+    if basis["peak_precision"] != "bf16" and basis["bf16_peak_tflops"]:
+        other.append(f"{100 * mfu * basis['peak_tflops'] / basis['bf16_peak_tflops']:.1f}% of "
+                     f"the bf16 peak ({basis['bf16_peak_tflops']:,.0f})")
+    return text + (f"; {which + ': ' if which else ''}{', '.join(other)}" if other else "")
 
 
 def _axis_rank(axis: str) -> int:
@@ -508,6 +526,7 @@ def show_plan(data: dict, fmt: str) -> None:
         console.print(f"  {i}: {layout_label(par)}; {_split(par)}"
                       + ("" if isinstance(par["recompute"], str) else
                          "; recompute per stage " + recompute_mix.format_stages(par["recompute"])))
+    console.print(Text(mfu_note(data["mfu_basis"], data["plans"][0]["mfu"], "#1")))
     console.print()
     top = data["plans"][0]
     console.print(_memory_table(top["memory_bytes"], top["memory_verdict"],
@@ -599,6 +618,7 @@ def show_check(data: dict, fmt: str) -> None:
                            f"{t['communication_exposed']:.3f}, bubble {t['pipeline_bubble']:.3f}, "
                            f"recompute {t['recompute']:.3f}, optimizer {t['optimizer']:.3f}); "
                            f"{data['tokens_per_s']:,.0f} tokens/s, MFU {100 * data['mfu']:.1f}%"))
+        console.print(Text(mfu_note(data["mfu_basis"], data["mfu"])))
     if data["violations"]:
         console.print()
     _print_findings(console, data["violations"], ())

@@ -28,6 +28,7 @@ from planner.placement.layout import Layout
 from planner.placement.rules import Violation, check_layout, errors
 from planner.specs.cluster import ClusterSpec
 from planner.specs.model import ModelSpec
+from planner.summary import mfu_basis
 
 STALE_TOLERANCE = 0.005
 """Relative difference between a file's `predicted` numbers and the recomputed ones past which
@@ -138,6 +139,8 @@ def evaluate(target: Target) -> dict:
         "time_s": record.time_s(),
         "tokens_per_s": step.tokens_per_s if step else None,
         "mfu": step.mfu if step else None,
+        "mfu_basis": mfu_basis(target.model, target.cluster.gpu.peak_tflops, layout.precision,
+                               layout.seq_len) if step else None,
         **({"checkpoint": target.checkpoint} if target.checkpoint is not None else {}),
     }
 
