@@ -758,11 +758,11 @@ def show_serve_plan(data: dict, fmt: str) -> None:
     else:
         mix = " + ".join(f"{p['parallelism']['replicas']} x {_serve_label(p['parallelism'])} @{p['concurrency']:,}"
                          for p in dep["mix"])
-    console.print(f"deployment: {mix} on {dep['gpus']:,} GPUs: {dep['tokens_per_s']:,.0f} tokens/s "
+    console.print(f"deployment: {mix} on {dep['gpus']:,} GPUs: {dep['tokens_per_s']:,.0f} output tokens/s "
                   f"({dep['tokens_per_s_per_gpu']:,.1f} /GPU), {dep['requests_per_s']:g} requests/s")
     console.print()
     console.print(_table("plans", ("#", "instance", "replicas", "conc.", "TTFT\nms", "TPOT\nms",
-                                   "tokens/s\n/GPU", "tokens/s\n/user", "KV pool\nGiB", "max\nconc."),
+                                   "output\ntok/s/GPU", "output\ntok/s/user", "KV pool\nGiB", "max\nconc."),
                          ([i, _workers_label(p["workers"]) if "workers" in p else _serve_label(p["parallelism"]),
                            f"{sum(w['workers'] for w in p.get('workers', ())) or p['parallelism']['replicas']:,}",
                            f"{p['concurrency']:,}",
@@ -774,7 +774,7 @@ def show_serve_plan(data: dict, fmt: str) -> None:
     if "workers" in dep:
         console.print()
         console.print(_table("workers", ("role", "instance", "workers", "conc.", "TTFT\nms", "TPOT\nms", "requests/s",
-                                         "tokens/s", "KV pool\nGiB"),
+                                         "output\ntok/s", "KV pool\nGiB"),
                              ([w["role"], _serve_label(w["parallelism"]), f"{w['workers']:,}", f"{w['concurrency']:,}",
                                w.get("ttft_ms", ""), w.get("tpot_ms", ""), f"{w['requests_per_s']:g}",
                                f"{w.get('tokens_per_s', 0):,.0f}" if w["role"] == "decode" else "",
@@ -784,8 +784,8 @@ def show_serve_plan(data: dict, fmt: str) -> None:
             console.print(f"note: {escape(text)}")
         return
     console.print()
-    console.print(_table("Pareto front (tokens/s/GPU vs tokens/s/user)", ("instance", "conc.", "tokens/s\n/GPU",
-                                                                         "tokens/s\n/user", "TTFT\nms", "TPOT\nms"),
+    console.print(_table("Pareto front (output tokens/s/GPU vs /user)", ("instance", "conc.", "output\ntok/s/GPU",
+                                                                        "output\ntok/s/user", "TTFT\nms", "TPOT\nms"),
                          ([_serve_label(p), f"{p['concurrency']:,}", f"{p['tokens_per_s_per_gpu']:,.1f}",
                            f"{p['tokens_per_s_per_user']:,.1f}", f"{p['ttft_ms']:,.0f}", f"{p['tpot_ms']:,.1f}"]
                           for p in data["pareto"][:10]), right_from=1))

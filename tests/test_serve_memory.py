@@ -226,3 +226,17 @@ def test_fused_moe_workspace_sets_the_moe_profile_peak():
     # Mixtral-8x7B at tp 8 with ep 8 (h 4,096, I_e 14,336 whole per GPU -> N 28,672, N_act 14,336):
     # 2 x (14,336 + 28,672) = 86,016 elements per token, the expert width now the larger
     assert sv.fused_moe_workspace_elements(load_model("mixtral-8x7b"), sv.Instance(tp=8, ep=8)) == 86_016
+
+
+@pytest.mark.parametrize("inst, label", [
+    # review-senior5 L1: 8 GPUs serving attention data-parallel with experts over all 8 are vLLM's
+    # --data-parallel-size 8 --enable-expert-parallel (tp 1): "tp8 ... dp8" read as 64 GPUs
+    (sv.Instance(tp=8, ep=8, adp=8), "dp8 (attention) ep8"),
+    (sv.Instance(tp=8, ep=8, adp=2), "dp2 tp4 (attention) ep8"),
+    (sv.Instance(tp=8, ep=4, adp=8), "dp8 (attention) ep4 etp2"),
+    (sv.Instance(tp=8, adp=8), "dp8 (attention) tp8 (experts)"),
+    (sv.Instance(tp=8, ep=8), "tp8 ep8"),
+    (sv.Instance(tp=8, pp=2), "tp8 pp2"),
+])
+def test_instance_label_in_the_engines_terms(inst, label):
+    assert inst.label == label

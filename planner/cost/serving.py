@@ -190,10 +190,19 @@ class Instance:
 
     @property
     def label(self) -> str:
-        """The layout as serve-plan's tables spell it: `tp8 pp2 ep8 dp8` (degrees above 1; dp the attention
-        data-parallel groups)."""
-        return " ".join(f"{k}{n}" for k, n in (("tp", self.tp), ("pp", self.pp), ("ep", self.ep), ("dp", self.adp))
-                        if n > 1 or k == "tp")
+        """The layout in the engines' own terms (review-senior5 L1), `tp` x `pp` GPUs in all: without
+        attention data parallelism `tp8 ep8 pp2` (vLLM --tensor-parallel-size 8 --enable-expert-parallel:
+        experts split over the tp GPUs); with it, the attention groups first, as vLLM's
+        --data-parallel-size / SGLang's --dp spell them, then the experts over all of a stage's GPUs:
+        `dp8 (attention) ep8` (8 GPUs: attention replicated 8 ways, experts 8 ways), `dp2 tp4
+        (attention) ep8`, `dp8 (attention) tp8 (experts)` (no EP: experts tensor-split 8 ways)."""
+        pp = f" pp{self.pp}" if self.pp > 1 else ""
+        if self.adp == 1:
+            return f"tp{self.tp}" + (f" ep{self.ep}" if self.ep > 1 else "") + pp
+        attention = f"dp{self.adp}" + (f" tp{self.attn_tp}" if self.attn_tp > 1 else "")
+        etp = self.tp // self.ep
+        experts = f"ep{self.ep}" + (f" etp{etp}" if etp > 1 else "") if self.ep > 1 else f"tp{self.tp} (experts)"
+        return f"{attention} (attention) {experts}{pp}"
 
 
 @dataclass(frozen=True)
