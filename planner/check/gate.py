@@ -311,7 +311,7 @@ def _single_changes(layout: Layout) -> list[tuple[str, Layout]]:
     """(change, layout), cheapest in step time first, as a user tries them: ZeRO-1 and ZeRO-2
     (sharded optimizer states / gradients: a reduce-scatter and an all-gather move what DP's
     all-reduce moved, 2 x params, no extra compute -- ZeRO paper, Rajbhandari et al. 2020
-    arXiv:1910.02054 §7.2.1; Megatron's --use-distributed-optimizer is ZeRO-1), selective
+    arXiv:1910.02054 §7.2.1; Megatron's distributed optimizer is ZeRO-1), selective
     recompute (the attention core only: a few % more time, Korthikanti et al. 2022 arXiv:2205.05198
     Table 4), half the micro-batch, ZeRO-3 (1.5 x the DP traffic, §7.2.2), full recompute (one more
     forward of every layer: a third more compute, and ~36-39% more time in Table 4)."""

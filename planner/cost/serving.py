@@ -191,9 +191,9 @@ class Instance:
     @property
     def label(self) -> str:
         """The layout in the engines' own terms (review-senior5 L1), `tp` x `pp` GPUs in all: without
-        attention data parallelism `tp8 ep8 pp2` (vLLM --tensor-parallel-size 8 --enable-expert-parallel:
-        experts split over the tp GPUs); with it, the attention groups first, as vLLM's
-        --data-parallel-size / SGLang's --dp spell them, then the experts over all of a stage's GPUs:
+        attention data parallelism `tp8 ep8 pp2` (vLLM's tensor-parallel size 8 with expert parallelism:
+        experts split over the tp GPUs); with it, the attention groups first, as vLLM's data-parallel
+        size / SGLang's dp spell them, then the experts over all of a stage's GPUs:
         `dp8 (attention) ep8` (8 GPUs: attention replicated 8 ways, experts 8 ways), `dp2 tp4
         (attention) ep8`, `dp8 (attention) tp8 (experts)` (no EP: experts tensor-split 8 ways)."""
         pp = f" pp{self.pp}" if self.pp > 1 else ""

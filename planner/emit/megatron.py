@@ -495,7 +495,7 @@ def _router_flags(model: ModelSpec) -> tuple[list[str], list[str]]:
 
 def _mtp_deviations(model: ModelSpec) -> list[str]:
     """One deviation when the model has multi-token-prediction modules (num_nextn_predict_layers
-    N > 0): the script trains without them (no `--mtp-num-layers`, no `m` in a layout string),
+    N > 0): the script trains without them (no mtp_num_layers flag, no `m` in a layout string),
     because the plan costs none -- N MTP layers on the last stage (Megatron builds each as a norm
     pair, eh_proj Linear(2h, h), one decoder layer, and a second pass of the output head and loss)
     add parameters, optimizer states, activations and time there that neither the plan nor `planner
