@@ -23,6 +23,7 @@ from planner.placement.layout import Layout
 from planner.placement.rules import check_layout, errors
 from planner.placement.strategies import placement_for
 from planner.specs.model import ModelSpec
+from planner.summary import mfu_basis
 
 
 def explain(model: ModelSpec, cluster, layout: Layout, *, reserve_bytes: int | None = None,
@@ -99,7 +100,9 @@ def explain(model: ModelSpec, cluster, layout: Layout, *, reserve_bytes: int | N
             modes = layer_modes(recompute_per_stage, stage_layers(model, layout))
         record = dataclasses.replace(record, step=cost_step(
             model, cluster, layout, modes, flash_attention=flash_attention, **order))
-    return header | costed | {"time_s": record.time_s(rates=True)}
+    basis = mfu_basis(model, cluster.gpu.peak_tflops, layout.precision, layout.seq_len) \
+        if record.step else None
+    return header | costed | {"time_s": record.time_s(rates=True), "mfu_basis": basis}
 
 
 def _costed(model: ModelSpec, cluster, record: Evaluation, reserve_bytes: int | None,

@@ -158,6 +158,7 @@ from planner.search.module_sets import searched_sets
 from planner.specs.cluster import ClusterSpec
 from planner.specs.limits import MAX_GPUS
 from planner.specs.model import ModelSpec, check_expert_degrees
+from planner.summary import mfu_basis
 
 DEFAULT_BATCH_TOKENS = 4 * 2**20
 """Default global batch, tokens: 4,194,304 (Llama 2 and Llama 3 pre-training, Touvron et al. 2023
@@ -1075,6 +1076,7 @@ def plan(model: ModelSpec, cluster: ClusterSpec, *, seq_len: int, global_batch_s
                    "candidates_evaluated": result.candidates_evaluated,
                    "candidates_total": result.candidates_total, "pruned": result.pruned},
         "plans": plans,
+        "mfu_basis": mfu_basis(model, cluster.gpu.peak_tflops, precision, seq_len),
         "rejected": rejections.as_list(),
         "warnings": warnings,
         "request": {"model": model.name, "cluster": cluster.name, "gpus": cluster.num_gpus,

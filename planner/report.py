@@ -26,6 +26,7 @@ from rich.text import Text
 from planner.cost.serving import Instance
 from planner.errors import shorten
 from planner.placement import overlap, recompute_mix
+from planner.summary import CAUSAL_NOTE_FRACTION
 
 FORMATS = ("table", "json", "yaml")
 """Values accepted by every command's `--format`."""
@@ -444,7 +445,24 @@ def show_explain(data: dict, fmt: str) -> None:
                            f"{t['communication_exposed']:.3f}, bubble {t['pipeline_bubble']:.3f}, recompute "
                            f"{t['recompute']:.3f}, optimizer {t['optimizer']:.3f}); {t['tokens_per_s']:,.0f} "
                            f"tokens/s, {t['tflops_per_gpu']:.0f} TFLOP/s per GPU, MFU {100 * t['mfu']:.1f}%"))
+        console.print(Text(mfu_note(data["mfu_basis"], t["mfu"])))
     _print_findings(console, data["violations"], data["details"].get("warnings", ()))
+
+
+def mfu_note(basis: dict, mfu: float, which: str = "") -> str:
+    """One line saying what an MFU column or figure means (`summary.mfu_basis`): the FLOPs
+    convention, the peak divided by, and -- for `mfu` (of plan `which`) -- the value with causal
+    attention FLOPs where it is `summary.CAUSAL_NOTE_FRACTION` or more lower, and the value against
+    the bf16 peak where the peak is another dtype's."""
+    text = (f"MFU: {basis['convention']} / dense {basis['peak_precision']} peak "
+            f"{basis['peak_tflops']:,.0f} TFLOP/s")
+    other = []
+    if basis["causal_fraction"] <= 1 - CAUSAL_NOTE_FRACTION:
+        other.append(f"{100 * mfu * basis['causal_fraction']:.1f}% with causal attention FLOPs")
+    if basis["peak_precision"] != "bf16" and basis["bf16_peak_tflops"]:
+        other.append(f"{100 * mfu * basis['peak_tflops'] / basis['bf16_peak_tflops']:.1f}% of "
+                     f"the bf16 peak ({basis['bf16_peak_tflops']:,.0f})")
+    return text + (f"; {which + ': ' if which else ''}{', '.join(other)}" if other else "")
 
 
 def _axis_rank(axis: str) -> int:
@@ -508,6 +526,7 @@ def show_plan(data: dict, fmt: str) -> None:
         console.print(f"  {i}: {layout_label(par)}; {_split(par)}"
                       + ("" if isinstance(par["recompute"], str) else
                          "; recompute per stage " + recompute_mix.format_stages(par["recompute"])))
+    console.print(Text(mfu_note(data["mfu_basis"], data["plans"][0]["mfu"], "#1")))
     console.print()
     top = data["plans"][0]
     console.print(_memory_table(top["memory_bytes"], top["memory_verdict"],
@@ -599,6 +618,7 @@ def show_check(data: dict, fmt: str) -> None:
                            f"{t['communication_exposed']:.3f}, bubble {t['pipeline_bubble']:.3f}, "
                            f"recompute {t['recompute']:.3f}, optimizer {t['optimizer']:.3f}); "
                            f"{data['tokens_per_s']:,.0f} tokens/s, MFU {100 * data['mfu']:.1f}%"))
+        console.print(Text(mfu_note(data["mfu_basis"], data["mfu"])))
     if data["violations"]:
         console.print()
     _print_findings(console, data["violations"], ())
@@ -738,11 +758,11 @@ def show_serve_plan(data: dict, fmt: str) -> None:
     else:
         mix = " + ".join(f"{p['parallelism']['replicas']} x {_serve_label(p['parallelism'])} @{p['concurrency']:,}"
                          for p in dep["mix"])
-    console.print(f"deployment: {mix} on {dep['gpus']:,} GPUs: {dep['tokens_per_s']:,.0f} tokens/s "
+    console.print(f"deployment: {mix} on {dep['gpus']:,} GPUs: {dep['tokens_per_s']:,.0f} output tokens/s "
                   f"({dep['tokens_per_s_per_gpu']:,.1f} /GPU), {dep['requests_per_s']:g} requests/s")
     console.print()
     console.print(_table("plans", ("#", "instance", "replicas", "conc.", "TTFT\nms", "TPOT\nms",
-                                   "tokens/s\n/GPU", "tokens/s\n/user", "KV pool\nGiB", "max\nconc."),
+                                   "output\ntok/s/GPU", "output\ntok/s/user", "KV pool\nGiB", "max\nconc."),
                          ([i, _workers_label(p["workers"]) if "workers" in p else _serve_label(p["parallelism"]),
                            f"{sum(w['workers'] for w in p.get('workers', ())) or p['parallelism']['replicas']:,}",
                            f"{p['concurrency']:,}",
@@ -754,7 +774,7 @@ def show_serve_plan(data: dict, fmt: str) -> None:
     if "workers" in dep:
         console.print()
         console.print(_table("workers", ("role", "instance", "workers", "conc.", "TTFT\nms", "TPOT\nms", "requests/s",
-                                         "tokens/s", "KV pool\nGiB"),
+                                         "output\ntok/s", "KV pool\nGiB"),
                              ([w["role"], _serve_label(w["parallelism"]), f"{w['workers']:,}", f"{w['concurrency']:,}",
                                w.get("ttft_ms", ""), w.get("tpot_ms", ""), f"{w['requests_per_s']:g}",
                                f"{w.get('tokens_per_s', 0):,.0f}" if w["role"] == "decode" else "",
@@ -764,8 +784,8 @@ def show_serve_plan(data: dict, fmt: str) -> None:
             console.print(f"note: {escape(text)}")
         return
     console.print()
-    console.print(_table("Pareto front (tokens/s/GPU vs tokens/s/user)", ("instance", "conc.", "tokens/s\n/GPU",
-                                                                         "tokens/s\n/user", "TTFT\nms", "TPOT\nms"),
+    console.print(_table("Pareto front (output tokens/s/GPU vs /user)", ("instance", "conc.", "output\ntok/s/GPU",
+                                                                        "output\ntok/s/user", "TTFT\nms", "TPOT\nms"),
                          ([_serve_label(p), f"{p['concurrency']:,}", f"{p['tokens_per_s_per_gpu']:,.1f}",
                            f"{p['tokens_per_s_per_user']:,.1f}", f"{p['ttft_ms']:,.0f}", f"{p['tpot_ms']:,.1f}"]
                           for p in data["pareto"][:10]), right_from=1))

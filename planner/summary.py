@@ -18,6 +18,29 @@ MFU_CONVENTION = (
 )
 """Source: Chowdhery et al. 2022 (PaLM) Appendix B; Kaplan et al. 2020 Table 1."""
 
+CAUSAL_NOTE_FRACTION = 0.05
+"""The causal-discounted MFU is printed beside the convention's when it is this much (relative) or
+more lower: at 4,096 tokens Llama-3.1-8B's attention is 12% of its model FLOPs, so the discount
+is 6%; at 131,072 it is two thirds of the FLOPs and the discounted value a third lower."""
+
+
+def mfu_basis(spec: ModelSpec, peak_tflops: dict[str, float], precision: str, seq_len: int) -> dict:
+    """What an MFU figure of `spec` at `seq_len` under `precision` is measured against:
+    {convention: MFU_CONVENTION's short form, peak_precision, peak_tflops (the dense peak MFU
+    divides by: the compute dtype's, `cost.compute.peak_flops`), bf16_peak_tflops (None when the GPU
+    lists none), causal_fraction: model FLOPs with causal attention (query i attends to min(i,
+    window) keys, what a causal kernel executes) / model FLOPs without the discount, in (0, 1]}.
+    Multiply an MFU by causal_fraction for the causal-discounted value, by peak_tflops /
+    bf16_peak_tflops for the value against the bf16 peak (torchtitan's and NVIDIA's fp8 figures).
+    Source: MFU_CONVENTION; `flops_per_token` (attention_forward_causal)."""
+    f = flops_per_token(spec, seq_len)
+    causal = (f.forward - f.attention_forward + f.attention_forward_causal) / f.forward
+    return {"convention": "model FLOPs per PaLM App. B (6 x active params + attention, no causal "
+                          "discount, no recompute)",
+            "peak_precision": precision, "peak_tflops": peak_tflops[precision],
+            "bf16_peak_tflops": peak_tflops.get("bf16"), "causal_fraction": causal}
+
+
 def model_row(spec: ModelSpec) -> dict:
     """One catalog row: name, family, total/active params, shape, context."""
     counts = count_params(spec)

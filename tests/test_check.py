@@ -101,8 +101,11 @@ def test_memory_fix_lists_the_single_changes_that_fit(tmp_path):
     after = (mem["total"] - 7 / 8 * mem["gradients"]) / 2**30
     assert f"zero_stage 2 ({after:.1f} GiB)" in over["fix"]
     assert "recompute full" in over["fix"]
-    # half the micro-batch halves the activations but stays inside the 10% at-risk margin: not offered
-    assert "micro_batch_size 1" not in over["fix"]
+    # half the micro-batch halves the activations but stays inside the 10% at-risk margin: offered
+    # for a stage that does not fit, marked at risk (review-senior5 M5), after the ZeRO stages
+    assert "micro_batch_size 1 (" in over["fix"] and over["fix"].index("zero_stage 2") < \
+        over["fix"].index("micro_batch_size 1") < over["fix"].index("recompute full")
+    assert over["fix"].split("micro_batch_size 1 (")[1].split(")")[0].endswith("GiB, at risk")
 
 
 def test_rule_violation_fails_with_the_rule_and_its_numbers(plan_doc, tmp_path):
@@ -232,6 +235,33 @@ def test_memory_fixes_are_spelled_in_the_checked_frameworks_own_flags():
     assert "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1" in over["fix"]
     assert "--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params" in over["fix"]
     assert "zero_stage" not in over["fix"] and "recompute full (" not in over["fix"]
+
+
+def test_megatron_zero0_oom_offers_the_distributed_optimizer_first(tmp_path):
+    """review-senior5 M5: Llama-3.1-70B at TP8 x DP8 (64 H100), no --use-distributed-optimizer:
+    every GPU holds the fp32 master weights, Adam m and v of its 70.55e9 / 8 parameters (12 B
+    each, 98.6 GiB). Megatron's distributed optimizer (ZeRO-1) shards them over dp 8, so the stage
+    total drops by 7/8 of the optimizer term -- to about 74.5 GiB, inside the 10% at-risk margin
+    of 79.6 GiB (over 71.7): listed first, marked at risk, before Megatron-FSDP's stages."""
+    script = tmp_path / "llama70b_zero0.sh"
+    script.write_text(
+        "torchrun --nproc_per_node 8 --nnodes 8 pretrain_gpt.py \\\n"
+        "  --num-layers 80 --hidden-size 8192 --ffn-hidden-size 28672 --num-attention-heads 64 \\\n"
+        "  --group-query-attention --num-query-groups 8 --seq-length 4096 \\\n"
+        "  --max-position-embeddings 131072 --position-embedding-type rope --rotary-base 500000 \\\n"
+        "  --normalization RMSNorm --swiglu --untie-embeddings-and-output-weights \\\n"
+        "  --disable-bias-linear --tensor-model-parallel-size 8 --sequence-parallel \\\n"
+        "  --micro-batch-size 1 --global-batch-size 512 --bf16 --use-flash-attn\n")
+    result = _check(str(script), "--cluster", "dgx-h100", "--model", "llama-3.1-70b", "--format", "json")
+    assert result.exit_code == 1, result.output
+    data = json.loads(result.output)
+    (over,) = [v for v in data["violations"] if v["rule"] == "memory_exceeds"]
+    mem = data["memory_bytes"]
+    assert mem["optimizer_states"] / 2**30 == pytest.approx(12 * 70_553_706_496 / 8 / 2**30, rel=0.01)
+    after = (mem["total"] - 7 / 8 * mem["optimizer_states"]) / 2**30
+    assert 0.9 * 79.65 < after < 79.65  # inside the at-risk margin: at risk, not over
+    assert over["fix"].startswith(f"any of: --use-distributed-optimizer ({after:.1f} GiB, at risk); ")
+    assert over["fix"].index("--use-distributed-optimizer") < over["fix"].index("--use-megatron-fsdp")
 
 
 def test_framework_config_values_beyond_the_planners_limits_are_bad_input(tmp_path):

@@ -185,6 +185,14 @@ def test_missing_optimizer_and_checkpointing_section_are_warnings(tmp_path):
     assert rules["deepspeed_optimizer_assumed"]["severity"] == "warning"
     assert rules["deepspeed_recompute_assumed"]["severity"] == "warning"
     assert data["parallelism"]["optimizer"] == "adamw" and data["verdict"] == "pass"
+    # review-senior5 L5: the fix is the same check with the model code's recompute, which then
+    # holds (no more warning): not `planner explain`, which would need the layout retyped
+    path = tmp_path / "ds_config.json"
+    assert rules["deepspeed_recompute_assumed"]["fix"] == (
+        f"if the model checkpoints its layers, check again with `planner check {path} --recompute full`")
+    again = _json(path, *H100_8, "--recompute", "full")
+    assert "deepspeed_recompute_assumed" not in _rules(again)
+    assert again["stages"][0]["recompute"] != data["stages"][0]["recompute"]
 
 
 @pytest.mark.parametrize("doc, field, expected", [

@@ -179,6 +179,21 @@ def test_rule_counts_decoder_layers_and_mtp():
     assert any("1 MTP layers" in v.message for v in check_layout(model, cluster, bad))
 
 
+
+def test_placed_mtp_layer_is_said_to_be_uncosted():
+    """review-senior5 H3: DeepSeek-V3's one MTP layer (num_nextn_predict_layers 1) in a layout
+    string is accepted (Megatron builds it) but no cost term prices it: the warning says so, so an
+    `explain --pipeline-layout ...tmL` is not read as costing MTP; without `m`, no warning."""
+    model = model_spec.load_model("deepseek-v3")
+    cluster = cluster_spec.load_cluster("dgx-h100", gpus=256)
+    stages = ("E" + "t" * 4,) + ("t" * 4,) * 14 + ("tL",)
+    base = Layout(tp=2, pp=16, dp=8, ep=8, pipeline_layout=stages)
+    with_mtp = base.replace(pipeline_layout=stages[:-1] + ("tmL",))
+    assert [v.severity for v in check_layout(model, cluster, with_mtp) if v.rule == "mtp_not_costed"] \
+        == ["warning"]
+    assert not [v for v in check_layout(model, cluster, base) if v.rule == "mtp_not_costed"]
+
+
 def test_undivided_interleaving_fix_names_the_account_for_layout():
     model = model_spec.load_model("llama-3.1-405b")
     cluster = cluster_spec.load_cluster("dgx-h100", gpus=64)

@@ -209,3 +209,34 @@ def test_moe_exchange_allgather_and_deepep_normal_by_hand():
     ranks = 8 * (1 - (7 / 8) ** 8)  # 5.25 of 8 ranks
     assert normal == pytest.approx(layers * tokens / 8 * ranks * (h + h / 128 * 4 + 2 * h) / bw)
     assert normal < ag  # DeepEP moves each token to the ranks that need it, not to all
+
+
+def test_fused_moe_workspace_sets_the_moe_profile_peak():
+    """review-senior5 H5: vLLM 0.33.0's fused-MoE kernel holds workspace13 (M, top_k, max(N_act, K))
+    and workspace2 (M, top_k, max(N, K)) for all M tokens of the profile run (modular_kernel.py
+    _allocate_buffers; experts/triton_moe.py workspace_shapes), K = hidden_size -- not top_k copies of
+    the expert width. Qwen3-235B-A22B at tp 4 (h 4,096, moe_intermediate_size 1,536 -> N = 2 x 384 =
+    768, top_k 8): 8 x (4,096 + 4,096) = 65,536 elements per token. Profile run of 8,192 tokens:
+    layer part 8,192 x (2 x 4,096 + 65,536) x 2 B = 1,207,959,552 B; sampler 1,024 rows (H100
+    max_num_seqs) x 152,064 (151,936 padded to 64 x 4) x 14 B = 2,179,989,504 B."""
+    spec = load_model("qwen3-235b-a22b")
+    assert sv.fused_moe_workspace_elements(spec, sv.Instance(tp=4)) == 65_536
+    assert sv.activation_bytes(spec, sv.Instance(tp=4), 8192, 1024, engine="vllm") == \
+        1_207_959_552 + 2_179_989_504
+    # Mixtral-8x7B at tp 8 with ep 8 (h 4,096, I_e 14,336 whole per GPU -> N 28,672, N_act 14,336):
+    # 2 x (14,336 + 28,672) = 86,016 elements per token, the expert width now the larger
+    assert sv.fused_moe_workspace_elements(load_model("mixtral-8x7b"), sv.Instance(tp=8, ep=8)) == 86_016
+
+
+@pytest.mark.parametrize("inst, label", [
+    # review-senior5 L1: 8 GPUs serving attention data-parallel with experts over all 8 are vLLM's
+    # --data-parallel-size 8 --enable-expert-parallel (tp 1): "tp8 ... dp8" read as 64 GPUs
+    (sv.Instance(tp=8, ep=8, adp=8), "dp8 (attention) ep8"),
+    (sv.Instance(tp=8, ep=8, adp=2), "dp2 tp4 (attention) ep8"),
+    (sv.Instance(tp=8, ep=4, adp=8), "dp8 (attention) ep4 etp2"),
+    (sv.Instance(tp=8, adp=8), "dp8 (attention) tp8 (experts)"),
+    (sv.Instance(tp=8, ep=8), "tp8 ep8"),
+    (sv.Instance(tp=8, pp=2), "tp8 pp2"),
+])
+def test_instance_label_in_the_engines_terms(inst, label):
+    assert inst.label == label

@@ -281,8 +281,10 @@ def _with_code_recompute(target: Target, recompute: str | None) -> Target:
         raise SpecError("value 'selective' not allowed: DeepSpeed checkpoints whole layers "
                         "(deepspeed.checkpointing.checkpoint); allowed: none, full",
                         file=target.file, key="--recompute")
+    # the model code's recompute is now given: the warning that it was assumed no longer holds
+    findings = tuple(f for f in target.findings if f.rule != "deepspeed_recompute_assumed")
     return dataclasses.replace(target, layout=target.layout.replace(recompute=recompute),
-                               recompute_per_stage=None)
+                               recompute_per_stage=None, findings=findings)
 
 
 def across_files(results: list[dict]) -> bool:

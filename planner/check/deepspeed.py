@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import shlex
 from pathlib import Path
 
 from planner.check.gate import Target, raise_missing
@@ -103,7 +104,7 @@ def read(path: Path, data: dict, *, model: str | None, cluster: str | None, gpus
                     offload=offload, optimizer=optimizer, precision=precision, framework=FRAMEWORK,
                     grad_reduce_dtype=_communication_dtype(data, file),
                     **_overlaps(data, file, stage))
-    findings += (batch_findings + precision_findings + optimizer_findings + _recompute_note(data)
+    findings += (batch_findings + precision_findings + optimizer_findings + _recompute_note(data, file)
                  + _near_misses(data) + _unknown_zero_keys(data))
     return Target(file=file, kind=KIND, model=load_model(model),
                   cluster=load_cluster(cluster, gpus=gpus), layout=layout,
@@ -368,15 +369,18 @@ def _optimizer(data: dict, file: str) -> tuple[str, list[Violation]]:
                     file=file, key=K["optimizer"])
 
 
-def _recompute_note(data: dict) -> list[Violation]:
+def _recompute_note(data: dict, file: str) -> list[Violation]:
+    """The warning that the config's checkpointing section does not say whether layers are
+    recomputed; its fix is the same check with the model code's recompute (`planner check
+    --recompute`, which drops this warning)."""
     if K["recompute_tuning"] not in data:
         return []
     return [Violation(rule="deepspeed_recompute_assumed", severity="warning",
                       message=f"{K['recompute_tuning']} only tunes checkpointing; whether layers "
                               f"are recomputed is set in the model code: checked without recompute "
                               f"(the most activation memory)",
-                      fix="if the model checkpoints its layers, check the layout with "
-                          "`planner explain --recompute full`")]
+                      fix=f"if the model checkpoints its layers, check again with "
+                          f"`planner check {shlex.quote(file)} --recompute full`")]
 
 
 def _unknown_zero_keys(data: dict) -> list[Violation]:

@@ -28,6 +28,7 @@ from planner.placement.layout import Layout
 from planner.placement.rules import Violation, check_layout, errors
 from planner.specs.cluster import ClusterSpec
 from planner.specs.model import ModelSpec
+from planner.summary import mfu_basis
 
 STALE_TOLERANCE = 0.005
 """Relative difference between a file's `predicted` numbers and the recomputed ones past which
@@ -138,6 +139,8 @@ def evaluate(target: Target) -> dict:
         "time_s": record.time_s(),
         "tokens_per_s": step.tokens_per_s if step else None,
         "mfu": step.mfu if step else None,
+        "mfu_basis": mfu_basis(target.model, target.cluster.gpu.peak_tflops, layout.precision,
+                               layout.seq_len) if step else None,
         **({"checkpoint": target.checkpoint} if target.checkpoint is not None else {}),
     }
 
@@ -270,8 +273,10 @@ def _phase_note(m: MemoryBreakdown) -> str:
 def _memory_fix(model: ModelSpec, cluster: ClusterSpec, layout: Layout, m: MemoryBreakdown,
                 counts: dict[str, int] | None, reserve_bytes: int | None,
                 at_risk_margin: float, kind: str) -> str:
-    """The single-knob changes after which stage `m.stage` fits outside the at-risk margin, each
-    with the stage's new total (recomputed by `stage_memory`), else a pointer to `planner plan`.
+    """The single-knob changes after which stage `m.stage` fits outside the at-risk margin -- or,
+    for a stage that does not fit, inside it (marked "at risk": it starts, as ZeRO-1 with
+    Megatron's distributed optimizer often does) -- each with the stage's new total (recomputed by
+    `stage_memory`), in `_single_changes`' order, else a pointer to `planner plan`.
 
     A change is refused when it breaks a placement rule the layout does not already break; a rule
     the layout itself breaks (e.g. layers_divisible_by_pp with a vpp that does not divide the
@@ -290,8 +295,9 @@ def _memory_fix(model: ModelSpec, cluster: ClusterSpec, layout: Layout, m: Memor
                                reserve_bytes=reserve_bytes, at_risk_margin=at_risk_margin)
         except SpecError:
             continue
-        if new.verdict == "fits":
-            found.append(f"{_spelled(label, kind, layout.framework)} ({new.total / gib:.1f} GiB)")
+        if new.verdict == "fits" or (new.verdict == "at_risk" and m.verdict == "does_not_fit"):
+            risk = ", at risk" if new.verdict == "at_risk" else ""
+            found.append(f"{_spelled(label, kind, layout.framework)} ({new.total / gib:.1f} GiB{risk})")
     first = (f"first fix {', '.join(broken)} (the memory here is of the layout as costed, which "
              f"the framework does not build as given); then " if broken else "")
     if not found:
@@ -302,17 +308,24 @@ def _memory_fix(model: ModelSpec, cluster: ClusterSpec, layout: Layout, m: Memor
 
 
 def _single_changes(layout: Layout) -> list[tuple[str, Layout]]:
-    """(change, layout): recompute selective / full on every layer, half the micro-batch, each
-    higher ZeRO stage."""
-    out = [(f"recompute {mode}", layout.replace(recompute=mode))
-           for mode in ("selective", "full") if mode != layout.recompute]
+    """(change, layout), cheapest in step time first, as a user tries them: ZeRO-1 and ZeRO-2
+    (sharded optimizer states / gradients: a reduce-scatter and an all-gather move what DP's
+    all-reduce moved, 2 x params, no extra compute -- ZeRO paper, Rajbhandari et al. 2020
+    arXiv:1910.02054 §7.2.1; Megatron's distributed optimizer is ZeRO-1), selective
+    recompute (the attention core only: a few % more time, Korthikanti et al. 2022 arXiv:2205.05198
+    Table 4), half the micro-batch, ZeRO-3 (1.5 x the DP traffic, §7.2.2), full recompute (one more
+    forward of every layer: a third more compute, and ~36-39% more time in Table 4)."""
+    changes = {f"recompute {mode}": layout.replace(recompute=mode)
+               for mode in ("selective", "full") if mode != layout.recompute}
     b = layout.micro_batch_size
     if b > 1 and b % 2 == 0:
-        out.append((f"micro_batch_size {b // 2}", layout.replace(micro_batch_size=b // 2)))
+        changes[f"micro_batch_size {b // 2}"] = layout.replace(micro_batch_size=b // 2)
     if layout.dp > 1:
-        out += [(f"zero_stage {z}", layout.replace(zero_stage=z))
-                for z in range(layout.zero_stage + 1, 4)]
-    return out
+        changes.update({f"zero_stage {z}": layout.replace(zero_stage=z)
+                        for z in range(layout.zero_stage + 1, 4)})
+    order = ("zero_stage 1", "zero_stage 2", "recompute selective", f"micro_batch_size {b // 2}",
+             "zero_stage 3", "recompute full")
+    return [(label, changes[label]) for label in order if label in changes]
 
 
 _FRAMEWORK_TERMS = {name: vocabulary.FIX_TERMS for name, vocabulary in frameworks.BY_NAME.items()}

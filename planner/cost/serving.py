@@ -190,10 +190,19 @@ class Instance:
 
     @property
     def label(self) -> str:
-        """The layout as serve-plan's tables spell it: `tp8 pp2 ep8 dp8` (degrees above 1; dp the attention
-        data-parallel groups)."""
-        return " ".join(f"{k}{n}" for k, n in (("tp", self.tp), ("pp", self.pp), ("ep", self.ep), ("dp", self.adp))
-                        if n > 1 or k == "tp")
+        """The layout in the engines' own terms (review-senior5 L1), `tp` x `pp` GPUs in all: without
+        attention data parallelism `tp8 ep8 pp2` (vLLM's tensor-parallel size 8 with expert parallelism:
+        experts split over the tp GPUs); with it, the attention groups first, as vLLM's data-parallel
+        size / SGLang's dp spell them, then the experts over all of a stage's GPUs:
+        `dp8 (attention) ep8` (8 GPUs: attention replicated 8 ways, experts 8 ways), `dp2 tp4
+        (attention) ep8`, `dp8 (attention) tp8 (experts)` (no EP: experts tensor-split 8 ways)."""
+        pp = f" pp{self.pp}" if self.pp > 1 else ""
+        if self.adp == 1:
+            return f"tp{self.tp}" + (f" ep{self.ep}" if self.ep > 1 else "") + pp
+        attention = f"dp{self.adp}" + (f" tp{self.attn_tp}" if self.attn_tp > 1 else "")
+        etp = self.tp // self.ep
+        experts = f"ep{self.ep}" + (f" etp{etp}" if etp > 1 else "") if self.ep > 1 else f"tp{self.tp} (experts)"
+        return f"{attention} (attention) {experts}{pp}"
 
 
 @dataclass(frozen=True)
@@ -318,24 +327,45 @@ def vllm_sampler_bytes(spec: ModelSpec, inst: Instance, tokens: int, max_num_seq
     return min(tokens, max_num_seqs) * vocab_rows(spec, inst.tp) * VLLM_SAMPLER_BYTES_PER_LOGIT
 
 
+def fused_moe_workspace_elements(spec: ModelSpec, inst: Instance) -> float:
+    """bf16 elements per token of the fused-MoE kernel's scratch at the profile run's peak on one GPU:
+    top_k x (max(N_act, h) + max(N, h)), where N = the w13 output rows per GPU (2 I_e / (tp / ep) for a
+    gated MLP, I_e / (tp / ep) otherwise) and N_act = N / 2 gated, N otherwise. vLLM allocates
+    workspace13 (M, top_k, max(N_act, K)) -- also holding the (M, K) output -- and workspace2
+    (M, top_k, max(N, K)) for all M tokens of the forward at once (no chunking), through a
+    process-wide workspace manager that keeps its high-water mark; K = hidden_size, so on every
+    catalog MoE the hidden size, not the expert width, sets the size: both buffers are top_k copies
+    of the hidden state (DeepGEMM's contiguous layout, which TritonOrDeepGemmExperts sizes for, is
+    within 1% of this at 8,192 tokens: fp8 workspace1 of M_sum = M x top_k + E x 127 rows).
+    Hand check (Qwen3-235B-A22B, tp 4: h 4,096, I_e 1,536 -> N 768, top_k 8): 8 x (4,096 + 4,096) =
+    65,536 elements = 128 KiB per token, 1 GiB at 8,192 tokens.
+    Source: vllm-project/vllm 0.33.0 (wheel) `vllm/model_executor/layers/fused_moe/experts/triton_moe.py`
+    TritonExperts.workspace_shapes, `experts/deep_gemm_moe.py` workspace_shapes,
+    `modular_kernel.py` _allocate_buffers (M_chunk = M_full; workspace13 and the output share
+    storage; current_workspace_manager().get_simultaneous)."""
+    h = spec.hidden_size
+    n = (2 if spec.gated_mlp else 1) * spec.moe_intermediate_size / (inst.tp // inst.ep)
+    n_act = n / 2 if spec.gated_mlp else n
+    return spec.num_experts_per_tok * (max(n_act, h) + max(n, h))
+
+
 def activation_bytes(spec: ModelSpec, inst: Instance, tokens: int, max_num_seqs: int = DEFAULT_MAX_NUM_SEQS,
                      *, engine: str = "") -> int:
     """Activation peak of one forward of `tokens` tokens on one GPU, bytes (bf16 activations).
 
     Live set of the widest layer op: residual + hidden (2h), plus the widest projection output of the
-    layer (q/k/v, or gate+up and the activated half 3I/tp, or for MoE the top_k copies of the
-    expert intermediate 3 I_e / (tp/ep)), plus the sampler: under vLLM `vllm_sampler_bytes`, otherwise
+    layer (q/k/v, or gate+up and the activated half 3I/tp, or for MoE the fused-MoE workspaces,
+    `fused_moe_workspace_elements`), plus the sampler: under vLLM `vllm_sampler_bytes`, otherwise
     fp32 logits and probabilities for min(tokens, max_num_seqs) rows of vocab/tp. Source: vLLM
     `gpu_model_runner.py` profile_run (_dummy_run(max_num_batched_tokens) then _dummy_sampler_run);
-    the layer part an estimate, not fitted.
+    the dense layer part an estimate, not fitted.
     """
     h, t = spec.hidden_size, inst.tp
     qkv = (spec.num_attention_heads + 2 * spec.num_key_value_heads) * spec.head_dim / inst.attn_tp
     mlp = 3 * spec.intermediate_size / t if any(not m for m in spec.moe_layers) or not spec.is_moe else 0
     moe = 0.0
     if spec.is_moe:
-        moe = spec.num_experts_per_tok * 3 * spec.moe_intermediate_size / (t // inst.ep) / inst.ep
-        moe = max(moe, 3 * spec.shared_expert_intermediate_size / t)
+        moe = max(fused_moe_workspace_elements(spec, inst), 3 * spec.shared_expert_intermediate_size / t)
     per_token = (2 * h + max(qkv, mlp, moe)) * 2
     if engine == "vllm":
         logits = vllm_sampler_bytes(spec, inst, tokens, max_num_seqs)

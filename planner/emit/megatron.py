@@ -116,8 +116,8 @@ def write(doc: dict) -> Emitted:
                         f"{total / 2**30:.1f} GiB, over the plan's budget of {budget / 2**30:.1f} "
                         f"GiB (capacity x (1 - headroom)); re-plan with --fix recompute=full and "
                         f"emit again", key="--emit")
-    layout = _with_mtp(emitted, model)
-    deviations += _architecture_gaps(model) + _mtp_flags(model)[1]
+    layout = emitted
+    deviations += _architecture_gaps(model) + _mtp_deviations(model)
     if layout.seq_len > model.max_position_embeddings:
         deviations.append(
             f"{F['max_position_embeddings']} {layout.seq_len} where the model has "
@@ -506,30 +506,29 @@ def _router_flags(model: ModelSpec) -> tuple[list[str], list[str]]:
     return out, gaps
 
 
-def _mtp_flags(model: ModelSpec) -> tuple[list[str], list[str]]:
-    """(flags, deviations) of the model's multi-token-prediction modules (num_nextn_predict_layers):
-    N MTP layers (Megatron's mtp_num_layers) as the model trains, and a deviation saying the plan does not cost them.
-    Source: Megatron-LM d98e8a6 `transformer_config.py` mtp_num_layers (MTP after the last decoder
-    layer, on the last pipeline stage)."""
+def _mtp_deviations(model: ModelSpec) -> list[str]:
+    """One deviation when the model has multi-token-prediction modules (num_nextn_predict_layers
+    N > 0): the script trains without them (no mtp_num_layers flag, no `m` in a layout string),
+    because the plan costs none -- N MTP layers on the last stage (Megatron builds each as a norm
+    pair, eh_proj Linear(2h, h), one decoder layer, and a second pass of the output head and loss)
+    add parameters, optimizer states, activations and time there that neither the plan nor `planner
+    check` prices; the line says how to train them and that `check` then warns (`mtp_not_costed`).
+    Source: Megatron-LM d98e8a6 `megatron/core/transformer/multi_token_prediction.py`
+    (MultiTokenPredictionLayer: enorm, hnorm, eh_proj, transformer_layer, final_layernorm; the
+    output layer applied again per MTP depth), `transformer_config.py` mtp_num_layers (MTP after
+    the last decoder layer, on the last pipeline stage); DeepSeek-V3 report (arXiv:2412.19437)
+    §2.2 and §4.2 (MTP loss weight 0.3)."""
     n = model.num_nextn_predict_layers
     if not n:
-        return [], []
-    return [f"{F['mtp_num_layers']} {n}"], [
-        f"multi-token prediction: {F['mtp_num_layers']} {n} (the model's num_nextn_predict_layers) "
-        f"adds {n} MTP layer(s) and their loss on the last stage; the plan's memory and step time "
-        f"do not include them: drop the flag (and any `m` of the layout string) to train exactly the plan"]
-
-
-def _with_mtp(layout: Layout, model: ModelSpec) -> Layout:
-    """The layout with the model's MTP layers `m` before the loss in the last virtual stage when
-    the launch carries a layout string (Megatron asserts the string holds exactly mtp_num_layers
-    `m`, all in the last virtual stage of a rank: `pipeline_parallel_layer_layout.py` l. 111-134
-    @d98e8a6); unchanged otherwise."""
-    stages, n = layout.pipeline_layout, model.num_nextn_predict_layers
-    if not n or stages is None or "m" in "".join(stages):
-        return layout
-    last = stages[-1]
-    return layout.replace(pipeline_layout=stages[:-1] + (last[:-1] + "m" * n + last[-1],))
+        return []
+    found = recipe(model)
+    weight = dict(found.values).get("mtp_loss_scaling_factor") if found else None
+    scaling = f" {F['mtp_loss_scaling_factor']} {weight}" if weight else ""
+    return [f"multi-token prediction left out: the model has num_nextn_predict_layers={n}, but the "
+            f"plan costs no MTP layer (its parameters, optimizer states, activations and time on "
+            f"the last stage), so the script trains the decoder without it; to train it add "
+            f"{F['mtp_num_layers']} {n}{scaling} (and {n} `m` before the `L` of a layout string) -- "
+            f"`planner check` then warns that the MTP layer is not costed"]
 
 
 def _architecture_gaps(model: ModelSpec) -> list[str]:
@@ -609,12 +608,12 @@ def _hyperparameters(model: ModelSpec) -> tuple[str, list[tuple[str, str, str, s
     the family's published values (`RECIPES`) with their source; each knob of
     `PLACEHOLDER_HYPERPARAMETERS` no source gives at Megatron-LM's default
     (`frameworks.megatron.DEFAULT`), its line marked PLACEHOLDER. MoE knobs are left out of a dense
-    model, MTP ones of a model without MTP."""
+    model, MTP ones always (the script trains no MTP layer, `_mtp_deviations`)."""
     found = recipe(model)
     published = [] if found is None else [
         (k, k.upper(), v, "") for k, v in found.values
         if not (k.startswith("moe_") and not model.is_moe)
-        and not (k.startswith("mtp_") and not model.num_nextn_predict_layers)]
+        and not k.startswith("mtp_")]  # MTP is not trained (`_mtp_deviations`)
     given = {k for k, *_ in published}
     placeholders = [(k, k.upper(), f"{mg.DEFAULT[k]:g}",
                      "  # PLACEHOLDER: Megatron-LM's default; no published value recorded")
@@ -688,7 +687,7 @@ def _flags(doc: dict, model: ModelSpec, cluster: ClusterSpec, layout: Layout,
     if layout.cp > 1 and layout.cp_comm_type != mg.DEFAULT["cp_comm_type"]:
         out.append(f"{F['cp_comm_type']} {layout.cp_comm_type}")
     out.append(f"{F['optimizer']} {mg.OPTIMIZERS[request['optimizer']]}")
-    out += recompute.flags() + _architecture_flags(model, layout.seq_len) + _mtp_flags(model)[0]
+    out += recompute.flags() + _architecture_flags(model, layout.seq_len)
     out += [f'{F[knob]} "${var}"' for knob, var, _, _ in _hyperparameters(model)[1]]
     if layout.offload_modules:
         out += [F["fine_grained_activation_offloading"], f"{F['offload_modules']} {' '.join(layout.offload_modules)}"]

@@ -188,7 +188,7 @@ FLAGS = (
     Flag("moe_aux_loss_coeff", "--moe-aux-loss-coeff", TEXT, 0.0, read=False),
     Flag("moe_router_bias_update_rate", "--moe-router-bias-update-rate", TEXT, 1e-3, read=False),
     # multi-token prediction (transformer_config.py l. 68-75: none by default, loss weight 0.1)
-    Flag("mtp_num_layers", "--mtp-num-layers", INT, read=False),
+    Flag("mtp_num_layers", "--mtp-num-layers", INT),
     Flag("mtp_loss_scaling_factor", "--mtp-loss-scaling-factor", TEXT, 0.1, read=False),
     # optimizer and initialisation hyper-parameters (`_add_regularization_args` l. 2611-2625;
     # transformer_config.py l. 400 init_method_std; training_config.py l. 169, 190)

@@ -353,6 +353,11 @@ def _pipeline_layout(model: ModelSpec, layout: Layout) -> list[Violation]:
                              message=f"pipeline_layout {text} has {mtp} MTP layers m; the model has "
                                      f"num_nextn_predict_layers={model.num_nextn_predict_layers}",
                              fix=f"give {model.num_nextn_predict_layers} m, or none"))
+    elif mtp:  # placed, but no cost term prices an MTP layer (check's reader says the same)
+        out.append(Violation(rule="mtp_not_costed", severity="warning",
+                             message=f"pipeline_layout {text} places {mtp} MTP layer(s) m; their "
+                                     f"memory and time on that stage are not costed",
+                             fix="drop the m to cost exactly what runs"))
     ranks = pipeline_layout.rank_counts(stages, pp)
     if layout.pipeline_layers is not None and tuple(layout.pipeline_layers) != ranks:
         out.append(Violation(rule="pipeline_layout",
