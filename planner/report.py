@@ -487,7 +487,8 @@ def show_plan(data: dict, fmt: str) -> None:
     console.print(f"[bold]{escape(req['model'])}[/bold] on {req['gpus']:,} x {escape(req['cluster'])}  (seq "
                   f"{req['seq_len']:,}, global batch {req['global_batch_size']:,} sequences = "
                   f"{req['global_batch_size'] * req['seq_len']:,} tokens, "
-                  f"{req['precision']}, {req['optimizer']}, {req['framework']} conventions)")
+                  f"{req['precision']}{' (fp8 param gather)' if req.get('fp8_param_gather') else ''}, "
+                  f"{req['optimizer']}, {req['framework']} conventions)")
     console.print(f"solver: [bold]{solver['status']}[/bold]  objective {solver['objective_s']:.3f} s/step, "
                   f"bound {solver['bound_s']:.3f} s; {solver['candidates_evaluated']:,} of "
                   f"{solver['candidates_total']:,} candidates solved, {solver['pruned']:,} pruned by "

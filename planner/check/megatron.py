@@ -823,6 +823,7 @@ def _layout(args: dict, spec: ModelSpec, world: int, seq_len: int | None, file: 
         precision=(precision := _precision(args, file)), framework="megatron",
         grad_reduce_dtype=_grad_reduce(args, precision),
         fp8_recipe=_choice(args, "fp8_recipe", file),
+        fp8_param_gather=True if _on(args, "fp8_param_gather") else None,
         precision_aware_optimizer=True if _on(args, "precision_aware_optimizer") else None,
         cross_entropy_fusion=((_choice(args, "cross_entropy_fusion_impl", file)
                                or mg.DEFAULT["cross_entropy_fusion_impl"])

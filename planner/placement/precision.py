@@ -96,6 +96,17 @@ class StateBytes:
     """Dtype of gathered / broadcast parameters (compute dtype), B/element."""
     compute: int = 2
     """Compute dtype of activations and unsharded working parameters, B/element."""
+    linear_parameter_gather: int | None = None
+    """Bytes per element the parameter all-gather moves for linear (Transformer Engine) weights:
+    1 with Megatron-LM's fp8 parameter gather (`Layout.fp8_param_gather`; its uint8 parameter
+    buffer, param_and_grad_buffer.py l. 921-923 @d98e8a6) except under mxfp8, whose parameters
+    are gathered in the gradient buffer's 16-bit view (l. 1161-1177); None = `parameter_gather`.
+    The vocabulary, norms and router are not TE linears and move `parameter_gather`."""
+
+    @property
+    def linear_gather(self) -> int:
+        """`linear_parameter_gather`, or `parameter_gather` when None, B/element."""
+        return self.parameter_gather if self.linear_parameter_gather is None else self.linear_parameter_gather
 
 
 _DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
@@ -125,7 +136,7 @@ def allowed_grad_reduce_dtypes(layout: Layout) -> tuple[str, ...]:
 def state_key(layout: Layout) -> tuple:
     """Everything of `layout` that `state_bytes` reads, for callers' cache keys."""
     return (layout.framework, layout.precision, layout.optimizer, grad_reduce_dtype(layout),
-            layout.fp8_recipe, layout.precision_aware_optimizer, layout.main_params_dtype, layout.exp_avg_dtype,
+            layout.fp8_recipe, layout.fp8_param_gather, layout.precision_aware_optimizer, layout.main_params_dtype, layout.exp_avg_dtype,
             layout.exp_avg_sq_dtype)
 
 
@@ -133,8 +144,9 @@ def state_bytes(layout: Layout) -> StateBytes:
     """Bytes per parameter for `layout.framework`, `layout.precision`, `layout.optimizer` and the
     gradient-reduction dtype (`grad_reduce_dtype`).
 
-    fp8 (`precision="fp8"`) keeps bf16 parameters and fp32 master weights (Transformer Engine keeps
-    fp8 copies only transiently), so it costs like bf16 here.
+    fp8 (`precision="fp8"`) keeps bf16 parameters and fp32 master weights, so it costs like bf16
+    here; Transformer Engine's fp8 weight copies (its cached workspace, or with the fp8 parameter
+    gather the fp8 parameters themselves) are `cost.memory`'s terms (`fp8_weight_bytes`).
     Source: see module docstring.
     """
     moments = _MOMENTS_BYTES[layout.optimizer]
@@ -146,8 +158,10 @@ def state_bytes(layout: Layout) -> StateBytes:
         optimizer_states = (precision_aware_optimizer_bytes(layout)
                             if layout.precision_aware_optimizer and layout.optimizer == "adamw"
                             else (4 if reduce == 4 else 8) + moments)
+        fp8_gather = te_fp8(layout) and layout.fp8_param_gather and layout.fp8_recipe != "mxfp8"
         return StateBytes(parameters=2, gradients=reduce, optimizer_states=optimizer_states,
-                          gradient_reduce=reduce, parameter_gather=2)
+                          gradient_reduce=reduce, parameter_gather=2,
+                          linear_parameter_gather=1 if fp8_gather else None)
     return StateBytes(parameters=2, gradients=2, optimizer_states=4 + moments,
                       gradient_reduce=reduce, parameter_gather=2)
 
@@ -205,3 +219,64 @@ def supported_precisions(peak_tflops: Mapping[str, float]) -> tuple[str, ...]:
     bf16/tf32 but has no fp8 (fp8 arrives with Hopper's Transformer Engine, NVIDIA H100 whitepaper).
     """
     return tuple(p for p in PRECISIONS if p in peak_tflops)
+
+
+FP8_TRANSPOSE_FREE_GPUS = ("B200", "B300", "GB200", "GB300")
+"""GPU name prefixes (`GPUSpec.name`) of compute capability 10.x (Blackwell data-centre parts),
+which run fp8 GEMMs in every layout, so Transformer Engine keeps one fp8 buffer for both usages
+of a tensor-scaled fp8 tensor; every other fp8 GPU (Hopper 9.0, Ada 8.9) runs only TN layouts and
+TE materialises the transpose as a second buffer. Source: NVIDIA/TransformerEngine@d0067d0
+transformer_engine/pytorch/utils.py l. 658-664 `is_non_tn_fp8_gemm_supported` ((10, 0) <=
+capability < (12, 0) or >= (13, 0)); pytorch/csrc/quantizer.cpp l. 361-381 (`_data` only with
+rowwise usage or non-TN support, `_transpose` only with columnwise usage without it)."""
+
+
+def fp8_keeps_transpose(gpu_name: str) -> bool:
+    """Whether Transformer Engine keeps a separate transposed copy of a tensor-scaled fp8 tensor
+    used both ways on `gpu_name` (`FP8_TRANSPOSE_FREE_GPUS`)."""
+    return not gpu_name.upper().startswith(FP8_TRANSPOSE_FREE_GPUS)
+
+
+def fp8_weight_bytes(layout: Layout, *, transpose: bool) -> float:
+    """Bytes per linear weight element of Transformer Engine's fp8 copy of a weight used by the
+    forward GEMM (rowwise) and the backward dgrad GEMM (columnwise), per `layout.fp8_recipe`:
+
+    - delayed / tensorwise (`Float8Tensor`, one scale per tensor): 1 B data + 1 B transpose where
+      the GPU needs it (`fp8_keeps_transpose`), else 1 B;
+    - blockwise (`Float8BlockwiseQTensor`, 128 x 128 weight blocks, `w_block_scaling_dim` 2:
+      common/recipe/__init__.py l. 435-437): 1 B rowwise + 1 B columnwise data (two fp32 scales
+      per 16,384 elements, < 0.05 %, ignored): 2 B;
+    - mxfp8 (`MXFP8Tensor`): rowwise and columnwise data, each with one E8M0 scale byte per 32
+      elements: 2 + 2/32 B.
+
+    Source: NVIDIA/TransformerEngine@d0067d0 module/linear.py l. 462-488 (the weight quantizer's
+    usage: rowwise, and columnwise when the input needs a gradient), tensor/float8_tensor.py
+    l. 413-425, tensor/mxfp8_tensor.py and tensor/float8_blockwise_tensor.py (the buffers each
+    usage allocates), tensor/utils.py l. 1404-1431 `post_all_gather_processing` (an fp8
+    parameter's transpose / columnwise data made after its all-gather).
+    """
+    recipe = layout.fp8_recipe or "delayed"
+    if recipe == "mxfp8":
+        return 2 + 2 / 32
+    if recipe == "blockwise":
+        return 2.0
+    return 2.0 if transpose else 1.0
+
+
+def fp8_saved_input_bytes(recipe: str | None) -> float:
+    """Bytes per element of the input a Transformer Engine linear saves for its weight-gradient
+    GEMM under fp8, per `layout.fp8_recipe`: the quantized input with only the usage the wgrad GEMM
+    reads kept (columnwise, or rowwise where sequence parallelism re-gathers it in backward):
+    1 B; blockwise adds an fp32 scale per 128 elements (1x128 input tiles, `x_block_scaling_dim`
+    1: common/recipe/__init__.py l. 435-437) and mxfp8 an E8M0 byte per 32: 1 + 1/32 B either way.
+    `recipe`: `Layout.fp8_recipe` (None: delayed).
+    Source: NVIDIA/TransformerEngine@d0067d0 module/linear.py l. 596-621 and
+    module/layernorm_linear.py l. 468-487 (`update_usage(rowwise_usage=False)` before
+    `save_for_backward`), module/grouped_linear.py l. 901-914."""
+    return 1 + 1 / 32 if (recipe or "delayed") in ("blockwise", "mxfp8") else 1.0
+
+
+def te_fp8(layout: Layout) -> bool:
+    """Whether `layout` runs Transformer Engine's fp8 linears: Megatron-LM at precision fp8
+    (its fp8 format flag; its TE layer specs). DeepSpeed / torchtitan fp8 are not costed as TE."""
+    return layout.framework == "megatron" and layout.precision == "fp8"
