@@ -83,7 +83,9 @@ the default grad_accum_dtype runs this optimizer (`engine.py` `_do_optimizer_san
 BF16_Optimizer only when grads accumulate in fp32)."""
 
 OPTIMIZER_STEP_TERM = "optimizer_step_gradient_copy"
-"""`transient_terms` key of `OPTIMIZER_STEP_COPY_BYTES` x the largest param group's partition."""
+"""`transient_terms` key of the optimizer step's gradient copy: DeepSpeed's
+`OPTIMIZER_STEP_COPY_BYTES` x the largest param group's partition, Megatron-LM's
+`StateBytes.step_gradient_copy` (`optimizer_step_copy_bytes`)."""
 
 OFFLOAD_STAGING_ELEMENTS = 2 * 100_000_000
 """Host<->device staging per offloaded state, elements: two buffers of DeepSpeed's default
@@ -1013,7 +1015,9 @@ def transient_peak(terms: dict[str, int], activations: int = 0) -> int:
 
 def optimizer_step_copy_bytes(layout: Layout, group_counts: dict[str, float], facts) -> dict[str, int]:
     """{optimizer param group: `OPTIMIZER_STEP_COPY_BYTES` x its gradient partition on this GPU},
-    bytes; empty unless DeepSpeed ZeRO-1/2 with the optimizer on the GPU.
+    bytes, under DeepSpeed ZeRO-1/2 with the optimizer on the GPU; under Megatron-LM one group
+    "weights", `StateBytes.step_gradient_copy` x the optimizer's shard of every group (its fp32
+    gradient copy, made for all groups before the step); else empty.
 
     Param groups: DeepSpeed partitions each optimizer param group separately and converts one
     group at a time. Under the Hugging Face Trainer the groups are weights with / without weight
@@ -1022,10 +1026,13 @@ def optimizer_step_copy_bytes(layout: Layout, group_counts: dict[str, float], fa
     when ep > 1 (DeepSpeed-MoE's `split_params_into_different_moe_groups_for_optimizer`).
     Partition = the group's elements on the stage / its optimizer-state shard degree (ZeRO-1/2
     partition the optimizer over dp). Source: see `OPTIMIZER_STEP_COPY_BYTES`."""
-    if layout.framework != "deepspeed" or layout.zero_stage not in (1, 2):
-        return {}
     state = State.OPTIMIZER_STATES
     if any(facts.offloaded[state, g] for g in GROUPS):
+        return {}
+    copy = state_bytes(layout).step_gradient_copy
+    if copy:  # Megatron copies every group's shard before it steps (`StateBytes.step_gradient_copy`)
+        return {"weights": int(copy * sum(group_counts[g] / facts.shard_degree[state, g] for g in GROUPS))}
+    if layout.framework != "deepspeed" or layout.zero_stage not in (1, 2):
         return {}
     return {name: int(OPTIMIZER_STEP_COPY_BYTES * sum(group_counts[g] / facts.shard_degree[state, g]
                                                       for g in members))
@@ -1094,5 +1101,6 @@ def model_state_bytes(num_params: float, layout: Layout) -> dict[str, float]:
     sb = state_bytes(layout)
     per_state = {State.PARAMETERS: sb.parameters, State.GRADIENTS: sb.gradients,
                  State.OPTIMIZER_STATES: sb.optimizer_states}
+    per_state[State.OPTIMIZER_STATES] += sb.step_gradient_copy  # the step's peak, as the guides count it
     return {s.value: 0.0 if gp.offloaded(s) else num_params / layout.pp * n / gp.shard_degree(s)
             for s, n in per_state.items()}

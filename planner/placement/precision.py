@@ -96,6 +96,15 @@ class StateBytes:
     """Dtype of gathered / broadcast parameters (compute dtype), B/element."""
     compute: int = 2
     """Compute dtype of activations and unsharded working parameters, B/element."""
+    step_gradient_copy: int = 0
+    """fp32 copy of the gradient shard the optimizer reads, B/param (sharded like the optimizer
+    states): Megatron-LM's `shard_main_param.grad = shard_model_grad.float()` of a 16-bit gradient
+    buffer (distrib_optimizer.py l. 2756-2792 @d98e8a6; the fp16 optimizer's `main_grad.float()`
+    alike), made at the optimizer step and freed by the next step's `optimizer.zero_grad()`
+    (set_to_none=True: distrib_optimizer.py l. 2568-2598, called at the top of `train_step`,
+    training.py l. 3036-3044), so it never coexists with activations (`cost.memory`'s optimizer-step
+    phase); 0 with an fp32 buffer (`.float()` returns the buffer itself) or where the
+    precision-aware optimizer reads the buffer directly (`decoupled_grad`)."""
     linear_parameter_gather: int | None = None
     """Bytes per element the parameter all-gather moves for linear (Transformer Engine) weights:
     1 with Megatron-LM's fp8 parameter gather (`Layout.fp8_param_gather`; its uint8 parameter
@@ -155,27 +164,35 @@ def state_bytes(layout: Layout) -> StateBytes:
         return StateBytes(parameters=4, gradients=4, optimizer_states=moments,
                           gradient_reduce=reduce, parameter_gather=2)
     if layout.framework == "megatron":  # the gradient buffer has the reduction's dtype
-        optimizer_states = (precision_aware_optimizer_bytes(layout)
-                            if layout.precision_aware_optimizer and layout.optimizer == "adamw"
-                            else (4 if reduce == 4 else 8) + moments)
+        aware = layout.precision_aware_optimizer and layout.optimizer == "adamw"
+        optimizer_states = precision_aware_optimizer_bytes(layout) if aware else 4 + moments
         fp8_gather = te_fp8(layout) and layout.fp8_param_gather and layout.fp8_recipe != "mxfp8"
         return StateBytes(parameters=2, gradients=reduce, optimizer_states=optimizer_states,
                           gradient_reduce=reduce, parameter_gather=2,
+                          step_gradient_copy=4 if reduce != 4 and not (aware and _te_owns_master(layout)) else 0,
                           linear_parameter_gather=1 if fp8_gather else None)
     return StateBytes(parameters=2, gradients=2, optimizer_states=4 + moments,
                       gradient_reduce=reduce, parameter_gather=2)
+
+
+def _te_owns_master(layout: Layout) -> bool:
+    """Whether Transformer Engine's FusedAdam owns the precision-aware optimizer's master weights
+    and reads the gradient buffer directly: unless fp32 master weights under an fp8 recipe other
+    than delayed (`use_precision_aware_optimizer_no_fp8_or_ds_fp8`; module docstring)."""
+    return not (layout.precision == "fp8" and layout.fp8_recipe not in (None, "delayed")
+                and layout.main_params_dtype in (None, "fp32"))
 
 
 def precision_aware_optimizer_bytes(layout: Layout) -> int:
     """Optimizer-state bytes per parameter of Megatron-LM's precision-aware optimizer: master
     weights (fp16 2; fp32 of bf16 parameters 2, the int16 remainders; fp32 of fp16 parameters 4)
     + exp_avg + exp_avg_sq (fp32 4, fp16 / bf16 2, fp8 1); no gradient copy; except fp32 master
-    weights under an fp8 recipe other than delayed: fp32 master 4 + an fp32 gradient copy of a
-    16-bit buffer 4 + the moments. Source: module docstring (precision-aware optimizer)."""
+    weights under an fp8 recipe other than delayed: fp32 master 4 + the moments (and, at the step,
+    an fp32 gradient copy of a 16-bit buffer: `StateBytes.step_gradient_copy`). Source: module
+    docstring (precision-aware optimizer)."""
     moments = _DTYPE_BYTES[layout.exp_avg_dtype or "fp32"] + _DTYPE_BYTES[layout.exp_avg_sq_dtype or "fp32"]
-    if (layout.precision == "fp8" and layout.fp8_recipe not in (None, "delayed")
-            and layout.main_params_dtype in (None, "fp32")):  # Megatron owns the fp32 master
-        return 4 + (4 if grad_reduce_dtype(layout) != "fp32" else 0) + moments
+    if not _te_owns_master(layout):  # Megatron owns the fp32 master
+        return 4 + moments
     master = 2 if layout.main_params_dtype == "fp16" or layout.precision != "fp16" else 4
     return master + moments
 
