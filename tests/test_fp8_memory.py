@@ -237,3 +237,11 @@ def test_megatron_fp8_example_passes_check_on_8_h100():
     assert 139_392 - (2 * 4096 + 14336 - 4096) == 120_960
     assert m.activation_terms["layers"] == 32 * S * 120_960
     assert m.total <= m.capacity
+
+
+def test_explain_names_the_workspace_under_transient():
+    result = runner.invoke(app, ["explain", "-m", "llama-3.1-8b", "-c", "dgx-h100", "--gpus", "8",
+                                 "--zero-stage", "1", "--precision", "fp8", "--seq-len", "8192",
+                                 "--global-batch-size", "128"])
+    line = next(x for x in result.output.splitlines() if "incl. fp8 weight workspace" in x)
+    assert f"{2 * LINEAR / GIB:.2f}" in line  # 13.00 GiB
