@@ -245,3 +245,19 @@ def test_explain_names_the_workspace_under_transient():
                                  "--global-batch-size", "128"])
     line = next(x for x in result.output.splitlines() if "incl. fp8 weight workspace" in x)
     assert f"{2 * LINEAR / GIB:.2f}" in line  # 13.00 GiB
+
+
+@pytest.mark.parametrize("cluster", ["dgx-h100", "dgx-b200"])
+@pytest.mark.parametrize("knobs", [{}, {"fp8_param_gather": True}])
+def test_stage_program_memory_carries_the_fp8_terms(cluster, knobs):
+    """The stage program's affine model (`StageMemoryModel`) prices the fp8 weight terms per layer
+    as `stage_memory` does, on every stage of a pp 4 layout."""
+    from planner.cost.memory import stage_layers
+    from planner.cost.memory_model import stage_memory_model
+    model, spec = load_model("llama-3.1-8b"), load_cluster(cluster, gpus=32)
+    layout = Layout(dp=4, pp=4, tp=2, zero_stage=1, precision="fp8", global_batch_size=64, seq_len=4096,
+                    sequence_parallel=True, **knobs)
+    mm = stage_memory_model(model, spec, layout)
+    for s, layers in enumerate(stage_layers(model, layout)):
+        exact = stage_memory(model, spec, layout, s, reserve_bytes=0).total
+        assert mm.bytes(s, mm.counts(layers, ["none"] * len(layers))) == pytest.approx(exact, abs=64)
