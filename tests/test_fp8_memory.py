@@ -261,3 +261,10 @@ def test_stage_program_memory_carries_the_fp8_terms(cluster, knobs):
     for s, layers in enumerate(stage_layers(model, layout)):
         exact = stage_memory(model, spec, layout, s, reserve_bytes=0).total
         assert mm.bytes(s, mm.counts(layers, ["none"] * len(layers))) == pytest.approx(exact, abs=64)
+
+
+def test_torch_fsdp2_turns_the_flag_off_as_megatron_does():
+    text = EXAMPLE.read_text().replace("--use-distributed-optimizer", "--use-torch-fsdp2 --ckpt-format torch_dist")
+    target = _read(text)
+    assert target.layout.fp8_param_gather is None
+    assert "fp8_param_gather_off" in {v.rule for v in target.findings}
