@@ -479,6 +479,10 @@ def _placement_table(placement: dict) -> Table:
 def _memory_table(mem: dict, verdict: str, details: dict) -> Table:
     capacity = mem["capacity"]
     rows = [(term.replace("_", " "), gib(mem[term]), f"{100 * mem[term] / capacity:.1f}%") for term in _MEMORY_TERMS]
+    named = {k: v for k, v in details.get("transient_terms", {}).items() if k.startswith("fp8_weight") and v}
+    at = next((i for i, row in enumerate(rows) if row[0] == "transient"), len(rows) - 1)
+    rows[at + 1:at + 1] = [(f"  incl. {k.replace('_', ' ')}", gib(v), f"{100 * v / capacity:.1f}%")
+                           for k, v in named.items()]  # TE's fp8 weight copies (cost.memory.fp8_weight_terms)
     rows += [("total", gib(mem["total"]), f"{100 * mem['total'] / capacity:.1f}%"),
              ("capacity", gib(capacity), "100.0%"), ("verdict", verdict.replace("_", " ").upper(), "")]
     return _table(f"memory per GPU (worst stage: {details.get('stage', 0)})", ("term", "GiB", "of capacity"), rows)
@@ -505,7 +509,8 @@ def show_plan(data: dict, fmt: str) -> None:
     console.print(f"[bold]{escape(req['model'])}[/bold] on {req['gpus']:,} x {escape(req['cluster'])}  (seq "
                   f"{req['seq_len']:,}, global batch {req['global_batch_size']:,} sequences = "
                   f"{req['global_batch_size'] * req['seq_len']:,} tokens, "
-                  f"{req['precision']}, {req['optimizer']}, {req['framework']} conventions)")
+                  f"{req['precision']}{' (fp8 param gather)' if req.get('fp8_param_gather') else ''}, "
+                  f"{req['optimizer']}, {req['framework']} conventions)")
     console.print(f"solver: [bold]{solver['status']}[/bold]  objective {solver['objective_s']:.3f} s/step, "
                   f"bound {solver['bound_s']:.3f} s; {solver['candidates_evaluated']:,} of "
                   f"{solver['candidates_total']:,} candidates solved, {solver['pruned']:,} pruned by "

@@ -141,6 +141,13 @@ ASSUMPTIONS = {
                     "Megatron's account-for-embedding/loss split as `planner plan` builds it "
                     "(pipeline_layout.uneven_interleaved), e.g. Llama 3 405B Et|(tt|)*62tL, the paper's 'first "
                     "and last stage one fewer layer'.",
+    "fp8-param-gather": "Megatron-Bridge fp8 rows keep the TE linear weights in fp8 and gather them in fp8 "
+                        "(`Layout.fp8_param_gather`): perf_recipes/_common.py `_perf_precision` takes "
+                        "training/mixed_precision.py's fp8 presets, which set fp8_param_gather = True "
+                        "(delayed l. 217-231, mxfp8 l. 255-264, current scaling l. 285-302; "
+                        "NVIDIA-NeMo/Megatron-Bridge@067f987); no H100 recipe of these rows switches it "
+                        "off (DeepSeek-V3's does only in its blockwise variant, deepseek_v3.py l. 126-131). "
+                        "NeMo rows (E9): not verifiable here, left at Megatron-LM's default (off).",
     "expert-configs": "expert_configs rows: the recipe's layout as given, dp = gpus / (tp x pp x cp), "
                       "FlashAttention on, the framework's defaults for everything the row does not give.",
     "nvidia-perf-recipes": "expert_configs rows measured by NVIDIA's performance recipes (Megatron-Bridge, "
@@ -412,9 +419,12 @@ def _expert_row(raw: dict, file: str, where: str) -> list[Row]:
                      precision=raw["precision"], framework=raw["framework"])
     assumptions = ["expert-configs"]
     if raw["framework"] == "megatron" and any(w in str(raw.get("source", "")) for w in NVIDIA_RECIPES):
-        layout = overlap.tuned(layout.replace(grad_reduce_dtype="bf16", **RECIPE_OVERRIDES.get(raw["id"], {})))
+        bridge_fp8 = raw["precision"] == "fp8" and "Megatron-Bridge" in str(raw.get("source", ""))
+        layout = overlap.tuned(layout.replace(**{"grad_reduce_dtype": "bf16",
+                                                 **({"fp8_param_gather": True} if bridge_fp8 else {}),
+                                                 **RECIPE_OVERRIDES.get(raw["id"], {})}))
         layout = overlap.tuned_dispatcher(layout, ep_gpus_per_domain(layout, spec.scaleup_domain_gpus))
-        assumptions.append("nvidia-perf-recipes")
+        assumptions += ["nvidia-perf-recipes"] + (["fp8-param-gather"] if bridge_fp8 else [])
     if raw["framework"] == "torchtitan":  # both rows (2024-12, 2025-06) predate the chunked loss: 1
         layout = layout.replace(torch_compile=True, loss_chunks=1)
         assumptions += ["torch-compile"]

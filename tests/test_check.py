@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -225,11 +226,15 @@ def test_model_and_cluster_paths_are_found_beside_the_plan_file(tmp_path, monkey
     monkeypatch.chdir(root)
 
 
-def test_memory_fixes_are_spelled_in_the_checked_frameworks_own_flags():
+def test_memory_fixes_are_spelled_in_the_checked_frameworks_own_flags(tmp_path):
     """A Megatron-LM script's memory fix names Megatron flags, not planner's knobs: Megatron-LM's
-    Llama 3 8B H100 example at TP1 (96 GiB) fits with full recompute or Megatron-FSDP."""
-    result = _check("tests/data/configs/megatron/llama3_8b_h100_fp8.sh", "--cluster", "dgx-h100",
-                    "--model", "llama-3.1-8b", "--format", "json")
+    Llama 3 8B H100 example at TP1 without its --fp8-param-gather (91.7 GiB: TE's 13 GiB fp8
+    weight workspace) fits with full recompute or Megatron-FSDP."""
+    path = tmp_path / "no_fp8_param_gather.sh"
+    text = Path("tests/data/configs/megatron/llama3_8b_h100_fp8.sh").read_text()
+    assert '"--fp8-param-gather"' in text
+    path.write_text(text.replace('"--fp8-param-gather"', ""))
+    result = _check(path, "--cluster", "dgx-h100", "--model", "llama-3.1-8b", "--format", "json")
     assert result.exit_code == 1
     (over,) = [v for v in json.loads(result.output)["violations"] if v["rule"] == "memory_exceeds"]
     assert "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1" in over["fix"]

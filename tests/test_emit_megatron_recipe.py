@@ -169,11 +169,15 @@ def test_qk_layernorm_only_where_the_model_has_q_k_norms():
 def test_fp8_recipe_is_the_costed_one_with_a_note_of_the_familys():
     """A DeepSeek-V3 plan costed with Megatron's default delayed scaling runs delayed (no flag) and
     notes the blockwise scaling DeepSeek trained with (report §3.3.2); a plan costed blockwise
-    writes --fp8-recipe blockwise and no note."""
-    delayed = emit(_dsv3(precision="fp8"), "megatron").text
+    writes --fp8-recipe blockwise and no note. (Both with --fp8-param-gather: without it TE's fp8
+    weight workspace, 2 B per local linear weight, does not fit this hand layout.)"""
+    doc = _dsv3(precision="fp8")
+    doc["request"]["fp8_param_gather"] = True
+    delayed = emit(doc, "megatron").text
     assert "--fp8-recipe" not in " ".join(_flags(delayed))
     assert "re-plan with --fp8-recipe blockwise" in delayed
     doc = _dsv3(precision="fp8")
+    doc["request"]["fp8_param_gather"] = True
     doc["request"]["fp8_recipe"] = "blockwise"
     blockwise = emit(doc, "megatron").text
     assert "--fp8-recipe blockwise" in _flags(blockwise)

@@ -24,7 +24,7 @@ SOURCES = {p.relative_to(ROOT).as_posix(): p.read_text() for p in sorted((ROOT /
 
 PLANNER_OPTIONS_SHARED = {"--global-batch-size", "--micro-batch-size", "--optimizer", "--sequence-parallel",
                           "--main-params-dtype", "--main-grads-dtype", "--exp-avg-dtype",
-                          "--exp-avg-sq-dtype", "--fp8-recipe", "--recompute-modules",
+                          "--exp-avg-sq-dtype", "--fp8-recipe", "--fp8-param-gather", "--recompute-modules",
                           "--offload-modules"}
 """Megatron flags spelled like `planner`'s own CLI options (`planner explain --micro-batch-size`,
 `plan --optimizer`): a grep cannot tell the two apart, so they are not scanned (their Megatron use

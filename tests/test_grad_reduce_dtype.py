@@ -33,19 +33,23 @@ LLAMA = Path(__file__).parent / "data" / "configs" / "megatron" / "llama3_8b_h10
 
 
 @pytest.mark.parametrize("framework, precision, dtype, expected", [
-    # (parameters, gradients, optimizer states, reduce message) B/param, AdamW
-    ("megatron", "bf16", None, (2, 4, 4 + 8, 4)),    # fp32 main grads, fp32 master + m + v
-    ("megatron", "fp8", None, (2, 4, 4 + 8, 4)),     # fp8 GEMMs keep bf16 params, fp32 grads
-    ("megatron", "bf16", "bf16", (2, 2, 8 + 8, 2)),  # bf16 buffer; optimizer adds fp32 grad copy
-    ("megatron", "fp16", None, (2, 2, 8 + 8, 2)),    # fp16 buffer (Megatron's fp16 default)
-    ("megatron", "fp16", "fp32", (2, 4, 4 + 8, 4)),  # fp32 buffer: no second fp32 copy
-    ("deepspeed", "bf16", None, (2, 2, 4 + 8, 2)),   # reduce in the compute dtype
-    ("deepspeed", "fp16", "fp32", (2, 2, 4 + 8, 4)),  # fp32 message, gradients stay fp16
-    ("torchtitan", "bf16", None, (4, 4, 8, 4)),      # FSDP2 fp32 sharded params and grads
+    # (parameters, gradients, optimizer states, reduce message, fp32 gradient copy at the optimizer
+    # step only) B/param, AdamW
+    ("megatron", "bf16", None, (2, 4, 4 + 8, 4, 0)),    # fp32 main grads, fp32 master + m + v
+    ("megatron", "fp8", None, (2, 4, 4 + 8, 4, 0)),     # fp8 GEMMs keep bf16 params, fp32 grads
+    ("megatron", "bf16", "bf16", (2, 2, 4 + 8, 2, 4)),  # bf16 buffer; the step's fp32 grad copy
+    ("megatron", "fp16", None, (2, 2, 4 + 8, 2, 4)),    # fp16 buffer (Megatron's fp16 default)
+    ("megatron", "fp16", "fp32", (2, 4, 4 + 8, 4, 0)),  # fp32 buffer: no second fp32 copy
+    ("deepspeed", "bf16", None, (2, 2, 4 + 8, 2, 0)),   # reduce in the compute dtype
+    ("deepspeed", "fp16", "fp32", (2, 2, 4 + 8, 4, 0)),  # fp32 message, gradients stay fp16
+    ("torchtitan", "bf16", None, (4, 4, 8, 4, 0)),      # FSDP2 fp32 sharded params and grads
 ])
 def test_state_bytes_follow_the_reduction_dtype(framework, precision, dtype, expected):
+    """Megatron's fp32 copy of a 16-bit gradient shard exists from the optimizer step to the next
+    step's zero_grad(set_to_none=True), never beside activations (`StateBytes.step_gradient_copy`)."""
     sb = state_bytes(Layout(framework=framework, precision=precision, grad_reduce_dtype=dtype))
-    assert (sb.parameters, sb.gradients, sb.optimizer_states, sb.gradient_reduce) == expected
+    assert (sb.parameters, sb.gradients, sb.optimizer_states, sb.gradient_reduce,
+            sb.step_gradient_copy) == expected
 
 
 def test_defaults_per_framework():

@@ -219,10 +219,13 @@ def _explain_args(row: dict) -> list[str]:
 
 def test_e3_explained_with_megatron_bridge_account_for_options():
     """E3 (Llama-3.1-405B, 126 layers, pp 8 vpp 8): Megatron-Bridge's recipe accounts for the
-    embedding and the loss; planner accepts it, prints its layout and rates it fits or at_risk."""
+    embedding and the loss; planner accepts it, prints its layout and rates it fits or at_risk.
+    The recipe's fp8 keeps the linear weights in fp8 (`--fp8-param-gather`: Megatron-Bridge
+    `_perf_precision` fp8 presets, training/mixed_precision.py l. 285-302 @067f987); without it TE's
+    fp8 weight workspace would add 2 B per local linear weight."""
     row = EXPERT["E3"]
     result = runner.invoke(app, [*_explain_args(row), "--vpp", "8", "--account-for-embedding",
-                                 "--account-for-loss"])
+                                 "--account-for-loss", "--fp8-param-gather"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
     assert data["parallelism"]["pipeline_layout"] == "Et|(tt|)*62tL"

@@ -25,7 +25,8 @@ BASE = Path("tests/data/plans/llama-3.1-70b-64xh100-pp4-cp4.plan.yaml")
 TOP = ["kind", "version", "model", "cluster", "gpus", "request", "plan", "predicted", "solver"]
 REQUEST_REQUIRED = ["seq_len", "global_batch_size", "precision", "optimizer", "framework",
                     "headroom", "reserve_bytes"]
-REQUEST_OPTIONAL = ["recompute_modules", "offload_modules", "grad_reduce_dtype", "fp8_recipe", "precision_aware_optimizer",
+REQUEST_OPTIONAL = ["recompute_modules", "offload_modules", "grad_reduce_dtype", "fp8_recipe", "fp8_param_gather",
+                    "precision_aware_optimizer",
                     "main_params_dtype", "main_grads_dtype", "exp_avg_dtype", "exp_avg_sq_dtype",
                     "cross_entropy_fusion", "loss_chunks",
                     "fixed"]

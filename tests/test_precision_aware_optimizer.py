@@ -44,9 +44,10 @@ ON = dict(framework="megatron", zero_stage=1, precision_aware_optimizer=True)
      (4, 2 + 1 + 2)),                                  # fp16 master, fp8 m, fp16 v
     ("fp8", {"exp_avg_dtype": "bf16", "exp_avg_sq_dtype": "bf16"}, (4, 2 + 2 + 2)),  # delayed recipe
     # another fp8 recipe with an fp32 master: Megatron keeps the fp32 master (4) and hands the
-    # optimizer main_grad.float() (an fp32 copy of a 16-bit buffer, 4)
+    # optimizer main_grad.float() (an fp32 copy of a 16-bit buffer, 4, at the step only:
+    # test_step_gradient_copy_of_megatrons_own_master)
     ("fp8", {"fp8_recipe": "tensorwise", "main_grads_dtype": "bf16", "exp_avg_dtype": "bf16",
-             "exp_avg_sq_dtype": "bf16"}, (2, 4 + 4 + 2 + 2)),  # Megatron-Bridge's DeepSeek-V3
+             "exp_avg_sq_dtype": "bf16"}, (2, 4 + 2 + 2)),  # Megatron-Bridge's DeepSeek-V3
     ("fp8", {"fp8_recipe": "blockwise"}, (4, 4 + 0 + 4 + 4)),  # fp32 buffer: .float() copies nothing
     ("fp8", {"fp8_recipe": "delayed"}, (4, 2 + 4 + 4)),        # Megatron's default recipe
     ("fp8", {"fp8_recipe": "mxfp8", "main_params_dtype": "fp16"}, (4, 2 + 4 + 4)),  # TE's fp16 master
@@ -57,6 +58,15 @@ ON = dict(framework="megatron", zero_stage=1, precision_aware_optimizer=True)
 def test_state_bytes_per_combination(precision, knobs, expected):
     sb = state_bytes(Layout(precision=precision, **ON, **knobs))
     assert (sb.parameters, sb.gradients, sb.optimizer_states) == (2, *expected)
+
+
+def test_step_gradient_copy_of_megatrons_own_master():
+    """The fp32 gradient copy exists only where Megatron owns the fp32 master and the buffer is
+    16-bit: 4 B/param at the optimizer step (distrib_optimizer.py l. 2791-2792 @d98e8a6)."""
+    own = dict(precision="fp8", fp8_recipe="tensorwise", main_grads_dtype="bf16")
+    assert state_bytes(Layout(**ON, **own)).step_gradient_copy == 4
+    assert state_bytes(Layout(**ON, precision="fp8", fp8_recipe="blockwise")).step_gradient_copy == 0  # fp32 buffer
+    assert state_bytes(Layout(**ON, main_grads_dtype="bf16")).step_gradient_copy == 0  # TE reads the buffer
 
 
 def test_off_is_megatrons_default_and_other_optimizers_keep_their_bytes():
@@ -76,8 +86,9 @@ def test_main_grads_bf16_reduces_in_bf16_under_bf16_and_fp8_only():
 
 def test_optimizer_state_memory_shrinks_by_the_byte_ratio():
     """DeepSeek-V3 at E10's layout (1024 H100, tp 2, pp 8, vpp 4, ep 64, ZeRO-1): every parameter
-    keeps the same shard, so the optimizer-state term scales by (2 + 2 + 2) / (4 + 4 + 8) = 6/16
-    with the recipe's dtypes and main grads bf16 (reducing in bf16 either way)."""
+    keeps the same shard, so the optimizer-state term scales by (2 + 2 + 2) / (4 + 8) = 6/12
+    with the recipe's dtypes and main grads bf16 (reducing in bf16 either way; the plain
+    optimizer's fp32 gradient copy, 4, lives only at the step)."""
     from planner.cost.memory import stage_memory
     model, cluster = load_model("deepseek-v3"), load_cluster("dgx-h100", gpus=1024)
     base = Layout(dp=64, tp=2, pp=8, vpp=4, ep=64, etp=1, zero_stage=1, sequence_parallel=True,
@@ -86,7 +97,7 @@ def test_optimizer_state_memory_shrinks_by_the_byte_ratio():
     on = base.replace(grad_reduce_dtype=None, precision_aware_optimizer=True, main_grads_dtype="bf16",
                       exp_avg_dtype="bf16", exp_avg_sq_dtype="bf16")
     before, after = stage_memory(model, cluster, base, 0), stage_memory(model, cluster, on, 0)
-    assert after.optimizer_states == pytest.approx(before.optimizer_states * 6 / 16, rel=1e-9)
+    assert after.optimizer_states == pytest.approx(before.optimizer_states * 6 / 12, rel=1e-9)
     assert after.gradients == before.gradients
 
 
@@ -204,17 +215,18 @@ def test_emitted_script_and_plan_file_read_back_with_the_same_knobs(tmp_path):
 def test_e10_runs_the_recipes_precision_aware_optimizer():
     """E10 (DeepSeek-V3, 1024 H100, Megatron-Bridge fp8 current scaling) inherits the DeepSeek-V3
     recipe's optimizer (fp32 master, bf16 main grads, bf16 moments; RECIPE_OVERRIDES): Megatron
-    keeps the fp32 master (4) and an fp32 copy of the bf16 gradients (4), + 2 + 2 = 12 B/param
-    against 8 + 8 = 16 before, so every stage's optimizer term shrinks by 12/16."""
+    keeps the fp32 master (4) + 2 + 2 = 8 B/param against 4 + 8 = 12 before, so every stage's
+    optimizer term shrinks by 8/12 (the fp32 copy of the bf16 gradients, 4, at the step in both)."""
     from planner.cost.memory import stage_memory
     from planner.validate_training import RECIPE_OVERRIDES, default_rows
     row = next(r for r in default_rows() if r.id == "E10")
     assert {k: getattr(row.layout, k) for k in RECIPE_OVERRIDES["E10"]} == RECIPE_OVERRIDES["E10"]
-    assert state_bytes(row.layout).optimizer_states == 4 + 4 + 2 + 2
+    assert state_bytes(row.layout).optimizer_states == 4 + 2 + 2
+    assert state_bytes(row.layout).step_gradient_copy == 4
     plain = row.layout.replace(fp8_recipe=None, precision_aware_optimizer=None, main_grads_dtype=None,
                                exp_avg_dtype=None, exp_avg_sq_dtype=None)
-    assert state_bytes(plain).optimizer_states == 8 + 8
+    assert state_bytes(plain).optimizer_states == 4 + 8
     cluster = load_cluster("dgx-h100", gpus=1024)
     before = stage_memory(row.model, cluster, plain, 3).optimizer_states
     after = stage_memory(row.model, cluster, row.layout, 3).optimizer_states
-    assert after == pytest.approx(before * 12 / 16, rel=1e-9)
+    assert after == pytest.approx(before * 8 / 12, rel=1e-9)

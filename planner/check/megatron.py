@@ -876,6 +876,7 @@ def _layout(args: dict, spec: ModelSpec, world: int, seq_len: int | None, file: 
         precision=(precision := _precision(args, file)), framework="megatron",
         grad_reduce_dtype=_grad_reduce(args, precision),
         fp8_recipe=_choice(args, "fp8_recipe", file),
+        fp8_param_gather=_fp8_param_gather(args, findings),
         precision_aware_optimizer=True if _on(args, "precision_aware_optimizer") else None,
         cross_entropy_fusion=((_choice(args, "cross_entropy_fusion_impl", file)
                                or mg.DEFAULT["cross_entropy_fusion_impl"])
@@ -913,6 +914,20 @@ def _mtp(args: dict, layout: Layout, file: str) -> list[Violation]:
                     f"pass) are not costed; memory and step time are the model's without MTP",
             fix=f"drop {F['mtp_num_layers']} (and the layout's m) to run exactly what is costed"))
     return out
+
+
+def _fp8_param_gather(args: dict, findings: list[Violation]) -> bool | None:
+    """`Layout.fp8_param_gather`: the switch, except under torch FSDP2, where Megatron-LM turns it
+    off at start-up with TE >= 2.0 (a warning here; arguments.py l. 1051-1056 @d98e8a6)."""
+    if not _on(args, "fp8_param_gather"):
+        return None
+    if _on(args, "torch_fsdp2"):
+        findings.append(Violation(rule="fp8_param_gather_off", severity="warning",
+                                  message=f"{F['fp8_param_gather']} with {F['torch_fsdp2']}: Megatron-LM turns "
+                                          f"the fp8 parameter gather off (TE >= 2.0) and gathers bf16; costed so",
+                                  fix=f"drop {F['fp8_param_gather']}, or use {F['megatron_fsdp']}"))
+        return None
+    return True
 
 
 def _moe_dispatcher(args: dict, file: str, findings: list[Violation]) -> str | None:

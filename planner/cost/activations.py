@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 from planner.errors import SpecError
 from planner.placement.layout import OFFLOAD_MODULES, RECOMPUTE_MODULES
+from planner.placement.precision import fp8_saved_input_bytes
 from planner.specs.model import ModelSpec
 
 RECOMPUTE_MODES = ("none", "selective", "full")
@@ -92,7 +93,7 @@ projections and latent norms); core_attn q, k, v and the core's own tensors; att
 output projection's input; mlp_norm the pre-MLP norm's input where it is a module (models with
 experts); expert_fc1 the routed experts' fc1 input; moe_act their activation's input."""
 
-_ELEMENT_BYTES = {"mask": 1, "fp32": 4, "int64": 8, "int32": 4}
+_ELEMENT_BYTES = {"mask": 1, "fp32": 4, "int64": 8, "int32": 4, "fp8": 1}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -114,6 +115,10 @@ class SavedTensor:
     offload: str = ""
     """The Megatron fine-grained offloading module (`OFFLOAD_MODULES`) in whose scope autograd saves
     this tensor (its saved-tensor hooks move it to host); empty = in none of them."""
+    linear_input: bool = False
+    """Saved by a Transformer Engine linear (Linear, LayerNormLinear's norm output, GroupedLinear)
+    for its weight-gradient GEMM: quantized under TE fp8 (`fp8_recipe` of
+    `layer_activation_bytes`, `placement.precision.fp8_saved_input_bytes`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -139,7 +144,8 @@ def layer_activation_bytes(model: ModelSpec, layer_index: int, *, seq_len: int, 
                            etp: int = 1, framework: str = "megatron",
                            flash_attention: bool | None = None,
                            recompute_modules: tuple[str, ...] = _CORE,
-                           offload_modules: tuple[str, ...] = ()) -> ActivationBytes:
+                           offload_modules: tuple[str, ...] = (),
+                           fp8_recipe: str | None = None) -> ActivationBytes:
     """Bytes saved for backward by layer `layer_index` for one micro-batch on one GPU.
 
     Source: Korthikanti et al. 2022 (arXiv 2205.05198) §4, eq. 1-6, Table 2 for the GPT block; the
@@ -166,6 +172,8 @@ def layer_activation_bytes(model: ModelSpec, layer_index: int, *, seq_len: int, 
         offload_modules: Megatron fine-grained activation offloading (`OFFLOAD_MODULES`): the
             tensors saved in these modules' scopes, of at least OFFLOAD_MIN_ELEMENTS elements on
             the GPU, go to `offloaded` instead of `total`.
+        fp8_recipe: None, or the Transformer Engine fp8 recipe the layer runs (Megatron-LM at
+            precision fp8, `placement.precision.te_fp8`): see `_te_fp8`.
 
     Raises:
         SpecError: a value outside its allowed range (names the key, the value and what is allowed).
@@ -187,9 +195,12 @@ def layer_activation_bytes(model: ModelSpec, layer_index: int, *, seq_len: int, 
         tensors = [x for x in tensors if drop.isdisjoint(x.modules)]
     elif recompute == "full":
         tensors = [SavedTensor(name="layer_input", elements_per_token=model.hidden_size, split="sp")]
+    fp8_bytes = None
+    if fp8_recipe is not None:
+        tensors, fp8_bytes = _te_fp8(tensors, fp8_recipe, offload_modules), fp8_saved_input_bytes(fp8_recipe)
     tokens = seq_len * micro_batch_size // cp
     breakdown = {x.name: _bytes(x, model, tokens=tokens, tp=tp, sequence_parallel=sequence_parallel,
-                                dtype_bytes=dtype_bytes) for x in tensors}
+                                dtype_bytes=dtype_bytes, fp8_bytes=fp8_bytes) for x in tensors}
     moved = {x.name for x in tensors if x.offload and x.offload in offload_modules
              and breakdown[x.name] >= OFFLOAD_MIN_ELEMENTS * _ELEMENT_BYTES.get(x.dtype, dtype_bytes)}
     offloaded = sum(breakdown[n] for n in moved)
@@ -207,12 +218,40 @@ def layer_kind(model: ModelSpec, layer_index: int) -> bool:
     return bool(model.is_moe and model.moe_layers[layer_index])
 
 
+def _te_fp8(tensors: list[SavedTensor], recipe: str, offload_modules: tuple[str, ...]) -> list[SavedTensor]:
+    """The saved tensors under Transformer Engine fp8 with `recipe` (Megatron-LM's TE layer specs):
+
+    - every `linear_input` is saved quantized (`fp8_saved_input_bytes`; TE Linear /
+      LayerNormLinear / GroupedLinear keep only the quantized copy: the LayerNormLinear's bf16 norm
+      output is not kept, its norm input is, `_norm`), except the routed experts' fc1 input when
+      their fc1 is offloaded and the recipe is not mxfp8 (Megatron sets `save_original_input`:
+      NVIDIA/Megatron-LM@d98e8a6 megatron/core/transformer/moe/experts.py l. 278-284);
+    - the attention output projection's input is the core attention's saved output O; under the
+      delayed recipe linear_proj also saves its own quantized copy (1 B/element,
+      `attention.o_proj_input_fp8`); under the other recipes Megatron makes it save the original
+      (attention.py l. 428-444, `set_save_original_input`, TE >= 2.6 assumed), nothing extra.
+
+    Source: NVIDIA/TransformerEngine@d0067d0 module/linear.py l. 372-440, 596-621,
+    module/layernorm_linear.py l. 222-317, 462-536, module/grouped_linear.py l. 896-936. Not
+    modelled (kept 16-bit, an over-count): MLA's projections (its two down projections each save
+    their own quantized copy of one input) and, under delayed, the shared experts' fc1 copy of the
+    router input (shared_experts.py l. 146-161)."""
+    keep_fc1 = "expert_fc1" in offload_modules and recipe != "mxfp8"
+    out = [dataclasses.replace(x, linear_input=False) if keep_fc1 and x.name == "experts.fc1_input" else x
+           for x in tensors]
+    if (recipe or "delayed") == "delayed":
+        out += [dataclasses.replace(x, name="attention.o_proj_input_fp8", dtype="fp8", modules=x.modules)
+                for x in tensors if x.name == "attention.o_proj_input"]
+    return out
+
+
 def _bytes(x: SavedTensor, model: ModelSpec, *, tokens: int, tp: int, sequence_parallel: bool,
-           dtype_bytes: int) -> int:
-    """tokens · elements · bytes / split degree, rounded up to whole bytes."""
+           dtype_bytes: int, fp8_bytes: float | None = None) -> int:
+    """tokens · elements · bytes / split degree, rounded up to whole bytes; a `linear_input` is
+    `fp8_bytes` wide when given (TE fp8)."""
     divisor = {"tp": tp, "kv": min(tp, model.num_key_value_heads),
                "sp": tp if sequence_parallel else 1, "none": 1}[x.split]
-    width = _ELEMENT_BYTES.get(x.dtype, dtype_bytes)
+    width = fp8_bytes if x.linear_input and fp8_bytes else _ELEMENT_BYTES.get(x.dtype, dtype_bytes)
     return math.ceil(tokens * x.elements_per_token * width / divisor)
 
 
@@ -283,7 +322,7 @@ def _attention(model: ModelSpec, seq_len: int, framework: str, flash: bool, drop
     kv_elems, kv_split = (a * d, "tp") if torchtitan else (kv * d, "kv")  # torchtitan repeat_kv copies
     qkv, core = "qkv_linear", "core_attn"
     tensors = [SavedTensor(name="attention.qkv_input", elements_per_token=model.hidden_size,
-                           split=_gathered_input_split(framework), offload=qkv)]
+                           split=_gathered_input_split(framework), offload=qkv, linear_input=True)]
     if model.qk_norm:  # Qwen3: q_norm/k_norm inputs (the q/k projection outputs)
         tensors += [SavedTensor(name="attention.q_norm_input", elements_per_token=a * d, offload=qkv),
                     SavedTensor(name="attention.k_norm_input", elements_per_token=kv * d, split="kv", offload=qkv)]
@@ -353,7 +392,7 @@ def _mlp_body(prefix: str, model: ModelSpec, width: float, framework: str, token
     """
     def t(name: str, elems: float, extra: tuple[str, ...] = ()) -> SavedTensor:
         return SavedTensor(name=f"{prefix}.{name}", elements_per_token=tokens * elems, split=split,
-                           modules=modules + extra)
+                           modules=modules + extra, linear_input=name == "fc2_input")
     act = ("moe_act",) if prefix == "experts" else ()  # the activation's output: fc2's input
     moe_act = "moe_act" if prefix == "experts" else ""  # its scope: the activation, which saves its input
     if not model.gated_mlp:
@@ -368,7 +407,7 @@ def _dense_mlp(model: ModelSpec, width: int, framework: str, with_input: bool = 
     by `layernorm`, in a model with experts) then its body (split by TP; dropped by `mlp`)."""
     norm = ("layernorm",) if model.is_moe else ()
     head = [SavedTensor(name="mlp.fc1_input", elements_per_token=model.hidden_size,
-                        split=_gathered_input_split(framework), modules=norm)] if with_input else []
+                        split=_gathered_input_split(framework), modules=norm, linear_input=True)] if with_input else []
     return head + _mlp_body("mlp", model, width, framework, modules=("mlp",))
 
 
@@ -411,7 +450,7 @@ def _moe(model: ModelSpec, *, ep: int, etp: int, overload: float, framework: str
         SavedTensor(name="moe.permutation_map", elements_per_token=assignments, dtype="int32", split=sp,
                     modules=moe),
         SavedTensor(name="experts.fc1_input", elements_per_token=assignments * h, split=sp, modules=moe,
-                    offload="expert_fc1"),
+                    offload="expert_fc1", linear_input=True),
     ]
     tensors += _mlp_body("experts", model, model.moe_intermediate_size / etp, framework, tokens=assignments,
                          split=sp, modules=moe)

@@ -46,7 +46,7 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 
 from planner.cost.collectives import DEFAULT_RANK_ORDER
-from planner.cost.memory import _group_counts, stage_layers
+from planner.cost.memory import _group_counts, _vocab_units, stage_layers
 from planner.cost.params_flops import count_params
 from planner.placement import overlap
 from planner.placement.layout import Layout
@@ -140,7 +140,7 @@ def ring_bytes(kind: str, message_bytes: float, n: int) -> float:
 # ---------------------------------------------------------------- model states
 
 
-def state_collectives(layout: Layout, elements: Mapping[str, float]) -> list[Collective]:
+def state_collectives(layout: Layout, elements: Mapping[str, float], *, vocab: float = 0.0) -> list[Collective]:
     """Per-step gradient / parameter / offload collectives of a device holding `elements` local
     parameter elements of each group (GROUPS; after the tp / ep / etp split, before any batch-axis
     sharding), plus the tp all-reduce of the replicated group's gradients under SP (Megatron
@@ -151,13 +151,23 @@ def state_collectives(layout: Layout, elements: Mapping[str, float]) -> list[Col
     fixed parts' records with the same `Collective.key` (Megatron buckets dense and replicated
     gradients in one buffer; experts in another over the expert-data-parallel group:
     megatron/core/distributed/distributed_data_parallel.py l. 282-289).
+
+    `vocab`: how many of the dense elements are the vocabulary (embedding / LM head,
+    `fixed_vocab_elements`): not Transformer Engine linears, so their parameter gathers move
+    `StateBytes.parameter_gather` where the linear weights move `linear_gather` (fp8 under
+    Megatron-LM's fp8 parameter gather).
     """
     out, m = [], max(1, layout.num_microbatches)
+    sb = state_bytes(layout)
+    extra = vocab * (sb.parameter_gather - sb.linear_gather)
     for g, c in unit_state_collectives(layout):
         n = elements.get(g, 0.0)
         if n or c.axis == "host":   # offload copies are listed (empty) even for an empty group
             count = c.count * m if c.phase in PER_MICROBATCH else c.count
-            out.append(replace(c, message_bytes=c.message_bytes * n, count=count))
+            message = c.message_bytes * n
+            if extra and g == "dense" and c.axis != "host" and c.label.startswith("parameters."):
+                message += extra
+            out.append(replace(c, message_bytes=message, count=count))
     rep = elements.get("replicated", 0.0)
     if rep and _sequence_parallel(layout):
         out.append(Collective(axis="tp", kind="all_reduce", count=1, group_size=layout.tp, axes=("tp",),
@@ -254,7 +264,8 @@ def recompute_collectives(layout: Layout, elements: Mapping[str, float]) -> list
                 and gp.mode(State.PARAMETERS, a) == Mode.SHARDED_WITH_GATHER]
         if gath and n:
             out.append(Collective(axis="edp" if g == "expert" else "dp", kind="all_gather", count=m,
-                                  message_bytes=share * n * sb.parameter_gather,
+                                  message_bytes=share * n * (sb.parameter_gather if g == "replicated"
+                                                             else sb.linear_gather),
                                   group_size=math.prod(gp.degrees[a] for a in gath), axes=tuple(gath),
                                   label=f"parameters.regather.{g}", phase="recompute"))
     return out
@@ -295,7 +306,8 @@ def _group_collectives(group: str, gp, elems: float, m: int, sb, ov: overlap.Ove
     rep = [a for a in batch if a not in owner]
     deg = lambda axes: math.prod(gp.degrees[a] for a in axes)  # noqa: E731
     axis = "edp" if group == "expert" else "dp"
-    grads, params = elems * sb.gradient_reduce, elems * sb.parameter_gather
+    grads = elems * sb.gradient_reduce
+    params = elems * (sb.parameter_gather if group == "replicated" else sb.linear_gather)
     out: list[Collective] = []
 
     def add(kind, count, message, axes, label, phase):
@@ -356,6 +368,13 @@ def layer_elements(model: ModelSpec, layout: Layout, index: int) -> dict[str, fl
     lp = count_params(model).layers[index]
     return local_elements(layout, {"dense": lp.attention + lp.dense_mlp + lp.shared_experts,
                                    "replicated": lp.norms + lp.router, "expert": lp.routed_experts})
+
+
+def fixed_vocab_elements(model: ModelSpec, layout: Layout, stage: int) -> float:
+    """Local elements of `stage`'s vocabulary matrices (the embedding on the first stage, the LM
+    head on the last), part of `fixed_elements`' dense group (`state_collectives` `vocab`)."""
+    rows = padded_vocab(model, layout) * model.embedding_width * _vocab_units(model, layout, stage)
+    return local_elements(layout, {"dense": rows})["dense"]
 
 
 def fixed_elements(model: ModelSpec, layout: Layout, stage: int) -> dict[str, float]:
@@ -628,7 +647,7 @@ def collectives(model: ModelSpec, layout: Layout, stage: int | None = None,
                 "forward", "attention.forward") else 1)))
         if modes[i] == "full":
             regather += recompute_collectives(layout, layer_elements(model, layout, i))
-    return merge(state_collectives(layout, elements) + regather
+    return merge(state_collectives(layout, elements, vocab=fixed_vocab_elements(model, layout, stage)) + regather
                  + stage_collectives(model, layout, stage) + layer_records)
 
 

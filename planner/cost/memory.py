@@ -40,7 +40,8 @@ from planner.cost.pipeline import interleaved_chunk_table, interleaved_warmup_ch
 from planner.errors import SpecError
 from planner.placement import pipeline_layout
 from planner.placement.layout import Layout
-from planner.placement.precision import StateBytes, loss_chunks, padded_vocab, state_bytes, state_key
+from planner.placement.precision import (StateBytes, fp8_keeps_transpose, fp8_weight_bytes, loss_chunks, padded_vocab,
+                                        state_bytes, state_key, te_fp8)
 from planner.placement.states import GROUPS, Mode, Placement, State
 from planner.placement.strategies import placement_for, placement_key
 from planner.specs.model import ModelSpec, spec_memo
@@ -83,7 +84,9 @@ the default grad_accum_dtype runs this optimizer (`engine.py` `_do_optimizer_san
 BF16_Optimizer only when grads accumulate in fp32)."""
 
 OPTIMIZER_STEP_TERM = "optimizer_step_gradient_copy"
-"""`transient_terms` key of `OPTIMIZER_STEP_COPY_BYTES` x the largest param group's partition."""
+"""`transient_terms` key of the optimizer step's gradient copy: DeepSpeed's
+`OPTIMIZER_STEP_COPY_BYTES` x the largest param group's partition, Megatron-LM's
+`StateBytes.step_gradient_copy` (`optimizer_step_copy_bytes`)."""
 
 OFFLOAD_STAGING_ELEMENTS = 2 * 100_000_000
 """Host<->device staging per offloaded state, elements: two buffers of DeepSpeed's default
@@ -692,7 +695,8 @@ def activation_arguments(layout: Layout, placement: Placement, dtype: int) -> tu
     kw = dict(seq_len=layout.seq_len, micro_batch_size=layout.micro_batch_size, tp=layout.tp,
               cp=layout.cp, sequence_parallel=sp)
     kw_layer = dict(kw, ep=layout.ep, etp=layout.etp, framework=layout.framework, dtype_bytes=dtype,
-                    recompute_modules=layout.selective_modules, offload_modules=layout.offload_modules or ())
+                    recompute_modules=layout.selective_modules, offload_modules=layout.offload_modules or (),
+                    fp8_recipe=(layout.fp8_recipe or "delayed") if te_fp8(layout) else None)
     return kw, kw_layer, tuple(kw_layer.values())
 
 
@@ -747,7 +751,8 @@ def _per_kind(model: ModelSpec, what: str, index: int, recompute: str, key: tupl
             memo[memo_key] = saved.total if what == "saved" else saved.offloaded
         else:
             memo[memo_key] = act.layer_backward_working_set_bytes(
-                model, index, **{k: v for k, v in kw_layer.items() if k not in ("recompute_modules", "offload_modules")})
+                model, index, **{k: v for k, v in kw_layer.items()
+                                 if k not in ("recompute_modules", "offload_modules", "fp8_recipe")})
     return memo[memo_key]
 
 
@@ -768,6 +773,50 @@ def _modes_by_layer(layers: tuple[int, ...], layout: Layout,
 def _bucket_bytes(layout: Layout, sb: StateBytes, local_grads: int) -> int:
     """Gradient bucket beyond the gradients themselves (see BUCKET_ELEMENTS)."""
     return min(BUCKET_ELEMENTS[layout.framework], local_grads) * sb.gradient_reduce
+
+
+FP8_WORKSPACE_TERM = "fp8_weight_workspace"
+FP8_TRANSPOSE_TERM = "fp8_weight_transpose"
+LINEAR_GROUPS = ("dense", "expert")
+"""Placement groups whose decoder-layer parameters are Transformer Engine linear weights
+(`layer_groups`: attention and MLP projections, shared and routed experts; their biases and
+q/k-norm weights, < 0.1 %, counted with them); the vocabulary, norms and router are not."""
+
+
+def fp8_weight_terms(layout: Layout, facts, linear: dict[str, float], *, transpose: bool,
+                     parameters: int) -> tuple[dict[str, float], dict[str, float]]:
+    """Transformer Engine's fp8 copies of the linear weights under Megatron-LM fp8
+    (`precision.te_fp8`), for `linear` weight elements per group (LINEAR_GROUPS, before any
+    sharding): ({named term: bytes}, {group: change of its parameters term, bytes}).
+
+    - Without the fp8 parameter gather (`Layout.fp8_param_gather`): Megatron passes
+      `is_first_microbatch` to every TE linear (megatron/core/extensions/transformer_engine.py
+      l. 1338-1345, 1587-1602, 2721-2728 @d98e8a6; unless `disable_parameter_transpose_cache`),
+      so TE quantizes each weight on the first micro-batch into a workspace it keeps in
+      `_fp8_workspaces` and reuses for the rest of the step and the next ones
+      (NVIDIA/TransformerEngine@d0067d0 module/linear.py l. 1958-1971, 2068-2071, module/base.py
+      l. 792-880 `quantize_weight`): `fp8_weight_bytes` per weight element on the GPU after the
+      tp / ep split (whole, whatever ZeRO shards: the workspace is the gathered weight's), term
+      FP8_WORKSPACE_TERM.
+    - With it: the linear weights are TE fp8 parameters whose 1 B data lives in Megatron's uint8
+      parameter buffer (param_and_grad_buffer.py l. 921-923, 1279-1292) in place of the 16-bit
+      copy (`parameters` B), and the transpose / columnwise data made after each all-gather
+      (tensor/utils.py l. 1404-1431) is FP8_TRANSPOSE_TERM, both with the parameters' residency
+      (`shard_degree`); under mxfp8 the parameter is an MXFP8 tensor (row + columnwise data and
+      scales) and the gather runs through the gradient buffer (l. 1161-1177): no 16-bit copy, no
+      other term.
+    Source: as listed; bytes per element: `precision.fp8_weight_bytes`.
+    """
+    if not te_fp8(layout):
+        return {}, {}
+    per = fp8_weight_bytes(layout, transpose=transpose)
+    if not layout.fp8_param_gather:
+        return {FP8_WORKSPACE_TERM: sum(linear[g] / facts.model_parallel_degree[g] for g in linear) * per}, {}
+    held = {g: 0.0 if facts.offloaded[State.PARAMETERS, g] else linear[g] / facts.shard_degree[State.PARAMETERS, g]
+            for g in linear}
+    if (layout.fp8_recipe or "delayed") == "mxfp8":
+        return {}, {g: n * (per - parameters) for g, n in held.items()}
+    return ({FP8_TRANSPOSE_TERM: sum(held.values()) * (per - 1)}, {g: n * (1 - parameters) for g, n in held.items()})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -868,13 +917,22 @@ def stage_memory(model: ModelSpec, cluster, layout: Layout, stage: int, *,
             b = 0 if facts.offloaded[state, g] else int(local * nbytes)
             state_terms[facts.term_names[state, g]] = b
             totals[state] += b
+    linear = {g: group_counts[g] - (padded_vocab(model, layout) * model.embedding_width
+                                    * _vocab_units(model, layout, stage) if g == "dense" else 0)
+              for g in LINEAR_GROUPS}
+    fp8_terms, fp8_params = fp8_weight_terms(layout, facts, linear, transpose=fp8_keeps_transpose(cluster.gpu.name),
+                                             parameters=sb.parameters)
+    for g, delta in fp8_params.items():
+        state_terms[facts.term_names[State.PARAMETERS, g]] += int(delta)
+        totals[State.PARAMETERS] += int(delta)
     step_groups = optimizer_step_copy_bytes(layout, group_counts, facts)
 
     modes = _modes_by_layer(layers, layout, layers_by_recompute)
     act_terms, flight, recompute_ws, loss_ws, per_layer = _activations(model, layout, placement, layers, modes,
                                                                        stage, sb.compute)
     transient = {"gradient_buckets": _bucket_bytes(layout, sb, local_grads),
-                 "recompute_working_set": recompute_ws, "loss_working_set": loss_ws}
+                 "recompute_working_set": recompute_ws, "loss_working_set": loss_ws,
+                 **{k: int(v) for k, v in fp8_terms.items()}}
     if step_groups:
         transient[OPTIMIZER_STEP_TERM] = max(step_groups.values())
     gathered = facts.gathered
@@ -967,7 +1025,9 @@ def transient_peak(terms: dict[str, int], activations: int = 0) -> int:
 
 def optimizer_step_copy_bytes(layout: Layout, group_counts: dict[str, float], facts) -> dict[str, int]:
     """{optimizer param group: `OPTIMIZER_STEP_COPY_BYTES` x its gradient partition on this GPU},
-    bytes; empty unless DeepSpeed ZeRO-1/2 with the optimizer on the GPU.
+    bytes, under DeepSpeed ZeRO-1/2 with the optimizer on the GPU; under Megatron-LM one group
+    "weights", `StateBytes.step_gradient_copy` x the optimizer's shard of every group (its fp32
+    gradient copy, made for all groups before the step); else empty.
 
     Param groups: DeepSpeed partitions each optimizer param group separately and converts one
     group at a time. Under the Hugging Face Trainer the groups are weights with / without weight
@@ -976,10 +1036,13 @@ def optimizer_step_copy_bytes(layout: Layout, group_counts: dict[str, float], fa
     when ep > 1 (DeepSpeed-MoE's `split_params_into_different_moe_groups_for_optimizer`).
     Partition = the group's elements on the stage / its optimizer-state shard degree (ZeRO-1/2
     partition the optimizer over dp). Source: see `OPTIMIZER_STEP_COPY_BYTES`."""
-    if layout.framework != "deepspeed" or layout.zero_stage not in (1, 2):
-        return {}
     state = State.OPTIMIZER_STATES
     if any(facts.offloaded[state, g] for g in GROUPS):
+        return {}
+    copy = state_bytes(layout).step_gradient_copy
+    if copy:  # Megatron copies every group's shard before it steps (`StateBytes.step_gradient_copy`)
+        return {"weights": int(copy * sum(group_counts[g] / facts.shard_degree[state, g] for g in GROUPS))}
+    if layout.framework != "deepspeed" or layout.zero_stage not in (1, 2):
         return {}
     return {name: int(OPTIMIZER_STEP_COPY_BYTES * sum(group_counts[g] / facts.shard_degree[state, g]
                                                       for g in members))
@@ -1048,5 +1111,6 @@ def model_state_bytes(num_params: float, layout: Layout) -> dict[str, float]:
     sb = state_bytes(layout)
     per_state = {State.PARAMETERS: sb.parameters, State.GRADIENTS: sb.gradients,
                  State.OPTIMIZER_STATES: sb.optimizer_states}
+    per_state[State.OPTIMIZER_STATES] += sb.step_gradient_copy  # the step's peak, as the guides count it
     return {s.value: 0.0 if gp.offloaded(s) else num_params / layout.pp * n / gp.shard_degree(s)
             for s, n in per_state.items()}

@@ -14,7 +14,8 @@ mode r (`RECOMPUTE_MODES`), n[k] = sum_r c[k][r], the model is
 with, per term of `stage_memory` (the same functions compute both):
 - w[k]: what one layer adds in every phase that holds activations besides its activations: its
   parameters, gradients and optimizer states per placement group (`memory.layer_groups`, divided
-  by each state's shard degree, 0 offloaded); the gradient bucket's slope (`BUCKET_ELEMENTS`:
+  by each state's shard degree, 0 offloaded), Transformer Engine's fp8 copies of its linear
+  weights (`memory.fp8_weight_terms`); the gradient bucket's slope (`BUCKET_ELEMENTS`:
   min(bucket, gradients) is concave, its forward difference at the reference stage (stage 0, 2 -> 3
   layers of the kind) is taken: exact while the stages stay on the reference's side of the bucket,
   an upper bound across it); torchtitan with PP: its gathered block (`fsdp_stage_blocks`) and,
@@ -68,7 +69,7 @@ from planner.cost.params_flops import count_params
 from planner.cost.step_time import layer_kinds
 from planner.placement import pipeline_layout
 from planner.placement.layout import RECOMPUTE_MODES, Layout
-from planner.placement.precision import state_bytes
+from planner.placement.precision import fp8_keeps_transpose, state_bytes
 from planner.placement.rules import uneven_split
 from planner.placement.states import GROUPS, Mode, State
 from planner.placement.strategies import placement_for
@@ -142,16 +143,18 @@ class StageMemoryModel:
                     *(p.value(stage, kind_counts) for p in self.phases)])
 
 
-def kind_state_bytes(model: ModelSpec, layout: Layout) -> tuple[tuple[float, ...], dict[str, tuple[float, ...]]]:
+def kind_state_bytes(model: ModelSpec, layout: Layout, *, transpose: bool = True
+                     ) -> tuple[tuple[float, ...], dict[str, tuple[float, ...]]]:
     """(w[k], {optimizer param group: [k] bytes one layer adds to its optimizer step}) of `layout`
-    (module docstring), per `memory.model_state_key` (what these terms read)."""
-    memo, key = spec_memo(model), ("memory_model.states", mem.model_state_key(layout))
+    (module docstring), per `memory.model_state_key` (what these terms read) and whether the GPU
+    keeps fp8 transposes (`precision.fp8_keeps_transpose`, `memory.fp8_weight_terms`)."""
+    memo, key = spec_memo(model), ("memory_model.states", mem.model_state_key(layout), transpose)
     if key not in memo:
-        memo[key] = _kind_state_bytes(model, layout)
+        memo[key] = _kind_state_bytes(model, layout, transpose)
     return memo[key]
 
 
-def _kind_state_bytes(model: ModelSpec, layout: Layout):
+def _kind_state_bytes(model: ModelSpec, layout: Layout, transpose: bool):
     counts, (_, reps) = count_params(model), layer_kinds(model)
     placement = placement_for(layout)
     facts = mem._placement_facts(layout, placement)
@@ -164,6 +167,9 @@ def _kind_state_bytes(model: ModelSpec, layout: Layout):
         groups = mem.layer_groups(counts.layers[rep])
         w = sum(0.0 if facts.offloaded[state, g] else groups[g] / facts.shard_degree[state, g] * nbytes
                 for state, nbytes in per_state.items() for g in GROUPS)
+        fp8_terms, fp8_params = mem.fp8_weight_terms(layout, facts, {g: groups[g] for g in mem.LINEAR_GROUPS},
+                                                     transpose=transpose, parameters=sb.parameters)
+        w += sum(fp8_terms.values()) + sum(fp8_params.values())
         if not fsdp2:  # FSDP2 has no bucket (`memory.BUCKET_ELEMENTS`)
             w += _bucket_slope(model, counts, layout, facts, sb, rep)
         elif layout.pp > 1:  # gathered block + its accumulated fp32 gradient, every micro-batch
@@ -205,7 +211,7 @@ def stage_memory_model(model: ModelSpec, cluster, layout: Layout) -> StageMemory
     `exact`); `cluster` as `stage_memory` takes it."""
     ref = reference_layout(model, layout)
     kinds, reps = layer_kinds(model)
-    state, step_slopes = kind_state_bytes(model, ref)
+    state, step_slopes = kind_state_bytes(model, ref, transpose=fp8_keeps_transpose(cluster.gpu.name))
     act = kind_activation_bytes(model, ref)
     working = max(mem.layer_working_set_bytes(model, ref, rep) for rep in reps)
     probe = _probe(model, reps)

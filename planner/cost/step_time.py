@@ -873,7 +873,8 @@ def _state_parts(model: ModelSpec, layout: Layout):
     for s in range(layout.pp):
         edge = s if s in (0, layout.pp - 1) else 1   # middle stages hold no fixed parameters
         if edge not in seen:
-            seen[edge] = tuple(comm.state_collectives(layout, comm.fixed_elements(model, layout, s)))
+            seen[edge] = tuple(comm.state_collectives(layout, comm.fixed_elements(model, layout, s),
+                                                      vocab=comm.fixed_vocab_elements(model, layout, s)))
         fixed.append(seen[edge])
     return (tuple(tuple(comm.state_collectives(layout, e)) for e in per),
             tuple(tuple(comm.recompute_collectives(layout, e)) for e in per), tuple(fixed))

@@ -656,12 +656,13 @@ def _grad_reduce_flags(layout: Layout) -> list[str]:
 
 
 def _optimizer_precision_flags(layout: Layout) -> list[str]:
-    """The fp8 recipe other than Megatron's default (delayed) under fp8, the precision-aware
-    optimizer switch when on, each dtype knob other than Megatron's fp32 default with its
+    """The fp8 recipe other than Megatron's default (delayed) under fp8, the fp8 parameter gather
+    switch when on (`Layout.fp8_param_gather`), the precision-aware optimizer switch when on, each dtype knob other than Megatron's fp32 default with its
     value (`frameworks.megatron` flags of `layout.OPTIMIZER_DTYPES`), and the cross-entropy fusion
     switch with its implementation when not native (`Layout.cross_entropy_fusion`)."""
     out = ([f"{F['fp8_recipe']} {layout.fp8_recipe}"] if layout.precision == "fp8"
            and layout.fp8_recipe not in (None, mg.DEFAULT["fp8_recipe"]) else [])
+    out += [F["fp8_param_gather"]] if layout.fp8_param_gather else []
     out += [F["precision_aware_optimizer"]] if layout.precision_aware_optimizer else []
     out += [f"{F[name]} {getattr(layout, name)}" for name in OPTIMIZER_DTYPES
             if getattr(layout, name) not in (None, mg.DEFAULT[name])]

@@ -110,6 +110,9 @@ FLAGS = (
     Flag("fp16", "--fp16", SWITCH, False),
     Flag("fp8_format", "--fp8-format", CHOICE, None, ("e4m3", "hybrid")),
     Flag("fp8_recipe", "--fp8-recipe", CHOICE, "delayed", FP8_RECIPES),
+    # fp8 parameters: TE linear weights kept and all-gathered in fp8 (`_add_mixed_precision_args`
+    # l. 2016; distributed_data_parallel_config.py l. 78-80; `Layout.fp8_param_gather`)
+    Flag("fp8_param_gather", "--fp8-param-gather", SWITCH, False),
     # gradient reduction dtype (`_add_mixed_precision_args`, `validate_args` l. 1204-1216)
     Flag("grad_reduce_in_bf16", "--grad-reduce-in-bf16", SWITCH, False),
     Flag("grads_in_fp32", "--accumulate-allreduce-grads-in-fp32", SWITCH, False),

@@ -67,10 +67,11 @@ CROSS_ENTROPY_FUSIONS = ("native", "te")
 cross-entropy loss fusion flag with the fusion-impl flag's value). Source: NVIDIA/Megatron-LM@d98e8a6
 megatron/core/model_parallel_config.py l. 320-328 (`cross_entropy_loss_fusion` False,
 `cross_entropy_fusion_impl` 'native')."""
-PRECISION_KNOBS = ("fp8_recipe", "precision_aware_optimizer", *OPTIMIZER_DTYPES, "cross_entropy_fusion",
-                   "loss_chunks")
-"""The fp8 recipe, the precision-aware optimizer's and the loss's `Layout` fields (None = the
-framework's default: delayed; off; fp32; unfused; `placement.precision.loss_chunks`)."""
+PRECISION_KNOBS = ("fp8_recipe", "fp8_param_gather", "precision_aware_optimizer", *OPTIMIZER_DTYPES,
+                   "cross_entropy_fusion", "loss_chunks")
+"""The fp8 recipe and parameter storage, the precision-aware optimizer's and the loss's `Layout`
+fields (None = the framework's default: delayed; off; off; fp32; unfused;
+`placement.precision.loss_chunks`)."""
 OVERLAP_KNOBS = ("tp_comm_overlap", "overlap_grad_reduce", "overlap_param_gather", "ep_comm_overlap")
 """The communication-overlap knobs (`Layout` fields; None = the framework's default,
 `placement.overlap.resolve`)."""
@@ -143,6 +144,12 @@ class Layout:
     """fp8 scaling recipe under precision fp8: delayed | tensorwise (current scaling) | blockwise |
     mxfp8; None = delayed (Megatron-LM's default). Costed where it changes the state bytes (who
     owns the precision-aware optimizer's master weights, `placement.precision`)."""
+    fp8_param_gather: bool | None = None
+    """Megatron-LM's fp8 parameter gather (its flag `frameworks.megatron.FLAG["fp8_param_gather"]`):
+    under precision fp8 the Transformer Engine linear weights are stored in fp8 (no separate fp8
+    weight workspace) and the data-parallel parameter all-gather moves 1 B per linear weight; the
+    vocabulary, norms and router stay 16-bit (`placement.precision.fp8_weight_bytes`,
+    `cost.memory`, `cost.comm`); None = off (Megatron-LM's default)."""
     precision_aware_optimizer: bool | None = None
     """Megatron-LM's precision-aware optimizer (Transformer Engine FusedAdam keeps the master
     weights, moments and gradients in the dtypes below; `placement.precision.state_bytes`);
@@ -237,6 +244,9 @@ class Layout:
             for name, allowed in OPTIMIZER_DTYPES.items():
                 if getattr(self, name) is not None:
                     _check_choice(name, getattr(self, name), allowed)
+        if self.fp8_param_gather is not None and type(self.fp8_param_gather) is not bool:
+            raise SpecError(f"value {self.fp8_param_gather!r} must be true, false or absent (off)",
+                            key="fp8_param_gather")
         if self.precision_aware_optimizer is not None and type(self.precision_aware_optimizer) is not bool:
             raise SpecError(f"value {self.precision_aware_optimizer!r} must be true, false or absent "
                             "(off)", key="precision_aware_optimizer")
@@ -453,6 +463,8 @@ _FIELD_OK = {
     "moe_dispatcher": lambda layout: (layout.moe_dispatcher is None
                                       or layout.moe_dispatcher in MOE_DISPATCHERS),
     "fp8_recipe": lambda layout: layout.fp8_recipe is None or layout.fp8_recipe in FP8_RECIPES,
+    "fp8_param_gather": lambda layout: (layout.fp8_param_gather is None
+                                        or type(layout.fp8_param_gather) is bool),
     "precision_aware_optimizer": lambda layout: (layout.precision_aware_optimizer is None
                                                  or type(layout.precision_aware_optimizer) is bool),
     **{name: (lambda name, allowed: lambda layout: getattr(layout, name) is None

@@ -96,6 +96,26 @@ class StateBytes:
     """Dtype of gathered / broadcast parameters (compute dtype), B/element."""
     compute: int = 2
     """Compute dtype of activations and unsharded working parameters, B/element."""
+    step_gradient_copy: int = 0
+    """fp32 copy of the gradient shard the optimizer reads, B/param (sharded like the optimizer
+    states): Megatron-LM's `shard_main_param.grad = shard_model_grad.float()` of a 16-bit gradient
+    buffer (distrib_optimizer.py l. 2756-2792 @d98e8a6; the fp16 optimizer's `main_grad.float()`
+    alike), made at the optimizer step and freed by the next step's `optimizer.zero_grad()`
+    (set_to_none=True: distrib_optimizer.py l. 2568-2598, called at the top of `train_step`,
+    training.py l. 3036-3044), so it never coexists with activations (`cost.memory`'s optimizer-step
+    phase); 0 with an fp32 buffer (`.float()` returns the buffer itself) or where the
+    precision-aware optimizer reads the buffer directly (`decoupled_grad`)."""
+    linear_parameter_gather: int | None = None
+    """Bytes per element the parameter all-gather moves for linear (Transformer Engine) weights:
+    1 with Megatron-LM's fp8 parameter gather (`Layout.fp8_param_gather`; its uint8 parameter
+    buffer, param_and_grad_buffer.py l. 921-923 @d98e8a6) except under mxfp8, whose parameters
+    are gathered in the gradient buffer's 16-bit view (l. 1161-1177); None = `parameter_gather`.
+    The vocabulary, norms and router are not TE linears and move `parameter_gather`."""
+
+    @property
+    def linear_gather(self) -> int:
+        """`linear_parameter_gather`, or `parameter_gather` when None, B/element."""
+        return self.parameter_gather if self.linear_parameter_gather is None else self.linear_parameter_gather
 
 
 _DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
@@ -125,7 +145,7 @@ def allowed_grad_reduce_dtypes(layout: Layout) -> tuple[str, ...]:
 def state_key(layout: Layout) -> tuple:
     """Everything of `layout` that `state_bytes` reads, for callers' cache keys."""
     return (layout.framework, layout.precision, layout.optimizer, grad_reduce_dtype(layout),
-            layout.fp8_recipe, layout.precision_aware_optimizer, layout.main_params_dtype, layout.exp_avg_dtype,
+            layout.fp8_recipe, layout.fp8_param_gather, layout.precision_aware_optimizer, layout.main_params_dtype, layout.exp_avg_dtype,
             layout.exp_avg_sq_dtype)
 
 
@@ -133,8 +153,9 @@ def state_bytes(layout: Layout) -> StateBytes:
     """Bytes per parameter for `layout.framework`, `layout.precision`, `layout.optimizer` and the
     gradient-reduction dtype (`grad_reduce_dtype`).
 
-    fp8 (`precision="fp8"`) keeps bf16 parameters and fp32 master weights (Transformer Engine keeps
-    fp8 copies only transiently), so it costs like bf16 here.
+    fp8 (`precision="fp8"`) keeps bf16 parameters and fp32 master weights, so it costs like bf16
+    here; Transformer Engine's fp8 weight copies (its cached workspace, or with the fp8 parameter
+    gather the fp8 parameters themselves) are `cost.memory`'s terms (`fp8_weight_bytes`).
     Source: see module docstring.
     """
     moments = _MOMENTS_BYTES[layout.optimizer]
@@ -143,25 +164,35 @@ def state_bytes(layout: Layout) -> StateBytes:
         return StateBytes(parameters=4, gradients=4, optimizer_states=moments,
                           gradient_reduce=reduce, parameter_gather=2)
     if layout.framework == "megatron":  # the gradient buffer has the reduction's dtype
-        optimizer_states = (precision_aware_optimizer_bytes(layout)
-                            if layout.precision_aware_optimizer and layout.optimizer == "adamw"
-                            else (4 if reduce == 4 else 8) + moments)
+        aware = layout.precision_aware_optimizer and layout.optimizer == "adamw"
+        optimizer_states = precision_aware_optimizer_bytes(layout) if aware else 4 + moments
+        fp8_gather = te_fp8(layout) and layout.fp8_param_gather and layout.fp8_recipe != "mxfp8"
         return StateBytes(parameters=2, gradients=reduce, optimizer_states=optimizer_states,
-                          gradient_reduce=reduce, parameter_gather=2)
+                          gradient_reduce=reduce, parameter_gather=2,
+                          step_gradient_copy=4 if reduce != 4 and not (aware and _te_owns_master(layout)) else 0,
+                          linear_parameter_gather=1 if fp8_gather else None)
     return StateBytes(parameters=2, gradients=2, optimizer_states=4 + moments,
                       gradient_reduce=reduce, parameter_gather=2)
+
+
+def _te_owns_master(layout: Layout) -> bool:
+    """Whether Transformer Engine's FusedAdam owns the precision-aware optimizer's master weights
+    and reads the gradient buffer directly: unless fp32 master weights under an fp8 recipe other
+    than delayed (`use_precision_aware_optimizer_no_fp8_or_ds_fp8`; module docstring)."""
+    return not (layout.precision == "fp8" and layout.fp8_recipe not in (None, "delayed")
+                and layout.main_params_dtype in (None, "fp32"))
 
 
 def precision_aware_optimizer_bytes(layout: Layout) -> int:
     """Optimizer-state bytes per parameter of Megatron-LM's precision-aware optimizer: master
     weights (fp16 2; fp32 of bf16 parameters 2, the int16 remainders; fp32 of fp16 parameters 4)
     + exp_avg + exp_avg_sq (fp32 4, fp16 / bf16 2, fp8 1); no gradient copy; except fp32 master
-    weights under an fp8 recipe other than delayed: fp32 master 4 + an fp32 gradient copy of a
-    16-bit buffer 4 + the moments. Source: module docstring (precision-aware optimizer)."""
+    weights under an fp8 recipe other than delayed: fp32 master 4 + the moments (and, at the step,
+    an fp32 gradient copy of a 16-bit buffer: `StateBytes.step_gradient_copy`). Source: module
+    docstring (precision-aware optimizer)."""
     moments = _DTYPE_BYTES[layout.exp_avg_dtype or "fp32"] + _DTYPE_BYTES[layout.exp_avg_sq_dtype or "fp32"]
-    if (layout.precision == "fp8" and layout.fp8_recipe not in (None, "delayed")
-            and layout.main_params_dtype in (None, "fp32")):  # Megatron owns the fp32 master
-        return 4 + (4 if grad_reduce_dtype(layout) != "fp32" else 0) + moments
+    if not _te_owns_master(layout):  # Megatron owns the fp32 master
+        return 4 + moments
     master = 2 if layout.main_params_dtype == "fp16" or layout.precision != "fp16" else 4
     return master + moments
 
@@ -208,3 +239,64 @@ def supported_precisions(peak_tflops: Mapping[str, float]) -> tuple[str, ...]:
     bf16/tf32 but has no fp8 (fp8 arrives with Hopper's Transformer Engine, NVIDIA H100 whitepaper).
     """
     return tuple(p for p in PRECISIONS if p in peak_tflops)
+
+
+FP8_TRANSPOSE_FREE_GPUS = ("B200", "B300", "GB200", "GB300")
+"""GPU name prefixes (`GPUSpec.name`) of compute capability 10.x (Blackwell data-centre parts),
+which run fp8 GEMMs in every layout, so Transformer Engine keeps one fp8 buffer for both usages
+of a tensor-scaled fp8 tensor; every other fp8 GPU (Hopper 9.0, Ada 8.9) runs only TN layouts and
+TE materialises the transpose as a second buffer. Source: NVIDIA/TransformerEngine@d0067d0
+transformer_engine/pytorch/utils.py l. 658-664 `is_non_tn_fp8_gemm_supported` ((10, 0) <=
+capability < (12, 0) or >= (13, 0)); pytorch/csrc/quantizer.cpp l. 361-381 (`_data` only with
+rowwise usage or non-TN support, `_transpose` only with columnwise usage without it)."""
+
+
+def fp8_keeps_transpose(gpu_name: str) -> bool:
+    """Whether Transformer Engine keeps a separate transposed copy of a tensor-scaled fp8 tensor
+    used both ways on `gpu_name` (`FP8_TRANSPOSE_FREE_GPUS`)."""
+    return not gpu_name.upper().startswith(FP8_TRANSPOSE_FREE_GPUS)
+
+
+def fp8_weight_bytes(layout: Layout, *, transpose: bool) -> float:
+    """Bytes per linear weight element of Transformer Engine's fp8 copy of a weight used by the
+    forward GEMM (rowwise) and the backward dgrad GEMM (columnwise), per `layout.fp8_recipe`:
+
+    - delayed / tensorwise (`Float8Tensor`, one scale per tensor): 1 B data + 1 B transpose where
+      the GPU needs it (`fp8_keeps_transpose`), else 1 B;
+    - blockwise (`Float8BlockwiseQTensor`, 128 x 128 weight blocks, `w_block_scaling_dim` 2:
+      common/recipe/__init__.py l. 435-437): 1 B rowwise + 1 B columnwise data (two fp32 scales
+      per 16,384 elements, < 0.05 %, ignored): 2 B;
+    - mxfp8 (`MXFP8Tensor`): rowwise and columnwise data, each with one E8M0 scale byte per 32
+      elements: 2 + 2/32 B.
+
+    Source: NVIDIA/TransformerEngine@d0067d0 module/linear.py l. 462-488 (the weight quantizer's
+    usage: rowwise, and columnwise when the input needs a gradient), tensor/float8_tensor.py
+    l. 413-425, tensor/mxfp8_tensor.py and tensor/float8_blockwise_tensor.py (the buffers each
+    usage allocates), tensor/utils.py l. 1404-1431 `post_all_gather_processing` (an fp8
+    parameter's transpose / columnwise data made after its all-gather).
+    """
+    recipe = layout.fp8_recipe or "delayed"
+    if recipe == "mxfp8":
+        return 2 + 2 / 32
+    if recipe == "blockwise":
+        return 2.0
+    return 2.0 if transpose else 1.0
+
+
+def fp8_saved_input_bytes(recipe: str | None) -> float:
+    """Bytes per element of the input a Transformer Engine linear saves for its weight-gradient
+    GEMM under fp8, per `layout.fp8_recipe`: the quantized input with only the usage the wgrad GEMM
+    reads kept (columnwise, or rowwise where sequence parallelism re-gathers it in backward):
+    1 B; blockwise adds an fp32 scale per 128 elements (1x128 input tiles, `x_block_scaling_dim`
+    1: common/recipe/__init__.py l. 435-437) and mxfp8 an E8M0 byte per 32: 1 + 1/32 B either way.
+    `recipe`: `Layout.fp8_recipe` (None: delayed).
+    Source: NVIDIA/TransformerEngine@d0067d0 module/linear.py l. 596-621 and
+    module/layernorm_linear.py l. 468-487 (`update_usage(rowwise_usage=False)` before
+    `save_for_backward`), module/grouped_linear.py l. 901-914."""
+    return 1 + 1 / 32 if (recipe or "delayed") in ("blockwise", "mxfp8") else 1.0
+
+
+def te_fp8(layout: Layout) -> bool:
+    """Whether `layout` runs Transformer Engine's fp8 linears: Megatron-LM at precision fp8
+    (its fp8 format flag; its TE layer specs). DeepSpeed / torchtitan fp8 are not costed as TE."""
+    return layout.framework == "megatron" and layout.precision == "fp8"

@@ -657,7 +657,7 @@ def precision_aware_optimizer_violations(layout: Layout) -> list[Violation]:
     given = {name: getattr(layout, name) for name in OPTIMIZER_DTYPES if getattr(layout, name)
              not in (None, "fp32")}
     on = bool(layout.precision_aware_optimizer)
-    out = _fp8_recipe(layout)
+    out = _fp8_recipe(layout) + _fp8_param_gather(layout)
     if not on and not given:
         return out
     named = ", ".join(f"{k}={v}" for k, v in given.items()) or "precision_aware_optimizer=true"
@@ -745,6 +745,30 @@ def _fp8_recipe(layout: Layout) -> list[Violation]:
                                   f"precision={layout.precision}",
                           fix="drop it, or precision=fp8")]
     return []
+
+
+def _fp8_param_gather(layout: Layout) -> list[Violation]:
+    """`Layout.fp8_param_gather` is Megatron-LM's fp8 parameter flag: it acts only under fp8 and
+    Megatron asserts the distributed optimizer or an FSDP with it
+    (NVIDIA/Megatron-LM@d98e8a6 megatron/training/arguments.py l. 1095-1097)."""
+    if not layout.fp8_param_gather:
+        return []
+    if layout.framework != "megatron":
+        return [Violation(rule="fp8_param_gather",
+                          message=f"fp8_param_gather=true is Megatron-LM's fp8 parameter gather; "
+                                  f"{layout.framework} has no such knob here",
+                          fix="drop it, or framework=megatron")]
+    out = []
+    if layout.precision != "fp8":
+        out.append(Violation(rule="fp8_param_gather_without_fp8", severity="warning",
+                             message=f"fp8_param_gather=true has no effect at precision={layout.precision}",
+                             fix="drop it, or precision=fp8"))
+    if layout.zero_stage == 0:
+        out.append(Violation(rule="fp8_param_gather",
+                             message="fp8_param_gather=true: Megatron-LM asserts the distributed optimizer "
+                                     "or Megatron-FSDP with it; zero_stage=0 has neither",
+                             fix="use zero_stage=1 (the distributed optimizer), or drop fp8_param_gather"))
+    return out
 
 
 def _grad_reduce_supported(model, cluster, layout: Layout) -> list[Violation]:
