@@ -465,7 +465,8 @@ def test_emit_disaggregated_over_nodes_names_each_node(tmp_path, engine):
     proc = _planner("serve-plan", "-m", "deepseek-v3", "-c", "hgx-h200", "--gpus", "32", "--input-len", "4000",
                     "--output-len", "500", "--weight-dtype", "fp8-block", "--disaggregated", "--emit", engine)
     assert proc.returncode == 0 and "check: PASS" in proc.stderr, proc.stderr
-    nodes = [int(l.rsplit("(node ", 1)[1].rstrip(")")) for l in proc.stdout.splitlines() if l.startswith("# tp")]
+    nodes = [int(l.rsplit("(node ", 1)[1].rstrip(")")) for l in proc.stdout.splitlines()
+             if l.startswith("# ") and l.endswith(")") and "(node " in l]
     commands = _commands(proc.stdout)
     workers, router = commands[:-1], commands[-1]
     assert nodes == [0, 1, 2, 3] and len(workers) == 4

@@ -53,8 +53,8 @@ def test_note_names_the_convention_the_peak_and_the_other_values():
 
 
 def test_explain_prints_the_convention_under_its_mfu():
-    args = ["explain", "-m", "llama-3.1-8b", "-c", "dgx-h100", "--gpus", "8", "--zero-stage", "1",
-            "--precision", "fp8"]
+    args = ["explain", "-m", "llama-3.1-8b", "-c", "dgx-h100", "--gpus", "8", "--zero-stage", "2",
+            "--precision", "fp8"]  # ZeRO-1 with TE's fp8 weight workspace (13 GiB) does not fit: no step
     data = json.loads(runner.invoke(app, [*args, "--format", "json"]).output)
     basis, mfu = data["mfu_basis"], data["time_s"]["mfu"]
     assert basis["peak_precision"] == "fp8" and basis["causal_fraction"] == pytest.approx(_fraction(4096))
