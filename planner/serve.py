@@ -331,6 +331,10 @@ def serve_plan(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, calibration:
         raise SpecError(f"value {req.max_model_len} is shorter than --input-len {req.input_len} + --output-len "
                         f"{req.output_len} = {asked} tokens, the context each request reaches; allowed: at least "
                         f"{asked}", key="--max-model-len")
+    if req.request_latency_ms is not None and req.ttft_ms is not None and req.request_latency_ms < req.ttft_ms:
+        raise SpecError(f"value {req.request_latency_ms:g} is below --ttft-ms {req.ttft_ms:g}: a request's latency "
+                        f"includes its time to first token, so the two SLOs contradict; allowed: at least "
+                        f"{req.ttft_ms:g}, or drop --ttft-ms", key="--request-latency-ms")
     limit = engine_context_length(spec, req.engine)
     if req.context > limit:
         key = ("--max-model-len" if req.max_model_len else "--input-len" if req.input_len > limit

@@ -105,3 +105,15 @@ def test_gpus_follow_the_clusters_partial_node_rule_as_plan_does():
                                "--gpus", "12"], capture_output=True, text=True, cwd=ROOT)
         err = _one_line(proc, 2)
         assert "--gpus: value 12 must be 1..7 or a multiple of 8; nearest valid: 8, 16" in err
+
+
+def test_request_latency_below_ttft_is_bad_input():
+    """review-fresh5 #7: a request's latency is its TTFT plus its decode, so a request-latency SLO
+    of 50 ms under a TTFT SLO of 100 ms contradicts it: bad input naming both options, not an
+    infeasible plan. Equal SLOs (a one-token output) are accepted."""
+    err = _one_line(_serve("--gpus", "8", "--input-len", "100", "--output-len", "100",
+                           "--ttft-ms", "100", "--request-latency-ms", "50"), 2)
+    assert "--request-latency-ms" in err and "--ttft-ms 100" in err and "50" in err
+    proc = _serve("--gpus", "8", "--input-len", "100", "--output-len", "1", "--ttft-ms", "5000",
+                  "--request-latency-ms", "5000", "-f", "json")
+    assert proc.returncode == 0, proc.stderr
