@@ -65,6 +65,9 @@ class Command:
     """A positional word -> the switch (a flag that takes no value) it follows (`--enforce-eager true`)."""
     doubled: tuple[str, ...] | None = None
     """A launcher written again after a container image whose ENTRYPOINT is one (`vllm/vllm-openai vllm serve`)."""
+    node: int | None = None
+    """The node the command runs on where the file says (inside `if [ "$NODE_RANK" = N ]; then ... fi`,
+    `NODE_GUARD`), else None."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -210,19 +213,32 @@ def prefix_matches(name: str, known: frozenset[str]) -> list[str]:
     return sorted(k for k in known if k.startswith(name)) if name.startswith("--") else []
 
 
+NODE_RANK = "NODE_RANK"
+"""The shell variable a launch script over several nodes reads to start only that node's commands (written by
+`planner.emit.engine_launch.by_node`, read back by `split_commands`)."""
+
+NODE_GUARD = re.compile(rf'\s*if \[ "\${{?{NODE_RANK}}}?" = "?(\d+)"? \]; then\s*')
+"""The first line of one node's block of commands; the block ends at a line `fi`."""
+
+
 def split_commands(text: str, file: str, launchers, aliases: dict[str, str],
                    switches: frozenset[str], underscores: bool, known: frozenset[str],
                    images: dict[str, tuple[str, ...]] | None = None) -> list[Command]:
     """Every command line of `text` that starts an engine (`launchers`, or a `docker run` of one of the
     engine's `images`: image name -> its ENTRYPOINT, the words after the image its arguments), split into
     flags; a flag the command abbreviates is read as the flag it stands for (`option`; `known`: every option
-    string of the engine's parser).
+    string of the engine's parser); a command inside `if [ "$NODE_RANK" = N ]; then ... fi` runs on node N
+    (`Command.node`).
 
     Raises:
         SpecError: a shell syntax error (exit 2).
     """
-    out, variables = [], {}
+    out, variables, node = [], {}, None
     for line, code in logical_lines(text):
+        guard = NODE_GUARD.fullmatch(code)
+        if guard or code.strip() == "fi":
+            node = int(guard[1]) if guard else None
+            continue
         try:
             words = shlex.split(code, comments=True)
         except ValueError as exc:
@@ -231,7 +247,7 @@ def split_commands(text: str, file: str, launchers, aliases: dict[str, str],
             command = _command(segment, variables, line, launchers, aliases, switches, underscores, known,
                                images or {})
             if command is not None:
-                out.append(command)
+                out.append(replace(command, node=node))
     return out
 
 
