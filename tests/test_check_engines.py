@@ -1066,3 +1066,17 @@ def test_emit_replicas_on_two_nodes_are_guarded_by_node_rank(tmp_path):
     one_node = _file(tmp_path, proc.stdout.replace('"$NODE_RANK" = 1', '"$NODE_RANK" = 0'), "one.sh")
     shared = check_launch_file(one_node, cluster="dgx-h100", gpus=16)
     assert "gpus_shared" in _rules(shared) and "node 0" in shared["violations"][0]["message"]
+
+
+def test_bad_value_in_a_vllm_config_yaml_names_the_yaml_file_and_key(tmp_path):
+    """review-fresh5 #8: `vllm serve --config vcfg.yaml` whose YAML has `max-model-len: "lots"` was reported
+    against the launch script (`vc.sh: --max-model-len`); the value is the YAML's, so the error names that
+    file and its key as written. A value the command line gives (it wins over the YAML) is the script's."""
+    _file(tmp_path, 'max_model_len: "lots"\n', "vcfg.yaml")
+    script = _file(tmp_path, "vllm serve meta-llama/Llama-3.1-8B --config vcfg.yaml\n", "vc.sh")
+    proc = _planner("check", str(script), "-c", "dgx-h100")
+    assert proc.returncode == 2, proc.stderr
+    assert f"{tmp_path / 'vcfg.yaml'}: max_model_len: value 'lots'" in proc.stderr and "vc.sh" not in proc.stderr
+    bad_flag = _file(tmp_path, "vllm serve meta-llama/Llama-3.1-8B --config vcfg.yaml --max-model-len lots2\n", "vd.sh")
+    proc = _planner("check", str(bad_flag), "-c", "dgx-h100")
+    assert proc.returncode == 2 and f"{bad_flag}: --max-model-len: value 'lots2'" in proc.stderr, proc.stderr

@@ -65,6 +65,9 @@ class Command:
     """A positional word -> the switch (a flag that takes no value) it follows (`--enforce-eager true`)."""
     doubled: tuple[str, ...] | None = None
     """A launcher written again after a container image whose ENTRYPOINT is one (`vllm/vllm-openai vllm serve`)."""
+    origin: dict[str, str] = field(default_factory=dict)
+    """Canonical flag -> the file that gave it, where not the command's own file (a vLLM `--config` YAML; its
+    key as written is in `spelled`)."""
     node: int | None = None
     """The node the command runs on where the file says (inside `if [ "$NODE_RANK" = N ]; then ... fi`,
     `NODE_GUARD`), else None."""
@@ -380,6 +383,12 @@ def rendezvous(command: Command, nnodes: int, flag: str, value: str) -> list[Vio
                       fix=f"{flag} {value} (node rank 0's address) on every node")]
 
 
+def source(command: Command, flag: str, file: str) -> dict[str, str]:
+    """{file, key} a finding on `flag` names: the file that gave it (`Command.origin`, else `file`, the
+    command's) and the flag or key as written there."""
+    return {"file": command.origin.get(flag, file), "key": command.spelled.get(flag, flag)}
+
+
 def argument(command: Command, flag: str, file: str):
     """A value flag's value (None when absent).
 
@@ -389,7 +398,7 @@ def argument(command: Command, flag: str, file: str):
     value = command.flags.get(flag)
     if value is True:
         raise SpecError(f"expected one argument (the engine's argument parser exits on {flag} without its value; "
-                        f"the next word is a flag or the command ends)", file=file, key=command.spelled.get(flag, flag))
+                        f"the next word is a flag or the command ends)", **source(command, flag, file))
     return value
 
 
@@ -404,7 +413,7 @@ def integer(command: Command, flag: str, default: int | None, file: str, low: in
         return default
     if not re.fullmatch(r"-?\d+", str(value)) or int(value) < low:
         raise SpecError(f"value {value!r} must be an integer >= {low} (a literal, not a shell variable)",
-                        file=file, key=command.spelled.get(flag, flag))
+                        **source(command, flag, file))
     return int(value)
 
 
@@ -435,7 +444,7 @@ def human_integer(command: Command, flag: str, default: int | None, file: str, s
     examples = ", ".join(f"8{k} = {8 * m:,}" for k, (m, _) in suffixes.items() if m in (10**3, 2**10))
     raise SpecError(f"value {value!r} must be an integer >= 1{', auto or -1' if auto else ''}, or a number with "
                     f"one of the suffixes {' '.join(suffixes)} ({examples}; a literal, not a shell variable)",
-                    file=file, key=command.spelled.get(flag, flag))
+                    **source(command, flag, file))
 
 
 def fraction(command: Command, flag: str, default: float, file: str) -> float:
@@ -448,8 +457,8 @@ def fraction(command: Command, flag: str, default: float, file: str) -> float:
     except (TypeError, ValueError):
         number = float("nan")
     if not 0 < number <= 1:
-        raise SpecError(f"value {value!r} must be a number in (0, 1] (a fraction of GPU memory)", file=file,
-                        key=command.spelled.get(flag, flag))
+        raise SpecError(f"value {value!r} must be a number in (0, 1] (a fraction of GPU memory)", 
+                        **source(command, flag, file))
     return number
 
 
@@ -463,8 +472,8 @@ def choice(command: Command, flag: str, table: dict, file: str, what: str):
     if value is None:
         return None
     if value not in table:
-        raise SpecError(f"value {value!r} not modelled ({what}); allowed: {', '.join(table)}", file=file,
-                        key=command.spelled.get(flag, flag))
+        raise SpecError(f"value {value!r} not modelled ({what}); allowed: {', '.join(table)}", 
+                        **source(command, flag, file))
     return table[value]
 
 
