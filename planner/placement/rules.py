@@ -967,7 +967,7 @@ def _tp_comm_overlap(model, cluster, layout: Layout) -> list[Violation]:
     """One error (rule `tp_comm_overlap_needs_sp`) when a Megatron-LM layout switches TP
     communication / GEMM overlap on (`Layout.tp_comm_overlap` True) without sequence parallelism:
     Megatron-LM refuses to start. Shared by explain (`--overlap tp-comm=on`) and check (the Megatron
-    reader states `--tp-comm-overlap` / `--sequence-parallel` through the same Layout fields); plan
+    reader states the overlap and sequence parallelism through the same Layout fields); plan
     switches the overlap on only with sequence parallelism (`overlap.tuned`).
     Source: NVIDIA/Megatron-LM@d98e8a6 megatron/training/arguments.py `validate_args`
     (asserts sequence_parallel when tp_comm_overlap is set)."""
