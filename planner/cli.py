@@ -728,6 +728,7 @@ def _emit_pins(framework: str, fixed: dict, moe: bool) -> dict:
     stderr: the search space is narrowed because the user asked for that framework's config)."""
     from planner import emit as emit_api
 
+    emit_api.refuse_pins(framework, fixed)
     pins = {k: v for k, v in emit_api.search_pins(framework).items() if k not in fixed}
     shown = {k: v for k, v in pins.items() if moe or k not in ("ep", "etp")}
     if shown:

@@ -331,6 +331,10 @@ def serve_plan(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, calibration:
         raise SpecError(f"value {req.max_model_len} is shorter than --input-len {req.input_len} + --output-len "
                         f"{req.output_len} = {asked} tokens, the context each request reaches; allowed: at least "
                         f"{asked}", key="--max-model-len")
+    if req.request_latency_ms is not None and req.ttft_ms is not None and req.request_latency_ms < req.ttft_ms:
+        raise SpecError(f"value {req.request_latency_ms:g} is below --ttft-ms {req.ttft_ms:g}: a request's latency "
+                        f"includes its time to first token, so the two SLOs contradict; allowed: at least "
+                        f"{req.ttft_ms:g}, or drop --ttft-ms", key="--request-latency-ms")
     limit = engine_context_length(spec, req.engine)
     if req.context > limit:
         key = ("--max-model-len" if req.max_model_len else "--input-len" if req.input_len > limit
@@ -351,13 +355,15 @@ def serve_plan(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, calibration:
         if not mix.counts:
             needed = serve_ilp.min_gpus(gpus, [p["requests_per_s"] for _, p in cands], tokens,
                                         req.request_rate, req.gpus * 1024)
+            best = max(cands, key=lambda c: c[1]["requests_per_s"] / c[0]["inst"].gpus)
+            slos = (req.ttft_ms, req.tpot_ms, req.request_latency_ms) != (None,) * 3
             more = (f"; {int(needed.objective)} GPUs would carry {_carried(needed, cands):g} requests/s: "
                     f"--gpus {allowed_gpus(hw, int(needed.objective))} would work" if needed.counts else
-                    f"; not even {req.gpus * 1024} GPUs would carry it: relax the SLOs")
-            best = max(cands, key=lambda c: c[1]["requests_per_s"] / c[0]["inst"].gpus)
+                    _beyond_search(req, best, slos))
             plan = _plan(spec, best[0], best[1], max(1, req.gpus // best[0]["inst"].gpus))
             raise InfeasibleError(
-                f"request rate {req.request_rate:g}/s needs more than {req.gpus} GPUs within the SLOs: the "
+                f"request rate {req.request_rate:g}/s needs more than {req.gpus} GPUs"
+                f"{' within the SLOs' if slos else ''}: the "
                 f"best plan carries {plan['requests_per_s']:g} requests/s on {plan['gpus']} GPUs{more}",
                 details={"binding": "gpus", "closest_plan": plan,
                          "minimum_gpus": int(needed.objective) if needed.counts else None})
@@ -596,6 +602,17 @@ def _memory_only(ev: dict) -> dict:
                              "reserve": mem.reserve, "capacity": mem.capacity},
             "kv_tokens": mem.kv_tokens, "longest_context": ev["longest_context"],
             "longest_context_bound": ev["longest_context_bound"]}
+
+
+def _beyond_search(req: ServeRequest, best: tuple, slos: bool) -> str:
+    """The end of the GPU-bound message when not even `req.gpus` x 1024 GPUs carry the request rate (the
+    integer program's limit): the GPUs replicas of the plan with the most requests/s per GPU (`best`) would
+    need, and, only where SLOs were given, relaxing them as the other way out."""
+    ev, point = best
+    replicas = math.ceil(req.request_rate / point["requests_per_s"])
+    return (f"; {replicas * ev['inst'].gpus:,} GPUs ({replicas:,} x {ev['inst'].label} at "
+            f"{point['requests_per_s']:g} requests/s each) would carry it, beyond the {req.gpus * 1024:,} GPUs "
+            f"searched (--gpus x 1024)" + ("; or relax the SLOs" if slos else ""))
 
 
 def allowed_gpus(hw: ClusterSpec, n: int) -> int:

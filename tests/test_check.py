@@ -417,3 +417,22 @@ def test_explain_recompute_layers_must_match_the_virtual_stages(interleaved_doc)
     result = runner.invoke(app, _explain_args(doc) + ["--recompute-layers", "nn|" * 62 + "nn"])
     assert result.exit_code == 2, result.output
     assert "--recompute-layers" in result.output and "virtual stages hold" in result.output
+
+
+def test_shipped_example_plan_is_plan_one_and_not_stale():
+    """review-fresh5 #11: README calls examples/llama-3.1-70b-64xh100.plan.yaml "the plan above" (its
+    `make plan` plan #1) and says `plan -o` files pass unchanged; the shipped file predicted 56.24 s
+    against 50.80 s computed (prediction_stale). It passes with no stale warning, its prediction is the
+    step time check computes, and it is plan #1 of `planner plan` of the same request."""
+    example = Path(__file__).resolve().parents[1] / "examples/llama-3.1-70b-64xh100.plan.yaml"
+    doc = yaml.safe_load(example.read_text())
+    result = _check(example, "--format", "json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert "prediction_stale" not in {v["rule"] for v in data["violations"]}
+    assert data["time_s"]["step"] == pytest.approx(doc["predicted"]["time_s"]["step"], rel=1e-9)
+    planned = runner.invoke(app, ["plan", "-m", doc["model"], "-c", doc["cluster"], "--gpus", str(doc["gpus"]),
+                                  "--format", "json"])
+    assert planned.exit_code == 0, planned.output
+    best = json.loads(planned.output)["plans"][0]
+    assert best["time_s"]["step"] == pytest.approx(doc["predicted"]["time_s"]["step"], rel=1e-9)

@@ -345,9 +345,16 @@ def test_bad_input_is_one_line_exit_2(tmp_path, text, args):
 
 # ---------------------------------------------------------------- emit -> check round trips
 
+def _lines(text: str) -> list[str]:
+    """The lines of an emitted script, unindented, without a node guard's `if` / `fi` / NODE_RANK lines
+    (`emit.engine_launch.by_node`)."""
+    return [l.strip() for l in text.splitlines()
+            if not re.match(r'\s*(if \[ "\$NODE_RANK"|fi$|: "\$\{NODE_RANK)', l)]
+
+
 def _emitted_flags(text: str) -> list[str]:
     out = []
-    for line in text.splitlines():
+    for line in _lines(text):
         if line.startswith("#") or line == "wait":
             continue
         out += [w.split("=", 1)[0] for w in shlex.split(line) if w.startswith("-") and w != "-m"]
@@ -392,7 +399,7 @@ def test_emit_round_trip_every_bench_case(tmp_path, engine, case):
 
 
 def _commands(text: str) -> list[list[str]]:
-    return [[w for w in shlex.split(l) if w != "&"] for l in text.splitlines()
+    return [[w for w in shlex.split(l) if w != "&"] for l in _lines(text)
             if l and not l.startswith("#") and l != "wait"]
 
 
@@ -465,11 +472,16 @@ def test_emit_disaggregated_over_nodes_names_each_node(tmp_path, engine):
     proc = _planner("serve-plan", "-m", "deepseek-v3", "-c", "hgx-h200", "--gpus", "32", "--input-len", "4000",
                     "--output-len", "500", "--weight-dtype", "fp8-block", "--disaggregated", "--emit", engine)
     assert proc.returncode == 0 and "check: PASS" in proc.stderr, proc.stderr
-    nodes = [int(l.rsplit("(node ", 1)[1].rstrip(")")) for l in proc.stdout.splitlines()
-             if l.startswith("# ") and l.endswith(")") and "(node " in l]
+    nodes = [int(l.rsplit("(node ", 1)[1].rstrip(")")) for l in _lines(proc.stdout)
+             if l.startswith("# ") and " worker " in l]
     commands = _commands(proc.stdout)
-    workers, router = commands[:-1], commands[-1]
+    workers = [c for c in commands if "--prefill" not in c]
+    (router,) = [c for c in commands if "--prefill" in c]
     assert nodes == [0, 1, 2, 3] and len(workers) == 4
+    # each worker, and the router (on node 0), inside its node's NODE_RANK block
+    blocks = re.findall(r'if \[ "\$NODE_RANK" = (\d) \]; then\n((?:  .*\n)+)fi', proc.stdout)
+    assert [int(n) for n, _ in blocks] == [0, 1, 2, 3]
+    assert ["--prefill" in body for _, body in blocks] == [True, False, False, False]
     ports = [w[w.index("--port") + 1] for w in workers]
     named = [u[0] for u in _after(router, "--prefill") + _after(router, "--decode")]
     assert sorted(named) == sorted(f"http://${{NODE_ADDR_{n}:?set NODE_ADDR_{n} to the address of node {n}}}:{p}"
@@ -630,7 +642,7 @@ def test_emit_instance_over_two_nodes_one_command_per_node(tmp_path, engine, mod
     proc = _emit(engine, model, *extra)
     assert proc.returncode == 0, proc.stderr
     assert "check: PASS" in proc.stderr
-    commands = [l for l in proc.stdout.splitlines() if not l.startswith("#") and l != "wait"]
+    commands = [l for l in _lines(proc.stdout) if not l.startswith("#") and l != "wait"]
     assert len(commands) == 2
     words = [shlex.split(c) for c in commands]
     for rank, w in enumerate(words):
@@ -822,7 +834,7 @@ def test_sglang_emit_writes_running_requests_as_a_multiple_of_attention_dp():
                     "--output-len", "500", "--engine", "sglang", "--fix", "dp=8", "--fix", "ep=1",
                     "--concurrency", "20", "--emit", "sglang")
     assert proc.returncode == 0 and "check: PASS" in proc.stderr, proc.stderr
-    words = shlex.split(next(l for l in proc.stdout.splitlines() if l.startswith("CUDA_VISIBLE_DEVICES")))
+    words = shlex.split(next(l for l in _lines(proc.stdout) if l.startswith("CUDA_VISIBLE_DEVICES")))
     assert words[words.index(sglang_flags.FLAG["adp"]) + 1] == "8"
     assert words[words.index(sglang_flags.FLAG["max_num_seqs"]) + 1] == "24"
 
@@ -843,7 +855,7 @@ def test_vllm_attention_dp_emits_deepep_and_per_rank_sequences(tmp_path):
                        "--output-len", "500", "--ttft-ms", "2000", "--tpot-ms", "50", "--weight-dtype",
                        "fp8-block", "--fix", "dp=8", "--fix", "ep=8", "--emit", "vllm")
     assert emitted.returncode == 0 and "check: PASS" in emitted.stderr, emitted.stderr
-    words = shlex.split(next(l for l in emitted.stdout.splitlines() if l.startswith("CUDA_VISIBLE_DEVICES")))
+    words = shlex.split(next(l for l in _lines(emitted.stdout) if l.startswith("CUDA_VISIBLE_DEVICES")))
     assert words[words.index(vllm_flags.FLAG["dp"]) + 1] == "8"
     assert words[words.index(vllm_flags.FLAG["a2a"]) + 1] == vllm_flags.DEEPEP_DECODE
     assert int(words[words.index(vllm_flags.FLAG["max_num_seqs"]) + 1]) == -(-concurrency // 8)
@@ -1024,3 +1036,47 @@ def test_two_servers_on_one_port_or_the_same_gpus_fail(tmp_path):
                                               "sglang.launch_server --model-path meta-llama/Llama-3.1-8B --tp-size 2 "
                                               "--port 30001 &\n"), cluster="dgx-h100")
     assert apart["verdict"] == "pass"   # SGLang's default port is 30000 (srt/arg_groups/fields/serving.py)
+
+
+def test_emit_replicas_on_two_nodes_are_guarded_by_node_rank(tmp_path):
+    """review-fresh5 #6: two tp8 replicas of 70B on 16 H100 land on nodes 0 and 1. The emitted script puts each
+    node's server inside `if [ "$NODE_RANK" = N ]; then ... fi` and refuses to run with NODE_RANK unset, so
+    `bash launch.sh` on one node cannot start both on GPUs 0-7. Run under bash with a stub `vllm`, NODE_RANK=1
+    starts only the second replica (port 8001). Read back, check places each server on its block's node: it
+    passes; the same two servers in node 0's block share GPUs 0-7 there (gpus_shared, the rule for servers
+    of one node)."""
+    proc = _planner("serve-plan", "-m", "llama-3.1-70b", "-c", "dgx-h100", "--gpus", "16", "--input-len", "2000",
+                    "--output-len", "300", "--ttft-ms", "1000", "--tpot-ms", "40", "--emit", "vllm")
+    assert proc.returncode == 0 and "check: PASS" in proc.stderr, proc.stderr
+    blocks = re.findall(r'if \[ "\$NODE_RANK" = (\d) \]; then\n((?:  .*\n)+)fi\n', proc.stdout)
+    assert [n for n, _ in blocks] == ["0", "1"]
+    assert [body.count("vllm serve") for _, body in blocks] == [1, 1]
+    path = _file(tmp_path, proc.stdout)
+    stub = tmp_path / "bin"
+    stub.mkdir()
+    (stub / "vllm").write_text('#!/bin/sh\nfor a in "$@"; do [ "$prev" = --port ] && echo "port $a"; prev=$a; done\n')
+    (stub / "vllm").chmod(0o755)
+    env = {"PATH": f"{stub}:/usr/bin:/bin"}
+    ran = subprocess.run(["bash", str(path)], capture_output=True, text=True, env={**env, "NODE_RANK": "1"})
+    assert ran.returncode == 0 and ran.stdout.split() == ["port", "8001"], ran
+    unset = subprocess.run(["bash", str(path)], capture_output=True, text=True, env=env)
+    assert unset.returncode != 0 and "NODE_RANK" in unset.stderr and not unset.stdout
+    result = check_launch_file(path, cluster="dgx-h100", gpus=16)
+    assert result["verdict"] == "pass", result["violations"]
+    one_node = _file(tmp_path, proc.stdout.replace('"$NODE_RANK" = 1', '"$NODE_RANK" = 0'), "one.sh")
+    shared = check_launch_file(one_node, cluster="dgx-h100", gpus=16)
+    assert "gpus_shared" in _rules(shared) and "node 0" in shared["violations"][0]["message"]
+
+
+def test_bad_value_in_a_vllm_config_yaml_names_the_yaml_file_and_key(tmp_path):
+    """review-fresh5 #8: `vllm serve --config vcfg.yaml` whose YAML has `max-model-len: "lots"` was reported
+    against the launch script (`vc.sh: --max-model-len`); the value is the YAML's, so the error names that
+    file and its key as written. A value the command line gives (it wins over the YAML) is the script's."""
+    _file(tmp_path, 'max_model_len: "lots"\n', "vcfg.yaml")
+    script = _file(tmp_path, "vllm serve meta-llama/Llama-3.1-8B --config vcfg.yaml\n", "vc.sh")
+    proc = _planner("check", str(script), "-c", "dgx-h100")
+    assert proc.returncode == 2, proc.stderr
+    assert f"{tmp_path / 'vcfg.yaml'}: max_model_len: value 'lots'" in proc.stderr and "vc.sh" not in proc.stderr
+    bad_flag = _file(tmp_path, "vllm serve meta-llama/Llama-3.1-8B --config vcfg.yaml --max-model-len lots2\n", "vd.sh")
+    proc = _planner("check", str(bad_flag), "-c", "dgx-h100")
+    assert proc.returncode == 2 and f"{bad_flag}: --max-model-len: value 'lots2'" in proc.stderr, proc.stderr

@@ -140,10 +140,14 @@ def test_yaml_syntax_error_in_a_file_is_reported_alike(tmp_path, name):
 
 
 def test_json_syntax_error_on_standard_input_names_its_column():
-    # '{"train_batch_size": 8,,}': the second comma is the 24th character.
+    # '{"train_batch_size": 8,,}': the second comma is the 24th character. JSON text (first character
+    # `{`) is named JSON, not YAML (review-fresh5 #8), on standard input as in a .json file.
     result = runner.invoke(app, ["check", "-"], input=b'{"train_batch_size": 8,,}')
     assert result.exit_code == 2
-    assert "-: YAML syntax error at line 1, column 24" in result.output
+    assert "-: JSON syntax error at line 1, column 24" in result.output
+    unclosed = runner.invoke(app, ["check", "-"], input=b'{"train_batch_size": 8\n')
+    assert unclosed.exit_code == 2 and "-: JSON syntax error at line 2" in unclosed.output
+    assert "YAML" not in unclosed.output
 
 
 def test_text_that_is_no_mapping_is_still_not_a_configuration():

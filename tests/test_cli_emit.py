@@ -148,7 +148,7 @@ def test_deepspeed_has_no_selective_recompute_to_pin_or_check(tmp_path):
     note, and `check --recompute selective` costed what DeepSpeed cannot do."""
     proc = _planner("plan", "-m", "llama-3.1-8b", "-c", "dgx-h100", "--gpus", "8", "--emit",
                     "deepspeed", "--fix", "recompute=selective")
-    assert proc.returncode == 1 and "DeepSpeed checkpoints whole layers" in proc.stderr
+    assert proc.returncode == 2 and "DeepSpeed checkpoints whole layers" in proc.stderr  # a contradiction of options
     path = tmp_path / "ds.json"
     path.write_text(json.dumps({"train_batch_size": 64, "train_micro_batch_size_per_gpu": 1,
                                 "zero_optimization": {"stage": 3}, "bf16": {"enabled": True}}))

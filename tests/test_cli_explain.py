@@ -189,3 +189,29 @@ def test_memory_fix_is_offered_when_another_rule_is_also_broken():
     memory = data["memory_bytes"]
     zero1 = (memory["total"] - 3 / 4 * memory["optimizer_states"]) / gib
     assert f"zero_stage 1 ({zero1:.1f} GiB)" in fix
+
+
+def test_tp_comm_overlap_without_sequence_parallel_is_the_rule_check_applies():
+    """review-fresh5 #2: Megatron-LM asserts sequence parallelism under --tp-comm-overlap
+    (arguments.py validate_args); explain states the same error `check` gives a script with the
+    flags (one placement rule), exit 1, naming the fix -- not an overlap it records but does not cost."""
+    result = _run("--tp", "8", "--overlap", "tp-comm=on", "--format", "json")
+    assert result.exit_code == 1, result.output
+    rows = {v["rule"]: v for v in json.loads(result.output)["violations"]}
+    assert rows["tp_comm_overlap_needs_sp"]["severity"] == "error"
+    assert "--sequence-parallel" in rows["tp_comm_overlap_needs_sp"]["fix"]
+    ok = _run("--tp", "8", "--sequence-parallel", "--overlap", "tp-comm=on", "--format", "json")
+    assert ok.exit_code == 0, ok.output
+    assert "tp_comm_overlap_needs_sp" not in {v["rule"] for v in json.loads(ok.output)["violations"]}
+
+
+def test_contradicting_overlap_options_are_bad_input():
+    """review-fresh5 #7: `--overlap tp-comm=on --overlap tp-comm=off` is a contradiction, bad input
+    naming both (as a repeated --tp is), not the last one silently winning; a repeat that agrees
+    and different names still pass."""
+    result = _run("--tp", "8", "--sequence-parallel", "--overlap", "tp-comm=on", "--overlap", "tp-comm=off")
+    assert result.exit_code == 2, result.output
+    assert "tp-comm=on" in result.output and "tp-comm=off" in result.output
+    assert "Traceback" not in result.output
+    fine = _run("--tp", "8", "--sequence-parallel", "--overlap", "tp-comm=on", "--overlap", "grad-reduce=off")
+    assert fine.exit_code == 0, fine.output

@@ -297,3 +297,20 @@ def test_search_pins_give_emittable_plans(model, gpus, tmp_path):
     if recompute is not None:
         target = _with_recompute(target, list(recompute))
     assert evaluate(target)["verdict"] == "pass"
+
+
+@pytest.mark.parametrize("pin, named", [
+    ("pp=2", "pp=2"), ("cp=2", "cp=2"), ("recompute=selective", "recompute=selective"),
+])
+def test_pin_no_deepspeed_json_runs_contradicts_the_emit(pin, named):
+    """review-fresh5 #7: `plan --emit deepspeed --fix pp=2` asks for a pipeline a DeepSpeed JSON cannot
+    build (its stages are built in code): a contradiction of the two options, bad input (exit 2)
+    naming both and why, before any search -- not an infeasible plan (exit 1) after one."""
+    from typer.testing import CliRunner
+
+    from planner.cli import app
+    result = CliRunner().invoke(app, ["plan", "-m", "llama-3.1-8b", "-c", "dgx-h100", "--gpus", "16",
+                                      "--emit", "deepspeed", "--fix", pin])
+    assert result.exit_code == 2, result.output
+    assert named in result.output and "--emit deepspeed" in result.output and "--fix" in result.output
+    assert "Traceback" not in result.output

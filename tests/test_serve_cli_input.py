@@ -105,3 +105,32 @@ def test_gpus_follow_the_clusters_partial_node_rule_as_plan_does():
                                "--gpus", "12"], capture_output=True, text=True, cwd=ROOT)
         err = _one_line(proc, 2)
         assert "--gpus: value 12 must be 1..7 or a multiple of 8; nearest valid: 8, 16" in err
+
+
+def test_request_latency_below_ttft_is_bad_input():
+    """review-fresh5 #7: a request's latency is its TTFT plus its decode, so a request-latency SLO
+    of 50 ms under a TTFT SLO of 100 ms contradicts it: bad input naming both options, not an
+    infeasible plan. Equal SLOs (a one-token output) are accepted."""
+    err = _one_line(_serve("--gpus", "8", "--input-len", "100", "--output-len", "100",
+                           "--ttft-ms", "100", "--request-latency-ms", "50"), 2)
+    assert "--request-latency-ms" in err and "--ttft-ms 100" in err and "50" in err
+    proc = _serve("--gpus", "8", "--input-len", "100", "--output-len", "1", "--ttft-ms", "5000",
+                  "--request-latency-ms", "5000", "-f", "json")
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_rate_beyond_the_search_names_the_gpus_not_slos_that_were_never_given():
+    """review-fresh5 #8: --request-rate 1e6 with no SLO said "relax the SLOs". What binds is GPUs: the message
+    gives the GPUs that replicas of the plan with the most requests/s per GPU need (ceil(rate / its rate) x
+    its GPUs, checked here by hand from the numbers printed) and says "SLOs" only when some were given."""
+    args = ("--gpus", "8", "--input-len", "100", "--output-len", "100", "--request-rate", "1e6")
+    err = _one_line(_serve(*args), 1)
+    assert "SLO" not in err, err
+    match = re.search(r"; ([\d,]+) GPUs \(([\d,]+) x tp(\d+)\S* at ([\d.]+) requests/s each\) would carry it, "
+                      r"beyond the 8,192 GPUs searched", err)
+    assert match, err
+    gpus, replicas, tp, each = (int(match[1].replace(",", "")), int(match[2].replace(",", "")), int(match[3]),
+                                float(match[4]))
+    assert replicas * each >= 1e6 > (replicas - 1) * each * (1 + 1e-5) and gpus == replicas * tp
+    with_slo = _one_line(_serve(*args, "--ttft-ms", "500"), 1)
+    assert "within the SLOs" in with_slo and "or relax the SLOs" in with_slo

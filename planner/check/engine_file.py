@@ -119,21 +119,35 @@ def one_machine(commands: list[el.Command], launches: list[el.Launch], reader, g
     its HTTP server cannot bind the port, or its KV pool finds the memory taken). Servers are the commands
     that start an API server (node rank 0 of a multi-node instance; later nodes run workers only). The port
     is the port flag or the engine's default (`reader.DEFAULT_PORT`): rule port_in_use. GPUs are those
-    CUDA_VISIBLE_DEVICES lists, else the first ones of the node: rule gpus_shared, only when the file's
-    servers together fit on one node (a file of several nodes' commands, as `serve-plan --emit` writes
-    them, lists the same device numbers on each node)."""
+    CUDA_VISIBLE_DEVICES lists, else the first ones of the node: rule gpus_shared. Servers inside a node's
+    block (`if [ "$NODE_RANK" = N ]; then ... fi`, as `serve-plan --emit` writes a file over several nodes)
+    are compared with those of their block only; servers outside any block, only when together they fit on
+    one node (a hand-written file of several nodes' commands lists the same device numbers on each node)."""
     flag, out = reader.VOCABULARY.FLAG["port"], []
-    servers = [(c, l) for c, l in zip(commands, launches) if l.node_rank == 0]
-    ports: dict[int, int] = {}
+    nodes: dict[int | None, list] = {}
+    for command, launch in zip(commands, launches):
+        if launch.node_rank == 0:
+            nodes.setdefault(command.node, []).append((command, launch))
+    for node, servers in nodes.items():
+        out += _one_node(servers, node, flag, reader, gpus_per_node, file)
+    return out
+
+
+def _one_node(servers: list, node: int | None, flag: str, reader, gpus_per_node: int,
+              file: str) -> list[tuple[int, Violation]]:
+    """`one_machine`'s findings among the servers of one node (`node`: the NODE_RANK block they are in;
+    None: servers outside any block, taken as one machine where they fit one node's GPUs)."""
+    out, ports = [], {}
+    where = "" if node is None else f" (both on node {node}: {NODE_RANK_WORDS})"
     for command, launch in servers:
         port = el.integer(command, flag, reader.DEFAULT_PORT, file)
         if port in ports:
             out.append((command.line, Violation(
                 rule="port_in_use", message=f"the server of line {command.line} listens on port {port}, as does "
-                                            f"line {ports[port]}: the second fails to bind it at start-up",
+                                            f"line {ports[port]}{where}: the second fails to bind it at start-up",
                 fix=f"{flag} {max(ports) + 1} (a port of its own)")))
         ports.setdefault(port, command.line)
-    if sum(launch.here or launch.world for _, launch in servers) > gpus_per_node:
+    if node is None and sum(launch.here or launch.world for _, launch in servers) > gpus_per_node:
         return out
     taken: dict[str, int] = {}
     for command, launch in servers:
@@ -142,12 +156,18 @@ def one_machine(commands: list[el.Command], launches: list[el.Launch], reader, g
                    else [str(i) for i in range(launch.here or launch.world)])
         shared = sorted({d for d in devices if d in taken}, key=str)
         if shared:
+            fits = ("the servers of this file fit on one node" if node is None
+                    else f"both run on node {node} ({NODE_RANK_WORDS})")
             out.append((command.line, Violation(
                 rule="gpus_shared",
                 message=f"the server of line {command.line} runs on GPU(s) {','.join(shared)}, as does line "
                         f"{taken[shared[0]]} ({el.VISIBLE} {listed if listed is not None else 'unset: the first GPUs'}); "
-                        f"the servers of this file fit on one node, where the second finds the memory taken",
+                        f"{fits}, where the second finds the memory taken",
                 fix=f"give each server its own GPUs in {el.VISIBLE}")))
         for d in devices:
             taken.setdefault(d, command.line)
     return out
+
+
+NODE_RANK_WORDS = f'the same `if [ "${el.NODE_RANK}" = N ]` block'
+"""How a finding names the node block two servers share."""

@@ -65,6 +65,12 @@ class Command:
     """A positional word -> the switch (a flag that takes no value) it follows (`--enforce-eager true`)."""
     doubled: tuple[str, ...] | None = None
     """A launcher written again after a container image whose ENTRYPOINT is one (`vllm/vllm-openai vllm serve`)."""
+    origin: dict[str, str] = field(default_factory=dict)
+    """Canonical flag -> the file that gave it, where not the command's own file (a vLLM `--config` YAML; its
+    key as written is in `spelled`)."""
+    node: int | None = None
+    """The node the command runs on where the file says (inside `if [ "$NODE_RANK" = N ]; then ... fi`,
+    `NODE_GUARD`), else None."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -210,19 +216,32 @@ def prefix_matches(name: str, known: frozenset[str]) -> list[str]:
     return sorted(k for k in known if k.startswith(name)) if name.startswith("--") else []
 
 
+NODE_RANK = "NODE_RANK"
+"""The shell variable a launch script over several nodes reads to start only that node's commands (written by
+`planner.emit.engine_launch.by_node`, read back by `split_commands`)."""
+
+NODE_GUARD = re.compile(rf'\s*if \[ "\${{?{NODE_RANK}}}?" = "?(\d+)"? \]; then\s*')
+"""The first line of one node's block of commands; the block ends at a line `fi`."""
+
+
 def split_commands(text: str, file: str, launchers, aliases: dict[str, str],
                    switches: frozenset[str], underscores: bool, known: frozenset[str],
                    images: dict[str, tuple[str, ...]] | None = None) -> list[Command]:
     """Every command line of `text` that starts an engine (`launchers`, or a `docker run` of one of the
     engine's `images`: image name -> its ENTRYPOINT, the words after the image its arguments), split into
     flags; a flag the command abbreviates is read as the flag it stands for (`option`; `known`: every option
-    string of the engine's parser).
+    string of the engine's parser); a command inside `if [ "$NODE_RANK" = N ]; then ... fi` runs on node N
+    (`Command.node`).
 
     Raises:
         SpecError: a shell syntax error (exit 2).
     """
-    out, variables = [], {}
+    out, variables, node = [], {}, None
     for line, code in logical_lines(text):
+        guard = NODE_GUARD.fullmatch(code)
+        if guard or code.strip() == "fi":
+            node = int(guard[1]) if guard else None
+            continue
         try:
             words = shlex.split(code, comments=True)
         except ValueError as exc:
@@ -231,7 +250,7 @@ def split_commands(text: str, file: str, launchers, aliases: dict[str, str],
             command = _command(segment, variables, line, launchers, aliases, switches, underscores, known,
                                images or {})
             if command is not None:
-                out.append(command)
+                out.append(replace(command, node=node))
     return out
 
 
@@ -364,6 +383,12 @@ def rendezvous(command: Command, nnodes: int, flag: str, value: str) -> list[Vio
                       fix=f"{flag} {value} (node rank 0's address) on every node")]
 
 
+def source(command: Command, flag: str, file: str) -> dict[str, str]:
+    """{file, key} a finding on `flag` names: the file that gave it (`Command.origin`, else `file`, the
+    command's) and the flag or key as written there."""
+    return {"file": command.origin.get(flag, file), "key": command.spelled.get(flag, flag)}
+
+
 def argument(command: Command, flag: str, file: str):
     """A value flag's value (None when absent).
 
@@ -373,7 +398,7 @@ def argument(command: Command, flag: str, file: str):
     value = command.flags.get(flag)
     if value is True:
         raise SpecError(f"expected one argument (the engine's argument parser exits on {flag} without its value; "
-                        f"the next word is a flag or the command ends)", file=file, key=command.spelled.get(flag, flag))
+                        f"the next word is a flag or the command ends)", **source(command, flag, file))
     return value
 
 
@@ -388,7 +413,7 @@ def integer(command: Command, flag: str, default: int | None, file: str, low: in
         return default
     if not re.fullmatch(r"-?\d+", str(value)) or int(value) < low:
         raise SpecError(f"value {value!r} must be an integer >= {low} (a literal, not a shell variable)",
-                        file=file, key=command.spelled.get(flag, flag))
+                        **source(command, flag, file))
     return int(value)
 
 
@@ -419,7 +444,7 @@ def human_integer(command: Command, flag: str, default: int | None, file: str, s
     examples = ", ".join(f"8{k} = {8 * m:,}" for k, (m, _) in suffixes.items() if m in (10**3, 2**10))
     raise SpecError(f"value {value!r} must be an integer >= 1{', auto or -1' if auto else ''}, or a number with "
                     f"one of the suffixes {' '.join(suffixes)} ({examples}; a literal, not a shell variable)",
-                    file=file, key=command.spelled.get(flag, flag))
+                    **source(command, flag, file))
 
 
 def fraction(command: Command, flag: str, default: float, file: str) -> float:
@@ -432,8 +457,8 @@ def fraction(command: Command, flag: str, default: float, file: str) -> float:
     except (TypeError, ValueError):
         number = float("nan")
     if not 0 < number <= 1:
-        raise SpecError(f"value {value!r} must be a number in (0, 1] (a fraction of GPU memory)", file=file,
-                        key=command.spelled.get(flag, flag))
+        raise SpecError(f"value {value!r} must be a number in (0, 1] (a fraction of GPU memory)", 
+                        **source(command, flag, file))
     return number
 
 
@@ -447,8 +472,8 @@ def choice(command: Command, flag: str, table: dict, file: str, what: str):
     if value is None:
         return None
     if value not in table:
-        raise SpecError(f"value {value!r} not modelled ({what}); allowed: {', '.join(table)}", file=file,
-                        key=command.spelled.get(flag, flag))
+        raise SpecError(f"value {value!r} not modelled ({what}); allowed: {', '.join(table)}", 
+                        **source(command, flag, file))
     return table[value]
 
 

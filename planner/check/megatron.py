@@ -230,11 +230,6 @@ def _overlap_startup(args: dict, layout: Layout) -> list[Violation]:
                 rule="overlap_param_gather_needs", fix=f"add {' and '.join(needs)}",
                 message=f"{F['overlap_param_gather']} without {' and '.join(needs)}: Megatron-LM "
                         f"asserts both (validate_args)"))
-    if _on(args, "tp_comm_overlap") and not _on(args, "sequence_parallel"):
-        out.append(Violation(
-            rule="tp_comm_overlap_needs_sp", fix=f"add {F['sequence_parallel']}",
-            message=f"{F['tp_comm_overlap']} without {F['sequence_parallel']}: Megatron-LM asserts "
-                    f"TP communication / GEMM overlap only with sequence parallelism (validate_args)"))
     return out
 
 

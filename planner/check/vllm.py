@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import yaml
@@ -98,9 +99,13 @@ def commands(path: Path, text: str, mapping: dict | None) -> tuple[str, list[el.
             if unknown:
                 raise SpecError(f"key {unknown[0]!r} is not a vLLM flag (vLLM's config parser exits on it)",
                                 file=str(where), key=str(unknown[0]))
-            merged = {**config_flags(extra), **command.flags}
-            command = el.Command(line=command.line, env=command.env, positional=command.positional,
-                                 flags=merged, spelled={**{f: f for f in merged}, **command.spelled})
+            given = config_flags(extra)
+            merged = {**given, **command.flags}
+            from_file = [f for f in given if f not in command.flags]  # the command line's flags win
+            keys = {el.option(_flag_of(k), v.ALL_FLAGS, v.ALIASES): str(k) for k in extra}
+            command = replace(command, flags=merged,
+                              spelled={**{f: f for f in merged}, **{f: keys[f] for f in from_file}, **command.spelled},
+                              origin={f: str(where) for f in from_file})
         out.append(command)
     if not out:
         raise SpecError("no `vllm serve` command line in the file", file=file)

@@ -62,6 +62,14 @@ def search_pins(framework: str) -> dict:
     return {}
 
 
+def refuse_pins(framework: str, fixed: dict) -> None:
+    """SpecError (exit 2) for a user's `--fix` pin that contradicts `--emit framework`: one no
+    configuration of that framework can run (DeepSpeed: `emit.deepspeed.refuse_pins`)."""
+    if framework == "deepspeed":
+        from planner.emit.deepspeed import refuse_pins as refuse
+        refuse(fixed)
+
+
 def emit(doc: dict, framework: str) -> Emitted:
     """The launch configuration of plan file `doc` for `framework`.
 

@@ -70,6 +70,33 @@ the search's own choices otherwise include pipelines, context parallelism and, a
 sequence parallelism. A user's own pins take precedence (`{**SEARCH_PINS, **fixed}`)."""
 
 
+NOT_IN_JSON = {
+    "pp": "pipeline stages are built in code (deepspeed.pipe.PipelineModule), not in the JSON",
+    "vpp": "interleaved virtual stages need a pipeline, which the JSON cannot build",
+    "cp": "Ulysses sequence parallelism is set up in code and not read back from the JSON",
+    "ep": "expert parallelism (AutoEP) is not read back from the JSON",
+    "etp": "expert tensor parallelism (AutoEP) is not read back from the JSON",
+}
+"""Degree (> 1) -> why a DeepSpeed JSON cannot run it (`_refuse`, `refuse_pins`)."""
+
+
+def refuse_pins(fixed: dict) -> None:
+    """SpecError (key --fix) for a user's `--fix` pin that no DeepSpeed JSON can run, before any
+    search: a contradiction of `--fix` and `--emit deepspeed` (the same conditions `_refuse`
+    applies to a plan: a degree of NOT_IN_JSON above 1, selective recompute, sequence parallelism
+    at a pinned tp > 1)."""
+    for key, reason in NOT_IN_JSON.items():
+        if fixed.get(key, 1) > 1:
+            raise SpecError(f"{key}={fixed[key]} contradicts --emit deepspeed: {reason}; give --fix {key}=1 "
+                            f"or another --emit", key="--fix")
+    if fixed.get("recompute") == "selective":
+        raise SpecError(f"recompute=selective contradicts --emit deepspeed: DeepSpeed checkpoints whole layers "
+                        f"({ds.CHECKPOINT_CALL}); give --fix recompute=full or none", key="--fix")
+    if fixed.get("sequence_parallel") and fixed.get("tp", 1) > 1:
+        raise SpecError(f"sequence_parallel=true with tp={fixed['tp']} contradicts --emit deepspeed: DeepSpeed "
+                        f"AutoTP has no sequence parallelism; give --fix sequence_parallel=false", key="--fix")
+
+
 def write(doc: dict) -> Emitted:
     """The DeepSpeed JSON config of plan file `doc` (module docstring for the keys and refusals).
 
@@ -196,14 +223,7 @@ def _refuse(par: dict, request: dict) -> None:
         raise SpecError(f"the plan was searched under {request['framework']}'s conventions "
                         f"(request.framework), whose memory differs from DeepSpeed's; plan again "
                         f"with --emit deepspeed (or --framework deepspeed)", key="--emit")
-    why = {
-        "pp": "pipeline stages are built in code (deepspeed.pipe.PipelineModule), not in the JSON",
-        "vpp": "interleaved virtual stages need a pipeline, which the JSON cannot build",
-        "cp": "Ulysses sequence parallelism is set up in code and not read back from the JSON",
-        "ep": "expert parallelism (AutoEP) is not read back from the JSON",
-        "etp": "expert tensor parallelism (AutoEP) is not read back from the JSON",
-    }
-    for key, reason in why.items():
+    for key, reason in NOT_IN_JSON.items():
         if par.get(key, 1) > 1:
             raise SpecError(f"{key}={par[key]} cannot be run from a DeepSpeed JSON: {reason}; plan "
                             f"with --fix {key}=1", key="--emit")

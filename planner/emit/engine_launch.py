@@ -11,7 +11,8 @@ rank, master address and headless workers after the first node; `writer.node_fla
 plan ends with the engine's router over its workers (`writer.router`: each worker's URL under its role),
 and each worker gets what the KV hand-over needs (`writer.disaggregation`: a port of its own on its node;
 where the workers span nodes, the node's address, `NODE_ADDR_N`, as a placeholder). The lines of every node
-are in the one script: run each node's lines on that node. The flags come from the engine's table
+are in the one script; where they span nodes, each node's lines are inside a guard on `NODE_RANK` (`by_node`):
+run the script on every node with its number. The flags come from the engine's table
 (`planner.frameworks.vllm` / `sglang`) and the plan's request: max-model-len, the budget
 fraction, the batch the plan was costed at (max concurrent sequences), the chunked-prefill size,
 the weight and KV formats.
@@ -24,6 +25,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from planner.check.engine_launch import NODE_RANK
 from planner.cost import serving as sv
 from planner.errors import SpecError
 
@@ -135,6 +137,7 @@ def script(data: dict, engine: str, model_ref: str, gpus_per_node: int, mla: boo
                      f"{NODE_ADDR}_N to the address of node N wherever a line names it (the router's line, on "
                      f"node 0, names the node of every worker)")
     seen = Seen()
+    body: list[tuple[int, list[str]]] = []  # (node, its lines) in the order written
     routed: dict[str, list] = {"prefill": [], "decode": []}
     for slot in placed:
         worker, size = slot.worker, slot.worker.inst.gpus
@@ -149,18 +152,37 @@ def script(data: dict, engine: str, model_ref: str, gpus_per_node: int, mla: boo
             routed[worker.role].append([url(node if several else None, slot.port), *entry])
             seen = Seen(prefill=seen.prefill + (worker.role == "prefill"), dp_ranks=seen.dp_ranks + worker.inst.adp)
         if slot.spanning:
-            lines += _multi_node(writer, words, size, gpus_per_node, node, slot.spanning, title, slot.port, env)
+            body += _multi_node(writer, words, size, gpus_per_node, node, slot.spanning, title, slot.port, env)
         else:
-            lines.append(f"# {title} (node {node})")
-            lines.append(_line(env(node) + [_visible(slot.gpu % gpus_per_node, size)] + words
-                               + [writer.FLAG["port"], str(slot.port)]) + " &")
+            body.append((node, [f"# {title} (node {node})",
+                                _line(env(node) + [_visible(slot.gpu % gpus_per_node, size)] + words
+                                      + [writer.FLAG["port"], str(slot.port)]) + " &"]))
     if disaggregated:
-        lines.append(f"# router ({writer.ROUTER_VERSION}, a package of its own: pip install "
-                     f"{writer.ROUTER_VERSION.replace(' ', '==')}), on node 0: it sends each request to a prefill "
-                     f"worker, then to a decode worker; clients send requests to its port {writer.ROUTER_PORT}")
-        lines.append(_line(writer.router(routed["prefill"], routed["decode"])) + " &")
+        body.append((0, [f"# router ({writer.ROUTER_VERSION}, a package of its own: pip install "
+                         f"{writer.ROUTER_VERSION.replace(' ', '==')}), on node 0: it sends each request to a prefill "
+                         f"worker, then to a decode worker; clients send requests to its port {writer.ROUTER_PORT}",
+                         _line(writer.router(routed["prefill"], routed["decode"])) + " &"]))
+    lines += by_node(body) if several else [line for _, block in body for line in block]
     lines.append("wait")
     return "\n".join(lines) + "\n"
+
+
+def by_node(body: list[tuple[int, list[str]]]) -> list[str]:
+    """The lines of a script over several nodes: a line that refuses to run until NODE_RANK is set, then each
+    node's lines (in node order, each node's in the order written) inside `if [ "$NODE_RANK" = N ]; then ... fi`,
+    so that the one file, run on every node with that node's number, starts there only that node's commands
+    (run on one node as it is, it does not start every node's servers on that node's GPUs); `planner check` reads
+    the blocks back (`planner.check.engine_launch.NODE_GUARD`)."""
+    nodes: dict[int, list[str]] = {}
+    for node, block in body:
+        nodes.setdefault(node, []).extend(block)
+    last = max(nodes)
+    out = [f"# the commands span nodes 0 to {last}: run this script on each node with {NODE_RANK} set to that "
+           f"node's number (e.g. {NODE_RANK}=1 bash launch.sh); each starts only its own node's commands",
+           f': "${{{NODE_RANK}:?set {NODE_RANK} to the number of this node, 0 to {last}}}"']
+    for node in sorted(nodes):
+        out += [f'if [ "${NODE_RANK}" = {node} ]; then', *("  " + line for line in nodes[node]), "fi"]
+    return out
 
 
 def served_length(data: dict, engine: str) -> tuple[int, str | None]:
@@ -252,8 +274,8 @@ def placeholder(name: str, node: int) -> Raw:
 
 
 def _multi_node(writer, words: list[str], size: int, gpus_per_node: int, first_node: int, number: int,
-                title: str, port: int, env) -> list[str]:
-    """The script lines of one instance over several nodes: one command per node, node rank 0 first,
+                title: str, port: int, env) -> list[tuple[int, list[str]]]:
+    """(node, its lines) of one instance over several nodes: one command per node, node rank 0 first,
     each with the engine's node flags (`writer.node_flags`) and the address of node rank 0 as a
     placeholder the user sets; the HTTP port on node rank 0 only (the other nodes serve no API);
     `env(node)`: the environment words of the command on that node.
@@ -266,16 +288,17 @@ def _multi_node(writer, words: list[str], size: int, gpus_per_node: int, first_n
         raise SpecError(f"an instance of {size} GPUs does not divide over {nodes} nodes of {gpus_per_node} "
                         f"GPUs; both engines start world / nnodes ranks per node", key="--emit")
     per_node, head = size // nodes, f"{writer.NODE_HEAD}_{number}"
-    out = [f"# {title}: {size} GPUs over {nodes} nodes ({per_node} per node), nodes {first_node} to "
-           f"{first_node + nodes - 1}; run each command on its node, with {head} set to the address of node "
-           f"{first_node} (node rank 0)"]
+    out = []
     prefix = _visible(0, per_node) if per_node < gpus_per_node else ""
     for rank in range(nodes):
         node_words = words + writer.node_flags(nodes, rank, placeholder(head, first_node), number)
         if rank == 0:
             node_words += [writer.FLAG["port"], str(port)]
-        out += [f"#   node rank {rank}: node {first_node + rank}",
-                _line(env(first_node + rank) + [prefix] + node_words) + " &"]
+        out.append((first_node + rank, [
+            f"# {title}: {size} GPUs over {nodes} nodes ({per_node} per node), nodes {first_node} to "
+            f"{first_node + nodes - 1}, with {head} set to the address of node {first_node} (node rank 0); "
+            f"node rank {rank}: node {first_node + rank}",
+            _line(env(first_node + rank) + [prefix] + node_words) + " &"]))
     return out
 
 

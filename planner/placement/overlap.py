@@ -22,17 +22,20 @@ NAMES = {"tp-comm": "tp_comm_overlap", "grad-reduce": "overlap_grad_reduce",
 
 
 def parse(items: list[str] | None) -> dict[str, bool]:
-    """{knob: on} of `--overlap NAME=on|off` options (NAMES), the last one of a name winning.
+    """{knob: on} of `--overlap NAME=on|off` options (NAMES); a name repeated with the same value
+    counts once.
 
     Raises:
-        SpecError: an item that is not NAME=on|off with a name of NAMES (key --overlap)."""
+        SpecError: an item that is not NAME=on|off with a name of NAMES, or one name given both on
+            and off (key --overlap)."""
     out = {}
     for item in items or ():
         name, _, value = item.partition("=")
         if name not in NAMES or value not in ("on", "off"):
             raise SpecError(f"value {item!r} must be NAME=on or NAME=off with NAME one of "
                             f"{', '.join(NAMES)}", key="--overlap")
-        out[NAMES[name]] = value == "on"
+        if out.setdefault(NAMES[name], value == "on") != (value == "on"):
+            raise SpecError(f"{name}=on and {name}=off both given; give one", key="--overlap")
     return out
 
 

@@ -86,7 +86,7 @@ def check_layout(model: ModelSpec, cluster, layout: Layout) -> list[Violation]:
                  _zero_stage_supported, _grad_reduce_supported, _precision_aware_optimizer,
                  _cross_entropy, _torchtitan_dims,
                  _deepspeed_autotp, _deepspeed_parallelism, _no_effect, _offload_needs_zero, _moe_dispatcher_supported,
-                 _recompute_modules, _ep_comm_overlap):
+                 _recompute_modules, _ep_comm_overlap, _tp_comm_overlap):
         out += rule(model, cluster, layout)
     return out
 
@@ -961,6 +961,23 @@ def recompute_module_violations(model: ModelSpec, layout: Layout) -> list[Violat
 
 def _ep_comm_overlap(model, cluster, layout: Layout) -> list[Violation]:
     return ep_comm_overlap_violations(layout)
+
+
+def _tp_comm_overlap(model, cluster, layout: Layout) -> list[Violation]:
+    """One error (rule `tp_comm_overlap_needs_sp`) when a Megatron-LM layout switches TP
+    communication / GEMM overlap on (`Layout.tp_comm_overlap` True) without sequence parallelism:
+    Megatron-LM refuses to start. Shared by explain (`--overlap tp-comm=on`) and check (the Megatron
+    reader states the overlap and sequence parallelism through the same Layout fields); plan
+    switches the overlap on only with sequence parallelism (`overlap.tuned`).
+    Source: NVIDIA/Megatron-LM@d98e8a6 megatron/training/arguments.py `validate_args`
+    (asserts sequence_parallel when tp_comm_overlap is set)."""
+    if layout.framework != "megatron" or not layout.tp_comm_overlap or layout.sequence_parallel:
+        return []
+    flag, sp = megatron.FLAG["tp_comm_overlap"], megatron.FLAG["sequence_parallel"]
+    return [Violation(
+        rule="tp_comm_overlap_needs_sp", fix=f"add {sp}, or turn the overlap off",
+        message=f"TP comm overlap ({flag}) without sequence parallelism ({sp}): Megatron-LM asserts "
+                f"TP communication / GEMM overlap only with sequence parallelism (validate_args)")]
 
 
 EP_OVERLAP_ASSERTIONS = {

@@ -10,7 +10,6 @@ SpecError, never a traceback.
 
 from __future__ import annotations
 
-import contextlib
 import difflib
 import errno
 import json
@@ -179,12 +178,19 @@ class _DuplicateKey(Exception):
 def _parse(text: str, suffix: str) -> object:
     """A `.json` file as JSON; any other text that is a JSON document (a DeepSpeed config on
     standard input or named `.txt`) as JSON too, since YAML 1.1 reads JSON's exponent numbers
-    without a dot (`5e8`) as strings; the rest as YAML."""
+    without a dot (`5e8`) as strings; the rest as YAML. A text that opens as JSON does (`{` or `[`)
+    and is neither JSON nor YAML (a YAML flow mapping `{a: 1}` is not JSON) raises the JSON error:
+    it was meant as JSON, and a YAML parser's message would misname it."""
     if suffix == ".json":
         return _parse_json(text)
-    if text.lstrip().startswith("{"):
-        with contextlib.suppress(json.JSONDecodeError):  # else a YAML flow mapping that is not JSON
+    if text.lstrip().startswith(("{", "[")):
+        try:
             return _parse_json(text)
+        except json.JSONDecodeError as exc:
+            try:
+                return yaml.load(text, Loader=_UniqueKeyLoader)
+            except yaml.YAMLError:
+                raise exc from None
     return yaml.load(text, Loader=_UniqueKeyLoader)
 
 
