@@ -16,7 +16,7 @@ from planner import serve
 from planner.check.engine_file import check_launch_file
 from planner.errors import SpecError
 from planner.specs.cluster import load_cluster
-from planner.specs.model import engine_context_length, from_config
+from planner.specs.model import engine_context_length, from_config, load_model
 
 SMALL = {"model_type": "llama", "hidden_act": "silu", "hidden_size": 1024, "num_hidden_layers": 4,
          "num_attention_heads": 8, "num_key_value_heads": 8, "intermediate_size": 2816, "vocab_size": 32000,
@@ -87,3 +87,22 @@ def test_serve_plan_accepts_the_scaled_context_and_refuses_past_it():
         serve.serve_plan(_spec(YARN), hw, serve.ServeRequest(**ask))
     with pytest.raises(SpecError, match="allowed: up to 16384"):
         serve.serve_plan(_spec(LINEAR), hw, serve.ServeRequest(gpus=1, input_len=16000, output_len=1000))
+
+
+@pytest.mark.parametrize("factor, shown", [(-4, "-4"), (0, "0"), ("abc", "'abc'"), (float("inf"), "inf")])
+def test_bad_rope_scaling_factor_is_bad_input_at_load(tmp_path, factor, shown):
+    """review-fresh5 #3: a factor that is not a positive number is refused where it is written (one line:
+    file, key rope_scaling.factor, value, what is allowed), not ignored (a string) nor blamed on
+    --input-len (a negative one gave "allowed: up to -32768")."""
+    folder = _model_dir(tmp_path, "rope", {"type": "linear", "factor": factor})
+    with pytest.raises(SpecError) as err:
+        load_model(folder)
+    text = str(err.value)
+    assert text.startswith(f"{folder / 'config.json'}: rope_scaling.factor: value {shown} must be a positive number")
+    assert "\n" not in text
+
+
+def test_null_rope_scaling_factor_means_one():
+    """vLLM 0.33.0 `vllm/config/model.py` lines 2624-2632: a null factor falls back to 1.0 (with a warning)."""
+    spec = _spec({"rope_type": "linear", "factor": None})
+    assert engine_context_length(spec, "vllm") == 4096

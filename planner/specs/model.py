@@ -611,6 +611,12 @@ def _check_types(raw: dict, file: str) -> None:
             (isinstance(v, list) and all(isinstance(x, (int, float)) for x in v)) for v in scaling.values())):
         raise SpecError(f"value {_show(scaling)} must be a mapping of scalars (or lists of numbers)",
                         file=file, key="rope_scaling")
+    factor = scaling.get("factor") if isinstance(scaling, dict) else None
+    if factor is not None and (isinstance(factor, bool) or not isinstance(factor, (int, float))
+                               or not 0 < factor < float("inf")):
+        raise SpecError(f"value {_show(factor)} must be a positive number (the RoPE scaling factor the engines "
+                        "multiply positions or max_position_embeddings by; null or absent means 1)",
+                        file=file, key="rope_scaling.factor")
 
 
 class _Reader:
