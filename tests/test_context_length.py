@@ -106,3 +106,25 @@ def test_null_rope_scaling_factor_means_one():
     """vLLM 0.33.0 `vllm/config/model.py` lines 2624-2632: a null factor falls back to 1.0 (with a warning)."""
     spec = _spec({"rope_type": "linear", "factor": None})
     assert engine_context_length(spec, "vllm") == 4096
+
+
+QWEN3_YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}
+
+
+@pytest.mark.parametrize("engine, override", [("vllm", "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1"),
+                                              ("sglang", "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1")])
+def test_yarn_on_40960_positions_is_40960_and_the_refusal_says_why(engine, override):
+    """review-fresh5 #1's config (Qwen3's YaRN recipe in config.json). vLLM 0.33.0 `vllm/config/model.py`
+    _get_and_verify_max_len: `yarn` is in the tuple (lines 2613-2620) whose factor is not applied, and the
+    derived length stays max_position_embeddings 40,960 (original_max_position_embeddings is read only for
+    longrope, lines 2645-2649), not 32,768 x 4 = 131,072; SGLang 0.5.23 `srt/utils/hf_transformers/common.py`
+    lines 682-683 set the factor to 1 when original_max_position_embeddings is present -> 40,960. The
+    refusal names the factor left unapplied and the engine's own override (vLLM lines 2677-2683, SGLang
+    `srt/configs/model_config.py` lines 1302-1316)."""
+    spec = _spec(QWEN3_YARN, positions=40960)
+    assert engine_context_length(spec, engine) == 40960
+    req = serve.ServeRequest(gpus=1, input_len=100_000, output_len=1000, engine=engine)
+    with pytest.raises(SpecError) as err:
+        serve.serve_plan(spec, load_cluster("dgx-h100"), req)
+    text = str(err.value)
+    assert "up to 40960" in text and "does not apply rope_scaling yarn factor 4" in text and override in text

@@ -242,6 +242,20 @@ max_position_embeddings is already the extended length). Source: vllm-project/vl
 `vllm/config/model.py` _get_and_verify_max_len."""
 
 
+UNSCALED_OVERRIDE = {
+    "vllm": "it takes max_position_embeddings as the extended length; a longer --max-model-len needs "
+            "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 or a larger max_position_embeddings",
+    "sglang": "not when rope_scaling has original_max_position_embeddings or rope_type llama3; a longer "
+              "--context-length needs SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 or a larger "
+              "max_position_embeddings",
+}
+"""Why each engine leaves a rope_scaling factor unapplied, and the engine's own override, for messages.
+Source: vLLM 0.33.0 (g4ba787ec9) `vllm/config/model.py` lines 2610-2634 (the comment 'YaRN variants leave
+max_position_embeddings already scaled') and 2657-2684 (VLLM_ALLOW_LONG_MAX_MODEL_LEN); SGLang 0.5.23
+`srt/utils/hf_transformers/common.py` lines 677-693 and `srt/configs/model_config.py` lines 1295-1315
+(SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN)."""
+
+
 def engine_context_length(spec: ModelSpec, engine: str) -> int:
     """Longest context (tokens) `engine` derives from the model's config: its default max_model_len /
     context_length and the most it accepts without an override.
@@ -255,7 +269,12 @@ def engine_context_length(spec: ModelSpec, engine: str) -> int:
     - anything else (trtllm): max_position_embeddings (its rule not read here).
     The rope type is rope_scaling's `rope_type`, else its legacy `type` (both engines' config loaders
     copy one to the other). Examples: linear factor 4 on 4,096 positions -> 16,384 in both; yarn factor
-    4 with original_max_position_embeddings 32,768 on 40,960 positions -> 40,960 in both.
+    4 with original_max_position_embeddings 32,768 on 40,960 positions (Qwen3's YaRN recipe) -> 40,960 in
+    both: vLLM 0.33.0 takes a yarn checkpoint's max_position_embeddings as already extended (`vllm/config/
+    model.py` lines 2610-2620) and never reads original_max_position_embeddings for the limit (only longrope's
+    default, lines 2643-2649), so original x factor = 131,072 needs VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 or a larger
+    max_position_embeddings (lines 2657-2684); SGLang 0.5.23 uses factor 1 when original_max_position_embeddings
+    is present (`common.py` lines 680-686). Messages say so (`UNSCALED_OVERRIDE`).
     """
     base = spec.max_position_embeddings
     scaling = spec.extra.get("rope_scaling") or {}
@@ -274,6 +293,12 @@ def context_length_words(spec: ModelSpec, engine: str) -> str:
     """`engine_context_length` in words for messages: `max_position_embeddings 40960`, or with the
     factor the engine applies, `max_position_embeddings 4096 x rope_scaling factor 4 = 16384`."""
     base, derived = spec.max_position_embeddings, engine_context_length(spec, engine)
+    scaling = spec.extra.get("rope_scaling") or {}
+    factor = scaling.get("factor")
+    if derived == base and isinstance(factor, (int, float)) and factor != 1 and engine in UNSCALED_OVERRIDE:
+        rope_type = scaling.get("rope_type", scaling.get("type"))
+        return (f"max_position_embeddings {base}, to which {engine} does not apply rope_scaling {rope_type} factor "
+                f"{factor:g}: {UNSCALED_OVERRIDE[engine]}")
     if derived == base:
         return f"max_position_embeddings {base}"
     return f"max_position_embeddings {base} x rope_scaling factor {spec.extra['rope_scaling']['factor']:g} = {derived}"
