@@ -499,7 +499,7 @@ def resolve_model(ref: str | None, given: str | None, file: str, flag: str) -> M
         SpecError: neither resolves (exit 2), naming the option that supplies it.
     """
     from planner.specs import hf_ids
-    from planner.specs.model import CATALOG_DIR, load_model
+    from planner.specs.model import CATALOG_DIR, load_model, unknown_hugging_face_id
 
     if given is not None:
         return load_model(given)
@@ -510,10 +510,8 @@ def resolve_model(ref: str | None, given: str | None, file: str, flag: str) -> M
     found = hf_ids.lookup(ref)
     if found is not None:
         return found
-    raise SpecError(f"model {ref!r} is neither a local directory with config.json, a catalog name, nor a "
-                    f"catalog model's Hugging Face id (hf_id or hf_aliases, or with a release / quantization "
-                    f"suffix its publisher uses: planner.specs.hf_ids); give check --model NAME|PATH",
-                    file=file, key=flag)
+    raise SpecError(f"model {ref!r} is no local directory with config.json and no catalog name: "
+                    f"{unknown_hugging_face_id(ref)}; or give check --model NAME|PATH", file=file, key=flag)
 
 
 def load_cluster_for(cluster: str | None, file: str) -> ClusterSpec:

@@ -448,15 +448,47 @@ def load_model(ref: str | Path, *, name: str | None = None) -> ModelSpec:
     return from_config(raw, name=name or given or display, file=file, strict=strict)
 
 
+HF_URL = re.compile(r"https?://(?:www\.)?(?:huggingface\.co|hf\.co)/([\w.-]+/[\w.-]+)(?:/.*)?")
+"""A model page's address on the Hugging Face Hub (`https://huggingface.co/ORG/NAME[/tree/main...]`): group 1 is the id."""
+
+
+def hugging_face_id(ref: str) -> str | None:
+    """The Hugging Face id `ref` spells -- `owner/name` that is no existing path and has no file suffix
+    (.yaml, .yml, .json), or a Hub address (`HF_URL`) -- else None."""
+    url = HF_URL.fullmatch(ref.strip())
+    if url:
+        return url.group(1)
+    if (not re.fullmatch(r"[\w.-]+/[\w.-]+", ref) or Path(ref).exists()
+            or ref.lower().endswith((".yaml", ".yml", ".json"))):
+        return None
+    return ref
+
+
+def unknown_hugging_face_id(hf_id: str) -> str:
+    """What to do with a Hugging Face id the catalog does not hold (message text, no file/key prefix)."""
+    return (f"a Hugging Face id that is not in the catalog (and no such file; the planner downloads nothing); "
+            f"download its config.json (https://huggingface.co/{hf_id}/blob/main/config.json, or "
+            f"`huggingface-cli download {hf_id} config.json`) and pass that file or its folder as the model, "
+            f"or pick a catalog model: `planner models` lists them, and the model option takes their "
+            f"Hugging Face ids too (their hf_id and hf_aliases)")
+
+
 def _hugging_face_id(ref: str) -> ModelSpec | None:
-    """The catalog model a Hugging Face id names (`planner.specs.hf_ids.lookup`: hf_id, hf_aliases, or a
-    publisher's release / quantization suffix), when `ref` is `owner/name` and no file or catalog entry of
-    that name exists; else None."""
-    if not re.fullmatch(r"[\w.-]+/[\w.-]+", ref) or Path(ref).exists():
+    """The catalog model a Hugging Face id or Hub address names (`planner.specs.hf_ids.lookup`: hf_id,
+    hf_aliases, or a publisher's release / quantization suffix), when `ref` is one (`hugging_face_id`);
+    else None.
+
+    Raises:
+        SpecError: an id the catalog does not hold (`unknown_hugging_face_id`)."""
+    hf_id = hugging_face_id(ref)
+    if hf_id is None:
         return None
     from planner.specs import hf_ids
 
-    return hf_ids.lookup(ref)
+    found = hf_ids.lookup(hf_id)
+    if found is None:
+        raise SpecError(unknown_hugging_face_id(hf_id), file=ref)
+    return found
 
 
 def model_config(ref: str | Path) -> dict:
@@ -466,6 +498,10 @@ def model_config(ref: str | Path) -> dict:
 
     Raises:
         SpecError: as `load_model` for a reference or file that does not load."""
+    if _hugging_face_id(str(ref)) is not None:  # raises for an id the catalog does not hold
+        from planner.specs import hf_ids
+
+        return hf_ids.lookup_config(hugging_face_id(str(ref)))
     path, _ = _resolve(str(ref))
     raw = files.read_mapping(path, "config keys")
     return dict(raw["config"]) if _is_shown(raw) else raw
