@@ -169,19 +169,27 @@ def image_name(word: str) -> str:
     return "/".join(parts)
 
 
-def _container_launch(words: list[str], images: dict[str, tuple[str, ...]]):
-    """(index of the image's first argument, the image's entrypoint launcher, the image) of a `docker run`
-    command whose image is one of `images` (image name -> its ENTRYPOINT as a launcher), or None. An
-    `--entrypoint` option replaces the image's: the command is then read as any other."""
+def _container_launch(words: list[str], images: dict[str, tuple[str, ...]], launchers=()):
+    """(index of the launcher's first argument, the launcher, the image) of a `docker run` command whose image
+    is one of `images` (image name -> its ENTRYPOINT as a launcher), or None. An `--entrypoint PROGRAM` option
+    replaces the image's ENTRYPOINT, and PROGRAM then receives the words after the image (Docker reference,
+    `docker run` --entrypoint: 'Overwrite the default ENTRYPOINT of the image'): the launch is read from
+    `PROGRAM ARGS...` when that starts one of `launchers` (`--entrypoint vllm vllm/vllm-openai serve MODEL`
+    is `vllm serve MODEL`); otherwise None, and the command is read as any other."""
     for i in range(len(words) - 1):
         if tuple(w.rsplit("/", 1)[-1] for w in words[i:i + 2]) not in CONTAINER_RUN:
             continue
         options = words[i + 2:]
-        if any(w == "--entrypoint" or w.startswith("--entrypoint=") for w in options):
-            return None
+        entrypoint = next((w.split("=", 1)[1] if "=" in w else options[k + 1] if k + 1 < len(options) else ""
+                           for k, w in enumerate(options) if w == "--entrypoint" or w.startswith("--entrypoint=")),
+                          None)
         for j, word in enumerate(options):
-            if image_name(word) in images:
+            if image_name(word) not in images:
+                continue
+            if entrypoint is None:
                 return i + 3 + j, images[image_name(word)], word
+            found = _launcher_at([entrypoint, *options[j + 1:]], launchers)
+            return None if found is None else (i + 2 + j + found[0], found[1], word)
     return None
 
 
@@ -288,7 +296,7 @@ def _command(segment: list[str], variables: dict[str, str], line: int, launchers
         return None
     words = _without_redirections([f for raw in segment for f in shell.fields(shell.substitute(raw, variables), raw)])
     image, doubled = None, None
-    found = _container_launch(words, images)
+    found = _container_launch(words, images, launchers)
     if found is not None:
         at, launcher, image = found
         again = _launcher_at(words[at:], launchers)
