@@ -32,7 +32,7 @@ from pathlib import Path
 from planner.check import shell
 
 from planner.cost import serving as sv
-from planner.errors import PlannerError, SpecError
+from planner.errors import PlannerError, SpecError, counted
 from planner.placement.rules import Violation
 from planner.specs.cluster import ClusterSpec
 from planner.specs.model import ModelSpec, context_length_words, engine_context_length, require_modelled_checkpoint
@@ -709,7 +709,8 @@ def _memory_findings(spec: ModelSpec, hw: ClusterSpec, launch: Launch, mem: sv.S
         if fit < launch.max_num_seqs:
             out.append(Violation(
                 rule="kv_pool_concurrency", severity="warning",
-                message=f"{f['max_num_seqs']} {launch.max_num_seqs} sequences of {launch.max_model_len:,} tokens "
+                message=f"{f['max_num_seqs']} {launch.max_num_seqs}: {counted(launch.max_num_seqs, 'sequence')} of "
+                        f"{launch.max_model_len:,} tokens "
                         f"need more KV cache than the {mem.kv_cache / GIB:.2f} GiB pool per GPU: only {fit:,} run "
                         f"at full length at once (the rest wait or are preempted)",
                 fix=f"{f['max_num_seqs']} {max(fit, 1)}, or more GPUs per instance"))
@@ -897,7 +898,8 @@ def _world_findings(hw: ClusterSpec, launch: Launch) -> list[Violation]:
     elif per_node is not None and per_node > hw.gpus_per_node:
         out.append(Violation(
             rule="world_size",
-            message=f"{launch.world} ranks ({product}) over {launch.nnodes} node(s) need {per_node} GPUs per node; "
+            message=f"{launch.world} ranks ({product}) over {counted(launch.nnodes, 'node')} need {per_node} GPUs per "
+                    f"node; "
                     f"{hw.name} has {hw.gpus_per_node}",
             fix=f"{launch.flag['nnodes']} {-(-launch.world // hw.gpus_per_node)}"))
     return out

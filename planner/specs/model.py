@@ -81,7 +81,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 
-from planner.errors import SpecError
+from planner.errors import SpecError, shown
 from planner.specs import files
 
 CATALOG_DIR = Path(__file__).resolve().parents[2] / "models"
@@ -626,8 +626,9 @@ def require_modelled_checkpoint(spec: ModelSpec) -> None:
 
 
 def _show(value: object) -> str:
-    """repr of a value, shortened to one readable fragment (a 4,000-digit integer is not)."""
-    text = repr(value)
+    """A value as the file spells it (`errors.shown`: true, null, [1, 2]), shortened to one readable
+    fragment (a 4,000-digit integer is not)."""
+    text = shown(value)
     return text if len(text) <= 40 else f"{text[:20]}...({len(text)} characters)"
 
 
