@@ -243,10 +243,10 @@ max_position_embeddings is already the extended length). Source: vllm-project/vl
 
 
 UNSCALED_OVERRIDE = {
-    "vllm": "it takes max_position_embeddings as the extended length; a longer --max-model-len needs "
+    "vllm": "it takes max_position_embeddings as the extended length; a longer context needs "
             "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 or a larger max_position_embeddings",
     "sglang": "not when rope_scaling has original_max_position_embeddings or rope_type llama3; a longer "
-              "--context-length needs SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 or a larger "
+              "context needs SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 or a larger "
               "max_position_embeddings",
 }
 """Why each engine leaves a rope_scaling factor unapplied, and the engine's own override, for messages.
