@@ -178,8 +178,9 @@ def models(ctx: typer.Context, fmt: FormatOpt = Format.table) -> None:
 @models_app.command("show")
 def models_show(
     ctx: typer.Context,
-    ref: Annotated[str, typer.Argument(metavar="NAME|PATH",
-                                       help="Catalog name, YAML file, config.json, or a directory holding one.")],
+    ref: Annotated[str, typer.Argument(metavar="NAME|PATH|HF-ID",
+                                       help="Catalog name, YAML file, config.json, a directory holding one, or a "
+                                            "catalog model's Hugging Face id (as -m takes).")],
     seq_len: Annotated[int, typer.Option(min=1, max=MAX_SEQ_LEN, help="Tokens per sequence for the FLOPs.")] = DEFAULT_SEQ_LEN,
     fmt: FormatOpt = Format.table,
 ) -> None:

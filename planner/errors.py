@@ -95,3 +95,28 @@ def write_failure(path: str, exc: OSError, key: str) -> PlannerError:
     if exc.errno in PATH_ERRNOS:
         return SpecError(f"cannot write {path}: {reason}", key=key)
     return OutputError(f"{key}: cannot write {path}: {reason}")
+
+
+def shown(value: object) -> str:
+    """A value echoed in a message as the YAML / JSON file spells it: true, false, null, [1, 2] for a list or
+    tuple; text quoted ('abc'); numbers as written by Python (4096, 0.5)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(shown(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{shown(k)}: {shown(v)}" for k, v in value.items()) + "}"
+    return repr(value)
+
+
+def number(x: float) -> str:
+    """A count or rate for a message: 1000000 -> '1,000,000', 42949672960.0 -> '42,949,672,960', 0.25 -> '0.25'
+    (never scientific notation for a whole number)."""
+    return f"{int(x):,}" if float(x).is_integer() else f"{x:g}"
+
+
+def counted(n: int, noun: str) -> str:
+    """'1 GPU', '8 GPUs', '1,024 sequences': `n` with `noun` in the singular or plural (noun + s)."""
+    return f"{n:,} {noun if n == 1 else noun + 's'}"

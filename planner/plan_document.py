@@ -18,7 +18,7 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass
 
-from planner.errors import SpecError
+from planner.errors import SpecError, shown
 from planner.placement.layout import OVERLAP_KNOBS, PRECISION_KNOBS
 
 KIND = "training-plan"
@@ -108,11 +108,11 @@ def looks_like_plan_file(data: dict) -> bool:
 
 def _check_header(data: dict, file: str) -> None:
     if data.get("kind") != KIND:
-        raise SpecError(f"value {data.get('kind')!r} not allowed; allowed: {KIND!r} (a file "
+        raise SpecError(f"value {shown(data.get('kind'))} not allowed; allowed: {KIND!r} (a file "
                         f"written by `planner plan -o`)", file=file, key="kind")
     if data.get("version") != VERSION:
-        raise SpecError(f"value {data.get('version')!r} not allowed; this planner reads version "
-                        f"{VERSION}", file=file, key="version")
+        given = "missing key" if data.get("version") is None else f"value {shown(data['version'])} not allowed"
+        raise SpecError(f"{given}; this planner reads version {VERSION}", file=file, key="version")
 
 
 def _check_keys(mapping: dict, section: str, file: str) -> None:
@@ -158,6 +158,6 @@ def path(section: str, key: object) -> str:
 def _mapping(data: dict, key: str, file: str, where: str) -> dict:
     value = data.get(key)
     if not isinstance(value, dict):
-        raise SpecError(f"{'missing' if key not in data else f'value {value!r}'}; must be a mapping",
+        raise SpecError(f"{'missing' if key not in data else f'value {shown(value)}'}; must be a mapping",
                         file=file, key=where)
     return value

@@ -24,7 +24,7 @@ from rich.table import Table
 from rich.text import Text
 
 from planner.cost.serving import Instance
-from planner.errors import shorten
+from planner.errors import counted, shorten
 from planner.placement import overlap, recompute_mix
 from planner.summary import CAUSAL_NOTE_FRACTION
 
@@ -1055,14 +1055,14 @@ def show_engine_check(data: dict, fmt: str) -> None:
     for row in data["launches"]:
         par = row["parallelism"]
         role = f" {row['role']} worker" if row["role"] else ""
-        head = f"line {row['line']}:{role} {par['replicas']} x {_serve_label(par)} ({row['world']} GPUs)"
+        head = f"line {row['line']}:{role} {par['replicas']} x {_serve_label(par)} ({counted(row['world'], 'GPU')})"
         rec = row["recomputed"]
         if rec:
             mem = rec["memory_bytes"]
             head += (f"; per GPU: weights {gib(mem['weights'])} GiB, activation peak {gib(mem['activations'])}, "
                      f"reserve {gib(mem['reserve'])}, KV pool {gib(mem['kv_cache'])} ({_pool_basis(row)}): "
                      f"{rec['kv_tokens']:,} tokens, "
-                     f"longest context {_longest(rec)}, {rec['max_concurrency']:,} sequences of "
+                     f"longest context {_longest(rec)}, {counted(rec['max_concurrency'], 'sequence')} of "
                      f"{rec['max_model_len']:,}")
         console.print(Text(head))
     for row in data.get("routers", ()):

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 
 from planner.cost import serving as sv
-from planner.errors import InfeasibleError, SpecError
+from planner.errors import InfeasibleError, SpecError, number
 from planner.frameworks import sglang as sglang_flags
 from planner.frameworks import vllm as vllm_flags
 from planner.search import serve_ilp
@@ -362,7 +362,7 @@ def serve_plan(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, calibration:
                     _beyond_search(req, best, slos))
             plan = _plan(spec, best[0], best[1], max(1, req.gpus // best[0]["inst"].gpus))
             raise InfeasibleError(
-                f"request rate {req.request_rate:g}/s needs more than {req.gpus} GPUs"
+                f"request rate {number(req.request_rate)}/s needs more than {req.gpus} GPUs"
                 f"{' within the SLOs' if slos else ''}: the "
                 f"best plan carries {plan['requests_per_s']:g} requests/s on {plan['gpus']} GPUs{more}",
                 details={"binding": "gpus", "closest_plan": plan,

@@ -69,6 +69,42 @@ def test_docker_run_with_other_entrypoint_is_not_the_image_launch(tmp_path):
         check_launch_file(path, cluster="dgx-h100", gpus=1)
 
 
+@pytest.mark.parametrize("entrypoint", ["--entrypoint vllm", "--entrypoint=vllm"])
+def test_docker_run_with_entrypoint_vllm_then_serve_is_the_vllm_serve_launch(tmp_path, entrypoint):
+    """review-fresh5 #9: `--entrypoint vllm IMAGE serve M` runs `vllm serve M` (Docker reference, `docker run
+    --entrypoint`: it overwrites the image's ENTRYPOINT and the words after the image are its arguments)."""
+    path = _file(tmp_path, f"docker run --gpus all {entrypoint} vllm/vllm-openai:latest serve "
+                           "meta-llama/Llama-3.1-8B-Instruct -tp 2\n")
+    result = check_launch_file(path, cluster="dgx-h100", gpus=2)
+    assert result["verdict"] == "pass" and result["model"] == "llama-3.1-8b"
+    assert result["launches"][0]["parallelism"]["tp"] == 2
+
+
+def _image_warnings(result: dict) -> list[dict]:
+    return [v for v in result["violations"] if v["rule"] == "image_version"]
+
+
+def test_image_tag_of_another_vllm_release_notes_the_modelled_defaults(tmp_path):
+    """review-fresh5 #9: `vllm/vllm-openai:v0.6.3` is costed with vLLM 0.33.0's defaults, gpu_memory_utilization
+    0.92 (`vllm/config/cache.py` line 215 @0.33.0) where 2023's releases used 0.9 (vllm-project/vllm pull
+    request 2162): a warning says so, naming the flag that pins it; none for the modelled release, `latest`,
+    or when the launch gives the fraction (the fix is then empty)."""
+    old = check_launch_file(_file(tmp_path, "docker run --gpus all vllm/vllm-openai:v0.6.3 "
+                                            "meta-llama/Llama-3.1-8B-Instruct -tp 2\n", "old.sh"), cluster="dgx-h100", gpus=2)
+    (warning,) = _image_warnings(old)
+    assert warning["severity"] == "warning" and old["verdict"] == "pass"
+    assert "runs vLLM 0.6.3; this check models vLLM 0.33.0" in warning["message"]
+    assert "default 0.92" in warning["message"] and warning["fix"] == "pass --gpu-memory-utilization to pin the budget"
+    for tag in ("v0.33.0", "latest"):
+        same = check_launch_file(_file(tmp_path, f"docker run vllm/vllm-openai:{tag} meta-llama/Llama-3.1-8B\n",
+                                       f"{tag}.sh"), cluster="dgx-h100", gpus=1)
+        assert _image_warnings(same) == []
+    pinned = check_launch_file(_file(tmp_path, "docker run vllm/vllm-openai:v0.10.1 meta-llama/Llama-3.1-8B "
+                                               "--gpu-memory-utilization 0.9\n", "pinned.sh"), cluster="dgx-h100", gpus=1)
+    (warning,) = _image_warnings(pinned)
+    assert "0.92" not in warning["message"] and warning["fix"] == ""
+
+
 def test_docker_run_of_sglang_image_is_an_sglang_launch(tmp_path):
     """sgl-project/sglang docs/get_started/install.md (@010db98c), 'Method 3: Using docker', verbatim but the
     token: the image runs the launcher named after it."""

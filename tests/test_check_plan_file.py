@@ -255,7 +255,7 @@ def test_pipeline_split_of_the_wrong_length_is_reported_under_its_key(tmp_path):
     doc = _doc()
     doc["plan"]["parallelism"]["pipeline_layers"] = [40, 40]  # pp is 4
     line, _ = _bad_input(tmp_path, doc)
-    assert ": plan.parallelism.pipeline_layers: value (40, 40) must be 4 " in line
+    assert ": plan.parallelism.pipeline_layers: value [40, 40] must be 4 " in line
 
 
 @pytest.mark.parametrize("where, key, value", [

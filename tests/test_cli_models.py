@@ -263,3 +263,30 @@ def test_hardware_show_stale_derived_value_is_bad_input(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump(data | {"num_gpus": 16, "num_nodes": 1}))
     assert_one_line_error(run("hardware", "show", path), "num_nodes", "they give 2")
+
+
+@pytest.mark.parametrize("ref, hf_id", [
+    ("deepseek-ai/DeepSeek-R1", "deepseek-ai/DeepSeek-R1"),
+    ("mistralai/Mistral-7B-v0.1", "mistralai/Mistral-7B-v0.1"),
+    ("https://huggingface.co/org/name", "org/name"),
+])
+@pytest.mark.parametrize("command", [("models", "show"), ("plan",)])
+def test_hugging_face_id_outside_the_catalog_says_what_to_do(ref, hf_id, command):
+    """review-fresh5 #4: an id the catalog does not hold was 'no such file'; it is named as a Hugging Face id
+    and the message says how to proceed (download config.json, pass its path; the catalog list)."""
+    extra = ("-c", "dgx-h100", "--gpus", "8") if command == ("plan",) else ()
+    result = run(*command, "-m", ref, *extra) if command == ("plan",) else run(*command, ref)
+    assert_one_line_error(result, f"{ref}: a Hugging Face id that is not in the catalog",
+                          f"https://huggingface.co/{hf_id}/blob/main/config.json", "`planner models`")
+
+
+@pytest.mark.parametrize("ref", ["meta-llama/Llama-3.1-70B", "meta-llama/Llama-3.1-70B-Instruct",
+                                 "meta-llama/Meta-Llama-3.1-70B-Instruct",
+                                 "https://huggingface.co/meta-llama/Llama-3.1-70B"])
+def test_models_show_takes_the_ids_model_options_take(ref):
+    """`models show` accepts what `-m` accepts: a catalog model's hf_id, its hf_aliases (with the repository
+    names Meta used before renaming them, meta-llama/Meta-Llama-3.1-* -> meta-llama/Llama-3.1-*: oumi-ai/oumi
+    pull request 1357), and a Hub address; the YAML it prints loads again as a model file."""
+    shown = parse(run("models", "show", ref, "--format", "yaml"), "yaml")
+    assert shown["name"] == "llama-3.1-70b"
+    assert shown["config"]["num_hidden_layers"] == 80 and shown["config"]["hidden_size"] == 8192

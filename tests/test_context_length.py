@@ -16,7 +16,7 @@ from planner import serve
 from planner.check.engine_file import check_launch_file
 from planner.errors import SpecError
 from planner.specs.cluster import load_cluster
-from planner.specs.model import engine_context_length, from_config
+from planner.specs.model import engine_context_length, from_config, load_model
 
 SMALL = {"model_type": "llama", "hidden_act": "silu", "hidden_size": 1024, "num_hidden_layers": 4,
          "num_attention_heads": 8, "num_key_value_heads": 8, "intermediate_size": 2816, "vocab_size": 32000,
@@ -87,3 +87,44 @@ def test_serve_plan_accepts_the_scaled_context_and_refuses_past_it():
         serve.serve_plan(_spec(YARN), hw, serve.ServeRequest(**ask))
     with pytest.raises(SpecError, match="allowed: up to 16384"):
         serve.serve_plan(_spec(LINEAR), hw, serve.ServeRequest(gpus=1, input_len=16000, output_len=1000))
+
+
+@pytest.mark.parametrize("factor, shown", [(-4, "-4"), (0, "0"), ("abc", "'abc'"), (float("inf"), "inf")])
+def test_bad_rope_scaling_factor_is_bad_input_at_load(tmp_path, factor, shown):
+    """review-fresh5 #3: a factor that is not a positive number is refused where it is written (one line:
+    file, key rope_scaling.factor, value, what is allowed), not ignored (a string) nor blamed on
+    --input-len (a negative one gave "allowed: up to -32768")."""
+    folder = _model_dir(tmp_path, "rope", {"type": "linear", "factor": factor})
+    with pytest.raises(SpecError) as err:
+        load_model(folder)
+    text = str(err.value)
+    assert text.startswith(f"{folder / 'config.json'}: rope_scaling.factor: value {shown} must be a positive number")
+    assert "\n" not in text
+
+
+def test_null_rope_scaling_factor_means_one():
+    """vLLM 0.33.0 `vllm/config/model.py` lines 2624-2632: a null factor falls back to 1.0 (with a warning)."""
+    spec = _spec({"rope_type": "linear", "factor": None})
+    assert engine_context_length(spec, "vllm") == 4096
+
+
+QWEN3_YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}
+
+
+@pytest.mark.parametrize("engine, override", [("vllm", "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1"),
+                                              ("sglang", "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1")])
+def test_yarn_on_40960_positions_is_40960_and_the_refusal_says_why(engine, override):
+    """review-fresh5 #1's config (Qwen3's YaRN recipe in config.json). vLLM 0.33.0 `vllm/config/model.py`
+    _get_and_verify_max_len: `yarn` is in the tuple (lines 2613-2620) whose factor is not applied, and the
+    derived length stays max_position_embeddings 40,960 (original_max_position_embeddings is read only for
+    longrope, lines 2645-2649), not 32,768 x 4 = 131,072; SGLang 0.5.23 `srt/utils/hf_transformers/common.py`
+    lines 682-683 set the factor to 1 when original_max_position_embeddings is present -> 40,960. The
+    refusal names the factor left unapplied and the engine's own override (vLLM lines 2677-2683, SGLang
+    `srt/configs/model_config.py` lines 1302-1316)."""
+    spec = _spec(QWEN3_YARN, positions=40960)
+    assert engine_context_length(spec, engine) == 40960
+    req = serve.ServeRequest(gpus=1, input_len=100_000, output_len=1000, engine=engine)
+    with pytest.raises(SpecError) as err:
+        serve.serve_plan(spec, load_cluster("dgx-h100"), req)
+    text = str(err.value)
+    assert "up to 40960" in text and "does not apply rope_scaling yarn factor 4" in text and override in text

@@ -142,7 +142,10 @@ WRONG_TYPES = [
                          ids=[f"{b['model_type']}-{k}-{v!r}" for b, k, v, _ in WRONG_TYPES])
 def test_wrong_typed_values_name_key_value_and_what_is_allowed(tmp_path, base, key, value, allowed):
     path = write_yaml(tmp_path, {**base, key: value})
-    shown = repr(value)
+    # echoed as the file spells it: JSON / YAML true, null, [true]; text and numbers as Python writes them
+    as_json = value is None or isinstance(value, bool) or (isinstance(value, list) and not any(
+        isinstance(x, (str, list)) for x in value))
+    shown = json.dumps(value) if as_json else repr(value)
     spec_error(load_model, path, str(path), f"{key}: ", shown, allowed)
 
 

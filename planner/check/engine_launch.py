@@ -32,7 +32,7 @@ from pathlib import Path
 from planner.check import shell
 
 from planner.cost import serving as sv
-from planner.errors import PlannerError, SpecError
+from planner.errors import PlannerError, SpecError, counted
 from planner.placement.rules import Violation
 from planner.specs.cluster import ClusterSpec
 from planner.specs.model import ModelSpec, context_length_words, engine_context_length, require_modelled_checkpoint
@@ -175,19 +175,27 @@ def image_name(word: str) -> str:
     return "/".join(parts)
 
 
-def _container_launch(words: list[str], images: dict[str, tuple[str, ...]]):
-    """(index of the image's first argument, the image's entrypoint launcher, the image) of a `docker run`
-    command whose image is one of `images` (image name -> its ENTRYPOINT as a launcher), or None. An
-    `--entrypoint` option replaces the image's: the command is then read as any other."""
+def _container_launch(words: list[str], images: dict[str, tuple[str, ...]], launchers=()):
+    """(index of the launcher's first argument, the launcher, the image) of a `docker run` command whose image
+    is one of `images` (image name -> its ENTRYPOINT as a launcher), or None. An `--entrypoint PROGRAM` option
+    replaces the image's ENTRYPOINT, and PROGRAM then receives the words after the image (Docker reference,
+    `docker run` --entrypoint: 'Overwrite the default ENTRYPOINT of the image'): the launch is read from
+    `PROGRAM ARGS...` when that starts one of `launchers` (`--entrypoint vllm vllm/vllm-openai serve MODEL`
+    is `vllm serve MODEL`); otherwise None, and the command is read as any other."""
     for i in range(len(words) - 1):
         if tuple(w.rsplit("/", 1)[-1] for w in words[i:i + 2]) not in CONTAINER_RUN:
             continue
         options = words[i + 2:]
-        if any(w == "--entrypoint" or w.startswith("--entrypoint=") for w in options):
-            return None
+        entrypoint = next((w.split("=", 1)[1] if "=" in w else options[k + 1] if k + 1 < len(options) else ""
+                           for k, w in enumerate(options) if w == "--entrypoint" or w.startswith("--entrypoint=")),
+                          None)
         for j, word in enumerate(options):
-            if image_name(word) in images:
+            if image_name(word) not in images:
+                continue
+            if entrypoint is None:
                 return i + 3 + j, images[image_name(word)], word
+            found = _launcher_at([entrypoint, *options[j + 1:]], launchers)
+            return None if found is None else (i + 2 + j + found[0], found[1], word)
     return None
 
 
@@ -307,7 +315,7 @@ def _command(segment: list[str], variables: dict[str, str], line: int, launchers
         return None
     words = _without_redirections([f for raw in segment for f in shell.fields(shell.substitute(raw, variables), raw)])
     image, doubled = None, None
-    found = _container_launch(words, images)
+    found = _container_launch(words, images, launchers)
     if found is not None:
         at, launcher, image = found
         again = _launcher_at(words[at:], launchers)
@@ -524,7 +532,7 @@ def resolve_model(ref: str | None, given: str | None, file: str, flag: str) -> M
         SpecError: neither resolves (exit 2), naming the option that supplies it.
     """
     from planner.specs import hf_ids
-    from planner.specs.model import CATALOG_DIR, load_model
+    from planner.specs.model import CATALOG_DIR, load_model, unknown_hugging_face_id
 
     if given is not None:
         return load_model(given)
@@ -535,10 +543,8 @@ def resolve_model(ref: str | None, given: str | None, file: str, flag: str) -> M
     found = hf_ids.lookup(ref)
     if found is not None:
         return found
-    raise SpecError(f"model {ref!r} is neither a local directory with config.json, a catalog name, nor a "
-                    f"catalog model's Hugging Face id (hf_id or hf_aliases, or with a release / quantization "
-                    f"suffix its publisher uses: planner.specs.hf_ids); give check --model NAME|PATH",
-                    file=file, key=flag)
+    raise SpecError(f"model {ref!r} is no local directory with config.json and no catalog name: "
+                    f"{unknown_hugging_face_id(ref)}; or give check --model NAME|PATH", file=file, key=flag)
 
 
 def load_cluster_for(cluster: str | None, file: str) -> ClusterSpec:
@@ -728,7 +734,8 @@ def _memory_findings(spec: ModelSpec, hw: ClusterSpec, launch: Launch, mem: sv.S
         if fit < launch.max_num_seqs:
             out.append(Violation(
                 rule="kv_pool_concurrency", severity="warning",
-                message=f"{f['max_num_seqs']} {launch.max_num_seqs} sequences of {launch.max_model_len:,} tokens "
+                message=f"{f['max_num_seqs']} {launch.max_num_seqs}: {counted(launch.max_num_seqs, 'sequence')} of "
+                        f"{launch.max_model_len:,} tokens "
                         f"need more KV cache than the {mem.kv_cache / GIB:.2f} GiB pool per GPU: only {fit:,} run "
                         f"at full length at once (the rest wait or are preempted)",
                 fix=f"{f['max_num_seqs']} {max(fit, 1)}, or more GPUs per instance"))
@@ -916,7 +923,8 @@ def _world_findings(hw: ClusterSpec, launch: Launch) -> list[Violation]:
     elif per_node is not None and per_node > hw.gpus_per_node:
         out.append(Violation(
             rule="world_size",
-            message=f"{launch.world} ranks ({product}) over {launch.nnodes} node(s) need {per_node} GPUs per node; "
+            message=f"{launch.world} ranks ({product}) over {counted(launch.nnodes, 'node')} need {per_node} GPUs per "
+                    f"node; "
                     f"{hw.name} has {hw.gpus_per_node}",
             fix=f"{launch.flag['nnodes']} {-(-launch.world // hw.gpus_per_node)}"))
     return out

@@ -37,7 +37,7 @@ from pathlib import Path
 from planner.check.gate import Target
 from planner.cost.memory import stage_layers
 from planner.evaluation import stage_modes
-from planner.errors import SpecError
+from planner.errors import SpecError, shown
 from planner.placement import pipeline_layout, recompute_mix
 from planner.placement.layout import (OFFLOAD_MODULES, OVERLAP_KNOBS, PRECISION_KNOBS, RECOMPUTE_MODES,
                                       RECOMPUTE_MODULES, Layout)
@@ -115,7 +115,7 @@ def _request(request: dict, file: str) -> dict:
     headroom = request["headroom"]
     if isinstance(headroom, bool) or not isinstance(headroom, (int, float)) or not (
             0 <= headroom <= MAX_HEADROOM):
-        raise SpecError(f"value {headroom!r} must be a number in [0, {MAX_HEADROOM}] (as --headroom)",
+        raise SpecError(f"value {shown(headroom)} must be a number in [0, {MAX_HEADROOM}] (as --headroom)",
                         file=file, key="request.headroom")
     reserve = _int(request, "reserve_bytes", file, "request.reserve_bytes", 0, MAX_RESERVE_BYTES)
     return {"seq_len": seq_len, "global_batch_size": gbs, "headroom": float(headroom),
@@ -128,7 +128,7 @@ def _request(request: dict, file: str) -> dict:
 def _fixed(value, file: str) -> dict:
     """request.fixed: the keys the search pinned (FIXABLE), each with a value of its kind."""
     if not isinstance(value, dict):
-        raise SpecError(f"value {value!r} must be a mapping of pinned keys ({', '.join(FIXABLE)})",
+        raise SpecError(f"value {shown(value)} must be a mapping of pinned keys ({', '.join(FIXABLE)})",
                         file=file, key="request.fixed")
     for key, pinned in value.items():
         where = f"request.fixed.{key}"
@@ -137,9 +137,9 @@ def _fixed(value, file: str) -> dict:
             hint = f"did you mean {' or '.join(map(repr, close))}? " if close else ""
             raise SpecError(f"unknown key; {hint}allowed: {', '.join(FIXABLE)}", file=file, key=where)
         if key == "sequence_parallel" and not isinstance(pinned, bool):
-            raise SpecError(f"value {pinned!r} must be true or false", file=file, key=where)
+            raise SpecError(f"value {shown(pinned)} must be true or false", file=file, key=where)
         if key == "recompute" and pinned not in RECOMPUTE_MODES:
-            raise SpecError(f"value {pinned!r} not allowed; allowed: {', '.join(RECOMPUTE_MODES)}",
+            raise SpecError(f"value {shown(pinned)} not allowed; allowed: {', '.join(RECOMPUTE_MODES)}",
                             file=file, key=where)
         if key in _PAR_INTS:
             _int(value, key, file, where, *_PAR_INTS[key])
@@ -149,12 +149,12 @@ def _fixed(value, file: str) -> dict:
 def _layout(par: dict, values: dict, req: dict, uniform: str, file: str) -> Layout:
     sp = par["sequence_parallel"]
     if not isinstance(sp, bool):
-        raise SpecError(f"value {sp!r} must be true or false", file=file,
+        raise SpecError(f"value {shown(sp)} must be true or false", file=file,
                         key="plan.parallelism.sequence_parallel")
     split = par["pipeline_layers"]
     if split is not None and (not isinstance(split, list)
                               or not all(type(n) is int and n >= 0 for n in split)):
-        raise SpecError(f"value {split!r} must be a list of layer counts (integers >= 0), one per "
+        raise SpecError(f"value {shown(split)} must be a list of layer counts (integers >= 0), one per "
                         f"stage, or null (an even split)", file=file,
                         key="plan.parallelism.pipeline_layers")
     degrees = {k: v for k, v in values.items() if k not in ("global_batch_size", "num_microbatches")}
@@ -162,7 +162,7 @@ def _layout(par: dict, values: dict, req: dict, uniform: str, file: str) -> Layo
     try:
         text = par.get("pipeline_layout")
         if text is not None and not isinstance(text, str):
-            raise SpecError(f"value {text!r} must be a layout string such as 'Et|(tt|)*30mL' "
+            raise SpecError(f"value {shown(text)} must be a layout string such as 'Et|(tt|)*30mL' "
                             f"(Megatron's pipeline-model-parallel layout string) or null",
                             key="pipeline_layout")
         stages = pipeline_layout.parse(text, values["pp"]) if text is not None else None
@@ -185,7 +185,7 @@ def _module_lists(par: dict, file: str) -> dict:
             continue
         value = par[key]
         if not isinstance(value, list) or not value or not all(m in allowed for m in value):
-            raise SpecError(f"value {value!r} must be a list of module names ({', '.join(allowed)})",
+            raise SpecError(f"value {shown(value)} must be a list of module names ({', '.join(allowed)})",
                             file=file, key=f"plan.parallelism.{key}")
         out[key] = tuple(value)
     return out
@@ -196,17 +196,17 @@ def _overlaps(par: dict, file: str) -> dict:
     the framework's default)."""
     value = par.get("overlap", {})
     if not isinstance(value, dict):
-        raise SpecError(f"value {value!r} must be a mapping of {', '.join(OVERLAP_KNOBS)} to true "
+        raise SpecError(f"value {shown(value)} must be a mapping of {', '.join(OVERLAP_KNOBS)} to true "
                         "or false", file=file, key="plan.parallelism.overlap")
     for key, on in value.items():
         if key not in OVERLAP_KNOBS:
             raise SpecError(f"unknown key; allowed: {', '.join(OVERLAP_KNOBS)}", file=file,
                             key=f"plan.parallelism.overlap.{key}")
         if not isinstance(on, bool):
-            raise SpecError(f"value {on!r} must be true or false", file=file,
+            raise SpecError(f"value {shown(on)} must be true or false", file=file,
                             key=f"plan.parallelism.overlap.{key}")
     if "compile" in par and par["compile"] is not None and not isinstance(par["compile"], bool):
-        raise SpecError(f"value {par['compile']!r} must be true or false (torch.compile)", file=file,
+        raise SpecError(f"value {shown(par['compile'])} must be true or false (torch.compile)", file=file,
                         key="compile")   # the caller prefixes plan.parallelism
     return dict(value)
 
@@ -214,16 +214,16 @@ def _overlaps(par: dict, file: str) -> dict:
 def _check_predicted(predicted, file: str) -> None:
     """`predicted` is free-form, but the two numbers the gate compares must be numbers."""
     if not isinstance(predicted, dict):
-        raise SpecError(f"value {predicted!r} must be a mapping (what `planner plan` predicted)",
+        raise SpecError(f"value {shown(predicted)} must be a mapping (what `planner plan` predicted)",
                         file=file, key="predicted")
     for section, key in (("time_s", "step"), ("memory_bytes", "total")):
         part = predicted.get(section, {})
         if not isinstance(part, dict):
-            raise SpecError(f"value {part!r} must be a mapping", file=file, key=f"predicted.{section}")
+            raise SpecError(f"value {shown(part)} must be a mapping", file=file, key=f"predicted.{section}")
         value = part.get(key, 0)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
                 math.isfinite(value) and value >= 0):
-            raise SpecError(f"value {value!r} must be a number >= 0", file=file,
+            raise SpecError(f"value {shown(value)} must be a number >= 0", file=file,
                             key=f"predicted.{section}.{key}")
 
 
@@ -232,17 +232,17 @@ def _recompute(value, file: str) -> tuple[tuple[dict[str, int], ...] | None, str
     key = "plan.parallelism.recompute"
     if isinstance(value, str):
         if value not in RECOMPUTE_MODES:
-            raise SpecError(f"value {value!r} not allowed; allowed: {', '.join(RECOMPUTE_MODES)}, "
+            raise SpecError(f"value {shown(value)} not allowed; allowed: {', '.join(RECOMPUTE_MODES)}, "
                             f"or one {{mode: count}} mapping per stage", file=file, key=key)
         return None, value
     if not isinstance(value, list) or not value:
-        raise SpecError(f"value {value!r} must be a mode ({', '.join(RECOMPUTE_MODES)}) or one "
+        raise SpecError(f"value {shown(value)} must be a mode ({', '.join(RECOMPUTE_MODES)}) or one "
                         f"{{mode: count}} mapping per stage", file=file, key=key)
     stages = []
     for s, counts in enumerate(value):
         if not isinstance(counts, dict) or any(k not in RECOMPUTE_MODES for k in counts) or any(
                 type(n) is not int or n < 0 for n in counts.values()):
-            raise SpecError(f"stage {s}: value {counts!r} must map modes "
+            raise SpecError(f"stage {s}: value {shown(counts)} must map modes "
                             f"({', '.join(RECOMPUTE_MODES)}) to layer counts >= 0", file=file, key=key)
         stages.append({m: counts.get(m, 0) for m in RECOMPUTE_MODES})
     return tuple(stages), recompute_mix.majority(stages)
@@ -270,7 +270,7 @@ def _recompute_layers(value, model, layout: Layout, per_stage, file: str) -> tup
     want = ([{m: len(ls) if m == layout.recompute else 0 for m in RECOMPUTE_MODES} for ls in stages]
             if per_stage is None else [dict(c) for c in per_stage])
     if got != want:
-        raise SpecError(f"value {value!r} gives stages {recompute_mix.format_stages(got)}; "
+        raise SpecError(f"value {shown(value)} gives stages {recompute_mix.format_stages(got)}; "
                         f"plan.parallelism.recompute gives {recompute_mix.format_stages(want)}",
                         file=file, key=key)
     return modes
@@ -279,8 +279,8 @@ def _recompute_layers(value, model, layout: Layout, per_stage, file: str) -> tup
 def _int(data: dict, key: str, file: str, where: str, low: int, high: int) -> int:
     value = data.get(key)
     if type(value) is not int or not low <= value <= high:
-        shown = "missing" if key not in data else f"value {value!r}"
-        raise SpecError(f"{shown}; must be an integer in [{low}, {high:,}]", file=file, key=where)
+        given = "missing" if key not in data else f"value {shown(value)}"
+        raise SpecError(f"{given}; must be an integer in [{low}, {high:,}]", file=file, key=where)
     return value
 
 
@@ -300,7 +300,7 @@ def load_beside(loader, data: dict, key: str, plan_path: Path, where: str | None
     ref = data[key]
     key = where or key
     if not isinstance(ref, str) or not ref.strip():
-        raise SpecError(f"value {ref!r} must be a non-empty string", file=file, key=key)
+        raise SpecError(f"value {shown(ref)} must be a non-empty string", file=file, key=key)
     beside = plan_path.parent / ref
     found = ref if Path(ref).is_absolute() or not beside.exists() else str(beside)
     try:

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import yaml
 
-from planner.errors import SpecError
+from planner.errors import SpecError, number
 from planner.specs.limits import MAX_GPUS, MAX_SEQ_LEN
 from planner.specs.model import context_length_words, engine_context_length
 
@@ -392,7 +392,7 @@ def _rate_findings(spec, hw, req, plan: dict, deployment: dict, recomputed: dict
             carried += own.get("requests_per_s", 0.0) * m["parallelism"]["replicas"]
         how = "recomputed: concurrency / request latency x replicas"
     if req.request_rate > carried * (1 + STALE_TOLERANCE):
-        return [_fail("request_rate", f"request_rate {req.request_rate:g}/s, but the deployment carries "
+        return [_fail("request_rate", f"request_rate {number(req.request_rate)}/s, but the deployment carries "
                                       f"{carried:.3f} requests/s ({how})",
                       f"request_rate {carried:.3f} or less, or re-plan with planner serve-plan --request-rate "
                       f"{req.request_rate:g}")]

@@ -184,6 +184,31 @@ DEFAULT_PORT = 8000
 """The HTTP server's port when its port flag is absent. Source: vLLM 0.33.0 `vllm/entrypoints/common/cli_args.py` FrontendArgs.port."""
 
 
+_RELEASE_TAG = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?(?:[-+.].*)?")
+"""An image tag that names a release: `v0.6.3`, `0.10.1`, `v0.11.0-cu128`."""
+
+
+def image_version(command: el.Command) -> list[Violation]:
+    """Rule image_version (warning): the command runs vLLM's image at a tag naming another release than the
+    one modelled (`v.VERSION`), whose defaults cost it -- the check cannot know an old release's defaults.
+    gpu_memory_utilization is named when the launch leaves it to the default (0.92 in 0.33.0,
+    `vllm/config/cache.py` line 215; 0.9 in older releases: vllm-project/vllm pull request 2162, 2023, documents
+    'default value of 0.9'; the release that changed it is not established here)."""
+    tag = (command.image or "").split("@", 1)[0].rsplit("/", 1)[-1].partition(":")[2]
+    match = _RELEASE_TAG.fullmatch(tag)
+    modelled = v.VERSION.split()[1]
+    if not match or tuple(int(x or 0) for x in match.groups()) == tuple(int(x) for x in modelled.split(".")):
+        return []
+    named = ".".join(x for x in match.groups() if x is not None)
+    fraction = v.FLAG["fraction"]
+    default = (f"; with no {fraction} the KV budget is 0.33.0's default {v.DEFAULT_FRACTION:g} of GPU memory "
+               f"(older releases used 0.9)" if fraction not in command.flags else "")
+    return [Violation(rule="image_version", severity="warning",
+                      message=f"the image {command.image} runs vLLM {named}; this check models {v.VERSION} and "
+                              f"costs the launch with that release's defaults{default}",
+                      fix=f"pass {fraction} to pin the budget" if default else "")]
+
+
 def launch(command: el.Command, spec: ModelSpec, hw: ClusterSpec, file: str) -> el.Launch:
     """The Launch of one vLLM command (module docstring).
 
@@ -209,6 +234,7 @@ def launch(command: el.Command, spec: ModelSpec, hw: ClusterSpec, file: str) -> 
                                           f"tokens to experts by all-to-all only under expert parallelism",
                                   fix=f"add {f['ep']} or remove {f['a2a']}"))
     findings += _dtype_findings(command, hw, weights, file)
+    findings += image_version(command)
     nnodes = el.integer(command, f["nnodes"], 1, file)
     node_rank = el.integer(command, f["node_rank"], 0, file, low=0)
     findings += _multi_node(command, nnodes, node_rank)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from planner.errors import SpecError
+from planner.errors import SpecError, shown
 from planner.placement import pipeline_layout
 from planner.placement.mesh import Mesh
 
@@ -330,7 +330,7 @@ class Layout:
         if len(layers) != self.pp or any(
             isinstance(n, bool) or not isinstance(n, int) or n < 0 for n in layers
         ):
-            raise SpecError(f"value {layers!r} must be {self.pp} non-negative integers "
+            raise SpecError(f"value {shown(layers)} must be {self.pp} non-negative integers "
                             f"(one per pipeline stage)", key="pipeline_layers")
 
     def _check_pipeline_layout(self) -> None:

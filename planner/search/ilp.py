@@ -117,7 +117,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from planner.errors import SpecError
+from planner.errors import SpecError, shown
 
 if TYPE_CHECKING:  # imported where a solve needs CP-SAT (it pulls in pandas: ~0.5 s)
     from ortools.sat.python import cp_model
@@ -1203,5 +1203,5 @@ def _check_shapes(p: StageProblem) -> None:
         raise SpecError("times must be finite", key="time_groups")
     pinned = p.layers_per_stage
     if pinned is not None and (len(pinned) != S or min(pinned) < 1 or sum(pinned) != L):
-        raise SpecError(f"value {pinned!r} must be {S} integers >= 1 summing to {L}",
+        raise SpecError(f"value {shown(pinned)} must be {S} integers >= 1 summing to {L}",
                         key="layers_per_stage")

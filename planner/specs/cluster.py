@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 
-from planner.errors import SpecError
+from planner.errors import SpecError, number, shown
 from planner.specs import files
 
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4")
@@ -229,8 +229,8 @@ def _check_derived(raw: dict, spec: ClusterSpec, file: str) -> None:
         ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isclose(
             value, derived[key], rel_tol=1e-9)
         if not ok:
-            raise SpecError(f"value {value!r} is derived from the other keys and they give "
-                            f"{derived[key]:g}; drop the key or give {derived[key]:g}", file=file, key=key)
+            raise SpecError(f"value {_show(value)} is derived from the other keys and they give "
+                            f"{number(derived[key])}; drop the key or give {number(derived[key])}", file=file, key=key)
 
 
 def to_dict(cluster: ClusterSpec) -> dict:
@@ -276,8 +276,9 @@ def _bound(x: float) -> str:
 
 
 def _show(value: object) -> str:
-    """repr of a value, shortened to one readable fragment (a 400-digit integer is not)."""
-    text = repr(value)
+    """A value as the file spells it (`errors.shown`: true, null, [1, 2]), shortened to one readable
+    fragment (a 400-digit integer is not)."""
+    text = shown(value)
     return text if len(text) <= 40 else f"{text[:20]}...({len(text)} characters)"
 
 

@@ -96,10 +96,32 @@ def lookup(ref: str) -> ModelSpec | None:
 
     Raises:
         SpecError: a quantization the suffix implies that the planner does not model (from `from_config`)."""
+    found = _resolve(ref)
+    if found is None:
+        return None
+    name, raw, exact = found
+    if exact:
+        spec = load_model(name)
+        return replace(spec, extra={**spec.extra, "hf_id": ref, GIVEN: True})
+    spec = from_config(raw, name=ref.rsplit("/", 1)[-1].lower(), file=str(CATALOG_DIR / f"{name}.yaml"))
+    return replace(spec, extra={**spec.extra, GIVEN: True})
+
+
+def lookup_config(ref: str) -> dict | None:
+    """The config mapping `lookup(ref)` builds its model from (the catalog entry's keys, with the id as
+    `hf_id` and a suffix's fields replaced), for `planner models show`; None when `ref` names no catalog model."""
+    found = _resolve(ref)
+    return None if found is None else found[1]
+
+
+def _resolve(ref: str) -> tuple[str, dict, bool] | None:
+    """(catalog name, config mapping for `ref`, whether `ref` is an hf_id / hf_alias itself) or None."""
     catalog = _catalog()
     if ref.lower() in catalog:
-        spec = load_model(catalog[ref.lower()])
-        return replace(spec, extra={**spec.extra, "hf_id": ref, GIVEN: True})
+        name = catalog[ref.lower()]
+        raw = yaml.safe_load((CATALOG_DIR / f"{name}.yaml").read_text())
+        raw.pop("hf_aliases", None)
+        return name, {**raw, "hf_id": ref}, True
     owner = ref.split("/", 1)[0] if re.fullmatch(r"[\w.-]+/[\w.-]+", ref) else None
     publisher = next((p for p in QUANTIZATIONS.keys() | RELEASES.keys() if owner and p.lower() == owner.lower()), None)
     quantizations, releases = QUANTIZATIONS.get(publisher, {}), RELEASES.get(publisher, {})
@@ -116,5 +138,4 @@ def lookup(ref: str) -> ModelSpec | None:
     raw["source"] = (f"{raw.get('source', '')}; as {ref}: " + ", ".join(
         f"{k} {v}" for k, v in [*releases.get(release, {}).items(), *(
             [("quantization_config", quantizations[quant])] if quant else [])]) + " (planner.specs.hf_ids)")
-    spec = from_config(raw, name=ref.rsplit("/", 1)[-1].lower(), file=str(CATALOG_DIR / f"{name}.yaml"))
-    return replace(spec, extra={**spec.extra, GIVEN: True})
+    return name, raw, False

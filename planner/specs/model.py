@@ -81,7 +81,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 
-from planner.errors import SpecError
+from planner.errors import SpecError, shown
 from planner.specs import files
 
 CATALOG_DIR = Path(__file__).resolve().parents[2] / "models"
@@ -242,6 +242,20 @@ max_position_embeddings is already the extended length). Source: vllm-project/vl
 `vllm/config/model.py` _get_and_verify_max_len."""
 
 
+UNSCALED_OVERRIDE = {
+    "vllm": "it takes max_position_embeddings as the extended length; a longer context needs "
+            "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 or a larger max_position_embeddings",
+    "sglang": "not when rope_scaling has original_max_position_embeddings or rope_type llama3; a longer "
+              "context needs SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 or a larger "
+              "max_position_embeddings",
+}
+"""Why each engine leaves a rope_scaling factor unapplied, and the engine's own override, for messages.
+Source: vLLM 0.33.0 (g4ba787ec9) `vllm/config/model.py` lines 2610-2634 (the comment 'YaRN variants leave
+max_position_embeddings already scaled') and 2657-2684 (VLLM_ALLOW_LONG_MAX_MODEL_LEN); SGLang 0.5.23
+`srt/utils/hf_transformers/common.py` lines 677-693 and `srt/configs/model_config.py` lines 1295-1315
+(SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN)."""
+
+
 def engine_context_length(spec: ModelSpec, engine: str) -> int:
     """Longest context (tokens) `engine` derives from the model's config: its default max_model_len /
     context_length and the most it accepts without an override.
@@ -255,7 +269,12 @@ def engine_context_length(spec: ModelSpec, engine: str) -> int:
     - anything else (trtllm): max_position_embeddings (its rule not read here).
     The rope type is rope_scaling's `rope_type`, else its legacy `type` (both engines' config loaders
     copy one to the other). Examples: linear factor 4 on 4,096 positions -> 16,384 in both; yarn factor
-    4 with original_max_position_embeddings 32,768 on 40,960 positions -> 40,960 in both.
+    4 with original_max_position_embeddings 32,768 on 40,960 positions (Qwen3's YaRN recipe) -> 40,960 in
+    both: vLLM 0.33.0 takes a yarn checkpoint's max_position_embeddings as already extended (`vllm/config/
+    model.py` lines 2610-2620) and never reads original_max_position_embeddings for the limit (only longrope's
+    default, lines 2643-2649), so original x factor = 131,072 needs VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 or a larger
+    max_position_embeddings (lines 2657-2684); SGLang 0.5.23 uses factor 1 when original_max_position_embeddings
+    is present (`common.py` lines 680-686). Messages say so (`UNSCALED_OVERRIDE`).
     """
     base = spec.max_position_embeddings
     scaling = spec.extra.get("rope_scaling") or {}
@@ -274,6 +293,12 @@ def context_length_words(spec: ModelSpec, engine: str) -> str:
     """`engine_context_length` in words for messages: `max_position_embeddings 40960`, or with the
     factor the engine applies, `max_position_embeddings 4096 x rope_scaling factor 4 = 16384`."""
     base, derived = spec.max_position_embeddings, engine_context_length(spec, engine)
+    scaling = spec.extra.get("rope_scaling") or {}
+    factor = scaling.get("factor")
+    if derived == base and isinstance(factor, (int, float)) and factor != 1 and engine in UNSCALED_OVERRIDE:
+        rope_type = scaling.get("rope_type", scaling.get("type"))
+        return (f"max_position_embeddings {base}, to which {engine} does not apply rope_scaling {rope_type} factor "
+                f"{factor:g}: {UNSCALED_OVERRIDE[engine]}")
     if derived == base:
         return f"max_position_embeddings {base}"
     return f"max_position_embeddings {base} x rope_scaling factor {spec.extra['rope_scaling']['factor']:g} = {derived}"
@@ -423,15 +448,47 @@ def load_model(ref: str | Path, *, name: str | None = None) -> ModelSpec:
     return from_config(raw, name=name or given or display, file=file, strict=strict)
 
 
+HF_URL = re.compile(r"https?://(?:www\.)?(?:huggingface\.co|hf\.co)/([\w.-]+/[\w.-]+)(?:/.*)?")
+"""A model page's address on the Hugging Face Hub (`https://huggingface.co/ORG/NAME[/tree/main...]`): group 1 is the id."""
+
+
+def hugging_face_id(ref: str) -> str | None:
+    """The Hugging Face id `ref` spells -- `owner/name` that is no existing path and has no file suffix
+    (.yaml, .yml, .json), or a Hub address (`HF_URL`) -- else None."""
+    url = HF_URL.fullmatch(ref.strip())
+    if url:
+        return url.group(1)
+    if (not re.fullmatch(r"[\w.-]+/[\w.-]+", ref) or Path(ref).exists()
+            or ref.lower().endswith((".yaml", ".yml", ".json"))):
+        return None
+    return ref
+
+
+def unknown_hugging_face_id(hf_id: str) -> str:
+    """What to do with a Hugging Face id the catalog does not hold (message text, no file/key prefix)."""
+    return (f"a Hugging Face id that is not in the catalog (and no such file; the planner downloads nothing); "
+            f"download its config.json (https://huggingface.co/{hf_id}/blob/main/config.json, or "
+            f"`huggingface-cli download {hf_id} config.json`) and pass that file or its folder as the model, "
+            f"or pick a catalog model: `planner models` lists them, and the model option takes their "
+            f"Hugging Face ids too (their hf_id and hf_aliases)")
+
+
 def _hugging_face_id(ref: str) -> ModelSpec | None:
-    """The catalog model a Hugging Face id names (`planner.specs.hf_ids.lookup`: hf_id, hf_aliases, or a
-    publisher's release / quantization suffix), when `ref` is `owner/name` and no file or catalog entry of
-    that name exists; else None."""
-    if not re.fullmatch(r"[\w.-]+/[\w.-]+", ref) or Path(ref).exists():
+    """The catalog model a Hugging Face id or Hub address names (`planner.specs.hf_ids.lookup`: hf_id,
+    hf_aliases, or a publisher's release / quantization suffix), when `ref` is one (`hugging_face_id`);
+    else None.
+
+    Raises:
+        SpecError: an id the catalog does not hold (`unknown_hugging_face_id`)."""
+    hf_id = hugging_face_id(ref)
+    if hf_id is None:
         return None
     from planner.specs import hf_ids
 
-    return hf_ids.lookup(ref)
+    found = hf_ids.lookup(hf_id)
+    if found is None:
+        raise SpecError(unknown_hugging_face_id(hf_id), file=ref)
+    return found
 
 
 def model_config(ref: str | Path) -> dict:
@@ -441,6 +498,10 @@ def model_config(ref: str | Path) -> dict:
 
     Raises:
         SpecError: as `load_model` for a reference or file that does not load."""
+    if _hugging_face_id(str(ref)) is not None:  # raises for an id the catalog does not hold
+        from planner.specs import hf_ids
+
+        return hf_ids.lookup_config(hugging_face_id(str(ref)))
     path, _ = _resolve(str(ref))
     raw = files.read_mapping(path, "config keys")
     return dict(raw["config"]) if _is_shown(raw) else raw
@@ -565,8 +626,9 @@ def require_modelled_checkpoint(spec: ModelSpec) -> None:
 
 
 def _show(value: object) -> str:
-    """repr of a value, shortened to one readable fragment (a 4,000-digit integer is not)."""
-    text = repr(value)
+    """A value as the file spells it (`errors.shown`: true, null, [1, 2]), shortened to one readable
+    fragment (a 4,000-digit integer is not)."""
+    text = shown(value)
     return text if len(text) <= 40 else f"{text[:20]}...({len(text)} characters)"
 
 
@@ -611,6 +673,12 @@ def _check_types(raw: dict, file: str) -> None:
             (isinstance(v, list) and all(isinstance(x, (int, float)) for x in v)) for v in scaling.values())):
         raise SpecError(f"value {_show(scaling)} must be a mapping of scalars (or lists of numbers)",
                         file=file, key="rope_scaling")
+    factor = scaling.get("factor") if isinstance(scaling, dict) else None
+    if factor is not None and (isinstance(factor, bool) or not isinstance(factor, (int, float))
+                               or not 0 < factor < float("inf")):
+        raise SpecError(f"value {_show(factor)} must be a positive number (the RoPE scaling factor the engines "
+                        "multiply positions or max_position_embeddings by; null or absent means 1)",
+                        file=file, key="rope_scaling.factor")
 
 
 class _Reader:
