@@ -36,6 +36,7 @@ prints the evaluation-part error.
 from __future__ import annotations
 
 import datetime
+import functools
 import math
 import sys
 from dataclasses import replace
@@ -120,10 +121,11 @@ def _log_error(row: vt.Row) -> float:
     return math.log1p(vt.predict(row).error)
 
 
+@functools.cache
 def attention_curve(kernel: str) -> tuple[float, float, float]:
     """(plateau TFLOP/s, l_half tokens, rms log error) of P L / (L + l_half) fitted to the
     `kernel`'s bars of FLASH_ATTENTION_FIGURE in log error (numpy least squares for log P at each
-    l_half of a 0.5-token grid, the best kept)."""
+    l_half of a 0.5-token grid, the best kept). Cached: FLASH_ATTENTION_FIGURE is constant."""
     seq = np.array(FLASH_ATTENTION_FIGURE["seq_len"], dtype=float)
     y = np.log(np.array(FLASH_ATTENTION_FIGURE[kernel], dtype=float))
     best = (math.inf, 0.0, 0.0)
@@ -140,7 +142,7 @@ def _calibration(families: dict[str, dict], moe_host_sync_s: float | None = None
                  clocks: dict[str, float] | None = None) -> compute.Calibration:
     """The file's calibration with `families`, the power-limited parts' clock fractions and the
     MoE host stall (None: the file's), the attention curves of FLASH_ATTENTION_FIGURE."""
-    base = compute.load_calibration()
+    base = _file_calibration(compute.calibration_path())
     if moe_host_sync_s is not None:
         base = replace(base, moe_host_sync_s=moe_host_sync_s)
     if clocks is not None:
@@ -156,6 +158,13 @@ def _calibration(families: dict[str, dict], moe_host_sync_s: float | None = None
     return replace(base, families=consts, aliases=aliases, default_family=DEFAULT_FAMILY,
                    attention_l_half=fused[1], fa2_plateau_ratio=round(fa2[0] / fused[0], 4),
                    fa2_l_half=fa2[1], fa2_families=(DEFAULT_FAMILY,))
+
+
+@functools.cache
+def _file_calibration(path: Path) -> compute.Calibration:
+    """The committed file's calibration (`compute.load_calibration`), read once per path: a fit
+    re-prices every row at each trial parameter vector and the file does not change meanwhile."""
+    return compute.load_calibration(path)
 
 
 def _errors(rows: list[vt.Row], families: dict[str, dict], moe_host_sync_s: float,
@@ -382,6 +391,7 @@ def write_calibration(path: Path = compute.CALIBRATION_FILE) -> dict:
                    evaluate(rows, families, host["seconds"], clocks))
     path.write_text(yaml.safe_dump(doc, sort_keys=False, width=100), encoding="utf-8")
     compute._default_calibration.cache_clear()
+    _file_calibration.cache_clear()
     return doc
 
 

@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 
 from planner import plan as P
 from planner.cost.memory import stage_memory
+from planner.placement import pipeline_layout
 from planner.cost.step_time import step_time
 from planner.specs.cluster import load_cluster
 from planner.placement.rules import ep_comm_overlap_violations
@@ -134,7 +135,7 @@ def exhaustive_best(model, cluster, base, fixed) -> float | None:
                 layers = tuple(range(start, start + n))
                 start += n
                 fastest = None
-                for modes in itertools.product(allowed, repeat=n):
+                for modes in _assignments(allowed, n, cand.vpp):
                     if not _fits(model, cluster, cand, s, layers, modes, capacity, cache):
                         continue
                     trial = list(chosen)
@@ -153,14 +154,35 @@ def exhaustive_best(model, cluster, base, fixed) -> float | None:
     return best
 
 
+def _assignments(allowed, n: int, vpp: int):
+    """Every recompute assignment of a stage's n layers that can differ in time or memory.
+
+    Without interleaving (vpp 1) a stage's time is the sum over its layers and its memory reads
+    only how many layers are in each mode (`stage_memory`'s `layers_by_recompute`); the layers of a
+    tiny case are one kind, so assignments that permute the same modes are equal and one per
+    multiset stands for all (3^n -> (n+2 choose 2)). Interleaved stages spread their layers over
+    chunks whose times the bubble reads separately: every assignment."""
+    if vpp == 1:
+        return itertools.combinations_with_replacement(allowed, n)
+    return itertools.product(allowed, repeat=n)
+
+
 def _joint_best(model, cluster, layout, allowed, capacity) -> float | None:
     """Least step_time of an interleaved layout with chunks of different sizes over every
     per-layer recompute assignment of the whole model whose stages all fit (`stage_memory`, which
     reads a stage's mode counts): the bubble is (pp - 1) x the slowest chunk of any stage, so
-    the stages are not separable and are enumerated jointly."""
+    the stages are not separable and are enumerated jointly. A chunk's time is the sum over its
+    layers (one kind in a tiny case) and memory reads a stage's mode counts, so one multiset of
+    modes per chunk stands for its permutations (`_assignments`)."""
     best, cache = None, {}
     stages = P._layer_sets(layout)
-    for modes in itertools.product(allowed, repeat=model.num_hidden_layers):
+    chunks = [c for rank in pipeline_layout.rank_chunks(layout.pipeline_layout, layout.pp)
+              for c in rank]
+    for per_chunk in itertools.product(*(_assignments(allowed, len(c), 1) for c in chunks)):
+        modes = [None] * model.num_hidden_layers
+        for chunk, chunk_modes in zip(chunks, per_chunk):
+            for i, m in zip(chunk, chunk_modes):
+                modes[i] = m
         if all(_fits(model, cluster, layout, s, layers, [modes[i] for i in layers], capacity, cache)
                for s, layers in enumerate(stages)):
             value = step_time(model, cluster, layout, recompute_layers=modes).step
