@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import cli_run
 import pytest
 import yaml
 
@@ -27,7 +28,7 @@ from run import SERVE_CASES  # noqa: E402
 
 
 def _planner(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "planner", *args], capture_output=True, text=True, cwd=ROOT)
+    return cli_run.planner(*args)
 
 
 def _file(tmp_path: Path, text: str, name: str = "launch.sh") -> Path:

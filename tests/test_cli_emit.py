@@ -8,13 +8,14 @@ import subprocess
 import sys
 import tomllib
 
+import cli_run
 import pytest
 
 BASE = ["plan", "-m", "llama-3.1-8b", "-c", "dgx-h100", "--gpus", "8"]
 
 
 def _planner(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "planner", *args], capture_output=True, text=True)
+    return cli_run.planner(*args)
 
 
 def test_megatron_script_on_stdout_and_its_check_on_stderr():

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import cli_run
 import pytest
 import yaml
 
@@ -14,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _planner(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "planner", *args], capture_output=True, text=True, cwd=ROOT)
+    return cli_run.planner(*args)
 
 
 @pytest.fixture(scope="module")
