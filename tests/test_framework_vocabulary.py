@@ -63,7 +63,14 @@ def _word(name: str) -> re.Pattern:
     return re.compile(rf"(?<![\w-]){re.escape(name)}(?![\w-])")
 
 
+RUNS = {path: set(re.findall(r"[\w-]+", text)) for path, text in SOURCES.items()}
+"""Each file's maximal runs of word characters and hyphens: a name made of those characters
+occurs as a whole word (`_word`) exactly where it is one of the file's runs."""
+
+
 def _holders(name: str) -> set[str]:
+    if re.fullmatch(r"[\w-]+", name):
+        return {path for path, runs in RUNS.items() if name in runs}
     pattern = _word(name)
     return {path for path, text in SOURCES.items() if pattern.search(text)}
 
