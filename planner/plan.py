@@ -95,7 +95,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from planner.cost.comm import collectives, ep_gpus_per_domain
-from planner.cost.compute import unfitted_note
+from planner.cost.compute import held_out_error, unfitted_note
 from planner.cost.memory import (
     DEFAULT_AT_RISK_MARGIN,
     DEFAULT_RESERVE_BYTES,
@@ -1076,6 +1076,7 @@ def plan(model: ModelSpec, cluster: ClusterSpec, *, seq_len: int, global_batch_s
                    "candidates_evaluated": result.candidates_evaluated,
                    "candidates_total": result.candidates_total, "pruned": result.pruned},
         "plans": plans,
+        "simpler_alternative": simpler_alternative(plans, held_out_error()),
         "mfu_basis": mfu_basis(model, cluster.gpu.peak_tflops, precision, seq_len),
         "rejected": rejections.as_list(),
         "warnings": warnings,
@@ -1083,6 +1084,33 @@ def plan(model: ModelSpec, cluster: ClusterSpec, *, seq_len: int, global_batch_s
                     **{k: list(v) if type(v) is tuple else v for k, v in base.items()},
                     "fixed": fixed, "headroom": headroom, "reserve_bytes": reserve},
     }
+
+
+def simpler_alternative(plans: list[dict], error: float) -> dict | None:
+    """The first runner-up with fewer moving parts than plan #1 whose step time is within `error`
+    (the step-time model's median |error| on held-out runs, `compute.held_out_error`) of #1's,
+    or None.
+
+    Fewer moving parts: no more pipeline stages (pp x vpp), context parallelism or tensor
+    parallelism than #1 and fewer of at least one. Two predictions closer than the model's own
+    error do not say which layout is faster, and an experienced engineer breaks such a tie
+    towards the simpler layout (senior-engineer review: 8B on 8 H100, dp4 pp2 ranked 1.4% above
+    dp8). A note, not a change of the ranking: the plans stay ordered by the model's step time.
+
+    Returns: {plan: 1-based rank, slower_fraction: its step / #1's - 1, model_error_fraction:
+    `error`, fewer: the axes it has fewer of ("pipeline stages", "cp", "tp")}."""
+    def parts(par: dict) -> tuple[int, int, int]:
+        return par["pp"] * par["vpp"], par["cp"], par["tp"]
+
+    first, step = parts(plans[0]["parallelism"]), plans[0]["time_s"]["step"]
+    for rank, entry in enumerate(plans[1:], 2):
+        mine = parts(entry["parallelism"])
+        slower = entry["time_s"]["step"] / step - 1
+        if mine != first and all(m <= f for m, f in zip(mine, first)) and slower <= error:
+            return {"plan": rank, "slower_fraction": slower, "model_error_fraction": error,
+                    "fewer": [axis for axis, m, f in zip(("pipeline stages", "cp", "tp"), mine, first)
+                              if m < f]}
+    return None
 
 
 LOW_MFU = 0.10

@@ -532,6 +532,8 @@ def show_plan(data: dict, fmt: str) -> None:
                       + ("" if isinstance(par["recompute"], str) else
                          "; recompute per stage " + recompute_mix.format_stages(par["recompute"])))
     console.print(Text(mfu_note(data["mfu_basis"], data["plans"][0]["mfu"], "#1")))
+    if data.get("simpler_alternative"):
+        console.print(Text(simpler_note(data["simpler_alternative"], data["plans"])))
     console.print()
     top = data["plans"][0]
     console.print(_memory_table(top["memory_bytes"], top["memory_verdict"],
@@ -542,6 +544,22 @@ def show_plan(data: dict, fmt: str) -> None:
         console.print()
         console.print(_table("rejected candidates", ("reason", "count"),
                              ((r["reason"].replace("_", " "), f"{r['count']:,}") for r in data["rejected"])))
+
+
+def simpler_note(alt: dict, plans: list[dict]) -> str:
+    """One line: runner-up `alt` (`plan.simpler_alternative`) ties #1 within the model's error and
+    has fewer moving parts."""
+    first, other = plans[0]["parallelism"], plans[alt["plan"] - 1]["parallelism"]
+    fewer = ", ".join(f"{axis} {_axis_value(other, axis)} vs {_axis_value(first, axis)}"
+                      for axis in alt["fewer"])
+    return (f"tie within the model: #{alt['plan']} is {100 * alt['slower_fraction']:.1f}% slower than "
+            f"#1 with fewer moving parts ({fewer}), inside the step-time model's "
+            f"{100 * alt['model_error_fraction']:.1f}% median error on held-out runs; the simpler "
+            f"#{alt['plan']} is as sound a choice unless measured")
+
+
+def _axis_value(par: dict, axis: str) -> int:
+    return par["pp"] * par["vpp"] if axis == "pipeline stages" else par[axis]
 
 
 def _plan_row(i: int, p: dict) -> list:

@@ -138,6 +138,24 @@ def _default_calibration() -> Calibration:
     return load_calibration()
 
 
+@lru_cache(maxsize=1)
+def held_out_error() -> float:
+    """Median |error| of the step-time model's throughput on the evaluation part of the reference
+    runs (the calibration file's `evaluation.all.median_abs_error_pct` / 100, written by
+    `make calibrate`): how far apart two predicted step times must be before the model can tell
+    which layout is faster.
+
+    Raises:
+        SpecError: the file has no evaluation entry (regenerate with `make calibrate`)."""
+    path = calibration_path()
+    try:
+        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+        return float(doc["evaluation"]["all"]["median_abs_error_pct"]) / 100
+    except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError) as exc:
+        raise SpecError(f"calibration file {path} unreadable or missing a key ({exc!s}); "
+                        "regenerate it with `make calibrate`", key="calibration") from None
+
+
 _ACTIVE: list[Calibration] = []
 """Calibration set by `use_calibration` (the fit tries candidate constants); empty = the file."""
 
