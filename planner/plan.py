@@ -1436,10 +1436,7 @@ def _infeasible(model, cluster, costs: _Costs, rejections: Rejections, base, fix
     gib = 2**30
     named = (f"dp={layout.dp} tp={layout.tp} pp={layout.pp} cp={layout.cp} ep={layout.ep} "
              f"zero={layout.zero_stage} b={layout.micro_batch_size}")
-    change = (f"use at least {gpus} GPUs" + (f" ({gpus // cluster.gpus_per_node} nodes of "
-              f"{cluster.gpus_per_node})" if gpus >= cluster.gpus_per_node else " (part of one node)")
-              if gpus else "no GPU count up to the search limit fits: "
-              + _NO_GPU_COUNT_FIX.get(term, "shorten the sequence"))
+    change = _gpu_change(cluster, gpus, term)
     return InfeasibleError(
         f"no layout of {model.name} fits {cluster.num_gpus} x {cluster.gpu.name} "
         f"({costs.usable_bytes / gib:.1f} GiB usable per GPU after the {costs.reserve / gib:.1f} GiB reserve "
@@ -1449,6 +1446,16 @@ def _infeasible(model, cluster, costs: _Costs, rejections: Rejections, base, fix
         f"({term_bytes / gib:.1f} GiB); smallest change: {change}",
         details={"binding_stage": diagnosis.stage, "excess_bytes": excess, "dominant_term": term,
                  "dominant_term_bytes": term_bytes, "minimum_gpus": gpus})
+
+
+def _gpu_change(cluster: ClusterSpec, gpus: int | None, term: str) -> str:
+    """The smallest change of an infeasible answer: the least GPU count with a plan (`minimum_gpus`)
+    in nodes, or, when none up to the search limit has one, what would relax the binding `term`."""
+    if not gpus:
+        return "no GPU count up to the search limit fits: " + _NO_GPU_COUNT_FIX.get(term, "shorten the sequence")
+    node = cluster.gpus_per_node
+    return f"use at least {gpus} GPUs" + (f" ({gpus // node} nodes of {node})" if gpus >= node
+                                          else " (part of one node)")
 
 
 def _unfound(model, cluster, costs: _Costs, layout: Layout, fixed: dict) -> InfeasibleError:
@@ -1547,9 +1554,7 @@ def _states_exceed(model: ModelSpec, cluster: ClusterSpec, base: dict, fixed: di
     per_gpu = params * sum(terms.values()) / cluster.num_gpus
     term = max(terms, key=terms.get)
     gpus = minimum_gpus(model, cluster, base=base, fixed=fixed, reserve_bytes=reserve, headroom=headroom)
-    change = (f"use at least {gpus} GPUs" + (f" ({gpus // cluster.gpus_per_node} nodes of "
-              f"{cluster.gpus_per_node})" if gpus >= cluster.gpus_per_node else " (part of one node)")
-              if gpus else "no GPU count up to the search limit fits: " + _NO_GPU_COUNT_FIX[term])
+    change = _gpu_change(cluster, gpus, term)
     return InfeasibleError(
         f"no layout of {model.name} fits {cluster.num_gpus} x {cluster.gpu.name} "
         f"({usable / gib:.1f} GiB usable per GPU after the {reserve / gib:.1f} GiB reserve and "
