@@ -93,8 +93,15 @@ def test_attention_core_slows_at_short_per_rank_chunks():
     assert compute.attention_efficiency(256) == pytest.approx(256 / (256 + CAL.attention_l_half))
     one = layer_time(GPT, H100, Layout(seq_len=2048, global_batch_size=1), 0, "selective").recompute_s
     cp4 = layer_time(GPT, H100, Layout(cp=4, seq_len=2048, global_batch_size=1), 0, "selective").recompute_s
-    # a quarter of the work, at the chunk's efficiency instead of the whole sequence's
-    expected = one / 4 * compute.attention_efficiency(2048) / compute.attention_efficiency(256)
+    # a quarter of the work, at the chunk's efficiency instead of the whole sequence's, plus the
+    # ring's merges (Transformer Engine P2P, step_time.cp_ring_bytes): per element 4 + 6 x 3 = 22 B
+    # (forward output), 22 (dQ), 4 + 8 + 6 x 3 = 30 (K/V, forward + backward); 512 tokens per rank,
+    # 16 heads of 64: 512 x (16 x 64 x (22 + 22) + 16 x 128 x 30) = 54,525,952 B, a third of it
+    # in the forward at 0.8 x 3,350 GB/s
+    ring = 512 * (16 * 64 * (22 + 22) + 16 * 128 * 30)
+    assert ring == 54_525_952
+    expected = (one / 4 * compute.attention_efficiency(2048) / compute.attention_efficiency(256)
+                + ring / 3 / (0.8 * 3350e9))
     assert cp4 == pytest.approx(expected, rel=1e-9)
 
 

@@ -303,4 +303,7 @@ def test_explain_runs_for_kimi_k2_and_glm():
         assert result.exit_code == 0, result.output
         data = json.loads(result.output)
         assert data["parallelism"]["pp"] == 32
-        assert data["violations"] == []
+        # cp 4 / 8 at the default 4,096 tokens is CP on a short chunk (a warning, and right); the
+        # layout breaks no other rule
+        assert [v["rule"] for v in data["violations"]] == ["cp_short_sequence"]
+        assert data["violations"][0]["severity"] == "warning"

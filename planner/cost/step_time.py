@@ -297,6 +297,7 @@ def _layer_compute_s(model: ModelSpec, cluster: ClusterSpec, layout: Layout, ind
         chunk = _attention_chunk(model, index, s, cp)
         attn_fwd = local * attention / attention_flops(
             gpu, precision, chunk_tokens=chunk, kernel=BY_NAME[layout.framework].attention_kernel())
+        attn_fwd += cp_ring_bytes(model, layout) / 3 / _hbm_bytes_per_s(cluster)
     else:
         attn_fwd = local * attention / achieved_flops(gpu, core_precision(precision), gemm_dim=gemm_dim)
         scores = b * model.num_attention_heads / tp * s * s / cp
@@ -510,6 +511,33 @@ def _attention_chunk(model: ModelSpec, index: int, seq_len: int, cp: int) -> flo
     if model.layer_types and model.layer_types[index] == "sliding_attention" and model.sliding_window:
         ctx = min(seq_len, model.sliding_window)
     return ctx if cp == 1 else min(ctx, seq_len / (2 * cp))
+
+
+def cp_ring_bytes(model: ModelSpec, layout: Layout) -> float:
+    """HBM bytes one GPU moves per layer and micro-batch, forward + backward, in the ring
+    context-parallel attention's work outside its kernels: merging each step's partial output and
+    accumulating each step's dQ, dK, dV (`frameworks.<framework>.cp_ring_bytes`: bytes per element
+    for the layout's cp), over the rank's b x s / cp tokens x its heads (a / tp query heads of
+    d_v output and d_qk dQ elements; kv / tp K/V heads of d_qk + d_v elements; MLA: the a / tp
+    up-projected heads). 0 without ring CP (cp 1, or all-to-all CP).
+
+    Why it matters at short sequences: these bytes grow with the rank's tokens times the ring
+    steps (cp - 1), the attention FLOPs with the tokens times the keys (s), so their ratio to the
+    attention time grows as cp^2 / s at a fixed per-GPU token count. `_layer_compute_s` adds them
+    to the attention core at HBM speed (a third in the forward, the model's 1:2 split of a pass).
+    """
+    if layout.cp <= 1 or layout.cp_comm_type == "a2a":
+        return 0.0
+    f_out, f_kv, b_q, b_kv = BY_NAME[layout.framework].cp_ring_bytes(layout.cp)
+    heads = model.num_attention_heads / layout.tp
+    if model.is_mla:
+        d_qk, d_v = model.qk_nope_head_dim + model.qk_rope_head_dim, model.v_head_dim
+        kv_heads = heads
+    else:
+        d_qk = d_v = model.head_dim
+        kv_heads = max(1.0, model.num_key_value_heads / layout.tp)
+    tokens = layout.micro_batch_size * layout.seq_len / layout.cp
+    return tokens * (heads * (f_out * d_v + b_q * d_qk) + kv_heads * (d_qk + d_v) * (f_kv + b_kv))
 
 
 def _linear_io_per_token(model: ModelSpec, index: int) -> tuple[float, float]:

@@ -128,6 +128,15 @@ def attention_kernel() -> str:
     return "fused"
 
 
+def cp_ring_bytes(cp: int) -> tuple[float, float, float, float]:
+    """Ring context parallelism's HBM bytes outside the attention kernels under DeepSpeed rows:
+    taken as Megatron-LM's (`frameworks.megatron.cp_ring_bytes`: Megatron-DeepSpeed's layers);
+    DeepSpeed's own sequence parallelism is Ulysses (`Layout.cp_comm_type` a2a, no ring). No
+    DeepSpeed CP row here."""
+    from planner.frameworks import megatron
+    return megatron.cp_ring_bytes(cp)
+
+
 def overlap_defaults(zero_stage: int) -> dict[str, bool]:
     """DeepSpeed's overlaps when its keys are absent: gradient reduction and parameter prefetch on
     at ZeRO-3 only (module docstring); no TP comm or expert all-to-all overlap."""

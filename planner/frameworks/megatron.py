@@ -364,6 +364,31 @@ def attention_kernel() -> str:
     return "fused"
 
 
+def cp_ring_bytes(cp: int) -> tuple[float, float, float, float]:
+    """HBM bytes that ring context parallelism (`--cp-comm-type p2p`, the default: Transformer
+    Engine `AttnFuncWithCPAndKVP2P`) moves outside the attention kernels of one layer, per element:
+    (forward, per output element; forward, per K/V element; backward, per dQ element; backward,
+    per dK/dV element), bf16 attention (fp8 attention, off by default, accumulates in fp32):
+
+    - forward: step 0's partial output is scaled into the running output (read 2 + write 2: 4,
+      `flash_attn_fwd_out_correction_init`), each later step's is corrected and added in one fused
+      kernel (read the step's output 2, read and write the running output 2 + 2: 6,
+      `flash_attn_fwd_out_correction`; the log-sum-exp corrections are per row, not counted);
+      K and V are concatenated once into the first send buffer (read 2 + write 2: 4);
+    - backward: K/V copied into the first send buffer (4), step 0's dQ and dK/dV copied into the
+      accumulators (4 each), each later step's added in place (`dq.add_(dq_)`, `dk.add_(dk_)`,
+      `dv.add_(dv_)`: read 2 + 2, write 2: 6 each).
+    So (4 + 6 (cp - 1), 4, 4 + 6 (cp - 1), 8 + 6 (cp - 1)); K/V are sent from the buffers they
+    arrive in (no copy per step). Source: NVIDIA/TransformerEngine@d0067d0 transformer_engine/
+    pytorch/attention/dot_product_attention/context_parallel.py l. 139-166 (corrections), 1709
+    (`torch.cat` of K and V), 1980-2030 (output correction loop), 2420-2430 (backward buffers),
+    2651-2790 (dQ / dK / dV accumulation)."""
+    if cp <= 1:
+        return 0.0, 0.0, 0.0, 0.0
+    later = 6.0 * (cp - 1)
+    return 4.0 + later, 4.0, 4.0 + later, 8.0 + later
+
+
 def overlap_defaults(zero_stage: int) -> dict[str, bool]:
     """Megatron-LM's value of each overlap knob when its flag is absent: all off (`DEFAULT`)."""
     return {knob: bool(DEFAULT[knob]) for knob in OVERLAP_SWITCHES}

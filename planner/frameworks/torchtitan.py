@@ -126,6 +126,24 @@ def attention_kernel() -> str:
     return "flash_attention_2"
 
 
+def cp_ring_bytes(cp: int) -> tuple[float, float, float, float]:
+    """HBM bytes that PyTorch's ring `context_parallel` (what torchtitan runs) moves outside the
+    attention kernels of one layer, per element, as `frameworks.megatron.cp_ring_bytes`: (forward
+    per output element, forward per K/V element, backward per dQ element, backward per dK/dV
+    element), (cp - 1) x (38, 4, 10, 25). Each step after the first merges its partial output in
+    eager fp32 (`_SDPAMerger.step`, `convert_to_f32` default True: `out.to(float32)` read 2 +
+    write 4, then `out - block_out`, `sigmoid(...) * (...)`, `out - ...`, fp32 reads and writes:
+    38) and concatenates K and V for the next exchange (`torch.cat`, read 2 + write 2); the
+    backward accumulates in fp32 (`grad_query += grad_query_`: 10; `_partial_update` of dK / dV,
+    the `torch.cat` of the chunks and of dK and dV for the all-to-all, and the K/V concatenation:
+    25). Source: pytorch/pytorch torch/distributed/tensor/experimental/_attention.py
+    (`_SDPAMerger`, `_templated_ring_attention`, `_templated_ring_attention_backward`,
+    `_partial_update`), as read at @f2127dbd and @0123248a by the `cpcausal` work (not re-read
+    for this table; step 0's copies not counted)."""
+    later = float(max(cp - 1, 0))
+    return 38.0 * later, 4.0 * later, 10.0 * later, 25.0 * later
+
+
 def overlap_defaults(zero_stage: int) -> dict[str, bool]:
     """torchtitan's overlaps when its keys are absent: DP reduce / gather on (FSDP2, DDP), AsyncTP
     off, no expert all-to-all overlap."""

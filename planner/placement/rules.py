@@ -86,7 +86,7 @@ def check_layout(model: ModelSpec, cluster, layout: Layout) -> list[Violation]:
                  _zero_stage_supported, _grad_reduce_supported, _precision_aware_optimizer,
                  _cross_entropy, _torchtitan_dims,
                  _deepspeed_autotp, _deepspeed_parallelism, _no_effect, _offload_needs_zero, _moe_dispatcher_supported,
-                 _recompute_modules, _ep_comm_overlap, _tp_comm_overlap):
+                 _recompute_modules, _ep_comm_overlap, _tp_comm_overlap, _cp_short_chunk):
         out += rule(model, cluster, layout)
     return out
 
@@ -460,6 +460,39 @@ def _sequence(model: ModelSpec, cluster, layout: Layout) -> list[Violation]:
     return [Violation(rule="sequence_divisible",
                       message=f"seq_len={s} is not divisible by {need} (cp={cp}, tp={tp}, "
                               f"sequence_parallel={layout.sequence_parallel})", fix=fix)]
+
+
+CP_MIN_TOKENS_PER_RANK = 4096
+"""Fewest tokens of a sequence per context-parallel rank (seq_len / cp) NVIDIA's guidance runs CP
+at. Source: NVIDIA-NeMo/Megatron-Bridge@067f987 skills/nemo-mbridge-perf-parallelism-strategies/
+SKILL.md, "Decision by Sequence Length": no CP below 8K tokens, CP 2 at 8K-32K, CP 4-8 from 32K
+(each row's smallest sequence over its CP: 8K / 2 = 32K / 8 = 4,096 tokens per rank); docs/
+performance-guide.md l. 44 ("when the sequence length is smaller than the hidden size, CP
+produces narrow (or 'skinny') tensor shards on each GPU ... can degrade performance")."""
+
+
+def _cp_short_chunk(model, cluster, layout: Layout) -> list[Violation]:
+    """Context parallelism on a short per-rank chunk (seq_len / cp < CP_MIN_TOKENS_PER_RANK): a
+    warning with the chunk and the cp that keeps the guidance's chunk, the rest of the factor
+    moved to dp. What it costs in the model: every ring step merges partial outputs and
+    gradients in HBM (`cost.step_time.cp_ring_bytes`, cp - 1 steps per layer), the attention
+    kernels run on 2 cp load-balancing chunks of seq_len / (2 cp) tokens
+    (`compute.attention_efficiency`), and the linear GEMMs on seq_len / cp rows."""
+    cp, s = layout.cp, layout.seq_len
+    if cp <= 1 or s / cp >= CP_MIN_TOKENS_PER_RANK:
+        return []
+    keep = max((c for c in _divisors(cp) if s / c >= CP_MIN_TOKENS_PER_RANK
+                and s % _sequence_divisor(c, layout.tp, layout.sequence_parallel) == 0), default=1)
+    use = "cp=1 (no context parallelism)" if keep == 1 else f"cp={keep}"
+    chunks = (f" ({2 * cp} load-balancing chunks of {s // (2 * cp):,})"
+              if layout.cp_comm_type != "a2a" else "")
+    return [Violation(rule="cp_short_sequence", severity="warning",
+                      message=f"cp={cp} splits seq_len={s:,} into {s // cp:,} tokens per rank{chunks}, "
+                              f"below the {CP_MIN_TOKENS_PER_RANK:,} per rank of NVIDIA's guidance (no CP "
+                              f"below 8K tokens, CP 2 at 8K-32K): each layer's {cp - 1} ring steps merge "
+                              f"partial outputs and gradients in HBM and its attention and GEMMs run on short, "
+                              f"skinny chunks",
+                      fix=f"use {use} and move the factor {cp // keep} to dp (or tp, or pp where memory needs it)")]
 
 
 def _cp_dividing(seq_len: int, tp: int, sequence_parallel: bool, most: int) -> list[int]:
