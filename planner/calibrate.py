@@ -257,7 +257,9 @@ def fit(rows: list[vt.Row]) -> tuple[dict[str, dict], float, str, dict, dict]:
     host = {"seconds": float(f"{np.exp(theta[-1]):.3g}"),
             "basis": f"[Empirical] host stall of one dropless MoE layer's forward pass "
                      f"(planner.cost.compute.moe_host_sync_s: the device-to-host copy and "
-                     f"synchronization of the tokens per expert), one value for every GPU, fitted "
+                     f"synchronization of the tokens per expert; the part that does not grow with "
+                     f"the local experts, whose launch loop is compute.moe_expert_host_idle_s), "
+                     f"one value for every GPU, fitted "
                      f"with the e_max values on the {len(moe_rows)} MoE FIT row(s) listed",
             "fit_rows": moe_rows}
     powered = {}

@@ -74,7 +74,10 @@ def test_grouped_expert_gemm_efficiency_falls_with_fewer_tokens_per_expert():
         core = S * 4 * S * H / (rate * S / (S + CAL.attention_l_half))
         # router 2h + 12 E bytes per token, permute + unpermute 8 h per routed copy
         memory = S * (2 * H + 12 * E + 8 * H * K) / (2039e9 * 0.8)
-        return dense + experts + core + memory + CAL.moe_host_sync_s   # + the forward's host stall
+        # the host issues 2 launches per local expert in bf16 (TE GroupedLinear fc1 + fc2: one
+        # GEMM each) at 5 us: at ep 1, 64 x 2 x 5 us = 0.64 ms, more than the experts' GPU time
+        launch_loop = max(0.0, E / ep * 2 * 5e-6 - experts)
+        return dense + experts + core + memory + CAL.moe_host_sync_s + launch_loop  # + host stalls
 
     times = {}
     for ep in (1, 8):

@@ -343,6 +343,72 @@ def fp8_cast_bytes(linear_io_elements: float) -> float:
     return FP8_CAST_BYTES_PER_ELEMENT * linear_io_elements
 
 
+EXPERT_HOST_LAUNCHES = {
+    "megatron": {("forward", "fp8"): 10, ("forward", "default"): 2,
+                 ("backward", "fp8"): 12, ("backward", "default"): 4},
+    "torchtitan": {},
+    "deepspeed": {},
+}
+"""Kernel launches the host issues per LOCAL expert in one pass of a MoE layer's routed experts,
+per framework and (pass, precision) -- the host work that grows with num_experts / ep
+(`moe_expert_host_idle_s`); absent: 0.
+
+megatron (TEGroupedMLP -> two Transformer Engine `GroupedLinear`s, fc1 and fc2; the
+`moe_grouped_gemm` default of the recipes here): each GroupedLinear runs one cuBLAS GEMM per expert
+(NVIDIA/TransformerEngine@d0067d0 transformer_engine/common/gemm/cublaslt_gemm.cu
+`multi_stream_cublas_gemm`, l. 970-1011: one cublasLt call per GEMM of the group). Forward: 1 GEMM;
+under fp8 current scaling (the H100 fp8 recipes' `fp8_cs`, NVIDIA-NeMo/Megatron-Bridge@067f987
+perf_recipes/_common.py `_perf_precision`) also one quantization of that expert's input
+(transformer_engine/pytorch/module/grouped_linear.py `_split_quantize`, l. 816 -> pytorch/csrc/
+extensions/cast.cpp `multi_tensor_quantize_impl`, l. 894-935: a fused multi-tensor kernel only for
+delayed scaling, else one quantizer call per split) = zero-amax + amax + scale + cast (pytorch/csrc/
+quantizer.cpp `Float8CurrentScalingQuantizer::quantize_impl`; common/recipe/current_scaling.cu):
+2 x (1 + 4) = 10; bf16 2. Backward (grouped_linear.py `backward`, l. 1262-1400): a data-gradient and
+a weight-gradient GEMM per expert, under fp8 after the same per-split quantization of that expert's
+output gradient (`_split_quantize(grad_output_view, ctx.m_splits, ...)`): 2 x (2 + 4) = 12; bf16 4.
+Weights add none per micro-batch (the fp8 recipes keep them in fp8, `fp8_param_gather`).
+torchtitan: one `torch._grouped_mm` per projection for all local experts (pytorch/torchtitan@b5bcd76
+torchtitan/models/common/moe.py l. 95-106): nothing per expert. deepspeed: no MoE row to check
+its expert loop against; none counted."""
+
+
+def expert_host_launches(framework: str, phase: str, precision: str) -> int:
+    """Launches per local expert in one `phase` ("forward" / "backward") pass
+    (EXPERT_HOST_LAUNCHES); 0 for a framework that issues none per expert."""
+    table = EXPERT_HOST_LAUNCHES.get(framework, {})
+    return table.get((phase, precision), table.get((phase, "default"), 0))
+
+
+KERNEL_LAUNCH_HOST_S = 5e-6
+"""Host time of one kernel launch, s: the low end of "the launch time on the CPU side is between
+5-20 microseconds" (facebookresearch/HolisticTraceAnalysis docs/source/features/
+cuda_kernel_launch_stats.rst, measured over PyTorch traces)."""
+
+
+def moe_expert_host_idle_s(local_experts: int, launches_per_expert: int, gpu_experts_s: float) -> float:
+    """GPU idle, s, while the host issues the routed-expert phase of one pass of a dropless MoE
+    layer: max(0, local_experts x launches_per_expert x KERNEL_LAUNCH_HOST_S - gpu_experts_s),
+    `gpu_experts_s` the GPU time of that phase's kernels.
+
+    Mechanism: the per-expert launch loop sizes each launch by that expert's token count, which
+    the host holds only after the layer's device-to-host synchronization (`moe_host_sync_s`), so in
+    the forward the GPU's queue is empty when the loop starts and the phase takes the longer of
+    its host issue and its GPU work; the backward has no sync, but each expert's launches follow
+    the previous expert's in one host thread, so a loop issued slower than it runs leaves the same
+    idle (an upper bound there: the host may have run ahead before the loop). Grows with the
+    local experts (num_experts / ep) and shrinks with the tokens each receives: the host side of
+    "CPU Overhead Bottleneck ... Decrease TP size or increase micro-batch size" in Megatron's MoE
+    README (NVIDIA/Megatron-LM@d98e8a6 megatron/core/transformer/moe/README.md).
+
+    Raises:
+        SpecError: local_experts < 1 or launches_per_expert < 0."""
+    if local_experts < 1:
+        raise SpecError(f"value {local_experts!r} must be >= 1", key="local_experts")
+    if launches_per_expert < 0:
+        raise SpecError(f"value {launches_per_expert!r} must be >= 0", key="launches_per_expert")
+    return max(0.0, local_experts * launches_per_expert * KERNEL_LAUNCH_HOST_S - gpu_experts_s)
+
+
 def moe_host_sync_s() -> float:
     """Time one dropless MoE layer's forward pass stalls the GPU on the host, s: [Empirical]
     (`calibration/training.yaml` `moe_host_sync`, fitted by `make calibrate` on the MoE FIT rows),
@@ -367,6 +433,19 @@ def moe_host_sync_s() -> float:
     Evidence it is a fixed host cost, not GPU work: Megatron-Bridge performance-summary-archive.md
     (NVIDIA-NeMo/Megatron-Bridge@067f987) 25.11, Qwen3-30B-A3B, 8 GPUs EP8 MXFP8: DGX-B200 at
     micro-batch 1, 9,299 tokens/s/GPU, DGX-GB200 at micro-batch 4, 23,766 (2.6x from a larger
-    micro-batch of the same GEMM shapes per expert)."""
+    micro-batch of the same GEMM shapes per expert).
+    Why a per-sync addend and not max(0, host time - GPU time): in the Nsight A/B of E13's shape in
+    bf16 (Megatron-Bridge@067f987 skills/nemo-mbridge-perf-moe-comm-overlap/SKILL.md, EP overlap
+    off) the host thread spent 3.109 s per step in the "HybridEP metadata-preprocess" NVTX range
+    (an NVTX range times the host thread; this one holds the dispatcher's wait for the token
+    counts, `_HybridEPManager.dispatch`), 1.01 ms per MoE layer forward (64 micro-batches x 48
+    layers = 3,072): the host mostly waited for the GPU there, i.e. it was ahead, yet the GPU
+    idled 24.714 - 22.821 s (step - GPU-active union) = 0.62 ms per sync -- after the sync the
+    queue refills only as the host issues. The part
+    that grows with the local experts is a separate term (`moe_expert_host_idle_s`); this constant
+    is the rest. What it absorbs beyond that 0.62 ms is not identified: against the same profile
+    the model under-prices E13's HybridEP communication (4.97 s per step vs 9.079 ms / 0.11% =
+    8.25 s of communication kernels in the bf16 run), and the fp8 run (E13, 29.26 s per step) is
+    slower than that bf16 run (24.71 s) by more than any sourced fp8 term here explains."""
     return calibration().moe_host_sync_s
 

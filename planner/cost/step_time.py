@@ -32,8 +32,8 @@ from functools import lru_cache
 from planner.cost import collectives as coll
 from planner.cost import comm
 from planner.cost.comm import Collective
-from planner.cost.compute import (achieved_flops, attention_flops, core_precision, fp8_cast_bytes,
-                                   moe_host_sync_s, peak_flops)
+from planner.cost.compute import (achieved_flops, attention_flops, core_precision, expert_host_launches,
+                                   fp8_cast_bytes, moe_expert_host_idle_s, moe_host_sync_s, peak_flops)
 from planner.cost.activations import layer_activation_bytes
 from planner.cost.memory import activation_arguments, stage_layers
 from planner.cost.params_flops import count_params, flops_per_token
@@ -78,9 +78,9 @@ class LayerTime:
     """One decoder layer, one micro-batch, one GPU."""
 
     forward_s: float
-    """Forward compute, s, with a MoE layer's host stall (`compute.moe_host_sync_s`)."""
+    """Forward compute, s, with a MoE layer's host stall and launch-loop idle (`_moe_host_s`)."""
     backward_s: float
-    """Backward compute (2 x the forward's GPU work), s."""
+    """Backward compute (2 x the forward's GPU work), s, with a MoE layer's launch-loop idle."""
     recompute_s: float
     """Compute executed again in backward by the recompute mode, s."""
     comm_s: float
@@ -165,8 +165,10 @@ def layer_time_key(layout: Layout, sharing: tuple[tuple[str, int], ...]) -> tupl
     """Everything of `layout` and its `axes_sharing` that `layer_time` reads (b, s, tp, cp, ep,
     etp, SP, precision, the tp and cp groups' domain sharing, the only ones `_layer_comm` uses, the
     TP / EP overlaps (and with TP overlap the framework, whose scheme prices it), whether the
-    elementwise kernels are fused, the framework's attention kernel, and the gradient buffer's bytes the expert GEMMs accumulate into,
-    `_expert_weight_bytes`): layouts with equal keys have equal layer times (for callers' caches)."""
+    elementwise kernels are fused, the framework's attention kernel, the gradient buffer's bytes
+    the expert GEMMs accumulate into (`_expert_weight_bytes`) and the framework's host launches
+    per local expert (`_moe_host_s`)): layouts with equal keys have equal layer times (for
+    callers' caches)."""
     share = dict(sharing)
     ov = overlap.resolve(layout)
     return (layout.micro_batch_size, layout.seq_len, layout.tp, layout.cp, layout.ep, layout.etp,
@@ -175,7 +177,9 @@ def layer_time_key(layout: Layout, sharing: tuple[tuple[str, int], ...]) -> tupl
             layout.moe_dispatcher, layout.framework if ov.tp_comm_overlap else None,
             BY_NAME[layout.framework].fused_elementwise(layout.torch_compile),
             BY_NAME[layout.framework].attention_kernel(),
-            layout.selective_modules, layout.offload_modules, "activations" in layout.offload)
+            layout.selective_modules, layout.offload_modules, "activations" in layout.offload,
+            tuple(expert_host_launches(layout.framework, phase, layout.precision)
+                  for phase in ("forward", "backward")))
 
 
 def _ep_sharing(layout: Layout, cluster: ClusterSpec, order: Sequence[str]) -> int:
@@ -252,13 +256,40 @@ def _layer_parts(model, cluster, layout, layer_index, rank_order, flash_attentio
     mode combines (`_layer_time`).
 
     Forward = dense linear GEMMs + routed-expert grouped GEMMs + attention core + memory-bound
-    terms (`_layer_compute_s`); a MoE layer's forward also stalls on the host
-    (`compute.moe_host_sync_s`), which hides no communication."""
+    terms (`_layer_compute_s`); a MoE layer's passes also leave the GPU idle on the host
+    (`_moe_host_s`: forward, backward), which hides no communication."""
     fwd, attn_fwd = _layer_compute_s(model, cluster, layout, layer_index, flash_attention)
     comm = _layer_comm(model, cluster, layout, layer_index, attn_fwd, rank_order, fwd)
-    host = moe_host_sync_s() if model.is_moe and model.moe_layers[layer_index] else 0.0
+    host = _moe_host_s(model, cluster, layout, layer_index)
     selective = _selective_recompute_s(model, cluster, layout, layer_index, attn_fwd)
     return fwd, attn_fwd, comm, host, selective, _offload_s(model, cluster, layout, layer_index)
+
+
+def _moe_host_s(model: ModelSpec, cluster: ClusterSpec, layout: Layout, index: int) -> tuple[float, float]:
+    """(forward, backward) GPU idle on the host of one pass of layer `index` (one micro-batch), s:
+    (0, 0) for a dense layer; for a MoE layer the forward's synchronization stall
+    (`compute.moe_host_sync_s`) plus, in each pass, the idle of the per-local-expert launch loop
+    (`compute.moe_expert_host_idle_s`) of num_experts / ep local experts against the GPU time of the
+    routed-expert GEMMs (`_routed_experts_s`; backward 2x, Narayanan 2021 §5.1)."""
+    if not (model.is_moe and model.moe_layers[index]):
+        return 0.0, 0.0
+    local = max(1, model.num_experts // layout.ep)
+    gpu_s = _routed_experts_s(model, cluster, layout, index)
+    idle = {phase: moe_expert_host_idle_s(
+        local, expert_host_launches(layout.framework, phase, layout.precision), gpu_s * passes)
+        for phase, passes in (("forward", 1), ("backward", 2))}
+    return moe_host_sync_s() + idle["forward"], idle["backward"]
+
+
+def _routed_experts_s(model: ModelSpec, cluster: ClusterSpec, layout: Layout, index: int) -> float:
+    """GPU time, s, of one MoE layer's routed-expert grouped GEMMs in one forward pass (one
+    micro-batch, one GPU): the larger of their FLOPs at the rate of their own shape and their weight
+    bytes (`_expert_weight_bytes`), as `_layer_compute_s` counts them."""
+    _, routed, _ = _layer_flops_per_token(model, index, layout.seq_len)
+    local = layout.micro_batch_size * layout.seq_len / (layout.tp * layout.cp)
+    flops_s = local * routed / achieved_flops(cluster.gpu, layout.precision,
+                                              gemm_dim=_expert_gemm_dim(model, layout))
+    return max(flops_s, _expert_weight_bytes(model, layout, index) / 3 / _hbm_bytes_per_s(cluster))
 
 
 def _layer_compute_s(model: ModelSpec, cluster: ClusterSpec, layout: Layout, index: int,
@@ -291,8 +322,7 @@ def _layer_compute_s(model: ModelSpec, cluster: ClusterSpec, layout: Layout, ind
     gemm_dim = min(model.hidden_size / tp, b * s / cp)
     fwd = local * (dense - router) / achieved_flops(gpu, lin, gemm_dim=gemm_dim)
     if routed:
-        flops_s = local * routed / achieved_flops(gpu, lin, gemm_dim=_expert_gemm_dim(model, layout))
-        fwd += max(flops_s, _expert_weight_bytes(model, layout, index) / 3 / _hbm_bytes_per_s(cluster))
+        fwd += _routed_experts_s(model, cluster, layout, index)
     if flash_attention:
         chunk = _attention_chunk(model, index, s, cp)
         attn_fwd = local * attention / attention_flops(
@@ -568,7 +598,7 @@ def _linear_io_per_token(model: ModelSpec, index: int) -> tuple[float, float]:
 
 
 def _layer_time(parts, recompute: str) -> LayerTime:
-    fwd, _, comm, host, selective, offload = parts
+    fwd, _, comm, (host, host_bwd), selective, offload = parts
     recompute_s = {"none": 0.0, "selective": selective, "full": fwd + host}[recompute]
     fwd_passes = 2 if recompute == "full" else 1
     total = 0.0
@@ -577,7 +607,8 @@ def _layer_time(parts, recompute: str) -> LayerTime:
     copy = offload.get(recompute, 0.0)
     if copy:  # offload under the next layer's forward, reload under the previous one's backward
         total += max(0.0, copy - fwd) + max(0.0, copy - 2 * fwd)
-    return LayerTime(forward_s=fwd + host, backward_s=2 * fwd, recompute_s=recompute_s, comm_s=total)
+    return LayerTime(forward_s=fwd + host, backward_s=2 * fwd + host_bwd, recompute_s=recompute_s,
+                     comm_s=total)
 
 
 def _layer_comm(model: ModelSpec, cluster: ClusterSpec, layout: Layout, index: int,
