@@ -368,7 +368,10 @@ def _offload(group: str, gp, local: float, m: int, sb, ov: overlap.Overlaps, *,
       are offloaded too (ZeRO-Infinity), where the CPU step writes them in host memory;
     - offloaded parameters are fetched for each forward and backward (ZeRO-3 `offload_param`).
     Copies run at the host link's bandwidth from pinned buffers (`pin_memory` defaults True:
-    zero/offload_config.py l. 45, 75)."""
+    zero/offload_config.py l. 45, 75). Their phases add them to the same sums as the data-parallel
+    collectives of that phase: DeepSpeed issues them on the reduction's stream after the reduction
+    (serialized with it), and on PCIe nodes a GPU's network traffic (GPUDirect RDMA) crosses the
+    same x16 link."""
     out = []
     if gp.offloaded(State.OPTIMIZER_STATES):
         sync = "step" if ov.overlap_grad_reduce else "sync"
