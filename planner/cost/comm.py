@@ -356,7 +356,8 @@ def _offload(group: str, gp, local: float, m: int, sb, ov: overlap.Overlaps, *,
       (`OFFLOAD_MASTER_GRADIENT_BYTES`), on the stream of the gradient reduction that produced it
       (stage_1_and_2.py `copy_grads_in_partition` l. 1650-1668 under `reduce_ipg_grads`, stage3.py
       `partition_grads` l. 1886-1933): in the gradient-sync phase, overlapping the last backward with
-      `overlap_comm` (DeepSpeed's default only at ZeRO-3: zero/config.py l. 383-386), else after it;
+      DeepSpeed's communication overlap (`overlap.resolve` overlap_grad_reduce; on by default only
+      at ZeRO-3: zero/config.py l. 383-386), else after it;
     - with gradients reduce-scattered every micro-batch (ZeRO-2/3) the shard is accumulated in host
       memory: every micro-batch moves the 16-bit partial sum down and back up (ZeRO-3 keeps its
       gradient accumulator in pinned host memory and adds on the GPU: stage3.py l. 1902-1919;
@@ -366,7 +367,7 @@ def _offload(group: str, gp, local: float, m: int, sb, ov: overlap.Overlaps, *,
     - after the CPU optimizer step the updated 16-bit shard goes up (stage_1_and_2.py
       l. 2321-2341), exposed before the parameter all-gather (phase host) -- unless the parameters
       are offloaded too (ZeRO-Infinity), where the CPU step writes them in host memory;
-    - offloaded parameters are fetched for each forward and backward (ZeRO-3 `offload_param`).
+    - offloaded parameters are fetched for each forward and backward (ZeRO-3 parameter offload).
     Copies run at the host link's bandwidth from pinned buffers (`pin_memory` defaults True:
     zero/offload_config.py l. 45, 75). Their phases add them to the same sums as the data-parallel
     collectives of that phase: DeepSpeed issues them on the reduction's stream after the reduction
