@@ -248,9 +248,11 @@ MainGrads = Enum("MainGrads", {d: d for d in layout_mod.OPTIMIZER_DTYPES["main_g
 Fp8Recipe = Enum("Fp8Recipe", {r: r for r in layout_mod.FP8_RECIPES}, type=str)
 Fp8RecipeOpt = Annotated[Fp8Recipe | None, typer.Option(
     case_sensitive=False, help="fp8 scaling recipe under --precision fp8 (default: Megatron-LM's, delayed).")]
-Fp8ParamGatherOpt = Annotated[bool, typer.Option(
-    "--fp8-param-gather", help=f"Megatron-LM {megatron_flags.FLAG['fp8_param_gather']} under --precision fp8: "
-                               "linear weights stored and all-gathered in fp8 (default off, its default).")]
+Fp8ParamGatherOpt = Annotated[bool | None, typer.Option(
+    "--fp8-param-gather/--no-fp8-param-gather",
+    help=f"Megatron-LM {megatron_flags.FLAG['fp8_param_gather']} under --precision fp8: linear weights stored "
+         "and all-gathered in fp8 (explain: off unless given, its default; plan: searched under the "
+         "distributed optimizer / Megatron-FSDP unless given).")]
 CrossEntropyFusion = Enum("CrossEntropyFusion", {f: f for f in layout_mod.CROSS_ENTROPY_FUSIONS}, type=str)
 CrossEntropyFusionOpt = Annotated[CrossEntropyFusion | None, typer.Option(
     case_sensitive=False, help="Megatron-LM's fused cross-entropy (native; te, which Megatron-LM refuses); "
@@ -369,7 +371,7 @@ def explain_cmd(
     framework: Annotated[Framework, typer.Option(case_sensitive=False, help="Conventions of this framework.")] = "megatron",
     grad_reduce_dtype: GradReduceOpt = None,
     fp8_recipe: Fp8RecipeOpt = None,
-    fp8_param_gather: Fp8ParamGatherOpt = False,
+    fp8_param_gather: Fp8ParamGatherOpt = None,
     precision_aware_optimizer: PrecisionAwareOpt = False,
     main_params_dtype: MainParamsOpt = None,
     main_grads_dtype: MainGradsOpt = None,
@@ -406,7 +408,7 @@ def explain_cmd(
         precision=_precision(precision, hw), framework=_value(framework),
         grad_reduce_dtype=_value(grad_reduce_dtype), moe_dispatcher=_value(moe_dispatcher),
         **_precision_knobs(precision_aware_optimizer, fp8_recipe=fp8_recipe,
-                               fp8_param_gather=True if fp8_param_gather else None,
+                               fp8_param_gather=fp8_param_gather or None,
                                main_params_dtype=main_params_dtype,
                                main_grads_dtype=main_grads_dtype, exp_avg_dtype=exp_avg_dtype,
                                exp_avg_sq_dtype=exp_avg_sq_dtype, cross_entropy_fusion=cross_entropy_fusion,
@@ -633,7 +635,7 @@ def plan_cmd(
         case_sensitive=False, help="Conventions of this framework (default: the --emit framework, else megatron).")] = None,
     grad_reduce_dtype: GradReduceOpt = None,
     fp8_recipe: Fp8RecipeOpt = None,
-    fp8_param_gather: Fp8ParamGatherOpt = False,
+    fp8_param_gather: Fp8ParamGatherOpt = None,
     precision_aware_optimizer: PrecisionAwareOpt = False,
     main_params_dtype: MainParamsOpt = None,
     main_grads_dtype: MainGradsOpt = None,
@@ -693,7 +695,7 @@ def plan_cmd(
                   offload_modules=_offload_modules(offload_modules, _value(framework)),
                   precision_knobs=_precision_knobs(
                       precision_aware_optimizer, fp8_recipe=fp8_recipe,
-                      fp8_param_gather=True if fp8_param_gather else None,
+                      fp8_param_gather=fp8_param_gather,
                       main_params_dtype=main_params_dtype,
                       main_grads_dtype=main_grads_dtype, exp_avg_dtype=exp_avg_dtype,
                       exp_avg_sq_dtype=exp_avg_sq_dtype, cross_entropy_fusion=cross_entropy_fusion,

@@ -139,12 +139,14 @@ class Evaluation:
 
     def plan_parallelism(self, recompute) -> dict:
         """`plan`'s parallelism: `parallelism()` with the solved recompute (a mode or per-stage
-        counts), the split, the overlaps the layout sets and its pipeline layout string."""
+        counts), the split, the overlaps the layout sets, Megatron-LM's fp8 parameter gather when
+        on (searched, `plan._with_fp8_param_gather`) and its pipeline layout string."""
         layout = self.layout
         return self.parallelism() | {
             "recompute": recompute,
             **({} if layout.recompute_modules is None else {"recompute_modules": list(layout.recompute_modules)}),
             **({} if layout.offload_modules is None else {"offload_modules": list(layout.offload_modules)}),
+            **({"fp8_param_gather": True} if layout.fp8_param_gather else {}),
             "pipeline_layers": list(layout.pipeline_layers),
             "overlap": {k: getattr(layout, k) for k in OVERLAP_KNOBS if getattr(layout, k) is not None},
             **({} if layout.moe_dispatcher is None else {"moe_dispatcher": layout.moe_dispatcher}),
@@ -154,13 +156,14 @@ class Evaluation:
 
     def check_parallelism(self) -> dict:
         """`check`'s parallelism: `parallelism()` with the split, the run's dtypes and framework,
-        offload, the overlaps as costed and torch.compile where the file sets it (as `plan_parallelism`)."""
+        offload, Megatron-LM's fp8 parameter gather when on, the overlaps as costed and torch.compile where the file sets it (as `plan_parallelism`)."""
         layout = self.layout
         return self.parallelism() | {
             "pipeline_layers": list(layout.pipeline_layers) if layout.pipeline_layers else None,
             "seq_len": layout.seq_len, "precision": layout.precision,
             "optimizer": layout.optimizer, "framework": layout.framework,
             "offload": sorted(layout.offload), "moe_dispatcher": layout.moe_dispatcher,
+            **({"fp8_param_gather": True} if layout.fp8_param_gather else {}),
             "overlap": dataclasses.asdict(overlap.resolve(layout)),
             **({} if layout.torch_compile is None else {"compile": layout.torch_compile})}
 

@@ -1137,12 +1137,13 @@ def simplicity(layout: Layout) -> tuple:
     """Tie-break among equally fast plans: the layout with fewer moving parts ranks first (no
     context parallelism, lower ZeRO stage, fewer pipeline stages, less tensor/expert parallelism,
     smaller micro-batches: at the same step time the smaller one holds fewer activations, leaving
-    more memory headroom; then no activation offloading and Megatron's default recompute modules),
+    more memory headroom; then no activation offloading, Megatron's default recompute modules
+    and no fp8 parameter gather),
     the one a Megatron-LM / DeepSpeed user would launch."""
     return (layout.cp, layout.zero_stage, layout.pp, layout.tp, layout.ep, layout.etp,
             layout.micro_batch_size, layout.vpp, layout.offload_modules is not None,
             layout.offload_modules or (), layout.recompute_modules is not None,
-            layout.recompute_modules or ())
+            layout.recompute_modules or (), bool(layout.fp8_param_gather))
 
 
 def usable_bytes(cluster: ClusterSpec, reserve_bytes: int, headroom: float) -> int:
@@ -1157,6 +1158,8 @@ def _search(model, cluster, fixed, base, reserve, headroom, top_k, on_progress=N
     modes = _modes_for(fixed)
     sets = _module_sets(model, base, modes)
     candidates = _with_ep_overlap(candidates, modes, sets)
+    if "fp8_param_gather" not in base:
+        candidates = _with_fp8_param_gather(candidates)
     if sets:
         candidates = [_Variants(c) for c in candidates]
         costs.request_lists = (base.get("recompute_modules"), base.get("offload_modules"))
@@ -1215,6 +1218,24 @@ def _with_ep_overlap(candidates: list[Layout], modes: tuple[str, ...], sets: tup
         out.append(on)
         if "full" in modes or any("moe" in (r or ()) for r, _ in sets):
             out.append(layout)
+    return out
+
+
+def _with_fp8_param_gather(candidates: list) -> list:
+    """The candidates, each Megatron-LM fp8 one under the distributed optimizer or Megatron-FSDP
+    (zero_stage >= 1) also with Megatron-LM's fp8 parameter gather on (`Layout.fp8_param_gather`,
+    its `--fp8-param-gather`), where the request leaves it to the search: the same rule check applies
+    (`rules._fp8_param_gather`: Megatron asserts the distributed optimizer or an FSDP with it,
+    NVIDIA/Megatron-LM@d98e8a6 megatron/training/arguments.py l. 1095-1097). On, the linear
+    weights are 1 B fp8 parameters and gathered in fp8 (`cost.memory.fp8_weight_terms`,
+    `precision.StateBytes.linear_parameter_gather`), so it never costs more memory or gather time;
+    both are solved, and at equal step time the plan without it ranks first (`simplicity`)."""
+    out = []
+    for layout in candidates:
+        out.append(layout)
+        if (layout.framework == "megatron" and layout.precision == "fp8" and layout.zero_stage >= 1
+                and layout.fp8_param_gather is None):
+            out.append(layout.replace(fp8_param_gather=True))
     return out
 
 
@@ -1406,7 +1427,9 @@ def plan_layout(entry: dict, request: dict) -> Layout:
                   precision=request["precision"], framework=request["framework"],
                   grad_reduce_dtype=request.get("grad_reduce_dtype"),
                   **module_lists(par, request),
-                  **{k: request.get(k) for k in PRECISION_KNOBS},
+                  # the fp8 parameter gather as the search chose it (`_with_fp8_param_gather`), else as asked
+                  **({k: request.get(k) for k in PRECISION_KNOBS} | {
+                      k: par[k] for k in ("fp8_param_gather",) if k in par}),
                   cp_comm_type=par.get("cp_comm_type", "p2p"),
                   moe_dispatcher=par.get("moe_dispatcher"),
                   **{k: par.get("overlap", {}).get(k) for k in OVERLAP_KNOBS},

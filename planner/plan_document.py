@@ -36,7 +36,7 @@ KEYS = {
                          "micro_batch_size", "global_batch_size", "num_microbatches", "vpp",
                          "recompute", "pipeline_layers", "overlap", "pipeline_layout", "cp_comm_type",
                          "moe_dispatcher", "compile", "recompute_modules", "offload_modules",
-                         "recompute_layers"),
+                         "recompute_layers", "fp8_param_gather"),
 }
 """Section -> the keys a plan file may hold there (`planner plan -o` writes them)."""
 OPTIONAL = frozenset({"predicted", "solver", "fixed", "etp", "pipeline_layout", "recompute_layers", "grad_reduce_dtype",

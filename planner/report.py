@@ -398,6 +398,8 @@ def layout_label(par: dict) -> str:
         parts.append("offload " + ",".join(par["offload"]))
     if par.get("offload_modules"):
         parts.append("offload activations of " + ",".join(par["offload_modules"]))
+    if par.get("fp8_param_gather"):
+        parts.append("fp8 param gather")
     on = [name for name, knob in overlap.NAMES.items() if (par.get("overlap") or {}).get(knob)]
     if on:
         parts.append("overlap " + ",".join(on))

@@ -167,7 +167,15 @@ PP_GAP = {
     "torchtitan-202412-t6-4d-cp8": "predicted 74.6 GiB vs published 84.9 (-12.1 %): 1.8 GiB beyond the "
                                    "10 % band; the model's per-rank terms do not change with cp at fixed "
                                    "tokens per rank, the published peak rises 9.6 GiB from cp1 to cp8 "
-                                   "(7.8 of it from cp4 to cp8)",
+                                   "(7.8 of it from cp4 to cp8). Table 6 runs torch.compile + Float8 + "
+                                   "AsyncTP (its caption, benchmarks/llama3_h100_202412_torchtitan.md "
+                                   "l. 62), which the row does not record and the model costs as eager "
+                                   "bf16; Table 2 (8B, FSDP + CP + compile + Float8, no TP / PP) stays "
+                                   "at 83.9-84.5 GiB over cp 1-8, so the rise comes with TP (AsyncTP) or "
+                                   "PP beside CP. Checked and too small: the all-gathered K/V of ring "
+                                   "attention (128 MiB per layer at cp8) and the sequence-long RoPE table "
+                                   "(128 MiB); torchtitan's stage buffers sized by the global sequence "
+                                   "were removed before these runs (@1629fb9, 2024-10-14)",
 }
 """PP rows outside the 10 % band: id -> the remaining gap (xfail strict)."""
 

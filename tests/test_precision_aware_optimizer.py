@@ -106,7 +106,7 @@ def test_optimizer_state_memory_shrinks_by_the_byte_ratio():
     (Layout(zero_stage=1, main_params_dtype="fp16"), "needs the precision-aware optimizer"),
     (Layout(**{**ON, "zero_stage": 0}), "distributed optimizer"),
     (Layout(**ON, optimizer="sgd"), "only with Adam"),
-    (Layout(**{**ON, "dp": 8, "zero_stage": 3}), "Megatron-FSDP"),
+    (Layout(**{**ON, "dp": 8, "zero_stage": 3}, precision="fp8", fp8_recipe="tensorwise"), "decoupled_grad"),
     (Layout(**ON, main_grads_dtype="bf16", grad_reduce_dtype="fp32"), "grad_reduce_dtype=fp32"),
     (Layout(framework="deepspeed", zero_stage=1, precision_aware_optimizer=True), "only Megatron-LM"),
     (Layout(framework="torchtitan", dp=2, zero_stage=3, exp_avg_sq_dtype="fp8"), "only Megatron-LM"),
@@ -230,3 +230,31 @@ def test_e10_runs_the_recipes_precision_aware_optimizer():
     before = stage_memory(row.model, cluster, plain, 3).optimizer_states
     after = stage_memory(row.model, cluster, row.layout, 3).optimizer_states
     assert after == pytest.approx(before * 8 / 12, rel=1e-9)
+
+
+def test_megatron_fsdp_runs_the_precision_aware_optimizer():
+    """Megatron-LM d98e8a6 supports it under Megatron-FSDP v1: training.py l. 2649-2650 sets
+    megatron_fsdp_use_decoupled_grad from it, the gradient shard reaches FusedAdam uncast
+    (megatron_fsdp/param_and_grad_buffer.py l. 3377-3410), FusedAdam's parameters are the fp32 main
+    weight shards (--megatron-fsdp-main-params-dtype fp32) and TE keeps a master copy of them
+    (optimizer/__init__.py l. 576-585, only FSDP v2 excluded), whole fp32 for fp32 parameters
+    (TE fused_adam.py l. 626: int16 remainders only for bf16 ones). Per parameter, by hand:
+    4 main + 4 TE master + 4 + 4 moments = 16 B (12 without the optimizer: 4 main + 8 moments);
+    bf16 moments 4 + 4 + 2 + 2 = 12; fp16 master 4 + 2 + 8 = 14; tensorwise fp8 with fp8 moments
+    and fp16 master 4 + 2 + 1 + 1 = 8."""
+    fsdp = dict(framework="megatron", dp=8, zero_stage=3, precision_aware_optimizer=True, global_batch_size=8)
+    assert state_bytes(Layout(**fsdp)).optimizer_states == 16
+    assert state_bytes(Layout(**{**fsdp, "precision_aware_optimizer": None})).optimizer_states == 12
+    assert state_bytes(Layout(**fsdp, exp_avg_dtype="bf16", exp_avg_sq_dtype="bf16")).optimizer_states == 12
+    assert state_bytes(Layout(**fsdp, main_params_dtype="fp16")).optimizer_states == 14
+    assert state_bytes(Layout(**fsdp, precision="fp8", fp8_recipe="tensorwise", main_params_dtype="fp16",
+                              exp_avg_dtype="fp8", exp_avg_sq_dtype="fp8")).optimizer_states == 8
+    assert state_bytes(Layout(**fsdp)).step_gradient_copy == 0          # decoupled, uncast
+    assert state_bytes(Layout(**{**fsdp, "zero_stage": 2})).optimizer_states == 16   # optim_grads alike
+    model, cluster = load_model("llama-3.1-8b"), load_cluster("dgx-h100", gpus=8)
+    assert not [v for v in check_layout(model, cluster, Layout(**fsdp)) if v.severity == "error"]
+    # --main-grads-dtype does nothing there: a warning, and the gradients cost as without it
+    grads = Layout(**fsdp, main_grads_dtype="bf16")
+    [warning] = [v for v in check_layout(model, cluster, grads) if v.rule == "main_grads_dtype_under_fsdp"]
+    assert warning.severity == "warning" and "--megatron-fsdp-main-grads-dtype" in warning.message
+    assert state_bytes(grads).gradients == state_bytes(Layout(**fsdp)).gradients

@@ -170,7 +170,8 @@ def _layout(par: dict, values: dict, req: dict, uniform: str, file: str) -> Layo
                       cp_comm_type=par.get("cp_comm_type", "p2p"),
                       moe_dispatcher=par.get("moe_dispatcher"), torch_compile=par.get("compile"),
                       pipeline_layers=tuple(split) if split is not None else None,
-                      pipeline_layout=stages, **({k: req.get(k) for k in _REQUEST_LAYOUT} | lists))
+                      pipeline_layout=stages, **({k: req.get(k) for k in _REQUEST_LAYOUT} | lists
+                                                 | _fp8_param_gather(par, file)))
     except SpecError as exc:
         section = "request" if exc.key in _REQUEST_LAYOUT else "plan.parallelism"
         raise SpecError(_bare(exc), file=file, key=_path(section, exc.key)) from None
@@ -189,6 +190,17 @@ def _module_lists(par: dict, file: str) -> dict:
                             file=file, key=f"plan.parallelism.{key}")
         out[key] = tuple(value)
     return out
+
+
+def _fp8_param_gather(par: dict, file: str) -> dict:
+    """plan.parallelism.fp8_param_gather: Megatron-LM's fp8 parameter gather as the search chose it
+    (`plan._with_fp8_param_gather`), in place of the request's; {} when absent."""
+    if "fp8_param_gather" not in par:
+        return {}
+    if type(par["fp8_param_gather"]) is not bool:
+        raise SpecError(f"value {shown(par['fp8_param_gather'])} must be true or false", file=file,
+                        key="plan.parallelism.fp8_param_gather")
+    return {"fp8_param_gather": par["fp8_param_gather"]}
 
 
 def _overlaps(par: dict, file: str) -> dict:

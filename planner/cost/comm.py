@@ -13,7 +13,7 @@ batch axes B (dp_replicate, dp_shard, cp; edp for experts):
 | parameters replicated, optimizer sharded over O | all-gather of updated parameters over O once |
 | parameters sharded_with_gather over O | all-gather per micro-batch in forward and again in backward (and once more for a fully recomputed layer's re-run forward) |
 | any of the above also replicated over R | all-reduce of the 1/|O| shard over R (HSDP), as often as the reduce-scatter |
-| offloaded state | device->host / host->device copies of the local shard |
+| offloaded state | device->host / host->device copies of the local shard (`_offload`) |
 
 Activations: TP all-reduce (or SP all-gather + reduce-scatter) 2 per layer forward, 2 backward, 2 more
 on full recompute (Shoeybi et al. 2019 §3; Korthikanti et al. 2022 §4.2.2); PP one send forward and
@@ -82,7 +82,8 @@ PHASES = {
     "after_sync": "after the data-parallel sync, before the optimizer (Megatron "
                   "`finalize_model_grads`); exposed",
     "pipeline": "stage-boundary sends; the schedule decides how many sit on the critical path",
-    "host": "once per step host<->device copies of optimizer offload; exposed",
+    "host": "the updated parameter shard copied up after the CPU optimizer step (optimizer "
+            "offload), once per step; exposed",
 }
 """Phase of a collective -> what it overlaps with (how `step_time` prices it)."""
 PER_MICROBATCH = ("microbatch", "microbatch_exposed")
@@ -298,7 +299,7 @@ def _group_collectives(group: str, gp, elems: float, m: int, sb, ov: overlap.Ove
     step / sync) and the ZeRO-3 parameters gathered once per step (phase param_sync / after_step)."""
     batch = [a for a in _BATCH if gp.degrees.get(a, 1) > 1]
     if not batch or elems == 0:
-        return _offload(group, gp, elems, m, sb)
+        return _offload(group, gp, elems, m, sb, ov, per_microbatch=False)
     grad_sh = [a for a in batch if gp.mode(State.GRADIENTS, a) in (Mode.SHARDED,)]
     opt_sh = [a for a in batch if gp.mode(State.OPTIMIZER_STATES, a) == Mode.SHARDED]
     gath = [a for a in batch if gp.mode(State.PARAMETERS, a) == Mode.SHARDED_WITH_GATHER]
@@ -333,18 +334,59 @@ def _group_collectives(group: str, gp, elems: float, m: int, sb, ov: overlap.Ove
     elif owner:
         add("all_gather", 1, params, owner, "parameters.update",
             "param_sync" if ov.overlap_param_gather else "after_step")
-    return out + _offload(group, gp, elems / deg(owner) if owner else elems, m, sb)
+    return out + _offload(group, gp, elems / deg(owner) if owner else elems, m, sb, ov,
+                          per_microbatch=bool(grad_sh) and not once)
 
 
-def _offload(group: str, gp, local: float, m: int, sb) -> list[Collective]:
-    """Host<->device traffic of offloaded model states (ZeRO-Offload §4: gradients down, updated
-    parameters up once per step; offloaded parameters fetched for forward and backward)."""
+OFFLOAD_MASTER_GRADIENT_BYTES = 4
+"""Bytes per element of the gradient shard DeepSpeed copies to host memory for the CPU optimizer
+at the accumulation boundary: fp32, its `master_weights_and_grads_dtype` default (the 16-bit
+gradient is cast on the GPU, then copied: `async_inplace_copy_grad_to_fp32_buffer_from_gpu`,
+deepspeed/runtime/zero/stage_1_and_2.py l. 1590-1605; ZeRO-3 `_offload_grad_partition_at_boundary`,
+stage3.py l. 1393-1407; deepspeedai/DeepSpeed@edaa722)."""
+
+
+def _offload(group: str, gp, local: float, m: int, sb, ov: overlap.Overlaps, *,
+             per_microbatch: bool) -> list[Collective]:
+    """Host<->device traffic of offloaded model states, as DeepSpeed's ZeRO-Offload runs it
+    (deepspeedai/DeepSpeed@edaa722; ZeRO-Offload, Ren et al. 2021 §4.1: gradients down, updated
+    parameters up):
+
+    - at the accumulation boundary the rank's gradient shard goes down in fp32
+      (`OFFLOAD_MASTER_GRADIENT_BYTES`), on the stream of the gradient reduction that produced it
+      (stage_1_and_2.py `copy_grads_in_partition` l. 1650-1668 under `reduce_ipg_grads`, stage3.py
+      `partition_grads` l. 1886-1933): in the gradient-sync phase, overlapping the last backward with
+      DeepSpeed's communication overlap (`overlap.resolve` overlap_grad_reduce; on by default only
+      at ZeRO-3: zero/config.py l. 383-386), else after it;
+    - with gradients reduce-scattered every micro-batch (ZeRO-2/3) the shard is accumulated in host
+      memory: every micro-batch moves the 16-bit partial sum down and back up (ZeRO-3 keeps its
+      gradient accumulator in pinned host memory and adds on the GPU: stage3.py l. 1902-1919;
+      ZeRO-1/2 `async_accumulate_grad_in_cpu_via_gpu`, stage_1_and_2.py l. 1516-1557, which moves
+      m copies down and m - 1 up and none at m = 1 -- charged one pair per micro-batch like ZeRO-3,
+      one or two 16-bit copies per step more than ZeRO-2 makes);
+    - after the CPU optimizer step the updated 16-bit shard goes up (stage_1_and_2.py
+      l. 2321-2341), exposed before the parameter all-gather (phase host) -- unless the parameters
+      are offloaded too (ZeRO-Infinity), where the CPU step writes them in host memory;
+    - offloaded parameters are fetched for each forward and backward (ZeRO-3 parameter offload).
+    Copies run at the host link's bandwidth from pinned buffers (`pin_memory` defaults True:
+    zero/offload_config.py l. 45, 75). Their phases add them to the same sums as the data-parallel
+    collectives of that phase: DeepSpeed issues them on the reduction's stream after the reduction
+    (serialized with it), and on PCIe nodes a GPU's network traffic (GPUDirect RDMA) crosses the
+    same x16 link."""
     out = []
     if gp.offloaded(State.OPTIMIZER_STATES):
-        out += [Collective(axis="host", kind="device_to_host", count=1, group_size=1, phase="host",
-                           message_bytes=local * sb.gradient_reduce, label=f"gradients.{group}"),
-                Collective(axis="host", kind="host_to_device", count=1, group_size=1, phase="host",
-                           message_bytes=local * sb.parameter_gather, label=f"parameters.{group}")]
+        sync = "step" if ov.overlap_grad_reduce else "sync"
+        if per_microbatch:
+            each = "microbatch" if ov.overlap_grad_reduce else "microbatch_exposed"
+            out += [Collective(axis="host", kind=kind, count=1, group_size=1, phase=each,
+                               message_bytes=local * sb.compute, label=f"gradients.accumulate.{group}")
+                    for kind in ("device_to_host", "host_to_device")]
+        out.append(Collective(axis="host", kind="device_to_host", count=1, group_size=1, phase=sync,
+                              message_bytes=local * OFFLOAD_MASTER_GRADIENT_BYTES,
+                              label=f"gradients.{group}"))
+        if not gp.offloaded(State.PARAMETERS):
+            out.append(Collective(axis="host", kind="host_to_device", count=1, group_size=1, phase="host",
+                                  message_bytes=local * sb.parameter_gather, label=f"parameters.{group}"))
     if gp.offloaded(State.PARAMETERS):
         out.append(Collective(axis="host", kind="host_to_device", count=2 * m, group_size=1,
                               message_bytes=local * sb.parameter_gather, phase="microbatch",

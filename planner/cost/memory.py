@@ -908,12 +908,14 @@ def stage_memory(model: ModelSpec, cluster, layout: Layout, stage: int, *,
                  State.OPTIMIZER_STATES: sb.optimizer_states}
     state_terms: dict[str, int] = {}
     totals = dict.fromkeys(per_state, 0)
-    local_grads = 0
+    local_grads = host_states = 0
     for state, nbytes in per_state.items():
         for g in GROUPS:
             local = group_counts[g] / facts.shard_degree[state, g]
             if state == State.GRADIENTS:
                 local_grads += int(local)
+            if facts.offloaded[state, g]:   # held in pinned host memory instead
+                host_states += int(local * nbytes)
             b = 0 if facts.offloaded[state, g] else int(local * nbytes)
             state_terms[facts.term_names[state, g]] = b
             totals[state] += b
@@ -957,11 +959,14 @@ def stage_memory(model: ModelSpec, cluster, layout: Layout, stage: int, *,
         sum(group_counts[g] / facts.model_parallel_degree[g] for g in GROUPS), layout, pp_split=False)
     capacity = cluster.gpu.memory_bytes
     warnings = ()
-    host = offloaded_host_bytes(model, layout, layers, modes, stage, flight)
+    activations_host = offloaded_host_bytes(model, layout, layers, modes, stage, flight)
+    host = activations_host + host_states
     if host * cluster.gpus_per_node > cluster.host_memory_gib * GIB:
-        warnings += (f"activation offload: {host / GIB:.1f} GiB of pinned host memory per GPU, "
+        what = " and ".join(name for name, b in (("offloaded model states", host_states),
+                                                 ("activation offload", activations_host)) if b)
+        warnings += (f"{what}: {host / GIB:.1f} GiB of pinned host memory per GPU, "
                      f"{host * cluster.gpus_per_node / GIB:.0f} GiB per node of {cluster.host_memory_gib:.0f} GiB "
-                     f"host DRAM; offload fewer modules",)
+                     f"host DRAM; offload less or use more GPUs",)
     if init_peak > capacity and not _builds_sharded(layout):
         warnings += (f"initialisation peak: building the stage's {init_peak / GIB:.1f} GiB of fp32 "
                     f"parameters unsharded on each GPU before wrapping exceeds the "

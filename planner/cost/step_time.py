@@ -67,6 +67,20 @@ r/w 8, m r/w 8, v r/w 8, fp32 grad read 4, bf16 param write 2; sgd: master 8 + m
 param 2; adam8bit: master 8 + two 1-byte states r/w 4 + grad 4 + param 2. Source: Rajbhandari et al.
 2020 (ZeRO) §3.1 state sizes (K = 12 for Adam); Dettmers et al. 2022 (8-bit optimizers) §2."""
 
+CPU_OPTIMIZER_PARAMS_PER_CORE_S = {"deepspeed": 8.1e7, "pytorch": 1.4e7}
+"""[Empirical] Adam(W) parameters one physical CPU core updates per second when the optimizer step
+runs on the host (optimizer offload): DeepSpeed's vectorized CPU-Adam (`DeepSpeedCPUAdam`, the
+optimizer DeepSpeed builds for an offloaded Adam(W)), and PyTorch's Adam on the CPU for the other
+frameworks (torchtitan's FSDP2 `CPUOffloadPolicy` steps torch.optim on the host-resident shards).
+Fitted, least squares through the origin (p = r t), on the 1, 4 and 10 billion rows of ZeRO-Offload
+(Ren et al. 2021, USENIX ATC) Table 4 "Adam latency (s)" -- CPU-Adam 0.22 / 1.03 / 2.57 s, PT-CPU
+1.39 / 5.71 / 14.76 s -- on its DGX-2 host (Table 2: two Xeon Platinum 8168, 48 cores): 3.89e9 and
+6.81e8 parameters/s, / 48 cores; the 2 and 8 billion rows are the evaluation part (CPU-Adam
+0.51 / 2.41 s predicted 0.51 / 2.05 s, -15% at 8B; PT-CPU 2.75 / 11.93 s predicted 2.94 / 11.75 s).
+Assumes the rate scales with the cores a rank gets (`ClusterSpec.cpu_cores_per_gpu`) and per core
+across CPU generations; the host's DRAM bandwidth is not modelled (CPU-Adam moves about 30 B per
+parameter: 117 GB/s at the DGX-2 rate, under its 2 x 128 GB/s DDR4-2666)."""
+
 UNFUSED_SCORE_BYTES = 13
 """HBM bytes moved per attention-score element in one forward pass of an unfused (pre-FlashAttention)
 attention core: write QK^T 2, softmax read 2 + write 2, dropout read 2 + write 2 + mask 1, AV read 2.
@@ -107,7 +121,8 @@ class StepTime:
     recompute: float
     """Recompute on the bottleneck stage, s."""
     optimizer: float
-    """Optimizer step (memory-bound), s."""
+    """Optimizer step, s: memory-bound on the GPU, or on the host's CPU cores with the optimizer
+    offloaded (`_optimizer_time`)."""
     tokens_per_s: float
     """Global batch tokens / step, tokens/s."""
     tflops_per_gpu: float
@@ -884,11 +899,24 @@ def _stage_param_count(model: ModelSpec, layout: Layout, layers: Sequence[int], 
 
 
 def _optimizer_time(cluster: ClusterSpec, layout: Layout, params: float) -> float:
-    """Memory-bound optimizer step: bytes touched / (HBM bandwidth x HBM_EFFICIENCY)."""
+    """Optimizer step of the rank's shard of `params`, s. On the GPU memory-bound: bytes touched /
+    (HBM bandwidth x HBM_EFFICIENCY). Offloaded (`Layout.offload` "optimizer"), the step runs on the
+    host's CPU cores the rank gets, after the last backward and before the updated parameters go
+    up: nothing overlaps it (DeepSpeed's `step` runs the CPU optimizer, then copies the 16-bit
+    shard to the GPU, then all-gathers: deepspeed/runtime/zero/stage_1_and_2.py l. 2279-2400,
+    deepspeedai/DeepSpeed@edaa722; its one-step-delayed update, ZeRO-Offload §5.2, is not a
+    config option): shard / (CPU_OPTIMIZER_PARAMS_PER_CORE_S x cores per GPU), other optimizers
+    scaled by their bytes per parameter against Adam(W)'s (`OPTIMIZER_BYTES_PER_PARAM`, a
+    streaming update). The host copies it needs are `comm._offload`'s records.
+
+    Raises:
+        SpecError: optimizer offload on a cluster file without `host_cpu_cores`."""
     local = params / (layout.dp_shard_degree * layout.cp if layout.zero_stage >= 1 else 1)
+    per_param = OPTIMIZER_BYTES_PER_PARAM[layout.optimizer]
     if "optimizer" in layout.offload:
-        return 0.0
-    return local * OPTIMIZER_BYTES_PER_PARAM[layout.optimizer] / (cluster.gpu.hbm_gb_per_s * 1e9 * HBM_EFFICIENCY)
+        rate = CPU_OPTIMIZER_PARAMS_PER_CORE_S["deepspeed" if layout.framework == "deepspeed" else "pytorch"]
+        return local * per_param / OPTIMIZER_BYTES_PER_PARAM["adamw"] / (rate * cluster.cpu_cores_per_gpu())
+    return local * per_param / (cluster.gpu.hbm_gb_per_s * 1e9 * HBM_EFFICIENCY)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -55,6 +55,21 @@ Sources:
   optimizer only with Adam (l. 449-451) and the distributed optimizer (__init__.py l. 1057-1060),
   main grads bf16 not with an explicit fp32 accumulation (arguments.py l. 1209-1211):
   rules `precision_aware_optimizer`.
+  Under Megatron-FSDP (Megatron-LM at zero_stage 2 / 3, its version 1, which runs the distributed
+  optimizer: arguments.py l. 1118-1133) the optimizer is supported too: Megatron-LM switches
+  Megatron-FSDP's `megatron_fsdp_use_decoupled_grad` on with it (training.py l. 2649-2650), so the
+  gradient shard reaches FusedAdam as `decoupled_grad` uncast (megatron_fsdp/param_and_grad_buffer.py
+  l. 3377-3410: no fp32 gradient copy). FusedAdam's parameters there are Megatron-FSDP's main weight
+  shards, fp32 by `--megatron-fsdp-main-params-dtype`'s default (arguments.py l. 3687-3690, the
+  MixedPrecisionPolicy of mcore_fsdp_adapter.py l. 140-144); TE still keeps master weights of them
+  whenever it owns them (core/optimizer/__init__.py l. 576-585 excludes only Megatron-FSDP v2),
+  and of fp32 parameters as a full copy in `master_weight_dtype` (no int16 remainders, which need
+  bf16 parameters: TransformerEngine@d0067d0 pytorch/optimizers/fused_adam.py l. 626 and
+  `initialize_state` l. 452-476). So optimizer states = 4 (main weights) + TE master (fp32 4, fp16
+  2, or 0 when Megatron owns the master) + exp_avg + exp_avg_sq B/param
+  (`megatron_fsdp_precision_aware_bytes`). `--main-grads-dtype` has no effect there (Megatron-FSDP's
+  `--megatron-fsdp-main-grads-dtype` replaces it, arguments.py l. 3691-3694; rule warning);
+  `--megatron-fsdp-main-params-dtype` other than fp32 is not a knob here.
 - SGD with momentum: one fp32 buffer (+ fp32 master when parameters are 16-bit).
 - 8-bit Adam: m and v in 1 B each (block-wise quantized; the per-block fp32 absmax, 1 per 2048
   values, is ignored) — Dettmers et al. 2022 "8-bit Optimizers via Block-wise Quantization" §2.
@@ -127,7 +142,8 @@ def grad_reduce_dtype(layout: Layout) -> str:
     compute dtype (bf16 for fp8), torchtitan fp32. Source: module docstring."""
     if layout.grad_reduce_dtype is not None:
         return layout.grad_reduce_dtype
-    if layout.framework == "megatron" and layout.precision != "fp16" and layout.main_grads_dtype == "bf16":
+    if (layout.framework == "megatron" and layout.precision != "fp16" and layout.main_grads_dtype == "bf16"
+            and not megatron_fsdp(layout)):   # Megatron-FSDP ignores --main-grads-dtype (module docstring)
         return "bf16"
     if layout.framework == "torchtitan" or (layout.framework == "megatron"
                                             and layout.precision != "fp16"):
@@ -165,11 +181,14 @@ def state_bytes(layout: Layout) -> StateBytes:
                           gradient_reduce=reduce, parameter_gather=2)
     if layout.framework == "megatron":  # the gradient buffer has the reduction's dtype
         aware = layout.precision_aware_optimizer and layout.optimizer == "adamw"
-        optimizer_states = precision_aware_optimizer_bytes(layout) if aware else 4 + moments
+        fsdp = megatron_fsdp(layout)
+        optimizer_states = ((megatron_fsdp_precision_aware_bytes if fsdp else precision_aware_optimizer_bytes)(layout)
+                            if aware else 4 + moments)
         fp8_gather = te_fp8(layout) and layout.fp8_param_gather and layout.fp8_recipe != "mxfp8"
+        uncast = aware and (fsdp or _te_owns_master(layout))   # the optimizer reads the 16-bit shard
         return StateBytes(parameters=2, gradients=reduce, optimizer_states=optimizer_states,
                           gradient_reduce=reduce, parameter_gather=2,
-                          step_gradient_copy=4 if reduce != 4 and not (aware and _te_owns_master(layout)) else 0,
+                          step_gradient_copy=4 if reduce != 4 and not uncast else 0,
                           linear_parameter_gather=1 if fp8_gather else None)
     return StateBytes(parameters=2, gradients=2, optimizer_states=4 + moments,
                       gradient_reduce=reduce, parameter_gather=2)
@@ -181,6 +200,22 @@ def _te_owns_master(layout: Layout) -> bool:
     than delayed (`use_precision_aware_optimizer_no_fp8_or_ds_fp8`; module docstring)."""
     return not (layout.precision == "fp8" and layout.fp8_recipe not in (None, "delayed")
                 and layout.main_params_dtype in (None, "fp32"))
+
+
+def megatron_fsdp(layout: Layout) -> bool:
+    """Megatron-LM sharding gradients or parameters (zero_stage 2 / 3): Megatron-FSDP
+    (`planner.frameworks.megatron.ZERO_FLAGS`)."""
+    return layout.framework == "megatron" and layout.zero_stage >= 2
+
+
+def megatron_fsdp_precision_aware_bytes(layout: Layout) -> int:
+    """Optimizer-state bytes per parameter of Megatron-LM's precision-aware optimizer under
+    Megatron-FSDP: its fp32 main weight shard (4) + Transformer Engine's master copy of it when TE
+    owns the master weights (`_te_owns_master`: `main_params_dtype` fp32 4, fp16 2; else 0) +
+    exp_avg + exp_avg_sq. Source: module docstring (Megatron-FSDP)."""
+    moments = _DTYPE_BYTES[layout.exp_avg_dtype or "fp32"] + _DTYPE_BYTES[layout.exp_avg_sq_dtype or "fp32"]
+    master = 0 if not _te_owns_master(layout) else _DTYPE_BYTES[layout.main_params_dtype or "fp32"]
+    return 4 + master + moments
 
 
 def precision_aware_optimizer_bytes(layout: Layout) -> int:

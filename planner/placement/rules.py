@@ -683,10 +683,9 @@ def _precision_aware_optimizer(model, cluster, layout: Layout) -> list[Violation
 def precision_aware_optimizer_violations(layout: Layout) -> list[Violation]:
     """Megatron-LM's assertions on the precision-aware optimizer and its dtype knobs (sources:
     `placement.precision` module docstring): only Megatron-LM has it; a dtype other than fp32 needs
-    it; it needs Adam and the distributed optimizer (ZeRO >= 1; Megatron-FSDP, ZeRO 2/3, sets the
-    master and gradient dtypes by flags of its own, arguments.py l. 3687-3694, and is not costed
-    here, so ZeRO-1 only); main-grads bf16 contradicts an
-    fp32 gradient reduction under bf16 / fp8."""
+    it; it needs Adam and the distributed optimizer (ZeRO >= 1; Megatron-FSDP, ZeRO 2/3, runs it
+    with the decoupled gradient, `precision` module docstring, where main_grads_dtype has no effect:
+    a warning); main-grads bf16 contradicts an fp32 gradient reduction under bf16 / fp8."""
     given = {name: getattr(layout, name) for name in OPTIMIZER_DTYPES if getattr(layout, name)
              not in (None, "fp32")}
     on = bool(layout.precision_aware_optimizer)
@@ -714,13 +713,24 @@ def precision_aware_optimizer_violations(layout: Layout) -> list[Violation]:
                              message="the precision-aware optimizer runs only with the distributed "
                                      "optimizer; zero_stage=0 has none",
                              fix="use zero_stage=1, or drop precision_aware_optimizer"))
-    if on and layout.zero_stage >= 2:
+    if (on and layout.zero_stage >= 2 and layout.precision == "fp8"
+            and layout.fp8_recipe not in (None, "delayed") and layout.main_params_dtype in (None, "fp32")):
         out.append(Violation(rule="precision_aware_optimizer",
-                             message=f"the precision-aware optimizer is costed with the distributed "
-                                     f"optimizer (zero_stage=1) only: Megatron-FSDP "
-                                     f"(zero_stage={layout.zero_stage}) keeps its main weights and "
-                                     f"gradients in dtypes of its own flags",
-                             fix="use zero_stage=1, or drop precision_aware_optimizer"))
+                             message=f"the precision-aware optimizer under Megatron-FSDP "
+                                     f"(zero_stage={layout.zero_stage}) with fp8_recipe={layout.fp8_recipe} "
+                                     f"and fp32 master weights: Megatron-LM hands Megatron-FSDP's gradients "
+                                     f"to the optimizer as decoupled_grad (training.py l. 2649-2650) but "
+                                     f"builds FusedAdam reading .grad for this recipe (optimizer/__init__.py "
+                                     f"l. 576-585), which then skips every parameter (Transformer Engine "
+                                     f"fused_adam.py l. 632-638)",
+                             fix="use fp8_recipe=delayed or main_params_dtype=fp16, or zero_stage=1"))
+    if layout.main_grads_dtype not in (None, "fp32") and layout.zero_stage >= 2:
+        out.append(Violation(rule="main_grads_dtype_under_fsdp", severity="warning",
+                             message=f"main_grads_dtype={layout.main_grads_dtype} has no effect under "
+                                     f"Megatron-FSDP (zero_stage={layout.zero_stage}): Megatron-LM's "
+                                     f"--megatron-fsdp-main-grads-dtype replaces it (arguments.py "
+                                     f"l. 3691-3694); costed without it",
+                             fix="drop main_grads_dtype"))
     if (layout.main_grads_dtype == "bf16" and layout.precision != "fp16"
             and layout.grad_reduce_dtype == "fp32"):
         out.append(Violation(rule="precision_aware_optimizer",

@@ -101,6 +101,10 @@ class ClusterSpec:
     """CPU DRAM per node, GiB (what CPU offload can use at most)."""
     host_link_gb_per_s: float
     """Host<->device bandwidth per GPU per direction (PCIe or NVLink-C2C), GB/s."""
+    host_cpu_cores: int | None = None
+    """Physical CPU cores per node (all sockets), which the ranks of the node share when the
+    optimizer step runs on the CPU (optimizer offload); None = not given (offload's CPU step cannot
+    be costed: `cpu_cores_per_gpu` says so)."""
     allow_partial_node: bool = True
     """Whether fewer GPUs than `gpus_per_node` may be used: a job on part of one node (a 6-GPU
     vLLM engine, a 7-GPU DeepSpeed job under `CUDA_VISIBLE_DEVICES`). True unless the cluster file
@@ -116,6 +120,19 @@ class ClusterSpec:
     def network_gb_per_s_per_gpu(self) -> float:
         """Scale-out bandwidth per GPU per direction, GB/s: nics_per_node * nic_gbit_per_s / 8 / gpus_per_node."""
         return self.nics_per_node * self.nic_gbit_per_s / 8 / self.gpus_per_node
+
+    def cpu_cores_per_gpu(self) -> float:
+        """Physical CPU cores one rank's CPU optimizer gets: host_cpu_cores / gpus_per_node (DeepSpeed's
+        `--bind_cores_to_rank` divides the physical cores evenly among the node's ranks:
+        docs/_tutorials/zero-offload.md "CPU Adam perf tuning", deepspeedai/DeepSpeed@edaa722).
+
+        Raises:
+            SpecError: the cluster file gives no `host_cpu_cores`."""
+        if self.host_cpu_cores is None:
+            raise SpecError("missing key: the CPU optimizer step of optimizer offload runs on the host's "
+                            "cores; give the physical CPU cores per node (all sockets)",
+                            file=self.name, key="host_cpu_cores")
+        return self.host_cpu_cores / self.gpus_per_node
 
     @property
     def num_nodes(self) -> int:
@@ -156,13 +173,14 @@ _BOUNDS: dict[str, tuple[float, float]] = {
     "num_gpus": (1, MAX_GPUS),
     "scaleup_gb_per_s": (1e-3, 1e6), "host_link_gb_per_s": (1e-3, 1e6), "nic_gbit_per_s": (1e-3, 1e7),
     "scaleup_latency_s": (1e-12, 1), "network_latency_s": (1e-12, 1),
-    "host_memory_gib": (1, 2**20),
+    "host_memory_gib": (1, 2**20), "host_cpu_cores": (1, 2**16),
 }
 """(smallest, largest) of each number, in the key's unit. [Bound] not physical limits: 1,000x or
 more around today's hardware (H100: 80 GiB, 3.35 TB/s, 989 TFLOP/s; NVLink 450 GB/s; 400 Gb/s NICs;
 1-10 us latencies), so that the cost model's divisions and products stay finite. The 1 GiB floor of
 `memory_gib` is the smallest memory that holds the CUDA context and a plan's buffers."""
-_KEYS = _REQUIRED + ("name", "description", "source", "sources", "allow_partial_node", "num_gpus")
+_KEYS = _REQUIRED + ("name", "description", "source", "sources", "allow_partial_node", "num_gpus",
+                     "host_cpu_cores")
 _DERIVED = ("num_nodes", "network_gb_per_s_per_gpu")
 """Values `to_dict` adds (`hardware show --format yaml|json`): read back only when they equal what
 the file's own keys give, so that the output loads again as a cluster file (`-c`)."""
@@ -195,7 +213,8 @@ def load_cluster(ref: str | Path, *, gpus: int | None = None) -> ClusterSpec:
     raw = files.read_mapping(path, "cluster keys")
     _check_keys(raw, _KEYS + _DERIVED, _REQUIRED, file, prefix="")
     gpu = _gpu(raw["gpu"], file)
-    ints = {key: _number(raw, key, file, integer=True) for key in _INT_KEYS}
+    ints = {key: _number(raw, key, file, integer=True) for key in _INT_KEYS
+            + ("host_cpu_cores",) * ("host_cpu_cores" in raw)}
     floats = {key: _number(raw, key, file) for key in _FLOAT_KEYS}
     partial = raw.get("allow_partial_node", True)
     if not isinstance(partial, bool):
@@ -236,6 +255,8 @@ def _check_derived(raw: dict, spec: ClusterSpec, file: str) -> None:
 def to_dict(cluster: ClusterSpec) -> dict:
     """Plain dict of the cluster for json/yaml output, units in the keys, derived values included."""
     data = dataclasses.asdict(cluster)
+    if data["host_cpu_cores"] is None:   # not given: left out, so the output loads again
+        del data["host_cpu_cores"]
     data["gpu"]["memory_bytes"] = cluster.gpu.memory_bytes
     data["num_nodes"] = cluster.num_nodes
     data["network_gb_per_s_per_gpu"] = cluster.network_gb_per_s_per_gpu
