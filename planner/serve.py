@@ -243,7 +243,7 @@ def _latency(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, inst: sv.Insta
                              max_num_batched_tokens=forward_tokens(req, inst),
                              hop_s=_hop_s(hw, inst, spec, concurrency), link_bytes_per_s=sv.link_bytes_per_s(hw, inst.tp))
     if not interference:
-        terms["prefill_interference_s"] = 0.0
+        terms["prefill_interference_s"] = terms["interference_allreduce_s"] = 0.0
     return sv.predict_latency(terms, coefficients)
 
 

@@ -550,6 +550,7 @@ def write_calibration(path: Path = CALIBRATION, data: Path = DATA) -> dict:
                   "regenerate: make calibrate-serving",
         "generated": datetime.date.today().isoformat(),
         "units": {"collectives": "us per collective (TPOT)", "layer_steps": "us per decoder layer per step (TPOT)",
+                  "running_requests": "us per running request per step (TPOT)",
                   "constant": "ms (TTFT)", "other terms": "dimensionless multipliers"},
         "pooled": {f"{cls}.{target}": f"{', '.join(names)} (engines whose FIT rows: {rule.__name__.strip('_').replace('_', ' ')})"
                    for (cls, target), (names, rule) in SHARED_TERMS.items()},

@@ -205,11 +205,13 @@ def test_disaggregated_flag_must_match_the_plans_workers(written, tmp_path):
 
 
 def test_mix_edited_alone_is_refused_and_its_gpus_counted(written, tmp_path):
-    """deployment.mix replicas 2 of tp4 (8 GPUs) on a 4-GPU request, plan.parallelism left at 1 replica:
+    """deployment.mix with its replicas doubled (8 GPUs) on a 4-GPU request, plan.parallelism left as written:
     the check read only the plan (fresh-user review). Now both rules say so."""
     data = yaml.safe_load(written["agg"].read_text())
-    assert data["plan"]["parallelism"]["tp"] * data["plan"]["parallelism"]["pp"] == 4  # the fixture's shape
-    result = check_serving_plan(str(_rewritten(written, tmp_path, _set("deployment.mix.0.parallelism", "replicas", 2))))
+    shape = data["deployment"]["mix"][0]["parallelism"]
+    assert shape["tp"] * shape["pp"] * shape["replicas"] == 4  # the fixture fills its 4 GPUs with one shape
+    doubled = _set("deployment.mix.0.parallelism", "replicas", 2 * shape["replicas"])
+    result = check_serving_plan(str(_rewritten(written, tmp_path, doubled)))
     rules = {v["rule"]: v["message"] for v in result["violations"]}
     assert result["verdict"] == "fail" and "plan_deployment" in rules
     assert "uses 8 GPUs, the request allows 4" in rules["gpus"]

@@ -489,10 +489,12 @@ unfitted). A fitted per-collective coefficient was an artefact: in each engine's
 per-model intercept -- 2,182 us per all-reduce for SGLang, 370 us for TensorRT-LLM, against ~10-30 us an
 NVLink all-reduce of a few MB takes -- and extrapolated it to models it never saw (llama-3.1-70b tp8:
 160 x 2.18 ms = 349 ms of SGLang's 626 ms TTFT at concurrency 2)."""
-TPOT_TERMS = ("decode_memory_s", "decode_compute_s", "collectives", "layer_steps", "constant", "prefill_interference_s")
-"""TPOT = sum of fitted coefficient x term (see `latency_terms`), at least the HBM roofline of the step.
+TPOT_TERMS = ("decode_memory_s", "decode_compute_s", "collectives", "layer_steps", "constant", "prefill_interference_s",
+              "running_requests")
+"""TPOT = sum of fitted coefficient x term (see `latency_terms`), at least the roofline of the step (`decode_floor_s`).
 A step's fixed cost has two terms: `layer_steps` (per decoder layer: the kernels each layer launches or
-replays) and `constant` (per step: the engine's host work -- scheduling, input preparation, sampling).
+replays) and `constant` (per step: the engine's host work -- scheduling, input preparation, sampling); the
+host work that grows with the batch is `running_requests` (per running request per step, not divided by TP).
 Fitted per engine, both are identified only when the engine's fit rows span models of different depth: vLLM's
 MoE rows are all Qwen3-235B-A22B-FP8, where a per-step constant of 33.2 ms made every MoE model's vLLM TPOT
 ~34 ms (qwen3-30b-a3b on one H100 at 1 client: 34.7 ms vs SGLang's 2.2 ms). An engine whose MoE rows are one
@@ -503,6 +505,9 @@ COLLECTIVE_UNIT_S = 1e-6
 LAYER_UNIT_S = 1e-6
 """The `layer_steps` term counts the decoder layers one decode step runs, in microseconds (its coefficient:
 the per-layer overhead of a step in us)."""
+REQUEST_UNIT_S = 1e-6
+"""The `running_requests` term counts the requests one decode step runs (per attention-DP group), in microseconds
+(its coefficient: the host work per running request per step in us)."""
 CONSTANT_UNIT_S = 1e-3
 """The `constant` term is 1 ms (its coefficient: the per-step / per-request overhead in ms)."""
 
@@ -549,11 +554,32 @@ def latency_terms(spec: ModelSpec, inst: Instance, *, hbm_bytes_per_s: float, pe
     - weights_per_chunk_s: weights read once per prefill chunk of max_num_batched_tokens tokens, over the
       chunks of every client's prompt (ceil(B x input / chunk)): a proxy for the prefill load of one closed-loop
       cycle. Counting only the co-batched prompts' chunks fits worse (evaluation TTFT MAPE 35.4 vs 31.4 %).
-    - prefill_allreduce_s: the tensor-parallel all-reduces of one request's prefill, bandwidth term:
-      2 per layer (attention and MLP outputs, Megatron-style TP: Shoeybi et al. 2019 sec. 3) of
-      input_len x hidden x 2 B (bf16 activations) each, ring all-reduce moving 2 (t - 1) / t of it per GPU
-      (Patarasuk & Yuan 2009; NCCL's busBw = algBw x 2(n-1)/n), t = attention-TP, over `link_bytes_per_s`;
-      added unfitted to TTFT (0 when t = 1).
+    - prefill_allreduce_s: the tensor-parallel all-reduces of one request's prefill (`tp_allreduce_s` of
+      input_len tokens), added unfitted to TTFT (0 when attention-TP is 1). The prompt also holds the GPUs for
+      them, so the closed-loop prefill service time of `prompts_per_prefill` is prefill_one_s + this.
+    - interference_allreduce_s: the same all-reduces of the prompts that land in the others' decode, (B / output_len)
+      x prefill_allreduce_s, added unfitted to TPOT: a prefill chunk's all-reduces stall the decode steps
+      it shares the GPUs with exactly as its GEMMs do (prefill_interference_s), but they do not shrink with TP
+      (bytes per GPU 2 (t - 1) / t x tokens x hidden x 2 B per layer, whatever t), so a fitted multiple of the
+      compute cannot carry them: at tp 8 they take about as long as the prefill's FLOPs at peak (llama-3.1-8b
+      bf16 on H100: 2.0 us of all-reduce vs 1.8 us of peak FLOPs per prompt token).
+    - decode_allreduce_s: the decode step's all-reduces, bandwidth term, added unfitted to TPOT (their per-call
+      latency is `collectives`): `tp_allreduce_s` of one micro-batch's B / pp tokens through all layers (pp
+      micro-batches, each over 1 / pp of the layers per stage).
+    - running_requests: requests a decode step runs per attention-DP group, in units of REQUEST_UNIT_S: the
+      engine's host work per running request per step (scheduler bookkeeping, stop checks, streaming each new
+      token to the detokenizer), which TP does not divide. Source: SGLang 0.5.23 wheel
+      `srt/managers/scheduler_components/batch_result_processor.py` process_batch_result_decode (l. 952: a
+      Python loop over batch.reqs every decode step) and `output_streamer.py` stream_output (l. 135); vLLM
+      0.33.0 wheel `vllm/v1/core/sched/scheduler.py` update_from_output (l. 2259, loop l. 2313 over the
+      scheduled requests), `vllm/v1/engine/output_processor.py` process_outputs (l. 728, per-request
+      detokenisation), `vllm/config/scheduler.py` stream_interval ("a larger value ... reduces host overhead").
+      Its coefficient is [Empirical] (us per request per step; calibration/serving.yaml). Without it the
+      step's only batch-proportional terms were divided by TP (weights, KV, FLOPs), so at 512 clients an 8B
+      model's tp8 step came out 10.6 ms against 29.4 measured (SGLang, H200; 24.8 ms with it) and serve-plan
+      chose one tp8 instance where the measurements favour tp1 replicas.
+    - decode_floor_s: the step's roofline, max(decode_memory_s, decode_compute_s / pp) (HBM bytes or FLOPs at
+      peak, pp micro-batches each on 1 / pp of the layers): `predict_latency` never returns a TPOT below it.
     - burst_s: `burst_fraction` x the mean extra wait of a start burst (`start_burst_prompts`): a measurement
       whose clients all send their first prompt at once into an idle engine, whose first prompts then queue
       for prefill behind each other, `max_num_batched_tokens / input_len` (>= 1) per step; burst_fraction is
@@ -596,7 +622,8 @@ def latency_terms(spec: ModelSpec, inst: Instance, *, hbm_bytes_per_s: float, pe
     collectives = (2 * spec.num_hidden_layers if inst.tp > 1 else 0) + (2 * moe_layers if inst.adp > 1 else 0)
     prefill_one = input_len * (flops_token + attn * input_len / 2) / peak_flops
     step = decode_memory + decode_compute
-    batched = prompts_per_prefill(local, prefill_one, (output_len - 1) * step)
+    allreduce = tp_allreduce_s(spec, inst, input_len, link_bytes_per_s)
+    batched = prompts_per_prefill(local, prefill_one + allreduce, (output_len - 1) * step)
     first_chunk = min(batched * input_len, max(max_num_batched_tokens, input_len))
     chunks = math.ceil(local * input_len / max_num_batched_tokens)
     wait = max(0.0, queued / concurrency - 1) * output_len * step
@@ -605,25 +632,35 @@ def latency_terms(spec: ModelSpec, inst: Instance, *, hbm_bytes_per_s: float, pe
         "burst_s": (burst_fraction or 0.0) * burst, "burst_unknown_share_s": burst if burst_fraction is None else 0.0,
         "wait_steps": wait_steps,
         "decode_memory_s": decode_memory, "decode_compute_s": decode_compute,
+        "decode_floor_s": max(decode_memory, decode_compute / pp), "running_requests": local,
         "collectives": collectives * pp, "constant": 1.0, "layer_steps": spec.num_hidden_layers,
         "prefill_interference_s": local / output_len * prefill_one,
         "prefill_one_s": prefill_one, "prefill_batch_s": prefill_one * (first_chunk / input_len - 1),
         "weights_per_chunk_s": chunks * weights * pp / hbm_bytes_per_s, "kv_wait_s": wait,
         "hop_s": hop_s * (pp - 1),
-        "prefill_allreduce_s": prefill_allreduce_s(spec, inst, input_len, link_bytes_per_s),
+        "prefill_allreduce_s": allreduce, "interference_allreduce_s": local / output_len * allreduce,
+        "decode_allreduce_s": tp_allreduce_s(spec, inst, per_micro, link_bytes_per_s),
         "moe_exchange_decode_s": moe_exchange_s(spec, inst, concurrency, decode=True, link_bytes_per_s=link_bytes_per_s),
         "moe_exchange_prefill_s": moe_exchange_s(spec, inst, input_len, decode=False, link_bytes_per_s=link_bytes_per_s),
     }
 
 
-def prefill_allreduce_s(spec: ModelSpec, inst: Instance, input_len: int, link_bytes_per_s: float) -> float:
-    """Seconds of the TP all-reduces of one prompt's prefill (bandwidth term; `latency_terms`
-    prefill_allreduce_s). Hand check: llama-3.1-70b (80 layers, hidden 8192), tp 8, 4,000 tokens, 450 GB/s:
+def tp_allreduce_s(spec: ModelSpec, inst: Instance, tokens: float, link_bytes_per_s: float) -> float:
+    """Seconds of the tensor-parallel all-reduces of one forward of `tokens` tokens through every layer,
+    bandwidth term (`latency_terms` prefill_allreduce_s, interference_allreduce_s, decode_allreduce_s).
+
+    2 per layer (attention and MLP outputs, Megatron-style TP: Shoeybi et al. 2019 sec. 3) of
+    tokens x hidden x 2 B (bf16 activations) each; a ring (or two-shot) all-reduce moves 2 (t - 1) / t of it
+    per GPU (Patarasuk & Yuan 2009; NCCL's busBw = algBw x 2(n-1)/n), t = attention-TP, over `link_bytes_per_s`;
+    0 when t = 1. The engines run them on the critical path (no overlap with the GEMMs by default): vLLM 0.33.0
+    `vllm/distributed/device_communicators/custom_all_reduce.py` (its own kernels below max_size = 8 MiB, l. 138
+    / 510: decode steps; NCCL above: prefill chunks, 8,192 tokens x 4,096 x 2 B = 64 MiB).
+    Hand check: llama-3.1-70b (80 layers, hidden 8192), tp 8, 4,000 tokens, 450 GB/s:
     160 x 65.5 MB x 14/8 / 450e9 = 40.8 ms."""
     t = inst.attn_tp
     if t == 1 or not link_bytes_per_s:
         return 0.0
-    message = input_len * spec.hidden_size * 2
+    message = tokens * spec.hidden_size * 2
     return 2 * spec.num_hidden_layers * message * 2 * (t - 1) / t / link_bytes_per_s
 
 
@@ -711,27 +748,31 @@ def moe_exchange_s(spec: ModelSpec, inst: Instance, tokens: float, *, decode: bo
 
 
 def _unit(term: str) -> float:
-    return {"collectives": COLLECTIVE_UNIT_S, "layer_steps": LAYER_UNIT_S, "constant": CONSTANT_UNIT_S}.get(term, 1.0)
+    return {"collectives": COLLECTIVE_UNIT_S, "layer_steps": LAYER_UNIT_S, "running_requests": REQUEST_UNIT_S,
+            "constant": CONSTANT_UNIT_S}.get(term, 1.0)
 
 
 def predict_latency(terms: dict[str, float], coefficients: dict[str, dict[str, float]]) -> tuple[float, float]:
     """(TTFT s, TPOT s) from `latency_terms` and one engine's fitted coefficients
     ({"ttft": {term: c}, "tpot": {term: c}}). PP hops add unfitted to both, the MoE exchange to each,
-    the prefill all-reduces to TTFT (`unfitted_s`). TPOT is at least `decode_memory_s`: no step is faster
-    than reading its weights and KV once at the HBM peak (roofline, Williams et al. 2009); the fitted weight-read
+    the prefill all-reduces to TTFT, the decode's and the interfering prefills' all-reduces to TPOT (`unfitted_s`).
+    TPOT is at least `decode_floor_s`: no step is faster than reading its weights and KV once at the HBM peak, or
+    than its FLOPs at the compute peak (roofline, Williams et al. 2009); the fitted weight-read
     coefficients below 1 (routing skew of large batches, `expected_distinct_experts`) must not carry below it
     at small batches, where the distinct experts are exactly top_k per token."""
     tpot = sum(coefficients["tpot"][t] * terms[t] * _unit(t) for t in TPOT_TERMS) + unfitted_s(terms, "tpot")
-    tpot = max(tpot, terms["decode_memory_s"])
+    tpot = max(tpot, terms["decode_memory_s"], terms.get("decode_floor_s", 0.0))
     ttft = sum(coefficients["ttft"][t] * terms[t] * _unit(t) for t in TTFT_TERMS) + unfitted_s(terms, "ttft", tpot)
     return max(ttft, 0.0), tpot
 
 
 def unfitted_s(terms: dict[str, float], target: str, tpot_s: float = 0.0) -> float:
     """The physical terms `predict_latency` adds without a coefficient to `target` ("ttft" / "tpot"):
-    PP hops, the MoE exchange, and for TTFT the prefill's TP all-reduces and the configured scheduler delay
-    (`wait_steps` decode steps of `tpot_s` each). The fit regresses what is left."""
+    PP hops, the MoE exchange, the TP all-reduces' bandwidth (TTFT: the prompt's own; TPOT: the decode step's and
+    the interfering prefills'), and for TTFT the configured scheduler delay (`wait_steps` decode steps of `tpot_s`
+    each). The fit regresses what is left."""
     if target == "ttft":
         return (terms["hop_s"] + terms["moe_exchange_prefill_s"] + terms["prefill_allreduce_s"]
                 + terms.get("wait_steps", 0.0) * tpot_s)
-    return terms["hop_s"] + terms["moe_exchange_decode_s"]
+    return (terms["hop_s"] + terms["moe_exchange_decode_s"] + terms.get("decode_allreduce_s", 0.0)
+            + terms.get("interference_allreduce_s", 0.0))
