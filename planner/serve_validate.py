@@ -27,7 +27,6 @@ from __future__ import annotations
 import csv
 import datetime
 import math
-import re
 import sys
 import zlib
 from dataclasses import dataclass
@@ -76,6 +75,10 @@ class Case:
     output_len: int
     ttft_ms: float
     tpot_ms: float
+    harness: str = "plain"
+    """How the row was measured: a key of HARNESSES (the file's `harness` column; `plain` when absent or empty)."""
+    engine_version: str = ""
+    """The engine's release (the file's `backend_version` column; empty: the release the planner models)."""
 
     @property
     def evaluation(self) -> bool:
@@ -146,6 +149,9 @@ def case_of(row: dict, file: str, line: int | None = None) -> Case:
     pp, adp, moe_tp, moe_ep = (_field_int(row, key, row_name, file, ("", unset) if unset else ("",))
                                for key, unset in DEGREE_COLUMNS.items())
     ttft_ms, tpot_ms = (_field_time(row, key, row_name, file) for key in TIME_COLUMNS)
+    harness = (row.get("harness") or "").strip() or PLAIN.name
+    if harness not in HARNESSES:
+        raise _bad(row_name, "harness", harness, ", ".join(HARNESSES) + " or empty (plain)", file)
     spec = _model(MODEL_NAMES[row["model_path"]])
     clients = batch * adp
     if spec.is_moe and legacy_tp_times_ep(max(tp, adp), moe_tp, moe_ep, _cluster(SYSTEMS[row["system"]]).scaleup_domain_gpus):
@@ -156,7 +162,8 @@ def case_of(row: dict, file: str, line: int | None = None) -> Case:
     return Case(id=row["id"], engine=row["backend"], model=MODEL_NAMES[row["model_path"]],
                 cluster=SYSTEMS[row["system"]], weight_format=weight_format_of(row), inst=inst,
                 concurrency=clients if inst.adp == adp else batch * inst.adp, input_len=isl, output_len=osl,
-                ttft_ms=ttft_ms, tpot_ms=tpot_ms)
+                ttft_ms=ttft_ms, tpot_ms=tpot_ms, harness=harness,
+                engine_version=(row.get("backend_version") or "").strip())
 
 
 def legacy_tp_times_ep(gpus: int, moe_tp: int, moe_ep: int, node_gpus: int) -> bool:
@@ -233,6 +240,9 @@ class Harness:
     kv_dtype: dict[str, str]
     """engine -> KV-cache dtype the campaign launched it with (absent: bf16)."""
     source: str
+    synchronised: bool = False
+    """All requests of the same lengths and all clients started together: under a prefill-first scheduler
+    (SGLang) the closed loop then runs in lock-step waves (`cost.serving.latency_terms` wave_s)."""
 
     def mean_length(self, nominal: int) -> int:
         """Mean drawn length for the nominal `nominal` (the row's isl / osl)."""
@@ -260,14 +270,35 @@ SWEEP = Harness(
            "@00fe6de3: aiperf --concurrency C --num-requests C x BENCH_MULTI_ROUND (default 50) "
            "--warmup-request-count 2C, fixed lengths (isl / osl stddev, ignore_eos); an earlier version of the "
            "template measured 20 C (README note of the fourth session). Which version measured each undated "
-           "campaign is not recorded, so the burst share is left to the fit (burst_fraction None)")
-"""Every other campaign: aiconfigurator's own sweeps (lengths named exactly in the id)."""
-_INFERENCEX_ID = re.compile(r"^\d{4}_\d{2}_\d{2}_")
+           "campaign is not recorded, so the burst share is left to the fit (burst_fraction None); every request "
+           "has exactly isl / osl tokens (stddev 0 in the accuracy sweeps, ignore_eos) and max_tokens = osl",
+    synchronised=True)
+"""aiconfigurator's accuracy grid (the file's `sweep` rows: input and output lengths powers of two, 128-4096
+and 128-1024 tokens, at the template's base concurrencies 8-128; lengths named exactly in the id)."""
+SWEEP_SLA = Harness(
+    "sweep-sla", burst_fraction=None, length_range_ratio=1.0, kv_dtype={},
+    source=SWEEP.source.split("; every request")[0] + "; the SLA-sized campaigns (the file's `sweep-sla` rows: "
+           "lengths 1000-8000 / 100-2000 tokens at concurrencies from aiconfigurator's estimate, e.g. 80, 208, 352 "
+           "clients: bench_run.sh.j2 estimated_concurrency x 0.95 / 1 / 1.05). Their length spread "
+           "(isl_stddev / osl_stddev) is not recorded; their clients were not in lock-step: SGLang's TTFT there "
+           "lies below the floor of a lock-step wave (llama-3.1-8b tp1, 2,000 / 100 tokens, 80 clients: 362 ms "
+           "measured, while a wave's mean wait is at least 41 prefills of 15.7 ms at the H200's dense bf16 peak, "
+           "660 ms), so synchronised is False (an inference from the data, not from a published script)")
+"""aiconfigurator's SLA-sized campaigns (decimal lengths; the file's `sweep-sla` rows)."""
+PLAIN = Harness(
+    "plain", burst_fraction=0.0, length_range_ratio=1.0, kv_dtype={},
+    source="no benchmark harness recorded: a steady closed loop of `batch_size` clients at exactly isl / osl tokens, "
+           "no start burst, the engines' default launch flags (what serve-plan predicts)")
+"""A row whose file names no harness (a user's measurements without the `harness` column)."""
+HARNESSES = {h.name: h for h in (INFERENCEX, SWEEP, SWEEP_SLA, PLAIN)}
+"""The `harness` column's values. The shipped reference copy (tests/data/reference/serving_measurements.csv)
+names each row's: `inferencex` for the SemiAnalysis InferenceX campaigns (ids YYYY_MM_DD_...), `sweep` /
+`sweep-sla` for aiconfigurator's own (power-of-two lengths / the others)."""
 
 
 def harness_of(case: Case) -> Harness:
-    """INFERENCEX for a dated id, else SWEEP."""
-    return INFERENCEX if _INFERENCEX_ID.match(case.id) else SWEEP
+    """The harness the case's row names (`Case.harness`)."""
+    return HARNESSES[case.harness]
 
 
 TRTLLM_BATCH_WAIT = (20, 0.9)
@@ -292,6 +323,11 @@ def _launch(case: Case, harness: Harness, input_len: int, output_len: int) -> tu
     prompt per C / output steps) -- or the timeout: min(timeout, (n - 1) x output / C). Attention-DP
     balancing holds it until each of the adp ranks has one: min(timeout, (adp - 1) x output / C)."""
     budget, fraction, steps = sv.DEFAULT_MAX_NUM_BATCHED_TOKENS, None, 0.0
+    if case.engine == "sglang":
+        hw, spec = _cluster(case.cluster), _model(case.model)
+        chunk, fraction = sglang_defaults(case.engine_version, hw.gpu.memory_gib * 1024, tp=case.inst.tp,
+                                          pp=case.inst.pp, adp=case.inst.adp, mla=spec.is_mla)
+        return chunk // case.inst.adp, fraction, steps
     if harness is not INFERENCEX or case.engine != "trtllm":
         return budget, fraction, steps
     per_arrival = output_len / case.concurrency
@@ -306,6 +342,46 @@ def _launch(case: Case, harness: Harness, input_len: int, output_len: int) -> tu
         timeout, ratio = TRTLLM_BATCH_WAIT
         steps = min(timeout, (math.ceil(ratio * budget / input_len) - 1) * per_arrival)
     return budget, fraction, steps
+
+
+SGLANG_CURRENT = "0.5.23"
+"""The SGLang release the planner models (planner.frameworks.sglang); rows of older releases get theirs."""
+
+
+def sglang_defaults(version: str, gpu_mib: float, *, tp: int, pp: int, adp: int, mla: bool) -> tuple[int, float]:
+    """(chunked_prefill_size, mem_fraction_static) SGLang `version` takes when neither flag is given, on a GPU
+    whose nvidia-smi memory.total is `gpu_mib` MiB (the sweeps' and InferenceX's SGLang launches set neither).
+
+    - 0.5.1.post1 (`srt/server_args.py` ServerArgs.__post_init__): chunk 2048 below 35 GiB, 8192 below
+      160 GiB, else 16384; reserved GiB by GPU memory: < 35 GiB 2.8 + tp x pp / 10, < 90 GiB 9.5 + tp x pp / 2,
+      < 160 GiB 12 + tp x pp / 2, else 32; + 4 with DP attention; fraction = round((gpu - reserved) / gpu, 3).
+    - 0.5.6.post2, 0.5.8.post1, 0.5.9 (`srt/server_args.py` _handle_gpu_memory_settings, the same in the
+      three wheels): chunk and decode CUDA-graph max batch as `planner.frameworks.sglang.gpu_defaults`
+      (8192 and 256 / 512 at tp >= 4 on 60-160 GiB GPUs); reserved MiB = 512 + 1.5 x max(chunk, 2048) +
+      2 x max_bs + tp x pp / 8 x 1024 (+ 3 x max_bs x dp, + 1.5 x max_bs x dp when max_bs > 300, under DP
+      attention), at least 10,240 above 60 GiB; no prefill CUDA graphs (piecewise graphs off by default).
+    - otherwise (0.5.23, or no version): `planner.frameworks.sglang.default_mem_fraction_static`.
+    Hand check: H100 (81,559 MiB), 0.5.1.post1, tp 2: reserved 10.5 GiB = 10,752 MiB, (81,559 - 10,752) /
+    81,559 = 0.868; 0.5.8.post1, tp 1: 512 + 12,288 + 512 + 128 = 13,440, 0.835."""
+    from planner.frameworks import sglang
+
+    chunk, max_bs = sglang.gpu_defaults(gpu_mib, tp)
+    if version.startswith("0.5.1."):
+        chunk = 2048 if gpu_mib < 35 * 1024 else 8192 if gpu_mib < 160 * 1024 else 16384
+        parallel = tp * pp
+        reserved_gib = (2.8 + parallel / 10 if gpu_mib < 35 * 1024 else 9.5 + parallel / 2 if gpu_mib < 90 * 1024
+                        else 12 + parallel / 2 if gpu_mib < 160 * 1024 else 32) + (4 if adp > 1 else 0)
+        return chunk, round((gpu_mib - reserved_gib * 1024) / gpu_mib, 3)
+    if version.split(".post")[0] in ("0.5.6", "0.5.8", "0.5.9"):
+        reserved = 512 + 1.5 * max(chunk, 2048) + 2 * max_bs + tp * pp / 8 * 1024
+        if adp > 1:
+            reserved += max_bs * adp * 3 + (max_bs * adp * 1.5 if max_bs > 300 else 0)
+        if gpu_mib > 60 * 1024:
+            reserved = max(reserved, 10 * 1024)
+        return chunk, round((gpu_mib - reserved) / gpu_mib, 3)
+    return chunk, sglang.default_mem_fraction_static(gpu_mib, tp=tp, pp=pp, chunked_prefill_size=chunk,
+                                                     max_running_requests=None, mla=mla, attn_dp=adp, role=None,
+                                                     a2a=sglang.A2A_NONE)
 
 
 def case_terms(case: Case) -> dict[str, float]:
@@ -328,15 +404,22 @@ def case_terms(case: Case) -> dict[str, float]:
                             kv_dtype=kv_dtype, engine=case.engine, gpu_name=hw.gpu.name, fraction=fraction)
     resident = input_len + (output_len // 2 if case.engine == "vllm" else output_len)
     cmax = max(1, sv.max_concurrency(mem, spec, case.inst, resident))
+    wave = 0
     if case.engine == "vllm":  # the running sequences the per-step token budget sustains (serve.running_cap)
         cmax = min(cmax, case.inst.adp * sv.budget_concurrency(budget, input_len, output_len))
+    if case.engine == "sglang":
+        pool = mem.kv_tokens // case.inst.adp
+        per_rank = -(-case.concurrency // case.inst.adp)
+        cmax = case.inst.adp * sv.sglang_admitted(pool, input_len, output_len, per_rank, budget, max_running=pool // 2)
+        wave = min(case.concurrency, cmax) if harness.synchronised else 0
     dtype = "bf16" if case.weight_format == "bf16" else "fp8"
     return sv.latency_terms(spec, case.inst, hbm_bytes_per_s=hw.gpu.hbm_gb_per_s * 1e9,
                             peak_flops=hw.peak_flops(dtype), weight_format=case.weight_format,
                             kv_dtype=kv_dtype, concurrency=case.concurrency, input_len=input_len,
                             output_len=output_len, max_concurrency_=cmax, max_num_batched_tokens=budget,
                             link_bytes_per_s=sv.link_bytes_per_s(hw, case.inst.tp),
-                            burst_fraction=harness.burst_fraction, wait_steps=wait_steps)
+                            burst_fraction=0.0 if wave else harness.burst_fraction, wait_steps=wait_steps,
+                            wave_clients=wave)
 
 
 def _columns(terms: dict[str, float], names: tuple[str, ...]) -> list[float]:
@@ -513,7 +596,8 @@ def validate(cases: list[Case], calibration: dict | None = None, *, part: str = 
     Args:
         part: `all`, `fit` or `evaluation` (the split rule of this module).
     Returns:
-        {"rows": [...], "summary": {ttft_mape, tpot_mape, n}, "by": {"engine": {...}, ...}} (MAPE in %).
+        {"rows": [...], "summary": {ttft_mape, tpot_mape, n}, "harness": {name: rows costed with it},
+        "by": {"engine": {...}, ...}} (MAPE in %); a row without a harness value counts under `plain`.
     """
     calibration = calibration or load_calibration()
     chosen = [c for c in cases if part == "all" or (c.evaluation == (part == "evaluation"))]
@@ -523,7 +607,8 @@ def validate(cases: list[Case], calibration: dict | None = None, *, part: str = 
         rows.append(dict(id=case.id, engine=case.engine, gpu=case.cluster, model=case.model,
                          part="evaluation" if case.evaluation else "fit",
                          ttft_ms=case.ttft_ms, ttft_pred_ms=ttft * 1e3, tpot_ms=case.tpot_ms, tpot_pred_ms=tpot * 1e3))
-    return {"rows": rows, "summary": _mape(rows),
+    harnesses = {h: sum(c.harness == h for c in chosen) for h in HARNESSES if any(c.harness == h for c in chosen)}
+    return {"rows": rows, "summary": _mape(rows), "harness": harnesses,
             "by": {key: {v: _mape([r for r in rows if r[key] == v]) for v in sorted({r[key] for r in rows})}
                    for key in ("engine", "gpu", "model")}}
 
