@@ -6,7 +6,10 @@ model_path, system, gemm_quant_mode / moe_quant_mode, isl, osl, batch_size (conc
 attention-DP group: the benchmark ran batch_size x attention_dp_size concurrent requests — the
 file's dropped provenance column reads silicon_concurrency=64 for batch 8 x attention-DP 8, =256 for
 4 x 64, ai-dynamo/aiconfigurator silicon_sample.csv @095f58a5), tp_size,
-pp_size, attention_dp_size, moe_tp_size, moe_ep_size, silicon_ttft_ms, silicon_tpot_ms.
+pp_size, attention_dp_size, moe_tp_size, moe_ep_size, silicon_ttft_ms, silicon_tpot_ms; optional
+`backend_version` (the engine release: SGLang rows take that release's launch defaults, `sglang_defaults`)
+and `harness` (how the row was measured, a key of HARNESSES; absent or empty: `plain`, a steady closed loop
+with no start burst -- the shipped reference copy names every row's).
 
 Split (deterministic, documented): a row is in the EVALUATION part when crc32(id) % 4 == 0, else in
 the FIT part (about 25 % / 75 %). The fit never sees evaluation rows. Each measurement counts once
@@ -15,7 +18,8 @@ the FIT part (about 25 % / 75 %). The fit never sees evaluation rows. Each measu
 1 / measured (so the fit minimises squared relative error, the quantity MAPE reports), one set of
 constants per engine and model class (dense / MoE). Each row is costed as its campaign measured it
 (`harness_of`): the InferenceX campaigns' published launch flags and benchmark client (KV dtype, per-step
-token budget, scheduler waits, drawn lengths, the start burst of 10 x concurrency measured prompts); the
+token budget, scheduler waits, drawn lengths, the start burst of 10 x concurrency measured prompts), the
+lock-step waves of aiconfigurator's fixed-length grid, SGLang's admission rule and release defaults; the
 file has no KV-dtype column, so the other campaigns' KV cache is taken as bf16.
 
 `python -m planner.serve_validate --write` (Makefile: `make calibrate-serving`) regenerates
@@ -262,7 +266,7 @@ INFERENCEX = Harness(
            "which then launches all prompts at once (no wait at rate inf) behind a semaphore of max_concurrency, "
            "lengths uniform over [int(L x ratio), L]; range ratio 0.8 as ai-dynamo/aiconfigurator's replay of this "
            "cohort (scripts/e2e_accuracy, random_range_ratio 0.8)")
-"""The dated campaigns (ids `YYYY_MM_DD_...`): SemiAnalysis InferenceX runs (workloads 1k/1k, 1k/8k, 8k/1k,
+"""The InferenceX campaigns (the file's `inferencex` rows, ids `YYYY_MM_DD_...`): SemiAnalysis runs (workloads 1k/1k, 1k/8k, 8k/1k,
 the TP x EP encoding of `legacy_tp_times_ep`)."""
 SWEEP = Harness(
     "sweep", burst_fraction=None, length_range_ratio=1.0, kv_dtype={},
@@ -394,7 +398,15 @@ def case_terms(case: Case) -> dict[str, float]:
     vLLM allocates blocks for the tokens each step computes and preempts the newest running request
     when none are free (vllm-project/vllm 0.33.0 wheel `vllm/v1/core/sched/scheduler.py` Scheduler.schedule:
     kv_cache_manager.allocate_slots(request, num_new_tokens), else preempt self.running[-1]), so its
-    sequences hold input + output / 2 tokens on average over their lifetime."""
+    sequences hold input + output / 2 tokens on average over their lifetime.
+
+    SGLang (`sglang_defaults` of the row's release, `cost.serving.sglang_admitted`): the requests its admission
+    check lets run at once replace the pool / (input + output) count, and under a synchronised harness the
+    lock-step wave (`cost.serving.latency_terms` wave_s) of the clients it admits replaces the start-burst terms.
+    vLLM and TensorRT-LLM under a synchronised harness: every step mixes decode tokens and prefills, so a wave
+    splits into groups of the prompts one step's token budget takes, which start, finish and return together:
+    wave_s of min(clients, budget / input) prompts (each group waits for its own step only), next to the
+    start-burst terms."""
     spec, hw = _model(case.model), _cluster(case.cluster)
     harness = harness_of(case)
     input_len, output_len = harness.mean_length(case.input_len), harness.mean_length(case.output_len)
@@ -412,13 +424,15 @@ def case_terms(case: Case) -> dict[str, float]:
         per_rank = -(-case.concurrency // case.inst.adp)
         cmax = case.inst.adp * sv.sglang_admitted(pool, input_len, output_len, per_rank, budget, max_running=pool // 2)
         wave = min(case.concurrency, cmax) if harness.synchronised else 0
+    elif harness.synchronised:  # engines that mix prefill into decode steps: lock-step groups of one step's prompts
+        wave = min(case.concurrency, cmax, case.inst.adp * max(1, budget // input_len))
     dtype = "bf16" if case.weight_format == "bf16" else "fp8"
     return sv.latency_terms(spec, case.inst, hbm_bytes_per_s=hw.gpu.hbm_gb_per_s * 1e9,
                             peak_flops=hw.peak_flops(dtype), weight_format=case.weight_format,
                             kv_dtype=kv_dtype, concurrency=case.concurrency, input_len=input_len,
                             output_len=output_len, max_concurrency_=cmax, max_num_batched_tokens=budget,
                             link_bytes_per_s=sv.link_bytes_per_s(hw, case.inst.tp),
-                            burst_fraction=0.0 if wave else harness.burst_fraction, wait_steps=wait_steps,
+                            burst_fraction=0.0 if wave and case.engine == "sglang" else harness.burst_fraction, wait_steps=wait_steps,
                             wave_clients=wave)
 
 

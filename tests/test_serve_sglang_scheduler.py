@@ -95,11 +95,22 @@ def test_wave_term_is_the_burst_of_every_cycle(cases):
     assert terms["burst_s"] == terms["burst_unknown_share_s"] == 0.0
 
 
+def test_mixed_engine_lock_step_group_is_one_step(cases):
+    """vLLM mixes prefills into decode steps: a wave of 128 prompts of 1,024 tokens splits into groups of
+    8,192 / 1,024 = 8 that start and finish together; each waits for its own step: 7 prefills beyond its own.
+    The start burst stays a separate term (its share fitted)."""
+    case = next(c for c in cases if c.engine == "vllm" and c.harness == "sweep" and c.input_len == 1024
+                and c.concurrency == 128 and c.inst.adp == 1)
+    terms = v.case_terms(case)
+    assert terms["wave_s"] == pytest.approx(7 * terms["prefill_one_s"])
+    assert terms["burst_unknown_share_s"] > 0
+
+
 def test_no_wave_outside_lock_step(cases):
-    """sweep-sla rows (not synchronised) and other engines: no wave term."""
+    """sweep-sla and InferenceX rows (lengths not in lock-step): no wave term."""
     sla = _one(cases, engine="sglang", harness="sweep-sla")
-    trt = _one(cases, engine="trtllm", harness="sweep")
-    assert v.case_terms(sla)["wave_s"] == 0.0 and v.case_terms(trt)["wave_s"] == 0.0
+    ix = _one(cases, engine="sglang", harness="inferencex")
+    assert v.case_terms(sla)["wave_s"] == 0.0 and v.case_terms(ix)["wave_s"] == 0.0
 
 
 # ---------------------------------------------------------------- the harness column

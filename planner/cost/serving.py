@@ -568,8 +568,10 @@ def latency_terms(spec: ModelSpec, inst: Instance, *, hbm_bytes_per_s: float, pe
       wave's requests start decoding together, finish on the same step and send their next prompts together --
       so every measured request, not only the first burst's, waits for the prefills of the wave's prompts
       ahead of it: prefill_one_s x `start_burst_prompts`(wave_clients / adp, max_num_batched_tokens / input)
-      (callers pass the clients one wave admits, `sglang_admitted`). 0 in serve-plan's steady state (lengths
-      vary, the loop does not synchronise), like the burst terms.
+      (callers pass the clients one wave admits, `sglang_admitted`; for engines that mix prefill chunks into
+      decode steps, vLLM and TensorRT-LLM, the lock-step unit is the group of prompts one step's budget takes,
+      min(clients, max_num_batched_tokens / input), each group waiting for its own step). 0 in serve-plan's
+      steady state (lengths vary, the loop does not synchronise), like the burst terms.
     - wait_steps: decode steps a new prompt waits by a configured scheduler delay (TensorRT-LLM batch waiting,
       attention-DP balancing: `cost.serving` callers compute it); a count, added to TTFT as wait_steps x TPOT
       (`predict_latency`). 0 with the engines' defaults.
