@@ -318,15 +318,29 @@ TRTLLM_DSR1_FREE_FRACTION = 0.75
 """kv_cache_config free_gpu_memory_fraction of InferenceX's TensorRT-LLM DeepSeek-R1 runs (INFERENCEX source)."""
 
 
+SGLANG_INFERENCEX_LAUNCH = (32768, 0.82)
+"""(--chunked-prefill-size, --mem-fraction-static) of InferenceX's SGLang DeepSeek-R1 runs on H200 (also
+--max-prefill-tokens 32768, --disable-radix-cache). Source: SemiAnalysisAI/InferenceX benchmarks/dsr1_fp8_h200.sh
+@1fc5d73c and benchmarks/dsr1_fp8_h200_slurm.sh @11cc03bb (both versions launch the same values)."""
+SGLANG_INFERENCEX_MAX_RUNNING = {(1024, 1024): 512}
+"""--max-running-requests of those runs by (isl, osl): 512 for 1k/1k, else SGLANG_INFERENCEX_MAX_RUNNING_OTHER
+(same scripts)."""
+SGLANG_INFERENCEX_MAX_RUNNING_OTHER = 256
+
+
 def _launch(case: Case, harness: Harness, input_len: int, output_len: int) -> tuple[int, float | None, float]:
     """(per-step token budget, KV budget fraction or None for the engine default, scheduler wait in decode
-    steps) the case's campaign launched its engine with (`INFERENCEX` source; defaults elsewhere).
+    steps) the case's campaign launched its engine with (`INFERENCEX` source; defaults elsewhere). SGLang: InferenceX's
+    flags (SGLANG_INFERENCEX_LAUNCH), else the defaults of the row's release (`sglang_defaults`), the chunk per
+    attention-DP rank.
 
     Wait steps: TensorRT-LLM batch waiting holds a prompt until enough prompt tokens accumulate -- n =
     ceil(ratio x budget / input) prompts, the next n - 1 arriving (a closed loop of C clients brings one
     prompt per C / output steps) -- or the timeout: min(timeout, (n - 1) x output / C). Attention-DP
     balancing holds it until each of the adp ranks has one: min(timeout, (adp - 1) x output / C)."""
     budget, fraction, steps = sv.DEFAULT_MAX_NUM_BATCHED_TOKENS, None, 0.0
+    if case.engine == "sglang" and harness is INFERENCEX:
+        return SGLANG_INFERENCEX_LAUNCH[0], SGLANG_INFERENCEX_LAUNCH[1], steps
     if case.engine == "sglang":
         hw, spec = _cluster(case.cluster), _model(case.model)
         chunk, fraction = sglang_defaults(case.engine_version, hw.gpu.memory_gib * 1024, tp=case.inst.tp,
@@ -422,7 +436,11 @@ def case_terms(case: Case) -> dict[str, float]:
     if case.engine == "sglang":
         pool = mem.kv_tokens // case.inst.adp
         per_rank = -(-case.concurrency // case.inst.adp)
-        cmax = case.inst.adp * sv.sglang_admitted(pool, input_len, output_len, per_rank, budget, max_running=pool // 2)
+        max_running = pool // 2
+        if harness is INFERENCEX:
+            max_running = min(max_running, SGLANG_INFERENCEX_MAX_RUNNING.get((case.input_len, case.output_len),
+                                                                             SGLANG_INFERENCEX_MAX_RUNNING_OTHER))
+        cmax = case.inst.adp * sv.sglang_admitted(pool, input_len, output_len, per_rank, budget, max_running=max_running)
         wave = min(case.concurrency, cmax) if harness.synchronised else 0
     elif harness.synchronised:  # engines that mix prefill into decode steps: lock-step groups of one step's prompts
         wave = min(case.concurrency, cmax, case.inst.adp * max(1, budget // input_len))

@@ -43,6 +43,18 @@ def test_admission_caps_and_floor():
     assert sv.sglang_admitted(100, 1024, 128, clients=4, chunk_tokens=8192) == 1
 
 
+def test_admission_of_prompts_longer_than_a_batch():
+    """20,000-token prompts, chunk 8,192: each is chunked over three batches (8,192 + 8,192 + 3,616, the next one
+    starting in the third); a pool of 10^6 admits all 4 clients."""
+    assert sv.sglang_admitted(1_000_000, 20_000, 100, clients=4, chunk_tokens=8192) == 4
+
+
+def test_inferencex_sglang_launch_flags(cases):
+    """InferenceX's SGLang DeepSeek-R1 launch: --chunked-prefill-size 32768, --mem-fraction-static 0.82."""
+    case = _one(cases, engine="sglang", harness="inferencex", input_len=1024, output_len=1024)
+    assert v._launch(case, v.INFERENCEX, 921, 921) == (32768, 0.82, 0.0)
+
+
 def test_admission_uses_the_init_ratio_of_the_source():
     assert sv.SGLANG_INIT_NEW_TOKEN_RATIO == 0.7 and sv.SGLANG_CLIP_MAX_NEW_TOKENS == 4096
 

@@ -698,10 +698,13 @@ def sglang_admitted(pool_tokens: int, input_len: int, output_len: int, clients: 
     need = input_len + clip_new
     held = input_len + 1 + min(output_len - 1, SGLANG_CLIP_MAX_NEW_TOKENS) * ratio
     cap = min(clients, max_running or clients)
+    chunk_tokens = max(1, chunk_tokens)
     running, carried = 0, 0.0
     while running < cap:
         chunk_left = chunk_tokens - carried
-        carried = 0.0
+        carried = max(0.0, -chunk_left)
+        if chunk_left <= 0:  # a prompt longer than a batch's budget fills this batch too
+            continue
         rem_total = pool_tokens - running * held
         batch = 0
         while running + batch < cap and chunk_left > 0:
@@ -712,8 +715,6 @@ def sglang_admitted(pool_tokens: int, input_len: int, output_len: int, clients: 
                 carried = input_len - chunk_left
             chunk_left -= input_len
         running += batch
-        if batch == 0:
-            break
     return max(1, running)
 
 
