@@ -319,11 +319,11 @@ TRTLLM_DSR1_FREE_FRACTION = 0.75
 
 
 SGLANG_INFERENCEX_LAUNCH = (32768, 0.82)
-"""(--chunked-prefill-size, --mem-fraction-static) of InferenceX's SGLang DeepSeek-R1 runs on H200 (also
---max-prefill-tokens 32768, --disable-radix-cache). Source: SemiAnalysisAI/InferenceX benchmarks/dsr1_fp8_h200.sh
+"""(chunked_prefill_size, mem_fraction_static) InferenceX's SGLang DeepSeek-R1 runs on H200 launch with (also
+max_prefill_tokens 32768 and the radix cache disabled; flag spellings: planner.frameworks.sglang.FLAG). Source: SemiAnalysisAI/InferenceX benchmarks/dsr1_fp8_h200.sh
 @1fc5d73c and benchmarks/dsr1_fp8_h200_slurm.sh @11cc03bb (both versions launch the same values)."""
 SGLANG_INFERENCEX_MAX_RUNNING = {(1024, 1024): 512}
-"""--max-running-requests of those runs by (isl, osl): 512 for 1k/1k, else SGLANG_INFERENCEX_MAX_RUNNING_OTHER
+"""max_running_requests of those runs by (isl, osl): 512 for 1k/1k, else SGLANG_INFERENCEX_MAX_RUNNING_OTHER
 (same scripts)."""
 SGLANG_INFERENCEX_MAX_RUNNING_OTHER = 256
 
