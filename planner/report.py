@@ -893,6 +893,12 @@ def show_serve_validation(data: dict, fmt: str) -> None:
     s = data["summary"]
     console.print(f"{data['suite']} validation on {escape(data['data'])} ({data['part']} rows): "
                   f"TTFT MAPE {s['ttft_mape']}%, TPOT MAPE {s['tpot_mape']}%, n = {s['n']}")
+    harness = data.get("harness", {})
+    console.print("measurement harness: " + ", ".join(f"{name} {n}" for name, n in harness.items()))
+    if "plain" in harness:
+        console.print("  plain: rows without a `harness` value (no such column in the file), costed as a steady "
+                      "closed loop at exactly isl / osl tokens, no start burst; name inferencex, sweep or sweep-sla "
+                      "in a `harness` column to cost a row as that campaign ran it")
     for key in ("engine", "gpu", "model"):
         console.print()
         console.print(_table(f"by {key}", (key, "n", "TTFT MAPE %", "TPOT MAPE %"),

@@ -6,7 +6,10 @@ model_path, system, gemm_quant_mode / moe_quant_mode, isl, osl, batch_size (conc
 attention-DP group: the benchmark ran batch_size x attention_dp_size concurrent requests — the
 file's dropped provenance column reads silicon_concurrency=64 for batch 8 x attention-DP 8, =256 for
 4 x 64, ai-dynamo/aiconfigurator silicon_sample.csv @095f58a5), tp_size,
-pp_size, attention_dp_size, moe_tp_size, moe_ep_size, silicon_ttft_ms, silicon_tpot_ms.
+pp_size, attention_dp_size, moe_tp_size, moe_ep_size, silicon_ttft_ms, silicon_tpot_ms; optional
+`backend_version` (the engine release: SGLang rows take that release's launch defaults, `sglang_defaults`)
+and `harness` (how the row was measured, a key of HARNESSES; absent or empty: `plain`, a steady closed loop
+with no start burst -- the shipped reference copy names every row's).
 
 Split (deterministic, documented): a row is in the EVALUATION part when crc32(id) % 4 == 0, else in
 the FIT part (about 25 % / 75 %). The fit never sees evaluation rows. Each measurement counts once
@@ -15,7 +18,8 @@ the FIT part (about 25 % / 75 %). The fit never sees evaluation rows. Each measu
 1 / measured (so the fit minimises squared relative error, the quantity MAPE reports), one set of
 constants per engine and model class (dense / MoE). Each row is costed as its campaign measured it
 (`harness_of`): the InferenceX campaigns' published launch flags and benchmark client (KV dtype, per-step
-token budget, scheduler waits, drawn lengths, the start burst of 10 x concurrency measured prompts); the
+token budget, scheduler waits, drawn lengths, the start burst of 10 x concurrency measured prompts), the
+lock-step waves of aiconfigurator's fixed-length grid, SGLang's admission rule and release defaults; the
 file has no KV-dtype column, so the other campaigns' KV cache is taken as bf16.
 
 `python -m planner.serve_validate --write` (Makefile: `make calibrate-serving`) regenerates
@@ -27,7 +31,6 @@ from __future__ import annotations
 import csv
 import datetime
 import math
-import re
 import sys
 import zlib
 from dataclasses import dataclass
@@ -76,6 +79,10 @@ class Case:
     output_len: int
     ttft_ms: float
     tpot_ms: float
+    harness: str = "plain"
+    """How the row was measured: a key of HARNESSES (the file's `harness` column; `plain` when absent or empty)."""
+    engine_version: str = ""
+    """The engine's release (the file's `backend_version` column; empty: the release the planner models)."""
 
     @property
     def evaluation(self) -> bool:
@@ -146,6 +153,9 @@ def case_of(row: dict, file: str, line: int | None = None) -> Case:
     pp, adp, moe_tp, moe_ep = (_field_int(row, key, row_name, file, ("", unset) if unset else ("",))
                                for key, unset in DEGREE_COLUMNS.items())
     ttft_ms, tpot_ms = (_field_time(row, key, row_name, file) for key in TIME_COLUMNS)
+    harness = (row.get("harness") or "").strip() or PLAIN.name
+    if harness not in HARNESSES:
+        raise _bad(row_name, "harness", harness, ", ".join(HARNESSES) + " or empty (plain)", file)
     spec = _model(MODEL_NAMES[row["model_path"]])
     clients = batch * adp
     if spec.is_moe and legacy_tp_times_ep(max(tp, adp), moe_tp, moe_ep, _cluster(SYSTEMS[row["system"]]).scaleup_domain_gpus):
@@ -156,7 +166,8 @@ def case_of(row: dict, file: str, line: int | None = None) -> Case:
     return Case(id=row["id"], engine=row["backend"], model=MODEL_NAMES[row["model_path"]],
                 cluster=SYSTEMS[row["system"]], weight_format=weight_format_of(row), inst=inst,
                 concurrency=clients if inst.adp == adp else batch * inst.adp, input_len=isl, output_len=osl,
-                ttft_ms=ttft_ms, tpot_ms=tpot_ms)
+                ttft_ms=ttft_ms, tpot_ms=tpot_ms, harness=harness,
+                engine_version=(row.get("backend_version") or "").strip())
 
 
 def legacy_tp_times_ep(gpus: int, moe_tp: int, moe_ep: int, node_gpus: int) -> bool:
@@ -233,6 +244,9 @@ class Harness:
     kv_dtype: dict[str, str]
     """engine -> KV-cache dtype the campaign launched it with (absent: bf16)."""
     source: str
+    synchronised: bool = False
+    """All requests of the same lengths and all clients started together: under a prefill-first scheduler
+    (SGLang) the closed loop then runs in lock-step waves (`cost.serving.latency_terms` wave_s)."""
 
     def mean_length(self, nominal: int) -> int:
         """Mean drawn length for the nominal `nominal` (the row's isl / osl)."""
@@ -252,7 +266,7 @@ INFERENCEX = Harness(
            "which then launches all prompts at once (no wait at rate inf) behind a semaphore of max_concurrency, "
            "lengths uniform over [int(L x ratio), L]; range ratio 0.8 as ai-dynamo/aiconfigurator's replay of this "
            "cohort (scripts/e2e_accuracy, random_range_ratio 0.8)")
-"""The dated campaigns (ids `YYYY_MM_DD_...`): SemiAnalysis InferenceX runs (workloads 1k/1k, 1k/8k, 8k/1k,
+"""The InferenceX campaigns (the file's `inferencex` rows, ids `YYYY_MM_DD_...`): SemiAnalysis runs (workloads 1k/1k, 1k/8k, 8k/1k,
 the TP x EP encoding of `legacy_tp_times_ep`)."""
 SWEEP = Harness(
     "sweep", burst_fraction=None, length_range_ratio=1.0, kv_dtype={},
@@ -260,14 +274,35 @@ SWEEP = Harness(
            "@00fe6de3: aiperf --concurrency C --num-requests C x BENCH_MULTI_ROUND (default 50) "
            "--warmup-request-count 2C, fixed lengths (isl / osl stddev, ignore_eos); an earlier version of the "
            "template measured 20 C (README note of the fourth session). Which version measured each undated "
-           "campaign is not recorded, so the burst share is left to the fit (burst_fraction None)")
-"""Every other campaign: aiconfigurator's own sweeps (lengths named exactly in the id)."""
-_INFERENCEX_ID = re.compile(r"^\d{4}_\d{2}_\d{2}_")
+           "campaign is not recorded, so the burst share is left to the fit (burst_fraction None); every request "
+           "has exactly isl / osl tokens (stddev 0 in the accuracy sweeps, ignore_eos) and max_tokens = osl",
+    synchronised=True)
+"""aiconfigurator's accuracy grid (the file's `sweep` rows: input and output lengths powers of two, 128-4096
+and 128-1024 tokens, at the template's base concurrencies 8-128; lengths named exactly in the id)."""
+SWEEP_SLA = Harness(
+    "sweep-sla", burst_fraction=None, length_range_ratio=1.0, kv_dtype={},
+    source=SWEEP.source.split("; every request")[0] + "; the SLA-sized campaigns (the file's `sweep-sla` rows: "
+           "lengths 1000-8000 / 100-2000 tokens at concurrencies from aiconfigurator's estimate, e.g. 80, 208, 352 "
+           "clients: bench_run.sh.j2 estimated_concurrency x 0.95 / 1 / 1.05). Their length spread "
+           "(isl_stddev / osl_stddev) is not recorded; their clients were not in lock-step: SGLang's TTFT there "
+           "lies below the floor of a lock-step wave (llama-3.1-8b tp1, 2,000 / 100 tokens, 80 clients: 362 ms "
+           "measured, while a wave's mean wait is at least 41 prefills of 15.7 ms at the H200's dense bf16 peak, "
+           "660 ms), so synchronised is False (an inference from the data, not from a published script)")
+"""aiconfigurator's SLA-sized campaigns (decimal lengths; the file's `sweep-sla` rows)."""
+PLAIN = Harness(
+    "plain", burst_fraction=0.0, length_range_ratio=1.0, kv_dtype={},
+    source="no benchmark harness recorded: a steady closed loop of `batch_size` clients at exactly isl / osl tokens, "
+           "no start burst, the engines' default launch flags (what serve-plan predicts)")
+"""A row whose file names no harness (a user's measurements without the `harness` column)."""
+HARNESSES = {h.name: h for h in (INFERENCEX, SWEEP, SWEEP_SLA, PLAIN)}
+"""The `harness` column's values. The shipped reference copy (tests/data/reference/serving_measurements.csv)
+names each row's: `inferencex` for the SemiAnalysis InferenceX campaigns (ids YYYY_MM_DD_...), `sweep` /
+`sweep-sla` for aiconfigurator's own (power-of-two lengths / the others)."""
 
 
 def harness_of(case: Case) -> Harness:
-    """INFERENCEX for a dated id, else SWEEP."""
-    return INFERENCEX if _INFERENCEX_ID.match(case.id) else SWEEP
+    """The harness the case's row names (`Case.harness`)."""
+    return HARNESSES[case.harness]
 
 
 TRTLLM_BATCH_WAIT = (20, 0.9)
@@ -283,15 +318,34 @@ TRTLLM_DSR1_FREE_FRACTION = 0.75
 """kv_cache_config free_gpu_memory_fraction of InferenceX's TensorRT-LLM DeepSeek-R1 runs (INFERENCEX source)."""
 
 
+SGLANG_INFERENCEX_LAUNCH = (32768, 0.82)
+"""(chunked_prefill_size, mem_fraction_static) InferenceX's SGLang DeepSeek-R1 runs on H200 launch with (also
+max_prefill_tokens 32768 and the radix cache disabled; flag spellings: planner.frameworks.sglang.FLAG). Source: SemiAnalysisAI/InferenceX benchmarks/dsr1_fp8_h200.sh
+@1fc5d73c and benchmarks/dsr1_fp8_h200_slurm.sh @11cc03bb (both versions launch the same values)."""
+SGLANG_INFERENCEX_MAX_RUNNING = {(1024, 1024): 512}
+"""max_running_requests of those runs by (isl, osl): 512 for 1k/1k, else SGLANG_INFERENCEX_MAX_RUNNING_OTHER
+(same scripts)."""
+SGLANG_INFERENCEX_MAX_RUNNING_OTHER = 256
+
+
 def _launch(case: Case, harness: Harness, input_len: int, output_len: int) -> tuple[int, float | None, float]:
     """(per-step token budget, KV budget fraction or None for the engine default, scheduler wait in decode
-    steps) the case's campaign launched its engine with (`INFERENCEX` source; defaults elsewhere).
+    steps) the case's campaign launched its engine with (`INFERENCEX` source; defaults elsewhere). SGLang: InferenceX's
+    flags (SGLANG_INFERENCEX_LAUNCH), else the defaults of the row's release (`sglang_defaults`), the chunk per
+    attention-DP rank.
 
     Wait steps: TensorRT-LLM batch waiting holds a prompt until enough prompt tokens accumulate -- n =
     ceil(ratio x budget / input) prompts, the next n - 1 arriving (a closed loop of C clients brings one
     prompt per C / output steps) -- or the timeout: min(timeout, (n - 1) x output / C). Attention-DP
     balancing holds it until each of the adp ranks has one: min(timeout, (adp - 1) x output / C)."""
     budget, fraction, steps = sv.DEFAULT_MAX_NUM_BATCHED_TOKENS, None, 0.0
+    if case.engine == "sglang" and harness is INFERENCEX:
+        return SGLANG_INFERENCEX_LAUNCH[0], SGLANG_INFERENCEX_LAUNCH[1], steps
+    if case.engine == "sglang":
+        hw, spec = _cluster(case.cluster), _model(case.model)
+        chunk, fraction = sglang_defaults(case.engine_version, hw.gpu.memory_gib * 1024, tp=case.inst.tp,
+                                          pp=case.inst.pp, adp=case.inst.adp, mla=spec.is_mla)
+        return chunk // case.inst.adp, fraction, steps
     if harness is not INFERENCEX or case.engine != "trtllm":
         return budget, fraction, steps
     per_arrival = output_len / case.concurrency
@@ -308,6 +362,46 @@ def _launch(case: Case, harness: Harness, input_len: int, output_len: int) -> tu
     return budget, fraction, steps
 
 
+SGLANG_CURRENT = "0.5.23"
+"""The SGLang release the planner models (planner.frameworks.sglang); rows of older releases get theirs."""
+
+
+def sglang_defaults(version: str, gpu_mib: float, *, tp: int, pp: int, adp: int, mla: bool) -> tuple[int, float]:
+    """(chunked_prefill_size, mem_fraction_static) SGLang `version` takes when neither flag is given, on a GPU
+    whose nvidia-smi memory.total is `gpu_mib` MiB (the sweeps' and InferenceX's SGLang launches set neither).
+
+    - 0.5.1.post1 (`srt/server_args.py` ServerArgs.__post_init__): chunk 2048 below 35 GiB, 8192 below
+      160 GiB, else 16384; reserved GiB by GPU memory: < 35 GiB 2.8 + tp x pp / 10, < 90 GiB 9.5 + tp x pp / 2,
+      < 160 GiB 12 + tp x pp / 2, else 32; + 4 with DP attention; fraction = round((gpu - reserved) / gpu, 3).
+    - 0.5.6.post2, 0.5.8.post1, 0.5.9 (`srt/server_args.py` _handle_gpu_memory_settings, the same in the
+      three wheels): chunk and decode CUDA-graph max batch as `planner.frameworks.sglang.gpu_defaults`
+      (8192 and 256 / 512 at tp >= 4 on 60-160 GiB GPUs); reserved MiB = 512 + 1.5 x max(chunk, 2048) +
+      2 x max_bs + tp x pp / 8 x 1024 (+ 3 x max_bs x dp, + 1.5 x max_bs x dp when max_bs > 300, under DP
+      attention), at least 10,240 above 60 GiB; no prefill CUDA graphs (piecewise graphs off by default).
+    - otherwise (0.5.23, or no version): `planner.frameworks.sglang.default_mem_fraction_static`.
+    Hand check: H100 (81,559 MiB), 0.5.1.post1, tp 2: reserved 10.5 GiB = 10,752 MiB, (81,559 - 10,752) /
+    81,559 = 0.868; 0.5.8.post1, tp 1: 512 + 12,288 + 512 + 128 = 13,440, 0.835."""
+    from planner.frameworks import sglang
+
+    chunk, max_bs = sglang.gpu_defaults(gpu_mib, tp)
+    if version.startswith("0.5.1."):
+        chunk = 2048 if gpu_mib < 35 * 1024 else 8192 if gpu_mib < 160 * 1024 else 16384
+        parallel = tp * pp
+        reserved_gib = (2.8 + parallel / 10 if gpu_mib < 35 * 1024 else 9.5 + parallel / 2 if gpu_mib < 90 * 1024
+                        else 12 + parallel / 2 if gpu_mib < 160 * 1024 else 32) + (4 if adp > 1 else 0)
+        return chunk, round((gpu_mib - reserved_gib * 1024) / gpu_mib, 3)
+    if version.split(".post")[0] in ("0.5.6", "0.5.8", "0.5.9"):
+        reserved = 512 + 1.5 * max(chunk, 2048) + 2 * max_bs + tp * pp / 8 * 1024
+        if adp > 1:
+            reserved += max_bs * adp * 3 + (max_bs * adp * 1.5 if max_bs > 300 else 0)
+        if gpu_mib > 60 * 1024:
+            reserved = max(reserved, 10 * 1024)
+        return chunk, round((gpu_mib - reserved) / gpu_mib, 3)
+    return chunk, sglang.default_mem_fraction_static(gpu_mib, tp=tp, pp=pp, chunked_prefill_size=chunk,
+                                                     max_running_requests=None, mla=mla, attn_dp=adp, role=None,
+                                                     a2a=sglang.A2A_NONE)
+
+
 def case_terms(case: Case) -> dict[str, float]:
     """`latency_terms` of a case as its campaign ran it (`harness_of`: mean lengths, KV dtype, per-step token
     budget, start burst, scheduler waits), with the KV-pool concurrency limit of the engine's budget and, under
@@ -318,7 +412,15 @@ def case_terms(case: Case) -> dict[str, float]:
     vLLM allocates blocks for the tokens each step computes and preempts the newest running request
     when none are free (vllm-project/vllm 0.33.0 wheel `vllm/v1/core/sched/scheduler.py` Scheduler.schedule:
     kv_cache_manager.allocate_slots(request, num_new_tokens), else preempt self.running[-1]), so its
-    sequences hold input + output / 2 tokens on average over their lifetime."""
+    sequences hold input + output / 2 tokens on average over their lifetime.
+
+    SGLang (`sglang_defaults` of the row's release, `cost.serving.sglang_admitted`): the requests its admission
+    check lets run at once replace the pool / (input + output) count, and under a synchronised harness the
+    lock-step wave (`cost.serving.latency_terms` wave_s) of the clients it admits replaces the start-burst terms.
+    vLLM and TensorRT-LLM under a synchronised harness: every step mixes decode tokens and prefills, so a wave
+    splits into groups of the prompts one step's token budget takes, which start, finish and return together:
+    wave_s of min(clients, budget / input) prompts (each group waits for its own step only), next to the
+    start-burst terms."""
     spec, hw = _model(case.model), _cluster(case.cluster)
     harness = harness_of(case)
     input_len, output_len = harness.mean_length(case.input_len), harness.mean_length(case.output_len)
@@ -328,15 +430,28 @@ def case_terms(case: Case) -> dict[str, float]:
                             kv_dtype=kv_dtype, engine=case.engine, gpu_name=hw.gpu.name, fraction=fraction)
     resident = input_len + (output_len // 2 if case.engine == "vllm" else output_len)
     cmax = max(1, sv.max_concurrency(mem, spec, case.inst, resident))
+    wave = 0
     if case.engine == "vllm":  # the running sequences the per-step token budget sustains (serve.running_cap)
         cmax = min(cmax, case.inst.adp * sv.budget_concurrency(budget, input_len, output_len))
+    if case.engine == "sglang":
+        pool = mem.kv_tokens // case.inst.adp
+        per_rank = -(-case.concurrency // case.inst.adp)
+        max_running = pool // 2
+        if harness is INFERENCEX:
+            max_running = min(max_running, SGLANG_INFERENCEX_MAX_RUNNING.get((case.input_len, case.output_len),
+                                                                             SGLANG_INFERENCEX_MAX_RUNNING_OTHER))
+        cmax = case.inst.adp * sv.sglang_admitted(pool, input_len, output_len, per_rank, budget, max_running=max_running)
+        wave = min(case.concurrency, cmax) if harness.synchronised else 0
+    elif harness.synchronised:  # engines that mix prefill into decode steps: lock-step groups of one step's prompts
+        wave = min(case.concurrency, cmax, case.inst.adp * max(1, budget // input_len))
     dtype = "bf16" if case.weight_format == "bf16" else "fp8"
     return sv.latency_terms(spec, case.inst, hbm_bytes_per_s=hw.gpu.hbm_gb_per_s * 1e9,
                             peak_flops=hw.peak_flops(dtype), weight_format=case.weight_format,
                             kv_dtype=kv_dtype, concurrency=case.concurrency, input_len=input_len,
                             output_len=output_len, max_concurrency_=cmax, max_num_batched_tokens=budget,
                             link_bytes_per_s=sv.link_bytes_per_s(hw, case.inst.tp),
-                            burst_fraction=harness.burst_fraction, wait_steps=wait_steps)
+                            burst_fraction=0.0 if wave and case.engine == "sglang" else harness.burst_fraction, wait_steps=wait_steps,
+                            wave_clients=wave)
 
 
 def _columns(terms: dict[str, float], names: tuple[str, ...]) -> list[float]:
@@ -513,7 +628,8 @@ def validate(cases: list[Case], calibration: dict | None = None, *, part: str = 
     Args:
         part: `all`, `fit` or `evaluation` (the split rule of this module).
     Returns:
-        {"rows": [...], "summary": {ttft_mape, tpot_mape, n}, "by": {"engine": {...}, ...}} (MAPE in %).
+        {"rows": [...], "summary": {ttft_mape, tpot_mape, n}, "harness": {name: rows costed with it},
+        "by": {"engine": {...}, ...}} (MAPE in %); a row without a harness value counts under `plain`.
     """
     calibration = calibration or load_calibration()
     chosen = [c for c in cases if part == "all" or (c.evaluation == (part == "evaluation"))]
@@ -523,7 +639,8 @@ def validate(cases: list[Case], calibration: dict | None = None, *, part: str = 
         rows.append(dict(id=case.id, engine=case.engine, gpu=case.cluster, model=case.model,
                          part="evaluation" if case.evaluation else "fit",
                          ttft_ms=case.ttft_ms, ttft_pred_ms=ttft * 1e3, tpot_ms=case.tpot_ms, tpot_pred_ms=tpot * 1e3))
-    return {"rows": rows, "summary": _mape(rows),
+    harnesses = {h: sum(c.harness == h for c in chosen) for h in HARNESSES if any(c.harness == h for c in chosen)}
+    return {"rows": rows, "summary": _mape(rows), "harness": harnesses,
             "by": {key: {v: _mape([r for r in rows if r[key] == v]) for v in sorted({r[key] for r in rows})}
                    for key in ("engine", "gpu", "model")}}
 

@@ -478,12 +478,13 @@ def context_bound(mem: ServingMemory, spec: ModelSpec, max_model_len: int | None
 # ---------------------------------------------------------------- latency
 
 TTFT_TERMS = ("prefill_one_s", "prefill_batch_s", "weights_per_chunk_s", "constant", "kv_wait_s", "burst_s",
-              "burst_unknown_share_s")
+              "burst_unknown_share_s", "wave_s")
 """TTFT = sum of fitted coefficient x term (see `latency_terms`) + the unfitted terms of `predict_latency`.
 The two burst terms describe how a benchmark measured TTFT (the clients' first prompts queued behind each
 other in an idle engine: planner.serve_validate.Harness), not the engine: they are 0 in serve-plan's steady
 state, and their coefficients (about the prefill's own when the share is known) only take the burst out of
-the other terms' fit. No per-collective latency term: a prompt's TP all-reduces are bandwidth-bound (`prefill_allreduce_s`,
+the other terms' fit. `wave_s` (SGLang's lock-step closed loop under a fixed-length benchmark) is likewise a
+property of how the measurement was taken, 0 in serve-plan. No per-collective latency term: a prompt's TP all-reduces are bandwidth-bound (`prefill_allreduce_s`,
 unfitted). A fitted per-collective coefficient was an artefact: in each engine's data the count,
 2 x layers whenever tp > 1, names the model (qwen3-32b 128, llama-3.1-8b 64), so the fit used it as a
 per-model intercept -- 2,182 us per all-reduce for SGLang, 370 us for TensorRT-LLM, against ~10-30 us an
@@ -526,7 +527,7 @@ def latency_terms(spec: ModelSpec, inst: Instance, *, hbm_bytes_per_s: float, pe
                   weight_format: str, kv_dtype: str, concurrency: float, input_len: int, output_len: int,
                   max_concurrency_: int, max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
                   hop_s: float = 0.0, link_bytes_per_s: float = 0.0, burst_fraction: float | None = 0.0,
-                  wait_steps: float = 0.0) -> dict[str, float]:
+                  wait_steps: float = 0.0, wave_clients: float = 0.0) -> dict[str, float]:
     """Physical terms of TTFT and TPOT for one instance at `concurrency` sequences (closed loop).
 
     Terms (seconds unless named otherwise), per GPU of one stage; pp stages run in sequence, so the
@@ -587,6 +588,16 @@ def latency_terms(spec: ModelSpec, inst: Instance, *, hbm_bytes_per_s: float, pe
       state, what serve-plan predicts).
     - burst_unknown_share_s: the same burst wait when the share is not known (burst_fraction None): its
       coefficient then carries the share (a parameter of the measurement, not of the engine); 0 otherwise.
+    - wave_s: the mean prefill wait of a synchronised wave of `wave_clients` prompts (0: none): an engine that
+      runs every waiting prefill before the next decode step (SGLang's default scheduler, `sglang_admitted`)
+      under a benchmark whose requests all have the same lengths keeps its closed loop in lock-step -- the
+      wave's requests start decoding together, finish on the same step and send their next prompts together --
+      so every measured request, not only the first burst's, waits for the prefills of the wave's prompts
+      ahead of it: prefill_one_s x `start_burst_prompts`(wave_clients / adp, max_num_batched_tokens / input)
+      (callers pass the clients one wave admits, `sglang_admitted`; for engines that mix prefill chunks into
+      decode steps, vLLM and TensorRT-LLM, the lock-step unit is the group of prompts one step's budget takes,
+      min(clients, max_num_batched_tokens / input), each group waiting for its own step). 0 in serve-plan's
+      steady state (lengths vary, the loop does not synchronise), like the burst terms.
     - wait_steps: decode steps a new prompt waits by a configured scheduler delay (TensorRT-LLM batch waiting,
       attention-DP balancing: `cost.serving` callers compute it); a count, added to TTFT as wait_steps x TPOT
       (`predict_latency`). 0 with the engines' defaults.
@@ -627,8 +638,10 @@ def latency_terms(spec: ModelSpec, inst: Instance, *, hbm_bytes_per_s: float, pe
     first_chunk = min(batched * input_len, max(max_num_batched_tokens, input_len))
     chunks = math.ceil(local * input_len / max_num_batched_tokens)
     wait = max(0.0, queued / concurrency - 1) * output_len * step
-    burst = prefill_one * start_burst_prompts(local, max(1.0, max_num_batched_tokens / input_len))
+    per_step = max(1.0, max_num_batched_tokens / input_len)
+    burst = prefill_one * start_burst_prompts(local, per_step)
     return {
+        "wave_s": prefill_one * start_burst_prompts(wave_clients / inst.adp, per_step),
         "burst_s": (burst_fraction or 0.0) * burst, "burst_unknown_share_s": burst if burst_fraction is None else 0.0,
         "wait_steps": wait_steps,
         "decode_memory_s": decode_memory, "decode_compute_s": decode_compute,
@@ -678,6 +691,68 @@ def start_burst_prompts(clients: float, per_step: float) -> float:
     if clients <= 1:
         return 0.0
     return (clients + min(clients, per_step)) / 2 - 1
+
+
+SGLANG_INIT_NEW_TOKEN_RATIO = 0.7
+"""new_token_ratio SGLang starts at (and resets to when idle): the share of a running request's remaining
+max_new_tokens its admission check reserves. Source: SGLang 0.5.23 wheel `srt/environ.py`
+SGLANG_INIT_NEW_TOKEN_RATIO = 0.7 (x schedule_conservativeness, default 1.0: `srt/managers/scheduler_components/
+new_token_ratio_tracker.py` NewTokenRatioTracker.from_config; reset() when the scheduler idles); the same value in
+0.5.1.post1 - 0.5.9 (`srt/managers/scheduler.py` init_new_token_ratio, `scheduler_runtime_checker_mixin.py`
+self_check_during_idle in 0.5.8.post1). It decays by (0.7 - 0.7 x 0.14) / 600 per decode step, which a wave's
+admission (`sglang_admitted`: prefill batches back to back, no decode step between them) never sees."""
+SGLANG_CLIP_MAX_NEW_TOKENS = 4096
+"""max_new_tokens the admission check counts at most per request. Source: SGLang 0.5.23 wheel
+`srt/managers/schedule_policy.py` CLIP_MAX_NEW_TOKENS (env SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION, default 4096);
+the same in 0.5.1.post1 - 0.5.9."""
+
+
+def sglang_admitted(pool_tokens: int, input_len: int, output_len: int, clients: int, chunk_tokens: int,
+                    max_running: int | None = None, ratio: float = SGLANG_INIT_NEW_TOKEN_RATIO) -> int:
+    """Requests SGLang's scheduler admits from `clients` prompts that reach an idle engine together (a wave),
+    before the first of them finishes: its admission check (`PrefillAdder.add_one_req`, radix cache on, the
+    default) and prefill-first loop, per data-parallel rank. >= 1 (a lone request is always tried).
+
+    Each scheduler cycle runs one prefill batch while requests wait and can be admitted, else one decode step
+    (`Scheduler.get_next_batch_to_run`: get_new_batch_prefill first), so a wave's prefill batches run back to
+    back. A batch takes prompts while its chunk budget lasts (rem_chunk_tokens = chunked_prefill_size; a prompt
+    longer than what is left is chunked and finishes in the next batch), each only if
+    input + min(max_new_tokens, CLIP) < rem_total_tokens = free pool tokens - the batch's earlier prompts'
+    input + min(max_new_tokens, CLIP) - every running request's min(max_new_tokens - generated, CLIP) x
+    new_token_ratio; the first refusal (NO_TOKEN) sets batch_is_full, and no prompt is admitted again until a
+    running request finishes. In a wave every admitted request holds input + 1 tokens (its prefill made the first
+    output token) and runs max_new_tokens = output_len (the benchmark's max_tokens). Capped at `max_running`
+    (SGLang's max_running_requests) and `clients`.
+
+    Source: SGLang 0.5.23 wheel `srt/managers/schedule_policy.py` PrefillAdder (rem_total_tokens,
+    _get_running_request_total_token_offset, _update_prefill_budget, add_one_req, add_chunked_req),
+    `srt/managers/scheduler.py` get_new_batch_prefill (batch_is_full); the same rules in 0.5.1.post1, 0.5.6.post2,
+    0.5.8.post1 and 0.5.9 (`schedule_policy.py` / `scheduler.py` of each wheel). Hand check (tests): pool 20,000,
+    1,024 in / 512 out, chunk 8,192: the first batch takes 8 (8 x 1,536 = 12,288 < 20,000); the second sees
+    8 x (1,025 + 511 x 0.7) = 11,061.6 held, 8,938.4 left, and takes 5 (5 x 1,536 = 7,680 < 8,938.4; a sixth
+    needs 9,216): 13 admitted."""
+    clip_new = min(output_len, SGLANG_CLIP_MAX_NEW_TOKENS)
+    need = input_len + clip_new
+    held = input_len + 1 + min(output_len - 1, SGLANG_CLIP_MAX_NEW_TOKENS) * ratio
+    cap = min(clients, max_running or clients)
+    chunk_tokens = max(1, chunk_tokens)
+    running, carried = 0, 0.0
+    while running < cap:
+        chunk_left = chunk_tokens - carried
+        carried = max(0.0, -chunk_left)
+        if chunk_left <= 0:  # a prompt longer than a batch's budget fills this batch too
+            continue
+        rem_total = pool_tokens - running * held
+        batch = 0
+        while running + batch < cap and chunk_left > 0:
+            if need >= rem_total - batch * need:
+                return max(1, running + batch)
+            batch += 1
+            if input_len > chunk_left:
+                carried = input_len - chunk_left
+            chunk_left -= input_len
+        running += batch
+    return max(1, running)
 
 
 def prompts_per_prefill(clients: float, prefill_s: float, decode_s: float) -> float:
