@@ -307,6 +307,34 @@ def test_bounds_never_exceed_the_objective(seed):
     assert screened > 0  # some interleaved candidates get a screen bound
 
 
+def test_split_free_screen_stays_below_the_refined_bound_with_two_layer_kinds():
+    """The split-free screen of candidates whose program chooses the split (`_split_free_bound`)
+    is <= the refined bound, the program's optimum (its split DP is exact here), on a model with
+    two layer kinds (dense, then MoE: DeepSeek-V3's shape), where it takes the dynamic program
+    over split points; so it only spares refinements whose value would prune too."""
+    model = from_config({
+        "model_type": "deepseek_v3", "hidden_size": 256, "intermediate_size": 512,
+        "moe_intermediate_size": 128, "num_hidden_layers": 5, "num_attention_heads": 4,
+        "num_key_value_heads": 4, "vocab_size": 3000, "max_position_embeddings": 4096,
+        "n_routed_experts": 8, "num_experts_per_tok": 2, "n_shared_experts": 1,
+        "first_k_dense_replace": 2, "q_lora_rank": 64, "kv_lora_rank": 32,
+        "qk_nope_head_dim": 32, "qk_rope_head_dim": 16, "v_head_dim": 32}, name="tiny-two-kinds")
+    cluster = load_cluster("tests/data/clusters/custom-pcie.yaml", gpus=8)
+    base = dict(seq_len=1024, global_batch_size=16, precision="bf16", optimizer="adamw",
+                framework="megatron")
+    layouts, _, costs = P._candidates(model, cluster, {}, base, 0, 0.0)
+    assert len(set(costs.kinds)) == 2
+    screened = 0
+    for layout in layouts:
+        if layout.vpp > 1 or layout.pp == 1:
+            continue
+        screen = P._screen_bound(costs, layout, P.RECOMPUTE_MODES)
+        refined = P._refined_bound(costs, layout, P.RECOMPUTE_MODES)
+        assert screen <= refined, layout
+        screened += 0 < screen and not math.isinf(refined)
+    assert screened > 0
+
+
 def _seeded_case(seed: int):
     import random
     rng = random.Random(seed)
