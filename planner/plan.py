@@ -725,6 +725,33 @@ def _screen_bound(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> floa
     return bound * (1 - 1e-9) - 1e-8 * (model.num_hidden_layers + 1)
 
 
+def _split_time_bound(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> float:
+    """A lower bound on objective(layout) for a candidate whose program chooses the split, s, from
+    the cached layer times alone (the first screen, before `_split_free_bound` builds the stage
+    cost model): A min over splits max_s (head_s + sum_{l in run_s} min_r t[l, r]) + P; 0 (no
+    bound) for a pinned split or an inexact memory model (`_screen_bound`'s reasons).
+
+    Proof. Every stage total is at least A t_s + P and t_s >= head_s + sum_l t[l, r_l]
+    (`_screen_bound`'s proof, which holds for any split), >= head_s + sum_l min_{r in modes}
+    t[l, r]; the step, the largest stage total at the program's split, is then at least A times
+    the least over splits of the largest such sum (`search.bounds.split_free_bound` with one
+    piece), plus P. Its margin is `_split_free_bound`'s, so it stays below the refined bound
+    wherever that one is the program's optimum."""
+    layout = _with_split(costs.model, layout)
+    if _pinned_split(costs.model, layout) is not None or not memory_model_exact(costs.model, layout):
+        return 0.0
+    time_key = costs.time_key(layout)
+    key = ("split_time", time_key, modes, layout.pp)
+    if key not in costs._bound_terms:
+        times, _ = costs._kind_times(layout, time_key)
+        allowed = [RECOMPUTE_MODES.index(m) for m in modes]
+        least = tuple(min(row[r] for r in allowed) for row in times["total_s"])
+        head = stage_fixed_times(costs.model, costs.cluster, layout)
+        costs._bound_terms[key] = split_free_bound([[(head, least)]], costs.kinds, layout.pp)
+    a, p = costs.pipe_coefficients(layout)
+    return (a * costs._bound_terms[key] + p) * (1 - 1e-9) - 1e-8 * (costs.model.num_hidden_layers + 1)
+
+
 def _split_free_bound(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> float:
     """A lower bound on objective(layout) for a candidate whose program chooses the split
     (`_pinned_split` None), s, from the stage totals alone (no memory, no program built):
@@ -1188,7 +1215,8 @@ def _search(model, cluster, fixed, base, reserve, headroom, top_k, on_progress=N
     result = search(candidates, lower_bound, lambda c: _solve(costs, c, _modes_of(c, modes)),
                     top_k=top_k, on_progress=on_progress, tie_break=simplicity,
                     refine=lambda c: _refined_bound(costs, c, _modes_of(c, modes)), expand=expand,
-                    screen=lambda c: _screen_bound(costs, c, _modes_of(c, modes)))
+                    screen=(lambda c: _split_time_bound(costs, c, _modes_of(c, modes)),
+                            lambda c: _screen_bound(costs, c, _modes_of(c, modes))))
     return result, rejections, costs
 
 

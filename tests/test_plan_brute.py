@@ -283,9 +283,9 @@ def test_stage_totals_depend_only_on_their_own_layers():
 @pytest.mark.parametrize("seed", range(6))
 def test_bounds_never_exceed_the_objective(seed):
     """Every bound of every candidate is <= its step_time (the proofs in planner/plan.py): the
-    cheap bound (with the uneven-chunk bubble floor), the screen (per-stage memory LP of pinned
-    splits) and the refined bound; the screen of an even interleaved candidate is also <= the
-    refined bound (its DP is exact on these one-kind models), so it prunes nothing the refined
+    cheap bound (with the uneven-chunk bubble floor), the screens (per-stage memory LP of pinned
+    splits; the split-free bounds of the others) and the refined bound; the screens of an even
+    candidate are also <= the refined bound (its DP is exact on these one-kind models), so it prunes nothing the refined
     bound keeps."""
     model, cluster, base, fixed = _seeded_case(seed)
     layouts, _, costs = P._candidates(model, cluster, fixed, base, 0, 0.0)
@@ -296,9 +296,11 @@ def test_bounds_never_exceed_the_objective(seed):
             continue
         cheap = P._cheap_bound(costs, layout, P.RECOMPUTE_MODES)
         screen = P._screen_bound(costs, layout, P.RECOMPUTE_MODES)
+        first = P._split_time_bound(costs, layout, P.RECOMPUTE_MODES)
         refined = P._refined_bound(costs, layout, P.RECOMPUTE_MODES)
         assert cheap <= evaluated.objective_s * (1 + 1e-12), layout
         assert screen <= evaluated.objective_s * (1 + 1e-12), layout
+        assert first <= refined, layout
         assert refined <= evaluated.objective_s * (1 + 1e-12), layout
         assert not math.isinf(refined)
         if not P._uneven(P._with_split(model, layout)):
@@ -308,8 +310,8 @@ def test_bounds_never_exceed_the_objective(seed):
 
 
 def test_split_free_screen_stays_below_the_refined_bound_with_two_layer_kinds():
-    """The split-free screen of candidates whose program chooses the split (`_split_free_bound`)
-    is <= the refined bound, the program's optimum (its split DP is exact here), on a model with
+    """The split-free screens of candidates whose program chooses the split (`_split_time_bound`,
+    `_split_free_bound`) are <= the refined bound, the program's optimum (its split DP is exact here), on a model with
     two layer kinds (dense, then MoE: DeepSeek-V3's shape), where it takes the dynamic program
     over split points; so it only spares refinements whose value would prune too."""
     model = from_config({
@@ -329,9 +331,10 @@ def test_split_free_screen_stays_below_the_refined_bound_with_two_layer_kinds():
         if layout.vpp > 1 or layout.pp == 1:
             continue
         screen = P._screen_bound(costs, layout, P.RECOMPUTE_MODES)
+        first = P._split_time_bound(costs, layout, P.RECOMPUTE_MODES)
         refined = P._refined_bound(costs, layout, P.RECOMPUTE_MODES)
-        assert screen <= refined, layout
-        screened += 0 < screen and not math.isinf(refined)
+        assert screen <= refined and first <= refined, layout
+        screened += 0 < first and 0 < screen and not math.isinf(refined)
     assert screened > 0
 
 

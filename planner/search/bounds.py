@@ -12,7 +12,7 @@ import heapq
 import itertools
 import math
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -164,7 +164,8 @@ def search(candidates: Iterable[C], lower_bound: Callable[[C], float],
            on_progress: Callable[[int, int], None] | None = None,
            tie_break: Callable[[C], Any] | None = None,
            expand: Callable[[C], Iterable[C] | None] | None = None,
-           screen: Callable[[C], float] | None = None) -> SearchResult[C]:
+           screen: Callable[[C], float] | Sequence[Callable[[C], float]] | None = None
+           ) -> SearchResult[C]:
     """Best-first search: solve candidates in ascending bound order, stop when the next bound is
     at least the K-th best objective found.
 
@@ -190,9 +191,11 @@ def search(candidates: Iterable[C], lower_bound: Callable[[C], float],
             as `refine` is, before it: a candidate reaching the front is re-queued under
             max(cheap, screened), then max(cheap, screened, refined), and solved only after both;
             one whose screened bound already reaches the K-th best is pruned without `refine`.
+            A sequence of screens is applied in its order, each before the next.
     """
     start = time.perf_counter()
-    refiners = [f for f in (screen, refine) if f is not None]
+    screens = () if screen is None else (screen,) if callable(screen) else tuple(screen)
+    refiners = [*screens, *(() if refine is None else (refine,))]
     queue = [(lower_bound(c), i, 0, c) for i, c in enumerate(candidates)]
     total = len(queue)
     index = itertools.count(total)
