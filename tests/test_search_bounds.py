@@ -152,7 +152,7 @@ def split_free_cases(draw):
     return groups, kinds, stages
 
 
-@settings(max_examples=examples(100), deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 @given(split_free_cases())
 def test_split_free_bound_equals_every_split_enumerated(case):
     """The least over every split into contiguous runs (empty ones too) of the largest stage
