@@ -78,7 +78,9 @@ condition: the summed per-stage memory constraints, then each stage's over the r
 holds, `_stages_may_fit`). A candidate solved after an exact refined bound reuses that DP's plan.
 Between the two, a candidate whose split is pinned (interleaved) is first screened
 (`_screen_bound`, `search`'s screen): each stage's layer time under the least recompute that
-frees the memory it must free (a knapsack LP per stage), no program built. An interleaved
+frees the memory it must free (a knapsack LP per stage), no program built; a candidate whose
+program chooses the split by the least over splits of the largest stage total with each layer at
+its least coefficient per piece (`_split_free_bound`: the stage cost model's pieces, no memory). An interleaved
 candidate with chunks of different sizes adds to its cheap bound the least bubble
 (pp - 1) x slowest chunk any assignment leaves (`_uneven_bubble_floor_s`). All are <=
 objective(c) (tested on every candidate of small cases).
@@ -143,7 +145,7 @@ from planner.placement.rules import (
     precision_aware_optimizer_violations,
     uneven_split,
 )
-from planner.search.bounds import search, stage_problem_lower_bound_s
+from planner.search.bounds import search, split_free_bound, stage_problem_lower_bound_s
 from planner.search.ilp import (
     IntStageProblem,
     StageProblem,
@@ -561,11 +563,14 @@ def _may_fit(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> bool:
     (`_stage_problem`, `to_int_problem`). It reads two cached per-mesh tables instead of building
     the program (most candidates the refined bound reaches on the large MoE cases fail it: ZeRO-0/1
     states alone overflow)."""
-    room = layout.pp * math.floor(costs.usable_bytes)
-    states = _least_state_bytes(costs, layout)
-    if not (states <= room and states + _least_activation_bytes(costs, layout, modes) <= room):
-        return False
-    return _stages_may_fit(costs, layout, modes)
+    key = ("may_fit", layout, modes)
+    if key not in costs._bound_terms:  # (asked by the screen and then by the refined bound)
+        room = layout.pp * math.floor(costs.usable_bytes)
+        states = _least_state_bytes(costs, layout)
+        costs._bound_terms[key] = (
+            states <= room and states + _least_activation_bytes(costs, layout, modes) <= room
+            and _stages_may_fit(costs, layout, modes))
+    return costs._bound_terms[key]
 
 
 def _stages_may_fit(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> bool:
@@ -668,8 +673,10 @@ def _refined_bound(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> flo
 def _screen_bound(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> float:
     """A lower bound on objective(layout) for a candidate whose split is pinned (`_pinned_split`:
     interleaved), s, from the memory each stage must free: A max_s (head_s + LP_s) + P, and for
-    uneven chunks also m max_s (head_s + LP_s) + P + `_uneven_bubble_floor_s`; 0 (no bound) for
-    other candidates, or where no recompute makes a stage fit (`_may_fit` then says so).
+    uneven chunks also m max_s (head_s + LP_s) + P + `_uneven_bubble_floor_s`; for a candidate
+    whose program chooses the split, `_split_free_bound`; 0 (no bound) where the memory model is
+    inexact (a pruned candidate's program would go uncounted in `_Costs.inexact_memory`), or where
+    no recompute makes a stage fit (`_may_fit` then says so).
 
     Proof. Stage s holds a known run of layers; under any plan that fits (the program's integer
     bytes, its fixed bytes >= 0 dropped as in `_stages_may_fit`) its layers' bytes sum to at most
@@ -688,8 +695,10 @@ def _screen_bound(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> floa
     refined bound, whose program prices the smaller (pp - 1) / vpp bubble."""
     layout = _with_split(costs.model, layout)
     pinned = _pinned_split(costs.model, layout)
-    if pinned is None or not (_uneven(layout) or memory_model_exact(costs.model, layout)):
+    if not (_uneven(layout) or memory_model_exact(costs.model, layout)):
         return 0.0
+    if pinned is None:  # (a candidate `_may_fit` refuses is left to the refined bound, its inf)
+        return _split_free_bound(costs, layout, modes) if _may_fit(costs, layout, modes) else 0.0
     model, time_key = costs.model, costs.time_key(layout)
     times, _ = costs._kind_times(layout, time_key)
     ref = reference_layout(model, layout)
@@ -714,6 +723,67 @@ def _screen_bound(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> floa
         floor = _uneven_bubble_floor_s(costs, layout, modes)
         bound = max(bound, layout.num_microbatches * slowest + p + floor)
     return bound * (1 - 1e-9) - 1e-8 * (model.num_hidden_layers + 1)
+
+
+def _split_time_bound(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> float:
+    """A lower bound on objective(layout) for a candidate whose program chooses the split, s, from
+    the cached layer times alone (the first screen, before `_split_free_bound` builds the stage
+    cost model): A min over splits max_s (head_s + sum_{l in run_s} min_r t[l, r]) + P; 0 (no
+    bound) for a pinned split or an inexact memory model (`_screen_bound`'s reasons).
+
+    Proof. Every stage total is at least A t_s + P and t_s >= head_s + sum_l t[l, r_l]
+    (`_screen_bound`'s proof, which holds for any split), >= head_s + sum_l min_{r in modes}
+    t[l, r]; the step, the largest stage total at the program's split, is then at least A times
+    the least over splits of the largest such sum (`search.bounds.split_free_bound` with one
+    piece), plus P. Its margin is `_split_free_bound`'s, so it stays below the refined bound
+    wherever that one is the program's optimum."""
+    layout = _with_split(costs.model, layout)
+    if _pinned_split(costs.model, layout) is not None or not memory_model_exact(costs.model, layout):
+        return 0.0
+    time_key = costs.time_key(layout)
+    key = ("split_time", time_key, modes, layout.pp)
+    if key not in costs._bound_terms:
+        times, _ = costs._kind_times(layout, time_key)
+        allowed = [RECOMPUTE_MODES.index(m) for m in modes]
+        least = tuple(min(row[r] for r in allowed) for row in times["total_s"])
+        head = stage_fixed_times(costs.model, costs.cluster, layout)
+        costs._bound_terms[key] = split_free_bound([[(head, least)]], costs.kinds, layout.pp)
+    a, p = costs.pipe_coefficients(layout)
+    return (a * costs._bound_terms[key] + p) * (1 - 1e-9) - 1e-8 * (costs.model.num_hidden_layers + 1)
+
+
+def _split_free_bound(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> float:
+    """A lower bound on objective(layout) for a candidate whose program chooses the split
+    (`_pinned_split` None), s, from the stage totals alone (no memory, no program built):
+    `search.bounds.split_free_bound` of the pieces of `StageCostModel.time_groups` that grow with
+    the layers, each layer at its least coefficient over `modes`; 0 (no bound) where some group
+    keeps no such piece.
+
+    Proof. The program's stage total is T_s(c) = sum_g max_p (a[g,p,s] + sum_{k,r} q[g,p,k,r]
+    c[k,r]) (`search.ilp`), c the stage's per-kind per-mode layer counts. For a piece p whose
+    u[g,p,k] = min_{r in modes} q[g,p,k,r] >= 0 for every kind, a + q.c >= a + sum_{l in run} u[kind l]
+    whatever the modes; a max over a subset of a group's pieces is at most the max over all. So
+    T_s(c) >= f_s(run_s) of `split_free_bound` under every plan, fitting or not, and the program's
+    optimum, max_s T_s at its best split, is at least min over splits of max_s f_s. The program
+    rounds each piece to whole nanoseconds (`rounding_bound_s`), so the same margin as
+    `_screen_bound`'s keeps the value below the refined bound wherever that one is the program's
+    optimum (the exact split DP): the screen then prunes only candidates the refined bound
+    would prune, and the search solves the same candidates in the same order
+    (`tests/test_plan_brute.py`)."""
+    cm = stage_cost_model(costs.model, costs.cluster, layout)
+    allowed = [RECOMPUTE_MODES.index(m) for m in modes]
+    groups = []
+    for group in cm.time_groups():
+        kept = []
+        for piece in group:
+            inc = tuple(min(row[r] for r in allowed) for row in piece.coef)
+            if min(inc) >= 0:
+                kept.append((piece.const_s, inc))
+        if not kept:
+            return 0.0
+        groups.append(kept)
+    bound = split_free_bound(groups, costs.kinds, layout.pp)
+    return bound * (1 - 1e-9) - 1e-8 * (costs.model.num_hidden_layers + 1)
 
 
 def _least_stage_time_s(choices: dict, counts: Counter, cap: int) -> float | None:
@@ -1179,7 +1249,8 @@ def _search(model, cluster, fixed, base, reserve, headroom, top_k, on_progress=N
     result = search(candidates, lower_bound, lambda c: _solve(costs, c, _modes_of(c, modes)),
                     top_k=top_k, on_progress=on_progress, tie_break=simplicity,
                     refine=lambda c: _refined_bound(costs, c, _modes_of(c, modes)), expand=expand,
-                    screen=lambda c: _screen_bound(costs, c, _modes_of(c, modes)))
+                    screen=(lambda c: _split_time_bound(costs, c, _modes_of(c, modes)),
+                            lambda c: _screen_bound(costs, c, _modes_of(c, modes))))
     return result, rejections, costs
 
 

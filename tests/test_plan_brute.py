@@ -305,9 +305,9 @@ def test_stage_totals_depend_only_on_their_own_layers():
 @pytest.mark.parametrize("seed", range(6))
 def test_bounds_never_exceed_the_objective(seed):
     """Every bound of every candidate is <= its step_time (the proofs in planner/plan.py): the
-    cheap bound (with the uneven-chunk bubble floor), the screen (per-stage memory LP of pinned
-    splits) and the refined bound; the screen of an even interleaved candidate is also <= the
-    refined bound (its DP is exact on these one-kind models), so it prunes nothing the refined
+    cheap bound (with the uneven-chunk bubble floor), the screens (per-stage memory LP of pinned
+    splits; the split-free bounds of the others) and the refined bound; the screens of an even
+    candidate are also <= the refined bound (its DP is exact on these one-kind models), so it prunes nothing the refined
     bound keeps."""
     model, cluster, base, fixed = _seeded_case(seed)
     layouts, _, costs = P._candidates(model, cluster, fixed, base, 0, 0.0)
@@ -318,15 +318,46 @@ def test_bounds_never_exceed_the_objective(seed):
             continue
         cheap = P._cheap_bound(costs, layout, P.RECOMPUTE_MODES)
         screen = P._screen_bound(costs, layout, P.RECOMPUTE_MODES)
+        first = P._split_time_bound(costs, layout, P.RECOMPUTE_MODES)
         refined = P._refined_bound(costs, layout, P.RECOMPUTE_MODES)
         assert cheap <= evaluated.objective_s * (1 + 1e-12), layout
         assert screen <= evaluated.objective_s * (1 + 1e-12), layout
+        assert first <= refined, layout
         assert refined <= evaluated.objective_s * (1 + 1e-12), layout
         assert not math.isinf(refined)
         if not P._uneven(P._with_split(model, layout)):
             assert screen <= refined, layout
         screened += screen > 0
     assert screened > 0  # some interleaved candidates get a screen bound
+
+
+def test_split_free_screen_stays_below_the_refined_bound_with_two_layer_kinds():
+    """The split-free screens of candidates whose program chooses the split (`_split_time_bound`,
+    `_split_free_bound`) are <= the refined bound, the program's optimum (its split DP is exact here), on a model with
+    two layer kinds (dense, then MoE: DeepSeek-V3's shape), where it takes the dynamic program
+    over split points; so it only spares refinements whose value would prune too."""
+    model = from_config({
+        "model_type": "deepseek_v3", "hidden_size": 256, "intermediate_size": 512,
+        "moe_intermediate_size": 128, "num_hidden_layers": 5, "num_attention_heads": 4,
+        "num_key_value_heads": 4, "vocab_size": 3000, "max_position_embeddings": 4096,
+        "n_routed_experts": 8, "num_experts_per_tok": 2, "n_shared_experts": 1,
+        "first_k_dense_replace": 2, "q_lora_rank": 64, "kv_lora_rank": 32,
+        "qk_nope_head_dim": 32, "qk_rope_head_dim": 16, "v_head_dim": 32}, name="tiny-two-kinds")
+    cluster = load_cluster("tests/data/clusters/custom-pcie.yaml", gpus=8)
+    base = dict(seq_len=1024, global_batch_size=16, precision="bf16", optimizer="adamw",
+                framework="megatron")
+    layouts, _, costs = P._candidates(model, cluster, {}, base, 0, 0.0)
+    assert len(set(costs.kinds)) == 2
+    screened = 0
+    for layout in layouts:
+        if layout.vpp > 1 or layout.pp == 1:
+            continue
+        screen = P._screen_bound(costs, layout, P.RECOMPUTE_MODES)
+        first = P._split_time_bound(costs, layout, P.RECOMPUTE_MODES)
+        refined = P._refined_bound(costs, layout, P.RECOMPUTE_MODES)
+        assert screen <= refined and first <= refined, layout
+        screened += 0 < first and 0 < screen and not math.isinf(refined)
+    assert screened > 0
 
 
 def _seeded_case(seed: int):

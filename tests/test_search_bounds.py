@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from types import SimpleNamespace
 
@@ -10,7 +11,12 @@ from budget import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from planner.search.bounds import compute_lower_bound_s, search, stage_problem_lower_bound_s
+from planner.search.bounds import (
+    compute_lower_bound_s,
+    search,
+    split_free_bound,
+    stage_problem_lower_bound_s,
+)
 from planner.search.ilp import solve_stage_problem
 from test_search_ilp import GIB, MS, small_problems, uniform
 
@@ -128,3 +134,40 @@ def test_pruning_counts():
     out = search(list(bounds), bounds.get, objectives.get)
     assert (out.candidates_evaluated, out.pruned) == (2, 2)
     assert out.best[0].candidate == "b" and out.status == "OPTIMAL"
+
+
+@st.composite
+def split_free_cases(draw):
+    """(groups, layer kinds, stages) for `split_free_bound`: 1-6 layers of 1-2 kinds, 1-4 stages,
+    1-3 groups of 1-2 pieces; stage constants drawn from a few values so that stages share them."""
+    layers = draw(st.integers(1, 6))
+    kinds = tuple(draw(st.lists(st.integers(0, draw(st.integers(0, 1))), min_size=layers,
+                                max_size=layers)))
+    stages = draw(st.integers(1, min(layers, 4)))
+    num_kinds = max(kinds) + 1
+    small = st.integers(0, 9).map(float)
+    groups = [[(tuple(draw(st.sampled_from([0.0, 2.0, 5.0])) for _ in range(stages)),
+                tuple(draw(small) for _ in range(num_kinds)))
+               for _ in range(draw(st.integers(1, 2)))] for _ in range(draw(st.integers(1, 3)))]
+    return groups, kinds, stages
+
+
+@settings(max_examples=examples(50), deadline=None)
+@given(split_free_cases())
+def test_split_free_bound_equals_every_split_enumerated(case):
+    """The least over every split into contiguous runs (empty ones too) of the largest stage
+    value, enumerated split by split, equals `split_free_bound`'s (its one-kind count form and
+    its several-kind dynamic program)."""
+    groups, kinds, stages = case
+
+    def f(s, run):
+        return sum(max(const[s] + sum(inc[kinds[l]] for l in run) for const, inc in group)
+                   for group in groups)
+
+    best = math.inf
+    for cuts in itertools.combinations_with_replacement(range(len(kinds) + 1), stages - 1):
+        ends = (0, *cuts, len(kinds))
+        best = min(best, max(f(s, range(a, b)) for s, (a, b) in enumerate(zip(ends, ends[1:]))))
+    assert split_free_bound(groups, kinds, stages) == pytest.approx(best)
+    with pytest.raises(ValueError):
+        split_free_bound([[((0.0,) * stages, (-1.0,) * (max(kinds) + 1))]], kinds, stages)

@@ -27,6 +27,7 @@ chunk, the embedding's slot on chunk 0 of rank 0, the loss's on the last chunk o
 
 from __future__ import annotations
 
+import functools
 import re
 
 from planner.errors import SpecError
@@ -68,6 +69,20 @@ def parse(text: str, pp: int) -> tuple[str, ...]:
     return stages
 
 
+def _per_layout(fn):
+    """`fn` memoised on its (tuple) layout and other arguments: a search checks and prices the
+    same few uneven layouts (up to 4 x 64 virtual stages each) for tens of thousands of
+    candidates; a list argument is computed as is."""
+    cached = functools.lru_cache(maxsize=4096)(fn)
+
+    @functools.wraps(fn)
+    def wrapper(stages, *args):
+        return cached(stages, *args) if type(stages) is tuple else fn(stages, *args)
+
+    return wrapper
+
+
+@_per_layout
 def structure_problem(stages: tuple[str, ...], pp: int) -> str | None:
     """What Megatron's `validate_layer_layout` refuses regardless of the model, or None."""
     flat = "".join(stages)
@@ -84,6 +99,7 @@ def structure_problem(stages: tuple[str, ...], pp: int) -> str | None:
     return None
 
 
+@_per_layout
 def to_string(stages: tuple[str, ...]) -> str:
     """The layout as a Megatron pipeline-model-parallel layout string (runs of equal stages as
     `(...|)*n`, runs of three or more equal symbols as `x*n`); `parse` reads it back."""
@@ -106,17 +122,20 @@ def to_string(stages: tuple[str, ...]) -> str:
     return "".join(out)
 
 
+@_per_layout
 def decoder_counts(stages: tuple[str, ...]) -> tuple[int, ...]:
     """Decoder layers per virtual stage."""
     return tuple(s.count("t") for s in stages)
 
 
+@_per_layout
 def rank_counts(stages: tuple[str, ...], pp: int) -> tuple[int, ...]:
     """Decoder layers per pipeline rank (the sum of its chunks c, c + pp, ...)."""
     counts = decoder_counts(stages)
     return tuple(sum(counts[r::pp]) for r in range(pp))
 
 
+@_per_layout
 def rank_chunks(stages: tuple[str, ...], pp: int) -> tuple[tuple[tuple[int, ...], ...], ...]:
     """[rank][local chunk] decoder layer indices: layers are numbered in virtual-stage order
     (Megatron `get_layer_offset`), so chunk c holds the layers after those of chunks 0..c-1."""
@@ -126,6 +145,7 @@ def rank_chunks(stages: tuple[str, ...], pp: int) -> tuple[tuple[tuple[int, ...]
                        for c in range(r, len(stages), pp)) for r in range(pp))
 
 
+@_per_layout
 def is_even(stages: tuple[str, ...]) -> bool:
     """Every virtual stage holds the same number of decoder layers."""
     return len(set(decoder_counts(stages))) <= 1

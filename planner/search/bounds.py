@@ -12,9 +12,11 @@ import heapq
 import itertools
 import math
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
+
+import numpy as np
 
 from planner.search.ilp import (
     TIME_UNIT_S,
@@ -58,6 +60,59 @@ def stage_problem_lower_bound_s(problem: StageProblem | IntStageProblem) -> floa
     ip = problem if isinstance(problem, IntStageProblem) else to_int_problem(problem)
     got = exact_optimum(ip)
     return math.inf if got is None else got[0] * TIME_UNIT_S
+
+
+def split_free_bound(groups, layer_kinds: tuple[int, ...], num_stages: int) -> float:
+    """min over every split of the layers into `num_stages` contiguous runs (a run may be empty)
+    of max_s f_s(run_s), f_s(run) = sum_g max_p (const[g][p][s] + sum_{l in run} inc[g][p][kind l]).
+
+    groups: [group][piece] = ([stage] constant, [kind] increment per layer >= 0), any unit.
+
+    With every increment >= 0, f_s only grows as its run does. One kind: f_s depends only on the
+    run's length n, a split exists with max_s f_s(n_s) <= T exactly when sum_s N_s(T) >= L, N_s(T)
+    the largest n with f_s(n) <= T (-1 when even f_s(0) > T), and the least such T is one of the
+    values f_s(n): the first of them, sorted, that passes. Several kinds: the min-max dynamic
+    program over split points, V_s(b) = min_{a <= b} max(V_{s-1}(a), f_s(a..b-1)) (Bellman 1957,
+    the linear-partition recurrence). Stages with equal constants share one table (every stage
+    but the first and the last, as a rule). Exact for these f; a lower bound on the stage
+    program's optimum when each f_s is at most the stage's total (`plan._split_free_bound`).
+
+    Raises:
+        ValueError: an increment < 0.
+    """
+    L, S = len(layer_kinds), num_stages
+    kinds = np.asarray(layer_kinds, dtype=np.int64)
+    classes: dict[tuple, list[int]] = {}
+    for s in range(S):
+        classes.setdefault(tuple(p[0][s] for group in groups for p in group), []).append(s)
+    if any(x < 0 for group in groups for _, inc in group for x in inc):
+        raise ValueError("increments must be >= 0")
+    prefix = [[np.concatenate(([0.0], np.cumsum(np.asarray(inc, dtype=float)[kinds])))
+               for _, inc in group] for group in groups]  # [g][p] (L + 1,)
+    if len({int(k) for k in layer_kinds}) <= 1:
+        tables, weights = [], []
+        for stages in classes.values():
+            s = stages[0]
+            tables.append(sum(np.max([p[0][s] + u for p, u in zip(group, pre)], axis=0)
+                              for group, pre in zip(groups, prefix)))
+            weights.append(len(stages))
+        values = np.unique(np.concatenate(tables))
+        reach = [np.searchsorted(t, values, side="right") - 1 for t in tables]
+        ok = np.all([r >= 0 for r in reach], axis=0) & (
+            sum(w * r for w, r in zip(weights, reach)) >= L)
+        return float(values[int(np.argmax(ok))])
+    upper = np.triu(np.ones((L + 1, L + 1), dtype=bool))  # [a, b]: a <= b
+    built: dict[tuple, np.ndarray] = {}
+    value = None
+    for s in range(S):
+        key = next(k for k, stages in classes.items() if s in stages)
+        if key not in built:
+            built[key] = np.where(upper, sum(
+                np.max([p[0][s] + u[None, :] - u[:, None] for p, u in zip(group, pre)], axis=0)
+                for group, pre in zip(groups, prefix)), np.inf)
+        table = built[key]
+        value = table[0] if value is None else np.min(np.maximum(value[:, None], table), axis=0)
+    return float(value[L])
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -109,7 +164,8 @@ def search(candidates: Iterable[C], lower_bound: Callable[[C], float],
            on_progress: Callable[[int, int], None] | None = None,
            tie_break: Callable[[C], Any] | None = None,
            expand: Callable[[C], Iterable[C] | None] | None = None,
-           screen: Callable[[C], float] | None = None) -> SearchResult[C]:
+           screen: Callable[[C], float] | Sequence[Callable[[C], float]] | None = None
+           ) -> SearchResult[C]:
     """Best-first search: solve candidates in ascending bound order, stop when the next bound is
     at least the K-th best objective found.
 
@@ -135,9 +191,11 @@ def search(candidates: Iterable[C], lower_bound: Callable[[C], float],
             as `refine` is, before it: a candidate reaching the front is re-queued under
             max(cheap, screened), then max(cheap, screened, refined), and solved only after both;
             one whose screened bound already reaches the K-th best is pruned without `refine`.
+            A sequence of screens is applied in its order, each before the next.
     """
     start = time.perf_counter()
-    refiners = [f for f in (screen, refine) if f is not None]
+    screens = () if screen is None else (screen,) if callable(screen) else tuple(screen)
+    refiners = [*screens, *(() if refine is None else (refine,))]
     queue = [(lower_bound(c), i, 0, c) for i, c in enumerate(candidates)]
     total = len(queue)
     index = itertools.count(total)
