@@ -135,7 +135,7 @@ from planner.evaluation import Evaluation, cost_stages, cost_step, layer_modes, 
 from planner.plan_document import PlanFile
 from planner.placement.rules import (
     BATCH_RULES,
-    ep_comm_overlap_broken,
+    CP_MIN_TOKENS_PER_RANK,
     check_batch,
     check_degrees,
     check_experts,
@@ -1227,7 +1227,6 @@ def _search(model, cluster, fixed, base, reserve, headroom, top_k, on_progress=N
     candidates, rejections, costs = _candidates(model, cluster, fixed, base, reserve, headroom)
     modes = _modes_for(fixed)
     sets = _module_sets(model, base, modes)
-    candidates = _with_ep_overlap(candidates, modes, sets)
     if "fp8_param_gather" not in base:
         candidates = _with_fp8_param_gather(candidates)
     if sets:
@@ -1261,37 +1260,6 @@ def _modes_of(layout: Layout, modes: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(m for m in modes if m != "full") if layout.ep_comm_overlap else modes
 
 
-def _with_ep_overlap(candidates: list[Layout], modes: tuple[str, ...], sets: tuple) -> list[Layout]:
-    """The candidates, each Megatron-LM one that leaves its EP all-to-all overlap to the framework
-    (off) and would pass its assertions with it on (`rules.ep_comm_overlap_broken`, full recompute
-    aside) also with it on, restricted to the modes without full (`_modes_of`) and the module
-    sets without moe (`_search`'s expand); the one with it off is kept only where it can still
-    win: a mode full among `modes`, or a searched recompute module set with moe.
-
-    Proof that on is never worse at the same assignment (layer split, per-layer modes none /
-    selective, module sets): memory reads no overlap knob (`cost.memory`), and per layer and
-    micro-batch the overlap changes only the EP dispatch / combine seconds of the layer's exposed
-    communication c (`step_time._layer_comm`), to max(k c, c - F) <= c (`_hidden_excess`, k < 1);
-    the stage total (`StageCostModel.time_groups`) is a * layer_comm + ... + max(dp_sync - dp_window,
-    ...), where dp_window's per-layer coefficient holds the same comm: lowering a layer's comm by
-    d >= 0 lowers the first term by a d and raises the second by at most d, and a = m + bubble >= 1;
-    the uneven-interleaved bubble, (pp - 1) x the slowest chunk, is monotone in every layer's time.
-    So the off candidate is dominated by the on one unless its optimum uses full recompute or a
-    moe module set, the two things on forbids."""
-    out = []
-    for layout in candidates:
-        on = layout.replace(ep_comm_overlap=True)
-        if (layout.framework != "megatron" or layout.ep_comm_overlap is not None or layout.ep <= 1
-                or not _modes_of(on, modes)
-                or set(ep_comm_overlap_broken(on)) - {"full"}):
-            out.append(layout)
-            continue
-        out.append(on)
-        if "full" in modes or any("moe" in (r or ()) for r, _ in sets):
-            out.append(layout)
-    return out
-
-
 def _with_fp8_param_gather(candidates: list) -> list:
     """The candidates, each Megatron-LM fp8 one under the distributed optimizer or Megatron-FSDP
     (zero_stage >= 1) also with Megatron-LM's fp8 parameter gather on (`Layout.fp8_param_gather`,
@@ -1322,6 +1290,7 @@ def _candidates(model, cluster, fixed, base, reserve, headroom) -> tuple[list[La
     _check_fixed(fixed)
     space = SearchSpace(
         num_gpus=cluster.num_gpus, max_tp=cluster.scaleup_domain_gpus, moe=model.is_moe,
+        max_cp=base["seq_len"] // CP_MIN_TOKENS_PER_RANK,
         micro_batch_sizes=MICRO_BATCH_SIZES, zero_stages=ZERO_STAGES, vpp_values=VPP_VALUES,
         layers=model.num_hidden_layers,
         sequence_parallel=(True,), fixed={k: v for k, v in fixed.items() if k != "recompute"},

@@ -89,3 +89,20 @@ def test_ring_bytes_by_hand():
     # no ring: cp 1, or all-to-all CP
     assert cp_ring_bytes(LLAMA_8B, dataclasses.replace(layout, dp=16, cp=1)) == 0.0
     assert cp_ring_bytes(LLAMA_8B, dataclasses.replace(layout, cp_comm_type="a2a")) == 0.0
+
+
+def test_plan_searches_cp_only_down_to_4096_tokens_per_rank_unless_pinned():
+    """senior review 6 H2: `plan` proposed cp 4 at 8,192 tokens (2,048 per rank), the layout its
+    own check warns against. The search now enumerates cp <= seq_len / 4,096 (8,192: cp 1 or 2;
+    4,096: cp 1), counts the rest under their own reason, and a pinned cp is still searched."""
+    from planner import plan as P
+
+    base = dict(seq_len=4096, global_batch_size=256)
+    free = P.plan(LLAMA_8B, H100_16, **base, top_k=3)
+    assert {p["parallelism"]["cp"] for p in free["plans"]} == {1}
+    reasons = {r["reason"]: r["count"] for r in free["rejected"]}
+    assert reasons.get("cp below 4,096 tokens per rank", 0) > 0
+    pinned = P.plan(LLAMA_8B, H100_16, **base, fixed={"cp": 2}, top_k=1)
+    assert pinned["plans"][0]["parallelism"]["cp"] == 2
+    long = P.plan(LLAMA_8B, H100_16, seq_len=8192, global_batch_size=128, top_k=3)
+    assert {p["parallelism"]["cp"] for p in long["plans"]} <= {1, 2}

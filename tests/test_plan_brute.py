@@ -29,8 +29,18 @@ from planner.cost.memory import stage_memory
 from planner.placement import pipeline_layout
 from planner.cost.step_time import step_time
 from planner.specs.cluster import load_cluster
-from planner.placement.rules import ep_comm_overlap_violations
 from planner.specs.model import from_config
+
+@pytest.fixture(autouse=True, scope="module")
+def _cp_searched_at_tiny_lengths():
+    """The tiny cases run 512-2,048-token sequences, where `plan`'s default limit (NVIDIA's 4,096
+    tokens per context-parallel rank, `rules.CP_MIN_TOKENS_PER_RANK`) leaves cp 1 only: 64 tokens
+    per rank keeps context parallelism in the search and so in the oracle comparison."""
+    saved = P.CP_MIN_TOKENS_PER_RANK
+    P.CP_MIN_TOKENS_PER_RANK = 64
+    yield
+    P.CP_MIN_TOKENS_PER_RANK = saved
+
 
 ROUNDING_S = 2 * 3 * (8 + 1) * 1e-9 / 2
 """Twice the stage program's rounding bound G (L + 1) / 2 ns (G = 3 groups, L <= 8): the plan
@@ -97,10 +107,7 @@ def _fits(model, cluster, layout, s, layers, modes, capacity, cache) -> bool:
 def exhaustive_best(model, cluster, base, fixed) -> float | None:
     """Least step_time over every candidate x split x per-layer recompute assignment that fits,
     each Megatron-LM candidate also with every module-list pair of `MODULE_PAIRS` (the search's
-    module-set variants, written out by hand for the tiny models), and each of those also with the
-    EP all-to-all overlap on wherever the placement rule `ep_comm_overlap_needs` lets Megatron-LM
-    start it (per layer mode: no full recompute), not only where the search's dominance argument
-    (`plan._with_ep_overlap`) keeps it.
+    module-set variants, written out by hand for the tiny models).
 
     An interleaved candidate (vpp > 1) has the one split its framework builds (equal chunks, the
     account-for layout or torchtitan's remainder-first split: `plan._pinned_split`); every other
@@ -112,13 +119,9 @@ def exhaustive_best(model, cluster, base, fixed) -> float | None:
     pairs = MODULE_PAIRS[model.name] if base["framework"] == "megatron" else ()
     layouts = [variant for layout in layouts for variant in (layout, *(
         dataclasses.replace(layout, recompute_modules=r, offload_modules=o) for r, o in pairs))]
-    # and each with Megatron-LM's EP all-to-all overlap on, its layers in the modes the placement
-    # rule lets it start with (none where another condition breaks it)
-    runs = [(layout, allowed) for layout in layouts] + [
-        (on, modes) for on, modes in ((layout.replace(ep_comm_overlap=True), tuple(
-            m for m in allowed if not ep_comm_overlap_violations(layout.replace(
-                ep_comm_overlap=True, recompute=m)))) for layout in layouts
-            if layout.ep_comm_overlap is None) if modes]
+    # Megatron-LM's EP all-to-all overlap stays at the framework's default (off): the search does
+    # not switch it on (`plan._search`)
+    runs = [(layout, allowed) for layout in layouts]
     for layout, allowed in runs:
         pinned = P._pinned_split(model, layout)
         if pinned is not None:

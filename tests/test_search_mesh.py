@@ -212,6 +212,7 @@ def test_staged_mesh_checks_count_every_rejection_as_the_full_check_does(name, g
                 framework="megatron")
     staged, rejected, _ = P._candidates(model, cluster, fixed, base, 0, 0.0)
     space = SearchSpace(num_gpus=gpus, max_tp=cluster.scaleup_domain_gpus, moe=model.is_moe,
+                        max_cp=base["seq_len"] // P.CP_MIN_TOKENS_PER_RANK,
                         micro_batch_sizes=P.MICRO_BATCH_SIZES, zero_stages=P.ZERO_STAGES,
                         vpp_values=P.VPP_VALUES, layers=model.num_hidden_layers,
                         sequence_parallel=(True,), base=base, fixed=fixed)

@@ -6,6 +6,9 @@ Structural rules applied here (everything else is the caller's `validate`):
 - tp <= the scale-up domain (`SearchSpace.max_tp`) unless tp is pinned: a TP group outside
   NVLink pays a network all-reduce per layer. Counted as the rejection reason
   "tp exceeds the scale-up domain".
+- cp <= `SearchSpace.max_cp` unless cp is pinned: `plan` passes seq_len / 4,096, NVIDIA's
+  guidance of no context parallelism below 4,096 tokens per rank (`rules.CP_MIN_TOKENS_PER_RANK`).
+  Counted as the rejection reason "cp below 4,096 tokens per rank".
 - Experts: ep * etp divides dp * cp * tp, i.e. world_size % (etp * ep * pp) == 0, and the
   expert-data-parallel degree is world_size // (etp * ep * pp).
   Source: Megatron-LM `megatron/core/parallel_state.py`, `initialize_model_parallel`
@@ -33,8 +36,12 @@ from dataclasses import dataclass, field, fields
 from planner.errors import SpecError
 from planner.placement.layout import Layout
 from planner.placement.mesh import Mesh
+from planner.placement.rules import CP_MIN_TOKENS_PER_RANK
 
 DEGREES = ("dp", "tp", "pp", "cp")
+
+CP_SHORT = f"cp below {CP_MIN_TOKENS_PER_RANK:,} tokens per rank"
+"""Rejection reason of a free cp above `SearchSpace.max_cp`."""
 KNOBS = ("ep", "etp", "micro_batch_size", "zero_stage", "vpp", "sequence_parallel", "offload")
 LAYOUT_FIELDS = tuple(f.name for f in fields(Layout))
 FIXABLE = ("dp", "tp", "pp", "cp", "ep", "etp", "zero_stage", "micro_batch_size", "vpp",
@@ -55,6 +62,9 @@ class SearchSpace:
     """GPUs to use, N = dp * tp * pp * cp."""
     max_tp: int
     """Largest tp enumerated: the scale-up domain (NVLink) size by default, GPUs."""
+    max_cp: int | None = None
+    """Largest cp enumerated unless cp is pinned (None: no limit); `plan` passes the largest cp
+    that keeps `rules.CP_MIN_TOKENS_PER_RANK` tokens of the sequence per rank."""
     moe: bool = False
     """Model has routed experts (enumerate ep)."""
     micro_batch_sizes: tuple[int, ...] = (1, 2, 4)
@@ -202,6 +212,11 @@ def _free_degrees(space: SearchSpace, free: list[str], rest: int,
         if axis == "tp" and value > space.max_tp:
             rejections.add("tp exceeds the scale-up domain",
                            f"tp={value} > {space.max_tp} GPUs per scale-up domain",
+                           factorization_count(rest // value, later))
+            continue
+        if axis == "cp" and space.max_cp is not None and value > max(1, space.max_cp):
+            rejections.add(CP_SHORT, f"cp={value} leaves fewer than {CP_MIN_TOKENS_PER_RANK:,} tokens of "
+                                     f"the sequence per rank (pin it with --fix cp={value} to search it)",
                            factorization_count(rest // value, later))
             continue
         if not later:
