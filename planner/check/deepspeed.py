@@ -52,7 +52,7 @@ import shlex
 from pathlib import Path
 
 from planner.check.gate import Target, raise_missing
-from planner.errors import SpecError
+from planner.errors import SpecError, shown
 from planner.frameworks import deepspeed as ds
 from planner.frameworks.deepspeed import KEY as K
 from planner.placement.layout import Layout
@@ -97,14 +97,16 @@ def read(path: Path, data: dict, *, model: str | None, cluster: str | None, gpus
     train, micro, gas, batch_findings = _batch(data, file, dp)
     _bound(file, train, micro, seq_len)
     stage, offload = _zero(data, file)
+    buckets, bucket_findings = _buckets(data, file, stage)
     precision, precision_findings = _precision(data, file)
     optimizer, optimizer_findings = _optimizer(data, file)
     layout = Layout(dp=dp, tp=tp, pp=1, zero_stage=stage, micro_batch_size=max(1, micro),
                     global_batch_size=max(1, train), seq_len=seq_len, recompute="none",
                     offload=offload, optimizer=optimizer, precision=precision, framework=FRAMEWORK,
                     grad_reduce_dtype=_communication_dtype(data, file),
-                    **_overlaps(data, file, stage))
-    findings += (batch_findings + precision_findings + optimizer_findings + _recompute_note(data, file)
+                    buckets=tuple(sorted((k, v) for k, v in buckets.items() if v != ds.DEFAULT[k])) or None,
+                    **_overlaps(data, file, stage, buckets))
+    findings += (bucket_findings + batch_findings + precision_findings + optimizer_findings + _recompute_note(data, file)
                  + _near_misses(data) + _unknown_zero_keys(data))
     return Target(file=file, kind=KIND, model=load_model(model),
                   cluster=load_cluster(cluster, gpus=gpus), layout=layout,
@@ -293,10 +295,49 @@ def _zero(data: dict, file: str) -> tuple[int, frozenset[str]]:
     return stage, frozenset(offload)
 
 
-def _overlaps(data: dict, file: str, stage: int) -> dict[str, bool]:
+def _buckets(data: dict, file: str, stage: int) -> tuple[dict[str, int], list[Violation]]:
+    """({knob: elements}, findings): the ZeRO bucket and threshold sizes the ZeRO section sets
+    (`ds.BUCKETS`, under the `stage3_` alias or the field name, as DeepSpeed's config model takes
+    either); those other than DeepSpeed's defaults become `Layout.buckets` (a default written out
+    costs what it costs absent). An integer-valued JSON number (5e8) is the integer, as
+    pydantic reads it; other values are `_zero`'s bad input. The finding: ZeRO-1/2 assert
+    allgather_bucket_size % 2 == 0 at start-up (`ds.BUCKETS` docstring)."""
+    top = ds.section(K["zero_stage"])[0]
+    section = data.get(top)
+    if not isinstance(section, dict):
+        return {}, []
+    out = {}
+    for knob, field in ds.BUCKETS.items():
+        alias = ds.section(K[knob])[1]
+        given = [key for key in dict.fromkeys((alias, field)) if section.get(key) is not None]
+        if len(given) > 1:
+            raise SpecError(f"{alias} and {field} are the same DeepSpeed setting; give one",
+                            file=file, key=f"{top}.{field}")
+        if not given:
+            continue
+        value = section[given[0]]
+        _quoted_int(value, file, f"{top}.{given[0]}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or value != int(value):
+            raise SpecError(f"value {shown(value)} must be an integer >= 0 (elements)", file=file,
+                            key=f"{top}.{given[0]}")
+        out[knob] = int(value)
+    findings = []
+    gather = out.get("allgather_bucket")
+    if stage in (1, 2) and gather is not None and gather % 2:
+        findings.append(Violation(
+            rule="deepspeed_bucket_alignment",
+            message=f"{K['allgather_bucket']}={gather:,} is odd: ZeRO-{stage} asserts "
+                    f"'allgather_bucket_size must be a multiple of nccl_start_alignment_factor, 2' "
+                    f"at start-up (deepspeed/runtime/zero/stage_1_and_2.py)",
+            fix=f"set {K['allgather_bucket']}: {gather + 1}"))
+    return out, findings
+
+
+def _overlaps(data: dict, file: str, stage: int, buckets) -> dict[str, bool]:
     """The overlap knobs the ZeRO section sets (`frameworks.deepspeed` module docstring): the
     gradient-reduce overlap from its comm-overlap switch, the ZeRO-3 parameter prefetch from its
-    prefetch bucket size (> 0: on); a key absent leaves its knob to DeepSpeed's default."""
+    prefetch bucket size (> 0: on; `buckets`, read by `_buckets`); a key absent leaves its knob to
+    DeepSpeed's default."""
     top, overlap_key = ds.section(K["overlap_grad_reduce"])
     section = data.get(top, {})
     if not isinstance(section, dict):
@@ -304,12 +345,8 @@ def _overlaps(data: dict, file: str, stage: int) -> dict[str, bool]:
     out = {}
     if section.get(overlap_key) is not None:
         out["overlap_grad_reduce"] = _bool(section, overlap_key, file, K["overlap_grad_reduce"], "")
-    prefetch_key = ds.section(K["zero3_prefetch"])[1]
-    prefetch = section.get(prefetch_key)
+    prefetch = buckets.get("zero3_prefetch")
     if prefetch is not None and stage == 3:
-        if isinstance(prefetch, bool) or not isinstance(prefetch, (int, float)) or prefetch < 0:
-            raise SpecError(f"value {prefetch!r} must be a number of parameter elements >= 0",
-                            file=file, key=K["zero3_prefetch"])
         out["overlap_param_gather"] = prefetch > 0
     return out
 
