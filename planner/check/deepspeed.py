@@ -301,7 +301,7 @@ def _buckets(data: dict, file: str, stage: int) -> tuple[dict[str, int], list[Vi
     either); those other than DeepSpeed's defaults become `Layout.buckets` (a default written out
     costs what it costs absent). An integer-valued JSON number (5e8) is the integer, as
     pydantic reads it; other values are `_zero`'s bad input. The finding: ZeRO-1/2 assert
-    allgather_bucket_size % 2 == 0 at start-up (`ds.BUCKETS` docstring)."""
+    the all-gather bucket size % 2 == 0 at start-up (`ds.BUCKETS` docstring)."""
     top = ds.section(K["zero_stage"])[0]
     section = data.get(top)
     if not isinstance(section, dict):
@@ -327,7 +327,7 @@ def _buckets(data: dict, file: str, stage: int) -> tuple[dict[str, int], list[Vi
         findings.append(Violation(
             rule="deepspeed_bucket_alignment",
             message=f"{K['allgather_bucket']}={gather:,} is odd: ZeRO-{stage} asserts "
-                    f"'allgather_bucket_size must be a multiple of nccl_start_alignment_factor, 2' "
+                    f"'{ds.BUCKETS['allgather_bucket']} must be a multiple of nccl_start_alignment_factor, 2' "
                     f"at start-up (deepspeed/runtime/zero/stage_1_and_2.py)",
             fix=f"set {K['allgather_bucket']}: {gather + 1}"))
     return out, findings

@@ -621,7 +621,7 @@ def _deepspeed_zero3_terms(model: ModelSpec, placement: Placement, layout: Layou
     gathers the module's own parameters, `recurse=False`), prefetches only while fewer than
     `max_live_parameters` are available, and keeps a released parameter only if it is reused within
     `max_reuse_distance`; so besides the module in use and one module straddling that window at
-    most DEEPSPEED_LIVE_PARAMETERS (or the config's `stage3_max_live_parameters`) are resident. The unit-pair convention (`unit_gather`, the largest
+    most DEEPSPEED_LIVE_PARAMETERS (or the config's live-parameter cap, `Layout.buckets`) are resident. The unit-pair convention (`unit_gather`, the largest
     block and its prefetched neighbour) stands when it is smaller; the cap binds when one block
     exceeds the live window (Narayanan 2021 Table 2: 529.6B, 5.0e9 parameters per block).
     Unreduced gradient: with `contiguous_gradients` (default True) each parameter's gradient is
@@ -643,7 +643,7 @@ PERSISTENT_TERM = "persistent_parameters"
 def persistent_parameter_bytes(model: ModelSpec, placement: Placement, layout: Layout, sb: StateBytes,
                                layers: tuple[int, ...]) -> int:
     """DeepSpeed ZeRO-3's persistent parameters of decoder `layers`, bytes: every parameter tensor of at
-    most `stage3_param_persistence_threshold` elements (after the tp shard: AutoTP slices the linears
+    most the persistence threshold's elements (`frameworks.deepspeed.KEY["zero3_persistence"]`) (after the tp shard: AutoTP slices the linears
     before ZeRO partitions them) is gathered once and kept whole in the 16-bit dtype on every GPU, its
     partition kept as well (so these bytes come on top of the sharded parameters); 0 under any other
     framework or stage. Tensors: `params_flops.layer_tensors` (the Hugging Face model's, which DeepSpeed
