@@ -353,3 +353,54 @@ def test_load_model_reads_hugging_face_ids():
     assert load_model("meta-llama/Llama-3.1-70B-Instruct").name == "llama-3.1-70b"
     with pytest.raises(SpecError):
         load_model("nobody/NoSuchModel-7B")
+
+
+# ---------------------------------------------------------------- SGLang chunked prefill off (issue 11)
+
+def _sglang(tmp_path, flags: str, name: str = "sg.sh") -> dict:
+    path = _file(tmp_path, f"python -m sglang.launch_server --model-path meta-llama/Llama-3.1-8B-Instruct {flags}\n",
+                 name)
+    return check_launch_file(path, cluster="dgx-h100", gpus=1)
+
+
+def _warnings(result: dict) -> dict:
+    return {v["rule"]: v for v in result["violations"] if v["severity"] == "warning"}
+
+
+def test_sglang_chunked_prefill_off_prefills_the_whole_context_in_one_forward(tmp_path):
+    """SGLang 0.5.23: --chunked-prefill-size -1 disables chunking (srt/arg_groups/fields/schedule.py l. 52-55);
+    the first request of a batch is admitted whatever its length (srt/managers/schedule_policy.py l. 1627-1632),
+    while mem_fraction_static reserves activations for max(--max-prefill-tokens 16384, 2048) tokens
+    (srt/arg_groups/memory_hook.py l. 303-307). Llama-3.1-8B's context 131,072 > 16,384: SGLang starts (a
+    warning, not vLLM's start-up error) and the forward is costed at 131,072 tokens, more activation memory than
+    the default 8,192-token chunk of an H100 (memory_hook.py handle_gpu_memory_settings, < 160 GiB)."""
+    on = _sglang(tmp_path, "", "on.sh")
+    off = _sglang(tmp_path, "--chunked-prefill-size -1", "off.sh")
+    warning = _warnings(off)["prefill_not_chunked"]
+    assert "131,072 tokens in one forward" in warning["message"]
+    assert "max(16,384, 2048) = 16,384 tokens" in warning["message"]
+    assert warning["fix"] == ("remove --chunked-prefill-size -1 (chunked prefill splits long prompts), or "
+                              "--context-length 16384 (prompts SGLang's reserve covers)")
+    act = lambda r: r["launches"][0]["recomputed"]["memory_bytes"]["activations"]  # noqa: E731
+    assert act(off) > act(on) and "prefill_not_chunked" not in _warnings(on)
+
+
+def test_sglang_chunked_prefill_off_within_the_reserve_is_silent(tmp_path):
+    """A context the reserve covers (8,192 <= 16,384): no warning; the forward holds up to
+    max(--max-prefill-tokens, context) = 16,384 input tokens, so activations exceed those of the
+    8,192-token default chunk."""
+    off = _sglang(tmp_path, "--chunked-prefill-size -1 --context-length 8192", "short.sh")
+    on = _sglang(tmp_path, "--context-length 8192", "short_on.sh")
+    assert off["verdict"] == "pass" and "prefill_not_chunked" not in _warnings(off)
+    act = lambda r: r["launches"][0]["recomputed"]["memory_bytes"]["activations"]  # noqa: E731
+    assert act(off) > act(on)
+
+
+def test_sglang_chunked_prefill_off_reserve_follows_max_prefill_tokens():
+    """memory_hook.py: off, the reserve is 512 + 1.5 x max(max_prefill_tokens, 2048) MiB (+ tp x pp / 8 x 1024,
+    graphs), with no prefill graph (its max batch is the chunk size, -1). Hand arithmetic, H100 (81,559 MiB),
+    tp 1, non-MLA, max_prefill_tokens 16384: decode graphs 256 x 2 = 512; reserved 512 + 24576 + 128 + 512 =
+    25,728 MiB (above the 10,240 floor); (81559 - 25728) / 81559 = 0.68454 -> 0.685."""
+    from planner.frameworks.sglang import default_mem_fraction_static
+    assert default_mem_fraction_static(81559, tp=1, pp=1, chunked_prefill_size=-1, max_running_requests=None,
+                                       mla=False, attn_dp=1, role=None, a2a="none") == 0.685
