@@ -404,3 +404,58 @@ def test_sglang_chunked_prefill_off_reserve_follows_max_prefill_tokens():
     from planner.frameworks.sglang import default_mem_fraction_static
     assert default_mem_fraction_static(81559, tp=1, pp=1, chunked_prefill_size=-1, max_running_requests=None,
                                        mla=False, attn_dp=1, role=None, a2a="none") == 0.685
+
+
+# ---------------------------------------------------------------- docker run --gpus (issue 11)
+
+def _docker(tmp_path, gpus: str, degrees: str = "--tensor-parallel-size 2", name: str = "d.sh") -> dict:
+    path = _file(tmp_path, f"docker run --rm --gpus {gpus} -p 8000:8000 vllm/vllm-openai:latest "
+                           f"meta-llama/Llama-3.1-8B-Instruct {degrees} --max-model-len 8192\n", name)
+    return check_launch_file(path, cluster="dgx-h100")
+
+
+@pytest.mark.parametrize("gpus", ["all", "2", "4", "'\"device=0,1\"'", "device=GPU-3f2a", "count=2",
+                                  "'\"capabilities=compute,utility\",count=2'"])
+def test_docker_gpus_that_cover_the_ranks_pass(tmp_path, gpus):
+    """docker/cli@f79193c opts/gpus.go: `all` (count -1: every GPU), a count, a device list inside one quoted CSV
+    field; tp 2 x pp 1 x dp 1 = 2 ranks fit each (one device only when listed alone: see the next test)."""
+    result = _docker(tmp_path, gpus, "--tensor-parallel-size 1" if gpus == "device=GPU-3f2a" else "--tensor-parallel-size 2")
+    assert result["verdict"] == "pass", result["violations"]
+
+
+@pytest.mark.parametrize("gpus, seen", [("1", 1), ("device=3", 1), ("'\"device=0,1\"'", 2),
+                                        ("capabilities=compute", 1)])
+def test_docker_gpus_fewer_than_the_ranks_fail_the_world_size(tmp_path, gpus, seen):
+    """tp 2 x pp 2 = 4 ranks on a container that sees `seen` GPUs: vLLM fails at start-up. A request with
+    neither count nor device is a count of 1 (opts/gpus.go: `req.Count = 1`)."""
+    result = _docker(tmp_path, gpus, "--tensor-parallel-size 2 --pipeline-parallel-size 2", "few.sh")
+    (found,) = [v for v in result["violations"] if v["rule"] == "world_size"]
+    text = " ".join(found["message"].split())
+    assert "starts 4 ranks" in text and f"gives it {seen} GPU" in text and "--gpus" in text
+    assert found["fix"].startswith("give 4 GPUs in --gpus")
+
+
+def test_docker_unquoted_device_list_is_the_daemons_count_and_devices_refusal(tmp_path):
+    """`--gpus device=0,1`: the CSV record is `device=0` and a bare `1` (a count), and moby@5c48736
+    daemon/nvidia_linux.go refuses 'cannot set both Count and DeviceIDs on device request'."""
+    result = _docker(tmp_path, "device=0,1", name="unquoted.sh")
+    assert _errors(result) == ["docker_gpus"]
+    found = result["violations"][0]
+    assert "cannot set both Count and DeviceIDs" in found["message"]
+    assert found["fix"] == "quote the device list inside the value: --gpus '\"device=0,1\"'"
+
+
+@pytest.mark.parametrize("gpus, says", [("foo=1", "unexpected key 'foo'"), ("2,3", "specified only once"),
+                                        ("two", "must be an integer or all")])
+def test_docker_gpus_the_cli_refuses_is_bad_input(tmp_path, gpus, says):
+    with pytest.raises(SpecError, match=says):
+        _docker(tmp_path, gpus, name="bad.sh")
+
+
+def test_cuda_visible_devices_inside_the_container_wins(tmp_path):
+    """An explicit CUDA_VISIBLE_DEVICES (the environment the engine's process gets) limits what it sees whatever
+    the container exposes: still the message names CUDA_VISIBLE_DEVICES."""
+    path = _file(tmp_path, "CUDA_VISIBLE_DEVICES=0 vllm serve meta-llama/Llama-3.1-8B-Instruct "
+                           "--tensor-parallel-size 2 --max-model-len 8192\n", "cvd.sh")
+    (found,) = [v for v in check_launch_file(path, cluster="dgx-h100")["violations"] if v["rule"] == "world_size"]
+    assert "CUDA_VISIBLE_DEVICES gives it 1 GPU" in found["message"]

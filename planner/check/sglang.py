@@ -83,6 +83,7 @@ def launch(command: el.Command, spec: ModelSpec, hw: ClusterSpec, file: str) -> 
     findings = el.unknown_flags(command, s.ALL_FLAGS, "SGLang", s.VERSION)
     weights, mismatch = el.weight_format(command, f["quantization"], s.QUANTIZATION, spec, file, "SGLang")
     findings += mismatch
+    findings += el.container_gpus(command, file)[1]
     if flags.get(f["dp_attention"]) is True:
         if adp == 1 and dp > 1:
             adp, dp = dp, 1
@@ -144,7 +145,7 @@ def launch(command: el.Command, spec: ModelSpec, hw: ClusterSpec, file: str) -> 
         max_num_batched_tokens=forward_tokens,
         weight_format=weights,
         kv_dtype=el.choice(command, f["kv_dtype"], s.KV_DTYPES, file, "KV-cache dtypes") or "bf16",
-        visible_gpus=el.visible_gpus(command, file), nnodes=nnodes, node_rank=node_rank, role=role,
+        visible_gpus=el.visible_gpus(command, file), visible_from=el.visible_from(command), nnodes=nnodes, node_rank=node_rank, role=role,
         flag=f, degrees={k: n for k, n in ((f["tp"], tp), (f["pp"], pp), (f["dp"], dp)) if n > 1 or k == f["tp"]},
         findings=tuple(findings))
 
