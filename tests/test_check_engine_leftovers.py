@@ -4,6 +4,7 @@ Expected behaviour from the engines' sources, cited per test."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -459,3 +460,41 @@ def test_cuda_visible_devices_inside_the_container_wins(tmp_path):
                            "--tensor-parallel-size 2 --max-model-len 8192\n", "cvd.sh")
     (found,) = [v for v in check_launch_file(path, cluster="dgx-h100")["violations"] if v["rule"] == "world_size"]
     assert "CUDA_VISIBLE_DEVICES gives it 1 GPU" in found["message"]
+
+
+# ---------------------------------------------------------------- quantizing publishers, unknown suffixes (issue 11)
+
+@pytest.mark.parametrize("ref, name", [("nvidia/Llama-3.1-8B-Instruct-FP8", "llama-3.1-8b"),
+                                       ("nvidia/Llama-3.1-405B-Instruct-FP8", "llama-3.1-405b"),
+                                       ("NVIDIA/llama-3.1-70b-instruct-fp8", "llama-3.1-70b")])
+def test_nvidia_fp8_release_is_the_llama_model_with_per_tensor_fp8(ref, name):
+    """NVIDIA's ModelOpt FP8 Llama 3.1 releases (model card of nvidia/Llama-3.1-405B-Instruct-FP8: the linear
+    weights and activations of the blocks in FP8, 16 -> 8 bits per parameter) on meta-llama's -Instruct
+    architecture: the catalog model's shapes with fp8 weights (one scale per tensor)."""
+    from planner.specs.hf_ids import lookup
+    from planner.specs.model import load_model
+    spec, base = lookup(ref), load_model(name)
+    assert spec.weight_format == "fp8" and spec.extra["hf_id"] == ref
+    assert (spec.num_hidden_layers, spec.hidden_size, spec.num_key_value_heads) == (
+        base.num_hidden_layers, base.hidden_size, base.num_key_value_heads)
+
+
+def test_nvidia_fp8_release_served_holds_about_half_the_bf16_weights(tmp_path):
+    """8.03e9 parameters: bf16 16.06e9 B; fp8 8 bits for everything but the 16-bit embedding and LM head
+    (2 x 128,256 x 4,096 = 1.05e9 parameters stay bf16 in vLLM's FP8 linear method): well under 0.6 x."""
+    fp8 = check_launch_file(_file(tmp_path, "vllm serve nvidia/Llama-3.1-8B-Instruct-FP8 --max-model-len 8192\n",
+                                  "fp8.sh"), cluster="dgx-h100", gpus=1)
+    bf16 = check_launch_file(_file(tmp_path, "vllm serve meta-llama/Llama-3.1-8B-Instruct --max-model-len 8192\n",
+                                   "bf16.sh"), cluster="dgx-h100", gpus=1)
+    weights = lambda r: r["launches"][0]["recomputed"]["memory_bytes"]["weights"]  # noqa: E731
+    assert fp8["verdict"] == "pass" and weights(fp8) < 0.6 * weights(bf16)
+
+
+@pytest.mark.parametrize("ref, says", [
+    ("Qwen/Qwen3-235B-A22B-NVFP4", "Qwen/Qwen3-235B-A22B is a catalog id, but the suffix '-NVFP4' is not one"),
+    ("nvidia/Llama-3.1-8B-Instruct-FP4", "meta-llama/Llama-3.1-8B-Instruct is a catalog id, but the suffix '-FP4'"),
+    ("Qwen/Qwen9-1B-FP8", "no catalog id of Qwen that it extends")])
+def test_unknown_suffix_is_named_in_the_error(ref, says):
+    from planner.specs.model import load_model
+    with pytest.raises(SpecError, match=re.escape(says)):
+        load_model(ref)
