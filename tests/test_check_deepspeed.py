@@ -227,7 +227,7 @@ def test_key_mapping(tmp_path, doc, field, expected):
     (_base(train_batch_size=0), "train_batch_size", ">= 1"),
     (_base(train_batch_size=64.0), "train_batch_size", "integer"),
     (_base(train_micro_batch_size_per_gpu="auto"), "train_micro_batch_size_per_gpu",
-     "resolved number"),
+     "what it resolves to"),
     (_base(train_batch_size=None, train_micro_batch_size_per_gpu=None),
      "train_micro_batch_size_per_gpu", "train_batch_size or train_micro_batch_size_per_gpu"),
     (_base(tensor_parallel={"autotp_size": -1}), "tensor_parallel.autotp_size", ">= 0"),
@@ -251,9 +251,56 @@ def test_malformed_configs_are_bad_input(tmp_path, doc, key, words):
 
 
 def test_hf_auto_config_asks_for_resolved_numbers():
+    """transformers@3a80c16 integrations/deepspeed.py trainer_config_process fills the micro-batch from
+    per_device_train_batch_size, the accumulation from gradient_accumulation_steps and bf16.enabled from bf16;
+    train_batch_size follows from the other two (world x micro x accumulation), so it is not asked for. One
+    message names every open key with the `--set` words that resolve them."""
     result = _check(f"{DATA}/hf_auto.json", *H100_8)
     assert result.exit_code == 2
-    assert "'auto'" in result.output and "train_micro_batch_size_per_gpu" in result.output
+    text = " ".join(result.output.split())
+    assert "train_micro_batch_size_per_gpu: its per_device_train_batch_size" in text
+    assert ("--set train_micro_batch_size_per_gpu=N --set gradient_accumulation_steps=N "
+            "--set bf16.enabled=true|false`") in text
+    assert "--set train_batch_size" not in text
+
+
+def test_hf_auto_config_checked_with_the_trainers_values():
+    """With the Trainer's values given, the config is checked as DeepSpeed runs it: train_batch_size 'auto' =
+    2 x 4 x dp 8 = 64 (DeepSpeed derives it; the Trainer fills the same)."""
+    data = _json(f"{DATA}/hf_auto.json", *H100_8, "--set", "train_micro_batch_size_per_gpu=2",
+                 "--set", "gradient_accumulation_steps=4", "--set", "bf16.enabled=true")
+    par = data["parallelism"]
+    assert (par["micro_batch_size"], par["num_microbatches"], par["global_batch_size"]) == (2, 4, 64)
+
+
+@pytest.mark.parametrize("setting, says", [
+    ("fp16.enabled=true", "fp16.enabled is not 'auto' in the file"),
+    ("gradient_clipping=1.0", "--set resolves the Hugging Face Trainer's 'auto' values of"),
+    ("micro=2", "--set resolves"), ("train_micro_batch_size_per_gpu", "must be KEY=VALUE")])
+def test_set_fills_only_the_auto_values_the_check_reads(setting, says):
+    result = _check(f"{DATA}/hf_auto.json", *H100_8, "--set", setting)
+    assert result.exit_code == 2 and says in " ".join(result.output.split()), result.output
+
+
+def test_set_on_another_kind_of_file_is_bad_input():
+    result = _check(f"{DATA}/zero3_offload.json", *H100_8, "--set", "bf16.enabled=true")
+    assert result.exit_code == 2 and "bf16.enabled is not 'auto'" in " ".join(result.output.split())
+    plan = "examples/llama-3.1-70b-64xh100.plan.yaml"
+    result = _check(plan, "--set", "bf16.enabled=true")
+    assert result.exit_code == 2 and "--set fills the 'auto' values of a DeepSpeed config" in " ".join(
+        result.output.split())
+
+
+def test_hidden_size_auto_buckets_are_filled_as_the_trainer_fills_them(tmp_path):
+    """trainer_config_finalize: reduce_bucket_size 'auto' = hidden_size^2 (4096^2 = 16,777,216 for llama-3.1-8b),
+    at ZeRO-3 stage3_prefetch_bucket_size int(0.9 x 4096^2) = 15,099,494 and stage3_param_persistence_threshold
+    10 x 4096 = 40,960."""
+    zero = {"stage": 3, "reduce_bucket_size": "auto", "stage3_prefetch_bucket_size": "auto",
+            "stage3_param_persistence_threshold": "auto"}
+    data = _json(_write(tmp_path, _base(zero_optimization=zero)), *H100_8)
+    assert data["parallelism"]["buckets"] == {"reduce_bucket": 16_777_216, "zero3_persistence": 40_960,
+                                              "zero3_prefetch": 15_099_494}
+    assert data["parallelism"]["overlap"]["overlap_param_gather"] is True
 
 
 def test_json_syntax_error_names_the_file(tmp_path):

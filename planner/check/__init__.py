@@ -162,7 +162,8 @@ is_serving_plan` files go to `check_serving_plan`), for the message naming the k
 
 
 def read_target(path: str | Path, *, model: str | None = None, cluster: str | None = None,
-                gpus: int | None = None, seq_len: int | None = None) -> Target:
+                gpus: int | None = None, seq_len: int | None = None,
+                settings: dict[str, str] | None = None) -> Target:
     """The Target of a configuration file, by what it holds (module docstring), with the line of
     every flag or key it sets (`Target.lines`).
 
@@ -170,6 +171,8 @@ def read_target(path: str | Path, *, model: str | None = None, cluster: str | No
         path: the file.
         model, cluster, gpus, seq_len: what the file does not say (a catalog name or path; a GPU
             count; tokens per sequence).
+        settings: DeepSpeed only: the values the Hugging Face Trainer fills the file's "auto" keys with
+            (`check --set`, `planner.check.deepspeed.resolve_auto`).
 
     Raises:
         SpecError: unreadable, malformed or unrecognised file (naming the kinds accepted), a value
@@ -187,7 +190,11 @@ def read_target(path: str | Path, *, model: str | None = None, cluster: str | No
         raise SpecError("not a configuration `planner check` reads; accepted: "
                         + "; ".join([r.accepts for r in READERS] + list(OTHER_KINDS)),
                         file=str(doc.path))
-    target = reader.read(doc, model=model, cluster=cluster, gpus=gpus, seq_len=seq_len)
+    if settings and reader.kind != "deepspeed-config":
+        raise SpecError(f"--set fills the 'auto' values of a DeepSpeed config that the Hugging Face "
+                        f"Trainer resolves; this file is a {reader.kind}", file=str(doc.path), key="--set")
+    target = reader.read(doc, model=model, cluster=cluster, gpus=gpus, seq_len=seq_len,
+                         **({"settings": settings} if settings else {}))
     found = reader.lines(doc.text)
     for knob, spelling in reader.knobs.items():
         if spelling in found:
@@ -257,16 +264,17 @@ def _within_limits(target: Target) -> Target:
 
 def check_file(path: str | Path, *, model: str | None = None, cluster: str | None = None,
                gpus: int | None = None, seq_len: int | None = None,
-               recompute: str | None = None) -> dict:
+               recompute: str | None = None, settings: dict[str, str] | None = None) -> dict:
     """`gate.evaluate` of the file's Target: {verdict: pass|fail, violations, stages, ...}.
 
     Args:
         recompute: the activation recompute a DeepSpeed model applies in its code (DeepSpeed
             checkpoints whole layers from code, not from the JSON: none or full on every layer);
             None = none. Any other file states its own, so giving it there is bad input.
+        settings: `read_target`'s (DeepSpeed's "auto" values, `check --set`).
     """
     target = _within_limits(read_target(path, model=model, cluster=cluster, gpus=gpus,
-                                        seq_len=seq_len))
+                                        seq_len=seq_len, settings=settings))
     return evaluate(_with_code_recompute(target, recompute))
 
 

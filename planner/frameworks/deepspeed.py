@@ -127,6 +127,32 @@ knob. What each size does on the GPU (`cost.memory`):
   the `persistent_parameters` term."""
 
 
+TRAINER_FILLS = {key: arg for key, arg in (
+    ("train_micro_batch_size_per_gpu", "per_device_train_batch_size"),
+    ("gradient_accumulation_steps", "gradient_accumulation_steps"),
+    ("train_batch_size", "world_size x per_device_train_batch_size x gradient_accumulation_steps"),
+    ("bf16.enabled", "bf16"), ("fp16.enabled", "fp16"), ("gradient_clipping", "max_grad_norm"),
+    ("optimizer.params.lr", "learning_rate"), ("optimizer.params.betas", "adam_beta1, adam_beta2"),
+    ("optimizer.params.eps", "adam_epsilon"), ("optimizer.params.weight_decay", "weight_decay"),
+    ("zero_optimization.reduce_bucket_size", "hidden_size x hidden_size"),
+    ("zero_optimization.stage3_prefetch_bucket_size", "int(0.9 x hidden_size x hidden_size), ZeRO-3"),
+    ("zero_optimization.stage3_param_persistence_threshold", "10 x hidden_size, ZeRO-3"))}
+"""The DeepSpeed keys whose "auto" the Hugging Face Trainer replaces, -> what it fills them from (its
+TrainingArguments, or the model's hidden_size). Source: huggingface/transformers@3a80c16
+`src/transformers/integrations/deepspeed.py` HfTrainerDeepSpeedConfig.trainer_config_process (batch keys,
+clipping, optimizer params, fp16 / bf16 `enabled`; scheduler and amp keys, not read here) and
+trainer_config_finalize (the three hidden-size keys; the ZeRO-3 two only under ZeRO-3). `planner check` fills
+the batch and precision keys from `--set KEY=VALUE` (the values the Trainer would resolve them to), derives
+train_batch_size as DeepSpeed does, fills the hidden-size keys from the model as the Trainer does, and ignores
+the rest (not costed)."""
+TRAINER_SETTABLE = ("train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "train_batch_size",
+                    "bf16.enabled", "fp16.enabled")
+"""`TRAINER_FILLS` keys `planner check --set` resolves (the ones the check reads)."""
+TRAINER_HIDDEN_SIZE = {"reduce_bucket": lambda h: h * h, "zero3_prefetch": lambda h: int(0.9 * h * h),
+                       "zero3_persistence": lambda h: 10 * h}
+"""`BUCKETS` knob -> the value the Trainer gives its "auto" from the model's hidden_size (`TRAINER_FILLS`)."""
+
+
 def bucket(layout, knob: str) -> int:
     """The size, elements, of `knob` (BUCKETS) under `layout`: `Layout.buckets`' value, else
     DeepSpeed's default (`DEFAULT`)."""
