@@ -388,6 +388,7 @@ def explain_cmd(
 ) -> None:
     """Explain one training layout: placement, memory terms vs capacity, communication, correctness."""
     spec = model_spec.load_model(model)
+    _quantized_checkpoint_note(spec)
     hw = cluster_spec.load_cluster(cluster, gpus=gpus)
     _experts_given(spec, ep=ep, etp=etp)
     if dp is None:
@@ -681,6 +682,7 @@ def plan_cmd(
         _check_writable(output, inputs=(model, cluster, str(model_spec.CATALOG_DIR / f"{model}.yaml"),
                                         str(cluster_spec.CATALOG_DIR / f"{cluster}.yaml")))
     spec = model_spec.load_model(model)
+    _quantized_checkpoint_note(spec)
     hw = cluster_spec.load_cluster(cluster, gpus=gpus)
     reserve = None if reserve_gib is None else int(reserve_gib * 2**30)
     if emit is not None:
@@ -836,6 +838,16 @@ def check_cmd(
     report.show_checks(results, fmt.value)
     if code:
         raise typer.Exit(2 if code >= 2 else 1)
+
+
+def _quantized_checkpoint_note(spec) -> None:
+    """The note that a training command given a 4-bit (AWQ / GPTQ) checkpoint plans the architecture's
+    training in 16-bit weights, not the checkpoint's int4 (training never reads quantization_config,
+    `specs.model`): said, never changed silently."""
+    if spec.weight_format == "int4":
+        report.note(f"{spec.name} is an int4 checkpoint (its quantization_config); training is planned with "
+                    f"16-bit weights and fp32 optimizer states, as full training needs, not on the int4 weights: "
+                    f"start from the model's unquantized release")
 
 
 def _settings(given: list[str]) -> dict[str, str]:

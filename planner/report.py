@@ -398,7 +398,9 @@ def layout_label(par: dict) -> str:
         parts.append("offload " + ",".join(par["offload"]))
     if par.get("offload_modules"):
         parts.append("offload activations of " + ",".join(par["offload_modules"]))
-    on = [name for name, knob in overlap.NAMES.items() if (par.get("overlap") or {}).get(knob)]
+    # plan / check nest the overlaps as costed under "overlap"; explain's full parallelism has them flat
+    overlaps = par.get("overlap") or {knob: par.get(knob) for knob in overlap.NAMES.values()}
+    on = [name for name, knob in overlap.NAMES.items() if overlaps.get(knob)]
     if on:
         parts.append("overlap " + ",".join(on))
     if par.get("compile"):

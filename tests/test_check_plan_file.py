@@ -364,3 +364,16 @@ def test_an_uneven_interleaved_plan_file_round_trips(tmp_path):
     doc["plan"]["parallelism"]["pipeline_layout"] = 7
     line, _ = _bad_input(tmp_path, doc)
     assert "plan.parallelism.pipeline_layout: value 7 must be a layout string" in line
+
+
+@pytest.mark.parametrize("kind", ["trainingplan", "Training-Plan", "training_plan", "serving-plans"])
+def test_misspelled_kind_names_the_kind_meant(tmp_path, kind):
+    """Fresh-user review #8: `kind: trainingplan` was the generic 'not a configuration' list; now the key, the value
+    and the kind meant (difflib)."""
+    from planner.check import read_target
+    from planner.errors import SpecError as _SpecError
+    path = tmp_path / "p.yaml"
+    path.write_text(f"kind: {kind}\nversion: 1\n")
+    meant = "serving-plan" if "serv" in kind else "training-plan"
+    with pytest.raises(_SpecError, match=f"did you mean '{meant}'"):
+        read_target(path)

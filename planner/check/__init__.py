@@ -28,6 +28,7 @@ contradicts is bad input.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import re
 import tomllib
 from collections.abc import Callable, Mapping
@@ -187,6 +188,7 @@ def read_target(path: str | Path, *, model: str | None = None, cluster: str | No
                             file=str(doc.path), key="request.output_len")
         if doc.mapping_error is not None:
             raise doc.mapping_error
+        _misspelled_kind(doc)
         raise SpecError("not a configuration `planner check` reads; accepted: "
                         + "; ".join([r.accepts for r in READERS] + list(OTHER_KINDS)),
                         file=str(doc.path))
@@ -200,6 +202,25 @@ def read_target(path: str | Path, *, model: str | None = None, cluster: str | No
         if spelling in found:
             found.setdefault(knob, found[spelling])
     return dataclasses.replace(target, lines=found)
+
+
+PLAN_KINDS = (KIND, serving_plan.KIND)
+"""The `kind:` values of the planner's own files (training and serving plans)."""
+
+
+def _misspelled_kind(doc: Document) -> None:
+    """A mapping whose `kind:` is close to a plan file's kind is that plan file misspelled: bad input naming
+    the kind meant (difflib ratio >= 0.6, `difflib.get_close_matches`' default, on the lower-cased value).
+
+    Raises:
+        SpecError: key kind, with the value, the kind meant and the kinds allowed."""
+    kind = (doc.mapping or {}).get("kind")
+    if not isinstance(kind, str):
+        return
+    close = difflib.get_close_matches(kind.strip().lower(), PLAN_KINDS, n=1)
+    if close:
+        raise SpecError(f"value {kind!r} is not a kind `planner check` reads; did you mean {close[0]!r}? "
+                        f"(allowed: {', '.join(PLAN_KINDS)})", file=str(doc.path), key="kind")
 
 
 def line_of(path: str | Path, key: str | None) -> int | None:
