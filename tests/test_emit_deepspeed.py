@@ -330,3 +330,21 @@ def test_pin_no_deepspeed_json_runs_contradicts_the_emit(pin, named):
     assert result.exit_code == 2, result.output
     assert named in result.output and "--emit deepspeed" in result.output and "--fix" in result.output
     assert "Traceback" not in result.output
+
+
+def test_plan_file_buckets_are_costed_by_check(tmp_path):
+    """A hand-written DeepSpeed plan's parallelism.buckets is what `check` of the plan file costs (the same
+    sizes `--emit deepspeed` writes), and bad ones are bad input at the key."""
+    import yaml as _yaml
+
+    from planner.check import read_target
+    from planner.errors import SpecError as _SpecError
+    doc = _doc(dp=16, tp=1, zero_stage=3, micro_batch_size=1, num_microbatches=8)
+    doc["plan"]["parallelism"]["buckets"] = {"reduce_bucket": 200_000_000}
+    path = tmp_path / "p.yaml"
+    path.write_text(_yaml.safe_dump(doc))
+    assert read_target(path).layout.buckets == (("reduce_bucket", 200_000_000),)
+    doc["plan"]["parallelism"]["buckets"] = {"reduce_buckets": 1}
+    path.write_text(_yaml.safe_dump(doc))
+    with pytest.raises(_SpecError, match="buckets"):
+        read_target(path)
