@@ -86,12 +86,13 @@ def test_reader_allows_exactly_the_keys_plan_writes(tmp_path):
     # `pipeline_layout` is written only for uneven interleaved plans, the module lists only when
     # asked for or chosen by the search (Megatron-LM), `compile` (torch.compile) only where the
     # layout sets it (torchtitan plans), `recompute_layers` only where the per-stage counts do not
-    # say which layers are recomputed (tests/test_check.py, interleaved plans)
+    # say which layers are recomputed (tests/test_check.py, interleaved plans), `buckets` never (a
+    # hand-written DeepSpeed plan's ZeRO bucket sizes, tests/test_emit_deepspeed.py)
     assert plan_file._KEYS["plan.parallelism"] == (*PAR_KEYS, "pipeline_layout", "cp_comm_type",
                                                    "moe_dispatcher", "compile", "recompute_modules",
-                                                   "offload_modules", "recompute_layers")
+                                                   "offload_modules", "recompute_layers", "buckets")
     assert {"pipeline_layout", "cp_comm_type", "overlap", "compile", "moe_dispatcher", "recompute_modules",
-            "offload_modules", "recompute_layers"} <= plan_file._OPTIONAL
+            "offload_modules", "recompute_layers", "buckets"} <= plan_file._OPTIONAL
     assert runner.invoke(app, ["check", str(out)]).exit_code == 0
 
 
