@@ -20,6 +20,7 @@ from planner import __version__
 
 from planner import report
 from planner.errors import InfeasibleError, PlannerError, SpecError
+from planner.frameworks import deepspeed as deepspeed_keys
 from planner.frameworks import megatron as megatron_flags
 from planner.placement import layout as layout_mod
 from planner.placement import overlap, recompute_mix
@@ -389,6 +390,7 @@ def explain_cmd(
 ) -> None:
     """Explain one training layout: placement, memory terms vs capacity, communication, correctness."""
     spec = model_spec.load_model(model)
+    _quantized_checkpoint_note(spec)
     hw = cluster_spec.load_cluster(cluster, gpus=gpus)
     _experts_given(spec, ep=ep, etp=etp)
     if dp is None:
@@ -682,6 +684,7 @@ def plan_cmd(
         _check_writable(output, inputs=(model, cluster, str(model_spec.CATALOG_DIR / f"{model}.yaml"),
                                         str(cluster_spec.CATALOG_DIR / f"{cluster}.yaml")))
     spec = model_spec.load_model(model)
+    _quantized_checkpoint_note(spec)
     hw = cluster_spec.load_cluster(cluster, gpus=gpus)
     reserve = None if reserve_gib is None else int(reserve_gib * 2**30)
     if emit is not None:
@@ -774,6 +777,9 @@ class CheckFormat(str, Enum):
     junit = "junit"
 
 
+_TRAINER_KEYS = deepspeed_keys.TRAINER_SETTABLE
+"""The DeepSpeed keys `check --set` resolves (`planner.frameworks.deepspeed.TRAINER_SETTABLE`)."""
+
 @app.command("check")
 def check_cmd(
     paths: Annotated[list[str], typer.Argument(metavar="FILE", help="Configurations to check: plan files (`planner plan -o`), "
@@ -785,6 +791,9 @@ def check_cmd(
     seq_len: Annotated[int | None, typer.Option(min=1, max=MAX_SEQ_LEN, help="Tokens per sequence, when the file does not say.")] = None,
     recompute: Annotated[CodeRecompute | None, typer.Option(
         case_sensitive=False, help="DeepSpeed only: the activation recompute its model code applies to every layer (default none).")] = None,
+    settings: Annotated[list[str] | None, typer.Option(
+        "--set", metavar="KEY=VALUE", help="DeepSpeed only: the value the Hugging Face Trainer fills an 'auto' key with "
+                                           f"(keys: {', '.join(_TRAINER_KEYS)}); repeat for each key.")] = None,
     fmt: Annotated[CheckFormat, typer.Option("--format", "-f", case_sensitive=False, help="Output format: table, json, yaml, "
                                              "github (workflow-command annotations), junit (JUnit XML).")] = CheckFormat.table,
 ) -> None:
@@ -793,11 +802,15 @@ def check_cmd(
     from planner import check as check_api  # imported per command: `--help` stays light
     from planner.check import engine_file, serving_plan
 
+    resolved = _settings(settings or [])
     results, code = [], 0
     with _stdin_file("-" in paths) as stdin:
         for given in paths:
             path = stdin if given == "-" else given
             try:
+                if resolved and (serving_plan.is_serving_plan(path) or engine_file.reader_of(path) is not None):
+                    raise SpecError("--set is for DeepSpeed configs (the Hugging Face Trainer's 'auto' values)",
+                                    file=path, key="--set")
                 if serving_plan.is_serving_plan(path):
                     data = serving_plan.check_serving_plan(path, model=model, cluster=cluster, gpus=gpus,
                                                              seq_len=seq_len)
@@ -809,7 +822,7 @@ def check_cmd(
                                                          seq_len=seq_len)
                 else:
                     data = check_api.check_file(path, model=model, cluster=cluster, gpus=gpus,
-                                                seq_len=seq_len,
+                                                seq_len=seq_len, settings=resolved,
                                                 recompute=None if recompute is None else _value(recompute))
             except PlannerError as exc:
                 exc.args = tuple(_named(a, stdin) for a in exc.args)
@@ -827,6 +840,32 @@ def check_cmd(
     report.show_checks(results, fmt.value)
     if code:
         raise typer.Exit(2 if code >= 2 else 1)
+
+
+def _quantized_checkpoint_note(spec) -> None:
+    """The note that a training command given a 4-bit (AWQ / GPTQ) checkpoint plans the architecture's
+    training in 16-bit weights, not the checkpoint's int4 (training never reads quantization_config,
+    `specs.model`): said, never changed silently."""
+    if spec.weight_format == "int4":
+        report.note(f"{spec.name} is an int4 checkpoint (its quantization_config); training is planned with "
+                    f"16-bit weights and fp32 optimizer states, as full training needs, not on the int4 weights: "
+                    f"start from the model's unquantized release")
+
+
+def _settings(given: list[str]) -> dict[str, str]:
+    """`check --set KEY=VALUE` words as {KEY: VALUE}.
+
+    Raises:
+        SpecError: a word without `=`, or a key given twice."""
+    out: dict[str, str] = {}
+    for word in given:
+        key, eq, value = word.partition("=")
+        if not eq or not key or not value:
+            raise SpecError(f"value {word!r} must be KEY=VALUE (e.g. {_TRAINER_KEYS[0]}=4)", key="--set")
+        if key in out:
+            raise SpecError(f"{key} given twice; give it once", key="--set")
+        out[key] = value
+    return out
 
 
 @contextlib.contextmanager

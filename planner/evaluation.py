@@ -156,7 +156,9 @@ class Evaluation:
 
     def check_parallelism(self) -> dict:
         """`check`'s parallelism: `parallelism()` with the split, the run's dtypes and framework,
-        offload, Megatron-LM's fp8 parameter gather when on, the overlaps as costed and torch.compile where the file sets it (as `plan_parallelism`)."""
+        offload, Megatron-LM's fp8 parameter gather when on, the overlaps as costed, torch.compile where
+        the file sets it (as `plan_parallelism`) and DeepSpeed's bucket sizes where the file sets other
+        than the defaults (`Layout.buckets`)."""
         layout = self.layout
         return self.parallelism() | {
             "pipeline_layers": list(layout.pipeline_layers) if layout.pipeline_layers else None,
@@ -165,7 +167,8 @@ class Evaluation:
             "offload": sorted(layout.offload), "moe_dispatcher": layout.moe_dispatcher,
             **({"fp8_param_gather": True} if layout.fp8_param_gather else {}),
             "overlap": dataclasses.asdict(overlap.resolve(layout)),
-            **({} if layout.torch_compile is None else {"compile": layout.torch_compile})}
+            **({} if layout.torch_compile is None else {"compile": layout.torch_compile}),
+            **({} if layout.buckets is None else {"buckets": dict(layout.buckets)})}
 
 
 def layer_modes(counts: Sequence[dict[str, int]],

@@ -400,7 +400,9 @@ def layout_label(par: dict) -> str:
         parts.append("offload activations of " + ",".join(par["offload_modules"]))
     if par.get("fp8_param_gather"):
         parts.append("fp8 param gather")
-    on = [name for name, knob in overlap.NAMES.items() if (par.get("overlap") or {}).get(knob)]
+    # plan / check nest the overlaps as costed under "overlap"; explain's full parallelism has them flat
+    overlaps = par.get("overlap") or {knob: par.get(knob) for knob in overlap.NAMES.values()}
+    on = [name for name, knob in overlap.NAMES.items() if overlaps.get(knob)]
     if on:
         parts.append("overlap " + ",".join(on))
     if par.get("compile"):

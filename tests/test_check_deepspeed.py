@@ -227,7 +227,7 @@ def test_key_mapping(tmp_path, doc, field, expected):
     (_base(train_batch_size=0), "train_batch_size", ">= 1"),
     (_base(train_batch_size=64.0), "train_batch_size", "integer"),
     (_base(train_micro_batch_size_per_gpu="auto"), "train_micro_batch_size_per_gpu",
-     "resolved number"),
+     "what it resolves to"),
     (_base(train_batch_size=None, train_micro_batch_size_per_gpu=None),
      "train_micro_batch_size_per_gpu", "train_batch_size or train_micro_batch_size_per_gpu"),
     (_base(tensor_parallel={"autotp_size": -1}), "tensor_parallel.autotp_size", ">= 0"),
@@ -251,9 +251,56 @@ def test_malformed_configs_are_bad_input(tmp_path, doc, key, words):
 
 
 def test_hf_auto_config_asks_for_resolved_numbers():
+    """transformers@3a80c16 integrations/deepspeed.py trainer_config_process fills the micro-batch from
+    per_device_train_batch_size, the accumulation from gradient_accumulation_steps and bf16.enabled from bf16;
+    train_batch_size follows from the other two (world x micro x accumulation), so it is not asked for. One
+    message names every open key with the `--set` words that resolve them."""
     result = _check(f"{DATA}/hf_auto.json", *H100_8)
     assert result.exit_code == 2
-    assert "'auto'" in result.output and "train_micro_batch_size_per_gpu" in result.output
+    text = " ".join(result.output.split())
+    assert "train_micro_batch_size_per_gpu: its per_device_train_batch_size" in text
+    assert ("--set train_micro_batch_size_per_gpu=N --set gradient_accumulation_steps=N "
+            "--set bf16.enabled=true|false`") in text
+    assert "--set train_batch_size" not in text
+
+
+def test_hf_auto_config_checked_with_the_trainers_values():
+    """With the Trainer's values given, the config is checked as DeepSpeed runs it: train_batch_size 'auto' =
+    2 x 4 x dp 8 = 64 (DeepSpeed derives it; the Trainer fills the same)."""
+    data = _json(f"{DATA}/hf_auto.json", *H100_8, "--set", "train_micro_batch_size_per_gpu=2",
+                 "--set", "gradient_accumulation_steps=4", "--set", "bf16.enabled=true")
+    par = data["parallelism"]
+    assert (par["micro_batch_size"], par["num_microbatches"], par["global_batch_size"]) == (2, 4, 64)
+
+
+@pytest.mark.parametrize("setting, says", [
+    ("fp16.enabled=true", "fp16.enabled is not 'auto' in the file"),
+    ("gradient_clipping=1.0", "--set resolves the Hugging Face Trainer's 'auto' values of"),
+    ("micro=2", "--set resolves"), ("train_micro_batch_size_per_gpu", "must be KEY=VALUE")])
+def test_set_fills_only_the_auto_values_the_check_reads(setting, says):
+    result = _check(f"{DATA}/hf_auto.json", *H100_8, "--set", setting)
+    assert result.exit_code == 2 and says in " ".join(result.output.split()), result.output
+
+
+def test_set_on_another_kind_of_file_is_bad_input():
+    result = _check(f"{DATA}/zero3_offload.json", *H100_8, "--set", "bf16.enabled=true")
+    assert result.exit_code == 2 and "bf16.enabled is not 'auto'" in " ".join(result.output.split())
+    plan = "examples/llama-3.1-70b-64xh100.plan.yaml"
+    result = _check(plan, "--set", "bf16.enabled=true")
+    assert result.exit_code == 2 and "--set fills the 'auto' values of a DeepSpeed config" in " ".join(
+        result.output.split())
+
+
+def test_hidden_size_auto_buckets_are_filled_as_the_trainer_fills_them(tmp_path):
+    """trainer_config_finalize: reduce_bucket_size 'auto' = hidden_size^2 (4096^2 = 16,777,216 for llama-3.1-8b),
+    at ZeRO-3 stage3_prefetch_bucket_size int(0.9 x 4096^2) = 15,099,494 and stage3_param_persistence_threshold
+    10 x 4096 = 40,960."""
+    zero = {"stage": 3, "reduce_bucket_size": "auto", "stage3_prefetch_bucket_size": "auto",
+            "stage3_param_persistence_threshold": "auto"}
+    data = _json(_write(tmp_path, _base(zero_optimization=zero)), *H100_8)
+    assert data["parallelism"]["buckets"] == {"reduce_bucket": 16_777_216, "zero3_persistence": 40_960,
+                                              "zero3_prefetch": 15_099_494}
+    assert data["parallelism"]["overlap"]["overlap_param_gather"] is True
 
 
 def test_json_syntax_error_names_the_file(tmp_path):
@@ -428,3 +475,87 @@ def test_json_exponent_numbers_read_as_numbers_whatever_the_name(tmp_path, name)
         result = _check(tmp_path / name, *H100_8, "--format", "json")
     assert result.exit_code == 0, result.output
     assert "must be a number" not in result.output
+
+
+# ---------------------------------------------------------------- ZeRO bucket sizes (issue 11)
+
+
+def _stage0(doc, tmp_path, *options):
+    result = _check(_write(tmp_path, doc), *options, "--format", "json")
+    assert result.exit_code in (0, 1), result.output
+    return json.loads(result.output)
+
+
+def test_reduce_bucket_size_is_costed_as_given(tmp_path):
+    """ZeRO-2 allocates the gradient bucket torch.empty(reduce_bucket_size) (stage_1_and_2.py @edaa722
+    l. 2502); llama-3.1-8b on 8 GPUs keeps 8.03e9 / 8 > 5e8 gradient elements, so the bucket is the
+    configured size: 5e8 (DeepSpeed's default) -> 2e8 frees (5e8 - 2e8) x 2 B (bf16) = 600,000,000 bytes."""
+    small = _stage0(_base(zero_optimization={"stage": 2, "reduce_bucket_size": 200_000_000}), tmp_path, *H100_8)
+    default = _stage0(_base(zero_optimization={"stage": 2}), tmp_path, *H100_8)
+    freed = (default["stages"][0]["memory_bytes"]["transient"]
+             - small["stages"][0]["memory_bytes"]["transient"])
+    assert freed == (500_000_000 - 200_000_000) * 2
+    assert small["parallelism"]["buckets"] == {"reduce_bucket": 200_000_000}
+    assert "buckets" not in default["parallelism"]
+
+
+def test_max_live_parameters_caps_the_gathered_zero3_parameters(tmp_path):
+    """llama-3.1-405b, ZeRO-3: a block is q 16384^2 + k, v 16384 x 1024 + o 16384^2 + MLP 3 x 16384 x 53248
+    + norms 2 x 16384 = 3,187,703,808 elements, the unit pair 6,375,407,616; the largest module on stage 0 is
+    the vocabulary 128,256 x 16,384 = 2,101,346,304. DeepSpeed keeps at most max_live_parameters + 2 x largest
+    gathered (partitioned_param_coordinator.py): 1e9 + 4,202,692,608 and 2e9 + 4,202,692,608, both under the
+    unit pair, so raising the cap from the default 1e9 to 2e9 costs 1e9 x 2 B (bf16) = 2e9 bytes more. The
+    field name (max_live_parameters) sets it like the alias (populate_by_name)."""
+    options = ["-m", "llama-3.1-405b", "-c", "dgx-h100", "--gpus", "64", "--seq-len", "4096"]
+    doc = _base(train_batch_size=64, train_micro_batch_size_per_gpu=1, gradient_accumulation_steps=1,
+                zero_optimization={"stage": 3})
+    default = _stage0(doc, tmp_path, *options)
+    for key in ("stage3_max_live_parameters", "max_live_parameters"):
+        doc["zero_optimization"] = {"stage": 3, key: 2_000_000_000}
+        more = _stage0(doc, tmp_path, *options)
+        assert (more["stages"][0]["memory_bytes"]["transient"]
+                - default["stages"][0]["memory_bytes"]["transient"]) == 1_000_000_000 * 2
+        assert more["parallelism"]["buckets"] == {"zero3_live_parameters": 2_000_000_000}
+
+
+def test_param_persistence_threshold_keeps_small_tensors_whole(tmp_path):
+    """ZeRO-3 keeps every parameter of <= stage3_param_persistence_threshold elements whole on each GPU
+    (parameter_offload.py @edaa722 l. 319). llama-3.1-8b: at 5e6 the k and v projections (4096 x 1024 =
+    4,194,304 each) join the norms (4096 each, persistent at the default 1e5 as well): 32 layers x 2 x
+    4,194,304 x 2 B = 536,870,912 bytes more."""
+    default = _stage0(_base(zero_optimization={"stage": 3}), tmp_path, *H100_8)
+    wide = _stage0(_base(zero_optimization={"stage": 3, "stage3_param_persistence_threshold": 5_000_000}),
+                   tmp_path, *H100_8)
+    assert (wide["stages"][0]["memory_bytes"]["transient"]
+            - default["stages"][0]["memory_bytes"]["transient"]) == 32 * 2 * 4_194_304 * 2
+
+
+def test_default_persistence_is_the_norms():
+    """At the default threshold 1e5 llama-3.1-8b's persistent parameters are its 2 norms of 4,096 per layer:
+    32 x 2 x 4,096 x 2 B = 524,288 bytes; none at ZeRO-2."""
+    from planner.cost.memory import PERSISTENT_TERM, stage_memory
+    from planner.placement.layout import Layout
+    from planner.specs.cluster import load_cluster
+    from planner.specs.model import load_model
+    model, cluster = load_model("llama-3.1-8b"), load_cluster("dgx-h100", gpus=8)
+    layout = Layout(dp=8, zero_stage=3, framework="deepspeed", global_batch_size=8)
+    assert stage_memory(model, cluster, layout, 0).transient_terms[PERSISTENT_TERM] == 32 * 2 * 4096 * 2
+    assert PERSISTENT_TERM not in stage_memory(model, cluster, layout.replace(zero_stage=2), 0).transient_terms
+
+
+def test_bucket_key_under_both_names_is_bad_input(tmp_path):
+    doc = _base(zero_optimization={"stage": 3, "stage3_max_live_parameters": 1, "max_live_parameters": 2})
+    result = _check(_write(tmp_path, doc), *H100_8)
+    assert result.exit_code == 2, result.output
+    assert "stage3_max_live_parameters and max_live_parameters are the same DeepSpeed setting" in " ".join(
+        result.output.split())
+
+
+def test_odd_allgather_bucket_is_deepspeeds_start_up_assertion(tmp_path):
+    """ZeRO-1/2 assert allgather_bucket_size % nccl_start_alignment_factor (2) == 0 (stage_1_and_2.py
+    @edaa722 l. 349-351); ZeRO-3 does not read it."""
+    data = _stage0(_base(zero_optimization={"stage": 2, "allgather_bucket_size": 500_000_001}), tmp_path, *H100_8)
+    rule = _rules(data)["deepspeed_bucket_alignment"]
+    assert "500,000,001 is odd" in rule["message"] and rule["fix"].endswith("500000002")
+    data = _stage0(_base(zero_optimization={"stage": 3, "allgather_bucket_size": 500_000_001}), tmp_path, *H100_8)
+    assert "deepspeed_bucket_alignment" not in _rules(data)

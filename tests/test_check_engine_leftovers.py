@@ -4,6 +4,7 @@ Expected behaviour from the engines' sources, cited per test."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -353,3 +354,147 @@ def test_load_model_reads_hugging_face_ids():
     assert load_model("meta-llama/Llama-3.1-70B-Instruct").name == "llama-3.1-70b"
     with pytest.raises(SpecError):
         load_model("nobody/NoSuchModel-7B")
+
+
+# ---------------------------------------------------------------- SGLang chunked prefill off (issue 11)
+
+def _sglang(tmp_path, flags: str, name: str = "sg.sh") -> dict:
+    path = _file(tmp_path, f"python -m sglang.launch_server --model-path meta-llama/Llama-3.1-8B-Instruct {flags}\n",
+                 name)
+    return check_launch_file(path, cluster="dgx-h100", gpus=1)
+
+
+def _warnings(result: dict) -> dict:
+    return {v["rule"]: v for v in result["violations"] if v["severity"] == "warning"}
+
+
+def test_sglang_chunked_prefill_off_prefills_the_whole_context_in_one_forward(tmp_path):
+    """SGLang 0.5.23: --chunked-prefill-size -1 disables chunking (srt/arg_groups/fields/schedule.py l. 52-55);
+    the first request of a batch is admitted whatever its length (srt/managers/schedule_policy.py l. 1627-1632),
+    while mem_fraction_static reserves activations for max(--max-prefill-tokens 16384, 2048) tokens
+    (srt/arg_groups/memory_hook.py l. 303-307). Llama-3.1-8B's context 131,072 > 16,384: SGLang starts (a
+    warning, not vLLM's start-up error) and the forward is costed at 131,072 tokens, more activation memory than
+    the default 8,192-token chunk of an H100 (memory_hook.py handle_gpu_memory_settings, < 160 GiB)."""
+    on = _sglang(tmp_path, "", "on.sh")
+    off = _sglang(tmp_path, "--chunked-prefill-size -1", "off.sh")
+    warning = _warnings(off)["prefill_not_chunked"]
+    assert "131,072 tokens in one forward" in warning["message"]
+    assert "max(16,384, 2048) = 16,384 tokens" in warning["message"]
+    assert warning["fix"] == ("remove --chunked-prefill-size -1 (chunked prefill splits long prompts), or "
+                              "--context-length 16384 (prompts SGLang's reserve covers)")
+    act = lambda r: r["launches"][0]["recomputed"]["memory_bytes"]["activations"]  # noqa: E731
+    assert act(off) > act(on) and "prefill_not_chunked" not in _warnings(on)
+
+
+def test_sglang_chunked_prefill_off_within_the_reserve_is_silent(tmp_path):
+    """A context the reserve covers (8,192 <= 16,384): no warning; the forward holds up to
+    max(--max-prefill-tokens, context) = 16,384 input tokens, so activations exceed those of the
+    8,192-token default chunk."""
+    off = _sglang(tmp_path, "--chunked-prefill-size -1 --context-length 8192", "short.sh")
+    on = _sglang(tmp_path, "--context-length 8192", "short_on.sh")
+    assert off["verdict"] == "pass" and "prefill_not_chunked" not in _warnings(off)
+    act = lambda r: r["launches"][0]["recomputed"]["memory_bytes"]["activations"]  # noqa: E731
+    assert act(off) > act(on)
+
+
+def test_sglang_chunked_prefill_off_reserve_follows_max_prefill_tokens():
+    """memory_hook.py: off, the reserve is 512 + 1.5 x max(max_prefill_tokens, 2048) MiB (+ tp x pp / 8 x 1024,
+    graphs), with no prefill graph (its max batch is the chunk size, -1). Hand arithmetic, H100 (81,559 MiB),
+    tp 1, non-MLA, max_prefill_tokens 16384: decode graphs 256 x 2 = 512; reserved 512 + 24576 + 128 + 512 =
+    25,728 MiB (above the 10,240 floor); (81559 - 25728) / 81559 = 0.68454 -> 0.685."""
+    from planner.frameworks.sglang import default_mem_fraction_static
+    assert default_mem_fraction_static(81559, tp=1, pp=1, chunked_prefill_size=-1, max_running_requests=None,
+                                       mla=False, attn_dp=1, role=None, a2a="none") == 0.685
+
+
+# ---------------------------------------------------------------- docker run --gpus (issue 11)
+
+def _docker(tmp_path, gpus: str, degrees: str = "--tensor-parallel-size 2", name: str = "d.sh") -> dict:
+    path = _file(tmp_path, f"docker run --rm --gpus {gpus} -p 8000:8000 vllm/vllm-openai:latest "
+                           f"meta-llama/Llama-3.1-8B-Instruct {degrees} --max-model-len 8192\n", name)
+    return check_launch_file(path, cluster="dgx-h100")
+
+
+@pytest.mark.parametrize("gpus", ["all", "2", "4", "'\"device=0,1\"'", "device=GPU-3f2a", "count=2",
+                                  "'\"capabilities=compute,utility\",count=2'"])
+def test_docker_gpus_that_cover_the_ranks_pass(tmp_path, gpus):
+    """docker/cli@f79193c opts/gpus.go: `all` (count -1: every GPU), a count, a device list inside one quoted CSV
+    field; tp 2 x pp 1 x dp 1 = 2 ranks fit each (one device only when listed alone: see the next test)."""
+    result = _docker(tmp_path, gpus, "--tensor-parallel-size 1" if gpus == "device=GPU-3f2a" else "--tensor-parallel-size 2")
+    assert result["verdict"] == "pass", result["violations"]
+
+
+@pytest.mark.parametrize("gpus, seen", [("1", 1), ("device=3", 1), ("'\"device=0,1\"'", 2),
+                                        ("capabilities=compute", 1)])
+def test_docker_gpus_fewer_than_the_ranks_fail_the_world_size(tmp_path, gpus, seen):
+    """tp 2 x pp 2 = 4 ranks on a container that sees `seen` GPUs: vLLM fails at start-up. A request with
+    neither count nor device is a count of 1 (opts/gpus.go: `req.Count = 1`)."""
+    result = _docker(tmp_path, gpus, "--tensor-parallel-size 2 --pipeline-parallel-size 2", "few.sh")
+    (found,) = [v for v in result["violations"] if v["rule"] == "world_size"]
+    text = " ".join(found["message"].split())
+    assert "starts 4 ranks" in text and f"gives it {seen} GPU" in text and "--gpus" in text
+    assert found["fix"].startswith("give 4 GPUs in --gpus")
+
+
+def test_docker_unquoted_device_list_is_the_daemons_count_and_devices_refusal(tmp_path):
+    """`--gpus device=0,1`: the CSV record is `device=0` and a bare `1` (a count), and moby@5c48736
+    daemon/nvidia_linux.go refuses 'cannot set both Count and DeviceIDs on device request'."""
+    result = _docker(tmp_path, "device=0,1", name="unquoted.sh")
+    assert _errors(result) == ["docker_gpus"]
+    found = result["violations"][0]
+    assert "cannot set both Count and DeviceIDs" in found["message"]
+    assert found["fix"] == "quote the device list inside the value: --gpus '\"device=0,1\"'"
+
+
+@pytest.mark.parametrize("gpus, says", [("foo=1", "unexpected key 'foo'"), ("2,3", "specified only once"),
+                                        ("two", "must be an integer or all")])
+def test_docker_gpus_the_cli_refuses_is_bad_input(tmp_path, gpus, says):
+    with pytest.raises(SpecError, match=says):
+        _docker(tmp_path, gpus, name="bad.sh")
+
+
+def test_cuda_visible_devices_inside_the_container_wins(tmp_path):
+    """An explicit CUDA_VISIBLE_DEVICES (the environment the engine's process gets) limits what it sees whatever
+    the container exposes: still the message names CUDA_VISIBLE_DEVICES."""
+    path = _file(tmp_path, "CUDA_VISIBLE_DEVICES=0 vllm serve meta-llama/Llama-3.1-8B-Instruct "
+                           "--tensor-parallel-size 2 --max-model-len 8192\n", "cvd.sh")
+    (found,) = [v for v in check_launch_file(path, cluster="dgx-h100")["violations"] if v["rule"] == "world_size"]
+    assert "CUDA_VISIBLE_DEVICES gives it 1 GPU" in found["message"]
+
+
+# ---------------------------------------------------------------- quantizing publishers, unknown suffixes (issue 11)
+
+@pytest.mark.parametrize("ref, name", [("nvidia/Llama-3.1-8B-Instruct-FP8", "llama-3.1-8b"),
+                                       ("nvidia/Llama-3.1-405B-Instruct-FP8", "llama-3.1-405b"),
+                                       ("NVIDIA/llama-3.1-70b-instruct-fp8", "llama-3.1-70b")])
+def test_nvidia_fp8_release_is_the_llama_model_with_per_tensor_fp8(ref, name):
+    """NVIDIA's ModelOpt FP8 Llama 3.1 releases (model card of nvidia/Llama-3.1-405B-Instruct-FP8: the linear
+    weights and activations of the blocks in FP8, 16 -> 8 bits per parameter) on meta-llama's -Instruct
+    architecture: the catalog model's shapes with fp8 weights (one scale per tensor)."""
+    from planner.specs.hf_ids import lookup
+    from planner.specs.model import load_model
+    spec, base = lookup(ref), load_model(name)
+    assert spec.weight_format == "fp8" and spec.extra["hf_id"] == ref
+    assert (spec.num_hidden_layers, spec.hidden_size, spec.num_key_value_heads) == (
+        base.num_hidden_layers, base.hidden_size, base.num_key_value_heads)
+
+
+def test_nvidia_fp8_release_served_holds_about_half_the_bf16_weights(tmp_path):
+    """8.03e9 parameters: bf16 16.06e9 B; fp8 8 bits for everything but the 16-bit embedding and LM head
+    (2 x 128,256 x 4,096 = 1.05e9 parameters stay bf16 in vLLM's FP8 linear method): well under 0.6 x."""
+    fp8 = check_launch_file(_file(tmp_path, "vllm serve nvidia/Llama-3.1-8B-Instruct-FP8 --max-model-len 8192\n",
+                                  "fp8.sh"), cluster="dgx-h100", gpus=1)
+    bf16 = check_launch_file(_file(tmp_path, "vllm serve meta-llama/Llama-3.1-8B-Instruct --max-model-len 8192\n",
+                                   "bf16.sh"), cluster="dgx-h100", gpus=1)
+    weights = lambda r: r["launches"][0]["recomputed"]["memory_bytes"]["weights"]  # noqa: E731
+    assert fp8["verdict"] == "pass" and weights(fp8) < 0.6 * weights(bf16)
+
+
+@pytest.mark.parametrize("ref, says", [
+    ("Qwen/Qwen3-235B-A22B-NVFP4", "Qwen/Qwen3-235B-A22B is a catalog id, but the suffix '-NVFP4' is not one"),
+    ("nvidia/Llama-3.1-8B-Instruct-FP4", "meta-llama/Llama-3.1-8B-Instruct is a catalog id, but the suffix '-FP4'"),
+    ("Qwen/Qwen9-1B-FP8", "no catalog id of Qwen that it extends")])
+def test_unknown_suffix_is_named_in_the_error(ref, says):
+    from planner.specs.model import load_model
+    with pytest.raises(SpecError, match=re.escape(says)):
+        load_model(ref)

@@ -198,7 +198,7 @@ def test_fc13_ranks_differ_from_product_of_degrees(tmp_path, engine):
             f"CUDA_VISIBLE_DEVICES=0 python -m sglang.launch_server --model-path meta-llama/Llama-3.1-8B --tp-size {tp}\n")
     proc = _planner("check", str(_file(tmp_path, text)), "-c", "dgx-h100")
     assert proc.returncode == 1
-    assert f"starts {tp * case['pp']} ranks" in proc.stdout and f"gives it {ranks} GPU(s)" in proc.stdout
+    assert f"starts {tp * case['pp']} ranks" in proc.stdout and f"gives it {ranks} GPU" in proc.stdout
 
 
 def test_fc14_tied_embedding_copy_on_the_last_stage(tmp_path):
@@ -697,7 +697,7 @@ def test_multi_node_command_sees_its_node_gpus(tmp_path):
             "--tp-size 8 --pp-size 2 --nnodes 2 --node-rank 0 --dist-init-addr 10.0.0.1:20000\n")
     result = check_launch_file(_file(tmp_path, text), cluster="hgx-h200", gpus=16)
     v = next(v for v in result["violations"] if v["rule"] == "world_size")
-    assert "starts 8 ranks on each of its 2 nodes" in v["message"] and "gives it 4 GPU(s)" in v["message"]
+    assert "starts 8 ranks on each of its 2 nodes" in v["message"] and "gives it 4 GPUs" in v["message"]
 
 
 # ---------------------------------------------------------------- SGLang's default mem_fraction_static

@@ -87,12 +87,14 @@ def test_reader_allows_exactly_the_keys_plan_writes(tmp_path):
     # asked for or chosen by the search (Megatron-LM), `compile` (torch.compile) only where the
     # layout sets it (torchtitan plans), `recompute_layers` only where the per-stage counts do not
     # say which layers are recomputed (tests/test_check.py, interleaved plans), `fp8_param_gather`
-    # only where the search chose it on (tests/test_fp8_gather_search.py)
+    # only where the search chose it on (tests/test_fp8_gather_search.py), `buckets` never (a
+    # hand-written DeepSpeed plan's ZeRO bucket sizes, tests/test_emit_deepspeed.py)
     assert plan_file._KEYS["plan.parallelism"] == (*PAR_KEYS, "pipeline_layout", "cp_comm_type",
                                                    "moe_dispatcher", "compile", "recompute_modules",
-                                                   "offload_modules", "recompute_layers", "fp8_param_gather")
+                                                   "offload_modules", "recompute_layers", "fp8_param_gather",
+                                                   "buckets")
     assert {"pipeline_layout", "cp_comm_type", "overlap", "compile", "moe_dispatcher", "recompute_modules",
-            "offload_modules", "recompute_layers"} <= plan_file._OPTIONAL
+            "offload_modules", "recompute_layers", "buckets"} <= plan_file._OPTIONAL
     assert runner.invoke(app, ["check", str(out)]).exit_code == 0
 
 
@@ -365,3 +367,16 @@ def test_an_uneven_interleaved_plan_file_round_trips(tmp_path):
     doc["plan"]["parallelism"]["pipeline_layout"] = 7
     line, _ = _bad_input(tmp_path, doc)
     assert "plan.parallelism.pipeline_layout: value 7 must be a layout string" in line
+
+
+@pytest.mark.parametrize("kind", ["trainingplan", "Training-Plan", "training_plan", "serving-plans"])
+def test_misspelled_kind_names_the_kind_meant(tmp_path, kind):
+    """Fresh-user review #8: `kind: trainingplan` was the generic 'not a configuration' list; now the key, the value
+    and the kind meant (difflib)."""
+    from planner.check import read_target
+    from planner.errors import SpecError as _SpecError
+    path = tmp_path / "p.yaml"
+    path.write_text(f"kind: {kind}\nversion: 1\n")
+    meant = "serving-plan" if "serv" in kind else "training-plan"
+    with pytest.raises(_SpecError, match=f"did you mean '{meant}'"):
+        read_target(path)

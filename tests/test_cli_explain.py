@@ -215,3 +215,34 @@ def test_contradicting_overlap_options_are_bad_input():
     assert "Traceback" not in result.output
     fine = _run("--tp", "8", "--sequence-parallel", "--overlap", "tp-comm=on", "--overlap", "grad-reduce=off")
     assert fine.exit_code == 0, fine.output
+
+
+# ---------------------------------------------------------------- review leftovers (issue 11)
+
+def test_explain_header_lists_the_overlaps_on():
+    """The explain header names the overlaps as `plan` and `check` do (fresh-user review #12): tp-comm with SP."""
+    from typer.testing import CliRunner as _Runner
+
+    from planner.cli import app as _app
+    args = ["explain", "-m", "llama-3.1-70b", "-c", "dgx-h100", "--gpus", "64", "--tp", "8", "--pp", "8"]
+    on = _Runner().invoke(_app, [*args, "--sequence-parallel", "--overlap", "tp-comm=on"])
+    off = _Runner().invoke(_app, args)
+    assert on.exit_code == 0 and off.exit_code == 0
+    header = lambda r: " ".join(r.output.split("conventions")[0].split())  # noqa: E731 (wrapped or not)
+    assert "recompute none · overlap tp-comm megatron" in header(on)
+    assert "overlap" not in header(off)
+
+
+def test_training_an_int4_checkpoint_says_so():
+    """Qwen/Qwen3-32B-AWQ is qwen3-32b with AWQ int4 weights (planner.specs.hf_ids); a training command plans
+    16-bit weights and says it in one note (fresh-user review #12), never silently."""
+    from typer.testing import CliRunner as _Runner
+
+    from planner.cli import app as _app
+    result = _Runner().invoke(_app, ["explain", "-m", "Qwen/Qwen3-32B-AWQ", "-c", "dgx-h100", "--gpus", "8",
+                                     "--tp", "8"])
+    assert result.exit_code in (0, 1)  # the note comes first, whatever the layout's verdict
+    text = " ".join(result.output.split())
+    assert "note: qwen3-32b-awq is an int4 checkpoint" in text and "16-bit weights" in text
+    plain = _Runner().invoke(_app, ["explain", "-m", "qwen3-32b", "-c", "dgx-h100", "--gpus", "8", "--tp", "8"])
+    assert "int4 checkpoint" not in plain.output

@@ -149,7 +149,7 @@ def test_known_text_fp16_sgd_zero3_param_offload_no_tp(tmp_path):
     # By hand: dp 16 x tp 1 = 16 GPUs; micro 1, gas 128 / (1 x 16) = 8; no tensor_parallel section;
     # ZeRO-3 with parameters and optimizer offloaded; fp16; torch.optim's "SGD" (case-sensitive) with lr 1e-3
     # (torch's default) and a momentum (the costed momentum buffer); ZeRO-3 buckets: reduce 5e8, live
-    # parameters 1e9 (zero/config.py defaults); clip 1.0 (Llama's published clip).
+    # parameters 1e9, persistence threshold 1e5 (zero/config.py defaults); clip 1.0 (Llama's published clip).
     doc = _doc(dp=16, tp=1, zero_stage=3, micro_batch_size=1, num_microbatches=8,
                offload=["parameters", "optimizer"], precision="fp16", optimizer="sgd")
     emitted, target = _read_back(doc, tmp_path)
@@ -158,7 +158,8 @@ def test_known_text_fp16_sgd_zero3_param_offload_no_tp(tmp_path):
         "train_micro_batch_size_per_gpu": 1,
         "gradient_accumulation_steps": 8,
         "zero_optimization": {"stage": 3, "reduce_bucket_size": 500_000_000,
-                              "stage3_max_live_parameters": 1_000_000_000, "offload_optimizer": {"device": "cpu"},
+                              "stage3_max_live_parameters": 1_000_000_000,
+                              "stage3_param_persistence_threshold": 100_000, "offload_optimizer": {"device": "cpu"},
                               "offload_param": {"device": "cpu"}},
         "fp16": {"enabled": True},
         "optimizer": {"type": "SGD", "params": {"lr": 0.001, "momentum": 0.9}},
@@ -176,8 +177,23 @@ def test_buckets_written_are_the_cost_models_and_deepspeeds_defaults():
         zero = json.loads(write(_doc(zero_stage=stage)).text)["zero_optimization"]
         assert zero["reduce_bucket_size"] == memory.BUCKET_ELEMENTS["deepspeed"] == 500_000_000
         assert zero.get("stage3_max_live_parameters") == (memory.DEEPSPEED_LIVE_PARAMETERS if stage == 3 else None)
+        assert zero.get("stage3_param_persistence_threshold") == (100_000 if stage == 3 else None)
     assert memory.DEEPSPEED_LIVE_PARAMETERS == 1_000_000_000
     assert "reduce_bucket_size" not in json.loads(write(_doc(zero_stage=0)).text).get("zero_optimization", {})
+
+
+def test_plan_buckets_are_written_and_read_back(tmp_path):
+    """A plan's own bucket sizes (parallelism.buckets) are what the JSON states, and `check` of the JSON
+    carries them on the layout (DeepSpeed's defaults written out read back as absent)."""
+    doc = _doc(dp=16, tp=1, zero_stage=3, micro_batch_size=1, num_microbatches=8)
+    doc["plan"]["parallelism"]["buckets"] = {"reduce_bucket": 200_000_000, "zero3_live_parameters": 300_000_000,
+                                             "zero3_persistence": 1_000_000}
+    emitted, target = _read_back(doc, tmp_path)
+    zero = json.loads(emitted.text)["zero_optimization"]
+    assert (zero["reduce_bucket_size"], zero["stage3_max_live_parameters"],
+            zero["stage3_param_persistence_threshold"]) == (200_000_000, 300_000_000, 1_000_000)
+    assert target.layout.buckets == (("reduce_bucket", 200_000_000), ("zero3_live_parameters", 300_000_000),
+                                     ("zero3_persistence", 1_000_000))
 
 
 def test_family_without_recipe_gets_deepspeeds_own_defaults():
@@ -314,3 +330,21 @@ def test_pin_no_deepspeed_json_runs_contradicts_the_emit(pin, named):
     assert result.exit_code == 2, result.output
     assert named in result.output and "--emit deepspeed" in result.output and "--fix" in result.output
     assert "Traceback" not in result.output
+
+
+def test_plan_file_buckets_are_costed_by_check(tmp_path):
+    """A hand-written DeepSpeed plan's parallelism.buckets is what `check` of the plan file costs (the same
+    sizes `--emit deepspeed` writes), and bad ones are bad input at the key."""
+    import yaml as _yaml
+
+    from planner.check import read_target
+    from planner.errors import SpecError as _SpecError
+    doc = _doc(dp=16, tp=1, zero_stage=3, micro_batch_size=1, num_microbatches=8)
+    doc["plan"]["parallelism"]["buckets"] = {"reduce_bucket": 200_000_000}
+    path = tmp_path / "p.yaml"
+    path.write_text(_yaml.safe_dump(doc))
+    assert read_target(path).layout.buckets == (("reduce_bucket", 200_000_000),)
+    doc["plan"]["parallelism"]["buckets"] = {"reduce_buckets": 1}
+    path.write_text(_yaml.safe_dump(doc))
+    with pytest.raises(_SpecError, match="buckets"):
+        read_target(path)

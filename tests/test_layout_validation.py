@@ -87,3 +87,20 @@ def test_replace_raises_and_normalizes_exactly_as_the_constructor(changes, dp, p
     assert fast == slow and repr(fast) == repr(slow)
     assert type(fast.offload) is frozenset and (fast.pipeline_layers is None
                                                 or type(fast.pipeline_layers) is tuple)
+
+
+def test_buckets_are_deepspeed_sizes_by_known_knob():
+    """`Layout.buckets`: (knob, elements >= 0) pairs of BUCKET_KNOBS, DeepSpeed layouts only, kept sorted."""
+    import pytest as _pytest
+
+    from planner.errors import SpecError as _SpecError
+    from planner.placement.layout import Layout as _Layout
+    layout = _Layout(framework="deepspeed", buckets=(("zero3_persistence", 5), ("reduce_bucket", 7)))
+    assert layout.buckets == (("reduce_bucket", 7), ("zero3_persistence", 5))
+    assert layout.replace(buckets=(("reduce_bucket", 8),)).buckets == (("reduce_bucket", 8),)
+    for bad in ((("reduce_buckets", 1),), (("reduce_bucket", -1),), (("reduce_bucket", 1.5),),
+                (("reduce_bucket", 1), ("reduce_bucket", 2))):
+        with _pytest.raises(_SpecError):
+            _Layout(framework="deepspeed", buckets=bad)
+    with _pytest.raises(_SpecError, match="DeepSpeed settings"):
+        _Layout(framework="megatron", buckets=(("reduce_bucket", 1),))

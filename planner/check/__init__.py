@@ -28,6 +28,7 @@ contradicts is bad input.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import re
 import tomllib
 from collections.abc import Callable, Mapping
@@ -162,7 +163,8 @@ is_serving_plan` files go to `check_serving_plan`), for the message naming the k
 
 
 def read_target(path: str | Path, *, model: str | None = None, cluster: str | None = None,
-                gpus: int | None = None, seq_len: int | None = None) -> Target:
+                gpus: int | None = None, seq_len: int | None = None,
+                settings: dict[str, str] | None = None) -> Target:
     """The Target of a configuration file, by what it holds (module docstring), with the line of
     every flag or key it sets (`Target.lines`).
 
@@ -170,6 +172,8 @@ def read_target(path: str | Path, *, model: str | None = None, cluster: str | No
         path: the file.
         model, cluster, gpus, seq_len: what the file does not say (a catalog name or path; a GPU
             count; tokens per sequence).
+        settings: DeepSpeed only: the values the Hugging Face Trainer fills the file's "auto" keys with
+            (`check --set`, `planner.check.deepspeed.resolve_auto`).
 
     Raises:
         SpecError: unreadable, malformed or unrecognised file (naming the kinds accepted), a value
@@ -184,15 +188,39 @@ def read_target(path: str | Path, *, model: str | None = None, cluster: str | No
                             file=str(doc.path), key="request.output_len")
         if doc.mapping_error is not None:
             raise doc.mapping_error
+        _misspelled_kind(doc)
         raise SpecError("not a configuration `planner check` reads; accepted: "
                         + "; ".join([r.accepts for r in READERS] + list(OTHER_KINDS)),
                         file=str(doc.path))
-    target = reader.read(doc, model=model, cluster=cluster, gpus=gpus, seq_len=seq_len)
+    if settings and reader.kind != "deepspeed-config":
+        raise SpecError(f"--set fills the 'auto' values of a DeepSpeed config that the Hugging Face "
+                        f"Trainer resolves; this file is a {reader.kind}", file=str(doc.path), key="--set")
+    target = reader.read(doc, model=model, cluster=cluster, gpus=gpus, seq_len=seq_len,
+                         **({"settings": settings} if settings else {}))
     found = reader.lines(doc.text)
     for knob, spelling in reader.knobs.items():
         if spelling in found:
             found.setdefault(knob, found[spelling])
     return dataclasses.replace(target, lines=found)
+
+
+PLAN_KINDS = (KIND, serving_plan.KIND)
+"""The `kind:` values of the planner's own files (training and serving plans)."""
+
+
+def _misspelled_kind(doc: Document) -> None:
+    """A mapping whose `kind:` is close to a plan file's kind is that plan file misspelled: bad input naming
+    the kind meant (difflib ratio >= 0.6, `difflib.get_close_matches`' default, on the lower-cased value).
+
+    Raises:
+        SpecError: key kind, with the value, the kind meant and the kinds allowed."""
+    kind = (doc.mapping or {}).get("kind")
+    if not isinstance(kind, str):
+        return
+    close = difflib.get_close_matches(kind.strip().lower(), PLAN_KINDS, n=1)
+    if close:
+        raise SpecError(f"value {kind!r} is not a kind `planner check` reads; did you mean {close[0]!r}? "
+                        f"(allowed: {', '.join(PLAN_KINDS)})", file=str(doc.path), key="kind")
 
 
 def line_of(path: str | Path, key: str | None) -> int | None:
@@ -257,16 +285,17 @@ def _within_limits(target: Target) -> Target:
 
 def check_file(path: str | Path, *, model: str | None = None, cluster: str | None = None,
                gpus: int | None = None, seq_len: int | None = None,
-               recompute: str | None = None) -> dict:
+               recompute: str | None = None, settings: dict[str, str] | None = None) -> dict:
     """`gate.evaluate` of the file's Target: {verdict: pass|fail, violations, stages, ...}.
 
     Args:
         recompute: the activation recompute a DeepSpeed model applies in its code (DeepSpeed
             checkpoints whole layers from code, not from the JSON: none or full on every layer);
             None = none. Any other file states its own, so giving it there is bad input.
+        settings: `read_target`'s (DeepSpeed's "auto" values, `check --set`).
     """
     target = _within_limits(read_target(path, model=model, cluster=cluster, gpus=gpus,
-                                        seq_len=seq_len))
+                                        seq_len=seq_len, settings=settings))
     return evaluate(_with_code_recompute(target, recompute))
 
 

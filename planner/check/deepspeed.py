@@ -47,12 +47,13 @@ naming the key meant. A number written as a JSON string ("3") is bad input sayin
 from __future__ import annotations
 
 import difflib
+import json
 import math
 import shlex
 from pathlib import Path
 
 from planner.check.gate import Target, raise_missing
-from planner.errors import SpecError
+from planner.errors import SpecError, shown
 from planner.frameworks import deepspeed as ds
 from planner.frameworks.deepspeed import KEY as K
 from planner.placement.layout import Layout
@@ -75,7 +76,7 @@ train_micro_batch_size, activation_checkpoint, tensor_paralel (all >= 0.8) and D
 top-level keys (`planner.frameworks.deepspeed.OTHER_TOP_LEVEL`: none >= 0.75 against a key read)."""
 
 def read(path: Path, data: dict, *, model: str | None, cluster: str | None, gpus: int | None,
-         seq_len: int | None) -> Target:
+         seq_len: int | None, settings: dict[str, str] | None = None) -> Target:
     """The Target a DeepSpeed JSON config describes, on the options' model, cluster and GPUs.
 
     Args:
@@ -84,6 +85,8 @@ def read(path: Path, data: dict, *, model: str | None, cluster: str | None, gpus
         model, cluster: catalog names or paths (--model, --cluster); required.
         gpus: GPUs the job runs on (--gpus); required.
         seq_len: tokens per sequence (--seq-len); required.
+        settings: the values the Hugging Face Trainer would fill the file's "auto" keys with (`check --set
+            KEY=VALUE`, `resolve_auto`).
 
     Raises:
         SpecError: a missing option, a malformed or unsupported value (file and key named), an
@@ -91,22 +94,26 @@ def read(path: Path, data: dict, *, model: str | None, cluster: str | None, gpus
     """
     file = str(path)
     _require(file, model=model, cluster=cluster, gpus=gpus, seq_len=seq_len)
+    data = resolve_auto(data, settings or {}, file)
+    spec = load_model(model)
     tp, findings = _tensor_parallel(data, file, gpus)
     dp = max(1, gpus // tp)
     _unsupported(data, file, dp, gpus, tp)
     train, micro, gas, batch_findings = _batch(data, file, dp)
     _bound(file, train, micro, seq_len)
     stage, offload = _zero(data, file)
+    buckets, bucket_findings = _buckets(data, file, stage, spec.hidden_size)
     precision, precision_findings = _precision(data, file)
     optimizer, optimizer_findings = _optimizer(data, file)
     layout = Layout(dp=dp, tp=tp, pp=1, zero_stage=stage, micro_batch_size=max(1, micro),
                     global_batch_size=max(1, train), seq_len=seq_len, recompute="none",
                     offload=offload, optimizer=optimizer, precision=precision, framework=FRAMEWORK,
                     grad_reduce_dtype=_communication_dtype(data, file),
-                    **_overlaps(data, file, stage))
-    findings += (batch_findings + precision_findings + optimizer_findings + _recompute_note(data, file)
+                    buckets=tuple(sorted((k, v) for k, v in buckets.items() if v != ds.DEFAULT[k])) or None,
+                    **_overlaps(data, file, stage, buckets))
+    findings += (bucket_findings + batch_findings + precision_findings + optimizer_findings + _recompute_note(data, file)
                  + _near_misses(data) + _unknown_zero_keys(data))
-    return Target(file=file, kind=KIND, model=load_model(model),
+    return Target(file=file, kind=KIND, model=spec,
                   cluster=load_cluster(cluster, gpus=gpus), layout=layout,
                   findings=tuple(findings))
 
@@ -136,25 +143,81 @@ def _quoted_int(value: object, file: str, where: str) -> None:
                         f"{int(value)} without quotes", file=file, key=where)
 
 
-def _int(data: dict, key: str, file: str, where: str, *, minimum: int, auto: str = "") -> int | None:
-    """data[key] as an integer >= minimum; None when absent. `auto`: why "auto" is refused."""
+def _auto_refused(file: str, where: str, what: str) -> SpecError:
+    """The bad input of an "auto" the check was not given the Trainer's value of (`resolve_auto`), or of one
+    the Trainer does not fill (DeepSpeed itself takes no "auto" there)."""
+    if where not in ds.TRAINER_SETTABLE:
+        return SpecError(f"value 'auto' is not one the Hugging Face Trainer fills here (it fills "
+                         f"{', '.join(ds.TRAINER_FILLS)}); give the {what}", file=file, key=where)
+    return SpecError(f"value 'auto' is filled in by the Hugging Face Trainer from its "
+                     f"{ds.TRAINER_FILLS[where]}; give the {what} it resolves to: `planner check "
+                     f"{shlex.quote(file)} --set {where}=VALUE`", file=file, key=where)
+
+
+def resolve_auto(data: dict, settings: dict[str, str], file: str) -> dict:
+    """`data` with the "auto" values of `settings`' keys (`ds.TRAINER_SETTABLE`, dotted) replaced by the
+    values given (JSON scalars: 4, true), as the Hugging Face Trainer replaces them with its arguments
+    (`ds.TRAINER_FILLS`); the file is not changed.
+
+    Raises:
+        SpecError (key --set): a key the check does not resolve, or one the file does not set to "auto"
+            (the Trainer fills only "auto"; a number written in the file is what runs).
+        SpecError (key: the first open one): "auto" left in keys the check reads, all named with the
+            `--set` words that resolve them (the global batch follows from the other two)."""
+    out = json.loads(json.dumps(data))
+    for key, text in settings.items():
+        if key not in ds.TRAINER_SETTABLE:
+            raise SpecError(f"value {key!r}: --set resolves the Hugging Face Trainer's 'auto' values of "
+                            f"{', '.join(ds.TRAINER_SETTABLE)}", file=file, key="--set")
+        *sections, name = ds.section(key)
+        node = _value_at(out, ".".join(sections)) if sections else out
+        if not isinstance(node, dict) or node.get(name) != "auto":
+            raise SpecError(f"{key} is not 'auto' in the file: the Trainer fills only 'auto' values, so "
+                            f"the file's own value is what runs; drop --set {key}", file=file, key="--set")
+        try:
+            node[name] = json.loads(text)
+        except json.JSONDecodeError:
+            node[name] = text
+    open_keys = [key for key in ds.TRAINER_SETTABLE if _value_at(out, key) == "auto"]
+    if TRAIN in open_keys and MICRO in out and GAS in out:
+        open_keys.remove(TRAIN)  # the Trainer and DeepSpeed both make it micro x accumulation x dp
+    if open_keys:
+        raise SpecError(f"value 'auto' is filled in by the Hugging Face Trainer (from "
+                        + "; ".join(f"{key}: its {ds.TRAINER_FILLS[key]}" for key in open_keys)
+                        + f"); give what it resolves to: `planner check {shlex.quote(file)} "
+                        + " ".join(f"--set {key}={_PLACEHOLDER.get(key, 'N')}" for key in open_keys) + "`",
+                        file=file, key=open_keys[0])
+    return out
+
+
+_PLACEHOLDER = {K["bf16"]: "true|false", K["fp16"]: "true|false"}
+"""What `resolve_auto`'s message writes for a key's value (N: a number)."""
+
+
+def _value_at(data: dict, key: str) -> object:
+    """The value at dotted `key` of `data` (None: absent)."""
+    for part in ds.section(key):
+        data = data.get(part) if isinstance(data, dict) else None
+    return data
+
+
+def _int(data: dict, key: str, file: str, where: str, *, minimum: int) -> int | None:
+    """data[key] as an integer >= minimum; None when absent; "auto" is `_auto_refused`."""
     value = data.get(key)
     if value is None:
         return None
     if value == "auto":
-        raise SpecError(f"value 'auto' is filled in by the Hugging Face Trainer; give the resolved "
-                        f"number{auto}", file=file, key=where)
+        raise _auto_refused(file, where, "number")
     _quoted_int(value, file, where)
     if type(value) is not int or value < minimum:
         raise SpecError(f"value {value!r} must be an integer >= {minimum}", file=file, key=where)
     return value
 
 
-def _bool(data: dict, key: str, file: str, where: str, auto: str) -> bool:
+def _bool(data: dict, key: str, file: str, where: str) -> bool:
     value = data.get(key, False)
     if value == "auto":
-        raise SpecError(f"value 'auto' is filled in by the Hugging Face Trainer{auto}; give true "
-                        f"or false", file=file, key=where)
+        raise _auto_refused(file, where, "true or false")
     if not isinstance(value, bool):
         raise SpecError(f"value {value!r} must be true or false", file=file, key=where)
     return value
@@ -207,13 +270,12 @@ def _unsupported(data: dict, file: str, dp: int, gpus: int, tp: int) -> None:
 def _batch(data: dict, file: str, dp: int) -> tuple[int, int, int, list[Violation]]:
     """(global batch, micro-batch, gradient accumulation steps, findings) as DeepSpeed derives
     and asserts them (`DeepSpeedConfig._set_batch_related_parameters`, `_batch_assertion`)."""
-    micro = _int(data, MICRO, file, MICRO, minimum=1, auto=" (--per_device_train_batch_size)")
-    gas = _int(data, GAS, file, GAS, minimum=1, auto=f" (--{GAS})")  # the Trainer's argument
+    micro = _int(data, MICRO, file, MICRO, minimum=1)
+    gas = _int(data, GAS, file, GAS, minimum=1)
     if data.get(TRAIN) == "auto" and micro is not None and gas is not None:
         train = None  # the Trainer fills micro x gas x dp: what DeepSpeed derives below
     else:
-        train = _int(data, TRAIN, file, TRAIN, minimum=1,
-                     auto=f" (or resolve {MICRO} and {GAS}, from which it follows)")
+        train = _int(data, TRAIN, file, TRAIN, minimum=1)
     derived = ""
     if train is not None and micro is not None and gas is None:
         gas, derived = train // micro // dp, f"{GAS} derived as {train} // {micro} // {dp}"
@@ -293,23 +355,64 @@ def _zero(data: dict, file: str) -> tuple[int, frozenset[str]]:
     return stage, frozenset(offload)
 
 
-def _overlaps(data: dict, file: str, stage: int) -> dict[str, bool]:
+def _buckets(data: dict, file: str, stage: int, hidden_size: int) -> tuple[dict[str, int], list[Violation]]:
+    """({knob: elements}, findings): the ZeRO bucket and threshold sizes the ZeRO section sets
+    (`ds.BUCKETS`, under the `stage3_` alias or the field name, as DeepSpeed's config model takes
+    either); those other than DeepSpeed's defaults become `Layout.buckets` (a default written out
+    costs what it costs absent). "auto" is what the Hugging Face Trainer fills from the model's hidden_size
+    (`ds.TRAINER_HIDDEN_SIZE`; the ZeRO-3 ones only at ZeRO-3, else left to DeepSpeed's default). An
+    integer-valued JSON number (5e8) is the integer, as
+    pydantic reads it; other values are `_zero`'s bad input. The finding: ZeRO-1/2 assert
+    the all-gather bucket size % 2 == 0 at start-up (`ds.BUCKETS` docstring)."""
+    top = ds.section(K["zero_stage"])[0]
+    section = data.get(top)
+    if not isinstance(section, dict):
+        return {}, []
+    out = {}
+    for knob, field in ds.BUCKETS.items():
+        alias = ds.section(K[knob])[1]
+        given = [key for key in dict.fromkeys((alias, field)) if section.get(key) is not None]
+        if len(given) > 1:
+            raise SpecError(f"{alias} and {field} are the same DeepSpeed setting; give one",
+                            file=file, key=f"{top}.{field}")
+        if not given:
+            continue
+        value = section[given[0]]
+        if value == "auto":
+            if knob in ds.TRAINER_HIDDEN_SIZE and (stage == 3 or knob == "reduce_bucket"):
+                out[knob] = ds.TRAINER_HIDDEN_SIZE[knob](hidden_size)
+            continue
+        _quoted_int(value, file, f"{top}.{given[0]}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or value != int(value):
+            raise SpecError(f"value {shown(value)} must be an integer >= 0 (elements)", file=file,
+                            key=f"{top}.{given[0]}")
+        out[knob] = int(value)
+    findings = []
+    gather = out.get("allgather_bucket")
+    if stage in (1, 2) and gather is not None and gather % 2:
+        findings.append(Violation(
+            rule="deepspeed_bucket_alignment",
+            message=f"{K['allgather_bucket']}={gather:,} is odd: ZeRO-{stage} asserts "
+                    f"'{ds.BUCKETS['allgather_bucket']} must be a multiple of nccl_start_alignment_factor, 2' "
+                    f"at start-up (deepspeed/runtime/zero/stage_1_and_2.py)",
+            fix=f"set {K['allgather_bucket']}: {gather + 1}"))
+    return out, findings
+
+
+def _overlaps(data: dict, file: str, stage: int, buckets) -> dict[str, bool]:
     """The overlap knobs the ZeRO section sets (`frameworks.deepspeed` module docstring): the
     gradient-reduce overlap from its comm-overlap switch, the ZeRO-3 parameter prefetch from its
-    prefetch bucket size (> 0: on); a key absent leaves its knob to DeepSpeed's default."""
+    prefetch bucket size (> 0: on; `buckets`, read by `_buckets`); a key absent leaves its knob to
+    DeepSpeed's default."""
     top, overlap_key = ds.section(K["overlap_grad_reduce"])
     section = data.get(top, {})
     if not isinstance(section, dict):
         return {}
     out = {}
     if section.get(overlap_key) is not None:
-        out["overlap_grad_reduce"] = _bool(section, overlap_key, file, K["overlap_grad_reduce"], "")
-    prefetch_key = ds.section(K["zero3_prefetch"])[1]
-    prefetch = section.get(prefetch_key)
+        out["overlap_grad_reduce"] = _bool(section, overlap_key, file, K["overlap_grad_reduce"])
+    prefetch = buckets.get("zero3_prefetch")
     if prefetch is not None and stage == 3:
-        if isinstance(prefetch, bool) or not isinstance(prefetch, (int, float)) or prefetch < 0:
-            raise SpecError(f"value {prefetch!r} must be a number of parameter elements >= 0",
-                            file=file, key=K["zero3_prefetch"])
         out["overlap_param_gather"] = prefetch > 0
     return out
 
@@ -319,10 +422,8 @@ def _precision(data: dict, file: str) -> tuple[str, list[Violation]]:
     current, enabled = ds.section(K["bf16"])
     legacy, fp16_top = ds.section(K["bf16_legacy"])[0], ds.section(K["fp16"])[0]
     bf16_key = current if current in data or legacy not in data else legacy
-    # "auto" is filled from the Hugging Face Trainer's arguments named as the sections
-    bf16 = _bool(_section(data, bf16_key, file), enabled, file, f"{bf16_key}.{enabled}",
-                 f" from --{current}")
-    fp16 = _bool(_section(data, fp16_top, file), enabled, file, K["fp16"], f" from --{fp16_top}")
+    bf16 = _bool(_section(data, bf16_key, file), enabled, file, f"{bf16_key}.{enabled}")
+    fp16 = _bool(_section(data, fp16_top, file), enabled, file, K["fp16"])
     if bf16 and fp16:
         return "bf16", [Violation(rule="deepspeed_fp16_and_bf16",
                                   message=f"{bf16_key}.{enabled} and {K['fp16']} are both true: "

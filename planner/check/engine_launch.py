@@ -21,6 +21,8 @@ of max_model_len in the KV pool, the weight format on the GPU; the readers add t
 
 from __future__ import annotations
 
+import csv
+
 import difflib
 import math
 import re
@@ -68,6 +70,9 @@ class Command:
     origin: dict[str, str] = field(default_factory=dict)
     """Canonical flag -> the file that gave it, where not the command's own file (a vLLM `--config` YAML; its
     key as written is in `spelled`)."""
+    gpu_request: str | None = None
+    """The value of the container runtime's GPU option (`docker run --gpus VALUE`, `CONTAINER_GPUS`) before the
+    image, as the runtime receives it after shell quoting (`"device=0,1"` with its inner quotes), or None."""
     node: int | None = None
     """The node the command runs on where the file says (inside `if [ "$NODE_RANK" = N ]; then ... fi`,
     `NODE_GUARD`), else None."""
@@ -90,6 +95,7 @@ class Launch:
     weight_format: str
     kv_dtype: str
     visible_gpus: int | None
+    """GPUs the command's process sees (`visible_gpus`), None: every GPU of the node."""
     nnodes: int
     """Nodes the instance spans (the engine's node-count flag); the command runs on one of them."""
     node_rank: int = 0
@@ -104,6 +110,8 @@ class Launch:
     """KV pool per GPU a flag sets outright, whatever the budget fraction (vLLM kv_cache_memory_bytes)."""
     kv_tokens_cap: int | None = None
     """Tokens a flag caps each pool at (SGLang max_total_tokens; the smaller of it and what fits)."""
+    visible_from: str = VISIBLE
+    """What limits the GPUs seen, for messages (`visible_from`)."""
     fit_max_model_len: bool = False
     """max_model_len asked as auto / -1 (vLLM): the model's length if one sequence of it fits, else the longest
     the KV pool holds (`max_model_len` holds the model's length until `fitted`)."""
@@ -314,10 +322,11 @@ def _command(segment: list[str], variables: dict[str, str], line: int, launchers
             variables[name] = shell.substitute(value, variables)
         return None
     words = _without_redirections([f for raw in segment for f in shell.fields(shell.substitute(raw, variables), raw)])
-    image, doubled = None, None
+    image, doubled, gpu_request = None, None, None
     found = _container_launch(words, images, launchers)
     if found is not None:
         at, launcher, image = found
+        gpu_request = _container_option(words[:words.index(image)], CONTAINER_GPUS)
         again = _launcher_at(words[at:], launchers)
         doubled = again[1] if again is not None else None
     else:
@@ -351,7 +360,19 @@ def _command(segment: list[str], variables: dict[str, str], line: int, launchers
         flags[canonical] = value
         spelled[canonical] = name
     return Command(line=line, env=env, positional=positional, flags=flags, spelled=spelled, launcher=launcher,
-                   image=image, after_switch=after_switch, doubled=doubled)
+                   image=image, after_switch=after_switch, doubled=doubled, gpu_request=gpu_request)
+
+
+def _container_option(words: list[str], name: str) -> str | None:
+    """The last value of option `name` among a container command's words before its image (`--gpus 2`,
+    `--gpus=2`; the runtime's flag parser, pflag, keeps the last of a repeated scalar), or None."""
+    value = None
+    for k, word in enumerate(words):
+        if word == name and k + 1 < len(words):
+            value = words[k + 1]
+        elif word.startswith(name + "="):
+            value = word[len(name) + 1:]
+    return value
 
 
 def unknown_flags(command: Command, known: frozenset[str], engine: str, version: str) -> list[Violation]:
@@ -511,11 +532,80 @@ def weight_format(command: Command, flag: str, table: dict, spec: ModelSpec, fil
         fix=f"remove {flag} (the checkpoint's {own} is loaded), or serve a {given} checkpoint")]
 
 
+CONTAINER_GPUS = "--gpus"
+"""`docker run`'s GPU request (also podman's and nerdctl's): a CSV record of fields, each `all` or a count
+(integer), or `count=`, `device=` (ids, comma-separated: inside one CSV field only when quoted,
+`'"device=0,1"'`), `capabilities=`, `driver=`, `options=`; a key given twice, another key or a count that is
+no integer is the CLI's error; neither count nor device means count 1. Source: docker/cli@f79193c
+`opts/gpus.go` GpuOpts.Set / parseCount. The daemon then exposes the devices listed, else GPUs 0..count-1,
+all for `all` (count -1), none for 0, and refuses a request with both a count and devices: 'cannot set both
+Count and DeviceIDs on device request' (moby/moby@5c48736 `daemon/nvidia_linux.go` setNvidiaGPUs), the
+classic `--gpus device=0,1`, which the CSV reads as device 0 plus a count of 1."""
+
+
+def container_gpus(command: Command, file: str) -> tuple[int | None, list[Violation]]:
+    """(GPUs the container's `CONTAINER_GPUS` request exposes -- None: all of the node, no request, or one the
+    daemon refuses --, findings: the daemon's count-and-devices refusal, `docker_gpus`).
+
+    Raises:
+        SpecError: a request the CLI refuses (unknown key, repeated key, count not an integer)."""
+    value = command.gpu_request
+    if value is None:
+        return None, []
+    where = {"file": file, "key": f"{CONTAINER_GPUS} (line {command.line})"}
+    try:
+        fields = next(csv.reader([value]))
+    except (csv.Error, StopIteration):
+        raise SpecError(f"value {value!r} is not a GPU request", **where) from None
+    count, devices, bare, seen = None, None, None, set()
+    for text in fields:
+        key, eq, val = text.partition("=")
+        name = key if eq else "count"
+        if name in seen:
+            raise SpecError(f"value {value!r}: gpu request key '{name}' can be specified only once (docker's error)",
+                            **where)
+        seen.add(name)
+        if name == "count":
+            number = val if eq else key
+            if number != "all" and not re.fullmatch(r"-?\d+", number):
+                raise SpecError(f"value {value!r}: count {number!r} must be an integer or all (docker's error)",
+                                **where)
+            count, bare = (-1 if number == "all" else int(number)), (None if eq else number)
+        elif key == "device":
+            devices = val.split(",")
+        elif key not in ("driver", "capabilities", "options"):
+            raise SpecError(f"value {value!r}: unexpected key '{key}' (allowed: count, device, capabilities, "
+                            f"driver, options)", **where)
+    if devices is None:
+        return (1 if count is None else None if count < 0 else count), []
+    if count in (None, 0):
+        return len(devices), []
+    meant = ",".join(devices + ([bare] if bare is not None else []))
+    fix = (f"quote the device list inside the value: {CONTAINER_GPUS} '\"device={meant}\"'" if bare is not None
+           else "give a count or a device list, not both")
+    return None, [Violation(  # no container starts: no GPU count to check the ranks against
+        rule="docker_gpus",
+        message=f"{CONTAINER_GPUS} {value} asks for device(s) {','.join(devices)} and a count of {count}: the Docker "
+                f"daemon refuses to start the container ('cannot set both Count and DeviceIDs on device request'"
+                + ("; unquoted, a device list's commas split it into a device and a count)" if bare is not None
+                   else ")"),
+        fix=fix)]
+
+
+def visible_from(command: Command) -> str:
+    """What sets the GPUs the command's process sees, as messages name it: the CUDA_VISIBLE_DEVICES prefix,
+    else the container's GPU request."""
+    if VISIBLE in command.env or command.gpu_request is None:
+        return VISIBLE
+    return f"{CONTAINER_GPUS} {command.gpu_request}"
+
+
 def visible_gpus(command: Command, file: str) -> int | None:
-    """GPUs the CUDA_VISIBLE_DEVICES prefix gives (None: not set)."""
+    """GPUs the command's process sees: the CUDA_VISIBLE_DEVICES prefix's, else those the container's GPU
+    request exposes (`container_gpus`); None: not limited (every GPU of the node)."""
     value = command.env.get(VISIBLE)
     if value is None:
-        return None
+        return container_gpus(command, file)[0]
     ids = [v for v in value.split(",") if v.strip()]
     if not ids or any(not re.fullmatch(r"\d+|GPU-[\w-]+|MIG-[\w-]+", v.strip()) for v in ids):
         raise SpecError(f"value {value!r} must list GPU indices (e.g. 0,1,2,3)", file=file, key=VISIBLE)
@@ -907,10 +997,10 @@ def _world_findings(hw: ClusterSpec, launch: Launch) -> list[Violation]:
         where = "" if launch.nnodes == 1 else f" on each of its {launch.nnodes} nodes ({f['nnodes']} {launch.nnodes})"
         out.append(Violation(
             rule="world_size",
-            message=f"the command starts {per_node} ranks{where} ({product}) but {VISIBLE} gives it "
-                    f"{launch.visible_gpus} GPU(s)",
-            fix=f"list {per_node} GPUs in {VISIBLE}, or degrees whose product is "
-                f"{launch.visible_gpus * launch.nnodes}"))
+            message=f"the command starts {per_node} ranks{where} ({product}) but {launch.visible_from} gives it "
+                    f"{counted(launch.visible_gpus, 'GPU')}",
+            fix=f"{'list' if launch.visible_from == VISIBLE else 'give'} {per_node} GPUs in "
+                f"{launch.visible_from.split()[0]}, or degrees whose product is {launch.visible_gpus * launch.nnodes}"))
     if launch.node_rank >= launch.nnodes:
         out.append(Violation(rule="node_rank",
                              message=f"{f['node_rank']} {launch.node_rank} with {f['nnodes']} {launch.nnodes}: "

@@ -169,12 +169,23 @@ def _layout(par: dict, values: dict, req: dict, uniform: str, file: str) -> Layo
         return Layout(**degrees, sequence_parallel=sp, recompute=uniform, **_overlaps(par, file),
                       cp_comm_type=par.get("cp_comm_type", "p2p"),
                       moe_dispatcher=par.get("moe_dispatcher"), torch_compile=par.get("compile"),
+                      buckets=_buckets(par.get("buckets")),
                       pipeline_layers=tuple(split) if split is not None else None,
                       pipeline_layout=stages, **({k: req.get(k) for k in _REQUEST_LAYOUT} | lists
                                                  | _fp8_param_gather(par, file)))
     except SpecError as exc:
         section = "request" if exc.key in _REQUEST_LAYOUT else "plan.parallelism"
         raise SpecError(_bare(exc), file=file, key=_path(section, exc.key)) from None
+
+
+def _buckets(given) -> tuple | None:
+    """plan.parallelism.buckets (a hand-written DeepSpeed plan's ZeRO bucket sizes, {knob: elements} of
+    `Layout.buckets`, which `--emit deepspeed` writes) as Layout pairs; Layout checks the knobs and values."""
+    if given is None:
+        return None
+    if not isinstance(given, dict):
+        raise SpecError(f"value {shown(given)} must be a mapping of bucket knob -> elements", key="buckets")
+    return tuple(given.items())
 
 
 def _module_lists(par: dict, file: str) -> dict:

@@ -83,6 +83,7 @@ def launch(command: el.Command, spec: ModelSpec, hw: ClusterSpec, file: str) -> 
     findings = el.unknown_flags(command, s.ALL_FLAGS, "SGLang", s.VERSION)
     weights, mismatch = el.weight_format(command, f["quantization"], s.QUANTIZATION, spec, file, "SGLang")
     findings += mismatch
+    findings += el.container_gpus(command, file)[1]
     if flags.get(f["dp_attention"]) is True:
         if adp == 1 and dp > 1:
             adp, dp = dp, 1
@@ -122,24 +123,55 @@ def launch(command: el.Command, spec: ModelSpec, hw: ClusterSpec, file: str) -> 
     findings += _running_per_rank(max_running, adp)
     gpu_mib = hw.gpu.memory_gib * 1024
     role = el.choice(command, f["disagg_mode"], {m: m for m in s.DISAGG_MODES}, file, "disaggregation roles")
-    chunk = el.integer(command, f["max_num_batched_tokens"], None, file)
+    chunk = el.integer(command, f["max_num_batched_tokens"], None, file, low=-2**63)  # argparse type=int
+    prefill_cap = el.human_integer(command, f["max_prefill_tokens"], s.MAX_PREFILL_TOKENS, file, HUMAN_INT, exact=True)
+    max_model_len = el.human_integer(command, f["max_model_len"], engine_context_length(spec, s.ENGINE), file,
+                                     HUMAN_INT, exact=True)
     default_chunk, _ = s.gpu_defaults(gpu_mib, tp)
     default_fraction = s.default_mem_fraction_static(
         gpu_mib, tp=tp, pp=pp, chunked_prefill_size=chunk, max_running_requests=max_running, mla=spec.is_mla,
-        attn_dp=adp, role=role, a2a=a2a)
+        attn_dp=adp, role=role, a2a=a2a, max_prefill_tokens=prefill_cap)
+    if s.chunking_off(chunk):
+        forward_tokens = s.prefill_tokens(prefill_cap, max_model_len)
+        findings += _whole_prompt_prefill(command, chunk, prefill_cap, max_model_len)
+    else:
+        forward_tokens = s.rank_chunk(chunk or default_chunk, adp)
     return el.Launch(
         engine=s.ENGINE, line=command.line, inst=sv.Instance(tp=tp, pp=pp, ep=ep, adp=adp), replicas=dp,
         fraction=el.fraction(command, f["fraction"], default_fraction, file),
-        max_model_len=el.human_integer(command, f["max_model_len"], engine_context_length(spec, s.ENGINE), file,
-                                       HUMAN_INT, exact=True),
+        max_model_len=max_model_len,
         kv_tokens_cap=el.human_integer(command, f["kv_tokens_cap"], None, file, HUMAN_INT, exact=True),
         max_num_seqs=None if max_running is None else s.instance_running_requests(max_running, adp),
-        max_num_batched_tokens=s.rank_chunk(chunk or default_chunk, adp),
+        max_num_batched_tokens=forward_tokens,
         weight_format=weights,
         kv_dtype=el.choice(command, f["kv_dtype"], s.KV_DTYPES, file, "KV-cache dtypes") or "bf16",
-        visible_gpus=el.visible_gpus(command, file), nnodes=nnodes, node_rank=node_rank, role=role,
+        visible_gpus=el.visible_gpus(command, file), visible_from=el.visible_from(command), nnodes=nnodes, node_rank=node_rank, role=role,
         flag=f, degrees={k: n for k, n in ((f["tp"], tp), (f["pp"], pp), (f["dp"], dp)) if n > 1 or k == f["tp"]},
         findings=tuple(findings))
+
+
+def _whole_prompt_prefill(command: el.Command, chunk: int, prefill_cap: int, max_model_len: int) -> list[Violation]:
+    """`prefill_not_chunked` (warning): chunked prefill off with a context longer than SGLang's activation
+    reserve. SGLang starts (unlike vLLM, which refuses max_num_batched_tokens < max_model_len with chunked
+    prefill off, `check.vllm._batched_tokens`): it prefills a prompt of up to the context length in one forward
+    (`frameworks.sglang.CHUNKED_PREFILL_OFF`) but sizes mem_fraction_static for max(FLAG['max_prefill_tokens'],
+    2048) tokens (`frameworks.sglang.default_mem_fraction_static`). The check costs that forward at the
+    whole context (`frameworks.sglang.prefill_tokens`), so whether it fits is the memory verdict."""
+    f = s.FLAG
+    reserved = max(prefill_cap, 2048)
+    if max_model_len <= reserved:
+        return []
+    spelled = command.spelled.get(f["max_num_batched_tokens"], f["max_num_batched_tokens"])
+    return [Violation(
+        rule="prefill_not_chunked", severity="warning",
+        message=f"{spelled} {chunk} (chunked prefill off) with {f['max_model_len']} {max_model_len:,}: SGLang "
+                f"prefills a prompt of up to {max_model_len:,} tokens in one forward (the first request of a batch "
+                f"is admitted above {f['max_prefill_tokens']} {prefill_cap:,}; {s.VERSION} "
+                f"managers/schedule_policy.py) but reserves activation memory for max({prefill_cap:,}, 2048) "
+                f"= {reserved:,} tokens (arg_groups/memory_hook.py); checked with {max_model_len:,} tokens per "
+                f"forward",
+        fix=f"remove {spelled} {chunk} (chunked prefill splits long prompts), or {f['max_model_len']} {reserved} "
+            f"(prompts SGLang's reserve covers)")]
 
 
 def _running_per_rank(max_running: int | None, adp: int) -> list[Violation]:

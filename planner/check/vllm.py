@@ -235,6 +235,7 @@ def launch(command: el.Command, spec: ModelSpec, hw: ClusterSpec, file: str) -> 
                                   fix=f"add {f['ep']} or remove {f['a2a']}"))
     findings += _dtype_findings(command, hw, weights, file)
     findings += image_version(command)
+    findings += el.container_gpus(command, file)[1]
     nnodes = el.integer(command, f["nnodes"], 1, file)
     node_rank = el.integer(command, f["node_rank"], 0, file, low=0)
     findings += _multi_node(command, nnodes, node_rank)
@@ -259,7 +260,7 @@ def launch(command: el.Command, spec: ModelSpec, hw: ClusterSpec, file: str) -> 
         kv_pool_bytes=el.human_integer(command, f["kv_pool_bytes"], None, file, HUMAN_INT),
         weight_format=weights,
         kv_dtype=el.choice(command, f["kv_dtype"], v.KV_DTYPES, file, "KV-cache dtypes") or "bf16",
-        visible_gpus=el.visible_gpus(command, file), nnodes=nnodes, node_rank=node_rank,
+        visible_gpus=el.visible_gpus(command, file), visible_from=el.visible_from(command), nnodes=nnodes, node_rank=node_rank,
         role="disaggregated" if _hands_over_kv(flags.get(f["kv_transfer"])) else None, flag=f,
         degrees={k: n for k, n in ((f["tp"], tp), (f["pp"], pp), (f["dp"], dp)) if n > 1 or k == f["tp"]},
         findings=tuple(findings))

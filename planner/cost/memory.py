@@ -35,9 +35,10 @@ import math
 from dataclasses import dataclass, field
 
 from planner.cost import activations as act
-from planner.cost.params_flops import ParamCounts, count_params
+from planner.cost.params_flops import ParamCounts, count_params, layer_tensors
 from planner.cost.pipeline import interleaved_chunk_table, interleaved_warmup_chunks
 from planner.errors import SpecError
+from planner.frameworks import deepspeed as ds
 from planner.placement import pipeline_layout
 from planner.placement.layout import Layout
 from planner.placement.precision import (StateBytes, fp8_keeps_transpose, fp8_weight_bytes, loss_chunks, padded_vocab,
@@ -66,7 +67,7 @@ BUCKET_ELEMENTS = {"megatron": 0, "deepspeed": 500_000_000, "torchtitan": 100 * 
 
 Source: Megatron-LM `megatron/core/distributed/param_and_grad_buffer.py` — buckets are views of the
 contiguous grad buffer (no extra); DeepSpeed `deepspeed/runtime/zero/config.py` `reduce_bucket_size`
-default 5e8 elements; torchtitan @9dec370 `parallelize_llama.py::apply_ddp` `replicate(model,
+default 5e8 elements, or the config's (`Layout.buckets`, `frameworks.deepspeed.bucket`); torchtitan @9dec370 `parallelize_llama.py::apply_ddp` `replicate(model,
 bucket_cap_mb=100)` (fp32 grads) when it runs DDP. Under FSDP2 (`apply_fsdp`) there is no bucket:
 each unit's gradients are reduce-scattered from one per-unit input, counted in
 `_torchtitan_fsdp_terms` (`unreduced_unit_gradient`), which sets this term to 0."""
@@ -576,8 +577,9 @@ def _boundary_bytes(model: ModelSpec, layout: Layout, sb: StateBytes) -> int:
     return -(-tokens * model.hidden_size * sb.compute // split)
 
 
-DEEPSPEED_LIVE_PARAMETERS = 1_000_000_000
-"""DeepSpeed ZeRO-3 `stage3_max_live_parameters` and `stage3_max_reuse_distance` defaults, elements.
+DEEPSPEED_LIVE_PARAMETERS = ds.DEFAULT["zero3_live_parameters"]
+"""DeepSpeed ZeRO-3 `stage3_max_live_parameters` and `stage3_max_reuse_distance` defaults, elements
+(a config's own live-parameter cap: `Layout.buckets`, `frameworks.deepspeed.bucket`).
 
 Source: DeepSpeed `deepspeed/runtime/zero/config.py` (`max_live_parameters` = 1e9: "the maximum
 number of parameters resident per GPU before releasing"; `max_reuse_distance` = 1e9: a released
@@ -619,7 +621,7 @@ def _deepspeed_zero3_terms(model: ModelSpec, placement: Placement, layout: Layou
     gathers the module's own parameters, `recurse=False`), prefetches only while fewer than
     `max_live_parameters` are available, and keeps a released parameter only if it is reused within
     `max_reuse_distance`; so besides the module in use and one module straddling that window at
-    most DEEPSPEED_LIVE_PARAMETERS are resident. The unit-pair convention (`unit_gather`, the largest
+    most DEEPSPEED_LIVE_PARAMETERS (or the config's live-parameter cap, `Layout.buckets`) are resident. The unit-pair convention (`unit_gather`, the largest
     block and its prefetched neighbour) stands when it is smaller; the cap binds when one block
     exceeds the live window (Narayanan 2021 Table 2: 529.6B, 5.0e9 parameters per block).
     Unreduced gradient: with `contiguous_gradients` (default True) each parameter's gradient is
@@ -630,7 +632,37 @@ def _deepspeed_zero3_terms(model: ModelSpec, placement: Placement, layout: Layou
     (`reduce_ready_partitions_and_remove_grads`, `__add_grad_to_ipg_bucket`).
     """
     largest = _largest_module_elements(model, placement, layout, layers, stage)
-    return min(unit_gather, DEEPSPEED_LIVE_PARAMETERS + 2 * largest), largest * sb.compute
+    live = ds.bucket(layout, "zero3_live_parameters")
+    return min(unit_gather, live + 2 * largest), largest * sb.compute
+
+
+PERSISTENT_TERM = "persistent_parameters"
+"""The transient term of DeepSpeed ZeRO-3's persistent parameters (`persistent_parameter_bytes`)."""
+
+
+def persistent_parameter_bytes(model: ModelSpec, placement: Placement, layout: Layout, sb: StateBytes,
+                               layers: tuple[int, ...]) -> int:
+    """DeepSpeed ZeRO-3's persistent parameters of decoder `layers`, bytes: every parameter tensor of at
+    most the persistence threshold's elements (`frameworks.deepspeed.KEY["zero3_persistence"]`) (after the tp shard: AutoTP slices the linears
+    before ZeRO partitions them) is gathered once and kept whole in the 16-bit dtype on every GPU, its
+    partition kept as well (so these bytes come on top of the sharded parameters); 0 under any other
+    framework or stage. Tensors: `params_flops.layer_tensors` (the Hugging Face model's, which DeepSpeed
+    wraps). At the default threshold 1e5 these are the norms, biases and small projections; a
+    threshold above a layer's largest tensor keeps the whole layer gathered. The vocabulary matrices
+    (> 1e7 elements for every catalog model) and the final norm are not counted.
+    Source: DeepSpeed @edaa722 `deepspeed/runtime/zero/parameter_offload.py` l. 311-323
+    `mark_persistent_parameters` (`param.ds_numel <= param_threshold`, up to
+    `model_persistence_threshold`, default sys.maxsize, not read); `zero/config.py` l. 221."""
+    if layout.framework != "deepspeed" or layout.zero_stage != 3:
+        return 0
+    threshold = ds.bucket(layout, "zero3_persistence")
+    elements = 0.0
+    for i in layers:
+        for group, n in layer_tensors(model, i):
+            local = _local_elements(placement, group, n)
+            if local <= threshold:
+                elements += local
+    return int(elements * sb.parameter_gather)
 
 
 def _activations(model: ModelSpec, layout: Layout, placement: Placement, layers: tuple[int, ...],
@@ -771,8 +803,11 @@ def _modes_by_layer(layers: tuple[int, ...], layout: Layout,
 
 
 def _bucket_bytes(layout: Layout, sb: StateBytes, local_grads: int) -> int:
-    """Gradient bucket beyond the gradients themselves (see BUCKET_ELEMENTS)."""
-    return min(BUCKET_ELEMENTS[layout.framework], local_grads) * sb.gradient_reduce
+    """Gradient bucket beyond the gradients themselves (see BUCKET_ELEMENTS; DeepSpeed's is the
+    config's `reduce_bucket_size`, `frameworks.deepspeed.bucket`)."""
+    elements = (ds.bucket(layout, "reduce_bucket") if layout.framework == "deepspeed"
+                else BUCKET_ELEMENTS[layout.framework])
+    return min(elements, local_grads) * sb.gradient_reduce
 
 
 FP8_WORKSPACE_TERM = "fp8_weight_workspace"
@@ -875,7 +910,7 @@ def model_state_key(layout: Layout) -> tuple:
     return (*state_key(layout), layout.tp, layout.ep, layout.etp,
             layout.pp > 1, layout.offload, tuple(facts.shard_degree.values()),
             tuple(facts.offloaded.values()), tuple(facts.model_parallel_degree.values()),
-            facts.gathered, placement.gather_prefetch)
+            facts.gathered, placement.gather_prefetch, layout.buckets)
 
 
 def stage_memory(model: ModelSpec, cluster, layout: Layout, stage: int, *,
@@ -949,6 +984,7 @@ def stage_memory(model: ModelSpec, cluster, layout: Layout, stage: int, *,
         unreduced = units[0] * (sb.compute + sb.gradient_reduce)
         if layout.framework == "deepspeed":
             gather, unreduced = _deepspeed_zero3_terms(model, placement, layout, layers, stage, gather, sb)
+            transient[PERSISTENT_TERM] = persistent_parameter_bytes(model, placement, layout, sb, layers)
         transient["gather_working_set"] = gather * sb.parameter_gather
         transient["unreduced_unit_gradient"] = unreduced
     for state, name in ((State.OPTIMIZER_STATES, "optimizer"), (State.PARAMETERS, "parameters")):

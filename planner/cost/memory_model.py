@@ -15,7 +15,8 @@ with, per term of `stage_memory` (the same functions compute both):
 - w[k]: what one layer adds in every phase that holds activations besides its activations: its
   parameters, gradients and optimizer states per placement group (`memory.layer_groups`, divided
   by each state's shard degree, 0 offloaded), Transformer Engine's fp8 copies of its linear
-  weights (`memory.fp8_weight_terms`); the gradient bucket's slope (`BUCKET_ELEMENTS`:
+  weights (`memory.fp8_weight_terms`); DeepSpeed ZeRO-3's persistent parameters of the layer
+  (`memory.persistent_parameter_bytes`); the gradient bucket's slope (`BUCKET_ELEMENTS`:
   min(bucket, gradients) is concave, its forward difference at the reference stage (stage 0, 2 -> 3
   layers of the kind) is taken: exact while the stages stay on the reference's side of the bucket,
   an upper bound across it); torchtitan with PP: its gathered block (`fsdp_stage_blocks`) and,
@@ -175,6 +176,7 @@ def _kind_state_bytes(model: ModelSpec, layout: Layout, transpose: bool):
         elif layout.pp > 1:  # gathered block + its accumulated fp32 gradient, every micro-batch
             block = mem._block_elements(counts, placement, (rep,))[0]
             w += block * (sb.parameter_gather + sb.gradient_reduce)
+        w += mem.persistent_parameter_bytes(model, placement, layout, sb, (rep,))
         out.append(w)
         for group, copy in mem.optimizer_step_copy_bytes(layout, groups, facts).items():
             steps.setdefault(group, [0.0] * len(reps))[k] = w + copy

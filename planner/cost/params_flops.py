@@ -135,6 +135,51 @@ def _layer(spec: ModelSpec, index: int) -> LayerParams:
                        shared_experts=shared, router=router, norms=norms, expert_size=expert)
 
 
+def layer_tensors(spec: ModelSpec, index: int) -> tuple[tuple[str, int], ...]:
+    """Every parameter tensor of decoder block `index` as the Hugging Face model holds it (weights and
+    biases apart, q / k / v and gate / up / down unfused, each routed expert its own tensors), as
+    (placement group, elements) pairs: dense (attention incl. its q/k/MLA norms and sinks, dense MLP,
+    shared experts), replicated (block norms, router), expert (routed experts). They sum to the
+    block's `LayerParams.total`; what reads them is per-tensor (DeepSpeed ZeRO-3's persistence
+    threshold, `cost.memory.persistent_parameter_bytes`).
+    Source: the same transformers modeling files as `_attention`, `_mlp` and `_layer`."""
+    h, a, kv = spec.hidden_size, spec.num_attention_heads, spec.num_key_value_heads
+    dense: list[int] = []
+    if spec.is_mla:
+        qk = spec.qk_nope_head_dim + spec.qk_rope_head_dim
+        dense += ([h * spec.q_lora_rank, spec.q_lora_rank, spec.q_lora_rank * a * qk] if spec.q_lora_rank
+                  else [h * a * qk])
+        dense += [h * (spec.kv_lora_rank + spec.qk_rope_head_dim), spec.kv_lora_rank,
+                  spec.kv_lora_rank * a * (spec.qk_nope_head_dim + spec.v_head_dim), a * spec.v_head_dim * h]
+    else:
+        d = spec.head_dim
+        dense += [h * a * d, h * kv * d, h * kv * d, a * d * h]
+        dense += [a * d, kv * d, kv * d] if spec.attention_bias else []
+        dense += [h] if spec.attention_out_bias else []
+        dense += [d, d] if spec.qk_norm else []
+        dense += [a] if spec.attention_sinks else []
+    norm = [h] * (_norm(spec, h) // h)
+    replicated = norm * spec.norms_per_layer
+    expert: list[int] = []
+    if spec.is_moe and spec.moe_layers[index]:
+        replicated += [h * spec.num_experts] + ([spec.num_experts] if spec.router_bias else [])
+        expert = list(_mlp_tensors(spec, spec.moe_intermediate_size, spec.expert_bias)) * spec.num_experts
+        if spec.shared_expert_intermediate_size:
+            dense += _mlp_tensors(spec, spec.shared_expert_intermediate_size, False)
+            dense += [h] if spec.shared_expert_gate else []
+    else:
+        dense += _mlp_tensors(spec, spec.intermediate_size, spec.mlp_bias)
+    return (tuple(("dense", n) for n in dense) + tuple(("replicated", n) for n in replicated)
+            + tuple(("expert", n) for n in expert))
+
+
+def _mlp_tensors(spec: ModelSpec, width: int, bias: bool) -> list[int]:
+    """The tensors of `_mlp`: gate / up / down weights (plain: up / down) and their biases."""
+    h, n = spec.hidden_size, 3 if spec.gated_mlp else 2
+    weights = [h * width] * n
+    return weights + ([width] * (n - 1) + [h] if bias else [])
+
+
 def count_params(spec: ModelSpec, *, include_mtp: bool = False) -> ParamCounts:
     """Exact parameter counts of `spec` (computed once per spec object; ModelSpec and ParamCounts
     are frozen, so the cached result is shared safely).

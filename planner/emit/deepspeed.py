@@ -15,11 +15,12 @@ Keys written -- exactly those `planner.check.deepspeed` reads back; names, defau
   default 1e-3 (the plan has none: set yours);
 - the gradient clip (KEY['grad_clip']): the family's published clip (RECIPES clip_grad), else
   DeepSpeed's default 1.0;
-- the ZeRO buckets the cost model charges, so that the JSON runs what was costed: the gradient reduce bucket
-  (KEY['reduce_bucket']) = `cost.memory.BUCKET_ELEMENTS['deepspeed']` at every stage >= 1 and, at ZeRO-3, the
-  live-parameter window (KEY['zero3_live_parameters']) = `cost.memory.DEEPSPEED_LIVE_PARAMETERS`; at ZeRO-1/2
-  also the all-gather bucket (KEY['allgather_bucket']) at DeepSpeed's default (not a memory term of the cost
-  model).
+- the ZeRO buckets the cost model charges, so that the JSON runs what was costed (`_put_buckets`): the plan's
+  `parallelism.buckets` (`Layout.buckets`) where it gives them, else DeepSpeed's defaults
+  (`frameworks.deepspeed.DEFAULT`, the values `cost.memory` charges then): the gradient reduce bucket
+  (KEY['reduce_bucket']) at every stage >= 1; at ZeRO-3 the live-parameter window (KEY['zero3_live_parameters'])
+  and the persistence threshold (KEY['zero3_persistence']); at ZeRO-1/2 the all-gather bucket
+  (KEY['allgather_bucket'], not a memory term of the cost model).
 - the AutoTP size = tp when tp > 1 (`engine.py` `_configure_tensor_parallel_states` builds the
   (world // tp, tp) mesh, so dp = gpus / tp, and notes AutoTP + ZeRO-3 is supported for training).
 
@@ -50,7 +51,6 @@ from __future__ import annotations
 
 import json
 
-from planner.cost import memory
 from planner.emit import Emitted
 from planner.errors import SpecError
 from planner.frameworks import deepspeed as ds
@@ -62,7 +62,7 @@ SUFFIX = ".json"
 
 _KNOWN = frozenset({"dp", "tp", "pp", "cp", "ep", "etp", "zero_stage", "sequence_parallel",
                     "micro_batch_size", "global_batch_size", "num_microbatches", "vpp",
-                    "recompute", "pipeline_layers", "offload", "overlap", "cp_comm_type"})
+                    "recompute", "pipeline_layers", "offload", "overlap", "cp_comm_type", "buckets"})
 """`plan.parallelism` keys this writer maps (planner/plan.py `plan_entry`, plus `offload`)."""
 SEARCH_PINS = {"pp": 1, "vpp": 1, "cp": 1, "ep": 1, "etp": 1, "sequence_parallel": False}
 """`planner plan --fix` pins under which every plan is one a DeepSpeed JSON can run (`_refuse`):
@@ -118,13 +118,14 @@ def write(doc: dict) -> Emitted:
     model = load_model(doc["model"])
     _put(config, K["optimizer_params"], _optimizer_params(model, request["optimizer"]))
     _put(config, K["grad_clip"], _clip(model))
-    _put_buckets(config, par["zero_stage"])
+    _put_buckets(config, par["zero_stage"], par.get("buckets") or {})
     if request.get("grad_reduce_dtype") not in (None, request["precision"]):
         _put(config, K["grad_reduce_dtype"], request["grad_reduce_dtype"])
     for state in sorted(par.get("offload", ())):
         _put(config, K[ds.OFFLOAD[state]], "cpu")
     deviations = _recompute_deviation(par, model.num_hidden_layers, doc)
-    deviations += _put_overlaps(config, par.get("overlap") or {}, par["zero_stage"])
+    deviations += _put_overlaps(config, par.get("overlap") or {}, par["zero_stage"],
+                                (par.get("buckets") or {}).get("zero3_prefetch"))
     if par["sequence_parallel"] and par["tp"] == 1:
         deviations.insert(0, "sequence_parallel=true not written: at tp=1 there is nothing to "
                              "split the sequence over (no effect on memory or time)")
@@ -160,21 +161,23 @@ def _clip(model) -> float:
     return float(_recipe_values(model).get("clip_grad", ds.DEFAULT["grad_clip"]))
 
 
-def _put_buckets(config: dict, stage: int) -> None:
-    """The ZeRO buckets of `stage` (module docstring); none at stage 0 (no ZeRO optimizer)."""
+def _put_buckets(config: dict, stage: int, buckets: dict) -> None:
+    """The ZeRO bucket and threshold sizes of `stage` the memory model costs (`ds.BUCKETS`): the plan's
+    `buckets` where it gives them, else DeepSpeed's defaults; ZeRO-1/2 the reduce and all-gather
+    buckets, ZeRO-3 the reduce bucket, the live-parameter cap and the persistence threshold (the
+    prefetch bucket is the overlap switch, `_put_overlaps`); none at stage 0 (no ZeRO optimizer)."""
     if stage == 0:
         return
-    _put(config, K["reduce_bucket"], memory.BUCKET_ELEMENTS["deepspeed"])
-    if stage == 3:
-        _put(config, K["zero3_live_parameters"], memory.DEEPSPEED_LIVE_PARAMETERS)
-    else:
-        _put(config, K["allgather_bucket"], ds.DEFAULT["allgather_bucket"])
+    knobs = ("reduce_bucket",) + (("zero3_live_parameters", "zero3_persistence") if stage == 3
+                                  else ("allgather_bucket",))
+    for knob in knobs:
+        _put(config, K[knob], buckets.get(knob, ds.DEFAULT[knob]))
 
 
-def _put_overlaps(config: dict, overlaps: dict, stage: int) -> list[str]:
+def _put_overlaps(config: dict, overlaps: dict, stage: int, prefetch: int | None = None) -> list[str]:
     """Write the plan's overlap knobs DeepSpeed has keys for (`ds.overlap_switches`): the
     gradient-reduce overlap as the ZeRO comm-overlap switch, the ZeRO-3 parameter prefetch as its
-    bucket size (DeepSpeed's default when on, 0 when off); a deviation line for each knob the plan
+    bucket size (`prefetch`, the plan's, else DeepSpeed's default when on; 0 when off); a deviation line for each knob the plan
     sets that DeepSpeed cannot switch."""
     out = []
     for knob, on in overlaps.items():
@@ -185,7 +188,7 @@ def _put_overlaps(config: dict, overlaps: dict, stage: int) -> list[str]:
         elif knob == "overlap_grad_reduce":
             _put(config, K[knob], on)
         else:
-            _put(config, K["zero3_prefetch"], ds.DEFAULT["zero3_prefetch"] if on else 0)
+            _put(config, K["zero3_prefetch"], (prefetch or ds.DEFAULT["zero3_prefetch"]) if on else 0)
     return out
 
 

@@ -23,7 +23,7 @@ and https://www.deepspeed.ai/docs/config-json/:
   0 = no prefetch, l. 215); ZeRO-1/2 gather the updated parameters inside the optimizer step
   (no overlap, no key);
 - buckets (`zero/config.py` l. 113-244): `reduce_bucket_size` and `allgather_bucket_size` 5e8 elements,
-  `stage3_max_live_parameters` 1e9; `gradient_clipping` (`constants.py` GRADIENT_CLIPPING_DEFAULT 1.0:
+  `stage3_max_live_parameters` 1e9, `stage3_param_persistence_threshold` 1e5 (`BUCKETS`); `gradient_clipping` (`constants.py` GRADIENT_CLIPPING_DEFAULT 1.0:
   DeepSpeed clips the gradient norm at 1.0 unless told otherwise); `optimizer.params` (passed to the
   optimizer's constructor, `engine.py` _configure_basic_optimizer);
 - `sequence_parallel_size` (Ulysses, `config.py`), `expert_parallel` (AutoEP, `config.py`
@@ -76,6 +76,7 @@ KEYS = (
     Key("reduce_bucket", "zero_optimization.reduce_bucket_size", 500_000_000),
     Key("allgather_bucket", "zero_optimization.allgather_bucket_size", 500_000_000),
     Key("zero3_live_parameters", "zero_optimization.stage3_max_live_parameters", 1_000_000_000),
+    Key("zero3_persistence", "zero_optimization.stage3_param_persistence_threshold", 100_000),
     Key("grad_clip", "gradient_clipping", 1.0),
     Key("optimizer_params", "optimizer.params"),
 )
@@ -102,6 +103,60 @@ OTHER_TOP_LEVEL = frozenset((
     "graph_harvesting", "eigenvalue", "progressive_layer_drop", "quantize_training"))
 """Other DeepSpeed top-level keys, not read by the planner.
 Source: https://www.deepspeed.ai/docs/config-json/ and `deepspeed/runtime/config.py`."""
+
+
+BUCKETS = {"reduce_bucket": "reduce_bucket_size", "allgather_bucket": "allgather_bucket_size",
+           "zero3_prefetch": "prefetch_bucket_size", "zero3_live_parameters": "max_live_parameters",
+           "zero3_persistence": "param_persistence_threshold"}
+"""`Layout.buckets` knob (`placement.layout.BUCKET_KNOBS`) -> its DeepSpeedZeroConfig field name. The
+three ZeRO-3 fields are declared with the `stage3_` alias that `KEY` writes (`zero/config.py` @edaa722
+l. 215, 221, 238: `Field(..., alias="stage3_prefetch_bucket_size")` etc.); the model populates by name
+or alias (`config_utils.py` DeepSpeedConfigModel populate_by_name=True), so both spellings set the
+knob. What each size does on the GPU (`cost.memory`):
+- reduce_bucket_size: ZeRO-1/2 and ZeRO-3 allocate the gradient bucket `torch.empty(reduce_bucket_size)`
+  (`stage_1_and_2.py` l. 2502, `stage3.py` l. 733), the `gradient_buckets` term;
+- allgather_bucket_size: only splits ZeRO-1/2's parameter all-gather when torch lacks
+  all_gather_into_tensor (`runtime/utils.py` l. 1016-1020 `all_gather_dp_groups`): no memory; its
+  start-up assertion `allgather_bucket_size % 2 == 0` (`stage_1_and_2.py` l. 349-351) is a finding;
+- stage3_prefetch_bucket_size: elements fetched ahead of use (`partitioned_param_coordinator.py`
+  l. 452-476); 0 switches prefetch off (`Layout.overlap_param_gather`); the gathered memory keeps the
+  unit-pair convention (`cost.memory._deepspeed_zero3_terms`), its size is not costed apart;
+- stage3_max_live_parameters: the cap on gathered parameters (`cost.memory._deepspeed_zero3_terms`);
+- stage3_param_persistence_threshold: a parameter of at most this many elements stays whole on every
+  GPU (`parameter_offload.py` l. 311-323 `mark_persistent_parameters`: `param.ds_numel <= param_threshold`),
+  the `persistent_parameters` term."""
+
+
+TRAINER_FILLS = {key: arg for key, arg in (
+    ("train_micro_batch_size_per_gpu", "per_device_train_batch_size"),
+    ("gradient_accumulation_steps", "gradient_accumulation_steps"),
+    ("train_batch_size", "world_size x per_device_train_batch_size x gradient_accumulation_steps"),
+    ("bf16.enabled", "bf16"), ("fp16.enabled", "fp16"), ("gradient_clipping", "max_grad_norm"),
+    ("optimizer.params.lr", "learning_rate"), ("optimizer.params.betas", "adam_beta1, adam_beta2"),
+    ("optimizer.params.eps", "adam_epsilon"), ("optimizer.params.weight_decay", "weight_decay"),
+    ("zero_optimization.reduce_bucket_size", "hidden_size x hidden_size"),
+    ("zero_optimization.stage3_prefetch_bucket_size", "int(0.9 x hidden_size x hidden_size), ZeRO-3"),
+    ("zero_optimization.stage3_param_persistence_threshold", "10 x hidden_size, ZeRO-3"))}
+"""The DeepSpeed keys whose "auto" the Hugging Face Trainer replaces, -> what it fills them from (its
+TrainingArguments, or the model's hidden_size). Source: huggingface/transformers@3a80c16
+`src/transformers/integrations/deepspeed.py` HfTrainerDeepSpeedConfig.trainer_config_process (batch keys,
+clipping, optimizer params, fp16 / bf16 `enabled`; scheduler and amp keys, not read here) and
+trainer_config_finalize (the three hidden-size keys; the ZeRO-3 two only under ZeRO-3). `planner check` fills
+the batch and precision keys from `--set KEY=VALUE` (the values the Trainer would resolve them to), derives
+train_batch_size as DeepSpeed does, fills the hidden-size keys from the model as the Trainer does, and ignores
+the rest (not costed)."""
+TRAINER_SETTABLE = ("train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "train_batch_size",
+                    "bf16.enabled", "fp16.enabled")
+"""`TRAINER_FILLS` keys `planner check --set` resolves (the ones the check reads)."""
+TRAINER_HIDDEN_SIZE = {"reduce_bucket": lambda h: h * h, "zero3_prefetch": lambda h: int(0.9 * h * h),
+                       "zero3_persistence": lambda h: 10 * h}
+"""`BUCKETS` knob -> the value the Trainer gives its "auto" from the model's hidden_size (`TRAINER_FILLS`)."""
+
+
+def bucket(layout, knob: str) -> int:
+    """The size, elements, of `knob` (BUCKETS) under `layout`: `Layout.buckets`' value, else
+    DeepSpeed's default (`DEFAULT`)."""
+    return dict(layout.buckets or ()).get(knob, DEFAULT[knob])
 
 
 def section(path: str) -> tuple[str, ...]:

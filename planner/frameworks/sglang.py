@@ -52,6 +52,7 @@ FLAG = {
     "max_model_len": "--context-length",
     "max_num_seqs": "--max-running-requests",
     "max_num_batched_tokens": "--chunked-prefill-size",
+    "max_prefill_tokens": "--max-prefill-tokens",
     "kv_tokens_cap": "--max-total-tokens",
     "kv_dtype": "--kv-cache-dtype",
     "quantization": "--quantization",
@@ -156,9 +157,33 @@ DIST_INIT_BASE_PORT = 20000
 up to 6 more ports from it, `server_args.py` PortArgs.init_new)."""
 
 
+CHUNKED_PREFILL_OFF = -1
+"""--chunked-prefill-size that switches chunked prefill off ('Setting this to -1 means disabling chunked
+prefill', `srt/arg_groups/fields/schedule.py` l. 52-55; the scheduler takes any value <= 0 as off,
+`srt/managers/scheduler.py` init_chunked_prefill l. 1372-1373). Off, a forward admits requests up to
+--max-prefill-tokens of input but always the first one whatever its length ('Without chunking, allow the
+first request even above the input cap', `srt/managers/schedule_policy.py` l. 1627-1632), so a prompt of
+the whole context is one forward (`prefill_tokens`)."""
+MAX_PREFILL_TOKENS = 16384
+"""--max-prefill-tokens when absent: the input tokens of one prefill batch ('The real bound will be the
+maximum of this value and the model's maximum context length', `srt/arg_groups/fields/schedule.py`
+l. 71-81)."""
+
+
+def chunking_off(chunked_prefill_size: int | None) -> bool:
+    """Whether --chunked-prefill-size switches chunked prefill off (<= 0, `CHUNKED_PREFILL_OFF`)."""
+    return chunked_prefill_size is not None and chunked_prefill_size <= 0
+
+
+def prefill_tokens(max_prefill_tokens: int, context_length: int) -> int:
+    """Input tokens one forward of an instance with chunked prefill off holds at most: the larger of
+    --max-prefill-tokens and one whole prompt of the context length (`CHUNKED_PREFILL_OFF`)."""
+    return max(max_prefill_tokens, context_length)
+
+
 def default_mem_fraction_static(gpu_memory_mib: float, *, tp: int, pp: int, chunked_prefill_size: int | None,
                                 max_running_requests: int | None, mla: bool, attn_dp: int, role: str | None,
-                                a2a: str) -> float:
+                                a2a: str, max_prefill_tokens: int = MAX_PREFILL_TOKENS) -> float:
     """mem_fraction_static SGLang takes when --mem-fraction-static is not given, for a text-only model on
     a CUDA GPU with the default CUDA-graph settings.
 
@@ -171,7 +196,8 @@ def default_mem_fraction_static(gpu_memory_mib: float, *, tp: int, pp: int, chun
         reserved_mib += 2048 for moe_a2a_backend deepep outside a prefill worker (reserve_for_deepep_a2a_mb),
         fraction = round((gpu_mem - reserved_mib) / gpu_mem, 3);
     a decode worker uses max(max_running_requests (else the decode graph's max batch) x 1, 2048) tokens
-    instead of the chunk. graphs (reserve_for_graph_mb): decode graph max batch x 2 outside a prefill
+    instead of the chunk, and chunked prefill off (`chunking_off`) max(max_prefill_tokens, 2048) (l. 303-307),
+    with no prefill graph captured (its max batch defaults to the chunk size, -1, l. 233-236). graphs (reserve_for_graph_mb): decode graph max batch x 2 outside a prefill
     worker, plus max_bs x attn_dp x 3 (and x 1.5 more when max_bs > 300) under DP attention; outside a
     decode worker the breakable prefill graph (the CUDA default, `model_executor/cuda_graph_config.py`;
     off when pp > 1, `arg_groups/cuda_graph_hook.py` apply_cuda_graph_compatibility): 1536 for an MLA
@@ -188,13 +214,14 @@ def default_mem_fraction_static(gpu_memory_mib: float, *, tp: int, pp: int, chun
     """
     chunk, max_bs = gpu_defaults(gpu_memory_mib, tp)
     chunk = chunked_prefill_size or chunk
+    off = chunking_off(chunk)
     if max_running_requests is not None:
         max_bs = min(max_bs, max_running_requests)
     deepep = a2a == "deepep"
     if role == "decode":
         tokens = max(max_running_requests or max_bs or 1, 2048)
     else:
-        tokens = max(chunk, 2048)
+        tokens = max(max_prefill_tokens if off else chunk, 2048)
     graphs = 0.0
     if role != "prefill":
         graphs += max_bs * 2
@@ -204,7 +231,7 @@ def default_mem_fraction_static(gpu_memory_mib: float, *, tp: int, pp: int, chun
         if mla:
             graphs += 1536
         else:
-            sizes = prefill_graph_sizes(2048 if deepep else chunk)
+            sizes = prefill_graph_sizes(2048 if deepep else chunk)  # none when off (chunk <= 0)
             graphs += 8 * len({-(-b // 8) * 8 for b in sizes} if deepep else sizes)
         graphs += 1024 if deepep else 0
     reserved = 512 + tokens * 1.5 + tp * pp / 8 * 1024 + graphs

@@ -72,6 +72,10 @@ PRECISION_KNOBS = ("fp8_recipe", "fp8_param_gather", "precision_aware_optimizer"
 """The fp8 recipe and parameter storage, the precision-aware optimizer's and the loss's `Layout`
 fields (None = the framework's default: delayed; off; off; fp32; unfused;
 `placement.precision.loss_chunks`)."""
+BUCKET_KNOBS = ("reduce_bucket", "allgather_bucket", "zero3_prefetch", "zero3_live_parameters",
+                "zero3_persistence")
+"""DeepSpeed ZeRO's bucket and threshold sizes, elements (`Layout.buckets`; the keys, defaults and sources
+in `frameworks.deepspeed`, where `bucket(layout, knob)` fills a size the layout leaves out)."""
 OVERLAP_KNOBS = ("tp_comm_overlap", "overlap_grad_reduce", "overlap_param_gather", "ep_comm_overlap")
 """The communication-overlap knobs (`Layout` fields; None = the framework's default,
 `placement.overlap.resolve`)."""
@@ -171,6 +175,11 @@ class Layout:
     """torchtitan's chunked loss (`ChunkedLossWrapper` num_chunks): the head and cross-entropy run
     on this many token chunks, no logits kept; 1 = the plain cross-entropy; None = the framework's
     default (`placement.precision.loss_chunks`)."""
+    buckets: tuple[tuple[str, int], ...] | None = None
+    """DeepSpeed ZeRO bucket and threshold sizes the config sets, as sorted (knob, elements) pairs of
+    BUCKET_KNOBS (integers >= 0); a knob left out, or None, is DeepSpeed's default
+    (`frameworks.deepspeed.bucket`). Costed by `cost.memory` (reduce bucket, live parameters,
+    persistent parameters); DeepSpeed layouts only."""
     cp_comm_type: str = "p2p"
     """Context-parallel attention communication: p2p (ring) | a2a (all-to-all, Ulysses)."""
     tp_comm_overlap: bool | None = None
@@ -271,6 +280,8 @@ class Layout:
             if getattr(self, name) is not None and type(getattr(self, name)) is not bool:
                 raise SpecError(f"value {getattr(self, name)!r} must be true, false or absent "
                                 "(the framework's default)", key=name)
+        if self.buckets is not None and not _buckets_ok(self):
+            self._check_buckets()
         if self.pipeline_layers is not None:
             self._check_pipeline_layers()
         if self.pipeline_layout is not None and not _pipeline_layout_ok(self):
@@ -282,6 +293,23 @@ class Layout:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise SpecError(f"value {value!r} must be an integer >= 1", key=name)
+
+    def _check_buckets(self) -> None:
+        pairs = self.buckets
+        if isinstance(pairs, dict):
+            pairs = tuple(pairs.items())
+        if not all(isinstance(p, (tuple, list)) and len(p) == 2 for p in pairs):
+            raise SpecError(f"value {pairs!r} must be (knob, elements) pairs", key="buckets")
+        for knob, elements in pairs:
+            _check_choice("buckets", knob, BUCKET_KNOBS)
+            if type(elements) is not int or elements < 0:
+                raise SpecError(f"value {elements!r} of {knob} must be an integer >= 0", key="buckets")
+        if len({knob for knob, _ in pairs}) != len(pairs):
+            raise SpecError(f"value {pairs!r} names a knob twice", key="buckets")
+        if self.framework != "deepspeed":
+            raise SpecError(f"bucket sizes are DeepSpeed settings; framework {self.framework!r} has "
+                            "none", key="buckets")
+        object.__setattr__(self, "buckets", tuple(sorted((k, e) for k, e in pairs)))
 
     def _check_dp_shard(self) -> None:
         if (isinstance(self.dp_shard, bool) or not isinstance(self.dp_shard, int)
@@ -434,6 +462,14 @@ def _pipeline_layout_ok(layout: Layout) -> bool:
         and pipeline_layout.structure_problem(stages, layout.pp) is None)
 
 
+def _buckets_ok(layout: Layout) -> bool:
+    pairs = layout.buckets
+    return pairs is None or (type(pairs) is tuple and layout.framework == "deepspeed"
+                             and all(type(p) is tuple and len(p) == 2 and p[0] in BUCKET_KNOBS
+                                     and type(p[1]) is int and p[1] >= 0 for p in pairs)
+                             and list(pairs) == sorted(set(pairs)) and len({p[0] for p in pairs}) == len(pairs))
+
+
 _FIELD_OK = {
     **{name: _positive_int(name) for name in ("dp", "tp", "pp", "cp", "ep", "etp", "vpp",
                                               "micro_batch_size", "global_batch_size", "seq_len")},
@@ -474,6 +510,7 @@ _FIELD_OK = {
               or type(getattr(layout, name)) is bool)(name) for name in (*OVERLAP_KNOBS, "torch_compile")},
     "vocab_divisible_by": lambda layout: layout.vocab_divisible_by is None or (
         type(layout.vocab_divisible_by) is int and layout.vocab_divisible_by >= 1),
+    "buckets": _buckets_ok,
     "vocab_rows": lambda layout: layout.vocab_rows is None or (
         type(layout.vocab_rows) is int and layout.vocab_rows >= 1),
 }
@@ -482,7 +519,7 @@ frozenset, pipeline_layers a tuple), given the other fields; `replace`'s fast pa
 
 _CHECKED_WITH = {"dp": ("dp", "dp_shard"), "pp": ("pp", "pipeline_layers", "pipeline_layout"),
                  "vpp": ("vpp", "pipeline_layout"),
-                 "framework": ("framework", "recompute_modules", "offload_modules")}
+                 "framework": ("framework", "recompute_modules", "offload_modules", "buckets")}
 """Fields whose check reads another field: changing dp re-checks dp_shard, pp pipeline_layers and
 pipeline_layout, vpp pipeline_layout, framework the module lists (Megatron only)."""
 

@@ -6,7 +6,8 @@ has the same fields, such as meta-llama/Llama-3.1-70B-Instruct), compared withou
 when it is such an id followed by a release suffix of its publisher's naming (`RELEASES`: a post-trained
 release whose config.json changes only the fields listed) and / or a quantization suffix (`QUANTIZATIONS`:
 the `quantization_config` the publisher's quantized release carries), in that order
-(Qwen/Qwen3-235B-A22B-Instruct-2507-FP8). The result is the catalog model with those config.json fields
+(Qwen/Qwen3-235B-A22B-Instruct-2507-FP8); or a quantizing publisher's release of such an id (`QUANTIZERS`:
+nvidia/Llama-3.1-8B-Instruct-FP8). The result is the catalog model with those config.json fields
 replaced, named after the id (`qwen3-235b-a22b-instruct-2507-fp8`), its `hf_id` the id as given (an alias
 keeps the catalog name, with the alias as its `hf_id`: what `serve-plan --emit` serves, `serving_id`). The
 suffixes are read only for the publishers whose naming they follow; any other id stays unknown (a local
@@ -37,6 +38,19 @@ QUANTIZATIONS = {
              "-GPTQ-Int4": {"quant_method": "gptq", **QWEN_INT4}},
 }
 """Publisher (the id's owner, compared without case) -> quantization suffix -> the quantization_config its release carries."""
+QUANTIZERS = {
+    "nvidia": ("meta-llama", {"-FP8": {"quant_method": "fp8"}}),
+}
+"""Quantizing publisher (another owner than the base model's) -> (the base id's owner, quantization suffix -> the
+planner's reading of its release's format as a quantization_config): `nvidia/Llama-3.1-405B-Instruct-FP8` is
+`meta-llama/Llama-3.1-405B-Instruct` quantized. NVIDIA's `-FP8` Llama 3.1 releases are TensorRT Model Optimizer
+FP8: 'the weights and activations of the linear operators within transformers blocks are quantized' to FP8 with
+one scale per tensor, 'reducing the number of bits per parameter from 16 to 8' (model card of
+nvidia/Llama-3.1-405B-Instruct-FP8, https://huggingface.co/nvidia/Llama-3.1-405B-Instruct-FP8/resolve/main/README.md,
+base_model meta-llama/Llama-3.1-405B-Instruct; nvidia/Llama-3.1-8B-Instruct-FP8 is the checkpoint of the serving
+measurements, tests/data/reference/serving_measurements.csv). Their config.json names quant_method `modelopt`;
+what vLLM loads (`ModelOptFp8LinearMethod`: fp8 weights, one fp32 weight scale per tensor) is the planner's
+per-tensor `fp8` (`cost.serving.WEIGHT_FORMATS`), which is what is written here."""
 RELEASES = {
     "Qwen": {"-Instruct-2507": {"max_position_embeddings": 262144},
              "-Thinking-2507": {"max_position_embeddings": 262144}},
@@ -114,6 +128,31 @@ def lookup_config(ref: str) -> dict | None:
     return None if found is None else found[1]
 
 
+def _publisher(owner: str | None) -> str | None:
+    """The publisher key of QUANTIZATIONS / RELEASES / QUANTIZERS an id's owner is, compared without case."""
+    return next((p for p in QUANTIZATIONS.keys() | RELEASES.keys() | QUANTIZERS.keys()
+                 if owner and p.lower() == owner.lower()), None)
+
+
+def unknown_suffix(ref: str) -> str | None:
+    """Why an id of a publisher whose naming is read does not resolve, naming its suffix (message text), or None
+    (the id is not of such a publisher, or it resolves): `Qwen/Qwen3-235B-A22B-NVFP4` is the catalog's
+    Qwen/Qwen3-235B-A22B with the suffix -NVFP4, which is not one the planner reads."""
+    owner = ref.split("/", 1)[0] if re.fullmatch(r"[\w.-]+/[\w.-]+", ref) else None
+    publisher = _publisher(owner)
+    if publisher is None or _resolve(ref) is not None:
+        return None
+    base_owner, quantizations = QUANTIZERS.get(publisher, (owner, QUANTIZATIONS.get(publisher, {})))
+    known = [*RELEASES.get(publisher, {}), *quantizations]
+    name = ref.split("/", 1)[1]
+    catalog = _catalog()
+    for cut in range(len(name) - 1, 0, -1):
+        if name[cut] in "-_." and f"{base_owner}/{name[:cut]}".lower() in catalog:
+            return (f"{base_owner}/{name[:cut]} is a catalog id, but the suffix {name[cut:]!r} is not one the planner "
+                    f"reads for {publisher}'s releases (known: {', '.join(known)})")
+    return f"no catalog id of {base_owner} that it extends (suffixes read for {publisher}: {', '.join(known)})"
+
+
 def _resolve(ref: str) -> tuple[str, dict, bool] | None:
     """(catalog name, config mapping for `ref`, whether `ref` is an hf_id / hf_alias itself) or None."""
     catalog = _catalog()
@@ -123,9 +162,14 @@ def _resolve(ref: str) -> tuple[str, dict, bool] | None:
         raw.pop("hf_aliases", None)
         return name, {**raw, "hf_id": ref}, True
     owner = ref.split("/", 1)[0] if re.fullmatch(r"[\w.-]+/[\w.-]+", ref) else None
-    publisher = next((p for p in QUANTIZATIONS.keys() | RELEASES.keys() if owner and p.lower() == owner.lower()), None)
+    publisher = _publisher(owner)
     quantizations, releases = QUANTIZATIONS.get(publisher, {}), RELEASES.get(publisher, {})
-    base, quant = _strip(ref, quantizations)
+    if publisher in QUANTIZERS:
+        base_owner, quantizations = QUANTIZERS[publisher]
+        ref_on_base = f"{base_owner}/{ref.split('/', 1)[1]}"
+    else:
+        ref_on_base = ref
+    base, quant = _strip(ref_on_base, quantizations)
     base, release = _strip(base, releases)
     if (quant is None and release is None) or base.lower() not in catalog:
         return None

@@ -465,8 +465,14 @@ def hugging_face_id(ref: str) -> str | None:
 
 
 def unknown_hugging_face_id(hf_id: str) -> str:
-    """What to do with a Hugging Face id the catalog does not hold (message text, no file/key prefix)."""
-    return (f"a Hugging Face id that is not in the catalog (and no such file; the planner downloads nothing); "
+    """What to do with a Hugging Face id the catalog does not hold (message text, no file/key prefix): for an id
+    of a publisher whose naming the planner reads, first why it does not resolve (its suffix named,
+    `hf_ids.unknown_suffix`)."""
+    from planner.specs.hf_ids import unknown_suffix
+
+    why = unknown_suffix(hf_id)
+    return ((f"{why}; " if why else "")
+            + f"a Hugging Face id that is not in the catalog (and no such file; the planner downloads nothing); "
             f"download its config.json (https://huggingface.co/{hf_id}/blob/main/config.json, or "
             f"`huggingface-cli download {hf_id} config.json`) and pass that file or its folder as the model, "
             f"or pick a catalog model: `planner models` lists them, and the model option takes their "
