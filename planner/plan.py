@@ -1164,16 +1164,18 @@ def simpler_alternative(plans: list[dict], error: float) -> dict | None:
     (the step-time model's median |error| on held-out runs, `compute.held_out_error`) of #1's,
     or None.
 
-    Fewer moving parts: no more pipeline stages (pp x vpp), context parallelism or tensor
-    parallelism than #1 and fewer of at least one. Two predictions closer than the model's own
+    Fewer moving parts: no more pipeline stages (pp x vpp), context parallelism, tensor
+    parallelism, ZeRO-3 sharding (parameters gathered every layer) or fully recomputed layers than
+    #1 and fewer of at least one. Two predictions closer than the model's own
     error do not say which layout is faster, and an experienced engineer breaks such a tie
     towards the simpler layout (senior-engineer review: 8B on 8 H100, dp4 pp2 ranked 1.4% above
     dp8). A note, not a change of the ranking: the plans stay ordered by the model's step time.
 
     Returns: {plan: 1-based rank, slower_fraction: its step / #1's - 1, model_error_fraction:
-    `error`, fewer: the axes it has fewer of ("pipeline stages", "cp", "tp")}."""
-    def parts(par: dict) -> tuple[int, int, int]:
-        return par["pp"] * par["vpp"], par["cp"], par["tp"]
+    `error`, fewer: the axes it has fewer of (`SIMPLER_AXES`)}."""
+    def parts(par: dict) -> tuple[int, ...]:
+        return (par["pp"] * par["vpp"], par["cp"], par["tp"], int(par["zero_stage"] == 3),
+                recompute_mix.full_layers(par))
 
     first, step = parts(plans[0]["parallelism"]), plans[0]["time_s"]["step"]
     for rank, entry in enumerate(plans[1:], 2):
@@ -1181,9 +1183,12 @@ def simpler_alternative(plans: list[dict], error: float) -> dict | None:
         slower = entry["time_s"]["step"] / step - 1
         if mine != first and all(m <= f for m, f in zip(mine, first)) and slower <= error:
             return {"plan": rank, "slower_fraction": slower, "model_error_fraction": error,
-                    "fewer": [axis for axis, m, f in zip(("pipeline stages", "cp", "tp"), mine, first)
-                              if m < f]}
+                    "fewer": [axis for axis, m, f in zip(SIMPLER_AXES, mine, first) if m < f]}
     return None
+
+
+SIMPLER_AXES = ("pipeline stages", "cp", "tp", "ZeRO-3", "fully recomputed layers")
+"""The moving parts `simpler_alternative` compares, in its order."""
 
 
 LOW_MFU = 0.10

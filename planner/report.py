@@ -562,8 +562,14 @@ def simpler_note(alt: dict, plans: list[dict]) -> str:
             f"#{alt['plan']} is as sound a choice unless measured")
 
 
-def _axis_value(par: dict, axis: str) -> int:
-    return par["pp"] * par["vpp"] if axis == "pipeline stages" else par[axis]
+def _axis_value(par: dict, axis: str) -> int | str:
+    if axis == "pipeline stages":
+        return par["pp"] * par["vpp"]
+    if axis == "ZeRO-3":
+        return "yes" if par["zero_stage"] == 3 else "no"
+    if axis == "fully recomputed layers":
+        return recompute_mix.full_layers(par)
+    return par[axis]
 
 
 def _plan_row(i: int, p: dict) -> list:

@@ -13,8 +13,11 @@ from planner.cost import compute
 from planner.plan import simpler_alternative
 
 
-def _plan(step: float, pp: int = 1, vpp: int = 1, cp: int = 1, tp: int = 1) -> dict:
-    return {"parallelism": {"pp": pp, "vpp": vpp, "cp": cp, "tp": tp}, "time_s": {"step": step}}
+def _plan(step: float, pp: int = 1, vpp: int = 1, cp: int = 1, tp: int = 1, zero_stage: int = 1,
+          recompute="none") -> dict:
+    return {"parallelism": {"pp": pp, "vpp": vpp, "cp": cp, "tp": tp, "zero_stage": zero_stage,
+                            "recompute": recompute, "pipeline_layers": [32 // pp] * pp},
+            "time_s": {"step": step}}
 
 
 def test_a_simpler_runner_up_inside_the_error_is_named():
@@ -56,3 +59,17 @@ def test_plan_names_it_in_json_and_table():
     assert plans[alt["plan"] - 1]["time_s"]["step"] <= (1 + compute.held_out_error()) * plans[0]["time_s"]["step"]
     table = cli_run.planner(*args).stdout
     assert f"tie within the model: #{alt['plan']} is {100 * alt['slower_fraction']:.1f}% slower" in table
+
+
+def test_zero3_and_full_recompute_are_moving_parts():
+    # senior review 6 M3: FSDP over every rank with most layers fully recomputed ranked first;
+    # ZeRO-1 without recompute 2% behind is the simpler layout
+    alt = simpler_alternative([_plan(10.0, zero_stage=3, recompute="full"), _plan(10.2)], 0.036)
+    assert alt["plan"] == 2 and alt["fewer"] == ["ZeRO-3", "fully recomputed layers"]
+    # per-stage mixes count their full layers: 21 + 23 = 44 against 20 + 23 = 43
+    mix_a = [{"none": 3, "selective": 0, "full": 21}, {"none": 1, "selective": 0, "full": 23}]
+    mix_b = [{"none": 2, "selective": 2, "full": 20}, {"none": 1, "selective": 0, "full": 23}]
+    alt = simpler_alternative([_plan(10.0, pp=2, recompute=mix_a), _plan(10.1, pp=2, recompute=mix_b)], 0.036)
+    assert alt["plan"] == 2 and alt["fewer"] == ["fully recomputed layers"]
+    # more ZeRO-3 than #1 is not simpler, even with less cp
+    assert simpler_alternative([_plan(10.0, cp=2), _plan(10.1, zero_stage=3)], 0.036) is None

@@ -81,3 +81,12 @@ def parse_layers(text: object, num_layers: int, groups, key: str) -> tuple[str, 
         raise SpecError(f"value {text!r}: groups of {[len(g) for g in text.split('|')]} layers; the "
                         f"virtual stages hold {list(groups)}", key=key)
     return tuple(LETTERS[c] for c in letters)
+
+
+def full_layers(par: dict) -> int:
+    """Layers a plan's parallelism recomputes in full: all of them under a uniform `full`, the sum
+    of the per-stage `full` counts under a per-stage mix."""
+    mix = par["recompute"]
+    if isinstance(mix, str):
+        return sum(par["pipeline_layers"]) if mix == "full" and par.get("pipeline_layers") else 0
+    return sum(stage.get("full", 0) for stage in mix)
