@@ -434,7 +434,7 @@ def test_emit_disaggregated_workers_and_their_router(tmp_path, engine):
     roles = [("prefill" if "prefill worker" in l else "decode") for l in lines if l.startswith("# tp")]
     commands = _commands(proc.stdout)
     workers, router = commands[:-1], commands[-1]
-    assert len(workers) == len(roles) == 4 and {"prefill", "decode"} <= set(roles)
+    assert len(workers) == len(roles) >= 2 and {"prefill", "decode"} <= set(roles)  # the mix depends on the fit
     ports = [w[w.index("--port") + 1] for w in workers]
     urls = {role: [f"http://127.0.0.1:{p}" for p, r in zip(ports, roles) if r == role] for role in ("prefill", "decode")}
     if engine == "sglang":
@@ -445,7 +445,7 @@ def test_emit_disaggregated_workers_and_their_router(tmp_path, engine):
         assert all(w[w.index("--disaggregation-mode") + 1] == r for w, r in zip(workers, roles))
     else:
         assert router[:2] == ["vllm-router", "--vllm-pd-disaggregation"]
-        assert [w[0] for w in workers] == [f"VLLM_NIXL_SIDE_CHANNEL_PORT={5600 + i}" for i in range(4)]
+        assert [w[0] for w in workers] == [f"VLLM_NIXL_SIDE_CHANNEL_PORT={5600 + i}" for i in range(len(workers))]
         assert _after(router, "--prefill") == [[u] for u in urls["prefill"]]
         assert router[router.index("--kv-connector") + 1] == "nixl"
         assert all("--kv-transfer-config" in w for w in workers)
