@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from planner import serve
+from planner.errors import InfeasibleError
 from planner.serve_validate import coefficients_for, load_calibration
 from planner.specs.cluster import load_cluster
 from planner.specs.model import load_model
@@ -15,7 +16,7 @@ CASES = {
     "dense": ("llama-3.1-8b", "dgx-h100", serve.ServeRequest(gpus=2, input_len=2000, output_len=500, tpot_ms=30)),
     # MoE with attention DP (concurrency in steps of dp), TTFT and TPOT both limited
     "moe": ("qwen3-235b-a22b", "hgx-h200", serve.ServeRequest(gpus=8, input_len=4000, output_len=500,
-                                                              weight_dtype="fp8-block", ttft_ms=2000, tpot_ms=50,
+                                                              weight_dtype="fp8-block", ttft_ms=2000, tpot_ms=45,
                                                               fix={"tp": 8, "dp": 8})),
 }
 
@@ -56,16 +57,22 @@ def test_best_point_per_shape_equals_every_concurrency(case):
 
 def test_fresh_user_example_finds_the_concurrency_between_512_and_1024():
     """Fresh-user review 6 finding 9: llama-3.1-8b on 16 H100, 2,000 in / 500 out, TPOT <= 30 ms. The grid
-    answered 2 x tp8 @512 (TPOT 17.5 ms); the same shape at 768 meets 30 ms with more tokens/s. The plan
-    must be at least as good as tp8 @768 and keep TPOT within 30 ms."""
+    answered 2 x tp8 @512 and never looked between 512 and 1,024. The plan must be at least as good as every
+    tp8 deployment at a concurrency in steps of 64 from 512 to 1,024 that meets 30 ms, and keep TPOT within
+    30 ms."""
     spec, hw = load_model("llama-3.1-8b"), load_cluster("dgx-h100")
     req = serve.ServeRequest(gpus=16, input_len=2000, output_len=500, tpot_ms=30)
-    at = {b: serve.serve_plan(spec, hw, serve.ServeRequest(gpus=16, input_len=2000, output_len=500, tpot_ms=30,
-                                                           fix={"tp": 8}, concurrency=b))["deployment"]
-          for b in (512, 768)}
-    assert at[768]["mix"][0]["tpot_ms"] <= 30 and at[768]["tokens_per_s"] > at[512]["tokens_per_s"]
+    meeting = []
+    for b in range(512, 1025, 64):
+        try:
+            dep = serve.serve_plan(spec, hw, serve.ServeRequest(
+                gpus=16, input_len=2000, output_len=500, tpot_ms=30, fix={"tp": 8}, concurrency=b))["deployment"]
+        except InfeasibleError:   # this concurrency breaks the SLO or the pool
+            continue
+        meeting.append(dep["tokens_per_s"])
+    assert meeting
     plan = serve.serve_plan(spec, hw, req)["deployment"]
-    assert plan["tokens_per_s"] >= at[768]["tokens_per_s"]
+    assert plan["tokens_per_s"] >= max(meeting) * (1 - 1e-9)
     assert all(p["tpot_ms"] <= 30 for p in plan["mix"])
 
 
