@@ -23,7 +23,7 @@ FAILING = "examples/llama-3.1-70b-64xh100-tp8.plan.yaml"
 # Llama 3.1 8B has 8 KV heads (models/llama-3.1-8b): tp 16 on 16 GPUs breaks
 # kv_heads_divisible_by_tp; the tp flag is on line 3 of this script.
 SCRIPT = """#!/bin/bash
-torchrun --nproc_per_node 8 --nnodes 2 pretrain_gpt.py \\
+CUDA_DEVICE_MAX_CONNECTIONS=1 torchrun --nproc_per_node 8 --nnodes 2 pretrain_gpt.py \\
   --tensor-model-parallel-size 16 \\
   --micro-batch-size 1 --global-batch-size 64 --seq-length 4096 --bf16 --rotary-base 500000
 """

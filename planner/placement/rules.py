@@ -92,7 +92,7 @@ def check_layout(model: ModelSpec, cluster, layout: Layout) -> list[Violation]:
 
 
 MESH_RULES = ("world_size", "heads_divisible_by_tp", "kv_heads_divisible_by_tp", "pp_exceeds_layers",
-              "layers_divisible_by_pp", "pipeline_layers", "pipeline_layout", "experts_divisible_by_ep", "expert_group",
+              "layers_divisible_by_pp", "pipeline_layers", "pipeline_layout", "ep_without_experts", "experts_divisible_by_ep", "expert_group",
               "sequence_divisible")
 """Rules `check_mesh` checks: those of `check_layout` that read only the degrees (dp, tp, pp, cp,
 ep, etp, vpp, pipeline_layers, pipeline_layout) and, for the sequence rule, seq_len and sequence_parallel."""
@@ -406,8 +406,10 @@ def _experts(model: ModelSpec, cluster, layout: Layout) -> list[Violation]:
     """Routed experts by ep; ep·etp inside dp·cp·tp (Megatron `parallel_state.py`)."""
     out = []
     if layout.ep > 1 and not model.is_moe:
-        out.append(Violation(rule="ep_without_experts", severity="warning",
-                             message=f"ep={layout.ep} on a dense model has no effect",
+        out.append(Violation(rule="ep_without_experts",
+                             message=f"ep={layout.ep} on a dense model: there are no experts to split "
+                                     f"(Megatron-LM asserts \"num_experts must be non None to use expert "
+                                     f"model parallelism\", arguments.py validate_args)",
                              fix="set ep=1"))
     if model.is_moe and model.num_experts % layout.ep:
         out.append(Violation(rule="experts_divisible_by_ep",
