@@ -20,7 +20,7 @@ from planner import frameworks
 from planner.frameworks import deepspeed, megatron, torchtitan
 from planner.placement import pipeline_layout
 from planner.placement.layout import OPTIMIZER_DTYPES, PRECISIONS, Layout
-from planner.placement.precision import (allowed_grad_reduce_dtypes, grad_reduce_dtype, loss_chunks, padded_vocab,
+from planner.placement.precision import (allowed_grad_reduce_dtypes, blackwell_or_later, grad_reduce_dtype, loss_chunks, padded_vocab,
                                          supported_precisions)
 from planner.placement.states import BATCH_AXES, GROUPS, Mode, Placement, State
 from planner.placement.strategies import group_degrees
@@ -568,6 +568,20 @@ def _zero_with_pp(model, cluster, layout: Layout) -> list[Violation]:
     return []  # torchtitan ZeRO-3 + PP: costed as it runs (comm.fsdp_syncs_once_per_step)
 
 
+def _mxfp8_supported(cluster, layout: Layout) -> list[Violation]:
+    """fp8 with the mxfp8 recipe needs compute capability 10.0 (`precision.blackwell_or_later`).
+
+    Source: NVIDIA/TransformerEngine@d0067d0 transformer_engine/pytorch/quantization.py
+    `_compute_mxfp8_support` l. 162-168 ("Device compute capability 10.0 or higher required for
+    MXFP8 execution."), which `check_mxfp8_support` returns and the fp8 autocast asserts."""
+    if layout.precision != "fp8" or layout.fp8_recipe != "mxfp8" or blackwell_or_later(cluster.gpu.name):
+        return []
+    return [Violation(rule="precision_supported",
+                      message=f"fp8_recipe=mxfp8 on {cluster.gpu.name}: Transformer Engine runs MXFP8 only on "
+                              f"compute capability 10.0 or higher (Blackwell); it refuses it here",
+                      fix="use fp8_recipe=tensorwise, delayed or blockwise, or a Blackwell GPU")]
+
+
 def _zero_without_dp(model, cluster, layout: Layout) -> list[Violation]:
     """ZeRO shards only over the data-parallel (dp x cp) axis: at dp·cp = 1 it has no effect (FC-16)."""
     if layout.zero_stage == 0 or layout.dp_shard_degree * layout.cp > 1:
@@ -585,7 +599,7 @@ def _precision_supported(model, cluster, layout: Layout) -> list[Violation]:
     Source: `cluster.gpu.peak_tflops` keys (datasheet dense peaks, only for supported dtypes; see
     `precision.supported_precisions`)."""
     if layout.precision in cluster.gpu.peak_tflops:  # Layout admits only PRECISIONS
-        return []
+        return _mxfp8_supported(cluster, layout)
     have = supported_precisions(cluster.gpu.peak_tflops)
     return [Violation(rule="precision_supported",
                       message=f"GPU {cluster.gpu.name} has no {layout.precision} tensor cores; it "
