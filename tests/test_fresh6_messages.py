@@ -18,3 +18,16 @@ def test_one_node_is_singular():
     result = planner("plan", "-m", "qwen3-30b-a3b", "-c", "dgx-h100", "--gpus", "1")
     assert result.returncode == 1
     assert "(1 node of 8)" in result.stderr and "1 nodes" not in result.stderr
+
+
+def test_cp_fix_keeps_to_the_world_size():
+    """review-fresh6 m14_cp3: cp 3 with tp 8 pp 4 on 64 GPUs at seq 4096. Sequence rule: 4096 % (2 x 3)
+    != 0; the cp in [2, 6] dividing 4096 / 2 are 2 and 4, but tp x pp x cp = 8 x 4 x 4 = 128 > 64
+    GPUs, so only cp 2 (8 x 4 x 2 = 64) is offered."""
+    from planner.placement.layout import Layout
+    from planner.placement.rules import check_layout
+    from planner.specs.cluster import load_cluster
+    from planner.specs.model import load_model
+    layout = Layout(dp=1, tp=8, pp=4, cp=3, seq_len=4096, global_batch_size=8)
+    found = {v.rule: v for v in check_layout(load_model("llama-3.1-70b"), load_cluster("dgx-h100", gpus=64), layout)}
+    assert found["sequence_divisible"].fix.startswith("use cp in {2}, which divide seq_len=4096")

@@ -456,7 +456,8 @@ def _sequence(model: ModelSpec, cluster, layout: Layout) -> list[Violation]:
                f"{{{', '.join(map(str, fit))}}} divides both the heads and seq_len={s}")
     else:
         fix = f"use seq_len={-(-s // need) * need}"
-        fit = _cp_dividing(s, tp, layout.sequence_parallel, 2 * cp)
+        fit = [c for c in _cp_dividing(s, tp, layout.sequence_parallel, 2 * cp)
+               if cluster.num_gpus % (tp * layout.pp * c) == 0]  # and the world size keeps a dp
         if cp > 1 and fit:  # the degree is the usual change, not the data's length (fresh-user review)
             fix = f"use cp in {{{', '.join(map(str, fit))}}}, which divide seq_len={s}, or {fix[4:]}"
     return [Violation(rule="sequence_divisible",
