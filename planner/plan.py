@@ -1405,7 +1405,7 @@ def _infeasible(model, cluster, costs: _Costs, rejections: Rejections, base, fix
     gib = 2**30
     named = (f"dp={layout.dp} tp={layout.tp} pp={layout.pp} cp={layout.cp} ep={layout.ep} "
              f"zero={layout.zero_stage} b={layout.micro_batch_size}")
-    nodes = gpus // cluster.gpus_per_node
+    nodes = (gpus or 0) // cluster.gpus_per_node
     change = (f"use at least {gpus} GPUs" + (f" ({nodes} node{'s' * (nodes != 1)} of "
               f"{cluster.gpus_per_node})" if gpus >= cluster.gpus_per_node else " (part of one node)")
               if gpus else "no GPU count up to the search limit fits: "

@@ -20,7 +20,7 @@ Flags read: those of `planner.frameworks.megatron.FLAGS` marked `read` (names, d
 sources there): the degrees, virtual stages and uneven split; micro-batch, global batch and
 sequence length; ZeRO through the distributed optimizer, Megatron-FSDP's sharding strategy or torch
 FSDP2; recompute granularity, method and layer count; precision and optimizer; the architecture
-(compared with --model, --moe-layer-freq included, or the model itself: a rotary base differing
+(compared with --model, the MoE layer pattern flag included, or the model itself: a rotary base differing
 from --model's rope_theta is the warning `megatron_rotary_base`); torchrun's GPUs per node x nodes = world size.
 
 What Megatron itself asserts at start-up and the gate's rules do not already check is a finding
@@ -758,7 +758,7 @@ def _model(args: dict, model: str | None, path: Path) -> ModelSpec:
 
 
 def _moe_layers(args: dict, spec: ModelSpec, model: str, file: str) -> None:
-    """--moe-layer-freq compared with the model's MoE layers (`ModelSpec.moe_layers`): an integer N
+    """The MoE layer frequency flag (`F["moe_layers"]`) compared with the model's MoE layers (`ModelSpec.moe_layers`): an integer N
     puts experts in layers i with i % N == 0; a list expression gives one 0/1 per layer.
 
     Source: NVIDIA/Megatron-LM@d98e8a6 megatron/training/arguments.py `moe_freq_type` (an int, or a
@@ -788,7 +788,7 @@ def _moe_layers(args: dict, spec: ModelSpec, model: str, file: str) -> None:
 
 
 def _moe_pattern(value: str, layers: int) -> tuple[bool, ...] | None:
-    """The MoE layers `--moe-layer-freq value` builds over `layers` layers (see `_moe_layers`),
+    """The MoE layers the MoE layer frequency flag `value` builds over `layers` layers (see `_moe_layers`),
     or None when the value is neither an integer >= 1 nor a list expression of integers, `+`, `*`."""
     if re.fullmatch(r"\d+", value.strip()):
         freq = int(value)
