@@ -32,3 +32,16 @@ def test_cp_fix_keeps_to_the_world_size():
     layout = Layout(dp=1, tp=8, pp=4, cp=3, seq_len=4096, global_batch_size=8)
     found = {v.rule: v for v in check_layout(load_model("llama-3.1-70b"), load_cluster("dgx-h100", gpus=64), layout)}
     assert found["sequence_divisible"].fix.startswith("use cp in {2}, which divide seq_len=4096")
+
+
+def test_megatron_architecture_mismatch_names_the_flag_once(tmp_path):
+    """review-fresh6 m10_nogqa: --num-query-groups without --group-query-attention trains 64 KV heads
+    (Megatron's num_query_groups is read only with the switch); the flag was printed twice."""
+    path = tmp_path / "nogqa.txt"
+    path.write_text("--num-layers 80 --hidden-size 8192 --num-attention-heads 64 --num-query-groups 8 "
+                    "--seq-length 4096 --micro-batch-size 1 --global-batch-size 64 --bf16\n")
+    result = planner("check", str(path), "-m", "llama-3.1-70b", "-c", "dgx-h100", "--gpus", "8")
+    assert result.returncode == 2
+    assert result.stderr.count("--num-attention-heads") == 1
+    assert "without --group-query-attention gives num_key_value_heads=64 but --model llama-3.1-70b has " \
+           "num_key_value_heads=8" in " ".join(result.stderr.split())

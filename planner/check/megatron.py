@@ -751,8 +751,9 @@ def _model(args: dict, model: str | None, path: Path) -> ModelSpec:
     spec = load_model(model)
     for flag, (field, value) in given.items():
         if getattr(spec, field) != value:
-            raise SpecError(f"{flag} gives {field}={value} but --model {model} has "
-                            f"{field}={getattr(spec, field)}", file=file, key=flag)
+            key, _, condition = flag.partition(" ")  # a flag, or a flag and the switch it lacks
+            raise SpecError(f"{condition + ' ' if condition else ''}gives {field}={value} but --model {model} "
+                            f"has {field}={getattr(spec, field)}", file=file, key=key)
     _moe_layers(args, spec, model, file)
     return spec
 
