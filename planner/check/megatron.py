@@ -858,6 +858,11 @@ def _architecture(args: dict, file: str) -> dict[str, tuple[str, int]]:
                                        if _on(args, "swiglu") else 4 * hidden)
     if hidden is not None and heads is not None and F["head_dim"] not in args:
         out[F["head_dim"]] = ("head_dim", hidden // heads)
+    if _on(args, "multi_latent_attention"):
+        # MLA sizes its heads from the qk, rope and v head dims; kv_channels is
+        # not read (NVIDIA/Megatron-LM@d98e8a6 multi_latent_attention.py l. 165-168; NVIDIA's own
+        # DeepSeek-V3 launch examples/megatron_fsdp/sbatch_mfsdp_deepseek_v3.sh l. 64 sets 128)
+        out.pop(F["head_dim"], None)
     return out
 
 

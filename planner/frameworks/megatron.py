@@ -151,7 +151,7 @@ FLAGS = (
     Flag("hidden_dropout", "--hidden-dropout", TEXT, 0.1, read=False),
     Flag("attention_dropout", "--attention-dropout", TEXT, 0.1, read=False),
     # multi-latent attention (`_add_mla_args`; transformer_config.py MLATransformerConfig)
-    Flag("multi_latent_attention", "--multi-latent-attention", SWITCH, False, read=False),
+    Flag("multi_latent_attention", "--multi-latent-attention", SWITCH, False),
     Flag("q_lora_rank", "--q-lora-rank", INT, read=False),
     Flag("kv_lora_rank", "--kv-lora-rank", INT, 32, read=False),
     Flag("qk_nope_head_dim", "--qk-head-dim", INT, 128, read=False),
