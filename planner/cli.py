@@ -26,7 +26,7 @@ from planner.placement import layout as layout_mod
 from planner.placement import overlap, recompute_mix
 from planner.placement import pipeline_layout as pipeline_layout_mod
 from planner.placement.layout import Layout
-from planner.placement.precision import supported_precisions
+from planner.placement.precision import blackwell_or_later, supported_precisions
 from planner.search.mesh import FIXABLE
 from planner.specs import cluster as cluster_spec
 from planner.specs import model as model_spec
@@ -409,7 +409,7 @@ def explain_cmd(
         offload=frozenset(_value(o) for o in offload or ()), optimizer=_value(optimizer),
         precision=_precision(precision, hw), framework=_value(framework),
         grad_reduce_dtype=_value(grad_reduce_dtype), moe_dispatcher=_value(moe_dispatcher),
-        **_precision_knobs(precision_aware_optimizer, fp8_recipe=fp8_recipe,
+        **_precision_knobs(precision_aware_optimizer, fp8_recipe=_fp8_recipe(fp8_recipe, hw),
                                fp8_param_gather=fp8_param_gather or None,
                                main_params_dtype=main_params_dtype,
                                main_grads_dtype=main_grads_dtype, exp_avg_dtype=exp_avg_dtype,
@@ -466,6 +466,19 @@ def _precision(option: object, hw) -> str:
                         f"{_value(option)} tensor cores; it runs {', '.join(have) or 'none of them'}",
                         key="--precision")
     return _value(option)
+
+
+def _fp8_recipe(option: object, hw) -> str | None:
+    """The asked fp8 recipe (None: the framework's default).
+
+    Raises:
+        SpecError: mxfp8 on a GPU before Blackwell, which Transformer Engine refuses (the placement
+            rule `precision_supported` for a config file; exit 2 here, as for --precision)."""
+    if _value(option) == "mxfp8" and not blackwell_or_later(hw.gpu.name):
+        raise SpecError(f"value 'mxfp8' not allowed: GPU {hw.gpu.name} has no MXFP8 (Transformer Engine "
+                        f"needs compute capability 10.0, Blackwell); use delayed, tensorwise or blockwise",
+                        key="--fp8-recipe")
+    return option
 
 
 def _experts_given(spec, **degrees: int) -> None:
@@ -697,7 +710,7 @@ def plan_cmd(
                   recompute_modules=_recompute_modules(recompute_modules, _value(framework)),
                   offload_modules=_offload_modules(offload_modules, _value(framework)),
                   precision_knobs=_precision_knobs(
-                      precision_aware_optimizer, fp8_recipe=fp8_recipe,
+                      precision_aware_optimizer, fp8_recipe=_fp8_recipe(fp8_recipe, hw),
                       fp8_param_gather=fp8_param_gather,
                       main_params_dtype=main_params_dtype,
                       main_grads_dtype=main_grads_dtype, exp_avg_dtype=exp_avg_dtype,

@@ -1521,8 +1521,8 @@ def _gpu_change(cluster: ClusterSpec, gpus: int | None, term: str) -> str:
     in nodes, or, when none up to the search limit has one, what would relax the binding `term`."""
     if not gpus:
         return "no GPU count up to the search limit fits: " + _NO_GPU_COUNT_FIX.get(term, "shorten the sequence")
-    node = cluster.gpus_per_node
-    return f"use at least {gpus} GPUs" + (f" ({gpus // node} nodes of {node})" if gpus >= node
+    node, nodes = cluster.gpus_per_node, gpus // cluster.gpus_per_node
+    return f"use at least {gpus} GPUs" + (f" ({nodes} node{'s' * (nodes != 1)} of {node})" if gpus >= node
                                           else " (part of one node)")
 
 

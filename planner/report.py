@@ -430,7 +430,7 @@ def show_explain(data: dict, fmt: str) -> None:
     if par.get("pipeline_layout"):
         console.print(Text(f"pipeline layout {par['pipeline_layout']}"))
     console.print(Text(f"{par['framework']} conventions, seq {par['seq_len']:,}, "
-                       f"global batch {par['global_batch_size']:,} sequences"))
+                       f"global batch {par['global_batch_size']:,} sequence{'s' * (par['global_batch_size'] != 1)}"))
     console.print()
     console.print(_placement_table(data["placement"]))
     console.print()
@@ -511,7 +511,7 @@ def show_plan(data: dict, fmt: str) -> None:
     console = _console()
     req, solver = data["request"], data["solver"]
     console.print(f"[bold]{escape(req['model'])}[/bold] on {req['gpus']:,} x {escape(req['cluster'])}  (seq "
-                  f"{req['seq_len']:,}, global batch {req['global_batch_size']:,} sequences = "
+                  f"{req['seq_len']:,}, global batch {req['global_batch_size']:,} sequence{'s' * (req['global_batch_size'] != 1)} = "
                   f"{req['global_batch_size'] * req['seq_len']:,} tokens, "
                   f"{req['precision']}{' (fp8 param gather)' if req.get('fp8_param_gather') else ''}, "
                   f"{req['optimizer']}, {req['framework']} conventions)")
@@ -638,7 +638,7 @@ def show_check(data: dict, fmt: str) -> None:
     par = data["parallelism"]
     split = f"; pipeline layers {_runs(par['pipeline_layers'])}" if par.get("pipeline_layers") else ""
     console.print(Text(f"{layout_label(par)}{split}; {par['framework']} conventions, seq "
-                       f"{par['seq_len']:,}, global batch {par['global_batch_size']:,} sequences"))
+                       f"{par['seq_len']:,}, global batch {par['global_batch_size']:,} sequence{'s' * (par['global_batch_size'] != 1)}"))
     if data["stages"]:
         console.print()
         console.print(_table("memory per GPU by pipeline stage (GiB)",

@@ -5,7 +5,8 @@ Definitions used throughout:
 - An instance is one engine process group of tp x pp GPUs (`cost.serving.Instance`); `dp` in the
   output is its attention data-parallel degree, `replicas` how many instances the plan runs.
 - `--concurrency C` is the number of requests in flight per instance (closed loop, as in the
-  measurements); without it the search tries 1, 2, 4, ... up to what the KV pool holds.
+  measurements); without it the search tries 1, 2, 4, ... up to what the KV pool holds, then every
+  concurrency between those that could do better (`refine`).
 - Output throughput of an instance at concurrency b: b x O / request latency, with request latency
   = TTFT + (O - 1) x TPOT; requests/s = b / request latency; tokens/s per user = 1 / TPOT.
 - `--request-rate R`: the fewest GPUs whose replicas carry R requests/s within the SLOs (Little's
@@ -28,7 +29,8 @@ from planner.specs.cluster import ClusterSpec
 from planner.specs.model import ModelSpec, context_length_words, engine_context_length, require_modelled_checkpoint
 
 CONCURRENCY_STEPS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
-"""Per-instance concurrencies tried when --concurrency is not given (plus the KV pool's limit)."""
+"""Per-instance concurrencies tried first when --concurrency is not given (plus the KV pool's limit); `refine`
+searches between them."""
 FIXABLE = ("tp", "pp", "ep", "dp")
 """Keys `--fix` accepts for serve-plan."""
 CALIBRATED_GPUS = ("H100", "H200")
@@ -62,6 +64,11 @@ class ServeRequest:
     def context(self) -> int:
         """Tokens a request holds at its end: max_model_len when given, else input + output."""
         return self.max_model_len or self.input_len + self.output_len
+
+    @property
+    def slos(self) -> bool:
+        """Whether any latency SLO (--ttft-ms, --tpot-ms, --request-latency-ms) is given."""
+        return (self.ttft_ms, self.tpot_ms, self.request_latency_ms) != (None,) * 3
 
 
 def weight_choice(spec: ModelSpec, hw: ClusterSpec, given: str | None) -> tuple[str, str]:
@@ -263,17 +270,76 @@ def evaluate(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, inst: sv.Insta
         return result
     cap = running_cap(req, inst, cmax)
     result["running_cap"] = cap
-    steps = [req.concurrency] if req.concurrency else [b for b in CONCURRENCY_STEPS if b < cap] + [cap]
-    for b in steps:
-        if b > cmax or b < inst.adp:
-            continue
+
+    def point(b: int) -> dict:
         ttft, tpot = _latency(spec, hw, req, inst, b, cap, coefficients)
         latency = ttft + (req.output_len - 1) * tpot
-        result["points"].append({"concurrency": b, "ttft_s": ttft, "tpot_s": tpot, "latency_s": latency,
-                                 "tokens_per_s": b * req.output_len / latency, "requests_per_s": b / latency})
+        return {"concurrency": b, "ttft_s": ttft, "tpot_s": tpot, "latency_s": latency,
+                "tokens_per_s": b * req.output_len / latency, "requests_per_s": b / latency}
+
+    steps = [req.concurrency] if req.concurrency else [b for b in CONCURRENCY_STEPS if b < cap] + [cap]
+    points = {b: point(b) for b in steps if inst.adp <= b <= cmax}
+    if not req.concurrency:
+        refine(points, point, req, inst.adp)
+        for b in points.keys() - set(steps):
+            points[b]["refined"] = True
+    result["points"] = [points[b] for b in sorted(points)]
     if not result["points"]:
         result["reject"] = "concurrency"
     return result
+
+
+def refine(points: dict[int, dict], point, req: ServeRequest, step: int) -> None:
+    """Add to `points` ({concurrency: point}, the grid of one shape) the concurrencies, multiples of
+    `step` (the attention-DP degree: each group runs the same share), that make the best point meeting
+    the SLOs the best over EVERY such concurrency (and the grid's own points) between the smallest and the
+    largest evaluated, not only over the grid. `point(b)` evaluates concurrency b.
+
+    Why it is exact: TTFT, TPOT and request latency L(b) are nondecreasing in the concurrency b, so
+    the concurrencies meeting the SLOs are every b up to the largest, b*, which bisection between the
+    last grid point meeting them and the next one finds. Each term of `cost.serving.latency_terms` is
+    nondecreasing in b and each coefficient is >= 0 (non-negative least squares): the decode weight read
+    (E[distinct experts] grows with the draws), KV read, compute, chunked-prefill interference, PP hop
+    and MoE exchange bytes grow with b; the chunk count ceil(b x I / chunk) and the KV wait (B / C - 1)
+    lifetimes at a fixed running batch C are nondecreasing; the constants do not move; `predict_latency`'s
+    max(., decode_memory) and max(., 0) keep order. The co-batched prompts (`prompts_per_prefill`)
+    are the one term that needs a proof: its residence R solves g = R^2 - (C S - Z) R - S Z = 0 with
+    dg/dR = sqrt((C S - Z)^2 + 4 S Z) > 0, so dR/dC = (S R - (R - S) Z') / dg/dR, and with
+    R - S = S (C - 1) R / (R + Z) (the fixed point) this is >= 0 iff R + Z >= (C - 1) Z'; the decode
+    lifetime Z(C) is concave with Z(0) >= 0 (an affine KV / compute part plus the concave expert read),
+    so Z >= C Z' >= (C - 1) Z', and R > 0. Throughput b x O / L(b) need not grow with b (the chunk
+    count's ceil steps), so below b* a branch and bound finds the best: any b strictly between evaluated
+    l < r has b x O / L(b) <= b_last x O / L(l), b_last the last multiple of step below r; an interval
+    whose bound is not above the best found is dropped, others are split at their middle. Source: hand proof above; bisection / branch and bound
+    (Land & Doig 1960)."""
+    feasible = [b for b in points if _meets(points[b], req)]
+    if not feasible:
+        return
+    lo = max(feasible)
+    above = [b for b in points if b > lo]
+    hi = min(above) if above else lo
+    while (between := _between(lo, hi, step)):
+        mid = between[0] + (between[1] - between[0]) // (2 * step) * step
+        points[mid] = point(mid)
+        lo, hi = (mid, hi) if _meets(points[mid], req) else (lo, mid)
+    kept = sorted(b for b in points if b <= lo)
+    best = max(points[b]["tokens_per_s"] for b in kept)
+    gaps = list(zip(kept, kept[1:]))
+    while gaps:
+        left, right = gaps.pop()
+        between = _between(left, right, step)
+        if not between or between[1] * req.output_len / points[left]["latency_s"] <= best:
+            continue
+        mid = between[0] + (between[1] - between[0]) // (2 * step) * step
+        points[mid] = point(mid)
+        best = max(best, points[mid]["tokens_per_s"])
+        gaps += [(left, mid), (mid, right)]
+
+
+def _between(left: int, right: int, step: int) -> tuple[int, int] | None:
+    """(first, last) multiple of `step` strictly between `left` and `right`, or None when there is none."""
+    first, last = left // step * step + step, (right - 1) // step * step
+    return (first, last) if first <= last else None
 
 
 def _meets(point: dict, req: ServeRequest) -> bool:
@@ -356,7 +422,7 @@ def serve_plan(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, calibration:
             needed = serve_ilp.min_gpus(gpus, [p["requests_per_s"] for _, p in cands], tokens,
                                         req.request_rate, req.gpus * 1024)
             best = max(cands, key=lambda c: c[1]["requests_per_s"] / c[0]["inst"].gpus)
-            slos = (req.ttft_ms, req.tpot_ms, req.request_latency_ms) != (None,) * 3
+            slos = req.slos
             more = (f"; {int(needed.objective)} GPUs would carry {_carried(needed, cands):g} requests/s: "
                     f"--gpus {allowed_gpus(hw, int(needed.objective))} would work" if needed.counts else
                     _beyond_search(req, best, slos))
@@ -371,7 +437,9 @@ def serve_plan(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, calibration:
     top = _top(spec, req, cands, chosen)
     total_tokens = sum(p["tokens_per_s"] for p in chosen)
     used = _deployment_gpus(chosen)
-    pareto = _pareto(points if req.ttft_ms is None and req.tpot_ms is None and req.request_latency_ms is None else good)
+    best = {id(p) for _, p in cands}
+    pareto = _pareto([(ev, p) for ev, p in (good if req.slos else points)
+                      if not p.get("refined") or id(p) in best])
     return {
         "solver": {"status": mix.status, "objective": ("min_gpus" if req.request_rate is not None else "max_tokens_per_s"),
                    "objective_value": round(used if req.request_rate is not None else total_tokens, 1),
@@ -451,7 +519,9 @@ def _top(spec: ModelSpec, req: ServeRequest, cands: list, chosen: list) -> list[
 
 
 def _pareto(points: list) -> list[dict]:
-    """Points not dominated in (tokens/s/GPU, tokens/s/user), best tokens/s/GPU first."""
+    """Points not dominated in (tokens/s/GPU, tokens/s/user), best tokens/s/GPU first. serve_plan passes
+    the grid's points and each shape's best: `refine`'s probes between grid points would crowd the front
+    with near-copies of the best one."""
     data = [{"tp": ev["inst"].tp, "pp": ev["inst"].pp, "ep": ev["inst"].ep, "dp": ev["inst"].adp,
              "concurrency": p["concurrency"], "tokens_per_s_per_gpu": round(p["tokens_per_s"] / ev["inst"].gpus, 1),
              "tokens_per_s_per_user": round(1 / p["tpot_s"], 1) if p["tpot_s"] > 0 else 0.0,

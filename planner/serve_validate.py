@@ -41,12 +41,14 @@ import yaml
 
 from planner.cost import serving as sv
 from planner.errors import SpecError
+from planner.specs import files
 from planner.specs.cluster import load_cluster
 from planner.specs.model import load_model
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data" / "reference" / "serving_measurements.csv"
-CALIBRATION = ROOT / "calibration" / "serving.yaml"
+CALIBRATION = files.data_dir("calibration") / "serving.yaml"
+"""The serving coefficients: the clone's, else the installed package's (`files.data_dir`)."""
 
 MODEL_NAMES = {
     "Qwen/Qwen3-32B": "qwen3-32b", "Qwen/Qwen3-235B-A22B-FP8": "qwen3-235b-a22b",
@@ -617,9 +619,13 @@ optimum moves the pooled MoE TPOT terms (vLLM's per-layer step cost 0 -> 101 us;
 without lowering the evaluation TPOT error (13.2 % both). Left to whoever owns the TPOT pooling next."""
 
 
-def load_calibration(path: Path = CALIBRATION) -> dict:
-    """The coefficients file (see `fit`)."""
-    return yaml.safe_load(path.read_text())
+def load_calibration(path: Path | None = None) -> dict:
+    """The coefficients file (see `fit`); `CALIBRATION` by default.
+
+    Raises:
+        SpecError: the default file is absent (an install without its data files), naming where it looked.
+    """
+    return yaml.safe_load((path or files.data_file("calibration", "serving.yaml")).read_text())
 
 
 def validate(cases: list[Case], calibration: dict | None = None, *, part: str = "all") -> dict:

@@ -215,3 +215,101 @@ def test_ep_all_to_all_overlap_refuses_the_shared_expert_overlap(tmp_path):
     assert "ep_comm_overlap_shared_expert_overlap" in _errors(data)
     _, data = _run(tmp_path, ARGS_40_HEADS + "--overlap-moe-expert-parallel-comm\n", "--gpus", "8")
     assert "ep_comm_overlap_shared_expert_overlap" not in _errors(data)
+
+
+# ---- review-fresh6 finding 2: start-up assertions of NVIDIA/Megatron-LM@d98e8a6 arguments.py
+
+def test_ep_on_a_dense_model_fails_as_megatron_asserts(tmp_path):
+    """validate_args l. 1655-1656: `if args.expert_model_parallel_size > 1: assert args.num_experts
+    is not None, "num_experts must be non None to use expert model parallelism"` (was a warning,
+    PASS); the same request is bad input to `explain --ep 2`."""
+    code, data = _run(tmp_path, ARGS_40_HEADS + "--expert-model-parallel-size 2\n", "--gpus", "8")
+    assert code == 1
+    error = _errors(data)["ep_without_experts"]
+    assert "num_experts must be non None" in error["message"] and error["fix"] == "set ep=1"
+
+
+TP2 = ARGS_40_HEADS + "--tensor-model-parallel-size 2\n"
+
+
+def _script(export, args=TP2):
+    return f"{export}\npython pretrain_gpt.py \\\n" + args.replace("\n", " \\\n") + "--log-interval 1\n"
+
+
+@pytest.mark.parametrize("export, cluster, severity", [
+    ("export CUDA_DEVICE_MAX_CONNECTIONS=32", "dgx-h100", "error"),
+    ("", "dgx-h100", "warning"),                   # may come from the job's environment
+    ("export CUDA_DEVICE_MAX_CONNECTIONS=1", "dgx-h100", None),
+    ("export CUDA_DEVICE_MAX_CONNECTIONS=32", "dgx-a100-80g", "error"),
+    ("export CUDA_DEVICE_MAX_CONNECTIONS=32", "dgx-b200", None),   # arch 10: no assertion
+])
+def test_device_max_connections_with_tp_before_blackwell(tmp_path, export, cluster, severity):
+    """validate_args l. 1453-1479: with tp or cp > 1 and get_device_arch_version() < 10, and neither
+    FSDP nor overlap_moe_expert_parallel_comm, `assert os.environ.get('CUDA_DEVICE_MAX_CONNECTIONS')
+    == "1"`."""
+    path = tmp_path / "run.sh"
+    path.write_text(_script(export))
+    result = runner.invoke(app, ["check", str(path), "--cluster", cluster, "--gpus", "8", "--format", "json"])
+    found = [v for v in json.loads(result.output)["violations"] if v["rule"] == "device_max_connections"]
+    assert [v["severity"] for v in found] == ([severity] if severity else [])
+    if severity:
+        assert "CUDA_DEVICE_MAX_CONNECTIONS" in found[0]["message"] and "tp=2" in found[0]["message"]
+
+
+@pytest.mark.parametrize("args", [ARGS_40_HEADS, TP2.replace("--use-distributed-optimizer", "--use-megatron-fsdp")
+                                  + "--ckpt-format fsdp_dtensor\n"])
+def test_device_max_connections_not_asked_at_tp1_nor_under_fsdp(tmp_path, args):
+    """tp = cp = 1: the assertion's condition is false; Megatron-FSDP: validate_args only warns."""
+    _, data = _run(tmp_path, _script("export CUDA_DEVICE_MAX_CONNECTIONS=32", args), "--gpus", "8", name="run.sh")
+    assert not [v for v in data["violations"] if v["rule"] == "device_max_connections"]
+
+
+MIXTRAL = """--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --num-experts 8
+--group-query-attention --num-query-groups 8 --swiglu --ffn-hidden-size 14336
+--expert-model-parallel-size 8 --seq-length 4096 --micro-batch-size 1 --global-batch-size 64
+--use-distributed-optimizer --bf16
+"""
+
+
+def _mixtral(tmp_path, extra):
+    path = tmp_path / "mixtral.txt"
+    path.write_text(MIXTRAL + extra)
+    return runner.invoke(app, ["check", str(path), "-m", "mixtral-8x7b", "-c", "dgx-h100", "--gpus", "8",
+                               "--format", "json"])
+
+
+def test_moe_layer_freq_other_than_the_models_is_bad_input(tmp_path):
+    """gpt_layer_specs.py l. 647-649: an int N puts experts in layers i with i % N == 0, so N = 2
+    over Mixtral's 32 layers (all MoE, HF MixtralDecoderLayer) gives 16 MoE layers, first dense
+    layer 1."""
+    result = _mixtral(tmp_path, "--moe-layer-freq 2\n")
+    assert result.exit_code == 2
+    assert "--moe-layer-freq" in result.output and "16 MoE layers of 32" in result.output
+    assert "32 MoE layers of 32 (first difference at layer 1)" in result.output
+    for same in ("1", "'([1]*32)'", "'[1]*16+[1]*16'"):
+        assert _mixtral(tmp_path, f"--moe-layer-freq {same}\n").exit_code in (0, 1), same
+    assert _mixtral(tmp_path, "--moe-layer-freq '__import__(\"os\")'\n").exit_code == 2
+
+
+def test_moe_layer_freq_pattern_matches_megatrons_docstring():
+    """arguments.py `moe_freq_type` docstring: "([1]*3+[0]*1)*3" evaluates to
+    [1,1,1,0,1,1,1,0,1,1,1,0]; "([0]+[1]*23)" is 1 dense layer then 23 expert layers."""
+    from planner.check.megatron import _moe_pattern
+    assert _moe_pattern("([1]*3+[0]*1)*3", 12) == (True, True, True, False) * 3
+    assert _moe_pattern("([0]+[1]*23)", 24) == (False,) + (True,) * 23
+    assert _moe_pattern("[1]*999999999", 3) is None       # refused before it is built
+
+
+def test_ep_with_fp16_is_not_refused(tmp_path):
+    """The "Expert parallelism is not supported with fp16 training." assertion the review cites
+    (arguments.py at 000c4ac) was removed by Megatron-LM 4193f3aa9b ("remove fp16 assert in
+    moe_grouped_gemm & EP (#2495)", 2025-12-22); d98e8a6 validate_args l. 1654-1658 asserts only
+    num_experts and its divisibility by ep."""
+    bf16 = json.loads(_mixtral(tmp_path, "").output)
+    path = tmp_path / "fp16.txt"
+    path.write_text(MIXTRAL.replace("--bf16", "--fp16"))
+    fp16 = json.loads(runner.invoke(app, ["check", str(path), "-m", "mixtral-8x7b", "-c", "dgx-h100",
+                                          "--gpus", "8", "--format", "json"]).output)
+    assert fp16["parallelism"]["ep"] == 8 and fp16["parallelism"]["precision"] == "fp16"
+    assert {v["rule"] for v in fp16["violations"] if v["severity"] == "error"} == \
+        {v["rule"] for v in bf16["violations"] if v["severity"] == "error"}

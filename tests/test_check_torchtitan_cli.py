@@ -231,3 +231,15 @@ def test_compile_enable_is_shown_in_the_header_as_plan_shows_it(tmp_path):
     assert "· compile" in " ".join(table.split())
     plain = runner.invoke(app, ["check", str(_write(tmp_path, LLAMA3_8B, "eager.sh")), "--cluster", "dgx-h100"]).stdout
     assert "· compile" not in " ".join(plain.split())
+
+
+@pytest.mark.parametrize("compile_on, rules", [("false", ["async_tp_needs_compile"]), ("true", [])])
+def test_async_tp_without_compile_fails_on_the_command_line(tmp_path, compile_on, rules):
+    """torchtitan@b5bcd76 config/configs.py CompileConfig.__post_init__: enable_async_tensor_parallel
+    without compile.enable raises ValueError("Async TP requires 'model' in --compile.components and
+    --compile.enable") (review-fresh6 tt_cli_async.sh passed)."""
+    path = _write(tmp_path, "torchrun --nproc_per_node 8 --nnodes 8 -m torchtitan.train --module llama3 "
+                            "--config llama3_70b --compile.enable_async_tensor_parallel true "
+                            f"--compile.enable {compile_on}\n")
+    data = json.loads(_check(path).output)
+    assert [v["rule"] for v in data["violations"] if v["severity"] == "error"] == rules

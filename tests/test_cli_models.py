@@ -266,7 +266,7 @@ def test_hardware_show_stale_derived_value_is_bad_input(tmp_path):
 
 
 @pytest.mark.parametrize("ref, hf_id", [
-    ("deepseek-ai/DeepSeek-R1", "deepseek-ai/DeepSeek-R1"),
+    ("deepseek-ai/DeepSeek-V2-Lite", "deepseek-ai/DeepSeek-V2-Lite"),
     ("mistralai/Mistral-7B-v0.1", "mistralai/Mistral-7B-v0.1"),
     ("https://huggingface.co/org/name", "org/name"),
 ])
@@ -290,3 +290,23 @@ def test_models_show_takes_the_ids_model_options_take(ref):
     shown = parse(run("models", "show", ref, "--format", "yaml"), "yaml")
     assert shown["name"] == "llama-3.1-70b"
     assert shown["config"]["num_hidden_layers"] == 80 and shown["config"]["hidden_size"] == 8192
+
+
+@pytest.mark.parametrize("ref, name, layers", [
+    # meta-llama/llama-models models/sku_list.py @5309637c: Llama-3.3-70B-Instruct's arch_args = 3.1 70B's
+    ("meta-llama/Llama-3.3-70B-Instruct", "llama-3.1-70b", 80),
+    # the catalog entry's fields are those of the Instruct-v0.1 config (models/mixtral-8x7b.yaml source)
+    ("mistralai/Mixtral-8x7B-Instruct-v0.1", "mixtral-8x7b", 32),
+    # DeepSeek-R1's config.json: DeepseekV3ForCausalLM with DeepSeek-V3's fields (61 layers)
+    ("deepseek-ai/DeepSeek-R1", "deepseek-v3", 61),
+])
+def test_published_renames_of_catalog_architectures_resolve(ref, name, layers):
+    """review-fresh6 finding 6: ids people put in `vllm serve` / `--model-path` for catalog architectures."""
+    shown = parse(run("models", "show", ref, "--format", "yaml"), "yaml")
+    assert shown["name"] == name and shown["config"]["num_hidden_layers"] == layers
+
+
+def test_mixtral_8x22b_instruct_is_not_the_base_architecture():
+    """Mixtral-8x22B-Instruct-v0.1 has a 32768-token vocabulary, the base 32000 (models/mixtral-8x22b.yaml
+    source): not an alias, so it stays unknown rather than costed with the wrong embedding."""
+    assert run("models", "show", "mistralai/Mixtral-8x22B-Instruct-v0.1").exit_code == 2

@@ -225,6 +225,9 @@ def test_fc17_initialisation_peak():
 def test_sequence_fix_offers_a_context_degree_first():
     """Fresh-user review: `explain --cp 3` at 4,096 tokens said only "use seq_len=4098". Load-balanced
     CP needs seq_len % (2 cp) == 0 (TE's 2 x cp chunks): cp 2 (4096 / 4) and 4 (4096 / 8) divide
-    it, 3 (4096 / 6) and 5, 6 do not; the 6-multiple above 4,096 is 4,098."""
-    v = rules(check_layout(llama(), cluster(3), Layout(cp=3, seq_len=4096)))
+    it, 3 (4096 / 6) and 5, 6 do not; the 6-multiple above 4,096 is 4,098. On 4 GPUs both cp keep a
+    whole world (4 / 2, 4 / 4); on 3 GPUs neither does, and only the length is offered (review-fresh6)."""
+    v = rules(check_layout(llama(), cluster(4), Layout(cp=3, seq_len=4096)))
     assert v["sequence_divisible"].fix == "use cp in {2, 4}, which divide seq_len=4096, or seq_len=4098"
+    v = rules(check_layout(llama(), cluster(3), Layout(cp=3, seq_len=4096)))
+    assert v["sequence_divisible"].fix == "use seq_len=4098"

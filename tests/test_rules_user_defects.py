@@ -297,13 +297,18 @@ def test_torchtitan_zero1_message_names_the_stages_and_a_fix():
 
 def test_zero3_with_pp_by_framework():
     """Megatron-FSDP asserts against PP in v2 and is untested with it in v1: a plan must not rely on
-    it (error). torchtitan runs FSDP2 with PP (its 3D benchmark rows): costed with a warning."""
+    it (error). torchtitan runs FSDP2 with PP (its 3D benchmark rows), costed as it runs (gradients
+    reduce-scattered once per step, comm.fsdp_syncs_once_per_step): no finding, and no ZeRO-1 fix,
+    which torchtitan has not (review-fresh6 finding 3)."""
     layout = Layout(dp=4, pp=2, global_batch_size=8, zero_stage=3)
     found = by_rule(check_layout(LLAMA_8B, cluster("dgx-h100", 8), layout))
     assert found["zero_with_pp"].severity == "error" and "zero_stage_supported" not in found
     assert "zero_stage=1" in found["zero_with_pp"].fix
     found = by_rule(check_layout(LLAMA_8B, cluster("dgx-h100", 8), layout.replace(framework="torchtitan")))
-    assert found["zero_with_pp"].severity == "warning"
+    assert "zero_with_pp" not in found
+    found = by_rule(check_layout(LLAMA_8B, cluster("dgx-h100", 8),
+                                 layout.replace(framework="torchtitan", zero_stage=2)))
+    assert "zero_stage=1" not in found["zero_with_pp"].fix and "zero_stage=3" in found["zero_with_pp"].fix
 
 
 def test_interleaved_fix_keeps_pp_with_an_even_vpp():

@@ -97,6 +97,12 @@ def test_serve_plan_8b_on_8_h200_sglang_picks_tp1_replicas_as_the_measurements_d
     plans = json.loads(proc.stdout)["plans"]
     best = plans[0]
     assert best["parallelism"]["tp"] == 1 and best["parallelism"]["replicas"] == 8
-    assert best["tokens_per_s_per_gpu"] == pytest.approx(9398, rel=0.15)
     tp4 = [p for p in plans if p["parallelism"]["tp"] == 4 and p["parallelism"]["pp"] == 1]
     assert tp4 and tp4[0]["tokens_per_s_per_gpu"] < best["tokens_per_s_per_gpu"] / 1.8
+    # at the measured concurrency (352 per tp1 instance) the prediction is the measured 9,398 within 15%
+    # (the plan itself runs the concurrency its TPOT limit allows, not the measured one)
+    pinned = subprocess.run([sys.executable, "-m", "planner", "serve-plan", "-m", "llama-3.1-8b", "-c", "hgx-h200",
+                             "--gpus", "8", "--input-len", "1000", "--output-len", "1000", "--engine", "sglang",
+                             "--tpot-ms", "40", "--weight-dtype", "fp8-block", "--fix", "tp=1", "--concurrency",
+                             "352", "-f", "json"], capture_output=True, text=True, cwd=ROOT)
+    assert json.loads(pinned.stdout)["plans"][0]["tokens_per_s_per_gpu"] == pytest.approx(9398, rel=0.15)

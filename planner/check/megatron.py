@@ -20,14 +20,15 @@ Flags read: those of `planner.frameworks.megatron.FLAGS` marked `read` (names, d
 sources there): the degrees, virtual stages and uneven split; micro-batch, global batch and
 sequence length; ZeRO through the distributed optimizer, Megatron-FSDP's sharding strategy or torch
 FSDP2; recompute granularity, method and layer count; precision and optimizer; the architecture
-(compared with --model, or the model itself: a rotary base differing from --model's rope_theta is
-the warning `megatron_rotary_base`); torchrun's GPUs per node x nodes = world size.
+(compared with --model, the MoE layer pattern flag included, or the model itself: a rotary base differing
+from --model's rope_theta is the warning `megatron_rotary_base`); torchrun's GPUs per node x nodes = world size.
 
 What Megatron itself asserts at start-up and the gate's rules do not already check is a finding
 (`Violation`, each citing the Megatron function): world size divisible by tp x pp x cp, the
 recompute flags' combinations, the virtual-pipeline flags, the uneven split of the middle stages,
 seq-length within max-position-embeddings, interleaving with pp = 2 without p2p overlap, FSDP's
-CUDA_DEVICE_MAX_CONNECTIONS (set in the script) and checkpoint format, torch FSDP2's flags, and
+CUDA_DEVICE_MAX_CONNECTIONS (set in the script) and checkpoint format, CUDA_DEVICE_MAX_CONNECTIONS=1
+with tp or cp > 1 before Blackwell (`_device_connections`), torch FSDP2's flags, and
 all-to-all context parallelism's heads per rank divisible by cp (`_startup`); CRLF line endings,
 which break the script's backslash continuations, are the error `crlf_line_endings`
 (`planner.check.lines.line_endings`). The global
@@ -54,6 +55,7 @@ from planner.frameworks import megatron as mg
 from planner.frameworks.megatron import FLAG as F
 from planner.placement import pipeline_layout
 from planner.placement.layout import CP_COMM_TYPES, OPTIMIZER_DTYPES, Layout
+from planner.placement.precision import blackwell_or_later
 from planner.placement.rules import Violation, ep_comm_overlap_violations
 from planner.specs import files
 from planner.specs.cluster import load_cluster
@@ -98,7 +100,9 @@ def read(path: Path, *, model: str | None, cluster: str | None, gpus: int | None
     findings += _unknown_flags(text) + line_endings(text, file)
     layout = _layout(args, spec, world, seq_len, file, findings)
     tokens, env = _tokens(text, file)
+    target_cluster = _cluster(cluster, world, args, file)
     findings += _startup(args, env, spec, layout, file)
+    findings += _device_connections(args, env, layout, target_cluster.gpu.name)
     record = checkpoint_record(args, tokens, spec, layout.tp, file)
     findings += own_checkpoint_vocab(record, spec) if record else []
     if _on(args, "use_checkpoint_args"):
@@ -114,7 +118,7 @@ def read(path: Path, *, model: str | None, cluster: str | None, gpus: int | None
     else:
         totals = {m: sum(c.get(m, 0) for c in per_stage) for m in ("full", "none")}
         layout = layout.replace(recompute="full" if totals["full"] >= totals["none"] else "none")
-    return Target(file=file, kind=KIND, model=spec, cluster=_cluster(cluster, world, args, file),
+    return Target(file=file, kind=KIND, model=spec, cluster=target_cluster,
                   layout=layout, recompute_per_stage=per_stage, recompute_layers=per_layer,
                   findings=tuple(findings), checkpoint=record)
 
@@ -325,6 +329,31 @@ def _startup(args: dict, env: dict[str, str], spec: ModelSpec, layout: Layout,
                 fix=f"{F['cp_comm_type']} p2p (ring attention: no head constraint), or cp in "
                     f"{[d for d in range(1, q + 1) if q % d == 0 and k % d == 0]}"))
     return out
+
+
+def _device_connections(args: dict, env: dict[str, str], layout: Layout, gpu_name: str) -> list[Violation]:
+    """CUDA_DEVICE_MAX_CONNECTIONS with tp or cp > 1 before Blackwell: Megatron-LM asserts the
+    value "1" unless Megatron-FSDP / torch FSDP2 or the EP all-to-all overlap runs (those only
+    warn). A script that sets another value is an error; one that leaves it unset a warning (the
+    job's environment may set it; Megatron reads `os.environ`).
+
+    Source: NVIDIA/Megatron-LM@d98e8a6 megatron/training/arguments.py `validate_args` l. 1453-1479
+    (`get_device_arch_version() < 10`; assert "Using tensor model parallelism or context
+    parallelism require setting the environment variable CUDA_DEVICE_MAX_CONNECTIONS to 1")."""
+    exempt = any(_on(args, k) for k in ("megatron_fsdp", "torch_fsdp2", "ep_comm_overlap"))
+    if (layout.tp == 1 and layout.cp == 1) or exempt or blackwell_or_later(gpu_name):
+        return []
+    value, name = env.get(mg.DEVICE_MAX_CONNECTIONS), mg.DEVICE_MAX_CONNECTIONS
+    if value == "1":
+        return []
+    why = (f"with tp={layout.tp} cp={layout.cp} on {gpu_name} (before Blackwell) Megatron-LM asserts "
+           f"{name} == \"1\" at start-up (validate_args)")
+    if value is None:
+        return [Violation(rule="device_max_connections", severity="warning",
+                          message=f"the script does not set {name}: {why}; the job's environment must set it",
+                          fix=f"export {name}=1 before the launch")]
+    return [Violation(rule="device_max_connections", message=f"{name}={value} in the script: {why}",
+                      fix=f"export {name}=1")]
 
 
 def _module_startup(args: dict, env: dict[str, str], spec: ModelSpec, layout: Layout) -> list[Violation]:
@@ -722,9 +751,75 @@ def _model(args: dict, model: str | None, path: Path) -> ModelSpec:
     spec = load_model(model)
     for flag, (field, value) in given.items():
         if getattr(spec, field) != value:
-            raise SpecError(f"{flag} gives {field}={value} but --model {model} has "
-                            f"{field}={getattr(spec, field)}", file=file, key=flag)
+            key, _, condition = flag.partition(" ")  # a flag, or a flag and the switch it lacks
+            raise SpecError(f"{condition + ' ' if condition else ''}gives {field}={value} but --model {model} "
+                            f"has {field}={getattr(spec, field)}", file=file, key=key)
+    _moe_layers(args, spec, model, file)
     return spec
+
+
+def _moe_layers(args: dict, spec: ModelSpec, model: str, file: str) -> None:
+    """The MoE layer frequency flag (`F["moe_layers"]`) compared with the model's MoE layers (`ModelSpec.moe_layers`): an integer N
+    puts experts in layers i with i % N == 0; a list expression gives one 0/1 per layer.
+
+    Source: NVIDIA/Megatron-LM@d98e8a6 megatron/training/arguments.py `moe_freq_type` (an int, or a
+    Python list expression such as "([0]*3+[1]*58)") and megatron/core/models/gpt/gpt_layer_specs.py
+    l. 643-661 (the pattern; a list must have num_layers entries).
+
+    Raises:
+        SpecError: an unreadable value, or a pattern other than the model's (the cost model would
+            charge experts in layers the run makes dense, or the reverse).
+    """
+    flag = F["moe_layers"]
+    value = args.get(flag)
+    if value is None or not spec.is_moe:
+        return
+    pattern = _moe_pattern(value, spec.num_hidden_layers)
+    if pattern is None:
+        raise SpecError(f"value {value!r} must be an integer >= 1 or a list expression of 0/1 such as "
+                        f"'([0]*3+[1]*58)'", file=file, key=flag)
+    want = tuple(spec.moe_layers) or (True,) * spec.num_hidden_layers
+    if pattern != want:
+        def count(p):
+            return f"{sum(p)} MoE layers of {len(p)}"
+        differ = next((i for i, (a, b) in enumerate(zip(pattern, want)) if a != b), min(len(pattern), len(want)))
+        raise SpecError(f"value {value!r} gives {count(pattern)} but --model {model} has {count(want)} "
+                        f"(first difference at layer {differ}); write the model's pattern or pass its model "
+                        f"file", file=file, key=flag)
+
+
+def _moe_pattern(value: str, layers: int) -> tuple[bool, ...] | None:
+    """The MoE layers the MoE layer frequency flag `value` builds over `layers` layers (see `_moe_layers`),
+    or None when the value is neither an integer >= 1 nor a list expression of integers, `+`, `*`."""
+    if re.fullmatch(r"\d+", value.strip()):
+        freq = int(value)
+        return tuple(i % freq == 0 for i in range(layers)) if freq >= 1 else None
+    try:
+        tree = ast.parse(value.strip(), mode="eval").body
+    except SyntaxError:
+        return None
+
+    def evaluate(node: ast.AST):
+        if isinstance(node, ast.Constant) and type(node.value) is int:
+            return node.value
+        if isinstance(node, ast.List):
+            items = [evaluate(e) for e in node.elts]
+            return items if all(type(e) is int for e in items) else None
+        if isinstance(node, ast.BinOp) and type(node.op) in (ast.Add, ast.Mult):
+            left, right = evaluate(node.left), evaluate(node.right)
+            if left is None or right is None or (type(node.op) is ast.Add) != (type(left) is type(right)):
+                return None
+            if type(node.op) is ast.Mult and isinstance(left, list) == isinstance(right, list):
+                return None
+            if type(node.op) is ast.Mult and not 0 <= len(left if isinstance(left, list) else right) * (
+                    right if isinstance(left, list) else left) <= 100_000:
+                return None  # no pattern of more layers than any model is built
+            return left + right if type(node.op) is ast.Add else left * right
+        return None
+    result = evaluate(tree)
+    if not isinstance(result, list) or len(result) > 100_000 or any(v not in (0, 1) for v in result):
+        return None
+    return tuple(bool(v) for v in result)
 
 
 def _rotary_base(args: dict, spec: ModelSpec, file: str) -> list[Violation]:
@@ -763,6 +858,11 @@ def _architecture(args: dict, file: str) -> dict[str, tuple[str, int]]:
                                        if _on(args, "swiglu") else 4 * hidden)
     if hidden is not None and heads is not None and F["head_dim"] not in args:
         out[F["head_dim"]] = ("head_dim", hidden // heads)
+    if _on(args, "multi_latent_attention"):
+        # MLA sizes its heads from the qk, rope and v head dims; kv_channels is
+        # not read (NVIDIA/Megatron-LM@d98e8a6 multi_latent_attention.py l. 165-168; NVIDIA's own
+        # DeepSeek-V3 launch examples/megatron_fsdp/sbatch_mfsdp_deepseek_v3.sh l. 64 sets 128)
+        out.pop(F["head_dim"], None)
     return out
 
 

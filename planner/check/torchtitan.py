@@ -38,10 +38,12 @@ layers, sequence by cp and global batch by dp x micro-batch):
 - `torchtitan_batch`: global batch not a multiple of local batch x dp (`train.py`); local batch not
   a multiple of the pipeline micro-batch (`pipeline_parallel.py` `build_pipeline_schedule`);
 - `torchtitan_pipeline_stages`: virtual stages not a multiple of pp, or a stage count per rank the
-  schedule refuses (`pipeline_parallel.py` `pipeline_llm`).
+  schedule refuses (`pipeline_parallel.py` `pipeline_llm`);
+- `async_tp_needs_compile`: AsyncTP with tp > 1 without torch.compile of the model (`_async_tp`).
 A key of [training], [parallelism], [model] or [activation_checkpoint] that is neither read nor a
-known field is the warning `torchtitan_unknown_key` (torchtitan's ConfigManager rejects unknown
-fields; the reader does not know every version's complete set, so it does not fail the file).
+known field is the warning `torchtitan_unknown_key`: the TOML releases from eadca48 (2025-08-28)
+reject unknown fields at start-up, but the field list here is that of two commits and fields
+differ between releases, so the message says the list may be stale rather than fail the file.
 """
 
 from __future__ import annotations
@@ -192,12 +194,33 @@ class _Config:
         return SpecError(message, file=self.file, key=key)
 
 
+def _async_tp(cfg: _Config, tp: int) -> list[Violation]:
+    """AsyncTP with tp > 1 needs torch.compile of the model: torchtitan raises at start-up.
+
+    Source: pytorch/torchtitan@238fa99 (TOML releases) torchtitan/distributed/tensor_parallel.py
+    `maybe_enable_async_tp` (called under TP only: raise RuntimeError("Async TP requires 'model' in
+    --compile.components and --compile.enable")); at b5bcd76 (command line) `config/configs.py`
+    `CompileConfig.__post_init__` l. 306-313 raises the same as a ValueError."""
+    components = cfg.doc.get("compile", {}).get("components", ["model"])
+    compiled = cfg.flag("compile") and isinstance(components, list) and "model" in components
+    if tp == 1 or not cfg.flag("async_tp") or compiled:
+        return []
+    return [Violation(
+        rule="async_tp_needs_compile",
+        message=f"{tt.KEY['async_tp']} with tp={tp} without torch.compile of the model: torchtitan raises "
+                f"\"Async TP requires 'model' in --compile.components and --compile.enable\" at start-up",
+        fix=f"set {tt.KEY['compile']} = true (with 'model' in compile.components), or drop "
+            f"{tt.KEY['async_tp']}")]
+
+
 def _unknown_keys(cfg: _Config) -> list[Violation]:
     """A warning for each key of [training], [parallelism], [model], [activation_checkpoint] that
     is neither read here nor a known field (`planner.frameworks.torchtitan.OTHER_FIELDS`).
-    torchtitan rejects unknown fields at start-up (`config/manager.py`
-    `ConfigManager._dict_to_dataclass`: "Invalid field names"); this reader does not know every
-    version's fields, so it warns rather than fails."""
+    torchtitan from eadca48 (2025-08-28, "enforce existence of .toml args in JobConfig dataclasses")
+    to the TOML removal 9810191 rejects unknown fields at start-up (`config/manager.py`
+    `ConfigManager._dict_to_dataclass`: "Invalid field names"); this reader's field list is of
+    000204a and 238fa99, and fields differ between releases, so a key it does not know may be a
+    field of the user's release: a warning that says so, not a failure."""
     out = []
     for section, others in tt.OTHER_FIELDS.items():
         read = {k for spellings in _KEYS.values() for s, k in spellings if s == section}
@@ -205,9 +228,10 @@ def _unknown_keys(cfg: _Config) -> list[Violation]:
             if key not in read and key not in others:
                 out.append(Violation(
                     rule="torchtitan_unknown_key", severity="warning",
-                    message=f"{section}.{key} is not a torchtitan field this check knows; "
-                            f"torchtitan rejects unknown fields at start-up ('Invalid field "
-                            f"names', config/manager.py ConfigManager)",
+                    message=f"{section}.{key} is not a field of the torchtitan releases this "
+                            f"check knows (000204a, 238fa99; the list may be stale for yours): if "
+                            f"your release has no such field, it exits at start-up ('Invalid "
+                            f"field names', config/manager.py ConfigManager, since eadca48)",
                     fix=f"remove {section}.{key} or check its spelling against your torchtitan "
                         f"version's job_config.py"))
     return out
@@ -318,6 +342,7 @@ def _layout(cfg: _Config, spec: ModelSpec, degrees: dict[str, int], seq_len: int
     split, vpp, findings = _pipeline(cfg, spec, pp)
     micro, more = _micro_batch(cfg, local, pp)
     findings += more + _dims_findings(degrees) + _batch_findings(global_batch, local, dp, micro)
+    findings += _async_tp(cfg, tp)
     rank_layers = list(split) if split else ([spec.num_hidden_layers] if pp == 1 else None)
     mode, per_stage = _recompute(cfg, rank_layers)
     fsdp = shard > 1 or cp > 1  # ParallelDims.fsdp_enabled

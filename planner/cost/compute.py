@@ -31,7 +31,6 @@ efficiencies, not cuBLAS peaks.
 
 from __future__ import annotations
 
-import sys
 import dataclasses
 from dataclasses import dataclass
 from functools import lru_cache
@@ -40,12 +39,13 @@ from pathlib import Path
 import yaml
 
 from planner.errors import SpecError
+from planner.specs import files
 from planner.specs.cluster import GPUSpec
 
-CALIBRATION_FILE = Path(__file__).resolve().parents[2] / "calibration" / "training.yaml"
+CALIBRATION_FILE = files.CLONE_ROOT / "calibration" / "training.yaml"
 """The per-family constants (written by `make calibrate`, `planner.calibrate`) in a clone or an
 editable install."""
-INSTALLED_CALIBRATION_FILE = Path(sys.prefix) / "share" / "planner" / "calibration" / "training.yaml"
+INSTALLED_CALIBRATION_FILE = files.INSTALLED_ROOT / "calibration" / "training.yaml"
 """Where a wheel puts the same file (pyproject.toml `[tool.setuptools.data-files]`)."""
 
 

@@ -151,7 +151,7 @@ FLAGS = (
     Flag("hidden_dropout", "--hidden-dropout", TEXT, 0.1, read=False),
     Flag("attention_dropout", "--attention-dropout", TEXT, 0.1, read=False),
     # multi-latent attention (`_add_mla_args`; transformer_config.py MLATransformerConfig)
-    Flag("multi_latent_attention", "--multi-latent-attention", SWITCH, False, read=False),
+    Flag("multi_latent_attention", "--multi-latent-attention", SWITCH, False),
     Flag("q_lora_rank", "--q-lora-rank", INT, read=False),
     Flag("kv_lora_rank", "--kv-lora-rank", INT, 32, read=False),
     Flag("qk_nope_head_dim", "--qk-head-dim", INT, 128, read=False),
@@ -176,7 +176,7 @@ FLAGS = (
     Flag("num_experts_per_tok", "--moe-router-topk", INT, 2, read=False),
     Flag("moe_intermediate_size", "--moe-ffn-hidden-size", INT, read=False),
     Flag("shared_expert_intermediate_size", "--moe-shared-expert-intermediate-size", INT, read=False),
-    Flag("moe_layers", "--moe-layer-freq", TEXT, 1, read=False),
+    Flag("moe_layers", "--moe-layer-freq", TEXT, 1),
     # the router (transformer_config.py l. 743-830; moe_utils.py `topk_routing_with_score_function`,
     # `group_limited_topk`): softmax after top-k, no groups, no scaling, no expert bias by default
     Flag("moe_router_score_function", "--moe-router-score-function", CHOICE, "softmax",

@@ -286,10 +286,18 @@ capability < (12, 0) or >= (13, 0)); pytorch/csrc/quantizer.cpp l. 361-381 (`_da
 rowwise usage or non-TN support, `_transpose` only with columnwise usage without it)."""
 
 
+def blackwell_or_later(gpu_name: str) -> bool:
+    """Whether `gpu_name` (`GPUSpec.name`) has compute capability >= 10.0: the catalog's Blackwell
+    data-centre parts (`FP8_TRANSPOSE_FREE_GPUS`; no 12.x part is in the catalog). What frameworks
+    test as "Blackwell": Megatron-LM's `get_device_arch_version() < 10` (CUDA_DEVICE_MAX_CONNECTIONS)
+    and Transformer Engine's MXFP8 support (`check_mxfp8_support`)."""
+    return gpu_name.upper().startswith(FP8_TRANSPOSE_FREE_GPUS)
+
+
 def fp8_keeps_transpose(gpu_name: str) -> bool:
     """Whether Transformer Engine keeps a separate transposed copy of a tensor-scaled fp8 tensor
     used both ways on `gpu_name` (`FP8_TRANSPOSE_FREE_GPUS`)."""
-    return not gpu_name.upper().startswith(FP8_TRANSPOSE_FREE_GPUS)
+    return not blackwell_or_later(gpu_name)
 
 
 def fp8_weight_bytes(layout: Layout, *, transpose: bool) -> float:

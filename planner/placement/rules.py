@@ -20,7 +20,7 @@ from planner import frameworks
 from planner.frameworks import deepspeed, megatron, torchtitan
 from planner.placement import pipeline_layout
 from planner.placement.layout import OPTIMIZER_DTYPES, PRECISIONS, Layout
-from planner.placement.precision import (allowed_grad_reduce_dtypes, grad_reduce_dtype, loss_chunks, padded_vocab,
+from planner.placement.precision import (allowed_grad_reduce_dtypes, blackwell_or_later, grad_reduce_dtype, loss_chunks, padded_vocab,
                                          supported_precisions)
 from planner.placement.states import BATCH_AXES, GROUPS, Mode, Placement, State
 from planner.placement.strategies import group_degrees
@@ -92,7 +92,7 @@ def check_layout(model: ModelSpec, cluster, layout: Layout) -> list[Violation]:
 
 
 MESH_RULES = ("world_size", "heads_divisible_by_tp", "kv_heads_divisible_by_tp", "pp_exceeds_layers",
-              "layers_divisible_by_pp", "pipeline_layers", "pipeline_layout", "experts_divisible_by_ep", "expert_group",
+              "layers_divisible_by_pp", "pipeline_layers", "pipeline_layout", "ep_without_experts", "experts_divisible_by_ep", "expert_group",
               "sequence_divisible")
 """Rules `check_mesh` checks: those of `check_layout` that read only the degrees (dp, tp, pp, cp,
 ep, etp, vpp, pipeline_layers, pipeline_layout) and, for the sequence rule, seq_len and sequence_parallel."""
@@ -406,8 +406,10 @@ def _experts(model: ModelSpec, cluster, layout: Layout) -> list[Violation]:
     """Routed experts by ep; ep·etp inside dp·cp·tp (Megatron `parallel_state.py`)."""
     out = []
     if layout.ep > 1 and not model.is_moe:
-        out.append(Violation(rule="ep_without_experts", severity="warning",
-                             message=f"ep={layout.ep} on a dense model has no effect",
+        out.append(Violation(rule="ep_without_experts",
+                             message=f"ep={layout.ep} on a dense model: there are no experts to split "
+                                     f"(Megatron-LM asserts \"num_experts must be non None to use expert "
+                                     f"model parallelism\", arguments.py validate_args)",
                              fix="set ep=1"))
     if model.is_moe and model.num_experts % layout.ep:
         out.append(Violation(rule="experts_divisible_by_ep",
@@ -454,7 +456,8 @@ def _sequence(model: ModelSpec, cluster, layout: Layout) -> list[Violation]:
                f"{{{', '.join(map(str, fit))}}} divides both the heads and seq_len={s}")
     else:
         fix = f"use seq_len={-(-s // need) * need}"
-        fit = _cp_dividing(s, tp, layout.sequence_parallel, 2 * cp)
+        fit = [c for c in _cp_dividing(s, tp, layout.sequence_parallel, 2 * cp)
+               if cluster.num_gpus % (tp * layout.pp * c) == 0]  # and the world size keeps a dp
         if cp > 1 and fit:  # the degree is the usual change, not the data's length (fresh-user review)
             fix = f"use cp in {{{', '.join(map(str, fit))}}}, which divide seq_len={s}, or {fix[4:]}"
     return [Violation(rule="sequence_divisible",
@@ -557,8 +560,9 @@ def _batch(model, cluster, layout: Layout) -> list[Violation]:
 
 
 def _zero_with_pp(model, cluster, layout: Layout) -> list[Violation]:
-    """ZeRO-2/3 with PP: DeepSpeed rejects it; Megatron-LM does not run it; torchtitan does (costed:
-    one reduction per micro-batch, FSDP2 gradients accumulated unsharded).
+    """ZeRO-2/3 with PP: DeepSpeed rejects it; Megatron-LM does not run it; torchtitan runs ZeRO-3
+    with PP (no finding: costed as it runs, the stage's parameters gathered and its gradients
+    reduce-scattered once per step, accumulated unsharded in between, `comm.fsdp_syncs_once_per_step`).
 
     Source: DeepSpeed `deepspeed/runtime/pipe/engine.py` (`assert self.zero_optimization_stage() < 2,
     "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"`); Megatron-LM shards gradients
@@ -594,11 +598,22 @@ def _zero_with_pp(model, cluster, layout: Layout) -> list[Violation]:
                                   f"whatever the ZeRO stage -- sharded parameters with the stage's "
                                   f"blocks kept unsharded, gradients accumulated unsharded in fp32 over "
                                   f"the {m} micro-batches -- which zero_stage=3 costs",
-                          fix="use zero_stage=3 (the same torchtitan run), or zero_stage=1")]
-    return [Violation(rule="zero_with_pp", severity="warning",
-                      message=f"ZeRO-{layout.zero_stage} with pp={layout.pp}: sharded gradients are "
-                              f"reduce-scattered for each of the {m} micro-batches (costed)",
-                      fix="zero_stage=1 reduces gradients once per step")]
+                          fix="use zero_stage=3 (the same torchtitan run; torchtitan has no ZeRO-1)")]
+    return []  # torchtitan ZeRO-3 + PP: costed as it runs (comm.fsdp_syncs_once_per_step)
+
+
+def _mxfp8_supported(cluster, layout: Layout) -> list[Violation]:
+    """fp8 with the mxfp8 recipe needs compute capability 10.0 (`precision.blackwell_or_later`).
+
+    Source: NVIDIA/TransformerEngine@d0067d0 transformer_engine/pytorch/quantization.py
+    `_compute_mxfp8_support` l. 162-168 ("Device compute capability 10.0 or higher required for
+    MXFP8 execution."), which `check_mxfp8_support` returns and the fp8 autocast asserts."""
+    if layout.precision != "fp8" or layout.fp8_recipe != "mxfp8" or blackwell_or_later(cluster.gpu.name):
+        return []
+    return [Violation(rule="precision_supported",
+                      message=f"fp8_recipe=mxfp8 on {cluster.gpu.name}: Transformer Engine runs MXFP8 only on "
+                              f"compute capability 10.0 or higher (Blackwell); it refuses it here",
+                      fix="use fp8_recipe=tensorwise, delayed or blockwise, or a Blackwell GPU")]
 
 
 def _zero_without_dp(model, cluster, layout: Layout) -> list[Violation]:
@@ -618,7 +633,7 @@ def _precision_supported(model, cluster, layout: Layout) -> list[Violation]:
     Source: `cluster.gpu.peak_tflops` keys (datasheet dense peaks, only for supported dtypes; see
     `precision.supported_precisions`)."""
     if layout.precision in cluster.gpu.peak_tflops:  # Layout admits only PRECISIONS
-        return []
+        return _mxfp8_supported(cluster, layout)
     have = supported_precisions(cluster.gpu.peak_tflops)
     return [Violation(rule="precision_supported",
                       message=f"GPU {cluster.gpu.name} has no {layout.precision} tensor cores; it "

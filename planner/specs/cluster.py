@@ -153,7 +153,7 @@ class ClusterSpec:
         return tflops * 1e12
 
 
-CATALOG_DIR = Path(__file__).resolve().parents[2] / "hardware"
+CATALOG_DIR = files.data_dir("hardware")
 
 _GPU_REQUIRED = ("name", "memory_gib", "hbm_gb_per_s", "peak_tflops")
 _GPU_KEYS = _GPU_REQUIRED + ("source", "sm_count", "memory_bytes")  # memory_bytes: derived (`_check_derived`)

@@ -15,6 +15,7 @@ import errno
 import json
 import os
 import stat
+import sys
 from pathlib import Path
 
 import yaml
@@ -26,9 +27,50 @@ MAX_FILE_BYTES = 16 * 2**20
 a mistaken path (a checkpoint, a log) from being read into memory whole."""
 
 
+CLONE_ROOT = Path(__file__).resolve().parents[2]
+"""The repository root in a clone or an editable install (holds `models/`, `hardware/`, `calibration/`)."""
+INSTALLED_ROOT = Path(sys.prefix) / "share" / "planner"
+"""Where a (non-editable) wheel installs the same folders: pyproject.toml `[tool.setuptools.data-files]`."""
+DATA_DIRS = ("models", "hardware", "calibration")
+"""The data folders the package reads; each ships as data-files and is found by `data_dir`."""
+
+
+def data_dir(name: str) -> Path:
+    """The folder `name` (one of `DATA_DIRS`): the clone's, else the installed package's.
+
+    A clone or editable install reads `<repo>/<name>`; `pip install <repo>` (the README's CI step,
+    pre-commit's `language: python`) puts the files under `<sys.prefix>/share/planner/<name>`.
+    """
+    clone = CLONE_ROOT / name
+    installed = INSTALLED_ROOT / name
+    return clone if clone.is_dir() or not installed.is_dir() else installed
+
+
+def data_file(name: str, file: str) -> Path:
+    """An existing file of the data folder `name`.
+
+    Raises:
+        SpecError: the file is in neither the clone nor the installed location (an incomplete install).
+    """
+    path = data_dir(name) / file
+    if not path.is_file():
+        raise SpecError(f"planner's data file {name}/{file} is missing (looked in {CLONE_ROOT / name} and "
+                        f"{INSTALLED_ROOT / name}); reinstall planner (`pip install` of the repository ships it)")
+    return path
+
+
 def catalog_names(catalog_dir: Path) -> list[str]:
-    """Stems of the `*.yaml` files of a catalog folder, sorted."""
-    return sorted(p.stem for p in catalog_dir.glob("*.yaml"))
+    """Stems of the `*.yaml` files of a catalog folder, sorted.
+
+    Raises:
+        SpecError: the folder holds no `*.yaml` (an install without its catalog): never an empty list.
+    """
+    names = sorted(p.stem for p in catalog_dir.glob("*.yaml"))
+    if not names:
+        raise SpecError(f"planner's catalog folder {catalog_dir.name}/ is missing or empty (looked in "
+                        f"{CLONE_ROOT / catalog_dir.name} and {INSTALLED_ROOT / catalog_dir.name}); "
+                        f"reinstall planner (`pip install` of the repository ships it)")
+    return names
 
 
 def resolve(ref: str, catalog_dir: Path, kind: str, *, alternatives: str) -> tuple[Path, str]:

@@ -84,7 +84,7 @@ from pathlib import Path
 from planner.errors import SpecError, shown
 from planner.specs import files
 
-CATALOG_DIR = Path(__file__).resolve().parents[2] / "models"
+CATALOG_DIR = files.data_dir("models")
 
 SUPPORTED_MODEL_TYPES = (
     "llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3",
