@@ -408,7 +408,8 @@ def serve_plan(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, calibration:
         raise SpecError(f"a context of {req.context} tokens exceeds {spec.name}'s context length under {req.engine} "
                         f"({context_length_words(spec, req.engine)}; {req.engine} refuses a longer one at start-up); "
                         f"allowed: up to {limit}", key=key)
-    coefficients = coefficients_for(calibration or load_calibration(), req.engine, spec)
+    calibration = calibration or load_calibration()
+    coefficients = coefficients_for(calibration, req.engine, spec)
     if req.disaggregated:
         return disaggregated_plan(spec, hw, req, coefficients, start)
     found, rejected, evaluated, points, good, cands = candidates(spec, hw, req, coefficients)
@@ -450,7 +451,8 @@ def serve_plan(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, calibration:
                        "requests_per_s": round(sum(p["requests_per_s"] for p in chosen), 3), "mix": chosen},
         "plans": top,
         "pareto": pareto,
-        "notes": _notes(hw, req) + _no_slo_note(req, chosen) + _exchange_note(spec, req, chosen),
+        "notes": (_notes(hw, req) + _no_slo_note(req, chosen) + _exchange_note(spec, req, chosen)
+                  + _slo_margin_note(req, chosen, calibration)),
     }
 
 
@@ -554,6 +556,32 @@ def _exchange_note(spec: ModelSpec, req: ServeRequest, chosen: list[dict]) -> li
             f"decode, normal kernels in prefill), which {req.engine} runs only with "
             f"{DEEPEP_FLAGS[req.engine]}; its default all-gather/reduce-scatter moves "
             f"every token to every GPU (the price the plans without EP pay)"]
+
+
+def _slo_margin_note(req: ServeRequest, chosen: list[dict], calibration: dict) -> list[str]:
+    """A chosen instance whose predicted TTFT or TPOT lies closer to its SLO than the latency model's
+    mean absolute error on the held-out measurements of the engine (`calibration/serving.yaml`
+    evaluation.by_engine, else the summary) may miss it: say so, with the SLO that would keep that
+    margin. The plan is not changed (senior review 6 H4: plans that sit on the SLO, measured above it)."""
+    evaluation = calibration.get("evaluation", {})
+    errors = evaluation.get("by_engine", {}).get(req.engine) or evaluation.get("summary")
+    if not errors:
+        return []
+    out = []
+    for metric, slo in (("ttft", req.ttft_ms), ("tpot", req.tpot_ms)):
+        mape = errors.get(f"{metric}_mape")
+        if slo is None or mape is None:
+            continue
+        margin = slo / (1 + mape / 100)
+        close = [p for p in chosen if p[f"{metric}_ms"] > margin]
+        if close:
+            worst = max(close, key=lambda p: p[f"{metric}_ms"])
+            par = worst["parallelism"]
+            shape = " ".join(f"{k}{par[k]}" for k in ("tp", "pp", "ep", "dp") if k == "tp" or par[k] > 1)
+            out.append(f"{metric.upper()} {worst[f'{metric}_ms']:g} ms of {shape} @{worst['concurrency']:,} "
+                       f"is within the model's {mape:g}% {metric.upper()} error on held-out {req.engine} measurements "
+                       f"of the {slo:g} ms SLO, so it may miss it; --{metric}-ms {margin:.3g} plans with that margin")
+    return out
 
 
 def _no_slo_note(req: ServeRequest, chosen: list[dict]) -> list[str]:
