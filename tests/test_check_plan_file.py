@@ -380,3 +380,11 @@ def test_misspelled_kind_names_the_kind_meant(tmp_path, kind):
     meant = "serving-plan" if "serv" in kind else "training-plan"
     with pytest.raises(_SpecError, match=f"did you mean '{meant}'"):
         read_target(path)
+
+
+def test_a_bad_overlap_value_names_its_key_path_once(tmp_path):
+    """Fresh-user review 6 finding 11: `plan.parallelism.plan.parallelism.overlap.tp_comm_overlap`."""
+    doc = _doc()
+    doc["plan"]["parallelism"]["overlap"]["tp_comm_overlap"] = "yes"
+    line, path = _bad_input(tmp_path, doc)
+    assert line == f"error: {path}: plan.parallelism.overlap.tp_comm_overlap: value 'yes' must be true or false"

@@ -175,7 +175,8 @@ def _layout(par: dict, values: dict, req: dict, uniform: str, file: str) -> Layo
                                                  | _fp8_param_gather(par, file)))
     except SpecError as exc:
         section = "request" if exc.key in _REQUEST_LAYOUT else "plan.parallelism"
-        raise SpecError(_bare(exc), file=file, key=_path(section, exc.key)) from None
+        whole = str(exc.key).startswith(("plan.", "request."))   # already the full path (fresh6 #11)
+        raise SpecError(_bare(exc), file=file, key=exc.key if whole else _path(section, exc.key)) from None
 
 
 def _buckets(given) -> tuple | None:
