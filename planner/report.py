@@ -385,7 +385,7 @@ def layout_label(par: dict) -> str:
     if par.get("dp_shard") not in (None, par.get("dp")):
         zero += f" over dp_shard {par['dp_shard']} (HSDP)"
     parts.append(zero)
-    if par.get("sequence_parallel"):
+    if par.get("sequence_parallel") and par.get("tp", 1) > 1:   # Megatron-LM turns SP off at tp 1
         parts.append("SP")
     if par.get("vpp", 1) > 1:
         parts.append(f"vpp{par['vpp']}")
