@@ -160,6 +160,35 @@ def launch_text(text: str) -> str:
     return "\n".join(line if k else "" for line, k in zip(lines, keep))
 
 
+def arrays_apart(text: str) -> str:
+    """`text` with each bash array's opening `(` and closing `)` set apart from the words next to
+    them (`_array_words`), line by line, nesting counted as `launch_text` counts it."""
+    lines, depth = text.splitlines(), 0
+    for i, line in enumerate(lines):
+        code = line.split("#", 1)[0]
+        if depth == 0 and _ARRAY_OPEN.match(code):
+            depth = code.count("(") - code.count(")")
+            lines[i] = _array_words(line, opens=True, closes=depth == 0)
+        elif depth > 0:
+            depth += code.count("(") - code.count(")")
+            lines[i] = _array_words(line, opens=False, closes=depth == 0)
+    return "\n".join(lines)
+
+
+def _array_words(line: str, *, opens: bool, closes: bool) -> str:
+    """A bash array's line with its parentheses set apart from the words next to them: the `(` of
+    `ARGS=(--first-flag 80` and the `)` of `--last-flag)` are bash syntax, not part of the first or
+    last flag (bash reads `ARGS=(--a --b)` as the words --a and --b, as it does with each
+    parenthesis on a line of its own; bash(1) "Arrays"; senior review 7 H4)."""
+    code, hash_, comment = line.partition("#")
+    if opens:
+        code = code.replace("=(", "=( ", 1)
+    if closes and code.rstrip().endswith(")"):
+        stripped = code.rstrip()
+        code = stripped[:-1] + " )" + code[len(stripped):]
+    return code + hash_ + comment
+
+
 _STRING_OPEN = re.compile(r"^\s*(?:export\s+)?([A-Za-z_]\w*)=([\"'])")
 _CLOSE = {'"': re.compile(r'(?<!\\)"'), "'": re.compile("'")}
 
@@ -620,7 +649,7 @@ def _tokens(text: str, file: str) -> tuple[list[str], dict[str, str]]:
     not split.
     Source: bash(1) "Word Splitting"."""
     try:
-        words = _join_arithmetic(shlex.split(text.replace("\\\n", " "), comments=True))
+        words = _join_arithmetic(shlex.split(arrays_apart(text).replace("\\\n", " "), comments=True))
     except ValueError as exc:
         raise SpecError(f"shell syntax error: {exc}", file=file) from None
     env: dict[str, str] = {}

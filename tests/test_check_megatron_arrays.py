@@ -1,0 +1,38 @@
+"""A bash array whose `(` or `)` touches a flag (`ARGS=(--num-layers 80 ...` / `... --use-distributed-optimizer)`)
+holds the same words as one with each parenthesis on its own line: bash(1) "Arrays" reads
+`NAME=(value1 ... valueN)`, the parentheses are syntax. `check` read `--use-distributed-optimizer)` as an
+unknown word and `ARGS=(--num-layers` as a variable, so a valid 70B script failed with a fix already in the
+file (senior review 7 H4)."""
+
+from pathlib import Path
+
+import cli_run
+
+from planner.check import megatron
+
+SCRIPT = Path("tests/data/configs/megatron/llama70b_array_closing_on_last_flag.sh")
+ARGS = ("-m", "llama-3.1-70b", "-c", "dgx-h100", "--gpus", "64", "--format", "json")
+
+
+def test_parentheses_touching_flags_are_bash_syntax():
+    args = megatron.parse_args(SCRIPT.read_text(), str(SCRIPT))
+    assert args["--num-layers"] == "80" and args["--use-distributed-optimizer"] is True
+    assert not any(k.endswith(")") or k.startswith("(") for k in args)
+
+
+def test_the_same_verdict_as_with_each_parenthesis_on_its_own_line(tmp_path):
+    text = SCRIPT.read_text()
+    apart = tmp_path / "apart.sh"
+    apart.write_text(text.replace("ARGS=(", "ARGS=(\n").replace("--use-distributed-optimizer)",
+                                                                  "--use-distributed-optimizer\n)"))
+    glued, spaced = cli_run.planner("check", str(SCRIPT), *ARGS), cli_run.planner("check", str(apart), *ARGS)
+    assert glued.returncode == spaced.returncode == 0, glued.stdout + glued.stderr
+    import json
+    one, two = json.loads(glued.stdout), json.loads(spaced.stdout)
+    assert one["parallelism"] == two["parallelism"] and one["parallelism"]["zero_stage"] == 1
+
+
+def test_a_quoted_element_ending_in_a_parenthesis_keeps_it(tmp_path):
+    path = tmp_path / "freq.sh"
+    path.write_text('ARGS=(--num-experts 8 --moe-layer-freq "([1]*32)")\ntorchrun pretrain_gpt.py "${ARGS[@]}"\n')
+    assert megatron.parse_args(path.read_text(), str(path))["--moe-layer-freq"] == "([1]*32)"
