@@ -1132,6 +1132,7 @@ def plan(model: ModelSpec, cluster: ClusterSpec, *, seq_len: int, global_batch_s
         raise _infeasible(model, cluster, costs, rejections, base, fixed, headroom)
     plans = [plan_entry(model, cluster, r.result, reserve) for r in result.best]
     warnings += _underused(plans[0], cluster, seq_len, global_batch_size)
+    warnings += _bubble_heavy(plans[0], cluster, global_batch_size)
     note = unfitted_note(cluster.gpu)
     warnings += [note] if note else []
     return {
@@ -1157,6 +1158,30 @@ def plan(model: ModelSpec, cluster: ClusterSpec, *, seq_len: int, global_batch_s
                     **{k: list(v) if type(v) is tuple else v for k, v in base.items()},
                     "fixed": fixed, "headroom": headroom, "reserve_bytes": reserve},
     }
+
+
+BUBBLE_SHARE = 0.25
+"""Share of the step in the pipeline bubble above which `plan` says the batch is small for the GPUs:
+1F1B idles (pp - 1) / m of a stage's work (Narayanan et al. 2021, "Efficient Large-Scale Language
+Model Training on GPU Clusters Using Megatron-LM", eq. 1), and the paper keeps m >> pp; a quarter of
+the step idle is m below about 3 (pp - 1). A message, not a constraint (senior review 7 M1: 405B on
+16,384 GPUs at the default 4M-token batch planned pp64 with a 63% bubble and no word)."""
+
+
+def _bubble_heavy(best: dict, cluster: ClusterSpec, global_batch_size: int) -> list[str]:
+    """A warning when the fastest plan spends more than BUBBLE_SHARE of its step in the bubble, with
+    the share a 4x larger batch would leave: the bubble, (pp - 1) micro-batch times, stays while the
+    rest of the step grows about 4x (an estimate, not a re-plan)."""
+    t, par = best["time_s"], best["parallelism"]
+    bubble, step = t["pipeline_bubble"], t["step"]
+    if step <= 0 or bubble / step <= BUBBLE_SHARE:
+        return []
+    four = bubble / (bubble + 4 * (step - bubble))
+    return [f"the fastest plan idles {100 * bubble / step:.0f}% of its step in the pipeline bubble (pp "
+            f"{par['pp']}, {par['num_microbatches']:,} micro-batches per pipeline): a batch of "
+            f"{global_batch_size:,} sequences is small for {cluster.num_gpus:,} GPUs; 4x the batch "
+            f"({4 * global_batch_size:,} sequences, --global-batch-size) would leave about "
+            f"{100 * four:.0f}% (the bubble stays, the rest of the step grows)"]
 
 
 def simpler_alternative(plans: list[dict], error: float) -> dict | None:
