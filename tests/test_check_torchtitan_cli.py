@@ -87,6 +87,18 @@ def test_misspelled_field_fails_naming_the_field(tmp_path):
     assert error["line"] == 4
 
 
+def test_the_old_async_tp_field_names_where_it_moved(tmp_path):
+    """senior review 7 M4: the TOML releases' parallelism.enable_async_tensor_parallel moved under compile
+    (torchtitan 9810191); the finding named the closest spelling, enable_sequence_parallel."""
+    text = LLAMA3_8B.replace("--parallelism.data_parallel_shard_degree 8 \\",
+                             "--parallelism.data_parallel_shard_degree 8 --parallelism.enable_async_tensor_parallel \\")
+    assert "enable_async_tensor_parallel" in text
+    result = _check(_write(tmp_path, text))
+    error = {v["rule"]: v for v in json.loads(result.output)["violations"]}["torchtitan_unknown_key"]
+    assert "moved to --compile.enable_async_tensor_parallel" in error["message"]
+    assert "enable_sequence_parallel" not in error["message"] + error["fix"]
+
+
 @pytest.mark.parametrize("text, words", [
     ("--module llama3 --config my_run\n", ["--config my_run", "--module llama3 --config llama3_8b"]),
     (LLAMA3_8B.replace("16384", "10000"), ["10000", "multiple of training.max_context_length 8192"]),

@@ -225,6 +225,13 @@ def _unknown_fields(flags: dict[str, str], context, piped: bool) -> list[Violati
         if key in tt.CLI_RENAMED:
             out.append(_renamed(key, _value(flags[key]), context, piped))
             continue
+        if key in tt.CLI_MOVED:
+            out.append(Violation(
+                rule="torchtitan_unknown_key",
+                message=f"--{key} moved to --{tt.CLI_MOVED[key]} (tyro exits on the old name; "
+                        f"config/configs.py at {tt.CLI_COMMIT})",
+                fix=f"write --{tt.CLI_MOVED[key]} (with --{tt.CLI_COMPILE})"))
+            continue
         close = difflib.get_close_matches(field, fields, n=1, cutoff=0.6)
         out.append(Violation(
             rule="torchtitan_unknown_key",

@@ -272,6 +272,10 @@ CLI_COMPILE = "compile.enable"
 """torch.compile on (AsyncTP needs it)."""
 CLI_ASYNC_TP = "compile.enable_async_tensor_parallel"
 """AsyncTP on the current command line (the TOML's `KEY["async_tp"]` moved under compile)."""
+CLI_MOVED = {KEY["async_tp"]: CLI_ASYNC_TP}
+"""Command-line field of the TOML releases -> the field it moved to (AsyncTP moved under compile in
+9810191, `config/configs.py` l. 298 at `CLI_COMMIT`; `OVERLAP_KNOBS`): an unknown-field finding names
+the new field, not the closest spelling (senior review 7 M4: it offered enable_sequence_parallel)."""
 CLI_LOSS_CHUNKS = "loss.num_chunks"
 """The chunked loss's token chunks on the current command line (`Layout.loss_chunks`): every
 preset of `PRESETS` trains with `ChunkedLossWrapper.Config`, whose `num_chunks` (default 8) tyro
