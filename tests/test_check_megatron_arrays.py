@@ -36,3 +36,12 @@ def test_a_quoted_element_ending_in_a_parenthesis_keeps_it(tmp_path):
     path = tmp_path / "freq.sh"
     path.write_text('ARGS=(--num-experts 8 --moe-layer-freq "([1]*32)")\ntorchrun pretrain_gpt.py "${ARGS[@]}"\n')
     assert megatron.parse_args(path.read_text(), str(path))["--moe-layer-freq"] == "([1]*32)"
+
+
+def test_assignments_separated_by_semicolons_are_each_read(tmp_path):
+    """fresh-user review 7: `TP=2; PP=8` on one line gave `value '2;'` (bash(1): `;` ends a command)."""
+    path = tmp_path / "semi.sh"
+    path.write_text("TP=2; PP=8\ntorchrun pretrain_gpt.py --tensor-model-parallel-size $TP "
+                    "--pipeline-model-parallel-size $PP\n")
+    args = megatron.parse_args(path.read_text(), str(path))
+    assert args["--tensor-model-parallel-size"] == "2" and args["--pipeline-model-parallel-size"] == "8"

@@ -655,6 +655,8 @@ def _tokens(text: str, file: str) -> tuple[list[str], dict[str, str]]:
     env: dict[str, str] = {}
     out: list[str] = []
     for raw in words:
+        if raw.endswith(";") and len(raw) > 1:   # `TP=2; PP=8`: the separator ends a command
+            raw = raw[:-1]
         word = shell.substitute(raw, env)
         assign = _ASSIGN.match(word)
         if assign and not word.startswith("-"):
