@@ -701,6 +701,8 @@ def plan_cmd(
     hw = cluster_spec.load_cluster(cluster, gpus=gpus)
     reserve = None if reserve_gib is None else int(reserve_gib * 2**30)
     if emit is not None:
+        from planner import emit as emit_api
+        emit_api.refuse_optimizer(emit_framework, _value(optimizer))
         fixed = _emit_pins(emit_framework, fixed, spec.is_moe)
     search = dict(seq_len=seq_len,
                   global_batch_size=_batch_size(seq_len, global_batch_size, global_batch_tokens),

@@ -205,3 +205,14 @@ def test_megatron_positions_cover_the_planned_sequence():
     assert proc.returncode == 0, proc.stderr
     assert "--max-position-embeddings 4096" in proc.stdout
     assert "where the model has 2048" in proc.stderr and "check: PASS" in proc.stderr
+
+
+@pytest.mark.parametrize("framework, optimizer", [("megatron", "adam8bit"), ("deepspeed", "adam8bit"),
+                                                  ("torchtitan", "sgd"), ("torchtitan-toml", "adam8bit")])
+def test_an_optimizer_the_framework_cannot_name_is_bad_input_before_the_search(framework, optimizer):
+    """fresh-user review 7: `--optimizer adam8bit --emit megatron` searched, then exited 1 for every plan.
+    Megatron-LM's --optimizer takes adam / sgd, torchtitan's optimizer name AdamW / Adam (the planner's
+    adamw), DeepSpeed's JSON AdamW / SGD; adam8bit has no name in any of them."""
+    proc = _planner(*BASE, "--optimizer", optimizer, "--emit", framework)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.startswith(f"error: --optimizer: value '{optimizer}' contradicts --emit")

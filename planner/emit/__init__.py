@@ -62,6 +62,20 @@ def search_pins(framework: str) -> dict:
     return {}
 
 
+def refuse_optimizer(framework: str, optimizer: str) -> None:
+    """SpecError (exit 2) for an `--optimizer` `--emit framework` has no name for, before any search
+    (fresh-user review 7: `--optimizer adam8bit --emit megatron` searched, then exited 1). The names
+    are each framework's table: Megatron-LM `frameworks.megatron.OPTIMIZERS`, torchtitan
+    `frameworks.torchtitan.OPTIMIZERS`, DeepSpeed `frameworks.deepspeed.OPTIMIZER_TYPES`."""
+    from planner.frameworks import deepspeed, megatron, torchtitan
+
+    names = {"megatron": megatron.OPTIMIZERS, "deepspeed": deepspeed.OPTIMIZER_TYPES}.get(
+        framework, torchtitan.OPTIMIZERS)
+    if optimizer not in names:
+        raise SpecError(f"value {optimizer!r} contradicts --emit {framework}: it has no name for it; allowed: "
+                        f"{', '.join(names)}", key="--optimizer")
+
+
 def refuse_pins(framework: str, fixed: dict) -> None:
     """SpecError (exit 2) for a user's `--fix` pin that contradicts `--emit framework`: one no
     configuration of that framework can run (DeepSpeed: `emit.deepspeed.refuse_pins`)."""
