@@ -45,3 +45,20 @@ def test_assignments_separated_by_semicolons_are_each_read(tmp_path):
                     "--pipeline-model-parallel-size $PP\n")
     args = megatron.parse_args(path.read_text(), str(path))
     assert args["--tensor-model-parallel-size"] == "2" and args["--pipeline-model-parallel-size"] == "8"
+
+
+def test_a_launcher_size_from_the_jobs_environment_leaves_the_world_to_gpus(tmp_path):
+    """fresh-user review 7: `--nnodes $SLURM_JOB_NUM_NODES` (Slurm fills it) was bad input even with
+    --gpus; now --gpus gives the world size, and without --gpus the message names the variable."""
+    path = tmp_path / "slurm.sh"
+    path.write_text(
+        "torchrun --nproc_per_node 8 --nnodes $SLURM_JOB_NUM_NODES pretrain_gpt.py --num-layers 32 "
+        "--hidden-size 4096 --ffn-hidden-size 14336 --num-attention-heads 32 --group-query-attention "
+        "--num-query-groups 8 --seq-length 4096 --max-position-embeddings 131072 --position-embedding-type rope "
+        "--rotary-base 500000 --normalization RMSNorm --swiglu --untie-embeddings-and-output-weights "
+        "--disable-bias-linear --tensor-model-parallel-size 2 --sequence-parallel --use-distributed-optimizer "
+        "--micro-batch-size 1 --global-batch-size 128 --bf16\n")
+    given = cli_run.planner("check", str(path), "-m", "llama-3.1-8b", "-c", "dgx-h100", "--gpus", "16")
+    assert given.returncode == 0 and "on 16 x dgx-h100" in given.stdout, given.stderr
+    missing = cli_run.planner("check", str(path), "-m", "llama-3.1-8b", "-c", "dgx-h100")
+    assert missing.returncode == 2 and "--nnodes $SLURM_JOB_NUM_NODES" in missing.stderr

@@ -163,16 +163,18 @@ def launch_text(text: str) -> str:
 def arrays_apart(text: str) -> str:
     """`text` with each bash array's opening `(` and closing `)` set apart from the words next to
     them (`_array_words`), line by line, nesting counted as `launch_text` counts it."""
-    lines, depth = text.splitlines(), 0
+    lines, depth = text.splitlines(keepends=True), 0
     for i, line in enumerate(lines):
-        code = line.split("#", 1)[0]
+        body = line.rstrip("\r\n")
+        end = line[len(body):]
+        code = body.split("#", 1)[0]
         if depth == 0 and _ARRAY_OPEN.match(code):
             depth = code.count("(") - code.count(")")
-            lines[i] = _array_words(line, opens=True, closes=depth == 0)
+            lines[i] = _array_words(body, opens=True, closes=depth == 0) + end
         elif depth > 0:
             depth += code.count("(") - code.count(")")
-            lines[i] = _array_words(line, opens=False, closes=depth == 0)
-    return "\n".join(lines)
+            lines[i] = _array_words(body, opens=False, closes=depth == 0) + end
+    return "".join(lines)
 
 
 def _array_words(line: str, *, opens: bool, closes: bool) -> str:
@@ -630,7 +632,7 @@ def parse_args(text: str, file: str) -> dict[str, str | bool]:
             if "$(" in value:
                 raise SpecError(f"value {value!r} is a shell command substitution $(...), which "
                                 f"this reader does not run; write the value", file=file, key=name)
-            if "$" in value:
+            if "$" in value and name not in _LAUNCHER_SIZE:
                 raise SpecError(f"value {value!r} uses a shell variable the file does not set; set "
                                 f"it in the file or write the value", file=file, key=name)
             out[name] = value
@@ -928,8 +930,21 @@ def _llama_config(args: dict, given: dict, file: str) -> dict:
     }
 
 
+_LAUNCHER_SIZE = frozenset(F[k] for k in ("nnodes", "nproc_per_node", "nproc_per_node_dashed"))
+"""torchrun's size flags, which a Slurm launcher fills from the job's environment (`$SLURM_JOB_NUM_NODES`,
+`$1`): an unset variable there leaves the world size to --gpus (`_world`) instead of being bad input
+(fresh-user review 7)."""
+
+
 def _world(args: dict, gpus: int | None, file: str) -> int:
-    """torchrun's GPUs per node x nodes (nodes default to 1), else --gpus."""
+    """torchrun's GPUs per node x nodes (nodes default to 1), else --gpus; --gpus also where a torchrun
+    size flag takes a variable the file does not set."""
+    unset = [flag for flag in sorted(_LAUNCHER_SIZE) if "$" in str(args.get(flag, ""))]
+    if unset:
+        if gpus is None:
+            raise SpecError(f"--gpus is required: the file's torchrun world size comes from shell variables it "
+                            f"does not set ({', '.join(f'{f} {args[f]}' for f in unset)})", file=file, key="--gpus")
+        return gpus
     per_node = _per_node(args)
     if not per_node:
         if gpus is None:
