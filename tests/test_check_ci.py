@@ -130,7 +130,9 @@ def test_pre_commit_hook_file_is_valid_with_the_fields_pre_commit_requires():
     for path in (PASSING, "configs/ds_config.json", "llama3/train_configs/llama3_8b.toml",
                  "examples/pretrain_llama3_8b.sh",
                  # review-fresh6 finding 12: serving launches and DeepSpeed files named by stage
-                 "serve_vllm.sh", "deploy/launch_sglang.sh", "zero3.json", "configs/ds_zero3.json"):
+                 "serve_vllm.sh", "deploy/launch_sglang.sh", "zero3.json", "configs/ds_zero3.json",
+                 # review-fresh7: serve-plan's -o name in the README, torchtitan's launcher
+                 "serve-plan.yaml", "torchtitan/run_train.sh"):
         assert pattern.search(path), path
     for path in ("pyproject.toml", "docs/config.json", "package.json", "vllm/notes.md"):
         assert not pattern.search(path), path
