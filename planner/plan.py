@@ -1529,7 +1529,7 @@ def _infeasible(model, cluster, costs: _Costs, rejections: Rejections, base, fix
     gib = 2**30
     named = (f"dp={layout.dp} tp={layout.tp} pp={layout.pp} cp={layout.cp} ep={layout.ep} "
              f"zero={layout.zero_stage} b={layout.micro_batch_size}")
-    change = _gpu_change(cluster, gpus, term)
+    change = _gpu_change(cluster, gpus, term) + _beyond_context(model, base["seq_len"])
     return InfeasibleError(
         f"no layout of {model.name} fits {cluster.num_gpus} x {cluster.gpu.name} "
         f"({costs.usable_bytes / gib:.1f} GiB usable per GPU after the {costs.reserve / gib:.1f} GiB reserve "
@@ -1539,6 +1539,16 @@ def _infeasible(model, cluster, costs: _Costs, rejections: Rejections, base, fix
         f"({term_bytes / gib:.1f} GiB); smallest change: {change}",
         details={"binding_stage": diagnosis.stage, "excess_bytes": excess, "dominant_term": term,
                  "dominant_term_bytes": term_bytes, "minimum_gpus": gpus})
+
+
+def _beyond_context(model: ModelSpec, seq_len: int) -> str:
+    """The infeasible answer's word on a sequence longer than the model was built for (fresh-user review
+    7: --seq-len 131073 on a 131,072-token model was told to split the sequence, not that it exceeds
+    the context); "" otherwise."""
+    if seq_len <= model.max_position_embeddings:
+        return ""
+    return (f"; seq_len={seq_len:,} also exceeds {model.name}'s max_position_embeddings="
+            f"{model.max_position_embeddings:,}")
 
 
 def _gpu_change(cluster: ClusterSpec, gpus: int | None, term: str) -> str:

@@ -311,3 +311,13 @@ def test_infeasible_message_never_states_a_negative_excess(monkeypatch):
     assert "by -" not in text
     assert "fits with recompute=full on every layer" in text
     assert "smallest change: --fix recompute=full" in text
+
+
+def test_an_infeasible_sequence_beyond_the_context_says_so():
+    """fresh-user review 7: --seq-len 131073 on Llama 3.1 8B (max_position_embeddings 131,072) was told to
+    split the sequence (more cp) without a word that the model was not built for that length."""
+    result = runner.invoke(app, ["plan", "-m", "llama-3.1-8b", "-c", "dgx-h100", "--gpus", "8",
+                                 "--seq-len", "131073"])
+    assert result.exit_code == 1
+    text = " ".join(result.output.split())
+    assert "seq_len=131,073 also exceeds llama-3.1-8b's max_position_embeddings=131,072" in text
