@@ -34,7 +34,18 @@ from planner.specs.limits import MAX_BATCH_TOKENS, MAX_GPUS, MAX_SEQ_LEN, MAX_TO
 from planner.summary import model_row, model_summary
 
 DEFAULT_SEQ_LEN = 4096
-"""Sequence length for `models show` FLOPs when `--seq-len` is not given, tokens."""
+"""Sequence length for `models show` FLOPs, and for `plan` / `explain` up to the model's context
+(`default_seq_len`), when `--seq-len` is not given, tokens."""
+
+_SEQ_LEN_HELP = ("Tokens per sequence (default: 4,096, or the model's max_position_embeddings "
+                 "when that is shorter).")
+
+
+def default_seq_len(spec: model_spec.ModelSpec) -> int:
+    """`--seq-len` when not given: DEFAULT_SEQ_LEN, cut to the model's max_position_embeddings
+    (OPT-175B, GPT-3 and BLOOM trained 2,048-token sequences: a 4,096 default would plan a context
+    the model has no positions for). Source: each model file's max_position_embeddings."""
+    return min(DEFAULT_SEQ_LEN, spec.max_position_embeddings)
 
 
 class Format(str, Enum):
@@ -341,7 +352,7 @@ def explain_cmd(
     zero_stage: Annotated[int, typer.Option(min=0, max=3, help="ZeRO stage 0-3 (3 = FSDP).")] = 0,
     micro_batch_size: Annotated[int, typer.Option(min=1, help="Sequences per micro-batch per DP rank.")] = 1,
     global_batch_size: Annotated[int | None, typer.Option(min=1, max=MAX_BATCH_TOKENS, help="Sequences per step (default: dp·micro-batch·pp, the smallest batch that fills the pipeline; `plan` defaults to ~4M tokens: give the batch `plan` printed to get its numbers).")] = None,
-    seq_len: Annotated[int, typer.Option(min=1, max=MAX_SEQ_LEN, help="Tokens per sequence.")] = 4096,
+    seq_len: Annotated[int | None, typer.Option(min=1, max=MAX_SEQ_LEN, help=_SEQ_LEN_HELP)] = None,
     recompute: Annotated[Recompute | None, typer.Option(case_sensitive=False, help="Activation recomputation of every layer (default none).")] = None,
     sequence_parallel: Annotated[bool, typer.Option("--sequence-parallel/--no-sequence-parallel", help="Megatron SP.")] = False,
     vpp: Annotated[int, typer.Option(min=1, max=MAX_VPP, help="Virtual pipeline stages per rank (interleaved 1F1B).")] = 1,
@@ -393,6 +404,7 @@ def explain_cmd(
     _quantized_checkpoint_note(spec)
     hw = cluster_spec.load_cluster(cluster, gpus=gpus)
     _experts_given(spec, ep=ep, etp=etp)
+    seq_len = seq_len or default_seq_len(spec)
     if dp is None:
         dp = max(1, hw.num_gpus // (tp * pp * cp))
     stages = _virtual_stages(pipeline_layout, account_for_embedding, account_for_loss, spec, pp, vpp)
@@ -637,7 +649,7 @@ def plan_cmd(
     model: ModelOpt,
     cluster: ClusterOpt,
     gpus: GpusOpt = None,
-    seq_len: Annotated[int, typer.Option(min=1, max=MAX_SEQ_LEN, help="Tokens per sequence.")] = 4096,
+    seq_len: Annotated[int | None, typer.Option(min=1, max=MAX_SEQ_LEN, help=_SEQ_LEN_HELP)] = None,
     global_batch_size: Annotated[int | None, typer.Option(
         min=1, max=MAX_BATCH_TOKENS,
         help="Sequences per step (default: the power of two nearest to 4,194,304 tokens, the 4M of Llama 2/3, over --seq-len: 1,024 at 4,096, 256 at 12,288).")] = None,
@@ -699,6 +711,7 @@ def plan_cmd(
     spec = model_spec.load_model(model)
     _quantized_checkpoint_note(spec)
     hw = cluster_spec.load_cluster(cluster, gpus=gpus)
+    seq_len = seq_len or default_seq_len(spec)
     reserve = None if reserve_gib is None else int(reserve_gib * 2**30)
     if emit is not None:
         from planner import emit as emit_api

@@ -199,9 +199,10 @@ def test_megatron_positions_cover_the_planned_sequence():
     """Fresh-user defect: gpt-3-175b (2,048 learned positions) planned at 4,096 tokens; the emitted
     script kept --max-position-embeddings 2048, which Megatron-LM's validate_args refuses, so the
     read-back failed -- and the failing script was still printed. Now the positions cover the
-    sequence, with a note, and the script passes."""
-    proc = _planner("plan", "-m", "gpt-3-175b", "-c", "dgx-h100", "--gpus", "64", "--emit",
-                    "megatron")
+    sequence, with a note, and the script passes. (The default --seq-len is now the model's 2,048:
+    the 4,096 is asked for.)"""
+    proc = _planner("plan", "-m", "gpt-3-175b", "-c", "dgx-h100", "--gpus", "64", "--seq-len", "4096",
+                    "--emit", "megatron")
     assert proc.returncode == 0, proc.stderr
     assert "--max-position-embeddings 4096" in proc.stdout
     assert "where the model has 2048" in proc.stderr and "check: PASS" in proc.stderr

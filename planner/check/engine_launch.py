@@ -73,6 +73,9 @@ class Command:
     gpu_request: str | None = None
     """The value of the container runtime's GPU option (`docker run --gpus VALUE`, `CONTAINER_GPUS`) before the
     image, as the runtime receives it after shell quoting (`"device=0,1"` with its inner quotes), or None."""
+    container_visible: str | None = None
+    """The value of `CONTAINER_VISIBLE` the container command sets (`-e NVIDIA_VISIBLE_DEVICES=0,1`, `--env`)
+    before the image, or None (not set, or passed from the host's environment by name alone)."""
     node: int | None = None
     """The node the command runs on where the file says (inside `if [ "$NODE_RANK" = N ]; then ... fi`,
     `NODE_GUARD`), else None."""
@@ -322,11 +325,13 @@ def _command(segment: list[str], variables: dict[str, str], line: int, launchers
             variables[name] = shell.substitute(value, variables)
         return None
     words = _without_redirections([f for raw in segment for f in shell.fields(shell.substitute(raw, variables), raw)])
-    image, doubled, gpu_request = None, None, None
+    image, doubled, gpu_request, container_visible = None, None, None, None
     found = _container_launch(words, images, launchers)
     if found is not None:
         at, launcher, image = found
-        gpu_request = _container_option(words[:words.index(image)], CONTAINER_GPUS)
+        options = words[:words.index(image)]
+        gpu_request = _container_option(options, CONTAINER_GPUS)
+        container_visible = _container_env(options, CONTAINER_VISIBLE)
         again = _launcher_at(words[at:], launchers)
         doubled = again[1] if again is not None else None
     else:
@@ -360,7 +365,8 @@ def _command(segment: list[str], variables: dict[str, str], line: int, launchers
         flags[canonical] = value
         spelled[canonical] = name
     return Command(line=line, env=env, positional=positional, flags=flags, spelled=spelled, launcher=launcher,
-                   image=image, after_switch=after_switch, doubled=doubled, gpu_request=gpu_request)
+                   image=image, after_switch=after_switch, doubled=doubled, gpu_request=gpu_request,
+                   container_visible=container_visible)
 
 
 def _container_option(words: list[str], name: str) -> str | None:
@@ -372,6 +378,26 @@ def _container_option(words: list[str], name: str) -> str | None:
             value = words[k + 1]
         elif word.startswith(name + "="):
             value = word[len(name) + 1:]
+    return value
+
+
+def _container_env(words: list[str], name: str) -> str | None:
+    """The value a container command's `-e NAME=VALUE` / `--env NAME=VALUE` / `--env=NAME=VALUE` / `-eNAME=VALUE`
+    sets for `name` (the last one given: the runtime builds the environment in order, later entries win), or
+    None: not set, or `-e NAME` alone, which copies the host's value the file does not show."""
+    value = None
+    for k, word in enumerate(words):
+        if word in ("-e", "--env") and k + 1 < len(words):
+            text = words[k + 1]
+        elif word.startswith("--env="):
+            text = word[len("--env="):]
+        elif word.startswith("-e") and not word.startswith("--") and len(word) > 2:
+            text = word[2:]
+        else:
+            continue
+        key, eq, val = text.partition("=")
+        if key == name:
+            value = val if eq else None
     return value
 
 
@@ -543,15 +569,28 @@ Count and DeviceIDs on device request' (moby/moby@5c48736 `daemon/nvidia_linux.g
 classic `--gpus device=0,1`, which the CSV reads as device 0 plus a count of 1."""
 
 
+CONTAINER_VISIBLE = "NVIDIA_VISIBLE_DEVICES"
+"""The NVIDIA Container Toolkit's device variable, which a container started with the NVIDIA runtime
+(`docker run --runtime=nvidia`, or a daemon whose default runtime it is) gets its GPUs from when there is no
+`--gpus` request: a comma-separated list of indices / UUIDs, `all`, `none` (no GPU, driver only) or `void` /
+empty (no GPU). Unset, the image's own value applies: the CUDA base images the vLLM and SGLang images build on
+set `all`. Source: NVIDIA/nvidia-container-toolkit@d34b304 `internal/config/image/cuda_image.go`
+devicesFromEnvvars (`void` / empty -> no devices; unset on a legacy image -> all) and VisibleDevices. A
+`--gpus` request wins: moby@5c48736 `daemon/nvidia_linux.go` setNvidiaGPUs appends its own
+NVIDIA_VISIBLE_DEVICES after the user's."""
+
+
 def container_gpus(command: Command, file: str) -> tuple[int | None, list[Violation]]:
-    """(GPUs the container's `CONTAINER_GPUS` request exposes -- None: all of the node, no request, or one the
-    daemon refuses --, findings: the daemon's count-and-devices refusal, `docker_gpus`).
+    """(GPUs the container exposes -- None: all of the node, no request, or one the daemon refuses --,
+    findings: the daemon's count-and-devices refusal, `docker_gpus`). The `CONTAINER_GPUS` request when
+    given, else the `CONTAINER_VISIBLE` the command sets (`-e NVIDIA_VISIBLE_DEVICES=0,1`: 2), else None
+    (`--runtime=nvidia` alone: the image's `all`).
 
     Raises:
         SpecError: a request the CLI refuses (unknown key, repeated key, count not an integer)."""
     value = command.gpu_request
     if value is None:
-        return None, []
+        return _nvidia_visible(command.container_visible, file), []
     where = {"file": file, "key": f"{CONTAINER_GPUS} (line {command.line})"}
     try:
         fields = next(csv.reader([value]))
@@ -592,11 +631,31 @@ def container_gpus(command: Command, file: str) -> tuple[int | None, list[Violat
         fix=fix)]
 
 
+def _nvidia_visible(value: str | None, file: str) -> int | None:
+    """GPUs a `CONTAINER_VISIBLE` value exposes; None for `all` or not set.
+
+    Raises:
+        SpecError: a value that lists no devices the toolkit reads (exit 2)."""
+    if value is None:
+        return None
+    ids = [v.strip() for v in value.split(",") if v.strip()]
+    if "all" in ids:
+        return None
+    if not ids or "void" in ids or ids == ["none"]:
+        return 0
+    if any(not re.fullmatch(r"\d+|GPU-[\w-]+|MIG-[\w-]+", v) for v in ids):
+        raise SpecError(f"value {value!r} must list GPU indices or UUIDs (e.g. 0,1,2,3), or be all, none or void",
+                        file=file, key=CONTAINER_VISIBLE)
+    return len(ids)
+
+
 def visible_from(command: Command) -> str:
     """What sets the GPUs the command's process sees, as messages name it: the CUDA_VISIBLE_DEVICES prefix,
-    else the container's GPU request."""
-    if VISIBLE in command.env or command.gpu_request is None:
+    else the container's GPU request, else the NVIDIA_VISIBLE_DEVICES the container gets."""
+    if VISIBLE in command.env or (command.gpu_request is None and command.container_visible is None):
         return VISIBLE
+    if command.gpu_request is None:
+        return f"{CONTAINER_VISIBLE}={command.container_visible}"
     return f"{CONTAINER_GPUS} {command.gpu_request}"
 
 
@@ -999,8 +1058,9 @@ def _world_findings(hw: ClusterSpec, launch: Launch) -> list[Violation]:
             rule="world_size",
             message=f"the command starts {per_node} ranks{where} ({product}) but {launch.visible_from} gives it "
                     f"{counted(launch.visible_gpus, 'GPU')}",
-            fix=f"{'list' if launch.visible_from == VISIBLE else 'give'} {per_node} GPUs in "
-                f"{launch.visible_from.split()[0]}, or degrees whose product is {launch.visible_gpus * launch.nnodes}"))
+            fix=f"{'give' if launch.visible_from.startswith(CONTAINER_GPUS) else 'list'} {per_node} GPUs in "
+                f"{re.split('[ =]', launch.visible_from)[0]}"
+                + (f", or degrees whose product is {launch.visible_gpus * launch.nnodes}" if launch.visible_gpus else "")))
     if launch.node_rank >= launch.nnodes:
         out.append(Violation(rule="node_rank",
                              message=f"{f['node_rank']} {launch.node_rank} with {f['nnodes']} {launch.nnodes}: "
