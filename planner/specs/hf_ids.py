@@ -32,25 +32,48 @@ QWEN_INT4 = {"bits": 4, "group_size": 128}
 """Bits and group size of Qwen's `-AWQ` and `-GPTQ-Int4` releases: 4-bit weights ('Int4'; AWQ checkpoints are
 4-bit) in groups of 128, AutoAWQ's and AutoGPTQ's default group size [model-card convention: the planner's int4,
 `specs.model.INT4_METHODS`; a checkpoint with another group size is read exactly from its config.json]."""
+INT4_AWQ = {"quant_method": "awq", "zero_point": True, **QWEN_INT4}
+INT4_GPTQ = {"quant_method": "gptq", **QWEN_INT4}
 QUANTIZATIONS = {
-    "Qwen": {"-FP8": QWEN_FP8,
-             "-AWQ": {"quant_method": "awq", "zero_point": True, **QWEN_INT4},
-             "-GPTQ-Int4": {"quant_method": "gptq", **QWEN_INT4}},
+    "Qwen": {"-FP8": QWEN_FP8, "-AWQ": INT4_AWQ, "-GPTQ-Int4": INT4_GPTQ},
 }
 """Publisher (the id's owner, compared without case) -> quantization suffix -> the quantization_config its release carries."""
+FP8_TENSOR = {"quant_method": "fp8"}
+"""The planner's per-tensor `fp8` (`cost.serving.WEIGHT_FORMATS`: 8-bit weights, scales negligible) as a
+quantization_config: what a quantizing publisher's 8-bit-float release is read as (`QUANTIZERS`)."""
 QUANTIZERS = {
-    "nvidia": ("meta-llama", {"-FP8": {"quant_method": "fp8"}}),
+    "nvidia": (("meta-llama",), {"-FP8": FP8_TENSOR}),
+    "RedHatAI": (("meta-llama", "mistralai", "Qwen"), {"-FP8": FP8_TENSOR, "-FP8-dynamic": FP8_TENSOR}),
+    "neuralmagic": (("meta-llama", "mistralai", "Qwen"), {"-FP8": FP8_TENSOR, "-FP8-dynamic": FP8_TENSOR}),
+    "hugging-quants": (("meta-llama",), {"-AWQ-INT4": INT4_AWQ, "-GPTQ-INT4": INT4_GPTQ}),
+    "TheBloke": (("mistralai",), {"-AWQ": INT4_AWQ}),
 }
-"""Quantizing publisher (another owner than the base model's) -> (the base id's owner, quantization suffix -> the
-planner's reading of its release's format as a quantization_config): `nvidia/Llama-3.1-405B-Instruct-FP8` is
-`meta-llama/Llama-3.1-405B-Instruct` quantized. NVIDIA's `-FP8` Llama 3.1 releases are TensorRT Model Optimizer
+"""Quantizing publisher (another owner than the base model's) -> (the owners its base ids may have, quantization
+suffix -> the planner's reading of its release's format as a quantization_config): `nvidia/Llama-3.1-405B-Instruct-FP8`
+is `meta-llama/Llama-3.1-405B-Instruct` quantized, `RedHatAI/Mixtral-8x7B-Instruct-v0.1-FP8` is
+`mistralai/Mixtral-8x7B-Instruct-v0.1` quantized. An id resolves only when the base id is a catalog hf_id or
+hf_alias: the release keeps the base model's config.json fields but its quantization_config.
+
+NVIDIA's `-FP8` Llama 3.1 releases are TensorRT Model Optimizer
 FP8: 'the weights and activations of the linear operators within transformers blocks are quantized' to FP8 with
 one scale per tensor, 'reducing the number of bits per parameter from 16 to 8' (model card of
 nvidia/Llama-3.1-405B-Instruct-FP8, https://huggingface.co/nvidia/Llama-3.1-405B-Instruct-FP8/resolve/main/README.md,
 base_model meta-llama/Llama-3.1-405B-Instruct; nvidia/Llama-3.1-8B-Instruct-FP8 is the checkpoint of the serving
 measurements, tests/data/reference/serving_measurements.csv). Their config.json names quant_method `modelopt`;
 what vLLM loads (`ModelOptFp8LinearMethod`: fp8 weights, one fp32 weight scale per tensor) is the planner's
-per-tensor `fp8` (`cost.serving.WEIGHT_FORMATS`), which is what is written here."""
+per-tensor `fp8` (`cost.serving.WEIGHT_FORMATS`), which is what is written here.
+
+RedHatAI (formerly neuralmagic; both names serve the same repositories) `-FP8` / `-FP8-dynamic` of Llama,
+Mistral and Qwen models: llm-compressor
+checkpoints (config.json quant_method `compressed-tensors`, float-quantized 8-bit weights, LM head left in 16 bits);
+`-FP8-dynamic` is llm-compressor's FP8_DYNAMIC scheme, 'static, per-channel quantization on the weights, dynamic,
+per-token quantization on the activations', the suffix its example saves under (vllm-project/llm-compressor@0c1928e
+examples/quantization_w8a8_fp8/README.md); `-FP8` the earlier static per-tensor form [model-card convention]. One
+byte per weight either way; a per-channel scale adds one fp32 per output row (0.05% of a 8,192-wide row): read as
+the planner's per-tensor `fp8`. hugging-quants `-AWQ-INT4` / `-GPTQ-INT4` (Meta-Llama-3.1-*-Instruct) and
+TheBloke's `-AWQ` (Mixtral) are 4-bit weights in groups of 128 with zero points, AutoAWQ's / AutoGPTQ's defaults
+(`QWEN_INT4`) [model-card convention]; TheBloke's GPTQ repositories are not read: their main branches differ in
+group size per model. A checkpoint whose format differs is read exactly from its config.json (a local folder)."""
 RELEASES = {
     "Qwen": {"-Instruct-2507": {"max_position_embeddings": 262144},
              "-Thinking-2507": {"max_position_embeddings": 262144}},
@@ -134,23 +157,55 @@ def _publisher(owner: str | None) -> str | None:
                  if owner and p.lower() == owner.lower()), None)
 
 
-def unknown_suffix(ref: str) -> str | None:
-    """Why an id of a publisher whose naming is read does not resolve, naming its suffix (message text), or None
-    (the id is not of such a publisher, or it resolves): `Qwen/Qwen3-235B-A22B-NVFP4` is the catalog's
-    Qwen/Qwen3-235B-A22B with the suffix -NVFP4, which is not one the planner reads."""
-    owner = ref.split("/", 1)[0] if re.fullmatch(r"[\w.-]+/[\w.-]+", ref) else None
+def _owner(ref: str) -> str | None:
+    """The owner of an `owner/name` id, or None for anything else."""
+    return ref.split("/", 1)[0] if re.fullmatch(r"[\w.-]+/[\w.-]+", ref) else None
+
+
+def _base_owners(ref: str) -> tuple[str, ...]:
+    """The owners `ref`'s base id may have: a quantizing publisher's (`QUANTIZERS`), else its own."""
+    owner = _owner(ref)
     publisher = _publisher(owner)
-    if publisher is None or _resolve(ref) is not None:
+    return QUANTIZERS[publisher][0] if publisher in QUANTIZERS else (owner,) if owner else ()
+
+
+def catalog_base(ref: str) -> tuple[str, str] | None:
+    """(catalog id, catalog name) of the longest catalog hf_id / hf_alias that `ref` extends by a suffix after
+    `-`, `_` or `.` (on the base owner of a quantizing publisher), or None: `Qwen/Qwen2.5-72B-Instruct` ->
+    (`Qwen/Qwen2.5-72B`, `qwen2.5-72b`), `deepseek-ai/DeepSeek-V3-0324` -> (`deepseek-ai/DeepSeek-V3`,
+    `deepseek-v3`). For messages: what `-m NAME` would plan if the release keeps the architecture."""
+    if _owner(ref) is None:
         return None
-    base_owner, quantizations = QUANTIZERS.get(publisher, (owner, QUANTIZATIONS.get(publisher, {})))
-    known = [*RELEASES.get(publisher, {}), *quantizations]
-    name = ref.split("/", 1)[1]
-    catalog = _catalog()
+    name, catalog = ref.split("/", 1)[1], _catalog()
     for cut in range(len(name) - 1, 0, -1):
-        if name[cut] in "-_." and f"{base_owner}/{name[:cut]}".lower() in catalog:
-            return (f"{base_owner}/{name[:cut]} is a catalog id, but the suffix {name[cut:]!r} is not one the planner "
-                    f"reads for {publisher}'s releases (known: {', '.join(known)})")
-    return f"no catalog id of {base_owner} that it extends (suffixes read for {publisher}: {', '.join(known)})"
+        for owner in _base_owners(ref):
+            base = f"{owner}/{name[:cut]}"
+            if name[cut] in "-_." and base.lower() in catalog:
+                return base, catalog[base.lower()]
+    return None
+
+
+def unknown_suffix(ref: str) -> str | None:
+    """Why an id that does not resolve is not read (message text), or None (it resolves, or no catalog id is a
+    prefix of it and its publisher's naming is not read): `Qwen/Qwen3-235B-A22B-NVFP4` is the catalog's
+    Qwen/Qwen3-235B-A22B with the suffix -NVFP4, which is not one the planner reads; the hint names the
+    catalog model that `-m` takes for it, with the fields to compare (`catalog_base`)."""
+    publisher = _publisher(_owner(ref))
+    if _resolve(ref) is not None:
+        return None
+    base = catalog_base(ref)
+    if publisher is not None:
+        quantizations = QUANTIZERS[publisher][1] if publisher in QUANTIZERS else QUANTIZATIONS.get(publisher, {})
+        known = ", ".join([*RELEASES.get(publisher, {}), *quantizations])
+    if base is None:
+        return None if publisher is None else (f"no catalog id of {' or '.join(_base_owners(ref))} that it "
+                                               f"extends (suffixes read for {publisher}: {known})")
+    suffix = ref.split("/", 1)[1][len(base[0].split("/", 1)[1]):]
+    read = f" for {publisher}'s releases (known: {known})" if publisher is not None else ""
+    return (f"{base[0]} is a catalog id, but the suffix {suffix!r} is not one the planner reads{read}; "
+            f"`-m {base[1]}` plans it as {base[0]} where the release keeps that architecture: compare its "
+            f"config.json's max_position_embeddings, vocab_size and quantization_config with "
+            f"`planner models show {base[1]}`")
 
 
 def _resolve(ref: str) -> tuple[str, dict, bool] | None:
@@ -161,17 +216,16 @@ def _resolve(ref: str) -> tuple[str, dict, bool] | None:
         raw = yaml.safe_load((CATALOG_DIR / f"{name}.yaml").read_text())
         raw.pop("hf_aliases", None)
         return name, {**raw, "hf_id": ref}, True
-    owner = ref.split("/", 1)[0] if re.fullmatch(r"[\w.-]+/[\w.-]+", ref) else None
-    publisher = _publisher(owner)
+    publisher = _publisher(_owner(ref))
     quantizations, releases = QUANTIZATIONS.get(publisher, {}), RELEASES.get(publisher, {})
     if publisher in QUANTIZERS:
-        base_owner, quantizations = QUANTIZERS[publisher]
-        ref_on_base = f"{base_owner}/{ref.split('/', 1)[1]}"
+        quantizations = QUANTIZERS[publisher][1]
+    for owner in _base_owners(ref):
+        base, quant = _strip(f"{owner}/{ref.split('/', 1)[1]}", quantizations)
+        base, release = _strip(base, releases)
+        if (quant is not None or release is not None) and base.lower() in catalog:
+            break
     else:
-        ref_on_base = ref
-    base, quant = _strip(ref_on_base, quantizations)
-    base, release = _strip(base, releases)
-    if (quant is None and release is None) or base.lower() not in catalog:
         return None
     name = catalog[base.lower()]
     raw = yaml.safe_load((CATALOG_DIR / f"{name}.yaml").read_text())
