@@ -298,22 +298,36 @@ def test_missing_seq_len_and_unknown_flavor_name_their_options(tmp_path):
     _one_line_error(_check(path, *H100, "--gpus", "8"), "--model", "debugmodel")
 
 
+def test_ranks_the_degrees_do_not_multiply_to_fail_the_world_size_rule(tmp_path):
+    """shard 8 launched on 16 GPUs: torchtitan's ParallelDims._validate asserts dp_replicate x dp_shard
+    x cp x tp x pp == world_size at start-up, a check failure (exit 1, rule world_size, as Megatron-LM's
+    world size that tp x pp x cp does not divide), not bad input (fresh-user review 7 #6)."""
+    path = _edit(tmp_path, "data_parallel_shard_degree = -1", "data_parallel_shard_degree = 8")
+    result, data = _json(path, *H100, "--gpus", "16")
+    assert result.exit_code == 1
+    (message,) = _rules(data)["world_size"]
+    assert "= 8 differs from the 16 GPUs" in message
+
+
+def test_key_typo_is_named_with_the_real_key(tmp_path):
+    """torchtitan rejects unknown fields at start-up ('Invalid field names'): the error
+    torchtitan_unknown_key (exit 1, as an unknown command-line field), naming the real key; the value
+    is not read (degree 1 costed), and said so."""
+    path = _edit(tmp_path, "tensor_parallel_degree = 1", "tensor_paralel_degree = 2")
+    result, data = _json(path, *H100, "--gpus", "8")
+    assert result.exit_code == 1
+    (message,) = _rules(data)["torchtitan_unknown_key"]
+    assert "parallelism.tensor_paralel_degree is not a field; did you mean parallelism.tensor_parallel_degree" \
+        in message and "costed at its default" in message
+
+
 @pytest.mark.parametrize("args,words", [
-    (["--gpus", "16"], ["--gpus 16", "= 8"]),
     (["--gpus", "8", "--model", "llama-3.1-70b"], ["--model llama-3.1-70b", "llama-3.1-8b"]),
     (["--gpus", "8", "--seq-len", "4096"], ["--seq-len 4096", "8192"]),
 ])
 def test_option_contradicting_the_file_names_both(tmp_path, args, words):
     path = _edit(tmp_path, "data_parallel_shard_degree = -1", "data_parallel_shard_degree = 8")
     _one_line_error(_check(path, *H100, *args), *words)
-
-
-def test_key_typo_is_named_with_the_real_key(tmp_path):
-    """torchtitan rejects unknown fields; a near miss of a key this reader reads would otherwise
-    silently fall back to the default degree 1."""
-    path = _edit(tmp_path, "tensor_parallel_degree = 1", "tensor_paralel_degree = 2")
-    _one_line_error(_check(path, *H100, "--gpus", "8"), str(path), "parallelism.tensor_paralel_degree",
-                    "parallelism.tensor_parallel_degree")
 
 
 def test_cpu_offload_offloads_parameters_and_optimizer(tmp_path):

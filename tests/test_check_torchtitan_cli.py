@@ -178,7 +178,7 @@ def test_old_batch_fields_name_their_replacements():
     from planner.check.torchtitan_cli import _unknown_fields
     flags = {"training.local_batch_size": "2", "training.global_batch_size": "16",
              "training.seq_len": "4096"}
-    fixes = {v.message.split()[0]: v.fix for v in _unknown_fields(flags, 4096, False)}
+    fixes = {v.message.split()[0]: v.fix for v in _unknown_fields(flags, 4096, False, {})}
     assert fixes == {
         "--training.local_batch_size": "write --training.num_tokens_per_microbatch_per_dp_rank "
                                        "8192 (2 sequences x 4096 tokens of "
@@ -203,6 +203,24 @@ def test_old_batch_fields_on_the_command_line_fail_with_the_old_context(tmp_path
         " --parallelism.pipeline_parallel_degree 2"), name="pp.sh"))
     fix = json.loads(piped.output)["violations"][0]["fix"]
     assert "--parallelism.num_pp_microbatches = 2 / that size" in fix
+
+
+def test_old_batch_fields_are_costed_as_meant_not_as_the_preset(tmp_path):
+    """fresh-user review 7 #7: --training.seq_len 32768 --training.local_batch_size 1 (names
+    torchtitan 73aed7f replaced) on llama3_8b (preset context 8192) were costed at the preset's 8,192
+    tokens, verdict "fits", a run the user never asked for. Costed as meant: 32,768 tokens, a
+    micro-batch of 1 x 32,768 tokens per rank; each error says what it costed."""
+    path = _write(tmp_path, "torchrun --nproc_per_node 8 -m torchtitan.train --module llama3 --config "
+                            "llama3_8b --training.seq_len 32768 --training.local_batch_size 1\n")
+    result = _check(path)
+    assert result.exit_code == 1
+    data = json.loads(result.output)
+    assert (data["parallelism"]["seq_len"], data["parallelism"]["micro_batch_size"]) == (32768, 1)
+    messages = {v["message"].split()[0]: v["message"] for v in data["violations"]
+                if v["rule"] == "torchtitan_unknown_key"}
+    assert messages["--training.seq_len"].endswith("costed here as --training.max_context_length 32768, "
+                                                   "what it means")
+    assert "num_tokens_per_microbatch_per_dp_rank 32768, what it means" in messages["--training.local_batch_size"]
 
 
 def test_crlf_torchtitan_command_line_fails_too(tmp_path):

@@ -109,7 +109,7 @@ def read_doc(doc: dict, file: str, *, model: str | None, cluster: str | None, gp
         rest = degrees["replicate"] * degrees["cp"] * degrees["tp"] * degrees["pp"]
         degrees["shard"] = max(1, world // rest)  # gate's world_size rule reports a remainder
     layout, per_stage, findings = _layout(cfg, spec, degrees, seq_len)
-    findings += _unknown_keys(cfg)
+    findings += cfg.typos + _unknown_keys(cfg)
     return Target(file=file, kind=KIND, model=spec, cluster=clus, layout=layout,
                   recompute_per_stage=per_stage, findings=tuple(findings))
 
@@ -135,8 +135,12 @@ class _Config:
 
     def _check_typos(self) -> None:
         """A key that is not one this reader reads but close to one (difflib ratio >= 0.8) is a
-        typo: torchtitan rejects unknown fields (`config/manager.py` `_dict_to_dataclass`:
-        "Invalid field names"). Other unknown keys (other versions' fields) are left alone."""
+        typo: torchtitan rejects unknown fields at start-up (`config/manager.py`
+        `_dict_to_dataclass`: "Invalid field names"), so it is the error `torchtitan_unknown_key`
+        in `typos` (exit 1, as Megatron-LM's unknown flags and torchtitan's unknown command-line
+        fields; the file is read). Other unknown keys (other versions' fields) are left alone."""
+        self.typos: list[Violation] = []
+        self.typo_keys: set[str] = set()
         known: dict[str, set[str]] = {}
         for spellings in _KEYS.values():
             for section, key in spellings:
@@ -145,8 +149,14 @@ class _Config:
             for key in self.doc.get(section, {}):
                 close = difflib.get_close_matches(key, sorted(keys), n=1, cutoff=0.8)
                 if key not in keys and close:
-                    raise SpecError(f"unknown key; did you mean {section}.{close[0]}? (torchtitan "
-                                    f"rejects unknown fields)", file=self.file, key=f"{section}.{key}")
+                    self.typo_keys.add(f"{section}.{key}")
+                    self.typos.append(Violation(
+                        rule="torchtitan_unknown_key",
+                        message=f"{section}.{key} is not a field; did you mean {section}.{close[0]}? "
+                                f"(torchtitan rejects unknown fields at start-up: 'Invalid field "
+                                f"names'; the value is not read, {section}.{close[0]} is costed at "
+                                f"its {'default' if close[0] not in self.doc[section] else 'own value'})",
+                        fix=f"write {section}.{close[0]}"))
 
     def where(self, name: str) -> str | None:
         """The dotted key the file gives `name` under, or None."""
@@ -225,7 +235,7 @@ def _unknown_keys(cfg: _Config) -> list[Violation]:
     for section, others in tt.OTHER_FIELDS.items():
         read = {k for spellings in _KEYS.values() for s, k in spellings if s == section}
         for key in cfg.doc.get(section, {}):
-            if key not in read and key not in others:
+            if key not in read and key not in others and f"{section}.{key}" not in cfg.typo_keys:
                 out.append(Violation(
                     rule="torchtitan_unknown_key", severity="warning",
                     message=f"{section}.{key} is not a field of the torchtitan releases this "
@@ -265,7 +275,10 @@ def _degrees(cfg: _Config) -> dict[str, int]:
 
 
 def _world_size(cfg: _Config, degrees: dict[str, int], gpus: int | None) -> int:
-    """Product of the degrees; with shard -1, --gpus (required)."""
+    """The ranks launched: --gpus (torchrun's ranks) when given, else the product of the degrees (with
+    shard -1, --gpus is required). Ranks the degrees do not multiply to are torchtitan's start-up
+    assertion (ParallelDims._validate: dp_replicate x dp_shard x cp x tp x pp == world_size), the
+    gate's rule `world_size` (exit 1, as Megatron-LM's), not bad input."""
     rest = degrees["replicate"] * degrees["cp"] * degrees["tp"] * degrees["pp"]
     if degrees["shard"] == -1:
         if gpus is None:
@@ -273,12 +286,7 @@ def _world_size(cfg: _Config, degrees: dict[str, int], gpus: int | None) -> int:
                             f" is -1 (all GPUs left after replicate x cp x tp x pp = {rest})",
                             file=cfg.file, key="--gpus")
         return gpus
-    world = rest * degrees["shard"]
-    if gpus is not None and gpus != world:
-        raise SpecError(f"--gpus {gpus} contradicts the file's degrees: replicate x shard x cp x "
-                        f"tp x pp = {degrees['replicate']}x{degrees['shard']}x{degrees['cp']}x"
-                        f"{degrees['tp']}x{degrees['pp']} = {world}", file=cfg.file, key="--gpus")
-    return world
+    return rest * degrees["shard"] if gpus is None else gpus
 
 
 def _cluster(cfg: _Config, cluster: str, world: int, degrees: dict[str, int]):

@@ -75,8 +75,10 @@ def read(path: Path, *, model: str | None, cluster: str | None, gpus: int | None
     words = _words(text, file)
     flags, ac = _flags(words, file)
     preset = _preset(flags, file)
-    settings = {**tt.CLI_DEFAULT, **{k: v for k, v in preset.items() if "." in k},
-                **{k: v if isinstance(v, list) else _value(v) for k, v in flags.items() if "." in k}}
+    given = {k: v if isinstance(v, list) else _value(v) for k, v in flags.items() if "." in k}
+    base = {**tt.CLI_DEFAULT, **{k: v for k, v in preset.items() if "." in k}}
+    meant = _meant(given, {**base, **given})
+    settings = {**base, **meant, **given}
     ranks = _ranks(flags, file)
     if ranks is not None and gpus is not None and gpus != ranks:
         raise SpecError(f"--gpus {gpus} contradicts torchrun's {ranks} ranks", file=file,
@@ -84,7 +86,7 @@ def read(path: Path, *, model: str | None, cluster: str | None, gpus: int | None
     ac, findings = _ac_mode(flags, ac, preset, file)
     findings += line_endings(text, file)
     findings += _unknown_fields(flags, _value(flags.get(tt.KEY["seq_len"], "")) or
-                                settings[tt.CONTEXT], settings.get(tt.KEY["pp"], 1) != 1)
+                                settings[tt.CONTEXT], settings.get(tt.KEY["pp"], 1) != 1, meant)
     doc = _job_doc(settings, preset, ac, file)
     target = torchtitan.read_doc(doc, file, model=model, cluster=cluster,
                                  gpus=gpus if gpus is not None else ranks, seq_len=seq_len)
@@ -211,7 +213,7 @@ def _ranks(flags: dict[str, str], file: str) -> int | None:
     return int(values[0]) * int(values[1])
 
 
-def _unknown_fields(flags: dict[str, str], context, piped: bool) -> list[Violation]:
+def _unknown_fields(flags: dict[str, str], context, piped: bool, meant: dict) -> list[Violation]:
     """`torchtitan_unknown_key` for each override no field of `tt.CLI_FIELDS` takes: a field
     renamed in `tt.BATCH_RENAME_COMMIT` names its replacement (the value converted to tokens with
     `context`, the old --training.seq_len or the context length read; `piped`: pp > 1, where the
@@ -223,7 +225,7 @@ def _unknown_fields(flags: dict[str, str], context, piped: bool) -> list[Violati
         if fields is None or field in fields:
             continue
         if key in tt.CLI_RENAMED:
-            out.append(_renamed(key, _value(flags[key]), context, piped))
+            out.append(_renamed(key, _value(flags[key]), context, piped, meant))
             continue
         if key in tt.CLI_MOVED:
             out.append(Violation(
@@ -242,8 +244,34 @@ def _unknown_fields(flags: dict[str, str], context, piped: bool) -> list[Violati
     return out
 
 
-def _renamed(key: str, value, context, piped: bool) -> Violation:
-    """The finding for a field `tt.BATCH_RENAME_COMMIT` renamed, its fix the replacement."""
+def _meant(given: dict, settings: dict) -> dict:
+    """{current field: value} for the renamed fields given (`tt.CLI_RENAMED`) whose current field is not
+    given itself, converted as `_renamed`'s fix says: what the user meant, so the costing follows it
+    rather than the config function's values (an error either way: tyro exits on the old name).
+    --training.seq_len is the context as is; a batch in sequences is that many x the context; with
+    pp > 1 the old local batch is a step's micro-batches (the count, when the old micro-batch size is
+    given too, else left to the config function's)."""
+    out = {}
+    seq = given.get(tt.KEY["seq_len"])
+    if type(seq) is int and seq >= 1 and tt.CONTEXT not in given:
+        out[tt.CONTEXT] = seq
+    context = out.get(tt.CONTEXT, settings[tt.CONTEXT])
+    piped = settings.get(tt.KEY["pp"], 1) != 1
+    local, size = given.get(tt.KEY["local_batch"]), given.get(tt.KEY["pp_microbatch_size"])
+    step = given.get(tt.KEY["global_batch_size"])
+    if type(step) is int and (step >= 1 or step == -1):
+        out[tt.STEP_TOKENS] = step * context if step != -1 else -1
+    micro = size if piped else local
+    if type(micro) is int and micro >= 1:
+        out[tt.MICROBATCH_TOKENS] = micro * context
+    if piped and type(local) is int and type(size) is int and size >= 1 and local % size == 0:
+        out[tt.PP_MICROBATCHES] = local // size
+    return {k: v for k, v in out.items() if k not in given}
+
+
+def _renamed(key: str, value, context, piped: bool, meant: dict) -> Violation:
+    """The finding for a field `tt.BATCH_RENAME_COMMIT` renamed, its fix the replacement; the message
+    says what the check costs in its place (`meant`), else that the config function's value is costed."""
     new, how = tt.CLI_RENAMED[key]
     if key == tt.KEY["local_batch"] and piped:
         fix = (f"with pipeline parallelism the old local batch is a step's pipeline micro-batches: "
@@ -261,10 +289,12 @@ def _renamed(key: str, value, context, piped: bool) -> Violation:
     elif key == tt.KEY["pp_microbatch_size"]:
         fix += (f", and --{tt.PP_MICROBATCHES} = the local batch / {value} (a count of pipeline "
                 f"micro-batches)")
+    costed = (f"costed here as --{new} {meant[new]}, what it means" if new in meant
+              else f"costed here at the config function's --{new}")
     return Violation(
         rule="torchtitan_unknown_key",
         message=f"--{key} was replaced by --{new} in torchtitan {tt.BATCH_RENAME_COMMIT} (2026-08-20); "
-                f"tyro exits on the old name (config/configs.py at {tt.CLI_COMMIT})",
+                f"tyro exits on the old name (config/configs.py at {tt.CLI_COMMIT}); {costed}",
         fix=fix)
 
 
