@@ -100,7 +100,7 @@ def explain(model: ModelSpec, cluster, layout: Layout, *, reserve_bytes: int | N
             modes = layer_modes(recompute_per_stage, stage_layers(model, layout))
         record = dataclasses.replace(record, step=cost_step(
             model, cluster, layout, modes, flash_attention=flash_attention, **order))
-    basis = mfu_basis(model, cluster.gpu.peak_tflops, layout.precision, layout.seq_len) \
+    basis = mfu_basis(model, cluster.gpu.peak_tflops, layout.precision, layout.seq_len, layout.framework) \
         if record.step else None
     return header | costed | {"time_s": record.time_s(rates=True), "mfu_basis": basis}
 

@@ -1151,7 +1151,7 @@ def plan(model: ModelSpec, cluster: ClusterSpec, *, seq_len: int, global_batch_s
                    "candidates_total": result.candidates_total, "pruned": result.pruned},
         "plans": plans,
         "simpler_alternative": simpler_alternative(plans, held_out_error()),
-        "mfu_basis": mfu_basis(model, cluster.gpu.peak_tflops, precision, seq_len),
+        "mfu_basis": mfu_basis(model, cluster.gpu.peak_tflops, precision, seq_len, framework),
         "rejected": rejections.as_list(),
         "warnings": warnings,
         "request": {"model": model.name, "cluster": cluster.name, "gpus": cluster.num_gpus,

@@ -448,23 +448,34 @@ def show_explain(data: dict, fmt: str) -> None:
         console.print(Text(f"step {t['step']:.3f} s (compute {t['compute']:.3f}, exposed comm "
                            f"{t['communication_exposed']:.3f}, bubble {t['pipeline_bubble']:.3f}, recompute "
                            f"{t['recompute']:.3f}, optimizer {t['optimizer']:.3f}); {t['tokens_per_s']:,.0f} "
-                           f"tokens/s, {t['tflops_per_gpu']:.0f} TFLOP/s per GPU, MFU {100 * t['mfu']:.1f}%"))
+                           f"tokens/s, {t['tflops_per_gpu'] * _own(data['mfu_basis']):.0f} TFLOP/s per GPU, "
+                           f"MFU {100 * t['mfu'] * _own(data['mfu_basis']):.1f}%"))
         console.print(Text(mfu_note(data["mfu_basis"], t["mfu"])))
     _print_findings(console, data["violations"], data["details"].get("warnings", ()))
 
 
+def _own(basis: dict | None) -> float:
+    """The factor from the returned (PaLM-convention) MFU and TFLOP/s to the framework's own
+    convention, which the tables and lines print (`summary.mfu_basis` framework_fraction)."""
+    return basis["framework_fraction"] if basis else 1.0
+
+
 def mfu_note(basis: dict, mfu: float, which: str = "") -> str:
-    """One line saying what an MFU column or figure means (`summary.mfu_basis`): the FLOPs
-    convention, the peak divided by, and -- for `mfu` (of plan `which`) -- the value with causal
-    attention FLOPs where it is `summary.CAUSAL_NOTE_FRACTION` or more lower, and the value against
-    the bf16 peak where the peak is another dtype's."""
-    text = (f"MFU: {basis['convention']} / dense {basis['peak_precision']} peak "
+    """One line saying what an MFU / TFLOP/s column or figure means (`summary.mfu_basis`): the FLOPs
+    convention -- the one the framework logs its MFU in (`summary.FRAMEWORK_CAUSAL`: Megatron-LM
+    counts causal attention, torchtitan and DeepSpeed do not) --, the peak divided by, and -- for
+    `mfu` (of plan `which`; the returned PaLM-convention value) -- its value in the other convention
+    where the two differ by `summary.CAUSAL_NOTE_FRACTION` or more, and against the bf16 peak where
+    the peak is another dtype's."""
+    own = basis["framework_fraction"]
+    text = (f"MFU, TFLOP/s: {basis['framework_convention']} / dense {basis['peak_precision']} peak "
             f"{basis['peak_tflops']:,.0f} TFLOP/s")
     other = []
     if basis["causal_fraction"] <= 1 - CAUSAL_NOTE_FRACTION:
-        other.append(f"{100 * mfu * basis['causal_fraction']:.1f}% with causal attention FLOPs")
+        other.append(f"{100 * mfu:.1f}% without the causal discount (PaLM App. B, torchtitan's)" if own != 1.0
+                     else f"{100 * mfu * basis['causal_fraction']:.1f}% with causal attention FLOPs (Megatron-LM's)")
     if basis["peak_precision"] != "bf16" and basis["bf16_peak_tflops"]:
-        other.append(f"{100 * mfu * basis['peak_tflops'] / basis['bf16_peak_tflops']:.1f}% of "
+        other.append(f"{100 * mfu * own * basis['peak_tflops'] / basis['bf16_peak_tflops']:.1f}% of "
                      f"the bf16 peak ({basis['bf16_peak_tflops']:,.0f})")
     return text + (f"; {which + ': ' if which else ''}{', '.join(other)}" if other else "")
 
@@ -529,7 +540,8 @@ def show_plan(data: dict, fmt: str) -> None:
     console.print(_table("plans (step time split, s)",
                          ("#", "mesh", "step", "compute", "exposed\ncomm", "bubble", "recomp",
                           "optim", "tokens/s", "TFLOP/s\n/GPU", "MFU", "memory\nGiB"),
-                         (_plan_row(i, p) for i, p in enumerate(data["plans"], 1)), right_from=2))
+                         (_plan_row(i, p, _own(data["mfu_basis"])) for i, p in enumerate(data["plans"], 1)),
+                         right_from=2))
     for i, p in enumerate(data["plans"], 1):
         par = p["parallelism"]
         console.print(f"  {i}: {layout_label(par)}; {_split(par)}"
@@ -572,14 +584,15 @@ def _axis_value(par: dict, axis: str) -> int | str:
     return par[axis]
 
 
-def _plan_row(i: int, p: dict) -> list:
+def _plan_row(i: int, p: dict, own: float) -> list:
+    """One plan's cells; `own`: the factor to the framework's MFU convention (`_own`)."""
     t, mem = p["time_s"], p["memory_bytes"]
     par = p["parallelism"]
     mesh = " ".join(f"{a}{par[a]}" for a in ("dp", "tp", "pp", "cp", "ep") if a != "ep" or par[a] > 1)
     return [i, mesh, f"{t['step']:.3f}", f"{t['compute']:.3f}",
             f"{t['communication_exposed']:.3f}", f"{t['pipeline_bubble']:.3f}",
             f"{t['recompute']:.3f}", f"{t['optimizer']:.3f}", f"{p['tokens_per_s']:,.0f}",
-            f"{p['tflops_per_gpu']:.0f}", f"{100 * p['mfu']:.1f}%",
+            f"{p['tflops_per_gpu'] * own:.0f}", f"{100 * p['mfu'] * own:.1f}%",
             gib(mem["total"])]
 
 
@@ -650,7 +663,8 @@ def show_check(data: dict, fmt: str) -> None:
         console.print(Text(f"step {t['step']:.3f} s (compute {t['compute']:.3f}, exposed comm "
                            f"{t['communication_exposed']:.3f}, bubble {t['pipeline_bubble']:.3f}, "
                            f"recompute {t['recompute']:.3f}, optimizer {t['optimizer']:.3f}); "
-                           f"{data['tokens_per_s']:,.0f} tokens/s, MFU {100 * data['mfu']:.1f}%"))
+                           f"{data['tokens_per_s']:,.0f} tokens/s, "
+                           f"MFU {100 * data['mfu'] * _own(data['mfu_basis']):.1f}%"))
         console.print(Text(mfu_note(data["mfu_basis"], data["mfu"])))
     if data["violations"]:
         console.print()

@@ -24,21 +24,57 @@ more lower: at 4,096 tokens Llama-3.1-8B's attention is 12% of its model FLOPs, 
 is 6%; at 131,072 it is two thirds of the FLOPs and the discounted value a third lower."""
 
 
-def mfu_basis(spec: ModelSpec, peak_tflops: dict[str, float], precision: str, seq_len: int) -> dict:
+PALM_CONVENTION = "model FLOPs per PaLM App. B (6 x active params + attention, no causal discount, no recompute)"
+"""MFU_CONVENTION's short form, as the output names it."""
+
+FRAMEWORK_CAUSAL = {"megatron": True, "torchtitan": False, "deepspeed": False}
+"""Whether the MFU a framework logs counts attention with the causal-mask discount: the convention a
+plan's MFU and TFLOP/s columns use under that framework's conventions, so a user compares them with
+the figures their run prints.
+Source: Megatron-LM@d98e8a6 megatron/training/training.py num_floating_point_operations
+(the core-attention term '/ 2 # causal mask (only half of the mask is non-zero)', s^2/2 per
+sequence; `flops_per_token`'s causal count is (s + 1) / 2 keys per query, 1/s apart);
+torchtitan@b5bcd76 torchtitan/models/utils.py get_dense_model_nparams_and_flops /
+get_moe_model_nparams_and_flops (6 x params + 6 x layers x heads x (d_qk + d_v) x seq_len, 'we follow
+the convention and do not account for sparsity in causal attention', PaLM's); DeepSpeed@edaa722
+deepspeed/profiling/flops_profiler/profiler.py _attn_flops_compute (every query x every key of
+scaled_dot_product_attention: no discount)."""
+
+
+_LOGGED = {"megatron": "as Megatron-LM logs them", "torchtitan": "as torchtitan logs them",
+           "deepspeed": "as DeepSpeed's flops profiler counts them"}
+
+
+def framework_convention(framework: str) -> str:
+    """The MFU convention `framework` logs in, as the output names it (`FRAMEWORK_CAUSAL`)."""
+    if FRAMEWORK_CAUSAL[framework]:
+        return (f"model FLOPs with causal attention, {_LOGGED[framework]} (6 x active params + "
+                f"attention over the keys a causal query sees, no recompute)")
+    return f"PaLM App. B model FLOPs, {_LOGGED[framework]} (6 x active params + attention, no causal discount, no recompute)"
+
+
+def mfu_basis(spec: ModelSpec, peak_tflops: dict[str, float], precision: str, seq_len: int,
+              framework: str) -> dict:
     """What an MFU figure of `spec` at `seq_len` under `precision` is measured against:
-    {convention: MFU_CONVENTION's short form, peak_precision, peak_tflops (the dense peak MFU
-    divides by: the compute dtype's, `cost.compute.peak_flops`), bf16_peak_tflops (None when the GPU
-    lists none), causal_fraction: model FLOPs with causal attention (query i attends to min(i,
-    window) keys, what a causal kernel executes) / model FLOPs without the discount, in (0, 1]}.
-    Multiply an MFU by causal_fraction for the causal-discounted value, by peak_tflops /
-    bf16_peak_tflops for the value against the bf16 peak (torchtitan's and NVIDIA's fp8 figures).
-    Source: MFU_CONVENTION; `flops_per_token` (attention_forward_causal)."""
+    {convention: MFU_CONVENTION's short form (PALM_CONVENTION; the `mfu` and `tflops_per_gpu` the
+    commands return are in it), peak_precision, peak_tflops (the dense peak MFU divides by: the
+    compute dtype's, `cost.compute.peak_flops`), bf16_peak_tflops (None when the GPU lists none),
+    causal_fraction: model FLOPs with causal attention (query i attends to min(i, window) keys,
+    what a causal kernel executes) / model FLOPs without the discount, in (0, 1],
+    framework_convention: the convention `framework` logs its MFU in (`framework_convention`),
+    framework_fraction: its FLOPs / PALM_CONVENTION's (causal_fraction or 1)}.
+    Multiply an MFU by causal_fraction for the causal-discounted value, by framework_fraction for
+    the framework's (what the plan table prints), by peak_tflops / bf16_peak_tflops for the value
+    against the bf16 peak (torchtitan's and NVIDIA's fp8 figures).
+    Source: MFU_CONVENTION; FRAMEWORK_CAUSAL; `flops_per_token` (attention_forward_causal)."""
     f = flops_per_token(spec, seq_len)
     causal = (f.forward - f.attention_forward + f.attention_forward_causal) / f.forward
-    return {"convention": "model FLOPs per PaLM App. B (6 x active params + attention, no causal "
-                          "discount, no recompute)",
+    own = FRAMEWORK_CAUSAL[framework]
+    return {"convention": PALM_CONVENTION,
             "peak_precision": precision, "peak_tflops": peak_tflops[precision],
-            "bf16_peak_tflops": peak_tflops.get("bf16"), "causal_fraction": causal}
+            "bf16_peak_tflops": peak_tflops.get("bf16"), "causal_fraction": causal,
+            "framework": framework, "framework_convention": framework_convention(framework),
+            "framework_fraction": causal if own else 1.0}
 
 
 def model_row(spec: ModelSpec) -> dict:

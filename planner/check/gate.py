@@ -140,7 +140,7 @@ def evaluate(target: Target) -> dict:
         "tokens_per_s": step.tokens_per_s if step else None,
         "mfu": step.mfu if step else None,
         "mfu_basis": mfu_basis(target.model, target.cluster.gpu.peak_tflops, layout.precision,
-                               layout.seq_len) if step else None,
+                               layout.seq_len, layout.framework) if step else None,
         **({"checkpoint": target.checkpoint} if target.checkpoint is not None else {}),
     }
 
