@@ -158,7 +158,7 @@ from planner.search.ilp import (
 from planner.search.mesh import FIXABLE, Rejections, SearchSpace, candidate_layouts
 from planner.search.module_sets import searched_sets
 from planner.specs.cluster import ClusterSpec
-from planner.specs.limits import MAX_GPUS
+from planner.specs.limits import MAX_BATCH_TOKENS, MAX_GPUS
 from planner.specs.model import ModelSpec, check_expert_degrees
 from planner.summary import mfu_basis
 
@@ -1316,7 +1316,10 @@ def _module_sets(model: ModelSpec, base: dict, modes: tuple[str, ...]) -> tuple:
                          offload_pinned="offload_modules" in base)
 
 
-def _candidates(model, cluster, fixed, base, reserve, headroom) -> tuple[list[Layout], Rejections, _Costs]:
+def _candidates(model, cluster, fixed, base, reserve, headroom, *,
+                batch_rules: bool = True) -> tuple[list[Layout], Rejections, _Costs]:
+    """The candidate layouts, their rejections counted, and the cost cache; `batch_rules` False
+    skips the rules that read the global batch (`BATCH_RULES`: what `_batch_relaxation` asks)."""
     _check_fixed(fixed)
     space = SearchSpace(
         num_gpus=cluster.num_gpus, max_tp=cluster.scaleup_domain_gpus, moe=model.is_moe,
@@ -1333,7 +1336,7 @@ def _candidates(model, cluster, fixed, base, reserve, headroom) -> tuple[list[La
                 if v.rule not in BATCH_RULES]
 
     def validate(layout: Layout) -> list:
-        return errors(check_batch(model, cluster, layout))
+        return errors(check_batch(model, cluster, layout)) if batch_rules else []
 
     def validate_mesh(layout: Layout) -> list:
         return check_mesh(model, cluster, _with_split(model, layout))
@@ -1515,10 +1518,9 @@ def _infeasible(model, cluster, costs: _Costs, rejections: Rejections, base, fix
     closest = _closest(costs, _modes_for(fixed))
     if closest is None:
         reasons = "; ".join(f"{r['count']} x {r['reason']}" for r in rejections.as_list()) or "none"
-        top = rejections.as_list()[0]["reason"] if rejections.total else None
-        example = f"; e.g. {rejections.examples[top]}" if top and rejections.examples.get(top) not in (None, top) else ""
         return InfeasibleError(f"no valid layout of {model.name} on {cluster.num_gpus} GPUs: every "
-                               f"candidate breaks a placement rule ({reasons}){example}",
+                               f"candidate breaks a placement rule ({reasons}); "
+                               + _rule_relaxation(model, cluster, rejections, base, fixed, costs.reserve, headroom),
                                details={"rejected": rejections.as_list()})
     excess, layout, diagnosis = closest
     if excess <= 0:
@@ -1529,7 +1531,9 @@ def _infeasible(model, cluster, costs: _Costs, rejections: Rejections, base, fix
     gib = 2**30
     named = (f"dp={layout.dp} tp={layout.tp} pp={layout.pp} cp={layout.cp} ep={layout.ep} "
              f"zero={layout.zero_stage} b={layout.micro_batch_size}")
-    change = _gpu_change(cluster, gpus, term) + _beyond_context(model, base["seq_len"])
+    change = (_gpu_change(cluster, gpus, term, base["seq_len"])
+              or _sequence_change(model, cluster, base, fixed, costs.reserve, headroom, term))
+    change += _beyond_context(model, base["seq_len"])
     return InfeasibleError(
         f"no layout of {model.name} fits {cluster.num_gpus} x {cluster.gpu.name} "
         f"({costs.usable_bytes / gib:.1f} GiB usable per GPU after the {costs.reserve / gib:.1f} GiB reserve "
@@ -1551,11 +1555,13 @@ def _beyond_context(model: ModelSpec, seq_len: int) -> str:
             f"{model.max_position_embeddings:,}")
 
 
-def _gpu_change(cluster: ClusterSpec, gpus: int | None, term: str) -> str:
+def _gpu_change(cluster: ClusterSpec, gpus: int | None, term: str, seq_len: int | None = None) -> str:
     """The smallest change of an infeasible answer: the least GPU count with a plan (`minimum_gpus`)
-    in nodes, or, when none up to the search limit has one, what would relax the binding `term`."""
+    in nodes, or, when none up to the search limit has one, what would relax the binding `term`
+    (`_no_gpu_count_fix`); "" when none would and `_sequence_change` is to say it."""
     if not gpus:
-        return "no GPU count up to the search limit fits: " + _NO_GPU_COUNT_FIX.get(term, "shorten the sequence")
+        fix = _no_gpu_count_fix(term, seq_len)
+        return fix and "no GPU count up to the search limit fits: " + fix
     node, nodes = cluster.gpus_per_node, gpus // cluster.gpus_per_node
     return f"use at least {gpus} GPUs" + (f" ({nodes} node{'s' * (nodes != 1)} of {node})" if gpus >= node
                                           else " (part of one node)")
@@ -1627,6 +1633,83 @@ def _dominant_term(costs: _Costs, layout: Layout, stage: int,
                         reserve_bytes=costs.reserve, layers_by_recompute=None).largest_term
 
 
+def _no_gpu_count_fix(term: str, seq_len: int | None) -> str:
+    """What would relax the binding `term` when no GPU count has a plan (`_NO_GPU_COUNT_FIX`); for
+    activations of a sequence no context-parallel degree can split (load-balanced CP needs seq_len
+    divisible by 2 x cp: an odd length has no cp > 1, `rules._sequence`), "" (`_sequence_change`
+    names the length instead of offering more cp)."""
+    if term == "activations" and seq_len is not None and seq_len % 4:
+        return ""
+    return _NO_GPU_COUNT_FIX.get(term, "shorten the sequence")
+
+
+SEQ_ALIGN = 128
+"""Tokens a sequence length is rounded down to a multiple of when no cp splits the one asked for:
+2 x cp x tp for cp and tp up to 8 (`rules._sequence_divisor` with SP), so every mesh of the
+search divides it."""
+
+
+def _sequence_change(model, cluster, base, fixed, reserve, headroom, term: str) -> str:
+    """The infeasible answer's change when no GPU count has a plan because the sequence cannot be
+    split (`_no_gpu_count_fix` ""): the nearest shorter length every cp and tp divide
+    (`SEQ_ALIGN`), said to have a plan on these GPUs where `_has_plan` finds one (fresh-user review 7:
+    --seq-len 131073 was offered "more cp", which no cp can give an odd length)."""
+    seq = base["seq_len"]
+    why = (f"seq_len={seq:,} is not divisible by 4, so no context parallelism splits it (load-balanced "
+           f"CP needs 2 x cp chunks) and sequence parallelism needs it divisible by tp")
+    aligned = seq // SEQ_ALIGN * SEQ_ALIGN
+    if aligned and _has_plan(model, cluster, fixed, {**base, "seq_len": aligned}, reserve, headroom):
+        return f"--seq-len {aligned:,} has a plan on these {cluster.num_gpus} GPUs ({why})"
+    return f"no GPU count up to the search limit fits: {why}; shorten the sequence, or a smaller micro-batch"
+
+
+def _rule_relaxation(model, cluster, rejections: Rejections, base, fixed, reserve, headroom) -> str:
+    """What binds when every candidate breaks a rule, and a change that has a plan: the global
+    batch when the layouts the other rules allow all need another one (`_batch_relaxation`),
+    else the most frequent rule with its first example (fresh-user reviews 6 #10 and 7: the example
+    of one arbitrary candidate, tp=16 at a million GPUs, hid the batch that binds)."""
+    batch = _batch_relaxation(model, cluster, fixed, base, reserve, headroom)
+    if batch is None:
+        top = rejections.as_list()[0]["reason"] if rejections.total else None
+        example = rejections.examples.get(top)
+        pins = ", ".join(f"{k}={v}" for k, v in fixed.items())
+        return ((f"e.g. {example}" if top and example not in (None, top) else "no layout to show")
+                + (f"; the pins {pins} leave no other: change or drop a --fix" if pins else ""))
+    least, sizes = batch
+    g = base["global_batch_size"]
+    binds = (f"what binds is the global batch: {g:,} sequence{'s' * (g != 1)} "
+             + (f"are fewer than the least dp x micro-batch, {least:,}, of any layout the other rules allow"
+                if g < least else "divide into no layout the other rules allow (dp x micro-batch, and "
+                                  "the micro-batch count interleaving needs)"))
+    if not sizes:
+        return f"{binds}; no global batch near it has a plan either"
+    return (f"{binds}; smallest change: --global-batch-size {' or '.join(f'{v:,}' for v in sizes)} "
+            f"({'each has' if len(sizes) > 1 else 'has'} a plan)")
+
+
+def _batch_relaxation(model, cluster, fixed, base, reserve, headroom) -> tuple[int, list[int]] | None:
+    """(the least dp x micro-batch of the layouts every rule but the batch rules allows, the global
+    batch sizes nearest the requested that give a plan: the nearest below and above among those
+    that pass the batch rules for some such layout, each checked with `_has_plan`), or None when
+    the other rules allow no layout (the batch does not bind)."""
+    layouts = _candidates(model, cluster, fixed, base, reserve, headroom, batch_rules=False)[0]
+    if not layouts:
+        return None
+    g = base["global_batch_size"]
+    sizes = set()
+    for layout in layouts:
+        unit = layout.dp * layout.micro_batch_size
+        for size in {max(unit, g // unit * unit), -(-g // unit) * unit}:
+            if size * base["seq_len"] <= MAX_BATCH_TOKENS and not errors(
+                    check_batch(model, cluster, layout.replace(global_batch_size=size))):
+                sizes.add(size)
+    found = []
+    for side in (sorted((v for v in sizes if v < g), reverse=True), sorted(v for v in sizes if v > g)):
+        found += [v for v in side[:2] if _has_plan(model, cluster, fixed, {**base, "global_batch_size": v},
+                                                   reserve, headroom)][:1]
+    return min(layout.dp * layout.micro_batch_size for layout in layouts), found
+
+
 _NO_GPU_COUNT_FIX = {
     "parameters": "shard the parameters further (more tp, ep for the experts, or pp; ZeRO-3) or "
                   "offload them",
@@ -1657,7 +1740,7 @@ def _states_exceed(model: ModelSpec, cluster: ClusterSpec, base: dict, fixed: di
     per_gpu = params * sum(terms.values()) / cluster.num_gpus
     term = max(terms, key=terms.get)
     gpus = minimum_gpus(model, cluster, base=base, fixed=fixed, reserve_bytes=reserve, headroom=headroom)
-    change = _gpu_change(cluster, gpus, term)
+    change = _gpu_change(cluster, gpus, term) or "shorten the sequence"
     return InfeasibleError(
         f"no layout of {model.name} fits {cluster.num_gpus} x {cluster.gpu.name} "
         f"({usable / gib:.1f} GiB usable per GPU after the {reserve / gib:.1f} GiB reserve and "

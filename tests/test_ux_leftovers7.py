@@ -123,3 +123,49 @@ def test_an_id_extending_a_catalog_id_names_the_catalog_model(tmp_path, ref, hin
 def test_an_id_of_no_catalog_model_gets_no_hint():
     out = planner("models", "show", "foo/bar-7B")
     assert out.returncode == 2 and "-m " not in out.stderr.split("download")[0]
+
+
+# ---------------------------------------------------------------- infeasible answers name what binds (fresh7 #5, fresh6 #10)
+
+def _infeasible(*args: str) -> str:
+    out = planner("plan", *args)
+    assert out.returncode == 1, out.stdout
+    return " ".join(out.stderr.split())
+
+
+def test_a_million_gpus_name_the_batch_that_binds_and_a_batch_that_plans():
+    """Llama-3.1-8B (32 layers) on 1,048,576 H100 at 4,096 tokens: tp <= 8 (the NVLink domain), pp <= 32
+    (the layers), cp 1 (4,096 tokens leave no 4,096-token shard for cp 2), so dp >= 1,048,576 / (8 x 32)
+    = 4,096 and the default batch of 1,024 sequences feeds no layout; 4,096 sequences do. The answer
+    said "e.g. tp=16 > 8 GPUs per scale-up domain", a rejection that is not what binds."""
+    text = _infeasible("-m", "llama-3.1-8b", "-c", "dgx-h100", "--gpus", "1048576", "--top", "1")
+    assert ("what binds is the global batch: 1,024 sequences are fewer than the least dp x micro-batch, "
+            "4,096, of any layout the other rules allow; smallest change: --global-batch-size 4,096") in text
+    assert "tp=16" not in text
+    relaxed = planner("plan", "-m", "llama-3.1-8b", "-c", "dgx-h100", "--gpus", "1048576", "--top", "1",
+                      "--global-batch-size", "4096", "--format", "json")
+    assert relaxed.returncode == 0
+
+
+def test_an_awkward_gpu_count_gets_the_nearest_batch_that_plans_not_one_candidates_fix():
+    """fresh6 #10: Llama-3.1-70B on 1,000 GPUs (2^3 x 5^3), 1,024 sequences (2^10): dp must divide both,
+    dp <= 8 leaves tp x pp x cp >= 125 > 8 x 80, so no layout; the answer gave the fix of the dp=5
+    candidate (1,020 or 1,025). Now the nearest batches with a plan: 1,020 = 20 x 51 (dp 20, tp x pp
+    = 50) below, 1,025 = 25 x 41 (dp 25, tp x pp = 40) above -- 1,021-1,023 share with 1,000 only
+    divisors up to 2, which leave 500 ranks for tp x pp."""
+    text = _infeasible("-m", "llama-3.1-70b", "-c", "dgx-h100", "--gpus", "1000", "--top", "1")
+    assert "what binds is the global batch: 1,024 sequences divide into no layout" in text
+    assert text.endswith("smallest change: --global-batch-size 1,020 or 1,025 (each has a plan)")
+    assert "dp*micro_batch_size = 5*1" not in text
+    relaxed = planner("plan", "-m", "llama-3.1-70b", "-c", "dgx-h100", "--gpus", "1000", "--top", "1",
+                      "--global-batch-size", "1020", "--format", "json")
+    assert relaxed.returncode == 0
+
+
+def test_an_odd_sequence_is_not_offered_more_cp():
+    """fresh7 #5: --seq-len 131073 (odd) on 8 H100 was told "split it (more cp)"; load-balanced CP needs
+    2 x cp chunks (Megatron-LM / TE get_batch_on_this_cp_rank) and SP a multiple of tp, so no cp > 1 and
+    no even tp splits it; 131,072 (2^17) is what plans."""
+    text = _infeasible("-m", "llama-3.1-8b", "-c", "dgx-h100", "--gpus", "8", "--seq-len", "131073")
+    assert "more cp" not in text
+    assert "smallest change: --seq-len 131,072 has a plan on these 8 GPUs (seq_len=131,073 is not divisible by 4" in text
