@@ -14,7 +14,9 @@ MFU_CONVENTION = (
     "MFU = model FLOPs per token x tokens/s / peak FLOP/s, with model FLOPs = training = 3 x forward, "
     "forward = 2 x active matmul parameters (LM head included, embedding lookup and norms excluded) "
     "+ attention 2*seq_len*heads*(d_qk + d_v) per layer, no causal-mask discount, no recomputation "
-    "(PaLM, Chowdhery et al. 2022, Appendix B); recomputation counts toward HFU only"
+    "(PaLM, Chowdhery et al. 2022, Appendix B); recomputation counts toward HFU only; plan, explain "
+    "and check print MFU in the convention of the framework planned for (Megatron-LM: causal attention; "
+    "torchtitan, DeepSpeed: this one)"
 )
 """Source: Chowdhery et al. 2022 (PaLM) Appendix B; Kaplan et al. 2020 Table 1."""
 
