@@ -200,18 +200,24 @@ def test_megatron_args_without_kv_channels_derive_it_as_hidden_over_heads(tmp_pa
 
 
 def test_bad_input_annotation_points_at_the_key_it_names(tmp_path):
-    """A torchtitan key one letter off is bad input (torchtitan rejects unknown fields): the
-    annotation and the JUnit error point at its line (6)."""
+    """A torchtitan degree that is no positive integer is bad input: the annotation and the JUnit
+    error point at its line (6). A key one letter off a field is torchtitan's start-up error
+    (unknown fields), the check failure torchtitan_unknown_key (exit 1), at the same line."""
     path = tmp_path / "job.toml"
     path.write_text("[training]\nlocal_batch_size = 2\nseq_len = 8192\n\n[parallelism]\n"
-                    "tensor_paralel_degree = 2\n")
+                    "tensor_parallel_degree = 0\n")
     options = ["-m", "llama-3.1-8b", "-c", "dgx-h100", "--gpus", "8"]
     result = _check(path, *options, "--format", "github")
     assert result.exit_code == 2
     assert result.output.startswith(f"::error file={path},line=6,title=planner check::")
-    assert "did you mean parallelism.tensor_parallel_degree?" in result.output
+    assert "parallelism.tensor_parallel_degree: value 0 must be an integer >= 1" in result.output
     junit = ET.fromstring(_check(path, *options, "--format", "junit").output)
     assert junit.find("testsuite/testcase").get("line") == "6"
+    path.write_text(path.read_text().replace("tensor_parallel_degree = 0", "tensor_paralel_degree = 2"))
+    typo = _check(path, *options, "--format", "github")
+    assert typo.exit_code == 1
+    assert typo.output.startswith(f"::error file={path},line=6,title=torchtitan_unknown_key::")
+    assert "did you mean parallelism.tensor_parallel_degree?" in typo.output
 
 
 def _readme_stanza_args() -> list[str]:
