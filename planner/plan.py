@@ -155,7 +155,7 @@ from planner.search.ilp import (
     solve_stage_problem,
     to_int_problem,
 )
-from planner.search.mesh import FIXABLE, Rejections, SearchSpace, candidate_layouts
+from planner.search.mesh import FIXABLE, Rejections, SearchSpace, candidate_layouts, divisors
 from planner.search.module_sets import searched_sets
 from planner.specs.cluster import ClusterSpec
 from planner.specs.limits import MAX_BATCH_TOKENS, MAX_GPUS
@@ -1681,10 +1681,30 @@ def _rule_relaxation(model, cluster, rejections: Rejections, base, fixed, reserv
              + (f"are fewer than the least dp x micro-batch, {least:,}, of any layout the other rules allow"
                 if g < least else "divide into no layout the other rules allow (dp x micro-batch, and "
                                   "the micro-batch count interleaving needs)"))
+    counts = _gpu_relaxation(model, cluster, fixed, base, reserve, headroom)
+    other = f"; or keep the batch on {' or '.join(f'{c:,}' for c in counts)} GPUs" if counts else ""
     if not sizes:
-        return f"{binds}; no global batch near it has a plan either"
+        return f"{binds}; no global batch near it has a plan either{other}"
     return (f"{binds}; smallest change: --global-batch-size {' or '.join(f'{v:,}' for v in sizes)} "
-            f"({'each has' if len(sizes) > 1 else 'has'} a plan)")
+            f"({'each has' if len(sizes) > 1 else 'has'} a plan){other}")
+
+
+def _gpu_relaxation(model, cluster, fixed, base, reserve, headroom, steps: int = 32) -> list[int]:
+    """The GPU counts nearest the request, one below and one above (whole nodes, within `steps`
+    nodes), at which the requested global batch has a plan (`_has_plan`), probed only where some dp
+    dividing the batch leaves at most tp x pp x cp = scale-up domain x layers x the cp the sequence
+    allows for the rest (fresh-user review 6 #10: 1,000 GPUs at 1,024 sequences; 992 and 1,008 plan)."""
+    g, node = base["global_batch_size"], cluster.gpus_per_node
+    most = cluster.scaleup_domain_gpus * model.num_hidden_layers * max(1, base["seq_len"] // CP_MIN_TOKENS_PER_RANK)
+    dps = divisors(g)
+
+    def plans(count: int) -> bool:
+        return (any(count % dp == 0 and count // dp <= most for dp in dps)
+                and _has_plan(model, dataclasses.replace(cluster, num_gpus=count), fixed, base, reserve, headroom))
+
+    below = [c for c in range((cluster.num_gpus - 1) // node * node, 0, -node)][:steps]
+    above = [c for c in range(cluster.num_gpus // node * node + node, MAX_GPUS + 1, node)][:steps]
+    return [c for side in (below, above) for c in [next((c for c in side if plans(c)), None)] if c]
 
 
 def _batch_relaxation(model, cluster, fixed, base, reserve, headroom) -> tuple[int, list[int]] | None:

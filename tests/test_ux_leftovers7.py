@@ -152,14 +152,18 @@ def test_an_awkward_gpu_count_gets_the_nearest_batch_that_plans_not_one_candidat
     dp <= 8 leaves tp x pp x cp >= 125 > 8 x 80, so no layout; the answer gave the fix of the dp=5
     candidate (1,020 or 1,025). Now the nearest batches with a plan: 1,020 = 20 x 51 (dp 20, tp x pp
     = 50) below, 1,025 = 25 x 41 (dp 25, tp x pp = 40) above -- 1,021-1,023 share with 1,000 only
-    divisors up to 2, which leave 500 ranks for tp x pp."""
+    divisors up to 2, which leave 500 ranks for tp x pp. Or the batch kept on the nearest whole-node
+    counts that plan: 992 = 32 x 31 (dp 32 / 16 / 8 / 4 with tp x pp = 31 x 1 / 2 / 4 / 8) below, and
+    1,008 = 16 x 63 above, the next node count (dp 16 / 8 / 4 with tp 1 / 2 / 4 x pp 63)."""
     text = _infeasible("-m", "llama-3.1-70b", "-c", "dgx-h100", "--gpus", "1000", "--top", "1")
     assert "what binds is the global batch: 1,024 sequences divide into no layout" in text
-    assert text.endswith("smallest change: --global-batch-size 1,020 or 1,025 (each has a plan)")
+    assert text.endswith("smallest change: --global-batch-size 1,020 or 1,025 (each has a plan); or keep "
+                         "the batch on 992 or 1,008 GPUs")
     assert "dp*micro_batch_size = 5*1" not in text
-    relaxed = planner("plan", "-m", "llama-3.1-70b", "-c", "dgx-h100", "--gpus", "1000", "--top", "1",
-                      "--global-batch-size", "1020", "--format", "json")
-    assert relaxed.returncode == 0
+    for option in (("--gpus", "1000", "--global-batch-size", "1020"), ("--gpus", "992")):
+        relaxed = planner("plan", "-m", "llama-3.1-70b", "-c", "dgx-h100", "--top", "1", *option,
+                          "--format", "json")
+        assert relaxed.returncode == 0, option
 
 
 def test_an_odd_sequence_is_not_offered_more_cp():
