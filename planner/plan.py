@@ -1532,7 +1532,7 @@ def _infeasible(model, cluster, costs: _Costs, rejections: Rejections, base, fix
     named = (f"dp={layout.dp} tp={layout.tp} pp={layout.pp} cp={layout.cp} ep={layout.ep} "
              f"zero={layout.zero_stage} b={layout.micro_batch_size}")
     change = (_gpu_change(cluster, gpus, term, base["seq_len"])
-              or _sequence_change(model, cluster, base, fixed, costs.reserve, headroom, term))
+              or _sequence_change(model, cluster, base, fixed, costs.reserve, headroom))
     change += _beyond_context(model, base["seq_len"])
     return InfeasibleError(
         f"no layout of {model.name} fits {cluster.num_gpus} x {cluster.gpu.name} "
@@ -1649,7 +1649,7 @@ SEQ_ALIGN = 128
 search divides it."""
 
 
-def _sequence_change(model, cluster, base, fixed, reserve, headroom, term: str) -> str:
+def _sequence_change(model, cluster, base, fixed, reserve, headroom) -> str:
     """The infeasible answer's change when no GPU count has a plan because the sequence cannot be
     split (`_no_gpu_count_fix` ""): the nearest shorter length every cp and tp divide
     (`SEQ_ALIGN`), said to have a plan on these GPUs where `_has_plan` finds one (fresh-user review 7:
@@ -1674,7 +1674,7 @@ def _rule_relaxation(model, cluster, rejections: Rejections, base, fixed, reserv
         example = rejections.examples.get(top)
         pins = ", ".join(f"{k}={v}" for k, v in fixed.items())
         return ((f"e.g. {example}" if top and example not in (None, top) else "no layout to show")
-                + (f"; the pins {pins} leave no other: change or drop a --fix" if pins else ""))
+                + (f"; the pins {pins} (--fix, and those --emit implies) leave no other" if pins else ""))
     least, sizes = batch
     g = base["global_batch_size"]
     binds = (f"what binds is the global batch: {g:,} sequence{'s' * (g != 1)} "
@@ -1696,14 +1696,14 @@ def _gpu_relaxation(model, cluster, fixed, base, reserve, headroom, steps: int =
     allows for the rest (fresh-user review 6 #10: 1,000 GPUs at 1,024 sequences; 992 and 1,008 plan)."""
     g, node = base["global_batch_size"], cluster.gpus_per_node
     most = cluster.scaleup_domain_gpus * model.num_hidden_layers * max(1, base["seq_len"] // CP_MIN_TOKENS_PER_RANK)
-    dps = divisors(g)
+    dps, free = divisors(g), {k: v for k, v in fixed.items() if k != "dp"}  # another count: another dp
 
     def plans(count: int) -> bool:
         return (any(count % dp == 0 and count // dp <= most for dp in dps)
-                and _has_plan(model, dataclasses.replace(cluster, num_gpus=count), fixed, base, reserve, headroom))
+                and _has_plan(model, dataclasses.replace(cluster, num_gpus=count), free, base, reserve, headroom))
 
-    below = [c for c in range((cluster.num_gpus - 1) // node * node, 0, -node)][:steps]
-    above = [c for c in range(cluster.num_gpus // node * node + node, MAX_GPUS + 1, node)][:steps]
+    below = range((cluster.num_gpus - 1) // node * node, 0, -node)[:steps]
+    above = range(cluster.num_gpus // node * node + node, MAX_GPUS + 1, node)[:steps]
     return [c for side in (below, above) for c in [next((c for c in side if plans(c)), None)] if c]
 
 
@@ -1723,11 +1723,10 @@ def _batch_relaxation(model, cluster, fixed, base, reserve, headroom) -> tuple[i
             if size * base["seq_len"] <= MAX_BATCH_TOKENS and not errors(
                     check_batch(model, cluster, layout.replace(global_batch_size=size))):
                 sizes.add(size)
-    found = []
-    for side in (sorted((v for v in sizes if v < g), reverse=True), sorted(v for v in sizes if v > g)):
-        found += [v for v in side[:2] if _has_plan(model, cluster, fixed, {**base, "global_batch_size": v},
-                                                   reserve, headroom)][:1]
-    return min(layout.dp * layout.micro_batch_size for layout in layouts), found
+    found = [next((v for v in side[:2] if _has_plan(model, cluster, fixed, {**base, "global_batch_size": v},
+                                                    reserve, headroom)), None)
+             for side in (sorted((v for v in sizes if v < g), reverse=True), sorted(v for v in sizes if v > g))]
+    return min(layout.dp * layout.micro_batch_size for layout in layouts), [v for v in found if v]
 
 
 _NO_GPU_COUNT_FIX = {
@@ -1760,7 +1759,7 @@ def _states_exceed(model: ModelSpec, cluster: ClusterSpec, base: dict, fixed: di
     per_gpu = params * sum(terms.values()) / cluster.num_gpus
     term = max(terms, key=terms.get)
     gpus = minimum_gpus(model, cluster, base=base, fixed=fixed, reserve_bytes=reserve, headroom=headroom)
-    change = _gpu_change(cluster, gpus, term) or "shorten the sequence"
+    change = _gpu_change(cluster, gpus, term)
     return InfeasibleError(
         f"no layout of {model.name} fits {cluster.num_gpus} x {cluster.gpu.name} "
         f"({usable / gib:.1f} GiB usable per GPU after the {reserve / gib:.1f} GiB reserve and "

@@ -120,3 +120,9 @@ def test_torchtitan_plan_table_prints_palms_mfu():
     row = next(line for line in runner.invoke(app, args, env={"COLUMNS": "200"}).output.splitlines()
                if line.startswith("1 "))
     assert [c.strip() for c in row.split("│")][-2] == f"{100 * plan['mfu']:.1f}%"
+
+
+def test_every_framework_names_its_mfu_convention():
+    from planner.placement.layout import FRAMEWORKS
+    from planner.summary import FRAMEWORK_CAUSAL
+    assert set(FRAMEWORK_CAUSAL) == set(FRAMEWORKS)
