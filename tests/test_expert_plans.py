@@ -35,8 +35,9 @@ KNOWN_GAPS = {
            "with DeepSeek-V3's 4-of-8 group routing to ~3.2 (comm._flex_dispatch), a per-byte rate "
            "HybridEP's published H100 kernels keep flat from 2 to 8 nodes (test_moe_dispatcher."
            "test_flex_call_time_tracks_hybridep_published_h100_kernels: the model's growth is at "
-           "most 1.35x too steep, worth <= 0.9 s here); the plan's HybridEP buffers are smaller "
-           "at ep16 (memory does not explain ep64); no measurement of DeepSeek-V3 at ep16",
+           "most 1.35x too steep, worth <= 0.9 s here); the dispatcher's buffers (cost.ep_buffers: "
+           "DeepEP 0.43 GiB at ep16, 0.67 at ep64) leave the plan feasible (memory does not "
+           "explain ep64); no measurement of DeepSeek-V3 at ep16",
     "E13": "plan tp1 pp4 ep4 micro-batch 4 at 0.81x the recipe's ep16 micro-batch 1: the MoE host "
            "stall (compute.moe_host_sync_s, fitted on E13) is paid per micro-batch per MoE layer, "
            "so fewer, larger micro-batches amortize it; NVIDIA's B200 Qwen3-30B-A3B runs gained "
