@@ -563,7 +563,20 @@ def _flex_dispatch(model: ModelSpec, layout: Layout, token_bytes: int, k: int) -
     all-to-all over the N nodes' same-index GPUs of message token_bytes x D_n and one over the k
     GPUs of a node of message token_bytes x D_g; the two run at once in one kernel, so
     `step_time` prices a phase's flex records as the slower of the two. Combine sends the same
-    bytes back; backward runs both again."""
+    bytes back; backward runs both again.
+
+    Checked against published kernel times (tests/test_moe_dispatcher.py): HybridEP's H100 table
+    (deepseek-ai/DeepEP branch hybrid-ep @94a9f8f docs/README_Hybrid-EP.md l. 51-77, kernel only,
+    8 SMs, 4,096 tokens x 7,168, top-8, uniform routing) on 2 / 4 / 8 nodes: this price is 0.91 /
+    0.97 / 1.05 of its dispatch and 0.81 / 1.00 / 1.06 of its combine. Those benchmarks, like
+    DeepEP's ("the results are logical bandwidth ... contains local rank traffic", DeepEP README
+    @dd758ca l. 53), divide all D_n copies by the time, so their 77 / 55 / 51 GB/s are 38 / 41 /
+    44 GB/s of network bytes per GPU: the network rate is flat in the nodes spanned, the bytes grow
+    as D_n (N-1)/N; HybridEP's design overlaps the two parts (docs/Hybrid-EP_Implementation.md
+    l. 464), as the max here does. The residual: on 2 nodes the published rate is ~15% under the
+    model's, so the model's growth from 2 to 8 nodes is 1.15x (dispatch) to 1.32x (combine)
+    steeper than HybridEP's. DeepEP V1 on H800 (docs/legacy.md, EP 16: 43 GB/s logical) is bound
+    by that GPU's ~160 GB/s NVLink, not the network."""
     g, top_k = layout.ep, model.num_experts_per_tok
     nodes = -(-g // k)
     parts = []

@@ -443,9 +443,21 @@ def moe_host_sync_s() -> float:
     idled 24.714 - 22.821 s (step - GPU-active union) = 0.62 ms per sync -- after the sync the
     queue refills only as the host issues. The part
     that grows with the local experts is a separate term (`moe_expert_host_idle_s`); this constant
-    is the rest. What it absorbs beyond that 0.62 ms is not identified: against the same profile
-    the model under-prices E13's HybridEP communication (4.97 s per step vs 9.079 ms / 0.11% =
-    8.25 s of communication kernels in the bf16 run), and the fp8 run (E13, 29.26 s per step) is
-    slower than that bf16 run (24.71 s) by more than any sourced fp8 term here explains."""
+    is the rest. What it absorbs beyond that 0.62 ms, per sync of the fitted 3.83 ms (11.8 s of
+    E13's step), against that profile: (a) communication, 0.46 ms: the profile's 8.25 s of
+    communication kernels (9.079 ms / 0.11%) include the permute and unpermute, which that bf16
+    recipe fuses into HybridEP's kernels (Megatron-Bridge@067f987 perf_recipes/qwen/h100/
+    qwen3_moe.py l. 40 `moe_permute_fusion_into_hybridep = True`; Megatron-LM@d98e8a6
+    transformer_config.py l. 904: default False, as the fp8 recipe leaves it) and the model
+    prices as compute (`step_time._moe_memory_bytes`, 1.93 s): 4.95 + 1.93 = 6.9 s against
+    8.25 s, the 2-node shortfall of the flex price against HybridEP's own kernel table
+    (`comm._flex_dispatch`); (b) the rest of the GPU work, 1.07 ms: 14.57 s of non-communication
+    kernels (22.821 - 8.25) against the model's 11.3 s in bf16; (c) 1.47 ms: the fp8 row (NeMo
+    26.04.01) is 4.5 s slower than that bf16 run, which was measured later (2026-07-25) with the
+    permute fused -- not all of it is fp8, and no sourced fp8 term explains it. (a) and (b)
+    grow with the tokens, not the micro-batches; a held-out check of the per-micro-batch part:
+    NVIDIA's 8-GPU B200 Qwen3-30B-A3B runs, micro-batch 1 -> 4 (tests/test_expert_plans.py
+    `test_moe_micro_batch_gain_is_within_nvidias_b200_measurement`: 2.75x measured with other
+    changes, 2.17x modelled, 1.51x without this stall)."""
     return calibration().moe_host_sync_s
 

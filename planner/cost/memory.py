@@ -35,6 +35,7 @@ import math
 from dataclasses import dataclass, field
 
 from planner.cost import activations as act
+from planner.cost.ep_buffers import FLEX_BUFFER_TERM, flex_buffer_bytes
 from planner.cost.params_flops import ParamCounts, count_params, layer_tensors
 from planner.cost.pipeline import interleaved_chunk_table, interleaved_warmup_chunks
 from planner.errors import SpecError
@@ -922,7 +923,8 @@ def stage_memory(model: ModelSpec, cluster, layout: Layout, stage: int, *,
 
     Args:
         model: the model.
-        cluster: a ClusterSpec (only `gpu.memory_bytes` is used).
+        cluster: a ClusterSpec (`gpu.memory_bytes`; node and NVLink-domain sizes for the flex
+            dispatcher's buffers, `cost.ep_buffers`).
         layout: degrees and knobs.
         stage: 0-based pipeline stage.
         layers_by_recompute: optional {"none"|"selective"|"full": layer count} overriding the
@@ -972,6 +974,10 @@ def stage_memory(model: ModelSpec, cluster, layout: Layout, stage: int, *,
                  **{k: int(v) for k, v in fp8_terms.items()}}
     if step_groups:
         transient[OPTIMIZER_STEP_TERM] = max(step_groups.values())
+    if flex := flex_buffer_bytes(model, layout, gpus_per_node=cluster.gpus_per_node,   # moe helper's term
+                                 scaleup_domain_gpus=cluster.scaleup_domain_gpus,
+                                 ep_gpus_per_domain=layout.mesh.ep_sharing(cluster.scaleup_domain_gpus)):
+        transient[FLEX_BUFFER_TERM] = flex
     gathered = facts.gathered
     if gathered and layout.framework == "torchtitan":
         transient |= _torchtitan_fsdp_terms(model, counts, placement, layout, layers, stage, sb)
