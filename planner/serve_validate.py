@@ -249,6 +249,10 @@ class Harness:
     synchronised: bool = False
     """All requests of the same lengths and all clients started together: under a prefill-first scheduler
     (SGLang) the closed loop then runs in lock-step waves (`cost.serving.latency_terms` wave_s)."""
+    share_term: str = sv.UNKNOWN_SHARE_TERMS[0]
+    """The TTFT term whose coefficient carries this campaign's start-burst share when it is not known
+    (burst_fraction None; `cost.serving.UNKNOWN_SHARE_TERMS`): one per campaign, since the share is how the
+    campaign was run, not the engine."""
 
     def mean_length(self, nominal: int) -> int:
         """Mean drawn length for the nominal `nominal` (the row's isl / osl)."""
@@ -289,7 +293,8 @@ SWEEP_SLA = Harness(
            "(isl_stddev / osl_stddev) is not recorded; their clients were not in lock-step: SGLang's TTFT there "
            "lies below the floor of a lock-step wave (llama-3.1-8b tp1, 2,000 / 100 tokens, 80 clients: 362 ms "
            "measured, while a wave's mean wait is at least 41 prefills of 15.7 ms at the H200's dense bf16 peak, "
-           "660 ms), so synchronised is False (an inference from the data, not from a published script)")
+           "660 ms), so synchronised is False (an inference from the data, not from a published script)",
+    share_term="burst_unknown_share_sla_s")
 """aiconfigurator's SLA-sized campaigns (decimal lengths; the file's `sweep-sla` rows)."""
 PLAIN = Harness(
     "plain", burst_fraction=0.0, length_range_ratio=1.0, kv_dtype={},
@@ -453,7 +458,7 @@ def case_terms(case: Case) -> dict[str, float]:
                             output_len=output_len, max_concurrency_=cmax, max_num_batched_tokens=budget,
                             link_bytes_per_s=sv.link_bytes_per_s(hw, case.inst.tp),
                             burst_fraction=0.0 if wave and case.engine == "sglang" else harness.burst_fraction, wait_steps=wait_steps,
-                            wave_clients=wave)
+                            wave_clients=wave, unknown_share_term=harness.share_term)
 
 
 def _columns(terms: dict[str, float], names: tuple[str, ...]) -> list[float]:

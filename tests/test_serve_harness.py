@@ -163,10 +163,32 @@ def test_steady_state_has_no_burst():
     steady = sv.latency_terms(spec, sv.Instance(), **kw)
     known = sv.latency_terms(spec, sv.Instance(), burst_fraction=0.1, **kw)
     unknown = sv.latency_terms(spec, sv.Instance(), burst_fraction=None, **kw)
-    assert steady["burst_s"] == steady["burst_unknown_share_s"] == 0
+    sla = sv.latency_terms(spec, sv.Instance(), burst_fraction=None, unknown_share_term="burst_unknown_share_sla_s", **kw)
+    assert steady["burst_s"] == steady["burst_unknown_share_s"] == steady["burst_unknown_share_sla_s"] == 0
     wave = steady["prefill_one_s"] * sv.start_burst_prompts(64, 8)
     assert known["burst_s"] == pytest.approx(0.1 * wave) and known["burst_unknown_share_s"] == 0
     assert unknown["burst_unknown_share_s"] == pytest.approx(wave) and unknown["burst_s"] == 0
+    assert unknown["burst_unknown_share_sla_s"] == 0
+    assert sla["burst_unknown_share_sla_s"] == pytest.approx(wave) and sla["burst_unknown_share_s"] == 0
+    with pytest.raises(ValueError):
+        sv.latency_terms(spec, sv.Instance(), unknown_share_term="burst_s", **kw)
+
+
+def test_each_campaign_fits_its_own_burst_share():
+    """The share of a campaign's measured requests that met its start burst is how the campaign was run, so
+    each aiconfigurator campaign puts an unknown share in its own term (`cost.serving.UNKNOWN_SHARE_TERMS`).
+    The fitted coefficient of that term is share x the engine's one-prompt prefill coefficient (the burst term
+    is prefill_one_s x the prompts ahead), so coefficient / prefill coefficient estimates the share. vLLM and
+    TensorRT-LLM fit theirs on disjoint rows (each its own engine's dense `sweep` grid rows; SGLang's carry the
+    lock-step wave instead): a property of the campaign must come out alike for both, and as a share in (0, 1).
+    Hand check of the committed calibration: 0.286 / 2.09 = 0.137 (vLLM), 0.282 / 2.02 = 0.139 (TensorRT-LLM),
+    about 7 measured requests per client."""
+    dense = {e: v.load_calibration()["engines"][e]["dense"]["ttft"] for e in ("vllm", "trtllm")}
+    share = {e: c["burst_unknown_share_s"] / c["prefill_one_s"] for e, c in dense.items()}
+    assert all(0.02 < s < 1 for s in share.values())
+    assert share["vllm"] == pytest.approx(share["trtllm"], rel=0.25)
+    assert v.SWEEP.share_term != v.SWEEP_SLA.share_term
+    assert {v.SWEEP.share_term, v.SWEEP_SLA.share_term} == set(sv.UNKNOWN_SHARE_TERMS)
 
 
 # ---------------------------------------------------------------- exact non-negative least squares
