@@ -5,6 +5,7 @@ Expected values are hand arithmetic written here, or rows of the reference file 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import math
 from pathlib import Path
 
@@ -213,3 +214,39 @@ def test_nonnegative_lstsq_meets_optimality_conditions():
         assert (gradient <= 1e-8 * scale).all()
         assert np.abs(gradient[x > 0]).max(initial=0) <= 1e-8 * scale.max()
         assert math.isfinite(float(x.sum()))
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "trtllm"])
+def test_serve_plan_is_validate_without_the_harness(engine):
+    """serve-plan's TTFT / TPOT for a shape at a concurrency is exactly what `validate` predicts for a row of
+    that shape measured without a harness (`serve_validate.steady_case`): one model, the harness the only
+    difference. Below both running caps (llama-3.1-8b tp2 on H100 at 32 clients of 1,024 / 256 tokens: the KV
+    pool holds thousands of sequences and SGLang admits all 32) the two must be equal to rounding; the
+    stated differences (running cap, SGLang admission, PP hops) cannot act there."""
+    from planner import serve
+
+    inst = sv.Instance(tp=2)
+    case = v.Case(id="x", engine=engine, model="llama-3.1-8b", cluster="dgx-h100", weight_format="bf16", inst=inst,
+                  concurrency=32, input_len=1024, output_len=256, ttft_ms=1.0, tpot_ms=1.0)
+    coefficients = v.coefficients_for(v.load_calibration(), engine, "llama-3.1-8b")
+    want = sv.predict_latency(v.case_terms(case), coefficients)
+    req = serve.ServeRequest(gpus=2, input_len=1024, output_len=256, concurrency=32, engine=engine)
+    point, = serve.evaluate(v._model("llama-3.1-8b"), v._cluster("dgx-h100"), req, inst, coefficients)["points"]
+    assert (point["ttft_s"], point["tpot_s"]) == pytest.approx(want, rel=1e-12)
+    assert v.steady_case(dataclasses.replace(case, harness="sweep")) == case
+
+
+def test_validate_reports_the_steady_state_beside_the_harness():
+    """`validate` gives each row serve-plan's steady-state TTFT (`ttft_steady_ms`, the row without its harness)
+    and how far that is from the measurements (`steady_state`): a row measured without a harness predicts the
+    same TTFT both ways; an InferenceX row (a tenth of its requests in a start burst, FP8 KV, drawn lengths)
+    differs."""
+    cases = v.load_cases()
+    inferencex = next(c for c in cases if c.harness == "inferencex" and c.concurrency >= 64)
+    plain = v.steady_case(inferencex)
+    out = v.validate([inferencex, plain])
+    burst, steady = out["rows"]
+    assert steady["ttft_pred_ms"] == pytest.approx(steady["ttft_steady_ms"])
+    assert burst["ttft_steady_ms"] == pytest.approx(steady["ttft_pred_ms"])
+    assert burst["ttft_pred_ms"] != pytest.approx(burst["ttft_steady_ms"])
+    assert out["steady_state"]["n"] == 2 and out["steady_state"]["ttft_mape"] >= 0
