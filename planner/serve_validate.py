@@ -19,7 +19,9 @@ the FIT part (about 25 % / 75 %). The fit never sees evaluation rows. Each measu
 constants per engine and model class (dense / MoE). Each row is costed as its campaign measured it
 (`harness_of`): the InferenceX campaigns' published launch flags and benchmark client (KV dtype, per-step
 token budget, scheduler waits, drawn lengths, the start burst of 10 x concurrency measured prompts), the
-lock-step waves of aiconfigurator's fixed-length grid, SGLang's admission rule and release defaults; the
+lock-step waves of aiconfigurator's fixed-length grid, SGLang's admission rule and release defaults, and for
+each aiconfigurator campaign its own start-burst share and request-path time (`Harness.share_term`,
+`Harness.path_term`: how a campaign ran, not the engine; serve-plan's steady state has neither); the
 file has no KV-dtype column, so the other campaigns' KV cache is taken as bf16.
 
 `python -m planner.serve_validate --write` (Makefile: `make calibrate-serving`) regenerates
@@ -718,7 +720,8 @@ def write_calibration(path: Path = CALIBRATION, data: Path = DATA) -> dict:
         "generated": datetime.date.today().isoformat(),
         "units": {"collectives": "us per collective (TPOT)", "layer_steps": "us per decoder layer per step (TPOT)",
                   "running_requests": "us per running request per step (TPOT)",
-                  "constant": "ms (TTFT)", "other terms": "dimensionless multipliers"},
+                  "constant": "ms (TTFT)", **{t: "ms per request of the campaign's request path (TTFT)" for t in sv.PATH_TERMS},
+                  "other terms": "dimensionless multipliers"},
         "pooled": {f"{cls}.{target}": f"{', '.join(names)} (engines whose FIT rows: {rule.__name__.strip('_').replace('_', ' ')})"
                    for (cls, target), (names, rule) in SHARED_TERMS.items()},
         "engines": engines,
