@@ -5,6 +5,7 @@ Expected values are hand arithmetic written here, or rows of the reference file 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import math
 from pathlib import Path
 
@@ -163,10 +164,34 @@ def test_steady_state_has_no_burst():
     steady = sv.latency_terms(spec, sv.Instance(), **kw)
     known = sv.latency_terms(spec, sv.Instance(), burst_fraction=0.1, **kw)
     unknown = sv.latency_terms(spec, sv.Instance(), burst_fraction=None, **kw)
-    assert steady["burst_s"] == steady["burst_unknown_share_s"] == 0
+    sla = sv.latency_terms(spec, sv.Instance(), burst_fraction=None, unknown_share_term="burst_unknown_share_sla_s", **kw)
+    assert steady["burst_s"] == steady["burst_unknown_share_s"] == steady["burst_unknown_share_sla_s"] == 0
     wave = steady["prefill_one_s"] * sv.start_burst_prompts(64, 8)
     assert known["burst_s"] == pytest.approx(0.1 * wave) and known["burst_unknown_share_s"] == 0
     assert unknown["burst_unknown_share_s"] == pytest.approx(wave) and unknown["burst_s"] == 0
+    assert unknown["burst_unknown_share_sla_s"] == 0
+    assert sla["burst_unknown_share_sla_s"] == pytest.approx(wave) and sla["burst_unknown_share_s"] == 0
+    with pytest.raises(ValueError):
+        sv.latency_terms(spec, sv.Instance(), unknown_share_term="burst_s", **kw)
+
+
+def test_each_campaign_fits_its_own_burst_share():
+    """The share of a campaign's measured requests that met its start burst is how the campaign was run, so
+    each aiconfigurator campaign puts an unknown share in its own term (`cost.serving.UNKNOWN_SHARE_TERMS`).
+    The fitted coefficient of that term is share x the engine's one-prompt prefill coefficient (the burst term
+    is prefill_one_s x the prompts ahead), so coefficient / prefill coefficient estimates the share. vLLM and
+    TensorRT-LLM fit theirs on disjoint rows (each its own engine's dense `sweep` grid rows; SGLang's carry the
+    lock-step wave instead): a property of the campaign must come out of the same size for both (within a
+    factor of 2: the two engines' grid rows are separate runs of the campaign), and as a share in (0, 1).
+    Hand check of the committed calibration: 0.2919 / 2.124 = 0.137 (vLLM), 0.2158 / 2.356 = 0.092
+    (TensorRT-LLM): 7-11 measured requests per client (0.137 / 0.139 before the request paths were split,
+    `cost.serving.PATH_TERMS`)."""
+    dense = {e: v.load_calibration()["engines"][e]["dense"]["ttft"] for e in ("vllm", "trtllm")}
+    share = {e: c["burst_unknown_share_s"] / c["prefill_one_s"] for e, c in dense.items()}
+    assert all(0.02 < s < 1 for s in share.values())
+    assert 0.5 < share["vllm"] / share["trtllm"] < 2
+    assert v.SWEEP.share_term != v.SWEEP_SLA.share_term
+    assert {v.SWEEP.share_term, v.SWEEP_SLA.share_term} == set(sv.UNKNOWN_SHARE_TERMS)
 
 
 # ---------------------------------------------------------------- exact non-negative least squares
@@ -191,3 +216,65 @@ def test_nonnegative_lstsq_meets_optimality_conditions():
         assert (gradient <= 1e-8 * scale).all()
         assert np.abs(gradient[x > 0]).max(initial=0) <= 1e-8 * scale.max()
         assert math.isfinite(float(x.sum()))
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "trtllm"])
+def test_serve_plan_is_validate_without_the_harness(engine):
+    """serve-plan's TTFT / TPOT for a shape at a concurrency is exactly what `validate` predicts for a row of
+    that shape measured without a harness (`serve_validate.steady_case`): one model, the harness the only
+    difference. Below both running caps (llama-3.1-8b tp2 on H100 at 32 clients of 1,024 / 256 tokens: the KV
+    pool holds thousands of sequences and SGLang admits all 32) the two must be equal to rounding; the
+    stated differences (running cap, SGLang admission, PP hops) cannot act there."""
+    from planner import serve
+
+    inst = sv.Instance(tp=2)
+    case = v.Case(id="x", engine=engine, model="llama-3.1-8b", cluster="dgx-h100", weight_format="bf16", inst=inst,
+                  concurrency=32, input_len=1024, output_len=256, ttft_ms=1.0, tpot_ms=1.0)
+    coefficients = v.coefficients_for(v.load_calibration(), engine, "llama-3.1-8b")
+    want = sv.predict_latency(v.case_terms(case), coefficients)
+    req = serve.ServeRequest(gpus=2, input_len=1024, output_len=256, concurrency=32, engine=engine)
+    point, = serve.evaluate(v._model("llama-3.1-8b"), v._cluster("dgx-h100"), req, inst, coefficients)["points"]
+    assert (point["ttft_s"], point["tpot_s"]) == pytest.approx(want, rel=1e-12)
+    assert v.steady_case(dataclasses.replace(case, harness="sweep")) == case
+
+
+def test_validate_reports_the_steady_state_beside_the_harness():
+    """`validate` gives each row serve-plan's steady-state TTFT (`ttft_steady_ms`, the row without its harness)
+    and how far that is from the measurements (`steady_state`): a row measured without a harness predicts the
+    same TTFT both ways; an InferenceX row (a tenth of its requests in a start burst, FP8 KV, drawn lengths)
+    differs."""
+    cases = v.load_cases()
+    inferencex = next(c for c in cases if c.harness == "inferencex" and c.concurrency >= 64)
+    plain = v.steady_case(inferencex)
+    out = v.validate([inferencex, plain])
+    burst, steady = out["rows"]
+    assert steady["ttft_pred_ms"] == pytest.approx(steady["ttft_steady_ms"])
+    assert burst["ttft_steady_ms"] == pytest.approx(steady["ttft_pred_ms"])
+    assert burst["ttft_pred_ms"] != pytest.approx(burst["ttft_steady_ms"])
+    assert out["steady_state"]["n"] == 2 and out["steady_state"]["ttft_mape"] >= 0
+
+
+def test_each_campaign_has_its_own_request_path():
+    """aiconfigurator's campaigns measure through a Dynamo frontend, InferenceX's client talks to the engine's
+    server: each aiconfigurator campaign carries its extra per-request time in its own term
+    (`cost.serving.PATH_TERMS`, 1 ms units), none for InferenceX or serve-plan's steady state. With the paths
+    apart, the engine's own per-request constant is a property of the engine's server, measured for vLLM and
+    TensorRT-LLM on their own InferenceX rows (SGLang's dense one is pooled): on dense models they must agree
+    (committed calibration: 35.5 ms vLLM, 38.6 ms TensorRT-LLM; before, one constant per engine averaged the
+    paths: 37.6 and 104.0 ms)."""
+    spec = v._model("llama-3.1-8b")
+    kw = dict(hbm_bytes_per_s=3.35e12, peak_flops=989e12, weight_format="bf16", kv_dtype="bf16", concurrency=8,
+              input_len=1024, output_len=128, max_concurrency_=1000)
+    steady = sv.latency_terms(spec, sv.Instance(), **kw)
+    assert all(steady[t] == 0 for t in sv.PATH_TERMS)
+    sweep = sv.latency_terms(spec, sv.Instance(), path_term=v.SWEEP.path_term, **kw)
+    assert sweep["path_sweep"] == 1 and sweep["path_sweep_sla"] == 0
+    assert (v.SWEEP.path_term, v.SWEEP_SLA.path_term, v.INFERENCEX.path_term, v.PLAIN.path_term) == (
+        "path_sweep", "path_sweep_sla", None, None)
+    with pytest.raises(ValueError):
+        sv.latency_terms(spec, sv.Instance(), path_term="constant", **kw)
+    zero = {"ttft": {t: 0.0 for t in sv.TTFT_TERMS}, "tpot": {t: 0.0 for t in sv.TPOT_TERMS}}
+    zero["ttft"]["path_sweep"] = 50.0
+    assert sv.predict_latency(sweep, zero)[0] == pytest.approx(0.050 + sweep["prefill_allreduce_s"])
+    dense = {e: v.load_calibration()["engines"][e]["dense"]["ttft"]["constant"] for e in ("vllm", "trtllm")}
+    assert dense["vllm"] == pytest.approx(dense["trtllm"], rel=0.2)

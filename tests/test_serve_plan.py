@@ -188,19 +188,15 @@ def test_calibration_file_is_the_fit_of_the_fit_part(cases):
                     assert shipped[engine][cls][target][term] == pytest.approx(value, rel=1e-4, abs=1e-6)
 
 
-def test_evaluation_tpot_meets_issue_bar_and_ttft_as_published(cases):
+def test_evaluation_meets_issue_bars(cases):
     """Error on the EVALUATION part (crc32(id) % 4 == 0; never fitted; each measurement once: 185 of the
-    189 evaluation rows are distinct runs): TPOT MAPE 9.6 % (issue bar: <= 15 %), TTFT MAPE 26.0 % (README
-    accuracy table; the issue's 25 % is the strict xfail below)."""
+    189 evaluation rows are distinct runs) against the issue's bars: TPOT MAPE <= 15 % (9.6 %), TTFT MAPE
+    <= 25 % (21.8 %; 26.0 % before each aiconfigurator campaign carried its own start-burst share,
+    `cost.serving.UNKNOWN_SHARE_TERMS`, and request path, `cost.serving.PATH_TERMS`). README accuracy table: test_readme_serving_accuracy."""
     summary = validate(cases, part="evaluation")["summary"]
     assert summary["n"] == 185
     assert summary["tpot_mape"] <= 15
-    assert summary["ttft_mape"] <= 26.0
-
-
-@pytest.mark.xfail(strict=True, reason="issue 10 bar TTFT MAPE <= 25 % not reached: 26.0 % on the evaluation part")
-def test_evaluation_ttft_meets_issue_bar(cases):
-    assert validate(cases, part="evaluation")["summary"]["ttft_mape"] <= 25
+    assert summary["ttft_mape"] <= 25
 
 
 # ---------------------------------------------------------------- planner validate --suite serving

@@ -477,13 +477,34 @@ def context_bound(mem: ServingMemory, spec: ModelSpec, max_model_len: int | None
 
 # ---------------------------------------------------------------- latency
 
+UNKNOWN_SHARE_TERMS = ("burst_unknown_share_s", "burst_unknown_share_sla_s")
+"""The TTFT terms that carry a start burst whose share of the measured requests is not recorded, one per
+measurement campaign (`planner.serve_validate.Harness.share_term`: aiconfigurator's accuracy grid `sweep`, its
+SLA-sized campaigns `sweep-sla`). The share is a parameter of how a campaign was run (requests measured per
+client), not of the engine, so two campaigns run by different scripts must not share one coefficient: with one
+column for both, each engine's fit had to average the grid's share with the SLA campaigns' (vLLM's came out 0,
+its grid rows' TTFT then 0.4-0.6 of measured at 4,096-token prompts). Fitted apart, the grid's coefficient
+divided by the engine's one-prompt prefill coefficient -- the share itself -- comes out of the same size for
+the two engines whose grid rows carry a burst, 0.14 (vLLM) and 0.09 (TensorRT-LLM) (calibration/serving.yaml;
+tests/test_serve_harness.py), as a property of the campaign should."""
+PATH_TERMS = ("path_sweep", "path_sweep_sla")
+"""The TTFT terms of a campaign's request path beyond an engine's own server, one per campaign
+(`planner.serve_validate.Harness.path_term`), in units of CONSTANT_UNIT_S (their coefficients: ms per request).
+aiconfigurator's campaigns send their requests through a Dynamo frontend -- its benchmark passes Dynamo's
+`nvext` request extension (ai-dynamo/aiconfigurator src/aiconfigurator/generator/config/backend_templates/
+benchmark/bench_run.sh.j2 @095f58a5: `--extra-inputs {"nvext":{"ignore_eos":true}}` to the deployment's
+frontend port) -- an HTTP frontend, router and transport hop in front of the worker that InferenceX's client,
+which talks to `vllm serve` / `trtllm-serve` directly (INFERENCEX source), does not pass. With one per-request
+constant per engine for every campaign the fit had to average those paths into one intercept (the 50-200 ms
+floor of review-fresh6 finding 4); with the paths apart, `constant` is the engine's own server's per-request
+time, which serve-plan's steady state keeps, and each campaign's extra is its own coefficient, 0 in serve-plan."""
 TTFT_TERMS = ("prefill_one_s", "prefill_batch_s", "weights_per_chunk_s", "constant", "kv_wait_s", "burst_s",
-              "burst_unknown_share_s", "wave_s")
+              *UNKNOWN_SHARE_TERMS, "wave_s", *PATH_TERMS)
 """TTFT = sum of fitted coefficient x term (see `latency_terms`) + the unfitted terms of `predict_latency`.
-The two burst terms describe how a benchmark measured TTFT (the clients' first prompts queued behind each
+The burst terms describe how a benchmark measured TTFT (the clients' first prompts queued behind each
 other in an idle engine: planner.serve_validate.Harness), not the engine: they are 0 in serve-plan's steady
-state, and their coefficients (about the prefill's own when the share is known) only take the burst out of
-the other terms' fit. `wave_s` (SGLang's lock-step closed loop under a fixed-length benchmark) is likewise a
+state, and their coefficients (about the prefill's own when the share is known, the prefill's times the
+campaign's share when not: UNKNOWN_SHARE_TERMS) only take the burst out of the other terms' fit. `wave_s` (SGLang's lock-step closed loop under a fixed-length benchmark) is likewise a
 property of how the measurement was taken, 0 in serve-plan. No per-collective latency term: a prompt's TP all-reduces are bandwidth-bound (`prefill_allreduce_s`,
 unfitted). A fitted per-collective coefficient was an artefact: in each engine's data the count,
 2 x layers whenever tp > 1, names the model (qwen3-32b 128, llama-3.1-8b 64), so the fit used it as a
@@ -527,7 +548,8 @@ def latency_terms(spec: ModelSpec, inst: Instance, *, hbm_bytes_per_s: float, pe
                   weight_format: str, kv_dtype: str, concurrency: float, input_len: int, output_len: int,
                   max_concurrency_: int, max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
                   hop_s: float = 0.0, link_bytes_per_s: float = 0.0, burst_fraction: float | None = 0.0,
-                  wait_steps: float = 0.0, wave_clients: float = 0.0) -> dict[str, float]:
+                  wait_steps: float = 0.0, wave_clients: float = 0.0,
+                  unknown_share_term: str = UNKNOWN_SHARE_TERMS[0], path_term: str | None = None) -> dict[str, float]:
     """Physical terms of TTFT and TPOT for one instance at `concurrency` sequences (closed loop).
 
     Terms (seconds unless named otherwise), per GPU of one stage; pp stages run in sequence, so the
@@ -586,8 +608,9 @@ def latency_terms(spec: ModelSpec, inst: Instance, *, hbm_bytes_per_s: float, pe
       for prefill behind each other, `max_num_batched_tokens / input_len` (>= 1) per step; burst_fraction is
       the share of the measured requests that were in that burst (1 / requests per client; 0 in steady
       state, what serve-plan predicts).
-    - burst_unknown_share_s: the same burst wait when the share is not known (burst_fraction None): its
-      coefficient then carries the share (a parameter of the measurement, not of the engine); 0 otherwise.
+    - burst_unknown_share_s / burst_unknown_share_sla_s (UNKNOWN_SHARE_TERMS): the same burst wait when the
+      share is not known (burst_fraction None), in the campaign's own term `unknown_share_term`: its coefficient
+      then carries the share (a parameter of the measurement, not of the engine); 0 otherwise.
     - wave_s: the mean prefill wait of a synchronised wave of `wave_clients` prompts (0: none): an engine that
       runs every waiting prefill before the next decode step (SGLang's default scheduler, `sglang_admitted`)
       under a benchmark whose requests all have the same lengths keeps its closed loop in lock-step -- the
@@ -598,6 +621,9 @@ def latency_terms(spec: ModelSpec, inst: Instance, *, hbm_bytes_per_s: float, pe
       decode steps, vLLM and TensorRT-LLM, the lock-step unit is the group of prompts one step's budget takes,
       min(clients, max_num_batched_tokens / input), each group waiting for its own step). 0 in serve-plan's
       steady state (lengths vary, the loop does not synchronise), like the burst terms.
+    - path_sweep / path_sweep_sla (PATH_TERMS): 1 (a count, in units of CONSTANT_UNIT_S) in the term `path_term`
+      names, the measuring campaign's request path beyond the engine's own server; all 0 with path_term None
+      (serve-plan: a client on the engine's server).
     - wait_steps: decode steps a new prompt waits by a configured scheduler delay (TensorRT-LLM batch waiting,
       attention-DP balancing: `cost.serving` callers compute it); a count, added to TTFT as wait_steps x TPOT
       (`predict_latency`). 0 with the engines' defaults.
@@ -608,6 +634,10 @@ def latency_terms(spec: ModelSpec, inst: Instance, *, hbm_bytes_per_s: float, pe
     Source: roofline (Williams et al. 2009) per operator; continuous batching with chunked prefill
     (Agrawal et al. 2024, Sarathi-Serve). The coefficients are [Empirical] (`calibration/serving.yaml`).
     """
+    if unknown_share_term not in UNKNOWN_SHARE_TERMS:
+        raise ValueError(f"unknown_share_term {unknown_share_term!r}; allowed: {', '.join(UNKNOWN_SHARE_TERMS)}")
+    if path_term not in (None, *PATH_TERMS):
+        raise ValueError(f"path_term {path_term!r}; allowed: None, {', '.join(PATH_TERMS)}")
     counts = count_params(spec)
     h, pp = spec.hidden_size, inst.pp
     weights = weight_bytes_per_gpu(spec, inst, weight_format)
@@ -642,7 +672,9 @@ def latency_terms(spec: ModelSpec, inst: Instance, *, hbm_bytes_per_s: float, pe
     burst = prefill_one * start_burst_prompts(local, per_step)
     return {
         "wave_s": prefill_one * start_burst_prompts(wave_clients / inst.adp, per_step),
-        "burst_s": (burst_fraction or 0.0) * burst, "burst_unknown_share_s": burst if burst_fraction is None else 0.0,
+        "burst_s": (burst_fraction or 0.0) * burst,
+        **{t: burst if burst_fraction is None and t == unknown_share_term else 0.0 for t in UNKNOWN_SHARE_TERMS},
+        **{t: 1.0 if t == path_term else 0.0 for t in PATH_TERMS},
         "wait_steps": wait_steps,
         "decode_memory_s": decode_memory, "decode_compute_s": decode_compute,
         "decode_floor_s": max(decode_memory, decode_compute / pp), "running_requests": local,
@@ -823,6 +855,8 @@ def moe_exchange_s(spec: ModelSpec, inst: Instance, tokens: float, *, decode: bo
 
 
 def _unit(term: str) -> float:
+    if term in PATH_TERMS:
+        return CONSTANT_UNIT_S
     return {"collectives": COLLECTIVE_UNIT_S, "layer_steps": LAYER_UNIT_S, "running_requests": REQUEST_UNIT_S,
             "constant": CONSTANT_UNIT_S}.get(term, 1.0)
 
