@@ -556,19 +556,14 @@ def _solve(rows: list[Case], terms: dict, target: str, columns: list[tuple[str |
 
 
 def coefficients_for(calibration: dict, engine: str, model: str) -> dict:
-    """The engine's constants for the model's class, with `prefill_slowdown`: how many times the engine's measured
-    one-prompt prefill takes over its FLOPs at peak, the dense class's fitted prefill_one_s coefficient (>= 1), which
-    `cost.serving.ttft_floor_s` uses for every class: the dense rows identify it (about 2 for every engine), the MoE
-    rows do not (their fits split it between prefill_one_s, prefill_batch_s and the constant: 0 to 8.7), and grouped
-    expert GEMMs run no faster than dense ones. Raises SpecError when none were fitted."""
+    """The engine's constants for the model's class. Raises SpecError when none were fitted."""
     engines = calibration["engines"]
     cls = model_class(model) if isinstance(model, str) else ("moe" if model.is_moe else "dense")
     if engine not in engines or cls not in engines[engine]:
         have = ", ".join(f"{e} ({'/'.join(engines[e])})" for e in engines)
         raise SpecError(f"value {engine!r} has no latency calibration for {cls} models; calibrated: {have}",
                         key="--engine")
-    dense = engines[engine].get("dense", engines[engine][cls])
-    return dict(engines[engine][cls], prefill_slowdown=1.0)
+    return engines[engine][cls]
 
 
 def _nonnegative_lstsq(a, b):

@@ -886,14 +886,13 @@ def predict_latency(terms: dict[str, float], coefficients: dict[str, dict[str, f
     tpot = sum(coefficients["tpot"][t] * terms[t] * _unit(t) for t in TPOT_TERMS) + unfitted_s(terms, "tpot")
     tpot = max(tpot, terms["decode_memory_s"], terms.get("decode_floor_s", 0.0))
     ttft = sum(coefficients["ttft"][t] * terms[t] * _unit(t) for t in TTFT_TERMS) + unfitted_s(terms, "ttft", tpot)
-    return max(ttft, ttft_floor_s(terms, tpot, coefficients.get("prefill_slowdown", 1.0))), tpot
+    return max(ttft, ttft_floor_s(terms, tpot)), tpot
 
 
-def ttft_floor_s(terms: dict[str, float], tpot_s: float, slowdown: float = 1.0) -> float:
+def ttft_floor_s(terms: dict[str, float], tpot_s: float) -> float:
     """The least TTFT physics allows a closed loop (`latency_terms` prefill_service_s, prefill_clients,
     think_steps), seconds: the prefill station's residence time (`prefill_residence_s`) with every prompt's
-    prefill at the compute peak times `slowdown` (the engine's measured prefill rate, >= 1:
-    `planner.serve_validate.coefficients_for` prefill_slowdown, [Empirical] from calibration/serving.yaml) and each client away for think_steps x `tpot_s` decoding, plus the PP hops and the
+    prefill at the compute peak and each client away for think_steps x `tpot_s` decoding, plus the PP hops and the
     MoE exchange of the prompt (`unfitted_s`). With pp stages the station is the busiest stage (service S / pp:
     pp prompts in flight) and a prompt also crosses the other stages, S (pp - 1) / pp. The fitted TTFT terms regress measurements taken at loads where the
     prefills of the other clients rarely queue (each client decodes hundreds of tokens between prompts); without
@@ -901,8 +900,14 @@ def ttft_floor_s(terms: dict[str, float], tpot_s: float, slowdown: float = 1.0) 
     prompt tokens and 64 clients carried 42 requests/s, 4.7e16 FLOP/s on 7.9e15 of bf16 peak (fresh-user
     review 8, finding 2). 0 for terms without the prefill service (older callers).
     Source: roofline (Williams et al. 2009) for the service time; Schweitzer's MVA (1979) for the queue; the
-    utilisation law (throughput <= 1 / service, Denning & Buzen 1978)."""
-    service = terms.get("prefill_service_s", 0.0) * slowdown
+    utilisation law (throughput <= 1 / service, Denning & Buzen 1978). The service is at the peak, not at the
+    engines' fitted prefill rate (prefill_one_s coefficients about 2 for dense models): that rate, measured at low
+    load, holds per-request work that does not occupy the GPUs, and as a floor it exceeded 75 measured TTFTs
+    (trtllm qwen3-32b tp1 at 64 clients: 6.3 s against 1.6 s measured); at the peak it binds on 2 of 730 rows,
+    both below their measurement. So the bound is physical, not a prediction of the prefill rate: a
+    prefill-bound plan is credited up to the peak (DeepSeek-V3's published prefill, 50-74K tokens/s per 8-GPU
+    node, is about a third of it: LMSYS 2025-05 large-scale EP blog; DeepSeek open-infra day 6)."""
+    service = terms.get("prefill_service_s", 0.0)
     if service <= 0:
         return 0.0
     pp = terms.get("pp", 1)
