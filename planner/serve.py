@@ -240,15 +240,18 @@ def running_cap(req: ServeRequest, inst: sv.Instance, cmax: int, *, decode_only:
 
 
 def _latency(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, inst: sv.Instance, concurrency: int,
-             cmax: int, coefficients: dict, *, interference: bool = True) -> tuple[float, float]:
+             cmax: int, coefficients: dict, *, interference: bool = True,
+             prefill_only: bool = False) -> tuple[float, float]:
     """(TTFT s, TPOT s) of one shape at `concurrency` (`cost.serving.latency_terms` / `predict_latency`);
-    interference=False drops chunked-prefill interference (decode-only workers)."""
+    interference=False drops chunked-prefill interference (decode-only workers); prefill_only=True: a
+    disaggregated prefill worker, its prompts queued back to back (the TTFT floor's think time 0)."""
     terms = sv.latency_terms(spec, inst, hbm_bytes_per_s=hw.gpu.hbm_gb_per_s * 1e9,
                              peak_flops=hw.peak_flops(_peak_dtype(hw, req.weight_dtype)),
                              weight_format=req.weight_dtype, kv_dtype=req.kv_dtype, concurrency=concurrency,
                              input_len=req.input_len, output_len=req.output_len, max_concurrency_=max(cmax, 1),
                              max_num_batched_tokens=forward_tokens(req, inst),
-                             hop_s=_hop_s(hw, inst, spec, concurrency), link_bytes_per_s=sv.link_bytes_per_s(hw, inst.tp))
+                             hop_s=_hop_s(hw, inst, spec, concurrency), link_bytes_per_s=sv.link_bytes_per_s(hw, inst.tp),
+                             prefill_worker=prefill_only)
     if not interference:
         terms["prefill_interference_s"] = terms["interference_allreduce_s"] = 0.0
     return sv.predict_latency(terms, coefficients)
@@ -775,7 +778,7 @@ def _worker_points(spec, hw, req, inst, coefficients, role: str) -> tuple[dict, 
         if b > cmax or b < inst.adp:
             continue
         ttft, tpot = _latency(spec, hw, req, inst, b, running_cap(req, inst, cmax, decode_only=role == "decode"),
-                              coefficients, interference=False)
+                              coefficients, interference=False, prefill_only=role == "prefill")
         if role == "prefill":
             if req.ttft_ms is None or (ttft + transfer) * 1e3 <= req.ttft_ms:
                 out.append({"concurrency": b, "ttft_s": ttft + transfer, "requests_per_s": b / ttft})

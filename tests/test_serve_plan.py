@@ -395,11 +395,17 @@ def test_attention_dp_prefill_runs_attention_on_one_group():
     kw = dict(hbm_bytes_per_s=4.8e12, peak_flops=1e15, weight_format="fp8-block", kv_dtype="bf16", concurrency=8,
               input_len=1000, output_len=100, max_concurrency_=1000)
     attn_flops = 4 * spec.num_attention_heads * spec.head_dim * spec.num_hidden_layers
-    for adp in (1, 8):
-        terms = sv.latency_terms(spec, sv.Instance(tp=8, ep=8, adp=adp), **kw)
+    # adp 1: alone on the stage; adp 8 on a prefill worker: the other seven groups prefill beside it, and the
+    # expert GEMMs (over all 8 GPUs) run their tokens too -- 8 prompts' worth (cost.serving.prefill_groups)
+    for adp, worker, together in ((1, False, 1), (8, True, 8)):
+        terms = sv.latency_terms(spec, sv.Instance(tp=8, ep=8, adp=adp), prefill_worker=worker, **kw)
         at = 8 // adp
-        by_hand = 1000 * (2 * attention / at + 2 * rest / 8 + attn_flops / at * 500) / 1e15
+        by_hand = 1000 * (2 * attention / at + together * 2 * rest / 8 + attn_flops / at * 500) / 1e15
         assert terms["prefill_one_s"] == pytest.approx(by_hand, rel=1e-9)
+    # in a closed loop the other groups prefill only part of the time: between alone and all eight
+    alone = 1000 * (2 * attention + 2 * rest / 8 + attn_flops * 500) / 1e15
+    mixed = sv.latency_terms(spec, sv.Instance(tp=8, ep=8, adp=8), **kw)["prefill_one_s"]
+    assert alone < mixed < alone + 7 * 1000 * 2 * rest / 8 / 1e15
 
 
 @pytest.mark.parametrize("model,gpus", [("qwen3-235b-a22b", 8), ("deepseek-v3", 16)])

@@ -549,7 +549,8 @@ def latency_terms(spec: ModelSpec, inst: Instance, *, hbm_bytes_per_s: float, pe
                   max_concurrency_: int, max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
                   hop_s: float = 0.0, link_bytes_per_s: float = 0.0, burst_fraction: float | None = 0.0,
                   wait_steps: float = 0.0, wave_clients: float = 0.0,
-                  unknown_share_term: str = UNKNOWN_SHARE_TERMS[0], path_term: str | None = None) -> dict[str, float]:
+                  unknown_share_term: str = UNKNOWN_SHARE_TERMS[0], path_term: str | None = None,
+                  prefill_worker: bool = False) -> dict[str, float]:
     """Physical terms of TTFT and TPOT for one instance at `concurrency` sequences (closed loop).
 
     Terms (seconds unless named otherwise), per GPU of one stage; pp stages run in sequence, so the
@@ -570,7 +571,10 @@ def latency_terms(spec: ModelSpec, inst: Instance, *, hbm_bytes_per_s: float, pe
       cost (kernel launches / CUDA-graph replay, host work) of a step.
     - prefill_interference_s: (B / output_len) x prefill_one_s: every request's prefill lands in the
       decode of the others once per lifetime (chunked prefill mixes them).
-    - prefill_one_s: compute of one request's prefill (2 x active params x I + causal attention) / peak.
+    - prefill_one_s: compute of one request's prefill (2 x active params x I + causal attention) / peak. Under
+      attention DP (adp > 1) the MLP / expert GEMMs run every group's tokens at once, so the prompt's time also
+      holds the shared GEMMs of the prompts other groups prefill beside it (`prefill_groups`; all adp on a
+      disaggregated prefill worker, `prefill_worker`=True, whose prompts come back to back).
     - prefill_batch_s: the prefill compute of the other prompts that share the request's first chunk:
       those waiting when it arrives in the closed loop (`prompts_per_prefill` - 1, from prefill_one_s and
       the decode lifetime (O - 1) x decode step), up to one chunk of max_num_batched_tokens (0 alone).
@@ -624,6 +628,13 @@ def latency_terms(spec: ModelSpec, inst: Instance, *, hbm_bytes_per_s: float, pe
     - path_sweep / path_sweep_sla (PATH_TERMS): 1 (a count, in units of CONSTANT_UNIT_S) in the term `path_term`
       names, the measuring campaign's request path beyond the engine's own server; all 0 with path_term None
       (serve-plan: a client on the engine's server).
+    - prefill_service_s, prefill_clients, think_steps: the prefill roofline `predict_latency` keeps TTFT above
+      (`ttft_floor_s`): one prompt's prefill work on the whole instance at the compute peak -- I x (attention
+      parameters and causal attention FLOPs / attention-TP, spread over the adp attention-DP groups, + the other
+      active parameters / tp) x 2 / peak + its TP all-reduces, through every pp stage --, the clients of the
+      closed loop (all B: those waiting for a running slot queue for their prefill too) and the decode steps each
+      spends away from the prefill station (output_len - 1; 0 for a disaggregated prefill worker, whose prompts
+      come back to back).
     - wait_steps: decode steps a new prompt waits by a configured scheduler delay (TensorRT-LLM batch waiting,
       attention-DP balancing: `cost.serving` callers compute it); a count, added to TTFT as wait_steps x TPOT
       (`predict_latency`). 0 with the engines' defaults.
@@ -661,15 +672,21 @@ def latency_terms(spec: ModelSpec, inst: Instance, *, hbm_bytes_per_s: float, pe
     decode_compute = (local * (flops_local + attn * context) + concurrency * flops_shared) / peak_flops
     moe_layers = sum(spec.moe_layers) if spec.is_moe else 0
     collectives = (2 * spec.num_hidden_layers if inst.tp > 1 else 0) + (2 * moe_layers if inst.adp > 1 else 0)
-    prefill_one = input_len * (flops_token + attn * input_len / 2) / peak_flops
     step = decode_memory + decode_compute
     allreduce = tp_allreduce_s(spec, inst, input_len, link_bytes_per_s)
-    batched = prompts_per_prefill(local, prefill_one + allreduce, (output_len - 1) * step)
+    think = 0.0 if prefill_worker else (output_len - 1) * step
+    alone = input_len * (flops_token + attn * input_len / 2) / peak_flops
+    together = prefill_groups(inst.adp, local, alone + allreduce, think)
+    prefill_one = alone + (together - 1) * input_len * flops_shared / peak_flops
+    batched = prompts_per_prefill(local, prefill_one + allreduce, think)
     first_chunk = min(batched * input_len, max(max_num_batched_tokens, input_len))
     chunks = math.ceil(local * input_len / max_num_batched_tokens)
     wait = max(0.0, queued / concurrency - 1) * output_len * step
     per_step = max(1.0, max_num_batched_tokens / input_len)
     burst = prefill_one * start_burst_prompts(local, per_step)
+    # the instance's prefill work per prompt at peak: attention on one attention-DP group (groups in parallel),
+    # MLP / expert GEMMs over every GPU of the stage, the prompt's TP all-reduces, every pp stage
+    service = input_len * ((flops_local + attn * input_len / 2) / inst.adp + flops_shared) / peak_flops + allreduce
     return {
         "wave_s": prefill_one * start_burst_prompts(wave_clients / inst.adp, per_step),
         "burst_s": (burst_fraction or 0.0) * burst,
@@ -678,6 +695,9 @@ def latency_terms(spec: ModelSpec, inst: Instance, *, hbm_bytes_per_s: float, pe
         "wait_steps": wait_steps,
         "decode_memory_s": decode_memory, "decode_compute_s": decode_compute,
         "decode_floor_s": max(decode_memory, decode_compute / pp), "running_requests": local,
+        "prefill_service_s": service, "prefill_clients": queued,
+        "think_steps": 0 if prefill_worker else max(output_len - 1, 0),
+        "pp": pp,
         "collectives": collectives * pp, "constant": 1.0, "layer_steps": spec.num_hidden_layers,
         "prefill_interference_s": local / output_len * prefill_one,
         "prefill_one_s": prefill_one, "prefill_batch_s": prefill_one * (first_chunk / input_len - 1),
@@ -801,10 +821,39 @@ def prompts_per_prefill(clients: float, prefill_s: float, decode_s: float) -> fl
     0.0150 -> 1.015 prompts; C = 128, S = 0.075, Z = 5: b = 4.6, R = 4.68 s, ahead 61.4 -> 62.4."""
     if clients <= 1 or prefill_s <= 0:
         return max(1.0, min(clients, 1.0))
-    b = clients * prefill_s - decode_s
-    residence = (b + math.sqrt(b * b + 4 * prefill_s * decode_s)) / 2
+    residence = prefill_residence_s(clients, prefill_s, decode_s)
     ahead = (clients - 1) * residence / (residence + decode_s)
     return min(1 + ahead, clients)
+
+
+def prefill_groups(adp: int, clients: float, prefill_s: float, decode_s: float) -> float:
+    """Attention-DP groups prefilling at once, >= 1 (the prompt's own group + each other group with the
+    probability that it is prefilling): 1 + (adp - 1) x U, U = the prefill station's utilisation of one group's
+    closed loop of `clients` (each: `prefill_s` of prefill, then `decode_s` decoding), X x S with throughput
+    X = clients / (R + Z) (`prefill_residence_s`), capped at 1; decode_s = 0 (a prefill worker fed back to back):
+    every group, adp. Source: the utilisation law U = X S (Denning & Buzen 1978). SGLang's DP attention runs the
+    MoE layers of every attention-DP rank together (srt/layers/dp_attention.py: tokens gathered across the
+    attention-DP ranks before the MoE / MLP). Hand checks (tests): adp 8, decode_s 0: 8; adp 1: 1."""
+    if adp <= 1:
+        return 1.0
+    if decode_s <= 0:
+        return float(adp)
+    residence = prefill_residence_s(clients, prefill_s, decode_s)
+    utilisation = min(1.0, clients / (residence + decode_s) * prefill_s)
+    return 1 + (adp - 1) * utilisation
+
+
+def prefill_residence_s(clients: float, prefill_s: float, decode_s: float) -> float:
+    """Mean time a prompt spends at the prefill station of a closed loop of `clients` requests (each: a prefill
+    of `prefill_s` seconds on the GPUs, then `decode_s` away decoding), seconds: its own prefill plus the
+    prefills queued ahead of it. Schweitzer's approximate mean-value analysis, as `prompts_per_prefill`:
+    R = (b + sqrt(b^2 + 4 S Z)) / 2, b = C S - Z; R = S for one client; R = C S when Z = 0 (every client's
+    prompt queued: the station's throughput is 1 / S, the utilisation law's bound, Denning & Buzen 1978).
+    Hand checks (tests): C = 8, S = 0.16 s, Z = 0: 1.28 s; C = 2, S = 0.075, Z = 5: 0.07612 s."""
+    if clients <= 1 or prefill_s <= 0:
+        return max(prefill_s, 0.0)
+    b = clients * prefill_s - decode_s
+    return (b + math.sqrt(b * b + 4 * prefill_s * decode_s)) / 2
 
 
 def link_bytes_per_s(hw, gpus: int) -> float:
@@ -872,7 +921,33 @@ def predict_latency(terms: dict[str, float], coefficients: dict[str, dict[str, f
     tpot = sum(coefficients["tpot"][t] * terms[t] * _unit(t) for t in TPOT_TERMS) + unfitted_s(terms, "tpot")
     tpot = max(tpot, terms["decode_memory_s"], terms.get("decode_floor_s", 0.0))
     ttft = sum(coefficients["ttft"][t] * terms[t] * _unit(t) for t in TTFT_TERMS) + unfitted_s(terms, "ttft", tpot)
-    return max(ttft, 0.0), tpot
+    return max(ttft, ttft_floor_s(terms, tpot)), tpot
+
+
+def ttft_floor_s(terms: dict[str, float], tpot_s: float) -> float:
+    """The least TTFT physics allows a closed loop (`latency_terms` prefill_service_s, prefill_clients,
+    think_steps), seconds: the prefill station's residence time (`prefill_residence_s`) with every prompt's
+    prefill at the compute peak and each client away for think_steps x `tpot_s` decoding, plus the PP hops and the
+    MoE exchange of the prompt (`unfitted_s`). With pp stages the station is the busiest stage (service S / pp:
+    pp prompts in flight) and a prompt also crosses the other stages, S (pp - 1) / pp. The fitted TTFT terms regress measurements taken at loads where the
+    prefills of the other clients rarely queue (each client decodes hundreds of tokens between prompts); without
+    this bound a prefill-heavy load extrapolated them past the roofline -- llama-3.1-70b tp8 on 8 H100 at 8,000
+    prompt tokens and 64 clients carried 42 requests/s, 4.7e16 FLOP/s on 7.9e15 of bf16 peak (fresh-user
+    review 8, finding 2). 0 for terms without the prefill service (older callers).
+    Source: roofline (Williams et al. 2009) for the service time; Schweitzer's MVA (1979) for the queue; the
+    utilisation law (throughput <= 1 / service, Denning & Buzen 1978). The service is at the peak, not at the
+    engines' fitted prefill rate (prefill_one_s coefficients about 2 for dense models): that rate, measured at low
+    load, holds per-request work that does not occupy the GPUs, and as a floor it exceeded 75 measured TTFTs
+    (trtllm qwen3-32b tp1 at 64 clients: 6.3 s against 1.6 s measured); at the peak it binds on 2 of 730 rows,
+    both below their measurement. So the bound is physical, not a prediction of the prefill rate: a
+    prefill-bound plan is credited up to the peak (DeepSeek-V3's published prefill, 50-74K tokens/s per 8-GPU
+    node, is about a third of it: LMSYS 2025-05 large-scale EP blog; DeepSeek open-infra day 6)."""
+    service = terms.get("prefill_service_s", 0.0)
+    if service <= 0:
+        return 0.0
+    pp = terms.get("pp", 1)
+    residence = prefill_residence_s(terms["prefill_clients"], service / pp, terms["think_steps"] * tpot_s)
+    return residence + service * (pp - 1) / pp + terms["hop_s"] + terms["moe_exchange_prefill_s"]
 
 
 def unfitted_s(terms: dict[str, float], target: str, tpot_s: float = 0.0) -> float:
