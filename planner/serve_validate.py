@@ -575,12 +575,24 @@ def _solve(rows: list[Case], terms: dict, target: str, columns: list[tuple[str |
     import numpy as np  # only for fitting: serve-plan itself does not load numpy
 
     y = np.array([getattr(c, f"{target}_ms") / 1e3 for c in rows])
+    least = {col: LEAST_COEFFICIENT.get((target, col[1]), 0.0) for col in columns}
     fixed = np.array([sv.unfitted_s(terms[c.id], target, c.tpot_ms / 1e3)
-                      + sum(k * terms[c.id][n] * sv._unit(n) for n, k in (given or {}).items()) for c in rows])
+                      + sum(k * terms[c.id][n] * sv._unit(n) for n, k in (given or {}).items())
+                      + sum(least[(e, n)] * terms[c.id][n] for e, n in columns if e in (None, c.engine))
+                      for c in rows])
     a = np.array([[terms[c.id][n] * sv._unit(n) if e in (None, c.engine) else 0.0 for e, n in columns]
                   for c in rows])
     solver = _nonnegative_lstsq if target == "ttft" else TPOT_SOLVER
-    return dict(zip(columns, solver(a / y[:, None], 1 - fixed / y)))
+    return {col: least[col] + x for col, x in zip(columns, solver(a / y[:, None], 1 - fixed / y))}
+
+
+LEAST_COEFFICIENT = {("ttft", "prefill_one_s"): 1.0}
+"""Lower bounds of fitted coefficients on terms costed at a hardware peak: a prompt's prefill (`prefill_one_s`:
+its FLOPs at the compute peak) cannot run faster than the peak, so its coefficient is at least 1 (the fit solves
+for the excess, non-negative). Without the bound the MoE fits, whose rows cannot tell the prefill from the
+co-batched prompts and the constant apart, put it at 0 (TensorRT-LLM) and 0.76 (SGLang): a DeepSeek-V3 prefill
+worker was credited near the fp8 peak, about 3x the 50-74K prompt tokens/s per 8-GPU node that LMSYS and
+DeepSeek publish (fresh-user review 8, finding 2). Source: roofline (Williams et al. 2009)."""
 
 
 def coefficients_for(calibration: dict, engine: str, model: str) -> dict:

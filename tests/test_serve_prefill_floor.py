@@ -52,3 +52,14 @@ def test_attention_dp_prefill_worker_within_the_peak():
     per_token = 2 * 37e9 + 2 * 61 * 128 * 320 * 8000 / 2
     for w in prefill:
         assert w["requests_per_s"] * 8000 * per_token <= w["gpus"] * 1978.9e12
+
+
+def test_fitted_prefill_never_beats_the_peak():
+    """Every engine's and class's fitted prefill_one_s coefficient (a prompt's FLOPs at the compute peak) is at
+    least 1 in the committed calibration: no fit may credit a prefill faster than the peak
+    (serve_validate.LEAST_COEFFICIENT; before it, the MoE fits had 0 and 0.76)."""
+    from planner.serve_validate import load_calibration
+
+    for engine, classes in load_calibration()["engines"].items():
+        for cls, coefficients in classes.items():
+            assert coefficients["ttft"]["prefill_one_s"] >= 1.0, (engine, cls)
