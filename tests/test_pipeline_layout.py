@@ -244,7 +244,7 @@ def test_e10_explained_with_its_layout_string():
     (test_recompute_modules.py). The MTP layer's own costs are excluded, as everywhere in planner."""
     row = EXPERT["E10"]
     result = runner.invoke(app, [*_explain_args(row), "--pipeline-layout", "Et|(tt|)*30mL"])
-    data = json.loads(result.output)
+    data = json.loads(result.stdout)  # stderr: the fp8 recipe note
     assert data["parallelism"]["vpp"] == 4
     assert data["parallelism"]["pipeline_layout"] == "Et|(tt|)*30mL"
     errors = [v for v in data["violations"] if v["severity"] == "error"]
