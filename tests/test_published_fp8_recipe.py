@@ -64,3 +64,31 @@ def test_explain_costs_the_published_recipe_unless_asked():
     assert json.loads(asked.stdout)["parallelism"]["fp8_recipe"] == "delayed"
     bf16 = planner(*EXPLAIN)
     assert json.loads(bf16.stdout)["parallelism"]["fp8_recipe"] is None
+
+
+DEEPSEEK_V3_OWN = ("explain", "-m", "deepseek-v3", "-c", "hgx-h800", "--gpus", "2048", "--tp", "1", "--pp", "16",
+                   "--ep", "64", "--zero-stage", "1", "--micro-batch-size", "1", "--global-batch-size", "15360",
+                   "--seq-len", "4096", "--precision", "fp8", "--recompute", "selective",
+                   "--recompute-modules", "layernorm,mla_up_proj", "--moe-dispatcher", "flex",
+                   "--pipeline-layers", "3,4,4,4,4,4,4,4,4,4,4,4,4,4,4,2", "--precision-aware-optimizer",
+                   "--exp-avg-dtype", "bf16", "--exp-avg-sq-dtype", "bf16", "--format", "json")
+"""DeepSeek-V3's own layout (technical report arXiv:2412.19437): 2,048 H800 (§3.1), pp 16, ep 64 over
+8 nodes, ZeRO-1 DP, no TP (§3.2); RMSNorm and MLA up-projections recomputed (§3.2.3); AdamW moments
+in bf16 (§3.3.3); blockwise fp8 (§3.3.2: the default now); 4K sequences and the final 15,360-sequence
+batch (§4.2). Assumed: micro-batch 1; 61 layers over 16 stages as 3, 4 x 14, 2 (the first stage
+holds the embedding, the last the head). Not modelled: DualPipe (§3.2.1) -- its second copy of the
+parameters is added by hand below; its PP + 1 in-flight micro-batches on one rank instead of 1F1B's
+pp (Table 2) -- and the SwiGLU input cached in fp8 (§3.3.3; Megatron-LM's
+--activation-func-fp8-input-store, not a knob here: kept bf16, an over-count); DeepEP's
+communication buffers (not a memory term); the MTP module."""
+
+
+def test_deepseek_v3_own_layout_fits():
+    out = planner(*DEEPSEEK_V3_OWN)
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["parallelism"]["fp8_recipe"] == "blockwise"
+    mem = data["memory_bytes"]
+    assert data["memory_verdict"] in ("fits", "at_risk")
+    # DualPipe keeps two copies of the parameters (§3.2.1): one more copy still leaves room
+    assert mem["total"] + mem["parameters"] < mem["capacity"]
