@@ -49,6 +49,12 @@ from planner.specs.model import ModelSpec, spec_memo
 
 GIB = 2**30
 
+HELD_OUT_ERROR = 0.039
+"""Median |error| of the peak-memory model on the evaluation part of the memory suite
+(docs/validation.md, `make validate`: n = 6, 3.9%; tests/test_validate_training.py checks the page
+says so): how far apart two predicted peaks must be before the model can tell which needs less.
+[Empirical] on those rows; `plan.roomier_alternative` reads it."""
+
 DEFAULT_RESERVE_BYTES = 2 * GIB
 """CUDA context, cuBLAS workspaces, NCCL channel buffers and allocator fragmentation, bytes.
 
