@@ -974,8 +974,9 @@ def model_state_key(layout: Layout) -> tuple:
     gradients, optimizer states and non-activation transients on such a stage, whatever their dp,
     cp or pp: a ZeRO-0 layout's states do not depend on dp. torchtitan with PP accumulates
     gradients along the schedule (`_torchtitan_pp_accumulation`), which also reads the micro-batch
-    count, vpp and the activations: its key is the whole layout."""
-    if layout.framework == "torchtitan" and layout.pp > 1:
+    count, vpp and the activations: its key is the whole layout; so does FSDP gradient sharding
+    with PP (`fsdp_gradient_sharding_with_pp`)."""
+    if (layout.framework == "torchtitan" and layout.pp > 1) or fsdp_gradient_sharding_with_pp(layout):
         return (layout,)
     placement = placement_for(layout)
     facts = _placement_facts(layout, placement)
