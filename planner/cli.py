@@ -26,7 +26,8 @@ from planner.placement import layout as layout_mod
 from planner.placement import overlap, recompute_mix
 from planner.placement import pipeline_layout as pipeline_layout_mod
 from planner.placement.layout import Layout
-from planner.placement.precision import blackwell_or_later, supported_precisions
+from planner.placement.precision import (blackwell_or_later, default_fp8_recipe, published_fp8_recipe,
+                                        supported_precisions)
 from planner.search.mesh import FIXABLE
 from planner.specs import cluster as cluster_spec
 from planner.specs import model as model_spec
@@ -421,7 +422,9 @@ def explain_cmd(
         offload=frozenset(_value(o) for o in offload or ()), optimizer=_value(optimizer),
         precision=_precision(precision, hw), framework=_value(framework),
         grad_reduce_dtype=_value(grad_reduce_dtype), moe_dispatcher=_value(moe_dispatcher),
-        **_precision_knobs(precision_aware_optimizer, fp8_recipe=_fp8_recipe(fp8_recipe, hw),
+        **_precision_knobs(precision_aware_optimizer, fp8_recipe=_fp8_recipe(
+                               fp8_recipe, hw, spec, precision=_precision(precision, hw),
+                               framework=_value(framework)),
                                fp8_param_gather=fp8_param_gather or None,
                                main_params_dtype=main_params_dtype,
                                main_grads_dtype=main_grads_dtype, exp_avg_dtype=exp_avg_dtype,
@@ -480,12 +483,20 @@ def _precision(option: object, hw) -> str:
     return _value(option)
 
 
-def _fp8_recipe(option: object, hw) -> str | None:
-    """The asked fp8 recipe (None: the framework's default).
+def _fp8_recipe(option: object, hw, spec, *, precision: str, framework: str) -> str | None:
+    """The asked fp8 recipe; not asked, the model's published pre-training recipe under Megatron-LM
+    at fp8 (`precision.default_fp8_recipe`, said on stderr with its source), else None (the
+    framework's default).
 
     Raises:
         SpecError: mxfp8 on a GPU before Blackwell, which Transformer Engine refuses (the placement
             rule `precision_supported` for a config file; exit 2 here, as for --precision)."""
+    if option is None:
+        default = default_fp8_recipe(spec, precision=precision, framework=framework)
+        if default is not None:
+            report.note(f"--fp8-recipe {default}: {spec.name}'s published pre-training recipe "
+                        f"({published_fp8_recipe(spec)[1]}); give --fp8-recipe to cost another")
+        return default
     if _value(option) == "mxfp8" and not blackwell_or_later(hw.gpu.name):
         raise SpecError(f"value 'mxfp8' not allowed: GPU {hw.gpu.name} has no MXFP8 (Transformer Engine "
                         f"needs compute capability 10.0, Blackwell); use delayed, tensorwise or blockwise",
@@ -725,7 +736,8 @@ def plan_cmd(
                   recompute_modules=_recompute_modules(recompute_modules, _value(framework)),
                   offload_modules=_offload_modules(offload_modules, _value(framework)),
                   precision_knobs=_precision_knobs(
-                      precision_aware_optimizer, fp8_recipe=_fp8_recipe(fp8_recipe, hw),
+                      precision_aware_optimizer, fp8_recipe=_fp8_recipe(
+                          fp8_recipe, hw, spec, precision=_precision(precision, hw), framework=framework),
                       fp8_param_gather=fp8_param_gather,
                       main_params_dtype=main_params_dtype,
                       main_grads_dtype=main_grads_dtype, exp_avg_dtype=exp_avg_dtype,

@@ -31,7 +31,7 @@ def explain(model: ModelSpec, cluster, layout: Layout, *, reserve_bytes: int | N
             recompute_per_stage: tuple[dict[str, int], ...] | None = None,
             recompute_layers: tuple[str, ...] | None = None,
             flash_attention: bool = True, rank_order: tuple[str, ...] | None = None,
-            time_despite_memory: bool = False) -> dict:
+            time_despite_memory: bool = False, waived_rules: tuple[str, ...] = ()) -> dict:
     """Everything the placement implies for `layout` of `model` on `cluster` (see module docstring).
 
     `flash_attention`: the attention core is fused (FlashAttention, Dao et al. 2022: no s^2 score
@@ -39,6 +39,9 @@ def explain(model: ModelSpec, cluster, layout: Layout, *, reserve_bytes: int | N
     innermost first (None = `cost.collectives.DEFAULT_RANK_ORDER`). Both reach the step time only.
     `time_despite_memory`: give `time_s` for a layout whose only errors are memory verdicts
     (`memory_exceeds`): what `planner validate` needs for a published run the memory model rejects.
+    `waived_rules`: placement rules that do not apply to the run costed (a published run on a stack
+    the rules' frameworks do not describe: `validate_training.GROUP_SETTINGS`); their findings are
+    dropped.
 
     `recompute_per_stage`: [stage] {none|selective|full: layers}, the per-stage mix `planner plan`
     prints ("recompute per stage 17n/2f, 20n, ..."); each stage's layers take the modes in the
@@ -59,7 +62,7 @@ def explain(model: ModelSpec, cluster, layout: Layout, *, reserve_bytes: int | N
     Raises:
         SpecError: only for bad input that no rule describes.
     """
-    violations = check_layout(model, cluster, layout)
+    violations = [v for v in check_layout(model, cluster, layout) if v.rule not in waived_rules]
     ranked = None
     if recompute_layers is not None:
         if recompute_per_stage is not None:

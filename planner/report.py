@@ -550,6 +550,8 @@ def show_plan(data: dict, fmt: str) -> None:
     console.print(Text(mfu_note(data["mfu_basis"], data["plans"][0]["mfu"], "#1")))
     if data.get("simpler_alternative"):
         console.print(Text(simpler_note(data["simpler_alternative"], data["plans"])))
+    if data.get("roomier_alternative"):
+        console.print(Text(roomier_note(data["roomier_alternative"], data["plans"])))
     console.print()
     top = data["plans"][0]
     console.print(_memory_table(top["memory_bytes"], top["memory_verdict"],
@@ -572,6 +574,16 @@ def simpler_note(alt: dict, plans: list[dict]) -> str:
             f"#1 with fewer moving parts ({fewer}), inside the step-time model's "
             f"{100 * alt['model_error_fraction']:.1f}% median error on held-out runs; the simpler "
             f"#{alt['plan']} is as sound a choice unless measured")
+
+
+def roomier_note(alt: dict, plans: list[dict]) -> str:
+    """One line: runner-up `alt` (`plan.roomier_alternative`) ties #1 within the model's error and
+    leaves more memory under the at-risk line."""
+    gib = 2**30
+    return (f"memory headroom: #1 leaves {alt['first_free_bytes'] / gib:.1f} GiB under the at-risk line; "
+            f"#{alt['plan']}, {100 * alt['slower_fraction']:.1f}% slower (inside the step-time model's "
+            f"{100 * alt['model_error_fraction']:.1f}% median error on held-out runs), leaves "
+            f"{alt['free_bytes'] / gib:.1f} GiB: the roomier launch unless measured")
 
 
 def _axis_value(par: dict, axis: str) -> int | str:

@@ -308,11 +308,13 @@ def test_sliding_window_layers_save_the_same_as_full_layers():
 def test_mixtral_moe_layer_hand_arithmetic():
     """Attention as Llama; then MLP norm input 2h, router input 2h, router probs fp32 4E, top-k ids
     8k, and per routed assignment (k per token): permutation map 4, expert input 2h, SwiGLU input
-    2·2I, fc2 input 2I, expert output 2h."""
+    2·2I, fc2 input 2I; no expert output under Megatron-LM (probs applied inside the SwiGLU,
+    unpermute without probs: @d98e8a6 moe/experts.py), 2h more where the combine weights after
+    the experts (DeepSpeed)."""
     model = from_config(MIXTRAL, name="mixtral-8x7b")
     h, a, kv, d, i, e, k = 4096, 32, 8, 128, 14336, 8, 2
     attention = 2 * h + 2 * h + 2 * a * d + 2 * 2 * kv * d + 4 * a + 2 * a * d
-    per_assignment = 4 + 2 * h + 4 * i + 2 * i + 2 * h
+    per_assignment = 4 + 2 * h + 4 * i + 2 * i
     moe = 2 * h + 2 * h + 4 * e + 8 * k + k * per_assignment
     s = 4096
     got = layer_activation_bytes(model, 0, seq_len=s, micro_batch_size=1, tp=1)
@@ -323,6 +325,8 @@ def test_mixtral_moe_layer_hand_arithmetic():
     # An overload of 1.5 scales the per-assignment tensors only.
     over = layer_activation_bytes(model, 0, seq_len=s, micro_batch_size=1, tp=1, moe_overload_factor=1.5)
     assert over.total == s * (attention + moe + k * per_assignment // 2)
+    weighted_after = layer_activation_bytes(model, 0, seq_len=s, micro_batch_size=1, tp=1, framework="deepspeed")
+    assert weighted_after.total == got.total + s * k * 2 * h
 
 
 def test_deepseek_v3_mla_dense_layer_hand_arithmetic():

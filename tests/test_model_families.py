@@ -249,12 +249,13 @@ def test_glm_4_5_moe_layer_activations_by_hand():
     k_norm input 2·kv·d; q 2·a·d, k 2·kv·d (after the partial RoPE: same width); LSE 4a; v 2·kv·d;
     o_proj input 2·a·d; MLP norm input 2h; router input 2h, probabilities 4E (sigmoid, fp32), top-k
     indices 8k, permutation map 4k; per routed assignment (k of them) fc1 input 2h, SwiGLU input
-    2·2·1536, fc2 input 2·1536, output 2h; shared expert 2·2·1536 + 2·1536. The q/k/v bias is added
+    2·2·1536, fc2 input 2·1536 (no expert output: Megatron-LM weights by the probs inside the
+    SwiGLU, activations.py `_moe`); shared expert 2·2·1536 + 2·1536. The q/k/v bias is added
     inside the linear (nothing saved); the score-correction bias only reorders the top-k."""
     model = load_model("glm-4.5")
     h, a, kv, d, e, k, w = 5120, 96, 8, 128, 160, 8, 1536
     attention = 2 * h + 2 * h + 2 * a * d + 2 * kv * d + 2 * a * d + 2 * kv * d + 4 * a + 2 * kv * d + 2 * a * d
-    moe = 2 * h + 2 * h + 4 * e + 8 * k + 4 * k + k * (2 * h + 2 * 2 * w + 2 * w + 2 * h) + 2 * 2 * w + 2 * w
+    moe = 2 * h + 2 * h + 4 * e + 8 * k + 4 * k + k * (2 * h + 2 * 2 * w + 2 * w) + 2 * 2 * w + 2 * w
     got = layer_activation_bytes(model, 3, seq_len=4096, micro_batch_size=1, tp=1)
     assert got.block == "moe"
     assert got.total == 4096 * (attention + moe)
@@ -267,12 +268,12 @@ def test_glm_4_5_moe_layer_activations_by_hand():
 def test_kimi_k2_moe_layer_activations_by_hand():
     """MLA with 64 heads (DeepSeek-V3's list): norm input 2h, down-projection input 2h, q_a norm input
     and q_b input 2·1536 each, kv_a norm input and kv_b input 2·512 each, q and k 2·64·192 each,
-    v 2·64·128, LSE 4·64, o_proj input 2·64·128; then the MoE block of 384 experts, top-8, width 2048,
-    one shared expert of 2048."""
+    v 2·64·128, LSE 4·64, o_proj input 2·64·128; then the MoE block of 384 experts, top-8, width 2048
+    (no expert output saved under Megatron-LM, activations.py `_moe`), one shared expert of 2048."""
     model = load_model("kimi-k2")
     h, a, e, k, w = 7168, 64, 384, 8, 2048
     attention = 2 * h + 2 * h + 2 * 2 * 1536 + 2 * 2 * 512 + 2 * (2 * a * 192) + 2 * a * 128 + 4 * a + 2 * a * 128
-    moe = 2 * h + 2 * h + 4 * e + 8 * k + 4 * k + k * (2 * h + 2 * 2 * w + 2 * w + 2 * h) + 2 * 2 * w + 2 * w
+    moe = 2 * h + 2 * h + 4 * e + 8 * k + 4 * k + k * (2 * h + 2 * 2 * w + 2 * w) + 2 * 2 * w + 2 * w
     got = layer_activation_bytes(model, 1, seq_len=4096, micro_batch_size=1, tp=1)
     assert got.block == "mla+moe"
     assert got.total == 4096 * (attention + moe)

@@ -239,17 +239,18 @@ def test_e10_explained_with_its_layout_string():
     """E10 (DeepSeek-V3, 61 layers + 1 MTP, pp 8 vpp 4) with the layout "Et|(tt|)*30mL": accepted
     (no layout or layer-count violation; vpp 4 from the string; ranks hold 7, 8 x 6, 6 decoder
     layers) and costed. With `--recompute selective` alone (Megatron's default module, core_attn)
-    and none of the recipe's other knobs it is rated does_not_fit, by its activations; the recipe's
-    `--recompute-modules mla_up_proj mlp` and optimizer knobs make it fit
-    (test_recompute_modules.py). The MTP layer's own costs are excluded, as everywhere in planner."""
+    and none of the recipe's other knobs it is accepted with no error and rated fits or at_risk,
+    its activations the largest term (it was does_not_fit while the expert output was counted,
+    which Megatron does not save: activations.py `_moe`).
+    The MTP layer's own costs are excluded, as everywhere in planner."""
     row = EXPERT["E10"]
     result = runner.invoke(app, [*_explain_args(row), "--pipeline-layout", "Et|(tt|)*30mL"])
-    data = json.loads(result.output)
+    data = json.loads(result.stdout)  # stderr: the fp8 recipe note
     assert data["parallelism"]["vpp"] == 4
     assert data["parallelism"]["pipeline_layout"] == "Et|(tt|)*30mL"
     errors = [v for v in data["violations"] if v["severity"] == "error"]
-    assert [v["rule"] for v in errors] == ["memory_exceeds"], errors
-    assert data["memory_verdict"] == "does_not_fit"
+    assert errors == [], errors
+    assert data["memory_verdict"] in ("fits", "at_risk")
     assert data["memory_bytes"]["activations"] == max(data["memory_bytes"][k] for k in (
         "parameters", "gradients", "optimizer_states", "activations", "transient"))
     stages = pl.parse("Et|(tt|)*30mL", 8)

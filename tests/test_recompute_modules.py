@@ -151,14 +151,14 @@ E10_RECIPE = ["--grad-reduce-dtype", "bf16", "--fp8-recipe", "tensorwise", "--pr
 
 def test_e10_fits_with_its_recipes_recompute_modules():
     """E10 (DeepSeek-V3 on 1024 H100, Megatron-Bridge): the recipe recomputes mla_up_proj and mlp
-    (l. 92). With Megatron's default (core_attn) the layout does not fit; with the recipe's modules
-    it is accepted and rated fits or at_risk, with less activation memory."""
+    (l. 92). Both are accepted and rated fits or at_risk (with Megatron's default, core_attn, too,
+    since the expert output is not saved: Megatron applies the router probs inside the SwiGLU,
+    activations.py `_moe`); the recipe's modules save activation memory."""
     default = runner.invoke(app, [*E10_ARGS, *E10_RECIPE])
     recipe = runner.invoke(app, [*E10_ARGS, *E10_RECIPE, "--recompute-modules", "mla_up_proj,mlp"])
     assert recipe.exit_code == 0, recipe.output
     before, after = json.loads(default.output), json.loads(recipe.output)
-    assert before["memory_verdict"] == "does_not_fit"
-    assert after["memory_verdict"] in ("fits", "at_risk")
+    assert before["memory_verdict"] in ("fits", "at_risk") and after["memory_verdict"] in ("fits", "at_risk")
     assert after["parallelism"]["recompute_modules"] == ["mla_up_proj", "mlp"]
     assert after["memory_bytes"]["activations"] < before["memory_bytes"]["activations"]
 

@@ -130,6 +130,24 @@ def test_llama3_layout_is_the_papers_split(rows):
     assert lay.recompute == "none"                      # '8K tokens without activation checkpointing'
 
 
+def test_llama3_rows_are_fsdp_gradient_sharding_with_pp(rows):
+    """Meta's FSDP (§3.3.2, §3.3.4) is costed as ZeRO-2 with PP with rule zero_with_pp waived (a
+    Megatron / DeepSpeed rule), its gradients reduce-scattered once per step: the step time equals
+    the ZeRO-1 layout's (one gradient reduce-scatter + one parameter all-gather per step either way),
+    and the 16,384-GPU rows are no longer rated does_not_fit (83.7 GiB under ZeRO-1's whole fp32
+    gradient buffer, senior7 H3). The 8,192-GPU row (m = 32) still is: docs/feasibility.md."""
+    import dataclasses
+    llama = {r.id: r for r in rows if r.group == "Llama3-405B-Table4"}
+    assert all(r.layout.zero_stage == 2 for r in llama.values())
+    row = llama["llama3-405b-16384-8192"]
+    z2 = vt.predict(row)
+    z1 = vt.predict(dataclasses.replace(row, layout=row.layout.replace(zero_stage=1)))
+    assert z2.violations == () and z2.verdict in ("fits", "at_risk") and z1.verdict == "does_not_fit"
+    assert z2.predicted == z1.predicted
+    assert vt.predict(llama["llama3-405b-16384-131072"]).verdict in ("fits", "at_risk")
+    assert vt.predict(llama["llama3-405b-8192-8192"]).verdict == "does_not_fit"
+
+
 def test_expert_configs_rows(rows):
     by_id = {r.id: r for r in rows if r.source == "expert_configs"}
     assert set(by_id) == {"E1", "E2", "E3", "E6", "E9", "E10", "E13", "E16", "E18"}

@@ -18,6 +18,7 @@ from planner.cost.memory import (
     DEFAULT_AT_RISK_MARGIN,
     OPTIMIZER_STEP_TERM,
     MemoryBreakdown,
+    fsdp_gradient_sharding_with_pp,
     stage_layers,
     stage_memory,
 )
@@ -284,9 +285,12 @@ def _memory_fix(model: ModelSpec, cluster: ClusterSpec, layout: Layout, m: Memor
     costed here, and the text says that rule must be fixed first."""
     gib = 2**30
     broken = sorted({v.rule for v in errors(check_layout(model, cluster, layout))})
-    found = []
+    found, beyond = [], ""
     for label, changed in _single_changes(layout):
-        if {v.rule for v in errors(check_layout(model, cluster, changed))} - set(broken):
+        new_rules = {v.rule for v in errors(check_layout(model, cluster, changed))} - set(broken)
+        if new_rules == {"zero_with_pp"} and fsdp_gradient_sharding_with_pp(changed):
+            beyond = _gradient_sharding_note(model, cluster, changed, m, counts, reserve_bytes, at_risk_margin)
+        if new_rules:
             continue
         try:  # a recompute change applies to every layer; the others keep the stage's modes
             new = stage_memory(model, cluster, changed, m.stage,
@@ -302,9 +306,31 @@ def _memory_fix(model: ModelSpec, cluster: ClusterSpec, layout: Layout, m: Memor
              f"the framework does not build as given); then " if broken else "")
     if not found:
         return f"{first}no single change of recompute, micro-batch or ZeRO stage fits this " \
-               f"stage; run `planner plan` for the fastest layout that fits"
+               f"stage; run `planner plan` for the fastest layout that fits{beyond}"
     return f"{first}any of: " + "; ".join(found) + \
-        " -- or run `planner plan` for the fastest layout that fits"
+        f" -- or run `planner plan` for the fastest layout that fits{beyond}"
+
+
+def _gradient_sharding_note(model: ModelSpec, cluster: ClusterSpec, changed: Layout, m: MemoryBreakdown,
+                            counts: dict[str, int] | None, reserve_bytes: int | None,
+                            at_risk_margin: float) -> str:
+    """Where gradient sharding under PP relieves the stage but the framework cannot run it (rule
+    `zero_with_pp`): '. Gradients sharded over dp as FSDP shards them with PP ... would need X GiB
+    ...', else ''. `changed` is the layout at ZeRO-2, costed as `cost.memory.fsdp_gradient_sharding_with_pp`
+    (Meta's Llama 3 stack: fp32 gradients accumulated per chunk, one reduce-scatter per step)."""
+    new = stage_memory(model, cluster, changed, m.stage, layers=stage_layers(model, changed)[m.stage],
+                       layers_by_recompute=counts, reserve_bytes=reserve_bytes, at_risk_margin=at_risk_margin)
+    if new.verdict == "does_not_fit" or new.total >= m.total:
+        return ""
+    risk = ", at risk" if new.verdict == "at_risk" else ""
+    return (f". Gradients sharded over dp as FSDP shards them with PP (ZeRO-2: each chunk's fp32 "
+            f"gradients reduce-scattered once per step, as Meta's Llama 3 stack ran it) would need "
+            f"{new.total / 2**30:.1f} GiB{risk}, but {_STACK.get(changed.framework, changed.framework)} "
+            f"cannot shard gradients with pp={changed.pp} (zero_with_pp)")
+
+
+_STACK = {"megatron": "Megatron-LM", "deepspeed": "DeepSpeed's pipeline engine"}
+"""The framework's name in `_gradient_sharding_note` (rule `zero_with_pp` says why each cannot)."""
 
 
 def _single_changes(layout: Layout) -> list[tuple[str, Layout]]:

@@ -435,9 +435,15 @@ def _moe(model: ModelSpec, *, ep: int, etp: int, overload: float, framework: str
     gathers the tokens of etp ranks (each then holds 1/etp of the expert width).
 
     Source: Megatron-core moe/router.py (softmax/sigmoid scores in fp32, top-k), moe/moe_utils.py
-    `permute`/`unpermute` (row-id map; unpermute with probs saves the expert output to form the
-    probability gradient), moe/experts.py TEGroupedMLP (fc1 input, SwiGLU input 2·I, fc2 input I per
-    assignment), moe/shared_experts.py (dense MLP of the shared width, TP-split; Qwen2-MoE gate).
+    `permute`/`unpermute` (row-id map), moe/experts.py TEGroupedMLP (fc1 input, SwiGLU input 2·I, fc2
+    input I per assignment), moe/shared_experts.py (dense MLP of the shared width, TP-split; Qwen2-MoE
+    gate). The expert output: Megatron-LM multiplies each assignment by its router probability inside
+    the activation (`weighted_bias_swiglu_impl`, which saves its input and the probs; or
+    `intermediate * permuted_probs` after the activation), and every token dispatcher unpermutes
+    without probs, so no h-wide expert output is saved (NVIDIA/Megatron-LM@d98e8a6
+    moe/experts.py l. 943-1027, fusions/fused_bias_swiglu.py l. 266-276, moe/token_dispatcher.py
+    l. 346, 891, 1460); a combine weighted after the experts (DeepSpeed-MoE's einsum with the combine
+    weights, torchtitan's scores after the experts) keeps it (`experts.output`, h per assignment).
     """
     h, k = model.hidden_size, model.num_experts_per_tok
     assignments = ep * k / ep * overload * etp
@@ -454,7 +460,8 @@ def _moe(model: ModelSpec, *, ep: int, etp: int, overload: float, framework: str
     ]
     tensors += _mlp_body("experts", model, model.moe_intermediate_size / etp, framework, tokens=assignments,
                          split=sp, modules=moe)
-    tensors.append(SavedTensor(name="experts.output", elements_per_token=assignments * h, split=sp, modules=moe))
+    if framework != "megatron":  # Megatron weights by the probs inside the activation (docstring)
+        tensors.append(SavedTensor(name="experts.output", elements_per_token=assignments * h, split=sp, modules=moe))
     if model.shared_expert_intermediate_size:
         tensors += _mlp_body("shared_experts", model, model.shared_expert_intermediate_size, framework,
                              modules=shared)

@@ -46,7 +46,7 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 
 from planner.cost.collectives import DEFAULT_RANK_ORDER
-from planner.cost.memory import _group_counts, _vocab_units, stage_layers
+from planner.cost.memory import _group_counts, _vocab_units, fsdp_gradient_sharding_with_pp, stage_layers
 from planner.cost.params_flops import count_params
 from planner.placement import overlap
 from planner.placement.layout import Layout
@@ -283,8 +283,11 @@ def fsdp_syncs_once_per_step(layout: Layout) -> bool:
     `PipelineStage.backward_maybe_with_nosync` sets `set_reshard_after_backward(False)` and
     `set_requires_gradient_sync(False)` on every backward but the last, so the unsharded parameters
     stay from the first forward to the last backward and the gradients accumulate unsharded
-    (the memory side: `cost.memory._torchtitan_pp_accumulation`, `fsdp_stage_blocks`)."""
-    return layout.framework == "torchtitan" and layout.pp > 1
+    (the memory side: `cost.memory._torchtitan_pp_accumulation`, `fsdp_stage_blocks`). FSDP
+    gradient sharding with PP outside torchtitan (`cost.memory.fsdp_gradient_sharding_with_pp`,
+    Meta's Llama 3 stack) reduce-scatters once per step too: gradients accumulated in fp32 over the
+    micro-batches, then reduce-scattered (Dubey et al. 2024 §3.3.4)."""
+    return (layout.framework == "torchtitan" and layout.pp > 1) or fsdp_gradient_sharding_with_pp(layout)
 
 
 def _group_collectives(group: str, gp, elems: float, m: int, sb, ov: overlap.Overlaps,

@@ -50,6 +50,12 @@ from planner.specs.model import ModelSpec, spec_memo
 
 GIB = 2**30
 
+HELD_OUT_ERROR = 0.039
+"""Median |error| of the peak-memory model on the evaluation part of the memory suite
+(docs/validation.md, `make validate`: n = 6, 3.9%; tests/test_validate_training.py checks the page
+says so): how far apart two predicted peaks must be before the model can tell which needs less.
+[Empirical] on those rows; `plan.roomier_alternative` reads it."""
+
 DEFAULT_RESERVE_BYTES = 2 * GIB
 """CUDA context, cuBLAS workspaces, NCCL channel buffers and allocator fragmentation, bytes.
 
@@ -570,6 +576,72 @@ def _torchtitan_pp_accumulation(model: ModelSpec, counts: ParamCounts, placement
     return sum(alive) / v
 
 
+def fsdp_gradient_sharding_with_pp(layout: Layout) -> bool:
+    """ZeRO-2 (gradients and optimizer states sharded over dp, bf16 parameters whole) with pipeline
+    parallelism outside torchtitan: FSDP gradient sharding as Meta's Llama 3 stack ran it with PP.
+
+    Only FSDP shards gradients under PP (DeepSpeed's pipeline engine refuses ZeRO-2, Megatron-LM
+    shards them only through Megatron-FSDP, without PP: rule `zero_with_pp`, which such a layout
+    breaks); torchtitan's FSDP2 with PP is its ZeRO-3 (`_torchtitan_pp_accumulation`). Llama 3's
+    FSDP shards 'the model, optimizer, and gradients' and does not reshard parameters after
+    forward (Dubey et al. 2024, arXiv 2407.21783v3 §3.3.2), accumulates gradients 'in FP32 ...
+    over multiple micro-batches' and reduce-scatters them 'in FP32 across data parallel workers'
+    (§3.3.4): each chunk's gradients are held unsharded from its first backward until its last,
+    then reduce-scattered once (`_fsdp_pp_gradient_peak`; the time side,
+    `cost.comm.fsdp_syncs_once_per_step`)."""
+    return layout.pp > 1 and layout.zero_stage == 2 and layout.framework != "torchtitan"
+
+
+def _fsdp_pp_gradient_peak(model: ModelSpec, counts: ParamCounts, placement: Placement, layout: Layout,
+                           layers: tuple[int, ...], stage: int, sb: StateBytes, per_layer: list[int],
+                           act_terms: dict[str, int]) -> int:
+    """Bytes the unsharded fp32 gradients add to the stage's activation peak under
+    `fsdp_gradient_sharding_with_pp`: max over the rank's Megatron interleaved compute order
+    (`megatron_interleaved_ops`, the schedule the activations are counted on) of saved activations
+    + the gradients of the chunks that have run a backward and not yet their last, less the max of
+    the activations alone over the same order (`pipeline_schedule_peak` with
+    `release_after_last_backward`).
+
+    Per chunk: activations = its layers' saved bytes per micro-batch (+ the embedding's on the
+    first rank's chunk 0); gradients = its layers' local (per-tp) elements x
+    `StateBytes.gradients` (4 B: fp32 accumulation, §3.3.4), + the vocabulary matrix's on the
+    first rank's first chunk and the output matrix + final norm's on the last rank's last chunk
+    (the `fsdp_accumulated_gradients` transient term).
+    The gradient shard left after each reduce-scatter is the `gradients` state term.
+
+    FSDP2's mechanism for the same run (the public counterpart of Meta's stack, whose source is not
+    published): `FSDPParam.to_accumulated_grad_if_needed` / `accumulate_unsharded_grad_if_needed`
+    keep `unsharded_accumulated_grad` in the reduce dtype while gradient sync is off, and the
+    post-backward of the last micro-batch reduce-scatters and frees it (pytorch/pytorch 0138610
+    torch/distributed/fsdp/_fully_shard/_fsdp_param.py, _fsdp_param_group.py)."""
+    v = layout.vpp
+    sizes = _chunk_sizes(layout, stage)
+    if sizes is None or sum(sizes) != len(layers):
+        size = -(-len(layers) // v) if layers else 0
+        sizes = [max(0, min(len(layers), (c + 1) * size) - c * size) for c in range(v)]
+    bounds = [sum(sizes[:c]) for c in range(v + 1)]
+    local = _block_elements(counts, placement, layers)
+    act = [sum(per_layer[bounds[c]:bounds[c + 1]]) for c in range(v)]
+    grad = [sum(local[bounds[c]:bounds[c + 1]]) * sb.gradients for c in range(v)]
+    flight = in_flight_microbatches(layout, stage)
+    if stage == 0 and flight:
+        act[0] += int(act_terms.get("embedding", 0) / flight)
+    vocab = int(_local_elements(placement, "dense", padded_vocab(model, layout) * model.embedding_width))
+    if stage == 0:
+        grad[0] += vocab * sb.gradients
+    if stage == layout.pp - 1:
+        norm = int(_local_elements(placement, "replicated", counts.final_norm))
+        grad[-1] += (vocab + norm) * sb.gradients  # the output matrix (a tied one's copy under PP, FC-14)
+    ops = megatron_interleaved_ops(layout, stage) if v > 1 else _one_f_one_b(
+        [0] * max(1, layout.num_microbatches), 1, min(layout.pp - stage, max(1, layout.num_microbatches)))
+
+    def peak(g: list[int]) -> int:
+        alive, done, _, _ = pipeline_schedule_peak(ops, act, g, release_after_last_backward=True)
+        return sum(n * a for n, a in zip(alive, act)) + sum(x for d, x in zip(done, g) if d)
+
+    return max(0, peak(grad) - peak([0] * v))
+
+
 def _boundary_bytes(model: ModelSpec, layout: Layout, sb: StateBytes) -> int:
     """One micro-batch's activation at a pipeline-stage boundary: tokens / cp x hidden x the compute
     dtype, / tp with sequence parallelism (the blocks' sequence-sharded output), bytes."""
@@ -903,8 +975,9 @@ def model_state_key(layout: Layout) -> tuple:
     gradients, optimizer states and non-activation transients on such a stage, whatever their dp,
     cp or pp: a ZeRO-0 layout's states do not depend on dp. torchtitan with PP accumulates
     gradients along the schedule (`_torchtitan_pp_accumulation`), which also reads the micro-batch
-    count, vpp and the activations: its key is the whole layout."""
-    if layout.framework == "torchtitan" and layout.pp > 1:
+    count, vpp and the activations: its key is the whole layout; so does FSDP gradient sharding
+    with PP (`fsdp_gradient_sharding_with_pp`)."""
+    if (layout.framework == "torchtitan" and layout.pp > 1) or fsdp_gradient_sharding_with_pp(layout):
         return (layout,)
     placement = placement_for(layout)
     facts = _placement_facts(layout, placement)
@@ -974,10 +1047,13 @@ def stage_memory(model: ModelSpec, cluster, layout: Layout, stage: int, *,
                  **{k: int(v) for k, v in fp8_terms.items()}}
     if step_groups:
         transient[OPTIMIZER_STEP_TERM] = max(step_groups.values())
-    if flex := flex_buffer_bytes(model, layout, gpus_per_node=cluster.gpus_per_node,   # moe helper's term
+    if flex := flex_buffer_bytes(model, layout, gpus_per_node=cluster.gpus_per_node,
                                  scaleup_domain_gpus=cluster.scaleup_domain_gpus,
                                  ep_gpus_per_domain=layout.mesh.ep_sharing(cluster.scaleup_domain_gpus)):
         transient[FLEX_BUFFER_TERM] = flex
+    if fsdp_gradient_sharding_with_pp(layout):
+        transient["fsdp_accumulated_gradients"] = _fsdp_pp_gradient_peak(
+            model, counts, placement, layout, layers, stage, sb, per_layer, act_terms)
     gathered = facts.gathered
     if gathered and layout.framework == "torchtitan":
         transient |= _torchtitan_fsdp_terms(model, counts, placement, layout, layers, stage, sb)

@@ -48,6 +48,7 @@ from planner.frameworks import megatron as mg
 from planner.frameworks.megatron import FLAG as F
 from planner.placement import overlap, pipeline_layout, recompute_mix
 from planner.placement.layout import OPTIMIZER_DTYPES, Layout
+from planner.placement.precision import published_fp8_recipe
 from planner.plan import plan_layout
 from planner.specs.cluster import ClusterSpec, load_cluster
 from planner.specs.model import ModelSpec, load_model
@@ -567,10 +568,6 @@ class Recipe:
     """Where the values are published."""
     values: tuple[tuple[str, str], ...]
     """(knob, value as written)."""
-    fp8_recipe: str | None = None
-    """The fp8 scaling the family trained with (`Layout.fp8_recipe`); None: not fp8-trained."""
-    fp8_source: str = ""
-    """Where that fp8 recipe is published."""
 
 
 RECIPES = (
@@ -579,9 +576,7 @@ RECIPES = (
                ("adam_beta1", "0.9"), ("adam_beta2", "0.95"), ("weight_decay", "0.1"),
                ("init_method_std", "0.006"), ("clip_grad", "1.0"), ("lr_warmup_iters", "2000"),
                ("moe_router_load_balancing_type", "seq_aux_loss"), ("moe_aux_loss_coeff", "0.0001"),
-               ("moe_router_bias_update_rate", "0.001"), ("mtp_loss_scaling_factor", "0.3")),
-           fp8_recipe="blockwise", fp8_source="DeepSeek-V3 Technical Report §3.3.2: 1x128 "
-           "activation tiles, 128x128 weight blocks, each with its own scale"),
+               ("moe_router_bias_update_rate", "0.001"), ("mtp_loss_scaling_factor", "0.3"))),
     Recipe("meta-llama/Llama-3", "The Llama 3 Herd of Models (arXiv:2407.21783) §3.4.1 (AdamW, "
            "linear warm-up of 8,000 steps, cosine decay: the 405B schedule, the only one it "
            "gives); betas, epsilon, weight decay and clipping "
@@ -624,16 +619,17 @@ def _hyperparameters(model: ModelSpec) -> tuple[str, list[tuple[str, str, str, s
 
 
 def _fp8_note(model: ModelSpec, layout: Layout) -> list[str]:
-    """A header note where the plan trains fp8 with another scaling recipe than the family's."""
-    found = recipe(model)
+    """A header note where the plan trains fp8 with another scaling recipe than the model's
+    published one (`precision.published_fp8_recipe`, which `plan` costs unless asked otherwise)."""
+    found = published_fp8_recipe(model)
     costed = layout.fp8_recipe or mg.DEFAULT["fp8_recipe"]
-    if layout.precision != "fp8" or found is None or found.fp8_recipe in (None, costed):
+    if layout.precision != "fp8" or found is None or found[0] == costed:
         return []
     return [f"# Note: the plan was costed with {costed} fp8 scaling and the script runs it "
             f"({F['fp8_recipe']} {costed}, written where it is not Megatron's default); "
             f"{model.name} trained with "
-            f"{found.fp8_recipe} scaling ({found.fp8_source}): re-plan with --fp8-recipe "
-            f"{found.fp8_recipe} to train and cost that recipe."]
+            f"{found[0]} scaling ({found[1]}): re-plan with --fp8-recipe "
+            f"{found[0]} to train and cost that recipe."]
 
 
 # ---------------------------------------------------------------- the script

@@ -81,7 +81,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from planner import frameworks
-from planner.placement.layout import PRECISIONS, Layout
+from planner.errors import SpecError
+from planner.placement.layout import FP8_RECIPES, PRECISIONS, Layout
 from planner.specs.model import ModelSpec
 
 MAKE_VOCAB_SIZE_DIVISIBLE_BY = 128
@@ -343,3 +344,31 @@ def te_fp8(layout: Layout) -> bool:
     """Whether `layout` runs Transformer Engine's fp8 linears: Megatron-LM at precision fp8
     (its fp8 format flag; its TE layer specs). DeepSpeed / torchtitan fp8 are not costed as TE."""
     return layout.framework == "megatron" and layout.precision == "fp8"
+
+
+def published_fp8_recipe(model: ModelSpec) -> tuple[str, str] | None:
+    """(Transformer Engine fp8 recipe, where it is published) the model was pre-trained with: its
+    model file's `fp8_training` (e.g. DeepSeek-V3: blockwise, its technical report §3.3.2); None
+    when the file states none.
+
+    Raises:
+        SpecError: a recipe outside `layout.FP8_RECIPES`, naming the model file and key."""
+    given = model.extra.get("fp8_training")
+    if given is None:
+        return None
+    if given["recipe"] not in FP8_RECIPES:
+        raise SpecError(f"value {given['recipe']!r} not allowed; allowed: {', '.join(FP8_RECIPES)}",
+                        file=given.get("file"), key="fp8_training.recipe")
+    return given["recipe"], given["source"]
+
+
+def default_fp8_recipe(model: ModelSpec, *, precision: str, framework: str) -> str | None:
+    """The fp8 recipe a plan or an `explain` of `model` costs when none is asked: the model's
+    published pre-training recipe (`published_fp8_recipe`) for Megatron-LM at fp8 -- what one would
+    launch, the recipe its own training validated -- else None (Megatron-LM's default, delayed:
+    `layout.FP8_RECIPES`). Only Megatron-LM takes the recipe (rule `fp8_recipe`); a config file
+    `check` reads keeps what it says (absent: delayed)."""
+    found = published_fp8_recipe(model)
+    if found is None or precision != "fp8" or framework != "megatron":
+        return None
+    return found[0]

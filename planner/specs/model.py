@@ -31,7 +31,7 @@ Keys read (anything else is ignored; `null` means absent):
 
 | model_type | keys |
 |---|---|
-| all | model_type, name, source, hf_id, quantization_config, rope_theta, rope_scaling, hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim, vocab_size, padded_vocab_size, max_position_embeddings, tie_word_embeddings |
+| all | model_type, name, source, hf_id, quantization_config, fp8_training, rope_theta, rope_scaling, hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim, vocab_size, padded_vocab_size, max_position_embeddings, tie_word_embeddings |
 | llama, mistral, qwen2, qwen3, nemotron | intermediate_size, hidden_act, attention_bias, mlp_bias, sliding_window, use_sliding_window (qwen), layer_types |
 | mixtral, qwen2_moe, qwen3_moe | the above + num_local_experts / num_experts, num_experts_per_tok, moe_intermediate_size, decoder_sparse_step, mlp_only_layers, shared_expert_intermediate_size (qwen2_moe) |
 | deepseek_v3, kimi_k2 | intermediate_size, hidden_act, attention_bias, q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim, n_routed_experts, num_experts_per_tok, moe_intermediate_size, n_shared_experts, first_k_dense_replace, moe_layer_freq, num_nextn_predict_layers, norm_topk_prob, n_group, topk_group |
@@ -63,6 +63,9 @@ modelled: `weight_format` stays None and the method is kept in `extra['quant_met
 (serve-plan, check of engine launches) refuses such a checkpoint (`require_modelled_checkpoint`), and
 training ignores it. It must be a mapping with a string quant_method.
 Training never reads it (a training run keeps bf16 master weights whatever the release format).
+fp8_training ({recipe, source}: not a Hugging Face key) is the fp8 scaling recipe the model was
+pre-trained with, where published: the default fp8 recipe of its Megatron-LM plans
+(`placement.precision.published_fp8_recipe`).
 
 Unknown keys: a Hugging Face config pasted as YAML carries keys the planner does not need
 (attn_pdrop, summary_type, init_std, ...); they are ignored, as in `config.json`. In a YAML file
@@ -372,7 +375,7 @@ renormalised to sum 1. Source: transformers modeling_deepseek_v3.py DeepseekV3To
 DeepseekV3MoE.route_tokens_to_experts."""
 _TEXT_KEYS = ("name", "source", "hf_id", "hidden_act", "activation_function")
 _OTHER_READ_KEYS = ("model_type", "layer_types", "mlp_only_layers", "rope_theta", "rope_scaling",
-                    "partial_rotary_factor", "quantization_config")
+                    "partial_rotary_factor", "quantization_config", "fp8_training")
 _READ_KEYS = frozenset(_INT_RULES) | set(_BOOL_KEYS) | set(_TEXT_KEYS) | set(_OTHER_READ_KEYS)
 """Every key some model_type reads (see the table in the module docstring)."""
 
@@ -588,9 +591,26 @@ def from_config(raw: dict, *, name: str, file: str = "<config>", strict: bool = 
         fields["extra"]["quant_method"] = method
     if raw.get("quantization_config") is not None:  # as written (awq, gptq, fp8, ...): the engines match flags to it
         fields["extra"]["checkpoint_quant_method"] = raw["quantization_config"]["quant_method"]
+    if raw.get("fp8_training") is not None:
+        fields["extra"]["fp8_training"] = _fp8_training(raw["fp8_training"], file)
     spec = ModelSpec(**fields, weight_format=weight_format)
     _validate(spec, file)
     return spec
+
+
+def _fp8_training(value: object, file: str) -> dict[str, str]:
+    """`fp8_training` of a model file: {recipe, source}, the fp8 scaling recipe the model was
+    pre-trained with and where that is published (`placement.precision.published_fp8_recipe`
+    checks the recipe's name). Not a Hugging Face key: written in a catalog file beside its
+    source.
+
+    Raises:
+        SpecError: not a mapping of exactly a non-empty string recipe and source."""
+    if (not isinstance(value, dict) or set(value) != {"recipe", "source"}
+            or not all(isinstance(v, str) and v.strip() for v in value.values())):
+        raise SpecError(f"value {_show(value)} must be a mapping {{recipe: <fp8 recipe>, source: <where it is "
+                        f"published>}}", file=file, key="fp8_training")
+    return {"recipe": value["recipe"], "source": value["source"], "file": file}
 
 
 def _checkpoint_format(config: object, file: str) -> tuple[str | None, str | None]:
