@@ -277,8 +277,10 @@ def test_disaggregated_tp8_finds_a_rate_matched_mix(model, cluster, gpus, input_
     workers = data["deployment"]["workers"]
     prefill = sum(w["requests_per_s"] for w in workers if w["role"] == "prefill")
     decode = sum(w["requests_per_s"] for w in workers if w["role"] == "decode")
-    assert 0 < decode <= prefill + 0.002 and data["deployment"]["gpus"] <= int(gpus)
-    assert all(w["parallelism"]["tp"] == 8 for w in workers)
+    # the decode workers run at the load the prefill side feeds them (their batch the least carrying it)
+    served = data["deployment"]["requests_per_s"]
+    assert 0 < served == pytest.approx(min(prefill, decode), abs=2e-3) and decode >= served - 2e-3
+    assert data["deployment"]["gpus"] <= int(gpus) and all(w["parallelism"]["tp"] == 8 for w in workers)
     # every plans row is a whole mix; the first is the deployment, the others within the GPUs too
     first = data["plans"][0]
     assert [(w["role"], w["workers"]) for w in first["workers"]] == [(w["role"], w["workers"]) for w in workers]
