@@ -662,7 +662,9 @@ def test_emit_instance_over_two_nodes_one_command_per_node(tmp_path, engine, mod
     path = _file(tmp_path, proc.stdout)
     result = check_launch_file(path, cluster="hgx-h200", gpus=16)
     assert result["verdict"] == "pass", result["violations"]
-    assert [(r["world"], r["nnodes"], r["node_rank"]) for r in result["launches"]] == [(16, 2, 0), (16, 2, 1)]
+    # the two node ranks are one engine instance: one row, over both commands' lines
+    assert [(r["world"], r["nnodes"], r["node_ranks"], len(r["lines"])) for r in result["launches"]] == \
+        [(16, 2, [0, 1], 2)]
     # the GPUs are counted per node: 8 + 8, so the file does not fit 8 GPUs
     small = check_launch_file(path, cluster="hgx-h200", gpus=8)
     assert "world_size" in _rules(small) and "the launches need 16 GPUs (8 + 8" in small["violations"][-1]["message"]

@@ -137,3 +137,27 @@ def test_decode_worker_concurrency_is_refined_to_every_value():
     best = max(every, key=lambda p: p["tokens_per_s"])
     assert best["concurrency"] not in serve.CONCURRENCY_STEPS  # the SLO binds between grid points
     assert max(p["tokens_per_s"] for p in points) == pytest.approx(best["tokens_per_s"], rel=1e-12)
+
+
+def test_longest_at_concurrency_by_hand():
+    """A pool of 1,000,000 B at 100 B/token (10,000 tokens, no sliding window): 3 sequences fit up to
+    floor(10,000 / 3) = 3,333 tokens each; over 2 attention-DP groups of 500,000 B each, 3 is written as 4
+    (a multiple of 2: the emitters' cap), 2 per group, 2,500 tokens each; never below the planned context."""
+    spec = load_model("llama-3.1-8b")
+    mem = serve.sv.ServingMemory(weights=0, activations=0, reserve=0, kv_cache=1_000_000, capacity=2_000_000,
+                                 kv_bytes_per_token=100.0, kv_window_bytes=0.0, kv_tokens=10_000, engine="vllm",
+                                 budget_fraction=0.9)
+    assert serve.longest_at_concurrency(spec, serve.sv.Instance(tp=1), mem, 3, 1000) == 3333
+    half = replace(mem, kv_cache=500_000)
+    assert serve.longest_at_concurrency(spec, serve.sv.Instance(tp=2, ep=1, adp=2), half, 3, 1000) == 2500
+    assert serve.longest_at_concurrency(spec, serve.sv.Instance(tp=1), mem, 20, 1000) == 1000
+
+
+def test_served_length_keeps_each_workers_batch_at_full_length():
+    """--emit's max-model-len: 4,500 rounds up to 8,192, but a worker whose pool holds its batch only up to 6,000
+    tokens each caps it there (check would warn kv_pool_concurrency at 8,192)."""
+    from planner.emit.engine_launch import served_length
+    data = {"request": {"model": "llama-3.1-70b", "max_model_len": 4500},
+            "deployment": {"mix": [{"longest_context": 400_000, "longest_at_concurrency": 6000}]}}
+    length, why = served_length(data, "vllm")
+    assert length == 6000 and "planned batch" in why

@@ -99,6 +99,9 @@ class Launch:
     nnodes: int
     """Nodes the instance spans (the engine's node-count flag); the command runs on one of them."""
     node_rank: int = 0
+    rendezvous: str | None = None
+    """Node rank 0's address as the command names it (SGLang's dist-init address, vLLM's master address), which
+    the commands of one instance over several nodes share; None when not given."""
     role: str | None = None
     """prefill / decode for a disaggregated worker, else None."""
     flag: dict[str, str]
@@ -398,6 +401,36 @@ def unknown_flags(command: Command, known: frozenset[str], engine: str, version:
                     + (f"; did you mean {close[0]}?" if close else ""),
             fix=f"write {close[0]}" if close else f"remove {spelled}"))
     return out
+
+
+def rendezvous_address(command: Command, flag: str) -> str | None:
+    """The address a command names with the rendezvous `flag` (None: absent, or given without a value)."""
+    value = command.flags.get(flag)
+    return value if isinstance(value, str) else None
+
+
+def one_instance(launches: list[Launch]) -> list[list[Launch]]:
+    """The launches grouped by the engine instance they start: the commands of one instance over several nodes
+    (the same layout, node count, role and rendezvous address, each a node rank of its own: both engines start
+    one process group over nnodes x world / nnodes ranks from them, `srt/entrypoints/engine.py`
+    _calculate_rank_ranges in SGLang 0.5.23, `vllm/config/parallel.py` nnodes / node_rank in vLLM 0.33.0) are one
+    group, in node-rank order; every other launch is a group of its own."""
+    groups: dict[tuple, list[Launch]] = {}
+    for k, launch in enumerate(launches):
+        key = ((launch.engine, launch.inst, launch.replicas, launch.nnodes, launch.role, launch.rendezvous)
+               if launch.nnodes > 1 and launch.rendezvous is not None else (k,))
+        group = groups.setdefault(key, [])
+        if any(other.node_rank == launch.node_rank for other in group):  # a second command of one node rank
+            groups[(k,)] = [launch]
+        else:
+            group.append(launch)
+    return [sorted(group, key=lambda l: l.node_rank) for group in groups.values()]
+
+
+def spanned_gpus(launches: list[Launch]) -> int:
+    """GPUs the launches of a file start over all the nodes they name: each command the GPUs of its own node
+    (`Launch.here`, else its world)."""
+    return sum(launch.here or launch.world for launch in launches)
 
 
 def rendezvous(command: Command, nnodes: int, flag: str, value: str) -> list[Violation]:
@@ -943,7 +976,8 @@ def evaluate(file: str, kind: str, spec: ModelSpec, hw: ClusterSpec, gpus: int, 
         seen = {(v.rule, v.message) for _, v in violations}
         violations += [(launch.line, v) for v in found if (v.rule, v.message) not in seen]
         rows.append(row)
-    used = sum(launch.here or launch.world for launch in launches)
+    rows = _instance_rows(launches, rows)
+    used = spanned_gpus(launches)
     if given and used > gpus:
         violations.append((launches[0].line, Violation(
             rule="world_size",
@@ -955,6 +989,19 @@ def evaluate(file: str, kind: str, spec: ModelSpec, hw: ClusterSpec, gpus: int, 
             "violations": [{"rule": v.rule, "severity": v.severity, "message": v.message, "fix": v.fix,
                             "line": line} for line, v in violations],
             "warnings": list(dict.fromkeys(warnings))}
+
+
+def _instance_rows(launches: list[Launch], rows: list[dict]) -> list[dict]:
+    """One row per engine instance (`one_instance`): the commands of one instance over several nodes are one row,
+    its first command's, with `lines` and `node_ranks` [the commands' lines and node ranks]."""
+    index = {id(launch): row for launch, row in zip(launches, rows)}
+    out = []
+    for group in one_instance(launches):
+        row = dict(index[id(group[0])])
+        if len(group) > 1:
+            row.update(lines=[l.line for l in group], node_ranks=[l.node_rank for l in group])
+        out.append(row)
+    return sorted(out, key=lambda r: r["line"])
 
 
 def _length_findings(spec: ModelSpec, launch: Launch) -> list[Violation]:
