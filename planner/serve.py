@@ -740,6 +740,26 @@ def allowed_gpus(hw: ClusterSpec, n: int) -> int:
     return -(-n // per_node) * per_node
 
 
+def smallest_instances(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, keep=lambda inst: True,
+                       most: int = 1024) -> list[tuple[sv.Instance, sv.ServingMemory]]:
+    """The instance shapes serve-plan would run with the fewest GPUs: `shapes` over up to `most` GPUs (its
+    divisibility rules, --fix) that `keep` accepts, each costed by `_memory` (the engine's budget rule: SGLang's
+    own mem_fraction_static default for each shape unless req.mem_fraction), whose KV pool holds one sequence
+    of req.context (`cost.serving.longest_context`, as `evaluate` rejects the others); those of the smallest
+    GPU count, largest KV pool first; [] when none up to `most` GPUs. `planner check` proposes them for a
+    launch that does not fit (`planner.check.engine_launch._relief`)."""
+    found, _ = shapes(spec, hw, most, req.fix, req.engine)
+    for gpus in sorted({inst.gpus for inst in found}):
+        fits = []
+        for inst in (i for i in found if i.gpus == gpus and keep(i)):
+            mem = _memory(spec, hw, req, inst)
+            if mem.kv_cache > 0 and sv.longest_context(mem, spec, engine=req.engine) >= req.context:
+                fits.append((inst, mem))
+        if fits:
+            return sorted(fits, key=lambda f: -f[1].kv_cache)
+    return []
+
+
 def _minimum_gpus(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest) -> int | None:
     """Smallest instance (GPUs) whose KV pool holds one sequence of the asked context, up to 1024 GPUs."""
     for n in _powers(1024):
@@ -967,12 +987,13 @@ ROUTER_SPLIT = ("every prefill worker alike and every decode worker alike: the r
                 "workers of a role evenly, with no per-worker weight")
 """Why a disaggregated mix has one prefill kind and one decode kind. Source: vllm-router 0.1.17
 (`vllm_router-0.1.17-cp38-abi3-manylinux_2_28_x86_64.whl`, sha256 85c96bea...; it records no commit)
-`vllm_router/router_args.py`: `--prefill URL [BOOTSTRAP_PORT]` and `--decode URL` take a URL alone, and
---policy / --prefill-policy / --decode-policy choose among random, round_robin, cache_aware, kv_aware,
-power_of_two, consistent_hash, sticky_least_loaded (per request, by count, cache or load; none by a capacity
-the operator gives); sglang-router 0.3.2 (`sglang_router-0.3.2-cp38-abi3-manylinux_2_17_x86_64...whl`, sha256
-ba5a2495...) `sglang_router/router_args.py`: `--decode URL`, policies random, round_robin, cache_aware,
-power_of_two, manual. Two decode workers planned at 1.5 and 3.6 requests/s would each get half the requests."""
+`vllm_router/router_args.py`: each prefill and decode worker is named by its URL alone (the router flags of
+`planner.frameworks.vllm.ROUTER_FLAG`), and the load-balancing policies (default cache_aware; random,
+round_robin, kv_aware, power_of_two, consistent_hash, sticky_least_loaded) pick a worker per request, by count,
+cache or load, none by a capacity the operator gives; sglang-router 0.3.2
+(`sglang_router-0.3.2-cp38-abi3-manylinux_2_17_x86_64...whl`, sha256 ba5a2495...) `sglang_router/router_args.py`:
+the same URL-only worker flags (`planner.frameworks.sglang.ROUTER_FLAG`), policies random, round_robin,
+cache_aware, power_of_two, manual. Two decode workers planned at 1.5 and 3.6 requests/s would each get half."""
 
 
 def _solve_split(req: ServeRequest, pre: list, dec: list) -> Split:

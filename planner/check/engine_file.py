@@ -84,7 +84,7 @@ def check_launch_file(path: str | Path, *, model: str | None = None, cluster: st
     allowed = gpus or (sum(visible) if all(visible) else hw.num_gpus)
     if gpus is None and any(launch.node_rank > 0 for launch in launches):
         # the file names nodes after the first itself (node ranks of an instance over several nodes): the GPUs of
-        # every node it names, as a torchrun --nnodes in a Megatron script does
+        # every node it names, as a torchrun node count in a Megatron script does
         allowed = max(allowed, el.spanned_gpus(launches))
     result = el.evaluate(file, kind, spec, hw, allowed, launches, reader.spell,
                          given=gpus is not None or not all(visible))

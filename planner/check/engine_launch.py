@@ -113,6 +113,8 @@ class Launch:
     """KV pool per GPU a flag sets outright, whatever the budget fraction (vLLM kv_cache_memory_bytes)."""
     kv_tokens_cap: int | None = None
     """Tokens a flag caps each pool at (SGLang max_total_tokens; the smaller of it and what fits)."""
+    fraction_given: bool = False
+    """Whether the command sets the budget fraction (else `fraction` is the engine's default for it)."""
     visible_from: str = VISIBLE
     """What limits the GPUs seen, for messages (`visible_from`)."""
     fit_max_model_len: bool = False
@@ -1031,8 +1033,36 @@ def _relief(spec: ModelSpec, hw: ClusterSpec, room: int, launch: Launch, mem: sv
     headroom_ok = launch.engine != "sglang" or (1 - wanted) * mem.capacity >= mem.activations + mem.reserve
     if launch.fraction < wanted <= 0.98 and headroom_ok:
         parts.append(f"{launch.flag['fraction']} {wanted:.2f}")
-    fits, _ = alternatives(spec, hw, room, launch, spell)
-    return "; ".join(parts + fits[:2]) or f"more GPUs than {room} per instance"
+    return "; ".join(parts + _smallest(spec, hw, room, launch, spell)) or f"more GPUs than {room} per instance"
+
+
+def _smallest(spec: ModelSpec, hw: ClusterSpec, room: int, launch: Launch, spell) -> list[str]:
+    """The layouts of the smallest instance serve-plan would run for this launch (`serve.smallest_instances`: its
+    shapes and its memory model, SGLang's own mem_fraction_static default for each shape unless the command sets
+    the fraction), in the engine's flags, at most two, fewest pipeline stages first (serve-plan prices each stage's
+    hop per decode step, `serve._hop_s`), as many replicas as `room` GPUs hold where one fits a node (else one
+    launch per instance); shapes the fix can spell (tp x pp, no attention data parallelism; expert parallelism on
+    where the command turns it on, since its flags make ep follow tp)."""
+    from planner import serve
+
+    req = serve.ServeRequest(
+        gpus=room, input_len=max(launch.max_model_len - 1, 1), output_len=1, max_model_len=launch.max_model_len,
+        weight_dtype=launch.weight_format, kv_dtype=launch.kv_dtype, engine=launch.engine,
+        mem_fraction=launch.fraction if launch.fraction_given else None,
+        max_num_batched_tokens=launch.max_num_batched_tokens * (launch.inst.adp if launch.engine == "sglang" else 1))
+    ep_on = launch.inst.ep > 1
+    found = serve.smallest_instances(spec, hw, req, keep=lambda i: i.adp == 1 and (i.ep > 1) == (ep_on and i.tp > 1))
+    out = []
+    for inst, mem in sorted(found, key=lambda f: f[0].pp)[:2]:  # fewest pipeline stages first, then the larger pool
+        nodes = -(-inst.gpus // hw.gpus_per_node)
+        if nodes > 1:  # replicas do not span nodes (SGLang refuses them): one launch per instance
+            text = f"{spell(inst.tp, inst.pp, 1)} on {inst.gpus} GPUs ({nodes} nodes)"
+        else:
+            text = spell(inst.tp, inst.pp, max(1, room // inst.gpus))
+        fraction = ("" if launch.fraction_given or launch.engine != "sglang"
+                    else f", {launch.flag['fraction']} {mem.budget_fraction:g}: SGLang's default for it")
+        out.append(f"{text} (KV pool {mem.kv_cache / GIB:.1f} GiB per GPU{fraction})")
+    return out
 
 
 def _world_findings(hw: ClusterSpec, launch: Launch) -> list[Violation]:

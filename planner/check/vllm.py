@@ -253,6 +253,7 @@ def launch(command: el.Command, spec: ModelSpec, hw: ClusterSpec, file: str) -> 
     return el.Launch(
         engine=v.ENGINE, line=command.line, inst=inst, replicas=replicas,
         fraction=el.fraction(command, f["fraction"], v.DEFAULT_FRACTION, file),
+        fraction_given=f["fraction"] in command.flags,
         max_model_len=length,
         fit_max_model_len=max_model_len == -1,
         max_num_seqs=_instance_seqs(seqs, dp, spec),
