@@ -57,3 +57,20 @@ def test_vllm_fix_is_the_smallest_tp_serve_plan_runs(tmp_path):
     assert first.startswith("--tensor-parallel-size 4 --data-parallel-size 2 (KV pool"), fix
     pool = float(re.search(r"KV pool ([\d.]+) GiB", first)[1])
     assert pool == pytest.approx(_served_pool_gib("llama-3.1-70b", "vllm", 8, 4, 1, 1, 32768), abs=0.05)
+
+
+def test_sglang_default_fraction_that_leaves_no_pool_says_it_is_sglangs_own(tmp_path):
+    """Fresh-user review 7 item 5: DeepSeek-V3 over two nodes with tp 16, DP attention 16 and DeepEP: SGLang's own
+    mem_fraction_static default for that command leaves no KV pool; the message says the default is SGLang's
+    (the command does not set it), and a command that sets the fraction is not told so."""
+    command = ("python3 -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3 --tp 16 --dist-init-addr "
+               "10.0.0.1:5000 --nnodes 2 --node-rank {rank} --attn-dp-size 16 --moe-a2a-backend deepep{extra}\n")
+    path = tmp_path / "launch.sh"
+    path.write_text(command.format(rank=0, extra="") + command.format(rank=1, extra=""))
+    found = check_launch_file(path, cluster="dgx-h100")["violations"]
+    message = next(v["message"] for v in found if v["rule"] == "memory_exceeds")
+    assert "SGLang's own default for this command" in message
+    path.write_text(command.format(rank=0, extra=" --mem-fraction-static 0.3")
+                    + command.format(rank=1, extra=" --mem-fraction-static 0.3"))
+    found = check_launch_file(path, cluster="dgx-h100")["violations"]
+    assert "own default" not in next(v["message"] for v in found if v["rule"] == "memory_exceeds")

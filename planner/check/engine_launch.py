@@ -835,8 +835,9 @@ def _memory_findings(spec: ModelSpec, hw: ClusterSpec, launch: Launch, mem: sv.S
                         f"(1 - {launch.fraction:g} of {cap:.2f} GiB)",
                 fix=f"{f['fraction']} {max(0.05, 1 - (mem.activations + mem.reserve) / mem.capacity - 0.01):.2f} "
                     f"or a smaller {f['max_num_batched_tokens']}"))
+        default = "" if launch.fraction_given else ", SGLang's own default for this command: it does not set it"
         pool_text = (f"{f['fraction']} {launch.fraction:g} x {cap:.2f} GiB = {budget:.2f} GiB (SGLang: the "
-                     f"static pool of weights and KV is a fraction of TOTAL memory) - weights "
+                     f"static pool of weights and KV is a fraction of TOTAL memory{default}) - weights "
                      f"{mem.weights / GIB:.2f} GiB - non-torch {sv.NON_TORCH_BYTES / GIB:.2f} GiB")
     else:
         pool_text = (f"{f['fraction']} {launch.fraction:g} x {cap:.2f} GiB = {budget:.2f} GiB (a fraction of "
