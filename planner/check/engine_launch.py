@@ -1042,7 +1042,7 @@ def _smallest(spec: ModelSpec, hw: ClusterSpec, room: int, launch: Launch, spell
     shapes and its memory model, SGLang's own mem_fraction_static default for each shape unless the command sets
     the fraction), in the engine's flags, at most two, fewest pipeline stages first (serve-plan prices each stage's
     hop per decode step, `serve._hop_s`), as many replicas as `room` GPUs hold where one fits a node (else one
-    launch per instance); shapes the fix can spell (tp x pp, no attention data parallelism; expert parallelism on
+    launch per instance), with its GPU count where it needs more than `room`; shapes the fix can spell (tp x pp, no attention data parallelism; expert parallelism on
     where the command turns it on, since its flags make ep follow tp)."""
     from planner import serve
 
@@ -1060,6 +1060,7 @@ def _smallest(spec: ModelSpec, hw: ClusterSpec, room: int, launch: Launch, spell
             text = f"{spell(inst.tp, inst.pp, 1)} on {inst.gpus} GPUs ({nodes} nodes)"
         else:
             text = spell(inst.tp, inst.pp, max(1, room // inst.gpus))
+            text += f" on {inst.gpus} GPUs" if inst.gpus > room else ""
         fraction = ("" if launch.fraction_given or launch.engine != "sglang"
                     else f", {launch.flag['fraction']} {mem.budget_fraction:g}: SGLang's default for it")
         out.append(f"{text} (KV pool {mem.kv_cache / GIB:.1f} GiB per GPU{fraction})")
