@@ -161,3 +161,21 @@ def test_served_length_keeps_each_workers_batch_at_full_length():
             "deployment": {"mix": [{"longest_context": 400_000, "longest_at_concurrency": 6000}]}}
     length, why = served_length(data, "vllm")
     assert length == 6000 and "planned batch" in why
+
+
+def test_router_over_unlike_decode_workers_is_a_warning(tmp_path):
+    """The script fresh-user review 7 got (two tp4-like decode workers at --max-num-seqs 16 and 64 behind one
+    vllm-router), on one node with tp1 workers: check warns router_unlike_workers (the router spreads requests
+    evenly); alike workers do not."""
+    kv = """--kv-transfer-config '{{"kv_connector":"NixlConnector","kv_role":"kv_both"}}'"""
+    worker = ("VLLM_NIXL_SIDE_CHANNEL_PORT={side} CUDA_VISIBLE_DEVICES={gpu} vllm serve meta-llama/Llama-3.1-8B-Instruct "
+              "--max-model-len 8192 --max-num-seqs {seqs} " + kv + " --port {port} &\n")
+    router = ("vllm-router --vllm-pd-disaggregation --prefill http://127.0.0.1:8000 --decode http://127.0.0.1:8001 "
+              "--decode http://127.0.0.1:8002 --host 0.0.0.0 --port 30000 &\nwait\n")
+    path = tmp_path / "launch.sh"
+    for seqs, warned in ((64, True), (16, False)):
+        path.write_text(worker.format(side=5600, gpu=0, seqs=1, port=8000) + worker.format(side=5601, gpu=1, seqs=16,
+                        port=8001) + worker.format(side=5602, gpu=2, seqs=seqs, port=8002) + router)
+        result = check_launch_file(path, cluster="dgx-h100", gpus=8)
+        rules = [v["rule"] for v in result["violations"]]
+        assert result["verdict"] == "pass" and ("router_unlike_workers" in rules) is warned, result["violations"]
