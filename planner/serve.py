@@ -856,10 +856,11 @@ def _worker_row(spec: ModelSpec, req: ServeRequest, ev: dict, point: dict, role:
 
 def worker_candidates(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, coefficients: dict):
     """(shapes, rejected counts, {"prefill": [(ev, point)], "decode": [(ev, point)]}): per shape, the
-    prefill point meeting --ttft-ms (prompts one at a time) and EVERY decode concurrency meeting --tpot-ms:
-    a decode worker fed fewer requests/s than its most loaded point runs at a smaller batch, so rate
-    matching may pick one below its best (with only the best point, a prefill side slower than one decode
-    worker's full rate, e.g. 8k-token prompts at tp 8, had no mix at all)."""
+    prefill point meeting --ttft-ms (prompts one at a time) and the decode points meeting --tpot-ms
+    (`_decode_points`: the grid and `refine`'s, not only the best): a decode worker fed fewer requests/s than its
+    most loaded point runs at a smaller batch, so rate matching may pick one below its best (with only the best
+    point, a prefill side slower than one decode worker's full rate, e.g. 8k-token prompts at tp 8, had no mix
+    at all; `_lightest` then reports the batch the mix's share keeps it at)."""
     found, rejected = shapes(spec, hw, req.gpus, req.fix, req.engine)
     sides = {}
     for role in ("prefill", "decode"):
