@@ -74,3 +74,15 @@ def test_sglang_default_fraction_that_leaves_no_pool_says_it_is_sglangs_own(tmp_
                     + command.format(rank=1, extra=" --mem-fraction-static 0.3"))
     found = check_launch_file(path, cluster="dgx-h100")["violations"]
     assert "own default" not in next(v["message"] for v in found if v["rule"] == "memory_exceeds")
+
+
+def test_sglang_shape_fix_costs_each_layout_at_sglangs_default_for_it(tmp_path):
+    """--tp 3 does not divide Qwen3-32B's 64 heads; the layouts the fix lists are costed as serve-plan costs them,
+    each at SGLang's own mem_fraction_static default for that layout (the command sets none), not at the
+    default of the command's tp 3: the tp 4 layout's pool equals serve-plan's for tp 4."""
+    path = tmp_path / "launch.sh"
+    path.write_text("python3 -m sglang.launch_server --model-path Qwen/Qwen3-32B --tp 3\n")
+    found = check_launch_file(path, cluster="dgx-h100")["violations"]
+    fix = next(v["fix"] for v in found if v["rule"] == "heads_divisible")
+    pool = float(re.search(r"--tp-size 4 --dp-size 2 \(KV pool ([\d.]+) GiB", fix)[1])
+    assert pool == pytest.approx(_served_pool_gib("qwen3-32b", "sglang", 8, 4, 1, 1, 40960), abs=0.05)

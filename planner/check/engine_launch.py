@@ -738,7 +738,7 @@ def alternatives(spec: ModelSpec, hw: ClusterSpec, gpus: int, launch: Launch, sp
     fits, short = [], []
     for tp in range(1, min(gpus, hw.scaleup_domain_gpus) + 1):
         for pp in range(1, gpus // tp + 1):
-            trial = _with(launch, sv.Instance(tp=tp, pp=pp))
+            trial = _with(spec, hw, launch, sv.Instance(tp=tp, pp=pp))
             if _shape_findings(spec, trial):
                 break
             mem = _memory(spec, hw, trial)
@@ -755,7 +755,7 @@ def _more_gpus(spec: ModelSpec, hw: ClusterSpec, room: int, launch: Launch, spel
     """The smallest tensor-parallel layout wider than `room` GPUs (inside one scale-up domain) that
     divides the model and holds one sequence of max_model_len, in the engine's flags, or None."""
     for tp in range(room + 1, hw.scaleup_domain_gpus + 1):
-        trial = _with(launch, sv.Instance(tp=tp))
+        trial = _with(spec, hw, launch, sv.Instance(tp=tp))
         if _shape_findings(spec, trial):
             continue
         mem = _memory(spec, hw, trial)
@@ -764,8 +764,18 @@ def _more_gpus(spec: ModelSpec, hw: ClusterSpec, room: int, launch: Launch, spel
     return None
 
 
-def _with(launch: Launch, inst: sv.Instance) -> Launch:
-    return replace(launch, inst=inst, replicas=1)
+def _with(spec: ModelSpec, hw: ClusterSpec, launch: Launch, inst: sv.Instance) -> Launch:
+    """The launch as one instance of another shape; an SGLang command that does not set mem_fraction_static gets
+    SGLang's default for that shape, as serve-plan costs it (`planner.frameworks.sglang.plan_mem_fraction`), not
+    the default of the command's own shape."""
+    fraction = launch.fraction
+    if launch.engine == "sglang" and not launch.fraction_given:
+        from planner.frameworks import sglang
+
+        fraction = sglang.plan_mem_fraction(hw.gpu.memory_gib * 1024, tp=inst.tp, pp=inst.pp, attn_dp=inst.adp,
+                                            ep=inst.ep, mla=spec.is_mla,
+                                            max_num_batched_tokens=launch.max_num_batched_tokens * launch.inst.adp)
+    return replace(launch, inst=inst, replicas=1, fraction=fraction)
 
 
 def _memory(spec: ModelSpec, hw: ClusterSpec, launch: Launch) -> sv.ServingMemory:
