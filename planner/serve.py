@@ -951,8 +951,10 @@ def _lightest(spec, hw, req: ServeRequest, coefficients: dict, pre: list, dec: l
     the n_d alike workers 1 / n_d of the requests the mix serves (min of the prefill side's rate and the decode
     side's; at --request-rate, the rate), and a worker fed fewer requests/s than its point carries runs a smaller
     batch (Little's law: b = requests/s x O x TPOT(b)). Found by bisection over the multiples of the attention-DP
-    degree up to the chosen point's, for the least whose requests/s carries the share (the search's points are the
-    grid and `refine`'s, so the chosen one may carry more than the mix feeds it)."""
+    degree up to the chosen point's: a concurrency whose requests/s, b / (O x TPOT(b)), carries the share -- the
+    least such where that rate grows with b, as it does while TPOT grows less than in proportion to b (a decode
+    step's weight read is paid once per step); the point returned always carries the share and meets --tpot-ms
+    (the search's points are the grid and `refine`'s, so the chosen one may carry more than the mix feeds it)."""
     (i, n_p), = split.prefill.items()
     (j, n_d), = split.decode.items()
     ev, point = dec[j]
