@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from planner.cost import serving as sv
 from planner.errors import InfeasibleError, SpecError, number
@@ -351,7 +351,24 @@ def _meets(point: dict, req: ServeRequest) -> bool:
             and (req.request_latency_ms is None or point["latency_s"] * 1e3 <= req.request_latency_ms))
 
 
-def _plan(spec: ModelSpec, ev: dict, point: dict, replicas: int) -> dict:
+def longest_at_concurrency(spec: ModelSpec, inst: sv.Instance, mem: sv.ServingMemory, concurrency: int,
+                           context: int) -> int:
+    """The longest max-model-len (tokens, >= `context`, at most what the pool holds for one sequence) at which
+    `concurrency` sequences of that length, rounded up to a multiple of the attention-DP groups (as both emitters
+    write the engine's cap, `planner.emit`), still fit the KV pool (`cost.serving.max_concurrency`, which
+    `planner check` compares with the engine's cap: rule kv_pool_concurrency); `context` when not even that
+    length does. By bisection: the sequences that fit fall as the length grows."""
+    need = -(-concurrency // inst.adp) * inst.adp
+    lo, hi = context, max(context, sv.pool_context(mem, spec))
+    if sv.max_concurrency(mem, spec, inst, lo) < need:
+        return context
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if sv.max_concurrency(mem, spec, inst, mid) >= need else (lo, mid - 1)
+    return lo
+
+
+def _plan(spec: ModelSpec, ev: dict, point: dict, replicas: int, context: int) -> dict:
     inst, mem = ev["inst"], ev["memory"]
     gpus = inst.gpus * replicas
     return {
@@ -363,6 +380,7 @@ def _plan(spec: ModelSpec, ev: dict, point: dict, replicas: int) -> dict:
                          "reserve": mem.reserve, "capacity": mem.capacity},
         "kv_tokens": mem.kv_tokens, "max_concurrency": ev["max_concurrency"],
         "longest_context": ev["longest_context"], "longest_context_bound": ev["longest_context_bound"],
+        "longest_at_concurrency": longest_at_concurrency(spec, inst, mem, point["concurrency"], context),
         "ttft_ms": round(point["ttft_s"] * 1e3, 1), "tpot_ms": round(point["tpot_s"] * 1e3, 2),
         "request_latency_ms": round(point["latency_s"] * 1e3, 1),
         "tokens_per_s": round(point["tokens_per_s"] * replicas, 1),
@@ -430,14 +448,14 @@ def serve_plan(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, calibration:
             more = (f"; {int(needed.objective)} GPUs would carry {_carried(needed, cands):g} requests/s: "
                     f"--gpus {allowed_gpus(hw, int(needed.objective))} would work" if needed.counts else
                     _beyond_search(req, best, slos))
-            plan = _plan(spec, best[0], best[1], max(1, req.gpus // best[0]["inst"].gpus))
+            plan = _plan(spec, best[0], best[1], max(1, req.gpus // best[0]["inst"].gpus), req.context)
             raise InfeasibleError(
                 f"request rate {number(req.request_rate)}/s needs more than {req.gpus} GPUs"
                 f"{' within the SLOs' if slos else ''}: the "
                 f"best plan carries {plan['requests_per_s']:g} requests/s on {plan['gpus']} GPUs{more}",
                 details={"binding": "gpus", "closest_plan": plan,
                          "minimum_gpus": int(needed.objective) if needed.counts else None})
-    chosen = [_plan(spec, cands[i][0], cands[i][1], n) for i, n in sorted(mix.counts.items())]
+    chosen = [_plan(spec, cands[i][0], cands[i][1], n, req.context) for i, n in sorted(mix.counts.items())]
     top = _top(spec, req, cands, chosen)
     total_tokens = sum(p["tokens_per_s"] for p in chosen)
     used = _deployment_gpus(chosen)
@@ -489,7 +507,7 @@ def _aggregated_note(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, coeffi
     mix = _best_mix(req, cands) if cands else None
     if mix is None or not mix.counts:
         return []
-    chosen = [_plan(spec, cands[i][0], cands[i][1], n) for i, n in sorted(mix.counts.items())]
+    chosen = [_plan(spec, cands[i][0], cands[i][1], n, req.context) for i, n in sorted(mix.counts.items())]
     used, per_gpu = _deployment_gpus(chosen), _deployment_per_gpu(chosen)
     what = " + ".join(f"{n} x {cands[i][0]['inst'].label} @{cands[i][1]['concurrency']}"
                       for i, n in sorted(mix.counts.items()))
@@ -519,7 +537,7 @@ def _top(spec: ModelSpec, req: ServeRequest, cands: list, chosen: list) -> list[
         seen.add(key)
         replicas = max(1, req.gpus // inst.gpus) if req.request_rate is None else \
             max(1, -(-int(req.request_rate * 1000) // max(1, int(p["requests_per_s"] * 1000))))
-        rows.append(_plan(spec, ev, p, replicas))
+        rows.append(_plan(spec, ev, p, replicas, req.context))
     return rows[:max(req.top, len(chosen))]
 
 
@@ -693,7 +711,7 @@ def _infeasible(spec, hw, req, evaluated, points, rejected) -> InfeasibleError:
     return InfeasibleError(
         f"SLO binds: the closest plan (tp={ev['inst'].tp} pp={ev['inst'].pp} ep={ev['inst'].ep} dp={ev['inst'].adp}, "
         f"concurrency {p['concurrency']}) has {', '.join(parts)}; {relax} would work",
-        details={"binding": "slo", "closest_plan": _plan(spec, ev, p, 1), "loosest_slo": loosest})
+        details={"binding": "slo", "closest_plan": _plan(spec, ev, p, 1, req.context), "loosest_slo": loosest})
 
 
 def _memory_only(ev: dict) -> dict:
@@ -723,6 +741,26 @@ def allowed_gpus(hw: ClusterSpec, n: int) -> int:
     if n < per_node and hw.allow_partial_node:
         return n
     return -(-n // per_node) * per_node
+
+
+def smallest_instances(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, keep=lambda inst: True,
+                       most: int = 1024) -> list[tuple[sv.Instance, sv.ServingMemory]]:
+    """The instance shapes serve-plan would run with the fewest GPUs: `shapes` over up to `most` GPUs (its
+    divisibility rules, --fix) that `keep` accepts, each costed by `_memory` (the engine's budget rule: SGLang's
+    own mem_fraction_static default for each shape unless req.mem_fraction), whose KV pool holds one sequence
+    of req.context (`cost.serving.longest_context`, as `evaluate` rejects the others); those of the smallest
+    GPU count, largest KV pool first; [] when none up to `most` GPUs. `planner check` proposes them for a
+    launch that does not fit (`planner.check.engine_launch._relief`)."""
+    found, _ = shapes(spec, hw, most, req.fix, req.engine)
+    for gpus in sorted({inst.gpus for inst in found}):
+        fits = []
+        for inst in (i for i in found if i.gpus == gpus and keep(i)):
+            mem = _memory(spec, hw, req, inst)
+            if mem.kv_cache > 0 and sv.longest_context(mem, spec, engine=req.engine) >= req.context:
+                fits.append((inst, mem))
+        if fits:
+            return sorted(fits, key=lambda f: -f[1].kv_cache)
+    return []
 
 
 def _minimum_gpus(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest) -> int | None:
@@ -768,34 +806,49 @@ def _worker_points(spec, hw, req, inst, coefficients, role: str) -> tuple[dict, 
     if mem.kv_cache <= 0 or ev["longest_context"] < context or cmax < 1:
         return ev, []
     if role == "prefill":  # compute-bound: prompts back to back, one at a time, gain nothing from batching
-        steps = [inst.adp]
-    else:
-        cap = running_cap(req, inst, cmax, decode_only=True)
-        steps = [req.concurrency] if req.concurrency else [b for b in CONCURRENCY_STEPS if b < cap] + [cap]
-    transfer = _transfer_s(spec, hw, req, inst) if role == "prefill" else 0.0
-    out = []
-    for b in steps:
-        if b > cmax or b < inst.adp:
-            continue
-        ttft, tpot = _latency(spec, hw, req, inst, b, running_cap(req, inst, cmax, decode_only=role == "decode"),
-                              coefficients, interference=False, prefill_only=role == "prefill")
-        if role == "prefill":
-            if req.ttft_ms is None or (ttft + transfer) * 1e3 <= req.ttft_ms:
-                out.append({"concurrency": b, "ttft_s": ttft + transfer, "requests_per_s": b / ttft})
-        elif tpot > 0 and (req.tpot_ms is None or tpot * 1e3 <= req.tpot_ms):
-            out.append({"concurrency": b, "tpot_s": tpot, "requests_per_s": b / (req.output_len * tpot),
-                        "tokens_per_s": b / tpot})
-    return ev, out
+        if inst.adp > cmax:
+            return ev, []
+        ttft = _latency(spec, hw, req, inst, inst.adp, running_cap(req, inst, cmax), coefficients,
+                        interference=False, prefill_only=True)[0]
+        ttft_s = ttft + _transfer_s(spec, hw, req, inst)
+        if req.ttft_ms is not None and ttft_s * 1e3 > req.ttft_ms:
+            return ev, []
+        return ev, [{"concurrency": inst.adp, "ttft_s": ttft_s, "requests_per_s": inst.adp / ttft}]
+    return ev, _decode_points(spec, hw, req, inst, cmax, coefficients)
 
 
-def _worker_row(ev: dict, point: dict, role: str, count: int) -> dict:
+def _decode_points(spec, hw, req: ServeRequest, inst: sv.Instance, cmax: int, coefficients: dict) -> list[dict]:
+    """A decode worker's points meeting --tpot-ms: the grid (`CONCURRENCY_STEPS` below what it runs at once, and
+    that), then every concurrency `refine` needs for the most tokens/s over EVERY concurrency up to the largest
+    meeting --tpot-ms (its proof holds here: a decode-only step is `latency_terms` without the prefill-interference
+    terms, each left nondecreasing in the concurrency; TTFT and request latency are not the decode worker's, so
+    --tpot-ms alone is asked of it). Each point: TPOT, requests/s = b / (O x TPOT), tokens/s = b / TPOT."""
+    cap = running_cap(req, inst, cmax, decode_only=True)
+    steps = [req.concurrency] if req.concurrency else [b for b in CONCURRENCY_STEPS if b < cap] + [cap]
+    only_tpot = replace(req, ttft_ms=None, request_latency_ms=None)
+
+    def point(b: int) -> dict:
+        tpot = _latency(spec, hw, req, inst, b, cap, coefficients, interference=False)[1]
+        return {"concurrency": b, "tpot_s": tpot, "ttft_s": 0.0, "latency_s": req.output_len * tpot,
+                "requests_per_s": b / (req.output_len * tpot) if tpot > 0 else 0.0,
+                "tokens_per_s": b / tpot if tpot > 0 else 0.0}
+
+    points = {b: point(b) for b in steps if inst.adp <= b <= cmax}
+    if not req.concurrency:
+        refine(points, point, only_tpot, inst.adp)
+    return [points[b] for b in sorted(points) if points[b]["tpot_s"] > 0 and _meets(points[b], only_tpot)]
+
+
+def _worker_row(spec: ModelSpec, req: ServeRequest, ev: dict, point: dict, role: str, count: int) -> dict:
     inst, mem = ev["inst"], ev["memory"]
+    context = req.input_len if role == "prefill" else req.context
     row = {"role": role, "parallelism": {"tp": inst.tp, "pp": inst.pp, "ep": inst.ep, "dp": inst.adp},
            "workers": count, "gpus": inst.gpus * count, "concurrency": point["concurrency"],
            "memory_bytes": {"weights": mem.weights, "activations": mem.activations, "kv_cache": mem.kv_cache,
                             "reserve": mem.reserve, "capacity": mem.capacity},
            "kv_tokens": mem.kv_tokens, "max_concurrency": ev["max_concurrency"],
            "longest_context": ev["longest_context"], "longest_context_bound": ev["longest_context_bound"],
+           "longest_at_concurrency": longest_at_concurrency(spec, inst, mem, point["concurrency"], context),
            "requests_per_s": round(point["requests_per_s"] * count, 3)}
     if role == "prefill":
         row["ttft_ms"] = round(point["ttft_s"] * 1e3, 1)
@@ -806,10 +859,11 @@ def _worker_row(ev: dict, point: dict, role: str, count: int) -> dict:
 
 def worker_candidates(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, coefficients: dict):
     """(shapes, rejected counts, {"prefill": [(ev, point)], "decode": [(ev, point)]}): per shape, the
-    prefill point meeting --ttft-ms (prompts one at a time) and EVERY decode concurrency meeting --tpot-ms:
-    a decode worker fed fewer requests/s than its most loaded point runs at a smaller batch, so rate
-    matching may pick one below its best (with only the best point, a prefill side slower than one decode
-    worker's full rate, e.g. 8k-token prompts at tp 8, had no mix at all)."""
+    prefill point meeting --ttft-ms (prompts one at a time) and the decode points meeting --tpot-ms
+    (`_decode_points`: the grid and `refine`'s, not only the best): a decode worker fed fewer requests/s than its
+    most loaded point runs at a smaller batch, so rate matching may pick one below its best (with only the best
+    point, a prefill side slower than one decode worker's full rate, e.g. 8k-token prompts at tp 8, had no mix
+    at all; `_lightest` then reports the batch the mix's share keeps it at)."""
     found, rejected = shapes(spec, hw, req.gpus, req.fix, req.engine)
     sides = {}
     for role in ("prefill", "decode"):
@@ -845,8 +899,8 @@ def _no_mix(hw: ClusterSpec, req: ServeRequest, pre: list, dec: list) -> Infeasi
 
 def disaggregated_plan(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, coefficients: dict, start: float) -> dict:
     """Prefill and decode workers (`--disaggregated`): per shape the prefill point and every decode point
-    meeting the SLOs (`worker_candidates`), then the rate-matching program of `serve_ilp.best_disaggregated`
-    (or `min_gpus_disaggregated` for --request-rate). TTFT = the prefill worker's TTFT + the KV transfer;
+    meeting the SLOs (`worker_candidates`), then the best rate-matched mix of one prefill kind and one decode kind
+    (`_solve_split`: the routers cannot weight unlike workers, `ROUTER_SPLIT`). TTFT = the prefill worker's TTFT + the KV transfer;
     TPOT = the decode worker's. --request-latency-ms is checked on the chosen mix (TTFT + (O - 1) x TPOT).
     The plans are whole mixes, best first: the program's choice, then the best mix of each other decode
     shape (up to --top), so every row reads as the deployment line does."""
@@ -860,7 +914,7 @@ def disaggregated_plan(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, coef
     result = _solve_split(req, pre, dec)
     if not result.decode:
         raise _no_mix(hw, req, pre, dec)
-    rows, plan = _mix_plan(req, pre, dec, result)
+    rows, plan = _mix_plan(spec, req, pre, _lightest(spec, hw, req, coefficients, pre, dec, result), result)
     if req.request_latency_ms is not None and plan["request_latency_ms"] > req.request_latency_ms:
         latency = plan["request_latency_ms"]
         raise InfeasibleError(f"SLO binds: the best disaggregated mix has request latency {latency:.0f} ms > "
@@ -873,7 +927,7 @@ def disaggregated_plan(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, coef
         only = [(ev, p) for ev, p in dec if ev["inst"] == inst]
         other = _solve_split(req, pre, only)
         if other.decode:
-            alt = _mix_plan(req, pre, only, other)[1]
+            alt = _mix_plan(spec, req, pre, _lightest(spec, hw, req, coefficients, pre, only, other), other)[1]
             if req.request_latency_ms is None or alt["request_latency_ms"] <= req.request_latency_ms:
                 plans.append(alt)
     key = (lambda p: p["gpus"]) if req.request_rate is not None else (lambda p: -p["tokens_per_s"])
@@ -889,29 +943,128 @@ def disaggregated_plan(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, coef
                        "requests_per_s": plan["requests_per_s"], "workers": rows},
         "plans": plans[:req.top], "pareto": [], "notes": _notes(hw, req) + [
             "disaggregated: prefill workers run prompts only, decode workers generate only; TTFT includes the "
-            "KV transfer; constants are the aggregated fit's with the prefill-interference term removed"]
+            "KV transfer; constants are the aggregated fit's with the prefill-interference term removed; "
+            f"{ROUTER_SPLIT}, so a mix has one prefill kind and one decode kind"]
         + _aggregated_note(spec, hw, req, coefficients, plan),
     }
 
 
-def _solve_split(req: ServeRequest, pre: list, dec: list):
-    """The rate-matching program over these prefill and decode points (`serve_ilp`)."""
-    args = ([ev["inst"].gpus for ev, _ in pre], [p["requests_per_s"] for _, p in pre],
-            [ev["inst"].gpus for ev, _ in dec], [p["requests_per_s"] for _, p in dec],
-            [p["tokens_per_s"] for _, p in dec])
+def _lightest(spec, hw, req: ServeRequest, coefficients: dict, pre: list, dec: list, split: Split) -> list:
+    """`dec` with the chosen decode point replaced by the concurrency its workers run at: the router gives each of
+    the n_d alike workers 1 / n_d of the requests the mix serves (min of the prefill side's rate and the decode
+    side's; at --request-rate, the rate), and a worker fed fewer requests/s than its point carries runs a smaller
+    batch (Little's law: b = requests/s x O x TPOT(b)). Found by bisection over the multiples of the attention-DP
+    degree up to the chosen point's: a concurrency whose requests/s, b / (O x TPOT(b)), carries the share -- the
+    least such where that rate grows with b, as it does while TPOT grows less than in proportion to b (a decode
+    step's weight read is paid once per step); the point returned always carries the share and meets --tpot-ms
+    (the search's points are the grid and `refine`'s, so the chosen one may carry more than the mix feeds it)."""
+    (i, n_p), = split.prefill.items()
+    (j, n_d), = split.decode.items()
+    ev, point = dec[j]
+    fed = n_p * pre[i][1]["requests_per_s"]
+    share = min(fed, n_d * point["requests_per_s"], req.request_rate or fed) / n_d
+    inst, step = ev["inst"], ev["inst"].adp
+
+    def at(b: int) -> dict | None:
+        found = _decode_points(spec, hw, replace(req, concurrency=b), inst, ev["max_concurrency"], coefficients)
+        return found[0] if found and found[0]["requests_per_s"] >= share * (1 - 1e-9) else None
+
+    lo, hi, best = 1, point["concurrency"] // step, point
+    while lo < hi:
+        mid = (lo + hi) // 2
+        found = at(mid * step)
+        if found is None:
+            lo = mid + 1
+        else:
+            hi, best = mid, found
+    return [*dec[:j], (ev, best), *dec[j + 1:]]
+
+
+@dataclass(frozen=True)
+class Split:
+    """One rate-matched mix: `prefill` and `decode` map a candidate's index to its worker count (one kind each)."""
+
+    prefill: dict[int, int]
+    decode: dict[int, int]
+    status: str
+
+
+ROUTER_SPLIT = ("every prefill worker alike and every decode worker alike: the routers split requests over the "
+                "workers of a role evenly, with no per-worker weight")
+"""Why a disaggregated mix has one prefill kind and one decode kind. Source: vllm-router 0.1.17
+(`vllm_router-0.1.17-cp38-abi3-manylinux_2_28_x86_64.whl`, sha256 85c96bea...; it records no commit)
+`vllm_router/router_args.py`: each prefill and decode worker is named by its URL alone (the router flags of
+`planner.frameworks.vllm.ROUTER_FLAG`), and the load-balancing policies (default cache_aware; random,
+round_robin, kv_aware, power_of_two, consistent_hash, sticky_least_loaded) pick a worker per request, by count,
+cache or load, none by a capacity the operator gives; sglang-router 0.3.2
+(`sglang_router-0.3.2-cp38-abi3-manylinux_2_17_x86_64...whl`, sha256 ba5a2495...) `sglang_router/router_args.py`:
+the same URL-only worker flags (`planner.frameworks.sglang.ROUTER_FLAG`), policies random, round_robin,
+cache_aware, power_of_two, manual. Two decode workers planned at 1.5 and 3.6 requests/s would each get half."""
+
+
+def _solve_split(req: ServeRequest, pre: list, dec: list) -> Split:
+    """The best mix of n_p alike prefill workers of one candidate and n_d alike decode workers of one
+    (`ROUTER_SPLIT`), by enumeration over every pair of candidates (exact: `_pair_counts` is): at --request-rate
+    the fewest GPUs carrying it on both sides, else the most requests/s served, min(n_p x r_p, n_d x r_d), on
+    --gpus; ties go to fewer GPUs, then the lower decode TPOT (the decode workers at the lighter load).
+    status OPTIMAL when a mix exists (the enumeration is exhaustive), else INFEASIBLE."""
+    best, found = None, Split({}, {}, "INFEASIBLE")
+    for i, (pre_ev, p) in enumerate(pre):
+        for j, (dec_ev, d) in enumerate(dec):
+            counts = _pair_counts(req, pre_ev["inst"].gpus, p["requests_per_s"], dec_ev["inst"].gpus,
+                                  d["requests_per_s"])
+            if counts is None:
+                continue
+            n_p, n_d = counts
+            gpus = n_p * pre_ev["inst"].gpus + n_d * dec_ev["inst"].gpus
+            served = round(min(n_p * p["requests_per_s"], n_d * d["requests_per_s"]) * 1e3)
+            key = (gpus, d["tpot_s"]) if req.request_rate is not None else (-served, gpus, d["tpot_s"])
+            if best is None or key < best:
+                best, found = key, Split({i: n_p}, {j: n_d}, "OPTIMAL")
+    return found
+
+
+def _pair_counts(req: ServeRequest, g_p: int, r_p: float, g_d: int, r_d: float) -> tuple[int, int] | None:
+    """(prefill workers, decode workers) of one prefill kind (g_p GPUs, r_p requests/s each) and one decode kind:
+    at --request-rate R the fewest of each carrying R (ceil(R / r)), None beyond --gpus; else the counts
+    maximising min(n_p r_p, n_d r_d) with n_p g_p + n_d g_d <= --gpus, n_p, n_d >= 1, None when one of each does
+    not fit. For n_d decode workers the most prefill workers that fit is a(n_d) = (G - n_d g_d) // g_p,
+    nonincreasing in n_d, while n_d r_d grows: the served rate rises up to the last n_d with n_d r_d <= a(n_d) r_p
+    (found by bisection) and falls after the next, so one of the two is best; the prefill count is then the
+    fewest that still feeds min(n_d r_d, a(n_d) r_p). Source: hand derivation above."""
     if req.request_rate is not None:
-        return serve_ilp.min_gpus_disaggregated(*args, req.request_rate, req.gpus)
-    return serve_ilp.best_disaggregated(*args, req.gpus)
+        n_p, n_d = math.ceil(req.request_rate / r_p - 1e-9), math.ceil(req.request_rate / r_d - 1e-9)
+        return (n_p, n_d) if n_p * g_p + n_d * g_d <= req.gpus else None
+    budget = req.gpus
+    top = (budget - g_p) // g_d
+    if top < 1:
+        return None
+    room = lambda n_d: (budget - n_d * g_d) // g_p  # noqa: E731
+    lo, hi = 1, top
+    if r_d <= room(1) * r_p:  # the last n_d whose decode side is not above what the prefill side can feed
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            lo, hi = (mid, hi) if mid * r_d <= room(mid) * r_p else (lo, mid - 1)
+    else:
+        lo = 0
+    best = None
+    for n_d in {max(lo, 1), min(lo + 1, top)}:
+        served = min(n_d * r_d, room(n_d) * r_p)
+        n_p = min(room(n_d), math.ceil(served / r_p - 1e-9))
+        key = (-round(served * 1e3), n_p * g_p + n_d * g_d)
+        if best is None or key < best[0]:
+            best = (key, (n_p, n_d))
+    return best[1]
 
 
-def _mix_plan(req: ServeRequest, pre: list, dec: list, result) -> tuple[list[dict], dict]:
+def _mix_plan(spec: ModelSpec, req: ServeRequest, pre: list, dec: list, result) -> tuple[list[dict], dict]:
     """(worker rows, the plan record) of one rate-matched mix: parallelism, batch and memory of its slowest
     decode worker (whose TPOT the plan reports, as `planner check` of the plan file recomputes it) with the
     worker counts, its GPUs, the requests/s it serves (the slower side's: the decode side's when
     rate-matched, the prefill side's when decode capacity is spare) and tokens/s (that x output_len),
     TTFT / TPOT the worst of its workers."""
-    rows = [_worker_row(*pre[i], "prefill", n) for i, n in sorted(result.prefill.items())] + \
-           [_worker_row(*dec[i], "decode", n) for i, n in sorted(result.decode.items())]
+    rows = [_worker_row(spec, req, *pre[i], "prefill", n) for i, n in sorted(result.prefill.items())] + \
+           [_worker_row(spec, req, *dec[i], "decode", n) for i, n in sorted(result.decode.items())]
     gpus = sum(r["gpus"] for r in rows)
     fed = sum(r["requests_per_s"] for r in rows if r["role"] == "prefill")
     carried = sum(r["requests_per_s"] for r in rows if r["role"] == "decode")

@@ -312,8 +312,8 @@ def test_emitted_max_model_len_capped_by_the_model_and_the_pool():
 
 def test_serve_plan_emit_writes_the_margin_and_says_why():
     proc = subprocess.run([sys.executable, "-m", "planner", "serve-plan", "-m", "llama-3.1-8b", "-c", "dgx-h100",
-                           "--gpus", "1", "--input-len", "2000", "--output-len", "300", "--emit", "sglang"],
-                          capture_output=True, text=True, cwd=ROOT)
+                           "--gpus", "1", "--input-len", "2000", "--output-len", "300", "--tpot-ms", "20",
+                           "--emit", "sglang"], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     assert "--context-length 4096" in proc.stdout and "# max-model-len 4096: input + output = 2,300" in proc.stdout
     given = subprocess.run([sys.executable, "-m", "planner", "serve-plan", "-m", "llama-3.1-8b", "-c", "dgx-h100",

@@ -80,8 +80,8 @@ def test_missing_key_is_bad_input(written, tmp_path):
 
 
 def test_disaggregated_plan_file_of_mixed_decode_shapes_counts_each_workers_gpus(tmp_path):
-    """A mix whose decode workers differ in shape: the GPU count is the sum over its worker kinds (tp x pp x
-    workers), not the slowest decode shape times every decode worker; the file passes unchanged."""
+    """A mix whose prefill and decode workers differ in shape: the GPU count is the sum over its worker kinds
+    (tp x pp x workers), not the decode shape times every worker; the file passes unchanged."""
     path = tmp_path / "mix.yaml"
     proc = _planner("serve-plan", "-m", "llama-3.1-70b", "-c", "hgx-h200", "--gpus", "32", "--input-len", "8000",
                     "--output-len", "500", "--disaggregated", "-o", str(path))

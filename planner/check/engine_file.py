@@ -7,7 +7,8 @@ command line or is a vLLM `--config` YAML, an SGLang launch when it holds a
 `sglang.launch_server` / `sglang serve` command line (whatever its name: .sh, .txt, .yaml).
 The model is the command's (model path, catalog name or a catalog model's Hugging Face id) unless
 `--model` gives it; `--cluster` gives the GPUs (required); `--gpus` the GPUs the file may use
-(default: those the commands' CUDA_VISIBLE_DEVICES list, else the cluster's count).
+(default: those the commands' CUDA_VISIBLE_DEVICES list, else the cluster's count, or more where the commands
+name node ranks after the first: every node they name).
 """
 
 from __future__ import annotations
@@ -81,6 +82,10 @@ def check_launch_file(path: str | Path, *, model: str | None = None, cluster: st
     launches = [reader.launch(c, spec, hw, file) for c in commands]
     visible = [launch.visible_gpus for launch in launches]
     allowed = gpus or (sum(visible) if all(visible) else hw.num_gpus)
+    if gpus is None and any(launch.node_rank > 0 for launch in launches):
+        # the file names nodes after the first itself (node ranks of an instance over several nodes): the GPUs of
+        # every node it names, as a torchrun node count in a Megatron script does
+        allowed = max(allowed, el.spanned_gpus(launches))
     result = el.evaluate(file, kind, spec, hw, allowed, launches, reader.spell,
                          given=gpus is not None or not all(visible))
     rows, found = engine_router.findings(reader.VOCABULARY.ENGINE, reader.VOCABULARY, text, commands, launches)

@@ -102,6 +102,9 @@ class Launch:
     nnodes: int
     """Nodes the instance spans (the engine's node-count flag); the command runs on one of them."""
     node_rank: int = 0
+    rendezvous: str | None = None
+    """Node rank 0's address as the command names it (SGLang's dist-init address, vLLM's master address), which
+    the commands of one instance over several nodes share; None when not given."""
     role: str | None = None
     """prefill / decode for a disaggregated worker, else None."""
     flag: dict[str, str]
@@ -113,6 +116,8 @@ class Launch:
     """KV pool per GPU a flag sets outright, whatever the budget fraction (vLLM kv_cache_memory_bytes)."""
     kv_tokens_cap: int | None = None
     """Tokens a flag caps each pool at (SGLang max_total_tokens; the smaller of it and what fits)."""
+    fraction_given: bool = False
+    """Whether the command sets the budget fraction (else `fraction` is the engine's default for it)."""
     visible_from: str = VISIBLE
     """What limits the GPUs seen, for messages (`visible_from`)."""
     fit_max_model_len: bool = False
@@ -424,6 +429,36 @@ def unknown_flags(command: Command, known: frozenset[str], engine: str, version:
                     + (f"; did you mean {close[0]}?" if close else ""),
             fix=f"write {close[0]}" if close else f"remove {spelled}"))
     return out
+
+
+def rendezvous_address(command: Command, flag: str) -> str | None:
+    """The address a command names with the rendezvous `flag` (None: absent, or given without a value)."""
+    value = command.flags.get(flag)
+    return value if isinstance(value, str) else None
+
+
+def one_instance(launches: list[Launch]) -> list[list[Launch]]:
+    """The launches grouped by the engine instance they start: the commands of one instance over several nodes
+    (the same layout, node count, role and rendezvous address, each a node rank of its own: both engines start
+    one process group over nnodes x world / nnodes ranks from them, `srt/entrypoints/engine.py`
+    _calculate_rank_ranges in SGLang 0.5.23, `vllm/config/parallel.py` nnodes / node_rank in vLLM 0.33.0) are one
+    group, in node-rank order; every other launch is a group of its own."""
+    groups: dict[tuple, list[Launch]] = {}
+    for k, launch in enumerate(launches):
+        key = ((launch.engine, launch.inst, launch.replicas, launch.nnodes, launch.role, launch.rendezvous)
+               if launch.nnodes > 1 and launch.rendezvous is not None else (k,))
+        group = groups.setdefault(key, [])
+        if any(other.node_rank == launch.node_rank for other in group):  # a second command of one node rank
+            groups[(k,)] = [launch]
+        else:
+            group.append(launch)
+    return [sorted(group, key=lambda l: l.node_rank) for group in groups.values()]
+
+
+def spanned_gpus(launches: list[Launch]) -> int:
+    """GPUs the launches of a file start over all the nodes they name: each command the GPUs of its own node
+    (`Launch.here`, else its world)."""
+    return sum(launch.here or launch.world for launch in launches)
 
 
 def rendezvous(command: Command, nnodes: int, flag: str, value: str) -> list[Violation]:
@@ -762,7 +797,7 @@ def alternatives(spec: ModelSpec, hw: ClusterSpec, gpus: int, launch: Launch, sp
     fits, short = [], []
     for tp in range(1, min(gpus, hw.scaleup_domain_gpus) + 1):
         for pp in range(1, gpus // tp + 1):
-            trial = _with(launch, sv.Instance(tp=tp, pp=pp))
+            trial = _with(spec, hw, launch, sv.Instance(tp=tp, pp=pp))
             if _shape_findings(spec, trial):
                 break
             mem = _memory(spec, hw, trial)
@@ -779,7 +814,7 @@ def _more_gpus(spec: ModelSpec, hw: ClusterSpec, room: int, launch: Launch, spel
     """The smallest tensor-parallel layout wider than `room` GPUs (inside one scale-up domain) that
     divides the model and holds one sequence of max_model_len, in the engine's flags, or None."""
     for tp in range(room + 1, hw.scaleup_domain_gpus + 1):
-        trial = _with(launch, sv.Instance(tp=tp))
+        trial = _with(spec, hw, launch, sv.Instance(tp=tp))
         if _shape_findings(spec, trial):
             continue
         mem = _memory(spec, hw, trial)
@@ -788,8 +823,18 @@ def _more_gpus(spec: ModelSpec, hw: ClusterSpec, room: int, launch: Launch, spel
     return None
 
 
-def _with(launch: Launch, inst: sv.Instance) -> Launch:
-    return replace(launch, inst=inst, replicas=1)
+def _with(spec: ModelSpec, hw: ClusterSpec, launch: Launch, inst: sv.Instance) -> Launch:
+    """The launch as one instance of another shape; an SGLang command that does not set mem_fraction_static gets
+    SGLang's default for that shape, as serve-plan costs it (`planner.frameworks.sglang.plan_mem_fraction`), not
+    the default of the command's own shape."""
+    fraction = launch.fraction
+    if launch.engine == "sglang" and not launch.fraction_given:
+        from planner.frameworks import sglang
+
+        fraction = sglang.plan_mem_fraction(hw.gpu.memory_gib * 1024, tp=inst.tp, pp=inst.pp, attn_dp=inst.adp,
+                                            ep=inst.ep, mla=spec.is_mla,
+                                            max_num_batched_tokens=launch.max_num_batched_tokens * launch.inst.adp)
+    return replace(launch, inst=inst, replicas=1, fraction=fraction)
 
 
 def _memory(spec: ModelSpec, hw: ClusterSpec, launch: Launch) -> sv.ServingMemory:
@@ -859,8 +904,9 @@ def _memory_findings(spec: ModelSpec, hw: ClusterSpec, launch: Launch, mem: sv.S
                         f"(1 - {launch.fraction:g} of {cap:.2f} GiB)",
                 fix=f"{f['fraction']} {max(0.05, 1 - (mem.activations + mem.reserve) / mem.capacity - 0.01):.2f} "
                     f"or a smaller {f['max_num_batched_tokens']}"))
+        default = "" if launch.fraction_given else ", SGLang's own default for this command: it does not set it"
         pool_text = (f"{f['fraction']} {launch.fraction:g} x {cap:.2f} GiB = {budget:.2f} GiB (SGLang: the "
-                     f"static pool of weights and KV is a fraction of TOTAL memory) - weights "
+                     f"static pool of weights and KV is a fraction of TOTAL memory{default}) - weights "
                      f"{mem.weights / GIB:.2f} GiB - non-torch {sv.NON_TORCH_BYTES / GIB:.2f} GiB")
     else:
         pool_text = (f"{f['fraction']} {launch.fraction:g} x {cap:.2f} GiB = {budget:.2f} GiB (a fraction of "
@@ -1002,7 +1048,8 @@ def evaluate(file: str, kind: str, spec: ModelSpec, hw: ClusterSpec, gpus: int, 
         seen = {(v.rule, v.message) for _, v in violations}
         violations += [(launch.line, v) for v in found if (v.rule, v.message) not in seen]
         rows.append(row)
-    used = sum(launch.here or launch.world for launch in launches)
+    rows = _instance_rows(launches, rows)
+    used = spanned_gpus(launches)
     if given and used > gpus:
         violations.append((launches[0].line, Violation(
             rule="world_size",
@@ -1014,6 +1061,19 @@ def evaluate(file: str, kind: str, spec: ModelSpec, hw: ClusterSpec, gpus: int, 
             "violations": [{"rule": v.rule, "severity": v.severity, "message": v.message, "fix": v.fix,
                             "line": line} for line, v in violations],
             "warnings": list(dict.fromkeys(warnings))}
+
+
+def _instance_rows(launches: list[Launch], rows: list[dict]) -> list[dict]:
+    """One row per engine instance (`one_instance`): the commands of one instance over several nodes are one row,
+    its first command's, with `lines` and `node_ranks` [the commands' lines and node ranks]."""
+    index = {id(launch): row for launch, row in zip(launches, rows)}
+    out = []
+    for group in one_instance(launches):
+        row = dict(index[id(group[0])])
+        if len(group) > 1:
+            row.update(lines=[l.line for l in group], node_ranks=[l.node_rank for l in group])
+        out.append(row)
+    return sorted(out, key=lambda r: r["line"])
 
 
 def _length_findings(spec: ModelSpec, launch: Launch) -> list[Violation]:
@@ -1043,8 +1103,37 @@ def _relief(spec: ModelSpec, hw: ClusterSpec, room: int, launch: Launch, mem: sv
     headroom_ok = launch.engine != "sglang" or (1 - wanted) * mem.capacity >= mem.activations + mem.reserve
     if launch.fraction < wanted <= 0.98 and headroom_ok:
         parts.append(f"{launch.flag['fraction']} {wanted:.2f}")
-    fits, _ = alternatives(spec, hw, room, launch, spell)
-    return "; ".join(parts + fits[:2]) or f"more GPUs than {room} per instance"
+    return "; ".join(parts + _smallest(spec, hw, room, launch, spell)) or f"more GPUs than {room} per instance"
+
+
+def _smallest(spec: ModelSpec, hw: ClusterSpec, room: int, launch: Launch, spell) -> list[str]:
+    """The layouts of the smallest instance serve-plan would run for this launch (`serve.smallest_instances`: its
+    shapes and its memory model, SGLang's own mem_fraction_static default for each shape unless the command sets
+    the fraction), in the engine's flags, at most two, fewest pipeline stages first (serve-plan prices each stage's
+    hop per decode step, `serve._hop_s`), as many replicas as `room` GPUs hold where one fits a node (else one
+    launch per instance), with its GPU count where it needs more than `room`; shapes the fix can spell (tp x pp, no attention data parallelism; expert parallelism on
+    where the command turns it on, since its flags make ep follow tp)."""
+    from planner import serve
+
+    req = serve.ServeRequest(
+        gpus=room, input_len=max(launch.max_model_len - 1, 1), output_len=1, max_model_len=launch.max_model_len,
+        weight_dtype=launch.weight_format, kv_dtype=launch.kv_dtype, engine=launch.engine,
+        mem_fraction=launch.fraction if launch.fraction_given else None,
+        max_num_batched_tokens=launch.max_num_batched_tokens * (launch.inst.adp if launch.engine == "sglang" else 1))
+    ep_on = launch.inst.ep > 1
+    found = serve.smallest_instances(spec, hw, req, keep=lambda i: i.adp == 1 and (i.ep > 1) == (ep_on and i.tp > 1))
+    out = []
+    for inst, mem in sorted(found, key=lambda f: f[0].pp)[:2]:  # fewest pipeline stages first, then the larger pool
+        nodes = -(-inst.gpus // hw.gpus_per_node)
+        if nodes > 1:  # replicas do not span nodes (SGLang refuses them): one launch per instance
+            text = f"{spell(inst.tp, inst.pp, 1)} on {inst.gpus} GPUs ({nodes} nodes)"
+        else:
+            text = spell(inst.tp, inst.pp, max(1, room // inst.gpus))
+            text += f" on {inst.gpus} GPUs" if inst.gpus > room else ""
+        fraction = ("" if launch.fraction_given or launch.engine != "sglang"
+                    else f", {launch.flag['fraction']} {mem.budget_fraction:g}: SGLang's default for it")
+        out.append(f"{text} (KV pool {mem.kv_cache / GIB:.1f} GiB per GPU{fraction})")
+    return out
 
 
 def _world_findings(hw: ClusterSpec, launch: Launch) -> list[Violation]:

@@ -17,7 +17,8 @@ SGLang: a prefill URL at a decode worker or the reverse, a bootstrap port the ro
 prefill worker's, two prefill workers of one host on one bootstrap port, a worker the router reaches at
 another host while it listens on the loopback (SGLang's default host); vLLM: two workers of one host whose
 NIXL handshake ports overlap, a prefill worker whose decode peers run on another host while it advertises
-localhost, a router connector that is not the workers' (errors, each with its numbers and a fix). Unknown
+localhost, a router connector that is not the workers' (errors, each with its numbers and a fix); workers of one
+role that differ in layout or batch (warning: the router spreads requests evenly). Unknown
 router flags are errors naming the closest one, as for the engines.
 """
 
@@ -175,7 +176,30 @@ def _router_rules(engine: str, table, router: Router, pairs: list, workers: list
                                      f"regular mode, not prefill then decode ({table.ROUTER_VERSION})",
                              fix=f"add {f['pd']}"))
     rules = _sglang_rules if engine == "sglang" else _vllm_rules
-    return out + rules(table, router, pairs, workers)
+    return out + _unlike(table, pairs) + rules(table, router, pairs, workers)
+
+
+def _unlike(table, pairs: list) -> list[Violation]:
+    """`router_unlike_workers` (warning): workers of one role behind the router that differ in layout or in the
+    sequences they run at once: the router spreads requests over a role's workers evenly, with no per-worker
+    weight (`planner.serve.ROUTER_SPLIT` cites both routers' sources), so the smaller worker gets as many requests
+    as the larger one and queues while the other idles."""
+    out, f = [], table.FLAG
+    for role in ("prefill", "decode"):
+        kinds = {}
+        for route, _, launch in pairs:
+            if route.role == role and launch.role in (role, "disaggregated"):
+                kinds.setdefault((launch.inst, launch.replicas, launch.max_num_seqs), route.url)
+        if len(kinds) > 1:
+            (a, url_a), (b, url_b) = list(kinds.items())[:2]
+            describe = lambda k: f"{k[1]} x {k[0].label}, {f['max_num_seqs']} {k[2] or 'default'}"  # noqa: E731
+            out.append(Violation(
+                rule="router_unlike_workers", severity="warning",
+                message=f"the {role} workers {url_a} ({describe(a)}) and {url_b} ({describe(b)}) differ, but "
+                        f"{table.ROUTER_VERSION} spreads requests over a role's workers evenly (no per-worker "
+                        f"weight): the smaller one queues while the other idles",
+                fix=f"{role} workers alike (one layout and one {f['max_num_seqs']}), or a router per kind"))
+    return out
 
 
 def _sglang_rules(table, router: Router, pairs: list, workers: list) -> list[Violation]:

@@ -139,13 +139,15 @@ def launch(command: el.Command, spec: ModelSpec, hw: ClusterSpec, file: str) -> 
     return el.Launch(
         engine=s.ENGINE, line=command.line, inst=sv.Instance(tp=tp, pp=pp, ep=ep, adp=adp), replicas=dp,
         fraction=el.fraction(command, f["fraction"], default_fraction, file),
+        fraction_given=f["fraction"] in command.flags,
         max_model_len=max_model_len,
         kv_tokens_cap=el.human_integer(command, f["kv_tokens_cap"], None, file, HUMAN_INT, exact=True),
         max_num_seqs=None if max_running is None else s.instance_running_requests(max_running, adp),
         max_num_batched_tokens=forward_tokens,
         weight_format=weights,
         kv_dtype=el.choice(command, f["kv_dtype"], s.KV_DTYPES, file, "KV-cache dtypes") or "bf16",
-        visible_gpus=el.visible_gpus(command, file), visible_from=el.visible_from(command), nnodes=nnodes, node_rank=node_rank, role=role,
+        visible_gpus=el.visible_gpus(command, file), visible_from=el.visible_from(command), nnodes=nnodes, node_rank=node_rank,
+        rendezvous=el.rendezvous_address(command, f["dist_init"]), role=role,
         flag=f, degrees={k: n for k, n in ((f["tp"], tp), (f["pp"], pp), (f["dp"], dp)) if n > 1 or k == f["tp"]},
         findings=tuple(findings))
 

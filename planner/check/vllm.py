@@ -253,6 +253,7 @@ def launch(command: el.Command, spec: ModelSpec, hw: ClusterSpec, file: str) -> 
     return el.Launch(
         engine=v.ENGINE, line=command.line, inst=inst, replicas=replicas,
         fraction=el.fraction(command, f["fraction"], v.DEFAULT_FRACTION, file),
+        fraction_given=f["fraction"] in command.flags,
         max_model_len=length,
         fit_max_model_len=max_model_len == -1,
         max_num_seqs=_instance_seqs(seqs, dp, spec),
@@ -261,6 +262,7 @@ def launch(command: el.Command, spec: ModelSpec, hw: ClusterSpec, file: str) -> 
         weight_format=weights,
         kv_dtype=el.choice(command, f["kv_dtype"], v.KV_DTYPES, file, "KV-cache dtypes") or "bf16",
         visible_gpus=el.visible_gpus(command, file), visible_from=el.visible_from(command), nnodes=nnodes, node_rank=node_rank,
+        rendezvous=el.rendezvous_address(command, f["master_addr"]),
         role="disaggregated" if _hands_over_kv(flags.get(f["kv_transfer"])) else None, flag=f,
         degrees={k: n for k, n in ((f["tp"], tp), (f["pp"], pp), (f["dp"], dp)) if n > 1 or k == f["tp"]},
         findings=tuple(findings))

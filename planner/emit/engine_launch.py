@@ -192,8 +192,10 @@ def served_length(data: dict, engine: str) -> tuple[int, str | None]:
     Otherwise the plan's input + output tokens rounded up to a power of two, at most the model's context under
     the engine (`specs.model.engine_context_length`) and at most the longest sequence every worker's KV pool
     holds (plan rows' `longest_context`: both engines refuse at start-up a max-model-len one sequence of which
-    does not fit, vLLM 0.33.0 `vllm/v1/core/kv_cache_planning.py` check_enough_kv_cache_memory), never below input +
-    output. Why a margin: the engines count the prompt after the chat template is applied, and at exactly input +
+    does not fit, vLLM 0.33.0 `vllm/v1/core/kv_cache_planning.py` check_enough_kv_cache_memory) and at most the
+    longest at which each worker's pool holds its batch (the max-num-seqs written) of sequences that long (rows'
+    `longest_at_concurrency`, `serve.longest_at_concurrency`: beyond it `planner check` warns kv_pool_concurrency
+    on the script, as on any file whose cap the pool cannot hold at full length), never below input + output. Why a margin: the engines count the prompt after the chat template is applied, and at exactly input +
     output a templated prompt a few tokens longer than planned gets less than it asked: vLLM 0.33.0 cuts max_tokens
     to max-model-len - prompt and refuses a prompt longer than max-model-len ('Input length ... exceeds model's
     maximum context length', `vllm/entrypoints/serve/utils/api_utils.py` get_max_tokens); SGLang 0.5.23 refuses
@@ -211,12 +213,14 @@ def served_length(data: dict, engine: str) -> tuple[int, str | None]:
     limit = engine_context_length(load_model(req["model"]), engine)
     rows = data["deployment"].get("workers") or data["deployment"]["mix"]
     pools = [row["longest_context"] for row in rows if row.get("longest_context")]
+    batches = [row["longest_at_concurrency"] for row in rows if row.get("longest_at_concurrency")]
     rounded = 1 << max(context - 1, 0).bit_length()
-    length = max(context, min([rounded, limit, *pools]))
+    length = max(context, min([rounded, limit, *pools, *batches]))
     if length == context:
         return context, None
     binds = ("a power of two" if length == rounded else "the model's context under the engine" if length == limit
-             else "the longest sequence a worker's KV pool holds")
+             else "the longest sequence a worker's KV pool holds" if length in pools
+             else "the longest at which each worker's KV pool still holds its planned batch at full length")
     return length, (f"# max-model-len {length}: input + output = {context:,} tokens rounded up to {binds}, so that a "
                     f"prompt a few chat-template tokens longer is not refused; the KV pool and concurrency are "
                     f"planned for {context:,}-token requests (the engine allocates KV as a sequence grows)")
