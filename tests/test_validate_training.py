@@ -293,9 +293,32 @@ def test_done_when_evaluation_median_and_max(evaluation):
     assert s["median_abs_error"] <= 0.10 and s["max_abs_error"] <= 0.25, _now(s)
 
 
-@pytest.mark.xfail(strict=True, reason="evaluation part bias (2026-12-01, zero9): A100 bf16/fp16 +6.4% "
-                                       "(8 rows: MT-NLG on DeepSpeed +19%/+25%), H100/H200 bf16/fp16 "
-                                       "+7.5% (3 rows: torchtitan eager FSDP +21%); H100/H200 fp8 -1.3% (5)")
+BIAS_BAR_MET = ("H100/H200 bf16/fp16", "H100/H200 fp8")
+"""Family x precision groups of >= 3 evaluation rows whose signed bias is within +-5% (2026-12-02,
+bias: H100/H200 bf16/fp16 +4.5% over 3 rows once the 2024-12 torchtitan's composite RMSNorm is
+priced, was +7.2%; H100/H200 fp8 -1.8% over 5)."""
+
+
+def test_bias_bar_in_the_groups_that_meet_it(evaluation):
+    """Issue 9's bias bar, asserted on the groups that meet it: the mean of predicted / published - 1
+    over the group's evaluation rows (published / predicted - 1 for a step time), recomputed here
+    from each row's published measurement and prediction, is within +-5%."""
+    for name in BIAS_BAR_MET:
+        family, precision = name.split(" ")
+        mine = [r for r in evaluation["rows"] if r["gpu_family"] == family and r["precision"] == precision
+                and r["predicted"] is not None]
+        assert len(mine) >= 3, name
+        errors = [r["published"] / r["predicted"] - 1 if r["convention"] == "step_time_s"
+                  else r["predicted"] / r["published"] - 1 for r in mine]
+        bias = statistics.fmean(errors)
+        assert bias == pytest.approx(evaluation["by"]["gpu_family x precision"][name]["bias"])
+        assert abs(bias) <= 0.05, f"{name}: bias {bias:+.1%} over {len(mine)} rows"
+
+
+@pytest.mark.xfail(strict=True, reason="evaluation part bias (2026-12-02, bias): A100 bf16/fp16 +6.4% "
+                                       "(8 rows: MT-NLG on Megatron-DeepSpeed +19%/+25%, the same model and "
+                                       "layout as Narayanan's Megatron-LM 530B rows at -3%); the other groups "
+                                       "meet it (test_bias_bar_in_the_groups_that_meet_it)")
 def test_done_when_bias_per_gpu_family_and_precision(evaluation):
     groups = {name: s for name, s in evaluation["by"]["gpu_family x precision"].items() if s["n"] >= 3}
     assert groups

@@ -190,7 +190,7 @@ def layer_time_key(layout: Layout, sharing: tuple[tuple[str, int], ...]) -> tupl
             layout.precision, share["tp"], share["cp"], layout.sequence_parallel,
             ov.tp_comm_overlap, ov.ep_comm_overlap, layout.cp_comm_type, state_bytes(layout).gradients,
             layout.moe_dispatcher, layout.framework if ov.tp_comm_overlap else None,
-            BY_NAME[layout.framework].fused_elementwise(layout.torch_compile),
+            BY_NAME[layout.framework].fused_elementwise(layout.torch_compile), layout.norm_kernel,
             BY_NAME[layout.framework].attention_kernel(),
             layout.selective_modules, layout.offload_modules, "activations" in layout.offload,
             tuple(expert_host_launches(layout.framework, phase, layout.precision)
@@ -323,7 +323,8 @@ def _layer_compute_s(model: ModelSpec, cluster: ClusterSpec, layout: Layout, ind
       permute/unpermute of the routed copies (`_moe_memory_bytes`), under fp8 the casts of
       every linear input and output gradient (`compute.fp8_cast_bytes`), and without fused
       elementwise kernels (torchtitan in eager mode, `frameworks.<framework>.fused_elementwise`)
-      the bytes unfused kernels move beyond fused ones (`unfused_elementwise_bytes`); the fused
+      the bytes unfused kernels move beyond fused ones (`unfused_elementwise_bytes`, and with
+      `layout.norm_kernel` composite the op-by-op RMSNorm's, `composite_norm_bytes`); the fused
       kernels' own bytes are part of what the fitted GEMM efficiency absorbs on every row.
     Backward = 2 x forward for every part (Narayanan 2021 §5.1), so memory terms that run once
     per forward + backward enter as a third of their bytes.
@@ -350,10 +351,28 @@ def _layer_compute_s(model: ModelSpec, cluster: ClusterSpec, layout: Layout, ind
     memory = _moe_memory_bytes(model, index) if routed else 0.0
     if not BY_NAME[layout.framework].fused_elementwise(layout.torch_compile):
         memory += unfused_elementwise_bytes(model, index)
+        if layout.norm_kernel == "composite":
+            memory += composite_norm_bytes(model)
     if lin == "fp8":
         memory += fp8_cast_bytes(sum(_linear_io_per_token(model, index))) / 3
     fwd += attn_fwd + local * memory / _hbm_bytes_per_s(cluster)
     return fwd, attn_fwd
+
+
+COMPOSITE_NORM_BYTES_PER_ELEMENT = 32
+"""HBM bytes per element of one RMSNorm's input that the op-by-op (composite) RMSNorm moves in a
+forward pass beyond one fused kernel (read 2 + write 2): x.float() reads 2, writes 4; pow(2) reads
+4, writes 4; mean reads 4; x * rsqrt(...) reads 4, writes 4; .type_as(x) reads 4, writes 2;
+* weight reads 2, writes 2 = 36 B, 32 more (the per-token mean, eps and rsqrt are h times
+smaller). Source: pytorch/torchtitan@9dec370 torchtitan/models/norms.py `RMSNorm._norm` /
+`forward` (l. 96-101), each op one eager kernel."""
+
+
+def composite_norm_bytes(model: ModelSpec) -> float:
+    """HBM bytes per token one decoder layer's two RMSNorms (attention and MLP inputs) move in one
+    forward pass as composite eager ops beyond fused ones (`layout.NORM_KERNELS` "composite"):
+    2 x COMPOSITE_NORM_BYTES_PER_ELEMENT x h; backward about twice (`_layer_compute_s`'s x 3)."""
+    return 2.0 * COMPOSITE_NORM_BYTES_PER_ELEMENT * model.hidden_size
 
 
 def unfused_elementwise_bytes(model: ModelSpec, index: int) -> float:
