@@ -98,7 +98,12 @@ ASSUMPTIONS = {
     "no-flash-attention": "No FlashAttention (Dao et al. 2022) for runs before 2022 (Megatron-LM SC21, "
                           "Korthikanti 2022, BLOOM, MT-NLG): the attention core materialises the s x s scores.",
     "korthikanti-two-rows": "Korthikanti 2022 rows appear twice, compared on the Table 5 iteration time: full "
-                            "recompute, and selective recompute + SP; vpp from the calculon configs.",
+                            "recompute, and selective recompute + SP; vpp from the calculon configs. Their interleaved "
+                            "(vpp > 1) sends are priced as today's Megatron overlaps them with the next chunk "
+                            "(`frameworks.megatron.p2p_overlap`; overlap_p2p_comm arrived in NVIDIA/Megatron-LM "
+                            "f9283c5a8a, 2023-05-31): the 2022 code instead sent 1/tp of each boundary tensor "
+                            "without SP and all-gathered it (scatter/gather, megatron/p2p_communication.py "
+                            "@5942af978a l. 47-56), not modelled; either hides most of the v-fold sends.",
     "llama3": "Llama 3 rows publish bf16 MFU (model FLOPs, compared with `model_tflops_per_gpu`). FSDP shards "
               "'the model, optimizer, and gradients' with bf16 parameters not resharded after forward (Dubey et "
               "al. 2024 §3.3.2), i.e. ZeRO-2; costed as ZeRO-1 (optimizer states sharded, gradients whole) "

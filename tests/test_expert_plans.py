@@ -25,8 +25,6 @@ from planner.specs.cluster import load_cluster
 ROWS = {r.id: r for r in vt.load_rows(vt.EXPERT_CONFIGS) if r.not_expressible is None}
 
 KNOWN_GAPS = {
-    "E2": "plan tp4 pp2 cp2 with per-layer recompute at 0.88x the recipe's tp4 pp8 vpp5; suspected: "
-          "interleaved pipelines are searched only where pp x vpp divides the layers",
     "E10": "plan tp2 pp8 ep16 (flex) with per-layer recompute at 0.87x the recipe's pp8 vpp4 "
            "ep64 (rated at_risk with its mla_up_proj,mlp recompute); the recipe is predicted "
            "~11% slow (its group-limited routing and the MoE host stall are costed); the rest is "
