@@ -1583,7 +1583,7 @@ def _p2p_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, share: dic
     if not BY_NAME[layout.framework].p2p_overlap(layout.vpp):
         return send
     layers = max(1, model.num_hidden_layers // (layout.pp * layout.vpp))
-    chunk = layers * min(_layer_compute_s(model, cluster, layout, i, True)[0] for i in layer_kinds(model)[1])
+    chunk = layers * min(layer_time(model, cluster, layout, i, "none").forward_s for i in layer_kinds(model)[1])
     return max(0.0, send - chunk)
 
 
