@@ -98,7 +98,12 @@ ASSUMPTIONS = {
     "no-flash-attention": "No FlashAttention (Dao et al. 2022) for runs before 2022 (Megatron-LM SC21, "
                           "Korthikanti 2022, BLOOM, MT-NLG): the attention core materialises the s x s scores.",
     "korthikanti-two-rows": "Korthikanti 2022 rows appear twice, compared on the Table 5 iteration time: full "
-                            "recompute, and selective recompute + SP; vpp from the calculon configs.",
+                            "recompute, and selective recompute + SP; vpp from the calculon configs. Their interleaved "
+                            "(vpp > 1) sends are priced as today's Megatron overlaps them with the next chunk "
+                            "(`frameworks.megatron.p2p_overlap`; overlap_p2p_comm arrived in NVIDIA/Megatron-LM "
+                            "f9283c5a8a, 2023-05-31): the 2022 code instead sent 1/tp of each boundary tensor "
+                            "without SP and all-gathered it (scatter/gather, megatron/p2p_communication.py "
+                            "@5942af978a l. 47-56), not modelled; either hides most of the v-fold sends.",
     "llama3": "Llama 3 rows publish bf16 MFU (model FLOPs, compared with `model_tflops_per_gpu`). FSDP shards "
               "'the model, optimizer, and gradients' with bf16 parameters not resharded after forward (Dubey et "
               "al. 2024 §3.3.2) and accumulates gradients in FP32 over the micro-batches before reduce-scattering "
@@ -133,13 +138,14 @@ ASSUMPTIONS = {
                      "eager elementwise kernels move beyond fused ones (`step_time.unfused_elementwise_bytes`); "
                      "without it, off (torchtitan's default, eager).",
     "torchtitan-versions": "torchtitan rows are priced as today's torchtitan runs them (attention core: "
-                           "FlashAttention-2, `frameworks.torchtitan.attention_kernel`), but the 2024-12 rows ran "
-                           "torch 1963fc8 / torchtitan 9dec370, whose eager RMSNorm was Python "
+                           "FlashAttention-2, `frameworks.torchtitan.attention_kernel`), except that the 2024-12 rows "
+                           "ran torch 1963fc8 / torchtitan 9dec370, whose eager RMSNorm was Python "
                            "(torchtitan/models/norms.py RMSNorm: fp32 upcast, pow, mean, rsqrt, two multiplies: "
-                           "about 32 h bytes per token per norm beyond a fused kernel, not priced; today's is "
-                           "nn.RMSNorm, one fused kernel) and whose AsyncTP gained x1.057 (Table 4) where the same "
-                           "job gained x1.164 in benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md: eager 2024-12 "
-                           "rows run slower, and AsyncTP 2024-12 rows slower, than predicted.",
+                           "32 h bytes per token per norm beyond a fused kernel; today's is nn.RMSNorm, one fused "
+                           "kernel): those rows set `Layout.norm_kernel` composite, priced in eager only "
+                           "(`step_time.composite_norm_bytes`). Not priced: their AsyncTP gained x1.057 (Table 4) "
+                           "where the same job gained x1.164 in benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md, "
+                           "so AsyncTP 2024-12 rows run slower than predicted.",
     "async-tp": "torchtitan rows with TP: AsyncTP (named in the row's techniques or source) is the TP "
                 "communication overlap knob on (`Layout.tp_comm_overlap`); without it, off (torchtitan's "
                 "default).",
@@ -174,6 +180,10 @@ ASSUMPTIONS = {
 }
 """Every assumption made where a row is silent, by key; `Row.assumptions` lists the keys applied."""
 
+TORCHTITAN_2024_12 = "torchtitan-H100-2024-12"
+"""training_runs.yaml group of the torchtitan benchmark that ran torch 1963fc8 / torchtitan 9dec370
+(benchmarks/llama3_h100_202412_torchtitan.md @31a17bfd, Versions and Dates): its eager RMSNorm is
+the composite one (`layout.NORM_KERNELS`)."""
 CAPTION_TECHNIQUES = {"4D, 1F1B": "4D + torch.compile + Float8 + AsyncTP, 1F1B"}
 """torchtitan row `techniques` that shorten their table's caption -> the caption's list (ASSUMPTIONS
 `torchtitan-table6`)."""
@@ -640,7 +650,8 @@ def _torchtitan_rows(raw: dict, settings: dict, file: str, where: str) -> list[R
         layout = layout.replace(pp=pp, vpp=vpp, pipeline_layers=split, micro_batch_size=local // pp)
     if "UNVERIFIED" in str(raw.get("notes", "")):
         assumptions.append("torchtitan-seq-len")
-    layout = layout.replace(torch_compile="compile" in techniques)
+    layout = layout.replace(torch_compile="compile" in techniques,
+                            norm_kernel="composite" if raw["group"] == TORCHTITAN_2024_12 else None)
     assumptions += ["torch-compile", "torchtitan-versions"]
     if tp > 1:
         layout = layout.replace(tp_comm_overlap="AsyncTP" in techniques)

@@ -44,7 +44,12 @@ def test_fp8_speeds_only_the_linear_gemms():
     # 3h, O in h + out h, up in h + out 4h, down 4h + h = 16 h elements per token, a third of them
     # per forward-equivalent pass, at 0.8 x 3350 GB/s.
     cast_s = S * 6 * 16 * H / 3 / (3350e9 * 0.8)
-    fp8 = S * lin / (1978.9e12 * h100.fp8_e_max * gemm) + attn_s + cast_s
+    # fused elementwise kernels (step_time.fused_elementwise_bytes), both precisions: two norms
+    # 8 H + two residual adds 12 H + the GeLU's read and write of the 4H-wide MLP 16 H bytes per
+    # token (no RoPE: GPT's positions are learned), at 0.8 x 3350 GB/s
+    elementwise_s = S * (20 * H + 4 * 4 * H) / (3350e9 * 0.8)
+    bf16 += elementwise_s
+    fp8 = S * lin / (1978.9e12 * h100.fp8_e_max * gemm) + attn_s + cast_s + elementwise_s
     layout = Layout(seq_len=S, global_batch_size=1)
     got_bf16 = layer_time(GPT, H100, layout, 0, "none").forward_s
     got_fp8 = layer_time(GPT, H100, layout.replace(precision="fp8"), 0, "none").forward_s
@@ -72,8 +77,10 @@ def test_grouped_expert_gemm_efficiency_falls_with_fewer_tokens_per_expert():
         weight_bytes = E / ep * 3 * H * F * (2 * 2 + 2 * 4)
         experts = max(experts, weight_bytes / 3 / (2039e9 * 0.8))
         core = S * 4 * S * H / (rate * S / (S + CAL.attention_l_half))
-        # router 2h + 12 E bytes per token, permute + unpermute 8 h per routed copy
-        memory = S * (2 * H + 12 * E + 8 * H * K) / (2039e9 * 0.8)
+        # router 2h + 12 E bytes per token, permute + unpermute 8 h per routed copy; fused
+        # elementwise: norms + residual adds 20 h, RoPE on q and k (16 + 16 heads of 64) 4 B each,
+        # SwiGLU 6 B per element of the top_k routed copies' width
+        memory = S * (2 * H + 12 * E + 8 * H * K + 20 * H + 4 * 32 * 64 + 6 * K * F) / (2039e9 * 0.8)
         # the host issues 2 launches per local expert in bf16 (TE GroupedLinear fc1 + fc2: one
         # GEMM each) at 5 us: at ep 1, 64 x 2 x 5 us = 0.64 ms, more than the experts' GPU time
         launch_loop = max(0.0, E / ep * 2 * 5e-6 - experts)
@@ -219,3 +226,27 @@ def test_torchtitan_attention_core_runs_flash_attention_2_on_hopper():
     # on A100 both frameworks run FlashAttention-2, the fitted fused curve
     assert layer_time(GPT, A100, titan, 0, "none").forward_s == pytest.approx(
         layer_time(GPT, A100, layout, 0, "none").forward_s, rel=1e-12)
+
+
+def test_fused_elementwise_bytes_by_hand():
+    """step_time.fused_elementwise_bytes, Llama 3.1 8B (h 4,096, 32 + 8 heads of 128, SwiGLU 14,336):
+    norms + residual adds 20 h = 81,920 B, RoPE 4 x 40 x 128 = 20,480, SwiGLU 6 x 14,336 = 86,016 per
+    token forward; without SP at tp 8 the 20 h of norms and adds run on every rank, the 7 extra
+    copies priced in the forward only (a third of their bytes in the x 3 forward + backward form):
+    20 h x (1 + 7 / 3). The composite RMSNorm of torchtitan@9dec370 adds 2 norms x 32 h."""
+    from planner.cost.step_time import composite_norm_bytes, fused_elementwise_bytes
+    from planner.specs.model import load_model
+
+    llama = load_model("llama-3.1-8b")
+    assert fused_elementwise_bytes(llama, 0) == 81_920 + 20_480 + 86_016
+    assert fused_elementwise_bytes(llama, 0, replicated=8) == pytest.approx(
+        81_920 * (1 + 7 / 3) + 20_480 + 86_016, rel=1e-12)
+    assert composite_norm_bytes(llama) == 2 * 32 * 4096
+    # a layout with the composite norm is slower only when the elementwise kernels are unfused
+    eager = Layout(seq_len=S, global_batch_size=1, framework="torchtitan", torch_compile=False)
+    plain = layer_time(GPT, H100, eager, 0, "none").forward_s
+    composite = layer_time(GPT, H100, eager.replace(norm_kernel="composite"), 0, "none").forward_s
+    assert composite - plain == pytest.approx(S * 2 * 32 * H / (3350e9 * 0.8), rel=1e-9)
+    compiled = eager.replace(torch_compile=True)
+    assert layer_time(GPT, H100, compiled.replace(norm_kernel="composite"), 0, "none").forward_s == \
+        layer_time(GPT, H100, compiled, 0, "none").forward_s

@@ -27,8 +27,6 @@ from planner.specs.model import load_model
 ROWS = {r.id: r for r in vt.load_rows(vt.EXPERT_CONFIGS) if r.not_expressible is None}
 
 KNOWN_GAPS = {
-    "E2": "plan tp4 pp2 cp2 with per-layer recompute at 0.88x the recipe's tp4 pp8 vpp5; suspected: "
-          "interleaved pipelines are searched only where pp x vpp divides the layers",
     "E10": "plan tp2 pp8 vpp1 ep16 (flex) at 0.77x the recipe's pp8 vpp4 ep64 (20.7 vs 26.9 s; "
            "measured 25.3 s): compute equal (15.9 / 15.8 s), exposed communication 3.7 vs 10.5 s: "
            "an EP group on 2 nodes sends each token over the network to ~1 other node, on 8 nodes "

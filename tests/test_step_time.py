@@ -25,7 +25,10 @@ def test_single_gpu_step_by_hand():
     rate = 312e12 * e_max * 1024 / (1024 + d_half)
     attention_rate = 312e12 * e_max * S / (S + l_half)
     per_token_layer = 2 * (12 * H * H + 9 * H) / rate + 4 * S * H / attention_rate  # Kaplan terms
-    layers = L * 3 * S * per_token_layer                      # forward + backward (2x)
+    # fused elementwise kernels (step_time.fused_elementwise_bytes): norms + residual adds 20 H and
+    # the GeLU's read + write of the 4H-wide MLP 16 H bytes per token forward, x 3 with the backward
+    elementwise = (20 * H + 4 * 4 * H) / (2039e9 * 0.8)
+    layers = L * 3 * S * (per_token_layer + elementwise)      # forward + backward (2x)
     head = 6 * S * V * H / rate                               # LM head fwd + bwd
     params = (V + S) * H + L * (12 * H * H + 13 * H) + 2 * H  # embeddings, blocks, final LayerNorm
     optimizer = params * 30 / (2039e9 * 0.8)                  # adamw bytes / (HBM x 0.8)

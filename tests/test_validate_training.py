@@ -306,18 +306,31 @@ def _now(s: dict) -> str:
 
 def test_done_when_evaluation_median_and_max(evaluation):
     """Met 2026-12-01 (zero9: SMs held by overlapped NCCL collectives): median 3.6%, max 24.9%
-    (MT-NLG 3,360 GPUs, DeepSpeed; no mechanism found for it) over 17 rows."""
+    (MT-NLG 3,360 GPUs, DeepSpeed; no mechanism found for it) over 17 rows; 2026-12-02 (bias):
+    median 5.3%, max 24.0% (the same row)."""
     s = evaluation["summary"]
     assert s["median_abs_error"] <= 0.10 and s["max_abs_error"] <= 0.25, _now(s)
 
 
-@pytest.mark.xfail(strict=True, reason="evaluation part bias (2026-12-01, zero9): A100 bf16/fp16 +6.4% "
-                                       "(8 rows: MT-NLG on DeepSpeed +19%/+25%), H100/H200 bf16/fp16 "
-                                       "+7.5% (3 rows: torchtitan eager FSDP +21%); H100/H200 fp8 -1.3% (5)")
 def test_done_when_bias_per_gpu_family_and_precision(evaluation):
+    """Issue 9's bias bar: in every GPU family x precision group of >= 3 evaluation rows the mean of
+    predicted / published - 1 (published / predicted - 1 for a step time), recomputed here from
+    each row's published measurement and prediction, is within +-5%. Met 2026-12-02 (bias): A100
+    bf16/fp16 +4.4% (8 rows; was +6.4%), H100/H200 bf16/fp16 +1.0% (3; was +7.2%), H100/H200 fp8
+    -2.2% (5), by the fused elementwise kernels' HBM bytes, the 2024-12 torchtitan's composite
+    RMSNorm and Megatron's interleaved p2p overlap (step_time, frameworks.megatron.p2p_overlap)."""
     groups = {name: s for name, s in evaluation["by"]["gpu_family x precision"].items() if s["n"] >= 3}
-    assert groups
-    biased = {name: f"{s['bias']:+.1%}" for name, s in groups.items() if abs(s["bias"]) > 0.05}
+    assert {"A100 bf16/fp16", "H100/H200 bf16/fp16", "H100/H200 fp8"} <= set(groups)
+    biased = {}
+    for name, summary in groups.items():
+        family, precision = name.split(" ")
+        mine = [r for r in evaluation["rows"] if r["gpu_family"] == family and r["precision"] == precision
+                and r["predicted"] is not None]
+        errors = [r["published"] / r["predicted"] - 1 if r["convention"] == "step_time_s"
+                  else r["predicted"] / r["published"] - 1 for r in mine]
+        assert len(errors) == summary["n"] and statistics.fmean(errors) == pytest.approx(summary["bias"])
+        if abs(statistics.fmean(errors)) > 0.05:
+            biased[name] = f"{statistics.fmean(errors):+.1%} over {len(errors)} rows"
     assert not biased, biased
 
 
@@ -374,9 +387,10 @@ def test_flash_attention_switch_changes_the_step(tmp_path):
     assert _explain_step_s(tmp_path, row, False, flash=False) > _explain_step_s(tmp_path, row, False, flash=True)
 
 
-@pytest.mark.xfail(strict=True, reason="Table 5 (2026-12-01, zero9): mean |error| 7.7%, max 18.9% (530B and "
-                                       "1T full recompute predicted too slow; the A100 e_max is shared with the "
-                                       "DeepSpeed rows, which measured slower than their mechanisms); "
+@pytest.mark.xfail(strict=True, reason="Table 5 (2026-12-02, bias): mean |error| 5.4%, max 15.2% (1T at pp 64 "
+                                       "without interleaving predicted too slow, full recompute 15.2%, selective + "
+                                       "SP 11.0%, mechanism not identified (the 2022 Megatron's scatter/gather of "
+                                       "boundary tensors without SP is not modelled); was 7.7% / 18.9%); "
                                        "Calculon: 3.65% / 8.87%")
 def test_done_when_korthikanti_table5(korthikanti_points):
     errors = [abs(step / published - 1) for _, _, step, published in korthikanti_points]

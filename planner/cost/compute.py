@@ -25,8 +25,12 @@ throughput falls for short sequences (a kernel launch per head tile, fewer tiles
 
 The constants are [Empirical], per GPU family, in `calibration/training.yaml` (`make calibrate`
 refits them): they fold in everything the step-time model does not model explicitly (kernel launch
-gaps, elementwise kernels, softmax, layer norms, dropout), so they are *end-to-end* layer
-efficiencies, not cuBLAS peaks.
+gaps, tile and wave quantization, the attention kernel's causal masking), so they are end-to-end
+GEMM efficiencies, not cuBLAS peaks. The memory-bound work beside the GEMMs -- the fused norms,
+residual adds, RoPE and MLP activation (`step_time.fused_elementwise_bytes`), their unfused eager
+extra, fp8 casts, MoE routing -- is priced at HBM bandwidth instead: folded into e_max it scaled
+with FLOPs, and over-predicted small hidden sizes and parts with little HBM bandwidth per FLOP
+(docs/validation.md: torchtitan's 8B on the 2.4 TB/s Grand Teton H100 against Llama 3 405B).
 """
 
 from __future__ import annotations

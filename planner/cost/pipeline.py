@@ -14,9 +14,11 @@ Sources: Narayanan et al. 2021 (SC21, arXiv 2104.04473) §2.2.1 (bubble time fra
 (arXiv 2401.10241) §3.1 (ZB-H1 bubble (p-1)(T_F + T_B - T_W), 1/3 of 1F1B when T_F = T_B = T_W).
 
 Point-to-point sends: each micro-batch crosses each stage boundary once forward (activations) and
-once backward (their gradients); Megatron's blocking send/recv puts them on the critical path, and the
-interleaved schedule crosses v times as many boundaries (Narayanan 2021 §2.2.2: "the amount of
-communication also increases by v"). Each send also leaves the stage idle for SCHEDULE_STEP_GAP_S.
+once backward (their gradients); Megatron's 1F1B exchanges them blocking, on the critical path, and
+the interleaved schedule crosses v times as many boundaries (Narayanan 2021 §2.2.2: "the amount of
+communication also increases by v") but overlaps each send with the next chunk's compute by default,
+so `p2p_send_s` is what the caller found exposed (`step_time._p2p_time`,
+`frameworks.<framework>.p2p_overlap`). Each send also leaves the stage idle for SCHEDULE_STEP_GAP_S.
 """
 
 from __future__ import annotations

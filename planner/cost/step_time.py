@@ -190,7 +190,7 @@ def layer_time_key(layout: Layout, sharing: tuple[tuple[str, int], ...]) -> tupl
             layout.precision, share["tp"], share["cp"], layout.sequence_parallel,
             ov.tp_comm_overlap, ov.ep_comm_overlap, layout.cp_comm_type, state_bytes(layout).gradients,
             layout.moe_dispatcher, layout.framework if ov.tp_comm_overlap else None,
-            BY_NAME[layout.framework].fused_elementwise(layout.torch_compile),
+            BY_NAME[layout.framework].fused_elementwise(layout.torch_compile), layout.norm_kernel,
             BY_NAME[layout.framework].attention_kernel(),
             layout.selective_modules, layout.offload_modules, "activations" in layout.offload,
             tuple(expert_host_launches(layout.framework, phase, layout.precision)
@@ -323,7 +323,8 @@ def _layer_compute_s(model: ModelSpec, cluster: ClusterSpec, layout: Layout, ind
       permute/unpermute of the routed copies (`_moe_memory_bytes`), under fp8 the casts of
       every linear input and output gradient (`compute.fp8_cast_bytes`), and without fused
       elementwise kernels (torchtitan in eager mode, `frameworks.<framework>.fused_elementwise`)
-      the bytes unfused kernels move beyond fused ones (`unfused_elementwise_bytes`); the fused
+      the bytes unfused kernels move beyond fused ones (`unfused_elementwise_bytes`, and with
+      `layout.norm_kernel` composite the op-by-op RMSNorm's, `composite_norm_bytes`); the fused
       kernels' own bytes are part of what the fitted GEMM efficiency absorbs on every row.
     Backward = 2 x forward for every part (Narayanan 2021 §5.1), so memory terms that run once
     per forward + backward enter as a third of their bytes.
@@ -348,12 +349,90 @@ def _layer_compute_s(model: ModelSpec, cluster: ClusterSpec, layout: Layout, ind
         scores = b * model.num_attention_heads / tp * s * s / cp
         attn_fwd += scores * UNFUSED_SCORE_BYTES / _hbm_bytes_per_s(cluster)
     memory = _moe_memory_bytes(model, index) if routed else 0.0
+    memory += fused_elementwise_bytes(model, index, replicated=tp if tp > 1 and not layout.sequence_parallel else 1)
     if not BY_NAME[layout.framework].fused_elementwise(layout.torch_compile):
         memory += unfused_elementwise_bytes(model, index)
+        if layout.norm_kernel == "composite":
+            memory += composite_norm_bytes(model)
     if lin == "fp8":
         memory += fp8_cast_bytes(sum(_linear_io_per_token(model, index))) / 3
     fwd += attn_fwd + local * memory / _hbm_bytes_per_s(cluster)
     return fwd, attn_fwd
+
+
+def _mlp_width(model: ModelSpec, index: int) -> float:
+    """Width of layer `index`'s MLP activations per token: the dense MLP's intermediate size, or a
+    MoE layer's shared experts' plus top_k routed copies' (each of moe_intermediate_size)."""
+    if model.is_moe and model.moe_layers[index]:
+        return float((model.shared_expert_intermediate_size or 0)
+                     + model.num_experts_per_tok * model.moe_intermediate_size)
+    return float(model.intermediate_size)
+
+
+def _rotated_elements(model: ModelSpec) -> float:
+    """Elements per token RoPE rotates: q (heads x head dim; MLA: heads x rope dim) and k (kv heads x
+    head dim; MLA: the shared rope key); 0 without rotary position embeddings."""
+    if model.position_embedding_type != "rope":
+        return 0.0
+    if model.is_mla:
+        return float(model.num_attention_heads * model.qk_rope_head_dim + model.qk_rope_head_dim)
+    return float((model.num_attention_heads + model.num_key_value_heads) * model.head_dim)
+
+
+def fused_elementwise_bytes(model: ModelSpec, index: int, *, replicated: int = 1) -> float:
+    """HBM bytes per local token (one GPU's b*s/(tp*cp) tokens) that layer `index`'s memory-bound
+    kernels move in one forward pass when every elementwise chain is one fused kernel (Megatron /
+    Transformer Engine's fused kernels; torch.compile), bf16 activations (2 B per element):
+
+    - the two norms (RMSNorm or LayerNorm before attention and before the MLP): read h, write h
+      elements each: 8h B;
+    - the two residual adds (Megatron's fused bias-dropout-add): read the residual and the block
+      output, write the sum: 12h B;
+      without sequence parallelism every tp rank runs the norms and adds on the whole sequence
+      (Korthikanti et al. 2022 §4.2.2: SP splits exactly these ops along the sequence), so the
+      forward moves `replicated` (= tp) times these 20h B per local token. Only the forward's
+      copies are priced: Korthikanti et al. 2022 Table 4 (22B layer, tp 8, A100) measured SP saving
+      0.5 ms of the forward (7.7 -> 7.2 ms; these bytes predict 0.54 ms) but 0.1 ms of the
+      backward (11.9 -> 11.8), so the (replicated - 1) extra copies enter once, not x 3;
+    - RoPE: read and write each rotated element of q and k (`_rotated_elements`), 4 B each;
+    - the MLP activation: gated (SwiGLU) reads the gate and up outputs and writes their product,
+      6 B per width element; plain (GeLU, with its bias fused) reads and writes, 4 B
+      (`_mlp_width`, per tp rank I/tp on b*s/cp tokens = I per local token).
+    The backward pass moves about twice these bytes (each op's autograd reads the saved input and
+    the incoming gradient and writes the outgoing one); `_layer_compute_s` counts memory terms x 3
+    over forward + backward, at HBM_EFFICIENCY x the datasheet HBM bandwidth (so the returned value
+    holds the replicated copies at a third of their bytes).
+
+    Why priced, not folded into the fitted GEMM efficiency: these bytes grow with h (and I) per
+    token while the GEMM FLOPs grow with h^2, and the ratio of a GPU's FLOP/s to its HBM bandwidth
+    differs between parts of one family (H100 SXM 989 TFLOP/s on 3.35 TB/s; the 500 W HBM2e H100
+    of Grand Teton 836-989 on 2.4; H200 989 on 4.8): folded into one e_max, an 8B model (h 4096)
+    on a 2.4 TB/s part was over-predicted and a 405B (h 16384) or an H200 run under-predicted
+    (docs/validation.md). Source of the op list: NVIDIA/Megatron-LM@d98e8a6 megatron/core/
+    transformer/transformer_layer.py (input_layernorm, self_attention, self_attn_bda,
+    pre_mlp_layernorm, mlp, mlp_bda), megatron/core/fusions/fused_bias_swiglu.py and
+    fused_bias_gelu.py; pytorch/torchtitan@b5bcd76 torchtitan/models/common/decoder.py
+    (x + attn(norm(x)); x + ffn(norm(x))), feed_forward.py l. 53-54, rope.py l. 254-264."""
+    h = model.hidden_size
+    per_width = 6.0 if model.gated_mlp else 4.0
+    return (20.0 * h * (1.0 + (replicated - 1) / 3.0) + 4.0 * _rotated_elements(model)
+            + per_width * _mlp_width(model, index))
+
+
+COMPOSITE_NORM_BYTES_PER_ELEMENT = 32
+"""HBM bytes per element of one RMSNorm's input that the op-by-op (composite) RMSNorm moves in a
+forward pass beyond one fused kernel (read 2 + write 2): x.float() reads 2, writes 4; pow(2) reads
+4, writes 4; mean reads 4; x * rsqrt(...) reads 4, writes 4; .type_as(x) reads 4, writes 2;
+* weight reads 2, writes 2 = 36 B, 32 more (the per-token mean, eps and rsqrt are h times
+smaller). Source: pytorch/torchtitan@9dec370 torchtitan/models/norms.py `RMSNorm._norm` /
+`forward` (l. 96-101), each op one eager kernel."""
+
+
+def composite_norm_bytes(model: ModelSpec) -> float:
+    """HBM bytes per token one decoder layer's two RMSNorms (attention and MLP inputs) move in one
+    forward pass as composite eager ops beyond fused ones (`layout.NORM_KERNELS` "composite"):
+    2 x COMPOSITE_NORM_BYTES_PER_ELEMENT x h; backward about twice (`_layer_compute_s`'s x 3)."""
+    return 2.0 * COMPOSITE_NORM_BYTES_PER_ELEMENT * model.hidden_size
 
 
 def unfused_elementwise_bytes(model: ModelSpec, index: int) -> float:
@@ -1492,11 +1571,20 @@ def _modes(model: ModelSpec, layout: Layout, recompute_layers: Sequence[str] | N
 
 
 def _p2p_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, share: dict[str, int]) -> float:
-    """One pipeline send of a micro-batch's boundary activations (`comm.stage_collectives`)."""
+    """Exposed time of one pipeline send of a micro-batch's boundary activations
+    (`comm.stage_collectives`), s: the whole send, or where the framework overlaps its sends with
+    the next model chunk's compute (`frameworks.<framework>.p2p_overlap`: Megatron's interleaved
+    schedule) only its excess over the forward of the smallest chunk (layers // (pp x vpp), at
+    least one, of the cheapest layer kind; a backward chunk is twice as long)."""
     sends = [c for c in comm.stage_collectives(model, layout, 0) if c.phase == "pipeline"]
     if not sends:
         return 0.0
-    return _call_time(sends[0], 2 if share["pp"] >= 2 else 1, cluster)
+    send = _call_time(sends[0], 2 if share["pp"] >= 2 else 1, cluster)
+    if not BY_NAME[layout.framework].p2p_overlap(layout.vpp):
+        return send
+    layers = max(1, model.num_hidden_layers // (layout.pp * layout.vpp))
+    chunk = layers * min(layer_time(model, cluster, layout, i, "none").forward_s for i in layer_kinds(model)[1])
+    return max(0.0, send - chunk)
 
 
 @lru_cache(maxsize=256)

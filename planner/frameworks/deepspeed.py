@@ -192,6 +192,13 @@ def cp_ring_bytes(cp: int) -> tuple[float, float, float, float]:
     return megatron.cp_ring_bytes(cp)
 
 
+def p2p_overlap(vpp: int) -> bool:
+    """DeepSpeed's pipeline engine sends and receives synchronously, one instruction after another
+    (deepspeedai/DeepSpeed@edaa722 deepspeed/runtime/pipe/schedule.py `TrainSchedule.steps`:
+    SendGrad / RecvActivation / ForwardPass in order), and has no interleaved schedule: no overlap."""
+    return False
+
+
 def overlap_defaults(zero_stage: int) -> dict[str, bool]:
     """DeepSpeed's overlaps when its keys are absent: gradient reduction and parameter prefetch on
     at ZeRO-3 only (module docstring); no TP comm or expert all-to-all overlap."""

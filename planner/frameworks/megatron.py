@@ -389,6 +389,21 @@ def cp_ring_bytes(cp: int) -> tuple[float, float, float, float]:
     return 4.0 + later, 4.0, 4.0 + later, 8.0 + later
 
 
+def p2p_overlap(vpp: int) -> bool:
+    """Whether Megatron-LM's pipeline schedule overlaps its point-to-point sends with the compute of
+    the next model chunk by default: yes for the interleaved schedule (vpp > 1), no for 1F1B.
+    `--no-overlap-p2p-communication` is a store_false flag (overlap_p2p_comm defaults to True;
+    NVIDIA/Megatron-LM@d98e8a6 megatron/training/arguments.py l. 3118-3120), forced off without a
+    virtual pipeline (l. 1010-1012), and batch_p2p_comm (the batched exchange followed by a
+    device-wide synchronize) is its negation (megatron/training/argument_utils.py l. 307); the
+    interleaved schedule then posts each chunk's receive before the previous chunk's compute and
+    waits on it after (megatron/core/pipeline_parallel/schedules.py l. 1697-1713). Megatron-Bridge
+    sets the same for the recipes measured here (NVIDIA-NeMo/Megatron-Bridge@067f987
+    src/megatron/bridge/training/comm_overlap.py l. 454-460: vp_size > 1 -> overlap_p2p_comm True,
+    batch_p2p_comm False)."""
+    return vpp > 1
+
+
 def overlap_defaults(zero_stage: int) -> dict[str, bool]:
     """Megatron-LM's value of each overlap knob when its flag is absent: all off (`DEFAULT`)."""
     return {knob: bool(DEFAULT[knob]) for knob in OVERLAP_SWITCHES}

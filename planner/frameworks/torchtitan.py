@@ -144,6 +144,12 @@ def cp_ring_bytes(cp: int) -> tuple[float, float, float, float]:
     return 38.0 * later, 4.0 * later, 10.0 * later, 25.0 * later
 
 
+def p2p_overlap(vpp: int) -> bool:
+    """torchtitan's pipeline schedules (torch.distributed.pipelining) are costed with their sends on
+    the critical path: whether they hide under the next stage's compute is not verified here."""
+    return False
+
+
 def overlap_defaults(zero_stage: int) -> dict[str, bool]:
     """torchtitan's overlaps when its keys are absent: DP reduce / gather on (FSDP2, DDP), AsyncTP
     off, no expert all-to-all overlap."""

@@ -67,6 +67,15 @@ CROSS_ENTROPY_FUSIONS = ("native", "te")
 cross-entropy loss fusion flag with the fusion-impl flag's value). Source: NVIDIA/Megatron-LM@d98e8a6
 megatron/core/model_parallel_config.py l. 320-328 (`cross_entropy_loss_fusion` False,
 `cross_entropy_fusion_impl` 'native')."""
+NORM_KERNELS = ("fused", "composite")
+"""How an eager (uncompiled) model runs its RMSNorm (`Layout.norm_kernel`; None = "fused"):
+"fused", one kernel (Megatron-LM / Transformer Engine; PyTorch's torch.nn.functional.rms_norm,
+which calls at::_fused_rms_norm: pytorch/pytorch aten/src/ATen/native/layer_norm.cpp
+rms_norm_symint); "composite", the op-by-op Python RMSNorm (fp32 upcast, pow, mean, rsqrt, two
+multiplies, cast back) of torchtitan's `norm_type = "rmsnorm"` up to early 2025
+(pytorch/torchtitan@9dec370 torchtitan/models/norms.py `RMSNorm.forward`, l. 96-101; the
+llama3 train configs' default norm_type, train_configs/llama3_8b.toml). torch.compile fuses
+either (`step_time.composite_norm_bytes` prices the difference in eager only)."""
 PRECISION_KNOBS = ("fp8_recipe", "fp8_param_gather", "precision_aware_optimizer", *OPTIMIZER_DTYPES,
                    "cross_entropy_fusion", "loss_chunks")
 """The fp8 recipe and parameter storage, the precision-aware optimizer's and the loss's `Layout`
@@ -200,6 +209,8 @@ class Layout:
     """MoE token dispatcher: alltoall | flex (DeepEP / HybridEP, `MOE_DISPATCHERS`); None = the
     framework's default, costed as alltoall (Megatron's default allgather is not costed apart;
     torchtitan and DeepSpeed have no other)."""
+    norm_kernel: str | None = None
+    """RMSNorm kernel of an eager model (`NORM_KERNELS`); None = fused."""
     torch_compile: bool | None = None
     """torch.compile of the transformer blocks (torchtitan `compile.enable`), which fuses their
     elementwise kernels; None = the framework's default (`placement.overlap.compiled`)."""
@@ -265,6 +276,8 @@ class Layout:
             self._check_offload_modules()
         if self.cp_comm_type not in CP_COMM_TYPES:
             _check_choice("cp_comm_type", self.cp_comm_type, CP_COMM_TYPES)
+        if self.norm_kernel is not None and self.norm_kernel not in NORM_KERNELS:
+            _check_choice("norm_kernel", self.norm_kernel, NORM_KERNELS)
         if self.cross_entropy_fusion is not None and self.cross_entropy_fusion not in CROSS_ENTROPY_FUSIONS:
             _check_choice("cross_entropy_fusion", self.cross_entropy_fusion, CROSS_ENTROPY_FUSIONS)
         if self.loss_chunks is not None and not _loss_chunks_ok(self):
@@ -499,6 +512,7 @@ _FIELD_OK = {
     "moe_dispatcher": lambda layout: (layout.moe_dispatcher is None
                                       or layout.moe_dispatcher in MOE_DISPATCHERS),
     "fp8_recipe": lambda layout: layout.fp8_recipe is None or layout.fp8_recipe in FP8_RECIPES,
+    "norm_kernel": lambda layout: layout.norm_kernel is None or layout.norm_kernel in NORM_KERNELS,
     "fp8_param_gather": lambda layout: (layout.fp8_param_gather is None
                                         or type(layout.fp8_param_gather) is bool),
     "precision_aware_optimizer": lambda layout: (layout.precision_aware_optimizer is None
