@@ -97,6 +97,17 @@ def test_srun_tasks_give_the_world_size(tmp_path):
     assert report is not None and report["gpus"] == 4 * 8, text
 
 
+def test_srun_starting_torchrun_takes_torchrun_sizes(tmp_path):
+    """`srun --ntasks-per-node=1 torchrun --nproc_per_node 8 --nnodes 2 pretrain_gpt.py`: srun starts one torchrun
+    per node, torchrun starts the ranks: 8 x 2 = 16 (srun's one task per node is not the world size)."""
+    path = tmp_path / "srun_torchrun.sh"
+    path.write_text("srun --nodes=2 --ntasks-per-node=1 torchrun --nproc_per_node 8 --nnodes 2 "
+                    f"pretrain_gpt.py {_ARGS}\n")
+    _, report, text = _check(path, "-m", "llama-3.1-8b", "-c", "dgx-h100")
+    assert report is not None and report["gpus"] == 16, text
+    assert "megatron_unknown_flag" not in _rules(report)
+
+
 def test_srun_without_task_counts_needs_gpus(tmp_path):
     """Without --ntasks or --nodes and --ntasks-per-node, srun takes them from the allocation (the job's
     environment), which the file does not say: --gpus is required."""
