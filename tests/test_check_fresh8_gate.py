@@ -133,15 +133,17 @@ def test_docker_replicas_on_their_own_gpus_and_host_ports_pass(tmp_path):
 
 
 def test_docker_replicas_that_do_share_fail(tmp_path):
-    """Device 1 in both requests, host port 8000 published twice: both clashes, at line 2; a container
+    """Device 1 in both requests, host port 8000 published twice (and a third time as `-p8000:8000`, pflag's
+    attached short form): both clashes at line 2, the port at line 3; a container
     without -p binds no host port, so it clashes with no bare server; `--network host` shares the host's."""
     path = tmp_path / "clash.sh"
     path.write_text(f"docker run -d --gpus '\"device=0,1\"' -p 8000:8000 {_IMAGE}\n"
-                    f"docker run -d --gpus '\"device=1,2\"' -p 0.0.0.0:8000:8000/tcp {_IMAGE}\n")
+                    f"docker run -d --gpus '\"device=1,2\"' -p 0.0.0.0:8000:8000/tcp {_IMAGE}\n"
+                    f"docker run -d --gpus '\"device=6,7\"' -p8000:8000 {_IMAGE}\n")
     code, report, text = _check(path, "-c", "dgx-h100")
     assert code == 1
     found = {(v["rule"], v["line"]) for v in report["violations"]}
-    assert found == {("port_in_use", 2), ("gpus_shared", 2)}, text
+    assert found == {("port_in_use", 2), ("gpus_shared", 2), ("port_in_use", 3)}, text
     shared = next(v for v in report["violations"] if v["rule"] == "gpus_shared")
     assert "GPU(s) 1," in shared["message"]
     mixed = tmp_path / "mixed.sh"

@@ -615,7 +615,8 @@ def container_gpus(command: Command, file: str) -> tuple[int | None, list[Violat
 
 CONTAINER_PUBLISH = ("-p", "--publish")
 CONTAINER_NETWORK = ("--network", "--net")
-"""`docker run`'s port mapping, `-p [IP:]HOST_PORT:CONTAINER_PORT[/PROTOCOL]` (or `-p CONTAINER_PORT`: a random
+"""`docker run`'s port mapping, `-p [IP:]HOST_PORT:CONTAINER_PORT[/PROTOCOL]` (also `-p8001:8000`, `--publish=...`;
+`-p CONTAINER_PORT`: a random
 host port), and network option (`host`: the container shares the host's ports). A container on the default
 bridge network binds a host port only through a mapping, so containers whose servers listen on one port
 inside do not collide (Docker reference, `docker run` --publish and --network)."""
@@ -630,10 +631,11 @@ def host_port(command: Command, port: int) -> int | None:
     words, mapped, network = command.container_options, None, None
     for k, word in enumerate(words):
         for names, kind in ((CONTAINER_PUBLISH, "publish"), (CONTAINER_NETWORK, "network")):
-            name = next((n for n in names if word == n or word.startswith(n + "=")), None)
+            name = next((n for n in names if word == n or word.startswith(n + "=")
+                         or (len(n) == 2 and word.startswith(n) and word[2:3].isdigit())), None)
             if name is None or (word == name and k + 1 >= len(words)):
                 continue
-            value = word[len(name) + 1:] if word != name else words[k + 1]
+            value = words[k + 1] if word == name else word[len(name) + (word[len(name)] == "="):]
             if kind == "network":
                 network = value
                 continue
