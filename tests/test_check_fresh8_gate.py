@@ -254,3 +254,22 @@ def test_a_320_digit_concurrency_is_bad_input_shortened(tmp_path):
     code, _, text = _check(path, "-c", "dgx-h100")
     assert code == 2 and "9,007,199,254,740,992" in text and "(322 characters)" in text, text
     assert "9" * 61 not in text
+
+
+# ---------------------------------------------------------------- #20 one DeepSpeed batch finding
+
+def test_a_deepspeed_batch_mismatch_is_reported_once(tmp_path):
+    """train_batch_size 100 against micro 3 x gas 4 x dp 8 = 96: DeepSpeed's assertion is the one finding, its
+    fix 96; the placement rule batch_divisible (100 % 24 != 0, 'use 96 or 120', where 120 does not match
+    gas 4) is not reported again, and the memory fix does not send the user to it first."""
+    path = tmp_path / "ds_bad_batch.json"
+    path.write_text(json.dumps({"train_batch_size": 100, "train_micro_batch_size_per_gpu": 3,
+                                "gradient_accumulation_steps": 4, "fp16": {"enabled": True},
+                                "zero_optimization": {"stage": 2}}))
+    code, report, text = _check(path, "-m", "llama-3.1-8b", "-c", "dgx-h100", "--gpus", "8", "--seq-len", "4096")
+    assert code == 1
+    rules = _rules(report)
+    assert "deepspeed_batch_size" in rules and "batch_divisible" not in rules, text
+    finding = next(v for v in report["violations"] if v["rule"] == "deepspeed_batch_size")
+    assert "train_batch_size: 96" in finding["fix"] and "= 96" in finding["message"]
+    assert "batch_divisible" not in json.dumps(report["violations"])
