@@ -336,7 +336,7 @@ def test_vllm_config_yaml_and_config_flag(tmp_path):
     ("vllm serve meta-llama/Llama-3.1-8B --gpu-memory-utilization 1.5\n", ("-c", "dgx-h100")),
     ("vllm serve meta-llama/Llama-3.1-8B --kv-cache-dtype nvfp4\n", ("-c", "dgx-h100")),
     ("vllm serve meta-llama/Llama-3.1-8B 'unclosed\n", ("-c", "dgx-h100")),
-    ("vllm serve meta-llama/Llama-3.1-8B\n", ("-c", "dgx-h100", "--seq-len", "100")),
+    # --seq-len on a launch is a warning, option_not_used, since review 8 (tests/test_check_fresh8_gate.py)
 ])
 def test_bad_input_is_one_line_exit_2(tmp_path, text, args):
     proc = _planner("check", str(_file(tmp_path, text)), *args)

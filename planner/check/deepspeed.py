@@ -8,7 +8,8 @@ https://www.deepspeed.ai/docs/config-json/):
   division and `_batch_assertion` asserts each > 0 and global = micro x gas x world_size, where
   world_size is the data-parallel size (`mpu.get_data_parallel_world_size()`). This reader
   reproduces both; a failed assertion is the finding `deepspeed_batch_size` with the three numbers
-  and dp.
+  and dp, and the layout is then costed at the batch its fix gives (micro x gas x dp), so the placement
+  rule batch_divisible does not report the same mismatch a second time with another fix.
 - the ZeRO stage 0-3 (the deprecated boolean form of the section reads as stage 1 / 0,
   `read_zero_config_deprecated`); the optimizer and parameter offload devices in none | cpu | nvme
   and their deprecated booleans -> offload optimizer / parameters. Whether the stage admits the
@@ -106,7 +107,8 @@ def read(path: Path, data: dict, *, model: str | None, cluster: str | None, gpus
     precision, precision_findings = _precision(data, file)
     optimizer, optimizer_findings = _optimizer(data, file)
     layout = Layout(dp=dp, tp=tp, pp=1, zero_stage=stage, micro_batch_size=max(1, micro),
-                    global_batch_size=max(1, train), seq_len=seq_len, recompute="none",
+                    global_batch_size=max(1, micro) * max(1, gas) * dp if batch_findings else max(1, train),
+                    seq_len=seq_len, recompute="none",
                     offload=offload, optimizer=optimizer, precision=precision, framework=FRAMEWORK,
                     grad_reduce_dtype=_communication_dtype(data, file),
                     buckets=tuple(sorted((k, v) for k, v in buckets.items() if v != ds.DEFAULT[k])) or None,

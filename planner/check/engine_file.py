@@ -5,6 +5,9 @@ and `planner.check.sglang`, the rules of `planner.check.engine_launch`.
 A file is a vLLM launch when it holds a `vllm serve` / `vllm.entrypoints.openai.api_server`
 command line or is a vLLM `--config` YAML, an SGLang launch when it holds a
 `sglang.launch_server` / `sglang serve` command line (whatever its name: .sh, .txt, .yaml).
+CRLF line endings of a command-line file (not of a YAML config), which break a command's backslash
+continuations (bash runs each line as a command of its own), are the error `crlf_line_endings`
+(`planner.check.lines.line_endings`, shared with the Megatron-LM and torchtitan readers).
 The model is the command's (model path, catalog name or a catalog model's Hugging Face id) unless
 `--model` gives it; `--cluster` gives the GPUs (required); `--gpus` the GPUs the file may use
 (default: those the commands' CUDA_VISIBLE_DEVICES list, else the cluster's count, or more where the commands
@@ -13,6 +16,7 @@ name node ranks after the first: every node they name).
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from planner.check import engine_launch as el
@@ -57,16 +61,14 @@ def check_launch_file(path: str | Path, *, model: str | None = None, cluster: st
     `routers` [{line, router, port, prefill, decode}] when the file has one).
 
     Raises:
-        SpecError: not an engine launch, no --cluster, a model that does not resolve, --seq-len
-            (the command's max-model-len / context-length says it), a value the engine refuses.
+        SpecError: not an engine launch, no --cluster, a model that does not resolve, a value the engine
+            refuses. --seq-len is not applied (the command's max-model-len / context-length says the context):
+            the warning `option_not_used` says so.
     """
     reader = reader_of(path)
     file = str(path)
     if reader is None:
         raise SpecError("not a vLLM or SGLang launch", file=file)
-    if seq_len is not None:
-        raise SpecError(f"--seq-len not allowed with an engine launch: its "
-                        f"{reader.VOCABULARY.FLAG['max_model_len']} says the context", file=file, key="--seq-len")
     text = files.read_text(Path(path), kind="engine launch")
     mapping = None
     if Path(path).suffix in (".yaml", ".yml"):
@@ -79,6 +81,8 @@ def check_launch_file(path: str | Path, *, model: str | None = None, cluster: st
         raise SpecError(f"the launches serve different models ({', '.join(sorted(map(str, refs)))}); check one "
                         f"model per file", file=file, key=model_flag)
     spec = el.resolve_model(next(iter(refs)), model, file, model_flag)
+    if model is not None:
+        _quantized_name(commands, reader, spec, model, file)
     launches = [reader.launch(c, spec, hw, file) for c in commands]
     visible = [launch.visible_gpus for launch in launches]
     allowed = gpus or (sum(visible) if all(visible) else hw.num_gpus)
@@ -97,10 +101,54 @@ def check_launch_file(path: str | Path, *, model: str | None = None, cluster: st
         result["verdict"] = "fail"
     clashes = [{"rule": v.rule, "severity": v.severity, "message": v.message, "fix": v.fix, "line": line}
                for line, v in one_machine(commands, launches, reader, hw.gpus_per_node, file)]
+    clashes += [{"rule": v.rule, "severity": v.severity, "message": v.message, "fix": v.fix, "line": v.line}
+                for v in (line_index.line_endings(text, file) if mapping is None else [])]
     result["violations"] += clashes
     result["verdict"] = "fail" if clashes else result["verdict"]
+    if seq_len is not None:
+        result["violations"].append(_unused_seq_len(seq_len, reader, commands[0].line))
     _point_at_flags(result, text, sorted({c.line for c in commands} | {r["line"] for r in rows}))
     return result
+
+
+def _unused_seq_len(seq_len: int, reader, line: int) -> dict:
+    """The warning `option_not_used` for --seq-len: a launch's context is its own max-model-len flag (or the
+    model's length), so the option is not applied; a warning, not bad input, so that one `planner check` (a
+    pre-commit hook's args) can cover training configs that need --seq-len and engine launches together."""
+    flag = reader.VOCABULARY.FLAG["max_model_len"]
+    return {"rule": "option_not_used", "severity": "warning", "line": line,
+            "message": f"--seq-len {seq_len} is not used for an engine launch: its context is its {flag} (or the "
+                       f"model's length without it); the option applies to the training configs checked with it",
+            "fix": f"set {flag} in the launch to change its context"}
+
+
+QUANTIZED_NAME_WORDS = frozenset(("fp8", "fp4", "nvfp4", "mxfp4", "awq", "gptq", "int4", "int8", "w4a16", "w8a8",
+                                  "w8a16", "4bit", "8bit"))
+"""Words of a Hugging Face id's name (split at - and _, compared without case) that name a quantized release, by
+the publishers' naming convention: neuralmagic/Meta-Llama-3.1-70B-Instruct-FP8, Qwen/Qwen3-32B-AWQ,
+Qwen/Qwen3-8B-GPTQ-Int4, RedHatAI/...-quantized.w8a8 (the name of the checkpoint, whose config.json
+quantization_config the engine loads)."""
+
+
+def _quantized_name(commands: list[el.Command], reader, spec, model: str, file: str) -> None:
+    """Bad input when `check --model` gives 16-bit weights (no quantization) for a launch that serves a checkpoint
+    its id names quantized and whose command sets no quantization flag: the check would cost the weights at twice
+    (fp8) or four times (4-bit) their size, a false out-of-memory (fresh-user review 8 finding 12).
+
+    Raises:
+        SpecError: naming the id, the word and the two ways out."""
+    flag = reader.VOCABULARY.FLAG["quantization"]
+    if spec.weight_format is not None:
+        return
+    for command in commands:
+        ref = str(reader.model_ref(command) or "")
+        words = [w for w in re.split(r"[-_./]", ref.rsplit("/", 1)[-1].lower()) if w in QUANTIZED_NAME_WORDS]
+        if words and flag not in command.flags:
+            raise SpecError(f"--model {model} has 16-bit weights, but the launch serves {ref}, named a "
+                            f"{words[-1].upper()} checkpoint: its weights would be costed at 16 bits; give --model "
+                            f"the checkpoint's directory with its config.json (its quantization_config is read), or "
+                            f"omit --model if the catalog knows the id, or set {flag} in the launch",
+                            file=file, key="--model")
 
 
 def _point_at_flags(result: dict, text: str, starts: list[int]) -> None:
@@ -123,8 +171,10 @@ def one_machine(commands: list[el.Command], launches: list[el.Launch], reader, g
     """(line, finding) for servers of one file that would share a port or GPUs (the second fails at start-up:
     its HTTP server cannot bind the port, or its KV pool finds the memory taken). Servers are the commands
     that start an API server (node rank 0 of a multi-node instance; later nodes run workers only). The port
-    is the port flag or the engine's default (`reader.DEFAULT_PORT`): rule port_in_use. GPUs are those
-    CUDA_VISIBLE_DEVICES lists, else the first ones of the node: rule gpus_shared. Servers inside a node's
+    is the port flag or the engine's default (`reader.DEFAULT_PORT`), for a container the host port it is
+    published on (`el.host_port`; none without a mapping): rule port_in_use. GPUs are those a container's GPU
+    request exposes (`el.container_devices`), else those CUDA_VISIBLE_DEVICES lists, else the first ones of the
+    node: rule gpus_shared. Servers inside a node's
     block (`if [ "$NODE_RANK" = N ]; then ... fi`, as `serve-plan --emit` writes a file over several nodes)
     are compared with those of their block only; servers outside any block, only when together they fit on
     one node (a hand-written file of several nodes' commands lists the same device numbers on each node)."""
@@ -145,20 +195,29 @@ def _one_node(servers: list, node: int | None, flag: str, reader, gpus_per_node:
     out, ports = [], {}
     where = "" if node is None else f" (both on node {node}: {NODE_RANK_WORDS})"
     for command, launch in servers:
-        port = el.integer(command, flag, reader.DEFAULT_PORT, file)
+        inside = el.integer(command, flag, reader.DEFAULT_PORT, file)
+        port = el.host_port(command, inside)
+        if port is None:
+            continue
         if port in ports:
             out.append((command.line, Violation(
                 rule="port_in_use", message=f"the server of line {command.line} listens on port {port}, as does "
                                             f"line {ports[port]}{where}: the second fails to bind it at start-up",
-                fix=f"{flag} {max(ports) + 1} (a port of its own)")))
+                fix=(f"{flag} {max(ports) + 1} (a port of its own)" if command.image is None else
+                     f"publish it on a host port of its own: {el.CONTAINER_PUBLISH[0]} {max(ports) + 1}:{inside}"))))
         ports.setdefault(port, command.line)
     if node is None and sum(launch.here or launch.world for _, launch in servers) > gpus_per_node:
         return out
     taken: dict[str, int] = {}
     for command, launch in servers:
         listed = command.env.get(el.VISIBLE)
-        devices = ([d.strip() for d in listed.split(",") if d.strip()] if listed is not None
-                   else [str(i) for i in range(launch.here or launch.world)])
+        devices = el.container_devices(command, gpus_per_node)
+        seen, where_set = f"{el.CONTAINER_GPUS} {command.gpu_request}", f'{el.CONTAINER_GPUS} \'"device=..."\''
+        if devices is None:
+            devices = ([d.strip() for d in listed.split(",") if d.strip()] if listed is not None
+                       else [str(i) for i in range(launch.here or launch.world)])
+            seen = f"{el.VISIBLE} {listed if listed is not None else 'unset: the first GPUs'}"
+            where_set = el.VISIBLE
         shared = sorted({d for d in devices if d in taken}, key=str)
         if shared:
             fits = ("the servers of this file fit on one node" if node is None
@@ -166,9 +225,9 @@ def _one_node(servers: list, node: int | None, flag: str, reader, gpus_per_node:
             out.append((command.line, Violation(
                 rule="gpus_shared",
                 message=f"the server of line {command.line} runs on GPU(s) {','.join(shared)}, as does line "
-                        f"{taken[shared[0]]} ({el.VISIBLE} {listed if listed is not None else 'unset: the first GPUs'}); "
+                        f"{taken[shared[0]]} ({seen}); "
                         f"{fits}, where the second finds the memory taken",
-                fix=f"give each server its own GPUs in {el.VISIBLE}")))
+                fix=f"give each server its own GPUs in {where_set}")))
         for d in devices:
             taken.setdefault(d, command.line)
     return out

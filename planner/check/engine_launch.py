@@ -37,6 +37,7 @@ from planner.cost import serving as sv
 from planner.errors import PlannerError, SpecError, counted
 from planner.placement.rules import Violation
 from planner.specs.cluster import ClusterSpec
+from planner.specs.limits import MAX_FLAG_INT
 from planner.specs.model import ModelSpec, context_length_words, engine_context_length, require_modelled_checkpoint
 
 GIB = sv.GIB
@@ -70,6 +71,8 @@ class Command:
     origin: dict[str, str] = field(default_factory=dict)
     """Canonical flag -> the file that gave it, where not the command's own file (a vLLM `--config` YAML; its
     key as written is in `spelled`)."""
+    container_options: tuple[str, ...] = ()
+    """A container command's words before its image (`docker run` and its options: `-p 8001:8000`), or ()."""
     gpu_request: str | None = None
     """The value of the container runtime's GPU option (`docker run --gpus VALUE`, `CONTAINER_GPUS`) before the
     image, as the runtime receives it after shell quoting (`"device=0,1"` with its inner quotes), or None."""
@@ -330,13 +333,13 @@ def _command(segment: list[str], variables: dict[str, str], line: int, launchers
             variables[name] = shell.substitute(value, variables)
         return None
     words = _without_redirections([f for raw in segment for f in shell.fields(shell.substitute(raw, variables), raw)])
-    image, doubled, gpu_request, container_visible = None, None, None, None
+    image, doubled, gpu_request, container_visible, options = None, None, None, None, ()
     found = _container_launch(words, images, launchers)
     if found is not None:
         at, launcher, image = found
-        options = words[:words.index(image)]
-        gpu_request = _container_option(options, CONTAINER_GPUS)
-        container_visible = _container_env(options, CONTAINER_VISIBLE)
+        options = tuple(words[:words.index(image)])
+        gpu_request = _container_option(list(options), CONTAINER_GPUS)
+        container_visible = _container_env(list(options), CONTAINER_VISIBLE)
         again = _launcher_at(words[at:], launchers)
         doubled = again[1] if again is not None else None
     else:
@@ -371,7 +374,7 @@ def _command(segment: list[str], variables: dict[str, str], line: int, launchers
         spelled[canonical] = name
     return Command(line=line, env=env, positional=positional, flags=flags, spelled=spelled, launcher=launcher,
                    image=image, after_switch=after_switch, doubled=doubled, gpu_request=gpu_request,
-                   container_visible=container_visible)
+                   container_visible=container_visible, container_options=options)
 
 
 def _container_option(words: list[str], name: str) -> str | None:
@@ -496,7 +499,8 @@ def integer(command: Command, flag: str, default: int | None, file: str, low: in
     """A flag's integer value (argparse `type=int`), or `default` when absent.
 
     Raises:
-        SpecError: not an integer >= low (the engine's parser or config exits on it).
+        SpecError: not an integer >= low (the engine's parser or config exits on it), or one beyond
+            `MAX_FLAG_INT` in magnitude (`within_limit`).
     """
     value = argument(command, flag, file)
     if value is None:
@@ -504,11 +508,23 @@ def integer(command: Command, flag: str, default: int | None, file: str, low: in
     if not re.fullmatch(r"-?\d+", str(value)) or int(value) < low:
         raise SpecError(f"value {value!r} must be an integer >= {low} (a literal, not a shell variable)",
                         **source(command, flag, file))
-    return int(value)
+    return within_limit(command, flag, int(value), MAX_FLAG_INT, file)
+
+
+def within_limit(command: Command, flag: str, value: int, limit: int, file: str) -> int:
+    """`value` when its magnitude is at most `limit` (`planner.specs.limits`: MAX_SEQ_LEN for a context
+    length, MAX_FLAG_INT for any other integer), else bad input naming the limit.
+
+    Raises:
+        SpecError: beyond the limit (exit 2; the value shortened when long, `planner.errors.shorten`)."""
+    if abs(value) > limit:
+        raise SpecError(f"value {str(value)!r} exceeds the {limit:,} this planner accepts (the limit `planner "
+                        f"plan` puts on it, beyond any real run)", **source(command, flag, file))
+    return value
 
 
 def human_integer(command: Command, flag: str, default: int | None, file: str, suffixes: dict[str, tuple[int, bool]],
-                  *, auto: bool = False, exact: bool = False) -> int | None:
+                  *, auto: bool = False, exact: bool = False, high: int = MAX_FLAG_INT) -> int | None:
     """A flag the engine parses as a human-readable integer >= 1: digits, or a number and one of `suffixes`
     (suffix -> (multiplier, decimals allowed); each engine's table, in its reader), `default` when absent;
     with `auto`, -1 for 'auto' / '-1' (any case of auto). A decimal number times its multiplier is truncated
@@ -516,7 +532,8 @@ def human_integer(command: Command, flag: str, default: int | None, file: str, s
     (SGLang: int(Decimal(number) * mult)).
 
     Raises:
-        SpecError: anything else, naming the spellings the engine takes."""
+        SpecError: anything else, naming the spellings the engine takes; a value beyond `high` (MAX_SEQ_LEN
+            for a context length; `within_limit`)."""
     value = argument(command, flag, file)
     if value is None:
         return default
@@ -527,10 +544,12 @@ def human_integer(command: Command, flag: str, default: int | None, file: str, s
     if match and (match[2] in suffixes or (not match[2] and "." not in match[1])):
         number, (scale, decimals) = match[1], suffixes.get(match[2], (1, False))
         if "." not in number or decimals:
+            if len(match[1]) > len(str(MAX_FLAG_INT)) + 1:  # float(number) would overflow (or be inf)
+                within_limit(command, flag, int(match[1].split(".")[0]) * scale, high, file)
             result = (int((Decimal(number) if exact else float(number)) * scale) if "." in number
                       else int(number) * scale)
             if result >= 1:
-                return result
+                return within_limit(command, flag, result, high, file)
     examples = ", ".join(f"8{k} = {8 * m:,}" for k, (m, _) in suffixes.items() if m in (10**3, 2**10))
     raise SpecError(f"value {value!r} must be an integer >= 1{', auto or -1' if auto else ''}, or a number with "
                     f"one of the suffixes {' '.join(suffixes)} ({examples}; a literal, not a shell variable)",
@@ -682,6 +701,55 @@ def _nvidia_visible(value: str | None, file: str) -> int | None:
         raise SpecError(f"value {value!r} must list GPU indices or UUIDs (e.g. 0,1,2,3), or be all, none or void",
                         file=file, key=CONTAINER_VISIBLE)
     return len(ids)
+
+
+CONTAINER_PUBLISH = ("-p", "--publish")
+CONTAINER_NETWORK = ("--network", "--net")
+"""`docker run`'s port mapping, `-p [IP:]HOST_PORT:CONTAINER_PORT[/PROTOCOL]` (also `-p8001:8000`, `--publish=...`;
+`-p CONTAINER_PORT`: a random
+host port), and network option (`host`: the container shares the host's ports). A container on the default
+bridge network binds a host port only through a mapping, so containers whose servers listen on one port
+inside do not collide (Docker reference, `docker run` --publish and --network)."""
+
+
+def host_port(command: Command, port: int) -> int | None:
+    """The host port through which the server of `command` (listening on `port`) is bound: `port` itself for a
+    bare command or a container on the host's network, the host side of the container's mapping of `port`,
+    None when nothing binds a fixed host port (no mapping, or a random one)."""
+    if command.image is None:
+        return port
+    words, mapped, network = command.container_options, None, None
+    for k, word in enumerate(words):
+        for names, kind in ((CONTAINER_PUBLISH, "publish"), (CONTAINER_NETWORK, "network")):
+            name = next((n for n in names if word == n or word.startswith(n + "=")
+                         or (len(n) == 2 and word.startswith(n) and word[2:3].isdigit())), None)
+            if name is None or (word == name and k + 1 >= len(words)):
+                continue
+            value = words[k + 1] if word == name else word[len(name) + (word[len(name)] == "="):]
+            if kind == "network":
+                network = value
+                continue
+            parts = value.split("/", 1)[0].rsplit(":", 2)
+            if len(parts) >= 2 and parts[-1] == str(port) and parts[-2].isdigit():
+                mapped = int(parts[-2])
+    return port if network == "host" else mapped
+
+
+def container_devices(command: Command, gpus_per_node: int) -> list[str] | None:
+    """The node's GPU ids the container's `CONTAINER_GPUS` request exposes (`device=` ids, else 0..count-1, all
+    for `all`), or None: no container request, or one `container_gpus` refuses or flags."""
+    if command.gpu_request is None:
+        return None
+    try:
+        fields = next(csv.reader([command.gpu_request]))
+    except (csv.Error, StopIteration):
+        return None
+    given = dict(text.partition("=")[::2] if "=" in text else ("count", text) for text in fields)
+    if "device" in given:
+        return None if "count" in given else [d.strip() for d in given["device"].split(",") if d.strip()]
+    count = given.get("count", "1")
+    number = gpus_per_node if count == "all" else int(count) if re.fullmatch(r"\d+", count) else None
+    return None if number is None else [str(i) for i in range(number)]
 
 
 def visible_from(command: Command) -> str:

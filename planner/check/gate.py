@@ -340,13 +340,17 @@ def _single_changes(layout: Layout) -> list[tuple[str, Layout]]:
     arXiv:1910.02054 §7.2.1; Megatron's distributed optimizer is ZeRO-1), selective
     recompute (the attention core only: a few % more time, Korthikanti et al. 2022 arXiv:2205.05198
     Table 4), half the micro-batch, ZeRO-3 (1.5 x the DP traffic, §7.2.2), full recompute (one more
-    forward of every layer: a third more compute, and ~36-39% more time in Table 4)."""
+    forward of every layer: a third more compute, and ~36-39% more time in Table 4). The ZeRO stages are
+    offered whenever dp x cp > 1: Megatron's distributed optimizer shards over the data-parallel group
+    with context parallelism folded in (NVIDIA/Megatron-LM d98e8a6 megatron/core/optimizer/__init__.py
+    get_megatron_optimizer: `data_parallel_group=intra_dp_cp_group`), so with dp=1 and cp=8 it still
+    divides the optimizer states by 8."""
     changes = {f"recompute {mode}": layout.replace(recompute=mode)
                for mode in ("selective", "full") if mode != layout.recompute}
     b = layout.micro_batch_size
     if b > 1 and b % 2 == 0:
         changes[f"micro_batch_size {b // 2}"] = layout.replace(micro_batch_size=b // 2)
-    if layout.dp > 1:
+    if layout.dp * layout.cp > 1:  # the sharded states split over the dp x cp group, so also dp=1 with cp>1
         changes.update({f"zero_stage {z}": layout.replace(zero_stage=z)
                         for z in range(layout.zero_stage + 1, 4)})
     order = ("zero_stage 1", "zero_stage 2", "recompute selective", f"micro_batch_size {b // 2}",

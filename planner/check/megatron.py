@@ -21,7 +21,11 @@ sources there): the degrees, virtual stages and uneven split; micro-batch, globa
 sequence length; ZeRO through the distributed optimizer, Megatron-FSDP's sharding strategy or torch
 FSDP2; recompute granularity, method and layer count; precision and optimizer; the architecture
 (compared with --model, the MoE layer pattern flag included, or the model itself: a rotary base differing
-from --model's rope_theta is the warning `megatron_rotary_base`); torchrun's GPUs per node x nodes = world size.
+from --model's rope_theta is the warning `megatron_rotary_base`); torchrun's GPUs per node x nodes = world size,
+else srun's tasks where the file gives them (`slurm_world`: --ntasks, or --nodes x --ntasks-per-node,
+`#SBATCH` lines giving defaults).
+A launcher's options before the training script (srun's --container-image, --cpu-bind) are the launcher's,
+not Megatron's (`launcher_words`).
 
 What Megatron itself asserts at start-up and the gate's rules do not already check is a finding
 (`Violation`, each citing the Megatron function): world size divisible by tp x pp x cp, the
@@ -93,13 +97,15 @@ def read(path: Path, *, model: str | None, cluster: str | None, gpus: int | None
     file = str(path)
     text = files.read_text(path, kind="text file (a shell script or Megatron-LM arguments file)")
     args = parse_args(text, file)
-    _missing_options(args, model, cluster, gpus, seq_len, path)
+    launchers = launcher_words(text, file)
+    slurm = slurm_world(text, launchers)
+    _missing_options(args, model, cluster, gpus, seq_len, path, slurm)
     spec = _model(args, model, path)
-    world = _world(args, gpus, file)
+    world = _world(args, gpus, file, slurm)
     findings: list[Violation] = _rotary_base(args, spec, file) if model is not None else []
-    findings += _unknown_flags(text) + line_endings(text, file)
+    findings += _unknown_flags(text, launchers) + line_endings(text, file)
     layout = _layout(args, spec, world, seq_len, file, findings)
-    tokens, env = _tokens(text, file)
+    tokens, env = shell_words(text, file)
     target_cluster = _cluster(cluster, world, args, file)
     findings += _startup(args, env, spec, layout, file)
     findings += _device_connections(args, env, layout, target_cluster.gpu.name)
@@ -215,16 +221,77 @@ def _keep_strings(lines: list[str], keep: list[bool]) -> None:
             return
 
 
-def _unknown_flags(text: str) -> list[Violation]:
+_LAUNCHER_PROGRAMS = ("torchrun", "torch.distributed.run", "torch.distributed.launch")
+"""Launchers that start one rank per GPU themselves (their GPUs per node give the world size, not srun's tasks)."""
+
+
+def launcher_words(text: str, file: str) -> list[list[str]]:
+    """The words before the training script (the first `*.py` word) of each launch command (`launch_text`,
+    backslash continuations joined, the file's variables expanded): the launcher's and its options (srun,
+    torchrun, `python -m torch.distributed.run`, deepspeed), which are not Megatron-LM's arguments."""
+    env = shell_words(text, file)[1]
+    joined = re.sub(r"\\\r?\n", " ", launch_text(text))
+    out = []
+    for line in joined.splitlines():
+        try:
+            words = [shell.substitute(w, env) for w in shlex.split(line, comments=True)]
+        except ValueError:
+            continue
+        script = next((i for i, w in enumerate(words) if w.endswith(".py")), None)
+        if script:
+            out.append(words[:script])
+    return out
+
+
+def slurm_world(text: str, launchers: list[list[str]]) -> int | None:
+    """Ranks an `srun` launch starts (`mg.SRUN`: --ntasks, else --nodes x --ntasks-per-node), its options after
+    the file's `#SBATCH` directives, which give their defaults; None (the world size is then --gpus's) when no
+    launch runs srun, when srun starts torchrun (whose GPUs per node count), or when the file does not give
+    both numbers or one is no integer (inside an allocation srun takes them from the job's environment)."""
+    directives = [w for line in text.splitlines() if line.startswith(mg.SBATCH)
+                  for w in line[len(mg.SBATCH):].split("#", 1)[0].split()]
+    for words in launchers:
+        bases = [w.rsplit("/", 1)[-1] for w in words]
+        if mg.SRUN not in bases:
+            continue
+        if any(b in _LAUNCHER_PROGRAMS for b in bases):
+            return None
+        options = directives + words[bases.index(mg.SRUN) + 1:]
+        tasks = _option(options, mg.SRUN_TASKS)
+        values = [tasks] if tasks is not None else [_option(options, mg.SRUN_NODES),
+                                                    _option(options, mg.SRUN_TASKS_PER_NODE)]
+        if not all(v is not None and re.fullmatch(r"\d{1,9}", v) and int(v) >= 1 for v in values):
+            return None
+        return int(values[0]) * (int(values[1]) if len(values) > 1 else 1)
+    return None
+
+
+def _option(words: list[str], names: tuple[str, ...]) -> str | None:
+    """The last value of a launcher option among `words` (`--name value`, `--name=value`, `-N value`, `-N8`)."""
+    value = None
+    for k, word in enumerate(words):
+        for name in names:
+            if word == name and k + 1 < len(words):
+                value = words[k + 1]
+            elif word.startswith(name + "=") and name.startswith("--"):
+                value = word[len(name) + 1:]
+            elif not name.startswith("--") and word.startswith(name) and word[len(name):].isdigit():
+                value = word[len(name):]
+    return value
+
+
+def _unknown_flags(text: str, launchers: list[list[str]]) -> list[Violation]:
     """An error for each `--flag` of the launch (`launch_text`) that neither Megatron-LM
-    (`mg.recorded_flags()`) nor torchrun defines, with the Megatron flag of the knob it abbreviates
+    (`mg.recorded_flags()`) nor torchrun defines and no launcher takes before the training script
+    (`launcher_words`: srun's --container-image is srun's), with the Megatron flag of the knob it abbreviates
     (`mg.ABBREVIATIONS`) or else the closest one: Megatron's
     argparse exits on it ("unrecognized arguments"; `parse_args`, allow_abbrev=False, so a prefix
     is no flag either)."""
     known = mg.recorded_flags()
+    launcher = {w.split("=", 1)[0] for words in launchers for w in words if w.startswith("--")}
     out = []
     for flag in flag_lines(launch_text(text)):
-        if not flag.startswith("--") or flag in known or flag in mg.TORCHRUN_FLAGS:
+        if not flag.startswith("--") or flag in known or flag in mg.TORCHRUN_FLAGS or flag in launcher:
             continue
         knob = mg.ABBREVIATIONS.get(flag)
         close = [F[knob]] if knob in F else [] if knob else difflib.get_close_matches(
@@ -610,7 +677,7 @@ def parse_args(text: str, file: str) -> dict[str, str | bool]:
             flag, an unset variable in the value of a flag read.
     """
     out: dict[str, str | bool] = {}
-    tokens, env = _tokens(text, file)
+    tokens, env = shell_words(text, file)
     i = 0
     while i < len(tokens):
         name, eq, value = tokens[i].partition("=")
@@ -639,7 +706,7 @@ def parse_args(text: str, file: str) -> dict[str, str | bool]:
     return out
 
 
-def _tokens(text: str, file: str) -> tuple[list[str], dict[str, str]]:
+def shell_words(text: str, file: str) -> tuple[list[str], dict[str, str]]:
     """(shell words with `$VAR` expanded from earlier `VAR=value` words, quoted `"--flag value"`
     words split again and an arithmetic expansion `$(( a * b ))` kept as one word; the variables
     set).
@@ -756,7 +823,7 @@ def _on(args: dict, knob: str) -> bool:
 # ---------------------------------------------------------------- model, world
 
 def _missing_options(args: dict, model: str | None, cluster: str | None, gpus: int | None,
-                     seq_len: int | None, path: Path) -> None:
+                     seq_len: int | None, path: Path, slurm: int | None = None) -> None:
     """Every command-line option the file leaves required, in one error (`gate.raise_missing`):
     --cluster always, --model unless the file gives a llama-style architecture, --gpus unless
     torchrun's GPUs per node do, --seq-len unless the file's sequence length does."""
@@ -768,7 +835,7 @@ def _missing_options(args: dict, model: str | None, cluster: str | None, gpus: i
     if model is None:
         attempt(lambda: _model(args, None, path), missing)
     if gpus is None:
-        attempt(lambda: _world(args, None, file), missing)
+        attempt(lambda: _world(args, None, file, slurm), missing)
     if seq_len is None and F["seq_len"] not in args:
         missing.append(SpecError(f"--seq-len is required: the file gives no {F['seq_len']}",
                                  file=file, key="--seq-len"))
@@ -936,9 +1003,9 @@ _LAUNCHER_SIZE = frozenset(F[k] for k in ("nnodes", "nproc_per_node", "nproc_per
 (fresh-user review 7)."""
 
 
-def _world(args: dict, gpus: int | None, file: str) -> int:
-    """torchrun's GPUs per node x nodes (nodes default to 1), else --gpus; --gpus also where a torchrun
-    size flag takes a variable the file does not set."""
+def _world(args: dict, gpus: int | None, file: str, slurm: int | None = None) -> int:
+    """torchrun's GPUs per node x nodes (nodes default to 1), else srun's tasks (`slurm_world`), else --gpus;
+    --gpus also where a torchrun size flag takes a variable the file does not set."""
     unset = [flag for flag in sorted(_LAUNCHER_SIZE) if "$" in str(args.get(flag, ""))]
     if unset:
         if gpus is None:
@@ -946,6 +1013,11 @@ def _world(args: dict, gpus: int | None, file: str) -> int:
                             f"does not set ({', '.join(f'{f} {args[f]}' for f in unset)})", file=file, key="--gpus")
         return gpus
     per_node = _per_node(args)
+    if not per_node and slurm is not None:
+        if gpus is not None and gpus != slurm:
+            raise SpecError(f"--gpus {gpus} contradicts the file's srun tasks ({mg.SRUN_NODES[0]} x "
+                            f"{mg.SRUN_TASKS_PER_NODE[0]}, or {mg.SRUN_TASKS[0]}) = {slurm}", file=file, key="--gpus")
+        return slurm
     if not per_node:
         if gpus is None:
             raise SpecError(f"--gpus is required: the file has no torchrun {F['nproc_per_node']} / "

@@ -25,6 +25,7 @@ from planner.errors import SpecError
 from planner.frameworks import sglang as s
 from planner.placement.rules import Violation
 from planner.specs.cluster import ClusterSpec
+from planner.specs.limits import MAX_SEQ_LEN
 from planner.specs.model import ModelSpec, engine_context_length
 
 VOCABULARY = s
@@ -126,7 +127,7 @@ def launch(command: el.Command, spec: ModelSpec, hw: ClusterSpec, file: str) -> 
     chunk = el.integer(command, f["max_num_batched_tokens"], None, file, low=-2**63)  # argparse type=int
     prefill_cap = el.human_integer(command, f["max_prefill_tokens"], s.MAX_PREFILL_TOKENS, file, HUMAN_INT, exact=True)
     max_model_len = el.human_integer(command, f["max_model_len"], engine_context_length(spec, s.ENGINE), file,
-                                     HUMAN_INT, exact=True)
+                                     HUMAN_INT, exact=True, high=MAX_SEQ_LEN)
     default_chunk, _ = s.gpu_defaults(gpu_mib, tp)
     default_fraction = s.default_mem_fraction_static(
         gpu_mib, tp=tp, pp=pp, chunked_prefill_size=chunk, max_running_requests=max_running, mla=spec.is_mla,

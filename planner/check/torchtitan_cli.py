@@ -7,7 +7,9 @@ parses `--section.field value` / `--section.field=value` overrides, which take p
 `config/configs.py` (TrainingConfig, ParallelismConfig), `run_train.sh` (torchrun's
 GPUs per node give the ranks).
 
-The file is split like a shell command line (`shlex`; backslash continuations, `#` comments); the
+The file is split like a shell command line (`shlex`; backslash continuations, `#` comments), its
+shell variables expanded as the Megatron-LM reader expands them (`NGPU=${NGPU:-8}`; a torchrun size
+from a variable the file does not set leaves the world size to --gpus); the
 config function's values the planner costs come from `tt.PRESETS` (a function not listed there is
 bad input naming those that are), the overrides replace them, the rest are torchtitan's defaults.
 The batch is in tokens: micro-batch = `tt.MICROBATCH_TOKENS` / `tt.CONTEXT` sequences (a
@@ -32,10 +34,9 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import re
-import shlex
 from pathlib import Path
 
-from planner.check import torchtitan
+from planner.check import megatron, torchtitan
 from planner.check.gate import Target
 from planner.check.lines import line_endings
 from planner.errors import SpecError
@@ -102,10 +103,10 @@ def read(path: Path, *, model: str | None, cluster: str | None, gpus: int | None
 
 
 def _words(text: str, file: str) -> list[str]:
-    try:
-        return shlex.split(text.replace("\\\n", " "), comments=True)
-    except ValueError as exc:
-        raise SpecError(f"shell syntax error: {exc}", file=file) from None
+    """The command line's shell words, its variables expanded as the Megatron-LM reader expands them
+    (`megatron.shell_words`: `NGPU=${NGPU:-8}`, then torchrun's GPUs per node `$NGPU`, as torchtitan's
+    own run_train.sh writes)."""
+    return megatron.shell_words(text, file)[0]
 
 
 def _flags(words: list[str], file: str) -> tuple[dict[str, str], str | None]:
@@ -206,6 +207,8 @@ def _ranks(flags: dict[str, str], file: str) -> int | None:
     if not given:
         return None
     values = [flags[given[-1]], flags.get(_NNODES, "1")]
+    if any("$" in value and "$(" not in value for value in values):
+        return None  # a variable the file does not set (a job's environment): the world size is --gpus's
     for flag, value in zip((given[-1], _NNODES), values):
         if not re.fullmatch(r"\d+", value) or int(value) < 1:
             raise SpecError(f"value {value!r} must be an integer >= 1 (a literal, not a shell "

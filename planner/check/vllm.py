@@ -25,6 +25,7 @@ from planner.errors import SpecError
 from planner.frameworks import vllm as v
 from planner.placement.rules import Violation
 from planner.specs.cluster import ClusterSpec
+from planner.specs.limits import MAX_SEQ_LEN
 from planner.specs.model import ModelSpec, engine_context_length
 
 VOCABULARY = v
@@ -245,7 +246,7 @@ def launch(command: el.Command, spec: ModelSpec, hw: ClusterSpec, file: str) -> 
     else:
         inst, replicas = sv.Instance(tp=tp, pp=pp), dp
     max_model_len = el.human_integer(command, f["max_model_len"], engine_context_length(spec, v.ENGINE), file,
-                                     HUMAN_INT, auto=True)
+                                     HUMAN_INT, auto=True, high=MAX_SEQ_LEN)
     length = engine_context_length(spec, v.ENGINE) if max_model_len == -1 else max_model_len
     seqs = el.integer(command, f["max_num_seqs"], None, file)
     batched, batch_findings = _batched_tokens(command, hw, length, seqs, file)

@@ -241,6 +241,17 @@ TORCHRUN_FLAGS = frozenset((
 underscored spellings; its short -m, -r, -t are not long flags), plus --use-env / --local-rank of
 the older `torch.distributed.launch`."""
 
+SRUN = "srun"
+SRUN_NODES = ("--nodes", "-N")
+SRUN_TASKS_PER_NODE = ("--ntasks-per-node",)
+SRUN_TASKS = ("--ntasks", "-n")
+SBATCH = "#SBATCH"
+"""Slurm's launcher of a Megatron-LM job (`srun [OPTIONS] python pretrain_gpt.py ...`, NVIDIA's cluster launch with
+pyxis' --container-image): one rank per task, tasks = --ntasks, else --nodes x --ntasks-per-node (one task per
+node when neither is given); a batch script's `#SBATCH` lines give srun's defaults. Source: Slurm srun(1)
+(-N/--nodes, -n/--ntasks, --ntasks-per-node; 'the default is one task per node') and sbatch(1) ('#SBATCH'
+directives; srun inside the allocation inherits them as SLURM_NNODES / SLURM_NTASKS_PER_NODE)."""
+
 RECORDED_FLAGS_FILE = Path(__file__).with_name("megatron_flags.txt")
 """Every flag Megatron-LM's parser defines at d98e8a6 (`megatron/training/arguments.py`
 `add_megatron_arguments`, the `ArgumentGroupFactory` dataclass flags, modelopt's extra

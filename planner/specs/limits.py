@@ -9,6 +9,10 @@ MAX_SEQ_LEN = 2**24
 MAX_BATCH_TOKENS = 2**34
 """Largest global batch accepted, tokens (17,179,869,184: 1,024x Llama 3's 16M-token batch); keeps
 step times inside the solver's integer nanoseconds."""
+MAX_FLAG_INT = 2**53
+"""Largest magnitude of any other integer a framework flag gives (9,007,199,254,740,992, the largest a float
+holds exactly): beyond every real count, size or port, it keeps the cost model's float arithmetic finite
+(a 320-digit value overflowed it: fresh-user review 8 finding 1)."""
 MAX_VPP = 128
 """Largest virtual pipeline stages per rank accepted."""
 MAX_TOP = 100
