@@ -14,6 +14,8 @@ module on every run, ~0.15 s that is not planning).
 from __future__ import annotations
 
 import json
+import os
+import resource
 import subprocess
 import sys
 import time
@@ -71,32 +73,38 @@ def _request(extra: list[str]) -> tuple[int, int]:
     return seq, max(1, 4 * 2**20 // seq)
 
 
-def _whole_process(cmd: list[str]) -> tuple[float, float, subprocess.CompletedProcess]:
-    """(least, greatest wall time over REPEATS runs, the least one's process)."""
-    best, worst, out = float("inf"), 0.0, None
+def _whole_process(cmd: list[str]) -> tuple[float, float, subprocess.CompletedProcess, float]:
+    """(least, greatest wall time over REPEATS runs, the least one's process, the least CPU time
+    (user + sys) of a run): on a shared machine the CPU time is the less disturbed measure."""
+    best, worst, out, cpu = float("inf"), 0.0, None, float("inf")
     for _ in range(REPEATS):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()
         proc = subprocess.run(cmd, capture_output=True, text=True)
         wall = time.perf_counter() - start
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = min(cpu, after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
         if proc.returncode != 0:
-            return wall, wall, proc
+            return wall, wall, proc, cpu
         worst = max(worst, wall)
         if wall < best:
             best, out = wall, proc
-    return best, worst, out
+    return best, worst, out, cpu
 
 
 def main() -> int:
     planner = Path(sys.executable).with_name("planner")
-    print(f"{'case':40s} {'wall_s':>6s} {'worst':>6s} {'solver_s':>8s} {'solved':>6s} {'solved/s':>8s} "
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; cpu_s: least user + sys CPU "
+          f"seconds of a whole process")
+    print(f"{'case':40s} {'wall_s':>6s} {'worst':>6s} {'cpu_s':>6s} {'solver_s':>8s} {'solved':>6s} {'solved/s':>8s} "
           f"{'bounded/s':>9s} {'status':8s} "
           f"| {'import':>6s} {'enum':>5s} {'plan()':>6s} ortools")
-    slowest = slowest_worst = 0.0
+    slowest = slowest_worst = slowest_cpu = 0.0
     for model, cluster, gpus, extra in CASES:
         cmd = [str(planner), "plan", "--model", model, "--cluster", cluster, "--gpus", str(gpus),
                "--format", "json", *extra]
-        wall, worst, proc = _whole_process(cmd)
-        slowest, slowest_worst = max(slowest, wall), max(slowest_worst, worst)
+        wall, worst, proc, cpu = _whole_process(cmd)
+        slowest, slowest_worst, slowest_cpu = max(slowest, wall), max(slowest_worst, worst), max(slowest_cpu, cpu)
         name = f"{model} on {gpus} x {cluster}"
         if proc.returncode != 0:
             print(f"{name:40s} {wall:6.2f} exit {proc.returncode}: {proc.stderr.strip()[-120:]}")
@@ -108,12 +116,13 @@ def main() -> int:
             [sys.executable, "-c", _PHASES, model, cluster, str(gpus), str(seq), str(batch)],
             capture_output=True, text=True, check=True).stdout)
         rate = 1 / max(solver["wall_s"], 1e-9)
-        print(f"{name:40s} {wall:6.2f} {worst:6.2f} {solver['wall_s']:8.2f} {evaluated:6d} "
+        print(f"{name:40s} {wall:6.2f} {worst:6.2f} {cpu:6.2f} {solver['wall_s']:8.2f} {evaluated:6d} "
               f"{evaluated * rate:8.0f} {solver['candidates_total'] * rate:9.0f} {solver['status']:8s} "
               f"| {phases['import_s']:6.2f} {phases['enumerate_s']:5.2f} {phases['plan_s']:6.2f} "
               f"{'yes' if phases['ortools_imported'] else 'no'}")
-    print(f"slowest wall time: {slowest:.2f} s best of {REPEATS}, {slowest_worst:.2f} s worst "
-          f"(target < {TARGET_S:.0f} s on a 2-core machine)")
+    print(f"slowest wall time: {slowest:.2f} s best of {REPEATS}, {slowest_worst:.2f} s worst, "
+          f"slowest CPU time {slowest_cpu:.2f} s (target < {TARGET_S:.0f} s on a 2-core machine; "
+          f"issue 9: < 1 s)")
     serve_bench(planner)
     return 0
 
@@ -128,7 +137,7 @@ def serve_bench(planner: Path) -> None:
     for model, cluster, gpus, extra in SERVE_CASES:
         cmd = [str(planner), "serve-plan", "--model", model, "--cluster", cluster, "--gpus", str(gpus),
                "--format", "json", *extra]
-        wall, worst, proc = _whole_process(cmd)
+        wall, worst, proc, _ = _whole_process(cmd)
         slowest = max(slowest, wall)
         name = f"{model} on {gpus} x {cluster}"
         if proc.returncode != 0:

@@ -384,7 +384,8 @@ def _cheap_bound(costs: _Costs, layout: Layout, modes: tuple[str, ...], *,
                  relaxed: bool = False) -> float:
     """A max(mean_s T_s, mean_s (comm_s + Z_s)) + P + max(0, mean_s (E_s - O_s)), a lower bound
     on step_time (module docstring), s; `relaxed`: without the last (DP-sync) term."""
-    # What layer_sums, the backward windows and A, P read: the layer-time key follows from these
+    # What layer_sums, the backward windows, A, P and the uneven bubble floor (its layer-time key,
+    # modes and chunks: pp, vpp, pipeline_layout) read: the layer-time key follows from these
     # for a search's candidates (their other fields are common to all, or tuned from these; the
     # module lists vary with the searched module-set variants).
     key = (layout.tp, layout.cp, layout.dp, layout.pp, layout.ep, layout.etp,
@@ -394,15 +395,15 @@ def _cheap_bound(costs: _Costs, layout: Layout, modes: tuple[str, ...], *,
     if terms is None:
         time_key = costs.time_key(layout)
         terms = (*costs.layer_sums(layout, modes, time_key), *costs.pipe_coefficients(layout),
-                 costs.backward_windows_s(layout, modes, time_key))
+                 costs.backward_windows_s(layout, modes, time_key),
+                 _uneven_bubble_floor_s(costs, layout, modes) if layout.vpp > 1 else None)
         costs._bound_terms[key] = terms
-    busy, talk, a, p, windows = terms
+    busy, talk, a, p, windows, floor = terms
     talk += costs.state_traffic_s(layout)
     if relaxed:
         return a * max(busy, talk) / layout.pp + p
     excess = max(0.0, costs.step_sync_s(layout) - windows)
     bound = (a * max(busy, talk) + excess) / layout.pp + p
-    floor = _uneven_bubble_floor_s(costs, layout, modes) if layout.vpp > 1 else None
     if floor is None:
         return bound
     m = layout.num_microbatches
@@ -492,7 +493,7 @@ def _group_bound(costs: _Costs, group: _Variants, modes: tuple[str, ...]) -> flo
 
 
 def _stage_problem(costs: _Costs, layout: Layout, modes: tuple[str, ...], *,
-                   bubble_free: bool = False) -> StageProblem:
+                   bubble_free: bool = False, memory_only: bool = False) -> StageProblem:
     """The stage program of `layout` from the real cost model (see module docstring): time from
     `step_time.StageCostModel`, memory from `memory_model.StageMemoryModel` (fixed bytes, per-layer
     state and per-stage activation bytes, the optional phases without activations), the modes
@@ -502,6 +503,8 @@ def _stage_problem(costs: _Costs, layout: Layout, modes: tuple[str, ...], *,
 
     bubble_free: each stage's total without its bubble (the pipeline's bubble_per_t set to 0, the
     X_s of `_uneven_bound`).
+    memory_only: time groups of zeros (the stage cost model is not built): a program only for the
+    feasibility of a split (`search.ilp.feasible_split` reads memory alone, `_has_plan`).
     """
     model, cluster = costs.model, costs.cluster
     memory = stage_memory_model(model, cluster, layout)
@@ -509,14 +512,17 @@ def _stage_problem(costs: _Costs, layout: Layout, modes: tuple[str, ...], *,
         costs.inexact_memory += 1
     idx = [RECOMPUTE_MODES.index(m) for m in modes]
     full = "full" in modes
-    cm = stage_cost_model(model, cluster, layout)
-    if bubble_free:
-        cm = dataclasses.replace(cm, pipeline=dataclasses.replace(cm.pipeline, bubble_per_t=0.0))
-    groups = cm.time_groups()
+    if memory_only:  # one piece of zeros
+        time_groups = (((0.0,) * layout.pp, ((0.0,) * len(idx),) * len(costs.reps)),),
+    else:
+        cm = stage_cost_model(model, cluster, layout)
+        if bubble_free:
+            cm = dataclasses.replace(cm, pipeline=dataclasses.replace(cm.pipeline, bubble_per_t=0.0))
+        time_groups = tuple(tuple((p.const_s, tuple(tuple(row[r] for r in idx) for row in p.coef))
+                                  for p in group) for group in cm.time_groups())
     return StageProblem(
         layer_kinds=memory.layer_kinds,
-        time_groups=tuple(tuple((p.const_s, tuple(tuple(row[r] for r in idx) for row in p.coef))
-                                for p in group) for group in groups),
+        time_groups=time_groups,
         kind_state_bytes=memory.kind_state_bytes,
         kind_memory_bytes=tuple(tuple(tuple(row[r] for r in idx) for row in stage)
                                 for stage in memory.kind_activation_bytes),
@@ -1848,17 +1854,25 @@ def _has_plan(model, cluster, fixed, base, reserve, headroom) -> bool:
     """Whether `plan` would find a plan: some candidate's (or module-set variant's) stage program
     has a split that fits.
     `feasible_split` decides that exactly (the solve of the same program finds no plan exactly
-    when it returns None), without finding the optimum; `_may_fit` skips most candidates first."""
+    when it returns None), without finding the optimum; `_may_fit` skips most candidates first.
+    A candidate whose layers' model states alone exceed its pp GPUs (`_may_fit`'s first test) is
+    skipped with its module-set variants: they differ only in `recompute_modules` and
+    `offload_modules`, which `memory_model.kind_state_bytes` does not read (its key,
+    `memory.model_state_key`, holds neither; the whole layout only under torchtitan with PP, whose
+    module lists are not searched, `search.module_sets.searched_sets`)."""
     candidates, _, costs = _candidates(model, cluster, fixed, base, reserve, headroom)
     modes = _modes_for(fixed)
     sets = _module_sets(model, base, modes)
+    room = math.floor(costs.usable_bytes)
     for candidate in candidates:   # the EP overlap frees no memory: its candidates add no plan
+        if _least_state_bytes(costs, _with_split(model, candidate)) > candidate.pp * room:
+            continue
         for layout in (candidate, *(candidate.replace(recompute_modules=r, offload_modules=o)
                                     for r, o in sets)):
             layout = _with_split(model, layout)
             if not _may_fit(costs, layout, modes):
                 continue
-            ip = costs.int_problem(layout, modes)
+            ip = to_int_problem(_stage_problem(costs, layout, modes, memory_only=True))
             if feasible_split(ip, ip.capacity_bytes) is not None:
                 return True
     return False

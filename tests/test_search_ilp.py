@@ -97,6 +97,24 @@ def test_pinned_split_is_respected():
     assert (sol.objective_ns, sol.layers_per_stage) == (5_000_000, (5, 3))
 
 
+def test_pinned_split_takes_the_least_recompute_that_fits_each_stage():
+    # Hand arithmetic for two kinds on a pinned split (each stage's table built for its one count):
+    # kind 0 (stage 0) 1 ms / 10 B per micro-batch without recompute, 2 ms / 1 B fully recomputed;
+    # kind 1 (stage 1) 3 ms / 5 B and 4 ms / 1 B; 12 B per GPU. Stage 0 keeps 2 micro-batches:
+    # none+none 40 B, none+full 22 B, full+full 4 B -> 2 + 2 ms. Stage 1 keeps 1: none+none 10 B
+    # fits -> 3 + 3 ms. Step: max(4, 6) = 6 ms.
+    p = StageProblem(
+        layer_kinds=(0, 0, 1, 1), time_groups=linear([0.0, 0.0], [[1 * MS, 2 * MS], [3 * MS, 4 * MS]]),
+        kind_state_bytes=(0.0, 0.0),
+        kind_memory_bytes=(((20, 2), (10, 2)), ((10, 1), (5, 1))),  # [stage][kind][mode] x in-flight
+        stage_fixed_memory_bytes=(0.0, 0.0), capacity_bytes=12, layers_per_stage=(2, 2),
+        modes=("none", "full"))
+    sol = solve_stage_problem(p)
+    assert (sol.status, sol.objective_ns, sol.layers_per_stage) == ("OPTIMAL", 6_000_000, (2, 2))
+    assert [{m: n for m, n in stage.items() if n} for stage in sol.recompute_per_stage] == [
+        {"full": 2}, {"none": 2}]
+
+
 def test_heterogeneous_first_dense_layers():
     # DeepSeek-like: 3 dense layers (1 ms) then 5 MoE layers (3 ms), 2 stages.
     # Prefix sums 1,2,3,6,9,12,15,18: the split after 5 layers gives 9 | 9 ms.
@@ -111,6 +129,26 @@ def test_heterogeneous_first_dense_layers():
     )
     sol = solve_stage_problem(p)
     assert (sol.objective_ns, sol.layers_per_stage) == (9_000_000, (5, 3))
+
+
+@pytest.mark.parametrize("batch_cells", [1, 1_000_000])
+def test_mixed_stages_enumerated_in_batches_equal_brute_force(monkeypatch, batch_cells):
+    # Two dense layers then six MoE layers over 3 stages, memory forcing recompute: the stages that
+    # hold both kinds are enumerated one count at a time (1 cell) or all counts together; both the
+    # exhaustive optimum.
+    import planner.search.ilp as ilp
+    monkeypatch.setattr(ilp, "_BATCH_CELLS", batch_cells)
+    p = StageProblem(
+        layer_kinds=(0, 0, 1, 1, 1, 1, 1, 1),
+        time_groups=linear((0.5 * MS, 0.0, 2 * MS), ((1 * MS, 1.3 * MS, 2 * MS), (3 * MS, 3.5 * MS, 4.5 * MS))),
+        kind_state_bytes=(1.0, 2.0),
+        kind_memory_bytes=tuple(((4.0 * f, 2.0 * f, 1.0 * f), (6.0 * f, 3.0 * f, 1.0 * f)) for f in (3, 2, 1)),
+        stage_fixed_memory_bytes=(1.0, 0.0, 3.0),
+        capacity_bytes=24.0,
+    )
+    sol = solve_stage_problem(p)
+    assert (sol.status, sol.proof) == ("OPTIMAL", DP_PROOF)
+    assert sol.objective_ns == brute_force(to_int_problem(p)).objective_ns
 
 
 def test_to_int_problem_rounds_in_one_direction():

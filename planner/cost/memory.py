@@ -471,6 +471,21 @@ def pipeline_schedule_peak(ops: list[tuple[str, int]], chunk_activation_bytes: l
             at = ([f - b for f, b in zip(forwards, backwards)],
                   [bool(backwards[c]) and live(c) for c in range(n)], list(forwards), list(backwards))
 
+    if whole and not release_after_last_backward and not any(held):
+        # The same sum kept up to date without `share`: a forward adds its chunk's activation and
+        # forward-kept bytes, a backward frees the activation, adds its backward-kept bytes and, the
+        # first on its chunk, the chunk's gradient (each `share(c)` difference, in whole bytes).
+        act, grad = chunk_activation_bytes, chunk_gradient_bytes
+        for kind, chunk in ops:
+            if kind == "F":
+                forwards[chunk] += 1
+                value += act[chunk] + fwd_kept[chunk]
+                continue
+            look()
+            value += bwd_kept[chunk] - act[chunk] + (0 if backwards[chunk] else grad[chunk])
+            backwards[chunk] += 1
+            look()
+        return at
     for kind, chunk in ops:
         before = share(chunk)
         if kind == "F":

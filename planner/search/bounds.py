@@ -103,15 +103,19 @@ def split_free_bound(groups, layer_kinds: tuple[int, ...], num_stages: int) -> f
         return float(values[int(np.argmax(ok))])
     upper = np.triu(np.ones((L + 1, L + 1), dtype=bool))  # [a, b]: a <= b
     built: dict[tuple, np.ndarray] = {}
-    value = None
+    class_of = {s: key for key, stages in classes.items() for s in stages}
+    value, scratch = None, np.empty((L + 1, L + 1))
     for s in range(S):
-        key = next(k for k, stages in classes.items() if s in stages)
+        key = class_of[s]
         if key not in built:
             built[key] = np.where(upper, sum(
                 np.max([p[0][s] + u[None, :] - u[:, None] for p, u in zip(group, pre)], axis=0)
                 for group, pre in zip(groups, prefix)), np.inf)
         table = built[key]
-        value = table[0] if value is None else np.min(np.maximum(value[:, None], table), axis=0)
+        if value is None:
+            value = table[0]
+        else:
+            value = np.minimum.reduce(np.maximum(value[:, None], table, out=scratch), axis=0)
     return float(value[L])
 
 

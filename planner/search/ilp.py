@@ -693,10 +693,7 @@ def _stage_tables(ip: IntStageProblem, upper: int) -> np.ndarray:
     rows, starts = _all_compositions(nmax, R)
     base = starts[lo - 1]
     comps = rows[base: starts[hi]]
-    cost = np.zeros((S, len(comps)), dtype=np.int64)
-    for group in groups:
-        cost += np.max(np.stack([const[:, None] + (comps @ q)[None, :] for const, q in group]),
-                       axis=0)
+    cost = _stage_totals(groups, lambda q: comps @ q)
     fits = (np.array(ip.stage_fixed_memory_bytes, dtype=np.int64)[:, None]
             + (comps @ mem.T).T - _credits(ip, ip.full_column(comps)) <= ip.capacity_bytes)
     fits &= _relaxed_phase_fits(ip, comps.sum(axis=1))
@@ -704,6 +701,24 @@ def _stage_tables(ip: IntStageProblem, upper: int) -> np.ndarray:
     best = np.minimum.reduceat(cost, starts[lo - 1: hi] - base, axis=1)  # [s, n - lo]
     table[:, lo: hi + 1] = np.where(ok[:, lo - 1: hi], best, _INFEASIBLE)
     return table
+
+
+def _stage_totals(groups, products) -> np.ndarray:
+    """[s, row] sum_g max_p (const_p[s] + products(coef_p)[row]) for pieces (const [s], coef) in
+    groups: the stages' totals over rows of mode counts, computed once per distinct row of the
+    stages' constants (the middle stages share theirs) and then spread to every stage (integers:
+    the same values as summing per stage)."""
+    consts = np.stack([const for group in groups for const, _ in group], axis=1)  # [s, piece]
+    distinct, inverse = np.unique(consts, axis=0, return_inverse=True)
+    totals, p = 0, 0
+    for group in groups:
+        most = None
+        for _, coef in group:
+            value = distinct[:, p, None] + products(coef)[None, :]
+            most = value if most is None else np.maximum(most, value, out=most)
+            p += 1
+        totals = totals + most
+    return totals[inverse.reshape(-1)]
 
 
 def _relaxed_phase_fits(ip: IntStageProblem, n: np.ndarray) -> np.ndarray | bool:
@@ -805,44 +820,72 @@ _GRID_LIMIT = 200_000
 """Largest number of per-kind mode-count combinations enumerated for one stage's exact cost."""
 
 
-def _exact_stage(ip: IntStageProblem, s: int, vec: tuple[int, ...]):
-    """(least stage-s total over mode counts that fit, [kind][mode] counts attaining it) for a
-    stage holding vec[k] layers of kind k, by enumerating every per-kind composition; None when
-    nothing fits, math.nan when the grid exceeds _GRID_LIMIT."""
-    R = len(ip.modes)
-    comps = [_compositions(n, R) for n in vec]
-    shape = tuple(len(c) for c in comps)
-    if math.prod(shape) > _GRID_LIMIT:
-        return math.nan
+_BATCH_CELLS = 50_000
+"""Most grid cells `_exact_stages` enumerates in one batch of counts: its int64 arrays stay
+within a core's cache (400 KB); on the glm-4.5 programs batches of 10^4-5 x 10^4 cells ran
+fastest, 2 x 10^5-10^6 about as slow as one count at a time."""
 
-    axes = [tuple(-1 if j == k else 1 for j in range(len(vec))) for k in range(len(vec))]
 
-    def grid(per_kind):  # sum over kinds of per-kind vectors, broadcast to `shape`
-        out = np.zeros(shape, dtype=np.int64)
+def _exact_stages(ip: IntStageProblem, s: int, rest: tuple[int, ...], ns: list[int]) -> dict:
+    """n -> (least stage-s total over the mode counts that fit, [kind][mode] counts attaining it)
+    for a stage holding rest[k] layers of kind k and n of the last kind, or None when nothing
+    fits, for each n of `ns` (grids within _GRID_LIMIT), by enumerating every per-kind
+    composition. The grid of one vector is the product of its kinds' compositions, the last
+    kind's the minor axis (ties go to the first cell in that C order); the grids of one `rest`
+    share its rows, so the last kind's compositions of several n are laid side by side as
+    columns and enumerated together, at most _BATCH_CELLS cells at a time."""
+    R, last = len(ip.modes), ip.num_kinds - 1
+    rest_comps = [_compositions(n, R) for n in rest]
+    rest_shape = tuple(len(c) for c in rest_comps)
+    axes = [tuple(-1 if j == k else 1 for j in range(len(rest))) for k in range(len(rest))]
+
+    def rest_grid(per_kind):  # sum over the rest's kinds, flattened in C order, as a column
+        out = np.zeros(rest_shape, dtype=np.int64)
         for k, v in enumerate(per_kind):
-            out += v.reshape(axes[k])
-        return out
+            out = out + v.reshape(axes[k])
+        return out.reshape(-1, 1)
 
-    if not ip.phase_fits(s, vec):
-        return None
-    mem = ip.layer_memory_arrays[s]
-    fits = ip.stage_fixed_memory_bytes[s] + grid([c @ mem[k] for k, c in enumerate(comps)])
-    fits = fits - ip.credit(s, grid([ip.full_column(c) for c in comps])) <= ip.capacity_bytes
-    if not fits.any():
-        return None
-    total = np.zeros(shape, dtype=np.int64)
-    for group in ip.piece_arrays:
-        total += np.max(np.stack([const[s] + grid([c @ coef[k] for k, c in enumerate(comps)])
-                                  for const, coef in group]), axis=0)
-    total = np.where(fits, total, _INFEASIBLE)
-    at = np.unravel_index(int(np.argmin(total)), shape)
-    return int(total[at]), tuple(tuple(int(x) for x in comps[k][at[k]]) for k in range(len(vec)))
+    mem, out, batch = ip.layer_memory_arrays[s], {}, []
+    rest_mem = ip.stage_fixed_memory_bytes[s] + rest_grid([c @ mem[k] for k, c in enumerate(rest_comps)])
+    rest_full = rest_grid([ip.full_column(c) for c in rest_comps])
+    rest_time = [[const[s] + rest_grid([c @ coef[k] for k, c in enumerate(rest_comps)]) for const, coef in group]
+                 for group in ip.piece_arrays]
+    for index, n in enumerate(ns):
+        batch.append(n)
+        cells = math.prod(rest_shape) * sum(math.comb(m + R - 1, R - 1) for m in batch)
+        if cells < _BATCH_CELLS and index < len(ns) - 1:
+            continue
+        parts = [_compositions(m, R) for m in batch]
+        starts = np.concatenate(([0], np.cumsum([len(p) for p in parts])))
+        rows = np.concatenate(parts)
+        fits = (rest_mem + (rows @ mem[last])[None, :]
+                - ip.credit(s, rest_full + ip.full_column(rows)[None, :]) <= ip.capacity_bytes)
+        total = 0
+        for group, rest_group in zip(ip.piece_arrays, rest_time):
+            most = None
+            for (_, coef), rest_value in zip(group, rest_group):
+                value = rest_value + (rows @ coef[last])[None, :]
+                most = value if most is None else np.maximum(most, value, out=most)
+            total = total + most
+        total = np.where(fits, total, _INFEASIBLE)
+        for j, m in enumerate(batch):
+            lo, hi = starts[j], starts[j + 1]
+            if not ip.phase_fits(s, (*rest, m)) or not fits[:, lo:hi].any():
+                out[m] = None
+                continue
+            a, b = divmod(int(np.argmin(total[:, lo:hi])), int(hi - lo))
+            at = np.unravel_index(a, rest_shape)
+            out[m] = (int(total[a, lo + b]),
+                      (*(tuple(int(x) for x in rest_comps[k][at[k]]) for k in range(len(rest))),
+                       tuple(int(x) for x in rows[lo + b])))
+        batch = []
+    return out
 
 
 def exact_split(ip: IntStageProblem, upper: int):
     """(optimum, ends, [stage][kind][mode] counts) of the program by the min-max dynamic program
     over split points V_s(b) = min_a max(V_{s-1}(a), H_s(a, b)), H_s the exact least total of
-    stage s holding layers a..b-1 (`_exact_stage`), for any number of kinds; only stages whose
+    stage s holding layers a..b-1 (`_exact_stages`), for any number of kinds; only stages whose
     relaxed count bound is <= `upper` (the value of a known plan) are costed. None when some
     stage's grid is too large to enumerate.
 
@@ -860,7 +903,7 @@ def exact_split(ip: IntStageProblem, upper: int):
     lows = sum(np.max(np.stack([const[:, None] + ns[None, :] * int(q.min()) for const, q in group]),
                       axis=0) for group in groups)  # [s, n]
     kept = np.flatnonzero((lows <= upper).any(axis=0)[: L - S + 2])
-    one_kind = _OneKindTables(ip, int(kept[-1]) if len(kept) else 1)
+    one_kind = _OneKindTables(ip, int(kept[-1]) if len(kept) else 1, lazy=ip.layers_per_stage is not None)
     chain, clipped, nonempty = [], np.clip(width, 0, L), width >= 1
     for s in range(S):
         ok = nonempty & (stops <= L - S + s + 1) & (lows[s][clipped] <= upper)
@@ -894,7 +937,7 @@ def _stage_cost_table(ip: IntStageProblem, s: int, a: np.ndarray, b: np.ndarray,
     """(exact stage-s cost of holding layers a[i]..b[i]-1, picks) for the given pairs
     (_INFEASIBLE where nothing fits), picks(vec) the [kind][mode] counts attaining the cost of
     kind-count vector vec; None when a grid is too large. A pair holding one kind reads that
-    kind's per-count table; each distinct mixed vector is enumerated once (`_exact_stage`)."""
+    kind's per-count table; each distinct mixed vector is enumerated once (`_exact_stages`)."""
     vecs = prefix[b] - prefix[a]
     nonzero = vecs > 0
     single = nonzero.sum(axis=1) == 1
@@ -908,16 +951,20 @@ def _stage_cost_table(ip: IntStageProblem, s: int, a: np.ndarray, b: np.ndarray,
         counts = vecs[rows, k]
         if math.comb(int(counts.max()) + R - 1, R - 1) > _GRID_LIMIT:  # its grid size
             return None
-        best, comps = one_kind.table(k)
-        tables[k] = lambda n, comps=comps: comps(s, n)
-        costs[rows] = best[s][counts]
-    for i in np.flatnonzero(~single):
-        vec = tuple(int(x) for x in vecs[i])
-        if vec not in mixed:
-            got = _exact_stage(ip, s, vec)
-            if isinstance(got, float):
-                return None
-            mixed[vec] = got
+        tables[k] = lambda n, k=k: one_kind.comps(k, s, n)
+        costs[rows] = one_kind.least(k, s, counts)
+    mixed_rows = np.flatnonzero(~single)
+    keys = [tuple(int(x) for x in vecs[i]) for i in mixed_rows]
+    distinct = list(dict.fromkeys(keys))
+    if any(math.prod(math.comb(n + R - 1, R - 1) for n in vec) > _GRID_LIMIT for vec in distinct):
+        return None  # a grid too large to enumerate
+    by_rest: dict[tuple, list[int]] = {}
+    for vec in distinct:
+        by_rest.setdefault(vec[:-1], []).append(vec[-1])
+    for rest, ns in by_rest.items():
+        for n, got in _exact_stages(ip, s, rest, ns).items():
+            mixed[(*rest, n)] = got
+    for i, vec in zip(mixed_rows, keys):
         if mixed[vec] is not None:
             costs[i] = mixed[vec][0]
 
@@ -934,10 +981,45 @@ def _stage_cost_table(ip: IntStageProblem, s: int, a: np.ndarray, b: np.ndarray,
 class _OneKindTables:
     """Per kind k, for every stage s and count n = 1..nmax at once: the least stage-s total of n
     kind-k layers over the mode counts that fit (_INFEASIBLE if none) and the first mode counts
-    attaining it in `_compositions` order (as `_exact_stage` picks); built on first use."""
+    attaining it in `_compositions` order (as `_exact_stages` picks); built on first use.
 
-    def __init__(self, ip: IntStageProblem, nmax: int):
+    lazy: each (kind, stage, count) computed alone when first asked for, the same numbers from the
+    compositions of that count only: with the split pinned each stage asks for one count, and the
+    tables over every stage and count 1..nmax would be mostly unread."""
+
+    def __init__(self, ip: IntStageProblem, nmax: int, lazy: bool = False):
         self.ip, self.nmax, self._tables = ip, max(1, nmax), {}
+        self.lazy, self._entries = lazy, {}
+
+    def least(self, k: int, s: int, counts: np.ndarray) -> np.ndarray:
+        """The least stage-s total of each of `counts` kind-k layers (_INFEASIBLE if none fits)."""
+        if not self.lazy:
+            return self.table(k)[0][s][counts]
+        return np.array([self._entry(k, s, n)[0] for n in counts.tolist()], dtype=np.int64)
+
+    def comps(self, k: int, s: int, n: int) -> np.ndarray:
+        """The first mode counts of n kind-k layers attaining `least` on stage s."""
+        return self.table(k)[1](s, n) if not self.lazy else self._entry(k, s, n)[1]
+
+    def _entry(self, k: int, s: int, n: int) -> tuple[int, np.ndarray]:
+        """`_build`'s numbers for one stage and count: its segment of the rows is
+        `_compositions(n, R)` (`_all_compositions`), each row's fit and total computed as there."""
+        key = (k, s, n)
+        if key not in self._entries:
+            ip = self.ip
+            rows = _compositions(n, len(ip.modes))
+            mem = np.array(ip.kind_memory_bytes[s][k], dtype=np.int64) + ip.kind_state_bytes[k]  # [r]
+            fits = (np.int64(ip.stage_fixed_memory_bytes[s]) + rows @ mem
+                    - ip.credit(s, ip.full_column(rows)) <= ip.capacity_bytes)
+            for fixed, per in ip.phase_arrays:
+                fits &= fixed[s] + rows.sum(axis=1) * int(per[k]) <= ip.capacity_bytes
+            total = 0
+            for group in ip.piece_arrays:
+                total = total + np.max(np.stack([const[s] + rows @ coef[k] for const, coef in group]), axis=0)
+            total = np.where(fits, total, _INFEASIBLE)
+            at = int(np.argmin(total))
+            self._entries[key] = (int(total[at]), rows[at])
+        return self._entries[key]
 
     def table(self, k: int):
         """([s, n] least total, comps(s, n) -> mode counts) for kind k."""
@@ -951,23 +1033,17 @@ class _OneKindTables:
         mem = (np.array(ip.kind_memory_bytes, dtype=np.int64)[:, k, :]
                + ip.kind_state_bytes[k])  # [s, r]
         fits = (np.array(ip.stage_fixed_memory_bytes, dtype=np.int64)[:, None]
-                + (rows @ mem.T).T - _credits(ip, ip.full_column(rows)) <= ip.capacity_bytes)
+                + mem @ rows.T - _credits(ip, ip.full_column(rows)) <= ip.capacity_bytes)
         for fixed, per in ip.phase_arrays:
             fits &= fixed[:, None] + rows.sum(axis=1)[None, :] * int(per[k]) <= ip.capacity_bytes
-        total = np.zeros((ip.num_stages, len(rows)), dtype=np.int64)
-        for group in ip.piece_arrays:
-            total += np.max(np.stack([const[:, None] + (rows @ coef[k])[None, :]
-                                      for const, coef in group]), axis=0)
-        total = np.where(fits, total, _INFEASIBLE)
+        total = np.where(fits, _stage_totals(ip.piece_arrays, lambda coef: rows @ coef[k]),
+                         _INFEASIBLE)
         seg = starts[:-1]
         best = np.full((ip.num_stages, nmax + 1), _INFEASIBLE, dtype=np.int64)
         best[:, 1:] = np.minimum.reduceat(total, seg, axis=1)
-        n_of_row = np.repeat(np.arange(1, nmax + 1), np.diff(starts))
-        index = np.where(total == best[:, n_of_row], np.arange(len(rows))[None, :], len(rows))
-        first = np.minimum.reduceat(index, seg, axis=1)  # [s, n - 1]
 
-        def comps(s: int, n: int) -> np.ndarray:
-            return rows[min(int(first[s, n - 1]), len(rows) - 1)]
+        def comps(s: int, n: int) -> np.ndarray:  # the first row of count n attaining best[s, n]
+            return rows[starts[n - 1] + int(np.argmin(total[s, starts[n - 1]: starts[n]]))]
 
         return best, comps
 
@@ -1107,20 +1183,19 @@ def feasible_split(ip: IntStageProblem, capacity_bytes: int) -> tuple[int, ...] 
     starts = np.arange(L + 1)
     reach_tables, ends = [], np.zeros(L + 1, dtype=bool)
     ends[0] = True
+    phases = [(fixed, ip.kind_prefix @ per) for fixed, per in ip.phase_arrays]
     for s in range(S):
         reach = np.max([np.searchsorted(prefix[:, s], prefix[:, s] + capacity_bytes - fixed[s],
                                         side="right") - 1
                         for fixed, prefix, _ in ip.memory_regimes], axis=0)
-        for fixed, per in ip.phase_arrays:  # every activation-free phase must fit too
-            prefix = ip.kind_prefix @ per
+        for fixed, prefix in phases:  # every activation-free phase must fit too
             reach = np.minimum(reach, np.searchsorted(prefix, prefix + capacity_bytes - fixed[s],
                                                       side="right") - 1)
         reach = np.minimum(reach, L - (S - 1 - s))
         ok = ends & (reach > starts)
         reach_tables.append(np.where(ok, reach, -1))
-        diff = np.zeros(L + 2, dtype=np.int64)
-        np.add.at(diff, starts[ok] + 1, 1)
-        np.add.at(diff, reach[ok] + 1, -1)
+        diff = (np.bincount(starts[ok] + 1, minlength=L + 2)
+                - np.bincount(reach[ok] + 1, minlength=L + 2))
         ends = np.cumsum(diff)[: L + 1] > 0
     if not ends[L]:
         return None
