@@ -630,7 +630,7 @@ def test_instruct_checkpoint_resolves_to_its_base_entry(tmp_path):
 
 def _emit(engine: str, model: str, *extra: str) -> subprocess.CompletedProcess:
     return _planner("serve-plan", "-m", model, "-c", "hgx-h200", "--gpus", "16", "--input-len", "4000",
-                    "--output-len", "500", "--fix", "pp=2", *extra, "--emit", engine)
+                    "--output-len", "500", "--fix", "tp=8", "--fix", "pp=2", *extra, "--emit", engine)
 
 
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])
