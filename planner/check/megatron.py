@@ -384,7 +384,7 @@ def _startup(args: dict, env: dict[str, str], spec: ModelSpec, layout: Layout,
     TransformerEngine d0067d0 `pytorch/attention/dot_product_attention/context_parallel.py`
     (cp_comm_type a2a: the Q and K heads of each tensor-parallel rank divisible by cp)."""
     out = (_overlap_startup(args, layout) + _dispatcher_startup(args, spec, layout)
-           + _module_startup(args, env, spec, layout) + _mtp(args, layout, file))
+           + _module_startup(args, env, spec, layout) + _mtp(args, layout, file) + _schedule(args))
     ckpt = _choice(args, "ckpt_format", file) or mg.DEFAULT["ckpt_format"]
     connections = env.get(mg.DEVICE_MAX_CONNECTIONS)
     for knob in ("megatron_fsdp", "torch_fsdp2"):
@@ -694,6 +694,8 @@ def parse_args(text: str, file: str) -> dict[str, str | bool]:
                 value, i = tokens[i], i + 1
                 while kind == mg.LIST and i < len(tokens) and not tokens[i].startswith("--"):
                     value, i = f"{value} {tokens[i]}", i + 1  # nargs "+": the words up to the next flag
+            if "$" in value and name in mg.SCHEDULE_FLAGS:
+                continue  # the job's environment sets it: Megatron checks it at start-up
             if "$((" in value:
                 raise SpecError(_arithmetic_message(value, env), file=file, key=name)
             if "$(" in value:
@@ -1099,6 +1101,35 @@ def _layout(args: dict, spec: ModelSpec, world: int, seq_len: int | None, file: 
         moe_dispatcher=_moe_dispatcher(args, file, findings),
         vocab_divisible_by=_int(args, "vocab_divisible_by", file, None),
         **{knob: True if _on(args, knob) else None for knob in mg.OVERLAP_SWITCHES})  # None: default
+
+
+def _schedule(args: dict) -> list[Violation]:
+    """The learning-rate schedule's start-up assertion: warm-up shorter than the decay, the error
+    `lr_warmup_not_below_decay` otherwise (a value that is not a plain number, e.g. a shell expression the
+    reader cannot evaluate, is left to Megatron).
+
+    Source: Megatron-LM d98e8a6 `megatron/training/training.py` get_optimizer_param_scheduler l. 2559-2569
+    (lr_decay_iters defaults to train_iters; warm-up = lr_warmup_fraction x decay when given, else
+    lr_warmup_iters) and `megatron/core/optimizer_param_scheduler.py` l. 160
+    (assert lr_warmup_steps < lr_decay_steps): a script whose warm-up is at least its training length dies at
+    start-up (senior review 8: the emitted Llama script's 8,000 warm-up steps with 1,000 training steps)."""
+    def number(knob):
+        value = args.get(F[knob])
+        try:
+            return float(value) if value is not None else None
+        except ValueError:
+            return None
+    decay = number("lr_decay_iters") or number("train_iters")
+    fraction, warmup = number("lr_warmup_fraction"), number("lr_warmup_iters") or 0.0
+    if decay is None or fraction is not None:
+        return []
+    if warmup < decay:
+        return []
+    named = F["lr_decay_iters"] if number("lr_decay_iters") else F["train_iters"]
+    return [Violation(rule="lr_warmup_not_below_decay",
+                      message=f"{F['lr_warmup_iters']} {warmup:g} is not below {named} {decay:g}: Megatron-LM "
+                              f"asserts the warm-up is shorter than the decay (optimizer_param_scheduler.py)",
+                      fix=f"{named} above {warmup:g}, or a shorter {F['lr_warmup_iters']}")]
 
 
 def _mtp(args: dict, layout: Layout, file: str) -> list[Violation]:

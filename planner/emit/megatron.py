@@ -592,6 +592,17 @@ PLACEHOLDER_HYPERPARAMETERS = ("adam_beta2", "weight_decay", "init_method_std", 
 `RECIPES` entry: the ones whose Megatron default differs from common LLM practice."""
 
 
+def _placeholder_default(model: ModelSpec, var: str, default: str) -> str:
+    """A placeholder's default; TRAIN_ITERS at least twice the family's published warm-up, since Megatron-LM
+    asserts the warm-up is shorter than the decay, which defaults to the training length (check rule
+    `lr_warmup_not_below_decay`; Megatron-LM d98e8a6 `megatron/core/optimizer_param_scheduler.py` l. 160)."""
+    found = recipe(model)
+    warmup = dict(found.values).get("lr_warmup_iters") if found else None
+    if var == "TRAIN_ITERS" and warmup is not None:
+        return str(max(int(default), 2 * int(warmup)))
+    return default
+
+
 def recipe(model: ModelSpec) -> Recipe | None:
     """The `RECIPES` entry of the model's family (by Hugging Face id), or None."""
     hf_id = str(model.extra.get("hf_id", ""))
@@ -702,7 +713,8 @@ def _script(doc: dict, model: ModelSpec, cluster: ClusterSpec, layout: Layout,
                                                                "master_port"))]
     lines = ["#!/bin/bash", *_header(doc, model, cluster, layout, recompute, deviations), "",
              "# PLACEHOLDER values: the plan does not know them; set these before launching."]
-    lines += [f'{var}="${{{var}:-{default}}}"  # {what}' for var, default, what in PLACEHOLDERS]
+    lines += [f'{var}="${{{var}:-{_placeholder_default(model, var, default)}}}"  # {what}'
+              for var, default, what in PLACEHOLDERS]
     comment, values = _hyperparameters(model)
     lines += ["", *textwrap.wrap(f"Training hyper-parameters: {comment}", 96, initial_indent="# ",
                                  subsequent_indent="# ")]

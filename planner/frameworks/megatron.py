@@ -201,7 +201,7 @@ FLAGS = (
     Flag("adam_eps", "--adam-eps", TEXT, 1e-08, read=False),
     Flag("clip_grad", "--clip-grad", TEXT, 1.0, read=False),
     Flag("init_method_std", "--init-method-std", TEXT, 0.02, read=False),
-    Flag("lr_warmup_iters", "--lr-warmup-iters", TEXT, 0, read=False),
+    Flag("lr_warmup_iters", "--lr-warmup-iters", TEXT, 0),
     Flag("lr_decay_style", "--lr-decay-style", CHOICE, "linear",
          ("constant", "linear", "cosine", "inverse-square-root", "WSD"), read=False),
     # what a plan does not know (data, tokenizer, checkpoints, schedule)
@@ -213,7 +213,9 @@ FLAGS = (
     Flag("pretrained_checkpoint", "--pretrained-checkpoint", TEXT, read=False),
     Flag("use_checkpoint_args", "--use-checkpoint-args", SWITCH, False),
     Flag("vocab_file", "--vocab-file", TEXT, read=False),
-    Flag("train_iters", "--train-iters", TEXT, read=False),
+    Flag("train_iters", "--train-iters", TEXT),
+    Flag("lr_decay_iters", "--lr-decay-iters", TEXT),
+    Flag("lr_warmup_fraction", "--lr-warmup-fraction", TEXT),
     Flag("lr", "--lr", TEXT, read=False),
     # torchrun (torch/distributed/run.py): world size = nproc_per_node x nnodes
     Flag("nproc_per_node", "--nproc_per_node", INT),
@@ -290,6 +292,9 @@ FLAG = {f.knob: f.flag for f in FLAGS}
 DEFAULT = {f.knob: f.default for f in FLAGS}
 """knob -> Megatron's value when the flag is absent."""
 READ = {f.flag: f for f in FLAGS if f.read}
+SCHEDULE_FLAGS = ("--train-iters", "--lr-decay-iters", "--lr-warmup-iters", "--lr-warmup-fraction")
+"""The schedule's lengths, read only for its start-up assertion (`planner.check.megatron._schedule`): a value
+from a variable the file does not set (a job's environment) is left unread, not an error."""
 """flag name -> Flag, for the flags `planner check` reads."""
 NPROC_PER_NODE = (FLAG["nproc_per_node"], FLAG["nproc_per_node_dashed"])
 """torchrun's two spellings of the GPUs per node (the last one given wins)."""
