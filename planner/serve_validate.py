@@ -481,7 +481,8 @@ def case_terms(case: Case) -> dict[str, float]:
                             link_bytes_per_s=sv.link_bytes_per_s(hw, case.inst.tp),
                             burst_fraction=0.0 if wave and case.engine == "sglang" else harness.burst_fraction, wait_steps=wait_steps,
                             wave_clients=wave, unknown_share_term=harness.share_term,
-                            path_term=harness.path_term)
+                            path_term=harness.path_term,
+                            prefill_efficiency=sv.prefill_gemm_efficiency(hw.gpu, dtype))
 
 
 def _columns(terms: dict[str, float], names: tuple[str, ...]) -> list[float]:

@@ -550,7 +550,7 @@ def latency_terms(spec: ModelSpec, inst: Instance, *, hbm_bytes_per_s: float, pe
                   hop_s: float = 0.0, link_bytes_per_s: float = 0.0, burst_fraction: float | None = 0.0,
                   wait_steps: float = 0.0, wave_clients: float = 0.0,
                   unknown_share_term: str = UNKNOWN_SHARE_TERMS[0], path_term: str | None = None,
-                  prefill_worker: bool = False) -> dict[str, float]:
+                  prefill_worker: bool = False, prefill_efficiency: float = 1.0) -> dict[str, float]:
     """Physical terms of TTFT and TPOT for one instance at `concurrency` sequences (closed loop).
 
     Terms (seconds unless named otherwise), per GPU of one stage; pp stages run in sequence, so the
@@ -628,13 +628,15 @@ def latency_terms(spec: ModelSpec, inst: Instance, *, hbm_bytes_per_s: float, pe
     - path_sweep / path_sweep_sla (PATH_TERMS): 1 (a count, in units of CONSTANT_UNIT_S) in the term `path_term`
       names, the measuring campaign's request path beyond the engine's own server; all 0 with path_term None
       (serve-plan: a client on the engine's server).
-    - prefill_service_s, prefill_clients, think_steps: the prefill roofline `predict_latency` keeps TTFT above
-      (`ttft_floor_s`): one prompt's prefill work on the whole instance at the compute peak -- I x (attention
+    - prefill_service_s, prefill_sustained_s, prefill_clients, think_steps: the prefill bounds `predict_latency`
+      keeps TTFT above (`ttft_floor_s`): one prompt's prefill work on the whole instance at the compute peak -- I x (attention
       parameters and causal attention FLOPs / attention-TP, spread over the adp attention-DP groups, + the other
       active parameters / tp) x 2 / peak + its TP all-reduces, through every pp stage --, the clients of the
       closed loop (all B: those waiting for a running slot queue for their prefill too) and the decode steps each
       spends away from the prefill station (output_len - 1; 0 for a disaggregated prefill worker, whose prompts
-      come back to back).
+      come back to back); prefill_sustained_s, the prompt's FLOPs alone at the rate the GPU's large GEMMs sustain
+      (peak x `prefill_efficiency`, `prefill_gemm_efficiency`), without its all-reduces, which the engines' custom
+      and NVLS all-reduces may run faster than the bandwidth term assumes: a bound keeps only what must happen.
     - wait_steps: decode steps a new prompt waits by a configured scheduler delay (TensorRT-LLM batch waiting,
       attention-DP balancing: `cost.serving` callers compute it); a count, added to TTFT as wait_steps x TPOT
       (`predict_latency`). 0 with the engines' defaults.
@@ -686,7 +688,7 @@ def latency_terms(spec: ModelSpec, inst: Instance, *, hbm_bytes_per_s: float, pe
     burst = prefill_one * start_burst_prompts(local, per_step)
     # the instance's prefill work per prompt at peak: attention on one attention-DP group (groups in parallel),
     # MLP / expert GEMMs over every GPU of the stage, the prompt's TP all-reduces, every pp stage
-    service = input_len * ((flops_local + attn * input_len / 2) / inst.adp + flops_shared) / peak_flops + allreduce
+    prefill_compute = input_len * ((flops_local + attn * input_len / 2) / inst.adp + flops_shared) / peak_flops
     return {
         "wave_s": prefill_one * start_burst_prompts(wave_clients / inst.adp, per_step),
         "burst_s": (burst_fraction or 0.0) * burst,
@@ -695,7 +697,8 @@ def latency_terms(spec: ModelSpec, inst: Instance, *, hbm_bytes_per_s: float, pe
         "wait_steps": wait_steps,
         "decode_memory_s": decode_memory, "decode_compute_s": decode_compute,
         "decode_floor_s": max(decode_memory, decode_compute / pp), "running_requests": local,
-        "prefill_service_s": service, "prefill_clients": queued,
+        "prefill_service_s": prefill_compute + allreduce,
+        "prefill_sustained_s": prefill_compute / prefill_efficiency, "prefill_clients": queued,
         "think_steps": 0 if prefill_worker else max(output_len - 1, 0),
         "pp": pp,
         "collectives": collectives * pp, "constant": 1.0, "layer_steps": spec.num_hidden_layers,
@@ -826,6 +829,21 @@ def prompts_per_prefill(clients: float, prefill_s: float, decode_s: float) -> fl
     return min(1 + ahead, clients)
 
 
+def prefill_gemm_efficiency(gpu, dtype: str) -> float:
+    """Fraction of the `dtype` peak that large GEMMs sustain on `gpu` (a GPUSpec): the training model's e_max of the
+    GPU's family (its fp8_e_max for fp8) x the power-limited clock fraction -- the asymptote of
+    `cost.compute.gemm_efficiency`, one model of what a family's tensor cores sustain, fitted on measured training
+    runs (calibration/training.yaml), not on serving rows; the asymptote, not the curve at a prompt's shapes, so
+    the bound it gives (`ttft_floor_s`) stays below the measured serving rows. fp8 on a family without an fp8
+    constant, and int / fp4 formats, take the bf16 constant.
+    Source: planner.cost.compute.efficiency_constants / clock_fraction ([Empirical], their fit part)."""
+    from planner.cost import compute
+
+    constants = compute.efficiency_constants(gpu)
+    e_max = constants.fp8_e_max if dtype == "fp8" and constants.fp8_e_max is not None else constants.e_max
+    return e_max * compute.clock_fraction(gpu)
+
+
 def prefill_groups(adp: int, clients: float, prefill_s: float, decode_s: float) -> float:
     """Attention-DP groups prefilling at once, >= 1 (the prompt's own group + each other group with the
     probability that it is prefilling): 1 + (adp - 1) x U, U = the prefill station's utilisation of one group's
@@ -925,29 +943,32 @@ def predict_latency(terms: dict[str, float], coefficients: dict[str, dict[str, f
 
 
 def ttft_floor_s(terms: dict[str, float], tpot_s: float) -> float:
-    """The least TTFT physics allows a closed loop (`latency_terms` prefill_service_s, prefill_clients,
-    think_steps), seconds: the prefill station's residence time (`prefill_residence_s`) with every prompt's
-    prefill at the compute peak and each client away for think_steps x `tpot_s` decoding, plus the PP hops and the
-    MoE exchange of the prompt (`unfitted_s`). With pp stages the station is the busiest stage (service S / pp:
-    pp prompts in flight) and a prompt also crosses the other stages, S (pp - 1) / pp. The fitted TTFT terms regress measurements taken at loads where the
-    prefills of the other clients rarely queue (each client decodes hundreds of tokens between prompts); without
-    this bound a prefill-heavy load extrapolated them past the roofline -- llama-3.1-70b tp8 on 8 H100 at 8,000
-    prompt tokens and 64 clients carried 42 requests/s, 4.7e16 FLOP/s on 7.9e15 of bf16 peak (fresh-user
-    review 8, finding 2). 0 for terms without the prefill service (older callers).
-    Source: roofline (Williams et al. 2009) for the service time; Schweitzer's MVA (1979) for the queue; the
-    utilisation law (throughput <= 1 / service, Denning & Buzen 1978). The service is at the peak, not at the
-    engines' fitted prefill rate (prefill_one_s coefficients about 2 for dense models): that rate, measured at low
-    load, holds per-request work that does not occupy the GPUs, and as a floor it exceeded 75 measured TTFTs
-    (trtllm qwen3-32b tp1 at 64 clients: 6.3 s against 1.6 s measured); at the peak it binds on 2 of 730 rows,
-    both below their measurement. So the bound is physical, not a prediction of the prefill rate: a
-    prefill-bound plan is credited up to the peak (DeepSeek-V3's published prefill, 50-74K tokens/s per 8-GPU
-    node, is about a third of it: LMSYS 2025-05 large-scale EP blog; DeepSeek open-infra day 6)."""
+    """The least TTFT a closed loop allows (`latency_terms` prefill_service_s, prefill_efficiency, prefill_clients,
+    think_steps), seconds, the larger of two bounds, plus the prompt's PP hops and MoE exchange (`unfitted_s`):
+    - the prefill station's residence time (`prefill_residence_s`) with every prompt's prefill at the compute
+      peak (S) and each client away for think_steps x `tpot_s` decoding;
+    - the utilisation law at the GEMM rate the GPU sustains (S_e = prefill_sustained_s, its FLOPs at the training
+      model's e_max): C clients' requests, TTFT + think each, complete no faster than one per S_e, so
+      TTFT >= C S_e - think. It bounds the whole request, not the prefill queue alone: a chunked-prefill engine's
+      decode steps (think, whose TPOT already holds the interfering prefills) overlap its queue, and as a
+      residence at e_max the bound exceeded 14 measured TTFTs (vLLM llama-3.1-8b tp1 at 112 clients, 1,000 / 100
+      tokens: 120 ms against 72 measured).
+    With pp stages the busiest stage is the station (S / pp: pp prompts in flight) and a prompt also crosses the
+    other stages, S (pp - 1) / pp. The fitted TTFT terms regress measurements taken at loads where the prefills
+    of the other clients rarely queue (each client decodes hundreds of tokens between prompts); without these
+    bounds a prefill-heavy load extrapolated them past the roofline: llama-3.1-70b tp8 on 8 H100 at 8,000-token
+    prompts and 64 clients carried 42 requests/s, 4.7e16 FLOP/s on 7.9e15 of bf16 peak (fresh-user review 8,
+    finding 2); llama-3.1-8b on one H100 at 8K prompts 6.35 requests/s, 93% of the peak on prefill alone (senior
+    review 8, H1; the best measured serving row reaches 51.5%). 0 for terms without the prefill service.
+    Source: roofline (Williams et al. 2009); Schweitzer's MVA (1979); the utilisation law (throughput <=
+    1 / service, Denning & Buzen 1978); e from `prefill_gemm_efficiency` ([Empirical], calibration/training.yaml)."""
     service = terms.get("prefill_service_s", 0.0)
     if service <= 0:
         return 0.0
-    pp = terms.get("pp", 1)
-    residence = prefill_residence_s(terms["prefill_clients"], service / pp, terms["think_steps"] * tpot_s)
-    return residence + service * (pp - 1) / pp + terms["hop_s"] + terms["moe_exchange_prefill_s"]
+    pp, clients, think = terms.get("pp", 1), terms["prefill_clients"], terms["think_steps"] * tpot_s
+    residence = prefill_residence_s(clients, service / pp, think)
+    sustained = clients * terms.get("prefill_sustained_s", service) / pp - think
+    return max(residence, sustained) + service * (pp - 1) / pp + terms["hop_s"] + terms["moe_exchange_prefill_s"]
 
 
 def unfitted_s(terms: dict[str, float], target: str, tpot_s: float = 0.0) -> float:
