@@ -757,7 +757,7 @@ def _header(doc: dict, model: ModelSpec, cluster: ClusterSpec, layout: Layout,
         out.append(f"# The plan's predicted step time: {step:.2f} s"
                    + (" (this script's deviations change it: `planner check` it for its own)"
                       if deviations else ""))
-    out += _fp8_note(model, layout)
+    out += _fp8_note(model, layout) + _offload_note(layout)
     if deviations:
         out.append("# Deviations from the plan (a recompute change keeps every stage within the plan's "
                    "memory budget):")
@@ -765,6 +765,19 @@ def _header(doc: dict, model: ModelSpec, cluster: ClusterSpec, layout: Layout,
     else:
         out.append("# Deviations from the plan: none (this is the plan exactly).")
     return out
+
+
+def _offload_note(layout: Layout) -> list[str]:
+    """The header's line on fine-grained activation offloading, where the plan offloads: the run
+    then depends on pinned host memory and the host link, which the step time and memory assume
+    (senior review 8 finding 4: a script with offloading on said only "this is the plan exactly")."""
+    if not layout.offload_modules:
+        return []
+    return [f"# Activation offloading ON ({F['fine_grained_activation_offloading']} "
+            f"{F['offload_modules']} {' '.join(layout.offload_modules)}, {mg.CPU_OFFLOAD_V1}=1): "
+            f"the saved inputs of {', '.join(layout.offload_modules)} wait in pinned host memory "
+            f"between forward and backward; the plan's step time and memory count on that host "
+            f"memory and on the host-link (PCIe) copies overlapping compute."]
 
 
 def _recompute_text(recompute) -> str:
