@@ -1299,11 +1299,7 @@ def _search(model, cluster, fixed, base, reserve, headroom, top_k, on_progress=N
     sets = _module_sets(model, base, modes)
     if "fp8_param_gather" not in base:
         candidates = _with_fp8_param_gather(candidates)
-    if base["framework"] == "megatron" and "selective" in modes and len(modes) > 1:
-        # Megatron-LM's selective recompute runs on every layer or none (`_modes_of`): each
-        # candidate once with selective on every layer, once with none / full per layer
-        candidates = [c for layout in candidates
-                      for c in (layout, layout.replace(recompute="selective"))]
+    candidates = [c for layout in candidates for c in _granularity_copies(layout, modes)]
     if sets:
         candidates = [_Variants(c) for c in candidates]
         costs.request_lists = (base.get("recompute_modules"), base.get("offload_modules"))
@@ -1330,6 +1326,15 @@ def _search(model, cluster, fixed, base, reserve, headroom, top_k, on_progress=N
                     screen=(lambda c: _split_time_bound(costs, c, _modes_of(c, modes)),
                             lambda c: _screen_bound(costs, c, _modes_of(c, modes))))
     return result, rejections, costs
+
+
+def _granularity_copies(layout: Layout, modes: tuple[str, ...]) -> tuple[Layout, ...]:
+    """`layout` as the search visits it: under Megatron-LM, where `modes` leaves the choice, once
+    with selective recompute on every layer (`recompute` selective) and once with none / full per
+    layer (`_modes_of`); else itself."""
+    if layout.framework == "megatron" and "selective" in modes and len(modes) > 1:
+        return layout.replace(recompute="none"), layout.replace(recompute="selective")
+    return (layout,)
 
 
 def _modes_of(layout: Layout, modes: tuple[str, ...]) -> tuple[str, ...]:
@@ -1928,13 +1933,18 @@ def _has_plan(model, cluster, fixed, base, reserve, headroom) -> bool:
             continue
         for layout in (candidate, *(candidate.replace(recompute_modules=r, offload_modules=o)
                                     for r, o in sets)):
-            layout = _with_split(model, layout)
-            if not _may_fit(costs, layout, modes):
-                continue
-            ip = to_int_problem(_stage_problem(costs, layout, modes, memory_only=True))
-            if feasible_split(ip, ip.capacity_bytes) is not None:
-                return True
+            for copy in _granularity_copies(_with_split(model, layout), modes):
+                if _has_split(costs, copy, _modes_of(copy, modes)):
+                    return True
     return False
+
+
+def _has_split(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> bool:
+    """Whether some split of `layout` fits with its layers in `modes` (`_has_plan`)."""
+    if not _may_fit(costs, layout, modes):
+        return False
+    ip = to_int_problem(_stage_problem(costs, layout, modes, memory_only=True))
+    return feasible_split(ip, ip.capacity_bytes) is not None
 
 
 def plan_file(data: dict, index: int = 0, *, model_ref: str | None = None,

@@ -247,3 +247,15 @@ def test_rows_whose_chunks_fully_recompute_different_counts_are_marked_with_thei
         else:
             assert not said, said
     assert marked  # the case has one (pp 2: 2 of 16 layers fully recomputed on stage 0, none on 1)
+
+
+def test_a_launch_other_than_the_search_best_says_so_in_its_header():
+    """At pp 2 the search's best plan (vpp 4) fully recomputes 2 layers in one model chunk and
+    none elsewhere; Megatron-LM launches it only with 2 in every chunk, slower than the runner-up
+    it then emits. The script's header says it is not the search's best plan, as stderr does."""
+    proc = cli_planner("plan", "-m", "llama-3.1-8b", "-c", "dgx-h100", "--gpus", "8", "--seq-len", "8192",
+                       "--global-batch-size", "128", "--fix", "pp=2", "--emit", "megatron")
+    assert proc.returncode == 0, proc.stderr
+    assert "note: emitted" in proc.stderr
+    header = [line for line in proc.stdout.splitlines() if line.startswith("# NOT the search's best plan")]
+    assert len(header) == 1 and "change(s) Megatron-LM needs" in header[0]

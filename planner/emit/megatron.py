@@ -34,6 +34,7 @@ costed under another framework's conventions) raises SpecError with key `--emit`
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 import textwrap
 from dataclasses import dataclass
@@ -767,15 +768,23 @@ def _header(doc: dict, model: ModelSpec, cluster: ClusterSpec, layout: Layout,
     return out
 
 
+def with_search_note(emitted: Emitted, note: str) -> Emitted:
+    """`emitted` with `note` as a header comment line after the plan summary lines (before the
+    deviations): what `emit.best_launch` says when it launches a plan other than the search's
+    best (a comment, so `planner check` reads the script as before)."""
+    lines = emitted.text.split("\n")
+    at = next(i for i, line in enumerate(lines) if line.startswith("# Deviations from the plan"))
+    return dataclasses.replace(emitted, text="\n".join([*lines[:at], f"# {note}", *lines[at:]]))
+
+
 def _offload_note(layout: Layout) -> list[str]:
     """The header's line on fine-grained activation offloading, where the plan offloads: the run
     then depends on pinned host memory and the host link, which the step time and memory assume
     (senior review 8 finding 4: a script with offloading on said only "this is the plan exactly")."""
     if not layout.offload_modules:
         return []
-    return [f"# Activation offloading ON ({F['fine_grained_activation_offloading']} "
-            f"{F['offload_modules']} {' '.join(layout.offload_modules)}, {mg.CPU_OFFLOAD_V1}=1): "
-            f"the saved inputs of {', '.join(layout.offload_modules)} wait in pinned host memory "
+    return [f"# Activation offloading ON (fine-grained, modules {', '.join(layout.offload_modules)}; "
+            f"{mg.CPU_OFFLOAD_V1}=1): their saved inputs wait in pinned host memory "
             f"between forward and backward; the plan's step time and memory count on that host "
             f"memory and on the host-link (PCIe) copies overlapping compute."]
 
