@@ -165,13 +165,19 @@ def wide_ep(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest) -> bool:
 
 
 def wide_ep_shapes(spec: ModelSpec, hw: ClusterSpec, gpus: int) -> list[sv.Instance]:
-    """Expert-parallel instances over k >= 2 whole scale-up domains (nodes), k x domain <= `gpus`: one
-    pipeline stage of tp = ep = attention-DP = k x domain GPUs -- attention data-parallel on every GPU (attention
-    TP 1, so no tensor all-reduce crosses the network), the routed experts split over all of them, the MoE
-    token exchange over the network (`cost.serving.moe_exchange_s` at `link_bytes_per_s` of tp GPUs).
+    """Instances of one pipeline stage over k >= 2 whole scale-up domains (nodes), k x domain <= `gpus`, two per k:
+    - tp = ep = attention-DP = k x domain GPUs: attention data-parallel on every GPU (attention TP 1, so no tensor
+      all-reduce crosses the network), the routed experts split over all of them, the MoE token exchange over
+      the network (`cost.serving.moe_exchange_s` at `link_bytes_per_s` of tp GPUs);
+    - plain tp = k x domain (experts tensor-split, no attention DP): SGLang's documented two-node DeepSeek-V3
+      launch (tp 16 over 2 nodes; SGLang docs, DeepSeek V3 usage, "Example: Serving with two H20*8 nodes"),
+      its per-layer all-reduces over the network (`cost.serving.tp_allreduce_s` at the same link).
     Layouts as WIDE_EP_ENGINES; whole nodes only, as both engines start world / nnodes ranks per node."""
     node = hw.scaleup_domain_gpus
-    return [sv.Instance(tp=k * node, ep=k * node, adp=k * node) for k in range(2, gpus // node + 1)]
+    out = []
+    for k in range(2, gpus // node + 1):
+        out += [sv.Instance(tp=k * node, ep=k * node, adp=k * node), sv.Instance(tp=k * node)]
+    return out
 
 
 def shapes(spec: ModelSpec, hw: ClusterSpec, gpus: int, fix: dict,
@@ -637,9 +643,9 @@ def _wide_note(hw: ClusterSpec, req: ServeRequest, rows: list[dict]) -> list[str
     wide = sorted({p["parallelism"]["tp"] for p in rows if p["parallelism"]["tp"] > node})
     if not wide:
         return []
-    note = (f"expert parallelism over {', '.join(f'{n // node} nodes (ep{n})' for n in wide)}: the expert "
-            f"dispatch/combine crosses the network at {hw.network_gb_per_s_per_gpu:g} GB/s per GPU (DeepEP's "
-            f"measured internode rate is about the NIC's); the latency constants are fitted on single-node "
+    note = (f"instances over {', '.join(f'{n // node} nodes (tp{n})' for n in wide)}: their expert dispatch/combine "
+            f"(EP) or tensor all-reduces (plain tp) cross the network at {hw.network_gb_per_s_per_gpu:g} GB/s per GPU "
+            f"(DeepEP's measured internode rate is about the NIC's); the latency constants are fitted on single-node "
             f"measurements only, so these instances are extrapolated")
     if req.engine == "sglang" and req.mem_fraction is None:
         note += (f"; mem_fraction_static is SGLang's default for {node} attention-DP ranks, written by --emit: "

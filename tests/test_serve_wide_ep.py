@@ -23,16 +23,16 @@ def dsv3():
 
 
 def test_wide_shapes_are_whole_nodes_dividing_the_experts(dsv3):
-    """DeepSeek-V3 (256 routed experts) disaggregated on 96 H100 (12 nodes of 8): EP over 2 to 12 whole nodes,
-    kept where 256 divides by ep: 16, 32, 64 (24, 40, 48, 56, 72, 80, 88, 96 do not)."""
+    """DeepSeek-V3 (256 routed experts, 128 heads) disaggregated on 96 H100 (12 nodes of 8): over 2 to 12 whole
+    nodes, EP kept where 256 divides by ep and plain tp where 128 heads divide by tp: 16, 32, 64 each (24, 40,
+    48, 56, 72, 80, 88, 96 divide neither)."""
     hw = load_cluster("dgx-h100")
     req = ServeRequest(gpus=96, input_len=2000, output_len=1000, engine="sglang", disaggregated=True,
                        weight_dtype="fp8-block")
     assert wide_ep(dsv3, hw, req)
     found, _ = shapes(dsv3, hw, 96, {}, "sglang", wide=True)
-    wide = sorted(i.tp for i in found if i.tp > 8)
-    assert wide == [16, 32, 64]
-    assert all(i.ep == i.adp == i.tp and i.pp == 1 for i in found if i.tp > 8)
+    wide = sorted((i.tp, i.ep, i.adp, i.pp) for i in found if i.tp > 8)
+    assert wide == [(n, e, e, 1) for n in (16, 32, 64) for e in (1, n)]
     narrow, _ = shapes(dsv3, hw, 96, {}, "sglang")
     assert max(i.tp for i in narrow) == 8
 
@@ -78,6 +78,21 @@ def test_exchange_over_the_network_matches_deepep_internode_low_latency(dsv3):
     assert got == pytest.approx(58 * 22_249_472 / 50e9)
     assert got == pytest.approx(58 * (155e-6 + 273e-6), rel=0.05)
     assert sv.link_bytes_per_s(hw, 8) == 450e9  # one node: NVLink
+
+
+def test_sglang_tp16_over_two_nodes_is_its_documented_launch(tmp_path):
+    """SGLang's documented two-node DeepSeek-V3 launch, tp 16 with 2 nodes: pinned tp=16 on 16 H100, serve-plan
+    plans it, writes it as one command per node, and `planner check` reads it back as one 16-rank engine."""
+    proc = cli_run.planner("serve-plan", "-m", "deepseek-v3", "-c", "dgx-h100", "--gpus", "16", "--input-len", "2000",
+                           "--output-len", "1000", "--engine", "sglang", "--fix", "tp=16", "--emit", "sglang")
+    assert proc.returncode == 0 and "check: PASS" in proc.stderr, proc.stderr
+    commands = [shlex.split(l.strip()) for l in proc.stdout.splitlines() if l.strip().startswith("python -m sglang")]
+    assert [(w[w.index("--tp-size") + 1], w[w.index("--nnodes") + 1], "--attn-dp-size" in w) for w in commands] == \
+        [("16", "2", False)] * 2
+    path = tmp_path / "launch.sh"
+    path.write_text(proc.stdout)
+    result = check_launch_file(path, cluster="dgx-h100", gpus=16)
+    assert result["verdict"] == "pass" and [(r["world"], r["nnodes"]) for r in result["launches"]] == [(16, 2)]
 
 
 @pytest.mark.parametrize("engine, head", [("sglang", "--dist-init-addr"), ("vllm", "--master-addr")])
