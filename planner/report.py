@@ -802,7 +802,8 @@ def show_serve_plan(data: dict, fmt: str) -> None:
         return dump(data, fmt)
     console = _console()
     req, solver, dep = data["request"], data["solver"], data["deployment"]
-    slo = ", ".join(f"{k.replace('_ms', '').replace('_', ' ').upper()} <= {req[k]:g} ms"
+    slo = ", ".join(f"{'' if k == 'request_latency_ms' else 'mean '}{k.replace('_ms', '').replace('_', ' ').upper()} "
+                    f"<= {req[k]:g} ms"
                     for k in ("ttft_ms", "tpot_ms", "request_latency_ms") if req.get(k)) or "no SLO"
     load = (f"{req['request_rate']:g} requests/s" if req.get("request_rate") else
             f"concurrency {req['concurrency']} per instance" if req.get("concurrency") else "concurrency searched")

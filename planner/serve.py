@@ -473,7 +473,8 @@ def serve_plan(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, calibration:
                        "requests_per_s": round(sum(p["requests_per_s"] for p in chosen), 3), "mix": chosen},
         "plans": top,
         "pareto": pareto,
-        "notes": (_notes(hw, req) + _no_slo_note(req, chosen) + _exchange_note(spec, req, chosen)
+        "notes": (_notes(hw, req) + _extrapolation_note(spec, hw, req, calibration, chosen)
+                  + _no_slo_note(req, chosen) + _exchange_note(spec, req, chosen)
                   + _slo_margin_note(req, chosen, calibration)),
     }
 
@@ -631,6 +632,36 @@ def _notes(hw: ClusterSpec, req: ServeRequest) -> list[str]:
     if not hw.gpu.name.startswith(CALIBRATED_GPUS):
         notes.append(_uncalibrated_gpu_note(hw, req))
     return notes
+
+
+def _extrapolation_note(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, calibration: dict,
+                        chosen: list[dict]) -> list[str]:
+    """What the plan takes beyond the measurements of its engine and model class (calibration/serving.yaml
+    `measured`, written from serving_measurements.csv by `serve_validate.measured_ranges`): prompt and output
+    lengths, the chosen instances' concurrency and GPUs per instance, the model, the GPU (unless
+    `_uncalibrated_gpu_note` says so already). There the latency model extrapolates and its error is unknown.
+    Empty when everything lies within the measured ranges (or the file has no `measured` block)."""
+    measured = calibration.get("measured", {}).get(req.engine, {}).get("moe" if spec.is_moe else "dense")
+    if not measured:
+        return []
+    outside = []
+    asked = [("prompt length", "input_len", [req.input_len]), ("output length", "output_len", [req.output_len]),
+             ("concurrency per instance", "concurrency", [p["concurrency"] for p in chosen]),
+             ("GPUs per instance", "instance_gpus", [p["gpus"] // p["parallelism"].get("replicas", 1) for p in chosen])]
+    for words, key, values in asked:
+        low, high = measured[key]
+        beyond = [v for v in values if not low <= v <= high]
+        if beyond:
+            outside.append(f"{words} {', '.join(f'{v:,}' for v in sorted(set(beyond)))} (measured {low:,}-{high:,})")
+    if spec.name not in measured["models"]:
+        outside.append(f"model {spec.name} (measured: {', '.join(measured['models'])})")
+    if hw.gpu.name.startswith(CALIBRATED_GPUS) and hw.gpu.name not in measured["gpus"]:
+        outside.append(f"GPU {hw.gpu.name} (measured: {', '.join(measured['gpus'])})")
+    if not outside:
+        return []
+    what = "MoE" if spec.is_moe else "dense"
+    return [f"extrapolated beyond the {req.engine} {what} serving measurements the latency model is fitted and "
+            f"evaluated on: {'; '.join(outside)}; its TTFT/TPOT error there is unknown"]
 
 
 def _uncalibrated_gpu_note(hw: ClusterSpec, req: ServeRequest) -> str:
@@ -942,7 +973,8 @@ def disaggregated_plan(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, coef
                    "candidates_evaluated": len(pre) + len(dec), "shapes": len(found), "shapes_rejected": rejected},
         "deployment": {"gpus": gpus, "tokens_per_s": round(tokens, 1), "tokens_per_s_per_gpu": plan["tokens_per_s_per_gpu"],
                        "requests_per_s": plan["requests_per_s"], "workers": rows},
-        "plans": plans[:req.top], "pareto": [], "notes": _notes(hw, req) + [
+        "plans": plans[:req.top], "pareto": [],
+        "notes": _notes(hw, req) + _extrapolation_note(spec, hw, req, load_calibration(), []) + [
             "disaggregated: prefill workers run prompts only, decode workers generate only; TTFT includes the "
             "KV transfer; constants are the aggregated fit's with the prefill-interference term removed; "
             f"{ROUTER_SPLIT}, so a mix has one prefill kind and one decode kind"]
