@@ -715,7 +715,7 @@ def show_emitted(launch, searched: dict) -> None:
              f"planned) {as_emitted}"
              + (f" with the changes {emitted.framework} needs ({len(first.emitted.deviations)} "
                 f"deviation(s))" if first is not None else ""))
-    for line_ in emitted.deviations:
+    for line_ in emitted.deviations + emitted.placeholders:
         note(line_)
     step = verdict.get("time_s") and verdict["time_s"]["step"]
     timing = f"; {step:.3f} s/step as emitted (search's best plan: {best:.3f} s)" if step else ""
