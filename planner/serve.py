@@ -255,6 +255,9 @@ def _latency(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, inst: sv.Insta
                              prefill_efficiency=sv.prefill_gemm_efficiency(hw.gpu, _peak_dtype(hw, req.weight_dtype)))
     if not interference:
         terms["prefill_interference_s"] = terms["interference_allreduce_s"] = 0.0
+    if not prefill_only and LOW_LATENCY_PREFILL[req.engine]:
+        terms["moe_exchange_prefill_s"] = sv.moe_exchange_s(spec, inst, req.input_len, decode=True,
+                                                             link_bytes_per_s=sv.link_bytes_per_s(hw, inst.tp))
     return sv.predict_latency(terms, coefficients)
 
 
@@ -559,6 +562,19 @@ def _pareto(points: list) -> list[dict]:
     return sorted(unique.values(), key=lambda d: -d["tokens_per_s_per_gpu"])
 
 
+LOW_LATENCY_PREFILL = {"vllm": True, "sglang": False, "trtllm": False}
+"""Engine -> whether an aggregated server (prefill chunks and decode in one step) with attention DP and EP runs
+its prompts' expert exchange through DeepEP's low-latency kernels, each token sent once per chosen expert
+(`cost.serving.moe_exchange_s` decode=True) rather than the normal kernels' once per destination rank.
+vLLM: yes. Its all2all backend is one per server (vllm/config/parallel.py @840e797 `all2all_backend`), and the aggregated
+launch asks for deepep_low_latency (`emit.vllm.command`; vLLM's own aggregated multi-node example does the same:
+docs/serving/expert_parallel_deployment.md @13642f1). The low-latency manager sizes its buffers for
+VLLM_MOE_DP_CHUNK_SIZE tokens per rank (default 256; vllm/envs.py, `DeepEPLLAll2AllManager` in
+vllm/distributed/device_communicators/all2all.py @e04bcc7), so a prompt is dispatched 256 tokens at a time
+(vllm/model_executor/layers/fused_moe/runner/chunking_moe_runner.py @25e27f7 `forward_impl`); the per-dispatch
+latency of those chunks is not priced. SGLang: no (DeepEP mode auto: normal kernels when the batch has prefill,
+srt/layers/moe/utils.py DeepEPMode.resolve @0.5.23). TensorRT-LLM: priced as before (normal kernels in prefill);
+no source read. Disaggregated prefill workers are priced with the normal kernels (vLLM: its high-throughput backend)."""
 DEEPEP_FLAGS = {"vllm": f"{vllm_flags.FLAG['a2a']} {vllm_flags.DEEPEP_DECODE} ({vllm_flags.DEEPEP_PREFILL} on "
                         f"prefill workers)",
                 "sglang": f"{sglang_flags.FLAG['a2a']} {sglang_flags.A2A_DEFAULT_EMIT} (DeepEP mode auto by default: "
@@ -575,8 +591,11 @@ def _exchange_note(spec: ModelSpec, req: ServeRequest, chosen: list[dict]) -> li
     engines run only when asked: say so, with the flag (`cost.serving.moe_exchange_s`)."""
     if not spec.is_moe or not any(p["parallelism"]["ep"] > 1 and p["parallelism"]["dp"] > 1 for p in chosen):
         return []
-    return [f"EP with attention DP: the expert dispatch/combine is priced as DeepEP (low-latency kernels in "
-            f"decode, normal kernels in prefill), which {req.engine} runs only with "
+    kernels = ("low-latency kernels in decode and prefill alike: one backend per server, prompts dispatched "
+               "256 tokens at a time" if LOW_LATENCY_PREFILL[req.engine] else
+               "low-latency kernels in decode, normal kernels in prefill")
+    return [f"EP with attention DP: the expert dispatch/combine is priced as DeepEP ({kernels}), which "
+            f"{req.engine} runs only with "
             f"{DEEPEP_FLAGS[req.engine]}; its default all-gather/reduce-scatter moves "
             f"every token to every GPU (the price the plans without EP pay)"]
 
