@@ -821,8 +821,8 @@ def _choice(args: dict, knob: str, file: str) -> str | None:
 def _bad_values(args: dict, file: str, unknown: list[Violation]) -> None:
     """Every value Megatron-LM's argparse rejects (an integer flag's non-positive-integer, a choice flag's value
     outside its choices: `_int` / `_choice`), in one error that also names the file's unknown flags
-    (`_unknown_flags`), so that one CI run reports them all (fresh-user review 8 #19: `--recompute-granularity
-    ful` hid a misspelled flag until the next run). A value from a shell variable is left to the reader.
+    (`_unknown_flags`), so that one CI run reports them all (fresh-user review 8 #19: a recompute granularity
+    `ful` hid a misspelled flag until the next run). A value from a shell variable is left to the reader.
 
     Raises:
         SpecError: one bad value as it is (with the unknown flags appended), or "values Megatron-LM rejects: --a:
