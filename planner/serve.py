@@ -308,6 +308,9 @@ def _latency(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, inst: sv.Insta
                              prefill_efficiency=sv.prefill_gemm_efficiency(hw.gpu, _peak_dtype(hw, req.weight_dtype)))
     if not interference:
         terms["prefill_interference_s"] = terms["interference_allreduce_s"] = 0.0
+    if not prefill_only and LOW_LATENCY_PREFILL[req.engine]:
+        terms["moe_exchange_prefill_s"] = sv.moe_exchange_s(spec, inst, req.input_len, decode=True,
+                                                             link_bytes_per_s=sv.link_bytes_per_s(hw, inst.tp))
     return sv.predict_latency(terms, coefficients)
 
 
@@ -527,8 +530,8 @@ def serve_plan(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, calibration:
                        "requests_per_s": round(sum(p["requests_per_s"] for p in chosen), 3), "mix": chosen},
         "plans": top,
         "pareto": pareto,
-        "notes": (_notes(hw, req) + _no_slo_note(req, chosen) + _exchange_note(spec, req, chosen)
-                  + _wide_note(hw, req, chosen)
+        "notes": (_notes(hw, req) + _extrapolation_note(spec, hw, req, calibration, chosen)
+                  + _no_slo_note(req, chosen) + _exchange_note(spec, req, chosen) + _wide_note(hw, req, chosen)
                   + _slo_margin_note(req, chosen, calibration)),
     }
 
@@ -613,6 +616,19 @@ def _pareto(points: list) -> list[dict]:
     return sorted(unique.values(), key=lambda d: -d["tokens_per_s_per_gpu"])
 
 
+LOW_LATENCY_PREFILL = {"vllm": True, "sglang": False, "trtllm": False}
+"""Engine -> whether an aggregated server (prefill chunks and decode in one step) with attention DP and EP runs
+its prompts' expert exchange through DeepEP's low-latency kernels, each token sent once per chosen expert
+(`cost.serving.moe_exchange_s` decode=True) rather than the normal kernels' once per destination rank.
+vLLM: yes. Its all2all backend is one per server (vllm/config/parallel.py @840e797 `all2all_backend`), and the aggregated
+launch asks for deepep_low_latency (`emit.vllm.command`; vLLM's own aggregated multi-node example does the same:
+docs/serving/expert_parallel_deployment.md @13642f1). The low-latency manager sizes its buffers for
+VLLM_MOE_DP_CHUNK_SIZE tokens per rank (default 256; vllm/envs.py, `DeepEPLLAll2AllManager` in
+vllm/distributed/device_communicators/all2all.py @e04bcc7), so a prompt is dispatched 256 tokens at a time
+(vllm/model_executor/layers/fused_moe/runner/chunking_moe_runner.py @25e27f7 `forward_impl`); the per-dispatch
+latency of those chunks is not priced. SGLang: no (DeepEP mode auto: normal kernels when the batch has prefill,
+srt/layers/moe/utils.py DeepEPMode.resolve @0.5.23). TensorRT-LLM: priced as before (normal kernels in prefill);
+no source read. Disaggregated prefill workers are priced with the normal kernels (vLLM: its high-throughput backend)."""
 DEEPEP_FLAGS = {"vllm": f"{vllm_flags.FLAG['a2a']} {vllm_flags.DEEPEP_DECODE} ({vllm_flags.DEEPEP_PREFILL} on "
                         f"prefill workers)",
                 "sglang": f"{sglang_flags.FLAG['a2a']} {sglang_flags.A2A_DEFAULT_EMIT} (DeepEP mode auto by default: "
@@ -629,8 +645,11 @@ def _exchange_note(spec: ModelSpec, req: ServeRequest, chosen: list[dict]) -> li
     engines run only when asked: say so, with the flag (`cost.serving.moe_exchange_s`)."""
     if not spec.is_moe or not any(p["parallelism"]["ep"] > 1 and p["parallelism"]["dp"] > 1 for p in chosen):
         return []
-    return [f"EP with attention DP: the expert dispatch/combine is priced as DeepEP (low-latency kernels in "
-            f"decode, normal kernels in prefill), which {req.engine} runs only with "
+    kernels = ("low-latency kernels in decode and prefill alike: one backend per server, prompts dispatched "
+               "256 tokens at a time" if LOW_LATENCY_PREFILL[req.engine] else
+               "low-latency kernels in decode, normal kernels in prefill")
+    return [f"EP with attention DP: the expert dispatch/combine is priced as DeepEP ({kernels}), which "
+            f"{req.engine} runs only with "
             f"{DEEPEP_FLAGS[req.engine]}; its default all-gather/reduce-scatter moves "
             f"every token to every GPU (the price the plans without EP pay)"]
 
@@ -704,6 +723,36 @@ def _notes(hw: ClusterSpec, req: ServeRequest) -> list[str]:
     if not hw.gpu.name.startswith(CALIBRATED_GPUS):
         notes.append(_uncalibrated_gpu_note(hw, req))
     return notes
+
+
+def _extrapolation_note(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, calibration: dict,
+                        chosen: list[dict]) -> list[str]:
+    """What the plan takes beyond the measurements of its engine and model class (calibration/serving.yaml
+    `measured`, written from serving_measurements.csv by `serve_validate.measured_ranges`): prompt and output
+    lengths, the chosen instances' concurrency and GPUs per instance, the model, the GPU (unless
+    `_uncalibrated_gpu_note` says so already). There the latency model extrapolates and its error is unknown.
+    Empty when everything lies within the measured ranges (or the file has no `measured` block)."""
+    measured = calibration.get("measured", {}).get(req.engine, {}).get("moe" if spec.is_moe else "dense")
+    if not measured:
+        return []
+    outside = []
+    asked = [("prompt length", "input_len", [req.input_len]), ("output length", "output_len", [req.output_len]),
+             ("concurrency per instance", "concurrency", [p["concurrency"] for p in chosen]),
+             ("GPUs per instance", "instance_gpus", [p["gpus"] // p["parallelism"].get("replicas", 1) for p in chosen])]
+    for words, key, values in asked:
+        low, high = measured[key]
+        beyond = [v for v in values if not low <= v <= high]
+        if beyond:
+            outside.append(f"{words} {', '.join(f'{v:,}' for v in sorted(set(beyond)))} (measured {low:,}-{high:,})")
+    if spec.name not in measured["models"]:
+        outside.append(f"model {spec.name} (measured: {', '.join(measured['models'])})")
+    if hw.gpu.name.startswith(CALIBRATED_GPUS) and hw.gpu.name not in measured["gpus"]:
+        outside.append(f"GPU {hw.gpu.name} (measured: {', '.join(measured['gpus'])})")
+    if not outside:
+        return []
+    what = "MoE" if spec.is_moe else "dense"
+    return [f"extrapolated beyond the {req.engine} {what} serving measurements the latency model is fitted and "
+            f"evaluated on: {'; '.join(outside)}; its TTFT/TPOT error there is unknown"]
 
 
 def _uncalibrated_gpu_note(hw: ClusterSpec, req: ServeRequest) -> str:
@@ -1016,7 +1065,8 @@ def disaggregated_plan(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, coef
                    "candidates_evaluated": len(pre) + len(dec), "shapes": len(found), "shapes_rejected": rejected},
         "deployment": {"gpus": gpus, "tokens_per_s": round(tokens, 1), "tokens_per_s_per_gpu": plan["tokens_per_s_per_gpu"],
                        "requests_per_s": plan["requests_per_s"], "workers": rows},
-        "plans": plans[:req.top], "pareto": [], "notes": _notes(hw, req) + [
+        "plans": plans[:req.top], "pareto": [],
+        "notes": _notes(hw, req) + _extrapolation_note(spec, hw, req, load_calibration(), []) + [
             "disaggregated: prefill workers run prompts only, decode workers generate only; TTFT includes the "
             "KV transfer; constants are the aggregated fit's with the prefill-interference term removed; "
             f"{ROUTER_SPLIT}, so a mix has one prefill kind and one decode kind"]

@@ -718,6 +718,23 @@ def _mape(rows: list[dict]) -> dict:
     return {"ttft_mape": err("ttft"), "tpot_mape": err("tpot"), "n": n}
 
 
+def measured_ranges(cases: list[Case]) -> dict[str, dict[str, dict]]:
+    """{engine: {class: {input_len, output_len, concurrency, instance_gpus: [min, max]; gpus, models: [names]}}}
+    of the measurements (fit and evaluation parts): where the latency model's error is known. serve-plan names
+    what a plan takes beyond these (`planner.serve._extrapolation_note`)."""
+    groups: dict[tuple[str, str], list[Case]] = {}
+    for case in cases:
+        groups.setdefault((case.engine, model_class(case.model)), []).append(case)
+    out: dict[str, dict[str, dict]] = {}
+    for (engine, cls), rows in sorted(groups.items()):
+        span = lambda values: [min(values), max(values)]  # noqa: E731
+        out.setdefault(engine, {})[cls] = {
+            "input_len": span([c.input_len for c in rows]), "output_len": span([c.output_len for c in rows]),
+            "concurrency": span([c.concurrency for c in rows]), "instance_gpus": span([c.inst.gpus for c in rows]),
+            "gpus": sorted({_cluster(c.cluster).gpu.name for c in rows}), "models": sorted({c.model for c in rows})}
+    return out
+
+
 def write_calibration(path: Path = CALIBRATION, data: Path = DATA) -> dict:
     """Fit on the FIT part of `data` and write the coefficients file with its provenance."""
     cases = load_cases(data)
@@ -741,6 +758,7 @@ def write_calibration(path: Path = CALIBRATION, data: Path = DATA) -> dict:
     }
     evaluation = validate(cases, doc, part="evaluation")
     doc["evaluation"] = {"summary": evaluation["summary"], "by_engine": evaluation["by"]["engine"]}
+    doc["measured"] = measured_ranges(cases)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return doc

@@ -1084,3 +1084,15 @@ def test_bad_value_in_a_vllm_config_yaml_names_the_yaml_file_and_key(tmp_path):
     bad_flag = _file(tmp_path, "vllm serve meta-llama/Llama-3.1-8B --config vcfg.yaml --max-model-len lots2\n", "vd.sh")
     proc = _planner("check", str(bad_flag), "-c", "dgx-h100")
     assert proc.returncode == 2 and f"{bad_flag}: --max-model-len: value 'lots2'" in proc.stderr, proc.stderr
+
+
+def test_full_length_concurrency_warning_does_not_tell_chat_loads_to_cut_the_batch(tmp_path):
+    """Senior review 8 finding 11: an ordinary 70B launch (max-model-len 131,072 as a ceiling, 256 sequences) was
+    told `Fix: --max-num-seqs 10`, which would cut a chat load's decode batch ~25x. The engine allocates KV as a
+    sequence grows: the fix says to change nothing unless requests reach that length."""
+    path = _file(tmp_path, "vllm serve meta-llama/Llama-3.1-70B-Instruct --tensor-parallel-size 8 --max-model-len "
+                           "131072 --gpu-memory-utilization 0.9 --max-num-seqs 256\n")
+    proc = _planner("check", str(path), "-c", "dgx-h100", "--gpus", "8", "--format", "json")
+    [found] = [v for v in json.loads(proc.stdout)["violations"] if v["rule"] == "kv_pool_concurrency"]
+    assert found["severity"] == "warning" and "allocates KV as a sequence grows" in found["message"]
+    assert found["fix"].startswith("nothing if requests are typically much shorter than 131,072 tokens")

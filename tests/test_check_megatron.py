@@ -522,3 +522,22 @@ def test_microbatch_group_size_is_read_and_keeps_more_in_flight(tmp_path):
                                      + " --microbatch-group-size-per-virtual-pipeline-stage 8"))
     data = _data(_check(path, "--cluster", "dgx-h100", "--model", "gpt-3-175b"))
     assert "microbatch_group_size" in {v["rule"] for v in data["violations"] if v["severity"] == "error"}
+
+
+def test_every_bad_value_and_unknown_flag_in_one_error(tmp_path):
+    """Fresh-user review 8 #19: `--recompute-granularity ful` stopped the file, so a second bad value and a
+    misspelled flag surfaced only on the next CI run. One error now names all three (exit 2)."""
+    from tests.cli_run import planner
+
+    path = tmp_path / "train.sh"
+    path.write_text("torchrun --nproc_per_node 8 pretrain_gpt.py --tensor-model-parallel-size 8 "
+                    "--micro-batch-size 1 --global-batch-size 64 --seq-length 4096 --bf16 "
+                    "--recompute-granularity ful --overlap-grad-reduc --pipeline-model-parallel-size x2\n")
+    out = planner("check", str(path), "-m", "llama-3.1-8b", "-c", "dgx-h100", "--gpus", "8")
+    assert out.returncode == 2
+    text = " ".join(out.stderr.split())
+    assert text.count("error:") == 1
+    for part in ("--recompute-granularity: value 'ful' not allowed; allowed: full, selective",
+                 "--pipeline-model-parallel-size: value 'x2' must be an integer >= 1",
+                 "also --overlap-grad-reduc is not a Megatron-LM flag; did you mean --overlap-grad-reduce?"):
+        assert part in text

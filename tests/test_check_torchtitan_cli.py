@@ -198,6 +198,8 @@ def test_old_batch_fields_on_the_command_line_fail_with_the_old_context(tmp_path
     found = [v for v in json.loads(result.output)["violations"]
              if v["rule"] == "torchtitan_unknown_key"]
     assert len(found) == 3 and all("73aed7f" in v["message"] for v in found)
+    # fresh-user review 8 #14: the message says which release the check models and that no older one can be named
+    assert "the one release command lines are checked against" in found[0]["message"]
     assert "num_tokens_per_microbatch_per_dp_rank 8192 (2 sequences x 4096" in found[0]["fix"]
     piped = _check(_write(tmp_path, OLD_BATCH.format(
         " --parallelism.pipeline_parallel_degree 2"), name="pp.sh"))

@@ -217,3 +217,16 @@ def test_an_optimizer_the_framework_cannot_name_is_bad_input_before_the_search(f
     proc = _planner(*BASE, "--optimizer", optimizer, "--emit", framework)
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.startswith(f"error: --optimizer: value '{optimizer}' contradicts --emit")
+
+
+def test_a_script_says_when_it_is_not_the_tables_first_plan():
+    """Senior review 8 finding 11: `--emit torchtitan` of 70B at 8K tokens launched dp2 tp8 pp2 cp2 while the table's
+    #1 is dp2 tp4 pp4 cp2; only stderr said so. The note is also a comment in the script (after the shebang) or
+    TOML (first line), which survives copy-paste; JSON has no comments and is left as it is."""
+    from planner.report import _header_comment
+
+    which = "emitted plan #2 of the search (dp2 tp8 pp2 cp2), 62.7 s/step"
+    assert _header_comment("#!/bin/bash\ntorchrun x\n", ".sh", which) == f"#!/bin/bash\n# NOTE: {which}\ntorchrun x\n"
+    assert _header_comment("[job]\n", ".toml", which) == f"# NOTE: {which}\n[job]\n"
+    assert _header_comment("{}\n", ".json", which) == "{}\n"
+    assert _header_comment("#!/bin/bash\n", ".sh", None) == "#!/bin/bash\n"

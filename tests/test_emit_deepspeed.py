@@ -23,6 +23,7 @@ from planner.errors import SpecError
 from planner.plan import plan, plan_file, plan_layout
 from planner.specs.cluster import load_cluster
 from planner.specs.model import load_model
+from tests.cli_run import planner
 
 EXACT_FIELDS = ("dp", "tp", "pp", "cp", "ep", "etp", "zero_stage", "sequence_parallel", "vpp",
                 "micro_batch_size", "global_batch_size", "seq_len", "optimizer", "precision",
@@ -126,7 +127,7 @@ def test_known_text_bf16_adamw_autotp_offload():
     # By hand: train_batch_size = 128; micro = 2; gas = 128 / (2 x dp 8) = 8; tp 2 -> autotp 2;
     # ZeRO-1 with the optimizer offloaded -> offload_optimizer device cpu; bf16; AdamW with Llama's
     # published betas (0.9, 0.95), eps 1e-5, weight decay 0.1 and clip 1.0 (Llama 2 paper §2.2, restated
-    # for Llama 3 by emit.megatron.RECIPES), lr FusedAdam's default 1e-3 (deepspeed/ops/adam/fused_adam.py);
+    # for Llama 3 by emit.megatron.RECIPES), lr the placeholder 3.0e-4 --emit megatron writes (LR=3.0e-4), marked on stderr;
     # ZeRO-1 buckets: reduce and all-gather 5e8 elements (deepspeed/runtime/zero/config.py defaults).
     emitted = write(_doc(offload=["optimizer"]))
     assert emitted.suffix == ".json" and emitted.framework == "deepspeed"
@@ -138,7 +139,7 @@ def test_known_text_bf16_adamw_autotp_offload():
         "zero_optimization": {"stage": 1, "reduce_bucket_size": 500_000_000, "allgather_bucket_size": 500_000_000,
                               "offload_optimizer": {"device": "cpu"}},
         "bf16": {"enabled": True},
-        "optimizer": {"type": "AdamW", "params": {"lr": 0.001, "betas": [0.9, 0.95], "eps": 1e-5,
+        "optimizer": {"type": "AdamW", "params": {"lr": 3e-4, "betas": [0.9, 0.95], "eps": 1e-5,
                                                   "weight_decay": 0.1}},
         "tensor_parallel": {"autotp_size": 2},
         "gradient_clipping": 1.0,
@@ -147,8 +148,8 @@ def test_known_text_bf16_adamw_autotp_offload():
 
 def test_known_text_fp16_sgd_zero3_param_offload_no_tp(tmp_path):
     # By hand: dp 16 x tp 1 = 16 GPUs; micro 1, gas 128 / (1 x 16) = 8; no tensor_parallel section;
-    # ZeRO-3 with parameters and optimizer offloaded; fp16; torch.optim's "SGD" (case-sensitive) with lr 1e-3
-    # (torch's default) and a momentum (the costed momentum buffer); ZeRO-3 buckets: reduce 5e8, live
+    # ZeRO-3 with parameters and optimizer offloaded; fp16; torch.optim's "SGD" (case-sensitive) with the placeholder
+    # lr 3.0e-4 and a momentum (the costed momentum buffer); ZeRO-3 buckets: reduce 5e8, live
     # parameters 1e9, persistence threshold 1e5 (zero/config.py defaults); clip 1.0 (Llama's published clip).
     doc = _doc(dp=16, tp=1, zero_stage=3, micro_batch_size=1, num_microbatches=8,
                offload=["parameters", "optimizer"], precision="fp16", optimizer="sgd")
@@ -162,7 +163,7 @@ def test_known_text_fp16_sgd_zero3_param_offload_no_tp(tmp_path):
                               "stage3_param_persistence_threshold": 100_000, "offload_optimizer": {"device": "cpu"},
                               "offload_param": {"device": "cpu"}},
         "fp16": {"enabled": True},
-        "optimizer": {"type": "SGD", "params": {"lr": 0.001, "momentum": 0.9}},
+        "optimizer": {"type": "SGD", "params": {"lr": 3e-4, "momentum": 0.9}},
         "gradient_clipping": 1.0,
     }
     _assert_layout(doc, target, offload=frozenset({"optimizer", "parameters"}))
@@ -197,15 +198,24 @@ def test_plan_buckets_are_written_and_read_back(tmp_path):
 
 
 def test_family_without_recipe_gets_deepspeeds_own_defaults():
-    """Mixtral has no RECIPES entry: AdamW params are FusedAdam's defaults (lr 1e-3, betas (0.9, 0.999), eps 1e-8,
-    weight_decay 0) and the clip DeepSpeed's GRADIENT_CLIPPING_DEFAULT 1.0 (runtime/constants.py @edaa722)."""
+    """Mixtral has no RECIPES entry: AdamW params are FusedAdam's defaults (betas (0.9, 0.999), eps 1e-8,
+    weight_decay 0; lr the placeholder 3.0e-4) and the clip DeepSpeed's GRADIENT_CLIPPING_DEFAULT 1.0 (runtime/constants.py @edaa722)."""
     from planner.emit.deepspeed import _clip, _optimizer_params
     model = load_model("mixtral-8x7b")
-    assert _optimizer_params(model, "adamw") == {"lr": 1e-3, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.0}
+    assert _optimizer_params(model, "adamw") == {"lr": 3e-4, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.0}
     assert _clip(model) == 1.0
     # DeepSeek-V3 publishes betas (0.9, 0.95), weight decay 0.1, clip 1.0 (arXiv:2412.19437 §4.2), no epsilon.
     ds3 = _optimizer_params(load_model("deepseek-v3"), "adamw")
-    assert ds3 == {"lr": 1e-3, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.1}
+    assert ds3 == {"lr": 3e-4, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.1}
+
+
+def test_learning_rate_is_a_marked_placeholder():
+    """Senior review 8 finding 8: a 70B JSON carried DeepSpeed's lr 1e-3 unmarked. The JSON writes the placeholder
+    3.0e-4 of --emit megatron's script (LR=3.0e-4) and says on stderr it is one."""
+    out = planner("plan", "-m", "llama-3.1-8b", "-c", "dgx-h100", "--gpus", "8", "--emit", "deepspeed", "--top", "1")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["optimizer"]["params"]["lr"] == 3e-4
+    assert "PLACEHOLDER: optimizer.params.lr is 0.0003" in " ".join(out.stderr.split())
 
 
 # ---------------------------------------------------------------- (3) deviations

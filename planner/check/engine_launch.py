@@ -1000,8 +1000,13 @@ def _memory_findings(spec: ModelSpec, hw: ClusterSpec, launch: Launch, mem: sv.S
                 message=f"{f['max_num_seqs']} {launch.max_num_seqs}: {counted(launch.max_num_seqs, 'sequence')} of "
                         f"{launch.max_model_len:,} tokens "
                         f"need more KV cache than the {mem.kv_cache / GIB:.2f} GiB pool per GPU: only {fit:,} run "
-                        f"at full length at once (the rest wait or are preempted)",
-                fix=f"{f['max_num_seqs']} {max(fit, 1)}, or more GPUs per instance"))
+                        f"at full length at once (the rest wait or are preempted); the engine allocates KV as a "
+                        f"sequence grows, so at shorter typical requests more run at once",
+                # senior review 8 finding 11: a chat load far below max-model-len lost ~25x of its decode batch
+                # to a fix that capped it at the full-length count
+                fix=f"nothing if requests are typically much shorter than {launch.max_model_len:,} tokens "
+                    f"(`planner serve-plan --input-len I --output-len O` sizes the batch for them); if they do "
+                    f"reach it, {f['max_num_seqs']} {max(fit, 1)} or more GPUs per instance"))
     return out
 
 

@@ -99,6 +99,7 @@ def read(path: Path, *, model: str | None, cluster: str | None, gpus: int | None
     args = parse_args(text, file)
     launchers = launcher_words(text, file)
     slurm = slurm_world(text, launchers)
+    _bad_values(args, file, _unknown_flags(text, launchers))
     _missing_options(args, model, cluster, gpus, seq_len, path, slurm)
     spec = _model(args, model, path)
     world = _world(args, gpus, file, slurm)
@@ -815,6 +816,36 @@ def _choice(args: dict, knob: str, file: str) -> str | None:
         raise SpecError(f"value {value!r} not allowed; allowed: {', '.join(flag.choices)}",
                         file=file, key=flag.flag)
     return value
+
+
+def _bad_values(args: dict, file: str, unknown: list[Violation]) -> None:
+    """Every value Megatron-LM's argparse rejects (an integer flag's non-positive-integer, a choice flag's value
+    outside its choices: `_int` / `_choice`), in one error that also names the file's unknown flags
+    (`_unknown_flags`), so that one CI run reports them all (fresh-user review 8 #19: a recompute granularity
+    `ful` hid a misspelled flag until the next run). A value from a shell variable is left to the reader.
+
+    Raises:
+        SpecError: one bad value as it is (with the unknown flags appended), or "values Megatron-LM rejects: --a:
+            ...; --b: ..." for several (exit 2)."""
+    errors = []
+    for name, value in args.items():
+        flag = mg.READ.get(name)
+        if flag is None or "$" in str(value):
+            continue
+        check = {mg.INT: (F, _int), mg.CHOICE: ({k: f.flag for k, f in mg.BY_KNOB.items()}, _choice)}.get(flag.kind)
+        if check is None or check[0].get(flag.knob) != name:
+            continue
+        try:
+            check[1](args, flag.knob, file)
+        except SpecError as exc:
+            errors.append(exc)
+    if not errors:
+        return
+    also = "".join("; also " + v.message.split(" Megatron-LM's argparse")[0] for v in unknown)
+    if len(errors) == 1:
+        raise SpecError(errors[0].message + also, file=file, key=errors[0].key)
+    raise SpecError("values Megatron-LM rejects: " + "; ".join(f"{e.key}: {e.message}" for e in errors) + also,
+                    file=file)
 
 
 def _on(args: dict, knob: str) -> bool:

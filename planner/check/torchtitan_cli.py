@@ -297,7 +297,8 @@ def _renamed(key: str, value, context, piped: bool, meant: dict) -> Violation:
     return Violation(
         rule="torchtitan_unknown_key",
         message=f"--{key} was replaced by --{new} in torchtitan {tt.BATCH_RENAME_COMMIT} (2026-08-20); "
-                f"tyro exits on the old name (config/configs.py at {tt.CLI_COMMIT}); {costed}",
+                f"tyro exits on the old name (config/configs.py at {tt.CLI_COMMIT}, the one release command "
+                f"lines are checked against: nothing names an older one, where the old name is right); {costed}",
         fix=fix)
 
 

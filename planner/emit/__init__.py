@@ -47,6 +47,9 @@ class Emitted:
     """File suffix the readers of `planner check` recognise: .sh, .json or .toml."""
     deviations: tuple[str, ...] = ()
     """Where the configuration differs from the plan and why, with numbers (empty: exact)."""
+    placeholders: tuple[str, ...] = ()
+    """Values written that the plan does not know (e.g. the learning rate of a JSON, which has no
+    comments to mark them), one line each naming the key and what to set; printed as notes."""
     recompute_in_code: tuple[dict[str, int], ...] | None = None
     """[stage] {mode: layers} of recompute the configuration cannot carry and the model code
     applies (DeepSpeed checkpoints from code); `planner check` of the file assumes none, so

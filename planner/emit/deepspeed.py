@@ -11,8 +11,9 @@ Keys written -- exactly those `planner.check.deepspeed` reads back; names, defau
   (looked up as `getattr(torch.optim, name)`, `runtime/engine.py` `_configure_basic_optimizer`), and its
   `params` (`_optimizer_params`): the model family's published betas, epsilon and weight decay
   (`planner.emit.megatron.RECIPES`, the table the Megatron emitter writes), else the values DeepSpeed runs
-  with the section absent (`frameworks.deepspeed.OPTIMIZER_DEFAULTS`); the learning rate is the optimizer's
-  default 1e-3 (the plan has none: set yours);
+  with the section absent (`frameworks.deepspeed.OPTIMIZER_DEFAULTS`); the learning rate, which the plan does
+  not know, is the Megatron emitter's placeholder (`planner.emit.megatron.PLACEHOLDERS` LR, not DeepSpeed's
+  1e-3), named as a PLACEHOLDER on stderr (`Emitted.placeholders`: JSON has no comments);
 - the gradient clip (KEY['grad_clip']): the family's published clip (RECIPES clip_grad), else
   DeepSpeed's default 1.0;
 - the ZeRO buckets the cost model charges, so that the JSON runs what was costed (`_put_buckets`): the plan's
@@ -130,7 +131,7 @@ def write(doc: dict) -> Emitted:
         deviations.insert(0, "sequence_parallel=true not written: at tp=1 there is nothing to "
                              "split the sequence over (no effect on memory or time)")
     return Emitted(framework="deepspeed", text=json.dumps(config, indent=2) + "\n",
-                   suffix=SUFFIX, deviations=tuple(deviations),
+                   suffix=SUFFIX, deviations=tuple(deviations), placeholders=(_lr_placeholder_note(),),
                    recompute_in_code=code_recompute(doc))
 
 
@@ -146,9 +147,24 @@ def _recipe_values(model) -> dict[str, str]:
     return dict(found.values) if found else {}
 
 
+def _placeholder_lr() -> str:
+    """The peak learning rate the Megatron emitter writes as its placeholder (`megatron.PLACEHOLDERS` LR)."""
+    from planner.emit.megatron import PLACEHOLDERS
+
+    return next(default for var, default, _ in PLACEHOLDERS if var == "LR")
+
+
+def _lr_placeholder_note() -> str:
+    """The stderr line marking the JSON's learning rate as a placeholder (`Emitted.placeholders`)."""
+    return (f"PLACEHOLDER: {K['optimizer_params']}.lr is {float(_placeholder_lr()):g}, the plan does not know the "
+            f"learning rate (--emit megatron writes the same placeholder; DeepSpeed's own default is "
+            f"{ds.OPTIMIZER_DEFAULTS['adamw']['lr']:g}): set your peak learning rate before launching")
+
+
 def _optimizer_params(model, optimizer: str) -> dict:
-    """`optimizer.params` (module docstring): OPTIMIZER_DEFAULTS with the family's published AdamW values."""
-    params = dict(ds.OPTIMIZER_DEFAULTS[optimizer])
+    """`optimizer.params` (module docstring): OPTIMIZER_DEFAULTS with the family's published AdamW values and
+    the placeholder learning rate."""
+    params = {**ds.OPTIMIZER_DEFAULTS[optimizer], "lr": float(_placeholder_lr())}
     values = _recipe_values(model)
     if optimizer == "adamw":
         params["betas"] = [float(values.get(f"adam_beta{i + 1}", b)) for i, b in enumerate(params["betas"])]

@@ -135,6 +135,10 @@ def script(data: dict, engine: str, model_ref: str, gpus_per_node: int, mla: boo
     disaggregated = any(s.worker.role for s in placed)
     last = placed[-1]
     several = (last.gpu + last.worker.inst.gpus - 1) // gpus_per_node > 0
+    if not disaggregated and len(placed) > 1:  # senior review 8 finding 11: no word that load must be spread
+        lines.append(f"# {len(placed)} independent servers: the plan's throughput assumes requests are spread evenly "
+                     f"over them, so put a load balancer in front of their ports (round-robin; {writer.ROUTER_VERSION} "
+                     f"does this), or send each client to one server in turn")
     if disaggregated and several:
         lines.append(f"# the workers span nodes 0 to {(last.gpu + last.worker.inst.gpus - 1) // gpus_per_node}: set "
                      f"{NODE_ADDR}_N to the address of node N wherever a line names it (the router's line, on "
