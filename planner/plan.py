@@ -724,6 +724,41 @@ def _screen_bound(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> floa
     return bound * (1 - 1e-9) - 1e-8 * (model.num_hidden_layers + 1)
 
 
+def _pinned_time_bound(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> float:
+    """A lower bound on objective(layout) for a candidate whose split is pinned (`_pinned_split`:
+    interleaved), s, from the stage cost model at that split (the last screen, after
+    `_screen_bound`'s memory LP, whose A t_s + P leaves out the cost model's communication and
+    state terms): max_s sum_g max_p (a[g,p,s] + sum_{l in run_s} min_{r in modes} q[g,p,kind l,r]);
+    0 (no bound) for a free split or an inexact memory model (`_screen_bound`'s reasons).
+
+    Proof. The program's stage total is T_s(c) = sum_g max_p (a[g,p,s] + sum_{k,r} q[g,p,k,r]
+    c[k,r]) (`_split_free_bound`'s proof), c the stage's per-kind per-mode layer counts; with the
+    split pinned, stage s holds the run the program gives it (`_stages_may_fit`), and each layer
+    counted at its least coefficient over `modes` makes every piece no larger whatever the modes
+    (the sign of q does not matter at a fixed run). The program's optimum is max_s T_s, at least
+    this value; its rounding margin is `_split_free_bound`'s, so it stays below the refined bound
+    wherever that one is the program's optimum, and the search solves the same candidates in the
+    same order. It bounds an uneven candidate's plan as the refined bound does (`_refined_bound`).
+    The stage cost model is cached (`stage_cost_model`): the candidate's program, if built
+    next, reuses it."""
+    layout = _with_split(costs.model, layout)
+    pinned = _pinned_split(costs.model, layout)
+    if pinned is None or not (_uneven(layout) or memory_model_exact(costs.model, layout)):
+        return 0.0
+    groups = stage_cost_model(costs.model, costs.cluster, layout).time_groups()
+    allowed = [RECOMPUTE_MODES.index(m) for m in modes]
+    least = [[tuple(min(row[r] for r in allowed) for row in piece.coef) for piece in group]
+             for group in groups]
+    kinds, start, worst = costs.kinds, 0, -math.inf
+    for s, n in enumerate(pinned):
+        counts = Counter(kinds[start:start + n])
+        start += n
+        worst = max(worst, sum(max(piece.const_s[s] + sum(c * inc[k] for k, c in counts.items())
+                                   for piece, inc in zip(group, incs))
+                               for group, incs in zip(groups, least)))
+    return worst * (1 - 1e-9) - 1e-8 * (costs.model.num_hidden_layers + 1)
+
+
 def _layer_choices(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> tuple[tuple, list]:
     """(head_s per stage, s; [stage][kind] ((bytes, s) per mode in `modes`)): what one layer of a
     kind costs on stage s in the screens' LP (`_screen_bound`): its state plus its activations
@@ -1419,7 +1454,8 @@ def _search(model, cluster, fixed, base, reserve, headroom, top_k, on_progress=N
                     refine=lambda c: _refined_bound(costs, c, _modes_of(c, modes)), expand=expand,
                     screen=(lambda c: _split_time_bound(costs, c, _modes_of(c, modes)),
                             lambda c: _split_memory_bound(costs, c, _modes_of(c, modes)),
-                            lambda c: _screen_bound(costs, c, _modes_of(c, modes))))
+                            lambda c: _screen_bound(costs, c, _modes_of(c, modes)),
+                            lambda c: _pinned_time_bound(costs, c, _modes_of(c, modes))))
     return result, rejections, costs
 
 

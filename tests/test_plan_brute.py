@@ -314,7 +314,7 @@ def test_bounds_never_exceed_the_objective(seed):
     bound keeps."""
     model, cluster, base, fixed = _seeded_case(seed)
     layouts, _, costs = P._candidates(model, cluster, fixed, base, 0, 0.0)
-    screened = 0
+    screened = pinned_screened = 0
     for layout in layouts:
         evaluated = P._solve(costs, layout, P.RECOMPUTE_MODES)
         if evaluated is None:
@@ -323,16 +323,21 @@ def test_bounds_never_exceed_the_objective(seed):
         screen = P._screen_bound(costs, layout, P.RECOMPUTE_MODES)
         first = P._split_time_bound(costs, layout, P.RECOMPUTE_MODES)
         memory = P._split_memory_bound(costs, layout, P.RECOMPUTE_MODES)
+        pinned = P._pinned_time_bound(costs, layout, P.RECOMPUTE_MODES)
         refined = P._refined_bound(costs, layout, P.RECOMPUTE_MODES)
         assert cheap <= evaluated.objective_s * (1 + 1e-12), layout
         assert screen <= evaluated.objective_s * (1 + 1e-12), layout
+        assert pinned <= evaluated.objective_s * (1 + 1e-12), layout
         assert first <= refined and memory <= refined, layout
+        if not P._uneven(P._with_split(model, layout)):
+            assert pinned <= refined, layout
+        pinned_screened += pinned > 0
         assert refined <= evaluated.objective_s * (1 + 1e-12), layout
         assert not math.isinf(refined)
         if not P._uneven(P._with_split(model, layout)):
             assert screen <= refined, layout
         screened += screen > 0
-    assert screened > 0  # some interleaved candidates get a screen bound
+    assert screened > 0 and pinned_screened > 0  # some interleaved candidates get screen bounds
 
 
 def test_split_free_screen_stays_below_the_refined_bound_with_two_layer_kinds():
