@@ -77,10 +77,14 @@ the program when the summed per-stage memory constraints already fail (`_may_fit
 condition: the summed per-stage memory constraints, then each stage's over the run of layers it
 holds, `_stages_may_fit`). A candidate solved after an exact refined bound reuses that DP's plan.
 Between the two, a candidate whose split is pinned (interleaved) is first screened
-(`_screen_bound`, `search`'s screen): each stage's layer time under the least recompute that
-frees the memory it must free (a knapsack LP per stage), no program built; a candidate whose
-program chooses the split by the least over splits of the largest stage total with each layer at
-its least coefficient per piece (`_split_free_bound`: the stage cost model's pieces, no memory). An interleaved
+(`_screen_bound`, `search`'s screens): each stage's layer time under the least recompute that
+frees the memory it must free (a knapsack LP per stage), no program built, then its stage cost
+model's totals at that split, each layer at its least coefficient per piece
+(`_pinned_time_bound`); a candidate whose program chooses the split by the least over splits of
+the largest stage's layer times (`_split_time_bound`), of the same per-stage memory LP
+(`_split_memory_bound`, a greedy split per threshold, bisected) and of the largest stage total
+with each layer at its least coefficient per piece (`_split_free_bound`: the stage cost model's
+pieces, no memory). An interleaved
 candidate with chunks of different sizes adds to its cheap bound the least bubble
 (pp - 1) x slowest chunk any assignment leaves (`_uneven_bubble_floor_s`). All are <=
 objective(c) (tested on every candidate of small cases).
@@ -729,7 +733,8 @@ def _pinned_time_bound(costs: _Costs, layout: Layout, modes: tuple[str, ...]) ->
     interleaved), s, from the stage cost model at that split (the last screen, after
     `_screen_bound`'s memory LP, whose A t_s + P leaves out the cost model's communication and
     state terms): max_s sum_g max_p (a[g,p,s] + sum_{l in run_s} min_{r in modes} q[g,p,kind l,r]);
-    0 (no bound) for a free split or an inexact memory model (`_screen_bound`'s reasons).
+    0 (no bound) for a free split, an inexact memory model (`_screen_bound`'s reasons) or where
+    `_may_fit` finds no plan (the refined bound then gives inf without a cost model).
 
     Proof. The program's stage total is T_s(c) = sum_g max_p (a[g,p,s] + sum_{k,r} q[g,p,k,r]
     c[k,r]) (`_split_free_bound`'s proof), c the stage's per-kind per-mode layer counts; with the
@@ -743,7 +748,8 @@ def _pinned_time_bound(costs: _Costs, layout: Layout, modes: tuple[str, ...]) ->
     next, reuses it."""
     layout = _with_split(costs.model, layout)
     pinned = _pinned_split(costs.model, layout)
-    if pinned is None or not (_uneven(layout) or memory_model_exact(costs.model, layout)):
+    if (pinned is None or not (_uneven(layout) or memory_model_exact(costs.model, layout))
+            or not _may_fit(costs, layout, modes)):  # (no fit: the refined bound's inf, no model)
         return 0.0
     groups = stage_cost_model(costs.model, costs.cluster, layout).time_groups()
     allowed = [RECOMPUTE_MODES.index(m) for m in modes]
