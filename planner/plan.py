@@ -29,6 +29,9 @@ For a candidate c (mesh x knobs) and an assignment a (layer split + recompute mo
   DP, or by CP-SAT where the DP cannot enumerate a stage), in integer nanoseconds;
   rounding moves any plan's value by at most `StageProblem.rounding_bound_s()` (G (L + 1) / 2 ns).
 - objective(c) = step_time(c, a*(c)).step.
+- Under Megatron-LM an assignment has selective recompute on every layer or on none (its one
+  recompute_granularity): each candidate is searched twice, selective alone and the other
+  modes per layer (`_modes_of`); a is over those.
 
 Module-set variants. Under Megatron-LM a candidate c also stands for its variants, c with the
 recompute / offload module lists of `search.module_sets` (`_module_sets`), each a candidate of its
@@ -136,7 +139,9 @@ from planner.errors import InfeasibleError, SpecError
 from planner.placement import overlap, pipeline_layout, recompute_mix
 from planner.placement.layout import PRECISION_KNOBS, OVERLAP_KNOBS, RECOMPUTE_MODES, Layout
 from planner.placement.precision import allowed_grad_reduce_dtypes, state_bytes
-from planner.evaluation import Evaluation, cost_stages, cost_step, layer_modes, stage_modes
+from planner.evaluation import Evaluation, cost_stages, cost_step, layer_modes, model_chunks, stage_modes
+from planner.frameworks import megatron as mg
+from planner.frameworks.megatron import FLAG as F
 from planner.plan_document import PlanFile
 from planner.placement.rules import (
     BATCH_RULES,
@@ -1284,6 +1289,7 @@ def plan(model: ModelSpec, cluster: ClusterSpec, *, seq_len: int, global_batch_s
     if not result.best:
         raise _infeasible(model, cluster, costs, rejections, base, fixed, headroom)
     plans = [plan_entry(model, cluster, r.result, reserve) for r in result.best]
+    warnings += [w for i, r in enumerate(result.best) if (w := _block_recompute_gap(model, cluster, r.result, i))]
     warnings += _underused(plans[0], cluster, seq_len, global_batch_size)
     warnings += _bubble_heavy(plans[0], cluster, global_batch_size)
     note = unfitted_note(cluster.gpu)
@@ -1439,6 +1445,7 @@ def _search(model, cluster, fixed, base, reserve, headroom, top_k, on_progress=N
     sets = _module_sets(model, base, modes)
     if "fp8_param_gather" not in base:
         candidates = _with_fp8_param_gather(candidates)
+    candidates = [c for layout in candidates for c in _granularity_copies(layout, modes)]
     if sets:
         candidates = [_Variants(c) for c in candidates]
         costs.request_lists = (base.get("recompute_modules"), base.get("offload_modules"))
@@ -1452,8 +1459,12 @@ def _search(model, cluster, fixed, base, reserve, headroom, top_k, on_progress=N
     def expand(c):
         if type(c) is not _Variants:
             return None
-        return (c.layout, *(c.layout.replace(recompute_modules=r, offload_modules=o) for r, o in sets
-                            if not (c.layout.ep_comm_overlap and "moe" in (r or ()))))
+        layout, pairs = c.layout, sets
+        if "selective" not in _modes_of(layout, modes):  # a recompute list acts on selective layers only
+            pairs = dict.fromkeys((layout.recompute_modules, o) for _, o in sets
+                                  if o != layout.offload_modules)
+        return (layout, *(layout.replace(recompute_modules=r, offload_modules=o) for r, o in pairs
+                          if not (layout.ep_comm_overlap and "moe" in (r or ()))))
 
     result = search(candidates, lower_bound, lambda c: _solve(costs, c, _modes_of(c, modes)),
                     top_k=top_k, on_progress=on_progress, tie_break=simplicity,
@@ -1465,11 +1476,36 @@ def _search(model, cluster, fixed, base, reserve, headroom, top_k, on_progress=N
     return result, rejections, costs
 
 
+def _granularity_copies(layout: Layout, modes: tuple[str, ...]) -> tuple[Layout, ...]:
+    """`layout` as the search visits it: under Megatron-LM, where `modes` leaves the choice, once
+    with selective recompute on every layer (`recompute` selective) and once with none / full per
+    layer (`_modes_of`); else itself."""
+    if layout.framework == "megatron" and "selective" in modes and len(modes) > 1:
+        return layout.replace(recompute="none"), layout.replace(recompute="selective")
+    return (layout,)
+
+
 def _modes_of(layout: Layout, modes: tuple[str, ...]) -> tuple[str, ...]:
     """The recompute modes a candidate's layers may take: `modes` without full where the layout
     switches the EP all-to-all overlap on, which Megatron-LM refuses with full recompute
-    (`rules.ep_comm_overlap_broken`)."""
-    return tuple(m for m in modes if m != "full") if layout.ep_comm_overlap else modes
+    (`rules.ep_comm_overlap_broken`); under Megatron-LM, where `modes` leaves the choice, selective
+    alone for the candidate's copy with `recompute` selective and the others without selective
+    (`_search` searches both copies).
+
+    Megatron-LM has one recompute_granularity for the model: "'selective' always uses all
+    layers", its recompute_modules on every layer, and full recompute's method and layer count
+    (block: the first N layers of every model chunk) apply to full only. So a plan mixing selective
+    layers with others cannot be launched (senior review 8 finding 4: #1 recomputed the MLP of 1
+    of 32 layers; made launchable, selective on all 32, it was the slowest plan). Source:
+    NVIDIA/Megatron-LM@d98e8a6 megatron/core/transformer/transformer_config.py l. 532-558
+    (recompute_granularity, recompute_method, recompute_num_layers), megatron/core/recompute.py
+    l. 156-181."""
+    if layout.ep_comm_overlap:
+        modes = tuple(m for m in modes if m != "full")
+    if layout.framework == "megatron" and "selective" in modes and len(modes) > 1:
+        modes = (("selective",) if layout.recompute == "selective"
+                 else tuple(m for m in modes if m != "selective"))
+    return modes
 
 
 def _with_fp8_param_gather(candidates: list) -> list:
@@ -1609,6 +1645,34 @@ def plan_entry(model: ModelSpec, cluster: ClusterSpec, ev: Evaluated, reserve: i
         "hfu": step.hfu,
         "solver_status": ev.status,
     }
+
+
+def _block_recompute_gap(model: ModelSpec, cluster: ClusterSpec, ev: Evaluated, index: int) -> str | None:
+    """The warning for a Megatron-LM plan whose full recompute Megatron cannot launch as planned,
+    None for any other plan. Megatron's full recompute takes the first N layers of every model
+    chunk, one N for the model (block method; uniform: every layer), so a plan whose chunks fully
+    recompute different numbers of layers (the stage program prices each stage's own count) is
+    launched with N the most any chunk recomputes -- more recompute, as `--emit megatron` writes
+    it where every stage still fits (`emit.megatron`, which otherwise weighs other plans); the
+    warning gives that launch's step time. Ranking such launches exactly needs one N shared by the
+    stage program's stages, which it does not model (each stage chooses its own count).
+    Source: NVIDIA/Megatron-LM@d98e8a6 megatron/core/transformer/transformer_config.py l. 543-555
+    (recompute_method, recompute_num_layers), megatron/core/recompute.py l. 156-181
+    (`mg.recomputed_modes`)."""
+    layout, modes = ev.layout, ev.modes
+    if layout.framework != "megatron" or set(modes) != {"none", "full"}:
+        return None
+    chunks = model_chunks(model, layout)
+    n = max(sum(modes[i] == "full" for i in chunk) for chunk in chunks)
+    launched = mg.recomputed_modes("full", "block", n, chunks, model.num_hidden_layers)
+    if _chunk_mix(model, layout, launched) == _chunk_mix(model, layout, modes):
+        return None
+    planned = sorted({sum(modes[i] == "full" for i in chunk) for chunk in chunks})
+    step = step_time(model, cluster, layout, recompute_layers=launched).step
+    return (f"#{index + 1} is not a Megatron-LM launch as planned: its model chunks fully recompute "
+            f"{', '.join(map(str, planned))} layers, and {F['recompute_num_layers']} is one count for "
+            f"every chunk; launched with {n} (more recompute, as --emit megatron writes it where it "
+            f"fits) it runs {step:.3f} s/step, not {ev.objective_s:.3f}")
 
 
 def _chunk_mix(model: ModelSpec, layout: Layout, modes: tuple[str, ...]) -> list[Counter]:
@@ -2017,13 +2081,18 @@ def _has_plan(model, cluster, fixed, base, reserve, headroom) -> bool:
             continue
         for layout in (candidate, *(candidate.replace(recompute_modules=r, offload_modules=o)
                                     for r, o in sets)):
-            layout = _with_split(model, layout)
-            if not _may_fit(costs, layout, modes):
-                continue
-            ip = to_int_problem(_stage_problem(costs, layout, modes, memory_only=True))
-            if feasible_split(ip, ip.capacity_bytes) is not None:
-                return True
+            for copy in _granularity_copies(_with_split(model, layout), modes):
+                if _has_split(costs, copy, _modes_of(copy, modes)):
+                    return True
     return False
+
+
+def _has_split(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> bool:
+    """Whether some split of `layout` fits with its layers in `modes` (`_has_plan`)."""
+    if not _may_fit(costs, layout, modes):
+        return False
+    ip = to_int_problem(_stage_problem(costs, layout, modes, memory_only=True))
+    return feasible_split(ip, ip.capacity_bytes) is not None
 
 
 def plan_file(data: dict, index: int = 0, *, model_ref: str | None = None,

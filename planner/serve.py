@@ -140,33 +140,76 @@ def _pp_values(gpus_left: int, engine: str, pinned: int | None) -> list[int]:
     return sorted(values)
 
 
+WIDE_EP_ENGINES = ("sglang", "vllm")
+"""Engines serve-plan lays out with expert parallelism over several nodes (`wide_ep_shapes`), each as its
+documented multi-node DeepSeek launch (flag names: `planner.frameworks.sglang` / `vllm` FLAG): SGLang with tp_size =
+dp_size = the instance's GPUs, DP attention on, the DeepEP all-to-all backend and nnodes nodes (SGLang 0.5.23
+wheel `srt/server_args.py`; LMSYS, "Deploying DeepSeek with PD Disaggregation and Large-scale Expert Parallelism
+on 96 H100 GPUs", lmsys.org/blog/2025-05-05-large-scale-ep: prefill EP32 on 4 nodes, decode EP72 on 9, commands in
+sgl-project/sglang issue #6017); vLLM with data_parallel_size = the instance's GPUs, tensor parallel 1 and expert
+parallelism on, over nodes (vLLM 0.33.0 `vllm/config/parallel.py` data_parallel_size, enable_expert_parallel:
+experts split over all tp x dp ranks). TensorRT-LLM's wide EP is not modelled here."""
+
+
+def wide_ep(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest) -> bool:
+    """Whether serve-plan tries `wide_ep_shapes` for this request: an MoE model under a WIDE_EP_ENGINES engine
+    on more GPUs than one scale-up domain, and either --disaggregated, a --fix tp / ep / dp wider than the domain,
+    or a model whose weights leave no KV pool on one domain's widest expert-parallel shape (`_memory`). Other
+    requests keep the single-domain shapes, so the search stays as small as before (bench cases)."""
+    node = hw.scaleup_domain_gpus
+    if not spec.is_moe or req.engine not in WIDE_EP_ENGINES or req.gpus < 2 * node:
+        return False
+    if req.disaggregated or any((req.fix.get(k) or 0) > node for k in ("tp", "ep", "dp")):
+        return True
+    return _memory(spec, hw, req, sv.Instance(tp=node, ep=node, adp=node)).kv_cache <= 0
+
+
+def wide_ep_shapes(spec: ModelSpec, hw: ClusterSpec, gpus: int) -> list[sv.Instance]:
+    """Instances of one pipeline stage over k >= 2 whole scale-up domains (nodes), k x domain <= `gpus`, two per k:
+    - tp = ep = attention-DP = k x domain GPUs: attention data-parallel on every GPU (attention TP 1, so no tensor
+      all-reduce crosses the network), the routed experts split over all of them, the MoE token exchange over
+      the network (`cost.serving.moe_exchange_s` at `link_bytes_per_s` of tp GPUs);
+    - plain tp = k x domain (experts tensor-split, no attention DP): SGLang's documented two-node DeepSeek-V3
+      launch (tp 16 over 2 nodes; SGLang docs, DeepSeek V3 usage, "Example: Serving with two H20*8 nodes"),
+      its per-layer all-reduces over the network (`cost.serving.tp_allreduce_s` at the same link).
+    Layouts as WIDE_EP_ENGINES; whole nodes only, as both engines start world / nnodes ranks per node."""
+    node = hw.scaleup_domain_gpus
+    out = []
+    for k in range(2, gpus // node + 1):
+        out += [sv.Instance(tp=k * node, ep=k * node, adp=k * node), sv.Instance(tp=k * node)]
+    return out
+
+
 def shapes(spec: ModelSpec, hw: ClusterSpec, gpus: int, fix: dict,
-           engine: str = "vllm") -> tuple[list[sv.Instance], dict]:
+           engine: str = "vllm", *, wide: bool = False) -> tuple[list[sv.Instance], dict]:
     """Instance shapes that divide the model, with a count of the rejected ones per reason.
 
     Rules (vLLM `vllm/config/parallel.py` / TensorRT-LLM `mapping.py` checks): attention heads
     divisible by attention-TP; attention-TP divides n_kv or n_kv divides it (K/V replicate);
     routed experts divisible by ep; expert width divisible by tp / ep; pp <= layers, pp values from
     `_pp_values` (uneven layer splits where the engine makes them); tp inside one
-    scale-up domain; tp x pp <= GPUs. Attention DP and EP are tried for MoE models only.
+    scale-up domain; tp x pp <= GPUs. Attention DP and EP are tried for MoE models only;
+    `wide` (`wide_ep`) adds the expert-parallel shapes over several whole nodes (`wide_ep_shapes`).
     """
     rejected: dict[str, int] = {}
     out = []
+    tried = []
     for tp in _powers(min(gpus, hw.scaleup_domain_gpus)):
         for pp in _pp_values(gpus // tp, engine, fix.get("pp")):
             eps = sorted({1, tp}) if spec.is_moe else [1]
             adps = sorted({1, tp}) if spec.is_moe else [1]
-            for ep in eps:
-                for adp in adps:
-                    inst = sv.Instance(tp=tp, pp=pp, ep=ep, adp=adp)
-                    if any(fix.get(k) is not None and fix[k] != v for k, v in
-                           (("tp", tp), ("pp", pp), ("ep", ep), ("dp", adp))):
-                        continue
-                    reason = _indivisible(spec, inst)
-                    if reason:
-                        rejected[reason] = rejected.get(reason, 0) + 1
-                    else:
-                        out.append(inst)
+            tried += [sv.Instance(tp=tp, pp=pp, ep=ep, adp=adp) for ep in eps for adp in adps]
+    if wide:
+        tried += wide_ep_shapes(spec, hw, gpus)
+    for inst in tried:
+        if any(fix.get(k) is not None and fix[k] != v for k, v in
+               (("tp", inst.tp), ("pp", inst.pp), ("ep", inst.ep), ("dp", inst.adp))):
+            continue
+        reason = _indivisible(spec, inst)
+        if reason:
+            rejected[reason] = rejected.get(reason, 0) + 1
+        else:
+            out.append(inst)
     return out, rejected
 
 
@@ -202,13 +245,23 @@ def _hop_s(hw: ClusterSpec, inst: sv.Instance, spec: ModelSpec, concurrency: flo
 
 
 def _memory(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, inst: sv.Instance) -> sv.ServingMemory:
-    """`cost.serving.serving_memory` of one shape under the request's formats, engine and budget."""
+    """`cost.serving.serving_memory` of one shape under the request's formats, engine and budget.
+
+    SGLang without --mem-fraction: its own default (`frameworks.sglang.plan_mem_fraction`), except that an
+    instance with more attention-DP ranks than one scale-up domain (`wide_ep_shapes`) is costed -- and
+    `--emit sglang` writes that fraction (mem_fraction_static) (the row's mem_fraction) -- at the default for one
+    domain's ranks: SGLang's rule reserves decode-graph memory of max_bs x dp_size x 4.5 MiB on every GPU
+    (`default_mem_fraction_static`), 72 GiB at dp 32 on an H100 (max_bs 512), which leaves no KV pool, so its
+    default would not start the instance; the graphs a rank captures hold its own batch (under DeepEP the MoE
+    exchange is all-to-all, with no dp-wide gathered buffer), and LMSYS's EP32 / EP72 launches give the
+    fraction explicitly (0.846 on the decode nodes: sgl-project/sglang issue #6017, "Instruction for Running
+    DeepSeek with Large-scale PD and EP"). A planner choice, not SGLang's default."""
     fraction = req.mem_fraction
     if fraction is None and req.engine == "sglang":
         from planner.frameworks import sglang
-        fraction = sglang.plan_mem_fraction(hw.gpu.memory_gib * 1024, tp=inst.tp, pp=inst.pp, attn_dp=inst.adp,
-                                            ep=inst.ep, mla=spec.is_mla,
-                                            max_num_batched_tokens=req.max_num_batched_tokens)
+        fraction = sglang.plan_mem_fraction(hw.gpu.memory_gib * 1024, tp=inst.tp, pp=inst.pp,
+                                            attn_dp=min(inst.adp, hw.scaleup_domain_gpus), ep=inst.ep,
+                                            mla=spec.is_mla, max_num_batched_tokens=req.max_num_batched_tokens)
     return sv.serving_memory(spec, inst, capacity=hw.gpu.memory_bytes, weight_format=req.weight_dtype,
                              kv_dtype=req.kv_dtype, engine=req.engine, fraction=fraction,
                              max_num_batched_tokens=forward_tokens(req, inst), gpu_name=hw.gpu.name)
@@ -379,6 +432,7 @@ def _plan(spec: ModelSpec, ev: dict, point: dict, replicas: int, context: int) -
         "concurrency": point["concurrency"],
         "memory_bytes": {"weights": mem.weights, "activations": mem.activations, "kv_cache": mem.kv_cache,
                          "reserve": mem.reserve, "capacity": mem.capacity},
+        "mem_fraction": mem.budget_fraction,
         "kv_tokens": mem.kv_tokens, "max_concurrency": ev["max_concurrency"],
         "longest_context": ev["longest_context"], "longest_context_bound": ev["longest_context_bound"],
         "longest_at_concurrency": longest_at_concurrency(spec, inst, mem, point["concurrency"], context),
@@ -394,7 +448,7 @@ def _plan(spec: ModelSpec, ev: dict, point: dict, replicas: int, context: int) -
 def candidates(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, coefficients: dict):
     """(shapes, rejected counts, evaluated shapes, all (shape, point) pairs, those meeting the SLOs,
     the best point per shape meeting them): the program's candidates are the last."""
-    found, rejected = shapes(spec, hw, req.gpus, req.fix, req.engine)
+    found, rejected = shapes(spec, hw, req.gpus, req.fix, req.engine, wide=wide_ep(spec, hw, req))
     evaluated = [evaluate(spec, hw, req, inst, coefficients) for inst in found]
     points = [(ev, p) for ev in evaluated for p in ev["points"]]
     good = [(ev, p) for ev, p in points if _meets(p, req)]
@@ -474,6 +528,7 @@ def serve_plan(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, calibration:
         "plans": top,
         "pareto": pareto,
         "notes": (_notes(hw, req) + _no_slo_note(req, chosen) + _exchange_note(spec, req, chosen)
+                  + _wide_note(hw, req, chosen)
                   + _slo_margin_note(req, chosen, calibration)),
     }
 
@@ -580,6 +635,24 @@ def _exchange_note(spec: ModelSpec, req: ServeRequest, chosen: list[dict]) -> li
             f"every token to every GPU (the price the plans without EP pay)"]
 
 
+def _wide_note(hw: ClusterSpec, req: ServeRequest, rows: list[dict]) -> list[str]:
+    """A chosen instance over several nodes (`wide_ep_shapes`): its MoE exchange runs over the network, its
+    latency constants were fitted on single-node measurements only, and (SGLang, no --mem-fraction) its budget
+    fraction is the planner's (`_memory`), not SGLang's default."""
+    node = hw.scaleup_domain_gpus
+    wide = sorted({p["parallelism"]["tp"] for p in rows if p["parallelism"]["tp"] > node})
+    if not wide:
+        return []
+    note = (f"instances over {', '.join(f'{n // node} nodes (tp{n})' for n in wide)}: their expert dispatch/combine "
+            f"(EP) or tensor all-reduces (plain tp) cross the network at {hw.network_gb_per_s_per_gpu:g} GB/s per GPU "
+            f"(DeepEP's measured internode rate is about the NIC's); the latency constants are fitted on single-node "
+            f"measurements only, so these instances are extrapolated")
+    if req.engine == "sglang" and req.mem_fraction is None:
+        note += (f"; mem_fraction_static is SGLang's default for {node} attention-DP ranks, written by --emit: "
+                 f"its own default reserves CUDA-graph memory per DP rank of the whole instance and leaves no KV pool")
+    return [note]
+
+
 def _slo_margin_note(req: ServeRequest, chosen: list[dict], calibration: dict) -> list[str]:
     """A chosen instance whose predicted TTFT or TPOT lies closer to its SLO than the latency model's
     mean absolute error on the held-out measurements of the engine (`calibration/serving.yaml`
@@ -654,7 +727,7 @@ def _infeasible(spec, hw, req, evaluated, points, rejected) -> InfeasibleError:
     if not evaluated:
         why = "; ".join(f"{n} x {r}" for r, n in rejected.items()) or "no shape matches --fix"
         if req.fix:
-            valid, _ = shapes(spec, hw, req.gpus, {}, req.engine)
+            valid, _ = shapes(spec, hw, req.gpus, {}, req.engine, wide=wide_ep(spec, hw, req))
             names = {"tp": "tp", "pp": "pp", "ep": "ep", "dp": "adp"}
             allowed = "; ".join(f"{k}: {', '.join(str(v) for v in sorted({getattr(i, names[k]) for i in valid}))}"
                                 for k in req.fix)
@@ -847,6 +920,7 @@ def _worker_row(spec: ModelSpec, req: ServeRequest, ev: dict, point: dict, role:
            "workers": count, "gpus": inst.gpus * count, "concurrency": point["concurrency"],
            "memory_bytes": {"weights": mem.weights, "activations": mem.activations, "kv_cache": mem.kv_cache,
                             "reserve": mem.reserve, "capacity": mem.capacity},
+           "mem_fraction": mem.budget_fraction,
            "kv_tokens": mem.kv_tokens, "max_concurrency": ev["max_concurrency"],
            "longest_context": ev["longest_context"], "longest_context_bound": ev["longest_context_bound"],
            "longest_at_concurrency": longest_at_concurrency(spec, inst, mem, point["concurrency"], context),
@@ -865,7 +939,7 @@ def worker_candidates(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, coeff
     most loaded point runs at a smaller batch, so rate matching may pick one below its best (with only the best
     point, a prefill side slower than one decode worker's full rate, e.g. 8k-token prompts at tp 8, had no mix
     at all; `_lightest` then reports the batch the mix's share keeps it at)."""
-    found, rejected = shapes(spec, hw, req.gpus, req.fix, req.engine)
+    found, rejected = shapes(spec, hw, req.gpus, req.fix, req.engine, wide=wide_ep(spec, hw, req))
     sides = {}
     for role in ("prefill", "decode"):
         sides[role] = []
@@ -946,7 +1020,7 @@ def disaggregated_plan(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, coef
             "disaggregated: prefill workers run prompts only, decode workers generate only; TTFT includes the "
             "KV transfer; constants are the aggregated fit's with the prefill-interference term removed; "
             f"{ROUTER_SPLIT}, so a mix has one prefill kind and one decode kind"]
-        + _aggregated_note(spec, hw, req, coefficients, plan),
+        + _wide_note(hw, req, rows) + _aggregated_note(spec, hw, req, coefficients, plan),
     }
 
 

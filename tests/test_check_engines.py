@@ -468,9 +468,11 @@ def test_emit_disaggregated_over_nodes_names_each_node(tmp_path, engine):
     worker's node by a placeholder the shell refuses to run unset; SGLang workers listen on every interface
     (--host 0.0.0.0: its default, the loopback, is out of the router's reach), vLLM workers advertise their
     node's address for the NIXL handshake and take ports 5600 + 8 x the workers before them (8 data-parallel
-    ranks each). Read back it passes; without those settings check fails with the rule that says why."""
+    ranks each). Read back it passes; without those settings check fails with the rule that says why. (tp pinned
+    to 8: unpinned, SGLang's plan runs its decode worker as EP16 over two nodes, `serve.wide_ep_shapes`.)"""
     proc = _planner("serve-plan", "-m", "deepseek-v3", "-c", "hgx-h200", "--gpus", "32", "--input-len", "4000",
-                    "--output-len", "500", "--weight-dtype", "fp8-block", "--disaggregated", "--emit", engine)
+                    "--output-len", "500", "--weight-dtype", "fp8-block", "--disaggregated", "--fix", "tp=8",
+                    "--emit", engine)
     assert proc.returncode == 0 and "check: PASS" in proc.stderr, proc.stderr
     nodes = [int(l.rsplit("(node ", 1)[1].rstrip(")")) for l in _lines(proc.stdout)
              if l.startswith("# ") and " worker " in l]

@@ -45,10 +45,12 @@ def searched():
 
 
 def test_plan_chooses_the_fp8_gather_where_it_is_faster_and_reports_it(searched):
-    # without the gather the 8B does not fit at cp 1 or 2 (86.9 GiB at cp 1); cp 4 (2,048 tokens per
-    # rank, below what the search enumerates unless pinned) does
+    # without the gather the 8B does not fit at cp 1 or 2 (86.9 GiB at cp 1), nor at cp 4 without
+    # activation offloading (0.3 GiB over; the search offloads only with a recipe's recompute list:
+    # search.module_sets); cp 8 (1,024 tokens per rank, below what the search enumerates unless
+    # pinned) does
     off = plan(LLAMA8, H100, seq_len=8192, global_batch_size=64, framework="megatron", precision="fp8",
-               precision_knobs={"fp8_param_gather": False}, fixed={**PINS, "cp": 4}, headroom=0.0, top_k=1)
+               precision_knobs={"fp8_param_gather": False}, fixed={**PINS, "cp": 8}, headroom=0.0, top_k=1)
     best, without = searched["plans"][0], off["plans"][0]
     assert best["parallelism"]["fp8_param_gather"] is True
     assert "fp8_param_gather" not in without["parallelism"]

@@ -121,7 +121,9 @@ def exhaustive_best(model, cluster, base, fixed) -> float | None:
         dataclasses.replace(layout, recompute_modules=r, offload_modules=o) for r, o in pairs))]
     # Megatron-LM's EP all-to-all overlap stays at the framework's default (off): the search does
     # not switch it on (`plan._search`)
-    runs = [(layout, allowed) for layout in layouts]
+    # Megatron-LM runs selective recompute on every layer or on none (one --recompute-granularity,
+    # transformer_config.py @d98e8a6 l. 532-541): selective alone, or the other modes per layer
+    runs = [(layout, modes) for layout in layouts for modes in _launchable(base, allowed)]
     for layout, allowed in runs:
         pinned = P._pinned_split(model, layout)
         if pinned is not None:
@@ -155,6 +157,14 @@ def exhaustive_best(model, cluster, base, fixed) -> float | None:
                 value = step_time(model, cluster, cand, recompute_layers=chosen).step
                 best = value if best is None else min(best, value)
     return best
+
+
+def _launchable(base, allowed) -> tuple[tuple[str, ...], ...]:
+    """The per-layer mode sets a framework can launch: under Megatron-LM selective on every layer
+    or the other modes mixed per layer; elsewhere `allowed` per layer."""
+    if base["framework"] != "megatron" or "selective" not in allowed or len(allowed) == 1:
+        return (allowed,)
+    return ("selective",), tuple(m for m in allowed if m != "selective")
 
 
 def _assignments(allowed, n: int, vpp: int):

@@ -117,6 +117,10 @@ def test_an_id_extending_a_catalog_id_names_the_catalog_model(tmp_path, ref, hin
     text = " ".join(out.stderr.split())
     assert f"`-m {hint}` plans it as" in text and "max_position_embeddings" in text
     passed = planner("check", str(path), "-c", "dgx-h100", "-m", hint)
+    if "GPTQ" in ref:  # a quantized release: the hint asks for its config.json, -m BASE would cost 16-bit weights
+        assert "give -m the directory of that config.json" in text
+        assert passed.returncode == 2 and "--quantization" in passed.stderr
+        return
     assert passed.returncode in (0, 1), passed.stderr  # read (the verdict is the layout's)
 
 

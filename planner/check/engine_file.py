@@ -25,7 +25,7 @@ from planner.check import lines as line_index
 from planner.check import sglang, vllm
 from planner.errors import SpecError
 from planner.placement.rules import Violation
-from planner.specs import files
+from planner.specs import files, hf_ids
 
 READERS = (vllm, sglang)
 """Engine readers, tried in order."""
@@ -122,12 +122,6 @@ def _unused_seq_len(seq_len: int, reader, line: int) -> dict:
             "fix": f"set {flag} in the launch to change its context"}
 
 
-QUANTIZED_NAME_WORDS = frozenset(("fp8", "fp4", "nvfp4", "mxfp4", "awq", "gptq", "int4", "int8", "w4a16", "w8a8",
-                                  "w8a16", "4bit", "8bit"))
-"""Words of a Hugging Face id's name (split at - and _, compared without case) that name a quantized release, by
-the publishers' naming convention: neuralmagic/Meta-Llama-3.1-70B-Instruct-FP8, Qwen/Qwen3-32B-AWQ,
-Qwen/Qwen3-8B-GPTQ-Int4, RedHatAI/...-quantized.w8a8 (the name of the checkpoint, whose config.json
-quantization_config the engine loads)."""
 
 
 def _quantized_name(commands: list[el.Command], reader, spec, model: str, file: str) -> None:
@@ -142,10 +136,10 @@ def _quantized_name(commands: list[el.Command], reader, spec, model: str, file: 
         return
     for command in commands:
         ref = str(reader.model_ref(command) or "")
-        words = [w for w in re.split(r"[-_./]", ref.rsplit("/", 1)[-1].lower()) if w in QUANTIZED_NAME_WORDS]
-        if words and flag not in command.flags:
+        quantized = hf_ids.quantized_name(ref)
+        if quantized is not None and flag not in command.flags:
             raise SpecError(f"--model {model} has 16-bit weights, but the launch serves {ref}, named a "
-                            f"{words[-1].upper()} checkpoint: its weights would be costed at 16 bits; give --model "
+                            f"{quantized.upper()} checkpoint: its weights would be costed at 16 bits; give --model "
                             f"the checkpoint's directory with its config.json (its quantization_config is read), or "
                             f"omit --model if the catalog knows the id, or set {flag} in the launch",
                             file=file, key="--model")

@@ -94,7 +94,8 @@ def _schema() -> dict:
     shape = {"tp": (_DEGREE, True), "pp": (_DEGREE, True), "ep": (_DEGREE, False), "dp": (_DEGREE, False)}
     memory = {k: (_AMOUNT, False) for k in ("weights", "activations", "kv_cache", "reserve", "capacity")}
     numbers = {"gpus": (_DEGREE, False), "concurrency": (_integer(1, 2**62), False),  # the search's: up to the pool's
-               "memory_bytes": (memory, False), "kv_tokens": (_integer(0, 2**62), False),
+               "memory_bytes": (memory, False), "mem_fraction": (_number(0.0, 1.0), False),
+               "kv_tokens": (_integer(0, 2**62), False),
                "max_concurrency": (_integer(0, 2**62), False), "longest_context": (_integer(0, 2**62), False),
                "longest_context_bound": (_TEXT, False),
                **{k: (_AMOUNT, False) for k in ("ttft_ms", "tpot_ms", "request_latency_ms", "tokens_per_s",

@@ -48,6 +48,8 @@ class Worker:
     """The GPU's memory as nvidia-smi reports it (the plan's capacity), MiB."""
     mla: bool = False
     """Whether the model's attention is MLA (SGLang's default budget depends on it)."""
+    mem_fraction: float | None = None
+    """The engine budget fraction the plan costed this shape at (the row's mem_fraction), None if not given."""
 
 
 def workers(data: dict, mla: bool = False) -> list[Worker]:
@@ -61,7 +63,8 @@ def workers(data: dict, mla: bool = False) -> list[Worker]:
         count = row["workers"] if "workers" in row else par["replicas"]
         capacity = row.get("memory_bytes", {}).get("capacity")
         out.append(Worker(inst=inst, count=count, concurrency=row["concurrency"], role=row.get("role"),
-                          gpu_memory_mib=capacity / 2**20 if capacity else None, mla=mla))
+                          gpu_memory_mib=capacity / 2**20 if capacity else None, mla=mla,
+                          mem_fraction=row.get("mem_fraction")))
     return out
 
 

@@ -34,6 +34,7 @@ costed under another framework's conventions) raises SpecError with key `--emit`
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 import textwrap
 from dataclasses import dataclass
@@ -757,7 +758,7 @@ def _header(doc: dict, model: ModelSpec, cluster: ClusterSpec, layout: Layout,
         out.append(f"# The plan's predicted step time: {step:.2f} s"
                    + (" (this script's deviations change it: `planner check` it for its own)"
                       if deviations else ""))
-    out += _fp8_note(model, layout)
+    out += _fp8_note(model, layout) + _offload_note(layout)
     if deviations:
         out.append("# Deviations from the plan (a recompute change keeps every stage within the plan's "
                    "memory budget):")
@@ -765,6 +766,27 @@ def _header(doc: dict, model: ModelSpec, cluster: ClusterSpec, layout: Layout,
     else:
         out.append("# Deviations from the plan: none (this is the plan exactly).")
     return out
+
+
+def with_search_note(emitted: Emitted, note: str) -> Emitted:
+    """`emitted` with `note` as a header comment line after the plan summary lines (before the
+    deviations): what `emit.best_launch` says when it launches a plan other than the search's
+    best (a comment, so `planner check` reads the script as before)."""
+    lines = emitted.text.split("\n")
+    at = next(i for i, line in enumerate(lines) if line.startswith("# Deviations from the plan"))
+    return dataclasses.replace(emitted, text="\n".join([*lines[:at], f"# {note}", *lines[at:]]))
+
+
+def _offload_note(layout: Layout) -> list[str]:
+    """The header's line on fine-grained activation offloading, where the plan offloads: the run
+    then depends on pinned host memory and the host link, which the step time and memory assume
+    (senior review 8 finding 4: a script with offloading on said only "this is the plan exactly")."""
+    if not layout.offload_modules:
+        return []
+    return [f"# Activation offloading ON (fine-grained, modules {', '.join(layout.offload_modules)}; "
+            f"{mg.CPU_OFFLOAD_V1}=1): their saved inputs wait in pinned host memory "
+            f"between forward and backward; the plan's step time and memory count on that host "
+            f"memory and on the host-link (PCIe) copies overlapping compute."]
 
 
 def _recompute_text(recompute) -> str:

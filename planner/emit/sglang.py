@@ -29,7 +29,9 @@ def command(model: str, worker: el.Worker, req: dict) -> list[str]:
     if inst.ep > 1:
         words += [FLAG["ep"], str(inst.ep), FLAG["a2a"], s.A2A_DEFAULT_EMIT]
     fraction = req.get("mem_fraction")
-    if fraction is None:  # the plan's: SGLang's default for this command (frameworks.sglang.plan_mem_fraction)
+    if fraction is None:  # the fraction the plan costed this shape at (`planner.serve._memory`)
+        fraction = worker.mem_fraction
+    if fraction is None:  # a plan without it: SGLang's default for this command (frameworks.sglang.plan_mem_fraction)
         fraction = s.plan_mem_fraction(worker.gpu_memory_mib, tp=inst.tp, pp=inst.pp, attn_dp=inst.adp, ep=inst.ep,
                                        mla=worker.mla, max_num_batched_tokens=req["max_num_batched_tokens"])
     # the chunked-prefill size (FLAG["max_num_batched_tokens"]) is the plan's budget as given: SGLang

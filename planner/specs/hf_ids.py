@@ -202,10 +202,29 @@ def unknown_suffix(ref: str) -> str | None:
                                                f"extends (suffixes read for {publisher}: {known})")
     suffix = ref.split("/", 1)[1][len(base[0].split("/", 1)[1]):]
     read = f" for {publisher}'s releases (known: {known})" if publisher is not None else ""
+    if (quantized := quantized_name(ref)) is not None:  # -m BASE would cost its weights at 16 bits
+        return (f"{base[0]} is a catalog id, but the suffix {suffix!r} is not one the planner reads{read}; it names "
+                f"a {quantized.upper()} release, whose weights its config.json's quantization_config sets: give -m "
+                f"the directory of that config.json (`-m {base[1]}` plans it as {base[0]}, 16-bit weights: compare "
+                f"max_position_embeddings and vocab_size with `planner models show {base[1]}`)")
     return (f"{base[0]} is a catalog id, but the suffix {suffix!r} is not one the planner reads{read}; "
             f"`-m {base[1]}` plans it as {base[0]} where the release keeps that architecture: compare its "
             f"config.json's max_position_embeddings, vocab_size and quantization_config with "
             f"`planner models show {base[1]}`")
+
+
+QUANTIZED_NAME_WORDS = frozenset(("fp8", "fp4", "nvfp4", "mxfp4", "awq", "gptq", "int4", "int8", "w4a16", "w8a8",
+                                  "w8a16", "4bit", "8bit"))
+"""Words of a Hugging Face id's name (split at - and _, compared without case) that name a quantized release, by
+the publishers' naming convention: neuralmagic/Meta-Llama-3.1-70B-Instruct-FP8, Qwen/Qwen3-32B-AWQ,
+Qwen/Qwen3-8B-GPTQ-Int4, RedHatAI/...-quantized.w8a8 (the name of the checkpoint, whose config.json
+quantization_config the engine loads)."""
+
+
+def quantized_name(ref: str) -> str | None:
+    """The last `QUANTIZED_NAME_WORDS` word of a Hugging Face id's name (e.g. "gptq"), or None."""
+    words = [w for w in re.split(r"[-_./]", ref.rsplit("/", 1)[-1].lower()) if w in QUANTIZED_NAME_WORDS]
+    return words[-1] if words else None
 
 
 def _resolve(ref: str) -> tuple[str, dict, bool] | None:

@@ -1,0 +1,123 @@
+"""serve-plan's expert parallelism over several nodes (senior review 8, finding 2): the multi-node shapes,
+the MoE token exchange priced over the network, the experts split over the whole EP group, and the
+`--emit sglang` / `--emit vllm` -> `planner check` round trip of one such instance."""
+
+from __future__ import annotations
+
+import shlex
+
+import cli_run
+import pytest
+
+from planner.check.engine_file import check_launch_file
+from planner.cost import serving as sv
+from planner.cost.params_flops import count_params
+from planner.serve import ServeRequest, shapes, wide_ep
+from planner.specs.cluster import load_cluster
+from planner.specs.model import load_model
+
+
+@pytest.fixture(scope="module")
+def dsv3():
+    return load_model("deepseek-v3")
+
+
+def test_wide_shapes_are_whole_nodes_dividing_the_experts(dsv3):
+    """DeepSeek-V3 (256 routed experts, 128 heads) disaggregated on 96 H100 (12 nodes of 8): over 2 to 12 whole
+    nodes, EP kept where 256 divides by ep and plain tp where 128 heads divide by tp: 16, 32, 64 each (24, 40,
+    48, 56, 72, 80, 88, 96 divide neither)."""
+    hw = load_cluster("dgx-h100")
+    req = ServeRequest(gpus=96, input_len=2000, output_len=1000, engine="sglang", disaggregated=True,
+                       weight_dtype="fp8-block")
+    assert wide_ep(dsv3, hw, req)
+    found, _ = shapes(dsv3, hw, 96, {}, "sglang", wide=True)
+    wide = sorted((i.tp, i.ep, i.adp, i.pp) for i in found if i.tp > 8)
+    assert wide == [(n, e, e, 1) for n in (16, 32, 64) for e in (1, n)]
+    narrow, _ = shapes(dsv3, hw, 96, {}, "sglang")
+    assert max(i.tp for i in narrow) == 8
+
+
+def test_wide_shapes_only_where_asked_or_needed(dsv3):
+    """Kept bounded (bench): not for a dense model, not on one node, not for an aggregated MoE that fits one node
+    (DeepSeek-V3 fp8 on 8 x H200: 87.8 GiB of weights per GPU of 141), not under TensorRT-LLM; yes when the
+    model leaves no KV pool on one node (DeepSeek-V3 fp8 on H100: 87.8 GiB > 80) or a pin is wider than a node."""
+    h100, h200 = load_cluster("dgx-h100"), load_cluster("hgx-h200")
+    base = dict(gpus=32, input_len=2000, output_len=1000, engine="sglang", weight_dtype="fp8-block")
+    assert not wide_ep(load_model("llama-3.1-405b"), h100, ServeRequest(**{**base, "weight_dtype": "bf16"}))
+    assert not wide_ep(dsv3, h100, ServeRequest(**{**base, "gpus": 8}))
+    assert not wide_ep(dsv3, h200, ServeRequest(**base))
+    assert not wide_ep(dsv3, h100, ServeRequest(**{**base, "engine": "trtllm"}))
+    assert wide_ep(dsv3, h100, ServeRequest(**base))
+    assert wide_ep(dsv3, h200, ServeRequest(**base, fix={"ep": 16}))
+
+
+def test_routed_experts_split_over_the_whole_ep_group_by_hand(dsv3):
+    """One MoE layer's routed experts at EP32: 256 x 3 x 7168 x 2048 = 11,274,289,152 parameters / 32 =
+    352,321,536 per GPU; fp8-block: 1 byte each + one fp32 scale per 128 x 128 block = 352,321,536 x
+    (1 + 4 / 16,384) = 352,407,552 bytes. EP64 holds half of it."""
+    layer = next(l for l in count_params(dsv3).layers if l.routed_experts)
+    assert layer.routed_experts == 256 * 3 * 7168 * 2048
+    ep32 = sv.routed_expert_bytes(dsv3, sv.Instance(tp=32, ep=32, adp=32), "fp8-block", layer.routed_experts)
+    assert ep32 == pytest.approx(352_407_552)
+    ep64 = sv.routed_expert_bytes(dsv3, sv.Instance(tp=64, ep=64, adp=64), "fp8-block", layer.routed_experts)
+    assert ep64 == pytest.approx(352_407_552 / 2)
+
+
+def test_exchange_over_the_network_matches_deepep_internode_low_latency(dsv3):
+    """An EP32 instance spans 4 nodes, so its exchange runs at the per-GPU network rate: 8 x 400 Gb/s NICs /
+    8 GPUs = 50 GB/s (`link_bytes_per_s`), not NVLink's 450. By hand, 128 tokens per GPU (4,096 in the
+    instance), top-8: 128 x 8 x ((7168 + 7168 / 128 x 4) + 7168 x 2) = 22,249,472 B per MoE layer, x 58 layers
+    / 50e9 = 25.81 ms per step. DeepEP's published low-latency kernels at EP32 (deepseek-ai/DeepEP
+    docs/legacy.md @dd758caf, H800 + CX7 400 Gb/s, 128 tokens, hidden 7168, top-8, FP8 dispatch / BF16 combine):
+    dispatch 155 us + combine 273 us = 428 us per layer, x 58 = 24.82 ms: within 5%."""
+    hw = load_cluster("dgx-h100")
+    inst = sv.Instance(tp=32, ep=32, adp=32)
+    link = sv.link_bytes_per_s(hw, inst.tp)
+    assert link == 50e9
+    got = sv.moe_exchange_s(dsv3, inst, 128 * 32, decode=True, link_bytes_per_s=link)
+    assert got == pytest.approx(58 * 22_249_472 / 50e9)
+    assert got == pytest.approx(58 * (155e-6 + 273e-6), rel=0.05)
+    assert sv.link_bytes_per_s(hw, 8) == 450e9  # one node: NVLink
+
+
+def test_sglang_tp16_over_two_nodes_is_its_documented_launch(tmp_path):
+    """SGLang's documented two-node DeepSeek-V3 launch, tp 16 with 2 nodes: pinned tp=16 on 16 H100, serve-plan
+    plans it, writes it as one command per node, and `planner check` reads it back as one 16-rank engine."""
+    proc = cli_run.planner("serve-plan", "-m", "deepseek-v3", "-c", "dgx-h100", "--gpus", "16", "--input-len", "2000",
+                           "--output-len", "1000", "--engine", "sglang", "--fix", "tp=16", "--emit", "sglang")
+    assert proc.returncode == 0 and "check: PASS" in proc.stderr, proc.stderr
+    commands = [shlex.split(l.strip()) for l in proc.stdout.splitlines() if l.strip().startswith("python -m sglang")]
+    assert [(w[w.index("--tp-size") + 1], w[w.index("--nnodes") + 1], "--attn-dp-size" in w) for w in commands] == \
+        [("16", "2", False)] * 2
+    path = tmp_path / "launch.sh"
+    path.write_text(proc.stdout)
+    result = check_launch_file(path, cluster="dgx-h100", gpus=16)
+    assert result["verdict"] == "pass" and [(r["world"], r["nnodes"]) for r in result["launches"]] == [(16, 2)]
+
+
+@pytest.mark.parametrize("engine, head", [("sglang", "--dist-init-addr"), ("vllm", "--master-addr")])
+def test_emit_ep32_over_four_nodes_round_trips_through_check(tmp_path, engine, head):
+    """DeepSeek-V3 on 32 H100 pinned to EP32: one instance over 4 nodes, one command per node (node ranks 0-3,
+    the API port on node rank 0), SGLang `--tp-size 32 --attn-dp-size 32 --ep-size 32 --moe-a2a-backend deepep`
+    / vLLM `--data-parallel-size 32 --enable-expert-parallel`; read back by `planner check`: one launch of
+    32 ranks over 4 nodes, PASS."""
+    proc = cli_run.planner("serve-plan", "-m", "deepseek-v3", "-c", "dgx-h100", "--gpus", "32", "--input-len", "2000",
+                           "--output-len", "1000", "--engine", engine, "--fix", "ep=32", "--emit", engine)
+    assert proc.returncode == 0, proc.stderr
+    assert "check: PASS" in proc.stderr
+    commands = [shlex.split(l.strip()) for l in proc.stdout.splitlines()
+                if l.strip().startswith(("python -m sglang", "vllm serve"))]
+    assert len(commands) == 4
+    for rank, words in enumerate(commands):
+        assert words[words.index("--nnodes") + 1] == "4" and words[words.index("--node-rank") + 1] == str(rank)
+        assert head in words and ("--port" in words) == (rank == 0)
+        if engine == "sglang":
+            assert [words[words.index(f) + 1] for f in ("--tp-size", "--attn-dp-size", "--ep-size")] == ["32"] * 3
+            assert words[words.index("--moe-a2a-backend") + 1] == "deepep"
+        else:
+            assert words[words.index("--data-parallel-size") + 1] == "32" and "--enable-expert-parallel" in words
+    path = tmp_path / "launch.sh"
+    path.write_text(proc.stdout)
+    result = check_launch_file(path, cluster="dgx-h100", gpus=32)
+    assert result["verdict"] == "pass", result["violations"]
+    assert [(r["world"], r["nnodes"], r["node_ranks"]) for r in result["launches"]] == [(32, 4, [0, 1, 2, 3])]
