@@ -80,10 +80,14 @@ the program when the summed per-stage memory constraints already fail (`_may_fit
 condition: the summed per-stage memory constraints, then each stage's over the run of layers it
 holds, `_stages_may_fit`). A candidate solved after an exact refined bound reuses that DP's plan.
 Between the two, a candidate whose split is pinned (interleaved) is first screened
-(`_screen_bound`, `search`'s screen): each stage's layer time under the least recompute that
-frees the memory it must free (a knapsack LP per stage), no program built; a candidate whose
-program chooses the split by the least over splits of the largest stage total with each layer at
-its least coefficient per piece (`_split_free_bound`: the stage cost model's pieces, no memory). An interleaved
+(`_screen_bound`, `search`'s screens): each stage's layer time under the least recompute that
+frees the memory it must free (a knapsack LP per stage), no program built, then its stage cost
+model's totals at that split, each layer at its least coefficient per piece
+(`_pinned_time_bound`); a candidate whose program chooses the split by the least over splits of
+the largest stage's layer times (`_split_time_bound`), of the same per-stage memory LP
+(`_split_memory_bound`, a greedy split per threshold, bisected) and of the largest stage total
+with each layer at its least coefficient per piece (`_split_free_bound`: the stage cost model's
+pieces, no memory). An interleaved
 candidate with chunks of different sizes adds to its cheap bound the least bubble
 (pp - 1) x slowest chunk any assignment leaves (`_uneven_bubble_floor_s`). All are <=
 objective(c) (tested on every candidate of small cases).
@@ -711,21 +715,13 @@ def _screen_bound(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> floa
         return 0.0
     if pinned is None:  # (a candidate `_may_fit` refuses is left to the refined bound, its inf)
         return _split_free_bound(costs, layout, modes) if _may_fit(costs, layout, modes) else 0.0
-    model, time_key = costs.model, costs.time_key(layout)
-    times, _ = costs._kind_times(layout, time_key)
-    ref = reference_layout(model, layout)
-    state, _ = kind_state_bytes(model, ref)
-    act = kind_activation_bytes(model, ref)
-    allowed = [RECOMPUTE_MODES.index(m) for m in modes]
-    head = stage_fixed_times(model, costs.cluster, layout)
+    model = costs.model
+    head, choices = _layer_choices(costs, layout, modes)
     cap, kinds, start, slowest = math.floor(costs.usable_bytes), costs.kinds, 0, 0.0
     for s, n in enumerate(pinned):
-        flight = in_flight_microbatches(ref, s)
         present = Counter(kinds[start:start + n])
         start += n
-        least = _least_stage_time_s(
-            {k: [(math.ceil(state[k]) + math.ceil(act[k][r] * flight), times["total_s"][k][r])
-                 for r in allowed] for k in present}, present, cap)
+        least = _least_stage_time_s({k: choices[s][k] for k in present}, present, cap)
         if least is None:
             return 0.0
         slowest = max(slowest, head[s] + least)
@@ -735,6 +731,65 @@ def _screen_bound(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> floa
         floor = _uneven_bubble_floor_s(costs, layout, modes)
         bound = max(bound, layout.num_microbatches * slowest + p + floor)
     return bound * (1 - 1e-9) - 1e-8 * (model.num_hidden_layers + 1)
+
+
+def _pinned_time_bound(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> float:
+    """A lower bound on objective(layout) for a candidate whose split is pinned (`_pinned_split`:
+    interleaved), s, from the stage cost model at that split (the last screen, after
+    `_screen_bound`'s memory LP, whose A t_s + P leaves out the cost model's communication and
+    state terms): max_s sum_g max_p (a[g,p,s] + sum_{l in run_s} min_{r in modes} q[g,p,kind l,r]);
+    0 (no bound) for a free split, an inexact memory model (`_screen_bound`'s reasons) or where
+    `_may_fit` finds no plan (the refined bound then gives inf without a cost model).
+
+    Proof. The program's stage total is T_s(c) = sum_g max_p (a[g,p,s] + sum_{k,r} q[g,p,k,r]
+    c[k,r]) (`_split_free_bound`'s proof), c the stage's per-kind per-mode layer counts; with the
+    split pinned, stage s holds the run the program gives it (`_stages_may_fit`), and each layer
+    counted at its least coefficient over `modes` makes every piece no larger whatever the modes
+    (the sign of q does not matter at a fixed run). The program's optimum is max_s T_s, at least
+    this value; its rounding margin is `_split_free_bound`'s, so it stays below the refined bound
+    wherever that one is the program's optimum, and the search solves the same candidates in the
+    same order. It bounds an uneven candidate's plan as the refined bound does (`_refined_bound`).
+    The stage cost model is cached (`stage_cost_model`): the candidate's program, if built
+    next, reuses it."""
+    layout = _with_split(costs.model, layout)
+    pinned = _pinned_split(costs.model, layout)
+    if (pinned is None or not (_uneven(layout) or memory_model_exact(costs.model, layout))
+            or not _may_fit(costs, layout, modes)):  # (no fit: the refined bound's inf, no model)
+        return 0.0
+    groups = stage_cost_model(costs.model, costs.cluster, layout).time_groups()
+    allowed = [RECOMPUTE_MODES.index(m) for m in modes]
+    least = [[tuple(min(row[r] for r in allowed) for row in piece.coef) for piece in group]
+             for group in groups]
+    kinds, start, worst = costs.kinds, 0, -math.inf
+    for s, n in enumerate(pinned):
+        counts = Counter(kinds[start:start + n])
+        start += n
+        worst = max(worst, sum(max(piece.const_s[s] + sum(c * inc[k] for k, c in counts.items())
+                                   for piece, inc in zip(group, incs))
+                               for group, incs in zip(groups, least)))
+    return worst * (1 - 1e-9) - 1e-8 * (costs.model.num_hidden_layers + 1)
+
+
+def _layer_choices(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> tuple[tuple, list]:
+    """(head_s per stage, s; [stage][kind] ((bytes, s) per mode in `modes`)): what one layer of a
+    kind costs on stage s in the screens' LP (`_screen_bound`): its state plus its activations
+    x the stage's in-flight micro-batches, in the program's integer bytes, and its `layer_time`
+    total per micro-batch."""
+    model = costs.model
+    times, _ = costs._kind_times(layout, costs.time_key(layout))
+    ref = reference_layout(model, layout)
+    state, _ = kind_state_bytes(model, ref)
+    act = kind_activation_bytes(model, ref)
+    allowed = [RECOMPUTE_MODES.index(m) for m in modes]
+    total, per_flight = times["total_s"], {}
+    for s in range(layout.pp):
+        flight = in_flight_microbatches(ref, s)
+        if flight not in per_flight:
+            per_flight[flight] = tuple(
+                tuple((math.ceil(state[k]) + math.ceil(act[k][r] * flight), total[k][r]) for r in allowed)
+                for k in range(len(costs.reps)))
+    return (stage_fixed_times(model, costs.cluster, layout),
+            [per_flight[in_flight_microbatches(ref, s)] for s in range(layout.pp)])
 
 
 def _split_time_bound(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> float:
@@ -762,6 +817,89 @@ def _split_time_bound(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> 
         costs._bound_terms[key] = split_free_bound([[(head, least)]], costs.kinds, layout.pp)
     a, p = costs.pipe_coefficients(layout)
     return (a * costs._bound_terms[key] + p) * (1 - 1e-9) - 1e-8 * (costs.model.num_hidden_layers + 1)
+
+
+def _split_memory_bound(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> float:
+    """A lower bound on objective(layout) for a candidate whose program chooses the split, s, from
+    the memory each stage must free (the second screen, `_screen_bound`'s bound over every split):
+    A min over splits max_s (head_s + LP_s(run_s)) + P, LP_s as `_screen_bound` has it (its
+    `_least_stage_time_s`); 0 (no bound) for a pinned split, an inexact memory model
+    (`_screen_bound`'s reasons) or where no split fits by these bytes (`_may_fit` then says so
+    and the refined bound gives inf).
+
+    Proof. For every split and every plan that fits it, A (head_s + LP_s(run_s)) + P is at most
+    stage s's total (`_screen_bound`'s proof, which holds for any known run), so the program's
+    optimum is at least A min over splits of max_s f_s(run_s) + P, f_s(run) = head_s + LP_s(run)
+    (inf when the run's least bytes exceed the capacity). f_s only grows as its run does (a
+    layer added adds time >= 0 and bytes >= 0, which only tighten the budget), so for a
+    threshold T the greedy split -- each stage in turn takes as many of the remaining layers as
+    keep f_s <= T -- reaches the last layer whenever any split has max_s f_s <= T (a longer run on
+    an earlier stage leaves a suffix of any other split's later runs, `_stages_may_fit`'s
+    argument); a threshold at which it fails is below that min-max. Bisection keeps a value `low`
+    below it (at the start max_s head_s: every f_s >= head_s) and the largest f_s of a greedy split
+    that succeeded, `high`, above it, to within 1e-6 of `high`; the bound is A low + P,
+    with `_screen_bound`'s margin, which keeps it below the refined bound wherever that one is
+    the program's optimum, so this screen spares only refinements whose value would prune too:
+    the search solves the same candidates in the same order (`search`'s screens)."""
+    layout = _with_split(costs.model, layout)
+    if (_pinned_split(costs.model, layout) is not None
+            or not memory_model_exact(costs.model, layout) or not _may_fit(costs, layout, modes)):
+        return 0.0
+    model = costs.model
+    head, choices = _layer_choices(costs, layout, modes)
+    cap, kinds, n_kinds = math.floor(costs.usable_bytes), costs.kinds, len(costs.reps)
+    stages = []  # per stage: (head, memo of f per run and per-kind counts, choices per kind)
+    shared: dict = {}
+    for s in range(layout.pp):
+        key = (head[s], choices[s])
+        if key not in shared:
+            shared[key] = (head[s], {}, choices[s])
+        stages.append(shared[key])
+
+    n_layers = len(kinds)
+    prefix = [(0,) * n_kinds]  # [j] layers of each kind among the first j
+    for k in kinds:
+        prefix.append(tuple(c + (i == k) for i, c in enumerate(prefix[-1])))
+
+    def f(stage, start: int, end: int) -> float:  # f_s of the run [start, end)
+        h, memo, choices = stage
+        key = start * (n_layers + 1) + end
+        if key not in memo:
+            counts = tuple(b - a for a, b in zip(prefix[start], prefix[end]))
+            if counts not in memo:
+                present = Counter({k: n for k, n in enumerate(counts) if n})
+                least = _least_stage_time_s({k: choices[k] for k in present}, present, cap)
+                memo[counts] = math.inf if least is None else h + least
+            memo[key] = memo[counts]
+        return memo[key]
+
+    def greedy(limit: float) -> float:
+        """The greedy split's largest f_s (inf when it leaves layers) with each run's f_s <= limit."""
+        start, worst = 0, 0.0
+        for stage in stages:
+            end = start
+            while end < n_layers and f(stage, start, end + 1) <= limit:
+                end += 1
+            value = f(stage, start, end)
+            if value > limit:
+                return math.inf
+            worst, start = max(worst, value), end
+        return worst if start == n_layers else math.inf
+
+    low = max(h for h, _, _ in stages)
+    if math.isinf(greedy(low)):  # (else the least threshold is low itself)
+        high = greedy(math.nextafter(math.inf, 0))  # (every run that fits at all)
+        if math.isinf(high):
+            return 0.0
+        while high - low > 1e-6 * high:  # (~20 halvings: a bound within 1e-6 of the min-max)
+            mid = (low + high) / 2
+            got = greedy(mid)
+            if math.isinf(got):
+                low = mid
+            else:
+                high = got
+    a, p = costs.pipe_coefficients(layout)
+    return (a * low + p) * (1 - 1e-9) - 1e-8 * (model.num_hidden_layers + 1)
 
 
 def _split_free_bound(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> float:
@@ -804,11 +942,10 @@ def _least_stage_time_s(choices: dict, counts: Counter, cap: int) -> float | Non
     None when even the least bytes exceed cap."""
     time_s, used, steps = 0.0, 0, []
     for k, n in counts.items():
-        hull = _lower_hull(choices[k])
-        used += n * hull[0][0]
-        time_s += n * hull[0][1]
-        steps += [((t1 - t0) / (b0 - b1), n * (b0 - b1))
-                  for (b0, t0), (b1, t1) in zip(hull, hull[1:])]
+        (bytes0, time0), segments = _hull_segments(tuple(choices[k]))
+        used += n * bytes0
+        time_s += n * time0
+        steps += [(rate, n * freed) for rate, freed in segments]
     over = used - cap
     for rate, freed in sorted(steps):
         if over <= 0:
@@ -817,6 +954,15 @@ def _least_stage_time_s(choices: dict, counts: Counter, cap: int) -> float | Non
         time_s += rate * take
         over -= take
     return None if over > 0 else time_s
+
+
+@functools.lru_cache(maxsize=4096)
+def _hull_segments(points: tuple[tuple[int, float], ...]) -> tuple[tuple[int, float], tuple]:
+    """(the fastest point, ((time added per byte freed, bytes freed) per segment)) of
+    `_lower_hull(points)`, once per distinct choice list (the screens ask it per run and stage)."""
+    hull = _lower_hull(points)
+    return hull[0], tuple(((t1 - t0) / (b0 - b1), b0 - b1)
+                          for (b0, t0), (b1, t1) in zip(hull, hull[1:]))
 
 
 def _lower_hull(points: list[tuple[int, float]]) -> list[tuple[int, float]]:
@@ -1324,7 +1470,9 @@ def _search(model, cluster, fixed, base, reserve, headroom, top_k, on_progress=N
                     top_k=top_k, on_progress=on_progress, tie_break=simplicity,
                     refine=lambda c: _refined_bound(costs, c, _modes_of(c, modes)), expand=expand,
                     screen=(lambda c: _split_time_bound(costs, c, _modes_of(c, modes)),
-                            lambda c: _screen_bound(costs, c, _modes_of(c, modes))))
+                            lambda c: _split_memory_bound(costs, c, _modes_of(c, modes)),
+                            lambda c: _screen_bound(costs, c, _modes_of(c, modes)),
+                            lambda c: _pinned_time_bound(costs, c, _modes_of(c, modes))))
     return result, rejections, costs
 
 

@@ -324,7 +324,7 @@ def test_bounds_never_exceed_the_objective(seed):
     bound keeps."""
     model, cluster, base, fixed = _seeded_case(seed)
     layouts, _, costs = P._candidates(model, cluster, fixed, base, 0, 0.0)
-    screened = 0
+    screened = pinned_screened = 0
     for layout in layouts:
         evaluated = P._solve(costs, layout, P.RECOMPUTE_MODES)
         if evaluated is None:
@@ -332,23 +332,30 @@ def test_bounds_never_exceed_the_objective(seed):
         cheap = P._cheap_bound(costs, layout, P.RECOMPUTE_MODES)
         screen = P._screen_bound(costs, layout, P.RECOMPUTE_MODES)
         first = P._split_time_bound(costs, layout, P.RECOMPUTE_MODES)
+        memory = P._split_memory_bound(costs, layout, P.RECOMPUTE_MODES)
+        pinned = P._pinned_time_bound(costs, layout, P.RECOMPUTE_MODES)
         refined = P._refined_bound(costs, layout, P.RECOMPUTE_MODES)
         assert cheap <= evaluated.objective_s * (1 + 1e-12), layout
         assert screen <= evaluated.objective_s * (1 + 1e-12), layout
-        assert first <= refined, layout
+        assert pinned <= evaluated.objective_s * (1 + 1e-12), layout
+        assert first <= refined and memory <= refined, layout
+        if not P._uneven(P._with_split(model, layout)):
+            assert pinned <= refined, layout
+        pinned_screened += pinned > 0
         assert refined <= evaluated.objective_s * (1 + 1e-12), layout
         assert not math.isinf(refined)
         if not P._uneven(P._with_split(model, layout)):
             assert screen <= refined, layout
         screened += screen > 0
-    assert screened > 0  # some interleaved candidates get a screen bound
+    assert screened > 0 and pinned_screened > 0  # some interleaved candidates get screen bounds
 
 
 def test_split_free_screen_stays_below_the_refined_bound_with_two_layer_kinds():
     """The split-free screens of candidates whose program chooses the split (`_split_time_bound`,
-    `_split_free_bound`) are <= the refined bound, the program's optimum (its split DP is exact here), on a model with
+    `_split_memory_bound`, `_split_free_bound`) are <= the refined bound, the program's optimum (its split DP is exact here), on a model with
     two layer kinds (dense, then MoE: DeepSeek-V3's shape), where it takes the dynamic program
-    over split points; so it only spares refinements whose value would prune too."""
+    over split points; so it only spares refinements whose value would prune too. With 150 MiB
+    usable at 4,096 tokens the memory screen exceeds the time-only one on some candidates."""
     model = from_config({
         "model_type": "deepseek_v3", "hidden_size": 256, "intermediate_size": 512,
         "moe_intermediate_size": 128, "num_hidden_layers": 5, "num_attention_heads": 4,
@@ -359,18 +366,23 @@ def test_split_free_screen_stays_below_the_refined_bound_with_two_layer_kinds():
     cluster = load_cluster("tests/data/clusters/custom-pcie.yaml", gpus=8)
     base = dict(seq_len=1024, global_batch_size=16, precision="bf16", optimizer="adamw",
                 framework="megatron")
-    layouts, _, costs = P._candidates(model, cluster, {}, base, 0, 0.0)
-    assert len(set(costs.kinds)) == 2
-    screened = 0
-    for layout in layouts:
-        if layout.vpp > 1 or layout.pp == 1:
-            continue
-        screen = P._screen_bound(costs, layout, P.RECOMPUTE_MODES)
-        first = P._split_time_bound(costs, layout, P.RECOMPUTE_MODES)
-        refined = P._refined_bound(costs, layout, P.RECOMPUTE_MODES)
-        assert screen <= refined and first <= refined, layout
-        screened += 0 < first and 0 < screen and not math.isinf(refined)
-    assert screened > 0
+    screened = tighter = 0
+    # roomy, then 4,096-token sequences in 150 MiB per GPU (the reserve takes the rest): memory binds
+    for reserve, request in ((0, base), (cluster.gpu.memory_bytes - 150 * 2**20,
+                                         {**base, "seq_len": 4096})):
+        layouts, _, costs = P._candidates(model, cluster, {}, request, reserve, 0.0)
+        assert len(set(costs.kinds)) == 2
+        for layout in layouts:
+            if layout.vpp > 1 or layout.pp == 1:
+                continue
+            screen = P._screen_bound(costs, layout, P.RECOMPUTE_MODES)
+            first = P._split_time_bound(costs, layout, P.RECOMPUTE_MODES)
+            memory = P._split_memory_bound(costs, layout, P.RECOMPUTE_MODES)
+            refined = P._refined_bound(costs, layout, P.RECOMPUTE_MODES)
+            assert screen <= refined and first <= refined and memory <= refined, layout
+            screened += 0 < first and 0 < screen and not math.isinf(refined)
+            tighter += first < memory  # memory forces recompute the time-only screen ignores
+    assert screened > 0 and tighter > 0
 
 
 def _seeded_case(seed: int):

@@ -96,7 +96,8 @@ def split_free_bound(groups, layer_kinds: tuple[int, ...], num_stages: int) -> f
             tables.append(sum(np.max([p[0][s] + u for p, u in zip(group, pre)], axis=0)
                               for group, pre in zip(groups, prefix)))
             weights.append(len(stages))
-        values = np.unique(np.concatenate(tables))
+        values = np.sort(np.concatenate(tables))  # the distinct values, ascending (np.unique's,
+        values = values[np.concatenate(([True], values[1:] != values[:-1]))]  # without numpy.ma)
         reach = [np.searchsorted(t, values, side="right") - 1 for t in tables]
         ok = np.all([r >= 0 for r in reach], axis=0) & (
             sum(w * r for w, r in zip(weights, reach)) >= L)
