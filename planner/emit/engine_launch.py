@@ -68,6 +68,28 @@ def workers(data: dict, mla: bool = False) -> list[Worker]:
     return out
 
 
+def _balance_comment(data: dict, servers: int, router: str) -> list[str]:
+    """How requests must be spread over the independent servers of an aggregated mix: evenly when every server is
+    the same shape at the same concurrency; else in proportion to each kind's requests/s, which a round-robin
+    balancer (the routers of both engines: no per-server weights) does not do -- it would send a smaller server
+    as many requests as a larger one and its queue would grow (fresh-user review 9, finding 1)."""
+    rows = data["deployment"]["mix"]
+    kinds = {(tuple(sorted(r["parallelism"].items())), r["concurrency"]) for r in rows}
+    if len(kinds) == 1:
+        return [f"# {servers} independent servers: the plan's throughput assumes requests are spread evenly over "
+                f"them, so put a load balancer in front of their ports (round-robin; {router} does this), or send "
+                f"each client to one server in turn"]
+    shares = "; ".join(f"{_shape(r['parallelism'])} @{r['concurrency']}: {r['requests_per_s'] / r['parallelism']['replicas']:g} "
+                       f"requests/s each" for r in rows)
+    return [f"# {servers} independent servers of unlike shapes carry unlike shares ({shares}): a round-robin balancer "
+            f"({router} has no per-server weights) would overload the smaller ones; weight each server by its share "
+            f"(e.g. nginx upstream weight=) or send each client to one server in the same proportion"]
+
+
+def _shape(par: dict) -> str:
+    return " ".join(f"{k}{par[k]}" for k in ("tp", "pp", "ep", "dp") if par.get(k, 1) > 1) or "tp1"
+
+
 @dataclass(frozen=True)
 class Slot:
     """Where one engine instance of the script runs."""
@@ -136,9 +158,7 @@ def script(data: dict, engine: str, model_ref: str, gpus_per_node: int, mla: boo
     last = placed[-1]
     several = (last.gpu + last.worker.inst.gpus - 1) // gpus_per_node > 0
     if not disaggregated and len(placed) > 1:  # senior review 8 finding 11: no word that load must be spread
-        lines.append(f"# {len(placed)} independent servers: the plan's throughput assumes requests are spread evenly "
-                     f"over them, so put a load balancer in front of their ports (round-robin; {writer.ROUTER_VERSION} "
-                     f"does this), or send each client to one server in turn")
+        lines += _balance_comment(data, len(placed), writer.ROUTER_VERSION)
     if disaggregated and several:
         lines.append(f"# the workers span nodes 0 to {(last.gpu + last.worker.inst.gpus - 1) // gpus_per_node}: set "
                      f"{NODE_ADDR}_N to the address of node N wherever a line names it (the router's line, on "
