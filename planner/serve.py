@@ -694,7 +694,8 @@ def _slo_margin_note(req: ServeRequest, chosen: list[dict], calibration: dict) -
             shape = " ".join(f"{k}{par[k]}" for k in ("tp", "pp", "ep", "dp") if k == "tp" or par[k] > 1)
             out.append(f"{metric.upper()} {worst[f'{metric}_ms']:g} ms of {shape} @{worst['concurrency']:,} "
                        f"is within the model's {mape:g}% {metric.upper()} error on held-out {req.engine} measurements "
-                       f"of the {slo:g} ms SLO, so it may miss it; --{metric}-ms {margin:.3g} plans with that margin")
+                       f"of the {slo:g} ms SLO, so it may miss it; --{metric}-ms {float(f'{margin:.3g}'):g} plans with "
+                       f"that margin")  # 3 significant digits, never in exponent form (1670, not 1.67e+03)
     return out
 
 

@@ -33,3 +33,11 @@ def test_an_engine_without_its_own_error_uses_the_summary():
     # summary TTFT error 26%: 1000 / 1.26 = 793.7 ms; 900 ms is above it
     notes = serve._slo_margin_note(req, [_chosen(900, 20)], CAL)
     assert len(notes) == 1 and "26% TTFT error" in notes[0] and "--ttft-ms 794 " in notes[0]
+
+
+def test_a_margin_slo_above_a_thousand_is_written_as_a_plain_number():
+    """fresh-user review 9: `--ttft-ms 1.67e+03` -- 2000 / 1.2 = 1,666.7 ms, 3 significant digits: 1670."""
+    cal = {"evaluation": {"summary": {"ttft_mape": 20.0, "tpot_mape": 9.6}, "by_engine": {}}}
+    req = serve.ServeRequest(gpus=8, input_len=4000, output_len=500, ttft_ms=2000, engine="sglang")
+    notes = serve._slo_margin_note(req, [_chosen(1900, 20)], cal)
+    assert len(notes) == 1 and "--ttft-ms 1670 " in notes[0] and "e+" not in notes[0]
