@@ -372,14 +372,20 @@ def test_moe_expert_degrees_and_expert_tp_default(tmp_path):
 
 
 @pytest.mark.parametrize("expr, number", [
-    ("$((MICRO_BATCH_SIZE*64))", "(64)"),           # MICRO_BATCH_SIZE=1 in the script: 1 x 64
-    ("$(( MICRO_BATCH_SIZE * 64 / 4 ))", "(16)"),   # 1 x 64 / 4 = 16 (bash integer division)
-    ("$((NODES*64))", "write the number"),          # NODES is not set: no number to give
+    ("$((MICRO_BATCH_SIZE*64))", 64),               # MICRO_BATCH_SIZE=1 in the script: 1 x 64
+    ("$(( MICRO_BATCH_SIZE * 64 / 4 ))", 16),       # 1 x 64 / 4 = 16 (bash integer division)
 ])
-def test_arithmetic_expansion_is_named_with_its_number(tmp_path, expr, number):
+def test_arithmetic_expansion_of_the_files_integers_is_evaluated(tmp_path, expr, number):
+    """bash(1) Arithmetic Expansion: `$((...))` of the file's own integer variables is the number bash computes
+    (fresh-user review 9: `GBS=$((DP * MBS * 4))` is how Slurm launchers write batch sizes)."""
     path = _llama(tmp_path, ("--global-batch-size $GLOBAL_BATCH_SIZE", f"--global-batch-size {expr}"))
+    assert _data(_check(path, "--cluster", "dgx-h100"))["parallelism"]["global_batch_size"] == number
+
+
+def test_arithmetic_expansion_of_an_unset_variable_is_named(tmp_path):
+    path = _llama(tmp_path, ("--global-batch-size $GLOBAL_BATCH_SIZE", "--global-batch-size $((NODES*64))"))
     line = _bad_input(_check(path, "--cluster", "dgx-h100"), str(path), "--global-batch-size",
-                      "arithmetic expansion $((...))", "not evaluate", number)
+                      "arithmetic expansion $((...))", "not evaluate", "write the number")
     assert "shell variable the file does not set" not in line
 
 

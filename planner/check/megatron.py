@@ -697,8 +697,12 @@ def parse_args(text: str, file: str) -> dict[str, str | bool]:
                     value, i = f"{value} {tokens[i]}", i + 1  # nargs "+": the words up to the next flag
             if "$" in value and name in mg.SCHEDULE_FLAGS:
                 continue  # the job's environment sets it: Megatron checks it at start-up
-            if "$((" in value:
-                raise SpecError(_arithmetic_message(value, env), file=file, key=name)
+            if "$((" in value:  # bash's integer arithmetic of the file's own variables, as bash evaluates it
+                match = _ARITH.fullmatch(value)
+                number = _arithmetic(match.group(1), env) if match else None
+                if number is None:
+                    raise SpecError(_arithmetic_message(value, env), file=file, key=name)
+                value = str(number)
             if "$(" in value:
                 raise SpecError(f"value {value!r} is a shell command substitution $(...), which "
                                 f"this reader does not run; write the value", file=file, key=name)
@@ -756,7 +760,8 @@ _ARITH_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.m
 
 
 def _arithmetic_message(value: str, env: dict[str, str]) -> str:
-    """Why `$((...))` is refused, with the number it would give when the file's variables give it.
+    """Why `$((...))` is refused: it holds a variable the file does not set, or more than integers, variables
+    and + - * / % (an expansion of the file's own integers is evaluated instead: `parse_args`).
 
     Source: bash(1) "Arithmetic Expansion" (`$((expression))`; names inside are variables, with
     or without `$`; integer arithmetic)."""
