@@ -54,12 +54,21 @@ HBM_EFFICIENCY = 0.80
 BabelStream/STREAM triad on A100-80GB ~1.7 TB/s of 2.04 TB/s and on H100-SXM ~2.6-2.9 TB/s of 3.35
 (public BabelStream results); not fitted on the validation runs."""
 
-SHARDED_DP_FLAT_RING = True
-"""[Empirical] ZeRO-2/3 per-micro-batch gathers and reduce-scatters are issued module by module on a
-flat data-parallel group; we model their network part at one NIC per GPU (no k-fold aggregation over
-the scale-up domain). Basis: Narayanan et al. 2021 Table 2 ZeRO-3 rows (174.6B on 384/768/1536 GPUs,
-529.6B on 640/1120/2240): at a fixed global batch the step time stays constant as GPUs double, i.e.
-traffic per GPU ~ 4 x params x 2 B at ~21 GB/s per GPU (25 GB/s HDR x 0.85)."""
+SHARDED_DP_FLAT_RING = frozenset({"deepspeed"})
+"""[Empirical] Frameworks whose ZeRO-2/3 per-micro-batch gathers and reduce-scatters we model with
+their network part at one NIC per GPU (no k-fold aggregation over the scale-up domain): DeepSpeed
+only. Basis: Narayanan et al. 2021 Table 2 ZeRO-3 rows (DeepSpeed; 174.6B on 384/768/1536 GPUs,
+529.6B on 640/1120/2240): at a fixed global batch the step time stays constant as GPUs double, at a
+level of traffic per GPU ~ 4 x params x 2 B at ~21 GB/s per GPU (25 GB/s HDR x 0.85); the
+mechanism in DeepSpeed is not identified. Not for PyTorch FSDP2 (torchtitan) or Megatron-FSDP:
+they issue each unit's all_gather_into_tensor / reduce_scatter_tensor on one NCCL communicator of
+the whole data-parallel group, whose rings run one channel per NIC (NVIDIA/nccl@5067397
+src/graph/search.cc `ncclTopoCompute`), so the traffic crossing nodes is the per-node volume of
+every other collective here (`collectives.collective_time`, hierarchical). Measured: torchtitan
+FSDP 128 vs 8 H100 (benchmarks/llama3_h100_202412_torchtitan.md @31a17bfd Tables 3 vs 1, same
+local batch) lost 2.7% / 2.3% / 1.8% (FSDP / + compile / + Float8) of its throughput, where one
+NIC per GPU would put 1.47 s of gathers beside 2.3 s of compute and predicted 1.13x; 32 -> 64 H200
+lost 1.7% (benchmarks/llama3-8b_h200_202506_trainy-whitefiber.md)."""
 
 OPTIMIZER_BYTES_PER_PARAM = {"adamw": 30, "sgd": 22, "adam8bit": 18}
 """HBM bytes read + written per parameter by one optimizer step (mixed precision). adamw: fp32 master
@@ -908,7 +917,8 @@ def _record_sharing(c: Collective, layout: Layout, cluster: ClusterSpec, share: 
     runs across domains (HSDP replicas are outermost); expert-data-parallel groups follow Megatron's
     expert rank order (etp, ep, edp, pp, no cp: NVIDIA/Megatron-LM@d98e8a6
     megatron/core/parallel_state.py l. 887-895). ZeRO-2/3 per-micro-batch traffic runs as a flat
-    ring (SHARDED_DP_FLAT_RING). The tied-embedding all-reduce joins the first and last stage.
+    ring under DeepSpeed (SHARDED_DP_FLAT_RING). The tied-embedding all-reduce joins the first and
+    last stage.
     """
     axes = c.axes
     if axes in (("tp",), ("cp",)):
@@ -927,7 +937,8 @@ def _record_sharing(c: Collective, layout: Layout, cluster: ClusterSpec, share: 
         k = 1 if len(inner) < len(axes) else min(_edp_sharing(layout, cluster, order), c.group_size)
     else:
         k = min(share["dp"] * share["cp"], c.group_size)
-    return 1 if (SHARDED_DP_FLAT_RING and k < c.group_size and c.phase in _PER_MICROBATCH) else k
+    flat = layout.framework in SHARDED_DP_FLAT_RING and k < c.group_size and c.phase in _PER_MICROBATCH
+    return 1 if flat else k
 
 
 def _edp_sharing(layout: Layout, cluster: ClusterSpec, order: Sequence[str]) -> int:
