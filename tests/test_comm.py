@@ -91,6 +91,21 @@ def test_megatron_fp32_grad_reduce_and_hsdp():
     assert sum(c.message_bytes for c in ar) == pytest.approx(4 * psi / 4)
 
 
+def test_torchtitan_zero2_gathers_parameters_every_microbatch():
+    """FSDP2 reshards after every backward (`reshard_after_backward` default True), so torchtitan's
+    ZeRO-2 (reshard-after-forward "never") all-gathers the bf16 parameters once per micro-batch:
+    m (n-1)/n 2 Psi, beside the m fp32 reduce-scatters m (n-1)/n 4 Psi (torchtitan reduces in
+    fp32); Megatron's ZeRO-2 gathers the updated parameters once per step."""
+    psi, dp, m = count_params(MODEL).total, 4, 3
+    f = (dp - 1) / dp * psi
+    titan = collectives(MODEL, Layout(dp=dp, zero_stage=2, framework="torchtitan", global_batch_size=dp * m))
+    gathers = [c for c in titan if c.kind == "all_gather" and c.axis == "dp"]
+    assert {c.phase for c in gathers} == {"microbatch"} and {c.count for c in gathers} == {m}
+    assert bytes_per_axis(titan)["dp"] == pytest.approx(m * 2 * f + m * 4 * f)
+    megatron = collectives(MODEL, Layout(dp=dp, zero_stage=2, framework="megatron", global_batch_size=dp * m))
+    assert {c.count for c in megatron if c.kind == "all_gather" and c.axis == "dp"} == {1}
+
+
 def test_offload_traffic():
     """ZeRO-Offload §4 as DeepSpeed runs it (`comm._offload`): one micro-batch of ZeRO-2 moves the
     bf16 gradient shard to the host accumulator and back (2 + 2 B), the fp32 shard down at the

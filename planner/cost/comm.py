@@ -10,7 +10,7 @@ batch axes B (dp_replicate, dp_shard, cp; edp for experts):
 | gradients replicated, optimizer replicated | all-reduce of the gradient, once (accumulated locally over m) |
 | gradients replicated, optimizer sharded over O | reduce-scatter over O once + all-gather of updated parameters over O once |
 | gradients sharded over O | reduce-scatter over O per micro-batch (no full local accumulator) |
-| parameters replicated, optimizer sharded over O | all-gather of updated parameters over O once |
+| parameters replicated, optimizer sharded over O | all-gather of updated parameters over O once (torchtitan's ZeRO-2: once per micro-batch, `fsdp_regathers_every_microbatch`) |
 | parameters sharded_with_gather over O | all-gather per micro-batch in forward and again in backward (and once more for a fully recomputed layer's re-run forward) |
 | any of the above also replicated over R | all-reduce of the 1/|O| shard over R (HSDP), as often as the reduce-scatter |
 | offloaded state | device->host / host->device copies of the local shard (`_offload`) |
@@ -184,9 +184,9 @@ def unit_state_collectives(layout: Layout) -> tuple[tuple[str, Collective], ...]
     stage and offload targets that set its modes there (`strategies.data_parallel`, `zero`,
     `offload`) and the bytes per element."""
     ov = overlap.resolve(layout)
-    once = fsdp_syncs_once_per_step(layout)
+    once, again = fsdp_syncs_once_per_step(layout), fsdp_regathers_every_microbatch(layout)
     rep, common = layout.dp_replicate_degree, (layout.zero_stage, layout.offload, *state_key(layout),
-                                                ov.overlap_grad_reduce, ov.overlap_param_gather, once)
+                                                ov.overlap_grad_reduce, ov.overlap_param_gather, once, again)
     # the groups' batch-axis degrees (`strategies.group_degrees`): dense and replicated run over
     # dp_replicate x dp_shard x cp, experts over dp_replicate x edp
     dense = (rep, layout.dp_shard_degree, layout.cp) + common
@@ -200,7 +200,7 @@ def unit_state_collectives(layout: Layout) -> tuple[tuple[str, Collective], ...]
             hit = _UNITS.get((g,) + key)
             if hit is None:
                 hit = _UNITS[(g,) + key] = tuple(_group_collectives(
-                    g, placement_for(layout).groups[g], 1.0, 1, state_bytes(layout), ov, once))
+                    g, placement_for(layout).groups[g], 1.0, 1, state_bytes(layout), ov, once, again))
             out += [(g, c) for c in hit]
         whole = _UNITS[dense + expert] = tuple(out)
     return whole
@@ -290,8 +290,21 @@ def fsdp_syncs_once_per_step(layout: Layout) -> bool:
     return (layout.framework == "torchtitan" and layout.pp > 1) or fsdp_gradient_sharding_with_pp(layout)
 
 
+def fsdp_regathers_every_microbatch(layout: Layout) -> bool:
+    """torchtitan without `fsdp_syncs_once_per_step`: FSDP2 reshards every unit's parameters after
+    each micro-batch's backward, so a ZeRO-2 layout (parameters kept gathered from forward to
+    backward, `frameworks.torchtitan.RESHARD_NEVER`) gathers them again in the next micro-batch's
+    forward: one all-gather per micro-batch, not one per step as a sharded optimizer's update
+    gather. FSDP2's `reshard_after_backward` defaults to True ("only useful for gradient
+    accumulation": pytorch/pytorch@002a76f torch/distributed/fsdp/_fully_shard/
+    _fsdp_param_group.py `FSDPParamGroup.__init__`) and torchtitan turns it off only for the
+    chunked loss's output layer (pytorch/torchtitan@b5bcd76 torchtitan/components/loss.py
+    l. 664-705), not across micro-batches."""
+    return layout.framework == "torchtitan" and not fsdp_syncs_once_per_step(layout)
+
+
 def _group_collectives(group: str, gp, elems: float, m: int, sb, ov: overlap.Overlaps,
-                       once: bool = False) -> list[Collective]:
+                       once: bool = False, again: bool = False) -> list[Collective]:
     """Gradient / parameter / offload collectives of one parameter group (the table above), in the
     phase the overlaps `ov` put them: gradient reductions overlap backward (phase step, or
     microbatch when reduced every micro-batch) only with `overlap_grad_reduce`, else they run after
@@ -299,7 +312,9 @@ def _group_collectives(group: str, gp, elems: float, m: int, sb, ov: overlap.Ove
     (prefetch), else microbatch_exposed; the once-per-step gather of updated parameters overlaps the
     next step's first forward with it (param_sync), else runs after the optimizer (after_step).
     `once` (`fsdp_syncs_once_per_step`): the sharded gradients are reduce-scattered once (phase
-    step / sync) and the ZeRO-3 parameters gathered once per step (phase param_sync / after_step)."""
+    step / sync) and the ZeRO-3 parameters gathered once per step (phase param_sync / after_step).
+    `again` (`fsdp_regathers_every_microbatch`): sharded gradients with unsharded parameters (ZeRO-2)
+    gather the parameters every micro-batch (phase microbatch, as ZeRO-3's gathers)."""
     batch = [a for a in _BATCH if gp.degrees.get(a, 1) > 1]
     if not batch or elems == 0:
         return _offload(group, gp, elems, m, sb, ov, per_microbatch=False)
@@ -333,6 +348,9 @@ def _group_collectives(group: str, gp, elems: float, m: int, sb, ov: overlap.Ove
             "param_sync" if ov.overlap_param_gather else "after_step")
     elif gath:
         add("all_gather", 2 * m, params, gath, "parameters.gather",
+            "microbatch" if ov.overlap_param_gather else "microbatch_exposed")
+    elif grad_sh and again:
+        add("all_gather", m, params, owner, "parameters.gather",
             "microbatch" if ov.overlap_param_gather else "microbatch_exposed")
     elif owner:
         add("all_gather", 1, params, owner, "parameters.update",
