@@ -137,3 +137,24 @@ def test_step_sync_total_is_the_sum_of_the_stages_dp_sync_for_any_split(name, gp
             total += costs.dp_sync.value(s, counts)
         assert total == pytest.approx(step_sync_total_s(model, cluster, layout), rel=1e-12)
     assert total > 0
+
+
+def test_torchtitan_selective_recompute_is_its_op_policy_not_the_attention_core():
+    """torchtitan's selective op AC saves the SDPA output and every odd-numbered matmul and re-runs
+    the even ones (Llama 3.1 8B: wk 4096 x 1024, wo 4096 x 4096, w3 4096 x 14336 = 79,691,776
+    weight elements per token, hand arithmetic) and the elementwise ops: its recompute grows
+    linearly with the tokens, where Megatron's default (the attention core) grows with s^2."""
+    from planner.cost.activations import op_sac_recomputed_matmuls
+    from planner.cost.step_time import layer_time
+
+    model, cluster = load_model("llama-3.1-8b"), load_cluster("dgx-h100", gpus=8)
+    assert op_sac_recomputed_matmuls(model, 0) == 4096 * 1024 + 4096 * 4096 + 4096 * 14336
+
+    def recompute(framework: str, seq: int) -> float:
+        layout = Layout(dp=8, zero_stage=3, framework=framework, seq_len=seq, global_batch_size=8,
+                        recompute="selective", torch_compile=framework == "torchtitan")
+        return layer_time(model, cluster, layout, 0, "selective").recompute_s
+
+    titan = recompute("torchtitan", 16384) / recompute("torchtitan", 8192)
+    megatron = recompute("megatron", 16384) / recompute("megatron", 8192)
+    assert titan == pytest.approx(2.0, rel=0.02) and megatron > 3.0, (titan, megatron)

@@ -501,6 +501,19 @@ def _block_matmuls(model: ModelSpec) -> list[SavedTensor]:
     return mms
 
 
+def op_sac_recomputed_matmuls(model: ModelSpec, layer_index: int) -> float | None:
+    """Weight elements per token of the matmuls torchtitan's selective op AC re-runs in layer
+    `layer_index` (the even-numbered `aten.mm` of `_block_matmuls`: Llama wk, wo, w3), None where
+    the op policy is not costed (`_op_sac_applies`). Source: `torchtitan_op_sac_tensors`."""
+    if not _op_sac_applies(model, layer_index):
+        return None
+    h, a, kv, d = model.hidden_size, model.num_attention_heads, model.num_key_value_heads, model.head_dim
+    inputs = {"attention.wq_output": h, "attention.wk_output": h, "attention.wv_output": h,
+              "attention.wo_output": a * d, "mlp.w1_output": h, "mlp.w3_output": h,
+              "mlp.fc1_output": h, "mlp.w2_output": model.intermediate_size}
+    return float(sum(inputs[t.name] * t.elements_per_token for t in _block_matmuls(model)[1::2]))
+
+
 def torchtitan_op_sac_tensors(model: ModelSpec, *, tp: int = 1, sequence_parallel: bool = False) -> list[SavedTensor]:
     """What one block keeps under torchtitan's selective *op* AC (`mode = "selective"`,
     `selective_ac_option = "op"`), for a dense attention + MLP block.

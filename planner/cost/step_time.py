@@ -34,7 +34,7 @@ from planner.cost import comm
 from planner.cost.comm import Collective
 from planner.cost.compute import (achieved_flops, attention_flops, core_precision, expert_host_launches,
                                    fp8_cast_bytes, moe_expert_host_idle_s, moe_host_sync_s, peak_flops)
-from planner.cost.activations import layer_activation_bytes
+from planner.cost.activations import layer_activation_bytes, op_sac_recomputed_matmuls
 from planner.cost.memory import activation_arguments, stage_layers
 from planner.cost.params_flops import count_params, flops_per_token
 from planner.cost.pipeline import (PipelineCoefficients, pipeline_coefficients,
@@ -527,6 +527,10 @@ def _selective_recompute_s(model: ModelSpec, cluster: ClusterSpec, layout: Layou
     each; layernorm reads and writes h elements (2 B each) per separate norm (MLA's input norm, the
     pre-MLP norm of a model with experts: `cost.activations.RECOMPUTE_MODULES`). The EP dispatch /
     combine that `moe` re-runs is not priced (not in this model yet)."""
+    if layout.framework == "torchtitan" and layout.recompute_modules is None:
+        op_sac = _torchtitan_op_sac_s(model, cluster, layout, index)
+        if op_sac is not None:
+            return op_sac
     modules = layout.selective_modules
     if modules == ("core_attn",):
         return attn_fwd_s
@@ -549,6 +553,35 @@ def _selective_recompute_s(model: ModelSpec, cluster: ClusterSpec, layout: Layou
     if "layernorm" in modules:
         memory += 4.0 * model.hidden_size * (int(model.is_mla) + int(model.is_moe))
     return seconds + local * memory / _hbm_bytes_per_s(cluster)
+
+
+def _torchtitan_op_sac_s(model: ModelSpec, cluster: ClusterSpec, layout: Layout, index: int) -> float | None:
+    """Seconds torchtitan's selective op AC re-runs in the backward of dense layer `index`, one
+    micro-batch, one GPU; None where `cost.activations` does not cost the op policy (MoE, MLA,
+    parallel-attention blocks: those keep the Megatron-style module pricing).
+
+    The policy keeps every odd-numbered `aten.mm` output and the SDPA outputs and recomputes the
+    rest (`cost.activations.torchtitan_op_sac_tensors`): the even-numbered matmuls (Llama: wk, wo,
+    w3; `activations.op_sac_recomputed_matmuls`) at the linear GEMM rate `_layer_compute_s` uses,
+    and every elementwise op of the block (norms, RoPE, SwiGLU, residual adds: one forward's
+    `fused_elementwise_bytes`, plus the unfused and composite-norm extras in eager mode) at HBM
+    speed; the attention core is not re-run (its output is saved). Not priced: the fp8 casts of
+    the recomputed matmuls' inputs. Source: pytorch/torchtitan@e7c0cae
+    torchtitan/models/llama3/parallelize_llama.py l. 218-280 (`_save_list`, `_custom_policy`:
+    "Saves output of all compute ops, except every second mm"), as at @9dec370."""
+    matmuls = op_sac_recomputed_matmuls(model, index)
+    if matmuls is None:
+        return None
+    b, s, tp, cp = layout.micro_batch_size, layout.seq_len, layout.tp, layout.cp
+    local = b * s / (tp * cp)
+    gemm_dim = min(model.hidden_size / tp, b * s / cp)
+    memory = fused_elementwise_bytes(model, index, replicated=tp if tp > 1 and not layout.sequence_parallel else 1)
+    if not BY_NAME[layout.framework].fused_elementwise(layout.torch_compile):
+        memory += unfused_elementwise_bytes(model, index)
+        if layout.norm_kernel == "composite":
+            memory += composite_norm_bytes(model)
+    return (local * 2.0 * matmuls / achieved_flops(cluster.gpu, layout.precision, gemm_dim=gemm_dim)
+            + local * memory / _hbm_bytes_per_s(cluster))
 
 
 def _offload_s(model: ModelSpec, cluster: ClusterSpec, layout: Layout, index: int) -> dict[str, float]:
