@@ -499,8 +499,8 @@ def serve_plan(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, calibration:
     mix = _best_mix(req, cands)
     if req.request_rate is not None:
         if not mix.counts:
-            needed = serve_ilp.min_gpus(gpus, [p["requests_per_s"] for _, p in cands], tokens,
-                                        req.request_rate, req.gpus * 1024)
+            needed = serve_ilp.fewest_alike(gpus, [p["requests_per_s"] for _, p in cands], tokens,
+                                            req.request_rate, None)
             best = max(cands, key=lambda c: c[1]["requests_per_s"] / c[0]["inst"].gpus)
             slos = req.slos
             more = (f"; {int(needed.objective)} GPUs would carry {_carried(needed, cands):g} requests/s: "
@@ -548,13 +548,16 @@ def _deployment_per_gpu(chosen: list[dict]) -> float:
 
 
 def _best_mix(req: ServeRequest, cands: list):
-    """Replicas of the aggregated candidates (`candidates`): the fewest GPUs carrying --request-rate
-    (`serve_ilp.min_gpus`), else the most tokens/s on --gpus (`serve_ilp.best_mix`)."""
+    """Alike replicas of ONE aggregated candidate (`candidates`; `ROUTER_SPLIT`: the router in front of the
+    servers gives each of n replicas R / n of the requests, so replicas of unlike capacity would overload the
+    smaller): the fewest GPUs carrying --request-rate (`serve_ilp.fewest_alike`), else the most tokens/s on
+    --gpus (`serve_ilp.best_alike`)."""
     gpus = [ev["inst"].gpus for ev, _ in cands]
     tokens = [p["tokens_per_s"] for _, p in cands]
     if req.request_rate is not None:
-        return serve_ilp.min_gpus(gpus, [p["requests_per_s"] for _, p in cands], tokens, req.request_rate, req.gpus)
-    return serve_ilp.best_mix(gpus, tokens, req.gpus)
+        return serve_ilp.fewest_alike(gpus, [p["requests_per_s"] for _, p in cands], tokens, req.request_rate,
+                                      req.gpus)
+    return serve_ilp.best_alike(gpus, tokens, req.gpus)
 
 
 def _aggregated_note(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, coefficients: dict, plan: dict) -> list[str]:
@@ -1117,7 +1120,9 @@ class Split:
 
 ROUTER_SPLIT = ("every prefill worker alike and every decode worker alike: the routers split requests over the "
                 "workers of a role evenly, with no per-worker weight")
-"""Why a disaggregated mix has one prefill kind and one decode kind. Source: vllm-router 0.1.17
+"""Why a disaggregated mix has one prefill kind and one decode kind, and an aggregated deployment one replica
+kind (`_best_mix`; the same routers in their regular mode, `--worker-urls`, or any round-robin balancer). Source:
+vllm-router 0.1.17
 (`vllm_router-0.1.17-cp38-abi3-manylinux_2_28_x86_64.whl`, sha256 85c96bea...; it records no commit)
 `vllm_router/router_args.py`: each prefill and decode worker is named by its URL alone (the router flags of
 `planner.frameworks.vllm.ROUTER_FLAG`), and the load-balancing policies (default cache_aware; random,
@@ -1125,7 +1130,10 @@ round_robin, kv_aware, power_of_two, consistent_hash, sticky_least_loaded) pick 
 cache or load, none by a capacity the operator gives; sglang-router 0.3.2
 (`sglang_router-0.3.2-cp38-abi3-manylinux_2_17_x86_64...whl`, sha256 ba5a2495...) `sglang_router/router_args.py`:
 the same URL-only worker flags (`planner.frameworks.sglang.ROUTER_FLAG`), policies random, round_robin,
-cache_aware, power_of_two, manual. Two decode workers planned at 1.5 and 3.6 requests/s would each get half."""
+cache_aware, power_of_two, manual. Two decode workers planned at 1.5 and 3.6 requests/s would each get half. The
+load-aware policies (power_of_two, least-loaded) even out the requests in flight per worker, which is not a
+replica's planned batch either: a tp2 server planned at 17 in flight beside tp4 servers planned at 38 would be held
+near the same count as they are, above the 17 its SLOs were planned at."""
 
 
 def _solve_split(req: ServeRequest, pre: list, dec: list) -> Split:

@@ -48,7 +48,7 @@ def test_emitted_script_passes_check_without_a_finding(tmp_path, model, cluster,
     assert result["verdict"] == "pass" and result["violations"] == [], result["violations"]
     # senior review 8 finding 11: several aggregated servers are said to need a load balancer in front of them
     replicas = len(set(re.findall(r"^\s*# .* replica (\d+) of \d+", text, re.M)))
-    assert (f"# {replicas} independent servers: " in text) == (replicas > 1), text[:600]
+    assert (f"# {replicas} independent servers of one shape " in text) == (replicas > 1), text[:600]
 
 
 def _decode_commands(text: str) -> list[list[str]]:

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from planner.check.engine_launch import NODE_RANK
 from planner.cost import serving as sv
-from planner.errors import SpecError
+from planner.errors import SpecError, number
 
 ENGINES = ("vllm", "sglang")
 """What `serve-plan --emit` writes."""
@@ -69,21 +69,19 @@ def workers(data: dict, mla: bool = False) -> list[Worker]:
 
 
 def _balance_comment(data: dict, servers: int, router: str) -> list[str]:
-    """How requests must be spread over the independent servers of an aggregated mix: evenly when every server is
-    the same shape at the same concurrency; else in proportion to each kind's requests/s, which a round-robin
-    balancer (the routers of both engines: no per-server weights) does not do -- it would send a smaller server
-    as many requests as a larger one and its queue would grow (fresh-user review 9, finding 1)."""
-    rows = data["deployment"]["mix"]
-    kinds = {(tuple(sorted(r["parallelism"].items())), r["concurrency"]) for r in rows}
-    if len(kinds) == 1:
-        return [f"# {servers} independent servers: the plan's throughput assumes requests are spread evenly over "
-                f"them, so put a load balancer in front of their ports (round-robin; {router} does this), or send "
-                f"each client to one server in turn"]
-    shares = "; ".join(f"{_shape(r['parallelism'])} @{r['concurrency']}: {r['requests_per_s'] / r['parallelism']['replicas']:g} "
-                       f"requests/s each" for r in rows)
-    return [f"# {servers} independent servers of unlike shapes carry unlike shares ({shares}): a round-robin balancer "
-            f"({router} has no per-server weights) would overload the smaller ones; weight each server by its share "
-            f"(e.g. nginx upstream weight=) or send each client to one server in the same proportion"]
+    """How requests are spread over the independent servers of an aggregated deployment: evenly, by a load
+    balancer in front of their ports. serve-plan deploys one replica kind (`planner.serve.ROUTER_SPLIT`: the
+    routers of both engines have no per-server weight), so an even split gives each server its planned share:
+    at --request-rate R over n servers, R / n, at most what one carries at its planned batch."""
+    row, = data["deployment"]["mix"]
+    rate = data["request"].get("request_rate")
+    each = row["requests_per_s"] / servers
+    share = (f"{number(round(rate / servers, 3))} of the {number(rate)} requests/s each, within the "
+             f"{number(round(each, 3))} one carries at its planned batch" if rate
+             else f"{number(round(each, 3))} requests/s each at its planned batch")
+    return [f"# {servers} independent servers of one shape ({_shape(row['parallelism'])} @{row['concurrency']}): "
+            f"spread requests evenly over them ({share}): put a load balancer in front of their ports "
+            f"(round-robin; {router} does this), or send each client to one server in turn"]
 
 
 def _shape(par: dict) -> str:
