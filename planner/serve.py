@@ -412,9 +412,9 @@ def longest_at_concurrency(spec: ModelSpec, inst: sv.Instance, mem: sv.ServingMe
                            context: int) -> int:
     """The longest max-model-len (tokens, >= `context`, at most what the pool holds for one sequence) at which
     `concurrency` sequences of that length, rounded up to a multiple of the attention-DP groups (as both emitters
-    write the engine's cap, `planner.emit`), still fit the KV pool (`cost.serving.max_concurrency`, which
-    `planner check` compares with the engine's cap: rule kv_pool_concurrency); `context` when not even that
-    length does. By bisection: the sequences that fit fall as the length grows."""
+    write the engine's cap, `planner.emit`), still fit the KV pool (`cost.serving.max_concurrency`; `planner check`
+    notes where the engine's cap is above it, `check.engine_launch._concurrency_note`, and `--emit`'s comment says
+    so); `context` when not even that length does. By bisection: the sequences that fit fall as the length grows."""
     need = -(-concurrency // inst.adp) * inst.adp
     lo, hi = context, max(context, sv.pool_context(mem, spec))
     if sv.max_concurrency(mem, spec, inst, lo) < need:
