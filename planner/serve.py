@@ -1121,8 +1121,8 @@ class Split:
 ROUTER_SPLIT = ("every prefill worker alike and every decode worker alike: the routers split requests over the "
                 "workers of a role evenly, with no per-worker weight")
 """Why a disaggregated mix has one prefill kind and one decode kind, and an aggregated deployment one replica
-kind (`_best_mix`; the same routers in their regular mode, `--worker-urls`, or any round-robin balancer). Source:
-vllm-router 0.1.17
+kind (`_best_mix`; the same routers in their regular mode, ROUTER_FLAG["workers"] of `planner.frameworks.vllm` /
+`sglang`, or any round-robin balancer). Source: vllm-router 0.1.17
 (`vllm_router-0.1.17-cp38-abi3-manylinux_2_28_x86_64.whl`, sha256 85c96bea...; it records no commit)
 `vllm_router/router_args.py`: each prefill and decode worker is named by its URL alone (the router flags of
 `planner.frameworks.vllm.ROUTER_FLAG`), and the load-balancing policies (default cache_aware; random,
