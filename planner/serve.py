@@ -500,7 +500,7 @@ def serve_plan(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, calibration:
     if req.request_rate is not None:
         if not mix.counts:
             needed = serve_ilp.fewest_alike(gpus, [p["requests_per_s"] for _, p in cands], tokens,
-                                            req.request_rate, None)
+                                            req.request_rate, req.gpus * 1024)
             best = max(cands, key=lambda c: c[1]["requests_per_s"] / c[0]["inst"].gpus)
             slos = req.slos
             more = (f"; {int(needed.objective)} GPUs would carry {_carried(needed, cands):g} requests/s: "
@@ -586,7 +586,7 @@ def _aggregated_note(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, coeffi
 
 
 def _top(spec: ModelSpec, req: ServeRequest, cands: list, chosen: list) -> list[dict]:
-    """The program's choice first (one row per shape of the mix), then the best homogeneous
+    """The search's choice first (one row: one replica shape, `_best_mix`), then the best homogeneous
     deployments of the other shapes by tokens/s/GPU, `req.top` rows in all."""
     rows = list(chosen)
     seen = {tuple(p["parallelism"][k] for k in FIXABLE) for p in chosen}
@@ -852,7 +852,7 @@ def _memory_only(ev: dict) -> dict:
 
 def _beyond_search(req: ServeRequest, best: tuple, slos: bool) -> str:
     """The end of the GPU-bound message when not even `req.gpus` x 1024 GPUs carry the request rate (the
-    integer program's limit): the GPUs replicas of the plan with the most requests/s per GPU (`best`) would
+    search's limit): the GPUs replicas of the plan with the most requests/s per GPU (`best`) would
     need, and, only where SLOs were given, relaxing them as the other way out."""
     ev, point = best
     replicas = math.ceil(req.request_rate / point["requests_per_s"])
