@@ -1153,8 +1153,9 @@ def show_engine_check(data: dict, fmt: str) -> None:
         console.print(Text(head))
     for row in data.get("routers", ()):
         port = f", requests to port {row['port']}" if row["port"] else ""
-        console.print(Text(f"line {row['line']}: router ({row['router']}) over {len(row['prefill'])} prefill and "
-                           f"{len(row['decode'])} decode worker(s){port}"))
+        over = (f"{len(row['servers'])} server(s)" if row.get("servers") else
+                f"{len(row['prefill'])} prefill and {len(row['decode'])} decode worker(s)")
+        console.print(Text(f"line {row['line']}: router ({row['router']}) over {over}{port}"))
     if data["violations"] or data["warnings"]:
         console.print()
     _print_findings(console, data["violations"], data["warnings"])

@@ -412,9 +412,9 @@ def longest_at_concurrency(spec: ModelSpec, inst: sv.Instance, mem: sv.ServingMe
                            context: int) -> int:
     """The longest max-model-len (tokens, >= `context`, at most what the pool holds for one sequence) at which
     `concurrency` sequences of that length, rounded up to a multiple of the attention-DP groups (as both emitters
-    write the engine's cap, `planner.emit`), still fit the KV pool (`cost.serving.max_concurrency`, which
-    `planner check` compares with the engine's cap: rule kv_pool_concurrency); `context` when not even that
-    length does. By bisection: the sequences that fit fall as the length grows."""
+    write the engine's cap, `planner.emit`), still fit the KV pool (`cost.serving.max_concurrency`; `planner check`
+    notes where the engine's cap is above it, `check.engine_launch._concurrency_note`, and `--emit`'s comment says
+    so); `context` when not even that length does. By bisection: the sequences that fit fall as the length grows."""
     need = -(-concurrency // inst.adp) * inst.adp
     lo, hi = context, max(context, sv.pool_context(mem, spec))
     if sv.max_concurrency(mem, spec, inst, lo) < need:
@@ -499,8 +499,8 @@ def serve_plan(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, calibration:
     mix = _best_mix(req, cands)
     if req.request_rate is not None:
         if not mix.counts:
-            needed = serve_ilp.min_gpus(gpus, [p["requests_per_s"] for _, p in cands], tokens,
-                                        req.request_rate, req.gpus * 1024)
+            needed = serve_ilp.fewest_alike(gpus, [p["requests_per_s"] for _, p in cands], tokens,
+                                            req.request_rate, req.gpus * 1024)
             best = max(cands, key=lambda c: c[1]["requests_per_s"] / c[0]["inst"].gpus)
             slos = req.slos
             more = (f"; {int(needed.objective)} GPUs would carry {_carried(needed, cands):g} requests/s: "
@@ -548,13 +548,16 @@ def _deployment_per_gpu(chosen: list[dict]) -> float:
 
 
 def _best_mix(req: ServeRequest, cands: list):
-    """Replicas of the aggregated candidates (`candidates`): the fewest GPUs carrying --request-rate
-    (`serve_ilp.min_gpus`), else the most tokens/s on --gpus (`serve_ilp.best_mix`)."""
+    """Alike replicas of ONE aggregated candidate (`candidates`; `ROUTER_SPLIT`: the router in front of the
+    servers gives each of n replicas R / n of the requests, so replicas of unlike capacity would overload the
+    smaller): the fewest GPUs carrying --request-rate (`serve_ilp.fewest_alike`), else the most tokens/s on
+    --gpus (`serve_ilp.best_alike`)."""
     gpus = [ev["inst"].gpus for ev, _ in cands]
     tokens = [p["tokens_per_s"] for _, p in cands]
     if req.request_rate is not None:
-        return serve_ilp.min_gpus(gpus, [p["requests_per_s"] for _, p in cands], tokens, req.request_rate, req.gpus)
-    return serve_ilp.best_mix(gpus, tokens, req.gpus)
+        return serve_ilp.fewest_alike(gpus, [p["requests_per_s"] for _, p in cands], tokens, req.request_rate,
+                                      req.gpus)
+    return serve_ilp.best_alike(gpus, tokens, req.gpus)
 
 
 def _aggregated_note(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, coefficients: dict, plan: dict) -> list[str]:
@@ -583,7 +586,7 @@ def _aggregated_note(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, coeffi
 
 
 def _top(spec: ModelSpec, req: ServeRequest, cands: list, chosen: list) -> list[dict]:
-    """The program's choice first (one row per shape of the mix), then the best homogeneous
+    """The search's choice first (one row: one replica shape, `_best_mix`), then the best homogeneous
     deployments of the other shapes by tokens/s/GPU, `req.top` rows in all."""
     rows = list(chosen)
     seen = {tuple(p["parallelism"][k] for k in FIXABLE) for p in chosen}
@@ -849,7 +852,7 @@ def _memory_only(ev: dict) -> dict:
 
 def _beyond_search(req: ServeRequest, best: tuple, slos: bool) -> str:
     """The end of the GPU-bound message when not even `req.gpus` x 1024 GPUs carry the request rate (the
-    integer program's limit): the GPUs replicas of the plan with the most requests/s per GPU (`best`) would
+    search's limit): the GPUs replicas of the plan with the most requests/s per GPU (`best`) would
     need, and, only where SLOs were given, relaxing them as the other way out."""
     ev, point = best
     replicas = math.ceil(req.request_rate / point["requests_per_s"])
@@ -1117,7 +1120,9 @@ class Split:
 
 ROUTER_SPLIT = ("every prefill worker alike and every decode worker alike: the routers split requests over the "
                 "workers of a role evenly, with no per-worker weight")
-"""Why a disaggregated mix has one prefill kind and one decode kind. Source: vllm-router 0.1.17
+"""Why a disaggregated mix has one prefill kind and one decode kind, and an aggregated deployment one replica
+kind (`_best_mix`; the same routers in their regular mode, ROUTER_FLAG["workers"] of `planner.frameworks.vllm` /
+`sglang`, or any round-robin balancer). Source: vllm-router 0.1.17
 (`vllm_router-0.1.17-cp38-abi3-manylinux_2_28_x86_64.whl`, sha256 85c96bea...; it records no commit)
 `vllm_router/router_args.py`: each prefill and decode worker is named by its URL alone (the router flags of
 `planner.frameworks.vllm.ROUTER_FLAG`), and the load-balancing policies (default cache_aware; random,
@@ -1125,7 +1130,10 @@ round_robin, kv_aware, power_of_two, consistent_hash, sticky_least_loaded) pick 
 cache or load, none by a capacity the operator gives; sglang-router 0.3.2
 (`sglang_router-0.3.2-cp38-abi3-manylinux_2_17_x86_64...whl`, sha256 ba5a2495...) `sglang_router/router_args.py`:
 the same URL-only worker flags (`planner.frameworks.sglang.ROUTER_FLAG`), policies random, round_robin,
-cache_aware, power_of_two, manual. Two decode workers planned at 1.5 and 3.6 requests/s would each get half."""
+cache_aware, power_of_two, manual. Two decode workers planned at 1.5 and 3.6 requests/s would each get half. The
+load-aware policies (power_of_two, least-loaded) even out the requests in flight per worker, which is not a
+replica's planned batch either: a tp2 server planned at 17 in flight beside tp4 servers planned at 38 would be held
+near the same count as they are, above the 17 its SLOs were planned at."""
 
 
 def _solve_split(req: ServeRequest, pre: list, dec: list) -> Split:

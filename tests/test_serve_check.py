@@ -124,6 +124,7 @@ from hypothesis import given, settings, strategies as st  # noqa: E402
 
 from budget import examples  # noqa: E402
 from planner.check.serving_plan import check_serving_plan  # noqa: E402
+from planner.check import serving_plan  # noqa: E402
 from planner.errors import PlannerError, SpecError  # noqa: E402
 
 
@@ -283,3 +284,34 @@ def test_any_numeric_or_boolean_field_mutated_to_a_wrong_value_never_crashes(wri
         assert exc.exit_code in (1, 2)
         return
     assert result["verdict"] == "fail", result
+
+
+def test_mix_of_unlike_replicas_warns_with_each_share(written, tmp_path):
+    """fresh-user review 9 finding 1, as a plan file: deployment.mix of 1 x tp2 @17 (0.52 requests/s) and 4 x tp4
+    @38 (1.16 each; 5.17 in all, by hand) -- a plan file written before serve-plan deployed one replica shape. Behind a
+    balancer without weights each of the 5 servers gets 5.17 / 5 = 1.03 requests/s, double what the tp2 one carries:
+    a warning (the plan itself still checks as it did). Alike replicas: no warning."""
+    data = yaml.safe_load(written["agg"].read_text())
+    assert not [v for v in check_serving_plan(str(written["agg"]))["violations"] if v["rule"] == "router_unlike_servers"]
+    base = data["deployment"]["mix"][0]
+    tp2 = {**base, "parallelism": {**base["parallelism"], "tp": 2, "replicas": 1}, "concurrency": 17,
+           "requests_per_s": 0.52}
+    tp4 = {**base, "parallelism": {**base["parallelism"], "tp": 4, "replicas": 4}, "concurrency": 38,
+           "requests_per_s": 4.65}
+    found = serving_plan._unlike_mix([tp2, tp4])
+    assert [v["rule"] for v in found] == ["router_unlike_servers"] and found[0]["severity"] == "warning"
+    message = found[0]["message"]
+    assert "1 x tp2 @17 carrying 0.52 requests/s each" in message and "4 x tp4 @38 carrying 1.16 requests/s each" in message
+    assert "~1/5 of the requests (1.03 requests/s each of the 5.17" in message
+    assert serving_plan._unlike_mix([tp4]) == [] and "re-plan with planner serve-plan" in found[0]["fix"]
+    # wired into the file's check: the fixture's replicas split into two kinds at different batches, same GPUs
+    def split(d):
+        m = d["deployment"]["mix"][0]
+        half = m["parallelism"]["replicas"] // 2
+        assert half >= 1  # the fixture runs 4 x tp1
+        low = max(1, m["concurrency"] // 2)
+        d["deployment"]["mix"] = [{**m, "parallelism": {**m["parallelism"], "replicas": half}},
+                                  {**m, "parallelism": {**m["parallelism"], "replicas": half}, "concurrency": low}]
+        d["plan"]["parallelism"]["replicas"] = half
+    result = check_serving_plan(str(_edited(written, tmp_path, split)))
+    assert "router_unlike_servers" in [v["rule"] for v in result["violations"]], result["violations"]

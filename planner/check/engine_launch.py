@@ -992,22 +992,31 @@ def _memory_findings(spec: ModelSpec, hw: ClusterSpec, launch: Launch, mem: sv.S
                     f"cache per GPU ({mem.kv_bytes_per_token:,.0f} B/token); the KV pool is {pool_text} = "
                     f"{mem.kv_cache / GIB:.2f} GiB, which holds {longest:,} tokens",
             fix=f"{f['max_model_len']} {longest}" + (f"; or {relief}" if relief else "")))
-    elif launch.max_num_seqs is not None:
-        fit = sv.max_concurrency(mem, spec, launch.inst, launch.max_model_len)
-        if fit < launch.max_num_seqs:
-            out.append(Violation(
-                rule="kv_pool_concurrency", severity="warning",
-                message=f"{f['max_num_seqs']} {launch.max_num_seqs}: {counted(launch.max_num_seqs, 'sequence')} of "
-                        f"{launch.max_model_len:,} tokens "
-                        f"need more KV cache than the {mem.kv_cache / GIB:.2f} GiB pool per GPU: only {fit:,} run "
-                        f"at full length at once (the rest wait or are preempted); the engine allocates KV as a "
-                        f"sequence grows, so at shorter typical requests more run at once",
-                # senior review 8 finding 11: a chat load far below max-model-len lost ~25x of its decode batch
-                # to a fix that capped it at the full-length count
-                fix=f"nothing if requests are typically much shorter than {launch.max_model_len:,} tokens "
-                    f"(`planner serve-plan --input-len I --output-len O` sizes the batch for them); if they do "
-                    f"reach it, {f['max_num_seqs']} {max(fit, 1)} or more GPUs per instance"))
     return out
+
+
+def _concurrency_note(spec: ModelSpec, launch: Launch, mem: sv.ServingMemory) -> list[str]:
+    """A note (not a finding) when the KV pool holds fewer than the engine's cap of running sequences at full
+    max-model-len. Both engines allocate KV as a sequence grows and their schedulers admit a request only while
+    the pool has room (the rest wait, or are preempted), so a cap above the full-length count is the normal
+    setting -- vLLM's own defaults (max-model-len = the model's context, 256+ sequences) are such a setting, and
+    vLLM reports the count at start-up as information ('GPU KV cache size: N tokens, Maximum concurrency for L
+    tokens per request: X.XXx', logger.info_once in `vllm/v1/core/kv_cache_utils.py` update_kv_cache_capacity).
+    It was a warning (rule kv_pool_concurrency), which fired on every default launch and, once serve-plan's
+    scripts give max-model-len the requests' length rounded up (`planner.emit.engine_launch.served_length`), on
+    those too."""
+    f = launch.flag
+    if launch.max_num_seqs is None or mem.kv_cache <= 0 or sv.pool_context(mem, spec) < launch.max_model_len:
+        return []
+    fit = sv.max_concurrency(mem, spec, launch.inst, launch.max_model_len)
+    if fit >= launch.max_num_seqs:
+        return []
+    return [f"{f['max_num_seqs']} {launch.max_num_seqs}: the {mem.kv_cache / GIB:.2f} GiB KV pool per GPU holds "
+            f"{fit:,} of {counted(launch.max_num_seqs, 'sequence')} at the full {f['max_model_len']} "
+            f"{launch.max_model_len:,} tokens; the engine allocates KV as a sequence grows and admits requests while "
+            f"the pool has room, so shorter requests run more at once and the rest wait (if requests do reach "
+            f"{launch.max_model_len:,} tokens: {f['max_num_seqs']} {max(fit, 1)} states what runs, or more GPUs "
+            f"per instance hold more)"]
 
 
 def _pool_source(spec: ModelSpec, launch: Launch, mem: sv.ServingMemory, gpu_name: str) -> str | None:
@@ -1112,7 +1121,7 @@ def evaluate(file: str, kind: str, spec: ModelSpec, hw: ClusterSpec, gpus: int, 
                 "max_model_len": launch.max_model_len,
                 "max_concurrency": sv.max_concurrency(mem, spec, launch.inst, launch.max_model_len),
                 "vocab_rows": sv.vocab_rows(spec, launch.inst.tp)}
-            warnings += _kv_replication(spec, launch)
+            warnings += _kv_replication(spec, launch) + _concurrency_note(spec, launch, mem)
             if spec.tie_word_embeddings and launch.inst.pp > 1:
                 copy = spec.padded_vocab_size * spec.embedding_width * 2
                 warnings.append(f"tie_word_embeddings with {launch.flag['pp']} {launch.inst.pp}: the last stage "

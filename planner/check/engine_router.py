@@ -18,7 +18,9 @@ prefill worker's, two prefill workers of one host on one bootstrap port, a worke
 another host while it listens on the loopback (SGLang's default host); vLLM: two workers of one host whose
 NIXL handshake ports overlap, a prefill worker whose decode peers run on another host while it advertises
 localhost, a router connector that is not the workers' (errors, each with its numbers and a fix); workers of one
-role that differ in layout or batch (warning: the router spreads requests evenly). Unknown
+role that differ in layout or batch (warning: the router spreads requests evenly). A router in its regular mode
+(ROUTER_FLAG["workers"]: the URLs of independent, aggregated servers) over servers of the file that differ in
+layout or batch: warning router_unlike_servers, for the same reason (`_unlike_servers`). Unknown
 router flags are errors naming the closest one, as for the engines.
 """
 
@@ -87,7 +89,13 @@ def _parse(words: list[str], line: int, table) -> Router:
         canonical = el.option(name, table.ROUTER_ALL_FLAGS, {})
         spelled[canonical] = name
         values = [value] if eq else []
-        if canonical in (f["prefill"], f["decode"]):
+        if canonical == f["workers"]:
+            while not eq and i < len(words) and not words[i].startswith("-"):
+                values.append(words[i])
+                i += 1
+            routes += [_route("server", [url]) for url in values]
+            flags[canonical] = True
+        elif canonical in (f["prefill"], f["decode"]):
             most = 2 if canonical == f["prefill"] else 1
             while not eq and len(values) < most and i < len(words) and not words[i].startswith("-"):
                 values.append(words[i])
@@ -137,9 +145,15 @@ def findings(engine: str, table, text: str, commands: list[el.Command],
             fix=f"{launcher} {f['pd']} {f['prefill']} URL ... {f['decode']} URL ...")))
     port_of = {id(c): _literal(c.flags.get(table.FLAG["port"]), table.PORT) for c, _ in workers}
     routed = set()
+    servers = [(c, launch) for c, launch in zip(commands, launches) if not launch.role and launch.node_rank == 0]
     for router in found:
         pairs = []
+        served = [(route, c, launch) for route in router.routes if route.role == "server" for c, launch in servers
+                  if _literal(c.flags.get(table.FLAG["port"]), table.PORT) == route.port]
+        out += [(router.line, v) for v in _unlike_servers(table, served)]
         for route in router.routes:
+            if route.role == "server":
+                continue
             matches = [(c, launch) for c, launch in workers if port_of[id(c)] == route.port]
             routed |= {id(c) for c, _ in matches}
             if not matches:
@@ -154,7 +168,8 @@ def findings(engine: str, table, text: str, commands: list[el.Command],
         rows.append({"line": router.line, "router": table.ROUTER_VERSION,
                      "port": port if isinstance(port, str) else None,
                      "prefill": [r.url for r in router.routes if r.role == "prefill"],
-                     "decode": [r.url for r in router.routes if r.role == "decode"]})
+                     "decode": [r.url for r in router.routes if r.role == "decode"],
+                     "servers": [r.url for r in router.routes if r.role == "server"]})
     if found:
         for c, _ in workers:
             if id(c) not in routed:
@@ -170,7 +185,7 @@ def _router_rules(engine: str, table, router: Router, pairs: list, workers: list
     f = table.ROUTER_FLAG
     out = el.unknown_flags(router.command, table.ROUTER_ALL_FLAGS, table.ROUTER_VERSION.split()[0],
                            table.ROUTER_VERSION)
-    if router.routes and router.command.flags.get(f["pd"]) is not True:
+    if any(r.role != "server" for r in router.routes) and router.command.flags.get(f["pd"]) is not True:
         out.append(Violation(rule="router_mode",
                              message=f"{f['prefill']} / {f['decode']} without {f['pd']}: the router runs in its "
                                      f"regular mode, not prefill then decode ({table.ROUTER_VERSION})",
@@ -200,6 +215,31 @@ def _unlike(table, pairs: list) -> list[Violation]:
                         f"weight): the smaller one queues while the other idles",
                 fix=f"{role} workers alike (one layout and one {f['max_num_seqs']}), or a router per kind"))
     return out
+
+
+def _unlike_servers(table, served: list) -> list[Violation]:
+    """`router_unlike_servers` (warning): aggregated servers of the file behind one regular-mode router
+    (ROUTER_FLAG["workers"]) that differ in layout or in the sequences they run at once. The router gives each of its n
+    servers about 1 / n of the requests (round_robin, random; the load-aware policies even out the requests in
+    flight, not each server's capacity: `planner.serve.ROUTER_SPLIT`), so a server of less capacity (fewer GPUs, a
+    smaller batch) is loaded beyond it while the others have room (fresh-user review 9, finding 1: 1 x tp2 @17 +
+    4 x tp4 @38 behind round-robin ran the tp2 server at ~190%). Servers in other files or on other hosts are not
+    seen: check reads one file, and nothing in a launch file says two files' servers share a router."""
+    kinds: dict = {}
+    for route, _, launch in served:
+        kinds.setdefault((launch.inst, launch.max_num_seqs), []).append(route.url)
+    if len(kinds) < 2:
+        return []
+    f, n = table.FLAG, sum(len(urls) for urls in kinds.values())
+    listed = "; ".join(f"{len(urls)} x {inst.label} ({inst.gpus} GPU{'s' * (inst.gpus > 1)}), {f['max_num_seqs']} "
+                       f"{seqs or 'default'}: {', '.join(urls)}" for (inst, seqs), urls in kinds.items())
+    return [Violation(
+        rule="router_unlike_servers", severity="warning",
+        message=f"{n} servers of {len(kinds)} kinds behind one {table.ROUTER_VERSION} ({listed}): the router has no "
+                f"per-server weight, so each gets about 1/{n} of the requests and a smaller one is loaded beyond what "
+                f"it carries while the larger ones have room",
+        fix=f"servers alike behind one router (one layout and one {f['max_num_seqs']}: `planner serve-plan ... "
+            f"--request-rate R` plans them), or a router per kind")]
 
 
 def _sglang_rules(table, router: Router, pairs: list, workers: list) -> list[Violation]:

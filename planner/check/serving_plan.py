@@ -264,9 +264,10 @@ def check_serving_plan(path: str, *, model: str | None = None, cluster: str | No
             more, _ = _shape_findings(spec, hw, req, shape, concurrency, disaggregated, latency=not disaggregated,
                                       where=f"{where} {_label(shape)} @{concurrency}: ")
             violations += more
-    if not violations and req.request_rate is not None:
+    failed = lambda: any(v["severity"] == "error" for v in violations)  # noqa: E731
+    if not failed() and req.request_rate is not None:
         violations += _rate_findings(spec, hw, req, plan, deployment, recomputed, disaggregated)
-    return {"file": file, "kind": KIND, "verdict": "fail" if violations else "pass", "model": spec.name,
+    return {"file": file, "kind": KIND, "verdict": "fail" if failed() else "pass", "model": spec.name,
             "cluster": hw.name, "gpus": req.gpus, "parallelism": par, "recomputed": recomputed,
             "violations": violations, "warnings": warnings}
 
@@ -312,10 +313,33 @@ def _deployment_findings(plan: dict, deployment: dict, req) -> list[dict]:
             out.append(_fail("plan_deployment", f"plan.parallelism ({par['replicas']} x {_label(par)}) is none of "
                                                 f"deployment.mix's entries ({entries})",
                              "make plan.parallelism one of deployment.mix, or re-plan with planner serve-plan"))
+        out += _unlike_mix(deployment.get("mix") or [])
     if used > req.gpus:
         out.append(_fail("gpus", f"the deployment uses {used} GPUs, the request allows {req.gpus}",
                          f"--gpus {used} or fewer replicas / workers"))
     return out
+
+
+def _unlike_mix(mix: list[dict]) -> list[dict]:
+    """Rule router_unlike_servers (warning): a deployment.mix of replicas unlike in shape or batch (a plan file
+    written before serve-plan deployed one replica shape, or edited). The servers of one deployment sit behind one
+    balancer, and the engines' routers have no per-server weight (`planner.serve.ROUTER_SPLIT`): each of n servers
+    gets ~1/n of the requests, so one that carries less than that (its requests/s) is overloaded."""
+    kinds = {_key(m["parallelism"], m.get("concurrency") or 1) for m in mix}
+    if len(kinds) < 2:
+        return []
+    n = sum(m["parallelism"]["replicas"] for m in mix)
+    total = sum(m.get("requests_per_s") or 0 for m in mix)
+    each = "; ".join(f"{m['parallelism']['replicas']} x {_label(m['parallelism'])} @{m.get('concurrency') or 1}"
+                     + (f" carrying {m['requests_per_s'] / m['parallelism']['replicas']:.3g} requests/s each"
+                        if m.get("requests_per_s") else "") for m in mix)
+    share = f" ({total / n:.3g} requests/s each of the {total:.3g} the mix carries)" if total else ""
+    return [{"rule": "router_unlike_servers", "severity": "warning",
+             "message": f"deployment.mix has {len(kinds)} unlike replica kinds ({each}): a balancer without "
+                        f"per-server weights gives each of the {n} servers ~1/{n} of the requests{share}, beyond "
+                        f"what the smaller ones carry",
+             "fix": "re-plan with planner serve-plan (one replica shape per deployment), or weight each server by "
+                    "its requests/s in the balancer"}]
 
 
 def _shape_findings(spec, hw, req, shape: dict, concurrency: int, disaggregated: bool, *, latency: bool = True,

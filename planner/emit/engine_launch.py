@@ -27,7 +27,7 @@ from pathlib import Path
 
 from planner.check.engine_launch import NODE_RANK
 from planner.cost import serving as sv
-from planner.errors import SpecError
+from planner.errors import SpecError, number
 
 ENGINES = ("vllm", "sglang")
 """What `serve-plan --emit` writes."""
@@ -69,21 +69,19 @@ def workers(data: dict, mla: bool = False) -> list[Worker]:
 
 
 def _balance_comment(data: dict, servers: int, router: str) -> list[str]:
-    """How requests must be spread over the independent servers of an aggregated mix: evenly when every server is
-    the same shape at the same concurrency; else in proportion to each kind's requests/s, which a round-robin
-    balancer (the routers of both engines: no per-server weights) does not do -- it would send a smaller server
-    as many requests as a larger one and its queue would grow (fresh-user review 9, finding 1)."""
-    rows = data["deployment"]["mix"]
-    kinds = {(tuple(sorted(r["parallelism"].items())), r["concurrency"]) for r in rows}
-    if len(kinds) == 1:
-        return [f"# {servers} independent servers: the plan's throughput assumes requests are spread evenly over "
-                f"them, so put a load balancer in front of their ports (round-robin; {router} does this), or send "
-                f"each client to one server in turn"]
-    shares = "; ".join(f"{_shape(r['parallelism'])} @{r['concurrency']}: {r['requests_per_s'] / r['parallelism']['replicas']:g} "
-                       f"requests/s each" for r in rows)
-    return [f"# {servers} independent servers of unlike shapes carry unlike shares ({shares}): a round-robin balancer "
-            f"({router} has no per-server weights) would overload the smaller ones; weight each server by its share "
-            f"(e.g. nginx upstream weight=) or send each client to one server in the same proportion"]
+    """How requests are spread over the independent servers of an aggregated deployment: evenly, by a load
+    balancer in front of their ports. serve-plan deploys one replica kind (`planner.serve.ROUTER_SPLIT`: the
+    routers of both engines have no per-server weight), so an even split gives each server its planned share:
+    at --request-rate R over n servers, R / n, at most what one carries at its planned batch."""
+    row, = data["deployment"]["mix"]
+    rate = data["request"].get("request_rate")
+    each = row["requests_per_s"] / servers
+    share = (f"{number(round(rate / servers, 3))} of the {number(rate)} requests/s each, within the "
+             f"{number(round(each, 3))} one carries at its planned batch" if rate
+             else f"{number(round(each, 3))} requests/s each at its planned batch")
+    return [f"# {servers} independent servers of one shape ({_shape(row['parallelism'])} @{row['concurrency']}): "
+            f"spread requests evenly over them ({share}): put a load balancer in front of their ports "
+            f"(round-robin; {router} does this), or send each client to one server in turn"]
 
 
 def _shape(par: dict) -> str:
@@ -216,21 +214,26 @@ def served_length(data: dict, engine: str) -> tuple[int, str | None]:
     """(the max-model-len the script gives the engine, the comment line saying why, or None).
 
     When serve-plan's --max-model-len was given (request `max_model_len_given`), that length, unchanged.
-    Otherwise the plan's input + output tokens rounded up to a power of two, at most the model's context under
-    the engine (`specs.model.engine_context_length`) and at most the longest sequence every worker's KV pool
-    holds (plan rows' `longest_context`: both engines refuse at start-up a max-model-len one sequence of which
-    does not fit, vLLM 0.33.0 `vllm/v1/core/kv_cache_planning.py` check_enough_kv_cache_memory) and at most the
-    longest at which each worker's pool holds its batch (the max-num-seqs written) of sequences that long (rows'
-    `longest_at_concurrency`, `serve.longest_at_concurrency`: beyond it `planner check` warns kv_pool_concurrency
-    on the script, as on any file whose cap the pool cannot hold at full length), never below input + output. Why a margin: the engines count the prompt after the chat template is applied, and at exactly input +
-    output a templated prompt a few tokens longer than planned gets less than it asked: vLLM 0.33.0 cuts max_tokens
-    to max-model-len - prompt and refuses a prompt longer than max-model-len ('Input length ... exceeds model's
+    Otherwise the requests' input + output tokens rounded up to a power of two, at most the model's context under
+    the engine (`specs.model.engine_context_length`) and at most the longest sequence every worker's KV pool holds
+    (plan rows' `longest_context`: both engines refuse at start-up a max-model-len one sequence of which does not
+    fit, vLLM 0.33.0 `vllm/v1/core/kv_cache_planning.py` check_enough_kv_cache_memory), never below input + output.
+
+    Why a margin: the engines count the prompt after the chat template is applied, and at exactly input + output
+    a templated prompt a few tokens longer than planned gets less than it asked: vLLM 0.33.0 cuts max_tokens to
+    max-model-len - prompt and refuses a prompt longer than max-model-len ('Input length ... exceeds model's
     maximum context length', `vllm/entrypoints/serve/utils/api_utils.py` get_max_tokens); SGLang 0.5.23 refuses
     prompt + max_new_tokens > context-length ('Requested token count exceeds the model's maximum context length',
-    `srt/managers/tokenizer_manager.py` _validate_one_request, unless auto-truncation is on). The KV pool, the
-    concurrency and the latencies stay those of input + output tokens per request: neither engine reserves
-    max-model-len per request (KV blocks / tokens are allocated as a sequence grows), so the margin costs no
-    memory; only a request that does use it holds more KV than planned."""
+    `srt/managers/tokenizer_manager.py` _validate_one_request, unless auto-truncation is on).
+
+    Why not shorter where the pool would not hold the planned batch (max-num-seqs) of sequences that long (rows'
+    `longest_at_concurrency`; the length was capped there until 2026-12-02, so the README's 8B example of
+    2,300-token requests served at max-model-len 2,306): an operator sets max-model-len to the context the
+    requests need and lets the scheduler bound concurrency. Neither engine reserves max-model-len per request
+    (KV blocks / tokens are allocated as a sequence grows) and both admit a request only while the pool has room,
+    so the batch of planned-length requests runs as planned, and only requests that use the margin hold more KV
+    (and may wait); vLLM itself reports the full-length count at start-up as information (`planner check` notes
+    it the same way: `planner.check.engine_launch._concurrency_note`). The comment then says so."""
     req = data["request"]
     context = req["max_model_len"]
     if req.get("max_model_len_given"):
@@ -240,17 +243,19 @@ def served_length(data: dict, engine: str) -> tuple[int, str | None]:
     limit = engine_context_length(load_model(req["model"]), engine)
     rows = data["deployment"].get("workers") or data["deployment"]["mix"]
     pools = [row["longest_context"] for row in rows if row.get("longest_context")]
-    batches = [row["longest_at_concurrency"] for row in rows if row.get("longest_at_concurrency")]
     rounded = 1 << max(context - 1, 0).bit_length()
-    length = max(context, min([rounded, limit, *pools, *batches]))
+    length = max(context, min([rounded, limit, *pools]))
     if length == context:
         return context, None
     binds = ("a power of two" if length == rounded else "the model's context under the engine" if length == limit
-             else "the longest sequence a worker's KV pool holds" if length in pools
-             else "the longest at which each worker's KV pool still holds its planned batch at full length")
+             else "the longest sequence a worker's KV pool holds")
+    batches = [row["longest_at_concurrency"] for row in rows if row.get("longest_at_concurrency")]
+    fuller = (f"; at the full {length:,} tokens a pool holds fewer than its max-num-seqs sequences (the planned batch "
+              f"fits up to {min(batches):,} each): the scheduler then runs fewer at once" if batches
+              and min(batches) < length else "")
     return length, (f"# max-model-len {length}: input + output = {context:,} tokens rounded up to {binds}, so that a "
                     f"prompt a few chat-template tokens longer is not refused; the KV pool and concurrency are "
-                    f"planned for {context:,}-token requests (the engine allocates KV as a sequence grows)")
+                    f"planned for {context:,}-token requests (the engine allocates KV as a sequence grows){fuller}")
 
 
 @dataclass(frozen=True)

@@ -135,11 +135,12 @@ ROUTER_FLAG = {
     "decode": "--decode",
     "host": "--host",
     "port": "--port",
+    "workers": "--worker-urls",
 }
 """Router knob -> sglang-router 0.3.2's flag (`sglang_router/router_args.py` RouterArgs.add_cli_args:
 `--prefill URL [BOOTSTRAP_PORT]` (nargs '+', repeated per prefill worker; the port a number or 'none', absent:
 none), `--decode URL` (repeated), `--pd-disaggregation` (store_true), `--host` (default 0.0.0.0), `--port`
-(default 30000)."""
+(default 30000); in its regular mode the servers' URLs after one `--worker-urls` (nargs '+')."""
 ROUTER_SWITCHES = frozenset({ROUTER_FLAG["pd"], "--mini-lb", "--service-discovery", "--enable-igw"})
 """Router flags that take no value (store_true)."""
 ROUTER_HOST = "0.0.0.0"

@@ -164,11 +164,13 @@ ROUTER_FLAG = {
     "host": "--host",
     "port": "--port",
     "kv_connector": "--kv-connector",
+    "workers": "--worker-urls",
 }
 """Router knob -> vllm-router 0.1.17's flag (`vllm_router/router_args.py` RouterArgs.add_cli_args:
 `--prefill URL [BOOTSTRAP_PORT]` and `--decode URL`, repeated per worker; `--vllm-pd-disaggregation`
 (store_true); `--kv-connector nixl|mooncake|moriio` (default nixl); `--host` (default 127.0.0.1: the loopback
-only), `--port` (default 30000))."""
+only), `--port` (default 30000); in its regular mode the servers' URLs after one `--worker-urls` (nargs '+',
+as in sglang-router, whose router vllm-router forks))."""
 ROUTER_SWITCHES = frozenset({ROUTER_FLAG["pd"], "--mini-lb", "--service-discovery", "--enable-igw"})
 """Router flags that take no value (store_true)."""
 ROUTER_HOST = "0.0.0.0"

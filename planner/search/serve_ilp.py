@@ -1,34 +1,30 @@
-"""Replica mixes of serving instances as integer programs (CP-SAT through OR-Tools' `pywraplp`
-wrapper: `ortools.sat.python.cp_model` imports pandas, ~1 s, too slow for a sub-second command).
+"""Replica mixes of aggregated serving instances: one replica kind per deployment.
 
-Each candidate i is one engine-instance shape at one concurrency that meets the SLOs, with
-g[i] GPUs, t[i] output tokens/s and r[i] requests/s it sustains. Two questions:
+Each candidate i is one engine-instance shape at one concurrency that meets the SLOs, with g[i] GPUs,
+t[i] output tokens/s and r[i] requests/s it sustains. A deployment is n alike replicas of ONE candidate:
+the routers an operator puts in front of independent engine servers spread requests over them with no
+per-server weight (`planner.serve.ROUTER_SPLIT` cites vllm-router 0.1.17 and sglang-router 0.3.2; their
+load-aware policies even out the requests in flight, not each server's planned share), so replicas of
+unlike capacity would each get R / n and the smaller ones would queue (fresh-user review 9, finding 1:
+1 x tp2 @17 + 4 x tp4 @38 behind round-robin ran the tp2 server at ~190% of its capacity). With one kind
+the best count is closed-form, so no program is solved:
 
-Throughput (`best_mix`)::
+Throughput (`best_alike`)::
 
-    Vars   n[i] in {0 .. floor(N / g[i])}         replicas of candidate i
-    s.t.   sum_i g[i] n[i] <= N                    GPU budget
-    max    sum_i t[i] n[i]                         tokens/s of the deployment
-           (ties: fewer GPUs, via the lexicographic weight below)
+    n[i] = floor(N / g[i])                         the most replicas of i on the N GPUs
+    max_i  t[i] n[i]                               tokens/s of the deployment (ties: fewer GPUs, then the
+                                                   earlier candidate)
 
-Sizing (`min_gpus`)::
+Sizing (`fewest_alike`)::
 
-    s.t.   sum_i r[i] n[i] >= R                    carries R requests/s
-    min    sum_i g[i] n[i]                         GPUs (ties: more tokens/s)
+    n[i] = ceil(R / r[i])                          the fewest replicas of i carrying R requests/s
+    min_i  g[i] n[i]  subject to g[i] n[i] <= L    GPUs (ties: more tokens/s, then the earlier candidate)
 
-Disaggregated (`best_disaggregated`, `min_gpus_disaggregated`): prefill candidates p (g[p] GPUs,
-q[p] requests/s they prefill) and decode candidates d (g[d], r[d] requests/s they finish, t[d]
-tokens/s)::
-
-    Vars   x[p], y[d] >= 0 integer                 prefill and decode workers
-    s.t.   sum_p g[p] x[p] + sum_d g[d] y[d] <= N  GPU budget
-           sum_p q[p] x[p] >= sum_d r[d] y[d]      rate matching: prefill keeps decode fed
-    max    sum_d t[d] y[d]                         (ties: fewer GPUs)
-    or, for R requests/s: sum_p q[p] x[p] >= R, sum_d r[d] y[d] >= R, min GPUs (ties: more tokens/s).
-
-Rates become integers here only: tokens/s and requests/s in milli-units (floor for what a plan
-supplies, ceil for what is demanded, so a reported plan never overstates). `brute_best_mix` and
-`brute_min_gpus` enumerate every mix (small instances) as the test oracle.
+Each is exhaustive over the candidates (status OPTIMAL; INFEASIBLE when none fits). Rates are compared
+in milli-units (tokens/s and requests/s x 1000: floor for what a plan supplies, ceil for what is demanded,
+so a reported plan never overstates). Source: the formulas above (hand derivation; for fixed i, the
+tokens/s grow and the GPUs grow with n, so the largest n fitting N, resp. the smallest n carrying R, is
+best for that i). `tests/test_serve_ilp.py` compares both with brute force over every one-kind mix.
 """
 
 from __future__ import annotations
@@ -37,176 +33,62 @@ import math
 from dataclasses import dataclass
 
 SCALE = 1000
-"""Rates are optimised in milli-units (tokens/s x 1000, requests/s x 1000)."""
+"""Rates are compared in milli-units (tokens/s x 1000, requests/s x 1000)."""
 
 
 @dataclass(frozen=True)
 class MixResult:
-    """Replicas per candidate (index -> count, zero counts left out) and the solver's account."""
+    """Replicas per candidate (index -> count: one entry, or none when infeasible) and the search's account."""
 
     counts: dict[int, int]
     status: str
     objective: float
-    wall_s: float
+    wall_s: float = 0.0
 
     def gpus(self, gpus: list[int]) -> int:
         return sum(gpus[i] * n for i, n in self.counts.items())
 
 
-def _int_rates(rates: list[float], up: bool) -> list[int]:
-    return [math.ceil(r * SCALE) if up else math.floor(r * SCALE) for r in rates]
+def _milli(rate: float, up: bool) -> int:
+    return math.ceil(rate * SCALE) if up else math.floor(rate * SCALE)
 
 
-def _program(bounds: list[int]):
-    """An empty CP-SAT program (one worker: deterministic) with integer n[i] in [0, bounds[i]]."""
-    from ortools.linear_solver import pywraplp  # loaded only when solving
-
-    solver = pywraplp.Solver.CreateSolver("SAT")
-    solver.SetSolverSpecificParametersAsString("num_workers: 1 max_time_in_seconds: 10")
-    n = [solver.IntVar(0, b, f"n{i}") for i, b in enumerate(bounds)]
-    return solver, n
-
-
-def _solve(solver, n: list) -> tuple[dict[int, int], str, float]:
-    status = solver.Solve()
-    names = {solver.OPTIMAL: "OPTIMAL", solver.FEASIBLE: "FEASIBLE", solver.INFEASIBLE: "INFEASIBLE"}
-    label = names.get(status, "UNKNOWN")
-    wall = solver.wall_time() / 1e3
-    if status not in (solver.OPTIMAL, solver.FEASIBLE):
-        return {}, label, wall
-    counts = {i: round(v.solution_value()) for i, v in enumerate(n) if round(v.solution_value()) > 0}
-    return counts, label, wall
+def best_alike(gpus: list[int], tokens_per_s: list[float], budget: int) -> MixResult:
+    """floor(budget / g[i]) replicas of the candidate whose replicas give the most tokens/s on `budget` GPUs
+    (ties: fewer GPUs, then the earlier candidate). objective: those tokens/s; INFEASIBLE when no candidate
+    fits `budget`."""
+    best = None
+    for i, (g, t) in enumerate(zip(gpus, tokens_per_s)):
+        n = budget // g
+        if n < 1:
+            continue
+        key = (-_milli(t, up=False) * n, g * n, i)
+        if best is None or key < best[0]:
+            best = (key, i, n)
+    if best is None:
+        return MixResult({}, "INFEASIBLE", 0.0)
+    _, i, n = best
+    return MixResult({i: n}, "OPTIMAL", tokens_per_s[i] * n)
 
 
-def best_mix(gpus: list[int], tokens_per_s: list[float], budget: int) -> MixResult:
-    """Replicas maximising total tokens/s with at most `budget` GPUs (fewest GPUs among ties)."""
-    t = _int_rates(tokens_per_s, up=False)
-    solver, n = _program([budget // g for g in gpus])
-    used = sum(g * v for g, v in zip(gpus, n))
-    solver.Add(used <= budget)
-    solver.Maximize(sum(ti * (budget + 1) * v for ti, v in zip(t, n)) - used)
-    counts, status, wall = _solve(solver, n)
-    total = sum(tokens_per_s[i] * c for i, c in counts.items())
-    return MixResult(counts, status, total, wall)
-
-
-def min_gpus(gpus: list[int], requests_per_s: list[float], tokens_per_s: list[float], rate: float,
-             limit: int) -> MixResult:
-    """Replicas carrying `rate` requests/s with the fewest GPUs (at most `limit`; ties: most tokens/s)."""
-    r = _int_rates(requests_per_s, up=False)
-    t = _int_rates(tokens_per_s, up=False)
-    need = math.ceil(rate * SCALE)
-    bounds = [limit // g for g in gpus]
-    solver, n = _program(bounds)
-    used = sum(g * v for g, v in zip(gpus, n))
-    solver.Add(used <= limit)
-    solver.Add(sum(ri * v for ri, v in zip(r, n)) >= need)
-    big = sum(ti * b for ti, b in zip(t, bounds)) + 1
-    solver.Minimize(sum(g * big * v for g, v in zip(gpus, n)) - sum(ti * v for ti, v in zip(t, n)))
-    counts, status, wall = _solve(solver, n)
-    return MixResult(counts, status, float(sum(gpus[i] * c for i, c in counts.items())), wall)
-
-
-@dataclass(frozen=True)
-class SplitResult:
-    """Prefill and decode workers per candidate (zero counts left out)."""
-
-    prefill: dict[int, int]
-    decode: dict[int, int]
-    status: str
-    objective: float
-    wall_s: float
-
-
-def _split_program(p_gpus, d_gpus, limit):
-    solver, n = _program([limit // g for g in p_gpus] + [limit // g for g in d_gpus])
-    x, y = n[:len(p_gpus)], n[len(p_gpus):]
-    used = sum(g * v for g, v in zip(p_gpus, x)) + sum(g * v for g, v in zip(d_gpus, y))
-    solver.Add(used <= limit)
-    return solver, n, x, y, used
-
-
-def _split(counts: dict[int, int], k: int) -> tuple[dict[int, int], dict[int, int]]:
-    return ({i: c for i, c in counts.items() if i < k}, {i - k: c for i, c in counts.items() if i >= k})
-
-
-def best_disaggregated(p_gpus: list[int], p_rps: list[float], d_gpus: list[int], d_rps: list[float],
-                       d_tokens: list[float], budget: int) -> SplitResult:
-    """Prefill and decode workers maximising decode tokens/s within `budget` GPUs, prefill rate >= decode rate."""
-    q, r, t = _int_rates(p_rps, up=False), _int_rates(d_rps, up=True), _int_rates(d_tokens, up=False)
-    solver, n, x, y, used = _split_program(p_gpus, d_gpus, budget)
-    solver.Add(sum(qi * v for qi, v in zip(q, x)) >= sum(ri * v for ri, v in zip(r, y)))
-    solver.Maximize(sum(ti * (budget + 1) * v for ti, v in zip(t, y)) - used)
-    counts, status, wall = _solve(solver, n)
-    pre, dec = _split(counts, len(p_gpus))
-    return SplitResult(pre, dec, status, sum(d_tokens[i] * c for i, c in dec.items()), wall)
-
-
-def min_gpus_disaggregated(p_gpus: list[int], p_rps: list[float], d_gpus: list[int], d_rps: list[float],
-                           d_tokens: list[float], rate: float, limit: int) -> SplitResult:
-    """Fewest GPUs (at most `limit`) whose prefill and decode workers each carry `rate` requests/s; among
-    those, the least decode capacity (the decode workers at the lightest load carrying the rate: the
-    smallest batches, so the lowest TPOT; any surplus would go unused, the prefill side feeds `rate`)."""
-    q, r, t = _int_rates(p_rps, up=False), _int_rates(d_rps, up=False), _int_rates(d_tokens, up=False)
-    need = math.ceil(rate * SCALE)
-    solver, n, x, y, used = _split_program(p_gpus, d_gpus, limit)
-    solver.Add(sum(qi * v for qi, v in zip(q, x)) >= need)
-    solver.Add(sum(ri * v for ri, v in zip(r, y)) >= need)
-    big = sum(ti * (limit // g) for ti, g in zip(t, d_gpus)) + 1
-    solver.Minimize(used * big + sum(ti * v for ti, v in zip(t, y)))
-    counts, status, wall = _solve(solver, n)
-    pre, dec = _split(counts, len(p_gpus))
-    gpus = sum(p_gpus[i] * c for i, c in pre.items()) + sum(d_gpus[i] * c for i, c in dec.items())
-    return SplitResult(pre, dec, status, float(gpus), wall)
-
-
-def brute_disaggregated(p_gpus, p_rps, d_gpus, d_rps, d_tokens, budget) -> float:
-    """Best decode tokens/s of any rate-matched worker mix within `budget` (oracle, milli-units)."""
-    q, r, t = _int_rates(p_rps, up=False), _int_rates(d_rps, up=True), _int_rates(d_tokens, up=False)
-    gpus = list(p_gpus) + list(d_gpus)
-    k = len(p_gpus)
-    best = 0
-    for cs in _mixes(gpus, budget):
-        if sum(qi * c for qi, c in zip(q, cs[:k])) >= sum(ri * c for ri, c in zip(r, cs[k:])):
-            best = max(best, sum(ti * c for ti, c in zip(t, cs[k:])))
-    return best / SCALE
-
-
-def brute_min_gpus_disaggregated(p_gpus, p_rps, d_gpus, d_rps, rate, limit) -> int | None:
-    """Fewest GPUs of any worker mix within `limit` whose prefill and decode sides each carry `rate` (oracle)."""
-    q, r = _int_rates(p_rps, up=False), _int_rates(d_rps, up=False)
-    need = math.ceil(rate * SCALE)
-    gpus = list(p_gpus) + list(d_gpus)
-    k = len(p_gpus)
-    found = [sum(g * c for g, c in zip(gpus, cs)) for cs in _mixes(gpus, limit)
-             if sum(qi * c for qi, c in zip(q, cs[:k])) >= need and sum(ri * c for ri, c in zip(r, cs[k:])) >= need]
-    return min(found) if found else None
-
-
-def _mixes(gpus: list[int], budget: int, start: int = 0):
-    """Every count vector (one count per candidate) whose GPUs fit `budget`, depth-first: a candidate's
-    count is tried only up to what the budget left allows, so the work is the number of mixes that
-    fit, not the product of all ranges."""
-    if start == len(gpus):
-        yield ()
-        return
-    for c in range(budget // gpus[start] + 1):
-        for rest in _mixes(gpus, budget - c * gpus[start], start + 1):
-            yield (c, *rest)
-
-
-def brute_best_mix(gpus: list[int], tokens_per_s: list[float], budget: int) -> tuple[float, int]:
-    """(best total tokens/s, fewest GPUs reaching it) over every mix within `budget` (oracle, milli-units)."""
-    t = _int_rates(tokens_per_s, up=False)
-    best = max(((sum(ti * c for ti, c in zip(t, cs)), -sum(g * c for g, c in zip(gpus, cs)))
-                for cs in _mixes(gpus, budget)))
-    return best[0] / SCALE, -best[1]
-
-
-def brute_min_gpus(gpus: list[int], requests_per_s: list[float], rate: float, limit: int) -> int | None:
-    """Fewest GPUs of any mix within `limit` carrying `rate` requests/s (oracle), None if none does."""
-    r = _int_rates(requests_per_s, up=False)
-    need = math.ceil(rate * SCALE)
-    found = [sum(g * c for g, c in zip(gpus, cs)) for cs in _mixes(gpus, limit)
-             if sum(ri * c for ri, c in zip(r, cs)) >= need]
-    return min(found) if found else None
+def fewest_alike(gpus: list[int], requests_per_s: list[float], tokens_per_s: list[float], rate: float,
+                 limit: int | None) -> MixResult:
+    """ceil(rate / r[i]) replicas of the candidate needing the fewest GPUs to carry `rate` requests/s, at most
+    `limit` (None: no limit; ties: more tokens/s, then the earlier candidate). objective: those GPUs;
+    INFEASIBLE when no candidate carries `rate` within `limit`."""
+    need = _milli(rate, up=True)
+    best = None
+    for i, (g, r, t) in enumerate(zip(gpus, requests_per_s, tokens_per_s)):
+        per = _milli(r, up=False)
+        if per <= 0:
+            continue
+        n = max(1, -(-need // per))
+        if limit is not None and g * n > limit:
+            continue
+        key = (g * n, -_milli(t, up=False) * n, i)
+        if best is None or key < best[0]:
+            best = (key, i, n)
+    if best is None:
+        return MixResult({}, "INFEASIBLE", 0.0)
+    _, i, n = best
+    return MixResult({i: n}, "OPTIMAL", float(gpus[i] * n))
