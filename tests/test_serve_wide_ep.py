@@ -24,17 +24,63 @@ def dsv3():
 
 def test_wide_shapes_are_whole_nodes_dividing_the_experts(dsv3):
     """DeepSeek-V3 (256 routed experts, 128 heads) disaggregated on 96 H100 (12 nodes of 8): over 2 to 12 whole
-    nodes, EP kept where 256 divides by ep and plain tp where 128 heads divide by tp: 16, 32, 64 each (24, 40,
-    48, 56, 72, 80, 88, 96 divide neither)."""
+    nodes, plain tp where 128 heads divide by tp: 16, 32, 64; EP under vLLM where 256 divides by ep (16, 32, 64);
+    under SGLang at every node count, with the fewest redundant experts that make (256 + r) % ep == 0: by hand
+    256 = 10 x 24 + 16 -> 8 (264 = 11 x 24); 40 -> 24 (280 = 7 x 40); 48 -> 32 (288 = 6 x 48); 56 -> 24 (280);
+    72 -> 32 (288 = 4 x 72, LMSYS's EP72 decode); 80 -> 64 (320); 88 -> 8 (264 = 3 x 88); 96 -> 32 (288)."""
     hw = load_cluster("dgx-h100")
     req = ServeRequest(gpus=96, input_len=2000, output_len=1000, engine="sglang", disaggregated=True,
                        weight_dtype="fp8-block")
     assert wide_ep(dsv3, hw, req)
     found, _ = shapes(dsv3, hw, 96, {}, "sglang", wide=True)
-    wide = sorted((i.tp, i.ep, i.adp, i.pp) for i in found if i.tp > 8)
-    assert wide == [(n, e, e, 1) for n in (16, 32, 64) for e in (1, n)]
+    plain = sorted(i.tp for i in found if i.tp > 8 and i.ep == 1)
+    assert plain == [16, 32, 64]
+    ep = {i.ep: i.redundant for i in found if i.tp > 8 and i.ep > 1}
+    assert all(i.adp == i.ep == i.tp and i.pp == 1 for i in found if i.tp > 8 and i.ep > 1)
+    assert ep == {16: 0, 24: 8, 32: 0, 40: 24, 48: 32, 56: 24, 64: 0, 72: 32, 80: 64, 88: 8, 96: 32}
+    vllm, _ = shapes(dsv3, hw, 96, {}, "vllm", wide=True)
+    assert sorted((i.ep, i.redundant) for i in vllm if i.tp > 8 and i.ep > 1) == [(16, 0), (32, 0), (64, 0)]
     narrow, _ = shapes(dsv3, hw, 96, {}, "sglang")
     assert max(i.tp for i in narrow) == 8
+
+
+def test_redundant_experts_memory_by_hand(dsv3):
+    """EP72 with 32 redundant experts (LMSYS's decode layout): 288 / 72 = 4 experts per GPU of one MoE layer, each
+    3 x 7168 x 2048 = 44,040,192 weights, fp8-block 1 B + 4 / 16,384 B of scale each: 4 x 44,040,192 x
+    (1 + 4 / 16,384) = 176,203,776 B; EP64 without redundancy holds the same 4."""
+    layer = next(l for l in count_params(dsv3).layers if l.routed_experts)
+    ep72 = sv.Instance(tp=72, ep=72, adp=72, redundant=32)
+    assert sv.physical_experts(dsv3, ep72) == 288
+    assert sv.routed_expert_bytes(dsv3, ep72, "fp8-block", layer.routed_experts) == pytest.approx(176_203_776)
+    ep64 = sv.Instance(tp=64, ep=64, adp=64)
+    assert sv.routed_expert_bytes(dsv3, ep64, "fp8-block", layer.routed_experts) == pytest.approx(176_203_776)
+    assert ep72.label == "dp72 (attention) ep72 (+32 redundant experts)"
+
+
+def test_shared_experts_and_embedding_replicated_under_deepep_by_hand(dsv3):
+    """SGLang's DeepEP backend replicates the shared experts on every GPU and, under DP attention, the embedding
+    over the attention-TP group (`cost.serving.splits`); the LM head and the 3 dense MLPs stay split over tp.
+    By hand, DeepSeek-V3 fp8-block at EP32 (attention TP 1):
+    - shared experts: 58 MoE layers x 3 x 7168 x 2048 = 2,554,331,136 weights, x (1 + 4 / 16,384) B =
+      2,554,954,752 B whole, against 2,554,954,752 / 32 = 79,842,336 B split 32 ways;
+    - embedding: 129,280 rows (a multiple of 64) x 7168 x 2 B = 1,853,358,080 B whole, against
+      vocab padded to 64 x 32 = 2,048 -> 129,024 + 2,048 = 131,072 rows / 32 x 7168 x 2 = 58,720,256 B split.
+    Difference = (2,554,954,752 - 79,842,336) + (1,853,358,080 - 58,720,256) = 4,269,750,240 B (3.98 GiB).
+    vLLM's DP ranks (tensor-parallel 1) hold the LM head and dense MLPs whole too; TensorRT-LLM is unchanged."""
+    inst = sv.Instance(tp=32, ep=32, adp=32)
+    old = sv.weight_bytes_per_gpu(dsv3, inst, "fp8-block")
+    sglang = sv.weight_bytes_per_gpu(dsv3, inst, "fp8-block", "sglang")
+    assert sglang - old == pytest.approx(4_269_750_240, abs=64)
+    assert sv.weight_bytes_per_gpu(dsv3, inst, "fp8-block", "trtllm") == old
+    vllm = sv.weight_bytes_per_gpu(dsv3, inst, "fp8-block", "vllm")
+    head = 1_853_358_080 - 58_720_256
+    dense = 3 * 3 * 7168 * 18432 * (1 + 4 / 16_384) * (1 - 1 / 32)
+    assert vllm - sglang == pytest.approx(head + dense, abs=64)
+    # one node, EP8 with DP attention (SGLang dp8 ep8): the shared experts whole, 2,554,954,752 x 7 / 8 more
+    eight = sv.Instance(tp=8, ep=8, adp=8)
+    embed8 = 1_853_358_080 - 129_536 * 7168 * 2 / 8  # 129,280 rows padded to 64 x 8 = 512: 129,536
+    assert (sv.weight_bytes_per_gpu(dsv3, eight, "fp8-block", "sglang") - sv.weight_bytes_per_gpu(dsv3, eight, "fp8-block")
+            == pytest.approx(2_554_954_752 * 7 / 8 + embed8, abs=64))
 
 
 def test_wide_shapes_only_where_asked_or_needed(dsv3):

@@ -48,6 +48,7 @@ FLAG = {
     "dp_attention": "--enable-dp-attention",
     "ep": "--ep-size",
     "a2a": "--moe-a2a-backend",
+    "redundant_experts": "--ep-num-redundant-experts",
     "fraction": "--mem-fraction-static",
     "max_model_len": "--context-length",
     "max_num_seqs": "--max-running-requests",
