@@ -166,10 +166,10 @@ def wide_ep(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest) -> bool:
 
 REDUNDANT_EXPERT_ENGINES = ("sglang",)
 """Engines whose expert parallelism takes redundant expert copies, so that an EP size that does not divide the
-routed experts still runs: SGLang's --ep-num-redundant-experts (`planner.frameworks.sglang` FLAG
+routed experts still runs: SGLang's redundant-experts flag (`planner.frameworks.sglang` FLAG
 ["redundant_experts"]; SGLang 0.5.23 wheel `srt/eplb/expert_location.py` asserts (experts + redundant) % ep_size
 == 0). LMSYS's 96-H100 DeepSeek-V3 decode ran EP72 with 32 redundant experts (288 = 4 x 72; lmsys.org/blog/
-2025-05-05-large-scale-ep, commands in sgl-project/sglang issue #6017). vLLM's EPLB (--enable-eplb,
+2025-05-05-large-scale-ep, commands in sgl-project/sglang issue #6017). vLLM's EPLB (enable_eplb,
 eplb_config num_redundant_experts) is not written by the emitter, so vLLM keeps EP sizes that divide the experts."""
 
 
@@ -264,7 +264,8 @@ def _hop_s(hw: ClusterSpec, inst: sv.Instance, spec: ModelSpec, concurrency: flo
     return latency + concurrency / inst.adp * spec.hidden_size * 2 / sv.link_bytes_per_s(hw, inst.gpus)
 
 
-def _memory(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, inst: sv.Instance) -> sv.ServingMemory:
+def _memory(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, inst: sv.Instance,
+            role: str | None = None) -> sv.ServingMemory:
     """`cost.serving.serving_memory` of one shape under the request's formats, engine and budget.
 
     SGLang without --mem-fraction: its own default (`frameworks.sglang.plan_mem_fraction`), except that an
@@ -275,13 +276,17 @@ def _memory(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, inst: sv.Instan
     default would not start the instance; the graphs a rank captures hold its own batch (under DeepEP the MoE
     exchange is all-to-all, with no dp-wide gathered buffer), and LMSYS's EP32 / EP72 launches give the
     fraction explicitly (0.846 on the decode nodes: sgl-project/sglang issue #6017, "Instruction for Running
-    DeepSeek with Large-scale PD and EP"). A planner choice, not SGLang's default."""
+    DeepSeek with Large-scale PD and EP"). A planner choice, not SGLang's default. A disaggregated worker (`role`
+    prefill / decode, launched with its disaggregation mode) is costed at SGLang's default for that role: a decode
+    worker sizes its reserve for its running batch and captures no prefill graph, a prefill worker captures no
+    decode graph and keeps no DeepEP decode reserve (`frameworks.sglang.default_mem_fraction_static`)."""
     fraction = req.mem_fraction
     if fraction is None and req.engine == "sglang":
         from planner.frameworks import sglang
         fraction = sglang.plan_mem_fraction(hw.gpu.memory_gib * 1024, tp=inst.tp, pp=inst.pp,
                                             attn_dp=min(inst.adp, hw.scaleup_domain_gpus), ep=inst.ep,
-                                            mla=spec.is_mla, max_num_batched_tokens=req.max_num_batched_tokens)
+                                            mla=spec.is_mla, max_num_batched_tokens=req.max_num_batched_tokens,
+                                            role=role)
     return sv.serving_memory(spec, inst, capacity=hw.gpu.memory_bytes, weight_format=req.weight_dtype,
                              kv_dtype=req.kv_dtype, engine=req.engine, fraction=fraction,
                              max_num_batched_tokens=forward_tokens(req, inst), gpu_name=hw.gpu.name)
@@ -962,7 +967,7 @@ def _worker_points(spec, hw, req, inst, coefficients, role: str) -> tuple[dict, 
     requests/s = groups / TTFT without the transfer (the transfer overlaps the next prompt);
     decode: TPOT without prefill interference <= --tpot-ms, requests/s = b / (O x TPOT), tokens/s = b / TPOT."""
     context = req.input_len if role == "prefill" else req.context
-    mem = _memory(spec, hw, req, inst)
+    mem = _memory(spec, hw, req, inst, role)
     cmax = sv.max_concurrency(mem, spec, inst, context)
     ev = {"inst": inst, "memory": mem, "longest_context": sv.longest_context(mem, spec, engine=req.engine),
           "longest_context_bound": sv.context_bound(mem, spec, engine=req.engine), "max_concurrency": cmax}

@@ -167,3 +167,51 @@ def test_emit_ep32_over_four_nodes_round_trips_through_check(tmp_path, engine, h
     result = check_launch_file(path, cluster="dgx-h100", gpus=32)
     assert result["verdict"] == "pass", result["violations"]
     assert [(r["world"], r["nnodes"], r["node_ranks"]) for r in result["launches"]] == [(32, 4, [0, 1, 2, 3])]
+
+
+def test_ep72_with_redundant_experts_round_trips_through_check(tmp_path):
+    """LMSYS's decode layout, EP72 over 9 H100 nodes: 256 experts do not divide by 72, so serve-plan gives SGLang
+    32 redundant experts (288 = 4 x 72) and writes them (`--ep-num-redundant-experts 32`); `planner check` reads the
+    script back (PASS), and the same command without the flag fails `experts_by_ep`, its fix naming the flag."""
+    proc = cli_run.planner("serve-plan", "-m", "deepseek-v3", "-c", "dgx-h100", "--gpus", "72", "--input-len", "2000",
+                           "--output-len", "1000", "--engine", "sglang", "--fix", "ep=72", "--emit", "sglang")
+    assert proc.returncode == 0 and "check: PASS" in proc.stderr, proc.stderr
+    commands = [shlex.split(l.strip()) for l in proc.stdout.splitlines() if l.strip().startswith("python -m sglang")]
+    assert len(commands) == 9
+    assert {w[w.index("--ep-num-redundant-experts") + 1] for w in commands} == {"32"}
+    path = tmp_path / "launch.sh"
+    path.write_text(proc.stdout.replace(" --ep-num-redundant-experts 32", ""))
+    result = check_launch_file(path, cluster="dgx-h100", gpus=72)
+    bad = [v for v in result["violations"] if v["rule"] == "experts_by_ep"]
+    assert result["verdict"] == "fail" and bad and "--ep-num-redundant-experts 32" in bad[0]["fix"], result
+
+
+def test_smallest_instances_know_multi_node_shapes(dsv3):
+    """DeepSeek-V3 fp8 does not fit one 8 x H100 node; the smallest instances `check` proposes and the infeasibility
+    message's GPU count now include the multi-node shapes: pinned tp=16 (SGLang's two-node launch) the smallest
+    instance is 16 GPUs (it was none: single-node shapes stop at tp 8)."""
+    from planner.serve import _minimum_gpus, smallest_instances
+
+    hw = load_cluster("dgx-h100")
+    req = ServeRequest(gpus=8, input_len=2000, output_len=1000, engine="sglang", weight_dtype="fp8-block",
+                       fix={"tp": 16})
+    assert _minimum_gpus(dsv3, hw, req) == 16
+    found = smallest_instances(dsv3, hw, ServeRequest(gpus=8, input_len=2000, output_len=1000, engine="sglang",
+                                                      weight_dtype="fp8-block"), keep=lambda i: i.tp > 8)
+    assert found and {i.gpus for i, _ in found} == {16}
+
+
+def test_disaggregated_decode_worker_costed_at_sglangs_decode_default(dsv3):
+    """A disaggregated decode worker is launched with --disaggregation-mode decode, so SGLang sizes its reserve for a
+    decode worker (`frameworks.sglang.default_mem_fraction_static`). By hand, H100 (79.65 GiB = 81,561.6 MiB),
+    tp 72, attention-DP ranks costed 8 (`serve._memory`), DeepEP: decode graph max batch 512; tokens max(512, 2048)
+    = 2,048 x 1.5 = 3,072; graphs 512 x 2 + 512 x 8 x 3 + 512 x 8 x 1.5 = 19,456; 512 + 3,072 + 72 / 8 x 1,024 +
+    19,456 = 32,256, + 2,048 DeepEP = 34,304 MiB reserved: (81,561.6 - 34,304) / 81,561.6 = 0.579. As an aggregated
+    instance (chunk 8,192 x 1.5 = 12,288, prefill graphs 1,536 + 1,024): 0.435."""
+    from planner.serve import _memory
+
+    hw = load_cluster("dgx-h100")
+    req = ServeRequest(gpus=96, input_len=2000, output_len=1000, engine="sglang", weight_dtype="fp8-block")
+    inst = sv.Instance(tp=72, ep=72, adp=72, redundant=32)
+    assert _memory(dsv3, hw, req, inst, "decode").budget_fraction == 0.579
+    assert _memory(dsv3, hw, req, inst).budget_fraction == 0.435

@@ -1101,7 +1101,8 @@ def evaluate(file: str, kind: str, spec: ModelSpec, hw: ClusterSpec, gpus: int, 
                  *_format_findings(spec, hw, launch, launch.flag["quantization"])]
         row = {"line": launch.line, "engine": launch.engine, "role": launch.role,
                "parallelism": {"tp": launch.inst.tp, "pp": launch.inst.pp, "ep": launch.inst.ep,
-                               "dp": launch.inst.adp, "replicas": launch.replicas},
+                               "dp": launch.inst.adp, "replicas": launch.replicas,
+                               **({"redundant_experts": launch.inst.redundant} if launch.inst.redundant else {})},
                "world": launch.world, "nnodes": launch.nnodes, "node_rank": launch.node_rank, "recomputed": {}}
         if not shape:
             mem = _memory(spec, hw, launch)

@@ -269,15 +269,15 @@ def gpu_defaults(gpu_memory_mib: float, tp: int) -> tuple[int, int]:
 
 
 def plan_mem_fraction(gpu_memory_mib: float, *, tp: int, pp: int, attn_dp: int, ep: int, mla: bool,
-                      max_num_batched_tokens: int) -> float:
+                      max_num_batched_tokens: int, role: str | None = None) -> float:
     """The mem_fraction_static `serve-plan` costs an SGLang instance at, and `--emit sglang` writes,
     when --mem-fraction is not given: SGLang's own default (`default_mem_fraction_static`) for the
     command the emitter writes: --chunked-prefill-size max_num_batched_tokens as given (the formula
     reads it before SGLang divides it among the attention data-parallel groups, `rank_chunk`),
     --moe-a2a-backend `A2A_DEFAULT_EMIT` when ep > 1, the decode graph at its default max batch (the
-    plan's concurrency is not known when memory is sized)."""
+    plan's concurrency is not known when memory is sized), the disaggregation mode `role` (None: aggregated)."""
     return default_mem_fraction_static(gpu_memory_mib, tp=tp, pp=pp, chunked_prefill_size=max_num_batched_tokens,
-                                       max_running_requests=None, mla=mla, attn_dp=attn_dp, role=None,
+                                       max_running_requests=None, mla=mla, attn_dp=attn_dp, role=role,
                                        a2a=A2A_DEFAULT_EMIT if ep > 1 else A2A_NONE)
 
 
