@@ -337,7 +337,25 @@ def _latency(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, inst: sv.Insta
     if not prefill_only and LOW_LATENCY_PREFILL[req.engine]:
         terms["moe_exchange_prefill_s"] = sv.moe_exchange_s(spec, inst, req.input_len, decode=True,
                                                              link_bytes_per_s=sv.link_bytes_per_s(hw, inst.tp))
-    return sv.predict_latency(terms, coefficients)
+    if not two_batch_overlap(req.engine, inst):
+        return sv.predict_latency(terms, coefficients)
+    exchange, terms["moe_exchange_decode_s"] = terms["moe_exchange_decode_s"], 0.0
+    ttft, tpot = sv.predict_latency(terms, coefficients)
+    return ttft, sv.two_batch_overlap_tpot_s(tpot, exchange)
+
+
+TWO_BATCH_OVERLAP_ENGINES = ("sglang",)
+"""Engines serve-plan runs with two-batch overlap where they exchange MoE tokens with DeepEP (ep > 1 under attention
+DP), and `--emit` asks for it (`planner.frameworks.sglang` FLAG["tbo"]; off by default, SGLang 0.5.23 wheel
+`srt/arg_groups/fields/exec_.py` enable_two_batch_overlap = False): LMSYS's 96-H100 DeepSeek-V3 launches turn it on
+(sgl-project/sglang issue #6017). Its decode step: `cost.serving.two_batch_overlap_tpot_s`. vLLM's dual-batch
+overlap and TensorRT-LLM's are not modelled."""
+
+
+def two_batch_overlap(engine: str, inst: sv.Instance) -> bool:
+    """Whether an instance runs (and is emitted with) two-batch overlap: TWO_BATCH_OVERLAP_ENGINES, DeepEP (ep > 1
+    with attention DP)."""
+    return engine in TWO_BATCH_OVERLAP_ENGINES and inst.ep > 1 and inst.adp > 1
 
 
 def evaluate(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, inst: sv.Instance, coefficients: dict) -> dict:
@@ -679,10 +697,13 @@ def _exchange_note(spec: ModelSpec, req: ServeRequest, chosen: list[dict]) -> li
     kernels = ("low-latency kernels in decode and prefill alike: one backend per server, prompts dispatched "
                "256 tokens at a time" if LOW_LATENCY_PREFILL[req.engine] else
                "low-latency kernels in decode, normal kernels in prefill")
+    overlap = (f"; decode with two-batch overlap ({sglang_flags.FLAG['tbo']}, written by --emit): the exchange "
+               f"hidden behind the other half-batch's step, its fill and the halved batches not priced (an upper "
+               f"bound of the overlap)" if req.engine in TWO_BATCH_OVERLAP_ENGINES else "")
     return [f"EP with attention DP: the expert dispatch/combine is priced as DeepEP ({kernels}), which "
             f"{req.engine} runs only with "
             f"{DEEPEP_FLAGS[req.engine]}; its default all-gather/reduce-scatter moves "
-            f"every token to every GPU (the price the plans without EP pay)"]
+            f"every token to every GPU (the price the plans without EP pay){overlap}"]
 
 
 def _wide_note(hw: ClusterSpec, req: ServeRequest, rows: list[dict]) -> list[str]:
@@ -696,7 +717,7 @@ def _wide_note(hw: ClusterSpec, req: ServeRequest, rows: list[dict]) -> list[str
     note = (f"instances over {', '.join(f'{n // node} nodes (tp{n})' for n in wide)}: their expert dispatch/combine "
             f"(EP) or tensor all-reduces (plain tp) cross the network at {hw.network_gb_per_s_per_gpu:g} GB/s per GPU "
             f"(DeepEP's measured internode rate is about the NIC's); the latency constants are fitted on single-node "
-            f"measurements only, so these instances are extrapolated")
+            f"measurements only (no multi-node or disaggregated row), so these instances are extrapolated")
     if req.engine == "sglang" and req.mem_fraction is None:
         note += (f"; mem_fraction_static is SGLang's default for {node} attention-DP ranks, written by --emit: "
                  f"its own default reserves CUDA-graph memory per DP rank of the whole instance and leaves no KV pool")
@@ -1115,7 +1136,7 @@ def disaggregated_plan(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, coef
             "disaggregated: prefill workers run prompts only, decode workers generate only; TTFT includes the "
             "KV transfer; constants are the aggregated fit's with the prefill-interference term removed; "
             f"{ROUTER_SPLIT}, so a mix has one prefill kind and one decode kind"]
-        + _wide_note(hw, req, rows) + _aggregated_note(spec, hw, req, coefficients, plan),
+        + _exchange_note(spec, req, rows) + _wide_note(hw, req, rows) + _aggregated_note(spec, hw, req, coefficients, plan),
     }
 
 

@@ -160,6 +160,7 @@ def test_emit_ep32_over_four_nodes_round_trips_through_check(tmp_path, engine, h
         if engine == "sglang":
             assert [words[words.index(f) + 1] for f in ("--tp-size", "--attn-dp-size", "--ep-size")] == ["32"] * 3
             assert words[words.index("--moe-a2a-backend") + 1] == "deepep"
+            assert "--enable-two-batch-overlap" in words  # priced with two-batch overlap, so asked for
         else:
             assert words[words.index("--data-parallel-size") + 1] == "32" and "--enable-expert-parallel" in words
     path = tmp_path / "launch.sh"
@@ -215,3 +216,19 @@ def test_disaggregated_decode_worker_costed_at_sglangs_decode_default(dsv3):
     inst = sv.Instance(tp=72, ep=72, adp=72, redundant=32)
     assert _memory(dsv3, hw, req, inst, "decode").budget_fraction == 0.579
     assert _memory(dsv3, hw, req, inst).budget_fraction == 0.435
+
+
+def test_two_batch_overlap_hides_the_decode_exchange_behind_the_step(dsv3):
+    """SGLang with DeepEP runs two-batch overlap (`serve.two_batch_overlap`): the decode step's exchange overlaps
+    the other half-batch's work, so TPOT = max(step without it, exchange). By hand, EP32 at 128 tokens per GPU:
+    exchange 58 x 22,249,472 B / 50 GB/s = 25.81 ms (test above); behind a 64 ms step it is hidden (64 ms, not
+    89.81), ahead of a 20 ms step it binds (25.81 ms). vLLM and instances without DeepEP (adp 1 or ep 1) run without."""
+    from planner.serve import two_batch_overlap
+
+    exchange = 58 * 22_249_472 / 50e9
+    assert sv.two_batch_overlap_tpot_s(0.064, exchange) == 0.064
+    assert sv.two_batch_overlap_tpot_s(0.020, exchange) == pytest.approx(0.025809, abs=1e-6)
+    assert two_batch_overlap("sglang", sv.Instance(tp=32, ep=32, adp=32))
+    assert not two_batch_overlap("vllm", sv.Instance(tp=32, ep=32, adp=32))
+    assert not two_batch_overlap("sglang", sv.Instance(tp=8, ep=8))
+    assert not two_batch_overlap("sglang", sv.Instance(tp=8, adp=8))

@@ -995,6 +995,22 @@ def moe_exchange_s(spec: ModelSpec, inst: Instance, tokens: float, *, decode: bo
     return sum(spec.moe_layers) * traffic / link_bytes_per_s
 
 
+def two_batch_overlap_tpot_s(rest_s: float, exchange_s: float) -> float:
+    """Decode step with two-batch overlap, seconds: the step's work without the MoE exchange (`rest_s`) and the
+    exchange (`exchange_s`, `moe_exchange_s` of the whole batch) overlap, so the step takes the longer of the two.
+
+    SGLang's two-batch overlap splits a decode batch into two micro-batches of half the sequences each
+    (SGLang 0.5.23 wheel `srt/batch_overlap/two_batch_overlap.py` compute_split_seq_index: decode ->
+    (num_tokens // tokens per sequence) // 2) and runs each layer's operations so that one micro-batch's DeepEP
+    dispatch / combine is in flight while the other computes (`srt/batch_overlap/operations_strategy.py`
+    _compute_moe_deepseek_blog_decode: YieldOperation around op_dispatch_a / op_dispatch_b and op_combine_a /
+    op_combine_b), DeepSeek's published decode schedule (LMSYS, lmsys.org/blog/2025-05-05-large-scale-ep,
+    "Two-batch Overlap"). Per layer the two halves alternate, so over the step the exposed time is max(compute,
+    exchange); the pipeline's fill / drain (one half's exchange of the first and last layer) and the halved
+    GEMM batch are not priced (an optimistic bound of the overlap). Hand check (tests): max(0.064, 0.021) = 0.064."""
+    return max(rest_s, exchange_s)
+
+
 def _unit(term: str) -> float:
     if term in PATH_TERMS:
         return CONSTANT_UNIT_S

@@ -49,6 +49,7 @@ FLAG = {
     "ep": "--ep-size",
     "a2a": "--moe-a2a-backend",
     "redundant_experts": "--ep-num-redundant-experts",
+    "tbo": "--enable-two-batch-overlap",
     "fraction": "--mem-fraction-static",
     "max_model_len": "--context-length",
     "max_num_seqs": "--max-running-requests",
@@ -72,7 +73,7 @@ ALIASES = {"--tensor-parallel-size": FLAG["tp"], "--pipeline-parallel-size": FLA
            "--data-parallel-size": FLAG["dp"], "--attention-data-parallel-size": FLAG["adp"],
            "--expert-parallel-size": FLAG["ep"], "--ep": FLAG["ep"], "--model": FLAG["model"]}
 """Other option strings of the same options."""
-SWITCHES = frozenset({FLAG["dp_attention"], "--trust-remote-code", "--enable-torch-compile",
+SWITCHES = frozenset({FLAG["dp_attention"], FLAG["tbo"], "--trust-remote-code", "--enable-torch-compile",
                       "--disable-radix-cache", "--enable-dp-lm-head", "--skip-server-warmup",
                       "--disable-cuda-graph", "--enable-metrics"})
 """Flags that take no value."""
