@@ -5,7 +5,8 @@ An engine instance is `tp x pp` GPUs (TensorRT-LLM's convention, also vLLM's and
 `tp / adp` tensor-parallel GPUs (attention data parallelism: SGLang `--enable-dp-attention`,
 TensorRT-LLM `enable_attention_dp`), and the routed experts are split `ep` ways by expert and
 `tp / ep` ways inside each expert (`moe_ep_size x moe_tp_size = tp_size`, TensorRT-LLM
-`tensorrt_llm/mapping.py`). Dense MLPs, shared experts, the embedding and the LM head are split by `tp`.
+`tensorrt_llm/mapping.py`). Dense MLPs, shared experts, the embedding and the LM head are split by `tp`,
+except where the engine's attention DP / all-to-all MoE backend replicates them (`splits`).
 
 Memory (bytes per GPU, worst pipeline stage):
 - weights: block linear weights in the weight format (with its scale bytes); embeddings, LM head,
@@ -287,13 +288,13 @@ def splits(inst: Instance, engine: str = "") -> Splits:
     - TensorRT-LLM, and an unknown engine (""): everything tp ways (not read for attention DP).
     Hand check (DeepSeek-V3 fp8-block, 58 MoE layers x 3 x 7,168 x 2,048 = 2,554,331,136 shared-expert
     weights, 1 byte + 4 / 16,384 B of scales each = 2.38 GiB per GPU replicated, against 0.30 GiB split 8 ways:
-    tests/test_serve_memory.py)."""
+    tests/test_serve_wide_ep.py)."""
     t, at = inst.tp, inst.attn_tp
     expert_parallel = inst.ep > 1
     if engine == "vllm" and inst.adp > 1:
         return Splits(at, at, at, 1 if expert_parallel else at)
     if engine == "sglang":
-        return Splits(at if inst.adp > 1 else t, t, t, 1 if expert_parallel else t)
+        return Splits(at, t, t, 1 if expert_parallel else t)
     return Splits(t, t, t, t)
 
 
