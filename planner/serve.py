@@ -164,7 +164,24 @@ def wide_ep(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest) -> bool:
     return _memory(spec, hw, req, sv.Instance(tp=node, ep=node, adp=node)).kv_cache <= 0
 
 
-def wide_ep_shapes(spec: ModelSpec, hw: ClusterSpec, gpus: int) -> list[sv.Instance]:
+REDUNDANT_EXPERT_ENGINES = ("sglang",)
+"""Engines whose expert parallelism takes redundant expert copies, so that an EP size that does not divide the
+routed experts still runs: SGLang's redundant-experts flag (`planner.frameworks.sglang` FLAG
+["redundant_experts"]; SGLang 0.5.23 wheel `srt/eplb/expert_location.py` asserts (experts + redundant) % ep_size
+== 0). LMSYS's 96-H100 DeepSeek-V3 decode ran EP72 with 32 redundant experts (288 = 4 x 72; lmsys.org/blog/
+2025-05-05-large-scale-ep, commands in sgl-project/sglang issue #6017). vLLM's EPLB (enable_eplb,
+eplb_config num_redundant_experts) is not written by the emitter, so vLLM keeps EP sizes that divide the experts."""
+
+
+def redundant_experts(spec: ModelSpec, ep: int, engine: str) -> int:
+    """The fewest redundant experts that make ep divide the physical experts under `engine` (0 where ep already
+    divides them or the engine takes none, REDUNDANT_EXPERT_ENGINES). Hand check: DeepSeek-V3 (256) at EP72: 32."""
+    if not spec.is_moe or engine not in REDUNDANT_EXPERT_ENGINES:
+        return 0
+    return -spec.num_experts % ep
+
+
+def wide_ep_shapes(spec: ModelSpec, hw: ClusterSpec, gpus: int, engine: str = "") -> list[sv.Instance]:
     """Instances of one pipeline stage over k >= 2 whole scale-up domains (nodes), k x domain <= `gpus`, two per k:
     - tp = ep = attention-DP = k x domain GPUs: attention data-parallel on every GPU (attention TP 1, so no tensor
       all-reduce crosses the network), the routed experts split over all of them, the MoE token exchange over
@@ -172,11 +189,14 @@ def wide_ep_shapes(spec: ModelSpec, hw: ClusterSpec, gpus: int) -> list[sv.Insta
     - plain tp = k x domain (experts tensor-split, no attention DP): SGLang's documented two-node DeepSeek-V3
       launch (tp 16 over 2 nodes; SGLang docs, DeepSeek V3 usage, "Example: Serving with two H20*8 nodes"),
       its per-layer all-reduces over the network (`cost.serving.tp_allreduce_s` at the same link).
-    Layouts as WIDE_EP_ENGINES; whole nodes only, as both engines start world / nnodes ranks per node."""
+    Layouts as WIDE_EP_ENGINES; whole nodes only, as both engines start world / nnodes ranks per node. Under
+    SGLang an EP size that does not divide the routed experts takes the fewest redundant experts that make it
+    (`redundant_experts`: DeepSeek-V3 at EP72, 32), their memory counted (`cost.serving.physical_experts`)."""
     node = hw.scaleup_domain_gpus
     out = []
     for k in range(2, gpus // node + 1):
-        out += [sv.Instance(tp=k * node, ep=k * node, adp=k * node), sv.Instance(tp=k * node)]
+        n = k * node
+        out += [sv.Instance(tp=n, ep=n, adp=n, redundant=redundant_experts(spec, n, engine)), sv.Instance(tp=n)]
     return out
 
 
@@ -200,7 +220,7 @@ def shapes(spec: ModelSpec, hw: ClusterSpec, gpus: int, fix: dict,
             adps = sorted({1, tp}) if spec.is_moe else [1]
             tried += [sv.Instance(tp=tp, pp=pp, ep=ep, adp=adp) for ep in eps for adp in adps]
     if wide:
-        tried += wide_ep_shapes(spec, hw, gpus)
+        tried += wide_ep_shapes(spec, hw, gpus, engine)
     for inst in tried:
         if any(fix.get(k) is not None and fix[k] != v for k, v in
                (("tp", inst.tp), ("pp", inst.pp), ("ep", inst.ep), ("dp", inst.adp))):
@@ -221,7 +241,7 @@ def _indivisible(spec: ModelSpec, inst: sv.Instance) -> str | None:
         return f"num_key_value_heads {kv} and attention tp do not divide one another"
     if inst.pp > spec.num_hidden_layers:
         return "more pipeline stages than layers"
-    if spec.is_moe and (spec.num_experts % inst.ep or spec.moe_intermediate_size % (inst.tp // inst.ep)):
+    if spec.is_moe and (sv.physical_experts(spec, inst) % inst.ep or spec.moe_intermediate_size % (inst.tp // inst.ep)):
         return "experts not divisible by ep (or expert width by tp/ep)"
     return None
 
@@ -244,7 +264,8 @@ def _hop_s(hw: ClusterSpec, inst: sv.Instance, spec: ModelSpec, concurrency: flo
     return latency + concurrency / inst.adp * spec.hidden_size * 2 / sv.link_bytes_per_s(hw, inst.gpus)
 
 
-def _memory(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, inst: sv.Instance) -> sv.ServingMemory:
+def _memory(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, inst: sv.Instance,
+            role: str | None = None) -> sv.ServingMemory:
     """`cost.serving.serving_memory` of one shape under the request's formats, engine and budget.
 
     SGLang without --mem-fraction: its own default (`frameworks.sglang.plan_mem_fraction`), except that an
@@ -255,13 +276,17 @@ def _memory(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, inst: sv.Instan
     default would not start the instance; the graphs a rank captures hold its own batch (under DeepEP the MoE
     exchange is all-to-all, with no dp-wide gathered buffer), and LMSYS's EP32 / EP72 launches give the
     fraction explicitly (0.846 on the decode nodes: sgl-project/sglang issue #6017, "Instruction for Running
-    DeepSeek with Large-scale PD and EP"). A planner choice, not SGLang's default."""
+    DeepSeek with Large-scale PD and EP"). A planner choice, not SGLang's default. A disaggregated worker (`role`
+    prefill / decode, launched with its disaggregation mode) is costed at SGLang's default for that role: a decode
+    worker sizes its reserve for its running batch and captures no prefill graph, a prefill worker captures no
+    decode graph and keeps no DeepEP decode reserve (`frameworks.sglang.default_mem_fraction_static`)."""
     fraction = req.mem_fraction
     if fraction is None and req.engine == "sglang":
         from planner.frameworks import sglang
         fraction = sglang.plan_mem_fraction(hw.gpu.memory_gib * 1024, tp=inst.tp, pp=inst.pp,
                                             attn_dp=min(inst.adp, hw.scaleup_domain_gpus), ep=inst.ep,
-                                            mla=spec.is_mla, max_num_batched_tokens=req.max_num_batched_tokens)
+                                            mla=spec.is_mla, max_num_batched_tokens=req.max_num_batched_tokens,
+                                            role=role)
     return sv.serving_memory(spec, inst, capacity=hw.gpu.memory_bytes, weight_format=req.weight_dtype,
                              kv_dtype=req.kv_dtype, engine=req.engine, fraction=fraction,
                              max_num_batched_tokens=forward_tokens(req, inst), gpu_name=hw.gpu.name)
@@ -305,13 +330,32 @@ def _latency(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, inst: sv.Insta
                              max_num_batched_tokens=forward_tokens(req, inst),
                              hop_s=_hop_s(hw, inst, spec, concurrency), link_bytes_per_s=sv.link_bytes_per_s(hw, inst.tp),
                              prefill_worker=prefill_only,
-                             prefill_efficiency=sv.prefill_gemm_efficiency(hw.gpu, _peak_dtype(hw, req.weight_dtype)))
+                             prefill_efficiency=sv.prefill_gemm_efficiency(hw.gpu, _peak_dtype(hw, req.weight_dtype)),
+                             engine=req.engine)
     if not interference:
         terms["prefill_interference_s"] = terms["interference_allreduce_s"] = 0.0
     if not prefill_only and LOW_LATENCY_PREFILL[req.engine]:
         terms["moe_exchange_prefill_s"] = sv.moe_exchange_s(spec, inst, req.input_len, decode=True,
                                                              link_bytes_per_s=sv.link_bytes_per_s(hw, inst.tp))
-    return sv.predict_latency(terms, coefficients)
+    if not two_batch_overlap(req.engine, inst):
+        return sv.predict_latency(terms, coefficients)
+    exchange, terms["moe_exchange_decode_s"] = terms["moe_exchange_decode_s"], 0.0
+    ttft, tpot = sv.predict_latency(terms, coefficients)
+    return ttft, sv.two_batch_overlap_tpot_s(tpot, exchange)
+
+
+TWO_BATCH_OVERLAP_ENGINES = ("sglang",)
+"""Engines serve-plan runs with two-batch overlap where they exchange MoE tokens with DeepEP (ep > 1 under attention
+DP), and `--emit` asks for it (`planner.frameworks.sglang` FLAG["tbo"]; off by default, SGLang 0.5.23 wheel
+`srt/arg_groups/fields/exec_.py` enable_two_batch_overlap = False): LMSYS's 96-H100 DeepSeek-V3 launches turn it on
+(sgl-project/sglang issue #6017). Its decode step: `cost.serving.two_batch_overlap_tpot_s`. vLLM's dual-batch
+overlap and TensorRT-LLM's are not modelled."""
+
+
+def two_batch_overlap(engine: str, inst: sv.Instance) -> bool:
+    """Whether an instance runs (and is emitted with) two-batch overlap: TWO_BATCH_OVERLAP_ENGINES, DeepEP (ep > 1
+    with attention DP)."""
+    return engine in TWO_BATCH_OVERLAP_ENGINES and inst.ep > 1 and inst.adp > 1
 
 
 def evaluate(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, inst: sv.Instance, coefficients: dict) -> dict:
@@ -425,12 +469,17 @@ def longest_at_concurrency(spec: ModelSpec, inst: sv.Instance, mem: sv.ServingMe
     return lo
 
 
+def _redundant(inst: sv.Instance) -> dict:
+    """The plan's `redundant_experts` key (SGLang's redundant expert copies), only where the instance has some."""
+    return {"redundant_experts": inst.redundant} if inst.redundant else {}
+
+
 def _plan(spec: ModelSpec, ev: dict, point: dict, replicas: int, context: int) -> dict:
     inst, mem = ev["inst"], ev["memory"]
     gpus = inst.gpus * replicas
     return {
         "parallelism": {"tp": inst.tp, "pp": inst.pp, "ep": inst.ep, "dp": inst.adp, "replicas": replicas,
-                        "prefill_workers": 0, "decode_workers": 0},
+                        "prefill_workers": 0, "decode_workers": 0, **_redundant(inst)},
         "gpus": gpus,
         "concurrency": point["concurrency"],
         "memory_bytes": {"weights": mem.weights, "activations": mem.activations, "kv_cache": mem.kv_cache,
@@ -651,10 +700,13 @@ def _exchange_note(spec: ModelSpec, req: ServeRequest, chosen: list[dict]) -> li
     kernels = ("low-latency kernels in decode and prefill alike: one backend per server, prompts dispatched "
                "256 tokens at a time" if LOW_LATENCY_PREFILL[req.engine] else
                "low-latency kernels in decode, normal kernels in prefill")
+    overlap = (f"; decode with two-batch overlap ({sglang_flags.FLAG['tbo']}, written by --emit): the exchange "
+               f"hidden behind the other half-batch's step, its fill and the halved batches not priced (an upper "
+               f"bound of the overlap)" if req.engine in TWO_BATCH_OVERLAP_ENGINES else "")
     return [f"EP with attention DP: the expert dispatch/combine is priced as DeepEP ({kernels}), which "
             f"{req.engine} runs only with "
             f"{DEEPEP_FLAGS[req.engine]}; its default all-gather/reduce-scatter moves "
-            f"every token to every GPU (the price the plans without EP pay)"]
+            f"every token to every GPU (the price the plans without EP pay){overlap}"]
 
 
 def _wide_note(hw: ClusterSpec, req: ServeRequest, rows: list[dict]) -> list[str]:
@@ -668,7 +720,7 @@ def _wide_note(hw: ClusterSpec, req: ServeRequest, rows: list[dict]) -> list[str
     note = (f"instances over {', '.join(f'{n // node} nodes (tp{n})' for n in wide)}: their expert dispatch/combine "
             f"(EP) or tensor all-reduces (plain tp) cross the network at {hw.network_gb_per_s_per_gpu:g} GB/s per GPU "
             f"(DeepEP's measured internode rate is about the NIC's); the latency constants are fitted on single-node "
-            f"measurements only, so these instances are extrapolated")
+            f"measurements only (no multi-node or disaggregated row), so these instances are extrapolated")
     if req.engine == "sglang" and req.mem_fraction is None:
         note += (f"; mem_fraction_static is SGLang's default for {node} attention-DP ranks, written by --emit: "
                  f"its own default reserves CUDA-graph memory per DP rank of the whole instance and leaves no KV pool")
@@ -878,29 +930,42 @@ def smallest_instances(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, keep
     of req.context (`cost.serving.longest_context`, as `evaluate` rejects the others); those of the smallest
     GPU count, largest KV pool first; [] when none up to `most` GPUs. `planner check` proposes them for a
     launch that does not fit (`planner.check.engine_launch._relief`)."""
-    found, _ = shapes(spec, hw, most, req.fix, req.engine)
+    found, _ = shapes(spec, hw, most, req.fix, req.engine, wide=_wide_possible(spec, hw, req, most))
     for gpus in sorted({inst.gpus for inst in found}):
         fits = []
         for inst in (i for i in found if i.gpus == gpus and keep(i)):
-            mem = _memory(spec, hw, req, inst)
-            if mem.kv_cache > 0 and sv.longest_context(mem, spec, engine=req.engine) >= req.context:
-                fits.append((inst, mem))
+            if _holds_context(spec, hw, req, inst):
+                fits.append((inst, _memory(spec, hw, req, inst)))
         if fits:
             return sorted(fits, key=lambda f: -f[1].kv_cache)
     return []
 
 
+def _wide_possible(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, gpus: int) -> bool:
+    """Whether `wide_ep_shapes` exist for this model and engine on `gpus` GPUs (an MoE model under a
+    WIDE_EP_ENGINES engine, at least two scale-up domains): the smallest-instance searches below try them whatever
+    the request, since a model that fits no single node fits only them."""
+    return spec.is_moe and req.engine in WIDE_EP_ENGINES and gpus >= 2 * hw.scaleup_domain_gpus
+
+
 def _minimum_gpus(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest) -> int | None:
-    """Smallest instance (GPUs) whose KV pool holds one sequence of the asked context, up to 1024 GPUs."""
+    """Smallest instance (GPUs) whose KV pool holds one sequence of the asked context, up to 1024 GPUs: the GPUs
+    of the smallest fitting shape among `shapes` (with the multi-node `wide_ep_shapes`) of the first power of two
+    above --gpus that has one."""
     for n in _powers(1024):
         if n <= req.gpus:
             continue
-        found, _ = shapes(spec, hw, n, req.fix, req.engine)
-        for inst in found:
-            mem = _memory(spec, hw, req, inst)
-            if mem.kv_cache > 0 and sv.longest_context(mem, spec, engine=req.engine) >= req.context:
-                return n
+        found, _ = shapes(spec, hw, n, req.fix, req.engine, wide=_wide_possible(spec, hw, req, n))
+        fits = [inst.gpus for inst in found if inst.gpus > req.gpus and _holds_context(spec, hw, req, inst)]
+        if fits:
+            return min(fits)
     return None
+
+
+def _holds_context(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, inst: sv.Instance) -> bool:
+    """Whether the KV pool of `inst` holds one sequence of the asked context."""
+    mem = _memory(spec, hw, req, inst)
+    return mem.kv_cache > 0 and sv.longest_context(mem, spec, engine=req.engine) >= req.context
 
 
 # ---------------------------------------------------------------- disaggregated prefill / decode
@@ -926,7 +991,7 @@ def _worker_points(spec, hw, req, inst, coefficients, role: str) -> tuple[dict, 
     requests/s = groups / TTFT without the transfer (the transfer overlaps the next prompt);
     decode: TPOT without prefill interference <= --tpot-ms, requests/s = b / (O x TPOT), tokens/s = b / TPOT."""
     context = req.input_len if role == "prefill" else req.context
-    mem = _memory(spec, hw, req, inst)
+    mem = _memory(spec, hw, req, inst, role)
     cmax = sv.max_concurrency(mem, spec, inst, context)
     ev = {"inst": inst, "memory": mem, "longest_context": sv.longest_context(mem, spec, engine=req.engine),
           "longest_context_bound": sv.context_bound(mem, spec, engine=req.engine), "max_concurrency": cmax}
@@ -969,7 +1034,7 @@ def _decode_points(spec, hw, req: ServeRequest, inst: sv.Instance, cmax: int, co
 def _worker_row(spec: ModelSpec, req: ServeRequest, ev: dict, point: dict, role: str, count: int) -> dict:
     inst, mem = ev["inst"], ev["memory"]
     context = req.input_len if role == "prefill" else req.context
-    row = {"role": role, "parallelism": {"tp": inst.tp, "pp": inst.pp, "ep": inst.ep, "dp": inst.adp},
+    row = {"role": role, "parallelism": {"tp": inst.tp, "pp": inst.pp, "ep": inst.ep, "dp": inst.adp, **_redundant(inst)},
            "workers": count, "gpus": inst.gpus * count, "concurrency": point["concurrency"],
            "memory_bytes": {"weights": mem.weights, "activations": mem.activations, "kv_cache": mem.kv_cache,
                             "reserve": mem.reserve, "capacity": mem.capacity},
@@ -1074,7 +1139,7 @@ def disaggregated_plan(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, coef
             "disaggregated: prefill workers run prompts only, decode workers generate only; TTFT includes the "
             "KV transfer; constants are the aggregated fit's with the prefill-interference term removed; "
             f"{ROUTER_SPLIT}, so a mix has one prefill kind and one decode kind"]
-        + _wide_note(hw, req, rows) + _aggregated_note(spec, hw, req, coefficients, plan),
+        + _exchange_note(spec, req, rows) + _wide_note(hw, req, rows) + _aggregated_note(spec, hw, req, coefficients, plan),
     }
 
 

@@ -24,17 +24,63 @@ def dsv3():
 
 def test_wide_shapes_are_whole_nodes_dividing_the_experts(dsv3):
     """DeepSeek-V3 (256 routed experts, 128 heads) disaggregated on 96 H100 (12 nodes of 8): over 2 to 12 whole
-    nodes, EP kept where 256 divides by ep and plain tp where 128 heads divide by tp: 16, 32, 64 each (24, 40,
-    48, 56, 72, 80, 88, 96 divide neither)."""
+    nodes, plain tp where 128 heads divide by tp: 16, 32, 64; EP under vLLM where 256 divides by ep (16, 32, 64);
+    under SGLang at every node count, with the fewest redundant experts that make (256 + r) % ep == 0: by hand
+    256 = 10 x 24 + 16 -> 8 (264 = 11 x 24); 40 -> 24 (280 = 7 x 40); 48 -> 32 (288 = 6 x 48); 56 -> 24 (280);
+    72 -> 32 (288 = 4 x 72, LMSYS's EP72 decode); 80 -> 64 (320); 88 -> 8 (264 = 3 x 88); 96 -> 32 (288)."""
     hw = load_cluster("dgx-h100")
     req = ServeRequest(gpus=96, input_len=2000, output_len=1000, engine="sglang", disaggregated=True,
                        weight_dtype="fp8-block")
     assert wide_ep(dsv3, hw, req)
     found, _ = shapes(dsv3, hw, 96, {}, "sglang", wide=True)
-    wide = sorted((i.tp, i.ep, i.adp, i.pp) for i in found if i.tp > 8)
-    assert wide == [(n, e, e, 1) for n in (16, 32, 64) for e in (1, n)]
+    plain = sorted(i.tp for i in found if i.tp > 8 and i.ep == 1)
+    assert plain == [16, 32, 64]
+    ep = {i.ep: i.redundant for i in found if i.tp > 8 and i.ep > 1}
+    assert all(i.adp == i.ep == i.tp and i.pp == 1 for i in found if i.tp > 8 and i.ep > 1)
+    assert ep == {16: 0, 24: 8, 32: 0, 40: 24, 48: 32, 56: 24, 64: 0, 72: 32, 80: 64, 88: 8, 96: 32}
+    vllm, _ = shapes(dsv3, hw, 96, {}, "vllm", wide=True)
+    assert sorted((i.ep, i.redundant) for i in vllm if i.tp > 8 and i.ep > 1) == [(16, 0), (32, 0), (64, 0)]
     narrow, _ = shapes(dsv3, hw, 96, {}, "sglang")
     assert max(i.tp for i in narrow) == 8
+
+
+def test_redundant_experts_memory_by_hand(dsv3):
+    """EP72 with 32 redundant experts (LMSYS's decode layout): 288 / 72 = 4 experts per GPU of one MoE layer, each
+    3 x 7168 x 2048 = 44,040,192 weights, fp8-block 1 B + 4 / 16,384 B of scale each: 4 x 44,040,192 x
+    (1 + 4 / 16,384) = 176,203,776 B; EP64 without redundancy holds the same 4."""
+    layer = next(l for l in count_params(dsv3).layers if l.routed_experts)
+    ep72 = sv.Instance(tp=72, ep=72, adp=72, redundant=32)
+    assert sv.physical_experts(dsv3, ep72) == 288
+    assert sv.routed_expert_bytes(dsv3, ep72, "fp8-block", layer.routed_experts) == pytest.approx(176_203_776)
+    ep64 = sv.Instance(tp=64, ep=64, adp=64)
+    assert sv.routed_expert_bytes(dsv3, ep64, "fp8-block", layer.routed_experts) == pytest.approx(176_203_776)
+    assert ep72.label == "dp72 (attention) ep72 (+32 redundant experts)"
+
+
+def test_shared_experts_and_embedding_replicated_under_deepep_by_hand(dsv3):
+    """SGLang's DeepEP backend replicates the shared experts on every GPU and, under DP attention, the embedding
+    over the attention-TP group (`cost.serving.splits`); the LM head and the 3 dense MLPs stay split over tp.
+    By hand, DeepSeek-V3 fp8-block at EP32 (attention TP 1):
+    - shared experts: 58 MoE layers x 3 x 7168 x 2048 = 2,554,331,136 weights, x (1 + 4 / 16,384) B =
+      2,554,954,752 B whole, against 2,554,954,752 / 32 = 79,842,336 B split 32 ways;
+    - embedding: 129,280 rows (a multiple of 64) x 7168 x 2 B = 1,853,358,080 B whole, against
+      vocab padded to 64 x 32 = 2,048 -> 129,024 + 2,048 = 131,072 rows / 32 x 7168 x 2 = 58,720,256 B split.
+    Difference = (2,554,954,752 - 79,842,336) + (1,853,358,080 - 58,720,256) = 4,269,750,240 B (3.98 GiB).
+    vLLM's DP ranks (tensor-parallel 1) hold the LM head and dense MLPs whole too; TensorRT-LLM is unchanged."""
+    inst = sv.Instance(tp=32, ep=32, adp=32)
+    old = sv.weight_bytes_per_gpu(dsv3, inst, "fp8-block")
+    sglang = sv.weight_bytes_per_gpu(dsv3, inst, "fp8-block", "sglang")
+    assert sglang - old == pytest.approx(4_269_750_240, abs=64)
+    assert sv.weight_bytes_per_gpu(dsv3, inst, "fp8-block", "trtllm") == old
+    vllm = sv.weight_bytes_per_gpu(dsv3, inst, "fp8-block", "vllm")
+    head = 1_853_358_080 - 58_720_256
+    dense = 3 * 3 * 7168 * 18432 * (1 + 4 / 16_384) * (1 - 1 / 32)
+    assert vllm - sglang == pytest.approx(head + dense, abs=64)
+    # one node, EP8 with DP attention (SGLang dp8 ep8): the shared experts whole, 2,554,954,752 x 7 / 8 more
+    eight = sv.Instance(tp=8, ep=8, adp=8)
+    embed8 = 1_853_358_080 - 129_536 * 7168 * 2 / 8  # 129,280 rows padded to 64 x 8 = 512: 129,536
+    assert (sv.weight_bytes_per_gpu(dsv3, eight, "fp8-block", "sglang") - sv.weight_bytes_per_gpu(dsv3, eight, "fp8-block")
+            == pytest.approx(2_554_954_752 * 7 / 8 + embed8, abs=64))
 
 
 def test_wide_shapes_only_where_asked_or_needed(dsv3):
@@ -114,6 +160,7 @@ def test_emit_ep32_over_four_nodes_round_trips_through_check(tmp_path, engine, h
         if engine == "sglang":
             assert [words[words.index(f) + 1] for f in ("--tp-size", "--attn-dp-size", "--ep-size")] == ["32"] * 3
             assert words[words.index("--moe-a2a-backend") + 1] == "deepep"
+            assert "--enable-two-batch-overlap" in words  # priced with two-batch overlap, so asked for
         else:
             assert words[words.index("--data-parallel-size") + 1] == "32" and "--enable-expert-parallel" in words
     path = tmp_path / "launch.sh"
@@ -121,3 +168,67 @@ def test_emit_ep32_over_four_nodes_round_trips_through_check(tmp_path, engine, h
     result = check_launch_file(path, cluster="dgx-h100", gpus=32)
     assert result["verdict"] == "pass", result["violations"]
     assert [(r["world"], r["nnodes"], r["node_ranks"]) for r in result["launches"]] == [(32, 4, [0, 1, 2, 3])]
+
+
+def test_ep72_with_redundant_experts_round_trips_through_check(tmp_path):
+    """LMSYS's decode layout, EP72 over 9 H100 nodes: 256 experts do not divide by 72, so serve-plan gives SGLang
+    32 redundant experts (288 = 4 x 72) and writes them (`--ep-num-redundant-experts 32`); `planner check` reads the
+    script back (PASS), and the same command without the flag fails `experts_by_ep`, its fix naming the flag."""
+    proc = cli_run.planner("serve-plan", "-m", "deepseek-v3", "-c", "dgx-h100", "--gpus", "72", "--input-len", "2000",
+                           "--output-len", "1000", "--engine", "sglang", "--fix", "ep=72", "--emit", "sglang")
+    assert proc.returncode == 0 and "check: PASS" in proc.stderr, proc.stderr
+    commands = [shlex.split(l.strip()) for l in proc.stdout.splitlines() if l.strip().startswith("python -m sglang")]
+    assert len(commands) == 9
+    assert {w[w.index("--ep-num-redundant-experts") + 1] for w in commands} == {"32"}
+    path = tmp_path / "launch.sh"
+    path.write_text(proc.stdout.replace(" --ep-num-redundant-experts 32", ""))
+    result = check_launch_file(path, cluster="dgx-h100", gpus=72)
+    bad = [v for v in result["violations"] if v["rule"] == "experts_by_ep"]
+    assert result["verdict"] == "fail" and bad and "--ep-num-redundant-experts 32" in bad[0]["fix"], result
+
+
+def test_smallest_instances_know_multi_node_shapes(dsv3):
+    """DeepSeek-V3 fp8 does not fit one 8 x H100 node; the smallest instances `check` proposes and the infeasibility
+    message's GPU count now include the multi-node shapes: pinned tp=16 (SGLang's two-node launch) the smallest
+    instance is 16 GPUs (it was none: single-node shapes stop at tp 8)."""
+    from planner.serve import _minimum_gpus, smallest_instances
+
+    hw = load_cluster("dgx-h100")
+    req = ServeRequest(gpus=8, input_len=2000, output_len=1000, engine="sglang", weight_dtype="fp8-block",
+                       fix={"tp": 16})
+    assert _minimum_gpus(dsv3, hw, req) == 16
+    found = smallest_instances(dsv3, hw, ServeRequest(gpus=8, input_len=2000, output_len=1000, engine="sglang",
+                                                      weight_dtype="fp8-block"), keep=lambda i: i.tp > 8)
+    assert found and {i.gpus for i, _ in found} == {16}
+
+
+def test_disaggregated_decode_worker_costed_at_sglangs_decode_default(dsv3):
+    """A disaggregated decode worker is launched with --disaggregation-mode decode, so SGLang sizes its reserve for a
+    decode worker (`frameworks.sglang.default_mem_fraction_static`). By hand, H100 (79.65 GiB = 81,561.6 MiB),
+    tp 72, attention-DP ranks costed 8 (`serve._memory`), DeepEP: decode graph max batch 512; tokens max(512, 2048)
+    = 2,048 x 1.5 = 3,072; graphs 512 x 2 + 512 x 8 x 3 + 512 x 8 x 1.5 = 19,456; 512 + 3,072 + 72 / 8 x 1,024 +
+    19,456 = 32,256, + 2,048 DeepEP = 34,304 MiB reserved: (81,561.6 - 34,304) / 81,561.6 = 0.579. As an aggregated
+    instance (chunk 8,192 x 1.5 = 12,288, prefill graphs 1,536 + 1,024): 0.435."""
+    from planner.serve import _memory
+
+    hw = load_cluster("dgx-h100")
+    req = ServeRequest(gpus=96, input_len=2000, output_len=1000, engine="sglang", weight_dtype="fp8-block")
+    inst = sv.Instance(tp=72, ep=72, adp=72, redundant=32)
+    assert _memory(dsv3, hw, req, inst, "decode").budget_fraction == 0.579
+    assert _memory(dsv3, hw, req, inst).budget_fraction == 0.435
+
+
+def test_two_batch_overlap_hides_the_decode_exchange_behind_the_step(dsv3):
+    """SGLang with DeepEP runs two-batch overlap (`serve.two_batch_overlap`): the decode step's exchange overlaps
+    the other half-batch's work, so TPOT = max(step without it, exchange). By hand, EP32 at 128 tokens per GPU:
+    exchange 58 x 22,249,472 B / 50 GB/s = 25.81 ms (test above); behind a 64 ms step it is hidden (64 ms, not
+    89.81), ahead of a 20 ms step it binds (25.81 ms). vLLM and instances without DeepEP (adp 1 or ep 1) run without."""
+    from planner.serve import two_batch_overlap
+
+    exchange = 58 * 22_249_472 / 50e9
+    assert sv.two_batch_overlap_tpot_s(0.064, exchange) == 0.064
+    assert sv.two_batch_overlap_tpot_s(0.020, exchange) == pytest.approx(0.025809, abs=1e-6)
+    assert two_batch_overlap("sglang", sv.Instance(tp=32, ep=32, adp=32))
+    assert not two_batch_overlap("vllm", sv.Instance(tp=32, ep=32, adp=32))
+    assert not two_batch_overlap("sglang", sv.Instance(tp=8, ep=8))
+    assert not two_batch_overlap("sglang", sv.Instance(tp=8, adp=8))

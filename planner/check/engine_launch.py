@@ -830,10 +830,15 @@ def _shape_findings(spec: ModelSpec, launch: Launch) -> list[Violation]:
         out.append(Violation(rule="layers_by_pp",
                              message=f"{f['pp']} {inst.pp} exceeds num_hidden_layers {spec.num_hidden_layers}",
                              fix=f"{f['pp']} {spec.num_hidden_layers} or fewer"))
-    if spec.is_moe and inst.ep > 1 and spec.num_experts % inst.ep:
+    physical = sv.physical_experts(spec, inst) if spec.is_moe else 0
+    if spec.is_moe and inst.ep > 1 and physical % inst.ep:
+        spare = f" + {inst.redundant} redundant" if inst.redundant else ""
         out.append(Violation(rule="experts_by_ep",
-                             message=f"{spec.num_experts} routed experts are not divisible by expert-parallel "
-                                     f"size {inst.ep}", fix="an expert-parallel size that divides the experts"))
+                             message=f"{spec.num_experts}{spare} routed experts are not divisible by expert-parallel "
+                                     f"size {inst.ep}",
+                             fix="an expert-parallel size that divides the experts" + (
+                                 f", or {f['redundant_experts']} {-spec.num_experts % inst.ep}"
+                                 if "redundant_experts" in f else "")))
     elif spec.is_moe and spec.moe_intermediate_size % (inst.tp // inst.ep):
         out.append(Violation(rule="experts_by_ep",
                              message=f"moe_intermediate_size {spec.moe_intermediate_size} is not divisible by the "
@@ -1105,7 +1110,8 @@ def evaluate(file: str, kind: str, spec: ModelSpec, hw: ClusterSpec, gpus: int, 
                  *_format_findings(spec, hw, launch, launch.flag["quantization"])]
         row = {"line": launch.line, "engine": launch.engine, "role": launch.role,
                "parallelism": {"tp": launch.inst.tp, "pp": launch.inst.pp, "ep": launch.inst.ep,
-                               "dp": launch.inst.adp, "replicas": launch.replicas},
+                               "dp": launch.inst.adp, "replicas": launch.replicas,
+                               **({"redundant_experts": launch.inst.redundant} if launch.inst.redundant else {})},
                "world": launch.world, "nnodes": launch.nnodes, "node_rank": launch.node_rank, "recomputed": {}}
         if not shape:
             mem = _memory(spec, hw, launch)

@@ -79,6 +79,7 @@ def launch(command: el.Command, spec: ModelSpec, hw: ClusterSpec, file: str) -> 
     dp = el.integer(command, f["dp"], 1, file)
     adp = el.integer(command, f["adp"], 1, file)
     ep = el.integer(command, f["ep"], 1, file)
+    redundant = el.integer(command, f["redundant_experts"], 0, file, low=0)
     nnodes = el.integer(command, f["nnodes"], 1, file)
     a2a = str(flags.get(f["a2a"], s.A2A_NONE))
     findings = el.unknown_flags(command, s.ALL_FLAGS, "SGLang", s.VERSION)
@@ -138,7 +139,7 @@ def launch(command: el.Command, spec: ModelSpec, hw: ClusterSpec, file: str) -> 
     else:
         forward_tokens = s.rank_chunk(chunk or default_chunk, adp)
     return el.Launch(
-        engine=s.ENGINE, line=command.line, inst=sv.Instance(tp=tp, pp=pp, ep=ep, adp=adp), replicas=dp,
+        engine=s.ENGINE, line=command.line, inst=sv.Instance(tp=tp, pp=pp, ep=ep, adp=adp, redundant=redundant if ep > 1 else 0), replicas=dp,
         fraction=el.fraction(command, f["fraction"], default_fraction, file),
         fraction_given=f["fraction"] in command.flags,
         max_model_len=max_model_len,

@@ -5,7 +5,8 @@ An engine instance is `tp x pp` GPUs (TensorRT-LLM's convention, also vLLM's and
 `tp / adp` tensor-parallel GPUs (attention data parallelism: SGLang `--enable-dp-attention`,
 TensorRT-LLM `enable_attention_dp`), and the routed experts are split `ep` ways by expert and
 `tp / ep` ways inside each expert (`moe_ep_size x moe_tp_size = tp_size`, TensorRT-LLM
-`tensorrt_llm/mapping.py`). Dense MLPs, shared experts, the embedding and the LM head are split by `tp`.
+`tensorrt_llm/mapping.py`). Dense MLPs, shared experts, the embedding and the LM head are split by `tp`,
+except where the engine's attention DP / all-to-all MoE backend replicates them (`splits`).
 
 Memory (bytes per GPU, worst pipeline stage):
 - weights: block linear weights in the weight format (with its scale bytes); embeddings, LM head,
@@ -172,6 +173,10 @@ class Instance:
     """Expert-parallel ways inside a stage (divides tp; expert TP = tp / ep)."""
     adp: int = 1
     """Attention data-parallel groups inside a stage (divides tp; attention TP = tp / adp)."""
+    redundant: int = 0
+    """Redundant routed-expert copies per MoE layer (SGLang's expert-parallel load balancer,
+    `planner.frameworks.sglang` FLAG["redundant_experts"]): every GPU holds (experts + redundant) / ep
+    physical experts (`physical_experts`)."""
 
     @functools.cached_property
     def mesh(self) -> Mesh:
@@ -202,7 +207,8 @@ class Instance:
         attention = f"dp{self.adp}" + (f" tp{self.attn_tp}" if self.attn_tp > 1 else "")
         etp = self.tp // self.ep
         experts = f"ep{self.ep}" + (f" etp{etp}" if etp > 1 else "") if self.ep > 1 else f"tp{self.tp} (experts)"
-        return f"{attention} (attention) {experts}{pp}"
+        spare = f" (+{self.redundant} redundant experts)" if self.redundant else ""
+        return f"{attention} (attention) {experts}{spare}{pp}"
 
 
 @dataclass(frozen=True)
@@ -237,27 +243,88 @@ def vocab_rows(spec: ModelSpec, tp: int) -> int:
     return -(-spec.padded_vocab_size // unit) * unit
 
 
-def weight_bytes_per_gpu(spec: ModelSpec, inst: Instance, weight_format: str) -> int:
+def physical_experts(spec: ModelSpec, inst: Instance) -> int:
+    """Routed experts of one MoE layer the instance holds, logical + redundant copies.
+    Source: SGLang 0.5.23 wheel `srt/eplb/expert_location.py` _init_common (num_physical_experts =
+    num_logical_experts + ep_num_redundant_experts, asserted divisible by ep_size; each rank holds
+    num_physical_experts / ep_size of them)."""
+    return spec.num_experts + inst.redundant
+
+
+@dataclass(frozen=True)
+class Splits:
+    """GPUs each non-expert weight group of one stage is split over (1: every GPU holds all of it)."""
+
+    embedding: int
+    head: int
+    dense_mlp: int
+    shared_experts: int
+
+
+def splits(inst: Instance, engine: str = "") -> Splits:
+    """How `engine` splits the embedding, LM head, dense MLPs and shared experts over the GPUs of `inst`
+    (attention is always split attention-TP ways, `Instance.attn_tp`).
+
+    - vLLM with data parallelism (adp > 1): each data-parallel rank is a model replica of tensor-parallel
+      size attention-TP, so all four split attention-TP ways; with expert parallelism on and that TP and the
+      DP size above 1, vLLM's MoE runs sequence-parallel (`use_sequence_parallel_moe`, every all2all backend
+      including the default allgather_reducescatter) and the shared experts are replicated
+      (DeepseekV2MLP disable_tp=is_sequence_parallel). Source: vllm-project/vllm 0.33.0 (wheel, commit
+      g4ba787ec9) `vllm/config/parallel.py` use_sequence_parallel_moe, `vllm/model_executor/models/
+      deepseek_v2.py` DeepseekV2MoE (shared_experts), DeepseekV2Model (VocabParallelEmbedding over the TP
+      group), ParallelLMHead.
+    - SGLang: under DP attention the embedding splits over the attention-TP group (`srt/layers/
+      vocab_parallel_embedding.py` get_embedding_tp_kwargs: use_attn_tp_group=is_dp_attention_enabled();
+      Qwen2/3-MoE and GLM-4-MoE pass the same); the LM head over all tp (ParallelLMHead
+      use_attn_tp_group=enable_dp_lm_head, off by default) and the dense MLPs over all tp (`srt/layers/
+      layer_boundary/layout.py` is_dense_ffn_fully_dp: moe_dense_tp_size == 1, unset by default);
+      the shared experts are replicated on every GPU under an all-to-all MoE backend -- DeepEP, which
+      `serve-plan --emit sglang` writes whenever ep > 1 (`planner.frameworks.sglang.A2A_DEFAULT_EMIT`)
+      and which the cost model prices (`moe_exchange_s`) -- either as a replicated MLP
+      (`srt/models/deepseek_v2.py` DeepseekV2MoE: parallel_group "replicated" when the a2a backend is
+      deepep, mooncake, nixl, ...) or fused as one shared slot per EP rank (`srt/layers/moe/utils.py`
+      has_per_rank_fused_shared_slots: 256 routed + ep shared slots); both hold one whole copy per GPU.
+      SGLang 0.5.23 wheel.
+    - TensorRT-LLM, and an unknown engine (""): everything tp ways (not read for attention DP).
+    Hand check (DeepSeek-V3 fp8-block, 58 MoE layers x 3 x 7,168 x 2,048 = 2,554,331,136 shared-expert
+    weights, 1 byte + 4 / 16,384 B of scales each = 2.38 GiB per GPU replicated, against 0.30 GiB split 8 ways:
+    tests/test_serve_wide_ep.py)."""
+    t, at = inst.tp, inst.attn_tp
+    expert_parallel = inst.ep > 1
+    if engine == "vllm" and inst.adp > 1:
+        return Splits(at, at, at, 1 if expert_parallel else at)
+    if engine == "sglang":
+        return Splits(at, t, t, 1 if expert_parallel else t)
+    return Splits(t, t, t, t)
+
+
+def weight_bytes_per_gpu(spec: ModelSpec, inst: Instance, weight_format: str, engine: str = "") -> int:
     """Weight bytes on the GPU of the largest pipeline stage (memoised per spec object).
 
-    Source: module docstring (split rules); formats: WEIGHT_FORMATS. Stages hold ceil(L/pp)
+    Source: module docstring (split rules; `splits` for how `engine` lays out the non-expert weights under
+    attention DP / expert parallelism); formats: WEIGHT_FORMATS. Stages hold ceil(L/pp)
     consecutive layers (the last the remainder); the embedding (and learned positions) sits on the
     first stage, the LM head and final norm on the last (a tied head is its own copy when pp > 1);
     the largest stage is returned.
     """
     memo = spec_memo(spec)
-    key = ("serving_weights", inst, weight_format)
+    key = ("serving_weights", inst, weight_format, engine)
     if key not in memo:
-        memo[key] = _weight_bytes(spec, inst, weight_format)
+        memo[key] = _weight_bytes(spec, inst, weight_format, splits(inst, engine))
     return memo[key]
 
 
-def _weight_bytes(spec: ModelSpec, inst: Instance, weight_format: str) -> int:
+def _vocab_bytes(spec: ModelSpec, ways: int) -> float:
+    """bf16 bytes of one vocabulary table (embedding or LM head) split `ways` ways, after padding."""
+    return vocab_rows(spec, ways) * spec.embedding_width / ways * 2
+
+
+def _weight_bytes(spec: ModelSpec, inst: Instance, weight_format: str, split: Splits) -> int:
     fmt = WEIGHT_FORMATS[weight_format]
     dense_fmt = WEIGHT_FORMATS["bf16"] if weight_format in DENSE_ONLY_FORMATS else fmt
     counts = count_params(spec)
     h = spec.hidden_size
-    t, at = inst.tp, inst.attn_tp
+    at = inst.attn_tp
     per_layer = []
     for layer in counts.layers:
         if spec.is_mla:
@@ -266,12 +333,12 @@ def _weight_bytes(spec: ModelSpec, inst: Instance, weight_format: str) -> int:
         else:
             kv = 2 * h * spec.num_key_value_heads * spec.head_dim
             attn = dense_fmt.bytes_for((layer.attention - kv) / at + kv / min(at, spec.num_key_value_heads), h)
-        mlp = dense_fmt.bytes_for((layer.dense_mlp + layer.shared_experts) / t, h)
+        mlp = dense_fmt.bytes_for(layer.dense_mlp / split.dense_mlp + layer.shared_experts / split.shared_experts, h)
         experts = routed_expert_bytes(spec, inst, weight_format, layer.routed_experts)
         per_layer.append(attn + mlp + experts + 2 * (layer.router + layer.norms))
-    vocab = vocab_rows(spec, t) * spec.embedding_width / t * 2
+    vocab = _vocab_bytes(spec, split.embedding)
     embedding = vocab + 2 * (counts.embedding - spec.padded_vocab_size * spec.embedding_width)
-    head = (0 if spec.tie_word_embeddings and inst.pp == 1 else vocab) + 2 * counts.final_norm
+    head = (0 if spec.tie_word_embeddings and inst.pp == 1 else _vocab_bytes(spec, split.head)) + 2 * counts.final_norm
     size = math.ceil(spec.num_hidden_layers / inst.pp)
     stages = [sum(per_layer[k * size:(k + 1) * size]) for k in range(inst.pp)]
     stages[0] += embedding
@@ -281,10 +348,12 @@ def _weight_bytes(spec: ModelSpec, inst: Instance, weight_format: str) -> int:
 
 def routed_expert_bytes(spec: ModelSpec, inst: Instance, weight_format: str, params: float) -> float:
     """Bytes on one GPU of `params` routed-expert parameters of one layer (0 for a dense layer):
-    split tp ways (ep x expert-TP) in the weight format; MXFP4 with its kernel padding."""
+    split tp ways (ep x expert-TP) in the weight format, with the redundant copies (`physical_experts`);
+    MXFP4 with its kernel padding."""
     if weight_format == "mxfp4" and params:
         return _mxfp4_expert_bytes(spec, inst)
-    return WEIGHT_FORMATS[weight_format].bytes_for(params / inst.tp, spec.hidden_size)
+    copies = physical_experts(spec, inst) / spec.num_experts if spec.num_experts else 1.0
+    return WEIGHT_FORMATS[weight_format].bytes_for(params * copies / inst.tp, spec.hidden_size)
 
 
 def _mxfp4_expert_bytes(spec: ModelSpec, inst: Instance) -> float:
@@ -302,7 +371,7 @@ def _mxfp4_expert_bytes(spec: ModelSpec, inst: Instance) -> float:
     matrices = 3 if spec.gated_mlp else 2
     weights = WEIGHT_FORMATS["mxfp4"].bytes_for(matrices * h * inter, h)
     bias = ((matrices - 1) * inter + h) * 2 if spec.expert_bias else 0
-    return spec.num_experts / inst.ep * (weights + bias)
+    return physical_experts(spec, inst) / inst.ep * (weights + bias)
 
 
 def kv_bytes_per_gpu(spec: ModelSpec, inst: Instance, kv_dtype: str) -> tuple[float, float]:
@@ -404,7 +473,7 @@ def serving_memory(spec: ModelSpec, inst: Instance, *, capacity: int, weight_for
     """
     rule = ENGINES[engine]
     fraction = rule.default if fraction is None else fraction
-    weights = weight_bytes_per_gpu(spec, inst, weight_format)
+    weights = weight_bytes_per_gpu(spec, inst, weight_format, engine)
     if max_num_seqs is None:
         max_num_seqs = vllm_flags.default_batch(capacity / GIB, gpu_name)[1] if engine == "vllm" else DEFAULT_MAX_NUM_SEQS
     acts = activation_bytes(spec, inst, max_num_batched_tokens, max_num_seqs, engine=engine)
@@ -550,7 +619,7 @@ def latency_terms(spec: ModelSpec, inst: Instance, *, hbm_bytes_per_s: float, pe
                   hop_s: float = 0.0, link_bytes_per_s: float = 0.0, burst_fraction: float | None = 0.0,
                   wait_steps: float = 0.0, wave_clients: float = 0.0,
                   unknown_share_term: str = UNKNOWN_SHARE_TERMS[0], path_term: str | None = None,
-                  prefill_worker: bool = False, prefill_efficiency: float = 1.0) -> dict[str, float]:
+                  prefill_worker: bool = False, prefill_efficiency: float = 1.0, engine: str = "") -> dict[str, float]:
     """Physical terms of TTFT and TPOT for one instance at `concurrency` sequences (closed loop).
 
     Terms (seconds unless named otherwise), per GPU of one stage; pp stages run in sequence, so the
@@ -653,7 +722,7 @@ def latency_terms(spec: ModelSpec, inst: Instance, *, hbm_bytes_per_s: float, pe
         raise ValueError(f"path_term {path_term!r}; allowed: None, {', '.join(PATH_TERMS)}")
     counts = count_params(spec)
     h, pp = spec.hidden_size, inst.pp
-    weights = weight_bytes_per_gpu(spec, inst, weight_format)
+    weights = weight_bytes_per_gpu(spec, inst, weight_format, engine)  # engine: `splits` (replicated shared experts)
     routed = sum(routed_expert_bytes(spec, inst, weight_format, l.routed_experts) for l in counts.layers) / pp
     queued = concurrency
     concurrency = min(concurrency, max(max_concurrency_, 1))
@@ -925,6 +994,22 @@ def moe_exchange_s(spec: ModelSpec, inst: Instance, tokens: float, *, decode: bo
     else:
         traffic = 2 * tokens * h * 2 * (n - 1) / n
     return sum(spec.moe_layers) * traffic / link_bytes_per_s
+
+
+def two_batch_overlap_tpot_s(rest_s: float, exchange_s: float) -> float:
+    """Decode step with two-batch overlap, seconds: the step's work without the MoE exchange (`rest_s`) and the
+    exchange (`exchange_s`, `moe_exchange_s` of the whole batch) overlap, so the step takes the longer of the two.
+
+    SGLang's two-batch overlap splits a decode batch into two micro-batches of half the sequences each
+    (SGLang 0.5.23 wheel `srt/batch_overlap/two_batch_overlap.py` compute_split_seq_index: decode ->
+    (num_tokens // tokens per sequence) // 2) and runs each layer's operations so that one micro-batch's DeepEP
+    dispatch / combine is in flight while the other computes (`srt/batch_overlap/operations_strategy.py`
+    _compute_moe_deepseek_blog_decode: YieldOperation around op_dispatch_a / op_dispatch_b and op_combine_a /
+    op_combine_b), DeepSeek's published decode schedule (LMSYS, lmsys.org/blog/2025-05-05-large-scale-ep,
+    "Two-batch Overlap"). Per layer the two halves alternate, so over the step the exposed time is max(compute,
+    exchange); the pipeline's fill / drain (one half's exchange of the first and last layer) and the halved
+    GEMM batch are not priced (an optimistic bound of the overlap). Hand check (tests): max(0.064, 0.021) = 0.064."""
+    return max(rest_s, exchange_s)
 
 
 def _unit(term: str) -> float:

@@ -59,7 +59,7 @@ def workers(data: dict, mla: bool = False) -> list[Worker]:
     out = []
     for row in rows:
         par = row["parallelism"]
-        inst = sv.Instance(tp=par["tp"], pp=par["pp"], ep=par["ep"], adp=par["dp"])
+        inst = sv.Instance(tp=par["tp"], pp=par["pp"], ep=par["ep"], adp=par["dp"], redundant=par.get("redundant_experts", 0))
         count = row["workers"] if "workers" in row else par["replicas"]
         capacity = row.get("memory_bytes", {}).get("capacity")
         out.append(Worker(inst=inst, count=count, concurrency=row["concurrency"], role=row.get("role"),

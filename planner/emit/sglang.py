@@ -28,6 +28,10 @@ def command(model: str, worker: el.Worker, req: dict) -> list[str]:
         words += [FLAG["adp"], str(inst.adp)]
     if inst.ep > 1:
         words += [FLAG["ep"], str(inst.ep), FLAG["a2a"], s.A2A_DEFAULT_EMIT]
+    if inst.redundant:  # (experts + redundant) % ep == 0: the plan's EP size needs them (`serve.redundant_experts`)
+        words += [FLAG["redundant_experts"], str(inst.redundant)]
+    if inst.ep > 1 and inst.adp > 1:  # priced with two-batch overlap (`serve.two_batch_overlap`)
+        words.append(FLAG["tbo"])
     fraction = req.get("mem_fraction")
     if fraction is None:  # the fraction the plan costed this shape at (`planner.serve._memory`)
         fraction = worker.mem_fraction

@@ -48,6 +48,8 @@ FLAG = {
     "dp_attention": "--enable-dp-attention",
     "ep": "--ep-size",
     "a2a": "--moe-a2a-backend",
+    "redundant_experts": "--ep-num-redundant-experts",
+    "tbo": "--enable-two-batch-overlap",
     "fraction": "--mem-fraction-static",
     "max_model_len": "--context-length",
     "max_num_seqs": "--max-running-requests",
@@ -71,7 +73,7 @@ ALIASES = {"--tensor-parallel-size": FLAG["tp"], "--pipeline-parallel-size": FLA
            "--data-parallel-size": FLAG["dp"], "--attention-data-parallel-size": FLAG["adp"],
            "--expert-parallel-size": FLAG["ep"], "--ep": FLAG["ep"], "--model": FLAG["model"]}
 """Other option strings of the same options."""
-SWITCHES = frozenset({FLAG["dp_attention"], "--trust-remote-code", "--enable-torch-compile",
+SWITCHES = frozenset({FLAG["dp_attention"], FLAG["tbo"], "--trust-remote-code", "--enable-torch-compile",
                       "--disable-radix-cache", "--enable-dp-lm-head", "--skip-server-warmup",
                       "--disable-cuda-graph", "--enable-metrics"})
 """Flags that take no value."""
@@ -269,15 +271,15 @@ def gpu_defaults(gpu_memory_mib: float, tp: int) -> tuple[int, int]:
 
 
 def plan_mem_fraction(gpu_memory_mib: float, *, tp: int, pp: int, attn_dp: int, ep: int, mla: bool,
-                      max_num_batched_tokens: int) -> float:
+                      max_num_batched_tokens: int, role: str | None = None) -> float:
     """The mem_fraction_static `serve-plan` costs an SGLang instance at, and `--emit sglang` writes,
     when --mem-fraction is not given: SGLang's own default (`default_mem_fraction_static`) for the
     command the emitter writes: --chunked-prefill-size max_num_batched_tokens as given (the formula
     reads it before SGLang divides it among the attention data-parallel groups, `rank_chunk`),
     --moe-a2a-backend `A2A_DEFAULT_EMIT` when ep > 1, the decode graph at its default max batch (the
-    plan's concurrency is not known when memory is sized)."""
+    plan's concurrency is not known when memory is sized), the disaggregation mode `role` (None: aggregated)."""
     return default_mem_fraction_static(gpu_memory_mib, tp=tp, pp=pp, chunked_prefill_size=max_num_batched_tokens,
-                                       max_running_requests=None, mla=mla, attn_dp=attn_dp, role=None,
+                                       max_running_requests=None, mla=mla, attn_dp=attn_dp, role=role,
                                        a2a=A2A_DEFAULT_EMIT if ep > 1 else A2A_NONE)
 
 
