@@ -101,7 +101,7 @@ def write(doc: dict) -> Emitted:
     model = load_model(doc["model"])
     cluster = load_cluster(doc["cluster"], gpus=doc["gpus"])
     request, par = doc["request"], doc["plan"]["parallelism"]
-    _check_runnable(request, par)
+    _check_runnable(request, par, model)
     layout = plan_layout(doc["plan"], request)
     emitted = _as_launched(layout)
     chunks = model_chunks(model, emitted)
@@ -134,8 +134,11 @@ def write(doc: dict) -> Emitted:
 
 # ---------------------------------------------------------------- what Megatron cannot run
 
-def _check_runnable(request: dict, par: dict) -> None:
-    """SpecError (key --emit) for a plan Megatron-LM cannot run at all."""
+def _check_runnable(request: dict, par: dict, model: ModelSpec) -> None:
+    """SpecError (key --emit) for a plan Megatron-LM cannot run at all: another framework's
+    conventions, an optimizer, offload or HSDP group Megatron lacks, or an MoE model at tp > 1
+    without sequence parallelism (the placement rule `moe_tp_needs_sp`: Megatron's MoE layer raises
+    at the first training step; `plan` never proposes it, a hand-edited plan file can)."""
     framework = request.get("framework", "megatron")
     if framework != "megatron":
         raise SpecError(f"the plan was costed under {framework}'s conventions, not Megatron-LM's; "
@@ -147,6 +150,11 @@ def _check_runnable(request: dict, par: dict) -> None:
     if par.get("offload"):
         raise SpecError(f"offload {sorted(par['offload'])} is not a Megatron-LM flag this writer "
                         f"states; re-plan without --offload", key="--emit")
+    if model.is_moe and par.get("tp", 1) > 1 and not par.get("sequence_parallel"):
+        raise SpecError(f"the plan trains the MoE model {model.name} at tp={par['tp']} without sequence "
+                        f"parallelism, which Megatron-LM's MoE layer refuses at the first training step "
+                        f"(rule moe_tp_needs_sp); re-plan with --fix sequence_parallel=true, or tp=1",
+                        key="--emit")
     if par.get("dp_shard") not in (None, par["dp"]):
         raise SpecError(f"an HSDP shard group (dp_shard={par['dp_shard']} of dp={par['dp']}) is not "
                         f"a Megatron-LM flag this writer states; re-plan without it", key="--emit")

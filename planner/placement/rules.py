@@ -86,7 +86,8 @@ def check_layout(model: ModelSpec, cluster, layout: Layout) -> list[Violation]:
                  _zero_stage_supported, _grad_reduce_supported, _precision_aware_optimizer,
                  _cross_entropy, _torchtitan_dims,
                  _deepspeed_autotp, _deepspeed_parallelism, _no_effect, _offload_needs_zero, _moe_dispatcher_supported,
-                 _recompute_modules, _ep_comm_overlap, _tp_comm_overlap, _cp_short_chunk):
+                 _recompute_modules, _ep_comm_overlap, _tp_comm_overlap, _moe_tp_sequence_parallel,
+                 _cp_short_chunk):
         out += rule(model, cluster, layout)
     return out
 
@@ -1036,6 +1037,32 @@ def _tp_comm_overlap(model, cluster, layout: Layout) -> list[Violation]:
         rule="tp_comm_overlap_needs_sp", fix=f"add {sp}, or turn the overlap off",
         message=f"TP comm overlap ({flag}) without sequence parallelism ({sp}): Megatron-LM asserts "
                 f"TP communication / GEMM overlap only with sequence parallelism (validate_args)")]
+
+
+def _moe_tp_sequence_parallel(model, cluster, layout: Layout) -> list[Violation]:
+    """One error (rule `moe_tp_needs_sp`) when a Megatron-LM layout trains an MoE model with tp > 1
+    and no sequence parallelism: Megatron-LM's MoE layer raises at the first training forward
+    ("During training, performance may degrade if MoE and tensor parallelism are enabled without
+    also enabling sequence parallelism.", a ValueError, not a warning), so the job dies in its first
+    step. Shared by plan (whose search then never keeps such a layout, even under `--fix
+    sequence_parallel=false`), explain and check (the Megatron reader states --sequence-parallel as
+    `Layout.sequence_parallel`); Megatron turns sequence parallelism off itself at tp = 1.
+
+    Source: NVIDIA/Megatron-LM@d98e8a6 megatron/core/transformer/moe/moe_layer.py `MoELayer.forward`
+    l. 636-640 (`self.training and self.attn_tp_group.size() > 1 and not
+    self.config.sequence_parallel` -> ValueError); megatron/core/model_parallel_config.py
+    l. 560-565 (ep > 1 and tp > 1 without it: a warning at config time). The assertion in
+    `validate_args` that older releases had ("When using MoE and tensor parallelism, sequence
+    parallelism must be used.") survives only in megatron/training/yaml_arguments.py (--yaml-cfg)."""
+    if layout.framework != "megatron" or not model.is_moe or layout.tp == 1 or layout.sequence_parallel:
+        return []
+    sp = megatron.FLAG["sequence_parallel"]
+    return [Violation(
+        rule="moe_tp_needs_sp", fix=f"add {sp} (or tp=1)",
+        message=f"{model.name} is an MoE model trained with tp={layout.tp} and no sequence parallelism "
+                f"({sp}): Megatron-LM's MoE layer raises at the first training step \"During training, "
+                f"performance may degrade if MoE and tensor parallelism are enabled without also "
+                f"enabling sequence parallelism.\" (moe_layer.py MoELayer.forward)")]
 
 
 EP_OVERLAP_ASSERTIONS = {
