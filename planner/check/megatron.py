@@ -373,6 +373,70 @@ def _dispatcher_startup(args: dict, spec: ModelSpec, layout: Layout) -> list[Vio
     return out
 
 
+AUX_LOSS_TYPES = ("aux_loss", "seq_aux_loss", "global_aux_loss")
+"""Load-balancing types that are an auxiliary loss scaled by their coefficient (0: no loss).
+Source: NVIDIA/Megatron-LM@d98e8a6 megatron/core/transformer/moe/router.py
+`is_aux_loss_enabled` l. 403-408."""
+
+
+def _load_balancing(args: dict, spec: ModelSpec, file: str) -> list[Violation]:
+    """The router's load balancing: Megatron-LM's start-up checks on the type and coefficient lists
+    (error `moe_load_balancing_args`), and the warning `moe_no_load_balancing` when an MoE script
+    trains with none -- every auxiliary-loss type at coefficient 0 (Megatron's default: type
+    aux_loss, coefficient 0.0), no sinkhorn / quantile balancing and no expert bias
+    (aux-loss-free balancing) -- unless the file chooses type none explicitly (a deliberate
+    balancing-free run). Without balancing dropless routing drifts to hot experts, and the costed
+    step time assumes uniform routing.
+
+    Source: NVIDIA/Megatron-LM@d98e8a6 megatron/training/arguments.py `_add_moe_args`
+    l. 3532-3537 (nargs "+"; "a starting value of 1e-2 is recommended") and `validate_args`
+    l. 1661-1664 (a one-element list becomes a scalar); transformer_config.py l. 1828-1834 (a list
+    of types asserts a coefficient list of the same length); router.py `get_aux_loss_coeff` /
+    `is_aux_loss_enabled` l. 388-408 (coefficient 0 skips the loss, l. 419, 467, 516), l. 771-773
+    (sinkhorn and quantile balancing apply only as the one type), l. 298 (sinkhorn asserts
+    coefficient 0; quantile balancing's assertion, l. 226-230, cannot fail from the flags: alone, its
+    coefficient belongs to no auxiliary loss), l. 180 and 733-745 (the expert bias updated from the
+    token counts)."""
+    if not spec.is_moe:
+        return []
+    kinds = _words(args, "moe_router_load_balancing_type", file) or (mg.DEFAULT["moe_router_load_balancing_type"],)
+    given = str(args.get(F["moe_aux_loss_coeff"], mg.DEFAULT["moe_aux_loss_coeff"])).split()
+    try:
+        coeffs = [float(word) for word in given]
+    except ValueError:
+        raise SpecError(f"value {' '.join(given)!r} must be numbers (one coefficient per "
+                        f"{F['moe_router_load_balancing_type']})", file=file, key=F["moe_aux_loss_coeff"]) from None
+    type_flag, coeff_flag = F["moe_router_load_balancing_type"], F["moe_aux_loss_coeff"]
+    if len(kinds) > 1 and len(coeffs) != len(kinds):
+        return [Violation(
+            rule="moe_load_balancing_args", fix=f"give {coeff_flag} {len(kinds)} values, one per type",
+            message=f"{type_flag} {' '.join(kinds)} with {len(coeffs)} {coeff_flag} value(s): Megatron-LM "
+                    f"asserts \"moe_aux_loss_coeff must be a list of the same length as "
+                    f"moe_router_load_balancing_type\" (TransformerConfig.__post_init__)")]
+    coeff = dict(zip(kinds, coeffs)) if len(kinds) > 1 else {kinds[0]: coeffs[0]}
+    aux_on = [k for k in AUX_LOSS_TYPES if coeff.get(k, 0.0) > 0]
+    alone = kinds[0] if len(kinds) == 1 else None  # sinkhorn / quantile balancing act only alone (l. 771-773)
+    if alone == "sinkhorn" and coeffs[0] != 0:
+        return [Violation(
+            rule="moe_load_balancing_args", fix=f"{coeff_flag} 0 with sinkhorn",
+            message=f"{type_flag} sinkhorn with {coeff_flag} {' '.join(given)}: Megatron-LM's router "
+                    f"asserts \"Sinkhorn routing does not support aux loss.\" (router.py)")]
+    balanced = aux_on or alone in ("sinkhorn", "quantile_balancing") or _on(args, "moe_router_enable_expert_bias")
+    if balanced or (type_flag in args and "none" in kinds):
+        return []
+    model_coeff = spec.extra.get("router_aux_loss_coef")
+    value = f"{model_coeff:g} (the model's router_aux_loss_coef)" if isinstance(model_coeff, (int, float)) \
+        and model_coeff > 0 else "1e-2 (Megatron-LM's recommended starting value)"
+    return [Violation(
+        rule="moe_no_load_balancing", severity="warning",
+        message=f"the MoE router trains with no load balancing: {type_flag} {' '.join(kinds)} at "
+                f"{coeff_flag} {' '.join(given)} (Megatron-LM's default 0.0 skips the loss) and no "
+                f"{F['moe_router_enable_expert_bias']}; dropless routing then drifts to hot experts "
+                f"(the costed step time assumes uniform routing)",
+        fix=f"{coeff_flag} {value}, or {F['moe_router_enable_expert_bias']} with "
+            f"{F['moe_router_score_function']} sigmoid; {type_flag} none if the run is meant to have none")]
+
+
 def _startup(args: dict, env: dict[str, str], spec: ModelSpec, layout: Layout,
              file: str) -> list[Violation]:
     """Megatron-LM's start-up assertions on FSDP and context parallelism the placement rules do
@@ -385,7 +449,8 @@ def _startup(args: dict, env: dict[str, str], spec: ModelSpec, layout: Layout,
     TransformerEngine d0067d0 `pytorch/attention/dot_product_attention/context_parallel.py`
     (cp_comm_type a2a: the Q and K heads of each tensor-parallel rank divisible by cp)."""
     out = (_overlap_startup(args, layout) + _dispatcher_startup(args, spec, layout)
-           + _module_startup(args, env, spec, layout) + _mtp(args, layout, file) + _schedule(args))
+           + _module_startup(args, env, spec, layout) + _mtp(args, layout, file) + _schedule(args)
+           + _load_balancing(args, spec, file))
     ckpt = _choice(args, "ckpt_format", file) or mg.DEFAULT["ckpt_format"]
     connections = env.get(mg.DEVICE_MAX_CONNECTIONS)
     for knob in ("megatron_fsdp", "torch_fsdp2"):

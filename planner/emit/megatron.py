@@ -635,7 +635,39 @@ def _hyperparameters(model: ModelSpec) -> tuple[str, list[tuple[str, str, str, s
                     for k in PLACEHOLDER_HYPERPARAMETERS if k not in given]
     comment = (f"{model.name}'s published values. Source: {found.source}." if found else
                f"no published recipe of {model.name} is recorded: set the model's own.")
-    return comment, published + placeholders
+    balancing, note = _aux_loss(model) if "moe_aux_loss_coeff" not in given else ([], "")
+    return comment + note, published + balancing + placeholders
+
+
+AUX_LOSS_PLACEHOLDER = "1e-2"
+"""The auxiliary-loss coefficient written for an MoE model whose config gives none (and whose router
+has no expert bias): Megatron-LM's recommended starting value. Source: NVIDIA/Megatron-LM@d98e8a6
+megatron/training/arguments.py l. 3536-3537 (the coefficient flag's help: "a starting value of 1e-2
+is recommended")."""
+
+
+def _aux_loss(model: ModelSpec) -> tuple[list[tuple[str, str, str, str]], str]:
+    """([(knob, shell variable, value, line comment)], header sentence) of the router's
+    auxiliary-loss coefficient for an MoE model without a published one: the model's Hugging Face
+    router_aux_loss_coef (Mixtral 0.02, Qwen3-30B-A3B 0.001: the coefficient its transformers
+    training code scales the load-balancing loss by) as the recipe default, else
+    `AUX_LOSS_PLACEHOLDER` marked PLACEHOLDER. Megatron-LM's default coefficient is 0.0, which skips
+    the loss (router.py `_apply_aux_loss` l. 418-420 @d98e8a6): without it the router trains with no
+    load balancing (`planner check` warns, rule `moe_no_load_balancing`). None for a dense model or a
+    router balanced by its expert bias (`_router_flags`: aux-loss-free balancing)."""
+    if not model.is_moe or F["moe_router_enable_expert_bias"] in _router_flags(model)[0]:
+        return [], ""
+    var = "moe_aux_loss_coeff".upper()
+    value = model.extra.get("router_aux_loss_coef")
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+        return [("moe_aux_loss_coeff", var, f"{value:g}", "  # the model's router_aux_loss_coef")], (
+            f" {var} is the model's Hugging Face router_aux_loss_coef ({value:g}), as the recipe "
+            f"default: Megatron-LM's default 0.0 trains the router with no load balancing.")
+    return [("moe_aux_loss_coeff", var, AUX_LOSS_PLACEHOLDER,
+             "  # PLACEHOLDER: Megatron-LM's recommended starting value; the model file gives no "
+             "router_aux_loss_coef")], (
+        f" {var} is a placeholder: the model file gives no router_aux_loss_coef, and Megatron-LM's "
+        f"default 0.0 trains the router with no load balancing.")
 
 
 def _fp8_note(model: ModelSpec, layout: Layout) -> list[str]:
