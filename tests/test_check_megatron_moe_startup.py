@@ -1,9 +1,19 @@
-"""Megatron-LM's start-up assertions on MoE as `check` rules: the MoE part of the start-up assertion
-tests of `test_check_megatron_startup.py`.
+"""Megatron-LM's start-up assertions on MoE, expert parallelism, the token dispatchers, grouped GEMM,
+the router, multi-latent attention (MLA) and multi-token prediction (MTP), as `check` rules: the MoE
+part of the start-up assertion tests of `test_check_megatron_startup.py`, on the same recorded copy of
+Megatron-LM's parser (`planner/frameworks/megatron_flags.txt`, d98e8a6).
 
-senior9 review finding 2: at NVIDIA/Megatron-LM@d98e8a6 `validate_args` no longer asserts sequence
-parallelism for MoE at tp > 1 (the assertion the review quotes left arguments.py in 2024 and survives
-only in yaml_arguments.py); the MoE layer raises a ValueError at the first training forward instead
+`ASSERTIONS` lists every such assertion of `megatron/training/arguments.py` at
+NVIDIA/Megatron-LM@d98e8a64ddf34856e74b24714e3bedb2f5a39553 (2026-08-22; `git log -1` of the
+mirror), and those of the MoE path it starts that concern flags the reader parses
+(`transformer_config.py`, `moe_layer.py`, `router.py`), each with the `check` rule that states it or
+why none does. The tests below hold the table to the code: every flag it names is a recorded
+Megatron flag; a row "not applicable: the reader does not parse ..." fails once the reader parses that
+flag (the rule is then due); each rule row is triggered by the file a user would write.
+
+senior9 review finding 2: at d98e8a6 `validate_args` no longer asserts sequence parallelism for MoE at
+tp > 1 (the assertion the review quotes left arguments.py in 2024 and survives only in
+yaml_arguments.py); the MoE layer raises a ValueError at the first training forward instead
 (moe_layer.py l. 636-640), so the job still dies in its first step. Finding 3: Megatron's defaults
 (load-balancing type aux_loss, coefficient 0.0) train the router with no balancing at all.
 """
@@ -18,7 +28,86 @@ import pytest
 import cli_run
 from planner.emit import emit
 from planner.errors import SpecError
+from planner.frameworks import megatron as mg
 from tests.test_emit_megatron import _flags, _hand
+
+NOT_READ = "not applicable: the reader does not parse "
+
+ASSERTIONS = (
+    # (where at d98e8a6, what Megatron-LM asserts, the flags it reads, the check rule or why none)
+    ("arguments.py l. 1036", "--use-torch-fsdp2 is not supported with expert parallelism",
+     ("--use-torch-fsdp2", "--expert-model-parallel-size"), "torch_fsdp2_args"),
+    ("arguments.py l. 1138-1146", "Megatron-FSDP does not support moe_single_grouped_weight / _bias",
+     ("--use-megatron-fsdp", "--moe-single-grouped-weight", "--moe-single-grouped-bias"),
+     NOT_READ + "--moe-single-grouped-weight / --moe-single-grouped-bias (never written)"),
+    ("arguments.py l. 1378-1380", "moe_grouped_gemm: compute capability >= 8 (GroupedGEMM kernels)",
+     ("--moe-grouped-gemm",), "grouped_gemm_compute_capability"),
+    ("arguments.py l. 1655-1656", "num_experts must be non None to use expert model parallelism",
+     ("--expert-model-parallel-size", "--num-experts"), "ep_without_experts"),
+    ("arguments.py l. 1657-1658", "Number of experts should be a multiple of expert model parallel_size",
+     ("--num-experts", "--expert-model-parallel-size"), "experts_divisible_by_ep"),
+    ("arguments.py l. 1756-1757", "Fake process group is not supported with flex token dispatcher",
+     ("--fake-process-group", "--moe-token-dispatcher-type"),
+     NOT_READ + "--fake-process-group (a testing switch: no collectives run)"),
+    ("arguments.py l. 1863-1864", "When using upcycling, the --save option must be specified",
+     ("--moe-use-upcycling", "--save"), NOT_READ + "--moe-use-upcycling (dense-to-MoE conversion runs)"),
+    ("arguments.py l. 1908-1921", "CUDA graph of moe_router with delay_wgrad_compute: TE >= 2.12 and "
+     "gradient accumulation fusion", ("--delay-wgrad-compute", "--cuda-graph-modules"),
+     NOT_READ + "--delay-wgrad-compute or --cuda-graph-modules (and the TE version is not known)"),
+    ("arguments.py l. 882-886 (and 1942-1947)", "MTP only with rope or no position embedding",
+     ("--mtp-num-layers", "--position-embedding-type"), "mtp_position_embedding"),
+    ("arguments.py l. 1973-1974", "Group query attention is mutually exclusive with multi latent attention",
+     ("--multi-latent-attention", "--group-query-attention"), "mla_with_gqa"),
+    ("arguments.py l. 1976-1977", "--mla-down-proj-fusion requires --multi-latent-attention",
+     ("--mla-down-proj-fusion", "--multi-latent-attention"), NOT_READ + "--mla-down-proj-fusion"),
+    ("arguments.py l. 1980-1982", "MoE latent projections: moe_latent_size > 0 and an MoE model",
+     ("--moe-latent-size", "--num-experts"), NOT_READ + "--moe-latent-size"),
+    ("arguments.py l. 1661-1664", "(no assertion) a one-element load-balancing type / coefficient list "
+     "becomes a scalar", ("--moe-router-load-balancing-type", "--moe-aux-loss-coeff"), "moe_load_balancing_args"),
+    ("arguments.py l. 1453-1479", "CUDA_DEVICE_MAX_CONNECTIONS=1 with tp or cp > 1 before Blackwell, "
+     "only a warning under overlap_moe_expert_parallel_comm", ("--overlap-moe-expert-parallel-comm",),
+     "device_max_connections"),
+    # the MoE path validate_args starts (TransformerConfig.__post_init__, the MoE layer, the router)
+    ("moe_layer.py l. 636-640", "MoE with tensor parallelism raises in training without sequence parallelism",
+     ("--num-experts", "--tensor-model-parallel-size", "--sequence-parallel"), "moe_tp_needs_sp"),
+    ("transformer_config.py l. 1743-1752, 1763-1767", "DeepEP only with the flex dispatcher, one flex backend; "
+     "ncclep only with flex", ("--moe-enable-deepep", "--moe-token-dispatcher-type", "--moe-flex-dispatcher-backend"),
+     "deepep_needs_flex"),
+    ("token_dispatcher.py l. 1835, 1854", "deepep / ncclep backends assert tp x ep > 1",
+     ("--moe-token-dispatcher-type", "--moe-flex-dispatcher-backend"), "flex_needs_tp_ep"),
+    ("transformer_config.py l. 1820-1826", "moe_shared_expert_overlap only works with alltoall or flex token "
+     "dispatcher", ("--moe-shared-expert-overlap", "--moe-token-dispatcher-type"), "shared_expert_overlap_dispatcher"),
+    ("transformer_config.py l. 1828-1834", "moe_aux_loss_coeff must be a list of the same length as "
+     "moe_router_load_balancing_type", ("--moe-router-load-balancing-type", "--moe-aux-loss-coeff"),
+     "moe_load_balancing_args"),
+    ("router.py l. 298", "Sinkhorn routing does not support aux loss",
+     ("--moe-router-load-balancing-type", "--moe-aux-loss-coeff"), "moe_load_balancing_args"),
+    ("router.py l. 226-230", "quantile balancing: aux losses must be disabled",
+     ("--moe-router-load-balancing-type", "--moe-aux-loss-coeff"),
+     "not applicable: unreachable from the flags (alone, quantile balancing's coefficient belongs to no "
+     "auxiliary loss, router.py get_aux_loss_coeff; in a list it is not applied, l. 771-773)"),
+    ("transformer_config.py l. 1964-1967", "moe_act in recompute_modules only with moe_grouped_gemm",
+     ("--recompute-modules", "--moe-grouped-gemm"), "recompute_modules"),
+    ("transformer_config.py l. 3002-3041", "overlap_moe_expert_parallel_comm: ep > 1, alltoall / flex, no full "
+     "recompute, no shared-expert overlap", ("--overlap-moe-expert-parallel-comm",), "ep_comm_overlap_needs"),
+    ("transformer_config.py l. 2617-2625", "expert bias only with sigmoid / sqrtsoftplus scores",
+     ("--moe-router-enable-expert-bias", "--moe-router-score-function"),
+     NOT_READ + "--moe-router-score-function (emitted only with the bias, `test_expert_bias_only_with_sigmoid`)"),
+)
+
+
+def test_every_flag_of_the_table_is_a_recorded_megatron_flag():
+    assert mg.RECORDED_FLAGS_FILE.read_text().startswith("# Megatron-LM d98e8a64ddf34856e74b24714e3bedb2f5a39553")
+    named = {flag for *_, flags, _ in ASSERTIONS for flag in flags}
+    assert named <= mg.recorded_flags(), sorted(named - mg.recorded_flags())
+
+
+@pytest.mark.parametrize("where, what, flags, rule", [row for row in ASSERTIONS if row[3].startswith(NOT_READ)])
+def test_a_row_without_a_rule_is_one_the_reader_cannot_see(where, what, flags, rule):
+    """The unread flag stays unread; once a reader parses it, the assertion is due as a rule."""
+    unread = rule[len(NOT_READ):].split()[0]
+    assert unread in flags and unread not in mg.READ, f"{unread} is now read: state {where} as a rule"
+
 
 E10 = Path("tests/data/configs/megatron/deepseek_v3_e10_1024xh100.sh")
 DSV3 = ("-m", "deepseek-v3", "-c", "dgx-h100", "--gpus", "1024")
@@ -66,6 +155,32 @@ def test_emit_refuses_a_hand_edited_moe_plan_at_tp2_without_sequence_parallel():
     assert exc.value.key == "--emit"
     flags = _flags(emit(_mixtral_tp2(sp=True), "megatron").text)
     assert "--sequence-parallel" in flags and "--tensor-model-parallel-size 2" in flags
+
+
+@pytest.mark.parametrize("change, rule", [
+    (("--swiglu", "--swiglu --group-query-attention --num-query-groups 128"), "mla_with_gqa"),
+    (("--position-embedding-type rope", "--position-embedding-type yarn --mtp-num-layers 1"), "mtp_position_embedding"),
+    (("--position-embedding-type rope", "--mtp-num-layers 1"), "mtp_position_embedding"),  # learned_absolute default
+    (("--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend deepep", "--moe-shared-expert-overlap"),
+     "shared_expert_overlap_dispatcher"),    # allgather by default; DeepSeek-V3 has a shared expert
+    (("--use-distributed-optimizer", "--use-torch-fsdp2"), "torch_fsdp2_args"),
+])
+def test_mla_mtp_dispatcher_and_fsdp2_assertions_on_a_deepseek_script(tmp_path, change, rule):
+    """ASSERTIONS rows on E10's DeepSeek-V3 script, one flag changed as a user would."""
+    old, new = change
+    assert old in E10.read_text()
+    code, data = _check(tmp_path, E10.read_text().replace(old, new), *DSV3)
+    assert code == 1 and rule in _rules(data), data["violations"]
+    if rule == "torch_fsdp2_args":
+        assert "--expert-model-parallel-size 64" in _rules(data)[rule]["message"]
+    _, clean = _check(tmp_path, E10.read_text(), *DSV3)
+    assert rule not in _rules(clean)
+
+
+def test_mtp_with_rope_is_not_refused(tmp_path):
+    text = E10.read_text().replace("--position-embedding-type rope", "--position-embedding-type rope --mtp-num-layers 1")
+    _, data = _check(tmp_path, text, *DSV3)
+    assert "mtp_position_embedding" not in _rules(data)
 
 
 # ---- senior9 #3: load balancing
@@ -168,3 +283,47 @@ def test_expert_bias_routers_and_published_recipes_keep_their_balancing():
     from planner.specs.model import load_model
     assert _aux_loss(load_model("kimi-k2")) == ([], "")
     assert _aux_loss(load_model("llama-3.1-8b")) == ([], "")
+
+
+def test_every_rule_of_the_table_is_a_rule_of_the_code():
+    sources = "".join(p.read_text() for p in Path("planner").rglob("*.py"))
+    for *_, rule in ASSERTIONS:
+        if not rule.startswith("not applicable"):
+            assert f'rule="{rule}"' in sources, rule
+
+
+def test_grouped_gemm_below_compute_capability_8_fails(tmp_path):
+    """arguments.py l. 1378-1380: grouped GEMM asserts compute capability >= 8; V100 is 7.0 (the
+    catalog's dgx2-v100, fp16: V100 has no bf16). H100 (9.0) passes that rule."""
+    text = MIXTRAL.format(extra="--moe-aux-loss-coeff 0.02").replace("--bf16", "--fp16")
+    code, data = _check(tmp_path, text, "-m", "mixtral-8x7b", "-c", "dgx2-v100")
+    error = _rules(data)["grouped_gemm_compute_capability"]
+    assert code == 1 and "V100-SXM3-32GB" in error["message"] and "--moe-grouped-gemm" in error["fix"]
+    _, without = _check(tmp_path, text.replace("--moe-grouped-gemm ", ""), "-m", "mixtral-8x7b", "-c", "dgx2-v100")
+    assert "grouped_gemm_compute_capability" not in _rules(without)
+    _, h100 = _check(tmp_path, MIXTRAL.format(extra=""), *MIXTRAL_ARGS)
+    assert "grouped_gemm_compute_capability" not in _rules(h100)
+
+
+def test_emit_leaves_grouped_gemm_out_on_v100_and_says_so():
+    from planner.emit.megatron import _grouped_gemm_deviations
+    from planner.specs.cluster import load_cluster
+    from planner.specs.model import load_model
+    mixtral = load_model("mixtral-8x7b")
+    [line] = _grouped_gemm_deviations(mixtral, load_cluster("dgx2-v100", gpus=64))
+    assert line.startswith("--moe-grouped-gemm left out: V100-SXM3-32GB is below compute capability 8")
+    assert _grouped_gemm_deviations(mixtral, load_cluster("dgx-h100", gpus=64)) == []
+    assert _grouped_gemm_deviations(load_model("llama-3.1-8b"), load_cluster("dgx2-v100", gpus=64)) == []
+
+
+def test_explain_refuses_moe_act_recompute_where_grouped_gemm_cannot_run():
+    """transformer_config.py l. 1964-1967: moe_act recompute needs grouped GEMM, which V100 cannot run."""
+    from planner.placement.layout import Layout
+    from planner.placement.rules import check_layout
+    from planner.specs.cluster import load_cluster
+    from planner.specs.model import load_model
+    layout = Layout(dp=8, tp=2, pp=4, ep=8, sequence_parallel=True, micro_batch_size=1, global_batch_size=256,
+                    seq_len=4096, precision="fp16", recompute="selective", recompute_modules=("moe_act",))
+    found = {c: [v.message for v in check_layout(load_model("mixtral-8x7b"), load_cluster(c, gpus=64), layout)
+                 if v.rule == "recompute_modules"] for c in ("dgx2-v100", "dgx-h100")}
+    assert len(found["dgx2-v100"]) == 1 and "GroupedGEMM" in found["dgx2-v100"][0] and not found["dgx-h100"]

@@ -59,7 +59,7 @@ from planner.frameworks import megatron as mg
 from planner.frameworks.megatron import FLAG as F
 from planner.placement import pipeline_layout
 from planner.placement.layout import CP_COMM_TYPES, OPTIMIZER_DTYPES, Layout
-from planner.placement.precision import blackwell_or_later
+from planner.placement.precision import blackwell_or_later, grouped_gemm_supported
 from planner.placement.rules import Violation, ep_comm_overlap_violations
 from planner.specs import files
 from planner.specs.cluster import load_cluster
@@ -110,6 +110,7 @@ def read(path: Path, *, model: str | None, cluster: str | None, gpus: int | None
     target_cluster = _cluster(cluster, world, args, file)
     findings += _startup(args, env, spec, layout, file)
     findings += _device_connections(args, env, layout, target_cluster.gpu.name)
+    findings += _grouped_gemm(args, target_cluster.gpu.name)
     record = checkpoint_record(args, tokens, spec, layout.tp, file)
     findings += own_checkpoint_vocab(record, spec) if record else []
     if _on(args, "use_checkpoint_args"):
@@ -341,7 +342,9 @@ def _dispatcher_startup(args: dict, spec: ModelSpec, layout: Layout) -> list[Vio
     megatron/core/transformer/transformer_config.py `__post_init__` l. 1743-1768: the deprecated DeepEP
     switch raises without the flex dispatcher or with the hybridep backend, the ncclep backend without
     flex; megatron/core/transformer/moe/token_dispatcher.py `MoEFlexTokenDispatcher.__init__`
-    (l. 1835, 1854): the deepep and ncclep backends assert tp x ep > 1)."""
+    (l. 1835, 1854): the deepep and ncclep backends assert tp x ep > 1; transformer_config.py
+    l. 1820-1826: the shared-expert overlap of a model with shared experts only with the alltoall or
+    flex dispatcher)."""
     kind = args.get(F["moe_token_dispatcher"]) or mg.DEFAULT["moe_token_dispatcher"]
     backend = args.get(F["moe_flex_backend"]) or mg.DEFAULT["moe_flex_backend"]
     deepep, flex = _on(args, "moe_enable_deepep"), F["moe_token_dispatcher"] + " flex"
@@ -358,6 +361,13 @@ def _dispatcher_startup(args: dict, spec: ModelSpec, layout: Layout) -> list[Vio
             message=f"{F['moe_enable_deepep']} with {F['moe_flex_backend']} hybridep: Megatron-LM "
                     "raises \"Only one backend is supported for flex token dispatcher\" "
                     "(TransformerConfig.__post_init__)"))
+    if _on(args, "moe_shared_expert_overlap") and spec.shared_expert_intermediate_size and kind == "allgather":
+        out.append(Violation(
+            rule="shared_expert_overlap_dispatcher", fix=f"{F['moe_token_dispatcher']} alltoall (or flex)",
+            message=f"{F['moe_shared_expert_overlap']} with {F['moe_token_dispatcher']} {kind}"
+                    f"{'' if F['moe_token_dispatcher'] in args else ' (the default)'}: Megatron-LM raises "
+                    "\"moe_shared_expert_overlap only works with alltoall or flex token dispatcher.\" "
+                    "(TransformerConfig.__post_init__)"))
     if backend == "ncclep" and kind != "flex":
         out.append(Violation(
             rule="ncclep_needs_flex", fix=f"give {flex}",
@@ -370,6 +380,38 @@ def _dispatcher_startup(args: dict, spec: ModelSpec, layout: Layout) -> list[Vio
             rule="flex_needs_tp_ep", fix=f"{F['moe_token_dispatcher']} alltoall, or ep > 1",
             message=f"{flex} with backend {'deepep' if deepep else backend} and tp x ep = 1: "
                     "Megatron-LM asserts tp x ep > 1 (MoEFlexTokenDispatcher)"))
+    return out
+
+
+MTP_POSITIONS = ("rope", "none")
+"""The position embedding types multi-token prediction starts with. Source: NVIDIA/Megatron-LM@d98e8a6
+megatron/training/arguments.py `validate_args` l. 882-886 (rope or none; the later check at
+l. 1942-1947 also lists learned_absolute and mrope, but this one runs first)."""
+
+
+def _attention_startup(args: dict, file: str) -> list[Violation]:
+    """Megatron-LM's start-up assertions on multi-latent attention and multi-token prediction over
+    flags the reader parses: MLA refuses grouped-query attention (rule `mla_with_gqa`), MTP needs
+    rope or no position embedding (rule `mtp_position_embedding`, `MTP_POSITIONS`).
+
+    Source: NVIDIA/Megatron-LM@d98e8a6 megatron/training/arguments.py `validate_args` l. 1973-1974
+    ("Group query attention is mutually exclusive with multi latent attention.") and l. 882-886."""
+    out = []
+    if _on(args, "multi_latent_attention") and _on(args, "group_query_attention"):
+        out.append(Violation(
+            rule="mla_with_gqa", fix=f"drop {F['group_query_attention']} (and {F['num_key_value_heads']})",
+            message=f"{F['multi_latent_attention']} with {F['group_query_attention']}: Megatron-LM asserts "
+                    f"\"Group query attention is mutually exclusive with multi latent attention.\" "
+                    f"(validate_args)"))
+    position = _choice(args, "position_embedding_type", file) or mg.DEFAULT["position_embedding_type"]
+    mtp = _int(args, "mtp_num_layers", file, 0)
+    if mtp and position not in MTP_POSITIONS:
+        out.append(Violation(
+            rule="mtp_position_embedding",
+            fix=f"{F['position_embedding_type']} rope, or drop {F['mtp_num_layers']}",
+            message=f"{F['mtp_num_layers']} {mtp} with {F['position_embedding_type']} {position}"
+                    f"{'' if F['position_embedding_type'] in args else ' (the default)'}: Megatron-LM "
+                    f"asserts multi-token prediction runs with rope or none (validate_args)"))
     return out
 
 
@@ -445,12 +487,12 @@ def _startup(args: dict, env: dict[str, str], spec: ModelSpec, layout: Layout,
     Source: Megatron-LM d98e8a6 `megatron/training/arguments.py` `validate_args`: Megatron-FSDP
     asserts CUDA_DEVICE_MAX_CONNECTIONS != 1 and args.ckpt_format == "fsdp_dtensor"; that format
     asserts args.use_megatron_fsdp; torch FSDP2 asserts CUDA_DEVICE_MAX_CONNECTIONS != 1,
-    ckpt_format torch_dist or torch_dcp, untied embeddings and no fp16.
+    ckpt_format torch_dist or torch_dcp, untied embeddings, no fp16 and ep = 1 (l. 1036).
     TransformerEngine d0067d0 `pytorch/attention/dot_product_attention/context_parallel.py`
     (cp_comm_type a2a: the Q and K heads of each tensor-parallel rank divisible by cp)."""
     out = (_overlap_startup(args, layout) + _dispatcher_startup(args, spec, layout)
            + _module_startup(args, env, spec, layout) + _mtp(args, layout, file) + _schedule(args)
-           + _load_balancing(args, spec, file))
+           + _load_balancing(args, spec, file) + _attention_startup(args, file))
     ckpt = _choice(args, "ckpt_format", file) or mg.DEFAULT["ckpt_format"]
     connections = env.get(mg.DEVICE_MAX_CONNECTIONS)
     for knob in ("megatron_fsdp", "torch_fsdp2"):
@@ -474,7 +516,8 @@ def _startup(args: dict, env: dict[str, str], spec: ModelSpec, layout: Layout,
             (f"{F['ckpt_format']} {ckpt} (torch_dist or torch_dcp)", ckpt not in ("torch_dist",
                                                                                    "torch_dcp")),
             (f"no {F['untie_embeddings']}", not _on(args, "untie_embeddings")),
-            (F["fp16"], _on(args, "fp16"))) if bad]
+            (F["fp16"], _on(args, "fp16")),
+            (f"{F['ep']} {layout.ep} (\"not supported with expert parallelism\", l. 1036)", layout.ep > 1)) if bad]
         if broken:
             out.append(Violation(rule="torch_fsdp2_args", message=(
                 f"{F['torch_fsdp2']} with {', '.join(broken)}: Megatron-LM asserts against it "
@@ -518,6 +561,18 @@ def _device_connections(args: dict, env: dict[str, str], layout: Layout, gpu_nam
                           fix=f"export {name}=1 before the launch")]
     return [Violation(rule="device_max_connections", message=f"{name}={value} in the script: {why}",
                       fix=f"export {name}=1")]
+
+
+def _grouped_gemm(args: dict, gpu_name: str) -> list[Violation]:
+    """Grouped GEMM below compute capability 8 (`precision.grouped_gemm_supported`): Megatron-LM
+    asserts "Unsupported compute capability for GroupedGEMM kernels." (NVIDIA/Megatron-LM@d98e8a6
+    megatron/training/arguments.py `validate_args` l. 1378-1380)."""
+    if not _on(args, "moe_grouped_gemm") or grouped_gemm_supported(gpu_name):
+        return []
+    return [Violation(
+        rule="grouped_gemm_compute_capability", fix=f"drop {F['moe_grouped_gemm']} (and moe_act recompute)",
+        message=f"{F['moe_grouped_gemm']} on {gpu_name} (compute capability below 8): Megatron-LM asserts "
+                f"\"Unsupported compute capability for GroupedGEMM kernels.\" (validate_args)")]
 
 
 def _module_startup(args: dict, env: dict[str, str], spec: ModelSpec, layout: Layout) -> list[Violation]:

@@ -49,7 +49,7 @@ from planner.frameworks import megatron as mg
 from planner.frameworks.megatron import FLAG as F
 from planner.placement import overlap, pipeline_layout, recompute_mix
 from planner.placement.layout import OPTIMIZER_DTYPES, Layout
-from planner.placement.precision import published_fp8_recipe
+from planner.placement.precision import grouped_gemm_supported, published_fp8_recipe
 from planner.plan import plan_layout
 from planner.specs.cluster import ClusterSpec, load_cluster
 from planner.specs.model import ModelSpec, load_model
@@ -119,7 +119,7 @@ def write(doc: dict) -> Emitted:
                         f"GiB (capacity x (1 - headroom)); re-plan with --fix recompute=full and "
                         f"emit again", key="--emit")
     layout = emitted
-    deviations += _architecture_gaps(model) + _mtp_deviations(model)
+    deviations += _architecture_gaps(model) + _mtp_deviations(model) + _grouped_gemm_deviations(model, cluster)
     if layout.seq_len > model.max_position_embeddings:
         deviations.append(
             f"{F['max_position_embeddings']} {layout.seq_len} where the model has "
@@ -541,6 +541,17 @@ def _mtp_deviations(model: ModelSpec) -> list[str]:
             f"`planner check` then warns that the MTP layer is not costed"]
 
 
+def _grouped_gemm_deviations(model: ModelSpec, cluster: ClusterSpec) -> list[str]:
+    """One deviation where the script leaves grouped GEMM out of an MoE model: on a GPU below compute
+    capability 8 Megatron-LM refuses it (`precision.grouped_gemm_supported`), so each local expert
+    runs its own GEMMs (SequentialMLP), slower than the one grouped kernel the compute cost assumes."""
+    if not model.is_moe or grouped_gemm_supported(cluster.gpu.name):
+        return []
+    return [f"{F['moe_grouped_gemm']} left out: {cluster.gpu.name} is below compute capability 8, where "
+            f"Megatron-LM refuses it (arguments.py validate_args); each local expert runs its own GEMMs, "
+            f"slower than the grouped kernel the plan's step time assumes"]
+
+
 def _architecture_gaps(model: ModelSpec) -> list[str]:
     """Model features the flags above do not state (to add by hand), one deviation line each."""
     gaps = [what for what, present in (
@@ -736,7 +747,8 @@ def _flags(doc: dict, model: ModelSpec, cluster: ClusterSpec, layout: Layout,
     if layout.cp > 1 and layout.cp_comm_type != mg.DEFAULT["cp_comm_type"]:
         out.append(f"{F['cp_comm_type']} {layout.cp_comm_type}")
     out.append(f"{F['optimizer']} {mg.OPTIMIZERS[request['optimizer']]}")
-    out += recompute.flags() + _architecture_flags(model, layout.seq_len)
+    out += recompute.flags() + [f for f in _architecture_flags(model, layout.seq_len)
+                                if f != F["moe_grouped_gemm"] or not _grouped_gemm_deviations(model, cluster)]
     out += [f'{F[knob]} "${var}"' for knob, var, _, _ in _hyperparameters(model)[1]]
     if layout.offload_modules:
         out += [F["fine_grained_activation_offloading"], f"{F['offload_modules']} {' '.join(layout.offload_modules)}"]

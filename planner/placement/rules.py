@@ -20,7 +20,8 @@ from planner import frameworks
 from planner.frameworks import deepspeed, megatron, torchtitan
 from planner.placement import pipeline_layout
 from planner.placement.layout import OPTIMIZER_DTYPES, PRECISIONS, Layout
-from planner.placement.precision import (allowed_grad_reduce_dtypes, blackwell_or_later, grad_reduce_dtype, loss_chunks, padded_vocab,
+from planner.placement.precision import (allowed_grad_reduce_dtypes, blackwell_or_later, grad_reduce_dtype,
+                                         grouped_gemm_supported, loss_chunks, padded_vocab,
                                          supported_precisions)
 from planner.placement.states import BATCH_AXES, GROUPS, Mode, Placement, State
 from planner.placement.strategies import group_degrees
@@ -973,7 +974,19 @@ def _no_effect(model, cluster, layout: Layout) -> list[Violation]:
 
 
 def _recompute_modules(model, cluster, layout: Layout) -> list[Violation]:
-    return recompute_module_violations(model, layout)
+    """`recompute_module_violations`, and moe_act on a GPU without Megatron-LM's grouped GEMM
+    (`precision.grouped_gemm_supported`): moe_act recompute needs moe_grouped_gemm
+    (transformer_config.py l. 1964-1967 @d98e8a6), which Megatron refuses there (arguments.py
+    l. 1378-1380)."""
+    out = recompute_module_violations(model, layout)
+    if (layout.framework == "megatron" and layout.recompute == "selective" and model.is_moe
+            and "moe_act" in (layout.recompute_modules or ()) and not grouped_gemm_supported(cluster.gpu.name)):
+        out.append(Violation(rule="recompute_modules", message=(
+            f"recompute_modules={','.join(layout.recompute_modules)} on {cluster.gpu.name}: moe_act needs "
+            f"Megatron-LM's grouped GEMM ({megatron.FLAG['moe_grouped_gemm']}), which it refuses below "
+            f"compute capability 8 (\"Unsupported compute capability for GroupedGEMM kernels.\", arguments.py)"),
+            fix="drop moe_act"))
+    return out
 
 
 def recompute_module_violations(model: ModelSpec, layout: Layout) -> list[Violation]:
