@@ -59,7 +59,7 @@ from planner.frameworks import megatron as mg
 from planner.frameworks.megatron import FLAG as F
 from planner.placement import pipeline_layout
 from planner.placement.layout import CP_COMM_TYPES, OPTIMIZER_DTYPES, Layout
-from planner.placement.precision import blackwell_or_later
+from planner.placement.precision import blackwell_or_later, grouped_gemm_supported
 from planner.placement.rules import Violation, ep_comm_overlap_violations
 from planner.specs import files
 from planner.specs.cluster import load_cluster
@@ -110,6 +110,7 @@ def read(path: Path, *, model: str | None, cluster: str | None, gpus: int | None
     target_cluster = _cluster(cluster, world, args, file)
     findings += _startup(args, env, spec, layout, file)
     findings += _device_connections(args, env, layout, target_cluster.gpu.name)
+    findings += _grouped_gemm(args, target_cluster.gpu.name)
     record = checkpoint_record(args, tokens, spec, layout.tp, file)
     findings += own_checkpoint_vocab(record, spec) if record else []
     if _on(args, "use_checkpoint_args"):
@@ -341,7 +342,9 @@ def _dispatcher_startup(args: dict, spec: ModelSpec, layout: Layout) -> list[Vio
     megatron/core/transformer/transformer_config.py `__post_init__` l. 1743-1768: the deprecated DeepEP
     switch raises without the flex dispatcher or with the hybridep backend, the ncclep backend without
     flex; megatron/core/transformer/moe/token_dispatcher.py `MoEFlexTokenDispatcher.__init__`
-    (l. 1835, 1854): the deepep and ncclep backends assert tp x ep > 1)."""
+    (l. 1835, 1854): the deepep and ncclep backends assert tp x ep > 1; transformer_config.py
+    l. 1820-1826: the shared-expert overlap of a model with shared experts only with the alltoall or
+    flex dispatcher)."""
     kind = args.get(F["moe_token_dispatcher"]) or mg.DEFAULT["moe_token_dispatcher"]
     backend = args.get(F["moe_flex_backend"]) or mg.DEFAULT["moe_flex_backend"]
     deepep, flex = _on(args, "moe_enable_deepep"), F["moe_token_dispatcher"] + " flex"
@@ -358,6 +361,13 @@ def _dispatcher_startup(args: dict, spec: ModelSpec, layout: Layout) -> list[Vio
             message=f"{F['moe_enable_deepep']} with {F['moe_flex_backend']} hybridep: Megatron-LM "
                     "raises \"Only one backend is supported for flex token dispatcher\" "
                     "(TransformerConfig.__post_init__)"))
+    if _on(args, "moe_shared_expert_overlap") and spec.shared_expert_intermediate_size and kind == "allgather":
+        out.append(Violation(
+            rule="shared_expert_overlap_dispatcher", fix=f"{F['moe_token_dispatcher']} alltoall (or flex)",
+            message=f"{F['moe_shared_expert_overlap']} with {F['moe_token_dispatcher']} {kind}"
+                    f"{'' if F['moe_token_dispatcher'] in args else ' (the default)'}: Megatron-LM raises "
+                    "\"moe_shared_expert_overlap only works with alltoall or flex token dispatcher.\" "
+                    "(TransformerConfig.__post_init__)"))
     if backend == "ncclep" and kind != "flex":
         out.append(Violation(
             rule="ncclep_needs_flex", fix=f"give {flex}",
@@ -373,6 +383,102 @@ def _dispatcher_startup(args: dict, spec: ModelSpec, layout: Layout) -> list[Vio
     return out
 
 
+MTP_POSITIONS = ("rope", "none")
+"""The position embedding types multi-token prediction starts with. Source: NVIDIA/Megatron-LM@d98e8a6
+megatron/training/arguments.py `validate_args` l. 882-886 (rope or none; the later check at
+l. 1942-1947 also lists learned_absolute and mrope, but this one runs first)."""
+
+
+def _attention_startup(args: dict, file: str) -> list[Violation]:
+    """Megatron-LM's start-up assertions on multi-latent attention and multi-token prediction over
+    flags the reader parses: MLA refuses grouped-query attention (rule `mla_with_gqa`), MTP needs
+    rope or no position embedding (rule `mtp_position_embedding`, `MTP_POSITIONS`).
+
+    Source: NVIDIA/Megatron-LM@d98e8a6 megatron/training/arguments.py `validate_args` l. 1973-1974
+    ("Group query attention is mutually exclusive with multi latent attention.") and l. 882-886."""
+    out = []
+    if _on(args, "multi_latent_attention") and _on(args, "group_query_attention"):
+        out.append(Violation(
+            rule="mla_with_gqa", fix=f"drop {F['group_query_attention']} (and {F['num_key_value_heads']})",
+            message=f"{F['multi_latent_attention']} with {F['group_query_attention']}: Megatron-LM asserts "
+                    f"\"Group query attention is mutually exclusive with multi latent attention.\" "
+                    f"(validate_args)"))
+    position = _choice(args, "position_embedding_type", file) or mg.DEFAULT["position_embedding_type"]
+    mtp = _int(args, "mtp_num_layers", file, 0)
+    if mtp and position not in MTP_POSITIONS:
+        out.append(Violation(
+            rule="mtp_position_embedding",
+            fix=f"{F['position_embedding_type']} rope, or drop {F['mtp_num_layers']}",
+            message=f"{F['mtp_num_layers']} {mtp} with {F['position_embedding_type']} {position}"
+                    f"{'' if F['position_embedding_type'] in args else ' (the default)'}: Megatron-LM "
+                    f"asserts multi-token prediction runs with rope or none (validate_args)"))
+    return out
+
+
+AUX_LOSS_TYPES = ("aux_loss", "seq_aux_loss", "global_aux_loss")
+"""Load-balancing types that are an auxiliary loss scaled by their coefficient (0: no loss).
+Source: NVIDIA/Megatron-LM@d98e8a6 megatron/core/transformer/moe/router.py
+`is_aux_loss_enabled` l. 403-408."""
+
+
+def _load_balancing(args: dict, spec: ModelSpec, file: str) -> list[Violation]:
+    """The router's load balancing: Megatron-LM's start-up checks on the type and coefficient lists
+    (error `moe_load_balancing_args`), and the warning `moe_no_load_balancing` when an MoE script
+    trains with none -- every auxiliary-loss type at coefficient 0 (Megatron's default: type
+    aux_loss, coefficient 0.0), no sinkhorn / quantile balancing and no expert bias
+    (aux-loss-free balancing) -- unless the file chooses type none explicitly (a deliberate
+    balancing-free run). Without balancing dropless routing drifts to hot experts, and the costed
+    step time assumes uniform routing.
+
+    Source: NVIDIA/Megatron-LM@d98e8a6 megatron/training/arguments.py `_add_moe_args`
+    l. 3532-3537 (nargs "+"; "a starting value of 1e-2 is recommended") and `validate_args`
+    l. 1661-1664 (a one-element list becomes a scalar); transformer_config.py l. 1828-1834 (a list
+    of types asserts a coefficient list of the same length); router.py `get_aux_loss_coeff` /
+    `is_aux_loss_enabled` l. 388-408 (coefficient 0 skips the loss, l. 419, 467, 516), l. 771-773
+    (sinkhorn and quantile balancing apply only as the one type), l. 298 (sinkhorn asserts
+    coefficient 0; quantile balancing's assertion, l. 226-230, cannot fail from the flags: alone, its
+    coefficient belongs to no auxiliary loss), l. 180 and 733-745 (the expert bias updated from the
+    token counts)."""
+    if not spec.is_moe:
+        return []
+    kinds = _words(args, "moe_router_load_balancing_type", file) or (mg.DEFAULT["moe_router_load_balancing_type"],)
+    given = str(args.get(F["moe_aux_loss_coeff"], mg.DEFAULT["moe_aux_loss_coeff"])).split()
+    try:
+        coeffs = [float(word) for word in given]
+    except ValueError:
+        raise SpecError(f"value {' '.join(given)!r} must be numbers (one coefficient per "
+                        f"{F['moe_router_load_balancing_type']})", file=file, key=F["moe_aux_loss_coeff"]) from None
+    type_flag, coeff_flag = F["moe_router_load_balancing_type"], F["moe_aux_loss_coeff"]
+    if len(kinds) > 1 and len(coeffs) != len(kinds):
+        return [Violation(
+            rule="moe_load_balancing_args", fix=f"give {coeff_flag} {len(kinds)} values, one per type",
+            message=f"{type_flag} {' '.join(kinds)} with {len(coeffs)} {coeff_flag} value(s): Megatron-LM "
+                    f"asserts \"moe_aux_loss_coeff must be a list of the same length as "
+                    f"moe_router_load_balancing_type\" (TransformerConfig.__post_init__)")]
+    coeff = dict(zip(kinds, coeffs)) if len(kinds) > 1 else {kinds[0]: coeffs[0]}
+    aux_on = [k for k in AUX_LOSS_TYPES if coeff.get(k, 0.0) > 0]
+    alone = kinds[0] if len(kinds) == 1 else None  # sinkhorn / quantile balancing act only alone (l. 771-773)
+    if alone == "sinkhorn" and coeffs[0] != 0:
+        return [Violation(
+            rule="moe_load_balancing_args", fix=f"{coeff_flag} 0 with sinkhorn",
+            message=f"{type_flag} sinkhorn with {coeff_flag} {' '.join(given)}: Megatron-LM's router "
+                    f"asserts \"Sinkhorn routing does not support aux loss.\" (router.py)")]
+    balanced = aux_on or alone in ("sinkhorn", "quantile_balancing") or _on(args, "moe_router_enable_expert_bias")
+    if balanced or (type_flag in args and "none" in kinds):
+        return []
+    model_coeff = spec.extra.get("router_aux_loss_coef")
+    value = f"{model_coeff:g} (the model's router_aux_loss_coef)" if isinstance(model_coeff, (int, float)) \
+        and model_coeff > 0 else "1e-2 (Megatron-LM's recommended starting value)"
+    return [Violation(
+        rule="moe_no_load_balancing", severity="warning",
+        message=f"the MoE router trains with no load balancing: {type_flag} {' '.join(kinds)} at "
+                f"{coeff_flag} {' '.join(given)} (Megatron-LM's default 0.0 skips the loss) and no "
+                f"{F['moe_router_enable_expert_bias']}; dropless routing then drifts to hot experts "
+                f"(the costed step time assumes uniform routing)",
+        fix=f"{coeff_flag} {value}, or {F['moe_router_enable_expert_bias']} with "
+            f"{F['moe_router_score_function']} sigmoid; {type_flag} none if the run is meant to have none")]
+
+
 def _startup(args: dict, env: dict[str, str], spec: ModelSpec, layout: Layout,
              file: str) -> list[Violation]:
     """Megatron-LM's start-up assertions on FSDP and context parallelism the placement rules do
@@ -381,11 +487,12 @@ def _startup(args: dict, env: dict[str, str], spec: ModelSpec, layout: Layout,
     Source: Megatron-LM d98e8a6 `megatron/training/arguments.py` `validate_args`: Megatron-FSDP
     asserts CUDA_DEVICE_MAX_CONNECTIONS != 1 and args.ckpt_format == "fsdp_dtensor"; that format
     asserts args.use_megatron_fsdp; torch FSDP2 asserts CUDA_DEVICE_MAX_CONNECTIONS != 1,
-    ckpt_format torch_dist or torch_dcp, untied embeddings and no fp16.
+    ckpt_format torch_dist or torch_dcp, untied embeddings, no fp16 and ep = 1 (l. 1036).
     TransformerEngine d0067d0 `pytorch/attention/dot_product_attention/context_parallel.py`
     (cp_comm_type a2a: the Q and K heads of each tensor-parallel rank divisible by cp)."""
     out = (_overlap_startup(args, layout) + _dispatcher_startup(args, spec, layout)
-           + _module_startup(args, env, spec, layout) + _mtp(args, layout, file) + _schedule(args))
+           + _module_startup(args, env, spec, layout) + _mtp(args, layout, file) + _schedule(args)
+           + _load_balancing(args, spec, file) + _attention_startup(args, file))
     ckpt = _choice(args, "ckpt_format", file) or mg.DEFAULT["ckpt_format"]
     connections = env.get(mg.DEVICE_MAX_CONNECTIONS)
     for knob in ("megatron_fsdp", "torch_fsdp2"):
@@ -409,7 +516,8 @@ def _startup(args: dict, env: dict[str, str], spec: ModelSpec, layout: Layout,
             (f"{F['ckpt_format']} {ckpt} (torch_dist or torch_dcp)", ckpt not in ("torch_dist",
                                                                                    "torch_dcp")),
             (f"no {F['untie_embeddings']}", not _on(args, "untie_embeddings")),
-            (F["fp16"], _on(args, "fp16"))) if bad]
+            (F["fp16"], _on(args, "fp16")),
+            (f"{F['ep']} {layout.ep} (\"not supported with expert parallelism\", l. 1036)", layout.ep > 1)) if bad]
         if broken:
             out.append(Violation(rule="torch_fsdp2_args", message=(
                 f"{F['torch_fsdp2']} with {', '.join(broken)}: Megatron-LM asserts against it "
@@ -453,6 +561,18 @@ def _device_connections(args: dict, env: dict[str, str], layout: Layout, gpu_nam
                           fix=f"export {name}=1 before the launch")]
     return [Violation(rule="device_max_connections", message=f"{name}={value} in the script: {why}",
                       fix=f"export {name}=1")]
+
+
+def _grouped_gemm(args: dict, gpu_name: str) -> list[Violation]:
+    """Grouped GEMM below compute capability 8 (`precision.grouped_gemm_supported`): Megatron-LM
+    asserts "Unsupported compute capability for GroupedGEMM kernels." (NVIDIA/Megatron-LM@d98e8a6
+    megatron/training/arguments.py `validate_args` l. 1378-1380)."""
+    if not _on(args, "moe_grouped_gemm") or grouped_gemm_supported(gpu_name):
+        return []
+    return [Violation(
+        rule="grouped_gemm_compute_capability", fix=f"drop {F['moe_grouped_gemm']} (and moe_act recompute)",
+        message=f"{F['moe_grouped_gemm']} on {gpu_name} (compute capability below 8): Megatron-LM asserts "
+                f"\"Unsupported compute capability for GroupedGEMM kernels.\" (validate_args)")]
 
 
 def _module_startup(args: dict, env: dict[str, str], spec: ModelSpec, layout: Layout) -> list[Violation]:

@@ -49,7 +49,7 @@ from planner.frameworks import megatron as mg
 from planner.frameworks.megatron import FLAG as F
 from planner.placement import overlap, pipeline_layout, recompute_mix
 from planner.placement.layout import OPTIMIZER_DTYPES, Layout
-from planner.placement.precision import published_fp8_recipe
+from planner.placement.precision import grouped_gemm_supported, published_fp8_recipe
 from planner.plan import plan_layout
 from planner.specs.cluster import ClusterSpec, load_cluster
 from planner.specs.model import ModelSpec, load_model
@@ -101,7 +101,7 @@ def write(doc: dict) -> Emitted:
     model = load_model(doc["model"])
     cluster = load_cluster(doc["cluster"], gpus=doc["gpus"])
     request, par = doc["request"], doc["plan"]["parallelism"]
-    _check_runnable(request, par)
+    _check_runnable(request, par, model)
     layout = plan_layout(doc["plan"], request)
     emitted = _as_launched(layout)
     chunks = model_chunks(model, emitted)
@@ -119,7 +119,7 @@ def write(doc: dict) -> Emitted:
                         f"GiB (capacity x (1 - headroom)); re-plan with --fix recompute=full and "
                         f"emit again", key="--emit")
     layout = emitted
-    deviations += _architecture_gaps(model) + _mtp_deviations(model)
+    deviations += _architecture_gaps(model) + _mtp_deviations(model) + _grouped_gemm_deviations(model, cluster)
     if layout.seq_len > model.max_position_embeddings:
         deviations.append(
             f"{F['max_position_embeddings']} {layout.seq_len} where the model has "
@@ -134,8 +134,11 @@ def write(doc: dict) -> Emitted:
 
 # ---------------------------------------------------------------- what Megatron cannot run
 
-def _check_runnable(request: dict, par: dict) -> None:
-    """SpecError (key --emit) for a plan Megatron-LM cannot run at all."""
+def _check_runnable(request: dict, par: dict, model: ModelSpec) -> None:
+    """SpecError (key --emit) for a plan Megatron-LM cannot run at all: another framework's
+    conventions, an optimizer, offload or HSDP group Megatron lacks, or an MoE model at tp > 1
+    without sequence parallelism (the placement rule `moe_tp_needs_sp`: Megatron's MoE layer raises
+    at the first training step; `plan` never proposes it, a hand-edited plan file can)."""
     framework = request.get("framework", "megatron")
     if framework != "megatron":
         raise SpecError(f"the plan was costed under {framework}'s conventions, not Megatron-LM's; "
@@ -147,6 +150,11 @@ def _check_runnable(request: dict, par: dict) -> None:
     if par.get("offload"):
         raise SpecError(f"offload {sorted(par['offload'])} is not a Megatron-LM flag this writer "
                         f"states; re-plan without --offload", key="--emit")
+    if model.is_moe and par.get("tp", 1) > 1 and not par.get("sequence_parallel"):
+        raise SpecError(f"the plan trains the MoE model {model.name} at tp={par['tp']} without sequence "
+                        f"parallelism, which Megatron-LM's MoE layer refuses at the first training step "
+                        f"(rule moe_tp_needs_sp); re-plan with --fix sequence_parallel=true, or tp=1",
+                        key="--emit")
     if par.get("dp_shard") not in (None, par["dp"]):
         raise SpecError(f"an HSDP shard group (dp_shard={par['dp_shard']} of dp={par['dp']}) is not "
                         f"a Megatron-LM flag this writer states; re-plan without it", key="--emit")
@@ -533,6 +541,17 @@ def _mtp_deviations(model: ModelSpec) -> list[str]:
             f"`planner check` then warns that the MTP layer is not costed"]
 
 
+def _grouped_gemm_deviations(model: ModelSpec, cluster: ClusterSpec) -> list[str]:
+    """One deviation where the script leaves grouped GEMM out of an MoE model: on a GPU below compute
+    capability 8 Megatron-LM refuses it (`precision.grouped_gemm_supported`), so each local expert
+    runs its own GEMMs (SequentialMLP), slower than the one grouped kernel the compute cost assumes."""
+    if not model.is_moe or grouped_gemm_supported(cluster.gpu.name):
+        return []
+    return [f"{F['moe_grouped_gemm']} left out: {cluster.gpu.name} is below compute capability 8, where "
+            f"Megatron-LM refuses it (arguments.py validate_args); each local expert runs its own GEMMs, "
+            f"slower than the grouped kernel the plan's step time assumes"]
+
+
 def _architecture_gaps(model: ModelSpec) -> list[str]:
     """Model features the flags above do not state (to add by hand), one deviation line each."""
     gaps = [what for what, present in (
@@ -627,7 +646,39 @@ def _hyperparameters(model: ModelSpec) -> tuple[str, list[tuple[str, str, str, s
                     for k in PLACEHOLDER_HYPERPARAMETERS if k not in given]
     comment = (f"{model.name}'s published values. Source: {found.source}." if found else
                f"no published recipe of {model.name} is recorded: set the model's own.")
-    return comment, published + placeholders
+    balancing, note = _aux_loss(model) if "moe_aux_loss_coeff" not in given else ([], "")
+    return comment + note, published + balancing + placeholders
+
+
+AUX_LOSS_PLACEHOLDER = "1e-2"
+"""The auxiliary-loss coefficient written for an MoE model whose config gives none (and whose router
+has no expert bias): Megatron-LM's recommended starting value. Source: NVIDIA/Megatron-LM@d98e8a6
+megatron/training/arguments.py l. 3536-3537 (the coefficient flag's help: "a starting value of 1e-2
+is recommended")."""
+
+
+def _aux_loss(model: ModelSpec) -> tuple[list[tuple[str, str, str, str]], str]:
+    """([(knob, shell variable, value, line comment)], header sentence) of the router's
+    auxiliary-loss coefficient for an MoE model without a published one: the model's Hugging Face
+    router_aux_loss_coef (Mixtral 0.02, Qwen3-30B-A3B 0.001: the coefficient its transformers
+    training code scales the load-balancing loss by) as the recipe default, else
+    `AUX_LOSS_PLACEHOLDER` marked PLACEHOLDER. Megatron-LM's default coefficient is 0.0, which skips
+    the loss (router.py `_apply_aux_loss` l. 418-420 @d98e8a6): without it the router trains with no
+    load balancing (`planner check` warns, rule `moe_no_load_balancing`). None for a dense model or a
+    router balanced by its expert bias (`_router_flags`: aux-loss-free balancing)."""
+    if not model.is_moe or F["moe_router_enable_expert_bias"] in _router_flags(model)[0]:
+        return [], ""
+    var = "moe_aux_loss_coeff".upper()
+    value = model.extra.get("router_aux_loss_coef")
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+        return [("moe_aux_loss_coeff", var, f"{value:g}", "  # the model's router_aux_loss_coef")], (
+            f" {var} is the model's Hugging Face router_aux_loss_coef ({value:g}), as the recipe "
+            f"default: Megatron-LM's default 0.0 trains the router with no load balancing.")
+    return [("moe_aux_loss_coeff", var, AUX_LOSS_PLACEHOLDER,
+             "  # PLACEHOLDER: Megatron-LM's recommended starting value; the model file gives no "
+             "router_aux_loss_coef")], (
+        f" {var} is a placeholder: the model file gives no router_aux_loss_coef, and Megatron-LM's "
+        f"default 0.0 trains the router with no load balancing.")
 
 
 def _fp8_note(model: ModelSpec, layout: Layout) -> list[str]:
@@ -696,7 +747,8 @@ def _flags(doc: dict, model: ModelSpec, cluster: ClusterSpec, layout: Layout,
     if layout.cp > 1 and layout.cp_comm_type != mg.DEFAULT["cp_comm_type"]:
         out.append(f"{F['cp_comm_type']} {layout.cp_comm_type}")
     out.append(f"{F['optimizer']} {mg.OPTIMIZERS[request['optimizer']]}")
-    out += recompute.flags() + _architecture_flags(model, layout.seq_len)
+    out += recompute.flags() + [f for f in _architecture_flags(model, layout.seq_len)
+                                if f != F["moe_grouped_gemm"] or not _grouped_gemm_deviations(model, cluster)]
     out += [f'{F[knob]} "${var}"' for knob, var, _, _ in _hyperparameters(model)[1]]
     if layout.offload_modules:
         out += [F["fine_grained_activation_offloading"], f"{F['offload_modules']} {' '.join(layout.offload_modules)}"]

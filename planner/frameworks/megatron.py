@@ -26,7 +26,8 @@ from planner.placement.layout import (CROSS_ENTROPY_FUSIONS, FP8_RECIPES, OFFLOA
 
 INT, CHOICE, SWITCH, TEXT, LIST = "int", "choice", "switch", "text", "list"
 """Flag kinds: a positive integer; one of `choices`; store_true (no value); a free value (written
-only); one or more of `choices` (argparse `nargs="+"`, the words up to the next flag)."""
+only); one or more of `choices` (argparse `nargs="+"`, the words up to the next flag; without
+`choices`, numbers such as --moe-aux-loss-coeff's)."""
 
 
 @dataclass(frozen=True)
@@ -182,13 +183,16 @@ FLAGS = (
     Flag("moe_router_score_function", "--moe-router-score-function", CHOICE, "softmax",
          ("softmax", "sigmoid", "sqrtsoftplus"), read=False),
     Flag("moe_router_pre_softmax", "--moe-router-pre-softmax", SWITCH, False, read=False),
-    Flag("moe_router_enable_expert_bias", "--moe-router-enable-expert-bias", SWITCH, False, read=False),
+    Flag("moe_router_enable_expert_bias", "--moe-router-enable-expert-bias", SWITCH, False),
     Flag("moe_router_topk_scaling_factor", "--moe-router-topk-scaling-factor", TEXT, read=False),
     Flag("moe_router_num_groups", "--moe-router-num-groups", INT, read=False),
     Flag("moe_router_group_topk", "--moe-router-group-topk", INT, read=False),
     Flag("moe_router_dtype", "--moe-router-dtype", CHOICE, None, ("fp32", "fp64"), read=False),
-    Flag("moe_router_load_balancing_type", "--moe-router-load-balancing-type", TEXT, "aux_loss", read=False),
-    Flag("moe_aux_loss_coeff", "--moe-aux-loss-coeff", TEXT, 0.0, read=False),
+    # load balancing (arguments.py `_add_moe_args` l. 3532-3537: nargs "+", one coefficient per type;
+    # transformer_config.py l. 1828-1834 asserts the two lists of equal length)
+    Flag("moe_router_load_balancing_type", "--moe-router-load-balancing-type", LIST, "aux_loss",
+         ("aux_loss", "seq_aux_loss", "global_aux_loss", "sinkhorn", "quantile_balancing", "none")),
+    Flag("moe_aux_loss_coeff", "--moe-aux-loss-coeff", LIST, 0.0),
     Flag("moe_router_bias_update_rate", "--moe-router-bias-update-rate", TEXT, 1e-3, read=False),
     # multi-token prediction (transformer_config.py l. 68-75: none by default, loss weight 0.1)
     Flag("mtp_num_layers", "--mtp-num-layers", INT),

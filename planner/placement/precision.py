@@ -295,6 +295,19 @@ def blackwell_or_later(gpu_name: str) -> bool:
     return gpu_name.upper().startswith(FP8_TRANSPOSE_FREE_GPUS)
 
 
+PRE_AMPERE_GPUS = ("V100", "T4", "P100")
+"""GPU name prefixes (`GPUSpec.name`) of compute capability below 8.0 (Volta 7.0, Turing 7.5, Pascal
+6.0; the catalog holds V100 only), on which Megatron-LM refuses grouped GEMM: `validate_args` asserts
+`torch.cuda.get_device_capability()[0] >= 8` under moe_grouped_gemm ("Unsupported compute capability
+for GroupedGEMM kernels."). Source: NVIDIA/Megatron-LM@d98e8a6 megatron/training/arguments.py
+l. 1378-1380; NVIDIA CUDA GPU compute capability table (V100 7.0, T4 7.5, P100 6.0)."""
+
+
+def grouped_gemm_supported(gpu_name: str) -> bool:
+    """Whether Megatron-LM runs MoE experts as grouped GEMM on `gpu_name` (`PRE_AMPERE_GPUS`)."""
+    return not gpu_name.upper().startswith(PRE_AMPERE_GPUS)
+
+
 def fp8_keeps_transpose(gpu_name: str) -> bool:
     """Whether Transformer Engine keeps a separate transposed copy of a tensor-scaled fp8 tensor
     used both ways on `gpu_name` (`FP8_TRANSPOSE_FREE_GPUS`)."""

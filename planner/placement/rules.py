@@ -20,7 +20,8 @@ from planner import frameworks
 from planner.frameworks import deepspeed, megatron, torchtitan
 from planner.placement import pipeline_layout
 from planner.placement.layout import OPTIMIZER_DTYPES, PRECISIONS, Layout
-from planner.placement.precision import (allowed_grad_reduce_dtypes, blackwell_or_later, grad_reduce_dtype, loss_chunks, padded_vocab,
+from planner.placement.precision import (allowed_grad_reduce_dtypes, blackwell_or_later, grad_reduce_dtype,
+                                         grouped_gemm_supported, loss_chunks, padded_vocab,
                                          supported_precisions)
 from planner.placement.states import BATCH_AXES, GROUPS, Mode, Placement, State
 from planner.placement.strategies import group_degrees
@@ -86,7 +87,8 @@ def check_layout(model: ModelSpec, cluster, layout: Layout) -> list[Violation]:
                  _zero_stage_supported, _grad_reduce_supported, _precision_aware_optimizer,
                  _cross_entropy, _torchtitan_dims,
                  _deepspeed_autotp, _deepspeed_parallelism, _no_effect, _offload_needs_zero, _moe_dispatcher_supported,
-                 _recompute_modules, _ep_comm_overlap, _tp_comm_overlap, _cp_short_chunk):
+                 _recompute_modules, _ep_comm_overlap, _tp_comm_overlap, _moe_tp_sequence_parallel,
+                 _cp_short_chunk):
         out += rule(model, cluster, layout)
     return out
 
@@ -972,7 +974,19 @@ def _no_effect(model, cluster, layout: Layout) -> list[Violation]:
 
 
 def _recompute_modules(model, cluster, layout: Layout) -> list[Violation]:
-    return recompute_module_violations(model, layout)
+    """`recompute_module_violations`, and moe_act on a GPU without Megatron-LM's grouped GEMM
+    (`precision.grouped_gemm_supported`): moe_act recompute needs moe_grouped_gemm
+    (transformer_config.py l. 1964-1967 @d98e8a6), which Megatron refuses there (arguments.py
+    l. 1378-1380)."""
+    out = recompute_module_violations(model, layout)
+    if (layout.framework == "megatron" and layout.recompute == "selective" and model.is_moe
+            and "moe_act" in (layout.recompute_modules or ()) and not grouped_gemm_supported(cluster.gpu.name)):
+        out.append(Violation(rule="recompute_modules", message=(
+            f"recompute_modules={','.join(layout.recompute_modules)} on {cluster.gpu.name}: moe_act needs "
+            f"Megatron-LM's grouped GEMM ({megatron.FLAG['moe_grouped_gemm']}), which it refuses below "
+            f"compute capability 8 (\"Unsupported compute capability for GroupedGEMM kernels.\", arguments.py)"),
+            fix="drop moe_act"))
+    return out
 
 
 def recompute_module_violations(model: ModelSpec, layout: Layout) -> list[Violation]:
@@ -1036,6 +1050,32 @@ def _tp_comm_overlap(model, cluster, layout: Layout) -> list[Violation]:
         rule="tp_comm_overlap_needs_sp", fix=f"add {sp}, or turn the overlap off",
         message=f"TP comm overlap ({flag}) without sequence parallelism ({sp}): Megatron-LM asserts "
                 f"TP communication / GEMM overlap only with sequence parallelism (validate_args)")]
+
+
+def _moe_tp_sequence_parallel(model, cluster, layout: Layout) -> list[Violation]:
+    """One error (rule `moe_tp_needs_sp`) when a Megatron-LM layout trains an MoE model with tp > 1
+    and no sequence parallelism: Megatron-LM's MoE layer raises at the first training forward
+    ("During training, performance may degrade if MoE and tensor parallelism are enabled without
+    also enabling sequence parallelism.", a ValueError, not a warning), so the job dies in its first
+    step. Shared by plan (whose search then never keeps such a layout, even under `--fix
+    sequence_parallel=false`), explain and check (the Megatron reader states --sequence-parallel as
+    `Layout.sequence_parallel`); Megatron turns sequence parallelism off itself at tp = 1.
+
+    Source: NVIDIA/Megatron-LM@d98e8a6 megatron/core/transformer/moe/moe_layer.py `MoELayer.forward`
+    l. 636-640 (`self.training and self.attn_tp_group.size() > 1 and not
+    self.config.sequence_parallel` -> ValueError); megatron/core/model_parallel_config.py
+    l. 560-565 (ep > 1 and tp > 1 without it: a warning at config time). The assertion in
+    `validate_args` that older releases had ("When using MoE and tensor parallelism, sequence
+    parallelism must be used.") survives only in megatron/training/yaml_arguments.py (--yaml-cfg)."""
+    if layout.framework != "megatron" or not model.is_moe or layout.tp == 1 or layout.sequence_parallel:
+        return []
+    sp = megatron.FLAG["sequence_parallel"]
+    return [Violation(
+        rule="moe_tp_needs_sp", fix=f"add {sp} (or tp=1)",
+        message=f"{model.name} is an MoE model trained with tp={layout.tp} and no sequence parallelism "
+                f"({sp}): Megatron-LM's MoE layer raises at the first training step \"During training, "
+                f"performance may degrade if MoE and tensor parallelism are enabled without also "
+                f"enabling sequence parallelism.\" (moe_layer.py MoELayer.forward)")]
 
 
 EP_OVERLAP_ASSERTIONS = {

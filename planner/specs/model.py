@@ -366,12 +366,13 @@ _BOOL_KEYS = (
     "enable_bias", "_remove_final_layer_norm", "layer_norm_elementwise_affine", "use_qk_norm",
     "norm_topk_prob",
 )
-ROUTER_KEYS = ("scoring_func", "topk_method", "routed_scaling_factor", "norm_topk_prob")
+ROUTER_KEYS = ("scoring_func", "topk_method", "routed_scaling_factor", "norm_topk_prob", "router_aux_loss_coef")
 """Router fields of Hugging Face MoE configs kept in `ModelSpec.extra` as written (no count, FLOP or
 byte depends on them; the Megatron emitter writes them as router flags): the score function
 (softmax | sigmoid), the top-k method (noaux_tc: selection on scores plus the
-e_score_correction_bias), the factor the top-k weights are multiplied by, and whether they are
-renormalised to sum 1. Source: transformers modeling_deepseek_v3.py DeepseekV3TopkRouter /
+e_score_correction_bias), the factor the top-k weights are multiplied by, whether they are
+renormalised to sum 1, and the load-balancing loss coefficient (transformers
+`load_balancing_loss_func` scaled by router_aux_loss_coef, e.g. modeling_mixtral.py). Source: transformers modeling_deepseek_v3.py DeepseekV3TopkRouter /
 DeepseekV3MoE.route_tokens_to_experts."""
 _TEXT_KEYS = ("name", "source", "hf_id", "hidden_act", "activation_function")
 _OTHER_READ_KEYS = ("model_type", "layer_types", "mlp_only_layers", "rope_theta", "rope_scaling",
