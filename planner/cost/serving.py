@@ -534,6 +534,17 @@ CONSTANT_UNIT_S = 1e-3
 """The `constant` term is 1 ms (its coefficient: the per-step / per-request overhead in ms)."""
 
 
+def achievable_hbm_fraction() -> float:
+    """Fraction of the datasheet HBM bandwidth a streaming kernel sustains, the decode step's weight and KV read
+    (`latency_terms` decode_memory_s and the TPOT floor): the training model's `step_time.HBM_EFFICIENCY`, one
+    memory-bound rate for training and serving ([Empirical], 0.80: BabelStream / STREAM triad on A100-80GB ~1.7 of
+    2.04 TB/s and on H100 SXM ~2.6-2.9 of 3.35 TB/s; step_time's docstring). At the spec bandwidth a batch-1 decode
+    of llama-3.1-8b on one H100 came out 4.84 ms, 99% of the roofline (senior review 8, M6)."""
+    from planner.cost import step_time
+
+    return step_time.HBM_EFFICIENCY
+
+
 def expected_distinct_experts(experts: int, draws: float) -> float:
     """Expected number of distinct experts hit by `draws` uniform independent draws from `experts`.
 
@@ -555,7 +566,8 @@ def latency_terms(spec: ModelSpec, inst: Instance, *, hbm_bytes_per_s: float, pe
 
     Terms (seconds unless named otherwise), per GPU of one stage; pp stages run in sequence, so the
     decode terms are multiplied by pp (each of pp micro-batches of B/pp sequences reads the stage):
-    - decode_memory_s: (weights read + KV read) / HBM bandwidth; MoE layers read only the experts the
+    - decode_memory_s: (weights read + KV read) / the achievable HBM bandwidth (`achievable_hbm_fraction` x
+      `hbm_bytes_per_s`, the datasheet's); MoE layers read only the experts the
       step activates, E[distinct] of B x top_k draws (`expected_distinct_experts`); KV read = B x
       (input + output/2) tokens x KV bytes per token per GPU.
     - decode_compute_s: (2 x attention parameters / attention-TP + 4 x a x d x context / attention-TP) x
@@ -678,7 +690,7 @@ def latency_terms(spec: ModelSpec, inst: Instance, *, hbm_bytes_per_s: float, pe
     flops_shared = 2 * (counts.active_per_token - counts.embedding - attention) / inst.tp
     flops_token = flops_local + flops_shared
     attn = 4 * spec.num_attention_heads * spec.head_dim * spec.num_hidden_layers / inst.attn_tp
-    decode_memory = pp * (read + per_micro * context * kv_token) / hbm_bytes_per_s
+    decode_memory = pp * (read + per_micro * context * kv_token) / (hbm_bytes_per_s * achievable_hbm_fraction())
     decode_compute = (local * (flops_local + attn * context) + concurrency * flops_shared) / peak_flops
     moe_layers = sum(spec.moe_layers) if spec.is_moe else 0
     collectives = (2 * spec.num_hidden_layers if inst.tp > 1 else 0) + (2 * moe_layers if inst.adp > 1 else 0)
@@ -1042,7 +1054,8 @@ def predict_latency(terms: dict[str, float], coefficients: dict[str, dict[str, f
     """(TTFT s, TPOT s) from `latency_terms` and one engine's fitted coefficients
     ({"ttft": {term: c}, "tpot": {term: c}}). PP hops add unfitted to both, the MoE exchange to each,
     the prefill all-reduces to TTFT, the decode's and the interfering prefills' all-reduces to TPOT (`unfitted_s`).
-    TPOT is at least `decode_floor_s`: no step is faster than reading its weights and KV once at the HBM peak, or
+    TPOT is at least `decode_floor_s`: no step is faster than reading its weights and KV once at the achievable HBM
+    rate (`achievable_hbm_fraction`), or
     than its FLOPs at the compute peak (roofline, Williams et al. 2009); the fitted weight-read
     coefficients below 1 (routing skew of large batches, `expected_distinct_experts`) must not carry below it
     at small batches, where the distinct experts are exactly top_k per token."""
