@@ -399,7 +399,7 @@ def test_attention_dp_prefill_runs_attention_on_one_group():
     (tp / adp), the experts over all tp (cost.serving.prefill_forward_s: the attention side per GPU of the group,
     the shared side per GPU of the stage): DeepSeek-V3 at tp 8, fp8 on H200. adp 1: the prompt alone on the
     stage; adp 8 on a prefill worker: the other seven groups prefill beside it, and the expert GEMMs (over all 8
-    GPUs) run their tokens too -- 8 prompts' shared work (cost.serving.prefill_groups)."""
+    GPUs) run their tokens too -- 8 prompts' shared work as one batch (cost.serving.prefill_groups)."""
     spec = load_model("deepseek-v3")
     gpu = load_cluster("hgx-h200", gpus=8).gpu
     kw = dict(hbm_bytes_per_s=4.8e12, peak_flops=1e15, gpu=gpu, weight_format="fp8-block", kv_dtype="bf16",
@@ -411,9 +411,14 @@ def test_attention_dp_prefill_runs_attention_on_one_group():
     # the prompt's tokens, which a 1-GPU group runs once)
     assert eight.shared == pytest.approx(one.shared, rel=1e-12)
     assert one.attention < eight.attention < 8 * one.attention
-    for adp, worker, forward, together in ((1, False, one, 1), (8, True, eight, 8)):
+    # the eight groups' prompts meet the experts as one batch: 8 x 1,000 tokens' GEMMs (8 x the rows per expert)
+    # and one read of the local experts' weights -- no slower than eight prompts one at a time
+    batch = sv.prefill_forward_s(spec, sv.Instance(tp=8, ep=8, adp=8), gpu, "fp8-block", 1000, shared_prompts=8)
+    assert batch.attention == eight.attention and eight.shared < batch.shared <= 8 * eight.shared
+    for adp, worker, shared in ((1, False, one.shared), (8, True, batch.shared)):
+        forward = one if adp == 1 else eight
         terms = sv.latency_terms(spec, sv.Instance(tp=8, ep=8, adp=adp), prefill_worker=worker, **kw)
-        assert terms["prefill_one_s"] == pytest.approx(forward.attention + together * forward.shared, rel=1e-12)
+        assert terms["prefill_one_s"] == pytest.approx(forward.attention + shared, rel=1e-12)
     # in a closed loop the other groups prefill only part of the time: between alone and all eight
     mixed = sv.latency_terms(spec, sv.Instance(tp=8, ep=8, adp=8), **kw)["prefill_one_s"]
     alone = eight.attention + eight.shared

@@ -581,9 +581,13 @@ def latency_terms(spec: ModelSpec, inst: Instance, *, hbm_bytes_per_s: float, pe
       with EP), `moe_exchange_s` over `link_bytes_per_s`; added unfitted to TPOT / TTFT.
     - layer_steps: decoder layers a step runs (all pp stages), in units of LAYER_UNIT_S: the per-layer fixed
       cost (kernel launches / CUDA-graph replay, host work) of a step.
-    - prefill_interference_s: (B / output_len) x one request's prefill forward with the routed experts' weights
-      already streamed (`prefill_forward_s` weights_streamed: the decode step it lands in reads them anyway):
-      every request's prefill lands in the decode of the others once per lifetime (chunked prefill mixes them).
+    - prefill_interference_s: (B / output_len) x one request's prefill FLOPs at the compute peak (with the shared
+      GEMMs of the groups prefilling beside it, as prefill_one_s): every request's prefill lands in the decode of
+      the others once per lifetime (chunked prefill mixes them). Not the per-operator forward of prefill_one_s:
+      in a mixed step the chunk's GEMMs overlap the decode's weight and KV read, so its marginal cost is not its
+      standalone forward, and on that basis the MoE TPOT fits moved their weight to decode_compute_s (SGLang's
+      5.2 -> 17.9: DeepSeek-V3 decode at 4,672 clients on 64 H100 63 -> 100 ms per token) for +-0.1 points of
+      evaluation TPOT MAPE (vLLM 13.7 -> 14.5 %).
     - prefill_one_s: one request's prefill forward of I tokens costed per operator by the training model's
       functions (`prefill_forward_s`: GEMM efficiency at each GEMM's shape, attention efficiency at the prompt's
       length, elementwise work at the achievable HBM rate; `gpu`, the instance's GPUSpec). Under attention DP
@@ -699,9 +703,11 @@ def latency_terms(spec: ModelSpec, inst: Instance, *, hbm_bytes_per_s: float, pe
     think = 0.0 if prefill_worker else (output_len - 1) * step
     forward = prefill_forward_s(spec, inst, gpu, weight_format, input_len)
     alone = forward.attention + forward.shared
-    streamed = prefill_forward_s(spec, inst, gpu, weight_format, input_len, weights_streamed=True)
     together = prefill_groups(inst.adp, local, alone + allreduce, think)
-    prefill_one = alone + (together - 1) * forward.shared
+    beside = prefill_forward_s(spec, inst, gpu, weight_format, input_len, together).shared if together > 1 \
+        else forward.shared
+    prefill_one = forward.attention + beside
+    at_peak = input_len * (flops_token + attn * input_len / 2 + (together - 1) * flops_shared) / peak_flops
     batched = prompts_per_prefill(local, prefill_one + allreduce, think)
     first_chunk = min(batched * input_len, max(max_num_batched_tokens, input_len))
     chunks = math.ceil(local * input_len / max_num_batched_tokens)
@@ -720,12 +726,12 @@ def latency_terms(spec: ModelSpec, inst: Instance, *, hbm_bytes_per_s: float, pe
         "decode_memory_s": decode_memory, "decode_compute_s": decode_compute,
         "decode_floor_s": max(decode_memory, decode_compute / pp), "running_requests": local,
         "prefill_service_s": prefill_compute + allreduce,
-        "prefill_sustained_s": forward.attention / inst.adp + forward.shared, "prefill_clients": queued,
+        "prefill_sustained_s": forward.attention / inst.adp + beside / together, "prefill_clients": queued,
         "think_steps": 0 if prefill_worker else max(output_len - 1, 0),
         "first_token_steps": 0.0 if prefill_worker else first_token_steps,
         "pp": pp,
         "collectives": collectives * pp, "constant": 1.0, "layer_steps": spec.num_hidden_layers,
-        "prefill_interference_s": local / output_len * (streamed.attention + together * streamed.shared),
+        "prefill_interference_s": local / output_len * at_peak,
         "prefill_one_s": prefill_one, "prefill_batch_s": prefill_one * (first_chunk / input_len - 1),
         "weights_per_chunk_s": chunks * weights * pp / hbm_bytes_per_s, "kv_wait_s": wait,
         "hop_s": hop_s * (pp - 1),
@@ -759,8 +765,8 @@ def gemm_dtype(gpu, weight_format: str) -> str:
     return "bf16" if "bf16" in gpu.peak_tflops else "fp16"
 
 
-def prefill_forward_s(spec: ModelSpec, inst: Instance, gpu, weight_format: str, tokens: float, *,
-                      weights_streamed: bool = False) -> PrefillForward:
+def prefill_forward_s(spec: ModelSpec, inst: Instance, gpu, weight_format: str, tokens: float,
+                      shared_prompts: float = 1.0) -> PrefillForward:
     """One prompt's prefill forward of `tokens` tokens through every layer, costed per operator by the TRAINING
     step-time model's functions -- one compute model for training and serving (senior review 8, H1):
 
@@ -786,6 +792,9 @@ def prefill_forward_s(spec: ModelSpec, inst: Instance, gpu, weight_format: str, 
       permutation (`step_time._moe_memory_bytes`). The engines run no sequence parallelism, so every attention-TP
       rank runs the norms and residual adds on all the prompt's tokens, each copy in full (a forward has no backward
       to share them with: the training function's third-weight copies are passed as 1 + 3 (a - 1));
+    - under attention DP the shared side runs `shared_prompts` prompts' tokens at once (the groups prefilling
+      beside the prompt, `prefill_groups`): its GEMM shapes (rows per expert) and its one read of the local
+      experts' weights are those of the batch, and `shared` is the batch's time;
     - the TP all-reduces are not here (`tp_allreduce_s`: added unfitted to TTFT), nor is the LM head (the engines
       compute logits of a prompt's last token only: vLLM `gpu_model_runner.py` logits_indices).
     A dense model's prompt on one GPU therefore costs the training model's forward of one micro-batch of that
@@ -800,14 +809,14 @@ def prefill_forward_s(spec: ModelSpec, inst: Instance, gpu, weight_format: str, 
 
     memo = spec_memo(spec)
     key = ("prefill_forward", inst, gpu.name, gpu.hbm_gb_per_s, tuple(sorted(gpu.peak_tflops.items())), weight_format,
-           tokens, weights_streamed, id(compute.calibration()))
+           tokens, shared_prompts, id(compute.calibration()))
     if key not in memo:
-        memo[key] = _prefill_forward(spec, inst, gpu, weight_format, tokens, weights_streamed)
+        memo[key] = _prefill_forward(spec, inst, gpu, weight_format, tokens, shared_prompts)
     return memo[key]
 
 
 def _prefill_forward(spec: ModelSpec, inst: Instance, gpu, weight_format: str, tokens: float,
-                     weights_streamed: bool) -> PrefillForward:
+                     shared_prompts: float) -> PrefillForward:
     from planner.cost import compute, step_time
 
     h, a, tp = spec.hidden_size, inst.attn_tp, inst.tp
@@ -826,14 +835,14 @@ def _prefill_forward(spec: ModelSpec, inst: Instance, gpu, weight_format: str, t
         attention = (gemm_s(tokens * 2 * layer.attention / a, min(h / a, tokens))
                      + tokens * core_flops / 2 / a / compute.attention_flops(gpu, core, chunk_tokens=ctx)
                      + tokens / a * step_time.fused_elementwise_bytes(spec, index, replicated=1 + 3 * (a - 1)) / hbm)
-        shared = gemm_s(tokens * (dense - 2 * layer.attention) / tp, min(h / tp, tokens))
+        batch = tokens * shared_prompts  # the MLP / expert GEMMs run every prefilling group's tokens at once
+        shared = gemm_s(batch * (dense - 2 * layer.attention) / tp, min(h / tp, batch))
         if routed:
-            rows = tokens * spec.num_experts_per_tok / spec.num_experts
+            rows = batch * spec.num_experts_per_tok / spec.num_experts
             width = spec.moe_intermediate_size / max(1, tp // inst.ep)
-            flops_s = gemm_s(tokens * routed / tp, min(rows, width, h))
+            flops_s = gemm_s(batch * routed / tp, min(rows, width, h))
             bytes_s = routed_expert_bytes(spec, inst, weight_format, layer.routed_experts) / hbm
-            shared += (flops_s if weights_streamed else max(flops_s, bytes_s)) \
-                + tokens / tp * step_time._moe_memory_bytes(spec, index) / hbm
+            shared += max(flops_s, bytes_s) + batch / tp * step_time._moe_memory_bytes(spec, index) / hbm
         return attention, shared
 
     kinds: dict[tuple, list] = {}  # layers of one kind cost the same: price each kind once
