@@ -1082,7 +1082,8 @@ token comes out of a step at least as long as a decode step (vLLM 0.33.0 wheel `
 Scheduler.schedule: the running requests are scheduled first, then the waiting ones within the token budget;
 TensorRT-LLM's in-flight batching with chunked context schedules the same way -- its source not re-read for this
 constant, VERIFY). SGLang runs a waiting prompt's prefill batch on its own, before the next decode step (SGLang 0.5.23
-`srt/managers/scheduler.py` get_next_batch_to_run: get_new_batch_prefill first), so the prompt waits only for the
+`srt/managers/scheduler.py` get_next_batch_to_run: get_new_batch_prefill first -- as `sglang_admitted` reads
+that scheduler; this ordering not re-read for this constant, VERIFY), so the prompt waits only for the
 step in flight: half of one on average for arrivals at random times. A bound: without it a loaded vLLM instance
 was credited first tokens in less than one step, more tokens per second than its per-step budget admits
 (tests/test_serve_plan.py test_vllm_throughput_respects_the_per_step_token_budget)."""
