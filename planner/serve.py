@@ -329,9 +329,8 @@ def _latency(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, inst: sv.Insta
                              input_len=req.input_len, output_len=req.output_len, max_concurrency_=max(cmax, 1),
                              max_num_batched_tokens=forward_tokens(req, inst),
                              hop_s=_hop_s(hw, inst, spec, concurrency), link_bytes_per_s=sv.link_bytes_per_s(hw, inst.tp),
-                             prefill_worker=prefill_only,
-                             prefill_efficiency=sv.prefill_gemm_efficiency(hw.gpu, _peak_dtype(hw, req.weight_dtype)),
-                             engine=req.engine)
+                             prefill_worker=prefill_only, first_token_steps=sv.FIRST_TOKEN_STEPS[req.engine],
+                             gpu=hw.gpu, engine=req.engine)
     if not interference:
         terms["prefill_interference_s"] = terms["interference_allreduce_s"] = 0.0
     if not prefill_only and LOW_LATENCY_PREFILL[req.engine]:

@@ -481,8 +481,8 @@ def case_terms(case: Case) -> dict[str, float]:
                             link_bytes_per_s=sv.link_bytes_per_s(hw, case.inst.tp),
                             burst_fraction=0.0 if wave and case.engine == "sglang" else harness.burst_fraction, wait_steps=wait_steps,
                             wave_clients=wave, unknown_share_term=harness.share_term,
-                            path_term=harness.path_term,
-                            prefill_efficiency=sv.prefill_gemm_efficiency(hw.gpu, dtype))
+                            path_term=harness.path_term, first_token_steps=sv.FIRST_TOKEN_STEPS[case.engine],
+                            gpu=hw.gpu, engine=case.engine)
 
 
 def _columns(terms: dict[str, float], names: tuple[str, ...]) -> list[float]:
@@ -588,9 +588,10 @@ def _solve(rows: list[Case], terms: dict, target: str, columns: list[tuple[str |
 
 
 LEAST_COEFFICIENT = {("ttft", "prefill_one_s"): 1.0}
-"""Lower bounds of fitted coefficients on terms costed at a hardware peak: a prompt's prefill (`prefill_one_s`:
-its FLOPs at the compute peak) cannot run faster than the peak, so its coefficient is at least 1 (the fit solves
-for the excess, non-negative). Without the bound the MoE fits, whose rows cannot tell the prefill from the
+"""Lower bounds of fitted coefficients: a prompt's prefill (`prefill_one_s`: its forward as the training model costs
+it, `cost.serving.prefill_forward_s`; until 2026-12 its FLOPs at the compute peak) is taken no faster than the
+training model's forward, so its coefficient is at least 1 (the fit solves for the excess, non-negative); fitted
+freely, the dense fits come out 1.26-1.34 for all three engines (they were 2.12-2.36 over FLOPs at the peak). Without the bound the MoE fits, whose rows cannot tell the prefill from the
 co-batched prompts and the constant apart, put it at 0 (TensorRT-LLM) and 0.76 (SGLang): a DeepSeek-V3 prefill
 worker was credited near the fp8 peak, about 3x the 50-74K prompt tokens/s per 8-GPU node that LMSYS and
 DeepSeek publish (fresh-user review 8, finding 2). Source: roofline (Williams et al. 2009)."""

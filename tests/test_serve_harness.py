@@ -14,8 +14,10 @@ import pytest
 
 from planner import serve_validate as v
 from planner.cost import serving as sv
+from planner.specs.cluster import load_cluster
 
 ROOT = Path(__file__).resolve().parents[1]
+H100 = load_cluster("dgx-h100", gpus=1).gpu  # prefill costed per operator (cost.serving.prefill_forward_s)
 REFERENCE = ROOT / "tests/data/reference/serving_measurements.csv"
 
 
@@ -159,8 +161,8 @@ def test_steady_state_has_no_burst():
     """serve-plan's question (no burst_fraction) carries neither burst term; a known share scales the wait,
     an unknown one (None) moves it to its own term."""
     spec = v._model("llama-3.1-8b")
-    kw = dict(hbm_bytes_per_s=3.35e12, peak_flops=989e12, weight_format="bf16", kv_dtype="bf16", concurrency=64,
-              input_len=1024, output_len=256, max_concurrency_=1000)
+    kw = dict(hbm_bytes_per_s=3.35e12, peak_flops=989e12, gpu=H100, weight_format="bf16", kv_dtype="bf16",
+              concurrency=64, input_len=1024, output_len=256, max_concurrency_=1000)
     steady = sv.latency_terms(spec, sv.Instance(), **kw)
     known = sv.latency_terms(spec, sv.Instance(), burst_fraction=0.1, **kw)
     unknown = sv.latency_terms(spec, sv.Instance(), burst_fraction=None, **kw)
@@ -263,8 +265,8 @@ def test_each_campaign_has_its_own_request_path():
     (committed calibration: 35.5 ms vLLM, 38.6 ms TensorRT-LLM; before, one constant per engine averaged the
     paths: 37.6 and 104.0 ms)."""
     spec = v._model("llama-3.1-8b")
-    kw = dict(hbm_bytes_per_s=3.35e12, peak_flops=989e12, weight_format="bf16", kv_dtype="bf16", concurrency=8,
-              input_len=1024, output_len=128, max_concurrency_=1000)
+    kw = dict(hbm_bytes_per_s=3.35e12, peak_flops=989e12, gpu=H100, weight_format="bf16", kv_dtype="bf16",
+              concurrency=8, input_len=1024, output_len=128, max_concurrency_=1000)
     steady = sv.latency_terms(spec, sv.Instance(), **kw)
     assert all(steady[t] == 0 for t in sv.PATH_TERMS)
     sweep = sv.latency_terms(spec, sv.Instance(), path_term=v.SWEEP.path_term, **kw)

@@ -603,6 +603,17 @@ CONSTANT_UNIT_S = 1e-3
 """The `constant` term is 1 ms (its coefficient: the per-step / per-request overhead in ms)."""
 
 
+def achievable_hbm_fraction() -> float:
+    """Fraction of the datasheet HBM bandwidth a streaming kernel sustains, the decode step's weight and KV read
+    (`latency_terms` decode_memory_s and the TPOT floor): the training model's `step_time.HBM_EFFICIENCY`, one
+    memory-bound rate for training and serving ([Empirical], 0.80: BabelStream / STREAM triad on A100-80GB ~1.7 of
+    2.04 TB/s and on H100 SXM ~2.6-2.9 of 3.35 TB/s; step_time's docstring). At the spec bandwidth a batch-1 decode
+    of llama-3.1-8b on one H100 came out 4.84 ms, 99% of the roofline (senior review 8, M6)."""
+    from planner.cost import step_time
+
+    return step_time.HBM_EFFICIENCY
+
+
 def expected_distinct_experts(experts: int, draws: float) -> float:
     """Expected number of distinct experts hit by `draws` uniform independent draws from `experts`.
 
@@ -619,12 +630,14 @@ def latency_terms(spec: ModelSpec, inst: Instance, *, hbm_bytes_per_s: float, pe
                   hop_s: float = 0.0, link_bytes_per_s: float = 0.0, burst_fraction: float | None = 0.0,
                   wait_steps: float = 0.0, wave_clients: float = 0.0,
                   unknown_share_term: str = UNKNOWN_SHARE_TERMS[0], path_term: str | None = None,
-                  prefill_worker: bool = False, prefill_efficiency: float = 1.0, engine: str = "") -> dict[str, float]:
+                  prefill_worker: bool = False, first_token_steps: float = 1.0, gpu,
+                  engine: str = "") -> dict[str, float]:
     """Physical terms of TTFT and TPOT for one instance at `concurrency` sequences (closed loop).
 
     Terms (seconds unless named otherwise), per GPU of one stage; pp stages run in sequence, so the
     decode terms are multiplied by pp (each of pp micro-batches of B/pp sequences reads the stage):
-    - decode_memory_s: (weights read + KV read) / HBM bandwidth; MoE layers read only the experts the
+    - decode_memory_s: (weights read + KV read) / the achievable HBM bandwidth (`achievable_hbm_fraction` x
+      `hbm_bytes_per_s`, the datasheet's); MoE layers read only the experts the
       step activates, E[distinct] of B x top_k draws (`expected_distinct_experts`); KV read = B x
       (input + output/2) tokens x KV bytes per token per GPU.
     - decode_compute_s: (2 x attention parameters / attention-TP + 4 x a x d x context / attention-TP) x
@@ -638,12 +651,21 @@ def latency_terms(spec: ModelSpec, inst: Instance, *, hbm_bytes_per_s: float, pe
       with EP), `moe_exchange_s` over `link_bytes_per_s`; added unfitted to TPOT / TTFT.
     - layer_steps: decoder layers a step runs (all pp stages), in units of LAYER_UNIT_S: the per-layer fixed
       cost (kernel launches / CUDA-graph replay, host work) of a step.
-    - prefill_interference_s: (B / output_len) x prefill_one_s: every request's prefill lands in the
-      decode of the others once per lifetime (chunked prefill mixes them).
-    - prefill_one_s: compute of one request's prefill (2 x active params x I + causal attention) / peak. Under
-      attention DP (adp > 1) the MLP / expert GEMMs run every group's tokens at once, so the prompt's time also
-      holds the shared GEMMs of the prompts other groups prefill beside it (`prefill_groups`; all adp on a
-      disaggregated prefill worker, `prefill_worker`=True, whose prompts come back to back).
+    - prefill_interference_s: (B / output_len) x one request's prefill FLOPs at the compute peak (with the shared
+      GEMMs of the groups prefilling beside it, as prefill_one_s): every request's prefill lands in the decode of
+      the others once per lifetime (chunked prefill mixes them). Not the per-operator forward of prefill_one_s:
+      in a mixed step the chunk's GEMMs overlap the decode's weight and KV read, so its marginal cost is not its
+      standalone forward, and on that basis the MoE TPOT fits moved their weight to decode_compute_s (SGLang's
+      5.2 -> 17.9: DeepSeek-V3 decode at 4,672 clients on 64 H100 63 -> 100 ms per token) for +-0.1 points of
+      evaluation TPOT MAPE (vLLM 13.7 -> 14.5 %).
+    - prefill_one_s: one request's prefill forward of I tokens costed per operator by the training model's
+      functions (`prefill_forward_s`: GEMM efficiency at each GEMM's shape, attention efficiency at the prompt's
+      length, elementwise work at the achievable HBM rate; `gpu`, the instance's GPUSpec). Under attention DP
+      (adp > 1) the MLP / expert GEMMs run every group's tokens at once, so the prompt's time also holds the
+      shared part of the prompts other groups prefill beside it (`prefill_groups`; all adp on a disaggregated
+      prefill worker, `prefill_worker`=True, whose prompts come back to back). Its fitted coefficient is the
+      measured prefill time over the training model's forward: 1.26-1.34 for the three engines' dense fits
+      (it was 2.12-2.36 over FLOPs at the peak; calibration/serving.yaml).
     - prefill_batch_s: the prefill compute of the other prompts that share the request's first chunk:
       those waiting when it arrives in the closed loop (`prompts_per_prefill` - 1, from prefill_one_s and
       the decode lifetime (O - 1) x decode step), up to one chunk of max_num_batched_tokens (0 alone).
@@ -703,9 +725,12 @@ def latency_terms(spec: ModelSpec, inst: Instance, *, hbm_bytes_per_s: float, pe
       active parameters / tp) x 2 / peak + its TP all-reduces, through every pp stage --, the clients of the
       closed loop (all B: those waiting for a running slot queue for their prefill too) and the decode steps each
       spends away from the prefill station (output_len - 1; 0 for a disaggregated prefill worker, whose prompts
-      come back to back); prefill_sustained_s, the prompt's FLOPs alone at the rate the GPU's large GEMMs sustain
-      (peak x `prefill_efficiency`, `prefill_gemm_efficiency`), without its all-reduces, which the engines' custom
-      and NVLS all-reduces may run faster than the bandwidth term assumes: a bound keeps only what must happen.
+      come back to back); prefill_sustained_s, the instance's work of the prompt's forward as the training
+      model costs it (`prefill_forward_s`: attention side / adp + shared side), without its all-reduces, which
+      the engines' custom and NVLS all-reduces may run faster than the bandwidth term assumes: a bound keeps
+      only what must happen.
+    - first_token_steps: `first_token_steps` (the engine's FIRST_TOKEN_STEPS; 0 on a prefill worker), the decode
+      steps of `tpot_s` a first token waits for at least (`ttft_floor_s`).
     - wait_steps: decode steps a new prompt waits by a configured scheduler delay (TensorRT-LLM batch waiting,
       attention-DP balancing: `cost.serving` callers compute it); a count, added to TTFT as wait_steps x TPOT
       (`predict_latency`). 0 with the engines' defaults.
@@ -739,16 +764,20 @@ def latency_terms(spec: ModelSpec, inst: Instance, *, hbm_bytes_per_s: float, pe
     flops_shared = 2 * (counts.active_per_token - counts.embedding - attention) / inst.tp
     flops_token = flops_local + flops_shared
     attn = 4 * spec.num_attention_heads * spec.head_dim * spec.num_hidden_layers / inst.attn_tp
-    decode_memory = pp * (read + per_micro * context * kv_token) / hbm_bytes_per_s
+    decode_memory = pp * (read + per_micro * context * kv_token) / (hbm_bytes_per_s * achievable_hbm_fraction())
     decode_compute = (local * (flops_local + attn * context) + concurrency * flops_shared) / peak_flops
     moe_layers = sum(spec.moe_layers) if spec.is_moe else 0
     collectives = (2 * spec.num_hidden_layers if inst.tp > 1 else 0) + (2 * moe_layers if inst.adp > 1 else 0)
     step = decode_memory + decode_compute
     allreduce = tp_allreduce_s(spec, inst, input_len, link_bytes_per_s)
     think = 0.0 if prefill_worker else (output_len - 1) * step
-    alone = input_len * (flops_token + attn * input_len / 2) / peak_flops
+    forward = prefill_forward_s(spec, inst, gpu, weight_format, input_len)
+    alone = forward.attention + forward.shared
     together = prefill_groups(inst.adp, local, alone + allreduce, think)
-    prefill_one = alone + (together - 1) * input_len * flops_shared / peak_flops
+    beside = prefill_forward_s(spec, inst, gpu, weight_format, input_len, together).shared if together > 1 \
+        else forward.shared
+    prefill_one = forward.attention + beside
+    at_peak = input_len * (flops_token + attn * input_len / 2 + (together - 1) * flops_shared) / peak_flops
     batched = prompts_per_prefill(local, prefill_one + allreduce, think)
     first_chunk = min(batched * input_len, max(max_num_batched_tokens, input_len))
     chunks = math.ceil(local * input_len / max_num_batched_tokens)
@@ -767,11 +796,12 @@ def latency_terms(spec: ModelSpec, inst: Instance, *, hbm_bytes_per_s: float, pe
         "decode_memory_s": decode_memory, "decode_compute_s": decode_compute,
         "decode_floor_s": max(decode_memory, decode_compute / pp), "running_requests": local,
         "prefill_service_s": prefill_compute + allreduce,
-        "prefill_sustained_s": prefill_compute / prefill_efficiency, "prefill_clients": queued,
+        "prefill_sustained_s": forward.attention / inst.adp + beside / together, "prefill_clients": queued,
         "think_steps": 0 if prefill_worker else max(output_len - 1, 0),
+        "first_token_steps": 0.0 if prefill_worker else first_token_steps,
         "pp": pp,
         "collectives": collectives * pp, "constant": 1.0, "layer_steps": spec.num_hidden_layers,
-        "prefill_interference_s": local / output_len * prefill_one,
+        "prefill_interference_s": local / output_len * at_peak,
         "prefill_one_s": prefill_one, "prefill_batch_s": prefill_one * (first_chunk / input_len - 1),
         "weights_per_chunk_s": chunks * weights * pp / hbm_bytes_per_s, "kv_wait_s": wait,
         "hop_s": hop_s * (pp - 1),
@@ -780,6 +810,117 @@ def latency_terms(spec: ModelSpec, inst: Instance, *, hbm_bytes_per_s: float, pe
         "moe_exchange_decode_s": moe_exchange_s(spec, inst, concurrency, decode=True, link_bytes_per_s=link_bytes_per_s),
         "moe_exchange_prefill_s": moe_exchange_s(spec, inst, input_len, decode=False, link_bytes_per_s=link_bytes_per_s),
     }
+
+
+@dataclass(frozen=True)
+class PrefillForward:
+    """Seconds of one prompt's prefill forward on the GPUs of one instance stage, split by who runs it
+    (`prefill_forward_s`): `attention` on each GPU of the prompt's attention group (attention-TP GPUs),
+    `shared` on each GPU of the stage (the MLP / expert GEMMs every attention-DP group's tokens meet)."""
+
+    attention: float
+    shared: float
+
+
+def gemm_dtype(gpu, weight_format: str) -> str:
+    """Linear GEMM dtype of `weight_format` on `gpu` (a GPUSpec) for `prefill_forward_s`: fp8 for the fp8 formats
+    where the GPU has an fp8 peak and its family an fp8 efficiency (`cost.compute.GemmEfficiency.fp8_e_max`), fp4
+    for mxfp4 / nvfp4 where it has an fp4 peak (at the bf16 efficiency: no fp4 training row), else bf16 (fp16
+    without bf16): int8 / int4 weight-only formats dequantize into bf16 GEMMs."""
+    from planner.cost import compute
+
+    native = native_dtype(weight_format)
+    if native in gpu.peak_tflops and (native != "fp8" or compute.efficiency_constants(gpu).fp8_e_max is not None):
+        return native
+    return "bf16" if "bf16" in gpu.peak_tflops else "fp16"
+
+
+def prefill_forward_s(spec: ModelSpec, inst: Instance, gpu, weight_format: str, tokens: float,
+                      shared_prompts: float = 1.0) -> PrefillForward:
+    """One prompt's prefill forward of `tokens` tokens through every layer, costed per operator by the TRAINING
+    step-time model's functions -- one compute model for training and serving (senior review 8, H1):
+
+    - linear GEMMs at `cost.compute.gemm_efficiency` of their real shape: attention projections (split over
+      attention-TP a, narrowest dimension min(hidden / a, tokens)) on the attention side; dense MLP, shared experts
+      and router (over tp, min(hidden / tp, tokens)) on the shared side; in `gemm_dtype` at its peak x the
+      power-limited clock fraction (`compute.achieved_flops`'s product);
+    - routed experts: top_k x one expert's FLOPs per token / tp at the efficiency of a grouped GEMM whose narrowest
+      dimension is min(tokens x top_k / experts (each expert's rows: the prompt's tokens it receives), expert
+      width / (tp / ep), hidden), or the local experts' weight bytes (`routed_expert_bytes`) at the achievable HBM
+      rate, whichever is longer (roofline);
+    - the attention core at `compute.attention_flops` of a chunk of the prompt's length (the window on sliding
+      layers, `step_time._attention_chunk`), split over attention-TP, on the causal half of the square the
+      training model counts (`step_time._layer_flops_per_token`: 2 x context x heads x (q/k + v head dims) per
+      token): the engines' causal kernels skip the masked tiles (FlashAttention-3, Shah et al. 2024 Fig. 5: the
+      causal forward reaches about the non-causal TFLOP/s counted on half the FLOPs from 2k tokens up). The
+      training model counts the full square and lets e_max absorb the mask (compute.py module docstring); with
+      the full square here the fitted prefill coefficients were 1.15-1.22 instead of 1.25-1.34 and the
+      evaluation MAPE moved by <= 0.2 points either way, but an 8K prompt costs 1.12x and a 32K one 1.35x more
+      (llama-3.1-8b, H100) -- the mask is the mechanism, so the half is taken;
+    - memory-bound work at the achievable HBM rate (`step_time.HBM_EFFICIENCY` x the datasheet bandwidth): the
+      fused norms, residual adds, RoPE and MLP activation (`step_time.fused_elementwise_bytes`) and MoE routing and
+      permutation (`step_time._moe_memory_bytes`). The engines run no sequence parallelism, so every attention-TP
+      rank runs the norms and residual adds on all the prompt's tokens, each copy in full (a forward has no backward
+      to share them with: the training function's third-weight copies are passed as 1 + 3 (a - 1));
+    - under attention DP the shared side runs `shared_prompts` prompts' tokens at once (the groups prefilling
+      beside the prompt, `prefill_groups`): its GEMM shapes (rows per expert) and its one read of the local
+      experts' weights are those of the batch, and `shared` is the batch's time;
+    - the TP all-reduces are not here (`tp_allreduce_s`: added unfitted to TTFT), nor is the LM head (the engines
+      compute logits of a prompt's last token only: vLLM `gpu_model_runner.py` logits_indices).
+    A dense model's prompt on one GPU therefore costs the training model's forward of one micro-batch of that
+    length (Megatron, bf16, fused kernels), less the LM head and half the attention core (tests/
+    test_serving_prefill.py); its fused elementwise kernels are Megatron's, and the engines fuse the same chains
+    (vLLM `fused_add_rms_norm`, `silu_and_mul`, rotary kernels).
+    Hand check (tests/test_serving_prefill.py): llama-3.1-8b, one H100, 8,192 tokens, bf16.
+    Source: planner.cost.compute (gemm_efficiency, attention_flops, clock_fraction; [Empirical] constants of
+    calibration/training.yaml, fitted on training runs only), planner.cost.step_time (per-layer FLOPs, fused
+    elementwise bytes, HBM_EFFICIENCY)."""
+    from planner.cost import compute
+
+    memo = spec_memo(spec)
+    key = ("prefill_forward", inst, gpu.name, gpu.hbm_gb_per_s, tuple(sorted(gpu.peak_tflops.items())), weight_format,
+           tokens, shared_prompts, id(compute.calibration()))
+    if key not in memo:
+        memo[key] = _prefill_forward(spec, inst, gpu, weight_format, tokens, shared_prompts)
+    return memo[key]
+
+
+def _prefill_forward(spec: ModelSpec, inst: Instance, gpu, weight_format: str, tokens: float,
+                     shared_prompts: float) -> PrefillForward:
+    from planner.cost import compute, step_time
+
+    h, a, tp = spec.hidden_size, inst.attn_tp, inst.tp
+    dtype = gemm_dtype(gpu, weight_format)
+    core = dtype if dtype in ("bf16", "fp16") else "bf16"  # FlashAttention runs bf16 beside fp8 / fp4 GEMMs
+    eff_dtype = "fp8" if dtype == "fp8" else "bf16"
+    rate = compute.peak_flops(gpu, dtype) * compute.clock_fraction(gpu)
+    hbm = gpu.hbm_gb_per_s * 1e9 * step_time.HBM_EFFICIENCY
+
+    def gemm_s(flops: float, dim: float) -> float:
+        return flops / (rate * compute.gemm_efficiency(gpu, gemm_dim=max(dim, 1e-9), precision=eff_dtype))
+
+    def layer_s(index: int, layer) -> tuple[float, float]:
+        dense, routed, core_flops = step_time._layer_flops_per_token(spec, index, int(tokens))
+        ctx = step_time._attention_chunk(spec, index, tokens, 1)
+        attention = (gemm_s(tokens * 2 * layer.attention / a, min(h / a, tokens))
+                     + tokens * core_flops / 2 / a / compute.attention_flops(gpu, core, chunk_tokens=ctx)
+                     + tokens / a * step_time.fused_elementwise_bytes(spec, index, replicated=1 + 3 * (a - 1)) / hbm)
+        batch = tokens * shared_prompts  # the MLP / expert GEMMs run every prefilling group's tokens at once
+        shared = gemm_s(batch * (dense - 2 * layer.attention) / tp, min(h / tp, batch))
+        if routed:
+            rows = batch * spec.num_experts_per_tok / spec.num_experts
+            width = spec.moe_intermediate_size / max(1, tp // inst.ep)
+            flops_s = gemm_s(batch * routed / tp, min(rows, width, h))
+            bytes_s = routed_expert_bytes(spec, inst, weight_format, layer.routed_experts) / hbm
+            shared += max(flops_s, bytes_s) + batch / tp * step_time._moe_memory_bytes(spec, index) / hbm
+        return attention, shared
+
+    kinds: dict[tuple, list] = {}  # layers of one kind cost the same: price each kind once
+    for index, layer in enumerate(count_params(spec).layers):
+        kind = (layer, spec.layer_types[index] if spec.layer_types else "", spec.is_moe and spec.moe_layers[index])
+        kinds.setdefault(kind, [index, layer, 0])[2] += 1
+    parts = [(n, layer_s(index, layer)) for index, layer, n in kinds.values()]
+    return PrefillForward(attention=sum(n * t[0] for n, t in parts), shared=sum(n * t[1] for n, t in parts))
 
 
 def tp_allreduce_s(spec: ModelSpec, inst: Instance, tokens: float, link_bytes_per_s: float) -> float:
@@ -898,21 +1039,6 @@ def prompts_per_prefill(clients: float, prefill_s: float, decode_s: float) -> fl
     return min(1 + ahead, clients)
 
 
-def prefill_gemm_efficiency(gpu, dtype: str) -> float:
-    """Fraction of the `dtype` peak that large GEMMs sustain on `gpu` (a GPUSpec): the training model's e_max of the
-    GPU's family (its fp8_e_max for fp8) x the power-limited clock fraction -- the asymptote of
-    `cost.compute.gemm_efficiency`, one model of what a family's tensor cores sustain, fitted on measured training
-    runs (calibration/training.yaml), not on serving rows; the asymptote, not the curve at a prompt's shapes, so
-    the bound it gives (`ttft_floor_s`) stays below the measured serving rows. fp8 on a family without an fp8
-    constant, and int / fp4 formats, take the bf16 constant.
-    Source: planner.cost.compute.efficiency_constants / clock_fraction ([Empirical], their fit part)."""
-    from planner.cost import compute
-
-    constants = compute.efficiency_constants(gpu)
-    e_max = constants.fp8_e_max if dtype == "fp8" and constants.fp8_e_max is not None else constants.e_max
-    return e_max * compute.clock_fraction(gpu)
-
-
 def prefill_groups(adp: int, clients: float, prefill_s: float, decode_s: float) -> float:
     """Attention-DP groups prefilling at once, >= 1 (the prompt's own group + each other group with the
     probability that it is prefilling): 1 + (adp - 1) x U, U = the prefill station's utilisation of one group's
@@ -1023,7 +1149,8 @@ def predict_latency(terms: dict[str, float], coefficients: dict[str, dict[str, f
     """(TTFT s, TPOT s) from `latency_terms` and one engine's fitted coefficients
     ({"ttft": {term: c}, "tpot": {term: c}}). PP hops add unfitted to both, the MoE exchange to each,
     the prefill all-reduces to TTFT, the decode's and the interfering prefills' all-reduces to TPOT (`unfitted_s`).
-    TPOT is at least `decode_floor_s`: no step is faster than reading its weights and KV once at the HBM peak, or
+    TPOT is at least `decode_floor_s`: no step is faster than reading its weights and KV once at the achievable HBM
+    rate (`achievable_hbm_fraction`), or
     than its FLOPs at the compute peak (roofline, Williams et al. 2009); the fitted weight-read
     coefficients below 1 (routing skew of large batches, `expected_distinct_experts`) must not carry below it
     at small batches, where the distinct experts are exactly top_k per token."""
@@ -1033,33 +1160,54 @@ def predict_latency(terms: dict[str, float], coefficients: dict[str, dict[str, f
     return max(ttft, ttft_floor_s(terms, tpot)), tpot
 
 
+FIRST_TOKEN_STEPS = {"vllm": 1.0, "trtllm": 1.0, "sglang": 0.5}
+"""Decode steps (of the mean TPOT) a prompt's first token waits for at least on a loaded instance, per engine
+(`latency_terms` first_token_steps, `ttft_floor_s`). vLLM and TensorRT-LLM mix prefill chunks into the decode
+steps: a new prompt's chunk runs in a step that also carries every running request's decode token, so its first
+token comes out of a step at least as long as a decode step (vLLM 0.33.0 wheel `vllm/v1/core/sched/scheduler.py`
+Scheduler.schedule: the running requests are scheduled first, then the waiting ones within the token budget;
+TensorRT-LLM's in-flight batching with chunked context schedules the same way -- its source not re-read for this
+constant, VERIFY). SGLang runs a waiting prompt's prefill batch on its own, before the next decode step (SGLang 0.5.23
+`srt/managers/scheduler.py` get_next_batch_to_run: get_new_batch_prefill first -- as `sglang_admitted` reads
+that scheduler; this ordering not re-read for this constant, VERIFY), so the prompt waits only for the
+step in flight: half of one on average for arrivals at random times. A bound: without it a loaded vLLM instance
+was credited first tokens in less than one step, more tokens per second than its per-step budget admits
+(tests/test_serve_plan.py test_vllm_throughput_respects_the_per_step_token_budget)."""
+
+
 def ttft_floor_s(terms: dict[str, float], tpot_s: float) -> float:
-    """The least TTFT a closed loop allows (`latency_terms` prefill_service_s, prefill_efficiency, prefill_clients,
+    """The least TTFT a closed loop allows (`latency_terms` prefill_service_s, prefill_sustained_s, prefill_clients,
     think_steps), seconds, the larger of two bounds, plus the prompt's PP hops and MoE exchange (`unfitted_s`):
     - the prefill station's residence time (`prefill_residence_s`) with every prompt's prefill at the compute
       peak (S) and each client away for think_steps x `tpot_s` decoding;
-    - the utilisation law at the GEMM rate the GPU sustains (S_e = prefill_sustained_s, its FLOPs at the training
-      model's e_max): C clients' requests, TTFT + think each, complete no faster than one per S_e, so
+    - the utilisation law at the rate the training model costs the prompt's forward (S_e = prefill_sustained_s,
+      `prefill_forward_s`: every GEMM at its shape's efficiency, attention at the prompt's length, elementwise at
+      HBM; until 2026-12 its FLOPs at the large-GEMM e_max, ~0.70 of peak): C clients' requests, TTFT + think each, complete no faster than one per S_e, so
       TTFT >= C S_e - think. It bounds the whole request, not the prefill queue alone: a chunked-prefill engine's
       decode steps (think, whose TPOT already holds the interfering prefills) overlap its queue, and as a
       residence at e_max the bound exceeded 14 measured TTFTs (vLLM llama-3.1-8b tp1 at 112 clients, 1,000 / 100
       tokens: 120 ms against 72 measured).
+    - one decode step's share before the first token, first_token_steps x `tpot_s` (FIRST_TOKEN_STEPS: a prompt's
+      chunk rides in a step with the running requests' decode tokens, or waits for the step in flight).
     With pp stages the busiest stage is the station (S / pp: pp prompts in flight) and a prompt also crosses the
     other stages, S (pp - 1) / pp. The fitted TTFT terms regress measurements taken at loads where the prefills
     of the other clients rarely queue (each client decodes hundreds of tokens between prompts); without these
     bounds a prefill-heavy load extrapolated them past the roofline: llama-3.1-70b tp8 on 8 H100 at 8,000-token
     prompts and 64 clients carried 42 requests/s, 4.7e16 FLOP/s on 7.9e15 of bf16 peak (fresh-user review 8,
     finding 2); llama-3.1-8b on one H100 at 8K prompts 6.35 requests/s, 93% of the peak on prefill alone (senior
-    review 8, H1; the best measured serving row reaches 51.5%). 0 for terms without the prefill service.
+    review 8, H1; the best measured serving row reaches 51.5%; the training model's forward of an 8,000-token
+    prompt runs at 0.60 of the peak's causal FLOPs, 4.31 requests/s). 0 for terms without the prefill service.
     Source: roofline (Williams et al. 2009); Schweitzer's MVA (1979); the utilisation law (throughput <=
-    1 / service, Denning & Buzen 1978); e from `prefill_gemm_efficiency` ([Empirical], calibration/training.yaml)."""
+    1 / service, Denning & Buzen 1978); `prefill_forward_s` ([Empirical] constants of calibration/training.yaml)."""
     service = terms.get("prefill_service_s", 0.0)
     if service <= 0:
         return 0.0
     pp, clients, think = terms.get("pp", 1), terms["prefill_clients"], terms["think_steps"] * tpot_s
     residence = prefill_residence_s(clients, service / pp, think)
     sustained = clients * terms.get("prefill_sustained_s", service) / pp - think
-    return max(residence, sustained) + service * (pp - 1) / pp + terms["hop_s"] + terms["moe_exchange_prefill_s"]
+    step = terms.get("first_token_steps", 0.0) * tpot_s
+    return (max(residence, sustained, step) + service * (pp - 1) / pp + terms["hop_s"]
+            + terms["moe_exchange_prefill_s"])
 
 
 def unfitted_s(terms: dict[str, float], target: str, tpot_s: float = 0.0) -> float:
