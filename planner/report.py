@@ -24,7 +24,7 @@ from rich.table import Table
 from rich.text import Text
 
 from planner.cost.serving import Instance
-from planner.errors import counted, shorten
+from planner.errors import SEVERAL, counted, shorten
 from planner.placement import overlap, recompute_mix
 from planner.summary import CAUSAL_NOTE_FRACTION
 
@@ -176,9 +176,11 @@ def _yaml(data) -> str:
     return yaml.dump(data, Dumper=_PlainDumper, sort_keys=False, allow_unicode=True)
 
 def error(message: str) -> None:
-    """Print one line `error: <message>` to stderr (newlines in the message become spaces; a long
-    value it echoes is cut to its start and length, `errors.shorten`)."""
-    sys.stderr.write(f"error: {' '.join(shorten(str(message)).split())}\n")
+    """Print one line `error: <message>` to stderr (whitespace runs become one space; a long value it
+    echoes is cut to its start and length, `errors.shorten`); a message of several errors
+    (`errors.SpecError.several`: one per line) prints one such line each."""
+    for text in str(message).split(SEVERAL):
+        sys.stderr.write(f"error: {' '.join(shorten(text).split())}\n")
 
 
 def note(text: str) -> None:

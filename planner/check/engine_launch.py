@@ -139,20 +139,9 @@ class Launch:
 
 
 def logical_lines(text: str) -> list[tuple[int, str]]:
-    """(first line number, text) of each command, backslash continuations joined."""
-    out, start, parts = [], None, []
-    for number, raw in enumerate(text.splitlines(), 1):
-        if start is None:
-            start = number
-        if raw.rstrip().endswith("\\"):
-            parts.append(raw.rstrip()[:-1])
-            continue
-        parts.append(raw)
-        out.append((start, " ".join(parts)))
-        start, parts = None, []
-    if parts:
-        out.append((start, " ".join(parts)))
-    return out
+    """(first line number, text) of each command, backslash continuations and multi-line quoted strings
+    joined (`shell.commands`)."""
+    return shell.commands(text)
 
 
 def find_launcher(words: list[str], launchers: tuple[tuple[str, ...], ...]) -> int | None:
@@ -270,10 +259,10 @@ def split_commands(text: str, file: str, launchers, aliases: dict[str, str],
             node = int(guard[1]) if guard else None
             continue
         try:
-            words = shlex.split(code, comments=True)
+            words = shell.join_arithmetic(shlex.split(code, comments=True))
         except ValueError as exc:
             raise SpecError(f"shell syntax error: {exc}", file=file, key=f"line {line}") from None
-        for segment in _segments(words):
+        for segment in _segments(shell.unwrap(words, file)):
             command = _command(segment, variables, line, launchers, aliases, switches, underscores, known,
                                images or {})
             if command is not None:
@@ -505,10 +494,23 @@ def integer(command: Command, flag: str, default: int | None, file: str, low: in
     value = argument(command, flag, file)
     if value is None:
         return default
+    literal(command, flag, value, file)
     if not re.fullmatch(r"-?\d+", str(value)) or int(value) < low:
         raise SpecError(f"value {value!r} must be an integer >= {low} (a literal, not a shell variable)",
                         **source(command, flag, file))
     return within_limit(command, flag, int(value), MAX_FLAG_INT, file)
+
+
+def literal(command: Command, flag: str, value, file: str) -> None:
+    """Nothing when a number flag's value holds no shell expansion left unexpanded (the script's own variables
+    and integer arithmetic are expanded already: `shell.substitute`).
+
+    Raises:
+        SpecError: naming the variable the file does not set, or the `$(...)` it would have to run
+            (`shell.unresolved`)."""
+    why = shell.unresolved(str(value), {}) if "$" in str(value) else None
+    if why is not None:
+        raise SpecError(why, **source(command, flag, file))
 
 
 def within_limit(command: Command, flag: str, value: int, limit: int, file: str) -> int:
@@ -537,6 +539,7 @@ def human_integer(command: Command, flag: str, default: int | None, file: str, s
     value = argument(command, flag, file)
     if value is None:
         return default
+    literal(command, flag, value, file)
     text = str(value).strip()
     if auto and (text == "-1" or text.lower() == "auto"):
         return -1
@@ -561,6 +564,7 @@ def fraction(command: Command, flag: str, default: float, file: str) -> float:
     value = argument(command, flag, file)
     if value is None:
         return default
+    literal(command, flag, value, file)
     try:
         number = float(value)
     except (TypeError, ValueError):

@@ -23,7 +23,7 @@ from planner.cost.memory import (
     stage_memory,
 )
 from planner.evaluation import Evaluation, cost_stages, cost_step, layer_modes, stage_modes
-from planner.errors import SpecError
+from planner.errors import SpecError, several
 from planner import frameworks
 from planner.placement.layout import Layout
 from planner.placement.rules import Violation, check_layout, errors
@@ -94,6 +94,21 @@ def raise_missing(file: str, missing: list[SpecError]) -> None:
     if missing:
         raise SpecError("required options: " + "; ".join(
             f"{e.key} ({e.message.split(': ', 1)[-1]})" for e in missing), file=file)
+
+
+def raise_bad_values(file: str, errors: list[SpecError], also: str = "") -> None:
+    """Every value a framework rejects in one run, so that one CI run reports them all (fresh-user review 8
+    #19): the one error as it is, or each on a line of its own ("error: FILE: KEY: message", `errors.several`;
+    a value given twice named once); `also`: text appended to the last (the file's unknown flags, which the
+    framework rejects too).
+
+    Raises:
+        SpecError: when `errors` is not empty (exit 2)."""
+    unique = list({(e.key, e.message): e for e in errors}.values())
+    if unique:
+        last = unique[-1]
+        unique[-1] = SpecError(last.message + also, file=file, key=last.key)
+        raise unique[0] if len(unique) == 1 else several(unique)
 
 
 def evaluate(target: Target) -> dict:

@@ -50,7 +50,7 @@ import shlex
 from pathlib import Path
 
 from planner.check import shell
-from planner.check.gate import Target, attempt, raise_missing
+from planner.check.gate import Target, attempt, raise_bad_values, raise_missing
 from planner.check.lines import flag_lines, line_endings
 from planner.cost.memory import stage_layers
 from planner.errors import SpecError
@@ -94,8 +94,29 @@ def read(path: Path, *, model: str | None, cluster: str | None, gpus: int | None
             Megatron rejects, an unset shell variable in a flag read, a missing required option, an
             option that contradicts the file, a model that disagrees with the file's architecture.
     """
-    file = str(path)
     text = files.read_text(path, kind="text file (a shell script or Megatron-LM arguments file)")
+    try:
+        return _read(path, text, model=model, cluster=cluster, gpus=gpus, seq_len=seq_len)
+    except SpecError as exc:
+        raise _unread(exc, text) from None
+
+
+def _unread(exc: SpecError, text: str) -> SpecError:
+    """`exc`, or for a flag it calls missing that the file writes outside what this reader reads (another
+    command than the training launch, a heredoc, a string no launch expands), `exc` saying where the file
+    writes it, so the message does not contradict the file (fresh-user review 9 #2)."""
+    at = flag_lines(text).get(exc.key or "") if exc.key and exc.key.startswith("--") else None
+    if at is None or not exc.message.startswith("missing"):
+        return exc
+    return SpecError(f"{exc.message}; the file writes {exc.key} at line {at}, but not in the training launch this "
+                     f"reader reads (a torchrun / pretrain_*.py command, possibly inside `bash -c \"...\"`, the bash "
+                     f"arrays and string variables it expands): write it there", file=exc.file, key=exc.key)
+
+
+def _read(path: Path, text: str, *, model: str | None, cluster: str | None, gpus: int | None,
+          seq_len: int | None) -> Target:
+    """`read` of the file's text."""
+    file = str(path)
     args = parse_args(text, file)
     launchers = launcher_words(text, file)
     slurm = slurm_world(text, launchers)
@@ -144,7 +165,7 @@ def launch_text(text: str) -> str:
     lines = text.splitlines()
     if not any(_LAUNCH.search(line.split("#", 1)[0]) for line in lines):
         return text
-    keep = [False] * len(lines)
+    keep, more = [False] * len(lines), shell.continues(lines)
     start, depth = 0, 0
     for i, line in enumerate(lines):
         code = line.split("#", 1)[0]
@@ -159,7 +180,7 @@ def launch_text(text: str) -> str:
             depth += code.count("(") - code.count(")")
             start = i + 1
             continue
-        if not code.rstrip().endswith("\\"):  # the end of one logical command line
+        if not more[i]:  # the end of one logical command (no backslash, no quote left open)
             if any(_LAUNCH.search(lines[j].split("#", 1)[0]) for j in range(start, i + 1)):
                 keep[start:i + 1] = [True] * (i + 1 - start)
             start = i + 1
@@ -231,13 +252,13 @@ def launcher_words(text: str, file: str) -> list[list[str]]:
     backslash continuations joined, the file's variables expanded): the launcher's and its options (srun,
     torchrun, `python -m torch.distributed.run`, deepspeed), which are not Megatron-LM's arguments."""
     env = shell_words(text, file)[1]
-    joined = re.sub(r"\\\r?\n", " ", launch_text(text))
     out = []
-    for line in joined.splitlines():
+    for _, line in shell.commands(launch_text(text)):
         try:
-            words = [shell.substitute(w, env) for w in shlex.split(line, comments=True)]
-        except ValueError:
+            words = shell.unwrap(shell.join_arithmetic(shlex.split(line, comments=True)), file)
+        except (ValueError, SpecError):
             continue
+        words = [shell.substitute(w, env) for w in words]
         script = next((i for i, w in enumerate(words) if w.endswith(".py")), None)
         if script:
             out.append(words[:script])
@@ -697,18 +718,9 @@ def parse_args(text: str, file: str) -> dict[str, str | bool]:
                     value, i = f"{value} {tokens[i]}", i + 1  # nargs "+": the words up to the next flag
             if "$" in value and name in mg.SCHEDULE_FLAGS:
                 continue  # the job's environment sets it: Megatron checks it at start-up
-            if "$((" in value:  # bash's integer arithmetic of the file's own variables, as bash evaluates it
-                match = _ARITH.fullmatch(value)
-                number = _arithmetic(match.group(1), env) if match else None
-                if number is None:
-                    raise SpecError(_arithmetic_message(value, env), file=file, key=name)
-                value = str(number)
-            if "$(" in value:
-                raise SpecError(f"value {value!r} is a shell command substitution $(...), which "
-                                f"this reader does not run; write the value", file=file, key=name)
-            if "$" in value and name not in _LAUNCHER_SIZE:
-                raise SpecError(f"value {value!r} uses a shell variable the file does not set; set "
-                                f"it in the file or write the value", file=file, key=name)
+            why = shell.unresolved(value, env)  # the file's own integer arithmetic is evaluated already
+            if why is not None and ("$(" in value or name not in _LAUNCHER_SIZE):
+                raise SpecError(why, file=file, key=name)
             out[name] = value
     return out
 
@@ -725,9 +737,10 @@ def shell_words(text: str, file: str) -> tuple[list[str], dict[str, str]]:
     not split.
     Source: bash(1) "Word Splitting"."""
     try:
-        words = _join_arithmetic(shlex.split(arrays_apart(text).replace("\\\n", " "), comments=True))
+        words = shell.join_arithmetic(shlex.split(arrays_apart(text).replace("\\\n", " "), comments=True))
     except ValueError as exc:
         raise SpecError(f"shell syntax error: {exc}", file=file) from None
+    words = shell.unwrap(words, file)
     env: dict[str, str] = {}
     out: list[str] = []
     for raw in words:
@@ -740,62 +753,6 @@ def shell_words(text: str, file: str) -> tuple[list[str], dict[str, str]]:
             continue
         out += shell.fields(word, raw)
     return out, env
-
-
-def _join_arithmetic(words: list[str]) -> list[str]:
-    """Words with a `$((` whose `))` comes in a later word (spaces inside it) joined back."""
-    out: list[str] = []
-    for word in words:
-        if out and "$((" in out[-1] and out[-1].count("((") > out[-1].count("))"):
-            out[-1] += " " + word
-        else:
-            out.append(word)
-    return out
-
-
-_ARITH = re.compile(r"\$\(\((.*)\)\)", re.S)
-_ARITH_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
-              ast.FloorDiv: operator.floordiv, ast.Div: operator.floordiv, ast.Mod: operator.mod}
-"""Integer operators of bash arithmetic the message evaluates (`/` is integer division)."""
-
-
-def _arithmetic_message(value: str, env: dict[str, str]) -> str:
-    """Why `$((...))` is refused: it holds a variable the file does not set, or more than integers, variables
-    and + - * / % (an expansion of the file's own integers is evaluated instead: `parse_args`).
-
-    Source: bash(1) "Arithmetic Expansion" (`$((expression))`; names inside are variables, with
-    or without `$`; integer arithmetic)."""
-    match = _ARITH.fullmatch(value)
-    number = _arithmetic(match.group(1), env) if match else None
-    hint = f"write the number ({number})" if number is not None else "write the number"
-    return (f"value {value!r} is a shell arithmetic expansion $((...)), which this reader does not "
-            f"evaluate; {hint}")
-
-
-def _arithmetic(expression: str, env: dict[str, str]) -> int | None:
-    """The integer value of a bash arithmetic expression of integers, variables and + - * / %,
-    or None when it holds anything else."""
-    try:
-        tree = ast.parse(expression.replace("/", "//").replace("////", "//").strip(), mode="eval")
-    except SyntaxError:
-        return None
-
-    def value(node: ast.AST) -> int | None:
-        if isinstance(node, ast.Constant) and type(node.value) is int:
-            return node.value
-        if isinstance(node, ast.Name) and re.fullmatch(r"-?\d+", env.get(node.id, "")):
-            return int(env[node.id])
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-            inner = value(node.operand)
-            return None if inner is None else -inner
-        if isinstance(node, ast.BinOp) and type(node.op) in _ARITH_OPS:
-            left, right = value(node.left), value(node.right)
-            if left is None or right is None or (right == 0 and type(node.op) is not ast.Mult
-                                                 and type(node.op) not in (ast.Add, ast.Sub)):
-                return None
-            return _ARITH_OPS[type(node.op)](left, right)
-        return None
-    return value(tree.body)
 
 
 _TABLE = object()
@@ -830,8 +787,8 @@ def _bad_values(args: dict, file: str, unknown: list[Violation]) -> None:
     `ful` hid a misspelled flag until the next run). A value from a shell variable is left to the reader.
 
     Raises:
-        SpecError: one bad value as it is (with the unknown flags appended), or "values Megatron-LM rejects: --a:
-            ...; --b: ..." for several (exit 2)."""
+        SpecError: each bad value on a line of its own, the unknown flags appended to the last
+            (`gate.raise_bad_values`; exit 2)."""
     errors = []
     for name, value in args.items():
         flag = mg.READ.get(name)
@@ -844,13 +801,9 @@ def _bad_values(args: dict, file: str, unknown: list[Violation]) -> None:
             check[1](args, flag.knob, file)
         except SpecError as exc:
             errors.append(exc)
-    if not errors:
-        return
-    also = "".join("; also " + v.message.split(" Megatron-LM's argparse")[0] for v in unknown)
-    if len(errors) == 1:
-        raise SpecError(errors[0].message + also, file=file, key=errors[0].key)
-    raise SpecError("values Megatron-LM rejects: " + "; ".join(f"{e.key}: {e.message}" for e in errors) + also,
-                    file=file)
+    if errors:
+        raise_bad_values(file, errors, "".join("; also " + v.message.split(" Megatron-LM's argparse")[0]
+                                               for v in unknown))
 
 
 def _on(args: dict, knob: str) -> bool:
