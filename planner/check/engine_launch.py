@@ -27,11 +27,14 @@ import difflib
 import math
 import re
 import shlex
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from pathlib import Path
 
 from planner.check import shell
+from planner.check.gate import raise_bad_values
 
 from planner.cost import serving as sv
 from planner.errors import PlannerError, SpecError, counted
@@ -494,11 +497,46 @@ def integer(command: Command, flag: str, default: int | None, file: str, low: in
     value = argument(command, flag, file)
     if value is None:
         return default
-    literal(command, flag, value, file)
-    if not re.fullmatch(r"-?\d+", str(value)) or int(value) < low:
-        raise SpecError(f"value {value!r} must be an integer >= {low} (a literal, not a shell variable)",
-                        **source(command, flag, file))
-    return within_limit(command, flag, int(value), MAX_FLAG_INT, file)
+    try:
+        literal(command, flag, value, file)
+        if not re.fullmatch(r"-?\d+", str(value)) or int(value) < low:
+            raise SpecError(f"value {value!r} must be an integer >= {low} (a literal, not a shell variable)",
+                            **source(command, flag, file))
+        return within_limit(command, flag, int(value), MAX_FLAG_INT, file)
+    except SpecError as exc:
+        return set_aside(exc, default if default is not None else max(low, 1))
+
+
+_SET_ASIDE: ContextVar[list[SpecError] | None] = ContextVar("set_aside", default=None)
+"""The bad values of the launch being read (`values_collected`), or None outside one."""
+
+
+def set_aside(exc: SpecError, fallback):
+    """`fallback` in place of a bad value, `exc` kept for `values_collected` to report with the launch's other
+    bad values; outside `values_collected`, `exc` is raised."""
+    bad = _SET_ASIDE.get()
+    if bad is None:
+        raise exc
+    bad.append(exc)
+    return fallback
+
+
+@contextmanager
+def values_collected(file: str):
+    """Read a launch with every bad value of its value flags (`integer`, `human_integer`, `fraction`, `choice`)
+    set aside and reported together when the block ends, one line each (`gate.raise_bad_values`), also when
+    the block raises another error, which may follow from a value set aside (fresh-user review 9: the engine
+    readers stopped at the first)."""
+    bad: list[SpecError] = []
+    token = _SET_ASIDE.set(bad)
+    try:
+        yield
+    except SpecError:
+        raise_bad_values(file, bad)
+        raise
+    finally:
+        _SET_ASIDE.reset(token)
+    raise_bad_values(file, bad)
 
 
 def literal(command: Command, flag: str, value, file: str) -> None:
@@ -539,6 +577,15 @@ def human_integer(command: Command, flag: str, default: int | None, file: str, s
     value = argument(command, flag, file)
     if value is None:
         return default
+    try:
+        return _human(command, flag, value, file, suffixes, auto=auto, exact=exact, high=high)
+    except SpecError as exc:
+        return set_aside(exc, default)
+
+
+def _human(command: Command, flag: str, value, file: str, suffixes: dict[str, tuple[int, bool]], *, auto: bool,
+           exact: bool, high: int) -> int:
+    """`human_integer` of a value given."""
     literal(command, flag, value, file)
     text = str(value).strip()
     if auto and (text == "-1" or text.lower() == "auto"):
@@ -564,14 +611,17 @@ def fraction(command: Command, flag: str, default: float, file: str) -> float:
     value = argument(command, flag, file)
     if value is None:
         return default
-    literal(command, flag, value, file)
+    try:
+        literal(command, flag, value, file)
+    except SpecError as exc:
+        return set_aside(exc, default)
     try:
         number = float(value)
     except (TypeError, ValueError):
         number = float("nan")
     if not 0 < number <= 1:
-        raise SpecError(f"value {value!r} must be a number in (0, 1] (a fraction of GPU memory)", 
-                        **source(command, flag, file))
+        return set_aside(SpecError(f"value {value!r} must be a number in (0, 1] (a fraction of GPU memory)",
+                                   **source(command, flag, file)), default)
     return number
 
 
@@ -585,8 +635,8 @@ def choice(command: Command, flag: str, table: dict, file: str, what: str):
     if value is None:
         return None
     if value not in table:
-        raise SpecError(f"value {value!r} not modelled ({what}); allowed: {', '.join(table)}", 
-                        **source(command, flag, file))
+        return set_aside(SpecError(f"value {value!r} not modelled ({what}); allowed: {', '.join(table)}",
+                                   **source(command, flag, file)), None)
     return table[value]
 
 

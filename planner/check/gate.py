@@ -96,6 +96,16 @@ def raise_missing(file: str, missing: list[SpecError]) -> None:
             f"{e.key} ({e.message.split(': ', 1)[-1]})" for e in missing), file=file)
 
 
+def collect(call, bad: list[SpecError], fallback):
+    """`call()`, or `fallback` when it raises a SpecError, which is added to `bad` (for `raise_bad_values`:
+    a reader reads on past a bad value so that one run names them all)."""
+    try:
+        return call()
+    except SpecError as exc:
+        bad.append(exc)
+        return fallback
+
+
 def raise_bad_values(file: str, errors: list[SpecError], also: str = "") -> None:
     """Every value a framework rejects in one run, so that one CI run reports them all (fresh-user review 8
     #19): the one error as it is, or each on a line of its own ("error: FILE: KEY: message", `errors.several`;
@@ -107,7 +117,8 @@ def raise_bad_values(file: str, errors: list[SpecError], also: str = "") -> None
     unique = list({(e.key, e.message): e for e in errors}.values())
     if unique:
         last = unique[-1]
-        unique[-1] = SpecError(last.message + also, file=file, key=last.key)
+        if also:
+            unique[-1] = SpecError(last.message + also, file=last.file or file, key=last.key)
         raise unique[0] if len(unique) == 1 else several(unique)
 
 
