@@ -675,6 +675,8 @@ def show_check(data: dict, fmt: str) -> None:
                              ("stage", "recompute", "params", "grads", "optim", "activ", "trans",
                               "reserve", "total", "capacity", "verdict"),
                              (_stage_cells(row) for row in data["stages"]), right_from=2))
+        if _transient_line(data["stages"]):
+            console.print(Text(_transient_line(data["stages"])))
     if data.get("time_s"):
         t = data["time_s"]
         console.print(Text(f"step {t['step']:.3f} s (compute {t['compute']:.3f}, exposed comm "
@@ -686,6 +688,17 @@ def show_check(data: dict, fmt: str) -> None:
     if data["violations"]:
         console.print()
     _print_findings(console, data["violations"], ())
+
+
+def _transient_line(stages: list[dict]) -> str:
+    """The largest transient of the stages term by term (`gate.term_rows`; JSON has every stage's): the
+    column is the peak of these over the step's phases (loss backward, layer backward, optimizer step never
+    coexist), so they need not add up to it."""
+    row = max(stages, key=lambda r: r["memory_bytes"]["transient"])
+    terms = [f"{k.replace('_', ' ')} {gib(v)}" for k, v in list(row.get("transient_terms", {}).items())[:4]
+             if v >= 2**20]
+    return (f"trans of stage {row['stage']}, the peak over the step's phases of: {', '.join(terms)} (GiB)"
+            if terms else "")
 
 
 def _stage_cells(row: dict) -> list:

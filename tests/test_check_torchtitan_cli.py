@@ -344,3 +344,26 @@ def test_every_bad_value_of_a_command_line_in_one_error(tmp_path):
         "--compile.enable: value 'maybe' must be true or false",
         "--parallelism.pipeline_parallel_degree: value '$PP' uses the shell variable PP, which the file does "
         "not set; set it in the file or write the value")]
+
+
+def test_transient_memory_term_by_term():
+    """Fresh-user review 9 #9: check gave stage 1's 26 GiB transient as one number. JSON now gives each stage's
+    `transient_terms` (and `activation_terms`), the table a line of the largest, memory_exceeds its largest
+    part. Hand arithmetic of the largest: FSDP with pp holds the stage's fp32 gradients whole (tp-sharded) from
+    a chunk's first backward to its last: stage 1 of llama3_70b at tp 8 = 40 layers x (q 8192^2 + k, v
+    2 x 8192 x 1024 + o 8192^2 + MLP 3 x 8192 x 28672) + lm_head 128256 x 8192, over tp 8, plus the norms
+    (2 x 8192 per layer + the final 8192, replicated), x 4 bytes."""
+    path = ROOT / "tests/data/configs/torchtitan/fsdp_pp_transient.sh"
+    data = json.loads(_check(path, "--gpus", "32").output)
+    stage = data["stages"][1]
+    sharded = 40 * (8192**2 + 2 * 8192 * 1024 + 8192**2 + 3 * 8192 * 28672) + 128256 * 8192
+    assert stage["transient_terms"]["fsdp_accumulated_gradients"] == 4 * (sharded // 8 + 2 * 8192 * 40 + 8192)
+    assert list(stage["transient_terms"])[0] == "fsdp_accumulated_gradients"   # largest first
+    assert max(stage["transient_terms"].values()) <= stage["memory_bytes"]["transient"] <= sum(
+        stage["transient_terms"].values())   # the peak over phases: at least its largest, at most all
+    assert stage["activation_terms"]["layers"] > 0
+    exceeds = next(v for v in data["violations"] if v["rule"] == "memory_exceeds" and "stage 1" in v["message"])
+    assert "(largest term: transient, 26.0 GiB, of which fsdp accumulated gradients 16.4 GiB;" in exceeds["message"]
+    table = runner.invoke(app, ["check", str(path), "--cluster", "dgx-h100", "--gpus", "32"], env={"COLUMNS": "200"})
+    assert ("trans of stage 1, the peak over the step's phases of: fsdp accumulated gradients 16.43, "
+            "fsdp stage blocks 7.97, loss working set 1.33, fsdp root unit 0.24 (GiB)") in table.stdout

@@ -160,7 +160,7 @@ def evaluate(target: Target) -> dict:
         "model": target.model.name, "cluster": target.cluster.name, "gpus": target.cluster.num_gpus,
         "parallelism": record.check_parallelism(),
         "violations": record.violation_rows(lambda v: _line(target, v), check_order=True),
-        "stages": record.stage_rows(),
+        "stages": [row | term_rows(m) for row, m in zip(record.stage_rows(), record.stages)],
         "memory_bytes": record.memory_bytes(),
         "memory_verdict": record.memory_verdict,
         "time_s": record.time_s(),
@@ -170,6 +170,15 @@ def evaluate(target: Target) -> dict:
                                layout.seq_len, layout.framework) if step else None,
         **({"checkpoint": target.checkpoint} if target.checkpoint is not None else {}),
     }
+
+
+def term_rows(m: MemoryBreakdown) -> dict:
+    """{transient_terms, activation_terms}: a stage's transient and activation memory term by term, bytes, the
+    non-zero ones, largest first (`MemoryBreakdown`; the transient column is the peak of its terms over the
+    step's phases, so they need not add up to it: fresh-user review 9 #9, a 26 GiB transient a user could not
+    take apart)."""
+    return {name: dict(sorted(((k, v) for k, v in terms.items() if v), key=lambda kv: -kv[1]))
+            for name, terms in (("transient_terms", m.transient_terms), ("activation_terms", m.activation_terms))}
 
 
 _LINE_FALLBACK = {"memory_exceeds": ("micro_batch_size", "recompute", "zero_stage"),
@@ -267,9 +276,13 @@ def memory_violations(model: ModelSpec, cluster: ClusterSpec, layout: Layout,
         if m.verdict == "fits":
             continue
         term, size = m.largest_term
+        parts = m.transient_terms if term == "transient" else {}
+        part = max(parts, key=parts.get, default=None)
+        within = (f", of which {part.replace('_', ' ')} {parts[part] / gib:.1f} GiB"
+                  if part and len([v for v in parts.values() if v]) > 1 else "")
         numbers = (f"pipeline stage {m.stage} needs {m.total / gib:.1f} GiB of "
                    f"{m.capacity / gib:.1f} GiB per GPU (largest term: {term.replace('_', ' ')}, "
-                   f"{size / gib:.1f} GiB; reserve {m.reserve / gib:.1f} GiB){_phase_note(m)}")
+                   f"{size / gib:.1f} GiB{within}; reserve {m.reserve / gib:.1f} GiB){_phase_note(m)}")
         fix = _memory_fix(model, cluster, layout, m, None if counts is None else counts[i],
                           reserve_bytes, at_risk_margin, kind)
         if m.verdict == "does_not_fit":
