@@ -92,3 +92,22 @@ def test_several_bad_values_in_json_and_github_formats(tmp_path):
                                   "(a fraction of GPU memory)"]
     github = planner("check", str(a), "-c", "dgx-h100", "--format", "github").stdout
     assert github.startswith(f"::error file={a},line=2,")
+
+
+def test_plan_file_every_bad_value(tmp_path):
+    """A plan file edited by hand: every mistyped or out-of-range value named at once."""
+    import yaml
+    plan = tmp_path / "plan.yaml"
+    assert planner("plan", "-m", "llama-3.1-8b", "-c", "dgx-h100", "--gpus", "8", "-o", str(plan)).returncode == 0
+    data = yaml.safe_load(plan.read_text())
+    data["gpus"], data["request"]["headroom"] = 0, 7
+    data["plan"]["parallelism"]["tp"], data["plan"]["parallelism"]["recompute"] = "one", "partial"
+    plan.write_text(yaml.safe_dump(data))
+    out = planner("check", str(plan))
+    assert out.returncode == 2
+    assert out.stderr.splitlines() == [f"error: {plan}: {line}" for line in (
+        "request.headroom: value 7 must be a number in [0, 0.9] (as --headroom)",
+        "plan.parallelism.tp: value 'one'; must be an integer in [1, 4,194,304]",
+        "plan.parallelism.recompute: value 'partial' not allowed; allowed: none, selective, full, or one "
+        "{mode: count} mapping per stage",
+        "gpus: value 0; must be an integer in [1, 4,194,304]")]
