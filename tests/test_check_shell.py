@@ -160,3 +160,15 @@ def test_unwrap_and_commands():
         ["srun", "-N2", "python", "x.py", "--a", "1"]
     assert shell.unwrap(["bash", "run.sh"], "f") == ["bash", "run.sh"]   # a script, not -c
     assert shell.commands('a "b\nc" \\\nd\ne') == [(1, 'a "b c"  d'), (4, "e")]
+
+
+def test_router_urls_with_arithmetic(tmp_path):
+    """A vLLM router's worker URLs through the script's arithmetic: BASE=8000, $((BASE + 7)) = 8007 names the
+    decode worker on port 8007 (the file passes); $((BASE + 9)) = 8009 names none (router_worker_unknown)."""
+    path = DATA / "router_arithmetic.sh"
+    assert planner("check", str(path), "-c", "dgx-h100").returncode == 0
+    wrong = tmp_path / "wrong.sh"
+    wrong.write_text(path.read_text().replace("$((BASE + 7))", "$((BASE + 9))"))
+    out = planner("check", str(wrong), "-c", "dgx-h100", "--format", "json")
+    assert any(v["rule"] == "router_worker_unknown" and "http://127.0.0.1:8009" in v["message"]
+               for v in json.loads(out.stdout)["violations"])

@@ -265,7 +265,7 @@ def split_commands(text: str, file: str, launchers, aliases: dict[str, str],
             words = shell.join_arithmetic(shlex.split(code, comments=True))
         except ValueError as exc:
             raise SpecError(f"shell syntax error: {exc}", file=file, key=f"line {line}") from None
-        for segment in _segments(shell.unwrap(words, file)):
+        for segment in segments(shell.unwrap(words, file)):
             command = _command(segment, variables, line, launchers, aliases, switches, underscores, known,
                                images or {})
             if command is not None:
@@ -277,7 +277,7 @@ _SEPARATORS = (";", "&&", "||", "&", "|")
 """Words that end one shell command and start the next on the same line."""
 
 
-def _segments(words: list[str]) -> list[list[str]]:
+def segments(words: list[str]) -> list[list[str]]:
     """The commands of one line's words, split at `_SEPARATORS` (a word ending in `;` ends its command)."""
     out: list[list[str]] = [[]]
     for word in words:
@@ -318,13 +318,10 @@ def _command(segment: list[str], variables: dict[str, str], line: int, launchers
     """One shell command's Command, its `$VAR` words expanded from the script's earlier assignments
     (`planner.check.shell`, as the Megatron reader does); a command of assignments only (`export` or not)
     sets them and is None, as is any command that starts no engine."""
-    names = segment[1:] if segment[0] == "export" else segment
-    if all(shell.ASSIGN.match(w) for w in names):
-        for word in names:
-            name, value = shell.ASSIGN.match(word).groups()
-            variables[name] = shell.substitute(value, variables)
+    expanded = shell.expand_command(segment, variables)
+    if expanded is None:
         return None
-    words = _without_redirections([f for raw in segment for f in shell.fields(shell.substitute(raw, variables), raw)])
+    words = _without_redirections(expanded)
     image, doubled, gpu_request, container_visible, options = None, None, None, None, ()
     found = _container_launch(words, images, launchers)
     if found is not None:

@@ -219,3 +219,17 @@ def commands(text: str) -> list[tuple[int, str]]:
     if parts:
         out.append((start, " ".join(parts)))
     return out
+
+
+def expand_command(words: list[str], variables: dict[str, str]) -> list[str] | None:
+    """One shell command's words with the script's variables and integer arithmetic expanded (`substitute`,
+    `fields`); None for a command of assignments only (`export` or not), whose values it sets in `variables`
+    (expanded with those set before), as bash does."""
+    names = words[1:] if words[:1] == ["export"] else words
+    if names and all(ASSIGN.match(w) for w in names):
+        for word in names:
+            name, value = ASSIGN.match(word).groups()
+            variables[name] = substitute(value, variables)
+        return None
+    return [f for raw in words for f in fields(substitute(raw, variables), raw)]
+
