@@ -97,9 +97,9 @@ def test_several_bad_values_in_json_and_github_formats(tmp_path):
 def test_plan_file_every_bad_value(tmp_path):
     """A plan file edited by hand: every mistyped or out-of-range value named at once."""
     import yaml
+    from pathlib import Path
     plan = tmp_path / "plan.yaml"
-    assert planner("plan", "-m", "llama-3.1-8b", "-c", "dgx-h100", "--gpus", "8", "-o", str(plan)).returncode == 0
-    data = yaml.safe_load(plan.read_text())
+    data = yaml.safe_load((Path(__file__).parent / "data/plans/llama-3.1-70b-64xh100-pp4-cp4.plan.yaml").read_text())
     data["gpus"], data["request"]["headroom"] = 0, 7
     data["plan"]["parallelism"]["tp"], data["plan"]["parallelism"]["recompute"] = "one", "partial"
     plan.write_text(yaml.safe_dump(data))
@@ -111,3 +111,20 @@ def test_plan_file_every_bad_value(tmp_path):
         "plan.parallelism.recompute: value 'partial' not allowed; allowed: none, selective, full, or one "
         "{mode: count} mapping per stage",
         "gpus: value 0; must be an integer in [1, 4,194,304]")]
+
+
+def test_serving_plan_file_every_bad_value(tmp_path):
+    import yaml
+    plan = tmp_path / "serve.yaml"
+    assert planner("serve-plan", "-m", "llama-3.1-8b", "-c", "dgx-h100", "--gpus", "8", "--input-len", "2000",
+                   "--output-len", "200", "-o", str(plan)).returncode == 0
+    data = yaml.safe_load(plan.read_text())
+    data["request"]["input_len"], data["request"]["engine"] = -5, "tgi"
+    data["plan"]["parallelism"]["tp"] = "one"
+    plan.write_text(yaml.safe_dump(data, sort_keys=False))
+    out = planner("check", str(plan))
+    assert out.returncode == 2
+    assert out.stderr.splitlines() == [f"error: {plan}: {line}" for line in (
+        "request.input_len: value -5 not allowed; allowed: an integer in [1, 16,777,216]",
+        "request.engine: value 'tgi' not allowed; allowed: one of vllm, sglang, trtllm",
+        "plan.parallelism.tp: value 'one' not allowed; allowed: an integer in [1, 4,194,304]")]
