@@ -172,3 +172,14 @@ def test_router_urls_with_arithmetic(tmp_path):
     out = planner("check", str(wrong), "-c", "dgx-h100", "--format", "json")
     assert any(v["rule"] == "router_worker_unknown" and "http://127.0.0.1:8009" in v["message"]
                for v in json.loads(out.stdout)["violations"])
+
+
+def test_gpus_required_names_both_launchers(tmp_path):
+    """srun's node count from the job's environment (no literal): the world size is --gpus's, and the message
+    names both ways the file could give it (fresh-user review 9 #2: it named torchrun only)."""
+    path = tmp_path / "train.sh"
+    path.write_text('srun --nodes $SLURM_NNODES --ntasks-per-node 8 bash -c "python pretrain_gpt.py '
+                    '--micro-batch-size 1 --global-batch-size 16 --seq-length 4096 --bf16"\n')
+    text = _bad_input(str(path), "-m", "llama-3.1-8b", "-c", "dgx-h100")
+    assert ("--gpus: --gpus is required: the file has no torchrun --nproc_per_node / --nnodes, nor an srun launch "
+            "with literal --ntasks or --nodes x --ntasks-per-node (#SBATCH lines give their defaults)") in text

@@ -1012,7 +1012,9 @@ def _world(args: dict, gpus: int | None, file: str, slurm: int | None = None) ->
     if not per_node:
         if gpus is None:
             raise SpecError(f"--gpus is required: the file has no torchrun {F['nproc_per_node']} / "
-                            f"{F['nnodes']}", file=file, key="--gpus")
+                            f"{F['nnodes']}, nor an srun launch with literal {mg.SRUN_TASKS[0]} or "
+                            f"{mg.SRUN_NODES[0]} x {mg.SRUN_TASKS_PER_NODE[0]} (#SBATCH lines give their defaults)",
+                            file=file, key="--gpus")
         return gpus
     world = _int(args, per_node[-1], file) * _int(args, "nnodes", file)
     if gpus is not None and gpus != world:
