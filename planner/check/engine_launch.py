@@ -8,7 +8,9 @@ A file is an engine launch when one of its command lines starts an engine (`vllm
 a `.sh` / `.txt` / any text file; `#` comments, backslash continuations and redirections as in a shell), or
 when it is a vLLM `--config` YAML (`planner.check.vllm.is_config`). Every launch of a file is
 checked; together they must fit the GPUs given (`check --gpus`, else the cluster's count). An
-environment prefix `CUDA_VISIBLE_DEVICES=0,1` gives the GPUs one launch sees.
+environment prefix `CUDA_VISIBLE_DEVICES=0,1` gives the GPUs one launch sees. The script's variables, integer
+arithmetic and `bash -c "..."` strings are read as `planner.check.shell` reads them; every bad value of a
+launch's number, fraction and choice flags is reported in one run (`values_collected`).
 
 The engine readers (`planner.check.vllm`, `planner.check.sglang`) turn a command's flags into a
 `Launch` (the engine's parallel layout as a `cost.serving.Instance`, its budget knob, lengths and

@@ -12,9 +12,10 @@ pretrain_gpt.py, environment assignments, data paths, flags the planner does not
 read, but every `--flag` must be one Megatron-LM (`planner.frameworks.megatron.recorded_flags`) or
 torchrun defines: any other is the error `megatron_unknown_flag` with the closest Megatron flag, as
 Megatron's argparse exits on it. A flag given twice takes its last value, as argparse does. The text is read, not run:
-both branches of a shell `if` are read, and neither `$(...)` nor arithmetic `$((...))` is evaluated
-(a flag whose value is left with a `$` is bad input, naming the flag; for `$((...))` of integers
-and the file's variables the message gives the number to write).
+both branches of a shell `if` are read, `$(...)` is not run, integer arithmetic `$((...))` of the file's own
+variables is evaluated as bash does, and a command inside `bash -c "..."` (`srun ... bash -c "python
+pretrain_gpt.py ..."`) is read as the command (`planner.check.shell`); a flag whose value is left with a `$`
+is bad input naming the flag and the variable the file does not set.
 
 Flags read: those of `planner.frameworks.megatron.FLAGS` marked `read` (names, defaults and
 sources there): the degrees, virtual stages and uneven split; micro-batch, global batch and
@@ -726,9 +727,9 @@ def parse_args(text: str, file: str) -> dict[str, str | bool]:
 
 
 def shell_words(text: str, file: str) -> tuple[list[str], dict[str, str]]:
-    """(shell words with `$VAR` expanded from earlier `VAR=value` words, quoted `"--flag value"`
-    words split again and an arithmetic expansion `$(( a * b ))` kept as one word; the variables
-    set).
+    """(shell words with `$VAR` and integer arithmetic `$(( a * b ))` of the file's variables expanded from
+    earlier `VAR=value` words (`shell.substitute`), a `bash -c STRING` read as STRING's words
+    (`shell.unwrap`), quoted `"--flag value"` words split again; the variables set).
 
     A word holding a variable's value is split at whitespace, as bash splits an unquoted `$VAR`
     (default IFS: space, tab, newline; no quote removal), so a string variable of flags on one

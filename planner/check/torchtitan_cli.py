@@ -8,8 +8,10 @@ parses `--section.field value` / `--section.field=value` overrides, which take p
 GPUs per node give the ranks).
 
 The file is split like a shell command line (`shlex`; backslash continuations, `#` comments), its
-shell variables expanded as the Megatron-LM reader expands them (`NGPU=${NGPU:-8}`; a torchrun size
-from a variable the file does not set leaves the world size to --gpus); the
+shell variables, integer arithmetic and `bash -c` strings expanded as the Megatron-LM reader expands them
+(`NGPU=${NGPU:-8}`; a torchrun size from a variable the file does not set leaves the world size to
+--gpus; a costed override left with a `$` is bad input naming the variable); every bad value of the
+costed overrides is reported in one run (`_bad_values`); the
 config function's values the planner costs come from `tt.PRESETS` (a function not listed there is
 bad input naming those that are), the overrides replace them, the rest are torchtitan's defaults.
 The batch is in tokens: micro-batch = `tt.MICROBATCH_TOKENS` / `tt.CONTEXT` sequences (a
