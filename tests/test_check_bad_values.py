@@ -128,3 +128,21 @@ def test_serving_plan_file_every_bad_value(tmp_path):
         "request.input_len: value -5 not allowed; allowed: an integer in [1, 16,777,216]",
         "request.engine: value 'tgi' not allowed; allowed: one of vllm, sglang, trtllm",
         "plan.parallelism.tp: value 'one' not allowed; allowed: an integer in [1, 4,194,304]")]
+
+
+def test_megatron_shell_and_argparse_bad_values_together(tmp_path):
+    """A Megatron-LM script's values left with a shell expansion, a switch given a value and a choice outside
+    its choices, with the unknown flag on the last line: one run, one line each (before, the first shell value
+    stopped the file)."""
+    path = tmp_path / "train.sh"
+    path.write_text("torchrun --nproc_per_node 8 pretrain_gpt.py --tensor-model-parallel-size $TP --micro-batch-size 1 "
+                    "--global-batch-size $((N * 8)) --seq-length 4096 --bf16=yes --recompute-granularity ful "
+                    "--overlap-grad-reduc\n")
+    assert _errors(path, "-m", "llama-3.1-8b") == [f"error: {path}: {line}" for line in (
+        "--tensor-model-parallel-size: value '$TP' uses the shell variable TP, which the file does not set; set it "
+        "in the file or write the value",
+        "--global-batch-size: value '$((N * 8))' is a shell arithmetic expansion $((...)) of N, which the file does "
+        "not set to an integer: this reader does not evaluate it; set N in the file or write the number",
+        "--bf16: takes no value (got 'yes'); it is a switch",
+        "--recompute-granularity: value 'ful' not allowed; allowed: full, selective; also --overlap-grad-reduc is "
+        "not a Megatron-LM flag; did you mean --overlap-grad-reduce?")]

@@ -118,10 +118,11 @@ def _read(path: Path, text: str, *, model: str | None, cluster: str | None, gpus
           seq_len: int | None) -> Target:
     """`read` of the file's text."""
     file = str(path)
-    args = parse_args(text, file)
+    bad: list[SpecError] = []
+    args = parse_args(text, file, bad)
     launchers = launcher_words(text, file)
     slurm = slurm_world(text, launchers)
-    _bad_values(args, file, _unknown_flags(text, launchers))
+    _bad_values(args, file, _unknown_flags(text, launchers), bad)
     _missing_options(args, model, cluster, gpus, seq_len, path, slurm)
     spec = _model(args, model, path)
     world = _world(args, gpus, file, slurm)
@@ -691,14 +692,23 @@ def checkpoints_across(results: list[dict]) -> list[tuple[int, Violation]]:
 
 # ---------------------------------------------------------------- tokens
 
-def parse_args(text: str, file: str) -> dict[str, str | bool]:
+def parse_args(text: str, file: str, bad: list[SpecError] | None = None) -> dict[str, str | bool]:
     """The Megatron / torchrun flags of a command line or script: {flag: value string, or True for a
     store_true flag}; other tokens are ignored, shell variables set in the text are expanded.
 
+    Args:
+        bad: where given, each bad value below is added to it (its flag left out) instead of raised, so that
+            the reader reports it with the file's other bad values (`_bad_values`).
+
     Raises:
-        SpecError: unbalanced quotes, a value flag without a value, a value given to a store_true
+        SpecError: unbalanced quotes; without `bad`: a value flag without a value, a value given to a store_true
             flag, an unset variable in the value of a flag read.
     """
+    def reject(exc: SpecError) -> None:
+        if bad is None:
+            raise exc
+        bad.append(exc)
+
     out: dict[str, str | bool] = {}
     tokens, env = shell_words(text, file)
     i = 0
@@ -708,12 +718,14 @@ def parse_args(text: str, file: str) -> dict[str, str | bool]:
         kind = mg.READ[name].kind if name in mg.READ else None
         if kind == mg.SWITCH:
             if eq:
-                raise SpecError(f"takes no value (got {value!r}); it is a switch", file=file, key=name)
+                reject(SpecError(f"takes no value (got {value!r}); it is a switch", file=file, key=name))
+                continue
             out[name] = True
         elif kind is not None:
             if not eq:
                 if i >= len(tokens) or tokens[i].startswith("--"):
-                    raise SpecError("missing value", file=file, key=name)
+                    reject(SpecError("missing value", file=file, key=name))
+                    continue
                 value, i = tokens[i], i + 1
                 while kind == mg.LIST and i < len(tokens) and not tokens[i].startswith("--"):
                     value, i = f"{value} {tokens[i]}", i + 1  # nargs "+": the words up to the next flag
@@ -721,7 +733,8 @@ def parse_args(text: str, file: str) -> dict[str, str | bool]:
                 continue  # the job's environment sets it: Megatron checks it at start-up
             why = shell.unresolved(value, env)  # the file's own integer arithmetic is evaluated already
             if why is not None and ("$(" in value or name not in _LAUNCHER_SIZE):
-                raise SpecError(why, file=file, key=name)
+                reject(SpecError(why, file=file, key=name))
+                continue
             out[name] = value
     return out
 
@@ -781,7 +794,7 @@ def _choice(args: dict, knob: str, file: str) -> str | None:
     return value
 
 
-def _bad_values(args: dict, file: str, unknown: list[Violation]) -> None:
+def _bad_values(args: dict, file: str, unknown: list[Violation], bad: list[SpecError] = ()) -> None:
     """Every value Megatron-LM's argparse rejects (an integer flag's non-positive-integer, a choice flag's value
     outside its choices: `_int` / `_choice`), in one error that also names the file's unknown flags
     (`_unknown_flags`), so that one CI run reports them all (fresh-user review 8 #19: a recompute granularity
@@ -790,7 +803,7 @@ def _bad_values(args: dict, file: str, unknown: list[Violation]) -> None:
     Raises:
         SpecError: each bad value on a line of its own, the unknown flags appended to the last
             (`gate.raise_bad_values`; exit 2)."""
-    errors = []
+    errors = list(bad)  # `parse_args`'s: a value left with a shell expansion, a switch with a value, ...
     for name, value in args.items():
         flag = mg.READ.get(name)
         if flag is None or "$" in str(value):
