@@ -150,6 +150,7 @@ def test_sglang_inside_srun_bash_c(tmp_path):
     ("X * 2", {"X": "abc"}, None),                     # not an integer
     ("A / 0", {"A": "1"}, None),                        # bash: division by 0 is an error
     ("A ** 2", {"A": "3"}, None),                       # not an operator evaluated here
+    ("$1 * 8", {}, None),                               # a script argument: not the number 1
 ])
 def test_arithmetic_hand_values(expression, env, number):
     assert shell.arithmetic(expression, env) == number

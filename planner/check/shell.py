@@ -89,7 +89,7 @@ def arithmetic(expression: str, env: dict[str, str]) -> int | None:
     """The integer value of a bash arithmetic expression of integers, variables (`NAME` or `$NAME`) that `env`
     sets to integers, parentheses and + - * / %, or None when it holds anything else (or divides by 0)."""
     try:
-        tree = ast.parse(re.sub(r"\$(\w+)", r"\1", expression).replace("/", "//").replace("////", "//").strip(),
+        tree = ast.parse(re.sub(r"\$([A-Za-z_]\w*)", r"\1", expression).replace("/", "//").replace("////", "//").strip(),
                          mode="eval")
     except SyntaxError:
         return None
