@@ -57,6 +57,20 @@ class SpecError(PlannerError):
         super().__init__(f"{where}: {message}" if where else message)
 
 
+SEVERAL = "\nerror: "
+"""What separates the errors of one `several` SpecError: the CLI prints each as a line of its own
+(`planner.report.error`); JSON keeps the one string."""
+
+
+def several(errors: list[SpecError]) -> SpecError:
+    """One SpecError of all `errors` (every bad value of one file, so one CI run reports them all), each
+    "FILE: KEY: message" as it would print alone, separated by `SEVERAL`; `file` and `key` those of the
+    first (the line an annotation points at)."""
+    out = SpecError(SEVERAL.join(str(e) for e in errors))
+    out.file, out.key, out.line = errors[0].file, errors[0].key, errors[0].line
+    return out
+
+
 class InfeasibleError(PlannerError):
     """No plan satisfies the request: exit code 1.
 

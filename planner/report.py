@@ -24,7 +24,7 @@ from rich.table import Table
 from rich.text import Text
 
 from planner.cost.serving import Instance
-from planner.errors import counted, shorten
+from planner.errors import SEVERAL, counted, shorten
 from planner.placement import overlap, recompute_mix
 from planner.summary import CAUSAL_NOTE_FRACTION
 
@@ -176,9 +176,11 @@ def _yaml(data) -> str:
     return yaml.dump(data, Dumper=_PlainDumper, sort_keys=False, allow_unicode=True)
 
 def error(message: str) -> None:
-    """Print one line `error: <message>` to stderr (newlines in the message become spaces; a long
-    value it echoes is cut to its start and length, `errors.shorten`)."""
-    sys.stderr.write(f"error: {' '.join(shorten(str(message)).split())}\n")
+    """Print one line `error: <message>` to stderr (whitespace runs become one space; a long value it
+    echoes is cut to its start and length, `errors.shorten`); a message of several errors
+    (`errors.SpecError.several`: one per line) prints one such line each."""
+    for text in str(message).split(SEVERAL):
+        sys.stderr.write(f"error: {' '.join(shorten(text).split())}\n")
 
 
 def note(text: str) -> None:
@@ -673,6 +675,8 @@ def show_check(data: dict, fmt: str) -> None:
                              ("stage", "recompute", "params", "grads", "optim", "activ", "trans",
                               "reserve", "total", "capacity", "verdict"),
                              (_stage_cells(row) for row in data["stages"]), right_from=2))
+        if _transient_line(data["stages"]):
+            console.print(Text(_transient_line(data["stages"])))
     if data.get("time_s"):
         t = data["time_s"]
         console.print(Text(f"step {t['step']:.3f} s (compute {t['compute']:.3f}, exposed comm "
@@ -684,6 +688,17 @@ def show_check(data: dict, fmt: str) -> None:
     if data["violations"]:
         console.print()
     _print_findings(console, data["violations"], ())
+
+
+def _transient_line(stages: list[dict]) -> str:
+    """The largest transient of the stages term by term (`gate.term_rows`; JSON has every stage's): the
+    column is the peak of these over the step's phases (loss backward, layer backward, optimizer step never
+    coexist), so they need not add up to it."""
+    row = max(stages, key=lambda r: r["memory_bytes"]["transient"])
+    terms = [f"{k.replace('_', ' ')} {gib(v)}" for k, v in list(row.get("transient_terms", {}).items())[:4]
+             if v >= 2**20]
+    return (f"trans of stage {row['stage']}, the peak over the step's phases of: {', '.join(terms)} (GiB)"
+            if terms else "")
 
 
 def _stage_cells(row: dict) -> list:

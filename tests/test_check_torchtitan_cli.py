@@ -203,8 +203,13 @@ def test_old_batch_fields_on_the_command_line_fail_with_the_old_context(tmp_path
     assert "num_tokens_per_microbatch_per_dp_rank 8192 (2 sequences x 4096" in found[0]["fix"]
     piped = _check(_write(tmp_path, OLD_BATCH.format(
         " --parallelism.pipeline_parallel_degree 2"), name="pp.sh"))
-    fix = json.loads(piped.output)["violations"][0]["fix"]
-    assert "--parallelism.num_pp_microbatches = 2 / that size" in fix
+    data = json.loads(piped.output)
+    fix = data["violations"][0]["fix"]
+    # pp 2: the old local batch 2 was 2 pipeline micro-batches of the old default size 1 (73aed7f^ configs.py
+    # l. 223): 1 x 4096 tokens per micro-batch and 2 micro-batches, costed so (fresh-user review 9 #4)
+    assert ("write --training.num_tokens_per_microbatch_per_dp_rank 4096 (1 sequence of the old pipeline "
+            "micro-batch size x 4096 tokens" in fix and fix.endswith("--parallelism.num_pp_microbatches 2"))
+    assert (data["parallelism"]["micro_batch_size"], data["parallelism"]["seq_len"]) == (1, 4096)
 
 
 def test_old_batch_fields_are_costed_as_meant_not_as_the_preset(tmp_path):
@@ -275,3 +280,90 @@ def test_async_tp_without_compile_fails_on_the_command_line(tmp_path, compile_on
                             f"--compile.enable {compile_on}\n")
     data = json.loads(_check(path).output)
     assert [v["rule"] for v in data["violations"] if v["severity"] == "error"] == rules
+
+
+def test_old_local_batch_with_pp_is_costed_as_meant_not_at_the_preset():
+    """Fresh-user review 9 #4 (their file): llama3_70b on 4 x 8 GPUs, tp 8 pp 2, `--training.local_batch_size 2
+    --training.seq_len 8192`. Before 73aed7f the local batch with pp > 1 was local / pipeline_parallel_microbatch_size
+    (default 1: 73aed7f^ config/configs.py l. 223) micro-batches of 1 sequence: 2 micro-batches of 1 x 8192
+    tokens, dp = 32 / (8 x 2) = 2, global batch 1 x 2 x 2 = 4 sequences (old default -1 = local x dp). The
+    preset's 8 x 8192 tokens per micro-batch were costed instead (b8 m1, 126.7 GiB). Oracle: the same run
+    written with the current names costs exactly the same memory."""
+    old = ROOT / "tests/data/configs/torchtitan/old_batch_pp.sh"
+    data = json.loads(_check(old, "--gpus", "32").output)
+    par = data["parallelism"]
+    assert (par["dp"], par["micro_batch_size"], par["num_microbatches"], par["global_batch_size"],
+            par["seq_len"]) == (2, 1, 2, 4, 8192)
+    local = next(v for v in data["violations"] if "--training.local_batch_size" in v["message"])
+    assert ("costed here as --training.num_tokens_per_microbatch_per_dp_rank 8192 and "
+            "--parallelism.num_pp_microbatches 2, what it means") in local["message"]
+    assert local["fix"].endswith("--parallelism.num_pp_microbatches 2")
+    new = old.read_text().replace("--training.local_batch_size 2 --training.seq_len 8192",
+                                  "--training.num_tokens_per_microbatch_per_dp_rank 8192 "
+                                  "--training.max_context_length 8192 --parallelism.num_pp_microbatches 2")
+    renamed = json.loads(_check(_write_text(new), "--gpus", "32").output)
+    assert [s["memory_bytes"] for s in data["stages"]] == [s["memory_bytes"] for s in renamed["stages"]]
+    assert data["memory_verdict"] == renamed["memory_verdict"]
+    assert not any(v["rule"] == "memory_exceeds" for v in data["violations"])
+
+
+def _write_text(text):
+    import tempfile
+    path = Path(tempfile.mkdtemp()) / "train.sh"
+    path.write_text(text)
+    return path
+
+
+def test_moved_async_tp_switch_is_costed_as_meant(tmp_path):
+    """--parallelism.enable_async_tensor_parallel moved to --compile.enable_async_tensor_parallel (9810191;
+    configs.py l. 298 at b5bcd76): an error, costed as the switch it means (AsyncTP on, as the new spelling)."""
+    line = ("torchrun --nproc_per_node 8 -m torchtitan.train --module llama3 --config llama3_8b "
+            "--parallelism.tensor_parallel_degree 2 --compile.enable {}\n")
+    old = json.loads(_check(_write(tmp_path, line.format("--parallelism.enable_async_tensor_parallel"))).output)
+    new = json.loads(_check(_write(tmp_path, line.format("--compile.enable_async_tensor_parallel"),
+                                   name="new.sh")).output)
+    moved = next(v for v in old["violations"] if "enable_async_tensor_parallel" in v["message"])
+    assert "costed here as --compile.enable_async_tensor_parallel true" in moved["message"]
+    assert old["parallelism"] == new["parallelism"]
+    assert old["parallelism"]["overlap"]["tp_comm_overlap"] is True
+
+
+def test_every_bad_value_of_a_command_line_in_one_error(tmp_path):
+    """One run names every value torchtitan's parser rejects, each on its own line naming the override
+    (the readers other than Megatron-LM's stopped at the first)."""
+    path = _write(tmp_path, "torchrun --nproc_per_node 8 -m torchtitan.train --module llama3 --config llama3_8b "
+                            "--parallelism.tensor_parallel_degree two --training.max_context_length 0 "
+                            "--compile.enable maybe --parallelism.pipeline_parallel_degree $PP "
+                            "activation-checkpoint:everything\n")
+    result = runner.invoke(app, ["check", str(path), "--cluster", "dgx-h100"])
+    assert result.exit_code == 2
+    assert result.stderr.strip().splitlines() == [f"error: {path}: {line}" for line in (
+        "activation-checkpoint: value 'everything' not modelled; allowed: selective, full, none",
+        "--parallelism.tensor_parallel_degree: value 'two' must be an integer >= 1",
+        "--training.max_context_length: value '0' must be an integer >= 1",
+        "--compile.enable: value 'maybe' must be true or false",
+        "--parallelism.pipeline_parallel_degree: value '$PP' uses the shell variable PP, which the file does "
+        "not set; set it in the file or write the value")]
+
+
+def test_transient_memory_term_by_term():
+    """Fresh-user review 9 #9: check gave stage 1's 26 GiB transient as one number. JSON now gives each stage's
+    `transient_terms` (and `activation_terms`), the table a line of the largest, memory_exceeds its largest
+    part. Hand arithmetic of the largest: FSDP with pp holds the stage's fp32 gradients whole (tp-sharded) from
+    a chunk's first backward to its last: stage 1 of llama3_70b at tp 8 = 40 layers x (q 8192^2 + k, v
+    2 x 8192 x 1024 + o 8192^2 + MLP 3 x 8192 x 28672) + lm_head 128256 x 8192, over tp 8, plus the norms
+    (2 x 8192 per layer + the final 8192, replicated), x 4 bytes."""
+    path = ROOT / "tests/data/configs/torchtitan/fsdp_pp_transient.sh"
+    data = json.loads(_check(path, "--gpus", "32").output)
+    stage = data["stages"][1]
+    sharded = 40 * (8192**2 + 2 * 8192 * 1024 + 8192**2 + 3 * 8192 * 28672) + 128256 * 8192
+    assert stage["transient_terms"]["fsdp_accumulated_gradients"] == 4 * (sharded // 8 + 2 * 8192 * 40 + 8192)
+    assert list(stage["transient_terms"])[0] == "fsdp_accumulated_gradients"   # largest first
+    assert max(stage["transient_terms"].values()) <= stage["memory_bytes"]["transient"] <= sum(
+        stage["transient_terms"].values())   # the peak over phases: at least its largest, at most all
+    assert stage["activation_terms"]["layers"] > 0
+    exceeds = next(v for v in data["violations"] if v["rule"] == "memory_exceeds" and "stage 1" in v["message"])
+    assert "(largest term: transient, 26.0 GiB, of which fsdp accumulated gradients 16.4 GiB;" in exceeds["message"]
+    table = runner.invoke(app, ["check", str(path), "--cluster", "dgx-h100", "--gpus", "32"], env={"COLUMNS": "200"})
+    assert ("trans of stage 1, the peak over the step's phases of: fsdp accumulated gradients 16.43, "
+            "fsdp stage blocks 7.97, loss working set 1.33, fsdp root unit 0.24 (GiB)") in table.stdout

@@ -53,7 +53,7 @@ import math
 import shlex
 from pathlib import Path
 
-from planner.check.gate import Target, raise_missing
+from planner.check.gate import Target, collect, raise_bad_values, raise_missing
 from planner.errors import SpecError, shown
 from planner.frameworks import deepspeed as ds
 from planner.frameworks.deepspeed import KEY as K
@@ -97,15 +97,18 @@ def read(path: Path, data: dict, *, model: str | None, cluster: str | None, gpus
     _require(file, model=model, cluster=cluster, gpus=gpus, seq_len=seq_len)
     data = resolve_auto(data, settings or {}, file)
     spec = load_model(model)
-    tp, findings = _tensor_parallel(data, file, gpus)
+    bad: list[SpecError] = []  # each section read on past a bad value: one run names them all
+    tp, findings = collect(lambda: _tensor_parallel(data, file, gpus), bad, (1, []))
     dp = max(1, gpus // tp)
-    _unsupported(data, file, dp, gpus, tp)
-    train, micro, gas, batch_findings = _batch(data, file, dp)
-    _bound(file, train, micro, seq_len)
-    stage, offload = _zero(data, file)
-    buckets, bucket_findings = _buckets(data, file, stage, spec.hidden_size)
-    precision, precision_findings = _precision(data, file)
-    optimizer, optimizer_findings = _optimizer(data, file)
+    collect(lambda: _unsupported(data, file, dp, gpus, tp), bad, None)
+    train, micro, gas, batch_findings = collect(lambda: _batch(data, file, dp, bad), bad, (dp, 1, 1, []))
+    collect(lambda: _bound(file, train, micro, seq_len), bad, None)
+    stage, offload = collect(lambda: _zero(data, file), bad, (ds.DEFAULT["zero_stage"], frozenset()))
+    buckets, bucket_findings = collect(lambda: _buckets(data, file, stage, spec.hidden_size), bad, ({}, []))
+    precision, precision_findings = collect(lambda: _precision(data, file), bad, ("bf16", []))
+    optimizer, optimizer_findings = collect(lambda: _optimizer(data, file), bad, ("adamw", []))
+    collect(lambda: (_communication_dtype(data, file), _overlaps(data, file, stage, buckets)), bad, None)
+    raise_bad_values(file, bad)
     layout = Layout(dp=dp, tp=tp, pp=1, zero_stage=stage, micro_batch_size=max(1, micro),
                     global_batch_size=max(1, micro) * max(1, gas) * dp if batch_findings else max(1, train),
                     seq_len=seq_len, recompute="none",
@@ -269,15 +272,19 @@ def _unsupported(data: dict, file: str, dp: int, gpus: int, tp: int) -> None:
                         f"give consistent values", file=file, key=K["dp"])
 
 
-def _batch(data: dict, file: str, dp: int) -> tuple[int, int, int, list[Violation]]:
+def _batch(data: dict, file: str, dp: int, bad: list[SpecError]) -> tuple[int, int, int, list[Violation]]:
     """(global batch, micro-batch, gradient accumulation steps, findings) as DeepSpeed derives
-    and asserts them (`DeepSpeedConfig._set_batch_related_parameters`, `_batch_assertion`)."""
-    micro = _int(data, MICRO, file, MICRO, minimum=1)
-    gas = _int(data, GAS, file, GAS, minimum=1)
+    and asserts them (`DeepSpeedConfig._set_batch_related_parameters`, `_batch_assertion`); each bad one of
+    the three added to `bad` (then (dp, 1, 1, []))."""
+    before = len(bad)
+    micro = collect(lambda: _int(data, MICRO, file, MICRO, minimum=1), bad, None)
+    gas = collect(lambda: _int(data, GAS, file, GAS, minimum=1), bad, None)
     if data.get(TRAIN) == "auto" and micro is not None and gas is not None:
         train = None  # the Trainer fills micro x gas x dp: what DeepSpeed derives below
     else:
-        train = _int(data, TRAIN, file, TRAIN, minimum=1)
+        train = collect(lambda: _int(data, TRAIN, file, TRAIN, minimum=1), bad, None)
+    if len(bad) > before:
+        return dp, 1, 1, []
     derived = ""
     if train is not None and micro is not None and gas is None:
         gas, derived = train // micro // dp, f"{GAS} derived as {train} // {micro} // {dp}"

@@ -83,7 +83,7 @@ def check_launch_file(path: str | Path, *, model: str | None = None, cluster: st
     spec = el.resolve_model(next(iter(refs)), model, file, model_flag)
     if model is not None:
         _quantized_name(commands, reader, spec, model, file)
-    launches = [reader.launch(c, spec, hw, file) for c in commands]
+    launches = [_launch(reader, c, spec, hw, file) for c in commands]
     visible = [launch.visible_gpus for launch in launches]
     allowed = gpus or (sum(visible) if all(visible) else hw.num_gpus)
     if gpus is None and any(launch.node_rank > 0 for launch in launches):
@@ -229,3 +229,9 @@ def _one_node(servers: list, node: int | None, flag: str, reader, gpus_per_node:
 
 NODE_RANK_WORDS = f'the same `if [ "${el.NODE_RANK}" = N ]` block'
 """How a finding names the node block two servers share."""
+
+
+def _launch(reader, command: el.Command, spec, hw, file: str) -> el.Launch:
+    """`reader.launch` of one command, every bad value of it reported together (`el.values_collected`)."""
+    with el.values_collected(file):
+        return reader.launch(command, spec, hw, file)

@@ -8,7 +8,9 @@ A file is an engine launch when one of its command lines starts an engine (`vllm
 a `.sh` / `.txt` / any text file; `#` comments, backslash continuations and redirections as in a shell), or
 when it is a vLLM `--config` YAML (`planner.check.vllm.is_config`). Every launch of a file is
 checked; together they must fit the GPUs given (`check --gpus`, else the cluster's count). An
-environment prefix `CUDA_VISIBLE_DEVICES=0,1` gives the GPUs one launch sees.
+environment prefix `CUDA_VISIBLE_DEVICES=0,1` gives the GPUs one launch sees. The script's variables, integer
+arithmetic and `bash -c "..."` strings are read as `planner.check.shell` reads them; every bad value of a
+launch's number, fraction and choice flags is reported in one run (`values_collected`).
 
 The engine readers (`planner.check.vllm`, `planner.check.sglang`) turn a command's flags into a
 `Launch` (the engine's parallel layout as a `cost.serving.Instance`, its budget knob, lengths and
@@ -27,11 +29,14 @@ import difflib
 import math
 import re
 import shlex
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from pathlib import Path
 
 from planner.check import shell
+from planner.check.gate import raise_bad_values
 
 from planner.cost import serving as sv
 from planner.errors import PlannerError, SpecError, counted
@@ -139,20 +144,9 @@ class Launch:
 
 
 def logical_lines(text: str) -> list[tuple[int, str]]:
-    """(first line number, text) of each command, backslash continuations joined."""
-    out, start, parts = [], None, []
-    for number, raw in enumerate(text.splitlines(), 1):
-        if start is None:
-            start = number
-        if raw.rstrip().endswith("\\"):
-            parts.append(raw.rstrip()[:-1])
-            continue
-        parts.append(raw)
-        out.append((start, " ".join(parts)))
-        start, parts = None, []
-    if parts:
-        out.append((start, " ".join(parts)))
-    return out
+    """(first line number, text) of each command, backslash continuations and multi-line quoted strings
+    joined (`shell.commands`)."""
+    return shell.commands(text)
 
 
 def find_launcher(words: list[str], launchers: tuple[tuple[str, ...], ...]) -> int | None:
@@ -270,10 +264,10 @@ def split_commands(text: str, file: str, launchers, aliases: dict[str, str],
             node = int(guard[1]) if guard else None
             continue
         try:
-            words = shlex.split(code, comments=True)
+            words = shell.join_arithmetic(shlex.split(code, comments=True))
         except ValueError as exc:
             raise SpecError(f"shell syntax error: {exc}", file=file, key=f"line {line}") from None
-        for segment in _segments(words):
+        for segment in segments(shell.unwrap(words, file)):
             command = _command(segment, variables, line, launchers, aliases, switches, underscores, known,
                                images or {})
             if command is not None:
@@ -285,7 +279,7 @@ _SEPARATORS = (";", "&&", "||", "&", "|")
 """Words that end one shell command and start the next on the same line."""
 
 
-def _segments(words: list[str]) -> list[list[str]]:
+def segments(words: list[str]) -> list[list[str]]:
     """The commands of one line's words, split at `_SEPARATORS` (a word ending in `;` ends its command)."""
     out: list[list[str]] = [[]]
     for word in words:
@@ -326,13 +320,10 @@ def _command(segment: list[str], variables: dict[str, str], line: int, launchers
     """One shell command's Command, its `$VAR` words expanded from the script's earlier assignments
     (`planner.check.shell`, as the Megatron reader does); a command of assignments only (`export` or not)
     sets them and is None, as is any command that starts no engine."""
-    names = segment[1:] if segment[0] == "export" else segment
-    if all(shell.ASSIGN.match(w) for w in names):
-        for word in names:
-            name, value = shell.ASSIGN.match(word).groups()
-            variables[name] = shell.substitute(value, variables)
+    expanded = shell.expand_command(segment, variables)
+    if expanded is None:
         return None
-    words = _without_redirections([f for raw in segment for f in shell.fields(shell.substitute(raw, variables), raw)])
+    words = _without_redirections(expanded)
     image, doubled, gpu_request, container_visible, options = None, None, None, None, ()
     found = _container_launch(words, images, launchers)
     if found is not None:
@@ -505,10 +496,58 @@ def integer(command: Command, flag: str, default: int | None, file: str, low: in
     value = argument(command, flag, file)
     if value is None:
         return default
-    if not re.fullmatch(r"-?\d+", str(value)) or int(value) < low:
-        raise SpecError(f"value {value!r} must be an integer >= {low} (a literal, not a shell variable)",
-                        **source(command, flag, file))
-    return within_limit(command, flag, int(value), MAX_FLAG_INT, file)
+    try:
+        literal(command, flag, value, file)
+        if not re.fullmatch(r"-?\d+", str(value)) or int(value) < low:
+            raise SpecError(f"value {value!r} must be an integer >= {low} (a literal, not a shell variable)",
+                            **source(command, flag, file))
+        return within_limit(command, flag, int(value), MAX_FLAG_INT, file)
+    except SpecError as exc:
+        return set_aside(exc, default if default is not None else max(low, 1))
+
+
+_SET_ASIDE: ContextVar[list[SpecError] | None] = ContextVar("set_aside", default=None)
+"""The bad values of the launch being read (`values_collected`), or None outside one."""
+
+
+def set_aside(exc: SpecError, fallback):
+    """`fallback` in place of a bad value, `exc` kept for `values_collected` to report with the launch's other
+    bad values; outside `values_collected`, `exc` is raised."""
+    bad = _SET_ASIDE.get()
+    if bad is None:
+        raise exc
+    bad.append(exc)
+    return fallback
+
+
+@contextmanager
+def values_collected(file: str):
+    """Read a launch with every bad value of its value flags (`integer`, `human_integer`, `fraction`, `choice`)
+    set aside and reported together when the block ends, one line each (`gate.raise_bad_values`), also when
+    the block raises another error, which may follow from a value set aside (fresh-user review 9: the engine
+    readers stopped at the first)."""
+    bad: list[SpecError] = []
+    token = _SET_ASIDE.set(bad)
+    try:
+        yield
+    except SpecError:
+        raise_bad_values(file, bad)
+        raise
+    finally:
+        _SET_ASIDE.reset(token)
+    raise_bad_values(file, bad)
+
+
+def literal(command: Command, flag: str, value, file: str) -> None:
+    """Nothing when a number flag's value holds no shell expansion left unexpanded (the script's own variables
+    and integer arithmetic are expanded already: `shell.substitute`).
+
+    Raises:
+        SpecError: naming the variable the file does not set, or the `$(...)` it would have to run
+            (`shell.unresolved`)."""
+    why = shell.unresolved(str(value), {}) if "$" in str(value) else None
+    if why is not None:
+        raise SpecError(why, **source(command, flag, file))
 
 
 def within_limit(command: Command, flag: str, value: int, limit: int, file: str) -> int:
@@ -537,6 +576,16 @@ def human_integer(command: Command, flag: str, default: int | None, file: str, s
     value = argument(command, flag, file)
     if value is None:
         return default
+    try:
+        return _human(command, flag, value, file, suffixes, auto=auto, exact=exact, high=high)
+    except SpecError as exc:
+        return set_aside(exc, default)
+
+
+def _human(command: Command, flag: str, value, file: str, suffixes: dict[str, tuple[int, bool]], *, auto: bool,
+           exact: bool, high: int) -> int:
+    """`human_integer` of a value given."""
+    literal(command, flag, value, file)
     text = str(value).strip()
     if auto and (text == "-1" or text.lower() == "auto"):
         return -1
@@ -562,12 +611,16 @@ def fraction(command: Command, flag: str, default: float, file: str) -> float:
     if value is None:
         return default
     try:
+        literal(command, flag, value, file)
+    except SpecError as exc:
+        return set_aside(exc, default)
+    try:
         number = float(value)
     except (TypeError, ValueError):
         number = float("nan")
     if not 0 < number <= 1:
-        raise SpecError(f"value {value!r} must be a number in (0, 1] (a fraction of GPU memory)", 
-                        **source(command, flag, file))
+        return set_aside(SpecError(f"value {value!r} must be a number in (0, 1] (a fraction of GPU memory)",
+                                   **source(command, flag, file)), default)
     return number
 
 
@@ -581,8 +634,8 @@ def choice(command: Command, flag: str, table: dict, file: str, what: str):
     if value is None:
         return None
     if value not in table:
-        raise SpecError(f"value {value!r} not modelled ({what}); allowed: {', '.join(table)}", 
-                        **source(command, flag, file))
+        return set_aside(SpecError(f"value {value!r} not modelled ({what}); allowed: {', '.join(table)}",
+                                   **source(command, flag, file)), None)
     return table[value]
 
 

@@ -32,6 +32,8 @@ import shlex
 from dataclasses import dataclass
 
 from planner.check import engine_launch as el
+from planner.check import shell
+from planner.errors import SpecError
 from planner.placement.rules import Violation
 
 LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
@@ -63,15 +65,17 @@ class Router:
 def routers(text: str, table) -> list[Router]:
     """The router commands of a file (`table`: the engine's flag table, `planner.frameworks.vllm` / `sglang`).
     A line that is no shell syntax is skipped: the engine reader reports it."""
-    out = []
+    out, variables = [], {}
     for line, code in el.logical_lines(text):
         try:
-            words = shlex.split(code, comments=True)
-        except ValueError:
+            words = shell.unwrap(shell.join_arithmetic(shlex.split(code, comments=True)), "")
+        except (ValueError, SpecError):
             continue
-        at = el.find_launcher(words, table.ROUTER_LAUNCHERS)
-        if at is not None:
-            out.append(_parse(words[at:], line, table))
+        for segment in el.segments(words):  # the script's variables and arithmetic, as the engine reader reads them
+            expanded = shell.expand_command(segment, variables)
+            at = None if expanded is None else el.find_launcher(expanded, table.ROUTER_LAUNCHERS)
+            if at is not None:
+                out.append(_parse(expanded[at:], line, table))
     return out
 
 

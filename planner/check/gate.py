@@ -23,7 +23,7 @@ from planner.cost.memory import (
     stage_memory,
 )
 from planner.evaluation import Evaluation, cost_stages, cost_step, layer_modes, stage_modes
-from planner.errors import SpecError
+from planner.errors import SpecError, several
 from planner import frameworks
 from planner.placement.layout import Layout
 from planner.placement.rules import Violation, check_layout, errors
@@ -96,6 +96,32 @@ def raise_missing(file: str, missing: list[SpecError]) -> None:
             f"{e.key} ({e.message.split(': ', 1)[-1]})" for e in missing), file=file)
 
 
+def collect(call, bad: list[SpecError], fallback):
+    """`call()`, or `fallback` when it raises a SpecError, which is added to `bad` (for `raise_bad_values`:
+    a reader reads on past a bad value so that one run names them all)."""
+    try:
+        return call()
+    except SpecError as exc:
+        bad.append(exc)
+        return fallback
+
+
+def raise_bad_values(file: str, errors: list[SpecError], also: str = "") -> None:
+    """Every value a framework rejects in one run, so that one CI run reports them all (fresh-user review 8
+    #19): the one error as it is, or each on a line of its own ("error: FILE: KEY: message", `errors.several`;
+    a value given twice named once); `also`: text appended to the last (the file's unknown flags, which the
+    framework rejects too).
+
+    Raises:
+        SpecError: when `errors` is not empty (exit 2)."""
+    unique = list({(e.key, e.message): e for e in errors}.values())
+    if unique:
+        last = unique[-1]
+        if also:
+            unique[-1] = SpecError(last.message + also, file=last.file or file, key=last.key)
+        raise unique[0] if len(unique) == 1 else several(unique)
+
+
 def evaluate(target: Target) -> dict:
     """Check `target`: {file, kind, verdict: pass|fail, model, cluster, gpus, parallelism,
     violations [{rule, severity, message, fix}], stages [{stage, layers, recompute, memory_bytes,
@@ -134,7 +160,7 @@ def evaluate(target: Target) -> dict:
         "model": target.model.name, "cluster": target.cluster.name, "gpus": target.cluster.num_gpus,
         "parallelism": record.check_parallelism(),
         "violations": record.violation_rows(lambda v: _line(target, v), check_order=True),
-        "stages": record.stage_rows(),
+        "stages": [row | term_rows(m) for row, m in zip(record.stage_rows(), record.stages)],
         "memory_bytes": record.memory_bytes(),
         "memory_verdict": record.memory_verdict,
         "time_s": record.time_s(),
@@ -144,6 +170,15 @@ def evaluate(target: Target) -> dict:
                                layout.seq_len, layout.framework) if step else None,
         **({"checkpoint": target.checkpoint} if target.checkpoint is not None else {}),
     }
+
+
+def term_rows(m: MemoryBreakdown) -> dict:
+    """{transient_terms, activation_terms}: a stage's transient and activation memory term by term, bytes, the
+    non-zero ones, largest first (`MemoryBreakdown`; the transient column is the peak of its terms over the
+    step's phases, so they need not add up to it: fresh-user review 9 #9, a 26 GiB transient a user could not
+    take apart)."""
+    return {name: dict(sorted(((k, v) for k, v in terms.items() if v), key=lambda kv: -kv[1]))
+            for name, terms in (("transient_terms", m.transient_terms), ("activation_terms", m.activation_terms))}
 
 
 _LINE_FALLBACK = {"memory_exceeds": ("micro_batch_size", "recompute", "zero_stage"),
@@ -241,9 +276,13 @@ def memory_violations(model: ModelSpec, cluster: ClusterSpec, layout: Layout,
         if m.verdict == "fits":
             continue
         term, size = m.largest_term
+        parts = m.transient_terms if term == "transient" else {}
+        part = max(parts, key=parts.get, default=None)
+        within = (f", of which {part.replace('_', ' ')} {parts[part] / gib:.1f} GiB"
+                  if part and len([v for v in parts.values() if v]) > 1 else "")
         numbers = (f"pipeline stage {m.stage} needs {m.total / gib:.1f} GiB of "
                    f"{m.capacity / gib:.1f} GiB per GPU (largest term: {term.replace('_', ' ')}, "
-                   f"{size / gib:.1f} GiB; reserve {m.reserve / gib:.1f} GiB){_phase_note(m)}")
+                   f"{size / gib:.1f} GiB{within}; reserve {m.reserve / gib:.1f} GiB){_phase_note(m)}")
         fix = _memory_fix(model, cluster, layout, m, None if counts is None else counts[i],
                           reserve_bytes, at_risk_margin, kind)
         if m.verdict == "does_not_fit":

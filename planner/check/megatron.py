@@ -12,9 +12,10 @@ pretrain_gpt.py, environment assignments, data paths, flags the planner does not
 read, but every `--flag` must be one Megatron-LM (`planner.frameworks.megatron.recorded_flags`) or
 torchrun defines: any other is the error `megatron_unknown_flag` with the closest Megatron flag, as
 Megatron's argparse exits on it. A flag given twice takes its last value, as argparse does. The text is read, not run:
-both branches of a shell `if` are read, and neither `$(...)` nor arithmetic `$((...))` is evaluated
-(a flag whose value is left with a `$` is bad input, naming the flag; for `$((...))` of integers
-and the file's variables the message gives the number to write).
+both branches of a shell `if` are read, `$(...)` is not run, integer arithmetic `$((...))` of the file's own
+variables is evaluated as bash does, and a command inside `bash -c "..."` (`srun ... bash -c "python
+pretrain_gpt.py ..."`) is read as the command (`planner.check.shell`); a flag whose value is left with a `$`
+is bad input naming the flag and the variable the file does not set.
 
 Flags read: those of `planner.frameworks.megatron.FLAGS` marked `read` (names, defaults and
 sources there): the degrees, virtual stages and uneven split; micro-batch, global batch and
@@ -50,7 +51,7 @@ import shlex
 from pathlib import Path
 
 from planner.check import shell
-from planner.check.gate import Target, attempt, raise_missing
+from planner.check.gate import Target, attempt, raise_bad_values, raise_missing
 from planner.check.lines import flag_lines, line_endings
 from planner.cost.memory import stage_layers
 from planner.errors import SpecError
@@ -94,12 +95,34 @@ def read(path: Path, *, model: str | None, cluster: str | None, gpus: int | None
             Megatron rejects, an unset shell variable in a flag read, a missing required option, an
             option that contradicts the file, a model that disagrees with the file's architecture.
     """
-    file = str(path)
     text = files.read_text(path, kind="text file (a shell script or Megatron-LM arguments file)")
-    args = parse_args(text, file)
+    try:
+        return _read(path, text, model=model, cluster=cluster, gpus=gpus, seq_len=seq_len)
+    except SpecError as exc:
+        raise _unread(exc, text) from None
+
+
+def _unread(exc: SpecError, text: str) -> SpecError:
+    """`exc`, or for a flag it calls missing that the file writes outside what this reader reads (another
+    command than the training launch, a heredoc, a string no launch expands), `exc` saying where the file
+    writes it, so the message does not contradict the file (fresh-user review 9 #2)."""
+    at = flag_lines(text).get(exc.key or "") if exc.key and exc.key.startswith("--") else None
+    if at is None or not exc.message.startswith("missing"):
+        return exc
+    return SpecError(f"{exc.message}; the file writes {exc.key} at line {at}, but not in the training launch this "
+                     f"reader reads (a torchrun / pretrain_*.py command, possibly inside `bash -c \"...\"`, the bash "
+                     f"arrays and string variables it expands): write it there", file=exc.file, key=exc.key)
+
+
+def _read(path: Path, text: str, *, model: str | None, cluster: str | None, gpus: int | None,
+          seq_len: int | None) -> Target:
+    """`read` of the file's text."""
+    file = str(path)
+    bad: list[SpecError] = []
+    args = parse_args(text, file, bad)
     launchers = launcher_words(text, file)
     slurm = slurm_world(text, launchers)
-    _bad_values(args, file, _unknown_flags(text, launchers))
+    _bad_values(args, file, _unknown_flags(text, launchers), bad)
     _missing_options(args, model, cluster, gpus, seq_len, path, slurm)
     spec = _model(args, model, path)
     world = _world(args, gpus, file, slurm)
@@ -145,7 +168,7 @@ def launch_text(text: str) -> str:
     lines = text.splitlines()
     if not any(_LAUNCH.search(line.split("#", 1)[0]) for line in lines):
         return text
-    keep = [False] * len(lines)
+    keep, more = [False] * len(lines), shell.continues(lines)
     start, depth = 0, 0
     for i, line in enumerate(lines):
         code = line.split("#", 1)[0]
@@ -160,7 +183,7 @@ def launch_text(text: str) -> str:
             depth += code.count("(") - code.count(")")
             start = i + 1
             continue
-        if not code.rstrip().endswith("\\"):  # the end of one logical command line
+        if not more[i]:  # the end of one logical command (no backslash, no quote left open)
             if any(_LAUNCH.search(lines[j].split("#", 1)[0]) for j in range(start, i + 1)):
                 keep[start:i + 1] = [True] * (i + 1 - start)
             start = i + 1
@@ -232,13 +255,13 @@ def launcher_words(text: str, file: str) -> list[list[str]]:
     backslash continuations joined, the file's variables expanded): the launcher's and its options (srun,
     torchrun, `python -m torch.distributed.run`, deepspeed), which are not Megatron-LM's arguments."""
     env = shell_words(text, file)[1]
-    joined = re.sub(r"\\\r?\n", " ", launch_text(text))
     out = []
-    for line in joined.splitlines():
+    for _, line in shell.commands(launch_text(text)):
         try:
-            words = [shell.substitute(w, env) for w in shlex.split(line, comments=True)]
-        except ValueError:
+            words = shell.unwrap(shell.join_arithmetic(shlex.split(line, comments=True)), file)
+        except (ValueError, SpecError):
             continue
+        words = [shell.substitute(w, env) for w in words]
         script = next((i for i, w in enumerate(words) if w.endswith(".py")), None)
         if script:
             out.append(words[:script])
@@ -789,14 +812,23 @@ def checkpoints_across(results: list[dict]) -> list[tuple[int, Violation]]:
 
 # ---------------------------------------------------------------- tokens
 
-def parse_args(text: str, file: str) -> dict[str, str | bool]:
+def parse_args(text: str, file: str, bad: list[SpecError] | None = None) -> dict[str, str | bool]:
     """The Megatron / torchrun flags of a command line or script: {flag: value string, or True for a
     store_true flag}; other tokens are ignored, shell variables set in the text are expanded.
 
+    Args:
+        bad: where given, each bad value below is added to it (its flag left out) instead of raised, so that
+            the reader reports it with the file's other bad values (`_bad_values`).
+
     Raises:
-        SpecError: unbalanced quotes, a value flag without a value, a value given to a store_true
+        SpecError: unbalanced quotes; without `bad`: a value flag without a value, a value given to a store_true
             flag, an unset variable in the value of a flag read.
     """
+    def reject(exc: SpecError) -> None:
+        if bad is None:
+            raise exc
+        bad.append(exc)
+
     out: dict[str, str | bool] = {}
     tokens, env = shell_words(text, file)
     i = 0
@@ -806,37 +838,31 @@ def parse_args(text: str, file: str) -> dict[str, str | bool]:
         kind = mg.READ[name].kind if name in mg.READ else None
         if kind == mg.SWITCH:
             if eq:
-                raise SpecError(f"takes no value (got {value!r}); it is a switch", file=file, key=name)
+                reject(SpecError(f"takes no value (got {value!r}); it is a switch", file=file, key=name))
+                continue
             out[name] = True
         elif kind is not None:
             if not eq:
                 if i >= len(tokens) or tokens[i].startswith("--"):
-                    raise SpecError("missing value", file=file, key=name)
+                    reject(SpecError("missing value", file=file, key=name))
+                    continue
                 value, i = tokens[i], i + 1
                 while kind == mg.LIST and i < len(tokens) and not tokens[i].startswith("--"):
                     value, i = f"{value} {tokens[i]}", i + 1  # nargs "+": the words up to the next flag
             if "$" in value and name in mg.SCHEDULE_FLAGS:
                 continue  # the job's environment sets it: Megatron checks it at start-up
-            if "$((" in value:  # bash's integer arithmetic of the file's own variables, as bash evaluates it
-                match = _ARITH.fullmatch(value)
-                number = _arithmetic(match.group(1), env) if match else None
-                if number is None:
-                    raise SpecError(_arithmetic_message(value, env), file=file, key=name)
-                value = str(number)
-            if "$(" in value:
-                raise SpecError(f"value {value!r} is a shell command substitution $(...), which "
-                                f"this reader does not run; write the value", file=file, key=name)
-            if "$" in value and name not in _LAUNCHER_SIZE:
-                raise SpecError(f"value {value!r} uses a shell variable the file does not set; set "
-                                f"it in the file or write the value", file=file, key=name)
+            why = shell.unresolved(value, env)  # the file's own integer arithmetic is evaluated already
+            if why is not None and ("$(" in value or name not in _LAUNCHER_SIZE):
+                reject(SpecError(why, file=file, key=name))
+                continue
             out[name] = value
     return out
 
 
 def shell_words(text: str, file: str) -> tuple[list[str], dict[str, str]]:
-    """(shell words with `$VAR` expanded from earlier `VAR=value` words, quoted `"--flag value"`
-    words split again and an arithmetic expansion `$(( a * b ))` kept as one word; the variables
-    set).
+    """(shell words with `$VAR` and integer arithmetic `$(( a * b ))` of the file's variables expanded from
+    earlier `VAR=value` words (`shell.substitute`), a `bash -c STRING` read as STRING's words
+    (`shell.unwrap`), quoted `"--flag value"` words split again; the variables set).
 
     A word holding a variable's value is split at whitespace, as bash splits an unquoted `$VAR`
     (default IFS: space, tab, newline; no quote removal), so a string variable of flags on one
@@ -845,9 +871,10 @@ def shell_words(text: str, file: str) -> tuple[list[str], dict[str, str]]:
     not split.
     Source: bash(1) "Word Splitting"."""
     try:
-        words = _join_arithmetic(shlex.split(arrays_apart(text).replace("\\\n", " "), comments=True))
+        words = shell.join_arithmetic(shlex.split(arrays_apart(text).replace("\\\n", " "), comments=True))
     except ValueError as exc:
         raise SpecError(f"shell syntax error: {exc}", file=file) from None
+    words = shell.unwrap(words, file)
     env: dict[str, str] = {}
     out: list[str] = []
     for raw in words:
@@ -860,62 +887,6 @@ def shell_words(text: str, file: str) -> tuple[list[str], dict[str, str]]:
             continue
         out += shell.fields(word, raw)
     return out, env
-
-
-def _join_arithmetic(words: list[str]) -> list[str]:
-    """Words with a `$((` whose `))` comes in a later word (spaces inside it) joined back."""
-    out: list[str] = []
-    for word in words:
-        if out and "$((" in out[-1] and out[-1].count("((") > out[-1].count("))"):
-            out[-1] += " " + word
-        else:
-            out.append(word)
-    return out
-
-
-_ARITH = re.compile(r"\$\(\((.*)\)\)", re.S)
-_ARITH_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
-              ast.FloorDiv: operator.floordiv, ast.Div: operator.floordiv, ast.Mod: operator.mod}
-"""Integer operators of bash arithmetic the message evaluates (`/` is integer division)."""
-
-
-def _arithmetic_message(value: str, env: dict[str, str]) -> str:
-    """Why `$((...))` is refused: it holds a variable the file does not set, or more than integers, variables
-    and + - * / % (an expansion of the file's own integers is evaluated instead: `parse_args`).
-
-    Source: bash(1) "Arithmetic Expansion" (`$((expression))`; names inside are variables, with
-    or without `$`; integer arithmetic)."""
-    match = _ARITH.fullmatch(value)
-    number = _arithmetic(match.group(1), env) if match else None
-    hint = f"write the number ({number})" if number is not None else "write the number"
-    return (f"value {value!r} is a shell arithmetic expansion $((...)), which this reader does not "
-            f"evaluate; {hint}")
-
-
-def _arithmetic(expression: str, env: dict[str, str]) -> int | None:
-    """The integer value of a bash arithmetic expression of integers, variables and + - * / %,
-    or None when it holds anything else."""
-    try:
-        tree = ast.parse(expression.replace("/", "//").replace("////", "//").strip(), mode="eval")
-    except SyntaxError:
-        return None
-
-    def value(node: ast.AST) -> int | None:
-        if isinstance(node, ast.Constant) and type(node.value) is int:
-            return node.value
-        if isinstance(node, ast.Name) and re.fullmatch(r"-?\d+", env.get(node.id, "")):
-            return int(env[node.id])
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-            inner = value(node.operand)
-            return None if inner is None else -inner
-        if isinstance(node, ast.BinOp) and type(node.op) in _ARITH_OPS:
-            left, right = value(node.left), value(node.right)
-            if left is None or right is None or (right == 0 and type(node.op) is not ast.Mult
-                                                 and type(node.op) not in (ast.Add, ast.Sub)):
-                return None
-            return _ARITH_OPS[type(node.op)](left, right)
-        return None
-    return value(tree.body)
 
 
 _TABLE = object()
@@ -943,16 +914,16 @@ def _choice(args: dict, knob: str, file: str) -> str | None:
     return value
 
 
-def _bad_values(args: dict, file: str, unknown: list[Violation]) -> None:
+def _bad_values(args: dict, file: str, unknown: list[Violation], bad: list[SpecError] = ()) -> None:
     """Every value Megatron-LM's argparse rejects (an integer flag's non-positive-integer, a choice flag's value
     outside its choices: `_int` / `_choice`), in one error that also names the file's unknown flags
     (`_unknown_flags`), so that one CI run reports them all (fresh-user review 8 #19: a recompute granularity
     `ful` hid a misspelled flag until the next run). A value from a shell variable is left to the reader.
 
     Raises:
-        SpecError: one bad value as it is (with the unknown flags appended), or "values Megatron-LM rejects: --a:
-            ...; --b: ..." for several (exit 2)."""
-    errors = []
+        SpecError: each bad value on a line of its own, the unknown flags appended to the last
+            (`gate.raise_bad_values`; exit 2)."""
+    errors = list(bad)  # `parse_args`'s: a value left with a shell expansion, a switch with a value, ...
     for name, value in args.items():
         flag = mg.READ.get(name)
         if flag is None or "$" in str(value):
@@ -964,13 +935,9 @@ def _bad_values(args: dict, file: str, unknown: list[Violation]) -> None:
             check[1](args, flag.knob, file)
         except SpecError as exc:
             errors.append(exc)
-    if not errors:
-        return
-    also = "".join("; also " + v.message.split(" Megatron-LM's argparse")[0] for v in unknown)
-    if len(errors) == 1:
-        raise SpecError(errors[0].message + also, file=file, key=errors[0].key)
-    raise SpecError("values Megatron-LM rejects: " + "; ".join(f"{e.key}: {e.message}" for e in errors) + also,
-                    file=file)
+    if errors:
+        raise_bad_values(file, errors, "".join("; also " + v.message.split(" Megatron-LM's argparse")[0]
+                                               for v in unknown))
 
 
 def _on(args: dict, knob: str) -> bool:
@@ -1179,7 +1146,9 @@ def _world(args: dict, gpus: int | None, file: str, slurm: int | None = None) ->
     if not per_node:
         if gpus is None:
             raise SpecError(f"--gpus is required: the file has no torchrun {F['nproc_per_node']} / "
-                            f"{F['nnodes']}", file=file, key="--gpus")
+                            f"{F['nnodes']}, nor an srun launch with literal {mg.SRUN_TASKS[0]} or "
+                            f"{mg.SRUN_NODES[0]} x {mg.SRUN_TASKS_PER_NODE[0]} (#SBATCH lines give their defaults)",
+                            file=file, key="--gpus")
         return gpus
     world = _int(args, per_node[-1], file) * _int(args, "nnodes", file)
     if gpus is not None and gpus != world:

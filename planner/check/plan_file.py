@@ -34,7 +34,7 @@ import difflib
 import math
 from pathlib import Path
 
-from planner.check.gate import Target
+from planner.check.gate import Target, collect, raise_bad_values
 from planner.cost.memory import stage_layers
 from planner.evaluation import stage_modes
 from planner.errors import SpecError, shown
@@ -83,14 +83,16 @@ def read_plan_file(path: str | Path, data: dict | None = None) -> Target:
     data = files.read_mapping(path, "plan file keys") if data is None else data
     doc = PlanFile.from_dict(data, file)
     request, par = doc.request, doc.parallelism
-    req = _request(request, file)
-    values = {k: _int(par, k, file, f"plan.parallelism.{k}", *_PAR_INTS[k])
+    bad: list[SpecError] = []  # every bad value of the file, one line each (`gate.raise_bad_values`)
+    req = collect(lambda: _request(request, file), bad, None)
+    values = {k: collect(lambda k=k: _int(par, k, file, f"plan.parallelism.{k}", *_PAR_INTS[k]), bad, 1)
               for k in _PAR_INTS if k in par}
-    per_stage, uniform = _recompute(par["recompute"], file)
-    layout = _layout(par, values, req, uniform, file)
+    per_stage, uniform = collect(lambda: _recompute(par["recompute"], file), bad, (None, "none"))
     if "predicted" in data:
-        _check_predicted(doc.predicted, file)
-    gpus = _int(data, "gpus", file, "gpus", 1, MAX_GPUS)
+        collect(lambda: _check_predicted(doc.predicted, file), bad, None)
+    gpus = collect(lambda: _int(data, "gpus", file, "gpus", 1, MAX_GPUS), bad, 1)
+    raise_bad_values(file, bad)
+    layout = _layout(par, values, req, uniform, file)
     model = load_beside(load_model, data, "model", path)
     cluster = load_beside(load_cluster, data, "cluster", path, gpus=gpus)
     per_layer = (_recompute_layers(par["recompute_layers"], model, layout, per_stage, file)

@@ -32,6 +32,7 @@ from pathlib import Path
 
 import yaml
 
+from planner.check.gate import raise_bad_values
 from planner.errors import SpecError, number
 from planner.specs.limits import MAX_GPUS, MAX_SEQ_LEN
 from planner.specs.model import context_length_words, engine_context_length
@@ -128,38 +129,44 @@ def validate(data: object, file: str) -> None:
     """Every value of a serving plan file against `_schema` (module docstring).
 
     Raises:
-        SpecError: the first value that breaks it, naming its key path, the value and what is allowed."""
-    _validate(data, _schema(), file, "")
+        SpecError: every value that breaks it, one line each (`gate.raise_bad_values`), naming its key path,
+            the value and what is allowed."""
+    bad: list[SpecError] = []
+    _validate(data, _schema(), file, "", bad)
+    raise_bad_values(file, bad)
 
 
-def _validate(value: object, schema, file: str, where: str) -> None:
+def _validate(value: object, schema, file: str, where: str, bad: list[SpecError]) -> None:
+    """Add to `bad` each value under `where` that breaks `schema`."""
     if isinstance(schema, list):
         if not isinstance(value, list):
-            raise SpecError(f"value {value!r} must be a list", file=file, key=where)
+            bad.append(SpecError(f"value {value!r} must be a list", file=file, key=where))
+            return
         for i, item in enumerate(value):
-            _validate(item, schema[0], file, f"{where}[{i}]")
+            _validate(item, schema[0], file, f"{where}[{i}]", bad)
         return
     if isinstance(schema, tuple):
         allowed, ok = schema
         if not ok(value):
-            raise SpecError(f"value {value!r} not allowed; allowed: {allowed}", file=file, key=where)
+            bad.append(SpecError(f"value {value!r} not allowed; allowed: {allowed}", file=file, key=where))
         return
     if not isinstance(value, dict):
-        raise SpecError(f"value {value!r} must be a mapping", file=file, key=where or None)
+        bad.append(SpecError(f"value {value!r} must be a mapping", file=file, key=where or None))
+        return
     keys = [k for k in schema if k is not ...]
     if schema.get(...) is False:
         for key in value:
             if key not in schema:
                 close = difflib.get_close_matches(str(key), keys, n=1)
                 hint = f"did you mean {close[0]!r}?" if close else f"allowed: {', '.join(keys)}"
-                raise SpecError(f"unknown key; {hint}", file=file, key=_join(where, key))
+                bad.append(SpecError(f"unknown key; {hint}", file=file, key=_join(where, key)))
     for key in keys:
         rule, required = schema[key]
         if value.get(key) is None:
             if required:
-                raise SpecError("missing value", file=file, key=_join(where, key))
+                bad.append(SpecError("missing value", file=file, key=_join(where, key)))
             continue
-        _validate(value[key], rule, file, _join(where, key))
+        _validate(value[key], rule, file, _join(where, key), bad)
 
 
 def _join(where: str, key) -> str:

@@ -1,26 +1,45 @@
-"""Shell variables in launch scripts, as bash expands them, for the readers that split scripts into words
-(`planner.check.megatron`, `planner.check.engine_launch`): `NAME=value` sets a variable, `$NAME`, `${NAME}`
-and `${NAME:-default}` expand to it, and a word whose text came from a variable is split at whitespace as
-bash splits an unquoted expansion. Nothing is run: `$(...)` and `$((...))` stay as written.
+"""Shell variables, integer arithmetic and `bash -c` strings in launch scripts, as bash reads them, for the
+readers that split scripts into words (`planner.check.megatron`, `planner.check.torchtitan_cli`,
+`planner.check.engine_launch`): `NAME=value` sets a variable, `$NAME`, `${NAME}` and `${NAME:-default}`
+expand to it, and a word whose text came from a variable is split at whitespace as bash splits an unquoted
+expansion; `$((expression))` of integers and the file's own integer variables is the number bash computes
+(`expand_arithmetic`); `bash -c "STRING"` (also `sh -c`, `bash -lc`, as Slurm launchers wrap a command so
+that each task expands its variables) runs the words of STRING (`unwrap`). Nothing is run: `$(...)` stays as
+written, and arithmetic of a variable the file does not set stays as written for the reader to refuse
+(`unresolved`).
 
-Source: bash(1) "Parameter Expansion" (`${parameter:-word}`: word when unset or null) and "Word Splitting"
-(default IFS: space, tab, newline; the results of unquoted expansions are split).
+Source: bash(1) "Parameter Expansion" (`${parameter:-word}`: word when unset or null), "Word Splitting"
+(default IFS: space, tab, newline; the results of unquoted expansions are split), "Arithmetic Expansion"
+(`$((expression))`; names inside are variables, with or without `$`; integer arithmetic, `/` truncating) and
+"OPTIONS" (`-c`: commands are read from the first non-option argument).
 """
 
 from __future__ import annotations
 
+import ast
+import operator
 import re
+import shlex
+
+from planner.errors import SpecError
 
 VAR = re.compile(r"\$(?:\{(\w+)(?::-([^}]*))?\}|(\w+))")
 """`$NAME`, `${NAME}`, `${NAME:-default}`."""
 ASSIGN = re.compile(r"^([A-Za-z_]\w*)=(.*)$", re.S)
 """`NAME=value` (one shell word)."""
+SHELLS = ("bash", "sh", "dash", "zsh")
+"""Shells whose `-c STRING` runs STRING as a command line (`unwrap`)."""
+_ARITH_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+              ast.FloorDiv: operator.floordiv, ast.Div: operator.floordiv, ast.Mod: operator.mod}
+"""Integer operators of bash arithmetic evaluated here (`/` is integer division; the operands here are
+non-negative in every script seen, where floor and bash's truncation agree)."""
 
 
 def substitute(word: str, env: dict[str, str]) -> str:
     """`word` with each variable `env` sets (non-empty) replaced by its value, else by its `:-` default, else
-    left as written."""
-    return VAR.sub(lambda m: _value(m, env), word)
+    left as written; then each `$((...))` of integers and `env`'s integer variables replaced by its number
+    (`expand_arithmetic`)."""
+    return expand_arithmetic(VAR.sub(lambda m: _value(m, env), word), env)
 
 
 def _value(match: re.Match, env: dict[str, str]) -> str:
@@ -37,3 +56,180 @@ def fields(word: str, raw: str) -> list[str]:
     if (word != raw and "$(" not in word) or (word.startswith("--") and any(c.isspace() for c in word)):
         return word.split()
     return [word]
+
+
+def join_arithmetic(words: list[str]) -> list[str]:
+    """Words with a `$((` whose `))` comes in a later word (shlex splits `$((A * B))` at its spaces) joined
+    back."""
+    out: list[str] = []
+    for word in words:
+        if out and "$((" in out[-1] and out[-1].count("((") > out[-1].count("))"):
+            out[-1] += " " + word
+        else:
+            out.append(word)
+    return out
+
+
+def _expansions(word: str) -> list[tuple[int, int, str]]:
+    """(start, end, expression) of each `$((expression))` in `word`, parentheses inside it counted."""
+    out, at = [], word.find("$((")
+    while at >= 0:
+        depth, k = 2, at + 3
+        while k < len(word) and depth:
+            depth += {"(": 1, ")": -1}.get(word[k], 0)
+            k += 1
+        if depth:
+            break
+        out.append((at, k, word[at + 3:k - 2]))
+        at = word.find("$((", k)
+    return out
+
+
+def arithmetic(expression: str, env: dict[str, str]) -> int | None:
+    """The integer value of a bash arithmetic expression of integers, variables (`NAME` or `$NAME`) that `env`
+    sets to integers, parentheses and + - * / %, or None when it holds anything else (or divides by 0)."""
+    try:
+        tree = ast.parse(re.sub(r"\$([A-Za-z_]\w*)", r"\1", expression).replace("/", "//").replace("////", "//").strip(),
+                         mode="eval")
+    except SyntaxError:
+        return None
+
+    def value(node: ast.AST) -> int | None:
+        if isinstance(node, ast.Constant) and type(node.value) is int:
+            return node.value
+        if isinstance(node, ast.Name) and re.fullmatch(r"-?\d+", env.get(node.id, "")):
+            return int(env[node.id])
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+            inner = value(node.operand)
+            return None if inner is None else (-inner if isinstance(node.op, ast.USub) else inner)
+        if isinstance(node, ast.BinOp) and type(node.op) in _ARITH_OPS:
+            left, right = value(node.left), value(node.right)
+            if left is None or right is None or (right == 0 and type(node.op) not in (ast.Mult, ast.Add, ast.Sub)):
+                return None
+            return _ARITH_OPS[type(node.op)](left, right)
+        return None
+    return value(tree.body)
+
+
+def expand_arithmetic(word: str, env: dict[str, str]) -> str:
+    """`word` with each `$((...))` that `arithmetic` evaluates replaced by its number; others left as written."""
+    for start, end, expression in reversed(_expansions(word)):
+        number = arithmetic(expression, env)
+        if number is not None:
+            word = word[:start] + str(number) + word[end:]
+    return word
+
+
+def unresolved(value: str, env: dict[str, str]) -> str | None:
+    """Why a value (after `substitute`) is no literal, for a one-line bad-input message: a `$((...))` naming
+    the variables the file does not set (or holding more than integers, variables and + - * / %), a `$(...)`
+    command substitution, a `$NAME` the file does not set; None when it holds no `$`."""
+    if "$((" in value:
+        names = sorted({n for _, _, e in _expansions(value) for n in re.findall(r"[A-Za-z_]\w*", e)
+                        if not re.fullmatch(r"-?\d+", env.get(n, ""))})
+        what = (f"of {', '.join(names)}, which the file does not set to an integer" if names else
+                "of more than integers, the file's integer variables and + - * / %")
+        return (f"value {value!r} is a shell arithmetic expansion $((...)) {what}: this reader does not "
+                f"evaluate it; {'set ' + ', '.join(names) + ' in the file or ' if names else ''}write the number")
+    if "$(" in value:
+        return f"value {value!r} is a shell command substitution $(...), which this reader does not run; write the value"
+    if "$" in value:
+        names = sorted({m.group(1) or m.group(3) for m in VAR.finditer(value)}) or ["?"]
+        return (f"value {value!r} uses the shell variable {', '.join(names)}, which the file does not set; set it "
+                f"in the file or write the value")
+    return None
+
+
+def unwrap(words: list[str], file: str) -> list[str]:
+    """`words` with each `bash -c STRING` (any of `SHELLS`, by path or name, with options before `-c` such as
+    `-l`, `-e`, or `-lc` written together) replaced by the words of STRING, split as the shell splits a
+    command line (`shlex`, `#` comments), recursively: `srun ... bash -c "python pretrain_gpt.py --flag ..."`
+    reads as `srun ... python pretrain_gpt.py --flag ...`. Variables inside STRING are expanded by the
+    readers as elsewhere in the file (the file's own variables; the inner shell inherits exported ones).
+
+    Raises:
+        SpecError: unbalanced quotes inside STRING (exit 2)."""
+    out, i = [], 0
+    while i < len(words):
+        word = words[i]
+        at = _command_string(words, i)
+        if at is None:
+            out.append(word)
+            i += 1
+            continue
+        try:
+            inner = join_arithmetic(shlex.split(words[at], comments=True))
+        except ValueError as exc:
+            raise SpecError(f"shell syntax error in the command string of {word} -c: {exc}", file=file) from None
+        out += unwrap(inner, file)
+        i = at + 1
+    return out
+
+
+def _command_string(words: list[str], i: int) -> int | None:
+    """The index of the command string when `words[i]` starts `SHELL [options] -c STRING`, else None."""
+    if words[i].rsplit("/", 1)[-1] not in SHELLS:
+        return None
+    k = i + 1
+    while k < len(words) and words[k].startswith("-") and words[k] != "-":
+        if not words[k].startswith("--") and "c" in words[k][1:]:
+            return k + 1 if k + 1 < len(words) else None
+        k += 1
+    return None
+
+
+def continues(lines: list[str]) -> list[bool]:
+    """For each line, whether the shell command on it goes on to the next line: it ends in a backslash
+    (line continuation) or a quote opened on it or before it is still open (a multi-line `bash -c "..."`
+    string). A `#` starting a word outside quotes comments out the rest of its line. Source: bash(1)
+    "QUOTING", "COMMENTS"."""
+    out, quote = [], None
+    for line in lines:
+        escaped, previous = False, " "
+        for char in line:
+            if escaped:
+                escaped = False
+            elif quote == "'":
+                quote = None if char == "'" else quote
+            elif char == "\\":
+                escaped = True
+            elif quote == '"':
+                quote = None if char == '"' else quote
+            elif char in "'\"":
+                quote = char
+            elif char == "#" and previous.isspace():
+                break
+            previous = char
+        out.append(quote is not None or line.rstrip().endswith("\\"))
+    return out
+
+
+def commands(text: str) -> list[tuple[int, str]]:
+    """(first line number, text) of each command of `text`: lines joined where `continues` says the command
+    goes on (a backslash continuation's backslash dropped; a quoted newline kept as a space)."""
+    lines = text.splitlines()
+    out, start, parts = [], None, []
+    for number, (line, more) in enumerate(zip(lines, continues(lines)), 1):
+        start = number if start is None else start
+        stripped = line.rstrip()
+        parts.append(stripped[:-1] if more and stripped.endswith("\\") else line)
+        if not more:
+            out.append((start, " ".join(parts)))
+            start, parts = None, []
+    if parts:
+        out.append((start, " ".join(parts)))
+    return out
+
+
+def expand_command(words: list[str], variables: dict[str, str]) -> list[str] | None:
+    """One shell command's words with the script's variables and integer arithmetic expanded (`substitute`,
+    `fields`); None for a command of assignments only (`export` or not), whose values it sets in `variables`
+    (expanded with those set before), as bash does."""
+    names = words[1:] if words[:1] == ["export"] else words
+    if names and all(ASSIGN.match(w) for w in names):
+        for word in names:
+            name, value = ASSIGN.match(word).groups()
+            variables[name] = substitute(value, variables)
+        return None
+    return [f for raw in words for f in fields(substitute(raw, variables), raw)]
+

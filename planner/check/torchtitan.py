@@ -52,7 +52,7 @@ import difflib
 import tomllib
 from pathlib import Path
 
-from planner.check.gate import Target, attempt, raise_missing
+from planner.check.gate import Target, attempt, raise_bad_values, raise_missing
 from planner.errors import SpecError
 from planner.frameworks import torchtitan as tt
 from planner.frameworks.torchtitan import NAME as N
@@ -95,6 +95,18 @@ def read_doc(doc: dict, file: str, *, model: str | None, cluster: str | None, gp
     """`read` of a parsed job config ({section: {key: value}}, `tt.KEYS` spellings); `file`
     names it in messages (the command-line reader, `torchtitan_cli`, builds one)."""
     cfg = _Config(doc, file)
+    try:
+        target = _read_config(cfg, file, model=model, cluster=cluster, gpus=gpus, seq_len=seq_len)
+    except SpecError:
+        raise_bad_values(file, cfg.bad)  # the bad values first: a later error may follow from one set aside
+        raise
+    raise_bad_values(file, cfg.bad)
+    return target
+
+
+def _read_config(cfg: "_Config", file: str, *, model: str | None, cluster: str | None, gpus: int | None,
+                 seq_len: int | None) -> Target:
+    """`read_doc` of the typed settings (`_Config`)."""
     missing: list[SpecError] = []   # every required option left out, in one error
     spec = attempt(lambda: _model(cfg, model), missing)
     if cluster is None:
@@ -123,10 +135,13 @@ def _parse(path: Path) -> dict:
 
 
 class _Config:
-    """Typed access to the settings of `_KEYS`, whichever spelling the file uses."""
+    """Typed access to the settings of `_KEYS`, whichever spelling the file uses. A value of the wrong type
+    or range is added to `bad` and read as its default, so that one run names every bad value
+    (`gate.raise_bad_values`; fresh-user review 9: this reader stopped at the first)."""
 
     def __init__(self, doc: dict, file: str):
         self.doc, self.file = doc, file
+        self.bad: list[SpecError] = []
         for section in {s for spellings in _KEYS.values() for s, _ in spellings}:
             if section in doc and not isinstance(doc[section], dict):
                 raise SpecError(f"value {doc[section]!r} must be a table ([{section}])", file=file,
@@ -180,23 +195,26 @@ class _Config:
             return None
         if type(value) is not int or (value < minimum and value not in allow):
             extra = f" or {', '.join(map(str, allow))}" if allow else ""
-            raise SpecError(f"value {value!r} must be an integer >= {minimum}{extra}",
-                            file=self.file, key=self.where(name))
+            self.bad.append(SpecError(f"value {value!r} must be an integer >= {minimum}{extra}",
+                                      file=self.file, key=self.where(name)))
+            return default if default is not None else max(minimum, 1)  # given, so not read as absent
         return value
 
     def text(self, name: str, default: str, allowed: tuple[str, ...] | None = None) -> str:
         value = self.get(name, default)
         if not isinstance(value, str) or (allowed and value not in allowed):
             what = f"one of {', '.join(allowed)}" if allowed else "a string"
-            raise SpecError(f"value {value!r} not allowed; allowed: {what}", file=self.file,
-                            key=self.where(name))
+            self.bad.append(SpecError(f"value {value!r} not allowed; allowed: {what}", file=self.file,
+                                      key=self.where(name)))
+            return default
         return value
 
     def flag(self, name: str) -> bool:
         value = self.get(name, False)
         if not isinstance(value, bool):
-            raise SpecError(f"value {value!r} must be true or false", file=self.file,
-                            key=self.where(name))
+            self.bad.append(SpecError(f"value {value!r} must be true or false", file=self.file,
+                                      key=self.where(name)))
+            return False
         return value
 
     def fail(self, name: str, message: str) -> SpecError:

@@ -8,8 +8,10 @@ parses `--section.field value` / `--section.field=value` overrides, which take p
 GPUs per node give the ranks).
 
 The file is split like a shell command line (`shlex`; backslash continuations, `#` comments), its
-shell variables expanded as the Megatron-LM reader expands them (`NGPU=${NGPU:-8}`; a torchrun size
-from a variable the file does not set leaves the world size to --gpus); the
+shell variables, integer arithmetic and `bash -c` strings expanded as the Megatron-LM reader expands them
+(`NGPU=${NGPU:-8}`; a torchrun size from a variable the file does not set leaves the world size to
+--gpus; a costed override left with a `$` is bad input naming the variable); every bad value of the
+costed overrides is reported in one run (`_bad_values`); the
 config function's values the planner costs come from `tt.PRESETS` (a function not listed there is
 bad input naming those that are), the overrides replace them, the rest are torchtitan's defaults.
 The batch is in tokens: micro-batch = `tt.MICROBATCH_TOKENS` / `tt.CONTEXT` sequences (a
@@ -36,10 +38,10 @@ import difflib
 import re
 from pathlib import Path
 
-from planner.check import megatron, torchtitan
-from planner.check.gate import Target
+from planner.check import megatron, shell, torchtitan
+from planner.check.gate import Target, raise_bad_values
 from planner.check.lines import line_endings
-from planner.errors import SpecError
+from planner.errors import SpecError, counted
 from planner.frameworks import megatron as megatron_vocabulary
 from planner.frameworks import torchtitan as tt
 from planner.placement.rules import Violation
@@ -74,11 +76,14 @@ def read(path: Path, *, model: str | None, cluster: str | None, gpus: int | None
     file = str(path)
     text = files.read_text(path, kind="text file (a torchtitan command line)")
     words = _words(text, file)
-    flags, ac = _flags(words, file)
+    bad: list[SpecError] = []
+    flags, ac = _flags(words, file, bad)
+    bad += _bad_values(flags, file)
+    raise_bad_values(file, bad)  # every value torchtitan (tyro) rejects, in one error
     preset = _preset(flags, file)
     given = {k: v if isinstance(v, list) else _value(v) for k, v in flags.items() if "." in k}
     base = {**tt.CLI_DEFAULT, **{k: v for k, v in preset.items() if "." in k}}
-    meant = _meant(given, {**base, **given})
+    meant = _meant(given, {**base, **given}, preset)
     settings = {**base, **meant, **given}
     ranks = _ranks(flags, file)
     if ranks is not None and gpus is not None and gpus != ranks:
@@ -109,9 +114,9 @@ def _words(text: str, file: str) -> list[str]:
     return megatron.shell_words(text, file)[0]
 
 
-def _flags(words: list[str], file: str) -> tuple[dict[str, str], str | None]:
+def _flags(words: list[str], file: str, bad: list[SpecError]) -> tuple[dict[str, str], str | None]:
     """({--flag or dotted key: value string}, the activation-checkpoint subcommand or None); the
-    last of a flag given twice wins (tyro / argparse)."""
+    last of a flag given twice wins (tyro / argparse); a subcommand mode torchtitan rejects is added to `bad`."""
     out: dict[str, str] = {}
     ac = None
     i = 0
@@ -121,8 +126,9 @@ def _flags(words: list[str], file: str) -> tuple[dict[str, str], str | None]:
         prefix, colon, choice = word.partition(":")
         if colon and prefix in tt.AC_SUBCOMMANDS:
             if choice not in tt.AC_CHOICES:
-                raise SpecError(f"value {choice!r} not modelled; allowed: "
-                                f"{', '.join(tt.AC_CHOICES)}", file=file, key=prefix)
+                bad.append(SpecError(f"value {choice!r} not modelled; allowed: "
+                                     f"{', '.join(tt.AC_CHOICES)}", file=file, key=prefix))
+                continue
             ac = tt.AC_CHOICES[choice]
             continue
         if not word.startswith("--"):
@@ -143,6 +149,33 @@ def _flags(words: list[str], file: str) -> tuple[dict[str, str], str | None]:
                 value = "true"  # a tyro boolean flag given alone
         out[name[2:] if "." in name else name] = value
     return out, ac
+
+
+def _bad_values(flags: dict[str, str], file: str) -> list[SpecError]:
+    """Every costed override whose value torchtitan's parser (tyro) rejects or the planner cannot read: a shell
+    expansion the file leaves open (`shell.unresolved`), a non-integer or out-of-range `tt.CLI_INTEGERS` field,
+    a non-boolean `tt.CLI_SWITCHES` one, and a `--activation_checkpoint.mode` outside its values (`_ac_mode`);
+    each named by its override (fresh-user review 9: the readers other than Megatron-LM's stopped at the first)."""
+    out = []
+    for key, text in flags.items():
+        if not isinstance(text, str) or (key not in tt.CLI_INTEGERS and key not in tt.CLI_SWITCHES):
+            continue
+        value, least = _value(text), tt.CLI_INTEGERS.get(key)
+        why = shell.unresolved(text, {})
+        if why is None and least is not None and not (type(value) is int and (value >= max(least, 0 if least == 0 else 1)
+                                                                             or value == least == -1)):
+            why = f"value {text!r} must be an integer >= {max(least, 0 if least == 0 else 1)}" + (
+                " or -1" if least == -1 else "")
+        if why is None and least is None and type(value) is not bool:
+            why = f"value {text!r} must be true or false"
+        if why is not None:
+            out.append(SpecError(why, file=file, key=f"--{key}"))
+    if tt.KEY["ac_mode"] in flags:
+        try:
+            _ac_mode({tt.KEY["ac_mode"]: flags[tt.KEY["ac_mode"]]}, None, {"ac": None}, file)
+        except SpecError as exc:
+            out.append(exc)
+    return out
 
 
 def _ac_mode(flags: dict[str, str], subcommand: str | None, preset: dict,
@@ -234,7 +267,8 @@ def _unknown_fields(flags: dict[str, str], context, piped: bool, meant: dict) ->
             out.append(Violation(
                 rule="torchtitan_unknown_key",
                 message=f"--{key} moved to --{tt.CLI_MOVED[key]} (tyro exits on the old name; "
-                        f"config/configs.py at {tt.CLI_COMMIT})",
+                        f"config/configs.py at {tt.CLI_COMMIT}); costed here as --{tt.CLI_MOVED[key]} "
+                        f"{str(meant.get(tt.CLI_MOVED[key], flags[key])).lower()}, what it means",
                 fix=f"write --{tt.CLI_MOVED[key]} (with --{tt.CLI_COMPILE})"))
             continue
         close = difflib.get_close_matches(field, fields, n=1, cutoff=0.6)
@@ -247,13 +281,15 @@ def _unknown_fields(flags: dict[str, str], context, piped: bool, meant: dict) ->
     return out
 
 
-def _meant(given: dict, settings: dict) -> dict:
-    """{current field: value} for the renamed fields given (`tt.CLI_RENAMED`) whose current field is not
-    given itself, converted as `_renamed`'s fix says: what the user meant, so the costing follows it
-    rather than the config function's values (an error either way: tyro exits on the old name).
-    --training.seq_len is the context as is; a batch in sequences is that many x the context; with
-    pp > 1 the old local batch is a step's micro-batches (the count, when the old micro-batch size is
-    given too, else left to the config function's)."""
+def _meant(given: dict, settings: dict, preset: dict) -> dict:
+    """{current field: value} for the renamed and moved fields given (`tt.CLI_RENAMED`, `tt.CLI_MOVED`) whose
+    current field is not given itself, converted as `_renamed`'s fix says: what the user meant, so the costing
+    follows it rather than the config function's values (an error either way: tyro exits on the old name).
+    --training.seq_len is the context as is; a batch in sequences is that many x the context; with pp > 1 the
+    old local batch L was L / S pipeline micro-batches of S sequences, S the old pipeline micro-batch size
+    (default `tt.OLD_PP_MICROBATCH_SIZE`; L the config function's sequences per micro-batch when only S is
+    given): micro-batch tokens S x context and `tt.PP_MICROBATCHES` L / S (left to the config function when S
+    does not divide L, which the old releases refused). AsyncTP's old switch is the new one."""
     out = {}
     seq = given.get(tt.KEY["seq_len"])
     if type(seq) is int and seq >= 1 and tt.CONTEXT not in given:
@@ -264,11 +300,17 @@ def _meant(given: dict, settings: dict) -> dict:
     step = given.get(tt.KEY["global_batch_size"])
     if type(step) is int and (step >= 1 or step == -1):
         out[tt.STEP_TOKENS] = step * context if step != -1 else -1
-    micro = size if piped else local
-    if type(micro) is int and micro >= 1:
-        out[tt.MICROBATCH_TOKENS] = micro * context
-    if piped and type(local) is int and type(size) is int and size >= 1 and local % size == 0:
-        out[tt.PP_MICROBATCHES] = local // size
+    if piped and (local is not None or size is not None):
+        size = tt.OLD_PP_MICROBATCH_SIZE if size is None else size
+        local = preset[tt.MICROBATCH_TOKENS] // preset[tt.CONTEXT] if local is None else local
+        if type(local) is int and type(size) is int and size >= 1 and local >= 1 and local % size == 0:
+            out[tt.MICROBATCH_TOKENS] = size * context
+            out[tt.PP_MICROBATCHES] = local // size
+    elif not piped and type(local) is int and local >= 1:
+        out[tt.MICROBATCH_TOKENS] = local * context
+    for old, new in tt.CLI_MOVED.items():
+        if old in given:
+            out[new] = given[old]
     return {k: v for k, v in out.items() if k not in given}
 
 
@@ -276,7 +318,12 @@ def _renamed(key: str, value, context, piped: bool, meant: dict) -> Violation:
     """The finding for a field `tt.BATCH_RENAME_COMMIT` renamed, its fix the replacement; the message
     says what the check costs in its place (`meant`), else that the config function's value is costed."""
     new, how = tt.CLI_RENAMED[key]
-    if key == tt.KEY["local_batch"] and piped:
+    if key in (tt.KEY["local_batch"], tt.KEY["pp_microbatch_size"]) and piped and tt.PP_MICROBATCHES in meant:
+        size = meant[new] // context if type(context) is int else None
+        fix = (f"with pipeline parallelism the old local batch is a step's pipeline micro-batches: write "
+               f"--{new} {meant[new]} ({counted(size, 'sequence')} of the old pipeline micro-batch size x "
+               f"{context} tokens of --{tt.CONTEXT}) and --{tt.PP_MICROBATCHES} {meant[tt.PP_MICROBATCHES]}")
+    elif key == tt.KEY["local_batch"] and piped:
         fix = (f"with pipeline parallelism the old local batch is a step's pipeline micro-batches: "
                f"write --{new} = the pipeline micro-batch size x --{tt.CONTEXT} and "
                f"--{tt.PP_MICROBATCHES} = {value} / that size")
@@ -289,10 +336,12 @@ def _renamed(key: str, value, context, piped: bool, meant: dict) -> Violation:
         fix = f"write --{new} in tokens (this value in sequences x --{tt.CONTEXT})"
     if key == tt.KEY["pp_microbatch_size"] and not piped:
         fix += f" (ignored: --{tt.KEY['pp']} is 1)"
-    elif key == tt.KEY["pp_microbatch_size"]:
+    elif key == tt.KEY["pp_microbatch_size"] and tt.PP_MICROBATCHES not in meant:
         fix += (f", and --{tt.PP_MICROBATCHES} = the local batch / {value} (a count of pipeline "
                 f"micro-batches)")
-    costed = (f"costed here as --{new} {meant[new]}, what it means" if new in meant
+    pipelined = (f" and --{tt.PP_MICROBATCHES} {meant[tt.PP_MICROBATCHES]}"
+                 if new == tt.MICROBATCH_TOKENS and tt.PP_MICROBATCHES in meant else "")
+    costed = (f"costed here as --{new} {meant[new]}{pipelined}, what it means" if new in meant
               else f"costed here at the config function's --{new}")
     return Violation(
         rule="torchtitan_unknown_key",

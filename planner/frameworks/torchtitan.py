@@ -385,3 +385,21 @@ CLI_FIX_TERMS = {
     "zero_stage 3": f"--{KEY['shard']} > 1",
 }
 """`FIX_TERMS` for a command line of the current releases (`CLI_COMMIT`)."""
+CLI_INTEGERS = {KEY["replicate"]: 1, KEY["shard"]: -1, KEY["tp"]: 1, KEY["pp"]: 1, KEY["cp"]: 1, KEY["ep"]: 1,
+                KEY["pp_first_less"]: 0, KEY["pp_last_less"]: 0, KEY["pp_layers_per_stage"]: 1,
+                MICROBATCH_TOKENS: 1, STEP_TOKENS: -1, CONTEXT: 1, PP_MICROBATCHES: 1, CLI_LOSS_CHUNKS: 1,
+                KEY["local_batch"]: 1, KEY["global_batch_size"]: -1, KEY["seq_len"]: 1,
+                KEY["pp_microbatch_size"]: 1}
+"""The integer overrides the planner costs -> the least value it reads (-1: >= 1, or -1 for "derived"; 0: >= 0).
+Source: `config/configs.py` at `CLI_COMMIT` (`int` fields; TrainingConfig.__post_init__ raises on a token count
+<= 0 other than num_tokens_per_train_step -1; data_parallel_shard_degree -1 = the GPUs left), `components/loss.py`
+ChunkedLossWrapper.Config.num_chunks; the renamed fields of `CLI_RENAMED` as at `BATCH_RENAME_COMMIT`'s parent
+(global_batch_size -1 = local batch x dp)."""
+CLI_SWITCHES = (KEY["offload"], SEQUENCE_PARALLEL, CLI_COMPILE, CLI_ASYNC_TP, KEY["async_tp"])
+"""The `bool` overrides the planner costs (`config/configs.py` at `CLI_COMMIT`; the last, moved, `CLI_MOVED`)."""
+OLD_PP_MICROBATCH_SIZE = 1
+"""`parallelism.pipeline_parallel_microbatch_size`'s default before `BATCH_RENAME_COMMIT` (73aed7f^
+`config/configs.py` l. 223: "The size of each pipeline parallel microbatch (default 1). `training.local_batch_size`
+must be evenly divisible by this value"); no config function of llama3, qwen3 or deepseek_v3 set it there
+(`models/*/config_registry.py` at 73aed7f^): an old command line's local batch with pp > 1 was that many pipeline
+micro-batches of one sequence."""
