@@ -247,6 +247,9 @@ class _Costs:
         self._problems: dict = {}
         self._syncs: dict = {}
         self._windows: dict = {}
+        self._splits: dict = {}
+        self._time_keys: dict = {}
+        self._references: dict = {}
         self.request_lists: tuple = (None, None)
         """(recompute_modules, offload_modules) of the request (None: Megatron-LM's defaults)."""
         self.member_lists: frozenset = frozenset()
@@ -270,6 +273,26 @@ class _Costs:
         exceed it (their optimum is unknown)."""
         """Solved plans `stage_memory` found over capacity (`_fits_as_costed`): each such candidate
         was dropped, not re-solved, so the search can no longer prove its optimum."""
+
+    def split(self, layout: Layout) -> Layout:
+        """`_with_split(model, layout)`, once per candidate object: the search's screens, refined
+        bound and solve each ask it of the same candidate (the entry keeps the candidate alive, so
+        its id is not reused while cached)."""
+        got = self._splits.get(id(layout))
+        if got is None or got[0] is not layout:
+            got = self._splits[id(layout)] = (layout, _with_split(self.model, layout))
+        return got[1]
+
+    def reference_bytes(self, layout: Layout) -> tuple[Layout, tuple, tuple]:
+        """(`reference_layout`, its `kind_state_bytes` w[k], its `kind_activation_bytes`) of
+        `layout`, once per layout object (`_stages_may_fit` and `_layer_choices` ask them of the
+        same split candidate; cached as `split`)."""
+        got = self._references.get(id(layout))
+        if got is None or got[0] is not layout:
+            ref = reference_layout(self.model, layout)
+            got = self._references[id(layout)] = (layout, (
+                ref, kind_state_bytes(self.model, ref)[0], kind_activation_bytes(self.model, ref)))
+        return got[1]
 
     def problem(self, layout: Layout, modes: tuple[str, ...]) -> StageProblem:
         """The stage program of `layout` (built once)."""
@@ -319,8 +342,12 @@ class _Costs:
         return self._pipes[key]
 
     def time_key(self, layout: Layout) -> tuple:
-        """`layer_time_key` of `layout` (what `layer_time` and the LM-head time read)."""
-        return layer_time_key(layout, self.sharing(layout))
+        """`layer_time_key` of `layout` (what `layer_time` and the LM-head time read), once per
+        layout object (the bounds of one candidate ask it several times; cached as `split`)."""
+        got = self._time_keys.get(id(layout))
+        if got is None or got[0] is not layout:
+            got = self._time_keys[id(layout)] = (layout, layer_time_key(layout, self.sharing(layout)))
+        return got[1]
 
     def layer_sums(self, layout: Layout, modes: tuple[str, ...],
                    time_key: tuple | None = None) -> tuple[float, float]:
@@ -457,7 +484,7 @@ def _chunk_profiles(costs: _Costs, layout: Layout) -> frozenset | None:
     (`_with_split`; w_c as `step_time.chunk_times` shares the rank's layer-independent time),
     None unless they are uneven (`_uneven`): what `_uneven_bubble_floor_s` reads of them, each
     distinct profile once."""
-    split = _with_split(costs.model, layout)
+    split = costs.split(layout)
     if not _uneven(split):
         return None
     v, last = split.vpp, split.pp - 1
@@ -606,9 +633,7 @@ def _stages_may_fit(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> bo
     model = costs.model
     if not (_uneven(layout) or memory_model_exact(model, layout)):
         return True
-    ref = reference_layout(model, layout)
-    state, _ = kind_state_bytes(model, ref)
-    act = kind_activation_bytes(model, ref)
+    ref, state, act = costs.reference_bytes(layout)
     allowed = [RECOMPUTE_MODES.index(m) for m in modes]
     cap, kinds = math.floor(costs.usable_bytes), costs.kinds
     pinned = _pinned_split(model, layout)
@@ -674,7 +699,7 @@ def _refined_bound(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> flo
     uneven interleaved chunks (`_uneven`) the program prices the bubble as (pp - 1) / vpp x the
     stage, at most the schedule's (`_pinned_split`), so its value still bounds every plan that
     fits the memory model (the search's feasibility); `_solve_uneven` adds `_uneven_bound`."""
-    layout = _with_split(costs.model, layout)
+    layout = costs.split(layout)
     if not _may_fit(costs, layout, modes):
         costs.infeasible.append(layout)
         return math.inf
@@ -709,7 +734,7 @@ def _screen_bound(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> floa
     that one is exact (one kind), so there it spares only refinements whose value would prune
     too (`search`'s screen; `tests/test_plan_brute.py`); an uneven candidate's may exceed its
     refined bound, whose program prices the smaller (pp - 1) / vpp bubble."""
-    layout = _with_split(costs.model, layout)
+    layout = costs.split(layout)
     pinned = _pinned_split(costs.model, layout)
     if not (_uneven(layout) or memory_model_exact(costs.model, layout)):
         return 0.0
@@ -751,7 +776,7 @@ def _pinned_time_bound(costs: _Costs, layout: Layout, modes: tuple[str, ...]) ->
     same order. It bounds an uneven candidate's plan as the refined bound does (`_refined_bound`).
     The stage cost model is cached (`stage_cost_model`): the candidate's program, if built
     next, reuses it."""
-    layout = _with_split(costs.model, layout)
+    layout = costs.split(layout)
     pinned = _pinned_split(costs.model, layout)
     if (pinned is None or not (_uneven(layout) or memory_model_exact(costs.model, layout))
             or not _may_fit(costs, layout, modes)):  # (no fit: the refined bound's inf, no model)
@@ -777,9 +802,7 @@ def _layer_choices(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> tup
     total per micro-batch."""
     model = costs.model
     times, _ = costs._kind_times(layout, costs.time_key(layout))
-    ref = reference_layout(model, layout)
-    state, _ = kind_state_bytes(model, ref)
-    act = kind_activation_bytes(model, ref)
+    ref, state, act = costs.reference_bytes(layout)
     allowed = [RECOMPUTE_MODES.index(m) for m in modes]
     total, per_flight = times["total_s"], {}
     for s in range(layout.pp):
@@ -804,7 +827,7 @@ def _split_time_bound(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> 
     the least over splits of the largest such sum (`search.bounds.split_free_bound` with one
     piece), plus P. Its margin is `_split_free_bound`'s, so it stays below the refined bound
     wherever that one is the program's optimum."""
-    layout = _with_split(costs.model, layout)
+    layout = costs.split(layout)
     if _pinned_split(costs.model, layout) is not None or not memory_model_exact(costs.model, layout):
         return 0.0
     time_key = costs.time_key(layout)
@@ -841,7 +864,7 @@ def _split_memory_bound(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -
     with `_screen_bound`'s margin, which keeps it below the refined bound wherever that one is
     the program's optimum, so this screen spares only refinements whose value would prune too:
     the search solves the same candidates in the same order (`search`'s screens)."""
-    layout = _with_split(costs.model, layout)
+    layout = costs.split(layout)
     if (_pinned_split(costs.model, layout) is not None
             or not memory_model_exact(costs.model, layout) or not _may_fit(costs, layout, modes)):
         return 0.0
@@ -987,7 +1010,7 @@ def _turn(o: tuple[int, float], a: tuple[int, float], b: tuple[int, float]) -> f
 
 def _solve(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> Evaluated | None:
     """Solve the stage program of `layout` and cost its plan with step_time (None: no plan)."""
-    layout = _with_split(costs.model, layout)
+    layout = costs.split(layout)
     if _uneven(layout):
         return _solve_uneven(costs, layout, modes)
     solution = solve_stage_problem(costs.int_problem(layout, modes), diagnose=False)

@@ -32,6 +32,7 @@ Verdict: `fits` when total ≤ (1 − margin) · capacity, `at_risk` when ≤ ca
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 
 from planner.cost import activations as act
@@ -446,7 +447,9 @@ def pipeline_schedule_peak(ops: list[tuple[str, int]], chunk_activation_bytes: l
     fwd_kept = forward_kept_bytes or [0] * n
     bwd_kept = backward_kept_bytes or [0] * n
     held = chunk_held_bytes or [0] * n
-    total = [sum(1 for kind, c in ops if kind == "B" and c == chunk) for chunk in range(n)]
+    if release_after_last_backward:  # (backwards per chunk: read only by `live`)
+        runs = Counter(c for kind, c in ops if kind == "B")
+        total = [runs[chunk] for chunk in range(n)]
     forwards, backwards = [0] * n, [0] * n
     best, at = -1, ([0] * n, [False] * n, [0] * n, [0] * n)
 
