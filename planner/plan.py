@@ -277,10 +277,16 @@ class _Costs:
     def split(self, layout: Layout) -> Layout:
         """`_with_split(model, layout)`, once per candidate object: the search's screens, refined
         bound and solve each ask it of the same candidate (the entry keeps the candidate alive, so
-        its id is not reused while cached)."""
+        its id is not reused while cached). The split layout takes the candidate's `time_key` when
+        that is known: `_with_split` sets only `pipeline_layers` / `pipeline_layout`, which
+        `layer_time_key` does not read (its fields, `axes_sharing`'s tp, cp, dp, pp, and those of
+        `overlap.resolve`, `state_bytes` and `Layout.selective_modules`)."""
         got = self._splits.get(id(layout))
         if got is None or got[0] is not layout:
             got = self._splits[id(layout)] = (layout, _with_split(self.model, layout))
+            key = self._time_keys.get(id(layout))
+            if key is not None and key[0] is layout:  # (the split changes no field it reads)
+                self._time_keys[id(got[1])] = (got[1], key[1])
         return got[1]
 
     def reference_bytes(self, layout: Layout) -> tuple[Layout, tuple, tuple]:
@@ -898,9 +904,11 @@ def _split_memory_bound(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -
         stages.append(shared[key])
 
     n_layers = len(kinds)
-    prefix = [(0,) * n_kinds]  # [j] layers of each kind among the first j
-    for k in kinds:
-        prefix.append(tuple(c + (i == k) for i, c in enumerate(prefix[-1])))
+    prefix = costs._bound_terms.get("kind_prefix")  # [j] layers of each kind among the first j
+    if prefix is None:
+        prefix = costs._bound_terms["kind_prefix"] = [(0,) * n_kinds]
+        for k in kinds:
+            prefix.append(tuple(c + (i == k) for i, c in enumerate(prefix[-1])))
 
     def f(stage, start: int, end: int) -> float:  # f_s of the run [start, end)
         h, memo, choices = stage
