@@ -247,6 +247,9 @@ class _Costs:
         self._problems: dict = {}
         self._syncs: dict = {}
         self._windows: dict = {}
+        self._splits: dict = {}
+        self._time_keys: dict = {}
+        self._references: dict = {}
         self.request_lists: tuple = (None, None)
         """(recompute_modules, offload_modules) of the request (None: Megatron-LM's defaults)."""
         self.member_lists: frozenset = frozenset()
@@ -270,6 +273,32 @@ class _Costs:
         exceed it (their optimum is unknown)."""
         """Solved plans `stage_memory` found over capacity (`_fits_as_costed`): each such candidate
         was dropped, not re-solved, so the search can no longer prove its optimum."""
+
+    def split(self, layout: Layout) -> Layout:
+        """`_with_split(model, layout)`, once per candidate object: the search's screens, refined
+        bound and solve each ask it of the same candidate (the entry keeps the candidate alive, so
+        its id is not reused while cached). The split layout takes the candidate's `time_key` when
+        that is known: `_with_split` sets only `pipeline_layers` / `pipeline_layout`, which
+        `layer_time_key` does not read (its fields, `axes_sharing`'s tp, cp, dp, pp, and those of
+        `overlap.resolve`, `state_bytes` and `Layout.selective_modules`)."""
+        got = self._splits.get(id(layout))
+        if got is None or got[0] is not layout:
+            got = self._splits[id(layout)] = (layout, _with_split(self.model, layout))
+            key = self._time_keys.get(id(layout))
+            if key is not None and key[0] is layout:  # (the split changes no field it reads)
+                self._time_keys[id(got[1])] = (got[1], key[1])
+        return got[1]
+
+    def reference_bytes(self, layout: Layout) -> tuple[Layout, tuple, tuple]:
+        """(`reference_layout`, its `kind_state_bytes` w[k], its `kind_activation_bytes`) of
+        `layout`, once per layout object (`_stages_may_fit` and `_layer_choices` ask them of the
+        same split candidate; cached as `split`)."""
+        got = self._references.get(id(layout))
+        if got is None or got[0] is not layout:
+            ref = reference_layout(self.model, layout)
+            got = self._references[id(layout)] = (layout, (
+                ref, kind_state_bytes(self.model, ref)[0], kind_activation_bytes(self.model, ref)))
+        return got[1]
 
     def problem(self, layout: Layout, modes: tuple[str, ...]) -> StageProblem:
         """The stage program of `layout` (built once)."""
@@ -319,8 +348,12 @@ class _Costs:
         return self._pipes[key]
 
     def time_key(self, layout: Layout) -> tuple:
-        """`layer_time_key` of `layout` (what `layer_time` and the LM-head time read)."""
-        return layer_time_key(layout, self.sharing(layout))
+        """`layer_time_key` of `layout` (what `layer_time` and the LM-head time read), once per
+        layout object (the bounds of one candidate ask it several times; cached as `split`)."""
+        got = self._time_keys.get(id(layout))
+        if got is None or got[0] is not layout:
+            got = self._time_keys[id(layout)] = (layout, layer_time_key(layout, self.sharing(layout)))
+        return got[1]
 
     def layer_sums(self, layout: Layout, modes: tuple[str, ...],
                    time_key: tuple | None = None) -> tuple[float, float]:
@@ -457,7 +490,7 @@ def _chunk_profiles(costs: _Costs, layout: Layout) -> frozenset | None:
     (`_with_split`; w_c as `step_time.chunk_times` shares the rank's layer-independent time),
     None unless they are uneven (`_uneven`): what `_uneven_bubble_floor_s` reads of them, each
     distinct profile once."""
-    split = _with_split(costs.model, layout)
+    split = costs.split(layout)
     if not _uneven(split):
         return None
     v, last = split.vpp, split.pp - 1
@@ -585,7 +618,15 @@ def _may_fit(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> bool:
         states = _least_state_bytes(costs, layout)
         costs._bound_terms[key] = (
             states <= room and states + _least_activation_bytes(costs, layout, modes) <= room
-            and _stages_may_fit(costs, layout, modes))
+            and _stages_fit(costs, layout, modes))
+    return costs._bound_terms[key]
+
+
+def _stages_fit(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> bool:
+    """`_stages_may_fit`, once per (layout, modes): `_screen_bound` and `_may_fit` ask it."""
+    key = ("stages_fit", layout, modes)
+    if key not in costs._bound_terms:
+        costs._bound_terms[key] = _stages_may_fit(costs, layout, modes)
     return costs._bound_terms[key]
 
 
@@ -606,9 +647,7 @@ def _stages_may_fit(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> bo
     model = costs.model
     if not (_uneven(layout) or memory_model_exact(model, layout)):
         return True
-    ref = reference_layout(model, layout)
-    state, _ = kind_state_bytes(model, ref)
-    act = kind_activation_bytes(model, ref)
+    ref, state, act = costs.reference_bytes(layout)
     allowed = [RECOMPUTE_MODES.index(m) for m in modes]
     cap, kinds = math.floor(costs.usable_bytes), costs.kinds
     pinned = _pinned_split(model, layout)
@@ -674,7 +713,7 @@ def _refined_bound(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> flo
     uneven interleaved chunks (`_uneven`) the program prices the bubble as (pp - 1) / vpp x the
     stage, at most the schedule's (`_pinned_split`), so its value still bounds every plan that
     fits the memory model (the search's feasibility); `_solve_uneven` adds `_uneven_bound`."""
-    layout = _with_split(costs.model, layout)
+    layout = costs.split(layout)
     if not _may_fit(costs, layout, modes):
         costs.infeasible.append(layout)
         return math.inf
@@ -708,13 +747,23 @@ def _screen_bound(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> floa
     twice over) plus 1e-9 relative keeps it below the refined bound of an even candidate wherever
     that one is exact (one kind), so there it spares only refinements whose value would prune
     too (`search`'s screen; `tests/test_plan_brute.py`); an uneven candidate's may exceed its
-    refined bound, whose program prices the smaller (pp - 1) / vpp bubble."""
-    layout = _with_split(costs.model, layout)
+    refined bound, whose program prices the smaller (pp - 1) / vpp bubble.
+
+    With the split pinned, a candidate `_stages_may_fit` refuses gets 0 before any LP is set up
+    (on qwen3-235b-a22b at 64 GPUs ~5,350 of the ~5,450 screened): the value the LPs give it.
+    That test refuses exactly when some stage's least bytes, the sum over its pinned run of
+    ceil(w[k]) + min_r ceil(act[k][r] x flight_s), exceed floor(usable bytes) -- the same
+    reference layout, flights, capacity and integer bytes as `_layer_choices`; every layer's
+    lower hull ends at its least-bytes choice, so that stage's LP frees at most down to that sum,
+    has no solution (`_least_stage_time_s` None), and the loop returns 0."""
+    layout = costs.split(layout)
     pinned = _pinned_split(costs.model, layout)
     if not (_uneven(layout) or memory_model_exact(costs.model, layout)):
         return 0.0
     if pinned is None:  # (a candidate `_may_fit` refuses is left to the refined bound, its inf)
         return _split_free_bound(costs, layout, modes) if _may_fit(costs, layout, modes) else 0.0
+    if not _stages_fit(costs, layout, modes):  # (the LPs below would give 0: see above)
+        return 0.0
     model = costs.model
     head, choices = _layer_choices(costs, layout, modes)
     cap, kinds, start, slowest = math.floor(costs.usable_bytes), costs.kinds, 0, 0.0
@@ -751,7 +800,7 @@ def _pinned_time_bound(costs: _Costs, layout: Layout, modes: tuple[str, ...]) ->
     same order. It bounds an uneven candidate's plan as the refined bound does (`_refined_bound`).
     The stage cost model is cached (`stage_cost_model`): the candidate's program, if built
     next, reuses it."""
-    layout = _with_split(costs.model, layout)
+    layout = costs.split(layout)
     pinned = _pinned_split(costs.model, layout)
     if (pinned is None or not (_uneven(layout) or memory_model_exact(costs.model, layout))
             or not _may_fit(costs, layout, modes)):  # (no fit: the refined bound's inf, no model)
@@ -777,9 +826,7 @@ def _layer_choices(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> tup
     total per micro-batch."""
     model = costs.model
     times, _ = costs._kind_times(layout, costs.time_key(layout))
-    ref = reference_layout(model, layout)
-    state, _ = kind_state_bytes(model, ref)
-    act = kind_activation_bytes(model, ref)
+    ref, state, act = costs.reference_bytes(layout)
     allowed = [RECOMPUTE_MODES.index(m) for m in modes]
     total, per_flight = times["total_s"], {}
     for s in range(layout.pp):
@@ -804,7 +851,7 @@ def _split_time_bound(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> 
     the least over splits of the largest such sum (`search.bounds.split_free_bound` with one
     piece), plus P. Its margin is `_split_free_bound`'s, so it stays below the refined bound
     wherever that one is the program's optimum."""
-    layout = _with_split(costs.model, layout)
+    layout = costs.split(layout)
     if _pinned_split(costs.model, layout) is not None or not memory_model_exact(costs.model, layout):
         return 0.0
     time_key = costs.time_key(layout)
@@ -841,7 +888,7 @@ def _split_memory_bound(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -
     with `_screen_bound`'s margin, which keeps it below the refined bound wherever that one is
     the program's optimum, so this screen spares only refinements whose value would prune too:
     the search solves the same candidates in the same order (`search`'s screens)."""
-    layout = _with_split(costs.model, layout)
+    layout = costs.split(layout)
     if (_pinned_split(costs.model, layout) is not None
             or not memory_model_exact(costs.model, layout) or not _may_fit(costs, layout, modes)):
         return 0.0
@@ -857,9 +904,11 @@ def _split_memory_bound(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -
         stages.append(shared[key])
 
     n_layers = len(kinds)
-    prefix = [(0,) * n_kinds]  # [j] layers of each kind among the first j
-    for k in kinds:
-        prefix.append(tuple(c + (i == k) for i, c in enumerate(prefix[-1])))
+    prefix = costs._bound_terms.get("kind_prefix")  # [j] layers of each kind among the first j
+    if prefix is None:
+        prefix = costs._bound_terms["kind_prefix"] = [(0,) * n_kinds]
+        for k in kinds:
+            prefix.append(tuple(c + (i == k) for i, c in enumerate(prefix[-1])))
 
     def f(stage, start: int, end: int) -> float:  # f_s of the run [start, end)
         h, memo, choices = stage
@@ -987,7 +1036,7 @@ def _turn(o: tuple[int, float], a: tuple[int, float], b: tuple[int, float]) -> f
 
 def _solve(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> Evaluated | None:
     """Solve the stage program of `layout` and cost its plan with step_time (None: no plan)."""
-    layout = _with_split(costs.model, layout)
+    layout = costs.split(layout)
     if _uneven(layout):
         return _solve_uneven(costs, layout, modes)
     solution = solve_stage_problem(costs.int_problem(layout, modes), diagnose=False)

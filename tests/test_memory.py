@@ -324,5 +324,7 @@ def test_schedule_peak_follows_its_definition_on_random_orders():
             done[op] += 1
         draw = (lambda: rng.uniform(0, 50)) if rng.random() < 0.3 else (lambda: rng.randint(0, 50))
         args = [[draw() for _ in range(n)] for _ in range(5)]
+        if rng.random() < 0.5:  # nothing held: the whole-byte path without `share` (integer draws)
+            args[4] = [0] * n
         release = rng.random() < 0.5
         assert pipeline_schedule_peak(ops, *args, release) == _peak_by_definition(ops, *args, release)

@@ -32,6 +32,7 @@ Verdict: `fits` when total ≤ (1 − margin) · capacity, `at_risk` when ≤ ca
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 
 from planner.cost import activations as act
@@ -446,7 +447,9 @@ def pipeline_schedule_peak(ops: list[tuple[str, int]], chunk_activation_bytes: l
     fwd_kept = forward_kept_bytes or [0] * n
     bwd_kept = backward_kept_bytes or [0] * n
     held = chunk_held_bytes or [0] * n
-    total = [sum(1 for kind, c in ops if kind == "B" and c == chunk) for chunk in range(n)]
+    if release_after_last_backward:  # (backwards per chunk: read only by `live`)
+        runs = Counter(c for kind, c in ops if kind == "B")
+        total = [runs[chunk] for chunk in range(n)]
     forwards, backwards = [0] * n, [0] * n
     best, at = -1, ([0] * n, [False] * n, [0] * n, [0] * n)
 
@@ -475,17 +478,28 @@ def pipeline_schedule_peak(ops: list[tuple[str, int]], chunk_activation_bytes: l
         # The same sum kept up to date without `share`: a forward adds its chunk's activation and
         # forward-kept bytes, a backward frees the activation, adds its backward-kept bytes and, the
         # first on its chunk, the chunk's gradient (each `share(c)` difference, in whole bytes).
+        # `look` inlined: the ops run before the first greatest look are counted once, after.
         act, grad = chunk_activation_bytes, chunk_gradient_bytes
-        for kind, chunk in ops:
+        started, peak_ops = [False] * n, None
+        for i, (kind, chunk) in enumerate(ops):
             if kind == "F":
-                forwards[chunk] += 1
                 value += act[chunk] + fwd_kept[chunk]
                 continue
-            look()
-            value += bwd_kept[chunk] - act[chunk] + (0 if backwards[chunk] else grad[chunk])
-            backwards[chunk] += 1
-            look()
-        return at
+            if value > best:
+                best, peak_ops = value, i
+            value += bwd_kept[chunk] - act[chunk] + (0 if started[chunk] else grad[chunk])
+            started[chunk] = True
+            if value > best:
+                best, peak_ops = value, i + 1
+        if peak_ops is None:
+            return at
+        for kind, chunk in ops[:peak_ops]:
+            if kind == "F":
+                forwards[chunk] += 1
+            else:
+                backwards[chunk] += 1
+        return ([f - b for f, b in zip(forwards, backwards)], [bool(b) for b in backwards],
+                forwards, backwards)
     for kind, chunk in ops:
         before = share(chunk)
         if kind == "F":
