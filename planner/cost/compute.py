@@ -386,7 +386,15 @@ def expert_host_launches(framework: str, phase: str, precision: str) -> int:
 KERNEL_LAUNCH_HOST_S = 5e-6
 """Host time of one kernel launch, s: the low end of "the launch time on the CPU side is between
 5-20 microseconds" (facebookresearch/HolisticTraceAnalysis docs/source/features/
-cuda_kernel_launch_stats.rst, measured over PyTorch traces)."""
+cuda_kernel_launch_stats.rst, measured over PyTorch traces). A low estimate for Megatron's
+expert GEMMs: Transformer Engine issues each through its own cuBLASLt call, which creates the
+matrix layouts, the operation and preference descriptors and queries the heuristic (~25 host API
+calls, NVIDIA/TransformerEngine@d0067d0 transformer_engine/common/gemm/cublaslt_gemm.cu
+`cublas_gemm`, l. 315-775), and Megatron's DDP runs a Python hook per expert weight per backward
+(distributed_data_parallel.py l. 553-586 @d98e8a6; TE registers weight{i} per expert,
+grouped_linear.py l. 1738-1752). No published host time per grouped-GEMM member picks a higher
+value; at 10 us the Qwen3-30B-A3B bf16 job on 16 H100 plans ep4 pp4, at 20 us ep8 pp2, at this
+5 us ep1 pp8 (tests/test_expert_plans.py QWEN3_BF16_EP1)."""
 
 
 def moe_expert_host_idle_s(local_experts: int, launches_per_expert: int, gpu_experts_s: float) -> float:
@@ -462,6 +470,13 @@ def moe_host_sync_s() -> float:
     grow with the tokens, not the micro-batches; a held-out check of the per-micro-batch part:
     NVIDIA's 8-GPU B200 Qwen3-30B-A3B runs, micro-batch 1 -> 4 (tests/test_expert_plans.py
     `test_moe_micro_batch_gain_is_within_nvidias_b200_measurement`: 2.75x measured with other
-    changes, 2.17x modelled, 1.51x without this stall)."""
+    changes, 2.09x modelled, 1.50x without this stall). Split by that reading -- 0.62 ms per sync
+    and the rest per token ((3.35 - 0.62) ms / 4,096 tokens = 0.67 us per token per MoE layer
+    forward, E13 still exact) -- the pair falls to 1.33x: the one published micro-batch pair asks
+    for more cost per micro-batch than the profile's idle, so the split is not made. A candidate
+    that fits both, not built: the host's issue time of a MoE layer's kernels after the sync
+    against their GPU time (as `moe_expert_host_idle_s` does for the expert loop), which grows
+    on a B200 (half the GPU time per layer, the same host) and at micro-batch 1. (The (a)-(c)
+    split above was computed when the fit gave 3.83 ms; it gives 3.35 ms now.)"""
     return calibration().moe_host_sync_s
 
