@@ -1136,6 +1136,7 @@ def _layout(args: dict, spec: ModelSpec, world: int, seq_len: int | None, file: 
         cp_comm_type=_cp_comm_type(args, cp, findings),
         moe_dispatcher=_moe_dispatcher(args, file, findings),
         vocab_divisible_by=_int(args, "vocab_divisible_by", file, None),
+        mtp_layers=_int(args, "mtp_num_layers", file, 0),  # absent: none (Megatron-LM's default)
         **{knob: True if _on(args, knob) else None for knob in mg.OVERLAP_SWITCHES})  # None: default
 
 
@@ -1170,30 +1171,21 @@ def _schedule(args: dict) -> list[Violation]:
 
 def _mtp(args: dict, layout: Layout, file: str) -> list[Violation]:
     """Multi-token prediction: the error `mtp_layout` when a layout string's MTP layers `m` differ
-    from the file's mtp_num_layers (Megatron asserts they match, none when the flag is absent), and
-    the warning `mtp_not_costed` when the file trains MTP layers: the plan's cost model has no MTP
-    term (the MTP layer's parameters, optimizer states, activations and its forward / backward with
-    a second output-head pass on the last stage), so memory and step time are the model's without
-    them -- what `plan` costs and `--emit megatron` trains.
+    from the file's mtp_num_layers (Megatron asserts they match, none when the flag is absent).
+    The MTP layers the file trains (`Layout.mtp_layers`, read in `_layout`) are costed on the stage
+    that holds them (`placement.mtp`: parameters, gradients, optimizer states, activations, the
+    output layer again and their time).
     Source: Megatron-LM d98e8a6 `megatron/core/transformer/pipeline_parallel_layer_layout.py`
-    l. 111-115 (the count assertion); `multi_token_prediction.py` (what an MTP layer builds)."""
+    l. 111-115 (the count assertion)."""
     n = _int(args, "mtp_num_layers", file, 0)
-    out = []
     given = "".join(layout.pipeline_layout).count("m") if layout.pipeline_layout else None
-    if given is not None and given != n:
-        out.append(Violation(
-            rule="mtp_layout",
-            message=f"{F['pipeline_layout']} holds {given} MTP layers m but {F['mtp_num_layers']} is "
-                    f"{n}: Megatron-LM asserts the two match (validate_layer_layout)",
-            fix=f"{F['mtp_num_layers']} {given}" if given else f"put {n} m before the L of the layout"))
-    if n:
-        out.append(Violation(
-            rule="mtp_not_costed", severity="warning",
-            message=f"{F['mtp_num_layers']} {n}: the {n} MTP layer(s) on the last stage (parameters, "
-                    f"optimizer states, activations, forward / backward and a second output-head "
-                    f"pass) are not costed; memory and step time are the model's without MTP",
-            fix=f"drop {F['mtp_num_layers']} (and the layout's m) to run exactly what is costed"))
-    return out
+    if given is None or given == n:
+        return []
+    return [Violation(
+        rule="mtp_layout",
+        message=f"{F['pipeline_layout']} holds {given} MTP layers m but {F['mtp_num_layers']} is "
+                f"{n}: Megatron-LM asserts the two match (validate_layer_layout)",
+        fix=f"{F['mtp_num_layers']} {given}" if given else f"put {n} m before the L of the layout")]
 
 
 def _fp8_param_gather(args: dict, findings: list[Violation]) -> bool | None:
