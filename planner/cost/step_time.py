@@ -1026,7 +1026,8 @@ def state_records(model: ModelSpec, layout: Layout) -> StateRecords:
     """`StateRecords` of `layout` (its split and recompute fields are ignored)."""
     ov = overlap.resolve(layout)
     key = (id(model), placement_key(layout), layout.num_microbatches, *state_key(layout),
-           ov.overlap_grad_reduce, ov.overlap_param_gather)  # what `comm.state_collectives` reads
+           ov.overlap_grad_reduce, ov.overlap_param_gather,  # what `comm.state_collectives` reads
+           layout.mtp_layers)  # and the MTP layers' states on their stage (`memory._group_counts`)
     hit = _STATE_RECORDS.get(key)
     if hit is None or hit[0] is not model:
         if len(_STATE_RECORDS) >= 4096:
@@ -1646,7 +1647,7 @@ read (each entry keeps its model alive)."""
 def _element_totals(model: ModelSpec, layout: Layout) -> tuple[dict[str, float], dict[str, float]]:
     """(local elements per group of all decoder layers, of every stage's fixed part) on the GPUs
     of one pipeline column (`comm.layer_elements`, `comm.fixed_elements`)."""
-    key = ("elements", id(model), layout.tp, layout.ep, layout.etp, layout.pp, layout.framework)
+    key = ("elements", id(model), layout.tp, layout.ep, layout.etp, layout.pp, layout.framework, layout.mtp_layers)
     hit = _TOTALS.get(key)
     if hit is None or hit[0] is not model:
         kinds, reps = layer_kinds(model)
