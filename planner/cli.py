@@ -23,7 +23,7 @@ from planner.errors import InfeasibleError, PlannerError, SpecError
 from planner.frameworks import deepspeed as deepspeed_keys
 from planner.frameworks import megatron as megatron_flags
 from planner.placement import layout as layout_mod
-from planner.placement import overlap, recompute_mix
+from planner.placement import mtp, overlap, recompute_mix
 from planner.placement import pipeline_layout as pipeline_layout_mod
 from planner.placement.layout import Layout
 from planner.placement.precision import (blackwell_or_later, default_fp8_recipe, published_fp8_recipe,
@@ -443,6 +443,8 @@ def explain_cmd(
                                loss_chunks=loss_chunks, mtp_layers=mtp_layers,
                                swiglu_fp8_input_store=swiglu_fp8_input_store or None),
         **overlap.parse(overlap_opt))
+    if layout.mtp_layers is None and (trained := mtp.mtp_layers(spec, layout)):
+        layout = layout.replace(mtp_layers=trained)  # the recipe's MTP layers, shown as costed
     reserve = None if reserve_gib is None else int(reserve_gib * 2**30)
     from planner import explain as explain_api  # imported per command: `--help` stays light
 
