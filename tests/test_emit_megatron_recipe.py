@@ -58,7 +58,7 @@ def test_check_costs_a_scripts_mtp_layer(tmp_path):
     default) and its last stage holds less; a layout string whose `m` count differs from
     --mtp-num-layers is Megatron's start-up assertion (pipeline_parallel_layer_layout.py
     l. 111-115 @d98e8a6: 'Number of mtp layers in layout must match mtp_num_layers')."""
-    from planner.check import read_target
+    from planner.check import evaluate, read_target
     from planner.cost.memory import stage_memory
     from planner.specs.cluster import load_cluster
 
@@ -76,9 +76,9 @@ def test_check_costs_a_scripts_mtp_layer(tmp_path):
     mismatch = tmp_path / "layout.sh"
     mismatch.write_text(plain.read_text().replace("--qk-layernorm", "--qk-layernorm --pipeline-model-"
                                                   "parallel-layout 'Etttt|(tttt|)*14tmL'"))
-    rules = [v.rule for v in read_target(mismatch, model="deepseek-v3", cluster="dgx-h100", gpus=256,
-                                         seq_len=4096).findings if v.severity == "error"]
-    assert "mtp_layout" in rules
+    verdict = evaluate(read_target(mismatch, model="deepseek-v3", cluster="dgx-h100", gpus=256, seq_len=4096))
+    [found] = [v for v in verdict["violations"] if v["rule"] == "mtp_layout"]
+    assert found["severity"] == "error" and "--mtp-num-layers 1" in found["fix"]
 
 
 def test_deepseek_v3_published_hyper_parameters():

@@ -194,7 +194,7 @@ def test_placed_mtp_layer_is_costed_where_it_is_placed():
     assert not [v for v in check_layout(model, cluster, with_mtp) if v.rule.startswith(("mtp", "pipeline_layout"))]
     assert memory.stage_memory(model, cluster, with_mtp, 15).total == memory.stage_memory(model, cluster, base, 15).total
     assert [v.rule for v in check_layout(model, cluster, with_mtp.replace(mtp_layers=0))
-            if v.severity == "error"] == ["pipeline_layout"]
+            if v.severity == "error"] == ["mtp_layout"]
     assert memory.stage_memory(model, cluster, base.replace(mtp_layers=0), 15).total \
         < memory.stage_memory(model, cluster, base, 15).total
     # the first stage does not hold it

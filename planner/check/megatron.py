@@ -376,7 +376,8 @@ def _dispatcher_startup(args: dict, spec: ModelSpec, layout: Layout) -> list[Vio
 def _startup(args: dict, env: dict[str, str], spec: ModelSpec, layout: Layout,
              file: str) -> list[Violation]:
     """Megatron-LM's start-up assertions on FSDP and context parallelism the placement rules do
-    not state, and multi-token prediction (`_mtp`).
+    not state (a layout string's MTP count against the MTP layers trained is the placement rule
+    `mtp_layout`, `rules._pipeline_layout`, which reads the mtp_num_layers flag as `Layout.mtp_layers`).
 
     Source: Megatron-LM d98e8a6 `megatron/training/arguments.py` `validate_args`: Megatron-FSDP
     asserts CUDA_DEVICE_MAX_CONNECTIONS != 1 and args.ckpt_format == "fsdp_dtensor"; that format
@@ -385,7 +386,7 @@ def _startup(args: dict, env: dict[str, str], spec: ModelSpec, layout: Layout,
     TransformerEngine d0067d0 `pytorch/attention/dot_product_attention/context_parallel.py`
     (cp_comm_type a2a: the Q and K heads of each tensor-parallel rank divisible by cp)."""
     out = (_overlap_startup(args, layout) + _dispatcher_startup(args, spec, layout)
-           + _module_startup(args, env, spec, layout) + _mtp(args, layout, file) + _schedule(args))
+           + _module_startup(args, env, spec, layout) + _schedule(args))
     ckpt = _choice(args, "ckpt_format", file) or mg.DEFAULT["ckpt_format"]
     connections = env.get(mg.DEVICE_MAX_CONNECTIONS)
     for knob in ("megatron_fsdp", "torch_fsdp2"):
@@ -1167,25 +1168,6 @@ def _schedule(args: dict) -> list[Violation]:
                       message=f"{F['lr_warmup_iters']} {warmup:g} is not below {named} {decay:g}: Megatron-LM "
                               f"asserts the warm-up is shorter than the decay (optimizer_param_scheduler.py)",
                       fix=f"{named} above {warmup:g}, or a shorter {F['lr_warmup_iters']}")]
-
-
-def _mtp(args: dict, layout: Layout, file: str) -> list[Violation]:
-    """Multi-token prediction: the error `mtp_layout` when a layout string's MTP layers `m` differ
-    from the file's mtp_num_layers (Megatron asserts they match, none when the flag is absent).
-    The MTP layers the file trains (`Layout.mtp_layers`, read in `_layout`) are costed on the stage
-    that holds them (`placement.mtp`: parameters, gradients, optimizer states, activations, the
-    output layer again and their time).
-    Source: Megatron-LM d98e8a6 `megatron/core/transformer/pipeline_parallel_layer_layout.py`
-    l. 111-115 (the count assertion)."""
-    n = _int(args, "mtp_num_layers", file, 0)
-    given = "".join(layout.pipeline_layout).count("m") if layout.pipeline_layout else None
-    if given is None or given == n:
-        return []
-    return [Violation(
-        rule="mtp_layout",
-        message=f"{F['pipeline_layout']} holds {given} MTP layers m but {F['mtp_num_layers']} is "
-                f"{n}: Megatron-LM asserts the two match (validate_layer_layout)",
-        fix=f"{F['mtp_num_layers']} {given}" if given else f"put {n} m before the L of the layout")]
 
 
 def _fp8_param_gather(args: dict, findings: list[Violation]) -> bool | None:

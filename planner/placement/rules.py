@@ -330,7 +330,8 @@ def _pipeline_layout(model: ModelSpec, layout: Layout) -> list[Violation]:
     which places them before the L); the structure checks run when the layout is parsed
     (`pipeline_layout.parse`). Empty virtual stages are allowed, as Megatron builds them. Only
     Megatron reads such a layout (its layout string, or the account-for options).
-    Source: Megatron-LM d98e8a6 `megatron/core/transformer/pipeline_parallel_layer_layout.py`."""
+    Source: Megatron-LM d98e8a6 `megatron/core/transformer/pipeline_parallel_layer_layout.py`
+    (l. 111-115: the MTP count, rule `mtp_layout`)."""
     stages, n, pp = layout.pipeline_layout, model.num_hidden_layers, layout.pp
     text = pipeline_layout.to_string(stages)
     decoders = sum(pipeline_layout.decoder_counts(stages))
@@ -350,11 +351,12 @@ def _pipeline_layout(model: ModelSpec, layout: Layout) -> list[Violation]:
                              else f"give {n} decoder layers t"))
     trained = mtp_mod.mtp_layers(model, layout)
     if mtp and mtp != trained:
-        out.append(Violation(rule="pipeline_layout",
+        out.append(Violation(rule="mtp_layout",
                              message=f"pipeline_layout {text} has {mtp} MTP layers m, the layout trains "
-                                     f"mtp_layers={trained}: Megatron-LM asserts they match "
-                                     f"(pipeline_parallel_layer_layout.py validate_layer_layout)",
-                             fix=f"mtp_layers={mtp}, or {trained} m before the L (none: placed there)"))
+                                     f"mtp_layers={trained} ({megatron.FLAG['mtp_num_layers']}): Megatron-LM "
+                                     f"asserts they match (pipeline_parallel_layer_layout.py validate_layer_layout)",
+                             fix=f"mtp_layers={mtp} ({megatron.FLAG['mtp_num_layers']} {mtp}), or {trained} m "
+                                 f"before the L (none: placed there)"))
     ranks = pipeline_layout.rank_counts(stages, pp)
     if layout.pipeline_layers is not None and tuple(layout.pipeline_layers) != ranks:
         out.append(Violation(rule="pipeline_layout",
