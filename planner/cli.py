@@ -23,7 +23,7 @@ from planner.errors import InfeasibleError, PlannerError, SpecError
 from planner.frameworks import deepspeed as deepspeed_keys
 from planner.frameworks import megatron as megatron_flags
 from planner.placement import layout as layout_mod
-from planner.placement import overlap, recompute_mix
+from planner.placement import mtp, overlap, recompute_mix
 from planner.placement import pipeline_layout as pipeline_layout_mod
 from planner.placement.layout import Layout
 from planner.placement.precision import (blackwell_or_later, default_fp8_recipe, published_fp8_recipe,
@@ -274,6 +274,15 @@ LossChunksOpt = Annotated[int | None, typer.Option(
     min=1, max=1_000_000, help="torchtitan's chunked loss: token chunks the head and cross-entropy run on "
                                "(no logits kept; its current presets use 8); absent or 1: the plain "
                                "cross-entropy.")]
+MtpLayersOpt = Annotated[int | None, typer.Option(
+    min=0, max=1_000, help=f"Multi-token-prediction layers trained (Megatron-LM "
+                           f"{megatron_flags.FLAG['mtp_num_layers']}; 0: none); absent: the model's "
+                           f"num_nextn_predict_layers under megatron, as NVIDIA's DeepSeek-V3 recipes "
+                           f"train them, none under the other frameworks.")]
+SwigluStoreOpt = Annotated[bool, typer.Option(
+    "--swiglu-fp8-input-store", help="Megatron-LM's activation_func_fp8_input_store: the SwiGLU input "
+                                     "saved in fp8 (a TransformerConfig field with no command-line flag "
+                                     "in Megatron-LM: check and --emit cannot carry it).")]
 Moment = Enum("Moment", {d: d for d in layout_mod.OPTIMIZER_DTYPES["exp_avg_dtype"]}, type=str)
 MainParamsOpt = Annotated[MainParams | None, typer.Option(
     case_sensitive=False, help="Master-weight dtype of the precision-aware optimizer (default fp32).")]
@@ -392,6 +401,8 @@ def explain_cmd(
     exp_avg_sq_dtype: MomentOpt = None,
     cross_entropy_fusion: CrossEntropyFusionOpt = None,
     loss_chunks: LossChunksOpt = None,
+    mtp_layers: MtpLayersOpt = None,
+    swiglu_fp8_input_store: SwigluStoreOpt = False,
     overlap_opt: Annotated[list[str] | None, typer.Option("--overlap", metavar="NAME=on|off", help="Communication overlap (repeatable): tp-comm, grad-reduce, param-gather, ep-a2a; absent: the framework's default.")] = None,
     moe_dispatcher: Annotated[MoeDispatcher | None, typer.Option(case_sensitive=False, help="MoE token dispatcher: alltoall, or flex (DeepEP / HybridEP: one copy per node over the network); absent: the framework's default, costed as alltoall.")] = None,
     reserve_gib: Annotated[float | None, typer.Option(parser=_finite(0, 1024), metavar="FLOAT", help="CUDA context + fragmentation reserve, GiB.")] = None,
@@ -429,8 +440,11 @@ def explain_cmd(
                                main_params_dtype=main_params_dtype,
                                main_grads_dtype=main_grads_dtype, exp_avg_dtype=exp_avg_dtype,
                                exp_avg_sq_dtype=exp_avg_sq_dtype, cross_entropy_fusion=cross_entropy_fusion,
-                               loss_chunks=loss_chunks),
+                               loss_chunks=loss_chunks, mtp_layers=mtp_layers,
+                               swiglu_fp8_input_store=swiglu_fp8_input_store or None),
         **overlap.parse(overlap_opt))
+    if layout.mtp_layers is None and (trained := mtp.mtp_layers(spec, layout)):
+        layout = layout.replace(mtp_layers=trained)  # the recipe's MTP layers, shown as costed
     reserve = None if reserve_gib is None else int(reserve_gib * 2**30)
     from planner import explain as explain_api  # imported per command: `--help` stays light
 
@@ -681,6 +695,7 @@ def plan_cmd(
     exp_avg_sq_dtype: MomentOpt = None,
     cross_entropy_fusion: CrossEntropyFusionOpt = None,
     loss_chunks: LossChunksOpt = None,
+    mtp_layers: MtpLayersOpt = None,
     recompute_modules: RecomputeModulesOpt = None,
     offload_modules: OffloadModulesOpt = None,
     fix: Annotated[list[str] | None, typer.Option(
@@ -742,7 +757,7 @@ def plan_cmd(
                       main_params_dtype=main_params_dtype,
                       main_grads_dtype=main_grads_dtype, exp_avg_dtype=exp_avg_dtype,
                       exp_avg_sq_dtype=exp_avg_sq_dtype, cross_entropy_fusion=cross_entropy_fusion,
-                      loss_chunks=loss_chunks))
+                      loss_chunks=loss_chunks, mtp_layers=mtp_layers))
     with report.plan_progress() as tick:
         data = plan_api.plan(spec, hw, fixed=fixed, on_progress=tick, **search)
     if emit is None:

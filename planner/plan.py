@@ -136,7 +136,7 @@ from planner.cost.step_time import (
     total_stage_params,
 )
 from planner.errors import InfeasibleError, SpecError
-from planner.placement import overlap, pipeline_layout, recompute_mix
+from planner.placement import mtp, overlap, pipeline_layout, recompute_mix
 from planner.placement.layout import PRECISION_KNOBS, OVERLAP_KNOBS, RECOMPUTE_MODES, Layout
 from planner.placement.precision import allowed_grad_reduce_dtypes, state_bytes
 from planner.evaluation import Evaluation, cost_stages, cost_step, layer_modes, model_chunks, stage_modes
@@ -1318,6 +1318,8 @@ def plan(model: ModelSpec, cluster: ClusterSpec, *, seq_len: int, global_batch_s
                    if (precision_knobs or {}).get(k) is not None},
                 **({} if recompute_modules is None else {"recompute_modules": tuple(recompute_modules)}),
                 **({} if offload_modules is None else {"offload_modules": tuple(offload_modules) or None}))
+    if trained := mtp.mtp_layers(model, Layout(**base)):  # the recipe's MTP layers, written down
+        base["mtp_layers"] = trained
     _check_grad_reduce(Layout(**base))
     _check_optimizer_precision(Layout(**base, zero_stage=1))
     if not 0 <= headroom < 1:

@@ -527,7 +527,9 @@ def show_plan(data: dict, fmt: str) -> None:
                   f"{req['seq_len']:,}, global batch {req['global_batch_size']:,} sequence{'s' * (req['global_batch_size'] != 1)} = "
                   f"{req['global_batch_size'] * req['seq_len']:,} tokens, "
                   f"{req['precision']}{' (fp8 param gather)' if req.get('fp8_param_gather') else ''}, "
-                  f"{req['optimizer']}, {req['framework']} conventions)")
+                  f"{req['optimizer']}, {req['framework']} conventions"
+                  + (f", {req['mtp_layers']} MTP layer{'s' * (req['mtp_layers'] != 1)} trained" if req.get("mtp_layers")
+                     else "") + ")")
     console.print(f"solver: [bold]{solver['status']}[/bold]  objective {solver['objective_s']:.3f} s/step, "
                   f"bound {solver['bound_s']:.3f} s; {solver['candidates_evaluated']:,} of "
                   f"{solver['candidates_total']:,} candidates solved, {solver['pruned']:,} pruned by "

@@ -42,39 +42,43 @@ def test_deepseek_v3_router_mtp_and_qk_norm_from_its_config(tmp_path):
         assert flag in flags, flag
     assert "--moe-router-pre-softmax" not in flags  # norm_topk_prob true: weights sum to 1
     assert not [v.message for v in target.findings if v.severity == "error"]
-    # num_nextn_predict_layers 1: the plan costs no MTP layer, so the script trains none and says
-    # how to add it with the report's loss weight 0.3 (review-senior5 H3: plan, emit and check agree)
-    assert not any(f.startswith("--mtp-") for f in flags)
-    assert any("num_nextn_predict_layers=1" in d and "--mtp-num-layers 1 --mtp-loss-scaling-factor 0.3"
-               in d for d in emitted.deviations)
+    # num_nextn_predict_layers 1: trained and costed, as NVIDIA's Megatron-Bridge DeepSeek-V3
+    # recipes train it, with the report's MTP loss weight 0.3; `check` reads the same MTP layer back
+    assert "--mtp-num-layers 1" in flags and "--mtp-loss-scaling-factor 0.3" in flags
+    assert not any("multi-token" in d for d in emitted.deviations)
+    assert target.layout.mtp_layers == 1
     assert not [v for v in target.findings if v.rule.startswith("mtp")]
     assert not any("router" in d for d in emitted.deviations)
     assert set(f.split()[0] for f in flags) <= mg.recorded_flags()  # Megatron's parser has them
 
 
-def test_check_warns_that_a_scripts_mtp_layer_is_not_costed(tmp_path):
-    """review-senior5 H3: a script that trains DeepSeek-V3's MTP layer (the deviation's own advice)
-    is costed as without it -- `check` says so (warning `mtp_not_costed`) and its memory and step
-    time equal the script's without the flag; a layout string whose `m` count differs from
+def test_check_costs_a_scripts_mtp_layer(tmp_path):
+    """A script's --mtp-num-layers is read and costed (no `mtp_not_costed` warning any more): the
+    emitted DeepSeek-V3 script trains one MTP layer; without the flag `check` reads none (Megatron-LM's
+    default) and its last stage holds less; a layout string whose `m` count differs from
     --mtp-num-layers is Megatron's start-up assertion (pipeline_parallel_layer_layout.py
     l. 111-115 @d98e8a6: 'Number of mtp layers in layout must match mtp_num_layers')."""
     from planner.check import evaluate, read_target
+    from planner.cost.memory import stage_memory
+    from planner.specs.cluster import load_cluster
 
-    emitted, plain = _read_back(_dsv3(), tmp_path)
-    with_mtp = tmp_path / "mtp.sh"
-    with_mtp.write_text(emitted.text.replace("--qk-layernorm", "--qk-layernorm --mtp-num-layers 1"))
-    target = read_target(with_mtp, model="deepseek-v3", cluster="dgx-h100", gpus=256, seq_len=4096)
-    assert [v.rule for v in target.findings if v.severity == "warning" and v.rule.startswith("mtp")] \
-        == ["mtp_not_costed"]
-    costed, without = evaluate(target), evaluate(plain)
-    assert (costed["memory_bytes"], costed["time_s"]) == (without["memory_bytes"], without["time_s"])
+    emitted, with_mtp = _read_back(_dsv3(), tmp_path)
+    plain = tmp_path / "plain.sh"
+    plain.write_text(emitted.text.replace(" --mtp-num-layers 1 \\\n", " \\\n").replace(
+        "    --mtp-num-layers 1 \\\n", ""))
+    without = read_target(plain, model="deepseek-v3", cluster="dgx-h100", gpus=256, seq_len=4096)
+    assert (with_mtp.layout.mtp_layers, without.layout.mtp_layers) == (1, 0)
+    assert not [v for v in with_mtp.findings + without.findings if v.rule.startswith("mtp")]
+    model, cluster = load_model("deepseek-v3"), load_cluster("dgx-h100", gpus=256)
+    assert (stage_memory(model, cluster, with_mtp.layout, 15).total
+            > stage_memory(model, cluster, without.layout, 15).total)
 
     mismatch = tmp_path / "layout.sh"
-    mismatch.write_text(emitted.text.replace("--qk-layernorm", "--qk-layernorm --pipeline-model-"
-                                             "parallel-layout 'Etttt|(tttt|)*14tmL'"))
-    rules = [v.rule for v in read_target(mismatch, model="deepseek-v3", cluster="dgx-h100", gpus=256,
-                                         seq_len=4096).findings if v.severity == "error"]
-    assert "mtp_layout" in rules
+    mismatch.write_text(plain.read_text().replace("--qk-layernorm", "--qk-layernorm --pipeline-model-"
+                                                  "parallel-layout 'Etttt|(tttt|)*14tmL'"))
+    verdict = evaluate(read_target(mismatch, model="deepseek-v3", cluster="dgx-h100", gpus=256, seq_len=4096))
+    [found] = [v for v in verdict["violations"] if v["rule"] == "mtp_layout"]
+    assert found["severity"] == "error" and "--mtp-num-layers 1" in found["fix"]
 
 
 def test_deepseek_v3_published_hyper_parameters():
@@ -88,7 +92,7 @@ def test_deepseek_v3_published_hyper_parameters():
                        ("MOE_ROUTER_LOAD_BALANCING_TYPE", "seq_aux_loss"),
                        ("MOE_AUX_LOSS_COEFF", "0.0001")):
         assert f'{var}="${{{var}:-{value}}}"' in text, var
-    assert "MTP_LOSS_SCALING_FACTOR" not in text  # no MTP layer trained: its weight is in the deviation
+    assert "--mtp-loss-scaling-factor 0.3" in text  # written with the MTP layer (`_mtp_flags`)
     assert "arXiv:2412.19437" in text
     flags = _flags(text)
     assert "--init-method-std $INIT_METHOD_STD" in flags and "--weight-decay $WEIGHT_DECAY" in flags
