@@ -13,6 +13,7 @@ import contextlib
 import errno
 import io
 import json
+import math
 import os
 import sys
 from collections.abc import Iterable, Iterator, Sequence
@@ -239,6 +240,17 @@ def short(n: float | None) -> str:
         if abs(n) >= scale:
             return f"{n / scale:.2f}{suffix}"
     return f"{n:g}"
+
+
+def number(x: float) -> str:
+    """A measured quantity as `:g` writes it (6 significant digits, trailing zeros dropped) but with
+    thousands separators and never in scientific notation, every digit of the integer part kept:
+    180,447,123 (not 1.80447e+08), 5.377, 0.000123 (fresh-user review 10 finding 13)."""
+    if not math.isfinite(x) or x == 0:
+        return f"{x:g}"
+    decimals = max(0, 5 - math.floor(math.log10(abs(x))))
+    text = f"{x:,.{decimals}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
 
 
 def size_bytes(n: float) -> str:
@@ -817,7 +829,7 @@ def _serve_label(par: dict) -> str:
 
 def _workers_label(workers: list[dict]) -> str:
     """A disaggregated mix: `3 x prefill tp8 @1 + 1 x decode tp8 @64`."""
-    return " + ".join(f"{w['workers']} x {w['role']} {_serve_label(w['parallelism'])} @{w['concurrency']:,}"
+    return " + ".join(f"{w['workers']:,} x {w['role']} {_serve_label(w['parallelism'])} @{w['concurrency']:,}"
                       for w in workers)
 
 
@@ -830,8 +842,8 @@ def show_serve_plan(data: dict, fmt: str) -> None:
     slo = ", ".join(f"{'' if k == 'request_latency_ms' else 'mean '}{k.replace('_ms', '').replace('_', ' ').upper()} "
                     f"<= {req[k]:g} ms"
                     for k in ("ttft_ms", "tpot_ms", "request_latency_ms") if req.get(k)) or "no SLO"
-    load = (f"{req['request_rate']:g} requests/s" if req.get("request_rate") else
-            f"concurrency {req['concurrency']} per instance" if req.get("concurrency") else "concurrency searched")
+    load = (f"{number(req['request_rate'])} requests/s" if req.get("request_rate") else
+            f"concurrency {req['concurrency']:,} per instance" if req.get("concurrency") else "concurrency searched")
     console.print(f"[bold]{escape(req['model'])}[/bold] on up to {req['gpus']:,} x {escape(req['gpu'])}  "
                   f"({req['engine']}, weights {req['weight_dtype']}, KV {req['kv_dtype']}, "
                   f"{req['input_len']:,} in / {req['output_len']:,} out tokens, {slo}, {load})")
@@ -841,10 +853,10 @@ def show_serve_plan(data: dict, fmt: str) -> None:
     if "workers" in dep:
         mix = _workers_label(dep["workers"])
     else:
-        mix = " + ".join(f"{p['parallelism']['replicas']} x {_serve_label(p['parallelism'])} @{p['concurrency']:,}"
+        mix = " + ".join(f"{p['parallelism']['replicas']:,} x {_serve_label(p['parallelism'])} @{p['concurrency']:,}"
                          for p in dep["mix"])
     console.print(f"deployment: {mix} on {dep['gpus']:,} GPUs: {dep['tokens_per_s']:,.0f} output tokens/s "
-                  f"({dep['tokens_per_s_per_gpu']:,.1f} /GPU), {dep['requests_per_s']:g} requests/s")
+                  f"({dep['tokens_per_s_per_gpu']:,.1f} /GPU), {number(dep['requests_per_s'])} requests/s")
     console.print()
     console.print(_table("plans", ("#", "instance", "replicas", "conc.", "TTFT\nms", "TPOT\nms",
                                    "output\ntok/s/GPU", "output\ntok/s/user", "KV pool\nGiB", "max\nconc."),
@@ -861,7 +873,7 @@ def show_serve_plan(data: dict, fmt: str) -> None:
         console.print(_table("workers", ("role", "instance", "workers", "conc.", "TTFT\nms", "TPOT\nms", "requests/s",
                                          "output\ntok/s", "KV pool\nGiB"),
                              ([w["role"], _serve_label(w["parallelism"]), f"{w['workers']:,}", f"{w['concurrency']:,}",
-                               w.get("ttft_ms", ""), w.get("tpot_ms", ""), f"{w['requests_per_s']:g}",
+                               w.get("ttft_ms", ""), w.get("tpot_ms", ""), number(w['requests_per_s']),
                                f"{w.get('tokens_per_s', 0):,.0f}" if w["role"] == "decode" else "",
                                gib(w["memory_bytes"]["kv_cache"])] for w in dep["workers"]), right_from=2))
     if not data["pareto"]:
