@@ -46,3 +46,70 @@ def test_serve_plan_counts_and_rates_have_separators_and_no_scientific_notation(
     assert plan["parallelism"]["replicas"] >= 1000  # the separator is exercised
     rate = re.search(r", ([\d,.]+) requests/s$", line).group(1)
     assert "," in rate and abs(float(rate.replace(",", "")) - dep["requests_per_s"]) <= 0.5  # whole requests
+
+
+def test_a_removed_sglang_flag_names_its_replacement_not_the_closest_name(tmp_path):
+    """Finding 11: SGLang's `--enable-ep-moe` got "did you mean --enable-eplb?" (the expert load balancer).
+    SGLang's deprecation list (sgl-project/sglang@d5fd0ab2 docs/references/deprecated_items.md) replaces it
+    with --ep-size set to the --tp-size value; the review's own command line (/tmp/f10/sg1.sh)."""
+    script = tmp_path / "sg1.sh"
+    script.write_text("python3 -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3 --tp 8 --dp 2 \\\n"
+                      "  --trust-remote-code --mem-fraction-static 0.95 --enable-ep-moe --context-length 32768 "
+                      "--port 30000\n")
+    result = planner("check", str(script), "-c", "dgx-h100", "--format", "json")
+    (finding,) = [v for v in json.loads(result.stdout)["violations"] if "--enable-ep-moe" in v["message"]]
+    assert finding["rule"] == "unknown_flag" and finding["severity"] == "error"
+    assert "--enable-eplb" not in finding["message"] + finding["fix"]
+    assert "replaced it with --ep-size equal to --tp-size" in finding["message"]
+    assert "deprecated_items.md" in finding["message"]  # the source is named
+    assert finding["fix"] == "write --ep-size equal to --tp-size"
+
+
+def test_a_removed_megatron_flag_names_its_replacement_and_the_commit(tmp_path):
+    """Finding 11: Megatron `--fp8-hybrid` got "did you mean --fp8-recipe?"; Megatron-LM 1b7a383 (2023-08-24)
+    replaced --fp8-hybrid / --fp8-e4m3 by `--fp8-format hybrid|e4m3` (`git show 1b7a383 -- megatron/arguments.py`).
+    --DDP-impl was removed with nothing in its place (3fb3e95): remove it. The review's old.sh, shortened."""
+    script = tmp_path / "old.sh"
+    script.write_text("torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 32 --hidden-size 4096 "
+                      "--ffn-hidden-size 14336 --num-attention-heads 32 --group-query-attention --num-query-groups 8 "
+                      "--seq-length 4096 --max-position-embeddings 131072 --swiglu --normalization RMSNorm "
+                      "--position-embedding-type rope --untie-embeddings-and-output-weights --disable-bias-linear "
+                      "--bf16 --micro-batch-size 1 --global-batch-size 256 --use-distributed-optimizer "
+                      "--DDP-impl local --fp8-hybrid\n")
+    result = planner("check", str(script), "-c", "dgx-h100", "-m", "llama-3.1-8b", "--format", "json")
+    found = {v["message"].split()[0]: v for v in json.loads(result.stdout)["violations"]
+             if v["rule"] == "megatron_unknown_flag"}
+    fp8, ddp = found["--fp8-hybrid"], found["--DDP-impl"]
+    assert "replaced it with --fp8-format hybrid (Megatron-LM 1b7a383, 2023-08-24" in fp8["message"]
+    assert fp8["fix"] == "write --fp8-format hybrid" and "--fp8-recipe" not in fp8["message"]
+    assert "Megatron-LM removed it (Megatron-LM 3fb3e95" in ddp["message"] and ddp["fix"] == "remove --DDP-impl"
+
+
+def _plan(*fix: str):
+    return planner("plan", "-m", "llama-3.1-8b", "-c", "dgx-h100", "--gpus", "8", *fix, "--format", "json")
+
+
+def test_fix_with_a_short_name_suggests_its_key():
+    """Finding 11: `plan --fix zero=3` said only "unknown key 'zero'", though plan's own messages print
+    `zero=0 b=1`; `b` is the micro-batch in those messages and labels."""
+    for pin, key in (("zero=3", "zero_stage"), ("b=2", "micro_batch_size")):
+        result = _plan("--fix", pin)
+        assert result.returncode == 2 and "Traceback" not in result.stderr
+        assert f"unknown key {pin.split('=')[0]!r} in {pin!r}; did you mean {key}?" in result.stderr
+
+
+def test_fix_takes_a_comma_separated_list_as_several_pins():
+    """Finding 11: `--fix "tp=8,pp=2"` said `tp='8,pp=2' must be an integer`. A comma list is several pins
+    (as helm's --set a=1,b=2): the same plan as one --fix per pin; an empty pin is bad input."""
+    listed = json.loads(_plan("--fix", "tp=2,pp=2", "--top", "1").stdout)
+    separate = json.loads(_plan("--fix", "tp=2", "--fix", "pp=2", "--top", "1").stdout)
+    assert listed["request"]["fixed"] == {"tp": 2, "pp": 2} == separate["request"]["fixed"]
+    assert listed["plans"][0]["parallelism"] == separate["plans"][0]["parallelism"]
+    par = listed["plans"][0]["parallelism"]
+    assert (par["tp"], par["pp"]) == (2, 2)
+    empty = _plan("--fix", "tp=2,")
+    assert empty.returncode == 2 and "empty pin" in empty.stderr
+    serve = planner("serve-plan", "-m", "llama-3.1-8b", "-c", "dgx-h100", "--gpus", "8", "--input-len", "1000",
+                    "--output-len", "100", "--fix", "tp=2,pp=2", "--format", "json")
+    assert serve.returncode == 0, serve.stderr
+    assert {(p["parallelism"]["tp"], p["parallelism"]["pp"]) for p in json.loads(serve.stdout)["plans"]} == {(2, 2)}
