@@ -219,6 +219,7 @@ FLAGS = (
     Flag("lr_decay_iters", "--lr-decay-iters", TEXT),
     Flag("lr_warmup_fraction", "--lr-warmup-fraction", TEXT),
     Flag("lr", "--lr", TEXT, read=False),
+    Flag("min_lr", "--min-lr", TEXT, 0.0, read=False),  # arguments.py l. 2991 (`_add_learning_rate_args`)
     # torchrun (torch/distributed/run.py): world size = nproc_per_node x nnodes
     Flag("nproc_per_node", "--nproc_per_node", INT),
     Flag("nproc_per_node_dashed", "--nproc-per-node", INT),
