@@ -542,6 +542,8 @@ def show_plan(data: dict, fmt: str) -> None:
                   f"bound {solver['bound_s']:.3f} s; {solver['candidates_evaluated']:,} of "
                   f"{solver['candidates_total']:,} candidates solved, {solver['pruned']:,} pruned by "
                   f"their bound; {solver['wall_s']:.2f} s")
+    for why in solver.get("unproven", ()):  # what a FEASIBLE status leaves open (senior review 9 finding 11)
+        console.print(Text(f"  not proven: {why}"))
     capacity, usable = data["plans"][0]["memory_bytes"]["capacity"], solver["memory_budget_bytes"]
     # the memory column counts the reserve, so the limit it is held to does too (fresh-user review)
     reserve = req["reserve_bytes"]
