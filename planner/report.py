@@ -13,7 +13,6 @@ import contextlib
 import errno
 import io
 import json
-import math
 import os
 import sys
 from collections.abc import Iterable, Iterator, Sequence
@@ -25,7 +24,7 @@ from rich.table import Table
 from rich.text import Text
 
 from planner.cost.serving import Instance
-from planner.errors import counted, shorten
+from planner.errors import counted, number, shorten
 from planner.placement import overlap, recompute_mix
 from planner.summary import CAUSAL_NOTE_FRACTION
 
@@ -240,17 +239,6 @@ def short(n: float | None) -> str:
         if abs(n) >= scale:
             return f"{n / scale:.2f}{suffix}"
     return f"{n:g}"
-
-
-def number(x: float) -> str:
-    """A measured quantity as `:g` writes it (6 significant digits, trailing zeros dropped) but with
-    thousands separators and never in scientific notation, every digit of the integer part kept:
-    180,447,123 (not 1.80447e+08), 5.377, 0.000123 (fresh-user review 10 finding 13)."""
-    if not math.isfinite(x) or x == 0:
-        return f"{x:g}"
-    decimals = max(0, 5 - math.floor(math.log10(abs(x))))
-    text = f"{x:,.{decimals}f}"
-    return text.rstrip("0").rstrip(".") if "." in text else text
 
 
 def size_bytes(n: float) -> str:
