@@ -134,3 +134,18 @@ def test_a_feasible_status_says_what_is_unproven():
         assert int(pp) > 1 and (int(vpp or 1) > 1 or int(m) <= int(pp)), (pp, vpp, m)
     proven = json.loads(_plan("--top", "1").stdout)["solver"]
     assert proven["status"] == "OPTIMAL" and proven["unproven"] == []
+
+
+def test_a_torchtitan_toml_says_its_learning_rate_is_not_the_models():
+    """Finding 10, the torchtitan side: the TOML form writes no learning rate, so a TOML release runs its default
+    (pytorch/torchtitan@238fa99 job_config.py: lr 8e-4); stderr says so and gives Llama 3 8B's published peak,
+    3 x 10^-4 (arXiv:2407.21783 Table 3)."""
+    import tomllib
+
+    out = planner("plan", "-m", "llama-3.1-8b", "-c", "dgx-h100", "--gpus", "8", "--emit", "torchtitan-toml",
+                  "--top", "1")
+    assert out.returncode == 0, out.stderr
+    assert "lr" not in tomllib.loads(out.stdout)["optimizer"]
+    stderr = " ".join(out.stderr.split())
+    assert "PLACEHOLDER: the TOML writes no learning rate or schedule, so torchtitan runs its defaults (lr 8e-4" in stderr
+    assert "llama-3.1-8b's published peak is 0.0003 (The Llama 3 Herd of Models" in stderr

@@ -625,7 +625,10 @@ LEARNING_RATES = (
 )
 """The catalog models whose peak learning rate is published (fresh-user review 10 finding 10: the 405B
 script cited Llama 3 §3.4.1 and wrote the 3.0e-4 placeholder, 3.75x the published peak). Every other
-model's LR is the marked `PLACEHOLDERS` value and its MIN_LR Megatron-LM's default, marked."""
+model's LR is the marked `PLACEHOLDERS` value and its MIN_LR Megatron-LM's default, marked. torchtitan's
+presets carry the same peaks (pytorch/torchtitan@b5bcd76 `torchtitan/models/llama3/config_registry.py`
+llama3_8b l. 211, llama3_70b l. 284, llama3_405b l. 336; `models/deepseek_v3/config_registry.py`
+deepseek_v3_671b l. 225, with a cosine decay to 0.1 x the peak)."""
 
 
 def learning_rate(model: ModelSpec) -> LearningRate | None:
