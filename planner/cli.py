@@ -8,6 +8,7 @@ usage errors (bad option values, unknown commands) become one line too and exit 
 from __future__ import annotations
 
 import contextlib
+import difflib
 import math
 import sys
 from enum import Enum
@@ -614,18 +615,48 @@ def _layer_split(text: str | None, pp: int) -> tuple[int, ...] | None:
     return counts
 
 
+FIX_SHORT_NAMES = {"zero": "zero_stage", "b": "micro_batch_size", "mbs": "micro_batch_size",
+                   "micro_batch": "micro_batch_size", "sp": "sequence_parallel", "vp": "vpp"}
+"""The short names `plan`'s own messages and labels print (`zero=0 b=1`, `SP`) and the field's
+abbreviations -> the `--fix` key they stand for, which the unknown-key error suggests."""
+
+
+def _fix_items(items: list[str]) -> list[str]:
+    """The pins of `--fix` values, a comma-separated list in one value being several pins
+    (`--fix tp=8,pp=2`, as helm's `--set a=1,b=2`; no pin's value holds a comma): an empty pin is bad
+    input."""
+    pins = []
+    for item in items:
+        for pin in item.split(","):
+            if not pin.strip():
+                raise SpecError(f"{item!r} has an empty pin; write key=value, several as tp=8,pp=2 or one "
+                                f"--fix each", key="--fix")
+            pins.append(pin.strip())
+    return pins
+
+
+def _unknown_fix_key(key: str, item: str, allowed: tuple[str, ...]) -> SpecError:
+    """The bad-input error of a `--fix` key that is not one of `allowed`, suggesting the key a short name
+    stands for (`FIX_SHORT_NAMES`: zero -> zero_stage) or the closest allowed key."""
+    close = ([FIX_SHORT_NAMES[key]] if FIX_SHORT_NAMES.get(key) in allowed
+             else difflib.get_close_matches(key, allowed, n=1, cutoff=0.6))
+    hint = f"did you mean {close[0]}? " if close else ""
+    return SpecError(f"unknown key {key!r} in {item!r}; {hint}allowed keys: {', '.join(allowed)}", key="--fix")
+
+
 def parse_fix(items: list[str]) -> dict:
-    """`--fix key=value` pins: integers for degrees and knobs, true/false for sequence_parallel,
-    a recompute mode for recompute. Anything else is a SpecError naming the allowed keys."""
+    """`--fix key=value` pins (several in one value as `tp=8,pp=2`, `_fix_items`): integers for degrees
+    and knobs, true/false for sequence_parallel, a recompute mode for recompute. Anything else is a
+    SpecError naming the allowed keys (and the key a short name such as zero stands for)."""
     fixed: dict = {}
     allowed = ", ".join(FIXABLE)
-    for item in items:
+    for item in _fix_items(items):
         key, sep, raw = item.partition("=")
         key = key.strip().replace("-", "_")
         if not sep:
             raise SpecError(f"{item!r} must be key=value; allowed keys: {allowed}", key="--fix")
         if key not in FIXABLE:
-            raise SpecError(f"unknown key {key!r} in {item!r}; allowed keys: {allowed}", key="--fix")
+            raise _unknown_fix_key(key, item, FIXABLE)
         value = _fix_value(key, raw.strip())
         if key in fixed and fixed[key] != value:
             raise SpecError(f"{key} pinned twice ({key}={fixed[key]} and {key}={value}); pin it once",
@@ -700,7 +731,7 @@ def plan_cmd(
     offload_modules: OffloadModulesOpt = None,
     fix: Annotated[list[str] | None, typer.Option(
         "--fix", metavar="KEY=VALUE",
-        help=f"Pin a degree or knob (repeatable): {', '.join(FIXABLE)}.")] = None,
+        help=f"Pin a degree or knob (repeatable, or comma-separated: tp=8,pp=2): {', '.join(FIXABLE)}.")] = None,
     top: Annotated[int, typer.Option("--top", min=1, max=MAX_TOP, help="Plans to show.")] = 3,
     reserve_gib: Annotated[float | None, typer.Option(parser=_finite(0, 1024), metavar="FLOAT", help="CUDA context + fragmentation reserve, GiB.")] = None,
     headroom: Annotated[float, typer.Option(
@@ -998,10 +1029,12 @@ def _serve_fix(items: list[str], spec) -> dict:
     from planner.serve import FIXABLE as SERVE_FIXABLE
 
     fixed: dict = {}
-    for item in items:
+    for item in _fix_items(items):
         key, sep, raw = item.partition("=")
         key = key.strip()
-        if not sep or key not in SERVE_FIXABLE or not raw.strip().isdigit() or int(raw) < 1:
+        if sep and key not in SERVE_FIXABLE:
+            raise _unknown_fix_key(key, item, SERVE_FIXABLE)
+        if not sep or not raw.strip().isdigit() or int(raw) < 1:
             raise SpecError(f"{item!r} must be key=value with key one of {', '.join(SERVE_FIXABLE)} and a "
                             f"positive integer value", key="--fix")
         if key in fixed and fixed[key] != int(raw):
@@ -1033,7 +1066,7 @@ def serve_plan_cmd(
         parser=_finite(0.05, 1.0), metavar="FLOAT", help="The engine's budget knob: vLLM gpu_memory_utilization, SGLang mem_fraction_static, "
                                 "TensorRT-LLM kv_cache_free_gpu_memory_fraction (default: the engine's).")] = None,
     max_num_batched_tokens: Annotated[int, typer.Option(min=1, max=MAX_SEQ_LEN, help="Tokens per forward (chunked prefill).")] = 8192,
-    fix: Annotated[list[str] | None, typer.Option("--fix", metavar="KEY=VALUE", help="Pin tp, pp, ep or dp (repeatable).")] = None,
+    fix: Annotated[list[str] | None, typer.Option("--fix", metavar="KEY=VALUE", help="Pin tp, pp, ep or dp (repeatable, or comma-separated: tp=8,ep=8).")] = None,
     disaggregated: Annotated[bool, typer.Option("--disaggregated", help="Separate prefill and decode workers, rate-matched.")] = False,
     top: Annotated[int, typer.Option("--top", min=1, max=MAX_TOP, help="Plans to show.")] = 5,
     output: Annotated[str | None, typer.Option("--output", "-o", help="Write the serving plan to this YAML file (kind: serving-plan; `planner check` accepts it).")] = None,

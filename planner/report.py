@@ -24,7 +24,7 @@ from rich.table import Table
 from rich.text import Text
 
 from planner.cost.serving import Instance
-from planner.errors import SEVERAL, counted, shorten
+from planner.errors import SEVERAL, counted, number, shorten
 from planner.placement import overlap, recompute_mix
 from planner.summary import CAUSAL_NOTE_FRACTION
 
@@ -534,6 +534,8 @@ def show_plan(data: dict, fmt: str) -> None:
                   f"bound {solver['bound_s']:.3f} s; {solver['candidates_evaluated']:,} of "
                   f"{solver['candidates_total']:,} candidates solved, {solver['pruned']:,} pruned by "
                   f"their bound; {solver['wall_s']:.2f} s")
+    for why in solver.get("unproven", ()):  # what a FEASIBLE status leaves open (senior review 9 finding 11)
+        console.print(Text(f"  not proven: {why}"))
     capacity, usable = data["plans"][0]["memory_bytes"]["capacity"], solver["memory_budget_bytes"]
     # the memory column counts the reserve, so the limit it is held to does too (fresh-user review)
     reserve = req["reserve_bytes"]
@@ -835,7 +837,7 @@ def _serve_label(par: dict) -> str:
 
 def _workers_label(workers: list[dict]) -> str:
     """A disaggregated mix: `3 x prefill tp8 @1 + 1 x decode tp8 @64`."""
-    return " + ".join(f"{w['workers']} x {w['role']} {_serve_label(w['parallelism'])} @{w['concurrency']:,}"
+    return " + ".join(f"{w['workers']:,} x {w['role']} {_serve_label(w['parallelism'])} @{w['concurrency']:,}"
                       for w in workers)
 
 
@@ -848,8 +850,8 @@ def show_serve_plan(data: dict, fmt: str) -> None:
     slo = ", ".join(f"{'' if k == 'request_latency_ms' else 'mean '}{k.replace('_ms', '').replace('_', ' ').upper()} "
                     f"<= {req[k]:g} ms"
                     for k in ("ttft_ms", "tpot_ms", "request_latency_ms") if req.get(k)) or "no SLO"
-    load = (f"{req['request_rate']:g} requests/s" if req.get("request_rate") else
-            f"concurrency {req['concurrency']} per instance" if req.get("concurrency") else "concurrency searched")
+    load = (f"{number(req['request_rate'])} requests/s" if req.get("request_rate") else
+            f"concurrency {req['concurrency']:,} per instance" if req.get("concurrency") else "concurrency searched")
     console.print(f"[bold]{escape(req['model'])}[/bold] on up to {req['gpus']:,} x {escape(req['gpu'])}  "
                   f"({req['engine']}, weights {req['weight_dtype']}, KV {req['kv_dtype']}, "
                   f"{req['input_len']:,} in / {req['output_len']:,} out tokens, {slo}, {load})")
@@ -859,10 +861,10 @@ def show_serve_plan(data: dict, fmt: str) -> None:
     if "workers" in dep:
         mix = _workers_label(dep["workers"])
     else:
-        mix = " + ".join(f"{p['parallelism']['replicas']} x {_serve_label(p['parallelism'])} @{p['concurrency']:,}"
+        mix = " + ".join(f"{p['parallelism']['replicas']:,} x {_serve_label(p['parallelism'])} @{p['concurrency']:,}"
                          for p in dep["mix"])
     console.print(f"deployment: {mix} on {dep['gpus']:,} GPUs: {dep['tokens_per_s']:,.0f} output tokens/s "
-                  f"({dep['tokens_per_s_per_gpu']:,.1f} /GPU), {dep['requests_per_s']:g} requests/s")
+                  f"({dep['tokens_per_s_per_gpu']:,.1f} /GPU), {number(dep['requests_per_s'])} requests/s")
     console.print()
     console.print(_table("plans", ("#", "instance", "replicas", "conc.", "TTFT\nms", "TPOT\nms",
                                    "output\ntok/s/GPU", "output\ntok/s/user", "KV pool\nGiB", "max\nconc."),
@@ -879,7 +881,7 @@ def show_serve_plan(data: dict, fmt: str) -> None:
         console.print(_table("workers", ("role", "instance", "workers", "conc.", "TTFT\nms", "TPOT\nms", "requests/s",
                                          "output\ntok/s", "KV pool\nGiB"),
                              ([w["role"], _serve_label(w["parallelism"]), f"{w['workers']:,}", f"{w['concurrency']:,}",
-                               w.get("ttft_ms", ""), w.get("tpot_ms", ""), f"{w['requests_per_s']:g}",
+                               w.get("ttft_ms", ""), w.get("tpot_ms", ""), number(w['requests_per_s']),
                                f"{w.get('tokens_per_s', 0):,.0f}" if w["role"] == "decode" else "",
                                gib(w["memory_bytes"]["kv_cache"])] for w in dep["workers"]), right_from=2))
     if not data["pareto"]:

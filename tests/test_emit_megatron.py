@@ -213,6 +213,7 @@ def test_known_flags_of_a_hand_written_plan():
         "--weight-decay $WEIGHT_DECAY", "--clip-grad $CLIP_GRAD",
         "--lr-warmup-iters $LR_WARMUP_ITERS", "--lr-decay-style $LR_DECAY_STYLE",
         "--init-method-std $INIT_METHOD_STD",  # not published for Llama 3: a PLACEHOLDER line
+        "--min-lr $MIN_LR",  # Llama 3 gives the final learning rate of 405B only: a PLACEHOLDER line
         "--tokenizer-type HuggingFaceTokenizer", "--tokenizer-model $TOKENIZER_MODEL",
         "--data-path $DATA_PATH", "--save $CHECKPOINT_PATH", "--load $CHECKPOINT_PATH",
         "--train-iters $TRAIN_ITERS", "--lr $LR"]

@@ -111,15 +111,55 @@ def test_llama_3_published_hyper_parameters():
     assert 'WEIGHT_DECAY="${WEIGHT_DECAY:-0.1}"\n' in text  # published: no placeholder mark
 
 
+def test_published_learning_rates_are_written_where_the_header_cites_them():
+    """Fresh-user review 10 finding 10: the 405B script cited Llama 3 §3.4.1 and wrote LR=3.0e-4 (the
+    placeholder) and no --min-lr (Megatron-LM's default 0). Published: Llama 3 (arXiv:2407.21783) §3.4.1,
+    405B peak 8 x 10^-5 decaying to 8 x 10^-7; Table 3, peaks 3 x 10^-4 (8B) and 1.5 x 10^-4 (70B), no final
+    rate; DeepSeek-V3 (arXiv:2412.19437) §4.2, peak 2.2 x 10^-4, cosine decay to 2.2 x 10^-5. A peak without
+    a published final rate leaves MIN_LR at Megatron-LM's 0, marked PLACEHOLDER."""
+    from tests.cli_run import planner
+
+    user = planner("plan", "-m", "llama-3.1-405b", "-c", "dgx-h100", "--gpus", "1024", "--emit", "megatron", "--top", "1")
+    assert user.returncode == 0, user.stderr
+    texts = {"llama-3.1-405b": user.stdout,  # the review's command, at a GPU count that searches in seconds
+             "llama-3.1-70b": emit(_hand(model="llama-3.1-70b", gpus=32, tp=8, pp=4, dp=1, recompute="full",
+                                         split=(20, 20, 20, 20)), "megatron").text,
+             "llama-3.1-8b": emit(_hand(), "megatron").text}
+    cases = {"llama-3.1-405b": ("8e-05", "8e-07"), "llama-3.1-70b": ("1.5e-04", None), "llama-3.1-8b": ("3e-04", None)}
+    for name, (lr, min_lr) in cases.items():
+        text = texts[name]
+        assert f'LR="${{LR:-{lr}}}"\n' in text, name
+        assert text.count('LR="${LR:-') == 1 and "PLACEHOLDER" not in text.split('LR="${LR:-')[1].split("\n")[0]
+        assert (f'MIN_LR="${{MIN_LR:-{min_lr}}}"\n' if min_lr else
+                'MIN_LR="${MIN_LR:-0}"  # PLACEHOLDER') in text, name
+        flags = _flags(text)
+        assert flags.count("--lr $LR") == 1 and flags.count("--min-lr $MIN_LR") == 1
+        assert "Learning rate: The Llama 3 Herd of Models (arXiv:2407.21783)" in " ".join(
+            line.lstrip("# ") for line in text.splitlines() if line.startswith("#"))
+    text = emit(_dsv3(), "megatron").text
+    assert 'LR="${LR:-2.2e-04}"\n' in text and 'MIN_LR="${MIN_LR:-2.2e-05}"\n' in text
+
+
+def test_an_unpublished_learning_rate_is_called_a_placeholder_in_the_header():
+    """Where no learning rate is published (Qwen3-32B, Mixtral) the header says the LR is a PLACEHOLDER, and
+    the LR line stays in the PLACEHOLDER block."""
+    for doc in (_hand(model="qwen3-32b", gpus=16, tp=8, dp=1, recompute="full", split=(32, 32)),):
+        text = emit(doc, "megatron").text
+        header = " ".join(line.lstrip("# ") for line in text.splitlines() if line.startswith("#"))
+        assert "The peak learning rate LR above is a PLACEHOLDER" in header
+        placeholders = text.split("# PLACEHOLDER values")[1].split("\n\n")[0]
+        assert 'LR="${LR:-3.0e-4}"' in placeholders
+
+
 def test_model_without_a_published_recipe_gets_marked_placeholders():
-    """Qwen3-32B: no recipe recorded -> the four knobs at Megatron-LM's argparse defaults
+    """Qwen3-32B: no recipe recorded -> the five knobs at Megatron-LM's argparse defaults
     (weight decay 0.01, adam beta2 0.999, init std 0.02 (transformer_config.py l. 400), no
-    warm-up (training_config.py l. 190)), each line marked PLACEHOLDER."""
+    warm-up (training_config.py l. 190), min LR 0 (arguments.py l. 2991)), each line marked PLACEHOLDER."""
     doc = _hand(model="qwen3-32b", gpus=16, tp=8, dp=1, recompute="full", split=(32, 32))
     text = emit(doc, "megatron").text
     assert "no published recipe of qwen3-32b is recorded" in text
     for var, value in (("ADAM_BETA2", "0.999"), ("WEIGHT_DECAY", "0.01"),
-                       ("INIT_METHOD_STD", "0.02"), ("LR_WARMUP_ITERS", "0")):
+                       ("INIT_METHOD_STD", "0.02"), ("LR_WARMUP_ITERS", "0"), ("MIN_LR", "0")):
         assert f'{var}="${{{var}:-{value}}}"  # PLACEHOLDER' in text, var
     assert "--qk-layernorm" in _flags(text)  # Qwen3's per-head q_norm / k_norm
 

@@ -400,13 +400,25 @@ def _container_env(words: list[str], name: str) -> str | None:
     return value
 
 
-def unknown_flags(command: Command, known: frozenset[str], engine: str, version: str) -> list[Violation]:
-    """`unknown_flag` (error) for each flag the engine's parser does not define, with the closest one,
-    and for each abbreviation that more than one of its flags starts with (argparse exits:
+def unknown_flags(command: Command, known: frozenset[str], engine: str, version: str,
+                  renamed: dict | None = None) -> list[Violation]:
+    """`unknown_flag` (error) for each flag the engine's parser does not define, with what replaces it
+    where the engine removed it (`renamed`, the engine table's RENAMED: flag -> `Removed`), else the
+    closest one, and for each abbreviation that more than one of its flags starts with (argparse exits:
     'ambiguous option')."""
     out = []
     for name, spelled in command.spelled.items():
         if name in known or spelled in known:
+            continue
+        removed = (renamed or {}).get(spelled)
+        if removed is not None:
+            then = (f"{engine} replaced it with {removed.replacement}" if removed.replacement else
+                    f"{engine} removed it")
+            out.append(Violation(
+                rule="unknown_flag",
+                message=f"{spelled} is not a flag of {engine} (its argument parser exits on it; {version}): "
+                        f"{then} ({removed.source})",
+                fix=f"write {removed.replacement}" if removed.replacement else f"remove {spelled}"))
             continue
         matches = prefix_matches(spelled, known)
         if len(matches) > 1:

@@ -309,7 +309,7 @@ def _unknown_flags(text: str, launchers: list[list[str]]) -> list[Violation]:
     """An error for each `--flag` of the launch (`launch_text`) that neither Megatron-LM
     (`mg.recorded_flags()`) nor torchrun defines and no launcher takes before the training script
     (`launcher_words`: srun's --container-image is srun's), with the Megatron flag of the knob it abbreviates
-    (`mg.ABBREVIATIONS`) or else the closest one: Megatron's
+    (`mg.ABBREVIATIONS`), the replacement of a flag it removed (`mg.RENAMED`), or else the closest one: Megatron's
     argparse exits on it ("unrecognized arguments"; `parse_args`, allow_abbrev=False, so a prefix
     is no flag either)."""
     known = mg.recorded_flags()
@@ -317,6 +317,9 @@ def _unknown_flags(text: str, launchers: list[list[str]]) -> list[Violation]:
     out = []
     for flag in flag_lines(launch_text(text)):
         if not flag.startswith("--") or flag in known or flag in mg.TORCHRUN_FLAGS or flag in launcher:
+            continue
+        if flag in mg.RENAMED:
+            out.append(_removed_flag(flag, mg.RENAMED[flag]))
             continue
         knob = mg.ABBREVIATIONS.get(flag)
         close = [F[knob]] if knob in F else [] if knob else difflib.get_close_matches(
@@ -330,6 +333,18 @@ def _unknown_flags(text: str, launchers: list[list[str]]) -> list[Violation]:
                     f"unrecognized argument before training starts (arguments.py parse_args)",
             fix=f"write {close[0]}" if close else f"remove {flag}"))
     return out
+
+
+def _removed_flag(flag: str, removed: mg.Removed) -> Violation:
+    """The unknown-flag error of a flag Megatron-LM removed (`mg.RENAMED`): its replacement and the commit
+    that removed it, not the closest name (fresh-user review 10 finding 11)."""
+    then = (f"Megatron-LM replaced it with {removed.replacement}" if removed.replacement else
+            "Megatron-LM removed it")
+    return Violation(
+        rule="megatron_unknown_flag",
+        message=f"{flag} is not a Megatron-LM flag: {then} ({removed.source}). Megatron-LM's argparse exits "
+                f"on an unrecognized argument before training starts (arguments.py parse_args)",
+        fix=f"write {removed.replacement}" if removed.replacement else f"remove {flag}")
 
 
 def _overlap_startup(args: dict, layout: Layout) -> list[Violation]:

@@ -82,7 +82,7 @@ def launch(command: el.Command, spec: ModelSpec, hw: ClusterSpec, file: str) -> 
     redundant = el.integer(command, f["redundant_experts"], 0, file, low=0)
     nnodes = el.integer(command, f["nnodes"], 1, file)
     a2a = str(flags.get(f["a2a"], s.A2A_NONE))
-    findings = el.unknown_flags(command, s.ALL_FLAGS, "SGLang", s.VERSION)
+    findings = el.unknown_flags(command, s.ALL_FLAGS, "SGLang", s.VERSION, s.RENAMED)
     weights, mismatch = el.weight_format(command, f["quantization"], s.QUANTIZATION, spec, file, "SGLang")
     findings += mismatch
     findings += el.container_gpus(command, file)[1]

@@ -610,9 +610,53 @@ RECIPES = (
 )
 """The model families whose training hyper-parameters are published (each value cited above)."""
 
-PLACEHOLDER_HYPERPARAMETERS = ("adam_beta2", "weight_decay", "init_method_std", "lr_warmup_iters")
+PLACEHOLDER_HYPERPARAMETERS = ("adam_beta2", "weight_decay", "init_method_std", "lr_warmup_iters", "min_lr")
 """Knobs written as marked placeholders (Megatron-LM's default, to set) for a model with no
-`RECIPES` entry: the ones whose Megatron default differs from common LLM practice."""
+`RECIPES` entry: the ones whose Megatron default differs from common LLM practice (min_lr: Megatron
+decays to 0, Llama 2 (arXiv:2307.09288 §2.2) to 10% of the peak)."""
+
+
+@dataclass(frozen=True)
+class LearningRate:
+    """One model's published peak learning rate, and the one its decay ends at where published."""
+
+    hf_id: str
+    """The model's Hugging Face id (`ModelSpec.extra['hf_id']`), matched exactly (case aside)."""
+    lr: str
+    """Peak learning rate, as written."""
+    min_lr: str | None
+    """Learning rate at the end of the decay (None: not published)."""
+    source: str
+    """Where both are published."""
+
+
+_LLAMA3 = "The Llama 3 Herd of Models (arXiv:2407.21783)"
+LEARNING_RATES = (
+    LearningRate("meta-llama/Llama-3.1-405B", "8e-05", "8e-07",
+                 f"{_LLAMA3} §3.4.1: peak 8 x 10^-5, cosine decay to 8 x 10^-7 over 1,200,000 steps"),
+    LearningRate("meta-llama/Llama-3.1-70B", "1.5e-04", None,
+                 f"{_LLAMA3} Table 3: peak 1.5 x 10^-4; its final rate is given for 405B only"),
+    LearningRate("meta-llama/Llama-3.1-8B", "3e-04", None,
+                 f"{_LLAMA3} Table 3: peak 3 x 10^-4; its final rate is given for 405B only"),
+    LearningRate("deepseek-ai/DeepSeek-V3", "2.2e-04", "2.2e-05",
+                 "DeepSeek-V3 Technical Report (arXiv:2412.19437) §4.2: peak 2.2 x 10^-4, held to 10T tokens, "
+                 "then a cosine decay to 2.2 x 10^-5 over 4.3T tokens and constant tails (2.2 x 10^-5, then "
+                 "7.3 x 10^-6 for the last 167B tokens); the script decays from the end of the warm-up in "
+                 "Megatron-LM's default style (its WSD style with a cosine decay is the nearest to the published "
+                 "schedule)"),
+)
+"""The catalog models whose peak learning rate is published (fresh-user review 10 finding 10: the 405B
+script cited Llama 3 §3.4.1 and wrote the 3.0e-4 placeholder, 3.75x the published peak). Every other
+model's LR is the marked `PLACEHOLDERS` value and its MIN_LR Megatron-LM's default, marked. torchtitan's
+presets carry the same peaks (pytorch/torchtitan@b5bcd76 `torchtitan/models/llama3/config_registry.py`
+llama3_8b l. 211, llama3_70b l. 284, llama3_405b l. 336; `models/deepseek_v3/config_registry.py`
+deepseek_v3_671b l. 225, with a cosine decay to 0.1 x the peak)."""
+
+
+def learning_rate(model: ModelSpec) -> LearningRate | None:
+    """The `LEARNING_RATES` entry of the model (by Hugging Face id), or None."""
+    hf_id = str(model.extra.get("hf_id", "")).lower()
+    return next((r for r in LEARNING_RATES if r.hf_id.lower() == hf_id), None)
 
 
 def _placeholder_default(model: ModelSpec, var: str, default: str) -> str:
@@ -638,17 +682,22 @@ def _hyperparameters(model: ModelSpec) -> tuple[str, list[tuple[str, str, str, s
     `PLACEHOLDER_HYPERPARAMETERS` no source gives at Megatron-LM's default
     (`frameworks.megatron.DEFAULT`), its line marked PLACEHOLDER. MoE knobs are left out of a dense
     model, MTP ones always (`_mtp_flags` writes them with the MTP layers)."""
-    found = recipe(model)
+    found, rate = recipe(model), learning_rate(model)
     published = [] if found is None else [
         (k, k.upper(), v, "") for k, v in found.values
         if not (k.startswith("moe_") and not model.is_moe)
         and not k.startswith("mtp_")]  # written by `_mtp_flags` when MTP is trained
+    if rate is not None:
+        published += [("lr", "LR", rate.lr, "")] + ([("min_lr", "MIN_LR", rate.min_lr, "")] if rate.min_lr else [])
     given = {k for k, *_ in published}
     placeholders = [(k, k.upper(), f"{mg.DEFAULT[k]:g}",
                      "  # PLACEHOLDER: Megatron-LM's default; no published value recorded")
                     for k in PLACEHOLDER_HYPERPARAMETERS if k not in given]
     comment = (f"{model.name}'s published values. Source: {found.source}." if found else
                f"no published recipe of {model.name} is recorded: set the model's own.")
+    comment += (f" Learning rate: {rate.source}." if rate else
+                f" The peak learning rate LR above is a PLACEHOLDER: no published value of {model.name} is "
+                f"recorded.")
     balancing, note = _aux_loss(model) if "moe_aux_loss_coeff" not in given else ([], "")
     return comment + note, published + balancing + placeholders
 
@@ -753,7 +802,8 @@ def _flags(doc: dict, model: ModelSpec, cluster: ClusterSpec, layout: Layout,
     out += recompute.flags() + [f for f in _architecture_flags(model, layout.seq_len)
                                 if f != F["moe_grouped_gemm"] or not _grouped_gemm_deviations(model, cluster)]
     out += _mtp_flags(model, layout)
-    out += [f'{F[knob]} "${var}"' for knob, var, _, _ in _hyperparameters(model)[1]]
+    out += [f'{F[knob]} "${var}"' for knob, var, _, _ in _hyperparameters(model)[1]
+            if knob != "lr"]  # the lr flag is written with the placeholders' flags, published or not
     if layout.offload_modules:
         out += [F["fine_grained_activation_offloading"], f"{F['offload_modules']} {' '.join(layout.offload_modules)}"]
     return out + [f"{F['tokenizer_type']} HuggingFaceTokenizer",
@@ -771,7 +821,8 @@ def _script(doc: dict, model: ModelSpec, cluster: ClusterSpec, layout: Layout,
     lines = ["#!/bin/bash", *_header(doc, model, cluster, layout, recompute, deviations), "",
              "# PLACEHOLDER values: the plan does not know them; set these before launching."]
     lines += [f'{var}="${{{var}:-{_placeholder_default(model, var, default)}}}"  # {what}'
-              for var, default, what in PLACEHOLDERS]
+              for var, default, what in PLACEHOLDERS
+              if not (var == "LR" and learning_rate(model))]  # a published LR is a hyper-parameter line
     comment, values = _hyperparameters(model)
     lines += ["", *textwrap.wrap(f"Training hyper-parameters: {comment}", 96, initial_indent="# ",
                                  subsequent_indent="# ")]

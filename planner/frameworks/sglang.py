@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from planner.frameworks.flag_files import recorded_flags
+from planner.frameworks.flag_files import Removed, recorded_flags
 
 ENGINE = "sglang"
 VERSION = "SGLang 0.5.23"
@@ -69,6 +69,19 @@ FLAG = {
     "host": "--host",
 }
 """Planner knob -> SGLang's flag."""
+_DEPRECATED = ("sgl-project/sglang@d5fd0ab2 docs/references/deprecated_items.md, 'MoE Runner Backend "
+               "Arguments'; gone from the 0.5.23 parser")
+RENAMED = {
+    "--enable-ep-moe": Removed(f"{FLAG['ep']} equal to {FLAG['tp']}", _DEPRECATED),
+    "--enable-deepep-moe": Removed(f"{FLAG['a2a']} deepep", _DEPRECATED),
+    **{f"--enable-{name.replace('_', '-')}-moe": Removed(f"--moe-runner-backend {name}", _DEPRECATED)
+       for name in ("flashinfer_cutlass", "flashinfer_cutedsl", "flashinfer_trtllm", "triton_kernel",
+                    "flashinfer_mxfp4")},
+}
+"""Flags SGLang removed -> what replaces them (`Removed`), from SGLang's own deprecation list; none of
+them is in `sglang_flags.txt` (0.5.23). The unknown-flag check gives this replacement before any
+closest-name guess: --enable-ep-moe is nearest to --enable-eplb, the expert load balancer, an unrelated
+feature (fresh-user review 10 finding 11)."""
 ALIASES = {"--tensor-parallel-size": FLAG["tp"], "--pipeline-parallel-size": FLAG["pp"],
            "--data-parallel-size": FLAG["dp"], "--attention-data-parallel-size": FLAG["adp"],
            "--expert-parallel-size": FLAG["ep"], "--ep": FLAG["ep"], "--model": FLAG["model"]}
