@@ -123,6 +123,7 @@ def launch(command: el.Command, spec: ModelSpec, hw: ClusterSpec, file: str) -> 
             fix=f"{f['tp']} {hw.gpus_per_node * nnodes // pp} to use every GPU"))
     max_running = el.integer(command, f["max_num_seqs"], None, file)
     findings += _running_per_rank(max_running, adp)
+    dense_dp = _dense_dp(command, tp, adp, a2a, file, findings)
     gpu_mib = hw.gpu.memory_gib * 1024
     role = el.choice(command, f["disagg_mode"], {m: m for m in s.DISAGG_MODES}, file, "disaggregation roles")
     chunk = el.integer(command, f["max_num_batched_tokens"], None, file, low=-2**63)  # argparse type=int
@@ -139,7 +140,8 @@ def launch(command: el.Command, spec: ModelSpec, hw: ClusterSpec, file: str) -> 
     else:
         forward_tokens = s.rank_chunk(chunk or default_chunk, adp)
     return el.Launch(
-        engine=s.ENGINE, line=command.line, inst=sv.Instance(tp=tp, pp=pp, ep=ep, adp=adp, redundant=redundant if ep > 1 else 0), replicas=dp,
+        engine=s.ENGINE, line=command.line, inst=sv.Instance(tp=tp, pp=pp, ep=ep, adp=adp, redundant=redundant if ep > 1 else 0,
+                                                      dense_dp=dense_dp), replicas=dp,
         fraction=el.fraction(command, f["fraction"], default_fraction, file),
         fraction_given=f["fraction"] in command.flags,
         max_model_len=max_model_len,
@@ -176,6 +178,38 @@ def _whole_prompt_prefill(command: el.Command, chunk: int, prefill_cap: int, max
                 f"forward",
         fix=f"remove {spelled} {chunk} (chunked prefill splits long prompts), or {f['max_model_len']} {reserved} "
             f"(prompts SGLang's reserve covers)")]
+
+
+def _dense_dp(command: el.Command, tp: int, adp: int, a2a: str, file: str, findings: list) -> bool:
+    """Whether the launch runs the dense MLPs and the LM head data-parallel (`cost.serving.Instance.dense_dp`):
+    FLAG["dense_tp"] 1 with FLAG["dp_lm_head"] under attention DP. SGLang takes the dense size unset, 1 or
+    tp_size (`frameworks.sglang.DENSE_TP_VALUES`; another value is its start-up assertion, here `moe_dense_tp_size`,
+    an error); 1 without the DP LM head keeps the token gather of every rank (`srt/utils/common.py`
+    require_mlp_tp_gather) and is costed as the default (`dense_tp_without_dp_lm_head`, a warning).
+
+    Raises:
+        SpecError: a dense size that is not an integer >= 1."""
+    f = s.FLAG
+    dense = el.integer(command, f["dense_tp"], None, file)
+    if dense is None or dense == tp:
+        return False
+    if dense not in s.DENSE_TP_VALUES:
+        findings.append(Violation(rule="moe_dense_tp_size",
+                                  message=f"{f['dense_tp']} {dense}: SGLang takes only 1 or {f['tp']} ({tp}) "
+                                          f"('moe_dense_tp_size only supports None, 1, or tp_size currently', "
+                                          f"{s.VERSION} arg_groups/validation_hook.py)",
+                                  fix=f"{f['dense_tp']} 1, or leave it unset"))
+        return False
+    if adp == 1:
+        return False
+    if command.flags.get(f["dp_lm_head"]) is not True or a2a == s.A2A_NONE:
+        findings.append(Violation(
+            rule="dense_tp_without_dp_lm_head", severity="warning",
+            message=f"{f['dense_tp']} 1 without {f['dp_lm_head']} and an all-to-all {f['a2a']}: SGLang still gathers "
+                    f"every attention-DP rank's tokens (require_mlp_tp_gather), costed here as the default dense TP",
+            fix=f"add {f['dp_lm_head']} (with {f['a2a']} {s.A2A_DEFAULT_EMIT})"))
+        return False
+    return True
 
 
 def _running_per_rank(max_running: int | None, adp: int) -> list[Violation]:
