@@ -855,7 +855,8 @@ def _notes(hw: ClusterSpec, req: ServeRequest) -> list[str]:
     basis = "of total GPU memory" if rule.basis == "total" else "of the memory free after loading"
     value = (f"{fraction:g}" if req.mem_fraction is not None or req.engine != "sglang" else
              "SGLang's own default for each shape (by GPU memory, TP x PP, chunk, DP attention; "
-             "planner.frameworks.sglang.default_mem_fraction_static)")
+             "planner.frameworks.sglang.default_mem_fraction_static), except where attention DP spans nodes: "
+             "the planner's, from the memory it models beside the pool (written by --emit)")
     notes = [f"{req.engine} KV pool: {rule.flag}={value} ({basis}); the engine reserves this "
              f"memory at start-up, whatever the weights take"]
     if not hw.gpu.name.startswith(CALIBRATED_GPUS):
@@ -931,7 +932,8 @@ def _infeasible(spec, hw, req, evaluated, points, rejected) -> InfeasibleError:
             f"memory binds: weights {mem.weights / sv.GIB:.2f} GiB + activations {mem.activations / sv.GIB:.2f} GiB "
             f"+ reserve {mem.reserve / sv.GIB:.2f} GiB leave a KV pool of {mem.kv_cache / sv.GIB:.2f} GiB per GPU "
             f"on the best shape (tp={best['inst'].tp} pp={best['inst'].pp}) under {req.engine}'s "
-            f"{sv.ENGINES[req.engine].flag}={mem.budget_fraction:g}{more}",
+            f"{sv.ENGINES[req.engine].flag}={mem.budget_fraction:g}{_fraction_why(spec, hw, req, best['inst'], mem)}"
+            f"{more}",
             details={"binding": "memory", "minimum_gpus": need, "closest_plan": _memory_only(best)})
     long_enough = [ev for ev in fits if ev["longest_context"] >= req.context]
     if not long_enough:
@@ -1168,15 +1170,7 @@ def _no_worker(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, found: list,
                                f"no {role} worker shape has a point on up to {req.gpus} GPUs; drop --disaggregated",
                                details={"binding": f"{role}_slo"})
     inst, mem = max(mems, key=lambda m: m[1].kv_cache)
-    why = ""
-    if wide_sglang(hw, inst, req.engine) and req.mem_fraction is None:
-        room = _headroom(spec, hw, req, inst, role)
-        term = room.binding()
-        size = room.total if term == "floor" else getattr(room, term)
-        why = (f"; the memory SGLang must keep free beside the pool is {room.total / sv.GIB:.2f} GiB, set by "
-               f"{term.replace('_', ' ')} ({size / sv.GIB:.2f} GiB"
-               + (f" at {forward_tokens(req, inst, hw):,} tokens per attention-DP rank" if term == "activations" else "")
-               + ")")
+    why = _fraction_why(spec, hw, req, inst, mem, role)
     return InfeasibleError(
         f"memory binds: no {role} worker shape holds a {context:,}-token sequence on up to {req.gpus} GPUs; the "
         f"best, {inst.label}, has weights {mem.weights / sv.GIB:.2f} GiB + activations {mem.activations / sv.GIB:.2f} "
@@ -1184,6 +1178,29 @@ def _no_worker(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, found: list,
         f"{req.engine}'s {sv.ENGINES[req.engine].flag}={mem.budget_fraction:g}{why}; a smaller "
         f"--max-num-batched-tokens, more GPUs or no --disaggregated would relax it",
         details={"binding": "memory", "role": role})
+
+
+def _fraction_why(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, inst: sv.Instance, mem: sv.ServingMemory,
+                  role: str | None = None) -> str:
+    """What set an SGLang shape's mem_fraction_static where memory binds ('' otherwise): on a `wide_sglang` shape the
+    largest term of the headroom it keeps free (`cost.serving.sglang_headroom`), on another SGLang shape a default
+    at or below 0 -- SGLang's own rule keeps 1.5 MiB per token of the chunk (`frameworks.sglang.
+    default_mem_fraction_static`), so a large --max-num-batched-tokens leaves nothing for weights and KV."""
+    if req.engine != "sglang" or req.mem_fraction is not None:
+        return ""
+    if wide_sglang(hw, inst, req.engine):
+        room = _headroom(spec, hw, req, inst, role)
+        term = room.binding()
+        size = room.total if term == "floor" else getattr(room, term)
+        return (f"; the memory SGLang must keep free beside the pool is {room.total / sv.GIB:.2f} GiB, set by "
+                f"{term.replace('_', ' ')} ({size / sv.GIB:.2f} GiB"
+                + (f" at {forward_tokens(req, inst, hw):,} tokens per attention-DP rank" if term == "activations" else "")
+                + ")")
+    if mem.budget_fraction <= 0:
+        return (f"; SGLang's own mem_fraction_static default is {mem.budget_fraction:g} here: it keeps 1.5 MiB per "
+                f"token of the {req.max_num_batched_tokens:,}-token chunk free, more than the GPU holds "
+                f"(--mem-fraction or a smaller --max-num-batched-tokens)")
+    return ""
 
 
 def _no_mix(hw: ClusterSpec, req: ServeRequest, pre: list, dec: list) -> InfeasibleError:

@@ -324,3 +324,14 @@ def test_two_batch_overlap_hides_the_decode_exchange_behind_the_step(dsv3):
     assert not two_batch_overlap("vllm", sv.Instance(tp=32, ep=32, adp=32))
     assert not two_batch_overlap("sglang", sv.Instance(tp=8, ep=8))
     assert not two_batch_overlap("sglang", sv.Instance(tp=8, adp=8))
+
+
+def test_negative_sglang_default_fraction_is_explained():
+    """senior review 9, finding 6: SGLang's own default keeps 1.5 MiB per token of the chunk, so a 131,072-token chunk
+    on one H200 node gives a default below 0 (by hand: 512 + 131,072 x 1.5 + 1,024 + graphs > 143,771 MiB); the
+    memory error says so and what relaxes it, instead of a bare negative fraction."""
+    proc = cli_run.planner("serve-plan", "-m", "deepseek-v3", "-c", "hgx-h200", "--gpus", "8", "--input-len", "2000",
+                           "--output-len", "1000", "--engine", "sglang", "--max-num-batched-tokens", "131072")
+    assert proc.returncode == 1, proc.stderr
+    assert "memory binds" in proc.stderr and "SGLang's own mem_fraction_static default is -" in proc.stderr
+    assert "1.5 MiB per token of the 131,072-token chunk" in proc.stderr and "--mem-fraction" in proc.stderr
