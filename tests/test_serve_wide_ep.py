@@ -335,3 +335,29 @@ def test_negative_sglang_default_fraction_is_explained():
     assert proc.returncode == 1, proc.stderr
     assert "memory binds" in proc.stderr and "SGLang's own mem_fraction_static default is -" in proc.stderr
     assert "1.5 MiB per token of the 131,072-token chunk" in proc.stderr and "--mem-fraction" in proc.stderr
+
+
+def test_check_warns_when_the_fraction_leaves_no_room_for_gathered_dense_tokens(tmp_path):
+    """LMSYS's EP32 prefill worker (sgl-project/sglang issue #6017: --mem-fraction-static 0.85, --chunked-prefill-size
+    524,288 = 16,384 per rank, dense MLPs dp; here without its --max-total-tokens cap) passes `check` quietly; without
+    --moe-dense-tp-size 1 --enable-dp-lm-head the dense MLPs gather 32 x 16,384 tokens: 524,288 x (2 x 7,168 +
+    3 x 18,432 / 32) x 2 B = 16,844,324,864 B = 15.69 GiB on top of the forward, more than the 0.15 x 79.65 = 11.95
+    GiB the fraction leaves: a `sglang_headroom` warning whose fix names the dense flags (LMSYS's reason for them)."""
+    words = ("python3 -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3 --disaggregation-mode prefill "
+             "--dist-init-addr 10.0.0.1:5757 --nnodes 4 --node-rank 0 --tp-size 32 --attn-dp-size 32 --ep-size 32 "
+             "--moe-a2a-backend deepep --deepep-mode normal --host 0.0.0.0 --moe-dense-tp-size 1 --enable-dp-lm-head "
+             "--enable-two-batch-overlap --mem-fraction-static 0.85 --chunked-prefill-size 524288 "
+             "--max-running-requests 8192 --context-length 8192 --ep-num-redundant-experts 32\n")
+    dsv3 = load_model("deepseek-v3")
+    assert sv.gathered_dense_bytes(dsv3, sv.Instance(tp=32, ep=32, adp=32), 16384) == 16_844_324_864
+    rules = {}
+    for name, text in (("dense_dp", words), ("default", words.replace(" --moe-dense-tp-size 1 --enable-dp-lm-head", ""))):
+        path = tmp_path / f"{name}.sh"
+        path.write_text(text)
+        result = check_launch_file(path, cluster="dgx-h100", gpus=32, model="deepseek-v3")
+        assert result["verdict"] == "pass", result["violations"]
+        rules[name] = [v for v in result["violations"] if v["rule"] == "sglang_headroom"]
+    assert not rules["dense_dp"]
+    warning, = rules["default"]
+    assert "11.95 GiB" in warning["message"] and "15.69 of them the dense MLPs' gathered tokens" in warning["message"]
+    assert "--moe-dense-tp-size 1 --enable-dp-lm-head" in warning["fix"]
