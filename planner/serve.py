@@ -294,7 +294,8 @@ def _memory(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, inst: sv.Instan
     max_bs x dp_size x 4.5 MiB and 1.5 MiB per token of the undivided chunk on every GPU (`default_mem_fraction_
     static`): 0.435-0.58 at dp64 on an H100, about half the HBM kept from the KV pool, and below 0 at a 65,536-token
     chunk (senior review 9, finding 6). LMSYS's EP32 / EP72 launches give the fraction explicitly (0.85 prefill,
-    0.835 decode: sgl-project/sglang issue #6017; ai-dynamo/dynamo's reproduction of those commands). So the
+    0.835 decode, with a chunked-prefill size of 524,288 = 16,384 per rank on the EP32 prefill: sgl-project/sglang issue
+    #6017, as ai-dynamo/dynamo@4a2dac13 examples/sglang/utils/deepseek-r1/run_sgl_servers.sh copies them). So the
     planner sizes it from what it models each GPU allocating after the KV pool (`cost.serving.sglang_headroom`:
     the forward's activations at the chunk per rank, the CUDA graphs, DeepEP's buffers) and `--emit` writes it
     (`cost.serving.headroom_fraction`): a planner choice, not SGLang's default. A headroom above the GPU gives

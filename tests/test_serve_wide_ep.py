@@ -292,10 +292,12 @@ def test_memory_binding_names_memory_not_the_slo():
 
 
 def test_lmsys_decode_launch_passes_check(tmp_path):
-    """senior review 9, finding 5: LMSYS's EP72 decode worker (sgl-project/sglang issue #6017, in 0.5.23's spellings:
+    """senior review 9, finding 5: LMSYS's EP72 decode worker (sgl-project/sglang issue #6017 as ai-dynamo/dynamo@4a2dac13
+    examples/sglang/utils/deepseek-r1/run_sgl_servers.sh copies it; the review's file was not kept), in 0.5.23's spellings:
     --attn-dp-size for --dp-size --enable-dp-attention, --moe-a2a-backend deepep for --enable-deepep-moe,
-    --cuda-graph-bs-decode for --cuda-graph-bs, which 0.5.23's parser finds ambiguous) passes `planner check`: the 32
-    redundant experts make 288 = 4 x 72, and --moe-dense-tp-size 1 --enable-dp-lm-head read as dense MLPs dp."""
+    --cuda-graph-bs-decode for --cuda-graph-bs, which 0.5.23's parser finds ambiguous, passes `planner check`: the 32
+    redundant experts make 288 = 4 x 72, and --moe-dense-tp-size 1 --enable-dp-lm-head read as dense MLPs dp; its
+    file-system and EPLB flags (--init-expert-location, --deepep-config) left out."""
     path = tmp_path / "sgl_lmsys_decode2.sh"
     path.write_text(
         "python3 -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3 --disaggregation-mode decode "
@@ -338,7 +340,8 @@ def test_negative_sglang_default_fraction_is_explained():
 
 
 def test_check_warns_when_the_fraction_leaves_no_room_for_gathered_dense_tokens(tmp_path):
-    """LMSYS's EP32 prefill worker (sgl-project/sglang issue #6017: --mem-fraction-static 0.85, --chunked-prefill-size
+    """LMSYS's EP32 prefill worker (sgl-project/sglang issue #6017, ai-dynamo/dynamo@4a2dac13 examples/sglang/utils/
+    deepseek-r1/run_sgl_servers.sh: --mem-fraction-static 0.85, --chunked-prefill-size
     524,288 = 16,384 per rank, dense MLPs dp; here without its --max-total-tokens cap) passes `check` quietly; without
     --moe-dense-tp-size 1 --enable-dp-lm-head the dense MLPs gather 32 x 16,384 tokens: 524,288 x (2 x 7,168 +
     3 x 18,432 / 32) x 2 B = 16,844,324,864 B = 15.69 GiB on top of the forward, more than the 0.15 x 79.65 = 11.95
