@@ -300,7 +300,11 @@ def _memory(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, inst: sv.Instan
     the forward's activations at the chunk per rank, the CUDA graphs, DeepEP's buffers) and `--emit` writes it
     (`cost.serving.headroom_fraction`): a planner choice, not SGLang's default. A headroom above the GPU gives
     fraction 0 and no KV pool: the shape does not fit, and the infeasible message names the largest term.
-    --mem-fraction, when given, is used as given."""
+    Inside one node the default is kept, though the headroom model would give more (DeepSeek-V3 dp8 ep8 on an H200:
+    SGLang's 0.736 against the floor's 0.928): it is what SGLang runs when the flag is absent, the measured SGLang
+    rows the latency model is fitted on ran at it (`planner.serve_validate`), and the headroom model has no
+    measurement of its own, so it is used only where the default cannot serve. --mem-fraction, when given, is used
+    as given."""
     fraction, activations, graphs = req.mem_fraction, None, sv.CUDA_GRAPH_BYTES
     if fraction is None and wide_sglang(hw, inst, req.engine):
         room = _headroom(spec, hw, req, inst, role)
