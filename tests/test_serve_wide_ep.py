@@ -364,3 +364,20 @@ def test_check_warns_when_the_fraction_leaves_no_room_for_gathered_dense_tokens(
     warning, = rules["default"]
     assert "11.95 GiB" in warning["message"] and "15.69 of them the dense MLPs' gathered tokens" in warning["message"]
     assert "--moe-dense-tp-size 1 --enable-dp-lm-head" in warning["fix"]
+
+
+def test_wide_plan_file_with_dense_dp_passes_check(tmp_path):
+    """A serving plan file (`serve-plan -o`) of a wide SGLang instance carries `dense_dp` and the per-rank chunk's
+    flag value (`max_num_batched_tokens` 8,192 x 32) in its rows; `planner check` reads it back (it refused the
+    unknown key) and recomputes the dense-dp weights."""
+    import yaml
+
+    path = tmp_path / "plan.yaml"
+    proc = cli_run.planner("serve-plan", "-m", "deepseek-v3", "-c", "dgx-h100", "--gpus", "32", "--input-len", "2000",
+                           "--output-len", "1000", "--engine", "sglang", "--fix", "ep=32", "-o", str(path))
+    assert proc.returncode == 0, proc.stderr
+    data = yaml.safe_load(path.read_text())
+    row, = data["deployment"]["mix"]
+    assert row["parallelism"]["dense_dp"] is True and row["max_num_batched_tokens"] == 8192 * 32
+    check = cli_run.planner("check", str(path))
+    assert check.returncode == 0 and "(dense MLPs dp)" in check.stdout, check.stdout + check.stderr
