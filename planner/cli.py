@@ -1065,7 +1065,7 @@ def serve_plan_cmd(
     mem_fraction: Annotated[float | None, typer.Option(
         parser=_finite(0.05, 1.0), metavar="FLOAT", help="The engine's budget knob: vLLM gpu_memory_utilization, SGLang mem_fraction_static, "
                                 "TensorRT-LLM kv_cache_free_gpu_memory_fraction (default: the engine's).")] = None,
-    max_num_batched_tokens: Annotated[int, typer.Option(min=1, max=MAX_SEQ_LEN, help="Tokens per forward (chunked prefill).")] = 8192,
+    max_num_batched_tokens: Annotated[int, typer.Option(min=1, max=MAX_SEQ_LEN, help="Tokens per forward (chunked prefill): the engine flag's value; for an SGLang instance whose attention DP spans nodes, the chunk of one attention-DP rank (emitted x the ranks).")] = 8192,
     fix: Annotated[list[str] | None, typer.Option("--fix", metavar="KEY=VALUE", help="Pin tp, pp, ep or dp (repeatable, or comma-separated: tp=8,ep=8).")] = None,
     disaggregated: Annotated[bool, typer.Option("--disaggregated", help="Separate prefill and decode workers, rate-matched.")] = False,
     top: Annotated[int, typer.Option("--top", min=1, max=MAX_TOP, help="Plans to show.")] = 5,

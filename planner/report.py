@@ -832,7 +832,7 @@ def write_yaml(path: str, data: dict) -> None:
 def _serve_label(par: dict) -> str:
     """A serving layout record (tp, pp, ep, dp) as `cost.serving.Instance.label` spells it."""
     return Instance(tp=par["tp"], pp=par.get("pp", 1), ep=par.get("ep", 1), adp=par.get("dp", 1),
-                    redundant=par.get("redundant_experts", 0)).label
+                    redundant=par.get("redundant_experts", 0), dense_dp=par.get("dense_dp", False)).label
 
 
 def _workers_label(workers: list[dict]) -> str:

@@ -1176,7 +1176,8 @@ def evaluate(file: str, kind: str, spec: ModelSpec, hw: ClusterSpec, gpus: int, 
         row = {"line": launch.line, "engine": launch.engine, "role": launch.role,
                "parallelism": {"tp": launch.inst.tp, "pp": launch.inst.pp, "ep": launch.inst.ep,
                                "dp": launch.inst.adp, "replicas": launch.replicas,
-                               **({"redundant_experts": launch.inst.redundant} if launch.inst.redundant else {})},
+                               **({"redundant_experts": launch.inst.redundant} if launch.inst.redundant else {}),
+                               **({"dense_dp": True} if launch.inst.dense_dp else {})},
                "world": launch.world, "nnodes": launch.nnodes, "node_rank": launch.node_rank, "recomputed": {}}
         if not shape:
             mem = _memory(spec, hw, launch)
