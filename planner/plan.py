@@ -1077,29 +1077,9 @@ def _solve_block(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> Evalu
     its own count), so they stay valid lower bounds. Source: NVIDIA/Megatron-LM@d98e8a6
     megatron/core/recompute.py l. 156-181, transformer_config.py l. 543-555 (senior review 9
     finding 8: plans recomputing a different count per chunk ran 6-17% slower as launched)."""
-    ip = costs.int_problem(layout, modes)
-    L = costs.model.num_hidden_layers
     if _uneven(layout):
         costs.uneven_interleaved += 1
-    if layout.vpp == 1 and layout.pipeline_layout is None:
-        plans = []
-        for value, n, ends, counts in best_block_plans(ip):
-            solution = _block_solution(ip, ends, counts, value, n)
-            plans.append(solution)
-    else:
-        chunks = model_chunks(costs.model, layout)
-        if layout.pipeline_layout is None:  # equal chunks: the program's split is pinned
-            layout = layout.replace(pipeline_layers=ip.layers_per_stage)
-        sets = _layer_sets(layout)
-        ends = tuple(itertools.accumulate(len(s) for s in sets))
-        plans = []
-        for n in range(max(len(c) for c in chunks) + 1):
-            per_layer = mg.recomputed_modes("full" if n else None, "block", n, chunks, L)
-            ordered = tuple(per_layer[i] for layers in sets for i in layers)
-            counts = _kind_mode_counts(ip, ends, ordered)
-            plans.append(dataclasses.replace(
-                _solution(ip, ends, counts, status="OPTIMAL", bound=0, proof=BLOCK_PROOF, wall_s=0.0),
-                layer_recompute=ordered))
+    plans = _block_solutions(costs, layout, costs.int_problem(layout, modes))
     if not plans:
         costs.infeasible.append(layout)
         return None
@@ -1118,6 +1098,28 @@ def _solve_block(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> Evalu
     costs.recost_rejected += 1
     costs.rejected_bound_s = min(costs.rejected_bound_s, _refined_bound(costs, layout, modes))
     return None
+
+
+def _block_solutions(costs: _Costs, layout: Layout, ip: IntStageProblem) -> list[StageSolution]:
+    """The plans `_solve_block` weighs, as the stage program's solutions (per-layer modes in its
+    layer order): one chunk per stage, each N's best split that fits the program's memory, best
+    first (`best_block_plans`); interleaved, the pinned split with each N = 0 .. the longest chunk,
+    fitting or not (`mg.recomputed_modes`)."""
+    if layout.vpp == 1 and layout.pipeline_layout is None:
+        return [_block_solution(ip, ends, counts, value, n)
+                for value, n, ends, counts in best_block_plans(ip)]
+    L, chunks = costs.model.num_hidden_layers, model_chunks(costs.model, layout)
+    sets = _layer_sets(layout if layout.pipeline_layout is not None
+                       else layout.replace(pipeline_layers=ip.layers_per_stage))
+    ends = tuple(itertools.accumulate(len(s) for s in sets))
+    plans = []
+    for n in range(max(len(c) for c in chunks) + 1):
+        per_layer = mg.recomputed_modes("full" if n else None, "block", n, chunks, L)
+        ordered = tuple(per_layer[i] for layers in sets for i in layers)
+        plans.append(dataclasses.replace(
+            _solution(ip, ends, _kind_mode_counts(ip, ends, ordered), status="OPTIMAL", bound=0,
+                      proof=BLOCK_PROOF, wall_s=0.0), layer_recompute=ordered))
+    return plans
 
 
 BLOCK_PROOF = "one recompute count per chunk, every count and split"
@@ -1574,9 +1576,12 @@ def _uniform_modes(layout: Layout, modes: tuple[str, ...]) -> tuple[str, ...]:
     `ActivationCheckpointing.apply`: the policy wraps every transformer block of the model part;
     FullAC = full, SelectiveAC = the op policy, the planner's selective; MemoryBudgetAC not
     modelled): one mode for all layers. The layer-wise option of older TOML releases (every N-th
-    block) is not searched. DeepSpeed: recompute is the model code's `deepspeed.checkpointing.
-    checkpoint` around whole layers, which `--emit deepspeed` tells the user to put on every layer
-    (`emit.deepspeed._recompute_deviation`), so none or full on every layer; selective only when
+    block) is not searched. DeepSpeed: its activation checkpointing is the model code calling
+    `deepspeed.checkpointing.checkpoint(function, *args)` (deepspeedai/DeepSpeed@edaa722
+    deepspeed/runtime/activation_checkpointing/checkpointing.py l. 1058; the JSON's
+    `activation_checkpointing` section only configures it), which `--emit deepspeed` tells the user
+    to put around every decoder layer (`emit.deepspeed._recompute_deviation`) and `check
+    --recompute` reads as none or full, so none or full on every layer; selective only when
     pinned (--fix recompute=selective)."""
     if layout.framework == "deepspeed":
         return tuple(m for m in modes if m != "selective")
@@ -2162,11 +2167,18 @@ def _has_plan(model, cluster, fixed, base, reserve, headroom) -> bool:
 
 
 def _has_split(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> bool:
-    """Whether some split of `layout` fits with its layers in `modes` (`_has_plan`)."""
+    """Whether some split of `layout` fits with its layers in `modes` (`_has_plan`), under
+    Megatron-LM's none / full with one --recompute-num-layers for every chunk (`_solve_block`):
+    the per-stage test first (necessary), then the launchable plans' memory."""
     if not _may_fit(costs, layout, modes):
         return False
     ip = to_int_problem(_stage_problem(costs, layout, modes, memory_only=True))
-    return feasible_split(ip, ip.capacity_bytes) is not None
+    if feasible_split(ip, ip.capacity_bytes) is None:
+        return False
+    if not _one_block_count(layout, modes):
+        return True
+    # Megatron-LM's one --recompute-num-layers: each stage choosing its own count is not enough
+    return any(max(p.stage_memory_bytes) <= ip.capacity_bytes for p in _block_solutions(costs, layout, ip))
 
 
 def plan_file(data: dict, index: int = 0, *, model_ref: str | None = None,
