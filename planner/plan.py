@@ -32,7 +32,7 @@ For a candidate c (mesh x knobs) and an assignment a (layer split + recompute mo
 - a ranges over the recompute settings the framework launches, nothing else (so OPTIMAL is the
   optimum over what `--emit` writes; senior review 9 finding 8). Megatron-LM: one
   recompute_granularity, so each candidate is searched twice (`_granularity_copies`): selective on
-  every layer, and none / full with one --recompute-num-layers N for every model chunk (block:
+  every layer, and none / full with one recompute_num_layers N for every model chunk (block:
   its first N layers; `_solve_block`, every N and split, `search.shared_recompute`). torchtitan:
   one policy on every block (none, op-level selective, full); DeepSpeed: none or full on every
   layer (`_uniform_modes`): one copy per mode.
@@ -1057,7 +1057,7 @@ def _acting_lists(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> tupl
 
 def _one_block_count(layout: Layout, modes: tuple[str, ...]) -> bool:
     """Whether `layout`'s layers may be none or full under Megatron-LM, whose full recompute is
-    one `--recompute-num-layers` N for every model chunk (`search.shared_recompute`): the
+    one `recompute_num_layers` N for every model chunk (`search.shared_recompute`): the
     candidate's plans are then `_solve_block`'s, not the per-stage program's."""
     return layout.framework == "megatron" and set(modes) == {"none", "full"}
 
@@ -1558,7 +1558,7 @@ def _granularity_copies(layout: Layout, modes: tuple[str, ...]) -> tuple[Layout,
     """`layout` as the search visits it, once per recompute setting its framework launches
     (`_modes_of` gives each copy's modes), where `modes` leaves the choice: under Megatron-LM once
     with selective recompute on every layer (`recompute` selective) and once with none / full
-    (one --recompute-num-layers for every chunk, `_solve_block`); under torchtitan and DeepSpeed
+    (one recompute_num_layers for every chunk, `_solve_block`); under torchtitan and DeepSpeed
     once per mode on every layer (`_uniform_modes`); else itself."""
     if len(modes) == 1:
         return (layout,)
@@ -1577,9 +1577,9 @@ def _uniform_modes(layout: Layout, modes: tuple[str, ...]) -> tuple[str, ...]:
     FullAC = full, SelectiveAC = the op policy, the planner's selective; MemoryBudgetAC not
     modelled): one mode for all layers. The layer-wise option of older TOML releases (every N-th
     block) is not searched. DeepSpeed: its activation checkpointing is the model code calling
-    `deepspeed.checkpointing.checkpoint(function, *args)` (deepspeedai/DeepSpeed@edaa722
-    deepspeed/runtime/activation_checkpointing/checkpointing.py l. 1058; the JSON's
-    `activation_checkpointing` section only configures it), which `--emit deepspeed` tells the user
+    `deepspeed.checkpointing.checkpoint(function, *args)` (deepspeedai/DeepSpeed@edaa722, the
+    runtime's checkpointing.py l. 1058; the JSON section of that name only configures it), which
+    `--emit deepspeed` tells the user
     to put around every decoder layer (`emit.deepspeed._recompute_deviation`) and `check
     --recompute` reads as none or full, so none or full on every layer; selective only when
     pinned (--fix recompute=selective)."""
@@ -2168,7 +2168,7 @@ def _has_plan(model, cluster, fixed, base, reserve, headroom) -> bool:
 
 def _has_split(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> bool:
     """Whether some split of `layout` fits with its layers in `modes` (`_has_plan`), under
-    Megatron-LM's none / full with one --recompute-num-layers for every chunk (`_solve_block`):
+    Megatron-LM's none / full with one recompute_num_layers for every chunk (`_solve_block`):
     the per-stage test first (necessary), then the launchable plans' memory."""
     if not _may_fit(costs, layout, modes):
         return False
@@ -2177,7 +2177,7 @@ def _has_split(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> bool:
         return False
     if not _one_block_count(layout, modes):
         return True
-    # Megatron-LM's one --recompute-num-layers: each stage choosing its own count is not enough
+    # Megatron-LM's one recompute_num_layers: each stage choosing its own count is not enough
     return any(max(p.stage_memory_bytes) <= ip.capacity_bytes for p in _block_solutions(costs, layout, ip))
 
 

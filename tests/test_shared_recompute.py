@@ -1,4 +1,4 @@
-"""`search.shared_recompute` (one --recompute-num-layers N for every stage) against enumeration.
+"""`search.shared_recompute` (one recompute_num_layers N for every stage) against enumeration.
 
 The oracle walks every contiguous split (`search.brute.splits`) and every N = 0 .. L, gives each
 layer its mode by hand (full when it is among the first N layers of its stage, else none), and

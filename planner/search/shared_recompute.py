@@ -1,6 +1,6 @@
-"""Full recompute as Megatron-LM launches it: one `--recompute-num-layers` N for every model chunk.
+"""Full recompute as Megatron-LM launches it: one `recompute_num_layers` N for every model chunk.
 
-Megatron-LM's full recompute with `--recompute-method block` checkpoints the first N decoder layers
+Megatron-LM's full recompute with the block recompute method checkpoints the first N decoder layers
 of every model chunk (one TransformerBlock per virtual stage; `num_layers_per_pipeline_rank` is the
 chunk's own layer count) and runs the rest without recompute; `uniform` recomputes every layer
 (in units of N layers, which with N = 1 is block with N >= every chunk's size). N is one value for
