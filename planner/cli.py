@@ -795,20 +795,8 @@ def plan_cmd(
         with report.human_report_to_stderr() if output == "-" else contextlib.nullcontext():
             report.show_plan(data, fmt.value)
     else:
-        def uniform_plans():  # the best plan under each recompute mode on every layer
-            if "recompute" in fixed:  # the user pinned it: nothing else to weigh
-                return []
-            out = []
-            for mode in layout_mod.RECOMPUTE_MODES:
-                try:
-                    out.append(plan_api.plan(spec, hw, fixed={**fixed, "recompute": mode}, **search))
-                except InfeasibleError:
-                    continue
-            return out
-
         data, index = _emit(data, _value(emit),
-                            lambda r, i: plan_api.plan_file(r, i, model_ref=model, cluster_ref=cluster),
-                            uniform_plans)
+                            lambda r, i: plan_api.plan_file(r, i, model_ref=model, cluster_ref=cluster))
     if output:
         report.write_yaml(output, plan_api.plan_file(data, 0 if emit is None else index,
                                                      model_ref=_ref_for(model, output),
@@ -829,12 +817,12 @@ def _emit_pins(framework: str, fixed: dict, moe: bool) -> dict:
     return {**pins, **fixed}
 
 
-def _emit(result: dict, framework: str, doc_of, replan) -> tuple[dict, int]:
+def _emit(result: dict, framework: str, doc_of) -> tuple[dict, int]:
     """Print the fastest launch configuration (`emit.best_launch`); exit 1 if `planner check` of
     it fails. Returns the `plan()` result and plan index it was emitted from (what `-o` writes)."""
     from planner import emit as emit_api
 
-    launch = emit_api.best_launch(result, framework, doc_of, replan)
+    launch = emit_api.best_launch(result, framework, doc_of)
     report.show_emitted(launch, result)
     if launch.verdict["verdict"] != "pass":
         raise typer.Exit(1)

@@ -719,7 +719,7 @@ def show_emitted(launch, searched: dict) -> None:
     search's best plan."""
     emitted, verdict = launch.emitted, launch.verdict
     best = searched["plans"][0]["time_s"]["step"]
-    which = _which_plan(launch, searched, best)
+    which = _which_plan(launch, best)
     if verdict["verdict"] == "pass":  # a configuration that fails its check is not printed
         text = emitted.text if emitted.text.endswith("\n") else emitted.text + "\n"
         sys.stdout.write(_header_comment(text, emitted.suffix, which))
@@ -747,10 +747,10 @@ def _header_comment(text: str, suffix: str, which: str | None) -> str:
     return f"{head}\n{comment}{rest}" if head else comment + rest
 
 
-def _which_plan(launch, searched: dict, best: float) -> str | None:
+def _which_plan(launch, best: float) -> str | None:
     """Which plan an `--emit` configuration launches when it is not the search's best plan as planned
     (None when it is)."""
-    if launch.instead_of is not None or launch.source is not searched or launch.index:
+    if launch.instead_of is not None or launch.index:
         chosen, first = launch.source["plans"][launch.index], launch.instead_of
         if first is None:
             as_emitted = "cannot be launched by it"
@@ -759,8 +759,7 @@ def _which_plan(launch, searched: dict, best: float) -> str | None:
         else:
             as_emitted = "fails `planner check`"
         rank = "the best plan" if launch.index == 0 else f"plan #{launch.index + 1}"
-        which = (f"{rank} of the search with recompute {chosen['parallelism']['recompute']} on "
-                 f"every layer" if launch.source is not searched else f"the search's {rank}")
+        which = f"the search's {rank}"
         framework = launch.emitted.framework
         return (f"emitted {which} ({layout_label(chosen['parallelism'])}), {launch.step_s:.3f} s/step as "
                 f"{framework} launches it: the search's best plan ({best:.3f} s/step as "

@@ -235,12 +235,15 @@ def test_a_published_learning_rate_is_written_with_its_source():
 
 
 def test_mixed_recompute_is_a_code_instruction(tmp_path):
-    # 8B on 8 GPUs at 8k tokens, ZeRO-1, b=1: the plan recomputes 12 of 32 layers in full.
+    # 8B on 8 GPUs at 8k tokens, ZeRO-1, b=1: memory needs recompute. The search weighs only what
+    # DeepSpeed runs, one mode on every layer (`plan._uniform_modes`): full on all 32.
     doc = _plan("llama-3.1-8b", 8, seq_len=8192, global_batch_size=32,
                 fixed={"pp": 1, "cp": 1, "tp": 1, "zero_stage": 1, "micro_batch_size": 1})
-    counts = _plan_counts(doc)
-    full = counts[0].get("full", 0)
-    assert 0 < full < 32 and counts[0].get("selective", 0) == 0, counts
+    assert _plan_counts(doc) == [{"full": 32}]
+    # A plan file edited to recompute 12 of 32 layers in full: written as the instruction to wrap
+    # every layer (more recompute, never more memory).
+    full = 12
+    doc["plan"]["parallelism"]["recompute"] = [{"none": 32 - full, "selective": 0, "full": full}]
     emitted, target = _read_back(doc, tmp_path)
     (line,) = emitted.deviations
     assert line.startswith("recompute is not a DeepSpeed JSON key: wrap every one of the 32 "
