@@ -1398,8 +1398,11 @@ def prefill_queue_wait_s(terms: dict[str, float], tpot_s: float) -> float:
     exponential S of the plain MVA, which doubles the wait at light load (M/D/1 against M/M/1).
     serve-plan's TTFT is the steady-state mean: the fitted terms at no load + this wait, so it rises with the
     load (senior review 10, finding 3: 172 ms at 1, 32 and 128 clients before). `planner.serve.refine` assumes
-    TTFT nondecreasing in C: R grows with C at fixed S and Z (its proof for `prompts_per_prefill`, written for
-    residual 1), checked here on the reviewer's requests (tests/test_serve_queue.py), not proven for 1/2.
+    TTFT nondecreasing in C; its proof for `prompts_per_prefill` (residual 1) carries over to residual 1/2: with
+    g = R^2 - b R - S Z + (C - 1) S^2 / 2, dg/dC = -S (R - S / 2) - (R - S) Z' and dg/dR = 2 R - b > 0 at the
+    larger root, and the fixed point R - S = S (C - 1) (R - S / 2) / (R + Z) makes dR/dC >= 0 iff
+    R + Z >= (C - 1) Z', the condition proven there (Z concave in C with Z(0) >= 0); S does not move with C and
+    `queue_clients` (the running batch) is nondecreasing. The reviewer's requests rise (tests/test_serve_queue.py).
     Hand check (tests/test_serve_queue.py): C = 128, S = 0.1 s, Z = 30 s: b = -17.2, S Z - (C - 1) S^2 / 2 =
     2.365, R = (-17.2 + sqrt(295.84 + 9.46)) / 2 = 0.13642 s, wait 0.03642 s; the open M/D/1 queue at the same
     utilisation, U = X S = 128 / 30.136 x 0.1 = 0.4247, waits U S / (2 (1 - U)) = 0.0369 s (Pollaczek-Khinchine).
