@@ -1399,7 +1399,7 @@ def prefill_queue_wait_s(terms: dict[str, float], tpot_s: float) -> float:
     serve-plan's TTFT is the steady-state mean: the fitted terms at no load + this wait, so it rises with the
     load (senior review 10, finding 3: 172 ms at 1, 32 and 128 clients before). `planner.serve.refine` assumes
     TTFT nondecreasing in C; its proof for `prompts_per_prefill` (residual 1) carries over to residual 1/2: with
-    g = R^2 - b R - S Z + (C - 1) S^2 / 2, dg/dC = -S (R - S / 2) - (R - S) Z' and dg/dR = 2 R - b > 0 at the
+    g = R^2 - b R - S Z + (C - 1) S^2 / 2, dg/dC = -S (R - S / 2) + (R - S) Z' and dg/dR = 2 R - b > 0 at the
     larger root, and the fixed point R - S = S (C - 1) (R - S / 2) / (R + Z) makes dR/dC >= 0 iff
     R + Z >= (C - 1) Z', the condition proven there (Z concave in C with Z(0) >= 0); S does not move with C and
     `queue_clients` (the running batch) is nondecreasing. The reviewer's requests rise (tests/test_serve_queue.py).
