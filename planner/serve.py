@@ -853,6 +853,12 @@ def _no_slo_note(req: ServeRequest, chosen: list[dict]) -> list[str]:
             f"TTFT {worst['ttft_ms']:g} ms; give --tpot-ms (e.g. 50 for 20 tokens/s per user) to bound it"]
 
 
+STEADY_STATE_NOTE = ("TTFT / TPOT: steady-state means of a closed loop at the plan's concurrency per instance, the "
+                     "prefill queue's wait included (cost.serving.prefill_queue_wait_s); a benchmark whose clients "
+                     "all start at once also measures its start burst ('planner validate --suite serving' costs it)")
+"""What serve-plan's latencies are (senior review 10, finding 3: the output did not say)."""
+
+
 def _notes(hw: ClusterSpec, req: ServeRequest) -> list[str]:
     rule = sv.ENGINES[req.engine]
     fraction = rule.default if req.mem_fraction is None else req.mem_fraction
@@ -862,7 +868,7 @@ def _notes(hw: ClusterSpec, req: ServeRequest) -> list[str]:
              "planner.frameworks.sglang.default_mem_fraction_static), except where attention DP spans nodes: "
              "the planner's, from the memory it models beside the pool (written by --emit)")
     notes = [f"{req.engine} KV pool: {rule.flag}={value} ({basis}); the engine reserves this "
-             f"memory at start-up, whatever the weights take"]
+             f"memory at start-up, whatever the weights take", STEADY_STATE_NOTE]
     if not hw.gpu.name.startswith(CALIBRATED_GPUS):
         notes.append(_uncalibrated_gpu_note(hw, req))
     return notes

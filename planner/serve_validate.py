@@ -587,14 +587,17 @@ def _solve(rows: list[Case], terms: dict, target: str, columns: list[tuple[str |
     return {col: least[col] + x for col, x in zip(columns, solver(a / y[:, None], 1 - fixed / y))}
 
 
-LEAST_COEFFICIENT = {("ttft", "prefill_one_s"): 1.0}
+LEAST_COEFFICIENT = {("ttft", "prefill_one_s"): 1.0, ("tpot", "prefill_interference_s"): 1.0}
 """Lower bounds of fitted coefficients: a prompt's prefill (`prefill_one_s`: its forward as the training model costs
 it, `cost.serving.prefill_forward_s`; until 2026-12 its FLOPs at the compute peak) is taken no faster than the
 training model's forward, so its coefficient is at least 1 (the fit solves for the excess, non-negative); fitted
 freely, the dense fits come out 1.26-1.34 for all three engines (they were 2.12-2.36 over FLOPs at the peak). Without the bound the MoE fits, whose rows cannot tell the prefill from the
 co-batched prompts and the constant apart, put it at 0 (TensorRT-LLM) and 0.76 (SGLang): a DeepSeek-V3 prefill
 worker was credited near the fp8 peak, about 3x the 50-74K prompt tokens/s per 8-GPU node that LMSYS and
-DeepSeek publish (fresh-user review 8, finding 2). Source: roofline (Williams et al. 2009)."""
+DeepSeek publish (fresh-user review 8, finding 2). Likewise a prefill's work inside the others' decode steps
+(`prefill_interference_s`, the same per-operator forward) is taken no faster than the prompt alone: fitted freely,
+vLLM's came out 0.33 (a chunk at ~3x its standalone rate, above the peak; SGLang's 0.91), the two errors of
+senior review 10 (finding 1) cancelling. Source: roofline (Williams et al. 2009)."""
 
 
 def coefficients_for(calibration: dict, engine: str, model: str) -> dict:
@@ -699,9 +702,10 @@ def validate(cases: list[Case], calibration: dict | None = None, *, part: str = 
 def _steady(rows: list[dict]) -> dict:
     """How far serve-plan's steady state (`steady_case`: the row without its harness) is from the rows:
     its TTFT MAPE against the measured values, and the median of steady / harness-costed predicted TTFT.
-    On the evaluation part (this commit): 54.1 % / 0.44 (sweep), 41.0 % / 0.73 (sweep-sla), 45.2 % / 0.62
-    (inferencex), 50.3 % / 0.50 over all -- a benchmark's burst, waves and request path about double the
-    steady-state TTFT."""
+    On the evaluation part (2026-12-02, with the steady prefill queue's wait, `cost.serving.prefill_queue_wait_s`):
+    58.8 % / 0.44 (sweep), 58.6 % / 0.47 (sweep-sla), 44.7 % / 0.65 (inferencex), 55.2 % / 0.47 over all (before
+    it: 62.4 / 0.37, 60.1 / 0.46, 44.3 / 0.65, 57.5 / 0.41) -- a benchmark's burst, waves and request path about
+    double the steady-state TTFT."""
     if not rows:
         return {"ttft_mape": None, "median_steady_over_predicted": None, "n": 0}
     ratios = sorted(r["ttft_steady_ms"] / r["ttft_pred_ms"] for r in rows if r["ttft_pred_ms"] > 0)

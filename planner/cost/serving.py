@@ -774,13 +774,16 @@ def latency_terms(spec: ModelSpec, inst: Instance, *, hbm_bytes_per_s: float, pe
       with EP), `moe_exchange_s` over `link_bytes_per_s`; added unfitted to TPOT / TTFT.
     - layer_steps: decoder layers a step runs (all pp stages), in units of LAYER_UNIT_S: the per-layer fixed
       cost (kernel launches / CUDA-graph replay, host work) of a step.
-    - prefill_interference_s: (B / output_len) x one request's prefill FLOPs at the compute peak (with the shared
-      GEMMs of the groups prefilling beside it, as prefill_one_s): every request's prefill lands in the decode of
-      the others once per lifetime (chunked prefill mixes them). Not the per-operator forward of prefill_one_s:
-      in a mixed step the chunk's GEMMs overlap the decode's weight and KV read, so its marginal cost is not its
-      standalone forward, and on that basis the MoE TPOT fits moved their weight to decode_compute_s (SGLang's
-      5.2 -> 17.9: DeepSeek-V3 decode at 4,672 clients on 64 H100 63 -> 100 ms per token) for +-0.1 points of
-      evaluation TPOT MAPE (vLLM 13.7 -> 14.5 %).
+    - prefill_interference_s: (B - the lock-step wave's own clients) / adp / output_len x prefill_one_s: every
+      request's prefill lands in the decode of the others once per lifetime, costed by the same per-operator
+      forward as the prompt's own prefill (SGLang runs it as a prefill batch between decode steps, which stall
+      for all of it; vLLM mixes its chunk into a decode step). Its fitted coefficient is kept >= 1
+      (`planner.serve_validate.LEAST_COEFFICIENT`): a chunk inside a decode step is no faster than alone. Until
+      2026-12 it was the prompt's FLOPs at the compute peak with a free coefficient (0.68 vLLM / 0.78 SGLang:
+      chunk tokens at 148% / 128% of the peak while a prompt alone ran at ~51%, senior review 10, finding 1;
+      fitted freely on the forward the coefficients come out 0.91 SGLang, 0.33 vLLM). Under a lock-step wave
+      (`wave_clients`) the wave's own prompts prefill before any of them decodes, so only the clients outside
+      the wave interfere (0 for an SGLang wave of every client).
     - prefill_one_s: one request's prefill forward of I tokens costed per operator by the training model's
       functions (`prefill_forward_s`: GEMM efficiency at each GEMM's shape, attention efficiency at the prompt's
       length, elementwise work at the achievable HBM rate; `gpu`, the instance's GPUSpec). Under attention DP
@@ -842,16 +845,17 @@ def latency_terms(spec: ModelSpec, inst: Instance, *, hbm_bytes_per_s: float, pe
     - path_sweep / path_sweep_sla (PATH_TERMS): 1 (a count, in units of CONSTANT_UNIT_S) in the term `path_term`
       names, the measuring campaign's request path beyond the engine's own server; all 0 with path_term None
       (serve-plan: a client on the engine's server).
-    - prefill_service_s, prefill_sustained_s, prefill_clients, think_steps: the prefill bounds `predict_latency`
-      keeps TTFT above (`ttft_floor_s`): one prompt's prefill work on the whole instance at the compute peak -- I x (attention
-      parameters and causal attention FLOPs / attention-TP, spread over the adp attention-DP groups, + the other
-      active parameters / tp) x 2 / peak + its TP all-reduces, through every pp stage --, the clients of the
-      closed loop (all B: those waiting for a running slot queue for their prefill too) and the decode steps each
-      spends away from the prefill station (output_len - 1; 0 for a disaggregated prefill worker, whose prompts
-      come back to back); prefill_sustained_s, the instance's work of the prompt's forward as the training
-      model costs it (`prefill_forward_s`: attention side / adp + shared side), without its all-reduces, which
-      the engines' custom and NVLS all-reduces may run faster than the bandwidth term assumes: a bound keeps
-      only what must happen.
+    - prefill_service_s, prefill_sustained_s, prefill_clients, think_steps, queue_clients: the prefill station of
+      the closed loop (`prefill_queue_wait_s`, `ttft_floor_s`): prefill_service_s, one prompt's service on the
+      whole instance -- its per-operator forward (`prefill_forward_s`: attention side / adp, the groups running in
+      parallel, + the shared side) + its TP all-reduces; prefill_sustained_s, the same without the all-reduces
+      (which the engines' custom and NVLS all-reduces may run faster than the bandwidth term assumes: the
+      utilisation bound keeps only what must happen); prefill_peak_s, the same work at the compute peak (what
+      prefill_service_s was until 2026-12; kept for reference); prefill_clients, every client of the loop (all B:
+      those waiting for a running slot queue for their prefill too, the utilisation bound); queue_clients, the
+      running requests that queue for the prefill station in a steady loop (0 under a lock-step wave,
+      `wave_clients` > 0: the wave is that loop's queue); think_steps, the decode steps each client spends away
+      from the station (output_len - 1; 0 for a disaggregated prefill worker, whose prompts come back to back).
     - first_token_steps: `first_token_steps` (the engine's FIRST_TOKEN_STEPS; 0 on a prefill worker), the decode
       steps of `tpot_s` a first token waits for at least (`ttft_floor_s`).
     - wait_steps: decode steps a new prompt waits by a configured scheduler delay (TensorRT-LLM batch waiting,
@@ -885,7 +889,6 @@ def latency_terms(spec: ModelSpec, inst: Instance, *, hbm_bytes_per_s: float, pe
     attention = sum(l.attention for l in counts.layers)
     flops_local = 2 * attention / inst.attn_tp
     flops_shared = 2 * (counts.active_per_token - counts.embedding - attention) / inst.tp
-    flops_token = flops_local + flops_shared
     attn = 4 * spec.num_attention_heads * spec.head_dim * spec.num_hidden_layers / inst.attn_tp
     decode_memory = pp * (read + per_micro * context * kv_token) / (hbm_bytes_per_s * achievable_hbm_fraction())
     decode_compute = (local * (flops_local + attn * context) + concurrency * flops_shared) / peak_flops
@@ -900,7 +903,6 @@ def latency_terms(spec: ModelSpec, inst: Instance, *, hbm_bytes_per_s: float, pe
     beside = prefill_forward_s(spec, inst, gpu, weight_format, input_len, together).shared if together > 1 \
         else forward.shared
     prefill_one = forward.attention + beside
-    at_peak = input_len * (flops_token + attn * input_len / 2 + (together - 1) * flops_shared) / peak_flops
     batched = prompts_per_prefill(local, prefill_one + allreduce, think)
     first_chunk = min(batched * input_len, max(max_num_batched_tokens, input_len))
     chunks = math.ceil(local * input_len / max_num_batched_tokens)
@@ -910,6 +912,8 @@ def latency_terms(spec: ModelSpec, inst: Instance, *, hbm_bytes_per_s: float, pe
     # the instance's prefill work per prompt at peak: attention on one attention-DP group (groups in parallel),
     # MLP / expert GEMMs over every GPU of the stage, the prompt's TP all-reduces, every pp stage
     prefill_compute = input_len * ((flops_local + attn * input_len / 2) / inst.adp + flops_shared) / peak_flops
+    sustained = forward.attention / inst.adp + beside / together  # the same work at the per-op forward's rate
+    interfering = max(0.0, concurrency - wave_clients) / inst.adp  # a wave's own prompts prefill before it decodes
     return {
         "wave_s": prefill_one * start_burst_prompts(wave_clients / inst.adp, per_step),
         "burst_s": (burst_fraction or 0.0) * burst,
@@ -918,17 +922,18 @@ def latency_terms(spec: ModelSpec, inst: Instance, *, hbm_bytes_per_s: float, pe
         "wait_steps": wait_steps,
         "decode_memory_s": decode_memory, "decode_compute_s": decode_compute,
         "decode_floor_s": max(decode_memory, decode_compute / pp), "running_requests": local,
-        "prefill_service_s": prefill_compute + allreduce,
-        "prefill_sustained_s": forward.attention / inst.adp + beside / together, "prefill_clients": queued,
+        "prefill_service_s": sustained + allreduce, "prefill_peak_s": prefill_compute + allreduce,
+        "prefill_sustained_s": sustained, "prefill_clients": queued,
+        "queue_clients": 0.0 if wave_clients else concurrency,
         "think_steps": 0 if prefill_worker else max(output_len - 1, 0),
         "first_token_steps": 0.0 if prefill_worker else first_token_steps,
         "pp": pp,
         "collectives": collectives * pp, "constant": 1.0, "layer_steps": spec.num_hidden_layers,
-        "prefill_interference_s": local / output_len * at_peak,
+        "prefill_interference_s": interfering / output_len * prefill_one,
         "prefill_one_s": prefill_one, "prefill_batch_s": prefill_one * (first_chunk / input_len - 1),
         "weights_per_chunk_s": chunks * weights * pp / hbm_bytes_per_s, "kv_wait_s": wait,
         "hop_s": hop_s * (pp - 1),
-        "prefill_allreduce_s": allreduce, "interference_allreduce_s": local / output_len * allreduce,
+        "prefill_allreduce_s": allreduce, "interference_allreduce_s": interfering / output_len * allreduce,
         "decode_allreduce_s": tp_allreduce_s(spec, inst, per_micro, link_bytes_per_s),
         "moe_exchange_decode_s": moe_exchange_s(spec, inst, concurrency, decode=True, link_bytes_per_s=link_bytes_per_s),
         "moe_exchange_prefill_s": moe_exchange_s(spec, inst, input_len, decode=False, link_bytes_per_s=link_bytes_per_s),
@@ -1179,17 +1184,26 @@ def prefill_groups(adp: int, clients: float, prefill_s: float, decode_s: float) 
     return 1 + (adp - 1) * utilisation
 
 
-def prefill_residence_s(clients: float, prefill_s: float, decode_s: float) -> float:
+def prefill_residence_s(clients: float, prefill_s: float, decode_s: float, residual: float = 1.0) -> float:
     """Mean time a prompt spends at the prefill station of a closed loop of `clients` requests (each: a prefill
     of `prefill_s` seconds on the GPUs, then `decode_s` away decoding), seconds: its own prefill plus the
     prefills queued ahead of it. Schweitzer's approximate mean-value analysis, as `prompts_per_prefill`:
     R = (b + sqrt(b^2 + 4 S Z)) / 2, b = C S - Z; R = S for one client; R = C S when Z = 0 (every client's
     prompt queued: the station's throughput is 1 / S, the utilisation law's bound, Denning & Buzen 1978).
+    `residual`: the mean remaining service of the prompt in service when another arrives, in units of S,
+    (1 + cv^2) / 2 for service times of squared coefficient of variation cv^2: 1 (exponential, MVA's product
+    form, the default) or 1/2 (deterministic: prompts of one length). With it the arrival's wait is
+    S x (Q_a - (1 - residual) U_a) (Q_a, U_a: the queue and utilisation an arrival sees, (C - 1) / C of the
+    time averages under Schweitzer's approximation), and R solves R^2 - b R - S Z + (1 - residual) (C - 1) S^2 = 0
+    (Reiser's residual-service correction of MVA for non-exponential FCFS servers, Reiser 1979; Lazowska et al.,
+    Quantitative System Performance, 1984, sec. 6.4; the discriminant is ((C - 1) S - Z)^2 + S^2 + 2 S Z > 0 at
+    residual 1/2).
     Hand checks (tests): C = 8, S = 0.16 s, Z = 0: 1.28 s; C = 2, S = 0.075, Z = 5: 0.07612 s."""
     if clients <= 1 or prefill_s <= 0:
         return max(prefill_s, 0.0)
     b = clients * prefill_s - decode_s
-    return (b + math.sqrt(b * b + 4 * prefill_s * decode_s)) / 2
+    c = prefill_s * decode_s - (1 - residual) * (clients - 1) * prefill_s ** 2
+    return (b + math.sqrt(b * b + 4 * c)) / 2
 
 
 def link_bytes_per_s(hw, gpus: int) -> float:
@@ -1295,7 +1309,7 @@ def _unit(term: str) -> float:
 def predict_latency(terms: dict[str, float], coefficients: dict[str, dict[str, float]]) -> tuple[float, float]:
     """(TTFT s, TPOT s) from `latency_terms` and one engine's fitted coefficients
     ({"ttft": {term: c}, "tpot": {term: c}}). PP hops add unfitted to both, the MoE exchange to each,
-    the prefill all-reduces to TTFT, the decode's and the interfering prefills' all-reduces to TPOT (`unfitted_s`).
+    the prefill all-reduces and the steady prefill queue's wait (`prefill_queue_wait_s`) to TTFT, the decode's and the interfering prefills' all-reduces to TPOT (`unfitted_s`).
     TPOT is at least `decode_floor_s`: no step is faster than reading its weights and KV once at the achievable HBM
     rate (`achievable_hbm_fraction`), or
     than its FLOPs at the compute peak (roofline, Williams et al. 2009); the fitted weight-read
@@ -1325,8 +1339,9 @@ was credited first tokens in less than one step, more tokens per second than its
 def ttft_floor_s(terms: dict[str, float], tpot_s: float) -> float:
     """The least TTFT a closed loop allows (`latency_terms` prefill_service_s, prefill_sustained_s, prefill_clients,
     think_steps), seconds, the larger of two bounds, plus the prompt's PP hops and MoE exchange (`unfitted_s`):
-    - the prefill station's residence time (`prefill_residence_s`) with every prompt's prefill at the compute
-      peak (S) and each client away for think_steps x `tpot_s` decoding;
+    - the prefill station's residence time (`prefill_residence_s`, exponential service) with every prompt's
+      prefill at its per-operator forward (S = prefill_service_s; at the compute peak until 2026-12) and each
+      client away for think_steps x `tpot_s` decoding;
     - the utilisation law at the rate the training model costs the prompt's forward (S_e = prefill_sustained_s,
       `prefill_forward_s`: every GEMM at its shape's efficiency, attention at the prompt's length, elementwise at
       HBM; until 2026-12 its FLOPs at the large-GEMM e_max, ~0.70 of peak): C clients' requests, TTFT + think each, complete no faster than one per S_e, so
@@ -1357,13 +1372,57 @@ def ttft_floor_s(terms: dict[str, float], tpot_s: float) -> float:
             + terms["moe_exchange_prefill_s"])
 
 
+def prefill_queue_wait_s(terms: dict[str, float], tpot_s: float) -> float:
+    """Mean time a prompt waits at the prefill station of a steady closed loop before its own prefill starts,
+    seconds: the Schweitzer MVA residence (`prefill_residence_s`) less the prompt's own service, R - S, for
+    C = `queue_clients` running requests, each prompt's service S = `prefill_service_s` / pp (its prefill forward
+    as the training model costs it per operator, `prefill_forward_s`, at the engine's per-step token budget, with
+    its TP all-reduces; the busiest of pp stages is the station) and each client away Z = think_steps x `tpot_s`
+    decoding (the decode phase, whose TPOT holds the prefills interleaved into it, prefill_interference_s).
+
+    The prefill station is the instance's GPUs as the engines' schedulers hand them to prompts: SGLang 0.5.23
+    runs a waiting prompt's prefill batch before the next decode step (wheel `sglang/srt/managers/scheduler.py`
+    get_next_batch_to_run, l. 3894: get_new_batch_prefill (l. 3975) first, "Run prefill first if possible"
+    (l. 3992), the decode batch only when it returns none; `enable_mixed_chunk` defaults to False,
+    `srt/arg_groups/fields/schedule.py` l. 208), so prompts queue for the GPUs behind each other's prefills;
+    vLLM 0.33.0 schedules the running requests' decode tokens first and then waiting prompts' chunks within the
+    step's token budget (wheel `vllm/v1/core/sched/scheduler.py` Scheduler.schedule: token_budget l. 719 =
+    max_num_scheduled_tokens, RUNNING requests l. 793, WAITING requests l. 1049), one prompt's chunk after
+    another, so a prompt waits for the chunks of those ahead of it in the same first-come-first-served order. In
+    both a prompt's service is its prefill forward (one chunk of <= the budget per step; the decode tokens that
+    share vLLM's steps are priced in TPOT). Zero with fewer than two clients, for a disaggregated prefill worker
+    (its queue of back-to-back prompts is the utilisation bound of `ttft_floor_s`), and for a campaign whose
+    clients run in lock-step (`queue_clients` 0: the wave, `latency_terms` wave_s, is that loop's queue).
+    A prompt's service is near-deterministic (one length, one forward), so the residence is taken with the
+    in-service prompt's mean residual S / 2 (`prefill_residence_s` residual=0.5, Reiser's correction), not the
+    exponential S of the plain MVA, which doubles the wait at light load (M/D/1 against M/M/1).
+    serve-plan's TTFT is the steady-state mean: the fitted terms at no load + this wait, so it rises with the
+    load (senior review 10, finding 3: 172 ms at 1, 32 and 128 clients before). `planner.serve.refine` assumes
+    TTFT nondecreasing in C; its proof for `prompts_per_prefill` (residual 1) carries over to residual 1/2: with
+    g = R^2 - b R - S Z + (C - 1) S^2 / 2, dg/dC = -S (R - S / 2) + (R - S) Z' and dg/dR = 2 R - b > 0 at the
+    larger root, and the fixed point R - S = S (C - 1) (R - S / 2) / (R + Z) makes dR/dC >= 0 iff
+    R + Z >= (C - 1) Z', the condition proven there (Z concave in C with Z(0) >= 0); S does not move with C and
+    `queue_clients` (the running batch) is nondecreasing. The reviewer's requests rise (tests/test_serve_queue.py).
+    Hand check (tests/test_serve_queue.py): C = 128, S = 0.1 s, Z = 30 s: b = -17.2, S Z - (C - 1) S^2 / 2 =
+    2.365, R = (-17.2 + sqrt(295.84 + 9.46)) / 2 = 0.13642 s, wait 0.03642 s; the open M/D/1 queue at the same
+    utilisation, U = X S = 128 / 30.136 x 0.1 = 0.4247, waits U S / (2 (1 - U)) = 0.0369 s (Pollaczek-Khinchine).
+    Source: Schweitzer's approximate MVA (1979) for one queueing and one delay station, as `prompts_per_prefill`;
+    Reiser (1979) / Lazowska et al. (1984) sec. 6.4 for the residual service."""
+    service, clients = terms.get("prefill_service_s", 0.0), terms.get("queue_clients", 0.0)
+    if service <= 0 or clients <= 1 or terms.get("think_steps", 0) <= 0:
+        return 0.0
+    station = service / terms.get("pp", 1)
+    return prefill_residence_s(clients, station, terms["think_steps"] * tpot_s, residual=0.5) - station
+
+
 def unfitted_s(terms: dict[str, float], target: str, tpot_s: float = 0.0) -> float:
     """The physical terms `predict_latency` adds without a coefficient to `target` ("ttft" / "tpot"):
     PP hops, the MoE exchange, the TP all-reduces' bandwidth (TTFT: the prompt's own; TPOT: the decode step's and
-    the interfering prefills'), and for TTFT the configured scheduler delay (`wait_steps` decode steps of `tpot_s`
+    the interfering prefills'), and for TTFT the steady prefill queue's wait (`prefill_queue_wait_s`; the fit
+    takes it with the row's measured TPOT) and the configured scheduler delay (`wait_steps` decode steps of `tpot_s`
     each). The fit regresses what is left."""
     if target == "ttft":
         return (terms["hop_s"] + terms["moe_exchange_prefill_s"] + terms["prefill_allreduce_s"]
-                + terms.get("wait_steps", 0.0) * tpot_s)
+                + terms.get("wait_steps", 0.0) * tpot_s + prefill_queue_wait_s(terms, tpot_s))
     return (terms["hop_s"] + terms["moe_exchange_decode_s"] + terms.get("decode_allreduce_s", 0.0)
             + terms.get("interference_allreduce_s", 0.0))
