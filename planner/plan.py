@@ -1647,7 +1647,8 @@ def _candidates(model, cluster, fixed, base, reserve, headroom, *,
     # every candidate: most are pruned by the cheap bound, which does not read the split.
     # every candidate with the overlaps a tuned recipe switches on (`overlap.tuned`)
     layouts = [overlap.tuned_dispatcher(overlap.tuned(layout), ep_gpus_per_domain(
-        layout, cluster.scaleup_domain_gpus)) for layout in candidate_layouts(
+        layout, cluster.scaleup_domain_gpus), mg.flex_backend(cluster.gpus_per_node, cluster.scaleup_domain_gpus))
+        for layout in candidate_layouts(
         space, validate, rejections, validate_mesh=validate_mesh, validate_knobs=validate_knobs,
         validate_degrees=validate_degrees,
         validate_experts=validate_experts)]

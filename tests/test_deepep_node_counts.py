@@ -5,6 +5,11 @@ deepseek-ai/DeepEP csrc/kernels/launch.cuh at 9af0e0d (v1.2.1: 2, 4, 8, 16, 18, 
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
+import cli_run
+
 from planner.check.engine_file import check_launch_file
 from planner.frameworks import deepep
 
@@ -40,3 +45,36 @@ def test_vllm_high_throughput_over_five_nodes_fails_low_latency_passes(tmp_path)
     assert "5 nodes" in bad["message"] and "ep 32 or 48" in bad["fix"]
     assert "deepep_node_count" not in [v["rule"] for v in _vllm(tmp_path, 40, "deepep_low_latency")["violations"]]
     assert "deepep_node_count" not in [v["rule"] for v in _vllm(tmp_path, 48, "deepep_high_throughput")["violations"]]
+
+
+GLM45_EP40 = Path(__file__).parent / "data" / "configs" / "megatron" / "glm45_ep40_flex_deepep_320xh100.sh"
+
+
+def test_megatron_flex_deepep_over_five_nodes_fails_check(tmp_path):
+    """GLM-4.5 (160 experts) at ep 40 (etp 1) on 320 H100: Megatron-LM's flex dispatcher with the DeepEP backend
+    builds its Buffer over the expert tp x ep group (token_dispatcher.py tp_ep_group), 40 ranks = 5 nodes, which the
+    DeepEP Megatron's image builds (hybrid-ep branch: 2, 4, 8, 16, 18, 20 nodes) does not run; with alltoall: no error."""
+    proc = cli_run.planner("check", str(GLM45_EP40), "-m", "glm-4.5", "-c", "dgx-h100", "--gpus", "320",
+                           "--format", "json")
+    bad = [v for v in json.loads(proc.stdout)["violations"] if v["rule"] == "deepep_node_count"]
+    assert proc.returncode == 1 and len(bad) == 1, proc.stdout
+    assert "5 nodes" in bad[0]["message"] and "ep 32 or 64" in bad[0]["fix"] and "alltoall" in bad[0]["fix"]
+    path = tmp_path / "run.sh"
+    path.write_text(GLM45_EP40.read_text().replace("--moe-token-dispatcher-type flex", "--moe-token-dispatcher-type "
+                                                   "alltoall").replace("    --moe-flex-dispatcher-backend deepep \\\n", ""))
+    proc = cli_run.planner("check", str(path), "-m", "glm-4.5", "-c", "dgx-h100", "--gpus", "320", "--format", "json")
+    assert "deepep_node_count" not in [v["rule"] for v in json.loads(proc.stdout)["violations"]], proc.stdout
+
+
+def test_plan_prices_alltoall_where_deepep_cannot_run():
+    """A tuned plan picks flex when EP spans nodes (`overlap.tuned_dispatcher`), but not where the cluster's flex
+    backend is DeepEP and the expert tp x ep group is a node count it does not run: ep 40 (5 nodes) -> alltoall,
+    ep 32 (4 nodes) -> flex; HybridEP (NVL72 clusters) is not bound by this table."""
+    from planner.placement.layout import Layout
+    from planner.placement.overlap import tuned_dispatcher
+
+    def chosen(ep: int, backend: str) -> str:
+        return tuned_dispatcher(Layout(dp=ep, ep=ep, framework="megatron"), 8, backend).moe_dispatcher
+
+    assert chosen(40, "deepep") == "alltoall" and chosen(32, "deepep") == "flex"
+    assert chosen(40, "hybridep") == "flex" and chosen(40, None) == "flex"

@@ -59,7 +59,7 @@ def normal_mode_problem(ep: int, framework: str) -> str | None:
         return (f"DeepEP's normal-mode (internode) kernels run over {', '.join(map(str, allowed))} nodes of "
                 f"{NVL_PEERS} ranks (SWITCH_RDMA_RANKS of DeepEP {ENGINE_PIN[framework]}, which {framework}'s image "
                 f"builds); ep {ep} is "
-                f"{ep / NVL_PEERS:g} nodes: 'Unsupported RDMA ranks' on the first prefill dispatch")
+                f"{ep / NVL_PEERS:g} nodes: 'Unsupported RDMA ranks' on the first normal-mode dispatch")
     return None
 
 
@@ -77,7 +77,10 @@ def nearest_eps(ep: int, framework: str) -> tuple[int | None, int | None]:
 
 
 def fix_words(ep: int, framework: str) -> str:
-    """The fix a message gives: the nearest supported EP sizes."""
+    """The fix a message gives: the nearest supported EP sizes, or what runs at `ep` (a decode-only serving worker,
+    whose low-latency kernels have no node-count limit; Megatron-LM's alltoall dispatcher)."""
     below, above = nearest_eps(ep, framework)
     sizes = " or ".join(str(e) for e in (below, above) if e)
-    return f"use ep {sizes} (DeepEP's supported node counts), or a low-latency-only (decode) worker at ep {ep}"
+    other = ("the alltoall token dispatcher (any EP size)" if framework == "megatron" else
+             f"at ep {ep} only a decode-only worker (DeepEP's low-latency kernels)")
+    return f"use ep {sizes} (DeepEP's supported node counts), or {other}"
