@@ -1049,9 +1049,11 @@ def smallest_instances(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, keep
     divisibility rules, --fix) that `keep` accepts, each costed by `_memory` (the engine's budget rule: SGLang's
     own mem_fraction_static default for each shape unless req.mem_fraction), whose KV pool holds one sequence
     of req.context (`cost.serving.longest_context`, as `evaluate` rejects the others); those of the smallest
-    GPU count, largest KV pool first; [] when none up to `most` GPUs. `planner check` proposes them for a
-    launch that does not fit (`planner.check.engine_launch._relief`)."""
+    GPU count, largest KV pool first; [] when none up to `most` GPUs; shapes whose DeepEP normal-mode kernels
+    cannot run as an aggregated instance are left out (`deepep_normal_problem`). `planner check` proposes them
+    for a launch that does not fit (`planner.check.engine_launch._relief`)."""
     found, _ = shapes(spec, hw, most, req.fix, req.engine, wide=_wide_possible(spec, hw, req, most))
+    found = _deepep_runs(found, {}, req.engine, None)
     for gpus in sorted({inst.gpus for inst in found}):
         fits = []
         for inst in (i for i in found if i.gpus == gpus and keep(i)):
@@ -1072,11 +1074,12 @@ def _wide_possible(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, gpus: in
 def _minimum_gpus(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest) -> int | None:
     """Smallest instance (GPUs) whose KV pool holds one sequence of the asked context, up to 1024 GPUs: the GPUs
     of the smallest fitting shape among `shapes` (with the multi-node `wide_ep_shapes`) of the first power of two
-    above --gpus that has one."""
+    above --gpus that has one (DeepEP's node counts as in `smallest_instances`)."""
     for n in _powers(1024):
         if n <= req.gpus:
             continue
         found, _ = shapes(spec, hw, n, req.fix, req.engine, wide=_wide_possible(spec, hw, req, n))
+        found = _deepep_runs(found, {}, req.engine, None)
         fits = [inst.gpus for inst in found if inst.gpus > req.gpus and _holds_context(spec, hw, req, inst)]
         if fits:
             return min(fits)
