@@ -78,3 +78,13 @@ def test_plan_prices_alltoall_where_deepep_cannot_run():
 
     assert chosen(40, "deepep") == "alltoall" and chosen(32, "deepep") == "flex"
     assert chosen(40, "hybridep") == "flex" and chosen(40, None) == "flex"
+
+
+def test_explain_flex_over_five_nodes_is_the_same_error():
+    """`explain --moe-dispatcher flex` on an InfiniBand cluster (backend DeepEP) at ep 40 = 5 nodes: deepep_node_count;
+    at ep 32 = 4 nodes: none."""
+    def rules(ep: int) -> str:
+        proc = cli_run.planner("explain", "-m", "glm-4.5", "-c", "dgx-h100", "--gpus", "320", "--tp", "2", "--pp", "4",
+                               "--ep", str(ep), "--seq-len", "4096", "--sequence-parallel", "--moe-dispatcher", "flex")
+        return proc.stdout + proc.stderr
+    assert "deepep_node_count" in rules(40) and "deepep_node_count" not in rules(32)

@@ -105,9 +105,17 @@ def tuned_dispatcher(layout: Layout, ep_gpus_per_domain: int, flex_backend: str 
     if (layout.moe_dispatcher is not None or layout.ep <= 1
             or "flex" not in BY_NAME[layout.framework].MOE_DISPATCHERS):
         return layout
-    flex = layout.ep > ep_gpus_per_domain and not (
-        flex_backend == "deepep" and deepep.normal_mode_problem(layout.etp * layout.ep, "megatron"))
+    flex = layout.ep > ep_gpus_per_domain and not deepep_blocked(layout.replace(moe_dispatcher="flex"), flex_backend)
     return layout.replace(moe_dispatcher="flex" if flex else "alltoall")
+
+
+def deepep_blocked(layout: Layout, flex_backend: str | None) -> str | None:
+    """Why `layout`'s flex dispatcher cannot run with `flex_backend` deepep: DeepEP's normal-mode kernels over
+    Megatron-LM's expert tp x ep group (`frameworks.deepep.normal_mode_problem`); None otherwise (another
+    dispatcher or backend)."""
+    if layout.moe_dispatcher != "flex" or flex_backend != "deepep":
+        return None
+    return deepep.normal_mode_problem(layout.etp * layout.ep, "megatron")
 
 
 # ---------------------------------------------------------------- SMs communication takes from compute
