@@ -19,8 +19,11 @@ from planner.cost.comm import collectives, ep_gpus_per_domain
 from planner.cost.memory import DEFAULT_AT_RISK_MARGIN, stage_layers
 from planner.errors import SpecError
 from planner.evaluation import Evaluation, cost_stages, cost_step, layer_modes, stage_modes
+from planner.frameworks import deepep
+from planner.frameworks import megatron as mg
+from planner.placement import overlap
 from planner.placement.layout import Layout
-from planner.placement.rules import check_layout, errors
+from planner.placement.rules import Violation, check_layout, errors
 from planner.placement.strategies import placement_for
 from planner.specs.model import ModelSpec
 from planner.summary import mfu_basis
@@ -62,7 +65,8 @@ def explain(model: ModelSpec, cluster, layout: Layout, *, reserve_bytes: int | N
     Raises:
         SpecError: only for bad input that no rule describes.
     """
-    violations = [v for v in check_layout(model, cluster, layout) if v.rule not in waived_rules]
+    violations = [v for v in [*check_layout(model, cluster, layout), *_deepep(cluster, layout)]
+                  if v.rule not in waived_rules]
     ranked = None
     if recompute_layers is not None:
         if recompute_per_stage is not None:
@@ -155,3 +159,13 @@ def _memory_and_communication(record: Evaluation, at_risk_margin: float) -> dict
                             for c in record.collectives],
         },
     }
+
+
+def _deepep(cluster, layout: Layout) -> list[Violation]:
+    """The error `deepep_node_count` for a flex dispatcher whose backend on this cluster is DeepEP
+    (`frameworks.megatron.flex_backend`) over an expert tp x ep group DeepEP's normal kernels do not run at
+    (`placement.overlap.deepep_blocked`); the same rule `check` applies to a script's flags."""
+    why = overlap.deepep_blocked(layout, mg.flex_backend(cluster.gpus_per_node, cluster.scaleup_domain_gpus))
+    return [Violation(rule="deepep_node_count", message=f"flex dispatcher with DeepEP at expert tp x ep "
+                      f"{layout.etp * layout.ep}: {why}", fix=deepep.fix_words(layout.etp * layout.ep, "megatron"))
+            ] if why else []

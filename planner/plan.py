@@ -1753,8 +1753,9 @@ def _candidates(model, cluster, fixed, base, reserve, headroom, *,
     # The near-even split is given where a layout is refined or solved (`_with_split`), not to
     # every candidate: most are pruned by the cheap bound, which does not read the split.
     # every candidate with the overlaps a tuned recipe switches on (`overlap.tuned`)
+    backend = mg.flex_backend(cluster.gpus_per_node, cluster.scaleup_domain_gpus)
     layouts = [overlap.tuned_dispatcher(overlap.tuned(layout), ep_gpus_per_domain(
-        layout, cluster.scaleup_domain_gpus)) for layout in candidate_layouts(
+        layout, cluster.scaleup_domain_gpus), backend) for layout in candidate_layouts(
         space, validate, rejections, validate_mesh=validate_mesh, validate_knobs=validate_knobs,
         validate_degrees=validate_degrees,
         validate_experts=validate_experts)]

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 
 from planner.cost import serving as sv
 from planner.errors import InfeasibleError, SpecError, number
+from planner.frameworks import deepep
 from planner.frameworks import sglang as sglang_flags
 from planner.frameworks import vllm as vllm_flags
 from planner.search import serve_ilp
@@ -211,6 +212,31 @@ DENSE_DP_ENGINES = ("sglang",)
 """Engines whose wide expert-parallel instances may run the dense layers' MLPs and the LM head data-parallel
 (`planner.frameworks.sglang` DENSE_TP_VALUES: SGLang's dense-TP-1 / DP-LM-head pair). vLLM's DP ranks already
 hold them whole (`cost.serving.splits`)."""
+
+
+def deepep_normal_problem(inst: sv.Instance, engine: str, role: str | None) -> str | None:
+    """Why `inst` cannot run DeepEP's normal-mode kernels at its EP size (`frameworks.deepep.normal_mode_problem`),
+    where it runs them, else None. Those run: SGLang (deepep emitted for every ep > 1, `emit.sglang`) in a prefill
+    worker and in an aggregated instance (DeepEP mode auto: normal kernels for batches with prefill, SGLang 0.5.23
+    wheel srt/layers/moe/utils.py DeepEPMode.resolve); vLLM only in a prefill worker (deepep_high_throughput;
+    its aggregated and decode instances are emitted with deepep_low_latency, `emit.vllm`). Decode-only workers run
+    the low-latency kernels, which have no node-count limit (`frameworks.deepep`)."""
+    uses = inst.ep > 1 and (engine == "sglang" or engine == "vllm" and inst.adp > 1)
+    normal = role == "prefill" or (role is None and engine == "sglang")
+    return deepep.normal_mode_problem(inst.ep, engine) if uses and normal else None
+
+
+def _deepep_runs(found: list[sv.Instance], rejected: dict, engine: str, role: str | None) -> list[sv.Instance]:
+    """`found` less the instances whose DeepEP normal kernels cannot run (`deepep_normal_problem`), counted in
+    `rejected`."""
+    keep = []
+    for inst in found:
+        if deepep_normal_problem(inst, engine, role):
+            reason = "DeepEP normal-mode kernels do not run at that EP size (node count)"
+            rejected[reason] = rejected.get(reason, 0) + 1
+        else:
+            keep.append(inst)
+    return keep
 
 
 def wide_sglang(hw: ClusterSpec, inst: sv.Instance, engine: str) -> bool:
@@ -576,6 +602,7 @@ def candidates(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, coefficients
     """(shapes, rejected counts, evaluated shapes, all (shape, point) pairs, those meeting the SLOs,
     the best point per shape meeting them): the program's candidates are the last."""
     found, rejected = shapes(spec, hw, req.gpus, req.fix, req.engine, wide=wide_ep(spec, hw, req))
+    found = _deepep_runs(found, rejected, req.engine, None)
     evaluated = [evaluate(spec, hw, req, inst, coefficients) for inst in found]
     points = [(ev, p) for ev in evaluated for p in ev["points"]]
     good = [(ev, p) for ev, p in points if _meets(p, req)]
@@ -926,10 +953,16 @@ def _infeasible(spec, hw, req, evaluated, points, rejected) -> InfeasibleError:
         why = "; ".join(f"{n} x {r}" for r, n in rejected.items()) or "no shape matches --fix"
         if req.fix:
             valid, _ = shapes(spec, hw, req.gpus, {}, req.engine, wide=wide_ep(spec, hw, req))
+            valid = _deepep_runs(valid, {}, req.engine, None)
             names = {"tp": "tp", "pp": "pp", "ep": "ep", "dp": "adp"}
             allowed = "; ".join(f"{k}: {', '.join(str(v) for v in sorted({getattr(i, names[k]) for i in valid}))}"
                                 for k in req.fix)
             why = f"the pins {' '.join(f'{k}={v}' for k, v in req.fix.items())} leave no valid shape; allowed {allowed}"
+            pinned, _ = shapes(spec, hw, req.gpus, req.fix, req.engine, wide=wide_ep(spec, hw, req))
+            blocked = [p for p in (deepep_normal_problem(i, req.engine, None) for i in pinned) if p]
+            if blocked:
+                why += (f"; {blocked[0]} (a --disaggregated decode worker runs DeepEP's low-latency kernels, which "
+                        f"have no node-count limit)")
         return InfeasibleError(f"no instance shape of {spec.name} fits {req.gpus} GPUs: {why}",
                                details={"binding": "divisibility", "rejected": rejected})
     fits = [ev for ev in evaluated if ev["memory"].kv_cache > 0]
@@ -1022,9 +1055,11 @@ def smallest_instances(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, keep
     divisibility rules, --fix) that `keep` accepts, each costed by `_memory` (the engine's budget rule: SGLang's
     own mem_fraction_static default for each shape unless req.mem_fraction), whose KV pool holds one sequence
     of req.context (`cost.serving.longest_context`, as `evaluate` rejects the others); those of the smallest
-    GPU count, largest KV pool first; [] when none up to `most` GPUs. `planner check` proposes them for a
-    launch that does not fit (`planner.check.engine_launch._relief`)."""
+    GPU count, largest KV pool first; [] when none up to `most` GPUs; shapes whose DeepEP normal-mode kernels
+    cannot run as an aggregated instance are left out (`deepep_normal_problem`). `planner check` proposes them
+    for a launch that does not fit (`planner.check.engine_launch._relief`)."""
     found, _ = shapes(spec, hw, most, req.fix, req.engine, wide=_wide_possible(spec, hw, req, most))
+    found = _deepep_runs(found, {}, req.engine, None)
     for gpus in sorted({inst.gpus for inst in found}):
         fits = []
         for inst in (i for i in found if i.gpus == gpus and keep(i)):
@@ -1045,11 +1080,12 @@ def _wide_possible(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, gpus: in
 def _minimum_gpus(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest) -> int | None:
     """Smallest instance (GPUs) whose KV pool holds one sequence of the asked context, up to 1024 GPUs: the GPUs
     of the smallest fitting shape among `shapes` (with the multi-node `wide_ep_shapes`) of the first power of two
-    above --gpus that has one."""
+    above --gpus that has one (DeepEP's node counts as in `smallest_instances`)."""
     for n in _powers(1024):
         if n <= req.gpus:
             continue
         found, _ = shapes(spec, hw, n, req.fix, req.engine, wide=_wide_possible(spec, hw, req, n))
+        found = _deepep_runs(found, {}, req.engine, None)
         fits = [inst.gpus for inst in found if inst.gpus > req.gpus and _holds_context(spec, hw, req, inst)]
         if fits:
             return min(fits)
@@ -1156,7 +1192,7 @@ def worker_candidates(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, coeff
     sides = {}
     for role in ("prefill", "decode"):
         sides[role] = []
-        for inst in found:
+        for inst in (_deepep_runs(found, rejected, req.engine, role) if role == "prefill" else found):
             ev, pts = _worker_points(spec, hw, req, inst, coefficients, role)
             if role == "prefill" and pts:
                 pts = [max(pts, key=lambda p: p["requests_per_s"])]
@@ -1169,6 +1205,12 @@ def _no_worker(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, found: list,
     context (the best shape's terms, and on a `wide_sglang` shape the largest term of the headroom its
     mem_fraction_static keeps, `cost.serving.sglang_headroom`), else the role's SLO (--ttft-ms for prefill,
     --tpot-ms for decode) -- the message no longer blames an SLO that was not given (senior review 9, finding 6)."""
+    blocked = [p for p in (deepep_normal_problem(i, req.engine, role) for i in found) if p]
+    if found and len(blocked) == len(found):
+        return InfeasibleError(f"no {role} worker shape runs on up to {req.gpus} GPUs: {blocked[0]}; "
+                               f"{deepep.fix_words(found[0].ep, req.engine).replace('use ep', 'pin ep')}",
+                               details={"binding": "deepep_node_count", "role": role})
+    found = [i for i in found if not deepep_normal_problem(i, req.engine, role)]
     context = req.input_len if role == "prefill" else req.context
     mems = [(inst, _memory(spec, hw, req, inst, role)) for inst in found]
     fits = [m for _, m in mems if m.kv_cache > 0 and sv.longest_context(m, spec, engine=req.engine) >= context]

@@ -179,21 +179,43 @@ def test_emit_ep32_over_four_nodes_round_trips_through_check(tmp_path, engine, h
         assert result["launches"][0]["parallelism"].get("dense_dp", False) == dense
 
 
-def test_ep72_with_redundant_experts_round_trips_through_check(tmp_path):
-    """LMSYS's decode layout, EP72 over 9 H100 nodes: 256 experts do not divide by 72, so serve-plan gives SGLang
-    32 redundant experts (288 = 4 x 72) and writes them (`--ep-num-redundant-experts 32`); `planner check` reads the
-    script back (PASS), and the same command without the flag fails `experts_by_ep`, its fix naming the flag."""
-    proc = cli_run.planner("serve-plan", "-m", "deepseek-v3", "-c", "dgx-h100", "--gpus", "72", "--input-len", "2000",
-                           "--output-len", "1000", "--engine", "sglang", "--fix", "ep=72", "--emit", "sglang")
-    assert proc.returncode == 0 and "check: PASS" in proc.stderr, proc.stderr
-    commands = [shlex.split(l.strip()) for l in proc.stdout.splitlines() if l.strip().startswith("python -m sglang")]
-    assert len(commands) == 9
-    assert {w[w.index("--ep-num-redundant-experts") + 1] for w in commands} == {"32"}
+DECODE72 = ("python -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3 --tp-size 72 --attn-dp-size 72 "
+            "--ep-size 72 --moe-a2a-backend deepep{extra} --disaggregation-mode {role} --nnodes 9 --node-rank {rank} "
+            "--dist-init-addr 10.0.0.1:5000 --context-length 4096 --mem-fraction-static 0.835\n")
+
+
+def _ep72(tmp_path, extra: str = " --ep-num-redundant-experts 32", role: str = "decode") -> dict:
     path = tmp_path / "launch.sh"
-    path.write_text(proc.stdout.replace(" --ep-num-redundant-experts 32", ""))
-    result = check_launch_file(path, cluster="dgx-h100", gpus=72)
+    path.write_text("".join(DECODE72.format(extra=extra, role=role, rank=r) for r in range(9)))
+    return check_launch_file(path, cluster="dgx-h100", gpus=72)
+
+
+def test_ep72_decode_worker_with_redundant_experts_passes_check(tmp_path):
+    """LMSYS's decode layout, EP72 over 9 H100 nodes (sgl-project/sglang issue #6017): 256 experts do not divide by
+    72, so SGLang takes 32 redundant experts (288 = 4 x 72). A decode worker runs DeepEP's low-latency kernels, which
+    have no node-count limit: check PASSes it; without the flag it fails `experts_by_ep`, its fix naming the flag."""
+    result = _ep72(tmp_path)
+    assert result["verdict"] == "pass", result["violations"]
+    assert result["launches"][0]["parallelism"]["redundant_experts"] == 32
+    result = _ep72(tmp_path, extra="")
     bad = [v for v in result["violations"] if v["rule"] == "experts_by_ep"]
     assert result["verdict"] == "fail" and bad and "--ep-num-redundant-experts 32" in bad[0]["fix"], result
+
+
+def test_ep72_prefill_or_aggregated_is_refused_for_deepep_normal_mode(tmp_path):
+    """senior review 10, finding 1: DeepEP's normal kernels (prefill; SGLang mode auto in any batch with prefill)
+    run over 2, 4, 8, 16, 18, 20 nodes in the DeepEP SGLang's image builds (SWITCH_RDMA_RANKS @9af0e0d); 72 / 8 = 9
+    nodes is not one. check fails the prefill worker and serve-plan refuses the aggregated EP72 pin, both naming the
+    nearest supported EP sizes 64 = 8 x 8 and 128 = 8 x 16."""
+    result = _ep72(tmp_path, role="prefill")
+    bad = [v for v in result["violations"] if v["rule"] == "deepep_node_count"]
+    assert result["verdict"] == "fail" and len(bad) == 1, result["violations"]
+    assert "9 nodes" in bad[0]["message"] and "ep 64 or 128" in bad[0]["fix"]
+    # the decode worker in --deepep-mode normal runs the same kernels
+    assert _ep72(tmp_path, extra=" --ep-num-redundant-experts 32 --deepep-mode normal")["verdict"] == "fail"
+    proc = cli_run.planner("serve-plan", "-m", "deepseek-v3", "-c", "dgx-h100", "--gpus", "72", "--input-len", "2000",
+                           "--output-len", "1000", "--engine", "sglang", "--fix", "ep=72")
+    assert proc.returncode == 1 and "Unsupported RDMA ranks" in proc.stderr and "9 nodes" in proc.stderr, proc.stderr
 
 
 def test_smallest_instances_know_multi_node_shapes(dsv3):
@@ -381,3 +403,28 @@ def test_wide_plan_file_with_dense_dp_passes_check(tmp_path):
     assert row["parallelism"]["dense_dp"] is True and row["max_num_batched_tokens"] == 8192 * 32
     check = cli_run.planner("check", str(path))
     assert check.returncode == 0 and "(dense MLPs dp)" in check.stdout, check.stdout + check.stderr
+
+
+def test_deepep_normal_mode_binds_prefill_and_aggregated_instances_only():
+    """Which instances DeepEP's normal-mode node counts bind (senior review 10, finding 1): SGLang prefill workers
+    and aggregated instances (mode auto runs normal kernels in batches with prefill), vLLM prefill workers
+    (deepep_high_throughput); decode workers and vLLM's aggregated deepep_low_latency are free. EP40 = 5 nodes."""
+    from planner.serve import deepep_normal_problem
+
+    ep40 = sv.Instance(tp=40, ep=40, adp=40, redundant=24)
+    assert deepep_normal_problem(ep40, "sglang", "prefill") and deepep_normal_problem(ep40, "sglang", None)
+    assert deepep_normal_problem(ep40, "sglang", "decode") is None
+    assert deepep_normal_problem(ep40, "vllm", "prefill") and deepep_normal_problem(ep40, "vllm", None) is None
+    assert deepep_normal_problem(sv.Instance(tp=32, ep=32, adp=32), "sglang", None) is None
+
+
+def test_aggregated_48_gpus_avoids_six_node_deepep():
+    """The reviewer's 48-GPU DeepSeek-V3 SGLang plan was one dp48 ep48 (+32 redundant) instance over 6 nodes, which
+    DeepEP's normal kernels (SGLang's image: 2, 4, 8, 16, 18, 20 nodes) cannot run; no chosen instance spans 6 nodes
+    now, and the emitted launch passes check."""
+    proc = cli_run.planner("serve-plan", "-m", "deepseek-v3", "-c", "dgx-h100", "--gpus", "48", "--input-len", "2000",
+                           "--output-len", "1000", "--tpot-ms", "100", "--engine", "sglang", "--emit", "sglang")
+    assert proc.returncode == 0 and "check: PASS" in proc.stderr, proc.stderr
+    sizes = {int(shlex.split(l)[shlex.split(l).index("--ep-size") + 1]) for l in proc.stdout.splitlines()
+             if l.strip().startswith("python -m sglang") and "--ep-size" in l}
+    assert sizes and all(s // 8 in (1, 2, 4) for s in sizes), sizes

@@ -40,6 +40,7 @@ from planner.check.gate import raise_bad_values
 
 from planner.cost import serving as sv
 from planner.errors import PlannerError, SpecError, counted
+from planner.frameworks import deepep
 from planner.placement.rules import Violation
 from planner.specs.cluster import ClusterSpec
 from planner.specs.limits import MAX_FLAG_INT
@@ -874,6 +875,18 @@ def load_cluster_for(cluster: str | None, file: str) -> ClusterSpec:
 
 
 # ---------------------------------------------------------------- rules
+
+def deepep_findings(ep: int, framework: str, kernels: str) -> list[Violation]:
+    """One error (rule `deepep_node_count`) when a launch that runs DeepEP's normal-mode kernels (`kernels` says
+    how, in the engine's flags) does so over an EP group of `ep` ranks they are not compiled for
+    (`frameworks.deepep.normal_mode_problem` under the framework's pinned DeepEP); the fix names the nearest
+    supported EP sizes."""
+    problem = deepep.normal_mode_problem(ep, framework)
+    if not problem:
+        return []
+    return [Violation(rule="deepep_node_count", message=f"{kernels} at ep {ep}: {problem}",
+                      fix=deepep.fix_words(ep, framework))]
+
 
 def _shape_findings(spec: ModelSpec, launch: Launch) -> list[Violation]:
     """Heads and KV heads by attention TP, layers by PP, experts by EP (each engine's start-up checks)."""

@@ -51,6 +51,7 @@ import shlex
 from pathlib import Path
 
 from planner.check import shell
+from planner.check.engine_launch import deepep_findings
 from planner.check.gate import Target, attempt, raise_bad_values, raise_missing
 from planner.check.lines import flag_lines, line_endings
 from planner.cost.memory import stage_layers
@@ -412,6 +413,8 @@ def _dispatcher_startup(args: dict, spec: ModelSpec, layout: Layout) -> list[Vio
             message=f"{F['moe_flex_backend']} ncclep with {F['moe_token_dispatcher']} {kind}: "
                     "Megatron-LM raises that ncclep requires the flex dispatcher "
                     "(TransformerConfig.__post_init__)"))
+    if spec.is_moe and kind == "flex" and (deepep or backend == "deepep"):   # DeepEP's buffer: the tp_ep group
+        out += deepep_findings(layout.etp * layout.ep, "megatron", f"{flex} with backend deepep over expert tp x ep")
     if (spec.is_moe and kind == "flex" and (deepep or backend in ("deepep", "ncclep"))
             and layout.tp * layout.ep == 1):
         out.append(Violation(

@@ -107,6 +107,8 @@ def launch(command: el.Command, spec: ModelSpec, hw: ClusterSpec, file: str) -> 
                                   fix=f"{f['adp']} among the divisors of {tp}"))
         adp = 1
     ep = _expert_parallel(spec, tp, ep, a2a, findings)
+    role = el.choice(command, f["disagg_mode"], {m: m for m in s.DISAGG_MODES}, file, "disaggregation roles")
+    findings += _deepep(command, ep, a2a, role)
     if "bf16" not in hw.gpu.peak_tflops:
         findings.append(Violation(
             rule="legacy_gpu", severity="warning",
@@ -125,7 +127,6 @@ def launch(command: el.Command, spec: ModelSpec, hw: ClusterSpec, file: str) -> 
     findings += _running_per_rank(max_running, adp)
     dense_dp = _dense_dp(command, tp, adp, a2a, file, findings)
     gpu_mib = hw.gpu.memory_gib * 1024
-    role = el.choice(command, f["disagg_mode"], {m: m for m in s.DISAGG_MODES}, file, "disaggregation roles")
     chunk = el.integer(command, f["max_num_batched_tokens"], None, file, low=-2**63)  # argparse type=int
     prefill_cap = el.human_integer(command, f["max_prefill_tokens"], s.MAX_PREFILL_TOKENS, file, HUMAN_INT, exact=True)
     max_model_len = el.human_integer(command, f["max_model_len"], engine_context_length(spec, s.ENGINE), file,
@@ -259,6 +260,17 @@ def _running_per_rank(max_running: int | None, adp: int) -> list[Violation]:
                 f"= {per_rank} per attention data-parallel rank, {per_rank * adp} in the instance, not {max_running} "
                 f"({s.VERSION} kv_cache_configurator.py resolve_max_num_reqs)",
         fix=f"{f['max_num_seqs']} {s.max_running_requests_flag(max_running, adp)} (a multiple of {adp})")]
+
+
+def _deepep(command: el.Command, ep: int, a2a: str, role: str | None) -> list[Violation]:
+    """`engine_launch.deepep_findings` where the launch runs DeepEP's normal-mode kernels: the deepep backend in mode
+    normal, or in mode auto (`s.DEEPEP_MODE_DEFAULT`) outside a decode worker (batches with prefill run them)."""
+    f = s.FLAG
+    mode = str(command.flags.get(f["deepep_mode"], s.DEEPEP_MODE_DEFAULT))
+    if a2a != s.A2A_DEEPEP or mode == "low_latency" or (mode == "auto" and role == "decode"):
+        return []
+    how = f"{f['a2a']} {a2a} ({f['deepep_mode']} {mode}{': its prefill batches' if mode == 'auto' else ''})"
+    return el.deepep_findings(ep, "sglang", how)
 
 
 def _expert_parallel(spec: ModelSpec, tp: int, ep: int, a2a: str, findings: list) -> int:

@@ -240,6 +240,8 @@ def launch(command: el.Command, spec: ModelSpec, hw: ClusterSpec, file: str) -> 
     nnodes = el.integer(command, f["nnodes"], 1, file)
     node_rank = el.integer(command, f["node_rank"], 0, file, low=0)
     findings += _multi_node(command, nnodes, node_rank)
+    if ep_on and flags.get(f["a2a"]) == v.DEEPEP_PREFILL:   # DeepEP's normal-mode kernels over the tp x dp ranks
+        findings += el.deepep_findings(tp * dp, "vllm", f"{f['a2a']} {v.DEEPEP_PREFILL}")
     if spec.is_moe:
         inst = sv.Instance(tp=tp * dp, pp=pp, ep=tp * dp if ep_on else 1, adp=dp)
         replicas = 1

@@ -48,6 +48,7 @@ FLAG = {
     "dp_attention": "--enable-dp-attention",
     "ep": "--ep-size",
     "a2a": "--moe-a2a-backend",
+    "deepep_mode": "--deepep-mode",
     "redundant_experts": "--ep-num-redundant-experts",
     "tbo": "--enable-two-batch-overlap",
     "dense_tp": "--moe-dense-tp-size",
@@ -108,6 +109,14 @@ reduce_results when moe_tp_size > 1 or moe_ep_size > 1). So EP runs, with an all
 whole hidden state instead of an all-to-all of the routed tokens (SGLang 0.5.23 wheel)."""
 A2A_DEFAULT_EMIT = "deepep"
 """The all-to-all backend `serve-plan --emit sglang` writes for an expert-parallel plan."""
+A2A_DEEPEP = "deepep"
+"""The --moe-a2a-backend value that runs DeepEP's legacy kernels (`frameworks.deepep`; deepep_v2 runs EPv2's
+ElasticBuffer, JIT-compiled, without their node-count list): SGLang 0.5.23 wheel
+srt/layers/moe/token_dispatcher/deepep.py (deep_ep.Buffer) and deepep_v2.py (deep_ep.ElasticBuffer)."""
+DEEPEP_MODE_DEFAULT = "auto"
+"""--deepep-mode default. auto runs the normal kernels for a batch with prefill (extend) and the low-latency ones
+for a decode batch; normal / low_latency always the one (SGLang 0.5.23 wheel srt/layers/moe/utils.py
+DeepEPMode.resolve)."""
 
 KV_DTYPES = {"auto": None, "bf16": "bf16", "bfloat16": "bf16", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8"}
 """--kv-cache-dtype values the planner models -> its KV dtype (auto: the model's dtype)."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from planner.errors import SpecError
-from planner.frameworks import BY_NAME
+from planner.frameworks import BY_NAME, deepep
 from planner.placement.layout import OVERLAP_KNOBS, Layout
 
 
@@ -91,18 +91,31 @@ def tuned(layout: Layout) -> Layout:
     return layout.replace(**changes) if changes else layout
 
 
-def tuned_dispatcher(layout: Layout, ep_gpus_per_domain: int) -> Layout:
+def tuned_dispatcher(layout: Layout, ep_gpus_per_domain: int, flex_backend: str | None = None) -> Layout:
     """`layout` with the MoE token dispatcher a tuned recipe picks, where the layout leaves it to
     the framework (None), ep > 1 and the framework can be set (`MOE_DISPATCHERS`): flex (DeepEP /
     HybridEP) when the EP group spans scale-up domains (`ep_gpus_per_domain` < ep), as NVIDIA's
     recipes for EP across nodes do (NVIDIA-NeMo/Megatron-Bridge@067f987 perf_recipes/qwen/h100/
     qwen3_moe.py l. 90-91, EP 16 on 2 DGX H100; recipes/deepseek/h100/deepseek_v3.py l. 160, 256
     via training/flex_dispatcher_backend.py, EP 64), else alltoall (one node: the all-to-all over
-    NVLink, as written explicitly by `planner plan --emit`)."""
+    NVLink, as written explicitly by `planner plan --emit`). With `flex_backend` deepep (the cluster's,
+    `frameworks.megatron.flex_backend`) flex is chosen only where DeepEP's normal-mode kernels run over the
+    expert tp x ep group (Megatron's DeepEP buffer group, token_dispatcher.py tp_ep_group;
+    `frameworks.deepep.normal_mode_problem`), else alltoall, which runs at any size."""
     if (layout.moe_dispatcher is not None or layout.ep <= 1
             or "flex" not in BY_NAME[layout.framework].MOE_DISPATCHERS):
         return layout
-    return layout.replace(moe_dispatcher="flex" if layout.ep > ep_gpus_per_domain else "alltoall")
+    flex = layout.ep > ep_gpus_per_domain and not deepep_blocked(layout.replace(moe_dispatcher="flex"), flex_backend)
+    return layout.replace(moe_dispatcher="flex" if flex else "alltoall")
+
+
+def deepep_blocked(layout: Layout, flex_backend: str | None) -> str | None:
+    """Why `layout`'s flex dispatcher cannot run with `flex_backend` deepep: DeepEP's normal-mode kernels over
+    Megatron-LM's expert tp x ep group (`frameworks.deepep.normal_mode_problem`); None otherwise (another
+    dispatcher or backend)."""
+    if layout.moe_dispatcher != "flex" or flex_backend != "deepep":
+        return None
+    return deepep.normal_mode_problem(layout.etp * layout.ep, "megatron")
 
 
 # ---------------------------------------------------------------- SMs communication takes from compute
