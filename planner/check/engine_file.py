@@ -187,7 +187,7 @@ def _one_node(servers: list, node: int | None, flag: str, reader, gpus_per_node:
     """`one_machine`'s findings among the servers of one node (`node`: the NODE_RANK block they are in;
     None: servers outside any block, taken as one machine where they fit one node's GPUs)."""
     out, ports = [], {}
-    where = "" if node is None else f" (both on node {node}: {NODE_RANK_WORDS})"
+    where = "" if node is None else f" (both on {_node_words(node)}: {NODE_RANK_WORDS})"
     for command, launch in servers:
         inside = el.integer(command, flag, reader.DEFAULT_PORT, file)
         port = el.host_port(command, inside)
@@ -215,7 +215,7 @@ def _one_node(servers: list, node: int | None, flag: str, reader, gpus_per_node:
         shared = sorted({d for d in devices if d in taken}, key=str)
         if shared:
             fits = ("the servers of this file fit on one node" if node is None
-                    else f"both run on node {node} ({NODE_RANK_WORDS})")
+                    else f"both run on {_node_words(node)} ({NODE_RANK_WORDS})")
             out.append((command.line, Violation(
                 rule="gpus_shared",
                 message=f"the server of line {command.line} runs on GPU(s) {','.join(shared)}, as does line "
@@ -227,8 +227,13 @@ def _one_node(servers: list, node: int | None, flag: str, reader, gpus_per_node:
     return out
 
 
-NODE_RANK_WORDS = f'the same `if [ "${el.NODE_RANK}" = N ]` block'
+NODE_RANK_WORDS = f"the same branch on ${el.NODE_RANK}"
 """How a finding names the node block two servers share."""
+
+
+def _node_words(node: int | str) -> str:
+    """`node N`, or for an `else` branch's label `the nodes other than N` (`el.split_commands`)."""
+    return f"node {node}" if isinstance(node, int) else f"the nodes {node}"
 
 
 def _launch(reader, command: el.Command, spec, hw, file: str) -> el.Launch:
