@@ -4,6 +4,7 @@ loops (#14)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -63,3 +64,81 @@ def test_servers_launched_in_a_loop_are_bad_input(name, line):
     assert done.returncode == 2, done.stdout
     assert (f"{name}: line {line}: the `vllm serve` command runs inside a shell loop (for / while / until), which this "
             f"reader does not unroll: write one command per server") in done.stderr
+
+
+@pytest.mark.parametrize("name, model, line, what", [
+    ("vbs.sh", None, 1, "line 1 ends in a backslash followed by a space: bash reads `\\ ` as an escaped space"),
+    ("tbs.sh", "llama-3.1-8b", 1, "line 1 ends in a backslash followed by a space"),
+    ("o5.sh", "llama-3.1-8b", 1, "line 1 ends in a backslash followed by a space"),
+    ("o6.sh", "llama-3.1-8b", 2, "line 2 is a comment (a backslash inside a comment does not continue it) inside "
+                                 "the command continued from line 1: bash ends the command at line 2; line 3 runs "
+                                 "as a command of its own"),
+    ("o6c.sh", "llama-3.1-8b", 3, "line 3 is blank inside the command continued from line 2: bash ends the command "
+                                  "at line 3; line 4 runs as a command of its own"),
+    ("vbl.sh", None, 3, "line 3 is blank inside the command continued from line 2"),
+    ("c1.sh", "llama-3.1-8b", 9, "line 9 is a comment (a backslash inside a comment does not continue it) inside "
+                                 "the command continued from line 8"),
+])
+def test_broken_continuations_fail_at_their_line(name, model, line, what):
+    """Review #1: a backslash before a trailing space, a comment or blank line inside a continued command: bash
+    ends the command there (vLLM, Megatron-LM and torchtitan readers alike; c1.sh's commented-out flag ending in
+    a backslash was `--micro-batch-size: missing`, exit 2, its comment having swallowed the next line)."""
+    done = planner("check", str(DATA / name), "-c", "dgx-h100", *(["-m", model] if model else []),
+                   "--format", "json")
+    result = json.loads(done.stdout)
+    found = [v for v in result["violations"] if v["rule"] == "line_continuation"]
+    assert done.returncode == 1 and result["verdict"] == "fail", done.stdout
+    assert [v["line"] for v in found] == [line] and what in found[0]["message"], found
+    assert "bash continues a command only with a backslash right before the newline" in found[0]["fix"]
+
+
+def test_byte_order_mark_fails():
+    """Review #1: bash runs `\\xef\\xbb\\xbfvllm` (command not found); the reader's UTF-8 decoding dropped it."""
+    done = planner("check", str(DATA / "bom.sh"), "-c", "dgx-h100", "--format", "json")
+    found = [v for v in json.loads(done.stdout)["violations"] if v["rule"] == "byte_order_mark"]
+    assert done.returncode == 1 and [v["line"] for v in found] == [1]
+    assert found[0]["message"].startswith("the file starts with a UTF-8 byte-order mark (bytes EF BB BF)")
+
+
+def test_continuations_bash_accepts_pass(tmp_path):
+    """What bash continues or ends harmlessly is no finding: a trailing backslash at a command's end before a blank
+    line and a new command, an escaped backslash, a comment above a command, a bash array's lines, a heredoc."""
+    path = tmp_path / "ok.sh"
+    path.write_text("vllm serve meta-llama/Llama-3.1-8B-Instruct \\\n  --tensor-parallel-size 4 \\\n\n"
+                    "# the second server\n"
+                    "CUDA_VISIBLE_DEVICES=4,5,6,7 vllm serve meta-llama/Llama-3.1-8B-Instruct --port 8001 \\\n"
+                    "  --tensor-parallel-size 4\nARGS=(\n  --a 1\n\n  --b 2\n)\ncat <<EOF\n--not-a-command\nEOF\n")
+    assert [v for v in check_launch_file(path, cluster="dgx-h100")["violations"]
+            if v["rule"] in ("line_continuation", "byte_order_mark")] == []
+
+
+def test_flag_line_without_backslash_before_it(tmp_path):
+    path = tmp_path / "missing.sh"
+    path.write_text("vllm serve meta-llama/Llama-3.1-8B-Instruct\n  --tensor-parallel-size 4\n")
+    found = [v for v in check_launch_file(path, cluster="dgx-h100")["violations"] if v["rule"] == "line_continuation"]
+    assert [v["line"] for v in found] == [2]  # the flag's line, where annotations point
+    assert found[0]["message"].startswith("line 2 begins with the flag --tensor-parallel-size, but line 1 does not "
+                                          "end in a backslash: bash ends the command at line 1")
+
+
+@pytest.mark.parametrize("name, where", [("dstc.txt", "line 5, column 36"), ("dssq.json", "line 1, column 2")])
+def test_deepspeed_config_is_strict_json_whatever_its_name(name, where):
+    """Review #7: trailing commas in a `.txt` file, a Python dict (single quotes, True) on standard input passed
+    (`PASS (deepspeed-config)`); `.json` already said `JSON syntax error at line 5, column 36`."""
+    options = ("-m", "llama-3.1-8b", "-c", "dgx-h100", "--gpus", "8", "--seq-len", "4096")
+    text = (DATA / name).read_text()
+    for done in (planner("check", str(DATA / name), *options), planner("check", "-", *options, input=text)):
+        assert done.returncode == 2, done.stdout
+        assert f"JSON syntax error at {where}: Expecting property name enclosed in double quotes" in done.stderr
+
+
+def test_torchtitan_run_train_with_a_toml_is_read_as_torchtitan():
+    """Review #6: torchtitan's classic run_train.sh (`-m torchtitan.train --job.config_file ${CONFIG_FILE}`) was
+    read as a Megatron-LM script (`--micro-batch-size: missing`); it is the pre-2026 torchtitan form."""
+    done = planner("check", str(DATA / "tt3.sh"), "-c", "dgx-h100", "-m", "llama-3.1-8b", "--seq-len", "8192")
+    assert done.returncode == 2 and "Megatron" not in done.stderr, done.stderr
+    assert ("--job.config_file: the command line gives a TOML job config (--job.config_file "
+            "./torchtitan/models/llama3/train_configs/llama3_8b.toml), the form of torchtitan releases before 2026-02"
+            in done.stderr)
+    assert ("check the TOML itself, `planner check ./torchtitan/models/llama3/train_configs/llama3_8b.toml`, with its "
+            "overrides (--parallelism.tensor_parallel_degree 2) written into it" in done.stderr)

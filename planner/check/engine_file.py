@@ -7,7 +7,8 @@ command line or is a vLLM `--config` YAML, an SGLang launch when it holds a
 `sglang.launch_server` / `sglang serve` command line (whatever its name: .sh, .txt, .yaml).
 CRLF line endings of a command-line file (not of a YAML config), which break a command's backslash
 continuations (bash runs each line as a command of its own), are the error `crlf_line_endings`
-(`planner.check.lines.line_endings`, shared with the Megatron-LM and torchtitan readers).
+(`planner.check.lines.shell_layout`, shared with the Megatron-LM and torchtitan readers, with broken
+backslash continuations and a byte-order mark).
 The model is the command's (model path, catalog name or a catalog model's Hugging Face id) unless
 `--model` gives it; `--cluster` gives the GPUs (required); `--gpus` the GPUs the file may use
 (default: those the commands' CUDA_VISIBLE_DEVICES list, else the cluster's count, or more where the commands
@@ -102,7 +103,7 @@ def check_launch_file(path: str | Path, *, model: str | None = None, cluster: st
     clashes = [{"rule": v.rule, "severity": v.severity, "message": v.message, "fix": v.fix, "line": line}
                for line, v in one_machine(commands, launches, reader, hw.gpus_per_node, file)]
     clashes += [{"rule": v.rule, "severity": v.severity, "message": v.message, "fix": v.fix, "line": v.line}
-                for v in (line_index.line_endings(text, file) if mapping is None else [])]
+                for v in (line_index.shell_layout(text, file) if mapping is None else [])]
     result["violations"] += clashes
     result["verdict"] = "fail" if clashes else result["verdict"]
     if seq_len is not None:

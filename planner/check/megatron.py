@@ -36,7 +36,7 @@ CUDA_DEVICE_MAX_CONNECTIONS (set in the script) and checkpoint format, CUDA_DEVI
 with tp or cp > 1 before Blackwell (`_device_connections`), torch FSDP2's flags, and
 all-to-all context parallelism's heads per rank divisible by cp (`_startup`); CRLF line endings,
 which break the script's backslash continuations, are the error `crlf_line_endings`
-(`planner.check.lines.line_endings`). The global
+(`planner.check.lines.shell_layout`, with broken continuations and a byte-order mark). The global
 batch by micro-batch x dp is the gate's `batch_divisible` rule.
 """
 
@@ -52,7 +52,7 @@ from pathlib import Path
 
 from planner.check import shell
 from planner.check.gate import Target, attempt, raise_bad_values, raise_missing
-from planner.check.lines import flag_lines, line_endings
+from planner.check.lines import flag_lines, shell_layout
 from planner.cost.memory import stage_layers
 from planner.errors import SpecError
 from planner.evaluation import model_chunks, stage_modes
@@ -127,7 +127,7 @@ def _read(path: Path, text: str, *, model: str | None, cluster: str | None, gpus
     spec = _model(args, model, path)
     world = _world(args, gpus, file, slurm)
     findings: list[Violation] = _rotary_base(args, spec, file) if model is not None else []
-    findings += _unknown_flags(text, launchers) + line_endings(text, file)
+    findings += _unknown_flags(text, launchers) + shell_layout(text, file)
     layout = _layout(args, spec, world, seq_len, file, findings)
     tokens, env = shell_words(text, file)
     target_cluster = _cluster(cluster, world, args, file)
@@ -871,7 +871,7 @@ def shell_words(text: str, file: str) -> tuple[list[str], dict[str, str]]:
     not split.
     Source: bash(1) "Word Splitting"."""
     try:
-        words = shell.join_arithmetic(shlex.split(arrays_apart(text).replace("\\\n", " "), comments=True))
+        words = shell.join_arithmetic(shlex.split(shell.join_continued(arrays_apart(text)), comments=True))
     except ValueError as exc:
         raise SpecError(f"shell syntax error: {exc}", file=file) from None
     words = shell.unwrap(words, file)

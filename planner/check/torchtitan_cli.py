@@ -40,7 +40,7 @@ from pathlib import Path
 
 from planner.check import megatron, shell, torchtitan
 from planner.check.gate import Target, raise_bad_values
-from planner.check.lines import line_endings
+from planner.check.lines import shell_layout
 from planner.errors import SpecError, counted
 from planner.frameworks import megatron as megatron_vocabulary
 from planner.frameworks import torchtitan as tt
@@ -57,9 +57,32 @@ _NNODES = megatron_vocabulary.FLAG["nnodes"]
 
 
 def looks_like(text: str) -> bool:
-    """Whether the text selects a torchtitan config function (`--module` and `--config`)."""
+    """Whether the text selects a torchtitan config function (`--module` and `--config`), or runs torchtitan's
+    trainer (`tt.ENTRY_POINTS`: `-m torchtitan.train`, as run_train.sh of every release launches it)."""
     return bool(re.search(rf"(?<![\w-]){MODULE}[\s=]", text)
-                and re.search(rf"(?<![\w-]){CONFIG}[\s=]", text))
+                and re.search(rf"(?<![\w-]){CONFIG}[\s=]", text)) or any(
+        re.search(rf"(?<![\w./-]){re.escape(entry)}(?![\w.-])", line.split("#", 1)[0])
+        for entry in tt.ENTRY_POINTS for line in text.splitlines())
+
+
+def _job_config_file(words: list[str], file: str) -> None:
+    """Bad input for the pre-2026 command line (`tt.JOB_CONFIG_FILE`: a TOML job config and `--section.field`
+    overrides), which the release modelled no longer runs: the TOML is checked by `planner check` itself (the
+    `torchtitan-config` reader), the overrides written into it.
+
+    Raises:
+        SpecError: naming the TOML path as the command line gives it and the overrides (exit 2)."""
+    at = next((k for k, w in enumerate(words) if w.split("=", 1)[0] == tt.JOB_CONFIG_FILE), None)
+    if at is None:
+        return
+    word = words[at]
+    toml = word.split("=", 1)[1] if "=" in word else (words[at + 1] if at + 1 < len(words) else "?")
+    overrides = [w + ("" if "=" in w or k + 1 >= len(words) or words[k + 1].startswith("-") else f" {words[k + 1]}")
+                 for k, w in enumerate(words) if w.startswith("--") and "." in w.split("=", 1)[0] and k != at]
+    also = f", with its overrides ({' '.join(overrides)}) written into it" if overrides else ""
+    raise SpecError(f"the command line gives a TOML job config ({tt.JOB_CONFIG_FILE} {toml}), the form of torchtitan "
+                    f"releases before 2026-02 (this reader reads the later `{MODULE} M {CONFIG} C` form): check "
+                    f"the TOML itself, `planner check {toml}`{also}", file=file, key=tt.JOB_CONFIG_FILE)
 
 
 def read(path: Path, *, model: str | None, cluster: str | None, gpus: int | None,
@@ -76,6 +99,7 @@ def read(path: Path, *, model: str | None, cluster: str | None, gpus: int | None
     file = str(path)
     text = files.read_text(path, kind="text file (a torchtitan command line)")
     words = _words(text, file)
+    _job_config_file(words, file)
     bad: list[SpecError] = []
     flags, ac = _flags(words, file, bad)
     bad += _bad_values(flags, file)
@@ -90,7 +114,7 @@ def read(path: Path, *, model: str | None, cluster: str | None, gpus: int | None
         raise SpecError(f"--gpus {gpus} contradicts torchrun's {ranks} ranks", file=file,
                         key="--gpus")
     ac, findings = _ac_mode(flags, ac, preset, file)
-    findings += line_endings(text, file)
+    findings += shell_layout(text, file)
     findings += _unknown_fields(flags, _value(flags.get(tt.KEY["seq_len"], "")) or
                                 settings[tt.CONTEXT], settings.get(tt.KEY["pp"], 1) != 1, meant)
     doc = _job_doc(settings, preset, ac, file)
