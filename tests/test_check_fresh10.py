@@ -132,9 +132,10 @@ def test_deepspeed_config_is_strict_json_whatever_its_name(name, where):
         assert f"JSON syntax error at {where}: Expecting property name enclosed in double quotes" in done.stderr
 
 
-def test_torchtitan_run_train_with_a_toml_is_read_as_torchtitan():
+def test_torchtitan_run_train_without_its_toml_is_bad_input():
     """Review #6: torchtitan's classic run_train.sh (`-m torchtitan.train --job.config_file ${CONFIG_FILE}`) was
-    read as a Megatron-LM script (`--micro-batch-size: missing`); it is the pre-2026 torchtitan form."""
+    read as a Megatron-LM script (`--micro-batch-size: missing`); its TOML (a path relative to the torchtitan
+    checkout) is not here, so the message names it and the override to write into it."""
     done = planner("check", str(DATA / "tt3.sh"), "-c", "dgx-h100", "-m", "llama-3.1-8b", "--seq-len", "8192")
     assert done.returncode == 2 and "Megatron" not in done.stderr, done.stderr
     assert ("--job.config_file: the command line gives a TOML job config (--job.config_file "
@@ -142,3 +143,17 @@ def test_torchtitan_run_train_with_a_toml_is_read_as_torchtitan():
             in done.stderr)
     assert ("check the TOML itself, `planner check ./torchtitan/models/llama3/train_configs/llama3_8b.toml`, with its "
             "overrides (--parallelism.tensor_parallel_degree 2) written into it" in done.stderr)
+
+
+def test_torchtitan_run_train_reads_its_toml_with_the_overrides(tmp_path):
+    """The same run_train.sh beside its TOML (torchtitan's llama3_8b.toml at 238fa99, tests/data/configs/torchtitan:
+    local batch 2, shard degree -1, tp 1): the TOML as torchtitan read it, `--parallelism.tensor_parallel_degree 2`
+    over it, on torchrun's 8 ranks: tp 2, dp 8 / 2 = 4, global batch 2 x 4 = 8 sequences of 8,192."""
+    (tmp_path / "llama3_8b.toml").write_text((DATA.parent / "torchtitan" / "llama3_8b.toml").read_text())
+    script = tmp_path / "run_train.sh"
+    script.write_text((DATA / "tt3.sh").read_text().replace("./torchtitan/models/llama3/train_configs/", "./"))
+    done = planner("check", str(script), "-c", "dgx-h100", "-m", "llama-3.1-8b", "--format", "json")
+    data = json.loads(done.stdout)
+    assert done.returncode == 0 and data["kind"] == "torchtitan-command", done.stdout + done.stderr
+    layout = data["parallelism"]
+    assert (layout["tp"], layout["dp"], layout["global_batch_size"], layout["seq_len"]) == (2, 4, 8, 8192)
