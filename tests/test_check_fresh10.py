@@ -157,3 +157,28 @@ def test_torchtitan_run_train_reads_its_toml_with_the_overrides(tmp_path):
     assert done.returncode == 0 and data["kind"] == "torchtitan-command", done.stdout + done.stderr
     layout = data["parallelism"]
     assert (layout["tp"], layout["dp"], layout["global_batch_size"], layout["seq_len"]) == (2, 4, 8, 8192)
+
+
+@pytest.mark.parametrize("name", ["o2.sh", "o3.sh"])
+def test_deepspeed_and_accelerate_launchers_give_the_world_size(name):
+    """Review #14: `deepspeed --num_gpus 8 pretrain_gpt.py` (Megatron-DeepSpeed's launch) and `accelerate launch
+    --num_processes 8 pretrain_gpt.py` said `--gpus is required`; 8 ranks, no tp/pp flags: dp 8."""
+    done = planner("check", str(DATA / name), "-c", "dgx-h100", "-m", "llama-3.1-8b", "--format", "json")
+    data = json.loads(done.stdout)
+    assert done.returncode == 0 and data["gpus"] == 8 and data["parallelism"]["dp"] == 8, done.stdout + done.stderr
+
+
+def test_deepspeed_launcher_nodes_and_hostfile(tmp_path):
+    """--num_gpus 4 x --num_nodes 2 = 8 ranks (a --gpus that differs contradicts them); with a hostfile and no
+    --num_nodes the launcher takes the hosts it lists, which the file does not show: --gpus is required."""
+    flags = (DATA / "o2.sh").read_text().split("pretrain_gpt.py", 1)[1]
+    path = tmp_path / "ds.sh"
+    path.write_text("deepspeed --num_gpus 4 --num_nodes 2 pretrain_gpt.py" + flags)
+    done = planner("check", str(path), "-c", "dgx-h100", "-m", "llama-3.1-8b", "--format", "json")
+    assert json.loads(done.stdout)["gpus"] == 8, done.stderr
+    done = planner("check", str(path), "-c", "dgx-h100", "-m", "llama-3.1-8b", "--gpus", "16")
+    assert done.returncode == 2 and "--gpus 16 contradicts the file's deepspeed --num_gpus x --num_nodes = 8" in done.stderr
+    path.write_text("deepspeed --hostfile hosts --num_gpus 8 pretrain_gpt.py" + flags)
+    done = planner("check", str(path), "-c", "dgx-h100", "-m", "llama-3.1-8b")
+    assert done.returncode == 2 and "--gpus is required" in done.stderr
+    assert "nor a literal deepspeed --num_gpus or accelerate launch --num_processes" in done.stderr
