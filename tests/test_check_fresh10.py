@@ -102,12 +102,15 @@ def test_byte_order_mark_fails():
 
 def test_continuations_bash_accepts_pass(tmp_path):
     """What bash continues or ends harmlessly is no finding: a trailing backslash at a command's end before a blank
-    line and a new command, an escaped backslash, a comment above a command, a bash array's lines, a heredoc."""
+    line and a new command, a comment above a command, a bash array's lines, a heredoc, a script's own option
+    parsing (`case` patterns `--tp)`)."""
     path = tmp_path / "ok.sh"
     path.write_text("vllm serve meta-llama/Llama-3.1-8B-Instruct \\\n  --tensor-parallel-size 4 \\\n\n"
                     "# the second server\n"
                     "CUDA_VISIBLE_DEVICES=4,5,6,7 vllm serve meta-llama/Llama-3.1-8B-Instruct --port 8001 \\\n"
-                    "  --tensor-parallel-size 4\nARGS=(\n  --a 1\n\n  --b 2\n)\ncat <<EOF\n--not-a-command\nEOF\n")
+                    "  --tensor-parallel-size 4\nARGS=(\n  --a 1\n\n  --b 2\n)\ncat <<EOF\n--not-a-command\nEOF\n"
+                    'while [ $# -gt 0 ]; do\n  case "$1" in\n    --tp) TP=$2; shift 2 ;;\n    -h|--help) exit 0 ;;\n'
+                    "  esac\ndone\n")
     assert [v for v in check_launch_file(path, cluster="dgx-h100")["violations"]
             if v["rule"] in ("line_continuation", "byte_order_mark")] == []
 

@@ -130,6 +130,8 @@ def shell_layout(text: str, file: str) -> list[Violation]:
 
 _HEREDOC = re.compile(r"<<-?\s*['\"]?(\w+)['\"]?")
 _ARRAY = re.compile(r"^\s*(export\s+)?[A-Za-z_]\w*=\(")
+_PATTERN = re.compile(r"^\s*[^\s()]*\)")
+"""A `case` pattern (`--tp)`, `-h|--help)`): a script's own option parsing, not a command."""
 
 
 def continuation_breaks(text: str, file: str) -> list[Violation]:
@@ -139,7 +141,8 @@ def continuation_breaks(text: str, file: str) -> list[Violation]:
     continue the command -- a comment line (its backslash is part of the comment) or a blank line inside the
     continued command, or a line without its backslash: bash runs the flag line as a command of its own
     ("--flag: command not found") and starts the launch without the flags from there on. Lines inside a bash
-    array `NAME=( ... )` (where newlines separate words) and here-documents are not commands, nor are the
+    array `NAME=( ... )` (where newlines separate words), `case` patterns (`--tp)`) and here-documents are not
+    commands, nor are the
     lines of an arguments file (flags line after line, no command: Megatron-LM's `--flag value` files).
     Source: bash(1) "QUOTING" (only backslash-newline is a line continuation), "COMMENTS", "Arrays"."""
     lines = text.replace("\r\n", "\n").split("\n")
@@ -161,7 +164,7 @@ def continuation_breaks(text: str, file: str) -> list[Violation]:
                                        f"escaped space (an argument ' ' of the command), not a line continuation, so "
                                        f"the command ends at line {k + 1}", "delete the spaces after the backslash",
                                 file, k + 1)
-        if (line.lstrip().startswith("-") and k > 0 and ends[k - 1] not in (shell.CONTINUE, shell.QUOTE)
+        if (line.lstrip().startswith("-") and not _PATTERN.match(line) and k > 0 and ends[k - 1] not in (shell.CONTINUE, shell.QUOTE)
                 and ends[k - 1] != shell.ESCAPED_BLANK):
             cause = _cause(lines, ends, k)
             if cause is not None:
