@@ -171,3 +171,16 @@ def test_megatron_shell_and_argparse_bad_values_together(tmp_path):
         "--bf16: takes no value (got 'yes'); it is a switch",
         "--recompute-granularity: value 'ful' not allowed; allowed: full, selective; also --overlap-grad-reduc is "
         "not a Megatron-LM flag; did you mean --overlap-grad-reduce?")]
+
+
+def test_engine_launch_every_bad_input_of_every_command(tmp_path):
+    """Beyond numbers, fractions and choices (a dtype not modelled, a GPU list, a weight format) and over every
+    command of the file, in one run (gate3's leftover: the first command's first such error stopped the file)."""
+    path = tmp_path / "serve.sh"
+    path.write_text("CUDA_VISIBLE_DEVICES=a,b vllm serve meta-llama/Llama-3.1-8B-Instruct --tensor-parallel-size two "
+                    "--dtype float32\nvllm serve meta-llama/Llama-3.1-8B-Instruct --port 8001 "
+                    "--gpu-memory-utilization 1.5 --quantization foo\n")
+    lines = _errors(path)
+    assert [line.split(": ")[2] for line in lines] == ["--tensor-parallel-size", "--dtype", "CUDA_VISIBLE_DEVICES",
+                                                       "--quantization", "--gpu-memory-utilization"], lines
+    assert "value 'a,b' must list GPU indices" in lines[2] and "value '1.5' must be a number in (0, 1]" in lines[4]

@@ -84,7 +84,8 @@ def check_launch_file(path: str | Path, *, model: str | None = None, cluster: st
     spec = el.resolve_model(next(iter(refs)), model, file, model_flag)
     if model is not None:
         _quantized_name(commands, reader, spec, model, file)
-    launches = [_launch(reader, c, spec, hw, file) for c in commands]
+    with el.values_collected(file):  # every command's bad input in one run, as every bad value of one
+        launches = [el.aside(lambda c=c: reader.launch(c, spec, hw, file), None) for c in commands]
     visible = [launch.visible_gpus for launch in launches]
     allowed = gpus or (sum(visible) if all(visible) else hw.num_gpus)
     if gpus is None and any(launch.node_rank > 0 for launch in launches):
@@ -237,7 +238,3 @@ def _node_words(node: int | str) -> str:
     return f"node {node}" if isinstance(node, int) else f"the nodes {node}"
 
 
-def _launch(reader, command: el.Command, spec, hw, file: str) -> el.Launch:
-    """`reader.launch` of one command, every bad value of it reported together (`el.values_collected`)."""
-    with el.values_collected(file):
-        return reader.launch(command, spec, hw, file)

@@ -619,6 +619,15 @@ def set_aside(exc: SpecError, fallback):
     return fallback
 
 
+def aside(call, fallback):
+    """`call()`, or `fallback` with its SpecError set aside (`set_aside`): a launch's other bad input (a weight
+    format, dtype or GPU list the reader refuses) reported with its bad values, the command read on."""
+    try:
+        return call()
+    except SpecError as exc:
+        return set_aside(exc, fallback)
+
+
 @contextmanager
 def values_collected(file: str):
     """Read a launch with every bad value of its value flags (`integer`, `human_integer`, `fraction`, `choice`)
