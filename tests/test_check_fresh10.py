@@ -23,10 +23,14 @@ def _rules(result: dict) -> list[str]:
 def test_node_rank_branches_are_exclusive(name):
     """Two tp8 servers on port 8000, one per node, selected by `if [ "$NODE_RANK" = 0 ]` blocks (w1, the emitted
     form), `==` (w3), `-eq` (w4), `else` (w5), `elif` (v5), `case ... ;; esac` (w6): bash runs one branch per node,
-    so neither the port nor the GPUs are shared (review #2: port_in_use / gpus_shared / ';' as an argument)."""
+    so neither the port nor the GPUs are shared (review #2: port_in_use / gpus_shared / ';' as an argument; without
+    --gpus, world_size: need 16 GPUs)."""
     result = check_launch_file(DATA / name, cluster="dgx-h100", gpus=16)
     assert result["verdict"] == "pass" and _rules(result) == [], result["violations"]
     assert len(result["launches"]) == 2
+    # without --gpus the file may use the nodes its branches name (2 x 8 GPUs), as with --node-rank flags
+    result = check_launch_file(DATA / name, cluster="dgx-h100")
+    assert result["verdict"] == "pass" and result["gpus"] == 16, result["violations"]
 
 
 def test_servers_of_one_else_branch_share_its_nodes(tmp_path):

@@ -92,6 +92,10 @@ def check_launch_file(path: str | Path, *, model: str | None = None, cluster: st
         # the file names nodes after the first itself (node ranks of an instance over several nodes): the GPUs of
         # every node it names, as a torchrun node count in a Megatron script does
         allowed = max(allowed, el.spanned_gpus(launches))
+    if gpus is None:  # the nodes the file's NODE_RANK branches name (an `else` branch: one node more)
+        ranks = [c.node for c in commands if isinstance(c.node, int)]
+        nodes = max(ranks, default=-1) + 1 + any(isinstance(c.node, str) for c in commands)
+        allowed = max(allowed, nodes * hw.gpus_per_node)
     result = el.evaluate(file, kind, spec, hw, allowed, launches, reader.spell,
                          given=gpus is not None or not all(visible))
     rows, found = engine_router.findings(reader.VOCABULARY.ENGINE, reader.VOCABULARY, text, commands, launches)
