@@ -263,6 +263,9 @@ class _Block:
     """Ranks the branches so far name (an `else` runs on the others)."""
     ranked: bool = False
     """Whether the block tests NODE_RANK."""
+    unread: str | None = None
+    """A NODE_RANK test of the current branch in a form not read (`_rank_test`), for the error if the branch
+    starts an engine."""
 
 
 def _others(named: set) -> str:
@@ -270,20 +273,17 @@ def _others(named: set) -> str:
     return "other than " + ", ".join(str(n) for n in sorted(named))
 
 
-def _rank_test(words: list[str], line: int, file: str) -> tuple[int, bool] | None:
-    """(rank, equal) of a `[ "$NODE_RANK" OP N ]` / `[[ ... ]]` / `test ...` condition (`NODE_TESTS`); None when
-    the condition does not name NODE_RANK.
-
-    Raises:
-        SpecError: a NODE_RANK condition in another form (exit 2), naming the forms read (`READ_FORMS`)."""
+def _rank_test(words: list[str]) -> tuple[int, bool] | str | None:
+    """(rank, equal) of a `[ "$NODE_RANK" OP N ]` / `[[ ... ]]` / `test ...` condition (`NODE_TESTS`); the
+    condition's text when it names NODE_RANK in another form (`[ -z "$NODE_RANK" ]`, `-gt`); None when it does
+    not name NODE_RANK."""
     if not any(NODE_RANK in w for w in words):
         return None
     inner = [w for w in words if w not in ("[", "]", "[[", "]]", "test")]
     if (len(inner) == 3 and re.fullmatch(rf"\$\{{?{NODE_RANK}\}}?", inner[0]) and inner[1] in NODE_TESTS
             and re.fullmatch(r"\d+", inner[2])):
         return int(inner[2]), NODE_TESTS[inner[1]]
-    raise SpecError(f"the condition {' '.join(words)!r} selects the node in a form this reader does "
-                    f"not read; it reads {READ_FORMS}", file=file, key=f"line {line}")
+    return " ".join(words)
 
 
 def _control(segment: list[str], blocks: list[_Block], line: int, file: str) -> list[str]:
@@ -293,12 +293,13 @@ def _control(segment: list[str], blocks: list[_Block], line: int, file: str) -> 
     top = blocks[-1] if blocks else None
     head = segment[0]
     if head in ("if", "elif"):
-        test = _rank_test(segment[1:], line, file)
+        test = _rank_test(segment[1:])
         if head == "if" or top is None or top.kind != "if":
             outer = top.node if top else None
             blocks.append(_Block("if", outer, outer))
             top = blocks[-1]
-        if test is not None:
+        top.unread = f"the condition {test!r} (line {line})" if isinstance(test, str) else None
+        if isinstance(test, tuple):
             rank, equal = test
             top.ranked = True
             top.node = rank if equal else _others({rank})
@@ -309,6 +310,8 @@ def _control(segment: list[str], blocks: list[_Block], line: int, file: str) -> 
     if head in ("then", "do", "else"):
         if head == "else" and top is not None and top.kind == "if" and top.ranked:
             top.node = _others(top.named)
+        if head == "else" and top is not None:
+            top.unread = None if top.unread is None else top.unread.replace("the condition", "the `else` of the condition")
         return segment[1:]
     if head in ("fi", "esac", "done"):
         if blocks:
@@ -325,14 +328,14 @@ def _control(segment: list[str], blocks: list[_Block], line: int, file: str) -> 
         pattern = re.fullmatch(r"\(?([^()]*)\)", head)
         if pattern is not None:
             ranks = pattern[1].split("|")
+            top.unread = None
             if top.ranked and all(re.fullmatch(r"\d+", r) for r in ranks):
                 top.node = int(ranks[0]) if len(ranks) == 1 else "in " + ", ".join(ranks)
                 top.named.update(int(r) for r in ranks)
             elif top.ranked and ranks == ["*"]:
                 top.node = _others(top.named)
             elif top.ranked:
-                raise SpecError(f"the case pattern {head!r} selects the node in a form this reader "
-                                f"does not read; it reads {READ_FORMS}", file=file, key=f"line {line}")
+                top.unread = f"the case pattern {head!r} (line {line})"
             return segment[1:]
     return segment
 
@@ -348,7 +351,8 @@ def split_commands(text: str, file: str, launchers, aliases: dict[str, str],
     "other than 0" for an `else` branch), as bash runs only the branch whose test holds.
 
     Raises:
-        SpecError: a shell syntax error; a NODE_RANK test in a form not read; an engine command inside a
+        SpecError: a shell syntax error; an engine command in a branch of a NODE_RANK test in a form not read,
+            or inside a
             `for` / `while` / `until` loop, which this reader does not unroll (exit 2).
     """
     out, variables, blocks = [], {}, []
@@ -365,6 +369,11 @@ def split_commands(text: str, file: str, launchers, aliases: dict[str, str],
                                images or {})
             if command is None:
                 continue
+            unread = next((b.unread for b in blocks if b.unread), None)
+            if unread is not None:
+                raise SpecError(f"the `{' '.join(command.launcher)}` command runs in a branch that {unread} selects "
+                                f"in a form this reader does not read; it reads {READ_FORMS}", file=file,
+                                key=f"line {line}")
             if any(b.kind == "loop" for b in blocks):
                 raise SpecError(f"the `{' '.join(command.launcher)}` command runs inside a shell loop (for / while / "
                                 f"until), which this reader does not unroll: write one command per server, with its "
