@@ -8,6 +8,7 @@ usage errors (bad option values, unknown commands) become one line too and exit 
 from __future__ import annotations
 
 import contextlib
+import difflib
 import math
 import sys
 from enum import Enum
@@ -23,7 +24,7 @@ from planner.errors import InfeasibleError, PlannerError, SpecError
 from planner.frameworks import deepspeed as deepspeed_keys
 from planner.frameworks import megatron as megatron_flags
 from planner.placement import layout as layout_mod
-from planner.placement import overlap, recompute_mix
+from planner.placement import mtp, overlap, recompute_mix
 from planner.placement import pipeline_layout as pipeline_layout_mod
 from planner.placement.layout import Layout
 from planner.placement.precision import (blackwell_or_later, default_fp8_recipe, published_fp8_recipe,
@@ -274,6 +275,15 @@ LossChunksOpt = Annotated[int | None, typer.Option(
     min=1, max=1_000_000, help="torchtitan's chunked loss: token chunks the head and cross-entropy run on "
                                "(no logits kept; its current presets use 8); absent or 1: the plain "
                                "cross-entropy.")]
+MtpLayersOpt = Annotated[int | None, typer.Option(
+    min=0, max=1_000, help=f"Multi-token-prediction layers trained (Megatron-LM "
+                           f"{megatron_flags.FLAG['mtp_num_layers']}; 0: none); absent: the model's "
+                           f"num_nextn_predict_layers under megatron, as NVIDIA's DeepSeek-V3 recipes "
+                           f"train them, none under the other frameworks.")]
+SwigluStoreOpt = Annotated[bool, typer.Option(
+    "--swiglu-fp8-input-store", help="Megatron-LM's activation_func_fp8_input_store: the SwiGLU input "
+                                     "saved in fp8 (a TransformerConfig field with no command-line flag "
+                                     "in Megatron-LM: check and --emit cannot carry it).")]
 Moment = Enum("Moment", {d: d for d in layout_mod.OPTIMIZER_DTYPES["exp_avg_dtype"]}, type=str)
 MainParamsOpt = Annotated[MainParams | None, typer.Option(
     case_sensitive=False, help="Master-weight dtype of the precision-aware optimizer (default fp32).")]
@@ -392,6 +402,8 @@ def explain_cmd(
     exp_avg_sq_dtype: MomentOpt = None,
     cross_entropy_fusion: CrossEntropyFusionOpt = None,
     loss_chunks: LossChunksOpt = None,
+    mtp_layers: MtpLayersOpt = None,
+    swiglu_fp8_input_store: SwigluStoreOpt = False,
     overlap_opt: Annotated[list[str] | None, typer.Option("--overlap", metavar="NAME=on|off", help="Communication overlap (repeatable): tp-comm, grad-reduce, param-gather, ep-a2a; absent: the framework's default.")] = None,
     moe_dispatcher: Annotated[MoeDispatcher | None, typer.Option(case_sensitive=False, help="MoE token dispatcher: alltoall, or flex (DeepEP / HybridEP: one copy per node over the network); absent: the framework's default, costed as alltoall.")] = None,
     reserve_gib: Annotated[float | None, typer.Option(parser=_finite(0, 1024), metavar="FLOAT", help="CUDA context + fragmentation reserve, GiB.")] = None,
@@ -429,8 +441,11 @@ def explain_cmd(
                                main_params_dtype=main_params_dtype,
                                main_grads_dtype=main_grads_dtype, exp_avg_dtype=exp_avg_dtype,
                                exp_avg_sq_dtype=exp_avg_sq_dtype, cross_entropy_fusion=cross_entropy_fusion,
-                               loss_chunks=loss_chunks),
+                               loss_chunks=loss_chunks, mtp_layers=mtp_layers,
+                               swiglu_fp8_input_store=swiglu_fp8_input_store or None),
         **overlap.parse(overlap_opt))
+    if layout.mtp_layers is None and (trained := mtp.mtp_layers(spec, layout)):
+        layout = layout.replace(mtp_layers=trained)  # the recipe's MTP layers, shown as costed
     reserve = None if reserve_gib is None else int(reserve_gib * 2**30)
     from planner import explain as explain_api  # imported per command: `--help` stays light
 
@@ -600,18 +615,48 @@ def _layer_split(text: str | None, pp: int) -> tuple[int, ...] | None:
     return counts
 
 
+FIX_SHORT_NAMES = {"zero": "zero_stage", "b": "micro_batch_size", "mbs": "micro_batch_size",
+                   "micro_batch": "micro_batch_size", "sp": "sequence_parallel", "vp": "vpp"}
+"""The short names `plan`'s own messages and labels print (`zero=0 b=1`, `SP`) and the field's
+abbreviations -> the `--fix` key they stand for, which the unknown-key error suggests."""
+
+
+def _fix_items(items: list[str]) -> list[str]:
+    """The pins of `--fix` values, a comma-separated list in one value being several pins
+    (`--fix tp=8,pp=2`, as helm's `--set a=1,b=2`; no pin's value holds a comma): an empty pin is bad
+    input."""
+    pins = []
+    for item in items:
+        for pin in item.split(","):
+            if not pin.strip():
+                raise SpecError(f"{item!r} has an empty pin; write key=value, several as tp=8,pp=2 or one "
+                                f"--fix each", key="--fix")
+            pins.append(pin.strip())
+    return pins
+
+
+def _unknown_fix_key(key: str, item: str, allowed: tuple[str, ...]) -> SpecError:
+    """The bad-input error of a `--fix` key that is not one of `allowed`, suggesting the key a short name
+    stands for (`FIX_SHORT_NAMES`: zero -> zero_stage) or the closest allowed key."""
+    close = ([FIX_SHORT_NAMES[key]] if FIX_SHORT_NAMES.get(key) in allowed
+             else difflib.get_close_matches(key, allowed, n=1, cutoff=0.6))
+    hint = f"did you mean {close[0]}? " if close else ""
+    return SpecError(f"unknown key {key!r} in {item!r}; {hint}allowed keys: {', '.join(allowed)}", key="--fix")
+
+
 def parse_fix(items: list[str]) -> dict:
-    """`--fix key=value` pins: integers for degrees and knobs, true/false for sequence_parallel,
-    a recompute mode for recompute. Anything else is a SpecError naming the allowed keys."""
+    """`--fix key=value` pins (several in one value as `tp=8,pp=2`, `_fix_items`): integers for degrees
+    and knobs, true/false for sequence_parallel, a recompute mode for recompute. Anything else is a
+    SpecError naming the allowed keys (and the key a short name such as zero stands for)."""
     fixed: dict = {}
     allowed = ", ".join(FIXABLE)
-    for item in items:
+    for item in _fix_items(items):
         key, sep, raw = item.partition("=")
         key = key.strip().replace("-", "_")
         if not sep:
             raise SpecError(f"{item!r} must be key=value; allowed keys: {allowed}", key="--fix")
         if key not in FIXABLE:
-            raise SpecError(f"unknown key {key!r} in {item!r}; allowed keys: {allowed}", key="--fix")
+            raise _unknown_fix_key(key, item, FIXABLE)
         value = _fix_value(key, raw.strip())
         if key in fixed and fixed[key] != value:
             raise SpecError(f"{key} pinned twice ({key}={fixed[key]} and {key}={value}); pin it once",
@@ -681,11 +726,12 @@ def plan_cmd(
     exp_avg_sq_dtype: MomentOpt = None,
     cross_entropy_fusion: CrossEntropyFusionOpt = None,
     loss_chunks: LossChunksOpt = None,
+    mtp_layers: MtpLayersOpt = None,
     recompute_modules: RecomputeModulesOpt = None,
     offload_modules: OffloadModulesOpt = None,
     fix: Annotated[list[str] | None, typer.Option(
         "--fix", metavar="KEY=VALUE",
-        help=f"Pin a degree or knob (repeatable): {', '.join(FIXABLE)}.")] = None,
+        help=f"Pin a degree or knob (repeatable, or comma-separated: tp=8,pp=2): {', '.join(FIXABLE)}.")] = None,
     top: Annotated[int, typer.Option("--top", min=1, max=MAX_TOP, help="Plans to show.")] = 3,
     reserve_gib: Annotated[float | None, typer.Option(parser=_finite(0, 1024), metavar="FLOAT", help="CUDA context + fragmentation reserve, GiB.")] = None,
     headroom: Annotated[float, typer.Option(
@@ -742,27 +788,15 @@ def plan_cmd(
                       main_params_dtype=main_params_dtype,
                       main_grads_dtype=main_grads_dtype, exp_avg_dtype=exp_avg_dtype,
                       exp_avg_sq_dtype=exp_avg_sq_dtype, cross_entropy_fusion=cross_entropy_fusion,
-                      loss_chunks=loss_chunks))
+                      loss_chunks=loss_chunks, mtp_layers=mtp_layers))
     with report.plan_progress() as tick:
         data = plan_api.plan(spec, hw, fixed=fixed, on_progress=tick, **search)
     if emit is None:
         with report.human_report_to_stderr() if output == "-" else contextlib.nullcontext():
             report.show_plan(data, fmt.value)
     else:
-        def uniform_plans():  # the best plan under each recompute mode on every layer
-            if "recompute" in fixed:  # the user pinned it: nothing else to weigh
-                return []
-            out = []
-            for mode in layout_mod.RECOMPUTE_MODES:
-                try:
-                    out.append(plan_api.plan(spec, hw, fixed={**fixed, "recompute": mode}, **search))
-                except InfeasibleError:
-                    continue
-            return out
-
         data, index = _emit(data, _value(emit),
-                            lambda r, i: plan_api.plan_file(r, i, model_ref=model, cluster_ref=cluster),
-                            uniform_plans)
+                            lambda r, i: plan_api.plan_file(r, i, model_ref=model, cluster_ref=cluster))
     if output:
         report.write_yaml(output, plan_api.plan_file(data, 0 if emit is None else index,
                                                      model_ref=_ref_for(model, output),
@@ -783,12 +817,12 @@ def _emit_pins(framework: str, fixed: dict, moe: bool) -> dict:
     return {**pins, **fixed}
 
 
-def _emit(result: dict, framework: str, doc_of, replan) -> tuple[dict, int]:
+def _emit(result: dict, framework: str, doc_of) -> tuple[dict, int]:
     """Print the fastest launch configuration (`emit.best_launch`); exit 1 if `planner check` of
     it fails. Returns the `plan()` result and plan index it was emitted from (what `-o` writes)."""
     from planner import emit as emit_api
 
-    launch = emit_api.best_launch(result, framework, doc_of, replan)
+    launch = emit_api.best_launch(result, framework, doc_of)
     report.show_emitted(launch, result)
     if launch.verdict["verdict"] != "pass":
         raise typer.Exit(1)
@@ -983,10 +1017,12 @@ def _serve_fix(items: list[str], spec) -> dict:
     from planner.serve import FIXABLE as SERVE_FIXABLE
 
     fixed: dict = {}
-    for item in items:
+    for item in _fix_items(items):
         key, sep, raw = item.partition("=")
         key = key.strip()
-        if not sep or key not in SERVE_FIXABLE or not raw.strip().isdigit() or int(raw) < 1:
+        if sep and key not in SERVE_FIXABLE:
+            raise _unknown_fix_key(key, item, SERVE_FIXABLE)
+        if not sep or not raw.strip().isdigit() or int(raw) < 1:
             raise SpecError(f"{item!r} must be key=value with key one of {', '.join(SERVE_FIXABLE)} and a "
                             f"positive integer value", key="--fix")
         if key in fixed and fixed[key] != int(raw):
@@ -1017,8 +1053,8 @@ def serve_plan_cmd(
     mem_fraction: Annotated[float | None, typer.Option(
         parser=_finite(0.05, 1.0), metavar="FLOAT", help="The engine's budget knob: vLLM gpu_memory_utilization, SGLang mem_fraction_static, "
                                 "TensorRT-LLM kv_cache_free_gpu_memory_fraction (default: the engine's).")] = None,
-    max_num_batched_tokens: Annotated[int, typer.Option(min=1, max=MAX_SEQ_LEN, help="Tokens per forward (chunked prefill).")] = 8192,
-    fix: Annotated[list[str] | None, typer.Option("--fix", metavar="KEY=VALUE", help="Pin tp, pp, ep or dp (repeatable).")] = None,
+    max_num_batched_tokens: Annotated[int, typer.Option(min=1, max=MAX_SEQ_LEN, help="Tokens per forward (chunked prefill): the engine flag's value; for an SGLang instance whose attention DP spans nodes, the chunk of one attention-DP rank (emitted x the ranks).")] = 8192,
+    fix: Annotated[list[str] | None, typer.Option("--fix", metavar="KEY=VALUE", help="Pin tp, pp, ep or dp (repeatable, or comma-separated: tp=8,ep=8).")] = None,
     disaggregated: Annotated[bool, typer.Option("--disaggregated", help="Separate prefill and decode workers, rate-matched.")] = False,
     top: Annotated[int, typer.Option("--top", min=1, max=MAX_TOP, help="Plans to show.")] = 5,
     output: Annotated[str | None, typer.Option("--output", "-o", help="Write the serving plan to this YAML file (kind: serving-plan; `planner check` accepts it).")] = None,

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import errno
+import math
 import re
 
 LONG_WORD = 200
@@ -126,9 +127,16 @@ def shown(value: object) -> str:
 
 
 def number(x: float) -> str:
-    """A count or rate for a message: 1000000 -> '1,000,000', 42949672960.0 -> '42,949,672,960', 0.25 -> '0.25'
-    (never scientific notation for a whole number)."""
-    return f"{int(x):,}" if float(x).is_integer() else f"{x:g}"
+    """A count or rate for a message: 1000000 -> '1,000,000', 42949672960.0 -> '42,949,672,960', 0.25 -> '0.25',
+    180447137.4 -> '180,447,137': as `:g` writes it (6 significant digits, trailing zeros dropped) but with thousands
+    separators, every digit of the integer part kept, and never in scientific notation (fresh-user review 10
+    finding 13)."""
+    if not math.isfinite(x):
+        return f"{x:g}"
+    if float(x).is_integer():
+        return f"{int(x):,}"
+    text = f"{x:,.{max(0, 5 - math.floor(math.log10(abs(x))))}f}"
+    return text.rstrip("0").rstrip(".")
 
 
 def counted(n: int, noun: str) -> str:

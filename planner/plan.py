@@ -29,9 +29,13 @@ For a candidate c (mesh x knobs) and an assignment a (layer split + recompute mo
   DP, or by CP-SAT where the DP cannot enumerate a stage), in integer nanoseconds;
   rounding moves any plan's value by at most `StageProblem.rounding_bound_s()` (G (L + 1) / 2 ns).
 - objective(c) = step_time(c, a*(c)).step.
-- Under Megatron-LM an assignment has selective recompute on every layer or on none (its one
-  recompute_granularity): each candidate is searched twice, selective alone and the other
-  modes per layer (`_modes_of`); a is over those.
+- a ranges over the recompute settings the framework launches, nothing else (so OPTIMAL is the
+  optimum over what `--emit` writes; senior review 9 finding 8). Megatron-LM: one
+  recompute_granularity, so each candidate is searched twice (`_granularity_copies`): selective on
+  every layer, and none / full with one recompute_num_layers N for every model chunk (block:
+  its first N layers; `_solve_block`, every N and split, `search.shared_recompute`). torchtitan:
+  one policy on every block (none, op-level selective, full); DeepSpeed: none or full on every
+  layer (`_uniform_modes`): one copy per mode.
 
 Module-set variants. Under Megatron-LM a candidate c also stands for its variants, c with the
 recompute / offload module lists of `search.module_sets` (`_module_sets`), each a candidate of its
@@ -51,7 +55,7 @@ candidates' per-layer assignments jointly).
 
 `plan` returns the candidates with the least objective(c) (the top K), and status OPTIMAL when
 every candidate was either solved to optimality or pruned by a bound <= its objective. So the best
-plan minimises step_time over every candidate, split and per-layer recompute assignment that fits,
+plan minimises step_time over every candidate, split and launchable recompute setting that fits,
 up to twice the rounding bound (`tests/test_plan_brute.py` checks this against exhaustive
 enumeration).
 
@@ -97,6 +101,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import math
 import time
 from collections import Counter
@@ -136,12 +141,11 @@ from planner.cost.step_time import (
     total_stage_params,
 )
 from planner.errors import InfeasibleError, SpecError
-from planner.placement import overlap, pipeline_layout, recompute_mix
+from planner.placement import mtp, overlap, pipeline_layout, recompute_mix
 from planner.placement.layout import PRECISION_KNOBS, OVERLAP_KNOBS, RECOMPUTE_MODES, Layout
 from planner.placement.precision import allowed_grad_reduce_dtypes, state_bytes
 from planner.evaluation import Evaluation, cost_stages, cost_step, layer_modes, model_chunks, stage_modes
 from planner.frameworks import megatron as mg
-from planner.frameworks.megatron import FLAG as F
 from planner.plan_document import PlanFile
 from planner.placement.rules import (
     BATCH_RULES,
@@ -161,12 +165,14 @@ from planner.search.ilp import (
     StageProblem,
     StageSolution,
     feasible_split,
+    _solution,
     memory_diagnosis,
     solve_stage_problem,
     to_int_problem,
 )
 from planner.search.mesh import FIXABLE, Rejections, SearchSpace, candidate_layouts, divisors
 from planner.search.module_sets import searched_sets
+from planner.search.shared_recompute import best_block_plans
 from planner.specs.cluster import ClusterSpec
 from planner.specs.limits import MAX_BATCH_TOKENS, MAX_GPUS
 from planner.specs.model import ModelSpec, check_expert_degrees
@@ -264,6 +270,8 @@ class _Costs:
         was not proven (no plan meets the bound, or the memory model, inexact for them, found no
         plan), s: the search proves its best plan only when this is not below its objective."""
         self.inexact_memory = 0
+        self.inexact_meshes: set[tuple[int, ...]] = set()
+        """(dp, tp, pp, vpp, micro-batch, micro-batches) of the candidates `inexact_memory` counts."""
         """Stage programs built whose memory model does not follow `stage_memory` exactly
         (`StageMemoryModel.exact`: torchtitan with PP out of 1F1B's steady state), uneven
         interleaved chunks aside (`uneven_open_s` covers them): a plan it calls infeasible may fit,
@@ -552,6 +560,8 @@ def _stage_problem(costs: _Costs, layout: Layout, modes: tuple[str, ...], *,
     memory = stage_memory_model(model, cluster, layout)
     if not memory.exact and not _uneven(layout):
         costs.inexact_memory += 1
+        costs.inexact_meshes.add((layout.dp, layout.tp, layout.pp, layout.vpp, layout.micro_batch_size,
+                                  layout.num_microbatches))
     idx = [RECOMPUTE_MODES.index(m) for m in modes]
     full = "full" in modes
     if memory_only:  # one piece of zeros
@@ -1037,6 +1047,8 @@ def _turn(o: tuple[int, float], a: tuple[int, float], b: tuple[int, float]) -> f
 def _solve(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> Evaluated | None:
     """Solve the stage program of `layout` and cost its plan with step_time (None: no plan)."""
     layout = costs.split(layout)
+    if _one_block_count(layout, modes):
+        return _solve_block(costs, layout, modes)
     if _uneven(layout):
         return _solve_uneven(costs, layout, modes)
     solution = solve_stage_problem(costs.int_problem(layout, modes), diagnose=False)
@@ -1076,10 +1088,6 @@ def _costed(costs: _Costs, layout: Layout, solution: StageSolution) -> Evaluated
             return _DUPLICATE  # the same plan as that member's, whose program admits it (and no less)
         chosen = chosen.replace(recompute_modules=lists[0], offload_modules=lists[1])
     step = step_time(costs.model, costs.cluster, chosen, recompute_layers=per_layer)
-    if _uneven(chosen) and per_layer != (spread := _spread_recompute(costs, chosen, per_layer)):
-        other = step_time(costs.model, costs.cluster, chosen, recompute_layers=spread)
-        if other.step < step.step:
-            step, per_layer = other, spread
     return Evaluated(layout=chosen, objective_s=step.step, status=solution.status,
                      solution=solution, modes=per_layer)
 
@@ -1100,25 +1108,99 @@ def _acting_lists(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> tupl
         offload = costs.request_lists[1]
     return recompute, offload
 
-def _spread_recompute(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> tuple[str, ...]:
-    """The same modes per rank and layer kind (so the same stage totals and memory, which read
-    only those counts), moved between the rank's chunks so that its recomputed layers share out:
-    the costliest first, each onto a free layer of its kind in the least loaded chunk (longest
-    processing time first, Graham 1969). The program places a stage's modes in layer order, which
-    can stack them in one chunk and lengthen the slowest chunk that sets the uneven bubble
-    (`_uneven`); `_costed` keeps whichever arrangement `step_time` prices lower."""
-    out, kinds = list(modes), costs.kinds
-    cost = costs._kind_times(layout, costs.time_key(layout))[0]["total_s"]
-    for rank in pipeline_layout.rank_chunks(layout.pipeline_layout, layout.pp):
-        load = [0.0] * len(rank)
-        free = [(c, i) for c, layers in enumerate(rank) for i in layers]
-        pool = sorted(((cost[kinds[i]][RECOMPUTE_MODES.index(modes[i])], kinds[i], modes[i])
-                       for _, i in free), key=lambda x: -x[0])
-        for t, k, m in pool:
-            c, i = min((ci for ci in free if kinds[ci[1]] == k), key=lambda ci: (load[ci[0]], ci[1]))
-            free.remove((c, i))
-            out[i], load[c] = m, load[c] + t
-    return tuple(out)
+def _one_block_count(layout: Layout, modes: tuple[str, ...]) -> bool:
+    """Whether `layout`'s layers may be none or full under Megatron-LM, whose full recompute is
+    one `recompute_num_layers` N for every model chunk (`search.shared_recompute`): the
+    candidate's plans are then `_solve_block`'s, not the per-stage program's."""
+    return layout.framework == "megatron" and set(modes) == {"none", "full"}
+
+
+def _solve_block(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> Evaluated | None:
+    """The best plan of a Megatron-LM candidate whose layers may be none or full, over exactly
+    the plans Megatron launches: N = 0 .. the longest model chunk, the first N layers of every
+    chunk fully recomputed (`mg.recomputed_modes`, block; N covering every chunk is uniform 1),
+    each costed by `step_time` and re-costed by `stage_memory` (`_costed`); None without one.
+
+    One chunk per stage (vpp 1, no virtual-stage layout): for each N the split is the program's
+    to choose, and `shared_recompute.best_block_plans` gives each N's least step over every split
+    (a min-max DP over split points, exact; its docstring), best first: the first that `_costed`
+    accepts is the candidate's plan. Interleaved (the split pinned, vpp chunks per stage): each N
+    is one plan, all costed; the least is the candidate's plan (exhaustive). The per-stage
+    program's bounds (`_refined_bound` and the screens) relax this space (each stage there picks
+    its own count), so they stay valid lower bounds. Source: NVIDIA/Megatron-LM@d98e8a6
+    megatron/core/recompute.py l. 156-181, transformer_config.py l. 543-555 (senior review 9
+    finding 8: plans recomputing a different count per chunk ran 6-17% slower as launched)."""
+    if _uneven(layout):
+        costs.uneven_interleaved += 1
+    plans = _block_solutions(costs, layout, costs.int_problem(layout, modes))
+    if not plans:
+        costs.infeasible.append(layout)
+        return None
+    got = []
+    for solution in plans:
+        evaluated = _costed(costs, layout, solution)
+        if layout.vpp == 1 and layout.pipeline_layout is None and evaluated is not None:
+            return None if evaluated is _DUPLICATE else evaluated
+        got.append(evaluated)
+    found = [e for e in got if isinstance(e, Evaluated)]
+    if found:  # interleaved: every N costed; the least step, ties to the least recompute
+        return min(found, key=lambda e: e.objective_s)
+    if _DUPLICATE in got:
+        return None
+    costs.infeasible.append(layout)
+    costs.recost_rejected += 1
+    costs.rejected_bound_s = min(costs.rejected_bound_s, _refined_bound(costs, layout, modes))
+    return None
+
+
+def _block_solutions(costs: _Costs, layout: Layout, ip: IntStageProblem) -> list[StageSolution]:
+    """The plans `_solve_block` weighs, as the stage program's solutions (per-layer modes in its
+    layer order): one chunk per stage, each N's best split that fits the program's memory, best
+    first (`best_block_plans`); interleaved, the pinned split with each N = 0 .. the longest chunk,
+    fitting or not (`mg.recomputed_modes`)."""
+    if layout.vpp == 1 and layout.pipeline_layout is None:
+        return [_block_solution(ip, ends, counts, value, n)
+                for value, n, ends, counts in best_block_plans(ip)]
+    L, chunks = costs.model.num_hidden_layers, model_chunks(costs.model, layout)
+    sets = _layer_sets(layout if layout.pipeline_layout is not None
+                       else layout.replace(pipeline_layers=ip.layers_per_stage))
+    ends = tuple(itertools.accumulate(len(s) for s in sets))
+    plans = []
+    for n in range(max(len(c) for c in chunks) + 1):
+        per_layer = mg.recomputed_modes("full" if n else None, "block", n, chunks, L)
+        ordered = tuple(per_layer[i] for layers in sets for i in layers)
+        plans.append(dataclasses.replace(
+            _solution(ip, ends, _kind_mode_counts(ip, ends, ordered), status="OPTIMAL", bound=0,
+                      proof=BLOCK_PROOF, wall_s=0.0), layer_recompute=ordered))
+    return plans
+
+
+BLOCK_PROOF = "one recompute count per chunk, every count and split"
+"""`StageSolution.proof` of a plan `_solve_block` found (exhaustive over the launchable space)."""
+
+
+def _block_solution(ip: IntStageProblem, ends, counts, value: int, n: int) -> StageSolution:
+    """The StageSolution of `best_block_plans`' plan: its split, counts, and per-layer modes with
+    the first `n` layers of each stage full."""
+    solution = _solution(ip, ends, counts, status="OPTIMAL", bound=value, proof=BLOCK_PROOF,
+                         wall_s=0.0)
+    modes, start = [], 0
+    for end in ends:
+        modes += ["full" if i < start + n else "none" for i in range(start, end)]
+        start = end
+    return dataclasses.replace(solution, layer_recompute=tuple(modes))
+
+
+def _kind_mode_counts(ip: IntStageProblem, ends, modes: tuple[str, ...]):
+    """[stage][kind][mode] counts of per-layer `modes` in program order over stage `ends`."""
+    out, start = [], 0
+    for end in ends:
+        rows = [[0] * len(ip.modes) for _ in range(ip.num_kinds)]
+        for i in range(start, end):
+            rows[ip.layer_kinds[i]][ip.modes.index(modes[i])] += 1
+        out.append(rows)
+        start = end
+    return out
 
 
 def _uneven(layout: Layout) -> bool:
@@ -1288,8 +1370,9 @@ def plan(model: ModelSpec, cluster: ClusterSpec, *, seq_len: int, global_batch_s
         recompute_modules: the modules `selective` re-runs on every Layout (Megatron's
             `--recompute-modules`), written to the request; None: searched under Megatron-LM
             (its default core_attn and the lists of `search.module_sets.MODULE_SETS`), the one
-            chosen written to the plan's parallelism. The search weighs none / selective (the
-            layout's list) / full per layer.
+            chosen written to the plan's parallelism. The search weighs the recompute settings the
+            framework launches (module docstring): under Megatron-LM selective (the layout's
+            list) on every layer, or full on the first N layers of every model chunk.
         offload_modules: Megatron's fine-grained activation offloading on every Layout, written to
             the request; None: searched under Megatron-LM as the recompute lists are (off, or the
             lists `MODULE_SETS` pairs); () keeps it off.
@@ -1318,6 +1401,8 @@ def plan(model: ModelSpec, cluster: ClusterSpec, *, seq_len: int, global_batch_s
                    if (precision_knobs or {}).get(k) is not None},
                 **({} if recompute_modules is None else {"recompute_modules": tuple(recompute_modules)}),
                 **({} if offload_modules is None else {"offload_modules": tuple(offload_modules) or None}))
+    if trained := mtp.mtp_layers(model, Layout(**base)):  # the recipe's MTP layers, written down
+        base["mtp_layers"] = trained
     _check_grad_reduce(Layout(**base))
     _check_optimizer_precision(Layout(**base, zero_stage=1))
     if not 0 <= headroom < 1:
@@ -1338,15 +1423,13 @@ def plan(model: ModelSpec, cluster: ClusterSpec, *, seq_len: int, global_batch_s
     if not result.best:
         raise _infeasible(model, cluster, costs, rejections, base, fixed, headroom)
     plans = [plan_entry(model, cluster, r.result, reserve) for r in result.best]
-    warnings += [w for i, r in enumerate(result.best) if (w := _block_recompute_gap(model, cluster, r.result, i))]
     warnings += _underused(plans[0], cluster, seq_len, global_batch_size)
     warnings += _bubble_heavy(plans[0], cluster, global_batch_size)
     note = unfitted_note(cluster.gpu)
     warnings += [note] if note else []
     return {
-        "solver": {"status": "FEASIBLE" if (costs.recost_rejected or costs.inexact_memory
-                                            or costs.uneven_open_s < result.best[0].objective_s)
-                   else result.status,
+        "solver": {"status": "FEASIBLE" if (unproven := _unproven(costs, result)) else result.status,
+                   "unproven": unproven,
                    "recost_rejected": costs.recost_rejected,
                    "uneven_interleaved_solved": costs.uneven_interleaved,
                    "inexact_memory_programs": costs.inexact_memory,
@@ -1368,6 +1451,30 @@ def plan(model: ModelSpec, cluster: ClusterSpec, *, seq_len: int, global_batch_s
                     **{k: list(v) if type(v) is tuple else v for k, v in base.items()},
                     "fixed": fixed, "headroom": headroom, "reserve_bytes": reserve},
     }
+
+
+def _unproven(costs: _Costs, result) -> list[str]:
+    """Why the best plan is not proven optimal, one line per cause, each naming the candidates whose bound is
+    not closed (empty: proven). The search's bound can equal the best objective and still prove nothing,
+    since these candidates' optima are unknown rather than bounded (senior review 9 finding 11)."""
+    best, out = result.best[0].objective_s, []
+    if result.status == "FEASIBLE":
+        out.append(f"a stage program's solve stopped before proving its optimum (its bound {result.bound_s:.3f} s)")
+    if costs.recost_rejected:
+        out.append(f"{costs.recost_rejected:,} candidate(s) dropped when their stage program's plan, re-costed "
+                   f"stage by stage, did not fit: another split of theirs may fit (their least bound "
+                   f"{costs.rejected_bound_s:.3f} s)")
+    if costs.inexact_memory:
+        meshes = sorted(costs.inexact_meshes)
+        named = ", ".join(f"dp{d} tp{t} pp{p}{f' vpp{v}' if v > 1 else ''} b{b} m{m}" for d, t, p, v, b, m in meshes[:3])
+        out.append(f"{len(meshes):,} candidate(s) ({named}{', ...' if len(meshes) > 3 else ''}) whose stage "
+                   f"program's memory is not exact (torchtitan with pp > 1 outside 1F1B's steady state: "
+                   f"interleaved, or no more micro-batches than stages; `memory_model.exact`): a split it "
+                   f"calls over memory may fit, so the bound that pruned or solved them is not proven")
+    if costs.uneven_open_s < best:
+        out.append(f"interleaved candidates with chunks of different sizes: no fitting plan met their bound "
+                   f"{costs.uneven_open_s:.3f} s")
+    return out
 
 
 BUBBLE_SHARE = 0.25
@@ -1526,20 +1633,45 @@ def _search(model, cluster, fixed, base, reserve, headroom, top_k, on_progress=N
 
 
 def _granularity_copies(layout: Layout, modes: tuple[str, ...]) -> tuple[Layout, ...]:
-    """`layout` as the search visits it: under Megatron-LM, where `modes` leaves the choice, once
-    with selective recompute on every layer (`recompute` selective) and once with none / full per
-    layer (`_modes_of`); else itself."""
-    if layout.framework == "megatron" and "selective" in modes and len(modes) > 1:
-        return layout.replace(recompute="none"), layout.replace(recompute="selective")
-    return (layout,)
+    """`layout` as the search visits it, once per recompute setting its framework launches
+    (`_modes_of` gives each copy's modes), where `modes` leaves the choice: under Megatron-LM once
+    with selective recompute on every layer (`recompute` selective) and once with none / full
+    (one recompute_num_layers for every chunk, `_solve_block`); under torchtitan and DeepSpeed
+    once per mode on every layer (`_uniform_modes`); else itself."""
+    if len(modes) == 1:
+        return (layout,)
+    if layout.framework == "megatron":
+        if "selective" in modes:
+            return layout.replace(recompute="none"), layout.replace(recompute="selective")
+        return (layout,)
+    return tuple(layout.replace(recompute=m) for m in _uniform_modes(layout, modes))
+
+
+def _uniform_modes(layout: Layout, modes: tuple[str, ...]) -> tuple[str, ...]:
+    """The recompute modes torchtitan and DeepSpeed apply to every layer, among `modes`.
+
+    torchtitan (pytorch/torchtitan@b5bcd76 torchtitan/distributed/activation_checkpoint.py
+    `ActivationCheckpointing.apply`: the policy wraps every transformer block of the model part;
+    FullAC = full, SelectiveAC = the op policy, the planner's selective; MemoryBudgetAC not
+    modelled): one mode for all layers. The layer-wise option of older TOML releases (every N-th
+    block) is not searched. DeepSpeed: its activation checkpointing is the model code calling
+    `deepspeed.checkpointing.checkpoint(function, *args)` (deepspeedai/DeepSpeed@edaa722, the
+    runtime's checkpointing.py l. 1058; the JSON section of that name only configures it), which
+    `--emit deepspeed` tells the user
+    to put around every decoder layer (`emit.deepspeed._recompute_deviation`) and `check
+    --recompute` reads as none or full, so none or full on every layer; selective only when
+    pinned (--fix recompute=selective)."""
+    if layout.framework == "deepspeed":
+        return tuple(m for m in modes if m != "selective")
+    return modes
 
 
 def _modes_of(layout: Layout, modes: tuple[str, ...]) -> tuple[str, ...]:
     """The recompute modes a candidate's layers may take: `modes` without full where the layout
     switches the EP all-to-all overlap on, which Megatron-LM refuses with full recompute
     (`rules.ep_comm_overlap_broken`); under Megatron-LM, where `modes` leaves the choice, selective
-    alone for the candidate's copy with `recompute` selective and the others without selective
-    (`_search` searches both copies).
+    alone for the candidate's copy with `recompute` selective and none / full for the other
+    (`_granularity_copies`); under torchtitan and DeepSpeed the copy's one mode.
 
     Megatron-LM has one recompute_granularity for the model: "'selective' always uses all
     layers", its recompute_modules on every layer, and full recompute's method and layer count
@@ -1551,10 +1683,14 @@ def _modes_of(layout: Layout, modes: tuple[str, ...]) -> tuple[str, ...]:
     l. 156-181."""
     if layout.ep_comm_overlap:
         modes = tuple(m for m in modes if m != "full")
-    if layout.framework == "megatron" and "selective" in modes and len(modes) > 1:
-        modes = (("selective",) if layout.recompute == "selective"
-                 else tuple(m for m in modes if m != "selective"))
-    return modes
+    if len(modes) <= 1:
+        return modes
+    if layout.framework == "megatron":
+        if "selective" in modes:
+            modes = (("selective",) if layout.recompute == "selective"
+                     else tuple(m for m in modes if m != "selective"))
+        return modes
+    return (layout.recompute,) if layout.recompute in modes else modes
 
 
 def _with_fp8_param_gather(candidates: list) -> list:
@@ -1694,34 +1830,6 @@ def plan_entry(model: ModelSpec, cluster: ClusterSpec, ev: Evaluated, reserve: i
         "hfu": step.hfu,
         "solver_status": ev.status,
     }
-
-
-def _block_recompute_gap(model: ModelSpec, cluster: ClusterSpec, ev: Evaluated, index: int) -> str | None:
-    """The warning for a Megatron-LM plan whose full recompute Megatron cannot launch as planned,
-    None for any other plan. Megatron's full recompute takes the first N layers of every model
-    chunk, one N for the model (block method; uniform: every layer), so a plan whose chunks fully
-    recompute different numbers of layers (the stage program prices each stage's own count) is
-    launched with N the most any chunk recomputes -- more recompute, as `--emit megatron` writes
-    it where every stage still fits (`emit.megatron`, which otherwise weighs other plans); the
-    warning gives that launch's step time. Ranking such launches exactly needs one N shared by the
-    stage program's stages, which it does not model (each stage chooses its own count).
-    Source: NVIDIA/Megatron-LM@d98e8a6 megatron/core/transformer/transformer_config.py l. 543-555
-    (recompute_method, recompute_num_layers), megatron/core/recompute.py l. 156-181
-    (`mg.recomputed_modes`)."""
-    layout, modes = ev.layout, ev.modes
-    if layout.framework != "megatron" or set(modes) != {"none", "full"}:
-        return None
-    chunks = model_chunks(model, layout)
-    n = max(sum(modes[i] == "full" for i in chunk) for chunk in chunks)
-    launched = mg.recomputed_modes("full", "block", n, chunks, model.num_hidden_layers)
-    if _chunk_mix(model, layout, launched) == _chunk_mix(model, layout, modes):
-        return None
-    planned = sorted({sum(modes[i] == "full" for i in chunk) for chunk in chunks})
-    step = step_time(model, cluster, layout, recompute_layers=launched).step
-    return (f"#{index + 1} is not a Megatron-LM launch as planned: its model chunks fully recompute "
-            f"{', '.join(map(str, planned))} layers, and {F['recompute_num_layers']} is one count for "
-            f"every chunk; launched with {n} (more recompute, as --emit megatron writes it where it "
-            f"fits) it runs {step:.3f} s/step, not {ev.objective_s:.3f}")
 
 
 def _chunk_mix(model: ModelSpec, layout: Layout, modes: tuple[str, ...]) -> list[Counter]:
@@ -2137,11 +2245,18 @@ def _has_plan(model, cluster, fixed, base, reserve, headroom) -> bool:
 
 
 def _has_split(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> bool:
-    """Whether some split of `layout` fits with its layers in `modes` (`_has_plan`)."""
+    """Whether some split of `layout` fits with its layers in `modes` (`_has_plan`), under
+    Megatron-LM's none / full with one recompute_num_layers for every chunk (`_solve_block`):
+    the per-stage test first (necessary), then the launchable plans' memory."""
     if not _may_fit(costs, layout, modes):
         return False
     ip = to_int_problem(_stage_problem(costs, layout, modes, memory_only=True))
-    return feasible_split(ip, ip.capacity_bytes) is not None
+    if feasible_split(ip, ip.capacity_bytes) is None:
+        return False
+    if not _one_block_count(layout, modes):
+        return True
+    # Megatron-LM's one recompute_num_layers: each stage choosing its own count is not enough
+    return any(max(p.stage_memory_bytes) <= ip.capacity_bytes for p in _block_solutions(costs, layout, ip))
 
 
 def plan_file(data: dict, index: int = 0, *, model_ref: str | None = None,

@@ -24,7 +24,7 @@ from rich.table import Table
 from rich.text import Text
 
 from planner.cost.serving import Instance
-from planner.errors import SEVERAL, counted, shorten
+from planner.errors import SEVERAL, counted, number, shorten
 from planner.placement import overlap, recompute_mix
 from planner.summary import CAUSAL_NOTE_FRACTION
 
@@ -527,11 +527,15 @@ def show_plan(data: dict, fmt: str) -> None:
                   f"{req['seq_len']:,}, global batch {req['global_batch_size']:,} sequence{'s' * (req['global_batch_size'] != 1)} = "
                   f"{req['global_batch_size'] * req['seq_len']:,} tokens, "
                   f"{req['precision']}{' (fp8 param gather)' if req.get('fp8_param_gather') else ''}, "
-                  f"{req['optimizer']}, {req['framework']} conventions)")
+                  f"{req['optimizer']}, {req['framework']} conventions"
+                  + (f", {req['mtp_layers']} MTP layer{'s' * (req['mtp_layers'] != 1)} trained" if req.get("mtp_layers")
+                     else "") + ")")
     console.print(f"solver: [bold]{solver['status']}[/bold]  objective {solver['objective_s']:.3f} s/step, "
                   f"bound {solver['bound_s']:.3f} s; {solver['candidates_evaluated']:,} of "
                   f"{solver['candidates_total']:,} candidates solved, {solver['pruned']:,} pruned by "
                   f"their bound; {solver['wall_s']:.2f} s")
+    for why in solver.get("unproven", ()):  # what a FEASIBLE status leaves open (senior review 9 finding 11)
+        console.print(Text(f"  not proven: {why}"))
     capacity, usable = data["plans"][0]["memory_bytes"]["capacity"], solver["memory_budget_bytes"]
     # the memory column counts the reserve, so the limit it is held to does too (fresh-user review)
     reserve = req["reserve_bytes"]
@@ -715,7 +719,7 @@ def show_emitted(launch, searched: dict) -> None:
     search's best plan."""
     emitted, verdict = launch.emitted, launch.verdict
     best = searched["plans"][0]["time_s"]["step"]
-    which = _which_plan(launch, searched, best)
+    which = _which_plan(launch, best)
     if verdict["verdict"] == "pass":  # a configuration that fails its check is not printed
         text = emitted.text if emitted.text.endswith("\n") else emitted.text + "\n"
         sys.stdout.write(_header_comment(text, emitted.suffix, which))
@@ -743,10 +747,10 @@ def _header_comment(text: str, suffix: str, which: str | None) -> str:
     return f"{head}\n{comment}{rest}" if head else comment + rest
 
 
-def _which_plan(launch, searched: dict, best: float) -> str | None:
+def _which_plan(launch, best: float) -> str | None:
     """Which plan an `--emit` configuration launches when it is not the search's best plan as planned
     (None when it is)."""
-    if launch.instead_of is not None or launch.source is not searched or launch.index:
+    if launch.instead_of is not None or launch.index:
         chosen, first = launch.source["plans"][launch.index], launch.instead_of
         if first is None:
             as_emitted = "cannot be launched by it"
@@ -755,8 +759,7 @@ def _which_plan(launch, searched: dict, best: float) -> str | None:
         else:
             as_emitted = "fails `planner check`"
         rank = "the best plan" if launch.index == 0 else f"plan #{launch.index + 1}"
-        which = (f"{rank} of the search with recompute {chosen['parallelism']['recompute']} on "
-                 f"every layer" if launch.source is not searched else f"the search's {rank}")
+        which = f"the search's {rank}"
         framework = launch.emitted.framework
         return (f"emitted {which} ({layout_label(chosen['parallelism'])}), {launch.step_s:.3f} s/step as "
                 f"{framework} launches it: the search's best plan ({best:.3f} s/step as "
@@ -828,12 +831,12 @@ def write_yaml(path: str, data: dict) -> None:
 def _serve_label(par: dict) -> str:
     """A serving layout record (tp, pp, ep, dp) as `cost.serving.Instance.label` spells it."""
     return Instance(tp=par["tp"], pp=par.get("pp", 1), ep=par.get("ep", 1), adp=par.get("dp", 1),
-                    redundant=par.get("redundant_experts", 0)).label
+                    redundant=par.get("redundant_experts", 0), dense_dp=par.get("dense_dp", False)).label
 
 
 def _workers_label(workers: list[dict]) -> str:
     """A disaggregated mix: `3 x prefill tp8 @1 + 1 x decode tp8 @64`."""
-    return " + ".join(f"{w['workers']} x {w['role']} {_serve_label(w['parallelism'])} @{w['concurrency']:,}"
+    return " + ".join(f"{w['workers']:,} x {w['role']} {_serve_label(w['parallelism'])} @{w['concurrency']:,}"
                       for w in workers)
 
 
@@ -846,8 +849,8 @@ def show_serve_plan(data: dict, fmt: str) -> None:
     slo = ", ".join(f"{'' if k == 'request_latency_ms' else 'mean '}{k.replace('_ms', '').replace('_', ' ').upper()} "
                     f"<= {req[k]:g} ms"
                     for k in ("ttft_ms", "tpot_ms", "request_latency_ms") if req.get(k)) or "no SLO"
-    load = (f"{req['request_rate']:g} requests/s" if req.get("request_rate") else
-            f"concurrency {req['concurrency']} per instance" if req.get("concurrency") else "concurrency searched")
+    load = (f"{number(req['request_rate'])} requests/s" if req.get("request_rate") else
+            f"concurrency {req['concurrency']:,} per instance" if req.get("concurrency") else "concurrency searched")
     console.print(f"[bold]{escape(req['model'])}[/bold] on up to {req['gpus']:,} x {escape(req['gpu'])}  "
                   f"({req['engine']}, weights {req['weight_dtype']}, KV {req['kv_dtype']}, "
                   f"{req['input_len']:,} in / {req['output_len']:,} out tokens, {slo}, {load})")
@@ -857,10 +860,10 @@ def show_serve_plan(data: dict, fmt: str) -> None:
     if "workers" in dep:
         mix = _workers_label(dep["workers"])
     else:
-        mix = " + ".join(f"{p['parallelism']['replicas']} x {_serve_label(p['parallelism'])} @{p['concurrency']:,}"
+        mix = " + ".join(f"{p['parallelism']['replicas']:,} x {_serve_label(p['parallelism'])} @{p['concurrency']:,}"
                          for p in dep["mix"])
     console.print(f"deployment: {mix} on {dep['gpus']:,} GPUs: {dep['tokens_per_s']:,.0f} output tokens/s "
-                  f"({dep['tokens_per_s_per_gpu']:,.1f} /GPU), {dep['requests_per_s']:g} requests/s")
+                  f"({dep['tokens_per_s_per_gpu']:,.1f} /GPU), {number(dep['requests_per_s'])} requests/s")
     console.print()
     console.print(_table("plans", ("#", "instance", "replicas", "conc.", "TTFT\nms", "TPOT\nms",
                                    "output\ntok/s/GPU", "output\ntok/s/user", "KV pool\nGiB", "max\nconc."),
@@ -877,7 +880,7 @@ def show_serve_plan(data: dict, fmt: str) -> None:
         console.print(_table("workers", ("role", "instance", "workers", "conc.", "TTFT\nms", "TPOT\nms", "requests/s",
                                          "output\ntok/s", "KV pool\nGiB"),
                              ([w["role"], _serve_label(w["parallelism"]), f"{w['workers']:,}", f"{w['concurrency']:,}",
-                               w.get("ttft_ms", ""), w.get("tpot_ms", ""), f"{w['requests_per_s']:g}",
+                               w.get("ttft_ms", ""), w.get("tpot_ms", ""), number(w['requests_per_s']),
                                f"{w.get('tokens_per_s', 0):,.0f}" if w["role"] == "decode" else "",
                                gib(w["memory_bytes"]["kv_cache"])] for w in dep["workers"]), right_from=2))
     if not data["pareto"]:

@@ -191,13 +191,33 @@ def wide_ep_shapes(spec: ModelSpec, hw: ClusterSpec, gpus: int, engine: str = ""
       its per-layer all-reduces over the network (`cost.serving.tp_allreduce_s` at the same link).
     Layouts as WIDE_EP_ENGINES; whole nodes only, as both engines start world / nnodes ranks per node. Under
     SGLang an EP size that does not divide the routed experts takes the fewest redundant experts that make it
-    (`redundant_experts`: DeepSeek-V3 at EP72, 32), their memory counted (`cost.serving.physical_experts`)."""
+    (`redundant_experts`: DeepSeek-V3 at EP72, 32), their memory counted (`cost.serving.physical_experts`), and
+    each expert-parallel shape is tried twice, with SGLang's default dense tensor parallelism (the dense MLPs and
+    LM head split over every rank, each rank's tokens gathered over the network: `cost.serving.dense_gather_s`,
+    `gathered_dense_bytes`) and with them data-parallel (`cost.serving.Instance.dense_dp`: whole on every GPU,
+    no gather; LMSYS's choice), the search keeping the better."""
     node = hw.scaleup_domain_gpus
     out = []
     for k in range(2, gpus // node + 1):
         n = k * node
-        out += [sv.Instance(tp=n, ep=n, adp=n, redundant=redundant_experts(spec, n, engine)), sv.Instance(tp=n)]
+        ep = sv.Instance(tp=n, ep=n, adp=n, redundant=redundant_experts(spec, n, engine))
+        out += [ep, sv.Instance(tp=n)]
+        if engine in DENSE_DP_ENGINES and spec.is_moe and not all(spec.moe_layers):
+            out.append(replace(ep, dense_dp=True))
     return out
+
+
+DENSE_DP_ENGINES = ("sglang",)
+"""Engines whose wide expert-parallel instances may run the dense layers' MLPs and the LM head data-parallel
+(`planner.frameworks.sglang` DENSE_TP_VALUES: SGLang's dense-TP-1 / DP-LM-head pair). vLLM's DP ranks already
+hold them whole (`cost.serving.splits`)."""
+
+
+def wide_sglang(hw: ClusterSpec, inst: sv.Instance, engine: str) -> bool:
+    """Whether `inst` is an SGLang instance whose attention DP spans scale-up domains (`wide_ep_shapes`): its
+    chunk is planned per attention-DP rank (`forward_tokens`) and its mem_fraction_static from the memory it
+    needs beside the KV pool (`_memory`)."""
+    return engine == "sglang" and inst.adp > hw.scaleup_domain_gpus
 
 
 def shapes(spec: ModelSpec, hw: ClusterSpec, gpus: int, fix: dict,
@@ -268,40 +288,79 @@ def _memory(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, inst: sv.Instan
             role: str | None = None) -> sv.ServingMemory:
     """`cost.serving.serving_memory` of one shape under the request's formats, engine and budget.
 
-    SGLang without --mem-fraction: its own default (`frameworks.sglang.plan_mem_fraction`), except that an
-    instance with more attention-DP ranks than one scale-up domain (`wide_ep_shapes`) is costed -- and
-    `--emit sglang` writes that fraction (mem_fraction_static) (the row's mem_fraction) -- at the default for one
-    domain's ranks: SGLang's rule reserves decode-graph memory of max_bs x dp_size x 4.5 MiB on every GPU
-    (`default_mem_fraction_static`), 72 GiB at dp 32 on an H100 (max_bs 512), which leaves no KV pool, so its
-    default would not start the instance; the graphs a rank captures hold its own batch (under DeepEP the MoE
-    exchange is all-to-all, with no dp-wide gathered buffer), and LMSYS's EP32 / EP72 launches give the
-    fraction explicitly (0.846 on the decode nodes: sgl-project/sglang issue #6017, "Instruction for Running
-    DeepSeek with Large-scale PD and EP"). A planner choice, not SGLang's default. A disaggregated worker (`role`
-    prefill / decode, launched with its disaggregation mode) is costed at SGLang's default for that role: a decode
-    worker sizes its reserve for its running batch and captures no prefill graph, a prefill worker captures no
-    decode graph and keeps no DeepEP decode reserve (`frameworks.sglang.default_mem_fraction_static`)."""
-    fraction = req.mem_fraction
-    if fraction is None and req.engine == "sglang":
-        from planner.frameworks import sglang
-        fraction = sglang.plan_mem_fraction(hw.gpu.memory_gib * 1024, tp=inst.tp, pp=inst.pp,
-                                            attn_dp=min(inst.adp, hw.scaleup_domain_gpus), ep=inst.ep,
-                                            mla=spec.is_mla, max_num_batched_tokens=req.max_num_batched_tokens,
-                                            role=role)
+    SGLang without --mem-fraction: its own default (`frameworks.sglang.plan_mem_fraction`) for the role (`role`
+    prefill / decode: a disaggregated worker, launched with its disaggregation mode; None aggregated), except on an
+    instance whose attention DP spans nodes (`wide_sglang`). There SGLang's rule reserves decode-graph memory of
+    max_bs x dp_size x 4.5 MiB and 1.5 MiB per token of the undivided chunk on every GPU (`default_mem_fraction_
+    static`): 0.435-0.58 at dp64 on an H100, about half the HBM kept from the KV pool, and below 0 at a 65,536-token
+    chunk (senior review 9, finding 6). LMSYS's EP32 / EP72 launches give the fraction explicitly (0.85 prefill,
+    0.835 decode, with a chunked-prefill size of 524,288 = 16,384 per rank on the EP32 prefill: sgl-project/sglang issue
+    #6017, as ai-dynamo/dynamo@4a2dac13 examples/sglang/utils/deepseek-r1/run_sgl_servers.sh copies them). So the
+    planner sizes it from what it models each GPU allocating after the KV pool (`cost.serving.sglang_headroom`:
+    the forward's activations at the chunk per rank, the CUDA graphs, DeepEP's buffers) and `--emit` writes it
+    (`cost.serving.headroom_fraction`): a planner choice, not SGLang's default. A headroom above the GPU gives
+    fraction 0 and no KV pool: the shape does not fit, and the infeasible message names the largest term.
+    Inside one node the default is kept, though the headroom model would give more (DeepSeek-V3 dp8 ep8 on an H200:
+    SGLang's 0.736 against the floor's 0.928): it is what SGLang runs when the flag is absent, the measured SGLang
+    rows the latency model is fitted on ran at it (`planner.serve_validate`), and the headroom model has no
+    measurement of its own, so it is used only where the default cannot serve. --mem-fraction, when given, is used
+    as given."""
+    fraction, activations, graphs = req.mem_fraction, None, sv.CUDA_GRAPH_BYTES
+    if fraction is None and wide_sglang(hw, inst, req.engine):
+        room = _headroom(spec, hw, req, inst, role)
+        fraction = sv.headroom_fraction(hw.gpu.memory_bytes, room)
+        activations, graphs = room.activations, room.cuda_graphs + room.deepep_buffers
+    elif fraction is None and req.engine == "sglang":
+        fraction = sglang_flags.plan_mem_fraction(hw.gpu.memory_gib * 1024, tp=inst.tp, pp=inst.pp, attn_dp=inst.adp,
+                                                  ep=inst.ep, mla=spec.is_mla,
+                                                  max_num_batched_tokens=req.max_num_batched_tokens, role=role)
     return sv.serving_memory(spec, inst, capacity=hw.gpu.memory_bytes, weight_format=req.weight_dtype,
                              kv_dtype=req.kv_dtype, engine=req.engine, fraction=fraction,
-                             max_num_batched_tokens=forward_tokens(req, inst), gpu_name=hw.gpu.name)
+                             max_num_batched_tokens=forward_tokens(req, inst, hw), gpu_name=hw.gpu.name,
+                             activations=activations, cuda_graphs=graphs)
 
 
-def forward_tokens(req: ServeRequest, inst: sv.Instance) -> int:
+def _headroom(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, inst: sv.Instance,
+              role: str | None) -> sv.Headroom:
+    """`cost.serving.sglang_headroom` of a `wide_sglang` instance: the chunk per rank (`forward_tokens`) and the
+    decode CUDA graph's default largest batch per rank for the GPU (`planner.frameworks.sglang.gpu_defaults`: 512 on
+    an H100 at tp >= 4; LMSYS's EP72 decode captured up to 256)."""
+    _, graph_batch = sglang_flags.gpu_defaults(hw.gpu.memory_gib * 1024, inst.tp)
+    return sv.sglang_headroom(spec, inst, tokens_per_rank=forward_tokens(req, inst, hw),
+                              decode_batch_per_rank=graph_batch, role=role, capacity=hw.gpu.memory_bytes)
+
+
+def forward_tokens(req: ServeRequest, inst: sv.Instance, hw: ClusterSpec | None = None) -> int:
     """Tokens one attention data-parallel group's forward takes (the per-step token budget the costs use):
     --max-num-batched-tokens is the engine flag's value; vLLM runs one scheduler per data-parallel rank,
     each with that budget (vLLM 0.33.0 `vllm/v1/engine/core.py` DPEngineCoreProc: one engine core per DP rank, each
     with its own Scheduler, whose step budget is scheduler_config.max_num_batched_tokens,
     `vllm/v1/core/sched/scheduler.py` schedule), SGLang divides
-    its chunked-prefill size among the groups (`planner.frameworks.sglang.rank_chunk`)."""
+    its chunked-prefill size among the groups (`planner.frameworks.sglang.rank_chunk`), except on an instance whose
+    attention DP spans nodes (`wide_sglang`), where --max-num-batched-tokens is the chunk of one rank and the
+    engine flag is that x adp (`chunk_flag`; senior review 9, finding 7: 8,192 over 32 ranks left 256-token
+    forwards, LMSYS ran 16,384 per rank)."""
     if req.engine == "sglang":
+        if hw is not None and wide_sglang(hw, inst, req.engine):
+            return req.max_num_batched_tokens
         return max(1, sglang_flags.rank_chunk(req.max_num_batched_tokens, inst.adp))
     return req.max_num_batched_tokens
+
+
+def chunk_flag(req: ServeRequest, hw: ClusterSpec, inst: sv.Instance) -> int:
+    """The chunked-prefill value `--emit` writes for `inst`: the chunk per rank x adp where it is planned per rank
+    (`forward_tokens`), which SGLang divides back among the ranks (`planner.frameworks.sglang.rank_chunk`); else
+    --max-num-batched-tokens as given. Example: 8,192 per rank over 32 ranks -> 262,144 (LMSYS's EP32 prefill:
+    16,384 x 32 = 524,288)."""
+    if wide_sglang(hw, inst, req.engine):
+        return req.max_num_batched_tokens * inst.adp
+    return req.max_num_batched_tokens
+
+
+def _chunk(req: ServeRequest, hw: ClusterSpec, inst: sv.Instance) -> dict:
+    """The plan row's `max_num_batched_tokens` key, the engine flag `--emit` writes (`chunk_flag`), only where it is
+    not --max-num-batched-tokens as given (a chunk planned per attention-DP rank, `wide_sglang`)."""
+    return {"max_num_batched_tokens": chunk_flag(req, hw, inst)} if wide_sglang(hw, inst, req.engine) else {}
 
 
 def running_cap(req: ServeRequest, inst: sv.Instance, cmax: int, *, decode_only: bool = False) -> int:
@@ -327,7 +386,7 @@ def _latency(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, inst: sv.Insta
                              peak_flops=hw.peak_flops(_peak_dtype(hw, req.weight_dtype)),
                              weight_format=req.weight_dtype, kv_dtype=req.kv_dtype, concurrency=concurrency,
                              input_len=req.input_len, output_len=req.output_len, max_concurrency_=max(cmax, 1),
-                             max_num_batched_tokens=forward_tokens(req, inst),
+                             max_num_batched_tokens=forward_tokens(req, inst, hw),
                              hop_s=_hop_s(hw, inst, spec, concurrency), link_bytes_per_s=sv.link_bytes_per_s(hw, inst.tp),
                              prefill_worker=prefill_only, first_token_steps=sv.FIRST_TOKEN_STEPS[req.engine],
                              gpu=hw.gpu, engine=req.engine)
@@ -336,11 +395,27 @@ def _latency(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, inst: sv.Insta
     if not prefill_only and LOW_LATENCY_PREFILL[req.engine]:
         terms["moe_exchange_prefill_s"] = sv.moe_exchange_s(spec, inst, req.input_len, decode=True,
                                                              link_bytes_per_s=sv.link_bytes_per_s(hw, inst.tp))
+    gather = _dense_gathers(spec, hw, req, inst, concurrency)
     if not two_batch_overlap(req.engine, inst):
-        return sv.predict_latency(terms, coefficients)
+        ttft, tpot = sv.predict_latency(terms, coefficients)
+        return ttft + gather[0], tpot + gather[1]
     exchange, terms["moe_exchange_decode_s"] = terms["moe_exchange_decode_s"], 0.0
     ttft, tpot = sv.predict_latency(terms, coefficients)
-    return ttft, sv.two_batch_overlap_tpot_s(tpot, exchange)
+    return ttft + gather[0], sv.two_batch_overlap_tpot_s(tpot, exchange) + gather[1]
+
+
+def _dense_gathers(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, inst: sv.Instance,
+                   concurrency: int) -> tuple[float, float]:
+    """(TTFT s, TPOT s) of SGLang's dense-layer token gathers (`cost.serving.dense_gather_s`) on an instance whose
+    attention DP spans nodes (`wide_sglang`): one prompt's input tokens, one decode step's running tokens. Added
+    unfitted and not overlapped (two-batch overlap hides the MoE exchange in the model, `two_batch_overlap_tpot_s`;
+    whether it hides these is not priced). 0 elsewhere: inside one node they run over NVLink at batch sizes the
+    fitted constants already hold."""
+    if not wide_sglang(hw, inst, req.engine):
+        return 0.0, 0.0
+    link = sv.link_bytes_per_s(hw, inst.tp)
+    return (sv.dense_gather_s(spec, inst, req.input_len, decode=False, link_bytes_per_s=link),
+            sv.dense_gather_s(spec, inst, concurrency, decode=True, link_bytes_per_s=link))
 
 
 TWO_BATCH_OVERLAP_ENGINES = ("sglang",)
@@ -362,7 +437,7 @@ def evaluate(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, inst: sv.Insta
     mem = _memory(spec, hw, req, inst)
     longest = sv.longest_context(mem, spec, engine=req.engine)
     cmax = sv.max_concurrency(mem, spec, inst, req.context)
-    result = {"inst": inst, "memory": mem, "longest_context": longest,
+    result = {"inst": inst, "memory": mem, "longest_context": longest, **_chunk(req, hw, inst),
               "longest_context_bound": sv.context_bound(mem, spec, engine=req.engine), "max_concurrency": cmax,
               "points": []}
     if mem.kv_cache <= 0:
@@ -469,8 +544,9 @@ def longest_at_concurrency(spec: ModelSpec, inst: sv.Instance, mem: sv.ServingMe
 
 
 def _redundant(inst: sv.Instance) -> dict:
-    """The plan's `redundant_experts` key (SGLang's redundant expert copies), only where the instance has some."""
-    return {"redundant_experts": inst.redundant} if inst.redundant else {}
+    """The plan's `redundant_experts` key (SGLang's redundant expert copies), only where the instance has some, and
+    its `dense_dp` key (`cost.serving.Instance.dense_dp`), only where it is set."""
+    return ({"redundant_experts": inst.redundant} if inst.redundant else {}) | ({"dense_dp": True} if inst.dense_dp else {})
 
 
 def _plan(spec: ModelSpec, ev: dict, point: dict, replicas: int, context: int) -> dict:
@@ -483,7 +559,7 @@ def _plan(spec: ModelSpec, ev: dict, point: dict, replicas: int, context: int) -
         "concurrency": point["concurrency"],
         "memory_bytes": {"weights": mem.weights, "activations": mem.activations, "kv_cache": mem.kv_cache,
                          "reserve": mem.reserve, "capacity": mem.capacity},
-        "mem_fraction": mem.budget_fraction,
+        "mem_fraction": mem.budget_fraction, **{k: ev[k] for k in ("max_num_batched_tokens",) if k in ev},
         "kv_tokens": mem.kv_tokens, "max_concurrency": ev["max_concurrency"],
         "longest_context": ev["longest_context"], "longest_context_bound": ev["longest_context_bound"],
         "longest_at_concurrency": longest_at_concurrency(spec, inst, mem, point["concurrency"], context),
@@ -710,8 +786,9 @@ def _exchange_note(spec: ModelSpec, req: ServeRequest, chosen: list[dict]) -> li
 
 def _wide_note(hw: ClusterSpec, req: ServeRequest, rows: list[dict]) -> list[str]:
     """A chosen instance over several nodes (`wide_ep_shapes`): its MoE exchange runs over the network, its
-    latency constants were fitted on single-node measurements only, and (SGLang, no --mem-fraction) its budget
-    fraction is the planner's (`_memory`), not SGLang's default."""
+    latency constants were fitted on single-node measurements only, and under SGLang with attention DP over nodes
+    its chunk is per rank (`forward_tokens`), its budget fraction the planner's (`_memory`, no --mem-fraction), and
+    the dense-MLP choice (`wide_ep_shapes`) said."""
     node = hw.scaleup_domain_gpus
     wide = sorted({p["parallelism"]["tp"] for p in rows if p["parallelism"]["tp"] > node})
     if not wide:
@@ -720,9 +797,19 @@ def _wide_note(hw: ClusterSpec, req: ServeRequest, rows: list[dict]) -> list[str
             f"(EP) or tensor all-reduces (plain tp) cross the network at {hw.network_gb_per_s_per_gpu:g} GB/s per GPU "
             f"(DeepEP's measured internode rate is about the NIC's); the latency constants are fitted on single-node "
             f"measurements only (no multi-node or disaggregated row), so these instances are extrapolated")
-    if req.engine == "sglang" and req.mem_fraction is None:
-        note += (f"; mem_fraction_static is SGLang's default for {node} attention-DP ranks, written by --emit: "
-                 f"its own default reserves CUDA-graph memory per DP rank of the whole instance and leaves no KV pool")
+    if req.engine == "sglang" and any(p["parallelism"]["dp"] > node for p in rows):
+        note += (f"; SGLang with attention DP over nodes: --max-num-batched-tokens is the chunk of one attention-DP "
+                 f"rank ({req.max_num_batched_tokens:,} tokens; --emit writes it x the ranks as the chunked-prefill "
+                 f"size, which SGLang divides back)")
+        if req.mem_fraction is None:
+            note += ("; mem_fraction_static is the planner's, written by --emit: what each GPU allocates beside the KV "
+                     "pool (the forward's activations at that chunk, CUDA graphs, DeepEP buffers), at least SGLang's "
+                     "10 GiB floor -- its own default reserves decode-graph memory per DP rank of the whole instance "
+                     "and 1.5 MiB per token of the undivided chunk")
+        if any(p["parallelism"].get("dense_dp") for p in rows):
+            note += ("; (dense MLPs dp): the dense layers' MLPs and the LM head whole on every GPU, no token gather "
+                     "(LMSYS's dense-TP-1 / DP-LM-head flags, written by --emit); without it every rank's tokens cross "
+                     "the network before each dense MLP (priced, not overlapped)")
     return [note]
 
 
@@ -772,7 +859,8 @@ def _notes(hw: ClusterSpec, req: ServeRequest) -> list[str]:
     basis = "of total GPU memory" if rule.basis == "total" else "of the memory free after loading"
     value = (f"{fraction:g}" if req.mem_fraction is not None or req.engine != "sglang" else
              "SGLang's own default for each shape (by GPU memory, TP x PP, chunk, DP attention; "
-             "planner.frameworks.sglang.default_mem_fraction_static)")
+             "planner.frameworks.sglang.default_mem_fraction_static), except where attention DP spans nodes: "
+             "the planner's, from the memory it models beside the pool (written by --emit)")
     notes = [f"{req.engine} KV pool: {rule.flag}={value} ({basis}); the engine reserves this "
              f"memory at start-up, whatever the weights take"]
     if not hw.gpu.name.startswith(CALIBRATED_GPUS):
@@ -848,7 +936,8 @@ def _infeasible(spec, hw, req, evaluated, points, rejected) -> InfeasibleError:
             f"memory binds: weights {mem.weights / sv.GIB:.2f} GiB + activations {mem.activations / sv.GIB:.2f} GiB "
             f"+ reserve {mem.reserve / sv.GIB:.2f} GiB leave a KV pool of {mem.kv_cache / sv.GIB:.2f} GiB per GPU "
             f"on the best shape (tp={best['inst'].tp} pp={best['inst'].pp}) under {req.engine}'s "
-            f"{sv.ENGINES[req.engine].flag}={mem.budget_fraction:g}{more}",
+            f"{sv.ENGINES[req.engine].flag}={mem.budget_fraction:g}{_fraction_why(spec, hw, req, best['inst'], mem)}"
+            f"{more}",
             details={"binding": "memory", "minimum_gpus": need, "closest_plan": _memory_only(best)})
     long_enough = [ev for ev in fits if ev["longest_context"] >= req.context]
     if not long_enough:
@@ -992,7 +1081,8 @@ def _worker_points(spec, hw, req, inst, coefficients, role: str) -> tuple[dict, 
     context = req.input_len if role == "prefill" else req.context
     mem = _memory(spec, hw, req, inst, role)
     cmax = sv.max_concurrency(mem, spec, inst, context)
-    ev = {"inst": inst, "memory": mem, "longest_context": sv.longest_context(mem, spec, engine=req.engine),
+    ev = {"inst": inst, "memory": mem, **_chunk(req, hw, inst),
+          "longest_context": sv.longest_context(mem, spec, engine=req.engine),
           "longest_context_bound": sv.context_bound(mem, spec, engine=req.engine), "max_concurrency": cmax}
     if mem.kv_cache <= 0 or ev["longest_context"] < context or cmax < 1:
         return ev, []
@@ -1037,7 +1127,7 @@ def _worker_row(spec: ModelSpec, req: ServeRequest, ev: dict, point: dict, role:
            "workers": count, "gpus": inst.gpus * count, "concurrency": point["concurrency"],
            "memory_bytes": {"weights": mem.weights, "activations": mem.activations, "kv_cache": mem.kv_cache,
                             "reserve": mem.reserve, "capacity": mem.capacity},
-           "mem_fraction": mem.budget_fraction,
+           "mem_fraction": mem.budget_fraction, **{k: ev[k] for k in ("max_num_batched_tokens",) if k in ev},
            "kv_tokens": mem.kv_tokens, "max_concurrency": ev["max_concurrency"],
            "longest_context": ev["longest_context"], "longest_context_bound": ev["longest_context_bound"],
            "longest_at_concurrency": longest_at_concurrency(spec, inst, mem, point["concurrency"], context),
@@ -1066,6 +1156,55 @@ def worker_candidates(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, coeff
                 pts = [max(pts, key=lambda p: p["requests_per_s"])]
             sides[role] += [(ev, p) for p in pts]
     return found, rejected, sides
+
+
+def _no_worker(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, found: list, role: str) -> InfeasibleError:
+    """Why no `role` worker shape has a point: memory where no shape's KV pool holds one sequence of the role's
+    context (the best shape's terms, and on a `wide_sglang` shape the largest term of the headroom its
+    mem_fraction_static keeps, `cost.serving.sglang_headroom`), else the role's SLO (--ttft-ms for prefill,
+    --tpot-ms for decode) -- the message no longer blames an SLO that was not given (senior review 9, finding 6)."""
+    context = req.input_len if role == "prefill" else req.context
+    mems = [(inst, _memory(spec, hw, req, inst, role)) for inst in found]
+    fits = [m for _, m in mems if m.kv_cache > 0 and sv.longest_context(m, spec, engine=req.engine) >= context]
+    slo = "--ttft-ms" if role == "prefill" else "--tpot-ms"
+    given = req.ttft_ms if role == "prefill" else req.tpot_ms
+    if fits or not mems:
+        return InfeasibleError(f"no {role} worker shape meets {slo} {given:g} on up to {req.gpus} GPUs; "
+                               f"loosen {slo} or drop --disaggregated" if given is not None else
+                               f"no {role} worker shape has a point on up to {req.gpus} GPUs; drop --disaggregated",
+                               details={"binding": f"{role}_slo"})
+    inst, mem = max(mems, key=lambda m: m[1].kv_cache)
+    why = _fraction_why(spec, hw, req, inst, mem, role)
+    return InfeasibleError(
+        f"memory binds: no {role} worker shape holds a {context:,}-token sequence on up to {req.gpus} GPUs; the "
+        f"best, {inst.label}, has weights {mem.weights / sv.GIB:.2f} GiB + activations {mem.activations / sv.GIB:.2f} "
+        f"GiB + reserve {mem.reserve / sv.GIB:.2f} GiB and a KV pool of {mem.kv_cache / sv.GIB:.2f} GiB per GPU under "
+        f"{req.engine}'s {sv.ENGINES[req.engine].flag}={mem.budget_fraction:g}{why}; a smaller "
+        f"--max-num-batched-tokens, more GPUs or no --disaggregated would relax it",
+        details={"binding": "memory", "role": role})
+
+
+def _fraction_why(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, inst: sv.Instance, mem: sv.ServingMemory,
+                  role: str | None = None) -> str:
+    """What set an SGLang shape's mem_fraction_static where memory binds ('' otherwise): on a `wide_sglang` shape the
+    largest term of the headroom it keeps free (`cost.serving.sglang_headroom`), on another SGLang shape a default
+    at or below 0 -- SGLang's own rule keeps 1.5 MiB per token of the chunk (`frameworks.sglang.
+    default_mem_fraction_static`), so a large --max-num-batched-tokens leaves nothing for weights and KV."""
+    if req.engine != "sglang" or req.mem_fraction is not None:
+        return ""
+    if wide_sglang(hw, inst, req.engine):
+        room = _headroom(spec, hw, req, inst, role)
+        term = room.binding()
+        size = room.total if term == "floor" else getattr(room, term)
+        return (f"; the memory SGLang must keep free beside the pool is {room.total / sv.GIB:.2f} GiB, set by "
+                f"{term.replace('_', ' ')} ({size / sv.GIB:.2f} GiB"
+                + (f" at {forward_tokens(req, inst, hw):,} tokens per attention-DP rank" if term == "activations" else "")
+                + ")")
+    if mem.budget_fraction <= 0:
+        return (f"; SGLang's own mem_fraction_static default is {mem.budget_fraction:g} here: it keeps 1.5 MiB per "
+                f"token of the {req.max_num_batched_tokens:,}-token chunk free, more than the GPU holds "
+                f"(--mem-fraction or a smaller --max-num-batched-tokens)")
+    return ""
 
 
 def _no_mix(hw: ClusterSpec, req: ServeRequest, pre: list, dec: list) -> InfeasibleError:
@@ -1098,10 +1237,7 @@ def disaggregated_plan(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, coef
     shape (up to --top), so every row reads as the deployment line does."""
     found, rejected, sides = worker_candidates(spec, hw, req, coefficients)
     if not sides["prefill"] or not sides["decode"]:
-        role = "prefill" if not sides["prefill"] else "decode"
-        slo = "--ttft-ms" if role == "prefill" else "--tpot-ms"
-        raise InfeasibleError(f"no {role} worker shape fits memory and {slo} on up to {req.gpus} GPUs; "
-                              f"loosen {slo} or drop --disaggregated", details={"binding": f"{role}_slo"})
+        raise _no_worker(spec, hw, req, found, "prefill" if not sides["prefill"] else "decode")
     pre, dec = sides["prefill"], sides["decode"]
     result = _solve_split(req, pre, dec)
     if not result.decode:

@@ -463,7 +463,8 @@ NVIDIA_RECIPES = ("Megatron-Bridge", "NeMo", "nemo-framework")
 RECIPE_OVERRIDES = {"E10": {"overlap_grad_reduce": False, "overlap_param_gather": False,
                             "fp8_recipe": "tensorwise", "precision_aware_optimizer": True,
                             "main_grads_dtype": "bf16", "exp_avg_dtype": "bf16",
-                            "exp_avg_sq_dtype": "bf16", "recompute_modules": ("mla_up_proj", "mlp")}}
+                            "exp_avg_sq_dtype": "bf16", "recompute_modules": ("mla_up_proj", "mlp"),
+                            "pipeline_layout": ("Et",) + ("tt",) * 30 + ("mL",)}}
 """Expert rows whose recipe sets knobs the others leave at their defaults: DeepSeek-V3 on H100
 (Megatron-Bridge src/megatron/bridge/perf_recipes/deepseek/h100/deepseek_v3.py @067f987):
 - l. 94-95 (`deepseek_v3_pretrain_1024gpu_h100_fp8cs_config`) `cfg.ddp.overlap_grad_reduce =
@@ -479,7 +480,10 @@ RECIPE_OVERRIDES = {"E10": {"overlap_grad_reduce": False, "overlap_param_gather"
   grads and bf16 exp_avg / exp_avg_sq, which the perf recipe does not change;
 - l. 92 `cfg.model.recompute_modules = ["mla_up_proj", "mlp"]` with perf_recipes/deepseek/common.py
   l. 35 `recompute_granularity = "selective"` (`_deepseek_v3_common`): selective recompute of the
-  MLA up projections and the dense MLPs (the row's `recompute: selective`)."""
+  MLA up projections and the dense MLPs (the row's `recompute: selective`);
+- l. 97 `set_deepseek_v3_pipeline_model_parallel_layout(cfg.model, "Et|(tt|)*30mL")`: the
+  embedding with one decoder layer, 30 chunks of two, the MTP layer `m` with the loss, which the
+  row trains (recipes/deepseek/h100/deepseek_v3.py l. 136-138 mtp_num_layers 1; `placement.mtp`)."""
 
 ROW_LEVEL_KEYS = ("precision", "framework", "seq_len", "global_batch_size")
 """Layout fields an expert_configs row gives outside `layout:` (training_runs rows: all of them)."""

@@ -288,24 +288,25 @@ def test_vpp_whose_virtual_stages_exceed_the_layers_but_not_the_slots_is_planned
     assert par["pipeline_layers"] == [7] + [8] * 14 + [7]
 
 
-def test_interleaved_candidate_the_stage_program_misjudges_still_gets_its_least_memory_plan():
+def test_interleaved_candidate_the_stage_program_misjudges_is_solved_exactly():
     # vpp 7: 112 virtual stages over 126 layers + 2 slots, chunks of 1 or 2 layers. The stage
-    # program's memory (not exact for chunks of different sizes) accepts plans that the per-stage
-    # memory puts over capacity; the search then costs the split with every layer recomputed,
-    # which fits, instead of reporting a "closest" layout exceeding memory by a negative amount.
+    # program's memory is not exact for chunks of different sizes; the none / full copies are
+    # solved by costing every --recompute-num-layers (0, 1, 2: each chunk's first N layers) with
+    # `stage_memory` and `step_time` themselves (`plan._solve_block`), so the plan fits and the
+    # status is OPTIMAL (it was FEASIBLE while a per-stage mix was searched and re-costed).
     result = runner.invoke(app, [*L405, "--fix", "vpp=7", "--format", "json"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
     best = data["plans"][0]
     assert best["parallelism"]["vpp"] == 7 and best["memory_verdict"] == "fits"
-    assert data["solver"]["status"] == "FEASIBLE"
+    assert data["solver"]["status"] == "OPTIMAL"
 
 
 def test_infeasible_message_never_states_a_negative_excess(monkeypatch):
-    # with the least-memory fallback off, the vpp 7 candidates have no plan although their split
-    # fits with every layer recomputed: the message says so and names the pin that finds it
-    # (the candidates' copies with selective recompute on every layer, which fit, left out)
-    monkeypatch.setattr(P, "_least_memory", lambda solution, modes: solution)
+    # with the none / full copies of the vpp 7 candidates given no plan although their split fits
+    # with every layer recomputed, the message says so and names the pin that finds it (the
+    # candidates' copies with selective recompute on every layer, which fit, left out)
+    monkeypatch.setattr(P, "_solve_block", lambda costs, layout, modes: costs.infeasible.append(layout))
     modes_of = P._modes_of
     monkeypatch.setattr(P, "_modes_of", lambda layout, modes: modes_of(
         layout.replace(recompute="none"), modes))

@@ -204,30 +204,46 @@ def test_family_without_recipe_gets_deepspeeds_own_defaults():
     model = load_model("mixtral-8x7b")
     assert _optimizer_params(model, "adamw") == {"lr": 3e-4, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.0}
     assert _clip(model) == 1.0
-    # DeepSeek-V3 publishes betas (0.9, 0.95), weight decay 0.1, clip 1.0 (arXiv:2412.19437 §4.2), no epsilon.
+    # DeepSeek-V3 publishes betas (0.9, 0.95), weight decay 0.1, clip 1.0 and the peak learning rate 2.2e-4
+    # (arXiv:2412.19437 §4.2), no epsilon.
     ds3 = _optimizer_params(load_model("deepseek-v3"), "adamw")
-    assert ds3 == {"lr": 3e-4, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.1}
+    assert ds3 == {"lr": 2.2e-4, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.1}
 
 
 def test_learning_rate_is_a_marked_placeholder():
-    """Senior review 8 finding 8: a 70B JSON carried DeepSpeed's lr 1e-3 unmarked. The JSON writes the placeholder
-    3.0e-4 of --emit megatron's script (LR=3.0e-4) and says on stderr it is one."""
-    out = planner("plan", "-m", "llama-3.1-8b", "-c", "dgx-h100", "--gpus", "8", "--emit", "deepspeed", "--top", "1")
+    """Senior review 8 finding 8: a 70B JSON carried DeepSpeed's lr 1e-3 unmarked. For a model with no published
+    learning rate (Qwen3-32B) the JSON writes the placeholder 3.0e-4 of --emit megatron's script (LR=3.0e-4) and
+    says on stderr it is one."""
+    out = planner("plan", "-m", "qwen3-32b", "-c", "dgx-h100", "--gpus", "16", "--emit", "deepspeed", "--top", "1")
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["optimizer"]["params"]["lr"] == 3e-4
     assert "PLACEHOLDER: optimizer.params.lr is 0.0003" in " ".join(out.stderr.split())
+
+
+def test_a_published_learning_rate_is_written_with_its_source():
+    """Fresh-user review 10 finding 10, the DeepSpeed side: Llama-3.1-70B's published peak 1.5 x 10^-4 (Llama 3,
+    arXiv:2407.21783 Table 3), not the placeholder, named on stderr with its source and no PLACEHOLDER mark."""
+    out = planner("plan", "-m", "llama-3.1-70b", "-c", "dgx-h100", "--gpus", "64", "--emit", "deepspeed", "--top", "1")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["optimizer"]["params"]["lr"] == 1.5e-4
+    stderr = " ".join(out.stderr.split())
+    assert "optimizer.params.lr is llama-3.1-70b's published peak learning rate 0.00015 (The Llama 3 Herd" in stderr
+    assert "PLACEHOLDER: optimizer.params.lr" not in stderr
 
 
 # ---------------------------------------------------------------- (3) deviations
 
 
 def test_mixed_recompute_is_a_code_instruction(tmp_path):
-    # 8B on 8 GPUs at 8k tokens, ZeRO-1, b=1: the plan recomputes 12 of 32 layers in full.
+    # 8B on 8 GPUs at 8k tokens, ZeRO-1, b=1: memory needs recompute. The search weighs only what
+    # DeepSpeed runs, one mode on every layer (`plan._uniform_modes`): full on all 32.
     doc = _plan("llama-3.1-8b", 8, seq_len=8192, global_batch_size=32,
                 fixed={"pp": 1, "cp": 1, "tp": 1, "zero_stage": 1, "micro_batch_size": 1})
-    counts = _plan_counts(doc)
-    full = counts[0].get("full", 0)
-    assert 0 < full < 32 and counts[0].get("selective", 0) == 0, counts
+    assert _plan_counts(doc) == [{"full": 32}]
+    # A plan file edited to recompute 12 of 32 layers in full: written as the instruction to wrap
+    # every layer (more recompute, never more memory).
+    full = 12
+    doc["plan"]["parallelism"]["recompute"] = [{"none": 32 - full, "selective": 0, "full": full}]
     emitted, target = _read_back(doc, tmp_path)
     (line,) = emitted.deviations
     assert line.startswith("recompute is not a DeepSpeed JSON key: wrap every one of the 32 "

@@ -18,6 +18,7 @@ from planner.check import evaluate, read_target
 from planner.emit import emit
 from planner.emit.megatron import expressible
 from planner.errors import SpecError
+from planner.placement.mtp import mtp_layers
 from planner.plan import plan, plan_file, plan_layout
 from planner.specs.cluster import load_cluster
 from planner.specs.model import load_model
@@ -91,6 +92,7 @@ def _assert_round_trip(doc: dict, emitted, target, *, changed_stages=(), split_c
     """The target's layout is the plan's field by field, the recompute counts are equal on every
     stage a deviation does not name, and the split is the plan's unless a deviation says not."""
     want = plan_layout(doc["plan"], doc["request"])
+    want = want.replace(mtp_layers=mtp_layers(load_model(doc["model"]), want))  # a hand plan: the default
     got = target.layout.replace(pipeline_layers=_split_of(target))
     per_stage = target.recompute_per_stage or not isinstance(
         doc["plan"]["parallelism"]["recompute"], str)
@@ -211,6 +213,7 @@ def test_known_flags_of_a_hand_written_plan():
         "--weight-decay $WEIGHT_DECAY", "--clip-grad $CLIP_GRAD",
         "--lr-warmup-iters $LR_WARMUP_ITERS", "--lr-decay-style $LR_DECAY_STYLE",
         "--init-method-std $INIT_METHOD_STD",  # not published for Llama 3: a PLACEHOLDER line
+        "--min-lr $MIN_LR",  # Llama 3 gives the final learning rate of 405B only: a PLACEHOLDER line
         "--tokenizer-type HuggingFaceTokenizer", "--tokenizer-model $TOKENIZER_MODEL",
         "--data-path $DATA_PATH", "--save $CHECKPOINT_PATH", "--load $CHECKPOINT_PATH",
         "--train-iters $TRAIN_ITERS", "--lr $LR"]
@@ -461,11 +464,12 @@ def test_deepseek_v3_on_pp16_round_trips_a_layout_string():
                                       "--fix", "pp=16", "--fix", "vpp=2", "--fix", "ep=64",
                                       "--emit", "megatron"])
     assert result.exit_code == 0, result.output
-    # the model's MTP layer (num_nextn_predict_layers 1) is not costed by the plan, so the script
-    # trains none (review-senior5 H3): no `m` in the layout, no --mtp-num-layers, a deviation
-    assert "--pipeline-model-parallel-layout 'E|(tt|)*30tL'" in result.output
-    assert "--mtp-num-layers 1 \\\n" not in result.output  # no such line of the launch
-    assert "multi-token prediction left out" in result.output
+    # the model's MTP layer (num_nextn_predict_layers 1), trained as NVIDIA's DeepSeek-V3 recipes
+    # train it and costed on the loss's stage: its `m` before the `L`, --mtp-num-layers 1, and
+    # `check` reads the same MTP layer back (its check line passes: the plan's cost)
+    assert "--pipeline-model-parallel-layout 'E|(tt|)*30tmL'" in result.output
+    assert "--mtp-num-layers 1 \\\n" in result.output
+    assert "multi-token prediction" not in result.output
     assert "check: PASS" in result.output
 
 

@@ -42,39 +42,43 @@ def test_deepseek_v3_router_mtp_and_qk_norm_from_its_config(tmp_path):
         assert flag in flags, flag
     assert "--moe-router-pre-softmax" not in flags  # norm_topk_prob true: weights sum to 1
     assert not [v.message for v in target.findings if v.severity == "error"]
-    # num_nextn_predict_layers 1: the plan costs no MTP layer, so the script trains none and says
-    # how to add it with the report's loss weight 0.3 (review-senior5 H3: plan, emit and check agree)
-    assert not any(f.startswith("--mtp-") for f in flags)
-    assert any("num_nextn_predict_layers=1" in d and "--mtp-num-layers 1 --mtp-loss-scaling-factor 0.3"
-               in d for d in emitted.deviations)
+    # num_nextn_predict_layers 1: trained and costed, as NVIDIA's Megatron-Bridge DeepSeek-V3
+    # recipes train it, with the report's MTP loss weight 0.3; `check` reads the same MTP layer back
+    assert "--mtp-num-layers 1" in flags and "--mtp-loss-scaling-factor 0.3" in flags
+    assert not any("multi-token" in d for d in emitted.deviations)
+    assert target.layout.mtp_layers == 1
     assert not [v for v in target.findings if v.rule.startswith("mtp")]
     assert not any("router" in d for d in emitted.deviations)
     assert set(f.split()[0] for f in flags) <= mg.recorded_flags()  # Megatron's parser has them
 
 
-def test_check_warns_that_a_scripts_mtp_layer_is_not_costed(tmp_path):
-    """review-senior5 H3: a script that trains DeepSeek-V3's MTP layer (the deviation's own advice)
-    is costed as without it -- `check` says so (warning `mtp_not_costed`) and its memory and step
-    time equal the script's without the flag; a layout string whose `m` count differs from
+def test_check_costs_a_scripts_mtp_layer(tmp_path):
+    """A script's --mtp-num-layers is read and costed (no `mtp_not_costed` warning any more): the
+    emitted DeepSeek-V3 script trains one MTP layer; without the flag `check` reads none (Megatron-LM's
+    default) and its last stage holds less; a layout string whose `m` count differs from
     --mtp-num-layers is Megatron's start-up assertion (pipeline_parallel_layer_layout.py
     l. 111-115 @d98e8a6: 'Number of mtp layers in layout must match mtp_num_layers')."""
     from planner.check import evaluate, read_target
+    from planner.cost.memory import stage_memory
+    from planner.specs.cluster import load_cluster
 
-    emitted, plain = _read_back(_dsv3(), tmp_path)
-    with_mtp = tmp_path / "mtp.sh"
-    with_mtp.write_text(emitted.text.replace("--qk-layernorm", "--qk-layernorm --mtp-num-layers 1"))
-    target = read_target(with_mtp, model="deepseek-v3", cluster="dgx-h100", gpus=256, seq_len=4096)
-    assert [v.rule for v in target.findings if v.severity == "warning" and v.rule.startswith("mtp")] \
-        == ["mtp_not_costed"]
-    costed, without = evaluate(target), evaluate(plain)
-    assert (costed["memory_bytes"], costed["time_s"]) == (without["memory_bytes"], without["time_s"])
+    emitted, with_mtp = _read_back(_dsv3(), tmp_path)
+    plain = tmp_path / "plain.sh"
+    plain.write_text(emitted.text.replace(" --mtp-num-layers 1 \\\n", " \\\n").replace(
+        "    --mtp-num-layers 1 \\\n", ""))
+    without = read_target(plain, model="deepseek-v3", cluster="dgx-h100", gpus=256, seq_len=4096)
+    assert (with_mtp.layout.mtp_layers, without.layout.mtp_layers) == (1, 0)
+    assert not [v for v in with_mtp.findings + without.findings if v.rule.startswith("mtp")]
+    model, cluster = load_model("deepseek-v3"), load_cluster("dgx-h100", gpus=256)
+    assert (stage_memory(model, cluster, with_mtp.layout, 15).total
+            > stage_memory(model, cluster, without.layout, 15).total)
 
     mismatch = tmp_path / "layout.sh"
-    mismatch.write_text(emitted.text.replace("--qk-layernorm", "--qk-layernorm --pipeline-model-"
-                                             "parallel-layout 'Etttt|(tttt|)*14tmL'"))
-    rules = [v.rule for v in read_target(mismatch, model="deepseek-v3", cluster="dgx-h100", gpus=256,
-                                         seq_len=4096).findings if v.severity == "error"]
-    assert "mtp_layout" in rules
+    mismatch.write_text(plain.read_text().replace("--qk-layernorm", "--qk-layernorm --pipeline-model-"
+                                                  "parallel-layout 'Etttt|(tttt|)*14tmL'"))
+    verdict = evaluate(read_target(mismatch, model="deepseek-v3", cluster="dgx-h100", gpus=256, seq_len=4096))
+    [found] = [v for v in verdict["violations"] if v["rule"] == "mtp_layout"]
+    assert found["severity"] == "error" and "--mtp-num-layers 1" in found["fix"]
 
 
 def test_deepseek_v3_published_hyper_parameters():
@@ -88,7 +92,7 @@ def test_deepseek_v3_published_hyper_parameters():
                        ("MOE_ROUTER_LOAD_BALANCING_TYPE", "seq_aux_loss"),
                        ("MOE_AUX_LOSS_COEFF", "0.0001")):
         assert f'{var}="${{{var}:-{value}}}"' in text, var
-    assert "MTP_LOSS_SCALING_FACTOR" not in text  # no MTP layer trained: its weight is in the deviation
+    assert "--mtp-loss-scaling-factor 0.3" in text  # written with the MTP layer (`_mtp_flags`)
     assert "arXiv:2412.19437" in text
     flags = _flags(text)
     assert "--init-method-std $INIT_METHOD_STD" in flags and "--weight-decay $WEIGHT_DECAY" in flags
@@ -107,15 +111,55 @@ def test_llama_3_published_hyper_parameters():
     assert 'WEIGHT_DECAY="${WEIGHT_DECAY:-0.1}"\n' in text  # published: no placeholder mark
 
 
+def test_published_learning_rates_are_written_where_the_header_cites_them():
+    """Fresh-user review 10 finding 10: the 405B script cited Llama 3 §3.4.1 and wrote LR=3.0e-4 (the
+    placeholder) and no --min-lr (Megatron-LM's default 0). Published: Llama 3 (arXiv:2407.21783) §3.4.1,
+    405B peak 8 x 10^-5 decaying to 8 x 10^-7; Table 3, peaks 3 x 10^-4 (8B) and 1.5 x 10^-4 (70B), no final
+    rate; DeepSeek-V3 (arXiv:2412.19437) §4.2, peak 2.2 x 10^-4, cosine decay to 2.2 x 10^-5. A peak without
+    a published final rate leaves MIN_LR at Megatron-LM's 0, marked PLACEHOLDER."""
+    from tests.cli_run import planner
+
+    user = planner("plan", "-m", "llama-3.1-405b", "-c", "dgx-h100", "--gpus", "1024", "--emit", "megatron", "--top", "1")
+    assert user.returncode == 0, user.stderr
+    texts = {"llama-3.1-405b": user.stdout,  # the review's command, at a GPU count that searches in seconds
+             "llama-3.1-70b": emit(_hand(model="llama-3.1-70b", gpus=32, tp=8, pp=4, dp=1, recompute="full",
+                                         split=(20, 20, 20, 20)), "megatron").text,
+             "llama-3.1-8b": emit(_hand(), "megatron").text}
+    cases = {"llama-3.1-405b": ("8e-05", "8e-07"), "llama-3.1-70b": ("1.5e-04", None), "llama-3.1-8b": ("3e-04", None)}
+    for name, (lr, min_lr) in cases.items():
+        text = texts[name]
+        assert f'LR="${{LR:-{lr}}}"\n' in text, name
+        assert text.count('LR="${LR:-') == 1 and "PLACEHOLDER" not in text.split('LR="${LR:-')[1].split("\n")[0]
+        assert (f'MIN_LR="${{MIN_LR:-{min_lr}}}"\n' if min_lr else
+                'MIN_LR="${MIN_LR:-0}"  # PLACEHOLDER') in text, name
+        flags = _flags(text)
+        assert flags.count("--lr $LR") == 1 and flags.count("--min-lr $MIN_LR") == 1
+        assert "Learning rate: The Llama 3 Herd of Models (arXiv:2407.21783)" in " ".join(
+            line.lstrip("# ") for line in text.splitlines() if line.startswith("#"))
+    text = emit(_dsv3(), "megatron").text
+    assert 'LR="${LR:-2.2e-04}"\n' in text and 'MIN_LR="${MIN_LR:-2.2e-05}"\n' in text
+
+
+def test_an_unpublished_learning_rate_is_called_a_placeholder_in_the_header():
+    """Where no learning rate is published (Qwen3-32B, Mixtral) the header says the LR is a PLACEHOLDER, and
+    the LR line stays in the PLACEHOLDER block."""
+    for doc in (_hand(model="qwen3-32b", gpus=16, tp=8, dp=1, recompute="full", split=(32, 32)),):
+        text = emit(doc, "megatron").text
+        header = " ".join(line.lstrip("# ") for line in text.splitlines() if line.startswith("#"))
+        assert "The peak learning rate LR above is a PLACEHOLDER" in header
+        placeholders = text.split("# PLACEHOLDER values")[1].split("\n\n")[0]
+        assert 'LR="${LR:-3.0e-4}"' in placeholders
+
+
 def test_model_without_a_published_recipe_gets_marked_placeholders():
-    """Qwen3-32B: no recipe recorded -> the four knobs at Megatron-LM's argparse defaults
+    """Qwen3-32B: no recipe recorded -> the five knobs at Megatron-LM's argparse defaults
     (weight decay 0.01, adam beta2 0.999, init std 0.02 (transformer_config.py l. 400), no
-    warm-up (training_config.py l. 190)), each line marked PLACEHOLDER."""
+    warm-up (training_config.py l. 190), min LR 0 (arguments.py l. 2991)), each line marked PLACEHOLDER."""
     doc = _hand(model="qwen3-32b", gpus=16, tp=8, dp=1, recompute="full", split=(32, 32))
     text = emit(doc, "megatron").text
     assert "no published recipe of qwen3-32b is recorded" in text
     for var, value in (("ADAM_BETA2", "0.999"), ("WEIGHT_DECAY", "0.01"),
-                       ("INIT_METHOD_STD", "0.02"), ("LR_WARMUP_ITERS", "0")):
+                       ("INIT_METHOD_STD", "0.02"), ("LR_WARMUP_ITERS", "0"), ("MIN_LR", "0")):
         assert f'{var}="${{{var}:-{value}}}"  # PLACEHOLDER' in text, var
     assert "--qk-layernorm" in _flags(text)  # Qwen3's per-head q_norm / k_norm
 

@@ -35,9 +35,9 @@ def test_launches_per_local_expert_by_hand():
 
 
 def test_idle_by_hand():
-    # Qwen3-30B-A3B at ep 1: 128 local experts x 10 launches x 5 us = 6.4 ms of host issue
-    assert compute.moe_expert_host_idle_s(128, 10, 1.0e-3) == pytest.approx(6.4e-3 - 1.0e-3)
-    # at ep 16: 8 x 10 x 5 us = 0.4 ms, covered by 1 ms of expert GEMMs
+    # Qwen3-30B-A3B at ep 1: 128 local experts x 10 launches x 10 us = 12.8 ms of host issue
+    assert compute.moe_expert_host_idle_s(128, 10, 1.0e-3) == pytest.approx(12.8e-3 - 1.0e-3)
+    # at ep 16: 8 x 10 x 10 us = 0.8 ms, covered by 1 ms of expert GEMMs
     assert compute.moe_expert_host_idle_s(8, 10, 1.0e-3) == 0.0
     assert compute.moe_expert_host_idle_s(8, 0, 0.0) == 0.0
     with pytest.raises(SpecError):
@@ -85,8 +85,8 @@ def test_loop_once_per_pass_per_local_expert(launch_s, model_name, index, ep, fr
 
 
 def test_fewer_local_experts_less_idle():
-    # Qwen3-30B-A3B fp8 on one DGX at micro-batch 1: ep 1 holds 128 experts (6.4 ms of forward
-    # launches against few tokens each), ep 8 holds 16 (0.8 ms)
+    # Qwen3-30B-A3B fp8 on one DGX at micro-batch 1: ep 1 holds 128 experts (12.8 ms of forward
+    # launches against few tokens each), ep 8 holds 16 (1.6 ms)
     model, dgx = load_model("qwen3-30b-a3b"), load_cluster("dgx-h100", gpus=8)
 
     def forward(ep: int) -> float:
@@ -95,5 +95,5 @@ def test_fewer_local_experts_less_idle():
         return st._moe_host_s(model, dgx, layout, 0)[0] - compute.moe_host_sync_s()
 
     assert forward(1) > 1e-3
-    assert forward(1) <= 128 * 10 * 5e-6
+    assert forward(1) <= 128 * 10 * 10e-6
     assert forward(8) < forward(1) / 4

@@ -180,18 +180,26 @@ def test_rule_counts_decoder_layers_and_mtp():
 
 
 
-def test_placed_mtp_layer_is_said_to_be_uncosted():
-    """review-senior5 H3: DeepSeek-V3's one MTP layer (num_nextn_predict_layers 1) in a layout
-    string is accepted (Megatron builds it) but no cost term prices it: the warning says so, so an
-    `explain --pipeline-layout ...tmL` is not read as costing MTP; without `m`, no warning."""
+def test_placed_mtp_layer_is_costed_where_it_is_placed():
+    """DeepSeek-V3's one MTP layer (num_nextn_predict_layers 1, trained by default under Megatron as
+    NVIDIA's recipes do, `placement.mtp`): a layout string's `m` before the `L` is costed on that
+    stage exactly as a string without `m` (which places it there, as `--emit` writes it); `m`s that
+    differ from the MTP layers trained are Megatron's start-up assertion; `mtp_layers=0` trains none
+    and the last stage holds less (was review-senior5 H3's `mtp_not_costed` warning)."""
     model = model_spec.load_model("deepseek-v3")
     cluster = cluster_spec.load_cluster("dgx-h100", gpus=256)
     stages = ("E" + "t" * 4,) + ("t" * 4,) * 14 + ("tL",)
-    base = Layout(tp=2, pp=16, dp=8, ep=8, pipeline_layout=stages)
+    base = Layout(tp=2, pp=16, dp=8, ep=8, zero_stage=1, global_batch_size=128, pipeline_layout=stages)
     with_mtp = base.replace(pipeline_layout=stages[:-1] + ("tmL",))
-    assert [v.severity for v in check_layout(model, cluster, with_mtp) if v.rule == "mtp_not_costed"] \
-        == ["warning"]
-    assert not [v for v in check_layout(model, cluster, base) if v.rule == "mtp_not_costed"]
+    assert not [v for v in check_layout(model, cluster, with_mtp) if v.rule.startswith(("mtp", "pipeline_layout"))]
+    assert memory.stage_memory(model, cluster, with_mtp, 15).total == memory.stage_memory(model, cluster, base, 15).total
+    assert [v.rule for v in check_layout(model, cluster, with_mtp.replace(mtp_layers=0))
+            if v.severity == "error"] == ["mtp_layout"]
+    assert memory.stage_memory(model, cluster, base.replace(mtp_layers=0), 15).total \
+        < memory.stage_memory(model, cluster, base, 15).total
+    # the first stage does not hold it
+    assert (memory.stage_memory(model, cluster, base.replace(mtp_layers=0), 0).total
+            == memory.stage_memory(model, cluster, base, 0).total)
 
 
 def test_undivided_interleaving_fix_names_the_account_for_layout():
@@ -241,8 +249,8 @@ def test_e10_explained_with_its_layout_string():
     layers) and costed. With `--recompute selective` alone (Megatron's default module, core_attn)
     and none of the recipe's other knobs it is accepted with no error and rated fits or at_risk,
     its activations the largest term (it was does_not_fit while the expert output was counted,
-    which Megatron does not save: activations.py `_moe`).
-    The MTP layer's own costs are excluded, as everywhere in planner."""
+    which Megatron does not save: activations.py `_moe`). The MTP layer `m` is costed on the last
+    rank with the loss (`placement.mtp`), as the recipe trains it."""
     row = EXPERT["E10"]
     result = runner.invoke(app, [*_explain_args(row), "--pipeline-layout", "Et|(tt|)*30mL"])
     data = json.loads(result.stdout)  # stderr: the fp8 recipe note

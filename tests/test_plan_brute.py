@@ -105,13 +105,14 @@ def _fits(model, cluster, layout, s, layers, modes, capacity, cache) -> bool:
 
 
 def exhaustive_best(model, cluster, base, fixed) -> float | None:
-    """Least step_time over every candidate x split x per-layer recompute assignment that fits,
-    each Megatron-LM candidate also with every module-list pair of `MODULE_PAIRS` (the search's
-    module-set variants, written out by hand for the tiny models).
+    """Least step_time over every candidate x split x recompute setting the framework launches
+    (`_launchable`) that fits, each Megatron-LM candidate also with every module-list pair of
+    `MODULE_PAIRS` (the search's module-set variants, written out by hand for the tiny models).
 
     An interleaved candidate (vpp > 1) has the one split its framework builds (equal chunks, the
     account-for layout or torchtitan's remainder-first split: `plan._pinned_split`); every other
-    candidate every split."""
+    candidate every split. Each plan is judged whole: every stage by `stage_memory`, the step by
+    `step_time`."""
     layouts, _, _ = P._candidates(model, cluster, fixed, base, 0, 0.0)
     allowed = P._modes_for(fixed)
     capacity, L = cluster.gpu.memory_bytes, model.num_hidden_layers
@@ -121,86 +122,61 @@ def exhaustive_best(model, cluster, base, fixed) -> float | None:
         dataclasses.replace(layout, recompute_modules=r, offload_modules=o) for r, o in pairs))]
     # Megatron-LM's EP all-to-all overlap stays at the framework's default (off): the search does
     # not switch it on (`plan._search`)
-    # Megatron-LM runs selective recompute on every layer or on none (one --recompute-granularity,
-    # transformer_config.py @d98e8a6 l. 532-541): selective alone, or the other modes per layer
-    runs = [(layout, modes) for layout in layouts for modes in _launchable(base, allowed)]
-    for layout, allowed in runs:
+    for layout in layouts:
         pinned = P._pinned_split(model, layout)
         if pinned is not None:
             layout = P._with_split(model, layout)
-        if P._uneven(layout):
-            value = _joint_best(model, cluster, layout, allowed, capacity)
-            if value is not None:
-                best = value if best is None else min(best, value)
-            continue
         for split in ([pinned] if pinned is not None else splits(L, layout.pp)):
             cand = dataclasses.replace(layout, pipeline_layers=tuple(split))
-            chosen, start = ["none"] * L, 0
-            for s, n in enumerate(split):
-                layers = tuple(range(start, start + n))
-                start += n
-                fastest = None
-                for modes in _assignments(allowed, n, cand.vpp):
-                    if not _fits(model, cluster, cand, s, layers, modes, capacity, cache):
-                        continue
-                    trial = list(chosen)
-                    for i, m in zip(layers, modes):
-                        trial[i] = m
-                    t = step_time(model, cluster, cand, recompute_layers=trial).stage_step[s]
-                    if fastest is None or t < fastest[0]:
-                        fastest = (t, modes)
-                if fastest is None:
-                    break
-                for i, m in zip(layers, fastest[1]):
-                    chosen[i] = m
-            else:
-                value = step_time(model, cluster, cand, recompute_layers=chosen).step
-                best = value if best is None else min(best, value)
+            stages = P._layer_sets(cand)
+            for modes in _launchable(base["framework"], allowed, _chunks(cand, split), L):
+                if all(_fits(model, cluster, cand, s, layers, [modes[i] for i in layers], capacity,
+                             cache) for s, layers in enumerate(stages)):
+                    value = step_time(model, cluster, cand, recompute_layers=modes).step
+                    best = value if best is None else min(best, value)
     return best
 
 
-def _launchable(base, allowed) -> tuple[tuple[str, ...], ...]:
-    """The per-layer mode sets a framework can launch: under Megatron-LM selective on every layer
-    or the other modes mixed per layer; elsewhere `allowed` per layer."""
-    if base["framework"] != "megatron" or "selective" not in allowed or len(allowed) == 1:
-        return (allowed,)
-    return ("selective",), tuple(m for m in allowed if m != "selective")
+def _chunks(layout, split) -> list[tuple[int, ...]]:
+    """Decoder layers of each model chunk, by hand: the virtual-stage layout's chunks; with vpp
+    equal chunks per stage, Megatron-LM's interleaving (chunk c holds the c-th run of L / (pp vpp)
+    layers); else one chunk per stage."""
+    if layout.pipeline_layout is not None:
+        return [c for rank in pipeline_layout.rank_chunks(layout.pipeline_layout, layout.pp)
+                for c in rank]
+    L = sum(split)
+    if layout.vpp > 1:
+        k = L // (layout.pp * layout.vpp)
+        return [tuple(range(c * k, (c + 1) * k)) for c in range(layout.pp * layout.vpp)]
+    ends = list(itertools.accumulate(split))
+    return [tuple(range(e - n, e)) for e, n in zip(ends, split)]
 
 
-def _assignments(allowed, n: int, vpp: int):
-    """Every recompute assignment of a stage's n layers that can differ in time or memory.
+def _launchable(framework: str, allowed, chunks, num_layers: int):
+    """Every per-layer recompute assignment the framework launches, among the `allowed` modes.
 
-    Without interleaving (vpp 1) a stage's time is the sum over its layers and its memory reads
-    only how many layers are in each mode (`stage_memory`'s `layers_by_recompute`); the layers of a
-    tiny case are one kind, so assignments that permute the same modes are equal and one per
-    multiset stands for all (3^n -> (n+2 choose 2)). Interleaved stages spread their layers over
-    chunks whose times the bubble reads separately: every assignment."""
-    if vpp == 1:
-        return itertools.combinations_with_replacement(allowed, n)
-    return itertools.product(allowed, repeat=n)
-
-
-def _joint_best(model, cluster, layout, allowed, capacity) -> float | None:
-    """Least step_time of an interleaved layout with chunks of different sizes over every
-    per-layer recompute assignment of the whole model whose stages all fit (`stage_memory`, which
-    reads a stage's mode counts): the bubble is (pp - 1) x the slowest chunk of any stage, so
-    the stages are not separable and are enumerated jointly. A chunk's time is the sum over its
-    layers (one kind in a tiny case) and memory reads a stage's mode counts, so one multiset of
-    modes per chunk stands for its permutations (`_assignments`)."""
-    best, cache = None, {}
-    stages = P._layer_sets(layout)
-    chunks = [c for rank in pipeline_layout.rank_chunks(layout.pipeline_layout, layout.pp)
-              for c in rank]
-    for per_chunk in itertools.product(*(_assignments(allowed, len(c), 1) for c in chunks)):
-        modes = [None] * model.num_hidden_layers
-        for chunk, chunk_modes in zip(chunks, per_chunk):
-            for i, m in zip(chunk, chunk_modes):
-                modes[i] = m
-        if all(_fits(model, cluster, layout, s, layers, [modes[i] for i in layers], capacity, cache)
-               for s, layers in enumerate(stages)):
-            value = step_time(model, cluster, layout, recompute_layers=modes).step
-            best = value if best is None else min(best, value)
-    return best
+    Megatron-LM: one --recompute-granularity; selective on every layer, or full with one
+    --recompute-num-layers N for every chunk (block: the first N layers of each chunk; N = 0 no
+    recompute; N >= every chunk: every layer, = uniform), NVIDIA/Megatron-LM@d98e8a6
+    megatron/core/recompute.py l. 156-181. torchtitan: one policy on every block
+    (pytorch/torchtitan@b5bcd76 distributed/activation_checkpoint.py `apply`). DeepSpeed: none or
+    full on every layer (the emitted instruction), selective only when pinned."""
+    if len(allowed) == 1:
+        yield (allowed[0],) * num_layers
+        return
+    if framework == "megatron":
+        if "selective" in allowed:
+            yield ("selective",) * num_layers
+        for n in range(max(len(c) for c in chunks) + 1):
+            modes = ["none"] * num_layers
+            for chunk in chunks:
+                for i in chunk[:n]:
+                    modes[i] = "full"
+            yield tuple(modes)
+        return
+    for m in allowed:
+        if not (framework == "deepspeed" and m == "selective"):
+            yield (m,) * num_layers
 
 
 def issue_13_case():
@@ -290,7 +266,7 @@ def _tiny_interleaved_case(layers: int, memory_gib: float, **fixed):
 ], ids=["6-layers-tight", "6-layers-roomy", "7-layers-searched"])
 def test_uneven_interleaved_plans_equal_the_joint_exhaustive_minimum(case):
     """Interleaved 1F1B with chunks of different sizes: the exhaustive oracle enumerates every
-    per-layer recompute assignment of the whole model jointly (`_joint_best`), since the bubble
+    recompute setting Megatron-LM launches on the whole model (one count for every chunk), since the bubble
     (pp - 1) x the slowest chunk couples the stages."""
     model, cluster, base, fixed = case
     oracle = exhaustive_best(model, cluster, base, fixed)
@@ -298,6 +274,34 @@ def test_uneven_interleaved_plans_equal_the_joint_exhaustive_minimum(case):
     _assert_matches_oracle(result, oracle)
     if fixed.get("vpp") == 2:
         assert result["plans"][0]["parallelism"]["vpp"] == 2
+
+
+@pytest.mark.parametrize("case", [
+    # 8 layers on pp 2: the best launch recomputes the first 3 layers of each 4-layer stage
+    _tiny_interleaved_case(8, 0.04, pp=2, vpp=1),
+    # 6 layers on pp 2 x vpp 2 (account-for chunks of 1, 2, 2, 1 layers): the first layer of each
+    _tiny_interleaved_case(6, 0.05, pp=2, vpp=2),
+], ids=["8-layers-pp2", "6-layers-pp2-vpp2"])
+def test_megatron_partial_full_recompute_is_one_count_for_every_chunk(case):
+    """Memory binds so that the best plan fully recomputes some layers of every model chunk and
+    not others: it equals the oracle's minimum over every split x one --recompute-num-layers
+    (`_launchable`), and its chunks all recompute their first N layers for one N (the per-stage
+    program alone would pick a different count per stage where that is faster; senior review 9
+    finding 8)."""
+    model, cluster, base, fixed = case
+    if fixed["vpp"] == 1:
+        base = {**base, "seq_len": 1024}
+    oracle = exhaustive_best(model, cluster, base, fixed)
+    result = P.plan(model, cluster, fixed=fixed, top_k=1, reserve_bytes=0, headroom=0.0, **base)
+    _assert_matches_oracle(result, oracle)
+    assert result["solver"]["status"] == "OPTIMAL"
+    searched, _, _ = P._search(model, cluster, fixed, base, 0, 0.0, 1)
+    best = searched.best[0].result  # the plan's layout and each layer's mode, model order
+    modes, chunks = best.modes, _chunks(best.layout, best.layout.pipeline_layers)
+    counts = {sum(modes[i] == "full" for i in c) for c in chunks}
+    n = max(counts)
+    assert 0 < n < max(len(c) for c in chunks)  # partial: some layers of a chunk recomputed
+    assert all(modes[i] == ("full" if k < n else "none") for c in chunks for k, i in enumerate(c))
 
 
 def test_stage_totals_depend_only_on_their_own_layers():

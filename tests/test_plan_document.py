@@ -28,7 +28,7 @@ REQUEST_REQUIRED = ["seq_len", "global_batch_size", "precision", "optimizer", "f
 REQUEST_OPTIONAL = ["recompute_modules", "offload_modules", "grad_reduce_dtype", "fp8_recipe", "fp8_param_gather",
                     "precision_aware_optimizer",
                     "main_params_dtype", "main_grads_dtype", "exp_avg_dtype", "exp_avg_sq_dtype",
-                    "cross_entropy_fusion", "loss_chunks",
+                    "cross_entropy_fusion", "loss_chunks", "mtp_layers",
                     "fixed"]
 PAR_REQUIRED = ["dp", "tp", "pp", "cp", "ep", "zero_stage", "sequence_parallel",
                 "micro_batch_size", "global_batch_size", "num_microbatches", "vpp", "recompute",

@@ -127,10 +127,12 @@ def test_exchange_over_the_network_matches_deepep_internode_low_latency(dsv3):
 
 
 def test_sglang_tp16_over_two_nodes_is_its_documented_launch(tmp_path):
-    """SGLang's documented two-node DeepSeek-V3 launch, tp 16 with 2 nodes: pinned tp=16 on 16 H100, serve-plan
-    plans it, writes it as one command per node, and `planner check` reads it back as one 16-rank engine."""
+    """SGLang's documented two-node DeepSeek-V3 launch, tp 16 with 2 nodes: pinned tp=16 ep=1 on 16 H100 (tp=16 alone
+    now plans dp16 ep16), serve-plan plans it, writes it as one command per node, and `planner check` reads it back
+    as one 16-rank engine."""
     proc = cli_run.planner("serve-plan", "-m", "deepseek-v3", "-c", "dgx-h100", "--gpus", "16", "--input-len", "2000",
-                           "--output-len", "1000", "--engine", "sglang", "--fix", "tp=16", "--emit", "sglang")
+                           "--output-len", "1000", "--engine", "sglang", "--fix", "tp=16", "--fix", "ep=1",
+                           "--emit", "sglang")
     assert proc.returncode == 0 and "check: PASS" in proc.stderr, proc.stderr
     commands = [shlex.split(l.strip()) for l in proc.stdout.splitlines() if l.strip().startswith("python -m sglang")]
     assert [(w[w.index("--tp-size") + 1], w[w.index("--nnodes") + 1], "--attn-dp-size" in w) for w in commands] == \
@@ -161,6 +163,9 @@ def test_emit_ep32_over_four_nodes_round_trips_through_check(tmp_path, engine, h
             assert [words[words.index(f) + 1] for f in ("--tp-size", "--attn-dp-size", "--ep-size")] == ["32"] * 3
             assert words[words.index("--moe-a2a-backend") + 1] == "deepep"
             assert "--enable-two-batch-overlap" in words  # priced with two-batch overlap, so asked for
+            # senior review 9, finding 7: the chunk is planned per rank (8,192) and written x 32 ranks
+            assert words[words.index("--chunked-prefill-size") + 1] == str(8192 * 32)
+            assert float(words[words.index("--mem-fraction-static") + 1]) > 0.8  # modelled, not SGLang's 0.4-0.6
         else:
             assert words[words.index("--data-parallel-size") + 1] == "32" and "--enable-expert-parallel" in words
     path = tmp_path / "launch.sh"
@@ -168,6 +173,10 @@ def test_emit_ep32_over_four_nodes_round_trips_through_check(tmp_path, engine, h
     result = check_launch_file(path, cluster="dgx-h100", gpus=32)
     assert result["verdict"] == "pass", result["violations"]
     assert [(r["world"], r["nnodes"], r["node_ranks"]) for r in result["launches"]] == [(32, 4, [0, 1, 2, 3])]
+    if engine == "sglang":  # the plan's dense-dp choice written and read back
+        dense = "--moe-dense-tp-size" in commands[0]
+        assert dense == ("--enable-dp-lm-head" in commands[0])
+        assert result["launches"][0]["parallelism"].get("dense_dp", False) == dense
 
 
 def test_ep72_with_redundant_experts_round_trips_through_check(tmp_path):
@@ -202,20 +211,105 @@ def test_smallest_instances_know_multi_node_shapes(dsv3):
     assert found and {i.gpus for i, _ in found} == {16}
 
 
-def test_disaggregated_decode_worker_costed_at_sglangs_decode_default(dsv3):
-    """A disaggregated decode worker is launched with --disaggregation-mode decode, so SGLang sizes its reserve for a
-    decode worker (`frameworks.sglang.default_mem_fraction_static`). By hand, H100 (79.65 GiB = 81,561.6 MiB),
-    tp 72, attention-DP ranks costed 8 (`serve._memory`), DeepEP: decode graph max batch 512; tokens max(512, 2048)
-    = 2,048 x 1.5 = 3,072; graphs 512 x 2 + 512 x 8 x 3 + 512 x 8 x 1.5 = 19,456; 512 + 3,072 + 72 / 8 x 1,024 +
-    19,456 = 32,256, + 2,048 DeepEP = 34,304 MiB reserved: (81,561.6 - 34,304) / 81,561.6 = 0.579. As an aggregated
-    instance (chunk 8,192 x 1.5 = 12,288, prefill graphs 1,536 + 1,024): 0.435."""
+def test_wide_sglang_fraction_from_the_modelled_headroom_by_hand(dsv3):
+    """senior review 9, finding 6: a wide SGLang instance's mem_fraction_static is built from what each GPU allocates
+    beside the KV pool (`cost.serving.sglang_headroom`), at least SGLang's own 10 GiB floor. By hand, DeepSeek-V3
+    EP32 prefill worker on H100 (85,520,315,056 B), 8,192 tokens per attention-DP rank, default dense TP:
+    - forward activations: per token (2 x 7,168 + 8 x (7,168 + 7,168)) x 2 B = 258,048 B (the MoE workspace is the
+      widest op: 3 x 18,432 / 32 = 1,728 and (128 + 2 x 128) x 192 = 73,728 are narrower) x 8,192 = 2,113,929,216,
+      + logits 256 rows x 131,072 / 32 x 8 B = 8,388,608: 2,122,317,824 B;
+    - the dense MLPs' gathered tokens: 32 x 8,192 x (2 x 7,168 + 3 x 18,432 / 32) x 2 B = 8,422,162,432 B;
+    - CUDA graphs 1 GiB; DeepEP normal buffers NVLink 10 x 8 x 288 x 16,392 + RDMA 10 x 4 x 128 x 2 x 16,408 =
+      545,689,600 B;
+    total 12,163,911,680 B > 10 GiB: (85,520,315,056 - 12,163,911,680) / 85,520,315,056 = 0.8578 -> 0.857, set by
+    the activations. With the dense MLPs data-parallel no gather: 3,741,749,248 B < 10 GiB, the floor binds:
+    1 - 10 / 79.647 = 0.8744 -> 0.874 (LMSYS wrote 0.85 on its prefill nodes, 0.835 on decode)."""
+    from planner.cost.ep_buffers import deepep_normal_buffer_bytes
     from planner.serve import _memory
 
     hw = load_cluster("dgx-h100")
+    assert hw.gpu.memory_bytes == 85_520_315_056
+    inst = sv.Instance(tp=32, ep=32, adp=32)
+    assert sv.activation_bytes(dsv3, inst, 8192, engine="sglang") == 8192 * 258_048 + 8_388_608
+    assert sv.gathered_dense_bytes(dsv3, inst, 8192) == 8_422_162_432
+    assert deepep_normal_buffer_bytes(7168, 32) == 377_671_680 + 168_017_920
+    room = sv.sglang_headroom(dsv3, inst, tokens_per_rank=8192, decode_batch_per_rank=512, role="prefill",
+                              capacity=hw.gpu.memory_bytes)
+    assert room.total == 12_163_911_680 and room.binding() == "activations"
     req = ServeRequest(gpus=96, input_len=2000, output_len=1000, engine="sglang", weight_dtype="fp8-block")
-    inst = sv.Instance(tp=72, ep=72, adp=72, redundant=32)
-    assert _memory(dsv3, hw, req, inst, "decode").budget_fraction == 0.579
-    assert _memory(dsv3, hw, req, inst).budget_fraction == 0.435
+    assert _memory(dsv3, hw, req, inst, "prefill").budget_fraction == 0.857
+    dense = sv.Instance(tp=32, ep=32, adp=32, dense_dp=True)
+    assert sv.gathered_dense_bytes(dsv3, dense, 8192) == 0
+    assert _memory(dsv3, hw, req, dense, "prefill").budget_fraction == 0.874
+    assert _memory(dsv3, hw, ServeRequest(**{**req.__dict__, "mem_fraction": 0.835}), dense, "prefill").budget_fraction \
+        == 0.835  # --mem-fraction as given
+
+
+def test_lmsys_ep72_decode_worker_headroom_and_masked_layout_by_hand(dsv3):
+    """LMSYS's EP72 decode worker (288 physical experts, dense MLPs dp): DeepEP's masked layout holds 288 / 72 = 4
+    local experts x 128 x 72 = 9,216 rows x (7,168 + 224 + 8,192 + 2,048 + 14,336) B = 1,178,468,352 B; with the
+    decode batch's activations, 1 GiB of graphs and SGLang's 2 GiB DeepEP low-latency reserve it stays under the
+    10 GiB floor, so the fraction is 0.874 (LMSYS: 0.835)."""
+    from planner.serve import _memory
+
+    hw = load_cluster("dgx-h100")
+    inst = sv.Instance(tp=72, ep=72, adp=72, redundant=32, dense_dp=True)
+    assert sv.deepep_masked_bytes(dsv3, inst) == 1_178_468_352
+    room = sv.sglang_headroom(dsv3, inst, tokens_per_rank=8192, decode_batch_per_rank=512, role="decode",
+                              capacity=hw.gpu.memory_bytes)
+    assert room.deepep_buffers == 2 * 2**30 and room.binding() == "floor"
+    req = ServeRequest(gpus=96, input_len=2000, output_len=1000, engine="sglang", weight_dtype="fp8-block")
+    assert _memory(dsv3, hw, req, inst, "decode").budget_fraction == 0.874
+
+
+def test_dense_layer_gathers_over_the_network_by_hand(dsv3):
+    """SGLang's default dense TP under attention DP gathers every rank's tokens before each of DeepSeek-V3's 3 dense
+    MLPs and reduce-scatters after: decode (all-gather + reduce-scatter) at EP32, 4,096 tokens, 50 GB/s:
+    3 x 2 x 31/32 x 4,096 x 7,168 x 2 B / 50e9 = 6.826 ms; prefill (all-reduce gather + reduce-scatter) 3 passes;
+    0 with the dense MLPs data-parallel. Their weights: 3 x 3 x 7,168 x 18,432 fp8-block whole instead of / 32, and
+    the LM head 129,280 rows whole (padded to 64) instead of 131,072 / 32."""
+    inst, dense = sv.Instance(tp=32, ep=32, adp=32), sv.Instance(tp=32, ep=32, adp=32, dense_dp=True)
+    got = sv.dense_gather_s(dsv3, inst, 4096, decode=True, link_bytes_per_s=50e9)
+    assert got == pytest.approx(3 * 2 * 31 / 32 * 4096 * 7168 * 2 / 50e9)
+    assert sv.dense_gather_s(dsv3, inst, 4096, decode=False, link_bytes_per_s=50e9) == pytest.approx(got * 1.5)
+    assert sv.dense_gather_s(dsv3, dense, 4096, decode=True, link_bytes_per_s=50e9) == 0
+    mlp = 3 * 3 * 7168 * 18432 * (1 + 4 / 16_384) * (1 - 1 / 32)
+    head = 129_280 * 7168 * 2 - 131_072 / 32 * 7168 * 2
+    assert (sv.weight_bytes_per_gpu(dsv3, dense, "fp8-block", "sglang") - sv.weight_bytes_per_gpu(dsv3, inst, "fp8-block", "sglang")
+            == pytest.approx(mlp + head, abs=64))
+    assert dense.label == "dp32 (attention) ep32 (dense MLPs dp)"
+
+
+def test_memory_binding_names_memory_not_the_slo():
+    """senior review 9, finding 6: a prefill chunk of 262,144 tokens per rank leaves no KV pool on any prefill worker;
+    the error names memory and the activations at that chunk, not --ttft-ms (which was never given)."""
+    proc = cli_run.planner("serve-plan", "-m", "deepseek-v3", "-c", "dgx-h100", "--gpus", "64", "--input-len", "2000",
+                           "--output-len", "1000", "--engine", "sglang", "--disaggregated", "--fix", "ep=32",
+                           "--max-num-batched-tokens", "262144")
+    assert proc.returncode == 1, proc.stderr
+    assert "memory binds" in proc.stderr and "--ttft-ms" not in proc.stderr, proc.stderr
+    assert "set by activations" in proc.stderr and "262,144 tokens per attention-DP rank" in proc.stderr
+
+
+def test_lmsys_decode_launch_passes_check(tmp_path):
+    """senior review 9, finding 5: LMSYS's EP72 decode worker (sgl-project/sglang issue #6017 as ai-dynamo/dynamo@4a2dac13
+    examples/sglang/utils/deepseek-r1/run_sgl_servers.sh copies it; the review's file was not kept), in 0.5.23's spellings:
+    --attn-dp-size for --dp-size --enable-dp-attention, --moe-a2a-backend deepep for --enable-deepep-moe,
+    --cuda-graph-bs-decode for --cuda-graph-bs, which 0.5.23's parser finds ambiguous, passes `planner check`: the 32
+    redundant experts make 288 = 4 x 72, and --moe-dense-tp-size 1 --enable-dp-lm-head read as dense MLPs dp; its
+    file-system and EPLB flags (--init-expert-location, --deepep-config) left out."""
+    path = tmp_path / "sgl_lmsys_decode2.sh"
+    path.write_text(
+        "python3 -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3 --disaggregation-mode decode "
+        "--dist-init-addr 10.0.0.1:5757 --nnodes 9 --node-rank 0 --tp-size 72 --attn-dp-size 72 --ep-size 72 "
+        "--moe-a2a-backend deepep --deepep-mode low_latency --page-size 1 --host 0.0.0.0 --trust-remote-code "
+        "--moe-dense-tp-size 1 --enable-dp-lm-head --disable-radix-cache --watchdog-timeout 1000000 "
+        "--enable-two-batch-overlap --mem-fraction-static 0.835 --max-running-requests 18432 --context-length 4500 "
+        "--ep-num-redundant-experts 32 --cuda-graph-bs-decode 256\n")
+    result = check_launch_file(path, cluster="dgx-h100", gpus=72, model="deepseek-v3")
+    assert result["verdict"] == "pass", result["violations"]
+    par = result["launches"][0]["parallelism"]
+    assert (par["tp"], par["ep"], par["dp"], par["redundant_experts"], par["dense_dp"]) == (72, 72, 72, 32, True)
 
 
 def test_two_batch_overlap_hides_the_decode_exchange_behind_the_step(dsv3):
@@ -232,3 +326,58 @@ def test_two_batch_overlap_hides_the_decode_exchange_behind_the_step(dsv3):
     assert not two_batch_overlap("vllm", sv.Instance(tp=32, ep=32, adp=32))
     assert not two_batch_overlap("sglang", sv.Instance(tp=8, ep=8))
     assert not two_batch_overlap("sglang", sv.Instance(tp=8, adp=8))
+
+
+def test_negative_sglang_default_fraction_is_explained():
+    """senior review 9, finding 6: SGLang's own default keeps 1.5 MiB per token of the chunk, so a 131,072-token chunk
+    on one H200 node gives a default below 0 (by hand: 512 + 131,072 x 1.5 + 1,024 + graphs > 143,771 MiB); the
+    memory error says so and what relaxes it, instead of a bare negative fraction."""
+    proc = cli_run.planner("serve-plan", "-m", "deepseek-v3", "-c", "hgx-h200", "--gpus", "8", "--input-len", "2000",
+                           "--output-len", "1000", "--engine", "sglang", "--max-num-batched-tokens", "131072")
+    assert proc.returncode == 1, proc.stderr
+    assert "memory binds" in proc.stderr and "SGLang's own mem_fraction_static default is -" in proc.stderr
+    assert "1.5 MiB per token of the 131,072-token chunk" in proc.stderr and "--mem-fraction" in proc.stderr
+
+
+def test_check_warns_when_the_fraction_leaves_no_room_for_gathered_dense_tokens(tmp_path):
+    """LMSYS's EP32 prefill worker (sgl-project/sglang issue #6017, ai-dynamo/dynamo@4a2dac13 examples/sglang/utils/
+    deepseek-r1/run_sgl_servers.sh: --mem-fraction-static 0.85, --chunked-prefill-size
+    524,288 = 16,384 per rank, dense MLPs dp; here without its --max-total-tokens cap) passes `check` quietly; without
+    --moe-dense-tp-size 1 --enable-dp-lm-head the dense MLPs gather 32 x 16,384 tokens: 524,288 x (2 x 7,168 +
+    3 x 18,432 / 32) x 2 B = 16,844,324,864 B = 15.69 GiB on top of the forward, more than the 0.15 x 79.65 = 11.95
+    GiB the fraction leaves: a `sglang_headroom` warning whose fix names the dense flags (LMSYS's reason for them)."""
+    words = ("python3 -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3 --disaggregation-mode prefill "
+             "--dist-init-addr 10.0.0.1:5757 --nnodes 4 --node-rank 0 --tp-size 32 --attn-dp-size 32 --ep-size 32 "
+             "--moe-a2a-backend deepep --deepep-mode normal --host 0.0.0.0 --moe-dense-tp-size 1 --enable-dp-lm-head "
+             "--enable-two-batch-overlap --mem-fraction-static 0.85 --chunked-prefill-size 524288 "
+             "--max-running-requests 8192 --context-length 8192 --ep-num-redundant-experts 32\n")
+    dsv3 = load_model("deepseek-v3")
+    assert sv.gathered_dense_bytes(dsv3, sv.Instance(tp=32, ep=32, adp=32), 16384) == 16_844_324_864
+    rules = {}
+    for name, text in (("dense_dp", words), ("default", words.replace(" --moe-dense-tp-size 1 --enable-dp-lm-head", ""))):
+        path = tmp_path / f"{name}.sh"
+        path.write_text(text)
+        result = check_launch_file(path, cluster="dgx-h100", gpus=32, model="deepseek-v3")
+        assert result["verdict"] == "pass", result["violations"]
+        rules[name] = [v for v in result["violations"] if v["rule"] == "sglang_headroom"]
+    assert not rules["dense_dp"]
+    warning, = rules["default"]
+    assert "11.95 GiB" in warning["message"] and "15.69 of them the dense MLPs' gathered tokens" in warning["message"]
+    assert "--moe-dense-tp-size 1 --enable-dp-lm-head" in warning["fix"]
+
+
+def test_wide_plan_file_with_dense_dp_passes_check(tmp_path):
+    """A serving plan file (`serve-plan -o`) of a wide SGLang instance carries `dense_dp` and the per-rank chunk's
+    flag value (`max_num_batched_tokens` 8,192 x 32) in its rows; `planner check` reads it back (it refused the
+    unknown key) and recomputes the dense-dp weights."""
+    import yaml
+
+    path = tmp_path / "plan.yaml"
+    proc = cli_run.planner("serve-plan", "-m", "deepseek-v3", "-c", "dgx-h100", "--gpus", "32", "--input-len", "2000",
+                           "--output-len", "1000", "--engine", "sglang", "--fix", "ep=32", "-o", str(path))
+    assert proc.returncode == 0, proc.stderr
+    data = yaml.safe_load(path.read_text())
+    row, = data["deployment"]["mix"]
+    assert row["parallelism"]["dense_dp"] is True and row["max_num_batched_tokens"] == 8192 * 32
+    check = cli_run.planner("check", str(path))
+    assert check.returncode == 0 and "(dense MLPs dp)" in check.stdout, check.stdout + check.stderr

@@ -508,13 +508,25 @@ def _container_env(words: list[str], name: str) -> str | None:
     return value
 
 
-def unknown_flags(command: Command, known: frozenset[str], engine: str, version: str) -> list[Violation]:
-    """`unknown_flag` (error) for each flag the engine's parser does not define, with the closest one,
-    and for each abbreviation that more than one of its flags starts with (argparse exits:
+def unknown_flags(command: Command, known: frozenset[str], engine: str, version: str,
+                  renamed: dict | None = None) -> list[Violation]:
+    """`unknown_flag` (error) for each flag the engine's parser does not define, with what replaces it
+    where the engine removed it (`renamed`, the engine table's RENAMED: flag -> `Removed`), else the
+    closest one, and for each abbreviation that more than one of its flags starts with (argparse exits:
     'ambiguous option')."""
     out = []
     for name, spelled in command.spelled.items():
         if name in known or spelled in known:
+            continue
+        removed = (renamed or {}).get(spelled)
+        if removed is not None:
+            then = (f"{engine} replaced it with {removed.replacement}" if removed.replacement else
+                    f"{engine} removed it")
+            out.append(Violation(
+                rule="unknown_flag",
+                message=f"{spelled} is not a flag of {engine} (its argument parser exits on it; {version}): "
+                        f"{then} ({removed.source})",
+                fix=f"write {removed.replacement}" if removed.replacement else f"remove {spelled}"))
             continue
         matches = prefix_matches(spelled, known)
         if len(matches) > 1:
@@ -1281,7 +1293,8 @@ def evaluate(file: str, kind: str, spec: ModelSpec, hw: ClusterSpec, gpus: int, 
         row = {"line": launch.line, "engine": launch.engine, "role": launch.role,
                "parallelism": {"tp": launch.inst.tp, "pp": launch.inst.pp, "ep": launch.inst.ep,
                                "dp": launch.inst.adp, "replicas": launch.replicas,
-                               **({"redundant_experts": launch.inst.redundant} if launch.inst.redundant else {})},
+                               **({"redundant_experts": launch.inst.redundant} if launch.inst.redundant else {}),
+                               **({"dense_dp": True} if launch.inst.dense_dp else {})},
                "world": launch.world, "nnodes": launch.nnodes, "node_rank": launch.node_rank, "recomputed": {}}
         if not shape:
             mem = _memory(spec, hw, launch)

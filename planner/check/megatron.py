@@ -336,7 +336,7 @@ def _unknown_flags(text: str, launchers: list[list[str]]) -> list[Violation]:
     """An error for each `--flag` of the launch (`launch_text`) that neither Megatron-LM
     (`mg.recorded_flags()`) nor torchrun defines and no launcher takes before the training script
     (`launcher_words`: srun's --container-image is srun's), with the Megatron flag of the knob it abbreviates
-    (`mg.ABBREVIATIONS`) or else the closest one: Megatron's
+    (`mg.ABBREVIATIONS`), the replacement of a flag it removed (`mg.RENAMED`), or else the closest one: Megatron's
     argparse exits on it ("unrecognized arguments"; `parse_args`, allow_abbrev=False, so a prefix
     is no flag either)."""
     known = mg.recorded_flags()
@@ -344,6 +344,9 @@ def _unknown_flags(text: str, launchers: list[list[str]]) -> list[Violation]:
     out = []
     for flag in flag_lines(launch_text(text)):
         if not flag.startswith("--") or flag in known or flag in mg.TORCHRUN_FLAGS or flag in launcher:
+            continue
+        if flag in mg.RENAMED:
+            out.append(_removed_flag(flag, mg.RENAMED[flag]))
             continue
         knob = mg.ABBREVIATIONS.get(flag)
         close = [F[knob]] if knob in F else [] if knob else difflib.get_close_matches(
@@ -357,6 +360,18 @@ def _unknown_flags(text: str, launchers: list[list[str]]) -> list[Violation]:
                     f"unrecognized argument before training starts (arguments.py parse_args)",
             fix=f"write {close[0]}" if close else f"remove {flag}"))
     return out
+
+
+def _removed_flag(flag: str, removed: mg.Removed) -> Violation:
+    """The unknown-flag error of a flag Megatron-LM removed (`mg.RENAMED`): its replacement and the commit
+    that removed it, not the closest name (fresh-user review 10 finding 11)."""
+    then = (f"Megatron-LM replaced it with {removed.replacement}" if removed.replacement else
+            "Megatron-LM removed it")
+    return Violation(
+        rule="megatron_unknown_flag",
+        message=f"{flag} is not a Megatron-LM flag: {then} ({removed.source}). Megatron-LM's argparse exits "
+                f"on an unrecognized argument before training starts (arguments.py parse_args)",
+        fix=f"write {removed.replacement}" if removed.replacement else f"remove {flag}")
 
 
 def _overlap_startup(args: dict, layout: Layout) -> list[Violation]:
@@ -532,7 +547,8 @@ def _load_balancing(args: dict, spec: ModelSpec, file: str) -> list[Violation]:
 def _startup(args: dict, env: dict[str, str], spec: ModelSpec, layout: Layout,
              file: str) -> list[Violation]:
     """Megatron-LM's start-up assertions on FSDP and context parallelism the placement rules do
-    not state, and multi-token prediction (`_mtp`).
+    not state (a layout string's MTP count against the MTP layers trained is the placement rule
+    `mtp_layout`, `rules._pipeline_layout`, which reads the mtp_num_layers flag as `Layout.mtp_layers`).
 
     Source: Megatron-LM d98e8a6 `megatron/training/arguments.py` `validate_args`: Megatron-FSDP
     asserts CUDA_DEVICE_MAX_CONNECTIONS != 1 and args.ckpt_format == "fsdp_dtensor"; that format
@@ -541,7 +557,7 @@ def _startup(args: dict, env: dict[str, str], spec: ModelSpec, layout: Layout,
     TransformerEngine d0067d0 `pytorch/attention/dot_product_attention/context_parallel.py`
     (cp_comm_type a2a: the Q and K heads of each tensor-parallel rank divisible by cp)."""
     out = (_overlap_startup(args, layout) + _dispatcher_startup(args, spec, layout)
-           + _module_startup(args, env, spec, layout) + _mtp(args, layout, file) + _schedule(args)
+           + _module_startup(args, env, spec, layout) + _schedule(args)
            + _load_balancing(args, spec, file) + _attention_startup(args, file))
     ckpt = _choice(args, "ckpt_format", file) or mg.DEFAULT["ckpt_format"]
     connections = env.get(mg.DEVICE_MAX_CONNECTIONS)
@@ -1255,6 +1271,7 @@ def _layout(args: dict, spec: ModelSpec, world: int, seq_len: int | None, file: 
         cp_comm_type=_cp_comm_type(args, cp, findings),
         moe_dispatcher=_moe_dispatcher(args, file, findings),
         vocab_divisible_by=_int(args, "vocab_divisible_by", file, None),
+        mtp_layers=_int(args, "mtp_num_layers", file, 0),  # absent: none (Megatron-LM's default)
         **{knob: True if _on(args, knob) else None for knob in mg.OVERLAP_SWITCHES})  # None: default
 
 
@@ -1285,34 +1302,6 @@ def _schedule(args: dict) -> list[Violation]:
                       message=f"{F['lr_warmup_iters']} {warmup:g} is not below {named} {decay:g}: Megatron-LM "
                               f"asserts the warm-up is shorter than the decay (optimizer_param_scheduler.py)",
                       fix=f"{named} above {warmup:g}, or a shorter {F['lr_warmup_iters']}")]
-
-
-def _mtp(args: dict, layout: Layout, file: str) -> list[Violation]:
-    """Multi-token prediction: the error `mtp_layout` when a layout string's MTP layers `m` differ
-    from the file's mtp_num_layers (Megatron asserts they match, none when the flag is absent), and
-    the warning `mtp_not_costed` when the file trains MTP layers: the plan's cost model has no MTP
-    term (the MTP layer's parameters, optimizer states, activations and its forward / backward with
-    a second output-head pass on the last stage), so memory and step time are the model's without
-    them -- what `plan` costs and `--emit megatron` trains.
-    Source: Megatron-LM d98e8a6 `megatron/core/transformer/pipeline_parallel_layer_layout.py`
-    l. 111-115 (the count assertion); `multi_token_prediction.py` (what an MTP layer builds)."""
-    n = _int(args, "mtp_num_layers", file, 0)
-    out = []
-    given = "".join(layout.pipeline_layout).count("m") if layout.pipeline_layout else None
-    if given is not None and given != n:
-        out.append(Violation(
-            rule="mtp_layout",
-            message=f"{F['pipeline_layout']} holds {given} MTP layers m but {F['mtp_num_layers']} is "
-                    f"{n}: Megatron-LM asserts the two match (validate_layer_layout)",
-            fix=f"{F['mtp_num_layers']} {given}" if given else f"put {n} m before the L of the layout"))
-    if n:
-        out.append(Violation(
-            rule="mtp_not_costed", severity="warning",
-            message=f"{F['mtp_num_layers']} {n}: the {n} MTP layer(s) on the last stage (parameters, "
-                    f"optimizer states, activations, forward / backward and a second output-head "
-                    f"pass) are not costed; memory and step time are the model's without MTP",
-            fix=f"drop {F['mtp_num_layers']} (and the layout's m) to run exactly what is costed"))
-    return out
 
 
 def _fp8_param_gather(args: dict, findings: list[Violation]) -> bool | None:

@@ -92,13 +92,14 @@ def _schema() -> dict:
     keys refused, when it holds the key `...` set to False) or a one-element list (a list of such)."""
     from planner.cost import serving as sv
 
-    shape = {"tp": (_DEGREE, True), "pp": (_DEGREE, True), "ep": (_DEGREE, False), "dp": (_DEGREE, False)}
+    shape = {"tp": (_DEGREE, True), "pp": (_DEGREE, True), "ep": (_DEGREE, False), "dp": (_DEGREE, False),
+             "redundant_experts": (_COUNT, False), "dense_dp": (_BOOL, False)}
     memory = {k: (_AMOUNT, False) for k in ("weights", "activations", "kv_cache", "reserve", "capacity")}
     numbers = {"gpus": (_DEGREE, False), "concurrency": (_integer(1, 2**62), False),  # the search's: up to the pool's
                "memory_bytes": (memory, False), "mem_fraction": (_number(0.0, 1.0), False),
                "kv_tokens": (_integer(0, 2**62), False),
                "max_concurrency": (_integer(0, 2**62), False), "longest_context": (_integer(0, 2**62), False),
-               "longest_context_bound": (_TEXT, False),
+               "longest_context_bound": (_TEXT, False), "max_num_batched_tokens": (_integer(1, 2**62), False),
                **{k: (_AMOUNT, False) for k in ("ttft_ms", "tpot_ms", "request_latency_ms", "tokens_per_s",
                                                  "tokens_per_s_per_gpu", "tokens_per_s_per_user",
                                                  "requests_per_s")}}
@@ -294,7 +295,8 @@ def _label(shape: dict) -> str:
 def _instance(shape: dict):
     from planner.cost import serving as sv
 
-    return sv.Instance(tp=shape["tp"], pp=shape["pp"], ep=shape.get("ep", 1), adp=shape.get("dp", 1))
+    return sv.Instance(tp=shape["tp"], pp=shape["pp"], ep=shape.get("ep", 1), adp=shape.get("dp", 1),
+                       redundant=shape.get("redundant_experts", 0), dense_dp=shape.get("dense_dp", False))
 
 
 def _deployment_findings(plan: dict, deployment: dict, req) -> list[dict]:

@@ -82,7 +82,7 @@ def launch(command: el.Command, spec: ModelSpec, hw: ClusterSpec, file: str) -> 
     redundant = el.integer(command, f["redundant_experts"], 0, file, low=0)
     nnodes = el.integer(command, f["nnodes"], 1, file)
     a2a = str(flags.get(f["a2a"], s.A2A_NONE))
-    findings = el.unknown_flags(command, s.ALL_FLAGS, "SGLang", s.VERSION)
+    findings = el.unknown_flags(command, s.ALL_FLAGS, "SGLang", s.VERSION, s.RENAMED)
     weights, mismatch = el.aside(lambda: el.weight_format(command, f["quantization"], s.QUANTIZATION, spec, file,
                                                           "SGLang"), (spec.weight_format or "bf16", []))
     findings += mismatch
@@ -124,6 +124,7 @@ def launch(command: el.Command, spec: ModelSpec, hw: ClusterSpec, file: str) -> 
             fix=f"{f['tp']} {hw.gpus_per_node * nnodes // pp} to use every GPU"))
     max_running = el.integer(command, f["max_num_seqs"], None, file)
     findings += _running_per_rank(max_running, adp)
+    dense_dp = _dense_dp(command, tp, adp, a2a, file, findings)
     gpu_mib = hw.gpu.memory_gib * 1024
     role = el.choice(command, f["disagg_mode"], {m: m for m in s.DISAGG_MODES}, file, "disaggregation roles")
     chunk = el.integer(command, f["max_num_batched_tokens"], None, file, low=-2**63)  # argparse type=int
@@ -139,9 +140,13 @@ def launch(command: el.Command, spec: ModelSpec, hw: ClusterSpec, file: str) -> 
         findings += _whole_prompt_prefill(command, chunk, prefill_cap, max_model_len)
     else:
         forward_tokens = s.rank_chunk(chunk or default_chunk, adp)
+    inst = sv.Instance(tp=tp, pp=pp, ep=ep, adp=adp, redundant=redundant if ep > 1 else 0, dense_dp=dense_dp)
+    fraction = el.fraction(command, f["fraction"], default_fraction, file)
+    if adp > hw.scaleup_domain_gpus and not s.chunking_off(chunk) and f["kv_tokens_cap"] not in command.flags:
+        findings += _headroom(spec, hw, inst, fraction, forward_tokens, role)
     return el.Launch(
-        engine=s.ENGINE, line=command.line, inst=sv.Instance(tp=tp, pp=pp, ep=ep, adp=adp, redundant=redundant if ep > 1 else 0), replicas=dp,
-        fraction=el.fraction(command, f["fraction"], default_fraction, file),
+        engine=s.ENGINE, line=command.line, inst=inst, replicas=dp,
+        fraction=fraction,
         fraction_given=f["fraction"] in command.flags,
         max_model_len=max_model_len,
         kv_tokens_cap=el.human_integer(command, f["kv_tokens_cap"], None, file, HUMAN_INT, exact=True),
@@ -177,6 +182,68 @@ def _whole_prompt_prefill(command: el.Command, chunk: int, prefill_cap: int, max
                 f"forward",
         fix=f"remove {spelled} {chunk} (chunked prefill splits long prompts), or {f['max_model_len']} {reserved} "
             f"(prompts SGLang's reserve covers)")]
+
+
+def _headroom(spec: ModelSpec, hw: ClusterSpec, inst: sv.Instance, fraction: float, tokens: int,
+              role: str | None) -> list[Violation]:
+    """`sglang_headroom` (warning): an instance whose attention DP spans nodes with a mem_fraction_static that leaves
+    less beside the weights and KV pool than the planner models it allocating there after the pool
+    (`cost.serving.sglang_headroom` without SGLang's floor: the forward's activations at `tokens` per rank, with the
+    dense MLPs' gathered tokens under default dense TP, CUDA graphs, DeepEP's buffers); its first large forwards may
+    run out of memory. Not checked under a KV token cap (FLAG["kv_tokens_cap"]), whose smaller pool leaves more free.
+    LMSYS gives the gathered buffer as its reason for data-parallel dense MLPs (lmsys.org/blog/
+    2025-05-05-large-scale-ep, "Dense FFNs")."""
+    f = s.FLAG
+    _, graph_batch = s.gpu_defaults(hw.gpu.memory_gib * 1024, inst.tp)
+    room = sv.sglang_headroom(spec, inst, tokens_per_rank=tokens, decode_batch_per_rank=graph_batch, role=role,
+                              capacity=0)
+    free = (1 - fraction) * hw.gpu.memory_bytes
+    if free >= room.total:
+        return []
+    gathered = sv.gathered_dense_bytes(spec, inst, tokens) if role != "decode" else 0
+    gib = sv.GIB
+    return [Violation(
+        rule="sglang_headroom", severity="warning",
+        message=f"{f['fraction']} {fraction:g} leaves {free / gib:.2f} GiB per GPU beside the weights and KV pool; "
+                f"the planner models {room.total / gib:.2f} GiB allocated there (activations {room.activations / gib:.2f} "
+                f"at {tokens:,} tokens per attention-DP rank"
+                + (f", {gathered / gib:.2f} of them the dense MLPs' gathered tokens" if gathered else "")
+                + f", CUDA graphs {room.cuda_graphs / gib:.2f}, DeepEP buffers {room.deepep_buffers / gib:.2f}): "
+                  f"the first large forwards may run out of memory",
+        fix=f"{f['fraction']} {sv.headroom_fraction(hw.gpu.memory_bytes, room):g}, a smaller "
+            f"{f['max_num_batched_tokens']}" + (f", or {f['dense_tp']} 1 {f['dp_lm_head']}" if gathered else ""))]
+
+
+def _dense_dp(command: el.Command, tp: int, adp: int, a2a: str, file: str, findings: list) -> bool:
+    """Whether the launch runs the dense MLPs and the LM head data-parallel (`cost.serving.Instance.dense_dp`):
+    FLAG["dense_tp"] 1 with FLAG["dp_lm_head"] under attention DP. SGLang takes the dense size unset, 1 or
+    tp_size (`frameworks.sglang.DENSE_TP_VALUES`; another value is its start-up assertion, here `moe_dense_tp_size`,
+    an error); 1 without the DP LM head keeps the token gather of every rank (`srt/utils/common.py`
+    require_mlp_tp_gather) and is costed as the default (`dense_tp_without_dp_lm_head`, a warning).
+
+    Raises:
+        SpecError: a dense size that is not an integer >= 1."""
+    f = s.FLAG
+    dense = el.integer(command, f["dense_tp"], None, file)
+    if dense is None or dense == tp:
+        return False
+    if dense not in s.DENSE_TP_VALUES:
+        findings.append(Violation(rule="moe_dense_tp_size",
+                                  message=f"{f['dense_tp']} {dense}: SGLang takes only 1 or {f['tp']} ({tp}) "
+                                          f"('moe_dense_tp_size only supports None, 1, or tp_size currently', "
+                                          f"{s.VERSION} arg_groups/validation_hook.py)",
+                                  fix=f"{f['dense_tp']} 1, or leave it unset"))
+        return False
+    if adp == 1:
+        return False
+    if command.flags.get(f["dp_lm_head"]) is not True or a2a == s.A2A_NONE:
+        findings.append(Violation(
+            rule="dense_tp_without_dp_lm_head", severity="warning",
+            message=f"{f['dense_tp']} 1 without {f['dp_lm_head']} and an all-to-all {f['a2a']}: SGLang still gathers "
+                    f"every attention-DP rank's tokens (require_mlp_tp_gather), costed here as the default dense TP",
+            fix=f"add {f['dp_lm_head']} (with {f['a2a']} {s.A2A_DEFAULT_EMIT})"))
+        return False
+    return True
 
 
 def _running_per_rank(max_running: int | None, adp: int) -> list[Violation]:

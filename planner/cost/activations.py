@@ -145,7 +145,8 @@ def layer_activation_bytes(model: ModelSpec, layer_index: int, *, seq_len: int, 
                            flash_attention: bool | None = None,
                            recompute_modules: tuple[str, ...] = _CORE,
                            offload_modules: tuple[str, ...] = (),
-                           fp8_recipe: str | None = None) -> ActivationBytes:
+                           fp8_recipe: str | None = None,
+                           swiglu_fp8_input_store: bool = False) -> ActivationBytes:
     """Bytes saved for backward by layer `layer_index` for one micro-batch on one GPU.
 
     Source: Korthikanti et al. 2022 (arXiv 2205.05198) §4, eq. 1-6, Table 2 for the GPT block; the
@@ -174,6 +175,14 @@ def layer_activation_bytes(model: ModelSpec, layer_index: int, *, seq_len: int, 
             the GPU, go to `offloaded` instead of `total`.
         fp8_recipe: None, or the Transformer Engine fp8 recipe the layer runs (Megatron-LM at
             precision fp8, `placement.precision.te_fp8`): see `_te_fp8`.
+        swiglu_fp8_input_store: Megatron-LM's activation_func_fp8_input_store
+            (`Layout.swiglu_fp8_input_store`): the SwiGLU's saved input (`*.fc1_output`, 2·I per
+            token of the dense MLP, routed and shared experts) kept as float8_e4m3fn, 1 B per
+            element, cast back for the backward, in any compute precision. Source:
+            NVIDIA/Megatron-LM@d98e8a6 megatron/core/fusions/fused_bias_swiglu.py l. 168-186,
+            221-237, 268-272 (`input.to(torch.float8_e4m3fn) if fp8_input_store`), mlp.py l. 283-312
+            and moe/experts.py l. 970-978 (passed to every fused SwiGLU), extensions/
+            transformer_engine.py l. 621-622 (TE's op fuser: `cache_quantized_input`).
 
     Raises:
         SpecError: a value outside its allowed range (names the key, the value and what is allowed).
@@ -195,6 +204,9 @@ def layer_activation_bytes(model: ModelSpec, layer_index: int, *, seq_len: int, 
         tensors = [x for x in tensors if drop.isdisjoint(x.modules)]
     elif recompute == "full":
         tensors = [SavedTensor(name="layer_input", elements_per_token=model.hidden_size, split="sp")]
+    if swiglu_fp8_input_store:
+        tensors = [dataclasses.replace(x, dtype="fp8") if x.name.endswith(".fc1_output") else x
+                   for x in tensors]
     fp8_bytes = None
     if fp8_recipe is not None:
         tensors, fp8_bytes = _te_fp8(tensors, fp8_recipe, offload_modules), fp8_saved_input_bytes(fp8_recipe)

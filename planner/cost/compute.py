@@ -383,10 +383,24 @@ def expert_host_launches(framework: str, phase: str, precision: str) -> int:
     return table.get((phase, precision), table.get((phase, "default"), 0))
 
 
-KERNEL_LAUNCH_HOST_S = 5e-6
-"""Host time of one kernel launch, s: the low end of "the launch time on the CPU side is between
-5-20 microseconds" (facebookresearch/HolisticTraceAnalysis docs/source/features/
-cuda_kernel_launch_stats.rst, measured over PyTorch traces)."""
+KERNEL_LAUNCH_HOST_S = 1e-5
+"""Host time of one kernel launch, s: 10 us, the geometric middle of "the launch time on the CPU
+side is between 5-20 microseconds" (facebookresearch/HolisticTraceAnalysis docs/source/features/
+cuda_kernel_launch_stats.rst, measured over PyTorch traces). Not its low end: a Megatron expert
+GEMM is more host work than a bare launch -- Transformer Engine issues each through its own
+cuBLASLt call, which creates the matrix layouts, the operation and preference descriptors and
+queries the heuristic (~25 host API calls, NVIDIA/TransformerEngine@d0067d0 transformer_engine/
+common/gemm/cublaslt_gemm.cu `cublas_gemm`, l. 315-775), and Megatron's DDP runs a Python hook per
+expert weight per backward (NVIDIA/Megatron-LM@d98e8a6 megatron/core/distributed/
+distributed_data_parallel.py l. 553-586; TE registers weight{i} per expert, pytorch/module/
+grouped_linear.py l. 1738-1752); NVIDIA's MoE tuning card: "FP8 shifts bottleneck from
+memory/compute to CPU overhead" (NVIDIA-NeMo/Megatron-Bridge@067f987 skills/nemo-mbridge-perf-moe-
+optimization-workflow/card.yaml l. 192). No published host time per grouped-GEMM member narrows the
+range. Not fitted; checked against the held-out MoE evidence after refitting `moe_host_sync_s` on
+E13 (5 us -> 10 us): E10 -4.4% -> -1.3%, E9 +1.4% -> +5.7% (docs/validation.md), NVIDIA's B200
+Qwen3-30B-A3B micro-batch 1 / 4 +18% / -10% -> +5% / -16% (tests/test_expert_plans.py). Decides
+the Qwen3-30B-A3B bf16 job on 16 H100 (senior9 #4): at 5 us the 128 local experts' loop hides under
+micro-batch 4's GEMMs and the plan is ep1 pp8; at 10 us ep4 pp4; at 20 us ep8 pp2."""
 
 
 def moe_expert_host_idle_s(local_experts: int, launches_per_expert: int, gpu_experts_s: float) -> float:
@@ -462,6 +476,16 @@ def moe_host_sync_s() -> float:
     grow with the tokens, not the micro-batches; a held-out check of the per-micro-batch part:
     NVIDIA's 8-GPU B200 Qwen3-30B-A3B runs, micro-batch 1 -> 4 (tests/test_expert_plans.py
     `test_moe_micro_batch_gain_is_within_nvidias_b200_measurement`: 2.75x measured with other
-    changes, 2.17x modelled, 1.51x without this stall)."""
+    changes, 2.22x modelled, 1.86x without this stall). Split by that reading -- 0.62 ms per sync
+    and the rest per token ((2.54 - 0.62) ms / 4,096 tokens = 0.47 us per token per MoE layer
+    forward, E13 still exact) -- the pair falls to 1.61x with micro-batch 4 at 16,322 tokens/s/GPU,
+    39% under the 26,695 measured: the one published micro-batch pair asks for more cost per
+    micro-batch than the profile's idle, so the split is not made. Split as 0.62 ms plus the launch
+    loop at HTA's 20 us (`KERNEL_LAUNCH_HOST_S`, E13 then 1.7% fast) it holds (2.39x) but the
+    held-out E9 (one local expert: no loop) is predicted 12.6% fast and E10 7.0%. A candidate that
+    fits all three, not built: the host's issue time of a MoE layer's kernels after the sync
+    against their GPU time (as `moe_expert_host_idle_s` does for the expert loop), which grows on
+    a B200 (half the GPU time per layer, the same host) and at micro-batch 1. (The (a)-(c) split
+    above was computed when the fit gave 3.83 ms at a 5 us launch; it gives 2.54 ms at 10 us.)"""
     return calibration().moe_host_sync_s
 

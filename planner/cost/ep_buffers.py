@@ -56,15 +56,27 @@ def flex_buffer_bytes(model: ModelSpec, layout: Layout, *, gpus_per_node: int, s
         return 0
     h, ep = model.hidden_size, layout.ep
     if flex_backend(gpus_per_node, scaleup_domain_gpus) == "deepep":
-        channels, peers, rdma_ranks = DEEPEP_NUM_SMS // 2, min(ep, 8), max(ep // 8, 1)
-        tokens = next((t for size, t in DEEPEP_RECV_TOKENS if ep <= size), DEEPEP_RECV_TOKENS[-1][1])
-        nvl = channels * peers * tokens * (2 * h + DEEPEP_TOKEN_META_BYTES)
-        rdma = (channels * rdma_ranks * DEEPEP_RDMA_RECV_TOKENS * 2 * (2 * h + DEEPEP_TOKEN_META_BYTES + 16)
-                if ep > 8 else 0)
-        return nvl + rdma
+        return deepep_normal_buffer_bytes(h, ep)
     tokens = layout.micro_batch_size * layout.seq_len // (layout.cp * layout.tp)
     k = min(ep, ep_gpus_per_domain)
     domains = (ep + k - 1) // k
     per_token = 2 * h + 4 * (model.num_experts // ep) * k + 4 * (h // 128)
     rdma = tokens * 2 * h * (1 + 3 * (domains - 1)) if domains > 1 else 0
     return tokens * ep * per_token + rdma
+
+
+def deepep_normal_buffer_bytes(hidden_size: int, ep: int) -> int:
+    """Bytes of DeepEP's normal-mode (intranode NVLink + internode RDMA) buffers on one GPU of an EP group of
+    `ep` ranks, bf16 hidden states, DEEPEP_NUM_SMS SMs: NVLink C P T (2 h + meta), RDMA (ep over 8)
+    C R 128 x 2 (2 h + meta + 16) (`flex_buffer_bytes` for the symbols and sources). SGLang sizes its buffer
+    the same way: the larger of the recommended dispatch and combine configs' hints for the group
+    (SGLang 0.5.23 wheel `srt/layers/moe/token_dispatcher/deepep.py` DeepEPBuffer.get_deepep_buffer,
+    Buffer.get_dispatch_config / get_combine_config; its DeepEPConfig num_sms is DeepEP's Buffer.num_sms, 20).
+    A fixed size: it does not grow with the tokens. Hand check (EP32, hidden 7,168): NVLink 10 x 8 x 288 x
+    16,392 = 377,671,680 B, RDMA 10 x 4 x 128 x 2 x 16,408 = 168,017,920 B."""
+    channels, peers, rdma_ranks = DEEPEP_NUM_SMS // 2, min(ep, 8), max(ep // 8, 1)
+    tokens = next((t for size, t in DEEPEP_RECV_TOKENS if ep <= size), DEEPEP_RECV_TOKENS[-1][1])
+    nvl = channels * peers * tokens * (2 * hidden_size + DEEPEP_TOKEN_META_BYTES)
+    rdma = (channels * rdma_ranks * DEEPEP_RDMA_RECV_TOKENS * 2 * (2 * hidden_size + DEEPEP_TOKEN_META_BYTES + 16)
+            if ep > 8 else 0)
+    return nvl + rdma

@@ -41,7 +41,7 @@ from planner.cost.params_flops import ParamCounts, count_params, layer_tensors
 from planner.cost.pipeline import interleaved_chunk_table, interleaved_warmup_chunks
 from planner.errors import SpecError
 from planner.frameworks import deepspeed as ds
-from planner.placement import pipeline_layout
+from planner.placement import mtp, pipeline_layout
 from planner.placement.layout import Layout
 from planner.placement.precision import (StateBytes, fp8_keeps_transpose, fp8_weight_bytes, loss_chunks, padded_vocab,
                                         state_bytes, state_key, te_fp8)
@@ -256,7 +256,25 @@ def _group_counts(model: ModelSpec, counts: ParamCounts, layout: Layout, layers:
             g["dense"] += vocab
         # OPT's project_out (h -> word_embed_proj_dim), part of counts.lm_head beyond the vocab matrix.
         g["replicated"] += counts.lm_head - (0 if model.tie_word_embeddings else model.padded_vocab_size * w)
+    if stage == mtp.mtp_stage(layout) and (n := mtp.mtp_layers(model, layout)):
+        for name, count in mtp_group_counts(model, counts, n).items():
+            g[name] += count
+        if not first:  # the MTP stage's own embedding (`placement.mtp`)
+            g["dense"] += vocab
+            g["replicated"] += counts.embedding - model.padded_vocab_size * w
     return g
+
+
+def mtp_group_counts(model: ModelSpec, counts: ParamCounts, n: int) -> dict[str, int]:
+    """Parameters of `n` MTP layers per placement group (`placement.mtp`): each one transformer
+    layer of the last decoder layer's kind (`layer_groups`), eh_proj 2h x h (dense: column-parallel
+    over tp) and three norms (replicated); the embedding copy on a later stage is `_group_counts`'.
+    Source: Megatron-LM@d98e8a6 multi_token_prediction.py l. 1157-1251."""
+    h = model.hidden_size
+    g = layer_groups(counts.layers[mtp.mtp_block_index(model)])
+    norm = model.hidden_size * (2 if model.norm_type == "layernorm" else 1)
+    return {"dense": n * (g["dense"] + 2 * h * h), "replicated": n * (g["replicated"] + 3 * norm),
+            "expert": n * g["expert"]}
 
 
 def layer_groups(lp) -> dict[str, int]:
@@ -286,7 +304,8 @@ def _vocab_units(model: ModelSpec, layout: Layout, stage: int) -> int:
     """Vocabulary matrices on the stage: the embedding (first stage) and the untied LM head, or the
     tied embedding's copy on the last stage under PP (FC-14)."""
     first, last = stage == 0, stage == layout.pp - 1
-    return int(first) + int(last and (not model.tie_word_embeddings or not first))
+    own = not first and stage == mtp.mtp_stage(layout) and mtp.mtp_layers(model, layout) > 0  # MTP's
+    return int(first) + int(last and (not model.tie_word_embeddings or not first)) + int(own)
 
 
 def _unit_params(model: ModelSpec, counts: ParamCounts, placement: Placement, layout: Layout,
@@ -787,10 +806,16 @@ def _activations(model: ModelSpec, layout: Layout, placement: Placement, layers:
     if sizes is not None and sum(sizes) == len(per_layer):
         flight = _uneven_chunk_peak(layout, stage, sizes, per_layer, terms)
     loss_ws = 0
+    n_mtp = mtp.mtp_layers(model, layout)
+    if n_mtp and stage == mtp.mtp_stage(layout):
+        terms["mtp_layers"] = mtp.mtp_in_flight(layout, stage) * n_mtp * mtp_layer_activation_bytes(
+            model, layout, kw, key, kw_layer, modes)
     if stage == layout.pp - 1:
         chunks = loss_chunks(layout)
         terms["output_logits_loss"] = int(act.output_layer_activation_bytes(
             model, framework=layout.framework, loss_chunks=chunks, **kw))
+        if n_mtp:  # the output layer and loss again per MTP layer, as the main ones keep them
+            terms["mtp_logits_loss"] = n_mtp * terms["output_logits_loss"]
         loss_ws = act.loss_working_set_bytes(model, seq_len=layout.seq_len, micro_batch_size=layout.micro_batch_size,
                                              tp=layout.tp, cp=layout.cp, framework=layout.framework,
                                              loss_chunks=chunks)
@@ -808,6 +833,25 @@ def _activations(model: ModelSpec, layout: Layout, placement: Placement, layers:
         # Offloaded: the device keeps the layer being computed and one prefetched (double buffer).
         terms["layers"] = int(2 * max(per_layer))
     return terms, flight, recompute_ws, loss_ws, per_layer
+
+
+def mtp_layer_activation_bytes(model: ModelSpec, layout: Layout, kw: dict, key: tuple, kw_layer: dict,
+                               modes: list[str]) -> int:
+    """Bytes one MTP layer (`placement.mtp`) saves for one micro-batch: its transformer layer's,
+    as a decoder layer of its kind (`_per_kind`) in the stage's recompute -- selective when the
+    stage's layers are (Megatron's selective modules apply to every layer), full only when all
+    of them are (Megatron recomputes the MTP layer under full granularity with the uniform method;
+    with the block method it does not: an under-count there), else none -- plus, in compute dtype
+    and split like a norm input under SP, the enorm and hnorm inputs (h each) and eh_proj's
+    concatenated input (2h) per token; the output layer's pass is `mtp_logits_loss`.
+    Source: Megatron-LM@d98e8a6 multi_token_prediction.py l. 1331-1359 (`_concat_embeddings`),
+    l. 1705-1712 and 1620-1640 (`_checkpointed_forward`: uniform only)."""
+    mode = ("full" if modes and all(m == "full" for m in modes)
+            else "selective" if "selective" in modes else "none")
+    sp = layout.tp if kw["sequence_parallel"] else 1
+    tokens = layout.seq_len * layout.micro_batch_size // layout.cp
+    inputs = math.ceil(4 * model.hidden_size * tokens * kw_layer["dtype_bytes"] / sp)
+    return _per_kind(model, "saved", mtp.mtp_block_index(model), mode, key, kw_layer) + inputs
 
 
 def offloaded_host_bytes(model: ModelSpec, layout: Layout, layers: tuple[int, ...], modes: list[str], stage: int,
@@ -830,7 +874,8 @@ def activation_arguments(layout: Layout, placement: Placement, dtype: int) -> tu
               cp=layout.cp, sequence_parallel=sp)
     kw_layer = dict(kw, ep=layout.ep, etp=layout.etp, framework=layout.framework, dtype_bytes=dtype,
                     recompute_modules=layout.selective_modules, offload_modules=layout.offload_modules or (),
-                    fp8_recipe=(layout.fp8_recipe or "delayed") if te_fp8(layout) else None)
+                    fp8_recipe=(layout.fp8_recipe or "delayed") if te_fp8(layout) else None,
+                    swiglu_fp8_input_store=bool(layout.swiglu_fp8_input_store))
     return kw, kw_layer, tuple(kw_layer.values())
 
 
@@ -886,7 +931,8 @@ def _per_kind(model: ModelSpec, what: str, index: int, recompute: str, key: tupl
         else:
             memo[memo_key] = act.layer_backward_working_set_bytes(
                 model, index, **{k: v for k, v in kw_layer.items()
-                                 if k not in ("recompute_modules", "offload_modules", "fp8_recipe")})
+                                 if k not in ("recompute_modules", "offload_modules", "fp8_recipe",
+                                              "swiglu_fp8_input_store")})
     return memo[memo_key]
 
 
@@ -1000,7 +1046,7 @@ def model_state_key(layout: Layout) -> tuple:
     position (first / middle / last) holding given layers: the per-state, per-group shard degrees,
     offloads and model-parallel degrees of its placement, tp / ep / etp (padded vocabulary and the
     shards that stay after a gather), whether pp > 1 (which stage holds the LM head), framework,
-    precision, optimizer and offload. Two layouts with the same key have the same parameters,
+    precision, optimizer and offload, the MTP layers (on the last stage). Two layouts with the same key have the same parameters,
     gradients, optimizer states and non-activation transients on such a stage, whatever their dp,
     cp or pp: a ZeRO-0 layout's states do not depend on dp. torchtitan with PP accumulates
     gradients along the schedule (`_torchtitan_pp_accumulation`), which also reads the micro-batch
@@ -1013,7 +1059,7 @@ def model_state_key(layout: Layout) -> tuple:
     return (*state_key(layout), layout.tp, layout.ep, layout.etp,
             layout.pp > 1, layout.offload, tuple(facts.shard_degree.values()),
             tuple(facts.offloaded.values()), tuple(facts.model_parallel_degree.values()),
-            facts.gathered, placement.gather_prefetch, layout.buckets)
+            facts.gathered, placement.gather_prefetch, layout.buckets, layout.mtp_layers)
 
 
 def stage_memory(model: ModelSpec, cluster, layout: Layout, stage: int, *,

@@ -50,6 +50,9 @@ gradient accumulated). Otherwise:
   refuse for Megatron-LM and DeepSpeed): the gathered units of two, an upper bound;
 - the bucket across its size: an upper bound (see w);
 - activations offloaded: an upper bound (M0 keeps two layers of the largest kind in `none`);
+- MTP layers (`placement.mtp`): M0 of the last stage holds them, their activations without
+  recompute (the probe's mode): an upper bound where the stage recomputes selectively or fully; a
+  layout string that puts them on another rank is costed by `stage_memory` alone;
 - `exact` False: torchtitan with PP and some stage without a steady phase (m <= pp - s, its peak is
   max(m a, (m - 1) a + g)) or interleaved (its chunks' peak over the schedule), or a Megatron
   interleaved layout with chunks of different sizes (`memory._uneven_chunk_peak`): the model is

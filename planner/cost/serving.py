@@ -177,6 +177,11 @@ class Instance:
     """Redundant routed-expert copies per MoE layer (SGLang's expert-parallel load balancer,
     `planner.frameworks.sglang` FLAG["redundant_experts"]): every GPU holds (experts + redundant) / ep
     physical experts (`physical_experts`)."""
+    dense_dp: bool = False
+    """The dense layers' MLPs and the LM head data-parallel over the attention-DP ranks, each rank holding them
+    whole and running only its own tokens (SGLang's dense-TP-1 and DP LM-head pair, `planner.frameworks.sglang`
+    FLAG["dense_tp"] / FLAG["dp_lm_head"]); False: SGLang's default, both split over all tp ranks, the tokens of
+    every attention-DP rank gathered to each (`dense_gather_s`). Read only under SGLang with attention DP."""
 
     @functools.cached_property
     def mesh(self) -> Mesh:
@@ -208,7 +213,8 @@ class Instance:
         etp = self.tp // self.ep
         experts = f"ep{self.ep}" + (f" etp{etp}" if etp > 1 else "") if self.ep > 1 else f"tp{self.tp} (experts)"
         spare = f" (+{self.redundant} redundant experts)" if self.redundant else ""
-        return f"{attention} (attention) {experts}{spare}{pp}"
+        dense = " (dense MLPs dp)" if self.dense_dp else ""
+        return f"{attention} (attention) {experts}{spare}{dense}{pp}"
 
 
 @dataclass(frozen=True)
@@ -284,7 +290,9 @@ def splits(inst: Instance, engine: str = "") -> Splits:
       (`srt/models/deepseek_v2.py` DeepseekV2MoE: parallel_group "replicated" when the a2a backend is
       deepep, mooncake, nixl, ...) or fused as one shared slot per EP rank (`srt/layers/moe/utils.py`
       has_per_rank_fused_shared_slots: 256 routed + ep shared slots); both hold one whole copy per GPU.
-      SGLang 0.5.23 wheel.
+      With `Instance.dense_dp` (`planner.frameworks.sglang` DENSE_TP_VALUES) the dense MLPs are whole on every GPU
+      and the LM head splits over the attention-TP group (`srt/layers/logits_processor.py` use_attn_tp_group =
+      enable_dp_lm_head). SGLang 0.5.23 wheel.
     - TensorRT-LLM, and an unknown engine (""): everything tp ways (not read for attention DP).
     Hand check (DeepSeek-V3 fp8-block, 58 MoE layers x 3 x 7,168 x 2,048 = 2,554,331,136 shared-expert
     weights, 1 byte + 4 / 16,384 B of scales each = 2.38 GiB per GPU replicated, against 0.30 GiB split 8 ways:
@@ -294,6 +302,8 @@ def splits(inst: Instance, engine: str = "") -> Splits:
     if engine == "vllm" and inst.adp > 1:
         return Splits(at, at, at, 1 if expert_parallel else at)
     if engine == "sglang":
+        if inst.dense_dp and inst.adp > 1:  # dense MLPs whole (tp size 1), LM head over the attention-TP group
+            return Splits(at, at, 1, 1 if expert_parallel else t)
         return Splits(at, t, t, 1 if expert_parallel else t)
     return Splits(t, t, t, t)
 
@@ -431,7 +441,8 @@ def activation_bytes(spec: ModelSpec, inst: Instance, tokens: int, max_num_seqs:
     """
     h, t = spec.hidden_size, inst.tp
     qkv = (spec.num_attention_heads + 2 * spec.num_key_value_heads) * spec.head_dim / inst.attn_tp
-    mlp = 3 * spec.intermediate_size / t if any(not m for m in spec.moe_layers) or not spec.is_moe else 0
+    dense_ways = 1 if inst.dense_dp else t
+    mlp = 3 * spec.intermediate_size / dense_ways if any(not m for m in spec.moe_layers) or not spec.is_moe else 0
     moe = 0.0
     if spec.is_moe:
         moe = max(fused_moe_workspace_elements(spec, inst), 3 * spec.shared_expert_intermediate_size / t)
@@ -441,6 +452,114 @@ def activation_bytes(spec: ModelSpec, inst: Instance, tokens: int, max_num_seqs:
     else:
         logits = min(tokens, max_num_seqs) * vocab_rows(spec, t) / t * 8
     return int(tokens * per_token + logits)
+
+
+@dataclass(frozen=True)
+class Headroom:
+    """Bytes per GPU an SGLang instance allocates after its KV pool, which mem_fraction_static must leave free
+    (`sglang_headroom`)."""
+
+    activations: int
+    cuda_graphs: int
+    deepep_buffers: int
+    floor: int = 0
+    """The least headroom the engine keeps whatever the terms (`planner.frameworks.sglang.min_reserved_mib`)."""
+
+    @property
+    def total(self) -> int:
+        return max(self.activations + self.cuda_graphs + self.deepep_buffers, self.floor)
+
+    def binding(self) -> str:
+        """What sets `total`: the floor, or the largest term, by name."""
+        if self.floor >= self.activations + self.cuda_graphs + self.deepep_buffers:
+            return "floor"
+        return max(("activations", "cuda_graphs", "deepep_buffers"), key=lambda k: getattr(self, k))
+
+
+def gathered_dense_bytes(spec: ModelSpec, inst: Instance, tokens: int) -> int:
+    """Activation bytes per GPU of the dense layers' MLP under SGLang's default dense tensor parallelism with
+    attention DP (`dense_gather_s`) for a forward of `tokens` tokens per attention-DP rank: the gathered input and
+    the MLP's output before its reduce-scatter, adp x tokens x hidden x 2 B each, plus the gate / up / activated
+    intermediate of the gathered tokens, 3 I / tp x 2 B each (`srt/layers/dp_attention.py` dp_gather into a
+    global buffer of every rank's tokens). 0 with `Instance.dense_dp`, without attention DP or dense layers.
+    LMSYS (lmsys.org/blog/2025-05-05-large-scale-ep, "Dense FFNs") gives this buffer as the reason for DP dense
+    MLPs: 'their computation can significantly increase peak memory usage'."""
+    dense = spec.num_hidden_layers - (sum(spec.moe_layers) if spec.is_moe else 0)
+    if inst.dense_dp or inst.adp == 1 or not dense:
+        return 0
+    everyone = inst.adp * tokens
+    return int(everyone * (2 * spec.hidden_size + 3 * spec.intermediate_size / inst.tp) * 2)
+
+
+DEEPEP_MAX_DISPATCH_TOKENS_PER_RANK = 128
+"""Tokens per rank DeepEP's low-latency kernels are sized for under SGLang (SGLang 0.5.23 wheel `srt/environ.py`
+SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK = 128; `srt/layers/moe/token_dispatcher/deepep.py` passes it to the
+low-latency dispatch)."""
+
+
+def deepep_masked_bytes(spec: ModelSpec, inst: Instance) -> int:
+    """Bytes per GPU of a decode step's expert GEMMs in DeepEP's masked layout: the low-latency dispatch hands each
+    rank a [local experts, max tokens per rank x ep, hidden] FP8 tensor with its scales, whatever the batch
+    (deepseek-ai/DeepEP docs/legacy.md @0297fc80, low-latency dispatch 'recv_x' shape; SGLang's DeepGEMM masked
+    grouped GEMM consumes it), and the grouped GEMMs write gate/up (2 I_e bf16), the activated half (I_e FP8) and the
+    down output (h bf16) for every row. Rows: DEEPEP_MAX_DISPATCH_TOKENS_PER_RANK x ep; local experts: the physical
+    experts over ep (`physical_experts`). Hand check (DeepSeek-V3 EP64: 4 local experts, 8,192 rows, h 7,168,
+    I_e 2,048): 4 x 8,192 x (7,168 + 224 + 8,192 + 2,048 + 14,336) = 1,047,527,424 B."""
+    h, inter = spec.hidden_size, spec.moe_intermediate_size
+    rows = DEEPEP_MAX_DISPATCH_TOKENS_PER_RANK * inst.ep
+    local = physical_experts(spec, inst) // inst.ep
+    per_row = h + h // 128 * 4 + 2 * inter * 2 + inter + h * 2
+    return local * rows * per_row
+
+
+def sglang_headroom(spec: ModelSpec, inst: Instance, *, tokens_per_rank: int, decode_batch_per_rank: int,
+                    role: str | None, capacity: int) -> Headroom:
+    """What one GPU of an SGLang instance allocates after its KV pool (mem_fraction_static must leave it free:
+    SGLang sizes the pool as free memory after the weights less total x (1 - mem_fraction_static), `srt/mem_cache/
+    kv_cache_configurator.py` _profile_available_bytes; the CUDA graphs, the forward's activations and DeepEP's
+    buffers come later), by role (None aggregated, "prefill", "decode" in their disaggregation mode):
+    - activations: the peak of one forward (`activation_bytes`) of the chunk per attention-DP rank
+      (`tokens_per_rank`) on a role that prefills, of the decode batch per rank (`decode_batch_per_rank`, the
+      decode CUDA graph's largest batch) on a decode worker, plus the dense MLPs' gathered tokens under default
+      dense TP (`gathered_dense_bytes`) and, in decode with DeepEP, its masked-layout expert GEMMs
+      (`deepep_masked_bytes`);
+    - cuda_graphs: CUDA_GRAPH_BYTES, plus on an aggregated instance the decode graphs' pool (the decode batch's
+      activations with its gathered tokens: the graphs keep their private pool beside the prefill forward);
+    - deepep_buffers (ep > 1 under attention DP, where `serve-plan` runs DeepEP): the normal-mode buffers on a
+      role that prefills (`cost.ep_buffers.deepep_normal_buffer_bytes`), SGLang's own low-latency reserve,
+      `planner.frameworks.sglang.DEEPEP_DECODE_RESERVE_MIB`, on a role that decodes.
+    and at least SGLang's own floor for a GPU of `capacity` bytes (`planner.frameworks.sglang.min_reserved_mib`:
+    10 GiB above 60 GiB), which stands for what is not modelled here (allocator fragmentation, NCCL's buffers, the
+    sampler). Non-torch memory (NON_TORCH_BYTES) sits in the static part (`engine_kv_pool_bytes`), as before.
+    On an H100 (79.65 GiB) the floor gives 0.874; LMSYS's launches wrote 0.85 (prefill) and 0.835 (decode).
+    Hand check (tests/test_serve_wide_ep.py): DeepSeek-V3 EP32 prefill worker at 8,192 tokens per rank."""
+    from planner.cost.ep_buffers import deepep_normal_buffer_bytes
+    from planner.frameworks.sglang import DEEPEP_DECODE_RESERVE_MIB, min_reserved_mib
+
+    def peak(tokens: int) -> int:
+        return activation_bytes(spec, inst, tokens, engine="sglang") + gathered_dense_bytes(spec, inst, tokens)
+
+    prefills, decodes = role != "decode", role != "prefill"
+    decode_peak = 0
+    if decodes:
+        decode_peak = peak(decode_batch_per_rank)
+        if spec.is_moe and inst.ep > 1 and inst.adp > 1:
+            decode_peak += deepep_masked_bytes(spec, inst)
+    activations = peak(tokens_per_rank) if prefills else decode_peak
+    graphs = CUDA_GRAPH_BYTES + (decode_peak if prefills and decodes else 0)
+    deepep = 0
+    if spec.is_moe and inst.ep > 1 and inst.adp > 1:
+        deepep = ((deepep_normal_buffer_bytes(spec.hidden_size, inst.ep) if prefills else 0)
+                  + (DEEPEP_DECODE_RESERVE_MIB * 2**20 if decodes else 0))
+    return Headroom(activations=activations, cuda_graphs=graphs, deepep_buffers=deepep,
+                    floor=int(min_reserved_mib(capacity / 2**20) * 2**20))
+
+
+def headroom_fraction(capacity: int, headroom: Headroom) -> float:
+    """mem_fraction_static that leaves `headroom` free on a GPU of `capacity` bytes, rounded down to the
+    thousandth SGLang's own default is rounded to (`planner.frameworks.sglang.default_mem_fraction_static`), at
+    least 0 (a headroom above the GPU: no KV pool, the instance does not fit; `serve._memory` names the term)."""
+    return max(0.0, math.floor((capacity - headroom.total) / capacity * 1000) / 1000)
 
 
 def engine_kv_pool_bytes(engine: str, capacity: int, weights: int, activations: int, non_torch: int,
@@ -462,7 +581,8 @@ def serving_memory(spec: ModelSpec, inst: Instance, *, capacity: int, weight_for
                    engine: str, fraction: float | None = None,
                    max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
                    non_torch: int = NON_TORCH_BYTES, cuda_graphs: int = CUDA_GRAPH_BYTES,
-                   max_num_seqs: int | None = None, gpu_name: str = "") -> ServingMemory:
+                   max_num_seqs: int | None = None, gpu_name: str = "",
+                   activations: int | None = None) -> ServingMemory:
     """Memory of one GPU of `inst` and the tokens its KV pool holds. Units: bytes; tokens.
 
     Args:
@@ -470,13 +590,16 @@ def serving_memory(spec: ModelSpec, inst: Instance, *, capacity: int, weight_for
         fraction: the engine's budget knob (None: its default, ENGINES).
         max_num_seqs: the sampler rows vLLM profiles (None: vLLM's OpenAI-server default for the GPU,
             `frameworks.vllm.default_batch` from `capacity` and `gpu_name`: 1,024 on H100/H200, 256 on A100).
+        activations: the activation peak when the caller has costed it (`sglang_headroom`); None: one forward
+            of max_num_batched_tokens (`activation_bytes`).
     """
     rule = ENGINES[engine]
     fraction = rule.default if fraction is None else fraction
     weights = weight_bytes_per_gpu(spec, inst, weight_format, engine)
     if max_num_seqs is None:
         max_num_seqs = vllm_flags.default_batch(capacity / GIB, gpu_name)[1] if engine == "vllm" else DEFAULT_MAX_NUM_SEQS
-    acts = activation_bytes(spec, inst, max_num_batched_tokens, max_num_seqs, engine=engine)
+    acts = activation_bytes(spec, inst, max_num_batched_tokens, max_num_seqs, engine=engine) if activations is None \
+        else activations
     pool = engine_kv_pool_bytes(engine, capacity, weights, acts, non_torch, cuda_graphs, fraction)
     per_token, window = kv_bytes_per_gpu(spec, inst, kv_dtype)
     tokens = int(max(pool, 0) // per_token) * inst.adp if per_token else 0
@@ -1120,6 +1243,30 @@ def moe_exchange_s(spec: ModelSpec, inst: Instance, tokens: float, *, decode: bo
     else:
         traffic = 2 * tokens * h * 2 * (n - 1) / n
     return sum(spec.moe_layers) * traffic / link_bytes_per_s
+
+
+def dense_gather_s(spec: ModelSpec, inst: Instance, tokens: float, *, decode: bool, link_bytes_per_s: float) -> float:
+    """Seconds of the token gathers of the dense layers' MLPs under SGLang's default dense tensor parallelism
+    with attention DP, for one forward of `tokens` tokens (the instance's, all attention-DP ranks), bandwidth term.
+
+    Under attention DP with the dense MLPs split over all tp ranks (moe_dense_tp_size unset), every rank's tokens
+    are gathered to every rank before each dense MLP and the output reduce-scattered back (`srt/utils/common.py`
+    require_mlp_tp_gather: True when moe_dense_tp_size is None; `srt/layers/dp_attention.py` dp_gather /
+    dp_reduce_scatter_tensor). A prefill batch gathers by an all-reduce of the summed buffer (DpPaddingMode
+    SUM_LEN for batches with prefill, 2 (n - 1) / n x the buffer per GPU), a decode batch of even ranks by an
+    all-gather (MAX_LEN, (n - 1) / n; the custom all-reduce path is off under an all-to-all MoE backend,
+    _decode_sum_len_fits_custom_all_reduce); the reduce-scatter moves (n - 1) / n. Per dense layer and GPU:
+    (3 prefill | 2 decode) x (n - 1) / n x tokens x hidden x 2 B (bf16) over `link_bytes_per_s` (the network
+    for an instance over nodes, `link_bytes_per_s`). 0 with `Instance.dense_dp` (no gather: each rank runs its
+    own tokens), without attention DP, or without dense layers. SGLang 0.5.23 wheel.
+    Hand check (tests/test_serve_wide_ep.py): DeepSeek-V3 (3 dense layers, hidden 7,168) at EP32 decode, 4,096
+    tokens: 3 x 2 x 31/32 x 4,096 x 7,168 x 2 B / 50 GB/s = 6.83 ms per step."""
+    if inst.dense_dp or inst.adp == 1 or not link_bytes_per_s:
+        return 0.0
+    dense = spec.num_hidden_layers - (sum(spec.moe_layers) if spec.is_moe else 0)
+    n = inst.tp
+    passes = 2 if decode else 3
+    return dense * passes * (n - 1) / n * tokens * spec.hidden_size * 2 / link_bytes_per_s
 
 
 def two_batch_overlap_tpot_s(rest_s: float, exchange_s: float) -> float:

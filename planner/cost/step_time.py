@@ -41,7 +41,7 @@ from planner.cost.pipeline import (PipelineCoefficients, pipeline_coefficients,
                                    uneven_interleaved_bubble_s)
 from planner.errors import SpecError
 from planner.frameworks import BY_NAME
-from planner.placement import overlap, pipeline_layout
+from planner.placement import mtp, overlap, pipeline_layout
 from planner.placement.precision import state_bytes, state_key
 from planner.placement.layout import RECOMPUTE_MODES, Layout
 from planner.placement.states import GROUPS
@@ -998,12 +998,22 @@ def stage_fixed_times(model: ModelSpec, cluster: ClusterSpec, layout: Layout) ->
     bf16 under fp8: Megatron builds the output layer as a plain ColumnParallelLinear unless an
     mxfp8 output projection is asked for (NVIDIA/Megatron-LM@d98e8a6 megatron/core/models/gpt/
     gpt_model.py l. 272-276), torchtitan's float8 recipes filter it out (pytorch/torchtitan@b5bcd76
-    torchtitan/components/quantization/float8.md l. 24, filter_fqns=["output"])."""
+    torchtitan/components/quantization/float8.md l. 24, filter_fqns=["output"]). With MTP layers
+    (`placement.mtp`), each adds the output layer again on the last stage and, on its own stage,
+    one decoder layer of the last layer's kind (`layer_time`, no recompute) plus eh_proj's
+    2h x h GEMM (6 x 2h^2 FLOPs per token / tp) -- Megatron's own FLOP count
+    (NVIDIA/Megatron-LM@d98e8a6 megatron/training/training.py l. 1005, 1042-1046)."""
     b, s, tp, cp = layout.micro_batch_size, layout.seq_len, layout.tp, layout.cp
     rate = achieved_flops(cluster.gpu, core_precision(layout.precision),
                           gemm_dim=min(model.hidden_size, b * s / cp))
     head = 6 * b * s * model.padded_vocab_size * model.hidden_size / (tp * cp) / rate
-    return tuple(head if i == layout.pp - 1 else 0.0 for i in range(layout.pp))
+    out = [head if i == layout.pp - 1 else 0.0 for i in range(layout.pp)]
+    if n := mtp.mtp_layers(model, layout):  # MTP: each layer and the output layer again
+        out[-1] += n * head
+        proj = 6 * b * s * 2 * model.hidden_size ** 2 / (tp * cp) / rate
+        block = layer_time(model, cluster, layout, mtp.mtp_block_index(model), "none").total_s
+        out[mtp.mtp_stage(layout)] += n * (block + proj)
+    return tuple(out)
 
 
 def _stage_param_count(model: ModelSpec, layout: Layout, layers: Sequence[int], stage: int) -> float:
@@ -1060,7 +1070,8 @@ def state_records(model: ModelSpec, layout: Layout) -> StateRecords:
     """`StateRecords` of `layout` (its split and recompute fields are ignored)."""
     ov = overlap.resolve(layout)
     key = (id(model), placement_key(layout), layout.num_microbatches, *state_key(layout),
-           ov.overlap_grad_reduce, ov.overlap_param_gather)  # what `comm.state_collectives` reads
+           ov.overlap_grad_reduce, ov.overlap_param_gather,  # what `comm.state_collectives` reads
+           layout.mtp_layers)  # and the MTP layers' states on their stage (`memory._group_counts`)
     hit = _STATE_RECORDS.get(key)
     if hit is None or hit[0] is not model:
         if len(_STATE_RECORDS) >= 4096:
@@ -1680,7 +1691,7 @@ read (each entry keeps its model alive)."""
 def _element_totals(model: ModelSpec, layout: Layout) -> tuple[dict[str, float], dict[str, float]]:
     """(local elements per group of all decoder layers, of every stage's fixed part) on the GPUs
     of one pipeline column (`comm.layer_elements`, `comm.fixed_elements`)."""
-    key = ("elements", id(model), layout.tp, layout.ep, layout.etp, layout.pp, layout.framework)
+    key = ("elements", id(model), layout.tp, layout.ep, layout.etp, layout.pp, layout.framework, layout.mtp_layers)
     hit = _TOTALS.get(key)
     if hit is None or hit[0] is not model:
         kinds, reps = layer_kinds(model)

@@ -10,8 +10,9 @@ launches with, in the framework's real argument / key names:
   --config C` with the plan's settings as dotted overrides);
 - `torchtitan-toml`: a torchtitan TOML job config (releases up to 238fa99).
 
-What a framework cannot express exactly (a per-stage recompute mix Megatron's one recompute layer
-count cannot say) is emitted as the nearest configuration whose every stage still fits the plan's
+What a framework cannot express exactly (in a plan file, a per-stage recompute mix Megatron's one
+recompute layer count cannot say; `planner plan` ranks only settings the framework launches) is
+emitted as the nearest configuration whose every stage still fits the plan's
 memory budget (more recompute), and each
 such change is listed in `Emitted.deviations` with its numbers; nothing is changed silently. The
 readers of `planner check` read every emitted file back (tests/test_emit_*.py): the round trip
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -154,14 +155,13 @@ def checked(doc: dict, framework: str) -> tuple[Emitted, dict]:
     return emitted, check_api.evaluate(target)
 
 
-def best_launch(result: dict, framework: str, doc_of: Callable[[dict, int], dict],
-                alternatives: Callable[[], Iterable[dict]]) -> Launch:
+def best_launch(result: dict, framework: str, doc_of: Callable[[dict, int], dict]) -> Launch:
     """The fastest configuration `framework` can launch among the search's plans (its best and
-    runners-up) and, when the best cannot be emitted exactly, the plans of `alternatives()` (the
-    best plans under each uniform recompute mode, searched only then): a per-stage recompute mix
-    or a split a framework cannot express is emitted with more recompute or another split, which
-    may cost more time than a plan it can launch as planned. Ranked by passing `planner check`,
-    then by the emitted configuration's step time as `planner check` computes it.
+    runners-up). The search ranks only recompute settings the framework launches
+    (`planner.plan._granularity_copies`), so its best plan is emitted as planned unless the
+    writer refuses it or `planner check` fails it; then the runners-up are weighed, ranked by
+    passing `planner check`, then by the emitted configuration's step time as `planner check`
+    computes it.
 
     Raises:
         InfeasibleError: no plan weighed can be launched by the framework (exit 1: the request is
@@ -170,20 +170,15 @@ def best_launch(result: dict, framework: str, doc_of: Callable[[dict, int], dict
     Args:
         result: the search's `plan()` result.
         doc_of: (a `plan()` result, plan index) -> its plan file (`planner.plan.plan_file`).
-        alternatives: further `plan()` results to weigh (called at most once).
     """
     first, refused = _launch(result, 0, framework, doc_of)
     if first is not None and not first.emitted.deviations:
         return first
     runners_up = [_launch(result, i, framework, doc_of)[0] for i in range(1, len(result["plans"]))]
-    others = list(alternatives())
     options = [o for o in [first, *runners_up] if o is not None]
-    for other in others:
-        options += [o for i in range(len(other["plans"]))
-                    if (o := _launch(other, i, framework, doc_of)[0]) is not None]
     if not options:
-        tail = (f"; and no other plan weighed (runners-up, uniform recompute) can be launched by "
-                f"{framework} either" if others or runners_up else "")
+        tail = (f"; and no runner-up of the search can be launched by {framework} either"
+                if runners_up else "")
         raise InfeasibleError(f"{_reason(refused)}{tail}")
     chosen = min(options, key=lambda o: (o.verdict["verdict"] != "pass", o.step_s))
     if chosen is first:
@@ -196,8 +191,7 @@ def best_launch(result: dict, framework: str, doc_of: Callable[[dict, int], dict
                        f"change(s) Megatron-LM needs")
         chosen = dataclasses.replace(chosen, emitted=with_search_note(chosen.emitted, (
             f"NOT the search's best plan: that one ({best:.3f} s/step as planned) {as_launched}; "
-            f"this launch, {chosen.step_s:.3f} s/step, is the fastest the search's plans and the "
-            f"best plans under one recompute mode on every layer give.")))
+            f"this launch, {chosen.step_s:.3f} s/step, is the fastest of the search's plans.")))
     return dataclasses.replace(chosen, instead_of=first)
 
 

@@ -11,9 +11,10 @@ Keys written -- exactly those `planner.check.deepspeed` reads back; names, defau
   (looked up as `getattr(torch.optim, name)`, `runtime/engine.py` `_configure_basic_optimizer`), and its
   `params` (`_optimizer_params`): the model family's published betas, epsilon and weight decay
   (`planner.emit.megatron.RECIPES`, the table the Megatron emitter writes), else the values DeepSpeed runs
-  with the section absent (`frameworks.deepspeed.OPTIMIZER_DEFAULTS`); the learning rate, which the plan does
-  not know, is the Megatron emitter's placeholder (`planner.emit.megatron.PLACEHOLDERS` LR, not DeepSpeed's
-  1e-3), named as a PLACEHOLDER on stderr (`Emitted.placeholders`: JSON has no comments);
+  with the section absent (`frameworks.deepspeed.OPTIMIZER_DEFAULTS`); the learning rate: the model's published
+  peak (`planner.emit.megatron.LEARNING_RATES`, which the Megatron emitter writes), else the Megatron emitter's
+  placeholder (`planner.emit.megatron.PLACEHOLDERS` LR, not DeepSpeed's 1e-3), either named on stderr with its
+  source or as a PLACEHOLDER (`Emitted.placeholders`: JSON has no comments);
 - the gradient clip (KEY['grad_clip']): the family's published clip (RECIPES clip_grad), else
   DeepSpeed's default 1.0;
 - the ZeRO buckets the cost model charges, so that the JSON runs what was costed (`_put_buckets`): the plan's
@@ -131,7 +132,7 @@ def write(doc: dict) -> Emitted:
         deviations.insert(0, "sequence_parallel=true not written: at tp=1 there is nothing to "
                              "split the sequence over (no effect on memory or time)")
     return Emitted(framework="deepspeed", text=json.dumps(config, indent=2) + "\n",
-                   suffix=SUFFIX, deviations=tuple(deviations), placeholders=(_lr_placeholder_note(),),
+                   suffix=SUFFIX, deviations=tuple(deviations), placeholders=(_lr_note(model),),
                    recompute_in_code=code_recompute(doc))
 
 
@@ -147,24 +148,35 @@ def _recipe_values(model) -> dict[str, str]:
     return dict(found.values) if found else {}
 
 
-def _placeholder_lr() -> str:
-    """The peak learning rate the Megatron emitter writes as its placeholder (`megatron.PLACEHOLDERS` LR)."""
-    from planner.emit.megatron import PLACEHOLDERS
+def _lr(model) -> str:
+    """The peak learning rate: the model's published one (`megatron.LEARNING_RATES`), else the placeholder the
+    Megatron emitter writes (`megatron.PLACEHOLDERS` LR)."""
+    from planner.emit.megatron import PLACEHOLDERS, learning_rate
 
-    return next(default for var, default, _ in PLACEHOLDERS if var == "LR")
+    rate = learning_rate(model)
+    return rate.lr if rate else next(default for var, default, _ in PLACEHOLDERS if var == "LR")
 
 
-def _lr_placeholder_note() -> str:
-    """The stderr line marking the JSON's learning rate as a placeholder (`Emitted.placeholders`)."""
-    return (f"PLACEHOLDER: {K['optimizer_params']}.lr is {float(_placeholder_lr()):g}, the plan does not know the "
-            f"learning rate (--emit megatron writes the same placeholder; DeepSpeed's own default is "
-            f"{ds.OPTIMIZER_DEFAULTS['adamw']['lr']:g}): set your peak learning rate before launching")
+def _lr_note(model) -> str:
+    """The stderr line (`Emitted.placeholders`: JSON has no comments) saying where the JSON's learning rate comes
+    from: the model's published peak with its source, or a placeholder to set; either way the JSON writes no
+    scheduler section, so the rate is constant unless the training script builds a schedule."""
+    from planner.emit.megatron import learning_rate
+
+    rate, key = learning_rate(model), f"{K['optimizer_params']}.lr"
+    if rate is None:
+        return (f"PLACEHOLDER: {key} is {float(_lr(model)):g}, the plan does not know the "
+                f"learning rate (--emit megatron writes the same placeholder; DeepSpeed's own default is "
+                f"{ds.OPTIMIZER_DEFAULTS['adamw']['lr']:g}): set your peak learning rate before launching")
+    return (f"{key} is {model.name}'s published peak learning rate {float(rate.lr):g} ({rate.source}); the JSON "
+            f"writes no scheduler, so DeepSpeed holds it constant unless the training script builds the warm-up "
+            f"and decay (--emit megatron writes them)")
 
 
 def _optimizer_params(model, optimizer: str) -> dict:
     """`optimizer.params` (module docstring): OPTIMIZER_DEFAULTS with the family's published AdamW values and
-    the placeholder learning rate."""
-    params = {**ds.OPTIMIZER_DEFAULTS[optimizer], "lr": float(_placeholder_lr())}
+    the model's published learning rate, else the placeholder one."""
+    params = {**ds.OPTIMIZER_DEFAULTS[optimizer], "lr": float(_lr(model))}
     values = _recipe_values(model)
     if optimizer == "adamw":
         params["betas"] = [float(values.get(f"adam_beta{i + 1}", b)) for i, b in enumerate(params["betas"])]

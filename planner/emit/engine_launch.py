@@ -50,6 +50,9 @@ class Worker:
     """Whether the model's attention is MLA (SGLang's default budget depends on it)."""
     mem_fraction: float | None = None
     """The engine budget fraction the plan costed this shape at (the row's mem_fraction), None if not given."""
+    max_num_batched_tokens: int | None = None
+    """The chunk flag the plan costed this shape at where it is not the request's (the row's max_num_batched_tokens:
+    a chunk planned per attention-DP rank, `planner.serve.chunk_flag`), None otherwise."""
 
 
 def workers(data: dict, mla: bool = False) -> list[Worker]:
@@ -59,12 +62,13 @@ def workers(data: dict, mla: bool = False) -> list[Worker]:
     out = []
     for row in rows:
         par = row["parallelism"]
-        inst = sv.Instance(tp=par["tp"], pp=par["pp"], ep=par["ep"], adp=par["dp"], redundant=par.get("redundant_experts", 0))
+        inst = sv.Instance(tp=par["tp"], pp=par["pp"], ep=par["ep"], adp=par["dp"], redundant=par.get("redundant_experts", 0),
+                           dense_dp=par.get("dense_dp", False))
         count = row["workers"] if "workers" in row else par["replicas"]
         capacity = row.get("memory_bytes", {}).get("capacity")
         out.append(Worker(inst=inst, count=count, concurrency=row["concurrency"], role=row.get("role"),
                           gpu_memory_mib=capacity / 2**20 if capacity else None, mla=mla,
-                          mem_fraction=row.get("mem_fraction")))
+                          mem_fraction=row.get("mem_fraction"), max_num_batched_tokens=row.get("max_num_batched_tokens")))
     return out
 
 
@@ -366,7 +370,7 @@ def common(flag: dict, worker: Worker, req: dict, fraction: float, weight_flags:
     words = [flag["max_model_len"], str(req["max_model_len"]),
              flag["fraction"], f"{fraction:g}",
              flag["max_num_seqs"], str(worker.concurrency),
-             flag["max_num_batched_tokens"], str(req["max_num_batched_tokens"])]
+             flag["max_num_batched_tokens"], str(worker.max_num_batched_tokens or req["max_num_batched_tokens"])]
     fmt, own = req["weight_dtype"], req.get("checkpoint_weight_dtype")
     if fmt == "fp16":
         words += [flag["dtype"], HALF]

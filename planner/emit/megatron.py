@@ -47,7 +47,7 @@ from planner.evaluation import cost_stages, layer_groups, layer_modes, model_chu
 from planner.errors import SpecError
 from planner.frameworks import megatron as mg
 from planner.frameworks.megatron import FLAG as F
-from planner.placement import overlap, pipeline_layout, recompute_mix
+from planner.placement import mtp, overlap, pipeline_layout, recompute_mix
 from planner.placement.layout import OPTIMIZER_DTYPES, Layout
 from planner.placement.precision import grouped_gemm_supported, published_fp8_recipe
 from planner.plan import plan_layout
@@ -119,7 +119,7 @@ def write(doc: dict) -> Emitted:
                         f"GiB (capacity x (1 - headroom)); re-plan with --fix recompute=full and "
                         f"emit again", key="--emit")
     layout = emitted
-    deviations += _architecture_gaps(model) + _mtp_deviations(model) + _grouped_gemm_deviations(model, cluster)
+    deviations += _architecture_gaps(model) + _grouped_gemm_deviations(model, cluster)
     if layout.seq_len > model.max_position_embeddings:
         deviations.append(
             f"{F['max_position_embeddings']} {layout.seq_len} where the model has "
@@ -289,7 +289,7 @@ def _as_launched(layout: Layout) -> Layout:
     return layout.replace(pipeline_layout=pipeline_layout.from_rank_counts(plan, layout.vpp))
 
 
-def _split_flags(layout: Layout, num_layers: int) -> list[str]:
+def _split_flags(model: ModelSpec, layout: Layout) -> list[str]:
     """Virtual-stage and uneven-split flags: a layout of unequal stages (`_as_launched`) as the
     account-for-embedding / loss options when they build an interleaved one, else as the layout
     string (which sets vpp itself); otherwise layers per virtual stage or first / last stage
@@ -299,13 +299,14 @@ def _split_flags(layout: Layout, num_layers: int) -> list[str]:
     if stages is not None and not pipeline_layout.is_even(stages):
         options = pipeline_layout.account_for_options(stages, pp) if vpp > 1 else None
         if options is None:
-            return [f"{F['pipeline_layout']} '{pipeline_layout.to_string(stages)}'"]
+            text = pipeline_layout.to_string(_with_mtp(stages, mtp.mtp_layers(model, layout)))
+            return [f"{F['pipeline_layout']} '{text}'"]
         return [f"{F['vpp']} {vpp}"] + [F[k] for k, on in zip(
             ("account_for_embedding", "account_for_loss"), options) if on]
     even = len(set(split)) == 1
     out = []
     if vpp > 1:
-        out.append(f"{F['layers_per_virtual_stage']} {num_layers // pp // vpp}" if even
+        out.append(f"{F['layers_per_virtual_stage']} {model.num_hidden_layers // pp // vpp}" if even
                    else f"{F['vpp']} {vpp}")
     if even or pp == 1:
         return out
@@ -516,29 +517,31 @@ def _router_flags(model: ModelSpec) -> tuple[list[str], list[str]]:
     return out, gaps
 
 
-def _mtp_deviations(model: ModelSpec) -> list[str]:
-    """One deviation when the model has multi-token-prediction modules (num_nextn_predict_layers
-    N > 0): the script trains without them (no mtp_num_layers flag, no `m` in a layout string),
-    because the plan costs none -- N MTP layers on the last stage (Megatron builds each as a norm
-    pair, eh_proj Linear(2h, h), one decoder layer, and a second pass of the output head and loss)
-    add parameters, optimizer states, activations and time there that neither the plan nor `planner
-    check` prices; the line says how to train them and that `check` then warns (`mtp_not_costed`).
-    Source: Megatron-LM d98e8a6 `megatron/core/transformer/multi_token_prediction.py`
-    (MultiTokenPredictionLayer: enorm, hnorm, eh_proj, transformer_layer, final_layernorm; the
-    output layer applied again per MTP depth), `transformer_config.py` mtp_num_layers (MTP after
-    the last decoder layer, on the last pipeline stage); DeepSeek-V3 report (arXiv:2412.19437)
-    §2.2 and §4.2 (MTP loss weight 0.3)."""
-    n = model.num_nextn_predict_layers
+def _mtp_flags(model: ModelSpec, layout: Layout) -> list[str]:
+    """The multi-token-prediction flags of the MTP layers the plan trains and costs
+    (`placement.mtp.mtp_layers`: by default the model's num_nextn_predict_layers, as NVIDIA's
+    Megatron-Bridge DeepSeek-V3 performance recipes train it): mtp_num_layers, and the family's
+    published MTP loss weight where `RECIPES` records one (else Megatron-LM's default, 0.1). A
+    layout string gets the `m`s before its `L` (`_with_mtp`), where the plan costs them.
+    Source: NVIDIA-NeMo/Megatron-Bridge@067f987 src/megatron/bridge/recipes/deepseek/h100/
+    deepseek_v3.py l. 136-138 (mtp_num_layers 1, loss scaling 0.1) and perf_recipes/deepseek/
+    h100/deepseek_v3.py l. 48 (layout "Et|(tt|)*30mL"); Megatron-LM d98e8a6
+    multi_token_prediction.py (what is trained); DeepSeek-V3 report (arXiv:2412.19437) §4.2 (MTP
+    loss weight 0.3 for the first 10T tokens)."""
+    n = mtp.mtp_layers(model, layout)
     if not n:
         return []
     found = recipe(model)
     weight = dict(found.values).get("mtp_loss_scaling_factor") if found else None
-    scaling = f" {F['mtp_loss_scaling_factor']} {weight}" if weight else ""
-    return [f"multi-token prediction left out: the model has num_nextn_predict_layers={n}, but the "
-            f"plan costs no MTP layer (its parameters, optimizer states, activations and time on "
-            f"the last stage), so the script trains the decoder without it; to train it add "
-            f"{F['mtp_num_layers']} {n}{scaling} (and {n} `m` before the `L` of a layout string) -- "
-            f"`planner check` then warns that the MTP layer is not costed"]
+    return [f"{F['mtp_num_layers']} {n}"] + ([f"{F['mtp_loss_scaling_factor']} {weight}"] if weight else [])
+
+
+def _with_mtp(stages: tuple[str, ...], n: int) -> tuple[str, ...]:
+    """`stages` with `n` MTP layers m before the loss L when it has none (the plan costs them on
+    the loss's stage, `placement.mtp.mtp_stage`)."""
+    if not n or "m" in "".join(stages):
+        return stages
+    return tuple(s.replace("L", "m" * n + "L") for s in stages)
 
 
 def _grouped_gemm_deviations(model: ModelSpec, cluster: ClusterSpec) -> list[str]:
@@ -607,9 +610,53 @@ RECIPES = (
 )
 """The model families whose training hyper-parameters are published (each value cited above)."""
 
-PLACEHOLDER_HYPERPARAMETERS = ("adam_beta2", "weight_decay", "init_method_std", "lr_warmup_iters")
+PLACEHOLDER_HYPERPARAMETERS = ("adam_beta2", "weight_decay", "init_method_std", "lr_warmup_iters", "min_lr")
 """Knobs written as marked placeholders (Megatron-LM's default, to set) for a model with no
-`RECIPES` entry: the ones whose Megatron default differs from common LLM practice."""
+`RECIPES` entry: the ones whose Megatron default differs from common LLM practice (min_lr: Megatron
+decays to 0, Llama 2 (arXiv:2307.09288 §2.2) to 10% of the peak)."""
+
+
+@dataclass(frozen=True)
+class LearningRate:
+    """One model's published peak learning rate, and the one its decay ends at where published."""
+
+    hf_id: str
+    """The model's Hugging Face id (`ModelSpec.extra['hf_id']`), matched exactly (case aside)."""
+    lr: str
+    """Peak learning rate, as written."""
+    min_lr: str | None
+    """Learning rate at the end of the decay (None: not published)."""
+    source: str
+    """Where both are published."""
+
+
+_LLAMA3 = "The Llama 3 Herd of Models (arXiv:2407.21783)"
+LEARNING_RATES = (
+    LearningRate("meta-llama/Llama-3.1-405B", "8e-05", "8e-07",
+                 f"{_LLAMA3} §3.4.1: peak 8 x 10^-5, cosine decay to 8 x 10^-7 over 1,200,000 steps"),
+    LearningRate("meta-llama/Llama-3.1-70B", "1.5e-04", None,
+                 f"{_LLAMA3} Table 3: peak 1.5 x 10^-4; its final rate is given for 405B only"),
+    LearningRate("meta-llama/Llama-3.1-8B", "3e-04", None,
+                 f"{_LLAMA3} Table 3: peak 3 x 10^-4; its final rate is given for 405B only"),
+    LearningRate("deepseek-ai/DeepSeek-V3", "2.2e-04", "2.2e-05",
+                 "DeepSeek-V3 Technical Report (arXiv:2412.19437) §4.2: peak 2.2 x 10^-4, held to 10T tokens, "
+                 "then a cosine decay to 2.2 x 10^-5 over 4.3T tokens and constant tails (2.2 x 10^-5, then "
+                 "7.3 x 10^-6 for the last 167B tokens); the script decays from the end of the warm-up in "
+                 "Megatron-LM's default style (its WSD style with a cosine decay is the nearest to the published "
+                 "schedule)"),
+)
+"""The catalog models whose peak learning rate is published (fresh-user review 10 finding 10: the 405B
+script cited Llama 3 §3.4.1 and wrote the 3.0e-4 placeholder, 3.75x the published peak). Every other
+model's LR is the marked `PLACEHOLDERS` value and its MIN_LR Megatron-LM's default, marked. torchtitan's
+presets carry the same peaks (pytorch/torchtitan@b5bcd76 `torchtitan/models/llama3/config_registry.py`
+llama3_8b l. 211, llama3_70b l. 284, llama3_405b l. 336; `models/deepseek_v3/config_registry.py`
+deepseek_v3_671b l. 225, with a cosine decay to 0.1 x the peak)."""
+
+
+def learning_rate(model: ModelSpec) -> LearningRate | None:
+    """The `LEARNING_RATES` entry of the model (by Hugging Face id), or None."""
+    hf_id = str(model.extra.get("hf_id", "")).lower()
+    return next((r for r in LEARNING_RATES if r.hf_id.lower() == hf_id), None)
 
 
 def _placeholder_default(model: ModelSpec, var: str, default: str) -> str:
@@ -634,18 +681,23 @@ def _hyperparameters(model: ModelSpec) -> tuple[str, list[tuple[str, str, str, s
     the family's published values (`RECIPES`) with their source; each knob of
     `PLACEHOLDER_HYPERPARAMETERS` no source gives at Megatron-LM's default
     (`frameworks.megatron.DEFAULT`), its line marked PLACEHOLDER. MoE knobs are left out of a dense
-    model, MTP ones always (the script trains no MTP layer, `_mtp_deviations`)."""
-    found = recipe(model)
+    model, MTP ones always (`_mtp_flags` writes them with the MTP layers)."""
+    found, rate = recipe(model), learning_rate(model)
     published = [] if found is None else [
         (k, k.upper(), v, "") for k, v in found.values
         if not (k.startswith("moe_") and not model.is_moe)
-        and not k.startswith("mtp_")]  # MTP is not trained (`_mtp_deviations`)
+        and not k.startswith("mtp_")]  # written by `_mtp_flags` when MTP is trained
+    if rate is not None:
+        published += [("lr", "LR", rate.lr, "")] + ([("min_lr", "MIN_LR", rate.min_lr, "")] if rate.min_lr else [])
     given = {k for k, *_ in published}
     placeholders = [(k, k.upper(), f"{mg.DEFAULT[k]:g}",
                      "  # PLACEHOLDER: Megatron-LM's default; no published value recorded")
                     for k in PLACEHOLDER_HYPERPARAMETERS if k not in given]
     comment = (f"{model.name}'s published values. Source: {found.source}." if found else
                f"no published recipe of {model.name} is recorded: set the model's own.")
+    comment += (f" Learning rate: {rate.source}." if rate else
+                f" The peak learning rate LR above is a PLACEHOLDER: no published value of {model.name} is "
+                f"recorded.")
     balancing, note = _aux_loss(model) if "moe_aux_loss_coeff" not in given else ([], "")
     return comment + note, published + balancing + placeholders
 
@@ -738,7 +790,7 @@ def _flags(doc: dict, model: ModelSpec, cluster: ClusterSpec, layout: Layout,
     out = [_flag(layout, k) for k in ("tp", "pp", "cp")]
     if model.is_moe:
         out += [_flag(layout, "ep"), _flag(layout, "etp")] + _dispatcher_flags(layout, cluster)
-    out += _split_flags(layout, model.num_hidden_layers)
+    out += _split_flags(model, layout)
     if layout.sequence_parallel:
         out.append(F["sequence_parallel"])
     out += [_flag(layout, k) for k in ("micro_batch_size", "global_batch_size", "seq_len")]
@@ -749,7 +801,9 @@ def _flags(doc: dict, model: ModelSpec, cluster: ClusterSpec, layout: Layout,
     out.append(f"{F['optimizer']} {mg.OPTIMIZERS[request['optimizer']]}")
     out += recompute.flags() + [f for f in _architecture_flags(model, layout.seq_len)
                                 if f != F["moe_grouped_gemm"] or not _grouped_gemm_deviations(model, cluster)]
-    out += [f'{F[knob]} "${var}"' for knob, var, _, _ in _hyperparameters(model)[1]]
+    out += _mtp_flags(model, layout)
+    out += [f'{F[knob]} "${var}"' for knob, var, _, _ in _hyperparameters(model)[1]
+            if knob != "lr"]  # the lr flag is written with the placeholders' flags, published or not
     if layout.offload_modules:
         out += [F["fine_grained_activation_offloading"], f"{F['offload_modules']} {' '.join(layout.offload_modules)}"]
     return out + [f"{F['tokenizer_type']} HuggingFaceTokenizer",
@@ -767,7 +821,8 @@ def _script(doc: dict, model: ModelSpec, cluster: ClusterSpec, layout: Layout,
     lines = ["#!/bin/bash", *_header(doc, model, cluster, layout, recompute, deviations), "",
              "# PLACEHOLDER values: the plan does not know them; set these before launching."]
     lines += [f'{var}="${{{var}:-{_placeholder_default(model, var, default)}}}"  # {what}'
-              for var, default, what in PLACEHOLDERS]
+              for var, default, what in PLACEHOLDERS
+              if not (var == "LR" and learning_rate(model))]  # a published LR is a hyper-parameter line
     comment, values = _hyperparameters(model)
     lines += ["", *textwrap.wrap(f"Training hyper-parameters: {comment}", 96, initial_indent="# ",
                                  subsequent_indent="# ")]

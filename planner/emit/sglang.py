@@ -32,14 +32,17 @@ def command(model: str, worker: el.Worker, req: dict) -> list[str]:
         words += [FLAG["redundant_experts"], str(inst.redundant)]
     if inst.ep > 1 and inst.adp > 1:  # priced with two-batch overlap (`serve.two_batch_overlap`)
         words.append(FLAG["tbo"])
+    if inst.dense_dp and inst.adp > 1:  # dense MLPs and LM head data-parallel (`cost.serving.Instance.dense_dp`)
+        words += [FLAG["dense_tp"], str(s.DENSE_TP_VALUES[0]), FLAG["dp_lm_head"]]
     fraction = req.get("mem_fraction")
     if fraction is None:  # the fraction the plan costed this shape at (`planner.serve._memory`)
         fraction = worker.mem_fraction
     if fraction is None:  # a plan without it: SGLang's default for this command (frameworks.sglang.plan_mem_fraction)
         fraction = s.plan_mem_fraction(worker.gpu_memory_mib, tp=inst.tp, pp=inst.pp, attn_dp=inst.adp, ep=inst.ep,
                                        mla=worker.mla, max_num_batched_tokens=req["max_num_batched_tokens"])
-    # the chunked-prefill size (FLAG["max_num_batched_tokens"]) is the plan's budget as given: SGLang
-    # divides it among the attention data-parallel groups itself (frameworks.sglang.rank_chunk)
+    # the chunked-prefill size (FLAG["max_num_batched_tokens"]) is the plan's budget as given, or where the plan
+    # costed a chunk per attention-DP rank that x the ranks (worker.max_num_batched_tokens, `serve.chunk_flag`):
+    # SGLang divides it among the attention data-parallel groups itself (frameworks.sglang.rank_chunk)
     # the running-requests cap is the instance's total, divided among the attention data-parallel ranks
     # rounding down (frameworks.sglang.rank_running_requests): a multiple of adp runs what the plan priced
     whole = dataclasses.replace(worker, concurrency=s.max_running_requests_flag(worker.concurrency, inst.adp))

@@ -76,7 +76,26 @@ def write(doc: dict) -> Emitted:
                    f"cross-entropy, which keeps every logit: `planner check` this file, or plan with "
                    f"--loss-chunks 1 (as `plan --emit torchtitan-toml` does)")
     return Emitted(framework=FRAMEWORK, text=_render(settings, dev), suffix=SUFFIX,
-                   deviations=tuple(dev))
+                   deviations=tuple(dev), placeholders=(_toml_lr_note(load_model(doc["model"])),))
+
+
+TOML_LR_DEFAULTS = "lr 8e-4, 200 warm-up steps, linear decay to 0"
+"""What a TOML release runs with no learning-rate keys. Source: pytorch/torchtitan@238fa99
+`torchtitan/config/job_config.py` l. 138 (Optimizer lr), l. 170, 192, 200 (LRScheduler warmup_steps,
+decay_type, min_lr_factor)."""
+
+
+def _toml_lr_note(model: ModelSpec) -> str:
+    """The stderr line (`Emitted.placeholders`) saying the TOML writes no learning rate, what torchtitan then runs,
+    and the model's published peak where one is recorded (`emit.megatron.LEARNING_RATES`; the command-line
+    form runs its preset's, which for the Llama 3 and DeepSeek-V3 presets is the published one)."""
+    from planner.emit.megatron import learning_rate
+
+    rate = learning_rate(model)
+    known = (f"{model.name}'s published peak is {float(rate.lr):g} ({rate.source})" if rate else
+             f"no published learning rate of {model.name} is recorded")
+    return (f"PLACEHOLDER: the TOML writes no learning rate or schedule, so torchtitan runs its defaults "
+            f"({TOML_LR_DEFAULTS}); {known}: set yours before launching")
 
 
 def _loss_chunks(doc: dict) -> int:

@@ -5,6 +5,17 @@ line, `#` lines say where and when they were recorded."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import NamedTuple
+
+
+class Removed(NamedTuple):
+    """A flag a framework removed or renamed (its `RENAMED` table): what replaces it and where."""
+
+    replacement: str | None
+    """What to write instead, as the framework spells it (a flag and its value); None: nothing (the flag
+    had no effect when it was removed)."""
+    source: str
+    """The framework release or commit that removed it."""
 
 
 def recorded_flags(name: str) -> frozenset[str]:

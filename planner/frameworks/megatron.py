@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+
+from planner.frameworks.flag_files import Removed
 from planner.placement.layout import (CROSS_ENTROPY_FUSIONS, FP8_RECIPES, OFFLOAD_MODULES, OPTIMIZER_DTYPES,
                                       RECOMPUTE_MODULES)
 
@@ -221,6 +223,7 @@ FLAGS = (
     Flag("lr_decay_iters", "--lr-decay-iters", TEXT),
     Flag("lr_warmup_fraction", "--lr-warmup-fraction", TEXT),
     Flag("lr", "--lr", TEXT, read=False),
+    Flag("min_lr", "--min-lr", TEXT, 0.0, read=False),  # arguments.py l. 2991 (`_add_learning_rate_args`)
     # torchrun (torch/distributed/run.py): world size = nproc_per_node x nnodes
     Flag("nproc_per_node", "--nproc_per_node", INT),
     Flag("nproc_per_node_dashed", "--nproc-per-node", INT),
@@ -295,6 +298,24 @@ FLAG = {f.knob: f.flag for f in FLAGS}
 """knob -> Megatron's flag name."""
 DEFAULT = {f.knob: f.default for f in FLAGS}
 """knob -> Megatron's value when the flag is absent."""
+
+RENAMED = {
+    "--fp8-hybrid": Removed(f"{FLAG['fp8_format']} hybrid", "Megatron-LM 1b7a383, 2023-08-24, 'consolidate fp8 args': "
+                            "the fp8 switches became the one format flag"),
+    "--fp8-e4m3": Removed(f"{FLAG['fp8_format']} e4m3", "Megatron-LM 1b7a383, 2023-08-24, 'consolidate fp8 args'"),
+    "--distribute-checkpointed-activations": Removed(
+        "--distribute-saved-activations", "Megatron-LM bbab79f and d19e8ad, 2022-05-16"),
+    "--DDP-impl": Removed(None, "Megatron-LM 3fb3e95, 2023-08-31, 'Deprecate torchDDP and get rid of "
+                                "args.DDP_impl': Megatron's own DDP is the only one"),
+    "--no-async-tensor-model-parallel-allreduce": Removed(
+        None, "Megatron-LM 639c08a, 2026-01-29; its help said 'DEPRECATED. This flag is ignored.'"),
+}
+"""Flags Megatron-LM removed -> what replaces them (`Removed`), each read in the commit that removed it
+(NVIDIA/Megatron-LM history, `megatron/arguments.py` then `megatron/training/arguments.py`). The
+unknown-flag check (`planner.check.megatron`) gives this replacement before any closest-name guess:
+the closest name of a removed flag is often an unrelated feature (--fp8-hybrid is nearest to
+--fp8-recipe; fresh-user review 10 finding 11)."""
+
 READ = {f.flag: f for f in FLAGS if f.read}
 SCHEDULE_FLAGS = ("--train-iters", "--lr-decay-iters", "--lr-warmup-iters", "--lr-warmup-fraction")
 """The schedule's lengths, read only for its start-up assertion (`planner.check.megatron._schedule`): a value

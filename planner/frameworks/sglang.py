@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from planner.frameworks.flag_files import recorded_flags
+from planner.frameworks.flag_files import Removed, recorded_flags
 
 ENGINE = "sglang"
 VERSION = "SGLang 0.5.23"
@@ -50,6 +50,8 @@ FLAG = {
     "a2a": "--moe-a2a-backend",
     "redundant_experts": "--ep-num-redundant-experts",
     "tbo": "--enable-two-batch-overlap",
+    "dense_tp": "--moe-dense-tp-size",
+    "dp_lm_head": "--enable-dp-lm-head",
     "fraction": "--mem-fraction-static",
     "max_model_len": "--context-length",
     "max_num_seqs": "--max-running-requests",
@@ -69,12 +71,25 @@ FLAG = {
     "host": "--host",
 }
 """Planner knob -> SGLang's flag."""
+_DEPRECATED = ("sgl-project/sglang@d5fd0ab2 docs/references/deprecated_items.md, 'MoE Runner Backend "
+               "Arguments'; gone from the 0.5.23 parser")
+RENAMED = {
+    "--enable-ep-moe": Removed(f"{FLAG['ep']} equal to {FLAG['tp']}", _DEPRECATED),
+    "--enable-deepep-moe": Removed(f"{FLAG['a2a']} deepep", _DEPRECATED),
+    **{f"--enable-{name.replace('_', '-')}-moe": Removed(f"--moe-runner-backend {name}", _DEPRECATED)
+       for name in ("flashinfer_cutlass", "flashinfer_cutedsl", "flashinfer_trtllm", "triton_kernel",
+                    "flashinfer_mxfp4")},
+}
+"""Flags SGLang removed -> what replaces them (`Removed`), from SGLang's own deprecation list; none of
+them is in `sglang_flags.txt` (0.5.23). The unknown-flag check gives this replacement before any
+closest-name guess: --enable-ep-moe is nearest to --enable-eplb, the expert load balancer, an unrelated
+feature (fresh-user review 10 finding 11)."""
 ALIASES = {"--tensor-parallel-size": FLAG["tp"], "--pipeline-parallel-size": FLAG["pp"],
            "--data-parallel-size": FLAG["dp"], "--attention-data-parallel-size": FLAG["adp"],
            "--expert-parallel-size": FLAG["ep"], "--ep": FLAG["ep"], "--model": FLAG["model"]}
 """Other option strings of the same options."""
 SWITCHES = frozenset({FLAG["dp_attention"], FLAG["tbo"], "--trust-remote-code", "--enable-torch-compile",
-                      "--disable-radix-cache", "--enable-dp-lm-head", "--skip-server-warmup",
+                      "--disable-radix-cache", FLAG["dp_lm_head"], "--skip-server-warmup",
                       "--disable-cuda-graph", "--enable-metrics"})
 """Flags that take no value."""
 A2A_SPANNING = frozenset({"megamoe", "deepep", "deepep_v2", "mooncake", "nixl", "ascend_fuseep",
@@ -173,6 +188,20 @@ maximum of this value and the model's maximum context length', `srt/arg_groups/f
 l. 71-81)."""
 
 
+DEEPEP_DECODE_RESERVE_MIB = 2048
+"""MiB SGLang reserves for DeepEP's low-latency all-to-all buffers outside a prefill worker when the decode CUDA
+graph is on ('DeepEP all-to-all buffers captured in the decode graph are real extra allocations'): SGLang 0.5.23
+wheel `srt/arg_groups/memory_hook.py` reserve_for_deepep_a2a_mb."""
+DENSE_TP_VALUES = (1,)
+"""--moe-dense-tp-size values the planner models besides unset (all tp ranks): 1, the dense MLPs whole on every
+rank (`cost.serving.Instance.dense_dp`); SGLang takes None, 1 or tp_size (`srt/arg_groups/validation_hook.py`
+'moe_dense_tp_size only supports None, 1, or tp_size currently'). serve-plan writes it together with
+FLAG["dp_lm_head"], as LMSYS's 96-H100 DeepSeek launches do (sgl-project/sglang issue #6017; LMSYS,
+lmsys.org/blog/2025-05-05-large-scale-ep, "Dense FFNs" and "LM Head"): with the LM head still split over all
+ranks SGLang keeps gathering every rank's tokens (`srt/utils/common.py` require_mlp_tp_gather: True unless
+moe_dense_tp_size is set, enable_dp_lm_head is on and an all-to-all backend runs)."""
+
+
 def chunking_off(chunked_prefill_size: int | None) -> bool:
     """Whether --chunked-prefill-size switches chunked prefill off (<= 0, `CHUNKED_PREFILL_OFF`)."""
     return chunked_prefill_size is not None and chunked_prefill_size <= 0
@@ -237,12 +266,17 @@ def default_mem_fraction_static(gpu_memory_mib: float, *, tp: int, pp: int, chun
             sizes = prefill_graph_sizes(2048 if deepep else chunk)  # none when off (chunk <= 0)
             graphs += 8 * len({-(-b // 8) * 8 for b in sizes} if deepep else sizes)
         graphs += 1024 if deepep else 0
-    reserved = 512 + tokens * 1.5 + tp * pp / 8 * 1024 + graphs
-    if gpu_memory_mib > 60 * 1024:
-        reserved = max(reserved, 10 * 1024)
+    reserved = max(512 + tokens * 1.5 + tp * pp / 8 * 1024 + graphs, min_reserved_mib(gpu_memory_mib))
     if deepep and role != "prefill":
-        reserved += 2048
+        reserved += DEEPEP_DECODE_RESERVE_MIB
     return round((gpu_memory_mib - reserved) / gpu_memory_mib, 3)
+
+
+def min_reserved_mib(gpu_memory_mib: float) -> float:
+    """The least memory SGLang keeps out of mem_fraction_static on a GPU of `gpu_memory_mib` MiB: 10 GiB above
+    60 GiB of memory, else none (SGLang 0.5.23 wheel `srt/arg_groups/memory_hook.py` handle_gpu_memory_settings,
+    `default_mem_fraction_static`)."""
+    return 10 * 1024 if gpu_memory_mib > 60 * 1024 else 0
 
 
 def prefill_graph_sizes(max_bs: int) -> list[int]:

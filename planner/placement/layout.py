@@ -77,10 +77,12 @@ multiplies, cast back) of torchtitan's `norm_type = "rmsnorm"` up to early 2025
 llama3 train configs' default norm_type, train_configs/llama3_8b.toml). torch.compile fuses
 either (`step_time.composite_norm_bytes` prices the difference in eager only)."""
 PRECISION_KNOBS = ("fp8_recipe", "fp8_param_gather", "precision_aware_optimizer", *OPTIMIZER_DTYPES,
-                   "cross_entropy_fusion", "loss_chunks")
-"""The fp8 recipe and parameter storage, the precision-aware optimizer's and the loss's `Layout`
-fields (None = the framework's default: delayed; off; off; fp32; unfused;
-`placement.precision.loss_chunks`)."""
+                   "cross_entropy_fusion", "loss_chunks", "mtp_layers")
+"""The fp8 recipe and parameter storage, the precision-aware optimizer's, the loss's and the
+multi-token-prediction `Layout` fields, which `plan` takes and its plan files record (None = the
+framework's default: delayed; off; off; fp32; unfused; `placement.precision.loss_chunks`;
+`placement.mtp.mtp_layers`). `Layout.swiglu_fp8_input_store` is not one: Megatron-LM has no flag
+for it, so `explain` alone sets it."""
 BUCKET_KNOBS = ("reduce_bucket", "allgather_bucket", "zero3_prefetch", "zero3_live_parameters",
                 "zero3_persistence")
 """DeepSpeed ZeRO's bucket and threshold sizes, elements (`Layout.buckets`; the keys, defaults and sources
@@ -184,6 +186,17 @@ class Layout:
     """torchtitan's chunked loss (`ChunkedLossWrapper` num_chunks): the head and cross-entropy run
     on this many token chunks, no logits kept; 1 = the plain cross-entropy; None = the framework's
     default (`placement.precision.loss_chunks`)."""
+    mtp_layers: int | None = None
+    """Multi-token-prediction layers trained after the last decoder layer (Megatron-LM's
+    `frameworks.megatron.FLAG["mtp_num_layers"]`; 0 = none); None = the recipe's default
+    (`placement.mtp.mtp_layers`: the model's num_nextn_predict_layers under Megatron, as
+    Megatron-Bridge's DeepSeek-V3 recipes train it; none elsewhere). Costed on the stage that holds
+    it (`placement.mtp.mtp_stage`): its parameters, gradients and optimizer states, activations and
+    time (`cost.memory`, `cost.step_time`)."""
+    swiglu_fp8_input_store: bool | None = None
+    """Megatron-LM's fp8 store of the SwiGLU input (`frameworks.megatron.FLAG[
+    "activation_func_fp8_input_store"]`): the activation function's saved input is kept in fp8,
+    1 B per element instead of 2 (`cost.activations`); None = off (its default)."""
     buckets: tuple[tuple[str, int], ...] | None = None
     """DeepSpeed ZeRO bucket and threshold sizes the config sets, as sorted (knob, elements) pairs of
     BUCKET_KNOBS (integers >= 0); a knob left out, or None, is DeepSpeed's default
@@ -283,6 +296,11 @@ class Layout:
         if self.loss_chunks is not None and not _loss_chunks_ok(self):
             raise SpecError(f"value {self.loss_chunks!r} must be an integer >= 1 (1 = no chunking)",
                             key="loss_chunks")
+        if self.mtp_layers is not None and not _mtp_layers_ok(self):
+            raise SpecError(f"value {self.mtp_layers!r} must be an integer >= 0 (0 = no MTP)", key="mtp_layers")
+        if self.swiglu_fp8_input_store is not None and type(self.swiglu_fp8_input_store) is not bool:
+            raise SpecError(f"value {self.swiglu_fp8_input_store!r} must be true, false or absent (off)",
+                            key="swiglu_fp8_input_store")
         if self.moe_dispatcher is not None and self.moe_dispatcher not in MOE_DISPATCHERS:
             _check_choice("moe_dispatcher", self.moe_dispatcher, MOE_DISPATCHERS)
         if type(self.offload) is not frozenset:
@@ -509,6 +527,9 @@ _FIELD_OK = {
     "cross_entropy_fusion": lambda layout: (layout.cross_entropy_fusion is None
                                             or layout.cross_entropy_fusion in CROSS_ENTROPY_FUSIONS),
     "loss_chunks": lambda layout: layout.loss_chunks is None or _loss_chunks_ok(layout),
+    "mtp_layers": lambda layout: layout.mtp_layers is None or _mtp_layers_ok(layout),
+    "swiglu_fp8_input_store": lambda layout: (layout.swiglu_fp8_input_store is None
+                                             or type(layout.swiglu_fp8_input_store) is bool),
     "moe_dispatcher": lambda layout: (layout.moe_dispatcher is None
                                       or layout.moe_dispatcher in MOE_DISPATCHERS),
     "fp8_recipe": lambda layout: layout.fp8_recipe is None or layout.fp8_recipe in FP8_RECIPES,
@@ -540,6 +561,10 @@ pipeline_layout, vpp pipeline_layout, framework the module lists (Megatron only)
 
 def _loss_chunks_ok(layout: Layout) -> bool:
     return type(layout.loss_chunks) is int and layout.loss_chunks >= 1
+
+
+def _mtp_layers_ok(layout: Layout) -> bool:
+    return type(layout.mtp_layers) is int and layout.mtp_layers >= 0
 
 
 def _check_choice(key: str, value: object, allowed: tuple[str, ...]) -> None:

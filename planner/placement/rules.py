@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from planner import frameworks
 from planner.frameworks import deepspeed, megatron, torchtitan
-from planner.placement import pipeline_layout
+from planner.placement import mtp as mtp_mod, pipeline_layout
 from planner.placement.layout import OPTIMIZER_DTYPES, PRECISIONS, Layout
 from planner.placement.precision import (allowed_grad_reduce_dtypes, blackwell_or_later, grad_reduce_dtype,
                                          grouped_gemm_supported, loss_chunks, padded_vocab,
@@ -85,7 +85,7 @@ def check_layout(model: ModelSpec, cluster, layout: Layout) -> list[Violation]:
                  _interleaved_microbatches, _microbatch_group,
                  _zero_with_pp, _zero_without_dp, _precision_supported, _tp_domain,
                  _zero_stage_supported, _grad_reduce_supported, _precision_aware_optimizer,
-                 _cross_entropy, _torchtitan_dims,
+                 _cross_entropy, _mtp_and_swiglu_store, _torchtitan_dims,
                  _deepspeed_autotp, _deepspeed_parallelism, _no_effect, _offload_needs_zero, _moe_dispatcher_supported,
                  _recompute_modules, _ep_comm_overlap, _tp_comm_overlap, _moe_tp_sequence_parallel,
                  _cp_short_chunk):
@@ -328,11 +328,12 @@ def _layout_fix(stages: tuple[str, ...], pp: int) -> str:
 
 def _pipeline_layout(model: ModelSpec, layout: Layout) -> list[Violation]:
     """An explicit virtual-stage layout: Megatron's `validate_layer_layout` model checks (decoder
-    layers = num_layers; MTP layers = mtp_num_layers, which planner reads as the model's
-    num_nextn_predict_layers or 0); the structure checks run when the layout is parsed
+    layers = num_layers; MTP layers m = the ones trained, `placement.mtp.mtp_layers`, or none,
+    which places them before the L); the structure checks run when the layout is parsed
     (`pipeline_layout.parse`). Empty virtual stages are allowed, as Megatron builds them. Only
     Megatron reads such a layout (its layout string, or the account-for options).
-    Source: Megatron-LM d98e8a6 `megatron/core/transformer/pipeline_parallel_layer_layout.py`."""
+    Source: Megatron-LM d98e8a6 `megatron/core/transformer/pipeline_parallel_layer_layout.py`
+    (l. 111-115: the MTP count, rule `mtp_layout`)."""
     stages, n, pp = layout.pipeline_layout, model.num_hidden_layers, layout.pp
     text = pipeline_layout.to_string(stages)
     decoders = sum(pipeline_layout.decoder_counts(stages))
@@ -350,16 +351,14 @@ def _pipeline_layout(model: ModelSpec, layout: Layout) -> list[Violation]:
                                      f"model has num_hidden_layers={n}",
                              fix=f"e.g. {_layout_fix(uneven, pp)}" if uneven
                              else f"give {n} decoder layers t"))
-    if mtp not in (0, model.num_nextn_predict_layers):
-        out.append(Violation(rule="pipeline_layout",
-                             message=f"pipeline_layout {text} has {mtp} MTP layers m; the model has "
-                                     f"num_nextn_predict_layers={model.num_nextn_predict_layers}",
-                             fix=f"give {model.num_nextn_predict_layers} m, or none"))
-    elif mtp:  # placed, but no cost term prices an MTP layer (check's reader says the same)
-        out.append(Violation(rule="mtp_not_costed", severity="warning",
-                             message=f"pipeline_layout {text} places {mtp} MTP layer(s) m; their "
-                                     f"memory and time on that stage are not costed",
-                             fix="drop the m to cost exactly what runs"))
+    trained = mtp_mod.mtp_layers(model, layout)
+    if mtp and mtp != trained:
+        out.append(Violation(rule="mtp_layout",
+                             message=f"pipeline_layout {text} has {mtp} MTP layers m, the layout trains "
+                                     f"mtp_layers={trained} ({megatron.FLAG['mtp_num_layers']}): Megatron-LM "
+                                     f"asserts they match (pipeline_parallel_layer_layout.py validate_layer_layout)",
+                             fix=f"mtp_layers={mtp} ({megatron.FLAG['mtp_num_layers']} {mtp}), or {trained} m "
+                                 f"before the L (none: placed there)"))
     ranks = pipeline_layout.rank_counts(stages, pp)
     if layout.pipeline_layers is not None and tuple(layout.pipeline_layers) != ranks:
         out.append(Violation(rule="pipeline_layout",
@@ -787,6 +786,29 @@ def _cross_entropy(model, cluster, layout: Layout) -> list[Violation]:
                                      f"micro-batch into loss_chunks={loss_chunks(layout)}, which must "
                                      f"divide them",
                              fix="pick loss_chunks dividing the tokens per micro-batch, or loss_chunks=1"))
+    return out
+
+
+def _mtp_and_swiglu_store(model: ModelSpec, cluster, layout: Layout) -> list[Violation]:
+    """Megatron-LM's knobs `Layout.mtp_layers` (> 0) and `Layout.swiglu_fp8_input_store` under
+    another framework (torchtitan's MTP is a DeepSeek-V3 debug config without PP or CP,
+    `placement.mtp.TRAINED_BY_DEFAULT`), and the fp8 SwiGLU input store on a model whose MLP is
+    not SwiGLU: Megatron-LM raises "Storing activation input in FP8 is supported only for SwiGLU"
+    (NVIDIA/Megatron-LM@d98e8a6 megatron/core/transformer/transformer_config.py l. 2467-2469)."""
+    out = []
+    if layout.framework != "megatron" and layout.mtp_layers:
+        out.append(Violation(rule="mtp_layers", message=f"mtp_layers={layout.mtp_layers}: multi-token "
+                             f"prediction is costed as Megatron-LM trains it; {layout.framework} has none here",
+                             fix="mtp_layers=0, or framework=megatron"))
+    if layout.swiglu_fp8_input_store:
+        if layout.framework != "megatron":
+            out.append(Violation(rule="swiglu_fp8_input_store", message=f"swiglu_fp8_input_store is "
+                                 f"Megatron-LM's; {layout.framework} has no such knob", fix="drop it"))
+        elif not (model.gated_mlp and model.hidden_act in ("silu", "swish")):
+            out.append(Violation(rule="swiglu_fp8_input_store",
+                                 message=f"swiglu_fp8_input_store: {model.name}'s MLP is not SwiGLU "
+                                         f"({model.hidden_act}); Megatron-LM refuses the fp8 store",
+                                 fix="drop it"))
     return out
 
 
