@@ -41,6 +41,31 @@ def test_deepspeed_every_bad_value(tmp_path):
             "optimizer.type: value 'Lion' not supported; supported: Adam, AdamW (any case), SGD")]
 
 
+def test_deepspeed_every_bad_value_of_the_zero_section_and_layout(tmp_path):
+    """The ZeRO section (stage, each offload device, a bucket below DeepSpeed's bounds, named once) and the layout
+    keys this reader refuses (AutoTP size, Ulysses, AutoEP, a contradicted dp) in one run (each stopped at the first:
+    gate3's leftover)."""
+    path = tmp_path / "ds.json"
+    path.write_text('{"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 8, "bf16": {"enabled": true},\n'
+                    ' "tensor_parallel": {"autotp_size": -1}, "sequence_parallel_size": 2,\n'
+                    ' "expert_parallel": {"enabled": true}, "data_parallel_size": 3,\n'
+                    ' "zero_optimization": {"stage": 5, "offload_optimizer": {"device": "gpu"},\n'
+                    '                       "offload_param": {"device": "disk"}, "reduce_bucket_size": -1}}\n')
+    assert _errors(path, "-m", "llama-3.1-8b", "--gpus", "8", "--seq-len", "4096") == [
+        f"error: {path}: {line}" for line in (
+            "tensor_parallel.autotp_size: value -1 must be an integer >= 0",
+            "sequence_parallel_size: value 2: Ulysses sequence parallelism is not read by this check; check the "
+            "layout with `planner explain --cp`",
+            "expert_parallel.enabled: AutoEP (expert_parallel.enabled) is not read by this check; check the layout "
+            "with `planner explain --ep`",
+            "data_parallel_size: data_parallel_size=3 but --gpus 8 / tp 1 gives dp=8; give consistent values",
+            "zero_optimization.stage: value 5 not allowed; allowed: 0, 1, 2, 3",
+            "zero_optimization.offload_optimizer.device: value 'gpu' not allowed; allowed: none, cpu, nvme",
+            "zero_optimization.offload_param.device: value 'disk' not allowed; allowed: none, cpu, nvme",
+            "zero_optimization.reduce_bucket_size: value -1 must be an integer > 0: DeepSpeed's ZeRO config model "
+            "rejects it at start-up (DeepSpeedZeroConfig)")]
+
+
 def test_vllm_launch_every_bad_value(tmp_path):
     path = tmp_path / "serve.sh"
     path.write_text("vllm serve meta-llama/Llama-3.1-8B-Instruct --tensor-parallel-size two --max-model-len 8q "
@@ -146,3 +171,16 @@ def test_megatron_shell_and_argparse_bad_values_together(tmp_path):
         "--bf16: takes no value (got 'yes'); it is a switch",
         "--recompute-granularity: value 'ful' not allowed; allowed: full, selective; also --overlap-grad-reduc is "
         "not a Megatron-LM flag; did you mean --overlap-grad-reduce?")]
+
+
+def test_engine_launch_every_bad_input_of_every_command(tmp_path):
+    """Beyond numbers, fractions and choices (a dtype not modelled, a GPU list, a weight format) and over every
+    command of the file, in one run (gate3's leftover: the first command's first such error stopped the file)."""
+    path = tmp_path / "serve.sh"
+    path.write_text("CUDA_VISIBLE_DEVICES=a,b vllm serve meta-llama/Llama-3.1-8B-Instruct --tensor-parallel-size two "
+                    "--dtype float32\nvllm serve meta-llama/Llama-3.1-8B-Instruct --port 8001 "
+                    "--gpu-memory-utilization 1.5 --quantization foo\n")
+    lines = _errors(path)
+    assert [line.split(": ")[2] for line in lines] == ["--tensor-parallel-size", "--dtype", "CUDA_VISIBLE_DEVICES",
+                                                       "--quantization", "--gpu-memory-utilization"], lines
+    assert "value 'a,b' must list GPU indices" in lines[2] and "value '1.5' must be a number in (0, 1]" in lines[4]

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import json
 import re
 import tomllib
 from collections.abc import Callable, Mapping
@@ -99,7 +100,27 @@ def _read_plan(doc: Document, **given) -> Target:
 
 def _read_deepspeed(doc: Document, **given) -> Target:
     from planner.check import deepspeed
+    _strict_json(doc)
     return deepspeed.read(doc.path, doc.mapping, **given)
+
+
+def _strict_json(doc: Document) -> None:
+    """Bad input when a DeepSpeed config that opens as JSON (`{`) is not strict JSON, whatever the file's name
+    or on standard input, as a `.json` file already is (`files.read_mapping`): a YAML reading took trailing
+    commas, single quotes and Python's True (fresh-user review 10 #7). DeepSpeed's own reader (hjson,
+    deepspeed/runtime/config.py DeepSpeedConfig, DeepSpeed edaa722) accepts trailing commas but reads `True`
+    as the string 'True'; loaders that use json.load refuse both.
+
+    Raises:
+        SpecError: the JSON syntax error's line and column (exit 2)."""
+    if not doc.text.lstrip().startswith("{"):
+        return
+    try:
+        json.loads(doc.text)
+    except json.JSONDecodeError as exc:
+        raise SpecError(f"JSON syntax error at line {exc.lineno}, column {exc.colno}: {exc.msg} (a DeepSpeed "
+                        f"config is JSON whatever the file's name: no trailing commas, double quotes, "
+                        f"true / false / null)", file=str(doc.path), line=exc.lineno) from None
 
 
 def _read_torchtitan(doc: Document, **given) -> Target:

@@ -98,17 +98,18 @@ def read(path: Path, data: dict, *, model: str | None, cluster: str | None, gpus
     data = resolve_auto(data, settings or {}, file)
     spec = load_model(model)
     bad: list[SpecError] = []  # each section read on past a bad value: one run names them all
-    tp, findings = collect(lambda: _tensor_parallel(data, file, gpus), bad, (1, []))
+    tp, findings = collect(lambda: _tensor_parallel(data, file, gpus, bad), bad, (1, []))
     dp = max(1, gpus // tp)
-    collect(lambda: _unsupported(data, file, dp, gpus, tp), bad, None)
+    collect(lambda: _unsupported(data, file, dp, gpus, tp, bad), bad, None)
     train, micro, gas, batch_findings = collect(lambda: _batch(data, file, dp, bad), bad, (dp, 1, 1, []))
     collect(lambda: _bound(file, train, micro, seq_len), bad, None)
-    stage, offload = collect(lambda: _zero(data, file), bad, (ds.DEFAULT["zero_stage"], frozenset()))
+    stage, offload = collect(lambda: _zero(data, file, bad), bad, (ds.DEFAULT["zero_stage"], frozenset()))
     buckets, bucket_findings = collect(lambda: _buckets(data, file, stage, spec.hidden_size), bad, ({}, []))
     precision, precision_findings = collect(lambda: _precision(data, file), bad, ("bf16", []))
     optimizer, optimizer_findings = collect(lambda: _optimizer(data, file), bad, ("adamw", []))
     collect(lambda: (_communication_dtype(data, file), _overlaps(data, file, stage, buckets)), bad, None)
-    raise_bad_values(file, bad)
+    keys: set[str] = set()  # one line per key: a bucket size below the ZeRO bounds is also `_buckets`' bad value
+    raise_bad_values(file, [e for e in bad if e.key is None or not (e.key in keys or keys.add(e.key))])
     layout = Layout(dp=dp, tp=tp, pp=1, zero_stage=stage, micro_batch_size=max(1, micro),
                     global_batch_size=max(1, micro) * max(1, gas) * dp if batch_findings else max(1, train),
                     seq_len=seq_len, recompute="none",
@@ -228,11 +229,11 @@ def _bool(data: dict, key: str, file: str, where: str) -> bool:
     return value
 
 
-def _tensor_parallel(data: dict, file: str, gpus: int) -> tuple[int, list[Violation]]:
-    """tp from the AutoTP size (0 = off), and what DeepSpeed raises on it."""
+def _tensor_parallel(data: dict, file: str, gpus: int, bad: list[SpecError]) -> tuple[int, list[Violation]]:
+    """tp from the AutoTP size (0 = off), and what DeepSpeed raises on it; each bad value added to `bad`."""
     top, size_key = ds.section(K["tp"])
     section = _section(data, top, file)
-    size = _int(section, size_key, file, K["tp"], minimum=0) or ds.DEFAULT["tp"]
+    size = collect(lambda: _int(section, size_key, file, K["tp"], minimum=0), bad, None) or ds.DEFAULT["tp"]
     tp = max(1, size)
     out = []
     if gpus % tp:
@@ -243,8 +244,8 @@ def _tensor_parallel(data: dict, file: str, gpus: int) -> tuple[int, list[Violat
                              fix=f"run on a multiple of {tp} GPUs, or pick an {size_key} "
                                  f"dividing {gpus}"))
     _, inner_key, tp_size_key = ds.section(K["tp_size"])
-    inner = _section(section, inner_key, file, f"{top}.{inner_key}")
-    tp_size = _int(inner, tp_size_key, file, K["tp_size"], minimum=1)
+    inner = collect(lambda: _section(section, inner_key, file, f"{top}.{inner_key}"), bad, {})
+    tp_size = collect(lambda: _int(inner, tp_size_key, file, K["tp_size"], minimum=1), bad, None)
     if tp > 1 and tp_size not in (None, 1, tp):
         out.append(Violation(rule="deepspeed_autotp",
                              message=f"{K['tp_size']}={tp_size} but {K['tp']}={tp}: DeepSpeed "
@@ -253,18 +254,30 @@ def _tensor_parallel(data: dict, file: str, gpus: int) -> tuple[int, list[Violat
     return tp, out
 
 
-def _unsupported(data: dict, file: str, dp: int, gpus: int, tp: int) -> None:
+def _unsupported(data: dict, file: str, dp: int, gpus: int, tp: int, bad: list[SpecError]) -> None:
     """Ulysses and AutoEP change the layout in ways this reader does not map; a data-parallel
-    size that --gpus contradicts is bad input."""
+    size that --gpus contradicts is bad input; each added to `bad`, so one run names them all."""
+    collect(lambda: _ulysses(data, file), bad, None)
+    collect(lambda: _auto_ep(data, file), bad, None)
+    collect(lambda: _data_parallel(data, file, dp, gpus, tp), bad, None)
+
+
+def _ulysses(data: dict, file: str) -> None:
     sp = data.get(K["cp"], ds.DEFAULT["cp"])
     _quoted_int(sp, file, K["cp"])
     if type(sp) is not int or sp != 1:
         raise SpecError(f"value {sp!r}: Ulysses sequence parallelism is not read by this check; "
                         f"check the layout with `planner explain --cp`", file=file, key=K["cp"])
+
+
+def _auto_ep(data: dict, file: str) -> None:
     top, enabled = ds.section(K["ep"])
     if _section(data, top, file).get(enabled, ds.DEFAULT["ep"]) is not False:
         raise SpecError(f"AutoEP ({K['ep']}) is not read by this check; check the layout with "
                         f"`planner explain --ep`", file=file, key=K["ep"])
+
+
+def _data_parallel(data: dict, file: str, dp: int, gpus: int, tp: int) -> None:
     given = data.get(K["dp"])
     _quoted_int(given, file, K["dp"])
     if given is not None and given != dp:
@@ -324,44 +337,60 @@ def _batch_finding(train: int, micro: int, gas: int, dp: int, derived: str) -> V
                      fix=fix)
 
 
-def _zero(data: dict, file: str) -> tuple[int, frozenset[str]]:
-    """(ZeRO stage, offloaded states) from the ZeRO section."""
+def _zero(data: dict, file: str, bad: list[SpecError]) -> tuple[int, frozenset[str]]:
+    """(ZeRO stage, offloaded states) from the ZeRO section; each bad value (the stage, an offload device or its
+    deprecated switch, a value below DeepSpeed's bounds) added to `bad` and read as its default, so that one run
+    names them all."""
     top, stage_key = ds.section(K["zero_stage"])
     section = data.get(top, {})
     if isinstance(section, bool):
         return int(section), frozenset()  # deprecated form: true = stage 1
     section = _section(data, top, file)
+    stage = collect(lambda: _stage(section, stage_key, file), bad, ds.DEFAULT["zero_stage"])
+    offload = set()
+    for state, knob in ds.OFFLOAD.items():
+        if collect(lambda: _offloaded(section, top, knob, file), bad, False):
+            offload.add(state)
+    for key, least in ds.ZERO_BOUNDS.items():
+        collect(lambda: _bounded(section, top, key, least, file), bad, None)
+    return stage, frozenset(offload)
+
+
+def _stage(section: dict, stage_key: str, file: str) -> int:
     stage = section.get(stage_key, ds.DEFAULT["zero_stage"])
     _quoted_int(stage, file, K["zero_stage"])
     if type(stage) is not int or stage not in ds.ZERO_STAGES:
         allowed = ", ".join(map(str, ds.ZERO_STAGES))
         raise SpecError(f"value {stage!r} not allowed; allowed: {allowed}", file=file,
                         key=K["zero_stage"])
-    offload = set()
-    for state, knob in ds.OFFLOAD.items():
-        _, key, device_key = ds.section(K[knob])
-        old = ds.section(K[f"{knob}_deprecated"])[1]
-        where = f"{top}.{key}"
-        device = _section(section, key, file, where).get(device_key, ds.DEFAULT[knob]) \
-            if section.get(key) is not None else ds.DEFAULT[knob]
-        if device not in ds.OFFLOAD_DEVICES:
-            raise SpecError(f"value {device!r} not allowed; allowed: "
-                            f"{', '.join(ds.OFFLOAD_DEVICES)}", file=file, key=K[knob])
-        deprecated = section.get(old)
-        if deprecated is not None and not isinstance(deprecated, bool):
-            raise SpecError(f"value {deprecated!r} must be true or false", file=file,
-                            key=K[f"{knob}_deprecated"])
-        if device != "none" or deprecated:
-            offload.add(state)
-    for key, least in ds.ZERO_BOUNDS.items():
-        value = section.get(key)
-        if not isinstance(value, (int, float)) or isinstance(value, bool):
-            continue
-        if not math.isfinite(value) or value < least or value != int(value):
-            raise SpecError(f"value {value!r} must be an integer {'> 0' if least else '>= 0'}: "
-                            f"DeepSpeed's ZeRO config model rejects it at start-up "
-                            f"(DeepSpeedZeroConfig)", file=file, key=f"{top}.{key}")
-    return stage, frozenset(offload)
+    return stage
+
+
+def _offloaded(section: dict, top: str, knob: str, file: str) -> bool:
+    """Whether the ZeRO section offloads the state of `knob` (its device, or the deprecated switch)."""
+    _, key, device_key = ds.section(K[knob])
+    old = ds.section(K[f"{knob}_deprecated"])[1]
+    where = f"{top}.{key}"
+    device = _section(section, key, file, where).get(device_key, ds.DEFAULT[knob]) \
+        if section.get(key) is not None else ds.DEFAULT[knob]
+    if device not in ds.OFFLOAD_DEVICES:
+        raise SpecError(f"value {device!r} not allowed; allowed: "
+                        f"{', '.join(ds.OFFLOAD_DEVICES)}", file=file, key=K[knob])
+    deprecated = section.get(old)
+    if deprecated is not None and not isinstance(deprecated, bool):
+        raise SpecError(f"value {deprecated!r} must be true or false", file=file,
+                        key=K[f"{knob}_deprecated"])
+    return device != "none" or bool(deprecated)
+
+
+def _bounded(section: dict, top: str, key: str, least: int, file: str) -> None:
+    value = section.get(key)
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return
+    if not math.isfinite(value) or value < least or value != int(value):
+        raise SpecError(f"value {value!r} must be an integer {'> 0' if least else '>= 0'}: "
+                        f"DeepSpeed's ZeRO config model rejects it at start-up "
+                        f"(DeepSpeedZeroConfig)", file=file, key=f"{top}.{key}")
 
 
 def _buckets(data: dict, file: str, stage: int, hidden_size: int) -> tuple[dict[str, int], list[Violation]]:

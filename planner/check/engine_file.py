@@ -7,7 +7,8 @@ command line or is a vLLM `--config` YAML, an SGLang launch when it holds a
 `sglang.launch_server` / `sglang serve` command line (whatever its name: .sh, .txt, .yaml).
 CRLF line endings of a command-line file (not of a YAML config), which break a command's backslash
 continuations (bash runs each line as a command of its own), are the error `crlf_line_endings`
-(`planner.check.lines.line_endings`, shared with the Megatron-LM and torchtitan readers).
+(`planner.check.lines.shell_layout`, shared with the Megatron-LM and torchtitan readers, with broken
+backslash continuations and a byte-order mark).
 The model is the command's (model path, catalog name or a catalog model's Hugging Face id) unless
 `--model` gives it; `--cluster` gives the GPUs (required); `--gpus` the GPUs the file may use
 (default: those the commands' CUDA_VISIBLE_DEVICES list, else the cluster's count, or more where the commands
@@ -83,13 +84,18 @@ def check_launch_file(path: str | Path, *, model: str | None = None, cluster: st
     spec = el.resolve_model(next(iter(refs)), model, file, model_flag)
     if model is not None:
         _quantized_name(commands, reader, spec, model, file)
-    launches = [_launch(reader, c, spec, hw, file) for c in commands]
+    with el.values_collected(file):  # every command's bad input in one run, as every bad value of one
+        launches = [el.aside(lambda c=c: reader.launch(c, spec, hw, file), None) for c in commands]
     visible = [launch.visible_gpus for launch in launches]
     allowed = gpus or (sum(visible) if all(visible) else hw.num_gpus)
     if gpus is None and any(launch.node_rank > 0 for launch in launches):
         # the file names nodes after the first itself (node ranks of an instance over several nodes): the GPUs of
         # every node it names, as a torchrun node count in a Megatron script does
         allowed = max(allowed, el.spanned_gpus(launches))
+    if gpus is None:  # the nodes the file's NODE_RANK branches name (an `else` branch: one node more)
+        ranks = [c.node for c in commands if isinstance(c.node, int)]
+        nodes = max(ranks, default=-1) + 1 + any(isinstance(c.node, str) for c in commands)
+        allowed = max(allowed, nodes * hw.gpus_per_node)
     result = el.evaluate(file, kind, spec, hw, allowed, launches, reader.spell,
                          given=gpus is not None or not all(visible))
     rows, found = engine_router.findings(reader.VOCABULARY.ENGINE, reader.VOCABULARY, text, commands, launches)
@@ -102,7 +108,7 @@ def check_launch_file(path: str | Path, *, model: str | None = None, cluster: st
     clashes = [{"rule": v.rule, "severity": v.severity, "message": v.message, "fix": v.fix, "line": line}
                for line, v in one_machine(commands, launches, reader, hw.gpus_per_node, file)]
     clashes += [{"rule": v.rule, "severity": v.severity, "message": v.message, "fix": v.fix, "line": v.line}
-                for v in (line_index.line_endings(text, file) if mapping is None else [])]
+                for v in (line_index.shell_layout(text, file) if mapping is None else [])]
     result["violations"] += clashes
     result["verdict"] = "fail" if clashes else result["verdict"]
     if seq_len is not None:
@@ -187,7 +193,7 @@ def _one_node(servers: list, node: int | None, flag: str, reader, gpus_per_node:
     """`one_machine`'s findings among the servers of one node (`node`: the NODE_RANK block they are in;
     None: servers outside any block, taken as one machine where they fit one node's GPUs)."""
     out, ports = [], {}
-    where = "" if node is None else f" (both on node {node}: {NODE_RANK_WORDS})"
+    where = "" if node is None else f" (both on {_node_words(node)}: {NODE_RANK_WORDS})"
     for command, launch in servers:
         inside = el.integer(command, flag, reader.DEFAULT_PORT, file)
         port = el.host_port(command, inside)
@@ -215,7 +221,7 @@ def _one_node(servers: list, node: int | None, flag: str, reader, gpus_per_node:
         shared = sorted({d for d in devices if d in taken}, key=str)
         if shared:
             fits = ("the servers of this file fit on one node" if node is None
-                    else f"both run on node {node} ({NODE_RANK_WORDS})")
+                    else f"both run on {_node_words(node)} ({NODE_RANK_WORDS})")
             out.append((command.line, Violation(
                 rule="gpus_shared",
                 message=f"the server of line {command.line} runs on GPU(s) {','.join(shared)}, as does line "
@@ -227,11 +233,12 @@ def _one_node(servers: list, node: int | None, flag: str, reader, gpus_per_node:
     return out
 
 
-NODE_RANK_WORDS = f'the same `if [ "${el.NODE_RANK}" = N ]` block'
+NODE_RANK_WORDS = f"the same branch on ${el.NODE_RANK}"
 """How a finding names the node block two servers share."""
 
 
-def _launch(reader, command: el.Command, spec, hw, file: str) -> el.Launch:
-    """`reader.launch` of one command, every bad value of it reported together (`el.values_collected`)."""
-    with el.values_collected(file):
-        return reader.launch(command, spec, hw, file)
+def _node_words(node: int | str) -> str:
+    """`node N`, or for an `else` branch's label `the nodes other than N` (`el.split_commands`)."""
+    return f"node {node}" if isinstance(node, int) else f"the nodes {node}"
+
+

@@ -85,9 +85,9 @@ class Command:
     container_visible: str | None = None
     """The value of `CONTAINER_VISIBLE` the container command sets (`-e NVIDIA_VISIBLE_DEVICES=0,1`, `--env`)
     before the image, or None (not set, or passed from the host's environment by name alone)."""
-    node: int | None = None
-    """The node the command runs on where the file says (inside `if [ "$NODE_RANK" = N ]; then ... fi`,
-    `NODE_GUARD`), else None."""
+    node: int | str | None = None
+    """The node the command runs on where the file says (a branch testing NODE_RANK, `split_commands`): its rank,
+    or a label of the ranks an `else` / `!=` branch runs on ("other than 0"); else None."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -242,8 +242,103 @@ NODE_RANK = "NODE_RANK"
 """The shell variable a launch script over several nodes reads to start only that node's commands (written by
 `planner.emit.engine_launch.by_node`, read back by `split_commands`)."""
 
-NODE_GUARD = re.compile(rf'\s*if \[ "\${{?{NODE_RANK}}}?" = "?(\d+)"? \]; then\s*')
-"""The first line of one node's block of commands; the block ends at a line `fi`."""
+NODE_TESTS = {"=": True, "==": True, "-eq": True, "!=": False, "-ne": False}
+"""Test operators on `NODE_RANK` that `split_commands` reads (True: the branch runs on that node; False: on every
+other node). Source: bash(1) "CONDITIONAL EXPRESSIONS" (`=` / `==` string equality, `-eq` / `-ne` integer)."""
+
+READ_FORMS = ('`if [ "$NODE_RANK" = N ]` (also `==`, `-eq`, `!=`, `-ne`, `[[ ]]`) with `elif` / `else` / `fi`, '
+              'and `case "$NODE_RANK" in N) ... ;; esac`')
+"""The node-selecting forms `split_commands` reads, for its bad-input message."""
+
+
+@dataclass
+class _Block:
+    """One open `if` / `case` / loop of a script while `split_commands` walks it."""
+
+    kind: str
+    """if, case or loop."""
+    node: int | str | None
+    """The node the commands now run on: a rank, a label of the other ranks (`else`), or the outer block's."""
+    outer: int | str | None
+    named: set = field(default_factory=set)
+    """Ranks the branches so far name (an `else` runs on the others)."""
+    ranked: bool = False
+    """Whether the block tests NODE_RANK."""
+    unread: str | None = None
+    """A NODE_RANK test of the current branch in a form not read (`_rank_test`), for the error if the branch
+    starts an engine."""
+
+
+def _others(named: set) -> str:
+    """The node label of a branch that runs on every rank but `named`."""
+    return "other than " + ", ".join(str(n) for n in sorted(named))
+
+
+def _rank_test(words: list[str]) -> tuple[int, bool] | str | None:
+    """(rank, equal) of a `[ "$NODE_RANK" OP N ]` / `[[ ... ]]` / `test ...` condition (`NODE_TESTS`); the
+    condition's text when it names NODE_RANK in another form (`[ -z "$NODE_RANK" ]`, `-gt`); None when it does
+    not name NODE_RANK."""
+    if not any(NODE_RANK in w for w in words):
+        return None
+    inner = [w for w in words if w not in ("[", "]", "[[", "]]", "test")]
+    if (len(inner) == 3 and re.fullmatch(rf"\$\{{?{NODE_RANK}\}}?", inner[0]) and inner[1] in NODE_TESTS
+            and re.fullmatch(r"\d+", inner[2])):
+        return int(inner[2]), NODE_TESTS[inner[1]]
+    return " ".join(words)
+
+
+def _control(segment: list[str], blocks: list[_Block], line: int, file: str) -> list[str]:
+    """The command words of one segment after the shell keywords that open, switch or close a block
+    (`if` / `elif` / `else` / `fi`, `case` / `N)` / `;;` / `esac`, `for` / `while` / `until` / `do` / `done`),
+    `blocks` updated; [] when the segment holds no command."""
+    top = blocks[-1] if blocks else None
+    head = segment[0]
+    if head in ("if", "elif"):
+        test = _rank_test(segment[1:])
+        if head == "if" or top is None or top.kind != "if":
+            outer = top.node if top else None
+            blocks.append(_Block("if", outer, outer))
+            top = blocks[-1]
+        top.unread = f"the condition {test!r} (line {line})" if isinstance(test, str) else None
+        if isinstance(test, tuple):
+            rank, equal = test
+            top.ranked = True
+            top.node = rank if equal else _others({rank})
+            top.named.add(rank)
+        elif top.ranked:
+            top.node = top.outer
+        return []
+    if head in ("then", "do", "else"):
+        if head == "else" and top is not None and top.kind == "if" and top.ranked:
+            top.node = _others(top.named)
+        if head == "else" and top is not None:
+            top.unread = None if top.unread is None else top.unread.replace("the condition", "the `else` of the condition")
+        return segment[1:]
+    if head in ("fi", "esac", "done"):
+        if blocks:
+            blocks.pop()
+        return segment[1:]
+    if head in ("for", "while", "until"):
+        blocks.append(_Block("loop", top.node if top else None, top.node if top else None))
+        return []
+    if head == "case":
+        ranked = len(segment) >= 2 and re.fullmatch(rf"\$\{{?{NODE_RANK}\}}?", segment[1]) is not None
+        blocks.append(_Block("case", top.node if top else None, top.node if top else None, ranked=ranked))
+        return []
+    if top is not None and top.kind == "case":
+        pattern = re.fullmatch(r"\(?([^()]*)\)", head)
+        if pattern is not None:
+            ranks = pattern[1].split("|")
+            top.unread = None
+            if top.ranked and all(re.fullmatch(r"\d+", r) for r in ranks):
+                top.node = int(ranks[0]) if len(ranks) == 1 else "in " + ", ".join(ranks)
+                top.named.update(int(r) for r in ranks)
+            elif top.ranked and ranks == ["*"]:
+                top.node = _others(top.named)
+            elif top.ranked:
+                top.unread = f"the case pattern {head!r} (line {line})"
+            return segment[1:]
+    return segment
 
 
 def split_commands(text: str, file: str, launchers, aliases: dict[str, str],
@@ -252,27 +347,39 @@ def split_commands(text: str, file: str, launchers, aliases: dict[str, str],
     """Every command line of `text` that starts an engine (`launchers`, or a `docker run` of one of the
     engine's `images`: image name -> its ENTRYPOINT, the words after the image its arguments), split into
     flags; a flag the command abbreviates is read as the flag it stands for (`option`; `known`: every option
-    string of the engine's parser); a command inside `if [ "$NODE_RANK" = N ]; then ... fi` runs on node N
-    (`Command.node`).
+    string of the engine's parser). A command in a branch that tests NODE_RANK (`READ_FORMS`: `if` / `elif` /
+    `else`, `case`, one line or many) runs on that node (`Command.node`: the rank, or a label such as
+    "other than 0" for an `else` branch), as bash runs only the branch whose test holds.
 
     Raises:
-        SpecError: a shell syntax error (exit 2).
+        SpecError: a shell syntax error; an engine command in a branch of a NODE_RANK test in a form not read,
+            or inside a
+            `for` / `while` / `until` loop, which this reader does not unroll (exit 2).
     """
-    out, variables, node = [], {}, None
+    out, variables, blocks = [], {}, []
     for line, code in logical_lines(text):
-        guard = NODE_GUARD.fullmatch(code)
-        if guard or code.strip() == "fi":
-            node = int(guard[1]) if guard else None
-            continue
         try:
             words = shell.join_arithmetic(shlex.split(code, comments=True))
         except ValueError as exc:
             raise SpecError(f"shell syntax error: {exc}", file=file, key=f"line {line}") from None
         for segment in segments(shell.unwrap(words, file)):
+            segment = _control(segment, blocks, line, file)
+            if not segment:
+                continue
             command = _command(segment, variables, line, launchers, aliases, switches, underscores, known,
                                images or {})
-            if command is not None:
-                out.append(replace(command, node=node))
+            if command is None:
+                continue
+            unread = next((b.unread for b in blocks if b.unread), None)
+            if unread is not None:
+                raise SpecError(f"the `{' '.join(command.launcher)}` command runs in a branch that {unread} selects "
+                                f"in a form this reader does not read; it reads {READ_FORMS}", file=file,
+                                key=f"line {line}")
+            if any(b.kind == "loop" for b in blocks):
+                raise SpecError(f"the `{' '.join(command.launcher)}` command runs inside a shell loop (for / while / "
+                                f"until), which this reader does not unroll: write one command per server, with its "
+                                f"own port and GPUs", file=file, key=f"line {line}")
+            out.append(replace(command, node=blocks[-1].node if blocks else None))
     return out
 
 
@@ -281,13 +388,14 @@ _SEPARATORS = (";", "&&", "||", "&", "|")
 
 
 def segments(words: list[str]) -> list[list[str]]:
-    """The commands of one line's words, split at `_SEPARATORS` (a word ending in `;` ends its command)."""
+    """The commands of one line's words, split at `_SEPARATORS` and a `case` branch's `;;` (a word ending in `;`
+    or `;;` ends its command)."""
     out: list[list[str]] = [[]]
     for word in words:
-        if word in _SEPARATORS:
+        if word in _SEPARATORS or word == ";;":
             out.append([])
         elif word.endswith(";") and len(word) > 1:
-            out[-1].append(word[:-1])
+            out[-1].append(word.rstrip(";"))
             out.append([])
         else:
             out[-1].append(word)
@@ -531,6 +639,15 @@ def set_aside(exc: SpecError, fallback):
         raise exc
     bad.append(exc)
     return fallback
+
+
+def aside(call, fallback):
+    """`call()`, or `fallback` with its SpecError set aside (`set_aside`): a launch's other bad input (a weight
+    format, dtype or GPU list the reader refuses) reported with its bad values, the command read on."""
+    try:
+        return call()
+    except SpecError as exc:
+        return set_aside(exc, fallback)
 
 
 @contextmanager

@@ -36,7 +36,7 @@ CUDA_DEVICE_MAX_CONNECTIONS (set in the script) and checkpoint format, CUDA_DEVI
 with tp or cp > 1 before Blackwell (`_device_connections`), torch FSDP2's flags, and
 all-to-all context parallelism's heads per rank divisible by cp (`_startup`); CRLF line endings,
 which break the script's backslash continuations, are the error `crlf_line_endings`
-(`planner.check.lines.line_endings`). The global
+(`planner.check.lines.shell_layout`, with broken continuations and a byte-order mark). The global
 batch by micro-batch x dp is the gate's `batch_divisible` rule.
 """
 
@@ -53,7 +53,7 @@ from pathlib import Path
 from planner.check import shell
 from planner.check.engine_launch import deepep_findings
 from planner.check.gate import Target, attempt, raise_bad_values, raise_missing
-from planner.check.lines import flag_lines, line_endings
+from planner.check.lines import flag_lines, shell_layout
 from planner.cost.memory import stage_layers
 from planner.errors import SpecError
 from planner.evaluation import model_chunks, stage_modes
@@ -123,12 +123,14 @@ def _read(path: Path, text: str, *, model: str | None, cluster: str | None, gpus
     args = parse_args(text, file, bad)
     launchers = launcher_words(text, file)
     slurm = slurm_world(text, launchers)
+    launched = ((slurm, f"srun tasks ({mg.SRUN_NODES[0]} x {mg.SRUN_TASKS_PER_NODE[0]}, or {mg.SRUN_TASKS[0]})")
+                if slurm is not None else launcher_world(launchers))
     _bad_values(args, file, _unknown_flags(text, launchers), bad)
-    _missing_options(args, model, cluster, gpus, seq_len, path, slurm)
+    _missing_options(args, model, cluster, gpus, seq_len, path, launched)
     spec = _model(args, model, path)
-    world = _world(args, gpus, file, slurm)
+    world = _world(args, gpus, file, launched)
     findings: list[Violation] = _rotary_base(args, spec, file) if model is not None else []
-    findings += _unknown_flags(text, launchers) + line_endings(text, file)
+    findings += _unknown_flags(text, launchers) + shell_layout(text, file)
     layout = _layout(args, spec, world, seq_len, file, findings)
     tokens, env = shell_words(text, file)
     target_cluster = _cluster(cluster, world, args, file)
@@ -289,6 +291,31 @@ def slurm_world(text: str, launchers: list[list[str]]) -> int | None:
         if not all(v is not None and re.fullmatch(r"\d{1,9}", v) and int(v) >= 1 for v in values):
             return None
         return int(values[0]) * (int(values[1]) if len(values) > 1 else 1)
+    return None
+
+
+def launcher_world(launchers: list[list[str]]) -> tuple[int, str] | None:
+    """(ranks, what gives them) of a DeepSpeed or Accelerate launch of the training script: DeepSpeed's --num_gpus x
+    --num_nodes (`mg.DEEPSPEED_GPUS`; one node when the line names neither nodes nor hosts), Accelerate's
+    --num_processes (`mg.ACCELERATE_PROCESSES`, all ranks); None when no launch uses them, or a count is not a
+    positive literal integer (the default -1 is every GPU of the hosts the launcher finds: --gpus then)."""
+    for words in launchers:
+        bases = [w.rsplit("/", 1)[-1] for w in words]
+        if mg.DEEPSPEED_LAUNCHER in bases:
+            options = words[bases.index(mg.DEEPSPEED_LAUNCHER) + 1:]
+            nodes = _option(options, mg.DEEPSPEED_NODES)
+            if nodes is None and any(w.split("=", 1)[0] in mg.DEEPSPEED_HOSTS for w in options):
+                return None
+            values = [_option(options, mg.DEEPSPEED_GPUS), nodes or "1"]
+            what = f"{mg.DEEPSPEED_LAUNCHER} {mg.DEEPSPEED_GPUS[0]} x {mg.DEEPSPEED_NODES[0]}"
+        elif any(bases[k:k + 2] == list(mg.ACCELERATE_LAUNCHER) for k in range(len(bases))):
+            values = [_option(words, mg.ACCELERATE_PROCESSES), "1"]
+            what = f"{' '.join(mg.ACCELERATE_LAUNCHER)} {mg.ACCELERATE_PROCESSES[0]}"
+        else:
+            continue
+        if not all(v is not None and re.fullmatch(r"\d{1,9}", v) and int(v) >= 1 for v in values):
+            return None
+        return int(values[0]) * int(values[1]), what
     return None
 
 
@@ -890,7 +917,7 @@ def shell_words(text: str, file: str) -> tuple[list[str], dict[str, str]]:
     not split.
     Source: bash(1) "Word Splitting"."""
     try:
-        words = shell.join_arithmetic(shlex.split(arrays_apart(text).replace("\\\n", " "), comments=True))
+        words = shell.join_arithmetic(shlex.split(shell.join_continued(arrays_apart(text)), comments=True))
     except ValueError as exc:
         raise SpecError(f"shell syntax error: {exc}", file=file) from None
     words = shell.unwrap(words, file)
@@ -967,7 +994,7 @@ def _on(args: dict, knob: str) -> bool:
 # ---------------------------------------------------------------- model, world
 
 def _missing_options(args: dict, model: str | None, cluster: str | None, gpus: int | None,
-                     seq_len: int | None, path: Path, slurm: int | None = None) -> None:
+                     seq_len: int | None, path: Path, launched: tuple[int, str] | None = None) -> None:
     """Every command-line option the file leaves required, in one error (`gate.raise_missing`):
     --cluster always, --model unless the file gives a llama-style architecture, --gpus unless
     torchrun's GPUs per node do, --seq-len unless the file's sequence length does."""
@@ -979,7 +1006,7 @@ def _missing_options(args: dict, model: str | None, cluster: str | None, gpus: i
     if model is None:
         attempt(lambda: _model(args, None, path), missing)
     if gpus is None:
-        attempt(lambda: _world(args, None, file, slurm), missing)
+        attempt(lambda: _world(args, None, file, launched), missing)
     if seq_len is None and F["seq_len"] not in args:
         missing.append(SpecError(f"--seq-len is required: the file gives no {F['seq_len']}",
                                  file=file, key="--seq-len"))
@@ -1147,9 +1174,10 @@ _LAUNCHER_SIZE = frozenset(F[k] for k in ("nnodes", "nproc_per_node", "nproc_per
 (fresh-user review 7)."""
 
 
-def _world(args: dict, gpus: int | None, file: str, slurm: int | None = None) -> int:
-    """torchrun's GPUs per node x nodes (nodes default to 1), else srun's tasks (`slurm_world`), else --gpus;
-    --gpus also where a torchrun size flag takes a variable the file does not set."""
+def _world(args: dict, gpus: int | None, file: str, launched: tuple[int, str] | None = None) -> int:
+    """torchrun's GPUs per node x nodes (nodes default to 1), else the ranks another launcher starts (`launched`:
+    srun's tasks, `slurm_world`; DeepSpeed's or Accelerate's, `launcher_world`), else --gpus; --gpus also where a
+    torchrun size flag takes a variable the file does not set."""
     unset = [flag for flag in sorted(_LAUNCHER_SIZE) if "$" in str(args.get(flag, ""))]
     if unset:
         if gpus is None:
@@ -1157,16 +1185,18 @@ def _world(args: dict, gpus: int | None, file: str, slurm: int | None = None) ->
                             f"does not set ({', '.join(f'{f} {args[f]}' for f in unset)})", file=file, key="--gpus")
         return gpus
     per_node = _per_node(args)
-    if not per_node and slurm is not None:
-        if gpus is not None and gpus != slurm:
-            raise SpecError(f"--gpus {gpus} contradicts the file's srun tasks ({mg.SRUN_NODES[0]} x "
-                            f"{mg.SRUN_TASKS_PER_NODE[0]}, or {mg.SRUN_TASKS[0]}) = {slurm}", file=file, key="--gpus")
-        return slurm
+    if not per_node and launched is not None:
+        if gpus is not None and gpus != launched[0]:
+            raise SpecError(f"--gpus {gpus} contradicts the file's {launched[1]} = {launched[0]}", file=file,
+                            key="--gpus")
+        return launched[0]
     if not per_node:
         if gpus is None:
             raise SpecError(f"--gpus is required: the file has no torchrun {F['nproc_per_node']} / "
                             f"{F['nnodes']}, nor an srun launch with literal {mg.SRUN_TASKS[0]} or "
-                            f"{mg.SRUN_NODES[0]} x {mg.SRUN_TASKS_PER_NODE[0]} (#SBATCH lines give their defaults)",
+                            f"{mg.SRUN_NODES[0]} x {mg.SRUN_TASKS_PER_NODE[0]} (#SBATCH lines give their defaults), "
+                            f"nor a literal {mg.DEEPSPEED_LAUNCHER} {mg.DEEPSPEED_GPUS[0]} or "
+                            f"{' '.join(mg.ACCELERATE_LAUNCHER)} {mg.ACCELERATE_PROCESSES[0]}",
                             file=file, key="--gpus")
         return gpus
     world = _int(args, per_node[-1], file) * _int(args, "nnodes", file)

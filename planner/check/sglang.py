@@ -83,9 +83,10 @@ def launch(command: el.Command, spec: ModelSpec, hw: ClusterSpec, file: str) -> 
     nnodes = el.integer(command, f["nnodes"], 1, file)
     a2a = str(flags.get(f["a2a"], s.A2A_NONE))
     findings = el.unknown_flags(command, s.ALL_FLAGS, "SGLang", s.VERSION, s.RENAMED)
-    weights, mismatch = el.weight_format(command, f["quantization"], s.QUANTIZATION, spec, file, "SGLang")
+    weights, mismatch = el.aside(lambda: el.weight_format(command, f["quantization"], s.QUANTIZATION, spec, file,
+                                                          "SGLang"), (spec.weight_format or "bf16", []))
     findings += mismatch
-    findings += el.container_gpus(command, file)[1]
+    findings += el.aside(lambda: el.container_gpus(command, file), (None, []))[1]
     if flags.get(f["dp_attention"]) is True:
         if adp == 1 and dp > 1:
             adp, dp = dp, 1
@@ -154,7 +155,7 @@ def launch(command: el.Command, spec: ModelSpec, hw: ClusterSpec, file: str) -> 
         max_num_batched_tokens=forward_tokens,
         weight_format=weights,
         kv_dtype=el.choice(command, f["kv_dtype"], s.KV_DTYPES, file, "KV-cache dtypes") or "bf16",
-        visible_gpus=el.visible_gpus(command, file), visible_from=el.visible_from(command), nnodes=nnodes, node_rank=node_rank,
+        visible_gpus=el.aside(lambda: el.visible_gpus(command, file), None), visible_from=el.visible_from(command), nnodes=nnodes, node_rank=node_rank,
         rendezvous=el.rendezvous_address(command, f["dist_init"]), role=role,
         flag=f, degrees={k: n for k, n in ((f["tp"], tp), (f["pp"], pp), (f["dp"], dp)) if n > 1 or k == f["tp"]},
         findings=tuple(findings))

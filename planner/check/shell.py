@@ -178,14 +178,20 @@ def _command_string(words: list[str], i: int) -> int | None:
     return None
 
 
-def continues(lines: list[str]) -> list[bool]:
-    """For each line, whether the shell command on it goes on to the next line: it ends in a backslash
-    (line continuation) or a quote opened on it or before it is still open (a multi-line `bash -c "..."`
-    string). A `#` starting a word outside quotes comments out the rest of its line. Source: bash(1)
-    "QUOTING", "COMMENTS"."""
+CONTINUE, QUOTE, ESCAPED_BLANK, COMMENT, END = "continue", "quote", "escaped blank", "comment", "end"
+"""How a line ends for bash (`line_ends`)."""
+
+
+def line_ends(lines: list[str]) -> list[str]:
+    """For each line, how bash ends it: CONTINUE (a backslash before the newline: the command goes on), QUOTE (a
+    quote opened on it or before it is still open: a multi-line string), ESCAPED_BLANK (a backslash then only
+    spaces or tabs: bash reads an escaped blank, a word of its own, and the newline ends the command), COMMENT (a
+    `#` starting a word outside quotes comments out the rest of the line, a backslash at its end included: the
+    newline ends the command), else END. Source: bash(1) "QUOTING" (only backslash-newline is a line
+    continuation; a backslash before any other character escapes it), "COMMENTS"."""
     out, quote = [], None
     for line in lines:
-        escaped, previous = False, " "
+        escaped, previous, comment = False, " ", False
         for char in line:
             if escaped:
                 escaped = False
@@ -198,10 +204,31 @@ def continues(lines: list[str]) -> list[bool]:
             elif char in "'\"":
                 quote = char
             elif char == "#" and previous.isspace():
+                comment = True
                 break
             previous = char
-        out.append(quote is not None or line.rstrip().endswith("\\"))
+        blank_escaped = line.rstrip(" \t")
+        trailing = len(blank_escaped) - len(blank_escaped.rstrip("\\"))
+        out.append(QUOTE if quote is not None else COMMENT if comment else CONTINUE if escaped
+                   else ESCAPED_BLANK if blank_escaped != line and trailing % 2 == 1 else END)
     return out
+
+
+def continues(lines: list[str]) -> list[bool]:
+    """For each line, whether the shell command on it goes on to the next line (`line_ends`: a backslash
+    continuation or a quote still open; not a backslash in a comment or before a trailing blank)."""
+    return [end in (CONTINUE, QUOTE) for end in line_ends(lines)]
+
+
+def join_continued(text: str) -> str:
+    """`text` with each backslash-newline that continues a command (`line_ends`) removed, as bash removes it
+    before splitting words, a backslash at the end of a comment or before a trailing blank kept (the newline
+    after it ends the command)."""
+    lines = text.split("\n")
+    ends = line_ends(lines)
+    return "".join(line[:-1] + " " if end in (CONTINUE, QUOTE) and line.endswith("\\") and k + 1 < len(lines)
+                   else line + ("\n" if k + 1 < len(lines) else "")
+                   for k, (line, end) in enumerate(zip(lines, ends)))
 
 
 def commands(text: str) -> list[tuple[int, str]]:

@@ -86,7 +86,7 @@ def read(path: Path, *, model: str | None, cluster: str | None, gpus: int | None
             an unmodelled feature, a missing option, or an option the file contradicts.
     """
     path = Path(path)
-    return read_doc(_parse(path), str(path), model=model, cluster=cluster, gpus=gpus,
+    return read_doc(parse_toml(path), str(path), model=model, cluster=cluster, gpus=gpus,
                     seq_len=seq_len)
 
 
@@ -126,7 +126,11 @@ def _read_config(cfg: "_Config", file: str, *, model: str | None, cluster: str |
                   recompute_per_stage=per_stage, findings=tuple(findings))
 
 
-def _parse(path: Path) -> dict:
+def parse_toml(path: Path) -> dict:
+    """The TOML document of `path`.
+
+    Raises:
+        SpecError: unreadable, not UTF-8, a TOML syntax error (exit 2)."""
     text = files.read_text(path, kind="TOML file")
     try:
         return tomllib.loads(text)

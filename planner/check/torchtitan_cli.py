@@ -40,7 +40,7 @@ from pathlib import Path
 
 from planner.check import megatron, shell, torchtitan
 from planner.check.gate import Target, raise_bad_values
-from planner.check.lines import line_endings
+from planner.check.lines import shell_layout
 from planner.errors import SpecError, counted
 from planner.frameworks import megatron as megatron_vocabulary
 from planner.frameworks import torchtitan as tt
@@ -57,9 +57,59 @@ _NNODES = megatron_vocabulary.FLAG["nnodes"]
 
 
 def looks_like(text: str) -> bool:
-    """Whether the text selects a torchtitan config function (`--module` and `--config`)."""
+    """Whether the text selects a torchtitan config function (`--module` and `--config`), or runs torchtitan's
+    trainer (`tt.ENTRY_POINTS`: `-m torchtitan.train`, as run_train.sh of every release launches it)."""
     return bool(re.search(rf"(?<![\w-]){MODULE}[\s=]", text)
-                and re.search(rf"(?<![\w-]){CONFIG}[\s=]", text))
+                and re.search(rf"(?<![\w-]){CONFIG}[\s=]", text)) or any(
+        re.search(rf"(?<![\w./-]){re.escape(entry)}(?![\w.-])", line.split("#", 1)[0])
+        for entry in tt.ENTRY_POINTS for line in text.splitlines())
+
+
+def _job_config_file(words: list[str], path: Path) -> Path | None:
+    """The TOML job config of a pre-2026 command line (`tt.JOB_CONFIG_FILE`, as run_train.sh writes
+    `--job.config_file ${CONFIG_FILE}` with `--section.field` overrides), where it names an existing file (as
+    written, else beside the script), read by `_from_toml`; None when the line has no such flag.
+
+    Raises:
+        SpecError: a TOML the file names that is not there (a path relative to where the job runs, a variable the
+            file does not set), naming it and the overrides, with `planner check TOML` as the way out (exit 2)."""
+    file = str(path)
+    at = next((k for k, w in enumerate(words) if w.split("=", 1)[0] == tt.JOB_CONFIG_FILE), None)
+    if at is None:
+        return None
+    word = words[at]
+    toml = word.split("=", 1)[1] if "=" in word else (words[at + 1] if at + 1 < len(words) else "?")
+    for candidate in (Path(toml), path.parent / toml):
+        if "$" not in toml and candidate.is_file():
+            return candidate
+    overrides = [w + ("" if "=" in w or k + 1 >= len(words) or words[k + 1].startswith("-") else f" {words[k + 1]}")
+                 for k, w in enumerate(words) if w.startswith("--") and "." in w.split("=", 1)[0] and k != at]
+    also = f", with its overrides ({' '.join(overrides)}) written into it" if overrides else ""
+    raise SpecError(f"the command line gives a TOML job config ({tt.JOB_CONFIG_FILE} {toml}), the form of torchtitan "
+                    f"releases before 2026-02, and no such file is here (as written or beside the script): check "
+                    f"the TOML itself, `planner check {toml}`{also}", file=file, key=tt.JOB_CONFIG_FILE)
+
+
+def _from_toml(toml: Path, flags: dict, text: str, file: str, *, model: str | None, cluster: str | None,
+               gpus: int | None, seq_len: int | None) -> Target:
+    """The Target of a pre-2026 command line: its TOML job config (`torchtitan.read_doc`, the release's own key
+    names) with the line's `--section.field value` overrides set in it, as torchtitan's config manager applied
+    them over the file; torchrun's ranks the GPU count."""
+    doc = torchtitan.parse_toml(toml)
+    for key, value in flags.items():
+        if "." not in key or key.startswith("-") or key == tt.JOB_CONFIG_FILE.lstrip("-"):
+            continue
+        *sections, name = key.split(".")
+        node = doc
+        for section in sections:
+            node = node.setdefault(section, {})
+        node[name] = _value(value) if isinstance(value, str) else value
+    ranks = _ranks(flags, file)
+    if ranks is not None and gpus is not None and gpus != ranks:
+        raise SpecError(f"--gpus {gpus} contradicts torchrun's {ranks} ranks", file=file, key="--gpus")
+    target = torchtitan.read_doc(doc, file, model=model, cluster=cluster, gpus=gpus if gpus is not None else ranks,
+                                 seq_len=seq_len)
+    return dataclasses.replace(target, kind=KIND, findings=(*shell_layout(text, file), *target.findings))
 
 
 def read(path: Path, *, model: str | None, cluster: str | None, gpus: int | None,
@@ -76,8 +126,11 @@ def read(path: Path, *, model: str | None, cluster: str | None, gpus: int | None
     file = str(path)
     text = files.read_text(path, kind="text file (a torchtitan command line)")
     words = _words(text, file)
+    toml = _job_config_file(words, Path(path))
     bad: list[SpecError] = []
     flags, ac = _flags(words, file, bad)
+    if toml is not None:
+        return _from_toml(toml, flags, text, file, model=model, cluster=cluster, gpus=gpus, seq_len=seq_len)
     bad += _bad_values(flags, file)
     raise_bad_values(file, bad)  # every value torchtitan (tyro) rejects, in one error
     preset = _preset(flags, file)
@@ -90,7 +143,7 @@ def read(path: Path, *, model: str | None, cluster: str | None, gpus: int | None
         raise SpecError(f"--gpus {gpus} contradicts torchrun's {ranks} ranks", file=file,
                         key="--gpus")
     ac, findings = _ac_mode(flags, ac, preset, file)
-    findings += line_endings(text, file)
+    findings += shell_layout(text, file)
     findings += _unknown_fields(flags, _value(flags.get(tt.KEY["seq_len"], "")) or
                                 settings[tt.CONTEXT], settings.get(tt.KEY["pp"], 1) != 1, meant)
     doc = _job_doc(settings, preset, ac, file)

@@ -223,7 +223,8 @@ def launch(command: el.Command, spec: ModelSpec, hw: ClusterSpec, file: str) -> 
     dp = el.integer(command, f["dp"], 1, file)
     ep_on = flags.get(f["ep"]) is True and f["ep_off"] not in flags
     findings = el.unknown_flags(command, v.ALL_FLAGS, "vLLM", v.VERSION) + stray_arguments(command)
-    weights, mismatch = el.weight_format(command, f["quantization"], v.QUANTIZATION, spec, file, "vLLM")
+    weights, mismatch = el.aside(lambda: el.weight_format(command, f["quantization"], v.QUANTIZATION, spec, file,
+                                                          "vLLM"), (spec.weight_format or "bf16", []))
     findings += mismatch or _quantization_source(command, spec)
     if ep_on and not spec.is_moe:
         findings.append(Violation(rule="expert_parallel_unused", severity="warning",
@@ -234,9 +235,9 @@ def launch(command: el.Command, spec: ModelSpec, hw: ClusterSpec, file: str) -> 
                                   message=f"{f['a2a']} {flags[f['a2a']]} without {f['ep']}: vLLM dispatches "
                                           f"tokens to experts by all-to-all only under expert parallelism",
                                   fix=f"add {f['ep']} or remove {f['a2a']}"))
-    findings += _dtype_findings(command, hw, weights, file)
+    findings += el.aside(lambda: _dtype_findings(command, hw, weights, file), [])
     findings += image_version(command)
-    findings += el.container_gpus(command, file)[1]
+    findings += el.aside(lambda: el.container_gpus(command, file), (None, []))[1]
     nnodes = el.integer(command, f["nnodes"], 1, file)
     node_rank = el.integer(command, f["node_rank"], 0, file, low=0)
     findings += _multi_node(command, nnodes, node_rank)
@@ -264,7 +265,7 @@ def launch(command: el.Command, spec: ModelSpec, hw: ClusterSpec, file: str) -> 
         kv_pool_bytes=el.human_integer(command, f["kv_pool_bytes"], None, file, HUMAN_INT),
         weight_format=weights,
         kv_dtype=el.choice(command, f["kv_dtype"], v.KV_DTYPES, file, "KV-cache dtypes") or "bf16",
-        visible_gpus=el.visible_gpus(command, file), visible_from=el.visible_from(command), nnodes=nnodes, node_rank=node_rank,
+        visible_gpus=el.aside(lambda: el.visible_gpus(command, file), None), visible_from=el.visible_from(command), nnodes=nnodes, node_rank=node_rank,
         rendezvous=el.rendezvous_address(command, f["master_addr"]),
         role="disaggregated" if _hands_over_kv(flags.get(f["kv_transfer"])) else None, flag=f,
         degrees={k: n for k, n in ((f["tp"], tp), (f["pp"], pp), (f["dp"], dp)) if n > 1 or k == f["tp"]},

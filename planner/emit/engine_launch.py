@@ -201,7 +201,7 @@ def by_node(body: list[tuple[int, list[str]]]) -> list[str]:
     node's lines (in node order, each node's in the order written) inside `if [ "$NODE_RANK" = N ]; then ... fi`,
     so that the one file, run on every node with that node's number, starts there only that node's commands
     (run on one node as it is, it does not start every node's servers on that node's GPUs); `planner check` reads
-    the blocks back (`planner.check.engine_launch.NODE_GUARD`)."""
+    the blocks back (`planner.check.engine_launch.split_commands`)."""
     nodes: dict[int, list[str]] = {}
     for node, block in body:
         nodes.setdefault(node, []).extend(block)

@@ -510,3 +510,18 @@ FIX_TERMS = {
 }
 """The gate's single-knob changes (`planner.check.gate._single_changes`) in Megatron's flags;
 `{}` takes the new value."""
+
+DEEPSPEED_LAUNCHER = "deepspeed"
+DEEPSPEED_GPUS = ("--num_gpus", "--num_accelerators")
+DEEPSPEED_NODES = ("--num_nodes",)
+DEEPSPEED_HOSTS = ("--hostfile", "-H", "--include", "-i", "--exclude", "-e")
+"""DeepSpeed's launcher (`deepspeed [OPTIONS] pretrain_gpt.py ...`, as Megatron-DeepSpeed launches): one rank per
+GPU, --num_gpus GPUs on each of --num_nodes nodes; without --num_nodes, the hosts of its hostfile (one node when no
+host option is given); -1 (the default) every GPU / host. Source: deepspeedai/DeepSpeed
+deepspeed/launcher/runner.py at edaa722 (parse_args: --num_nodes, --num_gpus / --num_accelerators, -H/--hostfile,
+-i/--include, -e/--exclude)."""
+ACCELERATE_LAUNCHER = ("accelerate", "launch")
+ACCELERATE_PROCESSES = ("--num_processes",)
+"""Hugging Face Accelerate's launcher (`accelerate launch [OPTIONS] script.py ...`): --num_processes ranks in all
+("The total number of processes to be launched in parallel"). Source: huggingface/accelerate
+src/accelerate/commands/launch.py at 16cb6eb (launch_command_parser, resource arguments)."""

@@ -403,3 +403,11 @@ OLD_PP_MICROBATCH_SIZE = 1
 must be evenly divisible by this value"); no config function of llama3, qwen3 or deepseek_v3 set it there
 (`models/*/config_registry.py` at 73aed7f^): an old command line's local batch with pp > 1 was that many pipeline
 micro-batches of one sequence."""
+
+ENTRY_POINTS = ("torchtitan.train", "torchtitan/train.py")
+"""How a command line runs torchtitan's trainer: `python -m torchtitan.train` / `torchrun ... -m torchtitan.train`
+(run_train.sh at b5bcd76) or the script path. Source: pytorch/torchtitan run_train.sh."""
+JOB_CONFIG_FILE = "--job.config_file"
+"""The pre-2026 command line's TOML job config (run_train.sh `--job.config_file ${CONFIG_FILE}` until torchtitan
+9810191, 2026-02-23, "Config System Refactor: TOML to Python Dataclass Registry", which replaced it with
+`--module M --config C`)."""

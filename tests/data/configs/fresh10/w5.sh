@@ -1,0 +1,6 @@
+MODEL="meta-llama/Llama-3.1-8B-Instruct"
+if [ "$NODE_RANK" = 0 ]; then
+  vllm serve $MODEL --tensor-parallel-size 8 --port 8000 --max-model-len 16384
+else
+  vllm serve $MODEL --tensor-parallel-size 8 --port 8000 --max-model-len 16384
+fi
