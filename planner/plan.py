@@ -651,11 +651,13 @@ def _stages_may_fit(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> bo
     allowed = [RECOMPUTE_MODES.index(m) for m in modes]
     cap, kinds = math.floor(costs.usable_bytes), costs.kinds
     pinned = _pinned_split(model, layout)
-    start = 0
+    start, needs = 0, {}  # [kind] need per in-flight count (stages s with pp - s >= m share m)
     for s in range(layout.pp):
         flight = in_flight_microbatches(ref, s)
-        need = [math.ceil(w) + min(math.ceil(row[r] * flight) for r in allowed)
-                for w, row in zip(state, act)]
+        need = needs.get(flight)
+        if need is None:
+            need = needs[flight] = [math.ceil(w) + min(math.ceil(row[r] * flight) for r in allowed)
+                                    for w, row in zip(state, act)]
         if pinned is not None:
             if sum(need[kinds[i]] for i in range(start, start + pinned[s])) > cap:
                 return False
@@ -684,10 +686,19 @@ def _least_state_bytes(costs: _Costs, layout: Layout) -> int:
 def _least_activation_bytes(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> int:
     """sum_l min_r ceil(act[kind l][r] x min_s flight_s) over the allowed `modes`, bytes."""
     act = kind_activation_bytes(costs.model, layout)
-    flight = min(in_flight_microbatches(layout, s) for s in range(layout.pp))
+    flight = _least_flight(costs, layout)
     allowed = [RECOMPUTE_MODES.index(m) for m in modes]
     return sum(n * min(math.ceil(act[k][r] * flight) for r in allowed)
                for k, n in enumerate(costs.per_kind))
+
+
+def _least_flight(costs: _Costs, layout: Layout) -> float:
+    """min_s `in_flight_microbatches(layout, s)`, once per (pp, vpp, micro-batch count, group
+    size), the fields it reads."""
+    key = ("least_flight", layout.pp, layout.vpp, layout.num_microbatches, layout.microbatch_group_size)
+    if key not in costs._bound_terms:
+        costs._bound_terms[key] = min(in_flight_microbatches(layout, s) for s in range(layout.pp))
+    return costs._bound_terms[key]
 
 
 def _layer_sets(layout: Layout) -> list[tuple[int, ...]]:
