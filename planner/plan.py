@@ -651,13 +651,17 @@ def _stages_may_fit(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> bo
     allowed = [RECOMPUTE_MODES.index(m) for m in modes]
     cap, kinds = math.floor(costs.usable_bytes), costs.kinds
     pinned = _pinned_split(model, layout)
+    fixed = [math.ceil(w) for w in state]
+    rows = [[row[r] for r in allowed] for row in act]
     start, needs = 0, {}  # [kind] need per in-flight count (stages s with pp - s >= m share m)
     for s in range(layout.pp):
+        if pinned is None and start == len(kinds):
+            break  # every layer placed: the later stages take none
         flight = in_flight_microbatches(ref, s)
         need = needs.get(flight)
         if need is None:
-            need = needs[flight] = [math.ceil(w) + min(math.ceil(row[r] * flight) for r in allowed)
-                                    for w, row in zip(state, act)]
+            need = needs[flight] = [w + min(math.ceil(x * flight) for x in row)
+                                    for w, row in zip(fixed, rows)]
         if pinned is not None:
             if sum(need[kinds[i]] for i in range(start, start + pinned[s])) > cap:
                 return False
