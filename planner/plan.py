@@ -2034,7 +2034,7 @@ def _batch_relaxation(model, cluster, fixed, base, reserve, headroom) -> tuple[i
                     check_batch(model, cluster, layout.replace(global_batch_size=size))):
                 sizes.add(size)
     found = [next((v for v in side[:2] if _has_plan(model, cluster, fixed, {**base, "global_batch_size": v},
-                                                    reserve, headroom)), None)
+                                                    reserve, headroom, layouts=layouts)), None)
              for side in (sorted((v for v in sizes if v < g), reverse=True), sorted(v for v in sizes if v > g))]
     return min(layout.dp * layout.micro_batch_size for layout in layouts), [v for v in found if v]
 
@@ -2126,7 +2126,7 @@ def _gpu_counts(start: int, node: int, steps: int) -> list[int]:
     return linear + nice[: steps - len(linear)]
 
 
-def _has_plan(model, cluster, fixed, base, reserve, headroom) -> bool:
+def _has_plan(model, cluster, fixed, base, reserve, headroom, layouts: list | None = None) -> bool:
     """Whether `plan` would find a plan: some candidate's (or module-set variant's) stage program
     has a split that fits.
     `feasible_split` decides that exactly (the solve of the same program finds no plan exactly
@@ -2135,8 +2135,20 @@ def _has_plan(model, cluster, fixed, base, reserve, headroom) -> bool:
     skipped with its module-set variants: they differ only in `recompute_modules` and
     `offload_modules`, which `memory_model.kind_state_bytes` does not read (its key,
     `memory.model_state_key`, holds neither; the whole layout only under torchtitan with PP, whose
-    module lists are not searched, `search.module_sets.searched_sets`)."""
-    candidates, _, costs = _candidates(model, cluster, fixed, base, reserve, headroom)
+    module lists are not searched, `search.module_sets.searched_sets`).
+    `layouts`: the same request's candidates at another global batch without the batch rules
+    (`_candidates` with `batch_rules=False`; `_batch_relaxation` asks several batches): with this
+    batch, those that pass `check_batch` are this request's candidates, without enumerating them
+    again -- no other rule reads the global batch (`check_mesh`, and `check_layout` but for
+    BATCH_RULES, which `_candidates` skips in `validate_knobs`), nor does `overlap.tuned` /
+    `tuned_dispatcher`, which set no field the batch rules read."""
+    if layouts is None:
+        candidates, _, costs = _candidates(model, cluster, fixed, base, reserve, headroom)
+    else:
+        g = base["global_batch_size"]
+        candidates = [c for c in (layout.replace(global_batch_size=g) for layout in layouts)
+                      if not errors(check_batch(model, cluster, c))]
+        costs = _Costs(model, cluster, reserve, headroom)
     modes = _modes_for(fixed)
     sets = _module_sets(model, base, modes)
     room = math.floor(costs.usable_bytes)
