@@ -661,11 +661,17 @@ def _stages_may_fit(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> bo
     allowed = [RECOMPUTE_MODES.index(m) for m in modes]
     cap, kinds = math.floor(costs.usable_bytes), costs.kinds
     pinned = _pinned_split(model, layout)
-    start = 0
+    fixed = [math.ceil(w) for w in state]
+    rows = [[row[r] for r in allowed] for row in act]
+    start, needs = 0, {}  # [kind] need per in-flight count (stages s with pp - s >= m share m)
     for s in range(layout.pp):
+        if pinned is None and start == len(kinds):
+            break  # every layer placed: the later stages take none
         flight = in_flight_microbatches(ref, s)
-        need = [math.ceil(w) + min(math.ceil(row[r] * flight) for r in allowed)
-                for w, row in zip(state, act)]
+        need = needs.get(flight)
+        if need is None:
+            need = needs[flight] = [w + min(math.ceil(x * flight) for x in row)
+                                    for w, row in zip(fixed, rows)]
         if pinned is not None:
             if sum(need[kinds[i]] for i in range(start, start + pinned[s])) > cap:
                 return False
@@ -694,10 +700,19 @@ def _least_state_bytes(costs: _Costs, layout: Layout) -> int:
 def _least_activation_bytes(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> int:
     """sum_l min_r ceil(act[kind l][r] x min_s flight_s) over the allowed `modes`, bytes."""
     act = kind_activation_bytes(costs.model, layout)
-    flight = min(in_flight_microbatches(layout, s) for s in range(layout.pp))
+    flight = _least_flight(costs, layout)
     allowed = [RECOMPUTE_MODES.index(m) for m in modes]
     return sum(n * min(math.ceil(act[k][r] * flight) for r in allowed)
                for k, n in enumerate(costs.per_kind))
+
+
+def _least_flight(costs: _Costs, layout: Layout) -> float:
+    """min_s `in_flight_microbatches(layout, s)`, once per (pp, vpp, micro-batch count, group
+    size), the fields it reads."""
+    key = ("least_flight", layout.pp, layout.vpp, layout.num_microbatches, layout.microbatch_group_size)
+    if key not in costs._bound_terms:
+        costs._bound_terms[key] = min(in_flight_microbatches(layout, s) for s in range(layout.pp))
+    return costs._bound_terms[key]
 
 
 def _layer_sets(layout: Layout) -> list[tuple[int, ...]]:
@@ -2128,7 +2143,7 @@ def _batch_relaxation(model, cluster, fixed, base, reserve, headroom) -> tuple[i
                     check_batch(model, cluster, layout.replace(global_batch_size=size))):
                 sizes.add(size)
     found = [next((v for v in side[:2] if _has_plan(model, cluster, fixed, {**base, "global_batch_size": v},
-                                                    reserve, headroom)), None)
+                                                    reserve, headroom, layouts=layouts)), None)
              for side in (sorted((v for v in sizes if v < g), reverse=True), sorted(v for v in sizes if v > g))]
     return min(layout.dp * layout.micro_batch_size for layout in layouts), [v for v in found if v]
 
@@ -2220,7 +2235,7 @@ def _gpu_counts(start: int, node: int, steps: int) -> list[int]:
     return linear + nice[: steps - len(linear)]
 
 
-def _has_plan(model, cluster, fixed, base, reserve, headroom) -> bool:
+def _has_plan(model, cluster, fixed, base, reserve, headroom, layouts: list | None = None) -> bool:
     """Whether `plan` would find a plan: some candidate's (or module-set variant's) stage program
     has a split that fits.
     `feasible_split` decides that exactly (the solve of the same program finds no plan exactly
@@ -2229,8 +2244,20 @@ def _has_plan(model, cluster, fixed, base, reserve, headroom) -> bool:
     skipped with its module-set variants: they differ only in `recompute_modules` and
     `offload_modules`, which `memory_model.kind_state_bytes` does not read (its key,
     `memory.model_state_key`, holds neither; the whole layout only under torchtitan with PP, whose
-    module lists are not searched, `search.module_sets.searched_sets`)."""
-    candidates, _, costs = _candidates(model, cluster, fixed, base, reserve, headroom)
+    module lists are not searched, `search.module_sets.searched_sets`).
+    `layouts`: the same request's candidates at another global batch without the batch rules
+    (`_candidates` with `batch_rules=False`; `_batch_relaxation` asks several batches): with this
+    batch, those that pass `check_batch` are this request's candidates, without enumerating them
+    again -- no other rule reads the global batch (`check_mesh`, and `check_layout` but for
+    BATCH_RULES, which `_candidates` skips in `validate_knobs`), nor does `overlap.tuned` /
+    `tuned_dispatcher`, which set no field the batch rules read."""
+    if layouts is None:
+        candidates, _, costs = _candidates(model, cluster, fixed, base, reserve, headroom)
+    else:
+        g = base["global_batch_size"]
+        candidates = [c for c in (layout.replace(global_batch_size=g) for layout in layouts)
+                      if not errors(check_batch(model, cluster, c))]
+        costs = _Costs(model, cluster, reserve, headroom)
     modes = _modes_for(fixed)
     sets = _module_sets(model, base, modes)
     room = math.floor(costs.usable_bytes)

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from planner.errors import SpecError
 from planner.placement.layout import OFFLOAD_MODULES, RECOMPUTE_MODULES
 from planner.placement.precision import fp8_saved_input_bytes
-from planner.specs.model import ModelSpec
+from planner.specs.model import ModelSpec, spec_memo
 
 RECOMPUTE_MODES = ("none", "selective", "full")
 FRAMEWORKS = ("megatron", "deepspeed", "torchtitan")
@@ -195,8 +195,9 @@ def layer_activation_bytes(model: ModelSpec, layer_index: int, *, seq_len: int, 
             raise SpecError(f"value {module!r} not allowed; allowed: {', '.join(RECOMPUTE_MODULES)}",
                             key="recompute_modules")
     flash = flash_attention if flash_attention is not None else model.model_type not in NON_FLASH_MODEL_TYPES
-    tensors = saved_tensors(model, layer_index, seq_len=seq_len, ep=ep, etp=etp,
-                            moe_overload_factor=moe_overload_factor, framework=framework, flash_attention=flash)
+    tensors = _saved_tensors_of_kind(model, layer_index, seq_len=seq_len, ep=ep, etp=etp,
+                                     moe_overload_factor=moe_overload_factor, framework=framework,
+                                     flash_attention=flash)
     if recompute == "selective" and framework == "torchtitan" and _op_sac_applies(model, layer_index):
         tensors = torchtitan_op_sac_tensors(model, tp=tp, sequence_parallel=sequence_parallel)
     elif recompute == "selective":
@@ -265,6 +266,17 @@ def _bytes(x: SavedTensor, model: ModelSpec, *, tokens: int, tp: int, sequence_p
                "sp": tp if sequence_parallel else 1, "none": 1}[x.split]
     width = fp8_bytes if x.linear_input and fp8_bytes else _ELEMENT_BYTES.get(x.dtype, dtype_bytes)
     return math.ceil(tokens * x.elements_per_token * width / divisor)
+
+
+def _saved_tensors_of_kind(model: ModelSpec, layer_index: int, **kw) -> tuple[SavedTensor, ...]:
+    """`saved_tensors(model, layer_index, **kw)` as a tuple, once per (`layer_kind`, arguments) of
+    the model (`spec_memo`): two layers of one kind save the same tensors, and the search asks
+    the bytes of thousands of layouts that share a few such argument sets (issue 11 speed)."""
+    memo, key = spec_memo(model), ("activations.saved_tensors", layer_kind(model, layer_index),
+                                   *sorted(kw.items()))
+    if key not in memo:
+        memo[key] = tuple(saved_tensors(model, layer_index, **kw))
+    return memo[key]
 
 
 def saved_tensors(model: ModelSpec, layer_index: int, *, seq_len: int, ep: int = 1, etp: int = 1,
