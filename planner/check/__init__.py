@@ -119,8 +119,10 @@ def _strict_json(doc: Document) -> None:
         json.loads(doc.text)
     except json.JSONDecodeError as exc:
         raise SpecError(f"JSON syntax error at line {exc.lineno}, column {exc.colno}: {exc.msg} (a DeepSpeed "
-                        f"config is JSON whatever the file's name: no trailing commas, double quotes, "
-                        f"true / false / null)", file=str(doc.path), line=exc.lineno) from None
+                        f"config is held to strict JSON whatever the file's name: no trailing commas, double "
+                        f"quotes, true / false / null; deepspeed.initialize's own hjson reader accepts "
+                        f"trailing commas, but json.load-based launchers such as the Hugging Face Trainer's "
+                        f"refuse them)", file=str(doc.path), line=exc.lineno) from None
 
 
 def _read_torchtitan(doc: Document, **given) -> Target:
