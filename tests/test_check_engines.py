@@ -1051,7 +1051,8 @@ def test_emit_replicas_on_two_nodes_are_guarded_by_node_rank(tmp_path):
     passes; the same two servers in node 0's block share GPUs 0-7 there (gpus_shared, the rule for servers
     of one node)."""
     proc = _planner("serve-plan", "-m", "llama-3.1-70b", "-c", "dgx-h100", "--gpus", "16", "--input-len", "2000",
-                    "--output-len", "300", "--ttft-ms", "1000", "--tpot-ms", "40", "--emit", "vllm")
+                    "--output-len", "300", "--ttft-ms", "1000", "--tpot-ms", "40", "--fix", "tp=8",
+                    "--emit", "vllm")  # tp 8 pinned: one whole-node replica per node, whatever the search prefers
     assert proc.returncode == 0 and "check: PASS" in proc.stderr, proc.stderr
     blocks = re.findall(r'if \[ "\$NODE_RANK" = (\d) \]; then\n((?:  .*\n)+)fi\n', proc.stdout)
     assert [n for n, _ in blocks] == ["0", "1"]
