@@ -591,7 +591,9 @@ LEAST_COEFFICIENT = {("ttft", "prefill_one_s"): 1.0, ("tpot", "prefill_interfere
 """Lower bounds of fitted coefficients: a prompt's prefill (`prefill_one_s`: its forward as the training model costs
 it, `cost.serving.prefill_forward_s`; until 2026-12 its FLOPs at the compute peak) is taken no faster than the
 training model's forward, so its coefficient is at least 1 (the fit solves for the excess, non-negative); fitted
-freely, the dense fits come out 1.26-1.34 for all three engines (they were 2.12-2.36 over FLOPs at the peak). Without the bound the MoE fits, whose rows cannot tell the prefill from the
+freely before the prefill queue's wait was priced (`cost.serving.prefill_queue_wait_s`), the dense fits came out
+1.26-1.34 for all three engines (2.12-2.36 over FLOPs at the peak); with the wait priced SGLang's and vLLM's sit at
+this bound (1.0) and TensorRT-LLM's at 1.22 (calibration/serving.yaml). Without the bound the MoE fits, whose rows cannot tell the prefill from the
 co-batched prompts and the constant apart, put it at 0 (TensorRT-LLM) and 0.76 (SGLang): a DeepSeek-V3 prefill
 worker was credited near the fp8 peak, about 3x the 50-74K prompt tokens/s per 8-GPU node that LMSYS and
 DeepSeek publish (fresh-user review 8, finding 2). Likewise a prefill's work inside the others' decode steps

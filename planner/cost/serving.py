@@ -790,8 +790,9 @@ def latency_terms(spec: ModelSpec, inst: Instance, *, hbm_bytes_per_s: float, pe
       (adp > 1) the MLP / expert GEMMs run every group's tokens at once, so the prompt's time also holds the
       shared part of the prompts other groups prefill beside it (`prefill_groups`; all adp on a disaggregated
       prefill worker, `prefill_worker`=True, whose prompts come back to back). Its fitted coefficient is the
-      measured prefill time over the training model's forward: 1.26-1.34 for the three engines' dense fits
-      (it was 2.12-2.36 over FLOPs at the peak; calibration/serving.yaml).
+      measured prefill time over the training model's forward: 1.0 (the `LEAST_COEFFICIENT` bound) for SGLang's
+      and vLLM's dense fits and 1.22 for TensorRT-LLM's since the queue's wait is priced (1.26-1.34 before; 2.12-2.36
+      over FLOPs at the peak; calibration/serving.yaml).
     - prefill_batch_s: the prefill compute of the other prompts that share the request's first chunk:
       those waiting when it arrives in the closed loop (`prompts_per_prefill` - 1, from prefill_one_s and
       the decode lifetime (O - 1) x decode step), up to one chunk of max_num_batched_tokens (0 alone).
