@@ -222,8 +222,9 @@ def test_staged_mesh_checks_count_every_rejection_as_the_full_check_does(name, g
         validate_mesh=lambda lay: check_mesh(model, cluster, P._with_split(model, lay)),
         validate_knobs=lambda lay: [v for v in P.errors(P.check_layout(
             model, cluster, P._with_split(model, lay))) if v.rule not in P.BATCH_RULES]))
-    k = P.ep_gpus_per_domain  # plan's candidates are tuned (overlaps, and the dispatcher by EP span)
+    k = P.ep_gpus_per_domain  # plan's candidates are tuned (overlaps, and the dispatcher by EP span and
+    backend = P.mg.flex_backend(cluster.gpus_per_node, cluster.scaleup_domain_gpus)  # the DeepEP node counts)
     assert staged == [overlap.tuned_dispatcher(overlap.tuned(layout), k(
-        layout, cluster.scaleup_domain_gpus)) for layout in plain]
+        layout, cluster.scaleup_domain_gpus), backend) for layout in plain]
     assert rejected.counts == full.counts and rejected.total > 0
     assert rejected.examples == full.examples
