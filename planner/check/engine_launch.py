@@ -356,7 +356,7 @@ def split_commands(text: str, file: str, launchers, aliases: dict[str, str],
             or inside a
             `for` / `while` / `until` loop, which this reader does not unroll (exit 2).
     """
-    out, variables, blocks = [], {}, []
+    out, variables, blocks, exported = [], {}, [], set()
     for line, code in logical_lines(text):
         try:
             words = shell.join_arithmetic(shlex.split(code, comments=True))
@@ -367,7 +367,7 @@ def split_commands(text: str, file: str, launchers, aliases: dict[str, str],
             if not segment:
                 continue
             command = _command(segment, variables, line, launchers, aliases, switches, underscores, known,
-                               images or {})
+                               images or {}, exported)
             if command is None:
                 continue
             unread = next((b.unread for b in blocks if b.unread), None)
@@ -425,11 +425,14 @@ def _without_redirections(words: list[str]) -> list[str]:
 
 def _command(segment: list[str], variables: dict[str, str], line: int, launchers, aliases: dict[str, str],
              switches: frozenset[str], underscores: bool, known: frozenset[str],
-             images: dict[str, tuple[str, ...]]) -> Command | None:
+             images: dict[str, tuple[str, ...]], exported: set[str]) -> Command | None:
     """One shell command's Command, its `$VAR` words expanded from the script's earlier assignments
     (`planner.check.shell`, as the Megatron reader does); a command of assignments only (`export` or not)
-    sets them and is None, as is any command that starts no engine."""
-    expanded = shell.expand_command(segment, variables)
+    sets them and is None, as is any command that starts no engine. Its environment (`Command.env`) is the
+    script's `exported` variables (`export CUDA_VISIBLE_DEVICES=0,1` on a line of its own) overridden by its
+    prefix, as bash builds a child's environment; a container command's own environment is its prefix alone
+    (the container gets only what `-e` passes, `-e NAME` alone copying the exported or prefix value)."""
+    expanded = shell.expand_command(segment, variables, exported)
     if expanded is None:
         return None
     words = _without_redirections(expanded)
@@ -439,7 +442,8 @@ def _command(segment: list[str], variables: dict[str, str], line: int, launchers
         at, launcher, image = found
         options = tuple(words[:words.index(image)])
         gpu_request = _container_option(list(options), CONTAINER_GPUS)
-        container_visible = _container_env(list(options), CONTAINER_VISIBLE)
+        container_visible = _container_env(list(options), CONTAINER_VISIBLE,
+                                           {**_exported(variables, exported), **_prefix(words[:at])})
         again = _launcher_at(words[at:], launchers)
         doubled = again[1] if again is not None else None
     else:
@@ -447,7 +451,7 @@ def _command(segment: list[str], variables: dict[str, str], line: int, launchers
         if found is None:
             return None
         at, launcher = found
-    env = dict(w.split("=", 1) for w in words[:at] if re.fullmatch(r"[A-Za-z_]\w*=.*", w))
+    env = _prefix(words[:at]) if image is not None else {**_exported(variables, exported), **_prefix(words[:at])}
     flags, spelled, positional, after_switch = {}, {}, [], {}
     i, last_switch = at, None
     while i < len(words):
@@ -477,6 +481,16 @@ def _command(segment: list[str], variables: dict[str, str], line: int, launchers
                    container_visible=container_visible, container_options=options)
 
 
+def _prefix(words: list[str]) -> dict[str, str]:
+    """The `NAME=value` environment prefix among a command's words before its program."""
+    return dict(w.split("=", 1) for w in words if re.fullmatch(r"[A-Za-z_]\w*=.*", w))
+
+
+def _exported(variables: dict[str, str], exported: set[str]) -> dict[str, str]:
+    """The script's exported variables with the values they hold now (`shell.expand_command`)."""
+    return {name: variables[name] for name in exported if name in variables}
+
+
 def _container_option(words: list[str], name: str) -> str | None:
     """The last value of option `name` among a container command's words before its image (`--gpus 2`,
     `--gpus=2`; the runtime's flag parser, pflag, keeps the last of a repeated scalar), or None."""
@@ -489,10 +503,11 @@ def _container_option(words: list[str], name: str) -> str | None:
     return value
 
 
-def _container_env(words: list[str], name: str) -> str | None:
+def _container_env(words: list[str], name: str, host: dict[str, str]) -> str | None:
     """The value a container command's `-e NAME=VALUE` / `--env NAME=VALUE` / `--env=NAME=VALUE` / `-eNAME=VALUE`
     sets for `name` (the last one given: the runtime builds the environment in order, later entries win), or
-    None: not set, or `-e NAME` alone, which copies the host's value the file does not show."""
+    None: not set, or `-e NAME` alone, which copies the host's value: `host`'s (the script's exported variables
+    and the command's prefix), None where the file does not show it."""
     value = None
     for k, word in enumerate(words):
         if word in ("-e", "--env") and k + 1 < len(words):
@@ -505,7 +520,7 @@ def _container_env(words: list[str], name: str) -> str | None:
             continue
         key, eq, val = text.partition("=")
         if key == name:
-            value = val if eq else None
+            value = val if eq else host.get(name)
     return value
 
 

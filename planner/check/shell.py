@@ -27,6 +27,8 @@ VAR = re.compile(r"\$(?:\{(\w+)(?::-([^}]*))?\}|(\w+))")
 """`$NAME`, `${NAME}`, `${NAME:-default}`."""
 ASSIGN = re.compile(r"^([A-Za-z_]\w*)=(.*)$", re.S)
 """`NAME=value` (one shell word)."""
+NAME = re.compile(r"[A-Za-z_]\w*")
+"""A shell variable name (`export NAME`)."""
 SHELLS = ("bash", "sh", "dash", "zsh")
 """Shells whose `-c STRING` runs STRING as a command line (`unwrap`)."""
 _ARITH_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
@@ -248,15 +250,32 @@ def commands(text: str) -> list[tuple[int, str]]:
     return out
 
 
-def expand_command(words: list[str], variables: dict[str, str]) -> list[str] | None:
+def expand_command(words: list[str], variables: dict[str, str],
+                   exported: set[str] | None = None) -> list[str] | None:
     """One shell command's words with the script's variables and integer arithmetic expanded (`substitute`,
     `fields`); None for a command of assignments only (`export` or not), whose values it sets in `variables`
-    (expanded with those set before), as bash does."""
+    (expanded with those set before), as bash does. `exported` (when given) collects the names an `export`
+    marks (`export NAME=value`, or `export NAME` of one assigned before or after), which bash passes to the
+    environment of every later command, and loses those an `unset` removes (None too for `export` / `unset`
+    commands). Source: bash(1) "ENVIRONMENT" (export marks names for the environment of subsequently executed
+    commands) and SHELL BUILTIN COMMANDS `export`, `unset`."""
     names = words[1:] if words[:1] == ["export"] else words
+    if exported is not None and words[:1] in (["export"], ["unset"]) and len(words) > 1 and all(
+            ASSIGN.match(w) or NAME.fullmatch(w) for w in words[1:]):
+        for word in words[1:]:
+            match = ASSIGN.match(word)
+            name = match.group(1) if match else word
+            if words[0] == "unset":
+                variables.pop(name, None)
+                exported.discard(name)
+                continue
+            if match:
+                variables[name] = substitute(match.group(2), variables)
+            exported.add(name)
+        return None
     if names and all(ASSIGN.match(w) for w in names):
         for word in names:
             name, value = ASSIGN.match(word).groups()
             variables[name] = substitute(value, variables)
         return None
     return [f for raw in words for f in fields(substitute(raw, variables), raw)]
-
