@@ -831,8 +831,7 @@ def _wide_note(hw: ClusterSpec, req: ServeRequest, rows: list[dict]) -> list[str
         if req.mem_fraction is None:
             note += ("; mem_fraction_static is the planner's, written by --emit: what each GPU allocates beside the KV "
                      "pool (the forward's activations at that chunk, CUDA graphs, DeepEP buffers), at least SGLang's "
-                     "10 GiB floor -- its own default reserves decode-graph memory per DP rank of the whole instance "
-                     "and 1.5 MiB per token of the undivided chunk")
+                     "10 GiB floor -- its " + sglang_flags.DEFAULT_RESERVE_WHY.removeprefix("SGLang's "))
         if any(p["parallelism"].get("dense_dp") for p in rows):
             note += ("; (dense MLPs dp): the dense layers' MLPs and the LM head whole on every GPU, no token gather "
                      "(LMSYS's dense-TP-1 / DP-LM-head flags, written by --emit); without it every rank's tokens cross "

@@ -69,3 +69,29 @@ def test_container_copies_exported_nvidia_visible_devices(tmp_path):
                     "docker run --gpus all vllm/vllm-openai:latest "
                     "--model meta-llama/Llama-3.1-70B-Instruct --tensor-parallel-size 8\n")
     assert "world_size" not in _errors(check_launch_file(path, cluster="dgx-h100"))
+
+
+def test_sglang_node_rank_variable_is_the_multi_node_engine():
+    """sg48.sh: `--nnodes 6 --node-rank $NODE_RANK --dist-init-addr $HEAD:5000` (SGLang's multi-node docs' form) was
+    exit 2 ('uses the shell variable NODE_RANK'); the rank is per node, the engine spans 6 nodes of 8: ep 48 over 6
+    nodes meets the DeepEP node-count rule, as the same file with `--node-rank 0` does (review #3)."""
+    result = check_launch_file(DATA / "sg48.sh", cluster="dgx-h100", gpus=48)
+    errors = _errors(result)
+    assert {"deepep_node_count", "memory_exceeds"} <= set(errors), errors
+    assert "ep 48 is 6 nodes" in errors["deepep_node_count"]
+    launch = result["launches"][0]
+    assert (launch["world"], launch["nnodes"], launch["node_rank"]) == (48, 6, 0), launch
+
+
+def test_sglang_negative_default_fraction_says_why():
+    """SGLang's default for sg48 (H100 80 GB: nvidia-smi 79.65 x 1024 MiB; tp 48, attn-dp 48, MLA, deepep, chunk
+    8192, decode graphs' max batch 512 at tp >= 4), hand arithmetic of `default_mem_fraction_static`'s terms:
+    512 + 1.5 x 8192 = 12288 + 48 / 8 x 1024 = 6144 + decode graphs 512 x 2 + 512 x 48 x 3 + 512 x 48 x 1.5 = 111616
+    + prefill graphs 1536 + 1024 + deepep 2048 = 135168 MiB = 132.0 GiB; (81561.6 - 135168) / 81561.6 = -0.657."""
+    errors = _errors(check_launch_file(DATA / "sg48.sh", cluster="dgx-h100", gpus=48))
+    message = errors["memory_exceeds"]
+    assert "--mem-fraction-static -0.657 x 79.65 GiB" in message
+    assert ("it is not positive because SGLang's formula reserves 132.0 GiB per GPU of 79.65 GiB, decode graphs "
+            f"{111616 / 1024:.1f} GiB of it (48 attention-DP ranks: SGLang's own default reserves decode-graph memory "
+            "per DP rank") in message
+    assert "set --mem-fraction-static or cap the graphs' batch with a smaller --max-running-requests" in message

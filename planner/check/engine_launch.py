@@ -127,6 +127,8 @@ class Launch:
     """Tokens a flag caps each pool at (SGLang max_total_tokens; the smaller of it and what fits)."""
     fraction_given: bool = False
     """Whether the command sets the budget fraction (else `fraction` is the engine's default for it)."""
+    fraction_why: str = ""
+    """Why the engine's default fraction is what it is, where a message needs it (SGLang's negative default)."""
     visible_from: str = VISIBLE
     """What limits the GPUs seen, for messages (`visible_from`)."""
     fit_max_model_len: bool = False
@@ -620,6 +622,15 @@ def argument(command: Command, flag: str, file: str):
         raise SpecError(f"expected one argument (the engine's argument parser exits on {flag} without its value; "
                         f"the next word is a flag or the command ends)", **source(command, flag, file))
     return value
+
+
+def per_node(command: Command, flag: str) -> bool:
+    """Whether the command gives `flag` (a node-rank flag) as one shell variable the file does not set
+    (`--node-rank $NODE_RANK`, SGLang's multi-node docs' form): the launcher sets it on each node, so the one
+    command is every node's; it is read as node 0's, whose launch the file's rules count (the instance spans the
+    node-count flag's nodes whatever the rank)."""
+    value = command.flags.get(flag)
+    return isinstance(value, str) and shell.VAR.fullmatch(value) is not None
 
 
 def integer(command: Command, flag: str, default: int | None, file: str, low: int = 1) -> int | None:
@@ -1187,7 +1198,8 @@ def _memory_findings(spec: ModelSpec, hw: ClusterSpec, launch: Launch, mem: sv.S
                         f"(1 - {launch.fraction:g} of {cap:.2f} GiB)",
                 fix=f"{f['fraction']} {max(0.05, 1 - (mem.activations + mem.reserve) / mem.capacity - 0.01):.2f} "
                     f"or a smaller {f['max_num_batched_tokens']}"))
-        default = "" if launch.fraction_given else ", SGLang's own default for this command: it does not set it"
+        default = ("" if launch.fraction_given else
+                   f", SGLang's own default for this command: it does not set it{launch.fraction_why}")
         pool_text = (f"{f['fraction']} {launch.fraction:g} x {cap:.2f} GiB = {budget:.2f} GiB (SGLang: the "
                      f"static pool of weights and KV is a fraction of TOTAL memory{default}) - weights "
                      f"{mem.weights / GIB:.2f} GiB - non-torch {sv.NON_TORCH_BYTES / GIB:.2f} GiB")

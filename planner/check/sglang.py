@@ -116,7 +116,7 @@ def launch(command: el.Command, spec: ModelSpec, hw: ClusterSpec, file: str) -> 
             message=f"{hw.gpu.name} has no bf16: SGLang runs float16 below compute capability 8.0 and exits below 7.5 "
                     f"('SGLang only supports sm75 and above'; {s.VERSION} model_runner_components/load_model_utils.py "
                     f"maybe_downgrade_dtype_for_legacy_gpu): a V100 (7.0) does not start", fix=""))
-    node_rank = el.integer(command, f["node_rank"], 0, file, low=0)
+    node_rank = 0 if el.per_node(command, f["node_rank"]) else el.integer(command, f["node_rank"], 0, file, low=0)
     findings += _multi_node(command, nnodes, dp)
     if nnodes > 1 and tp * pp % nnodes == 0 and tp * pp // nnodes < hw.gpus_per_node:
         findings.append(Violation(
@@ -143,12 +143,16 @@ def launch(command: el.Command, spec: ModelSpec, hw: ClusterSpec, file: str) -> 
         forward_tokens = s.rank_chunk(chunk or default_chunk, adp)
     inst = sv.Instance(tp=tp, pp=pp, ep=ep, adp=adp, redundant=redundant if ep > 1 else 0, dense_dp=dense_dp)
     fraction = el.fraction(command, f["fraction"], default_fraction, file)
+    why = "" if f["fraction"] in command.flags or default_fraction > 0 else _negative_default(
+        s.default_reserve_mib(gpu_mib, tp=tp, pp=pp, chunked_prefill_size=chunk, max_running_requests=max_running,
+                              mla=spec.is_mla, attn_dp=adp, role=role, a2a=a2a, max_prefill_tokens=prefill_cap),
+        gpu_mib, adp)
     if adp > hw.scaleup_domain_gpus and not s.chunking_off(chunk) and f["kv_tokens_cap"] not in command.flags:
         findings += _headroom(spec, hw, inst, fraction, forward_tokens, role)
     return el.Launch(
         engine=s.ENGINE, line=command.line, inst=inst, replicas=dp,
         fraction=fraction,
-        fraction_given=f["fraction"] in command.flags,
+        fraction_given=f["fraction"] in command.flags, fraction_why=why,
         max_model_len=max_model_len,
         kv_tokens_cap=el.human_integer(command, f["kv_tokens_cap"], None, file, HUMAN_INT, exact=True),
         max_num_seqs=None if max_running is None else s.instance_running_requests(max_running, adp),
@@ -304,6 +308,21 @@ def _expert_parallel(spec: ModelSpec, tp: int, ep: int, a2a: str, findings: list
                                   fix=f"{f['ep']} among the divisors of {tp}"))
         return 1
     return ep
+
+
+def _negative_default(terms: dict[str, float], gpu_mib: float, adp: int) -> str:
+    """Why SGLang's default mem_fraction_static is not positive: the reserve of `s.default_reserve_mib` exceeds
+    the GPU's memory; its largest term, and what relaxes it (SGLang then cannot start)."""
+    f = s.FLAG
+    name, largest = max(terms.items(), key=lambda kv: kv[1])
+    text = (f"; it is not positive because SGLang's formula reserves {sum(terms.values()) / 1024:.1f} GiB per GPU of "
+            f"{gpu_mib / 1024:.2f} GiB, {name} {largest / 1024:.1f} GiB of it")
+    if name == "decode graphs" and adp > 1:
+        text += (f" ({adp} attention-DP ranks: {s.DEFAULT_RESERVE_WHY}); SGLang cannot start so: set {f['fraction']} "
+                 f"or cap the graphs' batch with a smaller {f['max_num_seqs']}")
+    else:
+        text += f"; SGLang cannot start so: set {f['fraction']}"
+    return text
 
 
 def _multi_node(command: el.Command, nnodes: int, dp: int) -> list[Violation]:

@@ -253,6 +253,26 @@ def default_mem_fraction_static(gpu_memory_mib: float, *, tp: int, pp: int, chun
     512, 58 prefill sizes up to 8192 -> graphs 1024 + 464; reserved 512 + 12288 + 1024 + 1488 = 15312;
     (143771 - 15312) / 143771 = 0.8935 -> 0.893.
     """
+    terms = default_reserve_mib(gpu_memory_mib, tp=tp, pp=pp, chunked_prefill_size=chunked_prefill_size,
+                                max_running_requests=max_running_requests, mla=mla, attn_dp=attn_dp, role=role,
+                                a2a=a2a, max_prefill_tokens=max_prefill_tokens)
+    return round((gpu_memory_mib - sum(terms.values())) / gpu_memory_mib, 3)
+
+
+DEFAULT_RESERVE_WHY = ("SGLang's own default reserves decode-graph memory per DP rank of the whole instance and 1.5 MiB "
+                       "per token of the undivided chunk")
+"""Why SGLang's default mem_fraction_static is small (or negative) for an instance with attention DP over many
+ranks (`default_reserve_mib`), as serve-plan's note and check's memory message say it."""
+
+
+def default_reserve_mib(gpu_memory_mib: float, *, tp: int, pp: int, chunked_prefill_size: int | None,
+                        max_running_requests: int | None, mla: bool, attn_dp: int, role: str | None,
+                        a2a: str, max_prefill_tokens: int = MAX_PREFILL_TOKENS) -> dict[str, float]:
+    """The terms (MiB per GPU) SGLang's default keeps out of mem_fraction_static, by name: "base" (512), "chunk"
+    (1.5 per token), "tp x pp" (1024 per 8 ranks), "decode graphs" (max_bs x 2, plus max_bs x attn_dp x 3 (x 1.5
+    more above 300) under DP attention), "prefill graphs", "floor" (what lifts the first five to the 10 GiB
+    floor), "deepep" (2048 outside a prefill worker). Their sum is reserved_mib of `default_mem_fraction_static`
+    (its Source and arguments)."""
     chunk, max_bs = gpu_defaults(gpu_memory_mib, tp)
     chunk = chunked_prefill_size or chunk
     off = chunking_off(chunk)
@@ -263,22 +283,23 @@ def default_mem_fraction_static(gpu_memory_mib: float, *, tp: int, pp: int, chun
         tokens = max(max_running_requests or max_bs or 1, 2048)
     else:
         tokens = max(max_prefill_tokens if off else chunk, 2048)
-    graphs = 0.0
+    decode = prefill = 0.0
     if role != "prefill":
-        graphs += max_bs * 2
+        decode += max_bs * 2
         if attn_dp > 1:
-            graphs += max_bs * attn_dp * 3 + (max_bs * attn_dp * 1.5 if max_bs > 300 else 0)
+            decode += max_bs * attn_dp * 3 + (max_bs * attn_dp * 1.5 if max_bs > 300 else 0)
     if role != "decode" and pp == 1:
         if mla:
-            graphs += 1536
+            prefill += 1536
         else:
             sizes = prefill_graph_sizes(2048 if deepep else chunk)  # none when off (chunk <= 0)
-            graphs += 8 * len({-(-b // 8) * 8 for b in sizes} if deepep else sizes)
-        graphs += 1024 if deepep else 0
-    reserved = max(512 + tokens * 1.5 + tp * pp / 8 * 1024 + graphs, min_reserved_mib(gpu_memory_mib))
-    if deepep and role != "prefill":
-        reserved += DEEPEP_DECODE_RESERVE_MIB
-    return round((gpu_memory_mib - reserved) / gpu_memory_mib, 3)
+            prefill += 8 * len({-(-b // 8) * 8 for b in sizes} if deepep else sizes)
+        prefill += 1024 if deepep else 0
+    terms = {"base": 512.0, "chunk": tokens * 1.5, "tp x pp": tp * pp / 8 * 1024, "decode graphs": decode,
+             "prefill graphs": prefill}
+    terms["floor"] = max(0.0, min_reserved_mib(gpu_memory_mib) - sum(terms.values()))
+    terms["deepep"] = DEEPEP_DECODE_RESERVE_MIB if deepep and role != "prefill" else 0.0
+    return terms
 
 
 def min_reserved_mib(gpu_memory_mib: float) -> float:
