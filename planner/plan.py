@@ -1419,6 +1419,7 @@ def plan(model: ModelSpec, cluster: ClusterSpec, *, seq_len: int, global_batch_s
     if trained := mtp.mtp_layers(model, Layout(**base)):  # the recipe's MTP layers, written down
         base["mtp_layers"] = trained
     _check_grad_reduce(Layout(**base))
+    _check_mtp(Layout(**base))
     _check_optimizer_precision(Layout(**base, zero_stage=1))
     if not 0 <= headroom < 1:
         raise SpecError(f"value {headroom} must be in [0, 1)", key="--headroom")
@@ -1880,6 +1881,19 @@ def _check_grad_reduce(layout: Layout) -> None:
         raise SpecError(f"value {layout.grad_reduce_dtype!r} not allowed for {layout.framework} at "
                         f"{layout.precision}; allowed: {', '.join(allowed)}",
                         key="--grad-reduce-dtype")
+
+
+def _check_mtp(layout: Layout) -> None:
+    """SpecError (key --mtp-layers) when MTP layers are asked of a framework that cannot train them here: every
+    candidate would break the rule `mtp_layers` (`rules._mtp_and_swiglu_store`), so the request is bad input, not a
+    search that fails. torchtitan builds MTP only in its DeepSeek-V3 debug config, without PP or CP; DeepSpeed has
+    none (`placement.mtp.TRAINED_BY_DEFAULT`)."""
+    if layout.framework != "megatron" and layout.mtp_layers:
+        where = {"torchtitan": " (torchtitan builds MTP only in its DeepSeek-V3 debug config, without PP or CP)",
+                 "deepspeed": " (DeepSpeed has no MTP)"}.get(layout.framework, "")
+        raise SpecError(f"value {layout.mtp_layers}: {layout.framework} cannot train MTP (multi-token prediction) "
+                        f"layers{where}; the planner costs them as Megatron-LM trains them; allowed: 0, or "
+                        f"--framework megatron", key="--mtp-layers")
 
 
 def _check_optimizer_precision(layout: Layout) -> None:

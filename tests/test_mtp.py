@@ -130,3 +130,20 @@ def test_step_time_adds_the_mtp_layer_and_the_second_head_pass():
     assert with_mtp == pytest.approx(head * (2 + 2 * h / VOCAB) + layer, rel=1e-12)
     slower = st.step_time(LLAMA, cluster, base.replace(mtp_layers=1)).step
     assert slower > st.step_time(LLAMA, cluster, base.replace(mtp_layers=0)).step
+
+
+@pytest.mark.parametrize("framework, why", [
+    ("torchtitan", "torchtitan builds MTP only in its DeepSeek-V3 debug config, without PP or CP"),
+    ("deepspeed", "DeepSpeed has no MTP")])
+def test_plan_refuses_mtp_layers_of_a_framework_without_them_upfront(framework, why):
+    """review-fresh11 #5, the reviewer's command: `plan --framework torchtitan --mtp-layers 1` ran the whole search and
+    failed with a pipeline-split hint that did not help; every candidate breaks the rule `mtp_layers`, so it is bad
+    input (exit 2) naming the flag, the framework and what is allowed."""
+    from tests.cli_run import planner
+
+    done = planner("plan", "-m", "deepseek-v3", "-c", "dgx-h100", "--gpus", "1024", "--framework", framework,
+                   "--mtp-layers", "1")
+    assert done.returncode == 2, done.stderr
+    assert (f"--mtp-layers: value 1: {framework} cannot train MTP (multi-token prediction) layers ({why}); the "
+            "planner costs them as Megatron-LM trains them; allowed: 0, or --framework megatron") in done.stderr
+    assert "Traceback" not in done.stderr and done.stderr.count("\n") == 1
