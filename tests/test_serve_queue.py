@@ -78,3 +78,49 @@ def test_interference_is_the_prompts_forward_and_no_faster():
     for engine, classes in engines.items():
         for cls, c in classes.items():
             assert c["tpot"]["prefill_interference_s"] >= 1.0, (engine, cls)
+
+
+# ---------------------------------------------------------------- disaggregated prefill workers
+
+def test_prefill_worker_wait_is_the_md1_queue_by_hand():
+    """Pollaczek-Khinchine for deterministic service: U = 0.9 (0.9 requests/s on a 1 request/s worker), S = 1 s:
+    W = 0.9 x 1 / (2 x 0.1) = 4.5 s; no steady state at U >= 1; `prefill_worker_max_load` inverts it:
+    a 4.5 s budget at S = 1 s allows U = 2 x 4.5 / (1 + 9) = 0.9."""
+    assert sv.prefill_worker_wait_s(0.9, 1.0, 1.0) == pytest.approx(4.5)
+    assert sv.prefill_worker_wait_s(0.25, 0.5, 2.0) == pytest.approx(0.5 * 2.0 / (2 * 0.5))  # U 0.5, S 2: 1 s
+    assert sv.prefill_worker_wait_s(1.0, 1.0, 1.0) == math.inf
+    assert sv.prefill_worker_wait_s(0.0, 1.0, 1.0) == 0.0
+    assert sv.prefill_worker_max_load(4.5, 1.0) == pytest.approx(0.9)
+    assert sv.prefill_worker_max_load(0.0, 1.0) == 0.0
+
+
+def _prefill(*args: str) -> dict:
+    proc = planner("serve-plan", "-m", "llama-3.1-70b", "-c", "dgx-h100", "--gpus", "32", "--input-len", "8000",
+                   "--output-len", "500", "--tpot-ms", "40", "--disaggregated", *args, "-f", "json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    (row,) = [w for w in out["deployment"]["workers"] if w["role"] == "prefill"]
+    assert out["plans"][0]["ttft_ms"] == row["ttft_ms"]
+    return row
+
+
+def test_disaggregated_prefill_ttft_holds_its_queue_at_the_request_rate():
+    """Fresh-user review 11, finding 1: at --request-rate 1.06 the mix was 2 x prefill tp1 pp2 with 1.065
+    requests/s of capacity (99.5% busy) at the unloaded TTFT 1,904.9 ms, the same as at 0.1 requests/s, so it
+    'met' --ttft-ms 2000. Now a tp1 pp2 worker (unloaded 1.905 s: 95 ms of budget) may run at most
+    U = 2 x 0.095 / (1.88 + 0.19) = 9% busy, and tp2 workers (S = 1 / 0.9885 = 1.0116 s each) carry the rate.
+    Hand arithmetic for tp2: 0.1 requests/s on one worker, U = 0.1 / 0.9885 = 0.1012, W = 0.1012 x 1.0116 /
+    (2 x 0.8988) = 0.0569 s; 1.06 on two, U = 0.53 / 0.9885 = 0.5362, W = 0.5362 x 1.0116 / (2 x 0.4638) =
+    0.5848 s: TTFT rises by 0.5279 s with the same unloaded part."""
+    rows = {rate: _prefill("--ttft-ms", "2000", "--request-rate", rate) for rate in ("0.1", "1.06")}
+    for rate, workers in (("0.1", 1), ("1.06", 2)):
+        assert (rows[rate]["parallelism"]["tp"], rows[rate]["parallelism"]["pp"]) == (2, 1)
+        assert rows[rate]["workers"] == workers
+        assert rows[rate]["requests_per_s"] == pytest.approx(0.9885 * workers, abs=2e-3)
+    assert rows["1.06"]["ttft_ms"] - rows["0.1"]["ttft_ms"] == pytest.approx(527.9, abs=1.0)
+    assert rows["1.06"]["ttft_ms"] <= 2000
+    # without --ttft-ms nothing keeps the workers light: 4 requests/s on 5 tp2 workers, U = 0.8 / 0.9885 = 0.8093,
+    # W = 0.8093 x 1.0116 / (2 x 0.1907) = 2.146 s above the unloaded ~1.04 s (the review: 1,038.0 ms flat)
+    row = _prefill("--request-rate", "4")
+    assert row["workers"] == 5 and row["parallelism"]["tp"] == 2
+    assert 3100 < row["ttft_ms"] < 3250
