@@ -124,3 +124,21 @@ def test_disaggregated_prefill_ttft_holds_its_queue_at_the_request_rate():
     row = _prefill("--request-rate", "4")
     assert row["workers"] == 5 and row["parallelism"]["tp"] == 2
     assert 3100 < row["ttft_ms"] < 3250
+
+
+def test_queued_prefill_ttft_by_hand_in_both_loads():
+    """`serve._queued_ttft_s` for a worker of S = 1 s service (1 request/s), 1.1 s unloaded TTFT with its transfer:
+    - at --request-rate 1.5 over 2 workers, U = 0.75: W = 0.75 x 1 / (2 x 0.25) = 1.5 s -> 2.6 s;
+    - without it, the decode side's 2 workers x 4 requests, each away 500 x 0.02 = 10 s, are 8 clients of its one
+      group: b = 8 - 10 = -2, S Z - (C - 1) S^2 / 2 = 10 - 3.5 = 6.5, R = (-2 + sqrt(4 + 26)) / 2 = 1.73861 s,
+      W = 0.73861 s -> 1.83861 s."""
+    from dataclasses import replace
+
+    from planner import serve
+
+    candidate = ({"inst": sv.Instance()}, {"service_s": 1.0, "ttft_s": 1.1, "requests_per_s": 1.0})
+    decode_row = {"workers": 2, "concurrency": 4, "tpot_ms": 20.0}
+    req = serve.ServeRequest(gpus=8, input_len=8000, output_len=500, disaggregated=True)
+    assert serve._queued_ttft_s(replace(req, request_rate=1.5), candidate, 2, decode_row) == pytest.approx(2.6)
+    assert serve._queued_ttft_s(req, candidate, 1, decode_row) == pytest.approx(1.1 + (-2 + math.sqrt(30)) / 2 - 1,
+                                                                                 rel=1e-9)

@@ -1214,7 +1214,7 @@ def prefill_worker_wait_s(rate_per_s: float, capacity_per_s: float, service_s: f
     spreading the requests evenly over the groups, so each group is an M/D/1 queue at the same U), S = `service_s`,
     one prompt's prefill (deterministic: one prompt length). Infinite at U >= 1 (no steady state).
     Why M/D/1 and not `prefill_queue_wait_s`'s closed-loop MVA: the emitted prefill worker runs one prompt at a time
-    (--max-num-seqs 1 / its SGLang equivalent) and is fed by the router as requests arrive -- at --request-rate an
+    (a running-request cap of 1, `planner.serve` emit) and is fed by the router as requests arrive -- at --request-rate an
     open arrival stream, not a fixed client population (Poisson arrivals, the load of vLLM's serving benchmark at a
     --request-rate; that script not re-read for this function, VERIFY). Round-robin routing makes the
     arrivals smoother than Poisson, so this is an upper estimate of the wait (Kingman's bound with c_a^2 < 1).
