@@ -1116,8 +1116,10 @@ def _transfer_s(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, prefill: sv
 
 def _worker_points(spec, hw, req, inst, coefficients, role: str) -> tuple[dict, list[dict]]:
     """Memory of a prefill (context I) or decode (context I + O) worker and its points meeting the SLOs:
-    prefill: prompts one at a time (per attention-DP group), TTFT (+ KV transfer) <= --ttft-ms,
-    requests/s = groups / TTFT without the transfer (the transfer overlaps the next prompt);
+    prefill: prompts one at a time (per attention-DP group), TTFT (+ KV transfer) <= --ttft-ms unloaded,
+    requests/s = groups / TTFT without the transfer (the transfer overlaps the next prompt; the capacity), and
+    usable_per_s, the requests/s at which the queue's wait (`cost.serving.prefill_worker_wait_s`) still keeps
+    TTFT within --ttft-ms (`prefill_worker_max_load`; just under the capacity without --ttft-ms);
     decode: TPOT without prefill interference <= --tpot-ms, requests/s = b / (O x TPOT), tokens/s = b / TPOT."""
     context = req.input_len if role == "prefill" else req.context
     mem = _memory(spec, hw, req, inst, role)
@@ -1135,7 +1137,9 @@ def _worker_points(spec, hw, req, inst, coefficients, role: str) -> tuple[dict, 
         ttft_s = ttft + _transfer_s(spec, hw, req, inst)
         if req.ttft_ms is not None and ttft_s * 1e3 > req.ttft_ms:
             return ev, []
-        return ev, [{"concurrency": inst.adp, "ttft_s": ttft_s, "requests_per_s": inst.adp / ttft}]
+        load = 1.0 if req.ttft_ms is None else sv.prefill_worker_max_load(req.ttft_ms / 1e3 - ttft_s, ttft)
+        return ev, [{"concurrency": inst.adp, "ttft_s": ttft_s, "service_s": ttft, "requests_per_s": inst.adp / ttft,
+                     "usable_per_s": inst.adp / ttft * min(load, 1 - 1e-6)}]
     return ev, _decode_points(spec, hw, req, inst, cmax, coefficients)
 
 
@@ -1259,7 +1263,7 @@ def _no_mix(hw: ClusterSpec, req: ServeRequest, pre: list, dec: list) -> Infeasi
     SLOs) fed by enough prefill workers of one shape (or, at --request-rate, both sides carrying the rate)."""
     def need(p, d) -> tuple[int, int, int]:
         rate = req.request_rate if req.request_rate is not None else d[1]["requests_per_s"]
-        n_pre = math.ceil(rate / p[1]["requests_per_s"] - 1e-9)
+        n_pre = math.ceil(rate / p[1]["usable_per_s"] - 1e-9)
         n_dec = math.ceil(rate / d[1]["requests_per_s"] - 1e-9) if req.request_rate is not None else 1
         return p[0]["inst"].gpus * n_pre + d[0]["inst"].gpus * n_dec, n_pre, n_dec
     (gpus, n_pre, n_dec), p, d = min(((need(p, d), p, d) for p in pre for d in dec), key=lambda x: x[0][0])
@@ -1267,7 +1271,7 @@ def _no_mix(hw: ClusterSpec, req: ServeRequest, pre: list, dec: list) -> Infeasi
     return InfeasibleError(
         f"no rate-matched prefill + decode mix fits {req.gpus} GPUs{at}: "
         f"{'the rate binds' if at else 'the prefill side binds'} -- a "
-        f"{p[0]['inst'].label} prefill worker carries {p[1]['requests_per_s']:.3g} requests/s of {req.input_len}-token "
+        f"{p[0]['inst'].label} prefill worker carries {p[1]['usable_per_s']:.3g} requests/s of {req.input_len}-token "
         f"prompts, and the least mix is {n_pre} of them + {n_dec} {d[0]['inst'].label} decode worker(s) at "
         f"{d[1]['requests_per_s']:.3g} requests/s each = {gpus} GPUs; --gpus {allowed_gpus(hw, gpus)} would work "
         f"(or a shorter "
@@ -1337,7 +1341,7 @@ def _lightest(spec, hw, req: ServeRequest, coefficients: dict, pre: list, dec: l
     (i, n_p), = split.prefill.items()
     (j, n_d), = split.decode.items()
     ev, point = dec[j]
-    fed = n_p * pre[i][1]["requests_per_s"]
+    fed = n_p * pre[i][1]["usable_per_s"]
     share = min(fed, n_d * point["requests_per_s"], req.request_rate or fed) / n_d
     inst, step = ev["inst"], ev["inst"].adp
 
@@ -1392,13 +1396,13 @@ def _solve_split(req: ServeRequest, pre: list, dec: list) -> Split:
     best, found = None, Split({}, {}, "INFEASIBLE")
     for i, (pre_ev, p) in enumerate(pre):
         for j, (dec_ev, d) in enumerate(dec):
-            counts = _pair_counts(req, pre_ev["inst"].gpus, p["requests_per_s"], dec_ev["inst"].gpus,
+            counts = _pair_counts(req, pre_ev["inst"].gpus, p["usable_per_s"], dec_ev["inst"].gpus,
                                   d["requests_per_s"])
             if counts is None:
                 continue
             n_p, n_d = counts
             gpus = n_p * pre_ev["inst"].gpus + n_d * dec_ev["inst"].gpus
-            served = round(min(n_p * p["requests_per_s"], n_d * d["requests_per_s"]) * 1e3)
+            served = round(min(n_p * p["usable_per_s"], n_d * d["requests_per_s"]) * 1e3)
             key = (gpus, d["tpot_s"]) if req.request_rate is not None else (-served, gpus, d["tpot_s"])
             if best is None or key < best:
                 best, found = key, Split({i: n_p}, {j: n_d}, "OPTIMAL")
@@ -1438,18 +1442,43 @@ def _pair_counts(req: ServeRequest, g_p: int, r_p: float, g_d: int, r_d: float) 
     return best[1]
 
 
+def _queued_ttft_s(req: ServeRequest, candidate: tuple, workers: int, decode_row: dict) -> float:
+    """TTFT of a prefill worker of `candidate` (ev, point), one of `workers` alike ones fed by the router,
+    seconds: its prompt's service + KV transfer (point ttft_s) + the wait in its queue (fresh-user review 11,
+    finding 1: 2 workers at 99.5% of their capacity reported the unloaded 1,905 ms).
+    At --request-rate the requests arrive as an open stream at that rate: the M/D/1 wait
+    (`cost.serving.prefill_worker_wait_s`) at --request-rate / workers. Without it the mix's load is its decode workers'
+    batches, a closed loop of n_d x b requests, each away O x TPOT decoding between prompts: the prompts queue at
+    the worker's attention-DP groups as at the aggregated prefill station, Schweitzer's MVA with the deterministic
+    residual (`cost.serving.prefill_residence_s` residual 1/2, as `prefill_queue_wait_s`), which stays finite
+    where the prefill side binds (an open stream at the prefill side's whole capacity has no steady state).
+    Source: Pollaczek-Khinchine (M/D/1) and Schweitzer (1979) / Reiser (1979), as those functions cite."""
+    ev, point = candidate
+    service = point["service_s"]
+    if req.request_rate is not None:
+        wait = sv.prefill_worker_wait_s(req.request_rate / workers, point["requests_per_s"], service)
+    else:
+        clients = decode_row["workers"] * decode_row["concurrency"] / (workers * ev["inst"].adp)
+        think = req.output_len * decode_row["tpot_ms"] / 1e3
+        wait = sv.prefill_residence_s(clients, service, think, residual=0.5) - service
+    return point["ttft_s"] + wait
+
+
 def _mix_plan(spec: ModelSpec, req: ServeRequest, pre: list, dec: list, result) -> tuple[list[dict], dict]:
     """(worker rows, the plan record) of one rate-matched mix: parallelism, batch and memory of its slowest
     decode worker (whose TPOT the plan reports, as `planner check` of the plan file recomputes it) with the
     worker counts, its GPUs, the requests/s it serves (the slower side's: the decode side's when
-    rate-matched, the prefill side's when decode capacity is spare) and tokens/s (that x output_len),
-    TTFT / TPOT the worst of its workers."""
+    rate-matched, the prefill side's when decode capacity is spare) and tokens/s (that x output_len), TTFT / TPOT the worst of its workers, the prefill workers' TTFT with their queue's wait at
+    the load the mix gives them (`_queued_ttft_s`)."""
     rows = [_worker_row(spec, req, *pre[i], "prefill", n) for i, n in sorted(result.prefill.items())] + \
            [_worker_row(spec, req, *dec[i], "decode", n) for i, n in sorted(result.decode.items())]
     gpus = sum(r["gpus"] for r in rows)
     fed = sum(r["requests_per_s"] for r in rows if r["role"] == "prefill")
     carried = sum(r["requests_per_s"] for r in rows if r["role"] == "decode")
     served = min(fed, carried)  # requests/s the mix serves: the slower side's
+    decode_row = max((r for r in rows if r["role"] == "decode"), key=lambda r: r["tpot_ms"])
+    for (i, n), row in zip(sorted(result.prefill.items()), rows):
+        row["ttft_ms"] = round(_queued_ttft_s(req, pre[i], n, decode_row) * 1e3, 1)
     tokens = served * req.output_len
     ttft = max(r["ttft_ms"] for r in rows if r["role"] == "prefill")
     tpot = max(r["tpot_ms"] for r in rows if r["role"] == "decode")

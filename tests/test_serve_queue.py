@@ -78,3 +78,67 @@ def test_interference_is_the_prompts_forward_and_no_faster():
     for engine, classes in engines.items():
         for cls, c in classes.items():
             assert c["tpot"]["prefill_interference_s"] >= 1.0, (engine, cls)
+
+
+# ---------------------------------------------------------------- disaggregated prefill workers
+
+def test_prefill_worker_wait_is_the_md1_queue_by_hand():
+    """Pollaczek-Khinchine for deterministic service: U = 0.9 (0.9 requests/s on a 1 request/s worker), S = 1 s:
+    W = 0.9 x 1 / (2 x 0.1) = 4.5 s; no steady state at U >= 1; `prefill_worker_max_load` inverts it:
+    a 4.5 s budget at S = 1 s allows U = 2 x 4.5 / (1 + 9) = 0.9."""
+    assert sv.prefill_worker_wait_s(0.9, 1.0, 1.0) == pytest.approx(4.5)
+    assert sv.prefill_worker_wait_s(0.25, 0.5, 2.0) == pytest.approx(0.5 * 2.0 / (2 * 0.5))  # U 0.5, S 2: 1 s
+    assert sv.prefill_worker_wait_s(1.0, 1.0, 1.0) == math.inf
+    assert sv.prefill_worker_wait_s(0.0, 1.0, 1.0) == 0.0
+    assert sv.prefill_worker_max_load(4.5, 1.0) == pytest.approx(0.9)
+    assert sv.prefill_worker_max_load(0.0, 1.0) == 0.0
+
+
+def _prefill(*args: str) -> dict:
+    proc = planner("serve-plan", "-m", "llama-3.1-70b", "-c", "dgx-h100", "--gpus", "32", "--input-len", "8000",
+                   "--output-len", "500", "--tpot-ms", "40", "--disaggregated", *args, "-f", "json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    (row,) = [w for w in out["deployment"]["workers"] if w["role"] == "prefill"]
+    assert out["plans"][0]["ttft_ms"] == row["ttft_ms"]
+    return row
+
+
+def test_disaggregated_prefill_ttft_holds_its_queue_at_the_request_rate():
+    """Fresh-user review 11, finding 1: at --request-rate 1.06 the mix was 2 x prefill tp1 pp2 with 1.065
+    requests/s of capacity (99.5% busy) at the unloaded TTFT 1,904.9 ms, the same as at 0.1 requests/s, so it
+    'met' --ttft-ms 2000. Now a tp1 pp2 worker (unloaded 1.905 s: 95 ms of budget) may run at most
+    U = 2 x 0.095 / (1.88 + 0.19) = 9% busy, and tp2 workers (S = 1 / 0.9885 = 1.0116 s each) carry the rate.
+    Hand arithmetic for tp2: 0.1 requests/s on one worker, U = 0.1 / 0.9885 = 0.1012, W = 0.1012 x 1.0116 /
+    (2 x 0.8988) = 0.0569 s; 1.06 on two, U = 0.53 / 0.9885 = 0.5362, W = 0.5362 x 1.0116 / (2 x 0.4638) =
+    0.5848 s: TTFT rises by 0.5279 s with the same unloaded part."""
+    rows = {rate: _prefill("--ttft-ms", "2000", "--request-rate", rate) for rate in ("0.1", "1.06")}
+    for rate, workers in (("0.1", 1), ("1.06", 2)):
+        assert (rows[rate]["parallelism"]["tp"], rows[rate]["parallelism"]["pp"]) == (2, 1)
+        assert rows[rate]["workers"] == workers
+        assert rows[rate]["requests_per_s"] == pytest.approx(0.9885 * workers, abs=2e-3)
+    assert rows["1.06"]["ttft_ms"] - rows["0.1"]["ttft_ms"] == pytest.approx(527.9, abs=1.0)
+    assert rows["1.06"]["ttft_ms"] <= 2000
+    # without --ttft-ms nothing keeps the workers light: 4 requests/s on 5 tp2 workers, U = 0.8 / 0.9885 = 0.8093,
+    # W = 0.8093 x 1.0116 / (2 x 0.1907) = 2.146 s above the unloaded ~1.04 s (the review: 1,038.0 ms flat)
+    row = _prefill("--request-rate", "4")
+    assert row["workers"] == 5 and row["parallelism"]["tp"] == 2
+    assert 3100 < row["ttft_ms"] < 3250
+
+
+def test_queued_prefill_ttft_by_hand_in_both_loads():
+    """`serve._queued_ttft_s` for a worker of S = 1 s service (1 request/s), 1.1 s unloaded TTFT with its transfer:
+    - at --request-rate 1.5 over 2 workers, U = 0.75: W = 0.75 x 1 / (2 x 0.25) = 1.5 s -> 2.6 s;
+    - without it, the decode side's 2 workers x 4 requests, each away 500 x 0.02 = 10 s, are 8 clients of its one
+      group: b = 8 - 10 = -2, S Z - (C - 1) S^2 / 2 = 10 - 3.5 = 6.5, R = (-2 + sqrt(4 + 26)) / 2 = 1.73861 s,
+      W = 0.73861 s -> 1.83861 s."""
+    from dataclasses import replace
+
+    from planner import serve
+
+    candidate = ({"inst": sv.Instance()}, {"service_s": 1.0, "ttft_s": 1.1, "requests_per_s": 1.0})
+    decode_row = {"workers": 2, "concurrency": 4, "tpot_ms": 20.0}
+    req = serve.ServeRequest(gpus=8, input_len=8000, output_len=500, disaggregated=True)
+    assert serve._queued_ttft_s(replace(req, request_rate=1.5), candidate, 2, decode_row) == pytest.approx(2.6)
+    assert serve._queued_ttft_s(req, candidate, 1, decode_row) == pytest.approx(1.1 + (-2 + math.sqrt(30)) / 2 - 1,
+                                                                                 rel=1e-9)

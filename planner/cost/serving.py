@@ -1207,6 +1207,35 @@ def prefill_residence_s(clients: float, prefill_s: float, decode_s: float, resid
     return (b + math.sqrt(b * b + 4 * c)) / 2
 
 
+def prefill_worker_wait_s(rate_per_s: float, capacity_per_s: float, service_s: float) -> float:
+    """Mean wait of a prompt in front of a disaggregated prefill worker fed an open-loop stream of `rate_per_s`
+    requests/s, seconds: the M/D/1 queue's Pollaczek-Khinchine mean, W = U S / (2 (1 - U)), U = rate / capacity
+    (the worker's utilisation; capacity = attention-DP groups / S, each group one prompt at a time, the router
+    spreading the requests evenly over the groups, so each group is an M/D/1 queue at the same U), S = `service_s`,
+    one prompt's prefill (deterministic: one prompt length). Infinite at U >= 1 (no steady state).
+    Why M/D/1 and not `prefill_queue_wait_s`'s closed-loop MVA: the emitted prefill worker runs one prompt at a time
+    (a running-request cap of 1, `planner.serve` emit) and is fed by the router as requests arrive -- at --request-rate an
+    open arrival stream, not a fixed client population (Poisson arrivals, the load of vLLM's serving benchmark at a
+    --request-rate; that script not re-read for this function, VERIFY). Round-robin routing makes the
+    arrivals smoother than Poisson, so this is an upper estimate of the wait (Kingman's bound with c_a^2 < 1).
+    Hand check (tests/test_serve_plan.py): U = 0.9, S = 1.0 s: 0.9 / 0.2 = 4.5 s.
+    Source: the Pollaczek-Khinchine mean-value formula of the M/G/1 queue, W = rate E[S^2] / (2 (1 - U)), with
+    E[S^2] = S^2 (Kleinrock, Queueing Systems vol. 1, 1975, ch. 5)."""
+    if rate_per_s <= 0 or service_s <= 0:
+        return 0.0
+    load = rate_per_s / capacity_per_s
+    return math.inf if load >= 1 else load * service_s / (2 * (1 - load))
+
+
+def prefill_worker_max_load(wait_budget_s: float, service_s: float) -> float:
+    """The highest utilisation U at which `prefill_worker_wait_s` stays within `wait_budget_s` (the TTFT SLO less
+    the prompt's own service and its KV transfer): U S / (2 (1 - U)) <= B  <=>  U <= 2 B / (S + 2 B); 0 for B <= 0.
+    Source: `prefill_worker_wait_s` solved for U (hand algebra)."""
+    if wait_budget_s <= 0:
+        return 0.0
+    return 2 * wait_budget_s / (service_s + 2 * wait_budget_s)
+
+
 def link_bytes_per_s(hw, gpus: int) -> float:
     """Per-GPU bandwidth of the slowest link a group of `gpus` GPUs of cluster `hw` (a ClusterSpec)
     spans, bytes/s: scale-up inside one scale-up domain (a node; an NVL72 rack), the network per GPU
