@@ -1002,7 +1002,10 @@ def stage_fixed_times(model: ModelSpec, cluster: ClusterSpec, layout: Layout) ->
     (`placement.mtp`), each adds the output layer again on the last stage and, on its own stage,
     one decoder layer of the last layer's kind (`layer_time`, no recompute) plus eh_proj's
     2h x h GEMM (6 x 2h^2 FLOPs per token / tp) -- Megatron's own FLOP count
-    (NVIDIA/Megatron-LM@d98e8a6 megatron/training/training.py l. 1005, 1042-1046)."""
+    (NVIDIA/Megatron-LM@d98e8a6 megatron/training/training.py l. 1005, 1042-1046). That layer is
+    timed as its kind's representative (`layer_kinds`: layers of one kind cost the same in every
+    term, `layer_time` reads the index only through them), whose entry the layer-time cache
+    already holds wherever the kinds' times were asked (the search's bounds, the stage cost model)."""
     b, s, tp, cp = layout.micro_batch_size, layout.seq_len, layout.tp, layout.cp
     rate = achieved_flops(cluster.gpu, core_precision(layout.precision),
                           gemm_dim=min(model.hidden_size, b * s / cp))
@@ -1011,7 +1014,8 @@ def stage_fixed_times(model: ModelSpec, cluster: ClusterSpec, layout: Layout) ->
     if n := mtp.mtp_layers(model, layout):  # MTP: each layer and the output layer again
         out[-1] += n * head
         proj = 6 * b * s * 2 * model.hidden_size ** 2 / (tp * cp) / rate
-        block = layer_time(model, cluster, layout, mtp.mtp_block_index(model), "none").total_s
+        kinds, reps = layer_kinds(model)
+        block = layer_time(model, cluster, layout, reps[kinds[mtp.mtp_block_index(model)]], "none").total_s
         out[mtp.mtp_stage(layout)] += n * (block + proj)
     return tuple(out)
 
