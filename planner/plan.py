@@ -406,6 +406,19 @@ class _Costs:
                                         for k, n in enumerate(self.per_kind)))
         return self._windows[key]
 
+    def fixed_times(self, layout: Layout, time_key: tuple | None = None) -> tuple[float, ...]:
+        """`stage_fixed_times` of `layout`, s per stage, per (`layer_time_key` (`time_key` when
+        the caller has it), pp, virtual-stage layout, framework, MTP layers): what it reads --
+        b, s, tp, cp and precision (in the key), the MTP layer's `layer_time` (the key), how many
+        MTP layers (`mtp.mtp_layers`: the layout's or the framework's default) and on which stage
+        (`mtp.mtp_stage`: pp and the layout string)."""
+        time_key = self.time_key(layout) if time_key is None else time_key
+        key = ("fixed", time_key, layout.pp, layout.pipeline_layout, layout.framework, layout.mtp_layers)
+        got = self._bound_terms.get(key)
+        if got is None:
+            got = self._bound_terms[key] = stage_fixed_times(self.model, self.cluster, layout)
+        return got
+
     def _kind_times(self, layout: Layout, time_key: tuple) -> tuple[dict, float]:
         """({part: [kind][mode] s} for total_s, comm_s and forward_s; the LM-head time summed
         over the stages, s), per `layer_time_key` (`time_key`), each built once."""
@@ -414,7 +427,7 @@ class _Costs:
             self._times[time_key] = (
                 {part: tuple(tuple(getattr(t, part) for t in row) for row in rows)
                  for part in ("total_s", "comm_s", "forward_s")},
-                sum(stage_fixed_times(self.model, self.cluster, layout)))
+                sum(self.fixed_times(layout, time_key)))
         return self._times[time_key]
 
 
@@ -484,7 +497,7 @@ def _uneven_bubble_floor_s(costs: _Costs, layout: Layout, modes: tuple[str, ...]
     key = ("floor", time_key, modes, chunks_key)
     if key not in costs._bound_terms:
         times, _ = costs._kind_times(layout, time_key)
-        head = stage_fixed_times(costs.model, costs.cluster, layout)
+        head = costs.fixed_times(layout, time_key)
         allowed = [RECOMPUTE_MODES.index(m) for m in modes]
         least = [min(row[r] for r in allowed) for row in times["total_s"]]
         costs._bound_terms[key] = (layout.pp - 1) * max(
@@ -849,8 +862,8 @@ def _layer_choices(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> tup
     kind costs on stage s in the screens' LP (`_screen_bound`): its state plus its activations
     x the stage's in-flight micro-batches, in the program's integer bytes, and its `layer_time`
     total per micro-batch."""
-    model = costs.model
-    times, _ = costs._kind_times(layout, costs.time_key(layout))
+    time_key = costs.time_key(layout)
+    times, _ = costs._kind_times(layout, time_key)
     ref, state, act = costs.reference_bytes(layout)
     allowed = [RECOMPUTE_MODES.index(m) for m in modes]
     total, per_flight = times["total_s"], {}
@@ -860,7 +873,7 @@ def _layer_choices(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> tup
             per_flight[flight] = tuple(
                 tuple((math.ceil(state[k]) + math.ceil(act[k][r] * flight), total[k][r]) for r in allowed)
                 for k in range(len(costs.reps)))
-    return (stage_fixed_times(model, costs.cluster, layout),
+    return (costs.fixed_times(layout, time_key),
             [per_flight[in_flight_microbatches(ref, s)] for s in range(layout.pp)])
 
 
@@ -885,7 +898,7 @@ def _split_time_bound(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> 
         times, _ = costs._kind_times(layout, time_key)
         allowed = [RECOMPUTE_MODES.index(m) for m in modes]
         least = tuple(min(row[r] for r in allowed) for row in times["total_s"])
-        head = stage_fixed_times(costs.model, costs.cluster, layout)
+        head = costs.fixed_times(layout, time_key)
         costs._bound_terms[key] = split_free_bound([[(head, least)]], costs.kinds, layout.pp)
     a, p = costs.pipe_coefficients(layout)
     return (a * costs._bound_terms[key] + p) * (1 - 1e-9) - 1e-8 * (costs.model.num_hidden_layers + 1)

@@ -1002,7 +1002,10 @@ def stage_fixed_times(model: ModelSpec, cluster: ClusterSpec, layout: Layout) ->
     (`placement.mtp`), each adds the output layer again on the last stage and, on its own stage,
     one decoder layer of the last layer's kind (`layer_time`, no recompute) plus eh_proj's
     2h x h GEMM (6 x 2h^2 FLOPs per token / tp) -- Megatron's own FLOP count
-    (NVIDIA/Megatron-LM@d98e8a6 megatron/training/training.py l. 1005, 1042-1046)."""
+    (NVIDIA/Megatron-LM@d98e8a6 megatron/training/training.py l. 1005, 1042-1046). That layer is
+    timed as its kind's representative (`layer_kinds`: layers of one kind cost the same in every
+    term, `layer_time` reads the index only through them), whose entry the layer-time cache
+    already holds wherever the kinds' times were asked (the search's bounds, the stage cost model)."""
     b, s, tp, cp = layout.micro_batch_size, layout.seq_len, layout.tp, layout.cp
     rate = achieved_flops(cluster.gpu, core_precision(layout.precision),
                           gemm_dim=min(model.hidden_size, b * s / cp))
@@ -1011,7 +1014,8 @@ def stage_fixed_times(model: ModelSpec, cluster: ClusterSpec, layout: Layout) ->
     if n := mtp.mtp_layers(model, layout):  # MTP: each layer and the output layer again
         out[-1] += n * head
         proj = 6 * b * s * 2 * model.hidden_size ** 2 / (tp * cp) / rate
-        block = layer_time(model, cluster, layout, mtp.mtp_block_index(model), "none").total_s
+        kinds, reps = layer_kinds(model)
+        block = layer_time(model, cluster, layout, reps[kinds[mtp.mtp_block_index(model)]], "none").total_s
         out[mtp.mtp_stage(layout)] += n * (block + proj)
     return tuple(out)
 
@@ -1441,6 +1445,7 @@ def clear_caches() -> None:
     """Drop the cached layer times and stage cost models (after `compute.use_calibration`)."""
     _LAYER_TIMES.clear()
     _COST_MODELS.clear()
+    _STATE_PIECES.clear()
 
 
 def _stage_cost_model(model, cluster, layout, order, schedule, flash) -> StageCostModel:
@@ -1450,18 +1455,102 @@ def _stage_cost_model(model, cluster, layout, order, schedule, flash) -> StageCo
     lt = [[layer_time(model, cluster, layout, j, r, rank_order=order, flash_attention=flash)
            for r in modes] for j in reps]
     head = stage_fixed_times(model, cluster, layout)
-    counts = _counts(model)
-    per_layer = [(counts.layers[j].total - counts.layers[j].routed_experts) / layout.tp
-                 + counts.layers[j].routed_experts / (layout.ep * layout.etp) for j in reps]
-    fixed = [(counts.embedding if s == 0 else 0.0) + (counts.lm_head + counts.final_norm
-                                                      if s == S - 1 else 0.0) for s in range(S)]
-    fixed = [x / layout.tp for x in fixed]
+    st = _state_pieces(model, cluster, layout, order)
     zero = tuple(0.0 for _ in range(S))
 
     def piece(const, fn) -> AffinePiece:
         return AffinePiece(const_s=tuple(const), coef=tuple(tuple(fn(k, r) for r in range(len(modes)))
                                                             for k in range(len(reps))))
 
+    full = modes.index("full")
+    hid, shown = st.hidden_regather, st.shown_regather
+    w1 = min(x[0].backward_s + x[0].recompute_s + x[0].comm_s for x in lt)
+    return StageCostModel(
+        layer_kinds=kinds,
+        forward=piece([h / 3 for h in head], lambda k, r: lt[k][r].forward_s),
+        compute=piece(head, lambda k, r: lt[k][r].forward_s + lt[k][r].backward_s),
+        recompute=piece(zero, lambda k, r: lt[k][r].recompute_s),
+        layer_comm=piece(zero, lambda k, r: lt[k][r].comm_s),
+        state_traffic=piece(st.z_const, lambda k, r: st.z_coef[k] + (hid[k] if r == full else 0.0)),
+        dp_sync=piece(st.e_const, lambda k, r: st.e_coef[k]),
+        dp_window=piece([2 * h / 3 - w1 for h in head],
+                        lambda k, r: lt[k][r].backward_s + lt[k][r].recompute_s + lt[k][r].comm_s),
+        dp_last_bucket=piece(st.last_bucket, lambda k, r: 0.0),
+        state_edge=piece(st.first_gather, lambda k, r: 0.0),
+        state_exposed=piece(st.zx_const, lambda k, r: st.zx_coef[k] + (shown[k] if r == full else 0.0)),
+        param_sync=piece(st.g_const, lambda k, r: st.g_coef[k]),
+        param_first_bucket=piece(st.first_bucket, lambda k, r: 0.0),
+        optimizer=piece([st.opt_b * f for f in st.fixed], lambda k, r: st.opt_b * st.per_layer[k]),
+        offload=piece(st.h_const, lambda k, r: st.h_coef[k]),
+        after_sync=piece(st.x_const, lambda k, r: st.x_coef[k]),
+        state_last_bucket=piece(st.last_scatter, lambda k, r: 0.0),
+        pipeline=pipeline_coefficients(num_microbatches=layout.num_microbatches, pp=layout.pp,
+                                       vpp=layout.vpp, schedule=schedule,
+                                       p2p_send_s=_p2p_time(model, cluster, layout, share)),
+        records=st.records,
+        layer_records=st.layer_records,
+        comm_sm_share=overlap.sm_share(overlap.NCCL_CHANNEL_SMS, cluster.gpu.sm_count),
+    )
+
+
+@dataclass(frozen=True)
+class _StatePieces:
+    """The parts of a `StageCostModel` that read no layer time: the model-state records priced by
+    phase (`_phase_piece`: [stage] const, [kind] coefficient), the full-recompute re-gathers
+    ([kind] hidden / shown), the edge buckets, the optimizer's slope and per-stage / per-kind
+    parameters, the layer collectives' records."""
+
+    records: StateRecords
+    layer_records: tuple
+    z_const: list
+    z_coef: list
+    zx_const: list
+    zx_coef: list
+    e_const: list
+    e_coef: list
+    g_const: list
+    g_coef: list
+    x_const: list
+    x_coef: list
+    h_const: list
+    h_coef: list
+    hidden_regather: list
+    shown_regather: list
+    opt_b: float
+    fixed: list
+    per_layer: list
+    last_bucket: list
+    first_bucket: list
+    first_gather: list
+    last_scatter: list
+
+
+def _state_pieces(model: ModelSpec, cluster: ClusterSpec, layout: Layout, order) -> _StatePieces:
+    """`_StatePieces` of `layout`, once per (model, cluster, layout without its recompute and
+    offload module lists, split or recompute, rank order): the module-set variants of one candidate
+    (`search.module_sets`) share them. What they read names no module list: `state_records` and
+    `comm.layer_collectives` (their cache keys list what they read), `_Pricer` (the record's axes,
+    the mesh's domain sharing, pp), `_optimizer_time` (optimizer, ZeRO stage, sharding degree, cp,
+    the offload set, framework), `overlap.resolve` (framework, ZeRO stage, the overlap knobs) and
+    the parameter counts (tp, ep, etp, pp); the module lists reach the stage cost model only
+    through `layer_time` (`layer_time_key`), which `_stage_cost_model` reads per layout."""
+    key = (model, id(cluster), layout.replace(pipeline_layers=None, pipeline_layout=None,
+                                              recompute="none", recompute_modules=None,
+                                              offload_modules=None), tuple(order))
+    hit = _STATE_PIECES.get(key)
+    if hit is not None and hit[0] is cluster:
+        return hit[1]
+    if len(_STATE_PIECES) >= 512:
+        _STATE_PIECES.clear()
+    kinds, reps = layer_kinds(model)
+    S = layout.pp
+    share = _sharing(layout, cluster, order)
+    counts = _counts(model)
+    per_layer = [(counts.layers[j].total - counts.layers[j].routed_experts) / layout.tp
+                 + counts.layers[j].routed_experts / (layout.ep * layout.etp) for j in reps]
+    fixed = [(counts.embedding if s == 0 else 0.0) + (counts.lm_head + counts.final_norm
+                                                      if s == S - 1 else 0.0) for s in range(S)]
+    fixed = [x / layout.tp for x in fixed]
     records = state_records(model, layout)
     price = _Pricer(layout, cluster, share, order)
     m = max(1, layout.num_microbatches)
@@ -1476,38 +1565,24 @@ def _stage_cost_model(model, cluster, layout, order, schedule, flash) -> StageCo
     hidden = overlap.resolve(layout).overlap_param_gather
     hid, shown = (regather, [0.0] * len(regather)) if hidden else ([0.0] * len(regather), regather)
     opt_b = _affine_in(lambda p: _optimizer_time(cluster, layout, p))[1]
-    full = modes.index("full")
-    w1 = min(x[0].backward_s + x[0].recompute_s + x[0].comm_s for x in lt)
-    last_bucket = _edge_bucket(records, price, "step", S)
-    first_bucket = _edge_bucket(records, price, "param_sync", S)
     first_gather, last_scatter = _microbatch_edges(records, price)
-    return StageCostModel(
-        layer_kinds=kinds,
-        forward=piece([h / 3 for h in head], lambda k, r: lt[k][r].forward_s),
-        compute=piece(head, lambda k, r: lt[k][r].forward_s + lt[k][r].backward_s),
-        recompute=piece(zero, lambda k, r: lt[k][r].recompute_s),
-        layer_comm=piece(zero, lambda k, r: lt[k][r].comm_s),
-        state_traffic=piece(z_const, lambda k, r: z_coef[k] + (hid[k] if r == full else 0.0)),
-        dp_sync=piece(e_const, lambda k, r: e_coef[k]),
-        dp_window=piece([2 * h / 3 - w1 for h in head],
-                        lambda k, r: lt[k][r].backward_s + lt[k][r].recompute_s + lt[k][r].comm_s),
-        dp_last_bucket=piece(last_bucket, lambda k, r: 0.0),
-        state_edge=piece(first_gather, lambda k, r: 0.0),
-        state_exposed=piece(zx_const, lambda k, r: zx_coef[k] + (shown[k] if r == full else 0.0)),
-        param_sync=piece(g_const, lambda k, r: g_coef[k]),
-        param_first_bucket=piece(first_bucket, lambda k, r: 0.0),
-        optimizer=piece([opt_b * f for f in fixed], lambda k, r: opt_b * per_layer[k]),
-        offload=piece(h_const, lambda k, r: h_coef[k]),
-        after_sync=piece(x_const, lambda k, r: x_coef[k]),
-        state_last_bucket=piece(last_scatter, lambda k, r: 0.0),
-        pipeline=pipeline_coefficients(num_microbatches=layout.num_microbatches, pp=layout.pp,
-                                       vpp=layout.vpp, schedule=schedule,
-                                       p2p_send_s=_p2p_time(model, cluster, layout, share)),
+    pieces = _StatePieces(
         records=records,
         layer_records=tuple(tuple(comm.layer_collectives(
             model, layout, j, _ep_sharing(layout, cluster, order))) for j in reps),
-        comm_sm_share=overlap.sm_share(overlap.NCCL_CHANNEL_SMS, cluster.gpu.sm_count),
-    )
+        z_const=z_const, z_coef=z_coef, zx_const=zx_const, zx_coef=zx_coef, e_const=e_const,
+        e_coef=e_coef, g_const=g_const, g_coef=g_coef, x_const=x_const, x_coef=x_coef,
+        h_const=h_const, h_coef=h_coef, hidden_regather=hid, shown_regather=shown, opt_b=opt_b,
+        fixed=fixed, per_layer=per_layer,
+        last_bucket=_edge_bucket(records, price, "step", S),
+        first_bucket=_edge_bucket(records, price, "param_sync", S),
+        first_gather=first_gather, last_scatter=last_scatter)
+    _STATE_PIECES[key] = (cluster, pieces)
+    return pieces
+
+
+_STATE_PIECES: dict = {}
+"""Cache of `_state_pieces` (each entry keeps its cluster alive, so ids are not reused)."""
 
 
 def _edge_bucket(records: StateRecords, price: _Pricer, phase: str, stages: int) -> list[float]:
