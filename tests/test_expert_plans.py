@@ -254,7 +254,7 @@ def test_deepseek_v3_gb200_recipes_with_ep_inside_nvlink(precision, pp, ep, publ
 def test_deepseek_v3_h100_row_with_its_measured_runs_knobs():
     """E10's 1,297 tokens/s/GPU is NeMo 25.09's (performance-summary-archive.md l. 631). The 25.09
     benchmark script for DeepSeek-V3 (NVIDIA-NeMo/Megatron-Bridge@f37f883a8 "dsv3 2509",
-    scripts/performance/run_script.py l. 52-81) ran H100 with DeepEP, `A2A_1F1B` for h100:
+    scripts/performance/run_script.py l. 52-83) ran H100 with DeepEP, `A2A_1F1B` for h100:
     `overlap_moe_expert_parallel_comm = True`, `delay_wgrad_compute = True`,
     `moe_shared_expert_overlap = False`; its config (configs/deepseek/deepseek_v3_llm_pretrain.yaml)
     keeps `overlap_grad_reduce: false  # TODO: enable when 1F1B_A2A is fixed`. The row's knobs
