@@ -226,13 +226,16 @@ FIX_TERMS = {
     "recompute selective": f'{KEY["ac_mode"]} = "selective"',
     "recompute full": f'{KEY["ac_mode"]} = "full"',
     "micro_batch_size": f"{NAME['local_batch']} {{}} with {NAME['global_batch_size']} kept "
-                        f"(gradient accumulation; {NAME['pp_microbatch_size']} with PP)",
+                        f"(gradient accumulation)",
+    "micro_batch_size pipelined": f"{NAME['pp_microbatch_size']} {{}} (dividing {NAME['local_batch']})",
     "zero_stage 2": f"FSDP ({NAME['shard']} > 1) with {NAME['reshard']} = "
                     f'"{RESHARD_NEVER}"',
     "zero_stage 3": f"FSDP ({NAME['shard']} > 1)",
 }
 """The gate's single-knob changes (`planner.check.gate._single_changes`) in torchtitan's keys;
-`{}` takes the new value."""
+`{}` takes the new value. Under PP the micro-batch is the pipeline micro-batch size, the local batch
+over it the pipeline's micro-batches (`pipeline_parallel.py` `build_pipeline_schedule`), hence the
+`"micro_batch_size pipelined"` entry the gate takes when pp > 1."""
 
 
 # ---------------------------------------------------------------- current releases (2026)
@@ -379,12 +382,13 @@ HF_BACKEND_DENSE_NOTE = (
 CLI_FIX_TERMS = {
     "recompute selective": f"{AC_SUBCOMMANDS[0]}:selective",
     "recompute full": f"{AC_SUBCOMMANDS[0]}:full",
-    "micro_batch_size": f"--{MICROBATCH_TOKENS} of {{}} sequences with --{STEP_TOKENS} kept "
+    "micro_batch_size": f"--{MICROBATCH_TOKENS} {{tokens}} (micro-batch {{}}) with --{STEP_TOKENS} kept "
                         f"(gradient accumulation)",
     "zero_stage 2": f"--{KEY['shard']} > 1 with --{KEY['reshard']} {RESHARD_NEVER}",
     "zero_stage 3": f"--{KEY['shard']} > 1",
 }
-"""`FIX_TERMS` for a command line of the current releases (`CLI_COMMIT`)."""
+"""`FIX_TERMS` for a command line of the current releases (`CLI_COMMIT`); `{tokens}` the new
+micro-batch in tokens, the unit of the setting."""
 CLI_INTEGERS = {KEY["replicate"]: 1, KEY["shard"]: -1, KEY["tp"]: 1, KEY["pp"]: 1, KEY["cp"]: 1, KEY["ep"]: 1,
                 KEY["pp_first_less"]: 0, KEY["pp_last_less"]: 0, KEY["pp_layers_per_stage"]: 1,
                 MICROBATCH_TOKENS: 1, STEP_TOKENS: -1, CONTEXT: 1, PP_MICROBATCHES: 1, CLI_LOSS_CHUNKS: 1,
