@@ -154,3 +154,4 @@ def test_torchtitan_pipelined_micro_batch_is_the_pipeline_micro_batch_size():
     assert gate._spelled("micro_batch_size 2", "torchtitan-config", flat).startswith("local_batch_size 2 ")
     assert gate._spelled("micro_batch_size 2", "torchtitan-config", piped).startswith(
         "pipeline_parallel_microbatch_size 2 ")
+
