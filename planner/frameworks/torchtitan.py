@@ -362,6 +362,28 @@ PRESETS = {
 `DEFAULT` / `CLI_DEFAULT`). Source: `torchtitan/models/{llama3,qwen3,deepseek_v3}/config_registry.py`
 at `CLI_COMMIT` (llama3_8b, llama3_70b, llama3_405b -- Float8 linear converter --, qwen3_32b,
 qwen3_30b_a3b, deepseek_v3_671b)."""
+LR_SCHEDULER = "lr_scheduler"
+"""Trainer.Config's learning-rate schedule section on the command line (`--lr_scheduler.FIELD`;
+`torchtitan/trainer.py` l. 100 at `CLI_COMMIT`)."""
+LR_SCHEDULER_DEFAULT = {"warmup_steps": 200, "decay_ratio": None, "decay_type": "linear", "min_lr_factor": 0.0}
+"""LRSchedulersContainer.Config's fields and defaults at `CLI_COMMIT`
+(`torchtitan/components/optimizer/lr_scheduler.py` l. 51-82: decay_ratio None decays from the end of
+the warm-up to the end of `--training.steps`; the floor is lr x min_lr_factor)."""
+PRESET_LR = {
+    ("llama3", "llama3_8b"): {"lr": "3e-4"},
+    ("llama3", "llama3_70b"): {"lr": "1.5e-4"},
+    ("llama3", "llama3_405b"): {"lr": "8e-5", "warmup_steps": 600},
+    ("qwen3", "qwen3_32b"): {"lr": "8e-4", "warmup_steps": 600},
+    ("qwen3", "qwen3_30b_a3b"): {"lr": "8e-4", "warmup_steps": 600},
+    ("deepseek_v3", "deepseek_v3_671b"): {"lr": "2.2e-4", "warmup_steps": 2000, "decay_ratio": 0.8,
+                                          "decay_type": "cosine", "min_lr_factor": 0.1},
+}
+"""(--module, --config) of `PRESETS` -> the AdamW learning rate its config function sets
+(`default_adamw(lr=...)`, which puts it in `optimizer.param_groups[0].optimizer_kwargs`, a config-function
+setting, no `--optimizer.lr` field: `components/optimizer/optimizer.py` l. 378-398) and the schedule
+fields it sets over `LR_SCHEDULER_DEFAULT`. Source: `models/llama3/config_registry.py` l. 211, 284,
+336-337, `models/qwen3/config_registry.py` l. 318-319, 353-354, `models/deepseek_v3/config_registry.py`
+l. 225-231 at `CLI_COMMIT`."""
 HF_BACKEND_MOE_REFUSAL = (
     "its Hugging Face backend (experiments/transformers_modeling_backend) cannot be pointed at it "
     "from the command line: the model config is off the command line (config/README.md: "
