@@ -261,7 +261,7 @@ def test_options_that_agree_with_a_plan_file_are_accepted():
 
 @pytest.mark.parametrize("name, text, line", [
     ("bad.yaml", "a: [1,\n b: 2\n", 3),               # the flow sequence is still open at the end
-    ("bad.json", '{"train_batch_size": 8,\n}\n', 2),   # a trailing comma before `}` on line 2
+    ("bad.json", '{"train_batch_size": 8,\n]\n', 2),   # `]` closing `{` on line 2 (DeepSpeed's hjson refuses it too)
     ("bad.toml", "[training]\nseq_len = \n", 2),       # a key without its value on line 2
 ])
 def test_syntax_error_annotation_carries_its_line(tmp_path, name, text, line):
