@@ -11,6 +11,7 @@ warning (a stage inside the at-risk margin, a stale prediction) is reported and 
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 
 from planner.check.lines import locate
@@ -423,14 +424,25 @@ def _single_changes(layout: Layout) -> list[tuple[str, Layout]]:
     divides the optimizer states by 8."""
     changes = {f"recompute {mode}": layout.replace(recompute=mode)
                for mode in ("selective", "full") if mode != layout.recompute}
-    per_rank = layout.global_batch_size // layout.dp if layout.global_batch_size % layout.dp == 0 else 0
-    micro = [f"micro_batch_size {b}" for b in range(layout.micro_batch_size - 1, 0, -1) if per_rank % b == 0]
+    micro = [f"micro_batch_size {b}" for b in _divisors_below(layout.global_batch_size, layout.dp,
+                                                               layout.micro_batch_size)]
     changes.update({label: layout.replace(micro_batch_size=int(label.rsplit(" ", 1)[1])) for label in micro})
     if layout.dp * layout.cp > 1:  # the sharded states split over the dp x cp group, so also dp=1 with cp>1
         changes.update({f"zero_stage {z}": layout.replace(zero_stage=z)
                         for z in range(layout.zero_stage + 1, 4)})
     order = ("zero_stage 1", "zero_stage 2", "recompute selective", *micro, "zero_stage 3", "recompute full")
     return [(label, changes[label]) for label in order if label in changes]
+
+
+def _divisors_below(global_batch: int, dp: int, micro_batch: int) -> list[int]:
+    """The micro-batches below `micro_batch` that divide the sequences per DP rank (global_batch / dp; none
+    when dp does not divide it), largest first; O(sqrt) in the sequences per rank (up to 2**34 tokens)."""
+    if global_batch % dp:
+        return []
+    per_rank = global_batch // dp
+    small = [d for d in range(1, math.isqrt(per_rank) + 1) if per_rank % d == 0]
+    found = set(small) | {per_rank // d for d in small}
+    return sorted((d for d in found if d < micro_batch), reverse=True)
 
 
 _FRAMEWORK_TERMS = {name: vocabulary.FIX_TERMS for name, vocabulary in frameworks.BY_NAME.items()}
