@@ -250,12 +250,14 @@ on."""
 FIX_TERMS = {
     "recompute selective": "selective activation recompute in the model code",
     "recompute full": f"{CHECKPOINT_CALL} around every layer (model code)",
-    "micro_batch_size": f"{KEY['micro_batch_size']} {{}} ({KEY['global_batch_size']} kept: "
-                        f"{KEY['num_microbatches']} grows)",
+    "micro_batch_size": f"{KEY['micro_batch_size']} {{}} with {KEY['num_microbatches']} {{microbatches}} "
+                        f"({KEY['global_batch_size']} kept)",
     "zero_stage": f"{KEY['zero_stage']} {{}}",
 }
 """The gate's single-knob changes (`planner.check.gate._single_changes`) in DeepSpeed's keys;
-`{}` takes the new value."""
+`{}` takes the new value, `{microbatches}` the micro-batches per step after it (DeepSpeed asserts
+train_batch_size = micro-batch x gradient accumulation steps x dp: deepspeedai/DeepSpeed edaa722
+`deepspeed/runtime/config.py` `_batch_assertion`)."""
 
 ZERO_FIELDS = frozenset((
     "allgather_bucket_size", "allgather_partitions", "allgather_sequential", "contiguous_gradients",
