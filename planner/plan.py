@@ -114,6 +114,7 @@ from planner.cost.memory import (
     DEFAULT_AT_RISK_MARGIN,
     DEFAULT_RESERVE_BYTES,
     HELD_OUT_ERROR,
+    host_state_bytes,
     in_flight_microbatches,
     stage_memory,
 )
@@ -145,7 +146,7 @@ from planner.placement import mtp, overlap, pipeline_layout, recompute_mix
 from planner.placement.layout import PRECISION_KNOBS, OVERLAP_KNOBS, RECOMPUTE_MODES, Layout
 from planner.placement.precision import allowed_grad_reduce_dtypes, state_bytes
 from planner.evaluation import Evaluation, cost_stages, cost_step, layer_modes, model_chunks, stage_modes
-from planner.frameworks import megatron as mg
+from planner.frameworks import BY_NAME as FRAMEWORK_TABLES, megatron as mg
 from planner.plan_document import PlanFile
 from planner.placement.rules import (
     BATCH_RULES,
@@ -1758,7 +1759,8 @@ def _candidates(model, cluster, fixed, base, reserve, headroom, *,
         max_cp=base["seq_len"] // CP_MIN_TOKENS_PER_RANK,
         micro_batch_sizes=MICRO_BATCH_SIZES, zero_stages=ZERO_STAGES, vpp_values=VPP_VALUES,
         layers=model.num_hidden_layers,
-        sequence_parallel=(True,), fixed={k: v for k, v in fixed.items() if k != "recompute"},
+        sequence_parallel=(True,), offload_options=searched_offload(base["framework"], cluster),
+        fixed={k: v for k, v in fixed.items() if k != "recompute"},
         base={**base, **({"recompute": fixed["recompute"]} if "recompute" in fixed else {})})
     rejections = Rejections()
 
@@ -1788,7 +1790,23 @@ def _candidates(model, cluster, fixed, base, reserve, headroom, *,
         space, validate, rejections, validate_mesh=validate_mesh, validate_knobs=validate_knobs,
         validate_degrees=validate_degrees,
         validate_experts=validate_experts)]
+    layouts = [layout for layout in layouts if _host_memory_fits(model, cluster, layout, rejections)]
     return layouts, rejections, _Costs(model, cluster, reserve, headroom)
+
+
+def _host_memory_fits(model: ModelSpec, cluster: ClusterSpec, layout: Layout, rejections: Rejections) -> bool:
+    """Whether the model states `layout` offloads, pinned in host memory by every GPU of a node
+    (`cost.memory.host_state_bytes` x GPUs per node), fit the node's host DRAM; a candidate that
+    does not is rejected (counted under `offload_host_memory`)."""
+    if not layout.offload:
+        return True
+    host = host_state_bytes(model, _with_split(model, layout)) * cluster.gpus_per_node
+    if host <= cluster.host_memory_gib * 2**30:
+        return True
+    rejections.add("offload_host_memory", f"offloading {', '.join(sorted(layout.offload))} pins "
+                   f"{host / 2**30:.0f} GiB of host memory per node, more than its "
+                   f"{cluster.host_memory_gib:.0f} GiB")
+    return False
 
 
 def _with_split(model: ModelSpec, layout: Layout) -> Layout:
@@ -2219,15 +2237,29 @@ def _states_exceed(model: ModelSpec, cluster: ClusterSpec, base: dict, fixed: di
                  "minimum_gpus": gpus})
 
 
+def searched_offload(framework: str, cluster: ClusterSpec) -> tuple[frozenset[str], ...]:
+    """The `Layout.offload` sets the search tries under `framework` (its vocabulary's
+    `SEARCHED_OFFLOAD`: DeepSpeed's ZeRO-Offload / ZeRO-Infinity CPU offload, torchtitan's CPU
+    offload, none under Megatron-LM), weighed as any knob (`offload` is not a `--fix` key); those
+    that run the optimizer on the host only where the cluster file gives its CPU cores (the time
+    of that step, `step_time._optimizer_time`)."""
+    return tuple(s for s in FRAMEWORK_TABLES[framework].SEARCHED_OFFLOAD
+                 if "optimizer" not in s or cluster.host_cpu_cores is not None)
+
+
 def states_lower_bound_gpus(model: ModelSpec, cluster: ClusterSpec, *, base: dict,
                             reserve_bytes: int, headroom: float = 0.0) -> int:
     """Least GPU count any layout needs: all model states fully sharded (params x (parameter +
     gradient + optimizer bytes of a ZeRO-3 layout of this framework)) over the usable memory,
-    activations ignored. Source: Rajbhandari et al. 2020 (ZeRO) §5, Psi x (2 + 2 + K) / N_d."""
+    activations ignored, less the states some offload set the search tries keeps in host memory
+    (`searched_offload`). Source: Rajbhandari et al. 2020 (ZeRO) §5,
+    Psi x (2 + 2 + K) / N_d."""
     layout = Layout(dp=2, zero_stage=3, **{k: v for k, v in base.items() if k in (
         "precision", "optimizer", "framework", "grad_reduce_dtype", *PRECISION_KNOBS)})
+    offload = frozenset().union(*searched_offload(layout.framework, cluster))
     sb = state_bytes(layout)
-    per_param = sb.parameters + sb.gradients + sb.optimizer_states
+    per_param = ((0 if "parameters" in offload else sb.parameters) + sb.gradients
+                 + (0 if "optimizer" in offload else sb.optimizer_states))
     total = count_params(model).total * per_param
     return max(1, math.ceil(total / usable_bytes(cluster, reserve_bytes, headroom)))
 
