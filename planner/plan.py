@@ -2214,21 +2214,22 @@ def _states_exceed(model: ModelSpec, cluster: ClusterSpec, base: dict, fixed: di
     lower = states_lower_bound_gpus(model, cluster, base=base, reserve_bytes=reserve, headroom=headroom)
     if lower <= cluster.num_gpus:
         return None
-    layout = Layout(dp=2, zero_stage=3, **{k: v for k, v in base.items() if k in (
-        "precision", "optimizer", "framework", "grad_reduce_dtype", *PRECISION_KNOBS)})
-    sb, params, gib = state_bytes(layout), count_params(model).total, 2**30
-    terms = {"parameters": sb.parameters, "gradients": sb.gradients,
-             "optimizer_states": sb.optimizer_states}
+    params, gib = count_params(model).total, 2**30
+    every = _device_state_bytes(base, cluster)
+    terms = {k: v for k, v in every.items() if v}
     usable = usable_bytes(cluster, reserve, headroom)
     per_gpu = params * sum(terms.values()) / cluster.num_gpus
     term = max(terms, key=terms.get)
     gpus = minimum_gpus(model, cluster, base=base, fixed=fixed, reserve_bytes=reserve, headroom=headroom)
     change = _gpu_change(cluster, gpus, term)
+    label = {"parameters": "weights", "gradients": "gradients", "optimizer_states": "optimizer states"}
+    hosted = [label[k] for k, v in every.items() if not v]
     return InfeasibleError(
         f"no layout of {model.name} fits {cluster.num_gpus} x {cluster.gpu.name} "
         f"({usable / gib:.1f} GiB usable per GPU after the {reserve / gib:.1f} GiB reserve and "
         f"{headroom:.0%} headroom): its model states alone, {params / 1e9:,.1f}B parameters x "
-        f"{sum(terms.values()):g} bytes (weights, gradients, optimizer states) fully sharded over all "
+        f"{sum(terms.values()):g} bytes ({', '.join(label[k] for k in terms)}"
+        f"{'; ' + ' and '.join(hosted) + ' in host memory' if hosted else ''}) fully sharded over all "
         f"{cluster.num_gpus} GPUs (ZeRO-3), are {per_gpu / gib:,.1f} GiB per GPU before any "
         f"activation, dominated by {term.replace('_', ' ')} ({params * terms[term] / cluster.num_gpus / gib:,.1f} "
         f"GiB); smallest change: {change}",
@@ -2254,14 +2255,20 @@ def states_lower_bound_gpus(model: ModelSpec, cluster: ClusterSpec, *, base: dic
     activations ignored, less the states some offload set the search tries keeps in host memory
     (`searched_offload`). Source: Rajbhandari et al. 2020 (ZeRO) §5,
     Psi x (2 + 2 + K) / N_d."""
+    total = count_params(model).total * sum(_device_state_bytes(base, cluster).values())
+    return max(1, math.ceil(total / usable_bytes(cluster, reserve_bytes, headroom)))
+
+
+def _device_state_bytes(base: dict, cluster: ClusterSpec) -> dict[str, int]:
+    """Bytes per parameter of each model state a ZeRO-3 layout of the request keeps on the GPU
+    (parameters, gradients, optimizer_states), 0 for a state some searched offload set moves to
+    the host (`searched_offload`)."""
     layout = Layout(dp=2, zero_stage=3, **{k: v for k, v in base.items() if k in (
         "precision", "optimizer", "framework", "grad_reduce_dtype", *PRECISION_KNOBS)})
     offload = frozenset().union(*searched_offload(layout.framework, cluster))
     sb = state_bytes(layout)
-    per_param = ((0 if "parameters" in offload else sb.parameters) + sb.gradients
-                 + (0 if "optimizer" in offload else sb.optimizer_states))
-    total = count_params(model).total * per_param
-    return max(1, math.ceil(total / usable_bytes(cluster, reserve_bytes, headroom)))
+    return {"parameters": 0 if "parameters" in offload else sb.parameters, "gradients": sb.gradients,
+            "optimizer_states": 0 if "optimizer" in offload else sb.optimizer_states}
 
 
 def minimum_gpus(model: ModelSpec, cluster: ClusterSpec, *, base: dict, fixed: dict,

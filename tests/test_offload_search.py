@@ -174,3 +174,15 @@ def test_offloaded_plan_round_trips_through_its_file_check_and_emit(tmp_path):
     for key in ds.KEY["optimizer_offload"].split("."):
         config = config[key]
     assert config == "cpu"
+
+
+def test_state_bound_counts_only_what_offload_cannot_move(dense):
+    """With the optimizer and parameters offloadable (DeepSpeed, host cores given) only the bf16
+    gradients must fit on the GPUs: 2 B x 311,445,504 / 2 GPUs = 0.29 GiB > 0.25 GiB, so the request
+    is refused before any search, the message naming what stays on the GPU."""
+    import planner.plan as P
+    with pytest.raises(P.InfeasibleError) as err:
+        plan(dense, _dense_cluster(0.25), fixed={}, top_k=1, reserve_bytes=0, headroom=0.0, **DENSE_BASE)
+    assert "x 2 bytes (gradients; weights and optimizer states in host memory)" in str(err.value)
+    assert "are 0.3 GiB per GPU" in str(err.value)
+    assert P.states_lower_bound_gpus(dense, _dense_cluster(0.25), base=DENSE_BASE, reserve_bytes=0) == 3
