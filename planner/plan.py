@@ -1537,8 +1537,8 @@ def simpler_alternative(plans: list[dict], error: float) -> dict | None:
     or None.
 
     Fewer moving parts: no more pipeline stages (pp x vpp), context parallelism, tensor
-    parallelism, ZeRO-3 sharding (parameters gathered every layer) or fully recomputed layers than
-    #1 and fewer of at least one. Two predictions closer than the model's own
+    parallelism, ZeRO-3 sharding (parameters gathered every layer), fully recomputed layers or
+    states offloaded to the host than #1 and fewer of at least one. Two predictions closer than the model's own
     error do not say which layout is faster, and an experienced engineer breaks such a tie
     towards the simpler layout (senior-engineer review: 8B on 8 H100, dp4 pp2 ranked 1.4% above
     dp8). A note, not a change of the ranking: the plans stay ordered by the model's step time.
@@ -1547,7 +1547,7 @@ def simpler_alternative(plans: list[dict], error: float) -> dict | None:
     `error`, fewer: the axes it has fewer of (`SIMPLER_AXES`)}."""
     def parts(par: dict) -> tuple[int, ...]:
         return (par["pp"] * par["vpp"], par["cp"], par["tp"], int(par["zero_stage"] == 3),
-                recompute_mix.full_layers(par))
+                recompute_mix.full_layers(par), len(par.get("offload", ())))
 
     first, step = parts(plans[0]["parallelism"]), plans[0]["time_s"]["step"]
     for rank, entry in enumerate(plans[1:], 2):
@@ -1559,7 +1559,7 @@ def simpler_alternative(plans: list[dict], error: float) -> dict | None:
     return None
 
 
-SIMPLER_AXES = ("pipeline stages", "cp", "tp", "ZeRO-3", "fully recomputed layers")
+SIMPLER_AXES = ("pipeline stages", "cp", "tp", "ZeRO-3", "fully recomputed layers", "offloaded states")
 """The moving parts `simpler_alternative` compares, in its order."""
 
 
@@ -1609,11 +1609,11 @@ def simplicity(layout: Layout) -> tuple:
     """Tie-break among equally fast plans: the layout with fewer moving parts ranks first (no
     context parallelism, lower ZeRO stage, fewer pipeline stages, less tensor/expert parallelism,
     smaller micro-batches: at the same step time the smaller one holds fewer activations, leaving
-    more memory headroom; then no activation offloading, Megatron's default recompute modules
-    and no fp8 parameter gather),
+    more memory headroom; then fewer states offloaded to the host, no activation offloading,
+    Megatron's default recompute modules and no fp8 parameter gather),
     the one a Megatron-LM / DeepSpeed user would launch."""
     return (layout.cp, layout.zero_stage, layout.pp, layout.tp, layout.ep, layout.etp,
-            layout.micro_batch_size, layout.vpp, layout.offload_modules is not None,
+            layout.micro_batch_size, layout.vpp, len(layout.offload), layout.offload_modules is not None,
             layout.offload_modules or (), layout.recompute_modules is not None,
             layout.recompute_modules or (), bool(layout.fp8_param_gather))
 
