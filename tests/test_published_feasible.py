@@ -165,7 +165,8 @@ XFAIL: dict[str, str] = {
         "model: all 8 chunks, 11.9 GiB, 90.6), a reduce-scatter at the end of each group of N (one "
         "chunk's 1.48 GiB alive through the group: 80.2) or after every micro-batch (1.48 GiB at a "
         "backward's end: 79.7); what Meta's stack keeps below this floor (its 'proactively deallocated' "
-        "tensors, its allocator reserve) is not published"),
+        "tensors, its allocator reserve, a warm-up shorter than Megatron's: §3.3.2 gives its schedule "
+        "as Figure 6, not as code) is not published"),
 }
 """id -> why the row cannot honestly be rated feasible (xfail strict)."""
 
