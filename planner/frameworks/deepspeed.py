@@ -213,6 +213,12 @@ OFFLOAD = {"optimizer": "optimizer_offload", "parameters": "parameter_offload"}
 """Offloaded state (`Layout.offload`) -> the knob of its offload device key."""
 OFFLOAD_SECTIONS = {state: section(KEY[knob])[1] for state, knob in OFFLOAD.items()}
 """Offloaded state -> its ZeRO sub-section."""
+SEARCHED_OFFLOAD = (frozenset(), frozenset({"optimizer"}), frozenset({"optimizer", "parameters"}))
+"""`Layout.offload` sets `planner plan` tries under DeepSpeed: none (the default device "none"),
+ZeRO-Offload (the optimizer states on the host, updated there by CPU-Adam; Ren et al. 2021 §4)
+and ZeRO-Infinity's CPU offload (the parameters too, ZeRO-3 only; Rajbhandari et al. 2021 §5).
+The parameters alone (the optimizer, the larger state, left on the GPU) are not tried
+[Convention]. Which ZeRO stage each needs: `placement.rules._offload_needs_zero`."""
 GRAD_REDUCE_DTYPES = ("fp16", "bf16", "fp32")
 """`communication_data_type` values (`get_communication_data_type`, deepspeed/runtime/config.py);
 absent = the compute dtype (`DeepSpeedEngine.communication_data_type`, engine.py l. 1405-1416)."""

@@ -78,6 +78,11 @@ READ = tuple(s for s in KEYS if s not in ("model_name", "model_flavor", "optimiz
 sections)."""
 KEY = {setting: ".".join(spellings[0]) for setting, spellings in KEYS.items()}
 """Setting -> its current dotted key (`parallelism.tensor_parallel_degree`)."""
+SEARCHED_OFFLOAD = (frozenset(),)
+"""`Layout.offload` sets `planner plan` tries under torchtitan: none. `KEY["offload"]` (FSDP2's
+`CPUOffloadPolicy`: parameters, gradients and optimizer states on the host; torchtitan @9dec370
+parallelisms/parallelize_llama.py `apply_fsdp`), which `check` reads as parameters + optimizer,
+is not searched: `emit.torchtitan` does not write it, so a plan choosing it would launch without."""
 NAME = {setting: spellings[0][1] for setting, spellings in KEYS.items()}
 """Setting -> its current key within its section (`tensor_parallel_degree`)."""
 SECTION = {setting: spellings[0][0] for setting, spellings in KEYS.items()}
