@@ -361,7 +361,7 @@ def split_commands(text: str, file: str, launchers, aliases: dict[str, str],
     out, variables, blocks, exported = [], {}, [], set()
     for line, code in logical_lines(text):
         try:
-            words = shell.join_arithmetic(shlex.split(code, comments=True))
+            words = shell.join_expansions(shlex.split(shell.let_assignments(code), comments=True))
         except ValueError as exc:
             raise SpecError(f"shell syntax error: {exc}", file=file, key=f"line {line}") from None
         for segment in segments(shell.unwrap(words, file)):

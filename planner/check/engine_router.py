@@ -68,7 +68,7 @@ def routers(text: str, table) -> list[Router]:
     out, variables = [], {}
     for line, code in el.logical_lines(text):
         try:
-            words = shell.unwrap(shell.join_arithmetic(shlex.split(code, comments=True)), "")
+            words = shell.unwrap(shell.join_expansions(shlex.split(shell.let_assignments(code), comments=True)), "")
         except (ValueError, SpecError):
             continue
         for segment in el.segments(words):  # the script's variables and arithmetic, as the engine reader reads them

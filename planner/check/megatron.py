@@ -130,7 +130,7 @@ def _read(path: Path, text: str, *, model: str | None, cluster: str | None, gpus
     spec = _model(args, model, path)
     world = _world(args, gpus, file, launched)
     findings: list[Violation] = _rotary_base(args, spec, file) if model is not None else []
-    findings += _unknown_flags(text, launchers) + shell_layout(text, file)
+    findings += _unknown_flags(text, launchers) + shell_layout(text, file) + world_from_gpus(args, gpus)
     layout = _layout(args, spec, world, seq_len, file, findings)
     tokens, env = shell_words(text, file)
     target_cluster = _cluster(cluster, world, args, file)
@@ -261,7 +261,7 @@ def launcher_words(text: str, file: str) -> list[list[str]]:
     out = []
     for _, line in shell.commands(launch_text(text)):
         try:
-            words = shell.unwrap(shell.join_arithmetic(shlex.split(line, comments=True)), file)
+            words = shell.unwrap(shell.join_expansions(shlex.split(line, comments=True)), file)
         except (ValueError, SpecError):
             continue
         words = [shell.substitute(w, env) for w in words]
@@ -898,7 +898,7 @@ def parse_args(text: str, file: str, bad: list[SpecError] | None = None) -> dict
             if "$" in value and name in mg.SCHEDULE_FLAGS:
                 continue  # the job's environment sets it: Megatron checks it at start-up
             why = shell.unresolved(value, env)  # the file's own integer arithmetic is evaluated already
-            if why is not None and ("$(" in value or name not in _LAUNCHER_SIZE):
+            if why is not None and name not in _LAUNCHER_SIZE:
                 reject(SpecError(why, file=file, key=name))
                 continue
             out[name] = value
@@ -917,7 +917,8 @@ def shell_words(text: str, file: str) -> tuple[list[str], dict[str, str]]:
     not split.
     Source: bash(1) "Word Splitting"."""
     try:
-        words = shell.join_arithmetic(shlex.split(shell.join_continued(arrays_apart(text)), comments=True))
+        words = shell.join_expansions(shlex.split(shell.let_assignments(shell.join_continued(arrays_apart(text))),
+                                                  comments=True))
     except ValueError as exc:
         raise SpecError(f"shell syntax error: {exc}", file=file) from None
     words = shell.unwrap(words, file)
@@ -1170,8 +1171,9 @@ def _llama_config(args: dict, given: dict, file: str) -> dict:
 
 _LAUNCHER_SIZE = frozenset(F[k] for k in ("nnodes", "nproc_per_node", "nproc_per_node_dashed"))
 """torchrun's size flags, which a Slurm launcher fills from the job's environment (`$SLURM_JOB_NUM_NODES`,
-`$1`): an unset variable there leaves the world size to --gpus (`_world`) instead of being bad input
-(fresh-user review 7)."""
+`$1`, `$(scontrol show hostnames | wc -l)`): a variable the file does not set, or a command substitution this
+reader does not run, there leaves the world size to --gpus (`_world`, the warning `world_size_from_gpus`)
+instead of being bad input (fresh-user reviews 7 and 11)."""
 
 
 def _world(args: dict, gpus: int | None, file: str, launched: tuple[int, str] | None = None) -> int:
@@ -1181,8 +1183,8 @@ def _world(args: dict, gpus: int | None, file: str, launched: tuple[int, str] | 
     unset = [flag for flag in sorted(_LAUNCHER_SIZE) if "$" in str(args.get(flag, ""))]
     if unset:
         if gpus is None:
-            raise SpecError(f"--gpus is required: the file's torchrun world size comes from shell variables it "
-                            f"does not set ({', '.join(f'{f} {args[f]}' for f in unset)})", file=file, key="--gpus")
+            raise SpecError(f"--gpus is required: the file's torchrun world size comes from {_unrun(args, unset)}",
+                            file=file, key="--gpus")
         return gpus
     per_node = _per_node(args)
     if not per_node and launched is not None:
@@ -1204,6 +1206,24 @@ def _world(args: dict, gpus: int | None, file: str, launched: tuple[int, str] | 
         raise SpecError(f"--gpus {gpus} contradicts the file's torchrun world size "
                         f"{F['nproc_per_node']} x {F['nnodes']} = {world}", file=file, key="--gpus")
     return world
+
+
+def _unrun(args: dict, flags: list[str]) -> str:
+    """What the shell would give torchrun's size `flags` that this reader does not (`_LAUNCHER_SIZE`)."""
+    return "the shell: " + "; ".join(
+        f"{f} {args[f]}, " + ("a command substitution $(...), which this reader does not run" if "$(" in str(args[f])
+                              else "a shell variable the file does not set") for f in flags)
+
+
+def world_from_gpus(args: dict, gpus: int | None) -> list[Violation]:
+    """The warning `world_size_from_gpus` where torchrun's size flags come from the shell (`_LAUNCHER_SIZE`) and
+    --gpus gives the world size in their place (`_world`), so the output says which number it checked."""
+    unset = [flag for flag in sorted(_LAUNCHER_SIZE) if "$" in str(args.get(flag, ""))]
+    if not unset or gpus is None:
+        return []
+    return [Violation(rule="world_size_from_gpus", severity="warning",
+                      message=f"torchrun's world size comes from {_unrun(args, unset)}: checked at --gpus {gpus}",
+                      fix="write the number in the file to have it checked against --gpus")]
 
 
 def _per_node(args: dict) -> list[str]:

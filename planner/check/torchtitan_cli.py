@@ -293,8 +293,8 @@ def _ranks(flags: dict[str, str], file: str) -> int | None:
     if not given:
         return None
     values = [flags[given[-1]], flags.get(_NNODES, "1")]
-    if any("$" in value and "$(" not in value for value in values):
-        return None  # a variable the file does not set (a job's environment): the world size is --gpus's
+    if any("$" in value for value in values):
+        return None  # a variable the file does not set (a job's environment) or a $(...) not run: --gpus's
     for flag, value in zip((given[-1], _NNODES), values):
         if not re.fullmatch(r"\d+", value) or int(value) < 1:
             raise SpecError(f"value {value!r} must be an integer >= 1 (a literal, not a shell "
