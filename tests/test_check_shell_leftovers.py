@@ -101,3 +101,89 @@ def test_let_assignments(line, assignments):
 def test_join_expansions_keeps_a_substitution_one_word():
     words = ["N=$(scontrol", "show", "hostnames", "|", "wc", "-l)", "|", "x", "$((A", "*", "B))"]
     assert shell.join_expansions(words) == ["N=$(scontrol show hostnames | wc -l)", "|", "x", "$((A * B))"]
+
+
+# ---------------------------------------------------------------- 2. node ranks: Slurm's, and every comparison
+
+SERVER = "vllm serve meta-llama/Llama-3.1-70B-Instruct --tensor-parallel-size 8"
+
+
+@pytest.mark.parametrize("variable", ["NODE_RANK", "SLURM_NODEID", "SLURM_PROCID"])
+@pytest.mark.parametrize("test, first, second", [
+    ("-gt 0", "the nodes other than 0", "node 0"),
+    ("-ge 1", "the nodes other than 0", "node 0"),
+    ("-ne 0", "the nodes other than 0", "node 0"),
+    ("-lt 1", "node 0", "the nodes other than 0"),
+    ("-le 1", "nodes 0, 1", "the nodes other than 0, 1"),
+    ("-eq 0", "node 0", "the nodes other than 0"),
+])
+def test_rank_comparisons_are_exclusive_branches(tmp_path, variable, test, first, second):
+    """`if [ "$VAR" OP N ]; then A; A; else B; B; fi`: bash runs A's two servers on the ranks where the test holds
+    and B's on the others, so each pair shares its node(s): the two port clashes name those ranks (before, `-gt`
+    was bad input and the else of `-ne 0` was labelled 'other than 0' instead of node 0)."""
+    text = (f'if [ "${variable}" {test} ]; then\n  {SERVER} &\n  {SERVER} &\nelse\n  {SERVER} &\n  {SERVER} &\nfi\n')
+    found = [v["message"] for v in check_launch_file(_write(tmp_path, text), cluster="dgx-h100", gpus=64)["violations"]
+             if v["rule"] == "port_in_use"]
+    assert [m.split("(both on ")[1].split(":")[0] for m in found] == [first, second], found
+
+
+def test_case_of_slurm_nodeid_with_a_default_branch(tmp_path):
+    """`case $SLURM_NODEID in 0) A ;; *) B ;; esac`: B runs on the nodes other than 0; 2 nodes named, 16 GPUs."""
+    text = f"case $SLURM_NODEID in\n  0) {SERVER} ;;\n  *) {SERVER} --port 8001 ;;\nesac\n"
+    result = check_launch_file(_write(tmp_path, text), cluster="dgx-h100")
+    assert result["verdict"] == "pass" and result["gpus"] == 16, result["violations"]
+
+
+# ---------------------------------------------------------------- 3. vLLM over several nodes: --node-rank $NODE_RANK
+
+VLLM_405B = ("vllm serve meta-llama/Llama-3.1-405B-Instruct --tensor-parallel-size 8 --pipeline-parallel-size 2 "
+             "--max-model-len 8192 --nnodes 2 --master-addr $HEAD --node-rank ")
+
+
+def test_vllm_node_rank_variable_is_one_engine_over_its_nodes(tmp_path):
+    """One command for every node, `--nnodes 2 --node-rank $NODE_RANK` (vLLM 0.33.0 `vllm/config/parallel.py`
+    ParallelConfig.nnodes / node_rank): one instance of tp 8 x pp 2 = 16 ranks, 8 on each of 2 nodes, as the same
+    file with literal ranks; it was exit 2 'uses the shell variable NODE_RANK'. 8 GPUs cannot hold it."""
+    path = _write(tmp_path, "HEAD=10.0.0.1\n" + VLLM_405B + "$NODE_RANK\n")
+    result = check_launch_file(path, cluster="dgx-h100")
+    assert result["verdict"] == "pass" and result["gpus"] == 16, result["violations"]
+    row, = result["launches"]
+    assert (row["world"], row["nnodes"], row["node_rank"]) == (16, 2, 0)
+    errors = _errors(check_launch_file(path, cluster="dgx-h100", gpus=8))
+    assert "the launches need 16 GPUs (8 x 2 nodes;" in errors["world_size"]
+
+
+def test_vllm_headless_form_on_the_later_nodes(tmp_path):
+    """Node 0 runs the API server, the others `--node-rank $NODE_RANK --headless` (vllm/entrypoints/cli/serve.py
+    run_headless: node_rank_within_dp > 0 starts only the multiproc executor's workers): the `else` branch's rank is
+    1, so both commands are node ranks 0 and 1 of one instance (one row, 16 GPUs); no headless warning."""
+    text = ("HEAD=10.0.0.1\n"
+            f'if [ "$NODE_RANK" -eq 0 ]; then\n  {VLLM_405B}0\nelse\n  {VLLM_405B}$NODE_RANK --headless\nfi\n')
+    result = check_launch_file(_write(tmp_path, text), cluster="dgx-h100")
+    assert result["verdict"] == "pass" and result["gpus"] == 16 and result["violations"] == [], result
+    row, = result["launches"]
+    assert (row["world"], row["node_ranks"], row["lines"]) == (16, [0, 1], [3, 5])
+
+
+# ---------------------------------------------------------------- 7. the world size of servers on shared nodes
+
+def test_two_servers_on_one_node_are_the_sharing_error_not_a_larger_job(tmp_path):
+    """Review 11 #6, w10: node 0 runs two tp8 servers, node 1 one; 2 nodes x 8 = 16 GPUs is the job. It said
+    `world_size: the launches need 24 GPUs ... Fix: check --gpus 24`; the error is gpus_shared on node 0 (each node
+    counts at most its 8 GPUs: 8 + 8 = 16), reported first."""
+    text = (f'if [ "$NODE_RANK" -eq 0 ]; then\n  {SERVER} --port 8000 &\n  {SERVER} --port 8001 &\n'
+            f"else\n  {SERVER} &\nfi\nwait\n")
+    violations = check_launch_file(_write(tmp_path, text), cluster="dgx-h100", gpus=16)["violations"]
+    assert [v["rule"] for v in violations] == ["gpus_shared"], violations
+    assert "both run on node 0" in violations[0]["message"]
+    rules = [v["rule"] for v in check_launch_file(_write(tmp_path, text), cluster="dgx-h100", gpus=8)["violations"]]
+    assert rules == ["gpus_shared", "world_size"]   # 2 nodes named, 8 GPUs given: both, the sharing first
+
+
+def test_one_branch_for_two_ranks_starts_a_server_on_each(tmp_path):
+    """Review 11 #6, w11: `case "$NODE_RANK" in 0|1) vllm serve ... tp8 ;; esac` starts a server on node 0 and one on
+    node 1: 16 GPUs (it said 'up to 8' and passed --gpus 8)."""
+    path = _write(tmp_path, f'case "$NODE_RANK" in\n  0|1) {SERVER} ;;\nesac\n')
+    assert check_launch_file(path, cluster="dgx-h100")["gpus"] == 16
+    assert "the launches need 16 GPUs (8 x 2 nodes;" in _errors(check_launch_file(path, cluster="dgx-h100",
+                                                                                     gpus=8))["world_size"]
