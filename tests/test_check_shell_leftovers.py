@@ -187,3 +187,28 @@ def test_one_branch_for_two_ranks_starts_a_server_on_each(tmp_path):
     assert check_launch_file(path, cluster="dgx-h100")["gpus"] == 16
     assert "the launches need 16 GPUs (8 x 2 nodes;" in _errors(check_launch_file(path, cluster="dgx-h100",
                                                                                      gpus=8))["world_size"]
+
+
+# ---------------------------------------------------------------- 4. an environment prefix on docker run
+
+DOCKER = ("docker run --gpus all {env}vllm/vllm-openai:latest --model meta-llama/Llama-3.1-70B-Instruct "
+          "--tensor-parallel-size 8\n")
+
+
+def test_prefix_on_docker_run_does_not_reach_the_container(tmp_path):
+    """`CUDA_VISIBLE_DEVICES=0 docker run --gpus all ... tp 8`: the prefix is the docker client's environment; the
+    container gets only what -e / --env pass (Docker reference, `docker container run` --env), so the engine sees the
+    8 GPUs of `--gpus all` and tp 8 starts (it was 'CUDA_VISIBLE_DEVICES gives it 1 GPU')."""
+    result = check_launch_file(_write(tmp_path, "CUDA_VISIBLE_DEVICES=0 " + DOCKER.format(env="")), cluster="dgx-h100")
+    assert result["verdict"] == "pass", result["violations"]
+
+
+@pytest.mark.parametrize("prefix, env", [
+    ("CUDA_VISIBLE_DEVICES=0,1 ", "-e CUDA_VISIBLE_DEVICES "),   # -e NAME copies the client's (prefix) value
+    ("", "-e CUDA_VISIBLE_DEVICES=0,1 "),                        # -e NAME=VALUE sets it inside
+    ("", "--env=CUDA_VISIBLE_DEVICES=0,1 "),
+])
+def test_env_option_passes_visible_devices_into_the_container(tmp_path, prefix, env):
+    """Passed with -e / --env, CUDA_VISIBLE_DEVICES=0,1 limits the engine inside: 2 GPUs for 8 ranks."""
+    errors = _errors(check_launch_file(_write(tmp_path, prefix + DOCKER.format(env=env)), cluster="dgx-h100"))
+    assert "starts 8 ranks (--tensor-parallel-size 8) but CUDA_VISIBLE_DEVICES gives it 2 GPUs" in errors["world_size"]

@@ -516,8 +516,9 @@ def _command(segment: list[str], variables: dict[str, str], line: int, launchers
     (`planner.check.shell`, as the Megatron reader does); a command of assignments only (`export` or not)
     sets them and is None, as is any command that starts no engine. Its environment (`Command.env`) is the
     script's `exported` variables (`export CUDA_VISIBLE_DEVICES=0,1` on a line of its own) overridden by its
-    prefix, as bash builds a child's environment; a container command's own environment is its prefix alone
-    (the container gets only what `-e` passes, `-e NAME` alone copying the exported or prefix value)."""
+    prefix, as bash builds a child's environment; a container command's is what its `-e` / `--env` options pass
+    (`_container_env`): a prefix on `docker run` (`CUDA_VISIBLE_DEVICES=0 docker run ...`) is the docker client's
+    environment, not the container's."""
     expanded = shell.expand_command(segment, variables, exported)
     if expanded is None:
         return None
@@ -528,8 +529,8 @@ def _command(segment: list[str], variables: dict[str, str], line: int, launchers
         at, launcher, image = found
         options = tuple(words[:words.index(image)])
         gpu_request = _container_option(list(options), CONTAINER_GPUS)
-        container_visible = _container_env(list(options), CONTAINER_VISIBLE,
-                                           {**_exported(variables, exported), **_prefix(words[:at])})
+        inside = _container_env(list(options), {**_exported(variables, exported), **_leading(words)})
+        container_visible = inside.get(CONTAINER_VISIBLE)
         again = _launcher_at(words[at:], launchers)
         doubled = again[1] if again is not None else None
     else:
@@ -537,7 +538,7 @@ def _command(segment: list[str], variables: dict[str, str], line: int, launchers
         if found is None:
             return None
         at, launcher = found
-    env = _prefix(words[:at]) if image is not None else {**_exported(variables, exported), **_prefix(words[:at])}
+    env = inside if image is not None else {**_exported(variables, exported), **_prefix(words[:at])}
     flags, spelled, positional, after_switch = {}, {}, [], {}
     i, last_switch = at, None
     while i < len(words):
@@ -589,12 +590,27 @@ def _container_option(words: list[str], name: str) -> str | None:
     return value
 
 
-def _container_env(words: list[str], name: str, host: dict[str, str]) -> str | None:
-    """The value a container command's `-e NAME=VALUE` / `--env NAME=VALUE` / `--env=NAME=VALUE` / `-eNAME=VALUE`
-    sets for `name` (the last one given: the runtime builds the environment in order, later entries win), or
-    None: not set, or `-e NAME` alone, which copies the host's value: `host`'s (the script's exported variables
-    and the command's prefix), None where the file does not show it."""
-    value = None
+def _leading(words: list[str]) -> dict[str, str]:
+    """The `NAME=value` words before a command's program (bash's assignments for that command alone)."""
+    out = {}
+    for word in words:
+        match = shell.ASSIGN.match(word)
+        if match is None:
+            break
+        out[match[1]] = match[2]
+    return out
+
+
+def _container_env(words: list[str], host: dict[str, str]) -> dict[str, str]:
+    """The environment a container command's options give the container: each `-e NAME=VALUE` / `--env NAME=VALUE`
+    / `--env=NAME=VALUE` / `-eNAME=VALUE` (the last of a name wins: the runtime builds the environment in order),
+    and `-e NAME` alone copying `host`'s value (the client's environment: the script's exported variables and the
+    command's own prefix), left out where the file does not show one. Nothing else of the client's environment
+    enters the container (`--env-file` lists are not read). Source: Docker reference, `docker container run`
+    "Set environment variables (-e, --env, --env-file)" ("If no = is provided and that variable isn't exported in
+    your local environment, the variable isn't set in the container"); docker/cli issue #1780 (`-e VAR` takes the
+    client's value)."""
+    out: dict[str, str] = {}
     for k, word in enumerate(words):
         if word in ("-e", "--env") and k + 1 < len(words):
             text = words[k + 1]
@@ -605,9 +621,13 @@ def _container_env(words: list[str], name: str, host: dict[str, str]) -> str | N
         else:
             continue
         key, eq, val = text.partition("=")
-        if key == name:
-            value = val if eq else host.get(name)
-    return value
+        if eq:
+            out[key] = val
+        elif key in host:
+            out[key] = host[key]
+        else:
+            out.pop(key, None)
+    return out
 
 
 def unknown_flags(command: Command, known: frozenset[str], engine: str, version: str,
