@@ -212,3 +212,43 @@ def test_env_option_passes_visible_devices_into_the_container(tmp_path, prefix, 
     """Passed with -e / --env, CUDA_VISIBLE_DEVICES=0,1 limits the engine inside: 2 GPUs for 8 ranks."""
     errors = _errors(check_launch_file(_write(tmp_path, prefix + DOCKER.format(env=env)), cluster="dgx-h100"))
     assert "starts 8 ranks (--tensor-parallel-size 8) but CUDA_VISIBLE_DEVICES gives it 2 GPUs" in errors["world_size"]
+
+
+# ---------------------------------------------------------------- 5. the launch ends at a broken continuation
+
+def test_megatron_layout_is_the_launch_bash_runs(tmp_path):
+    """Line 5 has no backslash, so bash ends the torchrun command there and runs line 6
+    (`--pipeline-model-parallel-size 2`) as a command of its own: Megatron starts with pp 1, dp = 8 / 4 = 2. The
+    reader showed the intended pp 2 beside the line_continuation error; it shows what runs."""
+    path = _write(tmp_path, "#!/bin/bash\ntorchrun --nproc_per_node 8 pretrain_gpt.py \\\n"
+                            "  --tensor-model-parallel-size 4 --sequence-parallel \\\n"
+                            "  --micro-batch-size 1 --global-batch-size 64 --seq-length 4096 \\\n"
+                            "  --bf16 --use-distributed-optimizer\n"
+                            "  --pipeline-model-parallel-size 2\n")
+    data = _json(str(path), "-m", "llama-3.1-8b", "-c", "dgx-h100")
+    assert (data["parallelism"]["tp"], data["parallelism"]["pp"], data["parallelism"]["dp"]) == (4, 1, 2)
+    assert [v["line"] for v in data["violations"] if v["rule"] == "line_continuation"] == [5]  # the line without its backslash
+
+
+def test_launch_without_a_required_flag_after_the_break_fails_on_the_break(tmp_path):
+    """`\\ ` (backslash, space) ends the command at line 3: --seq-length on line 4 never reaches Megatron, which
+    exits without it. The file is no unreadable input but a failing launch: FAIL (exit 1) on line_continuation at
+    line 3, with the layout the file means (tp 4, dp 2, seq 4,096)."""
+    path = _write(tmp_path, "torchrun --nproc_per_node 8 pretrain_gpt.py \\\n"
+                            "  --tensor-model-parallel-size 4 --sequence-parallel \\\n"
+                            "  --micro-batch-size 1 --global-batch-size 64 \\ \n"
+                            "  --seq-length 4096 --bf16 --use-distributed-optimizer\n")
+    data = _json(str(path), "-m", "llama-3.1-8b", "-c", "dgx-h100")
+    assert data["verdict"] == "fail"
+    assert [v["line"] for v in data["violations"] if v["rule"] == "line_continuation"] == [3]
+    assert (data["parallelism"]["tp"], data["parallelism"]["dp"], data["parallelism"]["seq_len"]) == (4, 2, 4096)
+
+
+def test_torchtitan_layout_is_the_launch_bash_runs(tmp_path):
+    """torchtitan command line, the pipeline override after a line without its backslash: pp 1 runs, tp 2, dp 4."""
+    path = _write(tmp_path, "torchrun --nproc_per_node 8 -m torchtitan.train --module llama3 --config llama3_8b \\\n"
+                            "  --parallelism.tensor_parallel_degree 2\n"
+                            "  --parallelism.pipeline_parallel_degree 2\n")
+    data = _json(str(path), "-c", "dgx-h100")
+    assert (data["parallelism"]["tp"], data["parallelism"]["pp"]) == (2, 1)
+    assert "line_continuation" in _errors(data)

@@ -53,7 +53,7 @@ from pathlib import Path
 from planner.check import shell
 from planner.check.engine_launch import deepep_findings
 from planner.check.gate import Target, attempt, raise_bad_values, raise_missing
-from planner.check.lines import flag_lines, shell_layout
+from planner.check.lines import as_bash_runs, flag_lines, shell_layout
 from planner.cost.memory import stage_layers
 from planner.errors import SpecError
 from planner.evaluation import model_chunks, stage_modes
@@ -98,7 +98,14 @@ def read(path: Path, *, model: str | None, cluster: str | None, gpus: int | None
     """
     text = files.read_text(path, kind="text file (a shell script or Megatron-LM arguments file)")
     try:
-        return _read(path, text, model=model, cluster=cluster, gpus=gpus, seq_len=seq_len)
+        try:
+            return _read(path, as_bash_runs(text), text, model=model, cluster=cluster, gpus=gpus, seq_len=seq_len)
+        except SpecError:
+            if as_bash_runs(text) == text:
+                raise
+        # the launch bash runs is unreadable without the flags after a broken continuation (Megatron would exit on
+        # it): the layout the file means, failed by the rule line_continuation
+        return _read(path, text, text, model=model, cluster=cluster, gpus=gpus, seq_len=seq_len)
     except SpecError as exc:
         raise _unread(exc, text) from None
 
@@ -107,7 +114,8 @@ def _unread(exc: SpecError, text: str) -> SpecError:
     """`exc`, or for a flag it calls missing that the file writes outside what this reader reads (another
     command than the training launch, a heredoc, a string no launch expands), `exc` saying where the file
     writes it, so the message does not contradict the file (fresh-user review 9 #2)."""
-    at = flag_lines(text).get(exc.key or "") if exc.key and exc.key.startswith("--") else None
+    written = flag_lines(text)
+    at = written.get(exc.key or "") if exc.key and exc.key.startswith("--") else None
     if at is None or not exc.message.startswith("missing"):
         return exc
     return SpecError(f"{exc.message}; the file writes {exc.key} at line {at}, but not in the training launch this "
@@ -115,9 +123,10 @@ def _unread(exc: SpecError, text: str) -> SpecError:
                      f"arrays and string variables it expands): write it there", file=exc.file, key=exc.key)
 
 
-def _read(path: Path, text: str, *, model: str | None, cluster: str | None, gpus: int | None,
+def _read(path: Path, text: str, written: str, *, model: str | None, cluster: str | None, gpus: int | None,
           seq_len: int | None) -> Target:
-    """`read` of the file's text."""
+    """`read` of the launch's text (`as_bash_runs`: a flag line after a broken continuation is no part of the
+    launch bash runs), the file's `written` text for its layout rules."""
     file = str(path)
     bad: list[SpecError] = []
     args = parse_args(text, file, bad)
@@ -130,7 +139,7 @@ def _read(path: Path, text: str, *, model: str | None, cluster: str | None, gpus
     spec = _model(args, model, path)
     world = _world(args, gpus, file, launched)
     findings: list[Violation] = _rotary_base(args, spec, file) if model is not None else []
-    findings += _unknown_flags(text, launchers) + shell_layout(text, file) + world_from_gpus(args, gpus)
+    findings += _unknown_flags(text, launchers) + shell_layout(written, file) + world_from_gpus(args, gpus)
     layout = _layout(args, spec, world, seq_len, file, findings)
     tokens, env = shell_words(text, file)
     target_cluster = _cluster(cluster, world, args, file)
