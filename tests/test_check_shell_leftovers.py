@@ -252,3 +252,42 @@ def test_torchtitan_layout_is_the_launch_bash_runs(tmp_path):
     data = _json(str(path), "-c", "dgx-h100")
     assert (data["parallelism"]["tp"], data["parallelism"]["pp"]) == (2, 1)
     assert "line_continuation" in _errors(data)
+
+
+# ---------------------------------------------------------------- 6. a training launch inside a shell loop
+
+def test_training_sweep_in_a_for_loop_is_bad_input(tmp_path):
+    """`for TP in 1 2 4; do torchrun ... --tensor-model-parallel-size $TP`: three launches, one per value; it said
+    'uses the shell variable TP, which the file does not set'. Now one line naming the loop and its variable."""
+    path = _write(tmp_path, "#!/bin/bash\nfor TP in 1 2 4; do\n  torchrun --nproc_per_node 8 pretrain_gpt.py "
+                            "--tensor-model-parallel-size $TP --micro-batch-size 1 --global-batch-size 64 "
+                            "--seq-length 4096 --bf16\ndone\n")
+    text = _bad_input(str(path), "-m", "llama-3.1-8b", "-c", "dgx-h100")
+    assert (f"{path}: line 3: the training launch of line 3 runs inside the loop `for TP ...` (line 2) and takes $TP "
+            "from it: one launch per value, which this reader does not unroll") in text
+
+
+def test_restart_loop_around_a_launch_is_read_once_with_a_warning(tmp_path):
+    """`until torchrun ...; do sleep 30; done` restarts the same job: read as one launch (tp 2, dp 4), warned."""
+    path = _write(tmp_path, "until torchrun --nproc_per_node 8 pretrain_gpt.py --tensor-model-parallel-size 2 "
+                            "--micro-batch-size 1 --global-batch-size 64 --seq-length 4096 --bf16 "
+                            "--use-distributed-optimizer; do\n  sleep 30\ndone\n")
+    data = _json(str(path), "-m", "llama-3.1-8b", "-c", "dgx-h100")
+    assert (data["parallelism"]["tp"], data["parallelism"]["dp"]) == (2, 4)
+    warning, = [v for v in data["violations"] if v["rule"] == "launch_in_loop"]
+    assert "runs inside a shell `until` loop (lines 1-3): read once" in warning["message"]
+
+
+def test_torchtitan_sweep_in_a_for_loop_is_bad_input(tmp_path):
+    path = _write(tmp_path, "for PP in 2 4; do\n  torchrun --nproc_per_node 8 -m torchtitan.train --module llama3 "
+                            "--config llama3_8b --parallelism.pipeline_parallel_degree ${PP}\ndone\n")
+    text = _bad_input(str(path), "-c", "dgx-h100")
+    assert "runs inside the loop `for PP ...` (line 1) and takes $PP from it" in text
+
+
+@pytest.mark.parametrize("text, found", [
+    ("for i in 1 2; do\n  echo $i\ndone\n", [(1, 3, "for", "i")]),
+    ("while true; do x; done\nuntil y\ndo\n  z\ndone\n", [(1, 1, "while", None), (2, 5, "until", None)]),
+])
+def test_loops(text, found):
+    assert shell.loops(text) == found

@@ -448,7 +448,7 @@ def split_commands(text: str, file: str, launchers, aliases: dict[str, str],
             words = shell.join_expansions(shlex.split(shell.let_assignments(code), comments=True))
         except ValueError as exc:
             raise SpecError(f"shell syntax error: {exc}", file=file, key=f"line {line}") from None
-        for segment in segments(shell.unwrap(words, file)):
+        for segment in shell.segments(shell.unwrap(words, file)):
             segment = _control(segment, blocks, line, file)
             if not segment:
                 continue
@@ -467,25 +467,6 @@ def split_commands(text: str, file: str, launchers, aliases: dict[str, str],
                                 f"own port and GPUs", file=file, key=f"line {line}")
             out.append(replace(command, node=blocks[-1].node if blocks else None))
     return out
-
-
-_SEPARATORS = (";", "&&", "||", "&", "|")
-"""Words that end one shell command and start the next on the same line."""
-
-
-def segments(words: list[str]) -> list[list[str]]:
-    """The commands of one line's words, split at `_SEPARATORS` and a `case` branch's `;;` (a word ending in `;`
-    or `;;` ends its command)."""
-    out: list[list[str]] = [[]]
-    for word in words:
-        if word in _SEPARATORS or word == ";;":
-            out.append([])
-        elif word.endswith(";") and len(word) > 1:
-            out[-1].append(word.rstrip(";"))
-            out.append([])
-        else:
-            out[-1].append(word)
-    return [segment for segment in out if segment]
 
 
 _REDIRECT = re.compile(r"(\d*|&)(>>?|<<?<?|>&|<&)(.*)")

@@ -129,6 +129,7 @@ def _read(path: Path, text: str, written: str, *, model: str | None, cluster: st
     launch bash runs), the file's `written` text for its layout rules."""
     file = str(path)
     bad: list[SpecError] = []
+    looped = launch_loops(written, file)
     args = parse_args(text, file, bad)
     launchers = launcher_words(text, file)
     slurm = slurm_world(text, launchers)
@@ -139,7 +140,7 @@ def _read(path: Path, text: str, written: str, *, model: str | None, cluster: st
     spec = _model(args, model, path)
     world = _world(args, gpus, file, launched)
     findings: list[Violation] = _rotary_base(args, spec, file) if model is not None else []
-    findings += _unknown_flags(text, launchers) + shell_layout(written, file) + world_from_gpus(args, gpus)
+    findings += _unknown_flags(text, launchers) + shell_layout(written, file) + world_from_gpus(args, gpus) + looped
     layout = _layout(args, spec, world, seq_len, file, findings)
     tokens, env = shell_words(text, file)
     target_cluster = _cluster(cluster, world, args, file)
@@ -169,6 +170,34 @@ def _read(path: Path, text: str, written: str, *, model: str | None, cluster: st
 _LAUNCH = re.compile(r"(?<![\w.-])(torchrun|torch\.distributed\.(run|launch)|pretrain_\w+\.py)\b")
 """What marks a shell command as the training launch (torchrun, or Megatron's pretrain_*.py)."""
 _ARRAY_OPEN = re.compile(r"^\s*(export\s+)?[A-Za-z_]\w*=\(")
+
+
+def launch_loops(text: str, file: str) -> list[Violation]:
+    """The warning `launch_in_loop` for a training launch (`_LAUNCH`: torchrun, `python -m torch.distributed.run`,
+    a pretrain_*.py script under any launcher) inside a shell loop that starts the same launch on each pass (a
+    `while` / `until` restart loop, a `for` loop whose variable the launch does not use): it is read once, as one
+    pass runs it.
+
+    Raises:
+        SpecError: the launch takes a `for` loop's variable (`for TP in 1 2 4; do torchrun ... $TP`): one launch per
+            value, which this reader does not unroll (exit 2, naming the loop, its variable and the launch's line).
+    """
+    lines, out = text.splitlines(), []
+    for start, end, keyword, name in shell.loops(text):
+        at = next((k for k in range(start, min(end, len(lines)) + 1)
+                   if _LAUNCH.search(lines[k - 1].split("#", 1)[0])), None)
+        if at is None:
+            continue
+        body = "\n".join(line.split("#", 1)[0] for line in lines[start:end])
+        if name is not None and re.search(rf"\$\{{?{name}\b", body):
+            raise SpecError(f"the training launch of line {at} runs inside the loop `for {name} ...` (line {start}) "
+                            f"and takes ${name} from it: one launch per value, which this reader does not unroll; "
+                            f"check one launch per file, its values written", file=file, key=f"line {at}")
+        out.append(Violation(rule="launch_in_loop", severity="warning", line=at,
+                             message=f"the training launch of line {at} runs inside a shell `{keyword}` loop (lines "
+                                     f"{start}-{end}): read once, as each pass starts it",
+                             fix="nothing, if the loop restarts the same job; else check one launch per file"))
+    return out
 
 
 def launch_text(text: str) -> str:

@@ -217,6 +217,52 @@ def _command_string(words: list[str], i: int) -> int | None:
     return None
 
 
+_SEPARATORS = (";", "&&", "||", "&", "|")
+"""Words that end one shell command and start the next on the same line."""
+
+
+def segments(words: list[str]) -> list[list[str]]:
+    """The commands of one line's words, split at `_SEPARATORS` and a `case` branch's `;;` (a word ending in `;`
+    or `;;` ends its command)."""
+    out: list[list[str]] = [[]]
+    for word in words:
+        if word in _SEPARATORS or word == ";;":
+            out.append([])
+        elif word.endswith(";") and len(word) > 1:
+            out[-1].append(word.rstrip(";"))
+            out.append([])
+        else:
+            out[-1].append(word)
+    return [segment for segment in out if segment]
+
+
+LOOPS = ("for", "while", "until")
+"""Shell keywords that open a loop (`do ... done`)."""
+
+
+def loops(text: str) -> list[tuple[int, int, str, str | None]]:
+    """(first line, last line, keyword, variable) of each `for` / `while` / `until` loop of a script, as its commands
+    split (`commands`, `segments`); `variable` is a `for NAME in ...` loop's NAME, else None. A loop left open runs
+    to the end of the text. Source: bash(1) "Compound Commands" (for name [ in word ] ; do list ; done; while / until
+    list; do list; done)."""
+    out, open_ = [], []
+    last = 0
+    for line, code in commands(text):
+        last = line + code.count("\n")
+        try:
+            words = shlex.split(code, comments=True)
+        except ValueError:
+            continue
+        for segment in segments(words):
+            if segment[0] in LOOPS:
+                open_.append((line, segment[0], segment[1] if segment[0] == "for" and len(segment) > 1 else None))
+            elif segment[0] == "done" and open_:
+                start, keyword, name = open_.pop()
+                out.append((start, line, keyword, name))
+    out += [(start, max(last, start), keyword, name) for start, keyword, name in open_]
+    return sorted(out)
+
+
 CONTINUE, QUOTE, ESCAPED_BLANK, COMMENT, END = "continue", "quote", "escaped blank", "comment", "end"
 """How a line ends for bash (`line_ends`)."""
 

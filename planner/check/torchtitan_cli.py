@@ -138,6 +138,7 @@ def _read(path: Path, launch: str, text: str, *, model: str | None, cluster: str
           seq_len: int | None) -> Target:
     """`read` of the `launch` as bash runs it, the file's `text` for its layout rules."""
     file = str(path)
+    looped = megatron.launch_loops(text, file)
     words = _words(launch, file)
     toml = _job_config_file(words, Path(path))
     bad: list[SpecError] = []
@@ -156,7 +157,7 @@ def _read(path: Path, launch: str, text: str, *, model: str | None, cluster: str
         raise SpecError(f"--gpus {gpus} contradicts torchrun's {ranks} ranks", file=file,
                         key="--gpus")
     ac, findings = _ac_mode(flags, ac, preset, file)
-    findings += shell_layout(text, file)
+    findings += shell_layout(text, file) + looped
     findings += _unknown_fields(flags, _value(flags.get(tt.KEY["seq_len"], "")) or
                                 settings[tt.CONTEXT], settings.get(tt.KEY["pp"], 1) != 1, meant)
     doc = _job_doc(settings, preset, ac, file)
