@@ -206,7 +206,7 @@ def one_machine(commands: list[el.Command], launches: list[el.Launch], reader, g
     return out
 
 
-def _one_node(servers: list, node: int | None, flag: str, reader, gpus_per_node: int,
+def _one_node(servers: list, node: el.Ranks | None, flag: str, reader, gpus_per_node: int,
               file: str) -> list[tuple[int, Violation]]:
     """`one_machine`'s findings among the servers of one node (`node`: the NODE_RANK block they are in;
     None: servers outside any block, taken as one machine where they fit one node's GPUs)."""

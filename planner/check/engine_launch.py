@@ -407,7 +407,7 @@ def _control(segment: list[str], blocks: list[_Block], line: int, file: str) -> 
         if blocks:
             blocks.pop()
         return segment[1:]
-    if head in ("for", "while", "until"):
+    if head in shell.LOOPS:
         blocks.append(_Block("loop", top.node if top else None, top.node if top else None, line=line))
         return []
     if head == "case":
