@@ -291,3 +291,16 @@ def test_torchtitan_sweep_in_a_for_loop_is_bad_input(tmp_path):
 ])
 def test_loops(text, found):
     assert shell.loops(text) == found
+
+
+def test_one_line_case_and_an_unread_rank_pattern(tmp_path):
+    """`case $NODE_RANK in 0|1) ... ;; esac` on one line is read as on several (the command was dropped with the
+    `case` words: 'no vllm serve command line'); a pattern that is not ranks (`x`) or a rank beyond the 65,536 nodes
+    read is one bad-input line naming it."""
+    path = _write(tmp_path, f"case $NODE_RANK in 0|1) {SERVER} ;; esac\n")
+    assert check_launch_file(path, cluster="dgx-h100")["gpus"] == 16   # tp 8 on nodes 0 and 1
+    for text, what in [(f"case $NODE_RANK in 0|x) {SERVER} ;; esac\n", "the case pattern '0|x)'"),
+                       (f'if [ "$NODE_RANK" -lt 99999999999 ]; then {SERVER}; fi\n',
+                        "the condition '[ $NODE_RANK -lt 99999999999 ]'")]:
+        message = _bad_input(str(_write(tmp_path, text)), "-c", "dgx-h100")
+        assert f"the `vllm serve` command runs in a branch that {what} (line 1) selects in a form" in message

@@ -269,6 +269,10 @@ READ_FORMS = ('`if [ "$NODE_RANK" = N ]` (also `==`, `-eq`, `!=`, `-ne`, `-lt`, 
 """The node-selecting forms `split_commands` reads, for its bad-input message."""
 
 
+MAX_NODE_RANK = 2**16
+"""The largest node rank a branch test is read with (65,536 nodes; a larger one is a form not read)."""
+
+
 @dataclass(frozen=True)
 class Ranks:
     """A set of node ranks: those of `low` (each below `cut`) and, when `tail`, every rank from `cut` on (a branch
@@ -320,7 +324,7 @@ class Ranks:
 
     def count(self, nodes: int) -> int:
         """Ranks of the set among the first `nodes`."""
-        return sum(self.has(r) for r in range(nodes))
+        return sum(1 for r in self.low if r < nodes) + (max(0, nodes - self.cut) if self.tail else 0)
 
     def __str__(self) -> str:
         if not self.tail:
@@ -373,7 +377,7 @@ def _rank_test(words: list[str]) -> Ranks | str | None:
         return None
     inner = [w for w in words if w not in ("[", "]", "[[", "]]", "test")]
     if (len(inner) == 3 and _RANK_WORD.fullmatch(inner[0]) and inner[1] in NODE_TESTS
-            and re.fullmatch(r"\d+", inner[2])):
+            and re.fullmatch(r"\d+", inner[2]) and int(inner[2]) <= MAX_NODE_RANK):
         return Ranks.compared(NODE_TESTS[inner[1]], int(inner[2]))
     return " ".join(words)
 
@@ -413,13 +417,14 @@ def _control(segment: list[str], blocks: list[_Block], line: int, file: str) -> 
     if head == "case":
         ranked = len(segment) >= 2 and _RANK_WORD.fullmatch(segment[1]) is not None
         blocks.append(_Block("case", top.node if top else None, top.node if top else None, ranked=ranked, line=line))
-        return []
+        rest = segment[3:] if segment[2:3] == ["in"] else []  # `case $NODE_RANK in 0) cmd ;;` on one line
+        return _control(rest, blocks, line, file) if rest else []
     if top is not None and top.kind == "case":
         pattern = re.fullmatch(r"\(?([^()]*)\)", head)
         if pattern is not None:
             ranks = pattern[1].split("|")
             top.unread = None
-            if top.ranked and all(re.fullmatch(r"\d+|\*", r) for r in ranks):
+            if top.ranked and all(r == "*" or r.isdigit() and int(r) <= MAX_NODE_RANK for r in ranks):
                 top.take(EVERY if "*" in ranks else Ranks(frozenset(map(int, ranks)), max(map(int, ranks)) + 1))
             elif top.ranked:
                 top.unread = f"the case pattern {head!r} (line {line})"
