@@ -304,3 +304,8 @@ def test_one_line_case_and_an_unread_rank_pattern(tmp_path):
                         "the condition '[ $NODE_RANK -lt 99999999999 ]'")]:
         message = _bad_input(str(_write(tmp_path, text)), "-c", "dgx-h100")
         assert f"the `vllm serve` command runs in a branch that {what} (line 1) selects in a form" in message
+
+
+def test_unclosed_substitution_does_not_swallow_the_launch():
+    """`X=$(foo` never closes (bash: a syntax error): the words after it stay words of their own."""
+    assert shell.join_expansions(["X=$(foo", "--seq-length", "4096"]) == ["X=$(foo", "--seq-length", "4096"]

@@ -65,14 +65,20 @@ def fields(word: str, raw: str) -> list[str]:
 def join_expansions(words: list[str]) -> list[str]:
     """Words with a `$((` or `$(` whose closing parenthesis comes in a later word joined back (shlex splits
     `$((A * B))` and `$(scontrol show hostnames | wc -l)` at their spaces), so that an arithmetic expansion is
-    one word and a command substitution stays one value (a `|` inside it is no pipeline of the script)."""
+    one word and a command substitution stays one value (a `|` inside it is no pipeline of the script); one whose
+    parenthesis never closes (bash's syntax error) is left as split."""
     out: list[str] = []
+    pending: list[str] = []
     for word in words:
-        if out and "$(" in out[-1] and out[-1].count("(") > out[-1].count(")"):
-            out[-1] += " " + word
+        if pending or ("$(" in word and word.count("(") > word.count(")")):
+            pending.append(word)
+            joined = " ".join(pending)
+            if joined.count("(") <= joined.count(")"):
+                out.append(joined)
+                pending = []
         else:
             out.append(word)
-    return out
+    return out + pending
 
 
 LET = re.compile(r"^(\s*)let\s+(.*)$")
