@@ -727,6 +727,9 @@ def argument(command: Command, flag: str, file: str):
 def node_rank(command: Command, flag: str, file: str) -> int:
     """The node rank the command gives with `flag` (default 0); for a per-node value (`per_node`: `--node-rank
     $NODE_RANK`) the lowest rank of the branch it runs in (`Command.node`: 1 in the `else` of `-eq 0`), else 0.
+    Both engines take the rank per node: SGLang 0.5.23 `srt/arg_groups/parallel_hook.py`; vLLM 0.33.0 `engine/arg_utils.py`
+    (l. 1177-1178: node count and rank of ParallelConfig), its later nodes headless (`entrypoints/common/cli_args.py`
+    l. 445; `entrypoints/cli/serve.py` run_headless starts only the workers where node_rank_within_dp > 0).
 
     Raises:
         SpecError: not an integer >= 0 (`integer`)."""
