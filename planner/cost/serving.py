@@ -1207,24 +1207,63 @@ def prefill_residence_s(clients: float, prefill_s: float, decode_s: float, resid
     return (b + math.sqrt(b * b + 4 * c)) / 2
 
 
+def erlang_c(servers: int, offered: float) -> float:
+    """Probability that an arrival waits in an M/M/c queue of `servers` servers at `offered` load (Erlangs: arrival
+    rate x mean service), the Erlang C formula; 1 at offered >= servers (no steady state), 0 at offered <= 0.
+    Computed through the Erlang B recursion B(0) = 1, B(k) = a B(k-1) / (k + a B(k-1)) (stable for thousands of
+    servers), C = B / (1 - U (1 - B)), U = a / c. Hand check (tests/test_serve_open_loop.py): c = 1: C = U;
+    c = 2, a = 1: B = 1/5, C = (1/5) / (1 - 1/2 x 4/5) = 1/3.
+    Source: Erlang (1917); Kleinrock, Queueing Systems vol. 1 (1975), eq. 3.40 (M/M/m) and 3.44 (Erlang B)."""
+    if offered <= 0:
+        return 0.0
+    if offered >= servers:
+        return 1.0
+    blocked = 1.0
+    for k in range(1, servers + 1):
+        blocked = offered * blocked / (k + offered * blocked)
+    return blocked / (1 - offered / servers * (1 - blocked))
+
+
+def open_queue_wait_s(rate_per_s: float, servers: int, service_s: float) -> float:
+    """Mean wait in the shared queue in front of `servers` identical servers fed an open (Poisson) stream of
+    `rate_per_s` requests/s, each holding a server `service_s` seconds (deterministic: one prompt length, one
+    output length), seconds: the M/D/c queue by the Allen-Cunneen approximation, the M/M/c wait times
+    (c_a^2 + c_s^2) / 2 = 1/2 (Poisson arrivals, c_a^2 = 1; deterministic service, c_s^2 = 0):
+    W = C(c, a) S / (c (1 - U)) / 2, a = rate x S, U = a / c (`erlang_c`). Exact for one server: C(1, a) = U and W =
+    U S / (2 (1 - U)), the M/D/1 queue's Pollaczek-Khinchine mean. Infinite at U >= 1 (no steady state).
+    serve-plan's one model of requests queueing for a server: a disaggregated prefill worker's attention-DP groups,
+    each fed its even share by the router (`prefill_worker_wait_s`: c = 1 per group), and an aggregated replica's
+    running-request slots, one waiting queue in front of its cap (`planner.serve.open_loop_point`: c = the cap).
+    Hand checks (tests/test_serve_open_loop.py): c = 1, U = 0.9, S = 1 s: 4.5 s; c = 2, rate 1/s, S = 1 s: a = 1,
+    C = 1/3, W = (1/3) / (2 x 1/2) / 2 = 1/6 s.
+    Source: Allen, Probability, Statistics, and Queueing Theory (2nd ed., 1990), sec. 6.3 (the Allen-Cunneen
+    approximation of the GI/G/c queue); Pollaczek-Khinchine (Kleinrock 1975, ch. 5) for c = 1."""
+    if rate_per_s <= 0 or service_s <= 0:
+        return 0.0
+    offered = rate_per_s * service_s
+    if offered >= servers:
+        return math.inf
+    return erlang_c(servers, offered) * service_s / (servers * (1 - offered / servers)) / 2
+
+
 def prefill_worker_wait_s(rate_per_s: float, capacity_per_s: float, service_s: float) -> float:
     """Mean wait of a prompt in front of a disaggregated prefill worker fed an open-loop stream of `rate_per_s`
-    requests/s, seconds: the M/D/1 queue's Pollaczek-Khinchine mean, W = U S / (2 (1 - U)), U = rate / capacity
-    (the worker's utilisation; capacity = attention-DP groups / S, each group one prompt at a time, the router
-    spreading the requests evenly over the groups, so each group is an M/D/1 queue at the same U), S = `service_s`,
-    one prompt's prefill (deterministic: one prompt length). Infinite at U >= 1 (no steady state).
-    Why M/D/1 and not `prefill_queue_wait_s`'s closed-loop MVA: the emitted prefill worker runs one prompt at a time
-    (a running-request cap of 1, `planner.serve` emit) and is fed by the router as requests arrive -- at --request-rate an
-    open arrival stream, not a fixed client population (Poisson arrivals, the load of vLLM's serving benchmark at a
-    --request-rate; that script not re-read for this function, VERIFY). Round-robin routing makes the
+    requests/s, seconds: each of its attention-DP groups (capacity = groups / S, each group one prompt at a time, the
+    router spreading the requests evenly over the groups) is one server with its own queue at the same utilisation
+    U = rate / capacity, so the wait is `open_queue_wait_s` of one server at rate U / S: the M/D/1 queue's
+    Pollaczek-Khinchine mean, W = U S / (2 (1 - U)), S = `service_s`, one prompt's prefill (deterministic: one
+    prompt length). Infinite at U >= 1 (no steady state).
+    Why an open queue and not `prefill_queue_wait_s`'s closed-loop MVA: the emitted prefill worker runs one prompt at a
+    time (a running-request cap of 1, `planner.serve` emit) and is fed by the router as requests arrive -- at
+    --request-rate an open arrival stream, not a fixed client population (Poisson arrivals, the load of vLLM's serving
+    benchmark at a --request-rate; that script not re-read for this function, VERIFY). Round-robin routing makes the
     arrivals smoother than Poisson, so this is an upper estimate of the wait (Kingman's bound with c_a^2 < 1).
     Hand check (tests/test_serve_plan.py): U = 0.9, S = 1.0 s: 0.9 / 0.2 = 4.5 s.
     Source: the Pollaczek-Khinchine mean-value formula of the M/G/1 queue, W = rate E[S^2] / (2 (1 - U)), with
     E[S^2] = S^2 (Kleinrock, Queueing Systems vol. 1, 1975, ch. 5)."""
     if rate_per_s <= 0 or service_s <= 0:
         return 0.0
-    load = rate_per_s / capacity_per_s
-    return math.inf if load >= 1 else load * service_s / (2 * (1 - load))
+    return open_queue_wait_s(rate_per_s / capacity_per_s / service_s, 1, service_s)
 
 
 def prefill_worker_max_load(wait_budget_s: float, service_s: float) -> float:
