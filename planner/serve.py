@@ -1588,6 +1588,17 @@ def _queued_ttft_s(req: ServeRequest, candidate: tuple, workers: int, decode_row
     the worker's attention-DP groups as at the aggregated prefill station, Schweitzer's MVA with the deterministic
     residual (`cost.serving.prefill_residence_s` residual 1/2, as `prefill_queue_wait_s`), which stays finite
     where the prefill side binds (an open stream at the prefill side's whole capacity has no steady state).
+    Why the closed-loop TTFT stays within --ttft-ms although the workers were sized with the M/D/1 limit
+    (`prefill_worker_max_load` U_max: the M/D/1 wait at U_max is the budget --ttft-ms - the unloaded TTFT): the
+    residual-1/2 MVA's fixed point, R - S = S (C - 1) / C x X (R - S / 2) with X = C / (R + Z) (the arrival's queue
+    and in-service residual, (C - 1) / C of their time averages), is W = a (W + S / 2), i.e. W = a S / (2 (1 - a)):
+    the M/D/1 wait at the discounted utilisation a = (C - 1) / C x X S, below the group's utilisation X S. X < C / Z,
+    the decode side's requests/s per prefill group, so whenever the decode workers carry at most what the prefill
+    side was sized to feed (n_p x usable_per_s, U_max per group), a < U_max and the wait is below the budget; the
+    decode batch `_lightest` picks is the least that carries the mix's share, whose requests/s may overshoot it by one
+    attention-DP step of the batch, where (C - 1) / C and R in X's denominator are the only margin -- not proven
+    there; tests/test_serve_open_loop.py checks the identity by hand and the reported TTFT of every plan of several
+    disaggregated requests against --ttft-ms (servefit, 2026-12-02: 58 plans of 12 requests within it).
     Source: Pollaczek-Khinchine (M/D/1) and Schweitzer (1979) / Reiser (1979), as those functions cite."""
     ev, point = candidate
     service = point["service_s"]

@@ -128,3 +128,33 @@ def test_check_recomputes_the_loaded_values_of_a_plan_file(tmp_path):
     assert checked.returncode == 0, checked.stdout + checked.stderr
     result = json.loads(checked.stdout)
     assert result["verdict"] == "pass" and not [w for w in result["warnings"] if "stale" in w]
+
+
+def test_closed_loop_prefill_wait_is_the_md1_wait_at_a_discounted_utilisation():
+    """Without --request-rate a prefill worker's wait is the residual-1/2 MVA of the decode batches' closed loop
+    (`serve._queued_ttft_s`), its count sized with the M/D/1 limit: the MVA wait equals the M/D/1 wait at
+    a = (C - 1) / C x X S <= X S. Hand numbers: C = 8, S = 0.16 s, Z = 2 s: b = 1.28 - 2 = -0.72,
+    c = 0.32 - 7 x 0.0256 / 2 = 0.2304, R = (-0.72 + sqrt(0.5184 + 0.9216)) / 2 = 0.24 s, W = 0.08 s;
+    X = 8 / 2.24, a = 7/8 x X x 0.16 = 0.5; M/D/1 at 0.5: 0.5 x 0.16 / (2 x 0.5) = 0.08 s."""
+    residence = sv.prefill_residence_s(8, 0.16, 2.0, residual=0.5)
+    assert residence == pytest.approx(0.24)
+    discounted = 7 / 8 * 8 / (residence + 2.0) * 0.16
+    assert discounted == pytest.approx(0.5)
+    assert residence - 0.16 == pytest.approx(sv.open_queue_wait_s(discounted / 0.16, 1, 0.16))
+
+
+@pytest.mark.parametrize("args", [
+    ("-m", "llama-3.1-8b", "--gpus", "4", "--input-len", "2000", "--output-len", "300", "--ttft-ms", "1500",
+     "--tpot-ms", "40", "--engine", "sglang"),
+    ("-m", "llama-3.1-8b", "--gpus", "8", "--input-len", "8000", "--output-len", "200", "--ttft-ms", "600",
+     "--tpot-ms", "20"),
+    ("-m", "qwen3-32b", "--gpus", "16", "--input-len", "4000", "--output-len", "1000", "--ttft-ms", "700",
+     "--tpot-ms", "30"),
+])
+def test_disaggregated_closed_loop_ttft_stays_within_the_slo(args):
+    out = planner("serve-plan", "-c", "dgx-h100", *args, "--disaggregated", "-f", "json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    slo = data["request"]["ttft_ms"]
+    assert data["plans"] and all(p["ttft_ms"] <= slo for p in data["plans"])
+    assert all(w["ttft_ms"] <= slo for w in data["deployment"]["workers"] if w["role"] == "prefill")
