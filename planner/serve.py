@@ -611,23 +611,27 @@ def open_loop_point(ev: dict, cap: dict, rate: float, output_len: int) -> dict:
             "utilisation": rate / capacity if capacity > 0 else math.inf}
 
 
-def usable_rate(ev: dict, cap: dict, req: ServeRequest) -> float:
+def usable_rate(ev: dict, cap: dict, req: ServeRequest, above: float = 0.0) -> float:
     """The most requests/s one replica of `ev` capped at `cap` serves with its open-loop point (`open_loop_point`)
     meeting the SLOs, requests/s (0 when none does): every term of that point is nondecreasing in the rate (the
     requests in service grow with it, the closed-loop TTFT / TPOT / latency are nondecreasing in the concurrency,
     `refine`'s proof; the M/D/c wait grows with the utilisation), so the rates meeting the SLOs are an interval
-    from 0, found by bisection to 1e-6 of the capacity; just under the capacity when it meets them there (no TTFT
-    or latency SLO: the TPOT at any load below the cap's is within the cap's)."""
+    from 0, found by bisection to 1e-5 of the capacity (a plan's rates are compared in thousandths,
+    `serve_ilp.SCALE`); just under the capacity when it meets them there (no TTFT or latency SLO: the TPOT at any
+    load below the cap's is within the cap's). 0 when it does not meet them at `above` (> 0: the best rate another
+    cap gave; by that monotonicity this cap serves less)."""
     capacity = cap["requests_per_s"]
     top = capacity * (1 - 1e-6)
 
     def ok(rate: float) -> bool:
         return _meets(open_loop_point(ev, cap, rate, req.output_len), req)
 
+    if above >= top or (above > 0 and not ok(above)):
+        return 0.0
     if ok(top):
         return top
-    lo, hi = 0.0, top
-    while hi - lo > 1e-6 * capacity:
+    lo, hi = above, top
+    while hi - lo > 1e-5 * capacity:
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if ok(mid) else (lo, mid)
     return lo
@@ -705,7 +709,8 @@ def _rate_candidates(req: ServeRequest, good: list) -> list:
     replica serves the most requests/s open-loop within the SLOs (`usable_rate`), as (ev, point) with the point's
     requests_per_s that usable rate -- what `_best_mix` sizes replicas with -- capacity_per_s its closed-loop
     requests/s and `closed` the closed-loop point (`_replica_plan` reports the load a replica is given). A cap
-    serves at most its capacity, so caps of less capacity than the best usable rate found are not tried."""
+    serves at most its capacity, so caps of less capacity than the best usable rate found are not tried, and a cap
+    that misses the SLOs at that rate serves less (`usable_rate` above=)."""
     by_shape: dict = {}
     for ev, p in good:
         by_shape.setdefault(ev["inst"], (ev, []))[1].append(p)
@@ -715,7 +720,7 @@ def _rate_candidates(req: ServeRequest, good: list) -> list:
         for cap in sorted(caps, key=lambda p: -p["requests_per_s"]):
             if best is not None and cap["requests_per_s"] <= best[1]["requests_per_s"]:
                 break
-            rate = usable_rate(ev, cap, req)
+            rate = usable_rate(ev, cap, req, best[1]["requests_per_s"] if best else 0.0)
             if rate > 0 and (best is None or rate > best[1]["requests_per_s"]):
                 best = (ev, {**cap, "requests_per_s": rate, "capacity_per_s": cap["requests_per_s"], "closed": cap})
         if best is not None:
