@@ -1007,6 +1007,12 @@ def _no_slo_note(req: ServeRequest, chosen: list[dict]) -> list[str]:
     if (req.ttft_ms, req.tpot_ms, req.request_latency_ms, req.concurrency) != (None,) * 4 or not chosen:
         return []
     worst = max(chosen, key=lambda p: p["tpot_ms"])
+    if "utilisation" in worst:  # --request-rate: the fewest GPUs, each replica loaded up to just under its capacity
+        return [f"no --ttft-ms, --tpot-ms or --request-latency-ms given: the plan uses the fewest GPUs carrying the "
+                f"rate at any latency; its instances run at {worst['utilisation']:.1%} of their capacity (cap "
+                f"{worst['concurrency']:,} running requests) with TPOT {worst['tpot_ms']:g} ms and TTFT "
+                f"{worst['ttft_ms']:g} ms, {worst['queue_wait_ms']:g} ms of it waiting for a free slot; give --ttft-ms "
+                f"and --tpot-ms to bound them"]
     return [f"no --ttft-ms, --tpot-ms, --request-latency-ms or --concurrency given: the plan maximises "
             f"tokens/s at any latency; its instances run at concurrency {worst['concurrency']:,} with "
             f"TPOT {worst['tpot_ms']:g} ms ({worst['tokens_per_s_per_user']:g} tokens/s per user) and "

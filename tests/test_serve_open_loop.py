@@ -158,3 +158,13 @@ def test_disaggregated_closed_loop_ttft_stays_within_the_slo(args):
     slo = data["request"]["ttft_ms"]
     assert data["plans"] and all(p["ttft_ms"] <= slo for p in data["plans"])
     assert all(w["ttft_ms"] <= slo for w in data["deployment"]["workers"] if w["role"] == "prefill")
+
+
+def test_no_slo_note_at_a_rate_says_the_load_not_the_throughput_objective():
+    out = planner(*EXAMPLE, "-f", "json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    (note,) = [n for n in data["notes"] if n.startswith("no --ttft-ms")]
+    plan = data["deployment"]["mix"][0]
+    assert "fewest GPUs carrying the rate" in note and "maximises tokens/s" not in note
+    assert f"{plan['utilisation']:.1%} of their capacity" in note
