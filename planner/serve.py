@@ -1472,8 +1472,21 @@ def disaggregated_plan(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, coef
             "disaggregated: prefill workers run prompts only, decode workers generate only; TTFT includes the "
             "KV transfer; constants are the aggregated fit's with the prefill-interference term removed; "
             f"{ROUTER_SPLIT}, so a mix has one prefill kind and one decode kind"]
-        + _exchange_note(spec, req, rows) + _wide_note(hw, req, rows) + _aggregated_note(spec, hw, req, coefficients, plan),
+        + _exchange_note(spec, req, rows) + _wide_note(hw, req, rows) + _decode_load_note(rows)
+        + _aggregated_note(spec, hw, req, coefficients, plan),
     }
+
+
+def _decode_load_note(rows: list[dict]) -> list[str]:
+    """At --request-rate (worker rows with a utilisation): the decode workers' share of their capacity, and that the
+    wait for a free decode slot at that load is not in TTFT -- the open-loop queue the aggregated replicas and the
+    prefill workers price (`cost.serving.open_queue_wait_s`) is not applied to the decode side yet."""
+    decode = [r for r in rows if r["role"] == "decode" and "utilisation" in r]
+    if not decode:
+        return []
+    worst = max(decode, key=lambda r: r["utilisation"])
+    return [f"decode workers at {worst['utilisation']:.1%} of their capacity at this rate: the wait of a request for "
+            f"a free decode slot at that load is not priced (TTFT counts the prefill side's queue only)"]
 
 
 def _lightest(spec, hw, req: ServeRequest, coefficients: dict, pre: list, dec: list, split: Split) -> list:

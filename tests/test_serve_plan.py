@@ -464,6 +464,9 @@ def test_disaggregated_at_a_request_rate_reports_what_the_mix_serves():
     assert dep["tokens_per_s"] == pytest.approx(5 * 500, rel=1e-3)
     assert dep["utilisation"] == pytest.approx(5 / min(fed, carried), abs=1e-3)
     assert all(w["utilisation"] == pytest.approx(5 / w["requests_per_s"], abs=1e-3) for w in dep["workers"])
+    decode = max(w["utilisation"] for w in dep["workers"] if w["role"] == "decode")
+    (note,) = [n for n in json.loads(proc.stdout)["notes"] if n.startswith("decode workers at")]
+    assert f"{decode:.1%} of their capacity" in note and "not priced" in note
 
 
 def test_pp_that_does_not_divide_the_layers_is_searched_and_costs_the_largest_stage():
