@@ -864,8 +864,12 @@ def show_serve_plan(data: dict, fmt: str) -> None:
     else:
         mix = " + ".join(f"{p['parallelism']['replicas']:,} x {_serve_label(p['parallelism'])} @{p['concurrency']:,}"
                          for p in dep["mix"])
-    console.print(f"deployment: {mix} on {dep['gpus']:,} GPUs: {dep['tokens_per_s']:,.0f} output tokens/s "
-                  f"({dep['tokens_per_s_per_gpu']:,.1f} /GPU), {number(dep['requests_per_s'])} requests/s")
+    served = (f"serves {number(dep['requests_per_s'])} requests/s, {dep['tokens_per_s']:,.0f} output tokens/s "
+              f"({dep['tokens_per_s_per_gpu']:,.1f} /GPU), {dep['utilisation']:.1%} of its capacity "
+              f"({number(dep['capacity_requests_per_s'])} requests/s)" if "utilisation" in dep else
+              f"{dep['tokens_per_s']:,.0f} output tokens/s ({dep['tokens_per_s_per_gpu']:,.1f} /GPU), "
+              f"{number(dep['requests_per_s'])} requests/s")
+    console.print(f"deployment: {mix} on {dep['gpus']:,} GPUs: {served}")
     console.print()
     console.print(_table("plans", ("#", "instance", "replicas", "conc.", "TTFT\nms", "TPOT\nms",
                                    "output\ntok/s/GPU", "output\ntok/s/user", "KV pool\nGiB", "max\nconc."),
