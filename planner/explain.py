@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 
 from planner.check.gate import memory_violations
-from planner.cost.comm import collectives, ep_gpus_per_domain
+from planner.cost.comm import balanced_routing_note, collectives, ep_gpus_per_domain
 from planner.cost.memory import DEFAULT_AT_RISK_MARGIN, stage_layers
 from planner.errors import SpecError
 from planner.evaluation import Evaluation, cost_stages, cost_step, layer_modes, stage_modes
@@ -109,7 +109,9 @@ def explain(model: ModelSpec, cluster, layout: Layout, *, reserve_bytes: int | N
             model, cluster, layout, modes, flash_attention=flash_attention, **order))
     basis = mfu_basis(model, cluster.gpu.peak_tflops, layout.precision, layout.seq_len, layout.framework) \
         if record.step else None
-    return header | costed | {"time_s": record.time_s(rates=True), "mfu_basis": basis}
+    routing = balanced_routing_note(model) if record.step else None
+    return header | costed | {"time_s": record.time_s(rates=True), "mfu_basis": basis,
+                              "assumptions": [routing] if routing else []}
 
 
 def _costed(model: ModelSpec, cluster, record: Evaluation, reserve_bytes: int | None,

@@ -453,7 +453,7 @@ def show_explain(data: dict, fmt: str) -> None:
                            f"tokens/s, {t['tflops_per_gpu'] * _own(data['mfu_basis']):.0f} TFLOP/s per GPU, "
                            f"MFU {100 * t['mfu'] * _own(data['mfu_basis']):.1f}%"))
         console.print(Text(mfu_note(data["mfu_basis"], t["mfu"])))
-    _print_findings(console, data["violations"], data["details"].get("warnings", ()))
+    _print_findings(console, data["violations"], [*data["details"].get("warnings", ()), *data.get("assumptions", ())])
 
 
 def _own(basis: dict | None) -> float:
@@ -567,6 +567,8 @@ def show_plan(data: dict, fmt: str) -> None:
                                 {"stage": top["memory_bytes"].get("stage", 0)}))
     for warning in data.get("warnings", ()):
         console.print(Text.assemble(("warning", "yellow"), f" {warning}"))
+    for assumption in data.get("assumptions", ()):   # what the step times take as given (plan.plan)
+        console.print(Text.assemble(("note", "yellow"), f" {assumption}"))
     if data["rejected"]:
         console.print()
         console.print(_table("rejected candidates", ("reason", "count"),
