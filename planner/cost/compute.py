@@ -191,21 +191,88 @@ def gpu_family(gpu: GPUSpec, cal: Calibration | None = None) -> str:
     return cal.default_family
 
 
+def _stand_in(gpu_name: str, cal: Calibration) -> str | None:
+    """The family whose constants stand in for the GPU named `gpu_name` (an explicit `fallback`,
+    or the default family for a name that matches none), or None when its own family was fitted."""
+    name = gpu_name.upper()
+    family = next((f for alias, f in cal.aliases.items() if alias in name), None) or next(
+        (f for f in cal.families if f.upper() in name), None)
+    if family is not None and cal.families[family].family == family:
+        return None
+    return cal.families[family or cal.default_family].family
+
+
 def unfitted_note(gpu: GPUSpec) -> str | None:
     """A warning when no measured run of `gpu`'s family is in the calibration data, so its GEMM
-    efficiency is another family's (an explicit `fallback`, or the default family for a GPU that
-    matches none); None when its own family was fitted. The step times of such a GPU are
-    extrapolated from datasheet peaks with borrowed efficiencies: their error is unknown."""
+    efficiency is another family's (`_stand_in`), scaled by the two GPUs' measured GEMM ceilings
+    where both have one (`ceiling_ratio`); None when its own family was fitted. The step times of
+    such a GPU are extrapolated from datasheet peaks with borrowed efficiencies: their error is
+    unknown."""
     cal = calibration()
-    family = gpu_family(gpu, cal)
-    constants = cal.families[family]
-    name = gpu.name.upper()
-    matched = any(a in name for a in cal.aliases) or any(f.upper() in name for f in cal.families)
-    if matched and constants.family == family:
+    stand_in = _stand_in(gpu.name, cal)
+    if stand_in is None:
         return None
+    constants = cal.families[stand_in]
+    ratio = ceiling_ratio(gpu, "bf16")
+    if ratio == 1.0:
+        how = f"is {stand_in}'s (e_max {constants.e_max:.3f} of its datasheet peak)"
+    else:
+        how = (f"is {stand_in}'s shape curve scaled by the two GPUs' measured GEMM ceilings "
+               f"({gpu.max_achievable_tflops['bf16']:,.0f} of {gpu.peak_tflops['bf16']:,.0f} bf16 TFLOP/s "
+               f"against {stand_in}'s {_reference(stand_in, 'bf16', id(cal))[1]}): e_max "
+               f"{constants.e_max * ratio:.3f} of its datasheet peak")
     return (f"{gpu.name}: no measured training run of this GPU is in the calibration data; its GEMM "
-            f"efficiency is {constants.family}'s (e_max {constants.e_max:.3f} of its datasheet peak), "
-            f"so its step times are an extrapolation of unknown error")
+            f"efficiency {how}, so its step times are an extrapolation of unknown error")
+
+
+def _ceiling_fraction(gpu: GPUSpec, precision: str) -> float | None:
+    """`gpu`'s measured GEMM ceiling over its datasheet peak in `precision`, or None."""
+    ceiling = gpu.max_achievable_tflops.get(precision)
+    return None if ceiling is None or precision not in gpu.peak_tflops else ceiling / gpu.peak_tflops[precision]
+
+
+@lru_cache(maxsize=64)
+def _reference(family: str, precision: str, _cal_id: int) -> tuple[float, str] | None:
+    """(ceiling / peak, description) of the shipped catalog GPU of `family` that lists a measured
+    GEMM ceiling (`GPUSpec.max_achievable_tflops`), in `precision`, else in bf16 where it lists
+    none for `precision` ([Assumption]: its fp8 / fp16 GEMMs reach the same fraction of their
+    peak; the H100 ceiling published is bf16 only); None when no such GPU is shipped. `_cal_id`
+    keys the cache to the calibration in force (its families decide which GPU is whose)."""
+    from planner.specs.cluster import catalog_names, load_cluster   # the catalog, read once
+    cal = calibration()
+    for name in catalog_names():
+        gpu = load_cluster(name).gpu
+        if not gpu.max_achievable_tflops or gpu_family(gpu, cal) != family or _stand_in(gpu.name, cal):
+            continue
+        dtype = precision if precision in gpu.max_achievable_tflops else "bf16"
+        fraction = _ceiling_fraction(gpu, dtype)
+        if fraction is not None:
+            return fraction, (f"{gpu.max_achievable_tflops[dtype]:,.0f} of {gpu.peak_tflops[dtype]:,.0f}"
+                              f" {dtype} on {gpu.name}")
+    return None
+
+
+def ceiling_ratio(gpu: GPUSpec, precision: str) -> float:
+    """Factor on the stand-in family's e_max for a GPU without measured training runs
+    (`_stand_in`): (its measured GEMM ceiling / its datasheet peak) / (the same for the stand-in
+    family's reference GPU, `_reference`), so the borrowed end-to-end efficiency keeps the
+    stand-in's software and shape losses and takes this GPU's own gap between datasheet and
+    reachable GEMM rate (clock under load, kernel efficiency). 1 for a fitted family, or where
+    either GPU lists no ceiling.
+
+    Source: the ceilings in the catalog files (`gpu.max_achievable_tflops` and their sources:
+    MI300X AMD's published Max-Achievable FLOPs, H100 the ml-engineering MAMF table). Example:
+    MI300X bf16 (708 / 1307.4) / (792.1 / 989.4) = 0.5415 / 0.8006 = 0.676."""
+    own = _ceiling_fraction(gpu, precision)
+    return 1.0 if own is None else _ratio(gpu.name, precision, own, id(calibration()))
+
+
+@lru_cache(maxsize=256)
+def _ratio(gpu_name: str, precision: str, own: float, cal_id: int) -> float:
+    """`ceiling_ratio` once per GPU, precision and calibration (it runs for every GEMM costed)."""
+    stand_in = _stand_in(gpu_name, calibration())
+    reference = None if stand_in is None else _reference(stand_in, precision, cal_id)
+    return 1.0 if reference is None else own / reference[0]
 
 
 def efficiency_constants(gpu: GPUSpec) -> GemmEfficiency:
@@ -215,7 +282,8 @@ def efficiency_constants(gpu: GPUSpec) -> GemmEfficiency:
 
 def gemm_efficiency(gpu: GPUSpec, *, gemm_dim: float, precision: str = "bf16") -> float:
     """Fraction of the `precision` dense peak a GEMM whose narrowest per-GPU dimension is
-    `gemm_dim` reaches: e_max x d / (d + d_half), e_max = the family's fp8_e_max for fp8.
+    `gemm_dim` reaches: e_max x d / (d + d_half), e_max = the family's fp8_e_max for fp8, times
+    `ceiling_ratio` for a GPU whose family has no fit of its own.
 
     Args:
         gpu: the accelerator.
@@ -234,7 +302,7 @@ def gemm_efficiency(gpu: GPUSpec, *, gemm_dim: float, precision: str = "bf16") -
             raise SpecError(f"GPU {gpu.name} (family {gpu_family(gpu)}) has no fp8 efficiency "
                             "in calibration/training.yaml", key="precision")
         e_max = c.fp8_e_max
-    return e_max * gemm_dim / (gemm_dim + c.d_half)
+    return e_max * ceiling_ratio(gpu, precision) * gemm_dim / (gemm_dim + c.d_half)
 
 
 def peak_flops(gpu: GPUSpec, precision: str) -> float:
