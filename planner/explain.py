@@ -109,9 +109,9 @@ def explain(model: ModelSpec, cluster, layout: Layout, *, reserve_bytes: int | N
             model, cluster, layout, modes, flash_attention=flash_attention, **order))
     basis = mfu_basis(model, cluster.gpu.peak_tflops, layout.precision, layout.seq_len, layout.framework) \
         if record.step else None
-    routing = balanced_routing_note(model) if record.step else None
+    assumed = [balanced_routing_note(model), overlap.connections_note(layout, cluster.gpu.name)] if record.step else []
     return header | costed | {"time_s": record.time_s(rates=True), "mfu_basis": basis,
-                              "assumptions": [routing] if routing else []}
+                              "assumptions": [a for a in assumed if a]}
 
 
 def _costed(model: ModelSpec, cluster, record: Evaluation, reserve_bytes: int | None,

@@ -1860,6 +1860,7 @@ def plan_entry(model: ModelSpec, cluster: ClusterSpec, ev: Evaluated, reserve: i
         "mfu": step.mfu,
         "hfu": step.hfu,
         "solver_status": ev.status,
+        "connections": overlap.connections_note(layout, cluster.gpu.name),
     }
 
 

@@ -555,7 +555,8 @@ def show_plan(data: dict, fmt: str) -> None:
         par = p["parallelism"]
         console.print(f"  {i}: {layout_label(par)}; {_split(par)}"
                       + ("" if isinstance(par["recompute"], str) else
-                         "; recompute per stage " + recompute_mix.format_stages(par["recompute"])))
+                         "; recompute per stage " + recompute_mix.format_stages(par["recompute"]))
+                      + (f"; {p['connections']}" if p.get("connections") else ""))
     console.print(Text(mfu_note(data["mfu_basis"], data["plans"][0]["mfu"], "#1")))
     if data.get("simpler_alternative"):
         console.print(Text(simpler_note(data["simpler_alternative"], data["plans"])))
@@ -693,7 +694,7 @@ def show_check(data: dict, fmt: str) -> None:
         console.print(Text(mfu_note(data["mfu_basis"], data["mfu"])))
     if data["violations"]:
         console.print()
-    _print_findings(console, data["violations"], ())
+    _print_findings(console, data["violations"], data.get("assumptions", ()))
 
 
 def _transient_line(stages: list[dict]) -> str:
