@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from planner.check.lines import locate
 from planner.cost.comm import balanced_routing_note
+from planner.cost.compute import unvalidated_family_note
 from planner.cost.memory import (
     DEFAULT_AT_RISK_MARGIN,
     OPTIMIZER_STEP_TERM,
@@ -172,7 +173,8 @@ def evaluate(target: Target) -> dict:
                                layout.seq_len, layout.framework) if step else None,
         # what the step time takes as given: balanced expert load, which overlap Megatron-FSDP keeps
         "assumptions": [a for a in (balanced_routing_note(target.model),
-                                    overlap.connections_note(layout, target.cluster.gpu.name)) if a] if step else [],
+                                    overlap.connections_note(layout, target.cluster.gpu.name),
+                                    unvalidated_family_note(target.model.model_type)) if a] if step else [],
         **({"checkpoint": target.checkpoint} if target.checkpoint is not None else {}),
     }
 

@@ -225,6 +225,27 @@ def unfitted_note(gpu: GPUSpec) -> str | None:
             f"efficiency {how}, so its step times are an extrapolation of unknown error")
 
 
+UNVALIDATED_TRAINING_FAMILIES = {
+    "gpt_oss": ("NVIDIA's measured H100 recipe (Megatron-Bridge gpt_oss_120b_pretrain_64gpu_h100_bf16_config: "
+                "64 GPUs, TP1 PP4 EP8, bf16, GBS 1280, MBS 1, seq 4096) ran 5,824 tokens/s/GPU, and this model "
+                "predicts about 1.4x that; the cause is not found (tests/test_validate_gpt_oss.py)"),
+}
+"""HF `model_type` -> why its training step times are not validated: a family with a published
+measurement the step-time model misses beyond the evaluation bars (issue 9: max 25%), cause
+unknown, which is therefore not fitted around. Source: Megatron-Bridge@067f987
+docs/performance-summary-archive.md, 26.04.01 container, GPT OSS 120B DGX-H100 row (5,824 tokens/s/GPU,
+158 model TFLOP/s; 5,810 / 5,984 / 5,993 in the other releases listed); recipe
+src/megatron/bridge/perf_recipes/gpt_oss/h100/gpt_oss.py l. 25-56."""
+
+
+def unvalidated_family_note(model_type: str) -> str | None:
+    """The caveat plan / explain / check print under a training step time of a model family in
+    `UNVALIDATED_TRAINING_FAMILIES`, else None."""
+    why = UNVALIDATED_TRAINING_FAMILIES.get(model_type)
+    return None if why is None else (f"{model_type} training step times are not validated: {why}; "
+                                     "read its tokens/s as optimistic")
+
+
 def _ceiling_fraction(gpu: GPUSpec, precision: str) -> float | None:
     """`gpu`'s measured GEMM ceiling over its datasheet peak in `precision`, or None."""
     ceiling = gpu.max_achievable_tflops.get(precision)

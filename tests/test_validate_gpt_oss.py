@@ -1,0 +1,79 @@
+"""GPT-OSS-120B on 64 H100: an EVALUATION case outside the fit (senior review 11 finding 2).
+
+Published: Megatron-Bridge@067f987 docs/performance-summary-archive.md, 26.04.01 NeMo container, "Model:
+GPT OSS 120B", DGX-H100 | 64 | BF16 | GBS 1280 | MBS 1 | seq 4096 | FSDP 0 | TP 1 | PP 4 | CP 1 | EP 8 |
+5,824 tokens/s/GPU | 158 model TFLOP/s/GPU (5,810 / 5,984 / 5,993 in the 26.04, 26.02.01 and earlier
+releases). Recipe: src/megatron/bridge/perf_recipes/gpt_oss/h100/gpt_oss.py l. 25-56
+(gpt_oss_120b_pretrain_64gpu_h100_bf16_config): distributed optimizer, selective recompute of
+layernorm and moe_act, router fusion, forced load balancing. Tolerance: the issue's evaluation bar for
+one row, max |error| 25% (issue 9 "Done when").
+
+Mechanisms checked (none explains the gap: 1280 x 4096 / (5,824 x 64) = 14.07 s measured against
+9.91 s predicted, over (80 micro-batches + 3) pipeline slots x 9 layers per stage = 18.8 ms against
+13.3 ms per layer per micro-batch, ~5.6 ms missing):
+- attention sinks + sliding window: at the measured container, Transformer Engine runs learnable-softmax
+  (sink) attention in bf16 on FusedAttention (cuDNN), not an unfused path (NVIDIA/TransformerEngine@d0067d0
+  transformer_engine/pytorch/attention/dot_product_attention/utils.py l. 1113-1153: only FlashAttention
+  is disabled for softmax_type != vanilla; sink support added by PR #2148, 2025-09-22, before the 26.x
+  containers). The attention core is ~0.03 ms (sliding) / 0.43 ms (full) of a ~4.6 ms layer forward:
+  even at a third of the modelled rate it adds ~1.3 ms per layer per micro-batch (fwd + bwd).
+- grouped-GEMM shape: each GPU's 16 local experts see 8 ranks x 4,096 tokens x top-4 / 128 experts
+  = 1,024 tokens each (128 is the per-source-rank share), hidden and expert width 2,880: priced at
+  e_max x 1024 / (1024 + 64) = 63% of peak, 1.3 ms per layer forward; halving that rate adds ~3.9 ms
+  per layer per micro-batch (fwd + bwd), most of the gap, with no measurement that says it is so slow.
+- clamped SwiGLU, biases: Megatron-Bridge sets bias_activation_fusion (models/gpt_oss/gpt_oss_bridge.py
+  l. 73, 83-84); elementwise traffic at hidden 2,880 is tens of microseconds per layer.
+- host: at hidden 2,880 a layer's GPU work is small (~2 ms forward), so a per-kernel launch cost of
+  the eager MoE layer beyond the fitted moe_host_sync (2.54 ms, one MoE fit row) would show; not
+  modelled per kernel, not measured here.
+The cause stays unknown, so the row stays out of the fit and plans print a caveat for the family
+(`cost.compute.UNVALIDATED_TRAINING_FAMILIES`)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.cli_run import planner
+
+PUBLISHED_TOKENS_PER_S_PER_GPU = 5824
+TOLERANCE = 0.25
+RECIPE = ("explain", "-m", "gpt-oss-120b", "-c", "dgx-h100", "--gpus", "64", "--tp", "1", "--pp", "4", "--ep", "8",
+          "--micro-batch-size", "1", "--global-batch-size", "1280", "--seq-len", "4096", "--zero-stage", "1",
+          "--recompute", "selective", "--recompute-modules", "layernorm,moe_act",
+          "--overlap", "grad-reduce=on", "--overlap", "param-gather=on", "--format", "json")
+
+
+@pytest.fixture(scope="module")
+def recipe():
+    out = planner(*RECIPE)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+@pytest.mark.xfail(strict=True, reason="predicted ~8,270 tokens/s/GPU, +42% over the published 5,824; the "
+                   "mechanism is not found (attention sinks run cuDNN FusedAttention, grouped GEMMs at 1,024 "
+                   "tokens/expert, fused clamped SwiGLU: none explains ~5.6 ms per layer per micro-batch)")
+def test_gpt_oss_120b_h100_recipe_within_the_evaluation_bar(recipe):
+    per_gpu = recipe["time_s"]["tokens_per_s"] / 64
+    assert abs(per_gpu / PUBLISHED_TOKENS_PER_S_PER_GPU - 1) <= TOLERANCE
+
+
+def test_tokens_per_local_expert_is_1024_not_128():
+    from planner.cost.step_time import _expert_gemm_dim
+    from planner.placement.layout import Layout
+    from planner.specs.model import load_model
+    layout = Layout(dp=16, tp=1, pp=4, ep=8, micro_batch_size=1, global_batch_size=1280, seq_len=4096)
+    assert _expert_gemm_dim(load_model("gpt-oss-120b"), layout) == 8 * 4096 * 4 / 128
+
+
+def test_gpt_oss_plans_carry_the_unvalidated_caveat(recipe):
+    [caveat] = [a for a in recipe["assumptions"] if a.startswith("gpt_oss training step times are not validated")]
+    assert "5,824 tokens/s/GPU" in caveat
+
+
+def test_other_families_carry_no_such_caveat():
+    out = planner("explain", "-m", "llama-3.1-8b", "-c", "dgx-h100", "--gpus", "8", "--zero-stage", "1",
+                  "--format", "json")
+    assert not [a for a in json.loads(out.stdout)["assumptions"] if "not validated" in a]
