@@ -35,6 +35,7 @@ def _layout(**kw) -> Layout:
     ({}, "H100-SXM5-80GB", True), ({"zero_stage": 3}, "H100-SXM5-80GB", True),
     ({"tp": 1, "sequence_parallel": False, "tp_comm_overlap": False}, "A100-SXM4-80GB", True),  # cp 2
     ({"zero_stage": 1}, "H100-SXM5-80GB", False),     # distributed optimizer: the value 1 is set
+    ({"pp": 2, "dp": 1}, "H100-SXM5-80GB", False),    # not a layout Megatron-FSDP runs (zero_with_pp)
     ({}, "B200-180GB", False),                        # Blackwell: no requirement (arguments.py l. 1454)
     ({"framework": "torchtitan"}, "H100-SXM5-80GB", False),
     ({"tp": 1, "cp": 1, "dp": 8, "sequence_parallel": False, "tp_comm_overlap": False}, "H100-SXM5-80GB", False)])

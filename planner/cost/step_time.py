@@ -203,7 +203,7 @@ def layer_time_key(layout: Layout, sharing: tuple[tuple[str, int], ...]) -> tupl
             BY_NAME[layout.framework].fused_elementwise(layout.torch_compile), layout.norm_kernel,
             BY_NAME[layout.framework].attention_kernel(),
             layout.selective_modules, layout.offload_modules, "activations" in layout.offload,
-            layout.framework == "megatron" and layout.zero_stage >= 2,   # `overlap.connections_conflict`
+            layout.framework == "megatron" and layout.zero_stage >= 2 and layout.pp == 1,  # `overlap.connections_conflict`
             tuple(expert_host_launches(layout.framework, phase, layout.precision)
                   for phase in ("forward", "backward")))
 

@@ -250,8 +250,9 @@ Megatron's TP layers)."""
 
 
 def connections_conflict(layout: Layout, gpu_name: str) -> bool:
-    """Whether `layout` is Megatron-FSDP (ZeRO-2 / 3 under Megatron-LM) with tp or cp > 1 on a GPU
-    before Blackwell, where the two want different CUDA work-queue settings.
+    """Whether `layout` is Megatron-FSDP (ZeRO-2 / 3 under Megatron-LM, without pipeline parallelism,
+    which Megatron-FSDP does not run: `rules.zero_with_pp`) with tp or cp > 1 on a GPU before
+    Blackwell, where the two want different CUDA work-queue settings.
 
     What happens (NVIDIA/Megatron-LM@d98e8a6 megatron/training/arguments.py): Megatron-FSDP asserts
     the device-connections variable (`frameworks.megatron.DEVICE_MAX_CONNECTIONS`) is not 1
@@ -270,8 +271,8 @@ def connections_conflict(layout: Layout, gpu_name: str) -> bool:
       costed exposed anyway (`cost.step_time._layer_comm`).
     - The context-parallel ring (NCCL send / receive beside each attention step) loses its
       guaranteed order: `cost.step_time` prices its transfers unhidden."""
-    if layout.framework != "megatron" or layout.zero_stage < 2 or (layout.tp == 1 and layout.cp == 1):
-        return False
+    if layout.framework != "megatron" or layout.zero_stage < 2 or layout.pp > 1 or (layout.tp == 1 and layout.cp == 1):
+        return False   # pp > 1: not a layout Megatron-FSDP runs (`rules.zero_with_pp`), so no such run exists
     return not blackwell_or_later(gpu_name)
 
 
