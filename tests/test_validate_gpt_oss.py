@@ -24,8 +24,13 @@ Mechanisms checked (none explains the gap: 1280 x 4096 / (5,824 x 64) = 14.07 s 
 - clamped SwiGLU, biases: Megatron-Bridge sets bias_activation_fusion (models/gpt_oss/gpt_oss_bridge.py
   l. 73, 83-84); elementwise traffic at hidden 2,880 is tens of microseconds per layer.
 - host: at hidden 2,880 a layer's GPU work is small (~2 ms forward), so a per-kernel launch cost of
-  the eager MoE layer beyond the fitted moe_host_sync (2.54 ms, one MoE fit row) would show; not
-  modelled per kernel, not measured here.
+  the eager MoE layer beyond the fitted moe_host_sync (2.54 ms, one MoE fit row) would show. Against
+  it: the same archive's DGX-B200 row of the same recipe family (26.04.01, 64 GPUs, BF16, GBS 1280,
+  MBS 4, TP1 PP1 EP8: 13,568 tokens/s/GPU; perf_recipes/gpt_oss/b200/gpt_oss.py l. 25-41, the same
+  knobs but PP and MBS) is over-predicted by about as much (+37%) with 4x the tokens per micro-batch,
+  which would amortize a per-kernel cost 4x: the missing time scales with the work, not the launches.
+- head dim 64: the attention curve is FlashAttention-3's head-dim-128 figure (compute.attention_efficiency);
+  head dim 64 runs slower, but the attention core is too small here for that to matter (above).
 The cause stays unknown, so the row stays out of the fit and plans print a caveat for the family
 (`cost.compute.UNVALIDATED_TRAINING_FAMILIES`)."""
 
@@ -58,6 +63,22 @@ def recipe():
 def test_gpt_oss_120b_h100_recipe_within_the_evaluation_bar(recipe):
     per_gpu = recipe["time_s"]["tokens_per_s"] / 64
     assert abs(per_gpu / PUBLISHED_TOKENS_PER_S_PER_GPU - 1) <= TOLERANCE
+
+
+@pytest.mark.xfail(strict=True, reason="predicted ~18,660 tokens/s/GPU, +37% over the published 13,568: the "
+                   "same unexplained over-prediction as the H100 row at 4x the tokens per micro-batch")
+def test_gpt_oss_120b_b200_recipe_within_the_evaluation_bar():
+    from planner.explain import explain
+    from planner.placement.layout import Layout
+    from planner.specs.cluster import load_cluster
+    from planner.specs.model import load_model
+    layout = Layout(dp=64, tp=1, pp=1, ep=8, micro_batch_size=4, global_batch_size=1280, seq_len=4096,
+                    zero_stage=1, framework="megatron", recompute="selective",
+                    recompute_modules=("layernorm", "moe_act"), overlap_grad_reduce=True, overlap_param_gather=True)
+    # the memory model rates this published run over capacity (a memory question, not this test's):
+    # its time is costed as `planner validate` costs such rows
+    result = explain(load_model("gpt-oss-120b"), load_cluster("dgx-b200", gpus=64), layout, time_despite_memory=True)
+    assert abs(result["time_s"]["tokens_per_s"] / 64 / 13568 - 1) <= TOLERANCE
 
 
 def test_tokens_per_local_expert_is_1024_not_128():
