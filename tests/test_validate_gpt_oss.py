@@ -31,6 +31,11 @@ Mechanisms checked (none explains the gap: 1280 x 4096 / (5,824 x 64) = 14.07 s 
   which would amortize a per-kernel cost 4x: the missing time scales with the work, not the launches.
 - head dim 64: the attention curve is FlashAttention-3's head-dim-128 figure (compute.attention_efficiency);
   head dim 64 runs slower, but the attention core is too small here for that to matter (above).
+- the one MoE fit row: `moe_host_sync_s` (2.54 ms per MoE layer forward, calibration/training.yaml) is
+  fitted on E13 alone (Qwen3-30B-A3B, 16 x H100 fp8, TP1 EP16 MBS 1: hidden 2,048, head dim 128, top-8,
+  no sinks, biases or sliding window), where it carries most of a layer's forward; here it is 2.54 ms x
+  9 layers x 83 pipeline slots = 1.9 s of the 9.9 s step. Whatever that constant stands for in E13 may
+  not carry over to this family; one MoE fit row cannot tell.
 The cause stays unknown, so the row stays out of the fit and plans print a caveat for the family
 (`cost.compute.UNVALIDATED_TRAINING_FAMILIES`)."""
 
