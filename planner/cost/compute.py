@@ -284,16 +284,23 @@ def ceiling_ratio(gpu: GPUSpec, precision: str) -> float:
     Source: the ceilings in the catalog files (`gpu.max_achievable_tflops` and their sources:
     MI300X AMD's published Max-Achievable FLOPs, H100 the ml-engineering MAMF table). Example:
     MI300X bf16 (708 / 1307.4) / (792.1 / 989.4) = 0.5415 / 0.8006 = 0.676."""
+    cal = calibration()
+    key = (id(gpu), precision, id(cal))
+    hit = _RATIOS.get(key)   # once per GPU object, precision and calibration: it runs for every GEMM costed
+    if hit is not None and hit[0] is gpu and hit[1] is cal:
+        return hit[2]
     own = _ceiling_fraction(gpu, precision)
-    return 1.0 if own is None else _ratio(gpu.name, precision, own, id(calibration()))
+    stand_in = None if own is None else _stand_in(gpu.name, cal)
+    reference = None if stand_in is None else _reference(stand_in, precision, id(cal))
+    ratio = 1.0 if reference is None else own / reference[0]
+    if len(_RATIOS) > 256:
+        _RATIOS.clear()
+    _RATIOS[key] = (gpu, cal, ratio)
+    return ratio
 
 
-@lru_cache(maxsize=256)
-def _ratio(gpu_name: str, precision: str, own: float, cal_id: int) -> float:
-    """`ceiling_ratio` once per GPU, precision and calibration (it runs for every GEMM costed)."""
-    stand_in = _stand_in(gpu_name, calibration())
-    reference = None if stand_in is None else _reference(stand_in, precision, cal_id)
-    return 1.0 if reference is None else own / reference[0]
+_RATIOS: dict[tuple[int, str, int], tuple[GPUSpec, Calibration, float]] = {}
+"""Cache of `ceiling_ratio` (the entry keeps its GPU and calibration alive, so their ids are not reused)."""
 
 
 def efficiency_constants(gpu: GPUSpec) -> GemmEfficiency:
