@@ -21,8 +21,11 @@ Mechanisms checked (none explains the gap: 1280 x 4096 / (5,824 x 64) = 14.07 s 
   = 1,024 tokens each (128 is the per-source-rank share), hidden and expert width 2,880: priced at
   e_max x 1024 / (1024 + 64) = 63% of peak, 1.3 ms per layer forward; halving that rate adds ~3.9 ms
   per layer per micro-batch (fwd + bwd), most of the gap, with no measurement that says it is so slow.
-- clamped SwiGLU, biases: Megatron-Bridge sets bias_activation_fusion (models/gpt_oss/gpt_oss_bridge.py
-  l. 73, 83-84); elementwise traffic at hidden 2,880 is tens of microseconds per layer.
+- clamped SwiGLU, biases: Megatron-Bridge sets bias_activation_fusion with quick_gelu, clamp 7.0 and
+  glu_linear_offset 1.0 (models/gpt_oss/gpt_oss_bridge.py l. 73, 82-84), which TEGroupedMLP runs as one
+  fused kernel with the expert bias and routing probabilities (NVIDIA/Megatron-LM@d98e8a6
+  megatron/core/transformer/moe/experts.py l. 973-981 `weighted_bias_quick_geglu_impl`): one pass over
+  the 4,096 x 4 x 5,760 expert activations, tens of microseconds per layer.
 - host: at hidden 2,880 a layer's GPU work is small (~2 ms forward), so a per-kernel launch cost of
   the eager MoE layer beyond the fitted moe_host_sync (2.54 ms, one MoE fit row) would show. Against
   it: the same archive's DGX-B200 row of the same recipe family (26.04.01, 64 GPUs, BF16, GBS 1280,
