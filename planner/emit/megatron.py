@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from planner.cost import activations as act
 from planner.cost.activations import DROPOUT_MODEL_TYPES
 from planner.cost.memory import stage_layers
-from planner.emit import Emitted
+from planner.emit import MODEL_LINE, Emitted
 from planner.evaluation import cost_stages, layer_groups, layer_modes, model_chunks, stage_modes
 from planner.errors import SpecError
 from planner.frameworks import megatron as mg
@@ -857,6 +857,7 @@ def _header(doc: dict, model: ModelSpec, cluster: ClusterSpec, layout: Layout,
                f"precision={layout.precision} optimizer={doc['request']['optimizer']}")
     out = [f"# Megatron-LM launch for {model.name} on {cluster.num_gpus} x {cluster.gpu.name} "
            f"({cluster.name}), written by `planner plan --emit megatron`.",
+           f"{MODEL_LINE}{doc['model']}",
            f"# Plan: {summary}",
            f"# Pipeline split: {'/'.join(map(str, layout.pipeline_layers))}; plan recompute: "
            f"{_recompute_text(par['recompute'])}; emitted: {_flags_text(recompute)}"]
