@@ -135,6 +135,15 @@ class Launch:
     """max_model_len asked as auto / -1 (vLLM): the model's length if one sequence of it fits, else the longest
     the KV pool holds (`max_model_len` holds the model's length until `fitted`)."""
 
+    on_node: int | None = None
+    """GPUs this command's node runs where the engine places the ranks itself rather than evenly over a node-count
+    flag (vLLM's Ray executor, its data-parallel ranks per node); None: world / nnodes."""
+    spans_itself: bool = False
+    """The command starts the ranks on every node itself (vLLM's Ray executor run on a Ray cluster's head node),
+    so the file's GPUs count all of them, not its own node's."""
+    nodes_fix: str = ""
+    """The fix where the ranks on one node exceed its GPUs, in the engine's own terms (empty: the node-count flag)."""
+
     @property
     def world(self) -> int:
         """Ranks of the whole launch, over all its nodes."""
@@ -142,7 +151,9 @@ class Launch:
 
     @property
     def here(self) -> int | None:
-        """GPUs this command starts on its own node: world / nnodes (None: they do not divide)."""
+        """GPUs this command starts on its own node: `on_node`, else world / nnodes (None: they do not divide)."""
+        if self.on_node is not None:
+            return self.on_node
         return self.world // self.nnodes if self.world % self.nnodes == 0 else None
 
 
@@ -590,7 +601,13 @@ def one_instance(launches: list[Launch]) -> list[list[Launch]]:
 def spanned_gpus(launches: list[Launch]) -> int:
     """GPUs the launches of a file start over all the nodes they name: each command the GPUs of its own node
     (`Launch.here`, else its world)."""
-    return sum(launch.here or launch.world for launch in launches)
+    return sum(node_gpus(launch) for launch in launches)
+
+
+def node_gpus(launch: Launch) -> int:
+    """GPUs one launch counts in its file: the ranks it starts on its own node (`Launch.here`), else (or where it
+    starts every node's ranks itself, `Launch.spans_itself`) its world."""
+    return launch.world if launch.spans_itself else launch.here or launch.world
 
 
 def rendezvous(command: Command, nnodes: int, flag: str, value: str) -> list[Violation]:
@@ -1364,7 +1381,7 @@ def evaluate(file: str, kind: str, spec: ModelSpec, hw: ClusterSpec, gpus: int, 
     if given and used > gpus:
         violations.append((launches[0].line, Violation(
             rule="world_size",
-            message=f"the launches need {used} GPUs ({' + '.join(str(l.here or l.world) for l in launches)}; "
+            message=f"the launches need {used} GPUs ({' + '.join(str(node_gpus(l)) for l in launches)}; "
                     f"a command of an instance over several nodes counts the GPUs of its own node); "
                     f"{gpus} are given", fix=f"check --gpus {used}, or fewer replicas")))
     return {"file": file, "kind": kind, "verdict": "fail" if any(v.severity == "error" for _, v in violations)
@@ -1476,7 +1493,7 @@ def _world_findings(hw: ClusterSpec, launch: Launch) -> list[Violation]:
             message=f"{launch.world} ranks ({product}) over {counted(launch.nnodes, 'node')} need {per_node} GPUs per "
                     f"node; "
                     f"{hw.name} has {hw.gpus_per_node}",
-            fix=f"{launch.flag['nnodes']} {-(-launch.world // hw.gpus_per_node)}"))
+            fix=launch.nodes_fix or f"{launch.flag['nnodes']} {-(-launch.world // hw.gpus_per_node)}"))
     return out
 
 
