@@ -153,6 +153,11 @@ FLAGS = (
     Flag("rope_scaling_factor", "--rope-scaling-factor", TEXT, 8.0, read=False),
     Flag("hidden_dropout", "--hidden-dropout", TEXT, 0.1, read=False),
     Flag("attention_dropout", "--attention-dropout", TEXT, 0.1, read=False),
+    # sliding-window attention (`_add_network_size_args` l. 2384-2393: a "left,right" window; a layer pattern, an
+    # integer N (every N-th layer full) or a 0/1 list expression, 1 = window; transformer/utils.py
+    # is_layer_window_attention, layer numbers from 1)
+    Flag("window_size", "--window-size", TEXT, read=False),
+    Flag("window_attn_skip_freq", "--window-attn-skip-freq", TEXT, read=False),
     # multi-latent attention (`_add_mla_args`; transformer_config.py MLATransformerConfig)
     Flag("multi_latent_attention", "--multi-latent-attention", SWITCH, False),
     Flag("q_lora_rank", "--q-lora-rank", INT),
