@@ -24,9 +24,9 @@ MOE_PLANS = {
 }
 
 
-def _doc(model: str) -> dict:
-    """A plan file (the keys `plan_file` writes) of `MOE_PLANS[model]`."""
-    gpus, tp, pp, ep, vpp, mbs, recompute, split = MOE_PLANS[model]
+def _doc(model: str, shape: tuple | None = None) -> dict:
+    """A plan file (the keys `plan_file` writes) of `shape`, by default `MOE_PLANS[model]`."""
+    gpus, tp, pp, ep, vpp, mbs, recompute, split = shape or MOE_PLANS[model]
     dp, gbs = gpus // (tp * pp), 256
     return {
         "kind": "training-plan", "version": 1, "model": model, "cluster": "dgx-h100", "gpus": gpus,
@@ -110,3 +110,16 @@ def test_a_present_flag_is_never_called_missing(tmp_path):
     assert "missing" not in message and "no --num-experts" not in message
     assert "--swiglu (the file gives no --swiglu)" in message
     assert "--normalization RMSNorm (the file gives LayerNorm)" in message
+
+
+def test_gpt_oss_script_checks_to_the_plan_by_its_model_line(tmp_path):
+    """GPT-OSS's flags cannot state its attention sinks or YaRN scaling (deviations of the script), so its
+    model line gives the model: the same step time as the emitter's check, with its sliding windows; all
+    of its layers are MoE, so the MLP-bias flag (biases on, as the model's experts have) is no disagreement."""
+    doc = _doc("gpt-oss-120b", (64, 1, 4, 8, 1, 1, "selective", (9, 9, 9, 9)))
+    script, planned = checked(doc, "megatron")
+    assert "    --window-attn-skip-freq 2 \\\n" in script.text
+    got = _checked_without_model(script.text, tmp_path, doc)
+    assert (got["model"], got["parallelism"], got["time_s"]) == ("gpt-oss-120b", planned["parallelism"],
+                                                                 planned["time_s"])
+    assert not [v for v in got["violations"] if v["rule"] == "megatron_model_line"]

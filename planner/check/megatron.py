@@ -1059,7 +1059,7 @@ _FLAG_FIELDS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "num_
                 "intermediate_size", "vocab_size", "tie_word_embeddings", "norm_type", "gated_mlp",
                 "position_embedding_type", "attention_bias", "mlp_bias", "qk_norm", "num_experts",
                 "num_experts_per_tok", "moe_intermediate_size", "shared_expert_intermediate_size", "router_bias",
-                "n_group", "topk_group", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
+                "expert_bias", "n_group", "topk_group", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
                 "v_head_dim")
 """ModelSpec fields a Megatron-LM script's flags fix (`_flags_model`), compared with its model line's model;
 the MoE layer pattern is compared too (`_moe_pattern_of`). Not compared: max_position_embeddings (an emitted
@@ -1067,9 +1067,12 @@ script writes at least the planned sequence length), the MTP layers (a training 
 
 
 def _field(spec: ModelSpec, field: str):
-    """`spec`'s `field`, with one expert group (n_group / topk_group 1, which restricts no routing) as none."""
+    """`spec`'s `field`, with one expert group (n_group / topk_group 1, which restricts no routing) as none, and
+    no MLP bias where no layer has a dense MLP (every layer MoE, no shared experts: GPT-OSS)."""
     if field in ("n_group", "topk_group") and spec.n_group <= 1:
         return 0
+    if field == "mlp_bias" and all(_moe_pattern_of(spec) or (False,)) and not spec.shared_expert_intermediate_size:
+        return False
     return getattr(spec, field)
 
 
@@ -1082,8 +1085,9 @@ def _moe_pattern_of(spec: ModelSpec) -> tuple[bool, ...]:
 
 def _lined_model(args: dict, given: dict, line: str, path: Path) -> tuple[ModelSpec, list[Violation]]:
     """The model of the file's model line, where the flags build no model or build the same one (on
-    `_FLAG_FIELDS`); the flags' own model and the warning `megatron_model_line` where they disagree: the
-    script is run by its flags, whatever its comment says."""
+    `_FLAG_FIELDS`); where they disagree, that model with the flags' values of the fields they fix (what the
+    flags do not state -- sliding windows, attention sinks, rope scaling -- stays the model line's) and the
+    warning `megatron_model_line`: the script is run by its flags, whatever its comment says."""
     file = str(path)
     try:
         named = load_model(line)
@@ -1097,15 +1101,18 @@ def _lined_model(args: dict, given: dict, line: str, path: Path) -> tuple[ModelS
             return _named_model(args, given, line, file), []
         except SpecError as exc:
             raise SpecError(f"{exc.message} (the model line's)", file=file, key=exc.key) from None
-    differ = [f"{field} {_field(built, field)} (model line: {_field(named, field)})" for field in _FLAG_FIELDS
-              if _field(built, field) != _field(named, field)]
+    fields = [field for field in _FLAG_FIELDS if _field(built, field) != _field(named, field)]
+    differ = [f"{field} {_field(built, field)} (model line: {_field(named, field)})" for field in fields]
     if _moe_pattern_of(built) != _moe_pattern_of(named):
         differ.append(f"{sum(_moe_pattern_of(built))} MoE layers (model line: {sum(_moe_pattern_of(named))})")
+        fields.append("moe_layers")
     if not differ:
         return named, []
-    return built, [Violation(rule="megatron_model_line", severity="warning",
+    if "shared_expert_intermediate_size" in fields:
+        fields.append("n_shared_experts")
+    return dataclasses.replace(named, **{f: getattr(built, f) for f in fields}), [Violation(rule="megatron_model_line", severity="warning",
                              message=f"the flags build another model than the model line's {line}: "
-                                     f"{'; '.join(differ)}; checked as the flags build it",
+                                     f"{'; '.join(differ)}; checked with the flags' values",
                              fix=f"correct the flags, or the model line ({MODEL_LINE}NAME), or pass --model")]
 
 
@@ -1287,7 +1294,9 @@ def _flags_model(args: dict, given: dict, file: str, name: str) -> ModelSpec:
 
 def _flags_experts(args: dict, experts: int, spec: ModelSpec, file: str) -> dict:
     """The expert fields of `_flags_model` (its sources); n_shared_experts = shared width / expert width
-    where it divides, else one shared expert of the given width."""
+    where it divides, else one shared expert of the given width; a router bias with add_bias_linear or the
+    expert-bias buffer, expert biases with add_bias_linear (NVIDIA/Megatron-LM@d98e8a6
+    megatron/core/transformer/moe/router.py l. 67-72, 180-201)."""
     top_k = _int(args, "num_experts_per_tok", file)
     if top_k > experts:
         raise SpecError(f"value {top_k} must be at most {F['num_experts']} {experts}", file=file,
@@ -1299,10 +1308,11 @@ def _flags_experts(args: dict, experts: int, spec: ModelSpec, file: str) -> dict
         raise SpecError(f"value {args.get(F['moe_layers'])!r} must give {spec.num_hidden_layers} layers (one per "
                         f"{F['num_hidden_layers']}), at least one of them MoE: an integer >= 1 or a list expression "
                         f"of 0/1 such as '([0]*3+[1]*58)'", file=file, key=F["moe_layers"])
+    bias = not _on(args, "disable_bias_linear")  # router and expert linears: bias with add_bias_linear
     return dict(num_experts=experts, num_experts_per_tok=top_k, moe_intermediate_size=width,
                 shared_expert_intermediate_size=shared,
                 n_shared_experts=(shared // width if shared % width == 0 else 1) if shared else 0,
-                router_bias=_on(args, "moe_router_enable_expert_bias"), moe_layers=pattern,
+                router_bias=bias or _on(args, "moe_router_enable_expert_bias"), expert_bias=bias, moe_layers=pattern,
                 n_group=_int(args, "moe_router_num_groups", file, 0),
                 topk_group=_int(args, "moe_router_group_topk", file, 0))
 
