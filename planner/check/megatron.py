@@ -1090,13 +1090,19 @@ def _lined_model(args: dict, given: dict, line: str, path: Path) -> tuple[ModelS
     warning `megatron_model_line`: the script is run by its flags, whatever its comment says."""
     file = str(path)
     try:
+        built = _flags_model(args, given, file, path.stem)
+    except SpecError:
+        built = None
+    try:
         named = load_model(line)
     except SpecError as exc:
-        raise SpecError(f"the model line names {line!r}, which is no model: {exc.message}; pass --model",
-                        file=file, key="--model") from None
-    try:
-        built = _flags_model(args, given, file, path.stem)
-    except SpecError:  # the flags alone do not give the model (a GPT-style or partial set): the line's, checked
+        if built is None:
+            raise SpecError(f"the model line names {line!r}, which is no model here: {exc.message}; pass --model",
+                            file=file, key="--model") from None
+        return built, [Violation(rule="megatron_model_line", severity="warning",
+                                 message=f"the model line names {line!r}, which is no model here; checked as the "
+                                         f"flags build the model", fix="pass --model")]
+    if built is None:  # the flags alone do not give the model (a GPT-style or partial set): the line's, checked
         try:
             return _named_model(args, given, line, file), []
         except SpecError as exc:
@@ -1110,10 +1116,11 @@ def _lined_model(args: dict, given: dict, line: str, path: Path) -> tuple[ModelS
         return named, []
     if "shared_expert_intermediate_size" in fields:
         fields.append("n_shared_experts")
-    return dataclasses.replace(named, **{f: getattr(built, f) for f in fields}), [Violation(rule="megatron_model_line", severity="warning",
-                             message=f"the flags build another model than the model line's {line}: "
-                                     f"{'; '.join(differ)}; checked with the flags' values",
-                             fix=f"correct the flags, or the model line ({MODEL_LINE}NAME), or pass --model")]
+    warning = Violation(rule="megatron_model_line", severity="warning",
+                        message=f"the flags build another model than the model line's {line}: "
+                                f"{'; '.join(differ)}; checked with the flags' values",
+                        fix=f"correct the flags, or the model line ({MODEL_LINE}NAME), or pass --model")
+    return dataclasses.replace(named, **{f: getattr(built, f) for f in fields}), [warning]
 
 
 def _moe_layers(args: dict, spec: ModelSpec, model: str, file: str) -> None:
