@@ -268,3 +268,21 @@ def test_awq_4bit_group_128_checkpoint_is_costed_int4(tmp_path):
     data = json.loads(proc.stdout)
     assert data["request"]["weight_dtype"] == "int4"
     assert data["plans"][0]["memory_bytes"]["weights"] / 2**30 == pytest.approx(5_727_854_592 / 2**30, rel=0.002)
+
+
+def test_metas_fp8_405b_is_refused_with_why_and_the_ids_that_plan_it(tmp_path):
+    """meta-llama/Llama-3.1-405B-Instruct-FP8 (senior review 11): Meta's FP8 release keeps attention and the first
+    and last layers in bf16 (Llama 3 paper section 6.2), a mix the planner does not cost; exit 2 naming that and
+    the ids it does read (NVIDIA's all-FP8 release, the bf16 catalog model), not a config.json route that is
+    refused as well; NVIDIA's release of the same model resolves."""
+    from tests.cli_run import planner
+    path = tmp_path / "serve.sh"
+    path.write_text("vllm serve meta-llama/Llama-3.1-405B-Instruct-FP8 -tp 8 --max-model-len 16384\n")
+    result = planner("check", str(path), "-c", "dgx-h100")
+    message = result.stdout + result.stderr
+    assert result.returncode == 2, message
+    assert "fbgemm_fp8" in message and "self-attention" in message and "first and last layers in bf16" in message
+    assert "-m nvidia/Llama-3.1-405B-Instruct-FP8" in message and "`-m llama-3.1-405b`" in message
+    assert "download its config.json" not in message
+    path.write_text("vllm serve nvidia/Llama-3.1-405B-Instruct-FP8 -tp 8 --max-model-len 16384\n")
+    assert planner("check", str(path), "-c", "dgx-h100").returncode == 0

@@ -329,8 +329,8 @@ def test_architecture_gap_is_a_deviation():
     doc = _hand()
     spec = load_model("llama-3.1-8b")
     from planner.emit import megatron
-    gaps = megatron._architecture_gaps(dataclasses.replace(spec, sliding_window=4096))
-    assert gaps == ["architecture: sliding-window attention (4096 tokens) is not written as a "
+    gaps = megatron._architecture_gaps(dataclasses.replace(spec, attention_sinks=True))
+    assert gaps == ["architecture: attention sinks is not written as a "
                     "flag; add Megatron-LM's option by hand"]
     assert emit(doc, "megatron").deviations == ()
 
@@ -560,3 +560,21 @@ def test_interleaved_405b_plan_round_trips_its_chunks():
         target = read_target(path, model=doc["model"], cluster=doc["cluster"], gpus=doc["gpus"], seq_len=8192)
     assert "".join(m[0] for m in target.recompute_layers) == "".join(want)
     assert evaluate(target)["verdict"] == "pass"
+
+
+def test_sliding_window_attention_is_written_as_megatrons_window_flags():
+    """GPT-OSS (config.json sliding_window 128, even layers sliding from 0): Megatron-LM's window (left,
+    right) = (127, 0) as Megatron-Bridge's gpt_oss_bridge.py converts it, and with layer numbers from 1
+    every 2nd layer full (`is_layer_window_attention`: layer_number % 2 != 0 slides) -> skip frequency 2;
+    a window on every layer needs no frequency; an irregular pattern is written as its 0/1 list."""
+    from planner.emit.megatron import _architecture_gaps, _window_flags
+    oss = load_model("gpt-oss-120b")
+    assert _window_flags(oss) == ["--window-size 127,0", "--window-attn-skip-freq 2"]
+    assert not any("sliding" in g for g in _architecture_gaps(oss))
+    spec = load_model("llama-3.1-8b")
+    every = ("sliding_attention",) * 32
+    assert _window_flags(dataclasses.replace(spec, sliding_window=4096, layer_types=every)) == ["--window-size 4095,0"]
+    odd = ("sliding_attention",) * 3 + ("full_attention",) * 29
+    assert _window_flags(dataclasses.replace(spec, sliding_window=4096, layer_types=odd)) == [
+        "--window-size 4095,0", "--window-attn-skip-freq '[" + ",".join(["1"] * 3 + ["0"] * 29) + "]'"]
+    assert _window_flags(spec) == []

@@ -141,6 +141,15 @@ class Launch:
     """max_model_len asked as auto / -1 (vLLM): the model's length if one sequence of it fits, else the longest
     the KV pool holds (`max_model_len` holds the model's length until `fitted`)."""
 
+    on_node: int | None = None
+    """GPUs this command's node runs where the engine places the ranks itself rather than evenly over a node-count
+    flag (vLLM's Ray executor, its data-parallel ranks per node); None: world / nnodes."""
+    spans_itself: bool = False
+    """The command starts the ranks on every node itself (vLLM's Ray executor run on a Ray cluster's head node),
+    so the file's GPUs count all of them, not its own node's."""
+    nodes_fix: str = ""
+    """The fix where the ranks on one node exceed its GPUs, in the engine's own terms (empty: the node-count flag)."""
+
     @property
     def world(self) -> int:
         """Ranks of the whole launch, over all its nodes."""
@@ -148,7 +157,9 @@ class Launch:
 
     @property
     def here(self) -> int | None:
-        """GPUs this command starts on its own node: world / nnodes (None: they do not divide)."""
+        """GPUs this command starts on its own node: `on_node`, else world / nnodes (None: they do not divide)."""
+        if self.on_node is not None:
+            return self.on_node
         return self.world // self.nnodes if self.world % self.nnodes == 0 else None
 
 
@@ -679,18 +690,24 @@ def one_instance(launches: list[Launch]) -> list[list[Launch]]:
 
 def spanned_gpus(launches: list[Launch], gpus_per_node: int | None = None) -> int:
     """GPUs the launches of a file start over all the nodes they name: each command the GPUs of its own node
-    (`Launch.here`, else its world) on each node it runs on (`Launch.copies`); with `gpus_per_node`, the one-node
-    servers of one node-rank branch (`if [ "$NODE_RANK" = 0 ]`) at most the GPUs of the nodes it runs on -- more is
-    their clash there (`engine_file`'s gpus_shared), not a larger job."""
+    (`Launch.here`, else its world -- `node_gpus`) on each node it runs on (`Launch.copies`); with `gpus_per_node`, the
+    one-node servers of one node-rank branch (`if [ "$NODE_RANK" = 0 ]`) at most the GPUs of the nodes it runs on -- more
+    is their clash there (`engine_file`'s gpus_shared), not a larger job."""
     total, branches = 0, {}
     for launch in launches:
-        gpus = (launch.here or launch.world) * launch.copies
+        gpus = node_gpus(launch) * launch.copies
         if gpus_per_node and launch.node is not None and launch.nnodes == 1:
             used, _ = branches.get(launch.node, (0, 0))
             branches[launch.node] = (used + gpus, gpus_per_node * launch.copies)
         else:
             total += gpus
     return total + sum(min(used, most) for used, most in branches.values())
+
+
+def node_gpus(launch: Launch) -> int:
+    """GPUs one launch counts in its file: the ranks it starts on its own node (`Launch.here`), else (or where it
+    starts every node's ranks itself, `Launch.spans_itself`) its world."""
+    return launch.world if launch.spans_itself else launch.here or launch.world
 
 
 def rendezvous(command: Command, nnodes: int, flag: str, value: str) -> list[Violation]:
@@ -1476,7 +1493,7 @@ def evaluate(file: str, kind: str, spec: ModelSpec, hw: ClusterSpec, gpus: int, 
     rows = _instance_rows(launches, rows)
     used = spanned_gpus(launches, hw.gpus_per_node)
     if given and used > gpus:
-        terms = [f"{l.here or l.world}" + (f" x {l.copies} nodes" if l.copies > 1 else "") for l in launches]
+        terms = [f"{node_gpus(l)}" + (f" x {l.copies} nodes" if l.copies > 1 else "") for l in launches]
         capped = ", one node-rank branch at most its nodes' GPUs" if used < spanned_gpus(launches) else ""
         violations.append((launches[0].line, Violation(
             rule="world_size",
@@ -1592,7 +1609,7 @@ def _world_findings(hw: ClusterSpec, launch: Launch) -> list[Violation]:
             message=f"{launch.world} ranks ({product}) over {counted(launch.nnodes, 'node')} need {per_node} GPUs per "
                     f"node; "
                     f"{hw.name} has {hw.gpus_per_node}",
-            fix=f"{launch.flag['nnodes']} {-(-launch.world // hw.gpus_per_node)}"))
+            fix=launch.nodes_fix or f"{launch.flag['nnodes']} {-(-launch.world // hw.gpus_per_node)}"))
     return out
 
 

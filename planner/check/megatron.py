@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import dataclasses
 import operator
 import difflib
 import re
@@ -55,6 +56,7 @@ from planner.check.engine_launch import deepep_findings
 from planner.check.gate import Target, attempt, raise_bad_values, raise_missing
 from planner.check.lines import as_bash_runs, flag_lines, shell_layout
 from planner.cost.memory import stage_layers
+from planner.emit import MODEL_LINE
 from planner.errors import SpecError
 from planner.evaluation import model_chunks, stage_modes
 from planner.frameworks import megatron as mg
@@ -86,7 +88,8 @@ def read(path: Path, *, model: str | None, cluster: str | None, gpus: int | None
 
     Args:
         path: the script or arguments file.
-        model: catalog name or path; required unless the file gives a llama-style architecture.
+        model: catalog name or path; required unless the file's flags build the model (`_flags_model`) or
+            its model line (`planner.emit.MODEL_LINE`) names it.
         cluster: catalog name or path (always required: Megatron arguments never name the GPU).
         gpus: GPU count, required unless torchrun's GPUs per node (x nodes) give it.
         seq_len: tokens per sequence, required unless the file gives the sequence length.
@@ -136,10 +139,11 @@ def _read(path: Path, text: str, written: str, *, model: str | None, cluster: st
     launched = ((slurm, f"srun tasks ({mg.SRUN_NODES[0]} x {mg.SRUN_TASKS_PER_NODE[0]}, or {mg.SRUN_TASKS[0]})")
                 if slurm is not None else launcher_world(launchers))
     _bad_values(args, file, _unknown_flags(text, launchers), bad)
-    _missing_options(args, model, cluster, gpus, seq_len, path, launched)
-    spec = _model(args, model, path)
+    line = _model_line(text)
+    _missing_options(args, model, cluster, gpus, seq_len, path, launched, line)
+    spec, findings = _model(args, model, path, line)
     world = _world(args, gpus, file, launched)
-    findings: list[Violation] = _rotary_base(args, spec, file) if model is not None else []
+    findings += _rotary_base(args, spec, file) if model is not None or line is not None else []
     findings += _unknown_flags(text, launchers) + shell_layout(written, file) + world_from_gpus(args, gpus) + looped
     layout = _layout(args, spec, world, seq_len, file, findings)
     tokens, env = shell_words(text, file)
@@ -1033,9 +1037,10 @@ def _on(args: dict, knob: str) -> bool:
 # ---------------------------------------------------------------- model, world
 
 def _missing_options(args: dict, model: str | None, cluster: str | None, gpus: int | None,
-                     seq_len: int | None, path: Path, launched: tuple[int, str] | None = None) -> None:
+                     seq_len: int | None, path: Path, launched: tuple[int, str] | None = None,
+                     line: str | None = None) -> None:
     """Every command-line option the file leaves required, in one error (`gate.raise_missing`):
-    --cluster always, --model unless the file gives a llama-style architecture, --gpus unless
+    --cluster always, --model unless the file's flags or model line give the model (`_model`), --gpus unless
     torchrun's GPUs per node do, --seq-len unless the file's sequence length does."""
     file = str(path)
     missing: list[SpecError] = []
@@ -1043,7 +1048,7 @@ def _missing_options(args: dict, model: str | None, cluster: str | None, gpus: i
         missing.append(SpecError("--cluster is required: Megatron-LM arguments do not name the "
                                  "cluster", file=file, key="--cluster"))
     if model is None:
-        attempt(lambda: _model(args, None, path), missing)
+        attempt(lambda: _model(args, None, path, line), missing)
     if gpus is None:
         attempt(lambda: _world(args, None, file, launched), missing)
     if seq_len is None and F["seq_len"] not in args:
@@ -1052,12 +1057,26 @@ def _missing_options(args: dict, model: str | None, cluster: str | None, gpus: i
     raise_missing(file, missing)
 
 
-def _model(args: dict, model: str | None, path: Path) -> ModelSpec:
-    """--model, checked against the file's architecture flags; else the file's llama-style model."""
+def _model(args: dict, model: str | None, path: Path, line: str | None = None) -> tuple[ModelSpec, list[Violation]]:
+    """(--model, checked against the file's architecture flags; else the model of the file's model line
+    `line` (`_model_line`) where its flags agree with it; else the model its flags build, `_flags_model`;
+    the warning `megatron_model_line` where the flags and the model line disagree).
+
+    Raises:
+        SpecError: --model disagrees with the flags; without --model, neither the flags nor a model line
+            give the model (key --model, naming what the flags lack), or the flags build no model and the
+            model line's disagrees with them."""
     file = str(path)
     given = _architecture(args, file)
+    if model is None and line is not None:
+        return _lined_model(args, given, line, path)
     if model is None:
-        return from_config(_llama_config(args, given, file), name=path.stem, file=file)
+        return _flags_model(args, given, file, path.stem), []
+    return _named_model(args, given, model, file), []
+
+
+def _named_model(args: dict, given: dict, model: str, file: str) -> ModelSpec:
+    """`model` (a catalog name or path), checked against the file's architecture flags (`given`)."""
     spec = load_model(model)
     for flag, (field, value) in given.items():
         if getattr(spec, field) != value:
@@ -1066,6 +1085,81 @@ def _model(args: dict, model: str | None, path: Path) -> ModelSpec:
                             f"has {field}={getattr(spec, field)}", file=file, key=key)
     _moe_layers(args, spec, model, file)
     return spec
+
+
+def _model_line(text: str) -> str | None:
+    """The model reference of the file's model line (`planner.emit.MODEL_LINE`, written by `planner plan
+    --emit megatron`), or None."""
+    found = re.search(rf"^{re.escape(MODEL_LINE)}(\S+)[ \t]*$", text, re.MULTILINE)
+    return found.group(1) if found else None
+
+
+_FLAG_FIELDS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim",
+                "intermediate_size", "vocab_size", "tie_word_embeddings", "norm_type", "gated_mlp",
+                "position_embedding_type", "attention_bias", "mlp_bias", "qk_norm", "num_experts",
+                "num_experts_per_tok", "moe_intermediate_size", "shared_expert_intermediate_size", "router_bias",
+                "expert_bias", "n_group", "topk_group", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
+                "v_head_dim")
+"""ModelSpec fields a Megatron-LM script's flags fix (`_flags_model`), compared with its model line's model;
+the MoE layer pattern is compared too (`_moe_pattern_of`). Not compared: max_position_embeddings (an emitted
+script writes at least the planned sequence length), the MTP layers (a training choice the layout reads)."""
+
+
+def _field(spec: ModelSpec, field: str):
+    """`spec`'s `field`, with one expert group (n_group / topk_group 1, which restricts no routing) as none, and
+    no MLP bias where no layer has a dense MLP (every layer MoE, no shared experts: GPT-OSS)."""
+    if field in ("n_group", "topk_group") and spec.n_group <= 1:
+        return 0
+    if field == "mlp_bias" and all(_moe_pattern_of(spec) or (False,)) and not spec.shared_expert_intermediate_size:
+        return False
+    return getattr(spec, field)
+
+
+def _moe_pattern_of(spec: ModelSpec) -> tuple[bool, ...]:
+    """The MoE layers of `spec` (all layers when its pattern is empty; none for a dense model)."""
+    if not spec.is_moe:
+        return ()
+    return tuple(spec.moe_layers) or (True,) * spec.num_hidden_layers
+
+
+def _lined_model(args: dict, given: dict, line: str, path: Path) -> tuple[ModelSpec, list[Violation]]:
+    """The model of the file's model line, where the flags build no model or build the same one (on
+    `_FLAG_FIELDS`); where they disagree, that model with the flags' values of the fields they fix (what the
+    flags do not state -- sliding windows, attention sinks, rope scaling -- stays the model line's) and the
+    warning `megatron_model_line`: the script is run by its flags, whatever its comment says."""
+    file = str(path)
+    try:
+        built = _flags_model(args, given, file, path.stem)
+    except SpecError:
+        built = None
+    try:
+        named = load_model(line)
+    except SpecError as exc:
+        if built is None:
+            raise SpecError(f"the model line names {line!r}, which is no model here: {exc.message}; pass --model",
+                            file=file, key="--model") from None
+        return built, [Violation(rule="megatron_model_line", severity="warning",
+                                 message=f"the model line names {line!r}, which is no model here; checked as the "
+                                         f"flags build the model", fix="pass --model")]
+    if built is None:  # the flags alone do not give the model (a GPT-style or partial set): the line's, checked
+        try:
+            return _named_model(args, given, line, file), []
+        except SpecError as exc:
+            raise SpecError(f"{exc.message} (the model line's)", file=file, key=exc.key) from None
+    fields = [field for field in _FLAG_FIELDS if _field(built, field) != _field(named, field)]
+    differ = [f"{field} {_field(built, field)} (model line: {_field(named, field)})" for field in fields]
+    if _moe_pattern_of(built) != _moe_pattern_of(named):
+        differ.append(f"{sum(_moe_pattern_of(built))} MoE layers (model line: {sum(_moe_pattern_of(named))})")
+        fields.append("moe_layers")
+    if not differ:
+        return named, []
+    if "shared_expert_intermediate_size" in fields:
+        fields.append("n_shared_experts")
+    warning = Violation(rule="megatron_model_line", severity="warning",
+                        message=f"the flags build another model than the model line's {line}: "
+                                f"{'; '.join(differ)}; checked with the flags' values",
+                        fix=f"correct the flags, or the model line ({MODEL_LINE}NAME), or pass --model")
+    return dataclasses.replace(named, **{f: getattr(built, f) for f in fields}), [warning]
 
 
 def _moe_layers(args: dict, spec: ModelSpec, model: str, file: str) -> None:
@@ -1180,20 +1274,26 @@ def _llama_config(args: dict, given: dict, file: str) -> dict:
     """Hugging Face llama config keys from the file's architecture flags (`_architecture`).
 
     Source: Megatron-LM `transformer_config.py` (add_bias_linear is on unless the file disables
-    bias; normalization LayerNorm unless RMSNorm is given)."""
+    bias; normalization LayerNorm unless RMSNorm is given).
+
+    Raises:
+        SpecError (key --model): a size flag absent, or a shape this reader does not build; the message
+            names only flags the file lacks or values it gives (never a flag it has as missing)."""
     need = [F[k] for k in ("num_hidden_layers", "hidden_size", "num_attention_heads",
                            "max_position_embeddings", "vocab_size") if F[k] not in args]
-    shape = [what for what, ok in (
-        (F["swiglu"], _on(args, "swiglu")),
-        (f"{F['normalization']} RMSNorm", _choice(args, "normalization", file) == "RMSNorm"),
+    shape = [f"{want} (the file gives {got})" for want, got, ok in (
+        (F["swiglu"], f"no {F['swiglu']}", _on(args, "swiglu")),
+        (f"{F['normalization']} RMSNorm", _choice(args, "normalization", file) or mg.DEFAULT["normalization"],
+         _choice(args, "normalization", file) == "RMSNorm"),
         (f"{F['position_embedding_type']} rope",
-         _choice(args, "position_embedding_type", file) == "rope"),
-        (f"no {F['num_experts']}", F["num_experts"] not in args)) if not ok]
+         _choice(args, "position_embedding_type", file) or mg.DEFAULT["position_embedding_type"],
+         _choice(args, "position_embedding_type", file) == "rope")) if not ok]
     if need or shape:
         why = (f"the file does not give {', '.join(need)}" if need else
-               f"this reader builds llama-style models (missing: {', '.join(shape)})")
+               f"this reader builds models from flags only with {', '.join(shape)}")
         raise SpecError(f"--model is required: {why}", file=file, key="--model")
     values = {field: value for field, value in given.values()}
+    values.setdefault("head_dim", values["hidden_size"] // values["num_attention_heads"])  # MLA: `_flags_model`
     bias = not _on(args, "disable_bias_linear")
     return {
         "model_type": "llama", **{k: values[k] for k in (
@@ -1205,6 +1305,62 @@ def _llama_config(args: dict, given: dict, file: str) -> dict:
         "rope_theta": _int(args, "rope_theta", file),
         "source": f"Megatron-LM arguments in {file}",
     }
+
+
+def _flags_model(args: dict, given: dict, file: str, name: str) -> ModelSpec:
+    """The model the file's architecture flags build: the llama-style core (`_llama_config`) with
+    Megatron-LM's q/k/v bias and q/k layernorm switches, multi-latent attention and experts.
+
+    Source: NVIDIA/Megatron-LM@d98e8a6 megatron/training/arguments.py `_add_mla_args` (q_lora_rank None =
+    no query compression; kv_lora_rank 32, qk_head_dim 128, qk_pos_emb_head_dim 64, v_head_dim 128 by
+    default), `_add_moe_args` and `validate_args` l. 1650-1652 (moe_ffn_hidden_size defaults to
+    ffn_hidden_size); megatron/core/transformer/transformer_config.py (moe_router_topk 2 by default;
+    moe_shared_expert_intermediate_size: the shared experts' total width; moe_router_enable_expert_bias: the
+    per-expert bias buffer; add_qkv_bias: bias on the q/k/v projections only; qk_layernorm, which MLA applies
+    to its latent projections rather than per-head q/k, multi_latent_attention.py); the MoE layer pattern as
+    `_moe_pattern`; mtp_num_layers as the model's MTP layers.
+
+    Raises:
+        SpecError: see `_llama_config`; a top-k over the experts, an unreadable or all-dense MoE layer pattern."""
+    spec = from_config(_llama_config(args, given, file), name=name, file=file)
+    mla = _on(args, "multi_latent_attention")
+    qkv_bias = _on(args, "add_qkv_bias")
+    fields = dict(qk_norm=_on(args, "qk_norm") and not mla, attention_bias=spec.attention_bias or qkv_bias,
+                  num_nextn_predict_layers=_int(args, "mtp_num_layers", file, 0))
+    if mla:
+        nope, rope = _int(args, "qk_nope_head_dim", file), _int(args, "qk_rope_head_dim", file)
+        fields.update(q_lora_rank=_int(args, "q_lora_rank", file, 0), kv_lora_rank=_int(args, "kv_lora_rank", file),
+                      qk_nope_head_dim=nope, qk_rope_head_dim=rope, v_head_dim=_int(args, "v_head_dim", file),
+                      head_dim=nope + rope)
+    experts = _int(args, "num_experts", file, 0)
+    if experts:
+        fields.update(_flags_experts(args, experts, spec, file))
+    return dataclasses.replace(spec, **fields)
+
+
+def _flags_experts(args: dict, experts: int, spec: ModelSpec, file: str) -> dict:
+    """The expert fields of `_flags_model` (its sources); n_shared_experts = shared width / expert width
+    where it divides, else one shared expert of the given width; a router bias with add_bias_linear or the
+    expert-bias buffer, expert biases with add_bias_linear (NVIDIA/Megatron-LM@d98e8a6
+    megatron/core/transformer/moe/router.py l. 67-72, 180-201)."""
+    top_k = _int(args, "num_experts_per_tok", file)
+    if top_k > experts:
+        raise SpecError(f"value {top_k} must be at most {F['num_experts']} {experts}", file=file,
+                        key=F["num_experts_per_tok"])
+    width = _int(args, "moe_intermediate_size", file, spec.intermediate_size)
+    shared = _int(args, "shared_expert_intermediate_size", file, 0)
+    pattern = _moe_pattern(str(args.get(F["moe_layers"], mg.DEFAULT["moe_layers"])), spec.num_hidden_layers)
+    if pattern is None or len(pattern) != spec.num_hidden_layers or not any(pattern):
+        raise SpecError(f"value {args.get(F['moe_layers'])!r} must give {spec.num_hidden_layers} layers (one per "
+                        f"{F['num_hidden_layers']}), at least one of them MoE: an integer >= 1 or a list expression "
+                        f"of 0/1 such as '([0]*3+[1]*58)'", file=file, key=F["moe_layers"])
+    bias = not _on(args, "disable_bias_linear")  # router and expert linears: bias with add_bias_linear
+    return dict(num_experts=experts, num_experts_per_tok=top_k, moe_intermediate_size=width,
+                shared_expert_intermediate_size=shared,
+                n_shared_experts=(shared // width if shared % width == 0 else 1) if shared else 0,
+                router_bias=bias or _on(args, "moe_router_enable_expert_bias"), expert_bias=bias, moe_layers=pattern,
+                n_group=_int(args, "moe_router_num_groups", file, 0),
+                topk_group=_int(args, "moe_router_group_topk", file, 0))
 
 
 _LAUNCHER_SIZE = frozenset(F[k] for k in ("nnodes", "nproc_per_node", "nproc_per_node_dashed"))

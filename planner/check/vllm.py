@@ -13,6 +13,7 @@ with expert parallelism on (FLAG['ep']) and tensor-parallel without it (`Instanc
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import replace
 from pathlib import Path
@@ -241,6 +242,9 @@ def launch(command: el.Command, spec: ModelSpec, hw: ClusterSpec, file: str) -> 
     nnodes = el.integer(command, f["nnodes"], 1, file)
     node_rank = el.node_rank(command, f["node_rank"], file)
     findings += _multi_node(command, nnodes, node_rank)
+    placed = {"nnodes": nnodes, "node_rank": node_rank, "rendezvous": el.rendezvous_address(command, f["master_addr"]),
+              **_placement(command, tp * pp, dp, nnodes, hw, file)}
+    findings += placed.pop("findings", [])
     if ep_on and flags.get(f["a2a"]) == v.DEEPEP_PREFILL:   # DeepEP's normal-mode kernels over the tp x dp ranks
         findings += el.deepep_findings(tp * dp, "vllm", f"{f['a2a']} {v.DEEPEP_PREFILL}")
     if spec.is_moe:
@@ -265,8 +269,8 @@ def launch(command: el.Command, spec: ModelSpec, hw: ClusterSpec, file: str) -> 
         kv_pool_bytes=el.human_integer(command, f["kv_pool_bytes"], None, file, HUMAN_INT),
         weight_format=weights,
         kv_dtype=el.choice(command, f["kv_dtype"], v.KV_DTYPES, file, "KV-cache dtypes") or "bf16",
-        visible_gpus=el.aside(lambda: el.visible_gpus(command, file), None), visible_from=el.visible_from(command), nnodes=nnodes, node_rank=node_rank,
-        rendezvous=el.rendezvous_address(command, f["master_addr"]),
+        visible_gpus=el.aside(lambda: el.visible_gpus(command, file), None), visible_from=el.visible_from(command),
+        **placed,
         role="disaggregated" if _hands_over_kv(flags.get(f["kv_transfer"])) else None, flag=f,
         degrees={k: n for k, n in ((f["tp"], tp), (f["pp"], pp), (f["dp"], dp)) if n > 1 or k == f["tp"]},
         findings=tuple(findings))
@@ -438,6 +442,46 @@ def _multi_node(command: el.Command, nnodes: int, node_rank: int) -> list[Violat
                                      f"runs only workers (vLLM's headless executor); the API server is node rank 0's",
                              fix=f"add {f['headless']}"))
     return out
+
+
+def _placement(command: el.Command, per_replica: int, dp: int, nnodes: int, hw: ClusterSpec, file: str) -> dict:
+    """How vLLM spreads the command's tp x pp x dp ranks over nodes where no node-count flag (`nnodes` 1) says it:
+    `Launch` fields (nnodes, node_rank, on_node, spans_itself, nodes_fix, rendezvous) and findings.
+
+    - data-parallel ranks per node (FLAG['dp_local'], or one with FLAG['dp_rank']): this node runs dp_local x tp x
+      pp GPUs and the dp ranks span ceil(dp / dp_local) nodes, the others started with FLAG['dp_start_rank'] (and
+      FLAG['headless']); the node index is start rank / dp_local; every node names the head's
+      FLAG['dp_address'] (its default is the master address, 127.0.0.1);
+    - the Ray executor (`v.RAY` as FLAG['executor_backend'] or FLAG['dp_backend']) over more ranks than a node
+      has: one command on the Ray cluster's head node starts every rank, ceil(world / GPUs per node) nodes of
+      the cluster (check --gpus), a full node each;
+    - otherwise vLLM's default multiprocessing executor refuses a world larger than the node (the world_size
+      rule), and the fix names both multi-node forms.
+    Source: vLLM 0.33.0 (g4ba787ec9) `vllm/engine/arg_utils.py` l. 2380-2540 (data_parallel_size_local,
+    data_parallel_start_rank, external / hybrid load balancing, the address defaults),
+    `vllm/config/parallel.py` l. 1054-1095 (the backend default and its error); vLLM docs
+    serving/parallelism_scaling.md (Ray: tp = GPUs per node, pp = nodes) and serving/data_parallel_deployment.md
+    (the head node's dp_local and address; the other nodes' start rank and headless)."""
+    f, flags = v.FLAG, command.flags
+    world, gpn = per_replica * dp, hw.gpus_per_node
+    if nnodes > 1:
+        return {}
+    local = 1 if f["dp_rank"] in flags and f["dp_local"] not in flags else el.integer(command, f["dp_local"], None, file)
+    if local is not None and dp > 1:
+        nodes = math.ceil(dp / local)
+        start = el.integer(command, f["dp_start_rank"], 0, file, low=0)
+        fits = max(1, gpn // per_replica)
+        return {"nnodes": nodes, "node_rank": start // local, "on_node": min(local, dp) * per_replica,
+                "rendezvous": el.rendezvous_address(command, f["dp_address"]),
+                "nodes_fix": f"{f['dp_local']} {fits} ({fits} x {per_replica} GPUs on each of {math.ceil(dp / fits)} nodes)",
+                "findings": el.rendezvous(command, nodes, f["dp_address"], "HOST")
+                if f["master_addr"] not in flags else []}
+    if v.RAY in (flags.get(f["executor_backend"]), flags.get(f["dp_backend"])):
+        return {"nnodes": -(-world // gpn), "on_node": min(world, gpn), "spans_itself": True} if world > gpn else {}
+    nodes = -(-world // gpn)
+    return {"nodes_fix": f"{f['nnodes']} {nodes} (one command per node, {f['node_rank']} 0..{nodes - 1}, "
+                         f"{f['master_addr']} HOST), or {f['executor_backend']} {v.RAY} (one command on a Ray "
+                         f"cluster's head node)"}
 
 
 def spell(tp: int, pp: int, replicas: int) -> str:

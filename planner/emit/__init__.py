@@ -31,6 +31,10 @@ from planner.errors import InfeasibleError, SpecError
 
 FRAMEWORKS = ("megatron", "deepspeed", "torchtitan", "torchtitan-toml")
 """What `--emit` writes: a framework's current launch form, or an older one."""
+MODEL_LINE = "# planner: model="
+"""Start of the comment line by which an emitted script names the model it was planned for (the plan
+file's model reference follows, e.g. `# planner: model=deepseek-v3`); `planner check` reads it when no
+--model is given, and the script's own architecture flags win where they disagree with it (a warning)."""
 FRAMEWORK_OF = {"torchtitan-toml": "torchtitan"}
 """`--emit` target -> the framework whose conventions the plan is searched under (itself unless
 listed)."""

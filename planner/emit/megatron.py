@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from planner.cost import activations as act
 from planner.cost.activations import DROPOUT_MODEL_TYPES
 from planner.cost.memory import stage_layers
-from planner.emit import Emitted
+from planner.emit import MODEL_LINE, Emitted
 from planner.evaluation import cost_stages, layer_groups, layer_modes, model_chunks, stage_modes
 from planner.errors import SpecError
 from planner.frameworks import megatron as mg
@@ -346,8 +346,28 @@ def _architecture_flags(model: ModelSpec, seq_len: int) -> list[str]:
     if model.qk_norm or model.is_mla:
         out.append(F["qk_norm"])
     out.append(_flag(model, "vocab_size"))
-    return out + _dropout_flags(model) + _rope_scaling_flags(model) + _mla_flags(model) + \
+    return out + _dropout_flags(model) + _rope_scaling_flags(model) + _window_flags(model) + _mla_flags(model) + \
         _moe_flags(model)
+
+
+def _window_flags(model: ModelSpec) -> list[str]:
+    """Sliding-window attention: the window as Megatron-LM's (left, right) pair, (sliding_window - 1, 0) as
+    Megatron-Bridge converts a Hugging Face window (the query's own token plus sliding_window - 1 before it), and
+    where only some layers slide, which: an integer N where every N-th layer (numbered from 1) is full, else the
+    0/1 list (1 = window). GPT-OSS (even layers sliding) is N = 2, as Bridge sets it.
+    Source: NVIDIA/Megatron-LM@d98e8a6 megatron/training/arguments.py l. 2384-2393, megatron/core/transformer/
+    utils.py `is_layer_window_attention`; NVIDIA-NeMo/Megatron-Bridge@067f987 src/megatron/bridge/models/gpt_oss/
+    gpt_oss_bridge.py l. 87-88."""
+    slides = tuple(t == "sliding_attention" for t in model.layer_types) or (True,) * model.num_hidden_layers
+    if not model.sliding_window or not any(slides):
+        return []
+    out = [f"{F['window_size']} {model.sliding_window - 1},0"]
+    if all(slides):
+        return out
+    layers = len(slides)
+    every = next((n for n in range(2, layers + 1) if slides == tuple((i + 1) % n != 0 for i in range(layers))), None)
+    pattern = str(every) if every else shlex.quote("[" + ",".join("1" if s else "0" for s in slides) + "]")
+    return out + [f"{F['window_attn_skip_freq']} {pattern}"]
 
 
 def _dropout_flags(model: ModelSpec) -> list[str]:
@@ -560,7 +580,6 @@ def _architecture_gaps(model: ModelSpec) -> list[str]:
     gaps = [what for what, present in (
         (f"rope scaling {_rope_scaling(model)}", bool(_rope_scaling(model)) and not (
             _rope_scaling_flags(model) or model.is_mla)),
-        (f"sliding-window attention ({model.sliding_window} tokens)", model.sliding_window > 0),
         ("attention sinks", model.attention_sinks),
         ("parallel attention + MLP", model.parallel_attention),
         (f"{model.hidden_act} gated MLP", model.gated_mlp and model.hidden_act not in ("silu", "swish")),
@@ -863,6 +882,7 @@ def _header(doc: dict, model: ModelSpec, cluster: ClusterSpec, layout: Layout,
                f"precision={layout.precision} optimizer={doc['request']['optimizer']}")
     out = [f"# Megatron-LM launch for {model.name} on {cluster.num_gpus} x {cluster.gpu.name} "
            f"({cluster.name}), written by `planner plan --emit megatron`.",
+           f"{MODEL_LINE}{doc['model']}",
            f"# Plan: {summary}",
            f"# Pipeline split: {'/'.join(map(str, layout.pipeline_layers))}; plan recompute: "
            f"{_recompute_text(par['recompute'])}; emitted: {_flags_text(recompute)}"]

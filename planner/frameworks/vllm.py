@@ -62,11 +62,22 @@ FLAG = {
     "node_rank": "--node-rank",
     "master_addr": "--master-addr",
     "headless": "--headless",
+    "executor_backend": "--distributed-executor-backend",
+    "dp_backend": "--data-parallel-backend",
+    "dp_local": "--data-parallel-size-local",
+    "dp_start_rank": "--data-parallel-start-rank",
+    "dp_rank": "--data-parallel-rank",
+    "dp_address": "--data-parallel-address",
     "port": "--port",
     "kv_transfer": "--kv-transfer-config",
     "chunked_prefill": "--enable-chunked-prefill",
 }
 """Planner knob -> vLLM's flag."""
+RAY = "ray"
+"""The executor / data-parallel backend value under which vLLM places its workers over a Ray cluster's nodes
+from one command on the head node (`vllm/config/parallel.py` distributed_executor_backend: "mp" by default, which
+refuses a world larger than the node's GPUs unless --nnodes is given, l. 1054-1095 @0.33.0;
+docs/serving/parallelism_scaling.md: tp = GPUs per node, pp = nodes, e.g. tp 8 pp 2 on 2 nodes of 8)."""
 CHUNKED_PREFILL_OFF = ("--no-enable-chunked-prefill", "--disable-chunked-prefill")
 """The spellings that turn chunked prefill off (EnableDisableAction: `--disable-x` and `--no-enable-x` negate
 `--enable-x`; `vllm/utils/argparse_utils.py` @0.33.0). Unset, vLLM turns it on for every generative model
@@ -77,7 +88,9 @@ DEEPEP_PREFILL = "deepep_high_throughput"
 Source: vLLM 0.33.0 vllm/config/parallel.py `All2AllBackend` (default allgather_reducescatter)."""
 ALIASES = {"-tp": FLAG["tp"], "-pp": FLAG["pp"], "-dp": FLAG["dp"], "-ep": FLAG["ep"],
            "-q": FLAG["quantization"], "--device-memory-utilization": FLAG["fraction"],
-           "--disable-expert-parallel": FLAG["ep_off"], "-n": FLAG["nnodes"], "-r": FLAG["node_rank"]}
+           "--disable-expert-parallel": FLAG["ep_off"], "-n": FLAG["nnodes"], "-r": FLAG["node_rank"],
+           "-dpl": FLAG["dp_local"], "-dpr": FLAG["dp_start_rank"], "-dpn": FLAG["dp_rank"],
+           "-dpa": FLAG["dp_address"], "-dpb": FLAG["dp_backend"]}
 """Other spellings of the same options (the parser's option strings)."""
 SWITCHES = frozenset({FLAG["ep"], FLAG["ep_off"], "--enforce-eager", "--no-enforce-eager",
                       "--no-enable-chunked-prefill",

@@ -74,6 +74,17 @@ the planner's per-tensor `fp8`. hugging-quants `-AWQ-INT4` / `-GPTQ-INT4` (Meta-
 TheBloke's `-AWQ` (Mixtral) are 4-bit weights in groups of 128 with zero points, AutoAWQ's / AutoGPTQ's defaults
 (`QWEN_INT4`) [model-card convention]; TheBloke's GPTQ repositories are not read: their main branches differ in
 group size per model. A checkpoint whose format differs is read exactly from its config.json (a local folder)."""
+_META_FP8 = (
+    "Meta's own FP8 release (config.json quant_method fbgemm_fp8) keeps the self-attention weights and the first "
+    "and last layers in bf16 and stores the other layers' feed-forward weights in FP8 with one scale per row "
+    "(Llama 3 paper, arXiv:2407.21783, section 6.2 'FP8 quantization'): one checkpoint in two weight formats, "
+    "which the planner, costing one format per checkpoint, does not model", "nvidia/Llama-3.1-405B-Instruct-FP8")
+UNMODELLED = {"meta-llama/Llama-3.1-405B-Instruct": {"-FP8": _META_FP8},
+              "meta-llama/Meta-Llama-3.1-405B-Instruct": {"-FP8": _META_FP8}}
+"""Catalog id -> suffix of its publisher's release in a weight format the planner does not model -> (why, message
+text; an id of the same model in a format the planner reads, or None): the reason the id does not
+resolve, instead of a config.json route that is refused too (`specs.model.require_modelled_checkpoint`). Meta
+published FP8 weights of the 405B only."""
 RELEASES = {
     "Qwen": {"-Instruct-2507": {"max_position_embeddings": 262144},
              "-Thinking-2507": {"max_position_embeddings": 262144}},
@@ -201,6 +212,12 @@ def unknown_suffix(ref: str) -> str | None:
         return None if publisher is None else (f"no catalog id of {' or '.join(_base_owners(ref))} that it "
                                                f"extends (suffixes read for {publisher}: {known})")
     suffix = ref.split("/", 1)[1][len(base[0].split("/", 1)[1]):]
+    if (unmodelled := unmodelled_release(ref)) is not None:
+        why, other = unmodelled
+        return (f"{base[0]} is a catalog id, but {ref}: {why}; "
+                + (f"-m {other} is the same model with every linear weight in FP8 (per tensor), which the planner "
+                   f"reads: its weights a little below this release's; " if other else "")
+                + f"`-m {base[1]}` plans 16-bit weights, an upper bound")
     read = f" for {publisher}'s releases (known: {known})" if publisher is not None else ""
     if (quantized := quantized_name(ref)) is not None:  # -m BASE would cost its weights at 16 bits
         return (f"{base[0]} is a catalog id, but the suffix {suffix!r} is not one the planner reads{read}; it names "
@@ -211,6 +228,16 @@ def unknown_suffix(ref: str) -> str | None:
             f"`-m {base[1]}` plans it as {base[0]} where the release keeps that architecture: compare its "
             f"config.json's max_position_embeddings, vocab_size and quantization_config with "
             f"`planner models show {base[1]}`")
+
+
+def unmodelled_release(ref: str) -> tuple[str, str | None] | None:
+    """`UNMODELLED`'s entry for the id `ref` (the catalog id it extends, `catalog_base`, and the suffix), or None."""
+    base = catalog_base(ref)
+    if base is None:
+        return None
+    suffix = ref.split("/", 1)[1][len(base[0].split("/", 1)[1]):]
+    return next((v for b, table in UNMODELLED.items() if b.lower() == base[0].lower()
+                 for k, v in table.items() if k.lower() == suffix.lower()), None)
 
 
 QUANTIZED_NAME_WORDS = frozenset(("fp8", "fp4", "nvfp4", "mxfp4", "awq", "gptq", "int4", "int8", "w4a16", "w8a8",

@@ -471,10 +471,13 @@ def hugging_face_id(ref: str) -> str | None:
 def unknown_hugging_face_id(hf_id: str) -> str:
     """What to do with a Hugging Face id the catalog does not hold (message text, no file/key prefix): for an id
     of a publisher whose naming the planner reads, first why it does not resolve (its suffix named,
-    `hf_ids.unknown_suffix`)."""
-    from planner.specs.hf_ids import unknown_suffix
+    `hf_ids.unknown_suffix`); for a release in a format the planner does not model (`hf_ids.UNMODELLED`) only
+    that, since its config.json is refused as well."""
+    from planner.specs.hf_ids import unknown_suffix, unmodelled_release
 
     why = unknown_suffix(hf_id)
+    if unmodelled_release(hf_id) is not None:  # its config.json is refused too: no download advice
+        return why
     return ((f"{why}; " if why else "")
             + f"a Hugging Face id that is not in the catalog (and no such file; the planner downloads nothing); "
             f"download its config.json (https://huggingface.co/{hf_id}/blob/main/config.json, or "
