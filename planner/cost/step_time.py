@@ -914,7 +914,11 @@ def _op_sac_regather_s(model: ModelSpec, cluster: ClusterSpec, layout: Layout, i
     inductor's micro-pipeline pass, `overlap.ASYNC_TP`) and shows what the ring leaves beside
     that GEMM plus the local shard's staging copy (`_tp_overlap_exposed`); without AsyncTP, or
     with no re-run matmul reading it, it is exposed. 0 without tp > 1 with SP, outside torchtitan,
-    with named recompute modules, or where the op policy is not costed."""
+    with named recompute modules, or where the op policy is not costed. The readers follow the
+    9dec370 block (`activations._block_matmuls`: wq, wk, wv apart); Llama 3 at b5bcd76 fuses them
+    into one wqkv (pytorch/torchtitan@3396a4b models/llama3/__init__.py `fuse_qkv=True`), saved
+    as the first matmul, so its attention re-gather has no re-run reader and shows whole -- here
+    the small wk GEMM hides a little of it."""
     consumers = op_sac_regather_consumers(model, index)
     if (consumers is None or layout.framework != "torchtitan" or layout.recompute_modules is not None
             or not _tp_overlap_applies(layout)):
