@@ -15,7 +15,8 @@ from __future__ import annotations
 import dataclasses
 
 from planner.check.gate import memory_violations
-from planner.cost.comm import collectives, ep_gpus_per_domain
+from planner.cost.comm import balanced_routing_note, collectives, ep_gpus_per_domain
+from planner.cost.compute import unvalidated_family_note
 from planner.cost.memory import DEFAULT_AT_RISK_MARGIN, stage_layers
 from planner.errors import SpecError
 from planner.evaluation import Evaluation, cost_stages, cost_step, layer_modes, stage_modes
@@ -108,7 +109,10 @@ def explain(model: ModelSpec, cluster, layout: Layout, *, reserve_bytes: int | N
             flash_attention=flash_attention, **order))
     basis = mfu_basis(model, cluster.gpu.peak_tflops, layout.precision, layout.seq_len, layout.framework) \
         if record.step else None
-    return header | costed | {"time_s": record.time_s(rates=True), "mfu_basis": basis}
+    assumed = [balanced_routing_note(model), overlap.connections_note(layout, cluster.gpu.name),
+               unvalidated_family_note(model.model_type)] if record.step else []
+    return header | costed | {"time_s": record.time_s(rates=True), "mfu_basis": basis,
+                              "assumptions": [a for a in assumed if a]}
 
 
 def _modes(model: ModelSpec, layout: Layout, recompute_per_stage, recompute_layers) -> tuple[str, ...] | None:

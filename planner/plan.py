@@ -108,8 +108,8 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from planner.cost.comm import collectives, ep_gpus_per_domain
-from planner.cost.compute import held_out_error, unfitted_note
+from planner.cost.comm import balanced_routing_note, collectives, ep_gpus_per_domain
+from planner.cost.compute import held_out_error, unfitted_note, unvalidated_family_note
 from planner.cost.memory import (
     DEFAULT_AT_RISK_MARGIN,
     DEFAULT_RESERVE_BYTES,
@@ -1477,6 +1477,7 @@ def plan(model: ModelSpec, cluster: ClusterSpec, *, seq_len: int, global_batch_s
         "mfu_basis": mfu_basis(model, cluster.gpu.peak_tflops, precision, seq_len, framework),
         "rejected": rejections.as_list(),
         "warnings": warnings,
+        "assumptions": [a for a in (balanced_routing_note(model), unvalidated_family_note(model.model_type)) if a],
         "request": {"model": model.name, "cluster": cluster.name, "gpus": cluster.num_gpus,
                     **{k: list(v) if type(v) is tuple else v for k, v in base.items()},
                     "fixed": fixed, "headroom": headroom, "reserve_bytes": reserve},
@@ -1877,6 +1878,7 @@ def plan_entry(model: ModelSpec, cluster: ClusterSpec, ev: Evaluated, reserve: i
         "mfu": step.mfu,
         "hfu": step.hfu,
         "solver_status": ev.status,
+        "connections": overlap.connections_note(layout, cluster.gpu.name),
     }
 
 

@@ -455,7 +455,7 @@ def show_explain(data: dict, fmt: str) -> None:
                            f"tokens/s, {t['tflops_per_gpu'] * _own(data['mfu_basis']):.0f} TFLOP/s per GPU, "
                            f"MFU {100 * t['mfu'] * _own(data['mfu_basis']):.1f}%"))
         console.print(Text(mfu_note(data["mfu_basis"], t["mfu"])))
-    _print_findings(console, data["violations"], data["details"].get("warnings", ()))
+    _print_findings(console, data["violations"], [*data["details"].get("warnings", ()), *data.get("assumptions", ())])
 
 
 def _own(basis: dict | None) -> float:
@@ -557,7 +557,8 @@ def show_plan(data: dict, fmt: str) -> None:
         par = p["parallelism"]
         console.print(f"  {i}: {layout_label(par, data['request']['framework'])}; {_split(par)}"
                       + ("" if isinstance(par["recompute"], str) else
-                         "; recompute per stage " + recompute_mix.format_stages(par["recompute"])))
+                         "; recompute per stage " + recompute_mix.format_stages(par["recompute"]))
+                      + (f"; {p['connections']}" if p.get("connections") else ""))
     console.print(Text(mfu_note(data["mfu_basis"], data["plans"][0]["mfu"], "#1")))
     if data.get("simpler_alternative"):
         console.print(Text(simpler_note(data["simpler_alternative"], data["plans"])))
@@ -569,6 +570,8 @@ def show_plan(data: dict, fmt: str) -> None:
                                 {"stage": top["memory_bytes"].get("stage", 0)}))
     for warning in data.get("warnings", ()):
         console.print(Text.assemble(("warning", "yellow"), f" {warning}"))
+    for assumption in data.get("assumptions", ()):   # what the step times take as given (plan.plan)
+        console.print(Text.assemble(("note", "yellow"), f" {assumption}"))
     if data["rejected"]:
         console.print()
         console.print(_table("rejected candidates", ("reason", "count"),
@@ -693,7 +696,7 @@ def show_check(data: dict, fmt: str) -> None:
         console.print(Text(mfu_note(data["mfu_basis"], data["mfu"])))
     if data["violations"]:
         console.print()
-    _print_findings(console, data["violations"], ())
+    _print_findings(console, data["violations"], data.get("assumptions", ()))
 
 
 def _transient_line(stages: list[dict]) -> str:
@@ -864,8 +867,12 @@ def show_serve_plan(data: dict, fmt: str) -> None:
     else:
         mix = " + ".join(f"{p['parallelism']['replicas']:,} x {_serve_label(p['parallelism'])} @{p['concurrency']:,}"
                          for p in dep["mix"])
-    console.print(f"deployment: {mix} on {dep['gpus']:,} GPUs: {dep['tokens_per_s']:,.0f} output tokens/s "
-                  f"({dep['tokens_per_s_per_gpu']:,.1f} /GPU), {number(dep['requests_per_s'])} requests/s")
+    served = (f"serves {number(dep['requests_per_s'])} requests/s, {dep['tokens_per_s']:,.0f} output tokens/s "
+              f"({dep['tokens_per_s_per_gpu']:,.1f} /GPU), {dep['utilisation']:.1%} of its capacity "
+              f"({number(dep['capacity_requests_per_s'])} requests/s)" if "utilisation" in dep else
+              f"{dep['tokens_per_s']:,.0f} output tokens/s ({dep['tokens_per_s_per_gpu']:,.1f} /GPU), "
+              f"{number(dep['requests_per_s'])} requests/s")
+    console.print(f"deployment: {mix} on {dep['gpus']:,} GPUs: {served}")
     console.print()
     console.print(_table("plans", ("#", "instance", "replicas", "conc.", "TTFT\nms", "TPOT\nms",
                                    "output\ntok/s/GPU", "output\ntok/s/user", "KV pool\nGiB", "max\nconc."),

@@ -54,12 +54,12 @@ def test_one_line_if_else(tmp_path):
 def test_node_rank_test_not_read_is_bad_input(tmp_path):
     path = tmp_path / "gt.sh"
     path.write_text('if [ -z "$NODE_RANK" ]; then NODE_RANK=0; fi\n'  # a default: no engine in it, no error
-                    'if [ "$NODE_RANK" -gt 0 ]; then\n  vllm serve meta-llama/Llama-3.1-8B-Instruct\nfi\n')
+                    'if [[ $NODE_RANK =~ ^[1-9] ]]; then\n  vllm serve meta-llama/Llama-3.1-8B-Instruct\nfi\n')
     done = planner("check", str(path), "-c", "dgx-h100")
     assert done.returncode == 2
-    assert ("line 3: the `vllm serve` command runs in a branch that the condition '[ $NODE_RANK -gt 0 ]' (line 2) "
-            "selects in a form this reader does not read") in done.stderr
-    assert "`case \"$NODE_RANK\" in N) ... ;; esac`" in done.stderr
+    assert ("line 3: the `vllm serve` command runs in a branch that the condition '[[ $NODE_RANK =~ ^[1-9] ]]' "
+            "(line 2) selects in a form this reader does not read") in done.stderr
+    assert "`case \"$NODE_RANK\" in N|M) ... ;; *) ... ;; esac`" in done.stderr
     path.write_text('if [ -z "$NODE_RANK" ]; then NODE_RANK=0; fi\n'
                     'vllm serve meta-llama/Llama-3.1-8B-Instruct\n')
     assert planner("check", str(path), "-c", "dgx-h100").returncode == 0

@@ -15,6 +15,8 @@ import math
 from dataclasses import dataclass, field
 
 from planner.check.lines import locate
+from planner.cost.comm import balanced_routing_note
+from planner.cost.compute import unvalidated_family_note
 from planner.cost.memory import (
     DEFAULT_AT_RISK_MARGIN,
     OPTIMIZER_STEP_TERM,
@@ -26,6 +28,7 @@ from planner.cost.memory import (
 from planner.evaluation import Evaluation, cost_stages, cost_step, layer_modes, stage_modes
 from planner.errors import SpecError, several
 from planner import frameworks
+from planner.placement import overlap
 from planner.placement.layout import Layout
 from planner.placement.rules import Violation, check_layout, errors
 from planner.specs.cluster import ClusterSpec
@@ -169,6 +172,10 @@ def evaluate(target: Target) -> dict:
         "mfu": step.mfu if step else None,
         "mfu_basis": mfu_basis(target.model, target.cluster.gpu.peak_tflops, layout.precision,
                                layout.seq_len, layout.framework) if step else None,
+        # what the step time takes as given: balanced expert load, which overlap Megatron-FSDP keeps
+        "assumptions": [a for a in (balanced_routing_note(target.model),
+                                    overlap.connections_note(layout, target.cluster.gpu.name),
+                                    unvalidated_family_note(target.model.model_type)) if a] if step else [],
         **({"checkpoint": target.checkpoint} if target.checkpoint is not None else {}),
     }
 

@@ -544,6 +544,29 @@ def expected_distinct_bins(bins: int, experts: int, top_k: int) -> float:
     return bins * (1 - miss)
 
 
+def balanced_routing_note(model: ModelSpec) -> str | None:
+    """For an MoE model, the line plan / explain print under their step times: the expert load is
+    taken as balanced (`expected_distinct_bins`, the routed-expert GEMMs at tokens x top_k / experts
+    each), and what imbalance does; None for a dense model.
+
+    Why it matters: the published runs the MoE costs are checked against force that balance --
+    Megatron-Bridge@067f987 src/megatron/bridge/perf_recipes/qwen/h100/qwen3_moe.py l. 39, 79,
+    147, 200 and gpt_oss/h100/gpt_oss.py l. 30, 66 set `moe_router_force_load_balancing`, which
+    replaces the router's logits with random ones (Megatron-LM@d98e8a6
+    megatron/core/transformer/moe/router.py l. 861-863 `apply_random_logits`). A trained router is
+    not uniform (early in training, or with aux-loss-free balancing, DeepSeek-V3 technical report
+    arXiv 2412.19437 §2.1.2). Mechanism of the slowdown: each MoE layer's combine all-to-all waits for
+    every EP rank, so the rank holding f times the mean routed tokens (f = busiest / mean) sets
+    the layer: its expert GEMMs do f times the work and it receives f times the dispatch bytes."""
+    if not model.is_moe:
+        return None
+    return ("expert load taken as balanced (every expert gets tokens x top_k / experts, as NVIDIA's "
+            "benchmark recipes force with random router logits, Megatron-Bridge perf_recipes "
+            "qwen3_moe.py / gpt_oss.py); a trained router's imbalance f (busiest EP rank's tokens / the "
+            "mean) stretches the routed-expert GEMMs and the all-to-all by about f, so the MoE step "
+            "times here are a lower bound")
+
+
 def routed_bins(model: ModelSpec, bins: int) -> tuple[int, int]:
     """(bins, experts) a token's top-k experts are drawn from, of `bins` equal bins holding the
     model's experts in order (EP rank r holds experts r E/ep ...; a node holds its ranks'):

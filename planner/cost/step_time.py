@@ -188,7 +188,8 @@ def axes_sharing(layout: Layout, cluster: ClusterSpec,
 def layer_time_key(layout: Layout, sharing: tuple[tuple[str, int], ...]) -> tuple:
     """Everything of `layout` and its `axes_sharing` that `layer_time` reads (b, s, tp, cp, ep,
     etp, SP, precision, the tp and cp groups' domain sharing, the only ones `_layer_comm` uses, the
-    TP / EP overlaps (and with TP overlap the framework, whose scheme prices it), whether the
+    TP / EP overlaps (and with TP overlap the framework, whose scheme prices it), whether it is
+    Megatron-FSDP (whose CP ring `_cp_ring_exposed` leaves unhidden before Blackwell), whether the
     elementwise kernels are fused, the framework's attention kernel, the gradient buffer's bytes
     the expert GEMMs accumulate into (`_expert_weight_bytes`) and the framework's host launches
     per local expert (`_moe_host_s`)): layouts with equal keys have equal layer times (for
@@ -202,6 +203,7 @@ def layer_time_key(layout: Layout, sharing: tuple[tuple[str, int], ...]) -> tupl
             BY_NAME[layout.framework].fused_elementwise(layout.torch_compile), layout.norm_kernel,
             BY_NAME[layout.framework].attention_kernel(),
             layout.selective_modules, layout.offload_modules, "activations" in layout.offload,
+            layout.framework == "megatron" and layout.zero_stage >= 2 and layout.pp == 1,  # `overlap.connections_conflict`
             tuple(expert_host_launches(layout.framework, phase, layout.precision)
                   for phase in ("forward", "backward")))
 
@@ -793,7 +795,8 @@ def _layer_comm(model: ModelSpec, cluster: ClusterSpec, layout: Layout, index: i
     k_sm = overlap.sm_share(overlap.NCCL_CHANNEL_SMS, cluster.gpu.sm_count)
     ep_f = _hidden_excess(t[("ep", "forward")], 2 * fwd_s, k_sm) if ep_hides else t[("ep", "forward")]
     ep_b = _hidden_excess(t[("ep", "backward")], fwd_s, k_sm) if ep_hides else t[("ep", "backward")]
-    cp_f, cp_b = _cp_ring_exposed(cp, cluster, layout.cp, attn_fwd_s)
+    cp_f, cp_b = _cp_ring_exposed(cp, cluster, layout.cp, attn_fwd_s,
+                                  hidden=not overlap.connections_conflict(layout, cluster.gpu.name))
     return [(tp_f + ep_f + t[("other", "forward")], tp_b + ep_b + t[("other", "backward")]),
             (cp_f, cp_b)]
 
@@ -936,7 +939,8 @@ def _op_sac_regather_s(model: ModelSpec, cluster: ClusterSpec, layout: Layout, i
     return sum(staging + _ring_exposed_s(one, per_elem * elems, tp) if elems else one for elems in consumers)
 
 
-def _cp_ring_exposed(records, cluster: ClusterSpec, cp: int, attn_fwd_s: float) -> tuple[float, float]:
+def _cp_ring_exposed(records, cluster: ClusterSpec, cp: int, attn_fwd_s: float, *,
+                     hidden: bool = True) -> tuple[float, float]:
     """(forward, backward) exposed time of the context-parallel ring of one layer, s.
 
     Ring attention with load balancing (2 cp chunks, rank r holding chunks r and 2cp-1-r) runs cp
@@ -954,7 +958,8 @@ def _cp_ring_exposed(records, cluster: ClusterSpec, cp: int, attn_fwd_s: float) 
     link, l. 936), so each transfer shows `_hidden_excess`. A record of `comm.layer_collectives` carries the bytes of the whole ring
     (message = the sequence's K/V): one step sends message / cp, point-to-point inside the
     scale-up domain when the whole cp group sits in one, else over the network (the slowest hop
-    paces every step)."""
+    paces every step). `hidden` False (Megatron-FSDP before Blackwell, `overlap.connections_conflict`:
+    the NCCL transfers are not ordered before the attention kernels): every transfer shows whole."""
     if cp <= 1 or not records:
         return 0.0, 0.0
     step = {"attention.forward": 0.0, "attention.backward": 0.0}
@@ -962,6 +967,8 @@ def _cp_ring_exposed(records, cluster: ClusterSpec, cp: int, attn_fwd_s: float) 
         p2p = Collective(axis="cp", kind="p2p", count=1, message_bytes=c.message_bytes / cp,
                          group_size=2, axes=("cp",), phase=c.phase)
         step[c.phase] += c.count * _call_time(p2p, 2 if k >= c.group_size else 1, cluster)
+    if not hidden:
+        return (cp - 1) * step["attention.forward"], (cp - 1) * step["attention.backward"]
     one, k = attn_fwd_s / cp, overlap.sm_share(overlap.NCCL_CHANNEL_SMS, cluster.gpu.sm_count)
     return ((cp - 1) * _hidden_excess(step["attention.forward"], one, k),
             (cp - 1) * _hidden_excess(step["attention.backward"], 2 * one, k))

@@ -829,19 +829,25 @@ def _script(doc: dict, model: ModelSpec, cluster: ClusterSpec, layout: Layout,
     lines += [f'{var}="${{{var}:-{value}}}"{note}' for _, var, value, note in values] + [""]
     lines += ['NODE_RANK="${NODE_RANK:-0}"  # this node, 0..' + str(nodes - 1),
               'MASTER_ADDR="${MASTER_ADDR:-localhost}"', 'MASTER_PORT="${MASTER_PORT:-6000}"', "",
-              *_environment(layout), "torchrun \\"]
+              *_environment(layout, cluster.gpu.name), "torchrun \\"]
     body = launcher + ["pretrain_gpt.py"] + _flags(doc, model, cluster, layout, recompute)
     lines += [f"    {item} \\" for item in body[:-1]] + [f"    {body[-1]}", ""]
     return "\n".join(lines)
 
 
-def _environment(layout: Layout) -> list[str]:
+def _environment(layout: Layout, gpu_name: str) -> list[str]:
     """`export CUDA_DEVICE_MAX_CONNECTIONS=1` (and a blank line) where Megatron-LM wants it: with
     tp or cp > 1 on GPUs before Blackwell it asserts the value 1 unless FSDP runs; Megatron-FSDP
-    (ZeRO-2 / 3 here) asserts it is not 1 (`validate_args`), so it is left unset there. With
-    fine-grained activation offloading, NVTE_CPU_OFFLOAD_V1=1, which `validate_args` asserts under
-    Transformer Engine >= 2.10 (`mg.CPU_OFFLOAD_V1`)."""
+    (ZeRO-2 / 3 here) asserts it is not 1 (`validate_args`), so it is left unset there, and where
+    tp or cp > 1 before Blackwell (`overlap.connections_conflict`) the script unsets it (a container
+    or cluster default of 1 would stop the run) under a comment saying which overlap the plan keeps
+    (`overlap.connections_note`). With fine-grained activation offloading, NVTE_CPU_OFFLOAD_V1=1,
+    which `validate_args` asserts under Transformer Engine >= 2.10 (`mg.CPU_OFFLOAD_V1`)."""
     offload = [f"export {mg.CPU_OFFLOAD_V1}=1", ""] if layout.offload_modules else []
+    if overlap.connections_conflict(layout, gpu_name):
+        note = textwrap.wrap(overlap.connections_note(layout, gpu_name), 96, initial_indent="# ",
+                             subsequent_indent="# ")
+        return [*note, f"unset {mg.DEVICE_MAX_CONNECTIONS}", ""] + offload
     if layout.zero_stage >= 2:
         return offload
     return [f"export {mg.DEVICE_MAX_CONNECTIONS}=1", ""] + offload

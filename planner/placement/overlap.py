@@ -13,7 +13,9 @@ from dataclasses import dataclass
 
 from planner.errors import SpecError
 from planner.frameworks import BY_NAME, deepep
+from planner.frameworks.megatron import DEVICE_MAX_CONNECTIONS
 from planner.placement.layout import OVERLAP_KNOBS, Layout
+from planner.placement.precision import blackwell_or_later
 
 
 NAMES = {"tp-comm": "tp_comm_overlap", "grad-reduce": "overlap_grad_reduce",
@@ -257,3 +259,42 @@ TP_OVERLAP_SCHEMES = {"megatron": USERBUFFERS, "torchtitan": ASYNC_TP, "deepspee
 """Framework -> its TP comm overlap. DeepSpeed has no switch of its own (`overlap_switches`); a
 layout that sets the knob there is costed as Megatron's userbuffers (DeepSpeed-Megatron runs
 Megatron's TP layers)."""
+
+
+def connections_conflict(layout: Layout, gpu_name: str) -> bool:
+    """Whether `layout` is Megatron-FSDP (ZeRO-2 / 3 under Megatron-LM, without pipeline parallelism,
+    which Megatron-FSDP does not run: `rules.zero_with_pp`) with tp or cp > 1 on a GPU before
+    Blackwell, where the two want different CUDA work-queue settings.
+
+    What happens (NVIDIA/Megatron-LM@d98e8a6 megatron/training/arguments.py): Megatron-FSDP asserts
+    the device-connections variable (`frameworks.megatron.DEVICE_MAX_CONNECTIONS`) is not 1
+    (l. 1166-1167), so it runs with the default 8 queues; tp or cp > 1 before Blackwell would
+    otherwise assert it is 1 (l. 1477-1479), and with FSDP Megatron only warns (l. 1454-1466).
+    One queue is what makes an NCCL kernel launched before a compute kernel start before it:
+    NVIDIA/TransformerEngine@d0067d0 transformer_engine/pytorch/module/base.py l. 1670-1685
+    (`set_nccl_overlap_warning_if_tp`: "the NCCL communication needs to be scheduled before the
+    GEMM for there to be a guaranteed overlap"); on Hopper the GEMM and attention kernels are
+    persistent, so a collective queued behind one waits for all of it. Under FSDP, then:
+    - TP comm overlap (Transformer Engine userbuffers) is kept: its pipelined overlaps run the
+      chunk GEMMs on the SMs left after the communication's (`_math_sms`) or move data with copy
+      engines, and its bulk overlaps order the launch themselves with an event on Hopper when the
+      queues are more than one (transformer_engine/common/comm_gemm_overlap/comm_gemm_overlap.cpp
+      l. 162-177, 486-487; TransformerEngine PR #1308). TP collectives without userbuffers are
+      costed exposed anyway (`cost.step_time._layer_comm`).
+    - The context-parallel ring (NCCL send / receive beside each attention step) loses its
+      guaranteed order: `cost.step_time` prices its transfers unhidden."""
+    if layout.framework != "megatron" or layout.zero_stage < 2 or layout.pp > 1 or (layout.tp == 1 and layout.cp == 1):
+        return False   # pp > 1: not a layout Megatron-FSDP runs (`rules.zero_with_pp`), so no such run exists
+    return not blackwell_or_later(gpu_name)
+
+
+def connections_note(layout: Layout, gpu_name: str) -> str | None:
+    """The plan line's statement for a layout with `connections_conflict`, else None: the setting
+    the emitted script writes and which overlap the step time keeps."""
+    if not connections_conflict(layout, gpu_name):
+        return None
+    kept = ["TP comm overlap kept (Transformer Engine's userbuffers order their own kernels)"] * (layout.tp > 1)
+    lost = ["context-parallel ring costed unhidden (its NCCL transfers lose their order before the "
+            "attention kernels)"] * (layout.cp > 1)
+    return (f"{DEVICE_MAX_CONNECTIONS} unset: Megatron-FSDP asserts it is not 1, the value tp/cp > 1 wants "
+            f"before Blackwell (Megatron warns at start-up); " + "; ".join(kept + lost))

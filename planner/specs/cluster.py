@@ -62,6 +62,12 @@ class GPUSpec:
     tensor cores (or, for fp32, the vector units) support. Source: per catalog file."""
     source: str
     """Where the GPU numbers come from (summary; per-key sources are in `ClusterSpec.sources`)."""
+    max_achievable_tflops: dict[str, float] = field(default_factory=dict)
+    """Measured ceiling of one large GEMM, TFLOP/s (1e12), by dtype among DTYPES: the best rate the
+    vendor's (or a published benchmark's) tuned GEMM reaches at its sustained clock, below the
+    datasheet peak (AMD's "Max-Achievable FLOPs"); empty where none is published. It scales the
+    stand-in GEMM efficiency of a GPU without measured training runs
+    (`cost.compute.ceiling_ratio`). Source: per catalog file."""
     sm_count: int | None = None
     """Streaming multiprocessors (AMD: compute units) of the device, or None where the file does
     not say; the share of them an overlapped communication kernel takes slows the compute beside
@@ -156,7 +162,7 @@ class ClusterSpec:
 CATALOG_DIR = files.data_dir("hardware")
 
 _GPU_REQUIRED = ("name", "memory_gib", "hbm_gb_per_s", "peak_tflops")
-_GPU_KEYS = _GPU_REQUIRED + ("source", "sm_count", "memory_bytes")  # memory_bytes: derived (`_check_derived`)
+_GPU_KEYS = _GPU_REQUIRED + ("source", "sm_count", "memory_bytes", "max_achievable_tflops")  # memory_bytes: derived (`_check_derived`)
 _INT_KEYS = ("gpus_per_node", "scaleup_domain_gpus", "nics_per_node")
 _FLOAT_KEYS = ("scaleup_gb_per_s", "scaleup_latency_s", "nic_gbit_per_s", "network_latency_s",
                "host_memory_gib", "host_link_gb_per_s")
@@ -282,7 +288,8 @@ def _number(raw: dict, key: str, file: str, *, integer: bool = False, prefix: st
     Integers are compared before any float conversion, so a 400-digit integer is an error, not an
     OverflowError; NaN fails every comparison."""
     value, path = raw[key], f"{prefix}{key}"
-    lo, hi = _BOUNDS["gpu.peak_tflops" if path.startswith("gpu.peak_tflops.") else path]
+    lo, hi = _BOUNDS["gpu.peak_tflops" if path.startswith(("gpu.peak_tflops.", "gpu.max_achievable_tflops."))
+                     else path]
     bad_type = isinstance(value, bool) or not isinstance(value, int if integer else (int, float))
     if bad_type or not lo <= value <= hi:
         kind = "a positive integer" if integer else "a positive number"
@@ -320,6 +327,7 @@ def _gpu(raw: object, file: str) -> GPUSpec:
         memory_gib=_number(raw, "memory_gib", file, prefix="gpu."),
         hbm_gb_per_s=_number(raw, "hbm_gb_per_s", file, prefix="gpu."),
         peak_tflops=_peaks(raw["peak_tflops"], file),
+        max_achievable_tflops=_ceilings(raw.get("max_achievable_tflops", {}), raw["peak_tflops"], file),
         source=_text(raw, "source", file, prefix="gpu."),
         sm_count=int(_number(raw, "sm_count", file, integer=True, prefix="gpu.")) if "sm_count" in raw else None)
 
@@ -333,6 +341,22 @@ def _peaks(raw: object, file: str) -> dict[str, float]:
     if "bf16" not in raw and "fp16" not in raw:
         raise SpecError("needs at least one of bf16, fp16 (dense tensor-core peak)", file=file, key=key)
     return {dtype: _number(raw, dtype, file, prefix=f"{key}.") for dtype in DTYPES if dtype in raw}
+
+
+def _ceilings(raw: object, peaks: dict, file: str) -> dict[str, float]:
+    """`gpu.max_achievable_tflops`: dtype -> TFLOP/s, each dtype one the GPU has a peak for and
+    the ceiling not above that peak (a measured GEMM cannot beat the datasheet)."""
+    key = "gpu.max_achievable_tflops"
+    if not isinstance(raw, dict):
+        raise SpecError(f"value {_show(raw)} must be a mapping of dtype to measured GEMM TFLOP/s",
+                        file=file, key=key)
+    _check_keys(raw, tuple(d for d in DTYPES if d in peaks), (), file, prefix=f"{key}.")
+    out = {dtype: _number(raw, dtype, file, prefix=f"{key}.") for dtype in DTYPES if dtype in raw}
+    for dtype, tflops in out.items():
+        if tflops > peaks[dtype]:
+            raise SpecError(f"value {number(tflops)} exceeds the {dtype} peak {number(peaks[dtype])}; a "
+                            "measured ceiling is at most the datasheet peak", file=file, key=f"{key}.{dtype}")
+    return out
 
 
 def _sources(raw: object, cluster: dict, file: str) -> dict[str, str]:
