@@ -55,12 +55,26 @@ KNOWN_GAPS = {
            "that hides under GPU work (max(0, host - GPU), the form the Blackwell pairs suggest) "
            "puts the plan at 0.69-0.71x. NVIDIA's H100 Qwen3-30B-A3B recipes keep micro-batch 1 in every "
            "release (26.02-26.06); no H100 run at micro-batch 2 of the same stack measures the gain",
-    "E16": "not a MoE row: Llama 3.1 70B under torchtitan. plan tp4 pp4 cp2 ZeRO-3 b1 at 0.76x the "
-           "recipe's tp8 FSDP b16 full recompute (both compiled): in the model the recipe's full "
-           "recompute is 3.8 s and its exposed tp8 communication 2.4 s of its 18.0 s step (the plan's "
-           "0.5 and 0.8 s); the model over-predicts torchtitan's pipelined rows by 9-10% "
-           "(docs/validation.md t5: +8.9% / +10.4%), so even corrected the plan would claim ~0.82x; "
-           "no measurement of the plan's layout",
+    "E16": "not a MoE row: Llama 3.1 70B under torchtitan. plan tp4 pp4 cp2 ZeRO-3 b1 (no recompute) "
+           "at 0.76x the recipe's tp8 FSDP b16 full recompute (13.6 vs 18.0 s); layouts without PP or "
+           "CP follow at 0.78-0.79x (tp2 dp128 b1 op-SAC 14.0 s, tp4 dp64 b2 op-SAC 14.2 s), so the "
+           "torchtitan pipeline and CP terms do not decide the ratio. What separates them is the "
+           "recipe's own choice: full recompute 3.8 s (the block's forward re-run, its TP "
+           "collectives with it: 80 layers x 9.1 ms exposed under AsyncTP = 0.7 s of its 2.4 s "
+           "exposed communication) against op-SAC's 1.1 s (wk, wo, w3, elementwise and the two "
+           "re-gathered SP inputs, step_time._op_sac_regather_s). Each term is "
+           "checked on measurements outside the fit: the recipe family (tp8 + SP, FSDP, full "
+           "recompute, fp8 tensorwise, Grand Teton) is predicted -3.3% / -2.8% against torchtitan's "
+           "2025-06 run of this very job with / without AsyncTP and -5.4% / +2.9% against its 405B "
+           "128-GPU rows (test_tp8_full_recompute_family_is_predicted_within_10_percent), so the "
+           "recipe is not costed slow; op-SAC + FSDP at dp128 is checked on the 8B rows (Tables 1/3 "
+           "and E18: -2.0..+4.5%, t1-fsdp and t3-compile held out). No published run of a 70B tp2/tp4 op-SAC layout on these GPUs measures "
+           "the plan, so the bar stays unmet without evidence either way. The torchtitan pipelined "
+           "rows' +8.9% / +10.4% (t5) are not a pipeline term: t5-1f1b and t6-4d-cp1 share mesh, "
+           "schedule, recompute and 32,768 tokens per micro-batch and differ only in sequence "
+           "(8K vs 32K); measured 100 / 76 tokens/s (x1.32), model x1.52; the attention core "
+           "priced as the full square is what differs (torchtitan 9dec370 models/llama/model.py "
+           "l. 209 SDPA is_causal=True: the causal half gives x1.30 per layer)",
     "E9": "plan ep2 ZeRO-2 micro-batch 4 at 0.88x the recipe's ep8 micro-batch 2 (0.884 vs 1.003 s; "
           "measured 1.060 s, the row is held out). Micro-batch 4 makes the step one micro-batch, "
           "which the model prices through two mechanisms Megatron has: one MoE host stall per layer "
@@ -97,6 +111,32 @@ def _marks(row_id: str):
 def test_plan_is_not_claimed_much_faster_than_the_experts_layout(row_id):
     recipe, best = _steps(row_id)
     assert best["time_s"]["step"] >= 0.9 * recipe, (best["parallelism"], recipe)
+
+
+@pytest.mark.parametrize("model_name, gpus, micro_batch, global_batch, async_tp, published", [
+    # pytorch/torchtitan benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md (@b5bcd76) l. 20-25:
+    # E16's own job (70B, 256 GPUs, FSDP 32, TP 8, compile, full AC, local batch 16), float8
+    # tensorwise, vanilla TP 809.8 / AsyncTP 942.4 tokens/s/GPU
+    ("llama-3.1-70b", 256, 16, 512, False, 809.8),
+    ("llama-3.1-70b", 256, 16, 512, True, 942.4),
+    # pytorch/torchtitan@3faaa1a0d docs/performance.md l. 11-13 and footnote l. 57 (Grand Teton's
+    # HBM2e lower-TDP H100): 405B on 128 GPUs, FSDP 16, TP 8, full AC, local batch 2, Float8
+    # 177 / Float8 + AsyncTP 185; train_configs/llama3_405b.toml at that commit: seq_len 8192,
+    # compile, TP 8 (l. 29-37)
+    ("llama-3.1-405b", 128, 2, 32, False, 177),
+    ("llama-3.1-405b", 128, 2, 32, True, 185),
+])
+def test_tp8_full_recompute_family_is_predicted_within_10_percent(model_name, gpus, micro_batch,
+                                                                   global_batch, async_tp, published):
+    """E16's KNOWN_GAPS claim that the recipe side is not costed slow: the recipe's family (tp8
+    with SP, FSDP, full recompute, compiled, fp8 tensorwise, Grand Teton) on published runs that are
+    in neither part of the validation data. Model: -2.8%, -3.3%, -5.4%, +2.9%."""
+    row = ROWS["E16"]
+    layout = row.layout.replace(dp=gpus // 8, micro_batch_size=micro_batch,
+                                global_batch_size=global_batch, tp_comm_overlap=async_tp)
+    step = explain(load_model(model_name), load_cluster(row.cluster, gpus=gpus), layout,
+                   time_despite_memory=True)["time_s"]["step"]
+    assert global_batch * layout.seq_len / gpus / step == pytest.approx(published, rel=0.10)
 
 
 def test_fine_grained_moe_is_planned_with_expert_parallelism():

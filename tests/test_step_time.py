@@ -158,3 +158,34 @@ def test_torchtitan_selective_recompute_is_its_op_policy_not_the_attention_core(
     titan = recompute("torchtitan", 16384) / recompute("torchtitan", 8192)
     megatron = recompute("megatron", 16384) / recompute("megatron", 8192)
     assert titan == pytest.approx(2.0, rel=0.02) and megatron > 3.0, (titan, megatron)
+
+
+def test_torchtitan_op_sac_regathers_the_sequence_parallel_inputs():
+    """torchtitan's op policy saves reduce-scatter outputs but not all-gather outputs, so with TP and
+    SP its recompute gathers the block's two normed inputs again (attention, MLP): without AsyncTP
+    that adds two forward all-gathers -- half of one forward pass's exposed TP traffic (2 all-gathers
+    + 2 reduce-scatters of the same b s h bytes, Korthikanti 2022 §4.2.2) -- to the recompute; under
+    AsyncTP the re-run w3 GEMM hides part of its gather, so the addition is positive and smaller.
+    At tp 1 the recompute is the op policy's compute alone. Llama 3.1 70B, one DGX H100, seq 8192,
+    micro-batch 1."""
+    from planner.cost import step_time as st
+    from planner.cost.activations import op_sac_regather_consumers
+
+    model, cluster = load_model("llama-3.1-70b"), load_cluster("dgx-h100", gpus=8)
+    # the re-run matmuls reading the gathered inputs: wk 8192 x 1024, w3 8192 x 28672 (per token)
+    assert op_sac_regather_consumers(model, 0) == (8192 * 1024, 8192 * 28672)
+
+    def layout(tp: int, async_tp: bool) -> Layout:
+        return Layout(tp=tp, dp=8 // tp, sequence_parallel=tp > 1, framework="torchtitan", seq_len=8192,
+                      global_batch_size=8 // tp, recompute="selective", tp_comm_overlap=async_tp,
+                      torch_compile=True)
+
+    def added(tp: int, async_tp: bool) -> float:
+        lay = layout(tp, async_tp)
+        return (st.layer_time(model, cluster, lay, 0, "selective").recompute_s
+                - st._torchtitan_op_sac_s(model, cluster, lay, 0))
+
+    forward_pass_tp = st.layer_time(model, cluster, layout(8, False), 0, "none").comm_s / 2
+    assert added(8, False) == pytest.approx(forward_pass_tp / 2, rel=1e-9)
+    assert 0 < added(8, True) < added(8, False)
+    assert added(1, False) == 0

@@ -538,6 +538,21 @@ def op_sac_recomputed_matmuls(model: ModelSpec, layer_index: int) -> float | Non
     return float(sum(inputs[t.name] * t.elements_per_token for t in _block_matmuls(model)[1::2]))
 
 
+def op_sac_regather_consumers(model: ModelSpec, layer_index: int) -> tuple[float, float] | None:
+    """(attention, MLP) weight elements per token of the matmuls torchtitan's selective op AC
+    re-runs that read the block's sequence-parallel all-gathered input (Llama: wk; w3), None where
+    the op policy is not costed (`_op_sac_applies`). Source: `torchtitan_op_sac_tensors`."""
+    if not _op_sac_applies(model, layer_index):
+        return None
+    mms, h = _block_matmuls(model), model.hidden_size
+    redo = {t.name for t in mms[1::2]}
+    reads = {"attention": ("attention.wq_output", "attention.wk_output", "attention.wv_output"),
+             "mlp": ("mlp.w1_output", "mlp.w3_output", "mlp.fc1_output")}
+    attn, mlp = (float(sum(h * t.elements_per_token for t in mms if t.name in redo and t.name in names))
+                 for names in reads.values())
+    return attn, mlp
+
+
 def torchtitan_op_sac_tensors(model: ModelSpec, *, tp: int = 1, sequence_parallel: bool = False) -> list[SavedTensor]:
     """What one block keeps under torchtitan's selective *op* AC (`mode = "selective"`,
     `selective_ac_option = "op"`), for a dense attention + MLP block.

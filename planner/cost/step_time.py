@@ -34,7 +34,7 @@ from planner.cost import comm
 from planner.cost.comm import Collective
 from planner.cost.compute import (achieved_flops, attention_flops, core_precision, expert_host_launches,
                                    fp8_cast_bytes, moe_expert_host_idle_s, moe_host_sync_s, peak_flops)
-from planner.cost.activations import layer_activation_bytes, op_sac_recomputed_matmuls
+from planner.cost.activations import layer_activation_bytes, op_sac_recomputed_matmuls, op_sac_regather_consumers
 from planner.cost.memory import activation_arguments, stage_layers
 from planner.cost.params_flops import count_params, flops_per_token
 from planner.cost.pipeline import (PipelineCoefficients, pipeline_coefficients,
@@ -287,7 +287,8 @@ def _layer_parts(model, cluster, layout, layer_index, rank_order, flash_attentio
     fwd, attn_fwd = _layer_compute_s(model, cluster, layout, layer_index, flash_attention)
     comm = _layer_comm(model, cluster, layout, layer_index, attn_fwd, rank_order, fwd)
     host = _moe_host_s(model, cluster, layout, layer_index)
-    selective = _selective_recompute_s(model, cluster, layout, layer_index, attn_fwd)
+    selective = _selective_recompute_s(model, cluster, layout, layer_index, attn_fwd) + _op_sac_regather_s(
+        model, cluster, layout, layer_index, _sharing(layout, cluster, rank_order))
     return fwd, attn_fwd, comm, host, selective, _offload_s(model, cluster, layout, layer_index)
 
 
@@ -865,7 +866,7 @@ def _tp_overlap_exposed(model: ModelSpec, cluster: ClusterSpec, layout: Layout, 
         if how.method == "ring":
             staging = (2 / tp if kind == "all_gather" else 1 + 1 / tp) * records[(kind, phase)] \
                 .message_bytes / hbm if scheme.staging_copies else 0.0
-            return staging + (tp - 1) * max(0.0, call(kind, phase) / (tp - 1) - gemm / tp)
+            return staging + _ring_exposed_s(call(kind, phase), gemm, tp)
         if how.method == "pipeline":
             g, c = r * gemm / how.splits, call(kind, phase, how.splits)
             return g + (how.splits - 1) * max(g, c) + c - gemm
@@ -892,6 +893,50 @@ def _tp_overlap_applies(layout: Layout) -> bool:
     parallel communication/GEMM overlap can happen only when sequence parallelism is enabled";
     torchtitan's AsyncTP runs on its sequence-parallel plan)."""
     return layout.tp > 1 and bool(layout.sequence_parallel)
+
+
+def _ring_exposed_s(comm_s: float, gemm_s: float, tp: int) -> float:
+    """What a ring collective of `comm_s` (tp - 1 steps of comm_s / (tp - 1), the local chunk
+    needing no transfer) leaves exposed beside a GEMM of `gemm_s` cut into tp chunks, s:
+    (tp - 1) max(0, comm_s / (tp - 1) - gemm_s / tp) (`overlap.Pipelining` "ring")."""
+    return (tp - 1) * max(0.0, comm_s / (tp - 1) - gemm_s / tp)
+
+
+def _op_sac_regather_s(model: ModelSpec, cluster: ClusterSpec, layout: Layout, index: int,
+                       share: dict[str, int]) -> float:
+    """Exposed time of the sequence-parallel all-gathers torchtitan's selective op AC re-runs in
+    the backward of dense layer `index`, one micro-batch, one GPU, s (counted as recompute time).
+
+    The op policy saves the output of `reduce_scatter_tensor` but not of `all_gather_into_tensor`
+    (pytorch/torchtitan@9dec370 torchtitan/parallelisms/parallelize_llama.py l. 214-223
+    `_save_list`; @b5bcd76 torchtitan/distributed/activation_checkpoint.py l. 61-64, "Communication
+    ops whose outputs should be saved": reduce_scatter_tensor, all_to_all_single), so the block's
+    recompute gathers its two normed inputs (attention, MLP) again: the weight gradients of every
+    matmul reading them need the gathered tensor. Under AsyncTP each re-gather is fused with the
+    re-run matmul reading it as its left operand (Llama: wk, w3; `op_sac_regather_consumers`;
+    inductor's micro-pipeline pass, `overlap.ASYNC_TP`) and shows what the ring leaves beside
+    that GEMM plus the local shard's staging copy (`_tp_overlap_exposed`); without AsyncTP, or
+    with no re-run matmul reading it, it is exposed. 0 without tp > 1 with SP, outside torchtitan,
+    with named recompute modules, or where the op policy is not costed. The readers follow the
+    9dec370 block (`activations._block_matmuls`: wq, wk, wv apart); Llama 3 at b5bcd76 fuses them
+    into one wqkv (pytorch/torchtitan@3396a4b models/llama3/__init__.py `fuse_qkv=True`), saved
+    as the first matmul, so its attention re-gather has no re-run reader and shows whole -- here
+    the small wk GEMM hides a little of it."""
+    consumers = op_sac_regather_consumers(model, index)
+    if (consumers is None or layout.framework != "torchtitan" or layout.recompute_modules is not None
+            or not _tp_overlap_applies(layout)):
+        return 0.0
+    gather = next(c for c in comm.layer_collectives(model, layout, index)
+                  if c.axis == "tp" and c.kind == "all_gather" and c.phase == "forward")
+    one = _call_time(gather, share["tp"], cluster)
+    if not overlap.resolve(layout).tp_comm_overlap:
+        return len(consumers) * one
+    b, s, tp, cp = layout.micro_batch_size, layout.seq_len, layout.tp, layout.cp
+    per_elem = b * s / (tp * cp) * 2 / achieved_flops(cluster.gpu, layout.precision,
+                                                      gemm_dim=min(model.hidden_size / tp, b * s / cp))
+    staging = 2 / tp * gather.message_bytes / _hbm_bytes_per_s(cluster) \
+        if overlap.TP_OVERLAP_SCHEMES[layout.framework].staging_copies else 0.0
+    return sum(staging + _ring_exposed_s(one, per_elem * elems, tp) if elems else one for elems in consumers)
 
 
 def _cp_ring_exposed(records, cluster: ClusterSpec, cp: int, attn_fwd_s: float, *,
