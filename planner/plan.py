@@ -2271,7 +2271,11 @@ def _has_plan(model, cluster, fixed, base, reserve, headroom, layouts: list | No
     skipped with its module-set variants: they differ only in `recompute_modules` and
     `offload_modules`, which `memory_model.kind_state_bytes` does not read (its key,
     `memory.model_state_key`, holds neither; the whole layout only under torchtitan with PP, whose
-    module lists are not searched, `search.module_sets.searched_sets`).
+    module lists are not searched, `search.module_sets.searched_sets`). A copy whose layers may not
+    be selective (`_granularity_copies`) is asked once per (recompute, modes, offload list): the
+    variants that differ only in their recompute list give it the same memory program (the list
+    is read only by `cost.activations.layer_activation_bytes` under selective, through
+    `memory.activation_arguments`; the search's `expand` drops those variants alike).
     `layouts`: the same request's candidates at another global batch without the batch rules
     (`_candidates` with `batch_rules=False`; `_batch_relaxation` asks several batches): with this
     batch, those that pass `check_batch` are this request's candidates, without enumerating them
@@ -2291,10 +2295,17 @@ def _has_plan(model, cluster, fixed, base, reserve, headroom, layouts: list | No
     for candidate in candidates:   # the EP overlap frees no memory: its candidates add no plan
         if _least_state_bytes(costs, _with_split(model, candidate)) > candidate.pp * room:
             continue
+        tried = set()  # (recompute, modes, offload list) of the copies without selective layers asked
         for layout in (candidate, *(candidate.replace(recompute_modules=r, offload_modules=o)
                                     for r, o in sets)):
             for copy in _granularity_copies(_with_split(model, layout), modes):
-                if _has_split(costs, copy, _modes_of(copy, modes)):
+                copy_modes = _modes_of(copy, modes)
+                if "selective" not in copy_modes:  # its recompute list acts on no layer
+                    asked = (copy.recompute, copy_modes, copy.offload_modules)
+                    if asked in tried:
+                        continue
+                    tried.add(asked)
+                if _has_split(costs, copy, copy_modes):
                     return True
     return False
 
