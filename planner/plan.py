@@ -105,7 +105,7 @@ import itertools
 import math
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from planner.cost.comm import collectives, ep_gpus_per_domain
@@ -671,18 +671,23 @@ def _stages_may_fit(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> bo
     if not (_uneven(layout) or memory_model_exact(model, layout)):
         return True
     ref, state, act = costs.reference_bytes(layout)
-    allowed = [RECOMPUTE_MODES.index(m) for m in modes]
     cap, kinds = math.floor(costs.usable_bytes), costs.kinds
     pinned = _pinned_split(model, layout)
-    fixed = [math.ceil(w) for w in state]
-    rows = [[row[r] for r in allowed] for row in act]
-    start, needs = 0, {}  # [kind] need per in-flight count (stages s with pp - s >= m share m)
-    for s in range(layout.pp):
+    # [kind] need per in-flight count (stages s with pp - s >= m share m), shared by the candidates
+    # with the same layer bytes
+    needs = costs._bound_terms.get(("needs", state, act, modes))
+    if needs is None:
+        needs = costs._bound_terms[("needs", state, act, modes)] = {}
+    fixed = rows = None
+    start = 0
+    for s, flight in enumerate(_flights(costs, ref)):
         if pinned is None and start == len(kinds):
             break  # every layer placed: the later stages take none
-        flight = in_flight_microbatches(ref, s)
         need = needs.get(flight)
         if need is None:
+            if fixed is None:
+                allowed = [RECOMPUTE_MODES.index(m) for m in modes]
+                fixed, rows = [math.ceil(w) for w in state], [[row[r] for r in allowed] for row in act]
             need = needs[flight] = [w + min(math.ceil(x * flight) for x in row)
                                     for w, row in zip(fixed, rows)]
         if pinned is not None:
@@ -717,6 +722,16 @@ def _least_activation_bytes(costs: _Costs, layout: Layout, modes: tuple[str, ...
     allowed = [RECOMPUTE_MODES.index(m) for m in modes]
     return sum(n * min(math.ceil(act[k][r] * flight) for r in allowed)
                for k, n in enumerate(costs.per_kind))
+
+
+def _flights(costs: _Costs, layout: Layout) -> tuple[float, ...]:
+    """`in_flight_microbatches(layout, s)` for every stage s, once per (pp, vpp, micro-batch
+    count, group size), the fields it reads."""
+    key = ("flights", layout.pp, layout.vpp, layout.num_microbatches, layout.microbatch_group_size)
+    got = costs._bound_terms.get(key)
+    if got is None:
+        got = costs._bound_terms[key] = tuple(in_flight_microbatches(layout, s) for s in range(layout.pp))
+    return got
 
 
 def _least_flight(costs: _Costs, layout: Layout) -> float:
@@ -866,15 +881,13 @@ def _layer_choices(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> tup
     times, _ = costs._kind_times(layout, time_key)
     ref, state, act = costs.reference_bytes(layout)
     allowed = [RECOMPUTE_MODES.index(m) for m in modes]
-    total, per_flight = times["total_s"], {}
-    for s in range(layout.pp):
-        flight = in_flight_microbatches(ref, s)
+    total, per_flight, flights = times["total_s"], {}, _flights(costs, ref)
+    for flight in flights:
         if flight not in per_flight:
             per_flight[flight] = tuple(
                 tuple((math.ceil(state[k]) + math.ceil(act[k][r] * flight), total[k][r]) for r in allowed)
                 for k in range(len(costs.reps)))
-    return (costs.fixed_times(layout, time_key),
-            [per_flight[in_flight_microbatches(ref, s)] for s in range(layout.pp)])
+    return (costs.fixed_times(layout, time_key), [per_flight[flight] for flight in flights])
 
 
 def _split_time_bound(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> float:
@@ -1752,6 +1765,14 @@ def _candidates(model, cluster, fixed, base, reserve, headroom, *,
                 batch_rules: bool = True) -> tuple[list[Layout], Rejections, _Costs]:
     """The candidate layouts, their rejections counted, and the cost cache; `batch_rules` False
     skips the rules that read the global batch (`BATCH_RULES`: what `_batch_relaxation` asks)."""
+    layouts, rejections = _candidate_stream(model, cluster, fixed, base, batch_rules=batch_rules)
+    return list(layouts), rejections, _Costs(model, cluster, reserve, headroom)
+
+
+def _candidate_stream(model, cluster, fixed, base, *,
+                      batch_rules: bool = True) -> tuple[Iterator[Layout], Rejections]:
+    """`_candidates`' layouts in the same order, enumerated as they are taken (`_has_plan` stops at
+    the first with a plan), and their rejections, counted as the enumeration goes."""
     _check_fixed(fixed)
     space = SearchSpace(
         num_gpus=cluster.num_gpus, max_tp=cluster.scaleup_domain_gpus, moe=model.is_moe,
@@ -1783,12 +1804,12 @@ def _candidates(model, cluster, fixed, base, reserve, headroom, *,
     # every candidate: most are pruned by the cheap bound, which does not read the split.
     # every candidate with the overlaps a tuned recipe switches on (`overlap.tuned`)
     backend = mg.flex_backend(cluster.gpus_per_node, cluster.scaleup_domain_gpus)
-    layouts = [overlap.tuned_dispatcher(overlap.tuned(layout), ep_gpus_per_domain(
+    layouts = (overlap.tuned_dispatcher(overlap.tuned(layout), ep_gpus_per_domain(
         layout, cluster.scaleup_domain_gpus), backend) for layout in candidate_layouts(
         space, validate, rejections, validate_mesh=validate_mesh, validate_knobs=validate_knobs,
         validate_degrees=validate_degrees,
-        validate_experts=validate_experts)]
-    return layouts, rejections, _Costs(model, cluster, reserve, headroom)
+        validate_experts=validate_experts))
+    return layouts, rejections
 
 
 def _with_split(model: ModelSpec, layout: Layout) -> Layout:
@@ -2283,12 +2304,12 @@ def _has_plan(model, cluster, fixed, base, reserve, headroom, layouts: list | No
     BATCH_RULES, which `_candidates` skips in `validate_knobs`), nor does `overlap.tuned` /
     `tuned_dispatcher`, which set no field the batch rules read."""
     if layouts is None:
-        candidates, _, costs = _candidates(model, cluster, fixed, base, reserve, headroom)
+        candidates, _ = _candidate_stream(model, cluster, fixed, base)
     else:
         g = base["global_batch_size"]
         candidates = [c for c in (layout.replace(global_batch_size=g) for layout in layouts)
                       if not errors(check_batch(model, cluster, c))]
-        costs = _Costs(model, cluster, reserve, headroom)
+    costs = _Costs(model, cluster, reserve, headroom)
     modes = _modes_for(fixed)
     sets = _module_sets(model, base, modes)
     room = math.floor(costs.usable_bytes)
