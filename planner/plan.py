@@ -99,6 +99,7 @@ objective(c) (tested on every candidate of small cases).
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import functools
 import itertools
@@ -500,17 +501,19 @@ def _uneven_bubble_floor_s(costs: _Costs, layout: Layout, modes: tuple[str, ...]
         head = costs.fixed_times(layout, time_key)
         allowed = [RECOMPUTE_MODES.index(m) for m in modes]
         least = [min(row[r] for r in allowed) for row in times["total_s"]]
+        # max over a profile group of fl(share x head_r + sum) = fl(max share x head_r + sum): a
+        # float sum is monotone in each term, so each group's layer sum is taken once
         costs._bound_terms[key] = (layout.pp - 1) * max(
-            share * head[r] + sum(n * t for n, t in zip(counts, least))
-            for r, share, counts in profiles)
+            max(share * head[r] for r, share in ranks) + sum(n * t for n, t in zip(counts, least))
+            for counts, ranks in profiles)
     return costs._bound_terms[key]
 
 
-def _chunk_profiles(costs: _Costs, layout: Layout) -> frozenset | None:
-    """{(rank r, w_c, layers of each kind in chunk c)} over the chunks c of `layout` once split
-    (`_with_split`; w_c as `step_time.chunk_times` shares the rank's layer-independent time),
-    None unless they are uneven (`_uneven`): what `_uneven_bubble_floor_s` reads of them, each
-    distinct profile once."""
+def _chunk_profiles(costs: _Costs, layout: Layout) -> tuple | None:
+    """((layers of each kind in chunk c, ((rank r, w_c), ...)), ...) over the chunks c of `layout`
+    once split (`_with_split`; w_c as `step_time.chunk_times` shares the rank's layer-independent
+    time), grouped by their layers of each kind, None unless they are uneven (`_uneven`): what
+    `_uneven_bubble_floor_s` reads of them, each distinct (r, w_c, layers) once."""
     split = costs.split(layout)
     if not _uneven(split):
         return None
@@ -521,7 +524,10 @@ def _chunk_profiles(costs: _Costs, layout: Layout) -> frozenset | None:
             share = float(j == v - 1) if r == last else float(j == 0) if r == 0 else 1 / v
             profiles.add((r, share, tuple(sum(1 for i in layers if costs.kinds[i] == k)
                                           for k in range(len(costs.reps)))))
-    return frozenset(profiles)
+    groups: dict[tuple, list] = {}
+    for r, share, counts in sorted(profiles):
+        groups.setdefault(counts, []).append((r, share))
+    return tuple((counts, tuple(ranks)) for counts, ranks in groups.items())
 
 
 @dataclass(frozen=True)
@@ -946,12 +952,12 @@ def _split_memory_bound(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -
     model = costs.model
     head, choices = _layer_choices(costs, layout, modes)
     cap, kinds, n_kinds = math.floor(costs.usable_bytes), costs.kinds, len(costs.reps)
-    stages = []  # per stage: (head, memo of f per run and per-kind counts, choices per kind)
-    shared: dict = {}
+    stages = []  # per stage: (head, memo of f per run and per-kind counts, choices per kind,
+    shared: dict = {}  # and per start the running max of f over the runs from it, by length)
     for s in range(layout.pp):
         key = (head[s], choices[s])
         if key not in shared:
-            shared[key] = (head[s], {}, choices[s])
+            shared[key] = (head[s], {}, choices[s], {})
         stages.append(shared[key])
 
     n_layers = len(kinds)
@@ -962,7 +968,7 @@ def _split_memory_bound(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -
             prefix.append(tuple(c + (i == k) for i, c in enumerate(prefix[-1])))
 
     def f(stage, start: int, end: int) -> float:  # f_s of the run [start, end)
-        h, memo, choices = stage
+        h, memo, choices, _ = stage
         key = start * (n_layers + 1) + end
         if key not in memo:
             counts = tuple(b - a for a, b in zip(prefix[start], prefix[end]))
@@ -973,20 +979,36 @@ def _split_memory_bound(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -
             memo[key] = memo[counts]
         return memo[key]
 
+    def run_end(stage, start: int, limit: float) -> int:
+        """The least end >= start with f_s(run [start, end + 1)) > limit, or the last layer's: how
+        far the greedy run from `start` reaches. peak[j], the largest f_s of the runs of 1 .. j + 1
+        layers, grows with j, so the first j with peak[j] > limit is the first run over it
+        (bisected; the runs are priced one by one, as far as a limit has asked)."""
+        peak = stage[3].get(start)
+        if peak is None:
+            peak = stage[3][start] = []
+        j = bisect.bisect_right(peak, limit)
+        if j == len(peak):
+            while start + j < n_layers:
+                value = f(stage, start, start + j + 1)
+                peak.append(max(peak[-1], value) if peak else value)
+                if value > limit:
+                    break
+                j += 1
+        return start + j
+
     def greedy(limit: float) -> float:
         """The greedy split's largest f_s (inf when it leaves layers) with each run's f_s <= limit."""
         start, worst = 0, 0.0
         for stage in stages:
-            end = start
-            while end < n_layers and f(stage, start, end + 1) <= limit:
-                end += 1
+            end = run_end(stage, start, limit)
             value = f(stage, start, end)
             if value > limit:
                 return math.inf
             worst, start = max(worst, value), end
         return worst if start == n_layers else math.inf
 
-    low = max(h for h, _, _ in stages)
+    low = max(stage[0] for stage in stages)
     if math.isinf(greedy(low)):  # (else the least threshold is low itself)
         high = greedy(math.nextafter(math.inf, 0))  # (every run that fits at all)
         if math.isinf(high):
@@ -1723,16 +1745,23 @@ def _modes_of(layout: Layout, modes: tuple[str, ...]) -> tuple[str, ...]:
     NVIDIA/Megatron-LM@d98e8a6 megatron/core/transformer/transformer_config.py l. 532-558
     (recompute_granularity, recompute_method, recompute_num_layers), megatron/core/recompute.py
     l. 156-181."""
-    if layout.ep_comm_overlap:
+    return _modes_by_fields(bool(layout.ep_comm_overlap), layout.framework, layout.recompute, modes)
+
+
+@functools.lru_cache(maxsize=256)
+def _modes_by_fields(ep_comm_overlap: bool, framework: str, recompute: str,
+                     modes: tuple[str, ...]) -> tuple[str, ...]:
+    """`_modes_of` from the fields it reads (asked several times per candidate by the search)."""
+    if ep_comm_overlap:
         modes = tuple(m for m in modes if m != "full")
     if len(modes) <= 1:
         return modes
-    if layout.framework == "megatron":
+    if framework == "megatron":
         if "selective" in modes:
-            modes = (("selective",) if layout.recompute == "selective"
+            modes = (("selective",) if recompute == "selective"
                      else tuple(m for m in modes if m != "selective"))
         return modes
-    return (layout.recompute,) if layout.recompute in modes else modes
+    return (recompute,) if recompute in modes else modes
 
 
 def _with_fp8_param_gather(candidates: list) -> list:
