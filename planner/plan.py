@@ -455,6 +455,9 @@ def _cheap_bound(costs: _Costs, layout: Layout, modes: tuple[str, ...], *,
     key = (layout.tp, layout.cp, layout.dp, layout.pp, layout.ep, layout.etp,
            layout.micro_batch_size, layout.vpp, modes, layout.recompute_modules,
            layout.offload_modules, layout.pipeline_layout)
+    if relaxed:  # (without the DP-sync term and the bubble floor: their terms are not built)
+        busy, talk, a, p = _relaxed_terms(costs, layout, modes, key)
+        return a * max(busy, talk + costs.state_traffic_s(layout)) / layout.pp + p
     terms = costs._bound_terms.get(key)
     if terms is None:
         time_key = costs.time_key(layout)
@@ -464,14 +467,27 @@ def _cheap_bound(costs: _Costs, layout: Layout, modes: tuple[str, ...], *,
         costs._bound_terms[key] = terms
     busy, talk, a, p, windows, floor = terms
     talk += costs.state_traffic_s(layout)
-    if relaxed:
-        return a * max(busy, talk) / layout.pp + p
     excess = max(0.0, costs.step_sync_s(layout) - windows)
     bound = (a * max(busy, talk) + excess) / layout.pp + p
     if floor is None:
         return bound
     m = layout.num_microbatches
     return max(bound, (m * max(busy, talk) + excess) / layout.pp + p + floor)
+
+
+def _relaxed_terms(costs: _Costs, layout: Layout, modes: tuple[str, ...], key: tuple) -> tuple:
+    """(busy, talk, A, P) of `_cheap_bound`'s terms under `key`, the relaxed bound's (`_group_bound`
+    asks it of every candidate), without the backward windows and the bubble floor it does not read."""
+    got = costs._bound_terms.get(("relaxed", key))
+    if got is None:
+        full = costs._bound_terms.get(key)
+        if full is not None:
+            got = full[:4]
+        else:
+            time_key = costs.time_key(layout)
+            got = (*costs.layer_sums(layout, modes, time_key), *costs.pipe_coefficients(layout))
+        costs._bound_terms[("relaxed", key)] = got
+    return got
 
 
 def _uneven_bubble_floor_s(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> float | None:
