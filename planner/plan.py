@@ -99,13 +99,14 @@ objective(c) (tested on every candidate of small cases).
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import functools
 import itertools
 import math
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from planner.cost.comm import balanced_routing_note, collectives, ep_gpus_per_domain
@@ -455,6 +456,9 @@ def _cheap_bound(costs: _Costs, layout: Layout, modes: tuple[str, ...], *,
     key = (layout.tp, layout.cp, layout.dp, layout.pp, layout.ep, layout.etp,
            layout.micro_batch_size, layout.vpp, modes, layout.recompute_modules,
            layout.offload_modules, layout.pipeline_layout)
+    if relaxed:  # (without the DP-sync term and the bubble floor: their terms are not built)
+        busy, talk, a, p = _relaxed_terms(costs, layout, modes, key)
+        return a * max(busy, talk + costs.state_traffic_s(layout)) / layout.pp + p
     terms = costs._bound_terms.get(key)
     if terms is None:
         time_key = costs.time_key(layout)
@@ -464,14 +468,27 @@ def _cheap_bound(costs: _Costs, layout: Layout, modes: tuple[str, ...], *,
         costs._bound_terms[key] = terms
     busy, talk, a, p, windows, floor = terms
     talk += costs.state_traffic_s(layout)
-    if relaxed:
-        return a * max(busy, talk) / layout.pp + p
     excess = max(0.0, costs.step_sync_s(layout) - windows)
     bound = (a * max(busy, talk) + excess) / layout.pp + p
     if floor is None:
         return bound
     m = layout.num_microbatches
     return max(bound, (m * max(busy, talk) + excess) / layout.pp + p + floor)
+
+
+def _relaxed_terms(costs: _Costs, layout: Layout, modes: tuple[str, ...], key: tuple) -> tuple:
+    """(busy, talk, A, P) of `_cheap_bound`'s terms under `key`, the relaxed bound's (`_group_bound`
+    asks it of every candidate), without the backward windows and the bubble floor it does not read."""
+    got = costs._bound_terms.get(("relaxed", key))
+    if got is None:
+        full = costs._bound_terms.get(key)
+        if full is not None:
+            got = full[:4]
+        else:
+            time_key = costs.time_key(layout)
+            got = (*costs.layer_sums(layout, modes, time_key), *costs.pipe_coefficients(layout))
+        costs._bound_terms[("relaxed", key)] = got
+    return got
 
 
 def _uneven_bubble_floor_s(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> float | None:
@@ -501,17 +518,19 @@ def _uneven_bubble_floor_s(costs: _Costs, layout: Layout, modes: tuple[str, ...]
         head = costs.fixed_times(layout, time_key)
         allowed = [RECOMPUTE_MODES.index(m) for m in modes]
         least = [min(row[r] for r in allowed) for row in times["total_s"]]
+        # max over a profile group of fl(share x head_r + sum) = fl(max share x head_r + sum): a
+        # float sum is monotone in each term, so each group's layer sum is taken once
         costs._bound_terms[key] = (layout.pp - 1) * max(
-            share * head[r] + sum(n * t for n, t in zip(counts, least))
-            for r, share, counts in profiles)
+            max(share * head[r] for r, share in ranks) + sum(n * t for n, t in zip(counts, least))
+            for counts, ranks in profiles)
     return costs._bound_terms[key]
 
 
-def _chunk_profiles(costs: _Costs, layout: Layout) -> frozenset | None:
-    """{(rank r, w_c, layers of each kind in chunk c)} over the chunks c of `layout` once split
-    (`_with_split`; w_c as `step_time.chunk_times` shares the rank's layer-independent time),
-    None unless they are uneven (`_uneven`): what `_uneven_bubble_floor_s` reads of them, each
-    distinct profile once."""
+def _chunk_profiles(costs: _Costs, layout: Layout) -> tuple | None:
+    """((layers of each kind in chunk c, ((rank r, w_c), ...)), ...) over the chunks c of `layout`
+    once split (`_with_split`; w_c as `step_time.chunk_times` shares the rank's layer-independent
+    time), grouped by their layers of each kind, None unless they are uneven (`_uneven`): what
+    `_uneven_bubble_floor_s` reads of them, each distinct (r, w_c, layers) once."""
     split = costs.split(layout)
     if not _uneven(split):
         return None
@@ -522,7 +541,10 @@ def _chunk_profiles(costs: _Costs, layout: Layout) -> frozenset | None:
             share = float(j == v - 1) if r == last else float(j == 0) if r == 0 else 1 / v
             profiles.add((r, share, tuple(sum(1 for i in layers if costs.kinds[i] == k)
                                           for k in range(len(costs.reps)))))
-    return frozenset(profiles)
+    groups: dict[tuple, list] = {}
+    for r, share, counts in sorted(profiles):
+        groups.setdefault(counts, []).append((r, share))
+    return tuple((counts, tuple(ranks)) for counts, ranks in groups.items())
 
 
 @dataclass(frozen=True)
@@ -672,18 +694,23 @@ def _stages_may_fit(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> bo
     if not (_uneven(layout) or memory_model_exact(model, layout)):
         return True
     ref, state, act = costs.reference_bytes(layout)
-    allowed = [RECOMPUTE_MODES.index(m) for m in modes]
     cap, kinds = math.floor(costs.usable_bytes), costs.kinds
     pinned = _pinned_split(model, layout)
-    fixed = [math.ceil(w) for w in state]
-    rows = [[row[r] for r in allowed] for row in act]
-    start, needs = 0, {}  # [kind] need per in-flight count (stages s with pp - s >= m share m)
-    for s in range(layout.pp):
+    # [kind] need per in-flight count (stages s with pp - s >= m share m), shared by the candidates
+    # with the same layer bytes
+    needs = costs._bound_terms.get(("needs", state, act, modes))
+    if needs is None:
+        needs = costs._bound_terms[("needs", state, act, modes)] = {}
+    fixed = rows = None
+    start = 0
+    for s, flight in enumerate(_flights(costs, ref)):
         if pinned is None and start == len(kinds):
             break  # every layer placed: the later stages take none
-        flight = in_flight_microbatches(ref, s)
         need = needs.get(flight)
         if need is None:
+            if fixed is None:
+                allowed = [RECOMPUTE_MODES.index(m) for m in modes]
+                fixed, rows = [math.ceil(w) for w in state], [[row[r] for r in allowed] for row in act]
             need = needs[flight] = [w + min(math.ceil(x * flight) for x in row)
                                     for w, row in zip(fixed, rows)]
         if pinned is not None:
@@ -718,6 +745,16 @@ def _least_activation_bytes(costs: _Costs, layout: Layout, modes: tuple[str, ...
     allowed = [RECOMPUTE_MODES.index(m) for m in modes]
     return sum(n * min(math.ceil(act[k][r] * flight) for r in allowed)
                for k, n in enumerate(costs.per_kind))
+
+
+def _flights(costs: _Costs, layout: Layout) -> tuple[float, ...]:
+    """`in_flight_microbatches(layout, s)` for every stage s, once per (pp, vpp, micro-batch
+    count, group size), the fields it reads."""
+    key = ("flights", layout.pp, layout.vpp, layout.num_microbatches, layout.microbatch_group_size)
+    got = costs._bound_terms.get(key)
+    if got is None:
+        got = costs._bound_terms[key] = tuple(in_flight_microbatches(layout, s) for s in range(layout.pp))
+    return got
 
 
 def _least_flight(costs: _Costs, layout: Layout) -> float:
@@ -867,15 +904,13 @@ def _layer_choices(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> tup
     times, _ = costs._kind_times(layout, time_key)
     ref, state, act = costs.reference_bytes(layout)
     allowed = [RECOMPUTE_MODES.index(m) for m in modes]
-    total, per_flight = times["total_s"], {}
-    for s in range(layout.pp):
-        flight = in_flight_microbatches(ref, s)
+    total, per_flight, flights = times["total_s"], {}, _flights(costs, ref)
+    for flight in flights:
         if flight not in per_flight:
             per_flight[flight] = tuple(
                 tuple((math.ceil(state[k]) + math.ceil(act[k][r] * flight), total[k][r]) for r in allowed)
                 for k in range(len(costs.reps)))
-    return (costs.fixed_times(layout, time_key),
-            [per_flight[in_flight_microbatches(ref, s)] for s in range(layout.pp)])
+    return (costs.fixed_times(layout, time_key), [per_flight[flight] for flight in flights])
 
 
 def _split_time_bound(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -> float:
@@ -934,12 +969,12 @@ def _split_memory_bound(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -
     model = costs.model
     head, choices = _layer_choices(costs, layout, modes)
     cap, kinds, n_kinds = math.floor(costs.usable_bytes), costs.kinds, len(costs.reps)
-    stages = []  # per stage: (head, memo of f per run and per-kind counts, choices per kind)
-    shared: dict = {}
+    stages = []  # per stage: (head, memo of f per run and per-kind counts, choices per kind,
+    shared: dict = {}  # and per start the running max of f over the runs from it, by length)
     for s in range(layout.pp):
         key = (head[s], choices[s])
         if key not in shared:
-            shared[key] = (head[s], {}, choices[s])
+            shared[key] = (head[s], {}, choices[s], {})
         stages.append(shared[key])
 
     n_layers = len(kinds)
@@ -950,7 +985,7 @@ def _split_memory_bound(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -
             prefix.append(tuple(c + (i == k) for i, c in enumerate(prefix[-1])))
 
     def f(stage, start: int, end: int) -> float:  # f_s of the run [start, end)
-        h, memo, choices = stage
+        h, memo, choices, _ = stage
         key = start * (n_layers + 1) + end
         if key not in memo:
             counts = tuple(b - a for a, b in zip(prefix[start], prefix[end]))
@@ -961,20 +996,36 @@ def _split_memory_bound(costs: _Costs, layout: Layout, modes: tuple[str, ...]) -
             memo[key] = memo[counts]
         return memo[key]
 
+    def run_end(stage, start: int, limit: float) -> int:
+        """The least end >= start with f_s(run [start, end + 1)) > limit, or the last layer's: how
+        far the greedy run from `start` reaches. peak[j], the largest f_s of the runs of 1 .. j + 1
+        layers, grows with j, so the first j with peak[j] > limit is the first run over it
+        (bisected; the runs are priced one by one, as far as a limit has asked)."""
+        peak = stage[3].get(start)
+        if peak is None:
+            peak = stage[3][start] = []
+        j = bisect.bisect_right(peak, limit)
+        if j == len(peak):
+            while start + j < n_layers:
+                value = f(stage, start, start + j + 1)
+                peak.append(max(peak[-1], value) if peak else value)
+                if value > limit:
+                    break
+                j += 1
+        return start + j
+
     def greedy(limit: float) -> float:
         """The greedy split's largest f_s (inf when it leaves layers) with each run's f_s <= limit."""
         start, worst = 0, 0.0
         for stage in stages:
-            end = start
-            while end < n_layers and f(stage, start, end + 1) <= limit:
-                end += 1
+            end = run_end(stage, start, limit)
             value = f(stage, start, end)
             if value > limit:
                 return math.inf
             worst, start = max(worst, value), end
         return worst if start == n_layers else math.inf
 
-    low = max(h for h, _, _ in stages)
+    low = max(stage[0] for stage in stages)
     if math.isinf(greedy(low)):  # (else the least threshold is low itself)
         high = greedy(math.nextafter(math.inf, 0))  # (every run that fits at all)
         if math.isinf(high):
@@ -1712,16 +1763,23 @@ def _modes_of(layout: Layout, modes: tuple[str, ...]) -> tuple[str, ...]:
     NVIDIA/Megatron-LM@d98e8a6 megatron/core/transformer/transformer_config.py l. 532-558
     (recompute_granularity, recompute_method, recompute_num_layers), megatron/core/recompute.py
     l. 156-181."""
-    if layout.ep_comm_overlap:
+    return _modes_by_fields(bool(layout.ep_comm_overlap), layout.framework, layout.recompute, modes)
+
+
+@functools.lru_cache(maxsize=256)
+def _modes_by_fields(ep_comm_overlap: bool, framework: str, recompute: str,
+                     modes: tuple[str, ...]) -> tuple[str, ...]:
+    """`_modes_of` from the fields it reads (asked several times per candidate by the search)."""
+    if ep_comm_overlap:
         modes = tuple(m for m in modes if m != "full")
     if len(modes) <= 1:
         return modes
-    if layout.framework == "megatron":
+    if framework == "megatron":
         if "selective" in modes:
-            modes = (("selective",) if layout.recompute == "selective"
+            modes = (("selective",) if recompute == "selective"
                      else tuple(m for m in modes if m != "selective"))
         return modes
-    return (layout.recompute,) if layout.recompute in modes else modes
+    return (recompute,) if recompute in modes else modes
 
 
 def _with_fp8_param_gather(candidates: list) -> list:
@@ -1754,6 +1812,14 @@ def _candidates(model, cluster, fixed, base, reserve, headroom, *,
                 batch_rules: bool = True) -> tuple[list[Layout], Rejections, _Costs]:
     """The candidate layouts, their rejections counted, and the cost cache; `batch_rules` False
     skips the rules that read the global batch (`BATCH_RULES`: what `_batch_relaxation` asks)."""
+    layouts, rejections = _candidate_stream(model, cluster, fixed, base, batch_rules=batch_rules)
+    return list(layouts), rejections, _Costs(model, cluster, reserve, headroom)
+
+
+def _candidate_stream(model, cluster, fixed, base, *,
+                      batch_rules: bool = True) -> tuple[Iterator[Layout], Rejections]:
+    """`_candidates`' layouts in the same order, enumerated as they are taken (`_has_plan` stops at
+    the first with a plan), and their rejections, counted as the enumeration goes."""
     _check_fixed(fixed)
     space = SearchSpace(
         num_gpus=cluster.num_gpus, max_tp=cluster.scaleup_domain_gpus, moe=model.is_moe,
@@ -1786,13 +1852,13 @@ def _candidates(model, cluster, fixed, base, reserve, headroom, *,
     # every candidate: most are pruned by the cheap bound, which does not read the split.
     # every candidate with the overlaps a tuned recipe switches on (`overlap.tuned`)
     backend = mg.flex_backend(cluster.gpus_per_node, cluster.scaleup_domain_gpus)
-    layouts = [overlap.tuned_dispatcher(overlap.tuned(layout), ep_gpus_per_domain(
+    layouts = (overlap.tuned_dispatcher(overlap.tuned(layout), ep_gpus_per_domain(
         layout, cluster.scaleup_domain_gpus), backend) for layout in candidate_layouts(
         space, validate, rejections, validate_mesh=validate_mesh, validate_knobs=validate_knobs,
         validate_degrees=validate_degrees,
-        validate_experts=validate_experts)]
-    layouts = [layout for layout in layouts if _host_memory_fits(model, cluster, layout, rejections)]
-    return layouts, rejections, _Costs(model, cluster, reserve, headroom)
+        validate_experts=validate_experts))
+    layouts = (layout for layout in layouts if _host_memory_fits(model, cluster, layout, rejections))
+    return layouts, rejections
 
 
 def _host_memory_fits(model: ModelSpec, cluster: ClusterSpec, layout: Layout, rejections: Rejections) -> bool:
@@ -2312,7 +2378,11 @@ def _has_plan(model, cluster, fixed, base, reserve, headroom, layouts: list | No
     skipped with its module-set variants: they differ only in `recompute_modules` and
     `offload_modules`, which `memory_model.kind_state_bytes` does not read (its key,
     `memory.model_state_key`, holds neither; the whole layout only under torchtitan with PP, whose
-    module lists are not searched, `search.module_sets.searched_sets`).
+    module lists are not searched, `search.module_sets.searched_sets`). A copy whose layers may not
+    be selective (`_granularity_copies`) is asked once per (recompute, modes, offload list): the
+    variants that differ only in their recompute list give it the same memory program (the list
+    is read only by `cost.activations.layer_activation_bytes` under selective, through
+    `memory.activation_arguments`; the search's `expand` drops those variants alike).
     `layouts`: the same request's candidates at another global batch without the batch rules
     (`_candidates` with `batch_rules=False`; `_batch_relaxation` asks several batches): with this
     batch, those that pass `check_batch` are this request's candidates, without enumerating them
@@ -2320,22 +2390,29 @@ def _has_plan(model, cluster, fixed, base, reserve, headroom, layouts: list | No
     BATCH_RULES, which `_candidates` skips in `validate_knobs`), nor does `overlap.tuned` /
     `tuned_dispatcher`, which set no field the batch rules read."""
     if layouts is None:
-        candidates, _, costs = _candidates(model, cluster, fixed, base, reserve, headroom)
+        candidates, _ = _candidate_stream(model, cluster, fixed, base)
     else:
         g = base["global_batch_size"]
         candidates = [c for c in (layout.replace(global_batch_size=g) for layout in layouts)
                       if not errors(check_batch(model, cluster, c))]
-        costs = _Costs(model, cluster, reserve, headroom)
+    costs = _Costs(model, cluster, reserve, headroom)
     modes = _modes_for(fixed)
     sets = _module_sets(model, base, modes)
     room = math.floor(costs.usable_bytes)
     for candidate in candidates:   # the EP overlap frees no memory: its candidates add no plan
         if _least_state_bytes(costs, _with_split(model, candidate)) > candidate.pp * room:
             continue
+        tried = set()  # (recompute, modes, offload list) of the copies without selective layers asked
         for layout in (candidate, *(candidate.replace(recompute_modules=r, offload_modules=o)
                                     for r, o in sets)):
             for copy in _granularity_copies(_with_split(model, layout), modes):
-                if _has_split(costs, copy, _modes_of(copy, modes)):
+                copy_modes = _modes_of(copy, modes)
+                if "selective" not in copy_modes:  # its recompute list acts on no layer
+                    asked = (copy.recompute, copy_modes, copy.offload_modules)
+                    if asked in tried:
+                        continue
+                    tried.add(asked)
+                if _has_split(costs, copy, copy_modes):
                     return True
     return False
 
