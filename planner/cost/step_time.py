@@ -32,8 +32,10 @@ from functools import lru_cache
 from planner.cost import collectives as coll
 from planner.cost import comm
 from planner.cost.comm import Collective
-from planner.cost.compute import (achieved_flops, attention_flops, core_precision, expert_host_launches,
-                                   fp8_cast_bytes, moe_expert_host_idle_s, moe_host_sync_s, peak_flops)
+from planner.cost.compute import (ATTENTION_BACKWARD_FLOPS, achieved_flops, attention_flops, core_precision,
+                                   executed_attention_fraction,
+                                   expert_host_launches, fp8_cast_bytes, moe_expert_host_idle_s, moe_host_sync_s,
+                                   peak_flops)
 from planner.cost.activations import layer_activation_bytes, op_sac_recomputed_matmuls
 from planner.cost.memory import activation_arguments, stage_layers
 from planner.cost.params_flops import count_params, flops_per_token
@@ -227,7 +229,10 @@ def layer_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, layer_ind
     Megatron-LM CP docs). EP: dispatch + combine all-to-all of the routed tokens forward and
     backward, exposed (Lepikhin et al. 2020 GShard §2; Megatron-Core MoE docs). Without FlashAttention (Dao et al. 2022) the
     attention core also streams the b*a*s^2 score matrix through HBM (UNFUSED_SCORE_BYTES per element
-    per forward), which counts as part of its time. No causal discount on the attention FLOPs.
+    per forward), which counts as part of its time. Executed attention work: a fused (Flash)
+    kernel runs the causal part of the scores (`compute.executed_attention_fraction`, about half)
+    at the causal kernel's rate; the unfused core computes the whole square. Reported MFU / TFLOP/s
+    count model FLOPs in their own convention (`_summary`, `planner.summary.mfu_basis`), not this.
     """
     if recompute not in RECOMPUTE_MODES:
         raise SpecError(f"value {recompute!r} not allowed; allowed: {', '.join(RECOMPUTE_MODES)}",
@@ -286,7 +291,25 @@ def _layer_parts(model, cluster, layout, layer_index, rank_order, flash_attentio
     comm = _layer_comm(model, cluster, layout, layer_index, attn_fwd, rank_order, fwd)
     host = _moe_host_s(model, cluster, layout, layer_index)
     selective = _selective_recompute_s(model, cluster, layout, layer_index, attn_fwd)
+    host = (host[0], host[1] + _attention_backward_excess_s(model, cluster, layout, layer_index, flash_attention))
     return fwd, attn_fwd, comm, host, selective, _offload_s(model, cluster, layout, layer_index)
+
+
+def _attention_backward_excess_s(model: ModelSpec, cluster: ClusterSpec, layout: Layout, index: int,
+                                 flash_attention: bool) -> float:
+    """What a fused attention core's backward takes beyond the 2 x forward every part of a layer is
+    given (`_layer_time`), s per micro-batch on one GPU: FlashAttention recomputes the scores in its
+    backward (`compute.ATTENTION_BACKWARD_FLOPS` = 2.5x the forward's FLOPs) at its backward kernel's
+    rate (`compute.attention_efficiency`, backward), `attention_core_s` both ways; 0 for the unfused
+    core (it stores the probabilities: 4 backward matmuls, 2x). Carried with the backward's host idle
+    (it hides no communication either way). Source: Dao 2023 §4.1; Shah et al. 2024 Fig. 6."""
+    if not flash_attention:
+        return 0.0
+    local = layout.micro_batch_size * layout.seq_len / (layout.tp * layout.cp)
+    kernel = BY_NAME[layout.framework].attention_kernel()
+    core = {bwd: attention_core_s(model, index, layout.seq_len, cluster.gpu, layout.precision, cp=layout.cp,
+                                  kernel=kernel, backward=bwd) for bwd in (False, True)}
+    return max(0.0, local * (core[True] - 2 * core[False]))
 
 
 def _moe_host_s(model: ModelSpec, cluster: ClusterSpec, layout: Layout, index: int) -> tuple[float, float]:
@@ -349,9 +372,8 @@ def _layer_compute_s(model: ModelSpec, cluster: ClusterSpec, layout: Layout, ind
     if routed:
         fwd += _routed_experts_s(model, cluster, layout, index)
     if flash_attention:
-        chunk = _attention_chunk(model, index, s, cp)
-        attn_fwd = local * attention / attention_flops(
-            gpu, precision, chunk_tokens=chunk, kernel=BY_NAME[layout.framework].attention_kernel())
+        attn_fwd = local * attention_core_s(model, index, s, gpu, precision, cp=cp,
+                                            kernel=BY_NAME[layout.framework].attention_kernel())
         attn_fwd += cp_ring_bytes(model, layout) / 3 / _hbm_bytes_per_s(cluster)
     else:
         attn_fwd = local * attention / achieved_flops(gpu, core_precision(precision), gemm_dim=gemm_dim)
@@ -677,6 +699,28 @@ def _attention_chunk(model: ModelSpec, index: int, seq_len: int, cp: int) -> flo
     if model.layer_types and model.layer_types[index] == "sliding_attention" and model.sliding_window:
         ctx = min(seq_len, model.sliding_window)
     return ctx if cp == 1 else min(ctx, seq_len / (2 * cp))
+
+
+def attention_core_s(model: ModelSpec, index: int, seq_len: float, gpu, precision: str, *, cp: int = 1,
+                     kernel: str = "fused", backward: bool = False) -> float:
+    """Seconds per token (all heads, one GPU) of layer `index`'s fused causal attention core forward
+    (`backward`: its backward): the executed part of its score FLOPs
+    (`compute.executed_attention_fraction` of the layer's context: the window on sliding layers) at
+    the causal kernel's rate on the rank's chunk (`_attention_chunk`, `compute.attention_flops`,
+    causal); the backward runs `compute.ATTENTION_BACKWARD_FLOPS` times those FLOPs at the backward
+    kernel's rate. One executed-work model for training
+    (`_layer_compute_s`, divided over tp x cp by the caller's token count) and serving prefill
+    (`serving.prefill_forward_s`). With context parallelism every ring step runs on chunk pairs of
+    s / 2cp tokens; the causal curve is applied to all of them (the off-diagonal steps run
+    unmasked, faster per FLOP: an upper bound there).
+    Source: Kaplan et al. 2020 Table 1 (the FLOPs, `_layer_flops_per_token`); Shah et al. 2024 Fig. 5
+    causal panel (the rate); Dao 2023 §3.1.1 (the skipped tiles)."""
+    _, _, attention = _layer_flops_per_token(model, index, int(seq_len))
+    context = _attention_chunk(model, index, seq_len, 1)
+    executed = attention * executed_attention_fraction(seq_len, context)
+    rate = attention_flops(gpu, precision, chunk_tokens=_attention_chunk(model, index, seq_len, cp),
+                           kernel=kernel, causal=True, backward=backward)
+    return executed * (ATTENTION_BACKWARD_FLOPS if backward else 1.0) / rate
 
 
 def cp_ring_bytes(model: ModelSpec, layout: Layout) -> float:
