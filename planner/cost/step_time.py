@@ -219,8 +219,10 @@ def layer_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, layer_ind
     """Time components of one layer for one micro-batch on one GPU under recompute mode `recompute`.
 
     Compute: per-GPU FLOPs = b*s * FLOPs/token / (tp*cp) (experts balanced over ep*etp of the same
-    ranks); backward = 2 x forward (Narayanan 2021 §5.1). Recompute: selective re-runs the attention
-    core (Korthikanti et al. 2022 §5), full re-runs the forward and its TP/EP communication.
+    ranks); backward = 2 x forward (Narayanan 2021 §5.1), except a fused attention core's
+    (`_attention_backward_excess_s`: 2.5x its FLOPs at the backward kernel's rate). Recompute:
+    selective re-runs the attention core (Korthikanti et al. 2022 §5), full re-runs the forward and
+    its TP/EP communication.
     Communication: the records of `comm.layer_collectives`, priced by phase (`_layer_comm`).
     TP/SP: 2 all-reduces (or all-gathers + reduce-scatters, same time) of b*s/cp*h activations
     forward and 2 backward, all exposed (Korthikanti 2022 §4.2.2; Shoeybi et al. 2019 §3). CP: the
@@ -281,8 +283,8 @@ _LAYER_TIMES: dict = {}
 
 def _layer_parts(model, cluster, layout, layer_index, rank_order, flash_attention):
     """(forward, attention-core forward, [exposed comm of one forward pass + backward, of a
-    second forward pass], host stall of one forward pass) of one layer, s: what every recompute
-    mode combines (`_layer_time`).
+    second forward pass], (GPU time beyond the parts' 1:2 split in the forward, in the backward),
+    selective recompute, offload) of one layer, s: what every recompute mode combines (`_layer_time`).
 
     Forward = dense linear GEMMs + routed-expert grouped GEMMs + attention core + memory-bound
     terms (`_layer_compute_s`); a MoE layer's passes also leave the GPU idle on the host
@@ -358,7 +360,8 @@ def _layer_compute_s(model: ModelSpec, cluster: ClusterSpec, layout: Layout, ind
       the bytes unfused kernels move beyond fused ones (`unfused_elementwise_bytes`, and with
       `layout.norm_kernel` composite the op-by-op RMSNorm's, `composite_norm_bytes`); the fused
       kernels' own bytes are part of what the fitted GEMM efficiency absorbs on every row.
-    Backward = 2 x forward for every part (Narayanan 2021 §5.1), so memory terms that run once
+    Backward = 2 x forward for every part here (Narayanan 2021 §5.1; the fused attention core's excess
+    over that is `_attention_backward_excess_s`, added by `_layer_parts`), so memory terms that run once
     per forward + backward enter as a third of their bytes.
     """
     b, s, tp, cp = layout.micro_batch_size, layout.seq_len, layout.tp, layout.cp
