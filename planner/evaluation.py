@@ -139,13 +139,15 @@ class Evaluation:
 
     def plan_parallelism(self, recompute) -> dict:
         """`plan`'s parallelism: `parallelism()` with the solved recompute (a mode or per-stage
-        counts), the split, the overlaps the layout sets, Megatron-LM's fp8 parameter gather when
+        counts), the split, the overlaps the layout sets, the states kept in host memory when any
+        (searched, `plan.searched_offload`), Megatron-LM's fp8 parameter gather when
         on (searched, `plan._with_fp8_param_gather`) and its pipeline layout string."""
         layout = self.layout
         return self.parallelism() | {
             "recompute": recompute,
             **({} if layout.recompute_modules is None else {"recompute_modules": list(layout.recompute_modules)}),
             **({} if layout.offload_modules is None else {"offload_modules": list(layout.offload_modules)}),
+            **({"offload": sorted(layout.offload)} if layout.offload else {}),
             **({"fp8_param_gather": True} if layout.fp8_param_gather else {}),
             "pipeline_layers": list(layout.pipeline_layers),
             "overlap": {k: getattr(layout, k) for k in OVERLAP_KNOBS if getattr(layout, k) is not None},

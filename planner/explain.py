@@ -92,7 +92,8 @@ def explain(model: ModelSpec, cluster, layout: Layout, *, reserve_bytes: int | N
                   "details": {"warnings": [], "framework": layout.framework, "at_risk_margin": at_risk_margin}}
     else:
         violations += memory_violations(model, cluster, layout, [record.worst], reserve_bytes=reserve_bytes,
-                                        at_risk_margin=at_risk_margin)
+                                        at_risk_margin=at_risk_margin,
+                                        modes=_modes(model, layout, recompute_per_stage, recompute_layers))
         record = dataclasses.replace(record, violations=tuple(violations))
         header["violations"] = record.violation_rows()
         costed = _memory_and_communication(record, at_risk_margin)
@@ -102,14 +103,20 @@ def explain(model: ModelSpec, cluster, layout: Layout, *, reserve_bytes: int | N
     blocking = [v for v in errors(violations) if not (time_despite_memory and v.rule == "memory_exceeds")]
     if not blocking:
         order = {} if rank_order is None else {"rank_order": rank_order}
-        modes = recompute_layers
-        if modes is None and recompute_per_stage is not None:
-            modes = layer_modes(recompute_per_stage, stage_layers(model, layout))
         record = dataclasses.replace(record, step=cost_step(
-            model, cluster, layout, modes, flash_attention=flash_attention, **order))
+            model, cluster, layout, _modes(model, layout, recompute_per_stage, recompute_layers),
+            flash_attention=flash_attention, **order))
     basis = mfu_basis(model, cluster.gpu.peak_tflops, layout.precision, layout.seq_len, layout.framework) \
         if record.step else None
     return header | costed | {"time_s": record.time_s(rates=True), "mfu_basis": basis}
+
+
+def _modes(model: ModelSpec, layout: Layout, recompute_per_stage, recompute_layers) -> tuple[str, ...] | None:
+    """Each decoder layer's recompute mode: `--recompute-layers` as given, else the per-stage counts'
+    (`evaluation.layer_modes`); None = `layout.recompute` on every layer."""
+    if recompute_layers is None and recompute_per_stage is not None:
+        return layer_modes(recompute_per_stage, stage_layers(model, layout))
+    return recompute_layers
 
 
 def _costed(model: ModelSpec, cluster, record: Evaluation, reserve_bytes: int | None,

@@ -114,6 +114,7 @@ from planner.cost.memory import (
     DEFAULT_AT_RISK_MARGIN,
     DEFAULT_RESERVE_BYTES,
     HELD_OUT_ERROR,
+    host_state_bytes,
     in_flight_microbatches,
     stage_memory,
 )
@@ -145,7 +146,7 @@ from planner.placement import mtp, overlap, pipeline_layout, recompute_mix
 from planner.placement.layout import PRECISION_KNOBS, OVERLAP_KNOBS, RECOMPUTE_MODES, Layout
 from planner.placement.precision import allowed_grad_reduce_dtypes, state_bytes
 from planner.evaluation import Evaluation, cost_stages, cost_step, layer_modes, model_chunks, stage_modes
-from planner.frameworks import megatron as mg
+from planner.frameworks import BY_NAME as FRAMEWORK_TABLES, megatron as mg
 from planner.plan_document import PlanFile
 from planner.placement.rules import (
     BATCH_RULES,
@@ -1536,8 +1537,8 @@ def simpler_alternative(plans: list[dict], error: float) -> dict | None:
     or None.
 
     Fewer moving parts: no more pipeline stages (pp x vpp), context parallelism, tensor
-    parallelism, ZeRO-3 sharding (parameters gathered every layer) or fully recomputed layers than
-    #1 and fewer of at least one. Two predictions closer than the model's own
+    parallelism, ZeRO-3 sharding (parameters gathered every layer), fully recomputed layers or
+    states offloaded to the host than #1 and fewer of at least one. Two predictions closer than the model's own
     error do not say which layout is faster, and an experienced engineer breaks such a tie
     towards the simpler layout (senior-engineer review: 8B on 8 H100, dp4 pp2 ranked 1.4% above
     dp8). A note, not a change of the ranking: the plans stay ordered by the model's step time.
@@ -1546,7 +1547,7 @@ def simpler_alternative(plans: list[dict], error: float) -> dict | None:
     `error`, fewer: the axes it has fewer of (`SIMPLER_AXES`)}."""
     def parts(par: dict) -> tuple[int, ...]:
         return (par["pp"] * par["vpp"], par["cp"], par["tp"], int(par["zero_stage"] == 3),
-                recompute_mix.full_layers(par))
+                recompute_mix.full_layers(par), len(par.get("offload", ())))
 
     first, step = parts(plans[0]["parallelism"]), plans[0]["time_s"]["step"]
     for rank, entry in enumerate(plans[1:], 2):
@@ -1558,7 +1559,7 @@ def simpler_alternative(plans: list[dict], error: float) -> dict | None:
     return None
 
 
-SIMPLER_AXES = ("pipeline stages", "cp", "tp", "ZeRO-3", "fully recomputed layers")
+SIMPLER_AXES = ("pipeline stages", "cp", "tp", "ZeRO-3", "fully recomputed layers", "offloaded states")
 """The moving parts `simpler_alternative` compares, in its order."""
 
 
@@ -1608,11 +1609,11 @@ def simplicity(layout: Layout) -> tuple:
     """Tie-break among equally fast plans: the layout with fewer moving parts ranks first (no
     context parallelism, lower ZeRO stage, fewer pipeline stages, less tensor/expert parallelism,
     smaller micro-batches: at the same step time the smaller one holds fewer activations, leaving
-    more memory headroom; then no activation offloading, Megatron's default recompute modules
-    and no fp8 parameter gather),
+    more memory headroom; then fewer states offloaded to the host, no activation offloading,
+    Megatron's default recompute modules and no fp8 parameter gather),
     the one a Megatron-LM / DeepSpeed user would launch."""
     return (layout.cp, layout.zero_stage, layout.pp, layout.tp, layout.ep, layout.etp,
-            layout.micro_batch_size, layout.vpp, layout.offload_modules is not None,
+            layout.micro_batch_size, layout.vpp, len(layout.offload), layout.offload_modules is not None,
             layout.offload_modules or (), layout.recompute_modules is not None,
             layout.recompute_modules or (), bool(layout.fp8_param_gather))
 
@@ -1758,7 +1759,8 @@ def _candidates(model, cluster, fixed, base, reserve, headroom, *,
         max_cp=base["seq_len"] // CP_MIN_TOKENS_PER_RANK,
         micro_batch_sizes=MICRO_BATCH_SIZES, zero_stages=ZERO_STAGES, vpp_values=VPP_VALUES,
         layers=model.num_hidden_layers,
-        sequence_parallel=(True,), fixed={k: v for k, v in fixed.items() if k != "recompute"},
+        sequence_parallel=(True,), offload_options=searched_offload(base["framework"], cluster),
+        fixed={k: v for k, v in fixed.items() if k != "recompute"},
         base={**base, **({"recompute": fixed["recompute"]} if "recompute" in fixed else {})})
     rejections = Rejections()
 
@@ -1788,7 +1790,23 @@ def _candidates(model, cluster, fixed, base, reserve, headroom, *,
         space, validate, rejections, validate_mesh=validate_mesh, validate_knobs=validate_knobs,
         validate_degrees=validate_degrees,
         validate_experts=validate_experts)]
+    layouts = [layout for layout in layouts if _host_memory_fits(model, cluster, layout, rejections)]
     return layouts, rejections, _Costs(model, cluster, reserve, headroom)
+
+
+def _host_memory_fits(model: ModelSpec, cluster: ClusterSpec, layout: Layout, rejections: Rejections) -> bool:
+    """Whether the model states `layout` offloads, pinned in host memory by every GPU of a node
+    (`cost.memory.host_state_bytes` x GPUs per node), fit the node's host DRAM; a candidate that
+    does not is rejected (counted under `offload_host_memory`)."""
+    if not layout.offload:
+        return True
+    host = host_state_bytes(model, _with_split(model, layout)) * cluster.gpus_per_node
+    if host <= cluster.host_memory_gib * 2**30:
+        return True
+    rejections.add("offload_host_memory", f"offloading {', '.join(sorted(layout.offload))} pins "
+                   f"{host / 2**30:.0f} GiB of host memory per node, more than its "
+                   f"{cluster.host_memory_gib:.0f} GiB")
+    return False
 
 
 def _with_split(model: ModelSpec, layout: Layout) -> Layout:
@@ -2196,21 +2214,22 @@ def _states_exceed(model: ModelSpec, cluster: ClusterSpec, base: dict, fixed: di
     lower = states_lower_bound_gpus(model, cluster, base=base, reserve_bytes=reserve, headroom=headroom)
     if lower <= cluster.num_gpus:
         return None
-    layout = Layout(dp=2, zero_stage=3, **{k: v for k, v in base.items() if k in (
-        "precision", "optimizer", "framework", "grad_reduce_dtype", *PRECISION_KNOBS)})
-    sb, params, gib = state_bytes(layout), count_params(model).total, 2**30
-    terms = {"parameters": sb.parameters, "gradients": sb.gradients,
-             "optimizer_states": sb.optimizer_states}
+    params, gib = count_params(model).total, 2**30
+    every = _device_state_bytes(base, cluster)
+    terms = {k: v for k, v in every.items() if v}
     usable = usable_bytes(cluster, reserve, headroom)
     per_gpu = params * sum(terms.values()) / cluster.num_gpus
     term = max(terms, key=terms.get)
     gpus = minimum_gpus(model, cluster, base=base, fixed=fixed, reserve_bytes=reserve, headroom=headroom)
     change = _gpu_change(cluster, gpus, term)
+    label = {"parameters": "weights", "gradients": "gradients", "optimizer_states": "optimizer states"}
+    hosted = [label[k] for k, v in every.items() if not v]
     return InfeasibleError(
         f"no layout of {model.name} fits {cluster.num_gpus} x {cluster.gpu.name} "
         f"({usable / gib:.1f} GiB usable per GPU after the {reserve / gib:.1f} GiB reserve and "
         f"{headroom:.0%} headroom): its model states alone, {params / 1e9:,.1f}B parameters x "
-        f"{sum(terms.values()):g} bytes (weights, gradients, optimizer states) fully sharded over all "
+        f"{sum(terms.values()):g} bytes ({', '.join(label[k] for k in terms)}"
+        f"{'; ' + ' and '.join(hosted) + ' in host memory' if hosted else ''}) fully sharded over all "
         f"{cluster.num_gpus} GPUs (ZeRO-3), are {per_gpu / gib:,.1f} GiB per GPU before any "
         f"activation, dominated by {term.replace('_', ' ')} ({params * terms[term] / cluster.num_gpus / gib:,.1f} "
         f"GiB); smallest change: {change}",
@@ -2219,17 +2238,37 @@ def _states_exceed(model: ModelSpec, cluster: ClusterSpec, base: dict, fixed: di
                  "minimum_gpus": gpus})
 
 
+def searched_offload(framework: str, cluster: ClusterSpec) -> tuple[frozenset[str], ...]:
+    """The `Layout.offload` sets the search tries under `framework` (its vocabulary's
+    `SEARCHED_OFFLOAD`: DeepSpeed's ZeRO-Offload / ZeRO-Infinity CPU offload, torchtitan's CPU
+    offload, none under Megatron-LM), weighed as any knob (`offload` is not a `--fix` key); those
+    that run the optimizer on the host only where the cluster file gives its CPU cores (the time
+    of that step, `step_time._optimizer_time`)."""
+    return tuple(s for s in FRAMEWORK_TABLES[framework].SEARCHED_OFFLOAD
+                 if "optimizer" not in s or cluster.host_cpu_cores is not None)
+
+
 def states_lower_bound_gpus(model: ModelSpec, cluster: ClusterSpec, *, base: dict,
                             reserve_bytes: int, headroom: float = 0.0) -> int:
     """Least GPU count any layout needs: all model states fully sharded (params x (parameter +
     gradient + optimizer bytes of a ZeRO-3 layout of this framework)) over the usable memory,
-    activations ignored. Source: Rajbhandari et al. 2020 (ZeRO) §5, Psi x (2 + 2 + K) / N_d."""
+    activations ignored, less the states some offload set the search tries keeps in host memory
+    (`searched_offload`). Source: Rajbhandari et al. 2020 (ZeRO) §5,
+    Psi x (2 + 2 + K) / N_d."""
+    total = count_params(model).total * sum(_device_state_bytes(base, cluster).values())
+    return max(1, math.ceil(total / usable_bytes(cluster, reserve_bytes, headroom)))
+
+
+def _device_state_bytes(base: dict, cluster: ClusterSpec) -> dict[str, int]:
+    """Bytes per parameter of each model state a ZeRO-3 layout of the request keeps on the GPU
+    (parameters, gradients, optimizer_states), 0 for a state some searched offload set moves to
+    the host (`searched_offload`)."""
     layout = Layout(dp=2, zero_stage=3, **{k: v for k, v in base.items() if k in (
         "precision", "optimizer", "framework", "grad_reduce_dtype", *PRECISION_KNOBS)})
+    offload = frozenset().union(*searched_offload(layout.framework, cluster))
     sb = state_bytes(layout)
-    per_param = sb.parameters + sb.gradients + sb.optimizer_states
-    total = count_params(model).total * per_param
-    return max(1, math.ceil(total / usable_bytes(cluster, reserve_bytes, headroom)))
+    return {"parameters": 0 if "parameters" in offload else sb.parameters, "gradients": sb.gradients,
+            "optimizer_states": 0 if "optimizer" in offload else sb.optimizer_states}
 
 
 def minimum_gpus(model: ModelSpec, cluster: ClusterSpec, *, base: dict, fixed: dict,

@@ -36,17 +36,18 @@ KEYS = {
                          "micro_batch_size", "global_batch_size", "num_microbatches", "vpp",
                          "recompute", "pipeline_layers", "overlap", "pipeline_layout", "cp_comm_type",
                          "moe_dispatcher", "compile", "recompute_modules", "offload_modules",
-                         "recompute_layers", "fp8_param_gather", "buckets"),
+                         "recompute_layers", "fp8_param_gather", "buckets", "offload"),
 }
 """Section -> the keys a plan file may hold there (`planner plan -o` writes them)."""
 OPTIONAL = frozenset({"predicted", "solver", "fixed", "etp", "pipeline_layout", "recompute_layers", "grad_reduce_dtype",
                       "overlap", "cp_comm_type", "moe_dispatcher", "compile", "recompute_modules", "offload_modules",
-                      "buckets", *PRECISION_KNOBS})
+                      "buckets", "offload", *PRECISION_KNOBS})
 """Keys that may be absent: `predicted` and `solver` (informational), `request.fixed` (a
 hand-written plan pinned nothing), `plan.parallelism.etp` (files written before the expert
 tensor-parallel degree was recorded: 1), `plan.parallelism.recompute_layers` (written only where
 the per-stage counts do not say which of a stage's layers are recomputed), `plan.parallelism.buckets` (a
-DeepSpeed plan's ZeRO bucket sizes, `Layout.buckets`; `plan` writes none), and the knobs whose absence means
+DeepSpeed plan's ZeRO bucket sizes, `Layout.buckets`; `plan` writes none), `plan.parallelism.offload`
+(the states kept in host memory, `Layout.offload`: written only when any), and the knobs whose absence means
 the default."""
 OVERLAP_KEYS = OVERLAP_KNOBS
 """Keys of `plan.parallelism.overlap` (each optional: absent = the framework's default)."""

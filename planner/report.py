@@ -377,8 +377,10 @@ def gib(n: float) -> str:
     return f"{n / 2**30:,.2f}"
 
 
-def layout_label(par: dict) -> str:
-    """Compact layout: `dp4 tp8 pp2 cp1 ep1 · ZeRO-1 · SP · b1 m16 · recompute selective`."""
+def layout_label(par: dict, framework: str | None = None) -> str:
+    """Compact layout: `dp4 tp8 pp2 cp1 ep1 · ZeRO-1 · SP · b1 m16 · recompute selective · overlap
+    grad-reduce`; the overlaps on as `framework` resolves them (`overlap.names_on`; None: the
+    parallelism's own `framework`, else as given)."""
     mesh = " ".join(f"{axis}{par[axis]}" for axis in ("dp", "tp", "pp", "cp", "ep") if axis in par)
     if par.get("etp", 1) > 1:
         mesh += f" etp{par['etp']}"
@@ -404,7 +406,7 @@ def layout_label(par: dict) -> str:
         parts.append("fp8 param gather")
     # plan / check nest the overlaps as costed under "overlap"; explain's full parallelism has them flat
     overlaps = par.get("overlap") or {knob: par.get(knob) for knob in overlap.NAMES.values()}
-    on = [name for name, knob in overlap.NAMES.items() if overlaps.get(knob)]
+    on = overlap.names_on(overlaps, framework or par.get("framework"), par["zero_stage"])
     if on:
         parts.append("overlap " + ",".join(on))
     if par.get("compile"):
@@ -553,7 +555,7 @@ def show_plan(data: dict, fmt: str) -> None:
                          right_from=2))
     for i, p in enumerate(data["plans"], 1):
         par = p["parallelism"]
-        console.print(f"  {i}: {layout_label(par)}; {_split(par)}"
+        console.print(f"  {i}: {layout_label(par, data['request']['framework'])}; {_split(par)}"
                       + ("" if isinstance(par["recompute"], str) else
                          "; recompute per stage " + recompute_mix.format_stages(par["recompute"])))
     console.print(Text(mfu_note(data["mfu_basis"], data["plans"][0]["mfu"], "#1")))
@@ -761,8 +763,8 @@ def _which_plan(launch, best: float) -> str | None:
         rank = "the best plan" if launch.index == 0 else f"plan #{launch.index + 1}"
         which = f"the search's {rank}"
         framework = launch.emitted.framework
-        return (f"emitted {which} ({layout_label(chosen['parallelism'])}), {launch.step_s:.3f} s/step as "
-                f"{framework} launches it: the search's best plan ({best:.3f} s/step as "
+        return (f"emitted {which} ({layout_label(chosen['parallelism'], framework)}), "
+                f"{launch.step_s:.3f} s/step as {framework} launches it: the search's best plan ({best:.3f} s/step as "
                 f"planned) {as_emitted}"
                 + (f" with the changes {framework} needs ({len(first.emitted.deviations)} "
                    f"deviation(s))" if first is not None else ""))
@@ -862,8 +864,12 @@ def show_serve_plan(data: dict, fmt: str) -> None:
     else:
         mix = " + ".join(f"{p['parallelism']['replicas']:,} x {_serve_label(p['parallelism'])} @{p['concurrency']:,}"
                          for p in dep["mix"])
-    console.print(f"deployment: {mix} on {dep['gpus']:,} GPUs: {dep['tokens_per_s']:,.0f} output tokens/s "
-                  f"({dep['tokens_per_s_per_gpu']:,.1f} /GPU), {number(dep['requests_per_s'])} requests/s")
+    served = (f"serves {number(dep['requests_per_s'])} requests/s, {dep['tokens_per_s']:,.0f} output tokens/s "
+              f"({dep['tokens_per_s_per_gpu']:,.1f} /GPU), {dep['utilisation']:.1%} of its capacity "
+              f"({number(dep['capacity_requests_per_s'])} requests/s)" if "utilisation" in dep else
+              f"{dep['tokens_per_s']:,.0f} output tokens/s ({dep['tokens_per_s_per_gpu']:,.1f} /GPU), "
+              f"{number(dep['requests_per_s'])} requests/s")
+    console.print(f"deployment: {mix} on {dep['gpus']:,} GPUs: {served}")
     console.print()
     console.print(_table("plans", ("#", "instance", "replicas", "conc.", "TTFT\nms", "TPOT\nms",
                                    "output\ntok/s/GPU", "output\ntok/s/user", "KV pool\nGiB", "max\nconc."),

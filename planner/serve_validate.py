@@ -593,7 +593,7 @@ it, `cost.serving.prefill_forward_s`; until 2026-12 its FLOPs at the compute pea
 training model's forward, so its coefficient is at least 1 (the fit solves for the excess, non-negative); fitted
 freely before the prefill queue's wait was priced (`cost.serving.prefill_queue_wait_s`), the dense fits came out
 1.26-1.34 for all three engines (2.12-2.36 over FLOPs at the peak); with the wait priced SGLang's and vLLM's sit at
-this bound (1.0) and TensorRT-LLM's at 1.22 (calibration/serving.yaml). Without the bound the MoE fits, whose rows cannot tell the prefill from the
+this bound (1.0) and TensorRT-LLM's at 1.20 (calibration/serving.yaml). Without the bound the MoE fits, whose rows cannot tell the prefill from the
 co-batched prompts and the constant apart, put it at 0 (TensorRT-LLM) and 0.76 (SGLang): a DeepSeek-V3 prefill
 worker was credited near the fp8 peak, about 3x the 50-74K prompt tokens/s per 8-GPU node that LMSYS and
 DeepSeek publish (fresh-user review 8, finding 2). Likewise a prefill's work inside the others' decode steps
@@ -706,8 +706,9 @@ def _steady(rows: list[dict]) -> dict:
     its TTFT MAPE against the measured values, and the median of steady / harness-costed predicted TTFT.
     On the evaluation part (2026-12-02, with the steady prefill queue's wait, `cost.serving.prefill_queue_wait_s`):
     58.8 % / 0.44 (sweep), 58.6 % / 0.47 (sweep-sla), 44.7 % / 0.65 (inferencex), 55.2 % / 0.47 over all (before
-    it: 62.4 / 0.37, 60.1 / 0.46, 44.3 / 0.65, 57.5 / 0.41) -- a benchmark's burst, waves and request path about
-    double the steady-state TTFT."""
+    it: 62.4 / 0.37, 60.1 / 0.46, 44.3 / 0.65, 57.5 / 0.41; with the first-token step added and the wave's tail in
+    TPOT, servefit's refit: 57.2 / 0.44, 56.7 / 0.50, 42.2 / 0.71, 53.3 / 0.48) -- a benchmark's burst, waves and
+    request path about double the steady-state TTFT."""
     if not rows:
         return {"ttft_mape": None, "median_steady_over_predicted": None, "n": 0}
     ratios = sorted(r["ttft_steady_ms"] / r["ttft_pred_ms"] for r in rows if r["ttft_pred_ms"] > 0)

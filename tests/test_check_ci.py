@@ -75,13 +75,14 @@ def test_github_annotation_points_at_the_line_of_the_flag(tmp_path):
 
 
 def test_github_annotation_of_a_plan_file_memory_failure_points_at_a_knob_it_sets():
-    """memory_exceeds names no key: it points at the first knob its fix names (zero_stage: the
-    fixes list the cheapest in step time first, ZeRO-2 before recompute, review-senior5 M5)."""
+    """memory_exceeds names no key: it points at the first knob its fix names (the fixes list the
+    cheapest in step time first: here half the micro-batch, review-fresh11 #4)."""
     result = _check(FAILING, "--format", "github")
     text = (ROOT / FAILING).read_text().splitlines()
-    zero_line = 1 + next(i for i, s in enumerate(text) if s.strip().startswith("zero_stage:"))
-    assert f"::error file={FAILING},line={zero_line},title=memory_exceeds::pipeline stage 0 " \
+    micro_line = 1 + next(i for i, s in enumerate(text) if s.strip().startswith("micro_batch_size:"))
+    assert f"::error file={FAILING},line={micro_line},title=memory_exceeds::pipeline stage 0 " \
            f"needs 85.3 GiB of 79.6 GiB" in result.output
+    assert "Fix: any of: micro_batch_size 1 " in result.output
 
 
 def test_github_escapes_data_and_properties():
@@ -260,7 +261,7 @@ def test_options_that_agree_with_a_plan_file_are_accepted():
 
 @pytest.mark.parametrize("name, text, line", [
     ("bad.yaml", "a: [1,\n b: 2\n", 3),               # the flow sequence is still open at the end
-    ("bad.json", '{"train_batch_size": 8,\n}\n', 2),   # a trailing comma before `}` on line 2
+    ("bad.json", '{"train_batch_size": 8,\n]\n', 2),   # `]` closing `{` on line 2 (DeepSpeed's hjson refuses it too)
     ("bad.toml", "[training]\nseq_len = \n", 2),       # a key without its value on line 2
 ])
 def test_syntax_error_annotation_carries_its_line(tmp_path, name, text, line):

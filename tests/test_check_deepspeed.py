@@ -304,8 +304,10 @@ def test_hidden_size_auto_buckets_are_filled_as_the_trainer_fills_them(tmp_path)
 
 
 def test_json_syntax_error_names_the_file(tmp_path):
+    """`]` closing the `{` on line 2: strict JSON and DeepSpeed's hjson both refuse it (a trailing comma, which
+    DeepSpeed reads, is a warning: tests/test_check_deepspeed_json.py)."""
     path = tmp_path / "broken.json"
-    path.write_text('{"train_batch_size": 8,\n "bf16": {"enabled": true},}\n')
+    path.write_text('{"train_batch_size": 8,\n "bf16": {"enabled": true}]\n')
     result = _check(path, *H100_8)
     assert result.exit_code == 2 and str(path) in result.output and "line 2" in result.output
 

@@ -88,20 +88,21 @@ def test_reader_allows_exactly_the_keys_plan_writes(tmp_path):
     # layout sets it (torchtitan plans), `recompute_layers` only where the per-stage counts do not
     # say which layers are recomputed (tests/test_check.py, interleaved plans), `fp8_param_gather`
     # only where the search chose it on (tests/test_fp8_gather_search.py), `buckets` never (a
-    # hand-written DeepSpeed plan's ZeRO bucket sizes, tests/test_emit_deepspeed.py)
+    # hand-written DeepSpeed plan's ZeRO bucket sizes, tests/test_emit_deepspeed.py), `offload`
+    # only where the search offloads a state (tests/test_offload_search.py)
     assert plan_file._KEYS["plan.parallelism"] == (*PAR_KEYS, "pipeline_layout", "cp_comm_type",
                                                    "moe_dispatcher", "compile", "recompute_modules",
                                                    "offload_modules", "recompute_layers", "fp8_param_gather",
-                                                   "buckets")
+                                                   "buckets", "offload")
     assert {"pipeline_layout", "cp_comm_type", "overlap", "compile", "moe_dispatcher", "recompute_modules",
-            "offload_modules", "recompute_layers", "buckets"} <= plan_file._OPTIONAL
+            "offload_modules", "recompute_layers", "buckets", "offload"} <= plan_file._OPTIONAL
     assert runner.invoke(app, ["check", str(out)]).exit_code == 0
 
 
 @pytest.mark.parametrize("section, key, value, hint", [
     ("plan.parallelism", "tensor_parallel", 8, "did you mean 'tp'?"),
     ("plan.parallelism", "pipeline_model_parallel_size", 4, "did you mean 'pp'?"),
-    ("plan.parallelism", "offload", ["optimizer"], "did you mean 'offload_modules'?"),
+    ("plan.parallelism", "offload_module", ["core_attn"], "did you mean 'offload_modules' or 'offload'?"),
     ("plan.parallelism", "dp_shard", 3, "allowed here: dp, tp"),
     ("plan.parallelism", "seq_len", 8192, "belongs at request.seq_len"),
     ("plan.parallelism", "precision", "fp8", "belongs at request.precision"),

@@ -123,7 +123,10 @@ def test_fix_terms_are_command_line_terms(tmp_path):
                                   "--loss.num_chunks 1 \\\n  activation-checkpoint:selective")
     result = _check(_write(tmp_path, unchunked))
     warning = {v["rule"]: v for v in json.loads(result.output)["violations"]}["memory_at_risk"]
-    assert "activation-checkpoint:full (51.2 GiB)" in warning["fix"]
+    assert "activation-checkpoint:full (51.2 GiB, " in warning["fix"]
+    # half the 16,384-token micro-batch (2 sequences of 8,192): 8,192 tokens, the step's tokens kept
+    assert warning["fix"].startswith("any of: --training.num_tokens_per_microbatch_per_dp_rank 8192 "
+                                     "(micro-batch 1) with --training.num_tokens_per_train_step kept")
 
 
 # The fresh user's line: torchtitan's 9810191..78fc8ae spelling of activation checkpointing.

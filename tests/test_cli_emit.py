@@ -101,10 +101,11 @@ def test_emitted_file_is_checked_again_by_planner_check(tmp_path, framework):
 def test_deepspeed_recompute_in_code_is_checked_with_the_recompute_option(tmp_path):
     """Fresh-user defect: `--emit deepspeed` said PASS (it applies the recompute the note asks for
     in model code), but `planner check` of the saved JSON assumed none and failed. 70B on 64 GPUs
-    at pp=1 needs 77 of 80 layers recomputed; `--recompute full` tells check the model code does
+    at pp=1 and 8,192 tokens needs its layers recomputed (at 4,096 the searched ZeRO-Offload of the
+    optimizer frees enough to recompute none); `--recompute full` tells check the model code does
     it (on every layer, at least what the plan recomputes)."""
-    proc = _planner("plan", "-m", "llama-3.1-70b", "-c", "dgx-h100", "--gpus", "64", "--emit",
-                    "deepspeed")
+    proc = _planner("plan", "-m", "llama-3.1-70b", "-c", "dgx-h100", "--gpus", "64", "--seq-len", "8192",
+                    "--emit", "deepspeed")
     assert proc.returncode == 0, proc.stderr
     assert "--recompute full`" in proc.stderr
     import re
@@ -112,7 +113,7 @@ def test_deepspeed_recompute_in_code_is_checked_with_the_recompute_option(tmp_pa
     path = tmp_path / "ds.json"
     path.write_text(proc.stdout)
     args = ["check", str(path), "-m", "llama-3.1-70b", "-c", "dgx-h100", "--gpus", "64",
-            "--seq-len", "4096"]
+            "--seq-len", "8192"]
     assert _planner(*args).returncode == 1  # no recompute: activations overflow
     check = _planner(*args, "--recompute", "full", "--format", "json")
     assert check.returncode == 0

@@ -415,3 +415,45 @@ def test_command_line_refusal_of_a_model_without_preset_says_why():
 def _preset_of(doc):
     from planner.emit.torchtitan import _preset
     return _preset(doc, {})
+
+
+# --- review-fresh11 #7: the command line's learning rate ----------------------------------------
+
+def test_command_line_states_the_learning_rate_it_runs():
+    """llama3_8b (torchtitan b5bcd76 models/llama3/config_registry.py l. 211) runs AdamW at 3e-4, Llama 3
+    8B's published peak (Llama 3 paper Table 3), with LRSchedulersContainer's defaults (lr_scheduler.py
+    l. 51-82: 200 warm-up steps, linear decay to 3e-4 x 0 = 0): said in the launch and on stderr, unmarked,
+    since b5bcd76 has no command-line field for the rate (it is the config function's param group)."""
+    command = write_command(_hand_plan())
+    (note,) = command.placeholders
+    assert f"# {note}" in command.text.splitlines()
+    assert note.startswith("learning rate: llama3_8b runs AdamW at lr 0.0003 with 200 warm-up steps and a "
+                           "linear decay to 0 at --training.steps")
+    assert "llama-3.1-8b's published peak is 0.0003" in note and "PLACEHOLDER" not in note
+    assert "--lr_scheduler.{warmup_steps,decay_ratio,decay_type,min_lr_factor}" in note
+
+
+def test_command_line_names_the_published_floor_the_preset_does_not_decay_to():
+    """llama3_405b: lr 8e-5 = the published peak (Llama 3 §3.4.1), 600 warm-up steps (l. 336-337), decay to 0;
+    the published decay ends at 8e-7 = 8e-5 x 0.01, the min_lr_factor that gives it."""
+    from planner.emit.torchtitan import _cli_lr_note
+    from planner.specs.model import load_model
+
+    note = _cli_lr_note(load_model("llama-3.1-405b"), ("llama3", "llama3_405b"))
+    assert "lr 8e-05 with 600 warm-up steps and a linear decay to 0 " in note
+    assert note.endswith("the published decay ends at 8e-07: --lr_scheduler.min_lr_factor 0.01")
+    # deepseek_v3_671b (l. 225-231): cosine over the last 80%, floor 2.2e-4 x 0.1 = 2.2e-5, the published one
+    note = _cli_lr_note(load_model("deepseek-v3"), ("deepseek_v3", "deepseek_v3_671b"))
+    assert "lr 0.00022 with 2000 warm-up steps and a cosine decay over the last 80% of the steps, held " \
+           "before, to 2.2e-05 " in note
+    assert "published decay ends" not in note and not note.startswith("PLACEHOLDER")
+
+
+def test_command_line_marks_an_unpublished_learning_rate_placeholder():
+    """qwen3_32b runs lr 8e-4 (models/qwen3/config_registry.py l. 353-354); no Qwen3 rate is recorded: a
+    PLACEHOLDER the user sets, as the TOML writer marks it."""
+    doc = _plan("qwen3-32b", 16, 4096, 64, {"pp": 1, "cp": 1, "tp": 1})
+    (note,) = write_command(doc).placeholders
+    assert note.startswith("PLACEHOLDER: qwen3_32b runs AdamW at lr 0.0008 with 600 warm-up steps")
+    assert note.endswith("no published learning rate of qwen3-32b is recorded: set yours in a config "
+                         "function before launching")

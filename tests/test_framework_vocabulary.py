@@ -146,13 +146,20 @@ def test_gate_fix_terms_are_the_tables():
     """The gate spells its single-knob fixes with each framework's table (hand-written expectations:
     the flags of a ZeRO-3 Megatron-FSDP run and DeepSpeed's ZeRO key)."""
     from planner.check.gate import _spelled
+    from planner.placement.layout import Layout
+
+    megatron = Layout(dp=8, micro_batch_size=4, global_batch_size=64)
+    deepspeed = megatron.replace(framework="deepspeed")
     # Megatron-FSDP asserts the fsdp_dtensor checkpoint format (arguments.py validate_args).
-    assert _spelled("zero_stage 3", "megatron-args", "megatron") == \
+    assert _spelled("zero_stage 3", "megatron-args", megatron) == \
         "--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params " \
         "--ckpt-format fsdp_dtensor"
-    assert _spelled("zero_stage 2", "deepspeed-config", "deepspeed") == "zero_optimization.stage 2"
-    assert _spelled("micro_batch_size 4", "megatron-args", "megatron") == "--micro-batch-size 4"
-    assert _spelled("zero_stage 2", "training-plan", "megatron") == "zero_stage 2"
+    assert _spelled("zero_stage 2", "deepspeed-config", deepspeed) == "zero_optimization.stage 2"
+    assert _spelled("micro_batch_size 4", "megatron-args", megatron) == "--micro-batch-size 4"
+    # 64 sequences / (dp 8 x micro-batch 4) = 2 accumulation steps
+    assert _spelled("micro_batch_size 4", "deepspeed-config", deepspeed) == \
+        "train_micro_batch_size_per_gpu 4 with gradient_accumulation_steps 2 (train_batch_size kept)"
+    assert _spelled("zero_stage 2", "training-plan", megatron) == "zero_stage 2"
 
 
 ENGINE_SHARED = {"--model", "--port", "--config", "--ep", "--max-model-len", "--max-num-batched-tokens",

@@ -172,10 +172,18 @@ PP_GAP = {
                                    "l. 62), which the row does not record and the model costs as eager "
                                    "bf16; Table 2 (8B, FSDP + CP + compile + Float8, no TP / PP) stays "
                                    "at 83.9-84.5 GiB over cp 1-8, so the rise comes with TP (AsyncTP) or "
-                                   "PP beside CP. Checked and too small: the all-gathered K/V of ring "
-                                   "attention (128 MiB per layer at cp8) and the sequence-long RoPE table "
-                                   "(128 MiB); torchtitan's stage buffers sized by the global sequence "
-                                   "were removed before these runs (@1629fb9, 2024-10-14)",
+                                   "PP beside CP. Checked and too small: ring attention's backward "
+                                   "(torch _templated_ring_attention_backward, the all-gather rotater "
+                                   "by default) holds the whole sequence's K/V after repeat_kv (16 local "
+                                   "heads, not the 1 KV head: 262,144 x 8 KiB = 2 GiB at cp8, 1 GiB at "
+                                   "cp4) with fp32 dq/dk/dv accumulators and rotating dk/dv buffers, "
+                                   "about 4.6 GiB beside the recomputed attention's own tensors, against "
+                                   "about 4.5 GiB the SwiGLU-backward peak already counted holds beside "
+                                   "them: a tie at cp8, below it at cp1-4; the sequence-long RoPE table "
+                                   "(2 x 262,144 x 64 complex64 = 256 MiB per stage: train.py @9dec370 "
+                                   "shards `model.freqs_cis`, not the stages'); torchtitan's stage "
+                                   "buffers sized by the global sequence were removed before these runs "
+                                   "(@1629fb9, 2024-10-14; 9dec370 pipeline_llama.py passes no shapes)",
 }
 """PP rows outside the 10 % band: id -> the remaining gap (xfail strict)."""
 

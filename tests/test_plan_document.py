@@ -34,7 +34,8 @@ PAR_REQUIRED = ["dp", "tp", "pp", "cp", "ep", "zero_stage", "sequence_parallel",
                 "micro_batch_size", "global_batch_size", "num_microbatches", "vpp", "recompute",
                 "pipeline_layers"]
 PAR_OPTIONAL = ["etp", "overlap", "pipeline_layout", "cp_comm_type", "moe_dispatcher", "compile",
-                "recompute_modules", "offload_modules", "recompute_layers", "fp8_param_gather", "buckets"]
+                "recompute_modules", "offload_modules", "recompute_layers", "fp8_param_gather", "buckets",
+                "offload"]
 
 VALUE = st.one_of(st.integers(0, 2**40), st.booleans(), st.none(), st.text(max_size=8),
                   st.lists(st.integers(0, 99), max_size=4))

@@ -70,7 +70,11 @@ def test_gpu_bound_message_is_complete_and_its_fix_works():
     proc = _serve("--gpus", str(ask), *RATE_ARGS, "-f", "json")
     assert proc.returncode == 0, proc.stderr
     deployment = json.loads(proc.stdout)["deployment"]
-    assert deployment["gpus"] == need and deployment["requests_per_s"] == pytest.approx(carried, abs=1e-3)
+    # it serves the asked 100 requests/s (not its capacity), within the SLOs at that load; the message's "carries" is
+    # what those replicas serve within the SLOs, at most their closed-loop capacity
+    assert deployment["gpus"] == need and deployment["requests_per_s"] == pytest.approx(100, abs=1e-3)
+    assert 100 <= carried <= deployment["capacity_requests_per_s"] + 1e-3
+    assert deployment["utilisation"] == pytest.approx(100 / deployment["capacity_requests_per_s"], abs=1e-4)
     assert _serve("--gpus", str(ask - 8), *RATE_ARGS).returncode == 1
 
 

@@ -278,7 +278,9 @@ def test_each_campaign_has_its_own_request_path():
     zero = {"ttft": {t: 0.0 for t in sv.TTFT_TERMS}, "tpot": {t: 0.0 for t in sv.TPOT_TERMS}}
     zero["ttft"]["path_sweep"] = 50.0
     ttft, tpot = sv.predict_latency(sweep, zero)  # + the prompt's steady prefill queue (no lock-step wave given)
-    assert ttft == pytest.approx(0.050 + sweep["prefill_allreduce_s"] + sv.prefill_queue_wait_s(sweep, tpot))
+    # and the decode step its first token waits for (vLLM's default FIRST_TOKEN_STEPS: one), no start burst
+    assert sweep["steady_share"] == 1 and sweep["first_token_steps"] == 1
+    assert ttft == pytest.approx(0.050 + sweep["prefill_allreduce_s"] + sv.prefill_queue_wait_s(sweep, tpot) + tpot)
 
 
 @pytest.mark.xfail(strict=True, reason="with the steady prefill queue's wait unfitted (cost.serving."

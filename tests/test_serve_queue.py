@@ -65,15 +65,25 @@ def test_serve_plan_ttft_rises_with_the_load_as_the_queue_does():
 def test_interference_is_the_prompts_forward_and_no_faster():
     """prefill_interference_s is (interfering clients / adp / output_len) x prefill_one_s -- the prompt's own
     per-operator forward, not its FLOPs at the peak -- and every engine's fitted coefficient on it is >= 1
-    (calibration/serving.yaml). Under an SGLang lock-step wave of every client no prompt lands in another's decode."""
+    (calibration/serving.yaml). Under an SGLang lock-step wave of every client no prompt lands in another's decode
+    between its prompts, but the wave's later prefills stall its earlier prompts' second token (the wave's tail)."""
     spec, hw = load_model("llama-3.1-8b"), load_cluster("dgx-h100")
     kw = dict(hbm_bytes_per_s=3.35e12, peak_flops=989e12, gpu=hw.gpu, weight_format="bf16", kv_dtype="bf16",
               concurrency=64, input_len=2000, output_len=500, max_concurrency_=1000)
     terms = sv.latency_terms(spec, sv.Instance(), **kw)
     assert terms["prefill_interference_s"] == pytest.approx(64 / 500 * terms["prefill_one_s"])
-    assert sv.latency_terms(spec, sv.Instance(), wave_clients=64, **kw)["prefill_interference_s"] == 0.0
+    # a lock-step wave of all 64: none lands in another's decode between its prompts, but the wave's tail does --
+    # per-step prompts 8,192 / 2,000 = 4.096; a prompt waits for (64 + 4.096) / 2 - 1 = 33.048 prefills of the
+    # wave before its first token, so 64 - 1 - 33.048 = 29.952 run after it, before its second: over 499 tokens
+    wave = sv.latency_terms(spec, sv.Instance(), wave_clients=64, **kw)
+    assert wave["prefill_interference_s"] == pytest.approx(29.952 / 499 * wave["prefill_one_s"])
+    # a wave of one step's prompts (vLLM's lock-step groups) finishes its prefill together: no tail
+    four = sv.latency_terms(spec, sv.Instance(), **{**kw, "concurrency": 4, "max_num_batched_tokens": 8192},
+                            wave_clients=4)
+    assert four["prefill_interference_s"] == 0.0
     half = sv.latency_terms(spec, sv.Instance(), wave_clients=16, **kw)["prefill_interference_s"]
-    assert half == pytest.approx(48 / 500 * terms["prefill_one_s"])
+    # 48 outside the wave of 16 interfere once per lifetime; the wave's tail: 16 - 1 - ((16 + 4.096) / 2 - 1) = 5.952
+    assert half == pytest.approx((48 / 500 + 5.952 / 499) * terms["prefill_one_s"])
     engines = yaml.safe_load(CALIBRATION.read_text())["engines"]
     for engine, classes in engines.items():
         for cls, c in classes.items():

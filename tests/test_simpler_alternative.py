@@ -14,9 +14,10 @@ from planner.plan import simpler_alternative
 
 
 def _plan(step: float, pp: int = 1, vpp: int = 1, cp: int = 1, tp: int = 1, zero_stage: int = 1,
-          recompute="none") -> dict:
+          recompute="none", offload=None) -> dict:
     return {"parallelism": {"pp": pp, "vpp": vpp, "cp": cp, "tp": tp, "zero_stage": zero_stage,
-                            "recompute": recompute, "pipeline_layers": [32 // pp] * pp},
+                            "recompute": recompute, "pipeline_layers": [32 // pp] * pp,
+                            **({"offload": offload} if offload else {})},
             "time_s": {"step": step}}
 
 
@@ -73,3 +74,11 @@ def test_zero3_and_full_recompute_are_moving_parts():
     assert alt["plan"] == 2 and alt["fewer"] == ["fully recomputed layers"]
     # more ZeRO-3 than #1 is not simpler, even with less cp
     assert simpler_alternative([_plan(10.0, cp=2), _plan(10.1, zero_stage=3)], 0.036) is None
+
+
+def test_offloaded_states_are_a_moving_part():
+    # a DeepSpeed plan offloading the optimizer ranked first; the same layout on the GPU 1% behind
+    # is the simpler one; offloading more than #1 is not simpler
+    alt = simpler_alternative([_plan(10.0, offload=["optimizer"]), _plan(10.1)], 0.036)
+    assert alt["plan"] == 2 and alt["fewer"] == ["offloaded states"]
+    assert simpler_alternative([_plan(10.0, tp=2), _plan(10.1, offload=["optimizer"])], 0.036) is None

@@ -19,7 +19,8 @@ a serving plan file (`kind: serving-plan`, `planner serve-plan -o`) is checked b
 `planner.check.engine_file` (the command routes them there: they have no training Target);
 anything else (`pyproject.toml`, a plain YAML file, a shell script with no such flag) is bad input
 naming the kinds accepted, serving plan files among them (`OTHER_KINDS`). A file named `.yaml` / `.yml` / `.json` / `.toml` that does not parse
-as such is a syntax error (exit 2). A new reader plugs in with one `Reader` entry.
+as such is a syntax error (exit 2), except a DeepSpeed config DeepSpeed's own reader (hjson) takes, which is
+read as DeepSpeed reads it, with the warning `json_not_strict` (`_as_deepspeed_reads`). A new reader plugs in with one `Reader` entry.
 What a framework config leaves out (the model, the cluster, the GPU count, the sequence length)
 comes from `--model`, `--cluster`, `--gpus` and `--seq-len`; a value the file gives and the option
 contradicts is bad input.
@@ -44,6 +45,7 @@ from planner.errors import SpecError
 from planner.frameworks import deepspeed as deepspeed_vocabulary
 from planner.frameworks import megatron as megatron_vocabulary
 from planner.frameworks import torchtitan as torchtitan_vocabulary
+from planner.placement.rules import Violation
 from planner.specs import files
 from planner.specs.limits import MAX_BATCH_TOKENS, MAX_GPUS, MAX_SEQ_LEN, MAX_VPP
 
@@ -70,6 +72,9 @@ class Document:
     mapping_error: SpecError | None = None
     """The YAML / JSON syntax error of a text that opens a mapping and then breaks (a suffix-less
     file, standard input): what `read_target` reports when no reader takes the text."""
+    json_error: json.JSONDecodeError | None = None
+    """Where a DeepSpeed config is not strict JSON but DeepSpeed's own reader takes it (`_as_deepspeed_reads`),
+    the strict reading's error: `mapping` is then DeepSpeed's reading and the check warns."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,28 +106,74 @@ def _read_plan(doc: Document, **given) -> Target:
 def _read_deepspeed(doc: Document, **given) -> Target:
     from planner.check import deepspeed
     _strict_json(doc)
-    return deepspeed.read(doc.path, doc.mapping, **given)
+    target = deepspeed.read(doc.path, doc.mapping, **given)
+    if doc.json_error is None:
+        return target
+    return dataclasses.replace(target, findings=(*target.findings, _not_strict_json(doc.json_error)))
+
+
+def _as_deepspeed_reads(text: str) -> tuple[dict, json.JSONDecodeError] | None:
+    """(the mapping, the strict JSON error) of a text that opens as JSON (`{`), is not strict JSON, and is a
+    DeepSpeed config as DeepSpeed itself reads it; None otherwise (strict JSON, or what DeepSpeed refuses too).
+
+    DeepSpeed trains with what hjson reads -- trailing commas, comments, single-quoted strings -- and refuses
+    a key given twice: `deepspeed.initialize` loads a config path with `load_ds_config` and `DeepSpeedConfig`
+    with `hjson.load(..., object_pairs_hook=dict_raise_error_on_duplicate_keys)` (deepspeedai/DeepSpeed
+    edaa722 deepspeed/runtime/tensor_parallel/init_utils.py l. 19-33, deepspeed/runtime/config.py l. 693-699;
+    hjson is in its requirements/requirements.txt). So the gate reads such a config as DeepSpeed does rather
+    than fail a config that trains (review-fresh11 policy; `_not_strict_json` warns)."""
+    if not text.lstrip().startswith("{"):
+        return None
+    try:
+        json.loads(text)
+        return None
+    except json.JSONDecodeError as exc:
+        error = exc
+    import hjson
+
+    def unique(pairs: list[tuple[str, object]]) -> dict:
+        if len({key for key, _ in pairs}) != len(pairs):
+            raise ValueError("a key given twice")  # DeepSpeed's dict_raise_error_on_duplicate_keys
+        return dict(pairs)
+
+    try:
+        mapping = hjson.loads(text, object_pairs_hook=unique)
+    except (hjson.HjsonDecodeError, ValueError, RecursionError):
+        return None
+    if not isinstance(mapping, dict) or not any(key in mapping for key in DEEPSPEED_KEYS):
+        return None
+    return mapping, error
+
+
+def _not_strict_json(error: json.JSONDecodeError) -> Violation:
+    """The warning `json_not_strict` of a DeepSpeed config DeepSpeed reads but strict JSON does not: the
+    Hugging Face Trainer loads the file it is given with json.load (huggingface/accelerate 16cb6eb
+    src/accelerate/utils/deepspeed.py HfDeepSpeedConfig l. 141-143, which transformers' Trainer config
+    extends), which refuses it."""
+    return Violation(rule="json_not_strict", severity="warning", line=error.lineno,
+                     message=f"not strict JSON at line {error.lineno}, column {error.colno}: {error.msg}; "
+                             f"DeepSpeed reads it (deepspeed.initialize loads a config with hjson, which takes "
+                             f"trailing commas, comments and single quotes), and so does this check, but the "
+                             f"Hugging Face Trainer's json.load refuses it",
+                     fix=f"write strict JSON (line {error.lineno}) so that every launcher reads the config")
 
 
 def _strict_json(doc: Document) -> None:
-    """Bad input when a DeepSpeed config that opens as JSON (`{`) is not strict JSON, whatever the file's name
-    or on standard input, as a `.json` file already is (`files.read_mapping`): a YAML reading took trailing
-    commas, single quotes and Python's True (fresh-user review 10 #7). DeepSpeed's own reader (hjson,
-    deepspeed/runtime/config.py DeepSpeedConfig, DeepSpeed edaa722) accepts trailing commas but reads `True`
-    as the string 'True'; loaders that use json.load refuse both.
+    """Bad input when a DeepSpeed config that opens as JSON (`{`) is strict JSON to neither JSON nor DeepSpeed's
+    own reader (`_as_deepspeed_reads`), whatever the file's name or on standard input, as a `.json` file already
+    is (`files.read_mapping`): a YAML reading took Python's `True` on the line of a closing brace, which hjson
+    refuses (fresh-user review 10 #7).
 
     Raises:
         SpecError: the JSON syntax error's line and column (exit 2)."""
-    if not doc.text.lstrip().startswith("{"):
+    if doc.json_error is not None or not doc.text.lstrip().startswith("{"):
         return
     try:
         json.loads(doc.text)
     except json.JSONDecodeError as exc:
-        raise SpecError(f"JSON syntax error at line {exc.lineno}, column {exc.colno}: {exc.msg} (a DeepSpeed "
-                        f"config is held to strict JSON whatever the file's name: no trailing commas, double "
-                        f"quotes, true / false / null; deepspeed.initialize's own hjson reader accepts "
-                        f"trailing commas, but json.load-based launchers such as the Hugging Face Trainer's "
-                        f"refuse them)", file=str(doc.path), line=exc.lineno) from None
+        raise SpecError(f"JSON syntax error at line {exc.lineno}, column {exc.colno}: {exc.msg} (neither strict "
+                        f"JSON nor what DeepSpeed's own reader, hjson, takes: double quotes, true / false / null)",
+                        file=str(doc.path), line=exc.lineno) from None
 
 
 def _read_torchtitan(doc: Document, **given) -> Target:
@@ -264,9 +315,13 @@ def line_of(path: str | Path, key: str | None) -> int | None:
 
 def _document(path: Path) -> Document:
     """The file's text, mapping and TOML tables; a suffix that names a syntax makes a syntax error
-    in it bad input, any other file is only sniffed."""
+    in it bad input, any other file is only sniffed; a DeepSpeed config that is not strict JSON but trains
+    is DeepSpeed's reading of it (`_as_deepspeed_reads`)."""
     text = files.read_text(path, kind="configuration file")
     mapping_error = None
+    lenient = _as_deepspeed_reads(text)
+    if lenient is not None:
+        return Document(path=path, text=text, mapping=lenient[0], tables=None, json_error=lenient[1])
     if path.suffix in _MAPPING_SUFFIXES:
         mapping = files.read_mapping(path, "configuration keys")
     else:

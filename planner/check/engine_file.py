@@ -18,6 +18,7 @@ name node ranks after the first: every node they name).
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 
 from planner.check import engine_launch as el
@@ -86,16 +87,17 @@ def check_launch_file(path: str | Path, *, model: str | None = None, cluster: st
         _quantized_name(commands, reader, spec, model, file)
     with el.values_collected(file):  # every command's bad input in one run, as every bad value of one
         launches = [el.aside(lambda c=c: reader.launch(c, spec, hw, file), None) for c in commands]
+    named = max((c.node.nodes_named for c in commands if c.node is not None), default=0)
+    nodes = max(gpus // hw.gpus_per_node if gpus else 0, named, 1)
+    launches = [_placed(c, launch, reader, nodes) for c, launch in zip(commands, launches)]
     visible = [launch.visible_gpus for launch in launches]
     allowed = gpus or (sum(visible) if all(visible) else hw.num_gpus)
-    if gpus is None and any(launch.node_rank > 0 for launch in launches):
-        # the file names nodes after the first itself (node ranks of an instance over several nodes): the GPUs of
-        # every node it names, as a torchrun node count in a Megatron script does
-        allowed = max(allowed, el.spanned_gpus(launches))
+    if gpus is None and any(launch.node_rank > 0 or launch.copies > 1 for launch in launches):
+        # the file names nodes after the first itself (node ranks of an instance over several nodes, a branch of
+        # several nodes): the GPUs of every node it names, as a torchrun node count in a Megatron script does
+        allowed = max(allowed, el.spanned_gpus(launches, hw.gpus_per_node))
     if gpus is None:  # the nodes the file's NODE_RANK branches name (an `else` branch: one node more)
-        ranks = [c.node for c in commands if isinstance(c.node, int)]
-        nodes = max(ranks, default=-1) + 1 + any(isinstance(c.node, str) for c in commands)
-        allowed = max(allowed, nodes * hw.gpus_per_node)
+        allowed = max(allowed, named * hw.gpus_per_node)
     result = el.evaluate(file, kind, spec, hw, allowed, launches, reader.spell,
                          given=gpus is not None or not all(visible))
     rows, found = engine_router.findings(reader.VOCABULARY.ENGINE, reader.VOCABULARY, text, commands, launches)
@@ -109,12 +111,28 @@ def check_launch_file(path: str | Path, *, model: str | None = None, cluster: st
                for line, v in one_machine(commands, launches, reader, hw.gpus_per_node, file)]
     clashes += [{"rule": v.rule, "severity": v.severity, "message": v.message, "fix": v.fix, "line": v.line}
                 for v in (line_index.shell_layout(text, file) if mapping is None else [])]
-    result["violations"] += clashes
+    shared = [v for v in clashes if v["rule"] == "gpus_shared"]  # the cause of a world size over a node's GPUs
+    result["violations"] = shared + result["violations"] + [v for v in clashes if v["rule"] != "gpus_shared"]
     result["verdict"] = "fail" if clashes else result["verdict"]
     if seq_len is not None:
         result["violations"].append(_unused_seq_len(seq_len, reader, commands[0].line))
     _point_at_flags(result, text, sorted({c.line for c in commands} | {r["line"] for r in rows}))
     return result
+
+
+def _placed(command: el.Command, launch: el.Launch, reader, nodes: int) -> el.Launch:
+    """`launch` with the nodes its command runs on (`el.Launch.node`, `.copies`) among the file's `nodes`: a server
+    in a branch of several node ranks starts on each (at least one); a per-node command of an instance over several
+    nodes (`--node-rank $NODE_RANK`, `el.per_node`) on each of the instance's nodes its branch covers (all of them
+    outside a branch); another command of a multi-node instance on its own node."""
+    ranks = command.node
+    if el.per_node(command, reader.VOCABULARY.FLAG["node_rank"]) and launch.nnodes > 1:
+        copies = ranks.count(launch.nnodes) if ranks is not None else launch.nnodes
+    elif launch.nnodes > 1 or ranks is None:
+        copies = 1
+    else:
+        copies = ranks.count(nodes)
+    return replace(launch, node=ranks, copies=max(copies, 1))
 
 
 def _unused_seq_len(seq_len: int, reader, line: int) -> dict:
@@ -188,7 +206,7 @@ def one_machine(commands: list[el.Command], launches: list[el.Launch], reader, g
     return out
 
 
-def _one_node(servers: list, node: int | None, flag: str, reader, gpus_per_node: int,
+def _one_node(servers: list, node: el.Ranks | None, flag: str, reader, gpus_per_node: int,
               file: str) -> list[tuple[int, Violation]]:
     """`one_machine`'s findings among the servers of one node (`node`: the NODE_RANK block they are in;
     None: servers outside any block, taken as one machine where they fit one node's GPUs)."""
@@ -233,12 +251,12 @@ def _one_node(servers: list, node: int | None, flag: str, reader, gpus_per_node:
     return out
 
 
-NODE_RANK_WORDS = f"the same branch on ${el.NODE_RANK}"
+NODE_RANK_WORDS = "the same node-rank branch"
 """How a finding names the node block two servers share."""
 
 
-def _node_words(node: int | str) -> str:
-    """`node N`, or for an `else` branch's label `the nodes other than N` (`el.split_commands`)."""
-    return f"node {node}" if isinstance(node, int) else f"the nodes {node}"
+def _node_words(node: el.Ranks) -> str:
+    """`node N`, `nodes 0, 1`, or for an `else` branch `the nodes other than N` (`el.Ranks`)."""
+    return str(node)
 
 

@@ -85,9 +85,9 @@ class Command:
     container_visible: str | None = None
     """The value of `CONTAINER_VISIBLE` the container command sets (`-e NVIDIA_VISIBLE_DEVICES=0,1`, `--env`)
     before the image, or None (not set, or passed from the host's environment by name alone)."""
-    node: int | str | None = None
-    """The node the command runs on where the file says (a branch testing NODE_RANK, `split_commands`): its rank,
-    or a label of the ranks an `else` / `!=` branch runs on ("other than 0"); else None."""
+    node: "Ranks | None" = None
+    """The node ranks the command runs on where the file says (a branch testing NODE_RANK, `split_commands`), else
+    None (every node the file runs on)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -131,6 +131,12 @@ class Launch:
     """Why the engine's default fraction is what it is, where a message needs it (SGLang's negative default)."""
     visible_from: str = VISIBLE
     """What limits the GPUs seen, for messages (`visible_from`)."""
+    copies: int = 1
+    """Nodes this command runs on (`Command.node`, as `planner.check.engine_file` counts them): a server in a
+    branch of several node ranks (`case "$NODE_RANK" in 0|1)`) starts on each; a per-node command of an instance
+    over several nodes (`--node-rank $NODE_RANK`) is every node's of those it runs on."""
+    node: Ranks | None = None
+    """The node ranks the command runs on (`Command.node`), None where the file does not branch on them."""
     fit_max_model_len: bool = False
     """max_model_len asked as auto / -1 (vLLM): the model's length if one sequence of it fits, else the longest
     the KV pool holds (`max_model_len` holds the model's length until `fitted`)."""
@@ -243,14 +249,93 @@ def prefix_matches(name: str, known: frozenset[str]) -> list[str]:
 NODE_RANK = "NODE_RANK"
 """The shell variable a launch script over several nodes reads to start only that node's commands (written by
 `planner.emit.engine_launch.by_node`, read back by `split_commands`)."""
+RANK_VARIABLES = (NODE_RANK, "SLURM_NODEID", "SLURM_PROCID")
+"""Variables whose value is the node's rank where a script branches on it: NODE_RANK (torchrun's and the engines'
+docs' name), Slurm's node index of the task (SLURM_NODEID) and task rank (SLURM_PROCID, the node's rank where srun
+starts one task per node, as a script that starts one engine per node runs). Source: Slurm srun(1) "OUTPUT
+ENVIRONMENT VARIABLES" (SLURM_NODEID: the relative node ID of the current node; SLURM_PROCID: the MPI rank or
+relative process ID of the current process)."""
+_RANK_WORD = re.compile(rf"\$\{{?({'|'.join(RANK_VARIABLES)})\}}?")
+"""A word that is one rank variable's value (`$NODE_RANK`, `${SLURM_NODEID}`)."""
 
-NODE_TESTS = {"=": True, "==": True, "-eq": True, "!=": False, "-ne": False}
-"""Test operators on `NODE_RANK` that `split_commands` reads (True: the branch runs on that node; False: on every
-other node). Source: bash(1) "CONDITIONAL EXPRESSIONS" (`=` / `==` string equality, `-eq` / `-ne` integer)."""
+NODE_TESTS = {"=": "eq", "==": "eq", "-eq": "eq", "!=": "ne", "-ne": "ne", "-lt": "lt", "-le": "le", "-gt": "gt",
+              "-ge": "ge"}
+"""Test operators on a node rank that `split_commands` reads (`Ranks.compared`). Source: bash(1) "CONDITIONAL
+EXPRESSIONS" (`=` / `==` / `!=` string comparison; `-eq`, `-ne`, `-lt`, `-le`, `-gt`, `-ge` integer)."""
 
-READ_FORMS = ('`if [ "$NODE_RANK" = N ]` (also `==`, `-eq`, `!=`, `-ne`, `[[ ]]`) with `elif` / `else` / `fi`, '
-              'and `case "$NODE_RANK" in N) ... ;; esac`')
+READ_FORMS = ('`if [ "$NODE_RANK" = N ]` (also `==`, `-eq`, `!=`, `-ne`, `-lt`, `-le`, `-gt`, `-ge`, `[[ ]]`; '
+              'SLURM_NODEID / SLURM_PROCID in place of NODE_RANK) with `elif` / `else` / `fi`, '
+              'and `case "$NODE_RANK" in N|M) ... ;; *) ... ;; esac`')
 """The node-selecting forms `split_commands` reads, for its bad-input message."""
+
+
+MAX_NODE_RANK = 2**16
+"""The largest node rank a branch test is read with (65,536 nodes; a larger one is a form not read)."""
+
+
+@dataclass(frozen=True)
+class Ranks:
+    """A set of node ranks: those of `low` (each below `cut`) and, when `tail`, every rank from `cut` on (a branch
+    of `-gt 0` runs on ranks 1, 2, ...: Ranks(cut=1, tail=True))."""
+
+    low: frozenset = frozenset()
+    cut: int = 0
+    tail: bool = False
+
+    @staticmethod
+    def compared(op: str, number: int) -> "Ranks":
+        """The ranks r for which `r OP number` holds (`NODE_TESTS`' names)."""
+        below = {"lt": number, "le": number + 1, "gt": number + 1, "ge": number}
+        if op in ("eq", "ne"):
+            one = Ranks(frozenset({number}), number + 1)
+            return one if op == "eq" else EVERY - one
+        ranks = Ranks(frozenset(range(below[op])), below[op])
+        return ranks if op in ("lt", "le") else EVERY - ranks
+
+    def has(self, rank: int) -> bool:
+        return self.tail if rank >= self.cut else rank in self.low
+
+    def _combine(self, other: "Ranks", keep) -> "Ranks":
+        cut, tail = max(self.cut, other.cut), keep(self.tail, other.tail)
+        low = {r for r in range(cut) if keep(self.has(r), other.has(r))}
+        while cut > 0 and ((cut - 1) in low) == tail:  # one form per set: the tail starts where it starts
+            low.discard(cut - 1)
+            cut -= 1
+        return Ranks(frozenset(low), cut, tail)
+
+    def __and__(self, other: "Ranks") -> "Ranks":
+        return self._combine(other, lambda a, b: a and b)
+
+    def __or__(self, other: "Ranks") -> "Ranks":
+        return self._combine(other, lambda a, b: a or b)
+
+    def __sub__(self, other: "Ranks") -> "Ranks":
+        return self._combine(other, lambda a, b: a and not b)
+
+    @property
+    def first(self) -> int | None:
+        """The lowest rank of the set (None: empty)."""
+        return min(self.low) if self.low else self.cut if self.tail else None
+
+    @property
+    def nodes_named(self) -> int:
+        """Nodes a file needs for every rank the set names to exist, one past the tail's first (0: empty)."""
+        return self.cut + 1 if self.tail else max(self.low, default=-1) + 1
+
+    def count(self, nodes: int) -> int:
+        """Ranks of the set among the first `nodes`."""
+        return sum(1 for r in self.low if r < nodes) + (max(0, nodes - self.cut) if self.tail else 0)
+
+    def __str__(self) -> str:
+        if not self.tail:
+            ranks = sorted(self.low)
+            return f"node {ranks[0]}" if len(ranks) == 1 else "nodes " + ", ".join(map(str, ranks))
+        others = [r for r in range(self.cut) if r not in self.low]
+        return "the nodes other than " + ", ".join(map(str, others)) if others else "every node"
+
+
+EVERY = Ranks(tail=True)
+"""Every node rank."""
 
 
 @dataclass
@@ -259,33 +344,41 @@ class _Block:
 
     kind: str
     """if, case or loop."""
-    node: int | str | None
-    """The node the commands now run on: a rank, a label of the other ranks (`else`), or the outer block's."""
-    outer: int | str | None
-    named: set = field(default_factory=set)
-    """Ranks the branches so far name (an `else` runs on the others)."""
+    node: Ranks | None
+    """The ranks the commands now run on (the current branch's within the outer block's), None: every rank."""
+    outer: Ranks | None
+    left: Ranks = EVERY
+    """Ranks no branch so far has taken (an `elif` / `else` / later case pattern runs on those only)."""
     ranked: bool = False
-    """Whether the block tests NODE_RANK."""
+    """Whether the block tests a node rank (`RANK_VARIABLES`)."""
     unread: str | None = None
-    """A NODE_RANK test of the current branch in a form not read (`_rank_test`), for the error if the branch
+    """A node-rank test of the current branch in a form not read (`_rank_test`), for the error if the branch
     starts an engine."""
+    line: int = 0
+    """The line the block opens on."""
+
+    def take(self, ranks: Ranks) -> None:
+        """The next branch runs on `ranks` of those left (bash runs the first branch whose test holds)."""
+        self.node = _within(self.outer, self.left & ranks)
+        self.left = self.left - ranks
 
 
-def _others(named: set) -> str:
-    """The node label of a branch that runs on every rank but `named`."""
-    return "other than " + ", ".join(str(n) for n in sorted(named))
+def _within(outer: Ranks | None, ranks: Ranks) -> Ranks | None:
+    """`ranks` inside the outer block's, None for every rank."""
+    inside = ranks if outer is None else outer & ranks
+    return None if inside == EVERY else inside
 
 
-def _rank_test(words: list[str]) -> tuple[int, bool] | str | None:
-    """(rank, equal) of a `[ "$NODE_RANK" OP N ]` / `[[ ... ]]` / `test ...` condition (`NODE_TESTS`); the
-    condition's text when it names NODE_RANK in another form (`[ -z "$NODE_RANK" ]`, `-gt`); None when it does
-    not name NODE_RANK."""
-    if not any(NODE_RANK in w for w in words):
+def _rank_test(words: list[str]) -> Ranks | str | None:
+    """The ranks for which a `[ "$NODE_RANK" OP N ]` / `[[ ... ]]` / `test ...` condition holds (`NODE_TESTS`,
+    any of `RANK_VARIABLES`); the condition's text when it names a rank variable in another form
+    (`[ -z "$NODE_RANK" ]`); None when it names none."""
+    if not any(_RANK_WORD.search(w) for w in words):
         return None
     inner = [w for w in words if w not in ("[", "]", "[[", "]]", "test")]
-    if (len(inner) == 3 and re.fullmatch(rf"\$\{{?{NODE_RANK}\}}?", inner[0]) and inner[1] in NODE_TESTS
-            and re.fullmatch(r"\d+", inner[2])):
-        return int(inner[2]), NODE_TESTS[inner[1]]
+    if (len(inner) == 3 and _RANK_WORD.fullmatch(inner[0]) and inner[1] in NODE_TESTS
+            and re.fullmatch(r"\d+", inner[2]) and int(inner[2]) <= MAX_NODE_RANK):
+        return Ranks.compared(NODE_TESTS[inner[1]], int(inner[2]))
     return " ".join(words)
 
 
@@ -299,20 +392,18 @@ def _control(segment: list[str], blocks: list[_Block], line: int, file: str) -> 
         test = _rank_test(segment[1:])
         if head == "if" or top is None or top.kind != "if":
             outer = top.node if top else None
-            blocks.append(_Block("if", outer, outer))
+            blocks.append(_Block("if", outer, outer, line=line))
             top = blocks[-1]
         top.unread = f"the condition {test!r} (line {line})" if isinstance(test, str) else None
-        if isinstance(test, tuple):
-            rank, equal = test
+        if isinstance(test, Ranks):
             top.ranked = True
-            top.node = rank if equal else _others({rank})
-            top.named.add(rank)
-        elif top.ranked:
-            top.node = top.outer
+            top.take(test)
+        elif top.ranked:  # a test of something else: the branch may run on any rank left
+            top.node = _within(top.outer, top.left)
         return []
     if head in ("then", "do", "else"):
         if head == "else" and top is not None and top.kind == "if" and top.ranked:
-            top.node = _others(top.named)
+            top.take(EVERY)
         if head == "else" and top is not None:
             top.unread = None if top.unread is None else top.unread.replace("the condition", "the `else` of the condition")
         return segment[1:]
@@ -320,23 +411,21 @@ def _control(segment: list[str], blocks: list[_Block], line: int, file: str) -> 
         if blocks:
             blocks.pop()
         return segment[1:]
-    if head in ("for", "while", "until"):
-        blocks.append(_Block("loop", top.node if top else None, top.node if top else None))
+    if head in shell.LOOPS:
+        blocks.append(_Block("loop", top.node if top else None, top.node if top else None, line=line))
         return []
     if head == "case":
-        ranked = len(segment) >= 2 and re.fullmatch(rf"\$\{{?{NODE_RANK}\}}?", segment[1]) is not None
-        blocks.append(_Block("case", top.node if top else None, top.node if top else None, ranked=ranked))
-        return []
+        ranked = len(segment) >= 2 and _RANK_WORD.fullmatch(segment[1]) is not None
+        blocks.append(_Block("case", top.node if top else None, top.node if top else None, ranked=ranked, line=line))
+        rest = segment[3:] if segment[2:3] == ["in"] else []  # `case $NODE_RANK in 0) cmd ;;` on one line
+        return _control(rest, blocks, line, file) if rest else []
     if top is not None and top.kind == "case":
         pattern = re.fullmatch(r"\(?([^()]*)\)", head)
         if pattern is not None:
             ranks = pattern[1].split("|")
             top.unread = None
-            if top.ranked and all(re.fullmatch(r"\d+", r) for r in ranks):
-                top.node = int(ranks[0]) if len(ranks) == 1 else "in " + ", ".join(ranks)
-                top.named.update(int(r) for r in ranks)
-            elif top.ranked and ranks == ["*"]:
-                top.node = _others(top.named)
+            if top.ranked and all(r == "*" or r.isdigit() and int(r) <= MAX_NODE_RANK for r in ranks):
+                top.take(EVERY if "*" in ranks else Ranks(frozenset(map(int, ranks)), max(map(int, ranks)) + 1))
             elif top.ranked:
                 top.unread = f"the case pattern {head!r} (line {line})"
             return segment[1:]
@@ -361,10 +450,10 @@ def split_commands(text: str, file: str, launchers, aliases: dict[str, str],
     out, variables, blocks, exported = [], {}, [], set()
     for line, code in logical_lines(text):
         try:
-            words = shell.join_arithmetic(shlex.split(code, comments=True))
+            words = shell.join_expansions(shlex.split(shell.let_assignments(code), comments=True))
         except ValueError as exc:
             raise SpecError(f"shell syntax error: {exc}", file=file, key=f"line {line}") from None
-        for segment in segments(shell.unwrap(words, file)):
+        for segment in shell.segments(shell.unwrap(words, file)):
             segment = _control(segment, blocks, line, file)
             if not segment:
                 continue
@@ -383,25 +472,6 @@ def split_commands(text: str, file: str, launchers, aliases: dict[str, str],
                                 f"own port and GPUs", file=file, key=f"line {line}")
             out.append(replace(command, node=blocks[-1].node if blocks else None))
     return out
-
-
-_SEPARATORS = (";", "&&", "||", "&", "|")
-"""Words that end one shell command and start the next on the same line."""
-
-
-def segments(words: list[str]) -> list[list[str]]:
-    """The commands of one line's words, split at `_SEPARATORS` and a `case` branch's `;;` (a word ending in `;`
-    or `;;` ends its command)."""
-    out: list[list[str]] = [[]]
-    for word in words:
-        if word in _SEPARATORS or word == ";;":
-            out.append([])
-        elif word.endswith(";") and len(word) > 1:
-            out[-1].append(word.rstrip(";"))
-            out.append([])
-        else:
-            out[-1].append(word)
-    return [segment for segment in out if segment]
 
 
 _REDIRECT = re.compile(r"(\d*|&)(>>?|<<?<?|>&|<&)(.*)")
@@ -432,8 +502,9 @@ def _command(segment: list[str], variables: dict[str, str], line: int, launchers
     (`planner.check.shell`, as the Megatron reader does); a command of assignments only (`export` or not)
     sets them and is None, as is any command that starts no engine. Its environment (`Command.env`) is the
     script's `exported` variables (`export CUDA_VISIBLE_DEVICES=0,1` on a line of its own) overridden by its
-    prefix, as bash builds a child's environment; a container command's own environment is its prefix alone
-    (the container gets only what `-e` passes, `-e NAME` alone copying the exported or prefix value)."""
+    prefix, as bash builds a child's environment; a container command's is what its `-e` / `--env` options pass
+    (`_container_env`): a prefix on `docker run` (`CUDA_VISIBLE_DEVICES=0 docker run ...`) is the docker client's
+    environment, not the container's."""
     expanded = shell.expand_command(segment, variables, exported)
     if expanded is None:
         return None
@@ -444,8 +515,8 @@ def _command(segment: list[str], variables: dict[str, str], line: int, launchers
         at, launcher, image = found
         options = tuple(words[:words.index(image)])
         gpu_request = _container_option(list(options), CONTAINER_GPUS)
-        container_visible = _container_env(list(options), CONTAINER_VISIBLE,
-                                           {**_exported(variables, exported), **_prefix(words[:at])})
+        inside = _container_env(list(options), {**_exported(variables, exported), **_leading(words)})
+        container_visible = inside.get(CONTAINER_VISIBLE)
         again = _launcher_at(words[at:], launchers)
         doubled = again[1] if again is not None else None
     else:
@@ -453,7 +524,7 @@ def _command(segment: list[str], variables: dict[str, str], line: int, launchers
         if found is None:
             return None
         at, launcher = found
-    env = _prefix(words[:at]) if image is not None else {**_exported(variables, exported), **_prefix(words[:at])}
+    env = inside if image is not None else {**_exported(variables, exported), **_prefix(words[:at])}
     flags, spelled, positional, after_switch = {}, {}, [], {}
     i, last_switch = at, None
     while i < len(words):
@@ -505,12 +576,27 @@ def _container_option(words: list[str], name: str) -> str | None:
     return value
 
 
-def _container_env(words: list[str], name: str, host: dict[str, str]) -> str | None:
-    """The value a container command's `-e NAME=VALUE` / `--env NAME=VALUE` / `--env=NAME=VALUE` / `-eNAME=VALUE`
-    sets for `name` (the last one given: the runtime builds the environment in order, later entries win), or
-    None: not set, or `-e NAME` alone, which copies the host's value: `host`'s (the script's exported variables
-    and the command's prefix), None where the file does not show it."""
-    value = None
+def _leading(words: list[str]) -> dict[str, str]:
+    """The `NAME=value` words before a command's program (bash's assignments for that command alone)."""
+    out = {}
+    for word in words:
+        match = shell.ASSIGN.match(word)
+        if match is None:
+            break
+        out[match[1]] = match[2]
+    return out
+
+
+def _container_env(words: list[str], host: dict[str, str]) -> dict[str, str]:
+    """The environment a container command's options give the container: each `-e NAME=VALUE` / `--env NAME=VALUE`
+    / `--env=NAME=VALUE` / `-eNAME=VALUE` (the last of a name wins: the runtime builds the environment in order),
+    and `-e NAME` alone copying `host`'s value (the client's environment: the script's exported variables and the
+    command's own prefix), left out where the file does not show one. Nothing else of the client's environment
+    enters the container (`--env-file` lists are not read). Source: Docker reference, `docker container run`
+    "Set environment variables (-e, --env, --env-file)" ("If no = is provided and that variable isn't exported in
+    your local environment, the variable isn't set in the container"); docker/cli issue #1780 (`-e VAR` takes the
+    client's value)."""
+    out: dict[str, str] = {}
     for k, word in enumerate(words):
         if word in ("-e", "--env") and k + 1 < len(words):
             text = words[k + 1]
@@ -521,9 +607,13 @@ def _container_env(words: list[str], name: str, host: dict[str, str]) -> str | N
         else:
             continue
         key, eq, val = text.partition("=")
-        if key == name:
-            value = val if eq else host.get(name)
-    return value
+        if eq:
+            out[key] = val
+        elif key in host:
+            out[key] = host[key]
+        else:
+            out.pop(key, None)
+    return out
 
 
 def unknown_flags(command: Command, known: frozenset[str], engine: str, version: str,
@@ -587,10 +677,20 @@ def one_instance(launches: list[Launch]) -> list[list[Launch]]:
     return [sorted(group, key=lambda l: l.node_rank) for group in groups.values()]
 
 
-def spanned_gpus(launches: list[Launch]) -> int:
+def spanned_gpus(launches: list[Launch], gpus_per_node: int | None = None) -> int:
     """GPUs the launches of a file start over all the nodes they name: each command the GPUs of its own node
-    (`Launch.here`, else its world)."""
-    return sum(launch.here or launch.world for launch in launches)
+    (`Launch.here`, else its world) on each node it runs on (`Launch.copies`); with `gpus_per_node`, the one-node
+    servers of one node-rank branch (`if [ "$NODE_RANK" = 0 ]`) at most the GPUs of the nodes it runs on -- more is
+    their clash there (`engine_file`'s gpus_shared), not a larger job."""
+    total, branches = 0, {}
+    for launch in launches:
+        gpus = (launch.here or launch.world) * launch.copies
+        if gpus_per_node and launch.node is not None and launch.nnodes == 1:
+            used, _ = branches.get(launch.node, (0, 0))
+            branches[launch.node] = (used + gpus, gpus_per_node * launch.copies)
+        else:
+            total += gpus
+    return total + sum(min(used, most) for used, most in branches.values())
 
 
 def rendezvous(command: Command, nnodes: int, flag: str, value: str) -> list[Violation]:
@@ -622,6 +722,20 @@ def argument(command: Command, flag: str, file: str):
         raise SpecError(f"expected one argument (the engine's argument parser exits on {flag} without its value; "
                         f"the next word is a flag or the command ends)", **source(command, flag, file))
     return value
+
+
+def node_rank(command: Command, flag: str, file: str) -> int:
+    """The node rank the command gives with `flag` (default 0); for a per-node value (`per_node`: `--node-rank
+    $NODE_RANK`) the lowest rank of the branch it runs in (`Command.node`: 1 in the `else` of `-eq 0`), else 0.
+    Both engines take the rank per node: SGLang 0.5.23 `srt/arg_groups/parallel_hook.py`; vLLM 0.33.0 `engine/arg_utils.py`
+    (l. 1177-1178: node count and rank of ParallelConfig), its later nodes headless (`entrypoints/common/cli_args.py`
+    l. 445; `entrypoints/cli/serve.py` run_headless starts only the workers where node_rank_within_dp > 0).
+
+    Raises:
+        SpecError: not an integer >= 0 (`integer`)."""
+    if per_node(command, flag):
+        return command.node.first if command.node is not None and command.node.first is not None else 0
+    return integer(command, flag, 0, file, low=0)
 
 
 def per_node(command: Command, flag: str) -> bool:
@@ -1360,12 +1474,14 @@ def evaluate(file: str, kind: str, spec: ModelSpec, hw: ClusterSpec, gpus: int, 
         violations += [(launch.line, v) for v in found if (v.rule, v.message) not in seen]
         rows.append(row)
     rows = _instance_rows(launches, rows)
-    used = spanned_gpus(launches)
+    used = spanned_gpus(launches, hw.gpus_per_node)
     if given and used > gpus:
+        terms = [f"{l.here or l.world}" + (f" x {l.copies} nodes" if l.copies > 1 else "") for l in launches]
+        capped = ", one node-rank branch at most its nodes' GPUs" if used < spanned_gpus(launches) else ""
         violations.append((launches[0].line, Violation(
             rule="world_size",
-            message=f"the launches need {used} GPUs ({' + '.join(str(l.here or l.world) for l in launches)}; "
-                    f"a command of an instance over several nodes counts the GPUs of its own node); "
+            message=f"the launches need {used} GPUs ({' + '.join(terms)}; a command of an instance over several "
+                    f"nodes counts the GPUs of its own node{capped}); "
                     f"{gpus} are given", fix=f"check --gpus {used}, or fewer replicas")))
     return {"file": file, "kind": kind, "verdict": "fail" if any(v.severity == "error" for _, v in violations)
             else "pass", "model": spec.name, "cluster": hw.name, "gpus": gpus, "launches": rows,

@@ -68,10 +68,10 @@ def routers(text: str, table) -> list[Router]:
     out, variables = [], {}
     for line, code in el.logical_lines(text):
         try:
-            words = shell.unwrap(shell.join_arithmetic(shlex.split(code, comments=True)), "")
+            words = shell.unwrap(shell.join_expansions(shlex.split(shell.let_assignments(code), comments=True)), "")
         except (ValueError, SpecError):
             continue
-        for segment in el.segments(words):  # the script's variables and arithmetic, as the engine reader reads them
+        for segment in shell.segments(words):  # the script's variables and arithmetic, as the engine reader reads them
             expanded = shell.expand_command(segment, variables)
             at = None if expanded is None else el.find_launcher(expanded, table.ROUTER_LAUNCHERS)
             if at is not None:

@@ -11,6 +11,7 @@ warning (a stage inside the at-risk margin, a stale prediction) is reported and 
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 
 from planner.check.lines import locate
@@ -253,22 +254,26 @@ def _memory_findings(target: Target, stages: list[MemoryBreakdown]) -> list[Viol
     return out + memory_violations(target.model, target.cluster, target.layout, stages,
                                    counts=[counts[m.stage] for m in stages],
                                    reserve_bytes=target.reserve_bytes,
-                                   at_risk_margin=target.at_risk_margin, kind=target.kind)
+                                   at_risk_margin=target.at_risk_margin, kind=target.kind,
+                                   modes=_layer_modes(target))
 
 
 def memory_violations(model: ModelSpec, cluster: ClusterSpec, layout: Layout,
                       stages: list[MemoryBreakdown], *, counts: list[dict[str, int]] | None = None,
                       reserve_bytes: int | None = None,
                       at_risk_margin: float = DEFAULT_AT_RISK_MARGIN,
-                      kind: str = "training-plan") -> list[Violation]:
+                      kind: str = "training-plan",
+                      modes: tuple[str, ...] | None = None) -> list[Violation]:
     """`memory_exceeds` (error) for each stage over capacity and `memory_at_risk` (warning) for
     each inside the at-risk margin: the stage, its total, the capacity, the largest term, and the
-    single knob changes after which it fits (`_memory_fix`).
+    single knob changes after which it fits, with their step times (`_memory_fix`).
 
     Args:
         stages: `stage_memory` of the stages to judge.
         counts: [i] the recompute counts of stages[i] ({mode: layers}); None = layout.recompute.
         kind: the file checked (`Target.kind`): fixes are spelled in its framework's settings.
+        modes: each decoder layer's recompute mode (`evaluation.layer_modes`), kept by the changes
+            other than recompute when their step is timed; None = layout.recompute on every layer.
     """
     out = []
     gib = 2**30
@@ -284,7 +289,7 @@ def memory_violations(model: ModelSpec, cluster: ClusterSpec, layout: Layout,
                    f"{m.capacity / gib:.1f} GiB per GPU (largest term: {term.replace('_', ' ')}, "
                    f"{size / gib:.1f} GiB{within}; reserve {m.reserve / gib:.1f} GiB){_phase_note(m)}")
         fix = _memory_fix(model, cluster, layout, m, None if counts is None else counts[i],
-                          reserve_bytes, at_risk_margin, kind)
+                          reserve_bytes, at_risk_margin, kind, modes)
         if m.verdict == "does_not_fit":
             out.append(Violation(rule="memory_exceeds", message=numbers, fix=fix))
         else:
@@ -312,20 +317,31 @@ def _phase_note(m: MemoryBreakdown) -> str:
 
 def _memory_fix(model: ModelSpec, cluster: ClusterSpec, layout: Layout, m: MemoryBreakdown,
                 counts: dict[str, int] | None, reserve_bytes: int | None,
-                at_risk_margin: float, kind: str) -> str:
+                at_risk_margin: float, kind: str, modes: tuple[str, ...] | None = None) -> str:
     """The single-knob changes after which stage `m.stage` fits outside the at-risk margin -- or,
     for a stage that does not fit, inside it (marked "at risk": it starts, as ZeRO-1 with
     Megatron's distributed optimizer often does) -- each with the stage's new total (recomputed by
-    `stage_memory`), in `_single_changes`' order, else a pointer to `planner plan`.
+    `stage_memory`) and the step time it costs (`cost_step`, s), the cheapest in step time first,
+    else a pointer to `planner plan`.
+
+    The micro-batch offered is the largest below the file's after which the stage fits (for a
+    stage over capacity also a larger one that leaves it at risk, marked), among those the global
+    batch keeps valid (`_single_changes`): the global batch is kept and the micro-batches per step
+    grow, as Megatron-LM derives them (global / (micro-batch x dp)), DeepSpeed's gradient
+    accumulation steps and torchtitan's gradient accumulation do.
 
     A change is refused when it breaks a placement rule the layout does not already break; a rule
     the layout itself breaks (e.g. layers_divisible_by_pp with a vpp that does not divide the
     layers) is no reason to refuse every change: the fixes are then computed on the layout as
-    costed here, and the text says that rule must be fixed first."""
+    costed here, in `_single_changes`' order and without step times (the step of a layout that
+    breaks a rule is undefined), and the text says that rule must be fixed first."""
     gib = 2**30
     broken = sorted({v.rule for v in errors(check_layout(model, cluster, layout))})
-    found, beyond = [], ""
+    found, beyond, micro = [], "", None  # micro: the verdict of the micro-batch offered so far
     for label, changed in _single_changes(layout):
+        is_micro = label.startswith("micro_batch_size")
+        if is_micro and micro == "fits":
+            continue  # a larger micro-batch already fits: the smaller ones cost more time
         new_rules = {v.rule for v in errors(check_layout(model, cluster, changed))} - set(broken)
         if new_rules == {"zero_with_pp"} and fsdp_gradient_sharding_with_pp(changed):
             beyond = _gradient_sharding_note(model, cluster, changed, m, counts, reserve_bytes, at_risk_margin)
@@ -338,16 +354,34 @@ def _memory_fix(model: ModelSpec, cluster: ClusterSpec, layout: Layout, m: Memor
                                reserve_bytes=reserve_bytes, at_risk_margin=at_risk_margin)
         except SpecError:
             continue
-        if new.verdict == "fits" or (new.verdict == "at_risk" and m.verdict == "does_not_fit"):
-            risk = ", at risk" if new.verdict == "at_risk" else ""
-            found.append(f"{_spelled(label, kind, layout.framework)} ({new.total / gib:.1f} GiB{risk})")
+        if not (new.verdict == "fits" or (new.verdict == "at_risk" and m.verdict == "does_not_fit")):
+            continue
+        if is_micro:
+            if micro == "at_risk" and new.verdict == "at_risk":
+                continue  # a larger micro-batch is already offered at risk
+            micro = new.verdict
+        step = None if broken else _step_s(model, cluster, changed,
+                                           None if label.startswith("recompute") else modes)
+        risk = ", at risk" if new.verdict == "at_risk" else ""
+        time = f", {step:,.3f} s/step" if step is not None else ""
+        found.append((step, f"{_spelled(label, kind, changed)} ({new.total / gib:.1f} GiB{risk}{time})"))
     first = (f"first fix {', '.join(broken)} (the memory here is of the layout as costed, which "
              f"the framework does not build as given); then " if broken else "")
     if not found:
         return f"{first}no single change of recompute, micro-batch or ZeRO stage fits this " \
                f"stage; run `planner plan` for the fastest layout that fits{beyond}"
-    return f"{first}any of: " + "; ".join(found) + \
+    found.sort(key=lambda change: (change[0] is None, change[0] or 0.0))  # stable: ties keep the order
+    return f"{first}any of: " + "; ".join(text for _, text in found) + \
         f" -- or run `planner plan` for the fastest layout that fits{beyond}"
+
+
+def _step_s(model: ModelSpec, cluster: ClusterSpec, layout: Layout, modes: tuple[str, ...] | None) -> float | None:
+    """The step time of a changed layout (`cost_step`; `modes` each layer's recompute, None =
+    `layout.recompute`), s; None where the cost model cannot time it."""
+    try:
+        return cost_step(model, cluster, layout, modes).step
+    except SpecError:
+        return None
 
 
 def _gradient_sharding_note(model: ModelSpec, cluster: ClusterSpec, changed: Layout, m: MemoryBreakdown,
@@ -373,28 +407,42 @@ _STACK = {"megatron": "Megatron-LM", "deepspeed": "DeepSpeed's pipeline engine"}
 
 
 def _single_changes(layout: Layout) -> list[tuple[str, Layout]]:
-    """(change, layout), cheapest in step time first, as a user tries them: ZeRO-1 and ZeRO-2
-    (sharded optimizer states / gradients: a reduce-scatter and an all-gather move what DP's
-    all-reduce moved, 2 x params, no extra compute -- ZeRO paper, Rajbhandari et al. 2020
+    """(change, layout) in the order a user tries them, the expected cheapest in step time
+    first (`_memory_fix` reorders by the costed step time where the layout can be timed): ZeRO-1
+    and ZeRO-2 (sharded optimizer states / gradients: a reduce-scatter and an all-gather move what
+    DP's all-reduce moved, 2 x params, no extra compute -- ZeRO paper, Rajbhandari et al. 2020
     arXiv:1910.02054 §7.2.1; Megatron's distributed optimizer is ZeRO-1), selective
     recompute (the attention core only: a few % more time, Korthikanti et al. 2022 arXiv:2205.05198
-    Table 4), half the micro-batch, ZeRO-3 (1.5 x the DP traffic, §7.2.2), full recompute (one more
-    forward of every layer: a third more compute, and ~36-39% more time in Table 4). The ZeRO stages are
+    Table 4), the smaller micro-batches, largest first, that keep the global batch a multiple of
+    dp x micro-batch (Megatron-LM `megatron/core/num_microbatches_calculator.py` asserts it; the
+    global batch is kept, so the micro-batches per step grow), ZeRO-3 (1.5 x the DP traffic,
+    §7.2.2), full recompute (one more forward of every layer: a third more compute, and ~36-39% more
+    time in Table 4). The ZeRO stages are
     offered whenever dp x cp > 1: Megatron's distributed optimizer shards over the data-parallel group
     with context parallelism folded in (NVIDIA/Megatron-LM d98e8a6 megatron/core/optimizer/__init__.py
     get_megatron_optimizer: `data_parallel_group=intra_dp_cp_group`), so with dp=1 and cp=8 it still
     divides the optimizer states by 8."""
     changes = {f"recompute {mode}": layout.replace(recompute=mode)
                for mode in ("selective", "full") if mode != layout.recompute}
-    b = layout.micro_batch_size
-    if b > 1 and b % 2 == 0:
-        changes[f"micro_batch_size {b // 2}"] = layout.replace(micro_batch_size=b // 2)
+    micro = [f"micro_batch_size {b}" for b in _divisors_below(layout.global_batch_size, layout.dp,
+                                                               layout.micro_batch_size)]
+    changes.update({label: layout.replace(micro_batch_size=int(label.rsplit(" ", 1)[1])) for label in micro})
     if layout.dp * layout.cp > 1:  # the sharded states split over the dp x cp group, so also dp=1 with cp>1
         changes.update({f"zero_stage {z}": layout.replace(zero_stage=z)
                         for z in range(layout.zero_stage + 1, 4)})
-    order = ("zero_stage 1", "zero_stage 2", "recompute selective", f"micro_batch_size {b // 2}",
-             "zero_stage 3", "recompute full")
+    order = ("zero_stage 1", "zero_stage 2", "recompute selective", *micro, "zero_stage 3", "recompute full")
     return [(label, changes[label]) for label in order if label in changes]
+
+
+def _divisors_below(global_batch: int, dp: int, micro_batch: int) -> list[int]:
+    """The micro-batches below `micro_batch` that divide the sequences per DP rank (global_batch / dp; none
+    when dp does not divide it), largest first; O(sqrt) in the sequences per rank (up to 2**34 tokens)."""
+    if global_batch % dp:
+        return []
+    per_rank = global_batch // dp
+    small = [d for d in range(1, math.isqrt(per_rank) + 1) if per_rank % d == 0]
+    found = set(small) | {per_rank // d for d in small}
+    return sorted((d for d in found if d < micro_batch), reverse=True)
 
 
 _FRAMEWORK_TERMS = {name: vocabulary.FIX_TERMS for name, vocabulary in frameworks.BY_NAME.items()}
@@ -402,15 +450,25 @@ _FRAMEWORK_TERMS = {name: vocabulary.FIX_TERMS for name, vocabulary in framework
 framework's `FIX_TERMS`, built from the flag and key tables its reader and writer share."""
 
 
-def _spelled(label: str, kind: str, framework: str) -> str:
-    """`label` in the terms of the file checked: planner's for a plan file, else the framework's."""
+def _spelled(label: str, kind: str, changed: Layout) -> str:
+    """`label` in the terms of the file checked: planner's for a plan file (a micro-batch with the
+    plan's micro-batches per step, which it states too), else the framework's
+    (`FIX_TERMS`: a pipelined layout's `"<knob> pipelined"` entry where the table has one; a
+    micro-batch term's `{microbatches}` the micro-batches per step per DP rank after the change and
+    `{tokens}` its tokens, `changed.micro_batch_size` x seq_len)."""
+    framework = changed.framework
+    if kind == "training-plan" and label.startswith("micro_batch_size"):
+        return f"{label} with num_microbatches {changed.num_microbatches}"  # the plan file states both
     if kind == "training-plan" or framework not in _FRAMEWORK_TERMS:
         return label
     terms = frameworks.FIX_TERMS_BY_KIND.get(kind, _FRAMEWORK_TERMS[framework])
     if label in terms:
         return terms[label]
     name, value = label.rsplit(" ", 1)
-    return terms[name].format(value) if name in terms else label
+    if changed.pp > 1 and f"{name} pipelined" in terms:
+        name = f"{name} pipelined"
+    return terms[name].format(value, microbatches=changed.num_microbatches,
+                              tokens=changed.micro_batch_size * changed.seq_len) if name in terms else label
 
 
 def _stale(predicted: dict, step_s: float, stages: list[MemoryBreakdown]) -> list[Violation]:

@@ -148,7 +148,20 @@ def continuation_breaks(text: str, file: str) -> list[Violation]:
     lines = text.replace("\r\n", "\n").split("\n")
     ends = shell.line_ends(lines)
     out: dict[int, Violation] = {}
-    depth, heredoc = 0, None
+    for k in _flag_commands(lines, ends, out, file):
+        if ends[k - 1] != shell.ESCAPED_BLANK:
+            cause = _cause(lines, ends, k)
+            if cause is not None:
+                out.setdefault(cause[0], _break(cause[0], cause[1], cause[2], file, k + 1))
+    return [out[n] for n in sorted(out)]
+
+
+def _flag_commands(lines: list[str], ends: list[str], out: dict[int, Violation] | None = None,
+                   file: str = "") -> list[int]:
+    """The 0-based lines that begin with a flag (`-...`) while the line before does not continue the command
+    (`continuation_breaks`), outside arrays, here-documents and `case` patterns; with `out`, the escaped-blank
+    breaks (`\\ ` at a line's end) are added to it as errors."""
+    found, depth, heredoc = [], 0, None
     for k, (line, end) in enumerate(zip(lines, ends)):
         code = line.split("#", 1)[0] if end == shell.COMMENT else line
         if heredoc is not None:
@@ -159,19 +172,36 @@ def continuation_breaks(text: str, file: str) -> list[Violation]:
             depth += code.count("(") - code.count(")")
             depth = max(depth, 0)
             continue
-        if end == shell.ESCAPED_BLANK:
+        if end == shell.ESCAPED_BLANK and out is not None:
             out[k + 1] = _break(k + 1, f"line {k + 1} ends in a backslash followed by a space: bash reads `\\ ` as an "
                                        f"escaped space (an argument ' ' of the command), not a line continuation, so "
                                        f"the command ends at line {k + 1}", "delete the spaces after the backslash",
                                 file, k + 1)
-        if (line.lstrip().startswith("-") and not _PATTERN.match(line) and k > 0 and ends[k - 1] not in (shell.CONTINUE, shell.QUOTE)
-                and ends[k - 1] != shell.ESCAPED_BLANK):
-            cause = _cause(lines, ends, k)
-            if cause is not None:
-                out.setdefault(cause[0], _break(cause[0], cause[1], cause[2], file, k + 1))
+        if (line.lstrip().startswith("-") and not _PATTERN.match(line) and k > 0
+                and ends[k - 1] not in (shell.CONTINUE, shell.QUOTE)):
+            found.append(k)
         if opens:
             heredoc = opens.group(1)
-    return [out[n] for n in sorted(out)]
+    return found
+
+
+def as_bash_runs(text: str) -> str:
+    """`text` with each command that begins with a flag after a broken continuation (`continuation_breaks`: bash
+    runs it as a command of its own, '--flag: command not found', and the launch goes without its words) blanked,
+    its lines kept empty so that line numbers hold: what the launch reads as bash runs it. An arguments file
+    (flags line after line, no command before them) is kept whole."""
+    lines = text.split("\n")
+    ends = shell.line_ends([line.rstrip("\r") for line in lines])
+    for k in _flag_commands([line.rstrip("\r") for line in lines], ends):
+        if ends[k - 1] != shell.ESCAPED_BLANK and _cause(lines, ends, k) is None:
+            continue
+        j = k
+        while True:
+            lines[j] = ""
+            if ends[j] not in (shell.CONTINUE, shell.QUOTE) or j + 1 >= len(lines):
+                break
+            j += 1
+    return "\n".join(lines)
 
 
 def _cause(lines: list[str], ends: list[str], k: int) -> tuple[int, str, str] | None:

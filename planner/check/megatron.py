@@ -53,7 +53,7 @@ from pathlib import Path
 from planner.check import shell
 from planner.check.engine_launch import deepep_findings
 from planner.check.gate import Target, attempt, raise_bad_values, raise_missing
-from planner.check.lines import flag_lines, shell_layout
+from planner.check.lines import as_bash_runs, flag_lines, shell_layout
 from planner.cost.memory import stage_layers
 from planner.errors import SpecError
 from planner.evaluation import model_chunks, stage_modes
@@ -98,7 +98,14 @@ def read(path: Path, *, model: str | None, cluster: str | None, gpus: int | None
     """
     text = files.read_text(path, kind="text file (a shell script or Megatron-LM arguments file)")
     try:
-        return _read(path, text, model=model, cluster=cluster, gpus=gpus, seq_len=seq_len)
+        try:
+            return _read(path, as_bash_runs(text), text, model=model, cluster=cluster, gpus=gpus, seq_len=seq_len)
+        except SpecError:
+            if as_bash_runs(text) == text:
+                raise
+        # the launch bash runs is unreadable without the flags after a broken continuation (Megatron would exit on
+        # it): the layout the file means, failed by the rule line_continuation
+        return _read(path, text, text, model=model, cluster=cluster, gpus=gpus, seq_len=seq_len)
     except SpecError as exc:
         raise _unread(exc, text) from None
 
@@ -107,7 +114,8 @@ def _unread(exc: SpecError, text: str) -> SpecError:
     """`exc`, or for a flag it calls missing that the file writes outside what this reader reads (another
     command than the training launch, a heredoc, a string no launch expands), `exc` saying where the file
     writes it, so the message does not contradict the file (fresh-user review 9 #2)."""
-    at = flag_lines(text).get(exc.key or "") if exc.key and exc.key.startswith("--") else None
+    written = flag_lines(text)
+    at = written.get(exc.key or "") if exc.key and exc.key.startswith("--") else None
     if at is None or not exc.message.startswith("missing"):
         return exc
     return SpecError(f"{exc.message}; the file writes {exc.key} at line {at}, but not in the training launch this "
@@ -115,11 +123,13 @@ def _unread(exc: SpecError, text: str) -> SpecError:
                      f"arrays and string variables it expands): write it there", file=exc.file, key=exc.key)
 
 
-def _read(path: Path, text: str, *, model: str | None, cluster: str | None, gpus: int | None,
+def _read(path: Path, text: str, written: str, *, model: str | None, cluster: str | None, gpus: int | None,
           seq_len: int | None) -> Target:
-    """`read` of the file's text."""
+    """`read` of the launch's text (`as_bash_runs`: a flag line after a broken continuation is no part of the
+    launch bash runs), the file's `written` text for its layout rules."""
     file = str(path)
     bad: list[SpecError] = []
+    looped = launch_loops(written, file)
     args = parse_args(text, file, bad)
     launchers = launcher_words(text, file)
     slurm = slurm_world(text, launchers)
@@ -130,7 +140,7 @@ def _read(path: Path, text: str, *, model: str | None, cluster: str | None, gpus
     spec = _model(args, model, path)
     world = _world(args, gpus, file, launched)
     findings: list[Violation] = _rotary_base(args, spec, file) if model is not None else []
-    findings += _unknown_flags(text, launchers) + shell_layout(text, file)
+    findings += _unknown_flags(text, launchers) + shell_layout(written, file) + world_from_gpus(args, gpus) + looped
     layout = _layout(args, spec, world, seq_len, file, findings)
     tokens, env = shell_words(text, file)
     target_cluster = _cluster(cluster, world, args, file)
@@ -160,6 +170,34 @@ def _read(path: Path, text: str, *, model: str | None, cluster: str | None, gpus
 _LAUNCH = re.compile(r"(?<![\w.-])(torchrun|torch\.distributed\.(run|launch)|pretrain_\w+\.py)\b")
 """What marks a shell command as the training launch (torchrun, or Megatron's pretrain_*.py)."""
 _ARRAY_OPEN = re.compile(r"^\s*(export\s+)?[A-Za-z_]\w*=\(")
+
+
+def launch_loops(text: str, file: str) -> list[Violation]:
+    """The warning `launch_in_loop` for a training launch (`_LAUNCH`: torchrun, `python -m torch.distributed.run`,
+    a pretrain_*.py script under any launcher) inside a shell loop that starts the same launch on each pass (a
+    `while` / `until` restart loop, a `for` loop whose variable the launch does not use): it is read once, as one
+    pass runs it.
+
+    Raises:
+        SpecError: the launch takes a `for` loop's variable (`for TP in 1 2 4; do torchrun ... $TP`): one launch per
+            value, which this reader does not unroll (exit 2, naming the loop, its variable and the launch's line).
+    """
+    lines, out = text.splitlines(), []
+    for start, end, keyword, name in shell.loops(text):
+        at = next((k for k in range(start, min(end, len(lines)) + 1)
+                   if _LAUNCH.search(lines[k - 1].split("#", 1)[0])), None)
+        if at is None:
+            continue
+        body = "\n".join(line.split("#", 1)[0] for line in lines[start:end])
+        if name is not None and re.search(rf"\$\{{?{name}\b", body):
+            raise SpecError(f"the training launch of line {at} runs inside the loop `for {name} ...` (line {start}) "
+                            f"and takes ${name} from it: one launch per value, which this reader does not unroll; "
+                            f"check one launch per file, its values written", file=file, key=f"line {at}")
+        out.append(Violation(rule="launch_in_loop", severity="warning", line=at,
+                             message=f"the training launch of line {at} runs inside a shell `{keyword}` loop (lines "
+                                     f"{start}-{end}): read once, as each pass starts it",
+                             fix="nothing, if the loop restarts the same job; else check one launch per file"))
+    return out
 
 
 def launch_text(text: str) -> str:
@@ -261,7 +299,7 @@ def launcher_words(text: str, file: str) -> list[list[str]]:
     out = []
     for _, line in shell.commands(launch_text(text)):
         try:
-            words = shell.unwrap(shell.join_arithmetic(shlex.split(line, comments=True)), file)
+            words = shell.unwrap(shell.join_expansions(shlex.split(line, comments=True)), file)
         except (ValueError, SpecError):
             continue
         words = [shell.substitute(w, env) for w in words]
@@ -898,7 +936,7 @@ def parse_args(text: str, file: str, bad: list[SpecError] | None = None) -> dict
             if "$" in value and name in mg.SCHEDULE_FLAGS:
                 continue  # the job's environment sets it: Megatron checks it at start-up
             why = shell.unresolved(value, env)  # the file's own integer arithmetic is evaluated already
-            if why is not None and ("$(" in value or name not in _LAUNCHER_SIZE):
+            if why is not None and name not in _LAUNCHER_SIZE:
                 reject(SpecError(why, file=file, key=name))
                 continue
             out[name] = value
@@ -917,7 +955,8 @@ def shell_words(text: str, file: str) -> tuple[list[str], dict[str, str]]:
     not split.
     Source: bash(1) "Word Splitting"."""
     try:
-        words = shell.join_arithmetic(shlex.split(shell.join_continued(arrays_apart(text)), comments=True))
+        words = shell.join_expansions(shlex.split(shell.let_assignments(shell.join_continued(arrays_apart(text))),
+                                                  comments=True))
     except ValueError as exc:
         raise SpecError(f"shell syntax error: {exc}", file=file) from None
     words = shell.unwrap(words, file)
@@ -1170,8 +1209,9 @@ def _llama_config(args: dict, given: dict, file: str) -> dict:
 
 _LAUNCHER_SIZE = frozenset(F[k] for k in ("nnodes", "nproc_per_node", "nproc_per_node_dashed"))
 """torchrun's size flags, which a Slurm launcher fills from the job's environment (`$SLURM_JOB_NUM_NODES`,
-`$1`): an unset variable there leaves the world size to --gpus (`_world`) instead of being bad input
-(fresh-user review 7)."""
+`$1`, `$(scontrol show hostnames | wc -l)`): a variable the file does not set, or a command substitution this
+reader does not run, there leaves the world size to --gpus (`_world`, the warning `world_size_from_gpus`)
+instead of being bad input (fresh-user reviews 7 and 11)."""
 
 
 def _world(args: dict, gpus: int | None, file: str, launched: tuple[int, str] | None = None) -> int:
@@ -1181,8 +1221,8 @@ def _world(args: dict, gpus: int | None, file: str, launched: tuple[int, str] | 
     unset = [flag for flag in sorted(_LAUNCHER_SIZE) if "$" in str(args.get(flag, ""))]
     if unset:
         if gpus is None:
-            raise SpecError(f"--gpus is required: the file's torchrun world size comes from shell variables it "
-                            f"does not set ({', '.join(f'{f} {args[f]}' for f in unset)})", file=file, key="--gpus")
+            raise SpecError(f"--gpus is required: the file's torchrun world size comes from {_unrun(args, unset)}",
+                            file=file, key="--gpus")
         return gpus
     per_node = _per_node(args)
     if not per_node and launched is not None:
@@ -1204,6 +1244,24 @@ def _world(args: dict, gpus: int | None, file: str, launched: tuple[int, str] | 
         raise SpecError(f"--gpus {gpus} contradicts the file's torchrun world size "
                         f"{F['nproc_per_node']} x {F['nnodes']} = {world}", file=file, key="--gpus")
     return world
+
+
+def _unrun(args: dict, flags: list[str]) -> str:
+    """What the shell would give torchrun's size `flags` that this reader does not (`_LAUNCHER_SIZE`)."""
+    return "the shell: " + "; ".join(
+        f"{f} {args[f]}, " + ("a command substitution $(...), which this reader does not run" if "$(" in str(args[f])
+                              else "a shell variable the file does not set") for f in flags)
+
+
+def world_from_gpus(args: dict, gpus: int | None) -> list[Violation]:
+    """The warning `world_size_from_gpus` where torchrun's size flags come from the shell (`_LAUNCHER_SIZE`) and
+    --gpus gives the world size in their place (`_world`), so the output says which number it checked."""
+    unset = [flag for flag in sorted(_LAUNCHER_SIZE) if "$" in str(args.get(flag, ""))]
+    if not unset or gpus is None:
+        return []
+    return [Violation(rule="world_size_from_gpus", severity="warning",
+                      message=f"torchrun's world size comes from {_unrun(args, unset)}: checked at --gpus {gpus}",
+                      fix="write the number in the file to have it checked against --gpus")]
 
 
 def _per_node(args: dict) -> list[str]:

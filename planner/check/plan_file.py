@@ -39,7 +39,7 @@ from planner.cost.memory import stage_layers
 from planner.evaluation import stage_modes
 from planner.errors import SpecError, shown
 from planner.placement import pipeline_layout, recompute_mix
-from planner.placement.layout import (OFFLOAD_MODULES, OVERLAP_KNOBS, PRECISION_KNOBS, RECOMPUTE_MODES,
+from planner.placement.layout import (OFFLOAD_MODULES, OFFLOAD_TARGETS, OVERLAP_KNOBS, PRECISION_KNOBS, RECOMPUTE_MODES,
                                       RECOMPUTE_MODULES, Layout)
 from planner.placement.rules import Violation
 from planner.plan_document import KIND, VERSION, PlanFile, looks_like_plan_file  # noqa: F401 (check reads them here)
@@ -174,7 +174,7 @@ def _layout(par: dict, values: dict, req: dict, uniform: str, file: str) -> Layo
                       buckets=_buckets(par.get("buckets")),
                       pipeline_layers=tuple(split) if split is not None else None,
                       pipeline_layout=stages, **({k: req.get(k) for k in _REQUEST_LAYOUT} | lists
-                                                 | _fp8_param_gather(par, file)))
+                                                 | _fp8_param_gather(par, file) | _offload(par, file)))
     except SpecError as exc:
         section = "request" if exc.key in _REQUEST_LAYOUT else "plan.parallelism"
         whole = str(exc.key).startswith(("plan.", "request."))   # already the full path (fresh6 #11)
@@ -204,6 +204,18 @@ def _module_lists(par: dict, file: str) -> dict:
                             file=file, key=f"plan.parallelism.{key}")
         out[key] = tuple(value)
     return out
+
+
+def _offload(par: dict, file: str) -> dict:
+    """plan.parallelism.offload: the states the search keeps in host memory (`Layout.offload`,
+    `plan.searched_offload`); {} when absent (none)."""
+    if "offload" not in par:
+        return {}
+    value = par["offload"]
+    if not isinstance(value, list) or not value or not all(t in OFFLOAD_TARGETS for t in value):
+        raise SpecError(f"value {shown(value)} must be a list of offloaded states ({', '.join(OFFLOAD_TARGETS)})",
+                        file=file, key="plan.parallelism.offload")
+    return {"offload": frozenset(value)}
 
 
 def _fp8_param_gather(par: dict, file: str) -> dict:

@@ -354,7 +354,9 @@ def _unlike_mix(mix: list[dict]) -> list[dict]:
 def _shape_findings(spec, hw, req, shape: dict, concurrency: int, disaggregated: bool, *, latency: bool = True,
                     where: str = "") -> tuple[list[dict], dict]:
     """(violations, recomputed numbers) of one instance shape at `concurrency`: rules shape, memory,
-    context, concurrency, slo (TTFT not for a disaggregated plan: its prefill workers answer it)."""
+    context, concurrency, slo (TTFT not for a disaggregated plan: its prefill workers answer it). At a request rate
+    (aggregated) TTFT / TPOT are recomputed at the load each of the shape's `replicas` gets, as serve-plan reports
+    them (`planner.serve.replica_load`); requests_per_s stays the closed-loop capacity at `concurrency`."""
     from planner import serve
     from planner.cost import serving as sv
     from planner.serve_validate import coefficients_for, load_calibration
@@ -392,6 +394,11 @@ def _shape_findings(spec, hw, req, shape: dict, concurrency: int, disaggregated:
                                     interference=not disaggregated)
         recomputed.update(ttft_ms=round(ttft * 1e3, 1), tpot_ms=round(tpot * 1e3, 2),
                           requests_per_s=concurrency / (ttft + (req.output_len - 1) * tpot))
+        load = serve.replica_load(spec, hw, req, inst, concurrency, cap, req.request_rate / shape.get("replicas", 1),
+                                  coefficients) if req.request_rate is not None and not disaggregated else None
+        if load is not None and load["utilisation"] < 1:  # at or above the capacity: rule request_rate says so
+            ttft, tpot = load["ttft_s"], load["tpot_s"]
+            recomputed.update(ttft_ms=round(ttft * 1e3, 1), tpot_ms=round(tpot * 1e3, 2))
         for name, value, slo in (("TTFT", ttft * 1e3, req.ttft_ms), ("TPOT", tpot * 1e3, req.tpot_ms)):
             if slo is not None and value > slo and not (name == "TTFT" and disaggregated):
                 out.append(_fail("slo", f"{where}{name} {value:.1f} ms > {slo:g} ms", "re-plan with planner serve-plan"))
@@ -413,8 +420,10 @@ def _rate_findings(spec, hw, req, plan: dict, deployment: dict, recomputed: dict
     shape), times its replicas, summed over the mix. Disaggregated: the rate the file states (deployment,
     else plan requests_per_s), its prefill and decode workers' rate matching not recomputed here."""
     if disaggregated:
-        carried = deployment.get("requests_per_s", plan.get("requests_per_s"))
-        how = "the file's deployment.requests_per_s"
+        # the mix's capacity where the file states it (serve-plan at a rate: requests_per_s is then the rate served)
+        key = "capacity_requests_per_s" if "capacity_requests_per_s" in deployment else "requests_per_s"
+        carried = deployment.get(key, plan.get("requests_per_s"))
+        how = f"the file's deployment.{key}"
         if carried is None:
             return [_fail("request_rate", "a disaggregated plan without requests_per_s: the rate it carries is "
                                           "unknown", "re-plan with planner serve-plan")]

@@ -116,7 +116,7 @@ def launch(command: el.Command, spec: ModelSpec, hw: ClusterSpec, file: str) -> 
             message=f"{hw.gpu.name} has no bf16: SGLang runs float16 below compute capability 8.0 and exits below 7.5 "
                     f"('SGLang only supports sm75 and above'; {s.VERSION} model_runner_components/load_model_utils.py "
                     f"maybe_downgrade_dtype_for_legacy_gpu): a V100 (7.0) does not start", fix=""))
-    node_rank = 0 if el.per_node(command, f["node_rank"]) else el.integer(command, f["node_rank"], 0, file, low=0)
+    node_rank = el.node_rank(command, f["node_rank"], file)
     findings += _multi_node(command, nnodes, dp)
     if nnodes > 1 and tp * pp % nnodes == 0 and tp * pp // nnodes < hw.gpus_per_node:
         findings.append(Violation(

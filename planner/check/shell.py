@@ -4,9 +4,11 @@ readers that split scripts into words (`planner.check.megatron`, `planner.check.
 expand to it, and a word whose text came from a variable is split at whitespace as bash splits an unquoted
 expansion; `$((expression))` of integers and the file's own integer variables is the number bash computes
 (`expand_arithmetic`); `bash -c "STRING"` (also `sh -c`, `bash -lc`, as Slurm launchers wrap a command so
-that each task expands its variables) runs the words of STRING (`unwrap`). Nothing is run: `$(...)` stays as
-written, and arithmetic of a variable the file does not set stays as written for the reader to refuse
-(`unresolved`).
+that each task expands its variables) runs the words of STRING (`unwrap`); `let NAME=EXPRESSION` assigns as
+`NAME=$((EXPRESSION))` does (`let_assignments`). Nothing is run: a command substitution `$(...)` stays as written,
+one word (`join_expansions`), as does a variable assigned one, and arithmetic of a variable the file does not set
+stays as written, for the reader to refuse or to stand in for (`unresolved`; torchrun's node count falls back to
+--gpus as for an unset variable).
 
 Source: bash(1) "Parameter Expansion" (`${parameter:-word}`: word when unset or null), "Word Splitting"
 (default IFS: space, tab, newline; the results of unquoted expansions are split), "Arithmetic Expansion"
@@ -60,16 +62,57 @@ def fields(word: str, raw: str) -> list[str]:
     return [word]
 
 
-def join_arithmetic(words: list[str]) -> list[str]:
-    """Words with a `$((` whose `))` comes in a later word (shlex splits `$((A * B))` at its spaces) joined
-    back."""
+def join_expansions(words: list[str]) -> list[str]:
+    """Words with a `$((` or `$(` whose closing parenthesis comes in a later word joined back (shlex splits
+    `$((A * B))` and `$(scontrol show hostnames | wc -l)` at their spaces), so that an arithmetic expansion is
+    one word and a command substitution stays one value (a `|` inside it is no pipeline of the script); one whose
+    parenthesis never closes (bash's syntax error) is left as split."""
     out: list[str] = []
+    pending: list[str] = []
     for word in words:
-        if out and "$((" in out[-1] and out[-1].count("((") > out[-1].count("))"):
-            out[-1] += " " + word
+        if pending or ("$(" in word and word.count("(") > word.count(")")):
+            pending.append(word)
+            joined = " ".join(pending)
+            if joined.count("(") <= joined.count(")"):
+                out.append(joined)
+                pending = []
         else:
             out.append(word)
-    return out
+    return out + pending
+
+
+LET = re.compile(r"^(\s*)let\s+(.*)$")
+"""A `let` command at the start of a line."""
+_LET_ARGUMENT = re.compile(r"\s*([A-Za-z_]\w*)\s*([-+*/%]?)=\s*(\S.*?)\s*", re.S)
+"""One argument of `let`: NAME=expression, or NAME op= expression (+= -= *= /= %=)."""
+
+
+def let_assignments(text: str) -> str:
+    """`text` with each line's `let NAME=EXPRESSION ...` (also `let "NAME = EXPRESSION"` and `NAME op= ...`)
+    written as the assignments `NAME=$((EXPRESSION))` it makes, so the readers evaluate them as they evaluate
+    `$((...))` (`arithmetic`: integers, the file's integer variables, + - * / %); a `let` of another form
+    (`let i++`) is left as written. Source: bash(1) SHELL BUILTIN COMMANDS `let` ("Each arg is an arithmetic
+    expression to be evaluated"), "ARITHMETIC EVALUATION" (`=` and `op=` assignment operators)."""
+    return "\n".join(_let_line(line) for line in text.split("\n"))
+
+
+def _let_line(line: str) -> str:
+    match = LET.match(line)
+    if match is None:
+        return line
+    try:
+        arguments = shlex.split(match[2], comments=True)
+    except ValueError:
+        return line
+    out = []
+    for text in arguments:
+        argument = _LET_ARGUMENT.fullmatch(text)
+        if argument is None:
+            return line
+        name, op, expression = argument.groups()
+        expression = f"{name}{op}({expression})" if op else expression
+        out.append(f"{name}=$(({''.join(expression.split())}))")
+    return match[1] + " ".join(out) if out else line
 
 
 def _expansions(word: str) -> list[tuple[int, int, str]]:
@@ -160,7 +203,7 @@ def unwrap(words: list[str], file: str) -> list[str]:
             i += 1
             continue
         try:
-            inner = join_arithmetic(shlex.split(words[at], comments=True))
+            inner = join_expansions(shlex.split(words[at], comments=True))
         except ValueError as exc:
             raise SpecError(f"shell syntax error in the command string of {word} -c: {exc}", file=file) from None
         out += unwrap(inner, file)
@@ -178,6 +221,52 @@ def _command_string(words: list[str], i: int) -> int | None:
             return k + 1 if k + 1 < len(words) else None
         k += 1
     return None
+
+
+_SEPARATORS = (";", "&&", "||", "&", "|")
+"""Words that end one shell command and start the next on the same line."""
+
+
+def segments(words: list[str]) -> list[list[str]]:
+    """The commands of one line's words, split at `_SEPARATORS` and a `case` branch's `;;` (a word ending in `;`
+    or `;;` ends its command)."""
+    out: list[list[str]] = [[]]
+    for word in words:
+        if word in _SEPARATORS or word == ";;":
+            out.append([])
+        elif word.endswith(";") and len(word) > 1:
+            out[-1].append(word.rstrip(";"))
+            out.append([])
+        else:
+            out[-1].append(word)
+    return [segment for segment in out if segment]
+
+
+LOOPS = ("for", "while", "until")
+"""Shell keywords that open a loop (`do ... done`)."""
+
+
+def loops(text: str) -> list[tuple[int, int, str, str | None]]:
+    """(first line, last line, keyword, variable) of each `for` / `while` / `until` loop of a script, as its commands
+    split (`commands`, `segments`); `variable` is a `for NAME in ...` loop's NAME, else None. A loop left open runs
+    to the end of the text. Source: bash(1) "Compound Commands" (for name [ in word ] ; do list ; done; while / until
+    list; do list; done)."""
+    out, open_ = [], []
+    last = 0
+    for line, code in commands(text):
+        last = line + code.count("\n")
+        try:
+            words = shlex.split(code, comments=True)
+        except ValueError:
+            continue
+        for segment in segments(words):
+            if segment[0] in LOOPS:
+                open_.append((line, segment[0], segment[1] if segment[0] == "for" and len(segment) > 1 else None))
+            elif segment[0] == "done" and open_:
+                start, keyword, name = open_.pop()
+                out.append((start, line, keyword, name))
+    out += [(start, max(last, start), keyword, name) for start, keyword, name in open_]
+    return sorted(out)
 
 
 CONTINUE, QUOTE, ESCAPED_BLANK, COMMENT, END = "continue", "quote", "escaped blank", "comment", "end"

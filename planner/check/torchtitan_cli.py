@@ -40,7 +40,7 @@ from pathlib import Path
 
 from planner.check import megatron, shell, torchtitan
 from planner.check.gate import Target, raise_bad_values
-from planner.check.lines import shell_layout
+from planner.check.lines import as_bash_runs, shell_layout
 from planner.errors import SpecError, counted
 from planner.frameworks import megatron as megatron_vocabulary
 from planner.frameworks import torchtitan as tt
@@ -123,9 +123,23 @@ def read(path: Path, *, model: str | None, cluster: str | None, gpus: int | None
             planner does not model (or two that disagree), --gpus
             contradicting torchrun's ranks, and what `torchtitan.read_doc` raises.
     """
-    file = str(path)
     text = files.read_text(path, kind="text file (a torchtitan command line)")
-    words = _words(text, file)
+    try:  # the launch bash runs: a flag line after a broken continuation is no part of it
+        return _read(path, as_bash_runs(text), text, model=model, cluster=cluster, gpus=gpus, seq_len=seq_len)
+    except SpecError:
+        if as_bash_runs(text) == text:
+            raise
+    # unreadable without the lines after the break (torchtitan would exit on it): the layout the file means, failed
+    # by the rule line_continuation
+    return _read(path, text, text, model=model, cluster=cluster, gpus=gpus, seq_len=seq_len)
+
+
+def _read(path: Path, launch: str, text: str, *, model: str | None, cluster: str | None, gpus: int | None,
+          seq_len: int | None) -> Target:
+    """`read` of the `launch` as bash runs it, the file's `text` for its layout rules."""
+    file = str(path)
+    looped = megatron.launch_loops(text, file)
+    words = _words(launch, file)
     toml = _job_config_file(words, Path(path))
     bad: list[SpecError] = []
     flags, ac = _flags(words, file, bad)
@@ -143,7 +157,7 @@ def read(path: Path, *, model: str | None, cluster: str | None, gpus: int | None
         raise SpecError(f"--gpus {gpus} contradicts torchrun's {ranks} ranks", file=file,
                         key="--gpus")
     ac, findings = _ac_mode(flags, ac, preset, file)
-    findings += shell_layout(text, file)
+    findings += shell_layout(text, file) + looped
     findings += _unknown_fields(flags, _value(flags.get(tt.KEY["seq_len"], "")) or
                                 settings[tt.CONTEXT], settings.get(tt.KEY["pp"], 1) != 1, meant)
     doc = _job_doc(settings, preset, ac, file)
@@ -293,8 +307,8 @@ def _ranks(flags: dict[str, str], file: str) -> int | None:
     if not given:
         return None
     values = [flags[given[-1]], flags.get(_NNODES, "1")]
-    if any("$" in value and "$(" not in value for value in values):
-        return None  # a variable the file does not set (a job's environment): the world size is --gpus's
+    if any("$" in value for value in values):
+        return None  # a variable the file does not set (a job's environment) or a $(...) not run: --gpus's
     for flag, value in zip((given[-1], _NNODES), values):
         if not re.fullmatch(r"\d+", value) or int(value) < 1:
             raise SpecError(f"value {value!r} must be an integer >= 1 (a literal, not a shell "

@@ -239,7 +239,7 @@ def launch(command: el.Command, spec: ModelSpec, hw: ClusterSpec, file: str) -> 
     findings += image_version(command)
     findings += el.aside(lambda: el.container_gpus(command, file), (None, []))[1]
     nnodes = el.integer(command, f["nnodes"], 1, file)
-    node_rank = el.integer(command, f["node_rank"], 0, file, low=0)
+    node_rank = el.node_rank(command, f["node_rank"], file)
     findings += _multi_node(command, nnodes, node_rank)
     if ep_on and flags.get(f["a2a"]) == v.DEEPEP_PREFILL:   # DeepEP's normal-mode kernels over the tp x dp ranks
         findings += el.deepep_findings(tp * dp, "vllm", f"{f['a2a']} {v.DEEPEP_PREFILL}")

@@ -580,6 +580,21 @@ def moe_host_sync_s() -> float:
     fits all three, not built: the host's issue time of a MoE layer's kernels after the sync
     against their GPU time (as `moe_expert_host_idle_s` does for the expert loop), which grows on
     a B200 (half the GPU time per layer, the same host) and at micro-batch 1. (The (a)-(c) split
-    above was computed when the fit gave 3.83 ms at a 5 us launch; it gives 2.54 ms at 10 us.)"""
+    above was computed when the fit gave 3.83 ms at a 5 us launch; it gives 2.54 ms at 10 us.)
+    Fit / evaluation: fitted on E13 only (H100, the one MoE FIT row); evaluated, never fitted, on
+    E9 (B200, +5.7%) and E10 (H100, -7.2%; docs/validation.md) and on NVIDIA's Qwen3-30B-A3B
+    8-GPU MXFP8 EP8 runs outside the shared files (tests/test_expert_plans.py): NeMo 25.11 B200
+    micro-batch 1 +9.2% and GB200 micro-batch 4 +3.1% (one release; without this stall micro-batch
+    1 is +56%, with only the profile's 0.62 ms +41%), 26.02 / 26.02.01 B200 micro-batch 1 / 4
+    +4.8% / -15.6%. Not fitted there: the issue fits on the shared files only.
+    Forms tried and not built (2026-12-02, expert3; ratios are tests/test_expert_plans.py's plan /
+    recipe step): (1) 0.62 ms per sync plus the rest as GPU work per token (HBM bytes per token,
+    fitted on E13): E13 0.91, E9 0.92, but E10 -11% and the H100/H200 fp8 evaluation bias -5.4%
+    (bar 5%); (2) max(0, S - the layer's forward GPU time), S fitted on E13 (the host-bound form
+    NeMo's 25.09 token-drop vs 25.11 dropless B200 micro-batch 1 rows, 18,066 vs 9,299, and the
+    GB200 micro-batch 4 pair, 22,775 vs 23,766, point to): B200 26.02 pair 2.84x (above the
+    2.75x bound), E9 +12.3%, E13's plan 0.69; (3) `KERNEL_LAUNCH_HOST_S` 20 us and this refitted
+    on E13 (0.78 ms, near the profile's 0.62): NVIDIA's DeepSeek-V3 B200 recipe +28% -> +2%, E10
+    -1.5%, but E9 +12.0% and the 26.02 B200 micro-batch 4 -24%."""
     return calibration().moe_host_sync_s
 

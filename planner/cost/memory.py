@@ -1093,14 +1093,13 @@ def stage_memory(model: ModelSpec, cluster, layout: Layout, stage: int, *,
                  State.OPTIMIZER_STATES: sb.optimizer_states}
     state_terms: dict[str, int] = {}
     totals = dict.fromkeys(per_state, 0)
-    local_grads = host_states = 0
+    local_grads = 0
+    host_states = _host_states(group_counts, facts, per_state)  # in pinned host memory instead
     for state, nbytes in per_state.items():
         for g in GROUPS:
             local = group_counts[g] / facts.shard_degree[state, g]
             if state == State.GRADIENTS:
                 local_grads += int(local)
-            if facts.offloaded[state, g]:   # held in pinned host memory instead
-                host_states += int(local * nbytes)
             b = 0 if facts.offloaded[state, g] else int(local * nbytes)
             state_terms[facts.term_names[state, g]] = b
             totals[state] += b
@@ -1175,6 +1174,40 @@ def stage_memory(model: ModelSpec, cluster, layout: Layout, stage: int, *,
         state_terms=state_terms, in_flight_microbatches=flight,
         padded_vocab_size=padded_vocab(model, layout), initialization_peak=init_peak,
         warnings=warnings, at_risk_margin=at_risk_margin, optimizer_step_groups=step_groups)
+
+
+HOST_GRADIENT_BYTES = 4
+"""Bytes per element of the gradient partition an offloaded optimizer updates from, in host
+memory beside its states: DeepSpeed ZeRO-1/2 with the optimizer offloaded gives each fp32 partition
+a `.grad` of its dtype on the offload device, pinned by default
+(deepspeed/runtime/zero/stage_1_and_2.py `initialize_optimizer_states`, offload_config.py
+`pin_memory`, @edaa722)."""
+
+
+def _host_states(group_counts: dict[str, int], facts: _PlacementFacts, per_state: dict) -> int:
+    """Bytes of the stage's offloaded model states one GPU keeps in pinned host memory: each
+    offloaded (state, group)'s local shard x its bytes per element, and beside an offloaded
+    optimizer its fp32 gradient partition (`HOST_GRADIENT_BYTES`)."""
+    states = sum(int(group_counts[g] / facts.shard_degree[state, g] * nbytes)
+                 for state, nbytes in per_state.items() for g in GROUPS if facts.offloaded[state, g])
+    grads = sum(int(group_counts[g] / facts.shard_degree[State.OPTIMIZER_STATES, g] * HOST_GRADIENT_BYTES)
+                for g in GROUPS if facts.offloaded[State.OPTIMIZER_STATES, g])
+    return states + grads
+
+
+def host_state_bytes(model: ModelSpec, layout: Layout) -> int:
+    """Pinned host memory one GPU needs for the model states `layout` offloads (`Layout.offload`
+    optimizer / parameters), at its largest stage, bytes; 0 without offload. What `stage_memory`
+    warns of against the node's host DRAM (`ClusterSpec.host_memory_gib` / GPUs per node), without
+    the activations (which `plan` does not offload by itself)."""
+    if not (layout.offload - {"activations"}):
+        return 0
+    counts, placement, sb = count_params(model), placement_for(layout), state_bytes(layout)
+    facts = _placement_facts(layout, placement)
+    per_state = {State.PARAMETERS: sb.parameters, State.GRADIENTS: sb.gradients,
+                 State.OPTIMIZER_STATES: sb.optimizer_states}
+    return max(_host_states(_group_counts(model, counts, layout, layers, s), facts, per_state)
+               for s, layers in enumerate(stage_layers(model, layout)))
 
 
 LOSS_PHASE_TERMS = ("loss_working_set", "fsdp_last_block")

@@ -690,7 +690,7 @@ which talks to `vllm serve` / `trtllm-serve` directly (INFERENCEX source), does 
 constant per engine for every campaign the fit had to average those paths into one intercept (the 50-200 ms
 floor of review-fresh6 finding 4); with the paths apart, `constant` is the engine's own server's per-request
 time, which serve-plan's steady state keeps, and each campaign's extra is its own coefficient, 0 in serve-plan."""
-TTFT_TERMS = ("prefill_one_s", "prefill_batch_s", "weights_per_chunk_s", "constant", "kv_wait_s", "burst_s",
+TTFT_TERMS = ("prefill_one_s", "weights_per_chunk_s", "constant", "kv_wait_s", "burst_s",
               *UNKNOWN_SHARE_TERMS, "wave_s", *PATH_TERMS)
 """TTFT = sum of fitted coefficient x term (see `latency_terms`) + the unfitted terms of `predict_latency`.
 The burst terms describe how a benchmark measured TTFT (the clients' first prompts queued behind each
@@ -783,7 +783,14 @@ def latency_terms(spec: ModelSpec, inst: Instance, *, hbm_bytes_per_s: float, pe
       chunk tokens at 148% / 128% of the peak while a prompt alone ran at ~51%, senior review 10, finding 1;
       fitted freely on the forward the coefficients come out 0.91 SGLang, 0.33 vLLM). Under a lock-step wave
       (`wave_clients`) the wave's own prompts prefill before any of them decodes, so only the clients outside
-      the wave interfere (0 for an SGLang wave of every client).
+      the wave interfere in that way; but a wave prompt's first token comes out of its own prefill batch while the
+      wave's later prompts still prefill, and its second token waits for them: the wave's tail, W - 1 -
+      `start_burst_prompts`(W, per-step prompts) prefills (W = wave_clients / adp: the wave's W prefills less the
+      mean ahead of a prompt and its own; 0 for a wave of one step's prompts, which finish together -- vLLM's and
+      TensorRT-LLM's lock-step groups), over the O - 1 later tokens. Source: hand arithmetic of first-come-first-served
+      prefill batches, as `start_burst_prompts`. Dropping the whole wave from the interference (ttftload, 2026-12)
+      without its tail took SGLang's evaluation TPOT MAPE from 6.3 to 13.7 % (4096 / 128 tokens at 64 clients:
+      22 ms predicted, 53 measured); with the tail 4.0 % (servefit's refit).
     - prefill_one_s: one request's prefill forward of I tokens costed per operator by the training model's
       functions (`prefill_forward_s`: GEMM efficiency at each GEMM's shape, attention efficiency at the prompt's
       length, elementwise work at the achievable HBM rate; `gpu`, the instance's GPUSpec). Under attention DP
@@ -791,11 +798,13 @@ def latency_terms(spec: ModelSpec, inst: Instance, *, hbm_bytes_per_s: float, pe
       shared part of the prompts other groups prefill beside it (`prefill_groups`; all adp on a disaggregated
       prefill worker, `prefill_worker`=True, whose prompts come back to back). Its fitted coefficient is the
       measured prefill time over the training model's forward: 1.0 (the `LEAST_COEFFICIENT` bound) for SGLang's
-      and vLLM's dense fits and 1.22 for TensorRT-LLM's since the queue's wait is priced (1.26-1.34 before; 2.12-2.36
+      and vLLM's dense fits and 1.20 for TensorRT-LLM's since the queue's wait is priced (1.26-1.34 before; 2.12-2.36
       over FLOPs at the peak; calibration/serving.yaml).
-    - prefill_batch_s: the prefill compute of the other prompts that share the request's first chunk:
-      those waiting when it arrives in the closed loop (`prompts_per_prefill` - 1, from prefill_one_s and
-      the decode lifetime (O - 1) x decode step), up to one chunk of max_num_batched_tokens (0 alone).
+    - (no prefill_batch_s since 2026-12-02: the prefill compute of the prompts waiting ahead in the closed loop,
+      `prompts_per_prefill` - 1, up to one chunk, was a fitted term beside the unfitted prefill queue's wait,
+      `prefill_queue_wait_s`, the same prompts by the same MVA -- one mechanism counted twice; the dense fits had
+      set its coefficient to 0, the MoE fits kept 0.02-6.5 of it. Dropped: fit-part TTFT MAPE 23.1 -> 23.2 %,
+      evaluation 22.2 % either way, servefit's refit.)
     - weights_per_chunk_s: weights read once per prefill chunk of max_num_batched_tokens tokens, over the
       chunks of every client's prompt (ceil(B x input / chunk)): a proxy for the prefill load of one closed-loop
       cycle. Counting only the co-batched prompts' chunks fits worse (evaluation TTFT MAPE 35.4 vs 31.4 %).
@@ -858,7 +867,14 @@ def latency_terms(spec: ModelSpec, inst: Instance, *, hbm_bytes_per_s: float, pe
       `wave_clients` > 0: the wave is that loop's queue); think_steps, the decode steps each client spends away
       from the station (output_len - 1; 0 for a disaggregated prefill worker, whose prompts come back to back).
     - first_token_steps: `first_token_steps` (the engine's FIRST_TOKEN_STEPS; 0 on a prefill worker), the decode
-      steps of `tpot_s` a first token waits for at least (`ttft_floor_s`).
+      steps of `tpot_s` a first token waits for on a loaded instance beside its prefill: added to TTFT (`unfitted_s`,
+      weighted by steady_share) and a floor of its own (`ttft_floor_s`). Until 2026-12-02 only that floor, so the
+      fitted per-request constant carried the step in flight; added, the fit-part TTFT MAPE went 23.4 -> 23.1 %
+      (vLLM 22.6 -> 21.6; servefit's refit).
+    - steady_share: 1 - burst_fraction, the share of the measured requests that arrive in the steady loop (1 with an
+      unknown share and in serve-plan): the steady prefill queue's wait and the first-token step (`unfitted_s`) are
+      theirs; a start burst's prompts meet an idle engine and its own queue, burst_s, instead (until 2026-12-02
+      every row of a burst campaign paid both in full).
     - wait_steps: decode steps a new prompt waits by a configured scheduler delay (TensorRT-LLM batch waiting,
       attention-DP balancing: `cost.serving` callers compute it); a count, added to TTFT as wait_steps x TPOT
       (`predict_latency`). 0 with the engines' defaults.
@@ -904,8 +920,6 @@ def latency_terms(spec: ModelSpec, inst: Instance, *, hbm_bytes_per_s: float, pe
     beside = prefill_forward_s(spec, inst, gpu, weight_format, input_len, together).shared if together > 1 \
         else forward.shared
     prefill_one = forward.attention + beside
-    batched = prompts_per_prefill(local, prefill_one + allreduce, think)
-    first_chunk = min(batched * input_len, max(max_num_batched_tokens, input_len))
     chunks = math.ceil(local * input_len / max_num_batched_tokens)
     wait = max(0.0, queued / concurrency - 1) * output_len * step
     per_step = max(1.0, max_num_batched_tokens / input_len)
@@ -915,9 +929,12 @@ def latency_terms(spec: ModelSpec, inst: Instance, *, hbm_bytes_per_s: float, pe
     prefill_compute = input_len * ((flops_local + attn * input_len / 2) / inst.adp + flops_shared) / peak_flops
     sustained = forward.attention / inst.adp + beside / together  # the same work at the per-op forward's rate
     interfering = max(0.0, concurrency - wave_clients) / inst.adp  # a wave's own prompts prefill before it decodes
+    wave = wave_clients / inst.adp
+    tail = max(0.0, wave - 1 - start_burst_prompts(wave, per_step)) if wave > 1 else 0.0  # prefills after its 1st token
+    stalls = interfering / output_len + tail / max(output_len - 1, 1)
     return {
         "wave_s": prefill_one * start_burst_prompts(wave_clients / inst.adp, per_step),
-        "burst_s": (burst_fraction or 0.0) * burst,
+        "burst_s": (burst_fraction or 0.0) * burst, "steady_share": 1.0 - (burst_fraction or 0.0),
         **{t: burst if burst_fraction is None and t == unknown_share_term else 0.0 for t in UNKNOWN_SHARE_TERMS},
         **{t: 1.0 if t == path_term else 0.0 for t in PATH_TERMS},
         "wait_steps": wait_steps,
@@ -930,11 +947,11 @@ def latency_terms(spec: ModelSpec, inst: Instance, *, hbm_bytes_per_s: float, pe
         "first_token_steps": 0.0 if prefill_worker else first_token_steps,
         "pp": pp,
         "collectives": collectives * pp, "constant": 1.0, "layer_steps": spec.num_hidden_layers,
-        "prefill_interference_s": interfering / output_len * prefill_one,
-        "prefill_one_s": prefill_one, "prefill_batch_s": prefill_one * (first_chunk / input_len - 1),
+        "prefill_interference_s": stalls * prefill_one,
+        "prefill_one_s": prefill_one,
         "weights_per_chunk_s": chunks * weights * pp / hbm_bytes_per_s, "kv_wait_s": wait,
         "hop_s": hop_s * (pp - 1),
-        "prefill_allreduce_s": allreduce, "interference_allreduce_s": interfering / output_len * allreduce,
+        "prefill_allreduce_s": allreduce, "interference_allreduce_s": stalls * allreduce,
         "decode_allreduce_s": tp_allreduce_s(spec, inst, per_micro, link_bytes_per_s),
         "moe_exchange_decode_s": moe_exchange_s(spec, inst, concurrency, decode=True, link_bytes_per_s=link_bytes_per_s),
         "moe_exchange_prefill_s": moe_exchange_s(spec, inst, input_len, decode=False, link_bytes_per_s=link_bytes_per_s),
@@ -1200,24 +1217,63 @@ def prefill_residence_s(clients: float, prefill_s: float, decode_s: float, resid
     return (b + math.sqrt(b * b + 4 * c)) / 2
 
 
+def erlang_c(servers: int, offered: float) -> float:
+    """Probability that an arrival waits in an M/M/c queue of `servers` servers at `offered` load (Erlangs: arrival
+    rate x mean service), the Erlang C formula; 1 at offered >= servers (no steady state), 0 at offered <= 0.
+    Computed through the Erlang B recursion B(0) = 1, B(k) = a B(k-1) / (k + a B(k-1)) (stable for thousands of
+    servers), C = B / (1 - U (1 - B)), U = a / c. Hand check (tests/test_serve_open_loop.py): c = 1: C = U;
+    c = 2, a = 1: B = 1/5, C = (1/5) / (1 - 1/2 x 4/5) = 1/3.
+    Source: Erlang (1917); Kleinrock, Queueing Systems vol. 1 (1975), eq. 3.40 (M/M/m) and 3.44 (Erlang B)."""
+    if offered <= 0:
+        return 0.0
+    if offered >= servers:
+        return 1.0
+    blocked = 1.0
+    for k in range(1, servers + 1):
+        blocked = offered * blocked / (k + offered * blocked)
+    return blocked / (1 - offered / servers * (1 - blocked))
+
+
+def open_queue_wait_s(rate_per_s: float, servers: int, service_s: float) -> float:
+    """Mean wait in the shared queue in front of `servers` identical servers fed an open (Poisson) stream of
+    `rate_per_s` requests/s, each holding a server `service_s` seconds (deterministic: one prompt length, one
+    output length), seconds: the M/D/c queue by the Allen-Cunneen approximation, the M/M/c wait times
+    (c_a^2 + c_s^2) / 2 = 1/2 (Poisson arrivals, c_a^2 = 1; deterministic service, c_s^2 = 0):
+    W = C(c, a) S / (c (1 - U)) / 2, a = rate x S, U = a / c (`erlang_c`). Exact for one server: C(1, a) = U and W =
+    U S / (2 (1 - U)), the M/D/1 queue's Pollaczek-Khinchine mean. Infinite at U >= 1 (no steady state).
+    serve-plan's one model of requests queueing for a server: a disaggregated prefill worker's attention-DP groups,
+    each fed its even share by the router (`prefill_worker_wait_s`: c = 1 per group), and an aggregated replica's
+    running-request slots, one waiting queue in front of its cap (`planner.serve.open_loop_point`: c = the cap).
+    Hand checks (tests/test_serve_open_loop.py): c = 1, U = 0.9, S = 1 s: 4.5 s; c = 2, rate 1/s, S = 1 s: a = 1,
+    C = 1/3, W = (1/3) / (2 x 1/2) / 2 = 1/6 s.
+    Source: Allen, Probability, Statistics, and Queueing Theory (2nd ed., 1990), sec. 6.3 (the Allen-Cunneen
+    approximation of the GI/G/c queue); Pollaczek-Khinchine (Kleinrock 1975, ch. 5) for c = 1."""
+    if rate_per_s <= 0 or service_s <= 0:
+        return 0.0
+    offered = rate_per_s * service_s
+    if offered >= servers:
+        return math.inf
+    return erlang_c(servers, offered) * service_s / (servers * (1 - offered / servers)) / 2
+
+
 def prefill_worker_wait_s(rate_per_s: float, capacity_per_s: float, service_s: float) -> float:
     """Mean wait of a prompt in front of a disaggregated prefill worker fed an open-loop stream of `rate_per_s`
-    requests/s, seconds: the M/D/1 queue's Pollaczek-Khinchine mean, W = U S / (2 (1 - U)), U = rate / capacity
-    (the worker's utilisation; capacity = attention-DP groups / S, each group one prompt at a time, the router
-    spreading the requests evenly over the groups, so each group is an M/D/1 queue at the same U), S = `service_s`,
-    one prompt's prefill (deterministic: one prompt length). Infinite at U >= 1 (no steady state).
-    Why M/D/1 and not `prefill_queue_wait_s`'s closed-loop MVA: the emitted prefill worker runs one prompt at a time
-    (a running-request cap of 1, `planner.serve` emit) and is fed by the router as requests arrive -- at --request-rate an
-    open arrival stream, not a fixed client population (Poisson arrivals, the load of vLLM's serving benchmark at a
-    --request-rate; that script not re-read for this function, VERIFY). Round-robin routing makes the
+    requests/s, seconds: each of its attention-DP groups (capacity = groups / S, each group one prompt at a time, the
+    router spreading the requests evenly over the groups) is one server with its own queue at the same utilisation
+    U = rate / capacity, so the wait is `open_queue_wait_s` of one server at rate U / S: the M/D/1 queue's
+    Pollaczek-Khinchine mean, W = U S / (2 (1 - U)), S = `service_s`, one prompt's prefill (deterministic: one
+    prompt length). Infinite at U >= 1 (no steady state).
+    Why an open queue and not `prefill_queue_wait_s`'s closed-loop MVA: the emitted prefill worker runs one prompt at a
+    time (a running-request cap of 1, `planner.serve` emit) and is fed by the router as requests arrive -- at
+    --request-rate an open arrival stream, not a fixed client population (Poisson arrivals, the load of vLLM's serving
+    benchmark at a --request-rate; that script not re-read for this function, VERIFY). Round-robin routing makes the
     arrivals smoother than Poisson, so this is an upper estimate of the wait (Kingman's bound with c_a^2 < 1).
     Hand check (tests/test_serve_plan.py): U = 0.9, S = 1.0 s: 0.9 / 0.2 = 4.5 s.
     Source: the Pollaczek-Khinchine mean-value formula of the M/G/1 queue, W = rate E[S^2] / (2 (1 - U)), with
     E[S^2] = S^2 (Kleinrock, Queueing Systems vol. 1, 1975, ch. 5)."""
     if rate_per_s <= 0 or service_s <= 0:
         return 0.0
-    load = rate_per_s / capacity_per_s
-    return math.inf if load >= 1 else load * service_s / (2 * (1 - load))
+    return open_queue_wait_s(rate_per_s / capacity_per_s / service_s, 1, service_s)
 
 
 def prefill_worker_max_load(wait_budget_s: float, service_s: float) -> float:
@@ -1345,8 +1401,8 @@ def predict_latency(terms: dict[str, float], coefficients: dict[str, dict[str, f
 
 
 FIRST_TOKEN_STEPS = {"vllm": 1.0, "trtllm": 1.0, "sglang": 0.5}
-"""Decode steps (of the mean TPOT) a prompt's first token waits for at least on a loaded instance, per engine
-(`latency_terms` first_token_steps, `ttft_floor_s`). vLLM and TensorRT-LLM mix prefill chunks into the decode
+"""Decode steps (of the mean TPOT) a prompt's first token waits for on a loaded instance beside its own prefill, per
+engine (`latency_terms` first_token_steps: added to TTFT by `unfitted_s`, and a floor in `ttft_floor_s`). vLLM and TensorRT-LLM mix prefill chunks into the decode
 steps: a new prompt's chunk runs in a step that also carries every running request's decode token, so its first
 token comes out of a step at least as long as a decode step (vLLM 0.33.0 wheel `vllm/v1/core/sched/scheduler.py`
 Scheduler.schedule: the running requests are scheduled first, then the waiting ones within the token budget;
@@ -1442,10 +1498,14 @@ def unfitted_s(terms: dict[str, float], target: str, tpot_s: float = 0.0) -> flo
     """The physical terms `predict_latency` adds without a coefficient to `target` ("ttft" / "tpot"):
     PP hops, the MoE exchange, the TP all-reduces' bandwidth (TTFT: the prompt's own; TPOT: the decode step's and
     the interfering prefills'), and for TTFT the steady prefill queue's wait (`prefill_queue_wait_s`; the fit
-    takes it with the row's measured TPOT) and the configured scheduler delay (`wait_steps` decode steps of `tpot_s`
-    each). The fit regresses what is left."""
+    takes it with the row's measured TPOT) and the decode steps a first token waits for (`first_token_steps` x
+    `tpot_s`, FIRST_TOKEN_STEPS), both for the steady share of the requests (`latency_terms` steady_share: a start
+    burst's prompts meet an idle engine, burst_s), and the configured scheduler delay (`wait_steps` decode steps of
+    `tpot_s` each). The fit regresses what is left."""
     if target == "ttft":
         return (terms["hop_s"] + terms["moe_exchange_prefill_s"] + terms["prefill_allreduce_s"]
-                + terms.get("wait_steps", 0.0) * tpot_s + prefill_queue_wait_s(terms, tpot_s))
+                + terms.get("wait_steps", 0.0) * tpot_s
+                + terms.get("steady_share", 1.0) * (prefill_queue_wait_s(terms, tpot_s)
+                                                    + terms.get("first_token_steps", 0.0) * tpot_s))
     return (terms["hop_s"] + terms["moe_exchange_decode_s"] + terms.get("decode_allreduce_s", 0.0)
             + terms.get("interference_allreduce_s", 0.0))

@@ -79,7 +79,7 @@ def _balance_comment(data: dict, servers: int, router: str) -> list[str]:
     at --request-rate R over n servers, R / n, at most what one carries at its planned batch."""
     row, = data["deployment"]["mix"]
     rate = data["request"].get("request_rate")
-    each = row["requests_per_s"] / servers
+    each = row.get("capacity_requests_per_s", row["requests_per_s"]) / servers  # at a rate requests_per_s is served
     share = (f"{number(round(rate / servers, 3))} of the {number(rate)} requests/s each, within the "
              f"{number(round(each, 3))} one carries at its planned batch" if rate
              else f"{number(round(each, 3))} requests/s each at its planned batch")

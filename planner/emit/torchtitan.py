@@ -45,6 +45,8 @@ Mapping from the plan (`plan.parallelism`, DESIGN.md placement semantics):
 
 from __future__ import annotations
 
+import math
+
 import json
 
 from planner.emit import Emitted
@@ -89,13 +91,44 @@ def _toml_lr_note(model: ModelSpec) -> str:
     """The stderr line (`Emitted.placeholders`) saying the TOML writes no learning rate, what torchtitan then runs,
     and the model's published peak where one is recorded (`emit.megatron.LEARNING_RATES`; the command-line
     form runs its preset's, which for the Llama 3 and DeepSeek-V3 presets is the published one)."""
+    _, known = _published_lr(model)
+    return (f"PLACEHOLDER: the TOML writes no learning rate or schedule, so torchtitan runs its defaults "
+            f"({TOML_LR_DEFAULTS}); {known}: set yours before launching")
+
+
+def _published_lr(model: ModelSpec):
+    """(the model's `emit.megatron.LEARNING_RATES` entry or None, a clause naming it with its source)."""
     from planner.emit.megatron import learning_rate
 
     rate = learning_rate(model)
-    known = (f"{model.name}'s published peak is {float(rate.lr):g} ({rate.source})" if rate else
-             f"no published learning rate of {model.name} is recorded")
-    return (f"PLACEHOLDER: the TOML writes no learning rate or schedule, so torchtitan runs its defaults "
-            f"({TOML_LR_DEFAULTS}); {known}: set yours before launching")
+    return rate, (f"{model.name}'s published peak is {float(rate.lr):g} ({rate.source})" if rate else
+                  f"no published learning rate of {model.name} is recorded")
+
+
+def _cli_lr_note(model: ModelSpec, preset_key: tuple[str, str]) -> str:
+    """The line (a comment of the launch and a stderr note, `Emitted.placeholders`) saying which learning
+    rate and schedule the launch runs: its config function's (`tt.PRESET_LR` over `tt.LR_SCHEDULER_DEFAULT`),
+    which the command line cannot change (the rate is a param-group setting of the function), against the
+    model's published peak and floor (`emit.megatron.LEARNING_RATES`); marked PLACEHOLDER where the peak is
+    not the published one or none is recorded (review-fresh11 #7: the launch said nothing of it)."""
+    set_by = tt.PRESET_LR[preset_key]
+    schedule = {**tt.LR_SCHEDULER_DEFAULT, **set_by}
+    lr, config = float(set_by["lr"]), preset_key[1]
+    decay = ("" if schedule["decay_ratio"] is None else
+             f" over the last {schedule['decay_ratio']:.0%} of the steps, held before,")
+    runs = (f"{config} runs AdamW at lr {lr:g} with {schedule['warmup_steps']} warm-up steps and a "
+            f"{schedule['decay_type']} decay{decay} to {lr * schedule['min_lr_factor']:g} at --training.steps "
+            f"(pytorch/torchtitan {tt.CLI_COMMIT} models/{preset_key[0]}/config_registry.py {config}, "
+            f"components/optimizer/lr_scheduler.py defaults); the rate "
+            f"is the config function's (its optimizer param groups), not a command-line field, the schedule's "
+            f"are --{tt.LR_SCHEDULER}.{{{','.join(f for f in tt.LR_SCHEDULER_DEFAULT)}}}")
+    rate, known = _published_lr(model)
+    if rate is None or float(rate.lr) != lr:
+        return f"PLACEHOLDER: {runs}; {known}: set yours in a config function before launching"
+    floor = "" if rate.min_lr is None or math.isclose(float(rate.min_lr), lr * schedule["min_lr_factor"]) else (
+        f"; the published decay ends at {float(rate.min_lr):g}: --{tt.LR_SCHEDULER}.min_lr_factor "
+        f"{float(rate.min_lr) / lr:g}")
+    return f"learning rate: {runs}; {known}, the same{floor}"
 
 
 def _loss_chunks(doc: dict) -> int:
@@ -459,12 +492,14 @@ def write_command(doc: dict) -> Emitted:
              f"{tt.CLI_COMMIT}: config function {preset_key[1]} with the plan's settings as "
              f"command-line overrides)"]
     lines += [f"# deviation: {d}" for d in dev]
+    rate_note = _cli_lr_note(load_model(doc["model"]), preset_key)
+    lines.append(f"# {rate_note}")
     if nodes > 1:
         lines += ['NODE_RANK="${NODE_RANK:-0}"  # this node, 0..' + str(nodes - 1),
                   'MASTER_ADDR="${MASTER_ADDR:-localhost}"', 'MASTER_PORT="${MASTER_PORT:-29500}"']
     lines += ["torchrun \\"] + [f"    {item} \\" for item in body[:-1]] + [f"    {body[-1]}", ""]
     return Emitted(framework=FRAMEWORK, text="\n".join(lines), suffix=COMMAND_SUFFIX,
-                   deviations=tuple(dev))
+                   deviations=tuple(dev), placeholders=(rate_note,))
 
 
 def _cli_parts(parts: list[list[str]]) -> list[list[str]]:

@@ -213,6 +213,12 @@ OFFLOAD = {"optimizer": "optimizer_offload", "parameters": "parameter_offload"}
 """Offloaded state (`Layout.offload`) -> the knob of its offload device key."""
 OFFLOAD_SECTIONS = {state: section(KEY[knob])[1] for state, knob in OFFLOAD.items()}
 """Offloaded state -> its ZeRO sub-section."""
+SEARCHED_OFFLOAD = (frozenset(), frozenset({"optimizer"}), frozenset({"optimizer", "parameters"}))
+"""`Layout.offload` sets `planner plan` tries under DeepSpeed: none (the default device "none"),
+ZeRO-Offload (the optimizer states on the host, updated there by CPU-Adam; Ren et al. 2021 §4)
+and ZeRO-Infinity's CPU offload (the parameters too, ZeRO-3 only; Rajbhandari et al. 2021 §5).
+The parameters alone (the optimizer, the larger state, left on the GPU) are not tried
+[Convention]. Which ZeRO stage each needs: `placement.rules._offload_needs_zero`."""
 GRAD_REDUCE_DTYPES = ("fp16", "bf16", "fp32")
 """`communication_data_type` values (`get_communication_data_type`, deepspeed/runtime/config.py);
 absent = the compute dtype (`DeepSpeedEngine.communication_data_type`, engine.py l. 1405-1416)."""
@@ -250,12 +256,14 @@ on."""
 FIX_TERMS = {
     "recompute selective": "selective activation recompute in the model code",
     "recompute full": f"{CHECKPOINT_CALL} around every layer (model code)",
-    "micro_batch_size": f"{KEY['micro_batch_size']} {{}} ({KEY['global_batch_size']} kept: "
-                        f"{KEY['num_microbatches']} grows)",
+    "micro_batch_size": f"{KEY['micro_batch_size']} {{}} with {KEY['num_microbatches']} {{microbatches}} "
+                        f"({KEY['global_batch_size']} kept)",
     "zero_stage": f"{KEY['zero_stage']} {{}}",
 }
 """The gate's single-knob changes (`planner.check.gate._single_changes`) in DeepSpeed's keys;
-`{}` takes the new value."""
+`{}` takes the new value, `{microbatches}` the micro-batches per step after it (DeepSpeed asserts
+train_batch_size = micro-batch x gradient accumulation steps x dp: deepspeedai/DeepSpeed edaa722
+`deepspeed/runtime/config.py` `_batch_assertion`)."""
 
 ZERO_FIELDS = frozenset((
     "allgather_bucket_size", "allgather_partitions", "allgather_sequential", "contiguous_gradients",

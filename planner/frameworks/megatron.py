@@ -351,6 +351,10 @@ runs it with pp > 1, so it stays allowed (unconfirmed)."""
 
 OPTIMIZERS = {"adamw": "adam", "sgd": "sgd"}
 """Planner optimizer -> --optimizer (Megatron's adam decouples weight decay: AdamW)."""
+SEARCHED_OFFLOAD = (frozenset(),)
+"""`Layout.offload` sets `planner plan` tries under Megatron-LM: none. No flag of `FLAGS` states
+a `Layout.offload` target (the writer refuses one, `emit.megatron`); Megatron's activation
+offloading is its module lists (`Layout.offload_modules`, searched as `search.module_sets` pairs)."""
 PRECISION_FLAGS = {"bf16": (FLAG["bf16"],), "fp16": (FLAG["fp16"],),
                    "fp8": (FLAG["bf16"], f"{FLAG['fp8_format']} hybrid")}
 """Plan precision -> flags (fp8: bf16 master compute with Transformer Engine's hybrid E4M3 forward /

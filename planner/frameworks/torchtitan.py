@@ -78,6 +78,11 @@ READ = tuple(s for s in KEYS if s not in ("model_name", "model_flavor", "optimiz
 sections)."""
 KEY = {setting: ".".join(spellings[0]) for setting, spellings in KEYS.items()}
 """Setting -> its current dotted key (`parallelism.tensor_parallel_degree`)."""
+SEARCHED_OFFLOAD = (frozenset(),)
+"""`Layout.offload` sets `planner plan` tries under torchtitan: none. `KEY["offload"]` (FSDP2's
+`CPUOffloadPolicy`: parameters, gradients and optimizer states on the host; torchtitan @9dec370
+parallelisms/parallelize_llama.py `apply_fsdp`), which `check` reads as parameters + optimizer,
+is not searched: `emit.torchtitan` does not write it, so a plan choosing it would launch without."""
 NAME = {setting: spellings[0][1] for setting, spellings in KEYS.items()}
 """Setting -> its current key within its section (`tensor_parallel_degree`)."""
 SECTION = {setting: spellings[0][0] for setting, spellings in KEYS.items()}
@@ -226,13 +231,16 @@ FIX_TERMS = {
     "recompute selective": f'{KEY["ac_mode"]} = "selective"',
     "recompute full": f'{KEY["ac_mode"]} = "full"',
     "micro_batch_size": f"{NAME['local_batch']} {{}} with {NAME['global_batch_size']} kept "
-                        f"(gradient accumulation; {NAME['pp_microbatch_size']} with PP)",
+                        f"(gradient accumulation)",
+    "micro_batch_size pipelined": f"{NAME['pp_microbatch_size']} {{}} (dividing {NAME['local_batch']})",
     "zero_stage 2": f"FSDP ({NAME['shard']} > 1) with {NAME['reshard']} = "
                     f'"{RESHARD_NEVER}"',
     "zero_stage 3": f"FSDP ({NAME['shard']} > 1)",
 }
 """The gate's single-knob changes (`planner.check.gate._single_changes`) in torchtitan's keys;
-`{}` takes the new value."""
+`{}` takes the new value. Under PP the micro-batch is the pipeline micro-batch size, the local batch
+over it the pipeline's micro-batches (`pipeline_parallel.py` `build_pipeline_schedule`), hence the
+`"micro_batch_size pipelined"` entry the gate takes when pp > 1."""
 
 
 # ---------------------------------------------------------------- current releases (2026)
@@ -359,6 +367,28 @@ PRESETS = {
 `DEFAULT` / `CLI_DEFAULT`). Source: `torchtitan/models/{llama3,qwen3,deepseek_v3}/config_registry.py`
 at `CLI_COMMIT` (llama3_8b, llama3_70b, llama3_405b -- Float8 linear converter --, qwen3_32b,
 qwen3_30b_a3b, deepseek_v3_671b)."""
+LR_SCHEDULER = "lr_scheduler"
+"""Trainer.Config's learning-rate schedule section on the command line (`--lr_scheduler.FIELD`;
+`torchtitan/trainer.py` l. 100 at `CLI_COMMIT`)."""
+LR_SCHEDULER_DEFAULT = {"warmup_steps": 200, "decay_ratio": None, "decay_type": "linear", "min_lr_factor": 0.0}
+"""LRSchedulersContainer.Config's fields and defaults at `CLI_COMMIT`
+(`torchtitan/components/optimizer/lr_scheduler.py` l. 51-82: decay_ratio None decays from the end of
+the warm-up to the end of `--training.steps`; the floor is lr x min_lr_factor)."""
+PRESET_LR = {
+    ("llama3", "llama3_8b"): {"lr": "3e-4"},
+    ("llama3", "llama3_70b"): {"lr": "1.5e-4"},
+    ("llama3", "llama3_405b"): {"lr": "8e-5", "warmup_steps": 600},
+    ("qwen3", "qwen3_32b"): {"lr": "8e-4", "warmup_steps": 600},
+    ("qwen3", "qwen3_30b_a3b"): {"lr": "8e-4", "warmup_steps": 600},
+    ("deepseek_v3", "deepseek_v3_671b"): {"lr": "2.2e-4", "warmup_steps": 2000, "decay_ratio": 0.8,
+                                          "decay_type": "cosine", "min_lr_factor": 0.1},
+}
+"""(--module, --config) of `PRESETS` -> the AdamW learning rate its config function sets
+(`default_adamw(lr=...)`, which puts it in `optimizer.param_groups[0].optimizer_kwargs`, a config-function
+setting, no `--optimizer.lr` field: `components/optimizer/optimizer.py` l. 378-398) and the schedule
+fields it sets over `LR_SCHEDULER_DEFAULT`. Source: `models/llama3/config_registry.py` l. 211, 284,
+336-337, `models/qwen3/config_registry.py` l. 318-319, 353-354, `models/deepseek_v3/config_registry.py`
+l. 225-231 at `CLI_COMMIT`."""
 HF_BACKEND_MOE_REFUSAL = (
     "its Hugging Face backend (experiments/transformers_modeling_backend) cannot be pointed at it "
     "from the command line: the model config is off the command line (config/README.md: "
@@ -379,12 +409,13 @@ HF_BACKEND_DENSE_NOTE = (
 CLI_FIX_TERMS = {
     "recompute selective": f"{AC_SUBCOMMANDS[0]}:selective",
     "recompute full": f"{AC_SUBCOMMANDS[0]}:full",
-    "micro_batch_size": f"--{MICROBATCH_TOKENS} of {{}} sequences with --{STEP_TOKENS} kept "
+    "micro_batch_size": f"--{MICROBATCH_TOKENS} {{tokens}} (micro-batch {{}}) with --{STEP_TOKENS} kept "
                         f"(gradient accumulation)",
     "zero_stage 2": f"--{KEY['shard']} > 1 with --{KEY['reshard']} {RESHARD_NEVER}",
     "zero_stage 3": f"--{KEY['shard']} > 1",
 }
-"""`FIX_TERMS` for a command line of the current releases (`CLI_COMMIT`)."""
+"""`FIX_TERMS` for a command line of the current releases (`CLI_COMMIT`); `{tokens}` the new
+micro-batch in tokens, the unit of the setting."""
 CLI_INTEGERS = {KEY["replicate"]: 1, KEY["shard"]: -1, KEY["tp"]: 1, KEY["pp"]: 1, KEY["cp"]: 1, KEY["ep"]: 1,
                 KEY["pp_first_less"]: 0, KEY["pp_last_less"]: 0, KEY["pp_layers_per_stage"]: 1,
                 MICROBATCH_TOKENS: 1, STEP_TOKENS: -1, CONTEXT: 1, PP_MICROBATCHES: 1, CLI_LOSS_CHUNKS: 1,

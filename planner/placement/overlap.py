@@ -53,6 +53,18 @@ class Overlaps:
     """Dispatch / combine all-to-alls under another micro-batch's compute."""
 
 
+def names_on(given: dict[str, bool | None], framework: str | None, zero_stage: int) -> list[str]:
+    """The short names (`NAMES`) of the overlaps on, each knob of `given` ({knob: on}, as a plan
+    file writes them, or resolved, as `check` reports them) as given, absent or None replaced by
+    `framework`'s default at `zero_stage` as `resolve` replaces it (no framework: as given): the
+    one label `plan`, `explain` and `check` print, so the same layout reads the same in each
+    (review-fresh11 #8: a torchtitan plan said `overlap tp-comm`, `check` of its emitted launch
+    `overlap tp-comm,grad-reduce,param-gather`, FSDP2's default prefetch and reduce-scatter)."""
+    defaults = BY_NAME[framework].overlap_defaults(zero_stage) if framework in BY_NAME else {}
+    return [name for name, knob in NAMES.items()
+            if (defaults.get(knob) if given.get(knob) is None else given[knob])]
+
+
 def resolve(layout: Layout) -> Overlaps:
     """The `Overlaps` of `layout`: each knob as given, None replaced by the framework's default for
     the layout's ZeRO stage."""

@@ -53,6 +53,13 @@ def _milli(rate: float, up: bool) -> int:
     return math.ceil(rate * SCALE) if up else math.floor(rate * SCALE)
 
 
+def replicas_for(rate: float, per_replica: float) -> int | None:
+    """ceil(rate / per_replica) in milli-units (at least 1; None when a replica carries less than 0.001/s): the
+    fewest replicas of `per_replica` requests/s each carrying `rate`, never overstating what they supply."""
+    per = _milli(per_replica, up=False)
+    return max(1, -(-_milli(rate, up=True) // per)) if per > 0 else None
+
+
 def best_alike(gpus: list[int], tokens_per_s: list[float], budget: int) -> MixResult:
     """floor(budget / g[i]) replicas of the candidate whose replicas give the most tokens/s on `budget` GPUs
     (ties: fewer GPUs, then the earlier candidate). objective: those tokens/s; INFEASIBLE when no candidate
@@ -76,13 +83,11 @@ def fewest_alike(gpus: list[int], requests_per_s: list[float], tokens_per_s: lis
     """ceil(rate / r[i]) replicas of the candidate needing the fewest GPUs to carry `rate` requests/s, at most
     `limit` (None: no limit; ties: more tokens/s, then the earlier candidate). objective: those GPUs;
     INFEASIBLE when no candidate carries `rate` within `limit`."""
-    need = _milli(rate, up=True)
     best = None
     for i, (g, r, t) in enumerate(zip(gpus, requests_per_s, tokens_per_s)):
-        per = _milli(r, up=False)
-        if per <= 0:
+        n = replicas_for(rate, r)
+        if n is None:
             continue
-        n = max(1, -(-need // per))
         if limit is not None and g * n > limit:
             continue
         key = (g * n, -_milli(t, up=False) * n, i)
