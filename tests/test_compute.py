@@ -104,15 +104,18 @@ def test_attention_core_slows_at_short_per_rank_chunks():
     assert compute.attention_efficiency(256) == pytest.approx(256 / (256 + CAL.attention_l_half))
     one = layer_time(GPT, H100, Layout(seq_len=2048, global_batch_size=1), 0, "selective").recompute_s
     cp4 = layer_time(GPT, H100, Layout(cp=4, seq_len=2048, global_batch_size=1), 0, "selective").recompute_s
-    # a quarter of the work, at the chunk's efficiency instead of the whole sequence's, plus the
+    # a quarter of the work, at the chunks' efficiency instead of the whole sequence's, plus the
     # ring's merges (Transformer Engine P2P, step_time.cp_ring_bytes): per element 4 + 6 x 3 = 22 B
     # (forward output), 22 (dQ), 4 + 8 + 6 x 3 = 30 (K/V, forward + backward); 512 tokens per rank,
     # 16 heads of 64: 512 x (16 x 64 x (22 + 22) + 16 x 128 x 30) = 54,525,952 B, a third of it
     # in the forward at 0.8 x 3,350 GB/s
     ring = 512 * (16 * 64 * (22 + 22) + 16 * 128 * 30)
     assert ring == 54_525_952
-    expected = (one / 4 * compute.attention_efficiency(2048, causal=True)
-                / compute.attention_efficiency(256, causal=True) + ring / 3 / (0.8 * 3350e9))
+    # the ring's 4 steps (load balancing, chunks of c = 256): step 0 the causal kernel on the rank's
+    # 2c = 512 queries and keys, a quarter of its executed work; steps 1-3 unmasked on c-token rows
+    core = compute.attention_efficiency(2048, causal=True) * (
+        0.25 / compute.attention_efficiency(512, causal=True) + 0.75 / compute.attention_efficiency(256))
+    expected = one / 4 * core + ring / 3 / (0.8 * 3350e9)
     assert cp4 == pytest.approx(expected, rel=1e-9)
 
 
