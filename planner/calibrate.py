@@ -79,10 +79,17 @@ FLASH_ATTENTION_FIGURE = {
     "seq_len": (512, 1024, 2048, 4096, 8192, 16384),
     "fused": (467, 565, 625, 638, 646, 648),
     "flash_attention_2": (309, 350, 362, 368, 370, 370),
+    "fused_causal": (292, 423, 521, 579, 602, 616),
+    "flash_attention_2_causal": (191, 260, 298, 319, 333, 335),
+    "fused_backward": (316, 424, 501, 542, 559, 561),
+    "flash_attention_2_backward": (214, 260, 291, 310, 318, 322),
 }
-"""TFLOP/s of the attention forward pass, head dim 128, no causal mask, H100 SXM5, B x S = 16k:
-FlashAttention-3 ("fused", the curve cuDNN's bars follow within 8% from 1k) and FlashAttention-2.
-Source: Shah et al. 2024 (FlashAttention-3, arXiv 2407.08608) Fig. 5 (bar labels)."""
+"""TFLOP/s of the attention forward pass, head dim 128, H100 SXM5, B x S = 16k: FlashAttention-3
+("fused", the curve cuDNN's bars follow within 8% from 1k) and FlashAttention-2, without a mask and
+(`*_causal`) with a causal mask, whose FLOPs the figure counts on half the square; `*_backward`: the
+backward pass without a mask, FLOPs counted as 2.5x the forward's (`compute.ATTENTION_BACKWARD_FLOPS`).
+Source: Shah et al. 2024 (FlashAttention-3, arXiv 2407.08608) Fig. 5, the panels forward without /
+with causal mask, head dim 128, and Fig. 6, backward, head dim 128 (bar labels)."""
 DEFAULT_FAMILY = "H100"
 D_HALF = 64.0
 """[Empirical] GEMM width at half efficiency, every family: the grid fit (0-512) of the earlier
@@ -155,9 +162,15 @@ def _calibration(families: dict[str, dict], moe_host_sync_s: float | None = None
             fp8_e_max=src.get("fp8_e_max"), basis=entry.get("basis", ""))
     aliases = {a.upper(): f for f, al in FAMILIES.items() for a in al}
     fused, fa2 = attention_curve("fused"), attention_curve("flash_attention_2")
+    causal, fa2_causal = attention_curve("fused_causal"), attention_curve("flash_attention_2_causal")
+    bwd, fa2_bwd = attention_curve("fused_backward"), attention_curve("flash_attention_2_backward")
     return replace(base, families=consts, aliases=aliases, default_family=DEFAULT_FAMILY,
                    attention_l_half=fused[1], fa2_plateau_ratio=round(fa2[0] / fused[0], 4),
-                   fa2_l_half=fa2[1], fa2_families=(DEFAULT_FAMILY,))
+                   fa2_l_half=fa2[1], fa2_families=(DEFAULT_FAMILY,),
+                   causal_plateau_ratio=round(causal[0] / fused[0], 4), causal_l_half=causal[1],
+                   fa2_causal_plateau_ratio=round(fa2_causal[0] / fused[0], 4), fa2_causal_l_half=fa2_causal[1],
+                   backward_plateau_ratio=round(bwd[0] / fused[0], 4), backward_l_half=bwd[1],
+                   fa2_backward_plateau_ratio=round(fa2_bwd[0] / fused[0], 4), fa2_backward_l_half=fa2_bwd[1])
 
 
 @functools.cache
@@ -343,6 +356,8 @@ def document(families: dict[str, dict], fp8_ratio: float, note: str, host: dict,
              powered: dict, results: list[dict]) -> dict:
     """The calibration file's contents."""
     fused, fa2 = attention_curve("fused"), attention_curve("flash_attention_2")
+    causal, fa2_causal = attention_curve("fused_causal"), attention_curve("flash_attention_2_causal")
+    bwd, fa2_bwd = attention_curve("fused_backward"), attention_curve("flash_attention_2_backward")
     return {
         "description": "[Empirical] GEMM-efficiency constants of the step-time model "
                        "(planner/cost/compute.py) per GPU family: efficiency(d) = e_max d/(d + d_half) "
@@ -365,13 +380,36 @@ def document(families: dict[str, dict], fp8_ratio: float, note: str, host: dict,
                      f"error on its six FlashAttention-3 bars (512-16k; planner.calibrate."
                      f"FLASH_ATTENTION_FIGURE), P = {fused[0]:.0f} TFLOP/s, rms {100 * fused[2]:.1f}%; "
                      f"the fused kernel (cuDNN / FlashAttention-3); not fitted on training rows",
+            "causal": {
+                "plateau_ratio": round(causal[0] / fused[0], 4), "l_half_tokens": causal[1],
+                "basis": f"the same figure's causal panel (forward, with causal mask, head dim 128; FLOPs "
+                         f"counted on half the square), six FlashAttention-3 bars fitted the same way: Pc = "
+                         f"{causal[0]:.0f} TFLOP/s, l_half {causal[1]:g}, rms {100 * causal[2]:.1f}%; "
+                         f"plateau_ratio = Pc / P. The rate of the executed (causal) score FLOPs "
+                         f"(planner.cost.compute.executed_attention_fraction). Not fitted on training rows"},
+            "backward": {
+                "plateau_ratio": round(bwd[0] / fused[0], 4), "l_half_tokens": bwd[1],
+                "basis": f"Fig. 6 of the same paper (backward, head dim 128, FLOPs counted as 2.5x the "
+                         f"forward's, planner.cost.compute.ATTENTION_BACKWARD_FLOPS), six FlashAttention-3 bars "
+                         f"fitted the same way: Pb = {bwd[0]:.0f} TFLOP/s, l_half {bwd[1]:g}, rms "
+                         f"{100 * bwd[2]:.1f}%; plateau_ratio = Pb / P. Not fitted on training rows"},
             "flash_attention_2": {
                 "plateau_ratio": round(fa2[0] / fused[0], 4), "l_half_tokens": fa2[1],
                 "families": [DEFAULT_FAMILY],
                 "basis": f"the same figure's six FlashAttention-2 bars, fitted the same way: P2 = "
                          f"{fa2[0]:.0f} TFLOP/s, l_half {fa2[1]:g}, rms {100 * fa2[2]:.1f}%; plateau_ratio "
                          f"= P2 / P. Measured on H100 (families); elsewhere the fused curve applies "
-                         f"(FlashAttention-3 is Hopper-only). Not fitted on training rows"},
+                         f"(FlashAttention-3 is Hopper-only). Not fitted on training rows",
+                "causal": {
+                    "plateau_ratio": round(fa2_causal[0] / fused[0], 4), "l_half_tokens": fa2_causal[1],
+                    "basis": f"the causal panel's six FlashAttention-2 bars, fitted the same way: P2c = "
+                             f"{fa2_causal[0]:.0f} TFLOP/s, l_half {fa2_causal[1]:g}, rms "
+                             f"{100 * fa2_causal[2]:.1f}%; plateau_ratio = P2c / P"},
+                "backward": {
+                    "plateau_ratio": round(fa2_bwd[0] / fused[0], 4), "l_half_tokens": fa2_bwd[1],
+                    "basis": f"Fig. 6's six FlashAttention-2 backward bars, fitted the same way: P2b = "
+                             f"{fa2_bwd[0]:.0f} TFLOP/s, l_half {fa2_bwd[1]:g}, rms {100 * fa2_bwd[2]:.1f}%; "
+                             f"plateau_ratio = P2b / P"}},
         },
         "fp8_ratio": fp8_ratio,
         "fp8_ratio_basis": "[Empirical] fp8_e_max / e_max, one value for every family with fp8 tensor "

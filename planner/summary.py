@@ -35,7 +35,10 @@ plan's MFU and TFLOP/s columns use under that framework's conventions, so a user
 the figures their run prints.
 Source: Megatron-LM@d98e8a6 megatron/training/training.py num_floating_point_operations
 (the core-attention term '/ 2 # causal mask (only half of the mask is non-zero)', s^2/2 per
-sequence; `flops_per_token`'s causal count is (s + 1) / 2 keys per query, 1/s apart);
+sequence; `flops_per_token`'s causal count is (s + 1) / 2 keys per query, 1/s apart; Megatron-LM
+logged the full square from 2748e7c7d4 (2023-11-26, `--log-throughput`, s / 6h) until 8873b55d6a
+(2025-03-06, s / 2h: "Fixes in number of floating-point operation estimates"), so a Megatron TFLOP/s
+published between those dates counts the full square);
 torchtitan@b5bcd76 torchtitan/models/utils.py get_dense_model_nparams_and_flops /
 get_moe_model_nparams_and_flops (6 x params + 6 x layers x heads x (d_qk + d_v) x seq_len, 'we follow
 the convention and do not account for sparsity in causal attention', PaLM's); DeepSpeed@edaa722

@@ -118,7 +118,14 @@ ASSUMPTIONS = {
               "evaluation row +1.3 -> +9.8%, the evaluation median 3.6 -> 6.3% after refit): a time-model gap "
               "at one-layer chunks not yet found, so the rows keep vpp 4 here; rank order [TP, CP, PP, DP] as "
               "stated. The 8,192-GPU row (m = 32) stays does_not_fit at either vpp: each chunk's gradients "
-              "are held through the 1F1B steady state (docs/feasibility.md, its xfail reason).",
+              "are held through the 1F1B steady state (docs/feasibility.md, its xfail reason). Meta's 16,384-GPU "
+              "8K layout is priced without TP-comm or DP overlaps (Megatron's defaults; the paper does not say): "
+              "with them it predicts 409 instead of 371 TFLOP/s (published 400). `planner plan` for the same job "
+              "(405B, 16,384 H100, 8K, 16M-token batch) returns dp32 tp8 pp32 cp2 vpp4 with those overlaps, 426 "
+              "TFLOP/s in Megatron's causal convention (445 in this PaLM one): not a model error on Meta's layout "
+              "but another layout -- at dp 128 Meta's pipelines run 16 micro-batches each, an interleaved bubble of "
+              "(15/4)/16 = 23%, the plan's cp 2 leaves dp 32 and 64 micro-batches, (31/4)/64 = 12%, at 4,096 "
+              "tokens per CP rank (no measurement of that layout is published).",
     "zero3-deepspeed": "Narayanan 2021 Table 2 ZeRO-3 rows: DeepSpeed ZeRO-3, no model parallelism, full recompute.",
     "bloom": "BLOOM: ZeRO-1, micro-batch 2 (row); its 8·N·tokens convention omits attention FLOPs (~2% here); "
              "70 layers over pp 12 as 5, 6 x 10, 5 (Megatron-DeepSpeed `--pp-partition-method "

@@ -36,8 +36,9 @@ def test_fp8_speeds_only_the_linear_gemms():
     h100 = CAL.families["H100"]
     lin, att = 2 * (12 * H * H + 9 * H), 4 * S * H
     gemm = 1024 / (1024 + h100.d_half)                     # d = min(h/tp, tokens) = 1024
-    flash = S / (S + CAL.attention_l_half)                 # FlashAttention chunk = S (no CP)
-    attn_s = S * att / (989.4e12 * h100.e_max * flash)     # bf16 core in both precisions
+    # FlashAttention chunk = S (no CP), causal: (S + 1) / 2S of the square at the causal curve
+    flash = CAL.causal_plateau_ratio * S / (S + CAL.causal_l_half)
+    attn_s = S * att * (S + 1) / (2 * S) / (989.4e12 * h100.e_max * flash)  # bf16 core in both precisions
     bf16 = S * lin / (989.4e12 * h100.e_max * gemm) + attn_s
     # fp8: linear at the fp8 peak and fp8_e_max; the casts move 6 bytes per linear input /
     # output-gradient element (amax read 2, cast read 2, two fp8 copies 1 + 1): Q/K/V in h + out
@@ -76,7 +77,7 @@ def test_grouped_expert_gemm_efficiency_falls_with_fewer_tokens_per_expert():
         # and their fp32 gradients (Megatron bf16: 4 B) read + written, over forward + backward
         weight_bytes = E / ep * 3 * H * F * (2 * 2 + 2 * 4)
         experts = max(experts, weight_bytes / 3 / (2039e9 * 0.8))
-        core = S * 4 * S * H / (rate * S / (S + CAL.attention_l_half))
+        core = S * 4 * S * H * (S + 1) / (2 * S) / (rate * CAL.causal_plateau_ratio * S / (S + CAL.causal_l_half))
         # router 2h + 12 E bytes per token, permute + unpermute 8 h per routed copy; fused
         # elementwise: norms + residual adds 20 h, RoPE on q and k (16 + 16 heads of 64) 4 B each,
         # SwiGLU 6 B per element of the top_k routed copies' width
@@ -103,15 +104,18 @@ def test_attention_core_slows_at_short_per_rank_chunks():
     assert compute.attention_efficiency(256) == pytest.approx(256 / (256 + CAL.attention_l_half))
     one = layer_time(GPT, H100, Layout(seq_len=2048, global_batch_size=1), 0, "selective").recompute_s
     cp4 = layer_time(GPT, H100, Layout(cp=4, seq_len=2048, global_batch_size=1), 0, "selective").recompute_s
-    # a quarter of the work, at the chunk's efficiency instead of the whole sequence's, plus the
+    # a quarter of the work, at the chunks' efficiency instead of the whole sequence's, plus the
     # ring's merges (Transformer Engine P2P, step_time.cp_ring_bytes): per element 4 + 6 x 3 = 22 B
     # (forward output), 22 (dQ), 4 + 8 + 6 x 3 = 30 (K/V, forward + backward); 512 tokens per rank,
     # 16 heads of 64: 512 x (16 x 64 x (22 + 22) + 16 x 128 x 30) = 54,525,952 B, a third of it
     # in the forward at 0.8 x 3,350 GB/s
     ring = 512 * (16 * 64 * (22 + 22) + 16 * 128 * 30)
     assert ring == 54_525_952
-    expected = (one / 4 * compute.attention_efficiency(2048) / compute.attention_efficiency(256)
-                + ring / 3 / (0.8 * 3350e9))
+    # the ring's 4 steps (load balancing, chunks of c = 256): step 0 the causal kernel on the rank's
+    # 2c = 512 queries and keys, a quarter of its executed work; steps 1-3 unmasked on c-token rows
+    core = compute.attention_efficiency(2048, causal=True) * (
+        0.25 / compute.attention_efficiency(512, causal=True) + 0.75 / compute.attention_efficiency(256))
+    expected = one / 4 * core + ring / 3 / (0.8 * 3350e9)
     assert cp4 == pytest.approx(expected, rel=1e-9)
 
 
@@ -213,16 +217,17 @@ def test_attention_curves_reproduce_the_flashattention_3_figure():
 
 def test_torchtitan_attention_core_runs_flash_attention_2_on_hopper():
     # compiled (no eager elementwise bytes), so the layers differ only in the attention kernel:
-    # 2,048 tokens, the core's forward FLOPs 4 S H per token at the bf16 peak x e_max x curve
+    # 2,048 tokens, the core's causal forward FLOPs 4 S H x 2049 / 4096 per token at the bf16 peak
+    # x e_max x the kernel's causal curve
     layout = Layout(seq_len=2048, global_batch_size=1)
     titan = layout.replace(framework="torchtitan", torch_compile=True)
     e_max = CAL.families["H100"].e_max
-    core = 2048 * 4 * 2048 * H / 989.4e12 / e_max
-    fused = core / compute.attention_efficiency(2048)
-    flash2 = core / compute.attention_efficiency(2048, "flash_attention_2", H100.gpu)
+    core = 2048 * 4 * 2048 * H * 2049 / 4096 / 989.4e12 / e_max
+    fused = core / compute.attention_efficiency(2048, causal=True)
+    flash2 = core / compute.attention_efficiency(2048, "flash_attention_2", H100.gpu, causal=True)
     got = layer_time(GPT, H100, titan, 0, "none").forward_s - layer_time(GPT, H100, layout, 0, "none").forward_s
     assert got == pytest.approx(flash2 - fused, rel=1e-6)
-    assert flash2 / fused == pytest.approx(625 / 362, rel=0.04)   # the figure's bars at 2k
+    assert flash2 / fused == pytest.approx(521 / 298, rel=0.04)   # the causal panel's bars at 2k
     # on A100 both frameworks run FlashAttention-2, the fitted fused curve
     assert layer_time(GPT, A100, titan, 0, "none").forward_s == pytest.approx(
         layer_time(GPT, A100, layout, 0, "none").forward_s, rel=1e-12)
@@ -250,3 +255,45 @@ def test_fused_elementwise_bytes_by_hand():
     compiled = eager.replace(torch_compile=True)
     assert layer_time(GPT, H100, compiled.replace(norm_kernel="composite"), 0, "none").forward_s == \
         layer_time(GPT, H100, compiled, 0, "none").forward_s
+
+
+def test_causal_attention_executes_the_lower_triangle():
+    # sum_{i=1..s} min(i, w) / (s w): s = w = 4: (1 + 2 + 3 + 4) / 16; a window w = 4 over s = 8:
+    # (1 + 2 + 3 + 4 + 4 x 4) / 32
+    assert compute.executed_attention_fraction(4, 4) == pytest.approx(10 / 16)
+    assert compute.executed_attention_fraction(8, 4) == pytest.approx(26 / 32)
+    with pytest.raises(SpecError, match="seq_len"):
+        compute.executed_attention_fraction(4, 8)
+
+
+def test_attention_causal_and_backward_curves_reproduce_the_flashattention_3_figures():
+    # Shah et al. 2024 Fig. 5 causal panel and Fig. 6 backward, head dim 128, H100 SXM5, TFLOP/s at
+    # 512 ... 16k (causal FLOPs counted on half the square, backward on 2.5x the forward's), each
+    # relative to the unmasked forward bars of FlashAttention-3
+    seq = (512, 1024, 2048, 4096, 8192, 16384)
+    fa3 = (467, 565, 625, 638, 646, 648)
+    curves = {(False, False, "fused"): fa3,
+              (True, False, "fused"): (292, 423, 521, 579, 602, 616),
+              (True, False, "flash_attention_2"): (191, 260, 298, 319, 333, 335),
+              (False, True, "fused"): (316, 424, 501, 542, 559, 561),
+              (False, True, "flash_attention_2"): (214, 260, 291, 310, 318, 322)}
+    for (causal, backward, kernel), bars in curves.items():
+        for s, want, base in zip(seq, bars, fa3):
+            got = compute.attention_efficiency(s, kernel, H100.gpu, causal=causal, backward=backward)
+            assert got / compute.attention_efficiency(s) == pytest.approx(want / base, rel=0.06), (kernel, s)
+
+
+def test_flash_attention_backward_is_two_and_a_half_forwards_at_the_backward_rate():
+    # one GPT layer, 1,024 tokens, H100: the layer's backward is 2 x its forward except the fused
+    # core, whose backward runs 2.5 x its causal forward FLOPs at the backward curve: the excess is
+    # S x 4 S H x (S + 1) / 2S x (2.5 / rate_b - 2 / rate_c)
+    layout = Layout(seq_len=S, global_batch_size=1)
+    lt = layer_time(GPT, H100, layout, 0, "none")
+    peak = 989.4e12 * CAL.families["H100"].e_max
+    executed = S * 4 * S * H * (S + 1) / (2 * S)
+    rate_c = peak * CAL.causal_plateau_ratio * S / (S + CAL.causal_l_half)
+    rate_b = peak * CAL.backward_plateau_ratio * S / (S + CAL.backward_l_half)
+    assert lt.backward_s - 2 * lt.forward_s == pytest.approx(executed * (2.5 / rate_b - 2 / rate_c), rel=1e-9)
+    # the unfused core stores its probabilities: 4 backward matmuls, 2 x the forward
+    plain = layer_time(GPT, H100, layout, 0, "none", flash_attention=False)
+    assert plain.backward_s == pytest.approx(2 * plain.forward_s, rel=1e-12)

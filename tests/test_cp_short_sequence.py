@@ -83,9 +83,10 @@ def test_ring_bytes_by_hand():
     # tp 2 halves the heads on a rank: 512 x (16 x 128 x 92 + 4 x 256 x 54)
     assert cp_ring_bytes(LLAMA_8B, dataclasses.replace(layout, dp=1, tp=2)) == 512 * (16 * 128 * 92 + 4 * 256 * 54)
     # torchtitan (PyTorch's ring, fp32 merges) at cp 2, 32,768 tokens: 16,384 per rank; one later
-    # step: 38 + 10 = 48 B query-side, 4 + 25 = 29 B K/V
+    # step: 38 + 10 = 48 B query-side, 4 + 25 = 29 B K/V -- on all 32 heads: torchtitan's repeat_kv
+    # expands the 8 KV heads to the query heads before the attention call
     tt = Layout(dp=4, cp=2, seq_len=32768, global_batch_size=4, framework="torchtitan")
-    assert cp_ring_bytes(LLAMA_8B, tt) == pytest.approx(16384 * (32 * 128 * 48 + 8 * 256 * 29), rel=1e-12)
+    assert cp_ring_bytes(LLAMA_8B, tt) == pytest.approx(16384 * (32 * 128 * 48 + 32 * 256 * 29), rel=1e-12)
     # no ring: cp 1, or all-to-all CP
     assert cp_ring_bytes(LLAMA_8B, dataclasses.replace(layout, dp=16, cp=1)) == 0.0
     assert cp_ring_bytes(LLAMA_8B, dataclasses.replace(layout, cp_comm_type="a2a")) == 0.0
@@ -106,3 +107,38 @@ def test_plan_searches_cp_only_down_to_4096_tokens_per_rank_unless_pinned():
     assert pinned["plans"][0]["parallelism"]["cp"] == 2
     long = P.plan(LLAMA_8B, H100_16, seq_len=8192, global_batch_size=128, top_k=3)
     assert {p["parallelism"]["cp"] for p in long["plans"]} <= {1, 2}
+
+
+def test_torchtitan_ring_gathers_query_head_kv_once_and_passes_fp32_dkv_each_step():
+    """PyTorch's ring (`frameworks.torchtitan.cp_ring_exchange`): torchtitan's repeat_kv sends all
+    32 heads, its default "allgather" rotation gathers the sequence's K/V in one all-gather waited
+    for before step 1, and the fp32 dK/dV accumulator goes to the next rank after every backward
+    step, the last one waited for after the loop. With no compute to hide under (attention 0 s) the
+    exposed ring is exactly: forward one all-gather; backward one all-gather + cp dK/dV sends.
+    Megatron (Transformer Engine P2P) sends the 8 KV heads, cp - 1 steps, bf16."""
+    from planner.cost import collectives as coll
+    from planner.cost import comm
+    from planner.cost.step_time import _layer_comm
+
+    tt = Layout(dp=1, cp=8, seq_len=262144, global_batch_size=1, framework="torchtitan")
+    mg = dataclasses.replace(tt, framework="megatron")
+    rec = {c.label: c for c in comm.layer_collectives(LLAMA_8B, tt, 0)}
+    # 32 heads x 128 x (K + V) x 2 B = 16,384 B per token over the 262,144-token sequence
+    assert rec["cp.kv.forward"].message_bytes == rec["cp.kv.backward"].message_bytes == 262144 * 16384
+    assert rec["cp.dkv.backward"].message_bytes == 2 * 262144 * 16384          # fp32 accumulators
+    mrec = {c.label: c for c in comm.layer_collectives(LLAMA_8B, mg, 0)}
+    assert mrec["cp.kv.forward"].message_bytes == 262144 * 8 * 128 * 2 * 2      # the 8 KV heads, bf16
+    assert mrec["cp.dkv.backward"].message_bytes == mrec["cp.kv.forward"].message_bytes
+
+    cluster = dataclasses.replace(load_cluster("dgx-h100"), num_gpus=8)        # the cp group in one node
+    gather = coll.collective_time("all_gather", group_size=8, bytes_per_device=262144 * 16384,
+                                  cluster=cluster, gpus_per_domain=8)
+    dkv_step = coll.collective_time("p2p", group_size=2, bytes_per_device=2 * 262144 * 16384 / 8,
+                                    cluster=cluster, gpus_per_domain=2)
+    cp_f, cp_b = _layer_comm(LLAMA_8B, cluster, tt, 0, 0.0, ("tp", "cp", "ep", "dp", "pp"))[1]
+    assert cp_f == pytest.approx(gather, rel=1e-12)
+    assert cp_b == pytest.approx(gather + 8 * dkv_step, rel=1e-12)
+    kv_step = coll.collective_time("p2p", group_size=2, bytes_per_device=262144 * 4096 / 8,
+                                   cluster=cluster, gpus_per_domain=2)
+    m_f, m_b = _layer_comm(LLAMA_8B, cluster, mg, 0, 0.0, ("tp", "cp", "ep", "dp", "pp"))[1]
+    assert m_f == pytest.approx(7 * kv_step, rel=1e-12) and m_b == pytest.approx(14 * kv_step, rel=1e-12)

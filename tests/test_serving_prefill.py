@@ -23,15 +23,16 @@ def _llama_8b_forward_by_hand(tokens: int) -> float:
     (989.4 TFLOP/s bf16 dense, 3,350 GB/s), bf16, tp 1, seconds. Per layer and token:
     - linear GEMMs: q 4096^2 + k, v 2 x 4096 x 1024 + o 4096^2 = 41,943,040 and MLP 3 x 4096 x 14,336 =
       176,160,768 parameters, 2 FLOPs each = 436,207,616 FLOPs, at e_max x d / (d + d_half), d = min(4096, tokens);
-    - attention core, causal half of 2 x tokens x 32 x (128 + 128): 8,192 x tokens FLOPs, at
-      e_max x L / (L + l_half), L = tokens;
+    - attention core, the causal part (tokens + 1) / (2 tokens) of 2 x tokens x 32 x (128 + 128) = 16,384 x tokens
+      FLOPs: 8,192 x (tokens + 1), at e_max x the causal curve r_c L / (L + l_c), L = tokens;
     - elementwise: 20 x 4096 (norms, residual adds) + 4 x (32 + 8) x 128 (RoPE on q, k) + 6 x 14,336 (SwiGLU)
       = 188,416 B at 0.80 x 3,350 GB/s.
-    The constants e_max, d_half, l_half are the training calibration's (calibration/training.yaml)."""
-    c, l_half = compute.efficiency_constants(H100), compute.calibration().attention_l_half
+    The constants e_max, d_half, r_c, l_c are the training calibration's (calibration/training.yaml)."""
+    c, cal = compute.efficiency_constants(H100), compute.calibration()
     d = min(4096, tokens)
     gemm = 436_207_616 / (989.4e12 * c.e_max * d / (d + c.d_half))
-    core = 8_192 * tokens / (989.4e12 * c.e_max * tokens / (tokens + l_half))
+    causal = cal.causal_plateau_ratio * tokens / (tokens + cal.causal_l_half)
+    core = 8_192 * (tokens + 1) / (989.4e12 * c.e_max * causal)
     elementwise = 188_416 / (0.80 * 3_350e9)
     return 32 * tokens * (gemm + core + elementwise)
 
@@ -45,8 +46,8 @@ def test_llama_8b_prefill_by_hand(tokens):
 def test_prefill_is_the_training_forward():
     """One compute model: on one GPU a dense model's prefill of T tokens is the training model's forward of one
     micro-batch of T tokens (Megatron, bf16: fused attention, fused elementwise kernels;
-    cost.step_time._layer_compute_s) less half of its attention core (the causal kernel skips the masked half,
-    which the training model's fitted e_max absorbs instead)."""
+    cost.step_time._layer_compute_s): both run the causal part of the attention core
+    (step_time.attention_core_s)."""
     from planner.cost import step_time
     from planner.placement.layout import Layout
 
@@ -55,8 +56,8 @@ def test_prefill_is_the_training_forward():
                     precision="bf16")
     training = 0.0
     for index in range(LLAMA_8B.num_hidden_layers):
-        forward, core = step_time._layer_compute_s(LLAMA_8B, cluster, layout, index, True)
-        training += forward - core / 2
+        forward, _ = step_time._layer_compute_s(LLAMA_8B, cluster, layout, index, True)
+        training += forward
     prefill = sv.prefill_forward_s(LLAMA_8B, sv.Instance(), cluster.gpu, "bf16", 4096)
     assert prefill.attention + prefill.shared == pytest.approx(training, rel=1e-9)
 

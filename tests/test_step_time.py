@@ -19,16 +19,20 @@ A100 = load_cluster("dgx-a100-80g", gpus=64)
 def test_single_gpu_step_by_hand():
     layout = Layout(seq_len=S, global_batch_size=1)
     cal = load_calibration()                                  # the committed A100 constants
-    e_max, d_half, l_half = cal.families["A100"].e_max, cal.families["A100"].d_half, cal.attention_l_half
+    e_max, d_half = cal.families["A100"].e_max, cal.families["A100"].d_half
     # linear GEMMs: e_max * d / (d + d_half) with d = min(h/tp, tokens) = 1024; the FlashAttention
-    # core: e_max * L / (L + l_half) with L = S (no CP)
+    # core (L = S, no CP) runs the causal (S + 1) / 2S of its 4 S H FLOPs per token forward at
+    # e_max * r_c L / (L + l_c), and 2.5 x those backward at e_max * r_b L / (L + l_b)
     rate = 312e12 * e_max * 1024 / (1024 + d_half)
-    attention_rate = 312e12 * e_max * S / (S + l_half)
-    per_token_layer = 2 * (12 * H * H + 9 * H) / rate + 4 * S * H / attention_rate  # Kaplan terms
+    causal_rate = 312e12 * e_max * cal.causal_plateau_ratio * S / (S + cal.causal_l_half)
+    backward_rate = 312e12 * e_max * cal.backward_plateau_ratio * S / (S + cal.backward_l_half)
+    core = 4 * S * H * (S + 1) / (2 * S)
+    per_token_linear = 2 * (12 * H * H + 9 * H) / rate       # Kaplan terms
     # fused elementwise kernels (step_time.fused_elementwise_bytes): norms + residual adds 20 H and
     # the GeLU's read + write of the 4H-wide MLP 16 H bytes per token forward, x 3 with the backward
     elementwise = (20 * H + 4 * 4 * H) / (2039e9 * 0.8)
-    layers = L * 3 * S * (per_token_layer + elementwise)      # forward + backward (2x)
+    layers = L * S * (3 * (per_token_linear + elementwise)    # forward + backward (2x)
+                      + core / causal_rate + 2.5 * core / backward_rate)
     head = 6 * S * V * H / rate                               # LM head fwd + bwd
     params = (V + S) * H + L * (12 * H * H + 13 * H) + 2 * H  # embeddings, blocks, final LayerNorm
     optimizer = params * 30 / (2039e9 * 0.8)                  # adamw bytes / (HBM x 0.8)

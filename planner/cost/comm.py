@@ -48,6 +48,7 @@ from functools import cached_property
 from planner.cost.collectives import DEFAULT_RANK_ORDER
 from planner.cost.memory import _group_counts, _vocab_units, fsdp_gradient_sharding_with_pp, stage_layers
 from planner.cost.params_flops import count_params
+from planner.frameworks import BY_NAME
 from planner.placement import overlap
 from planner.placement.layout import Layout
 from planner.placement.precision import padded_vocab, state_bytes, state_key
@@ -469,7 +470,7 @@ def layer_collectives(model: ModelSpec, layout: Layout, index: int,
     moe = bool(layout.ep > 1 and model.is_moe and model.moe_layers[index])
     k = min(layout.ep, ep_gpus_per_domain or layout.ep)
     key = (id(model), moe, layout.micro_batch_size, layout.seq_len, layout.cp, layout.tp, layout.ep,
-           layout.sequence_parallel, layout.cp_comm_type, layout.moe_dispatcher,
+           layout.sequence_parallel, layout.cp_comm_type, layout.framework, layout.moe_dispatcher,
            k if layout.moe_dispatcher == "flex" else None)   # what the records read
     hit = _LAYER_RECORDS.get(key)
     if hit is None or hit[0] is not model:
@@ -497,12 +498,15 @@ def _layer_collectives(model: ModelSpec, layout: Layout, moe: bool, ep_k: int) -
     if layout.cp > 1 and layout.cp_comm_type == "a2a":
         out += _cp_all_to_all(model, layout, tokens)
     elif layout.cp > 1:
-        kv = _kv_bytes_per_token(model, layout.tp) * tokens * layout.cp
-        cp = dict(axis="cp", count=1, message_bytes=kv, group_size=layout.cp, axes=("cp",))
-        out += [Collective(kind="all_gather", label="cp.kv.forward", phase="attention.forward", **cp),
-                Collective(kind="all_gather", label="cp.kv.backward", phase="attention.backward", **cp),
+        _, repeated, dkv_bytes = BY_NAME[layout.framework].cp_ring_exchange()
+        kv = _kv_bytes_per_token(model, layout.tp, repeated) * tokens * layout.cp
+        cp = dict(axis="cp", count=1, group_size=layout.cp, axes=("cp",))
+        out += [Collective(kind="all_gather", label="cp.kv.forward", phase="attention.forward",
+                           message_bytes=kv, **cp),
+                Collective(kind="all_gather", label="cp.kv.backward", phase="attention.backward",
+                           message_bytes=kv, **cp),
                 Collective(kind="reduce_scatter", label="cp.dkv.backward", phase="attention.backward",
-                           **cp)]
+                           message_bytes=kv * dkv_bytes // 2, **cp)]
     if moe and layout.moe_dispatcher == "flex":
         out += _flex_dispatch(model, layout, tokens // (layout.tp if sp else 1) * h * 2, ep_k)
     elif moe:
@@ -665,13 +669,15 @@ def _cp_all_to_all(model: ModelSpec, layout: Layout, tokens: int) -> list[Collec
             Collective(message_bytes=qkv, label="cp.a2a.dqkv", phase="backward", **common)]
 
 
-def _kv_bytes_per_token(model: ModelSpec, tp: int) -> int:
-    """K and V bytes per token on one TP rank (bf16); KV heads replicate when tp > n_kv; MLA ships
-    the up-projected per-head K (nope + rope) and V."""
+def _kv_bytes_per_token(model: ModelSpec, tp: int, repeated: bool = False) -> int:
+    """K and V bytes per token on one TP rank (bf16); KV heads replicate when tp > n_kv, and are
+    the query heads when the framework expands them before attention (`repeated`:
+    `frameworks.<framework>.cp_ring_exchange`); MLA ships the up-projected per-head K (nope + rope)
+    and V."""
     if model.is_mla:
         a = model.num_attention_heads // tp
         return a * (model.qk_nope_head_dim + model.qk_rope_head_dim + model.v_head_dim) * 2
-    heads = -(-model.num_key_value_heads // tp)
+    heads = -(-(model.num_attention_heads if repeated else model.num_key_value_heads) // tp)
     return 2 * heads * model.head_dim * 2
 
 

@@ -22,10 +22,12 @@ the `output` projection). `fp8_cast_bytes` prices the quantization itself.
 
 The attention core runs at the bf16 e_max times `attention_efficiency(chunk)`: FlashAttention's
 throughput falls for short sequences (a kernel launch per head tile, fewer tiles to fill the SMs).
+A fused kernel with a causal mask executes `executed_attention_fraction` (about half) of the score
+FLOPs, at the causal curve of the same figure (the diagonal tiles' overhead included).
 
 The constants are [Empirical], per GPU family, in `calibration/training.yaml` (`make calibrate`
 refits them): they fold in everything the step-time model does not model explicitly (kernel launch
-gaps, tile and wave quantization, the attention kernel's causal masking), so they are end-to-end
+gaps, tile and wave quantization), so they are end-to-end
 GEMM efficiencies, not cuBLAS peaks. The memory-bound work beside the GEMMs -- the fused norms,
 residual adds, RoPE and MLP activation (`step_time.fused_elementwise_bytes`), their unfused eager
 extra, fp8 casts, MoE routing -- is priced at HBM bandwidth instead: folded into e_max it scaled
@@ -95,6 +97,26 @@ class Calibration:
     """Per-rank chunk (tokens) at which FlashAttention-2 runs at half its own plateau."""
     fa2_families: tuple[str, ...] = ()
     """Families whose GPUs the FlashAttention-2 curve was measured on (elsewhere: the fused curve)."""
+    causal_plateau_ratio: float = 1.0
+    """The fused kernel's long-sequence throughput with a causal mask, counted on the causal half of
+    the scores (FlashAttention-3's convention) / its plateau without a mask (`attention_efficiency`)."""
+    causal_l_half: float = 0.0
+    """Chunk (tokens) at which the causal fused kernel runs at half its own plateau (0: no causal curve
+    in the file; the unmasked one applies)."""
+    fa2_causal_plateau_ratio: float = 1.0
+    """FlashAttention-2's causal plateau (counted on the causal half) / the fused kernel's unmasked one."""
+    fa2_causal_l_half: float = 0.0
+    """Chunk (tokens) at which causal FlashAttention-2 runs at half its own plateau (0: none in the file)."""
+    backward_plateau_ratio: float = 1.0
+    """The fused kernel's long-sequence backward throughput (on ATTENTION_BACKWARD_FLOPS x the forward's
+    FLOPs) / its unmasked forward plateau."""
+    backward_l_half: float = 0.0
+    """Chunk (tokens) at which the fused backward runs at half its plateau (0: none in the file; the
+    forward curve applies)."""
+    fa2_backward_plateau_ratio: float = 1.0
+    """FlashAttention-2's backward plateau / the fused kernel's unmasked forward one."""
+    fa2_backward_l_half: float = 0.0
+    """Chunk (tokens) at which FlashAttention-2's backward runs at half its plateau (0: none in the file)."""
     clock_fractions: dict[str, float] = dataclasses.field(default_factory=dict)
     """GPU name substring -> sustained tensor-core clock of a power-limited part / the clock its
     datasheet peak assumes (`clock_fraction`); GPUs not listed: 1."""
@@ -123,6 +145,8 @@ def load_calibration(path: Path | None = None) -> Calibration:
                 fp8_e_max=None if source.get("fp8_e_max") is None else float(source["fp8_e_max"]),
                 basis=str(entry["basis"]))
         fa2 = doc["attention_core"].get("flash_attention_2", {})
+        causal, fa2_causal = doc["attention_core"].get("causal", {}), fa2.get("causal", {})
+        bwd, fa2_bwd = doc["attention_core"].get("backward", {}), fa2.get("backward", {})
         return Calibration(families=families, aliases=aliases,
                            default_family=str(doc["default_family"]),
                            attention_l_half=float(doc["attention_core"]["l_half_tokens"]),
@@ -130,6 +154,14 @@ def load_calibration(path: Path | None = None) -> Calibration:
                            fa2_plateau_ratio=float(fa2.get("plateau_ratio", 1.0)),
                            fa2_l_half=float(fa2.get("l_half_tokens", doc["attention_core"]["l_half_tokens"])),
                            fa2_families=tuple(fa2.get("families", ())),
+                           causal_plateau_ratio=float(causal.get("plateau_ratio", 1.0)),
+                           causal_l_half=float(causal.get("l_half_tokens", 0.0)),
+                           fa2_causal_plateau_ratio=float(fa2_causal.get("plateau_ratio", 1.0)),
+                           fa2_causal_l_half=float(fa2_causal.get("l_half_tokens", 0.0)),
+                           backward_plateau_ratio=float(bwd.get("plateau_ratio", 1.0)),
+                           backward_l_half=float(bwd.get("l_half_tokens", 0.0)),
+                           fa2_backward_plateau_ratio=float(fa2_bwd.get("plateau_ratio", 1.0)),
+                           fa2_backward_l_half=float(fa2_bwd.get("l_half_tokens", 0.0)),
                            clock_fractions={str(name).upper(): float(entry["clock_fraction"])
                                             for name, entry in doc.get("power_limited_gpus", {}).items()})
     except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError) as exc:
@@ -380,9 +412,19 @@ cuDNN fused attention / FlashAttention-3 (Transformer Engine on Hopper); "flash_
 FlashAttention-2 (PyTorch's scaled_dot_product_attention flash backend)."""
 
 
-def attention_efficiency(chunk_tokens: float, kernel: str = "fused", gpu: GPUSpec | None = None) -> float:
-    """Fraction of the fused kernel's long-sequence throughput the attention core reaches on a
-    per-rank chunk of `chunk_tokens` queries (and keys).
+ATTENTION_BACKWARD_FLOPS = 2.5
+"""Backward / forward matmul FLOPs of a FlashAttention core: the forward runs 2 matmuls (Q K^T, P V),
+the backward 5 (Q K^T again to recompute P, then dV, dP, dQ, dK), so 2.5x, not the 2x of a linear
+layer. Source: Dao 2023 (FlashAttention-2, arXiv 2307.08691) §4.1, the FLOP count of its
+benchmarks ("backward pass ... 2.5x ... due to recomputation"), the count Shah et al. 2024's Fig. 6
+backward TFLOP/s use. An unfused attention stores P and runs 4 backward matmuls: 2x."""
+
+
+def attention_efficiency(chunk_tokens: float, kernel: str = "fused", gpu: GPUSpec | None = None, *,
+                         causal: bool = False, backward: bool = False) -> float:
+    """Fraction of the fused kernel's unmasked long-sequence throughput the attention core reaches on
+    a per-rank chunk of `chunk_tokens` queries (and keys); with `causal`, the throughput of the
+    causal kernel counted on the causal half of the scores (`executed_attention_fraction`).
 
     fused: L / (L + l_half). Source: Shah et al. 2024 (FlashAttention-3, arXiv 2407.08608) Fig. 5,
     forward, head dim 128, no causal mask, H100 SXM5, B x S = 16k tokens: FlashAttention-3 467,
@@ -394,11 +436,24 @@ def attention_efficiency(chunk_tokens: float, kernel: str = "fused", gpu: GPUSpe
     transformer_engine/pytorch/attention/dot_product_attention/utils.py l. 1647-1653), runs
     this curve too.
 
+    causal (fused): ratio_c x L / (L + l_half_c), fitted the same way to the same figure's causal
+    panel (forward, with causal mask, head dim 128: FlashAttention-3 292, 423, 521, 579, 602, 616
+    TFLOP/s, FLOPs counted on half the square): a causal kernel skips the key tiles above the
+    diagonal and computes the diagonal tiles in full, so per counted FLOP it is slower than the
+    unmasked kernel, the more so the fewer tiles a row has (0.63x at 512, 0.95x at 16k): the
+    block-diagonal overhead and the shorter rows' load imbalance are in this curve.
+
     flash_attention_2: ratio x L / (L + l_half2), ratio = P2 / P, fitted the same way to the
     FlashAttention-2 bars of the same figure (309, 350, 362, 368, 370, 370: P2 = 377, l_half2 =
-    104, rms 1.3%), on the GPUs of the families it was measured on (`fa2_families`: the
-    H100 family; FlashAttention-3 is Hopper-only, so elsewhere FlashAttention-2 is what the fused
-    curve's fit rows ran and the fused curve applies).
+    104, rms 1.3%; causal: 191, 260, 298, 319, 333, 335), on the GPUs of the families it was
+    measured on (`fa2_families`: the H100 family; FlashAttention-3 is Hopper-only, so elsewhere
+    FlashAttention-2 is what the fused curve's fit rows ran and the fused curve applies).
+
+    backward: the same form fitted to Shah et al. 2024 Fig. 6 (backward, head dim 128, H100 SXM5,
+    FLOPs counted as ATTENTION_BACKWARD_FLOPS x the forward's): FlashAttention-3 316, 424, 501, 542,
+    559, 561 TFLOP/s, FlashAttention-2 214, 260, 291, 310, 318, 322 at 512 ... 16k. The figure has
+    no causal panel: a causal backward is priced on this unmasked curve over the executed (causal)
+    FLOPs, without the diagonal tiles' overhead the forward's causal curve shows (an assumption).
 
     Raises:
         SpecError: chunk_tokens is not positive; an unknown kernel.
@@ -409,18 +464,57 @@ def attention_efficiency(chunk_tokens: float, kernel: str = "fused", gpu: GPUSpe
         raise SpecError(f"value {kernel!r} not allowed; allowed: {', '.join(ATTENTION_KERNELS)}",
                         key="attention_kernel")
     cal = calibration()
-    if kernel == "flash_attention_2" and (gpu is None or gpu_family(gpu, cal) in cal.fa2_families):
+    fa2 = kernel == "flash_attention_2" and (gpu is None or gpu_family(gpu, cal) in cal.fa2_families)
+    if backward:
+        ratio, l_half = (cal.fa2_backward_plateau_ratio, cal.fa2_backward_l_half) if fa2 else \
+            (cal.backward_plateau_ratio, cal.backward_l_half)
+        if l_half > 0:
+            return ratio * chunk_tokens / (chunk_tokens + l_half)
+    if fa2:
+        if causal and cal.fa2_causal_l_half > 0:
+            return cal.fa2_causal_plateau_ratio * chunk_tokens / (chunk_tokens + cal.fa2_causal_l_half)
         return cal.fa2_plateau_ratio * chunk_tokens / (chunk_tokens + cal.fa2_l_half)
+    if causal and cal.causal_l_half > 0:
+        return cal.causal_plateau_ratio * chunk_tokens / (chunk_tokens + cal.causal_l_half)
     return chunk_tokens / (chunk_tokens + cal.attention_l_half)
 
 
-def attention_flops(gpu: GPUSpec, precision: str, *, chunk_tokens: float, kernel: str = "fused") -> float:
+def attention_flops(gpu: GPUSpec, precision: str, *, chunk_tokens: float, kernel: str = "fused",
+                    causal: bool = False, backward: bool = False) -> float:
     """FLOP/s of the attention core on a chunk of `chunk_tokens`: the core dtype's peak x
     `clock_fraction` x the family's bf16 e_max x `attention_efficiency` of the framework's
-    `kernel` (the core dtype is bf16 under fp8)."""
+    `kernel` (the core dtype is bf16 under fp8); `causal`: per executed (causal-half) FLOP;
+    `backward`: the backward kernel's rate on its ATTENTION_BACKWARD_FLOPS x forward FLOPs."""
     core = core_precision(precision)
     return (peak_flops(gpu, core) * clock_fraction(gpu) * efficiency_constants(gpu).e_max
-            * attention_efficiency(chunk_tokens, kernel, gpu))
+            * attention_efficiency(chunk_tokens, kernel, gpu, causal=causal, backward=backward))
+
+
+def executed_attention_fraction(seq_len: float, context: float) -> float:
+    """Share of the attention-core FLOPs counted over the whole s x w score band (what MFU
+    conventions count: `params_flops.flops_per_token` attention, 2 w a (d_qk + d_v) per token) that a
+    fused causal kernel executes: query i attends to min(i, w) keys, so
+    sum_{i=1..s} min(i, w) / (s w) = (w (w + 1) + 2 (s - w) w) / (2 s w); (s + 1) / 2s on a full
+    layer (w = s), 1 - (w - 1) / 2s under a sliding window w.
+
+    The executed-work model of every attention core the planner prices, training
+    (`step_time._layer_compute_s`) and serving prefill (`serving.prefill_forward_s`) alike: a
+    causal FlashAttention / cuDNN kernel skips the key tiles wholly above the diagonal
+    (FlashAttention-2, Dao 2023 arXiv 2307.08691 §3.1.1 "Causal masking": blocks with all column
+    indices above the row indices are skipped, "about 1.7-1.8x speedup"; FlashAttention-3 Fig. 5
+    counts causal FLOPs as half). The tiles on the diagonal are computed in full and masked: that
+    overhead is in the causal curve of `attention_efficiency`, not in this fraction. An unfused
+    attention (no FlashAttention) computes the whole square and masks it afterwards: fraction 1,
+    the caller's choice. What MFU reports is a separate convention (`planner.summary.mfu_basis`).
+
+    Raises:
+        SpecError: seq_len or context not positive, or context > seq_len.
+    """
+    if seq_len <= 0 or context <= 0 or context > seq_len:
+        raise SpecError(f"seq_len {seq_len!r} and context {context!r} must be positive with context <= "
+                        "seq_len", key="seq_len")
+    w = context
+    return (w * (w + 1) + 2 * (seq_len - w) * w) / (2 * seq_len * w)
 
 
 FP8_CAST_BYTES_PER_ELEMENT = 6

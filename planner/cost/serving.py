@@ -994,15 +994,10 @@ def prefill_forward_s(spec: ModelSpec, inst: Instance, gpu, weight_format: str, 
       dimension is min(tokens x top_k / experts (each expert's rows: the prompt's tokens it receives), expert
       width / (tp / ep), hidden), or the local experts' weight bytes (`routed_expert_bytes`) at the achievable HBM
       rate, whichever is longer (roofline);
-    - the attention core at `compute.attention_flops` of a chunk of the prompt's length (the window on sliding
-      layers, `step_time._attention_chunk`), split over attention-TP, on the causal half of the square the
-      training model counts (`step_time._layer_flops_per_token`: 2 x context x heads x (q/k + v head dims) per
-      token): the engines' causal kernels skip the masked tiles (FlashAttention-3, Shah et al. 2024 Fig. 5: the
-      causal forward reaches about the non-causal TFLOP/s counted on half the FLOPs from 2k tokens up). The
-      training model counts the full square and lets e_max absorb the mask (compute.py module docstring); with
-      the full square here the fitted prefill coefficients were 1.15-1.22 instead of 1.25-1.34 and the
-      evaluation MAPE moved by <= 0.2 points either way, but an 8K prompt costs 1.12x and a 32K one 1.35x more
-      (llama-3.1-8b, H100) -- the mask is the mechanism, so the half is taken;
+    - the attention core, split over attention-TP: the training model's executed-work function
+      (`step_time.attention_core_s`: the causal part of the score FLOPs, about half, at the causal fused
+      kernel's rate on a chunk of the prompt's length, the window on sliding layers) -- the engines' causal
+      kernels skip the masked tiles as Megatron's and torchtitan's do;
     - memory-bound work at the achievable HBM rate (`step_time.HBM_EFFICIENCY` x the datasheet bandwidth): the
       fused norms, residual adds, RoPE and MLP activation (`step_time.fused_elementwise_bytes`) and MoE routing and
       permutation (`step_time._moe_memory_bytes`). The engines run no sequence parallelism, so every attention-TP
@@ -1014,8 +1009,7 @@ def prefill_forward_s(spec: ModelSpec, inst: Instance, gpu, weight_format: str, 
     - the TP all-reduces are not here (`tp_allreduce_s`: added unfitted to TTFT), nor is the LM head (the engines
       compute logits of a prompt's last token only: vLLM `gpu_model_runner.py` logits_indices).
     A dense model's prompt on one GPU therefore costs the training model's forward of one micro-batch of that
-    length (Megatron, bf16, fused kernels), less the LM head and half the attention core (tests/
-    test_serving_prefill.py); its fused elementwise kernels are Megatron's, and the engines fuse the same chains
+    length (Megatron, bf16, fused kernels), less the LM head (tests/test_serving_prefill.py); its fused elementwise kernels are Megatron's, and the engines fuse the same chains
     (vLLM `fused_add_rms_norm`, `silu_and_mul`, rotary kernels).
     Hand check (tests/test_serving_prefill.py): llama-3.1-8b, one H100, 8,192 tokens, bf16.
     Source: planner.cost.compute (gemm_efficiency, attention_flops, clock_fraction; [Empirical] constants of
@@ -1046,10 +1040,9 @@ def _prefill_forward(spec: ModelSpec, inst: Instance, gpu, weight_format: str, t
         return flops / (rate * compute.gemm_efficiency(gpu, gemm_dim=max(dim, 1e-9), precision=eff_dtype))
 
     def layer_s(index: int, layer) -> tuple[float, float]:
-        dense, routed, core_flops = step_time._layer_flops_per_token(spec, index, int(tokens))
-        ctx = step_time._attention_chunk(spec, index, tokens, 1)
+        dense, routed, _ = step_time._layer_flops_per_token(spec, index, int(tokens))
         attention = (gemm_s(tokens * 2 * layer.attention / a, min(h / a, tokens))
-                     + tokens * core_flops / 2 / a / compute.attention_flops(gpu, core, chunk_tokens=ctx)
+                     + tokens / a * step_time.attention_core_s(spec, index, tokens, gpu, core)
                      + tokens / a * step_time.fused_elementwise_bytes(spec, index, replicated=1 + 3 * (a - 1)) / hbm)
         batch = tokens * shared_prompts  # the MLP / expert GEMMs run every prefilling group's tokens at once
         shared = gemm_s(batch * (dense - 2 * layer.attention) / tp, min(h / tp, batch))

@@ -32,8 +32,10 @@ from functools import lru_cache
 from planner.cost import collectives as coll
 from planner.cost import comm
 from planner.cost.comm import Collective
-from planner.cost.compute import (achieved_flops, attention_flops, core_precision, expert_host_launches,
-                                   fp8_cast_bytes, moe_expert_host_idle_s, moe_host_sync_s, peak_flops)
+from planner.cost.compute import (ATTENTION_BACKWARD_FLOPS, achieved_flops, attention_flops, core_precision,
+                                   executed_attention_fraction,
+                                   expert_host_launches, fp8_cast_bytes, moe_expert_host_idle_s, moe_host_sync_s,
+                                   peak_flops)
 from planner.cost.activations import layer_activation_bytes, op_sac_recomputed_matmuls, op_sac_regather_consumers
 from planner.cost.memory import activation_arguments, stage_layers
 from planner.cost.params_flops import count_params, flops_per_token
@@ -188,7 +190,7 @@ def axes_sharing(layout: Layout, cluster: ClusterSpec,
 def layer_time_key(layout: Layout, sharing: tuple[tuple[str, int], ...]) -> tuple:
     """Everything of `layout` and its `axes_sharing` that `layer_time` reads (b, s, tp, cp, ep,
     etp, SP, precision, the tp and cp groups' domain sharing, the only ones `_layer_comm` uses, the
-    TP / EP overlaps (and with TP overlap the framework, whose scheme prices it), whether it is
+    TP / EP overlaps (and with TP overlap or CP the framework, whose scheme / ring prices it), whether it is
     Megatron-FSDP (whose CP ring `_cp_ring_exposed` leaves unhidden before Blackwell), whether the
     elementwise kernels are fused, the framework's attention kernel, the gradient buffer's bytes
     the expert GEMMs accumulate into (`_expert_weight_bytes`) and the framework's host launches
@@ -199,7 +201,7 @@ def layer_time_key(layout: Layout, sharing: tuple[tuple[str, int], ...]) -> tupl
     return (layout.micro_batch_size, layout.seq_len, layout.tp, layout.cp, layout.ep, layout.etp,
             layout.precision, share["tp"], share["cp"], layout.sequence_parallel,
             ov.tp_comm_overlap, ov.ep_comm_overlap, layout.cp_comm_type, state_bytes(layout).gradients,
-            layout.moe_dispatcher, layout.framework if ov.tp_comm_overlap else None,
+            layout.moe_dispatcher, layout.framework if ov.tp_comm_overlap or layout.cp > 1 else None,
             BY_NAME[layout.framework].fused_elementwise(layout.torch_compile), layout.norm_kernel,
             BY_NAME[layout.framework].attention_kernel(),
             layout.selective_modules, layout.offload_modules, "activations" in layout.offload,
@@ -219,8 +221,10 @@ def layer_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, layer_ind
     """Time components of one layer for one micro-batch on one GPU under recompute mode `recompute`.
 
     Compute: per-GPU FLOPs = b*s * FLOPs/token / (tp*cp) (experts balanced over ep*etp of the same
-    ranks); backward = 2 x forward (Narayanan 2021 §5.1). Recompute: selective re-runs the attention
-    core (Korthikanti et al. 2022 §5), full re-runs the forward and its TP/EP communication.
+    ranks); backward = 2 x forward (Narayanan 2021 §5.1), except a fused attention core's
+    (`_attention_backward_excess_s`: 2.5x its FLOPs at the backward kernel's rate). Recompute:
+    selective re-runs the attention core (Korthikanti et al. 2022 §5), full re-runs the forward and
+    its TP/EP communication.
     Communication: the records of `comm.layer_collectives`, priced by phase (`_layer_comm`).
     TP/SP: 2 all-reduces (or all-gathers + reduce-scatters, same time) of b*s/cp*h activations
     forward and 2 backward, all exposed (Korthikanti 2022 §4.2.2; Shoeybi et al. 2019 §3). CP: the
@@ -229,7 +233,10 @@ def layer_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, layer_ind
     Megatron-LM CP docs). EP: dispatch + combine all-to-all of the routed tokens forward and
     backward, exposed (Lepikhin et al. 2020 GShard §2; Megatron-Core MoE docs). Without FlashAttention (Dao et al. 2022) the
     attention core also streams the b*a*s^2 score matrix through HBM (UNFUSED_SCORE_BYTES per element
-    per forward), which counts as part of its time. No causal discount on the attention FLOPs.
+    per forward), which counts as part of its time. Executed attention work: a fused (Flash)
+    kernel runs the causal part of the scores (`compute.executed_attention_fraction`, about half)
+    at the causal kernel's rate; the unfused core computes the whole square. Reported MFU / TFLOP/s
+    count model FLOPs in their own convention (`_summary`, `planner.summary.mfu_basis`), not this.
     """
     if recompute not in RECOMPUTE_MODES:
         raise SpecError(f"value {recompute!r} not allowed; allowed: {', '.join(RECOMPUTE_MODES)}",
@@ -278,8 +285,8 @@ _LAYER_TIMES: dict = {}
 
 def _layer_parts(model, cluster, layout, layer_index, rank_order, flash_attention):
     """(forward, attention-core forward, [exposed comm of one forward pass + backward, of a
-    second forward pass], host stall of one forward pass) of one layer, s: what every recompute
-    mode combines (`_layer_time`).
+    second forward pass], (GPU time beyond the parts' 1:2 split in the forward, in the backward),
+    selective recompute, offload) of one layer, s: what every recompute mode combines (`_layer_time`).
 
     Forward = dense linear GEMMs + routed-expert grouped GEMMs + attention core + memory-bound
     terms (`_layer_compute_s`); a MoE layer's passes also leave the GPU idle on the host
@@ -289,7 +296,25 @@ def _layer_parts(model, cluster, layout, layer_index, rank_order, flash_attentio
     host = _moe_host_s(model, cluster, layout, layer_index)
     selective = _selective_recompute_s(model, cluster, layout, layer_index, attn_fwd) + _op_sac_regather_s(
         model, cluster, layout, layer_index, _sharing(layout, cluster, rank_order))
+    host = (host[0], host[1] + _attention_backward_excess_s(model, cluster, layout, layer_index, flash_attention))
     return fwd, attn_fwd, comm, host, selective, _offload_s(model, cluster, layout, layer_index)
+
+
+def _attention_backward_excess_s(model: ModelSpec, cluster: ClusterSpec, layout: Layout, index: int,
+                                 flash_attention: bool) -> float:
+    """What a fused attention core's backward takes beyond the 2 x forward every part of a layer is
+    given (`_layer_time`), s per micro-batch on one GPU: FlashAttention recomputes the scores in its
+    backward (`compute.ATTENTION_BACKWARD_FLOPS` = 2.5x the forward's FLOPs) at its backward kernel's
+    rate (`compute.attention_efficiency`, backward), `attention_core_s` both ways; 0 for the unfused
+    core (it stores the probabilities: 4 backward matmuls, 2x). Carried with the backward's host idle
+    (it hides no communication either way). Source: Dao 2023 §4.1; Shah et al. 2024 Fig. 6."""
+    if not flash_attention:
+        return 0.0
+    local = layout.micro_batch_size * layout.seq_len / (layout.tp * layout.cp)
+    kernel = BY_NAME[layout.framework].attention_kernel()
+    core = {bwd: attention_core_s(model, index, layout.seq_len, cluster.gpu, layout.precision, cp=_ring_cp(layout),
+                                  kernel=kernel, backward=bwd) for bwd in (False, True)}
+    return max(0.0, local * (core[True] - 2 * core[False]))
 
 
 def _moe_host_s(model: ModelSpec, cluster: ClusterSpec, layout: Layout, index: int) -> tuple[float, float]:
@@ -338,7 +363,8 @@ def _layer_compute_s(model: ModelSpec, cluster: ClusterSpec, layout: Layout, ind
       the bytes unfused kernels move beyond fused ones (`unfused_elementwise_bytes`, and with
       `layout.norm_kernel` composite the op-by-op RMSNorm's, `composite_norm_bytes`); the fused
       kernels' own bytes are part of what the fitted GEMM efficiency absorbs on every row.
-    Backward = 2 x forward for every part (Narayanan 2021 §5.1), so memory terms that run once
+    Backward = 2 x forward for every part here (Narayanan 2021 §5.1; the fused attention core's excess
+    over that is `_attention_backward_excess_s`, added by `_layer_parts`), so memory terms that run once
     per forward + backward enter as a third of their bytes.
     """
     b, s, tp, cp = layout.micro_batch_size, layout.seq_len, layout.tp, layout.cp
@@ -352,9 +378,8 @@ def _layer_compute_s(model: ModelSpec, cluster: ClusterSpec, layout: Layout, ind
     if routed:
         fwd += _routed_experts_s(model, cluster, layout, index)
     if flash_attention:
-        chunk = _attention_chunk(model, index, s, cp)
-        attn_fwd = local * attention / attention_flops(
-            gpu, precision, chunk_tokens=chunk, kernel=BY_NAME[layout.framework].attention_kernel())
+        attn_fwd = local * attention_core_s(model, index, s, gpu, precision, cp=_ring_cp(layout),
+                                            kernel=BY_NAME[layout.framework].attention_kernel())
         attn_fwd += cp_ring_bytes(model, layout) / 3 / _hbm_bytes_per_s(cluster)
     else:
         attn_fwd = local * attention / achieved_flops(gpu, core_precision(precision), gemm_dim=gemm_dim)
@@ -669,6 +694,12 @@ def _moe_memory_bytes(model: ModelSpec, index: int) -> float:
     return 2.0 * h + 12.0 * model.num_experts + 8.0 * h * model.num_experts_per_tok
 
 
+def _ring_cp(layout: Layout) -> int:
+    """The ring's steps of a layout: its cp under ring context parallelism, 1 under all-to-all CP
+    (Ulysses: each rank runs the whole sequence on cp-th of the heads, `comm._cp_all_to_all`)."""
+    return 1 if layout.cp_comm_type == "a2a" else layout.cp
+
+
 def _attention_chunk(model: ModelSpec, index: int, seq_len: int, cp: int) -> float:
     """Queries (and keys) of one attention kernel call on a rank: the context of the layer
     (the window on sliding layers), and with context parallelism one of the 2*cp load-balancing
@@ -682,13 +713,57 @@ def _attention_chunk(model: ModelSpec, index: int, seq_len: int, cp: int) -> flo
     return ctx if cp == 1 else min(ctx, seq_len / (2 * cp))
 
 
+def attention_core_s(model: ModelSpec, index: int, seq_len: float, gpu, precision: str, *, cp: int = 1,
+                     kernel: str = "fused", backward: bool = False) -> float:
+    """Seconds per token (all heads, one GPU) of layer `index`'s fused causal attention core forward
+    (`backward`: its backward): the executed part of its score FLOPs
+    (`compute.executed_attention_fraction` of the layer's context: the window on sliding layers) at
+    the causal kernel's rate on the rank's chunk (`_attention_chunk`, `compute.attention_flops`,
+    causal); the backward runs `compute.ATTENTION_BACKWARD_FLOPS` times those FLOPs at the backward
+    kernel's rate. One executed-work model for training
+    (`_layer_compute_s`, divided over tp x cp by the caller's token count) and serving prefill
+    (`serving.prefill_forward_s`).
+
+    Ring context parallelism (`cp` > 1; all-to-all CP runs the whole sequence, cp 1 here) with load
+    balancing on a full-attention layer: the sequence is cut into 2 cp chunks of c = s / 2cp tokens,
+    rank r holding chunks r and 2cp-1-r, and each of the cp ring steps runs one kernel call:
+    step 0 the causal kernel on the rank's own 2c queries and keys (2 c^2 executed score pairs per
+    head); every later step an unmasked call on 2 c^2 pairs, either all 2c queries against the first
+    chunk of the arriving K/V (source rank before r) or the later chunk's c queries against both
+    arriving chunks (source after r): nothing is skipped, no step masks. So 1/cp of the executed work
+    runs at the causal rate on 2c tokens, (cp - 1)/cp at the unmasked rate on c-token rows.
+    Source: pytorch/pytorch torch/distributed/tensor/experimental/_attention.py @0123248a
+    (`_is_causal_behavior`: IS_CAUSAL at i = 0, NOT_IS_CAUSAL after under load balancing;
+    `_templated_ring_attention`: `key.chunk(2)[0]` for i <= rank, `query.chunk(2)[1]` otherwise;
+    the backward likewise), the same split as NVIDIA/TransformerEngine@d0067d0
+    transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py
+    (`AttnFuncWithCPAndKVP2P`: causal step 0, `kv_inputs[..][:, 0]` / `q[:, 1]` after). Sliding
+    layers keep the causal rate on min(window, c). Kaplan et al. 2020 Table 1 (the FLOPs,
+    `_layer_flops_per_token`); Shah et al. 2024 Fig. 5 (the rates); Dao 2023 §3.1.1 (the skipped
+    tiles)."""
+    _, _, attention = _layer_flops_per_token(model, index, int(seq_len))
+    context = _attention_chunk(model, index, seq_len, 1)
+    executed = attention * executed_attention_fraction(seq_len, context) \
+        * (ATTENTION_BACKWARD_FLOPS if backward else 1.0)
+
+    def seconds(flops: float, tokens: float, causal: bool) -> float:
+        return flops / attention_flops(gpu, precision, chunk_tokens=tokens, kernel=kernel, causal=causal,
+                                       backward=backward)
+
+    if cp <= 1 or context < seq_len:
+        return seconds(executed, _attention_chunk(model, index, seq_len, cp), True)
+    chunk = seq_len / (2 * cp)
+    return seconds(executed / cp, 2 * chunk, True) + seconds(executed * (cp - 1) / cp, chunk, False)
+
+
 def cp_ring_bytes(model: ModelSpec, layout: Layout) -> float:
     """HBM bytes one GPU moves per layer and micro-batch, forward + backward, in the ring
     context-parallel attention's work outside its kernels: merging each step's partial output and
     accumulating each step's dQ, dK, dV (`frameworks.<framework>.cp_ring_bytes`: bytes per element
     for the layout's cp), over the rank's b x s / cp tokens x its heads (a / tp query heads of
-    d_v output and d_qk dQ elements; kv / tp K/V heads of d_qk + d_v elements; MLA: the a / tp
-    up-projected heads). 0 without ring CP (cp 1, or all-to-all CP).
+    d_v output and d_qk dQ elements; kv / tp K/V heads of d_qk + d_v elements, a / tp where the
+    framework expands K/V to the query heads (`cp_ring_exchange`, torchtitan's `repeat_kv`); MLA:
+    the a / tp up-projected heads). 0 without ring CP (cp 1, or all-to-all CP).
 
     Why it matters at short sequences: these bytes grow with the rank's tokens times the ring
     steps (cp - 1), the attention FLOPs with the tokens times the keys (s), so their ratio to the
@@ -704,7 +779,8 @@ def cp_ring_bytes(model: ModelSpec, layout: Layout) -> float:
         kv_heads = heads
     else:
         d_qk = d_v = model.head_dim
-        kv_heads = max(1.0, model.num_key_value_heads / layout.tp)
+        repeated = BY_NAME[layout.framework].cp_ring_exchange()[1]
+        kv_heads = heads if repeated else max(1.0, model.num_key_value_heads / layout.tp)
     tokens = layout.micro_batch_size * layout.seq_len / layout.cp
     return tokens * (heads * (f_out * d_v + b_q * d_qk) + kv_heads * (d_qk + d_v) * (f_kv + b_kv))
 
@@ -795,7 +871,7 @@ def _layer_comm(model: ModelSpec, cluster: ClusterSpec, layout: Layout, index: i
     k_sm = overlap.sm_share(overlap.NCCL_CHANNEL_SMS, cluster.gpu.sm_count)
     ep_f = _hidden_excess(t[("ep", "forward")], 2 * fwd_s, k_sm) if ep_hides else t[("ep", "forward")]
     ep_b = _hidden_excess(t[("ep", "backward")], fwd_s, k_sm) if ep_hides else t[("ep", "backward")]
-    cp_f, cp_b = _cp_ring_exposed(cp, cluster, layout.cp, attn_fwd_s,
+    cp_f, cp_b = _cp_ring_exposed(cp, cluster, layout, attn_fwd_s,
                                   hidden=not overlap.connections_conflict(layout, cluster.gpu.name))
     return [(tp_f + ep_f + t[("other", "forward")], tp_b + ep_b + t[("other", "backward")]),
             (cp_f, cp_b)]
@@ -939,39 +1015,66 @@ def _op_sac_regather_s(model: ModelSpec, cluster: ClusterSpec, layout: Layout, i
     return sum(staging + _ring_exposed_s(one, per_elem * elems, tp) if elems else one for elems in consumers)
 
 
-def _cp_ring_exposed(records, cluster: ClusterSpec, cp: int, attn_fwd_s: float, *,
+def _cp_ring_exposed(records, cluster: ClusterSpec, layout: Layout, attn_fwd_s: float, *,
                      hidden: bool = True) -> tuple[float, float]:
     """(forward, backward) exposed time of the context-parallel ring of one layer, s.
 
     Ring attention with load balancing (2 cp chunks, rank r holding chunks r and 2cp-1-r) runs cp
-    steps per pass; in step i a rank computes its queries against one K/V chunk (1/cp of its
-    attention core, attn_fwd_s / cp forward, twice that backward) while the K/V for step i+1 moves
-    to the next rank. Step i+1 waits for that receive before its kernel starts
-    (NVIDIA/TransformerEngine@d0067d0
-    `transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py`
-    AttnFuncWithCPAndKVP2P.forward l. 1698-1715: `req.wait()` then the next send, then the step's
-    attention), so each of the cp - 1 transfers shows its excess over one step's compute, its
-    latency included; backward moves K/V and the dK/dV accumulator each step (two messages) under
-    the step's backward, and holds `overlap.NCCL_CHANNEL_SMS` SMs while it runs (NCCL send/receive
-    spread over the communicator's p2p channels, at most its collective channels: NVIDIA/nccl@5067397
+    steps per pass (`attention_core_s`); one step computes about 1/cp of the rank's attention core
+    (attn_fwd_s / cp forward, twice that backward). A record of `comm.layer_collectives` carries
+    the bytes of the whole ring (message = the sequence's K/V, or dK/dV); one step's share is
+    message / cp, point-to-point inside the scale-up domain when the whole cp group sits in one,
+    else over the network (the slowest hop paces every step). Transfers overlapped with a kernel
+    hold `overlap.NCCL_CHANNEL_SMS` SMs while they run (NCCL send/receive spread over the
+    communicator's p2p channels, at most its collective channels: NVIDIA/nccl@5067397
     src/graph/paths.cc l. 980 `p2pnChannels = min(nChannels, ...)`, and an NVLink peer asks 2 per
-    link, l. 936), so each transfer shows `_hidden_excess`. A record of `comm.layer_collectives` carries the bytes of the whole ring
-    (message = the sequence's K/V): one step sends message / cp, point-to-point inside the
-    scale-up domain when the whole cp group sits in one, else over the network (the slowest hop
-    paces every step). `hidden` False (Megatron-FSDP before Blackwell, `overlap.connections_conflict`:
-    the NCCL transfers are not ordered before the attention kernels): every transfer shows whole."""
+    link, l. 936), so each shows `_hidden_excess` over the compute it runs beside. By the
+    framework's exchange (`frameworks.<framework>.cp_ring_exchange`):
+
+    - "p2p" (Transformer Engine): step i+1 waits for the K/V sent during step i before its kernel
+      starts (NVIDIA/TransformerEngine@d0067d0
+      `transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py`
+      AttnFuncWithCPAndKVP2P.forward l. 1698-1715: `req.wait()` then the next send, then the step's
+      attention): cp - 1 transfers, each beside one step; backward K/V and dK/dV each step (two
+      messages) beside the step's backward;
+    - "all_gather" (PyTorch's ring, torchtitan): one all-gather of every rank's K/V is issued before
+      step 0 and waited for whole before step 1, so it hides under step 0 alone, forward and
+      backward; the fp32 dK/dV accumulator travels to the next rank after each backward step,
+      beside the next step's kernel, and the last one is waited for after the loop, beside nothing
+      (pytorch/pytorch torch/distributed/tensor/experimental/_attention.py @0123248a
+      `_AllGatherRotater`, `_templated_ring_attention_backward`: `dkv_rotater.next_buffer()` after
+      the loop).
+
+    `hidden` False (Megatron-FSDP before Blackwell, `overlap.connections_conflict`: the NCCL transfers are not
+    ordered before the attention kernels): every transfer shows whole."""
+    cp = layout.cp
     if cp <= 1 or not records:
         return 0.0, 0.0
+    rotation = BY_NAME[layout.framework].cp_ring_exchange()[0]
+    one, k_sm = attn_fwd_s / cp, overlap.sm_share(overlap.NCCL_CHANNEL_SMS, cluster.gpu.sm_count)
     step = {"attention.forward": 0.0, "attention.backward": 0.0}
+    gathered = dict(step)
+    dkv_step = 0.0
     for c, k in records:
         p2p = Collective(axis="cp", kind="p2p", count=1, message_bytes=c.message_bytes / cp,
                          group_size=2, axes=("cp",), phase=c.phase)
-        step[c.phase] += c.count * _call_time(p2p, 2 if k >= c.group_size else 1, cluster)
+        per_step = c.count * _call_time(p2p, 2 if k >= c.group_size else 1, cluster)
+        if rotation == "all_gather" and c.label.startswith("cp.kv."):
+            gathered[c.phase] += c.count * _call_time(c, k, cluster)
+        elif rotation == "all_gather":
+            dkv_step += per_step
+        else:
+            step[c.phase] += per_step
+    if not hidden and rotation == "all_gather":
+        return gathered["attention.forward"], gathered["attention.backward"] + cp * dkv_step
     if not hidden:
         return (cp - 1) * step["attention.forward"], (cp - 1) * step["attention.backward"]
-    one, k = attn_fwd_s / cp, overlap.sm_share(overlap.NCCL_CHANNEL_SMS, cluster.gpu.sm_count)
-    return ((cp - 1) * _hidden_excess(step["attention.forward"], one, k),
-            (cp - 1) * _hidden_excess(step["attention.backward"], 2 * one, k))
+    if rotation == "all_gather":
+        return (_hidden_excess(gathered["attention.forward"], one, k_sm),
+                _hidden_excess(gathered["attention.backward"], 2 * one, k_sm)
+                + (cp - 1) * _hidden_excess(dkv_step, 2 * one, k_sm) + dkv_step)
+    return ((cp - 1) * _hidden_excess(step["attention.forward"], one, k_sm),
+            (cp - 1) * _hidden_excess(step["attention.backward"], 2 * one, k_sm))
 
 
 def _hidden_excess(comm_s: float, compute_s: float, k: float) -> float:

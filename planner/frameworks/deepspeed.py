@@ -192,6 +192,13 @@ def cp_ring_bytes(cp: int) -> tuple[float, float, float, float]:
     return megatron.cp_ring_bytes(cp)
 
 
+def cp_ring_exchange() -> tuple[str, bool, int]:
+    """Ring context parallelism's K/V exchange under DeepSpeed rows: taken as Megatron-LM's
+    (`frameworks.megatron.cp_ring_exchange`), as `cp_ring_bytes`. No DeepSpeed CP row here."""
+    from planner.frameworks import megatron
+    return megatron.cp_ring_exchange()
+
+
 def p2p_overlap(vpp: int) -> bool:
     """DeepSpeed's pipeline engine sends and receives synchronously, one instruction after another
     (deepspeedai/DeepSpeed@edaa722 deepspeed/runtime/pipe/schedule.py `TrainSchedule.steps`:

@@ -439,6 +439,18 @@ def cp_ring_bytes(cp: int) -> tuple[float, float, float, float]:
     return 4.0 + later, 4.0, 4.0 + later, 8.0 + later
 
 
+def cp_ring_exchange() -> tuple[str, bool, int]:
+    """How ring context parallelism (`--cp-comm-type p2p`, Transformer Engine
+    `AttnFuncWithCPAndKVP2P`) moves K/V and dK/dV, as `frameworks.torchtitan.cp_ring_exchange`:
+    ("p2p": each step's K/V sent to the next rank while the step computes, waited before the next
+    step's kernel; False: the K/V heads of the GQA groups (Transformer Engine's attention takes
+    num_gqa_groups), not the query heads; 2: dK/dV priced at 2 bytes per element, as before (the
+    backward's dkv buffer dtype not re-read). Source: NVIDIA/TransformerEngine@d0067d0
+    transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py l. 1698-1715
+    (`req.wait()` then the next send)."""
+    return "p2p", False, 2
+
+
 def p2p_overlap(vpp: int) -> bool:
     """Whether Megatron-LM's pipeline schedule overlaps its point-to-point sends with the compute of
     the next model chunk by default: yes for the interleaved schedule (vpp > 1), no for 1F1B.

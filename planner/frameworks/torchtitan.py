@@ -141,12 +141,33 @@ def cp_ring_bytes(cp: int) -> tuple[float, float, float, float]:
     38) and concatenates K and V for the next exchange (`torch.cat`, read 2 + write 2); the
     backward accumulates in fp32 (`grad_query += grad_query_`: 10; `_partial_update` of dK / dV,
     the `torch.cat` of the chunks and of dK and dV for the all-to-all, and the K/V concatenation:
-    25). Source: pytorch/pytorch torch/distributed/tensor/experimental/_attention.py
+    25); the K/V elements are those of the query heads (`cp_ring_exchange`: `repeat_kv`). Source:
+    pytorch/pytorch torch/distributed/tensor/experimental/_attention.py
     (`_SDPAMerger`, `_templated_ring_attention`, `_templated_ring_attention_backward`,
     `_partial_update`), as read at @f2127dbd and @0123248a by the `cpcausal` work (not re-read
     for this table; step 0's copies not counted)."""
     later = float(max(cp - 1, 0))
     return 38.0 * later, 4.0 * later, 10.0 * later, 25.0 * later
+
+
+def cp_ring_exchange() -> tuple[str, bool, int]:
+    """How PyTorch's ring `context_parallel` (torchtitan's CP) moves K/V and dK/dV: (K/V rotation,
+    whether the K/V sent carry the query heads, dK/dV bytes per element sent).
+
+    - "all_gather": torchtitan's `--experimental.context_parallel_rotate_method` defaults to
+      "allgather" (pytorch/torchtitan@9dec370 torchtitan/config_manager.py l. 365-377, set by
+      `utils.create_context_parallel_ctx`), so `_AllGatherRotater` gathers every rank's K/V in one
+      all-gather issued before step 0's kernel and waited for whole at step 1 (`next_buffer`); the
+      backward gathers K/V the same way (`kv_rotater = _create_rotater(group, 2)`);
+    - True: the model expands K/V to the query heads before the attention call (`repeat_kv`,
+      torchtitan/models/llama/model.py l. 200-209 at that commit), so the ring moves a / tp heads;
+    - 4: the dK/dV accumulators are fp32 (`convert_to_f32` default True: `accum_dtype`), passed to
+      the next rank after every backward step by `_AllToAllRotater` (`permute_tensor`) and waited
+      at the next step, the last one after the loop.
+    Source: pytorch/pytorch torch/distributed/tensor/experimental/_attention.py @0123248a
+    (`_ContextParallelOptions`, `_templated_ring_attention`, `_templated_ring_attention_backward`);
+    the torch of the runs (1963fc8, 2024-12-23) not re-read line by line."""
+    return "all_gather", True, 4
 
 
 def p2p_overlap(vpp: int) -> bool:
