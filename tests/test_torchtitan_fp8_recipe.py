@@ -65,9 +65,9 @@ def test_rowwise_is_costed_nearer_its_run_than_tensorwise_pricing_was(async_tp, 
 
 @pytest.mark.xfail(strict=True, reason=(
     "rowwise under tp 8 ran at bf16 speed (599.6 / 624.8 vs bf16 597.3 / 652.4): the model gives "
-    "679 / 770 tokens/s/GPU (+13% / +23%) with rowwise GEMMs at 0.75 of tensorwise (fitted on torchao's "
-    "single-node FSDP Llama3-8B pair, where rowwise gained 10% over bf16) and torchao's rowwise cast "
-    "bytes. What it lacks is TP-specific: pytorch/torchtitan#1207 'float8 rowwise vanilla TP low "
+    "760 / 876 tokens/s/GPU (+27% / +40%) with rowwise GEMMs at 0.95 of tensorwise (pytorch/pytorch#147971: "
+    "'most shapes within 90-100%'; not fitted) and torchao's rowwise cast bytes. What it lacks is "
+    "TP-specific: pytorch/torchtitan#1207 'float8 rowwise vanilla TP low "
     "throughput' and #866 'Rowwise with AsyncTP runs at roughly same perf as vanilla TP' (AsyncTP gains "
     "1.04x with rowwise, 1.16x with tensorwise; the model gives AsyncTP 1.13x for both); no mechanism "
     "for either is published"))

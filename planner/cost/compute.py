@@ -451,22 +451,21 @@ Source: pytorch/ao@0598012 torchao/testing/training/roofline_utils.py
 `get_tensor_memory_traffic_ovhd_s` (tensor_role input / grad_output, fuse_with_prev False), the
 roofline torchao's float8 README reproduces its H100 speedup tables with."""
 
-ROWWISE_GEMM_FRACTION = 0.75
+ROWWISE_GEMM_FRACTION = 0.95
 """Speed of torchao's rowwise-scaled fp8 linear GEMMs relative to tensorwise ones on H100 (forward
-and backward together), dimensionless. [Empirical] fitted on one published pair, torchao's float8
-README training table (pytorch/ao@9519beb torchao/float8/README.md "Training benchmarks", NVIDIA
-H100: Llama3-8B, 8 GPUs FSDP2, batch 1, sequence 8192, torch.compile, per-op SAC; tensorwise with
-float8 all-gather 7,689.5 tokens/s, rowwise with bf16 all-gather 6,768): the model gives that job
-rowwise / tensorwise = 0.880 at 0.75 (0.963 at 0.95, 0.799 at 0.6; grand-teton, the rowwise casts
-of `TORCHAO_CAST_BYTES_PER_ELEMENT` included). What it stands for: `_scaled_mm` row-wise is a
-CUTLASS kernel, tensor-wise cuBLAS, "most shapes within 90-100% of tensor-wise efficiency, a long
-tail down to 50%" in fast-accum mode (pytorch/pytorch#147971); torchao's backward GEMMs run without
-fast accumulation, where the rowwise kernel was slow enough that torchao calls the tensorwise GEMM
-and rescales the output in an extra kernel per GEMM (pytorch/ao#2184). No table of the rowwise
-kernel's own speed was found in text (the README's per-shape speedups are images). Evaluation: the
-2025-06 torchtitan rowwise runs under tp 8 (tests/test_torchtitan_fp8_recipe.py), which this does
-not reach: they ran rowwise at bf16 speed (pytorch/torchtitan#1207, "float8 rowwise vanilla TP low
-throughput"), a TP interaction the model has no term for."""
+and backward together), dimensionless: the middle of "most shapes within 90-100% of tensor-wise
+efficiency, a long tail down to 50%" for `_scaled_mm` row-wise (a CUTLASS kernel; tensor-wise is
+cuBLAS), Source: pytorch/pytorch#147971. Not fitted: no table of the rowwise kernel's own speed was
+found in text (torchao's README per-shape speedups are images), and the one published training pair
+(pytorch/ao@9519beb torchao/float8/README.md "Training benchmarks", NVIDIA H100, Llama3-8B, 8 GPUs
+FSDP2, sequence 8192, torch.compile, per-op SAC: tensorwise with float8 all-gather 7,689.5 tokens/s,
+rowwise with bf16 all-gather 6,768, ratio 0.880) is evaluation, not fit: the model gives 0.963 for
+that job with the rowwise casts of `TORCHAO_CAST_BYTES_PER_ELEMENT` (tests/test_torchtitan_fp8_recipe.py).
+Not modelled: torchao's backward GEMMs run without fast accumulation, where it calls the tensorwise
+GEMM and rescales the output in an extra kernel per GEMM (pytorch/ao#2184), and the 2025-06
+torchtitan rowwise runs under tp 8 ran at bf16 speed (pytorch/torchtitan#1207, "float8 rowwise
+vanilla TP low throughput"), a TP interaction without a published mechanism; both make rowwise
+slower than this prices it."""
 
 
 def fp8_cast_bytes(linear_io_elements: float, torchao_recipe: str | None = None) -> float:
