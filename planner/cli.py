@@ -23,6 +23,7 @@ from planner import report
 from planner.errors import InfeasibleError, PlannerError, SpecError
 from planner.frameworks import deepspeed as deepspeed_keys
 from planner.frameworks import megatron as megatron_flags
+from planner.frameworks import torchtitan as torchtitan_flags
 from planner.placement import layout as layout_mod
 from planner.placement import mtp, overlap, recompute_mix
 from planner.placement import pipeline_layout as pipeline_layout_mod
@@ -259,9 +260,11 @@ PrecisionAwareOpt = Annotated[bool, typer.Option(
                                         "FusedAdam; the dtypes below).")]
 MainParams = Enum("MainParams", {d: d for d in layout_mod.OPTIMIZER_DTYPES["main_params_dtype"]}, type=str)
 MainGrads = Enum("MainGrads", {d: d for d in layout_mod.OPTIMIZER_DTYPES["main_grads_dtype"]}, type=str)
-Fp8Recipe = Enum("Fp8Recipe", {r: r for r in layout_mod.FP8_RECIPES}, type=str)
+Fp8Recipe = Enum("Fp8Recipe", {r: r for r in layout_mod.ALL_FP8_RECIPES}, type=str)
 Fp8RecipeOpt = Annotated[Fp8Recipe | None, typer.Option(
-    case_sensitive=False, help="fp8 scaling recipe under --precision fp8 (default: Megatron-LM's, delayed).")]
+    case_sensitive=False, help="fp8 scaling recipe under --precision fp8: Megatron-LM delayed (its default), "
+                               "tensorwise, blockwise, mxfp8; torchtitan rowwise (its default), "
+                               "rowwise_with_gw_hp, tensorwise (releases before 2026-04), mxfp8.")]
 Fp8ParamGatherOpt = Annotated[bool | None, typer.Option(
     "--fp8-param-gather/--no-fp8-param-gather",
     help=f"Megatron-LM {megatron_flags.FLAG['fp8_param_gather']} under --precision fp8: linear weights stored "
@@ -511,7 +514,16 @@ def _fp8_recipe(option: object, hw, spec, *, precision: str, framework: str) -> 
         if default is not None:
             report.note(f"--fp8-recipe {default}: {spec.name}'s published pre-training recipe "
                         f"({published_fp8_recipe(spec)[1]}); give --fp8-recipe to cost another")
+        elif framework == "torchtitan" and precision == "fp8":
+            default = torchtitan_flags.FP8_RECIPE_DEFAULT
+            report.note(f"--fp8-recipe {default}: torchtitan {torchtitan_flags.CLI_COMMIT}'s float8 recipe "
+                        f"(tensorwise is gone since 6348d93d1; communication stays bf16); give --fp8-recipe "
+                        f"tensorwise for an older release")
         return default
+    allowed = {"megatron": layout_mod.FP8_RECIPES, "torchtitan": layout_mod.TORCHAO_FP8_RECIPES}.get(framework)
+    if allowed is not None and _value(option) not in allowed:
+        raise SpecError(f"value {_value(option)!r} not allowed under {framework}; allowed: "
+                        f"{', '.join(allowed)}", key="--fp8-recipe")
     if _value(option) == "mxfp8" and not blackwell_or_later(hw.gpu.name):
         raise SpecError(f"value 'mxfp8' not allowed: GPU {hw.gpu.name} has no MXFP8 (Transformer Engine "
                         f"needs compute capability 10.0, Blackwell); use delayed, tensorwise or blockwise",

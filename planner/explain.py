@@ -24,6 +24,7 @@ from planner.frameworks import deepep
 from planner.frameworks import megatron as mg
 from planner.placement import overlap
 from planner.placement.layout import Layout
+from planner.placement.precision import torchao_fp8_recipe
 from planner.placement.rules import Violation, check_layout, errors
 from planner.placement.strategies import placement_for
 from planner.specs.model import ModelSpec
@@ -82,6 +83,7 @@ def explain(model: ModelSpec, cluster, layout: Layout, *, reserve_bytes: int | N
                         violations=tuple(violations), notes=tuple(notes))
     header = {"model": model.name, "cluster": cluster.name, "gpus": cluster.num_gpus,
               "parallelism": record.parallelism(full=True),
+              **({"fp8_recipe": recipe} if (recipe := torchao_fp8_recipe(layout)) else {}),
               "placement": placement_for(layout).to_table(include_experts=model.is_moe),
               "violations": record.violation_rows()}
     try:

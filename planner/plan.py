@@ -145,7 +145,7 @@ from planner.cost.step_time import (
 from planner.errors import InfeasibleError, SpecError
 from planner.placement import mtp, overlap, pipeline_layout, recompute_mix
 from planner.placement.layout import PRECISION_KNOBS, OVERLAP_KNOBS, RECOMPUTE_MODES, Layout
-from planner.placement.precision import allowed_grad_reduce_dtypes, state_bytes
+from planner.placement.precision import allowed_grad_reduce_dtypes, state_bytes, torchao_fp8_recipe
 from planner.evaluation import Evaluation, cost_stages, cost_step, layer_modes, model_chunks, stage_modes
 from planner.frameworks import BY_NAME as FRAMEWORK_TABLES, megatron as mg
 from planner.plan_document import PlanFile
@@ -1483,6 +1483,8 @@ def plan(model: ModelSpec, cluster: ClusterSpec, *, seq_len: int, global_batch_s
                 **({} if offload_modules is None else {"offload_modules": tuple(offload_modules) or None}))
     if trained := mtp.mtp_layers(model, Layout(**base)):  # the recipe's MTP layers, written down
         base["mtp_layers"] = trained
+    if recipe := torchao_fp8_recipe(Layout(**base)):  # torchtitan's float8 recipe as costed, written down
+        base["fp8_recipe"] = recipe
     _check_grad_reduce(Layout(**base))
     _check_mtp(Layout(**base))
     _check_optimizer_precision(Layout(**base, zero_stage=1))

@@ -327,6 +327,12 @@ def show_clusters(rows: list[dict], fmt: str) -> None:
         right_from=2))
 
 
+def _fp8_scaling(req: dict) -> str:
+    """' (<recipe> scaling)' where a plan's request costed an fp8 recipe (torchtitan's always, written
+    down by `plan.plan`), else ''."""
+    return f" ({req['fp8_recipe']} scaling)" if req.get("precision") == "fp8" and req.get("fp8_recipe") else ""
+
+
 def _peak(cluster: dict, dtype: str) -> str:
     value = cluster["gpu"]["peak_tflops"].get(dtype)
     return "-" if value is None else f"{value:g}"
@@ -434,7 +440,8 @@ def show_explain(data: dict, fmt: str) -> None:
     if par.get("pipeline_layout"):
         console.print(Text(f"pipeline layout {par['pipeline_layout']}"))
     console.print(Text(f"{par['framework']} conventions, seq {par['seq_len']:,}, "
-                       f"global batch {par['global_batch_size']:,} sequence{'s' * (par['global_batch_size'] != 1)}"))
+                       f"global batch {par['global_batch_size']:,} sequence{'s' * (par['global_batch_size'] != 1)}"
+                       + (f", fp8 ({data['fp8_recipe']} scaling)" if data.get("fp8_recipe") else "")))
     console.print()
     console.print(_placement_table(data["placement"]))
     console.print()
@@ -528,7 +535,7 @@ def show_plan(data: dict, fmt: str) -> None:
     console.print(f"[bold]{escape(req['model'])}[/bold] on {req['gpus']:,} x {escape(req['cluster'])}  (seq "
                   f"{req['seq_len']:,}, global batch {req['global_batch_size']:,} sequence{'s' * (req['global_batch_size'] != 1)} = "
                   f"{req['global_batch_size'] * req['seq_len']:,} tokens, "
-                  f"{req['precision']}{' (fp8 param gather)' if req.get('fp8_param_gather') else ''}, "
+                  f"{req['precision']}{_fp8_scaling(req)}{' (fp8 param gather)' if req.get('fp8_param_gather') else ''}, "
                   f"{req['optimizer']}, {req['framework']} conventions"
                   + (f", {req['mtp_layers']} MTP layer{'s' * (req['mtp_layers'] != 1)} trained" if req.get("mtp_layers")
                      else "") + ")")

@@ -43,6 +43,7 @@ import yaml
 
 from planner.cost.comm import ep_gpus_per_domain
 from planner.errors import SpecError
+from planner.frameworks.torchtitan import TOML_FP8_RECIPE_DEFAULT as TORCHTITAN_TOML_FP8_RECIPE
 from planner.placement import overlap
 from planner.placement.layout import Layout
 from planner.specs.cluster import load_cluster
@@ -153,6 +154,10 @@ ASSUMPTIONS = {
                            "(`step_time.composite_norm_bytes`). Not priced: their AsyncTP gained x1.057 (Table 4) "
                            "where the same job gained x1.164 in benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md, "
                            "so AsyncTP 2024-12 rows run slower than predicted.",
+    "torchtitan-fp8-tensorwise": "torchtitan fp8 rows ran torchao's tensorwise float8 recipe (`Layout.fp8_recipe` "
+                                 "tensorwise): the 2024-12 and 2025-06 benchmarks used the float8 converter without a "
+                                 "recipe, which built tensorwise scaling until torchtitan 6348d93d1 (2026-04-27) "
+                                 "(`frameworks.torchtitan.TOML_FP8_RECIPE_DEFAULT`); today's default is rowwise.",
     "async-tp": "torchtitan rows with TP: AsyncTP (named in the row's techniques or source) is the TP "
                 "communication overlap knob on (`Layout.tp_comm_overlap`); without it, off (torchtitan's "
                 "default).",
@@ -450,7 +455,7 @@ def _expert_row(raw: dict, file: str, where: str) -> list[Row]:
         layout = overlap.tuned_dispatcher(layout, ep_gpus_per_domain(layout, spec.scaleup_domain_gpus))
         assumptions += ["nvidia-perf-recipes"] + (["fp8-param-gather"] if bridge_fp8 else [])
     if raw["framework"] == "torchtitan":  # both rows (2024-12, 2025-06) predate the chunked loss: 1
-        layout = layout.replace(torch_compile=True, loss_chunks=1)
+        layout = _torchtitan_fp8(layout.replace(torch_compile=True, loss_chunks=1), assumptions)
         assumptions += ["torch-compile"]
         if degrees["tp"] > 1:
             layout = layout.replace(tp_comm_overlap="AsyncTP" in str(raw.get("source", "")))
@@ -627,6 +632,15 @@ def _degree(text: str, axis: str) -> int:
     return int(match.group(1)) if match else 1
 
 
+def _torchtitan_fp8(layout: Layout, assumptions: list[str]) -> Layout:
+    """A torchtitan fp8 row's layout with the float8 recipe it ran: tensorwise (ASSUMPTIONS
+    `torchtitan-fp8-tensorwise`, appended); other layouts unchanged."""
+    if layout.precision != "fp8":
+        return layout
+    assumptions.append("torchtitan-fp8-tensorwise")
+    return layout.replace(fp8_recipe=TORCHTITAN_TOML_FP8_RECIPE)
+
+
 def _torchtitan_rows(raw: dict, settings: dict, file: str, where: str) -> list[Row]:
     """torchtitan benchmark rows: `parallelism` 'FSDP 8, TP 8, PP 8, CP 1', `techniques`, local batch."""
     text = raw["parallelism"]
@@ -664,6 +678,7 @@ def _torchtitan_rows(raw: dict, settings: dict, file: str, where: str) -> list[R
     layout = layout.replace(torch_compile="compile" in techniques,
                             norm_kernel="composite" if raw["group"] == TORCHTITAN_2024_12 else None)
     assumptions += ["torch-compile", "torchtitan-versions"]
+    layout = _torchtitan_fp8(layout, assumptions)
     if tp > 1:
         layout = layout.replace(tp_comm_overlap="AsyncTP" in techniques)
         assumptions.append("async-tp")

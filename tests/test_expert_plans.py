@@ -97,7 +97,8 @@ def _steps(row_id: str) -> tuple[float, dict]:
     best = plan(row.model, cluster, seq_len=row.layout.seq_len,
                 global_batch_size=row.layout.global_batch_size, precision=row.layout.precision,
                 framework=row.framework, grad_reduce_dtype=row.layout.grad_reduce_dtype,
-                precision_knobs={"fp8_param_gather": row.layout.fp8_param_gather},  # the recipe's, as the row
+                precision_knobs={"fp8_param_gather": row.layout.fp8_param_gather,  # the recipe's, as the row
+                                 "fp8_recipe": row.layout.fp8_recipe},
                 top_k=1)["plans"][0]
     return recipe, best
 

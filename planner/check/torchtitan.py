@@ -360,6 +360,28 @@ def _precision(cfg: _Config) -> str:
     return "fp8" if fp8 else "bf16"
 
 
+def _fp8_recipe(cfg: _Config, precision: str) -> str | None:
+    """The float8 recipe under fp8: the file's recipe (`tt.FP8_RECIPE_KEYS`; a current command
+    line's is its config function's, `check.torchtitan_cli`), absent the TOML releases' tensorwise
+    (`tt.TOML_FP8_RECIPE_DEFAULT`); None under bf16.
+
+    Raises:
+        SpecError: a recipe the releases do not take (`tt.FP8_RECIPES`), naming the key."""
+    if precision != "fp8":
+        return None
+    for path in tt.FP8_RECIPE_KEYS:
+        table = cfg.doc
+        for part in path[:-1]:
+            table = table.get(part) if isinstance(table, dict) else None
+        if isinstance(table, dict) and path[-1] in table:
+            value, allowed = table[path[-1]], sorted(set(tt.FP8_RECIPES["toml"] + tt.FP8_RECIPES["cli"]))
+            if value not in allowed:
+                raise SpecError(f"value {value!r} not allowed; allowed: {', '.join(allowed)}",
+                                file=cfg.file, key=".".join(path))
+            return value
+    return tt.TOML_FP8_RECIPE_DEFAULT
+
+
 def _layout(cfg: _Config, spec: ModelSpec, degrees: dict[str, int], seq_len: int | None
             ) -> tuple[Layout, tuple[dict[str, int], ...] | None, list[Violation]]:
     """The Layout, per-stage recompute counts and the start-up findings."""
@@ -390,7 +412,7 @@ def _layout(cfg: _Config, spec: ModelSpec, degrees: dict[str, int], seq_len: int
                         micro_batch_size=micro, global_batch_size=global_batch,
                         seq_len=tokens, recompute=mode,
                         offload=frozenset({"parameters", "optimizer"} if offload else ()),
-                        precision=precision, framework=FRAMEWORK,
+                        precision=precision, framework=FRAMEWORK, fp8_recipe=_fp8_recipe(cfg, precision),
                         # AsyncTP acts only under torch.compile; absent: torchtitan's default (off)
                         tp_comm_overlap=True if cfg.flag("async_tp") and cfg.flag("compile")
                         else None,

@@ -449,6 +449,11 @@ def _job_doc(settings: dict, preset: dict, ac: str, file: str) -> dict:
     put("model_flavor", flavor)
     if preset.get("float8"):
         put("converters", [tt.FP8_CONVERTER])
+        *tables, key = tt.FP8_RECIPE_KEYS[0]   # the config function's recipe (rowwise at tt.CLI_COMMIT)
+        table = doc
+        for part in tables:
+            table = table.setdefault(part, {})
+        table[key] = preset["float8"]
     for setting, key in (("compile", tt.CLI_COMPILE), ("async_tp", tt.CLI_ASYNC_TP)):
         if key in settings:
             put(setting, settings[key])

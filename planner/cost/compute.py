@@ -531,10 +531,62 @@ l. 420-433 (input quantizer set to row-wise and column-wise usage when backward 
 and l. 455-480 (weight quantizer, workspace updated on the first micro-batch only)."""
 
 
-def fp8_cast_bytes(linear_io_elements: float) -> float:
+TORCHAO_CAST_BYTES_PER_ELEMENT = {"tensorwise": 6, "rowwise": 8, "rowwise_with_gw_hp": 3, "mxfp8": 6}
+"""HBM bytes per linear input / output-gradient element of torchao's float8 casts in a forward +
+backward pass (torchtitan's float8 converter), by recipe, with no fusion into the producing op:
+- tensorwise: amax read (2), then one cast reading bf16 (2) and writing the row- and column-major
+  fp8 copies (1 + 1): 6, as `FP8_CAST_BYTES_PER_ELEMENT`;
+- rowwise: one kernel reads bf16 (2), writes the dim-0 fp8 copy (1) and a transposed bf16 copy
+  (2); a second reads that (2) and writes the dim-1 fp8 copy (1): 8 -- each GEMM operand needs
+  scales along its own reduction axis, so the backward's copies are re-cast from 16 bits;
+- rowwise_with_gw_hp: the dim-0 cast only (2 + 1): 3; the weight-gradient GEMM reads bf16;
+- mxfp8: two casts, each reading bf16 and writing fp8 (3 + 3): 6 (E8M0 scales ignored).
+Source: pytorch/ao@0598012 torchao/testing/training/roofline_utils.py
+`get_tensor_memory_traffic_ovhd_s` (tensor_role input / grad_output, fuse_with_prev False), the
+roofline torchao's float8 README reproduces its H100 speedup tables with."""
+
+ROWWISE_GEMM_FRACTION = 0.95
+"""Speed of torchao's rowwise-scaled fp8 linear GEMMs relative to tensorwise ones on H100 (forward
+and backward together), dimensionless: the middle of "most shapes within 90-100% of tensor-wise
+efficiency, a long tail down to 50%" for `_scaled_mm` row-wise (a CUTLASS kernel; tensor-wise is
+cuBLAS), Source: pytorch/pytorch#147971. Not fitted: no table of the rowwise kernel's own speed was
+found in text (torchao's README per-shape speedups are images), and the one published training pair
+(pytorch/ao@9519beb torchao/float8/README.md "Training benchmarks", NVIDIA H100, Llama3-8B, 8 GPUs
+FSDP2, sequence 8192, torch.compile, per-op SAC: tensorwise with float8 all-gather 7,689.5 tokens/s,
+rowwise with bf16 all-gather 6,768, ratio 0.880) is evaluation, not fit: the model gives 0.963 for
+that job with the rowwise casts of `TORCHAO_CAST_BYTES_PER_ELEMENT` (tests/test_torchtitan_fp8_recipe.py).
+Not modelled: torchao's backward GEMMs run without fast accumulation, where it calls the tensorwise
+GEMM and rescales the output in an extra kernel per GEMM (pytorch/ao#2184), and the 2025-06
+torchtitan rowwise runs under tp 8 ran at bf16 speed (pytorch/torchtitan#1207, "float8 rowwise
+vanilla TP low throughput"), a TP interaction without a published mechanism; both make rowwise
+slower than this prices it."""
+
+
+def fp8_cast_bytes(linear_io_elements: float, torchao_recipe: str | None = None) -> float:
     """HBM bytes of the fp8 casts of a forward + backward pass whose linear GEMMs read
-    `linear_io_elements` input elements (forward) plus output-gradient elements (backward)."""
-    return FP8_CAST_BYTES_PER_ELEMENT * linear_io_elements
+    `linear_io_elements` input elements (forward) plus output-gradient elements (backward):
+    Transformer Engine's current scaling (`FP8_CAST_BYTES_PER_ELEMENT`), or with
+    `torchao_recipe` (`precision.torchao_fp8_recipe`) torchao's (`TORCHAO_CAST_BYTES_PER_ELEMENT`)."""
+    per_element = (FP8_CAST_BYTES_PER_ELEMENT if torchao_recipe is None
+                   else TORCHAO_CAST_BYTES_PER_ELEMENT[torchao_recipe])
+    return per_element * linear_io_elements
+
+
+def torchao_fp8_linear_factor(gpu: GPUSpec, recipe: str | None, *, gemm_dim: float) -> float:
+    """Time of torchtitan's fp8 linear GEMMs (forward + backward, priced as 3 x the forward) under
+    torchao `recipe` over their time at the fp8 rate (`achieved_flops(gpu, "fp8", ...)`),
+    dimensionless: 1 for tensorwise, mxfp8 and None (not torchao); 1 / ROWWISE_GEMM_FRACTION for
+    rowwise; rowwise_with_gw_hp runs the output and input-gradient GEMMs rowwise and the
+    weight-gradient GEMM in bf16 (torchao `Float8LinearConfig.from_recipe_name`: "high precision
+    grad weight"; the roofline's `gemm_dtype_grad_weight = torch.bfloat16`, pytorch/ao@0598012
+    torchao/testing/training/roofline_utils.py `get_gemm_time_sympy`):
+    (2 / ROWWISE_GEMM_FRACTION + fp8 rate / bf16 rate) / 3."""
+    if recipe == "rowwise":
+        return 1.0 / ROWWISE_GEMM_FRACTION
+    if recipe == "rowwise_with_gw_hp":
+        ratio = achieved_flops(gpu, "fp8", gemm_dim=gemm_dim) / achieved_flops(gpu, "bf16", gemm_dim=gemm_dim)
+        return (2.0 / ROWWISE_GEMM_FRACTION + ratio) / 3.0
+    return 1.0
 
 
 EXPERT_HOST_LAUNCHES = {

@@ -35,7 +35,7 @@ from planner.cost.comm import Collective
 from planner.cost.compute import (ATTENTION_BACKWARD_FLOPS, achieved_flops, attention_flops, core_precision,
                                    executed_attention_fraction,
                                    expert_host_launches, fp8_cast_bytes, moe_expert_host_idle_s, moe_host_sync_s,
-                                   peak_flops)
+                                   peak_flops, torchao_fp8_linear_factor)
 from planner.cost.activations import layer_activation_bytes, op_sac_recomputed_matmuls, op_sac_regather_consumers
 from planner.cost.memory import activation_arguments, stage_layers
 from planner.cost.params_flops import count_params, flops_per_token
@@ -44,7 +44,7 @@ from planner.cost.pipeline import (PipelineCoefficients, pipeline_coefficients,
 from planner.errors import SpecError
 from planner.frameworks import BY_NAME
 from planner.placement import mtp, overlap, pipeline_layout
-from planner.placement.precision import state_bytes, state_key
+from planner.placement.precision import state_bytes, state_key, torchao_fp8_recipe
 from planner.placement.layout import RECOMPUTE_MODES, Layout
 from planner.placement.states import GROUPS
 from planner.placement.strategies import placement_for, placement_key
@@ -199,7 +199,7 @@ def layer_time_key(layout: Layout, sharing: tuple[tuple[str, int], ...]) -> tupl
     share = dict(sharing)
     ov = overlap.resolve(layout)
     return (layout.micro_batch_size, layout.seq_len, layout.tp, layout.cp, layout.ep, layout.etp,
-            layout.precision, share["tp"], share["cp"], layout.sequence_parallel,
+            layout.precision, torchao_fp8_recipe(layout), share["tp"], share["cp"], layout.sequence_parallel,
             ov.tp_comm_overlap, ov.ep_comm_overlap, layout.cp_comm_type, state_bytes(layout).gradients,
             layout.moe_dispatcher, layout.framework if ov.tp_comm_overlap or layout.cp > 1 else None,
             BY_NAME[layout.framework].fused_elementwise(layout.torch_compile), layout.norm_kernel,
@@ -374,7 +374,9 @@ def _layer_compute_s(model: ModelSpec, cluster: ClusterSpec, layout: Layout, ind
     local = b * s / (tp * cp)
     lin = precision        # linear GEMMs run in the layout's precision (fp8 included)
     gemm_dim = min(model.hidden_size / tp, b * s / cp)
-    fwd = local * (dense - router) / achieved_flops(gpu, lin, gemm_dim=gemm_dim)
+    torchao = torchao_fp8_recipe(layout)   # torchtitan's float8 recipe (rowwise GEMMs, bf16 wgrad)
+    fwd = (local * (dense - router) / achieved_flops(gpu, lin, gemm_dim=gemm_dim)
+           * torchao_fp8_linear_factor(gpu, torchao, gemm_dim=gemm_dim))
     if routed:
         fwd += _routed_experts_s(model, cluster, layout, index)
     if flash_attention:
@@ -392,7 +394,7 @@ def _layer_compute_s(model: ModelSpec, cluster: ClusterSpec, layout: Layout, ind
         if layout.norm_kernel == "composite":
             memory += composite_norm_bytes(model)
     if lin == "fp8":
-        memory += fp8_cast_bytes(sum(_linear_io_per_token(model, index))) / 3
+        memory += fp8_cast_bytes(sum(_linear_io_per_token(model, index)), torchao) / 3
     fwd += attn_fwd + local * memory / _hbm_bytes_per_s(cluster)
     return fwd, attn_fwd
 

@@ -37,8 +37,9 @@ Mapping from the plan (`plan.parallelism`, DESIGN.md placement semantics):
   for the whole model; a per-stage mix is written as the option that keeps no more activations
   than the plan on any stage, changing the fewest layers.
 - Precision: mixed-precision parameters "bfloat16"; fp8 adds the float8 linear converter to
-  [model] converters. Optimizer: [optimizer] name AdamW (`components/optimizer.py` builds Adam and
-  AdamW only).
+  [model] converters and the recipe the plan costed (`tt.KEY["fp8_recipe"]`; the command line
+  runs its config function's, rowwise for llama3_405b at b5bcd76, and refuses another).
+  Optimizer: [optimizer] name AdamW (`components/optimizer.py` builds Adam and AdamW only).
 - Model: llama-3.1-8b / -70b / -405b -> [model] name "llama3", flavor 8B / 70B / 405B
   (`models/llama3/__init__.py` llama3_args); for other models name/flavor are left to the user.
 """
@@ -345,7 +346,21 @@ def _model(doc: dict, spec: ModelSpec, req: dict, dev: list[str]) -> dict:
                    f"model's registration (planner check reads this file with --model {ref})")
     if req["precision"] == "fp8":
         keys["converters"] = [tt.FP8_CONVERTER]
+        keys["fp8_recipe"] = _fp8_recipe(req, tt.FP8_RECIPES["toml"], "--emit torchtitan-toml")
     return keys
+
+
+def _fp8_recipe(req: dict, allowed: tuple[str, ...], form: str) -> str:
+    """The float8 recipe the plan costed (its request's, written down by `plan`; an older plan file
+    without one was costed with `tt.FP8_RECIPE_DEFAULT`), if `allowed` takes it.
+
+    Raises:
+        SpecError: (key "--emit") a recipe this form cannot run, naming the ones it can."""
+    recipe = req.get("fp8_recipe") or tt.FP8_RECIPE_DEFAULT
+    if recipe not in allowed:
+        raise _fail(f"the plan was costed with fp8 recipe {recipe}, which {form} cannot run (it takes "
+                    f"{', '.join(allowed)}): plan with --fp8-recipe {allowed[0]}")
+    return recipe
 
 
 def _recompute(recompute: str | list, split: list[int], dev: list[str]) -> dict:
@@ -461,6 +476,11 @@ def write_command(doc: dict) -> Emitted:
         raise _fail(f"{preset_key[1]} {'trains' if preset.get('float8') else 'does not train'} with "
                     f"the float8 converter: plan with --precision "
                     f"{'fp8' if preset.get('float8') else 'bf16'}")
+    if "converters" in settings and settings["fp8_recipe"] != preset["float8"]:
+        raise _fail(f"{preset_key[1]} trains with fp8 recipe {preset['float8']} (its config function's "
+                    f"Float8LinearConverter; the model config is off the command line at {tt.CLI_COMMIT}), "
+                    f"the plan was costed with {settings['fp8_recipe']}: plan with --fp8-recipe "
+                    f"{preset['float8']}, or write a config function")
     seq = settings["seq_len"]
     micro = settings.get("pp_microbatch_size", settings["local_batch"])
     overrides = {tt.KEY[s]: settings[s] for s in _CLI_OVERRIDES if s in settings}

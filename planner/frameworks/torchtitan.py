@@ -65,6 +65,7 @@ KEYS = {
     "compile": (("compile", "enable"),),
     "converters": (("model", "converters"),),
     "float8_linear": (("float8", "enable_float8_linear"),),
+    "fp8_recipe": (("quantize.linear.float8", "recipe_name"), ("float8", "recipe_name")),
     "model_name": (("model", "name"),),
     "model_flavor": (("model", "flavor"),),
     "optimizer": (("optimizer", "name"),),
@@ -73,7 +74,7 @@ KEYS = {
 """Setting -> (section, key) spellings, the current one first (module docstring). The reader reads
 `READ` (the model's name and flavor by their own code); the writer writes the current spellings."""
 
-READ = tuple(s for s in KEYS if s not in ("model_name", "model_flavor", "optimizer", "description"))
+READ = tuple(s for s in KEYS if s not in ("model_name", "model_flavor", "optimizer", "description", "fp8_recipe"))
 """The settings `planner check` reads through `KEYS` (its typo and unknown-key checks cover their
 sections)."""
 KEY = {setting: ".".join(spellings[0]) for setting, spellings in KEYS.items()}
@@ -207,6 +208,29 @@ FP8_CONVERTER = "quantize.linear.float8"
 register_model_converter)."""
 FP8_CONVERTERS = ("float8", FP8_CONVERTER)
 """Converters that swap nn.Linear for Float8Linear (`float8` before 8a2686c)."""
+FP8_RECIPE_KEYS = tuple((*section.split("."), key) for section, key in KEYS["fp8_recipe"])
+"""`KEYS["fp8_recipe"]` as paths into a parsed TOML document (the float8 recipe's table is nested,
+so the reader looks it up apart from `READ`): the `[quantize.linear.float8]` table since 8a2686c,
+`[float8]` before (from 57387af). Source:
+pytorch/torchtitan 238fa99 `config/job_config.py` l. 731-739 (Float8Linear.recipe_name:
+Literal["tensorwise", "rowwise", "rowwise_with_gw_hp"] | None = None)."""
+TOML_FP8_RECIPE_DEFAULT = "tensorwise"
+"""The recipe a TOML release runs with the float8 converter and no recipe_name: recipe_name None
+builds `Float8LinearConfig(enable_fsdp_float8_all_gather=...)`, torchao's tensorwise dynamic
+scaling ("Float8 tensorwise scaled training active"; `components/quantization/float8.py` at 238fa99
+and up to 6348d93d1^). The validation rows of torchtitan's float8 runs (2024-12, 2025-06) ran it."""
+FP8_RECIPE_DEFAULT = "rowwise"
+"""The recipe of the current releases (`CLI_COMMIT`): since 6348d93d1 (2026-04-27, "quantize on
+config instead of on model") `Float8LinearConverter.Config.recipe_name: Literal["rowwise",
+"rowwise_with_gw_hp"] = "rowwise"` -- tensorwise is gone -- and the llama3_405b config function
+keeps the default (`models/llama3/config_registry.py` l. 310-320 at `CLI_COMMIT`;
+`components/quantization/float8.md`: "For parallelisms, for float8 with rowwise scaling, all
+distributed communication is done in high precision")."""
+FP8_RECIPES = {"toml": ("tensorwise", "rowwise", "rowwise_with_gw_hp"),
+               "cli": ("rowwise", "rowwise_with_gw_hp")}
+"""The float8 linear recipes each form runs: the TOML releases' recipe_name Literal (238fa99) and
+the current converter's (`CLI_COMMIT`). mxfp8 is a separate converter (`UNMODELLED_CONVERTERS`;
+`MXFP8LinearConverter` of the llama3_8b_mxfp8 config function at `CLI_COMMIT`, Blackwell only)."""
 UNMODELLED_CONVERTERS = ("mx", "quantize.linear.mx", "quantize.grouped_mm.mx")
 """MX (mxfp8) converters: Blackwell block-scaled GEMMs, not modelled."""
 AC_MODES = ("none", "selective", "full")
@@ -374,7 +398,7 @@ PRESETS = {
     ("llama3", "llama3_70b"): {"model": ("llama3", "70B"), MICROBATCH_TOKENS: 8 * 8192,
                                CONTEXT: 8192, KEY["tp"]: 8, "ac": "full"},
     ("llama3", "llama3_405b"): {"model": ("llama3", "405B"), MICROBATCH_TOKENS: 2 * 8192,
-                                CONTEXT: 8192, KEY["tp"]: 8, "ac": "full", "float8": True},
+                                CONTEXT: 8192, KEY["tp"]: 8, "ac": "full", "float8": FP8_RECIPE_DEFAULT},
     ("qwen3", "qwen3_32b"): {"model": ("qwen3", "32B"), MICROBATCH_TOKENS: 2 * 4096,
                              CONTEXT: 4096, "ac": "full"},
     ("qwen3", "qwen3_30b_a3b"): {"model": ("qwen3", "30B-A3B"), MICROBATCH_TOKENS: 2 * 4096,
@@ -387,7 +411,8 @@ PRESETS = {
 """(--module, --config) -> what the config function sets that the planner costs (the rest are
 `DEFAULT` / `CLI_DEFAULT`). Source: `torchtitan/models/{llama3,qwen3,deepseek_v3}/config_registry.py`
 at `CLI_COMMIT` (llama3_8b, llama3_70b, llama3_405b -- Float8 linear converter --, qwen3_32b,
-qwen3_30b_a3b, deepseek_v3_671b)."""
+qwen3_30b_a3b, deepseek_v3_671b); "float8": the Float8LinearConverter's recipe (its default,
+`FP8_RECIPE_DEFAULT`: llama3_405b sets no recipe_name)."""
 LR_SCHEDULER = "lr_scheduler"
 """Trainer.Config's learning-rate schedule section on the command line (`--lr_scheduler.FIELD`;
 `torchtitan/trainer.py` l. 100 at `CLI_COMMIT`)."""

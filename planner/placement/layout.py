@@ -62,6 +62,11 @@ FP8_RECIPES = ("delayed", "tensorwise", "blockwise", "mxfp8")
 """Transformer Engine fp8 scaling recipes (`Layout.fp8_recipe`), Megatron-LM's default first.
 Source: Megatron-LM TransformerConfig.fp8_recipe, default "delayed"
 (megatron/core/transformer/transformer_config.py l. 594-596 @d98e8a6; "custom" not costed)."""
+TORCHAO_FP8_RECIPES = ("rowwise", "rowwise_with_gw_hp", "tensorwise", "mxfp8")
+"""torchao float8 scaling recipes torchtitan runs (`Layout.fp8_recipe` under torchtitan; its
+default and the releases that take each: `frameworks.torchtitan.FP8_RECIPES`)."""
+ALL_FP8_RECIPES = tuple(dict.fromkeys(FP8_RECIPES + TORCHAO_FP8_RECIPES))
+"""Every value `Layout.fp8_recipe` takes; which a framework runs: `rules._fp8_recipe`."""
 CROSS_ENTROPY_FUSIONS = ("native", "te")
 """Megatron-LM's fused cross-entropy implementations (`Layout.cross_entropy_fusion`: its
 cross-entropy loss fusion flag with the fusion-impl flag's value). Source: NVIDIA/Megatron-LM@d98e8a6
@@ -156,9 +161,12 @@ class Layout:
     dtype, of the accumulated gradients): fp32 | bf16 | fp16; None = the framework's default
     (`placement.precision.grad_reduce_dtype`)."""
     fp8_recipe: str | None = None
-    """fp8 scaling recipe under precision fp8: delayed | tensorwise (current scaling) | blockwise |
-    mxfp8; None = delayed (Megatron-LM's default). Costed where it changes the state bytes (who
-    owns the precision-aware optimizer's master weights, `placement.precision`)."""
+    """fp8 scaling recipe under precision fp8. Megatron-LM (Transformer Engine): delayed |
+    tensorwise (current scaling) | blockwise | mxfp8; None = delayed (Megatron-LM's default),
+    costed where it changes the state bytes (who owns the precision-aware optimizer's master
+    weights, `placement.precision`). torchtitan (torchao float8): rowwise | rowwise_with_gw_hp |
+    tensorwise | mxfp8; None = the release's default (`frameworks.torchtitan.FP8_RECIPE_DEFAULT`),
+    costed in the linear GEMMs and casts (`cost.compute.torchao_fp8_linear_factor`)."""
     fp8_param_gather: bool | None = None
     """Megatron-LM's fp8 parameter gather (its flag `frameworks.megatron.FLAG["fp8_param_gather"]`):
     under precision fp8 the Transformer Engine linear weights are stored in fp8 (no separate fp8
@@ -260,8 +268,8 @@ class Layout:
             _check_choice("framework", self.framework, FRAMEWORKS)
         if self.grad_reduce_dtype is not None and self.grad_reduce_dtype not in GRAD_REDUCE_DTYPES:
             _check_choice("grad_reduce_dtype", self.grad_reduce_dtype, GRAD_REDUCE_DTYPES)
-        if self.fp8_recipe is not None and self.fp8_recipe not in FP8_RECIPES:
-            _check_choice("fp8_recipe", self.fp8_recipe, FP8_RECIPES)
+        if self.fp8_recipe is not None and self.fp8_recipe not in ALL_FP8_RECIPES:
+            _check_choice("fp8_recipe", self.fp8_recipe, ALL_FP8_RECIPES)
         if self.microbatch_group_size is not None and not (
                 type(self.microbatch_group_size) is int and self.microbatch_group_size >= 1):
             raise SpecError(f"value {self.microbatch_group_size!r} must be an integer >= 1",
@@ -532,7 +540,7 @@ _FIELD_OK = {
                                              or type(layout.swiglu_fp8_input_store) is bool),
     "moe_dispatcher": lambda layout: (layout.moe_dispatcher is None
                                       or layout.moe_dispatcher in MOE_DISPATCHERS),
-    "fp8_recipe": lambda layout: layout.fp8_recipe is None or layout.fp8_recipe in FP8_RECIPES,
+    "fp8_recipe": lambda layout: layout.fp8_recipe is None or layout.fp8_recipe in ALL_FP8_RECIPES,
     "norm_kernel": lambda layout: layout.norm_kernel is None or layout.norm_kernel in NORM_KERNELS,
     "fp8_param_gather": lambda layout: (layout.fp8_param_gather is None
                                         or type(layout.fp8_param_gather) is bool),

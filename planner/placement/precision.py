@@ -359,6 +359,16 @@ def te_fp8(layout: Layout) -> bool:
     return layout.framework == "megatron" and layout.precision == "fp8"
 
 
+def torchao_fp8_recipe(layout: Layout) -> str | None:
+    """The torchao float8 recipe torchtitan's linear layers run under `layout`: None unless
+    torchtitan at precision fp8; else `layout.fp8_recipe`, or when None the current releases'
+    default (`frameworks.torchtitan.FP8_RECIPE_DEFAULT`, rowwise). A `check`ed TOML config without
+    a recipe sets tensorwise, what those releases ran (`TOML_FP8_RECIPE_DEFAULT`)."""
+    if layout.framework != "torchtitan" or layout.precision != "fp8":
+        return None
+    return layout.fp8_recipe or frameworks.BY_NAME["torchtitan"].FP8_RECIPE_DEFAULT
+
+
 def published_fp8_recipe(model: ModelSpec) -> tuple[str, str] | None:
     """(Transformer Engine fp8 recipe, where it is published) the model was pre-trained with: its
     model file's `fp8_training` (e.g. DeepSeek-V3: blockwise, its technical report §3.3.2); None

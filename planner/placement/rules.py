@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from planner import frameworks
 from planner.frameworks import deepspeed, megatron, torchtitan
 from planner.placement import mtp as mtp_mod, pipeline_layout
-from planner.placement.layout import OPTIMIZER_DTYPES, PRECISIONS, Layout
+from planner.placement.layout import FP8_RECIPES, OPTIMIZER_DTYPES, PRECISIONS, TORCHAO_FP8_RECIPES, Layout
 from planner.placement.precision import (allowed_grad_reduce_dtypes, blackwell_or_later, grad_reduce_dtype,
                                          grouped_gemm_supported, loss_chunks, padded_vocab,
                                          supported_precisions)
@@ -813,14 +813,16 @@ def _mtp_and_swiglu_store(model: ModelSpec, cluster, layout: Layout) -> list[Vio
 
 
 def _fp8_recipe(layout: Layout) -> list[Violation]:
-    """`Layout.fp8_recipe` is Megatron-LM's fp8 recipe flag; it acts only under fp8."""
+    """`Layout.fp8_recipe` is Megatron-LM's Transformer Engine recipe (`layout.FP8_RECIPES`) or
+    torchtitan's torchao float8 recipe (`layout.TORCHAO_FP8_RECIPES`); it acts only under fp8."""
     if layout.fp8_recipe is None:
         return []
-    if layout.framework != "megatron":
+    allowed = {"megatron": FP8_RECIPES, "torchtitan": TORCHAO_FP8_RECIPES}.get(layout.framework, ())
+    if layout.fp8_recipe not in allowed:
         return [Violation(rule="precision_aware_optimizer",
-                          message=f"fp8_recipe={layout.fp8_recipe} is Megatron-LM's fp8 recipe; "
-                                  f"{layout.framework} has no such knob here",
-                          fix="drop it, or framework=megatron")]
+                          message=f"fp8_recipe={layout.fp8_recipe} is not a {layout.framework} fp8 recipe"
+                                  + (f" (it runs {', '.join(allowed)})" if allowed else "; it has no such knob here"),
+                          fix=f"use fp8_recipe={' / '.join(allowed)}" if allowed else "drop it, or framework=megatron")]
     if layout.precision != "fp8":
         return [Violation(rule="fp8_recipe_without_fp8", severity="warning",
                           message=f"fp8_recipe={layout.fp8_recipe} has no effect at "
