@@ -72,7 +72,8 @@ NVIDIA/Megatron-LM d7288711): scripts/performance/configs/gpt_oss/gpt_oss_worklo
 layernorm + moe_act, TP/PP 1 by `WorkloadBaseConfig`'s defaults, moe_flex_dispatcher_backend
 hybridep, which `apply_flex_dispatcher_backend` turns into the flex dispatcher) on
 gpt_oss_120b_pretrain_config (distributed optimizer, overlapped grad reduce and param gather, fp32
-optimizer states: recipes/gpt_oss/h100/gpt_oss.py l. 245-263 at 067f987) with
+optimizer states without the precision-aware optimizer, native cross-entropy fusion: v0.4.1
+src/megatron/bridge/recipes/gpt_oss/gpt_oss.py l. 224-255) with
 `set_gpt_oss_common_configs` (gpt_oss_llm_pretrain.py l. 30-36: `ddp.grad_reduce_in_fp32 = False`,
 so Megatron's gradient buffer is the parameters' bf16: Megatron-LM@d7288711
 megatron/core/distributed/distributed_data_parallel.py l. 147). Today's flat recipe
@@ -138,8 +139,9 @@ def test_gpt_oss_120b_b200_recipe_fits_with_its_knobs():
 
 
 def test_fp32_gradient_buffer_is_what_rated_the_b200_recipe_over_capacity():
-    """Megatron-Bridge's library recipe default (`ddp.grad_reduce_in_fp32 = True`, recipes/gpt_oss/
-    h100/gpt_oss.py l. 263 @067f987) doubles the gradient buffer: +2 B per parameter on the GPU,
+    """Megatron-Bridge's library recipe default (`ddp.grad_reduce_in_fp32 = True`, v0.4.1
+    recipes/gpt_oss/gpt_oss.py l. 255; recipes/gpt_oss/h100/gpt_oss.py l. 263 @067f987), which the
+    perf harness turns off, doubles the gradient buffer: +2 B per parameter on the GPU,
     2 x 16,465,257,792 B = 30.67 GiB, the whole difference at the peak (the optimizer step's fp32
     copy of the bf16 gradient shard, 4 B x 14,337,699,840 / 8 + 4 B x 2,127,557,952 / 64 = 7.3 GB,
     lives after backward has freed the activations, so it does not move the peak)."""
