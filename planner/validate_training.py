@@ -454,8 +454,9 @@ def _expert_row(raw: dict, file: str, where: str) -> list[Row]:
                                                  **RECIPE_OVERRIDES.get(raw["id"], {})}))
         layout = overlap.tuned_dispatcher(layout, ep_gpus_per_domain(layout, spec.scaleup_domain_gpus))
         assumptions += ["nvidia-perf-recipes"] + (["fp8-param-gather"] if bridge_fp8 else [])
-    if raw["framework"] == "torchtitan":  # both rows (2024-12, 2025-06) predate the chunked loss: 1
-        layout = _torchtitan_fp8(layout.replace(torch_compile=True, loss_chunks=1), assumptions)
+    if raw["framework"] == "torchtitan":  # both rows (2024-12, 2025-06) predate the chunked loss: 1,
+        # and the fused wqkv (pytorch/torchtitan 3396a4b, 2026-06-24; `Layout.fused_qkv`)
+        layout = _torchtitan_fp8(layout.replace(torch_compile=True, loss_chunks=1, fused_qkv=False), assumptions)
         assumptions += ["torch-compile"]
         if degrees["tp"] > 1:
             layout = layout.replace(tp_comm_overlap="AsyncTP" in str(raw.get("source", "")))
@@ -660,10 +661,11 @@ def _torchtitan_rows(raw: dict, settings: dict, file: str, where: str) -> list[R
         techniques = CAPTION_TECHNIQUES[techniques]
         assumptions.append("torchtitan-table6")
     local = raw["local_batch"]
-    # loss_chunks=1: the benchmark's torchtitan (Dec 2024) ran the plain cross-entropy (the chunked
-    # loss of `precision.LOSS_CHUNKS` arrived in 2026)
+    # loss_chunks=1, fused_qkv=False: the benchmark's torchtitan (Dec 2024) ran the plain cross-entropy
+    # and separate wq, wk, wv (the chunked loss of `precision.LOSS_CHUNKS` and the fused wqkv,
+    # pytorch/torchtitan 3396a4b, arrived in 2026)
     layout = _layout(file, where, dp=fsdp, tp=tp, pp=pp, cp=cp, zero_stage=3, framework="torchtitan",
-                     loss_chunks=1, sequence_parallel=tp > 1, micro_batch_size=local,
+                     loss_chunks=1, fused_qkv=False, sequence_parallel=tp > 1, micro_batch_size=local,
                      global_batch_size=raw.get("global_batch_seqs", fsdp * local), seq_len=raw["seq_len"],
                      recompute=raw.get("activation_checkpointing", "none"),
                      precision=_precision({"techniques": techniques}))

@@ -240,6 +240,35 @@ def test_llama_block_torchtitan_op_sac_hand_arithmetic():
                                   "mlp.w2_output"}
 
 
+def test_llama_block_torchtitan_op_sac_with_the_fused_wqkv():
+    """Current torchtitan (pytorch/torchtitan@b5bcd76; fused since 3396a4b) runs one wqkv mm, so
+    the mm order is wqkv, wo, w1, w3, w2 and the policy keeps the 1st, 3rd, 5th: block input 2h,
+    wqkv out 2·(a + 2·kv)·d, SDPA out 2·a·d + lse 4·a, w1 out 2·I, w2 out 2h
+    = 2·(4096 + (32 + 16)·128 + 4096 + 14336 + 4096) + 128 = 65,664 B per token for Llama 3.1 8B
+    (wk's output, no longer recomputed apart, is now kept: + 2·kv·d = 2,048 B). TP 4 + SP: the
+    fused output /4 (its weight is sharded over the KV heads), w2's partial sum whole, the rest as
+    in the unfused case: 2·(1024 + 1536 + 1024 + 3584 + 4096 + 1024 + 1024) + 4·8 = 26,656 B."""
+    model = from_config(LLAMA_8B, name="llama-3.1-8b")
+    got = layer_activation_bytes(model, 0, seq_len=8192, micro_batch_size=2, tp=1, framework="torchtitan",
+                                 recompute="selective", fused_qkv=True)
+    assert got.total == 2 * 8192 * 65_664
+    assert set(got.breakdown) == {"block_input", "attention.wqkv_output", "attention.sdpa_output",
+                                  "attention.softmax_lse", "mlp.w1_output", "mlp.w2_output"}
+    tp4 = layer_activation_bytes(model, 0, seq_len=4096, micro_batch_size=1, tp=4, sequence_parallel=True,
+                                 framework="torchtitan", recompute="selective", fused_qkv=True)
+    assert tp4.total == 4096 * 26_656
+
+
+def test_fused_wqkv_changes_only_torchtitan_op_sac():
+    """Megatron's saved set (one linear_qkv already) and torchtitan without recompute do not read
+    the knob."""
+    model = from_config(LLAMA_8B, name="llama-3.1-8b")
+    for framework, recompute in (("megatron", "selective"), ("torchtitan", "none"), ("torchtitan", "full")):
+        kw = dict(seq_len=4096, micro_batch_size=1, tp=1, framework=framework, recompute=recompute)
+        assert (layer_activation_bytes(model, 0, fused_qkv=True, **kw).total
+                == layer_activation_bytes(model, 0, fused_qkv=False, **kw).total)
+
+
 def test_llama_block_torchtitan_op_sac_with_tp_and_sp():
     """TP 4 + SP: column-parallel outputs /4, w2's row-parallel partial sum stays s·h on every rank,
     block input /4, plus the two reduce-scatter outputs (2h/4 each):

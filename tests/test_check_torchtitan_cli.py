@@ -46,9 +46,11 @@ def test_same_run_as_the_toml_preset_reads_to_the_same_layout(tmp_path):
                       gpus=8)
     assert new.kind == "torchtitan-command" and old.kind == "torchtitan-config"
     assert new.model.name == old.model.name == "llama-3.1-8b"
-    # but the loss: the current presets chunk it (ChunkedLossWrapper, 8 chunks), the TOML releases did not
+    # but the loss: the current presets chunk it (ChunkedLossWrapper, 8 chunks), the TOML releases did not;
+    # and the attention: the current presets fuse wq, wk, wv into one wqkv (3396a4b), the TOML releases did not
     assert (new.layout.loss_chunks, old.layout.loss_chunks) == (8, 1)
-    assert new.layout == old.layout.replace(loss_chunks=8)
+    assert (new.layout.fused_qkv, old.layout.fused_qkv) == (None, False)
+    assert new.layout == old.layout.replace(loss_chunks=8, fused_qkv=None)
     assert (new.layout.dp, new.layout.zero_stage, new.layout.micro_batch_size,
             new.layout.global_batch_size, new.layout.seq_len) == (8, 3, 2, 16, 8192)
 

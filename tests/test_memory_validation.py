@@ -86,7 +86,7 @@ def layout_of(row) -> Layout:
 
 
 def _base_layout(row, fsdp: int, cp: int, tp: int) -> Layout:
-    return Layout(dp=fsdp, cp=cp, tp=tp, zero_stage=3, framework="torchtitan", loss_chunks=1,
+    return Layout(dp=fsdp, cp=cp, tp=tp, zero_stage=3, framework="torchtitan", loss_chunks=1, fused_qkv=False,
                   sequence_parallel=tp > 1,  # torchtitan apply_tp: SequenceParallel norms whenever TP
                   micro_batch_size=row["local_batch"],
                   global_batch_size=row.get("global_batch_seqs", fsdp * row["local_batch"]),

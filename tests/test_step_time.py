@@ -164,6 +164,28 @@ def test_torchtitan_selective_recompute_is_its_op_policy_not_the_attention_core(
     assert titan == pytest.approx(2.0, rel=0.02) and megatron > 3.0, (titan, megatron)
 
 
+def test_torchtitan_op_sac_with_the_fused_wqkv_reruns_wo_and_w3():
+    """With one wqkv mm (torchtitan from 3396a4b, `Layout.fused_qkv`, the default) the re-run mms
+    are the 2nd and 4th of wqkv, wo, w1, w3, w2: wo 4096 x 4096 + w3 4096 x 14336 per token (Llama
+    3.1 8B; wk's 4096 x 1024 is no longer re-run), and no re-run mm reads the attention's gathered
+    input (Llama 3.1 70B: (0, w3 8192 x 28672)), so under AsyncTP nothing hides that re-gather and
+    the recompute grows against the unfused block's."""
+    from planner.cost import step_time as st
+    from planner.cost.activations import op_sac_recomputed_matmuls, op_sac_regather_consumers
+
+    assert op_sac_recomputed_matmuls(load_model("llama-3.1-8b"), 0, True) == 4096 * 4096 + 4096 * 14336
+    model, cluster = load_model("llama-3.1-70b"), load_cluster("dgx-h100", gpus=8)
+    assert op_sac_regather_consumers(model, 0, True) == (0, 8192 * 28672)
+
+    def regather(fused: bool) -> float:
+        lay = Layout(tp=8, dp=1, sequence_parallel=True, framework="torchtitan", seq_len=8192, global_batch_size=1,
+                     recompute="selective", tp_comm_overlap=True, torch_compile=True, fused_qkv=fused)
+        return (st.layer_time(model, cluster, lay, 0, "selective").recompute_s
+                - st._torchtitan_op_sac_s(model, cluster, lay, 0))
+
+    assert regather(True) > regather(False) > 0
+
+
 def test_torchtitan_op_sac_regathers_the_sequence_parallel_inputs():
     """torchtitan's op policy saves reduce-scatter outputs but not all-gather outputs, so with TP and
     SP its recompute gathers the block's two normed inputs again (attention, MLP): without AsyncTP

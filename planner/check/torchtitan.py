@@ -418,8 +418,9 @@ def _layout(cfg: _Config, spec: ModelSpec, degrees: dict[str, int], seq_len: int
                         else None,
                         # compile fuses the blocks' elementwise kernels; absent: off (eager)
                         torch_compile=True if cfg.flag("compile") else None,
-                        # the TOML releases ran the plain cross-entropy (tt.CLI_LOSS_CHUNKS)
-                        loss_chunks=1)
+                        # the TOML releases ran the plain cross-entropy (tt.CLI_LOSS_CHUNKS) and
+                        # separate wq, wk, wv (fused from 3396a4b, after them: Layout.fused_qkv)
+                        loss_chunks=1, fused_qkv=False)
     except SpecError as exc:
         raise SpecError(str(exc).split(": ", 1)[-1], file=cfg.file, key=exc.key) from None
     return layout, per_stage, findings

@@ -169,7 +169,7 @@ def _read(path: Path, launch: str, text: str, *, model: str | None, cluster: str
     chunks = settings.get(tt.CLI_LOSS_CHUNKS, tt.CLI_LOSS_CHUNKS_DEFAULT)
     if type(chunks) is not int or chunks < 1:
         raise SpecError(f"value {chunks!r} must be an integer >= 1", file=file, key=f"--{tt.CLI_LOSS_CHUNKS}")
-    layout = layout.replace(loss_chunks=chunks)
+    layout = layout.replace(loss_chunks=chunks, fused_qkv=None)  # `CLI_COMMIT`'s presets fuse wqkv (Layout.fused_qkv)
     return dataclasses.replace(target, kind=KIND, layout=layout,
                                findings=tuple(findings) + target.findings)
 

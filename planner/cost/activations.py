@@ -146,7 +146,7 @@ def layer_activation_bytes(model: ModelSpec, layer_index: int, *, seq_len: int, 
                            recompute_modules: tuple[str, ...] = _CORE,
                            offload_modules: tuple[str, ...] = (),
                            fp8_recipe: str | None = None,
-                           swiglu_fp8_input_store: bool = False) -> ActivationBytes:
+                           swiglu_fp8_input_store: bool = False, fused_qkv: bool = False) -> ActivationBytes:
     """Bytes saved for backward by layer `layer_index` for one micro-batch on one GPU.
 
     Source: Korthikanti et al. 2022 (arXiv 2205.05198) §4, eq. 1-6, Table 2 for the GPT block; the
@@ -183,6 +183,8 @@ def layer_activation_bytes(model: ModelSpec, layer_index: int, *, seq_len: int, 
             221-237, 268-272 (`input.to(torch.float8_e4m3fn) if fp8_input_store`), mlp.py l. 283-312
             and moe/experts.py l. 970-978 (passed to every fused SwiGLU), extensions/
             transformer_engine.py l. 621-622 (TE's op fuser: `cache_quantized_input`).
+        fused_qkv: torchtitan's fused `wqkv` projection (`Layout.fused_qkv`), read by its selective
+            op AC alone (`torchtitan_op_sac_tensors`); False = separate wq, wk, wv (before 3396a4b).
 
     Raises:
         SpecError: a value outside its allowed range (names the key, the value and what is allowed).
@@ -199,7 +201,7 @@ def layer_activation_bytes(model: ModelSpec, layer_index: int, *, seq_len: int, 
                                      moe_overload_factor=moe_overload_factor, framework=framework,
                                      flash_attention=flash)
     if recompute == "selective" and framework == "torchtitan" and _op_sac_applies(model, layer_index):
-        tensors = torchtitan_op_sac_tensors(model, tp=tp, sequence_parallel=sequence_parallel)
+        tensors = torchtitan_op_sac_tensors(model, tp=tp, sequence_parallel=sequence_parallel, fused_qkv=fused_qkv)
     elif recompute == "selective":
         drop = set(recompute_modules)
         tensors = [x for x in tensors if drop.isdisjoint(x.modules)]
@@ -500,7 +502,7 @@ def _op_sac_applies(model: ModelSpec, layer_index: int) -> bool:
     return not (model.is_mla or model.parallel_attention or (model.is_moe and model.moe_layers[layer_index]))
 
 
-def _block_matmuls(model: ModelSpec) -> list[SavedTensor]:
+def _block_matmuls(model: ModelSpec, fused_qkv: bool = False) -> list[SavedTensor]:
     """Outputs of every `aten.mm` of a dense block's forward, in call order (torchtitan modules).
 
     Source: torchtitan models/llama/model.py @9dec370: `Attention.forward` calls
@@ -509,13 +511,23 @@ def _block_matmuls(model: ModelSpec) -> list[SavedTensor]:
     bf16 input lowers to one `aten.mm` on the flattened tokens. Under TP (ColwiseParallel wq/wk/wv/
     w1/w3, RowwiseParallel wo/w2, parallelize_llama.py `apply_tp`) the column-parallel outputs are
     /t; a row-parallel mm emits the partial sum over the whole gathered sequence, h wide (`none`).
+
+    `fused_qkv` (`Layout.fused_qkv`, torchtitan from 3396a4b, 2026-06-24): one `wqkv` mm of
+    (a + 2·kv)·d outputs replaces wq, wk, wv (pytorch/torchtitan@b5bcd76 torchtitan/models/common/
+    attention.py `FusedQKVLinear.forward`: `self.wqkv(x).view(...)`, then `torch.split` and
+    `.contiguous()` copies, which are not matmuls; models/llama3/__init__.py `fuse_qkv: bool = True`).
+    Under TP its weight (n_kv, R, d, h) is column-sharded over the KV-head dim, so its output is /t.
+    The MLP is unchanged (common/feed_forward.py `FeedForward.forward`, as above).
     """
     a, kv, d, h = model.num_attention_heads, model.num_key_value_heads, model.head_dim, model.hidden_size
     width = model.intermediate_size
-    mms = [SavedTensor(name="attention.wq_output", elements_per_token=a * d),
-           SavedTensor(name="attention.wk_output", elements_per_token=kv * d, split="kv"),
-           SavedTensor(name="attention.wv_output", elements_per_token=kv * d, split="kv"),
-           SavedTensor(name="attention.wo_output", elements_per_token=h, split="none")]
+    if fused_qkv:
+        mms = [SavedTensor(name="attention.wqkv_output", elements_per_token=(a + 2 * kv) * d)]
+    else:
+        mms = [SavedTensor(name="attention.wq_output", elements_per_token=a * d),
+               SavedTensor(name="attention.wk_output", elements_per_token=kv * d, split="kv"),
+               SavedTensor(name="attention.wv_output", elements_per_token=kv * d, split="kv")]
+    mms.append(SavedTensor(name="attention.wo_output", elements_per_token=h, split="none"))
     if model.gated_mlp:
         mms += [SavedTensor(name="mlp.w1_output", elements_per_token=width),
                 SavedTensor(name="mlp.w3_output", elements_per_token=width)]
@@ -525,35 +537,46 @@ def _block_matmuls(model: ModelSpec) -> list[SavedTensor]:
     return mms
 
 
-def op_sac_recomputed_matmuls(model: ModelSpec, layer_index: int) -> float | None:
+_MM_INPUT = {"attention.wq_output": "h", "attention.wk_output": "h", "attention.wv_output": "h",
+             "attention.wqkv_output": "h", "attention.wo_output": "ad", "mlp.w1_output": "h",
+             "mlp.w3_output": "h", "mlp.fc1_output": "h", "mlp.w2_output": "I"}
+"""Left operand width of each `_block_matmuls` mm: the block's (normed) input h, the attention
+output a·d, or the MLP's inner width I."""
+
+
+def _mm_weight_elements(model: ModelSpec, mm: SavedTensor) -> float:
+    """Weight elements of the mm whose output is `mm` (input width x output elements per token)."""
+    width = {"h": model.hidden_size, "ad": model.num_attention_heads * model.head_dim,
+             "I": model.intermediate_size}[_MM_INPUT[mm.name]]
+    return width * mm.elements_per_token
+
+
+def op_sac_recomputed_matmuls(model: ModelSpec, layer_index: int, fused_qkv: bool = False) -> float | None:
     """Weight elements per token of the matmuls torchtitan's selective op AC re-runs in layer
-    `layer_index` (the even-numbered `aten.mm` of `_block_matmuls`: Llama wk, wo, w3), None where
-    the op policy is not costed (`_op_sac_applies`). Source: `torchtitan_op_sac_tensors`."""
+    `layer_index` (the even-numbered `aten.mm` of `_block_matmuls`: Llama wk, wo, w3; with
+    `fused_qkv` wo, w3), None where the op policy is not costed (`_op_sac_applies`). Source:
+    `torchtitan_op_sac_tensors`."""
     if not _op_sac_applies(model, layer_index):
         return None
-    h, a, kv, d = model.hidden_size, model.num_attention_heads, model.num_key_value_heads, model.head_dim
-    inputs = {"attention.wq_output": h, "attention.wk_output": h, "attention.wv_output": h,
-              "attention.wo_output": a * d, "mlp.w1_output": h, "mlp.w3_output": h,
-              "mlp.fc1_output": h, "mlp.w2_output": model.intermediate_size}
-    return float(sum(inputs[t.name] * t.elements_per_token for t in _block_matmuls(model)[1::2]))
+    return float(sum(_mm_weight_elements(model, t) for t in _block_matmuls(model, fused_qkv)[1::2]))
 
 
-def op_sac_regather_consumers(model: ModelSpec, layer_index: int) -> tuple[float, float] | None:
+def op_sac_regather_consumers(model: ModelSpec, layer_index: int,
+                              fused_qkv: bool = False) -> tuple[float, float] | None:
     """(attention, MLP) weight elements per token of the matmuls torchtitan's selective op AC
-    re-runs that read the block's sequence-parallel all-gathered input (Llama: wk; w3), None where
-    the op policy is not costed (`_op_sac_applies`). Source: `torchtitan_op_sac_tensors`."""
+    re-runs that read the block's sequence-parallel all-gathered input (Llama: wk; w3; with
+    `fused_qkv` none in the attention, whose wqkv output is saved; w3), None where the op policy is
+    not costed (`_op_sac_applies`). Source: `torchtitan_op_sac_tensors`."""
     if not _op_sac_applies(model, layer_index):
         return None
-    mms, h = _block_matmuls(model), model.hidden_size
-    redo = {t.name for t in mms[1::2]}
-    reads = {"attention": ("attention.wq_output", "attention.wk_output", "attention.wv_output"),
-             "mlp": ("mlp.w1_output", "mlp.w3_output", "mlp.fc1_output")}
-    attn, mlp = (float(sum(h * t.elements_per_token for t in mms if t.name in redo and t.name in names))
-                 for names in reads.values())
+    redo = [t for t in _block_matmuls(model, fused_qkv)[1::2] if _MM_INPUT[t.name] == "h"]
+    attn, mlp = (float(sum(_mm_weight_elements(model, t) for t in redo if t.name.startswith(part)))
+                 for part in ("attention.", "mlp."))
     return attn, mlp
 
 
-def torchtitan_op_sac_tensors(model: ModelSpec, *, tp: int = 1, sequence_parallel: bool = False) -> list[SavedTensor]:
+def torchtitan_op_sac_tensors(model: ModelSpec, *, tp: int = 1, sequence_parallel: bool = False,
+                              fused_qkv: bool = False) -> list[SavedTensor]:
     """What one block keeps under torchtitan's selective *op* AC (`mode = "selective"`,
     `selective_ac_option = "op"`), for a dense attention + MLP block.
 
@@ -578,13 +601,21 @@ def torchtitan_op_sac_tensors(model: ModelSpec, *, tp: int = 1, sequence_paralle
       `reduce_scatter_tensor` outputs of the two row-parallel layers.
     `aten.abs`/`aten.max` outputs exist only under Float8 scaling and are per-tensor scalars: ignored.
     Llama 3.1 8B: 2·(4096 + 4096 + 1024 + 14336 + 4096 + 4096) + 4·32 = 63,616 B per token.
+
+    With `fused_qkv` (current torchtitan, `_block_matmuls`; the policy is unchanged at
+    pytorch/torchtitan@b5bcd76 torchtitan/distributed/activation_checkpoint.py l. 243-276
+    `_get_custom_policy`: the mm count restarts per block, every second mm recomputed, l. 31-93
+    `_get_default_save_ops` the compute and reduce-scatter / all-to-all ops saved) the mm order is
+    wqkv, wo, w1, w3, w2: the 1st, 3rd, 5th are kept, so `attention.wqkv_output` 2·(a + 2·kv)·d (tp)
+    replaces wq's and wv's outputs, and wo, w3 are re-run. Llama 3.1 8B:
+    2·(4096 + 6144 + 4096 + 14336 + 4096) + 4·32 = 65,664 B per token.
     """
     saved = [SavedTensor(name="block_input", elements_per_token=model.hidden_size, split="sp")]
-    mms = _block_matmuls(model)[0::2]
-    saved += [mms[0], mms[1],
-              SavedTensor(name="attention.sdpa_output", elements_per_token=model.num_attention_heads * model.head_dim),
+    kept = _block_matmuls(model, fused_qkv)[0::2]
+    saved += [t for t in kept if t.name.startswith("attention.")]
+    saved += [SavedTensor(name="attention.sdpa_output", elements_per_token=model.num_attention_heads * model.head_dim),
               SavedTensor(name="attention.softmax_lse", elements_per_token=model.num_attention_heads, dtype="fp32")]
-    saved += mms[2:]
+    saved += [t for t in kept if not t.name.startswith("attention.")]
     if tp > 1 and sequence_parallel:
         saved += [SavedTensor(name=f"{part}.reduce_scatter_output", elements_per_token=model.hidden_size, split="sp")
                   for part in ("attention", "mlp")]

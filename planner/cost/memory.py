@@ -43,7 +43,7 @@ from planner.errors import SpecError
 from planner.frameworks import deepspeed as ds
 from planner.placement import mtp, pipeline_layout
 from planner.placement.layout import Layout
-from planner.placement.precision import (StateBytes, fp8_keeps_transpose, fp8_weight_bytes, loss_chunks, padded_vocab,
+from planner.placement.precision import (StateBytes, fp8_keeps_transpose, fp8_weight_bytes, fused_qkv, loss_chunks, padded_vocab,
                                         state_bytes, state_key, te_fp8)
 from planner.placement.states import GROUPS, Mode, Placement, State
 from planner.placement.strategies import placement_for, placement_key
@@ -875,7 +875,7 @@ def activation_arguments(layout: Layout, placement: Placement, dtype: int) -> tu
     kw_layer = dict(kw, ep=layout.ep, etp=layout.etp, framework=layout.framework, dtype_bytes=dtype,
                     recompute_modules=layout.selective_modules, offload_modules=layout.offload_modules or (),
                     fp8_recipe=(layout.fp8_recipe or "delayed") if te_fp8(layout) else None,
-                    swiglu_fp8_input_store=bool(layout.swiglu_fp8_input_store))
+                    swiglu_fp8_input_store=bool(layout.swiglu_fp8_input_store), fused_qkv=fused_qkv(layout))
     return kw, kw_layer, tuple(kw_layer.values())
 
 
@@ -932,7 +932,7 @@ def _per_kind(model: ModelSpec, what: str, index: int, recompute: str, key: tupl
             memo[memo_key] = act.layer_backward_working_set_bytes(
                 model, index, **{k: v for k, v in kw_layer.items()
                                  if k not in ("recompute_modules", "offload_modules", "fp8_recipe",
-                                              "swiglu_fp8_input_store")})
+                                              "swiglu_fp8_input_store", "fused_qkv")})
     return memo[memo_key]
 
 

@@ -44,7 +44,7 @@ from planner.cost.pipeline import (PipelineCoefficients, pipeline_coefficients,
 from planner.errors import SpecError
 from planner.frameworks import BY_NAME
 from planner.placement import mtp, overlap, pipeline_layout
-from planner.placement.precision import state_bytes, state_key, torchao_fp8_recipe
+from planner.placement.precision import fused_qkv, state_bytes, state_key, torchao_fp8_recipe
 from planner.placement.layout import RECOMPUTE_MODES, Layout
 from planner.placement.states import GROUPS
 from planner.placement.strategies import placement_for, placement_key
@@ -204,7 +204,7 @@ def layer_time_key(layout: Layout, sharing: tuple[tuple[str, int], ...]) -> tupl
             layout.moe_dispatcher, layout.framework if ov.tp_comm_overlap or layout.cp > 1 else None,
             BY_NAME[layout.framework].fused_elementwise(layout.torch_compile), layout.norm_kernel,
             BY_NAME[layout.framework].attention_kernel(),
-            layout.selective_modules, layout.offload_modules, "activations" in layout.offload,
+            layout.selective_modules, layout.offload_modules, "activations" in layout.offload, fused_qkv(layout),
             layout.framework == "megatron" and layout.zero_stage >= 2 and layout.pp == 1,  # `overlap.connections_conflict`
             tuple(expert_host_launches(layout.framework, phase, layout.precision)
                   for phase in ("forward", "backward")))
@@ -592,14 +592,15 @@ def _torchtitan_op_sac_s(model: ModelSpec, cluster: ClusterSpec, layout: Layout,
 
     The policy keeps every odd-numbered `aten.mm` output and the SDPA outputs and recomputes the
     rest (`cost.activations.torchtitan_op_sac_tensors`): the even-numbered matmuls (Llama: wk, wo,
-    w3; `activations.op_sac_recomputed_matmuls`) at the linear GEMM rate `_layer_compute_s` uses,
+    w3; with the fused wqkv of current torchtitan, `Layout.fused_qkv`, wo and w3;
+    `activations.op_sac_recomputed_matmuls`) at the linear GEMM rate `_layer_compute_s` uses,
     and every elementwise op of the block (norms, RoPE, SwiGLU, residual adds: one forward's
     `fused_elementwise_bytes`, plus the unfused and composite-norm extras in eager mode) at HBM
     speed; the attention core is not re-run (its output is saved). Not priced: the fp8 casts of
     the recomputed matmuls' inputs. Source: pytorch/torchtitan@e7c0cae
     torchtitan/models/llama3/parallelize_llama.py l. 218-280 (`_save_list`, `_custom_policy`:
     "Saves output of all compute ops, except every second mm"), as at @9dec370."""
-    matmuls = op_sac_recomputed_matmuls(model, index)
+    matmuls = op_sac_recomputed_matmuls(model, index, fused_qkv(layout))
     if matmuls is None:
         return None
     b, s, tp, cp = layout.micro_batch_size, layout.seq_len, layout.tp, layout.cp
@@ -996,11 +997,10 @@ def _op_sac_regather_s(model: ModelSpec, cluster: ClusterSpec, layout: Layout, i
     that GEMM plus the local shard's staging copy (`_tp_overlap_exposed`); without AsyncTP, or
     with no re-run matmul reading it, it is exposed. 0 without tp > 1 with SP, outside torchtitan,
     with named recompute modules, or where the op policy is not costed. The readers follow the
-    9dec370 block (`activations._block_matmuls`: wq, wk, wv apart); Llama 3 at b5bcd76 fuses them
-    into one wqkv (pytorch/torchtitan@3396a4b models/llama3/__init__.py `fuse_qkv=True`), saved
-    as the first matmul, so its attention re-gather has no re-run reader and shows whole -- here
-    the small wk GEMM hides a little of it."""
-    consumers = op_sac_regather_consumers(model, index)
+    block as `layout` runs it (`activations._block_matmuls`): wq, wk, wv apart before torchtitan
+    3396a4b, where wk is the attention's reader; fused into one wqkv since (`Layout.fused_qkv`),
+    saved as the first matmul, so the attention re-gather has no re-run reader and shows whole."""
+    consumers = op_sac_regather_consumers(model, index, fused_qkv(layout))
     if (consumers is None or layout.framework != "torchtitan" or layout.recompute_modules is not None
             or not _tp_overlap_applies(layout)):
         return 0.0

@@ -232,6 +232,12 @@ class Layout:
     torchtitan and DeepSpeed have no other)."""
     norm_kernel: str | None = None
     """RMSNorm kernel of an eager model (`NORM_KERNELS`); None = fused."""
+    fused_qkv: bool | None = None
+    """The attention's q, k, v projections run as one matmul (torchtitan's `wqkv`, pytorch/torchtitan
+    3396a4b, 2026-06-24: `fuse_qkv=True` in the llama3 / qwen3 / gpt-oss presets; Megatron-LM's
+    `linear_qkv` always); False = separate wq, wk, wv (torchtitan before 3396a4b). Read by torchtitan's
+    selective op AC alone (`cost.activations.torchtitan_op_sac_tensors`); None = fused
+    (`placement.precision.fused_qkv`)."""
     torch_compile: bool | None = None
     """torch.compile of the transformer blocks (torchtitan `compile.enable`), which fuses their
     elementwise kernels; None = the framework's default (`placement.overlap.compiled`)."""
@@ -315,7 +321,7 @@ class Layout:
             object.__setattr__(self, "offload", frozenset(self.offload))
         for target in self.offload:
             _check_choice("offload", target, OFFLOAD_TARGETS)
-        for name in (*OVERLAP_KNOBS, "torch_compile"):
+        for name in (*OVERLAP_KNOBS, "torch_compile", "fused_qkv"):
             if getattr(self, name) is not None and type(getattr(self, name)) is not bool:
                 raise SpecError(f"value {getattr(self, name)!r} must be true, false or absent "
                                 "(the framework's default)", key=name)
@@ -550,7 +556,7 @@ _FIELD_OK = {
               or getattr(layout, name) in allowed)(name, allowed)
        for name, allowed in OPTIMIZER_DTYPES.items()},
     **{name: (lambda name: lambda layout: getattr(layout, name) is None
-              or type(getattr(layout, name)) is bool)(name) for name in (*OVERLAP_KNOBS, "torch_compile")},
+              or type(getattr(layout, name)) is bool)(name) for name in (*OVERLAP_KNOBS, "torch_compile", "fused_qkv")},
     "vocab_divisible_by": lambda layout: layout.vocab_divisible_by is None or (
         type(layout.vocab_divisible_by) is int and layout.vocab_divisible_by >= 1),
     "buckets": _buckets_ok,

@@ -244,6 +244,13 @@ plain loss: so 1 here, and `planner check` of a current command line reads the p
 `--loss.num_chunks`), `--emit torchtitan` writes the plan's count whenever it is not 8."""
 
 
+def fused_qkv(layout: Layout) -> bool:
+    """Whether `layout`'s attention runs q, k, v as one matmul: `layout.fused_qkv`, or True, what
+    every framework runs today (torchtitan since 3396a4b, `Layout.fused_qkv`); measured torchtitan
+    runs older than that state False."""
+    return True if layout.fused_qkv is None else layout.fused_qkv
+
+
 def loss_chunks(layout: Layout) -> int:
     """Token chunks of the loss: `layout.loss_chunks`, or the framework's default (`LOSS_CHUNKS`)."""
     return LOSS_CHUNKS[layout.framework] if layout.loss_chunks is None else layout.loss_chunks
