@@ -55,8 +55,10 @@ def test_fitted_families_and_gpus_without_a_ceiling_are_unscaled(cluster):
 
 def test_warning_names_the_scaling_and_stays_an_extrapolation():
     note = unfitted_note(MI300X)
-    assert "708 of 1,307 bf16" in note and "792 of 989 bf16" in note and "e_max 0.455" in note
-    assert "extrapolation of unknown error" in note   # 0.6721 x 0.67641 = 0.4546
+    # H100's fitted e_max (calibration file) x (708 / 1307.4) / (792.1 / 989.4) = e_max x 0.67641
+    assert "708 of 1,307 bf16" in note and "792 of 989 bf16" in note
+    assert f"e_max {H100['e_max'] * 0.67641:.3f}" in note
+    assert "extrapolation of unknown error" in note
 
 
 def _write(tmp_path, ceilings: str):
