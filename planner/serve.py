@@ -1407,6 +1407,20 @@ def _fraction_why(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, inst: sv.
 def _no_mix(hw: ClusterSpec, req: ServeRequest, pre: list, dec: list) -> InfeasibleError:
     """Why no rate-matched mix fits: the fewest GPUs of one decode worker (at its lightest point meeting the
     SLOs) fed by enough prefill workers of one shape (or, at --request-rate, both sides carrying the rate)."""
+    if req.request_rate is not None:
+        wider = _rate_split(replace(req, gpus=req.gpus * 64), pre, dec)
+        if wider.decode:
+            (i, n_pre), (j, n_dec) = *wider.prefill.items(), *wider.decode.items()
+            p, d = pre[i], dec[j]
+            gpus = n_pre * p[0]["inst"].gpus + n_dec * d[0]["inst"].gpus
+            return InfeasibleError(
+                f"no prefill + decode mix fits {req.gpus} GPUs at {req.request_rate:g} requests/s"
+                f"{' within --ttft-ms' if req.ttft_ms is not None else ''} (TTFT with both queues' waits): the least "
+                f"is {n_pre} {p[0]['inst'].label} prefill worker(s) + {n_dec} {d[0]['inst'].label} decode worker(s) "
+                f"@{d[1]['concurrency']} = {gpus} GPUs; --gpus {allowed_gpus(hw, gpus)} would work (or a lower "
+                f"--request-rate, a looser --ttft-ms, or no --disaggregated)",
+                details={"binding": "prefill_rate", "minimum_gpus": gpus})
+
     def need(p, d) -> tuple[int, int, int]:
         rate = req.request_rate if req.request_rate is not None else d[1]["requests_per_s"]
         n_pre = math.ceil(rate / p[1]["usable_per_s"] - 1e-9)
@@ -1478,15 +1492,15 @@ def disaggregated_plan(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, coef
 
 
 def _decode_load_note(rows: list[dict]) -> list[str]:
-    """At --request-rate (worker rows with a utilisation): the decode workers' share of their capacity, and that the
-    wait for a free decode slot at that load is not in TTFT -- the open-loop queue the aggregated replicas and the
-    prefill workers price (`cost.serving.open_queue_wait_s`) is not applied to the decode side yet."""
+    """At --request-rate (worker rows with a utilisation): the decode workers' share of their capacity and the wait
+    for a free decode slot at that load (`decode_wait_s`), which TTFT includes."""
     decode = [r for r in rows if r["role"] == "decode" and "utilisation" in r]
     if not decode:
         return []
     worst = max(decode, key=lambda r: r["utilisation"])
-    return [f"decode workers at {worst['utilisation']:.1%} of their capacity at this rate: the wait of a request for "
-            f"a free decode slot at that load is not priced (TTFT counts the prefill side's queue only)"]
+    return [f"decode workers at {worst['utilisation']:.1%} of their capacity at this rate: a request waits "
+            f"{worst['queue_wait_ms']:,.1f} ms for a free decode slot (M/D/c over each worker's running-request cap "
+            f"{worst['concurrency']}), included in TTFT after the prefill worker's own queue"]
 
 
 def _lightest(spec, hw, req: ServeRequest, coefficients: dict, pre: list, dec: list, split: Split) -> list:
@@ -1497,7 +1511,11 @@ def _lightest(spec, hw, req: ServeRequest, coefficients: dict, pre: list, dec: l
     degree up to the chosen point's: a concurrency whose requests/s, b / (O x TPOT(b)), carries the share -- the
     least such where that rate grows with b, as it does while TPOT grows less than in proportion to b (a decode
     step's weight read is paid once per step); the point returned always carries the share and meets --tpot-ms
-    (the search's points are the grid and `refine`'s, so the chosen one may carry more than the mix feeds it)."""
+    (the search's points are the grid and `refine`'s, so the chosen one may carry more than the mix feeds it).
+    At --request-rate `dec` unchanged: the decode point is the running-request cap whose slot wait `_rate_split`
+    priced, and its TPOT (at the cap) bounds the TPOT at the load the worker runs."""
+    if req.request_rate is not None:  # the cap `_rate_split` chose: a smaller one has a longer slot wait
+        return dec
     (i, n_p), = split.prefill.items()
     (j, n_d), = split.decode.items()
     ev, point = dec[j]
@@ -1550,9 +1568,11 @@ near the same count as they are, above the 17 its SLOs were planned at."""
 def _solve_split(req: ServeRequest, pre: list, dec: list) -> Split:
     """The best mix of n_p alike prefill workers of one candidate and n_d alike decode workers of one
     (`ROUTER_SPLIT`), by enumeration over every pair of candidates (exact: `_pair_counts` is): at --request-rate
-    the fewest GPUs carrying it on both sides, else the most requests/s served, min(n_p x r_p, n_d x r_d), on
-    --gpus; ties go to fewer GPUs, then the lower decode TPOT (the decode workers at the lighter load).
-    status OPTIMAL when a mix exists (the enumeration is exhaustive), else INFEASIBLE."""
+    the fewest GPUs carrying it with both queues' waits priced (`_rate_split`), else the most requests/s served,
+    min(n_p x r_p, n_d x r_d), on --gpus; ties go to fewer GPUs, then the lower decode TPOT (the decode workers at
+    the lighter load). status OPTIMAL when a mix exists (the enumeration is exhaustive), else INFEASIBLE."""
+    if req.request_rate is not None:
+        return _rate_split(req, pre, dec)
     best, found = None, Split({}, {}, "INFEASIBLE")
     for i, (pre_ev, p) in enumerate(pre):
         for j, (dec_ev, d) in enumerate(dec):
@@ -1563,23 +1583,84 @@ def _solve_split(req: ServeRequest, pre: list, dec: list) -> Split:
             n_p, n_d = counts
             gpus = n_p * pre_ev["inst"].gpus + n_d * dec_ev["inst"].gpus
             served = round(min(n_p * p["usable_per_s"], n_d * d["requests_per_s"]) * 1e3)
-            key = (gpus, d["tpot_s"]) if req.request_rate is not None else (-served, gpus, d["tpot_s"])
+            key = (-served, gpus, d["tpot_s"])
             if best is None or key < best:
                 best, found = key, Split({i: n_p}, {j: n_d}, "OPTIMAL")
     return found
 
 
+def decode_wait_s(rate_per_s: float, workers: int, inst: sv.Instance, point: dict) -> float:
+    """Mean wait of a request for a free running slot of a decode worker, seconds: one of `workers` alike workers
+    of `inst` capped at point["concurrency"] running requests (the emitted running-request cap), fed an even share
+    of an open stream of `rate_per_s` requests/s by the router (`ROUTER_SPLIT`), each attention-DP group a queue
+    of its own (point["concurrency"] / adp slots at rate / (workers x adp), as a prefill worker's groups,
+    `cost.serving.prefill_worker_wait_s`), a request holding its slot for its output_len decode steps,
+    point["latency_s"] = O x TPOT at the cap (every slot busy whenever a request waits): the M/D/c queue of
+    `cost.serving.open_queue_wait_s`, the one model serve-plan uses for requests queueing for a server. Infinite
+    at or above the worker's capacity. Source: Allen (1990) sec. 6.3, Allen-Cunneen (via open_queue_wait_s);
+    fresh-user review 11 / servefit: the decode workers of a mix at 98.6% of their capacity had this wait
+    (~8.3 s) left out of TTFT."""
+    groups = inst.adp
+    return sv.open_queue_wait_s(rate_per_s / (workers * groups), point["concurrency"] // groups,
+                                point["latency_s"])
+
+
+def _rate_split(req: ServeRequest, pre: list, dec: list) -> Split:
+    """At --request-rate R: the mix of n_p alike prefill workers (candidate i) and n_d alike decode workers
+    (candidate j: one shape at one running-request cap c) on the fewest GPUs, n_p g_p + n_d g_d <= --gpus, whose TTFT
+    -- the prefill worker's unloaded TTFT + its queue's wait at R / n_p (`_queued_ttft_s`) + the wait for a free
+    decode slot at R / n_d (`decode_wait_s`) -- is within --ttft-ms (without it: both waits finite, each side below
+    its capacity); ties: the lower request latency TTFT + (O - 1) TPOT (TPOT at the decode cap: a smaller cap lowers
+    it but lengthens the slot wait), then the lower TPOT, then the earlier candidates. The prefill and
+    decode counts are chosen together: more prefill workers leave more of --ttft-ms to the decode queue, so fewer
+    or smaller decode workers may carry the rate. Exact by enumeration: every i, every n_p from the least below
+    capacity up to what --gpus holds, and for every j the least n_d whose wait fits what the prefill queue leaves
+    (each wait is nonincreasing in its worker count -- the rate per worker falls, and for a fixed c and service the
+    Allen-Cunneen wait, C(c, a) S / (2 (c - a)), grows with the offered load a: Erlang C is increasing in a,
+    Kleinrock 1975 eq. 3.40, and so is 1 / (c - a) -- and more workers cost more GPUs, so the least n_d meeting
+    the budget is the best n_d for that (i, n_p, j); the n_p and n_d loops stop once their own GPUs reach the best
+    mix's). tests/test_serve_disagg_rate.py compares it with
+    brute force over every (i, n_p, j, n_d)."""
+    rate, gpus = req.request_rate, req.gpus
+    budget = math.inf if req.ttft_ms is None else req.ttft_ms / 1e3
+    waits: dict = {}
+
+    def decode_wait(j: int, n_d: int) -> float:
+        if (j, n_d) not in waits:
+            ev, d = dec[j]
+            waits[j, n_d] = decode_wait_s(rate, n_d, ev["inst"], d)
+        return waits[j, n_d]
+
+    best, found = None, Split({}, {}, "INFEASIBLE")
+    for i, (pre_ev, p) in enumerate(pre):
+        g_p = pre_ev["inst"].gpus
+        for n_p in range(max(1, math.floor(rate / p["requests_per_s"]) + 1), gpus // g_p + 1):
+            if best is not None and n_p * g_p >= best[0]:
+                break  # more prefill workers only cost more
+            ttft = _queued_ttft_s(req, (pre_ev, p), n_p, None)
+            if ttft > budget:
+                continue
+            for j, (dec_ev, d) in enumerate(dec):
+                g_d = dec_ev["inst"].gpus
+                for n_d in range(max(1, math.floor(rate / d["requests_per_s"]) + 1), (gpus - n_p * g_p) // g_d + 1):
+                    if best is not None and n_p * g_p + n_d * g_d > best[0]:
+                        break  # more decode workers only cost more
+                    total = ttft + decode_wait(j, n_d)
+                    if total <= budget:
+                        key = (n_p * g_p + n_d * g_d, total + (req.output_len - 1) * d["tpot_s"], d["tpot_s"])
+                        if best is None or key < best:
+                            best, found = key, Split({i: n_p}, {j: n_d}, "OPTIMAL")
+                        break
+    return found
+
+
 def _pair_counts(req: ServeRequest, g_p: int, r_p: float, g_d: int, r_d: float) -> tuple[int, int] | None:
-    """(prefill workers, decode workers) of one prefill kind (g_p GPUs, r_p requests/s each) and one decode kind:
-    at --request-rate R the fewest of each carrying R (ceil(R / r)), None beyond --gpus; else the counts
-    maximising min(n_p r_p, n_d r_d) with n_p g_p + n_d g_d <= --gpus, n_p, n_d >= 1, None when one of each does
+    """(prefill workers, decode workers) of one prefill kind (g_p GPUs, r_p requests/s each) and one decode kind
+    without --request-rate (at a rate: `_rate_split`): the counts maximising min(n_p r_p, n_d r_d) with n_p g_p + n_d g_d <= --gpus, n_p, n_d >= 1, None when one of each does
     not fit. For n_d decode workers the most prefill workers that fit is a(n_d) = (G - n_d g_d) // g_p,
     nonincreasing in n_d, while n_d r_d grows: the served rate rises up to the last n_d with n_d r_d <= a(n_d) r_p
     (found by bisection) and falls after the next, so one of the two is best; the prefill count is then the
     fewest that still feeds min(n_d r_d, a(n_d) r_p). Source: hand derivation above."""
-    if req.request_rate is not None:
-        n_p, n_d = math.ceil(req.request_rate / r_p - 1e-9), math.ceil(req.request_rate / r_d - 1e-9)
-        return (n_p, n_d) if n_p * g_p + n_d * g_d <= req.gpus else None
     budget = req.gpus
     top = (budget - g_p) // g_d
     if top < 1:
@@ -1642,7 +1723,8 @@ def _mix_plan(spec: ModelSpec, req: ServeRequest, pre: list, dec: list, result) 
     worker row's and the mix's utilisation, rate / capacity, the mix's capacity the slower side's -- fresh-user
     review 11: 4.055 requests/s was reported served at --request-rate 4; else the slower side's: the decode side's
     when rate-matched, the prefill side's when decode capacity is spare) and tokens/s (that x output_len), TTFT / TPOT the worst of its workers, the prefill workers' TTFT with their queue's wait at
-    the load the mix gives them (`_queued_ttft_s`)."""
+    the load the mix gives them (`_queued_ttft_s`), at --request-rate plus the wait for a free decode slot
+    (`decode_wait_s`, each decode row's and the plan's queue_wait_ms)."""
     rows = [_worker_row(spec, req, *pre[i], "prefill", n) for i, n in sorted(result.prefill.items())] + \
            [_worker_row(spec, req, *dec[i], "decode", n) for i, n in sorted(result.decode.items())]
     gpus = sum(r["gpus"] for r in rows)
@@ -1655,8 +1737,13 @@ def _mix_plan(spec: ModelSpec, req: ServeRequest, pre: list, dec: list, result) 
     decode_row = max((r for r in rows if r["role"] == "decode"), key=lambda r: r["tpot_ms"])
     for (i, n), row in zip(sorted(result.prefill.items()), rows):
         row["ttft_ms"] = round(_queued_ttft_s(req, pre[i], n, decode_row) * 1e3, 1)
+    wait = 0.0
+    if req.request_rate is not None:
+        for (j, n), row in zip(sorted(result.decode.items()), rows[len(result.prefill):]):
+            row["queue_wait_ms"] = round(decode_wait_s(req.request_rate, n, dec[j][0]["inst"], dec[j][1]) * 1e3, 1)
+            wait = max(wait, row["queue_wait_ms"])
     tokens = served * req.output_len
-    ttft = max(r["ttft_ms"] for r in rows if r["role"] == "prefill")
+    ttft = round(max(r["ttft_ms"] for r in rows if r["role"] == "prefill") + wait, 1)
     tpot = max(r["tpot_ms"] for r in rows if r["role"] == "decode")
     latency = ttft + (req.output_len - 1) * tpot
     decode_rows = [r for r in rows if r["role"] == "decode"]
@@ -1672,7 +1759,7 @@ def _mix_plan(spec: ModelSpec, req: ServeRequest, pre: list, dec: list, result) 
             "request_latency_ms": round(latency, 1), "tokens_per_s": round(tokens, 1),
             "tokens_per_s_per_gpu": round(tokens / gpus, 1), "tokens_per_s_per_user": round(1e3 / tpot, 1),
             "requests_per_s": round(served, 3),
-            **({"capacity_requests_per_s": round(capacity, 3), "utilisation": round(served / capacity, 4)}
-               if req.request_rate is not None else {}),
+            **({"capacity_requests_per_s": round(capacity, 3), "utilisation": round(served / capacity, 4),
+                "queue_wait_ms": wait} if req.request_rate is not None else {}),
             "workers": [{k: r[k] for k in ("role", "parallelism", "workers", "concurrency")} for r in rows]}
     return rows, plan
