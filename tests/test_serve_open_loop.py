@@ -168,3 +168,46 @@ def test_no_slo_note_at_a_rate_says_the_load_not_the_throughput_objective():
     plan = data["deployment"]["mix"][0]
     assert "fewest GPUs carrying the rate" in note and "maximises tokens/s" not in note
     assert f"{plan['utilisation']:.1%} of their capacity" in note
+
+
+def test_open_loop_prefill_wait_by_hand():
+    """At a rate the prefill station's wait is the open stream's M/D/1 (servefit2), not the closed loop's MVA at the
+    requests in service. The hand example above (b = 8/3, a third of the way from 2 to 4) with TTFT parts: base
+    0.15 -> 0.21 s (0.17 s at b), floor 0.1 s, station 0.4 s at both: U = 0.25 x 0.4 = 0.1, W = 0.1 x 0.4 /
+    (2 x 0.9) = 0.022222 s, TTFT = 0.17 + 0.022222 + the slot wait 3.05661 s. With a floor of 0.5 s above base + W,
+    the floor: 0.5 + 3.05661 s."""
+    parts = {"ttft_floor_s": 0.1, "station_s": 0.4, "steady_share": 1.0}
+    low, cap = ({**_point(2, 10.0, 0.2, 0.019), **parts, "ttft_base_s": 0.15},
+                {**_point(4, 12.0, 0.3, 0.0234), **parts, "ttft_base_s": 0.21})
+    got = serve.open_loop_point({"points": [low, cap]}, cap, 0.25, output_len=501)
+    assert got["ttft_s"] == pytest.approx(0.17 + 0.022222 + 3.05661, rel=1e-5)
+    low, cap = ({**low, "ttft_floor_s": 0.5}, {**cap, "ttft_floor_s": 0.5})
+    got = serve.open_loop_point({"points": [low, cap]}, cap, 0.25, output_len=501)
+    assert got["ttft_s"] == pytest.approx(0.5 + 3.05661, rel=1e-5)
+
+
+def test_closed_point_ttft_is_its_parts_with_the_mva_wait():
+    """The parts `open_loop_point` re-prices are the closed-loop TTFT's own: max(base + steady_share x the MVA wait
+    at b running requests, floor) rebuilds each closed point's TTFT (llama-3.1-70b tp4 and tp2 pp2, 2,000 / 500
+    tokens, the first six grid points; the MVA wait recomputed here from `latency_terms`), so at a rate only that wait
+    is replaced by the open M/D/1 one."""
+    spec, hw = load_model("llama-3.1-70b"), load_cluster("dgx-h100")
+    req = serve.ServeRequest(gpus=8, input_len=2000, output_len=500, request_rate=4.0)
+    coefficients = serve.coefficients_for(serve.load_calibration(), req.engine, spec)
+    for inst in (sv.Instance(tp=4), sv.Instance(tp=2, pp=2)):
+        ev = serve.evaluate(spec, hw, req, inst, coefficients)
+        for p in ev["points"][:6]:
+            terms = sv.latency_terms(spec, inst, hbm_bytes_per_s=hw.gpu.hbm_gb_per_s * 1e9,
+                                     peak_flops=hw.peak_flops(serve._peak_dtype(hw, req.weight_dtype)),
+                                     weight_format=req.weight_dtype, kv_dtype=req.kv_dtype,
+                                     concurrency=p["concurrency"], input_len=req.input_len,
+                                     output_len=req.output_len, max_concurrency_=ev["max_concurrency"],
+                                     max_num_batched_tokens=serve.forward_tokens(req, inst, hw),
+                                     hop_s=serve._hop_s(hw, inst, spec, p["concurrency"]),
+                                     link_bytes_per_s=sv.link_bytes_per_s(hw, inst.tp),
+                                     first_token_steps=sv.FIRST_TOKEN_STEPS[req.engine], gpu=hw.gpu,
+                                     engine=req.engine)
+            mva = sv.prefill_queue_wait_s(terms, sv.predict_latency(terms, coefficients)[1])
+            assert p["ttft_s"] == pytest.approx(max(p["ttft_base_s"] + p["steady_share"] * mva, p["ttft_floor_s"]),
+                                                rel=1e-9)
+            assert p["station_s"] == pytest.approx(terms["prefill_service_s"] / inst.pp)
