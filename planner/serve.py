@@ -648,10 +648,12 @@ def usable_rate(ev: dict, cap: dict, req: ServeRequest, above: float = 0.0) -> f
     """The most requests/s one replica of `ev` capped at `cap` serves with its open-loop point (`open_loop_point`)
     meeting the SLOs, requests/s (0 when none does): every term of that point is nondecreasing in the rate (the
     requests in service grow with it, the closed-loop TTFT / TPOT / latency are nondecreasing in the concurrency,
-    `refine`'s proof; the M/D/c wait grows with the utilisation), so the rates meeting the SLOs are an interval
-    from 0, found by bisection to 1e-5 of the capacity (a plan's rates are compared in thousandths,
-    `serve_ilp.SCALE`); just under the capacity when it meets them there (no TTFT or latency SLO: the TPOT at any
-    load below the cap's is within the cap's). 0 when it does not meet them at `above` (> 0: the best rate another
+    `refine`'s proof, and so taken for TTFT's parts without the station, base and floor -- for the floor's
+    sustained-rate bound C S_e - think not proven; the open M/D/1 prefill wait and the M/D/c slot wait grow with
+    the rate), so the rates meeting the SLOs are an interval from 0, found by bisection to 1e-5 of the capacity (a
+    plan's rates are compared in thousandths, `serve_ilp.SCALE`); just under the capacity when it meets them
+    there. `cap` may miss the SLOs closed-loop (`_rate_candidates` tries every evaluated concurrency): the loaded
+    point runs fewer requests than the cap. 0 when it does not meet them at `above` (> 0: the best rate another
     cap gave; by that monotonicity this cap serves less)."""
     capacity = cap["requests_per_s"]
     top = capacity * (1 - 1e-6)
@@ -728,7 +730,7 @@ def candidates(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, coefficients
     points = [(ev, p) for ev in evaluated for p in ev["points"]]
     good = [(ev, p) for ev, p in points if _meets(p, req)]
     if req.request_rate is not None:
-        return found, rejected, evaluated, points, good, _rate_candidates(req, good)
+        return found, rejected, evaluated, points, good, _rate_candidates(req, points)
     best_per_shape: dict = {}
     for ev, p in good:
         key = ev["inst"]
@@ -737,15 +739,17 @@ def candidates(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, coefficients
     return found, rejected, evaluated, points, good, list(best_per_shape.values())
 
 
-def _rate_candidates(req: ServeRequest, good: list) -> list:
-    """At --request-rate, per shape the cap (a point meeting the SLOs closed-loop: a full engine meets them) whose
+def _rate_candidates(req: ServeRequest, points: list) -> list:
+    """At --request-rate, per shape the cap (any evaluated concurrency: the SLOs are asked of the loaded mean TTFT /
+    TPOT, so a cap whose closed loop -- every slot held, prompts queued behind each other -- misses them may meet them
+    at the load the rate gives; until servefit2 only caps meeting them closed-loop were tried) whose
     replica serves the most requests/s open-loop within the SLOs (`usable_rate`), as (ev, point) with the point's
     requests_per_s that usable rate -- what `_best_mix` sizes replicas with -- capacity_per_s its closed-loop
     requests/s and `closed` the closed-loop point (`_replica_plan` reports the load a replica is given). A cap
     serves at most its capacity, so caps of less capacity than the best usable rate found are not tried, and a cap
     that misses the SLOs at that rate serves less (`usable_rate` above=)."""
     by_shape: dict = {}
-    for ev, p in good:
+    for ev, p in points:
         by_shape.setdefault(ev["inst"], (ev, []))[1].append(p)
     out = []
     for ev, caps in by_shape.values():
