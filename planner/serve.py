@@ -1479,7 +1479,8 @@ def _no_mix(hw: ClusterSpec, req: ServeRequest, pre: list, dec: list) -> Infeasi
 def disaggregated_plan(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, coefficients: dict, start: float) -> dict:
     """Prefill and decode workers (`--disaggregated`): per shape the prefill point and every decode point
     meeting the SLOs (`worker_candidates`), then the best rate-matched mix of one prefill kind and one decode kind
-    (`_solve_split`: the routers cannot weight unlike workers, `ROUTER_SPLIT`). TTFT = the prefill worker's TTFT + the KV transfer;
+    (`_solve_split`: the routers cannot weight unlike workers, `ROUTER_SPLIT`). TTFT = the prefill worker's TTFT + the KV
+    transfer (+ at --request-rate the wait for a free decode slot, `decode_wait_s`);
     TPOT = the decode worker's. --request-latency-ms is checked on the chosen mix (TTFT + (O - 1) x TPOT).
     The plans are whole mixes, best first: the program's choice, then the best mix of each other decode
     shape (up to --top), so every row reads as the deployment line does."""
