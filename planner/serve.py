@@ -404,10 +404,13 @@ def running_cap(req: ServeRequest, inst: sv.Instance, cmax: int, *, decode_only:
 
 def _latency(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, inst: sv.Instance, concurrency: int,
              cmax: int, coefficients: dict, *, interference: bool = True,
-             prefill_only: bool = False) -> tuple[float, float]:
+             prefill_only: bool = False, parts: dict | None = None) -> tuple[float, float]:
     """(TTFT s, TPOT s) of one shape at `concurrency` (`cost.serving.latency_terms` / `predict_latency`);
     interference=False drops chunked-prefill interference (decode-only workers); prefill_only=True: a
-    disaggregated prefill worker, its prompts queued back to back (the TTFT floor's think time 0)."""
+    disaggregated prefill worker, its prompts queued back to back (the TTFT floor's think time 0).
+    `parts` (a dict, filled when given): TTFT = max(ttft_base_s + steady_share x the prefill station's wait,
+    ttft_floor_s), the wait of a prompt at a station of station_s per prompt -- the closed loop's
+    (`cost.serving.prefill_queue_wait_s`) here, the open stream's at --request-rate (`open_loop_point`)."""
     terms = sv.latency_terms(spec, inst, hbm_bytes_per_s=hw.gpu.hbm_gb_per_s * 1e9,
                              peak_flops=hw.peak_flops(_peak_dtype(hw, req.weight_dtype)),
                              weight_format=req.weight_dtype, kv_dtype=req.kv_dtype, concurrency=concurrency,
@@ -422,12 +425,27 @@ def _latency(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, inst: sv.Insta
         terms["moe_exchange_prefill_s"] = sv.moe_exchange_s(spec, inst, req.input_len, decode=True,
                                                              link_bytes_per_s=sv.link_bytes_per_s(hw, inst.tp))
     gather = _dense_gathers(spec, hw, req, inst, concurrency)
-    if not two_batch_overlap(req.engine, inst):
-        ttft, tpot = sv.predict_latency(terms, coefficients)
-        return ttft + gather[0], tpot + gather[1]
-    exchange, terms["moe_exchange_decode_s"] = terms["moe_exchange_decode_s"], 0.0
+    exchange = 0.0
+    if two_batch_overlap(req.engine, inst):
+        exchange, terms["moe_exchange_decode_s"] = terms["moe_exchange_decode_s"], 0.0
     ttft, tpot = sv.predict_latency(terms, coefficients)
+    if parts is not None:
+        _ttft_parts(terms, coefficients, tpot, gather[0], parts)
+    if not two_batch_overlap(req.engine, inst):
+        return ttft + gather[0], tpot + gather[1]
     return ttft + gather[0], sv.two_batch_overlap_tpot_s(tpot, exchange) + gather[1]
+
+
+def _ttft_parts(terms: dict, coefficients: dict, tpot_s: float, gather_s: float, parts: dict) -> None:
+    """Fill `parts` (see `_latency`) from the terms `predict_latency` took and its TPOT: ttft_base_s, TTFT without
+    the prefill station (its service 0: no queue wait and no floor; prefill_service_s is in no fitted TTFT term),
+    ttft_floor_s (`cost.serving.ttft_floor_s`), station_s (prefill_service_s / pp, the busiest stage, as
+    `prefill_queue_wait_s` takes it) and steady_share; the two TTFTs + the dense gathers. So the closed-loop TTFT
+    is max(ttft_base_s + steady_share x prefill_queue_wait_s, ttft_floor_s), `predict_latency`'s own sum."""
+    base = sv.predict_latency({**terms, "prefill_service_s": 0.0}, coefficients)[0]
+    parts.update(ttft_base_s=base + gather_s, ttft_floor_s=sv.ttft_floor_s(terms, tpot_s) + gather_s,
+                 station_s=terms.get("prefill_service_s", 0.0) / terms.get("pp", 1),
+                 steady_share=terms.get("steady_share", 1.0))
 
 
 def _dense_gathers(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, inst: sv.Instance,
@@ -493,11 +511,13 @@ def evaluate(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, inst: sv.Insta
 def _closed_point(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, inst: sv.Instance, b: int, cap: int,
                   coefficients: dict) -> dict:
     """One shape's closed-loop point at concurrency b (`_latency`; `cap` the requests it runs at once): TTFT, TPOT,
-    request latency L = TTFT + (O - 1) TPOT, tokens/s b O / L and requests/s b / L (Little's law)."""
-    ttft, tpot = _latency(spec, hw, req, inst, b, cap, coefficients)
+    request latency L = TTFT + (O - 1) TPOT, tokens/s b O / L and requests/s b / L (Little's law), and TTFT's
+    parts (`_latency` parts=) from which `open_loop_point` prices the prefill station's wait at an open rate."""
+    parts: dict = {}
+    ttft, tpot = _latency(spec, hw, req, inst, b, cap, coefficients, parts=parts)
     latency = ttft + (req.output_len - 1) * tpot
     return {"concurrency": b, "ttft_s": ttft, "tpot_s": tpot, "latency_s": latency,
-            "tokens_per_s": b * req.output_len / latency, "requests_per_s": b / latency}
+            "tokens_per_s": b * req.output_len / latency, "requests_per_s": b / latency, **parts}
 
 
 def replica_load(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, inst: sv.Instance, concurrency: int,
@@ -570,6 +590,10 @@ def _meets(point: dict, req: ServeRequest) -> bool:
             and (req.request_latency_ms is None or point["latency_s"] * 1e3 <= req.request_latency_ms))
 
 
+PARTS = ("ttft_base_s", "ttft_floor_s", "station_s", "steady_share")
+"""A closed point's TTFT parts (`_ttft_parts`) that `open_loop_point` re-prices at an open rate."""
+
+
 def open_loop_point(ev: dict, cap: dict, rate: float, output_len: int) -> dict:
     """One replica of the shape `ev` (`evaluate`: its closed-loop points), its engine capped at cap["concurrency"]
     running requests (the emitted max-num-seqs; `cap` one of ev's points), fed an open (Poisson) stream of `rate`
@@ -582,12 +606,17 @@ def open_loop_point(ev: dict, cap: dict, rate: float, output_len: int) -> dict:
       `cost.serving.open_queue_wait_s` with c = cap slots, each held a request's latency at the cap (when arrivals
       queue, every slot is busy), the M/D/c queue -- the model of a disaggregated prefill worker's queue
       (`cost.serving.prefill_worker_wait_s`, its c = 1 case), one model of requests queueing for a server;
-    - ttft_s = the closed-loop TTFT at b (which holds the prefill station's wait of b running requests,
-      `cost.serving.prefill_queue_wait_s`: at the same utilisation within ~1% of the open M/D/1 queue's, its
-      docstring's hand check) + queue_wait_s; tpot_s = the closed-loop TPOT at b; latency_s = ttft_s + (O - 1) tpot_s;
+    - ttft_s = the TTFT at b with the prefill station's wait of the open stream, max(ttft_base_s + steady_share x
+      W, ttft_floor_s) (`_ttft_parts`, interpolated as TPOT is), W the M/D/1 wait at rate x station_s
+      (`cost.serving.open_queue_wait_s` c = 1) -- not the closed loop's MVA wait at b clients
+      (`prefill_queue_wait_s`), which is the M/D/1 wait at the utilisation discounted by (b - 1) / b (its
+      docstring's identity: an arrival of a closed loop never queues behind itself), so it under-priced the open
+      stream's by up to 1 / b of the utilisation; points without the parts (hand examples) take the closed-loop
+      TTFT -- + queue_wait_s; tpot_s = the closed-loop TPOT at b; latency_s = ttft_s + (O - 1) tpot_s;
     - requests_per_s / tokens_per_s: the load served (rate, rate x O); capacity_per_s: the cap point's closed-loop
       requests/s (arrivals at or above it have no steady state: infinite wait); utilisation = rate / capacity_per_s.
-    Source: Little (1961); Allen-Cunneen M/D/c (`open_queue_wait_s`); fresh-user review 11, finding 1 (MEDIUM:
+    Source: Little (1961); Allen-Cunneen M/D/c (`open_queue_wait_s`), Pollaczek-Khinchine M/D/1 at c = 1
+    (Kleinrock 1975, ch. 5); fresh-user review 11, finding 1 (MEDIUM:
     replicas at 95.6% of the closed-loop capacity reported the closed-loop TTFT)."""
     limit, capacity = cap["concurrency"], cap["requests_per_s"]
     grid = [p for p in ev["points"] if p["concurrency"] < limit and not p.get("refined")] + [cap]
@@ -602,7 +631,11 @@ def open_loop_point(ev: dict, cap: dict, rate: float, output_len: int) -> dict:
                 break
         else:
             b, low, high = float(limit), cap, cap
-    at = {k: low[k] + share * (high[k] - low[k]) for k in ("ttft_s", "tpot_s")}
+    keys = ("ttft_s", "tpot_s") + (PARTS if all(k in p for p in (low, high) for k in PARTS) else ())
+    at = {k: low[k] + share * (high[k] - low[k]) for k in keys}
+    if "station_s" in at:  # the prefill station fed the open stream: M/D/1 at rate x station_s
+        prefill = sv.open_queue_wait_s(rate, 1, at["station_s"])
+        at["ttft_s"] = max(at["ttft_base_s"] + at["steady_share"] * prefill, at["ttft_floor_s"])
     wait = sv.open_queue_wait_s(rate, limit, cap["latency_s"])
     ttft = at["ttft_s"] + wait
     return {"concurrency": limit, "in_service": b, "ttft_s": ttft, "tpot_s": at["tpot_s"],
@@ -615,10 +648,12 @@ def usable_rate(ev: dict, cap: dict, req: ServeRequest, above: float = 0.0) -> f
     """The most requests/s one replica of `ev` capped at `cap` serves with its open-loop point (`open_loop_point`)
     meeting the SLOs, requests/s (0 when none does): every term of that point is nondecreasing in the rate (the
     requests in service grow with it, the closed-loop TTFT / TPOT / latency are nondecreasing in the concurrency,
-    `refine`'s proof; the M/D/c wait grows with the utilisation), so the rates meeting the SLOs are an interval
-    from 0, found by bisection to 1e-5 of the capacity (a plan's rates are compared in thousandths,
-    `serve_ilp.SCALE`); just under the capacity when it meets them there (no TTFT or latency SLO: the TPOT at any
-    load below the cap's is within the cap's). 0 when it does not meet them at `above` (> 0: the best rate another
+    `refine`'s proof, and so taken for TTFT's parts without the station, base and floor -- for the floor's
+    sustained-rate bound C S_e - think not proven; the open M/D/1 prefill wait and the M/D/c slot wait grow with
+    the rate), so the rates meeting the SLOs are an interval from 0, found by bisection to 1e-5 of the capacity (a
+    plan's rates are compared in thousandths, `serve_ilp.SCALE`); just under the capacity when it meets them
+    there. `cap` may miss the SLOs closed-loop (`_rate_candidates` tries every evaluated concurrency): the loaded
+    point runs fewer requests than the cap. 0 when it does not meet them at `above` (> 0: the best rate another
     cap gave; by that monotonicity this cap serves less)."""
     capacity = cap["requests_per_s"]
     top = capacity * (1 - 1e-6)
@@ -695,7 +730,7 @@ def candidates(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, coefficients
     points = [(ev, p) for ev in evaluated for p in ev["points"]]
     good = [(ev, p) for ev, p in points if _meets(p, req)]
     if req.request_rate is not None:
-        return found, rejected, evaluated, points, good, _rate_candidates(req, good)
+        return found, rejected, evaluated, points, good, _rate_candidates(req, points)
     best_per_shape: dict = {}
     for ev, p in good:
         key = ev["inst"]
@@ -704,15 +739,17 @@ def candidates(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, coefficients
     return found, rejected, evaluated, points, good, list(best_per_shape.values())
 
 
-def _rate_candidates(req: ServeRequest, good: list) -> list:
-    """At --request-rate, per shape the cap (a point meeting the SLOs closed-loop: a full engine meets them) whose
+def _rate_candidates(req: ServeRequest, points: list) -> list:
+    """At --request-rate, per shape the cap (any evaluated concurrency: the SLOs are asked of the loaded mean TTFT /
+    TPOT, so a cap whose closed loop -- every slot held, prompts queued behind each other -- misses them may meet them
+    at the load the rate gives; until servefit2 only caps meeting them closed-loop were tried) whose
     replica serves the most requests/s open-loop within the SLOs (`usable_rate`), as (ev, point) with the point's
     requests_per_s that usable rate -- what `_best_mix` sizes replicas with -- capacity_per_s its closed-loop
     requests/s and `closed` the closed-loop point (`_replica_plan` reports the load a replica is given). A cap
     serves at most its capacity, so caps of less capacity than the best usable rate found are not tried, and a cap
     that misses the SLOs at that rate serves less (`usable_rate` above=)."""
     by_shape: dict = {}
-    for ev, p in good:
+    for ev, p in points:
         by_shape.setdefault(ev["inst"], (ev, []))[1].append(p)
     out = []
     for ev, caps in by_shape.values():
@@ -1025,8 +1062,8 @@ STEADY_STATE_NOTE = ("TTFT / TPOT: steady-state means of a closed loop at the pl
 """What serve-plan's latencies are (senior review 10, finding 3: the output did not say)."""
 OPEN_LOOP_NOTE = ("TTFT / TPOT at --request-rate: steady-state means of each replica fed its share of the rate as an "
                   "open stream (Poisson arrivals): the requests it runs follow from the load (Little's law), and TTFT "
-                  "includes the prefill queue's wait and the wait for a free running slot when all of the cap "
-                  "(conc.) are held (M/D/c, cost.serving.open_queue_wait_s); tok/s/GPU is the load served")
+                  "includes the prefill queue's wait at that rate (M/D/1) and the wait for a free running slot when all of "
+                  "the cap (conc.) are held (M/D/c; both cost.serving.open_queue_wait_s); tok/s/GPU is the load served")
 """What serve-plan's latencies are at --request-rate (`open_loop_point`; fresh-user review 11, finding 1)."""
 
 
@@ -1407,6 +1444,20 @@ def _fraction_why(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, inst: sv.
 def _no_mix(hw: ClusterSpec, req: ServeRequest, pre: list, dec: list) -> InfeasibleError:
     """Why no rate-matched mix fits: the fewest GPUs of one decode worker (at its lightest point meeting the
     SLOs) fed by enough prefill workers of one shape (or, at --request-rate, both sides carrying the rate)."""
+    if req.request_rate is not None:
+        wider = _rate_split(replace(req, gpus=req.gpus * 64), pre, dec)
+        if wider.decode:
+            (i, n_pre), (j, n_dec) = *wider.prefill.items(), *wider.decode.items()
+            p, d = pre[i], dec[j]
+            gpus = n_pre * p[0]["inst"].gpus + n_dec * d[0]["inst"].gpus
+            return InfeasibleError(
+                f"no prefill + decode mix fits {req.gpus} GPUs at {req.request_rate:g} requests/s"
+                f"{' within --ttft-ms' if req.ttft_ms is not None else ''} (TTFT with both queues' waits): the least "
+                f"is {n_pre} {p[0]['inst'].label} prefill worker(s) + {n_dec} {d[0]['inst'].label} decode worker(s) "
+                f"@{d[1]['concurrency']} = {gpus} GPUs; --gpus {allowed_gpus(hw, gpus)} would work (or a lower "
+                f"--request-rate, a looser --ttft-ms, or no --disaggregated)",
+                details={"binding": "prefill_rate", "minimum_gpus": gpus})
+
     def need(p, d) -> tuple[int, int, int]:
         rate = req.request_rate if req.request_rate is not None else d[1]["requests_per_s"]
         n_pre = math.ceil(rate / p[1]["usable_per_s"] - 1e-9)
@@ -1428,7 +1479,8 @@ def _no_mix(hw: ClusterSpec, req: ServeRequest, pre: list, dec: list) -> Infeasi
 def disaggregated_plan(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, coefficients: dict, start: float) -> dict:
     """Prefill and decode workers (`--disaggregated`): per shape the prefill point and every decode point
     meeting the SLOs (`worker_candidates`), then the best rate-matched mix of one prefill kind and one decode kind
-    (`_solve_split`: the routers cannot weight unlike workers, `ROUTER_SPLIT`). TTFT = the prefill worker's TTFT + the KV transfer;
+    (`_solve_split`: the routers cannot weight unlike workers, `ROUTER_SPLIT`). TTFT = the prefill worker's TTFT + the KV
+    transfer (+ at --request-rate the wait for a free decode slot, `decode_wait_s`);
     TPOT = the decode worker's. --request-latency-ms is checked on the chosen mix (TTFT + (O - 1) x TPOT).
     The plans are whole mixes, best first: the program's choice, then the best mix of each other decode
     shape (up to --top), so every row reads as the deployment line does."""
@@ -1478,15 +1530,15 @@ def disaggregated_plan(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, coef
 
 
 def _decode_load_note(rows: list[dict]) -> list[str]:
-    """At --request-rate (worker rows with a utilisation): the decode workers' share of their capacity, and that the
-    wait for a free decode slot at that load is not in TTFT -- the open-loop queue the aggregated replicas and the
-    prefill workers price (`cost.serving.open_queue_wait_s`) is not applied to the decode side yet."""
+    """At --request-rate (worker rows with a utilisation): the decode workers' share of their capacity and the wait
+    for a free decode slot at that load (`decode_wait_s`), which TTFT includes."""
     decode = [r for r in rows if r["role"] == "decode" and "utilisation" in r]
     if not decode:
         return []
     worst = max(decode, key=lambda r: r["utilisation"])
-    return [f"decode workers at {worst['utilisation']:.1%} of their capacity at this rate: the wait of a request for "
-            f"a free decode slot at that load is not priced (TTFT counts the prefill side's queue only)"]
+    return [f"decode workers at {worst['utilisation']:.1%} of their capacity at this rate: a request waits "
+            f"{worst['queue_wait_ms']:,.1f} ms for a free decode slot (M/D/c over each worker's running-request cap "
+            f"{worst['concurrency']}), included in TTFT after the prefill worker's own queue"]
 
 
 def _lightest(spec, hw, req: ServeRequest, coefficients: dict, pre: list, dec: list, split: Split) -> list:
@@ -1497,7 +1549,11 @@ def _lightest(spec, hw, req: ServeRequest, coefficients: dict, pre: list, dec: l
     degree up to the chosen point's: a concurrency whose requests/s, b / (O x TPOT(b)), carries the share -- the
     least such where that rate grows with b, as it does while TPOT grows less than in proportion to b (a decode
     step's weight read is paid once per step); the point returned always carries the share and meets --tpot-ms
-    (the search's points are the grid and `refine`'s, so the chosen one may carry more than the mix feeds it)."""
+    (the search's points are the grid and `refine`'s, so the chosen one may carry more than the mix feeds it).
+    At --request-rate `dec` unchanged: the decode point is the running-request cap whose slot wait `_rate_split`
+    priced, and its TPOT (at the cap) bounds the TPOT at the load the worker runs."""
+    if req.request_rate is not None:  # the cap `_rate_split` chose: a smaller one has a longer slot wait
+        return dec
     (i, n_p), = split.prefill.items()
     (j, n_d), = split.decode.items()
     ev, point = dec[j]
@@ -1550,9 +1606,11 @@ near the same count as they are, above the 17 its SLOs were planned at."""
 def _solve_split(req: ServeRequest, pre: list, dec: list) -> Split:
     """The best mix of n_p alike prefill workers of one candidate and n_d alike decode workers of one
     (`ROUTER_SPLIT`), by enumeration over every pair of candidates (exact: `_pair_counts` is): at --request-rate
-    the fewest GPUs carrying it on both sides, else the most requests/s served, min(n_p x r_p, n_d x r_d), on
-    --gpus; ties go to fewer GPUs, then the lower decode TPOT (the decode workers at the lighter load).
-    status OPTIMAL when a mix exists (the enumeration is exhaustive), else INFEASIBLE."""
+    the fewest GPUs carrying it with both queues' waits priced (`_rate_split`), else the most requests/s served,
+    min(n_p x r_p, n_d x r_d), on --gpus; ties go to fewer GPUs, then the lower decode TPOT (the decode workers at
+    the lighter load). status OPTIMAL when a mix exists (the enumeration is exhaustive), else INFEASIBLE."""
+    if req.request_rate is not None:
+        return _rate_split(req, pre, dec)
     best, found = None, Split({}, {}, "INFEASIBLE")
     for i, (pre_ev, p) in enumerate(pre):
         for j, (dec_ev, d) in enumerate(dec):
@@ -1563,23 +1621,84 @@ def _solve_split(req: ServeRequest, pre: list, dec: list) -> Split:
             n_p, n_d = counts
             gpus = n_p * pre_ev["inst"].gpus + n_d * dec_ev["inst"].gpus
             served = round(min(n_p * p["usable_per_s"], n_d * d["requests_per_s"]) * 1e3)
-            key = (gpus, d["tpot_s"]) if req.request_rate is not None else (-served, gpus, d["tpot_s"])
+            key = (-served, gpus, d["tpot_s"])
             if best is None or key < best:
                 best, found = key, Split({i: n_p}, {j: n_d}, "OPTIMAL")
     return found
 
 
+def decode_wait_s(rate_per_s: float, workers: int, inst: sv.Instance, point: dict) -> float:
+    """Mean wait of a request for a free running slot of a decode worker, seconds: one of `workers` alike workers
+    of `inst` capped at point["concurrency"] running requests (the emitted running-request cap), fed an even share
+    of an open stream of `rate_per_s` requests/s by the router (`ROUTER_SPLIT`), each attention-DP group a queue
+    of its own (point["concurrency"] / adp slots at rate / (workers x adp), as a prefill worker's groups,
+    `cost.serving.prefill_worker_wait_s`), a request holding its slot for its output_len decode steps,
+    point["latency_s"] = O x TPOT at the cap (every slot busy whenever a request waits): the M/D/c queue of
+    `cost.serving.open_queue_wait_s`, the one model serve-plan uses for requests queueing for a server. Infinite
+    at or above the worker's capacity. Source: Allen (1990) sec. 6.3, Allen-Cunneen (via open_queue_wait_s);
+    fresh-user review 11 / servefit: the decode workers of a mix at 98.6% of their capacity had this wait
+    (~8.3 s) left out of TTFT."""
+    groups = inst.adp
+    return sv.open_queue_wait_s(rate_per_s / (workers * groups), point["concurrency"] // groups,
+                                point["latency_s"])
+
+
+def _rate_split(req: ServeRequest, pre: list, dec: list) -> Split:
+    """At --request-rate R: the mix of n_p alike prefill workers (candidate i) and n_d alike decode workers
+    (candidate j: one shape at one running-request cap c) on the fewest GPUs, n_p g_p + n_d g_d <= --gpus, whose TTFT
+    -- the prefill worker's unloaded TTFT + its queue's wait at R / n_p (`_queued_ttft_s`) + the wait for a free
+    decode slot at R / n_d (`decode_wait_s`) -- is within --ttft-ms (without it: both waits finite, each side below
+    its capacity); ties: the lower request latency TTFT + (O - 1) TPOT (TPOT at the decode cap: a smaller cap lowers
+    it but lengthens the slot wait), then the lower TPOT, then the earlier candidates. The prefill and
+    decode counts are chosen together: more prefill workers leave more of --ttft-ms to the decode queue, so fewer
+    or smaller decode workers may carry the rate. Exact by enumeration: every i, every n_p from the least below
+    capacity up to what --gpus holds, and for every j the least n_d whose wait fits what the prefill queue leaves
+    (each wait is nonincreasing in its worker count -- the rate per worker falls, and for a fixed c and service the
+    Allen-Cunneen wait, C(c, a) S / (2 (c - a)), grows with the offered load a: Erlang C is increasing in a,
+    Kleinrock 1975 eq. 3.40, and so is 1 / (c - a) -- and more workers cost more GPUs, so the least n_d meeting
+    the budget is the best n_d for that (i, n_p, j); the n_p and n_d loops stop once their own GPUs reach the best
+    mix's). tests/test_serve_disagg_rate.py compares it with
+    brute force over every (i, n_p, j, n_d)."""
+    rate, gpus = req.request_rate, req.gpus
+    budget = math.inf if req.ttft_ms is None else req.ttft_ms / 1e3
+    waits: dict = {}
+
+    def decode_wait(j: int, n_d: int) -> float:
+        if (j, n_d) not in waits:
+            ev, d = dec[j]
+            waits[j, n_d] = decode_wait_s(rate, n_d, ev["inst"], d)
+        return waits[j, n_d]
+
+    best, found = None, Split({}, {}, "INFEASIBLE")
+    for i, (pre_ev, p) in enumerate(pre):
+        g_p = pre_ev["inst"].gpus
+        for n_p in range(max(1, math.floor(rate / p["requests_per_s"]) + 1), gpus // g_p + 1):
+            if best is not None and n_p * g_p >= best[0]:
+                break  # more prefill workers only cost more
+            ttft = _queued_ttft_s(req, (pre_ev, p), n_p, None)
+            if ttft > budget:
+                continue
+            for j, (dec_ev, d) in enumerate(dec):
+                g_d = dec_ev["inst"].gpus
+                for n_d in range(max(1, math.floor(rate / d["requests_per_s"]) + 1), (gpus - n_p * g_p) // g_d + 1):
+                    if best is not None and n_p * g_p + n_d * g_d > best[0]:
+                        break  # more decode workers only cost more
+                    total = ttft + decode_wait(j, n_d)
+                    if total <= budget:
+                        key = (n_p * g_p + n_d * g_d, total + (req.output_len - 1) * d["tpot_s"], d["tpot_s"])
+                        if best is None or key < best:
+                            best, found = key, Split({i: n_p}, {j: n_d}, "OPTIMAL")
+                        break
+    return found
+
+
 def _pair_counts(req: ServeRequest, g_p: int, r_p: float, g_d: int, r_d: float) -> tuple[int, int] | None:
-    """(prefill workers, decode workers) of one prefill kind (g_p GPUs, r_p requests/s each) and one decode kind:
-    at --request-rate R the fewest of each carrying R (ceil(R / r)), None beyond --gpus; else the counts
-    maximising min(n_p r_p, n_d r_d) with n_p g_p + n_d g_d <= --gpus, n_p, n_d >= 1, None when one of each does
+    """(prefill workers, decode workers) of one prefill kind (g_p GPUs, r_p requests/s each) and one decode kind
+    without --request-rate (at a rate: `_rate_split`): the counts maximising min(n_p r_p, n_d r_d) with n_p g_p + n_d g_d <= --gpus, n_p, n_d >= 1, None when one of each does
     not fit. For n_d decode workers the most prefill workers that fit is a(n_d) = (G - n_d g_d) // g_p,
     nonincreasing in n_d, while n_d r_d grows: the served rate rises up to the last n_d with n_d r_d <= a(n_d) r_p
     (found by bisection) and falls after the next, so one of the two is best; the prefill count is then the
     fewest that still feeds min(n_d r_d, a(n_d) r_p). Source: hand derivation above."""
-    if req.request_rate is not None:
-        n_p, n_d = math.ceil(req.request_rate / r_p - 1e-9), math.ceil(req.request_rate / r_d - 1e-9)
-        return (n_p, n_d) if n_p * g_p + n_d * g_d <= req.gpus else None
     budget = req.gpus
     top = (budget - g_p) // g_d
     if top < 1:
@@ -1642,7 +1761,8 @@ def _mix_plan(spec: ModelSpec, req: ServeRequest, pre: list, dec: list, result) 
     worker row's and the mix's utilisation, rate / capacity, the mix's capacity the slower side's -- fresh-user
     review 11: 4.055 requests/s was reported served at --request-rate 4; else the slower side's: the decode side's
     when rate-matched, the prefill side's when decode capacity is spare) and tokens/s (that x output_len), TTFT / TPOT the worst of its workers, the prefill workers' TTFT with their queue's wait at
-    the load the mix gives them (`_queued_ttft_s`)."""
+    the load the mix gives them (`_queued_ttft_s`), at --request-rate plus the wait for a free decode slot
+    (`decode_wait_s`, each decode row's and the plan's queue_wait_ms)."""
     rows = [_worker_row(spec, req, *pre[i], "prefill", n) for i, n in sorted(result.prefill.items())] + \
            [_worker_row(spec, req, *dec[i], "decode", n) for i, n in sorted(result.decode.items())]
     gpus = sum(r["gpus"] for r in rows)
@@ -1655,8 +1775,13 @@ def _mix_plan(spec: ModelSpec, req: ServeRequest, pre: list, dec: list, result) 
     decode_row = max((r for r in rows if r["role"] == "decode"), key=lambda r: r["tpot_ms"])
     for (i, n), row in zip(sorted(result.prefill.items()), rows):
         row["ttft_ms"] = round(_queued_ttft_s(req, pre[i], n, decode_row) * 1e3, 1)
+    wait = 0.0
+    if req.request_rate is not None:
+        for (j, n), row in zip(sorted(result.decode.items()), rows[len(result.prefill):]):
+            row["queue_wait_ms"] = round(decode_wait_s(req.request_rate, n, dec[j][0]["inst"], dec[j][1]) * 1e3, 1)
+            wait = max(wait, row["queue_wait_ms"])
     tokens = served * req.output_len
-    ttft = max(r["ttft_ms"] for r in rows if r["role"] == "prefill")
+    ttft = round(max(r["ttft_ms"] for r in rows if r["role"] == "prefill") + wait, 1)
     tpot = max(r["tpot_ms"] for r in rows if r["role"] == "decode")
     latency = ttft + (req.output_len - 1) * tpot
     decode_rows = [r for r in rows if r["role"] == "decode"]
@@ -1672,7 +1797,7 @@ def _mix_plan(spec: ModelSpec, req: ServeRequest, pre: list, dec: list, result) 
             "request_latency_ms": round(latency, 1), "tokens_per_s": round(tokens, 1),
             "tokens_per_s_per_gpu": round(tokens / gpus, 1), "tokens_per_s_per_user": round(1e3 / tpot, 1),
             "requests_per_s": round(served, 3),
-            **({"capacity_requests_per_s": round(capacity, 3), "utilisation": round(served / capacity, 4)}
-               if req.request_rate is not None else {}),
+            **({"capacity_requests_per_s": round(capacity, 3), "utilisation": round(served / capacity, 4),
+                "queue_wait_ms": wait} if req.request_rate is not None else {}),
             "workers": [{k: r[k] for k in ("role", "parallelism", "workers", "concurrency")} for r in rows]}
     return rows, plan

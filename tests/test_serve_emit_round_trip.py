@@ -117,12 +117,10 @@ def test_one_prefill_kind_and_one_decode_kind_equal_brute_force():
 def test_pair_counts_by_hand():
     """16 GPUs, prefill tp2 at 1.5 requests/s, decode tp4 at 2 requests/s: n_d = 1 leaves 6 prefill workers
     (9 requests/s) for 2 served; n_d = 2: 4 prefill (6) for 4; n_d = 3: 2 prefill (3) for 3 -- so 2 decode
-    workers fed by ceil(4 / 1.5) = 3 prefill workers (4.5 >= 4), 14 GPUs. At --request-rate 5: ceil(5 / 1.5) = 4
-    prefill + ceil(5 / 2) = 3 decode = 20 GPUs > 16: none; at 4: 3 + 2 = 14 GPUs."""
+    workers fed by ceil(4 / 1.5) = 3 prefill workers (4.5 >= 4), 14 GPUs. (At --request-rate the counts are chosen
+    with both queues' waits priced, `serve._rate_split`: tests/test_serve_disagg_rate.py.)"""
     req = serve.ServeRequest(gpus=16, input_len=1000, output_len=100, disaggregated=True)
     assert serve._pair_counts(req, 2, 1.5, 4, 2.0) == (3, 2)
-    assert serve._pair_counts(replace(req, request_rate=5.0), 2, 1.5, 4, 2.0) is None
-    assert serve._pair_counts(replace(req, request_rate=4.0), 2, 1.5, 4, 2.0) == (3, 2)
     assert serve._pair_counts(replace(req, gpus=5), 2, 1.5, 4, 2.0) is None  # one of each takes 6
 
 

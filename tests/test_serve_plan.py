@@ -453,7 +453,7 @@ def test_vllm_throughput_respects_the_per_step_token_budget():
 
 def test_disaggregated_at_a_request_rate_reports_what_the_mix_serves():
     """--request-rate 5 on tp8: 3 prefill workers (~2.17 requests/s each of 8k prompts) feed 6.5 requests/s;
-    the decode worker runs at the lightest load carrying the rate; the mix serves the asked 5 requests/s, tokens/s =
+    the decode worker's slot wait is priced (servefit2); the mix serves the asked 5 requests/s, tokens/s =
     5 x 500, and its capacity is min(prefill, decode) requests/s (it reported the decode worker's full 10.7 requests/s,
     later min(prefill, decode) 5.068, as served: fresh-user review 11, finding 1)."""
     proc = _cli("-m", "llama-3.1-70b", "-c", "hgx-h200", "--gpus", "64", "--input-len", "8000", "--output-len", "500",
@@ -468,7 +468,8 @@ def test_disaggregated_at_a_request_rate_reports_what_the_mix_serves():
     assert all(w["utilisation"] == pytest.approx(5 / w["requests_per_s"], abs=1e-3) for w in dep["workers"])
     decode = max(w["utilisation"] for w in dep["workers"] if w["role"] == "decode")
     (note,) = [n for n in json.loads(proc.stdout)["notes"] if n.startswith("decode workers at")]
-    assert f"{decode:.1%} of their capacity" in note and "not priced" in note
+    wait = max(w["queue_wait_ms"] for w in dep["workers"] if w["role"] == "decode")
+    assert f"{decode:.1%} of their capacity" in note and f"waits {wait:,.1f} ms" in note and "included in TTFT" in note
 
 
 def test_pp_that_does_not_divide_the_layers_is_searched_and_costs_the_largest_stage():

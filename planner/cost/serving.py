@@ -1242,8 +1242,10 @@ def open_queue_wait_s(rate_per_s: float, servers: int, service_s: float) -> floa
     W = C(c, a) S / (c (1 - U)) / 2, a = rate x S, U = a / c (`erlang_c`). Exact for one server: C(1, a) = U and W =
     U S / (2 (1 - U)), the M/D/1 queue's Pollaczek-Khinchine mean. Infinite at U >= 1 (no steady state).
     serve-plan's one model of requests queueing for a server: a disaggregated prefill worker's attention-DP groups,
-    each fed its even share by the router (`prefill_worker_wait_s`: c = 1 per group), and an aggregated replica's
-    running-request slots, one waiting queue in front of its cap (`planner.serve.open_loop_point`: c = the cap).
+    each fed its even share by the router (`prefill_worker_wait_s`: c = 1 per group), an aggregated replica's
+    running-request slots, one waiting queue in front of its cap (`planner.serve.open_loop_point`: c = the cap), its
+    prompts at the prefill station at --request-rate (`open_loop_point`: c = 1, service the station's), and a
+    disaggregated decode worker's slots (`planner.serve.decode_wait_s`: c = the cap per attention-DP group).
     Hand checks (tests/test_serve_open_loop.py): c = 1, U = 0.9, S = 1 s: 4.5 s; c = 2, rate 1/s, S = 1 s: a = 1,
     C = 1/3, W = (1/3) / (2 x 1/2) / 2 = 1/6 s.
     Source: Allen, Probability, Statistics, and Queueing Theory (2nd ed., 1990), sec. 6.3 (the Allen-Cunneen
