@@ -881,11 +881,15 @@ def show_serve_plan(data: dict, fmt: str) -> None:
               f"{number(dep['requests_per_s'])} requests/s")
     console.print(f"deployment: {mix} on {dep['gpus']:,} GPUs: {served}")
     console.print()
-    console.print(_table("plans", ("#", "instance", "replicas", "conc.", "TTFT\nms", "TPOT\nms",
-                                   "output\ntok/s/GPU", "output\ntok/s/user", "KV pool\nGiB", "max\nconc."),
+    # at a request rate the engine's cap (--max-num-seqs) and the requests it runs at that load differ;
+    # TTFT / TPOT are those at the load (fresh-user review 12, finding 3)
+    loaded = any("in_service" in p for p in data["plans"])
+    console.print(_table("plans", ("#", "instance", "replicas", "cap\n(running)" if loaded else "conc.", "TTFT\nms",
+                                   "TPOT\nms", "output\ntok/s/GPU", "output\ntok/s/user", "KV pool\nGiB",
+                                   "max\nconc."),
                          ([i, _workers_label(p["workers"]) if "workers" in p else _serve_label(p["parallelism"]),
                            f"{sum(w['workers'] for w in p.get('workers', ())) or p['parallelism']['replicas']:,}",
-                           f"{p['concurrency']:,}",
+                           f"{p['concurrency']:,}" + (f" ({p['in_service']:,.1f})" if "in_service" in p else ""),
                            f"{p['ttft_ms']:,.0f}", f"{p['tpot_ms']:,.1f}", f"{p['tokens_per_s_per_gpu']:,.1f}",
                            f"{p['tokens_per_s_per_user']:,.1f}", gib(p["memory_bytes"]["kv_cache"]),
                            f"{p['max_concurrency']:,}"] for i, p in enumerate(data["plans"], 1)), right_from=2))

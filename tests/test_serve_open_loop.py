@@ -241,3 +241,15 @@ def test_caps_are_searched_by_their_loaded_values():
     assert plan["gpus"] < closed.gpus([ev["inst"].gpus for ev, _ in serve._rate_candidates(req, good)])
     assert not any(p["concurrency"] == plan["concurrency"] and ev["inst"].tp == plan["parallelism"]["tp"]
                    and ev["inst"].pp == plan["parallelism"]["pp"] for ev, p in good)  # its cap misses closed-loop
+
+
+def test_plans_table_at_a_rate_shows_the_cap_and_the_requests_running():
+    """Fresh-user review 12, finding 3: at --request-rate the table's concurrency is the engine's cap
+    (--max-num-seqs) while TTFT / TPOT hold at the requests running at that load (Little's law,
+    `in_service`); the column names both, 'cap (running)', e.g. '177 (45.0)'."""
+    out = planner(*EXAMPLE, "--tpot-ms", "40")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(planner(*EXAMPLE, "--tpot-ms", "40", "-f", "json").stdout)
+    plan = data["plans"][0]
+    assert "running" in out.stdout   # rich may wrap the header and cell on a narrow console (xdist: 80 columns)
+    assert f"({plan['in_service']:,.1f})" in out.stdout
