@@ -59,7 +59,7 @@ def framework_convention(framework: str) -> str:
 
 
 def mfu_basis(spec: ModelSpec, peak_tflops: dict[str, float], precision: str, seq_len: int,
-              framework: str) -> dict:
+              framework: str, mtp_layers: int = 0) -> dict:
     """What an MFU figure of `spec` at `seq_len` under `precision` is measured against:
     {convention: MFU_CONVENTION's short form (PALM_CONVENTION; the `mfu` and `tflops_per_gpu` the
     commands return are in it), peak_precision, peak_tflops (the dense peak MFU divides by: the
@@ -71,8 +71,11 @@ def mfu_basis(spec: ModelSpec, peak_tflops: dict[str, float], precision: str, se
     Multiply an MFU by causal_fraction for the causal-discounted value, by framework_fraction for
     the framework's (what the plan table prints), by peak_tflops / bf16_peak_tflops for the value
     against the bf16 peak (torchtitan's and NVIDIA's fp8 figures).
+    `mtp_layers`: the MTP layers the layout trains (`placement.mtp.mtp_layers`); both conventions
+    then count them as Megatron-LM logs them (`params_flops.mtp_forward_flops`), and the MFU the
+    commands return includes them (`step_time._summary`).
     Source: MFU_CONVENTION; FRAMEWORK_CAUSAL; `flops_per_token` (attention_forward_causal)."""
-    f = flops_per_token(spec, seq_len)
+    f = flops_per_token(spec, seq_len, mtp_layers)
     causal = (f.forward - f.attention_forward + f.attention_forward_causal) / f.forward
     own = FRAMEWORK_CAUSAL[framework]
     return {"convention": PALM_CONVENTION,
