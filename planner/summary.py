@@ -50,12 +50,16 @@ _LOGGED = {"megatron": "as Megatron-LM logs them", "torchtitan": "as torchtitan 
            "deepspeed": "as DeepSpeed's flops profiler counts them"}
 
 
-def framework_convention(framework: str) -> str:
-    """The MFU convention `framework` logs in, as the output names it (`FRAMEWORK_CAUSAL`)."""
+def framework_convention(framework: str, mtp_layers: int = 0) -> str:
+    """The MFU convention `framework` logs in, as the output names it (`FRAMEWORK_CAUSAL`), naming
+    the `mtp_layers` trained MTP layers it counts (`params_flops.mtp_forward_flops`)."""
+    mtp = (f" + {mtp_layers} MTP layer{'s' * (mtp_layers != 1)} with the output layer again"
+           if mtp_layers else "")
     if FRAMEWORK_CAUSAL[framework]:
         return (f"model FLOPs with causal attention, {_LOGGED[framework]} (6 x active params + "
-                f"attention over the keys a causal query sees, no recompute)")
-    return f"PaLM App. B model FLOPs, {_LOGGED[framework]} (6 x active params + attention, no causal discount, no recompute)"
+                f"attention over the keys a causal query sees{mtp}, no recompute)")
+    return (f"PaLM App. B model FLOPs, {_LOGGED[framework]} (6 x active params + attention{mtp}, "
+            f"no causal discount, no recompute)")
 
 
 def mfu_basis(spec: ModelSpec, peak_tflops: dict[str, float], precision: str, seq_len: int,
@@ -81,7 +85,7 @@ def mfu_basis(spec: ModelSpec, peak_tflops: dict[str, float], precision: str, se
     return {"convention": PALM_CONVENTION,
             "peak_precision": precision, "peak_tflops": peak_tflops[precision],
             "bf16_peak_tflops": peak_tflops.get("bf16"), "causal_fraction": causal,
-            "framework": framework, "framework_convention": framework_convention(framework),
+            "framework": framework, "framework_convention": framework_convention(framework, mtp_layers),
             "framework_fraction": causal if own else 1.0}
 
 

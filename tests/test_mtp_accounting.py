@@ -153,3 +153,10 @@ def test_explain_json_mtp_on_versus_off(explained):
     for t, flops in ((off, base), (on, base + 3 * LLAMA_MTP_FORWARD)):
         assert t["tflops_per_gpu"] * 1e12 == pytest.approx(flops * t["tokens_per_s"] / 8, rel=1e-9)
     assert explained[1]["mfu_basis"]["framework_fraction"] != explained[0]["mfu_basis"]["framework_fraction"]
+
+
+def test_the_convention_line_names_the_mtp_layers(explained):
+    """The MFU line says the FLOPs include the MTP layer where one is trained, and nothing of it
+    otherwise."""
+    assert "+ 1 MTP layer with the output layer again" in explained[1]["mfu_basis"]["framework_convention"]
+    assert "MTP" not in explained[0]["mfu_basis"]["framework_convention"]
