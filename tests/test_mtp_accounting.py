@@ -160,3 +160,17 @@ def test_the_convention_line_names_the_mtp_layers(explained):
     otherwise."""
     assert "+ 1 MTP layer with the output layer again" in explained[1]["mfu_basis"]["framework_convention"]
     assert "MTP" not in explained[0]["mfu_basis"]["framework_convention"]
+
+
+def test_plan_json_counts_the_mtp_layer_it_was_asked_to_train():
+    """`plan --mtp-layers 1`: the returned TFLOP/s per GPU of the best plan is its tokens/s x model
+    FLOPs per token with the MTP layer, 3 x (17,156,800,512 + 1,621,098,496) = 56,333,697,024
+    (Llama 3.1 8B at 4,096 tokens: 2 x 7,504,658,432 matmul + 524,288 x 4,096 attention), / 8 GPUs;
+    the MFU line says so."""
+    assert 3 * (2 * 7_504_658_432 + 524_288 * S + LLAMA_MTP_FORWARD) == 56_333_697_024
+    data = json.loads(planner("plan", "-m", "llama-3.1-8b", "-c", "dgx-h100", "--gpus", "8", "--top", "1",
+                              "--mtp-layers", "1", "--format", "json").stdout)
+    best = data["plans"][0]
+    assert best["tflops_per_gpu"] * 1e12 == pytest.approx(56_333_697_024 * best["tokens_per_s"] / 8, rel=1e-9)
+    assert data["request"]["mtp_layers"] == 1
+    assert "+ 1 MTP layer" in data["mfu_basis"]["framework_convention"]
