@@ -22,7 +22,7 @@ from planner.errors import SpecError
 from planner.evaluation import Evaluation, cost_stages, cost_step, layer_modes, stage_modes
 from planner.frameworks import deepep
 from planner.frameworks import megatron as mg
-from planner.placement import overlap
+from planner.placement import mtp, overlap
 from planner.placement.layout import Layout
 from planner.placement.precision import torchao_fp8_recipe
 from planner.placement.rules import Violation, check_layout, errors
@@ -109,8 +109,8 @@ def explain(model: ModelSpec, cluster, layout: Layout, *, reserve_bytes: int | N
         record = dataclasses.replace(record, step=cost_step(
             model, cluster, layout, _modes(model, layout, recompute_per_stage, recompute_layers),
             flash_attention=flash_attention, **order))
-    basis = mfu_basis(model, cluster.gpu.peak_tflops, layout.precision, layout.seq_len, layout.framework) \
-        if record.step else None
+    basis = mfu_basis(model, cluster.gpu.peak_tflops, layout.precision, layout.seq_len, layout.framework,
+                      mtp.mtp_layers(model, layout)) if record.step else None
     assumed = [balanced_routing_note(model), overlap.connections_note(layout, cluster.gpu.name),
                unvalidated_family_note(model.model_type)] if record.step else []
     return header | costed | {"time_s": record.time_s(rates=True), "mfu_basis": basis,

@@ -50,16 +50,20 @@ _LOGGED = {"megatron": "as Megatron-LM logs them", "torchtitan": "as torchtitan 
            "deepspeed": "as DeepSpeed's flops profiler counts them"}
 
 
-def framework_convention(framework: str) -> str:
-    """The MFU convention `framework` logs in, as the output names it (`FRAMEWORK_CAUSAL`)."""
+def framework_convention(framework: str, mtp_layers: int = 0) -> str:
+    """The MFU convention `framework` logs in, as the output names it (`FRAMEWORK_CAUSAL`), naming
+    the `mtp_layers` trained MTP layers it counts (`params_flops.mtp_forward_flops`)."""
+    mtp = (f" + {mtp_layers} MTP layer{'s' * (mtp_layers != 1)} with the output layer again"
+           if mtp_layers else "")
     if FRAMEWORK_CAUSAL[framework]:
         return (f"model FLOPs with causal attention, {_LOGGED[framework]} (6 x active params + "
-                f"attention over the keys a causal query sees, no recompute)")
-    return f"PaLM App. B model FLOPs, {_LOGGED[framework]} (6 x active params + attention, no causal discount, no recompute)"
+                f"attention over the keys a causal query sees{mtp}, no recompute)")
+    return (f"PaLM App. B model FLOPs, {_LOGGED[framework]} (6 x active params + attention{mtp}, "
+            f"no causal discount, no recompute)")
 
 
 def mfu_basis(spec: ModelSpec, peak_tflops: dict[str, float], precision: str, seq_len: int,
-              framework: str) -> dict:
+              framework: str, mtp_layers: int = 0) -> dict:
     """What an MFU figure of `spec` at `seq_len` under `precision` is measured against:
     {convention: MFU_CONVENTION's short form (PALM_CONVENTION; the `mfu` and `tflops_per_gpu` the
     commands return are in it), peak_precision, peak_tflops (the dense peak MFU divides by: the
@@ -71,14 +75,17 @@ def mfu_basis(spec: ModelSpec, peak_tflops: dict[str, float], precision: str, se
     Multiply an MFU by causal_fraction for the causal-discounted value, by framework_fraction for
     the framework's (what the plan table prints), by peak_tflops / bf16_peak_tflops for the value
     against the bf16 peak (torchtitan's and NVIDIA's fp8 figures).
+    `mtp_layers`: the MTP layers the layout trains (`placement.mtp.mtp_layers`); both conventions
+    then count them as Megatron-LM logs them (`params_flops.mtp_forward_flops`), and the MFU the
+    commands return includes them (`step_time._summary`).
     Source: MFU_CONVENTION; FRAMEWORK_CAUSAL; `flops_per_token` (attention_forward_causal)."""
-    f = flops_per_token(spec, seq_len)
+    f = flops_per_token(spec, seq_len, mtp_layers)
     causal = (f.forward - f.attention_forward + f.attention_forward_causal) / f.forward
     own = FRAMEWORK_CAUSAL[framework]
     return {"convention": PALM_CONVENTION,
             "peak_precision": precision, "peak_tflops": peak_tflops[precision],
             "bf16_peak_tflops": peak_tflops.get("bf16"), "causal_fraction": causal,
-            "framework": framework, "framework_convention": framework_convention(framework),
+            "framework": framework, "framework_convention": framework_convention(framework, mtp_layers),
             "framework_fraction": causal if own else 1.0}
 
 

@@ -28,7 +28,7 @@ from planner.cost.memory import (
 from planner.evaluation import Evaluation, cost_stages, cost_step, layer_modes, stage_modes
 from planner.errors import SpecError, several
 from planner import frameworks
-from planner.placement import overlap
+from planner.placement import mtp, overlap
 from planner.placement.layout import Layout
 from planner.placement.rules import Violation, check_layout, errors
 from planner.specs.cluster import ClusterSpec
@@ -171,7 +171,8 @@ def evaluate(target: Target) -> dict:
         "tokens_per_s": step.tokens_per_s if step else None,
         "mfu": step.mfu if step else None,
         "mfu_basis": mfu_basis(target.model, target.cluster.gpu.peak_tflops, layout.precision,
-                               layout.seq_len, layout.framework) if step else None,
+                               layout.seq_len, layout.framework, mtp.mtp_layers(target.model, layout))
+        if step else None,
         # what the step time takes as given: balanced expert load, which overlap Megatron-FSDP keeps
         "assumptions": [a for a in (balanced_routing_note(target.model),
                                     overlap.connections_note(layout, target.cluster.gpu.name),

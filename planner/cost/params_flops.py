@@ -258,10 +258,14 @@ class FlopsPerToken:
     attention_forward_causal: int
     """The attention term with causal masking: query i attends to min(i, window) keys, averaged
     over the sequence ((s+1)/2 keys on full layers). What an efficient causal kernel executes."""
+    mtp_forward: int = 0
+    """The part of `forward` the trained MTP layers add (`mtp_forward_flops`; 0 without them)."""
 
 
-def flops_per_token(spec: ModelSpec, seq_len: int) -> FlopsPerToken:
-    """FLOPs per token at sequence length `seq_len`.
+def flops_per_token(spec: ModelSpec, seq_len: int, mtp_layers: int = 0) -> FlopsPerToken:
+    """FLOPs per token at sequence length `seq_len`, with `mtp_layers` multi-token-prediction
+    layers trained (`placement.mtp.mtp_layers`; their FLOPs are `mtp_forward_flops`, part of
+    `forward` and of the attention terms).
 
     Source: Kaplan et al. 2020 Table 1 (C_forward ≈ 2N + 2·n_layer·n_ctx·d_attn per token, with
     d_attn = a·d for each of QK^T and AV); PaLM (Chowdhery et al. 2022) Appendix B (6N + 12·L·H·Q·T
@@ -270,6 +274,7 @@ def flops_per_token(spec: ModelSpec, seq_len: int) -> FlopsPerToken:
     Args:
         spec: the model.
         seq_len: tokens per sequence (context of each query, before causal masking).
+        mtp_layers: MTP layers trained (>= 0).
     """
     counts = count_params(spec)
     matmul = counts.active_per_token - counts.embedding - counts.final_norm
@@ -277,18 +282,56 @@ def flops_per_token(spec: ModelSpec, seq_len: int) -> FlopsPerToken:
     if spec.tie_word_embeddings:
         matmul += spec.padded_vocab_size * spec.embedding_width  # the tied head is still a matmul
     matmul += _projection(spec)  # OPT's project_in is a matmul, though counted in `embedding`
-    if spec.is_mla:
-        d_qk, d_v = spec.qk_nope_head_dim + spec.qk_rope_head_dim, spec.v_head_dim
-    else:
-        d_qk = d_v = spec.head_dim
+    d_qk, d_v = _head_dims(spec)
     a = spec.num_attention_heads
     attention = sum(2 * _attention_context(spec, i, seq_len) * a * (d_qk + d_v)
                     for i in range(spec.num_hidden_layers))
     causal = sum(2 * _causal_keys_x2(spec, i, seq_len) * a * (d_qk + d_v) // (2 * seq_len)
                  for i in range(spec.num_hidden_layers))
-    forward = 2 * matmul + attention
+    mtp_matmul, mtp_attention, mtp_causal = mtp_forward_flops(spec, seq_len, mtp_layers)
+    attention += mtp_attention
+    causal += mtp_causal
+    forward = 2 * matmul + attention + mtp_matmul
     return FlopsPerToken(forward=forward, attention_forward=attention, training=3 * forward,
-                         training_full_recompute=4 * forward, attention_forward_causal=causal)
+                         training_full_recompute=4 * forward, attention_forward_causal=causal,
+                         mtp_forward=mtp_matmul + mtp_attention)
+
+
+def mtp_forward_flops(spec: ModelSpec, seq_len: int, mtp_layers: int) -> tuple[int, int, int]:
+    """(matmul, attention, causal attention) forward FLOPs per token of `mtp_layers` MTP layers, in
+    `flops_per_token`'s convention: each layer runs one decoder layer of the last layer's kind
+    (its active matmul parameters x 2, router included, norms excluded, and that layer's attention
+    term), eh_proj (2h -> h: 2 x 2h^2) and the output layer again (2 x padded vocab x h).
+    What each framework logs: Megatron-LM counts the MTP layers as decoder layers of the last
+    layer's kind, eh_proj, the three norms (6 x 3h, < 1e-6 of the total, left out here) and the
+    logits once more per MTP layer; it counts no router FLOPs at all, MTP or not
+    (NVIDIA/Megatron-LM@d98e8a6 megatron/training/training.py `num_floating_point_operations`
+    l. 1042-1046: num_layers + mtp_num_layers; l. 1288-1297: 'MTP norms and proj' 3h + 2h^2;
+    l. 1298-1303: logits x (mtp_num_layers + 1)). torchtitan's 6 x parameters counts its MTP
+    modules' parameters once (the head only once) and no MTP attention
+    (pytorch/torchtitan@b5bcd76 torchtitan/models/utils.py get_moe_model_nparams_and_flops
+    l. 493-545: every named parameter, attention over `model_config.layers` only), but the planner
+    costs MTP only under Megatron (`placement.mtp.TRAINED_BY_DEFAULT`, rule `mtp_layers`).
+    Source: `placement.mtp` (what one MTP layer is)."""
+    if not mtp_layers:
+        return 0, 0, 0
+    counts, h = count_params(spec), spec.hidden_size
+    index = spec.num_hidden_layers - 1  # `placement.mtp.mtp_block_index`
+    layer = counts.layers[index]
+    matmul = layer.active(spec.num_experts_per_tok) - layer.norms + 2 * h * h
+    matmul += spec.padded_vocab_size * spec.embedding_width
+    d_qk, d_v = _head_dims(spec)
+    a = spec.num_attention_heads
+    attention = 2 * _attention_context(spec, index, seq_len) * a * (d_qk + d_v)
+    causal = 2 * _causal_keys_x2(spec, index, seq_len) * a * (d_qk + d_v) // (2 * seq_len)
+    return mtp_layers * 2 * matmul, mtp_layers * attention, mtp_layers * causal
+
+
+def _head_dims(spec: ModelSpec) -> tuple[int, int]:
+    """(query/key, value) head dimensions: MLA's nope + rope and v_head_dim, else head_dim."""
+    if spec.is_mla:
+        return spec.qk_nope_head_dim + spec.qk_rope_head_dim, spec.v_head_dim
+    return spec.head_dim, spec.head_dim
 
 
 def _causal_keys_x2(spec: ModelSpec, index: int, seq_len: int) -> int:

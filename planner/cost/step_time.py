@@ -14,7 +14,8 @@ phase says what it overlaps with, its mesh axes and the rank order where its gro
 cluster (`_record_sharing`), `collectives.collective_time` its alpha-beta time. This module keeps
 no list of its own.
 
-Model FLOPs (MFU numerator) follow `params_flops.flops_per_token(...).training` (PaLM appendix B);
+Model FLOPs (MFU numerator) follow `params_flops.flops_per_token(...).training` (PaLM appendix B),
+with the trained MTP layers (`placement.mtp`) included;
 hardware FLOPs (HFU numerator) add what recompute executes again (Narayanan et al. 2021 eq. (3)
 counts full recompute as a 4th pass of the layers, the LM head not recomputed).
 
@@ -37,7 +38,7 @@ from planner.cost.compute import (ATTENTION_BACKWARD_FLOPS, achieved_flops, atte
                                    expert_host_launches, fp8_cast_bytes, moe_expert_host_idle_s, moe_host_sync_s,
                                    peak_flops, torchao_fp8_linear_factor)
 from planner.cost.activations import layer_activation_bytes, op_sac_recomputed_matmuls, op_sac_regather_consumers
-from planner.cost.memory import activation_arguments, stage_layers
+from planner.cost.memory import activation_arguments, mtp_group_counts, stage_layers
 from planner.cost.params_flops import count_params, flops_per_token
 from planner.cost.pipeline import (PipelineCoefficients, pipeline_coefficients,
                                    uneven_interleaved_bubble_s)
@@ -1189,6 +1190,23 @@ def _stage_param_count(model: ModelSpec, layout: Layout, layers: Sequence[int], 
     return dense / layout.tp + routed / (layout.ep * layout.etp)
 
 
+def _mtp_param_count(model: ModelSpec, layout: Layout, stage: int) -> float:
+    """Parameters of the trained MTP layers one GPU of `stage` holds before ZeRO sharding (dense and
+    replicated / tp, routed / (ep*etp), as `_stage_param_count`), with the MTP stage's own copy of
+    the word embedding when it is not the first stage: what the optimizer steps there besides the
+    decoder layers (`memory.mtp_group_counts`, `memory._group_counts`; DeepSeek-V3's MTP layer is
+    11.61B parameters before its embedding copy). 0 on every other stage.
+    Source: `placement.mtp` (Megatron-LM@d98e8a6 multi_token_prediction.py l. 1157-1251,
+    gpt_model.py l. 166-181)."""
+    n = mtp.mtp_layers(model, layout)
+    if not n or stage != mtp.mtp_stage(layout):
+        return 0.0
+    counts = _counts(model)
+    g = mtp_group_counts(model, counts, n)
+    own_embedding = counts.embedding if stage != 0 else 0
+    return (g["dense"] + g["replicated"] + own_embedding) / layout.tp + g["expert"] / (layout.ep * layout.etp)
+
+
 # ---------------------------------------------------------------- data parallel, optimizer
 
 
@@ -1693,7 +1711,8 @@ def _state_pieces(model: ModelSpec, cluster: ClusterSpec, layout: Layout, order)
     through `layer_time` (`layer_time_key`), which `_stage_cost_model` reads per layout."""
     key = (model, id(cluster), layout.replace(pipeline_layers=None, pipeline_layout=None,
                                               recompute="none", recompute_modules=None,
-                                              offload_modules=None), tuple(order))
+                                              offload_modules=None), tuple(order),
+           mtp.mtp_stage(layout))  # the layout string places the MTP parameters (`_mtp_param_count`)
     hit = _STATE_PIECES.get(key)
     if hit is not None and hit[0] is cluster:
         return hit[1]
@@ -1707,7 +1726,7 @@ def _state_pieces(model: ModelSpec, cluster: ClusterSpec, layout: Layout, order)
                  + counts.layers[j].routed_experts / (layout.ep * layout.etp) for j in reps]
     fixed = [(counts.embedding if s == 0 else 0.0) + (counts.lm_head + counts.final_norm
                                                       if s == S - 1 else 0.0) for s in range(S)]
-    fixed = [x / layout.tp for x in fixed]
+    fixed = [x / layout.tp + _mtp_param_count(model, layout, s) for s, x in enumerate(fixed)]
     records = state_records(model, layout)
     price = _Pricer(layout, cluster, share, order)
     m = max(1, layout.num_microbatches)
@@ -1875,14 +1894,17 @@ def _p2p_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, share: dic
 
 
 @lru_cache(maxsize=256)
-def _flops(model: ModelSpec, seq_len: int):
-    return flops_per_token(model, seq_len)
+def _flops(model: ModelSpec, seq_len: int, mtp_layers: int):
+    return flops_per_token(model, seq_len, mtp_layers)
 
 
 def _summary(model, cluster, layout, modes, step, compute, comm, bubble, recompute, optimizer,
              stage_step=()) -> StepTime:
+    """Model FLOPs include the trained MTP layers (`params_flops.mtp_forward_flops`), which
+    `stage_fixed_times` runs; the MTP layer is never recomputed there, so it adds no hardware FLOPs
+    of its own."""
     tokens = layout.global_batch_size * layout.seq_len
-    f = _flops(model, layout.seq_len)
+    f = _flops(model, layout.seq_len, mtp.mtp_layers(model, layout))
     model_flops = f.training * tokens
     extra = 0.0
     for j, mode in enumerate(modes):
