@@ -24,8 +24,7 @@ _FLAG = re.compile(r"(?<![\w.-])(--[A-Za-z][\w.-]*)")
 def flag_lines(text: str) -> dict[str, int]:
     """{`--flag`: line} of every flag outside a `#` comment; the last occurrence wins (argparse)."""
     out: dict[str, int] = {}
-    for number, line in enumerate(text.splitlines(), 1):
-        code = line.split("#", 1)[0] if not line.lstrip().startswith("#") else ""
+    for number, code in enumerate(shell.uncommented(text.splitlines()), 1):
         for match in _FLAG.finditer(code):
             flag = match.group(1).split("=", 1)[0]
             out[flag] = number
@@ -162,8 +161,7 @@ def _flag_commands(lines: list[str], ends: list[str], out: dict[int, Violation] 
     (`continuation_breaks`), outside arrays, here-documents and `case` patterns; with `out`, the escaped-blank
     breaks (`\\ ` at a line's end) are added to it as errors."""
     found, depth, heredoc = [], 0, None
-    for k, (line, end) in enumerate(zip(lines, ends)):
-        code = line.split("#", 1)[0] if end == shell.COMMENT else line
+    for k, (line, end, code) in enumerate(zip(lines, ends, shell.uncommented(lines))):
         if heredoc is not None:
             heredoc = None if line.strip() == heredoc else heredoc
             continue

@@ -48,7 +48,6 @@ import dataclasses
 import operator
 import difflib
 import re
-import shlex
 from pathlib import Path
 
 from planner.check import shell
@@ -186,13 +185,12 @@ def launch_loops(text: str, file: str) -> list[Violation]:
         SpecError: the launch takes a `for` loop's variable (`for TP in 1 2 4; do torchrun ... $TP`): one launch per
             value, which this reader does not unroll (exit 2, naming the loop, its variable and the launch's line).
     """
-    lines, out = text.splitlines(), []
+    lines, out = shell.uncommented(text.splitlines()), []
     for start, end, keyword, name in shell.loops(text):
-        at = next((k for k in range(start, min(end, len(lines)) + 1)
-                   if _LAUNCH.search(lines[k - 1].split("#", 1)[0])), None)
+        at = next((k for k in range(start, min(end, len(lines)) + 1) if _LAUNCH.search(lines[k - 1])), None)
         if at is None:
             continue
-        body = "\n".join(line.split("#", 1)[0] for line in lines[start:end])
+        body = "\n".join(lines[start:end])
         if name is not None and re.search(rf"\$\{{?{name}\b", body):
             raise SpecError(f"the training launch of line {at} runs inside the loop `for {name} ...` (line {start}) "
                             f"and takes ${name} from it: one launch per value, which this reader does not unroll; "
@@ -211,12 +209,12 @@ def launch_text(text: str) -> str:
     commands in a script (`mkdir -p`, `pip install --upgrade`, a preprocessing step) are not
     Megatron's. A file with no launch command (an arguments file) is kept whole."""
     lines = text.splitlines()
-    if not any(_LAUNCH.search(line.split("#", 1)[0]) for line in lines):
+    codes = shell.uncommented(lines)
+    if not any(_LAUNCH.search(code) for code in codes):
         return text
     keep, more = [False] * len(lines), shell.continues(lines)
     start, depth = 0, 0
-    for i, line in enumerate(lines):
-        code = line.split("#", 1)[0]
+    for i, code in enumerate(codes):
         if depth == 0 and _ARRAY_OPEN.match(code):
             depth = 1
             keep[i] = True
@@ -229,7 +227,7 @@ def launch_text(text: str) -> str:
             start = i + 1
             continue
         if not more[i]:  # the end of one logical command (no backslash, no quote left open)
-            if any(_LAUNCH.search(lines[j].split("#", 1)[0]) for j in range(start, i + 1)):
+            if any(_LAUNCH.search(codes[j]) for j in range(start, i + 1)):
                 keep[start:i + 1] = [True] * (i + 1 - start)
             start = i + 1
     _keep_strings(lines, keep)
@@ -240,10 +238,10 @@ def arrays_apart(text: str) -> str:
     """`text` with each bash array's opening `(` and closing `)` set apart from the words next to
     them (`_array_words`), line by line, nesting counted as `launch_text` counts it."""
     lines, depth = text.splitlines(keepends=True), 0
-    for i, line in enumerate(lines):
+    codes = shell.uncommented([line.rstrip("\r\n") for line in lines])
+    for i, (line, code) in enumerate(zip(lines, codes)):
         body = line.rstrip("\r\n")
         end = line[len(body):]
-        code = body.split("#", 1)[0]
         if depth == 0 and _ARRAY_OPEN.match(code):
             depth = code.count("(") - code.count(")")
             lines[i] = _array_words(body, opens=True, closes=depth == 0) + end
@@ -258,13 +256,14 @@ def _array_words(line: str, *, opens: bool, closes: bool) -> str:
     `ARGS=(--first-flag 80` and the `)` of `--last-flag)` are bash syntax, not part of the first or
     last flag (bash reads `ARGS=(--a --b)` as the words --a and --b, as it does with each
     parenthesis on a line of its own; bash(1) "Arrays"; senior review 7 H4)."""
-    code, hash_, comment = line.partition("#")
+    code = shell.code(line)
+    comment = line[len(code):]
     if opens:
         code = code.replace("=(", "=( ", 1)
     if closes and code.rstrip().endswith(")"):
         stripped = code.rstrip()
         code = stripped[:-1] + " )" + code[len(stripped):]
-    return code + hash_ + comment
+    return code + comment
 
 
 _STRING_OPEN = re.compile(r"^\s*(?:export\s+)?([A-Za-z_]\w*)=([\"'])")
@@ -275,8 +274,8 @@ def _keep_strings(lines: list[str], keep: list[bool]) -> None:
     """Mark the lines of each quoted string assignment (`GPT_ARGS="..."`, one line or many) whose
     variable a kept line expands (`$GPT_ARGS`, `${GPT_ARGS}`), until no more are found."""
     while True:
-        used = {m.group(1) or m.group(3) for line, k in zip(lines, keep) if k
-                for m in _VAR.finditer(line.split("#", 1)[0])}
+        used = {m.group(1) or m.group(3) for line, k in zip(shell.uncommented(lines), keep) if k
+                for m in _VAR.finditer(line)}
         found = False
         for i, line in enumerate(lines):
             opening = _STRING_OPEN.match(line)
@@ -303,7 +302,7 @@ def launcher_words(text: str, file: str) -> list[list[str]]:
     out = []
     for _, line in shell.commands(launch_text(text)):
         try:
-            words = shell.unwrap(shell.join_expansions(shlex.split(line, comments=True)), file)
+            words = shell.unwrap(shell.join_expansions(shell.split(line)), file)
         except (ValueError, SpecError):
             continue
         words = [shell.substitute(w, env) for w in words]
@@ -319,7 +318,7 @@ def slurm_world(text: str, launchers: list[list[str]]) -> int | None:
     launch runs srun, when srun starts torchrun (whose GPUs per node count), or when the file does not give
     both numbers or one is no integer (inside an allocation srun takes them from the job's environment)."""
     directives = [w for line in text.splitlines() if line.startswith(mg.SBATCH)
-                  for w in line[len(mg.SBATCH):].split("#", 1)[0].split()]
+                  for w in shell.code(line[len(mg.SBATCH):]).split()]
     for words in launchers:
         bases = [w.rsplit("/", 1)[-1] for w in words]
         if mg.SRUN not in bases:
@@ -959,8 +958,7 @@ def shell_words(text: str, file: str) -> tuple[list[str], dict[str, str]]:
     not split.
     Source: bash(1) "Word Splitting"."""
     try:
-        words = shell.join_expansions(shlex.split(shell.let_assignments(shell.join_continued(arrays_apart(text))),
-                                                  comments=True))
+        words = shell.join_expansions(shell.split(shell.let_assignments(shell.join_continued(arrays_apart(text)))))
     except ValueError as exc:
         raise SpecError(f"shell syntax error: {exc}", file=file) from None
     words = shell.unwrap(words, file)

@@ -1,0 +1,80 @@
+"""`planner check` of the fresh-user review 12 files (/work/notes/review-fresh12.md; the reviewer's own files, copied
+into tests/data/configs/fresh12/): a `#` inside a word is no comment (#1), the torchtitan fix's valid layouts (#2),
+and the LOW findings of the same review."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from planner.check import shell
+from planner.check.engine_file import check_launch_file
+from tests.cli_run import planner
+
+DATA = Path(__file__).parent / "data" / "configs" / "fresh12"
+
+
+def _errors(result: dict) -> dict[str, str]:
+    return {v["rule"]: v["message"] for v in result["violations"] if v["severity"] == "error"}
+
+
+@pytest.mark.parametrize("text, words", [
+    # bash(1) COMMENTS: a word *beginning* with # starts a comment; a # inside a word is part of it
+    ("srun --container-image=nvcr.io#nvidia/nemo:25.04 python x.py",
+     ["srun", "--container-image=nvcr.io#nvidia/nemo:25.04", "python", "x.py"]),
+    ("--data-path /data/run#7/x --micro-batch-size 8", ["--data-path", "/data/run#7/x", "--micro-batch-size", "8"]),
+    ("--a 1 # --b 2", ["--a", "1"]),                       # a word starting with # is a comment
+    ("--a 1;# --b 2", ["--a", "1;"]),                      # after the metacharacter ; a word starts
+    ('--a "x #y" --b 2', ["--a", "x #y", "--b", "2"]),     # quoted: no comment
+    ("--a 'x #y' --b 2", ["--a", "x #y", "--b", "2"]),
+    ("--a x\\ #y --b 2", ["--a", "x #y", "--b", "2"]),     # an escaped blank is inside the word
+    ("N=${#ARR[@]} M=$# --b 2", ["N=${#ARR[@]}", "M=$#", "--b", "2"]),
+    ('A="1\n# still quoted" --b 2', ["A=1\n# still quoted", "--b", "2"]),  # a quote open across a line
+])
+def test_split_comments_as_bash(text, words):
+    assert shell.split(text) == words
+
+
+def test_container_image_with_hash_passes():
+    """pretrain_srun4.sh: srun --container-image=nvcr.io#nvidia/nemo:25.04 bash -c "python pretrain_gpt.py ...": the
+    launch after the # is read (tp8 pp4 on 4 nodes x 8 tasks = 32 GPUs), as the same file without # passes."""
+    result = planner("check", str(DATA / "pretrain_srun4.sh"), "-c", "dgx-h100", "--format", "json")
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["verdict"] == "pass" and doc["gpus"] == 32
+    assert (doc["parallelism"]["tp"], doc["parallelism"]["pp"], doc["parallelism"]["global_batch_size"]) == (8, 4, 128)
+
+
+def test_hash_in_a_data_path_keeps_the_flags_after_it():
+    """pretrain_hash.sh: `--data-path /data/run#7/text_document --micro-batch-size 8` reads micro-batch 8 (the
+    reviewer's file without # gets the memory verdict at b8), not "--micro-batch-size: missing"."""
+    result = planner("check", str(DATA / "pretrain_hash.sh"), "-c", "dgx-h100", "--format", "json")
+    assert result.returncode == 1, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["parallelism"]["micro_batch_size"] == 8
+    assert "memory_exceeds" in {v["rule"] for v in doc["violations"] if v["severity"] == "error"}
+
+
+def test_engine_launch_reads_past_a_hash_in_a_path(tmp_path):
+    """vLLM: `--download-dir /cache/run#7 --tensor-parallel-size 3` reads tp 3: 64 heads are not divisible by 3
+    (without the fix, the default tp 1 was read)."""
+    path = tmp_path / "v.sh"
+    path.write_text("vllm serve meta-llama/Llama-3.1-70B-Instruct --download-dir /cache/run#7 "
+                    "--tensor-parallel-size 3\n")
+    errors = _errors(check_launch_file(path, cluster="dgx-h100"))
+    assert "num_attention_heads 64 is not divisible by --tensor-parallel-size 3" in errors["heads_divisible"]
+
+
+def test_torchtitan_cli_reads_past_a_hash_in_a_path(tmp_path):
+    """torchtitan CLI: `--job.dump_folder /out/run#1 --parallelism.tensor_parallel_degree 3` reads tp 3: llama3 8B's
+    8 KV heads are not divisible by 3 (without the fix, tp 1 was read and the file passed)."""
+    path = tmp_path / "tt.sh"
+    path.write_text("torchrun --nproc_per_node=8 -m torchtitan.train --module llama3 --config llama3_8b \\\n"
+                    "  --job.dump_folder /out/run#1 --parallelism.tensor_parallel_degree 3 \\\n"
+                    "  --training.local_batch_size 1 --training.seq_len 8192\n")
+    result = planner("check", str(path), "-c", "dgx-h100", "--format", "json")
+    doc = json.loads(result.stdout)
+    assert doc["parallelism"]["tp"] == 3
+    assert "kv_heads_divisible_by_tp" in {v["rule"] for v in doc["violations"]}
