@@ -4,6 +4,7 @@ and the LOW findings of the same review."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -11,6 +12,10 @@ import pytest
 
 from planner.check import shell
 from planner.check.engine_file import check_launch_file
+from planner.placement.layout import Layout
+from planner.placement.rules import check_layout
+from planner.specs.cluster import load_cluster
+from planner.specs.model import load_model
 from tests.cli_run import planner
 
 DATA = Path(__file__).parent / "data" / "configs" / "fresh12"
@@ -78,3 +83,30 @@ def test_torchtitan_cli_reads_past_a_hash_in_a_path(tmp_path):
     doc = json.loads(result.stdout)
     assert doc["parallelism"]["tp"] == 3
     assert "kv_heads_divisible_by_tp" in {v["rule"] for v in doc["violations"]}
+
+
+def test_torchtitan_heads_fix_holds_the_per_rank_batch(tmp_path):
+    """t1.toml (torchtitan's llama3_8b preset, local_batch_size 2, tp 3) on 24 GPUs: torchtitan's global batch is
+    local_batch_size x dp (global_batch_size -1, train.py), so every tp dividing gcd(32 heads, 8 KV heads) = 8 and
+    24 is a valid layout: tp 8 x dp 3, tp 4 x dp 6, tp 2 x dp 12, tp 1 x dp 24 -- not "none" for a fixed batch of
+    2 x 8 = 16 sequences (which dp 3 does not divide)."""
+    result = planner("check", str(DATA / "t1.toml"), "-c", "dgx-h100", "--gpus", "24", "--format", "json")
+    fix = next(v["fix"] for v in json.loads(result.stdout)["violations"] if v["rule"] == "heads_divisible_by_tp")
+    assert fix == ("tp must divide 32; valid layouts: tp=8 x dp=3; tp=4 x dp=6; tp=2 x dp=12; tp=1 x dp=24 "
+                   "(the global batch follows as the per-rank batch x dp)")
+    # the first layout offered passes: dp 3 x local batch 2 = a global batch of 6 sequences
+    fixed = tmp_path / "t7.toml"
+    fixed.write_text((DATA / "t1.toml").read_text().replace("tensor_parallel_degree = 3", "tensor_parallel_degree = 8"))
+    doc = json.loads(planner("check", str(fixed), "-c", "dgx-h100", "--gpus", "24", "--format", "json").stdout)
+    assert doc["verdict"] == "pass"
+    assert (doc["parallelism"]["dp"], doc["parallelism"]["tp"], doc["parallelism"]["global_batch_size"]) == (3, 8, 6)
+
+
+def test_megatron_heads_fix_still_holds_the_global_batch():
+    """Megatron-LM holds --global-batch-size: at 24 GPUs and a batch of 16 sequences, tp in {1, 2, 4, 8} leaves dp
+    24, 12, 6, 3, none dividing 16, and pp 3 / 6 / 12 / 24 does not divide 32 layers: none is valid, as before."""
+    fix = next(v.fix for v in check_layout(load_model("llama-3.1-8b"), dataclasses.replace(load_cluster("dgx-h100"), num_gpus=24),
+                                           Layout(tp=3, dp=8, global_batch_size=16))
+               if v.rule == "heads_divisible_by_tp")
+    assert fix == ("tp must divide 32; valid layouts: none of tp x dp or tp x pp: 24 GPUs are more than tp x dp x pp "
+                   "can use for a global batch of 16 sequences (dp must divide it)")
