@@ -110,3 +110,17 @@ def test_megatron_heads_fix_still_holds_the_global_batch():
                if v.rule == "heads_divisible_by_tp")
     assert fix == ("tp must divide 32; valid layouts: none of tp x dp or tp x pp: 24 GPUs are more than tp x dp x pp "
                    "can use for a global batch of 16 sequences (dp must divide it)")
+
+
+@pytest.mark.parametrize("value, says", [
+    ("Et|(tt|)*x", "value 'Et|(tt|)*x': a repeat needs a count n after its *: '(tt|)*' has none; unknown symbol(s) x; "
+                   "allowed: "),
+    ("Et|t*|tL", "value 'Et|t*|tL': a repeat needs a count n after its *: 't*' has none; allowed: "),
+    ("Etq|tL", "value 'Etq|tL': unknown symbol(s) q; allowed: "),
+])
+def test_pipeline_layout_syntax_is_not_called_an_unknown_symbol(value, says):
+    """Review #4: `(`, `)` and `*` of a repeat without its count were listed as unknown symbols, then as allowed."""
+    result = planner("explain", "-m", "llama-3.1-70b", "-c", "dgx-h100", "--gpus", "64", "--tp", "8", "--pp", "8",
+                     "--pipeline-layout", value)
+    assert result.returncode == 2
+    assert says in result.stderr and len(result.stderr.strip().splitlines()) == 1
