@@ -406,7 +406,7 @@ def layout_label(par: dict, framework: str | None = None) -> str:
         parts.append("fp8 param gather")
     # plan / check nest the overlaps as costed under "overlap"; explain's full parallelism has them flat
     overlaps = par.get("overlap") or {knob: par.get(knob) for knob in overlap.NAMES.values()}
-    on = overlap.names_on(overlaps, framework or par.get("framework"), par["zero_stage"])
+    on = overlap.names_on(overlaps, framework or par.get("framework"), par["zero_stage"], par)
     if on:
         parts.append("overlap " + ",".join(on))
     if par.get("compile"):

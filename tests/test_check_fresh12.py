@@ -12,6 +12,7 @@ import pytest
 
 from planner.check import shell
 from planner.check.engine_file import check_launch_file
+from planner.placement import overlap
 from planner.placement.layout import Layout
 from planner.placement.rules import check_layout
 from planner.specs.cluster import load_cluster
@@ -124,3 +125,24 @@ def test_pipeline_layout_syntax_is_not_called_an_unknown_symbol(value, says):
                      "--pipeline-layout", value)
     assert result.returncode == 2
     assert says in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_overlap_label_lists_only_overlaps_that_act():
+    """Review #5: `planner plan -m llama-3.1-8b -c dgx-h100 --gpus 7` is dp1 tp1 pp7: no DP traffic to overlap, so no
+    `overlap grad-reduce` in its summary line (Megatron's default overlaps stay set; they have nothing to hide)."""
+    result = planner("plan", "-m", "llama-3.1-8b", "-c", "dgx-h100", "--gpus", "7")
+    assert result.returncode == 0, result.stderr
+    summary = [line for line in result.stdout.splitlines() if "1: dp1 tp1 pp7" in line]
+    assert summary and "grad-reduce" not in summary[0] and "overlap" not in summary[0]
+
+
+@pytest.mark.parametrize("degrees, on", [
+    ({"dp": 1, "tp": 8, "cp": 1, "ep": 1}, ["tp-comm"]),                 # 405B on 72 GB200: dp1 tp8 pp9
+    ({"dp": 1, "tp": 8, "cp": 2, "ep": 1}, ["tp-comm", "grad-reduce"]),  # CP ranks reduce gradients too
+    ({"dp": 4, "tp": 1, "cp": 1, "ep": 1}, ["grad-reduce"]),             # no TP traffic at tp1
+])
+def test_names_on_degrees(degrees, on):
+    given = {"tp_comm_overlap": True, "overlap_grad_reduce": True, "overlap_param_gather": False,
+             "ep_comm_overlap": True}
+    assert overlap.names_on(given, None, 1, degrees) == on
+    assert overlap.names_on(given, None, 1) == ["tp-comm", "grad-reduce", "ep-a2a"]  # no degrees: as given
