@@ -872,7 +872,7 @@ def show_serve_plan(data: dict, fmt: str) -> None:
               f"({number(dep['capacity_requests_per_s'])} requests/s)" if "utilisation" in dep else
               f"{dep['tokens_per_s']:,.0f} output tokens/s ({dep['tokens_per_s_per_gpu']:,.1f} /GPU), "
               f"{number(dep['requests_per_s'])} requests/s")
-    console.print(f"deployment: {mix} on {dep['gpus']:,} GPUs: {served}")
+    console.print(f"deployment: {mix} on {counted(dep['gpus'], 'GPU')}: {served}")
     console.print()
     console.print(_table("plans", ("#", "instance", "replicas", "conc.", "TTFT\nms", "TPOT\nms",
                                    "output\ntok/s/GPU", "output\ntok/s/user", "KV pool\nGiB", "max\nconc."),

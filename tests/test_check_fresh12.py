@@ -146,3 +146,31 @@ def test_names_on_degrees(degrees, on):
              "ep_comm_overlap": True}
     assert overlap.names_on(given, None, 1, degrees) == on
     assert overlap.names_on(given, None, 1) == ["tp-comm", "grad-reduce", "ep-a2a"]  # no degrees: as given
+
+
+@pytest.mark.parametrize("value, says", [
+    ("abc", "Invalid value for '--gpus': 'abc' is not an integer (see --help)"),
+    ("1.5", "Invalid value for '--gpus': '1.5' is not an integer (see --help)"),
+    ("0", "Invalid value for '--gpus': 0 is not in the range 1<=x<=4194304 (see --help)"),
+])
+def test_usage_errors_read_as_one_clause(value, says):
+    """Review #6: `'abc' is not a valid int range.` and `1<=x<=4194304.; got '0'` (doubled punctuation)."""
+    result = planner("plan", "-m", "llama-3.1-8b", "-c", "dgx-h100", "--gpus", value)
+    assert result.returncode == 2
+    assert result.stderr.strip() == f"error: planner plan: {says}"
+
+
+def test_gpu_counts_read_as_numbers():
+    """Review #6: `on 4194304 GPUs` without separators; `fully sharded over all 1 GPUs`."""
+    big = planner("plan", "-m", "llama-3.1-8b", "-c", "dgx-h100", "--gpus", "4194304")
+    assert big.returncode == 1 and "no valid layout of llama-3.1-8b on 4,194,304 GPUs: " in big.stderr
+    one = planner("plan", "-m", "llama-3.1-8b", "-c", "rtx-4090x8", "--gpus", "1")
+    assert one.returncode == 1 and "fully sharded over 1 GPU (ZeRO-3)" in one.stderr and "1 GPUs" not in one.stderr
+
+
+def test_set_shows_the_word_given():
+    """Review #6: `--set nokey=1` was shown as `value 'nokey'`."""
+    result = planner("check", str(DATA / "ds_t9.json"), "-c", "dgx-h100", "-m", "llama-3.1-8b", "--gpus", "8",
+                     "--seq-len", "4096", "--set", "nokey=1")
+    assert result.returncode == 2
+    assert "--set: value 'nokey=1': --set resolves the Hugging Face Trainer's 'auto' values of " in result.stderr
