@@ -174,3 +174,17 @@ def test_set_shows_the_word_given():
                      "--seq-len", "4096", "--set", "nokey=1")
     assert result.returncode == 2
     assert "--set: value 'nokey=1': --set resolves the Hugging Face Trainer's 'auto' values of " in result.stderr
+
+
+@pytest.mark.parametrize("name, text, says", [
+    ("empty.sh", "", "empty.sh: the file is empty: nothing to check"),
+    ("ds_empty.json", "", "ds_empty.json: the file is empty: nothing to check"),
+    ("blank.toml", "\n  \n", "blank.toml: the file is empty (4 blank characters): nothing to check"),
+])
+def test_empty_file_says_so(tmp_path, name, text, says):
+    """Review #8: an empty file got the 875-character list of every kind `check` reads."""
+    path = tmp_path / name
+    path.write_text(text)
+    result = planner("check", str(path), "-c", "dgx-h100")
+    assert result.returncode == 2
+    assert result.stderr.strip() == f"error: {tmp_path / says}"
