@@ -188,3 +188,17 @@ def test_empty_file_says_so(tmp_path, name, text, says):
     result = planner("check", str(path), "-c", "dgx-h100")
     assert result.returncode == 2
     assert result.stderr.strip() == f"error: {tmp_path / says}"
+
+
+def test_megatron_flag_given_twice_warns(tmp_path):
+    """Review #9: `--global-batch-size 64` (line 7) and `--global-batch-size 128` (line 8) in one launch: argparse
+    keeps 128 silently; the check reads 128 and warns, naming both lines and the value that wins."""
+    path = tmp_path / "dup.sh"
+    path.write_text((DATA / "pretrain_hash.sh").read_text().replace(
+        "--micro-batch-size 8", "--micro-batch-size 1 --global-batch-size 128"))
+    doc = json.loads(planner("check", str(path), "-c", "dgx-h100", "--format", "json").stdout)
+    assert doc["parallelism"]["global_batch_size"] == 128
+    warning = next(v for v in doc["violations"] if v["rule"] == "duplicate_flag")
+    assert warning["severity"] == "warning" and warning["line"] == 8
+    assert warning["message"] == ("--global-batch-size is given more than once (lines 7 and 8): argparse keeps the "
+                                  "last, 128, not 64")

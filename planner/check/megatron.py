@@ -53,7 +53,7 @@ from pathlib import Path
 from planner.check import shell
 from planner.check.engine_launch import deepep_findings
 from planner.check.gate import Target, attempt, raise_bad_values, raise_missing
-from planner.check.lines import as_bash_runs, flag_lines, shell_layout
+from planner.check.lines import as_bash_runs, flag_lines, flag_occurrences, shell_layout
 from planner.cost.memory import stage_layers
 from planner.emit import MODEL_LINE
 from planner.errors import SpecError
@@ -132,7 +132,8 @@ def _read(path: Path, text: str, written: str, *, model: str | None, cluster: st
     file = str(path)
     bad: list[SpecError] = []
     looped = launch_loops(written, file)
-    args = parse_args(text, file, bad)
+    repeated: list[tuple[str, str, str]] = []
+    args = parse_args(text, file, bad, repeated)
     launchers = launcher_words(text, file)
     slurm = slurm_world(text, launchers)
     launched = ((slurm, f"srun tasks ({mg.SRUN_NODES[0]} x {mg.SRUN_TASKS_PER_NODE[0]}, or {mg.SRUN_TASKS[0]})")
@@ -144,6 +145,7 @@ def _read(path: Path, text: str, written: str, *, model: str | None, cluster: st
     world = _world(args, gpus, file, launched)
     findings += _rotary_base(args, spec, file) if model is not None or line is not None else []
     findings += _unknown_flags(text, launchers) + shell_layout(written, file) + world_from_gpus(args, gpus) + looped
+    findings += duplicate_flags(repeated, text)
     layout = _layout(args, spec, world, seq_len, file, findings)
     tokens, env = shell_words(text, file)
     target_cluster = _cluster(cluster, world, args, file)
@@ -899,13 +901,16 @@ def checkpoints_across(results: list[dict]) -> list[tuple[int, Violation]]:
 
 # ---------------------------------------------------------------- tokens
 
-def parse_args(text: str, file: str, bad: list[SpecError] | None = None) -> dict[str, str | bool]:
+def parse_args(text: str, file: str, bad: list[SpecError] | None = None,
+               repeated: list[tuple[str, str, str]] | None = None) -> dict[str, str | bool]:
     """The Megatron / torchrun flags of a command line or script: {flag: value string, or True for a
     store_true flag}; other tokens are ignored, shell variables set in the text are expanded.
 
     Args:
         bad: where given, each bad value below is added to it (its flag left out) instead of raised, so that
             the reader reports it with the file's other bad values (`_bad_values`).
+        repeated: where given, (flag, earlier value, later value) of each value flag given again, whose later
+            value argparse keeps (`duplicate_flags`).
 
     Raises:
         SpecError: unbalanced quotes; without `bad`: a value flag without a value, a value given to a store_true
@@ -942,7 +947,27 @@ def parse_args(text: str, file: str, bad: list[SpecError] | None = None) -> dict
             if why is not None and name not in _LAUNCHER_SIZE:
                 reject(SpecError(why, file=file, key=name))
                 continue
+            if repeated is not None and name in out:
+                repeated.append((name, out[name], value))
             out[name] = value
+    return out
+
+
+def duplicate_flags(repeated: list[tuple[str, str, str]], text: str) -> list[Violation]:
+    """The warning `duplicate_flag` for each value flag the launch gives more than once (`parse_args`): argparse
+    keeps the last value without a word, which is mostly an editing slip (fresh-user review 12 #9); naming the
+    lines that write it and the value that wins. Source: Python `argparse` (an optional argument's action
+    "store" overwrites the namespace attribute on each occurrence)."""
+    found, out = flag_occurrences(text), []
+    for name, earlier, later in repeated:
+        numbers = found.get(name, [])
+        where = (f"lines {', '.join(map(str, numbers[:-1]))} and {numbers[-1]}" if len(set(numbers)) > 1 else
+                 f"line {numbers[0]}" if numbers else "the launch (through shell variables)")
+        same = " (the same value twice)" if earlier == later else f", not {earlier}"
+        out.append(Violation(rule="duplicate_flag", severity="warning", line=numbers[-1] if numbers else None,
+                             message=f"{name} is given more than once ({where}): argparse keeps the last, "
+                                     f"{later}{same}",
+                             fix=f"give {name} once"))
     return out
 
 
