@@ -803,8 +803,17 @@ def plan_cmd(
                       main_grads_dtype=main_grads_dtype, exp_avg_dtype=exp_avg_dtype,
                       exp_avg_sq_dtype=exp_avg_sq_dtype, cross_entropy_fusion=cross_entropy_fusion,
                       loss_chunks=loss_chunks, mtp_layers=mtp_layers))
-    with report.plan_progress() as tick:
-        data = plan_api.plan(spec, hw, fixed=fixed, on_progress=tick, **search)
+    try:
+        with report.plan_progress() as tick:
+            data = plan_api.plan(spec, hw, fixed=fixed, on_progress=tick, **search)
+    except InfeasibleError as exc:
+        if emit is None and output != "-" and fmt != Format.table:  # as serve-plan: the error as data on stdout
+            report.dump({"request": {"model": spec.name, "cluster": cluster, "gpu": hw.gpu.name, "gpus": gpus,
+                                     "seq_len": seq_len, "global_batch_size": search["global_batch_size"],
+                                     "precision": search["precision"], "framework": search["framework"],
+                                     "fix": fixed},
+                         "error": str(exc), **exc.details}, fmt.value)
+        raise
     if emit is None:
         with report.human_report_to_stderr() if output == "-" else contextlib.nullcontext():
             report.show_plan(data, fmt.value)

@@ -202,3 +202,15 @@ def test_megatron_flag_given_twice_warns(tmp_path):
     assert warning["severity"] == "warning" and warning["line"] == 8
     assert warning["message"] == ("--global-batch-size is given more than once (lines 7 and 8): argparse keeps the "
                                   "last, 128, not 64")
+
+
+def test_plan_json_on_an_infeasible_request():
+    """Review #11: `plan --format json` that finds nothing (exit 1) printed nothing on stdout; now, as serve-plan, the
+    request, the error line and what binds: 405B on 8 H100s needs at least 104 GPUs (its message says so)."""
+    result = planner("plan", "-m", "llama-3.1-405b", "-c", "dgx-h100", "--gpus", "8", "--format", "json")
+    assert result.returncode == 1
+    doc = json.loads(result.stdout)
+    assert doc["request"]["gpus"] == 8 and doc["minimum_gpus"] == 104
+    assert doc["error"] in result.stderr and "use at least 104 GPUs" in doc["error"]
+    bad = planner("plan", "-m", "llama-3.1-405b", "-c", "dgx-h100", "--gpus", "abc", "--format", "json")
+    assert bad.returncode == 2 and bad.stdout == ""  # bad input: the stderr line only
