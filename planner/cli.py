@@ -101,11 +101,11 @@ class _Group(TyperGroup):
             ctx = getattr(exc, "ctx", None)
             where = f"{ctx.command_path}: " if ctx is not None else ""
             hint = " (see --help)" if getattr(exc, "exit_code", 1) == 2 else ""
-            message = exc.format_message()
+            message = _usage_message(exc.format_message())
             given = _given_value(getattr(exc, "param", None), args[0] if args else sys.argv[1:])
-            if given and given[len("; got "):] in message:  # click already quoted the value
+            if given and (given in message or f" {given} is not in the range" in message):  # click named it
                 given = ""
-            report.error(f"{where}{message}{given}{hint}")
+            report.error(f"{where}{message}{f'; got {given!r}' if given else ''}{hint}")
             sys.exit(exc.exit_code)
         sys.exit(code if isinstance(code, int) else 0)
 
@@ -135,16 +135,30 @@ def _repeated_option(group: Any, argv: list[str]) -> str | None:
 
 
 def _given_value(param: Any, argv: list[str]) -> str:
-    """`; got VALUE` for the option a usage error names, from the command line as typed (click's
-    messages for a range or type error do not repeat the value); empty when it cannot be found."""
+    """The value of the option a usage error names, from the command line as typed (click's messages for
+    a range or type error do not always repeat it); empty when it cannot be found."""
     opts = getattr(param, "opts", None) or []
     for i, token in enumerate(argv):
         for opt in opts:
             if token == opt and i + 1 < len(argv):
-                return f"; got {argv[i + 1]!r}"
+                return argv[i + 1]
             if token.startswith(f"{opt}=") and opt.startswith("--"):
-                return f"; got {token.split('=', 1)[1]!r}"
+                return token.split("=", 1)[1]
     return ""
+
+
+_CLICK_TYPES = {"int range": "an integer", "integer range": "an integer", "integer": "an integer",
+                "float range": "a number", "float": "a number"}
+"""click's type names in `'abc' is not a valid int range.` -> what the user is asked for."""
+
+
+def _usage_message(message: str) -> str:
+    """click's usage message as one clause of the error line: its closing period dropped (the line goes on
+    with `; got ...` or ` (see --help)`), a type name said as the value asked for (`'abc' is not an
+    integer`, not `is not a valid int range.`)."""
+    for name, asked in _CLICK_TYPES.items():
+        message = message.replace(f"is not a valid {name}.", f"is not {asked}.")
+    return message.rstrip().rstrip(".")
 
 
 def _version(value: bool) -> None:
@@ -801,8 +815,17 @@ def plan_cmd(
                       main_grads_dtype=main_grads_dtype, exp_avg_dtype=exp_avg_dtype,
                       exp_avg_sq_dtype=exp_avg_sq_dtype, cross_entropy_fusion=cross_entropy_fusion,
                       loss_chunks=loss_chunks, mtp_layers=mtp_layers))
-    with report.plan_progress() as tick:
-        data = plan_api.plan(spec, hw, fixed=fixed, on_progress=tick, **search)
+    try:
+        with report.plan_progress() as tick:
+            data = plan_api.plan(spec, hw, fixed=fixed, on_progress=tick, **search)
+    except InfeasibleError as exc:
+        if emit is None and output != "-" and fmt != Format.table:  # as serve-plan: the error as data on stdout
+            report.dump({"request": {"model": spec.name, "cluster": cluster, "gpu": hw.gpu.name, "gpus": gpus,
+                                     "seq_len": seq_len, "global_batch_size": search["global_batch_size"],
+                                     "precision": search["precision"], "framework": search["framework"],
+                                     "fix": fixed},
+                         "error": str(exc), **exc.details}, fmt.value)
+        raise
     if emit is None:
         with report.human_report_to_stderr() if output == "-" else contextlib.nullcontext():
             report.show_plan(data, fmt.value)

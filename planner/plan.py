@@ -142,7 +142,7 @@ from planner.cost.step_time import (
     step_time,
     total_stage_params,
 )
-from planner.errors import InfeasibleError, SpecError
+from planner.errors import InfeasibleError, SpecError, counted
 from planner.placement import mtp, overlap, pipeline_layout, recompute_mix
 from planner.placement.layout import PRECISION_KNOBS, OVERLAP_KNOBS, RECOMPUTE_MODES, Layout
 from planner.placement.precision import allowed_grad_reduce_dtypes, state_bytes, torchao_fp8_recipe
@@ -2053,7 +2053,7 @@ def _infeasible(model, cluster, costs: _Costs, rejections: Rejections, base, fix
     closest = _closest(costs, _modes_for(fixed))
     if closest is None:
         reasons = "; ".join(f"{r['count']} x {r['reason']}" for r in rejections.as_list()) or "none"
-        return InfeasibleError(f"no valid layout of {model.name} on {cluster.num_gpus} GPUs: every "
+        return InfeasibleError(f"no valid layout of {model.name} on {counted(cluster.num_gpus, 'GPU')}: every "
                                f"candidate breaks a placement rule ({reasons}); "
                                + _rule_relaxation(model, cluster, rejections, base, fixed, costs.reserve, headroom),
                                details={"rejected": rejections.as_list()})
@@ -2300,8 +2300,8 @@ def _states_exceed(model: ModelSpec, cluster: ClusterSpec, base: dict, fixed: di
         f"({usable / gib:.1f} GiB usable per GPU after the {reserve / gib:.1f} GiB reserve and "
         f"{headroom:.0%} headroom): its model states alone, {params / 1e9:,.1f}B parameters x "
         f"{sum(terms.values()):g} bytes ({', '.join(label[k] for k in terms)}"
-        f"{'; ' + ' and '.join(hosted) + ' in host memory' if hosted else ''}) fully sharded over all "
-        f"{cluster.num_gpus} GPUs (ZeRO-3), are {per_gpu / gib:,.1f} GiB per GPU before any "
+        f"{'; ' + ' and '.join(hosted) + ' in host memory' if hosted else ''}) fully sharded over "
+        f"{'all ' * (cluster.num_gpus > 1)}{counted(cluster.num_gpus, 'GPU')} (ZeRO-3), are {per_gpu / gib:,.1f} GiB per GPU before any "
         f"activation, dominated by {term.replace('_', ' ')} ({params * terms[term] / cluster.num_gpus / gib:,.1f} "
         f"GiB); smallest change: {change}",
         details={"binding_stage": None, "excess_bytes": math.ceil(per_gpu - usable),

@@ -412,7 +412,7 @@ def layout_label(par: dict, framework: str | None = None) -> str:
         parts.append("fp8 param gather")
     # plan / check nest the overlaps as costed under "overlap"; explain's full parallelism has them flat
     overlaps = par.get("overlap") or {knob: par.get(knob) for knob in overlap.NAMES.values()}
-    on = overlap.names_on(overlaps, framework or par.get("framework"), par["zero_stage"])
+    on = overlap.names_on(overlaps, framework or par.get("framework"), par["zero_stage"], par)
     if on:
         parts.append("overlap " + ",".join(on))
     if par.get("compile"):
@@ -614,6 +614,8 @@ def _axis_value(par: dict, axis: str) -> int | str:
         return "yes" if par["zero_stage"] == 3 else "no"
     if axis == "fully recomputed layers":
         return recompute_mix.full_layers(par)
+    if axis == "offloaded states":
+        return ",".join(par.get("offload", ())) or "none"
     return par[axis]
 
 
@@ -879,9 +881,9 @@ def show_serve_plan(data: dict, fmt: str) -> None:
               f"({number(dep['capacity_requests_per_s'])} requests/s)" if "utilisation" in dep else
               f"{dep['tokens_per_s']:,.0f} output tokens/s ({dep['tokens_per_s_per_gpu']:,.1f} /GPU), "
               f"{number(dep['requests_per_s'])} requests/s")
-    console.print(f"deployment: {mix} on {dep['gpus']:,} GPUs: {served}")
+    console.print(f"deployment: {mix} on {counted(dep['gpus'], 'GPU')}: {served}")
     console.print()
-    # at a request rate the engine's cap (--max-num-seqs) and the requests it runs at that load differ;
+    # at a request rate the engine's cap on running requests and the requests it runs at that load differ;
     # TTFT / TPOT are those at the load (fresh-user review 12, finding 3)
     loaded = any("in_service" in p for p in data["plans"])
     console.print(_table("plans", ("#", "instance", "replicas", "cap\n(running)" if loaded else "conc.", "TTFT\nms",

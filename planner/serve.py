@@ -814,8 +814,7 @@ def serve_plan(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, calibration:
                                             req.request_rate, req.gpus * 1024)
             best = max(cands, key=lambda c: c[1]["requests_per_s"] / c[0]["inst"].gpus)
             slos = req.slos
-            more = (f"; {int(needed.objective)} GPUs would carry {_carried(needed, cands):g} requests/s: "
-                    f"--gpus {allowed_gpus(hw, int(needed.objective))} would work" if needed.counts else
+            more = (_rate_hint(hw, int(needed.objective), _carried(needed, cands)) if needed.counts else
                     _beyond_search(req, best, slos))
             plan = _plan(spec, best[0], best[1], max(1, req.gpus // best[0]["inst"].gpus), req.context)
             raise InfeasibleError(
@@ -1220,6 +1219,16 @@ def _beyond_search(req: ServeRequest, best: tuple, slos: bool) -> str:
     return (f"; {replicas * ev['inst'].gpus:,} GPUs ({replicas:,} x {ev['inst'].label} at "
             f"{point['requests_per_s']:g} requests/s each) would carry it, beyond the {req.gpus * 1024:,} GPUs "
             f"searched (--gpus x 1024)" + ("; or relax the SLOs" if slos else ""))
+
+
+def _rate_hint(hw: ClusterSpec, used: int, carried: float) -> str:
+    """`; --gpus N would work: ...` for a request rate that needs `used` GPUs, N the --gpus the cluster accepts
+    (`allowed_gpus`): a count that is no valid --gpus (18 on 8-GPU nodes) is said as part of the valid one
+    (fresh-user review 12 #7)."""
+    allowed = allowed_gpus(hw, used)
+    share = (f"{used:,} GPUs" if allowed == used else
+             f"{used:,} of its {allowed:,} GPUs (--gpus takes whole nodes of {hw.gpus_per_node})")
+    return f"; --gpus {allowed:,} would work: {share} would carry {carried:g} requests/s"
 
 
 def allowed_gpus(hw: ClusterSpec, n: int) -> int:

@@ -54,8 +54,9 @@ def test_non_finite_numbers_are_bad_input(option, value, allowed):
 
 RATE_ARGS = ("--input-len", "2000", "--output-len", "300", "--ttft-ms", "1500", "--tpot-ms", "40", "--request-rate", "100")
 GPU_BOUND = re.compile(r"error: request rate 100/s needs more than 8 GPUs within the SLOs: the best plan carries "
-                       r"(?P<best>[\d.]+) requests/s on (?P<on>\d+) GPUs; (?P<need>\d+) GPUs would carry "
-                       r"(?P<carried>[\d.]+) requests/s: --gpus (?P<ask>\d+) would work\n")
+                       r"(?P<best>[\d.]+) requests/s on (?P<on>\d+) GPUs; --gpus (?P<ask>\d+) would work: "
+                       r"(?P<need>\d+)(?: of its (?P=ask) GPUs \(--gpus takes whole nodes of 8\)| GPUs) would carry "
+                       r"(?P<carried>[\d.]+) requests/s\n")
 
 
 def test_gpu_bound_message_is_complete_and_its_fix_works():
@@ -63,6 +64,8 @@ def test_gpu_bound_message_is_complete_and_its_fix_works():
     match = GPU_BOUND.fullmatch(err)
     assert match, err
     need, carried, ask = int(match["need"]), float(match["carried"]), int(match["ask"])
+    # fresh-user review 12 #7: a count that is no valid --gpus is said as part of the valid one
+    assert (" of its " in err) == (need != ask)
     assert float(match["best"]) < 100 <= carried and int(match["on"]) <= 8 < need
     # --gpus suggested: the smallest whole-node count (hgx-h200: 8 per node) holding the `need` GPUs
     assert ask % 8 == 0 and need <= ask < need + 8

@@ -82,3 +82,14 @@ def test_offloaded_states_are_a_moving_part():
     alt = simpler_alternative([_plan(10.0, offload=["optimizer"]), _plan(10.1)], 0.036)
     assert alt["plan"] == 2 and alt["fewer"] == ["offloaded states"]
     assert simpler_alternative([_plan(10.0, tp=2), _plan(10.1, offload=["optimizer"])], 0.036) is None
+
+
+def test_the_tie_line_names_the_offloaded_states():
+    """Senior review 12, finding 1: the table's tie line had no value for the 'offloaded states'
+    axis (KeyError, a traceback on `plan --framework deepspeed` for 70B on 8 H100)."""
+    from planner.report import simpler_note
+    plans = [_plan(10.0, offload=["optimizer", "parameters"]), _plan(10.1, offload=["optimizer"])]
+    alt = simpler_alternative(plans, 0.036)
+    assert "offloaded states optimizer vs optimizer,parameters" in simpler_note(alt, plans)
+    plans = [_plan(10.0, offload=["optimizer"]), _plan(10.1)]
+    assert "offloaded states none vs optimizer" in simpler_note(simpler_alternative(plans, 0.036), plans)

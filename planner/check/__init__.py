@@ -315,9 +315,13 @@ def line_of(path: str | Path, key: str | None) -> int | None:
 
 def _document(path: Path) -> Document:
     """The file's text, mapping and TOML tables; a suffix that names a syntax makes a syntax error
-    in it bad input, any other file is only sniffed; a DeepSpeed config that is not strict JSON but trains
+    in it bad input, any other file is only sniffed (an empty one, or one of blanks only, is bad input
+    saying so); a DeepSpeed config that is not strict JSON but trains
     is DeepSpeed's reading of it (`_as_deepspeed_reads`)."""
     text = files.read_text(path, kind="configuration file")
+    if not text.strip():  # fresh-user review 12 #8: not the list of every kind accepted
+        raise SpecError("the file is empty" + (f" ({len(text)} blank characters)" if text else "") +
+                        ": nothing to check", file=str(path))
     mapping_error = None
     lenient = _as_deepspeed_reads(text)
     if lenient is not None:

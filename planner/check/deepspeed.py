@@ -173,7 +173,7 @@ def resolve_auto(data: dict, settings: dict[str, str], file: str) -> dict:
     out = json.loads(json.dumps(data))
     for key, text in settings.items():
         if key not in ds.TRAINER_SETTABLE:
-            raise SpecError(f"value {key!r}: --set resolves the Hugging Face Trainer's 'auto' values of "
+            raise SpecError(f"value {key + '=' + text!r}: --set resolves the Hugging Face Trainer's 'auto' values of "
                             f"{', '.join(ds.TRAINER_SETTABLE)}", file=file, key="--set")
         *sections, name = ds.section(key)
         node = _value_at(out, ".".join(sections)) if sections else out

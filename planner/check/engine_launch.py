@@ -28,7 +28,6 @@ import csv
 import difflib
 import math
 import re
-import shlex
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
@@ -461,7 +460,7 @@ def split_commands(text: str, file: str, launchers, aliases: dict[str, str],
     out, variables, blocks, exported = [], {}, [], set()
     for line, code in logical_lines(text):
         try:
-            words = shell.join_expansions(shlex.split(shell.let_assignments(code), comments=True))
+            words = shell.join_expansions(shell.split(shell.let_assignments(code)))
         except ValueError as exc:
             raise SpecError(f"shell syntax error: {exc}", file=file, key=f"line {line}") from None
         for segment in shell.segments(shell.unwrap(words, file)):

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 import re
-import shlex
 from dataclasses import dataclass
 
 from planner.check import engine_launch as el
@@ -68,7 +67,7 @@ def routers(text: str, table) -> list[Router]:
     out, variables = [], {}
     for line, code in el.logical_lines(text):
         try:
-            words = shell.unwrap(shell.join_expansions(shlex.split(shell.let_assignments(code), comments=True)), "")
+            words = shell.unwrap(shell.join_expansions(shell.split(shell.let_assignments(code))), "")
         except (ValueError, SpecError):
             continue
         for segment in shell.segments(words):  # the script's variables and arithmetic, as the engine reader reads them

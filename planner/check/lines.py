@@ -24,12 +24,18 @@ _FLAG = re.compile(r"(?<![\w.-])(--[A-Za-z][\w.-]*)")
 def flag_lines(text: str) -> dict[str, int]:
     """{`--flag`: line} of every flag outside a `#` comment; the last occurrence wins (argparse)."""
     out: dict[str, int] = {}
-    for number, line in enumerate(text.splitlines(), 1):
-        code = line.split("#", 1)[0] if not line.lstrip().startswith("#") else ""
+    for flag, numbers in flag_occurrences(text).items():
+        out[flag] = out[flag.lstrip("-")] = numbers[-1]
+    return out
+
+
+def flag_occurrences(text: str) -> dict[str, list[int]]:
+    """{`--flag`: [line of each occurrence, in order]} of every flag written outside a `#` comment
+    (`shell.uncommented`); a line holding a flag twice is listed twice."""
+    out: dict[str, list[int]] = {}
+    for number, code in enumerate(shell.uncommented(text.splitlines()), 1):
         for match in _FLAG.finditer(code):
-            flag = match.group(1).split("=", 1)[0]
-            out[flag] = number
-            out[flag.lstrip("-")] = number
+            out.setdefault(match.group(1).split("=", 1)[0], []).append(number)
     return out
 
 
@@ -162,8 +168,7 @@ def _flag_commands(lines: list[str], ends: list[str], out: dict[int, Violation] 
     (`continuation_breaks`), outside arrays, here-documents and `case` patterns; with `out`, the escaped-blank
     breaks (`\\ ` at a line's end) are added to it as errors."""
     found, depth, heredoc = [], 0, None
-    for k, (line, end) in enumerate(zip(lines, ends)):
-        code = line.split("#", 1)[0] if end == shell.COMMENT else line
+    for k, (line, end, code) in enumerate(zip(lines, ends, shell.uncommented(lines))):
         if heredoc is not None:
             heredoc = None if line.strip() == heredoc else heredoc
             continue

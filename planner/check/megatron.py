@@ -48,13 +48,12 @@ import dataclasses
 import operator
 import difflib
 import re
-import shlex
 from pathlib import Path
 
 from planner.check import shell
 from planner.check.engine_launch import deepep_findings
 from planner.check.gate import Target, attempt, raise_bad_values, raise_missing
-from planner.check.lines import as_bash_runs, flag_lines, shell_layout
+from planner.check.lines import as_bash_runs, flag_lines, flag_occurrences, shell_layout
 from planner.cost.memory import stage_layers
 from planner.emit import MODEL_LINE
 from planner.errors import SpecError
@@ -133,7 +132,8 @@ def _read(path: Path, text: str, written: str, *, model: str | None, cluster: st
     file = str(path)
     bad: list[SpecError] = []
     looped = launch_loops(written, file)
-    args = parse_args(text, file, bad)
+    repeated: list[tuple[str, str, str]] = []
+    args = parse_args(text, file, bad, repeated)
     launchers = launcher_words(text, file)
     slurm = slurm_world(text, launchers)
     launched = ((slurm, f"srun tasks ({mg.SRUN_NODES[0]} x {mg.SRUN_TASKS_PER_NODE[0]}, or {mg.SRUN_TASKS[0]})")
@@ -145,6 +145,7 @@ def _read(path: Path, text: str, written: str, *, model: str | None, cluster: st
     world = _world(args, gpus, file, launched)
     findings += _rotary_base(args, spec, file) if model is not None or line is not None else []
     findings += _unknown_flags(text, launchers) + shell_layout(written, file) + world_from_gpus(args, gpus) + looped
+    findings += duplicate_flags(repeated, text)
     layout = _layout(args, spec, world, seq_len, file, findings)
     tokens, env = shell_words(text, file)
     target_cluster = _cluster(cluster, world, args, file)
@@ -186,13 +187,12 @@ def launch_loops(text: str, file: str) -> list[Violation]:
         SpecError: the launch takes a `for` loop's variable (`for TP in 1 2 4; do torchrun ... $TP`): one launch per
             value, which this reader does not unroll (exit 2, naming the loop, its variable and the launch's line).
     """
-    lines, out = text.splitlines(), []
+    lines, out = shell.uncommented(text.splitlines()), []
     for start, end, keyword, name in shell.loops(text):
-        at = next((k for k in range(start, min(end, len(lines)) + 1)
-                   if _LAUNCH.search(lines[k - 1].split("#", 1)[0])), None)
+        at = next((k for k in range(start, min(end, len(lines)) + 1) if _LAUNCH.search(lines[k - 1])), None)
         if at is None:
             continue
-        body = "\n".join(line.split("#", 1)[0] for line in lines[start:end])
+        body = "\n".join(lines[start:end])
         if name is not None and re.search(rf"\$\{{?{name}\b", body):
             raise SpecError(f"the training launch of line {at} runs inside the loop `for {name} ...` (line {start}) "
                             f"and takes ${name} from it: one launch per value, which this reader does not unroll; "
@@ -211,12 +211,12 @@ def launch_text(text: str) -> str:
     commands in a script (`mkdir -p`, `pip install --upgrade`, a preprocessing step) are not
     Megatron's. A file with no launch command (an arguments file) is kept whole."""
     lines = text.splitlines()
-    if not any(_LAUNCH.search(line.split("#", 1)[0]) for line in lines):
+    codes = shell.uncommented(lines)
+    if not any(_LAUNCH.search(code) for code in codes):
         return text
     keep, more = [False] * len(lines), shell.continues(lines)
     start, depth = 0, 0
-    for i, line in enumerate(lines):
-        code = line.split("#", 1)[0]
+    for i, code in enumerate(codes):
         if depth == 0 and _ARRAY_OPEN.match(code):
             depth = 1
             keep[i] = True
@@ -229,7 +229,7 @@ def launch_text(text: str) -> str:
             start = i + 1
             continue
         if not more[i]:  # the end of one logical command (no backslash, no quote left open)
-            if any(_LAUNCH.search(lines[j].split("#", 1)[0]) for j in range(start, i + 1)):
+            if any(_LAUNCH.search(codes[j]) for j in range(start, i + 1)):
                 keep[start:i + 1] = [True] * (i + 1 - start)
             start = i + 1
     _keep_strings(lines, keep)
@@ -240,10 +240,10 @@ def arrays_apart(text: str) -> str:
     """`text` with each bash array's opening `(` and closing `)` set apart from the words next to
     them (`_array_words`), line by line, nesting counted as `launch_text` counts it."""
     lines, depth = text.splitlines(keepends=True), 0
-    for i, line in enumerate(lines):
+    codes = shell.uncommented([line.rstrip("\r\n") for line in lines])
+    for i, (line, code) in enumerate(zip(lines, codes)):
         body = line.rstrip("\r\n")
         end = line[len(body):]
-        code = body.split("#", 1)[0]
         if depth == 0 and _ARRAY_OPEN.match(code):
             depth = code.count("(") - code.count(")")
             lines[i] = _array_words(body, opens=True, closes=depth == 0) + end
@@ -258,13 +258,14 @@ def _array_words(line: str, *, opens: bool, closes: bool) -> str:
     `ARGS=(--first-flag 80` and the `)` of `--last-flag)` are bash syntax, not part of the first or
     last flag (bash reads `ARGS=(--a --b)` as the words --a and --b, as it does with each
     parenthesis on a line of its own; bash(1) "Arrays"; senior review 7 H4)."""
-    code, hash_, comment = line.partition("#")
+    code = shell.code(line)
+    comment = line[len(code):]
     if opens:
         code = code.replace("=(", "=( ", 1)
     if closes and code.rstrip().endswith(")"):
         stripped = code.rstrip()
         code = stripped[:-1] + " )" + code[len(stripped):]
-    return code + hash_ + comment
+    return code + comment
 
 
 _STRING_OPEN = re.compile(r"^\s*(?:export\s+)?([A-Za-z_]\w*)=([\"'])")
@@ -275,8 +276,8 @@ def _keep_strings(lines: list[str], keep: list[bool]) -> None:
     """Mark the lines of each quoted string assignment (`GPT_ARGS="..."`, one line or many) whose
     variable a kept line expands (`$GPT_ARGS`, `${GPT_ARGS}`), until no more are found."""
     while True:
-        used = {m.group(1) or m.group(3) for line, k in zip(lines, keep) if k
-                for m in _VAR.finditer(line.split("#", 1)[0])}
+        used = {m.group(1) or m.group(3) for line, k in zip(shell.uncommented(lines), keep) if k
+                for m in _VAR.finditer(line)}
         found = False
         for i, line in enumerate(lines):
             opening = _STRING_OPEN.match(line)
@@ -303,7 +304,7 @@ def launcher_words(text: str, file: str) -> list[list[str]]:
     out = []
     for _, line in shell.commands(launch_text(text)):
         try:
-            words = shell.unwrap(shell.join_expansions(shlex.split(line, comments=True)), file)
+            words = shell.unwrap(shell.join_expansions(shell.split(line)), file)
         except (ValueError, SpecError):
             continue
         words = [shell.substitute(w, env) for w in words]
@@ -319,7 +320,7 @@ def slurm_world(text: str, launchers: list[list[str]]) -> int | None:
     launch runs srun, when srun starts torchrun (whose GPUs per node count), or when the file does not give
     both numbers or one is no integer (inside an allocation srun takes them from the job's environment)."""
     directives = [w for line in text.splitlines() if line.startswith(mg.SBATCH)
-                  for w in line[len(mg.SBATCH):].split("#", 1)[0].split()]
+                  for w in shell.code(line[len(mg.SBATCH):]).split()]
     for words in launchers:
         bases = [w.rsplit("/", 1)[-1] for w in words]
         if mg.SRUN not in bases:
@@ -900,13 +901,16 @@ def checkpoints_across(results: list[dict]) -> list[tuple[int, Violation]]:
 
 # ---------------------------------------------------------------- tokens
 
-def parse_args(text: str, file: str, bad: list[SpecError] | None = None) -> dict[str, str | bool]:
+def parse_args(text: str, file: str, bad: list[SpecError] | None = None,
+               repeated: list[tuple[str, str, str]] | None = None) -> dict[str, str | bool]:
     """The Megatron / torchrun flags of a command line or script: {flag: value string, or True for a
     store_true flag}; other tokens are ignored, shell variables set in the text are expanded.
 
     Args:
         bad: where given, each bad value below is added to it (its flag left out) instead of raised, so that
             the reader reports it with the file's other bad values (`_bad_values`).
+        repeated: where given, (flag, earlier value, later value) of each value flag given again, whose later
+            value argparse keeps (`duplicate_flags`).
 
     Raises:
         SpecError: unbalanced quotes; without `bad`: a value flag without a value, a value given to a store_true
@@ -943,7 +947,27 @@ def parse_args(text: str, file: str, bad: list[SpecError] | None = None) -> dict
             if why is not None and name not in _LAUNCHER_SIZE:
                 reject(SpecError(why, file=file, key=name))
                 continue
+            if repeated is not None and name in out:
+                repeated.append((name, out[name], value))
             out[name] = value
+    return out
+
+
+def duplicate_flags(repeated: list[tuple[str, str, str]], text: str) -> list[Violation]:
+    """The warning `duplicate_flag` for each value flag the launch gives more than once (`parse_args`): argparse
+    keeps the last value without a word, which is mostly an editing slip (fresh-user review 12 #9); naming the
+    lines that write it and the value that wins. Source: Python `argparse` (an optional argument's action
+    "store" overwrites the namespace attribute on each occurrence)."""
+    found, out = flag_occurrences(text), []
+    for name, earlier, later in repeated:
+        numbers = found.get(name, [])
+        where = (f"lines {', '.join(map(str, numbers[:-1]))} and {numbers[-1]}" if len(set(numbers)) > 1 else
+                 f"line {numbers[0]}" if numbers else "the launch (through shell variables)")
+        same = " (the same value twice)" if earlier == later else f", not {earlier}"
+        out.append(Violation(rule="duplicate_flag", severity="warning", line=numbers[-1] if numbers else None,
+                             message=f"{name} is given more than once ({where}): argparse keeps the last, "
+                                     f"{later}{same}",
+                             fix=f"give {name} once"))
     return out
 
 
@@ -959,8 +983,7 @@ def shell_words(text: str, file: str) -> tuple[list[str], dict[str, str]]:
     not split.
     Source: bash(1) "Word Splitting"."""
     try:
-        words = shell.join_expansions(shlex.split(shell.let_assignments(shell.join_continued(arrays_apart(text))),
-                                                  comments=True))
+        words = shell.join_expansions(shell.split(shell.let_assignments(shell.join_continued(arrays_apart(text)))))
     except ValueError as exc:
         raise SpecError(f"shell syntax error: {exc}", file=file) from None
     words = shell.unwrap(words, file)

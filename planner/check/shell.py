@@ -101,7 +101,7 @@ def _let_line(line: str) -> str:
     if match is None:
         return line
     try:
-        arguments = shlex.split(match[2], comments=True)
+        arguments = split(match[2])
     except ValueError:
         return line
     out = []
@@ -203,7 +203,7 @@ def unwrap(words: list[str], file: str) -> list[str]:
             i += 1
             continue
         try:
-            inner = join_expansions(shlex.split(words[at], comments=True))
+            inner = join_expansions(split(words[at]))
         except ValueError as exc:
             raise SpecError(f"shell syntax error in the command string of {word} -c: {exc}", file=file) from None
         out += unwrap(inner, file)
@@ -256,7 +256,7 @@ def loops(text: str) -> list[tuple[int, int, str, str | None]]:
     for line, code in commands(text):
         last = line + code.count("\n")
         try:
-            words = shlex.split(code, comments=True)
+            words = split(code)
         except ValueError:
             continue
         for segment in segments(words):
@@ -272,35 +272,69 @@ def loops(text: str) -> list[tuple[int, int, str, str | None]]:
 CONTINUE, QUOTE, ESCAPED_BLANK, COMMENT, END = "continue", "quote", "escaped blank", "comment", "end"
 """How a line ends for bash (`line_ends`)."""
 
+_WORD_BREAKS = " \t\n;&|()<>"
+"""Characters after which a `#` starts a word: blanks and bash's metacharacters. Source: bash(1) "DEFINITIONS"
+(metacharacter: space, tab, newline, | & ; ( ) < >)."""
+
+
+def _scan(line: str, quote: str | None) -> tuple[str | None, bool, int | None]:
+    """(quote still open at the end, whether the last character is an unescaped backslash, index of the `#` that
+    starts a comment or None) of one line, read from `quote` (the quote open before it). A `#` starts a comment
+    only at the start of a word outside quotes: `nvcr.io#nvidia/nemo`, `/data/run#7`, `"#"`, `$#` and `${#VAR}`
+    are words, not comments. Source: bash(1) "COMMENTS" (a word beginning with # causes that word and all
+    remaining characters on that line to be ignored), "QUOTING"."""
+    escaped, previous = False, " "
+    for at, char in enumerate(line):
+        if escaped:
+            escaped, char = False, "\\"   # an escaped character (a blank too) is part of a word
+        elif quote == "'":
+            quote = None if char == "'" else quote
+        elif char == "\\":
+            escaped = True
+        elif quote == '"':
+            quote = None if char == '"' else quote
+        elif char in "'\"":
+            quote = char
+        elif char == "#" and previous in _WORD_BREAKS:
+            return quote, False, at
+        previous = char
+    return quote, escaped, None
+
+
+def uncommented(lines: list[str]) -> list[str]:
+    """`lines` each without its bash comment (`_scan`: a `#` that starts a word outside quotes, and the rest of
+    its line), a quote left open on one line carried to the next."""
+    out, quote = [], None
+    for line in lines:
+        quote, _, comment = _scan(line, quote)
+        out.append(line if comment is None else line[:comment])
+    return out
+
+
+def code(line: str) -> str:
+    """One line (no quote open before it) without its bash comment (`uncommented`)."""
+    return uncommented([line])[0]
+
+
+def split(text: str) -> list[str]:
+    """The words of `text` as bash splits them (`shlex`, POSIX rules) after its comments are removed as bash
+    removes them (`uncommented`): `shlex`'s own comment handling would cut a word at any `#` in it."""
+    return shlex.split("\n".join(uncommented(text.split("\n"))))
+
 
 def line_ends(lines: list[str]) -> list[str]:
     """For each line, how bash ends it: CONTINUE (a backslash before the newline: the command goes on), QUOTE (a
     quote opened on it or before it is still open: a multi-line string), ESCAPED_BLANK (a backslash then only
     spaces or tabs: bash reads an escaped blank, a word of its own, and the newline ends the command), COMMENT (a
     `#` starting a word outside quotes comments out the rest of the line, a backslash at its end included: the
-    newline ends the command), else END. Source: bash(1) "QUOTING" (only backslash-newline is a line
+    newline ends the command; `_scan`), else END. Source: bash(1) "QUOTING" (only backslash-newline is a line
     continuation; a backslash before any other character escapes it), "COMMENTS"."""
     out, quote = [], None
     for line in lines:
-        escaped, previous, comment = False, " ", False
-        for char in line:
-            if escaped:
-                escaped = False
-            elif quote == "'":
-                quote = None if char == "'" else quote
-            elif char == "\\":
-                escaped = True
-            elif quote == '"':
-                quote = None if char == '"' else quote
-            elif char in "'\"":
-                quote = char
-            elif char == "#" and previous.isspace():
-                comment = True
-                break
-            previous = char
+        quote, escaped, comment = _scan(line, quote)
         blank_escaped = line.rstrip(" \t")
         trailing = len(blank_escaped) - len(blank_escaped.rstrip("\\"))
-        out.append(QUOTE if quote is not None else COMMENT if comment else CONTINUE if escaped
+        out.append(QUOTE if quote is not None else COMMENT if comment is not None else CONTINUE if escaped
                    else ESCAPED_BLANK if blank_escaped != line and trailing % 2 == 1 else END)
     return out
 

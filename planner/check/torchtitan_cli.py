@@ -61,8 +61,8 @@ def looks_like(text: str) -> bool:
     trainer (`tt.ENTRY_POINTS`: `-m torchtitan.train`, as run_train.sh of every release launches it)."""
     return bool(re.search(rf"(?<![\w-]){MODULE}[\s=]", text)
                 and re.search(rf"(?<![\w-]){CONFIG}[\s=]", text)) or any(
-        re.search(rf"(?<![\w./-]){re.escape(entry)}(?![\w.-])", line.split("#", 1)[0])
-        for entry in tt.ENTRY_POINTS for line in text.splitlines())
+        re.search(rf"(?<![\w./-]){re.escape(entry)}(?![\w.-])", line)
+        for entry in tt.ENTRY_POINTS for line in shell.uncommented(text.splitlines()))
 
 
 def _job_config_file(words: list[str], path: Path) -> Path | None:

@@ -233,6 +233,10 @@ absent = the compute dtype (`DeepSpeedEngine.communication_data_type`, engine.py
 MOE_DISPATCHERS: tuple[str, ...] = ()
 """`Layout.moe_dispatcher` values DeepSpeed can be set to: none (DeepSpeed-MoE has one all-to-all
 dispatch, deepspeed/moe/sharded_moe.py `_AllToAll`, and no setting choosing another)."""
+BATCH_HELD = "global"
+"""What a launch holds fixed when its degrees change (`placement.rules` fix hints): the global batch
+(train_batch_size, which `_set_batch_related_parameters` in deepspeed/runtime/config.py asserts equals micro
+batch x gradient accumulation x dp)."""
 ZERO_STAGES = (0, 1, 2, 3)
 """ZeRO stages DeepSpeed implements (`ZeroStageEnum`); ZeRO-2/3 with its pipeline engine is the
 placement rule `zero_with_pp`."""

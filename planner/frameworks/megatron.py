@@ -348,6 +348,10 @@ bf16, forced by `validate_args`; `--accumulate-allreduce-grads-in-fp32` for fp16
 dtype (`--grad-reduce-in-bf16` under --bf16; the default for --fp16): the gradient buffer is
 `torch.float if grad_reduce_in_fp32 else param.dtype` (param_and_grad_buffer.py l. 924)."""
 
+BATCH_HELD = "global"
+"""What a launch holds fixed when its degrees change (`placement.rules` fix hints): the global batch
+(--global-batch-size, whose micro-batches per step are global / (micro-batch x dp): dp must divide it;
+`megatron/core/num_microbatches_calculator.py`)."""
 ZERO_STAGES = (0, 1, 2, 3)
 """ZeRO stages Megatron-LM implements (`ZERO_FLAGS`). Megatron-FSDP with pp > 1: `arguments.py`
 rejects pipeline parallelism only for --use-torch-fsdp2 and for Megatron-FSDP version 2

@@ -267,6 +267,11 @@ have DeepEP and HybridEP backends, but they are chosen in the model's Python con
 "minimal_async_ep", l. 364-424) or an override module (`config/override.py` l. 72), not by a
 job-config key the planner reads or writes; so a torchtitan layout keeps its default, "standard"
 all-to-all, costed as alltoall."""
+BATCH_HELD = "per_rank"
+"""What a launch holds fixed when its degrees change (`placement.rules` fix hints): the per-rank batch
+(`local_batch_size`); the global batch follows as local_batch_size x dp at global_batch_size -1, the default
+(`torchtitan/train.py` l. 196-200 @238fa99: `if global_batch_size < 0: global_batch_size = local_batch_size *
+batch_degree`)."""
 ZERO_STAGES = (0, 2, 3)
 """ZeRO stages torchtitan implements: FSDP2 `fully_shard` = ZeRO-3, ZeRO-2 with
 fsdp_reshard_after_forward "never" (the default under PP), and replication only

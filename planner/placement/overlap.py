@@ -55,16 +55,35 @@ class Overlaps:
     """Dispatch / combine all-to-alls under another micro-batch's compute."""
 
 
-def names_on(given: dict[str, bool | None], framework: str | None, zero_stage: int) -> list[str]:
+ACTS_ON = {"tp-comm": ("tp",), "grad-reduce": ("dp", "cp"), "param-gather": ("dp", "cp"), "ep-a2a": ("ep",)}
+"""Short name -> the degrees whose product must exceed 1 for the overlap to have traffic to hide: TP/SP
+collectives need tp > 1, the gradient reduce-scatter / all-reduce and the parameter all-gather run over the
+data-parallel group with context parallelism folded in (Megatron-LM `parallel_state`
+get_data_parallel_group(with_context_parallel=True); torchtitan's FSDP mesh dp_shard_cp), the expert
+all-to-alls need ep > 1."""
+
+
+def names_on(given: dict[str, bool | None], framework: str | None, zero_stage: int,
+             degrees: dict[str, int] | None = None) -> list[str]:
     """The short names (`NAMES`) of the overlaps on, each knob of `given` ({knob: on}, as a plan
     file writes them, or resolved, as `check` reports them) as given, absent or None replaced by
     `framework`'s default at `zero_stage` as `resolve` replaces it (no framework: as given): the
     one label `plan`, `explain` and `check` print, so the same layout reads the same in each
     (review-fresh11 #8: a torchtitan plan said `overlap tp-comm`, `check` of its emitted launch
-    `overlap tp-comm,grad-reduce,param-gather`, FSDP2's default prefetch and reduce-scatter)."""
+    `overlap tp-comm,grad-reduce,param-gather`, FSDP2's default prefetch and reduce-scatter). With
+    `degrees` ({axis: degree}), only the overlaps that act (`ACTS_ON`): no grad-reduce at dp = cp = 1
+    (review-fresh12 #5)."""
     defaults = BY_NAME[framework].overlap_defaults(zero_stage) if framework in BY_NAME else {}
     return [name for name, knob in NAMES.items()
-            if (defaults.get(knob) if given.get(knob) is None else given[knob])]
+            if (defaults.get(knob) if given.get(knob) is None else given[knob])
+            and (degrees is None or _product(degrees, ACTS_ON[name]) > 1)]
+
+
+def _product(degrees: dict[str, int], axes: tuple[str, ...]) -> int:
+    out = 1
+    for axis in axes:
+        out *= degrees.get(axis, 1) or 1
+    return out
 
 
 def resolve(layout: Layout) -> Overlaps:

@@ -55,11 +55,11 @@ def parse(text: str, pp: int) -> tuple[str, ...]:
     for pattern in (r"\(([^)]+)\)\*(\d+)", r"(.)\*(\d+)"):
         flat = re.sub(pattern, lambda g: g.group(1) * int(g.group(2)), flat)
     stages = tuple(flat.split("|"))
-    bad = sorted(set(flat) - set(SYMBOLS) - {"|"})
-    if bad:
-        raise SpecError(f"value {text!r}: unknown symbol(s) {''.join(bad)}; allowed: "
+    problems = _syntax_problems(flat)
+    if problems:
+        raise SpecError(f"value {text!r}: {'; '.join(problems)}; allowed: "
                         + ", ".join(f"{k} {v}" for k, v in SYMBOLS.items()) + ", | between stages, "
-                        "(...)*n and x*n to repeat", key=KEY)
+                        "(...)*n and t*n to repeat", key=KEY)
     if len(stages) % pp:
         raise SpecError(f"value {text!r} has {len(stages)} virtual stages, not a multiple of "
                         f"pp={pp}", key=KEY)
@@ -67,6 +67,20 @@ def parse(text: str, pp: int) -> tuple[str, ...]:
     if problem:
         raise SpecError(f"value {text!r}: {problem}", key=KEY)
     return stages
+
+
+def _syntax_problems(flat: str) -> list[str]:
+    """What is wrong in a layout string after its repeats are expanded (`parse`): a repeat left (its `(`, `)` or
+    `*` remain) because it has no count n, and the characters that are no layer symbol nor syntax."""
+    out = []
+    if any(c in flat for c in "()*"):
+        no_count = re.findall(r"(?:\([^()]*\)|[^|()*])\*(?!\d)", flat)
+        out.append("a repeat needs a count n after its *: " + ", ".join(map(repr, no_count)) + " has none"
+                   if no_count else "parentheses and * belong to a repeat (...)*n or t*n")
+    unknown = sorted(set(flat) - set(SYMBOLS) - set("|()*"))
+    if unknown:
+        out.append(f"unknown symbol(s) {''.join(unknown)}")
+    return out
 
 
 def _per_layout(fn):

@@ -192,17 +192,20 @@ def _world_size(model, cluster, layout: Layout) -> list[Violation]:
                       fix=f"launch {layout.world_size} ranks or change the degrees to multiply to {gpus}")]
 
 
-def _alternatives(model: ModelSpec, gpus: int, batch: int) -> str:
-    """Layouts of `gpus` GPUs whose tp divides the heads and KV heads: tp x dp (when dp divides the
-    global batch of `batch` sequences, as the batch rule asks at micro-batch 1), tp x pp (when the
+def _alternatives(model: ModelSpec, gpus: int, layout: Layout) -> str:
+    """Layouts of `gpus` GPUs whose tp divides the heads and KV heads: tp x dp (any dp where the framework holds
+    the per-rank batch and the global batch follows as per-rank batch x dp, torchtitan; else when dp divides the
+    global batch, as the batch rule asks at micro-batch 1: the framework's `BATCH_HELD`), tp x pp (when the
     layers split evenly), and the smallest larger GPU count that allows tp = that count."""
     a, kv, n = model.num_attention_heads, model.num_key_value_heads, model.num_hidden_layers
+    batch = layout.global_batch_size
+    per_rank = frameworks.BY_NAME[layout.framework].BATCH_HELD == "per_rank"
     # t divides a and kv iff it divides gcd(a, kv): enumerate those (few), not the GPU count's.
     ok = [t for t in reversed(_divisors(math.gcd(a, kv))) if gpus % t == 0]
     options = []
     for t in ok:
         rest = gpus // t
-        if batch % rest == 0:
+        if per_rank or batch % rest == 0:
             options.append(f"tp={t} x dp={rest}")
         if rest > 1 and n % rest == 0:
             options.append(f"tp={t} x pp={rest} ({n // rest} layers per stage)")
@@ -212,7 +215,8 @@ def _alternatives(model: ModelSpec, gpus: int, batch: int) -> str:
     if not options:
         return (f"none of tp x dp or tp x pp: {gpus:,} GPUs are more than tp x dp x pp can use "
                 f"for a global batch of {batch:,} sequences (dp must divide it)")
-    return "; ".join(options[:5])
+    follows = " (the global batch follows as the per-rank batch x dp)" if per_rank and ok else ""
+    return "; ".join(options[:5]) + follows
 
 
 def _heads(model: ModelSpec, cluster, layout: Layout) -> list[Violation]:
@@ -222,7 +226,7 @@ def _heads(model: ModelSpec, cluster, layout: Layout) -> list[Violation]:
         return []
     return [Violation(rule="heads_divisible_by_tp",
                       message=f"num_attention_heads={a} is not divisible by tp={layout.tp}",
-                      fix=f"tp must divide {a}; valid layouts: {_alternatives(model, cluster.num_gpus, layout.global_batch_size)}")]
+                      fix=f"tp must divide {a}; valid layouts: {_alternatives(model, cluster.num_gpus, layout)}")]
 
 
 def _kv_heads(model: ModelSpec, cluster, layout: Layout) -> list[Violation]:
