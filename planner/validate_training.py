@@ -88,7 +88,8 @@ GPU_FAMILIES = (("A100", "A100"), ("H100", "H100/H200"), ("H800", "H100/H200"), 
 """GPU name prefix -> family for the statistics (issue 9: A100, H100/H800/H200, B200/GB200, MI300X)."""
 
 ASSUMPTIONS = {
-    "clusters": "A100 rows run on dgx-a100-80g (cluster catalog); Llama 3 rows on dgx-h100; torchtitan "
+    "clusters": "A100 rows run on dgx-a100-80g (cluster catalog), BLOOM on jean-zay (its machine: 4 x 100 "
+                "Gb/s Omni-Path per node, BLOOM paper arXiv 2211.05100 Sec. 3.4.1); Llama 3 rows on dgx-h100; torchtitan "
                     "2024-12 rows and E16 on grand-teton (datasheet SXM peaks; the 500 W limit as its fitted clock fraction, calibration/training.yaml power_limited_gpus).",
     "micro-batch-1": "Micro-batch 1 where the row gives none (Narayanan 2021 Table 1, MT-NLG); vpp 1 where not "
                      "given (Narayanan Table 1 says 'interleaved where applicable' without v).",
@@ -127,6 +128,17 @@ ASSUMPTIONS = {
               "but another layout -- at dp 128 Meta's pipelines run 16 micro-batches each, an interleaved bubble of "
               "(15/4)/16 = 23%, the plan's cp 2 leaves dp 32 and 64 micro-batches, (31/4)/64 = 12%, at 4,096 "
               "tokens per CP rank (no measurement of that layout is published).",
+    "deepspeed-grad-accumulation": "DeepSpeed pipeline rows (BLOOM, MT-NLG) pay DeepSpeed's gradient accumulation "
+                                   "outside the GEMMs every micro-batch (`frameworks.deepspeed."
+                                   "grad_accumulation_bytes_per_param`): MT-NLG (bf16, ZeRO 0 as costed: the paper's "
+                                   "ZeRO use is not read here) under the BF16_Optimizer current DeepSpeed picks for "
+                                   "bf16 + pipeline at ZeRO 0, 26 B per parameter (+18.5 / +19.5 / +24.0% -> +3.0 / "
+                                   "+3.9 / +7.8%); at ZeRO 1 it would be the 6 B add (+15.7 / +16.6 / +21.0%). "
+                                   "The 2021 run predates BF16_Optimizer (DeepSpeed 2022): which accumulation it "
+                                   "ran is not verified. BLOOM (ZeRO 1, bf16 accumulation by default): 6 B; with "
+                                   "BF16_Optimizer's fp32 accumulation (the optimizer written for BLOOM's bf16 + "
+                                   "ZeRO 1 run; its fp32 accumulation is not read from a Layout, VERIFY) 26 B, as "
+                                   "costed at ZeRO 0, would take it from +5.7% to -0.6%.",
     "zero3-deepspeed": "Narayanan 2021 Table 2 ZeRO-3 rows: DeepSpeed ZeRO-3, no model parallelism, full recompute.",
     "bloom": "BLOOM: ZeRO-1, micro-batch 2 (row); its 8·N·tokens convention omits attention FLOPs (~2% here); "
              "70 layers over pp 12 as 5, 6 x 10, 5 (Megatron-DeepSpeed `--pp-partition-method "
@@ -212,7 +224,8 @@ GROUP_SETTINGS: dict[str, dict] = {
     "Narayanan2021-Table1-weak-scaling": dict(
         cluster="dgx-a100-80g", framework="megatron", recompute="full", flash_attention=False,
         convention="hardware_tflops_per_gpu", assumptions=("clusters", "micro-batch-1",
-                                                            "a100-full-recompute", "no-flash-attention")),
+                                                            "a100-full-recompute", "no-flash-attention",
+                                                            "deepspeed-grad-accumulation")),
     "Narayanan2021-Table2-PTDP-vs-ZeRO3": dict(
         cluster="dgx-a100-80g", framework="megatron", recompute="full", flash_attention=False,
         convention="hardware_tflops_per_gpu", assumptions=("clusters", "a100-full-recompute",
@@ -226,10 +239,11 @@ GROUP_SETTINGS: dict[str, dict] = {
         sequence_parallel=True, flash_attention=True, rank_order=("tp", "cp", "ep", "pp", "dp"),
         convention="model_tflops_per_gpu", assumptions=("clusters", "llama3")),
     "BLOOM-176B": dict(
-        cluster="dgx-a100-80g", framework="deepspeed", recompute="full", flash_attention=False,
+        cluster="jean-zay", framework="deepspeed", recompute="full", flash_attention=False,
         pipeline_layers=(5,) + (6,) * 10 + (5,),
         convention="hardware_tflops_per_gpu", assumptions=("clusters", "a100-full-recompute",
-                                                            "no-flash-attention", "bloom")),
+                                                            "no-flash-attention", "bloom",
+                                                            "deepspeed-grad-accumulation")),
     "MT-NLG-530B": dict(
         cluster="dgx-a100-80g", framework="deepspeed", recompute="full", flash_attention=False,
         convention="hardware_tflops_per_gpu", assumptions=("clusters", "micro-batch-1",

@@ -19,9 +19,10 @@ DATA = Path(__file__).parent / "data" / "clusters"
 REFERENCE = Path(__file__).resolve().parent / "data" / "reference" / "hardware.yaml"
 
 CATALOG = ["dgx-a100-80g", "dgx-a100-40g", "dgx-h100", "hgx-h200", "hgx-h800", "dgx-b200",
-           "gb200-nvl72", "mi300x", "dgx2-v100", "rtx-4090x8", "grand-teton"]
-"""The issue's names, and grand-teton (Meta's H100 96 GB HBM2e at 500 W: the torchtitan 2024-12
-benchmark rows and expert_configs E16, issue 9)."""
+           "gb200-nvl72", "mi300x", "dgx2-v100", "rtx-4090x8", "grand-teton", "jean-zay"]
+"""The issue's names, grand-teton (Meta's H100 96 GB HBM2e at 500 W: the torchtitan 2024-12
+benchmark rows and expert_configs E16, issue 9) and jean-zay (BLOOM-176B's machine: 4 x 100 Gb/s
+Omni-Path per node, arXiv 2211.05100 Sec. 3.4.1; the training_runs.yaml bloom-176b row, issue 9)."""
 
 
 def test_catalog_has_exactly_the_issue_names():

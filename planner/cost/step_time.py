@@ -195,8 +195,8 @@ def layer_time_key(layout: Layout, sharing: tuple[tuple[str, int], ...]) -> tupl
     Megatron-FSDP (whose CP ring `_cp_ring_exposed` leaves unhidden before Blackwell), whether the
     elementwise kernels are fused, the framework's attention kernel, the gradient buffer's bytes
     the expert GEMMs accumulate into (`_expert_weight_bytes`) and the framework's host launches
-    per local expert (`_moe_host_s`)): layouts with equal keys have equal layer times (for
-    callers' caches)."""
+    per local expert (`_moe_host_s`), the framework's gradient-accumulation bytes per parameter
+    (`_grad_accumulation_s`)): layouts with equal keys have equal layer times (for callers' caches)."""
     share = dict(sharing)
     ov = overlap.resolve(layout)
     return (layout.micro_batch_size, layout.seq_len, layout.tp, layout.cp, layout.ep, layout.etp,
@@ -208,7 +208,9 @@ def layer_time_key(layout: Layout, sharing: tuple[tuple[str, int], ...]) -> tupl
             layout.selective_modules, layout.offload_modules, "activations" in layout.offload, fused_qkv(layout),
             layout.framework == "megatron" and layout.zero_stage >= 2 and layout.pp == 1,  # `overlap.connections_conflict`
             tuple(expert_host_launches(layout.framework, phase, layout.precision)
-                  for phase in ("forward", "backward")))
+                  for phase in ("forward", "backward")),
+            BY_NAME[layout.framework].grad_accumulation_bytes_per_param(layout.precision, layout.zero_stage,
+                                                                        layout.pp))
 
 
 def _ep_sharing(layout: Layout, cluster: ClusterSpec, order: Sequence[str]) -> int:
@@ -297,8 +299,27 @@ def _layer_parts(model, cluster, layout, layer_index, rank_order, flash_attentio
     host = _moe_host_s(model, cluster, layout, layer_index)
     selective = _selective_recompute_s(model, cluster, layout, layer_index, attn_fwd) + _op_sac_regather_s(
         model, cluster, layout, layer_index, _sharing(layout, cluster, rank_order))
-    host = (host[0], host[1] + _attention_backward_excess_s(model, cluster, layout, layer_index, flash_attention))
+    host = (host[0], host[1] + _attention_backward_excess_s(model, cluster, layout, layer_index, flash_attention)
+            + _grad_accumulation_s(cluster, layout, _layer_params_per_gpu(model, layout, layer_index)))
     return fwd, attn_fwd, comm, host, selective, _offload_s(model, cluster, layout, layer_index)
+
+
+def _layer_params_per_gpu(model: ModelSpec, layout: Layout, index: int) -> float:
+    """Parameters of decoder layer `index` on one GPU: dense / tp, routed experts / (ep x etp)."""
+    layer = _counts(model).layers[index]
+    return (layer.total - layer.routed_experts) / layout.tp + layer.routed_experts / (layout.ep * layout.etp)
+
+
+def _grad_accumulation_s(cluster: ClusterSpec, layout: Layout, params: float) -> float:
+    """Gradient accumulation outside the GEMMs in one micro-batch's backward, s, for `params`
+    parameters on the GPU: the framework's bytes per parameter
+    (`frameworks.<framework>.grad_accumulation_bytes_per_param`: DeepSpeed's in-place add into the
+    16-bit `.grad`, and under its BF16_Optimizer the zeroing and fp32 copy) at the achievable HBM
+    bandwidth (memory-bound elementwise kernels, `HBM_EFFICIENCY`). Carried with the backward (it is
+    not recomputed and hides no communication)."""
+    per_param = BY_NAME[layout.framework].grad_accumulation_bytes_per_param(layout.precision, layout.zero_stage,
+                                                                            layout.pp)
+    return params * per_param / _hbm_bytes_per_s(cluster)
 
 
 def _attention_backward_excess_s(model: ModelSpec, cluster: ClusterSpec, layout: Layout, index: int,
@@ -1151,7 +1172,9 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, layout: Layout, layer_in
 
 
 def stage_fixed_times(model: ModelSpec, cluster: ClusterSpec, layout: Layout) -> tuple[float, ...]:
-    """Per stage, seconds per micro-batch that do not depend on layer choices: the LM head (fwd +
+    """Per stage, seconds per micro-batch that do not depend on layer choices: the gradient
+    accumulation of the embedding (first stage) and of the output layer and final norm (last
+    stage; `_grad_accumulation_s`), the LM head (fwd +
     bwd, 6 V h FLOPs per token / tp, on the last stage; Narayanan 2021 eq. (3) logit term), in
     bf16 under fp8: Megatron builds the output layer as a plain ColumnParallelLinear unless an
     mxfp8 output projection is asked for (NVIDIA/Megatron-LM@d98e8a6 megatron/core/models/gpt/
@@ -1169,6 +1192,9 @@ def stage_fixed_times(model: ModelSpec, cluster: ClusterSpec, layout: Layout) ->
                           gemm_dim=min(model.hidden_size, b * s / cp))
     head = 6 * b * s * model.padded_vocab_size * model.hidden_size / (tp * cp) / rate
     out = [head if i == layout.pp - 1 else 0.0 for i in range(layout.pp)]
+    counts = _counts(model)   # the embedding's and the output layer's gradient accumulation
+    out[0] += _grad_accumulation_s(cluster, layout, counts.embedding / tp)
+    out[-1] += _grad_accumulation_s(cluster, layout, (counts.lm_head + counts.final_norm) / tp)
     if n := mtp.mtp_layers(model, layout):  # MTP: each layer and the output layer again
         out[-1] += n * head
         proj = 6 * b * s * 2 * model.hidden_size ** 2 / (tp * cp) / rate

@@ -206,6 +206,41 @@ def p2p_overlap(vpp: int) -> bool:
     return False
 
 
+def grad_accumulation_bytes_per_param(precision: str, zero_stage: int, pp: int) -> float:
+    """HBM bytes per parameter (of the rank's stage, before ZeRO sharding) that DeepSpeed moves
+    outside the GEMMs in each micro-batch's backward to accumulate gradients, with 16-bit weights:
+    - autograd's AccumulateGrad adds each fresh weight gradient into the parameter's existing 16-bit
+      `.grad` in place (read both, write one: 3 x 2 B). DeepSpeed keeps `.grad` between the
+      micro-batches of a step: the backward hook-free paths (ZeRO 0-1; the reduction runs at the
+      step's boundary, `deepspeed/runtime/pipe/engine.py` `_exec_reduce_grads` l. 296-304 in the
+      schedule's last step, `schedule.py` `TrainSchedule.steps` l. 237-241); Megatron-LM instead fuses
+      the add into the weight-gradient GEMM (gradient_accumulation_fusion into main_grad), which
+      this planner prices as free.
+    - with the pipeline engine and bf16 at ZeRO 0 the engine wraps the optimizer in BF16_Optimizer
+      (`deepspeed/runtime/engine.py` `_do_optimizer_sanity_check` l. 2011-2018: bf16 weights, bf16
+      accumulation dtype by default, pipeline parallelism -> BFLOAT16), and every micro-batch's
+      backward on a stage first zeroes the 16-bit gradients (`pipe/engine.py` l. 861-863,
+      `bf16_optimizer.py` `clear_lp_grads` l. 473-489, `_foreach_zero_`: 2 B) and then adds them into
+      the fp32 gradient copy (`pipe/engine.py` l. 882-885 `update_hp_grads`, `bf16_optimizer.py`
+      l. 371 `hp_grad.add_(lp.grad.to(fp32))`: read 2 + write a 4 B fp32 temporary, read it and the
+      fp32 gradient, write it: 18 B), `bfloat16.immediate_grad_update` false by default
+      (`deepspeed/runtime/precision_config.py` l. 51).
+    - at ZeRO 2-3 the gradient hooks instead copy each 16-bit gradient into the contiguous reduce
+      bucket (read 2 + write 2 = 4 B; `zero/config.py` l. 102 contiguous_gradients true by default,
+      `zero/stage_1_and_2.py` l. 1230-1232, `zero/stage3.py` l. 1554-1559) before its reduce-scatter.
+    So 6 B, 26 B under BF16_Optimizer, 4 B at ZeRO 2-3; 0 for fp32 weights (not costed). At ZeRO 0-1
+    charged every micro-batch although the first of a step finds no `.grad` (zero_grad sets None)
+    and skips the add: a 1/m overcount. The BF16_Optimizer path at ZeRO 1 (fp32
+    `data_types.grad_accum_dtype`, engine.py l. 1994-1996) is not read from a Layout. Source:
+    deepspeedai/DeepSpeed@edaa722 (files and lines above)."""
+    if precision not in ("bf16", "fp16", "fp8"):
+        return 0.0
+    if zero_stage >= 2:
+        return 4.0
+    bf16_optimizer = precision == "bf16" and zero_stage == 0 and pp > 1
+    return 6.0 + (20.0 if bf16_optimizer else 0.0)
+
+
 def overlap_defaults(zero_stage: int) -> dict[str, bool]:
     """DeepSpeed's overlaps when its keys are absent: gradient reduction and parameter prefetch on
     at ZeRO-3 only (module docstring); no TP comm or expert all-to-all overlap."""

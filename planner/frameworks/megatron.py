@@ -455,6 +455,14 @@ def cp_ring_exchange() -> tuple[str, bool, int]:
     return "p2p", False, 2
 
 
+def grad_accumulation_bytes_per_param(precision: str, zero_stage: int, pp: int) -> float:
+    """HBM bytes per parameter moved outside the GEMMs per micro-batch to accumulate gradients: none
+    priced -- Megatron-LM adds each weight gradient into the fp32 main_grad inside the weight-gradient
+    GEMM (gradient_accumulation_fusion, on by default: NVIDIA/Megatron-LM@d98e8a6
+    megatron/core/tensor_parallel/layers.py), whose bytes the GEMM efficiency carries."""
+    return 0.0
+
+
 def p2p_overlap(vpp: int) -> bool:
     """Whether Megatron-LM's pipeline schedule overlaps its point-to-point sends with the compute of
     the next model chunk by default: yes for the interleaved schedule (vpp > 1), no for 1F1B.

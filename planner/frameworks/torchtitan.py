@@ -171,6 +171,13 @@ def cp_ring_exchange() -> tuple[str, bool, int]:
     return "all_gather", True, 4
 
 
+def grad_accumulation_bytes_per_param(precision: str, zero_stage: int, pp: int) -> float:
+    """HBM bytes per parameter moved outside the GEMMs per micro-batch to accumulate gradients: not
+    priced for torchtitan (FSDP2 reduce-scatters or accumulates in its own buffers; not verified
+    here), 0."""
+    return 0.0
+
+
 def p2p_overlap(vpp: int) -> bool:
     """torchtitan's pipeline schedules (torch.distributed.pipelining) are costed with their sends on
     the critical path: whether they hide under the next stage's compute is not verified here."""
