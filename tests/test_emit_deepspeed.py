@@ -406,3 +406,12 @@ def test_plan_framework_deepspeed_keeps_a_users_pin():
     assert data["plans"][0]["parallelism"]["pp"] == 2
     assert data["request"]["fixed"]["pp"] == 2 and data["request"]["fixed"]["cp"] == 1
 
+
+def test_plan_framework_deepspeed_says_what_it_searches():
+    """The narrowed space is said, not silent: one note naming the pins the user did not give
+    (`cli._launch_note`; a dense model: no ep/etp)."""
+    out = planner("plan", "-m", "llama-3.1-8b", "-c", "dgx-h100", "--gpus", "8", "--framework", "deepspeed",
+                  "--fix", "cp=1", "--top", "1")
+    assert out.returncode == 0, out.stderr
+    assert ("note: --framework deepspeed: searching only layouts --emit deepspeed can launch: pp=1, vpp=1, "
+            "sequence_parallel=False") in out.stderr
