@@ -799,7 +799,8 @@ def plan_cmd(
     if emit is not None:
         from planner import emit as emit_api
         emit_api.refuse_optimizer(emit_framework, _value(optimizer))
-        fixed = _emit_pins(emit_framework, fixed, spec.is_moe)
+        emit_api.refuse_pins(emit_framework, fixed)
+    _launch_note(_value(framework), fixed, spec.is_moe, "--emit" if emit is not None else "--framework")
     search = dict(seq_len=seq_len,
                   global_batch_size=_batch_size(seq_len, global_batch_size, global_batch_tokens),
                   precision=_precision(precision, hw), optimizer=_value(optimizer),
@@ -838,18 +839,18 @@ def plan_cmd(
                                                      cluster_ref=_ref_for(cluster, output)))
 
 
-def _emit_pins(framework: str, fixed: dict, moe: bool) -> dict:
-    """The user's pins plus those under which every plan is one `framework` can launch (said on
-    stderr: the search space is narrowed because the user asked for that framework's config)."""
-    from planner import emit as emit_api
+def _launch_note(framework: str, fixed: dict, moe: bool, option: str) -> None:
+    """Say on stderr the launch pins `plan()` searches `framework` under where `fixed` gives no
+    other value (`frameworks.LAUNCH_PINS`): the space is narrowed to what `--emit framework`
+    writes, because the user asked for that framework."""
+    from planner.frameworks import LAUNCH_PINS
 
-    emit_api.refuse_pins(framework, fixed)
-    pins = {k: v for k, v in emit_api.search_pins(framework).items() if k not in fixed}
-    shown = {k: v for k, v in pins.items() if moe or k not in ("ep", "etp")}
+    shown = {k: v for k, v in LAUNCH_PINS.get(framework, {}).items()
+             if k not in fixed and (moe or k not in ("ep", "etp"))}
     if shown:
-        report.note(f"--emit {framework}: searching only layouts it can launch: "
+        launcher = "it" if option == "--emit" else f"--emit {framework}"
+        report.note(f"{option} {framework}: searching only layouts {launcher} can launch: "
                     + ", ".join(f"{k}={v}" for k, v in shown.items()))
-    return {**pins, **fixed}
 
 
 def _emit(result: dict, framework: str, doc_of) -> tuple[dict, int]:

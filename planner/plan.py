@@ -147,7 +147,7 @@ from planner.placement import mtp, overlap, pipeline_layout, recompute_mix
 from planner.placement.layout import PRECISION_KNOBS, OVERLAP_KNOBS, RECOMPUTE_MODES, Layout
 from planner.placement.precision import allowed_grad_reduce_dtypes, state_bytes, torchao_fp8_recipe
 from planner.evaluation import Evaluation, cost_stages, cost_step, layer_modes, model_chunks, stage_modes
-from planner.frameworks import BY_NAME as FRAMEWORK_TABLES, megatron as mg
+from planner.frameworks import BY_NAME as FRAMEWORK_TABLES, LAUNCH_PINS, megatron as mg
 from planner.plan_document import PlanFile
 from planner.placement.rules import (
     BATCH_RULES,
@@ -1456,7 +1456,10 @@ def plan(model: ModelSpec, cluster: ClusterSpec, *, seq_len: int, global_batch_s
         offload_modules: Megatron's fine-grained activation offloading on every Layout, written to
             the request; None: searched under Megatron-LM as the recompute lists are (off, or the
             lists `MODULE_SETS` pairs); () keeps it off.
-        fixed: pinned Layout fields (keys in FIXABLE), e.g. {"tp": 8, "recompute": "full"}.
+        fixed: pinned Layout fields (keys in FIXABLE), e.g. {"tp": 8, "recompute": "full"}; the
+            framework's launch pins (`frameworks.LAUNCH_PINS`: DeepSpeed's JSON has no pipeline,
+            context or expert parallelism and no Megatron sequence parallelism) hold where these
+            give no other value, so the plans are those `--emit` writes; request.fixed records both.
         top_k: plans to return.
         reserve_bytes: per-GPU reserve (CUDA context, fragmentation); None = DEFAULT_RESERVE_BYTES.
         headroom: fraction of GPU memory every plan leaves free (the at-risk margin of the memory
@@ -1472,7 +1475,7 @@ def plan(model: ModelSpec, cluster: ClusterSpec, *, seq_len: int, global_batch_s
             framework does not run at this precision.
         InfeasibleError: no candidate fits; names the binding constraint and the smallest change.
     """
-    fixed = dict(fixed or {})
+    fixed = {**LAUNCH_PINS.get(framework, {}), **(fixed or {})}  # what the framework's config launches
     start = time.perf_counter()
     reserve = DEFAULT_RESERVE_BYTES if reserve_bytes is None else reserve_bytes
     base = dict(seq_len=seq_len, global_batch_size=global_batch_size, precision=precision,

@@ -18,7 +18,8 @@ from planner.check import evaluate, read_target
 from planner.check.gate import Target
 from planner.cost.memory import stage_layers
 from planner.emit import emit
-from planner.emit.deepspeed import SEARCH_PINS, code_recompute, write
+from planner.emit import checked
+from planner.emit.deepspeed import code_recompute, write
 from planner.errors import SpecError
 from planner.plan import plan, plan_file, plan_layout
 from planner.specs.cluster import load_cluster
@@ -315,8 +316,9 @@ def test_unrunnable_plan_names_the_fix(changes, fix):
 
 
 def test_expert_parallel_plan_is_refused():
-    doc = _plan("mixtral-8x7b", 16, fixed={"pp": 1, "cp": 1, "sequence_parallel": False})
-    assert doc["plan"]["parallelism"]["ep"] > 1
+    # ep > 1 only as the user's own pin: the DeepSpeed search holds ep = 1 otherwise (LAUNCH_PINS)
+    doc = _plan("mixtral-8x7b", 16, fixed={"ep": 2})
+    assert doc["plan"]["parallelism"]["ep"] == 2
     with pytest.raises(SpecError, match=r"ep=\d+ cannot be run from a DeepSpeed JSON.*--fix ep=1"):
         write(doc)
 
@@ -329,9 +331,10 @@ def test_pipelined_example_plan_is_refused():
 
 
 @pytest.mark.parametrize("model, gpus", [("llama-3.1-70b", 64), ("mixtral-8x7b", 16)])
-def test_search_pins_give_emittable_plans(model, gpus, tmp_path):
-    # Unpinned, these searches choose pipelines / context or expert parallelism / SP at tp > 1.
-    doc = _plan(model, gpus, global_batch_size=256, fixed=dict(SEARCH_PINS))
+def test_deepspeed_search_gives_emittable_plans(model, gpus, tmp_path):
+    # Under Megatron's conventions these searches choose pipelines / context or expert parallelism /
+    # SP at tp > 1; under DeepSpeed's the search holds the launch pins itself (no --fix given).
+    doc = _plan(model, gpus, global_batch_size=256, fixed={})
     emitted, target = _read_back(doc, tmp_path)
     _assert_layout(doc, target)
     recompute = code_recompute(doc)
@@ -374,3 +377,41 @@ def test_plan_file_buckets_are_costed_by_check(tmp_path):
     path.write_text(_yaml.safe_dump(doc))
     with pytest.raises(_SpecError, match="buckets"):
         read_target(path)
+
+
+def test_plan_framework_deepspeed_best_is_what_emit_writes():
+    """Senior review 12 finding 6: `plan -m llama-3.1-70b -c dgx-h100 --gpus 16 --framework
+    deepspeed` ranked dp2 tp2 pp4 with Megatron SP and an uneven 18/21/21/20 split first (231.7 s),
+    which no DeepSpeed JSON launches (pipeline stages are PipelineModule code; AutoTP has no SP);
+    `--emit deepspeed` gave 292.7 s. Now the search holds `frameworks.deepspeed.LAUNCH_PINS`, so its
+    #1 is the plan the emitter writes: the JSON read back by `planner check` costs exactly the
+    search's step time (the round trip `plan --emit` prints as "as emitted" vs "search's best")."""
+    data = plan(load_model("llama-3.1-70b"), load_cluster("dgx-h100", gpus=16), seq_len=4096,
+                global_batch_size=1024, framework="deepspeed", top_k=1)
+    par = data["plans"][0]["parallelism"]
+    assert (par["pp"], par["vpp"], par["cp"], par["sequence_parallel"]) == (1, 1, 1, False), par
+    assert data["solver"]["status"] == "OPTIMAL"
+    emitted, verdict = checked(plan_file(data, 0, model_ref="llama-3.1-70b", cluster_ref="dgx-h100"),
+                               "deepspeed")
+    assert verdict["verdict"] == "pass", verdict["violations"]
+    assert verdict["time_s"]["step"] == pytest.approx(data["plans"][0]["time_s"]["step"], rel=1e-12)
+
+
+def test_plan_framework_deepspeed_keeps_a_users_pin():
+    """The launch pins give way to the user's own (`{**LAUNCH_PINS, **fixed}`): `--fix pp=2` under
+    `--framework deepspeed` is searched as asked (PipelineModule code), not silently changed; the
+    emitter refuses such a plan (test_pipelined_example_plan_is_refused above)."""
+    data = plan(load_model("llama-3.1-8b"), load_cluster("dgx-h100", gpus=8), seq_len=4096,
+                global_batch_size=64, framework="deepspeed", fixed={"pp": 2}, top_k=1)
+    assert data["plans"][0]["parallelism"]["pp"] == 2
+    assert data["request"]["fixed"]["pp"] == 2 and data["request"]["fixed"]["cp"] == 1
+
+
+def test_plan_framework_deepspeed_says_what_it_searches():
+    """The narrowed space is said, not silent: one note naming the pins the user did not give
+    (`cli._launch_note`; a dense model: no ep/etp)."""
+    out = planner("plan", "-m", "llama-3.1-8b", "-c", "dgx-h100", "--gpus", "8", "--framework", "deepspeed",
+                  "--fix", "cp=1", "--top", "1")
+    assert out.returncode == 0, out.stderr
+    assert ("note: --framework deepspeed: searching only layouts --emit deepspeed can launch: pp=1, vpp=1, "
+            "sequence_parallel=False") in out.stderr

@@ -104,6 +104,13 @@ def _fits(model, cluster, layout, s, layers, modes, capacity, cache) -> bool:
     return cache[key]
 
 
+DEEPSPEED_JSON = {"pp": 1, "vpp": 1, "cp": 1, "ep": 1, "etp": 1, "sequence_parallel": False}
+"""What `--emit deepspeed` can write, by hand from its refusals (planner/emit/deepspeed.py module
+docstring: pipeline stages are PipelineModule code, Ulysses and AutoEP are not read back, AutoTP has
+no sequence parallelism): `plan` under DeepSpeed conventions searches only these (senior review 12
+finding 6) unless the case pins another value (a pipeline, as a user's --fix pp=2)."""
+
+
 def exhaustive_best(model, cluster, base, fixed) -> float | None:
     """Least step_time over every candidate x split x recompute setting the framework launches
     (`_launchable`) that fits, each Megatron-LM candidate also with every module-list pair of
@@ -113,6 +120,8 @@ def exhaustive_best(model, cluster, base, fixed) -> float | None:
     account-for layout or torchtitan's remainder-first split: `plan._pinned_split`); every other
     candidate every split. Each plan is judged whole: every stage by `stage_memory`, the step by
     `step_time`."""
+    if base["framework"] == "deepspeed":  # the layouts a DeepSpeed JSON launches, where not pinned
+        fixed = {**DEEPSPEED_JSON, **fixed}
     layouts, _, _ = P._candidates(model, cluster, fixed, base, 0, 0.0)
     allowed = P._modes_for(fixed)
     capacity, L = cluster.gpu.memory_bytes, model.num_hidden_layers

@@ -64,10 +64,9 @@ class Emitted:
 def search_pins(framework: str) -> dict:
     """`--fix` pins under which every plan the search finds is one `framework` can launch (e.g. a
     DeepSpeed JSON has no pipeline or context parallelism); a user's own pins take precedence."""
-    if framework == "deepspeed":
-        from planner.emit.deepspeed import SEARCH_PINS
-        return dict(SEARCH_PINS)
-    return {}
+    from planner.frameworks import LAUNCH_PINS
+
+    return dict(LAUNCH_PINS.get(framework, {}))
 
 
 def refuse_optimizer(framework: str, optimizer: str) -> None:

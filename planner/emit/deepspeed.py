@@ -66,20 +66,9 @@ _KNOWN = frozenset({"dp", "tp", "pp", "cp", "ep", "etp", "zero_stage", "sequence
                     "micro_batch_size", "global_batch_size", "num_microbatches", "vpp",
                     "recompute", "pipeline_layers", "offload", "overlap", "cp_comm_type", "buckets"})
 """`plan.parallelism` keys this writer maps (planner/plan.py `plan_entry`, plus `offload`)."""
-SEARCH_PINS = {"pp": 1, "vpp": 1, "cp": 1, "ep": 1, "etp": 1, "sequence_parallel": False}
-"""`planner plan --fix` pins under which every plan is one a DeepSpeed JSON can run (`_refuse`):
-the search's own choices otherwise include pipelines, context parallelism and, at tp > 1,
-sequence parallelism. A user's own pins take precedence (`{**SEARCH_PINS, **fixed}`)."""
-
-
-NOT_IN_JSON = {
-    "pp": "pipeline stages are built in code (deepspeed.pipe.PipelineModule), not in the JSON",
-    "vpp": "interleaved virtual stages need a pipeline, which the JSON cannot build",
-    "cp": "Ulysses sequence parallelism is set up in code and not read back from the JSON",
-    "ep": "expert parallelism (AutoEP) is not read back from the JSON",
-    "etp": "expert tensor parallelism (AutoEP) is not read back from the JSON",
-}
-"""Degree (> 1) -> why a DeepSpeed JSON cannot run it (`_refuse`, `refuse_pins`)."""
+NOT_IN_JSON = ds.NOT_IN_JSON
+"""Degree (> 1) -> why a DeepSpeed JSON cannot run it (`_refuse`, `refuse_pins`): the framework
+table `frameworks.deepspeed.NOT_IN_JSON`, whose pins (`LAUNCH_PINS`) the search runs under."""
 
 
 def refuse_pins(fixed: dict) -> None:

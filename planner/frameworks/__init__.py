@@ -24,3 +24,7 @@ BY_NAME = {"megatron": megatron, "deepspeed": deepspeed, "torchtitan": torchtita
 FIX_TERMS_BY_KIND = {"torchtitan-command": torchtitan.CLI_FIX_TERMS}
 """`Target.kind` -> the fix terms of a file kind whose spelling differs from its framework's
 default file (a torchtitan command line, not its TOML)."""
+LAUNCH_PINS = {"deepspeed": deepspeed.LAUNCH_PINS}
+"""`Layout.framework` -> the layout fields every layout its launch configuration (`plan --emit`)
+can run holds; `planner.plan.plan` searches under them where the user pins no other value. None
+for Megatron-LM and torchtitan, whose command lines state every degree."""

@@ -299,6 +299,22 @@ CHECKPOINT_CALL = "deepspeed.checkpointing.checkpoint"
 (`deepspeed/runtime/activation_checkpointing/checkpointing.py`): the JSON cannot switch recompute
 on."""
 
+NOT_IN_JSON = {
+    "pp": "pipeline stages are built in code (deepspeed.pipe.PipelineModule), not in the JSON",
+    "vpp": "interleaved virtual stages need a pipeline, which the JSON cannot build",
+    "cp": "Ulysses sequence parallelism is set up in code and not read back from the JSON",
+    "ep": "expert parallelism (AutoEP) is not read back from the JSON",
+    "etp": "expert tensor parallelism (AutoEP) is not read back from the JSON",
+}
+"""Degree (> 1) -> why a DeepSpeed JSON cannot launch it (the config reader `planner.check.deepspeed`
+fixes each at 1; the writer `planner.emit.deepspeed` refuses a plan or `--fix` above 1)."""
+LAUNCH_PINS = {**dict.fromkeys(NOT_IN_JSON, 1), "sequence_parallel": False}
+"""The layout fields under which every layout is one a DeepSpeed JSON launches: the degrees of
+NOT_IN_JSON at 1, and no Megatron-style sequence parallelism (AutoTP, the JSON's tensor parallelism,
+`engine.py` `_configure_tensor_parallel_states` @edaa722, has none). `planner plan --framework deepspeed`
+searches under them where the user pins no other value (`planner.plan.plan`), so its OPTIMAL is the
+optimum over what `--emit deepspeed` writes; the writer refuses a plan or pin outside them."""
+
 FIX_TERMS = {
     "recompute selective": "selective activation recompute in the model code",
     "recompute full": f"{CHECKPOINT_CALL} around every layer (model code)",
