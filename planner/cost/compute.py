@@ -280,20 +280,16 @@ def unvalidated_family_note(model_type: str) -> str | None:
 
 TORCHTITAN_ROWWISE_FP8_NOTE = (
     "torchtitan rowwise fp8 step times are optimistic: published rowwise runs measured 9-29% slower than this model "
-    "predicts -- Llama3-8B on 8 H100 ran 1.115x bf16 (6,424 vs 5,760 tokens/s, torchtitan 7a04053; predicted 1.31x), "
-    "torchao's README pair 0.880x tensorwise (6,768 vs 7,689.5 tokens/s; predicted 0.96x), Llama 3.1 70B tp8 on 256 "
-    "H100 599.6 / 624.8 tokens/s/GPU without / with AsyncTP (torchtitan benchmarks 2025-06; predicted +27% / +40%); "
-    "the cause is not found (tests/test_torchtitan_fp8_recipe.py)")
-"""Senior review 12 #4. The 9-29% is 1 - measured / predicted speed: 1.115 / 1.31 = 0.851 (15%), 0.880 / 0.964 =
-0.913 (9%), 1 / 1.27 = 0.787 (21%), 1 / 1.40 = 0.714 (29%); the 8B rows are ratios to the same run's bf16 /
-tensorwise measurement, against the model's ratio (its tensorwise absolute on the 8B b2 job is +7.2%,
-torchtitan-202412-t1-fp8 in docs/validation.md). Sources: the 7a04053 numbers as senior review 12 quotes them from
-that commit, "float8 with rowwise scaling" (Llama3-8B, 8 H100, torch.compile: bf16 5,760, rowwise 6,424, tensorwise
-with fp8 all-gather 7,186 tokens/s; the commit is not in the history of the torchtitan snapshot read here, so they
-are unverified);
-pytorch/ao@9519beb torchao/float8/README.md "Training benchmarks" (`ROWWISE_GEMM_FRACTION`); pytorch/torchtitan
-@b5bcd76 benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md l. 20-26. Not fitted around: the guide forbids
-tuning a constant to these rows outside the fit data."""
+    "predicts -- torchao's README pair 0.880x tensorwise (6,768 vs 7,689.5 tokens/s, Llama3-8B on 8 H100; predicted "
+    "0.96x), Llama 3.1 70B tp8 on 256 H100 599.6 / 624.8 tokens/s/GPU without / with AsyncTP (torchtitan benchmarks "
+    "2025-06; predicted +27% / +40%); the cause is not found (tests/test_torchtitan_fp8_recipe.py)")
+"""Senior review 12 #4. The 9-29% is 1 - measured / predicted speed: 0.880 / 0.964 = 0.913 (9%), 1 / 1.27 = 0.787
+(21%), 1 / 1.40 = 0.714 (29%); the 8B pair is a ratio to the same run's tensorwise measurement, against the model's
+ratio. Sources: pytorch/ao@9519beb torchao/float8/README.md "Training benchmarks" (`ROWWISE_GEMM_FRACTION`);
+pytorch/torchtitan@b5bcd76 benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md l. 20-26. (Senior review 12 also
+quoted a torchtitan commit 7a04053 with bf16 5,760 / rowwise 6,424 tokens/s on 8B; that commit is not in the
+torchtitan history read here, so it is not used.) Not fitted around: the guide forbids tuning a constant to these
+rows outside the fit data."""
 
 TORCHTITAN_CP_NOTE = (
     "torchtitan context-parallel step times at cp >= 4 are optimistic: its published CP runs measured 11-24% slower "
