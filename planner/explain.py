@@ -16,7 +16,7 @@ import dataclasses
 
 from planner.check.gate import memory_violations
 from planner.cost.comm import balanced_routing_note, collectives, ep_gpus_per_domain
-from planner.cost.compute import unvalidated_family_note
+from planner.cost.compute import unvalidated_family_note, unvalidated_layout_notes
 from planner.cost.memory import DEFAULT_AT_RISK_MARGIN, stage_layers
 from planner.errors import SpecError
 from planner.evaluation import Evaluation, cost_stages, cost_step, layer_modes, stage_modes
@@ -112,7 +112,8 @@ def explain(model: ModelSpec, cluster, layout: Layout, *, reserve_bytes: int | N
     basis = mfu_basis(model, cluster.gpu.peak_tflops, layout.precision, layout.seq_len, layout.framework,
                       mtp.mtp_layers(model, layout)) if record.step else None
     assumed = [balanced_routing_note(model), overlap.connections_note(layout, cluster.gpu.name),
-               unvalidated_family_note(model.model_type)] if record.step else []
+               unvalidated_family_note(model.model_type),
+               *unvalidated_layout_notes(layout.framework, layout.cp, torchao_fp8_recipe(layout))] if record.step else []
     return header | costed | {"time_s": record.time_s(rates=True), "mfu_basis": basis,
                               "assumptions": [a for a in assumed if a]}
 

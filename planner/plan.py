@@ -110,7 +110,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from planner.cost.comm import balanced_routing_note, collectives, ep_gpus_per_domain
-from planner.cost.compute import held_out_error, unfitted_note, unvalidated_family_note
+from planner.cost.compute import held_out_error, unfitted_note, unvalidated_family_note, unvalidated_layout_notes
 from planner.cost.memory import (
     DEFAULT_AT_RISK_MARGIN,
     DEFAULT_RESERVE_BYTES,
@@ -1534,7 +1534,9 @@ def plan(model: ModelSpec, cluster: ClusterSpec, *, seq_len: int, global_batch_s
                                mtp.mtp_layers(model, Layout(**base))),
         "rejected": rejections.as_list(),
         "warnings": warnings,
-        "assumptions": [a for a in (balanced_routing_note(model), unvalidated_family_note(model.model_type)) if a],
+        "assumptions": [a for a in (balanced_routing_note(model), unvalidated_family_note(model.model_type)) if a]
+        + list(dict.fromkeys(note for r in result.best for note in unvalidated_layout_notes(
+            r.result.layout.framework, r.result.layout.cp, torchao_fp8_recipe(r.result.layout)))),
         "request": {"model": model.name, "cluster": cluster.name, "gpus": cluster.num_gpus,
                     **{k: list(v) if type(v) is tuple else v for k, v in base.items()},
                     "fixed": fixed, "headroom": headroom, "reserve_bytes": reserve},

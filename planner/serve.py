@@ -1064,6 +1064,12 @@ OPEN_LOOP_NOTE = ("TTFT / TPOT at --request-rate: steady-state means of each rep
                   "includes the prefill queue's wait at that rate (M/D/1) and the wait for a free running slot when all of "
                   "the cap (conc.) are held (M/D/c; both cost.serving.open_queue_wait_s); tok/s/GPU is the load served")
 """What serve-plan's latencies are at --request-rate (`open_loop_point`; fresh-user review 11, finding 1)."""
+SPLIT_OPEN_LOOP_NOTE = ("TTFT / TPOT at --request-rate: steady-state means of the workers fed the rate as an open "
+                        "stream (Poisson arrivals) split evenly over each role's workers: TTFT includes each prefill "
+                        "worker's queue wait at its share (M/D/1, cost.serving.prefill_worker_wait_s) and the wait for a "
+                        "free decode slot (M/D/c, decode_wait_s)")
+"""What `--disaggregated` latencies are at --request-rate (`_rate_split`; senior review 12 #3: the closed-loop note
+was printed there, beside the decode slot's open-loop M/D/c note)."""
 
 
 def _notes(hw: ClusterSpec, req: ServeRequest) -> list[str]:
@@ -1076,7 +1082,8 @@ def _notes(hw: ClusterSpec, req: ServeRequest) -> list[str]:
              "the planner's, from the memory it models beside the pool (written by --emit)")
     notes = [f"{req.engine} KV pool: {rule.flag}={value} ({basis}); the engine reserves this "
              f"memory at start-up, whatever the weights take",
-             OPEN_LOOP_NOTE if req.request_rate is not None and not req.disaggregated else STEADY_STATE_NOTE]
+             STEADY_STATE_NOTE if req.request_rate is None else
+             SPLIT_OPEN_LOOP_NOTE if req.disaggregated else OPEN_LOOP_NOTE]
     if not hw.gpu.name.startswith(CALIBRATED_GPUS):
         notes.append(_uncalibrated_gpu_note(hw, req))
     return notes
@@ -1533,9 +1540,28 @@ def disaggregated_plan(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, coef
             "disaggregated: prefill workers run prompts only, decode workers generate only; TTFT includes the "
             "KV transfer; constants are the aggregated fit's with the prefill-interference term removed; "
             f"{ROUTER_SPLIT}, so a mix has one prefill kind and one decode kind"]
-        + _exchange_note(spec, req, rows) + _wide_note(hw, req, rows) + _decode_load_note(rows)
+        + _no_slo_split_note(req, plan, rows) + _exchange_note(spec, req, rows) + _wide_note(hw, req, rows)
+        + _decode_load_note(rows)
         + _aggregated_note(spec, hw, req, coefficients, plan),
     }
+
+
+def _no_slo_split_note(req: ServeRequest, plan: dict, rows: list[dict]) -> list[str]:
+    """At --request-rate without a latency SLO (`_no_slo_note`'s case, disaggregated): the mix is the fewest GPUs
+    whose prefill and decode sides are below their capacity, at any latency, so the prefill workers may run near it,
+    where a prompt's mean M/D/1 wait is U / (2 (1 - U)) of its service S (Pollaczek-Khinchine: W = U S / (2 (1 - U)),
+    Kleinrock 1975 eq. 5.76 with deterministic service), growing without bound as U -> 1 (senior review 12 #3: 70B
+    at 3 requests/s, prefill at 99.2%, a mean TTFT of 43.8 s). Says the TTFT that costs and how to bound it;
+    [] with an SLO or without a rate."""
+    prefill = [r for r in rows if r["role"] == "prefill" and "utilisation" in r]
+    if (req.ttft_ms, req.tpot_ms, req.request_latency_ms) != (None,) * 3 or not prefill:
+        return []
+    load = max(r["utilisation"] for r in prefill)
+    wait = f"{load / (2 * (1 - load)):,.1f}" if load < 1 else "unbounded"
+    return [f"no --ttft-ms, --tpot-ms or --request-latency-ms given: the mix uses the fewest GPUs carrying the rate at "
+            f"any latency; its prefill workers run at {load:.1%} of their capacity, where a prompt waits on average "
+            f"U / (2 (1 - U)) = {wait} prompts' service (M/D/1): TTFT {plan['ttft_ms']:,.0f} ms, TPOT "
+            f"{plan['tpot_ms']:g} ms; give --ttft-ms to bound it"]
 
 
 def _decode_load_note(rows: list[dict]) -> list[str]:

@@ -138,3 +138,28 @@ def test_too_few_gpus_names_the_least_mix_with_both_waits():
     out = planner(*args)
     assert out.returncode == 1 and wide > 16
     assert f"= {wide} GPUs; --gpus {-(-wide // 8) * 8} would work" in out.stderr
+
+
+def test_no_slo_note_by_hand():
+    """Prefill at U = 0.9: the mean M/D/1 wait is U / (2 (1 - U)) = 0.9 / 0.2 = 4.5 prompts' service
+    (Pollaczek-Khinchine); the note names it and the mix's TTFT, and says how to bound it."""
+    req = SimpleNamespace(ttft_ms=None, tpot_ms=None, request_latency_ms=None)
+    rows = [{"role": "prefill", "utilisation": 0.9}, {"role": "decode", "utilisation": 0.5}]
+    (note,) = serve._no_slo_split_note(req, {"ttft_ms": 4321.0, "tpot_ms": 25.5}, rows)
+    assert "prefill workers run at 90.0% of their capacity" in note and "= 4.5 prompts' service" in note
+    assert "TTFT 4,321 ms" in note and "give --ttft-ms" in note
+    assert serve._no_slo_split_note(SimpleNamespace(**{**vars(req), "ttft_ms": 3000.0}), {}, rows) == []
+
+
+def test_no_slo_rate_mix_says_its_ttft_and_the_open_loop():
+    """Senior review 12 #3: 70B, 16 H100, 8,192 / 512 tokens at 3 requests/s, SGLang, no SLO -- 2 prefill tp4 at
+    3 / (2 x 1.5115) = 99.2% of their capacity (the reviewer's 3.023 requests/s), mean TTFT ~44 s: the note says so
+    (U / (2 (1 - U)) = 0.9924 / 0.0152 = 65.3), and the latency note is the open-loop one, not the closed loop's."""
+    out = planner("serve-plan", "-m", "llama-3.1-70b", "-c", "dgx-h100", "--gpus", "16", "--input-len", "8192",
+                  "--output-len", "512", "--request-rate", "3", "--disaggregated", "--engine", "sglang", "-f", "json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    (note,) = [n for n in data["notes"] if n.startswith("no --ttft-ms")]
+    assert "99.2% of their capacity" in note and "65.3 prompts' service" in note and "give --ttft-ms" in note
+    assert f"TTFT {data['plans'][0]['ttft_ms']:,.0f} ms" in note and data["plans"][0]["ttft_ms"] > 30_000
+    assert any("open stream" in n for n in data["notes"]) and not any("closed loop" in n for n in data["notes"])

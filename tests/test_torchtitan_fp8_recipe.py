@@ -21,9 +21,12 @@ import pytest
 
 from planner import validate_training as vt
 from planner.check import read_target
+from planner.check.gate import evaluate
+from planner.cost.compute import TORCHTITAN_ROWWISE_FP8_NOTE
 from planner.emit.torchtitan import write, write_command
 from planner.errors import SpecError
 from planner.explain import explain
+from planner.placement.layout import Layout
 from planner.specs.cluster import load_cluster
 from planner.specs.model import load_model
 from tests.cli_run import planner
@@ -74,6 +77,50 @@ def test_rowwise_is_costed_nearer_its_run_than_tensorwise_pricing_was(async_tp, 
 @pytest.mark.parametrize("async_tp, published", [(False, 599.6), (True, 624.8)])
 def test_rowwise_runs_of_2025_06_are_predicted_within_10_percent(async_tp, published):
     assert _tokens_per_s("rowwise", async_tp) == pytest.approx(published, rel=0.10)
+
+
+# --- published 8B rowwise runs (evaluation: never fitted; senior review 12 #4) -----------------------
+
+@lru_cache(maxsize=None)
+def _8b_tokens_per_s(precision: str, recipe: str | None, batch: int = 1) -> float:
+    """Llama 3.1 8B on 8 H100 (dgx-h100), FSDP 8, local batch `batch`, sequence 8192, selective recompute,
+    torchtitan; torchao's README ran batch 2."""
+    layout = Layout(dp=8, zero_stage=3, micro_batch_size=batch, global_batch_size=8 * batch, seq_len=8192,
+                    recompute="selective", framework="torchtitan", precision=precision, fp8_recipe=recipe)
+    step = explain(load_model("llama-3.1-8b"), load_cluster("dgx-h100", gpus=8), layout,
+                   time_despite_memory=True)["time_s"]["step"]
+    return 8 * batch * 8192 / step
+
+
+def test_rowwise_over_tensorwise_of_torchao_readme_within_10_percent():
+    """pytorch/ao@9519beb torchao/float8/README.md "Training benchmarks" (Llama3-8B, 8 H100, FSDP2, sequence
+    8192, batch 2, compile): rowwise 6,768 vs tensorwise (fp8 all-gather) 7,689.5 tokens/s = 0.8802; the model
+    gives 0.964 (+9.5%), inside the bar, though on the optimistic side the note states."""
+    ratio = _8b_tokens_per_s("fp8", "rowwise", 2) / _8b_tokens_per_s("fp8", "tensorwise", 2)
+    assert ratio == pytest.approx(6768 / 7689.5, rel=0.10)
+    assert ratio > 6768 / 7689.5
+
+
+def test_the_rowwise_note_quotes_what_the_model_gives():
+    """The note's predicted figures are the model's (so a change to the rowwise cost must update it):
+    0.96x of tensorwise at batch 2."""
+    assert round(_8b_tokens_per_s("fp8", "rowwise", 2) / _8b_tokens_per_s("fp8", "tensorwise", 2), 2) == 0.96
+    assert "predicted 0.96x" in TORCHTITAN_ROWWISE_FP8_NOTE
+
+
+def test_rowwise_note_on_explain_and_check_not_on_tensorwise(tmp_path):
+    def notes(**layout):
+        base = dict(dp=8, zero_stage=3, micro_batch_size=1, global_batch_size=8, framework="torchtitan")
+        return explain(load_model("llama-3.1-8b"), load_cluster("dgx-h100", gpus=8), Layout(**base, **layout),
+                       time_despite_memory=True)["assumptions"]
+    assert TORCHTITAN_ROWWISE_FP8_NOTE in notes(precision="fp8")   # the default recipe, rowwise
+    assert TORCHTITAN_ROWWISE_FP8_NOTE not in notes(precision="fp8", fp8_recipe="tensorwise")
+    assert TORCHTITAN_ROWWISE_FP8_NOTE not in notes(precision="bf16")
+    rowwise = evaluate(read_target(_float8(tmp_path, new=TABLE + 'recipe_name = "rowwise"\n'),
+                                   cluster="dgx-h100", gpus=8))
+    assert TORCHTITAN_ROWWISE_FP8_NOTE in rowwise["assumptions"]
+    assert TORCHTITAN_ROWWISE_FP8_NOTE not in evaluate(read_target(_float8(tmp_path), cluster="dgx-h100",
+                                                                   gpus=8))["assumptions"]   # TOML: tensorwise
 
 
 def test_high_precision_weight_gradient_costs_more_than_rowwise():
@@ -147,6 +194,7 @@ def test_explain_names_the_costed_recipe():
     assert out.returncode == 0, out.stderr
     assert "fp8 (rowwise scaling)" in " ".join(out.stdout.split())  # the table may wrap
     assert "--fp8-recipe rowwise" in out.stderr
+    assert "torchtitan rowwise fp8 step times are optimistic" in " ".join(out.stdout.split())
 
 
 def test_a_megatron_recipe_is_refused_under_torchtitan():

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from planner.check.lines import locate
 from planner.cost.comm import balanced_routing_note
-from planner.cost.compute import unvalidated_family_note
+from planner.cost.compute import unvalidated_family_note, unvalidated_layout_notes
 from planner.cost.memory import (
     DEFAULT_AT_RISK_MARGIN,
     OPTIMIZER_STEP_TERM,
@@ -30,6 +30,7 @@ from planner.errors import SpecError, several
 from planner import frameworks
 from planner.placement import mtp, overlap
 from planner.placement.layout import Layout
+from planner.placement.precision import torchao_fp8_recipe
 from planner.placement.rules import Violation, check_layout, errors
 from planner.specs.cluster import ClusterSpec
 from planner.specs.model import ModelSpec
@@ -176,7 +177,8 @@ def evaluate(target: Target) -> dict:
         # what the step time takes as given: balanced expert load, which overlap Megatron-FSDP keeps
         "assumptions": [a for a in (balanced_routing_note(target.model),
                                     overlap.connections_note(layout, target.cluster.gpu.name),
-                                    unvalidated_family_note(target.model.model_type)) if a] if step else [],
+                                    unvalidated_family_note(target.model.model_type)) if a]
+        + unvalidated_layout_notes(layout.framework, layout.cp, torchao_fp8_recipe(layout)) if step else [],
         **({"checkpoint": target.checkpoint} if target.checkpoint is not None else {}),
     }
 
