@@ -195,7 +195,7 @@ MICRO_BATCH_SIZES = (1, 2, 4)
 """Micro-batch sizes searched, sequences (Megatron-LM examples use 1-4 for large models)."""
 
 ZERO_STAGES = (0, 1, 2, 3)
-"""ZeRO stages searched (when dp > 1)."""
+"""ZeRO stages searched (when dp x cp > 1: `search.mesh.zero_shard_group`)."""
 
 def default_global_batch_size(seq_len: int) -> int:
     """The default global batch, sequences: the power of two nearest in log2 to DEFAULT_BATCH_TOKENS
