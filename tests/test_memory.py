@@ -328,3 +328,22 @@ def test_schedule_peak_follows_its_definition_on_random_orders():
             args[4] = [0] * n
         release = rng.random() < 0.5
         assert pipeline_schedule_peak(ops, *args, release) == _peak_by_definition(ops, *args, release)
+
+
+def test_zero1_optimizer_states_shard_over_dp_times_cp_at_dp1():
+    """Review 12 finding 2: Llama-3.1-8B at tp4 cp2 dp1 ZeRO-1 keeps half the optimizer state.
+
+    Hand arithmetic, per tp rank: per layer q, o 4096² each, k, v 4096 x 1024 each, MLP 3 x 4096 x
+    14336 = 218,103,808 / tp 4 = 54,525,952, x 32 layers = 1,744,830,464; embedding and untied head
+    2 x 128,512 (128,256 padded to a multiple of 128 x tp = 512: Megatron-LM@d98e8a6
+    megatron/training/vocab_utils.py l. 58) x 4096 / 4 = 263,192,576; RMSNorm weights, replicated
+    over tp, 32 x 2 x 4096 + 4096 = 266,240: 2,008,289,280 parameters. Megatron-LM's distributed
+    optimizer keeps fp32 main parameters, Adam m and v (12 B/param, Megatron Core guide) sharded
+    over the dp x cp group (`get_data_parallel_group(with_context_parallel=True)`, Megatron-LM@d98e8a6
+    megatron/core/process_groups_config.py l. 373): 12 x 2,008,289,280 / (1 x 2) B."""
+    model = load_model("llama-3.1-8b")
+    params = 32 * 218_103_808 // 4 + 2 * 128_512 * 4096 // 4 + 32 * 2 * 4096 + 4096
+    assert params == 2_008_289_280
+    layout = Layout(tp=4, cp=2, zero_stage=1, sequence_parallel=True, seq_len=131_072, global_batch_size=32)
+    assert stage_memory(model, CLUSTER, layout, 0).optimizer_states == 12 * params // 2 == 12_049_735_680
+    assert stage_memory(model, CLUSTER, layout.replace(zero_stage=0), 0).optimizer_states == 12 * params

@@ -244,3 +244,21 @@ def _plans(call) -> bool:
     except InfeasibleError:
         return False
     return True
+
+
+def test_8b_at_128k_searches_zero_over_the_context_parallel_group():
+    """Review 12 finding 2: `plan -m llama-3.1-8b -c dgx-h100 --gpus 8 --seq-len 131072` called
+    dp1 tp4 pp2 cp1 ZeRO-0 (189.2 s) OPTIMAL, yet `--fix cp=2,zero_stage=1` found dp1 tp4 cp2 ZeRO-1
+    faster: ZeRO shards over dp x cp (Megatron-LM's distributed optimizer takes
+    `get_data_parallel_group(with_context_parallel=True)`), 2 ranks here, but the search tried ZeRO
+    only at dp > 1. The cp2 ZeRO-1 layout must be a candidate and the free plan no slower than it."""
+    model, cluster = load_model("llama-3.1-8b"), load_cluster("dgx-h100", gpus=8)
+    kw = dict(seq_len=131_072, global_batch_size=P.default_global_batch_size(131_072), top_k=1)
+    base = dict(seq_len=kw["seq_len"], global_batch_size=kw["global_batch_size"], precision="bf16",
+                optimizer="adamw", framework="megatron", grad_reduce_dtype=None)
+    layouts, _, _ = P._candidates(model, cluster, {}, base, 0, 0.0)
+    assert any((lay.dp, lay.tp, lay.pp, lay.cp, lay.zero_stage) == (1, 4, 1, 2, 1) for lay in layouts)
+    free = P.plan(model, cluster, fixed={}, **kw)
+    pinned = P.plan(model, cluster, fixed={"cp": 2, "zero_stage": 1}, **kw)
+    assert free["solver"]["status"] == pinned["solver"]["status"] == "OPTIMAL"
+    assert free["plans"][0]["time_s"]["step"] <= pinned["plans"][0]["time_s"]["step"] + 1e-9

@@ -87,11 +87,25 @@ def test_knobs_enumerated_only_where_they_matter():
                         base={"global_batch_size": 8})
     layouts = list(candidate_layouts(space, no_rules, Rejections()))
     # meshes of 2 GPUs: dp=2 | tp=2 | pp=2 | cp=2.
-    # dp=2: mbs 2 x zero 3 = 6; tp=2: mbs 2 x sp 2 = 4; pp=2: mbs 2 x vpp 2 = 4; cp=2: mbs 2 = 2.
-    assert len(layouts) == 16
+    # dp=2: mbs 2 x zero 3 = 6; tp=2: mbs 2 x sp 2 = 4; pp=2: mbs 2 x vpp 2 = 4; cp=2: mbs 2 x
+    # zero 3 = 6 (ZeRO shards over dp x cp = 2 there: `zero_shard_group`).
+    assert len(layouts) == 20
     assert all(layout.global_batch_size == 8 for layout in layouts)
     assert not any(layout.sequence_parallel for layout in layouts if layout.tp == 1)
-    assert not any(layout.zero_stage for layout in layouts if layout.dp == 1)
+    assert not any(layout.zero_stage for layout in layouts if layout.dp * layout.cp == 1)
+
+
+def test_zero_stages_searched_at_dp1_with_context_parallel():
+    """Review 12 finding 2: at dp = 1, cp = 2 ZeRO shards over the dp x cp group of 2 (Megatron's
+    distributed optimizer takes `get_data_parallel_group(with_context_parallel=True)`; torchtitan's
+    FSDP mesh is dp_shard x cp), so every stage is tried there; at dp = cp = 1 only ZeRO-0."""
+    space = SearchSpace(num_gpus=2, max_tp=8, micro_batch_sizes=(1,), zero_stages=(0, 1, 2, 3),
+                        sequence_parallel=(False,), base={"global_batch_size": 8})
+    layouts = list(candidate_layouts(space, no_rules, Rejections()))
+    assert sorted(layout.zero_stage for layout in layouts if layout.cp == 2) == [0, 1, 2, 3]
+    assert all(layout.dp == 1 for layout in layouts if layout.cp == 2)
+    assert sorted(layout.zero_stage for layout in layouts if layout.tp == 2) == [0]
+    assert sorted(layout.zero_stage for layout in layouts if layout.pp == 2) == [0]
 
 
 def test_expert_parallel_divides_dp_cp_tp():

@@ -17,7 +17,8 @@ Structural rules applied here (everything else is the caller's `validate`):
   RuntimeError when not divisible).
 
 Knobs without effect are not enumerated (duplicates, not rejections): sequence parallelism only
-when tp > 1, vpp > 1 only when pp > 1, ZeRO stage > 0 only when dp > 1, ep > 1 only for MoE.
+when tp > 1, vpp > 1 only when pp > 1, ZeRO stage > 0 only when dp x cp > 1 (the group ZeRO
+shards over, `zero_shard_group`), ep > 1 only for MoE.
 
 Rejections are data: every mesh or candidate that fails keeps its reason, counted per reason for
 the `rejected: [{reason, count}]` output. A mesh failing `validate_mesh` is counted once (not once
@@ -70,7 +71,7 @@ class SearchSpace:
     micro_batch_sizes: tuple[int, ...] = (1, 2, 4)
     """Micro-batch sizes to try, sequences."""
     zero_stages: tuple[int, ...] = (0, 1, 2, 3)
-    """ZeRO stages to try (when dp > 1)."""
+    """ZeRO stages to try (when dp x cp > 1, `zero_shard_group`)."""
     vpp_values: tuple[int, ...] = (1,)
     """Virtual pipeline stages per rank to try (when pp > 1)."""
     layers: int | None = None
@@ -281,11 +282,28 @@ def _expert_candidates(space: SearchSpace, inner: int) -> Iterator[tuple[int, li
             yield etp, divisors(inner // etp) if inner % etp == 0 else [1]
 
 
+def zero_shard_group(mesh: dict[str, int]) -> int:
+    """Ranks ZeRO / FSDP shards the dense model states over: dp x cp (before any HSDP split).
+
+    At dp = 1 with cp > 1 ZeRO still shards (halving the optimizer state at cp = 2), so its stages
+    are searched whenever this exceeds 1. Every framework the planner emits shards over dp x cp:
+    Source: NVIDIA/Megatron-LM@d98e8a6 megatron/core/process_groups_config.py l. 373-374
+    (`dp_cp_group = parallel_state.get_data_parallel_group(with_context_parallel=True, ...)`), the
+    group megatron/core/optimizer/__init__.py l. 1141 hands the distributed optimizer
+    (`data_parallel_group=dp_cp_group`) and megatron/core/distributed/fsdp/mcore_fsdp_adapter.py
+    l. 352-367 Megatron-FSDP; pytorch/torchtitan@b5bcd76 torchtitan/distributed/parallel_dims.py
+    l. 281 (`fsdp = self.dp_shard * self.cp`, the FSDP mesh dim) and l. 644-645 (`fsdp_enabled`:
+    dp_shard > 1 or cp > 1); deepspeedai/DeepSpeed@edaa722 deepspeed/runtime/engine.py l. 1839
+    and l. 2410 (ZeRO-1/2 `dp_process_group=self.seq_data_parallel_group`, data x sequence
+    parallel). The memory model shards over the same axes (`placement.strategies.zero`)."""
+    return mesh["dp"] * mesh["cp"]
+
+
 def _knob_values(space: SearchSpace, mesh: dict[str, int]) -> dict[str, tuple]:
     """Values of each knob for this mesh; pinned knobs keep only their pinned value."""
     values = {
         "micro_batch_size": space.micro_batch_sizes,
-        "zero_stage": space.zero_stages if mesh["dp"] > 1 else (0,),
+        "zero_stage": space.zero_stages if zero_shard_group(mesh) > 1 else (0,),
         # uneven chunks too (a layout string or the account-for split, `plan._with_split`): a
         # virtual stage needs only one slot, and Megatron's account-for options count the
         # embedding and the loss as one slot each (126 layers + 2 = 16 x 8 virtual stages)
