@@ -800,7 +800,6 @@ def plan_cmd(
         from planner import emit as emit_api
         emit_api.refuse_optimizer(emit_framework, _value(optimizer))
         emit_api.refuse_pins(emit_framework, fixed)
-    _launch_note(_value(framework), fixed, spec.is_moe, "--emit" if emit is not None else "--framework")
     search = dict(seq_len=seq_len,
                   global_batch_size=_batch_size(seq_len, global_batch_size, global_batch_tokens),
                   precision=_precision(precision, hw), optimizer=_value(optimizer),
@@ -820,6 +819,7 @@ def plan_cmd(
         with report.plan_progress() as tick:
             data = plan_api.plan(spec, hw, fixed=fixed, on_progress=tick, **search)
     except InfeasibleError as exc:
+        _launch_note(_value(framework), fixed, spec.is_moe, "--emit" if emit is not None else "--framework")
         if emit is None and output != "-" and fmt != Format.table:  # as serve-plan: the error as data on stdout
             report.dump({"request": {"model": spec.name, "cluster": cluster, "gpu": hw.gpu.name, "gpus": gpus,
                                      "seq_len": seq_len, "global_batch_size": search["global_batch_size"],
@@ -827,6 +827,8 @@ def plan_cmd(
                                      "fix": fixed},
                          "error": str(exc), **exc.details}, fmt.value)
         raise
+    # after the search, so bad input the search refuses (SpecError) stays one line
+    _launch_note(_value(framework), fixed, spec.is_moe, "--emit" if emit is not None else "--framework")
     if emit is None:
         with report.human_report_to_stderr() if output == "-" else contextlib.nullcontext():
             report.show_plan(data, fmt.value)
