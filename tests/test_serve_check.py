@@ -79,6 +79,24 @@ def test_missing_key_is_bad_input(written, tmp_path):
     assert proc.returncode == 2 and "request.engine" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize("name, change, rc", [
+    ("agg", lambda d: d["plan"]["parallelism"].update(ep=None), 0),       # null: the key left out, ep 1
+    ("disagg", lambda d: d["plan"]["workers"][0]["parallelism"].update(dp=None), 0),
+    ("agg", lambda d: d["plan"].update(capacity_requests_per_s="abc"), 2),
+])
+def test_null_or_wrong_typed_optional_keys_never_traceback(written, tmp_path, name, change, rc):
+    """Fresh-user review 13, finding 18: `ep: null`, a worker's `dp: null` and a capacity of 'abc' ended in a
+    TypeError traceback; an optional key set to null reads as left out, a wrong type is bad input (exit 2)."""
+    data = yaml.safe_load(written[name].read_text())
+    change(data)
+    path = tmp_path / "edited.yaml"
+    path.write_text(yaml.safe_dump(data))
+    proc = _planner("check", str(path))
+    assert proc.returncode == rc, proc.stdout + proc.stderr
+    if rc == 2:
+        assert "capacity_requests_per_s" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
 def test_disaggregated_plan_file_of_mixed_decode_shapes_counts_each_workers_gpus(tmp_path):
     """A mix whose prefill and decode workers differ in shape: the GPU count is the sum over its worker kinds
     (tp x pp x workers), not the decode shape times every worker; the file passes unchanged."""

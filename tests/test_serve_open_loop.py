@@ -253,3 +253,16 @@ def test_plans_table_at_a_rate_shows_the_cap_and_the_requests_running():
     plan = data["plans"][0]
     assert "running" in out.stdout   # rich may wrap the header and cell on a narrow console (xdist: 80 columns)
     assert f"({plan['in_service']:,.1f})" in out.stdout
+
+
+def test_deployment_utilisation_at_a_tiny_rate_is_the_replicas():
+    """Fresh-user review 13, finding 9: at 0.001 requests/s the deployment line said 100.0% of a capacity rounded
+    to 0.001 while its replica was 68% busy; the deployment's share is the replicas' (one replica here)."""
+    out = planner("serve-plan", "-m", "llama-3.1-8b", "-c", "dgx-h100", "--gpus", "8", "--input-len", "1",
+                  "--output-len", "131071", "--request-rate", "0.001", "-f", "json")
+    assert out.returncode == 0, out.stderr
+    dep = json.loads(out.stdout)["deployment"]
+    (plan,) = dep["mix"]
+    assert plan["parallelism"]["replicas"] == 1 and plan["utilisation"] < 0.9
+    assert dep["utilisation"] == pytest.approx(plan["utilisation"], abs=1e-4)
+    assert dep["capacity_requests_per_s"] == pytest.approx(0.001 / plan["utilisation"], rel=1e-3)

@@ -102,7 +102,8 @@ def _schema() -> dict:
                "longest_context_bound": (_TEXT, False), "max_num_batched_tokens": (_integer(1, 2**62), False),
                **{k: (_AMOUNT, False) for k in ("ttft_ms", "tpot_ms", "request_latency_ms", "tokens_per_s",
                                                  "tokens_per_s_per_gpu", "tokens_per_s_per_user",
-                                                 "requests_per_s")}}
+                                                 "requests_per_s", "capacity_requests_per_s", "utilisation",
+                                                 "in_service", "queue_wait_ms")}}
     parallelism = {**shape, "replicas": (_DEGREE, True), "prefill_workers": (_COUNT, False),
                    "decode_workers": (_COUNT, False), ...: False}
     worker = {"role": (_choice(("prefill", "decode")), True), "parallelism": (shape, True),
@@ -121,7 +122,8 @@ def _schema() -> dict:
         "disaggregated": (_BOOL, False), ...: False}
     deployment = {"gpus": (_DEGREE, False), "mix": ([{"parallelism": (parallelism, True), **numbers}], False),
                   "workers": ([{**worker, "gpus": (_DEGREE, False)}], False),
-                  **{k: (_AMOUNT, False) for k in ("tokens_per_s", "tokens_per_s_per_gpu", "requests_per_s")}}
+                  **{k: (_AMOUNT, False) for k in ("tokens_per_s", "tokens_per_s_per_gpu", "requests_per_s",
+                                                   "capacity_requests_per_s", "utilisation")}}
     return {"kind": (_choice((KIND,)), True), "request": (request, True), "plan": (plan, True),
             "deployment": (deployment, False)}
 
@@ -166,6 +168,8 @@ def _validate(value: object, schema, file: str, where: str, bad: list[SpecError]
         if value.get(key) is None:
             if required:
                 bad.append(SpecError("missing value", file=file, key=_join(where, key)))
+            else:
+                value.pop(key, None)  # an optional key set to null (YAML `~`) reads as the key left out
             continue
         _validate(value[key], rule, file, _join(where, key), bad)
 
