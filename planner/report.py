@@ -14,6 +14,7 @@ import errno
 import io
 import json
 import os
+import shutil
 import sys
 from collections.abc import Iterable, Iterator, Sequence
 
@@ -205,8 +206,18 @@ def dump(data: object, fmt: str) -> None:
 
 def _console() -> Console:
     out = _out()
-    width = None if out.isatty() or os.environ.get("COLUMNS") else _WIDTH_WHEN_PIPED
+    width = _columns() or (shutil.get_terminal_size().columns if out.isatty() else _WIDTH_WHEN_PIPED)
     return Console(file=out, width=width, highlight=False)
+
+
+def _columns() -> int | None:
+    """COLUMNS as a usable width, else None: rich renders nothing at COLUMNS=0 and garbles a negative or
+    non-numeric value (fresh-user review 13, finding 6), so those fall back as if unset."""
+    try:
+        columns = int(os.environ.get("COLUMNS", ""))
+    except ValueError:
+        return None
+    return columns if columns >= 20 else None
 
 
 def _table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[object]],

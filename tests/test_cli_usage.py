@@ -288,3 +288,15 @@ def test_write_failure_sorts_by_errno(code, exit_code):
 
     error = write_failure("out.yaml", OSError(code, "reason"), "--output")
     assert error.exit_code == exit_code and "out.yaml" in str(error) and "reason" in str(error)
+
+
+@pytest.mark.parametrize("columns", ["0", "-5", "abc"])
+def test_an_unusable_columns_value_still_prints_the_table(columns):
+    """Fresh-user review 13, finding 6: `COLUMNS=0 planner plan ...` printed nothing and exited 0 (rich renders
+    nothing at width 0); an unusable COLUMNS reads as unset."""
+    import os
+
+    env = {**os.environ, "COLUMNS": columns}
+    proc = subprocess.run([sys.executable, "-m", "planner", "models"], capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "llama-3.1-8b" in proc.stdout
