@@ -1796,6 +1796,25 @@ def _queued_ttft_s(req: ServeRequest, candidate: tuple, workers: int, decode_row
     return point["ttft_s"] + wait
 
 
+def mix_ttft_s(spec: ModelSpec, hw: ClusterSpec, req: ServeRequest, coefficients: dict, prefill: tuple,
+               decode: tuple) -> float | None:
+    """TTFT of a disaggregated mix as `_mix_plan` reports it, seconds: `prefill` = (instance, workers), `decode` =
+    (instance, workers, running-request cap); the prefill worker's point (`_worker_points`, its unloaded TTFT + KV
+    transfer) + its queue's wait (`_queued_ttft_s`) + at --request-rate the wait for a free decode slot
+    (`decode_wait_s`). The points are taken without the SLOs (so a plan beyond them is priced, not dropped).
+    None where a worker has no point (its KV pool holds no sequence of its context). `planner check` prices a
+    disaggregated plan file with it (fresh-user review 13, finding 5)."""
+    free = replace(req, ttft_ms=None, tpot_ms=None, request_latency_ms=None)
+    (p_inst, n_p), (d_inst, n_d, b) = prefill, decode
+    ev, pre = _worker_points(spec, hw, free, p_inst, coefficients, "prefill")
+    dec = _worker_points(spec, hw, replace(free, concurrency=b), d_inst, coefficients, "decode")[1]
+    if not pre or not dec:
+        return None
+    row = {"workers": n_d, "concurrency": b, "tpot_ms": round(dec[0]["tpot_s"] * 1e3, 2)}
+    ttft = _queued_ttft_s(req, (ev, pre[0]), n_p, row)
+    return ttft + (decode_wait_s(req.request_rate, n_d, d_inst, dec[0]) if req.request_rate is not None else 0.0)
+
+
 def _mix_plan(spec: ModelSpec, req: ServeRequest, pre: list, dec: list, result) -> tuple[list[dict], dict]:
     """(worker rows, the plan record) of one rate-matched mix: parallelism, batch and memory of its slowest
     decode worker (whose TPOT the plan reports, as `planner check` of the plan file recomputes it) with the

@@ -333,3 +333,33 @@ def test_mix_of_unlike_replicas_warns_with_each_share(written, tmp_path):
         d["plan"]["parallelism"]["replicas"] = half
     result = check_serving_plan(str(_edited(written, tmp_path, split)))
     assert "router_unlike_servers" in [v["rule"] for v in result["violations"]], result["violations"]
+
+
+def test_disaggregated_file_reports_the_plans_ttft_and_fails_a_tighter_ttft_slo(written, tmp_path):
+    """Fresh-user review 13, finding 5: the check reported the decode shape's aggregated TTFT for a disaggregated
+    file and never held it to request.ttft_ms. Now it recomputes the prefill workers' TTFT as serve-plan does: the
+    unchanged file's TTFT within rounding (0.1 ms) of the plan's, and a ttft_ms 1 ms below the plan's fails `slo`."""
+    plan_ttft = yaml.safe_load(written["disagg"].read_text())["plan"]["ttft_ms"]
+    result = check_serving_plan(str(written["disagg"]))
+    assert result["verdict"] == "pass" and abs(result["recomputed"]["ttft_ms"] - plan_ttft) <= 0.1
+    tight = _rewritten(written, tmp_path, _set("request", "ttft_ms", plan_ttft - 1), "disagg")
+    result = check_serving_plan(str(tight))
+    assert result["verdict"] == "fail"
+    assert [v["message"] for v in result["violations"] if v["rule"] == "slo"][0].startswith(f"TTFT {plan_ttft:.1f} ms")
+
+
+def test_disaggregated_file_at_a_request_rate_fails_a_tighter_ttft_slo(tmp_path):
+    """The review's own case: at --request-rate TTFT also holds the prefill queue's M/D/1 wait and the decode slot
+    wait; the plan's 34.5-ish ms TTFT under --ttft-ms 36 passes, the same file with request.ttft_ms 1 ms below it
+    fails `slo` (before the fix: PASS with an aggregated 40.7 ms)."""
+    path = tmp_path / "sp.yaml"
+    proc = _planner("serve-plan", "-m", "llama-3.1-8b", "-c", "dgx-h100", "--gpus", "8", "--input-len", "1024",
+                    "--output-len", "256", "--request-rate", "5", "--disaggregated", "--ttft-ms", "36", "-o", str(path))
+    assert proc.returncode == 0, proc.stderr
+    data = yaml.safe_load(path.read_text())
+    assert _planner("check", str(path)).returncode == 0
+    assert abs(check_serving_plan(str(path))["recomputed"]["ttft_ms"] - data["plan"]["ttft_ms"]) <= 0.1
+    data["request"]["ttft_ms"] = data["plan"]["ttft_ms"] - 1
+    path.write_text(yaml.safe_dump(data))
+    proc = _planner("check", str(path))
+    assert proc.returncode == 1 and "slo" in proc.stdout and f"TTFT {data['plan']['ttft_ms']:.1f} ms" in proc.stdout

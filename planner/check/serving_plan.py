@@ -16,7 +16,8 @@ rate, `disaggregated` that contradicts the plan's worker list.
 The check re-derives each instance shape's memory and latency with the same cost model and fails
 (exit 1) on: a shape the model cannot be split into, more GPUs than the file allows (counted over the
 deployment's mix or workers), a plan that is not one of its deployment's shapes, a KV pool that is
-empty or cannot hold the asked context or concurrency, an SLO the recomputed latency breaks, a
+empty or cannot hold the asked context or concurrency, an SLO the recomputed latency breaks (a
+disaggregated plan's TTFT: its prefill workers' with their queues' waits, `planner.serve.mix_ttft_s`), a
 request rate the deployment does not carry, and `planner check` options (--model, --cluster, --gpus,
 --seq-len) that contradict the file (rule plan_options, as for training plan files). A prediction in
 the file that differs from the recomputed one by more than 1 % is a warning (the file is stale: the
@@ -265,7 +266,6 @@ def check_serving_plan(path: str, *, model: str | None = None, cluster: str | No
     violations += _deployment_findings(plan, deployment, req)
     found, recomputed = _shape_findings(spec, hw, req, par, plan.get("concurrency") or 1, disaggregated)
     violations += found
-    warnings = _stale(plan, recomputed, disaggregated)
     others = ([(w["parallelism"], w.get("concurrency") or 1, f"{w['role']} worker") for w in plan.get("workers") or ()]
               if disaggregated else
               [(m["parallelism"], m.get("concurrency") or 1, "deployment.mix") for m in deployment.get("mix") or ()])
@@ -277,6 +277,9 @@ def check_serving_plan(path: str, *, model: str | None = None, cluster: str | No
                                       where=f"{where} {_label(shape)} @{concurrency}: ")
             violations += more
     failed = lambda: any(v["severity"] == "error" for v in violations)  # noqa: E731
+    if disaggregated and not failed() and "ttft_ms" in recomputed:  # every worker shape sound: price the mix
+        violations += _mix_ttft_findings(spec, hw, req, plan, recomputed)
+    warnings = _stale(plan, recomputed, disaggregated)
     if not failed() and req.request_rate is not None:
         violations += _rate_findings(spec, hw, req, plan, deployment, recomputed, disaggregated)
     return {"file": file, "kind": KIND, "verdict": "fail" if failed() else "pass", "model": spec.name,
@@ -358,7 +361,7 @@ def _unlike_mix(mix: list[dict]) -> list[dict]:
 def _shape_findings(spec, hw, req, shape: dict, concurrency: int, disaggregated: bool, *, latency: bool = True,
                     where: str = "") -> tuple[list[dict], dict]:
     """(violations, recomputed numbers) of one instance shape at `concurrency`: rules shape, memory,
-    context, concurrency, slo (TTFT not for a disaggregated plan: its prefill workers answer it). At a request rate
+    context, concurrency, slo (TTFT not for a disaggregated plan: its prefill workers answer it, `_mix_ttft_findings`). At a request rate
     (aggregated) TTFT / TPOT are recomputed at the load each of the shape's `replicas` gets, as serve-plan reports
     them (`planner.serve.replica_load`); requests_per_s stays the closed-loop capacity at `concurrency`."""
     from planner import serve
@@ -409,9 +412,40 @@ def _shape_findings(spec, hw, req, shape: dict, concurrency: int, disaggregated:
     return out, recomputed
 
 
+def _mix_ttft_findings(spec, hw, req, plan: dict, recomputed: dict) -> list[dict]:
+    """Rule slo for a disaggregated plan's TTFT: recomputed as serve-plan reports it (`planner.serve.mix_ttft_s`:
+    the prefill workers' TTFT + KV transfer + their queue's wait at the file's worker counts, + at a request rate
+    the wait for a free decode slot), the worst over the file's prefill and decode worker kinds; it replaces the
+    decode shape's aggregated TTFT in `recomputed` (fresh-user review 13, finding 5: a file whose request.ttft_ms
+    was set below its plan's TTFT passed with the decode shape's aggregated one)."""
+    from planner import serve
+    from planner.serve_validate import coefficients_for, load_calibration
+
+    coefficients = coefficients_for(load_calibration(), req.engine, spec)
+    workers = plan["workers"]
+    pairs = [((_instance(p["parallelism"]), p["workers"]),
+              (_instance(d["parallelism"]), d["workers"], d.get("concurrency") or 1))
+             for p in workers if p["role"] == "prefill" for d in workers if d["role"] == "decode"]
+    ttfts = [serve.mix_ttft_s(spec, hw, req, coefficients, *pair) for pair in pairs]
+    if not ttfts or None in ttfts:
+        recomputed.pop("ttft_ms", None)
+        return [_fail("memory", "a prefill or decode worker's KV pool holds no sequence of its context",
+                      "re-plan with planner serve-plan")]
+    ttft_ms = max(ttfts) * 1e3
+    if math.isinf(ttft_ms):  # a side at or above its capacity at the request rate: rule request_rate says so
+        recomputed.pop("ttft_ms", None)
+        return []
+    recomputed["ttft_ms"] = round(ttft_ms, 1)
+    if req.ttft_ms is not None and ttft_ms > req.ttft_ms:
+        return [_fail("slo", f"TTFT {ttft_ms:.1f} ms > {req.ttft_ms:g} ms (prefill workers' TTFT with their queue's "
+                             f"wait{' and the decode slot wait' if req.request_rate is not None else ''})",
+                      "re-plan with planner serve-plan")]
+    return []
+
+
 def _stale(plan: dict, recomputed: dict, disaggregated: bool) -> list[str]:
     warnings = []
-    for key in ("tpot_ms",) if disaggregated else ("ttft_ms", "tpot_ms"):
+    for key in ("ttft_ms", "tpot_ms"):
         given = plan.get(key)
         if given and key in recomputed and abs(given - recomputed[key]) > STALE_TOLERANCE * recomputed[key]:
             warnings.append(f"stale prediction: the file says {key} {given}, the model now gives {recomputed[key]}")
