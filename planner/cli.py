@@ -539,9 +539,15 @@ def _fp8_recipe(option: object, hw, spec, *, precision: str, framework: str) -> 
         raise SpecError(f"value {_value(option)!r} not allowed under {framework}; allowed: "
                         f"{', '.join(allowed)}", key="--fp8-recipe")
     if _value(option) == "mxfp8" and not blackwell_or_later(hw.gpu.name):
-        raise SpecError(f"value 'mxfp8' not allowed: GPU {hw.gpu.name} has no MXFP8 (Transformer Engine "
-                        f"needs compute capability 10.0, Blackwell); use delayed, tensorwise or blockwise",
-                        key="--fp8-recipe")
+        # the alternatives named are the framework's own and only on a GPU with fp8 at all (fresh-user
+        # review 13, finding 7: torchtitan was told to use delayed / blockwise, an A100 to use any)
+        if "fp8" not in hw.gpu.peak_tflops:
+            instead = "it has no fp8 tensor cores at all, so no --fp8-recipe applies (train bf16)"
+        else:
+            others = [r for r in (allowed or layout_mod.FP8_RECIPES) if r != "mxfp8"]
+            instead = f"use {', '.join(others[:-1])} or {others[-1]}" if len(others) > 1 else f"use {others[0]}"
+        raise SpecError(f"value 'mxfp8' not allowed: GPU {hw.gpu.name} has no MXFP8 (it needs compute "
+                        f"capability 10.0, Blackwell); {instead}", key="--fp8-recipe")
     return option
 
 

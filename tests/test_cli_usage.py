@@ -300,3 +300,19 @@ def test_an_unusable_columns_value_still_prints_the_table(columns):
     proc = subprocess.run([sys.executable, "-m", "planner", "models"], capture_output=True, text=True, env=env)
     assert proc.returncode == 0, proc.stderr
     assert "llama-3.1-8b" in proc.stdout
+
+
+@pytest.mark.parametrize("args, says, never", [
+    (["-c", "dgx-h100", "--precision", "fp8", "--framework", "torchtitan"], "use rowwise, rowwise_with_gw_hp or tensorwise",
+     "delayed"),
+    (["-c", "dgx-h100", "--precision", "fp8"], "use delayed, tensorwise or blockwise", "rowwise"),
+    (["-c", "dgx-a100-80g"], "no fp8 tensor cores at all", "use "),
+])
+def test_mxfp8_before_blackwell_names_the_frameworks_own_recipes(args, says, never):
+    """Fresh-user review 13, finding 7: the refusal told torchtitan to use Megatron-LM's recipes (delayed,
+    blockwise, which torchtitan refuses) and an A100, which has no fp8, to use any fp8 recipe."""
+    import cli_run
+
+    proc = cli_run.planner("plan", "-m", "llama-3.1-8b", "--gpus", "8", "--fp8-recipe", "mxfp8", *args)
+    assert proc.returncode == 2 and says in proc.stderr and never not in proc.stderr.split("Blackwell")[1]
+    assert len(proc.stderr.strip().splitlines()) == 1
